@@ -1,0 +1,89 @@
+//! `model-format`: memory-mapped readers for model files.
+//!
+//! * [`GgufFile`] reads GGUF v3 files (as llama.cpp writes them; v2 is also
+//!   accepted): metadata, tensor descriptions and zero-copy tensor data.
+//! * [`HfDir`] reads a Hugging Face model directory: `config.json` plus
+//!   `model.safetensors`, or `model.safetensors.index.json` and its shards.
+//! * [`GgufWriter`] writes small GGUF v3 files (tests, fixtures, synthetic
+//!   models).
+//!
+//! Both readers hand out [`TensorView`]s whose `shape` is row-major,
+//! outermost first (a GGUF tensor with `ne = [576, 1536]` has shape
+//! `[1536, 576]`: 1536 rows of 576 columns). Dequantization lives elsewhere.
+//!
+//! # Example
+//!
+//! ```no_run
+//! use model_format::{DType, GgufFile};
+//!
+//! let f = GgufFile::open("SmolLM2-135M-Instruct.Q4_1.gguf")?;
+//! let arch = f.get("general.architecture").and_then(|v| v.as_str());
+//! let emb = f.tensor("token_embd.weight").expect("no embeddings");
+//! assert_eq!(emb.dtype, DType::Q8_0);
+//! println!("{arch:?}: {} rows of {} columns, {} bytes", emb.rows(), emb.cols(), emb.data.len());
+//! # Ok::<(), model_format::FormatError>(())
+//! ```
+//!
+//! # Invariants
+//!
+//! * **No panics on input data.** Every problem in a file is a
+//!   [`FormatError`] that names the file and says what is wrong.
+//! * **Allocations are bounded by the file size.** Declared counts (tensors,
+//!   metadata entries, array lengths, string lengths) are checked against the
+//!   bytes left in the file before anything is allocated for them.
+//! * **Zero-copy.** Tensor data is borrowed from the memory map; after `open`
+//!   succeeds, every tensor's bytes are known to lie inside its file and to be
+//!   exactly as long as its type and shape require.
+//! * Readers are `Send + Sync`.
+//!
+//! Memory-mapped files must not be modified or truncated by other processes
+//! while they are open (see [`memmap2::Mmap`]).
+
+mod dtype;
+mod error;
+mod gguf;
+mod hf;
+mod meta;
+mod tensor;
+mod writer;
+
+use std::path::Path;
+
+pub use dtype::DType;
+pub use error::FormatError;
+pub use gguf::{GgufFile, GGUF_DEFAULT_ALIGNMENT, GGUF_MAGIC, GGUF_MAX_DIMS};
+pub use hf::{HfConfig, HfDir, SAFETENSORS_DTYPE_NAMES, SAFETENSORS_TYPE_ID_BASE};
+pub use meta::MetaValue;
+pub use tensor::{TensorInfo, TensorView};
+pub use writer::GgufWriter;
+
+/// Opens and memory-maps a file read-only.
+fn map_file(path: &Path) -> Result<memmap2::Mmap, FormatError> {
+    let file = std::fs::File::open(path).map_err(|e| FormatError::io(path, e))?;
+    let meta = file.metadata().map_err(|e| FormatError::io(path, e))?;
+    if !meta.is_file() {
+        return Err(FormatError::Invalid {
+            path: path.to_path_buf(),
+            detail: "not a regular file".to_owned(),
+        });
+    }
+    // SAFETY: the map is read-only and private to this crate, which only ever
+    // reads it through bounds-checked slices. Mapping a file is unsound only if
+    // another process modifies or truncates it while mapped; model files are
+    // treated as immutable while open, as documented at the crate root.
+    let mmap = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| FormatError::io(path, e))?;
+    Ok(mmap)
+}
+
+#[cfg(test)]
+mod send_sync {
+    fn assert_send_sync<T: Send + Sync>() {}
+
+    #[test]
+    fn readers_are_send_sync() {
+        assert_send_sync::<crate::GgufFile>();
+        assert_send_sync::<crate::HfDir>();
+        assert_send_sync::<crate::GgufWriter>();
+        assert_send_sync::<crate::FormatError>();
+    }
+}

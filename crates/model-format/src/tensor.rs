@@ -1,0 +1,123 @@
+//! Tensor descriptions shared by both formats.
+
+use std::fmt;
+
+use crate::DType;
+
+/// A borrowed tensor, common to both formats.
+///
+/// `shape` is ROW-MAJOR, OUTERMOST FIRST (so a GGUF tensor with
+/// `ne = [576, 1536]` has shape `[1536, 576]`: 1536 rows of 576 columns).
+/// `data` is borrowed straight from the file's memory map (zero-copy) and is
+/// exactly `rows() * dtype.row_bytes(cols())` bytes long. It has no particular
+/// alignment in memory: read multi-byte values with `from_le_bytes`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct TensorView<'a> {
+    /// The tensor's name.
+    pub name: &'a str,
+    /// The storage type.
+    pub dtype: DType,
+    /// Dimensions, outermost first (the last one is contiguous).
+    pub shape: &'a [usize],
+    /// The raw little-endian bytes.
+    pub data: &'a [u8],
+}
+
+impl TensorView<'_> {
+    /// Product of all dimensions but the last; 1 for 1-D (and 0-D) tensors.
+    pub fn rows(&self) -> usize {
+        match self.shape.split_last() {
+            Some((_, outer)) => outer.iter().product(),
+            None => 1,
+        }
+    }
+
+    /// The last (contiguous) dimension; 1 for a 0-D tensor.
+    pub fn cols(&self) -> usize {
+        self.shape.last().copied().unwrap_or(1)
+    }
+
+    /// Total number of elements.
+    pub fn n_elements(&self) -> usize {
+        self.shape.iter().product()
+    }
+}
+
+impl fmt::Debug for TensorView<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TensorView")
+            .field("name", &self.name)
+            .field("dtype", &self.dtype)
+            .field("shape", &self.shape)
+            .field("data_len", &self.data.len())
+            .finish()
+    }
+}
+
+/// Where a tensor lives in a file.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct TensorInfo {
+    /// The tensor's name.
+    pub name: String,
+    /// The storage type.
+    pub dtype: DType,
+    /// Dimensions, row-major, outermost first.
+    pub shape: Vec<usize>,
+    /// Absolute byte offset of the data in its file.
+    pub offset: u64,
+    /// Size of the data in bytes.
+    pub n_bytes: u64,
+}
+
+/// Bytes a tensor of `dtype` and `shape` (outermost first) occupies, or an
+/// error text if the last dimension is not a whole number of blocks or the
+/// size overflows.
+pub(crate) fn tensor_bytes(dtype: DType, shape: &[usize]) -> Result<usize, String> {
+    let (cols, outer) = match shape.split_last() {
+        Some((c, o)) => (*c, o),
+        None => (1, &[][..]),
+    };
+    let row = dtype.row_bytes(cols).ok_or_else(|| {
+        if cols % dtype.block_len() != 0 {
+            format!(
+                "innermost dimension {cols} is not a multiple of the {} block length {}",
+                dtype.name(),
+                dtype.block_len()
+            )
+        } else {
+            format!("row of {cols} {} elements overflows", dtype.name())
+        }
+    })?;
+    outer
+        .iter()
+        .try_fold(row, |acc, &d| acc.checked_mul(d))
+        .ok_or_else(|| format!("size of shape {shape:?} overflows"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn view_dims() {
+        let v = TensorView {
+            name: "t",
+            dtype: DType::F32,
+            shape: &[2, 3, 4],
+            data: &[],
+        };
+        assert_eq!((v.rows(), v.cols(), v.n_elements()), (6, 4, 24));
+        let v = TensorView { shape: &[7], ..v };
+        assert_eq!((v.rows(), v.cols(), v.n_elements()), (1, 7, 7));
+        let v = TensorView { shape: &[], ..v };
+        assert_eq!((v.rows(), v.cols(), v.n_elements()), (1, 1, 1));
+    }
+
+    #[test]
+    fn bytes() {
+        assert_eq!(tensor_bytes(DType::Q4_1, &[1536, 576]), Ok(1536 * 18 * 20));
+        assert!(tensor_bytes(DType::Q4_0, &[2, 33]).is_err());
+        assert!(tensor_bytes(DType::F32, &[usize::MAX, 2]).is_err());
+        assert_eq!(tensor_bytes(DType::F16, &[]), Ok(2));
+    }
+}

@@ -1,0 +1,332 @@
+//! GgufWriter -> GgufFile round trips.
+
+mod common;
+
+use common::TempDir;
+use model_format::{DType, FormatError, GgufFile, GgufWriter, MetaValue};
+
+fn pattern(n: usize, seed: u8) -> Vec<u8> {
+    (0..n)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}
+
+fn all_metadata() -> Vec<(&'static str, MetaValue)> {
+    vec![
+        ("general.architecture", MetaValue::String("llama".into())),
+        ("t.u8", MetaValue::U8(200)),
+        ("t.i8", MetaValue::I8(-100)),
+        ("t.u16", MetaValue::U16(60000)),
+        ("t.i16", MetaValue::I16(-30000)),
+        ("t.u32", MetaValue::U32(4_000_000_000)),
+        ("t.i32", MetaValue::I32(-2_000_000_000)),
+        ("t.u64", MetaValue::U64(u64::MAX)),
+        ("t.i64", MetaValue::I64(i64::MIN)),
+        ("t.f32", MetaValue::F32(1e-5)),
+        ("t.f64", MetaValue::F64(-2.5e300)),
+        ("t.bool.t", MetaValue::Bool(true)),
+        ("t.bool.f", MetaValue::Bool(false)),
+        ("t.string", MetaValue::String("héllo ✓".into())),
+        ("t.empty_string", MetaValue::String(String::new())),
+        (
+            "t.arr.str",
+            MetaValue::Array(vec!["<s>".into(), "".into(), "▁the".into()]),
+        ),
+        (
+            "t.arr.i32",
+            MetaValue::Array(vec![MetaValue::I32(-1), MetaValue::I32(7)]),
+        ),
+        (
+            "t.arr.f32",
+            MetaValue::Array(vec![MetaValue::F32(0.5), MetaValue::F32(-0.25)]),
+        ),
+        (
+            "t.arr.u8",
+            MetaValue::Array((0..=255).map(MetaValue::U8).collect()),
+        ),
+        (
+            "t.arr.bool",
+            MetaValue::Array(vec![MetaValue::Bool(true), MetaValue::Bool(false)]),
+        ),
+        ("t.arr.empty", MetaValue::Array(vec![])),
+        (
+            "t.arr.nested",
+            MetaValue::Array(vec![
+                MetaValue::Array(vec![MetaValue::U64(1), MetaValue::U64(2)]),
+                MetaValue::Array(vec!["x".into()]),
+                MetaValue::Array(vec![]),
+            ]),
+        ),
+    ]
+}
+
+#[test]
+fn metadata_of_every_type_round_trips() {
+    let dir = TempDir::new("meta");
+    let path = dir.join("m.gguf");
+    let mut w = GgufWriter::new();
+    for (k, v) in all_metadata() {
+        w.metadata(k, v);
+    }
+    w.write(&path).unwrap();
+    assert!(!dir.join("m.gguf.tmp").exists());
+
+    let f = GgufFile::open(&path).unwrap();
+    assert_eq!(f.version(), 3);
+    assert_eq!(f.alignment(), 32);
+    assert_eq!(f.path(), path.as_path());
+    assert_eq!(f.file_bytes(), std::fs::metadata(&path).unwrap().len());
+    assert!(f.tensor_infos().is_empty());
+    let expected = all_metadata();
+    assert_eq!(f.metadata().len(), expected.len());
+    for ((k, v), (ek, ev)) in f.metadata().iter().zip(&expected) {
+        assert_eq!(k, ek);
+        assert_eq!(v, ev, "{k}");
+        assert_eq!(f.get(k), Some(ev));
+    }
+    assert_eq!(f.get("missing"), None);
+    assert_eq!(
+        f.get("general.architecture").and_then(MetaValue::as_str),
+        Some("llama")
+    );
+    assert_eq!(
+        f.get("t.u32").and_then(MetaValue::as_u64),
+        Some(4_000_000_000)
+    );
+    assert_eq!(f.get("t.i8").and_then(MetaValue::as_i64), Some(-100));
+    assert_eq!(
+        f.get("t.arr.str").and_then(MetaValue::to_string_vec),
+        Some(vec!["<s>".to_owned(), "".to_owned(), "▁the".to_owned()])
+    );
+    assert_eq!(
+        f.get("t.arr.i32").and_then(MetaValue::to_i64_vec),
+        Some(vec![-1, 7])
+    );
+}
+
+/// (name, dtype, shape) for one tensor of every type, plus some odd shapes.
+fn tensor_specs() -> Vec<(String, DType, Vec<usize>)> {
+    let mut v = Vec::new();
+    for d in DType::ALL {
+        let cols = d.block_len() * 2;
+        v.push((format!("t.{}", d.name()), d, vec![3, cols]));
+    }
+    v.push(("vec".into(), DType::F32, vec![5]));
+    v.push(("cube".into(), DType::F16, vec![2, 3, 4]));
+    v.push(("four".into(), DType::Q8_0, vec![2, 1, 3, 64]));
+    v.push(("empty".into(), DType::F32, vec![0, 4]));
+    v
+}
+
+fn write_tensors(path: &std::path::Path, alignment: Option<u64>) -> Vec<Vec<u8>> {
+    let mut w = GgufWriter::new();
+    if let Some(a) = alignment {
+        w.alignment(a);
+    }
+    w.metadata("general.name", "tensors".into());
+    let mut datas = Vec::new();
+    for (i, (name, dtype, shape)) in tensor_specs().into_iter().enumerate() {
+        let n = shape.iter().product::<usize>() / dtype.block_len() * dtype.block_bytes();
+        let data = pattern(n, i as u8);
+        datas.push(data.clone());
+        w.tensor(&name, dtype, &shape, data).unwrap();
+    }
+    w.write(path).unwrap();
+    datas
+}
+
+fn check_tensors(alignment: Option<u64>) {
+    let dir = TempDir::new("tensors");
+    let path = dir.join("t.gguf");
+    let datas = write_tensors(&path, alignment);
+    let f = GgufFile::open(&path).unwrap();
+    let a = alignment.unwrap_or(32);
+    assert_eq!(f.alignment(), a);
+    assert_eq!(
+        f.get("general.alignment").and_then(MetaValue::as_u64),
+        alignment.filter(|&a| a != 32)
+    );
+    let specs = tensor_specs();
+    assert_eq!(f.tensor_infos().len(), specs.len());
+    let raw = std::fs::read(&path).unwrap();
+    let mut prev_end = 0;
+    for ((info, (name, dtype, shape)), data) in f.tensor_infos().iter().zip(&specs).zip(&datas) {
+        assert_eq!(&info.name, name);
+        assert_eq!(info.dtype, *dtype);
+        assert_eq!(&info.shape, shape);
+        assert_eq!(info.n_bytes, data.len() as u64);
+        assert_eq!(
+            info.offset % a,
+            0,
+            "{name} offset {} not aligned",
+            info.offset
+        );
+        assert!(info.offset >= prev_end);
+        prev_end = info.offset + info.n_bytes;
+        // The absolute offset really points at the data in the file.
+        let off = info.offset as usize;
+        assert_eq!(&raw[off..off + data.len()], &data[..]);
+
+        let t = f.tensor(name).unwrap();
+        assert_eq!(t.name, name);
+        assert_eq!(t.dtype, *dtype);
+        assert_eq!(t.shape, &shape[..]);
+        assert_eq!(t.data, &data[..]);
+        assert_eq!(t.cols(), *shape.last().unwrap());
+        assert_eq!(t.rows() * t.cols(), t.n_elements());
+        assert_eq!(t.data.len(), t.rows() * dtype.row_bytes(t.cols()).unwrap());
+        // Zero-copy: the view points into the map, at the recorded offset.
+        assert_eq!(
+            t.data.as_ptr() as usize % a as usize,
+            0,
+            "mmap is page aligned, so data is aligned"
+        );
+    }
+    let names: Vec<&str> = f.tensors().map(|t| t.name).collect();
+    let expect: Vec<&str> = specs.iter().map(|s| s.0.as_str()).collect();
+    assert_eq!(names, expect);
+    assert!(f.tensor("nope").is_none());
+}
+
+#[test]
+fn tensors_of_every_dtype_alignment_32() {
+    check_tensors(None);
+}
+
+#[test]
+fn tensors_of_every_dtype_alignment_64() {
+    check_tensors(Some(64));
+}
+
+#[test]
+fn tensors_alignment_explicit_32_and_1() {
+    check_tensors(Some(32));
+    check_tensors(Some(1));
+}
+
+#[test]
+fn ggml_ne_order_is_reversed_on_disk() {
+    // A [1536, 576] tensor must be stored with ne = [576, 1536].
+    let dir = TempDir::new("ne");
+    let path = dir.join("ne.gguf");
+    let mut w = GgufWriter::new();
+    w.tensor("w", DType::Q4_1, &[3, 64], vec![0; 3 * 2 * 20])
+        .unwrap();
+    w.write(&path).unwrap();
+    let raw = std::fs::read(&path).unwrap();
+    // header: magic 4, version 4, counts 16, name (8 + 1), n_dims 4, then ne.
+    let at = 24 + 9 + 4;
+    assert_eq!(u32::from_le_bytes(raw[at - 4..at].try_into().unwrap()), 2);
+    assert_eq!(u64::from_le_bytes(raw[at..at + 8].try_into().unwrap()), 64);
+    assert_eq!(
+        u64::from_le_bytes(raw[at + 8..at + 16].try_into().unwrap()),
+        3
+    );
+    let f = GgufFile::open(&path).unwrap();
+    assert_eq!(f.tensor("w").unwrap().shape, &[3, 64]);
+}
+
+#[test]
+fn writer_rejects_bad_tensors() {
+    let mut w = GgufWriter::new();
+    let e = w.tensor("a", DType::F32, &[2, 2], vec![0; 15]).unwrap_err();
+    assert!(
+        matches!(e, FormatError::ShapeMismatch { ref tensor, .. } if tensor == "a"),
+        "{e}"
+    );
+    let e = w
+        .tensor("b", DType::Q4_0, &[2, 33], vec![0; 100])
+        .unwrap_err();
+    assert!(matches!(e, FormatError::ShapeMismatch { .. }), "{e}");
+    let e = w.tensor("c", DType::F32, &[], vec![0; 4]).unwrap_err();
+    assert!(matches!(e, FormatError::ShapeMismatch { .. }), "{e}");
+    let e = w
+        .tensor("d", DType::F32, &[1, 1, 1, 1, 1], vec![0; 4])
+        .unwrap_err();
+    assert!(matches!(e, FormatError::ShapeMismatch { .. }), "{e}");
+    w.tensor("ok", DType::F32, &[1], vec![0; 4]).unwrap();
+    let e = w.tensor("ok", DType::F32, &[1], vec![0; 4]).unwrap_err();
+    assert!(matches!(e, FormatError::Invalid { .. }), "{e}");
+}
+
+#[test]
+fn writer_rejects_bad_alignment_and_mixed_arrays() {
+    let dir = TempDir::new("wbad");
+    let path = dir.join("x.gguf");
+    let e = GgufWriter::new().alignment(48).write(&path).unwrap_err();
+    assert!(matches!(e, FormatError::Invalid { .. }), "{e}");
+    assert!(e.to_string().contains(&path.display().to_string()), "{e}");
+    let e = GgufWriter::new()
+        .metadata(
+            "mixed",
+            MetaValue::Array(vec![MetaValue::U8(1), MetaValue::I8(1)]),
+        )
+        .write(&path)
+        .unwrap_err();
+    assert!(matches!(e, FormatError::Invalid { .. }), "{e}");
+    assert!(e.to_string().contains("mixed"), "{e}");
+    assert!(!path.exists());
+    assert!(!dir.join("x.gguf.tmp").exists());
+}
+
+#[test]
+fn writer_metadata_replaces_and_alignment_key_syncs() {
+    let dir = TempDir::new("wmeta");
+    let path = dir.join("x.gguf");
+    let mut w = GgufWriter::new();
+    w.metadata("a", MetaValue::U32(1))
+        .metadata("b", MetaValue::U32(2))
+        .metadata("a", MetaValue::U32(3))
+        .metadata("general.alignment", MetaValue::U32(128));
+    w.tensor("t", DType::F32, &[3], vec![1; 12]).unwrap();
+    w.tensor("u", DType::F32, &[3], vec![2; 12]).unwrap();
+    w.write(&path).unwrap();
+    let f = GgufFile::open(&path).unwrap();
+    let keys: Vec<&str> = f.metadata().iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(keys, ["a", "b", "general.alignment"]);
+    assert_eq!(f.get("a"), Some(&MetaValue::U32(3)));
+    assert_eq!(f.alignment(), 128);
+    assert_eq!(f.tensor_infos()[1].offset % 128, 0);
+    assert_eq!(f.tensor("u").unwrap().data, &[2; 12]);
+
+    // Setting alignment back to 32 drops the key.
+    let mut w2 = w.clone();
+    w2.alignment(32);
+    w2.write(&path).unwrap();
+    let f = GgufFile::open(&path).unwrap();
+    assert_eq!(f.get("general.alignment"), None);
+    assert_eq!(f.alignment(), 32);
+}
+
+#[test]
+fn overwrite_existing_file() {
+    let dir = TempDir::new("over");
+    let path = dir.join("x.gguf");
+    std::fs::write(&path, b"old junk").unwrap();
+    GgufWriter::new()
+        .metadata("k", MetaValue::Bool(true))
+        .write(&path)
+        .unwrap();
+    assert_eq!(
+        GgufFile::open(&path).unwrap().get("k"),
+        Some(&MetaValue::Bool(true))
+    );
+}
+
+#[test]
+fn reader_is_shareable_across_threads() {
+    let dir = TempDir::new("threads");
+    let path = dir.join("t.gguf");
+    let datas = write_tensors(&path, None);
+    let f = std::sync::Arc::new(GgufFile::open(&path).unwrap());
+    let handles: Vec<_> = (0..4)
+        .map(|_| {
+            let f = f.clone();
+            std::thread::spawn(move || f.tensors().map(|t| t.data.len()).sum::<usize>())
+        })
+        .collect();
+    let total: usize = datas.iter().map(Vec::len).sum();
+    for h in handles {
+        assert_eq!(h.join().unwrap(), total);
+    }
+}
