@@ -1,0 +1,84 @@
+//! Tokenizers and chat templates for LLMs.
+//!
+//! A [`Tokenizer`] is built either from a GGUF file's `tokenizer.ggml.*` vocabulary
+//! metadata (copied by the caller into a [`VocabSpec`]; this crate reads no GGUF itself) or
+//! from an HF `tokenizer.json` (plus an optional `tokenizer_config.json` next to it). It
+//! encodes text to ids, decodes ids to text, decodes incrementally for streaming
+//! ([`StreamDecoder`]), can be written back as `tokenizer.json` ([`Tokenizer::to_json`]) and
+//! carries the model's [`ChatTemplate`].
+//!
+//! Supported GGUF vocabularies: `tokenizer.ggml.model = "gpt2"` (byte-level BPE) with
+//! pre-tokenizers "smollm"/"starcoder"/"refact" (digits split one by one), "gpt-2"/"default"
+//! (GPT-2 regex), "llama-bpe"/"llama3" and "qwen2" (their split regexes). Unknown `pre`
+//! values fall back to the GPT-2 regex. SentencePiece ("llama") vocabularies are rejected
+//! with [`TokenizerError::UnsupportedModel`] for now (a `tokenizer.json` for such a model
+//! does load through [`Tokenizer::from_tokenizer_json`]).
+//!
+//! # Example
+//!
+//! ```
+//! use model_tokenizer::{ChatMessage, ChatTemplate, Tokenizer, VocabSpec};
+//!
+//! // A toy byte-level vocabulary: one token per byte plus two special tokens.
+//! let mut tokens = vec!["<|im_start|>".to_string(), "<|im_end|>".to_string()];
+//! let bytes: Vec<u8> = (0..=255).collect();
+//! let chars = model_tokenizer::byte_level_chars(&bytes);
+//! tokens.extend(chars.chars().map(|c| c.to_string()));
+//! let mut token_types = vec![3, 3];
+//! token_types.extend(std::iter::repeat(1).take(256));
+//! let spec = VocabSpec {
+//!     model: "gpt2".into(),
+//!     pre: Some("smollm".into()),
+//!     tokens,
+//!     token_types,
+//!     eos_id: Some(1),
+//!     ..VocabSpec::default()
+//! };
+//! let tok = Tokenizer::from_vocab(&spec)?;
+//!
+//! let prompt = ChatTemplate::chatml().render(&[ChatMessage::new("user", "Hi")], true, "", "")?;
+//! let ids = tok.encode(&prompt, false)?;
+//! assert_eq!(ids[0], 0); // "<|im_start|>" is one token
+//! assert_eq!(tok.decode(&ids, false)?, prompt);
+//! assert_eq!(tok.stop_ids(), vec![1]);
+//!
+//! let mut stream = tok.stream_decoder(true);
+//! let mut text = String::new();
+//! for id in tok.encode("héllo", false)? {
+//!     text += &stream.push(id)?;
+//! }
+//! text += &stream.finish();
+//! assert_eq!(text, "héllo");
+//! # Ok::<(), model_tokenizer::TokenizerError>(())
+//! ```
+//!
+//! # Invariants
+//!
+//! * No panics on any input: bad vocabularies, merges, ids, templates and text give a
+//!   [`TokenizerError`] (or U+FFFD for undecodable bytes), never a panic.
+//! * Special (control) and user-defined tokens written in the input text are matched as
+//!   whole tokens and never split by BPE.
+//! * [`StreamDecoder::push`] only ever returns complete UTF-8 characters; bytes of a
+//!   character split over several tokens are held back until it is complete, and the
+//!   concatenated stream equals [`Tokenizer::decode`] of all ids.
+//! * [`Tokenizer`] and [`ChatTemplate`] are `Send + Sync + Clone`.
+
+mod bytes;
+mod chat;
+mod error;
+mod stream;
+mod tokenizer;
+
+#[cfg(test)]
+mod tests;
+
+pub use chat::{ChatMessage, ChatTemplate};
+pub use error::TokenizerError;
+pub use stream::StreamDecoder;
+pub use tokenizer::{Tokenizer, VocabSpec, TOKEN_TYPE_CONTROL, TOKEN_TYPE_USER_DEFINED};
+
+/// Maps raw bytes to their GPT-2 byte-level representation (e.g. `b" the"` -> `"Ġthe"`), the
+/// form in which byte-level BPE vocabularies store tokens.
+pub fn byte_level_chars(bytes: &[u8]) -> String {
+    bytes.iter().map(|&b| bytes::byte_to_char(b)).collect()
+}
