@@ -1,0 +1,103 @@
+//! Criterion benchmarks: matvec throughput in GB/s of weight bytes and
+//! matmul in GFLOP/s (criterion's "elements" = flops), on a 2-thread pool.
+//!
+//! `cargo bench -p kernels-neon --bench kernels` (set `SPARROW_KERNELS=scalar`
+//! to measure the scalar fallback).
+#![allow(missing_docs)]
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use half::f16;
+use kernels_neon::{matmul, matvec, Precision, QMatrix, WeightFormat};
+
+fn random_matrix(format: WeightFormat, rows: usize, cols: usize) -> Vec<u8> {
+    let mut s = 0x1234_5678_9abc_def0u64;
+    let mut next = move || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        s
+    };
+    let rb = format.row_bytes(cols).unwrap();
+    let mut out = vec![0u8; rows * rb];
+    for b in out.iter_mut() {
+        *b = next() as u8;
+    }
+    // make the block scales sane f16 values
+    let bb = format.block_bytes();
+    if format.is_quantized() {
+        for blk in out.chunks_exact_mut(bb) {
+            blk[..2].copy_from_slice(&f16::from_f32(0.01).to_le_bytes());
+            if format == WeightFormat::Q4_1 {
+                blk[2..4].copy_from_slice(&f16::from_f32(-0.05).to_le_bytes());
+            }
+        }
+    } else if format == WeightFormat::F16 {
+        for e in out.chunks_exact_mut(2) {
+            e.copy_from_slice(&f16::from_f32(0.01).to_le_bytes());
+        }
+    } else if format == WeightFormat::F32 {
+        for e in out.chunks_exact_mut(4) {
+            e.copy_from_slice(&0.01f32.to_le_bytes());
+        }
+    }
+    out
+}
+
+fn pool() -> rayon::ThreadPool {
+    let threads = std::env::var("BENCH_THREADS").ok().and_then(|v| v.parse().ok()).unwrap_or(2);
+    rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap()
+}
+
+fn bench_matvec(c: &mut Criterion) {
+    let pool = pool();
+    let mut g = c.benchmark_group("matvec");
+    let shapes = [
+        (WeightFormat::Q4_1, 576, 576),
+        (WeightFormat::Q4_1, 192, 576),
+        (WeightFormat::Q4_1, 1536, 576),
+        (WeightFormat::Q4_1, 576, 1536),
+        (WeightFormat::Q8_0, 49152, 576),
+        (WeightFormat::Q4_0, 1536, 576),
+        (WeightFormat::F16, 1536, 576),
+    ];
+    for (format, rows, cols) in shapes {
+        let data = random_matrix(format, rows, cols);
+        let w = QMatrix::new(format, rows, cols, &data).unwrap();
+        let x: Vec<f32> = (0..cols).map(|i| ((i * 7 % 13) as f32 - 6.0) * 0.1).collect();
+        let mut y = vec![0f32; rows];
+        g.throughput(Throughput::Bytes(data.len() as u64));
+        for precision in [Precision::Fast, Precision::Exact] {
+            let id = BenchmarkId::new(format!("{format:?}/{precision:?}"), format!("{rows}x{cols}"));
+            g.bench_function(id, |b| {
+                pool.install(|| b.iter(|| matvec(&w, &x, &mut y, precision).unwrap()))
+            });
+        }
+    }
+    g.finish();
+}
+
+fn bench_matmul(c: &mut Criterion) {
+    let pool = pool();
+    let mut g = c.benchmark_group("matmul");
+    g.sample_size(20);
+    for (format, rows, cols, n) in [
+        (WeightFormat::Q4_1, 1536, 576, 64),
+        (WeightFormat::Q4_1, 576, 1536, 256),
+        (WeightFormat::Q4_1, 576, 576, 512),
+    ] {
+        let data = random_matrix(format, rows, cols);
+        let w = QMatrix::new(format, rows, cols, &data).unwrap();
+        let x: Vec<f32> = (0..cols * n).map(|i| ((i * 7 % 13) as f32 - 6.0) * 0.1).collect();
+        let mut y = vec![0f32; rows * n];
+        // "elements" here are flops (2 per multiply-add).
+        g.throughput(Throughput::Elements((2 * rows * cols * n) as u64));
+        let id = BenchmarkId::new(format!("{format:?}/Exact"), format!("{rows}x{cols}xn{n}"));
+        g.bench_function(id, |b| {
+            pool.install(|| b.iter(|| matmul(&w, &x, n, &mut y, Precision::Exact).unwrap()))
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, bench_matvec, bench_matmul);
+criterion_main!(benches);

@@ -1,0 +1,430 @@
+//! aarch64 NEON kernels (NEON is baseline on aarch64, so these are safe
+//! functions), plus the optional `dotprod` (`sdot`) integer path.
+//!
+//! Every raw-pointer load is preceded by a bounds-checked slice of exactly
+//! the bytes it reads (`&row[a..b]` panics instead of reading out of
+//! bounds; callers have validated lengths, so this never fires).
+
+use std::arch::aarch64::*;
+use std::arch::asm;
+
+use half::{bf16, f16};
+
+use crate::quant::QActs;
+use crate::{QMatrix, WeightFormat};
+
+const Q8_0: u8 = 0;
+const Q4_0: u8 = 1;
+const Q4_1: u8 = 2;
+
+const fn block_bytes(f: u8) -> usize {
+    match f {
+        Q8_0 => 34,
+        Q4_0 => 18,
+        _ => 20,
+    }
+}
+
+#[inline]
+#[target_feature(enable = "neon")]
+fn f16_at(b: &[u8], i: usize) -> f32 {
+    f16::from_le_bytes([b[i], b[i + 1]]).to_f32()
+}
+
+#[inline]
+#[target_feature(enable = "neon")]
+fn load_u8x16(b: &[u8]) -> uint8x16_t {
+    let b = &b[..16];
+    // SAFETY: `b` has exactly 16 readable bytes (bounds-checked above);
+    // NEON is baseline on aarch64; ld1 has no alignment requirement for u8.
+    unsafe { vld1q_u8(b.as_ptr()) }
+}
+
+#[inline]
+#[target_feature(enable = "neon")]
+fn load_f32x4(x: &[f32]) -> float32x4_t {
+    let x = &x[..4];
+    // SAFETY: `x` has exactly 4 readable f32 (bounds-checked above).
+    unsafe { vld1q_f32(x.as_ptr()) }
+}
+
+#[inline]
+#[target_feature(enable = "neon")]
+fn s8_to_f32(q: int8x16_t) -> [float32x4_t; 4] {
+    let lo = vmovl_s8(vget_low_s8(q));
+    let hi = vmovl_high_s8(q);
+    [
+        vcvtq_f32_s32(vmovl_s16(vget_low_s16(lo))),
+        vcvtq_f32_s32(vmovl_high_s16(lo)),
+        vcvtq_f32_s32(vmovl_s16(vget_low_s16(hi))),
+        vcvtq_f32_s32(vmovl_high_s16(hi)),
+    ]
+}
+
+#[inline]
+#[target_feature(enable = "neon")]
+fn u8_to_f32(q: uint8x16_t) -> [float32x4_t; 4] {
+    let lo = vmovl_u8(vget_low_u8(q));
+    let hi = vmovl_high_u8(q);
+    [
+        vcvtq_f32_u32(vmovl_u16(vget_low_u16(lo))),
+        vcvtq_f32_u32(vmovl_high_u16(lo)),
+        vcvtq_f32_u32(vmovl_u16(vget_low_u16(hi))),
+        vcvtq_f32_u32(vmovl_high_u16(hi)),
+    ]
+}
+
+/// Dequantizes one block (`blk` starts at the block) into 8 × f32x4.
+#[inline]
+#[target_feature(enable = "neon")]
+fn dequant_block<const F: u8>(blk: &[u8]) -> [float32x4_t; 8] {
+    let d = f16_at(blk, 0);
+    let (a, b) = match F {
+        Q8_0 => (
+            s8_to_f32(vreinterpretq_s8_u8(load_u8x16(&blk[2..18]))),
+            s8_to_f32(vreinterpretq_s8_u8(load_u8x16(&blk[18..34]))),
+        ),
+        Q4_0 => {
+            let raw = load_u8x16(&blk[2..18]);
+            let eight = vdupq_n_s8(8);
+            (
+                s8_to_f32(vsubq_s8(vreinterpretq_s8_u8(vandq_u8(raw, vdupq_n_u8(0x0F))), eight)),
+                s8_to_f32(vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8::<4>(raw)), eight)),
+            )
+        }
+        _ => {
+            let raw = load_u8x16(&blk[4..20]);
+            (u8_to_f32(vandq_u8(raw, vdupq_n_u8(0x0F))), u8_to_f32(vshrq_n_u8::<4>(raw)))
+        }
+    };
+    let mut out = [vdupq_n_f32(0.0); 8];
+    if F == Q4_1 {
+        let m = vdupq_n_f32(f16_at(blk, 2));
+        for (o, v) in out.iter_mut().zip(a.iter().chain(&b)) {
+            *o = vfmaq_n_f32(m, *v, d);
+        }
+    } else {
+        for (o, v) in out.iter_mut().zip(a.iter().chain(&b)) {
+            *o = vmulq_n_f32(*v, d);
+        }
+    }
+    out
+}
+
+#[target_feature(enable = "neon")]
+fn dequant_q<const F: u8>(src: &[u8], dst: &mut [f32]) {
+    for (blk, out) in src.chunks_exact(block_bytes(F)).zip(dst.chunks_exact_mut(32)) {
+        let w = dequant_block::<F>(blk);
+        for (o, v) in out.chunks_exact_mut(4).zip(&w) {
+            // SAFETY: `o` is exactly 4 writable f32.
+            unsafe { vst1q_f32(o.as_mut_ptr(), *v) };
+        }
+    }
+}
+
+/// Dequantizes a row (`src` has exactly `format.row_bytes(dst.len())` bytes).
+#[target_feature(enable = "neon")]
+pub(crate) fn dequant_row(format: WeightFormat, src: &[u8], dst: &mut [f32]) {
+    match format {
+        WeightFormat::Q8_0 => dequant_q::<Q8_0>(src, dst),
+        WeightFormat::Q4_0 => dequant_q::<Q4_0>(src, dst),
+        WeightFormat::Q4_1 => dequant_q::<Q4_1>(src, dst),
+        WeightFormat::BF16 => {
+            let n8 = dst.len() / 8 * 8;
+            for (c, o) in src[..n8 * 2].chunks_exact(16).zip(dst.chunks_exact_mut(8)) {
+                let v = vreinterpretq_u16_u8(load_u8x16(c));
+                let lo = vreinterpretq_f32_u32(vshll_n_u16::<16>(vget_low_u16(v)));
+                let hi = vreinterpretq_f32_u32(vshll_high_n_u16::<16>(v));
+                // SAFETY: `o` is exactly 8 writable f32.
+                unsafe {
+                    vst1q_f32(o.as_mut_ptr(), lo);
+                    vst1q_f32(o.as_mut_ptr().add(4), hi);
+                }
+            }
+            for (j, o) in dst.iter_mut().enumerate().skip(n8) {
+                *o = bf16::from_le_bytes([src[2 * j], src[2 * j + 1]]).to_f32();
+            }
+        }
+        WeightFormat::F32 | WeightFormat::F16 => crate::scalar::dequant_row(format, src, dst),
+    }
+}
+
+#[target_feature(enable = "neon")]
+fn dot_exact_q<const F: u8>(row: &[u8], x: &[f32]) -> f32 {
+    let mut acc = [vdupq_n_f32(0.0); 4];
+    for (blk, xs) in row.chunks_exact(block_bytes(F)).zip(x.chunks_exact(32)) {
+        let w = dequant_block::<F>(blk);
+        for i in 0..8 {
+            acc[i & 3] = vfmaq_f32(acc[i & 3], w[i], load_f32x4(&xs[4 * i..]));
+        }
+    }
+    vaddvq_f32(vaddq_f32(vaddq_f32(acc[0], acc[1]), vaddq_f32(acc[2], acc[3])))
+}
+
+/// Float-format rows: convert 32 elements at a time to f32, then FMA.
+#[target_feature(enable = "neon")]
+fn dot_exact_float(format: WeightFormat, row: &[u8], x: &[f32]) -> f32 {
+    let eb = format.block_bytes();
+    let mut buf = [0f32; 32];
+    let mut acc = [vdupq_n_f32(0.0); 4];
+    let mut tail = 0f32;
+    for (g, xs) in row.chunks(32 * eb).zip(x.chunks(32)) {
+        let n = xs.len();
+        if format == WeightFormat::BF16 {
+            dequant_row(format, g, &mut buf[..n]);
+        } else {
+            crate::scalar::dequant_row(format, g, &mut buf[..n]);
+        }
+        let n4 = n / 4 * 4;
+        for i in (0..n4).step_by(4) {
+            let a = &mut acc[(i / 4) & 3];
+            *a = vfmaq_f32(*a, load_f32x4(&buf[i..]), load_f32x4(&xs[i..]));
+        }
+        for i in n4..n {
+            tail += buf[i] * xs[i];
+        }
+    }
+    vaddvq_f32(vaddq_f32(vaddq_f32(acc[0], acc[1]), vaddq_f32(acc[2], acc[3]))) + tail
+}
+
+#[target_feature(enable = "neon")]
+pub(crate) fn matvec_exact(w: &QMatrix<'_>, r0: usize, x: &[f32], y: &mut [f32]) {
+    let format = w.format();
+    for (i, yv) in y.iter_mut().enumerate() {
+        let row = w.row_data(r0 + i);
+        *yv = match format {
+            WeightFormat::Q8_0 => dot_exact_q::<Q8_0>(row, x),
+            WeightFormat::Q4_0 => dot_exact_q::<Q4_0>(row, x),
+            WeightFormat::Q4_1 => dot_exact_q::<Q4_1>(row, x),
+            _ => dot_exact_float(format, row, x),
+        };
+    }
+}
+
+/// The two 16-lane i8 halves of weight block `blk` (Q4_1: unsigned nibbles).
+#[inline]
+#[target_feature(enable = "neon")]
+fn weights_i8<const F: u8>(blk: &[u8]) -> (int8x16_t, int8x16_t) {
+    match F {
+        Q8_0 => (
+            vreinterpretq_s8_u8(load_u8x16(&blk[2..18])),
+            vreinterpretq_s8_u8(load_u8x16(&blk[18..34])),
+        ),
+        Q4_0 => {
+            let raw = load_u8x16(&blk[2..18]);
+            let eight = vdupq_n_s8(8);
+            (
+                vsubq_s8(vreinterpretq_s8_u8(vandq_u8(raw, vdupq_n_u8(0x0F))), eight),
+                vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8::<4>(raw)), eight),
+            )
+        }
+        _ => {
+            let raw = load_u8x16(&blk[4..20]);
+            (
+                vreinterpretq_s8_u8(vandq_u8(raw, vdupq_n_u8(0x0F))),
+                vreinterpretq_s8_u8(vshrq_n_u8::<4>(raw)),
+            )
+        }
+    }
+}
+
+#[inline]
+#[target_feature(enable = "neon")]
+fn acts_i8(qs: &[i8]) -> (int8x16_t, int8x16_t) {
+    let qs = &qs[..32];
+    // SAFETY: `qs` has exactly 32 readable i8 (bounds-checked above).
+    unsafe { (vld1q_s8(qs.as_ptr()), vld1q_s8(qs.as_ptr().add(16))) }
+}
+
+/// Integer dot of one row with widening multiplies (plain NEON).
+#[target_feature(enable = "neon")]
+fn dot_fast_row<const F: u8>(row: &[u8], xq: &QActs) -> f32 {
+    let mut sumv = vdupq_n_f32(0.0);
+    let mut extra = 0f32;
+    for (b, blk) in row.chunks_exact(block_bytes(F)).enumerate() {
+        let (w0, w1) = weights_i8::<F>(blk);
+        let (x0, x1) = acts_i8(&xq.qs[b * 32..]);
+        let mut s = vpaddlq_s16(vmull_s8(vget_low_s8(w0), vget_low_s8(x0)));
+        s = vpadalq_s16(s, vmull_high_s8(w0, x0));
+        s = vpadalq_s16(s, vmull_s8(vget_low_s8(w1), vget_low_s8(x1)));
+        s = vpadalq_s16(s, vmull_high_s8(w1, x1));
+        sumv = vfmaq_n_f32(sumv, vcvtq_f32_s32(s), f16_at(blk, 0) * xq.d[b]);
+        if F == Q4_1 {
+            extra += f16_at(blk, 2) * xq.s[b];
+        }
+    }
+    vaddvq_f32(sumv) + extra
+}
+
+/// `acc += sdot(a, b)` (4 lanes, each the dot of 4 i8 pairs).
+///
+/// # Safety
+/// The CPU must support the `dotprod` extension.
+#[inline]
+#[target_feature(enable = "neon,dotprod")]
+unsafe fn sdot(mut acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x4_t {
+    // SAFETY: `sdot` only reads/writes the named vector registers; the
+    // caller guarantees the dotprod extension is present.
+    unsafe {
+        asm!(
+            "sdot {acc:v}.4s, {a:v}.16b, {b:v}.16b",
+            acc = inout(vreg) acc,
+            a = in(vreg) a,
+            b = in(vreg) b,
+            options(pure, nomem, nostack, preserves_flags)
+        );
+    }
+    acc
+}
+
+/// Integer dot of one row with `sdot`.
+///
+/// # Safety
+/// The CPU must support the `dotprod` extension.
+#[target_feature(enable = "neon,dotprod")]
+unsafe fn dot_fast_row_dp<const F: u8>(row: &[u8], xq: &QActs) -> f32 {
+    let mut sumv = vdupq_n_f32(0.0);
+    let mut extra = 0f32;
+    for (b, blk) in row.chunks_exact(block_bytes(F)).enumerate() {
+        let (w0, w1) = weights_i8::<F>(blk);
+        let (x0, x1) = acts_i8(&xq.qs[b * 32..]);
+        // SAFETY: dotprod present per this function's contract.
+        let s = unsafe { sdot(sdot(vdupq_n_s32(0), w0, x0), w1, x1) };
+        sumv = vfmaq_n_f32(sumv, vcvtq_f32_s32(s), f16_at(blk, 0) * xq.d[b]);
+        if F == Q4_1 {
+            extra += f16_at(blk, 2) * xq.s[b];
+        }
+    }
+    vaddvq_f32(sumv) + extra
+}
+
+#[target_feature(enable = "neon")]
+fn rows_fast<const F: u8>(w: &QMatrix<'_>, r0: usize, xq: &QActs, y: &mut [f32], dotprod: bool) {
+    for (i, yv) in y.iter_mut().enumerate() {
+        let row = w.row_data(r0 + i);
+        *yv = if dotprod {
+            // SAFETY: `dotprod` is only true for KernelPath::NeonDotprod,
+            // which is only used after is_aarch64_feature_detected!("dotprod").
+            unsafe { dot_fast_row_dp::<F>(row, xq) }
+        } else {
+            dot_fast_row::<F>(row, xq)
+        };
+    }
+}
+
+#[target_feature(enable = "neon")]
+pub(crate) fn matvec_fast(w: &QMatrix<'_>, r0: usize, xq: &QActs, y: &mut [f32], dotprod: bool) {
+    match w.format() {
+        WeightFormat::Q8_0 => rows_fast::<Q8_0>(w, r0, xq, y, dotprod),
+        WeightFormat::Q4_0 => rows_fast::<Q4_0>(w, r0, xq, y, dotprod),
+        WeightFormat::Q4_1 => rows_fast::<Q4_1>(w, r0, xq, y, dotprod),
+        _ => crate::scalar::matvec_fast(w, r0, xq, y),
+    }
+}
+
+/// Register-blocked microkernel: `R` rows × `T` tokens of f32x4 accumulators.
+#[inline]
+#[target_feature(enable = "neon")]
+fn micro<const R: usize, const T: usize>(
+    w: &[f32],
+    x: &[f32],
+    cols: usize,
+    i0: usize,
+    t0: usize,
+    nr: usize,
+    out: &mut [f32],
+) {
+    let wr: [&[f32]; R] = std::array::from_fn(|r| &w[(i0 + r) * cols..(i0 + r + 1) * cols]);
+    let xt: [&[f32]; T] = std::array::from_fn(|t| &x[(t0 + t) * cols..(t0 + t + 1) * cols]);
+    let mut acc = [[vdupq_n_f32(0.0); T]; R];
+    let k4 = cols / 4 * 4;
+    let mut k = 0;
+    while k < k4 {
+        let mut xv = [vdupq_n_f32(0.0); T];
+        for (v, s) in xv.iter_mut().zip(&xt) {
+            // SAFETY: k + 4 <= cols == s.len().
+            *v = unsafe { vld1q_f32(s.as_ptr().add(k)) };
+        }
+        for (ar, s) in acc.iter_mut().zip(&wr) {
+            // SAFETY: k + 4 <= cols == s.len().
+            let wv = unsafe { vld1q_f32(s.as_ptr().add(k)) };
+            for (a, v) in ar.iter_mut().zip(&xv) {
+                *a = vfmaq_f32(*a, wv, *v);
+            }
+        }
+        k += 4;
+    }
+    for (r, ar) in acc.iter().enumerate() {
+        for (t, a) in ar.iter().enumerate() {
+            let mut s = vaddvq_f32(*a);
+            for kk in k4..cols {
+                s += wr[r][kk] * xt[t][kk];
+            }
+            out[(t0 + t) * nr + i0 + r] = s;
+        }
+    }
+}
+
+/// `out[t*nr + i] = dot(w[i], x[t])` for an f32 tile `w` (nr × cols).
+#[target_feature(enable = "neon")]
+pub(crate) fn tile(w: &[f32], nr: usize, cols: usize, x: &[f32], n: usize, out: &mut [f32]) {
+    let mut t0 = 0;
+    while t0 < n {
+        let tt = 4.min(n - t0);
+        let mut i0 = 0;
+        while i0 < nr {
+            let rr = 4.min(nr - i0);
+            match (rr, tt) {
+                (4, 4) => micro::<4, 4>(w, x, cols, i0, t0, nr, out),
+                (4, 3) => micro::<4, 3>(w, x, cols, i0, t0, nr, out),
+                (4, 2) => micro::<4, 2>(w, x, cols, i0, t0, nr, out),
+                (4, _) => micro::<4, 1>(w, x, cols, i0, t0, nr, out),
+                (3, 4) => micro::<3, 4>(w, x, cols, i0, t0, nr, out),
+                (3, 3) => micro::<3, 3>(w, x, cols, i0, t0, nr, out),
+                (3, 2) => micro::<3, 2>(w, x, cols, i0, t0, nr, out),
+                (3, _) => micro::<3, 1>(w, x, cols, i0, t0, nr, out),
+                (2, 4) => micro::<2, 4>(w, x, cols, i0, t0, nr, out),
+                (2, 3) => micro::<2, 3>(w, x, cols, i0, t0, nr, out),
+                (2, 2) => micro::<2, 2>(w, x, cols, i0, t0, nr, out),
+                (2, _) => micro::<2, 1>(w, x, cols, i0, t0, nr, out),
+                (_, 4) => micro::<1, 4>(w, x, cols, i0, t0, nr, out),
+                (_, 3) => micro::<1, 3>(w, x, cols, i0, t0, nr, out),
+                (_, 2) => micro::<1, 2>(w, x, cols, i0, t0, nr, out),
+                (_, _) => micro::<1, 1>(w, x, cols, i0, t0, nr, out),
+            }
+            i0 += rr;
+        }
+        t0 += tt;
+    }
+}
+
+#[target_feature(enable = "neon")]
+pub(crate) fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
+    let n = a.len().min(b.len());
+    let n16 = n / 16 * 16;
+    let mut acc = [vdupq_n_f32(0.0); 4];
+    for (ca, cb) in a[..n16].chunks_exact(16).zip(b[..n16].chunks_exact(16)) {
+        for i in 0..4 {
+            acc[i] = vfmaq_f32(acc[i], load_f32x4(&ca[4 * i..]), load_f32x4(&cb[4 * i..]));
+        }
+    }
+    let mut s = vaddvq_f32(vaddq_f32(vaddq_f32(acc[0], acc[1]), vaddq_f32(acc[2], acc[3])));
+    for k in n16..n {
+        s += a[k] * b[k];
+    }
+    s
+}
+
+#[target_feature(enable = "neon")]
+pub(crate) fn axpy_f32(alpha: f32, x: &[f32], y: &mut [f32]) {
+    let n = x.len().min(y.len());
+    let n4 = n / 4 * 4;
+    for (cx, cy) in x[..n4].chunks_exact(4).zip(y[..n4].chunks_exact_mut(4)) {
+        let v = vfmaq_n_f32(load_f32x4(cy), load_f32x4(cx), alpha);
+        // SAFETY: `cy` is exactly 4 writable f32.
+        unsafe { vst1q_f32(cy.as_mut_ptr(), v) };
+    }
+    for k in n4..n {
+        y[k] += alpha * x[k];
+    }
+}

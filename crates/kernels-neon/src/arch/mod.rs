@@ -1,0 +1,155 @@
+//! Run-time dispatch to the architecture-specific kernels.
+//!
+//! Every function here takes a [`KernelPath`] that the public API has checked
+//! with [`KernelPath::is_available`]; the SIMD paths are only entered when
+//! their target features were detected. Paths that do not exist on the
+//! compilation target fall back to scalar (unreachable in practice).
+
+use crate::quant::QActs;
+use crate::{scalar, KernelPath, QMatrix, WeightFormat};
+
+#[cfg(target_arch = "aarch64")]
+mod aarch64;
+#[cfg(target_arch = "x86_64")]
+mod x86_64;
+
+/// AVX2 + FMA + F16C present (detected once, cached by std).
+pub(crate) fn has_avx2_fma() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::sync::OnceLock;
+        static HAS: OnceLock<bool> = OnceLock::new();
+        *HAS.get_or_init(|| {
+            is_x86_feature_detected!("avx2")
+                && is_x86_feature_detected!("fma")
+                && is_x86_feature_detected!("f16c")
+        })
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// aarch64 `dotprod` extension present.
+pub(crate) fn has_dotprod() -> bool {
+    #[cfg(target_arch = "aarch64")]
+    {
+        use std::sync::OnceLock;
+        static HAS: OnceLock<bool> = OnceLock::new();
+        *HAS.get_or_init(|| std::arch::is_aarch64_feature_detected!("dotprod"))
+    }
+    #[cfg(not(target_arch = "aarch64"))]
+    {
+        false
+    }
+}
+
+pub(crate) fn dequant_row(path: KernelPath, format: WeightFormat, src: &[u8], dst: &mut [f32]) {
+    match path {
+        #[cfg(target_arch = "x86_64")]
+        KernelPath::Avx2Fma => {
+            // SAFETY: the path was checked available, so AVX2/FMA/F16C are present;
+            // lengths were validated by the caller (the kernel re-checks them).
+            unsafe { x86_64::dequant_row(format, src, dst) }
+        }
+        #[cfg(target_arch = "aarch64")]
+        KernelPath::Neon | KernelPath::NeonDotprod => {
+            // SAFETY: NEON is baseline on every aarch64 target (and the
+            // dotprod variant is only selected after run-time detection).
+            unsafe { aarch64::dequant_row(format, src, dst) }
+        }
+        _ => scalar::dequant_row(format, src, dst),
+    }
+}
+
+pub(crate) fn matvec_exact(path: KernelPath, w: &QMatrix<'_>, r0: usize, x: &[f32], y: &mut [f32]) {
+    match path {
+        #[cfg(target_arch = "x86_64")]
+        KernelPath::Avx2Fma => {
+            // SAFETY: the path was checked available (AVX2/FMA/F16C present).
+            unsafe { x86_64::matvec_exact(w, r0, x, y) }
+        }
+        #[cfg(target_arch = "aarch64")]
+        KernelPath::Neon | KernelPath::NeonDotprod => {
+            // SAFETY: NEON is baseline on every aarch64 target (and the
+            // dotprod variant is only selected after run-time detection).
+            unsafe { aarch64::matvec_exact(w, r0, x, y) }
+        }
+        _ => scalar::matvec_exact(w, r0, x, y),
+    }
+}
+
+pub(crate) fn matvec_fast(path: KernelPath, w: &QMatrix<'_>, r0: usize, xq: &QActs, y: &mut [f32]) {
+    match path {
+        #[cfg(target_arch = "x86_64")]
+        KernelPath::Avx2Fma => {
+            // SAFETY: the path was checked available (AVX2/FMA/F16C present).
+            unsafe { x86_64::matvec_fast(w, r0, xq, y) }
+        }
+        #[cfg(target_arch = "aarch64")]
+        KernelPath::Neon => {
+            // SAFETY: NEON is baseline on every aarch64 target (and the
+            // dotprod variant is only selected after run-time detection).
+            unsafe { aarch64::matvec_fast(w, r0, xq, y, false) }
+        }
+        #[cfg(target_arch = "aarch64")]
+        KernelPath::NeonDotprod => {
+            // SAFETY: NEON is baseline on every aarch64 target (and the
+            // dotprod variant is only selected after run-time detection).
+            unsafe { aarch64::matvec_fast(w, r0, xq, y, true) }
+        }
+        _ => scalar::matvec_fast(w, r0, xq, y),
+    }
+}
+
+pub(crate) fn tile(path: KernelPath, w: &[f32], nr: usize, cols: usize, x: &[f32], n: usize, out: &mut [f32]) {
+    match path {
+        #[cfg(target_arch = "x86_64")]
+        KernelPath::Avx2Fma => {
+            // SAFETY: the path was checked available (AVX2/FMA present).
+            unsafe { x86_64::tile(w, nr, cols, x, n, out) }
+        }
+        #[cfg(target_arch = "aarch64")]
+        KernelPath::Neon | KernelPath::NeonDotprod => {
+            // SAFETY: NEON is baseline on every aarch64 target (and the
+            // dotprod variant is only selected after run-time detection).
+            unsafe { aarch64::tile(w, nr, cols, x, n, out) }
+        }
+        _ => scalar::tile(w, nr, cols, x, n, out),
+    }
+}
+
+pub(crate) fn dot_f32(path: KernelPath, a: &[f32], b: &[f32]) -> f32 {
+    match path {
+        #[cfg(target_arch = "x86_64")]
+        KernelPath::Avx2Fma => {
+            // SAFETY: the path was checked available (AVX2/FMA present).
+            unsafe { x86_64::dot_f32(a, b) }
+        }
+        #[cfg(target_arch = "aarch64")]
+        KernelPath::Neon | KernelPath::NeonDotprod => {
+            // SAFETY: NEON is baseline on every aarch64 target (and the
+            // dotprod variant is only selected after run-time detection).
+            unsafe { aarch64::dot_f32(a, b) }
+        }
+        _ => scalar::dot_f32(a, b),
+    }
+}
+
+pub(crate) fn axpy_f32(path: KernelPath, alpha: f32, x: &[f32], y: &mut [f32]) {
+    match path {
+        #[cfg(target_arch = "x86_64")]
+        KernelPath::Avx2Fma => {
+            // SAFETY: the path was checked available (AVX2/FMA present).
+            unsafe { x86_64::axpy_f32(alpha, x, y) }
+        }
+        #[cfg(target_arch = "aarch64")]
+        KernelPath::Neon | KernelPath::NeonDotprod => {
+            // SAFETY: NEON is baseline on every aarch64 target (and the
+            // dotprod variant is only selected after run-time detection).
+            unsafe { aarch64::axpy_f32(alpha, x, y) }
+        }
+        _ => scalar::axpy_f32(alpha, x, y),
+    }
+}

@@ -1,0 +1,554 @@
+//! x86_64 AVX2 + FMA + F16C kernels.
+//!
+//! All functions are `unsafe fn` with `#[target_feature]`: callers must have
+//! checked that AVX2, FMA and F16C are present (`arch::has_avx2_fma`). Slice
+//! lengths are re-checked with `assert!` at entry of each row kernel (cheap,
+//! once per row) so that every raw-pointer access below stays in bounds even
+//! if a caller were wrong.
+
+use std::arch::x86_64::*;
+
+use crate::quant::QActs;
+use crate::{QMatrix, WeightFormat};
+
+/// Const-generic format tags (monomorphized inner loops).
+const Q8_0: u8 = 0;
+const Q4_0: u8 = 1;
+const Q4_1: u8 = 2;
+const F32: u8 = 3;
+const F16: u8 = 4;
+const BF16: u8 = 5;
+
+const fn block_bytes(f: u8) -> usize {
+    match f {
+        Q8_0 => 34,
+        Q4_0 => 18,
+        Q4_1 => 20,
+        F32 => 4,
+        _ => 2,
+    }
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn hsum(v: __m256) -> f32 {
+    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    let s = _mm_add_ss(s, _mm_shuffle_ps::<1>(s, s));
+    _mm_cvtss_f32(s)
+}
+
+/// Reads the f16 at `p` as f32.
+///
+/// # Safety
+/// F16C present; `p..p+2` readable.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn f16_at(p: *const u8) -> f32 {
+    // SAFETY: caller guarantees two readable bytes at `p`; unaligned read.
+    let bits = unsafe { std::ptr::read_unaligned(p as *const u16) };
+    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(bits))))
+}
+
+/// 16 packed nibble bytes at `p` -> 32 u8 lanes: low nibbles (elements
+/// 0..16) then high nibbles (elements 16..32).
+///
+/// # Safety
+/// AVX2 present; `p..p+16` readable.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn nibbles32(p: *const u8) -> __m256i {
+    // SAFETY: caller guarantees 16 readable bytes at `p`; unaligned load.
+    let raw = unsafe { _mm_loadu_si128(p as *const __m128i) };
+    let hi = _mm_srli_epi16::<4>(raw);
+    let v = _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(raw), hi);
+    _mm256_and_si256(v, _mm256_set1_epi8(0x0F))
+}
+
+/// 8 consecutive u8/i8 lanes of `v` starting at lane `8*k`... helpers for
+/// converting a 16-byte vector of small integers into two f32x8.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn u8x16_to_f32(v: __m128i, off: __m256i) -> [__m256; 2] {
+    [
+        _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_cvtepu8_epi32(v), off)),
+        _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_cvtepu8_epi32(_mm_srli_si128::<8>(v)), off)),
+    ]
+}
+
+/// Dequantizes the quantized block at `p` (format `F`) into 4 × f32x8.
+///
+/// # Safety
+/// AVX2/FMA/F16C present; `block_bytes(F)` bytes readable at `p`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dequant_block<const F: u8>(p: *const u8) -> [__m256; 4] {
+    // SAFETY: `p` points at a full block of `block_bytes(F)` bytes (caller
+    // contract); all loads below stay within it
+    // (Q8_0: 2 + 4*8 = 34; Q4_0: 2 + 16 = 18; Q4_1: 4 + 16 = 20).
+    unsafe {
+        let d = _mm256_set1_ps(f16_at(p));
+        match F {
+            Q8_0 => {
+                let mut out = [_mm256_setzero_ps(); 4];
+                for (i, o) in out.iter_mut().enumerate() {
+                    let b = _mm_loadl_epi64(p.add(2 + 8 * i) as *const __m128i);
+                    *o = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b)), d);
+                }
+                out
+            }
+            Q4_0 | Q4_1 => {
+                let qoff = if F == Q4_0 { 2 } else { 4 };
+                let raw = _mm_loadu_si128(p.add(qoff) as *const __m128i);
+                let m = _mm_set1_epi8(0x0F);
+                let lo = _mm_and_si128(raw, m);
+                let hi = _mm_and_si128(_mm_srli_epi16::<4>(raw), m);
+                let off = _mm256_set1_epi32(if F == Q4_0 { 8 } else { 0 });
+                let [a, b] = u8x16_to_f32(lo, off);
+                let [c, e] = u8x16_to_f32(hi, off);
+                if F == Q4_0 {
+                    [
+                        _mm256_mul_ps(a, d),
+                        _mm256_mul_ps(b, d),
+                        _mm256_mul_ps(c, d),
+                        _mm256_mul_ps(e, d),
+                    ]
+                } else {
+                    let mm = _mm256_set1_ps(f16_at(p.add(2)));
+                    [
+                        _mm256_fmadd_ps(a, d, mm),
+                        _mm256_fmadd_ps(b, d, mm),
+                        _mm256_fmadd_ps(c, d, mm),
+                        _mm256_fmadd_ps(e, d, mm),
+                    ]
+                }
+            }
+            _ => [_mm256_setzero_ps(); 4],
+        }
+    }
+}
+
+/// Loads 8 float-format elements (format `F` in F32/F16/BF16) at `p` as f32x8.
+///
+/// # Safety
+/// AVX2/F16C present; `8 * block_bytes(F)` bytes readable at `p`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn load_float8<const F: u8>(p: *const u8) -> __m256 {
+    // SAFETY: caller guarantees 8 elements (32 or 16 bytes) readable at `p`;
+    // all loads are unaligned variants.
+    unsafe {
+        match F {
+            F32 => _mm256_loadu_ps(p as *const f32),
+            F16 => _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i)),
+            _ => _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(_mm_loadu_si128(
+                p as *const __m128i,
+            )))),
+        }
+    }
+}
+
+/// Scalar conversion of one float-format element (tails).
+fn float_at<const F: u8>(row: &[u8], j: usize) -> f32 {
+    match F {
+        F32 => f32::from_le_bytes([row[4 * j], row[4 * j + 1], row[4 * j + 2], row[4 * j + 3]]),
+        F16 => half::f16::from_le_bytes([row[2 * j], row[2 * j + 1]]).to_f32(),
+        _ => half::bf16::from_le_bytes([row[2 * j], row[2 * j + 1]]).to_f32(),
+    }
+}
+
+/// # Safety
+/// AVX2/FMA/F16C present.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dequant_q<const F: u8>(src: &[u8], dst: &mut [f32]) {
+    let nb = dst.len() / 32;
+    let bb = block_bytes(F);
+    assert!(src.len() >= nb * bb && dst.len() >= nb * 32);
+    for b in 0..nb {
+        // SAFETY: b < nb, so block b (bytes b*bb..(b+1)*bb) is inside `src`
+        // and elements b*32..b*32+32 are inside `dst` (asserted above).
+        unsafe {
+            let w = dequant_block::<F>(src.as_ptr().add(b * bb));
+            let o = dst.as_mut_ptr().add(b * 32);
+            for (i, v) in w.iter().enumerate() {
+                _mm256_storeu_ps(o.add(8 * i), *v);
+            }
+        }
+    }
+}
+
+/// # Safety
+/// AVX2/FMA/F16C present.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dequant_float<const F: u8>(src: &[u8], dst: &mut [f32]) {
+    let n = dst.len();
+    let eb = block_bytes(F);
+    assert!(src.len() >= n * eb);
+    let n8 = n / 8 * 8;
+    let mut j = 0;
+    while j < n8 {
+        // SAFETY: j + 8 <= n, so 8 elements are readable at byte j*eb of
+        // `src` (src.len() >= n*eb) and writable at `dst[j..j+8]`.
+        unsafe {
+            let v = load_float8::<F>(src.as_ptr().add(j * eb));
+            _mm256_storeu_ps(dst.as_mut_ptr().add(j), v);
+        }
+        j += 8;
+    }
+    for (jj, d) in dst.iter_mut().enumerate().skip(n8) {
+        *d = float_at::<F>(src, jj);
+    }
+}
+
+/// Dequantizes a row (`src` has exactly `format.row_bytes(dst.len())` bytes).
+///
+/// # Safety
+/// AVX2/FMA/F16C present.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn dequant_row(format: WeightFormat, src: &[u8], dst: &mut [f32]) {
+    // SAFETY: features present per this function's contract; the callees
+    // re-check lengths.
+    unsafe {
+        match format {
+            WeightFormat::Q8_0 => dequant_q::<Q8_0>(src, dst),
+            WeightFormat::Q4_0 => dequant_q::<Q4_0>(src, dst),
+            WeightFormat::Q4_1 => dequant_q::<Q4_1>(src, dst),
+            WeightFormat::F32 => dequant_float::<F32>(src, dst),
+            WeightFormat::F16 => dequant_float::<F16>(src, dst),
+            WeightFormat::BF16 => dequant_float::<BF16>(src, dst),
+        }
+    }
+}
+
+/// Exact dot of a quantized row with f32 `x`.
+///
+/// # Safety
+/// AVX2/FMA/F16C present.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_exact_q<const F: u8>(row: &[u8], x: &[f32]) -> f32 {
+    let nb = x.len() / 32;
+    let bb = block_bytes(F);
+    assert!(row.len() >= nb * bb);
+    let mut acc = [_mm256_setzero_ps(); 4];
+    for b in 0..nb {
+        // SAFETY: b < nb: block b lies inside `row` (asserted) and
+        // x[b*32..b*32+32] inside `x`.
+        unsafe {
+            let w = dequant_block::<F>(row.as_ptr().add(b * bb));
+            let xp = x.as_ptr().add(b * 32);
+            for i in 0..4 {
+                acc[i] = _mm256_fmadd_ps(w[i], _mm256_loadu_ps(xp.add(8 * i)), acc[i]);
+            }
+        }
+    }
+    hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])))
+}
+
+/// Exact dot of a float-format row with f32 `x`.
+///
+/// # Safety
+/// AVX2/FMA/F16C present.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_exact_float<const F: u8>(row: &[u8], x: &[f32]) -> f32 {
+    let n = x.len();
+    let eb = block_bytes(F);
+    assert!(row.len() >= n * eb);
+    let mut acc = [_mm256_setzero_ps(); 4];
+    let n32 = n / 32 * 32;
+    let n8 = n / 8 * 8;
+    let mut j = 0;
+    while j < n32 {
+        for (i, a) in acc.iter_mut().enumerate() {
+            // SAFETY: j + 32 <= n: elements j+8i..j+8i+8 are in `row` and `x`.
+            unsafe {
+                let w = load_float8::<F>(row.as_ptr().add((j + 8 * i) * eb));
+                *a = _mm256_fmadd_ps(w, _mm256_loadu_ps(x.as_ptr().add(j + 8 * i)), *a);
+            }
+        }
+        j += 32;
+    }
+    while j < n8 {
+        // SAFETY: j + 8 <= n.
+        unsafe {
+            let w = load_float8::<F>(row.as_ptr().add(j * eb));
+            acc[0] = _mm256_fmadd_ps(w, _mm256_loadu_ps(x.as_ptr().add(j)), acc[0]);
+        }
+        j += 8;
+    }
+    let mut s = hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+    for (jj, xv) in x.iter().enumerate().skip(n8) {
+        s += float_at::<F>(row, jj) * xv;
+    }
+    s
+}
+
+/// # Safety
+/// AVX2/FMA/F16C present.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn matvec_exact(w: &QMatrix<'_>, r0: usize, x: &[f32], y: &mut [f32]) {
+    // SAFETY: features present per contract; callees check lengths.
+    unsafe {
+        match w.format() {
+            WeightFormat::Q8_0 => rows_with(w, r0, y, |r| dot_exact_q::<Q8_0>(r, x)),
+            WeightFormat::Q4_0 => rows_with(w, r0, y, |r| dot_exact_q::<Q4_0>(r, x)),
+            WeightFormat::Q4_1 => rows_with(w, r0, y, |r| dot_exact_q::<Q4_1>(r, x)),
+            WeightFormat::F32 => rows_with(w, r0, y, |r| dot_exact_float::<F32>(r, x)),
+            WeightFormat::F16 => rows_with(w, r0, y, |r| dot_exact_float::<F16>(r, x)),
+            WeightFormat::BF16 => rows_with(w, r0, y, |r| dot_exact_float::<BF16>(r, x)),
+        }
+    }
+}
+
+#[inline(always)]
+fn rows_with(w: &QMatrix<'_>, r0: usize, y: &mut [f32], mut f: impl FnMut(&[u8]) -> f32) {
+    for (i, yv) in y.iter_mut().enumerate() {
+        *yv = f(w.row_data(r0 + i));
+    }
+}
+
+/// Signed i8 × i8 dot of 32 lanes, as 8 partial i32 sums converted to f32
+/// (llama.cpp `mul_sum_i8_pairs_float`). `x` must be in -127..=127.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn mul_sum_i8(w: __m256i, x: __m256i) -> __m256 {
+    let aw = _mm256_sign_epi8(w, w);
+    let sx = _mm256_sign_epi8(x, w);
+    let p16 = _mm256_maddubs_epi16(aw, sx);
+    _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)))
+}
+
+/// Unsigned u8 (0..=15) × i8 dot of 32 lanes as 8 f32 partial sums.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn mul_sum_u8_i8(w: __m256i, x: __m256i) -> __m256 {
+    let p16 = _mm256_maddubs_epi16(w, x);
+    _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)))
+}
+
+/// Integer dot of block `b` of the row at `p` with the activation block at
+/// `xq`: returns (d_w * d_x * isum lanes, extra scalar term).
+///
+/// # Safety
+/// AVX2/FMA/F16C present; a full block at `p`, 32 i8 at `xq`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn block_fast<const F: u8>(p: *const u8, xq: *const i8, dx: f32, sx: f32, acc: __m256, extra: &mut f32) -> __m256 {
+    // SAFETY: caller guarantees a full block at `p` (34/18/20 bytes: the
+    // loads below read at most that) and 32 readable i8 at `xq`.
+    unsafe {
+        let xv = _mm256_loadu_si256(xq as *const __m256i);
+        let d = f16_at(p) * dx;
+        let prod = match F {
+            Q8_0 => mul_sum_i8(_mm256_loadu_si256(p.add(2) as *const __m256i), xv),
+            Q4_0 => mul_sum_i8(_mm256_sub_epi8(nibbles32(p.add(2)), _mm256_set1_epi8(8)), xv),
+            _ => {
+                *extra += f16_at(p.add(2)) * sx;
+                mul_sum_u8_i8(nibbles32(p.add(4)), xv)
+            }
+        };
+        _mm256_fmadd_ps(_mm256_set1_ps(d), prod, acc)
+    }
+}
+
+/// Integer dot of two rows with the quantized activations.
+///
+/// # Safety
+/// AVX2/FMA/F16C present.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_fast2<const F: u8>(r0: &[u8], r1: &[u8], xq: &QActs) -> (f32, f32) {
+    let nb = xq.d.len();
+    let bb = block_bytes(F);
+    assert!(r0.len() >= nb * bb && r1.len() >= nb * bb && xq.qs.len() >= nb * 32 && xq.s.len() >= nb);
+    let (mut a0, mut a1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+    let (mut e0, mut e1) = (0f32, 0f32);
+    for b in 0..nb {
+        // SAFETY: b < nb: block b of both rows and activation block b are in
+        // bounds (asserted above).
+        unsafe {
+            let xp = xq.qs.as_ptr().add(b * 32);
+            let (dx, sx) = (*xq.d.get_unchecked(b), *xq.s.get_unchecked(b));
+            a0 = block_fast::<F>(r0.as_ptr().add(b * bb), xp, dx, sx, a0, &mut e0);
+            a1 = block_fast::<F>(r1.as_ptr().add(b * bb), xp, dx, sx, a1, &mut e1);
+        }
+    }
+    (hsum(a0) + e0, hsum(a1) + e1)
+}
+
+/// # Safety
+/// AVX2/FMA/F16C present.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn matvec_fast_q<const F: u8>(w: &QMatrix<'_>, r0: usize, xq: &QActs, y: &mut [f32]) {
+    let mut i = 0;
+    while i + 1 < y.len() {
+        // SAFETY: features present per contract.
+        let (s0, s1) = unsafe { dot_fast2::<F>(w.row_data(r0 + i), w.row_data(r0 + i + 1), xq) };
+        y[i] = s0;
+        y[i + 1] = s1;
+        i += 2;
+    }
+    if i < y.len() {
+        let r = w.row_data(r0 + i);
+        // SAFETY: features present per contract.
+        y[i] = unsafe { dot_fast2::<F>(r, r, xq) }.0;
+    }
+}
+
+/// # Safety
+/// AVX2/FMA/F16C present.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn matvec_fast(w: &QMatrix<'_>, r0: usize, xq: &QActs, y: &mut [f32]) {
+    // SAFETY: features present per contract.
+    unsafe {
+        match w.format() {
+            WeightFormat::Q8_0 => matvec_fast_q::<Q8_0>(w, r0, xq, y),
+            WeightFormat::Q4_0 => matvec_fast_q::<Q4_0>(w, r0, xq, y),
+            WeightFormat::Q4_1 => matvec_fast_q::<Q4_1>(w, r0, xq, y),
+            _ => crate::scalar::matvec_fast(w, r0, xq, y),
+        }
+    }
+}
+
+/// Register-blocked microkernel: `R` weight rows × `T` tokens.
+///
+/// # Safety
+/// AVX2/FMA present; `w` has rows `i0..i0+R` and `x` tokens `t0..t0+T` of `cols`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn micro<const R: usize, const T: usize>(
+    w: &[f32],
+    x: &[f32],
+    cols: usize,
+    i0: usize,
+    t0: usize,
+    nr: usize,
+    out: &mut [f32],
+) {
+    assert!((i0 + R) * cols <= w.len() && (t0 + T) * cols <= x.len() && (t0 + T - 1) * nr + i0 + R <= out.len());
+    let wp = w.as_ptr().wrapping_add(i0 * cols);
+    let xp = x.as_ptr().wrapping_add(t0 * cols);
+    let mut acc = [[_mm256_setzero_ps(); T]; R];
+    let k8 = cols / 8 * 8;
+    let mut k = 0;
+    while k < k8 {
+        // SAFETY: k + 8 <= cols, rows i0..i0+R of `w` and tokens t0..t0+T of
+        // `x` are in bounds (asserted), so every load reads inside them.
+        unsafe {
+            let mut xv = [_mm256_setzero_ps(); T];
+            for (t, v) in xv.iter_mut().enumerate() {
+                *v = _mm256_loadu_ps(xp.add(t * cols + k));
+            }
+            for (r, ar) in acc.iter_mut().enumerate() {
+                let wv = _mm256_loadu_ps(wp.add(r * cols + k));
+                for (a, v) in ar.iter_mut().zip(&xv) {
+                    *a = _mm256_fmadd_ps(wv, *v, *a);
+                }
+            }
+        }
+        k += 8;
+    }
+    for (r, ar) in acc.iter().enumerate() {
+        let wr = &w[(i0 + r) * cols..(i0 + r + 1) * cols];
+        for (t, a) in ar.iter().enumerate() {
+            let xt = &x[(t0 + t) * cols..(t0 + t + 1) * cols];
+            let mut s = hsum(*a);
+            for kk in k8..cols {
+                s += wr[kk] * xt[kk];
+            }
+            out[(t0 + t) * nr + i0 + r] = s;
+        }
+    }
+}
+
+/// `out[t*nr + i] = dot(w[i], x[t])` for an f32 tile `w` (nr × cols).
+///
+/// # Safety
+/// AVX2/FMA present.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn tile(w: &[f32], nr: usize, cols: usize, x: &[f32], n: usize, out: &mut [f32]) {
+    const TR: usize = 4;
+    const TT: usize = 3;
+    let mut t0 = 0;
+    while t0 < n {
+        let tt = TT.min(n - t0);
+        let mut i0 = 0;
+        while i0 < nr {
+            let rr = TR.min(nr - i0);
+            // SAFETY: features present per contract; `micro` checks bounds.
+            unsafe {
+                match (rr, tt) {
+                    (4, 3) => micro::<4, 3>(w, x, cols, i0, t0, nr, out),
+                    (4, 2) => micro::<4, 2>(w, x, cols, i0, t0, nr, out),
+                    (4, _) => micro::<4, 1>(w, x, cols, i0, t0, nr, out),
+                    (3, 3) => micro::<3, 3>(w, x, cols, i0, t0, nr, out),
+                    (3, 2) => micro::<3, 2>(w, x, cols, i0, t0, nr, out),
+                    (3, _) => micro::<3, 1>(w, x, cols, i0, t0, nr, out),
+                    (2, 3) => micro::<2, 3>(w, x, cols, i0, t0, nr, out),
+                    (2, 2) => micro::<2, 2>(w, x, cols, i0, t0, nr, out),
+                    (2, _) => micro::<2, 1>(w, x, cols, i0, t0, nr, out),
+                    (_, 3) => micro::<1, 3>(w, x, cols, i0, t0, nr, out),
+                    (_, 2) => micro::<1, 2>(w, x, cols, i0, t0, nr, out),
+                    (_, _) => micro::<1, 1>(w, x, cols, i0, t0, nr, out),
+                }
+            }
+            i0 += rr;
+        }
+        t0 += tt;
+    }
+}
+
+/// # Safety
+/// AVX2/FMA present.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
+    let n = a.len().min(b.len());
+    let mut acc = [_mm256_setzero_ps(); 4];
+    let n32 = n / 32 * 32;
+    let n8 = n / 8 * 8;
+    let mut j = 0;
+    while j < n32 {
+        for (i, ac) in acc.iter_mut().enumerate() {
+            // SAFETY: j + 32 <= n <= len of both slices.
+            unsafe {
+                *ac = _mm256_fmadd_ps(
+                    _mm256_loadu_ps(a.as_ptr().add(j + 8 * i)),
+                    _mm256_loadu_ps(b.as_ptr().add(j + 8 * i)),
+                    *ac,
+                );
+            }
+        }
+        j += 32;
+    }
+    while j < n8 {
+        // SAFETY: j + 8 <= n.
+        unsafe {
+            acc[0] = _mm256_fmadd_ps(_mm256_loadu_ps(a.as_ptr().add(j)), _mm256_loadu_ps(b.as_ptr().add(j)), acc[0]);
+        }
+        j += 8;
+    }
+    let mut s = hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+    for k in n8..n {
+        s += a[k] * b[k];
+    }
+    s
+}
+
+/// # Safety
+/// AVX2/FMA present.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn axpy_f32(alpha: f32, x: &[f32], y: &mut [f32]) {
+    let n = x.len().min(y.len());
+    let n8 = n / 8 * 8;
+    let av = _mm256_set1_ps(alpha);
+    let mut j = 0;
+    while j < n8 {
+        // SAFETY: j + 8 <= n <= len of both slices.
+        unsafe {
+            let yp = y.as_mut_ptr().add(j);
+            _mm256_storeu_ps(yp, _mm256_fmadd_ps(av, _mm256_loadu_ps(x.as_ptr().add(j)), _mm256_loadu_ps(yp)));
+        }
+        j += 8;
+    }
+    for k in n8..n {
+        y[k] += alpha * x[k];
+    }
+}

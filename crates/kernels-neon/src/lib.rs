@@ -1,0 +1,681 @@
+//! CPU kernels for LLM inference on weights stored in GGML block formats.
+//!
+//! This crate provides the compute kernels of the Sparrow engine: quantized
+//! matrix-vector (decode) and matrix-matrix (prefill) products on weights in
+//! llama.cpp block layouts ([`WeightFormat`]), plus the small vector
+//! operations of a transformer block (RMSNorm, softmax, SiLU/ReLU gating,
+//! RoPE, dot, axpy).
+//!
+//! Three implementations exist behind one safe, slice-based API:
+//!
+//! * a plain scalar reference (`scalar.rs`), also the fallback;
+//! * x86_64 AVX2 + FMA + F16C, chosen at run time with
+//!   `is_x86_feature_detected!` (detected once and cached);
+//! * aarch64 NEON (baseline on aarch64), with the `dotprod` extension used
+//!   for the integer path when `is_aarch64_feature_detected!("dotprod")`.
+//!
+//! Setting the environment variable `SPARROW_KERNELS=scalar` (read once, on
+//! first use) forces the scalar path. [`arch_name`] reports the path in use.
+//! Tests and benchmarks can call each path explicitly with [`matvec_with`],
+//! [`matmul_with`] and [`dequantize_row_with`] (see [`available_paths`]).
+//!
+//! SIMD coverage: `matvec` (both precisions), `matmul`, `dequantize_row`,
+//! `dot_f32`, `axpy_f32` and the sum of squares of `rms_norm` are SIMD on both
+//! architectures. `softmax_inplace`, `silu_mul_inplace`, `relu_mul_inplace`
+//! and `rope_inplace` are scalar everywhere (they are a negligible share of a
+//! decode step and accuracy matters more there).
+//!
+//! # Precision
+//!
+//! * [`Precision::Exact`]: weights are dequantized to f32 block by block and
+//!   multiplied with the f32 activations, accumulating in f32.
+//! * [`Precision::Fast`]: for `Q8_0`/`Q4_0`/`Q4_1` weights the activation
+//!   vector is quantized once per call to 8 bits per 32-element block
+//!   (scale `d = amax/127` kept as f32, round to nearest, plus `s = d*sum(q)`
+//!   for Q4_1), and the blocks are multiplied with integer dot products
+//!   (llama.cpp's `vec_dot_q4_0_q8_0` family). Float weights (`F32`, `F16`,
+//!   `BF16`) use the exact f32 path. [`matmul`] uses the dequantized f32 tile
+//!   with a register-blocked FMA microkernel for both precisions (it measured
+//!   faster than the integer path there), so its result is exact in both.
+//!
+//! # Example
+//!
+//! ```
+//! use kernels_neon::{matvec, Precision, QMatrix, WeightFormat};
+//!
+//! // A 2 × 32 Q8_0 matrix: row 0 is all 1.0, row 1 all -0.5.
+//! let mut data = Vec::new();
+//! for (scale, q) in [(1.0f32, 1i8), (0.5, -1)] {
+//!     data.extend_from_slice(&half::f16::from_f32(scale).to_le_bytes());
+//!     data.extend(std::iter::repeat(q as u8).take(32));
+//! }
+//! let w = QMatrix::new(WeightFormat::Q8_0, 2, 32, &data).unwrap();
+//! let x = vec![2.0f32; 32];
+//! let mut y = vec![0.0f32; 2];
+//! matvec(&w, &x, &mut y, Precision::Exact).unwrap();
+//! assert_eq!(y, [64.0, -32.0]);
+//! ```
+//!
+//! # Invariants
+//!
+//! * Every SIMD path is checked against the scalar reference (and a float64
+//!   reference) by the property tests in `tests/`.
+//! * No panics on caller input: every length or shape mismatch is returned as
+//!   a [`KernelError`] (the vector helpers `dot_f32`, `axpy_f32`, `rms_norm`,
+//!   ... work on the common prefix of their arguments instead).
+//! * No `target-cpu=native`: SIMD code is compiled with `#[target_feature]`
+//!   and only called after run-time detection.
+//! * Every `unsafe` block carries a `// SAFETY:` comment.
+//!
+//! Other block formats (Q4_K, Q6_K) and sparse kernels are meant to slot in
+//! as new [`WeightFormat`] variants with a scalar implementation in
+//! `scalar.rs` and optional SIMD versions in `arch/`.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::OnceLock;
+
+use rayon::prelude::*;
+
+mod arch;
+mod quant;
+mod scalar;
+
+use quant::QActs;
+
+/// Storage format of a weight matrix (row-major, llama.cpp block layouts).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum WeightFormat {
+    /// Little-endian f32, 4 bytes per element.
+    F32,
+    /// Little-endian IEEE half, 2 bytes per element.
+    F16,
+    /// Little-endian bfloat16, 2 bytes per element.
+    BF16,
+    /// Blocks of 32: `{ d: f16, qs: [i8; 32] }` (34 bytes), `x = d * q`.
+    Q8_0,
+    /// Blocks of 32: `{ d: f16, qs: [u8; 16] }` (18 bytes); element `j < 16` is
+    /// `d * ((qs[j] & 0xF) - 8)`, element `j + 16` is `d * ((qs[j] >> 4) - 8)`.
+    Q4_0,
+    /// Blocks of 32: `{ d: f16, m: f16, qs: [u8; 16] }` (20 bytes); element `j`
+    /// is `d * (qs[j] & 0xF) + m`, element `j + 16` is `d * (qs[j] >> 4) + m`.
+    Q4_1,
+}
+
+impl WeightFormat {
+    /// Number of elements per block (1 for float formats).
+    pub fn block_len(self) -> usize {
+        match self {
+            WeightFormat::F32 | WeightFormat::F16 | WeightFormat::BF16 => 1,
+            WeightFormat::Q8_0 | WeightFormat::Q4_0 | WeightFormat::Q4_1 => 32,
+        }
+    }
+
+    /// Bytes per block.
+    pub fn block_bytes(self) -> usize {
+        match self {
+            WeightFormat::F32 => 4,
+            WeightFormat::F16 | WeightFormat::BF16 => 2,
+            WeightFormat::Q8_0 => 34,
+            WeightFormat::Q4_0 => 18,
+            WeightFormat::Q4_1 => 20,
+        }
+    }
+
+    /// Bytes of one row of `cols` elements, or `None` if `cols` is not a
+    /// multiple of [`block_len`](Self::block_len) or the size overflows.
+    pub fn row_bytes(self, cols: usize) -> Option<usize> {
+        if cols % self.block_len() != 0 {
+            return None;
+        }
+        (cols / self.block_len()).checked_mul(self.block_bytes())
+    }
+
+    /// Whether this is a block-quantized format (integer path in [`Precision::Fast`]).
+    pub fn is_quantized(self) -> bool {
+        self.block_len() > 1
+    }
+}
+
+/// Accuracy/speed trade-off of [`matvec`] and [`matmul`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Precision {
+    /// Weights dequantized to f32, f32 activations, f32 accumulation.
+    Exact,
+    /// Fastest available path: 8-bit quantized activations and integer dot
+    /// products for quantized weights (float weights use the f32 path).
+    Fast,
+}
+
+/// Errors of the kernel API (shape and length mismatches).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KernelError {
+    /// `cols` is not a multiple of the format's block length.
+    #[error("{format:?}: cols {cols} is not a multiple of the block length {block_len}")]
+    RaggedCols {
+        /// Weight format.
+        format: WeightFormat,
+        /// Offending column count.
+        cols: usize,
+        /// Required divisor.
+        block_len: usize,
+    },
+    /// A byte buffer has the wrong size.
+    #[error("{what}: expected {expected} bytes, got {actual}")]
+    DataLength {
+        /// Which buffer.
+        what: &'static str,
+        /// Expected byte length.
+        expected: usize,
+        /// Actual byte length.
+        actual: usize,
+    },
+    /// An f32 slice has the wrong number of elements.
+    #[error("{what}: expected {expected} elements, got {actual}")]
+    LengthMismatch {
+        /// Which argument.
+        what: &'static str,
+        /// Expected element count.
+        expected: usize,
+        /// Actual element count.
+        actual: usize,
+    },
+    /// A size computation overflowed `usize`.
+    #[error("size overflow: {rows} x {cols}")]
+    Overflow {
+        /// First factor.
+        rows: usize,
+        /// Second factor.
+        cols: usize,
+    },
+    /// The requested kernel path is not available on this machine.
+    #[error("kernel path {0:?} is not available on this machine")]
+    PathUnavailable(KernelPath),
+}
+
+/// A borrowed weight matrix in one of the [`WeightFormat`]s.
+#[derive(Debug, Clone, Copy)]
+pub struct QMatrix<'a> {
+    format: WeightFormat,
+    rows: usize,
+    cols: usize,
+    row_bytes: usize,
+    data: &'a [u8],
+}
+
+impl<'a> QMatrix<'a> {
+    /// Wraps `data` as a `rows × cols` matrix. Fails unless `cols` is a
+    /// multiple of the block length and `data.len() == rows * row_bytes(cols)`.
+    pub fn new(
+        format: WeightFormat,
+        rows: usize,
+        cols: usize,
+        data: &'a [u8],
+    ) -> Result<Self, KernelError> {
+        let row_bytes = format.row_bytes(cols).ok_or(if cols % format.block_len() != 0 {
+            KernelError::RaggedCols {
+                format,
+                cols,
+                block_len: format.block_len(),
+            }
+        } else {
+            KernelError::Overflow { rows, cols }
+        })?;
+        let expected = rows
+            .checked_mul(row_bytes)
+            .ok_or(KernelError::Overflow { rows, cols })?;
+        if data.len() != expected {
+            return Err(KernelError::DataLength {
+                what: "matrix data",
+                expected,
+                actual: data.len(),
+            });
+        }
+        Ok(QMatrix {
+            format,
+            rows,
+            cols,
+            row_bytes,
+            data,
+        })
+    }
+
+    /// Storage format.
+    pub fn format(&self) -> WeightFormat {
+        self.format
+    }
+
+    /// Number of rows (output features).
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Number of columns (input features).
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// Bytes of row `r`. Panics if `r >= rows()` (like slice indexing).
+    pub fn row_data(&self, r: usize) -> &'a [u8] {
+        &self.data[r * self.row_bytes..(r + 1) * self.row_bytes]
+    }
+
+    /// Bytes per row.
+    pub fn row_bytes(&self) -> usize {
+        self.row_bytes
+    }
+
+    /// All bytes of the matrix.
+    pub fn data(&self) -> &'a [u8] {
+        self.data
+    }
+}
+
+/// Which implementation runs the kernels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum KernelPath {
+    /// Portable scalar reference.
+    Scalar,
+    /// x86_64 AVX2 + FMA + F16C.
+    Avx2Fma,
+    /// aarch64 NEON (integer path via widening multiplies).
+    Neon,
+    /// aarch64 NEON with the `dotprod` extension (`sdot`).
+    NeonDotprod,
+}
+
+impl KernelPath {
+    /// Whether this machine can run the path.
+    pub fn is_available(self) -> bool {
+        match self {
+            KernelPath::Scalar => true,
+            KernelPath::Avx2Fma => arch::has_avx2_fma(),
+            KernelPath::Neon => cfg!(target_arch = "aarch64"),
+            KernelPath::NeonDotprod => arch::has_dotprod(),
+        }
+    }
+
+    /// Short name ("scalar", "avx2+fma", "neon", "neon+dotprod").
+    pub fn name(self) -> &'static str {
+        match self {
+            KernelPath::Scalar => "scalar",
+            KernelPath::Avx2Fma => "avx2+fma",
+            KernelPath::Neon => "neon",
+            KernelPath::NeonDotprod => "neon+dotprod",
+        }
+    }
+}
+
+/// All paths this machine can run, scalar first.
+pub fn available_paths() -> Vec<KernelPath> {
+    [
+        KernelPath::Scalar,
+        KernelPath::Avx2Fma,
+        KernelPath::Neon,
+        KernelPath::NeonDotprod,
+    ]
+    .into_iter()
+    .filter(|p| p.is_available())
+    .collect()
+}
+
+fn detect_path() -> KernelPath {
+    if std::env::var("SPARROW_KERNELS").is_ok_and(|v| v.eq_ignore_ascii_case("scalar")) {
+        return KernelPath::Scalar;
+    }
+    if KernelPath::NeonDotprod.is_available() {
+        KernelPath::NeonDotprod
+    } else if KernelPath::Neon.is_available() {
+        KernelPath::Neon
+    } else if KernelPath::Avx2Fma.is_available() {
+        KernelPath::Avx2Fma
+    } else {
+        KernelPath::Scalar
+    }
+}
+
+/// The path used by the dispatching functions (detected once, cached).
+pub fn active_path() -> KernelPath {
+    static PATH: OnceLock<KernelPath> = OnceLock::new();
+    *PATH.get_or_init(detect_path)
+}
+
+/// Name of the path in use: "avx2+fma", "neon", "neon+dotprod" or "scalar".
+pub fn arch_name() -> &'static str {
+    active_path().name()
+}
+
+static CHUNK_ROWS: AtomicUsize = AtomicUsize::new(0);
+
+/// Sets the number of weight rows per parallel work item of [`matvec`] and
+/// [`matmul`]. `0` restores the default (automatic: about four work items
+/// per rayon thread, never fewer than 16 rows each for `matvec`).
+pub fn set_chunk_rows(rows: usize) {
+    CHUNK_ROWS.store(rows, Ordering::Relaxed);
+}
+
+/// Minimum rows per `matvec` work item in automatic mode.
+const MIN_MATVEC_CHUNK: usize = 16;
+/// Default rows per `matmul` work item (dequantized tile height).
+const MATMUL_CHUNK: usize = 32;
+
+fn matvec_chunk(rows: usize) -> usize {
+    let set = CHUNK_ROWS.load(Ordering::Relaxed);
+    if set > 0 {
+        return set;
+    }
+    let threads = rayon::current_num_threads().max(1);
+    let per = rows.div_ceil(threads * 4);
+    per.max(MIN_MATVEC_CHUNK).next_multiple_of(4)
+}
+
+fn matmul_chunk() -> usize {
+    match CHUNK_ROWS.load(Ordering::Relaxed) {
+        0 => MATMUL_CHUNK,
+        n => n,
+    }
+}
+
+fn check_len(what: &'static str, expected: usize, actual: usize) -> Result<(), KernelError> {
+    if expected == actual {
+        Ok(())
+    } else {
+        Err(KernelError::LengthMismatch {
+            what,
+            expected,
+            actual,
+        })
+    }
+}
+
+fn check_path(path: KernelPath) -> Result<(), KernelError> {
+    if path.is_available() {
+        Ok(())
+    } else {
+        Err(KernelError::PathUnavailable(path))
+    }
+}
+
+/// Dequantizes one row: `dst.len()` elements from `src`, which must hold
+/// exactly `format.row_bytes(dst.len())` bytes.
+pub fn dequantize_row(format: WeightFormat, src: &[u8], dst: &mut [f32]) -> Result<(), KernelError> {
+    dequantize_row_with(active_path(), format, src, dst)
+}
+
+/// [`dequantize_row`] on an explicit path (for tests and benchmarks).
+#[doc(hidden)]
+pub fn dequantize_row_with(
+    path: KernelPath,
+    format: WeightFormat,
+    src: &[u8],
+    dst: &mut [f32],
+) -> Result<(), KernelError> {
+    check_path(path)?;
+    let expected = format.row_bytes(dst.len()).ok_or(KernelError::RaggedCols {
+        format,
+        cols: dst.len(),
+        block_len: format.block_len(),
+    })?;
+    if src.len() != expected {
+        return Err(KernelError::DataLength {
+            what: "dequantize_row src",
+            expected,
+            actual: src.len(),
+        });
+    }
+    arch::dequant_row(path, format, src, dst);
+    Ok(())
+}
+
+/// `y[r] = dot(W[r], x)` for all rows. `x.len() == cols`, `y.len() == rows`.
+///
+/// Parallel over row chunks with rayon, in whatever pool the caller runs in.
+pub fn matvec(w: &QMatrix, x: &[f32], y: &mut [f32], precision: Precision) -> Result<(), KernelError> {
+    matvec_with(active_path(), w, x, y, precision)
+}
+
+/// [`matvec`] on an explicit path (for tests and benchmarks).
+#[doc(hidden)]
+pub fn matvec_with(
+    path: KernelPath,
+    w: &QMatrix,
+    x: &[f32],
+    y: &mut [f32],
+    precision: Precision,
+) -> Result<(), KernelError> {
+    check_path(path)?;
+    check_len("matvec x", w.cols, x.len())?;
+    check_len("matvec y", w.rows, y.len())?;
+    if w.cols == 0 {
+        y.fill(0.0);
+        return Ok(());
+    }
+    let xq = (precision == Precision::Fast && w.format.is_quantized()).then(|| QActs::quantize(x));
+    let run = |r0: usize, ys: &mut [f32]| match &xq {
+        Some(q) => arch::matvec_fast(path, w, r0, q, ys),
+        None => arch::matvec_exact(path, w, r0, x, ys),
+    };
+    let chunk = matvec_chunk(w.rows);
+    if w.rows <= chunk {
+        run(0, y);
+    } else {
+        y.par_chunks_mut(chunk)
+            .enumerate()
+            .for_each(|(i, ys)| run(i * chunk, ys));
+    }
+    Ok(())
+}
+
+/// Batched product: `x` is `n` rows of `cols` (token-major), `y` is `n` rows
+/// of `rows`: `y[t*rows + r] = dot(W[r], x[t])`.
+///
+/// Each parallel work item dequantizes a chunk of weight rows once into an
+/// f32 tile and runs a register-blocked FMA microkernel over (rows × tokens).
+/// For `n == 1` this is [`matvec`].
+pub fn matmul(
+    w: &QMatrix,
+    x: &[f32],
+    n: usize,
+    y: &mut [f32],
+    precision: Precision,
+) -> Result<(), KernelError> {
+    matmul_with(active_path(), w, x, n, y, precision)
+}
+
+/// Raw output pointer shared by matmul work items, each writing a disjoint
+/// set of elements.
+#[derive(Clone, Copy)]
+struct OutPtr(*mut f32);
+// SAFETY: only used to write disjoint ranges from different threads while
+// the owning `&mut [f32]` is borrowed for the whole parallel section.
+unsafe impl Send for OutPtr {}
+// SAFETY: as above; the pointer itself is never used to create aliasing
+// references, only to write to ranges owned by a single work item.
+unsafe impl Sync for OutPtr {}
+
+impl OutPtr {
+    /// Accessor (so closures capture the whole `Send + Sync` wrapper).
+    fn get(self) -> *mut f32 {
+        self.0
+    }
+}
+
+/// [`matmul`] on an explicit path (for tests and benchmarks).
+#[doc(hidden)]
+pub fn matmul_with(
+    path: KernelPath,
+    w: &QMatrix,
+    x: &[f32],
+    n: usize,
+    y: &mut [f32],
+    precision: Precision,
+) -> Result<(), KernelError> {
+    check_path(path)?;
+    let (rows, cols) = (w.rows, w.cols);
+    let x_len = n.checked_mul(cols).ok_or(KernelError::Overflow { rows: n, cols })?;
+    let y_len = n.checked_mul(rows).ok_or(KernelError::Overflow { rows: n, cols: rows })?;
+    check_len("matmul x", x_len, x.len())?;
+    check_len("matmul y", y_len, y.len())?;
+    if n == 0 || rows == 0 {
+        return Ok(());
+    }
+    if n == 1 {
+        return matvec_with(path, w, x, y, precision);
+    }
+    if cols == 0 {
+        y.fill(0.0);
+        return Ok(());
+    }
+    let chunk = matmul_chunk();
+    let n_chunks = rows.div_ceil(chunk);
+    let out = OutPtr(y.as_mut_ptr());
+    let work = |ci: usize| {
+        let r0 = ci * chunk;
+        let nr = chunk.min(rows - r0);
+        let mut tile = vec![0f32; nr * cols];
+        for (i, dst) in tile.chunks_exact_mut(cols).enumerate() {
+            arch::dequant_row(path, w.format, w.row_data(r0 + i), dst);
+        }
+        let mut local = vec![0f32; n * nr];
+        arch::tile(path, &tile, nr, cols, x, n, &mut local);
+        for t in 0..n {
+            let src = &local[t * nr..(t + 1) * nr];
+            // SAFETY: `y` has `n * rows` elements (checked above) and stays
+            // mutably borrowed until the parallel loop ends; this work item
+            // is the only one writing `y[t*rows + r0 .. t*rows + r0 + nr]`
+            // (row chunks are disjoint), so the writes are in bounds and race-free.
+            unsafe {
+                std::ptr::copy_nonoverlapping(src.as_ptr(), out.get().add(t * rows + r0), nr);
+            }
+        }
+    };
+    if n_chunks == 1 {
+        work(0);
+    } else {
+        (0..n_chunks).into_par_iter().for_each(work);
+    }
+    let _ = precision;
+    Ok(())
+}
+
+/// Dot product of the common prefix of `a` and `b` (SIMD).
+pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
+    let n = a.len().min(b.len());
+    arch::dot_f32(active_path(), &a[..n], &b[..n])
+}
+
+/// `y += alpha * x` over the common prefix (SIMD).
+pub fn axpy_f32(alpha: f32, x: &[f32], y: &mut [f32]) {
+    let n = x.len().min(y.len());
+    arch::axpy_f32(active_path(), alpha, &x[..n], &mut y[..n]);
+}
+
+/// `out = x / sqrt(mean(x²) + eps) * weight` over the common prefix of the
+/// three slices (the mean is over that prefix). Empty input leaves `out` as is.
+pub fn rms_norm(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
+    let n = x.len().min(weight.len()).min(out.len());
+    if n == 0 {
+        return;
+    }
+    let x = &x[..n];
+    let ss = match active_path() {
+        KernelPath::Scalar => scalar::sum_sq(x),
+        p => arch::dot_f32(p, x, x),
+    };
+    let scale = 1.0 / (ss / n as f32 + eps).sqrt();
+    for ((o, &v), &g) in out[..n].iter_mut().zip(x).zip(&weight[..n]) {
+        *o = v * scale * g;
+    }
+}
+
+/// Numerically stable softmax in place (max subtracted). Empty input is a no-op;
+/// an all `-inf` input becomes uniform.
+pub fn softmax_inplace(x: &mut [f32]) {
+    if x.is_empty() {
+        return;
+    }
+    let max = x.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+    if max == f32::NEG_INFINITY {
+        let u = 1.0 / x.len() as f32;
+        x.fill(u);
+        return;
+    }
+    let mut sum = 0f32;
+    for v in x.iter_mut() {
+        *v = (*v - max).exp();
+        sum += *v;
+    }
+    let inv = 1.0 / sum;
+    for v in x.iter_mut() {
+        *v *= inv;
+    }
+}
+
+/// `gate = silu(gate) * up` with `silu(x) = x / (1 + exp(-x))`, over the common prefix.
+pub fn silu_mul_inplace(gate: &mut [f32], up: &[f32]) {
+    for (g, &u) in gate.iter_mut().zip(up) {
+        *g = *g / (1.0 + (-*g).exp()) * u;
+    }
+}
+
+/// `gate = max(gate, 0) * up`, over the common prefix.
+pub fn relu_mul_inplace(gate: &mut [f32], up: &[f32]) {
+    for (g, &u) in gate.iter_mut().zip(up) {
+        *g = g.max(0.0) * u;
+    }
+}
+
+/// Which pairs of dimensions RoPE rotates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum RopeStyle {
+    /// Pairs `(2i, 2i+1)`: llama.cpp "normal" mode, GGUF llama files.
+    #[default]
+    Interleaved,
+    /// Pairs `(i, i + rot_dim/2)`: HF `rotate_half` / NEOX mode.
+    Half,
+}
+
+/// Rotates each head of `x` (`n_heads × head_dim`, contiguous) in place for
+/// position `pos`: `theta_i = pos * base^(-2i/rot_dim)` for `i < rot_dim/2`;
+/// dimensions `>= rot_dim` are left untouched.
+///
+/// Like PyTorch, `inv_freq` is computed per call (here in f64, rounded to
+/// f32), the angle is `pos as f32 * inv_freq` in f32 and cos/sin are f32.
+/// `rot_dim` is clamped to `head_dim` and rounded down to even; heads beyond
+/// `x.len()` are ignored.
+pub fn rope_inplace(
+    x: &mut [f32],
+    n_heads: usize,
+    head_dim: usize,
+    rot_dim: usize,
+    pos: usize,
+    base: f32,
+    style: RopeStyle,
+) {
+    if head_dim == 0 {
+        return;
+    }
+    let rot = rot_dim.min(head_dim) & !1;
+    let half = rot / 2;
+    if half == 0 {
+        return;
+    }
+    let p = pos as f32;
+    let cs: Vec<(f32, f32)> = (0..half)
+        .map(|i| {
+            let inv_freq = (f64::from(base)).powf(-(2.0 * i as f64) / rot as f64) as f32;
+            let a = p * inv_freq;
+            (a.cos(), a.sin())
+        })
+        .collect();
+    for head in x.chunks_exact_mut(head_dim).take(n_heads) {
+        for (i, &(c, s)) in cs.iter().enumerate() {
+            let (a, b) = match style {
+                RopeStyle::Interleaved => (2 * i, 2 * i + 1),
+                RopeStyle::Half => (i, i + half),
+            };
+            let (x0, x1) = (head[a], head[b]);
+            head[a] = x0 * c - x1 * s;
+            head[b] = x0 * s + x1 * c;
+        }
+    }
+}

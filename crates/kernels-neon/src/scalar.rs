@@ -1,0 +1,186 @@
+//! Plain scalar reference kernels.
+//!
+//! Every SIMD path is tested against these functions, and they are the
+//! fallback on machines without a supported SIMD extension (or when
+//! `SPARROW_KERNELS=scalar` is set). Callers (the dispatch in `lib.rs`) have
+//! already validated all lengths; the functions here only rely on that for
+//! correctness, never for memory safety (everything is bounds-checked Rust).
+
+use half::{bf16, f16};
+
+use crate::quant::QActs;
+use crate::{QMatrix, WeightFormat};
+
+/// Reads a little-endian IEEE half at byte offset `i`.
+#[inline(always)]
+pub(crate) fn f16_at(b: &[u8], i: usize) -> f32 {
+    f16::from_le_bytes([b[i], b[i + 1]]).to_f32()
+}
+
+/// Dequantizes `dst.len()` elements from `src` (exactly `format.row_bytes(dst.len())` bytes).
+pub(crate) fn dequant_row(format: WeightFormat, src: &[u8], dst: &mut [f32]) {
+    match format {
+        WeightFormat::F32 => {
+            for (d, c) in dst.iter_mut().zip(src.chunks_exact(4)) {
+                *d = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+            }
+        }
+        WeightFormat::F16 => {
+            for (d, c) in dst.iter_mut().zip(src.chunks_exact(2)) {
+                *d = f16::from_le_bytes([c[0], c[1]]).to_f32();
+            }
+        }
+        WeightFormat::BF16 => {
+            for (d, c) in dst.iter_mut().zip(src.chunks_exact(2)) {
+                *d = bf16::from_le_bytes([c[0], c[1]]).to_f32();
+            }
+        }
+        WeightFormat::Q8_0 => {
+            for (blk, out) in src.chunks_exact(34).zip(dst.chunks_exact_mut(32)) {
+                let d = f16_at(blk, 0);
+                for (o, &q) in out.iter_mut().zip(&blk[2..34]) {
+                    *o = d * f32::from(q as i8);
+                }
+            }
+        }
+        WeightFormat::Q4_0 => {
+            for (blk, out) in src.chunks_exact(18).zip(dst.chunks_exact_mut(32)) {
+                let d = f16_at(blk, 0);
+                let (lo, hi) = out.split_at_mut(16);
+                for j in 0..16 {
+                    let q = blk[2 + j];
+                    lo[j] = d * ((q & 0xF) as i32 - 8) as f32;
+                    hi[j] = d * ((q >> 4) as i32 - 8) as f32;
+                }
+            }
+        }
+        WeightFormat::Q4_1 => {
+            for (blk, out) in src.chunks_exact(20).zip(dst.chunks_exact_mut(32)) {
+                let d = f16_at(blk, 0);
+                let m = f16_at(blk, 2);
+                let (lo, hi) = out.split_at_mut(16);
+                for j in 0..16 {
+                    let q = blk[4 + j];
+                    lo[j] = d * f32::from(q & 0xF) + m;
+                    hi[j] = d * f32::from(q >> 4) + m;
+                }
+            }
+        }
+    }
+}
+
+/// Exact dot product of one weight row with f32 activations: each group of
+/// 32 weights is dequantized to f32, products are accumulated in 8 f32 lanes.
+pub(crate) fn dot_exact(format: WeightFormat, row: &[u8], x: &[f32]) -> f32 {
+    let per_group = 32 / format.block_len() * format.block_bytes();
+    let mut buf = [0f32; 32];
+    let mut acc = [0f32; 8];
+    for (g, xs) in row.chunks(per_group).zip(x.chunks(32)) {
+        let n = xs.len();
+        dequant_row(format, g, &mut buf[..n]);
+        for (j, (w, v)) in buf[..n].iter().zip(xs).enumerate() {
+            acc[j & 7] += w * v;
+        }
+    }
+    acc.iter().sum()
+}
+
+/// Integer dot product of one quantized weight row with 8-bit activations.
+/// Only called for quantized formats.
+pub(crate) fn dot_fast(format: WeightFormat, row: &[u8], xq: &QActs) -> f32 {
+    let mut acc = 0f32;
+    match format {
+        WeightFormat::Q8_0 => {
+            for (b, blk) in row.chunks_exact(34).enumerate() {
+                let qx = &xq.qs[b * 32..b * 32 + 32];
+                let isum: i32 = blk[2..34]
+                    .iter()
+                    .zip(qx)
+                    .map(|(&w, &x)| i32::from(w as i8) * i32::from(x))
+                    .sum();
+                acc += f16_at(blk, 0) * xq.d[b] * isum as f32;
+            }
+        }
+        WeightFormat::Q4_0 => {
+            for (b, blk) in row.chunks_exact(18).enumerate() {
+                let qx = &xq.qs[b * 32..b * 32 + 32];
+                let mut isum = 0i32;
+                for j in 0..16 {
+                    let q = blk[2 + j];
+                    isum += ((q & 0xF) as i32 - 8) * i32::from(qx[j]);
+                    isum += ((q >> 4) as i32 - 8) * i32::from(qx[j + 16]);
+                }
+                acc += f16_at(blk, 0) * xq.d[b] * isum as f32;
+            }
+        }
+        WeightFormat::Q4_1 => {
+            for (b, blk) in row.chunks_exact(20).enumerate() {
+                let qx = &xq.qs[b * 32..b * 32 + 32];
+                let mut isum = 0i32;
+                for j in 0..16 {
+                    let q = blk[4 + j];
+                    isum += i32::from(q & 0xF) * i32::from(qx[j]);
+                    isum += i32::from(q >> 4) * i32::from(qx[j + 16]);
+                }
+                acc += f16_at(blk, 0) * xq.d[b] * isum as f32 + f16_at(blk, 2) * xq.s[b];
+            }
+        }
+        // Float formats never take the integer path (see `matvec`).
+        WeightFormat::F32 | WeightFormat::F16 | WeightFormat::BF16 => {}
+    }
+    acc
+}
+
+/// y[i] = dot(W[r0 + i], x), exact.
+pub(crate) fn matvec_exact(w: &QMatrix<'_>, r0: usize, x: &[f32], y: &mut [f32]) {
+    for (i, yv) in y.iter_mut().enumerate() {
+        *yv = dot_exact(w.format(), w.row_data(r0 + i), x);
+    }
+}
+
+/// y[i] = dot(W[r0 + i], xq), integer path.
+pub(crate) fn matvec_fast(w: &QMatrix<'_>, r0: usize, xq: &QActs, y: &mut [f32]) {
+    for (i, yv) in y.iter_mut().enumerate() {
+        *yv = dot_fast(w.format(), w.row_data(r0 + i), xq);
+    }
+}
+
+/// out[t * nr + i] = dot(w[i], x[t]) for a dequantized tile `w` (nr × cols).
+pub(crate) fn tile(w: &[f32], nr: usize, cols: usize, x: &[f32], n: usize, out: &mut [f32]) {
+    for t in 0..n {
+        let xt = &x[t * cols..(t + 1) * cols];
+        for i in 0..nr {
+            out[t * nr + i] = dot_f32(&w[i * cols..(i + 1) * cols], xt);
+        }
+    }
+}
+
+/// Dot product with 8 partial sums.
+pub(crate) fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0f32; 8];
+    let ca = a.chunks_exact(8);
+    let cb = b.chunks_exact(8);
+    let (ra, rb) = (ca.remainder(), cb.remainder());
+    for (x, y) in ca.zip(cb) {
+        for j in 0..8 {
+            acc[j] += x[j] * y[j];
+        }
+    }
+    let mut s: f32 = acc.iter().sum();
+    for (x, y) in ra.iter().zip(rb) {
+        s += x * y;
+    }
+    s
+}
+
+/// y += alpha * x.
+pub(crate) fn axpy_f32(alpha: f32, x: &[f32], y: &mut [f32]) {
+    for (yv, xv) in y.iter_mut().zip(x) {
+        *yv += alpha * xv;
+    }
+}
+
+/// Sum of squares accumulated in f64.
+pub(crate) fn sum_sq(x: &[f32]) -> f32 {
+    x.iter().map(|&v| f64::from(v) * f64::from(v)).sum::<f64>() as f32
+}

@@ -1,0 +1,87 @@
+//! Shared helpers: random matrices and float64 references.
+#![allow(dead_code)]
+
+use half::{bf16, f16};
+use kernels_neon::{dequantize_row_with, KernelPath, QMatrix, WeightFormat};
+
+pub const FORMATS: [WeightFormat; 6] = [
+    WeightFormat::F32,
+    WeightFormat::F16,
+    WeightFormat::BF16,
+    WeightFormat::Q8_0,
+    WeightFormat::Q4_0,
+    WeightFormat::Q4_1,
+];
+
+/// Tiny deterministic PRNG (splitmix64) so tests need no extra crates.
+pub struct Rng(pub u64);
+impl Rng {
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    /// Uniform in [-1, 1).
+    pub fn f(&mut self) -> f32 {
+        ((self.next_u64() >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    }
+    pub fn byte(&mut self) -> u8 {
+        self.next_u64() as u8
+    }
+}
+
+/// Random bytes of a `rows × cols` matrix in `format` with realistic scales.
+pub fn random_matrix(format: WeightFormat, rows: usize, cols: usize, rng: &mut Rng) -> Vec<u8> {
+    let mut out = Vec::with_capacity(rows * format.row_bytes(cols).unwrap());
+    for _ in 0..rows {
+        match format {
+            WeightFormat::F32 => (0..cols).for_each(|_| out.extend_from_slice(&rng.f().to_le_bytes())),
+            WeightFormat::F16 => (0..cols).for_each(|_| out.extend_from_slice(&f16::from_f32(rng.f()).to_le_bytes())),
+            WeightFormat::BF16 => (0..cols).for_each(|_| out.extend_from_slice(&bf16::from_f32(rng.f()).to_le_bytes())),
+            WeightFormat::Q8_0 | WeightFormat::Q4_0 | WeightFormat::Q4_1 => {
+                for _ in 0..cols / 32 {
+                    out.extend_from_slice(&f16::from_f32(rng.f() * 0.05).to_le_bytes());
+                    if format == WeightFormat::Q4_1 {
+                        out.extend_from_slice(&f16::from_f32(rng.f() * 0.2).to_le_bytes());
+                    }
+                    let nq = if format == WeightFormat::Q8_0 { 32 } else { 16 };
+                    (0..nq).for_each(|_| out.push(rng.byte()));
+                }
+            }
+        }
+    }
+    out
+}
+
+pub fn random_vec(n: usize, rng: &mut Rng) -> Vec<f32> {
+    (0..n).map(|_| rng.f() * 2.0).collect()
+}
+
+/// Dequantized matrix (scalar path) as f64 rows.
+pub fn dequant_f64(w: &QMatrix) -> Vec<Vec<f64>> {
+    (0..w.rows())
+        .map(|r| {
+            let mut row = vec![0f32; w.cols()];
+            dequantize_row_with(KernelPath::Scalar, w.format(), w.row_data(r), &mut row).unwrap();
+            row.into_iter().map(f64::from).collect()
+        })
+        .collect()
+}
+
+/// (reference dot in f64, sum |w x|, fast-mode bound sum |w| * amax_block / 254).
+pub fn reference(w_row: &[f64], x: &[f32]) -> (f64, f64, f64) {
+    let mut dot = 0f64;
+    let mut abs = 0f64;
+    let mut qerr = 0f64;
+    for (bw, bx) in w_row.chunks(32).zip(x.chunks(32)) {
+        let amax = bx.iter().fold(0f64, |m, &v| m.max(f64::from(v).abs()));
+        for (&a, &b) in bw.iter().zip(bx) {
+            dot += a * f64::from(b);
+            abs += (a * f64::from(b)).abs();
+            qerr += a.abs() * amax / 254.0;
+        }
+    }
+    (dot, abs, qerr)
+}

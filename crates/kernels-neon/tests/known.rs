@@ -1,0 +1,251 @@
+//! Known-value and error tests.
+
+use half::{bf16, f16};
+use kernels_neon::*;
+
+fn h(v: f32) -> [u8; 2] {
+    f16::from_f32(v).to_le_bytes()
+}
+
+fn all_paths_dequant(format: WeightFormat, src: &[u8], n: usize) -> Vec<f32> {
+    let mut first: Option<Vec<f32>> = None;
+    for path in available_paths() {
+        let mut out = vec![f32::NAN; n];
+        dequantize_row_with(path, format, src, &mut out).unwrap();
+        if let Some(f) = &first {
+            assert_eq!(f, &out, "{path:?} differs");
+        } else {
+            first = Some(out);
+        }
+    }
+    first.unwrap()
+}
+
+#[test]
+fn dequant_q8_0_known() {
+    let mut blk = h(0.5).to_vec();
+    blk.extend((0..32).map(|j| (j as i8 - 16) as u8));
+    let out = all_paths_dequant(WeightFormat::Q8_0, &blk, 32);
+    for (j, v) in out.iter().enumerate() {
+        assert_eq!(*v, 0.5 * (j as f32 - 16.0));
+    }
+    // -128 is a valid byte too.
+    let mut blk = h(1.0).to_vec();
+    blk.extend([0x80u8; 32]);
+    assert_eq!(all_paths_dequant(WeightFormat::Q8_0, &blk, 32), vec![-128.0; 32]);
+}
+
+#[test]
+fn dequant_q4_0_known() {
+    let mut blk = h(2.0).to_vec();
+    // qs[j] = low nibble j, high nibble 15 - j
+    blk.extend((0..16u8).map(|j| j | ((15 - j) << 4)));
+    let out = all_paths_dequant(WeightFormat::Q4_0, &blk, 32);
+    for j in 0..16 {
+        assert_eq!(out[j], 2.0 * (j as f32 - 8.0));
+        assert_eq!(out[j + 16], 2.0 * ((15 - j) as f32 - 8.0));
+    }
+}
+
+#[test]
+fn dequant_q4_1_known() {
+    let mut blk = h(0.25).to_vec();
+    blk.extend(h(-1.0));
+    blk.extend((0..16u8).map(|j| j | ((15 - j) << 4)));
+    let out = all_paths_dequant(WeightFormat::Q4_1, &blk, 32);
+    for j in 0..16 {
+        assert_eq!(out[j], 0.25 * j as f32 - 1.0);
+        assert_eq!(out[j + 16], 0.25 * (15 - j) as f32 - 1.0);
+    }
+}
+
+#[test]
+fn dequant_float_formats_known() {
+    let vals: Vec<f32> = (0..19).map(|j| j as f32 * 0.5 - 3.0).collect();
+    let f32b: Vec<u8> = vals.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let f16b: Vec<u8> = vals.iter().flat_map(|v| h(*v)).collect();
+    let bf16b: Vec<u8> = vals.iter().flat_map(|v| bf16::from_f32(*v).to_le_bytes()).collect();
+    assert_eq!(all_paths_dequant(WeightFormat::F32, &f32b, 19), vals);
+    assert_eq!(all_paths_dequant(WeightFormat::F16, &f16b, 19), vals);
+    assert_eq!(all_paths_dequant(WeightFormat::BF16, &bf16b, 19), vals);
+}
+
+#[test]
+fn format_sizes() {
+    use WeightFormat::*;
+    assert_eq!(Q4_1.row_bytes(576), Some(18 * 20));
+    assert_eq!(Q8_0.row_bytes(64), Some(68));
+    assert_eq!(Q4_0.row_bytes(33), None);
+    assert_eq!(F16.row_bytes(3), Some(6));
+    assert_eq!(F32.block_len(), 1);
+    assert_eq!(Q4_0.block_bytes(), 18);
+}
+
+#[test]
+fn matvec_known_values_every_path() {
+    // Q4_1 row: d = 1, m = 0.5, all nibbles 3 -> every weight 3.5
+    let mut row = h(1.0).to_vec();
+    row.extend(h(0.5));
+    row.extend([0x33u8; 16]);
+    let w = QMatrix::new(WeightFormat::Q4_1, 1, 32, &row).unwrap();
+    let x = vec![1.0f32; 32];
+    for path in available_paths() {
+        for p in [Precision::Exact, Precision::Fast] {
+            let mut y = [0f32];
+            matvec_with(path, &w, &x, &mut y, p).unwrap();
+            assert!((y[0] - 112.0).abs() < 1e-4, "{path:?} {p:?}: {}", y[0]);
+        }
+    }
+}
+
+#[test]
+fn errors_on_bad_lengths() {
+    let data = vec![0u8; 2 * 18];
+    assert!(matches!(
+        QMatrix::new(WeightFormat::Q4_0, 2, 48, &data),
+        Err(KernelError::RaggedCols { cols: 48, block_len: 32, .. })
+    ));
+    let e = QMatrix::new(WeightFormat::Q4_0, 3, 32, &data).unwrap_err();
+    assert_eq!(e, KernelError::DataLength { what: "matrix data", expected: 54, actual: 36 });
+    assert!(e.to_string().contains("54") && e.to_string().contains("36"));
+
+    let w = QMatrix::new(WeightFormat::Q4_0, 2, 32, &data).unwrap();
+    let mut y = vec![0f32; 2];
+    assert!(matches!(
+        matvec(&w, &[0.0; 31], &mut y, Precision::Exact),
+        Err(KernelError::LengthMismatch { expected: 32, actual: 31, .. })
+    ));
+    assert!(matches!(
+        matvec(&w, &[0.0; 32], &mut [0.0; 3], Precision::Fast),
+        Err(KernelError::LengthMismatch { expected: 2, actual: 3, .. })
+    ));
+    assert!(matmul(&w, &[0.0; 64], 3, &mut [0.0; 6], Precision::Exact).is_err());
+    assert!(matmul(&w, &[0.0; 96], 3, &mut [0.0; 5], Precision::Exact).is_err());
+    assert!(matmul(&w, &[0.0; 96], 3, &mut [0.0; 6], Precision::Exact).is_ok());
+    let mut out = vec![0f32; 32];
+    assert!(dequantize_row(WeightFormat::Q8_0, &[0u8; 33], &mut out).is_err());
+    assert!(dequantize_row(WeightFormat::Q8_0, &[0u8; 34], &mut out[..31]).is_err());
+    assert!(dequantize_row(WeightFormat::Q8_0, &[0u8; 34], &mut out).is_ok());
+    for p in [KernelPath::Avx2Fma, KernelPath::Neon, KernelPath::NeonDotprod] {
+        if !p.is_available() {
+            assert_eq!(
+                matvec_with(p, &w, &[0.0; 32], &mut y, Precision::Exact),
+                Err(KernelError::PathUnavailable(p))
+            );
+        }
+    }
+}
+
+#[test]
+fn empty_shapes() {
+    let w = QMatrix::new(WeightFormat::F32, 0, 8, &[]).unwrap();
+    let mut y: [f32; 0] = [];
+    matvec(&w, &[0.0; 8], &mut y, Precision::Fast).unwrap();
+    matmul(&w, &[0.0; 16], 2, &mut y, Precision::Exact).unwrap();
+    let w = QMatrix::new(WeightFormat::F32, 2, 0, &[]).unwrap();
+    let mut y = [5.0f32; 2];
+    matvec(&w, &[], &mut y, Precision::Exact).unwrap();
+    assert_eq!(y, [0.0, 0.0]);
+}
+
+#[test]
+fn arch_name_is_known() {
+    assert!(["avx2+fma", "neon", "neon+dotprod", "scalar"].contains(&arch_name()));
+    #[cfg(target_arch = "x86_64")]
+    if std::env::var("SPARROW_KERNELS").is_err() && is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+        assert_eq!(arch_name(), "avx2+fma");
+    }
+    #[cfg(target_arch = "aarch64")]
+    if std::env::var("SPARROW_KERNELS").is_err() {
+        assert!(arch_name().starts_with("neon"));
+    }
+}
+
+#[test]
+fn rms_norm_known() {
+    let x = [1.0f32, 2.0, 3.0, 4.0];
+    let w = [1.0f32, 1.0, 2.0, 0.5];
+    let mut out = [0f32; 4];
+    rms_norm(&x, &w, 0.0, &mut out);
+    let r = (7.5f32).sqrt();
+    let expect = [1.0 / r, 2.0 / r, 6.0 / r, 2.0 / r];
+    for (a, b) in out.iter().zip(expect) {
+        assert!((a - b).abs() < 1e-6, "{a} vs {b}");
+    }
+    rms_norm(&[0.0; 3], &[1.0; 3], 1e-5, &mut out[..3]);
+    assert_eq!(&out[..3], &[0.0; 3]);
+}
+
+#[test]
+fn softmax_known() {
+    let mut x = [0.0f32, 2f32.ln(), f32::NEG_INFINITY];
+    softmax_inplace(&mut x);
+    assert!((x[0] - 1.0 / 3.0).abs() < 1e-6 && (x[1] - 2.0 / 3.0).abs() < 1e-6 && x[2] == 0.0);
+    let mut big = [1000.0f32, 1000.0];
+    softmax_inplace(&mut big);
+    assert_eq!(big, [0.5, 0.5]);
+    softmax_inplace(&mut []);
+}
+
+#[test]
+fn silu_relu_known() {
+    let mut g = [0.0f32, 1.0, -1.0, 20.0];
+    silu_mul_inplace(&mut g, &[1.0, 2.0, 1.0, 1.0]);
+    let s1 = 1.0 / (1.0 + (-1.0f32).exp());
+    assert_eq!(g[0], 0.0);
+    assert!((g[1] - 2.0 * s1).abs() < 1e-6);
+    assert!((g[2] + (1.0 - s1)).abs() < 1e-6);
+    assert!((g[3] - 20.0).abs() < 1e-5);
+    let mut g = [-1.0f32, 3.0];
+    relu_mul_inplace(&mut g, &[5.0, 2.0]);
+    assert_eq!(g, [0.0, 6.0]);
+}
+
+#[test]
+fn rope_known_and_styles_agree() {
+    // head_dim 2, pos 1, base 10000: theta_0 = 1 rad.
+    let mut x = [1.0f32, 0.0];
+    rope_inplace(&mut x, 1, 2, 2, 1, 10000.0, RopeStyle::Interleaved);
+    assert!((x[0] - 1f32.cos()).abs() < 1e-6 && (x[1] - 1f32.sin()).abs() < 1e-6);
+    // pos 0 is the identity.
+    let orig: Vec<f32> = (0..16).map(|j| j as f32).collect();
+    let mut y = orig.clone();
+    rope_inplace(&mut y, 2, 8, 8, 0, 10000.0, RopeStyle::Half);
+    assert_eq!(y, orig);
+
+    // Half == Interleaved after permuting dims, incl. partial rotation.
+    let (n_heads, hd, rot) = (3usize, 12usize, 8usize);
+    let inter: Vec<f32> = (0..n_heads * hd).map(|j| ((j * 37 % 11) as f32 - 5.0) * 0.3).collect();
+    let perm = |v: &[f32]| -> Vec<f32> {
+        let mut out = v.to_vec();
+        for hh in 0..n_heads {
+            for i in 0..rot / 2 {
+                out[hh * hd + i] = v[hh * hd + 2 * i];
+                out[hh * hd + i + rot / 2] = v[hh * hd + 2 * i + 1];
+            }
+        }
+        out
+    };
+    let mut a = inter.clone();
+    let mut b = perm(&inter);
+    rope_inplace(&mut a, n_heads, hd, rot, 17, 10000.0, RopeStyle::Interleaved);
+    rope_inplace(&mut b, n_heads, hd, rot, 17, 10000.0, RopeStyle::Half);
+    assert_eq!(perm(&a), b);
+    // dims >= rot untouched
+    for hh in 0..n_heads {
+        assert_eq!(&a[hh * hd + rot..(hh + 1) * hd], &inter[hh * hd + rot..(hh + 1) * hd]);
+    }
+    // second pair rotates with theta_1 = pos * base^(-2/rot)
+    let th = 17.0f32 * (10000f64.powf(-2.0 / 8.0) as f32);
+    let (x0, x1) = (inter[2], inter[3]);
+    assert!((a[2] - (x0 * th.cos() - x1 * th.sin())).abs() < 1e-5);
+}
+
+#[test]
+fn print_available_paths() {
+    let paths = available_paths();
+    println!("available paths: {paths:?}, active: {}", arch_name());
+    assert_eq!(paths[0], KernelPath::Scalar);
+    #[cfg(target_arch = "aarch64")]
+    assert!(paths.contains(&KernelPath::Neon));
+}
