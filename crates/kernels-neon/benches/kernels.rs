@@ -44,8 +44,14 @@ fn random_matrix(format: WeightFormat, rows: usize, cols: usize) -> Vec<u8> {
 }
 
 fn pool() -> rayon::ThreadPool {
-    let threads = std::env::var("BENCH_THREADS").ok().and_then(|v| v.parse().ok()).unwrap_or(2);
-    rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap()
+    let threads = std::env::var("BENCH_THREADS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2);
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .unwrap()
 }
 
 fn bench_matvec(c: &mut Criterion) {
@@ -59,15 +65,23 @@ fn bench_matvec(c: &mut Criterion) {
         (WeightFormat::Q8_0, 49152, 576),
         (WeightFormat::Q4_0, 1536, 576),
         (WeightFormat::F16, 1536, 576),
+        // streaming reference: 56 MB of f16, far beyond the caches
+        (WeightFormat::F16, 49152, 576),
+        (WeightFormat::Q8_0, 1536, 576),
     ];
     for (format, rows, cols) in shapes {
         let data = random_matrix(format, rows, cols);
         let w = QMatrix::new(format, rows, cols, &data).unwrap();
-        let x: Vec<f32> = (0..cols).map(|i| ((i * 7 % 13) as f32 - 6.0) * 0.1).collect();
+        let x: Vec<f32> = (0..cols)
+            .map(|i| ((i * 7 % 13) as f32 - 6.0) * 0.1)
+            .collect();
         let mut y = vec![0f32; rows];
         g.throughput(Throughput::Bytes(data.len() as u64));
         for precision in [Precision::Fast, Precision::Exact] {
-            let id = BenchmarkId::new(format!("{format:?}/{precision:?}"), format!("{rows}x{cols}"));
+            let id = BenchmarkId::new(
+                format!("{format:?}/{precision:?}"),
+                format!("{rows}x{cols}"),
+            );
             g.bench_function(id, |b| {
                 pool.install(|| b.iter(|| matvec(&w, &x, &mut y, precision).unwrap()))
             });
@@ -87,7 +101,9 @@ fn bench_matmul(c: &mut Criterion) {
     ] {
         let data = random_matrix(format, rows, cols);
         let w = QMatrix::new(format, rows, cols, &data).unwrap();
-        let x: Vec<f32> = (0..cols * n).map(|i| ((i * 7 % 13) as f32 - 6.0) * 0.1).collect();
+        let x: Vec<f32> = (0..cols * n)
+            .map(|i| ((i * 7 % 13) as f32 - 6.0) * 0.1)
+            .collect();
         let mut y = vec![0f32; rows * n];
         // "elements" here are flops (2 per multiply-add).
         g.throughput(Throughput::Elements((2 * rows * cols * n) as u64));

@@ -211,15 +211,17 @@ impl<'a> QMatrix<'a> {
         cols: usize,
         data: &'a [u8],
     ) -> Result<Self, KernelError> {
-        let row_bytes = format.row_bytes(cols).ok_or(if cols % format.block_len() != 0 {
-            KernelError::RaggedCols {
-                format,
-                cols,
-                block_len: format.block_len(),
-            }
-        } else {
-            KernelError::Overflow { rows, cols }
-        })?;
+        let row_bytes = format
+            .row_bytes(cols)
+            .ok_or(if cols % format.block_len() != 0 {
+                KernelError::RaggedCols {
+                    format,
+                    cols,
+                    block_len: format.block_len(),
+                }
+            } else {
+                KernelError::Overflow { rows, cols }
+            })?;
         let expected = rows
             .checked_mul(row_bytes)
             .ok_or(KernelError::Overflow { rows, cols })?;
@@ -397,7 +399,11 @@ fn check_path(path: KernelPath) -> Result<(), KernelError> {
 
 /// Dequantizes one row: `dst.len()` elements from `src`, which must hold
 /// exactly `format.row_bytes(dst.len())` bytes.
-pub fn dequantize_row(format: WeightFormat, src: &[u8], dst: &mut [f32]) -> Result<(), KernelError> {
+pub fn dequantize_row(
+    format: WeightFormat,
+    src: &[u8],
+    dst: &mut [f32],
+) -> Result<(), KernelError> {
     dequantize_row_with(active_path(), format, src, dst)
 }
 
@@ -429,7 +435,12 @@ pub fn dequantize_row_with(
 /// `y[r] = dot(W[r], x)` for all rows. `x.len() == cols`, `y.len() == rows`.
 ///
 /// Parallel over row chunks with rayon, in whatever pool the caller runs in.
-pub fn matvec(w: &QMatrix, x: &[f32], y: &mut [f32], precision: Precision) -> Result<(), KernelError> {
+pub fn matvec(
+    w: &QMatrix,
+    x: &[f32],
+    y: &mut [f32],
+    precision: Precision,
+) -> Result<(), KernelError> {
     matvec_with(active_path(), w, x, y, precision)
 }
 
@@ -449,7 +460,8 @@ pub fn matvec_with(
         y.fill(0.0);
         return Ok(());
     }
-    let xq = (precision == Precision::Fast && w.format.is_quantized()).then(|| QActs::quantize(x));
+    let xq =
+        (precision == Precision::Fast && w.format.is_quantized()).then(|| QActs::quantize(path, x));
     let run = |r0: usize, ys: &mut [f32]| match &xq {
         Some(q) => arch::matvec_fast(path, w, r0, q, ys),
         None => arch::matvec_exact(path, w, r0, x, ys),
@@ -511,8 +523,13 @@ pub fn matmul_with(
 ) -> Result<(), KernelError> {
     check_path(path)?;
     let (rows, cols) = (w.rows, w.cols);
-    let x_len = n.checked_mul(cols).ok_or(KernelError::Overflow { rows: n, cols })?;
-    let y_len = n.checked_mul(rows).ok_or(KernelError::Overflow { rows: n, cols: rows })?;
+    let x_len = n
+        .checked_mul(cols)
+        .ok_or(KernelError::Overflow { rows: n, cols })?;
+    let y_len = n.checked_mul(rows).ok_or(KernelError::Overflow {
+        rows: n,
+        cols: rows,
+    })?;
     check_len("matmul x", x_len, x.len())?;
     check_len("matmul y", y_len, y.len())?;
     if n == 0 || rows == 0 {

@@ -32,7 +32,10 @@ fn dequant_q8_0_known() {
     // -128 is a valid byte too.
     let mut blk = h(1.0).to_vec();
     blk.extend([0x80u8; 32]);
-    assert_eq!(all_paths_dequant(WeightFormat::Q8_0, &blk, 32), vec![-128.0; 32]);
+    assert_eq!(
+        all_paths_dequant(WeightFormat::Q8_0, &blk, 32),
+        vec![-128.0; 32]
+    );
 }
 
 #[test]
@@ -64,7 +67,10 @@ fn dequant_float_formats_known() {
     let vals: Vec<f32> = (0..19).map(|j| j as f32 * 0.5 - 3.0).collect();
     let f32b: Vec<u8> = vals.iter().flat_map(|v| v.to_le_bytes()).collect();
     let f16b: Vec<u8> = vals.iter().flat_map(|v| h(*v)).collect();
-    let bf16b: Vec<u8> = vals.iter().flat_map(|v| bf16::from_f32(*v).to_le_bytes()).collect();
+    let bf16b: Vec<u8> = vals
+        .iter()
+        .flat_map(|v| bf16::from_f32(*v).to_le_bytes())
+        .collect();
     assert_eq!(all_paths_dequant(WeightFormat::F32, &f32b, 19), vals);
     assert_eq!(all_paths_dequant(WeightFormat::F16, &f16b, 19), vals);
     assert_eq!(all_paths_dequant(WeightFormat::BF16, &bf16b, 19), vals);
@@ -103,21 +109,40 @@ fn errors_on_bad_lengths() {
     let data = vec![0u8; 2 * 18];
     assert!(matches!(
         QMatrix::new(WeightFormat::Q4_0, 2, 48, &data),
-        Err(KernelError::RaggedCols { cols: 48, block_len: 32, .. })
+        Err(KernelError::RaggedCols {
+            cols: 48,
+            block_len: 32,
+            ..
+        })
     ));
     let e = QMatrix::new(WeightFormat::Q4_0, 3, 32, &data).unwrap_err();
-    assert_eq!(e, KernelError::DataLength { what: "matrix data", expected: 54, actual: 36 });
+    assert_eq!(
+        e,
+        KernelError::DataLength {
+            what: "matrix data",
+            expected: 54,
+            actual: 36
+        }
+    );
     assert!(e.to_string().contains("54") && e.to_string().contains("36"));
 
     let w = QMatrix::new(WeightFormat::Q4_0, 2, 32, &data).unwrap();
     let mut y = vec![0f32; 2];
     assert!(matches!(
         matvec(&w, &[0.0; 31], &mut y, Precision::Exact),
-        Err(KernelError::LengthMismatch { expected: 32, actual: 31, .. })
+        Err(KernelError::LengthMismatch {
+            expected: 32,
+            actual: 31,
+            ..
+        })
     ));
     assert!(matches!(
         matvec(&w, &[0.0; 32], &mut [0.0; 3], Precision::Fast),
-        Err(KernelError::LengthMismatch { expected: 2, actual: 3, .. })
+        Err(KernelError::LengthMismatch {
+            expected: 2,
+            actual: 3,
+            ..
+        })
     ));
     assert!(matmul(&w, &[0.0; 64], 3, &mut [0.0; 6], Precision::Exact).is_err());
     assert!(matmul(&w, &[0.0; 96], 3, &mut [0.0; 5], Precision::Exact).is_err());
@@ -126,7 +151,11 @@ fn errors_on_bad_lengths() {
     assert!(dequantize_row(WeightFormat::Q8_0, &[0u8; 33], &mut out).is_err());
     assert!(dequantize_row(WeightFormat::Q8_0, &[0u8; 34], &mut out[..31]).is_err());
     assert!(dequantize_row(WeightFormat::Q8_0, &[0u8; 34], &mut out).is_ok());
-    for p in [KernelPath::Avx2Fma, KernelPath::Neon, KernelPath::NeonDotprod] {
+    for p in [
+        KernelPath::Avx2Fma,
+        KernelPath::Neon,
+        KernelPath::NeonDotprod,
+    ] {
         if !p.is_available() {
             assert_eq!(
                 matvec_with(p, &w, &[0.0; 32], &mut y, Precision::Exact),
@@ -152,7 +181,10 @@ fn empty_shapes() {
 fn arch_name_is_known() {
     assert!(["avx2+fma", "neon", "neon+dotprod", "scalar"].contains(&arch_name()));
     #[cfg(target_arch = "x86_64")]
-    if std::env::var("SPARROW_KERNELS").is_err() && is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+    if std::env::var("SPARROW_KERNELS").is_err()
+        && is_x86_feature_detected!("avx2")
+        && is_x86_feature_detected!("fma")
+    {
         assert_eq!(arch_name(), "avx2+fma");
     }
     #[cfg(target_arch = "aarch64")]
@@ -215,7 +247,9 @@ fn rope_known_and_styles_agree() {
 
     // Half == Interleaved after permuting dims, incl. partial rotation.
     let (n_heads, hd, rot) = (3usize, 12usize, 8usize);
-    let inter: Vec<f32> = (0..n_heads * hd).map(|j| ((j * 37 % 11) as f32 - 5.0) * 0.3).collect();
+    let inter: Vec<f32> = (0..n_heads * hd)
+        .map(|j| ((j * 37 % 11) as f32 - 5.0) * 0.3)
+        .collect();
     let perm = |v: &[f32]| -> Vec<f32> {
         let mut out = v.to_vec();
         for hh in 0..n_heads {
@@ -228,12 +262,23 @@ fn rope_known_and_styles_agree() {
     };
     let mut a = inter.clone();
     let mut b = perm(&inter);
-    rope_inplace(&mut a, n_heads, hd, rot, 17, 10000.0, RopeStyle::Interleaved);
+    rope_inplace(
+        &mut a,
+        n_heads,
+        hd,
+        rot,
+        17,
+        10000.0,
+        RopeStyle::Interleaved,
+    );
     rope_inplace(&mut b, n_heads, hd, rot, 17, 10000.0, RopeStyle::Half);
     assert_eq!(perm(&a), b);
     // dims >= rot untouched
     for hh in 0..n_heads {
-        assert_eq!(&a[hh * hd + rot..(hh + 1) * hd], &inter[hh * hd + rot..(hh + 1) * hd]);
+        assert_eq!(
+            &a[hh * hd + rot..(hh + 1) * hd],
+            &inter[hh * hd + rot..(hh + 1) * hd]
+        );
     }
     // second pair rotates with theta_1 = pos * base^(-2/rot)
     let th = 17.0f32 * (10000f64.powf(-2.0 / 8.0) as f32);
@@ -248,4 +293,38 @@ fn print_available_paths() {
     assert_eq!(paths[0], KernelPath::Scalar);
     #[cfg(target_arch = "aarch64")]
     assert!(paths.contains(&KernelPath::Neon));
+}
+
+#[test]
+fn fast_paths_identical_on_ties() {
+    // amax = 127 gives scale 1, so x = k + 0.5 are exact rounding ties; every
+    // path must quantize them the same way (ties to even), so Fast results
+    // agree to float rounding.
+    let x: Vec<f32> = (0..64)
+        .map(|j| {
+            if j % 32 == 31 {
+                127.0
+            } else {
+                (j % 32) as f32 - 15.5
+            }
+        })
+        .collect();
+    let mut row = Vec::new();
+    for _ in 0..2 {
+        row.extend(h(1.0));
+        row.extend((0..32).map(|j| (j as i8 - 10) as u8));
+    }
+    let w = QMatrix::new(WeightFormat::Q8_0, 1, 64, &row).unwrap();
+    let mut ys = [0f32];
+    matvec_with(KernelPath::Scalar, &w, &x, &mut ys, Precision::Fast).unwrap();
+    for path in available_paths() {
+        let mut y = [0f32];
+        matvec_with(path, &w, &x, &mut y, Precision::Fast).unwrap();
+        assert!(
+            (y[0] - ys[0]).abs() <= 1e-5 * ys[0].abs(),
+            "{path:?}: {} vs {}",
+            y[0],
+            ys[0]
+        );
+    }
 }

@@ -36,7 +36,10 @@ fn check(y: f32, (dot, abs, qerr): (f64, f64, f64), fast_int: bool) -> Result<()
 
 /// 256 cases unless `PROPTEST_CASES` says otherwise (reduce it under qemu).
 fn cases() -> u32 {
-    std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(256)
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(256)
 }
 
 fn format_strategy() -> impl Strategy<Value = WeightFormat> {

@@ -13,6 +13,9 @@ mod aarch64;
 #[cfg(target_arch = "x86_64")]
 mod x86_64;
 
+#[cfg(target_arch = "x86_64")]
+pub(crate) use x86_64::quantize as quantize_avx2;
+
 /// AVX2 + FMA + F16C present (detected once, cached by std).
 pub(crate) fn has_avx2_fma() -> bool {
     #[cfg(target_arch = "x86_64")]
@@ -103,7 +106,15 @@ pub(crate) fn matvec_fast(path: KernelPath, w: &QMatrix<'_>, r0: usize, xq: &QAc
     }
 }
 
-pub(crate) fn tile(path: KernelPath, w: &[f32], nr: usize, cols: usize, x: &[f32], n: usize, out: &mut [f32]) {
+pub(crate) fn tile(
+    path: KernelPath,
+    w: &[f32],
+    nr: usize,
+    cols: usize,
+    x: &[f32],
+    n: usize,
+    out: &mut [f32],
+) {
     match path {
         #[cfg(target_arch = "x86_64")]
         KernelPath::Avx2Fma => {

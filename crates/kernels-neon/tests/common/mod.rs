@@ -37,9 +37,14 @@ pub fn random_matrix(format: WeightFormat, rows: usize, cols: usize, rng: &mut R
     let mut out = Vec::with_capacity(rows * format.row_bytes(cols).unwrap());
     for _ in 0..rows {
         match format {
-            WeightFormat::F32 => (0..cols).for_each(|_| out.extend_from_slice(&rng.f().to_le_bytes())),
-            WeightFormat::F16 => (0..cols).for_each(|_| out.extend_from_slice(&f16::from_f32(rng.f()).to_le_bytes())),
-            WeightFormat::BF16 => (0..cols).for_each(|_| out.extend_from_slice(&bf16::from_f32(rng.f()).to_le_bytes())),
+            WeightFormat::F32 => {
+                (0..cols).for_each(|_| out.extend_from_slice(&rng.f().to_le_bytes()))
+            }
+            WeightFormat::F16 => {
+                (0..cols).for_each(|_| out.extend_from_slice(&f16::from_f32(rng.f()).to_le_bytes()))
+            }
+            WeightFormat::BF16 => (0..cols)
+                .for_each(|_| out.extend_from_slice(&bf16::from_f32(rng.f()).to_le_bytes())),
             WeightFormat::Q8_0 | WeightFormat::Q4_0 | WeightFormat::Q4_1 => {
                 for _ in 0..cols / 32 {
                     out.extend_from_slice(&f16::from_f32(rng.f() * 0.05).to_le_bytes());

@@ -88,13 +88,19 @@ fn dequant_block<const F: u8>(blk: &[u8]) -> [float32x4_t; 8] {
             let raw = load_u8x16(&blk[2..18]);
             let eight = vdupq_n_s8(8);
             (
-                s8_to_f32(vsubq_s8(vreinterpretq_s8_u8(vandq_u8(raw, vdupq_n_u8(0x0F))), eight)),
+                s8_to_f32(vsubq_s8(
+                    vreinterpretq_s8_u8(vandq_u8(raw, vdupq_n_u8(0x0F))),
+                    eight,
+                )),
                 s8_to_f32(vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8::<4>(raw)), eight)),
             )
         }
         _ => {
             let raw = load_u8x16(&blk[4..20]);
-            (u8_to_f32(vandq_u8(raw, vdupq_n_u8(0x0F))), u8_to_f32(vshrq_n_u8::<4>(raw)))
+            (
+                u8_to_f32(vandq_u8(raw, vdupq_n_u8(0x0F))),
+                u8_to_f32(vshrq_n_u8::<4>(raw)),
+            )
         }
     };
     let mut out = [vdupq_n_f32(0.0); 8];
@@ -113,7 +119,10 @@ fn dequant_block<const F: u8>(blk: &[u8]) -> [float32x4_t; 8] {
 
 #[target_feature(enable = "neon")]
 fn dequant_q<const F: u8>(src: &[u8], dst: &mut [f32]) {
-    for (blk, out) in src.chunks_exact(block_bytes(F)).zip(dst.chunks_exact_mut(32)) {
+    for (blk, out) in src
+        .chunks_exact(block_bytes(F))
+        .zip(dst.chunks_exact_mut(32))
+    {
         let w = dequant_block::<F>(blk);
         for (o, v) in out.chunks_exact_mut(4).zip(&w) {
             // SAFETY: `o` is exactly 4 writable f32.
@@ -158,7 +167,10 @@ fn dot_exact_q<const F: u8>(row: &[u8], x: &[f32]) -> f32 {
             acc[i & 3] = vfmaq_f32(acc[i & 3], w[i], load_f32x4(&xs[4 * i..]));
         }
     }
-    vaddvq_f32(vaddq_f32(vaddq_f32(acc[0], acc[1]), vaddq_f32(acc[2], acc[3])))
+    vaddvq_f32(vaddq_f32(
+        vaddq_f32(acc[0], acc[1]),
+        vaddq_f32(acc[2], acc[3]),
+    ))
 }
 
 /// Float-format rows: convert 32 elements at a time to f32, then FMA.
@@ -184,7 +196,10 @@ fn dot_exact_float(format: WeightFormat, row: &[u8], x: &[f32]) -> f32 {
             tail += buf[i] * xs[i];
         }
     }
-    vaddvq_f32(vaddq_f32(vaddq_f32(acc[0], acc[1]), vaddq_f32(acc[2], acc[3]))) + tail
+    vaddvq_f32(vaddq_f32(
+        vaddq_f32(acc[0], acc[1]),
+        vaddq_f32(acc[2], acc[3]),
+    )) + tail
 }
 
 #[target_feature(enable = "neon")]
@@ -408,7 +423,10 @@ pub(crate) fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
             acc[i] = vfmaq_f32(acc[i], load_f32x4(&ca[4 * i..]), load_f32x4(&cb[4 * i..]));
         }
     }
-    let mut s = vaddvq_f32(vaddq_f32(vaddq_f32(acc[0], acc[1]), vaddq_f32(acc[2], acc[3])));
+    let mut s = vaddvq_f32(vaddq_f32(
+        vaddq_f32(acc[0], acc[1]),
+        vaddq_f32(acc[2], acc[3]),
+    ));
     for k in n16..n {
         s += a[k] * b[k];
     }

@@ -72,7 +72,10 @@ unsafe fn nibbles32(p: *const u8) -> __m256i {
 fn u8x16_to_f32(v: __m128i, off: __m256i) -> [__m256; 2] {
     [
         _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_cvtepu8_epi32(v), off)),
-        _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_cvtepu8_epi32(_mm_srli_si128::<8>(v)), off)),
+        _mm256_cvtepi32_ps(_mm256_sub_epi32(
+            _mm256_cvtepu8_epi32(_mm_srli_si128::<8>(v)),
+            off,
+        )),
     ]
 }
 
@@ -141,9 +144,9 @@ unsafe fn load_float8<const F: u8>(p: *const u8) -> __m256 {
         match F {
             F32 => _mm256_loadu_ps(p as *const f32),
             F16 => _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i)),
-            _ => _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(_mm_loadu_si128(
-                p as *const __m128i,
-            )))),
+            _ => _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(
+                _mm_loadu_si128(p as *const __m128i),
+            ))),
         }
     }
 }
@@ -234,6 +237,8 @@ unsafe fn dot_exact_q<const F: u8>(row: &[u8], x: &[f32]) -> f32 {
         // SAFETY: b < nb: block b lies inside `row` (asserted) and
         // x[b*32..b*32+32] inside `x`.
         unsafe {
+            // Prefetch hint (never faults; wrapping_add keeps it UB-free).
+            _mm_prefetch::<_MM_HINT_T0>(row.as_ptr().wrapping_add(b * bb + PREFETCH) as *const i8);
             let w = dequant_block::<F>(row.as_ptr().add(b * bb));
             let xp = x.as_ptr().add(b * 32);
             for i in 0..4 {
@@ -241,7 +246,10 @@ unsafe fn dot_exact_q<const F: u8>(row: &[u8], x: &[f32]) -> f32 {
             }
         }
     }
-    hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])))
+    hsum(_mm256_add_ps(
+        _mm256_add_ps(acc[0], acc[1]),
+        _mm256_add_ps(acc[2], acc[3]),
+    ))
 }
 
 /// Exact dot of a float-format row with f32 `x`.
@@ -258,6 +266,8 @@ unsafe fn dot_exact_float<const F: u8>(row: &[u8], x: &[f32]) -> f32 {
     let n8 = n / 8 * 8;
     let mut j = 0;
     while j < n32 {
+        // Prefetch hint (never faults; wrapping_add keeps it UB-free).
+        _mm_prefetch::<_MM_HINT_T0>(row.as_ptr().wrapping_add(j * eb + PREFETCH) as *const i8);
         for (i, a) in acc.iter_mut().enumerate() {
             // SAFETY: j + 32 <= n: elements j+8i..j+8i+8 are in `row` and `x`.
             unsafe {
@@ -275,7 +285,10 @@ unsafe fn dot_exact_float<const F: u8>(row: &[u8], x: &[f32]) -> f32 {
         }
         j += 8;
     }
-    let mut s = hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+    let mut s = hsum(_mm256_add_ps(
+        _mm256_add_ps(acc[0], acc[1]),
+        _mm256_add_ps(acc[2], acc[3]),
+    ));
     for (jj, xv) in x.iter().enumerate().skip(n8) {
         s += float_at::<F>(row, jj) * xv;
     }
@@ -332,7 +345,14 @@ fn mul_sum_u8_i8(w: __m256i, x: __m256i) -> __m256 {
 /// AVX2/FMA/F16C present; a full block at `p`, 32 i8 at `xq`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn block_fast<const F: u8>(p: *const u8, xq: *const i8, dx: f32, sx: f32, acc: __m256, extra: &mut f32) -> __m256 {
+unsafe fn block_fast<const F: u8>(
+    p: *const u8,
+    xq: *const i8,
+    dx: f32,
+    sx: f32,
+    acc: __m256,
+    extra: &mut f32,
+) -> __m256 {
     // SAFETY: caller guarantees a full block at `p` (34/18/20 bytes: the
     // loads below read at most that) and 32 readable i8 at `xq`.
     unsafe {
@@ -340,7 +360,10 @@ unsafe fn block_fast<const F: u8>(p: *const u8, xq: *const i8, dx: f32, sx: f32,
         let d = f16_at(p) * dx;
         let prod = match F {
             Q8_0 => mul_sum_i8(_mm256_loadu_si256(p.add(2) as *const __m256i), xv),
-            Q4_0 => mul_sum_i8(_mm256_sub_epi8(nibbles32(p.add(2)), _mm256_set1_epi8(8)), xv),
+            Q4_0 => mul_sum_i8(
+                _mm256_sub_epi8(nibbles32(p.add(2)), _mm256_set1_epi8(8)),
+                xv,
+            ),
             _ => {
                 *extra += f16_at(p.add(2)) * sx;
                 mul_sum_u8_i8(nibbles32(p.add(4)), xv)
@@ -350,6 +373,9 @@ unsafe fn block_fast<const F: u8>(p: *const u8, xq: *const i8, dx: f32, sx: f32,
     }
 }
 
+/// Software prefetch distance in bytes for streaming weight rows.
+const PREFETCH: usize = 512;
+
 /// Integer dot of two rows with the quantized activations.
 ///
 /// # Safety
@@ -358,13 +384,19 @@ unsafe fn block_fast<const F: u8>(p: *const u8, xq: *const i8, dx: f32, sx: f32,
 unsafe fn dot_fast2<const F: u8>(r0: &[u8], r1: &[u8], xq: &QActs) -> (f32, f32) {
     let nb = xq.d.len();
     let bb = block_bytes(F);
-    assert!(r0.len() >= nb * bb && r1.len() >= nb * bb && xq.qs.len() >= nb * 32 && xq.s.len() >= nb);
+    assert!(
+        r0.len() >= nb * bb && r1.len() >= nb * bb && xq.qs.len() >= nb * 32 && xq.s.len() >= nb
+    );
     let (mut a0, mut a1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
     let (mut e0, mut e1) = (0f32, 0f32);
     for b in 0..nb {
         // SAFETY: b < nb: block b of both rows and activation block b are in
         // bounds (asserted above).
         unsafe {
+            // Prefetch ahead of both weight streams (a hint: never faults,
+            // so an address past the row is harmless; wrapping_add avoids UB).
+            _mm_prefetch::<_MM_HINT_T0>(r0.as_ptr().wrapping_add(b * bb + PREFETCH) as *const i8);
+            _mm_prefetch::<_MM_HINT_T0>(r1.as_ptr().wrapping_add(b * bb + PREFETCH) as *const i8);
             let xp = xq.qs.as_ptr().add(b * 32);
             let (dx, sx) = (*xq.d.get_unchecked(b), *xq.s.get_unchecked(b));
             a0 = block_fast::<F>(r0.as_ptr().add(b * bb), xp, dx, sx, a0, &mut e0);
@@ -423,7 +455,11 @@ unsafe fn micro<const R: usize, const T: usize>(
     nr: usize,
     out: &mut [f32],
 ) {
-    assert!((i0 + R) * cols <= w.len() && (t0 + T) * cols <= x.len() && (t0 + T - 1) * nr + i0 + R <= out.len());
+    assert!(
+        (i0 + R) * cols <= w.len()
+            && (t0 + T) * cols <= x.len()
+            && (t0 + T - 1) * nr + i0 + R <= out.len()
+    );
     let wp = w.as_ptr().wrapping_add(i0 * cols);
     let xp = x.as_ptr().wrapping_add(t0 * cols);
     let mut acc = [[_mm256_setzero_ps(); T]; R];
@@ -521,11 +557,18 @@ pub(crate) unsafe fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
     while j < n8 {
         // SAFETY: j + 8 <= n.
         unsafe {
-            acc[0] = _mm256_fmadd_ps(_mm256_loadu_ps(a.as_ptr().add(j)), _mm256_loadu_ps(b.as_ptr().add(j)), acc[0]);
+            acc[0] = _mm256_fmadd_ps(
+                _mm256_loadu_ps(a.as_ptr().add(j)),
+                _mm256_loadu_ps(b.as_ptr().add(j)),
+                acc[0],
+            );
         }
         j += 8;
     }
-    let mut s = hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+    let mut s = hsum(_mm256_add_ps(
+        _mm256_add_ps(acc[0], acc[1]),
+        _mm256_add_ps(acc[2], acc[3]),
+    ));
     for k in n8..n {
         s += a[k] * b[k];
     }
@@ -544,11 +587,71 @@ pub(crate) unsafe fn axpy_f32(alpha: f32, x: &[f32], y: &mut [f32]) {
         // SAFETY: j + 8 <= n <= len of both slices.
         unsafe {
             let yp = y.as_mut_ptr().add(j);
-            _mm256_storeu_ps(yp, _mm256_fmadd_ps(av, _mm256_loadu_ps(x.as_ptr().add(j)), _mm256_loadu_ps(yp)));
+            _mm256_storeu_ps(
+                yp,
+                _mm256_fmadd_ps(av, _mm256_loadu_ps(x.as_ptr().add(j)), _mm256_loadu_ps(yp)),
+            );
         }
         j += 8;
     }
     for k in n8..n {
         y[k] += alpha * x[k];
+    }
+}
+
+/// AVX2 activation quantizer (same math as `QActs::quantize_scalar`:
+/// d = amax/127, q = round-half-even(x * 127/amax), s = d * sum(q)).
+///
+/// # Safety
+/// AVX2/FMA present.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn quantize(x: &[f32], out: &mut QActs) {
+    let nb = x.len() / 32;
+    assert!(out.d.len() >= nb && out.s.len() >= nb && out.qs.len() >= nb * 32);
+    let sign = _mm256_set1_ps(-0.0);
+    for b in 0..nb {
+        // SAFETY: b < nb: x[b*32..b*32+32] and qs[b*32..b*32+32] are in
+        // bounds (x.len() >= nb*32 by definition of nb, qs asserted).
+        unsafe {
+            let xp = x.as_ptr().add(b * 32);
+            let v = [
+                _mm256_loadu_ps(xp),
+                _mm256_loadu_ps(xp.add(8)),
+                _mm256_loadu_ps(xp.add(16)),
+                _mm256_loadu_ps(xp.add(24)),
+            ];
+            let mut m = _mm256_andnot_ps(sign, v[0]);
+            for vi in &v[1..] {
+                m = _mm256_max_ps(m, _mm256_andnot_ps(sign, *vi));
+            }
+            let m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps::<1>(m));
+            let m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+            let m4 = _mm_max_ss(m4, _mm_shuffle_ps::<1>(m4, m4));
+            let amax = _mm_cvtss_f32(m4);
+            let d = amax / 127.0;
+            let id = _mm256_set1_ps(if amax > 0.0 { 127.0 / amax } else { 0.0 });
+            let q: [__m256i; 4] = std::array::from_fn(|i| {
+                _mm256_cvtps_epi32(_mm256_round_ps::<
+                    { _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC },
+                >(_mm256_mul_ps(v[i], id)))
+            });
+            let s32 = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+            let s4 = _mm_add_epi32(
+                _mm256_castsi256_si128(s32),
+                _mm256_extracti128_si256::<1>(s32),
+            );
+            let s4 = _mm_hadd_epi32(s4, s4);
+            let s4 = _mm_hadd_epi32(s4, s4);
+            let sum = _mm_cvtsi128_si32(s4);
+            // pack i32 -> i16 -> i8 (values are within -127..=127, no saturation)
+            let p0 = _mm256_packs_epi32(q[0], q[1]);
+            let p1 = _mm256_packs_epi32(q[2], q[3]);
+            let p = _mm256_packs_epi16(p0, p1);
+            // undo the lane interleaving of the two packs
+            let p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+            _mm256_storeu_si256(out.qs.as_mut_ptr().add(b * 32) as *mut __m256i, p);
+            *out.d.get_unchecked_mut(b) = d;
+            *out.s.get_unchecked_mut(b) = d * sum as f32;
+        }
     }
 }
