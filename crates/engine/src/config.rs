@@ -1,0 +1,206 @@
+//! Model hyper-parameters, read from GGUF metadata or an HF `config.json`.
+
+use std::path::Path;
+
+use kernels_neon::RopeStyle;
+use model_format::{GgufFile, HfConfig};
+
+use crate::error::{EngineError, Result};
+
+/// The model families the engine runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum Arch {
+    /// Llama family: RMSNorm, RoPE, grouped-query attention, gated FFN, no biases.
+    Llama,
+    /// Qwen2: Llama with biases on the q/k/v projections.
+    Qwen2,
+}
+
+/// The FFN activation of a gated FFN: `down(act(gate(x)) * up(x))`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum Activation {
+    /// `x * sigmoid(x)`; sparsity comes from calibrated thresholds.
+    Silu,
+    /// `max(x, 0)`; exact zeros.
+    Relu,
+}
+
+impl Activation {
+    fn parse(s: &str) -> Option<Self> {
+        match s.to_ascii_lowercase().as_str() {
+            "silu" | "swish" | "swiglu" => Some(Self::Silu),
+            "relu" | "reglu" => Some(Self::Relu),
+            _ => None,
+        }
+    }
+}
+
+/// Hyper-parameters of a decoder-only transformer.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ModelConfig {
+    /// Architecture family.
+    pub arch: Arch,
+    /// Number of transformer blocks.
+    pub n_layers: usize,
+    /// Hidden size.
+    pub d_model: usize,
+    /// FFN inner size (neurons per layer).
+    pub d_ff: usize,
+    /// Query heads.
+    pub n_heads: usize,
+    /// Key/value heads (grouped-query attention when fewer than `n_heads`).
+    pub n_kv_heads: usize,
+    /// Dimension of one head.
+    pub head_dim: usize,
+    /// Vocabulary size (rows of the embedding).
+    pub vocab_size: usize,
+    /// RMSNorm epsilon.
+    pub rms_eps: f32,
+    /// RoPE frequency base.
+    pub rope_base: f32,
+    /// Dimensions rotated by RoPE in each head.
+    pub rope_dim: usize,
+    /// Which pairs of dimensions RoPE rotates (depends on the file format's Q/K row order).
+    #[serde(skip)]
+    pub rope_style: RopeStyle,
+    /// FFN activation.
+    pub activation: Activation,
+    /// Training context length.
+    pub context_length: usize,
+}
+
+impl ModelConfig {
+    /// Reads the configuration from GGUF metadata (`{arch}.*` keys, as llama.cpp writes them).
+    pub fn from_gguf(file: &GgufFile) -> Result<Self> {
+        let path = file.path();
+        let bad = |detail: String| EngineError::BadModel { path: path.to_path_buf(), detail };
+        let arch_name = file
+            .get("general.architecture")
+            .and_then(|v| v.as_str())
+            .ok_or_else(|| bad("metadata key general.architecture is missing".into()))?
+            .to_string();
+        let arch = match arch_name.as_str() {
+            "llama" => Arch::Llama,
+            "qwen2" => Arch::Qwen2,
+            other => return Err(bad(format!("architecture `{other}` is not supported (supported: llama, qwen2)"))),
+        };
+        let key = |k: &str| format!("{arch_name}.{k}");
+        let req_u = |k: &str| -> Result<usize> {
+            let full = key(k);
+            file.get(&full)
+                .and_then(|v| v.as_u64())
+                .map(|v| v as usize)
+                .ok_or_else(|| bad(format!("metadata key {full} is missing or not an integer")))
+        };
+        let opt_u = |k: &str| file.get(&key(k)).and_then(|v| v.as_u64()).map(|v| v as usize);
+        let opt_f = |k: &str| file.get(&key(k)).and_then(|v| v.as_f64());
+        let d_model = req_u("embedding_length")?;
+        let n_heads = req_u("attention.head_count")?;
+        let head_dim = opt_u("attention.key_length").unwrap_or(if n_heads > 0 { d_model / n_heads } else { 0 });
+        let vocab_size = match opt_u("vocab_size") {
+            Some(v) => v,
+            None => file
+                .get("tokenizer.ggml.tokens")
+                .and_then(|v| v.as_array())
+                .map(|a| a.len())
+                .ok_or_else(|| bad("neither {arch}.vocab_size nor tokenizer.ggml.tokens is present".into()))?,
+        };
+        let activation = match file.get("sparrow.ffn_activation").and_then(|v| v.as_str()) {
+            Some(s) => Activation::parse(s).ok_or_else(|| bad(format!("sparrow.ffn_activation `{s}` is not silu or relu")))?,
+            None => Activation::Silu,
+        };
+        let cfg = ModelConfig {
+            arch,
+            n_layers: req_u("block_count")?,
+            d_model,
+            d_ff: req_u("feed_forward_length")?,
+            n_heads,
+            n_kv_heads: opt_u("attention.head_count_kv").unwrap_or(n_heads),
+            head_dim,
+            vocab_size,
+            rms_eps: opt_f("attention.layer_norm_rms_epsilon").unwrap_or(1e-5) as f32,
+            rope_base: opt_f("rope.freq_base").unwrap_or(10_000.0) as f32,
+            rope_dim: opt_u("rope.dimension_count").unwrap_or(head_dim),
+            // llama.cpp's converter permutes Q/K rows of llama models so that RoPE rotates adjacent
+            // pairs; qwen2 files keep the HF order and use NEOX (half) rotation.
+            rope_style: match arch {
+                Arch::Llama => RopeStyle::Interleaved,
+                Arch::Qwen2 => RopeStyle::Half,
+            },
+            activation,
+            context_length: opt_u("context_length").unwrap_or(2048),
+        };
+        cfg.validate(path)?;
+        Ok(cfg)
+    }
+
+    /// Reads the configuration from an HF `config.json`.
+    pub fn from_hf(cfg: &HfConfig, path: &Path) -> Result<Self> {
+        let bad = |detail: String| EngineError::BadModel { path: path.to_path_buf(), detail };
+        let arch_str = cfg
+            .architectures
+            .first()
+            .cloned()
+            .or_else(|| cfg.model_type.clone())
+            .unwrap_or_default();
+        let arch = match arch_str.as_str() {
+            "LlamaForCausalLM" | "llama" | "MistralForCausalLM" | "mistral" => Arch::Llama,
+            "Qwen2ForCausalLM" | "qwen2" => Arch::Qwen2,
+            other => return Err(bad(format!("architecture `{other}` is not supported (supported: LlamaForCausalLM, Qwen2ForCausalLM)"))),
+        };
+        let activation = match cfg.hidden_act.as_deref() {
+            None => Activation::Silu,
+            Some(s) => Activation::parse(s).ok_or_else(|| bad(format!("hidden_act `{s}` is not supported (silu or relu)")))?,
+        };
+        let head_dim = cfg.head_dim.unwrap_or(if cfg.num_attention_heads > 0 {
+            cfg.hidden_size / cfg.num_attention_heads
+        } else {
+            0
+        });
+        let out = ModelConfig {
+            arch,
+            n_layers: cfg.num_hidden_layers,
+            d_model: cfg.hidden_size,
+            d_ff: cfg.intermediate_size,
+            n_heads: cfg.num_attention_heads,
+            n_kv_heads: cfg.num_key_value_heads.unwrap_or(cfg.num_attention_heads),
+            head_dim,
+            vocab_size: cfg.vocab_size,
+            rms_eps: cfg.rms_norm_eps as f32,
+            rope_base: cfg.rope_theta.unwrap_or(10_000.0) as f32,
+            rope_dim: head_dim,
+            rope_style: RopeStyle::Half,
+            activation,
+            context_length: cfg.max_position_embeddings.unwrap_or(2048),
+        };
+        out.validate(path)?;
+        Ok(out)
+    }
+
+    fn validate(&self, path: &Path) -> Result<()> {
+        let bad = |detail: String| Err(EngineError::BadModel { path: path.to_path_buf(), detail });
+        if self.n_layers == 0 || self.d_model == 0 || self.d_ff == 0 || self.n_heads == 0 || self.vocab_size == 0 {
+            return bad(format!("a model dimension is zero: {self:?}"));
+        }
+        if self.n_kv_heads == 0 || self.n_heads % self.n_kv_heads != 0 {
+            return bad(format!("{} query heads are not a multiple of {} key/value heads", self.n_heads, self.n_kv_heads));
+        }
+        if self.head_dim == 0 || self.head_dim % 2 != 0 || self.rope_dim > self.head_dim || self.rope_dim % 2 != 0 {
+            return bad(format!("head_dim {} / rope_dim {} are not valid", self.head_dim, self.rope_dim));
+        }
+        if !(self.rms_eps.is_finite() && self.rope_base.is_finite() && self.rope_base > 0.0) {
+            return bad("rms epsilon or rope base is not a finite positive number".into());
+        }
+        Ok(())
+    }
+
+    /// Query width: `n_heads * head_dim`.
+    pub fn q_dim(&self) -> usize {
+        self.n_heads * self.head_dim
+    }
+
+    /// Key/value width: `n_kv_heads * head_dim`.
+    pub fn kv_dim(&self) -> usize {
+        self.n_kv_heads * self.head_dim
+    }
+}

@@ -1,0 +1,72 @@
+//! The engine's error type.
+
+use std::path::PathBuf;
+
+/// Everything that can go wrong in the engine. Each variant says which file or which step failed.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// The model file could not be read or parsed.
+    #[error(transparent)]
+    Format(#[from] model_format::FormatError),
+    /// The tokenizer or chat template failed.
+    #[error(transparent)]
+    Tokenizer(#[from] model_tokenizer::TokenizerError),
+    /// A kernel rejected its arguments (a shape bug or a malformed weight).
+    #[error("kernel error in {context}: {source}")]
+    Kernel {
+        /// What the engine was doing.
+        context: String,
+        /// The kernel's error.
+        source: kernels_neon::KernelError,
+    },
+    /// The model file is readable but does not describe a model this engine can run.
+    #[error("{path}: {detail}")]
+    BadModel {
+        /// The model file or directory.
+        path: PathBuf,
+        /// What is wrong.
+        detail: String,
+    },
+    /// A tensor the architecture needs is absent.
+    #[error("{path}: missing tensor `{name}`")]
+    MissingTensor {
+        /// The model file or directory.
+        path: PathBuf,
+        /// The tensor's name.
+        name: String,
+    },
+    /// A tensor has the wrong shape for the model's configuration.
+    #[error("{path}: tensor `{name}` has shape {found:?}, expected {expected:?}")]
+    TensorShape {
+        /// The model file or directory.
+        path: PathBuf,
+        /// The tensor's name.
+        name: String,
+        /// Its shape in the file (outermost first).
+        found: Vec<usize>,
+        /// The shape the configuration implies.
+        expected: Vec<usize>,
+    },
+    /// A request the engine cannot serve (context full, empty prompt, bad option).
+    #[error("{0}")]
+    Request(String),
+    /// Fetching the default model failed.
+    #[error("fetching the default model: {0}")]
+    Fetch(String),
+    /// An I/O error on a file other than the model (a corpus, the cache folder).
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+}
+
+/// Shorthand for results in this crate.
+pub type Result<T, E = EngineError> = std::result::Result<T, E>;
+
+pub(crate) fn kernel(context: impl Into<String>) -> impl FnOnce(kernels_neon::KernelError) -> EngineError {
+    let context = context.into();
+    move |source| EngineError::Kernel { context, source }
+}

@@ -1,0 +1,322 @@
+//! The engine: a loaded model, its tokenizer and a thread pool; generation and scoring.
+
+use std::time::{Duration, Instant};
+
+use kernels_neon::Precision;
+use model_tokenizer::{Tokenizer, VocabSpec};
+
+use crate::error::{EngineError, Result};
+use crate::forward::{forward, KvCache, Logits};
+use crate::model::{Model, ModelFile};
+use crate::sampling::{Sampler, SamplerConfig};
+
+/// How to build an [`Engine`].
+#[derive(Debug, Clone)]
+pub struct EngineOptions {
+    /// Compute threads (0: one per core).
+    pub threads: usize,
+    /// `Exact` dequantizes weights and keeps activations in f32; `Fast` quantizes activations to 8 bits
+    /// where the kernels are faster that way.
+    pub precision: Precision,
+    /// Maximum context (prompt + generated tokens); 0 uses the model's training context.
+    pub context: usize,
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        EngineOptions { threads: 0, precision: Precision::Fast, context: 4096 }
+    }
+}
+
+/// A model ready to run.
+pub struct Engine<'a> {
+    model: Model<'a>,
+    tokenizer: Tokenizer,
+    pool: rayon::ThreadPool,
+    opts: EngineOptions,
+    threads: usize,
+}
+
+/// Builds the tokenizer of a model file: from GGUF `tokenizer.ggml.*` metadata, or `tokenizer.json`.
+pub fn load_tokenizer(file: &ModelFile) -> Result<Tokenizer> {
+    match file {
+        ModelFile::Gguf(f) => {
+            let bad = |detail: &str| EngineError::BadModel { path: f.path().to_path_buf(), detail: detail.to_string() };
+            let s = |k: &str| f.get(k).and_then(|v| v.as_str()).map(str::to_string);
+            let u = |k: &str| f.get(k).and_then(|v| v.as_u64()).map(|v| v as u32);
+            let spec = VocabSpec {
+                model: s("tokenizer.ggml.model").ok_or_else(|| bad("metadata key tokenizer.ggml.model is missing"))?,
+                pre: s("tokenizer.ggml.pre"),
+                tokens: f
+                    .get("tokenizer.ggml.tokens")
+                    .and_then(|v| v.to_string_vec())
+                    .ok_or_else(|| bad("metadata key tokenizer.ggml.tokens is missing or not a string array"))?,
+                token_types: match f.get("tokenizer.ggml.token_type") {
+                    None => Vec::new(),
+                    Some(v) => v
+                        .to_i64_vec()
+                        .ok_or_else(|| bad("tokenizer.ggml.token_type is not an integer array"))?
+                        .into_iter()
+                        .map(|t| t as i32)
+                        .collect(),
+                },
+                merges: match f.get("tokenizer.ggml.merges") {
+                    None => Vec::new(),
+                    Some(v) => v.to_string_vec().ok_or_else(|| bad("tokenizer.ggml.merges is not a string array"))?,
+                },
+                bos_id: u("tokenizer.ggml.bos_token_id"),
+                eos_id: u("tokenizer.ggml.eos_token_id"),
+                unk_id: u("tokenizer.ggml.unknown_token_id"),
+                pad_id: u("tokenizer.ggml.padding_token_id"),
+                eot_id: u("tokenizer.ggml.eot_token_id"),
+                add_bos: f.get("tokenizer.ggml.add_bos_token").and_then(|v| v.as_bool()).unwrap_or(false),
+                chat_template: s("tokenizer.chat_template"),
+            };
+            Ok(Tokenizer::from_vocab(&spec)?)
+        }
+        ModelFile::Hf(d) => {
+            let path = d.tokenizer_json().ok_or_else(|| EngineError::BadModel {
+                path: d.dir().to_path_buf(),
+                detail: "tokenizer.json is missing from the model directory".into(),
+            })?;
+            Ok(Tokenizer::from_tokenizer_json(&path)?)
+        }
+    }
+}
+
+/// What to generate.
+#[derive(Debug, Clone)]
+pub struct GenerateRequest {
+    /// Maximum number of new tokens.
+    pub max_tokens: usize,
+    /// Sampling settings.
+    pub sampler: SamplerConfig,
+    /// Generation stops when the text contains one of these (the stop string is not returned).
+    pub stop_strings: Vec<String>,
+    /// Stop at the model's end-of-sequence tokens.
+    pub stop_at_eos: bool,
+}
+
+impl Default for GenerateRequest {
+    fn default() -> Self {
+        GenerateRequest { max_tokens: 128, sampler: SamplerConfig::default(), stop_strings: Vec::new(), stop_at_eos: true }
+    }
+}
+
+/// Why generation ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    /// An end-of-sequence token was generated.
+    Eos,
+    /// A stop string appeared in the text.
+    StopString,
+    /// `max_tokens` were generated.
+    Length,
+    /// The callback asked to stop.
+    Cancelled,
+}
+
+/// Timings of one generation.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct Timings {
+    /// Prompt tokens processed in the prefill.
+    pub prefill_tokens: usize,
+    /// Seconds spent in the prefill (including the first token's logits).
+    pub prefill_s: f64,
+    /// Tokens produced by decode steps (the first generated token comes from the prefill).
+    pub decode_tokens: usize,
+    /// Seconds spent in decode steps.
+    pub decode_s: f64,
+}
+
+impl Timings {
+    /// Prefill tokens per second.
+    pub fn prefill_tok_s(&self) -> f64 {
+        rate(self.prefill_tokens, self.prefill_s)
+    }
+
+    /// Decode tokens per second.
+    pub fn decode_tok_s(&self) -> f64 {
+        rate(self.decode_tokens, self.decode_s)
+    }
+}
+
+fn rate(n: usize, s: f64) -> f64 {
+    if s > 0.0 {
+        n as f64 / s
+    } else {
+        0.0
+    }
+}
+
+/// The result of [`Engine::generate`].
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Generation {
+    /// Prompt token ids.
+    pub prompt_ids: Vec<u32>,
+    /// Generated token ids (an end-of-sequence token, when one ended the generation, is included).
+    pub generated_ids: Vec<u32>,
+    /// Generated text (special tokens and any stop string left out).
+    pub text: String,
+    /// Why it ended.
+    pub stop_reason: StopReason,
+    /// Timings.
+    pub timings: Timings,
+}
+
+/// Returned by the streaming callback.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flow {
+    /// Go on generating.
+    Continue,
+    /// Stop now.
+    Stop,
+}
+
+/// Holds back the end of the text that could still become a stop string.
+fn held_back(text: &str, stops: &[String]) -> usize {
+    let mut hold = 0;
+    for s in stops {
+        for k in (1..s.len()).rev() {
+            if k <= hold {
+                break;
+            }
+            if s.is_char_boundary(k) && text.ends_with(&s[..k]) {
+                hold = k;
+                break;
+            }
+        }
+    }
+    hold
+}
+
+impl<'a> Engine<'a> {
+    /// Loads the model and tokenizer of `file` and starts the thread pool.
+    pub fn new(file: &'a ModelFile, opts: EngineOptions) -> Result<Self> {
+        let model = Model::load(file)?;
+        let tokenizer = load_tokenizer(file)?;
+        let threads = if opts.threads == 0 { std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) } else { opts.threads };
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .thread_name(|i| format!("sparrow-compute-{i}"))
+            .build()
+            .map_err(|e| EngineError::Request(format!("cannot start {threads} compute threads: {e}")))?;
+        let mut opts = opts;
+        if opts.context == 0 || opts.context > model.config.context_length {
+            opts.context = model.config.context_length;
+        }
+        Ok(Engine { model, tokenizer, pool, opts, threads })
+    }
+
+    /// The model.
+    pub fn model(&self) -> &Model<'a> {
+        &self.model
+    }
+
+    /// The tokenizer.
+    pub fn tokenizer(&self) -> &Tokenizer {
+        &self.tokenizer
+    }
+
+    /// Compute threads in use.
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+
+    /// The options in force (context resolved against the model).
+    pub fn options(&self) -> &EngineOptions {
+        &self.opts
+    }
+
+    /// An empty KV cache sized for the engine's context.
+    pub fn new_cache(&self) -> KvCache {
+        KvCache::new(&self.model, self.opts.context)
+    }
+
+    /// One forward step on the engine's thread pool.
+    pub fn forward(&self, cache: &mut KvCache, tokens: &[u32], want: Logits) -> Result<Vec<f32>> {
+        self.pool.install(|| forward(&self.model, cache, tokens, self.opts.precision, want))
+    }
+
+    /// Generates a continuation of `prompt_ids`, calling `on_text` with each new piece of text as soon as
+    /// it is final (stop strings are held back until they can be ruled out).
+    pub fn generate(
+        &self,
+        prompt_ids: &[u32],
+        req: &GenerateRequest,
+        mut on_text: impl FnMut(&str) -> Flow,
+    ) -> Result<Generation> {
+        if prompt_ids.is_empty() {
+            return Err(EngineError::Request("the prompt is empty: give at least one token".into()));
+        }
+        let mut cache = self.new_cache();
+        let mut sampler = Sampler::new(req.sampler.clone());
+        let stop_ids = if req.stop_at_eos { self.tokenizer.stop_ids() } else { Vec::new() };
+        let mut history: Vec<u32> = prompt_ids.to_vec();
+        let mut generated = Vec::new();
+        let mut decoder = self.tokenizer.stream_decoder(true);
+        let mut text = String::new();
+        let mut emitted = 0usize;
+        let mut timings = Timings { prefill_tokens: prompt_ids.len(), ..Default::default() };
+        let mut stop_reason = StopReason::Length;
+
+        let t0 = Instant::now();
+        let mut logits = self.forward(&mut cache, prompt_ids, Logits::Last)?;
+        timings.prefill_s = t0.elapsed().as_secs_f64();
+        let mut decode_time = Duration::ZERO;
+
+        while generated.len() < req.max_tokens {
+            let next = sampler.sample(&mut logits, &history);
+            generated.push(next);
+            history.push(next);
+            if stop_ids.contains(&next) {
+                stop_reason = StopReason::Eos;
+                break;
+            }
+            text.push_str(&decoder.push(next)?);
+            if let Some(at) = req.stop_strings.iter().filter_map(|s| text.find(s.as_str())).min() {
+                text.truncate(at);
+                stop_reason = StopReason::StopString;
+                break;
+            }
+            let safe = text.len() - held_back(&text, &req.stop_strings);
+            if safe > emitted {
+                let flow = on_text(&text[emitted..safe]);
+                emitted = safe;
+                if flow == Flow::Stop {
+                    stop_reason = StopReason::Cancelled;
+                    break;
+                }
+            }
+            if generated.len() >= req.max_tokens {
+                break;
+            }
+            let t = Instant::now();
+            logits = self.forward(&mut cache, &[next], Logits::Last)?;
+            decode_time += t.elapsed();
+            timings.decode_tokens += 1;
+        }
+        if stop_reason != StopReason::StopString {
+            text.push_str(&decoder.finish());
+        }
+        if text.len() > emitted && stop_reason != StopReason::Cancelled {
+            on_text(&text[emitted..]);
+        }
+        timings.decode_s = decode_time.as_secs_f64();
+        Ok(Generation { prompt_ids: prompt_ids.to_vec(), generated_ids: generated, text, stop_reason, timings })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::held_back;
+
+    #[test]
+    fn holds_back_partial_stop_strings() {
+        let stops = vec!["</s>".to_string(), "\n\n".to_string()];
+        assert_eq!(held_back("hello </", &stops), 2);
+        assert_eq!(held_back("hello\n", &stops), 1);
+        assert_eq!(held_back("hello", &stops), 0);
+    }
+}

@@ -1,0 +1,44 @@
+//! Sparrow's inference engine: loads a model (GGUF or HF safetensors directory), builds its tokenizer,
+//! and runs prefill and decode with a KV cache on the CPU kernels of `kernels-neon`.
+//!
+//! This is the only crate that composes the others: `model-format` (file readers), `model-tokenizer`
+//! (tokenizer, chat template) and `kernels-neon` (math).
+//!
+//! # Example
+//! ```no_run
+//! use engine::{Engine, EngineOptions, GenerateRequest, ModelFile, Flow};
+//! let file = ModelFile::open(engine::fetch::ensure_default_model(|l| eprintln!("{l}"))?)?;
+//! let engine = Engine::new(&file, EngineOptions::default())?;
+//! let ids = engine.tokenizer().encode("The capital of France is", false)?;
+//! let out = engine.generate(&ids, &GenerateRequest::default(), |piece| { print!("{piece}"); Flow::Continue })?;
+//! println!("\n{:.1} tok/s", out.timings.decode_tok_s());
+//! # Ok::<(), engine::EngineError>(())
+//! ```
+//!
+//! # Invariants
+//! - Weights are borrowed from the memory map of the [`ModelFile`]; nothing is copied except 1-D norm
+//!   weights and biases (dequantized to f32).
+//! - A failed forward step leaves the KV cache as it was.
+//! - Names and shapes of every tensor are checked at load time: a model that loads runs.
+//! - GGUF llama files keep llama.cpp's permuted Q/K rows and use interleaved RoPE; HF files use
+//!   half-split RoPE: both give the same numbers without rewriting weights.
+
+pub mod config;
+mod error;
+pub mod fetch;
+pub mod forward;
+mod generate;
+pub mod model;
+mod perplexity;
+pub mod sampling;
+pub mod sys;
+
+pub use config::{Activation, Arch, ModelConfig};
+pub use error::{EngineError, Result};
+pub use forward::{KvCache, Logits};
+pub use generate::{load_tokenizer, Engine, EngineOptions, Flow, GenerateRequest, Generation, StopReason, Timings};
+pub use kernels_neon::Precision;
+pub use model::{Model, ModelFile};
+pub use model_tokenizer::{ChatMessage, ChatTemplate, Tokenizer};
+pub use perplexity::{log_sum_exp, PerplexityReport};
+pub use sampling::{Sampler, SamplerConfig};

@@ -1,0 +1,278 @@
+//! Model weights, borrowed from a memory-mapped GGUF file or HF safetensors directory.
+
+use std::path::{Path, PathBuf};
+
+use kernels_neon::{QMatrix, WeightFormat};
+use model_format::{DType, GgufFile, HfDir, TensorView};
+
+use crate::config::{Arch, ModelConfig};
+use crate::error::{kernel, EngineError, Result};
+
+/// An opened model file: GGUF or an HF directory. Owns the memory maps the [`Model`] borrows from.
+pub enum ModelFile {
+    /// A GGUF file.
+    Gguf(GgufFile),
+    /// A Hugging Face directory (`config.json` + safetensors).
+    Hf(HfDir),
+}
+
+impl ModelFile {
+    /// Opens `path`: a directory is read as an HF model, a file as GGUF.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref();
+        if path.is_dir() {
+            Ok(ModelFile::Hf(HfDir::open(path)?))
+        } else {
+            Ok(ModelFile::Gguf(GgufFile::open(path)?))
+        }
+    }
+
+    /// The file or directory path.
+    pub fn path(&self) -> &Path {
+        match self {
+            ModelFile::Gguf(f) => f.path(),
+            ModelFile::Hf(d) => d.dir(),
+        }
+    }
+
+    /// The model's hyper-parameters.
+    pub fn config(&self) -> Result<ModelConfig> {
+        match self {
+            ModelFile::Gguf(f) => ModelConfig::from_gguf(f),
+            ModelFile::Hf(d) => ModelConfig::from_hf(d.config(), d.dir()),
+        }
+    }
+
+    fn tensor(&self, name: &str) -> Option<TensorView<'_>> {
+        match self {
+            ModelFile::Gguf(f) => f.tensor(name),
+            ModelFile::Hf(d) => d.tensor(name),
+        }
+    }
+}
+
+/// Tensor names of one format.
+struct Names {
+    embed: &'static str,
+    output: &'static str,
+    output_norm: &'static str,
+    layer: fn(usize, &str) -> String,
+}
+
+const GGUF_NAMES: Names = Names {
+    embed: "token_embd.weight",
+    output: "output.weight",
+    output_norm: "output_norm.weight",
+    layer: |i, t| {
+        let t = match t {
+            "attn_norm" => "attn_norm.weight",
+            "q" => "attn_q.weight",
+            "k" => "attn_k.weight",
+            "v" => "attn_v.weight",
+            "q_bias" => "attn_q.bias",
+            "k_bias" => "attn_k.bias",
+            "v_bias" => "attn_v.bias",
+            "o" => "attn_output.weight",
+            "ffn_norm" => "ffn_norm.weight",
+            "gate" => "ffn_gate.weight",
+            "up" => "ffn_up.weight",
+            "down" => "ffn_down.weight",
+            other => other,
+        };
+        format!("blk.{i}.{t}")
+    },
+};
+
+const HF_NAMES: Names = Names {
+    embed: "model.embed_tokens.weight",
+    output: "lm_head.weight",
+    output_norm: "model.norm.weight",
+    layer: |i, t| {
+        let t = match t {
+            "attn_norm" => "input_layernorm.weight",
+            "q" => "self_attn.q_proj.weight",
+            "k" => "self_attn.k_proj.weight",
+            "v" => "self_attn.v_proj.weight",
+            "q_bias" => "self_attn.q_proj.bias",
+            "k_bias" => "self_attn.k_proj.bias",
+            "v_bias" => "self_attn.v_proj.bias",
+            "o" => "self_attn.o_proj.weight",
+            "ffn_norm" => "post_attention_layernorm.weight",
+            "gate" => "mlp.gate_proj.weight",
+            "up" => "mlp.up_proj.weight",
+            "down" => "mlp.down_proj.weight",
+            other => other,
+        };
+        format!("model.layers.{i}.{t}")
+    },
+};
+
+/// Weights of one transformer block.
+pub struct Layer<'a> {
+    /// RMSNorm weight before attention.
+    pub attn_norm: Vec<f32>,
+    /// Query projection, `q_dim × d_model`.
+    pub wq: QMatrix<'a>,
+    /// Key projection, `kv_dim × d_model`.
+    pub wk: QMatrix<'a>,
+    /// Value projection, `kv_dim × d_model`.
+    pub wv: QMatrix<'a>,
+    /// Optional q/k/v biases (Qwen2).
+    pub bq: Option<Vec<f32>>,
+    /// Key bias.
+    pub bk: Option<Vec<f32>>,
+    /// Value bias.
+    pub bv: Option<Vec<f32>>,
+    /// Output projection, `d_model × q_dim`.
+    pub wo: QMatrix<'a>,
+    /// RMSNorm weight before the FFN.
+    pub ffn_norm: Vec<f32>,
+    /// Gate projection, `d_ff × d_model` (row i = neuron i).
+    pub gate: QMatrix<'a>,
+    /// Up projection, `d_ff × d_model`.
+    pub up: QMatrix<'a>,
+    /// Down projection, `d_model × d_ff`.
+    pub down: QMatrix<'a>,
+}
+
+/// A loaded model: configuration plus weights borrowed from a [`ModelFile`].
+pub struct Model<'a> {
+    /// Hyper-parameters.
+    pub config: ModelConfig,
+    /// Token embedding, `vocab × d_model`.
+    pub embed: QMatrix<'a>,
+    /// Blocks.
+    pub layers: Vec<Layer<'a>>,
+    /// Final RMSNorm weight.
+    pub output_norm: Vec<f32>,
+    /// Output projection, `vocab × d_model` (the embedding when tied).
+    pub output: QMatrix<'a>,
+    /// Whether the output projection is the embedding.
+    pub tied_embeddings: bool,
+    /// Bytes of weights the model reads per token (all matrices once).
+    pub weight_bytes: usize,
+    path: PathBuf,
+}
+
+/// Maps a file dtype to a kernel weight format.
+pub fn weight_format(dtype: DType) -> Option<WeightFormat> {
+    Some(match dtype {
+        DType::F32 => WeightFormat::F32,
+        DType::F16 => WeightFormat::F16,
+        DType::BF16 => WeightFormat::BF16,
+        DType::Q8_0 => WeightFormat::Q8_0,
+        DType::Q4_0 => WeightFormat::Q4_0,
+        DType::Q4_1 => WeightFormat::Q4_1,
+        _ => return None,
+    })
+}
+
+struct Loader<'f> {
+    file: &'f ModelFile,
+    path: PathBuf,
+}
+
+impl<'f> Loader<'f> {
+    fn view(&self, name: &str) -> Result<TensorView<'f>> {
+        self.file.tensor(name).ok_or_else(|| EngineError::MissingTensor { path: self.path.clone(), name: name.to_string() })
+    }
+
+    fn shape_err(&self, t: &TensorView<'_>, expected: Vec<usize>) -> EngineError {
+        EngineError::TensorShape { path: self.path.clone(), name: t.name.to_string(), found: t.shape.to_vec(), expected }
+    }
+
+    fn matrix(&self, name: &str, rows: usize, cols: usize) -> Result<QMatrix<'f>> {
+        let t = self.view(name)?;
+        if t.shape.len() != 2 || t.shape[0] != rows || t.shape[1] != cols {
+            return Err(self.shape_err(&t, vec![rows, cols]));
+        }
+        let format = weight_format(t.dtype).ok_or_else(|| EngineError::BadModel {
+            path: self.path.clone(),
+            detail: format!("tensor `{name}` has type {} which the kernels do not support yet", t.dtype.name()),
+        })?;
+        QMatrix::new(format, rows, cols, t.data).map_err(kernel(format!("{}: tensor `{name}`", self.path.display())))
+    }
+
+    fn vector(&self, name: &str, len: usize) -> Result<Vec<f32>> {
+        let t = self.view(name)?;
+        if t.n_elements() != len || t.shape.len() != 1 {
+            return Err(self.shape_err(&t, vec![len]));
+        }
+        let format = weight_format(t.dtype).ok_or_else(|| EngineError::BadModel {
+            path: self.path.clone(),
+            detail: format!("vector `{name}` has type {}", t.dtype.name()),
+        })?;
+        let mut out = vec![0.0f32; len];
+        kernels_neon::dequantize_row(format, t.data, &mut out).map_err(kernel(format!("{}: tensor `{name}`", self.path.display())))?;
+        Ok(out)
+    }
+
+    fn optional_vector(&self, name: &str, len: usize) -> Result<Option<Vec<f32>>> {
+        if self.file.tensor(name).is_some() {
+            self.vector(name, len).map(Some)
+        } else {
+            Ok(None)
+        }
+    }
+}
+
+impl<'a> Model<'a> {
+    /// Loads (borrows) every weight of `file`, checking names and shapes against its configuration.
+    pub fn load(file: &'a ModelFile) -> Result<Model<'a>> {
+        let config = file.config()?;
+        let names = match file {
+            ModelFile::Gguf(_) => &GGUF_NAMES,
+            ModelFile::Hf(_) => &HF_NAMES,
+        };
+        let ld = Loader { file, path: file.path().to_path_buf() };
+        let (d, v, ff, q, kv) = (config.d_model, config.vocab_size, config.d_ff, config.q_dim(), config.kv_dim());
+        let embed = ld.matrix(names.embed, v, d)?;
+        let (output, tied) = if file.tensor(names.output).is_some() {
+            (ld.matrix(names.output, v, d)?, false)
+        } else {
+            (embed, true)
+        };
+        let output_norm = ld.vector(names.output_norm, d)?;
+        let mut layers = Vec::with_capacity(config.n_layers);
+        for i in 0..config.n_layers {
+            let n = |t: &str| (names.layer)(i, t);
+            let biased = config.arch == Arch::Qwen2;
+            let bias = |t: &str, len| if biased { ld.vector(&n(t), len).map(Some) } else { ld.optional_vector(&n(t), len) };
+            layers.push(Layer {
+                attn_norm: ld.vector(&n("attn_norm"), d)?,
+                wq: ld.matrix(&n("q"), q, d)?,
+                wk: ld.matrix(&n("k"), kv, d)?,
+                wv: ld.matrix(&n("v"), kv, d)?,
+                bq: bias("q_bias", q)?,
+                bk: bias("k_bias", kv)?,
+                bv: bias("v_bias", kv)?,
+                wo: ld.matrix(&n("o"), d, q)?,
+                ffn_norm: ld.vector(&n("ffn_norm"), d)?,
+                gate: ld.matrix(&n("gate"), ff, d)?,
+                up: ld.matrix(&n("up"), ff, d)?,
+                down: ld.matrix(&n("down"), d, ff)?,
+            });
+        }
+        let bytes = |m: &QMatrix<'_>| m.format().row_bytes(m.cols()).unwrap_or(0) * m.rows();
+        let weight_bytes = layers
+            .iter()
+            .map(|l| [&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down].into_iter().map(bytes).sum::<usize>())
+            .sum::<usize>()
+            + bytes(&output);
+        Ok(Model { config, embed, layers, output_norm, output, tied_embeddings: tied, weight_bytes, path: ld.path })
+    }
+
+    /// The file or directory the weights come from.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Writes the embedding of `token` into `out` (length `d_model`).
+    pub fn embed_token(&self, token: u32, out: &mut [f32]) -> Result<()> {
+        let t = token as usize;
+        if t >= self.config.vocab_size {
+            return Err(EngineError::Request(format!("token id {token} is outside the vocabulary ({})", self.config.vocab_size)));
+        }
+        kernels_neon::dequantize_row(self.embed.format(), self.embed.row_data(t), out).map_err(kernel("embedding"))
+    }
+}

@@ -1,0 +1,19 @@
+//! Process figures: peak resident memory.
+
+/// Peak resident set size of this process in bytes (`VmHWM` on Linux/Android; `None` elsewhere).
+pub fn peak_rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn peak_rss_is_positive_on_linux() {
+        let rss = super::peak_rss_bytes().expect("VmHWM is readable on Linux");
+        assert!(rss > 100_000, "a test process uses more than 100 kB: {rss}");
+    }
+}

@@ -1,0 +1,129 @@
+//! The engine against an independent implementation (HF transformers, fp32) on the real model:
+//! tokenizer ids, per-position top-10 logits, greedy continuations and perplexity.
+
+mod common;
+
+use common::*;
+use engine::{Engine, EngineOptions, GenerateRequest, Logits, ModelFile, Precision};
+
+fn engine_for(file: &ModelFile, precision: Precision) -> Engine<'_> {
+    Engine::new(file, EngineOptions { threads: 0, precision, context: 2048 }).expect("the default model loads")
+}
+
+#[test]
+fn model_file_is_the_one_the_reference_used() {
+    let r = reference();
+    assert_eq!(r["model"]["sha256"].as_str().unwrap(), engine::fetch::DEFAULT_MODEL_SHA256);
+    assert_eq!(r["model"]["package"].as_str().unwrap(), engine::fetch::DEFAULT_MODEL_PACKAGE);
+}
+
+#[test]
+fn tokenizer_matches_reference_ids() {
+    let file = ModelFile::open(model_path()).unwrap();
+    let tok = engine::load_tokenizer(&file).unwrap();
+    let r = reference();
+    let mut cases: Vec<(String, Vec<u32>)> = Vec::new();
+    for c in r["tokenizer_cases"].as_array().unwrap() {
+        cases.push((c["text"].as_str().unwrap().to_string(), ids(&c["ids"])));
+    }
+    for p in r["prompts"].as_array().unwrap() {
+        cases.push((p["text"].as_str().unwrap().to_string(), ids(&p["ids"])));
+    }
+    assert!(cases.len() >= 10, "the reference has tokenizer cases and prompts");
+    for (text, want) in &cases {
+        assert_eq!(&tok.encode(text, false).unwrap(), want, "token ids of {text:?}");
+        // Decoding the ids gives back the text.
+        assert_eq!(&tok.decode(want, false).unwrap(), text, "decode of {text:?}");
+    }
+}
+
+/// How the prompt goes through the model.
+#[derive(Debug, Clone, Copy)]
+enum Path {
+    /// One batched forward step (prefill: matrix-matrix kernels).
+    Batched,
+    /// One token at a time (decode: matrix-vector kernels).
+    Stepwise,
+}
+
+/// Compares every position's top-10 logits and log-sum-exp; returns the largest absolute difference.
+fn logit_drift(engine: &Engine<'_>, prompt: &serde_json::Value, path: Path) -> f64 {
+    let ids = ids(&prompt["ids"]);
+    let vocab = engine.model().config.vocab_size;
+    let mut cache = engine.new_cache();
+    let logits = match path {
+        Path::Batched => engine.forward(&mut cache, &ids, Logits::All).unwrap(),
+        Path::Stepwise => ids.iter().flat_map(|&t| engine.forward(&mut cache, &[t], Logits::Last).unwrap()).collect(),
+    };
+    let positions = prompt["positions"].as_array().unwrap();
+    assert_eq!(positions.len(), ids.len());
+    assert_eq!(logits.len(), ids.len() * vocab);
+    let mut worst = 0.0f64;
+    for (i, pos) in positions.iter().enumerate() {
+        let row = &logits[i * vocab..(i + 1) * vocab];
+        for (id, want) in ids_and_logits(pos) {
+            worst = worst.max((row[id as usize] as f64 - want).abs());
+        }
+        worst = worst.max((engine::log_sum_exp(row) - pos["logsumexp"].as_f64().unwrap()).abs());
+    }
+    worst
+}
+
+fn ids_and_logits(pos: &serde_json::Value) -> Vec<(u32, f64)> {
+    ids(&pos["top10_ids"]).into_iter().zip(floats(&pos["top10_logits"])).collect()
+}
+
+fn greedy(engine: &Engine<'_>, prompt: &serde_json::Value) -> Vec<u32> {
+    let req = GenerateRequest { max_tokens: 32, ..Default::default() };
+    engine.generate(&ids(&prompt["ids"]), &req, |_| engine::Flow::Continue).unwrap().generated_ids
+}
+
+#[test]
+fn exact_mode_matches_reference_logits_and_greedy_text() {
+    let file = ModelFile::open(model_path()).unwrap();
+    let engine = engine_for(&file, Precision::Exact);
+    let r = reference();
+    for p in r["prompts"].as_array().unwrap() {
+        for path in [Path::Batched, Path::Stepwise] {
+            let drift = logit_drift(&engine, p, path);
+            eprintln!("exact mode, {path:?}: max |logit - reference| = {drift:.2e} for {:?}", p["text"].as_str().unwrap());
+            assert!(drift <= 1e-3, "exact-mode logits drift {drift} > 1e-3 ({path:?}) for {}", p["text"]);
+        }
+        assert_eq!(greedy(&engine, p), ids(&p["greedy32_ids"]), "greedy continuation of {}", p["text"]);
+    }
+}
+
+#[test]
+fn fast_mode_keeps_greedy_text_and_reports_drift() {
+    let file = ModelFile::open(model_path()).unwrap();
+    let engine = engine_for(&file, Precision::Fast);
+    let r = reference();
+    let mut worst = 0.0f64;
+    for p in r["prompts"].as_array().unwrap() {
+        for path in [Path::Batched, Path::Stepwise] {
+            let drift = logit_drift(&engine, p, path);
+            worst = worst.max(drift);
+            eprintln!("fast mode, {path:?}: max |logit - reference| = {drift:.2e} for {:?}", p["text"].as_str().unwrap());
+        }
+        assert_eq!(greedy(&engine, p), ids(&p["greedy32_ids"]), "fast-mode greedy continuation of {}", p["text"]);
+    }
+    // 8-bit activations drift; a broken kernel drifts by whole logits. Bound it so the test can fail.
+    assert!(worst < 0.5, "fast-mode drift {worst} is far beyond 8-bit activation noise");
+}
+
+#[test]
+fn exact_mode_perplexity_matches_reference() {
+    let file = ModelFile::open(model_path()).unwrap();
+    let engine = engine_for(&file, Precision::Exact);
+    let r = reference();
+    let ppl_ref = &r["perplexity"];
+    let text = std::fs::read_to_string(shared_dir().join("data").join(ppl_ref["text"].as_str().unwrap())).unwrap();
+    let tokens = engine.tokenizer().encode(&text, false).unwrap();
+    assert_eq!(tokens.len() as u64, ppl_ref["tokens_total_in_file"].as_u64().unwrap(), "token count of the whole file");
+    let window = ppl_ref["window"].as_u64().unwrap() as usize;
+    let windows = ppl_ref["windows"].as_u64().unwrap() as usize;
+    let rep = engine.perplexity(&tokens, window, windows, |_, _| {}).unwrap();
+    let want = ppl_ref["ppl"].as_f64().unwrap();
+    eprintln!("exact-mode perplexity {:.4} (reference {want}), {:.0} tok/s", rep.ppl, rep.tokens_per_s);
+    assert!((rep.ppl - want).abs() <= 0.05, "perplexity {} vs reference {want}", rep.ppl);
+}

@@ -1,0 +1,418 @@
+//! `sparrow`: run LLMs on phone-class hardware from the command line.
+//!
+//! Subcommands: `run` (generate, streaming, with speed figures), `perplexity` (score a text file),
+//! `bench` (prefill/decode speed like llama-bench's pp/tg). `sparrow --help` lists the options.
+
+use std::io::{BufRead, IsTerminal, Write};
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Parser, Subcommand};
+use engine::{
+    ChatMessage, Engine, EngineOptions, Flow, GenerateRequest, Generation, Logits, ModelFile, Precision, SamplerConfig,
+};
+
+#[derive(Parser)]
+#[command(name = "sparrow", version, about = "Run large language models on phone-class hardware")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Generate text from a prompt, or chat.
+    Run(RunArgs),
+    /// Perplexity of a model on a text file (non-overlapping windows, each scored on its own).
+    Perplexity(PplArgs),
+    /// Prefill and decode speed (like llama-bench's pp and tg).
+    Bench(BenchArgs),
+}
+
+#[derive(Args, Clone)]
+struct ModelArgs {
+    /// A GGUF file or an HF directory (config.json + safetensors). Default: SmolLM2-135M-Instruct,
+    /// fetched into the model cache if absent.
+    #[arg(long, short = 'm')]
+    model: Option<PathBuf>,
+    /// Compute threads (0: one per core).
+    #[arg(long, short = 't', default_value_t = 0)]
+    threads: usize,
+    /// Exact mode: dequantized weights, f32 activations (slower; matches a reference implementation).
+    #[arg(long)]
+    exact: bool,
+    /// Context size in tokens (0: the model's training context).
+    #[arg(long, default_value_t = 4096)]
+    ctx: usize,
+}
+
+#[derive(Args)]
+struct RunArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// The prompt (raw completion, or the first user message with --chat).
+    #[arg(long, short = 'p')]
+    prompt: Option<String>,
+    /// Apply the model's chat template; without -p, chat interactively on standard input.
+    #[arg(long)]
+    chat: bool,
+    /// System message for --chat (default: the template's own).
+    #[arg(long)]
+    system: Option<String>,
+    /// Maximum number of tokens to generate.
+    #[arg(long, short = 'n', default_value_t = 128)]
+    n_predict: usize,
+    /// Temperature (0: greedy).
+    #[arg(long = "temp", default_value_t = 0.0)]
+    temperature: f32,
+    /// Top-k (0: off).
+    #[arg(long, default_value_t = 40)]
+    top_k: usize,
+    /// Top-p (1: off).
+    #[arg(long, default_value_t = 0.95)]
+    top_p: f32,
+    /// Min-p (0: off).
+    #[arg(long, default_value_t = 0.05)]
+    min_p: f32,
+    /// Repetition penalty (1: off).
+    #[arg(long, default_value_t = 1.0)]
+    repeat_penalty: f32,
+    /// Tokens the repetition penalty looks back at.
+    #[arg(long, default_value_t = 64)]
+    repeat_last_n: usize,
+    /// Random seed.
+    #[arg(long, short = 's', default_value_t = 0)]
+    seed: u64,
+    /// Stop when the text contains this string (repeatable).
+    #[arg(long)]
+    stop: Vec<String>,
+    /// Keep generating past end-of-sequence tokens.
+    #[arg(long)]
+    ignore_eos: bool,
+    /// Print one JSON object (ids, text, figures) instead of streaming text.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+struct PplArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// The text file to score.
+    #[arg(long, short = 'f')]
+    file: PathBuf,
+    /// Tokens per window.
+    #[arg(long, default_value_t = 512)]
+    window: usize,
+    /// Number of windows (from the start of the file).
+    #[arg(long, default_value_t = 16)]
+    windows: usize,
+    /// Print one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+struct BenchArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// Prompt tokens for the prefill test (pp).
+    #[arg(long, short = 'p', default_value_t = 512)]
+    n_prompt: usize,
+    /// Generated tokens for the decode test (tg).
+    #[arg(long, short = 'n', default_value_t = 128)]
+    n_gen: usize,
+    /// Repetitions of each test (the report gives the mean and spread).
+    #[arg(long, short = 'r', default_value_t = 3)]
+    reps: usize,
+    /// Print one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+fn open_model(args: &ModelArgs, quiet: bool) -> Result<ModelFile> {
+    let path = match &args.model {
+        Some(p) => p.clone(),
+        None => engine::fetch::ensure_default_model(|line| {
+            if !quiet {
+                eprintln!("sparrow: {line}");
+            }
+        })?,
+    };
+    Ok(ModelFile::open(&path)?)
+}
+
+fn engine_options(args: &ModelArgs) -> EngineOptions {
+    EngineOptions {
+        threads: args.threads,
+        precision: if args.exact { Precision::Exact } else { Precision::Fast },
+        context: args.ctx,
+    }
+}
+
+fn precision_name(p: Precision) -> &'static str {
+    match p {
+        Precision::Exact => "exact",
+        Precision::Fast => "fast",
+    }
+}
+
+fn mib(bytes: u64) -> f64 {
+    bytes as f64 / (1024.0 * 1024.0)
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Run(a) => cmd_run(a),
+        Command::Perplexity(a) => cmd_perplexity(a),
+        Command::Bench(a) => cmd_bench(a),
+    }
+}
+
+fn figures_line(load_s: f64, g: &Generation) -> String {
+    let t = &g.timings;
+    format!(
+        "load {:.2} s | prefill {} tok, {:.1} tok/s | decode {} tok, {:.1} tok/s | peak RSS {:.1} MiB",
+        load_s,
+        t.prefill_tokens,
+        t.prefill_tok_s(),
+        t.decode_tokens,
+        t.decode_tok_s(),
+        mib(engine::sys::peak_rss_bytes().unwrap_or(0)),
+    )
+}
+
+fn cmd_run(a: RunArgs) -> Result<()> {
+    let t0 = Instant::now();
+    let file = open_model(&a.model, a.json)?;
+    let eng = Engine::new(&file, engine_options(&a.model))
+        .with_context(|| format!("loading {}", file.path().display()))?;
+    let load_s = t0.elapsed().as_secs_f64();
+    let req = GenerateRequest {
+        max_tokens: a.n_predict,
+        sampler: SamplerConfig {
+            temperature: a.temperature,
+            top_k: a.top_k,
+            top_p: a.top_p,
+            min_p: a.min_p,
+            repeat_penalty: a.repeat_penalty,
+            repeat_last_n: a.repeat_last_n,
+            seed: a.seed,
+        },
+        stop_strings: a.stop.clone(),
+        stop_at_eos: !a.ignore_eos,
+    };
+    if a.chat && a.prompt.is_none() {
+        if a.json {
+            bail!("--json needs a prompt (-p); interactive chat streams text");
+        }
+        return chat_loop(&eng, &a, &req, load_s);
+    }
+    let Some(user) = a.prompt.clone() else { bail!("give a prompt with -p \"...\", or --chat to chat interactively") };
+    let prompt_text = if a.chat {
+        let mut msgs = Vec::new();
+        if let Some(s) = &a.system {
+            msgs.push(ChatMessage { role: "system".into(), content: s.clone() });
+        }
+        msgs.push(ChatMessage { role: "user".into(), content: user });
+        render_chat(&eng, &msgs)?
+    } else {
+        user
+    };
+    let ids = eng.tokenizer().encode(&prompt_text, eng.tokenizer().bos_id().is_some() && add_bos(&file))?;
+    if a.json {
+        let g = eng.generate(&ids, &req, |_| Flow::Continue)?;
+        let t = &g.timings;
+        let out = serde_json::json!({
+            "model": file.path(),
+            "precision": precision_name(eng.options().precision),
+            "threads": eng.threads(),
+            "prompt_ids": g.prompt_ids,
+            "generated_ids": g.generated_ids,
+            "text": g.text,
+            "stop_reason": g.stop_reason,
+            "load_s": load_s,
+            "prefill_tokens": t.prefill_tokens,
+            "prefill_s": t.prefill_s,
+            "prefill_tok_s": t.prefill_tok_s(),
+            "decode_tokens": t.decode_tokens,
+            "decode_s": t.decode_s,
+            "decode_tok_s": t.decode_tok_s(),
+            "peak_rss_bytes": engine::sys::peak_rss_bytes(),
+        });
+        println!("{}", serde_json::to_string(&out)?);
+        return Ok(());
+    }
+    let g = stream(&eng, &ids, &req, if a.chat { "" } else { &prompt_text })?;
+    eprintln!("\n{}", figures_line(load_s, &g));
+    Ok(())
+}
+
+/// Whether the model wants a BOS token in front of a raw prompt (GGUF `tokenizer.ggml.add_bos_token`).
+fn add_bos(file: &ModelFile) -> bool {
+    match file {
+        ModelFile::Gguf(f) => f.get("tokenizer.ggml.add_bos_token").and_then(|v| v.as_bool()).unwrap_or(false),
+        ModelFile::Hf(_) => false,
+    }
+}
+
+fn render_chat(eng: &Engine<'_>, msgs: &[ChatMessage]) -> Result<String> {
+    let tok = eng.tokenizer();
+    let piece = |id: Option<u32>| id.and_then(|i| tok.id_to_piece(i)).unwrap_or("").to_string();
+    let fallback = engine::ChatTemplate::chatml();
+    let tpl = tok.chat_template().unwrap_or(&fallback);
+    Ok(tpl.render(msgs, true, &piece(tok.bos_id()), &piece(tok.eos_id()))?)
+}
+
+/// Streams generated text to stdout. When stdout is not a terminal and stderr is, a live line on
+/// stderr shows tokens and tok/s while the text goes to the file or pipe.
+fn stream(eng: &Engine<'_>, ids: &[u32], req: &GenerateRequest, echo: &str) -> Result<Generation> {
+    let mut out = std::io::stdout().lock();
+    write!(out, "{echo}")?;
+    out.flush()?;
+    let live = !std::io::stdout().is_terminal() && std::io::stderr().is_terminal();
+    let bar = if live {
+        let b = indicatif::ProgressBar::new_spinner();
+        b.set_style(indicatif::ProgressStyle::with_template("{spinner} {pos} tokens, {per_sec}").expect("static template"));
+        Some(b)
+    } else {
+        None
+    };
+    let g = eng.generate(ids, req, |piece| {
+        if let Some(b) = &bar {
+            b.inc(1);
+        }
+        if write!(out, "{piece}").and_then(|_| out.flush()).is_err() {
+            return Flow::Stop; // stdout closed (e.g. `| head`): stop quietly
+        }
+        Flow::Continue
+    })?;
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    Ok(g)
+}
+
+fn chat_loop(eng: &Engine<'_>, a: &RunArgs, req: &GenerateRequest, load_s: f64) -> Result<()> {
+    let mut msgs: Vec<ChatMessage> = Vec::new();
+    if let Some(s) = &a.system {
+        msgs.push(ChatMessage { role: "system".into(), content: s.clone() });
+    }
+    eprintln!("sparrow: chatting with {} (empty line or Ctrl-D to quit)", eng.model().path().display());
+    let stdin = std::io::stdin();
+    let mut lines = stdin.lock().lines();
+    loop {
+        eprint!("> ");
+        std::io::stderr().flush()?;
+        let Some(line) = lines.next() else { break };
+        let line = line?;
+        if line.trim().is_empty() {
+            break;
+        }
+        msgs.push(ChatMessage { role: "user".into(), content: line });
+        let ids = eng.tokenizer().encode(&render_chat(eng, &msgs)?, false)?;
+        let g = stream(eng, &ids, req, "")?;
+        println!();
+        eprintln!("[{}]", figures_line(load_s, &g));
+        msgs.push(ChatMessage { role: "assistant".into(), content: g.text });
+    }
+    Ok(())
+}
+
+fn cmd_perplexity(a: PplArgs) -> Result<()> {
+    let file = open_model(&a.model, a.json)?;
+    let eng = Engine::new(&file, engine_options(&a.model))?;
+    let text = std::fs::read_to_string(&a.file).with_context(|| format!("reading {}", a.file.display()))?;
+    let tokens = eng.tokenizer().encode(&text, false)?;
+    let bar = indicatif::ProgressBar::new(a.windows as u64);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} windows, {elapsed} elapsed, ETA {eta}").expect("static template"),
+    );
+    if !std::io::stderr().is_terminal() {
+        bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+    }
+    let r = eng.perplexity(&tokens, a.window, a.windows, |done, _| bar.set_position(done as u64))?;
+    bar.finish_and_clear();
+    if a.json {
+        let mut v = serde_json::to_value(&r)?;
+        v["model"] = serde_json::json!(file.path());
+        v["file"] = serde_json::json!(a.file);
+        v["precision"] = serde_json::json!(precision_name(eng.options().precision));
+        println!("{}", serde_json::to_string(&v)?);
+    } else {
+        println!(
+            "perplexity {:.4} (mean NLL {:.6}) over {} windows of {} tokens of {} ({} tokens in file), {:.1} tok/s, {} mode",
+            r.ppl,
+            r.mean_nll,
+            r.windows,
+            r.window,
+            a.file.display(),
+            r.tokens_in_text,
+            r.tokens_per_s,
+            precision_name(eng.options().precision)
+        );
+    }
+    Ok(())
+}
+
+fn mean_sd(xs: &[f64]) -> (f64, f64) {
+    let n = xs.len().max(1) as f64;
+    let m = xs.iter().sum::<f64>() / n;
+    let var = xs.iter().map(|x| (x - m) * (x - m)).sum::<f64>() / n;
+    (m, var.sqrt())
+}
+
+fn cmd_bench(a: BenchArgs) -> Result<()> {
+    let file = open_model(&a.model, a.json)?;
+    let eng = Engine::new(&file, engine_options(&a.model))?;
+    let vocab = eng.model().config.vocab_size as u32;
+    // Deterministic pseudo-random tokens, like llama-bench (content does not change dense speed).
+    let tokens: Vec<u32> = (0..a.n_prompt.max(1) as u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 7) % vocab).collect();
+    let mut pp = Vec::new();
+    let mut tg = Vec::new();
+    // Warm-up: page the weights in.
+    let mut cache = eng.new_cache();
+    eng.forward(&mut cache, &tokens[..1], Logits::Last)?;
+    for _ in 0..a.reps.max(1) {
+        if a.n_prompt > 0 {
+            let mut cache = eng.new_cache();
+            let t = Instant::now();
+            eng.forward(&mut cache, &tokens, Logits::Last)?;
+            pp.push(a.n_prompt as f64 / t.elapsed().as_secs_f64());
+        }
+        if a.n_gen > 0 {
+            let mut cache = eng.new_cache();
+            let mut tok = tokens[0];
+            let t = Instant::now();
+            for _ in 0..a.n_gen {
+                let logits = eng.forward(&mut cache, &[tok], Logits::Last)?;
+                tok = engine::sampling::argmax(&logits);
+            }
+            tg.push(a.n_gen as f64 / t.elapsed().as_secs_f64());
+        }
+    }
+    let (pm, ps) = mean_sd(&pp);
+    let (tm, ts) = mean_sd(&tg);
+    let prec = precision_name(eng.options().precision);
+    if a.json {
+        let v = serde_json::json!({
+            "model": file.path(), "threads": eng.threads(), "precision": prec,
+            "n_prompt": a.n_prompt, "n_gen": a.n_gen, "reps": a.reps,
+            "pp_tok_s": pm, "pp_tok_s_sd": ps, "tg_tok_s": tm, "tg_tok_s_sd": ts,
+            "pp_runs": pp, "tg_runs": tg, "weight_bytes": eng.model().weight_bytes,
+            "peak_rss_bytes": engine::sys::peak_rss_bytes(),
+        });
+        println!("{}", serde_json::to_string(&v)?);
+    } else {
+        println!("model: {} | threads {} | {} mode | {:.1} MiB weights read per token", file.path().display(), eng.threads(), prec, mib(eng.model().weight_bytes as u64));
+        if !pp.is_empty() {
+            println!("pp{:<5} {:>8.1} ± {:.1} tok/s", a.n_prompt, pm, ps);
+        }
+        if !tg.is_empty() {
+            println!("tg{:<5} {:>8.1} ± {:.1} tok/s  ({:.2} GB/s of weights)", a.n_gen, tm, ts, tm * eng.model().weight_bytes as f64 / 1e9);
+        }
+    }
+    Ok(())
+}

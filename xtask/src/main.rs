@@ -1,0 +1,117 @@
+//! Project automation, in the style of rust-analyzer's xtask: `cargo xtask <command>`.
+//!
+//! - `ci`: everything CI checks, in order: tool setup, the whole test suite (release profile), the
+//!   kernels' aarch64 tests under qemu, and `cargo check` of the library crates for aarch64-linux-android.
+//! - `setup`: installs what the tests need (rustup targets; Debian's aarch64 cross toolchain and qemu).
+//! - `test-aarch64`: runs the kernel tests for aarch64-unknown-linux-gnu under qemu.
+//! - `check-android`: `cargo check` of the library crates for aarch64-linux-android (no NDK: no linking).
+//!
+//! Invariant: every step that CI needs is here or in a test's own setup; `.ci/run` only calls `cargo xtask ci`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{bail, Context, Result};
+
+/// Library crates checked for Android (everything but the binaries).
+const ANDROID_CRATES: &[&str] = &["kernels-neon", "model-format", "model-tokenizer", "engine"];
+/// Crates whose tests run under qemu on aarch64.
+const AARCH64_TEST_CRATES: &[&str] = &["kernels-neon"];
+/// Debian packages for the aarch64 cross tests.
+const APT_PACKAGES: &[&str] = &["gcc-aarch64-linux-gnu", "libc6-dev-arm64-cross", "qemu-user"];
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask sits in the workspace root").to_path_buf()
+}
+
+fn run(cmd: &mut Command) -> Result<()> {
+    eprintln!("xtask: $ {:?}", cmd);
+    let status = cmd.status().with_context(|| format!("starting {:?}", cmd.get_program()))?;
+    if !status.success() {
+        bail!("{:?} failed: {status}", cmd.get_program());
+    }
+    Ok(())
+}
+
+fn cargo() -> Command {
+    let mut c = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    c.current_dir(root());
+    c
+}
+
+fn have(program: &str) -> bool {
+    Command::new("sh").arg("-c").arg(format!("command -v {program} >/dev/null 2>&1")).status().is_ok_and(|s| s.success())
+}
+
+fn setup() -> Result<()> {
+    let installed = String::from_utf8(Command::new("rustup").args(["target", "list", "--installed"]).output()?.stdout)?;
+    for target in ["aarch64-unknown-linux-gnu", "aarch64-linux-android"] {
+        if !installed.lines().any(|l| l.trim() == target) {
+            run(Command::new("rustup").args(["target", "add", target]))?;
+        }
+    }
+    let missing = !have("aarch64-linux-gnu-gcc") || !have("qemu-aarch64") || !Path::new("/usr/aarch64-linux-gnu/lib").is_dir();
+    if missing {
+        let sudo: &[&str] = if have("sudo") && !is_root() { &["sudo"] } else { &[] };
+        let apt = |args: &[&str]| {
+            let mut c = Command::new(sudo.first().copied().unwrap_or("apt-get"));
+            if !sudo.is_empty() {
+                c.arg("apt-get");
+            }
+            c.args(args).env("DEBIAN_FRONTEND", "noninteractive");
+            run(&mut c)
+        };
+        apt(&["update", "-qq"])?;
+        let mut args = vec!["install", "-y", "-qq", "--no-install-recommends"];
+        args.extend_from_slice(APT_PACKAGES);
+        apt(&args)?;
+    }
+    Ok(())
+}
+
+fn is_root() -> bool {
+    Command::new("id").arg("-u").output().map(|o| o.stdout.starts_with(b"0")).unwrap_or(false)
+}
+
+fn test_aarch64() -> Result<()> {
+    let mut c = cargo();
+    c.args(["test", "--release", "--target", "aarch64-unknown-linux-gnu"]);
+    for k in AARCH64_TEST_CRATES {
+        c.args(["-p", k]);
+    }
+    // Property tests are slow under emulation; fewer cases still cover every path.
+    c.env("PROPTEST_CASES", std::env::var("PROPTEST_CASES").unwrap_or_else(|_| "64".into()));
+    run(&mut c)
+}
+
+fn check_android() -> Result<()> {
+    let mut c = cargo();
+    c.args(["check", "--target", "aarch64-linux-android"]);
+    for k in ANDROID_CRATES {
+        c.args(["-p", k]);
+    }
+    run(&mut c)
+}
+
+fn ci() -> Result<()> {
+    setup()?;
+    run(cargo().args(["test", "--workspace", "--release"]))?;
+    test_aarch64()?;
+    check_android()?;
+    eprintln!("xtask: ci passed");
+    Ok(())
+}
+
+fn main() -> Result<()> {
+    let task = std::env::args().nth(1).unwrap_or_default();
+    match task.as_str() {
+        "ci" => ci(),
+        "setup" => setup(),
+        "test-aarch64" => test_aarch64(),
+        "check-android" => check_android(),
+        _ => {
+            eprintln!("usage: cargo xtask <ci | setup | test-aarch64 | check-android>");
+            bail!("unknown task `{task}`")
+        }
+    }
+}

@@ -1,0 +1,136 @@
+//! Architecture invariants, checked on the real workspace (see docs/ARCHITECTURE.md):
+//! the layering of crates (from `cargo metadata`) and which crates may do what (from their sources).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+/// Layer of each workspace crate. A crate may depend (normal or build dependency) only on crates of a
+/// strictly lower layer; layer 0 depends on no workspace crate.
+fn layer(name: &str) -> Option<u32> {
+    Some(match name {
+        "ufs-io" | "kernels-neon" | "npu-qnn-sys" | "model-format" | "model-tokenizer" => 0,
+        "neuron-cache" | "predictor" | "planner" => 1,
+        "engine" => 2,
+        "sparrow" | "xtask" => 3,
+        _ => return None,
+    })
+}
+
+fn workspace_deps() -> BTreeMap<String, BTreeSet<String>> {
+    let out = Command::new(env!("CARGO"))
+        .args(["metadata", "--format-version", "1", "--no-deps", "--offline"])
+        .current_dir(root())
+        .output()
+        .expect("cargo metadata runs");
+    assert!(out.status.success(), "cargo metadata failed: {}", String::from_utf8_lossy(&out.stderr));
+    let meta: serde_json::Value = serde_json::from_slice(&out.stdout).expect("cargo metadata prints JSON");
+    let packages = meta["packages"].as_array().expect("packages array");
+    let names: BTreeSet<String> = packages.iter().map(|p| p["name"].as_str().unwrap().to_string()).collect();
+    packages
+        .iter()
+        .map(|p| {
+            let deps = p["dependencies"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|d| d["kind"].as_str() != Some("dev"))
+                .map(|d| d["name"].as_str().unwrap().to_string())
+                .filter(|d| names.contains(d))
+                .collect();
+            (p["name"].as_str().unwrap().to_string(), deps)
+        })
+        .collect()
+}
+
+#[test]
+fn every_crate_has_a_layer_and_depends_only_downwards() {
+    let deps = workspace_deps();
+    assert!(deps.contains_key("engine") && deps.contains_key("kernels-neon"), "metadata lists the workspace: {deps:?}");
+    let mut errors = Vec::new();
+    for (krate, ds) in &deps {
+        let Some(l) = layer(krate) else {
+            errors.push(format!("crate `{krate}` has no layer: add it to layer() and docs/ARCHITECTURE.md"));
+            continue;
+        };
+        for d in ds {
+            match layer(d) {
+                Some(dl) if dl < l => {}
+                _ => errors.push(format!("`{krate}` (layer {l}) depends on `{d}` (layer {:?})", layer(d))),
+            }
+        }
+    }
+    assert!(errors.is_empty(), "layering violations:\n{}", errors.join("\n"));
+}
+
+#[test]
+fn crates_above_engine_reach_layer_1_only_through_engine() {
+    for (krate, ds) in &workspace_deps() {
+        if layer(krate) == Some(3) {
+            let direct: Vec<_> = ds.iter().filter(|d| layer(d) == Some(1)).collect();
+            assert!(direct.is_empty(), "`{krate}` uses layer-1 crates directly (go through engine): {direct:?}");
+        }
+    }
+}
+
+fn rust_sources(dir: &Path, out: &mut Vec<PathBuf>) {
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            rust_sources(&p, out);
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push(p);
+        }
+    }
+}
+
+/// Crates (by directory under crates/) whose `src/` mentions `needle`.
+fn crates_using(needle: &str) -> BTreeSet<String> {
+    let mut found = BTreeSet::new();
+    for e in std::fs::read_dir(root().join("crates")).unwrap().flatten() {
+        let src = e.path().join("src");
+        if !src.is_dir() {
+            continue;
+        }
+        let mut files = Vec::new();
+        rust_sources(&src, &mut files);
+        if files.iter().any(|f| std::fs::read_to_string(f).unwrap().contains(needle)) {
+            found.insert(e.file_name().to_string_lossy().into_owned());
+        }
+    }
+    found
+}
+
+#[test]
+fn only_npu_qnn_sys_loads_libraries() {
+    for needle in ["libloading", "dlopen"] {
+        let users = crates_using(needle);
+        assert!(users.iter().all(|c| c == "npu-qnn-sys"), "`{needle}` used outside npu-qnn-sys: {users:?}");
+    }
+}
+
+#[test]
+fn only_the_io_crates_map_or_read_weight_files() {
+    // model-format memory-maps model files; ufs-io (flash offload) does direct reads. Nobody else.
+    for needle in ["memmap2", "Mmap", "O_DIRECT"] {
+        let users = crates_using(needle);
+        assert!(
+            users.iter().all(|c| c == "model-format" || c == "ufs-io"),
+            "`{needle}` used outside model-format/ufs-io: {users:?}"
+        );
+    }
+}
+
+#[test]
+fn every_lib_rs_opens_with_crate_docs() {
+    for e in std::fs::read_dir(root().join("crates")).unwrap().flatten() {
+        let lib = e.path().join("src/lib.rs");
+        if let Ok(text) = std::fs::read_to_string(&lib) {
+            assert!(text.trim_start().starts_with("//!"), "{} must open with //! docs", lib.display());
+        }
+    }
+}
