@@ -96,7 +96,7 @@ impl ModelConfig {
         let opt_f = |k: &str| file.get(&key(k)).and_then(|v| v.as_f64());
         let d_model = req_u("embedding_length")?;
         let n_heads = req_u("attention.head_count")?;
-        let head_dim = opt_u("attention.key_length").unwrap_or(if n_heads > 0 { d_model / n_heads } else { 0 });
+        let head_dim = opt_u("attention.key_length").unwrap_or(d_model.checked_div(n_heads).unwrap_or(0));
         let vocab_size = match opt_u("vocab_size") {
             Some(v) => v,
             None => file
@@ -152,11 +152,7 @@ impl ModelConfig {
             None => Activation::Silu,
             Some(s) => Activation::parse(s).ok_or_else(|| bad(format!("hidden_act `{s}` is not supported (silu or relu)")))?,
         };
-        let head_dim = cfg.head_dim.unwrap_or(if cfg.num_attention_heads > 0 {
-            cfg.hidden_size / cfg.num_attention_heads
-        } else {
-            0
-        });
+        let head_dim = cfg.head_dim.unwrap_or(cfg.hidden_size.checked_div(cfg.num_attention_heads).unwrap_or(0));
         let out = ModelConfig {
             arch,
             n_layers: cfg.num_hidden_layers,

@@ -13,7 +13,7 @@ pub enum ModelFile {
     /// A GGUF file.
     Gguf(GgufFile),
     /// A Hugging Face directory (`config.json` + safetensors).
-    Hf(HfDir),
+    Hf(Box<HfDir>),
 }
 
 impl ModelFile {
@@ -21,7 +21,7 @@ impl ModelFile {
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
         if path.is_dir() {
-            Ok(ModelFile::Hf(HfDir::open(path)?))
+            Ok(ModelFile::Hf(Box::new(HfDir::open(path)?)))
         } else {
             Ok(ModelFile::Gguf(GgufFile::open(path)?))
         }

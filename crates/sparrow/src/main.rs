@@ -221,7 +221,8 @@ fn cmd_run(a: RunArgs) -> Result<()> {
     } else {
         user
     };
-    let ids = eng.tokenizer().encode(&prompt_text, eng.tokenizer().bos_id().is_some() && add_bos(&file))?;
+    // Chat templates write their own BOS; raw prompts get one where the model asks for it.
+    let ids = eng.tokenizer().encode(&prompt_text, !a.chat && eng.tokenizer().add_bos_default())?;
     if a.json {
         let g = eng.generate(&ids, &req, |_| Flow::Continue)?;
         let t = &g.timings;
@@ -248,14 +249,6 @@ fn cmd_run(a: RunArgs) -> Result<()> {
     let g = stream(&eng, &ids, &req, if a.chat { "" } else { &prompt_text })?;
     eprintln!("\n{}", figures_line(load_s, &g));
     Ok(())
-}
-
-/// Whether the model wants a BOS token in front of a raw prompt (GGUF `tokenizer.ggml.add_bos_token`).
-fn add_bos(file: &ModelFile) -> bool {
-    match file {
-        ModelFile::Gguf(f) => f.get("tokenizer.ggml.add_bos_token").and_then(|v| v.as_bool()).unwrap_or(false),
-        ModelFile::Hf(_) => false,
-    }
 }
 
 fn render_chat(eng: &Engine<'_>, msgs: &[ChatMessage]) -> Result<String> {
