@@ -2,7 +2,9 @@
 //! matmul in GFLOP/s (criterion's "elements" = flops), on a 2-thread pool.
 //!
 //! `cargo bench -p kernels-neon --bench kernels` (set `SPARROW_KERNELS=scalar`
-//! to measure the scalar fallback).
+//! to measure the scalar fallback, `BENCH_THREADS=n` for the pool size).
+//! matvec ids are `matvec/<format>/<precision>/<rows>x<cols>` with precision
+//! `Exact` (f32 activations), `Fast` (16-bit activations) or `Int8`.
 #![allow(missing_docs)]
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
@@ -77,7 +79,7 @@ fn bench_matvec(c: &mut Criterion) {
             .collect();
         let mut y = vec![0f32; rows];
         g.throughput(Throughput::Bytes(data.len() as u64));
-        for precision in [Precision::Fast, Precision::Exact] {
+        for precision in [Precision::Exact, Precision::Fast, Precision::Int8] {
             let id = BenchmarkId::new(
                 format!("{format:?}/{precision:?}"),
                 format!("{rows}x{cols}"),

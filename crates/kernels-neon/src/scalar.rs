@@ -8,7 +8,7 @@
 
 use half::{bf16, f16};
 
-use crate::quant::QActs;
+use crate::quant::{QActs, QActs16};
 use crate::{QMatrix, WeightFormat};
 
 /// Reads a little-endian IEEE half at byte offset `i`.
@@ -87,7 +87,7 @@ pub(crate) fn dot_exact(format: WeightFormat, row: &[u8], x: &[f32]) -> f32 {
 
 /// Integer dot product of one quantized weight row with 8-bit activations.
 /// Only called for quantized formats.
-pub(crate) fn dot_fast(format: WeightFormat, row: &[u8], xq: &QActs) -> f32 {
+pub(crate) fn dot_int8(format: WeightFormat, row: &[u8], xq: &QActs) -> f32 {
     let mut acc = 0f32;
     match format {
         WeightFormat::Q8_0 => {
@@ -138,10 +138,52 @@ pub(crate) fn matvec_exact(w: &QMatrix<'_>, r0: usize, x: &[f32], y: &mut [f32])
     }
 }
 
-/// y[i] = dot(W[r0 + i], xq), integer path.
-pub(crate) fn matvec_fast(w: &QMatrix<'_>, r0: usize, xq: &QActs, y: &mut [f32]) {
+/// y[i] = dot(W[r0 + i], xq), 8-bit activation integer path.
+pub(crate) fn matvec_int8(w: &QMatrix<'_>, r0: usize, xq: &QActs, y: &mut [f32]) {
     for (i, yv) in y.iter_mut().enumerate() {
-        *yv = dot_fast(w.format(), w.row_data(r0 + i), xq);
+        *yv = dot_int8(w.format(), w.row_data(r0 + i), xq);
+    }
+}
+
+/// Integer dot product of one quantized weight row with 16-bit activations:
+/// per block an exact i32 sum of `q_w * q_x` (|q_w| <= 128, |q_x| <= 32767,
+/// 32 terms: below 2^28), scaled by `d_w * d_x` in f32, plus `m * s` for Q4_1.
+/// Only called for quantized formats.
+pub(crate) fn dot_i16(format: WeightFormat, row: &[u8], xq: &QActs16) -> f32 {
+    let bb = format.block_bytes();
+    let mut acc = 0f32;
+    for (b, blk) in row.chunks_exact(bb).enumerate() {
+        let qx = &xq.qs[b * 32..b * 32 + 32];
+        let mut isum = 0i32;
+        match format {
+            WeightFormat::Q8_0 => {
+                for (&w, &x) in blk[2..34].iter().zip(qx) {
+                    isum += i32::from(w as i8) * i32::from(x);
+                }
+            }
+            WeightFormat::Q4_0 | WeightFormat::Q4_1 => {
+                let (qoff, off) = if format == WeightFormat::Q4_0 { (2, 8) } else { (4, 0) };
+                for j in 0..16 {
+                    let q = blk[qoff + j];
+                    isum += (i32::from(q & 0xF) - off) * i32::from(qx[j]);
+                    isum += (i32::from(q >> 4) - off) * i32::from(qx[j + 16]);
+                }
+            }
+            // Float formats never take the integer path (see `matvec`).
+            WeightFormat::F32 | WeightFormat::F16 | WeightFormat::BF16 => return 0.0,
+        }
+        acc += f16_at(blk, 0) * xq.d[b] * isum as f32;
+        if format == WeightFormat::Q4_1 {
+            acc += f16_at(blk, 2) * xq.s[b];
+        }
+    }
+    acc
+}
+
+/// y[i] = dot(W[r0 + i], xq), 16-bit activation integer path.
+pub(crate) fn matvec_i16(w: &QMatrix<'_>, r0: usize, xq: &QActs16, y: &mut [f32]) {
+    for (i, yv) in y.iter_mut().enumerate() {
+        *yv = dot_i16(w.format(), w.row_data(r0 + i), xq);
     }
 }
 

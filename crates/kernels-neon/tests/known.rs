@@ -96,7 +96,7 @@ fn matvec_known_values_every_path() {
     let w = QMatrix::new(WeightFormat::Q4_1, 1, 32, &row).unwrap();
     let x = vec![1.0f32; 32];
     for path in available_paths() {
-        for p in [Precision::Exact, Precision::Fast] {
+        for p in [Precision::Exact, Precision::Fast, Precision::Int8] {
             let mut y = [0f32];
             matvec_with(path, &w, &x, &mut y, p).unwrap();
             assert!((y[0] - 112.0).abs() < 1e-4, "{path:?} {p:?}: {}", y[0]);
@@ -296,9 +296,9 @@ fn print_available_paths() {
 }
 
 #[test]
-fn fast_paths_identical_on_ties() {
+fn int8_paths_identical_on_ties() {
     // amax = 127 gives scale 1, so x = k + 0.5 are exact rounding ties; every
-    // path must quantize them the same way (ties to even), so Fast results
+    // path must quantize them the same way (ties to even), so Int8 results
     // agree to float rounding.
     let x: Vec<f32> = (0..64)
         .map(|j| {
@@ -316,15 +316,95 @@ fn fast_paths_identical_on_ties() {
     }
     let w = QMatrix::new(WeightFormat::Q8_0, 1, 64, &row).unwrap();
     let mut ys = [0f32];
-    matvec_with(KernelPath::Scalar, &w, &x, &mut ys, Precision::Fast).unwrap();
+    matvec_with(KernelPath::Scalar, &w, &x, &mut ys, Precision::Int8).unwrap();
     for path in available_paths() {
         let mut y = [0f32];
-        matvec_with(path, &w, &x, &mut y, Precision::Fast).unwrap();
+        matvec_with(path, &w, &x, &mut y, Precision::Int8).unwrap();
         assert!(
             (y[0] - ys[0]).abs() <= 1e-5 * ys[0].abs(),
             "{path:?}: {} vs {}",
             y[0],
             ys[0]
         );
+    }
+}
+
+#[test]
+fn i16_quantizer_known_values() {
+    // Block 0: amax = 32767 gives d = 1 and id = 1, so k + 0.5 are exact
+    // rounding ties: to even on every path. Block 1: amax = 0 (all zero,
+    // d = 0, s = 0). Block 2: amax = 2 from a negative value (d = 2/32767).
+    let mut x = vec![0f32; 96];
+    let ties = [
+        (0.5f32, 0i16),
+        (1.5, 2),
+        (2.5, 2),
+        (-0.5, 0),
+        (-1.5, -2),
+        (-2.5, -2),
+        (3.49, 3),
+        (-3.51, -4),
+        (32765.5, 32766),
+        (-32766.5, -32766),
+        (32767.0, 32767),
+    ];
+    for (j, &(v, _)) in ties.iter().enumerate() {
+        x[j] = v;
+    }
+    x[64] = -2.0;
+    x[65] = 1.0;
+    x[66] = 1.0 / 3.0;
+    for path in available_paths() {
+        let q = quantize_acts_i16_with(path, &x).unwrap();
+        assert_eq!((q.d.len(), q.s.len(), q.qs.len()), (3, 3, 96), "{path:?}");
+        assert_eq!(q.d[0], 1.0, "{path:?}");
+        for (j, &(v, e)) in ties.iter().enumerate() {
+            assert_eq!(q.qs[j], e, "{path:?}: x = {v}");
+        }
+        assert!(q.qs[ties.len()..32].iter().all(|&v| v == 0), "{path:?}");
+        let sum0: i32 = ties.iter().map(|&(_, e)| i32::from(e)).sum();
+        assert_eq!(q.s[0], sum0 as f32, "{path:?}");
+        // amax = 0 block
+        assert_eq!((q.d[1], q.s[1]), (0.0, 0.0), "{path:?}");
+        assert!(q.qs[32..64].iter().all(|&v| v == 0), "{path:?}");
+        // scaled block: id = 32767/2 = 16383.5
+        assert_eq!(q.d[2], 2.0f32 / 32767.0, "{path:?}");
+        // 1/3 * 16383.5 = 5461.17 -> 5461; 1.0 -> 16383.5 -> tie -> 16384 (even)
+        assert_eq!(&q.qs[64..68], &[-32767, 16384, 5461, 0], "{path:?}");
+        assert_eq!(q.s[2], q.d[2] * (-32767 + 16384 + 5461) as f32, "{path:?}");
+    }
+    // Length must be a multiple of 32.
+    assert!(quantize_acts_i16_with(KernelPath::Scalar, &[0.0; 33]).is_err());
+}
+
+#[test]
+fn fast_paths_identical_on_ties_and_exact_on_integers() {
+    // amax = 32767 gives scale 1: integer activations are represented
+    // exactly, so Fast equals Exact (all products are small integers), and
+    // k + 0.5 ties round the same way on every path.
+    let mut x: Vec<f32> = (0..64).map(|j| (j as f32 - 31.0) * 100.0).collect();
+    x[0] = 32767.0;
+    x[32] = -32767.0;
+    let mut row = Vec::new();
+    for _ in 0..2 {
+        row.extend(h(1.0));
+        row.extend((0..32).map(|j| (j as i8 - 10) as u8));
+    }
+    let w = QMatrix::new(WeightFormat::Q8_0, 1, 64, &row).unwrap();
+    let exact: f32 = (0..64).map(|j| ((j % 32) as f32 - 10.0) * x[j]).sum();
+    for path in available_paths() {
+        let mut y = [0f32];
+        matvec_with(path, &w, &x, &mut y, Precision::Fast).unwrap();
+        assert_eq!(y[0], exact, "{path:?}");
+    }
+    for v in x.iter_mut().skip(1).take(30) {
+        *v += 0.5;
+    }
+    let mut ys = [0f32];
+    matvec_with(KernelPath::Scalar, &w, &x, &mut ys, Precision::Fast).unwrap();
+    for path in available_paths() {
+        let mut y = [0f32];
+        matvec_with(path, &w, &x, &mut y, Precision::Fast).unwrap();
+        assert_eq!(y[0], ys[0], "{path:?}");
     }
 }

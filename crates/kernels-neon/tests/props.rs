@@ -1,11 +1,20 @@
 //! Property tests: every available kernel path against a float64 reference.
 //!
-//! Tolerances (stated once, used everywhere below):
+//! Tolerances (stated once, used everywhere below; `A = Σ_j |w_j| ·
+//! amax_block(j)` over the row, amax of the 32-block activation j is in):
 //! * Exact:  |y - ref| <= 1e-5 * Σ|w·x| + 1e-6
-//! * Fast (8-bit activations, round to nearest, d = amax/127): each
-//!   activation is off by at most d/2 = amax_block/254, so
-//!   |y - ref| <= Σ_j |w_j| · amax_block(j) / 254 · 1.001 + 1e-5 * Σ|w·x| + 1e-6.
-//!   Float weight formats use the exact path in Fast mode and get the Exact bound.
+//! * Fast (16-bit activations, round to nearest, d = amax/32767): each
+//!   activation is off by at most d/2 = amax_block/65534, so
+//!   |y - ref| <= A / 65534 · 1.02 + 1e-5 * Σ|w·x| + 1e-6.
+//!   The 2% slack covers the f32 rounding of `32767/amax`, `x * id` and
+//!   `d` (each 2^-24 relative, i.e. up to 0.002 quantization steps at
+//!   |q| = 32767, three of them: 0.006 of the 0.5-step bound, 1.2%).
+//! * Int8 (8-bit activations, d = amax/127): off by at most amax_block/254:
+//!   |y - ref| <= A / 254 · 1.001 + 1e-5 * Σ|w·x| + 1e-6
+//!   (at |q| <= 127 the f32 rounding is 0.00002 steps).
+//!
+//! Float weight formats use the exact path in every precision and get the
+//! Exact bound; so does `matmul` with n > 1.
 
 mod common;
 
@@ -21,10 +30,16 @@ fn cols_for(format: WeightFormat, units: usize, odd: usize) -> usize {
     }
 }
 
-fn check(y: f32, (dot, abs, qerr): (f64, f64, f64), fast_int: bool) -> Result<(), String> {
+const PRECISIONS: [Precision; 3] = [Precision::Exact, Precision::Fast, Precision::Int8];
+
+/// `precision` is the effective one: pass `Exact` when the call takes the
+/// f32 path (float weights, matmul with n > 1).
+fn check(y: f32, (dot, abs, wamax): (f64, f64, f64), precision: Precision) -> Result<(), String> {
     let mut tol = 1e-5 * abs + 1e-6;
-    if fast_int {
-        tol += qerr * 1.001;
+    match precision {
+        Precision::Exact => {}
+        Precision::Fast => tol += wamax / 65534.0 * 1.02,
+        Precision::Int8 => tol += wamax / 254.0 * 1.001,
     }
     let err = (f64::from(y) - dot).abs();
     if err <= tol {
@@ -66,12 +81,12 @@ proptest! {
         let wf = dequant_f64(&w);
         set_chunk_rows(chunk);
         for path in available_paths() {
-            for precision in [Precision::Exact, Precision::Fast] {
+            for precision in PRECISIONS {
                 let mut y = vec![f32::NAN; rows];
                 matvec_with(path, &w, &x, &mut y, precision).unwrap();
-                let fast_int = precision == Precision::Fast && format.is_quantized();
+                let eff = if format.is_quantized() { precision } else { Precision::Exact };
                 for r in 0..rows {
-                    if let Err(e) = check(y[r], reference(&wf[r], &x), fast_int) {
+                    if let Err(e) = check(y[r], reference(&wf[r], &x), eff) {
                         prop_assert!(false, "{path:?} {format:?} {precision:?} {rows}x{cols} row {r}: {e}");
                     }
                 }
@@ -81,8 +96,9 @@ proptest! {
     }
 
     #[test]
-    fn fast_paths_match_scalar_fast(
+    fn integer_paths_match_scalar(
         format in prop::sample::select(vec![WeightFormat::Q8_0, WeightFormat::Q4_0, WeightFormat::Q4_1]),
+        precision in prop::sample::select(vec![Precision::Fast, Precision::Int8]),
         rows in 1usize..40,
         units in 1usize..20,
         seed in any::<u64>(),
@@ -96,14 +112,14 @@ proptest! {
         let x = random_vec(cols, &mut rng);
         let wf = dequant_f64(&w);
         let mut ys = vec![0f32; rows];
-        matvec_with(KernelPath::Scalar, &w, &x, &mut ys, Precision::Fast).unwrap();
+        matvec_with(KernelPath::Scalar, &w, &x, &mut ys, precision).unwrap();
         for path in available_paths() {
             let mut y = vec![f32::NAN; rows];
-            matvec_with(path, &w, &x, &mut y, Precision::Fast).unwrap();
+            matvec_with(path, &w, &x, &mut y, precision).unwrap();
             for r in 0..rows {
                 let (_, abs, _) = reference(&wf[r], &x);
                 prop_assert!((y[r] - ys[r]).abs() as f64 <= 1e-5 * abs + 1e-6,
-                    "{path:?} {format:?} row {r}: {} vs scalar {}", y[r], ys[r]);
+                    "{path:?} {format:?} {precision:?} row {r}: {} vs scalar {}", y[r], ys[r]);
             }
         }
     }
@@ -126,15 +142,15 @@ proptest! {
         let wf = dequant_f64(&w);
         set_chunk_rows(chunk);
         for path in available_paths() {
-            for precision in [Precision::Exact, Precision::Fast] {
+            for precision in PRECISIONS {
                 let mut y = vec![f32::NAN; rows * n];
                 matmul_with(path, &w, &x, n, &mut y, precision).unwrap();
-                // n == 1 goes through matvec (integer path in Fast mode).
-                let fast_int = n == 1 && precision == Precision::Fast && format.is_quantized();
+                // n == 1 goes through matvec (integer path in Fast/Int8 mode).
+                let eff = if n == 1 && format.is_quantized() { precision } else { Precision::Exact };
                 for t in 0..n {
                     for r in 0..rows {
                         let refv = reference(&wf[r], &x[t * cols..(t + 1) * cols]);
-                        if let Err(e) = check(y[t * rows + r], refv, fast_int) {
+                        if let Err(e) = check(y[t * rows + r], refv, eff) {
                             prop_assert!(false, "{path:?} {format:?} {precision:?} n={n} t={t} r={r}: {e}");
                         }
                     }
@@ -142,6 +158,34 @@ proptest! {
             }
         }
         set_chunk_rows(0);
+    }
+
+    #[test]
+    fn i16_quantizer_paths_agree(units in 0usize..12, scale in -20i32..20, seed in any::<u64>()) {
+        // Identical quants on every path, and the defining relations hold.
+        let mut rng = Rng(seed);
+        let s = 2f32.powi(scale);
+        let mut x: Vec<f32> = (0..units * 32).map(|_| rng.f() * s).collect();
+        if units > 1 {
+            x[32..64].fill(0.0); // an amax = 0 block
+        }
+        let qs = quantize_acts_i16_with(KernelPath::Scalar, &x).unwrap();
+        for (b, xs) in x.chunks_exact(32).enumerate() {
+            let amax = xs.iter().fold(0f32, |m, v| m.max(v.abs()));
+            prop_assert_eq!(qs.d[b], amax / 32767.0);
+            let q = &qs.qs[b * 32..b * 32 + 32];
+            let sum: i32 = q.iter().map(|&v| i32::from(v)).sum();
+            prop_assert_eq!(qs.s[b], qs.d[b] * sum as f32);
+            for (&v, &qv) in xs.iter().zip(q) {
+                prop_assert!(qv.unsigned_abs() <= 32767);
+                // within half a step (+ f32 rounding of the scale)
+                prop_assert!((f64::from(qv) * f64::from(qs.d[b]) - f64::from(v)).abs()
+                    <= f64::from(qs.d[b]) * 0.51, "x={v} q={qv} d={}", qs.d[b]);
+            }
+        }
+        for path in available_paths() {
+            prop_assert_eq!(&quantize_acts_i16_with(path, &x).unwrap(), &qs, "{:?}", path);
+        }
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //! their target features were detected. Paths that do not exist on the
 //! compilation target fall back to scalar (unreachable in practice).
 
-use crate::quant::QActs;
+use crate::quant::{QActs, QActs16};
 use crate::{scalar, KernelPath, QMatrix, WeightFormat};
 
 #[cfg(target_arch = "aarch64")]
@@ -15,6 +15,8 @@ mod x86_64;
 
 #[cfg(target_arch = "x86_64")]
 pub(crate) use x86_64::quantize as quantize_avx2;
+#[cfg(target_arch = "x86_64")]
+pub(crate) use x86_64::quantize16 as quantize16_avx2;
 
 /// AVX2 + FMA + F16C present (detected once, cached by std).
 pub(crate) fn has_avx2_fma() -> bool {
@@ -83,26 +85,44 @@ pub(crate) fn matvec_exact(path: KernelPath, w: &QMatrix<'_>, r0: usize, x: &[f3
     }
 }
 
-pub(crate) fn matvec_fast(path: KernelPath, w: &QMatrix<'_>, r0: usize, xq: &QActs, y: &mut [f32]) {
+/// Quantized weights × 8-bit activations ([`Precision::Int8`](crate::Precision::Int8)).
+pub(crate) fn matvec_int8(path: KernelPath, w: &QMatrix<'_>, r0: usize, xq: &QActs, y: &mut [f32]) {
     match path {
         #[cfg(target_arch = "x86_64")]
         KernelPath::Avx2Fma => {
             // SAFETY: the path was checked available (AVX2/FMA/F16C present).
-            unsafe { x86_64::matvec_fast(w, r0, xq, y) }
+            unsafe { x86_64::matvec_int8(w, r0, xq, y) }
         }
         #[cfg(target_arch = "aarch64")]
         KernelPath::Neon => {
-            // SAFETY: NEON is baseline on every aarch64 target (and the
-            // dotprod variant is only selected after run-time detection).
-            unsafe { aarch64::matvec_fast(w, r0, xq, y, false) }
+            // SAFETY: NEON is baseline on every aarch64 target.
+            unsafe { aarch64::matvec_int8(w, r0, xq, y, false) }
         }
         #[cfg(target_arch = "aarch64")]
         KernelPath::NeonDotprod => {
-            // SAFETY: NEON is baseline on every aarch64 target (and the
-            // dotprod variant is only selected after run-time detection).
-            unsafe { aarch64::matvec_fast(w, r0, xq, y, true) }
+            // SAFETY: NEON is baseline on every aarch64 target, and this
+            // path is only selected after run-time detection of dotprod.
+            unsafe { aarch64::matvec_int8(w, r0, xq, y, true) }
         }
-        _ => scalar::matvec_fast(w, r0, xq, y),
+        _ => scalar::matvec_int8(w, r0, xq, y),
+    }
+}
+
+/// Quantized weights × 16-bit activations ([`Precision::Fast`](crate::Precision::Fast)).
+pub(crate) fn matvec_i16(path: KernelPath, w: &QMatrix<'_>, r0: usize, xq: &QActs16, y: &mut [f32]) {
+    match path {
+        #[cfg(target_arch = "x86_64")]
+        KernelPath::Avx2Fma => {
+            // SAFETY: the path was checked available (AVX2/FMA/F16C present).
+            unsafe { x86_64::matvec_i16(w, r0, xq, y) }
+        }
+        #[cfg(target_arch = "aarch64")]
+        KernelPath::Neon | KernelPath::NeonDotprod => {
+            // SAFETY: NEON is baseline on every aarch64 target (the 16-bit
+            // kernel uses no dotprod instruction).
+            unsafe { aarch64::matvec_i16(w, r0, xq, y) }
+        }
+        _ => scalar::matvec_i16(w, r0, xq, y),
     }
 }
 

@@ -10,7 +10,7 @@ use std::arch::asm;
 
 use half::{bf16, f16};
 
-use crate::quant::QActs;
+use crate::quant::{QActs, QActs16};
 use crate::{QMatrix, WeightFormat};
 
 const Q8_0: u8 = 0;
@@ -253,7 +253,7 @@ fn acts_i8(qs: &[i8]) -> (int8x16_t, int8x16_t) {
 
 /// Integer dot of one row with widening multiplies (plain NEON).
 #[target_feature(enable = "neon")]
-fn dot_fast_row<const F: u8>(row: &[u8], xq: &QActs) -> f32 {
+fn dot_int8_row<const F: u8>(row: &[u8], xq: &QActs) -> f32 {
     let mut sumv = vdupq_n_f32(0.0);
     let mut extra = 0f32;
     for (b, blk) in row.chunks_exact(block_bytes(F)).enumerate() {
@@ -297,7 +297,7 @@ unsafe fn sdot(mut acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x4_t {
 /// # Safety
 /// The CPU must support the `dotprod` extension.
 #[target_feature(enable = "neon,dotprod")]
-unsafe fn dot_fast_row_dp<const F: u8>(row: &[u8], xq: &QActs) -> f32 {
+unsafe fn dot_int8_row_dp<const F: u8>(row: &[u8], xq: &QActs) -> f32 {
     let mut sumv = vdupq_n_f32(0.0);
     let mut extra = 0f32;
     for (b, blk) in row.chunks_exact(block_bytes(F)).enumerate() {
@@ -314,26 +314,107 @@ unsafe fn dot_fast_row_dp<const F: u8>(row: &[u8], xq: &QActs) -> f32 {
 }
 
 #[target_feature(enable = "neon")]
-fn rows_fast<const F: u8>(w: &QMatrix<'_>, r0: usize, xq: &QActs, y: &mut [f32], dotprod: bool) {
+fn rows_int8<const F: u8>(w: &QMatrix<'_>, r0: usize, xq: &QActs, y: &mut [f32], dotprod: bool) {
     for (i, yv) in y.iter_mut().enumerate() {
         let row = w.row_data(r0 + i);
         *yv = if dotprod {
             // SAFETY: `dotprod` is only true for KernelPath::NeonDotprod,
             // which is only used after is_aarch64_feature_detected!("dotprod").
-            unsafe { dot_fast_row_dp::<F>(row, xq) }
+            unsafe { dot_int8_row_dp::<F>(row, xq) }
         } else {
-            dot_fast_row::<F>(row, xq)
+            dot_int8_row::<F>(row, xq)
         };
     }
 }
 
 #[target_feature(enable = "neon")]
-pub(crate) fn matvec_fast(w: &QMatrix<'_>, r0: usize, xq: &QActs, y: &mut [f32], dotprod: bool) {
+pub(crate) fn matvec_int8(w: &QMatrix<'_>, r0: usize, xq: &QActs, y: &mut [f32], dotprod: bool) {
     match w.format() {
-        WeightFormat::Q8_0 => rows_fast::<Q8_0>(w, r0, xq, y, dotprod),
-        WeightFormat::Q4_0 => rows_fast::<Q4_0>(w, r0, xq, y, dotprod),
-        WeightFormat::Q4_1 => rows_fast::<Q4_1>(w, r0, xq, y, dotprod),
-        _ => crate::scalar::matvec_fast(w, r0, xq, y),
+        WeightFormat::Q8_0 => rows_int8::<Q8_0>(w, r0, xq, y, dotprod),
+        WeightFormat::Q4_0 => rows_int8::<Q4_0>(w, r0, xq, y, dotprod),
+        WeightFormat::Q4_1 => rows_int8::<Q4_1>(w, r0, xq, y, dotprod),
+        _ => crate::scalar::matvec_int8(w, r0, xq, y),
+    }
+}
+
+#[inline]
+#[target_feature(enable = "neon")]
+fn load_i16x8(q: &[i16]) -> int16x8_t {
+    let q = &q[..8];
+    // SAFETY: `q` has exactly 8 readable i16 (bounds-checked above).
+    unsafe { vld1q_s16(q.as_ptr()) }
+}
+
+/// Integer dot of two rows with the 16-bit activations: weights widened to
+/// i16 (`vmovl_s8`), `vmull_s16`/`vmlal_high_s16` into i32 lanes (|q_w| <=
+/// 128, |q_x| <= 32767: each lane sums 8 products, below 2^26), then one
+/// convert and one FMA with `d_w * d_x` per block. `r1` may equal `r0`.
+#[target_feature(enable = "neon")]
+fn dot_i16_rows2<const F: u8>(r0: &[u8], r1: &[u8], xq: &QActs16) -> (f32, f32) {
+    let bb = block_bytes(F);
+    let mut sumv = [vdupq_n_f32(0.0); 2];
+    let mut extra = [0f32; 2];
+    for (b, (b0, b1)) in r0.chunks_exact(bb).zip(r1.chunks_exact(bb)).enumerate() {
+        let qx = &xq.qs[b * 32..b * 32 + 32];
+        let x = [
+            load_i16x8(&qx[0..]),
+            load_i16x8(&qx[8..]),
+            load_i16x8(&qx[16..]),
+            load_i16x8(&qx[24..]),
+        ];
+        let (dx, sx) = (xq.d[b], xq.s[b]);
+        for (k, blk) in [b0, b1].into_iter().enumerate() {
+            let (w0, w1) = weights_i8::<F>(blk);
+            let w = [
+                vmovl_s8(vget_low_s8(w0)),
+                vmovl_high_s8(w0),
+                vmovl_s8(vget_low_s8(w1)),
+                vmovl_high_s8(w1),
+            ];
+            let mut s = vmull_s16(vget_low_s16(w[0]), vget_low_s16(x[0]));
+            let mut t = vmull_s16(vget_low_s16(w[1]), vget_low_s16(x[1]));
+            s = vmlal_high_s16(s, w[0], x[0]);
+            t = vmlal_high_s16(t, w[1], x[1]);
+            s = vmlal_s16(s, vget_low_s16(w[2]), vget_low_s16(x[2]));
+            t = vmlal_s16(t, vget_low_s16(w[3]), vget_low_s16(x[3]));
+            s = vmlal_high_s16(s, w[2], x[2]);
+            t = vmlal_high_s16(t, w[3], x[3]);
+            let isum = vaddq_s32(s, t);
+            sumv[k] = vfmaq_n_f32(sumv[k], vcvtq_f32_s32(isum), f16_at(blk, 0) * dx);
+            if F == Q4_1 {
+                extra[k] += f16_at(blk, 2) * sx;
+            }
+        }
+    }
+    (
+        vaddvq_f32(sumv[0]) + extra[0],
+        vaddvq_f32(sumv[1]) + extra[1],
+    )
+}
+
+#[target_feature(enable = "neon")]
+fn rows_i16<const F: u8>(w: &QMatrix<'_>, r0: usize, xq: &QActs16, y: &mut [f32]) {
+    let mut i = 0;
+    while i + 2 <= y.len() {
+        let (a, b) = dot_i16_rows2::<F>(w.row_data(r0 + i), w.row_data(r0 + i + 1), xq);
+        y[i] = a;
+        y[i + 1] = b;
+        i += 2;
+    }
+    if i < y.len() {
+        let r = w.row_data(r0 + i);
+        y[i] = dot_i16_rows2::<F>(r, r, xq).0;
+    }
+}
+
+/// Quantized weights × 16-bit activations ([`Precision::Fast`](crate::Precision::Fast)).
+#[target_feature(enable = "neon")]
+pub(crate) fn matvec_i16(w: &QMatrix<'_>, r0: usize, xq: &QActs16, y: &mut [f32]) {
+    match w.format() {
+        WeightFormat::Q8_0 => rows_i16::<Q8_0>(w, r0, xq, y),
+        WeightFormat::Q4_0 => rows_i16::<Q4_0>(w, r0, xq, y),
+        WeightFormat::Q4_1 => rows_i16::<Q4_1>(w, r0, xq, y),
+        _ => crate::scalar::matvec_i16(w, r0, xq, y),
     }
 }
 
