@@ -107,8 +107,9 @@ fn fast_mode_keeps_greedy_text_and_reports_drift() {
         }
         assert_eq!(greedy(&engine, p), ids(&p["greedy32_ids"]), "fast-mode greedy continuation of {}", p["text"]);
     }
-    // 8-bit activations drift; a broken kernel drifts by whole logits. Bound it so the test can fail.
-    assert!(worst < 0.5, "fast-mode drift {worst} is far beyond 8-bit activation noise");
+    // 16-bit activations drift by ~5e-3 here (8-bit ones by ~1, which flips greedy tokens).
+    eprintln!("fast mode: worst drift {worst:.2e}");
+    assert!(worst < 0.05, "fast-mode drift {worst} is far beyond 16-bit activation noise");
 }
 
 #[test]

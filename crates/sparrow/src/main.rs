@@ -40,8 +40,12 @@ struct ModelArgs {
     #[arg(long, short = 't', default_value_t = 0)]
     threads: usize,
     /// Exact mode: dequantized weights, f32 activations (slower; matches a reference implementation).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "int8")]
     exact: bool,
+    /// 8-bit activations (llama.cpp style): fastest on compute-bound cores, but logits drift
+    /// (up to ~1 on SmolLM2) and greedy text can differ. The default uses 16-bit activations.
+    #[arg(long)]
+    int8: bool,
     /// Context size in tokens (0: the model's training context).
     #[arg(long, default_value_t = 4096)]
     ctx: usize,
@@ -146,7 +150,13 @@ fn open_model(args: &ModelArgs, quiet: bool) -> Result<ModelFile> {
 fn engine_options(args: &ModelArgs) -> EngineOptions {
     EngineOptions {
         threads: args.threads,
-        precision: if args.exact { Precision::Exact } else { Precision::Fast },
+        precision: if args.exact {
+            Precision::Exact
+        } else if args.int8 {
+            Precision::Int8
+        } else {
+            Precision::Fast
+        },
         context: args.ctx,
     }
 }
@@ -155,6 +165,7 @@ fn precision_name(p: Precision) -> &'static str {
     match p {
         Precision::Exact => "exact",
         Precision::Fast => "fast",
+        Precision::Int8 => "int8",
     }
 }
 
