@@ -32,8 +32,16 @@ fn tokenizer_matches_reference_ids() {
     assert!(cases.len() >= 10, "the reference has tokenizer cases and prompts");
     for (text, want) in &cases {
         assert_eq!(&tok.encode(text, false).unwrap(), want, "token ids of {text:?}");
-        // Decoding the ids gives back the text.
+        // Decoding the ids gives back the text, at once and streamed token by token.
         assert_eq!(&tok.decode(want, false).unwrap(), text, "decode of {text:?}");
+        let mut stream = tok.stream_decoder(false);
+        let mut streamed: String = want.iter().map(|&id| stream.push(id).unwrap()).collect();
+        streamed.push_str(&stream.finish());
+        assert_eq!(&streamed, text, "streamed decode of {text:?}");
+    }
+    for p in r["prompts"].as_array().unwrap() {
+        let text = tok.decode(&ids(&p["greedy32_ids"]), false).unwrap();
+        assert_eq!(text, p["greedy32_text"].as_str().unwrap(), "greedy text of {}", p["text"]);
     }
 }
 

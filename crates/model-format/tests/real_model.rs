@@ -2,18 +2,16 @@
 
 use model_format::{DType, GgufFile, MetaValue};
 
+/// Ignored by default: this crate cannot fetch the model. After `sparrow run` has fetched it, run
+/// `cargo test -p model-format -- --ignored`. The engine's tests open the same file on every run.
 #[test]
+#[ignore = "needs the real model in the cache (see the doc comment)"]
 fn smollm2_q4_1() {
-    let Some(home) = std::env::var_os("HOME") else {
-        eprintln!("skipping: HOME not set");
-        return;
-    };
-    let path =
-        std::path::Path::new(&home).join(".cache/sparrow/models/SmolLM2-135M-Instruct.Q4_1.gguf");
-    if !path.exists() {
-        eprintln!("skipping: {} not present", path.display());
-        return;
-    }
+    let dir = std::env::var_os("SPARROW_MODEL_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::Path::new(&std::env::var_os("HOME").expect("HOME is set")).join(".cache/sparrow/models"));
+    let path = dir.join("SmolLM2-135M-Instruct.Q4_1.gguf");
+    assert!(path.exists(), "{} is not present: fetch it with `sparrow run` first", path.display());
     let f = GgufFile::open(&path).unwrap();
     assert_eq!(f.version(), 3);
     assert_eq!(f.alignment(), 32);
