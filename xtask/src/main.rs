@@ -5,6 +5,7 @@
 //! - `setup`: installs what the tests need (rustup targets; Debian's aarch64 cross toolchain and qemu).
 //! - `test-aarch64`: runs the kernel tests for aarch64-unknown-linux-gnu under qemu.
 //! - `check-android`: `cargo check` of the library crates for aarch64-linux-android (no NDK: no linking).
+//! - `fixtures`: rewrites the tiny synthetic models in `fixtures/` (see `fixtures.rs`).
 //!
 //! Invariant: every step that CI needs is here or in a test's own setup; `.ci/run` only calls `cargo xtask ci`.
 
@@ -12,6 +13,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{bail, Context, Result};
+
+mod fixtures;
 
 /// Library crates checked for Android (everything but the binaries).
 const ANDROID_CRATES: &[&str] = &["kernels-neon", "model-format", "model-tokenizer", "engine"];
@@ -109,8 +112,14 @@ fn main() -> Result<()> {
         "setup" => setup(),
         "test-aarch64" => test_aarch64(),
         "check-android" => check_android(),
+        "fixtures" => {
+            for p in fixtures::write_all(&root().join("fixtures"))? {
+                eprintln!("xtask: wrote {}", p.display());
+            }
+            Ok(())
+        }
         _ => {
-            eprintln!("usage: cargo xtask <ci | setup | test-aarch64 | check-android>");
+            eprintln!("usage: cargo xtask <ci | setup | test-aarch64 | check-android | fixtures>");
             bail!("unknown task `{task}`")
         }
     }
