@@ -6,7 +6,8 @@
 //!
 //! * `matvec_rows/<format>/<rows>x<cols>/<pct>`: `matvec_rows` in
 //!   `Precision::Fast` over a random (sorted, duplicate-free) subset of
-//!   `pct`% of the rows. Throughput is in selected rows ("elements"), so
+//!   `pct`% of the rows (8 subsets per fraction and, for the large shape,
+//!   4 distinct matrices, cycled per iteration). Throughput is in selected rows ("elements"), so
 //!   criterion's time per element is the time per selected row; it should
 //!   stay flat as the fraction shrinks.
 //! * `axpy_rows/<format>/<neurons>x<cols>/<pct>`: the transposed down
@@ -31,8 +32,8 @@ impl XorShift {
     }
 }
 
-fn random_matrix(format: WeightFormat, rows: usize, cols: usize) -> Vec<u8> {
-    let mut rng = XorShift(0x1234_5678_9abc_def0);
+fn random_matrix(format: WeightFormat, rows: usize, cols: usize, seed: u64) -> Vec<u8> {
+    let mut rng = XorShift(0x1234_5678_9abc_def0 ^ seed.wrapping_mul(0x9E37_79B9));
     let rb = format.row_bytes(cols).unwrap();
     let mut out = vec![0u8; rows * rb];
     for c in out.chunks_mut(8) {
@@ -77,23 +78,42 @@ const PCTS: [usize; 5] = [5, 10, 25, 50, 100];
 fn bench_matvec_rows(c: &mut Criterion) {
     let pool = pool();
     let mut g = c.benchmark_group("matvec_rows");
-    for (format, rows, cols) in [
-        (WeightFormat::Q4_1, 1536, 576),
-        (WeightFormat::Q4_0, 14336, 4096),
+    // (format, rows, cols, layers): iterations cycle through `layers`
+    // distinct matrices and `SUBSETS` subsets per fraction, like a decode
+    // step that touches every layer once. 4 × 33 MB of Q4_0 is 4x this
+    // machine's L3, so the large shape measures rows coming from DRAM; the
+    // small one (SmolLM2-135M FFN, 553 KB) is cache-resident.
+    const SUBSETS: usize = 8;
+    for (format, rows, cols, layers) in [
+        (WeightFormat::Q4_1, 1536, 576, 1),
+        (WeightFormat::Q4_0, 14336, 4096, 4),
     ] {
-        let data = random_matrix(format, rows, cols);
-        let w = QMatrix::new(format, rows, cols, &data).unwrap();
+        let datas: Vec<Vec<u8>> = (0..layers)
+            .map(|l| random_matrix(format, rows, cols, l as u64))
+            .collect();
+        let ws: Vec<QMatrix> = datas
+            .iter()
+            .map(|d| QMatrix::new(format, rows, cols, d).unwrap())
+            .collect();
         let x: Vec<f32> = (0..cols)
             .map(|i| ((i * 7 % 13) as f32 - 6.0) * 0.1)
             .collect();
         for pct in PCTS {
-            let sel = subset(rows, rows * pct / 100, pct as u64);
-            let mut y = vec![0f32; sel.len()];
-            g.throughput(Throughput::Elements(sel.len() as u64));
+            let k = rows * pct / 100;
+            let sels: Vec<Vec<u32>> = (0..SUBSETS)
+                .map(|s| subset(rows, k, (pct * 100 + s) as u64))
+                .collect();
+            let mut y = vec![0f32; k];
+            g.throughput(Throughput::Elements(k as u64));
             let id = BenchmarkId::new(format!("{format:?}/{rows}x{cols}"), format!("{pct}%"));
+            let mut it = 0usize;
             g.bench_function(id, |b| {
                 pool.install(|| {
-                    b.iter(|| matvec_rows(&w, &sel, &x, &mut y, Precision::Fast).unwrap())
+                    b.iter(|| {
+                        it += 1;
+                        let (w, sel) = (&ws[it % layers], &sels[it % SUBSETS]);
+                        matvec_rows(w, sel, &x, &mut y, Precision::Fast).unwrap()
+                    })
                 })
             });
         }
@@ -105,7 +125,7 @@ fn bench_axpy_rows(c: &mut Criterion) {
     let pool = pool();
     let mut g = c.benchmark_group("axpy_rows");
     let (format, neurons, cols) = (WeightFormat::Q4_0, 14336, 4096);
-    let data = random_matrix(format, neurons, cols);
+    let data = random_matrix(format, neurons, cols, 0);
     let w = QMatrix::new(format, neurons, cols, &data).unwrap();
     for pct in [10, 50] {
         let sel = subset(neurons, neurons * pct / 100, pct as u64);

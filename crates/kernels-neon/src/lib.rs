@@ -426,13 +426,18 @@ pub fn set_chunk_rows(rows: usize) {
     CHUNK_ROWS.store(rows, Ordering::Relaxed);
 }
 
+/// The [`set_chunk_rows`] setting (0 = automatic).
+fn chunk_rows_setting() -> usize {
+    CHUNK_ROWS.load(Ordering::Relaxed)
+}
+
 /// Minimum rows per `matvec` work item in automatic mode.
 const MIN_MATVEC_CHUNK: usize = 16;
 /// Default rows per `matmul` work item (dequantized tile height).
 const MATMUL_CHUNK: usize = 32;
 
 fn matvec_chunk(rows: usize) -> usize {
-    let set = CHUNK_ROWS.load(Ordering::Relaxed);
+    let set = chunk_rows_setting();
     if set > 0 {
         return set;
     }

@@ -228,3 +228,35 @@ pub(crate) fn axpy_row(path: KernelPath, format: WeightFormat, c: f32, src: &[u8
         _ => scalar::axpy_row(format, c, src, y),
     }
 }
+
+/// Software prefetch hint for every cache line of `bytes` (used to fetch the
+/// next listed rows of a sparse kernel while the current one is computed:
+/// listed rows are not contiguous, so the hardware prefetcher misses them).
+#[inline]
+pub(crate) fn prefetch(bytes: &[u8]) {
+    #[cfg(target_arch = "x86_64")]
+    for off in (0..bytes.len()).step_by(64) {
+        // SAFETY: `off < bytes.len()`, so the address is inside the slice;
+        // a prefetch is only a hint (never faults, no architectural read)
+        // and SSE is baseline on x86_64.
+        unsafe {
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+            _mm_prefetch::<_MM_HINT_T0>(bytes.as_ptr().add(off) as *const i8);
+        }
+    }
+    #[cfg(target_arch = "aarch64")]
+    for off in (0..bytes.len()).step_by(64) {
+        // SAFETY: `off < bytes.len()`, so the address is inside the slice;
+        // `prfm` is only a hint: it never faults and writes no register or
+        // memory.
+        unsafe {
+            std::arch::asm!(
+                "prfm pldl1keep, [{p}]",
+                p = in(reg) bytes.as_ptr().add(off),
+                options(nostack, readonly, preserves_flags)
+            );
+        }
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    let _ = bytes;
+}
