@@ -40,7 +40,25 @@ impl Rows<'_> {
             Rows::List(l) => l[i] as usize,
         }
     }
+
+    /// Prefetch hint for the head (first `PREFETCH_HEAD` bytes) of the rows
+    /// of outputs `i..i + n`, for listed rows only: they are not contiguous,
+    /// so the hardware prefetcher does not find them, and the kernels' own
+    /// in-row prefetch only covers what follows the head.
+    #[inline(always)]
+    pub(crate) fn prefetch(self, w: &QMatrix<'_>, i: usize, n: usize) {
+        if let Rows::List(l) = self {
+            for &r in l.iter().skip(i).take(n) {
+                let d = w.row_data(r as usize);
+                prefetch(&d[..d.len().min(PREFETCH_HEAD)]);
+            }
+        }
+    }
 }
+
+/// Bytes at the start of each upcoming listed row that [`Rows::prefetch`]
+/// requests.
+const PREFETCH_HEAD: usize = 512;
 
 /// AVX2 + FMA + F16C present (detected once, cached by std).
 pub(crate) fn has_avx2_fma() -> bool {

@@ -207,6 +207,7 @@ fn dot_exact_float(format: WeightFormat, row: &[u8], x: &[f32]) -> f32 {
 pub(crate) fn matvec_exact(w: &QMatrix<'_>, sel: Rows<'_>, x: &[f32], y: &mut [f32]) {
     let format = w.format();
     for (i, yv) in y.iter_mut().enumerate() {
+        sel.prefetch(w, i + 2, 1);
         let row = w.row_data(sel.get(i));
         *yv = match format {
             WeightFormat::Q8_0 => dot_exact_q::<Q8_0>(row, x),
@@ -349,6 +350,7 @@ unsafe fn dot_int8_row_dp<const F: u8>(row: &[u8], xq: &QActs) -> f32 {
 #[target_feature(enable = "neon")]
 fn rows_int8<const F: u8>(w: &QMatrix<'_>, sel: Rows<'_>, xq: &QActs, y: &mut [f32], dotprod: bool) {
     for (i, yv) in y.iter_mut().enumerate() {
+        sel.prefetch(w, i + 2, 1);
         let row = w.row_data(sel.get(i));
         *yv = if dotprod {
             // SAFETY: `dotprod` is only true for KernelPath::NeonDotprod,
@@ -429,6 +431,7 @@ fn dot_i16_rows2<const F: u8>(r0: &[u8], r1: &[u8], xq: &QActs16) -> (f32, f32) 
 fn rows_i16<const F: u8>(w: &QMatrix<'_>, sel: Rows<'_>, xq: &QActs16, y: &mut [f32]) {
     let mut i = 0;
     while i + 2 <= y.len() {
+        sel.prefetch(w, i + 2, 2);
         let (a, b) = dot_i16_rows2::<F>(w.row_data(sel.get(i)), w.row_data(sel.get(i + 1)), xq);
         y[i] = a;
         y[i + 1] = b;

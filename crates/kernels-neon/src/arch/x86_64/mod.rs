@@ -316,6 +316,7 @@ pub(crate) unsafe fn matvec_exact(w: &QMatrix<'_>, sel: Rows<'_>, x: &[f32], y: 
 #[inline(always)]
 fn rows_with(w: &QMatrix<'_>, sel: Rows<'_>, y: &mut [f32], mut f: impl FnMut(&[u8]) -> f32) {
     for (i, yv) in y.iter_mut().enumerate() {
+        sel.prefetch(w, i + 2, 1);
         *yv = f(w.row_data(sel.get(i)));
     }
 }
@@ -483,6 +484,7 @@ unsafe fn dot_int8_2<const F: u8>(r0: &[u8], r1: &[u8], xq: &QActs) -> (f32, f32
 unsafe fn matvec_int8_q<const F: u8>(w: &QMatrix<'_>, sel: Rows<'_>, xq: &QActs, y: &mut [f32]) {
     let mut i = 0;
     while i + 1 < y.len() {
+        sel.prefetch(w, i + 2, 2);
         // SAFETY: features present per contract.
         let (s0, s1) = unsafe { dot_int8_2::<F>(w.row_data(sel.get(i)), w.row_data(sel.get(i + 1)), xq) };
         y[i] = s0;
@@ -603,6 +605,7 @@ unsafe fn matvec_i16_q<const F: u8, const R: usize>(
 ) {
     let mut i = 0;
     while i + R <= y.len() {
+        sel.prefetch(w, i + R, R);
         let rows = std::array::from_fn(|k| w.row_data(sel.get(i + k)));
         // SAFETY: features present per contract; the callee asserts lengths.
         let s = unsafe { dot_i16_rows::<F, R>(rows, xq) };
