@@ -16,6 +16,16 @@
 //!   up rows only for the neurons whose activated gate output survives a
 //!   threshold.
 //!
+//! Measured (x86_64 AVX2, 2 shared cores, `benches/sparse.rs`, `Fast`,
+//! sorted random subsets): `matvec_rows` on Q4_1 1536×576 costs 46-56 ns
+//! per selected row from 5% to 100% of the rows; on Q4_0 14336×4096 (rows
+//! from DRAM, 4 matrices cycled) 169 ns per row at 100% (13.6 GB/s of
+//! weights, against 14-17 GB/s for a plain streaming sum in the same run),
+//! 190-200 ns at 25-50% and 280-370 ns at 10-5%. `axpy_rows` on the
+//! transposed Q4_0 14336×4096 down matrix: 575-630 ns per row (about 4 GB/s).
+//! Both kernels prefetch the upcoming listed rows (without it: 2x slower for
+//! small `matvec_rows` fractions, 3x for `axpy_rows` at 50%).
+//!
 //! Row lists need not be sorted; every index is checked (an out-of-range
 //! row is a [`KernelError::RowOutOfRange`], never a panic). Duplicates are
 //! allowed (they are simply computed, or accumulated, twice).
