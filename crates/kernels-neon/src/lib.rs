@@ -4,7 +4,8 @@
 //! matrix-vector (decode) and matrix-matrix (prefill) products on weights in
 //! llama.cpp block layouts ([`WeightFormat`]), plus the small vector
 //! operations of a transformer block (RMSNorm, softmax, SiLU/ReLU gating,
-//! RoPE, dot, axpy).
+//! RoPE, dot, axpy), and the sparse kernels of activation sparsity
+//! (PowerInfer-2 style, see below).
 //!
 //! Three implementations exist behind one safe, slice-based API:
 //!
@@ -17,13 +18,33 @@
 //! Setting the environment variable `SPARROW_KERNELS=scalar` (read once, on
 //! first use) forces the scalar path. [`arch_name`] reports the path in use.
 //! Tests and benchmarks can call each path explicitly with [`matvec_with`],
-//! [`matmul_with`] and [`dequantize_row_with`] (see [`available_paths`]).
+//! [`matmul_with`], [`dequantize_row_with`], [`matvec_rows_with`],
+//! [`axpy_rows_with`] and [`gate_up_sparse_with`] (see [`available_paths`]).
 //!
-//! SIMD coverage: `matvec` (all precisions), `matmul`, `dequantize_row`,
+//! SIMD coverage: `matvec` and `matvec_rows` (all precisions), `axpy_rows`,
+//! `matmul`, `dequantize_row`,
 //! `dot_f32`, `axpy_f32` and the sum of squares of `rms_norm` are SIMD on both
 //! architectures. `softmax_inplace`, `silu_mul_inplace`, `relu_mul_inplace`
 //! and `rope_inplace` are scalar everywhere (they are a negligible share of a
 //! decode step and accuracy matters more there).
+//!
+//! # Sparse kernels
+//!
+//! For FFNs where only the neurons predicted to fire are computed
+//! (PowerInfer / PowerInfer-2), the `sparse` module provides:
+//!
+//! * [`matvec_rows`]: `y[i] = dot(W[rows[i]], x)` over a list of rows
+//!   (`mul_mat_idx`), using the same per-row dot kernels as [`matvec`] in
+//!   every [`Precision`] (bit-identical to `matvec` for all rows in order),
+//!   parallel over chunks of the row list;
+//! * [`axpy_rows`]: `y += Σ coeffs[i] · W_t[rows[i]]` for the transposed
+//!   down projection (fused dequantize + FMA per row, parallel over column
+//!   ranges of `y`);
+//! * [`gate_up_sparse`]: gate rows first, then up rows only where
+//!   `|act(gate)|` exceeds a threshold ([`Activation::Silu`] or
+//!   [`Activation::Relu`]).
+//!
+//! Row lists may be unsorted; out-of-range rows are errors.
 //!
 //! # Precision
 //!
@@ -91,7 +112,7 @@
 //!   and only called after run-time detection.
 //! * Every `unsafe` block carries a `// SAFETY:` comment.
 //!
-//! Other block formats (Q4_K, Q6_K) and sparse kernels are meant to slot in
+//! Other block formats (Q4_K, Q6_K) are meant to slot in
 //! as new [`WeightFormat`] variants with a scalar implementation in
 //! `scalar.rs` and optional SIMD versions in `arch/`.
 
@@ -103,6 +124,9 @@ use rayon::prelude::*;
 mod arch;
 mod quant;
 mod scalar;
+mod sparse;
+
+pub use sparse::*;
 
 use quant::QActs;
 #[doc(hidden)]
@@ -223,6 +247,16 @@ pub enum KernelError {
         rows: usize,
         /// Second factor.
         cols: usize,
+    },
+    /// A row index of a sparse kernel's row list is out of range.
+    #[error("{what}: row {row} out of range (matrix has {rows} rows)")]
+    RowOutOfRange {
+        /// Which argument.
+        what: &'static str,
+        /// Offending row index.
+        row: usize,
+        /// Number of rows of the matrix.
+        rows: usize,
     },
     /// The requested kernel path is not available on this machine.
     #[error("kernel path {0:?} is not available on this machine")]
@@ -392,13 +426,18 @@ pub fn set_chunk_rows(rows: usize) {
     CHUNK_ROWS.store(rows, Ordering::Relaxed);
 }
 
+/// The [`set_chunk_rows`] setting (0 = automatic).
+fn chunk_rows_setting() -> usize {
+    CHUNK_ROWS.load(Ordering::Relaxed)
+}
+
 /// Minimum rows per `matvec` work item in automatic mode.
 const MIN_MATVEC_CHUNK: usize = 16;
 /// Default rows per `matmul` work item (dequantized tile height).
 const MATMUL_CHUNK: usize = 32;
 
 fn matvec_chunk(rows: usize) -> usize {
-    let set = CHUNK_ROWS.load(Ordering::Relaxed);
+    let set = chunk_rows_setting();
     if set > 0 {
         return set;
     }
@@ -497,24 +536,14 @@ pub fn matvec_with(
         y.fill(0.0);
         return Ok(());
     }
-    let acts = match precision {
-        _ if !w.format.is_quantized() => Acts::F32,
-        Precision::Exact => Acts::F32,
-        Precision::Fast => Acts::I16(QActs16::quantize(path, x)),
-        Precision::Int8 => Acts::I8(QActs::quantize(path, x)),
-    };
-    let run = |r0: usize, ys: &mut [f32]| match &acts {
-        Acts::F32 => arch::matvec_exact(path, w, r0, x, ys),
-        Acts::I16(q) => arch::matvec_i16(path, w, r0, q, ys),
-        Acts::I8(q) => arch::matvec_int8(path, w, r0, q, ys),
-    };
+    let acts = Acts::new(path, w.format, x, precision);
     let chunk = matvec_chunk(w.rows);
     if w.rows <= chunk {
-        run(0, y);
+        acts.run(path, w, arch::Rows::From(0), x, y);
     } else {
         y.par_chunks_mut(chunk)
             .enumerate()
-            .for_each(|(i, ys)| run(i * chunk, ys));
+            .for_each(|(i, ys)| acts.run(path, w, arch::Rows::From(i * chunk), x, ys));
     }
     Ok(())
 }
@@ -527,6 +556,39 @@ enum Acts {
     I16(QActs16),
     /// 8-bit quantized ([`Precision::Int8`]).
     I8(QActs),
+}
+
+impl Acts {
+    /// Quantizes `x` (once per call) as `precision` requires for `format`.
+    fn new(path: KernelPath, format: WeightFormat, x: &[f32], precision: Precision) -> Self {
+        match precision {
+            _ if !format.is_quantized() => Acts::F32,
+            Precision::Exact => Acts::F32,
+            Precision::Fast => Acts::I16(QActs16::quantize(path, x)),
+            Precision::Int8 => Acts::I8(QActs::quantize(path, x)),
+        }
+    }
+
+    /// Whether these activations suit weights of `format` in `precision`
+    /// (so a second matrix can reuse them).
+    fn fits(&self, format: WeightFormat, precision: Precision) -> bool {
+        matches!(
+            (self, format.is_quantized(), precision),
+            (Acts::F32, false, _)
+                | (Acts::F32, true, Precision::Exact)
+                | (Acts::I16(_), true, Precision::Fast)
+                | (Acts::I8(_), true, Precision::Int8)
+        )
+    }
+
+    /// `ys[i] = dot(W[sel.get(i)], x)` with the per-row kernel of `path`.
+    fn run(&self, path: KernelPath, w: &QMatrix, sel: arch::Rows<'_>, x: &[f32], ys: &mut [f32]) {
+        match self {
+            Acts::F32 => arch::matvec_exact(path, w, sel, x, ys),
+            Acts::I16(q) => arch::matvec_i16(path, w, sel, q, ys),
+            Acts::I8(q) => arch::matvec_int8(path, w, sel, q, ys),
+        }
+    }
 }
 
 /// Quantizes `x` to the 16-bit activations of [`Precision::Fast`] on an

@@ -9,6 +9,7 @@
 use half::{bf16, f16};
 
 use crate::quant::{QActs, QActs16};
+use crate::arch::Rows;
 use crate::{QMatrix, WeightFormat};
 
 /// Reads a little-endian IEEE half at byte offset `i`.
@@ -131,17 +132,17 @@ pub(crate) fn dot_int8(format: WeightFormat, row: &[u8], xq: &QActs) -> f32 {
     acc
 }
 
-/// y[i] = dot(W[r0 + i], x), exact.
-pub(crate) fn matvec_exact(w: &QMatrix<'_>, r0: usize, x: &[f32], y: &mut [f32]) {
+/// y[i] = dot(W[sel.get(i)], x), exact.
+pub(crate) fn matvec_exact(w: &QMatrix<'_>, sel: Rows<'_>, x: &[f32], y: &mut [f32]) {
     for (i, yv) in y.iter_mut().enumerate() {
-        *yv = dot_exact(w.format(), w.row_data(r0 + i), x);
+        *yv = dot_exact(w.format(), w.row_data(sel.get(i)), x);
     }
 }
 
-/// y[i] = dot(W[r0 + i], xq), 8-bit activation integer path.
-pub(crate) fn matvec_int8(w: &QMatrix<'_>, r0: usize, xq: &QActs, y: &mut [f32]) {
+/// y[i] = dot(W[sel.get(i)], xq), 8-bit activation integer path.
+pub(crate) fn matvec_int8(w: &QMatrix<'_>, sel: Rows<'_>, xq: &QActs, y: &mut [f32]) {
     for (i, yv) in y.iter_mut().enumerate() {
-        *yv = dot_int8(w.format(), w.row_data(r0 + i), xq);
+        *yv = dot_int8(w.format(), w.row_data(sel.get(i)), xq);
     }
 }
 
@@ -180,10 +181,10 @@ pub(crate) fn dot_i16(format: WeightFormat, row: &[u8], xq: &QActs16) -> f32 {
     acc
 }
 
-/// y[i] = dot(W[r0 + i], xq), 16-bit activation integer path.
-pub(crate) fn matvec_i16(w: &QMatrix<'_>, r0: usize, xq: &QActs16, y: &mut [f32]) {
+/// y[i] = dot(W[sel.get(i)], xq), 16-bit activation integer path.
+pub(crate) fn matvec_i16(w: &QMatrix<'_>, sel: Rows<'_>, xq: &QActs16, y: &mut [f32]) {
     for (i, yv) in y.iter_mut().enumerate() {
-        *yv = dot_i16(w.format(), w.row_data(r0 + i), xq);
+        *yv = dot_i16(w.format(), w.row_data(sel.get(i)), xq);
     }
 }
 
@@ -219,6 +220,20 @@ pub(crate) fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
 pub(crate) fn axpy_f32(alpha: f32, x: &[f32], y: &mut [f32]) {
     for (yv, xv) in y.iter_mut().zip(x) {
         *yv += alpha * xv;
+    }
+}
+
+/// `y += c * dequant(row)` (row has exactly `format.row_bytes(y.len())`
+/// bytes): 32 elements at a time dequantized to f32, then multiply-add.
+pub(crate) fn axpy_row(format: WeightFormat, c: f32, row: &[u8], y: &mut [f32]) {
+    let per_group = 32 / format.block_len() * format.block_bytes();
+    let mut buf = [0f32; 32];
+    for (g, ys) in row.chunks(per_group).zip(y.chunks_mut(32)) {
+        let n = ys.len();
+        dequant_row(format, g, &mut buf[..n]);
+        for (yv, w) in ys.iter_mut().zip(&buf[..n]) {
+            *yv += c * w;
+        }
     }
 }
 

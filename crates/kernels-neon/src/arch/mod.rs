@@ -18,6 +18,48 @@ pub(crate) use x86_64::quantize as quantize_avx2;
 #[cfg(target_arch = "x86_64")]
 pub(crate) use x86_64::quantize16 as quantize16_avx2;
 
+/// Which weight rows a matvec work item computes: `y[i]` gets row
+/// `sel.get(i)`. Dense `matvec` passes contiguous chunks, the sparse
+/// `matvec_rows` passes chunks of the caller's row list; the per-row dot
+/// kernels are the same, so the results are bit-identical.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Rows<'a> {
+    /// Contiguous rows starting at this index.
+    From(usize),
+    /// Listed rows (validated `< rows()` by the public API; `row_data`
+    /// would panic otherwise, never read out of bounds).
+    List(&'a [u32]),
+}
+
+impl Rows<'_> {
+    /// Index of the weight row for output `i`.
+    #[inline(always)]
+    pub(crate) fn get(self, i: usize) -> usize {
+        match self {
+            Rows::From(r0) => r0 + i,
+            Rows::List(l) => l[i] as usize,
+        }
+    }
+
+    /// Prefetch hint for the head (first `PREFETCH_HEAD` bytes) of the rows
+    /// of outputs `i..i + n`, for listed rows only: they are not contiguous,
+    /// so the hardware prefetcher does not find them, and the kernels' own
+    /// in-row prefetch only covers what follows the head.
+    #[inline(always)]
+    pub(crate) fn prefetch(self, w: &QMatrix<'_>, i: usize, n: usize) {
+        if let Rows::List(l) = self {
+            for &r in l.iter().skip(i).take(n) {
+                let d = w.row_data(r as usize);
+                prefetch(&d[..d.len().min(PREFETCH_HEAD)]);
+            }
+        }
+    }
+}
+
+/// Bytes at the start of each upcoming listed row that [`Rows::prefetch`]
+/// requests.
+const PREFETCH_HEAD: usize = 512;
+
 /// AVX2 + FMA + F16C present (detected once, cached by std).
 pub(crate) fn has_avx2_fma() -> bool {
     #[cfg(target_arch = "x86_64")]
@@ -68,61 +110,61 @@ pub(crate) fn dequant_row(path: KernelPath, format: WeightFormat, src: &[u8], ds
     }
 }
 
-pub(crate) fn matvec_exact(path: KernelPath, w: &QMatrix<'_>, r0: usize, x: &[f32], y: &mut [f32]) {
+pub(crate) fn matvec_exact(path: KernelPath, w: &QMatrix<'_>, sel: Rows<'_>, x: &[f32], y: &mut [f32]) {
     match path {
         #[cfg(target_arch = "x86_64")]
         KernelPath::Avx2Fma => {
             // SAFETY: the path was checked available (AVX2/FMA/F16C present).
-            unsafe { x86_64::matvec_exact(w, r0, x, y) }
+            unsafe { x86_64::matvec_exact(w, sel, x, y) }
         }
         #[cfg(target_arch = "aarch64")]
         KernelPath::Neon | KernelPath::NeonDotprod => {
             // SAFETY: NEON is baseline on every aarch64 target (and the
             // dotprod variant is only selected after run-time detection).
-            unsafe { aarch64::matvec_exact(w, r0, x, y) }
+            unsafe { aarch64::matvec_exact(w, sel, x, y) }
         }
-        _ => scalar::matvec_exact(w, r0, x, y),
+        _ => scalar::matvec_exact(w, sel, x, y),
     }
 }
 
 /// Quantized weights × 8-bit activations ([`Precision::Int8`](crate::Precision::Int8)).
-pub(crate) fn matvec_int8(path: KernelPath, w: &QMatrix<'_>, r0: usize, xq: &QActs, y: &mut [f32]) {
+pub(crate) fn matvec_int8(path: KernelPath, w: &QMatrix<'_>, sel: Rows<'_>, xq: &QActs, y: &mut [f32]) {
     match path {
         #[cfg(target_arch = "x86_64")]
         KernelPath::Avx2Fma => {
             // SAFETY: the path was checked available (AVX2/FMA/F16C present).
-            unsafe { x86_64::matvec_int8(w, r0, xq, y) }
+            unsafe { x86_64::matvec_int8(w, sel, xq, y) }
         }
         #[cfg(target_arch = "aarch64")]
         KernelPath::Neon => {
             // SAFETY: NEON is baseline on every aarch64 target.
-            unsafe { aarch64::matvec_int8(w, r0, xq, y, false) }
+            unsafe { aarch64::matvec_int8(w, sel, xq, y, false) }
         }
         #[cfg(target_arch = "aarch64")]
         KernelPath::NeonDotprod => {
             // SAFETY: NEON is baseline on every aarch64 target, and this
             // path is only selected after run-time detection of dotprod.
-            unsafe { aarch64::matvec_int8(w, r0, xq, y, true) }
+            unsafe { aarch64::matvec_int8(w, sel, xq, y, true) }
         }
-        _ => scalar::matvec_int8(w, r0, xq, y),
+        _ => scalar::matvec_int8(w, sel, xq, y),
     }
 }
 
 /// Quantized weights × 16-bit activations ([`Precision::Fast`](crate::Precision::Fast)).
-pub(crate) fn matvec_i16(path: KernelPath, w: &QMatrix<'_>, r0: usize, xq: &QActs16, y: &mut [f32]) {
+pub(crate) fn matvec_i16(path: KernelPath, w: &QMatrix<'_>, sel: Rows<'_>, xq: &QActs16, y: &mut [f32]) {
     match path {
         #[cfg(target_arch = "x86_64")]
         KernelPath::Avx2Fma => {
             // SAFETY: the path was checked available (AVX2/FMA/F16C present).
-            unsafe { x86_64::matvec_i16(w, r0, xq, y) }
+            unsafe { x86_64::matvec_i16(w, sel, xq, y) }
         }
         #[cfg(target_arch = "aarch64")]
         KernelPath::Neon | KernelPath::NeonDotprod => {
             // SAFETY: NEON is baseline on every aarch64 target (the 16-bit
             // kernel uses no dotprod instruction).
-            unsafe { aarch64::matvec_i16(w, r0, xq, y) }
+            unsafe { aarch64::matvec_i16(w, sel, xq, y) }
         }
-        _ => scalar::matvec_i16(w, r0, xq, y),
+        _ => scalar::matvec_i16(w, sel, xq, y),
     }
 }
 
@@ -183,4 +225,56 @@ pub(crate) fn axpy_f32(path: KernelPath, alpha: f32, x: &[f32], y: &mut [f32]) {
         }
         _ => scalar::axpy_f32(alpha, x, y),
     }
+}
+
+/// `y += c * dequant(src)`: `src` holds exactly `format.row_bytes(y.len())`
+/// bytes (for quantized formats `y.len()` is a multiple of 32).
+pub(crate) fn axpy_row(path: KernelPath, format: WeightFormat, c: f32, src: &[u8], y: &mut [f32]) {
+    match path {
+        #[cfg(target_arch = "x86_64")]
+        KernelPath::Avx2Fma => {
+            // SAFETY: the path was checked available (AVX2/FMA/F16C present);
+            // the kernel asserts the lengths.
+            unsafe { x86_64::axpy_row(format, c, src, y) }
+        }
+        #[cfg(target_arch = "aarch64")]
+        KernelPath::Neon | KernelPath::NeonDotprod => {
+            // SAFETY: NEON is baseline on every aarch64 target (and the
+            // dotprod variant is only selected after run-time detection).
+            unsafe { aarch64::axpy_row(format, c, src, y) }
+        }
+        _ => scalar::axpy_row(format, c, src, y),
+    }
+}
+
+/// Software prefetch hint for every cache line of `bytes` (used to fetch the
+/// next listed rows of a sparse kernel while the current one is computed:
+/// listed rows are not contiguous, so the hardware prefetcher misses them).
+#[inline]
+pub(crate) fn prefetch(bytes: &[u8]) {
+    #[cfg(target_arch = "x86_64")]
+    for off in (0..bytes.len()).step_by(64) {
+        // SAFETY: `off < bytes.len()`, so the address is inside the slice;
+        // a prefetch is only a hint (never faults, no architectural read)
+        // and SSE is baseline on x86_64.
+        unsafe {
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+            _mm_prefetch::<_MM_HINT_T0>(bytes.as_ptr().add(off) as *const i8);
+        }
+    }
+    #[cfg(target_arch = "aarch64")]
+    for off in (0..bytes.len()).step_by(64) {
+        // SAFETY: `off < bytes.len()`, so the address is inside the slice;
+        // `prfm` is only a hint: it never faults and writes no register or
+        // memory.
+        unsafe {
+            std::arch::asm!(
+                "prfm pldl1keep, [{p}]",
+                p = in(reg) bytes.as_ptr().add(off),
+                options(nostack, readonly, preserves_flags)
+            );
+        }
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    let _ = bytes;
 }

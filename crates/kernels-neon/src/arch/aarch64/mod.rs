@@ -11,6 +11,7 @@ use std::arch::asm;
 use half::{bf16, f16};
 
 use crate::quant::{QActs, QActs16};
+use crate::arch::Rows;
 use crate::{QMatrix, WeightFormat};
 
 const Q8_0: u8 = 0;
@@ -203,16 +204,49 @@ fn dot_exact_float(format: WeightFormat, row: &[u8], x: &[f32]) -> f32 {
 }
 
 #[target_feature(enable = "neon")]
-pub(crate) fn matvec_exact(w: &QMatrix<'_>, r0: usize, x: &[f32], y: &mut [f32]) {
+pub(crate) fn matvec_exact(w: &QMatrix<'_>, sel: Rows<'_>, x: &[f32], y: &mut [f32]) {
     let format = w.format();
     for (i, yv) in y.iter_mut().enumerate() {
-        let row = w.row_data(r0 + i);
+        sel.prefetch(w, i + 2, 1);
+        let row = w.row_data(sel.get(i));
         *yv = match format {
             WeightFormat::Q8_0 => dot_exact_q::<Q8_0>(row, x),
             WeightFormat::Q4_0 => dot_exact_q::<Q4_0>(row, x),
             WeightFormat::Q4_1 => dot_exact_q::<Q4_1>(row, x),
             _ => dot_exact_float(format, row, x),
         };
+    }
+}
+
+#[target_feature(enable = "neon")]
+fn axpy_q<const F: u8>(c: f32, row: &[u8], y: &mut [f32]) {
+    for (blk, ys) in row.chunks_exact(block_bytes(F)).zip(y.chunks_exact_mut(32)) {
+        let w = dequant_block::<F>(blk);
+        for (o, v) in ys.chunks_exact_mut(4).zip(&w) {
+            let r = vfmaq_n_f32(load_f32x4(o), *v, c);
+            // SAFETY: `o` is exactly 4 writable f32.
+            unsafe { vst1q_f32(o.as_mut_ptr(), r) };
+        }
+    }
+}
+
+/// `y += c * dequant(row)` (`row` has exactly `format.row_bytes(y.len())`
+/// bytes). Float formats: 32 elements at a time converted, then `axpy_f32`.
+#[target_feature(enable = "neon")]
+pub(crate) fn axpy_row(format: WeightFormat, c: f32, row: &[u8], y: &mut [f32]) {
+    match format {
+        WeightFormat::Q8_0 => axpy_q::<Q8_0>(c, row, y),
+        WeightFormat::Q4_0 => axpy_q::<Q4_0>(c, row, y),
+        WeightFormat::Q4_1 => axpy_q::<Q4_1>(c, row, y),
+        _ => {
+            let eb = format.block_bytes();
+            let mut buf = [0f32; 32];
+            for (g, ys) in row.chunks(32 * eb).zip(y.chunks_mut(32)) {
+                let n = ys.len();
+                dequant_row(format, g, &mut buf[..n]);
+                axpy_f32(c, &buf[..n], ys);
+            }
+        }
     }
 }
 
@@ -314,9 +348,10 @@ unsafe fn dot_int8_row_dp<const F: u8>(row: &[u8], xq: &QActs) -> f32 {
 }
 
 #[target_feature(enable = "neon")]
-fn rows_int8<const F: u8>(w: &QMatrix<'_>, r0: usize, xq: &QActs, y: &mut [f32], dotprod: bool) {
+fn rows_int8<const F: u8>(w: &QMatrix<'_>, sel: Rows<'_>, xq: &QActs, y: &mut [f32], dotprod: bool) {
     for (i, yv) in y.iter_mut().enumerate() {
-        let row = w.row_data(r0 + i);
+        sel.prefetch(w, i + 2, 1);
+        let row = w.row_data(sel.get(i));
         *yv = if dotprod {
             // SAFETY: `dotprod` is only true for KernelPath::NeonDotprod,
             // which is only used after is_aarch64_feature_detected!("dotprod").
@@ -328,12 +363,12 @@ fn rows_int8<const F: u8>(w: &QMatrix<'_>, r0: usize, xq: &QActs, y: &mut [f32],
 }
 
 #[target_feature(enable = "neon")]
-pub(crate) fn matvec_int8(w: &QMatrix<'_>, r0: usize, xq: &QActs, y: &mut [f32], dotprod: bool) {
+pub(crate) fn matvec_int8(w: &QMatrix<'_>, sel: Rows<'_>, xq: &QActs, y: &mut [f32], dotprod: bool) {
     match w.format() {
-        WeightFormat::Q8_0 => rows_int8::<Q8_0>(w, r0, xq, y, dotprod),
-        WeightFormat::Q4_0 => rows_int8::<Q4_0>(w, r0, xq, y, dotprod),
-        WeightFormat::Q4_1 => rows_int8::<Q4_1>(w, r0, xq, y, dotprod),
-        _ => crate::scalar::matvec_int8(w, r0, xq, y),
+        WeightFormat::Q8_0 => rows_int8::<Q8_0>(w, sel, xq, y, dotprod),
+        WeightFormat::Q4_0 => rows_int8::<Q4_0>(w, sel, xq, y, dotprod),
+        WeightFormat::Q4_1 => rows_int8::<Q4_1>(w, sel, xq, y, dotprod),
+        _ => crate::scalar::matvec_int8(w, sel, xq, y),
     }
 }
 
@@ -393,28 +428,29 @@ fn dot_i16_rows2<const F: u8>(r0: &[u8], r1: &[u8], xq: &QActs16) -> (f32, f32) 
 }
 
 #[target_feature(enable = "neon")]
-fn rows_i16<const F: u8>(w: &QMatrix<'_>, r0: usize, xq: &QActs16, y: &mut [f32]) {
+fn rows_i16<const F: u8>(w: &QMatrix<'_>, sel: Rows<'_>, xq: &QActs16, y: &mut [f32]) {
     let mut i = 0;
     while i + 2 <= y.len() {
-        let (a, b) = dot_i16_rows2::<F>(w.row_data(r0 + i), w.row_data(r0 + i + 1), xq);
+        sel.prefetch(w, i + 2, 2);
+        let (a, b) = dot_i16_rows2::<F>(w.row_data(sel.get(i)), w.row_data(sel.get(i + 1)), xq);
         y[i] = a;
         y[i + 1] = b;
         i += 2;
     }
     if i < y.len() {
-        let r = w.row_data(r0 + i);
+        let r = w.row_data(sel.get(i));
         y[i] = dot_i16_rows2::<F>(r, r, xq).0;
     }
 }
 
 /// Quantized weights × 16-bit activations ([`Precision::Fast`](crate::Precision::Fast)).
 #[target_feature(enable = "neon")]
-pub(crate) fn matvec_i16(w: &QMatrix<'_>, r0: usize, xq: &QActs16, y: &mut [f32]) {
+pub(crate) fn matvec_i16(w: &QMatrix<'_>, sel: Rows<'_>, xq: &QActs16, y: &mut [f32]) {
     match w.format() {
-        WeightFormat::Q8_0 => rows_i16::<Q8_0>(w, r0, xq, y),
-        WeightFormat::Q4_0 => rows_i16::<Q4_0>(w, r0, xq, y),
-        WeightFormat::Q4_1 => rows_i16::<Q4_1>(w, r0, xq, y),
-        _ => crate::scalar::matvec_i16(w, r0, xq, y),
+        WeightFormat::Q8_0 => rows_i16::<Q8_0>(w, sel, xq, y),
+        WeightFormat::Q4_0 => rows_i16::<Q4_0>(w, sel, xq, y),
+        WeightFormat::Q4_1 => rows_i16::<Q4_1>(w, sel, xq, y),
+        _ => crate::scalar::matvec_i16(w, sel, xq, y),
     }
 }
 

@@ -9,6 +9,7 @@
 use std::arch::x86_64::*;
 
 use crate::quant::{QActs, QActs16};
+use crate::arch::Rows;
 use crate::{QMatrix, WeightFormat};
 
 /// Const-generic format tags (monomorphized inner loops).
@@ -298,24 +299,95 @@ unsafe fn dot_exact_float<const F: u8>(row: &[u8], x: &[f32]) -> f32 {
 /// # Safety
 /// AVX2/FMA/F16C present.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn matvec_exact(w: &QMatrix<'_>, r0: usize, x: &[f32], y: &mut [f32]) {
+pub(crate) unsafe fn matvec_exact(w: &QMatrix<'_>, sel: Rows<'_>, x: &[f32], y: &mut [f32]) {
     // SAFETY: features present per contract; callees check lengths.
     unsafe {
         match w.format() {
-            WeightFormat::Q8_0 => rows_with(w, r0, y, |r| dot_exact_q::<Q8_0>(r, x)),
-            WeightFormat::Q4_0 => rows_with(w, r0, y, |r| dot_exact_q::<Q4_0>(r, x)),
-            WeightFormat::Q4_1 => rows_with(w, r0, y, |r| dot_exact_q::<Q4_1>(r, x)),
-            WeightFormat::F32 => rows_with(w, r0, y, |r| dot_exact_float::<F32>(r, x)),
-            WeightFormat::F16 => rows_with(w, r0, y, |r| dot_exact_float::<F16>(r, x)),
-            WeightFormat::BF16 => rows_with(w, r0, y, |r| dot_exact_float::<BF16>(r, x)),
+            WeightFormat::Q8_0 => rows_with(w, sel, y, |r| dot_exact_q::<Q8_0>(r, x)),
+            WeightFormat::Q4_0 => rows_with(w, sel, y, |r| dot_exact_q::<Q4_0>(r, x)),
+            WeightFormat::Q4_1 => rows_with(w, sel, y, |r| dot_exact_q::<Q4_1>(r, x)),
+            WeightFormat::F32 => rows_with(w, sel, y, |r| dot_exact_float::<F32>(r, x)),
+            WeightFormat::F16 => rows_with(w, sel, y, |r| dot_exact_float::<F16>(r, x)),
+            WeightFormat::BF16 => rows_with(w, sel, y, |r| dot_exact_float::<BF16>(r, x)),
         }
     }
 }
 
 #[inline(always)]
-fn rows_with(w: &QMatrix<'_>, r0: usize, y: &mut [f32], mut f: impl FnMut(&[u8]) -> f32) {
+fn rows_with(w: &QMatrix<'_>, sel: Rows<'_>, y: &mut [f32], mut f: impl FnMut(&[u8]) -> f32) {
     for (i, yv) in y.iter_mut().enumerate() {
-        *yv = f(w.row_data(r0 + i));
+        sel.prefetch(w, i + 2, 1);
+        *yv = f(w.row_data(sel.get(i)));
+    }
+}
+
+/// `y += c * dequant(row)` for a quantized row (format `F`) of `y.len() / 32` blocks.
+///
+/// # Safety
+/// AVX2/FMA/F16C present.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn axpy_q<const F: u8>(c: f32, row: &[u8], y: &mut [f32]) {
+    let nb = y.len() / 32;
+    let bb = block_bytes(F);
+    assert!(row.len() >= nb * bb);
+    let cv = _mm256_set1_ps(c);
+    for b in 0..nb {
+        // SAFETY: b < nb: block b lies inside `row` (asserted) and
+        // y[b*32..b*32+32] inside `y`.
+        unsafe {
+            _mm_prefetch::<_MM_HINT_T0>(row.as_ptr().wrapping_add(b * bb + PREFETCH) as *const i8);
+            let w = dequant_block::<F>(row.as_ptr().add(b * bb));
+            let yp = y.as_mut_ptr().add(b * 32);
+            for (i, wv) in w.iter().enumerate() {
+                let p = yp.add(8 * i);
+                _mm256_storeu_ps(p, _mm256_fmadd_ps(*wv, cv, _mm256_loadu_ps(p)));
+            }
+        }
+    }
+}
+
+/// `y += c * row` for a float-format row (format `F`) of `y.len()` elements.
+///
+/// # Safety
+/// AVX2/FMA/F16C present.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn axpy_float<const F: u8>(c: f32, row: &[u8], y: &mut [f32]) {
+    let n = y.len();
+    let eb = block_bytes(F);
+    assert!(row.len() >= n * eb);
+    let n8 = n / 8 * 8;
+    let cv = _mm256_set1_ps(c);
+    let mut j = 0;
+    while j < n8 {
+        // SAFETY: j + 8 <= n: elements j..j+8 are in `row` and `y`.
+        unsafe {
+            let w = load_float8::<F>(row.as_ptr().add(j * eb));
+            let p = y.as_mut_ptr().add(j);
+            _mm256_storeu_ps(p, _mm256_fmadd_ps(w, cv, _mm256_loadu_ps(p)));
+        }
+        j += 8;
+    }
+    for (jj, yv) in y.iter_mut().enumerate().skip(n8) {
+        *yv += c * float_at::<F>(row, jj);
+    }
+}
+
+/// `y += c * dequant(row)` (`row` has exactly `format.row_bytes(y.len())` bytes).
+///
+/// # Safety
+/// AVX2/FMA/F16C present.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn axpy_row(format: WeightFormat, c: f32, row: &[u8], y: &mut [f32]) {
+    // SAFETY: features present per contract; the callees assert lengths.
+    unsafe {
+        match format {
+            WeightFormat::Q8_0 => axpy_q::<Q8_0>(c, row, y),
+            WeightFormat::Q4_0 => axpy_q::<Q4_0>(c, row, y),
+            WeightFormat::Q4_1 => axpy_q::<Q4_1>(c, row, y),
+            WeightFormat::F32 => axpy_float::<F32>(c, row, y),
+            WeightFormat::F16 => axpy_float::<F16>(c, row, y),
+            WeightFormat::BF16 => axpy_float::<BF16>(c, row, y),
+        }
     }
 }
 
@@ -409,17 +481,18 @@ unsafe fn dot_int8_2<const F: u8>(r0: &[u8], r1: &[u8], xq: &QActs) -> (f32, f32
 /// # Safety
 /// AVX2/FMA/F16C present.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn matvec_int8_q<const F: u8>(w: &QMatrix<'_>, r0: usize, xq: &QActs, y: &mut [f32]) {
+unsafe fn matvec_int8_q<const F: u8>(w: &QMatrix<'_>, sel: Rows<'_>, xq: &QActs, y: &mut [f32]) {
     let mut i = 0;
     while i + 1 < y.len() {
+        sel.prefetch(w, i + 2, 2);
         // SAFETY: features present per contract.
-        let (s0, s1) = unsafe { dot_int8_2::<F>(w.row_data(r0 + i), w.row_data(r0 + i + 1), xq) };
+        let (s0, s1) = unsafe { dot_int8_2::<F>(w.row_data(sel.get(i)), w.row_data(sel.get(i + 1)), xq) };
         y[i] = s0;
         y[i + 1] = s1;
         i += 2;
     }
     if i < y.len() {
-        let r = w.row_data(r0 + i);
+        let r = w.row_data(sel.get(i));
         // SAFETY: features present per contract.
         y[i] = unsafe { dot_int8_2::<F>(r, r, xq) }.0;
     }
@@ -428,14 +501,14 @@ unsafe fn matvec_int8_q<const F: u8>(w: &QMatrix<'_>, r0: usize, xq: &QActs, y: 
 /// # Safety
 /// AVX2/FMA/F16C present.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn matvec_int8(w: &QMatrix<'_>, r0: usize, xq: &QActs, y: &mut [f32]) {
+pub(crate) unsafe fn matvec_int8(w: &QMatrix<'_>, sel: Rows<'_>, xq: &QActs, y: &mut [f32]) {
     // SAFETY: features present per contract.
     unsafe {
         match w.format() {
-            WeightFormat::Q8_0 => matvec_int8_q::<Q8_0>(w, r0, xq, y),
-            WeightFormat::Q4_0 => matvec_int8_q::<Q4_0>(w, r0, xq, y),
-            WeightFormat::Q4_1 => matvec_int8_q::<Q4_1>(w, r0, xq, y),
-            _ => crate::scalar::matvec_int8(w, r0, xq, y),
+            WeightFormat::Q8_0 => matvec_int8_q::<Q8_0>(w, sel, xq, y),
+            WeightFormat::Q4_0 => matvec_int8_q::<Q4_0>(w, sel, xq, y),
+            WeightFormat::Q4_1 => matvec_int8_q::<Q4_1>(w, sel, xq, y),
+            _ => crate::scalar::matvec_int8(w, sel, xq, y),
         }
     }
 }
@@ -526,13 +599,14 @@ unsafe fn dot_i16_rows<const F: u8, const R: usize>(rows: [&[u8]; R], xq: &QActs
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn matvec_i16_q<const F: u8, const R: usize>(
     w: &QMatrix<'_>,
-    r0: usize,
+    sel: Rows<'_>,
     xq: &QActs16,
     y: &mut [f32],
 ) {
     let mut i = 0;
     while i + R <= y.len() {
-        let rows = std::array::from_fn(|k| w.row_data(r0 + i + k));
+        sel.prefetch(w, i + R, R);
+        let rows = std::array::from_fn(|k| w.row_data(sel.get(i + k)));
         // SAFETY: features present per contract; the callee asserts lengths.
         let s = unsafe { dot_i16_rows::<F, R>(rows, xq) };
         y[i..i + R].copy_from_slice(&s);
@@ -540,7 +614,7 @@ unsafe fn matvec_i16_q<const F: u8, const R: usize>(
     }
     while i < y.len() {
         // SAFETY: features present per contract; the callee asserts lengths.
-        y[i] = unsafe { dot_i16_rows::<F, 1>([w.row_data(r0 + i)], xq) }[0];
+        y[i] = unsafe { dot_i16_rows::<F, 1>([w.row_data(sel.get(i))], xq) }[0];
         i += 1;
     }
 }
@@ -550,14 +624,14 @@ unsafe fn matvec_i16_q<const F: u8, const R: usize>(
 /// # Safety
 /// AVX2/FMA/F16C present.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn matvec_i16(w: &QMatrix<'_>, r0: usize, xq: &QActs16, y: &mut [f32]) {
+pub(crate) unsafe fn matvec_i16(w: &QMatrix<'_>, sel: Rows<'_>, xq: &QActs16, y: &mut [f32]) {
     // SAFETY: features present per contract.
     unsafe {
         match w.format() {
-            WeightFormat::Q8_0 => matvec_i16_q::<Q8_0, 2>(w, r0, xq, y),
-            WeightFormat::Q4_0 => matvec_i16_q::<Q4_0, 4>(w, r0, xq, y),
-            WeightFormat::Q4_1 => matvec_i16_q::<Q4_1, 4>(w, r0, xq, y),
-            _ => crate::scalar::matvec_i16(w, r0, xq, y),
+            WeightFormat::Q8_0 => matvec_i16_q::<Q8_0, 2>(w, sel, xq, y),
+            WeightFormat::Q4_0 => matvec_i16_q::<Q4_0, 4>(w, sel, xq, y),
+            WeightFormat::Q4_1 => matvec_i16_q::<Q4_1, 4>(w, sel, xq, y),
+            _ => crate::scalar::matvec_i16(w, sel, xq, y),
         }
     }
 }
