@@ -125,6 +125,20 @@ pub enum WeightFormat {
     /// Blocks of 32: `{ d: f16, m: f16, qs: [u8; 16] }` (20 bytes); element `j`
     /// is `d * (qs[j] & 0xF) + m`, element `j + 16` is `d * (qs[j] >> 4) + m`.
     Q4_1,
+    /// llama.cpp K-quant super-blocks of 256: `{ d: f16, dmin: f16,
+    /// scales: [u8; 12], qs: [u8; 128] }` (144 bytes). Eight sub-blocks of 32,
+    /// each with a 6-bit scale `sc` and 6-bit min `m` packed in `scales`
+    /// (`get_scale_min_k4`); element `i` of sub-block `s` is
+    /// `d*sc * q - dmin*m` with 4-bit `q` (low nibbles of a 32-byte group for
+    /// the even sub-block, high nibbles for the odd one).
+    #[allow(non_camel_case_types)] // llama.cpp / GGUF name
+    Q4_K,
+    /// llama.cpp K-quant super-blocks of 256: `{ ql: [u8; 128], qh: [u8; 64],
+    /// scales: [i8; 16], d: f16 }` (210 bytes, `d` last). Sixteen sub-blocks
+    /// of 16 with a signed 8-bit scale each; element is `d * sc * (q - 32)`
+    /// with 6-bit `q` (4 low bits in `ql`, 2 high bits in `qh`).
+    #[allow(non_camel_case_types)] // llama.cpp / GGUF name
+    Q6_K,
 }
 
 impl WeightFormat {
@@ -133,6 +147,7 @@ impl WeightFormat {
         match self {
             WeightFormat::F32 | WeightFormat::F16 | WeightFormat::BF16 => 1,
             WeightFormat::Q8_0 | WeightFormat::Q4_0 | WeightFormat::Q4_1 => 32,
+            WeightFormat::Q4_K | WeightFormat::Q6_K => 256,
         }
     }
 
@@ -144,6 +159,8 @@ impl WeightFormat {
             WeightFormat::Q8_0 => 34,
             WeightFormat::Q4_0 => 18,
             WeightFormat::Q4_1 => 20,
+            WeightFormat::Q4_K => 144,
+            WeightFormat::Q6_K => 210,
         }
     }
 
@@ -160,6 +177,11 @@ impl WeightFormat {
     /// [`Precision::Fast`] and [`Precision::Int8`]).
     pub fn is_quantized(self) -> bool {
         self.block_len() > 1
+    }
+
+    /// Whether this is a K-quant format (super-blocks of 256 elements).
+    pub fn is_k_quant(self) -> bool {
+        self.block_len() == 256
     }
 }
 

@@ -154,8 +154,29 @@ pub(crate) fn dequant_row(format: WeightFormat, src: &[u8], dst: &mut [f32]) {
                 *o = bf16::from_le_bytes([src[2 * j], src[2 * j + 1]]).to_f32();
             }
         }
-        WeightFormat::F32 | WeightFormat::F16 => crate::scalar::dequant_row(format, src, dst),
+        WeightFormat::F32 | WeightFormat::F16 | WeightFormat::Q4_K | WeightFormat::Q6_K => {
+            crate::scalar::dequant_row(format, src, dst)
+        }
     }
+}
+
+/// Exact dot of a K-quant row with f32 `x`: each super-block is dequantized
+/// (scalar reference code) into 256 f32 on the stack, then multiplied with
+/// NEON FMAs (4 accumulators).
+#[target_feature(enable = "neon")]
+fn dot_exact_k(format: WeightFormat, row: &[u8], x: &[f32]) -> f32 {
+    let mut buf = [0f32; 256];
+    let mut acc = [vdupq_n_f32(0.0); 4];
+    for (blk, xs) in row.chunks_exact(format.block_bytes()).zip(x.chunks_exact(256)) {
+        crate::scalar::dequant_row(format, blk, &mut buf);
+        for (i, (w, v)) in buf.chunks_exact(4).zip(xs.chunks_exact(4)).enumerate() {
+            acc[i & 3] = vfmaq_f32(acc[i & 3], load_f32x4(w), load_f32x4(v));
+        }
+    }
+    vaddvq_f32(vaddq_f32(
+        vaddq_f32(acc[0], acc[1]),
+        vaddq_f32(acc[2], acc[3]),
+    ))
 }
 
 #[target_feature(enable = "neon")]
@@ -211,6 +232,7 @@ pub(crate) fn matvec_exact(w: &QMatrix<'_>, r0: usize, x: &[f32], y: &mut [f32])
             WeightFormat::Q8_0 => dot_exact_q::<Q8_0>(row, x),
             WeightFormat::Q4_0 => dot_exact_q::<Q4_0>(row, x),
             WeightFormat::Q4_1 => dot_exact_q::<Q4_1>(row, x),
+            WeightFormat::Q4_K | WeightFormat::Q6_K => dot_exact_k(format, row, x),
             _ => dot_exact_float(format, row, x),
         };
     }

@@ -219,6 +219,7 @@ pub(crate) unsafe fn dequant_row(format: WeightFormat, src: &[u8], dst: &mut [f3
             WeightFormat::F32 => dequant_float::<F32>(src, dst),
             WeightFormat::F16 => dequant_float::<F16>(src, dst),
             WeightFormat::BF16 => dequant_float::<BF16>(src, dst),
+            WeightFormat::Q4_K | WeightFormat::Q6_K => dequant_k(format, src, dst),
         }
     }
 }
@@ -243,6 +244,143 @@ unsafe fn dot_exact_q<const F: u8>(row: &[u8], x: &[f32]) -> f32 {
             let xp = x.as_ptr().add(b * 32);
             for i in 0..4 {
                 acc[i] = _mm256_fmadd_ps(w[i], _mm256_loadu_ps(xp.add(8 * i)), acc[i]);
+            }
+        }
+    }
+    hsum(_mm256_add_ps(
+        _mm256_add_ps(acc[0], acc[1]),
+        _mm256_add_ps(acc[2], acc[3]),
+    ))
+}
+
+/// Dequantizes a K-quant row (`Q4_K` or `Q6_K`) super-block by super-block.
+///
+/// # Safety
+/// AVX2/FMA/F16C present.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dequant_k(format: WeightFormat, src: &[u8], dst: &mut [f32]) {
+    let bb = format.block_bytes();
+    for (blk, out) in src.chunks_exact(bb).zip(dst.chunks_exact_mut(256)) {
+        let out: &mut [f32; 256] = out.try_into().expect("chunks of 256");
+        // SAFETY: features present per contract.
+        unsafe { dequant_superblock(format, blk, out) };
+    }
+}
+
+/// Dequantizes one K-quant super-block into 256 f32. Same f32 operations
+/// as the scalar reference (`d*sc * q - dmin*m` for Q4_K, `(d*sc) * q` for
+/// Q6_K; no FMA), so the results are bit-identical.
+///
+/// # Safety
+/// AVX2/FMA/F16C present.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dequant_superblock(format: WeightFormat, blk: &[u8], out: &mut [f32; 256]) {
+    let o = out.as_mut_ptr();
+    let m4 = _mm256_set1_epi8(0x0F);
+    if format == WeightFormat::Q4_K {
+        assert!(blk.len() >= 144);
+        let (dl, ml) = crate::scalar::q4k_scales(blk);
+        for g in 0..4 {
+            // SAFETY: bytes 16+32g..48+32g (g < 4: at most 144) are inside
+            // `blk` (asserted); stores write out[64g..64g+64] (<= 256).
+            unsafe {
+                let raw = _mm256_loadu_si256(blk.as_ptr().add(16 + 32 * g) as *const __m256i);
+                let lo = _mm256_and_si256(raw, m4);
+                let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(raw), m4);
+                for (h, q) in [lo, hi].into_iter().enumerate() {
+                    let s = 2 * g + h;
+                    let (d, m) = (_mm256_set1_ps(dl[s]), _mm256_set1_ps(ml[s]));
+                    store_u8x32_scaled(q, d, m, o.add(32 * s));
+                }
+            }
+        }
+    } else {
+        assert!(blk.len() >= 210);
+        let ds = crate::scalar::q6k_scales(blk);
+        let m2 = _mm256_set1_epi8(3);
+        for n in 0..2 {
+            // SAFETY: loads read ql[64n..64n+64] and qh[32n..32n+32]
+            // (bytes < 192 <= 210, asserted); stores write
+            // out[128n..128n+128] (<= 256).
+            unsafe {
+                let p = blk.as_ptr();
+                let ql0 = _mm256_loadu_si256(p.add(64 * n) as *const __m256i);
+                let ql1 = _mm256_loadu_si256(p.add(64 * n + 32) as *const __m256i);
+                let qh = _mm256_loadu_si256(p.add(128 + 32 * n) as *const __m256i);
+                let hbits = |k: i32| {
+                    let sh = _mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * k));
+                    _mm256_slli_epi16::<4>(_mm256_and_si256(sh, m2))
+                };
+                let q = [
+                    _mm256_or_si256(_mm256_and_si256(ql0, m4), hbits(0)),
+                    _mm256_or_si256(_mm256_and_si256(ql1, m4), hbits(1)),
+                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(ql0), m4), hbits(2)),
+                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(ql1), m4), hbits(3)),
+                ];
+                for (k, qk) in q.into_iter().enumerate() {
+                    let qk = _mm256_sub_epi8(qk, _mm256_set1_epi8(32));
+                    let s = 8 * n + 2 * k;
+                    let base = o.add(128 * n + 32 * k);
+                    for half in 0..2 {
+                        let d = _mm256_set1_ps(ds[s + half]);
+                        let v = if half == 0 {
+                            _mm256_castsi256_si128(qk)
+                        } else {
+                            _mm256_extracti128_si256::<1>(qk)
+                        };
+                        let a = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v));
+                        let b = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128::<8>(v)));
+                        _mm256_storeu_ps(base.add(16 * half), _mm256_mul_ps(a, d));
+                        _mm256_storeu_ps(base.add(16 * half + 8), _mm256_mul_ps(b, d));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Stores `d * q - m` for the 32 u8 lanes of `q` as 32 f32 at `o`.
+///
+/// # Safety
+/// AVX2 present; 32 f32 writable at `o`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn store_u8x32_scaled(q: __m256i, d: __m256, m: __m256, o: *mut f32) {
+    let halves = [_mm256_castsi256_si128(q), _mm256_extracti128_si256::<1>(q)];
+    for (h, v) in halves.into_iter().enumerate() {
+        let a = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v));
+        let b = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128::<8>(v)));
+        // SAFETY: caller guarantees o[0..32] writable; h < 2.
+        unsafe {
+            _mm256_storeu_ps(o.add(16 * h), _mm256_sub_ps(_mm256_mul_ps(a, d), m));
+            _mm256_storeu_ps(o.add(16 * h + 8), _mm256_sub_ps(_mm256_mul_ps(b, d), m));
+        }
+    }
+}
+
+/// Exact dot of a K-quant row with f32 `x`: each super-block is dequantized
+/// into 256 f32 on the stack, then multiplied with FMAs (4 accumulators).
+///
+/// # Safety
+/// AVX2/FMA/F16C present.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_exact_k(format: WeightFormat, row: &[u8], x: &[f32]) -> f32 {
+    let bb = format.block_bytes();
+    let mut buf = [0f32; 256];
+    let mut acc = [_mm256_setzero_ps(); 4];
+    for (blk, xs) in row.chunks_exact(bb).zip(x.chunks_exact(256)) {
+        // Prefetch hint (never faults; wrapping_add keeps it UB-free).
+        _mm_prefetch::<_MM_HINT_T0>(blk.as_ptr().wrapping_add(PREFETCH) as *const i8);
+        // SAFETY: features present per contract.
+        unsafe { dequant_superblock(format, blk, &mut buf) };
+        for j in (0..256).step_by(32) {
+            for (i, a) in acc.iter_mut().enumerate() {
+                // SAFETY: j + 8i + 8 <= 256 = buf.len() = xs.len().
+                unsafe {
+                    let w = _mm256_loadu_ps(buf.as_ptr().add(j + 8 * i));
+                    *a = _mm256_fmadd_ps(w, _mm256_loadu_ps(xs.as_ptr().add(j + 8 * i)), *a);
+                }
             }
         }
     }
@@ -308,6 +446,10 @@ pub(crate) unsafe fn matvec_exact(w: &QMatrix<'_>, r0: usize, x: &[f32], y: &mut
             WeightFormat::F32 => rows_with(w, r0, y, |r| dot_exact_float::<F32>(r, x)),
             WeightFormat::F16 => rows_with(w, r0, y, |r| dot_exact_float::<F16>(r, x)),
             WeightFormat::BF16 => rows_with(w, r0, y, |r| dot_exact_float::<BF16>(r, x)),
+            WeightFormat::Q4_K | WeightFormat::Q6_K => {
+                let f = w.format();
+                rows_with(w, r0, y, |r| dot_exact_k(f, r, x))
+            }
         }
     }
 }
