@@ -6,6 +6,12 @@
 //! operations of a transformer block (RMSNorm, softmax, SiLU/ReLU gating,
 //! RoPE, dot, axpy).
 //!
+//! Weight formats: `F32`, `F16`, `BF16`; the 32-element block formats
+//! `Q8_0`, `Q4_0`, `Q4_1`; and the K-quant super-block formats `Q4_K`
+//! (144 bytes per 256 elements) and `Q6_K` (210 bytes per 256), the two
+//! types of llama.cpp's popular `Q4_K_M` files. Every entry point accepts
+//! every format; rows of a K-quant matrix must be a multiple of 256 wide.
+//!
 //! Three implementations exist behind one safe, slice-based API:
 //!
 //! * a plain scalar reference (`scalar.rs`), also the fallback;
@@ -21,14 +27,19 @@
 //!
 //! SIMD coverage: `matvec` (all precisions), `matmul`, `dequantize_row`,
 //! `dot_f32`, `axpy_f32` and the sum of squares of `rms_norm` are SIMD on both
-//! architectures. `softmax_inplace`, `silu_mul_inplace`, `relu_mul_inplace`
+//! architectures, with these K-quant exceptions: `dequantize_row` of
+//! `Q4_K`/`Q6_K` is AVX2 on x86_64 but scalar on aarch64 (the NEON exact
+//! `matvec` dequantizes each super-block with the scalar code, then uses
+//! NEON FMAs), and their integer `matvec` paths ([`Precision::Fast`],
+//! [`Precision::Int8`]) are scalar on both architectures for now (same
+//! integer math as the other formats, per 32-element activation block). `softmax_inplace`, `silu_mul_inplace`, `relu_mul_inplace`
 //! and `rope_inplace` are scalar everywhere (they are a negligible share of a
 //! decode step and accuracy matters more there).
 //!
 //! # Precision
 //!
 //! [`Precision`] only affects [`matvec`] on the block-quantized formats
-//! (`Q8_0`, `Q4_0`, `Q4_1`). Float weights (`F32`, `F16`, `BF16`) use the
+//! (`Q8_0`, `Q4_0`, `Q4_1`, `Q4_K`, `Q6_K`). Float weights (`F32`, `F16`, `BF16`) use the
 //! exact f32 path in every precision, and [`matmul`] always uses the
 //! dequantized f32 tile with a register-blocked FMA microkernel (it measured
 //! faster than the integer path there), so its result is exact in every
@@ -91,9 +102,17 @@
 //!   and only called after run-time detection.
 //! * Every `unsafe` block carries a `// SAFETY:` comment.
 //!
-//! Other block formats (Q4_K, Q6_K) and sparse kernels are meant to slot in
-//! as new [`WeightFormat`] variants with a scalar implementation in
-//! `scalar.rs` and optional SIMD versions in `arch/`.
+//! K-quants in the integer paths: activations keep their 32-element blocks.
+//! A `Q4_K` sub-block (32 wide) is exactly one activation block: per block
+//! the i32 sum of `q_w * q_x` is scaled by `(d*sc) * d_x`, and the min term
+//! is `(dmin*m) * s_x` with `s_x = d_x * sum(q_x)`. A `Q6_K` sub-block (16
+//! wide, signed scale) is half an activation block, scaled by
+//! `(d*sc) * d_x` on its own. The error bounds of [`Precision::Fast`] and
+//! [`Precision::Int8`] below hold unchanged.
+//!
+//! Other block formats and sparse kernels are meant to slot in as new
+//! [`WeightFormat`] variants with a scalar implementation in `scalar.rs` and
+//! optional SIMD versions in `arch/`.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;

@@ -253,7 +253,7 @@ pub(crate) fn dot_k<T: Copy + Into<i32>>(
         WeightFormat::Q6_K => {
             for (sb, blk) in row.chunks_exact(210).enumerate() {
                 let ds = q6k_scales(blk);
-                for j in 0..16 {
+                for (j, &dsj) in ds.iter().enumerate() {
                     let b = sb * 8 + j / 2;
                     let e0 = 16 * (j % 2);
                     let qx = &qs[b * 32 + e0..b * 32 + e0 + 16];
@@ -261,7 +261,7 @@ pub(crate) fn dot_k<T: Copy + Into<i32>>(
                     for (i, &x) in qx.iter().enumerate() {
                         isum += i32::from(q6k_quant(blk, 16 * j + i)) * x.into();
                     }
-                    acc += ds[j] * d[b] * isum as f32;
+                    acc += dsj * d[b] * isum as f32;
                 }
             }
         }
