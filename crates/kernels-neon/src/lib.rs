@@ -27,12 +27,14 @@
 //!
 //! SIMD coverage: `matvec` (all precisions), `matmul`, `dequantize_row`,
 //! `dot_f32`, `axpy_f32` and the sum of squares of `rms_norm` are SIMD on both
-//! architectures, with these K-quant exceptions: `dequantize_row` of
-//! `Q4_K`/`Q6_K` is AVX2 on x86_64 but scalar on aarch64 (the NEON exact
-//! `matvec` dequantizes each super-block with the scalar code, then uses
-//! NEON FMAs), and their integer `matvec` paths ([`Precision::Fast`],
-//! [`Precision::Int8`]) are scalar on both architectures for now (same
-//! integer math as the other formats, per 32-element activation block). `softmax_inplace`, `silu_mul_inplace`, `relu_mul_inplace`
+//! architectures, with these K-quant exceptions on aarch64: `dequantize_row`
+//! of `Q4_K`/`Q6_K` is scalar there (the NEON exact `matvec` dequantizes each
+//! super-block with the scalar code, then uses NEON FMAs), and their integer
+//! `matvec` paths ([`Precision::Fast`], [`Precision::Int8`]) are scalar
+//! there for now. On x86_64 all K-quant paths are AVX2 (super-block
+//! dequantized into 256 f32 then FMAs for `Exact`; weights widened to i16
+//! and `vpmaddwd` with the 16- or 8-bit activations for `Fast`/`Int8`, one
+//! row at a time, not yet tuned or measured). `softmax_inplace`, `silu_mul_inplace`, `relu_mul_inplace`
 //! and `rope_inplace` are scalar everywhere (they are a negligible share of a
 //! decode step and accuracy matters more there).
 //!
