@@ -355,6 +355,12 @@ pub(crate) fn matvec_int8(w: &QMatrix<'_>, r0: usize, xq: &QActs, y: &mut [f32],
         WeightFormat::Q8_0 => rows_int8::<Q8_0>(w, r0, xq, y, dotprod),
         WeightFormat::Q4_0 => rows_int8::<Q4_0>(w, r0, xq, y, dotprod),
         WeightFormat::Q4_1 => rows_int8::<Q4_1>(w, r0, xq, y, dotprod),
+        WeightFormat::Q4_K | WeightFormat::Q6_K => {
+            let f = w.format();
+            for (i, yv) in y.iter_mut().enumerate() {
+                *yv = dot_k_int(f, w.row_data(r0 + i), &xq.d, &xq.s, |e| load_i8x8_wide(&xq.qs[e..]));
+            }
+        }
         _ => crate::scalar::matvec_int8(w, r0, xq, y),
     }
 }
@@ -436,6 +442,12 @@ pub(crate) fn matvec_i16(w: &QMatrix<'_>, r0: usize, xq: &QActs16, y: &mut [f32]
         WeightFormat::Q8_0 => rows_i16::<Q8_0>(w, r0, xq, y),
         WeightFormat::Q4_0 => rows_i16::<Q4_0>(w, r0, xq, y),
         WeightFormat::Q4_1 => rows_i16::<Q4_1>(w, r0, xq, y),
+        WeightFormat::Q4_K | WeightFormat::Q6_K => {
+            let f = w.format();
+            for (i, yv) in y.iter_mut().enumerate() {
+                *yv = dot_k_int(f, w.row_data(r0 + i), &xq.d, &xq.s, |e| load_i16x8(&xq.qs[e..]));
+            }
+        }
         _ => crate::scalar::matvec_i16(w, r0, xq, y),
     }
 }
@@ -548,4 +560,95 @@ pub(crate) fn axpy_f32(alpha: f32, x: &[f32], y: &mut [f32]) {
     for k in n4..n {
         y[k] += alpha * x[k];
     }
+}
+
+/// 8 i8 activation quants widened to i16x8.
+#[inline]
+#[target_feature(enable = "neon")]
+fn load_i8x8_wide(q: &[i8]) -> int16x8_t {
+    let q = &q[..8];
+    // SAFETY: `q` has exactly 8 readable i8 (bounds-checked above).
+    vmovl_s8(unsafe { vld1_s8(q.as_ptr()) })
+}
+
+/// Sum of 16 products of i8 weights `w` (widened to i16) with 16 i16
+/// activations `x`, in 4 i32 lanes (`smull`/`smlal`).
+#[inline]
+#[target_feature(enable = "neon")]
+fn dot16(w: int8x16_t, x: [int16x8_t; 2]) -> int32x4_t {
+    let w0 = vmovl_s8(vget_low_s8(w));
+    let w1 = vmovl_high_s8(w);
+    let s = vmull_s16(vget_low_s16(w0), vget_low_s16(x[0]));
+    let s = vmlal_high_s16(s, w0, x[0]);
+    let s = vmlal_s16(s, vget_low_s16(w1), vget_low_s16(x[1]));
+    vmlal_high_s16(s, w1, x[1])
+}
+
+/// Integer dot of a K-quant row (`Q4_K` or `Q6_K`) with quantized
+/// activations: `xs(e)` returns the 8 activation quants at element `e`
+/// widened to i16 (8- or 16-bit activations), `d`/`s` are the per-32
+/// scales and `d*sum(q)`. Per sub-block an i32 sum (`smull`/`smlal`,
+/// |q_w| <= 63, |q_x| <= 32767: each lane sums at most 8 products, below
+/// 2^24), one convert and one FMA with `(d*sc) * d_x`; the Q4_K min term
+/// `(dmin*m) * s_x` is accumulated separately (see the crate docs).
+#[target_feature(enable = "neon")]
+fn dot_k_int(
+    format: WeightFormat,
+    row: &[u8],
+    d: &[f32],
+    s: &[f32],
+    xs: impl Fn(usize) -> int16x8_t,
+) -> f32 {
+    let x16 = |e: usize| [xs(e), xs(e + 8)];
+    let mut acc = vdupq_n_f32(0.0);
+    let mut extra = 0f32;
+    let m4 = vdupq_n_u8(0x0F);
+    for (sb, blk) in row.chunks_exact(format.block_bytes()).enumerate().take(d.len() / 8) {
+        if format == WeightFormat::Q4_K {
+            let (dl, ml) = crate::scalar::q4k_scales(blk);
+            for g in 0..4 {
+                let raw = [
+                    load_u8x16(&blk[16 + 32 * g..]),
+                    load_u8x16(&blk[32 + 32 * g..]),
+                ];
+                for h in 0..2 {
+                    let j = 2 * g + h;
+                    let b = sb * 8 + j;
+                    let q = |r: uint8x16_t| {
+                        vreinterpretq_s8_u8(if h == 0 { vandq_u8(r, m4) } else { vshrq_n_u8::<4>(r) })
+                    };
+                    let isum = vaddq_s32(
+                        dot16(q(raw[0]), x16(32 * b)),
+                        dot16(q(raw[1]), x16(32 * b + 16)),
+                    );
+                    acc = vfmaq_n_f32(acc, vcvtq_f32_s32(isum), dl[j] * d[b]);
+                    extra -= ml[j] * s[b];
+                }
+            }
+        } else {
+            let ds = crate::scalar::q6k_scales(blk);
+            for n in 0..2 {
+                for p in 0..2 {
+                    let ql = [
+                        load_u8x16(&blk[64 * n + 16 * p..]),
+                        load_u8x16(&blk[64 * n + 32 + 16 * p..]),
+                    ];
+                    let qh = load_u8x16(&blk[128 + 32 * n + 16 * p..]);
+                    for k in 0..4 {
+                        let src = ql[k & 1];
+                        let lo = if k < 2 { vandq_u8(src, m4) } else { vshrq_n_u8::<4>(src) };
+                        let hb = vandq_u8(vshlq_u8(qh, vdupq_n_s8(-2 * k as i8)), vdupq_n_u8(3));
+                        let q = vsubq_s8(
+                            vreinterpretq_s8_u8(vorrq_u8(lo, vshlq_n_u8::<4>(hb))),
+                            vdupq_n_s8(32),
+                        );
+                        let b = sb * 8 + 4 * n + k;
+                        let isum = dot16(q, x16(32 * b + 16 * p));
+                        acc = vfmaq_n_f32(acc, vcvtq_f32_s32(isum), ds[8 * n + 2 * k + p] * d[b]);
+                    }
+                }
+            }
+        }
+    }
+    vaddvq_f32(acc) + extra
 }
