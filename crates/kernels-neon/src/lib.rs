@@ -27,14 +27,15 @@
 //!
 //! SIMD coverage: `matvec` (all precisions), `matmul`, `dequantize_row`,
 //! `dot_f32`, `axpy_f32` and the sum of squares of `rms_norm` are SIMD on both
-//! architectures, with these K-quant exceptions on aarch64: `dequantize_row`
-//! of `Q4_K`/`Q6_K` is scalar there (the NEON exact `matvec` dequantizes each
-//! super-block with the scalar code, then uses NEON FMAs), and their integer
-//! `matvec` paths ([`Precision::Fast`], [`Precision::Int8`]) are scalar
-//! there for now. On x86_64 all K-quant paths are AVX2 (super-block
-//! dequantized into 256 f32 then FMAs for `Exact`; weights widened to i16
-//! and `vpmaddwd` with the 16- or 8-bit activations for `Fast`/`Int8`, one
-//! row at a time, not yet tuned or measured). `softmax_inplace`, `silu_mul_inplace`, `relu_mul_inplace`
+//! architectures, with one K-quant exception: `dequantize_row` of
+//! `Q4_K`/`Q6_K` (hence `matmul` tiles) is scalar on aarch64, and the NEON
+//! exact `matvec` dequantizes each super-block with that scalar code before
+//! its NEON FMAs. On x86_64 `Exact` dequantizes a super-block into 256 f32
+//! with AVX2, then FMAs. The K-quant integer paths ([`Precision::Fast`],
+//! [`Precision::Int8`]) widen weights to i16 and multiply-add with the 16-
+//! or 8-bit activations (AVX2 `vpmaddwd`, NEON `smull`/`smlal`; no `sdot`),
+//! one row at a time. They are correct (property tests) but not yet tuned
+//! or measured. `softmax_inplace`, `silu_mul_inplace`, `relu_mul_inplace`
 //! and `rope_inplace` are scalar everywhere (they are a negligible share of a
 //! decode step and accuracy matters more there).
 //!
