@@ -154,21 +154,86 @@ pub(crate) fn dequant_row(format: WeightFormat, src: &[u8], dst: &mut [f32]) {
                 *o = bf16::from_le_bytes([src[2 * j], src[2 * j + 1]]).to_f32();
             }
         }
-        WeightFormat::F32 | WeightFormat::F16 | WeightFormat::Q4_K | WeightFormat::Q6_K => {
-            crate::scalar::dequant_row(format, src, dst)
+        WeightFormat::Q4_K | WeightFormat::Q6_K => {
+            for (blk, out) in src.chunks_exact(format.block_bytes()).zip(dst.chunks_exact_mut(256)) {
+                dequant_superblock(format, blk, out);
+            }
+        }
+        WeightFormat::F32 | WeightFormat::F16 => crate::scalar::dequant_row(format, src, dst),
+    }
+}
+
+/// Stores 16 f32 (4 × f32x4) at the start of `o`.
+#[inline]
+#[target_feature(enable = "neon")]
+fn store16(o: &mut [f32], v: [float32x4_t; 4]) {
+    let o = &mut o[..16];
+    for (c, x) in o.chunks_exact_mut(4).zip(v) {
+        // SAFETY: `c` is exactly 4 writable f32.
+        unsafe { vst1q_f32(c.as_mut_ptr(), x) };
+    }
+}
+
+/// The signed 6-bit quants `q - 32` of Q6_K elements `128n + 32k + 16p ..
+/// + 16` (half `n`, quarter `k`, part `p`) of super-block `blk`.
+#[inline]
+#[target_feature(enable = "neon")]
+fn q6k_quants16(blk: &[u8], n: usize, k: usize, p: usize) -> int8x16_t {
+    let src = load_u8x16(&blk[64 * n + 32 * (k & 1) + 16 * p..]);
+    let qh = load_u8x16(&blk[128 + 32 * n + 16 * p..]);
+    let m4 = vdupq_n_u8(0x0F);
+    let lo = if k < 2 { vandq_u8(src, m4) } else { vshrq_n_u8::<4>(src) };
+    let hb = vandq_u8(vshlq_u8(qh, vdupq_n_s8(-2 * k as i8)), vdupq_n_u8(3));
+    vsubq_s8(
+        vreinterpretq_s8_u8(vorrq_u8(lo, vshlq_n_u8::<4>(hb))),
+        vdupq_n_s8(32),
+    )
+}
+
+/// Dequantizes one K-quant super-block (`blk`, a full block) into the
+/// first 256 elements of `out`. Same f32 operations as the scalar reference
+/// (`d*sc * q - dmin*m` for Q4_K, `(d*sc) * q` for Q6_K; no FMA), so the
+/// results are bit-identical.
+#[target_feature(enable = "neon")]
+fn dequant_superblock(format: WeightFormat, blk: &[u8], out: &mut [f32]) {
+    let out = &mut out[..256];
+    if format == WeightFormat::Q4_K {
+        let (dl, ml) = crate::scalar::q4k_scales(blk);
+        let m4 = vdupq_n_u8(0x0F);
+        for g in 0..4 {
+            for part in 0..2 {
+                let raw = load_u8x16(&blk[16 + 32 * g + 16 * part..]);
+                for (h, q) in [vandq_u8(raw, m4), vshrq_n_u8::<4>(raw)].into_iter().enumerate() {
+                    let j = 2 * g + h;
+                    let m = vdupq_n_f32(ml[j]);
+                    let v = u8_to_f32(q).map(|x| vsubq_f32(vmulq_n_f32(x, dl[j]), m));
+                    store16(&mut out[32 * j + 16 * part..], v);
+                }
+            }
+        }
+    } else {
+        let ds = crate::scalar::q6k_scales(blk);
+        for n in 0..2 {
+            for k in 0..4 {
+                for p in 0..2 {
+                    let q = q6k_quants16(blk, n, k, p);
+                    let d = ds[8 * n + 2 * k + p];
+                    let v = s8_to_f32(q).map(|x| vmulq_n_f32(x, d));
+                    store16(&mut out[128 * n + 32 * k + 16 * p..], v);
+                }
+            }
         }
     }
 }
 
 /// Exact dot of a K-quant row with f32 `x`: each super-block is dequantized
-/// (scalar reference code) into 256 f32 on the stack, then multiplied with
-/// NEON FMAs (4 accumulators).
+/// into 256 f32 on the stack, then multiplied with NEON FMAs (4 accumulators).
 #[target_feature(enable = "neon")]
 fn dot_exact_k(format: WeightFormat, row: &[u8], x: &[f32]) -> f32 {
     let mut buf = [0f32; 256];
     let mut acc = [vdupq_n_f32(0.0); 4];
     for (blk, xs) in row.chunks_exact(format.block_bytes()).zip(x.chunks_exact(256)) {
-        crate::scalar::dequant_row(format, blk, &mut buf);
+        dequant_superblock(format, blk, &mut buf);
         for (i, (w, v)) in buf.chunks_exact(4).zip(xs.chunks_exact(4)).enumerate() {
             acc[i & 3] = vfmaq_f32(acc[i & 3], load_f32x4(w), load_f32x4(v));
         }
@@ -629,19 +694,8 @@ fn dot_k_int(
             let ds = crate::scalar::q6k_scales(blk);
             for n in 0..2 {
                 for p in 0..2 {
-                    let ql = [
-                        load_u8x16(&blk[64 * n + 16 * p..]),
-                        load_u8x16(&blk[64 * n + 32 + 16 * p..]),
-                    ];
-                    let qh = load_u8x16(&blk[128 + 32 * n + 16 * p..]);
                     for k in 0..4 {
-                        let src = ql[k & 1];
-                        let lo = if k < 2 { vandq_u8(src, m4) } else { vshrq_n_u8::<4>(src) };
-                        let hb = vandq_u8(vshlq_u8(qh, vdupq_n_s8(-2 * k as i8)), vdupq_n_u8(3));
-                        let q = vsubq_s8(
-                            vreinterpretq_s8_u8(vorrq_u8(lo, vshlq_n_u8::<4>(hb))),
-                            vdupq_n_s8(32),
-                        );
+                        let q = q6k_quants16(blk, n, k, p);
                         let b = sb * 8 + 4 * n + k;
                         let isum = dot16(q, x16(32 * b + 16 * p));
                         acc = vfmaq_n_f32(acc, vcvtq_f32_s32(isum), ds[8 * n + 2 * k + p] * d[b]);
