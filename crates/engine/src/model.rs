@@ -154,7 +154,8 @@ pub struct Model<'a> {
     path: PathBuf,
 }
 
-/// Maps a file dtype to a kernel weight format.
+/// Maps a file dtype to a kernel weight format (every current dtype has
+/// one; `None` is kept for dtypes the kernels may not support in future).
 pub fn weight_format(dtype: DType) -> Option<WeightFormat> {
     Some(match dtype {
         DType::F32 => WeightFormat::F32,
@@ -163,7 +164,8 @@ pub fn weight_format(dtype: DType) -> Option<WeightFormat> {
         DType::Q8_0 => WeightFormat::Q8_0,
         DType::Q4_0 => WeightFormat::Q4_0,
         DType::Q4_1 => WeightFormat::Q4_1,
-        _ => return None,
+        DType::Q4_K => WeightFormat::Q4_K,
+        DType::Q6_K => WeightFormat::Q6_K,
     })
 }
 

@@ -32,6 +32,13 @@ fn random_matrix(format: WeightFormat, rows: usize, cols: usize) -> Vec<u8> {
             if format == WeightFormat::Q4_1 {
                 blk[2..4].copy_from_slice(&f16::from_f32(-0.05).to_le_bytes());
             }
+            if format == WeightFormat::Q4_K {
+                blk[2..4].copy_from_slice(&f16::from_f32(0.01).to_le_bytes());
+            }
+            if format == WeightFormat::Q6_K {
+                // Q6_K keeps `d` last (bytes 0..2 are quants).
+                blk[208..210].copy_from_slice(&f16::from_f32(0.01).to_le_bytes());
+            }
         }
     } else if format == WeightFormat::F16 {
         for e in out.chunks_exact_mut(2) {
@@ -70,6 +77,10 @@ fn bench_matvec(c: &mut Criterion) {
         // streaming reference: 56 MB of f16, far beyond the caches
         (WeightFormat::F16, 49152, 576),
         (WeightFormat::Q8_0, 1536, 576),
+        // K-quants need cols % 256 == 0; Q4_1 at the same shape for comparison
+        (WeightFormat::Q4_K, 1536, 1536),
+        (WeightFormat::Q6_K, 1536, 1536),
+        (WeightFormat::Q4_1, 1536, 1536),
     ];
     for (format, rows, cols) in shapes {
         let data = random_matrix(format, rows, cols);

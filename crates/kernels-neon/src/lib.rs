@@ -7,6 +7,12 @@
 //! RoPE, dot, axpy), and the sparse kernels of activation sparsity
 //! (PowerInfer-2 style, see below).
 //!
+//! Weight formats: `F32`, `F16`, `BF16`; the 32-element block formats
+//! `Q8_0`, `Q4_0`, `Q4_1`; and the K-quant super-block formats `Q4_K`
+//! (144 bytes per 256 elements) and `Q6_K` (210 bytes per 256), the two
+//! types of llama.cpp's popular `Q4_K_M` files. Every entry point accepts
+//! every format; rows of a K-quant matrix must be a multiple of 256 wide.
+//!
 //! Three implementations exist behind one safe, slice-based API:
 //!
 //! * a plain scalar reference (`scalar.rs`), also the fallback;
@@ -24,7 +30,16 @@
 //! SIMD coverage: `matvec` and `matvec_rows` (all precisions), `axpy_rows`,
 //! `matmul`, `dequantize_row`,
 //! `dot_f32`, `axpy_f32` and the sum of squares of `rms_norm` are SIMD on both
-//! architectures. `softmax_inplace`, `silu_mul_inplace`, `relu_mul_inplace`
+//! architectures. K-quant `Exact` dequantizes a
+//! super-block into 256 f32 (AVX2 / NEON, bit-identical to the scalar
+//! code), then FMAs. The K-quant integer paths ([`Precision::Fast`],
+//! [`Precision::Int8`]) widen weights to i16 and multiply-add with the 16-
+//! or 8-bit activations (AVX2 `vpmaddwd`, NEON `smull`/`smlal`; no `sdot`),
+//! one row at a time, not tuned yet. One rough x86_64 AVX2 measurement
+//! (`benches/kernels.rs`, 2 threads, 1536×1536): Q4_K `Fast` 111 µs vs
+//! `Exact` 273 µs (Q4_1 `Fast` 186 µs); K-quant `Int8` (226 µs) is slower
+//! than `Fast` because it also widens to i16 instead of using `maddubs`.
+//! NEON speed is unmeasured. `softmax_inplace`, `silu_mul_inplace`, `relu_mul_inplace`
 //! and `rope_inplace` are scalar everywhere (they are a negligible share of a
 //! decode step and accuracy matters more there).
 //!
@@ -49,7 +64,7 @@
 //! # Precision
 //!
 //! [`Precision`] only affects [`matvec`] on the block-quantized formats
-//! (`Q8_0`, `Q4_0`, `Q4_1`). Float weights (`F32`, `F16`, `BF16`) use the
+//! (`Q8_0`, `Q4_0`, `Q4_1`, `Q4_K`, `Q6_K`). Float weights (`F32`, `F16`, `BF16`) use the
 //! exact f32 path in every precision, and [`matmul`] always uses the
 //! dequantized f32 tile with a register-blocked FMA microkernel (it measured
 //! faster than the integer path there), so its result is exact in every
@@ -112,9 +127,17 @@
 //!   and only called after run-time detection.
 //! * Every `unsafe` block carries a `// SAFETY:` comment.
 //!
-//! Other block formats (Q4_K, Q6_K) are meant to slot in
-//! as new [`WeightFormat`] variants with a scalar implementation in
-//! `scalar.rs` and optional SIMD versions in `arch/`.
+//! K-quants in the integer paths: activations keep their 32-element blocks.
+//! A `Q4_K` sub-block (32 wide) is exactly one activation block: per block
+//! the i32 sum of `q_w * q_x` is scaled by `(d*sc) * d_x`, and the min term
+//! is `(dmin*m) * s_x` with `s_x = d_x * sum(q_x)`. A `Q6_K` sub-block (16
+//! wide, signed scale) is half an activation block, scaled by
+//! `(d*sc) * d_x` on its own. The error bounds of [`Precision::Fast`] and
+//! [`Precision::Int8`] below hold unchanged.
+//!
+//! Other block formats are meant to slot in as new
+//! [`WeightFormat`] variants with a scalar implementation in `scalar.rs` and
+//! optional SIMD versions in `arch/`.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
@@ -149,6 +172,20 @@ pub enum WeightFormat {
     /// Blocks of 32: `{ d: f16, m: f16, qs: [u8; 16] }` (20 bytes); element `j`
     /// is `d * (qs[j] & 0xF) + m`, element `j + 16` is `d * (qs[j] >> 4) + m`.
     Q4_1,
+    /// llama.cpp K-quant super-blocks of 256: `{ d: f16, dmin: f16,
+    /// scales: [u8; 12], qs: [u8; 128] }` (144 bytes). Eight sub-blocks of 32,
+    /// each with a 6-bit scale `sc` and 6-bit min `m` packed in `scales`
+    /// (`get_scale_min_k4`); element `i` of sub-block `s` is
+    /// `d*sc * q - dmin*m` with 4-bit `q` (low nibbles of a 32-byte group for
+    /// the even sub-block, high nibbles for the odd one).
+    #[allow(non_camel_case_types)] // llama.cpp / GGUF name
+    Q4_K,
+    /// llama.cpp K-quant super-blocks of 256: `{ ql: [u8; 128], qh: [u8; 64],
+    /// scales: [i8; 16], d: f16 }` (210 bytes, `d` last). Sixteen sub-blocks
+    /// of 16 with a signed 8-bit scale each; element is `d * sc * (q - 32)`
+    /// with 6-bit `q` (4 low bits in `ql`, 2 high bits in `qh`).
+    #[allow(non_camel_case_types)] // llama.cpp / GGUF name
+    Q6_K,
 }
 
 impl WeightFormat {
@@ -157,6 +194,7 @@ impl WeightFormat {
         match self {
             WeightFormat::F32 | WeightFormat::F16 | WeightFormat::BF16 => 1,
             WeightFormat::Q8_0 | WeightFormat::Q4_0 | WeightFormat::Q4_1 => 32,
+            WeightFormat::Q4_K | WeightFormat::Q6_K => 256,
         }
     }
 
@@ -168,6 +206,8 @@ impl WeightFormat {
             WeightFormat::Q8_0 => 34,
             WeightFormat::Q4_0 => 18,
             WeightFormat::Q4_1 => 20,
+            WeightFormat::Q4_K => 144,
+            WeightFormat::Q6_K => 210,
         }
     }
 
@@ -184,6 +224,11 @@ impl WeightFormat {
     /// [`Precision::Fast`] and [`Precision::Int8`]).
     pub fn is_quantized(self) -> bool {
         self.block_len() > 1
+    }
+
+    /// Whether this is a K-quant format (super-blocks of 256 elements).
+    pub fn is_k_quant(self) -> bool {
+        self.block_len() == 256
     }
 }
 

@@ -67,16 +67,102 @@ pub(crate) fn dequant_row(format: WeightFormat, src: &[u8], dst: &mut [f32]) {
                 }
             }
         }
+        WeightFormat::Q4_K => {
+            for (blk, out) in src.chunks_exact(144).zip(dst.chunks_exact_mut(256)) {
+                let (dl, ml) = q4k_scales(blk);
+                for (s, o) in out.chunks_exact_mut(32).enumerate() {
+                    for (i, v) in o.iter_mut().enumerate() {
+                        *v = dl[s] * f32::from(q4k_quant(blk, 32 * s + i)) - ml[s];
+                    }
+                }
+            }
+        }
+        WeightFormat::Q6_K => {
+            for (blk, out) in src.chunks_exact(210).zip(dst.chunks_exact_mut(256)) {
+                let ds = q6k_scales(blk);
+                for (s, o) in out.chunks_exact_mut(16).enumerate() {
+                    for (i, v) in o.iter_mut().enumerate() {
+                        *v = ds[s] * f32::from(q6k_quant(blk, 16 * s + i));
+                    }
+                }
+            }
+        }
     }
 }
 
+/// Q4_K: 6-bit scale and min of sub-block `j` (0..8) from the 12 packed
+/// bytes `q` (llama.cpp `get_scale_min_k4`).
+#[inline(always)]
+pub(crate) fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
+    if j < 4 {
+        (q[j] & 63, q[j + 4] & 63)
+    } else {
+        (
+            (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4),
+            (q[j + 4] >> 4) | ((q[j] >> 6) << 4),
+        )
+    }
+}
+
+/// Q4_K super-block: per sub-block of 32 the f32 factors `(d * sc, dmin * m)`.
+#[inline(always)]
+pub(crate) fn q4k_scales(blk: &[u8]) -> ([f32; 8], [f32; 8]) {
+    let d = f16_at(blk, 0);
+    let dmin = f16_at(blk, 2);
+    let mut dl = [0f32; 8];
+    let mut ml = [0f32; 8];
+    for j in 0..8 {
+        let (sc, m) = scale_min_k4(j, &blk[4..16]);
+        dl[j] = d * f32::from(sc);
+        ml[j] = dmin * f32::from(m);
+    }
+    (dl, ml)
+}
+
+/// Q4_K: the 4-bit quant of element `i` (0..256) of a super-block. Each
+/// group of 64 elements uses 32 bytes of `qs`: low nibbles for its first
+/// 32 elements, high nibbles for the next 32.
+#[inline(always)]
+pub(crate) fn q4k_quant(blk: &[u8], i: usize) -> u8 {
+    let b = blk[16 + 32 * (i / 64) + i % 32];
+    if i % 64 < 32 {
+        b & 0xF
+    } else {
+        b >> 4
+    }
+}
+
+/// Q6_K super-block: per sub-block of 16 the f32 factor `d * sc`.
+#[inline(always)]
+pub(crate) fn q6k_scales(blk: &[u8]) -> [f32; 16] {
+    let d = f16_at(blk, 208);
+    std::array::from_fn(|s| d * f32::from(blk[192 + s] as i8))
+}
+
+/// Q6_K: the signed quant `q - 32` (-32..=31) of element `i` (0..256) of a
+/// super-block. Half `n = i / 128` uses `ql[64n..64n+64]` and
+/// `qh[32n..32n+32]`; within it, element `32k + l` (k in 0..4, l in 0..32)
+/// takes the low (k < 2) or high (k >= 2) nibble of
+/// `ql[64n + l + 32*(k & 1)]` and bits `2k..2k+2` of `qh[32n + l]`.
+#[inline(always)]
+pub(crate) fn q6k_quant(blk: &[u8], i: usize) -> i8 {
+    let (n, r) = (i / 128, i % 128);
+    let (k, l) = (r / 32, r % 32);
+    let ql = blk[64 * n + l + 32 * (k & 1)];
+    let lo = if k < 2 { ql & 0xF } else { ql >> 4 };
+    let hi = (blk[128 + 32 * n + l] >> (2 * k)) & 3;
+    (lo | (hi << 4)) as i8 - 32
+}
+
 /// Exact dot product of one weight row with f32 activations: each group of
-/// 32 weights is dequantized to f32, products are accumulated in 8 f32 lanes.
+/// 32 weights (K-quants: 256) is dequantized to f32, products are accumulated in 8 f32 lanes.
 pub(crate) fn dot_exact(format: WeightFormat, row: &[u8], x: &[f32]) -> f32 {
-    let per_group = 32 / format.block_len() * format.block_bytes();
-    let mut buf = [0f32; 32];
+    // K-quants: one super-block (256 elements) per group.
+    let group = format.block_len().max(32);
+    let per_group = group / format.block_len() * format.block_bytes();
+    let mut buf = [0f32; 256];
     let mut acc = [0f32; 8];
-    for (g, xs) in row.chunks(per_group).zip(x.chunks(32)) {
+    for (g, xs) in row.chunks(per_group).zip(x.chunks(group)) {
         let n = xs.len();
         dequant_row(format, g, &mut buf[..n]);
         for (j, (w, v)) in buf[..n].iter().zip(xs).enumerate() {
@@ -126,8 +212,61 @@ pub(crate) fn dot_int8(format: WeightFormat, row: &[u8], xq: &QActs) -> f32 {
                 acc += f16_at(blk, 0) * xq.d[b] * isum as f32 + f16_at(blk, 2) * xq.s[b];
             }
         }
+        WeightFormat::Q4_K | WeightFormat::Q6_K => {
+            acc = dot_k(format, row, &xq.qs, &xq.d, &xq.s);
+        }
         // Float formats never take the integer path (see `matvec`).
         WeightFormat::F32 | WeightFormat::F16 | WeightFormat::BF16 => {}
+    }
+    acc
+}
+
+/// Integer dot of a K-quant row with quantized activations (8- or 16-bit
+/// quants `qs`, per-32 scales `d`, per-32 `s = d * sum(q)`).
+///
+/// Q4_K: per sub-block of 32 (= activation block `b`) the exact i32 sum of
+/// `q_w * q_x`, scaled by `(d*sc) * d_x`, minus `(dmin*m) * s_x` (the min
+/// term). Q6_K: per sub-block of 16 (half an activation block) the i32 sum
+/// of `(q_w - 32) * q_x` scaled by `(d*sc) * d_x` (|sum| <= 16·32·32767 < 2^24).
+pub(crate) fn dot_k<T: Copy + Into<i32>>(
+    format: WeightFormat,
+    row: &[u8],
+    qs: &[T],
+    d: &[f32],
+    s: &[f32],
+) -> f32 {
+    let mut acc = 0f32;
+    match format {
+        WeightFormat::Q4_K => {
+            for (sb, blk) in row.chunks_exact(144).enumerate() {
+                let (dl, ml) = q4k_scales(blk);
+                for j in 0..8 {
+                    let b = sb * 8 + j;
+                    let qx = &qs[b * 32..b * 32 + 32];
+                    let mut isum = 0i32;
+                    for (i, &x) in qx.iter().enumerate() {
+                        isum += i32::from(q4k_quant(blk, 32 * j + i)) * x.into();
+                    }
+                    acc += dl[j] * d[b] * isum as f32 - ml[j] * s[b];
+                }
+            }
+        }
+        WeightFormat::Q6_K => {
+            for (sb, blk) in row.chunks_exact(210).enumerate() {
+                let ds = q6k_scales(blk);
+                for (j, &dsj) in ds.iter().enumerate() {
+                    let b = sb * 8 + j / 2;
+                    let e0 = 16 * (j % 2);
+                    let qx = &qs[b * 32 + e0..b * 32 + e0 + 16];
+                    let mut isum = 0i32;
+                    for (i, &x) in qx.iter().enumerate() {
+                        isum += i32::from(q6k_quant(blk, 16 * j + i)) * x.into();
+                    }
+                    acc += dsj * d[b] * isum as f32;
+                }
+            }
+        }
+        _ => {}
     }
     acc
 }
@@ -151,6 +290,9 @@ pub(crate) fn matvec_int8(w: &QMatrix<'_>, sel: Rows<'_>, xq: &QActs, y: &mut [f
 /// 32 terms: below 2^28), scaled by `d_w * d_x` in f32, plus `m * s` for Q4_1.
 /// Only called for quantized formats.
 pub(crate) fn dot_i16(format: WeightFormat, row: &[u8], xq: &QActs16) -> f32 {
+    if format.is_k_quant() {
+        return dot_k(format, row, &xq.qs, &xq.d, &xq.s);
+    }
     let bb = format.block_bytes();
     let mut acc = 0f32;
     for (b, blk) in row.chunks_exact(bb).enumerate() {
@@ -170,8 +312,9 @@ pub(crate) fn dot_i16(format: WeightFormat, row: &[u8], xq: &QActs16) -> f32 {
                     isum += (i32::from(q >> 4) - off) * i32::from(qx[j + 16]);
                 }
             }
-            // Float formats never take the integer path (see `matvec`).
-            WeightFormat::F32 | WeightFormat::F16 | WeightFormat::BF16 => return 0.0,
+            // Float formats never take the integer path (see `matvec`);
+            // K-quants returned above.
+            _ => return 0.0,
         }
         acc += f16_at(blk, 0) * xq.d[b] * isum as f32;
         if format == WeightFormat::Q4_1 {
@@ -226,6 +369,17 @@ pub(crate) fn axpy_f32(alpha: f32, x: &[f32], y: &mut [f32]) {
 /// `y += c * dequant(row)` (row has exactly `format.row_bytes(y.len())`
 /// bytes): 32 elements at a time dequantized to f32, then multiply-add.
 pub(crate) fn axpy_row(format: WeightFormat, c: f32, row: &[u8], y: &mut [f32]) {
+    if format.is_k_quant() {
+        // K-quant rows dequantize a whole 256-element super-block at a time.
+        let mut buf = [0f32; 256];
+        for (blk, ys) in row.chunks_exact(format.block_bytes()).zip(y.chunks_mut(256)) {
+            dequant_row(format, blk, &mut buf);
+            for (yv, w) in ys.iter_mut().zip(&buf) {
+                *yv += c * w;
+            }
+        }
+        return;
+    }
     let per_group = 32 / format.block_len() * format.block_bytes();
     let mut buf = [0f32; 32];
     for (g, ys) in row.chunks(per_group).zip(y.chunks_mut(32)) {

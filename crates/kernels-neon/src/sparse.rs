@@ -190,7 +190,8 @@ pub fn axpy_rows_with(
     let format = w_t.format();
     let (bl, bb) = (format.block_len(), format.block_bytes());
     // Column range [c0, c0 + ys.len()) of every listed row; c0 is a multiple
-    // of 32 (hence of the block length), so the range is whole blocks.
+    // of `bl.max(32)` (hence of the block length: 32, or 256 for K-quant
+    // super-blocks), so the range is whole blocks.
     let run = |c0: usize, ys: &mut [f32]| {
         let b0 = c0 / bl * bb;
         let nbytes = ys.len().div_ceil(bl) * bb;
@@ -209,7 +210,7 @@ pub fn axpy_rows_with(
     let range = cols
         .div_ceil(threads * 2)
         .max(MIN_AXPY_COLS)
-        .next_multiple_of(32);
+        .next_multiple_of(bl.max(32));
     if threads == 1 || cols <= range || rows.len().saturating_mul(cols) < MIN_AXPY_PARALLEL {
         run(0, y);
     } else {

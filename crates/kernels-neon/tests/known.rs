@@ -85,6 +85,151 @@ fn format_sizes() {
     assert_eq!(F16.row_bytes(3), Some(6));
     assert_eq!(F32.block_len(), 1);
     assert_eq!(Q4_0.block_bytes(), 18);
+    assert_eq!((Q4_K.block_len(), Q4_K.block_bytes()), (256, 144));
+    assert_eq!((Q6_K.block_len(), Q6_K.block_bytes()), (256, 210));
+    assert_eq!(Q4_K.row_bytes(512), Some(288));
+    assert_eq!(Q6_K.row_bytes(768), Some(630));
+    assert_eq!(Q4_K.row_bytes(576), None);
+    assert!(Q4_K.is_quantized() && Q6_K.is_k_quant() && !Q8_0.is_k_quant());
+    assert!(matches!(
+        QMatrix::new(Q6_K, 1, 32, &[0u8; 210]),
+        Err(KernelError::RaggedCols { block_len: 256, .. })
+    ));
+}
+
+/// Hand-built Q4_K super-block: d = 0.5, dmin = 0.25, 12 scale bytes chosen
+/// so that the `j >= 4` branch of `get_scale_min_k4` takes high bits from
+/// bytes 0..8, `qs[b] = (b & 0xF) | ((7b & 0xF) << 4)`.
+fn q4_k_block() -> Vec<u8> {
+    let mut blk = h(0.5).to_vec();
+    blk.extend(h(0.25));
+    blk.extend([
+        0xC3, 0x05, 0x07, 0x49, 0x82, 0x01, 0x00, 0x04, 0x21, 0x3A, 0x00, 0xF2,
+    ]);
+    blk.extend((0..128u32).map(|b| ((b & 0xF) | (((7 * b) & 0xF) << 4)) as u8));
+    assert_eq!(blk.len(), 144);
+    blk
+}
+
+#[test]
+fn dequant_q4_k_known() {
+    // Scales/mins decoded by hand from the bytes above:
+    // j < 4:  sc = q[j] & 63, m = q[j+4] & 63
+    //   sc = 0xC3&63 = 3, 5, 7, 0x49&63 = 9;  m = 0x82&63 = 2, 1, 0, 4
+    // j >= 4: sc = (q[j+4] & 0xF) | (q[j-4] >> 6) << 4, m = (q[j+4] >> 4) | (q[j] >> 6) << 4
+    //   j=4: sc = 1 | 3<<4 = 49, m = 2 | 2<<4 = 34
+    //   j=5: sc = 10 | 0 = 10,   m = 3 | 0 = 3
+    //   j=6: sc = 0,             m = 0
+    //   j=7: sc = 2 | 1<<4 = 18, m = 15 | 0 = 15
+    const SC: [f32; 8] = [3.0, 5.0, 7.0, 9.0, 49.0, 10.0, 0.0, 18.0];
+    const M: [f32; 8] = [2.0, 1.0, 0.0, 4.0, 34.0, 3.0, 0.0, 15.0];
+    let blk = q4_k_block();
+    let out = all_paths_dequant(WeightFormat::Q4_K, &blk, 256);
+    // Specific elements computed by hand:
+    // 0: sub 0, q = qs[0] & 0xF = 0 -> 0.5*3*0 - 0.25*2 = -0.5
+    assert_eq!(out[0], -0.5);
+    // 133: sub 4 (group 2, low), q = qs[69] & 0xF = 5 -> 0.5*49*5 - 0.25*34 = 114
+    assert_eq!(out[133], 114.0);
+    // 162: sub 5 (group 2, high), q = qs[66] >> 4 = 462 & 15 = 14 -> 70 - 0.75
+    assert_eq!(out[162], 69.25);
+    // 200: sub 6 (sc = m = 0) -> 0
+    assert_eq!(out[200], 0.0);
+    // 255: sub 7 (group 3, high), q = qs[127] >> 4 = 889 & 15 = 9 -> 81 - 3.75
+    assert_eq!(out[255], 77.25);
+    // 40: sub 1 (group 0, high), q = qs[8] >> 4 = 56 & 15 = 8 -> 0.5*5*8 - 0.25
+    assert_eq!(out[40], 19.75);
+    // Every element from the llama.cpp loop written out directly.
+    for j in (0..8).step_by(2) {
+        for l in 0..32 {
+            let q = blk[16 + 16 * j + l];
+            let lo = 0.5 * SC[j] * f32::from(q & 0xF) - 0.25 * M[j];
+            let hi = 0.5 * SC[j + 1] * f32::from(q >> 4) - 0.25 * M[j + 1];
+            assert_eq!(out[32 * j + l], lo, "element {}", 32 * j + l);
+            assert_eq!(out[32 * j + 32 + l], hi, "element {}", 32 * j + 32 + l);
+        }
+    }
+}
+
+/// Hand-built Q6_K super-block: `ql[i] = i`, `qh[i] = 37 i mod 256`,
+/// scales with negative values (and -128, 127), d = 0.25.
+fn q6_k_block() -> Vec<u8> {
+    let mut blk: Vec<u8> = (0..128u32).map(|i| i as u8).collect();
+    blk.extend((0..64u32).map(|i| (i * 37) as u8));
+    let sc: [i8; 16] = [1, -2, 3, -4, 5, -6, 7, -8, -128, 127, -1, 0, 10, -10, 20, -20];
+    blk.extend(sc.iter().map(|&v| v as u8));
+    blk.extend(h(0.25));
+    assert_eq!(blk.len(), 210);
+    blk
+}
+
+#[test]
+fn dequant_q6_k_known() {
+    let blk = q6_k_block();
+    let out = all_paths_dequant(WeightFormat::Q6_K, &blk, 256);
+    // 0: ql[0] = 0, qh[0] = 0 -> q = -32, sc[0] = 1 -> -8
+    assert_eq!(out[0], -8.0);
+    // 130: half 1, l = 2, q1: ql[66] & 0xF = 2, qh[34] = 234 & 3 = 2
+    //   -> q = 34 - 32 = 2, sc[8] = -128 -> 0.25 * -128 * 2 = -64
+    assert_eq!(out[130], -64.0);
+    // 145: half 1, l = 17, q1: ql[81] & 0xF = 1, qh[49] = 21 & 3 = 1
+    //   -> q = 17 - 32 = -15, sc[9] = 127 -> -476.25
+    assert_eq!(out[145], -476.25);
+    // 200: half 1, l = 8, q3: ql[72] >> 4 = 4, (qh[40] = 200) >> 4 & 3 = 0
+    //   -> q = -28, sc[12] = 10 -> -70
+    assert_eq!(out[200], -70.0);
+    // 250: half 1, l = 26, q4: ql[122] >> 4 = 7, (qh[58] = 98) >> 6 & 3 = 1
+    //   -> q = 23 - 32 = -9, sc[15] = -20 -> 45
+    assert_eq!(out[250], 45.0);
+    // Every element from the llama.cpp loop written out directly.
+    let sc: Vec<f32> = blk[192..208].iter().map(|&b| f32::from(b as i8)).collect();
+    for n in 0..2 {
+        let (ql, qh, s) = (&blk[64 * n..], &blk[128 + 32 * n..], &sc[8 * n..]);
+        for l in 0..32 {
+            let is = l / 16;
+            let q1 = ((ql[l] & 0xF) | ((qh[l] & 3) << 4)) as i8 - 32;
+            let q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) as i8 - 32;
+            let q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) as i8 - 32;
+            let q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) as i8 - 32;
+            let y = &out[128 * n..];
+            assert_eq!(y[l], 0.25 * s[is] * f32::from(q1));
+            assert_eq!(y[l + 32], 0.25 * s[is + 2] * f32::from(q2));
+            assert_eq!(y[l + 64], 0.25 * s[is + 4] * f32::from(q3));
+            assert_eq!(y[l + 96], 0.25 * s[is + 6] * f32::from(q4));
+        }
+    }
+}
+
+#[test]
+fn k_quant_matvec_one_hot_every_path_and_precision() {
+    // A 2-row matrix (Q4_K block, then the same block with d negated) and
+    // one-hot activations: every path and precision returns the element.
+    for (format, blk) in [
+        (WeightFormat::Q4_K, q4_k_block()),
+        (WeightFormat::Q6_K, q6_k_block()),
+    ] {
+        let mut data = blk.clone();
+        data.extend(&blk);
+        let w = QMatrix::new(format, 2, 256, &data).unwrap();
+        let mut elems = vec![0f32; 256];
+        dequantize_row_with(KernelPath::Scalar, format, &blk, &mut elems).unwrap();
+        for k in [0usize, 40, 133, 145, 162, 200, 250, 255] {
+            let mut x = vec![0f32; 256];
+            x[k] = 1.0;
+            for path in available_paths() {
+                for precision in [Precision::Exact, Precision::Fast, Precision::Int8] {
+                    let mut y = [f32::NAN; 2];
+                    matvec_with(path, &w, &x, &mut y, precision).unwrap();
+                    for v in y {
+                        assert!(
+                            (v - elems[k]).abs() <= 1e-4,
+                            "{format:?} {path:?} {precision:?} k={k}: {v} vs {}",
+                            elems[k]
+                        );
+                    }
+                }
+            }
+        }
+    }
 }
 
 #[test]

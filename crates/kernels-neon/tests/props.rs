@@ -22,8 +22,13 @@ use common::*;
 use kernels_neon::*;
 use proptest::prelude::*;
 
+/// Column count for a test case: K-quants get 256 or 512 (one or two
+/// super-blocks), other quantized formats `units` blocks of 32, float
+/// formats also a ragged tail of `odd` elements.
 fn cols_for(format: WeightFormat, units: usize, odd: usize) -> usize {
-    if format.is_quantized() {
+    if format.is_k_quant() {
+        256 * (1 + units % 2)
+    } else if format.is_quantized() {
         units * 32
     } else {
         units * 32 + odd
@@ -97,7 +102,10 @@ proptest! {
 
     #[test]
     fn integer_paths_match_scalar(
-        format in prop::sample::select(vec![WeightFormat::Q8_0, WeightFormat::Q4_0, WeightFormat::Q4_1]),
+        format in prop::sample::select(vec![
+            WeightFormat::Q8_0, WeightFormat::Q4_0, WeightFormat::Q4_1,
+            WeightFormat::Q4_K, WeightFormat::Q6_K,
+        ]),
         precision in prop::sample::select(vec![Precision::Fast, Precision::Int8]),
         rows in 1usize..40,
         units in 1usize..20,
@@ -105,7 +113,7 @@ proptest! {
     ) {
         // Same quantized activations on every path, so results agree up to
         // f32 summation order: 1e-5 relative to Σ|w·x|.
-        let cols = units * 32;
+        let cols = cols_for(format, units, 0);
         let mut rng = Rng(seed);
         let data = random_matrix(format, rows, cols, &mut rng);
         let w = QMatrix::new(format, rows, cols, &data).unwrap();

@@ -21,8 +21,13 @@ use proptest::prelude::*;
 
 const PRECISIONS: [Precision; 3] = [Precision::Exact, Precision::Fast, Precision::Int8];
 
+/// Column count for a test case (as in `tests/props.rs`): K-quants get 256
+/// or 512 (one or two super-blocks), other quantized formats `units` blocks
+/// of 32, float formats additionally an odd tail.
 fn cols_for(format: WeightFormat, units: usize, odd: usize) -> usize {
-    if format.is_quantized() {
+    if format.is_k_quant() {
+        256 * (1 + units % 2)
+    } else if format.is_quantized() {
         units * 32
     } else {
         units * 32 + odd
@@ -184,8 +189,9 @@ proptest! {
         threshold in prop::sample::select(vec![0.0f32, 0.05, 0.3, -1.0]),
         seed in any::<u64>(),
     ) {
-        // Quantized formats need cols % 32 == 0; use that for both.
-        let cols = units * 32;
+        // Quantized formats need cols % 32 == 0 (K-quants cols % 256 == 0);
+        // use that for both.
+        let cols = if gformat.is_k_quant() || uformat.is_k_quant() { 256 * (1 + units % 2) } else { units * 32 };
         let mut rng = Rng(seed);
         let gdata = random_matrix(gformat, nrows, cols, &mut rng);
         let udata = random_matrix(uformat, nrows, cols, &mut rng);
@@ -229,15 +235,16 @@ proptest! {
 fn out_of_range_rows_are_errors() {
     let mut rng = Rng(7);
     for format in FORMATS {
-        let data = random_matrix(format, 4, 64, &mut rng);
-        let w = QMatrix::new(format, 4, 64, &data).unwrap();
-        let x = random_vec(64, &mut rng);
+        let cols = if format.is_k_quant() { 256 } else { 64 };
+        let data = random_matrix(format, 4, cols, &mut rng);
+        let w = QMatrix::new(format, 4, cols, &data).unwrap();
+        let x = random_vec(cols, &mut rng);
         for path in available_paths() {
             for bad in [vec![4u32], vec![0, 1, 99], vec![u32::MAX]] {
                 let mut y = vec![0f32; bad.len()];
                 let e = matvec_rows_with(path, &w, &bad, &x, &mut y, Precision::Fast);
                 assert!(matches!(e, Err(KernelError::RowOutOfRange { rows: 4, .. })), "{e:?}");
-                let mut y = vec![0f32; 64];
+                let mut y = vec![0f32; cols];
                 let c = vec![1f32; bad.len()];
                 let e = axpy_rows_with(path, &w, &bad, &c, &mut y);
                 assert!(matches!(e, Err(KernelError::RowOutOfRange { .. })), "{e:?}");
@@ -259,12 +266,12 @@ fn out_of_range_rows_are_errors() {
             matvec_rows(&w, &[0], &x[..32], &mut y[..1], Precision::Exact),
             Err(KernelError::LengthMismatch { .. })
         ));
-        let mut y = vec![0f32; 63];
+        let mut y = vec![0f32; cols - 1];
         assert!(matches!(
             axpy_rows(&w, &[0], &[1.0], &mut y),
             Err(KernelError::LengthMismatch { .. })
         ));
-        let mut y = vec![0f32; 64];
+        let mut y = vec![0f32; cols];
         assert!(matches!(
             axpy_rows(&w, &[0, 1], &[1.0], &mut y),
             Err(KernelError::LengthMismatch { .. })
@@ -284,7 +291,7 @@ fn axpy_rows_large_parallel() {
     // Large enough for the column-range split (cols > 256, rows*cols >= 2^16).
     let mut rng = Rng(11);
     let (n, cols) = (300usize, 4096usize);
-    for format in [WeightFormat::Q4_0, WeightFormat::Q8_0, WeightFormat::F16] {
+    for format in [WeightFormat::Q4_0, WeightFormat::Q8_0, WeightFormat::F16, WeightFormat::Q4_K, WeightFormat::Q6_K] {
         let data = random_matrix(format, n, cols, &mut rng);
         let w = QMatrix::new(format, n, cols, &data).unwrap();
         let rows = select_rows(3, n, &mut rng);

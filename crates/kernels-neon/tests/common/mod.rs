@@ -4,13 +4,15 @@
 use half::{bf16, f16};
 use kernels_neon::{dequantize_row_with, KernelPath, QMatrix, WeightFormat};
 
-pub const FORMATS: [WeightFormat; 6] = [
+pub const FORMATS: [WeightFormat; 8] = [
     WeightFormat::F32,
     WeightFormat::F16,
     WeightFormat::BF16,
     WeightFormat::Q8_0,
     WeightFormat::Q4_0,
     WeightFormat::Q4_1,
+    WeightFormat::Q4_K,
+    WeightFormat::Q6_K,
 ];
 
 /// Tiny deterministic PRNG (splitmix64) so tests need no extra crates.
@@ -53,6 +55,20 @@ pub fn random_matrix(format: WeightFormat, rows: usize, cols: usize, rng: &mut R
                     }
                     let nq = if format == WeightFormat::Q8_0 { 32 } else { 16 };
                     (0..nq).for_each(|_| out.push(rng.byte()));
+                }
+            }
+            WeightFormat::Q4_K => {
+                for _ in 0..cols / 256 {
+                    out.extend_from_slice(&f16::from_f32(rng.f() * 0.01).to_le_bytes());
+                    out.extend_from_slice(&f16::from_f32(rng.f() * 0.02).to_le_bytes());
+                    (0..12 + 128).for_each(|_| out.push(rng.byte()));
+                }
+            }
+            WeightFormat::Q6_K => {
+                for _ in 0..cols / 256 {
+                    // ql, qh, scales (all i8 values, negative ones included), d
+                    (0..128 + 64 + 16).for_each(|_| out.push(rng.byte()));
+                    out.extend_from_slice(&f16::from_f32(rng.f() * 0.002).to_le_bytes());
                 }
             }
         }
