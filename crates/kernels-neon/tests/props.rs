@@ -22,45 +22,9 @@ use common::*;
 use kernels_neon::*;
 use proptest::prelude::*;
 
-/// Column count for a test case: K-quants get 256 or 512 (one or two
-/// super-blocks), other quantized formats `units` blocks of 32, float
-/// formats also a ragged tail of `odd` elements.
-fn cols_for(format: WeightFormat, units: usize, odd: usize) -> usize {
-    if format.is_k_quant() {
-        256 * (1 + units % 2)
-    } else if format.is_quantized() {
-        units * 32
-    } else {
-        units * 32 + odd
-    }
-}
 
-const PRECISIONS: [Precision; 3] = [Precision::Exact, Precision::Fast, Precision::Int8];
 
-/// `precision` is the effective one: pass `Exact` when the call takes the
-/// f32 path (float weights, matmul with n > 1).
-fn check(y: f32, (dot, abs, wamax): (f64, f64, f64), precision: Precision) -> Result<(), String> {
-    let mut tol = 1e-5 * abs + 1e-6;
-    match precision {
-        Precision::Exact => {}
-        Precision::Fast => tol += wamax / 65534.0 * 1.02,
-        Precision::Int8 => tol += wamax / 254.0 * 1.001,
-    }
-    let err = (f64::from(y) - dot).abs();
-    if err <= tol {
-        Ok(())
-    } else {
-        Err(format!("y={y} ref={dot} err={err} tol={tol}"))
-    }
-}
 
-/// 256 cases unless `PROPTEST_CASES` says otherwise (reduce it under qemu).
-fn cases() -> u32 {
-    std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(256)
-}
 
 fn format_strategy() -> impl Strategy<Value = WeightFormat> {
     prop::sample::select(FORMATS.to_vec())

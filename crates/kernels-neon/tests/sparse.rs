@@ -19,42 +19,9 @@ use common::Rng;
 use kernels_neon::*;
 use proptest::prelude::*;
 
-const PRECISIONS: [Precision; 3] = [Precision::Exact, Precision::Fast, Precision::Int8];
 
-/// Column count for a test case (as in `tests/props.rs`): K-quants get 256
-/// or 512 (one or two super-blocks), other quantized formats `units` blocks
-/// of 32, float formats additionally an odd tail.
-fn cols_for(format: WeightFormat, units: usize, odd: usize) -> usize {
-    if format.is_k_quant() {
-        256 * (1 + units % 2)
-    } else if format.is_quantized() {
-        units * 32
-    } else {
-        units * 32 + odd
-    }
-}
 
-fn check(y: f32, (dot, abs, wamax): (f64, f64, f64), precision: Precision) -> Result<(), String> {
-    let mut tol = 1e-5 * abs + 1e-6;
-    match precision {
-        Precision::Exact => {}
-        Precision::Fast => tol += wamax / 65534.0 * 1.02,
-        Precision::Int8 => tol += wamax / 254.0 * 1.001,
-    }
-    let err = (f64::from(y) - dot).abs();
-    if err <= tol {
-        Ok(())
-    } else {
-        Err(format!("y={y} ref={dot} err={err} tol={tol}"))
-    }
-}
 
-fn cases() -> u32 {
-    std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(256)
-}
 
 /// Row selection: 0 = empty, 1 = all in order, 2 = all shuffled,
 /// otherwise a random duplicate-free subset in random order.
