@@ -268,6 +268,42 @@ unsafe fn dequant_k(format: WeightFormat, src: &[u8], dst: &mut [f32]) {
     }
 }
 
+/// Unpacks half `n` (0 or 1) of a Q6_K super-block into 4 × 32 signed
+/// quants (`q - 32`, in -32..=31): elements 128n + 32k .. 128n + 32k + 32
+/// in vector k.
+///
+/// # Safety
+/// AVX2 must be available and `blk.len() >= 210`, `n < 2` (the loads read
+/// `ql[64n..64n+64]` and `qh[32n..32n+32]`, all below byte 192).
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn q6k_half(blk: &[u8], n: usize) -> [__m256i; 4] {
+    debug_assert!(blk.len() >= 210 && n < 2);
+    let m4 = _mm256_set1_epi8(0x0F);
+    let m2 = _mm256_set1_epi8(3);
+    let p = blk.as_ptr();
+    // SAFETY: the caller guarantees blk.len() >= 210 and n < 2, so every
+    // 32-byte load below ends at or before byte 192.
+    let (ql0, ql1, qh) = unsafe {
+        (
+            _mm256_loadu_si256(p.add(64 * n) as *const __m256i),
+            _mm256_loadu_si256(p.add(64 * n + 32) as *const __m256i),
+            _mm256_loadu_si256(p.add(128 + 32 * n) as *const __m256i),
+        )
+    };
+    let hbits = |k: i32| {
+        let sh = _mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * k));
+        _mm256_slli_epi16::<4>(_mm256_and_si256(sh, m2))
+    };
+    let c32 = _mm256_set1_epi8(32);
+    [
+        _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(ql0, m4), hbits(0)), c32),
+        _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(ql1, m4), hbits(1)), c32),
+        _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(ql0), m4), hbits(2)), c32),
+        _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(ql1), m4), hbits(3)), c32),
+    ]
+}
+
 /// Dequantizes one K-quant super-block into 256 f32. Same f32 operations
 /// as the scalar reference (`d*sc * q - dmin*m` for Q4_K, `(d*sc) * q` for
 /// Q6_K; no FMA), so the results are bit-identical.
@@ -299,28 +335,12 @@ unsafe fn dequant_superblock(format: WeightFormat, blk: &[u8], out: &mut [f32; 2
     } else {
         assert!(blk.len() >= 210);
         let ds = crate::scalar::q6k_scales(blk);
-        let m2 = _mm256_set1_epi8(3);
         for n in 0..2 {
             // SAFETY: loads read ql[64n..64n+64] and qh[32n..32n+32]
             // (bytes < 192 <= 210, asserted); stores write
             // out[128n..128n+128] (<= 256).
             unsafe {
-                let p = blk.as_ptr();
-                let ql0 = _mm256_loadu_si256(p.add(64 * n) as *const __m256i);
-                let ql1 = _mm256_loadu_si256(p.add(64 * n + 32) as *const __m256i);
-                let qh = _mm256_loadu_si256(p.add(128 + 32 * n) as *const __m256i);
-                let hbits = |k: i32| {
-                    let sh = _mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * k));
-                    _mm256_slli_epi16::<4>(_mm256_and_si256(sh, m2))
-                };
-                let q = [
-                    _mm256_or_si256(_mm256_and_si256(ql0, m4), hbits(0)),
-                    _mm256_or_si256(_mm256_and_si256(ql1, m4), hbits(1)),
-                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(ql0), m4), hbits(2)),
-                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(ql1), m4), hbits(3)),
-                ];
-                for (k, qk) in q.into_iter().enumerate() {
-                    let qk = _mm256_sub_epi8(qk, _mm256_set1_epi8(32));
+                for (k, qk) in q6k_half(blk, n).into_iter().enumerate() {
                     let s = 8 * n + 2 * k;
                     let base = o.add(128 * n + 32 * k);
                     for half in 0..2 {
@@ -868,29 +888,13 @@ unsafe fn dot_k_int<const A8: bool>(
             }
         } else {
             let ds = crate::scalar::q6k_scales(blk);
-            let m2 = _mm256_set1_epi8(3);
             for n in 0..2 {
                 // SAFETY: loads read ql[64n..64n+64], qh[32n..32n+32]
                 // (< 192 <= 210 bytes of `blk`); activation elements
                 // (sb*8 + 4n + k)*32 + 0..32 < nsb*256 <= qs_len and
                 // b < nsb*8 <= d.len() (asserted).
                 unsafe {
-                    let p = blk.as_ptr();
-                    let ql0 = _mm256_loadu_si256(p.add(64 * n) as *const __m256i);
-                    let ql1 = _mm256_loadu_si256(p.add(64 * n + 32) as *const __m256i);
-                    let qh = _mm256_loadu_si256(p.add(128 + 32 * n) as *const __m256i);
-                    let hbits = |k: i32| {
-                        let sh = _mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * k));
-                        _mm256_slli_epi16::<4>(_mm256_and_si256(sh, m2))
-                    };
-                    let q = [
-                        _mm256_or_si256(_mm256_and_si256(ql0, m4), hbits(0)),
-                        _mm256_or_si256(_mm256_and_si256(ql1, m4), hbits(1)),
-                        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(ql0), m4), hbits(2)),
-                        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(ql1), m4), hbits(3)),
-                    ];
-                    for (k, qk) in q.into_iter().enumerate() {
-                        let qk = _mm256_sub_epi8(qk, _mm256_set1_epi8(32));
+                    for (k, qk) in q6k_half(blk, n).into_iter().enumerate() {
                         let b = sb * 8 + 4 * n + k;
                         let j = 8 * n + 2 * k;
                         let w0 = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(qk));
