@@ -8,60 +8,12 @@
 #![allow(missing_docs)]
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use half::f16;
+mod common;
+
+use common::{pool, random_matrix};
 use kernels_neon::{matmul, matvec, Precision, QMatrix, WeightFormat};
 
-fn random_matrix(format: WeightFormat, rows: usize, cols: usize) -> Vec<u8> {
-    let mut s = 0x1234_5678_9abc_def0u64;
-    let mut next = move || {
-        s ^= s << 13;
-        s ^= s >> 7;
-        s ^= s << 17;
-        s
-    };
-    let rb = format.row_bytes(cols).unwrap();
-    let mut out = vec![0u8; rows * rb];
-    for b in out.iter_mut() {
-        *b = next() as u8;
-    }
-    // make the block scales sane f16 values
-    let bb = format.block_bytes();
-    if format.is_quantized() {
-        for blk in out.chunks_exact_mut(bb) {
-            blk[..2].copy_from_slice(&f16::from_f32(0.01).to_le_bytes());
-            if format == WeightFormat::Q4_1 {
-                blk[2..4].copy_from_slice(&f16::from_f32(-0.05).to_le_bytes());
-            }
-            if format == WeightFormat::Q4_K {
-                blk[2..4].copy_from_slice(&f16::from_f32(0.01).to_le_bytes());
-            }
-            if format == WeightFormat::Q6_K {
-                // Q6_K keeps `d` last (bytes 0..2 are quants).
-                blk[208..210].copy_from_slice(&f16::from_f32(0.01).to_le_bytes());
-            }
-        }
-    } else if format == WeightFormat::F16 {
-        for e in out.chunks_exact_mut(2) {
-            e.copy_from_slice(&f16::from_f32(0.01).to_le_bytes());
-        }
-    } else if format == WeightFormat::F32 {
-        for e in out.chunks_exact_mut(4) {
-            e.copy_from_slice(&0.01f32.to_le_bytes());
-        }
-    }
-    out
-}
 
-fn pool() -> rayon::ThreadPool {
-    let threads = std::env::var("BENCH_THREADS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(2);
-    rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .build()
-        .unwrap()
-}
 
 fn bench_matvec(c: &mut Criterion) {
     let pool = pool();
@@ -83,7 +35,7 @@ fn bench_matvec(c: &mut Criterion) {
         (WeightFormat::Q4_1, 1536, 1536),
     ];
     for (format, rows, cols) in shapes {
-        let data = random_matrix(format, rows, cols);
+        let data = random_matrix(format, rows, cols, 0);
         let w = QMatrix::new(format, rows, cols, &data).unwrap();
         let x: Vec<f32> = (0..cols)
             .map(|i| ((i * 7 % 13) as f32 - 6.0) * 0.1)
@@ -112,7 +64,7 @@ fn bench_matmul(c: &mut Criterion) {
         (WeightFormat::Q4_1, 576, 1536, 256),
         (WeightFormat::Q4_1, 576, 576, 512),
     ] {
-        let data = random_matrix(format, rows, cols);
+        let data = random_matrix(format, rows, cols, 0);
         let w = QMatrix::new(format, rows, cols, &data).unwrap();
         let x: Vec<f32> = (0..cols * n)
             .map(|i| ((i * 7 % 13) as f32 - 6.0) * 0.1)

@@ -18,36 +18,11 @@
 #![allow(missing_docs)]
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use half::f16;
+mod common;
+
+use common::{pool, random_matrix, XorShift};
 use kernels_neon::{axpy_rows, matvec_rows, Precision, QMatrix, WeightFormat};
 use rayon::prelude::*;
-
-struct XorShift(u64);
-impl XorShift {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-}
-
-fn random_matrix(format: WeightFormat, rows: usize, cols: usize, seed: u64) -> Vec<u8> {
-    let mut rng = XorShift(0x1234_5678_9abc_def0 ^ seed.wrapping_mul(0x9E37_79B9));
-    let rb = format.row_bytes(cols).unwrap();
-    let mut out = vec![0u8; rows * rb];
-    for c in out.chunks_mut(8) {
-        let v = rng.next().to_le_bytes();
-        c.copy_from_slice(&v[..c.len()]);
-    }
-    for blk in out.chunks_exact_mut(format.block_bytes()) {
-        blk[..2].copy_from_slice(&f16::from_f32(0.01).to_le_bytes());
-        if format == WeightFormat::Q4_1 {
-            blk[2..4].copy_from_slice(&f16::from_f32(-0.05).to_le_bytes());
-        }
-    }
-    out
-}
 
 /// A sorted random subset of `k` of the `n` rows (partial Fisher-Yates).
 fn subset(n: usize, k: usize, seed: u64) -> Vec<u32> {
@@ -60,17 +35,6 @@ fn subset(n: usize, k: usize, seed: u64) -> Vec<u32> {
     all.truncate(k);
     all.sort_unstable();
     all
-}
-
-fn pool() -> rayon::ThreadPool {
-    let threads = std::env::var("BENCH_THREADS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(2);
-    rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .build()
-        .unwrap()
 }
 
 const PCTS: [usize; 5] = [5, 10, 25, 50, 100];
