@@ -146,9 +146,11 @@ use rayon::prelude::*;
 
 mod arch;
 mod quant;
+mod quantize;
 mod scalar;
 mod sparse;
 
+pub use quantize::{quantize_matrix, quantize_row};
 pub use sparse::*;
 
 use quant::QActs;
@@ -306,6 +308,22 @@ pub enum KernelError {
     /// The requested kernel path is not available on this machine.
     #[error("kernel path {0:?} is not available on this machine")]
     PathUnavailable(KernelPath),
+    /// An operation does not support this weight format.
+    #[error("{what}: format {format:?} is not supported")]
+    Unsupported {
+        /// Which operation.
+        what: &'static str,
+        /// The format asked for.
+        format: WeightFormat,
+    },
+    /// An input holds a NaN or an infinity where a finite value is needed.
+    #[error("{what}: element {index} is not finite")]
+    NonFinite {
+        /// Which argument.
+        what: &'static str,
+        /// Index of the first non-finite element.
+        index: usize,
+    },
 }
 
 /// A borrowed weight matrix in one of the [`WeightFormat`]s.

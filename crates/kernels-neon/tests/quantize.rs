@@ -1,0 +1,97 @@
+//! Weight quantizers: round trips through `dequantize_row` stay within each format's step, re-quantizing a
+//! dequantized row reproduces it, and bad input is an error.
+
+mod common;
+
+use common::Rng;
+use kernels_neon::{dequantize_row, quantize_matrix, quantize_row, KernelError, WeightFormat};
+use proptest::prelude::*;
+
+const FORMATS: [WeightFormat; 6] =
+    [WeightFormat::F32, WeightFormat::F16, WeightFormat::BF16, WeightFormat::Q8_0, WeightFormat::Q4_0, WeightFormat::Q4_1];
+
+fn round_trip(format: WeightFormat, x: &[f32]) -> Vec<f32> {
+    let mut q = vec![0u8; format.row_bytes(x.len()).unwrap()];
+    quantize_row(format, x, &mut q).unwrap();
+    let mut y = vec![0.0f32; x.len()];
+    dequantize_row(format, &q, &mut y).unwrap();
+    y
+}
+
+/// Largest error allowed per element of a 32-block whose largest magnitude is `amax` (range `span`).
+fn step(format: WeightFormat, amax: f32, span: f32) -> f32 {
+    match format {
+        WeightFormat::F32 => 0.0,
+        WeightFormat::F16 => amax * 1e-3,
+        WeightFormat::BF16 => amax * 8e-3,
+        WeightFormat::Q8_0 => amax / 127.0 * 0.5 + amax * 1e-3,
+        WeightFormat::Q4_0 => amax / 8.0 + amax * 1e-2,
+        WeightFormat::Q4_1 => span / 15.0 * 0.5 + span * 1e-2 + amax * 1e-3,
+        _ => unreachable!(),
+    }
+}
+
+proptest! {
+    #[test]
+    fn round_trip_error_is_within_one_step(blocks in 1usize..6, seed in any::<u64>(), scale in 1e-3f32..10.0) {
+        let mut rng = Rng(seed);
+        let x: Vec<f32> = (0..blocks * 32).map(|_| rng.f() * scale).collect();
+        for format in FORMATS {
+            let y = round_trip(format, &x);
+            for (b, (xs, ys)) in x.chunks(32).zip(y.chunks(32)).enumerate() {
+                let amax = xs.iter().fold(0.0f32, |a, v| a.max(v.abs()));
+                let span = xs.iter().copied().fold(f32::MIN, f32::max) - xs.iter().copied().fold(f32::MAX, f32::min);
+                let tol = step(format, amax, span);
+                for (i, (a, b2)) in xs.iter().zip(ys).enumerate() {
+                    prop_assert!((a - b2).abs() <= tol, "{format:?} block {b} elem {i}: {a} -> {b2} (tol {tol})");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn requantizing_a_dequantized_row_is_stable() {
+    let mut rng = Rng(7);
+    let x: Vec<f32> = (0..256).map(|_| rng.f()).collect();
+    for format in FORMATS {
+        let once = round_trip(format, &x);
+        let twice = round_trip(format, &once);
+        for (a, b) in once.iter().zip(&twice) {
+            assert!((a - b).abs() <= 1e-3 * a.abs().max(1e-2), "{format:?}: {a} vs {b}");
+        }
+    }
+}
+
+#[test]
+fn zero_blocks_stay_zero() {
+    for format in FORMATS {
+        assert!(round_trip(format, &[0.0; 64]).iter().all(|&v| v == 0.0), "{format:?}");
+    }
+}
+
+#[test]
+fn bad_input_is_an_error() {
+    let mut q = vec![0u8; 34];
+    assert!(matches!(quantize_row(WeightFormat::Q8_0, &[0.0; 31], &mut q), Err(KernelError::RaggedCols { .. })));
+    assert!(matches!(quantize_row(WeightFormat::Q8_0, &[0.0; 64], &mut q), Err(KernelError::DataLength { .. })));
+    let mut x = [0.0f32; 32];
+    x[5] = f32::NAN;
+    assert!(matches!(quantize_row(WeightFormat::Q8_0, &x, &mut q), Err(KernelError::NonFinite { index: 5, .. })));
+    let mut k = vec![0u8; 144];
+    assert!(matches!(quantize_row(WeightFormat::Q4_K, &[0.0; 256], &mut k), Err(KernelError::Unsupported { .. })));
+    assert!(matches!(quantize_matrix(WeightFormat::Q8_0, &[0.0; 10], 2, 32), Err(KernelError::LengthMismatch { .. })));
+}
+
+#[test]
+fn quantize_matrix_matches_rows() {
+    let mut rng = Rng(3);
+    let x: Vec<f32> = (0..3 * 64).map(|_| rng.f()).collect();
+    let m = quantize_matrix(WeightFormat::Q4_1, &x, 3, 64).unwrap();
+    let rb = WeightFormat::Q4_1.row_bytes(64).unwrap();
+    for r in 0..3 {
+        let mut q = vec![0u8; rb];
+        quantize_row(WeightFormat::Q4_1, &x[r * 64..(r + 1) * 64], &mut q).unwrap();
+        assert_eq!(&m[r * rb..(r + 1) * rb], &q[..]);
+    }
+}
