@@ -26,6 +26,15 @@ pub enum Activation {
 }
 
 impl Activation {
+    /// Applies the activation to one value.
+    #[inline]
+    pub fn apply(self, x: f32) -> f32 {
+        match self {
+            Activation::Silu => x / (1.0 + (-x).exp()),
+            Activation::Relu => x.max(0.0),
+        }
+    }
+
     fn parse(s: &str) -> Option<Self> {
         match s.to_ascii_lowercase().as_str() {
             "silu" | "swish" | "swiglu" => Some(Self::Silu),

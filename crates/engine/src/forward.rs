@@ -6,6 +6,34 @@ use rayon::prelude::*;
 use crate::config::Activation;
 use crate::error::{kernel, EngineError, Result};
 use crate::model::Model;
+use crate::sparse::SparseFfn;
+
+/// What an FFN observer sees of one layer of one forward step (all `n` tokens of the step).
+pub struct FfnSample<'a> {
+    /// Layer index.
+    pub layer: usize,
+    /// Tokens in the step.
+    pub n: usize,
+    /// The FFN input after RMSNorm (`n × d_model`): what a predictor sees.
+    pub input: &'a [f32],
+    /// `act(gate · x)` per token and neuron (`n × d_ff`), before any sparsity mask.
+    pub act_gate: &'a [f32],
+    /// `up · x` (`n × d_ff`).
+    pub up: &'a [f32],
+}
+
+/// Called once per layer with an [`FfnSample`] (profiling, calibration).
+pub type FfnObserver<'o> = &'o mut (dyn FnMut(FfnSample<'_>) + Send);
+
+/// How the FFN runs in a forward step.
+#[derive(Default)]
+pub struct FfnMode<'s, 'o> {
+    /// Sparse FFN: decode steps (one token) compute only active neurons; batched steps mask the same
+    /// neurons out of a dense computation.
+    pub sparse: Option<&'s SparseFfn>,
+    /// Sees every layer's FFN activations (forces the dense path, then masks as `sparse` says).
+    pub observer: Option<FfnObserver<'o>>,
+}
 
 /// Keys and values of every layer for the positions seen so far (f32, `[position][kv_dim]`).
 pub struct KvCache {
@@ -86,15 +114,34 @@ fn add_bias(y: &mut [f32], bias: &Option<Vec<f32>>) {
 /// Runs `tokens` (positions `cache.len()..`) through the model, appends their keys and values to
 /// `cache`, and returns the logits asked for. On error the cache is left as it was.
 pub fn forward(model: &Model<'_>, cache: &mut KvCache, tokens: &[u32], precision: Precision, want: Logits) -> Result<Vec<f32>> {
+    forward_with(model, cache, tokens, precision, want, FfnMode::default())
+}
+
+/// [`forward`] with a choice of FFN computation (sparse, observed).
+pub fn forward_with(
+    model: &Model<'_>,
+    cache: &mut KvCache,
+    tokens: &[u32],
+    precision: Precision,
+    want: Logits,
+    ffn: FfnMode<'_, '_>,
+) -> Result<Vec<f32>> {
     let start = cache.len;
-    let out = forward_inner(model, cache, tokens, precision, want);
+    let out = forward_inner(model, cache, tokens, precision, want, ffn);
     if out.is_err() {
         cache.truncate(start);
     }
     out
 }
 
-fn forward_inner(model: &Model<'_>, cache: &mut KvCache, tokens: &[u32], precision: Precision, want: Logits) -> Result<Vec<f32>> {
+fn forward_inner(
+    model: &Model<'_>,
+    cache: &mut KvCache,
+    tokens: &[u32],
+    precision: Precision,
+    want: Logits,
+    mut ffn: FfnMode<'_, '_>,
+) -> Result<Vec<f32>> {
     let cfg = &model.config;
     let n = tokens.len();
     if n == 0 {
@@ -160,13 +207,32 @@ fn forward_inner(model: &Model<'_>, cache: &mut KvCache, tokens: &[u32], precisi
 
         // Gated FFN.
         rms_norm_rows(&x, &layer.ffn_norm, cfg.rms_eps, &mut xn);
-        mm(&layer.gate, &xn, n, &mut g, precision, "ffn gate")?;
-        mm(&layer.up, &xn, n, &mut u, precision, "ffn up")?;
-        match cfg.activation {
-            Activation::Silu => kernels_neon::silu_mul_inplace(&mut g, &u),
-            Activation::Relu => kernels_neon::relu_mul_inplace(&mut g, &u),
+        match (ffn.sparse, &mut ffn.observer) {
+            (Some(sp), None) if n == 1 => sp.decode(li, layer, &xn, &mut o, precision)?,
+            (None, None) => {
+                mm(&layer.gate, &xn, n, &mut g, precision, "ffn gate")?;
+                mm(&layer.up, &xn, n, &mut u, precision, "ffn up")?;
+                match cfg.activation {
+                    Activation::Silu => kernels_neon::silu_mul_inplace(&mut g, &u),
+                    Activation::Relu => kernels_neon::relu_mul_inplace(&mut g, &u),
+                }
+                mm(&layer.down, &g, n, &mut o, precision, "ffn down")?;
+            }
+            (sparse, observer) => {
+                mm(&layer.gate, &xn, n, &mut g, precision, "ffn gate")?;
+                mm(&layer.up, &xn, n, &mut u, precision, "ffn up")?;
+                let act = cfg.activation;
+                g.par_chunks_mut(1024).for_each(|c| c.iter_mut().for_each(|v| *v = act.apply(*v)));
+                if let Some(obs) = observer {
+                    obs(FfnSample { layer: li, n, input: &xn, act_gate: &g, up: &u });
+                }
+                if let Some(sp) = sparse {
+                    sp.mask(li, &xn, n, &mut g, &u);
+                }
+                g.par_chunks_mut(1024).zip(u.par_chunks(1024)).for_each(|(a, b)| a.iter_mut().zip(b).for_each(|(a, b)| *a *= b));
+                mm(&layer.down, &g, n, &mut o, precision, "ffn down")?;
+            }
         }
-        mm(&layer.down, &g, n, &mut o, precision, "ffn down")?;
         x.iter_mut().zip(&o).for_each(|(a, b)| *a += b);
     }
     cache.len = start + n;

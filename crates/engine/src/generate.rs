@@ -6,7 +6,8 @@ use kernels_neon::Precision;
 use model_tokenizer::{Tokenizer, VocabSpec};
 
 use crate::error::{EngineError, Result};
-use crate::forward::{forward, KvCache, Logits};
+use crate::forward::{forward_with, FfnMode, FfnObserver, KvCache, Logits};
+use crate::sparse::SparseFfn;
 use crate::model::{Model, ModelFile};
 use crate::sampling::{Sampler, SamplerConfig};
 
@@ -35,6 +36,7 @@ pub struct Engine<'a> {
     pool: rayon::ThreadPool,
     opts: EngineOptions,
     threads: usize,
+    sparse: Option<SparseFfn>,
 }
 
 /// Builds the tokenizer of a model file: from GGUF `tokenizer.ggml.*` metadata, or `tokenizer.json`.
@@ -206,7 +208,7 @@ impl<'a> Engine<'a> {
         if opts.context == 0 || opts.context > model.config.context_length {
             opts.context = model.config.context_length;
         }
-        Ok(Engine { model, tokenizer, pool, opts, threads })
+        Ok(Engine { model, tokenizer, pool, opts, threads, sparse: None })
     }
 
     /// The model.
@@ -234,9 +236,38 @@ impl<'a> Engine<'a> {
         KvCache::new(&self.model, self.opts.context)
     }
 
-    /// One forward step on the engine's thread pool.
+    /// One forward step on the engine's thread pool (sparse FFN if one is set).
     pub fn forward(&self, cache: &mut KvCache, tokens: &[u32], want: Logits) -> Result<Vec<f32>> {
-        self.pool.install(|| forward(&self.model, cache, tokens, self.opts.precision, want))
+        let mode = FfnMode { sparse: self.sparse.as_ref(), observer: None };
+        self.pool.install(|| forward_with(&self.model, cache, tokens, self.opts.precision, want, mode))
+    }
+
+    /// [`Engine::forward`] with an observer that sees every layer's FFN activations.
+    pub fn forward_observed(
+        &self,
+        cache: &mut KvCache,
+        tokens: &[u32],
+        want: Logits,
+        observer: FfnObserver<'_>,
+    ) -> Result<Vec<f32>> {
+        let mode = FfnMode { sparse: self.sparse.as_ref(), observer: Some(observer) };
+        self.pool.install(|| forward_with(&self.model, cache, tokens, self.opts.precision, want, mode))
+    }
+
+    /// Runs a closure on the engine's thread pool (for work that belongs with the engine's threads,
+    /// such as building a [`SparseFfn`]).
+    pub fn install<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
+        self.pool.install(f)
+    }
+
+    /// Makes the FFN sparse (`Some`) or dense (`None`) from the next step on.
+    pub fn set_sparse(&mut self, sparse: Option<SparseFfn>) {
+        self.sparse = sparse;
+    }
+
+    /// The sparse FFN in use, if any.
+    pub fn sparse(&self) -> Option<&SparseFfn> {
+        self.sparse.as_ref()
     }
 
     /// Generates a continuation of `prompt_ids`, calling `on_text` with each new piece of text as soon as

@@ -1,0 +1,326 @@
+//! Activation sparsity in the FFN (PowerInfer / PowerInfer-2, CATS-style thresholds for SiLU models).
+//!
+//! A neuron `j` of layer `l` is *active* for a token when `|act(gate_j · x)| > t_l` (the layer's
+//! threshold; ReLU models use `t_l = 0`, where this is exact). Sparse decode computes, per layer:
+//!
+//! 1. the gate rows of the neurons the predictor expects to fire (all rows without a predictor),
+//! 2. the up rows of the neurons whose activated gate survives the threshold (paper's two phases),
+//! 3. the down projection as `Σ_j a_j · down_t[j]` over the survivors ([`kernels_neon::axpy_rows`]),
+//!    where `down_t` is the down matrix transposed at load time (one row per neuron).
+//!
+//! Batched steps (prefill, scoring) compute gate and up densely and zero the same neurons, so
+//! perplexity measured with a [`SparseFfn`] is the quality sparse decode has.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use kernels_neon::{Precision, QMatrix, WeightFormat};
+use rayon::prelude::*;
+
+use crate::config::Activation;
+use crate::error::{kernel, EngineError, Result};
+use crate::model::{Layer, Model};
+
+/// Predicts which neurons of a layer fire for an FFN input (the input after the FFN's RMSNorm).
+pub trait NeuronPredictor: Send + Sync {
+    /// Writes the sorted indices of the neurons of `layer` predicted active for `x` into `out`.
+    fn predict(&self, layer: usize, x: &[f32], out: &mut Vec<u32>);
+}
+
+/// Counters of the work sparse decode did (neurons, summed over layers and tokens).
+#[derive(Debug, Default)]
+pub struct SparseCounters {
+    tokens: AtomicU64,
+    neurons: AtomicU64,
+    gate_rows: AtomicU64,
+    up_rows: AtomicU64,
+}
+
+/// A snapshot of [`SparseCounters`].
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct SparseStats {
+    /// Decode steps (one token each) that ran sparse.
+    pub tokens: u64,
+    /// Neurons those steps could have computed (layers × d_ff × tokens).
+    pub neurons: u64,
+    /// Gate rows computed.
+    pub gate_rows: u64,
+    /// Up rows (and down columns) computed: neurons that survived the threshold.
+    pub up_rows: u64,
+}
+
+impl SparseStats {
+    /// Share of gate rows computed.
+    pub fn gate_frac(&self) -> f64 {
+        self.gate_rows as f64 / (self.neurons.max(1)) as f64
+    }
+    /// Share of up rows and down columns computed (`1 - sparsity`).
+    pub fn up_frac(&self) -> f64 {
+        self.up_rows as f64 / (self.neurons.max(1)) as f64
+    }
+}
+
+/// The sparse FFN of a model: per-layer thresholds, the transposed down matrices and an optional predictor.
+pub struct SparseFfn {
+    thresholds: Vec<f32>,
+    activation: kernels_neon::Activation,
+    down_t: Vec<Vec<u8>>,
+    down_t_format: WeightFormat,
+    d_model: usize,
+    d_ff: usize,
+    all_rows: Vec<u32>,
+    predictor: Option<Box<dyn NeuronPredictor>>,
+    counters: SparseCounters,
+    /// Per layer and neuron: the L2 norm of the neuron's down column (importance weight).
+    down_norms: Vec<Vec<f32>>,
+    /// How a neuron's score is computed.
+    pub score: Score,
+}
+
+/// What the threshold is compared with, per neuron.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Score {
+    /// `|act(gate)|` (CATS).
+    #[default]
+    Gate,
+    /// `|act(gate)| · ‖down_j‖`.
+    GateNorm,
+    /// `|act(gate) · up| · ‖down_j‖` (needs up densely: saves down only).
+    OutputNorm,
+}
+
+impl Score {
+    /// The score of a neuron from its activated gate, up value and down-column norm.
+    #[inline]
+    pub fn of(self, act: f32, up: f32, norm: f32) -> f32 {
+        match self {
+            Score::Gate => act.abs(),
+            Score::GateNorm => act.abs() * norm,
+            Score::OutputNorm => (act * up).abs() * norm,
+        }
+    }
+}
+
+/// Format the down matrices are transposed into: Q8_0 adds almost no error to Q4 weights (re-quantizing
+/// to 4 bits again would), at 1.7× the bytes of Q4_1 per down column read.
+pub const DEFAULT_DOWN_FORMAT: WeightFormat = WeightFormat::Q8_0;
+
+impl SparseFfn {
+    /// Builds the sparse FFN of `model` with one threshold per layer (on `|act(gate)|`), transposing
+    /// every down matrix into `down_format`.
+    pub fn new(model: &Model<'_>, thresholds: Vec<f32>, down_format: WeightFormat) -> Result<Self> {
+        let cfg = &model.config;
+        if thresholds.len() != cfg.n_layers {
+            return Err(EngineError::Request(format!(
+                "sparse FFN: {} thresholds for a model of {} layers",
+                thresholds.len(),
+                cfg.n_layers
+            )));
+        }
+        if let Some((l, t)) = thresholds.iter().enumerate().find(|(_, t)| !t.is_finite() || **t < 0.0) {
+            return Err(EngineError::Request(format!("sparse FFN: threshold of layer {l} is {t}, not a finite value >= 0")));
+        }
+        let (d, ff) = (cfg.d_model, cfg.d_ff);
+        let down_t = model
+            .layers
+            .par_iter()
+            .enumerate()
+            .map(|(l, layer)| transpose(&layer.down, down_format).map_err(kernel(format!("transposing ffn down of layer {l}"))))
+            .collect::<Result<Vec<_>>>()?;
+        let down_norms = down_t
+            .iter()
+            .map(|bytes| {
+                let m = QMatrix::new(down_format, ff, d, bytes).map_err(kernel("transposed ffn down"))?;
+                let mut row = vec![0.0f32; d];
+                (0..ff)
+                    .map(|j| {
+                        kernels_neon::dequantize_row(down_format, m.row_data(j), &mut row).map_err(kernel("transposed ffn down"))?;
+                        Ok(row.iter().map(|v| v * v).sum::<f32>().sqrt())
+                    })
+                    .collect::<Result<Vec<f32>>>()
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let activation = match cfg.activation {
+            Activation::Silu => kernels_neon::Activation::Silu,
+            Activation::Relu => kernels_neon::Activation::Relu,
+        };
+        Ok(SparseFfn {
+            thresholds,
+            activation,
+            down_t,
+            down_t_format: down_format,
+            d_model: d,
+            d_ff: ff,
+            all_rows: (0..ff as u32).collect(),
+            predictor: None,
+            counters: SparseCounters::default(),
+            down_norms,
+            score: Score::Gate,
+        })
+    }
+
+    /// Uses `predictor` to choose the gate rows of each decode step (without one, every gate row is
+    /// computed and only the threshold makes the FFN sparse).
+    pub fn with_predictor(mut self, predictor: Box<dyn NeuronPredictor>) -> Self {
+        self.predictor = Some(predictor);
+        self
+    }
+
+    /// Whether a predictor chooses the gate rows.
+    pub fn has_predictor(&self) -> bool {
+        self.predictor.is_some()
+    }
+
+    /// Per-neuron importance weights of layer `l` (down-column norms).
+    pub fn down_norms(&self, l: usize) -> &[f32] {
+        &self.down_norms[l]
+    }
+
+    /// The per-layer thresholds.
+    pub fn thresholds(&self) -> &[f32] {
+        &self.thresholds
+    }
+
+    /// Bytes of the transposed down matrices.
+    pub fn down_t_bytes(&self) -> usize {
+        self.down_t.iter().map(Vec::len).sum()
+    }
+
+    /// Work counters since the last [`SparseFfn::reset_stats`].
+    pub fn stats(&self) -> SparseStats {
+        let c = &self.counters;
+        SparseStats {
+            tokens: c.tokens.load(Ordering::Relaxed),
+            neurons: c.neurons.load(Ordering::Relaxed),
+            gate_rows: c.gate_rows.load(Ordering::Relaxed),
+            up_rows: c.up_rows.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Zeroes the work counters.
+    pub fn reset_stats(&self) {
+        let c = &self.counters;
+        for a in [&c.tokens, &c.neurons, &c.gate_rows, &c.up_rows] {
+            a.store(0, Ordering::Relaxed);
+        }
+    }
+
+    fn down_t(&self, layer: usize) -> Result<QMatrix<'_>> {
+        QMatrix::new(self.down_t_format, self.d_ff, self.d_model, &self.down_t[layer]).map_err(kernel("transposed ffn down"))
+    }
+
+    /// One token's FFN of layer `li`: `out = down(act(gate x) * up x)` over the active neurons only.
+    pub(crate) fn decode(&self, li: usize, layer: &Layer<'_>, x: &[f32], out: &mut [f32], precision: Precision) -> Result<()> {
+        let mut predicted = Vec::new();
+        let rows: &[u32] = match &self.predictor {
+            Some(p) => {
+                p.predict(li, x, &mut predicted);
+                &predicted
+            }
+            None => &self.all_rows,
+        };
+        let mut a = vec![0.0f32; rows.len()];
+        let t = self.thresholds[li];
+        let kept = kernels_neon::gate_up_sparse(&layer.gate, &layer.up, rows, x, t, self.activation, &mut a, precision)
+            .map_err(kernel("sparse ffn gate/up"))?;
+        let mut keep = Vec::with_capacity(kept);
+        let mut coeffs = Vec::with_capacity(kept);
+        for (&r, &v) in rows.iter().zip(&a) {
+            if v != 0.0 {
+                keep.push(r);
+                coeffs.push(v);
+            }
+        }
+        out.fill(0.0);
+        kernels_neon::axpy_rows(&self.down_t(li)?, &keep, &coeffs, out).map_err(kernel("sparse ffn down"))?;
+        let c = &self.counters;
+        if li == 0 {
+            c.tokens.fetch_add(1, Ordering::Relaxed);
+        }
+        c.neurons.fetch_add(self.d_ff as u64, Ordering::Relaxed);
+        c.gate_rows.fetch_add(rows.len() as u64, Ordering::Relaxed);
+        c.up_rows.fetch_add(kept as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Batched form: zeroes, in `act` (`n × d_ff` activated gate values, before the multiplication by
+    /// up), every neuron that sparse decode would not compute for that token.
+    pub(crate) fn mask(&self, li: usize, x: &[f32], n: usize, act: &mut [f32], up: &[f32]) {
+        let t = self.thresholds[li];
+        let norms = &self.down_norms[li];
+        let score = self.score;
+        let ff = self.d_ff;
+        let d = self.d_model;
+        act.par_chunks_mut(ff).zip(x.par_chunks(d)).zip(up.par_chunks(ff)).take(n).for_each(|((a, xt), u)| {
+            if let Some(p) = &self.predictor {
+                let mut predicted = Vec::new();
+                p.predict(li, xt, &mut predicted);
+                let mut keep = vec![false; ff];
+                predicted.iter().filter(|&&j| (j as usize) < ff).for_each(|&j| keep[j as usize] = true);
+                a.iter_mut().zip(&keep).filter(|(_, k)| !**k).for_each(|(v, _)| *v = 0.0);
+            }
+            for ((v, &uj), &nj) in a.iter_mut().zip(u).zip(norms) {
+                if score.of(*v, uj, nj) <= t {
+                    *v = 0.0;
+                }
+            }
+        });
+    }
+}
+
+/// `w` (`rows × cols`) transposed into `cols × rows` in `format`.
+fn transpose(w: &QMatrix<'_>, format: WeightFormat) -> std::result::Result<Vec<u8>, kernels_neon::KernelError> {
+    let (rows, cols) = (w.rows(), w.cols());
+    let mut dense = vec![0.0f32; rows * cols];
+    for (r, out) in dense.chunks_exact_mut(cols.max(1)).enumerate().take(rows) {
+        kernels_neon::dequantize_row(w.format(), w.row_data(r), out)?;
+    }
+    let mut t = vec![0.0f32; rows * cols];
+    for r in 0..rows {
+        for c in 0..cols {
+            t[c * rows + r] = dense[r * cols + c];
+        }
+    }
+    kernels_neon::quantize_matrix(format, &t, cols, rows)
+}
+
+/// Calibrates one threshold per layer from samples of `|act(gate)|`: the `sparsity` quantile of each
+/// layer's samples (so that a share `sparsity` of the sampled activations is at or below it).
+/// `samples[l]` is reordered.
+pub fn thresholds_for_sparsity(samples: &mut [Vec<f32>], sparsity: f32) -> Result<Vec<f32>> {
+    if !(0.0..=1.0).contains(&sparsity) {
+        return Err(EngineError::Request(format!("target sparsity {sparsity} is not within 0..=1")));
+    }
+    samples
+        .iter_mut()
+        .enumerate()
+        .map(|(l, s)| {
+            if s.is_empty() {
+                return Err(EngineError::Request(format!("no activation samples for layer {l}")));
+            }
+            if sparsity == 0.0 {
+                return Ok(0.0);
+            }
+            let k = ((s.len() as f64 * sparsity as f64).ceil() as usize).clamp(1, s.len()) - 1;
+            let (_, v, _) = s.select_nth_unstable_by(k, f32::total_cmp);
+            Ok(*v)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn threshold_is_the_quantile() {
+        let mut s = vec![(1..=100).map(|v| v as f32).rev().collect::<Vec<_>>(), vec![0.5; 10]];
+        let t = thresholds_for_sparsity(&mut s, 0.3).unwrap();
+        assert_eq!(t[0], 30.0);
+        assert_eq!(t[1], 0.5);
+        let mut s = vec![vec![3.0, 1.0, 2.0]];
+        assert_eq!(thresholds_for_sparsity(&mut s, 0.0).unwrap(), vec![0.0]);
+        assert_eq!(thresholds_for_sparsity(&mut s, 1.0).unwrap(), vec![3.0]);
+        assert!(thresholds_for_sparsity(&mut s, 1.5).is_err());
+        assert!(thresholds_for_sparsity(&mut [Vec::new()], 0.5).is_err());
+    }
+}
