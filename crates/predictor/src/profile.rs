@@ -268,7 +268,7 @@ impl LayerProfile {
         let a = self.hot_order(a_idx)?;
         let b = self.hot_order(b_idx)?;
         let n = a.len();
-        let k = ((f64::from(top_frac.clamp(0.0, 1.0)) * n as f64).ceil() as usize).min(n);
+        let k = ceil_count(top_frac.clamp(0.0, 1.0), n);
         if k == 0 {
             return Some(1.0);
         }
@@ -423,13 +423,18 @@ pub fn calibrate_threshold(values: &mut [f32], target_sparsity: f32) -> f32 {
         return 0.0;
     }
     let t = if target_sparsity.is_nan() { 0.0 } else { target_sparsity.clamp(0.0, 1.0) };
-    let k = ((f64::from(t) * n as f64).ceil() as usize).min(n);
+    let k = ceil_count(t, n);
     if k == 0 {
         let (_, min, _) = values.select_nth_unstable_by(0, |a, b| a.total_cmp(b));
         return next_down(*min);
     }
     let (_, v, _) = values.select_nth_unstable_by(k - 1, |a, b| a.total_cmp(b));
     *v
+}
+
+/// `ceil(frac * n)` for `frac` in 0..=1, forgiving the f32 rounding of `frac` (0.2 × 10 is 2, not 3).
+fn ceil_count(frac: f32, n: usize) -> usize {
+    ((f64::from(frac) * n as f64 - 1e-6).ceil().max(0.0) as usize).min(n)
 }
 
 /// Largest f32 below `x` (for finite `x`).
