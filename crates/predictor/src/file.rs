@@ -32,7 +32,12 @@ pub(crate) fn fnv1a64(data: &[u8]) -> u64 {
 }
 
 /// Wraps `payload` in the container and writes it atomically to `path`.
-pub(crate) fn write_atomic(path: &Path, magic: &[u8; 8], version: u32, payload: &[u8]) -> Result<()> {
+pub(crate) fn write_atomic(
+    path: &Path,
+    magic: &[u8; 8],
+    version: u32,
+    payload: &[u8],
+) -> Result<()> {
     let mut bytes = Vec::with_capacity(payload.len() + HEADER_LEN + 8);
     bytes.extend_from_slice(magic);
     bytes.extend_from_slice(&version.to_le_bytes());
@@ -51,7 +56,8 @@ pub(crate) fn write_atomic(path: &Path, magic: &[u8; 8], version: u32, payload: 
     }
     let write = || -> Result<()> {
         let mut f = std::fs::File::create(&tmp).map_err(io("creating temporary file", &tmp))?;
-        f.write_all(&bytes).map_err(io("writing temporary file", &tmp))?;
+        f.write_all(&bytes)
+            .map_err(io("writing temporary file", &tmp))?;
         f.sync_all().map_err(io("syncing temporary file", &tmp))?;
         drop(f);
         std::fs::rename(&tmp, path).map_err(io("renaming temporary file over", path))
@@ -64,11 +70,27 @@ pub(crate) fn write_atomic(path: &Path, magic: &[u8; 8], version: u32, payload: 
 }
 
 /// Reads `path`, checks the container and returns the payload.
-pub(crate) fn read_checked(path: &Path, magic: &[u8; 8], kind: &'static str, version: u32) -> Result<Vec<u8>> {
-    let bytes = std::fs::read(path).map_err(|source| PredictorError::Io { path: path.to_path_buf(), what: "reading", source })?;
-    let bad = |what: String| PredictorError::Format { path: path.to_path_buf(), what };
+pub(crate) fn read_checked(
+    path: &Path,
+    magic: &[u8; 8],
+    kind: &'static str,
+    version: u32,
+) -> Result<Vec<u8>> {
+    let bytes = std::fs::read(path).map_err(|source| PredictorError::Io {
+        path: path.to_path_buf(),
+        what: "reading",
+        source,
+    })?;
+    let bad = |what: String| PredictorError::Format {
+        path: path.to_path_buf(),
+        what,
+    };
     if bytes.len() < HEADER_LEN + 8 {
-        return Err(bad(format!("truncated: {} bytes, a {kind} file has at least {}", bytes.len(), HEADER_LEN + 8)));
+        return Err(bad(format!(
+            "truncated: {} bytes, a {kind} file has at least {}",
+            bytes.len(),
+            HEADER_LEN + 8
+        )));
     }
     if &bytes[..8] != magic {
         return Err(bad(format!(
@@ -79,11 +101,18 @@ pub(crate) fn read_checked(path: &Path, magic: &[u8; 8], kind: &'static str, ver
     }
     let found = u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]);
     if found != version {
-        return Err(PredictorError::Version { path: path.to_path_buf(), kind, found, expected: version });
+        return Err(PredictorError::Version {
+            path: path.to_path_buf(),
+            kind,
+            found,
+            expected: version,
+        });
     }
     let reserved = u32::from_le_bytes([bytes[12], bytes[13], bytes[14], bytes[15]]);
     if reserved != 0 {
-        return Err(bad(format!("reserved header field is {reserved}, expected 0")));
+        return Err(bad(format!(
+            "reserved header field is {reserved}, expected 0"
+        )));
     }
     let mut n = [0u8; 8];
     n.copy_from_slice(&bytes[16..24]);
@@ -92,7 +121,11 @@ pub(crate) fn read_checked(path: &Path, magic: &[u8; 8], kind: &'static str, ver
     if expected_len != bytes.len() as u128 {
         return Err(bad(format!(
             "{}: header says {n} payload bytes ({expected_len} bytes in all), file has {}",
-            if (bytes.len() as u128) < expected_len { "truncated" } else { "trailing bytes" },
+            if (bytes.len() as u128) < expected_len {
+                "truncated"
+            } else {
+                "trailing bytes"
+            },
             bytes.len()
         )));
     }
@@ -102,7 +135,9 @@ pub(crate) fn read_checked(path: &Path, magic: &[u8; 8], kind: &'static str, ver
     let stored = u64::from_le_bytes(s);
     let actual = fnv1a64(&bytes[..body_end]);
     if stored != actual {
-        return Err(bad(format!("checksum mismatch: stored {stored:#018x}, computed {actual:#018x} (file corrupt)")));
+        return Err(bad(format!(
+            "checksum mismatch: stored {stored:#018x}, computed {actual:#018x} (file corrupt)"
+        )));
     }
     Ok(bytes[HEADER_LEN..body_end].to_vec())
 }
@@ -151,7 +186,10 @@ impl<'a> Reader<'a> {
     }
 
     pub fn err(&self, what: String) -> PredictorError {
-        PredictorError::Format { path: self.path.to_path_buf(), what }
+        PredictorError::Format {
+            path: self.path.to_path_buf(),
+            what,
+        }
     }
 
     pub fn take(&mut self, n: usize, field: &str) -> Result<&'a [u8]> {
@@ -185,9 +223,13 @@ impl<'a> Reader<'a> {
     }
     /// `n` f32 values; the length is checked against the bytes left before allocating.
     pub fn f32s(&mut self, n: usize, field: &str) -> Result<Vec<f32>> {
-        let len = n.checked_mul(4).ok_or_else(|| self.err(format!("{field}: count {n} overflows")))?;
+        let len = n
+            .checked_mul(4)
+            .ok_or_else(|| self.err(format!("{field}: count {n} overflows")))?;
         let b = self.take(len, field)?;
-        Ok(b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
+        Ok(b.chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect())
     }
     pub fn str(&mut self, field: &str) -> Result<String> {
         let n = self.u32(field)? as usize;
@@ -196,7 +238,10 @@ impl<'a> Reader<'a> {
     }
     pub fn finish(&self) -> Result<()> {
         if self.pos != self.data.len() {
-            return Err(self.err(format!("{} unexpected bytes after the last field", self.data.len() - self.pos)));
+            return Err(self.err(format!(
+                "{} unexpected bytes after the last field",
+                self.data.len() - self.pos
+            )));
         }
         Ok(())
     }

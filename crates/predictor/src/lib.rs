@@ -58,5 +58,7 @@ pub mod mlp;
 pub mod profile;
 
 pub use error::{PredictorError, Result};
-pub use mlp::{train, Dataset, LayerReport, Predictor, PredictorSet, Scratch, TrainConfig, TrainProgress};
+pub use mlp::{
+    train, Dataset, LayerReport, Predictor, PredictorSet, Scratch, TrainConfig, TrainProgress,
+};
 pub use profile::{calibrate_threshold, ActivationKind, LayerProfile, Profile, ProfileAccumulator};

@@ -97,7 +97,7 @@ impl Rng {
     }
     /// Uniform in `0..n` (`n > 0`).
     pub fn below(&mut self, n: usize) -> usize {
-        ((self.next_u64() >> 11) as u128 * n as u128 >> 53) as usize
+        (((self.next_u64() >> 11) as u128 * n as u128) >> 53) as usize
     }
     pub fn shuffle<T>(&mut self, v: &mut [T]) {
         for i in (1..v.len()).rev() {
@@ -117,6 +117,7 @@ pub struct Dataset {
     d_in: usize,
     n_out: usize,
     words: usize,
+    n: usize,
     inputs: Vec<f32>,
     labels: Vec<u64>,
 }
@@ -124,7 +125,14 @@ pub struct Dataset {
 impl Dataset {
     /// An empty dataset of `d_in`-wide inputs and `n_out` neurons.
     pub fn new(d_in: usize, n_out: usize) -> Self {
-        Dataset { d_in, n_out, words: n_out.div_ceil(64), inputs: Vec::new(), labels: Vec::new() }
+        Dataset {
+            d_in,
+            n_out,
+            words: n_out.div_ceil(64),
+            n: 0,
+            inputs: Vec::new(),
+            labels: Vec::new(),
+        }
     }
 
     /// Input width.
@@ -142,11 +150,15 @@ impl Dataset {
     pub fn push(&mut self, x: &[f32], active: &[u32]) -> Result<()> {
         self.check_x(x)?;
         if let Some(&j) = active.iter().find(|&&j| j as usize >= self.n_out) {
-            return input_err(format!("Dataset::push: neuron {j} out of range (n_out = {})", self.n_out));
+            return input_err(format!(
+                "Dataset::push: neuron {j} out of range (n_out = {})",
+                self.n_out
+            ));
         }
         self.inputs.extend_from_slice(x);
         let base = self.labels.len();
         self.labels.resize(base + self.words, 0);
+        self.n += 1;
         for &j in active {
             self.labels[base + j as usize / 64] |= 1 << (j % 64);
         }
@@ -159,6 +171,7 @@ impl Dataset {
         self.inputs.extend_from_slice(x);
         let base = self.labels.len();
         self.labels.resize(base + self.words, 0);
+        self.n += 1;
         for j in 0..self.n_out {
             if active(j) {
                 self.labels[base + j / 64] |= 1 << (j % 64);
@@ -169,22 +182,18 @@ impl Dataset {
 
     fn check_x(&self, x: &[f32]) -> Result<()> {
         if x.len() != self.d_in {
-            return input_err(format!("Dataset: input has {} values, d_in is {}", x.len(), self.d_in));
+            return input_err(format!(
+                "Dataset: input has {} values, d_in is {}",
+                x.len(),
+                self.d_in
+            ));
         }
         Ok(())
     }
 
     /// Number of samples.
     pub fn len(&self) -> usize {
-        if self.words == 0 {
-            if self.d_in == 0 {
-                0
-            } else {
-                self.inputs.len() / self.d_in
-            }
-        } else {
-            self.labels.len() / self.words
-        }
+        self.n
     }
 
     /// Whether there are no samples.
@@ -199,7 +208,11 @@ impl Dataset {
 
     /// Whether neuron `j` is active in sample `i` (false if either is out of range).
     pub fn is_active(&self, i: usize, j: usize) -> bool {
-        j < self.n_out && self.labels.get(i * self.words + j / 64).is_some_and(|w| w >> (j % 64) & 1 == 1)
+        j < self.n_out
+            && self
+                .labels
+                .get(i * self.words + j / 64)
+                .is_some_and(|w| w >> (j % 64) & 1 == 1)
     }
 
     /// Fraction of (sample, neuron) pairs that are active (0 when empty).
@@ -216,7 +229,11 @@ impl Dataset {
     /// goes to the second part.
     pub fn split(&self, holdout: f32, seed: u64) -> (Dataset, Dataset) {
         let n = self.len();
-        let h = if holdout.is_nan() { 0.0 } else { holdout.clamp(0.0, 1.0) };
+        let h = if holdout.is_nan() {
+            0.0
+        } else {
+            holdout.clamp(0.0, 1.0)
+        };
         let n_hold = ((f64::from(h) * n as f64).floor() as usize).min(n);
         let mut idx: Vec<usize> = (0..n).collect();
         Rng::new(seed).shuffle(&mut idx);
@@ -227,9 +244,12 @@ impl Dataset {
     fn subset(&self, idx: &[usize]) -> Dataset {
         let mut d = Dataset::new(self.d_in, self.n_out);
         for &i in idx {
-            d.inputs.extend_from_slice(&self.inputs[i * self.d_in..(i + 1) * self.d_in]);
-            d.labels.extend_from_slice(&self.labels[i * self.words..(i + 1) * self.words]);
+            d.inputs
+                .extend_from_slice(&self.inputs[i * self.d_in..(i + 1) * self.d_in]);
+            d.labels
+                .extend_from_slice(&self.labels[i * self.words..(i + 1) * self.words]);
         }
+        d.n = idx.len();
         d
     }
 }
@@ -306,7 +326,7 @@ pub enum TrainProgress {
         epoch: usize,
         /// Epochs in all.
         epochs: usize,
-        /// Mean weighted cross-entropy over the epoch.
+        /// Mean weighted cross-entropy over the epoch (estimated on the first 8 samples of each minibatch).
         loss: f32,
     },
     /// A candidate was quantized and measured.
@@ -324,7 +344,9 @@ pub enum TrainProgress {
 /// Appends `row` (length a multiple of 32) as ggml `Q8_0` blocks: f16 scale `max|x|/127`, 32 × i8.
 pub(crate) fn quantize_q8_0(row: &[f32], out: &mut Vec<u8>) {
     for block in row.chunks(32) {
-        let amax = block.iter().fold(0.0f32, |m, &v| if v.abs() > m { v.abs() } else { m });
+        let amax = block
+            .iter()
+            .fold(0.0f32, |m, &v| if v.abs() > m { v.abs() } else { m });
         let d = amax / 127.0;
         let id = if d > 0.0 { 1.0 / d } else { 0.0 };
         out.extend_from_slice(&half::f16::from_f32(d).to_le_bytes());
@@ -392,7 +414,9 @@ impl Predictor {
         threshold: f32,
     ) -> Result<Self> {
         let bad = |what: &str, want: Option<usize>, got: usize| {
-            PredictorError::Input(format!("Predictor::from_f32: {what} has {got} values, expected {want:?}"))
+            PredictorError::Input(format!(
+                "Predictor::from_f32: {what} has {got} values, expected {want:?}"
+            ))
         };
         if d_in == 0 || hidden == 0 {
             return input_err("Predictor::from_f32: d_in and hidden must be > 0");
@@ -428,7 +452,17 @@ impl Predictor {
         }
         let mut b1p = b1.to_vec();
         b1p.resize(h_pad, 0.0);
-        Ok(Predictor { d_in, d_pad, hidden: h_pad, n_out, w1: q1, b1: b1p, w2: q2, b2: b2.to_vec(), threshold })
+        Ok(Predictor {
+            d_in,
+            d_pad,
+            hidden: h_pad,
+            n_out,
+            w1: q1,
+            b1: b1p,
+            w2: q2,
+            b2: b2.to_vec(),
+            threshold,
+        })
     }
 
     /// Input width.
@@ -473,7 +507,11 @@ impl Predictor {
     /// [`scores`](Self::scores) with explicit scratch buffers.
     pub fn scores_with(&self, x: &[f32], scratch: &mut Scratch, out: &mut [f32]) -> Result<()> {
         if out.len() != self.n_out {
-            return input_err(format!("Predictor::scores: out has {} values, n_out is {}", out.len(), self.n_out));
+            return input_err(format!(
+                "Predictor::scores: out has {} values, n_out is {}",
+                out.len(),
+                self.n_out
+            ));
         }
         self.hidden_acts(x, scratch)?;
         let w2 = QMatrix::new(WeightFormat::Q8_0, self.n_out, self.hidden, &self.w2)?;
@@ -486,7 +524,11 @@ impl Predictor {
 
     fn hidden_acts(&self, x: &[f32], scratch: &mut Scratch) -> Result<()> {
         if x.len() != self.d_in {
-            return input_err(format!("Predictor: input has {} values, d_in is {}", x.len(), self.d_in));
+            return input_err(format!(
+                "Predictor: input has {} values, d_in is {}",
+                x.len(),
+                self.d_in
+            ));
         }
         scratch.x.clear();
         scratch.x.extend_from_slice(x);
@@ -516,7 +558,12 @@ impl Predictor {
         let r = self.scores_with(x, scratch, &mut z);
         out.clear();
         if r.is_ok() {
-            out.extend(z.iter().enumerate().filter(|(_, &v)| v > self.threshold).map(|(j, _)| j as u32));
+            out.extend(
+                z.iter()
+                    .enumerate()
+                    .filter(|(_, &v)| v > self.threshold)
+                    .map(|(j, _)| j as u32),
+            );
         }
         scratch.z = z;
         r
@@ -540,7 +587,9 @@ impl Predictor {
         let n_out = r.u32(&format!("layer {li} n_out"))? as usize;
         let fmt = r.u8(&format!("layer {li} weight format"))?;
         if fmt != FORMAT_Q8_0 {
-            return Err(r.err(format!("layer {li}: unknown weight format code {fmt} (8 = Q8_0)")));
+            return Err(r.err(format!(
+                "layer {li}: unknown weight format code {fmt} (8 = Q8_0)"
+            )));
         }
         if d_in == 0 || hidden == 0 || hidden % 32 != 0 {
             return Err(r.err(format!(
@@ -549,7 +598,9 @@ impl Predictor {
         }
         let threshold = r.f32(&format!("layer {li} threshold"))?;
         let d_pad = d_in.next_multiple_of(32);
-        let overflow = r.err(format!("layer {li}: shape {d_in} × {hidden} × {n_out} overflows"));
+        let overflow = r.err(format!(
+            "layer {li}: shape {d_in} × {hidden} × {n_out} overflows"
+        ));
         let (Some(n1), Some(n2)) = (q8_bytes(hidden, d_pad), q8_bytes(n_out, hidden)) else {
             return Err(overflow);
         };
@@ -557,7 +608,17 @@ impl Predictor {
         let b1 = r.f32s(hidden, &format!("layer {li} b1"))?;
         let w2 = r.take(n2, &format!("layer {li} W2"))?.to_vec();
         let b2 = r.f32s(n_out, &format!("layer {li} b2"))?;
-        Ok(Predictor { d_in, d_pad, hidden, n_out, w1, b1, w2, b2, threshold })
+        Ok(Predictor {
+            d_in,
+            d_pad,
+            hidden,
+            n_out,
+            w1,
+            b1,
+            w2,
+            b2,
+            threshold,
+        })
     }
 }
 
@@ -594,7 +655,10 @@ impl PredictorSet {
             layers.push(Predictor::read(&mut r, li)?);
         }
         r.finish()?;
-        Ok(PredictorSet { model_fingerprint, layers })
+        Ok(PredictorSet {
+            model_fingerprint,
+            layers,
+        })
     }
 }
 
@@ -617,9 +681,16 @@ pub fn train(
         ));
     }
     if !(cfg.target_recall > 0.0 && cfg.target_recall <= 1.0) {
-        return input_err(format!("train: target_recall {} not in (0, 1]", cfg.target_recall));
+        return input_err(format!(
+            "train: target_recall {} not in (0, 1]",
+            cfg.target_recall
+        ));
     }
-    let mut sizes: Vec<usize> = cfg.hidden_sizes.iter().map(|&h| h.max(1).next_multiple_of(32)).collect();
+    let mut sizes: Vec<usize> = cfg
+        .hidden_sizes
+        .iter()
+        .map(|&h| h.max(1).next_multiple_of(32))
+        .collect();
     sizes.sort_unstable();
     sizes.dedup();
     if sizes.is_empty() {
@@ -629,7 +700,11 @@ pub fn train(
     if hold.is_empty() {
         hold = train_set.clone();
     }
-    let train_set = if train_set.is_empty() { hold.clone() } else { train_set };
+    let train_set = if train_set.is_empty() {
+        hold.clone()
+    } else {
+        train_set
+    };
     let norm = Norm::fit(&train_set);
     let xs = norm.apply_all(&train_set);
     let p = f64::from(train_set.active_frac());
@@ -656,7 +731,9 @@ pub fn train(
         let mut rng = Rng::new(seed.rotate_left(17));
         model.fit(&xs, &train_set, cfg, pos_weight, &mut rng, progress)?;
         let (w1, b1) = norm.fold(&model.w1, &model.b1, hidden);
-        let mut pred = Predictor::from_f32(data.d_in, hidden, data.n_out, &w1, &b1, &model.w2, &model.b2, 0.0)?;
+        let mut pred = Predictor::from_f32(
+            data.d_in, hidden, data.n_out, &w1, &b1, &model.w2, &model.b2, 0.0,
+        )?;
         let report = calibrate(&mut pred, &hold, cfg.target_recall)?;
         let accepted = report.predicted_frac <= limit;
         progress(TrainProgress::Candidate { report, accepted });
@@ -680,14 +757,21 @@ fn calibrate(pred: &mut Predictor, hold: &Dataset, target_recall: f32) -> Result
     let n_out = pred.n_out;
     let mut logits = vec![0f32; n * n_out];
     const CHUNK: usize = 64;
-    logits.par_chunks_mut(CHUNK * n_out).enumerate().try_for_each(|(ci, out)| -> Result<()> {
-        let mut s = Scratch::new();
-        for (k, row) in out.chunks_exact_mut(n_out).enumerate() {
-            let i = ci * CHUNK + k;
-            pred.scores_with(&hold.inputs[i * hold.d_in..(i + 1) * hold.d_in], &mut s, row)?;
-        }
-        Ok(())
-    })?;
+    logits
+        .par_chunks_mut(CHUNK * n_out)
+        .enumerate()
+        .try_for_each(|(ci, out)| -> Result<()> {
+            let mut s = Scratch::new();
+            for (k, row) in out.chunks_exact_mut(n_out).enumerate() {
+                let i = ci * CHUNK + k;
+                pred.scores_with(
+                    &hold.inputs[i * hold.d_in..(i + 1) * hold.d_in],
+                    &mut s,
+                    row,
+                )?;
+            }
+            Ok(())
+        })?;
     let mut pos: Vec<f32> = Vec::new();
     for (i, row) in logits.chunks_exact(n_out).enumerate() {
         for (j, &z) in row.iter().enumerate() {
@@ -716,8 +800,16 @@ fn calibrate(pred: &mut Predictor, hold: &Dataset, target_recall: f32) -> Result
     let total = (n * n_out) as f64;
     Ok(LayerReport {
         hidden: pred.hidden,
-        recall: if pos.is_empty() { 1.0 } else { (tp as f64 / pos.len() as f64) as f32 },
-        precision: if predicted == 0 { 1.0 } else { (tp as f64 / predicted as f64) as f32 },
+        recall: if pos.is_empty() {
+            1.0
+        } else {
+            (tp as f64 / pos.len() as f64) as f32
+        },
+        precision: if predicted == 0 {
+            1.0
+        } else {
+            (tp as f64 / predicted as f64) as f32
+        },
         predicted_frac: (predicted as f64 / total) as f32,
         true_frac: (pos.len() as f64 / total) as f32,
         bytes: pred.bytes(),
@@ -750,7 +842,11 @@ impl Norm {
             let var = (sq[i] / n - m * m).max(0.0);
             let std = var.sqrt();
             mean.push(if m.is_finite() { m as f32 } else { 0.0 });
-            inv_std.push(if std > 1e-6 && std.is_finite() { (1.0 / std) as f32 } else { 1.0 });
+            inv_std.push(if std > 1e-6 && std.is_finite() {
+                (1.0 / std) as f32
+            } else {
+                1.0
+            });
         }
         Norm { mean, inv_std }
     }
@@ -758,8 +854,8 @@ impl Norm {
     fn apply_all(&self, d: &Dataset) -> Vec<f32> {
         let mut out = d.inputs.clone();
         for x in out.chunks_exact_mut(d.d_in) {
-            for i in 0..d.d_in {
-                x[i] = (x[i] - self.mean[i]) * self.inv_std[i];
+            for ((v, m), s) in x.iter_mut().zip(&self.mean).zip(&self.inv_std) {
+                *v = (*v - m) * s;
             }
         }
         out
@@ -773,9 +869,9 @@ impl Norm {
         for r in 0..hidden {
             let row = &mut w[r * d..(r + 1) * d];
             let mut shift = 0f64;
-            for i in 0..d {
-                row[i] *= self.inv_std[i];
-                shift += f64::from(row[i]) * f64::from(self.mean[i]);
+            for ((v, s), m) in row.iter_mut().zip(&self.inv_std).zip(&self.mean) {
+                *v *= s;
+                shift += f64::from(*v) * f64::from(*m);
             }
             b[r] -= shift as f32;
         }
@@ -791,7 +887,10 @@ struct Adam {
 
 impl Adam {
     fn new(n: usize) -> Self {
-        Adam { m: vec![0.0; n], v: vec![0.0; n] }
+        Adam {
+            m: vec![0.0; n],
+            v: vec![0.0; n],
+        }
     }
 
     fn step(&mut self, p: &mut [f32], g: &[f32], lr: f32, t: i32) {
@@ -821,7 +920,15 @@ struct Mlp {
 
 /// `y = X · Wᵀ` via `kernels_neon::matmul` on an f32 matrix: `w` is `rows × cols`, `x` is `n × cols`,
 /// `y` is `n × rows`. `buf` holds the byte copy of `w`.
-fn mm(w: &[f32], rows: usize, cols: usize, x: &[f32], n: usize, y: &mut [f32], buf: &mut Vec<u8>) -> Result<()> {
+fn mm(
+    w: &[f32],
+    rows: usize,
+    cols: usize,
+    x: &[f32],
+    n: usize,
+    y: &mut [f32],
+    buf: &mut Vec<u8>,
+) -> Result<()> {
     buf.clear();
     buf.reserve(w.len() * 4);
     for v in w {
@@ -864,7 +971,15 @@ impl Mlp {
                 (f / (1.0 - f)).ln()
             })
             .collect();
-        Mlp { d, h, o, w1, b1: vec![0.0; h], w2, b2 }
+        Mlp {
+            d,
+            h,
+            o,
+            w1,
+            b1: vec![0.0; h],
+            w2,
+            b2,
+        }
     }
 
     fn fit(
@@ -879,19 +994,37 @@ impl Mlp {
         let (d, h, o) = (self.d, self.h, self.o);
         let n = data.len();
         let bs = cfg.batch.max(1);
-        let (mut a_w1, mut a_b1, mut a_w2, mut a_b2) = (Adam::new(h * d), Adam::new(h), Adam::new(o * h), Adam::new(o));
+        let (mut a_w1, mut a_b1, mut a_w2, mut a_b2) = (
+            Adam::new(h * d),
+            Adam::new(h),
+            Adam::new(o * h),
+            Adam::new(o),
+        );
         let mut order: Vec<usize> = (0..n).collect();
         let mut buf = Vec::new();
-        let (mut xb, mut xbt, mut ht, mut hb, mut z, mut g, mut gt) =
-            (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
-        let (mut dw2t, mut dw2, mut w2t, mut dht, mut dw1) = (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let (mut xb, mut xbt, mut ht, mut hb, mut z, mut g, mut gt) = (
+            Vec::new(),
+            Vec::new(),
+            Vec::new(),
+            Vec::new(),
+            Vec::new(),
+            Vec::new(),
+            Vec::new(),
+        );
+        let (mut dw2t, mut dw2, mut w2t, mut dht, mut dw1) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
         let (mut db1, mut db2) = (vec![0f32; h], vec![0f32; o]);
         let mut t = 0i32;
+        // The loss (for progress reports only) is estimated on the first rows of each minibatch: log1p on
+        // every element would cost more than the matrix products.
+        const LOSS_ROWS: usize = 8;
         for epoch in 0..cfg.epochs {
             rng.shuffle(&mut order);
             let mut loss_sum = 0f64;
+            let mut loss_n = 0usize;
             for chunk in order.chunks(bs) {
                 let b = chunk.len();
+                loss_n += b.min(LOSS_ROWS) * o;
                 xb.clear();
                 for &i in chunk {
                     xb.extend_from_slice(&xs[i * d..(i + 1) * d]);
@@ -919,13 +1052,14 @@ impl Mlp {
                         let s = 1.0 / (1.0 + (-zz).exp());
                         let y = words[j / 64] >> (j % 64) & 1 == 1;
                         // Stable log-sigmoid: log σ(z) = -softplus(-z).
-                        let sp = |v: f32| if v > 20.0 { v } else { v.exp().ln_1p() };
                         if y {
-                            loss_sum += f64::from(pos_weight * sp(-zz));
                             g[k * o + j] = pos_weight * (s - 1.0) * inv_b;
                         } else {
-                            loss_sum += f64::from(sp(zz));
                             g[k * o + j] = s * inv_b;
+                        }
+                        if k < LOSS_ROWS {
+                            let sp = |v: f32| if v > 20.0 { v } else { v.exp().ln_1p() };
+                            loss_sum += f64::from(if y { pos_weight * sp(-zz) } else { sp(zz) });
                         }
                     }
                 }
@@ -961,8 +1095,13 @@ impl Mlp {
                 a_w2.step(&mut self.w2, &dw2, cfg.lr, t);
                 a_b2.step(&mut self.b2, &db2, cfg.lr, t);
             }
-            let loss = (loss_sum / (n * o).max(1) as f64) as f32;
-            progress(TrainProgress::Epoch { hidden: h, epoch: epoch + 1, epochs: cfg.epochs, loss });
+            let loss = (loss_sum / loss_n.max(1) as f64) as f32;
+            progress(TrainProgress::Epoch {
+                hidden: h,
+                epoch: epoch + 1,
+                epochs: cfg.epochs,
+                loss,
+            });
         }
         Ok(())
     }

@@ -126,7 +126,9 @@ impl Profile {
     /// match `n_neurons` and `batch_sizes`.
     pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
         let path = path.as_ref();
-        self.check().map_err(|what| PredictorError::Input(format!("{}: cannot save profile: {what}", path.display())))?;
+        self.check().map_err(|what| {
+            PredictorError::Input(format!("{}: cannot save profile: {what}", path.display()))
+        })?;
         let mut w = Writer::default();
         w.str(&self.model);
         w.u64(self.model_fingerprint);
@@ -193,10 +195,26 @@ impl Profile {
             let max_abs = r.f32s(n, &field("max_abs"))?;
             let coact_gate_up = r.f32s(n, &field("coact_gate_up"))?;
             let coact_gate_down = r.f32s(n, &field("coact_gate_down"))?;
-            layers.push(LayerProfile { n_neurons, threshold, freq, mean_abs, max_abs, coact_gate_up, coact_gate_down });
+            layers.push(LayerProfile {
+                n_neurons,
+                threshold,
+                freq,
+                mean_abs,
+                max_abs,
+                coact_gate_up,
+                coact_gate_down,
+            });
         }
         r.finish()?;
-        Ok(Profile { model, model_fingerprint, corpus, tokens, activation, batch_sizes, layers })
+        Ok(Profile {
+            model,
+            model_fingerprint,
+            corpus,
+            tokens,
+            activation,
+            batch_sizes,
+            layers,
+        })
     }
 
     fn check(&self) -> std::result::Result<(), String> {
@@ -206,11 +224,22 @@ impl Profile {
         for (li, l) in self.layers.iter().enumerate() {
             let n = l.n_neurons as usize;
             if l.freq.len() != self.batch_sizes.len() {
-                return Err(format!("layer {li}: {} freq rows for {} batch sizes", l.freq.len(), self.batch_sizes.len()));
+                return Err(format!(
+                    "layer {li}: {} freq rows for {} batch sizes",
+                    l.freq.len(),
+                    self.batch_sizes.len()
+                ));
             }
-            let vecs = [&l.mean_abs, &l.max_abs, &l.coact_gate_up, &l.coact_gate_down];
+            let vecs = [
+                &l.mean_abs,
+                &l.max_abs,
+                &l.coact_gate_up,
+                &l.coact_gate_down,
+            ];
             if l.freq.iter().chain(vecs).any(|v| v.len() != n) {
-                return Err(format!("layer {li}: a per-neuron vector does not have n_neurons = {n} entries"));
+                return Err(format!(
+                    "layer {li}: a per-neuron vector does not have n_neurons = {n} entries"
+                ));
             }
         }
         Ok(())
@@ -230,7 +259,9 @@ impl LayerProfile {
     /// (`freq[0]`): the power-law figure ("x% of neurons account for `frac` of activations").
     /// 0 when nothing was active.
     pub fn share_for_mass(&self, frac: f32) -> f32 {
-        let Some(f) = self.freq.first() else { return 0.0 };
+        let Some(f) = self.freq.first() else {
+            return 0.0;
+        };
         if f.is_empty() {
             return 0.0;
         }
@@ -308,9 +339,17 @@ pub struct ProfileAccumulator {
 impl ProfileAccumulator {
     /// An empty accumulator for `n_neurons` neurons, frequencies at `batch_sizes` (each >= 1, e.g.
     /// `[1, 2, 4, 8]`) and thresholds on `|act(gate)|`, `|up|` and `|act(gate) * up|`.
-    pub fn new(n_neurons: usize, batch_sizes: &[u32], t_gate: f32, t_up: f32, t_out: f32) -> Result<Self> {
-        if batch_sizes.iter().any(|&b| b == 0) {
-            return input_err(format!("ProfileAccumulator: batch sizes must be >= 1, got {batch_sizes:?}"));
+    pub fn new(
+        n_neurons: usize,
+        batch_sizes: &[u32],
+        t_gate: f32,
+        t_up: f32,
+        t_out: f32,
+    ) -> Result<Self> {
+        if batch_sizes.contains(&0) {
+            return input_err(format!(
+                "ProfileAccumulator: batch sizes must be >= 1, got {batch_sizes:?}"
+            ));
         }
         let nb = batch_sizes.len();
         Ok(ProfileAccumulator {
@@ -396,19 +435,46 @@ impl ProfileAccumulator {
 
     /// The layer's statistics (incomplete groups are dropped; all zeros if nothing was observed).
     pub fn finish(&self) -> LayerProfile {
-        let ratio = |num: u64, den: u64| if den == 0 { 0.0 } else { (num as f64 / den as f64) as f32 };
+        let ratio = |num: u64, den: u64| {
+            if den == 0 {
+                0.0
+            } else {
+                (num as f64 / den as f64) as f32
+            }
+        };
         LayerProfile {
             n_neurons: self.n as u32,
             threshold: self.t_gate,
-            freq: self.active.iter().zip(&self.groups).map(|(a, &g)| a.iter().map(|&c| ratio(c, g)).collect()).collect(),
+            freq: self
+                .active
+                .iter()
+                .zip(&self.groups)
+                .map(|(a, &g)| a.iter().map(|&c| ratio(c, g)).collect())
+                .collect(),
             mean_abs: self
                 .sum_abs
                 .iter()
-                .map(|&s| if self.tokens == 0 { 0.0 } else { (s / self.tokens as f64) as f32 })
+                .map(|&s| {
+                    if self.tokens == 0 {
+                        0.0
+                    } else {
+                        (s / self.tokens as f64) as f32
+                    }
+                })
                 .collect(),
             max_abs: self.max_abs.clone(),
-            coact_gate_up: self.gate_up_n.iter().zip(&self.gate_n).map(|(&u, &g)| ratio(u, g)).collect(),
-            coact_gate_down: self.gate_down_n.iter().zip(&self.gate_n).map(|(&d, &g)| ratio(d, g)).collect(),
+            coact_gate_up: self
+                .gate_up_n
+                .iter()
+                .zip(&self.gate_n)
+                .map(|(&u, &g)| ratio(u, g))
+                .collect(),
+            coact_gate_down: self
+                .gate_down_n
+                .iter()
+                .zip(&self.gate_n)
+                .map(|(&d, &g)| ratio(d, g))
+                .collect(),
         }
     }
 }
@@ -422,7 +488,11 @@ pub fn calibrate_threshold(values: &mut [f32], target_sparsity: f32) -> f32 {
     if n == 0 {
         return 0.0;
     }
-    let t = if target_sparsity.is_nan() { 0.0 } else { target_sparsity.clamp(0.0, 1.0) };
+    let t = if target_sparsity.is_nan() {
+        0.0
+    } else {
+        target_sparsity.clamp(0.0, 1.0)
+    };
     let k = ceil_count(t, n);
     if k == 0 {
         let (_, min, _) = values.select_nth_unstable_by(0, |a, b| a.total_cmp(b));

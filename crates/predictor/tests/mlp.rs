@@ -12,7 +12,10 @@ fn tmp(name: &str) -> std::path::PathBuf {
 struct Lcg(u64);
 impl Lcg {
     fn u(&mut self) -> f32 {
-        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         (self.0 >> 40) as f32 / (1u64 << 24) as f32
     }
     /// Roughly normal (sum of 4 uniforms, variance 1).
@@ -39,16 +42,35 @@ impl Planted {
         let w: Vec<f32> = (0..d * o).map(|_| rng.n() / (d as f32).sqrt()).collect();
         // Offsets: standard-normal quantiles of 0.6..0.95 -> activity 5..40%.
         let c = (0..o).map(|j| 0.25 + 1.4 * (j as f32 / o as f32)).collect();
-        let scale = (0..d).map(|i| 0.5 + 2.0 * ((i * 7 % 11) as f32 / 11.0)).collect();
+        let scale = (0..d)
+            .map(|i| 0.5 + 2.0 * ((i * 7 % 11) as f32 / 11.0))
+            .collect();
         let shift = (0..d).map(|i| ((i % 5) as f32 - 2.0) * 0.3).collect();
-        Planted { d, o, w, c, scale, shift, rng }
+        Planted {
+            d,
+            o,
+            w,
+            c,
+            scale,
+            shift,
+            rng,
+        }
     }
 
     fn sample(&mut self) -> (Vec<f32>, Vec<bool>) {
         let z: Vec<f32> = (0..self.d).map(|_| self.rng.n()).collect();
-        let x: Vec<f32> = (0..self.d).map(|i| z[i] * self.scale[i] + self.shift[i]).collect();
+        let x: Vec<f32> = (0..self.d)
+            .map(|i| z[i] * self.scale[i] + self.shift[i])
+            .collect();
         let active = (0..self.o)
-            .map(|j| self.w[j * self.d..(j + 1) * self.d].iter().zip(&z).map(|(a, b)| a * b).sum::<f32>() > self.c[j])
+            .map(|j| {
+                self.w[j * self.d..(j + 1) * self.d]
+                    .iter()
+                    .zip(&z)
+                    .map(|(a, b)| a * b)
+                    .sum::<f32>()
+                    > self.c[j]
+            })
             .collect();
         (x, active)
     }
@@ -64,7 +86,13 @@ impl Planted {
 }
 
 fn small_cfg() -> TrainConfig {
-    TrainConfig { hidden_sizes: vec![32, 64], epochs: 12, batch: 64, lr: 0.003, ..TrainConfig::default() }
+    TrainConfig {
+        hidden_sizes: vec![32, 64],
+        epochs: 12,
+        batch: 64,
+        lr: 0.003,
+        ..TrainConfig::default()
+    }
 }
 
 #[test]
@@ -102,19 +130,37 @@ fn planted_pattern_is_learned() {
     let true_frac = pos as f32 / total as f32;
     eprintln!("{report:?}; fresh: recall {recall}, precision {precision}, true frac {true_frac}");
     assert!(recall >= 0.93, "fresh recall {recall}");
-    assert!(precision >= 0.6 && precision >= 2.5 * true_frac, "fresh precision {precision} (chance {true_frac})");
+    assert!(
+        precision >= 0.6 && precision >= 2.5 * true_frac,
+        "fresh precision {precision} (chance {true_frac})"
+    );
 }
 
 #[test]
 fn training_is_deterministic_given_the_seed() {
     let data = Planted::new(40, 70, 2).dataset(600);
-    let cfg = TrainConfig { hidden_sizes: vec![32], epochs: 3, batch: 50, ..TrainConfig::default() };
+    let cfg = TrainConfig {
+        hidden_sizes: vec![32],
+        epochs: 3,
+        batch: 50,
+        ..TrainConfig::default()
+    };
     let (a, ra) = train(&data, &cfg, &mut |_| {}).unwrap();
     let (b, rb) = train(&data, &cfg, &mut |_| {}).unwrap();
     assert_eq!(ra, rb);
     let (pa, pb) = (tmp("det-a.pred"), tmp("det-b.pred"));
-    PredictorSet { model_fingerprint: 1, layers: vec![a.clone()] }.save(&pa).unwrap();
-    PredictorSet { model_fingerprint: 1, layers: vec![b] }.save(&pb).unwrap();
+    PredictorSet {
+        model_fingerprint: 1,
+        layers: vec![a.clone()],
+    }
+    .save(&pa)
+    .unwrap();
+    PredictorSet {
+        model_fingerprint: 1,
+        layers: vec![b],
+    }
+    .save(&pb)
+    .unwrap();
     assert_eq!(std::fs::read(&pa).unwrap(), std::fs::read(&pb).unwrap());
     // A different seed gives different weights (so the comparison above can fail).
     let (c, _) = train(&data, &TrainConfig { seed: 9, ..cfg }, &mut |_| {}).unwrap();
@@ -125,7 +171,13 @@ fn training_is_deterministic_given_the_seed() {
 fn max_bytes_limits_growth_and_acceptance_stops_early() {
     let data = Planted::new(32, 64, 3).dataset(500);
     let mut hidden = Vec::new();
-    let cfg = TrainConfig { hidden_sizes: vec![32, 64, 128], epochs: 1, batch: 64, max_bytes: 1, ..TrainConfig::default() };
+    let cfg = TrainConfig {
+        hidden_sizes: vec![32, 64, 128],
+        epochs: 1,
+        batch: 64,
+        max_bytes: 1,
+        ..TrainConfig::default()
+    };
     let (p, _) = train(&data, &cfg, &mut |e| {
         if let TrainProgress::Candidate { report, .. } = e {
             hidden.push(report.hidden)
@@ -135,7 +187,11 @@ fn max_bytes_limits_growth_and_acceptance_stops_early() {
     assert_eq!(hidden, vec![32]); // the smallest is always trained; nothing larger fits in 1 byte
     assert_eq!(p.hidden(), 32);
     // Hidden sizes are rounded up to multiples of 32.
-    let cfg = TrainConfig { hidden_sizes: vec![20], epochs: 1, ..cfg };
+    let cfg = TrainConfig {
+        hidden_sizes: vec![20],
+        epochs: 1,
+        ..cfg
+    };
     assert_eq!(train(&data, &cfg, &mut |_| {}).unwrap().0.hidden(), 32);
 }
 
@@ -144,7 +200,10 @@ fn train_rejects_bad_input() {
     assert!(train(&Dataset::new(8, 8), &TrainConfig::default(), &mut |_| {}).is_err());
     let mut d = Dataset::new(8, 8);
     d.push(&[0.0; 8], &[1, 2]).unwrap();
-    let cfg = TrainConfig { target_recall: 0.0, ..TrainConfig::default() };
+    let cfg = TrainConfig {
+        target_recall: 0.0,
+        ..TrainConfig::default()
+    };
     assert!(train(&d, &cfg, &mut |_| {}).is_err());
     assert!(d.push(&[0.0; 7], &[1]).is_err());
     assert!(d.push(&[0.0; 8], &[8]).is_err());
@@ -170,7 +229,9 @@ fn dataset_labels_and_split() {
             assert!(part.is_active(k, i) && part.is_active(k, 129));
         }
     }
-    let mut seen: Vec<usize> = (0..tr.len()).map(|k| tr.input(k).unwrap()[0] as usize).collect();
+    let mut seen: Vec<usize> = (0..tr.len())
+        .map(|k| tr.input(k).unwrap()[0] as usize)
+        .collect();
     seen.extend((0..ho.len()).map(|k| ho.input(k).unwrap()[0] as usize));
     seen.sort();
     assert_eq!(seen, (0..50).collect::<Vec<_>>());
@@ -204,12 +265,29 @@ fn scores_match_the_f32_mlp_and_predict_matches_scores() {
     for _ in 0..50 {
         let x: Vec<f32> = (0..45).map(|_| r.n()).collect();
         let h: Vec<f32> = (0..20)
-            .map(|k| (w1[k * 45..(k + 1) * 45].iter().zip(&x).map(|(a, b)| a * b).sum::<f32>() + b1[k]).max(0.0))
+            .map(|k| {
+                (w1[k * 45..(k + 1) * 45]
+                    .iter()
+                    .zip(&x)
+                    .map(|(a, b)| a * b)
+                    .sum::<f32>()
+                    + b1[k])
+                    .max(0.0)
+            })
             .collect();
         p.scores(&x, &mut s).unwrap();
         for j in 0..37 {
-            let z = w2[j * 20..(j + 1) * 20].iter().zip(&h).map(|(a, b)| a * b).sum::<f32>() + b2[j];
-            assert!((z - s[j]).abs() < 0.05 * (1.0 + z.abs()), "neuron {j}: f32 {z}, quantized {}", s[j]);
+            let z = w2[j * 20..(j + 1) * 20]
+                .iter()
+                .zip(&h)
+                .map(|(a, b)| a * b)
+                .sum::<f32>()
+                + b2[j];
+            assert!(
+                (z - s[j]).abs() < 0.05 * (1.0 + z.abs()),
+                "neuron {j}: f32 {z}, quantized {}",
+                s[j]
+            );
         }
         p.predict(&x, &mut out).unwrap();
         p.predict_with(&x, &mut scratch, &mut out2).unwrap();
@@ -225,34 +303,70 @@ fn scores_match_the_f32_mlp_and_predict_matches_scores() {
 
 #[test]
 fn predictor_set_round_trip() {
-    let set = PredictorSet { model_fingerprint: 42, layers: vec![known_predictor(1).0, known_predictor(2).0] };
+    let set = PredictorSet {
+        model_fingerprint: 42,
+        layers: vec![known_predictor(1).0, known_predictor(2).0],
+    };
     let path = tmp("rt.pred");
     set.save(&path).unwrap();
     assert_eq!(PredictorSet::load(&path).unwrap(), set);
-    let empty = PredictorSet { model_fingerprint: 0, layers: vec![] };
+    let empty = PredictorSet {
+        model_fingerprint: 0,
+        layers: vec![],
+    };
     empty.save(&path).unwrap();
     assert_eq!(PredictorSet::load(&path).unwrap(), empty);
 }
 
 #[test]
 fn predictor_set_corruption_names_the_path() {
-    let set = PredictorSet { model_fingerprint: 42, layers: vec![known_predictor(1).0] };
+    let set = PredictorSet {
+        model_fingerprint: 42,
+        layers: vec![known_predictor(1).0],
+    };
     let path = tmp("corrupt.pred");
     set.save(&path).unwrap();
     let good = std::fs::read(&path).unwrap();
     let cases: Vec<(Vec<u8>, &str)> = vec![
-        ({ let mut b = good.clone(); b[100] ^= 4; b }, "checksum"),
+        (
+            {
+                let mut b = good.clone();
+                b[100] ^= 4;
+                b
+            },
+            "checksum",
+        ),
         (good[..good.len() - 1].to_vec(), "truncated"),
-        ({ let mut b = good.clone(); b[1] = b'Q'; b }, "not a predictor file"),
-        ({ let mut b = good.clone(); b[8] = 7; b }, "version 7"),
+        (
+            {
+                let mut b = good.clone();
+                b[1] = b'Q';
+                b
+            },
+            "not a predictor file",
+        ),
+        (
+            {
+                let mut b = good.clone();
+                b[8] = 7;
+                b
+            },
+            "version 7",
+        ),
     ];
     for (bytes, needle) in cases {
         std::fs::write(&path, &bytes).unwrap();
         let msg = PredictorSet::load(&path).unwrap_err().to_string();
-        assert!(msg.contains(&path.display().to_string()) && msg.contains(needle), "{msg} / {needle}");
+        assert!(
+            msg.contains(&path.display().to_string()) && msg.contains(needle),
+            "{msg} / {needle}"
+        );
     }
     // A profile is not a predictor set.
-    assert!(PredictorSet::load(tmp("nonexistent.pred")).unwrap_err().to_string().contains("nonexistent.pred"));
+    assert!(PredictorSet::load(tmp("nonexistent.pred"))
+        .unwrap_err()
+        .to_string()
+        .contains("nonexistent.pred"));
 }
 
 proptest! {

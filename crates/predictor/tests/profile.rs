@@ -1,6 +1,8 @@
 //! Profile file format, accumulator and statistics.
 
-use predictor::{calibrate_threshold, ActivationKind, LayerProfile, Profile, PredictorError, ProfileAccumulator};
+use predictor::{
+    calibrate_threshold, ActivationKind, LayerProfile, PredictorError, Profile, ProfileAccumulator,
+};
 use proptest::prelude::*;
 
 fn tmp(name: &str) -> std::path::PathBuf {
@@ -13,7 +15,13 @@ fn sample_profile() -> Profile {
     let layer = |n: u32, k: f32| LayerProfile {
         n_neurons: n,
         threshold: 0.01 * k,
-        freq: (0..4).map(|b| (0..n).map(|j| ((j as f32 + b as f32) * 0.1 * k).fract()).collect()).collect(),
+        freq: (0..4)
+            .map(|b| {
+                (0..n)
+                    .map(|j| ((j as f32 + b as f32) * 0.1 * k).fract())
+                    .collect()
+            })
+            .collect(),
         mean_abs: (0..n).map(|j| j as f32 * k).collect(),
         max_abs: (0..n).map(|j| j as f32 * 2.0 * k).collect(),
         coact_gate_up: (0..n).map(|j| 1.0 / (1.0 + j as f32)).collect(),
@@ -40,7 +48,11 @@ fn round_trip() {
     let leftovers: Vec<_> = std::fs::read_dir(path.parent().unwrap())
         .unwrap()
         .flatten()
-        .filter(|e| e.file_name().to_string_lossy().starts_with("round_trip.prof.tmp"))
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("round_trip.prof.tmp")
+        })
         .collect();
     assert!(leftovers.is_empty());
 }
@@ -49,14 +61,23 @@ fn round_trip() {
 fn save_rejects_inconsistent_profile() {
     let mut p = sample_profile();
     p.layers[1].mean_abs.pop();
-    assert!(matches!(p.save(tmp("bad.prof")), Err(PredictorError::Input(_))));
+    assert!(matches!(
+        p.save(tmp("bad.prof")),
+        Err(PredictorError::Input(_))
+    ));
 }
 
 fn expect_err_naming_path(path: &std::path::Path, needle: &str) {
     let e = Profile::load(path).expect_err("corrupt file must not load");
     let msg = e.to_string();
-    assert!(msg.contains(&path.display().to_string()), "error does not name the file: {msg}");
-    assert!(msg.contains(needle), "error `{msg}` does not say `{needle}`");
+    assert!(
+        msg.contains(&path.display().to_string()),
+        "error does not name the file: {msg}"
+    );
+    assert!(
+        msg.contains(needle),
+        "error `{msg}` does not say `{needle}`"
+    );
 }
 
 #[test]
@@ -118,11 +139,18 @@ proptest! {
 #[test]
 fn lying_lengths_with_valid_checksum_are_errors() {
     let path = tmp("lying.prof");
-    let p = Profile { layers: vec![], ..sample_profile() };
+    let p = Profile {
+        layers: vec![],
+        ..sample_profile()
+    };
     p.save(&path).unwrap();
     let good = std::fs::read(&path).unwrap();
     let payload = &good[24..good.len() - 8];
-    for (off, val) in [(0usize, u32::MAX), (payload.len() - 4, 1000), (payload.len() - 4, u32::MAX)] {
+    for (off, val) in [
+        (0usize, u32::MAX),
+        (payload.len() - 4, 1000),
+        (payload.len() - 4, u32::MAX),
+    ] {
         let mut pl = payload.to_vec();
         pl[off..off + 4].copy_from_slice(&val.to_le_bytes());
         let mut b = good[..24].to_vec();
@@ -190,7 +218,8 @@ fn incomplete_groups_are_dropped_and_end_sequence_resets() {
     // 3 tokens active, end of sequence, 4 tokens inactive, 1 token active (incomplete group).
     acc.observe(&[1.0, 1.0, 1.0], &[1.0; 3], 3).unwrap();
     acc.end_sequence();
-    acc.observe(&[0.0, 0.0, 0.0, 0.0, 1.0], &[1.0; 5], 5).unwrap();
+    acc.observe(&[0.0, 0.0, 0.0, 0.0, 1.0], &[1.0; 5], 5)
+        .unwrap();
     let l = acc.finish();
     assert_eq!(l.freq[0], vec![4.0 / 8.0]);
     assert_eq!(l.freq[1], vec![0.0]); // only the all-zero group of 4 is complete
@@ -219,7 +248,9 @@ fn calibrate_threshold_on_known_data() {
     let mut s = 7u64;
     let mut r: Vec<f32> = (0..1000)
         .map(|_| {
-            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             (s >> 40) as f32
         })
         .collect();
@@ -227,7 +258,10 @@ fn calibrate_threshold_on_known_data() {
     for target in [0.1f32, 0.37, 0.8, 0.99] {
         let t = calibrate_threshold(&mut r, target);
         let below = orig.iter().filter(|&&x| x <= t).count() as f32 / orig.len() as f32;
-        assert!(below >= target && below < target + 0.01, "target {target}: {below}");
+        assert!(
+            below >= target && below < target + 0.01,
+            "target {target}: {below}"
+        );
     }
 }
 
@@ -246,7 +280,11 @@ fn share_for_mass_on_a_planted_power_law() {
         coact_gate_up: vec![0.0; n],
         coact_gate_down: vec![0.0; n],
     };
-    assert!((l.share_for_mass(0.9) - 0.1).abs() < 1e-6, "{}", l.share_for_mass(0.9));
+    assert!(
+        (l.share_for_mass(0.9) - 0.1).abs() < 1e-6,
+        "{}",
+        l.share_for_mass(0.9)
+    );
     assert!(l.share_for_mass(0.5) <= 0.1 && l.share_for_mass(0.5) > 0.05);
     assert_eq!(l.share_for_mass(1.0), 1.0);
     assert_eq!(l.overlap_top(0, 1, 0.1), Some(1.0));
@@ -257,7 +295,9 @@ fn share_for_mass_on_a_planted_power_law() {
 fn overlap_top_of_disjoint_and_shifted_sets() {
     let n = 10;
     let a: Vec<f32> = (0..n).map(|j| if j < 2 { 1.0 } else { 0.0 }).collect();
-    let b: Vec<f32> = (0..n).map(|j| if (1..3).contains(&j) { 1.0 } else { 0.0 }).collect();
+    let b: Vec<f32> = (0..n)
+        .map(|j| if (1..3).contains(&j) { 1.0 } else { 0.0 })
+        .collect();
     let c: Vec<f32> = (0..n).map(|j| if j >= 8 { 1.0 } else { 0.0 }).collect();
     let l = LayerProfile {
         n_neurons: n as u32,
