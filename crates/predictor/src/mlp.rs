@@ -23,8 +23,8 @@
 //!
 //! # Inference
 //!
-//! [`Predictor::scores`] computes the logits with `kernels_neon::matvec` (`Precision::Exact`) on the stored
-//! `Q8_0` weights; [`Predictor::predict`] lists the neurons whose logit is `> threshold`. Both reuse
+//! [`Predictor::scores`] computes the logits with `kernels_neon::matvec` (`Precision::Fast`: 16-bit
+//! activations, integer dot products) on the stored `Q8_0` weights; [`Predictor::predict`] lists the neurons whose logit is `> threshold`. Both reuse
 //! per-thread scratch buffers (or an explicit [`Scratch`] with the `*_with` variants): no allocation per
 //! call once warm.
 //!
@@ -70,6 +70,9 @@ use crate::profile::next_down;
 pub const PREDICTOR_MAGIC: &[u8; 8] = b"SPRWPRED";
 /// Version of the predictor set format this build reads and writes.
 pub const PREDICTOR_VERSION: u32 = 1;
+/// Kernel precision of inference: 16-bit activations and integer dot products on the `Q8_0` weights
+/// (`kernels_neon::Precision::Fast`; the threshold is calibrated with the same kernels).
+const PRECISION: Precision = Precision::Fast;
 /// Weight format code of `Q8_0` in predictor files.
 const FORMAT_Q8_0: u8 = 8;
 
@@ -515,7 +518,7 @@ impl Predictor {
         }
         self.hidden_acts(x, scratch)?;
         let w2 = QMatrix::new(WeightFormat::Q8_0, self.n_out, self.hidden, &self.w2)?;
-        matvec(&w2, &scratch.h, out, Precision::Exact)?;
+        matvec(&w2, &scratch.h, out, PRECISION)?;
         for (o, b) in out.iter_mut().zip(&self.b2) {
             *o += b;
         }
@@ -535,7 +538,7 @@ impl Predictor {
         scratch.x.resize(self.d_pad, 0.0);
         scratch.h.resize(self.hidden, 0.0);
         let w1 = QMatrix::new(WeightFormat::Q8_0, self.hidden, self.d_pad, &self.w1)?;
-        matvec(&w1, &scratch.x, &mut scratch.h, Precision::Exact)?;
+        matvec(&w1, &scratch.x, &mut scratch.h, PRECISION)?;
         for (h, b) in scratch.h.iter_mut().zip(&self.b1) {
             *h = (*h + b).max(0.0);
         }
@@ -899,13 +902,23 @@ impl Adam {
         let c1 = 1.0 - B1.powi(t);
         let c2 = 1.0 - B2.powi(t);
         let a = lr * c2.sqrt() / c1;
-        for (((p, &g), m), v) in p.iter_mut().zip(g).zip(&mut self.m).zip(&mut self.v) {
-            *m = B1 * *m + (1.0 - B1) * g;
-            *v = B2 * *v + (1.0 - B2) * g * g;
-            *p -= a * *m / (v.sqrt() + 1e-8);
-        }
+        // Elementwise, so the parallel split does not change the result.
+        p.par_chunks_mut(PAR_CHUNK)
+            .zip(g.par_chunks(PAR_CHUNK))
+            .zip(self.m.par_chunks_mut(PAR_CHUNK))
+            .zip(self.v.par_chunks_mut(PAR_CHUNK))
+            .for_each(|(((p, g), m), v)| {
+                for (((p, &g), m), v) in p.iter_mut().zip(g).zip(m).zip(v) {
+                    *m = B1 * *m + (1.0 - B1) * g;
+                    *v = B2 * *v + (1.0 - B2) * g * g;
+                    *p -= a * *m / (v.sqrt() + 1e-8);
+                }
+            });
     }
 }
+
+/// Elements per parallel work item of the elementwise training steps.
+const PAR_CHUNK: usize = 16 * 1024;
 
 /// f32 MLP under training: `w1` hidden × d_in, `w2` n_out × hidden.
 struct Mlp {
@@ -919,40 +932,52 @@ struct Mlp {
 }
 
 /// `y = X · Wᵀ` via `kernels_neon::matmul` on an f32 matrix: `w` is `rows × cols`, `x` is `n × cols`,
-/// `y` is `n × rows`. `buf` holds the byte copy of `w`.
+/// `y` is `n × rows` (resized). `buf` holds the byte copy of `w` (the kernels take bytes).
 fn mm(
     w: &[f32],
     rows: usize,
     cols: usize,
     x: &[f32],
     n: usize,
-    y: &mut [f32],
+    y: &mut Vec<f32>,
     buf: &mut Vec<u8>,
 ) -> Result<()> {
-    buf.clear();
-    buf.reserve(w.len() * 4);
-    for v in w {
-        buf.extend_from_slice(&v.to_le_bytes());
-    }
+    buf.resize(w.len() * 4, 0);
+    buf.par_chunks_mut(PAR_CHUNK * 4)
+        .zip(w.par_chunks(PAR_CHUNK))
+        .for_each(|(b, w)| {
+            for (b, v) in b.chunks_exact_mut(4).zip(w) {
+                b.copy_from_slice(&v.to_le_bytes());
+            }
+        });
+    y.resize(n * rows, 0.0);
     let m = QMatrix::new(WeightFormat::F32, rows, cols, buf)?;
     matmul(&m, x, n, y, Precision::Exact)?;
     Ok(())
 }
 
-/// `dst` (cols × rows) = transpose of `src` (rows × cols).
+/// `dst` (cols × rows) = transpose of `src` (rows × cols), in parallel over bands of `dst` rows.
 fn transpose(src: &[f32], rows: usize, cols: usize, dst: &mut Vec<f32>) {
-    dst.clear();
     dst.resize(rows * cols, 0.0);
-    const T: usize = 32;
-    for r0 in (0..rows).step_by(T) {
-        for c0 in (0..cols).step_by(T) {
-            for r in r0..(r0 + T).min(rows) {
-                for c in c0..(c0 + T).min(cols) {
-                    dst[c * rows + r] = src[r * cols + c];
+    if rows == 0 || cols == 0 {
+        return;
+    }
+    const T: usize = 16;
+    dst.par_chunks_mut(T * rows)
+        .enumerate()
+        .for_each(|(bi, band)| {
+            let c0 = bi * T;
+            let nc = band.len() / rows;
+            for r0 in (0..rows).step_by(T) {
+                let r1 = (r0 + T).min(rows);
+                for r in r0..r1 {
+                    let s = &src[r * cols + c0..r * cols + c0 + nc];
+                    for (k, &v) in s.iter().enumerate() {
+                        band[k * rows + r] = v;
+                    }
                 }
             }
-        }
-    }
+        });
 }
 
 impl Mlp {
@@ -994,26 +1019,19 @@ impl Mlp {
         let (d, h, o) = (self.d, self.h, self.o);
         let n = data.len();
         let bs = cfg.batch.max(1);
-        let (mut a_w1, mut a_b1, mut a_w2, mut a_b2) = (
-            Adam::new(h * d),
-            Adam::new(h),
-            Adam::new(o * h),
-            Adam::new(o),
-        );
+        let mut a_w1 = Adam::new(h * d);
+        let mut a_b1 = Adam::new(h);
+        let mut a_w2 = Adam::new(o * h);
+        let mut a_b2 = Adam::new(o);
         let mut order: Vec<usize> = (0..n).collect();
         let mut buf = Vec::new();
-        let (mut xb, mut xbt, mut ht, mut hb, mut z, mut g, mut gt) = (
-            Vec::new(),
-            Vec::new(),
-            Vec::new(),
-            Vec::new(),
-            Vec::new(),
-            Vec::new(),
-            Vec::new(),
-        );
-        let (mut dw2t, mut dw2, mut w2t, mut dht, mut dw1) =
-            (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let v = || Vec::<f32>::new();
+        let (mut xb, mut xbt, mut hb, mut ht, mut zt, mut g, mut w2t) =
+            (v(), v(), v(), v(), v(), v(), v());
+        let (mut dw2, mut dh, mut dht, mut dw1t, mut dw1, mut loss_rows) =
+            (v(), v(), v(), v(), v(), v());
         let (mut db1, mut db2) = (vec![0f32; h], vec![0f32; o]);
+        let words = data.words;
         let mut t = 0i32;
         // The loss (for progress reports only) is estimated on the first rows of each minibatch: log1p on
         // every element would cost more than the matrix products.
@@ -1029,66 +1047,73 @@ impl Mlp {
                 for &i in chunk {
                     xb.extend_from_slice(&xs[i * d..(i + 1) * d]);
                 }
-                transpose(&xb, b, d, &mut xbt);
-                // Forward: Hᵀ (h × b) = W1 · Xᵀ, then bias and ReLU.
-                ht.resize(h * b, 0.0);
-                mm(&xb, b, d, &self.w1, h, &mut ht, &mut buf)?;
-                for (r, row) in ht.chunks_exact_mut(b).enumerate() {
-                    for v in row {
-                        *v = (*v + self.b1[r]).max(0.0);
+                // Forward. H (b × h) = relu(X · W1ᵀ + b1).
+                mm(&self.w1, h, d, &xb, b, &mut hb, &mut buf)?;
+                for row in hb.chunks_exact_mut(h) {
+                    for (v, bias) in row.iter_mut().zip(&self.b1) {
+                        *v = (*v + bias).max(0.0);
                     }
                 }
-                transpose(&ht, h, b, &mut hb);
-                // Z (b × o) = H · W2ᵀ + b2.
-                z.resize(b * o, 0.0);
-                mm(&self.w2, o, h, &hb, b, &mut z, &mut buf)?;
-                // dL/dZ of the weighted cross-entropy, averaged over the minibatch.
-                g.resize(b * o, 0.0);
+                transpose(&hb, b, h, &mut ht);
+                // Zᵀ (o × b) = W2 · Hᵀ (b2 added below).
+                mm(&hb, b, h, &self.w2, o, &mut zt, &mut buf)?;
+                // Gᵀ = dL/dZᵀ of the weighted cross-entropy averaged over the minibatch, in place of Zᵀ;
+                // db2 = row sums. Rows are independent, so the parallel split does not change the result.
                 let inv_b = 1.0 / b as f32;
-                for (k, &i) in chunk.iter().enumerate() {
-                    let words = &data.labels[i * data.words..(i + 1) * data.words];
-                    for j in 0..o {
-                        let zz = z[k * o + j] + self.b2[j];
-                        let s = 1.0 / (1.0 + (-zz).exp());
-                        let y = words[j / 64] >> (j % 64) & 1 == 1;
-                        // Stable log-sigmoid: log σ(z) = -softplus(-z).
-                        if y {
-                            g[k * o + j] = pos_weight * (s - 1.0) * inv_b;
-                        } else {
-                            g[k * o + j] = s * inv_b;
+                let labels = &data.labels;
+                loss_rows.resize(o, 0.0);
+                zt.par_chunks_mut(b)
+                    .zip(db2.par_iter_mut())
+                    .zip(loss_rows.par_iter_mut())
+                    .zip(self.b2.par_iter())
+                    .enumerate()
+                    .for_each(|(j, (((row, db), loss), &bias))| {
+                        let (w, bit) = (j / 64, j % 64);
+                        let mut sum = 0f32;
+                        let mut l = 0f32;
+                        for (k, (zv, &i)) in row.iter_mut().zip(chunk).enumerate() {
+                            let z = *zv + bias;
+                            let s = 1.0 / (1.0 + (-z).exp());
+                            let y = (labels[i * words + w] >> bit) & 1 == 1;
+                            let gv = if y {
+                                pos_weight * (s - 1.0) * inv_b
+                            } else {
+                                s * inv_b
+                            };
+                            if k < LOSS_ROWS {
+                                let sp = |v: f32| if v > 20.0 { v } else { v.exp().ln_1p() };
+                                l += if y { pos_weight * sp(-z) } else { sp(z) };
+                            }
+                            *zv = gv;
+                            sum += gv;
                         }
-                        if k < LOSS_ROWS {
-                            let sp = |v: f32| if v > 20.0 { v } else { v.exp().ln_1p() };
-                            loss_sum += f64::from(if y { pos_weight * sp(-zz) } else { sp(zz) });
-                        }
-                    }
-                }
-                db2.fill(0.0);
-                for row in g.chunks_exact(o) {
-                    for (a, &v) in db2.iter_mut().zip(row) {
-                        *a += v;
-                    }
-                }
-                transpose(&g, b, o, &mut gt);
-                // dW2ᵀ (h × o) = Hᵀ · G.
-                dw2t.resize(h * o, 0.0);
-                mm(&gt, o, b, &ht, h, &mut dw2t, &mut buf)?;
-                transpose(&dw2t, h, o, &mut dw2);
-                // dHᵀ (h × b) = W2ᵀ · Gᵀ, masked by ReLU.
+                        *db = sum;
+                        *loss = l;
+                    });
+                loss_sum += loss_rows.iter().map(|&l| f64::from(l)).sum::<f64>();
+                let gt = &zt;
+                // dW2 (o × h) = Gᵀ · H.
+                mm(&ht, h, b, gt, o, &mut dw2, &mut buf)?;
+                // dH (b × h) = G · W2, masked by ReLU.
+                transpose(gt, o, b, &mut g);
                 transpose(&self.w2, o, h, &mut w2t);
-                dht.resize(h * b, 0.0);
-                mm(&g, b, o, &w2t, h, &mut dht, &mut buf)?;
-                for (dv, &hv) in dht.iter_mut().zip(&ht) {
+                mm(&w2t, h, o, &g, b, &mut dh, &mut buf)?;
+                for (dv, &hv) in dh.iter_mut().zip(&hb) {
                     if hv <= 0.0 {
                         *dv = 0.0;
                     }
                 }
-                for (r, row) in dht.chunks_exact(b).enumerate() {
-                    db1[r] = row.iter().sum();
+                db1.fill(0.0);
+                for row in dh.chunks_exact(h) {
+                    for (a, &v) in db1.iter_mut().zip(row) {
+                        *a += v;
+                    }
                 }
-                // dW1 (h × d) = dHᵀ · X.
-                dw1.resize(h * d, 0.0);
-                mm(&xbt, d, b, &dht, h, &mut dw1, &mut buf)?;
+                // dW1 (h × d) = dHᵀ · X, computed as dW1ᵀ (d × h) = Xᵀ · dH.
+                transpose(&dh, b, h, &mut dht);
+                transpose(&xb, b, d, &mut xbt);
+                mm(&dht, h, b, &xbt, d, &mut dw1t, &mut buf)?;
+                transpose(&dw1t, d, h, &mut dw1);
                 t += 1;
                 a_w1.step(&mut self.w1, &dw1, cfg.lr, t);
                 a_b1.step(&mut self.b1, &db1, cfg.lr, t);
