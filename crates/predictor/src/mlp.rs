@@ -5,8 +5,9 @@
 //! # Training ([`train`])
 //!
 //! 1. The [`Dataset`] is split into a training part and a held-out part ([`Dataset::split`], seeded).
-//! 2. Inputs are standardized per dimension (mean/std of the training part); the affine map is folded into
-//!    `W1`/`b1` after training, so the stored predictor takes raw inputs.
+//! 2. Inputs are standardized per dimension (mean/std of the training part, std floored at 5% of the
+//!    median std); the affine map is folded into `W1`/`b1` after training, so the stored predictor takes
+//!    raw inputs.
 //! 3. For each candidate hidden size (`TrainConfig::hidden_sizes`, rounded up to a multiple of 32, in
 //!    increasing order): train an f32 MLP with Adam on minibatches, loss = binary cross-entropy with a
 //!    positive-class weight (`TrainConfig::pos_weight`, 0 = `sqrt(negatives/positives)` clamped to 1..=16,
@@ -839,18 +840,20 @@ impl Norm {
             }
         }
         let mut mean = Vec::with_capacity(d.d_in);
-        let mut inv_std = Vec::with_capacity(d.d_in);
+        let mut std = Vec::with_capacity(d.d_in);
         for i in 0..d.d_in {
             let m = sum[i] / n;
             let var = (sq[i] / n - m * m).max(0.0);
-            let std = var.sqrt();
             mean.push(if m.is_finite() { m as f32 } else { 0.0 });
-            inv_std.push(if std > 1e-6 && std.is_finite() {
-                (1.0 / std) as f32
-            } else {
-                1.0
-            });
+            std.push(if var.is_finite() { var.sqrt() } else { 0.0 });
         }
+        // Nearly constant dimensions would get huge folded weights, which would ruin the Q8_0 scale of
+        // their block: their std is floored at 5% of the median std (1 if all are 0).
+        let mut sorted = std.clone();
+        sorted.sort_by(f64::total_cmp);
+        let median = sorted.get(sorted.len() / 2).copied().unwrap_or(1.0);
+        let floor = if median > 0.0 { 0.05 * median } else { 1.0 };
+        let inv_std = std.iter().map(|&s| (1.0 / s.max(floor)) as f32).collect();
         Norm { mean, inv_std }
     }
 

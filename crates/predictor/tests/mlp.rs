@@ -387,3 +387,108 @@ proptest! {
         std::fs::remove_file(&path).unwrap();
     }
 }
+
+#[test]
+fn constant_and_outlier_dimensions_do_not_break_training() {
+    // Dimension 0 is nearly constant, dimension 1 is huge noise: standardization must not turn either into
+    // weights that ruin the Q8_0 blocks.
+    let mut p = Planted::new(64, 64, 11);
+    let mut r = Lcg(12);
+    let warp = |x: &mut Vec<f32>, r: &mut Lcg| {
+        x[0] = 5.0 + 1e-5 * r.n();
+        x[1] = 1000.0 * r.n();
+    };
+    let mut data = Dataset::new(64, 64);
+    for _ in 0..3000 {
+        let (mut x, a) = p.sample();
+        warp(&mut x, &mut r);
+        data.push_mask(&x, |j| a[j]).unwrap();
+    }
+    let cfg = TrainConfig {
+        hidden_sizes: vec![64],
+        ..small_cfg()
+    };
+    let (pred, _) = train(&data, &cfg, &mut |_| {}).unwrap();
+    let (mut tp, mut pos, mut predicted, mut total) = (0usize, 0usize, 0usize, 0usize);
+    let mut out = Vec::new();
+    for _ in 0..500 {
+        let (mut x, a) = p.sample();
+        warp(&mut x, &mut r);
+        pred.predict(&x, &mut out).unwrap();
+        pos += a.iter().filter(|&&v| v).count();
+        predicted += out.len();
+        tp += out.iter().filter(|&&j| a[j as usize]).count();
+        total += a.len();
+    }
+    let (recall, precision) = (tp as f32 / pos as f32, tp as f32 / predicted as f32);
+    let chance = pos as f32 / total as f32;
+    assert!(
+        recall >= 0.9 && precision >= 2.0 * chance,
+        "recall {recall}, precision {precision}, chance {chance}"
+    );
+}
+
+#[test]
+fn save_into_a_missing_directory_names_the_path_and_leaves_nothing() {
+    let dir = tmp("missing-dir");
+    let path = dir.join("x.pred");
+    let set = PredictorSet {
+        model_fingerprint: 1,
+        layers: vec![],
+    };
+    let msg = set.save(&path).unwrap_err().to_string();
+    assert!(msg.contains("missing-dir"), "{msg}");
+    assert!(!dir.exists());
+}
+
+fn fnv(d: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf29ce484222325;
+    for &x in d {
+        h ^= x as u64;
+        h = h.wrapping_mul(0x100000001b3);
+    }
+    h
+}
+
+/// Shapes that lie (with a valid checksum) are errors, not panics or huge allocations.
+#[test]
+fn predictor_set_lying_shapes_are_errors() {
+    let set = PredictorSet {
+        model_fingerprint: 42,
+        layers: vec![known_predictor(1).0],
+    };
+    let path = tmp("lying.pred");
+    set.save(&path).unwrap();
+    let good = std::fs::read(&path).unwrap();
+    // Payload: u64 fingerprint, u32 layers, then d_in, hidden, n_out (u32 each), u8 format, f32 threshold.
+    let cases: [(usize, u32, &str); 7] = [
+        (20, 36, "unexpected bytes"),      // one neuron fewer than stored
+        (8, u32::MAX, "payload ends"),     // layer count
+        (12, 0, "bad shape"),              // d_in = 0
+        (16, 33, "bad shape"),             // hidden not a multiple of 32
+        (16, 0xFFFF_FFE0, "payload ends"), // huge hidden
+        (20, u32::MAX, "payload ends"),    // huge n_out
+        (20, 38, "payload ends"),          // one more neuron than stored
+    ];
+    for (off, val, needle) in cases {
+        let mut b = good[..good.len() - 8].to_vec();
+        b[24 + off..24 + off + 4].copy_from_slice(&val.to_le_bytes());
+        let h = fnv(&b);
+        b.extend_from_slice(&h.to_le_bytes());
+        std::fs::write(&path, &b).unwrap();
+        let msg = PredictorSet::load(&path).unwrap_err().to_string();
+        assert!(
+            msg.contains(&path.display().to_string()) && msg.contains(needle),
+            "{off}: {msg}"
+        );
+    }
+    let mut b = good[..good.len() - 8].to_vec();
+    b[24 + 24] = 3; // weight format code
+    let h = fnv(&b);
+    b.extend_from_slice(&h.to_le_bytes());
+    std::fs::write(&path, &b).unwrap();
+    assert!(PredictorSet::load(&path)
+        .unwrap_err()
+        .to_string()
+        .contains("weight format"));
+}
