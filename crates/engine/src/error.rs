@@ -11,6 +11,9 @@ pub enum EngineError {
     /// The tokenizer or chat template failed.
     #[error(transparent)]
     Tokenizer(#[from] model_tokenizer::TokenizerError),
+    /// A profile or predictor file, or predictor training, failed.
+    #[error(transparent)]
+    Predictor(#[from] predictor::PredictorError),
     /// A kernel rejected its arguments (a shape bug or a malformed weight).
     #[error("kernel error in {context}: {source}")]
     Kernel {

@@ -33,6 +33,8 @@ pub struct FfnMode<'s, 'o> {
     pub sparse: Option<&'s SparseFfn>,
     /// Sees every layer's FFN activations (forces the dense path, then masks as `sparse` says).
     pub observer: Option<FfnObserver<'o>>,
+    /// Nanoseconds spent in the FFN blocks are added here.
+    pub ffn_nanos: Option<&'s std::sync::atomic::AtomicU64>,
 }
 
 /// Keys and values of every layer for the positions seen so far (f32, `[position][kv_dim]`).
@@ -206,6 +208,7 @@ fn forward_inner(
         x.iter_mut().zip(&o).for_each(|(a, b)| *a += b);
 
         // Gated FFN.
+        let ffn_t0 = ffn.ffn_nanos.map(|_| std::time::Instant::now());
         rms_norm_rows(&x, &layer.ffn_norm, cfg.rms_eps, &mut xn);
         match (ffn.sparse, &mut ffn.observer) {
             (Some(sp), None) if n == 1 => sp.decode(li, layer, &xn, &mut o, precision)?,
@@ -227,11 +230,14 @@ fn forward_inner(
                     obs(FfnSample { layer: li, n, input: &xn, act_gate: &g, up: &u });
                 }
                 if let Some(sp) = sparse {
-                    sp.mask(li, &xn, n, &mut g, &u);
+                    sp.mask(li, &xn, n, &mut g, &u)?;
                 }
                 g.par_chunks_mut(1024).zip(u.par_chunks(1024)).for_each(|(a, b)| a.iter_mut().zip(b).for_each(|(a, b)| *a *= b));
                 mm(&layer.down, &g, n, &mut o, precision, "ffn down")?;
             }
+        }
+        if let (Some(acc), Some(t0)) = (ffn.ffn_nanos, ffn_t0) {
+            acc.fetch_add(t0.elapsed().as_nanos() as u64, std::sync::atomic::Ordering::Relaxed);
         }
         x.iter_mut().zip(&o).for_each(|(a, b)| *a += b);
     }

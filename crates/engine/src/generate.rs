@@ -37,6 +37,7 @@ pub struct Engine<'a> {
     opts: EngineOptions,
     threads: usize,
     sparse: Option<SparseFfn>,
+    ffn_nanos: std::sync::atomic::AtomicU64,
 }
 
 /// Builds the tokenizer of a model file: from GGUF `tokenizer.ggml.*` metadata, or `tokenizer.json`.
@@ -208,7 +209,7 @@ impl<'a> Engine<'a> {
         if opts.context == 0 || opts.context > model.config.context_length {
             opts.context = model.config.context_length;
         }
-        Ok(Engine { model, tokenizer, pool, opts, threads, sparse: None })
+        Ok(Engine { model, tokenizer, pool, opts, threads, sparse: None, ffn_nanos: Default::default() })
     }
 
     /// The model.
@@ -238,7 +239,7 @@ impl<'a> Engine<'a> {
 
     /// One forward step on the engine's thread pool (sparse FFN if one is set).
     pub fn forward(&self, cache: &mut KvCache, tokens: &[u32], want: Logits) -> Result<Vec<f32>> {
-        let mode = FfnMode { sparse: self.sparse.as_ref(), observer: None };
+        let mode = FfnMode { sparse: self.sparse.as_ref(), observer: None, ffn_nanos: Some(&self.ffn_nanos) };
         self.pool.install(|| forward_with(&self.model, cache, tokens, self.opts.precision, want, mode))
     }
 
@@ -250,7 +251,7 @@ impl<'a> Engine<'a> {
         want: Logits,
         observer: FfnObserver<'_>,
     ) -> Result<Vec<f32>> {
-        let mode = FfnMode { sparse: self.sparse.as_ref(), observer: Some(observer) };
+        let mode = FfnMode { sparse: self.sparse.as_ref(), observer: Some(observer), ffn_nanos: None };
         self.pool.install(|| forward_with(&self.model, cache, tokens, self.opts.precision, want, mode))
     }
 
@@ -263,6 +264,11 @@ impl<'a> Engine<'a> {
     /// Makes the FFN sparse (`Some`) or dense (`None`) from the next step on.
     pub fn set_sparse(&mut self, sparse: Option<SparseFfn>) {
         self.sparse = sparse;
+    }
+
+    /// Seconds spent in FFN blocks by [`Engine::forward`] since the last call (the counter restarts).
+    pub fn take_ffn_seconds(&self) -> f64 {
+        self.ffn_nanos.swap(0, std::sync::atomic::Ordering::Relaxed) as f64 * 1e-9
     }
 
     /// The sparse FFN in use, if any.

@@ -44,4 +44,5 @@ pub use model::{Model, ModelFile};
 pub use model_tokenizer::{ChatMessage, ChatTemplate, Tokenizer};
 pub use perplexity::{log_sum_exp, PerplexityReport};
 pub use sampling::{Sampler, SamplerConfig};
+pub use predictor::{LayerReport, PredictorSet, Profile, TrainConfig};
 pub use sparse::{NeuronPredictor, SparseFfn, SparseStats};

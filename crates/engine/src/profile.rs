@@ -2,11 +2,18 @@
 //! predictor training pairs. The corpus is scored in windows like perplexity, so batched prefill does
 //! the work.
 
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use predictor::{ActivationKind, Dataset, LayerReport, PredictorSet, Profile, ProfileAccumulator, ScoreKind, TrainConfig};
+use rayon::prelude::*;
+
+use crate::config::Activation;
 use crate::error::{EngineError, Result};
 use crate::forward::{FfnSample, Logits};
 use crate::generate::Engine;
+use crate::model::Model;
+use crate::sparse::{Score, SparseFfn};
 
 /// Runs `windows` windows of `window` tokens of `tokens` through the engine (dense unless a sparse FFN
 /// is set), calling `observe` with every layer's FFN activations. Stops early, returning how many
@@ -60,4 +67,234 @@ pub fn sample_abs_activations(
         progress,
     )?;
     Ok(samples)
+}
+
+/// Per-layer samples of the sparsity score (`score.of(act(gate), up, ‖down_j‖)`, every `stride`-th
+/// value), for [`crate::sparse::thresholds_for_sparsity`].
+pub fn sample_scores(
+    engine: &Engine<'_>,
+    sparse: &SparseFfn,
+    tokens: &[u32],
+    window: usize,
+    windows: usize,
+    stride: usize,
+    progress: impl FnMut(usize, usize),
+) -> Result<Vec<Vec<f32>>> {
+    let n_layers = engine.model().config.n_layers;
+    let stride = stride.max(1);
+    let score = sparse.score;
+    let mut samples = vec![Vec::new(); n_layers];
+    let stop = AtomicBool::new(false);
+    observe_corpus(
+        engine,
+        tokens,
+        window,
+        windows,
+        &stop,
+        |s| {
+            let norms = sparse.down_norms(s.layer);
+            let ff = norms.len();
+            let out = &mut samples[s.layer];
+            for (i, (a, u)) in s.act_gate.iter().zip(s.up).enumerate().step_by(stride) {
+                out.push(score.of(*a, *u, norms[i % ff]));
+            }
+        },
+        progress,
+    )?;
+    Ok(samples)
+}
+
+/// A stable id of a model's weights for profile and predictor files: FNV-1a 64 over the shapes and the
+/// first 64 KiB of the first layer's gate and last layer's down matrices.
+pub fn model_fingerprint(model: &Model<'_>) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut eat = |b: &[u8]| {
+        for &x in b {
+            h ^= u64::from(x);
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    };
+    let c = &model.config;
+    for v in [c.n_layers, c.d_model, c.d_ff, c.n_heads, c.n_kv_heads, c.vocab_size, model.weight_bytes] {
+        eat(&(v as u64).to_le_bytes());
+    }
+    if let (Some(first), Some(last)) = (model.layers.first(), model.layers.last()) {
+        for m in [&first.gate, &last.down] {
+            let d = m.data();
+            eat(&d[..d.len().min(64 << 10)]);
+        }
+    }
+    h
+}
+
+/// Settings of [`profile_corpus`].
+#[derive(Debug, Clone)]
+pub struct ProfileOptions {
+    /// Tokens per window.
+    pub window: usize,
+    /// Windows profiled.
+    pub windows: usize,
+    /// Batch sizes of the activation frequencies (a neuron counts as active in a batch when any token of
+    /// the batch activates it).
+    pub batch_sizes: Vec<u32>,
+    /// Name of the corpus, recorded in the profile.
+    pub corpus: String,
+}
+
+/// Runs the corpus through the engine with `sparse`'s thresholds and records every layer's neuron
+/// statistics. Tokens of a batch-size group come from consecutive positions of one window. Stops
+/// cleanly (returning what was seen, or an error if nothing was) when `stop` becomes true.
+pub fn profile_corpus(
+    engine: &Engine<'_>,
+    sparse: &SparseFfn,
+    tokens: &[u32],
+    opts: &ProfileOptions,
+    stop: &AtomicBool,
+    progress: impl FnMut(usize, usize),
+) -> Result<Profile> {
+    let model = engine.model();
+    let cfg = &model.config;
+    let ff = cfg.d_ff;
+    let mut accs = (0..cfg.n_layers)
+        .map(|l| ProfileAccumulator::new(ff, &opts.batch_sizes, sparse.thresholds()[l], 0.0, 0.0))
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    let score = sparse.score;
+    let mut first_err = None;
+    let mut scores = Vec::new();
+    let done = observe_corpus(
+        engine,
+        tokens,
+        opts.window,
+        opts.windows,
+        stop,
+        |s| {
+            let norms = sparse.down_norms(s.layer);
+            scores.clear();
+            scores.extend(s.act_gate.iter().zip(s.up).enumerate().map(|(i, (a, u))| score.of(*a, *u, norms[i % ff])));
+            let acc = &mut accs[s.layer];
+            if let Err(e) = acc.observe_scored(&scores, s.act_gate, s.up, s.n) {
+                first_err.get_or_insert(e);
+            }
+            acc.end_sequence();
+        },
+        progress,
+    )?;
+    if let Some(e) = first_err {
+        return Err(e.into());
+    }
+    if done == 0 {
+        return Err(EngineError::Request("profiling stopped before the first window finished".into()));
+    }
+    let layers = accs.iter().map(ProfileAccumulator::finish).collect();
+    Ok(Profile {
+        model: model.path().file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
+        model_fingerprint: model_fingerprint(model),
+        corpus: opts.corpus.clone(),
+        tokens: (done * opts.window) as u64,
+        activation: match cfg.activation {
+            Activation::Silu => ActivationKind::Silu,
+            Activation::Relu => ActivationKind::Relu,
+        },
+        score: match score {
+            Score::Gate => ScoreKind::Gate,
+            Score::GateNorm => ScoreKind::GateNorm,
+            Score::OutputNorm => ScoreKind::OutputNorm,
+        },
+        batch_sizes: opts.batch_sizes.clone(),
+        layers,
+    })
+}
+
+/// The engine's score for a profile's score kind.
+pub fn score_of(kind: ScoreKind) -> Score {
+    match kind {
+        ScoreKind::Gate => Score::Gate,
+        ScoreKind::GateNorm => Score::GateNorm,
+        ScoreKind::OutputNorm => Score::OutputNorm,
+    }
+}
+
+/// Builds the sparse FFN a profile describes (its thresholds and score), checking it belongs to the model.
+pub fn sparse_from_profile(engine: &Engine<'_>, profile: &Profile, profile_path: &Path) -> Result<SparseFfn> {
+    let model = engine.model();
+    let bad = |detail: String| EngineError::BadModel { path: profile_path.to_path_buf(), detail };
+    if profile.model_fingerprint != model_fingerprint(model) {
+        return Err(bad(format!(
+            "this profile was made for another model ({}); run `sparrow profile` for {}",
+            profile.model,
+            model.path().display()
+        )));
+    }
+    if profile.layers.len() != model.config.n_layers
+        || profile.layers.iter().any(|l| l.n_neurons as usize != model.config.d_ff)
+    {
+        return Err(bad("layer or neuron counts do not match the model".into()));
+    }
+    let thresholds = profile.layers.iter().map(|l| l.threshold).collect();
+    let mut sp = engine.install(|| SparseFfn::new(model, thresholds, crate::sparse::DEFAULT_DOWN_FORMAT))?;
+    sp.score = score_of(profile.score);
+    Ok(sp)
+}
+
+/// Collects predictor training data: for every token of the windows, each layer's FFN input and the
+/// neurons whose score passes the layer's threshold. Returns one dataset per layer.
+pub fn collect_datasets(
+    engine: &Engine<'_>,
+    sparse: &SparseFfn,
+    tokens: &[u32],
+    window: usize,
+    windows: usize,
+    stop: &AtomicBool,
+    progress: impl FnMut(usize, usize),
+) -> Result<Vec<Dataset>> {
+    let cfg = &engine.model().config;
+    let (d, ff) = (cfg.d_model, cfg.d_ff);
+    let mut sets: Vec<Dataset> = (0..cfg.n_layers).map(|_| Dataset::new(d, ff)).collect();
+    let score = sparse.score;
+    let mut first_err = None;
+    observe_corpus(
+        engine,
+        tokens,
+        window,
+        windows,
+        stop,
+        |s| {
+            let norms = sparse.down_norms(s.layer);
+            let t = sparse.thresholds()[s.layer];
+            for tk in 0..s.n {
+                let (a, u) = (&s.act_gate[tk * ff..(tk + 1) * ff], &s.up[tk * ff..(tk + 1) * ff]);
+                if let Err(e) = sets[s.layer].push_mask(&s.input[tk * d..(tk + 1) * d], |j| score.of(a[j], u[j], norms[j]) > t) {
+                    first_err.get_or_insert(e);
+                }
+            }
+        },
+        progress,
+    )?;
+    if let Some(e) = first_err {
+        return Err(e.into());
+    }
+    Ok(sets)
+}
+
+/// Trains one predictor per layer (in parallel over layers on the engine's pool). `progress(layer,
+/// report)` follows each layer.
+pub fn train_predictors(
+    engine: &Engine<'_>,
+    datasets: &[Dataset],
+    cfg: &TrainConfig,
+    progress: impl Fn(usize, &LayerReport) + Sync,
+) -> Result<(PredictorSet, Vec<LayerReport>)> {
+    let trained = engine.install(|| {
+        datasets
+            .par_iter()
+            .enumerate()
+            .map(|(l, data)| {
+                let (p, r) = predictor::train(data, cfg, &mut |_| {})?;
+                progress(l, &r);
+                Ok((p, r))
+            })
+            .collect::<Result<Vec<_>>>()
+    })?;
+    let (layers, reports) = trained.into_iter().unzip();
+    Ok((PredictorSet { model_fingerprint: model_fingerprint(engine.model()), layers }, reports))
 }

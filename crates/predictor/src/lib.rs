@@ -61,4 +61,4 @@ pub use error::{PredictorError, Result};
 pub use mlp::{
     train, Dataset, LayerReport, Predictor, PredictorSet, Scratch, TrainConfig, TrainProgress,
 };
-pub use profile::{calibrate_threshold, ActivationKind, LayerProfile, Profile, ProfileAccumulator};
+pub use profile::{calibrate_threshold, ActivationKind, LayerProfile, Profile, ProfileAccumulator, ScoreKind};

@@ -10,7 +10,8 @@
 //! For token `t` and neuron `j` of a layer: `a = act(gate)[t][j]` (after SiLU or ReLU), `u = up[t][j]`,
 //! `o = a * u` (the value the down projection multiplies).
 //!
-//! * gate active: `|a| > t_gate` (`t_gate` = [`LayerProfile::threshold`]; 0 for ReLU's exact zeros);
+//! * gate active: `|a| > t_gate` (`t_gate` = [`LayerProfile::threshold`]; 0 for ReLU's exact zeros), or,
+//!   with [`ProfileAccumulator::observe_scored`], the neuron's score (see [`ScoreKind`]) `> t_gate`;
 //! * up active: `|u| > t_up`; down active: `|o| > t_out`;
 //! * `freq[b][j]`: consecutive tokens are grouped into groups of `batch_sizes[b]` (a new group starts after
 //!   every full group; groups continue across [`ProfileAccumulator::observe`] calls until
@@ -32,6 +33,8 @@
 //! str      corpus             e.g. "wikitext-2/valid.txt"
 //! u64      tokens             tokens profiled
 //! u8       activation         0 = ReLU, 1 = SiLU
+//! u8       score              what thresholds apply to: 0 = |act(gate)|, 1 = |act(gate)|·‖down_j‖,
+//!                             2 = |act(gate)·up|·‖down_j‖ (see ScoreKind)
 //! u32      B                  number of batch sizes
 //! u32 × B  batch_sizes        each >= 1
 //! u32      L                  number of layers
@@ -83,6 +86,17 @@ impl From<kernels_neon::Activation> for ActivationKind {
     }
 }
 
+/// What a layer's threshold applies to: a neuron is active iff its score is above the threshold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ScoreKind {
+    /// `|act(gate)|` (CATS; ReLU's exact zeros with threshold 0).
+    Gate,
+    /// `|act(gate)| · ‖down_j‖` (the L2 norm of neuron j's down column).
+    GateNorm,
+    /// `|act(gate) · up| · ‖down_j‖`: the size of the neuron's contribution to the FFN output.
+    OutputNorm,
+}
+
 /// A whole profiling run: metadata and one [`LayerProfile`] per layer.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Profile {
@@ -96,6 +110,8 @@ pub struct Profile {
     pub tokens: u64,
     /// FFN activation function.
     pub activation: ActivationKind,
+    /// What the thresholds apply to.
+    pub score: ScoreKind,
     /// Batch sizes of [`LayerProfile::freq`], e.g. `[1, 2, 4, 8]`.
     pub batch_sizes: Vec<u32>,
     /// One entry per transformer layer.
@@ -138,6 +154,11 @@ impl Profile {
             ActivationKind::Relu => 0,
             ActivationKind::Silu => 1,
         });
+        w.u8(match self.score {
+            ScoreKind::Gate => 0,
+            ScoreKind::GateNorm => 1,
+            ScoreKind::OutputNorm => 2,
+        });
         w.u32(self.batch_sizes.len() as u32);
         for &b in &self.batch_sizes {
             w.u32(b);
@@ -170,6 +191,12 @@ impl Profile {
             0 => ActivationKind::Relu,
             1 => ActivationKind::Silu,
             v => return Err(r.err(format!("unknown activation code {v} (0 = ReLU, 1 = SiLU)"))),
+        };
+        let score = match r.u8("score")? {
+            0 => ScoreKind::Gate,
+            1 => ScoreKind::GateNorm,
+            2 => ScoreKind::OutputNorm,
+            v => return Err(r.err(format!("unknown score code {v} (0 = gate, 1 = gate·norm, 2 = output·norm)"))),
         };
         let nb = r.u32("batch size count")? as usize;
         let mut batch_sizes = Vec::new();
@@ -212,6 +239,7 @@ impl Profile {
             corpus,
             tokens,
             activation,
+            score,
             batch_sizes,
             layers,
         })
@@ -374,6 +402,23 @@ impl ProfileAccumulator {
     /// Feeds `n_tokens` consecutive tokens: `act_gate` (= `act(gate)`, after SiLU/ReLU) and `up`, both
     /// `n_tokens × n_neurons` row-major.
     pub fn observe(&mut self, act_gate: &[f32], up: &[f32], n_tokens: usize) -> Result<()> {
+        self.observe_inner(None, act_gate, up, n_tokens)
+    }
+
+    /// [`observe`](Self::observe) where a neuron counts as active when `scores[t][j] > t_gate` (instead of
+    /// `|act_gate[t][j]| > t_gate`); `scores` has the shape of `act_gate`.
+    pub fn observe_scored(&mut self, scores: &[f32], act_gate: &[f32], up: &[f32], n_tokens: usize) -> Result<()> {
+        if scores.len() != act_gate.len() {
+            return input_err(format!(
+                "ProfileAccumulator::observe_scored: {} scores for {} activations",
+                scores.len(),
+                act_gate.len()
+            ));
+        }
+        self.observe_inner(Some(scores), act_gate, up, n_tokens)
+    }
+
+    fn observe_inner(&mut self, scores: Option<&[f32]>, act_gate: &[f32], up: &[f32], n_tokens: usize) -> Result<()> {
         let want = n_tokens.checked_mul(self.n);
         if want != Some(act_gate.len()) || want != Some(up.len()) {
             return input_err(format!(
@@ -387,8 +432,9 @@ impl ProfileAccumulator {
             self.tokens += n_tokens as u64;
             return Ok(());
         }
-        for (a_row, u_row) in act_gate.chunks_exact(self.n).zip(up.chunks_exact(self.n)) {
+        for (t, (a_row, u_row)) in act_gate.chunks_exact(self.n).zip(up.chunks_exact(self.n)).enumerate() {
             self.tokens += 1;
+            let s_row = scores.map(|s| &s[t * self.n..(t + 1) * self.n]);
             for j in 0..self.n {
                 let (a, u) = (a_row[j], u_row[j]);
                 let o = (a * u).abs();
@@ -396,7 +442,8 @@ impl ProfileAccumulator {
                 if o > self.max_abs[j] {
                     self.max_abs[j] = o;
                 }
-                if a.abs() > self.t_gate {
+                let s = s_row.map_or(a.abs(), |r| r[j]);
+                if s > self.t_gate {
                     self.gate_n[j] += 1;
                     self.gate_up_n[j] += u64::from(u.abs() > self.t_up);
                     self.gate_down_n[j] += u64::from(o > self.t_out);

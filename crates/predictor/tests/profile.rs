@@ -33,6 +33,7 @@ fn sample_profile() -> Profile {
         corpus: "wikitext-2/valid.txt".into(),
         tokens: 123_456,
         activation: ActivationKind::Silu,
+        score: predictor::ScoreKind::OutputNorm,
         batch_sizes: vec![1, 2, 4, 8],
         layers: vec![layer(7, 1.0), layer(13, 0.3), layer(0, 2.0)],
     }

@@ -28,6 +28,11 @@ enum Command {
     Perplexity(PplArgs),
     /// Prefill and decode speed (like llama-bench's pp and tg).
     Bench(BenchArgs),
+    /// Profile FFN activations over a corpus: calibrate sparsity thresholds and record per-neuron
+    /// statistics (writes `<model>.sparrow-profile`).
+    Profile(ProfileArgs),
+    /// Train the per-layer neuron predictors from a profile (writes `<model>.sparrow-predictor`).
+    TrainPredictor(TrainArgs),
 }
 
 #[derive(Args, Clone)]
@@ -49,6 +54,87 @@ struct ModelArgs {
     /// Context size in tokens (0: the model's training context).
     #[arg(long, default_value_t = 4096)]
     ctx: usize,
+    /// Sparse FFN: compute only the neurons expected to fire, with the thresholds of the model's
+    /// profile (`sparrow profile`) and its predictors (`sparrow train-predictor`) when present.
+    #[arg(long)]
+    sparse: bool,
+    /// Profile file for --sparse (default: `<model>.sparrow-profile`).
+    #[arg(long, requires = "sparse")]
+    profile: Option<PathBuf>,
+    /// Predictor file for --sparse (default: `<model>.sparrow-predictor` if it exists).
+    #[arg(long, requires = "sparse")]
+    predictor: Option<PathBuf>,
+    /// With --sparse, use no predictor: every gate and up row is computed and the thresholds pick
+    /// the down columns.
+    #[arg(long, requires = "sparse")]
+    no_predictor: bool,
+}
+
+#[derive(Args)]
+struct CorpusArgs {
+    /// Text to profile (calibrate on the validation split, never the test split).
+    #[arg(long, default_value = "../shared/data/wikitext-2/valid.txt")]
+    corpus: PathBuf,
+    /// Tokens per window.
+    #[arg(long, default_value_t = 512)]
+    window: usize,
+}
+
+#[derive(Args)]
+struct ProfileArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    #[command(flatten)]
+    corpus: CorpusArgs,
+    /// Windows profiled (statistics).
+    #[arg(long, default_value_t = 24)]
+    windows: usize,
+    /// Windows used to calibrate thresholds (the first ones of the corpus).
+    #[arg(long, default_value_t = 8)]
+    calib_windows: usize,
+    /// Target share of inactive neurons per layer.
+    #[arg(long, conflicts_with = "ppl_budget")]
+    sparsity: Option<f32>,
+    /// Instead of --sparsity: the highest sparsity whose perplexity on held-out validation windows
+    /// stays within this relative increase over dense (e.g. 0.03 for +3%).
+    #[arg(long)]
+    ppl_budget: Option<f32>,
+    /// What thresholds apply to: `output` (|act(gate)·up|·‖down_j‖, best quality), `gate`
+    /// (|act(gate)|, CATS) or `gate-norm` (|act(gate)|·‖down_j‖).
+    #[arg(long, default_value = "output")]
+    score: String,
+    /// Output file (default: `<model>.sparrow-profile`).
+    #[arg(long, short = 'o')]
+    out: Option<PathBuf>,
+    /// Print the report as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+struct TrainArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    #[command(flatten)]
+    corpus: CorpusArgs,
+    /// Windows of training samples (every token of each window is one sample per layer).
+    #[arg(long, default_value_t = 32)]
+    windows: usize,
+    /// Recall each layer's predictor must reach on held-out samples.
+    #[arg(long, default_value_t = 0.95)]
+    recall: f32,
+    /// Training seed.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Epochs per candidate hidden size.
+    #[arg(long, default_value_t = 8)]
+    epochs: usize,
+    /// Output file (default: `<model>.sparrow-predictor`).
+    #[arg(long, short = 'o')]
+    out: Option<PathBuf>,
+    /// Print the report as JSON.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args)]
@@ -179,6 +265,8 @@ fn main() -> Result<()> {
         Command::Run(a) => cmd_run(a),
         Command::Perplexity(a) => cmd_perplexity(a),
         Command::Bench(a) => cmd_bench(a),
+        Command::Profile(a) => cmd_profile(a),
+        Command::TrainPredictor(a) => cmd_train(a),
     }
 }
 
@@ -198,8 +286,9 @@ fn figures_line(load_s: f64, g: &Generation) -> String {
 fn cmd_run(a: RunArgs) -> Result<()> {
     let t0 = Instant::now();
     let file = open_model(&a.model, a.json)?;
-    let eng = Engine::new(&file, engine_options(&a.model))
+    let mut eng = Engine::new(&file, engine_options(&a.model))
         .with_context(|| format!("loading {}", file.path().display()))?;
+    setup_sparse(&mut eng, &a.model, a.json)?;
     let load_s = t0.elapsed().as_secs_f64();
     let req = GenerateRequest {
         max_tokens: a.n_predict,
@@ -327,7 +416,8 @@ fn chat_loop(eng: &Engine<'_>, a: &RunArgs, req: &GenerateRequest, load_s: f64) 
 
 fn cmd_perplexity(a: PplArgs) -> Result<()> {
     let file = open_model(&a.model, a.json)?;
-    let eng = Engine::new(&file, engine_options(&a.model))?;
+    let mut eng = Engine::new(&file, engine_options(&a.model))?;
+    setup_sparse(&mut eng, &a.model, a.json)?;
     let text = std::fs::read_to_string(&a.file).with_context(|| format!("reading {}", a.file.display()))?;
     let tokens = eng.tokenizer().encode(&text, false)?;
     let bar = indicatif::ProgressBar::new(a.windows as u64);
@@ -344,10 +434,11 @@ fn cmd_perplexity(a: PplArgs) -> Result<()> {
         v["model"] = serde_json::json!(file.path());
         v["file"] = serde_json::json!(a.file);
         v["precision"] = serde_json::json!(precision_name(eng.options().precision));
+        v["sparse"] = serde_json::json!(eng.sparse().is_some());
         println!("{}", serde_json::to_string(&v)?);
     } else {
         println!(
-            "perplexity {:.4} (mean NLL {:.6}) over {} windows of {} tokens of {} ({} tokens in file), {:.1} tok/s, {} mode",
+            "perplexity {:.4} (mean NLL {:.6}) over {} windows of {} tokens of {} ({} tokens in file), {:.1} tok/s, {} mode{}",
             r.ppl,
             r.mean_nll,
             r.windows,
@@ -355,7 +446,8 @@ fn cmd_perplexity(a: PplArgs) -> Result<()> {
             a.file.display(),
             r.tokens_in_text,
             r.tokens_per_s,
-            precision_name(eng.options().precision)
+            precision_name(eng.options().precision),
+            if eng.sparse().is_some() { ", sparse FFN" } else { "" }
         );
     }
     Ok(())
@@ -418,5 +510,244 @@ fn cmd_bench(a: BenchArgs) -> Result<()> {
             println!("tg{:<5} {:>8.1} ± {:.1} tok/s  ({:.2} GB/s of weights)", a.n_gen, tm, ts, tm * eng.model().weight_bytes as f64 / 1e9);
         }
     }
+    Ok(())
+}
+
+fn sidecar(model: &std::path::Path, ext: &str) -> PathBuf {
+    let mut s = model.as_os_str().to_os_string();
+    s.push(ext);
+    PathBuf::from(s)
+}
+
+/// Applies `--sparse` (profile thresholds, predictors) to the engine.
+fn setup_sparse(eng: &mut Engine<'_>, args: &ModelArgs, quiet: bool) -> Result<()> {
+    if !args.sparse {
+        return Ok(());
+    }
+    let model_path = eng.model().path().to_path_buf();
+    let profile_path = args.profile.clone().unwrap_or_else(|| sidecar(&model_path, ".sparrow-profile"));
+    if !profile_path.exists() {
+        bail!(
+            "--sparse needs a profile: {} does not exist (run `sparrow profile` first, or give --profile)",
+            profile_path.display()
+        );
+    }
+    let profile = engine::Profile::load(&profile_path)?;
+    let mut sp = engine::profile::sparse_from_profile(eng, &profile, &profile_path)?;
+    let pred_path = args.predictor.clone().unwrap_or_else(|| sidecar(&model_path, ".sparrow-predictor"));
+    let mut with_pred = false;
+    if !args.no_predictor && (args.predictor.is_some() || pred_path.exists()) {
+        let set = engine::PredictorSet::load(&pred_path)?;
+        if set.model_fingerprint != engine::profile::model_fingerprint(eng.model()) || set.layers.len() != eng.model().config.n_layers {
+            bail!("{}: these predictors were trained for another model (run `sparrow train-predictor`)", pred_path.display());
+        }
+        sp = sp.with_predictor(Box::new(set));
+        with_pred = true;
+    }
+    if !quiet {
+        eprintln!(
+            "sparrow: sparse FFN from {} ({:?} score{})",
+            profile_path.display(),
+            profile.score,
+            if with_pred { format!(", predictors from {}", pred_path.display()) } else { ", no predictor".into() }
+        );
+    }
+    eng.set_sparse(Some(sp));
+    Ok(())
+}
+
+fn read_corpus(eng: &Engine<'_>, c: &CorpusArgs) -> Result<Vec<u32>> {
+    let text = std::fs::read_to_string(&c.corpus).with_context(|| {
+        format!("reading the corpus {} (give another with --corpus)", c.corpus.display())
+    })?;
+    if c.corpus.to_string_lossy().contains("test") {
+        eprintln!("sparrow: warning: {} looks like a test split; calibrate on validation data", c.corpus.display());
+    }
+    Ok(eng.tokenizer().encode(&text, false)?)
+}
+
+fn bar(len: u64, what: &str) -> indicatif::ProgressBar {
+    let b = indicatif::ProgressBar::new(len);
+    b.set_style(
+        indicatif::ProgressStyle::with_template(&format!("{{bar:30}} {{pos}}/{{len}} {what}, {{elapsed}} elapsed, ETA {{eta}}"))
+            .expect("static template"),
+    );
+    if !std::io::stderr().is_terminal() {
+        b.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+    }
+    b
+}
+
+fn stop_flag() -> Result<std::sync::Arc<std::sync::atomic::AtomicBool>> {
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let s = stop.clone();
+    ctrlc::set_handler(move || {
+        if s.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            std::process::exit(130);
+        }
+        eprintln!("\nsparrow: stopping after this window (Ctrl-C again to quit at once); nothing will be written");
+    })?;
+    Ok(stop)
+}
+
+fn cmd_profile(a: ProfileArgs) -> Result<()> {
+    use engine::sparse::{thresholds_for_sparsity, Score, SparseFfn, DEFAULT_DOWN_FORMAT};
+    let file = open_model(&a.model, a.json)?;
+    let mut eng = Engine::new(&file, engine_options(&a.model))?;
+    let tokens = read_corpus(&eng, &a.corpus)?;
+    let w = a.corpus.window;
+    let score = match a.score.as_str() {
+        "output" => Score::OutputNorm,
+        "gate" => Score::Gate,
+        "gate-norm" => Score::GateNorm,
+        s => bail!("--score {s}: expected output, gate or gate-norm"),
+    };
+    let n_layers = eng.model().config.n_layers;
+    let stop = stop_flag()?;
+    let mut base = eng.install(|| SparseFfn::new(eng.model(), vec![0.0; n_layers], DEFAULT_DOWN_FORMAT))?;
+    base.score = score;
+    let b = bar(a.calib_windows as u64, "calibration windows");
+    let samples =
+        engine::profile::sample_scores(&eng, &base, &tokens, w, a.calib_windows, 3, |d, _| b.set_position(d as u64))?;
+    b.finish_and_clear();
+    let build = |eng: &Engine<'_>, s: f32| -> Result<SparseFfn> {
+        let t = thresholds_for_sparsity(&mut samples.clone(), s)?;
+        let mut sp = eng.install(|| SparseFfn::new(eng.model(), t, DEFAULT_DOWN_FORMAT))?;
+        sp.score = score;
+        Ok(sp)
+    };
+    let mut curve = Vec::new();
+    let sparsity = match (a.sparsity, a.ppl_budget) {
+        (Some(s), _) => s,
+        (None, budget) => {
+            let budget = budget.unwrap_or(0.03);
+            // Held-out validation windows right after the calibration windows.
+            let held = &tokens[(a.calib_windows * w).min(tokens.len())..];
+            let n_eval = 4;
+            let base_ppl = eng.perplexity(held, w, n_eval, |_, _| {})?.ppl;
+            let (mut lo, mut hi) = (0.0f32, 0.95f32);
+            for _ in 0..6 {
+                if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    bail!("interrupted: nothing written");
+                }
+                let mid = (lo + hi) / 2.0;
+                eng.set_sparse(Some(build(&eng, mid)?));
+                let p = eng.perplexity(held, w, n_eval, |_, _| {})?.ppl;
+                eng.set_sparse(None);
+                if !a.json {
+                    eprintln!("sparrow: sparsity {mid:.3}: held-out validation ppl {p:.3} (dense {base_ppl:.3}, {:+.2}%)", (p / base_ppl - 1.0) * 100.0);
+                }
+                curve.push((mid, p, base_ppl));
+                if p <= base_ppl * (1.0 + budget as f64) {
+                    lo = mid;
+                } else {
+                    hi = mid;
+                }
+            }
+            lo
+        }
+    };
+    let sp = build(&eng, sparsity)?;
+    let opts = engine::profile::ProfileOptions {
+        window: w,
+        windows: a.windows,
+        batch_sizes: vec![1, 2, 4, 8],
+        corpus: a.corpus.corpus.display().to_string(),
+    };
+    let b = bar(a.windows as u64, "windows profiled");
+    let profile = engine::profile::profile_corpus(&eng, &sp, &tokens, &opts, &stop, |d, _| b.set_position(d as u64))?;
+    b.finish_and_clear();
+    if stop.load(std::sync::atomic::Ordering::Relaxed) {
+        bail!("interrupted: nothing written");
+    }
+    let out = a.out.clone().unwrap_or_else(|| sidecar(eng.model().path(), ".sparrow-profile"));
+    profile.save(&out)?;
+    let layers: Vec<_> = profile
+        .layers
+        .iter()
+        .enumerate()
+        .map(|(l, lp)| {
+            serde_json::json!({
+                "layer": l, "threshold": lp.threshold,
+                "sparsity_b1": lp.sparsity(0), "sparsity_b2": lp.sparsity(1), "sparsity_b4": lp.sparsity(2), "sparsity_b8": lp.sparsity(3),
+                "share_for_80pct": lp.share_for_mass(0.8),
+                "hot_overlap_b1_b8_top20": lp.overlap_top(0, 3, 0.2),
+            })
+        })
+        .collect();
+    if a.json {
+        let v = serde_json::json!({"profile": out, "tokens": profile.tokens, "target_sparsity": sparsity, "score": format!("{:?}", profile.score),
+            "calibration": curve.iter().map(|(s, p, b)| serde_json::json!({"sparsity": s, "ppl": p, "dense_ppl": b})).collect::<Vec<_>>(),
+            "layers": layers});
+        println!("{}", serde_json::to_string(&v)?);
+        return Ok(());
+    }
+    println!("profile of {} over {} tokens of {} (target sparsity {:.3}, {:?} score) -> {}", file.path().display(), profile.tokens, opts.corpus, sparsity, profile.score, out.display());
+    println!("layer  threshold  sparsity@1  @2     @4     @8     neurons for 80% of activations  hot-set overlap b1/b8 (top 20%)");
+    for (l, lp) in profile.layers.iter().enumerate() {
+        println!(
+            "{l:>5}  {:>9.4}  {:>9.3}  {:>5.3}  {:>5.3}  {:>5.3}  {:>30.1}%  {:>6.3}",
+            lp.threshold,
+            lp.sparsity(0).unwrap_or(0.0),
+            lp.sparsity(1).unwrap_or(0.0),
+            lp.sparsity(2).unwrap_or(0.0),
+            lp.sparsity(3).unwrap_or(0.0),
+            lp.share_for_mass(0.8) * 100.0,
+            lp.overlap_top(0, 3, 0.2).unwrap_or(0.0)
+        );
+    }
+    Ok(())
+}
+
+fn cmd_train(a: TrainArgs) -> Result<()> {
+    let file = open_model(&a.model, a.json)?;
+    let eng = Engine::new(&file, engine_options(&a.model))?;
+    let profile_path = a.model.profile.clone().unwrap_or_else(|| sidecar(eng.model().path(), ".sparrow-profile"));
+    let profile = engine::Profile::load(&profile_path)
+        .with_context(|| "train-predictor needs the model's profile: run `sparrow profile` first".to_string())?;
+    let sp = engine::profile::sparse_from_profile(&eng, &profile, &profile_path)?;
+    let tokens = read_corpus(&eng, &a.corpus)?;
+    let stop = stop_flag()?;
+    let b = bar(a.windows as u64, "windows of samples");
+    let data =
+        engine::profile::collect_datasets(&eng, &sp, &tokens, a.corpus.window, a.windows, &stop, |d, _| b.set_position(d as u64))?;
+    b.finish_and_clear();
+    if stop.load(std::sync::atomic::Ordering::Relaxed) {
+        bail!("interrupted: nothing written");
+    }
+    let cfg = engine::TrainConfig { seed: a.seed, target_recall: a.recall, epochs: a.epochs, ..Default::default() };
+    let b = bar(data.len() as u64, "layers trained");
+    let (set, reports) = engine::profile::train_predictors(&eng, &data, &cfg, |_, _| b.inc(1))?;
+    b.finish_and_clear();
+    if stop.load(std::sync::atomic::Ordering::Relaxed) {
+        bail!("interrupted: nothing written");
+    }
+    let out = a.out.clone().unwrap_or_else(|| sidecar(eng.model().path(), ".sparrow-predictor"));
+    set.save(&out)?;
+    let ffn_bytes: usize = eng.model().layers.iter().map(|l| [&l.gate, &l.up, &l.down].iter().map(|m| m.data().len()).sum::<usize>()).sum();
+    let total: usize = reports.iter().map(|r| r.bytes).sum();
+    let min_recall = reports.iter().map(|r| r.recall).fold(f32::INFINITY, f32::min);
+    if a.json {
+        let v = serde_json::json!({"predictor": out, "samples_per_layer": data.first().map(|d| d.len()), "total_bytes": total, "ffn_bytes": ffn_bytes,
+            "layers": reports.iter().enumerate().map(|(l, r)| serde_json::json!({"layer": l, "hidden": r.hidden, "recall": r.recall, "precision": r.precision,
+                "predicted_frac": r.predicted_frac, "true_frac": r.true_frac, "bytes": r.bytes})).collect::<Vec<_>>()});
+        println!("{}", serde_json::to_string(&v)?);
+        return Ok(());
+    }
+    println!("layer  hidden  recall  precision  predicted  active  bytes  (held-out samples)");
+    for (l, r) in reports.iter().enumerate() {
+        println!(
+            "{l:>5}  {:>6}  {:>6.3}  {:>9.3}  {:>9.3}  {:>6.3}  {:>6}",
+            r.hidden, r.recall, r.precision, r.predicted_frac, r.true_frac, r.bytes
+        );
+    }
+    println!(
+        "predictors: {:.2} MiB = {:.1}% of the FFN's {:.1} MiB; lowest held-out recall {:.3} -> {}",
+        mib(total as u64),
+        100.0 * total as f64 / ffn_bytes as f64,
+        mib(ffn_bytes as u64),
+        min_recall,
+        out.display()
+    );
     Ok(())
 }
