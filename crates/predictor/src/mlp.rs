@@ -215,12 +215,14 @@ impl Dataset {
 
     /// Input of sample `i` (`None` if out of range).
     pub fn input(&self, i: usize) -> Option<&[f32]> {
-        self.inputs.get(i * self.d_in..(i + 1) * self.d_in)
+        let start = i.checked_mul(self.d_in)?;
+        self.inputs.get(start..start.checked_add(self.d_in)?)
     }
 
     /// Whether neuron `j` is active in sample `i` (false if either is out of range).
     pub fn is_active(&self, i: usize, j: usize) -> bool {
         j < self.n_out
+            && i < self.n
             && self
                 .labels
                 .get(i * self.words + j / 64)
@@ -610,7 +612,9 @@ impl Predictor {
             )));
         }
         let threshold = r.f32(&format!("layer {li} threshold"))?;
-        let d_pad = d_in.next_multiple_of(32);
+        let Some(d_pad) = d_in.checked_next_multiple_of(32) else {
+            return Err(r.err(format!("layer {li}: d_in {d_in} too large")));
+        };
         let overflow = r.err(format!(
             "layer {li}: shape {d_in} × {hidden} × {n_out} overflows"
         ));
@@ -699,11 +703,17 @@ pub fn train(
             cfg.target_recall
         ));
     }
-    let mut sizes: Vec<usize> = cfg
+    let Some(mut sizes) = cfg
         .hidden_sizes
         .iter()
-        .map(|&h| h.max(1).next_multiple_of(32))
-        .collect();
+        .map(|&h| h.max(1).checked_next_multiple_of(32))
+        .collect::<Option<Vec<usize>>>()
+    else {
+        return input_err(format!(
+            "train: hidden sizes {:?} overflow",
+            cfg.hidden_sizes
+        ));
+    };
     sizes.sort_unstable();
     sizes.dedup();
     if sizes.is_empty() {
