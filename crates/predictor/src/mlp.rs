@@ -147,6 +147,14 @@ impl Dataset {
         }
     }
 
+    /// An empty dataset with room for `samples` samples (no reallocation while pushing that many).
+    pub fn with_capacity(d_in: usize, n_out: usize, samples: usize) -> Self {
+        let mut d = Self::new(d_in, n_out);
+        d.inputs.reserve(samples.saturating_mul(d_in));
+        d.labels.reserve(samples.saturating_mul(d.words));
+        d
+    }
+
     /// Input width.
     pub fn d_in(&self) -> usize {
         self.d_in

@@ -213,13 +213,14 @@ fn train_rejects_bad_input() {
 
 #[test]
 fn dataset_labels_and_split() {
-    let mut d = Dataset::new(2, 130);
+    let mut d = Dataset::with_capacity(2, 130, 50);
     for i in 0..50u32 {
         d.push(&[i as f32, 0.0], &[i, 129, 64]).unwrap();
     }
     assert_eq!(d.len(), 50);
     assert!(d.is_active(3, 3) && d.is_active(3, 129) && d.is_active(3, 64) && !d.is_active(3, 4));
-    assert!(!d.is_active(3, 500) && !d.is_active(99, 3));
+    assert!(!d.is_active(3, 500) && !d.is_active(99, 3) && !d.is_active(usize::MAX, 3));
+    assert!(d.input(50).is_none() && d.input(usize::MAX).is_none());
     let (tr, ho) = d.split(0.2, 5);
     assert_eq!((tr.len(), ho.len()), (40, 10));
     // Every sample keeps its labels: sample with input i has neuron i active.
