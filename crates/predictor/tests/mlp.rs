@@ -493,3 +493,34 @@ fn predictor_set_lying_shapes_are_errors() {
         .to_string()
         .contains("weight format"));
 }
+
+#[test]
+fn easy_pattern_accepts_the_smallest_candidate() {
+    // Neuron j fires iff x[j] > 1: a 32-wide hidden layer represents this exactly, so the first candidate
+    // meets the acceptance rule and no larger one is trained.
+    let mut r = Lcg(21);
+    let mut data = Dataset::new(32, 32);
+    for _ in 0..3000 {
+        let x: Vec<f32> = (0..32).map(|_| r.n()).collect();
+        data.push_mask(&x, |j| x[j] > 1.0).unwrap();
+    }
+    let mut events = Vec::new();
+    let cfg = TrainConfig {
+        hidden_sizes: vec![32, 64, 128],
+        epochs: 80,
+        ..small_cfg()
+    };
+    let (p, report) = train(&data, &cfg, &mut |e| {
+        if let TrainProgress::Candidate { report, accepted } = e {
+            events.push((report.hidden, accepted))
+        }
+    })
+    .unwrap();
+    assert_eq!(events, vec![(32, true)], "{report:?}");
+    assert_eq!(p.hidden(), 32);
+    let limit = (1.25 * report.true_frac).max(report.true_frac + 0.05);
+    assert!(
+        report.predicted_frac <= limit && report.recall >= 0.95,
+        "{report:?}"
+    );
+}
