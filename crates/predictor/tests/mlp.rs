@@ -162,6 +162,15 @@ fn training_is_deterministic_given_the_seed() {
     .save(&pb)
     .unwrap();
     assert_eq!(std::fs::read(&pa).unwrap(), std::fs::read(&pb).unwrap());
+    // Independent of the number of threads.
+    for threads in [1, 3] {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        let (c, rc) = pool.install(|| train(&data, &cfg, &mut |_| {})).unwrap();
+        assert_eq!((&c, rc), (&a, ra), "{threads} threads");
+    }
     // A different seed gives different weights (so the comparison above can fail).
     let (c, _) = train(&data, &TrainConfig { seed: 9, ..cfg }, &mut |_| {}).unwrap();
     assert_ne!(a, c);
