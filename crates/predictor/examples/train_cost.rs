@@ -1,7 +1,7 @@
 //! Trains one predictor at engine scale on synthetic data and prints the time per epoch and the report.
 //!
-//! `cargo run --release -p predictor --example train_cost -- [samples] [d_in] [n_out] [epochs]`
-//! (defaults: 20000 576 1536 4). Inputs are random; neuron `j` fires iff a random plane `w_j · x > c_j`.
+//! `cargo run --release -p predictor --example train_cost -- [samples] [d_in] [n_out] [epochs] [batch]`
+//! (defaults: 20000 576 1536 4 256). Inputs are random; neuron `j` fires iff a random plane `w_j · x > c_j`.
 
 use std::time::Instant;
 
@@ -13,7 +13,13 @@ fn main() {
         .filter_map(|a| a.parse().ok())
         .collect();
     let arg = |i: usize, d: usize| args.get(i).copied().unwrap_or(d);
-    let (n, d, o, epochs) = (arg(0, 20_000), arg(1, 576), arg(2, 1536), arg(3, 4));
+    let (n, d, o, epochs, batch) = (
+        arg(0, 20_000),
+        arg(1, 576),
+        arg(2, 1536),
+        arg(3, 4),
+        arg(4, 256),
+    );
     let mut s = 1u64;
     let mut u = move || {
         s = s
@@ -57,6 +63,7 @@ fn main() {
     );
     let cfg = TrainConfig {
         epochs,
+        batch,
         ..TrainConfig::default()
     };
     let t = Instant::now();

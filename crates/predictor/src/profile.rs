@@ -326,12 +326,13 @@ impl LayerProfile {
     pub fn overlap_top(&self, a_idx: usize, b_idx: usize, top_frac: f32) -> Option<f32> {
         let a = self.hot_order(a_idx)?;
         let b = self.hot_order(b_idx)?;
-        let n = a.len();
+        // Rows of different lengths (hand-built profiles) are compared over the shorter one.
+        let n = a.len().min(b.len());
         let k = ceil_count(top_frac.clamp(0.0, 1.0), n);
         if k == 0 {
             return Some(1.0);
         }
-        let mut in_a = vec![false; n];
+        let mut in_a = vec![false; a.len().max(b.len())];
         for &j in &a[..k] {
             in_a[j as usize] = true;
         }

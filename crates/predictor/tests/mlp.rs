@@ -162,6 +162,15 @@ fn training_is_deterministic_given_the_seed() {
     .save(&pb)
     .unwrap();
     assert_eq!(std::fs::read(&pa).unwrap(), std::fs::read(&pb).unwrap());
+    // Independent of the number of threads.
+    for threads in [1, 3] {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        let (c, rc) = pool.install(|| train(&data, &cfg, &mut |_| {})).unwrap();
+        assert_eq!((&c, rc), (&a, ra), "{threads} threads");
+    }
     // A different seed gives different weights (so the comparison above can fail).
     let (c, _) = train(&data, &TrainConfig { seed: 9, ..cfg }, &mut |_| {}).unwrap();
     assert_ne!(a, c);
@@ -213,13 +222,14 @@ fn train_rejects_bad_input() {
 
 #[test]
 fn dataset_labels_and_split() {
-    let mut d = Dataset::new(2, 130);
+    let mut d = Dataset::with_capacity(2, 130, 50);
     for i in 0..50u32 {
         d.push(&[i as f32, 0.0], &[i, 129, 64]).unwrap();
     }
     assert_eq!(d.len(), 50);
     assert!(d.is_active(3, 3) && d.is_active(3, 129) && d.is_active(3, 64) && !d.is_active(3, 4));
-    assert!(!d.is_active(3, 500) && !d.is_active(99, 3));
+    assert!(!d.is_active(3, 500) && !d.is_active(99, 3) && !d.is_active(usize::MAX, 3));
+    assert!(d.input(50).is_none() && d.input(usize::MAX).is_none());
     let (tr, ho) = d.split(0.2, 5);
     assert_eq!((tr.len(), ho.len()), (40, 10));
     // Every sample keeps its labels: sample with input i has neuron i active.
@@ -491,4 +501,35 @@ fn predictor_set_lying_shapes_are_errors() {
         .unwrap_err()
         .to_string()
         .contains("weight format"));
+}
+
+#[test]
+fn easy_pattern_accepts_the_smallest_candidate() {
+    // Neuron j fires iff x[j] > 1: a 32-wide hidden layer represents this exactly, so the first candidate
+    // meets the acceptance rule and no larger one is trained.
+    let mut r = Lcg(21);
+    let mut data = Dataset::new(32, 32);
+    for _ in 0..3000 {
+        let x: Vec<f32> = (0..32).map(|_| r.n()).collect();
+        data.push_mask(&x, |j| x[j] > 1.0).unwrap();
+    }
+    let mut events = Vec::new();
+    let cfg = TrainConfig {
+        hidden_sizes: vec![32, 64, 128],
+        epochs: 80,
+        ..small_cfg()
+    };
+    let (p, report) = train(&data, &cfg, &mut |e| {
+        if let TrainProgress::Candidate { report, accepted } = e {
+            events.push((report.hidden, accepted))
+        }
+    })
+    .unwrap();
+    assert_eq!(events, vec![(32, true)], "{report:?}");
+    assert_eq!(p.hidden(), 32);
+    let limit = (1.25 * report.true_frac).max(report.true_frac + 0.05);
+    assert!(
+        report.predicted_frac <= limit && report.recall >= 0.95,
+        "{report:?}"
+    );
 }

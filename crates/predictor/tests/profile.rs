@@ -311,4 +311,9 @@ fn overlap_top_of_disjoint_and_shifted_sets() {
     };
     assert_eq!(l.overlap_top(0, 1, 0.2), Some(1.0 / 3.0));
     assert_eq!(l.overlap_top(0, 2, 0.2), Some(0.0));
+    // Hand-built rows of different lengths: no panic.
+    let mut m = l.clone();
+    m.freq[1].truncate(4);
+    assert!(m.overlap_top(0, 1, 0.5).is_some() && m.overlap_top(1, 0, 0.5).is_some());
+    assert_eq!(m.hot_order(1).unwrap().len(), 4);
 }
