@@ -17,7 +17,8 @@ use anyhow::{bail, Context, Result};
 mod fixtures;
 
 /// Library crates checked for Android (everything but the binaries).
-const ANDROID_CRATES: &[&str] = &["kernels-neon", "model-format", "model-tokenizer", "engine"];
+const ANDROID_CRATES: &[&str] =
+    &["kernels-neon", "model-format", "model-tokenizer", "ufs-io", "neuron-cache", "engine"];
 /// Crates whose tests run under qemu on aarch64.
 const AARCH64_TEST_CRATES: &[&str] = &["kernels-neon"];
 /// Debian packages for the aarch64 cross tests.
