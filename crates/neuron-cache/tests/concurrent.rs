@@ -41,7 +41,7 @@ fn concurrent_users_keep_the_invariants() {
         for t in 0..THREADS {
             let (cache, lookups, refused) = (cache.clone(), &lookups, &refused);
             s.spawn(move || {
-                let mut rng = XorShift(0x9E37_79B9_7F4A_7C15 ^ (t + 1) * 0x1234_5678);
+                let mut rng = XorShift(0x9E37_79B9_7F4A_7C15 ^ ((t + 1) * 0x1234_5678));
                 let mut held = Vec::new();
                 let mut held_clusters = Vec::new();
                 for _ in 0..OPS {
