@@ -4,7 +4,7 @@
 //! * `rand4k_qd1`: one 4 KiB read at a random aligned offset, waited for (`read_at`);
 //! * `rand4k_qd32`: 256 random 4 KiB reads kept 32 in flight through `submit`/`completions`;
 //! * `seq512k`: 512 KiB reads at consecutive offsets (`read_at`), and `seq8m`: 8 MiB `read_sequential`
-//!   calls (16 chunks of 512 KiB).
+//!   calls (16 chunks of 512 KiB); `seq8m_reuse`: the same into one reused buffer (`read_sequential_into`).
 //!
 //! Throughput is in bytes (IOPS = bytes/s ÷ 4096). Compare with `fio` using `benches/fio.sh` (same
 //! file, same shapes). Run: `cargo bench -p ufs-io --bench iobench -- --warm-up-time 1 --measurement-time 3`.
@@ -105,6 +105,13 @@ fn benches(c: &mut Criterion) {
             let buf = io.read_sequential(id, at, BIG).unwrap();
             at = (at + BIG as u64) % FILE_LEN;
             buf
+        })
+    });
+    let mut buf = Some(ufs_io::AlignedBuf::new(BIG).unwrap());
+    g.bench_function("seq8m_reuse", |b| {
+        b.iter(|| {
+            buf = Some(io.read_sequential_into(id, at, buf.take().unwrap()).unwrap());
+            at = (at + BIG as u64) % FILE_LEN;
         })
     });
     g.finish();

@@ -124,7 +124,14 @@ struct Pending {
 
 enum Op {
     Read(Pending),
-    Sequential { file: Arc<IoFile>, offset: u64, len: usize, submitted: Instant, reply: Sender<Result<AlignedBuf>> },
+    Sequential {
+        file: Arc<IoFile>,
+        offset: u64,
+        len: usize,
+        buf: Option<AlignedBuf>,
+        submitted: Instant,
+        reply: Sender<Result<AlignedBuf>>,
+    },
 }
 
 struct FaultState {
@@ -276,15 +283,25 @@ impl IoEngine {
         rx.recv().map_err(|_| IoError::Stopped)?.result
     }
 
-    /// Reads a large aligned range (e.g. a layer's hot region) into one buffer, in `seq_chunk` pieces,
+    /// Reads a large aligned range (e.g. a layer's hot region) into one new buffer, in `seq_chunk` pieces,
     /// as one request (it takes one queue slot and is not coalesced). Waits for the result.
     pub fn read_sequential(&self, file: FileId, offset: u64, len: usize) -> Result<AlignedBuf> {
+        self.sequential(file, offset, len, None)
+    }
+
+    /// [`IoEngine::read_sequential`] of `buf.len()` bytes into `buf` (moved to the I/O thread and back),
+    /// so that repeated prefetches reuse one allocation. On error the buffer is dropped.
+    pub fn read_sequential_into(&self, file: FileId, offset: u64, buf: AlignedBuf) -> Result<AlignedBuf> {
+        self.sequential(file, offset, buf.len(), Some(buf))
+    }
+
+    fn sequential(&self, file: FileId, offset: u64, len: usize, buf: Option<AlignedBuf>) -> Result<AlignedBuf> {
         let f = self.file(file)?;
         f.check_aligned(offset, len)?;
         self.acquire_slot(true)?;
         self.shared.submitted.fetch_add(1, Ordering::SeqCst);
         let (tx, rx) = channel::bounded(1);
-        let op = Op::Sequential { file: f, offset, len, submitted: Instant::now(), reply: tx };
+        let op = Op::Sequential { file: f, offset, len, buf, submitted: Instant::now(), reply: tx };
         self.send(op)?;
         rx.recv().map_err(|_| IoError::Stopped)?
     }
@@ -468,10 +485,13 @@ impl Worker {
     }
 
     fn serve_sequential(&self, op: Op) {
-        let Op::Sequential { file, offset, len, submitted, reply } = op else { return };
+        let Op::Sequential { file, offset, len, buf, submitted, reply } = op else { return };
         let mut chunks = 0;
         let result = (|| {
-            let mut buf = AlignedBuf::new(len)?;
+            let mut buf = match buf {
+                Some(b) => b,
+                None => AlignedBuf::new(len)?,
+            };
             let mut done = 0;
             while done < len {
                 let n = self.config.seq_chunk.min(len - done);

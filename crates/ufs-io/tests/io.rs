@@ -70,6 +70,13 @@ fn reads_back_a_known_pattern_direct_and_buffered() {
             let all = io.read_sequential(id, PAGE, 37 * ALIGN).unwrap();
             assert_eq!(&all[..], &data[ALIGN..38 * ALIGN]);
             assert_eq!(io.stats().reads, 4 + 5, "4 page reads + 5 chunks of 8 pages");
+            let mut reused = ufs_io::AlignedBuf::new(3 * ALIGN).unwrap();
+            let ptr = reused.as_ptr();
+            for page in [5u64, 20] {
+                reused = io.read_sequential_into(id, page * PAGE, reused).unwrap();
+                assert_eq!(reused.as_ptr(), ptr, "the same allocation comes back");
+                assert_eq!(&reused[..], &data[(page * PAGE) as usize..][..3 * ALIGN]);
+            }
             // The synchronous path agrees.
             assert_eq!(&f.read_at(2 * PAGE, 2 * ALIGN).unwrap()[..], &data[2 * ALIGN..4 * ALIGN]);
         }
