@@ -48,6 +48,16 @@ pub enum IoError {
         /// Requested length.
         len: usize,
     },
+    /// `offset + len` overflows a 64-bit file offset.
+    #[error("read of {path} at offset {offset} ({len} bytes) is beyond any file offset")]
+    OutOfRange {
+        /// The file.
+        path: PathBuf,
+        /// Requested offset.
+        offset: u64,
+        /// Requested length.
+        len: usize,
+    },
     /// An [`crate::AlignedBuf`] length that is not a multiple of [`crate::ALIGN`], or too large to allocate.
     #[error("aligned buffer of {len} bytes: length must be a multiple of 4096 and allocatable")]
     BufLen {

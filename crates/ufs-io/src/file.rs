@@ -114,11 +114,14 @@ impl IoFile {
     }
 
     /// Checks that `offset` and `len` are non-zero multiples of 4096 (`len`) and multiples of 4096
-    /// (`offset`); every read through this crate must be, whatever the mode, so that behaviour does not
+    /// (`offset`), and that the range ends below 2^63; every read through this crate must be, whatever the mode, so that behaviour does not
     /// depend on the filesystem.
     pub fn check_aligned(&self, offset: u64, len: usize) -> Result<()> {
         if len == 0 || len % ALIGN != 0 || offset % ALIGN as u64 != 0 {
             return Err(IoError::Unaligned { path: self.path.clone(), offset, len });
+        }
+        if offset.checked_add(len as u64).is_none_or(|end| end > i64::MAX as u64) {
+            return Err(IoError::OutOfRange { path: self.path.clone(), offset, len });
         }
         Ok(())
     }

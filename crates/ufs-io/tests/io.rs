@@ -90,9 +90,9 @@ fn coalesces_adjacent_pages_waiting_in_the_queue() {
     let io = IoEngine::new(EngineConfig { queue_depth: 16, max_merge: 3 * ALIGN, ..Default::default() }).unwrap();
     let id = io.open(&path, OpenOptions::default()).unwrap();
     // Request 0 holds the thread up, so that the others are all waiting when it looks at the queue.
-    io.set_fault_plan(FaultPlan::new().with(0, Fault::Delay(Duration::from_millis(300))));
+    io.set_fault_plan(FaultPlan::new().with(0, Fault::Delay(Duration::from_millis(400))));
     io.submit(ReadRequest { file: id, offset: 50 * PAGE, len: ALIGN, tag: 100 }).unwrap();
-    std::thread::sleep(Duration::from_millis(30));
+    std::thread::sleep(Duration::from_millis(100));
     // Pages 4, 3, 2, 1, 0 (merged into runs of at most 3 pages: 0-2 and 3-4), 8 (alone), and page 2 twice.
     for (tag, page) in [(4u64, 4u64), (3, 3), (2, 2), (1, 1), (0, 0), (8, 8), (22, 2)] {
         io.submit(ReadRequest { file: id, offset: page * PAGE, len: ALIGN, tag }).unwrap();
@@ -170,7 +170,8 @@ fn queue_depth_is_respected() {
     let (path, _) = write_file(&dir, "d.bin", 16 * ALIGN);
     let io = IoEngine::new(EngineConfig { queue_depth: 4, ..Default::default() }).unwrap();
     let id = io.open(&path, OpenOptions::default()).unwrap();
-    io.set_fault_plan(FaultPlan::new().with(0, Fault::Delay(Duration::from_millis(300))));
+    // Request 0 keeps the thread busy for a second, so no slot frees up during the next submissions.
+    io.set_fault_plan(FaultPlan::new().with(0, Fault::Delay(Duration::from_millis(1000))));
     for tag in 0..4 {
         io.try_submit(ReadRequest { file: id, offset: tag * PAGE, len: ALIGN, tag }).unwrap();
     }
@@ -253,6 +254,9 @@ fn unaligned_and_unknown_requests_are_rejected_at_submission() {
     let (path, _) = write_file(&dir, "a.bin", 4 * ALIGN);
     let io = IoEngine::new(EngineConfig::default()).unwrap();
     let id = io.open(&path, OpenOptions::default()).unwrap();
+    let huge = u64::MAX - PAGE + 1;
+    assert!(matches!(io.submit(ReadRequest { file: id, offset: huge, len: ALIGN, tag: 0 }), Err(IoError::OutOfRange { .. })));
+    assert!(matches!(io.read_sequential(id, huge - PAGE, 2 * ALIGN), Err(IoError::OutOfRange { .. })));
     for (offset, len) in [(100, ALIGN), (0, 100), (0, 0), (PAGE, ALIGN + 1)] {
         let e = io.submit(ReadRequest { file: id, offset, len, tag: 0 }).unwrap_err();
         assert!(matches!(e, IoError::Unaligned { offset: o, len: l, .. } if o == offset && l == len), "{e:?}");
@@ -310,4 +314,19 @@ fn pinning_failure_is_not_an_error() {
     assert_eq!(&io.read_at(id, PAGE, ALIGN).unwrap()[..], &data[ALIGN..]);
     let io = IoEngine::new(EngineConfig { pin_core: None, ..Default::default() }).unwrap();
     assert!(!io.is_pinned());
+}
+
+/// Pinning to a core the process may run on succeeds (Linux: the first core of our affinity mask).
+#[cfg(target_os = "linux")]
+#[test]
+fn pins_to_an_allowed_core() {
+    // SAFETY: cpu_set_t is plain data (all-zero is a valid empty set); sched_getaffinity writes at most
+    // size_of::<cpu_set_t>() bytes into it, and CPU_ISSET reads inside it for i < CPU_SETSIZE.
+    let core = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        assert_eq!(libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set), 0);
+        (0..libc::CPU_SETSIZE as usize).find(|&i| libc::CPU_ISSET(i, &set)).expect("some allowed core")
+    };
+    let io = IoEngine::new(EngineConfig { pin_core: Some(core), ..Default::default() }).unwrap();
+    assert!(io.is_pinned(), "could not pin to allowed core {core}");
 }
