@@ -398,7 +398,13 @@ impl NeuronCache {
         CacheStats {
             budget: self.budget,
             fixed_bytes: self.fixed,
-            hot: region(self.hot_n, self.hot.total_bytes(), self.hot.total_len(), self.hot.pinned_bytes(), self.hot_cap),
+            hot: region(
+                self.hot_n,
+                self.hot.total_bytes(),
+                self.hot.total_len(),
+                self.hot.pinned_bytes(),
+                self.hot_cap,
+            ),
             cold: region(
                 self.cold_n,
                 self.cold.total_bytes(),

@@ -228,7 +228,8 @@ impl<K: Copy + Eq + Hash, const L: usize> Lists<K, L> {
             seen += n;
         }
         if seen != self.map.len() || pinned != self.pinned_bytes {
-            return Err(format!("{seen} linked vs {} mapped entries; pinned {pinned} vs {}", self.map.len(), self.pinned_bytes));
+            let (mapped, counted) = (self.map.len(), self.pinned_bytes);
+            return Err(format!("{seen} linked vs {mapped} mapped entries; pinned {pinned} vs {counted}"));
         }
         Ok(())
     }

@@ -133,7 +133,8 @@ fn hot_region_is_a_cluster_lru_and_shrinking_it_evicts() {
     assert_eq!(cache.cold_capacity(), 80);
     assert!(matches!(cache.set_hot_bytes(10), Err(CacheError::Pinned { region: Region::Hot, .. })));
     assert_eq!(cache.hot_capacity(), 20, "a failed resize changes nothing");
-    assert!(matches!(cache.insert_cluster(c(4), bytes(1, 0)), Err(CacheError::BudgetExhausted { region: Region::Hot, .. })));
+    let e = cache.insert_cluster(c(4), bytes(1, 0));
+    assert!(matches!(e, Err(CacheError::BudgetExhausted { region: Region::Hot, .. })));
     cache.unpin_cluster(c(2)).unwrap();
     let s = cache.stats().hot;
     assert_eq!((s.hits, s.insertions, s.evictions, s.bytes), (2, 4, 3, 20));

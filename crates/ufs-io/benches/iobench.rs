@@ -64,7 +64,8 @@ fn benches(c: &mut Criterion) {
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
     g.throughput(Throughput::Bytes(ALIGN as u64));
     g.bench_function("rand4k_qd1", |b| b.iter(|| io.read_at(id, rng.page() * ALIGN as u64, ALIGN).unwrap()));
-    eprintln!("rand4k_qd1 latency p50 {:?} µs, p99 {:?} µs", io.stats().latency.p50_us(), io.stats().latency.p99_us());
+    let lat = io.stats().latency;
+    eprintln!("rand4k_qd1 latency p50 {:?} µs, p99 {:?} µs", lat.p50_us(), lat.p99_us());
 
     let (io32, id32) = open(32);
     const BATCH: u64 = 256;

@@ -90,8 +90,8 @@ pub enum Fault {
 }
 
 /// Faults to inject, by request number: request `n` is the `n`-th (0-based) request submitted after
-/// [`IoEngine::set_fault_plan`] (`read_sequential` calls count, but are never faulted). A faulted request is never coalesced with others, so the fault hits
-/// exactly that request.
+/// [`IoEngine::set_fault_plan`] (`read_sequential` calls count, but are never faulted). A faulted request
+/// is never coalesced with others, so the fault hits exactly that request.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct FaultPlan {
     faults: HashMap<u64, Fault>,

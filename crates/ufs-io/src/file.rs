@@ -72,7 +72,8 @@ impl IoFile {
         if opts.direct {
             match sys::open_direct(path) {
                 Ok(file) => {
-                    let probe = if simulate_refusal { Err(io::Error::from(io::ErrorKind::InvalidInput)) } else { probe(&file) };
+                    let probe =
+                        if simulate_refusal { Err(io::Error::from(io::ErrorKind::InvalidInput)) } else { probe(&file) };
                     match probe {
                         Ok(()) => return Self::finish(file, path, true, opts),
                         Err(e) if is_einval(&e) || simulate_refusal => warn_fallback(path, "first read: EINVAL"),
@@ -113,8 +114,8 @@ impl IoFile {
         self.len == 0
     }
 
-    /// Checks that `offset` and `len` are non-zero multiples of 4096 (`len`) and multiples of 4096
-    /// (`offset`), and that the range ends below 2^63; every read through this crate must be, whatever the mode, so that behaviour does not
+    /// Checks that `len` is a non-zero multiple of 4096, `offset` a multiple of 4096 and that the range ends
+    /// below 2^63. Every read through this crate must pass, whatever the mode, so that behaviour does not
     /// depend on the filesystem.
     pub fn check_aligned(&self, offset: u64, len: usize) -> Result<()> {
         if len == 0 || len % ALIGN != 0 || offset % ALIGN as u64 != 0 {
