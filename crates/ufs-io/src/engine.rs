@@ -1,0 +1,562 @@
+//! [`IoEngine`]: one I/O thread, a bounded number of requests in flight, coalescing and stats.
+
+use std::collections::HashMap;
+use std::io;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam::channel::{self, Receiver, Sender};
+use parking_lot::{Condvar, Mutex, RwLock};
+
+use crate::file::sys;
+use crate::{AlignedBuf, IoError, IoFile, OpenOptions, Result, Stats, ALIGN};
+
+/// Default largest coalesced read and sequential chunk: 512 KiB.
+pub const DEFAULT_CHUNK: usize = 512 * 1024;
+
+/// Engine settings.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EngineConfig {
+    /// Most requests in flight (submitted, not yet completed). `submit` blocks and `try_submit` fails
+    /// with [`IoError::QueueFull`] beyond it. At least 1.
+    pub queue_depth: usize,
+    /// Core to pin the I/O thread to (`sched_setaffinity`); failure is a warning on stderr.
+    pub pin_core: Option<usize>,
+    /// Largest read that coalescing may build, in bytes (multiple of 4096, at least 4096).
+    pub max_merge: usize,
+    /// Chunk size of [`IoEngine::read_sequential`] (multiple of 4096, at least 4096).
+    pub seq_chunk: usize,
+}
+
+impl Default for EngineConfig {
+    /// Depth 32, unpinned, 512 KiB merges and chunks.
+    fn default() -> Self {
+        Self { queue_depth: 32, pin_core: None, max_merge: DEFAULT_CHUNK, seq_chunk: DEFAULT_CHUNK }
+    }
+}
+
+/// A file registered with an engine ([`IoEngine::add_file`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct FileId(u32);
+
+impl FileId {
+    /// Index of the file in its engine, in registration order.
+    pub fn index(self) -> u32 {
+        self.0
+    }
+}
+
+/// One read: `len` bytes at `offset` of `file`, both multiples of 4096. `tag` comes back in the
+/// [`Completion`] and is the caller's to choose (e.g. a packed neuron id).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReadRequest {
+    /// The file.
+    pub file: FileId,
+    /// First byte, a multiple of 4096.
+    pub offset: u64,
+    /// Bytes, a non-zero multiple of 4096.
+    pub len: usize,
+    /// Caller's identifier, returned in the completion.
+    pub tag: u64,
+}
+
+/// The outcome of a submitted [`ReadRequest`].
+#[derive(Debug)]
+pub struct Completion {
+    /// The request's tag.
+    pub tag: u64,
+    /// The request's file.
+    pub file: FileId,
+    /// The request's offset.
+    pub offset: u64,
+    /// The bytes (exactly the requested length), or an error naming the file and offset.
+    pub result: Result<AlignedBuf>,
+    /// Time from submission to completion.
+    pub latency: Duration,
+}
+
+/// One injected fault (see [`FaultPlan`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// The request fails with `EIO` without reading.
+    Eio,
+    /// The request reads, then reports that only half its bytes (rounded down to 4096) arrived.
+    ShortRead,
+    /// The I/O thread sleeps this long before serving the request (tests of queueing and coalescing).
+    Delay(Duration),
+}
+
+/// Faults to inject, by request number: request `n` is the `n`-th (0-based) request submitted after
+/// [`IoEngine::set_fault_plan`] (`read_sequential` calls count, but are never faulted). A faulted request
+/// is never coalesced with others, so the fault hits exactly that request.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FaultPlan {
+    faults: HashMap<u64, Fault>,
+}
+
+impl FaultPlan {
+    /// No faults.
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// Adds `fault` for request number `n`.
+    pub fn with(mut self, n: u64, fault: Fault) -> Self {
+        self.faults.insert(n, fault);
+        self
+    }
+}
+
+enum Reply {
+    Shared,
+    Private(Sender<Completion>),
+}
+
+struct Pending {
+    req: ReadRequest,
+    path_file: Arc<IoFile>,
+    submitted: Instant,
+    fault: Option<Fault>,
+    reply: Reply,
+}
+
+enum Op {
+    Read(Pending),
+    Sequential {
+        file: Arc<IoFile>,
+        offset: u64,
+        len: usize,
+        buf: Option<AlignedBuf>,
+        submitted: Instant,
+        reply: Sender<Result<AlignedBuf>>,
+    },
+}
+
+struct FaultState {
+    base: u64,
+    plan: FaultPlan,
+}
+
+struct Shared {
+    files: RwLock<Vec<Arc<IoFile>>>,
+    in_flight: Mutex<usize>,
+    room: Condvar,
+    stats: Mutex<Stats>,
+    faults: Mutex<FaultState>,
+    submitted: AtomicU64,
+}
+
+/// The I/O engine: one thread that performs every read, fed by a submission queue.
+///
+/// Requests are validated (file id, alignment) when submitted, so such errors come back at once; read
+/// errors come back in the [`Completion`]. Completions of [`IoEngine::submit`] arrive on
+/// [`IoEngine::completions`], in no promised order (match them by tag). `IoEngine` is `Sync`: several
+/// threads may submit through a shared reference. Dropping it finishes the queued requests and joins the
+/// thread.
+///
+/// **Coalescing rule.** The thread takes the first waiting request, then every other request already in
+/// the queue (at most `queue_depth` in all), sorts them by (file, offset) and merges runs whose ranges
+/// touch or overlap (`next.offset <= end of run`) while the merged read stays within `max_merge` bytes.
+/// Each run is one `pread`; its bytes are copied back out per request. If a merged read fails, its
+/// requests are retried one by one, so one bad page does not fail its neighbours. A read that stops at
+/// the end of the file fails only the requests that reach past it.
+pub struct IoEngine {
+    shared: Arc<Shared>,
+    tx: Option<Sender<Op>>,
+    done_rx: Receiver<Completion>,
+    thread: Option<JoinHandle<()>>,
+    config: EngineConfig,
+    pinned: bool,
+}
+
+impl IoEngine {
+    /// Starts the I/O thread (pinned to `config.pin_core` if given and possible).
+    pub fn new(config: EngineConfig) -> Result<Self> {
+        if config.queue_depth == 0 {
+            return Err(IoError::Config("queue_depth must be at least 1".into()));
+        }
+        for (name, v) in [("max_merge", config.max_merge), ("seq_chunk", config.seq_chunk)] {
+            if v < ALIGN || v % ALIGN != 0 {
+                return Err(IoError::Config(format!("{name} = {v} must be a positive multiple of 4096")));
+            }
+        }
+        let shared = Arc::new(Shared {
+            files: RwLock::new(Vec::new()),
+            in_flight: Mutex::new(0),
+            room: Condvar::new(),
+            stats: Mutex::new(Stats::default()),
+            faults: Mutex::new(FaultState { base: 0, plan: FaultPlan::default() }),
+            submitted: AtomicU64::new(0),
+        });
+        let (tx, rx) = channel::unbounded::<Op>();
+        let (done_tx, done_rx) = channel::unbounded();
+        let (pin_tx, pin_rx) = channel::bounded(1);
+        let worker = Worker { shared: shared.clone(), done: done_tx, config: config.clone() };
+        let pin_core = config.pin_core;
+        let thread = std::thread::Builder::new()
+            .name("ufs-io".into())
+            .spawn(move || {
+                let pinned = match pin_core {
+                    None => false,
+                    Some(core) => match sys::pin_current_thread(core) {
+                        Ok(()) => true,
+                        Err(e) => {
+                            eprintln!("ufs-io: warning: could not pin the I/O thread to core {core}: {e}");
+                            false
+                        }
+                    },
+                };
+                let _ = pin_tx.send(pinned);
+                worker.run(rx);
+            })
+            .map_err(IoError::Spawn)?;
+        let pinned = pin_rx.recv().unwrap_or(false);
+        Ok(Self { shared, tx: Some(tx), done_rx, thread: Some(thread), config, pinned })
+    }
+
+    /// The configuration it was started with.
+    pub fn config(&self) -> &EngineConfig {
+        &self.config
+    }
+
+    /// Whether the I/O thread is pinned to `pin_core`.
+    pub fn is_pinned(&self) -> bool {
+        self.pinned
+    }
+
+    /// Registers an open file; requests name it by the returned id.
+    pub fn add_file(&self, file: IoFile) -> FileId {
+        let mut files = self.shared.files.write();
+        files.push(Arc::new(file));
+        FileId(files.len() as u32 - 1)
+    }
+
+    /// Opens and registers `path`.
+    pub fn open(&self, path: impl AsRef<Path>, opts: OpenOptions) -> Result<FileId> {
+        Ok(self.add_file(IoFile::open(path, opts)?))
+    }
+
+    /// A registered file.
+    pub fn file(&self, id: FileId) -> Result<Arc<IoFile>> {
+        self.shared.files.read().get(id.0 as usize).cloned().ok_or(IoError::UnknownFile(id.0))
+    }
+
+    /// Installs a fault plan; request numbers count from the next submission. Replaces any earlier plan.
+    pub fn set_fault_plan(&self, plan: FaultPlan) {
+        let mut f = self.shared.faults.lock();
+        f.base = self.shared.submitted.load(Ordering::SeqCst);
+        f.plan = plan;
+    }
+
+    /// A snapshot of the counters.
+    pub fn stats(&self) -> Stats {
+        self.shared.stats.lock().clone()
+    }
+
+    /// Requests in flight now.
+    pub fn in_flight(&self) -> usize {
+        *self.shared.in_flight.lock()
+    }
+
+    /// Completions of [`IoEngine::submit`] / [`IoEngine::try_submit`].
+    pub fn completions(&self) -> &Receiver<Completion> {
+        &self.done_rx
+    }
+
+    /// Queues a read, waiting while `queue_depth` requests are in flight.
+    pub fn submit(&self, req: ReadRequest) -> Result<()> {
+        self.submit_inner(req, Reply::Shared, true)
+    }
+
+    /// Queues a read, or fails with [`IoError::QueueFull`] if `queue_depth` requests are in flight.
+    pub fn try_submit(&self, req: ReadRequest) -> Result<()> {
+        self.submit_inner(req, Reply::Shared, false)
+    }
+
+    /// Reads `len` bytes at `offset` through the I/O thread and waits for them (blocking convenience; the
+    /// completion does not appear on [`IoEngine::completions`]).
+    pub fn read_at(&self, file: FileId, offset: u64, len: usize) -> Result<AlignedBuf> {
+        let (tx, rx) = channel::bounded(1);
+        self.submit_inner(ReadRequest { file, offset, len, tag: 0 }, Reply::Private(tx), true)?;
+        rx.recv().map_err(|_| IoError::Stopped)?.result
+    }
+
+    /// Reads a large aligned range (e.g. a layer's hot region) into one new buffer, in `seq_chunk` pieces,
+    /// as one request (it takes one queue slot and is not coalesced). Waits for the result.
+    pub fn read_sequential(&self, file: FileId, offset: u64, len: usize) -> Result<AlignedBuf> {
+        self.sequential(file, offset, len, None)
+    }
+
+    /// [`IoEngine::read_sequential`] of `buf.len()` bytes into `buf` (moved to the I/O thread and back),
+    /// so that repeated prefetches reuse one allocation. On error the buffer is dropped.
+    pub fn read_sequential_into(&self, file: FileId, offset: u64, buf: AlignedBuf) -> Result<AlignedBuf> {
+        self.sequential(file, offset, buf.len(), Some(buf))
+    }
+
+    fn sequential(&self, file: FileId, offset: u64, len: usize, buf: Option<AlignedBuf>) -> Result<AlignedBuf> {
+        let f = self.file(file)?;
+        f.check_aligned(offset, len)?;
+        self.acquire_slot(true)?;
+        self.shared.submitted.fetch_add(1, Ordering::SeqCst);
+        let (tx, rx) = channel::bounded(1);
+        let op = Op::Sequential { file: f, offset, len, buf, submitted: Instant::now(), reply: tx };
+        self.send(op)?;
+        rx.recv().map_err(|_| IoError::Stopped)?
+    }
+
+    fn acquire_slot(&self, block: bool) -> Result<()> {
+        let mut n = self.shared.in_flight.lock();
+        while *n >= self.config.queue_depth {
+            if !block {
+                return Err(IoError::QueueFull { depth: self.config.queue_depth });
+            }
+            self.shared.room.wait(&mut n);
+        }
+        *n += 1;
+        let now = *n;
+        drop(n);
+        let mut s = self.shared.stats.lock();
+        s.max_in_flight = s.max_in_flight.max(now);
+        Ok(())
+    }
+
+    fn send(&self, op: Op) -> Result<()> {
+        let sent = self.tx.as_ref().map(|tx| tx.send(op).is_ok()).unwrap_or(false);
+        if !sent {
+            release(&self.shared, 1);
+            return Err(IoError::Stopped);
+        }
+        Ok(())
+    }
+
+    fn submit_inner(&self, req: ReadRequest, reply: Reply, block: bool) -> Result<()> {
+        let file = self.file(req.file)?;
+        file.check_aligned(req.offset, req.len)?;
+        self.acquire_slot(block)?;
+        let fault = {
+            let f = self.shared.faults.lock();
+            let seq = self.shared.submitted.fetch_add(1, Ordering::SeqCst);
+            seq.checked_sub(f.base).and_then(|n| f.plan.faults.get(&n).copied())
+        };
+        self.send(Op::Read(Pending { req, path_file: file, submitted: Instant::now(), fault, reply }))
+    }
+}
+
+impl Drop for IoEngine {
+    fn drop(&mut self) {
+        self.tx.take();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn release(shared: &Shared, n: usize) {
+    let mut f = shared.in_flight.lock();
+    *f = f.saturating_sub(n);
+    drop(f);
+    shared.room.notify_all();
+}
+
+struct Worker {
+    shared: Arc<Shared>,
+    done: Sender<Completion>,
+    config: EngineConfig,
+}
+
+impl Worker {
+    fn run(&self, rx: Receiver<Op>) {
+        while let Ok(first) = rx.recv() {
+            let mut reads = Vec::new();
+            let mut seqs = Vec::new();
+            let mut push = |op| match op {
+                Op::Read(p) => reads.push(p),
+                s @ Op::Sequential { .. } => seqs.push(s),
+            };
+            push(first);
+            let mut taken = 1;
+            while taken < self.config.queue_depth {
+                match rx.try_recv() {
+                    Ok(op) => push(op),
+                    Err(_) => break,
+                }
+                taken += 1;
+            }
+            self.serve_reads(reads);
+            for s in seqs {
+                self.serve_sequential(s);
+            }
+        }
+    }
+
+    fn serve_reads(&self, mut reads: Vec<Pending>) {
+        reads.sort_by_key(|p| (p.req.file, p.req.offset));
+        let mut run: Vec<Pending> = Vec::new();
+        let (mut start, mut end) = (0u64, 0u64);
+        for p in reads {
+            let p_end = p.req.offset + p.req.len as u64;
+            let joins = run.last().is_some_and(|last| {
+                last.fault.is_none()
+                    && p.fault.is_none()
+                    && last.req.file == p.req.file
+                    && p.req.offset <= end
+                    && (p_end.max(end) - start) as usize <= self.config.max_merge
+            });
+            if joins {
+                end = end.max(p_end);
+            } else {
+                if !run.is_empty() {
+                    self.serve_run(std::mem::take(&mut run), start, end);
+                }
+                (start, end) = (p.req.offset, p_end);
+            }
+            run.push(p);
+        }
+        if !run.is_empty() {
+            self.serve_run(run, start, end);
+        }
+    }
+
+    fn serve_run(&self, run: Vec<Pending>, start: u64, end: u64) {
+        if run.len() == 1 {
+            let p = run.into_iter().next().expect("one request");
+            let result = self.read_one(&p);
+            self.account(1, 0);
+            self.complete(p, result);
+            return;
+        }
+        let file = run[0].path_file.clone();
+        let span = (end - start) as usize;
+        let mut buf = match AlignedBuf::new(span) {
+            Ok(b) => b,
+            Err(_) => return self.retry_each(run),
+        };
+        match file.read_full(start, &mut buf) {
+            Ok(got) => {
+                self.account(1, run.len() as u64 - 1);
+                for p in run {
+                    let lo = (p.req.offset - start) as usize;
+                    let hi = lo + p.req.len;
+                    let result = if hi <= got {
+                        AlignedBuf::copy_from(&buf[lo..hi])
+                    } else {
+                        Err(IoError::ShortRead {
+                            path: file.path().to_path_buf(),
+                            offset: p.req.offset,
+                            wanted: p.req.len,
+                            got: got.saturating_sub(lo).min(p.req.len),
+                        })
+                    };
+                    self.complete(p, result);
+                }
+            }
+            Err(_) => self.retry_each(run),
+        }
+    }
+
+    fn retry_each(&self, run: Vec<Pending>) {
+        for p in run {
+            let result = self.read_one(&p);
+            self.account(1, 0);
+            self.complete(p, result);
+        }
+    }
+
+    fn read_one(&self, p: &Pending) -> Result<AlignedBuf> {
+        let f = &p.path_file;
+        let (offset, len) = (p.req.offset, p.req.len);
+        let read_err = |source| IoError::Read { path: f.path().to_path_buf(), offset, len, source };
+        match p.fault {
+            Some(Fault::Eio) => return Err(read_err(eio())),
+            Some(Fault::Delay(d)) => std::thread::sleep(d),
+            _ => {}
+        }
+        let mut buf = AlignedBuf::new(len)?;
+        let mut got = f.read_full(offset, &mut buf).map_err(read_err)?;
+        if p.fault == Some(Fault::ShortRead) {
+            got = (got / 2) / ALIGN * ALIGN;
+        }
+        if got < len {
+            return Err(IoError::ShortRead { path: f.path().to_path_buf(), offset, wanted: len, got });
+        }
+        Ok(buf)
+    }
+
+    fn serve_sequential(&self, op: Op) {
+        let Op::Sequential { file, offset, len, buf, submitted, reply } = op else { return };
+        let mut chunks = 0;
+        let result = (|| {
+            let mut buf = match buf {
+                Some(b) => b,
+                None => AlignedBuf::new(len)?,
+            };
+            let mut done = 0;
+            while done < len {
+                let n = self.config.seq_chunk.min(len - done);
+                let at = offset + done as u64;
+                chunks += 1;
+                let got = file.read_full(at, &mut buf[done..done + n]).map_err(|source| IoError::Read {
+                    path: file.path().to_path_buf(),
+                    offset: at,
+                    len: n,
+                    source,
+                })?;
+                if got < n {
+                    return Err(IoError::ShortRead { path: file.path().to_path_buf(), offset: at, wanted: n, got });
+                }
+                done += n;
+            }
+            Ok(buf)
+        })();
+        {
+            let mut s = self.shared.stats.lock();
+            s.reads += chunks;
+            record(&mut s, &result, submitted.elapsed());
+        }
+        let _ = reply.send(result);
+        release(&self.shared, 1);
+    }
+
+    fn account(&self, reads: u64, merged: u64) {
+        let mut s = self.shared.stats.lock();
+        s.reads += reads;
+        s.merged_requests += merged;
+    }
+
+    fn complete(&self, p: Pending, result: Result<AlignedBuf>) {
+        let latency = p.submitted.elapsed();
+        record(&mut self.shared.stats.lock(), &result, latency);
+        let c = Completion { tag: p.req.tag, file: p.req.file, offset: p.req.offset, result, latency };
+        match p.reply {
+            Reply::Shared => {
+                let _ = self.done.send(c);
+            }
+            Reply::Private(tx) => {
+                let _ = tx.send(c);
+            }
+        }
+        release(&self.shared, 1);
+    }
+}
+
+fn record(s: &mut Stats, result: &Result<AlignedBuf>, latency: Duration) {
+    s.requests += 1;
+    match result {
+        Ok(b) => s.bytes_read += b.len() as u64,
+        Err(_) => s.errors += 1,
+    }
+    s.latency.record(latency);
+}
+
+fn eio() -> io::Error {
+    #[cfg(unix)]
+    {
+        io::Error::from_raw_os_error(libc::EIO)
+    }
+    #[cfg(not(unix))]
+    {
+        io::Error::other("injected EIO")
+    }
+}
