@@ -188,6 +188,17 @@ pub enum WeightFormat {
     /// with 6-bit `q` (4 low bits in `ql`, 2 high bits in `qh`).
     #[allow(non_camel_case_types)] // llama.cpp / GGUF name
     Q6_K,
+    /// PowerInfer-2 (section 7.6) hybrid format: per-channel (per-row,
+    /// no groups) symmetric INT4 weights plus exactly `outliers_per_row`
+    /// INT8 outliers per row (see [the layout](crate#hybrid-int4--int8-outlier-format-i4hybrid)).
+    /// `outliers_per_row: 0` is plain per-channel INT4. Rows must be a
+    /// multiple of 32 wide and at most 65536 wide (u16 column indices), and
+    /// `outliers_per_row <= cols`.
+    I4Hybrid {
+        /// Outliers stored in every row (`k`; the quantizer picks the `k`
+        /// weights of largest magnitude of the row).
+        outliers_per_row: u16,
+    },
 }
 
 impl WeightFormat {
@@ -196,11 +207,14 @@ impl WeightFormat {
         match self {
             WeightFormat::F32 | WeightFormat::F16 | WeightFormat::BF16 => 1,
             WeightFormat::Q8_0 | WeightFormat::Q4_0 | WeightFormat::Q4_1 => 32,
+            WeightFormat::I4Hybrid { .. } => 32,
             WeightFormat::Q4_K | WeightFormat::Q6_K => 256,
         }
     }
 
-    /// Bytes per block.
+    /// Bytes per block. For [`I4Hybrid`](Self::I4Hybrid) this is only the
+    /// 16 nibble bytes of 32 elements: its rows also hold scales and
+    /// outliers, use [`row_bytes`](Self::row_bytes).
     pub fn block_bytes(self) -> usize {
         match self {
             WeightFormat::F32 => 4,
@@ -210,16 +224,39 @@ impl WeightFormat {
             WeightFormat::Q4_1 => 20,
             WeightFormat::Q4_K => 144,
             WeightFormat::Q6_K => 210,
+            WeightFormat::I4Hybrid { .. } => 16,
         }
     }
 
     /// Bytes of one row of `cols` elements, or `None` if `cols` is not a
     /// multiple of [`block_len`](Self::block_len) or the size overflows.
+    /// [`I4Hybrid`](Self::I4Hybrid): `8 + cols/2 + 3k` rounded up to a
+    /// multiple of 4, `None` also when `cols > 65536` or `k > cols`.
     pub fn row_bytes(self, cols: usize) -> Option<usize> {
         if cols % self.block_len() != 0 {
             return None;
         }
+        if let WeightFormat::I4Hybrid { outliers_per_row: k } = self {
+            let k = usize::from(k);
+            if cols > HYBRID_MAX_COLS || k > cols {
+                return None;
+            }
+            return Some((HYBRID_HEADER + cols / 2 + 3 * k).next_multiple_of(4));
+        }
         (cols / self.block_len()).checked_mul(self.block_bytes())
+    }
+
+    /// Whether this is the [`I4Hybrid`](Self::I4Hybrid) format.
+    pub fn is_hybrid(self) -> bool {
+        matches!(self, WeightFormat::I4Hybrid { .. })
+    }
+
+    /// The [`I4Hybrid`](Self::I4Hybrid) format with `k = ceil(frac * cols)`
+    /// outliers per row (`frac` clamped to `0..=1`), e.g. `frac = 0.01` for
+    /// 1% outliers. `None` when `k` does not fit in a `u16`.
+    pub fn hybrid_for(frac: f32, cols: usize) -> Option<WeightFormat> {
+        let k = (f64::from(frac.clamp(0.0, 1.0)) * cols as f64).ceil() as usize;
+        Some(WeightFormat::I4Hybrid { outliers_per_row: u16::try_from(k.min(cols)).ok()? })
     }
 
     /// Whether this is a block-quantized format (integer path in
@@ -233,6 +270,11 @@ impl WeightFormat {
         self.block_len() == 256
     }
 }
+
+/// Bytes before the nibbles of an [`WeightFormat::I4Hybrid`] row (two f32 scales).
+const HYBRID_HEADER: usize = 8;
+/// Widest [`WeightFormat::I4Hybrid`] row (column indices are u16).
+const HYBRID_MAX_COLS: usize = 1 << 16;
 
 /// Accuracy/speed trade-off of [`matvec`] (see the crate docs, "Precision").
 ///
@@ -316,6 +358,16 @@ pub enum KernelError {
         /// The format asked for.
         format: WeightFormat,
     },
+    /// An [`WeightFormat::I4Hybrid`] row lists an outlier column outside the row.
+    #[error("hybrid row {row}: outlier column {col} out of range (row has {cols} columns)")]
+    OutlierOutOfRange {
+        /// Row of the matrix (0 for a single row).
+        row: usize,
+        /// Offending column index.
+        col: usize,
+        /// Columns of the row.
+        cols: usize,
+    },
     /// An input holds a NaN or an infinity where a finite value is needed.
     #[error("{what}: element {index} is not finite")]
     NonFinite {
@@ -365,6 +417,14 @@ impl<'a> QMatrix<'a> {
                 expected,
                 actual: data.len(),
             });
+        }
+        if format.is_hybrid() && row_bytes > 0 {
+            for (r, row) in data.chunks_exact(row_bytes).enumerate() {
+                scalar::hybrid_check(format, cols, row).map_err(|e| match e {
+                    KernelError::OutlierOutOfRange { col, cols, .. } => KernelError::OutlierOutOfRange { row: r, col, cols },
+                    e => e,
+                })?;
+            }
         }
         Ok(QMatrix {
             format,
@@ -567,6 +627,7 @@ pub fn dequantize_row_with(
             actual: src.len(),
         });
     }
+    scalar::hybrid_check(format, dst.len(), src)?;
     arch::dequant_row(path, format, src, dst);
     Ok(())
 }
@@ -625,7 +686,9 @@ impl Acts {
     /// Quantizes `x` (once per call) as `precision` requires for `format`.
     fn new(path: KernelPath, format: WeightFormat, x: &[f32], precision: Precision) -> Self {
         match precision {
-            _ if !format.is_quantized() => Acts::F32,
+            // Hybrid rows take the f32 path in every precision (see the
+            // crate docs).
+            _ if !format.is_quantized() || format.is_hybrid() => Acts::F32,
             Precision::Exact => Acts::F32,
             Precision::Fast => Acts::I16(QActs16::quantize(path, x)),
             Precision::Int8 => Acts::I8(QActs::quantize(path, x)),
@@ -636,7 +699,7 @@ impl Acts {
     /// (so a second matrix can reuse them).
     fn fits(&self, format: WeightFormat, precision: Precision) -> bool {
         matches!(
-            (self, format.is_quantized(), precision),
+            (self, format.is_quantized() && !format.is_hybrid(), precision),
             (Acts::F32, false, _)
                 | (Acts::F32, true, Precision::Exact)
                 | (Acts::I16(_), true, Precision::Fast)
