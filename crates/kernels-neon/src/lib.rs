@@ -10,8 +10,10 @@
 //! Weight formats: `F32`, `F16`, `BF16`; the 32-element block formats
 //! `Q8_0`, `Q4_0`, `Q4_1`; and the K-quant super-block formats `Q4_K`
 //! (144 bytes per 256 elements) and `Q6_K` (210 bytes per 256), the two
-//! types of llama.cpp's popular `Q4_K_M` files. Every entry point accepts
-//! every format; rows of a K-quant matrix must be a multiple of 256 wide.
+//! types of llama.cpp's popular `Q4_K_M` files; and `I4Hybrid`, the
+//! PowerInfer-2 per-channel INT4 + INT8 outlier format (see below). Every
+//! entry point accepts every format; rows of a K-quant matrix must be a
+//! multiple of 256 wide.
 //!
 //! Three implementations exist behind one safe, slice-based API:
 //!
@@ -43,6 +45,50 @@
 //! and `rope_inplace` are scalar everywhere (they are a negligible share of a
 //! decode step and accuracy matters more there).
 //!
+//! # Hybrid INT4 + INT8 outlier format (I4Hybrid)
+//!
+//! PowerInfer-2 (section 7.6) quantizes weights for the NPU per channel to
+//! INT4 and keeps the largest weights as INT8 outliers.
+//! [`WeightFormat::I4Hybrid`]`{ outliers_per_row: k }` stores every row
+//! (output channel) of `cols` elements (`cols` a multiple of 32, at most
+//! 65536) in the same number of bytes, `row_bytes = 8 + cols/2 + 3k`
+//! rounded up to a multiple of 4, so [`QMatrix`] row access works as for
+//! the block formats:
+//!
+//! | bytes | field |
+//! |---|---|
+//! | `0..4` | `s`: f32 LE, scale of the INT4 part |
+//! | `4..8` | `s_o`: f32 LE, scale of the INT8 outliers |
+//! | `8..8+cols/2` | INT4 quants `q` in `-8..=7` stored as `q + 8`, in groups of 16 bytes per 32 elements: byte `j` of group `g` holds element `32g + j` (low nibble) and `32g + j + 16` (high nibble), the `Q4_0` order |
+//! | next `2k` | outlier columns `c_j`: u16 LE |
+//! | next `k` | outlier values `o_j`: i8 |
+//! | rest (0..3 bytes) | zero padding |
+//!
+//! Element `i` of a row is `s * q_i` plus `s_o * o_j` for every `j` with
+//! `c_j == i`, so `dot(row, x) = s·Σ q_i x_i + s_o·Σ o_j x[c_j]`. The
+//! quantizer ([`quantize_row`]) makes the `k` outliers the `k` weights of
+//! largest magnitude *of the row* (the outlier fraction is per row, not per
+//! matrix: every row has exactly `k`), sorts them by column, writes 0 as
+//! their INT4 quant, and picks `s` by a small MSE search over clipping
+//! ratios of `max|rest| / 7` and `s_o = max|outlier| / 127`. The kernels do
+//! not rely on that: any distinct or repeated columns `< cols` are valid,
+//! and the outlier term is added to whatever the INT4 part holds.
+//! [`QMatrix::new`] and [`dequantize_row`] reject columns `>= cols`
+//! ([`KernelError::OutlierOutOfRange`]). `k = 0` is plain per-channel INT4;
+//! [`WeightFormat::hybrid_for`] gives the format for an outlier fraction
+//! (`k = ceil(frac · cols)`). SmolLM2-135M rows at 1% outliers: 576 wide,
+//! `k = 6`, 316 bytes (4.39 bits per weight); 1536 wide, `k = 16`, 824
+//! bytes (4.29 bits), against 4.5 for `Q4_0` and 5.0 for `Q4_1`.
+//!
+//! Kernels: hybrid rows use f32 activations in every [`Precision`] (there
+//! is no integer path for them yet). `matvec`/`matvec_rows` and
+//! `dequantize_row` have an AVX2 path (the INT4 part is unpacked like `Q4_0`
+//! and FMA'd, scaled by `s` once per row; the few outliers are a scalar
+//! loop); `axpy_rows` is scalar on every architecture, and on aarch64
+//! every hybrid kernel falls back to the scalar reference (NEON not
+//! written yet). `matmul` dequantizes rows into its f32 tile as for every
+//! format.
+//!
 //! # Sparse kernels
 //!
 //! For FFNs where only the neurons predicted to fire are computed
@@ -64,8 +110,8 @@
 //! # Precision
 //!
 //! [`Precision`] only affects [`matvec`] on the block-quantized formats
-//! (`Q8_0`, `Q4_0`, `Q4_1`, `Q4_K`, `Q6_K`). Float weights (`F32`, `F16`, `BF16`) use the
-//! exact f32 path in every precision, and [`matmul`] always uses the
+//! (`Q8_0`, `Q4_0`, `Q4_1`, `Q4_K`, `Q6_K`). Float weights (`F32`, `F16`, `BF16`)
+//! and `I4Hybrid` use the exact f32 path in every precision, and [`matmul`] always uses the
 //! dequantized f32 tile with a register-blocked FMA microkernel (it measured
 //! faster than the integer path there), so its result is exact in every
 //! precision (except `n == 1`, which is `matvec`).

@@ -135,20 +135,32 @@ fn quantize_hybrid(k: usize, src: &[f32], dst: &mut [u8]) {
     for &c in &out_cols {
         is_outlier[c as usize] = true;
     }
+    // The non-outlier weights (outliers count as 0 there).
+    let rest: Vec<f32> = src.iter().zip(&is_outlier).map(|(&v, &o)| if o { 0.0 } else { v }).collect();
     // INT4 scale: MSE search over clipping ratios of max|rest| / 7.
-    let amax = src.iter().zip(&is_outlier).filter(|(_, &o)| !o).fold(0.0f32, |m, (v, _)| m.max(v.abs()));
-    let q4 = |v: f32, id: f32| (v * id).round().clamp(-8.0, 7.0);
+    let amax = rest.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+    // round(clamp(v * id, -8, 7)), half away from zero like `f32::round`,
+    // without the libm call `round` is on baseline x86_64 (no SSE4.1): the
+    // search below runs it 16 times per weight at load time.
+    let q4 = |v: f32, id: f32| {
+        let t = (v * id).clamp(-8.0, 7.0);
+        let r = t as i32 as f32; // toward zero; `t - r` is exact
+        if (t - r).abs() >= 0.5 {
+            r + 1f32.copysign(t)
+        } else {
+            r
+        }
+    };
     let mut best = (f64::INFINITY, 0.0f32);
     if amax > 0.0 {
         for i in 0..HYBRID_CLIP_STEPS {
             let r = 1.0 - 0.02 * i as f32;
             let s = r * amax / 7.0;
             let id = 1.0 / s;
-            let err: f64 = src
+            // Zeros (outlier slots) contribute no error.
+            let err: f64 = rest
                 .iter()
-                .zip(&is_outlier)
-                .filter(|(_, &o)| !o)
-                .map(|(&v, _)| {
+                .map(|&v| {
                     let e = f64::from(v - s * q4(v, id));
                     e * e
                 })
