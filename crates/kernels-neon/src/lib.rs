@@ -301,7 +301,10 @@ impl WeightFormat {
     /// outliers per row (`frac` clamped to `0..=1`), e.g. `frac = 0.01` for
     /// 1% outliers. `None` when `k` does not fit in a `u16`.
     pub fn hybrid_for(frac: f32, cols: usize) -> Option<WeightFormat> {
-        let k = (f64::from(frac.clamp(0.0, 1.0)) * cols as f64).ceil() as usize;
+        // The slack keeps f32 rounding of e.g. 0.07 (0.0700000003) from
+        // adding an outlier: 0.07 * 100 gives 7, not 8.
+        let x = f64::from(frac.clamp(0.0, 1.0)) * cols as f64;
+        let k = (x - x * 1e-6).ceil() as usize;
         Some(WeightFormat::I4Hybrid { outliers_per_row: u16::try_from(k.min(cols)).ok()? })
     }
 

@@ -34,6 +34,9 @@ fn row_bytes_follow_the_layout() {
     assert_eq!(WeightFormat::hybrid_for(0.01, 576), Some(hy(6)));
     assert_eq!(WeightFormat::hybrid_for(0.005, 1536), Some(hy(8)));
     assert_eq!(WeightFormat::hybrid_for(0.0, 1536), Some(hy(0)));
+    assert_eq!(WeightFormat::hybrid_for(0.07, 100), Some(hy(7)));
+    assert_eq!(WeightFormat::hybrid_for(0.02, 1536), Some(hy(31)));
+    assert_eq!(WeightFormat::hybrid_for(1.0, 64), Some(hy(64)));
     assert!(hy(3).is_quantized() && hy(3).is_hybrid() && !WeightFormat::Q4_0.is_hybrid());
 }
 
