@@ -181,8 +181,8 @@ fn quantize_hybrid(k: usize, src: &[f32], dst: &mut [u8]) {
     let nib = &mut dst[8..8 + cols / 2];
     for (g, (x, o)) in nib.chunks_exact_mut(16).zip(src.chunks_exact(32).zip(is_outlier.chunks_exact(32))) {
         let q = |j: usize| if o[j] { 8u8 } else { (q4(x[j], id) as i32 + 8) as u8 };
-        for j in 0..16 {
-            g[j] = q(j) | (q(j + 16) << 4);
+        for (j, b) in g.iter_mut().enumerate() {
+            *b = q(j) | (q(j + 16) << 4);
         }
     }
     let n = 8 + cols / 2;
