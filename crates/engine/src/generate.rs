@@ -9,6 +9,7 @@ use crate::error::{EngineError, Result};
 use crate::forward::{forward_with, FfnMode, FfnObserver, KvCache, Logits};
 use crate::sparse::SparseFfn;
 use crate::model::{Model, ModelFile};
+use crate::requant::Overlay;
 use crate::sampling::{Sampler, SamplerConfig};
 
 /// How to build an [`Engine`].
@@ -197,7 +198,13 @@ fn held_back(text: &str, stops: &[String]) -> usize {
 impl<'a> Engine<'a> {
     /// Loads the model and tokenizer of `file` and starts the thread pool.
     pub fn new(file: &'a ModelFile, opts: EngineOptions) -> Result<Self> {
-        let model = Model::load(file)?;
+        Self::new_with_overlay(file, None, opts)
+    }
+
+    /// [`new`](Self::new) with the layer matrices of `overlay` (re-quantized at load time, see
+    /// [`crate::requant`]) in place of the file's.
+    pub fn new_with_overlay(file: &'a ModelFile, overlay: Option<&'a Overlay>, opts: EngineOptions) -> Result<Self> {
+        let model = Model::load_with(file, overlay)?;
         let tokenizer = load_tokenizer(file)?;
         let threads = if opts.threads == 0 { std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) } else { opts.threads };
         let pool = rayon::ThreadPoolBuilder::new()

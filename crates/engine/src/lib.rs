@@ -17,7 +17,8 @@
 //!
 //! # Invariants
 //! - Weights are borrowed from the memory map of the [`ModelFile`]; nothing is copied except 1-D norm
-//!   weights and biases (dequantized to f32).
+//!   weights and biases (dequantized to f32), and the layer matrices of an optional [`Overlay`]
+//!   (re-quantized at load time, [`requant`]), which the caller owns.
 //! - A failed forward step leaves the KV cache as it was.
 //! - Names and shapes of every tensor are checked at load time: a model that loads runs.
 //! - GGUF llama files keep llama.cpp's permuted Q/K rows and use interleaved RoPE; HF files use
@@ -31,6 +32,7 @@ mod generate;
 pub mod model;
 mod perplexity;
 pub mod profile;
+pub mod requant;
 pub mod sampling;
 pub mod sparse;
 pub mod sys;
@@ -43,6 +45,7 @@ pub use kernels_neon::Precision;
 pub use model::{Model, ModelFile};
 pub use model_tokenizer::{ChatMessage, ChatTemplate, Tokenizer};
 pub use perplexity::{log_sum_exp, PerplexityReport};
+pub use requant::{Overlay, Requant};
 pub use sampling::{Sampler, SamplerConfig};
 pub use predictor::{LayerReport, PredictorSet, Profile, TrainConfig};
 pub use sparse::{NeuronPredictor, SparseFfn, SparseStats};

@@ -7,6 +7,7 @@ use model_format::{DType, GgufFile, HfDir, TensorView};
 
 use crate::config::{Arch, ModelConfig};
 use crate::error::{kernel, EngineError, Result};
+use crate::requant::Overlay;
 
 /// An opened model file: GGUF or an HF directory. Owns the memory maps the [`Model`] borrows from.
 pub enum ModelFile {
@@ -43,7 +44,7 @@ impl ModelFile {
         }
     }
 
-    fn tensor(&self, name: &str) -> Option<TensorView<'_>> {
+    pub(crate) fn tensor(&self, name: &str) -> Option<TensorView<'_>> {
         match self {
             ModelFile::Gguf(f) => f.tensor(name),
             ModelFile::Hf(d) => d.tensor(name),
@@ -52,11 +53,19 @@ impl ModelFile {
 }
 
 /// Tensor names of one format.
-struct Names {
+pub(crate) struct Names {
     embed: &'static str,
     output: &'static str,
     output_norm: &'static str,
-    layer: fn(usize, &str) -> String,
+    pub(crate) layer: fn(usize, &str) -> String,
+}
+
+/// The tensor naming of `file`.
+pub(crate) fn names_of(file: &ModelFile) -> &'static Names {
+    match file {
+        ModelFile::Gguf(_) => &GGUF_NAMES,
+        ModelFile::Hf(_) => &HF_NAMES,
+    }
 }
 
 const GGUF_NAMES: Names = Names {
@@ -171,6 +180,7 @@ pub fn weight_format(dtype: DType) -> Option<WeightFormat> {
 
 struct Loader<'f> {
     file: &'f ModelFile,
+    overlay: Option<&'f Overlay>,
     path: PathBuf,
 }
 
@@ -184,6 +194,18 @@ impl<'f> Loader<'f> {
     }
 
     fn matrix(&self, name: &str, rows: usize, cols: usize) -> Result<QMatrix<'f>> {
+        if let Some(o) = self.overlay.and_then(|o| o.get(name)) {
+            if o.rows != rows || o.cols != cols {
+                return Err(EngineError::TensorShape {
+                    path: self.path.clone(),
+                    name: name.to_string(),
+                    found: vec![o.rows, o.cols],
+                    expected: vec![rows, cols],
+                });
+            }
+            return QMatrix::new(o.format, rows, cols, &o.data)
+                .map_err(kernel(format!("{}: re-quantized tensor `{name}`", self.path.display())));
+        }
         let t = self.view(name)?;
         if t.shape.len() != 2 || t.shape[0] != rows || t.shape[1] != cols {
             return Err(self.shape_err(&t, vec![rows, cols]));
@@ -221,12 +243,15 @@ impl<'f> Loader<'f> {
 impl<'a> Model<'a> {
     /// Loads (borrows) every weight of `file`, checking names and shapes against its configuration.
     pub fn load(file: &'a ModelFile) -> Result<Model<'a>> {
+        Self::load_with(file, None)
+    }
+
+    /// [`load`](Self::load), taking each matrix the `overlay` holds (re-quantized at load time,
+    /// see [`crate::requant`]) from it instead of the file.
+    pub fn load_with(file: &'a ModelFile, overlay: Option<&'a Overlay>) -> Result<Model<'a>> {
         let config = file.config()?;
-        let names = match file {
-            ModelFile::Gguf(_) => &GGUF_NAMES,
-            ModelFile::Hf(_) => &HF_NAMES,
-        };
-        let ld = Loader { file, path: file.path().to_path_buf() };
+        let names = names_of(file);
+        let ld = Loader { file, overlay, path: file.path().to_path_buf() };
         let (d, v, ff, q, kv) = (config.d_model, config.vocab_size, config.d_ff, config.q_dim(), config.kv_dim());
         let embed = ld.matrix(names.embed, v, d)?;
         let (output, tied) = if file.tensor(names.output).is_some() {

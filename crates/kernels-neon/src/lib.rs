@@ -10,8 +10,10 @@
 //! Weight formats: `F32`, `F16`, `BF16`; the 32-element block formats
 //! `Q8_0`, `Q4_0`, `Q4_1`; and the K-quant super-block formats `Q4_K`
 //! (144 bytes per 256 elements) and `Q6_K` (210 bytes per 256), the two
-//! types of llama.cpp's popular `Q4_K_M` files. Every entry point accepts
-//! every format; rows of a K-quant matrix must be a multiple of 256 wide.
+//! types of llama.cpp's popular `Q4_K_M` files; and `I4Hybrid`, the
+//! PowerInfer-2 per-channel INT4 + INT8 outlier format (see below). Every
+//! entry point accepts every format; rows of a K-quant matrix must be a
+//! multiple of 256 wide.
 //!
 //! Three implementations exist behind one safe, slice-based API:
 //!
@@ -43,6 +45,50 @@
 //! and `rope_inplace` are scalar everywhere (they are a negligible share of a
 //! decode step and accuracy matters more there).
 //!
+//! # Hybrid INT4 + INT8 outlier format (I4Hybrid)
+//!
+//! PowerInfer-2 (section 7.6) quantizes weights for the NPU per channel to
+//! INT4 and keeps the largest weights as INT8 outliers.
+//! [`WeightFormat::I4Hybrid`]`{ outliers_per_row: k }` stores every row
+//! (output channel) of `cols` elements (`cols` a multiple of 32, at most
+//! 65536) in the same number of bytes, `row_bytes = 8 + cols/2 + 3k`
+//! rounded up to a multiple of 4, so [`QMatrix`] row access works as for
+//! the block formats:
+//!
+//! | bytes | field |
+//! |---|---|
+//! | `0..4` | `s`: f32 LE, scale of the INT4 part |
+//! | `4..8` | `s_o`: f32 LE, scale of the INT8 outliers |
+//! | `8..8+cols/2` | INT4 quants `q` in `-8..=7` stored as `q + 8`, in groups of 16 bytes per 32 elements: byte `j` of group `g` holds element `32g + j` (low nibble) and `32g + j + 16` (high nibble), the `Q4_0` order |
+//! | next `2k` | outlier columns `c_j`: u16 LE |
+//! | next `k` | outlier values `o_j`: i8 |
+//! | rest (0..3 bytes) | zero padding |
+//!
+//! Element `i` of a row is `s * q_i` plus `s_o * o_j` for every `j` with
+//! `c_j == i`, so `dot(row, x) = s·Σ q_i x_i + s_o·Σ o_j x[c_j]`. The
+//! quantizer ([`quantize_row`]) makes the `k` outliers the `k` weights of
+//! largest magnitude *of the row* (the outlier fraction is per row, not per
+//! matrix: every row has exactly `k`), sorts them by column, writes 0 as
+//! their INT4 quant, and picks `s` by a small MSE search over clipping
+//! ratios of `max|rest| / 7` and `s_o = max|outlier| / 127`. The kernels do
+//! not rely on that: any distinct or repeated columns `< cols` are valid,
+//! and the outlier term is added to whatever the INT4 part holds.
+//! [`QMatrix::new`] and [`dequantize_row`] reject columns `>= cols`
+//! ([`KernelError::OutlierOutOfRange`]). `k = 0` is plain per-channel INT4;
+//! [`WeightFormat::hybrid_for`] gives the format for an outlier fraction
+//! (`k = ceil(frac · cols)`). SmolLM2-135M rows at 1% outliers: 576 wide,
+//! `k = 6`, 316 bytes (4.39 bits per weight); 1536 wide, `k = 16`, 824
+//! bytes (4.29 bits), against 4.5 for `Q4_0` and 5.0 for `Q4_1`.
+//!
+//! Kernels: hybrid rows use f32 activations in every [`Precision`] (there
+//! is no integer path for them yet). `matvec`/`matvec_rows` and
+//! `dequantize_row` have an AVX2 path (the INT4 part is unpacked like `Q4_0`
+//! and FMA'd, scaled by `s` once per row; the few outliers are a scalar
+//! loop); `axpy_rows` is scalar on every architecture, and on aarch64
+//! every hybrid kernel falls back to the scalar reference (NEON not
+//! written yet). `matmul` dequantizes rows into its f32 tile as for every
+//! format.
+//!
 //! # Sparse kernels
 //!
 //! For FFNs where only the neurons predicted to fire are computed
@@ -64,8 +110,8 @@
 //! # Precision
 //!
 //! [`Precision`] only affects [`matvec`] on the block-quantized formats
-//! (`Q8_0`, `Q4_0`, `Q4_1`, `Q4_K`, `Q6_K`). Float weights (`F32`, `F16`, `BF16`) use the
-//! exact f32 path in every precision, and [`matmul`] always uses the
+//! (`Q8_0`, `Q4_0`, `Q4_1`, `Q4_K`, `Q6_K`). Float weights (`F32`, `F16`, `BF16`)
+//! and `I4Hybrid` use the exact f32 path in every precision, and [`matmul`] always uses the
 //! dequantized f32 tile with a register-blocked FMA microkernel (it measured
 //! faster than the integer path there), so its result is exact in every
 //! precision (except `n == 1`, which is `matvec`).
@@ -188,6 +234,17 @@ pub enum WeightFormat {
     /// with 6-bit `q` (4 low bits in `ql`, 2 high bits in `qh`).
     #[allow(non_camel_case_types)] // llama.cpp / GGUF name
     Q6_K,
+    /// PowerInfer-2 (section 7.6) hybrid format: per-channel (per-row,
+    /// no groups) symmetric INT4 weights plus exactly `outliers_per_row`
+    /// INT8 outliers per row (see [the layout](crate#hybrid-int4--int8-outlier-format-i4hybrid)).
+    /// `outliers_per_row: 0` is plain per-channel INT4. Rows must be a
+    /// multiple of 32 wide and at most 65536 wide (u16 column indices), and
+    /// `outliers_per_row <= cols`.
+    I4Hybrid {
+        /// Outliers stored in every row (`k`; the quantizer picks the `k`
+        /// weights of largest magnitude of the row).
+        outliers_per_row: u16,
+    },
 }
 
 impl WeightFormat {
@@ -196,11 +253,14 @@ impl WeightFormat {
         match self {
             WeightFormat::F32 | WeightFormat::F16 | WeightFormat::BF16 => 1,
             WeightFormat::Q8_0 | WeightFormat::Q4_0 | WeightFormat::Q4_1 => 32,
+            WeightFormat::I4Hybrid { .. } => 32,
             WeightFormat::Q4_K | WeightFormat::Q6_K => 256,
         }
     }
 
-    /// Bytes per block.
+    /// Bytes per block. For [`I4Hybrid`](Self::I4Hybrid) this is only the
+    /// 16 nibble bytes of 32 elements: its rows also hold scales and
+    /// outliers, use [`row_bytes`](Self::row_bytes).
     pub fn block_bytes(self) -> usize {
         match self {
             WeightFormat::F32 => 4,
@@ -210,16 +270,42 @@ impl WeightFormat {
             WeightFormat::Q4_1 => 20,
             WeightFormat::Q4_K => 144,
             WeightFormat::Q6_K => 210,
+            WeightFormat::I4Hybrid { .. } => 16,
         }
     }
 
     /// Bytes of one row of `cols` elements, or `None` if `cols` is not a
     /// multiple of [`block_len`](Self::block_len) or the size overflows.
+    /// [`I4Hybrid`](Self::I4Hybrid): `8 + cols/2 + 3k` rounded up to a
+    /// multiple of 4, `None` also when `cols > 65536` or `k > cols`.
     pub fn row_bytes(self, cols: usize) -> Option<usize> {
         if cols % self.block_len() != 0 {
             return None;
         }
+        if let WeightFormat::I4Hybrid { outliers_per_row: k } = self {
+            let k = usize::from(k);
+            if cols > HYBRID_MAX_COLS || k > cols {
+                return None;
+            }
+            return Some((HYBRID_HEADER + cols / 2 + 3 * k).next_multiple_of(4));
+        }
         (cols / self.block_len()).checked_mul(self.block_bytes())
+    }
+
+    /// Whether this is the [`I4Hybrid`](Self::I4Hybrid) format.
+    pub fn is_hybrid(self) -> bool {
+        matches!(self, WeightFormat::I4Hybrid { .. })
+    }
+
+    /// The [`I4Hybrid`](Self::I4Hybrid) format with `k = ceil(frac * cols)`
+    /// outliers per row (`frac` clamped to `0..=1`), e.g. `frac = 0.01` for
+    /// 1% outliers. `None` when `k` does not fit in a `u16`.
+    pub fn hybrid_for(frac: f32, cols: usize) -> Option<WeightFormat> {
+        // The slack keeps f32 rounding of e.g. 0.07 (0.0700000003) from
+        // adding an outlier: 0.07 * 100 gives 7, not 8.
+        let x = f64::from(frac.clamp(0.0, 1.0)) * cols as f64;
+        let k = (x - x * 1e-6).ceil() as usize;
+        Some(WeightFormat::I4Hybrid { outliers_per_row: u16::try_from(k.min(cols)).ok()? })
     }
 
     /// Whether this is a block-quantized format (integer path in
@@ -233,6 +319,11 @@ impl WeightFormat {
         self.block_len() == 256
     }
 }
+
+/// Bytes before the nibbles of an [`WeightFormat::I4Hybrid`] row (two f32 scales).
+const HYBRID_HEADER: usize = 8;
+/// Widest [`WeightFormat::I4Hybrid`] row (column indices are u16).
+const HYBRID_MAX_COLS: usize = 1 << 16;
 
 /// Accuracy/speed trade-off of [`matvec`] (see the crate docs, "Precision").
 ///
@@ -316,6 +407,16 @@ pub enum KernelError {
         /// The format asked for.
         format: WeightFormat,
     },
+    /// An [`WeightFormat::I4Hybrid`] row lists an outlier column outside the row.
+    #[error("hybrid row {row}: outlier column {col} out of range (row has {cols} columns)")]
+    OutlierOutOfRange {
+        /// Row of the matrix (0 for a single row).
+        row: usize,
+        /// Offending column index.
+        col: usize,
+        /// Columns of the row.
+        cols: usize,
+    },
     /// An input holds a NaN or an infinity where a finite value is needed.
     #[error("{what}: element {index} is not finite")]
     NonFinite {
@@ -365,6 +466,14 @@ impl<'a> QMatrix<'a> {
                 expected,
                 actual: data.len(),
             });
+        }
+        if format.is_hybrid() && row_bytes > 0 {
+            for (r, row) in data.chunks_exact(row_bytes).enumerate() {
+                scalar::hybrid_check(format, cols, row).map_err(|e| match e {
+                    KernelError::OutlierOutOfRange { col, cols, .. } => KernelError::OutlierOutOfRange { row: r, col, cols },
+                    e => e,
+                })?;
+            }
         }
         Ok(QMatrix {
             format,
@@ -567,6 +676,7 @@ pub fn dequantize_row_with(
             actual: src.len(),
         });
     }
+    scalar::hybrid_check(format, dst.len(), src)?;
     arch::dequant_row(path, format, src, dst);
     Ok(())
 }
@@ -625,7 +735,9 @@ impl Acts {
     /// Quantizes `x` (once per call) as `precision` requires for `format`.
     fn new(path: KernelPath, format: WeightFormat, x: &[f32], precision: Precision) -> Self {
         match precision {
-            _ if !format.is_quantized() => Acts::F32,
+            // Hybrid rows take the f32 path in every precision (see the
+            // crate docs).
+            _ if !format.is_quantized() || format.is_hybrid() => Acts::F32,
             Precision::Exact => Acts::F32,
             Precision::Fast => Acts::I16(QActs16::quantize(path, x)),
             Precision::Int8 => Acts::I8(QActs::quantize(path, x)),
@@ -636,7 +748,7 @@ impl Acts {
     /// (so a second matrix can reuse them).
     fn fits(&self, format: WeightFormat, precision: Precision) -> bool {
         matches!(
-            (self, format.is_quantized(), precision),
+            (self, format.is_quantized() && !format.is_hybrid(), precision),
             (Acts::F32, false, _)
                 | (Acts::F32, true, Precision::Exact)
                 | (Acts::I16(_), true, Precision::Fast)

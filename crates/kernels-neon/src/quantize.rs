@@ -11,6 +11,15 @@
 //! * `Q4_1`: `d = (max - min) / 15`, `m = min`, `q = clamp(trunc((x - m) / d + 0.5), 0, 15)`;
 //! * `F32`, `F16`, `BF16`: plain conversion.
 //!
+//! * `I4Hybrid { outliers_per_row: k }` (PowerInfer-2 section 7.6): the `k`
+//!   elements of largest magnitude of the row (ties: lower column first)
+//!   become INT8 outliers, `s_o = max|outlier| / 127`,
+//!   `o = round(x / s_o)`; their INT4 quants are 0. The INT4 scale is
+//!   searched over 16 clipping ratios `r = 1.00, 0.98, ..., 0.70`:
+//!   `s = r * max|rest| / 7`, `q = clamp(round(x / s), -8, 7)`, keeping the
+//!   `s` with the least squared error over the non-outlier elements
+//!   (ties: the larger `r`). Outliers are stored sorted by column.
+//!
 //! K-quants are not produced here (their encoders search scales; files
 //! carry them already quantized).
 
@@ -21,7 +30,8 @@ use crate::{KernelError, WeightFormat};
 /// Quantizes one row of `src.len()` elements into `dst`, which must hold
 /// exactly `format.row_bytes(src.len())` bytes.
 ///
-/// Supported formats: `F32`, `F16`, `BF16`, `Q8_0`, `Q4_0`, `Q4_1`; K-quants
+/// Supported formats: `F32`, `F16`, `BF16`, `Q8_0`, `Q4_0`, `Q4_1`,
+/// `I4Hybrid`; K-quants
 /// give [`KernelError::Unsupported`]. Non-finite inputs give
 /// [`KernelError::NonFinite`] (a quantized block cannot represent them).
 pub fn quantize_row(format: WeightFormat, src: &[f32], dst: &mut [u8]) -> Result<(), KernelError> {
@@ -98,8 +108,89 @@ pub fn quantize_row(format: WeightFormat, src: &[f32], dst: &mut [u8]) -> Result
         WeightFormat::Q4_K | WeightFormat::Q6_K => {
             return Err(KernelError::Unsupported { what: "quantize_row", format });
         }
+        WeightFormat::I4Hybrid { outliers_per_row } => quantize_hybrid(usize::from(outliers_per_row), src, dst),
     }
     Ok(())
+}
+
+/// Clipping ratios tried for the INT4 scale of `I4Hybrid`.
+const HYBRID_CLIP_STEPS: usize = 16;
+
+/// `I4Hybrid` row quantizer (see the module docs); `dst` is zeroed first
+/// (padding stays 0).
+fn quantize_hybrid(k: usize, src: &[f32], dst: &mut [u8]) {
+    let cols = src.len();
+    dst.fill(0);
+    // Top-k columns by magnitude (ties: lower column), then sorted by column.
+    let mut order: Vec<u32> = (0..cols as u32).collect();
+    let key = |&a: &u32, &b: &u32| {
+        src[b as usize].abs().total_cmp(&src[a as usize].abs()).then(a.cmp(&b))
+    };
+    if k > 0 && k < cols {
+        order.select_nth_unstable_by(k - 1, key);
+    }
+    let mut out_cols: Vec<u32> = order[..k].to_vec();
+    out_cols.sort_unstable();
+    let mut is_outlier = vec![false; cols];
+    for &c in &out_cols {
+        is_outlier[c as usize] = true;
+    }
+    // The non-outlier weights (outliers count as 0 there).
+    let rest: Vec<f32> = src.iter().zip(&is_outlier).map(|(&v, &o)| if o { 0.0 } else { v }).collect();
+    // INT4 scale: MSE search over clipping ratios of max|rest| / 7.
+    let amax = rest.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+    // round(clamp(v * id, -8, 7)), half away from zero like `f32::round`,
+    // without the libm call `round` is on baseline x86_64 (no SSE4.1): the
+    // search below runs it 16 times per weight at load time.
+    let q4 = |v: f32, id: f32| {
+        let t = (v * id).clamp(-8.0, 7.0);
+        let r = t as i32 as f32; // toward zero; `t - r` is exact
+        if (t - r).abs() >= 0.5 {
+            r + 1f32.copysign(t)
+        } else {
+            r
+        }
+    };
+    let mut best = (f64::INFINITY, 0.0f32);
+    if amax > 0.0 {
+        for i in 0..HYBRID_CLIP_STEPS {
+            let r = 1.0 - 0.02 * i as f32;
+            let s = r * amax / 7.0;
+            let id = 1.0 / s;
+            // Zeros (outlier slots) contribute no error.
+            let err: f64 = rest
+                .iter()
+                .map(|&v| {
+                    let e = f64::from(v - s * q4(v, id));
+                    e * e
+                })
+                .sum();
+            if err < best.0 {
+                best = (err, s);
+            }
+        }
+    }
+    let s = best.1;
+    let id = if s != 0.0 { 1.0 / s } else { 0.0 };
+    // Outlier scale.
+    let omax = out_cols.iter().fold(0.0f32, |m, &c| m.max(src[c as usize].abs()));
+    let so = omax / 127.0;
+    let ido = if so != 0.0 { 1.0 / so } else { 0.0 };
+    dst[0..4].copy_from_slice(&s.to_le_bytes());
+    dst[4..8].copy_from_slice(&so.to_le_bytes());
+    let nib = &mut dst[8..8 + cols / 2];
+    for (g, (x, o)) in nib.chunks_exact_mut(16).zip(src.chunks_exact(32).zip(is_outlier.chunks_exact(32))) {
+        let q = |j: usize| if o[j] { 8u8 } else { (q4(x[j], id) as i32 + 8) as u8 };
+        for (j, b) in g.iter_mut().enumerate() {
+            *b = q(j) | (q(j + 16) << 4);
+        }
+    }
+    let n = 8 + cols / 2;
+    for (j, &c) in out_cols.iter().enumerate() {
+        dst[n + 2 * j..n + 2 * j + 2].copy_from_slice(&(c as u16).to_le_bytes());
+        let v = (src[c as usize] * ido).round().clamp(-127.0, 127.0) as i8;
+        dst[n + 2 * k + j] = v as u8;
+    }
 }
 
 /// Quantizes a row-major `rows × cols` f32 matrix into `format`, row by row

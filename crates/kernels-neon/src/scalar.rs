@@ -10,7 +10,7 @@ use half::{bf16, f16};
 
 use crate::quant::{QActs, QActs16};
 use crate::arch::Rows;
-use crate::{QMatrix, WeightFormat};
+use crate::{KernelError, QMatrix, WeightFormat, HYBRID_HEADER};
 
 /// Reads a little-endian IEEE half at byte offset `i`.
 #[inline(always)]
@@ -18,9 +18,137 @@ pub(crate) fn f16_at(b: &[u8], i: usize) -> f32 {
     f16::from_le_bytes([b[i], b[i + 1]]).to_f32()
 }
 
+/// Reads a little-endian f32 at byte offset `i`.
+#[inline(always)]
+fn f32_at(b: &[u8], i: usize) -> f32 {
+    f32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]])
+}
+
+/// The parts of one [`WeightFormat::I4Hybrid`] row (layout in the crate
+/// docs): INT4 scale, outlier scale, nibbles, u16 column indices, i8 values.
+pub(crate) struct Hybrid<'a> {
+    /// Scale of the INT4 part.
+    pub s: f32,
+    /// Scale of the INT8 outliers.
+    pub so: f32,
+    /// `cols / 2` nibble bytes (Q4_0 order within each group of 32, `q + 8`).
+    pub nib: &'a [u8],
+    idx: &'a [u8],
+    val: &'a [u8],
+}
+
+impl<'a> Hybrid<'a> {
+    /// Splits `row` (at least `row_bytes(cols)` bytes) of a row with `k` outliers.
+    #[inline(always)]
+    pub(crate) fn parse(k: usize, cols: usize, row: &'a [u8]) -> Self {
+        let n = HYBRID_HEADER + cols / 2;
+        Hybrid {
+            s: f32_at(row, 0),
+            so: f32_at(row, 4),
+            nib: &row[HYBRID_HEADER..n],
+            idx: &row[n..n + 2 * k],
+            val: &row[n + 2 * k..n + 3 * k],
+        }
+    }
+
+    /// `(column, integer value)` of every outlier, in storage order.
+    #[inline(always)]
+    pub(crate) fn outliers(&self) -> impl Iterator<Item = (usize, f32)> + 'a {
+        self.idx
+            .chunks_exact(2)
+            .zip(self.val)
+            .map(|(c, &v)| (usize::from(u16::from_le_bytes([c[0], c[1]])), f32::from(v as i8)))
+    }
+
+    /// `so * Σ o_j x[c_j]` (columns must be in range: checked when the row
+    /// entered the API).
+    #[inline(always)]
+    pub(crate) fn outlier_dot(&self, x: &[f32]) -> f32 {
+        let mut acc = 0f32;
+        for (c, v) in self.outliers() {
+            acc += v * x[c];
+        }
+        self.so * acc
+    }
+}
+
+/// The `k` of a hybrid format (0 for every other format).
+#[inline(always)]
+pub(crate) fn hybrid_k(format: WeightFormat) -> usize {
+    match format {
+        WeightFormat::I4Hybrid { outliers_per_row } => usize::from(outliers_per_row),
+        _ => 0,
+    }
+}
+
+/// For [`WeightFormat::I4Hybrid`]: checks that every outlier column of
+/// `row` (exactly `row_bytes(cols)` bytes) is `< cols`. Other formats: `Ok`.
+pub(crate) fn hybrid_check(format: WeightFormat, cols: usize, row: &[u8]) -> Result<(), KernelError> {
+    if !format.is_hybrid() {
+        return Ok(());
+    }
+    let h = Hybrid::parse(hybrid_k(format), cols, row);
+    match h.outliers().find(|&(c, _)| c >= cols) {
+        Some((col, _)) => Err(KernelError::OutlierOutOfRange { row: 0, col, cols }),
+        None => Ok(()),
+    }
+}
+
+/// Dequantizes an I4Hybrid row: `s * (q - 8)` per nibble, then `so * o`
+/// added at each outlier column.
+fn dequant_hybrid(k: usize, src: &[u8], dst: &mut [f32]) {
+    let h = Hybrid::parse(k, dst.len(), src);
+    for (g, out) in h.nib.chunks_exact(16).zip(dst.chunks_exact_mut(32)) {
+        let (lo, hi) = out.split_at_mut(16);
+        for j in 0..16 {
+            lo[j] = h.s * (f32::from(g[j] & 0xF) - 8.0);
+            hi[j] = h.s * (f32::from(g[j] >> 4) - 8.0);
+        }
+    }
+    for (c, v) in h.outliers() {
+        dst[c] += h.so * v;
+    }
+}
+
+/// Exact dot of an I4Hybrid row with f32 `x`: `s * Σ (q_i - 8) x_i` (8
+/// f32 lanes) plus `so * Σ o_j x[c_j]`.
+fn dot_hybrid(k: usize, row: &[u8], x: &[f32]) -> f32 {
+    let h = Hybrid::parse(k, x.len(), row);
+    let mut acc = [0f32; 8];
+    for (g, xs) in h.nib.chunks_exact(16).zip(x.chunks_exact(32)) {
+        for j in 0..16 {
+            acc[j & 7] += (f32::from(g[j] & 0xF) - 8.0) * xs[j];
+            acc[j & 7] += (f32::from(g[j] >> 4) - 8.0) * xs[j + 16];
+        }
+    }
+    h.s * acc.iter().sum::<f32>() + h.outlier_dot(x)
+}
+
+/// `ys += c * W[c0 .. c0 + ys.len()]` for an I4Hybrid row of `cols`
+/// elements (`c0` and `ys.len()` multiples of 32, or `ys` reaching `cols`).
+pub(crate) fn axpy_hybrid(k: usize, c: f32, row: &[u8], cols: usize, c0: usize, ys: &mut [f32]) {
+    let h = Hybrid::parse(k, cols, row);
+    let cs = c * h.s;
+    let nib = &h.nib[c0 / 2..(c0 + ys.len()) / 2];
+    for (g, out) in nib.chunks_exact(16).zip(ys.chunks_exact_mut(32)) {
+        let (lo, hi) = out.split_at_mut(16);
+        for j in 0..16 {
+            lo[j] += cs * (f32::from(g[j] & 0xF) - 8.0);
+            hi[j] += cs * (f32::from(g[j] >> 4) - 8.0);
+        }
+    }
+    let co = c * h.so;
+    for (col, v) in h.outliers() {
+        if let Some(y) = col.checked_sub(c0).and_then(|i| ys.get_mut(i)) {
+            *y += co * v;
+        }
+    }
+}
+
 /// Dequantizes `dst.len()` elements from `src` (exactly `format.row_bytes(dst.len())` bytes).
 pub(crate) fn dequant_row(format: WeightFormat, src: &[u8], dst: &mut [f32]) {
     match format {
+        WeightFormat::I4Hybrid { outliers_per_row } => dequant_hybrid(usize::from(outliers_per_row), src, dst),
         WeightFormat::F32 => {
             for (d, c) in dst.iter_mut().zip(src.chunks_exact(4)) {
                 *d = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
@@ -157,6 +285,9 @@ pub(crate) fn q6k_quant(blk: &[u8], i: usize) -> i8 {
 /// Exact dot product of one weight row with f32 activations: each group of
 /// 32 weights (K-quants: 256) is dequantized to f32, products are accumulated in 8 f32 lanes.
 pub(crate) fn dot_exact(format: WeightFormat, row: &[u8], x: &[f32]) -> f32 {
+    if let WeightFormat::I4Hybrid { outliers_per_row } = format {
+        return dot_hybrid(usize::from(outliers_per_row), row, x);
+    }
     // K-quants: one super-block (256 elements) per group.
     let group = format.block_len().max(32);
     let per_group = group / format.block_len() * format.block_bytes();
@@ -215,8 +346,8 @@ pub(crate) fn dot_int8(format: WeightFormat, row: &[u8], xq: &QActs) -> f32 {
         WeightFormat::Q4_K | WeightFormat::Q6_K => {
             acc = dot_k(format, row, &xq.qs, &xq.d, &xq.s);
         }
-        // Float formats never take the integer path (see `matvec`).
-        WeightFormat::F32 | WeightFormat::F16 | WeightFormat::BF16 => {}
+        // Float and hybrid formats never take the integer path (see `matvec`).
+        WeightFormat::F32 | WeightFormat::F16 | WeightFormat::BF16 | WeightFormat::I4Hybrid { .. } => {}
     }
     acc
 }
@@ -292,6 +423,10 @@ pub(crate) fn matvec_int8(w: &QMatrix<'_>, sel: Rows<'_>, xq: &QActs, y: &mut [f
 pub(crate) fn dot_i16(format: WeightFormat, row: &[u8], xq: &QActs16) -> f32 {
     if format.is_k_quant() {
         return dot_k(format, row, &xq.qs, &xq.d, &xq.s);
+    }
+    if format.is_hybrid() {
+        // Never called: hybrid rows use f32 activations (see `matvec`).
+        return 0.0;
     }
     let bb = format.block_bytes();
     let mut acc = 0f32;
@@ -369,6 +504,9 @@ pub(crate) fn axpy_f32(alpha: f32, x: &[f32], y: &mut [f32]) {
 /// `y += c * dequant(row)` (row has exactly `format.row_bytes(y.len())`
 /// bytes): 32 elements at a time dequantized to f32, then multiply-add.
 pub(crate) fn axpy_row(format: WeightFormat, c: f32, row: &[u8], y: &mut [f32]) {
+    if let WeightFormat::I4Hybrid { outliers_per_row } = format {
+        return axpy_hybrid(usize::from(outliers_per_row), c, row, y.len(), 0, y);
+    }
     if format.is_k_quant() {
         // K-quant rows dequantize a whole 256-element super-block at a time.
         let mut buf = [0f32; 256];

@@ -193,6 +193,17 @@ pub fn axpy_rows_with(
     // of `bl.max(32)` (hence of the block length: 32, or 256 for K-quant
     // super-blocks), so the range is whole blocks.
     let run = |c0: usize, ys: &mut [f32]| {
+        if format.is_hybrid() {
+            // Hybrid rows keep their outliers after the nibbles: the column
+            // range is picked out of the whole row (scalar code).
+            let k = crate::scalar::hybrid_k(format);
+            for (&r, &c) in rows.iter().zip(coeffs) {
+                if c != 0.0 {
+                    crate::scalar::axpy_hybrid(k, c, w_t.row_data(r as usize), cols, c0, ys);
+                }
+            }
+            return;
+        }
         let b0 = c0 / bl * bb;
         let nbytes = ys.len().div_ceil(bl) * bb;
         let seg = |r: u32| &w_t.row_data(r as usize)[b0..b0 + nbytes];

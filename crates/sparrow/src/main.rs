@@ -10,7 +10,8 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
 use engine::{
-    ChatMessage, Engine, EngineOptions, Flow, GenerateRequest, Generation, Logits, ModelFile, Precision, SamplerConfig,
+    ChatMessage, Engine, EngineOptions, Flow, GenerateRequest, Generation, Logits, ModelFile, Overlay, Precision,
+    SamplerConfig,
 };
 
 #[derive(Parser)]
@@ -68,6 +69,12 @@ struct ModelArgs {
     /// the down columns.
     #[arg(long, requires = "sparse")]
     no_predictor: bool,
+    /// Re-quantize the layer weights (q, k, v, o, gate, up, down) at load time: `q4_0`, `int4`
+    /// (per-channel INT4), or `hybrid:<fraction>` (per-channel INT4 plus that fraction of each
+    /// row as INT8 outliers, PowerInfer-2 section 7.6; e.g. `hybrid:1%`). Embedding and output
+    /// projection stay as in the file.
+    #[arg(long)]
+    requant: Option<engine::Requant>,
 }
 
 #[derive(Args)]
@@ -233,6 +240,23 @@ fn open_model(args: &ModelArgs, quiet: bool) -> Result<ModelFile> {
     Ok(ModelFile::open(&path)?)
 }
 
+/// The load-time re-quantization `--requant` asks for (built before the engine, which borrows it).
+fn build_overlay(file: &ModelFile, args: &ModelArgs, quiet: bool) -> Result<Option<Overlay>> {
+    let Some(r) = args.requant else { return Ok(None) };
+    let t = Instant::now();
+    let o = Overlay::build(file, r).with_context(|| format!("re-quantizing {} to {r}", file.path().display()))?;
+    if !quiet {
+        eprintln!(
+            "sparrow: re-quantized {} layer matrices to {r} in {:.1} s: {:.1} MiB, {:.3} bits per weight",
+            o.len(),
+            t.elapsed().as_secs_f64(),
+            mib(o.bytes() as u64),
+            o.bits_per_weight()
+        );
+    }
+    Ok(Some(o))
+}
+
 fn engine_options(args: &ModelArgs) -> EngineOptions {
     EngineOptions {
         threads: args.threads,
@@ -286,7 +310,8 @@ fn figures_line(load_s: f64, g: &Generation) -> String {
 fn cmd_run(a: RunArgs) -> Result<()> {
     let t0 = Instant::now();
     let file = open_model(&a.model, a.json)?;
-    let mut eng = Engine::new(&file, engine_options(&a.model))
+    let overlay = build_overlay(&file, &a.model, a.json)?;
+    let mut eng = Engine::new_with_overlay(&file, overlay.as_ref(), engine_options(&a.model))
         .with_context(|| format!("loading {}", file.path().display()))?;
     setup_sparse(&mut eng, &a.model, a.json)?;
     let load_s = t0.elapsed().as_secs_f64();
@@ -416,7 +441,8 @@ fn chat_loop(eng: &Engine<'_>, a: &RunArgs, req: &GenerateRequest, load_s: f64) 
 
 fn cmd_perplexity(a: PplArgs) -> Result<()> {
     let file = open_model(&a.model, a.json)?;
-    let mut eng = Engine::new(&file, engine_options(&a.model))?;
+    let overlay = build_overlay(&file, &a.model, a.json)?;
+    let mut eng = Engine::new_with_overlay(&file, overlay.as_ref(), engine_options(&a.model))?;
     setup_sparse(&mut eng, &a.model, a.json)?;
     let text = std::fs::read_to_string(&a.file).with_context(|| format!("reading {}", a.file.display()))?;
     let tokens = eng.tokenizer().encode(&text, false)?;
@@ -435,6 +461,8 @@ fn cmd_perplexity(a: PplArgs) -> Result<()> {
         v["file"] = serde_json::json!(a.file);
         v["precision"] = serde_json::json!(precision_name(eng.options().precision));
         v["sparse"] = serde_json::json!(eng.sparse().is_some());
+        v["requant"] = serde_json::json!(overlay.as_ref().map(|o| o.requant().to_string()));
+        v["requant_bits_per_weight"] = serde_json::json!(overlay.as_ref().map(|o| o.bits_per_weight()));
         println!("{}", serde_json::to_string(&v)?);
     } else {
         println!(
@@ -447,7 +475,11 @@ fn cmd_perplexity(a: PplArgs) -> Result<()> {
             r.tokens_in_text,
             r.tokens_per_s,
             precision_name(eng.options().precision),
-            if eng.sparse().is_some() { ", sparse FFN" } else { "" }
+            format!(
+                "{}{}",
+                overlay.as_ref().map(|o| format!(", layers re-quantized to {}", o.requant())).unwrap_or_default(),
+                if eng.sparse().is_some() { ", sparse FFN" } else { "" }
+            )
         );
     }
     Ok(())
@@ -462,7 +494,8 @@ fn mean_sd(xs: &[f64]) -> (f64, f64) {
 
 fn cmd_bench(a: BenchArgs) -> Result<()> {
     let file = open_model(&a.model, a.json)?;
-    let eng = Engine::new(&file, engine_options(&a.model))?;
+    let overlay = build_overlay(&file, &a.model, a.json)?;
+    let eng = Engine::new_with_overlay(&file, overlay.as_ref(), engine_options(&a.model))?;
     let vocab = eng.model().config.vocab_size as u32;
     // Deterministic pseudo-random tokens, like llama-bench (content does not change dense speed).
     let tokens: Vec<u32> = (0..a.n_prompt.max(1) as u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 7) % vocab).collect();
@@ -498,11 +531,13 @@ fn cmd_bench(a: BenchArgs) -> Result<()> {
             "n_prompt": a.n_prompt, "n_gen": a.n_gen, "reps": a.reps,
             "pp_tok_s": pm, "pp_tok_s_sd": ps, "tg_tok_s": tm, "tg_tok_s_sd": ts,
             "pp_runs": pp, "tg_runs": tg, "weight_bytes": eng.model().weight_bytes,
+            "requant": overlay.as_ref().map(|o| o.requant().to_string()),
             "peak_rss_bytes": engine::sys::peak_rss_bytes(),
         });
         println!("{}", serde_json::to_string(&v)?);
     } else {
-        println!("model: {} | threads {} | {} mode | {:.1} MiB weights read per token", file.path().display(), eng.threads(), prec, mib(eng.model().weight_bytes as u64));
+        let rq = overlay.as_ref().map(|o| format!(" | layers re-quantized to {}", o.requant())).unwrap_or_default();
+        println!("model: {} | threads {} | {} mode{rq} | {:.1} MiB weights read per token", file.path().display(), eng.threads(), prec, mib(eng.model().weight_bytes as u64));
         if !pp.is_empty() {
             println!("pp{:<5} {:>8.1} ± {:.1} tok/s", a.n_prompt, pm, ps);
         }

@@ -4,7 +4,7 @@
 use half::{bf16, f16};
 use kernels_neon::{dequantize_row_with, KernelPath, Precision, QMatrix, WeightFormat};
 
-pub const FORMATS: [WeightFormat; 8] = [
+pub const FORMATS: [WeightFormat; 11] = [
     WeightFormat::F32,
     WeightFormat::F16,
     WeightFormat::BF16,
@@ -13,6 +13,11 @@ pub const FORMATS: [WeightFormat; 8] = [
     WeightFormat::Q4_1,
     WeightFormat::Q4_K,
     WeightFormat::Q6_K,
+    // Per-channel INT4 without outliers, with a few, and with many (a
+    // 32-wide row then has more outliers than INT4 weights).
+    WeightFormat::I4Hybrid { outliers_per_row: 0 },
+    WeightFormat::I4Hybrid { outliers_per_row: 3 },
+    WeightFormat::I4Hybrid { outliers_per_row: 20 },
 ];
 
 /// Tiny deterministic PRNG (splitmix64) so tests need no extra crates.
@@ -63,6 +68,22 @@ pub fn random_matrix(format: WeightFormat, rows: usize, cols: usize, rng: &mut R
                     out.extend_from_slice(&f16::from_f32(rng.f() * 0.02).to_le_bytes());
                     (0..12 + 128).for_each(|_| out.push(rng.byte()));
                 }
+            }
+            WeightFormat::I4Hybrid { outliers_per_row } => {
+                let k = usize::from(outliers_per_row);
+                let start = out.len();
+                out.extend_from_slice(&(rng.f() * 0.05).to_le_bytes());
+                out.extend_from_slice(&(rng.f() * 0.01).to_le_bytes());
+                (0..cols / 2).for_each(|_| out.push(rng.byte()));
+                // k distinct columns in range (partial Fisher-Yates), in random order.
+                let mut perm: Vec<u16> = (0..cols as u32).map(|c| c as u16).collect();
+                for j in 0..k {
+                    let t = j + (rng.next_u64() % (cols - j) as u64) as usize;
+                    perm.swap(j, t);
+                }
+                perm[..k].iter().for_each(|c| out.extend_from_slice(&c.to_le_bytes()));
+                (0..k).for_each(|_| out.push(rng.byte()));
+                out.resize(start + format.row_bytes(cols).unwrap(), 0);
             }
             WeightFormat::Q6_K => {
                 for _ in 0..cols / 256 {

@@ -160,7 +160,10 @@ pub(crate) fn dequant_row(format: WeightFormat, src: &[u8], dst: &mut [f32]) {
                 dequant_superblock(format, blk, out);
             }
         }
-        WeightFormat::F32 | WeightFormat::F16 => crate::scalar::dequant_row(format, src, dst),
+        // I4Hybrid: scalar on aarch64 for now (see the crate docs).
+        WeightFormat::F32 | WeightFormat::F16 | WeightFormat::I4Hybrid { .. } => {
+            crate::scalar::dequant_row(format, src, dst)
+        }
     }
 }
 
@@ -300,6 +303,7 @@ pub(crate) fn matvec_exact(w: &QMatrix<'_>, sel: Rows<'_>, x: &[f32], y: &mut [f
             WeightFormat::Q4_0 => dot_exact_q::<Q4_0>(row, x),
             WeightFormat::Q4_1 => dot_exact_q::<Q4_1>(row, x),
             WeightFormat::Q4_K | WeightFormat::Q6_K => dot_exact_k(format, row, x),
+            WeightFormat::I4Hybrid { .. } => crate::scalar::dot_exact(format, row, x),
             _ => dot_exact_float(format, row, x),
         };
     }
@@ -333,6 +337,7 @@ pub(crate) fn axpy_row(format: WeightFormat, c: f32, row: &[u8], y: &mut [f32]) 
                 axpy_f32(c, &buf, ys);
             }
         }
+        WeightFormat::I4Hybrid { .. } => crate::scalar::axpy_row(format, c, row, y),
         _ => {
             let eb = format.block_bytes();
             let mut buf = [0f32; 32];
