@@ -273,6 +273,11 @@ impl<'a> Engine<'a> {
         self.sparse = sparse;
     }
 
+    /// Removes the sparse FFN (the engine is dense from the next step on) and returns it.
+    pub fn take_sparse(&mut self) -> Option<SparseFfn> {
+        self.sparse.take()
+    }
+
     /// Seconds spent in FFN blocks by [`Engine::forward`] since the last call (the counter restarts).
     pub fn take_ffn_seconds(&self) -> f64 {
         self.ffn_nanos.swap(0, std::sync::atomic::Ordering::Relaxed) as f64 * 1e-9

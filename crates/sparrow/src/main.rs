@@ -223,6 +223,11 @@ struct BenchArgs {
     /// Repetitions of each test (the report gives the mean and spread).
     #[arg(long, short = 'r', default_value_t = 3)]
     reps: usize,
+    /// Take the tokens from this text file instead of pseudo-random ids (decode is then
+    /// teacher-forced: the file's next token is fed whatever the model predicted). With --sparse the
+    /// default is the WikiText-2 test split, since sparsity depends on what the text is.
+    #[arg(long)]
+    text: Option<PathBuf>,
     /// Print one JSON object.
     #[arg(long)]
     json: bool,
@@ -495,57 +500,141 @@ fn mean_sd(xs: &[f64]) -> (f64, f64) {
 fn cmd_bench(a: BenchArgs) -> Result<()> {
     let file = open_model(&a.model, a.json)?;
     let overlay = build_overlay(&file, &a.model, a.json)?;
-    let eng = Engine::new_with_overlay(&file, overlay.as_ref(), engine_options(&a.model))?;
+    let mut eng = Engine::new_with_overlay(&file, overlay.as_ref(), engine_options(&a.model))?;
+    setup_sparse(&mut eng, &a.model, a.json)?;
     let vocab = eng.model().config.vocab_size as u32;
-    // Deterministic pseudo-random tokens, like llama-bench (content does not change dense speed).
-    let tokens: Vec<u32> = (0..a.n_prompt.max(1) as u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 7) % vocab).collect();
-    let mut pp = Vec::new();
-    let mut tg = Vec::new();
+    let need = a.n_prompt.max(a.n_gen).max(1);
+    let text = a.text.clone().or_else(|| a.model.sparse.then(|| PathBuf::from("../shared/data/wikitext-2/test.txt")));
+    let tokens: Vec<u32> = match &text {
+        Some(path) => {
+            let t = std::fs::read_to_string(path)
+                .with_context(|| format!("reading {} (give another text with --text)", path.display()))?;
+            let ids = eng.tokenizer().encode(&t, false)?;
+            if ids.len() < need {
+                bail!("{}: {} tokens, the bench needs {need}", path.display(), ids.len());
+            }
+            ids[..need].to_vec()
+        }
+        // Deterministic pseudo-random tokens, like llama-bench (content does not change dense speed).
+        None => (0..need as u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 7) % vocab).collect(),
+    };
+    // With --sparse every repetition runs dense and sparse back to back (alternating which goes
+    // first), so the ratio compares the two on the same machine state.
+    let mut sparse = eng.take_sparse();
+    let modes: Vec<bool> = if sparse.is_some() { vec![false, true] } else { vec![false] };
+    let mut runs: Vec<ModeRuns> = modes.iter().map(|_| ModeRuns::default()).collect();
     // Warm-up: page the weights in.
     let mut cache = eng.new_cache();
     eng.forward(&mut cache, &tokens[..1], Logits::Last)?;
-    for _ in 0..a.reps.max(1) {
-        if a.n_prompt > 0 {
-            let mut cache = eng.new_cache();
-            let t = Instant::now();
-            eng.forward(&mut cache, &tokens, Logits::Last)?;
-            pp.push(a.n_prompt as f64 / t.elapsed().as_secs_f64());
-        }
-        if a.n_gen > 0 {
-            let mut cache = eng.new_cache();
-            let mut tok = tokens[0];
-            let t = Instant::now();
-            for _ in 0..a.n_gen {
-                let logits = eng.forward(&mut cache, &[tok], Logits::Last)?;
-                tok = engine::sampling::argmax(&logits);
+    for rep in 0..a.reps.max(1) {
+        let order: Vec<usize> = if rep % 2 == 0 { (0..modes.len()).collect() } else { (0..modes.len()).rev().collect() };
+        for mi in order {
+            if modes[mi] {
+                eng.set_sparse(sparse.take());
             }
-            tg.push(a.n_gen as f64 / t.elapsed().as_secs_f64());
+            let r = &mut runs[mi];
+            if a.n_prompt > 0 {
+                let mut cache = eng.new_cache();
+                let t = Instant::now();
+                eng.forward(&mut cache, &tokens[..a.n_prompt], Logits::Last)?;
+                r.pp.push(a.n_prompt as f64 / t.elapsed().as_secs_f64());
+            }
+            if a.n_gen > 0 {
+                let mut cache = eng.new_cache();
+                if let Some(sp) = eng.sparse() {
+                    sp.reset_stats();
+                }
+                eng.take_ffn_seconds();
+                let mut tok = tokens[0];
+                let t = Instant::now();
+                for i in 0..a.n_gen {
+                    let logits = eng.forward(&mut cache, &[tok], Logits::Last)?;
+                    tok = if text.is_some() { tokens[(i + 1) % tokens.len()] } else { engine::sampling::argmax(&logits) };
+                }
+                let secs = t.elapsed().as_secs_f64();
+                r.tg.push(a.n_gen as f64 / secs);
+                r.ffn_share.push(eng.take_ffn_seconds() / secs);
+                if let Some(sp) = eng.sparse() {
+                    r.stats = Some(sp.stats());
+                }
+            }
+            if modes[mi] {
+                sparse = eng.take_sparse();
+            }
         }
     }
-    let (pm, ps) = mean_sd(&pp);
-    let (tm, ts) = mean_sd(&tg);
     let prec = precision_name(eng.options().precision);
+    let ratio = |f: fn(&ModeRuns) -> &Vec<f64>| -> Option<(f64, f64)> {
+        (runs.len() == 2 && !f(&runs[0]).is_empty())
+            .then(|| mean_sd(&f(&runs[1]).iter().zip(f(&runs[0])).map(|(s, d)| s / d).collect::<Vec<_>>()))
+    };
+    let tg_ratio = ratio(|r| &r.tg);
+    let pp_ratio = ratio(|r| &r.pp);
     if a.json {
-        let v = serde_json::json!({
-            "model": file.path(), "threads": eng.threads(), "precision": prec,
-            "n_prompt": a.n_prompt, "n_gen": a.n_gen, "reps": a.reps,
-            "pp_tok_s": pm, "pp_tok_s_sd": ps, "tg_tok_s": tm, "tg_tok_s_sd": ts,
-            "pp_runs": pp, "tg_runs": tg, "weight_bytes": eng.model().weight_bytes,
-            "requant": overlay.as_ref().map(|o| o.requant().to_string()),
-            "peak_rss_bytes": engine::sys::peak_rss_bytes(),
-        });
+        let mode_json = |r: &ModeRuns| {
+            let (pm, ps) = mean_sd(&r.pp);
+            let (tm, ts) = mean_sd(&r.tg);
+            serde_json::json!({
+                "pp_tok_s": pm, "pp_tok_s_sd": ps, "tg_tok_s": tm, "tg_tok_s_sd": ts,
+                "pp_runs": r.pp, "tg_runs": r.tg, "ffn_time_share": mean_sd(&r.ffn_share).0,
+                "sparse_stats": r.stats.map(|s| serde_json::json!({
+                    "gate_frac": s.gate_frac(), "up_frac": s.up_frac(), "down_frac": s.down_frac(),
+                })),
+            })
+        };
+        let mut v = mode_json(&runs[0]);
+        v["model"] = serde_json::json!(file.path());
+        v["threads"] = serde_json::json!(eng.threads());
+        v["precision"] = serde_json::json!(prec);
+        v["n_prompt"] = serde_json::json!(a.n_prompt);
+        v["n_gen"] = serde_json::json!(a.n_gen);
+        v["reps"] = serde_json::json!(a.reps);
+        v["text"] = serde_json::json!(text);
+        v["weight_bytes"] = serde_json::json!(eng.model().weight_bytes);
+        v["requant"] = serde_json::json!(overlay.as_ref().map(|o| o.requant().to_string()));
+        v["peak_rss_bytes"] = serde_json::json!(engine::sys::peak_rss_bytes());
+        if runs.len() == 2 {
+            v["sparse"] = mode_json(&runs[1]);
+            v["sparse"]["tg_ratio"] = serde_json::json!(tg_ratio.map(|r| r.0));
+            v["sparse"]["pp_ratio"] = serde_json::json!(pp_ratio.map(|r| r.0));
+        }
         println!("{}", serde_json::to_string(&v)?);
     } else {
         let rq = overlay.as_ref().map(|o| format!(" | layers re-quantized to {}", o.requant())).unwrap_or_default();
-        println!("model: {} | threads {} | {} mode{rq} | {:.1} MiB weights read per token", file.path().display(), eng.threads(), prec, mib(eng.model().weight_bytes as u64));
-        if !pp.is_empty() {
-            println!("pp{:<5} {:>8.1} ± {:.1} tok/s", a.n_prompt, pm, ps);
+        let src = text.as_ref().map(|p| format!(" | tokens from {}", p.display())).unwrap_or_default();
+        println!("model: {} | threads {} | {} mode{rq}{src} | {:.1} MiB weights read per token (dense)", file.path().display(), eng.threads(), prec, mib(eng.model().weight_bytes as u64));
+        for (r, &sp) in runs.iter().zip(&modes) {
+            let name = if modes.len() == 2 { if sp { "sparse " } else { "dense  " } } else { "" };
+            let (pm, ps) = mean_sd(&r.pp);
+            let (tm, ts) = mean_sd(&r.tg);
+            if !r.pp.is_empty() {
+                println!("{name}pp{:<5} {:>8.1} ± {:.1} tok/s", a.n_prompt, pm, ps);
+            }
+            if !r.tg.is_empty() {
+                let extra = match r.stats {
+                    Some(s) => format!("  (FFN {:.0}% of time; rows computed: gate {:.0}%, up {:.0}%, down {:.0}%)", 100.0 * mean_sd(&r.ffn_share).0, 100.0 * s.gate_frac(), 100.0 * s.up_frac(), 100.0 * s.down_frac()),
+                    None => format!("  ({:.2} GB/s of weights, FFN {:.0}% of time)", tm * eng.model().weight_bytes as f64 / 1e9, 100.0 * mean_sd(&r.ffn_share).0),
+                };
+                println!("{name}tg{:<5} {:>8.1} ± {:.1} tok/s{extra}", a.n_gen, tm, ts);
+            }
         }
-        if !tg.is_empty() {
-            println!("tg{:<5} {:>8.1} ± {:.1} tok/s  ({:.2} GB/s of weights)", a.n_gen, tm, ts, tm * eng.model().weight_bytes as f64 / 1e9);
+        if let Some((m, s)) = pp_ratio {
+            println!("sparse/dense pp: {m:.3} ± {s:.3} (per-repetition ratios)");
+        }
+        if let Some((m, s)) = tg_ratio {
+            println!("sparse/dense tg: {m:.3} ± {s:.3} (per-repetition ratios)");
         }
     }
     Ok(())
+}
+
+/// One bench mode's measurements.
+#[derive(Default)]
+struct ModeRuns {
+    pp: Vec<f64>,
+    tg: Vec<f64>,
+    ffn_share: Vec<f64>,
+    stats: Option<engine::SparseStats>,
 }
 
 fn sidecar(model: &std::path::Path, ext: &str) -> PathBuf {
