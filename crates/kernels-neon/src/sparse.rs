@@ -205,6 +205,9 @@ pub fn axpy_rows_with(
             return;
         }
         let b0 = c0 / bl * bb;
+        if ys.len() % 32 == 0 && arch::axpy_rows_tiled(path, w_t, b0, rows, coeffs, ys) {
+            return;
+        }
         let nbytes = ys.len().div_ceil(bl) * bb;
         let seg = |r: u32| &w_t.row_data(r as usize)[b0..b0 + nbytes];
         for (k, (&r, &c)) in rows.iter().zip(coeffs).enumerate() {

@@ -480,11 +480,8 @@ fn cmd_perplexity(a: PplArgs) -> Result<()> {
             r.tokens_in_text,
             r.tokens_per_s,
             precision_name(eng.options().precision),
-            format!(
-                "{}{}",
-                overlay.as_ref().map(|o| format!(", layers re-quantized to {}", o.requant())).unwrap_or_default(),
-                if eng.sparse().is_some() { ", sparse FFN" } else { "" }
-            )
+            overlay.as_ref().map(|o| format!(", layers re-quantized to {}", o.requant())).unwrap_or_default()
+                + if eng.sparse().is_some() { ", sparse FFN" } else { "" }
         );
     }
     Ok(())

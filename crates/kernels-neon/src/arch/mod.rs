@@ -247,6 +247,31 @@ pub(crate) fn axpy_row(path: KernelPath, format: WeightFormat, c: f32, src: &[u8
     }
 }
 
+/// The whole of one `axpy_rows` column range in one call, where the path has
+/// a tiled kernel for the format (`b0`: byte offset of the range in each row).
+/// Returns `false` when it has none: the caller then goes row by row.
+pub(crate) fn axpy_rows_tiled(
+    path: KernelPath,
+    w: &QMatrix<'_>,
+    b0: usize,
+    rows: &[u32],
+    coeffs: &[f32],
+    y: &mut [f32],
+) -> bool {
+    match path {
+        #[cfg(target_arch = "x86_64")]
+        KernelPath::Avx2Fma => {
+            // SAFETY: the path was checked available (AVX2/FMA/F16C present);
+            // the kernel asserts every bound it relies on.
+            unsafe { x86_64::axpy_rows_tiled(w.format(), w.data(), w.row_bytes(), b0, rows, coeffs, y) }
+        }
+        _ => {
+            let _ = (w, b0, rows, coeffs, y);
+            false
+        }
+    }
+}
+
 /// Software prefetch hint for every cache line of `bytes` (used to fetch the
 /// next listed rows of a sparse kernel while the current one is computed:
 /// listed rows are not contiguous, so the hardware prefetcher misses them).
