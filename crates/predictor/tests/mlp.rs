@@ -3,8 +3,9 @@
 use predictor::{train, Dataset, Predictor, PredictorSet, Scratch, TrainConfig, TrainProgress};
 use proptest::prelude::*;
 
+/// Under `target/tmp` (cargo's scratch space for integration tests), not the system temp dir.
 fn tmp(name: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("predictor-mlp-tests-{}", std::process::id()));
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("predictor-mlp-tests-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     dir.join(name)
 }
