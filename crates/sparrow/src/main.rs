@@ -136,6 +136,10 @@ struct TrainArgs {
     /// Epochs per candidate hidden size.
     #[arg(long, default_value_t = 8)]
     epochs: usize,
+    /// Largest predictor size per layer, as a share of that layer's FFN bytes (PowerInfer keeps
+    /// predictors small next to the weights they save; larger hidden sizes are not tried).
+    #[arg(long, default_value_t = 0.10)]
+    max_share: f64,
     /// Output file (default: `<model>.sparrow-predictor`).
     #[arg(long, short = 'o')]
     out: Option<PathBuf>,
@@ -836,7 +840,12 @@ fn cmd_train(a: TrainArgs) -> Result<()> {
     if stop.load(std::sync::atomic::Ordering::Relaxed) {
         bail!("interrupted: nothing written");
     }
-    let cfg = engine::TrainConfig { seed: a.seed, target_recall: a.recall, epochs: a.epochs, ..Default::default() };
+    if !(a.max_share > 0.0) {
+        bail!("--max-share must be > 0 (got {})", a.max_share);
+    }
+    let ffn_bytes: usize = eng.model().layers.iter().map(|l| [&l.gate, &l.up, &l.down].iter().map(|m| m.data().len()).sum::<usize>()).sum();
+    let max_bytes = (a.max_share * ffn_bytes as f64 / eng.model().layers.len().max(1) as f64) as usize;
+    let cfg = engine::TrainConfig { seed: a.seed, target_recall: a.recall, epochs: a.epochs, max_bytes, ..Default::default() };
     let b = bar(data.len() as u64, "layers trained");
     let (set, reports) = engine::profile::train_predictors(&eng, &data, &cfg, |_, _| b.inc(1))?;
     b.finish_and_clear();
@@ -845,7 +854,6 @@ fn cmd_train(a: TrainArgs) -> Result<()> {
     }
     let out = a.out.clone().unwrap_or_else(|| sidecar(eng.model().path(), ".sparrow-predictor"));
     set.save(&out)?;
-    let ffn_bytes: usize = eng.model().layers.iter().map(|l| [&l.gate, &l.up, &l.down].iter().map(|m| m.data().len()).sum::<usize>()).sum();
     let total: usize = reports.iter().map(|r| r.bytes).sum();
     let min_recall = reports.iter().map(|r| r.recall).fold(f32::INFINITY, f32::min);
     if a.json {
