@@ -233,7 +233,11 @@ fn forward_inner(
                     sp.mask(li, &xn, n, &mut g, &u)?;
                 }
                 g.par_chunks_mut(1024).zip(u.par_chunks(1024)).for_each(|(a, b)| a.iter_mut().zip(b).for_each(|(a, b)| *a *= b));
-                mm(&layer.down, &g, n, &mut o, precision, "ffn down")?;
+                match sparse {
+                    // The transposed down rows of sparse decode, so batched steps compute what it does.
+                    Some(sp) if observer.is_none() => sp.down_batch(li, &g, n, &mut o)?,
+                    _ => mm(&layer.down, &g, n, &mut o, precision, "ffn down")?,
+                }
             }
         }
         if let (Some(acc), Some(t0)) = (ffn.ffn_nanos, ffn_t0) {

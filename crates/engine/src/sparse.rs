@@ -345,6 +345,22 @@ impl SparseFfn {
     }
 }
 
+impl SparseFfn {
+    /// Batched down projection with the same transposed rows as [`SparseFfn::decode`], so that batched
+    /// steps (prefill, perplexity) see the numerics of sparse decode: for each of the `n` tokens,
+    /// `out_t = Σ_j h_t[j] · down_t[j]` over the nonzero `h_t[j]` (`h`: `n × d_ff` masked activations).
+    pub(crate) fn down_batch(&self, li: usize, h: &[f32], n: usize, out: &mut [f32]) -> Result<()> {
+        let down_t = self.down_t(li)?;
+        let (ff, d) = (self.d_ff, self.d_model);
+        out.par_chunks_mut(d).zip(h.par_chunks(ff)).take(n).try_for_each(|(o, ht)| {
+            let (rows, coeffs): (Vec<u32>, Vec<f32>) =
+                ht.iter().enumerate().filter(|(_, v)| **v != 0.0).map(|(j, &v)| (j as u32, v)).unzip();
+            o.fill(0.0);
+            kernels_neon::axpy_rows(&down_t, &rows, &coeffs, o).map_err(kernel("sparse ffn down (batched)"))
+        })
+    }
+}
+
 /// `w` (`rows × cols`) transposed into `cols × rows` in `format`.
 fn transpose(w: &QMatrix<'_>, format: WeightFormat) -> std::result::Result<Vec<u8>, kernels_neon::KernelError> {
     let (rows, cols) = (w.rows(), w.cols());
