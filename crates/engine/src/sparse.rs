@@ -1,15 +1,21 @@
-//! Activation sparsity in the FFN (PowerInfer / PowerInfer-2, CATS-style thresholds for SiLU models).
+//! Activation sparsity in the FFN (PowerInfer / PowerInfer-2; CATS-style thresholds for SiLU models).
 //!
-//! A neuron `j` of layer `l` is *active* for a token when `|act(gate_j · x)| > t_l` (the layer's
-//! threshold; ReLU models use `t_l = 0`, where this is exact). Sparse decode computes, per layer:
+//! A neuron `j` of layer `l` is *active* for a token when its [`Score`] exceeds the layer's threshold
+//! `t_l`. The default score is `|act(gate_j · x) · (up_j · x)| · ‖down_j‖`, the size of the neuron's
+//! contribution to the FFN output; `Score::Gate` is CATS's `|act(gate_j · x)|` (for ReLU models with
+//! `t_l = 0` that is exact: only zeros are skipped). Sparse decode computes, per layer:
 //!
-//! 1. the gate rows of the neurons the predictor expects to fire (all rows without a predictor),
-//! 2. the up rows of the neurons whose activated gate survives the threshold (paper's two phases),
+//! 1. the gate (and, for the default score, up) rows of the neurons the [`NeuronPredictor`] expects to
+//!    fire, or of all neurons without a predictor;
+//! 2. for the gate scores, the up rows only of the neurons whose activated gate survives (the paper's two
+//!    phases, [`kernels_neon::gate_up_sparse`]);
 //! 3. the down projection as `Σ_j a_j · down_t[j]` over the survivors ([`kernels_neon::axpy_rows`]),
-//!    where `down_t` is the down matrix transposed at load time (one row per neuron).
+//!    where `down_t` is the down matrix transposed at load time (one row per neuron, in
+//!    [`DEFAULT_DOWN_FORMAT`] unless asked otherwise).
 //!
-//! Batched steps (prefill, scoring) compute gate and up densely and zero the same neurons, so
-//! perplexity measured with a [`SparseFfn`] is the quality sparse decode has.
+//! Batched steps (prefill, perplexity) compute gate and up densely, zero the same neurons
+//! (`SparseFfn::mask`), and use the same transposed down rows, so perplexity measured with a
+//! [`SparseFfn`] is the quality sparse decode has.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -124,8 +130,8 @@ impl Score {
 pub const DEFAULT_DOWN_FORMAT: WeightFormat = WeightFormat::Q8_0;
 
 impl SparseFfn {
-    /// Builds the sparse FFN of `model` with one threshold per layer (on `|act(gate)|`), transposing
-    /// every down matrix into `down_format`.
+    /// Builds the sparse FFN of `model` with one threshold per layer (on [`SparseFfn::score`], the
+    /// default [`Score::OutputNorm`] unless changed), transposing every down matrix into `down_format`.
     pub fn new(model: &Model<'_>, thresholds: Vec<f32>, down_format: WeightFormat) -> Result<Self> {
         let cfg = &model.config;
         if thresholds.len() != cfg.n_layers {

@@ -719,7 +719,8 @@ fn stop_flag() -> Result<std::sync::Arc<std::sync::atomic::AtomicBool>> {
 fn cmd_profile(a: ProfileArgs) -> Result<()> {
     use engine::sparse::{thresholds_for_sparsity, Score, SparseFfn, DEFAULT_DOWN_FORMAT};
     let file = open_model(&a.model, a.json)?;
-    let mut eng = Engine::new(&file, engine_options(&a.model))?;
+    let overlay = build_overlay(&file, &a.model, a.json)?;
+    let mut eng = Engine::new_with_overlay(&file, overlay.as_ref(), engine_options(&a.model))?;
     let tokens = read_corpus(&eng, &a.corpus)?;
     let w = a.corpus.window;
     let score = match a.score.as_str() {
@@ -827,7 +828,8 @@ fn cmd_profile(a: ProfileArgs) -> Result<()> {
 
 fn cmd_train(a: TrainArgs) -> Result<()> {
     let file = open_model(&a.model, a.json)?;
-    let eng = Engine::new(&file, engine_options(&a.model))?;
+    let overlay = build_overlay(&file, &a.model, a.json)?;
+    let eng = Engine::new_with_overlay(&file, overlay.as_ref(), engine_options(&a.model))?;
     let profile_path = a.model.profile.clone().unwrap_or_else(|| sidecar(eng.model().path(), ".sparrow-profile"));
     let profile = engine::Profile::load(&profile_path)
         .with_context(|| "train-predictor needs the model's profile: run `sparrow profile` first".to_string())?;
