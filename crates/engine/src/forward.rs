@@ -190,20 +190,13 @@ fn forward_inner(
         cache.k[li].extend_from_slice(&k);
         cache.v[li].extend_from_slice(&v);
         let (kc, vc) = (&cache.k[li], &cache.v[li]);
-        att.par_chunks_mut(hd).enumerate().for_each(|(idx, out)| {
+        att.par_chunks_mut(hd).enumerate().try_for_each_init(Vec::new, |scores, (idx, out)| {
             let (t, h) = (idx / cfg.n_heads, idx % cfg.n_heads);
-            let kvh = h / group;
+            let layout = kernels_neon::KvLayout { stride: kvd, offset: (h / group) * hd, head_dim: hd };
             let qh = &q[t * qd + h * hd..t * qd + (h + 1) * hd];
             let ctx = start + t + 1; // causal: positions 0..=start+t
-            let mut scores: Vec<f32> = (0..ctx)
-                .map(|j| kernels_neon::dot_f32(qh, &kc[j * kvd + kvh * hd..j * kvd + (kvh + 1) * hd]) * scale)
-                .collect();
-            kernels_neon::softmax_inplace(&mut scores);
-            out.fill(0.0);
-            for (j, &s) in scores.iter().enumerate() {
-                kernels_neon::axpy_f32(s, &vc[j * kvd + kvh * hd..j * kvd + (kvh + 1) * hd], out);
-            }
-        });
+            kernels_neon::attend(qh, kc, vc, layout, ctx, scale, scores, out).map_err(kernel("attention"))
+        })?;
         mm(&layer.wo, &att, n, &mut o, precision, "attention output")?;
         x.iter_mut().zip(&o).for_each(|(a, b)| *a += b);
 

@@ -191,11 +191,13 @@ use std::sync::OnceLock;
 use rayon::prelude::*;
 
 mod arch;
+mod attention;
 mod quant;
 mod quantize;
 mod scalar;
 mod sparse;
 
+pub use attention::{attend, attend_with, KvLayout};
 pub use quantize::{quantize_matrix, quantize_row};
 pub use sparse::*;
 
