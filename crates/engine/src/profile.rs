@@ -44,33 +44,8 @@ pub fn observe_corpus(
     Ok(windows)
 }
 
-/// Every `stride`-th `|act(gate)|` value of each layer, for threshold calibration.
-pub fn sample_abs_activations(
-    engine: &Engine<'_>,
-    tokens: &[u32],
-    window: usize,
-    windows: usize,
-    stride: usize,
-    progress: impl FnMut(usize, usize),
-) -> Result<Vec<Vec<f32>>> {
-    let n_layers = engine.model().config.n_layers;
-    let stride = stride.max(1);
-    let mut samples = vec![Vec::new(); n_layers];
-    let stop = AtomicBool::new(false);
-    observe_corpus(
-        engine,
-        tokens,
-        window,
-        windows,
-        &stop,
-        |s| samples[s.layer].extend(s.act_gate.iter().step_by(stride).map(|v| v.abs())),
-        progress,
-    )?;
-    Ok(samples)
-}
-
 /// Per-layer samples of the sparsity score (`score.of(act(gate), up, ‖down_j‖)`, every `stride`-th
-/// value), for [`crate::sparse::thresholds_for_sparsity`].
+/// value), for [`crate::sparse::thresholds_for_sparsity`] (`Score::Gate` gives CATS's `|act(gate)|`).
 pub fn sample_scores(
     engine: &Engine<'_>,
     sparse: &SparseFfn,
