@@ -1,14 +1,11 @@
 //! Predictor training, inference and file format.
 
+mod common;
+
+use common::{corruptions, seal, tmp};
+
 use predictor::{train, Dataset, Predictor, PredictorSet, Scratch, TrainConfig, TrainProgress};
 use proptest::prelude::*;
-
-/// Under `target/tmp` (cargo's scratch space for integration tests), not the system temp dir.
-fn tmp(name: &str) -> std::path::PathBuf {
-    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("predictor-mlp-tests-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join(name)
-}
 
 struct Lcg(u64);
 impl Lcg {
@@ -388,13 +385,10 @@ proptest! {
         let path = tmp(&format!("prop-{pos}-{bit}-{cut}.pred"));
         set.save(&path).unwrap();
         let good = std::fs::read(&path).unwrap();
-        let mut b = good.clone();
-        let i = pos % b.len();
-        b[i] ^= 1 << bit;
-        std::fs::write(&path, &b).unwrap();
-        prop_assert!(PredictorSet::load(&path).is_err());
-        std::fs::write(&path, &good[..cut % good.len()]).unwrap();
-        prop_assert!(PredictorSet::load(&path).is_err());
+        for bad in corruptions(&good, pos, bit, cut) {
+            std::fs::write(&path, &bad).unwrap();
+            prop_assert!(PredictorSet::load(&path).is_err());
+        }
         std::fs::remove_file(&path).unwrap();
     }
 }
@@ -452,15 +446,6 @@ fn save_into_a_missing_directory_names_the_path_and_leaves_nothing() {
     assert!(!dir.exists());
 }
 
-fn fnv(d: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf29ce484222325;
-    for &x in d {
-        h ^= x as u64;
-        h = h.wrapping_mul(0x100000001b3);
-    }
-    h
-}
-
 /// Shapes that lie (with a valid checksum) are errors, not panics or huge allocations.
 #[test]
 fn predictor_set_lying_shapes_are_errors() {
@@ -484,9 +469,7 @@ fn predictor_set_lying_shapes_are_errors() {
     for (off, val, needle) in cases {
         let mut b = good[..good.len() - 8].to_vec();
         b[24 + off..24 + off + 4].copy_from_slice(&val.to_le_bytes());
-        let h = fnv(&b);
-        b.extend_from_slice(&h.to_le_bytes());
-        std::fs::write(&path, &b).unwrap();
+        std::fs::write(&path, seal(b)).unwrap();
         let msg = PredictorSet::load(&path).unwrap_err().to_string();
         assert!(
             msg.contains(&path.display().to_string()) && msg.contains(needle),
@@ -495,9 +478,7 @@ fn predictor_set_lying_shapes_are_errors() {
     }
     let mut b = good[..good.len() - 8].to_vec();
     b[24 + 24] = 3; // weight format code
-    let h = fnv(&b);
-    b.extend_from_slice(&h.to_le_bytes());
-    std::fs::write(&path, &b).unwrap();
+    std::fs::write(&path, seal(b)).unwrap();
     assert!(PredictorSet::load(&path)
         .unwrap_err()
         .to_string()

@@ -1,16 +1,13 @@
 //! Profile file format, accumulator and statistics.
 
+mod common;
+
+use common::{corruptions, seal, tmp};
+
 use predictor::{
     calibrate_threshold, ActivationKind, LayerProfile, PredictorError, Profile, ProfileAccumulator,
 };
 use proptest::prelude::*;
-
-/// Under `target/tmp` (cargo's scratch space for integration tests), not the system temp dir.
-fn tmp(name: &str) -> std::path::PathBuf {
-    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("predictor-tests-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join(name)
-}
 
 fn sample_profile() -> Profile {
     let layer = |n: u32, k: f32| LayerProfile {
@@ -125,13 +122,10 @@ proptest! {
         let path = tmp(&format!("prop-{pos}-{bit}-{cut}.prof"));
         sample_profile().save(&path).unwrap();
         let good = std::fs::read(&path).unwrap();
-        let mut b = good.clone();
-        let i = pos % b.len();
-        b[i] ^= 1 << bit;
-        std::fs::write(&path, &b).unwrap();
-        prop_assert!(Profile::load(&path).is_err());
-        std::fs::write(&path, &good[..cut % good.len()]).unwrap();
-        prop_assert!(Profile::load(&path).is_err());
+        for bad in corruptions(&good, pos, bit, cut) {
+            std::fs::write(&path, &bad).unwrap();
+            prop_assert!(Profile::load(&path).is_err());
+        }
         std::fs::remove_file(&path).unwrap();
     }
 }
@@ -157,20 +151,9 @@ fn lying_lengths_with_valid_checksum_are_errors() {
         pl[off..off + 4].copy_from_slice(&val.to_le_bytes());
         let mut b = good[..24].to_vec();
         b.extend_from_slice(&pl);
-        let h = fnv(&b);
-        b.extend_from_slice(&h.to_le_bytes());
-        std::fs::write(&path, &b).unwrap();
+        std::fs::write(&path, seal(b)).unwrap();
         expect_err_naming_path(&path, "payload ends");
     }
-}
-
-fn fnv(d: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf29ce484222325;
-    for &x in d {
-        h ^= x as u64;
-        h = h.wrapping_mul(0x100000001b3);
-    }
-    h
 }
 
 #[test]
