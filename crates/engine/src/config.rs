@@ -26,12 +26,11 @@ pub enum Activation {
 }
 
 impl Activation {
-    /// Applies the activation to one value.
-    #[inline]
-    pub fn apply(self, x: f32) -> f32 {
+    /// The same activation for the kernels (`kernels_neon::Activation::apply` computes it).
+    pub fn kernel(self) -> kernels_neon::Activation {
         match self {
-            Activation::Silu => x / (1.0 + (-x).exp()),
-            Activation::Relu => x.max(0.0),
+            Activation::Silu => kernels_neon::Activation::Silu,
+            Activation::Relu => kernels_neon::Activation::Relu,
         }
     }
 

@@ -217,7 +217,7 @@ fn forward_inner(
             (sparse, observer) => {
                 mm(&layer.gate, &xn, n, &mut g, precision, "ffn gate")?;
                 mm(&layer.up, &xn, n, &mut u, precision, "ffn up")?;
-                let act = cfg.activation;
+                let act = cfg.activation.kernel();
                 g.par_chunks_mut(1024).for_each(|c| c.iter_mut().for_each(|v| *v = act.apply(*v)));
                 if let Some(obs) = observer {
                     obs(FfnSample { layer: li, n, input: &xn, act_gate: &g, up: &u });
