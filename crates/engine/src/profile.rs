@@ -57,8 +57,8 @@ pub fn sample_scores(
 ) -> Result<Vec<Vec<f32>>> {
     let n_layers = engine.model().config.n_layers;
     let stride = stride.max(1);
-    let score = sparse.score;
     let mut samples = vec![Vec::new(); n_layers];
+    let mut scores = Vec::new();
     let stop = AtomicBool::new(false);
     observe_corpus(
         engine,
@@ -67,12 +67,8 @@ pub fn sample_scores(
         windows,
         &stop,
         |s| {
-            let norms = sparse.down_norms(s.layer);
-            let ff = norms.len();
-            let out = &mut samples[s.layer];
-            for (i, (a, u)) in s.act_gate.iter().zip(s.up).enumerate().step_by(stride) {
-                out.push(score.of(*a, *u, norms[i % ff]));
-            }
+            sparse.scores_into(s.layer, s.act_gate, s.up, &mut scores);
+            samples[s.layer].extend(scores.iter().step_by(stride));
         },
         progress,
     )?;
@@ -82,24 +78,18 @@ pub fn sample_scores(
 /// A stable id of a model's weights for profile and predictor files: FNV-1a 64 over the shapes and the
 /// first 64 KiB of the first layer's gate and last layer's down matrices.
 pub fn model_fingerprint(model: &Model<'_>) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    let mut eat = |b: &[u8]| {
-        for &x in b {
-            h ^= u64::from(x);
-            h = h.wrapping_mul(0x0000_0100_0000_01b3);
-        }
-    };
+    let mut h = predictor::Fnv1a64::default();
     let c = &model.config;
     for v in [c.n_layers, c.d_model, c.d_ff, c.n_heads, c.n_kv_heads, c.vocab_size, model.weight_bytes] {
-        eat(&(v as u64).to_le_bytes());
+        h.update(&(v as u64).to_le_bytes());
     }
     if let (Some(first), Some(last)) = (model.layers.first(), model.layers.last()) {
         for m in [&first.gate, &last.down] {
             let d = m.data();
-            eat(&d[..d.len().min(64 << 10)]);
+            h.update(&d[..d.len().min(64 << 10)]);
         }
     }
-    h
+    h.finish()
 }
 
 /// Settings of [`profile_corpus`].
@@ -133,7 +123,6 @@ pub fn profile_corpus(
     let mut accs = (0..cfg.n_layers)
         .map(|l| ProfileAccumulator::new(ff, &opts.batch_sizes, sparse.thresholds()[l], 0.0, 0.0))
         .collect::<std::result::Result<Vec<_>, _>>()?;
-    let score = sparse.score;
     let mut first_err = None;
     let mut scores = Vec::new();
     let done = observe_corpus(
@@ -143,9 +132,7 @@ pub fn profile_corpus(
         opts.windows,
         stop,
         |s| {
-            let norms = sparse.down_norms(s.layer);
-            scores.clear();
-            scores.extend(s.act_gate.iter().zip(s.up).enumerate().map(|(i, (a, u))| score.of(*a, *u, norms[i % ff])));
+            sparse.scores_into(s.layer, s.act_gate, s.up, &mut scores);
             let acc = &mut accs[s.layer];
             if let Err(e) = acc.observe_scored(&scores, s.act_gate, s.up, s.n) {
                 first_err.get_or_insert(e);
@@ -170,7 +157,7 @@ pub fn profile_corpus(
             Activation::Silu => ActivationKind::Silu,
             Activation::Relu => ActivationKind::Relu,
         },
-        score: match score {
+        score: match sparse.score {
             Score::Gate => ScoreKind::Gate,
             Score::GateNorm => ScoreKind::GateNorm,
             Score::OutputNorm => ScoreKind::OutputNorm,
@@ -225,8 +212,8 @@ pub fn collect_datasets(
     let cfg = &engine.model().config;
     let (d, ff) = (cfg.d_model, cfg.d_ff);
     let mut sets: Vec<Dataset> = (0..cfg.n_layers).map(|_| Dataset::new(d, ff)).collect();
-    let score = sparse.score;
     let mut first_err = None;
+    let mut scores = Vec::new();
     observe_corpus(
         engine,
         tokens,
@@ -234,11 +221,10 @@ pub fn collect_datasets(
         windows,
         stop,
         |s| {
-            let norms = sparse.down_norms(s.layer);
+            sparse.scores_into(s.layer, s.act_gate, s.up, &mut scores);
             let t = sparse.thresholds()[s.layer];
-            for tk in 0..s.n {
-                let (a, u) = (&s.act_gate[tk * ff..(tk + 1) * ff], &s.up[tk * ff..(tk + 1) * ff]);
-                if let Err(e) = sets[s.layer].push_mask(&s.input[tk * d..(tk + 1) * d], |j| score.of(a[j], u[j], norms[j]) > t) {
+            for (tk, st) in scores.chunks(ff).enumerate() {
+                if let Err(e) = sets[s.layer].push_mask(&s.input[tk * d..(tk + 1) * d], |j| st[j] > t) {
                     first_err.get_or_insert(e);
                 }
             }

@@ -201,6 +201,16 @@ impl SparseFfn {
         &self.thresholds
     }
 
+    /// The score of every neuron of an observed FFN step of layer `layer` (`act_gate`, `up`: `n × d_ff`),
+    /// into `out` (cleared first).
+    pub fn scores_into(&self, layer: usize, act_gate: &[f32], up: &[f32], out: &mut Vec<f32>) {
+        let norms = &self.down_norms[layer];
+        out.clear();
+        out.extend(act_gate.chunks(self.d_ff).zip(up.chunks(self.d_ff)).flat_map(|(a, u)| {
+            a.iter().zip(u).zip(norms).map(|((&a, &u), &n)| self.score.of(a, u, n))
+        }));
+    }
+
     /// Bytes of the transposed down matrices.
     pub fn down_t_bytes(&self) -> usize {
         self.down_t.iter().map(Vec::len).sum()

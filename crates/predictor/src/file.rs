@@ -21,14 +21,37 @@ use crate::error::{PredictorError, Result};
 
 pub(crate) const HEADER_LEN: usize = 24;
 
-/// FNV-1a, 64 bits.
-pub(crate) fn fnv1a64(data: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for &b in data {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+/// FNV-1a, 64 bits, fed in pieces (the checksum of profile and predictor files; also what model
+/// fingerprints are made of).
+#[derive(Debug, Clone, Copy)]
+pub struct Fnv1a64(u64);
+
+impl Default for Fnv1a64 {
+    fn default() -> Self {
+        Fnv1a64(0xcbf2_9ce4_8422_2325)
     }
-    h
+}
+
+impl Fnv1a64 {
+    /// Feeds `data`.
+    pub fn update(&mut self, data: &[u8]) {
+        for &b in data {
+            self.0 ^= u64::from(b);
+            self.0 = self.0.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+
+    /// The hash of everything fed so far.
+    pub fn finish(self) -> u64 {
+        self.0
+    }
+}
+
+/// FNV-1a 64 of `data`.
+pub(crate) fn fnv1a64(data: &[u8]) -> u64 {
+    let mut h = Fnv1a64::default();
+    h.update(data);
+    h.finish()
 }
 
 /// Wraps `payload` in the container and writes it atomically to `path`.

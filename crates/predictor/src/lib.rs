@@ -59,6 +59,7 @@ pub mod mlp;
 pub mod profile;
 
 pub use error::{PredictorError, Result};
+pub use file::Fnv1a64;
 pub use mlp::{
     train, Dataset, LayerReport, Predictor, PredictorSet, Scratch, TrainConfig, TrainProgress,
 };
