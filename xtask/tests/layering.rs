@@ -14,7 +14,7 @@ fn root() -> PathBuf {
 fn layer(name: &str) -> Option<u32> {
     Some(match name {
         "ufs-io" | "kernels-neon" | "npu-qnn-sys" | "model-format" | "model-tokenizer" => 0,
-        "neuron-cache" | "predictor" | "planner" => 1,
+        "neuron-cache" | "neuron-store" | "predictor" | "planner" => 1,
         "engine" => 2,
         "sparrow" | "xtask" => 3,
         _ => return None,

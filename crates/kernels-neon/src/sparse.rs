@@ -35,7 +35,7 @@ use rayon::prelude::*;
 use crate::arch::{self, Rows};
 use crate::{
     active_path, check_len, check_path, chunk_rows_setting, matvec_chunk, Acts, KernelError, KernelPath, Precision,
-    QMatrix,
+    QMatrix, WeightFormat,
 };
 
 /// Activation function of a gated FFN (`act(gate) * up`).
@@ -326,4 +326,54 @@ pub fn gate_up_sparse_with(
         out[i] *= u;
     }
     Ok(keep.len())
+}
+
+/// Activations prepared (quantized as the precision requires) once, for many small products with
+/// matrices of one format: the few-row units of a neuron store, each its own [`QMatrix`]. See
+/// [`matvec_rows_prepared`].
+pub struct PreparedActs<'x> {
+    path: KernelPath,
+    format: WeightFormat,
+    precision: Precision,
+    acts: Acts,
+    x: &'x [f32],
+}
+
+impl PreparedActs<'_> {
+    /// The length of the prepared vector.
+    pub fn len(&self) -> usize {
+        self.x.len()
+    }
+
+    /// Whether the prepared vector is empty.
+    pub fn is_empty(&self) -> bool {
+        self.x.is_empty()
+    }
+}
+
+/// Prepares `x` for [`matvec_rows_prepared`] over matrices in `format` at `precision`.
+pub fn prepare_acts(format: WeightFormat, x: &[f32], precision: Precision) -> PreparedActs<'_> {
+    let path = active_path();
+    PreparedActs { path, format, precision, acts: Acts::new(path, format, x, precision), x }
+}
+
+/// [`matvec_rows`] with activations prepared by [`prepare_acts`], on the calling thread (no rayon:
+/// meant for small matrices computed by many callers at once). `w` must have the format and the
+/// column count the activations were prepared for; results equal [`matvec_rows`] at that precision.
+pub fn matvec_rows_prepared(acts: &PreparedActs<'_>, w: &QMatrix, rows: &[u32], y: &mut [f32]) -> Result<(), KernelError> {
+    if !acts.acts.fits(w.format(), acts.precision) {
+        return Err(KernelError::Unsupported { what: "matvec_rows_prepared (activations prepared for another format)", format: w.format() });
+    }
+    check_len("matvec_rows_prepared x", w.cols(), acts.x.len())?;
+    check_len("matvec_rows_prepared y", rows.len(), y.len())?;
+    check_rows("matvec_rows_prepared rows", w, rows)?;
+    if rows.is_empty() {
+        return Ok(());
+    }
+    if w.cols() == 0 {
+        y.fill(0.0);
+        return Ok(());
+    }
+    acts.acts.run(acts.path, w, Rows::List(rows), acts.x, y);
+    Ok(())
 }

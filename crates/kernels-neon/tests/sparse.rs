@@ -76,6 +76,12 @@ proptest! {
             let eff = if format.is_quantized() { precision } else { Precision::Exact };
             let mut ys = vec![f32::NAN; rows.len()];
             matvec_rows_with(KernelPath::Scalar, &w, &rows, &x, &mut ys, precision).unwrap();
+            // Prepared once, on the active path: bit-identical to matvec_rows.
+            let (mut yp, mut ya) = (vec![f32::NAN; rows.len()], vec![f32::NAN; rows.len()]);
+            matvec_rows_prepared(&prepare_acts(format, &x, precision), &w, &rows, &mut yp).unwrap();
+            matvec_rows(&w, &rows, &x, &mut ya, precision).unwrap();
+            prop_assert_eq!(yp.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), ya.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                "prepared {:?} {:?}", format, precision);
             for path in available_paths() {
                 let mut y = vec![f32::NAN; rows.len()];
                 matvec_rows_with(path, &w, &rows, &x, &mut y, precision).unwrap();

@@ -1,0 +1,120 @@
+//! Opening a store and reading its units through `ufs-io`.
+
+use std::path::{Path, PathBuf};
+
+use ufs_io::{AlignedBuf, FileId, IoEngine, OpenOptions, ReadRequest};
+
+use crate::error::{Result, StoreError};
+use crate::layout::{decode_header, StoreIndex, HEADER_LEN, PAGE};
+
+/// An opened, validated store: its index in memory, its units read on demand through an [`IoEngine`].
+#[derive(Debug)]
+pub struct NeuronStore {
+    path: PathBuf,
+    file: FileId,
+    index: StoreIndex,
+}
+
+impl NeuronStore {
+    /// Opens `path` on `io`, reads header and index (through the I/O thread) and validates them: magic,
+    /// version, checksums of header and index, shapes, offsets, permutations and the file length.
+    /// Unit checksums are checked as units are read ([`NeuronStore::verify_unit`]) or all at once with
+    /// [`NeuronStore::verify_all`].
+    pub fn open(io: &IoEngine, path: impl AsRef<Path>, opts: OpenOptions) -> Result<Self> {
+        let path = path.as_ref().to_path_buf();
+        let file = io.open(&path, opts)?;
+        let len = io.file(file)?.len();
+        let bad = |what: String| StoreError::Corrupt { path: path.clone(), what };
+        if len < PAGE as u64 {
+            return Err(bad(format!("file is {len} bytes, smaller than one page")));
+        }
+        let first = io.read_at(file, 0, PAGE)?;
+        let h = decode_header(&first, &path)?;
+        let need = (HEADER_LEN + h.index_len).next_multiple_of(PAGE);
+        if need as u64 > len {
+            return Err(bad(format!("index of {} bytes runs past the end of the {len}-byte file", h.index_len)));
+        }
+        let head = if need <= PAGE { first } else { io.read_at(file, 0, need)? };
+        let index_bytes = &head[HEADER_LEN..HEADER_LEN + h.index_len];
+        if crc32fast::hash(index_bytes) != h.index_crc {
+            return Err(bad("index checksum mismatch (damaged index)".into()));
+        }
+        if h.file_len != len {
+            return Err(bad(format!("file is {len} bytes, the header says {} (truncated or padded)", h.file_len)));
+        }
+        let index = StoreIndex::decode(index_bytes, len, &path)?;
+        Ok(NeuronStore { path, file, index })
+    }
+
+    /// The store's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The file's id on the engine it was opened with.
+    pub fn file(&self) -> FileId {
+        self.file
+    }
+
+    /// The index.
+    pub fn index(&self) -> &StoreIndex {
+        &self.index
+    }
+
+    /// The read of one unit, tagged `tag`.
+    pub fn unit_request(&self, layer: usize, unit: usize, tag: u64) -> ReadRequest {
+        ReadRequest { file: self.file, offset: self.index.unit_offset(layer, unit), len: self.index.layout.unit_bytes(), tag }
+    }
+
+    /// Checks `bytes` (one unit as read) against the unit's recorded checksum.
+    pub fn verify_unit(&self, layer: usize, unit: usize, bytes: &[u8]) -> Result<()> {
+        let crc = self.index.layers.get(layer).and_then(|l| l.unit_crc.get(unit));
+        if crc.is_some_and(|&c| bytes.len() == self.index.layout.unit_bytes() && crc32fast::hash(bytes) == c) {
+            return Ok(());
+        }
+        let offset = if crc.is_some() { self.index.unit_offset(layer, unit) } else { 0 };
+        Err(StoreError::Checksum {
+            path: self.path.clone(),
+            layer,
+            unit,
+            offset,
+            end: offset + self.index.layout.unit_bytes() as u64,
+        })
+    }
+
+    /// Reads one unit and verifies it (blocking).
+    pub fn read_unit(&self, io: &IoEngine, layer: usize, unit: usize) -> Result<AlignedBuf> {
+        let r = self.unit_request(layer, unit, 0);
+        let buf = io.read_at(self.file, r.offset, r.len)?;
+        self.verify_unit(layer, unit, &buf)?;
+        Ok(buf)
+    }
+
+    /// Reads units `units` of `layer` with one sequential read (the hot prefix at start-up), verifying
+    /// each. The result holds the units back to back.
+    pub fn read_units(&self, io: &IoEngine, layer: usize, units: std::ops::Range<usize>) -> Result<AlignedBuf> {
+        let ub = self.index.layout.unit_bytes();
+        if units.end > self.index.units_per_layer() || layer >= self.index.layers.len() {
+            return Err(StoreError::Invalid(format!("units {units:?} of layer {layer} are outside the store")));
+        }
+        if units.is_empty() {
+            return AlignedBuf::new(0).map_err(Into::into);
+        }
+        let buf = io.read_sequential(self.file, self.index.unit_offset(layer, units.start), units.len() * ub)?;
+        for (i, u) in units.enumerate() {
+            self.verify_unit(layer, u, &buf[i * ub..(i + 1) * ub])?;
+        }
+        Ok(buf)
+    }
+
+    /// Reads and verifies every unit of every layer (`sparrow convert --verify`).
+    pub fn verify_all(&self, io: &IoEngine) -> Result<()> {
+        let (units, step) = (self.index.units_per_layer(), (8 << 20) / self.index.layout.unit_bytes().max(1));
+        for l in 0..self.index.layers.len() {
+            for s in (0..units).step_by(step.max(1)) {
+                self.read_units(io, l, s..(s + step.max(1)).min(units))?;
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,213 @@
+//! Round trips, packing and corruption of neuron stores, read through a real `ufs-io` engine.
+
+use std::path::PathBuf;
+
+use kernels_neon::WeightFormat;
+use neuron_store::{BundleLayout, Formats, LayerInput, NeuronStore, StoreError, StoreWriter, PAGE};
+use proptest::prelude::*;
+use ufs_io::{EngineConfig, IoEngine, OpenOptions};
+
+fn tmp(name: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("neuron-store-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
+}
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn bytes(&mut self, n: usize) -> Vec<u8> {
+        (0..n).map(|_| self.next() as u8).collect()
+    }
+    fn perm(&mut self, n: usize) -> Vec<u32> {
+        let mut p: Vec<u32> = (0..n as u32).collect();
+        for i in (1..n).rev() {
+            p.swap(i, (self.next() % (i as u64 + 1)) as usize);
+        }
+        p
+    }
+}
+
+const Q8: Formats = Formats { gate: WeightFormat::Q8_0, up: WeightFormat::Q8_0, down: WeightFormat::Q8_0 };
+
+/// Layers of random bytes: (gate, up, down_t, order, norms) each.
+type Layer = (Vec<u8>, Vec<u8>, Vec<u8>, Vec<u32>, Vec<f32>);
+
+fn write_store(path: &PathBuf, layers: usize, d: usize, ff: usize, formats: Formats, max_k: usize, seed: u64) -> Vec<Layer> {
+    let mut rng = Rng(seed);
+    let l = BundleLayout::with_neurons(d, formats, max_k).unwrap();
+    let mut w = StoreWriter::create_with(path, layers, d, ff, formats, max_k).unwrap();
+    let mut out = Vec::new();
+    for _ in 0..layers {
+        let (g, u, dn) = (rng.bytes(ff * l.gate_row), rng.bytes(ff * l.up_row), rng.bytes(ff * l.down_row));
+        let order = rng.perm(ff);
+        let norms: Vec<f32> = (0..ff).map(|i| i as f32 * 0.5).collect();
+        w.add_layer(LayerInput { gate: &g, up: &u, down_t: &dn, order: order.clone(), hot_neurons: ff / 4, down_norms: norms.clone() })
+            .unwrap();
+        out.push((g, u, dn, order, norms));
+    }
+    w.finish().unwrap();
+    out
+}
+
+fn io() -> IoEngine {
+    IoEngine::new(EngineConfig { queue_depth: 8, ..Default::default() }).unwrap()
+}
+
+fn check_round_trip(d: usize, ff: usize, formats: Formats, max_k: usize) {
+    let path = tmp(&format!("rt-{d}-{ff}-{max_k}.neurons"));
+    let layers = write_store(&path, 2, d, ff, formats, max_k, 7 + d as u64);
+    let io = io();
+    let store = NeuronStore::open(&io, &path, OpenOptions::default()).unwrap();
+    let ix = store.index();
+    let l = ix.layout;
+    assert_eq!((ix.d_model, ix.d_ff, ix.formats), (d, ff, formats));
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), ix.file_len);
+    for (li, (g, u, dn, order, norms)) in layers.iter().enumerate() {
+        assert_eq!(&ix.layers[li].order, order);
+        assert_eq!(&ix.layers[li].down_norms, norms);
+        assert_eq!(ix.layers[li].hot_units, (ff / 4).div_ceil(l.neurons));
+        assert_eq!(ix.layers[li].offset % PAGE as u64, 0);
+        for n in 0..ff {
+            let (unit, slot) = ix.unit_of(li, n as u32);
+            assert_eq!(ix.neurons_of(li, unit)[slot], n as u32);
+            let b = store.read_unit(&io, li, unit).unwrap();
+            let gate = &b[l.gate_range()][slot * l.gate_row..(slot + 1) * l.gate_row];
+            let up = &b[l.up_range()][slot * l.up_row..(slot + 1) * l.up_row];
+            let down = &b[l.down_range()][slot * l.down_row..(slot + 1) * l.down_row];
+            assert_eq!(gate, &g[n * l.gate_row..(n + 1) * l.gate_row], "gate of neuron {n} layer {li}");
+            assert_eq!(up, &u[n * l.up_row..(n + 1) * l.up_row]);
+            assert_eq!(down, &dn[n * l.down_row..(n + 1) * l.down_row]);
+        }
+        let hot = store.read_units(&io, li, 0..ix.layers[li].hot_units).unwrap();
+        assert_eq!(hot.len(), ix.layers[li].hot_units * l.unit_bytes());
+    }
+    store.verify_all(&io).unwrap();
+}
+
+#[test]
+fn packed_store_round_trips() {
+    // Q8_0 rows of 64: bundles of 204 bytes, 20 to a page; 100 neurons leave a ragged last unit.
+    let l = BundleLayout::new(64, Q8).unwrap();
+    assert_eq!((l.neurons, l.pages), (20, 1));
+    check_round_trip(64, 100, Q8, usize::MAX);
+}
+
+#[test]
+fn unpacked_store_round_trips() {
+    check_round_trip(64, 37, Q8, 1);
+}
+
+#[test]
+fn smollm2_shape_packs_three_per_page() {
+    let f = Formats { gate: WeightFormat::Q4_1, up: WeightFormat::Q4_1, down: WeightFormat::Q8_0 };
+    let l = BundleLayout::new(576, f).unwrap();
+    assert_eq!((l.bundle_bytes(), l.neurons, l.pages), (360 + 360 + 612, 3, 1));
+}
+
+#[test]
+fn large_bundles_span_pages_with_the_gate_first() {
+    // Q8_0 rows of 2048: 2176-byte rows, a 6528-byte bundle over two pages, gate in the first.
+    let l = BundleLayout::new(2048, Q8).unwrap();
+    assert_eq!((l.neurons, l.pages), (1, 2));
+    assert!(l.gate_in_first_page());
+    check_round_trip(2048, 9, Q8, usize::MAX);
+}
+
+#[test]
+fn unfinished_writer_leaves_nothing() {
+    let path = tmp("unfinished.neurons");
+    let l = BundleLayout::new(64, Q8).unwrap();
+    let m = vec![0u8; 40 * l.gate_row];
+    {
+        let mut w = StoreWriter::create(&path, 2, 64, 40, Q8).unwrap();
+        w.add_layer(LayerInput { gate: &m, up: &m, down_t: &m, order: (0..40).collect(), hot_neurons: 0, down_norms: vec![0.0; 40] })
+            .unwrap();
+        let e = StoreWriter::finish(w).unwrap_err();
+        assert!(e.to_string().contains("1 of 2 layers"), "{e}");
+    }
+    let leftovers: Vec<_> = std::fs::read_dir(path.parent().unwrap())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with("unfinished"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}
+
+#[test]
+fn bad_input_is_rejected() {
+    let path = tmp("bad-input.neurons");
+    let l = BundleLayout::new(64, Q8).unwrap();
+    let m = vec![0u8; 10 * l.gate_row];
+    let mut w = StoreWriter::create(&path, 1, 64, 10, Q8).unwrap();
+    let mut order: Vec<u32> = (0..10).collect();
+    order[3] = 4;
+    let e = w.add_layer(LayerInput { gate: &m, up: &m, down_t: &m, order, hot_neurons: 0, down_norms: vec![0.0; 10] }).unwrap_err();
+    assert!(e.to_string().contains("not a permutation"), "{e}");
+    let e = w
+        .add_layer(LayerInput { gate: &m[1..], up: &m, down_t: &m, order: (0..10).collect(), hot_neurons: 0, down_norms: vec![0.0; 10] })
+        .unwrap_err();
+    assert!(e.to_string().contains("gate is"), "{e}");
+    assert!(StoreWriter::create(&path, 1, 63, 10, Q8).is_err(), "63 columns are not whole Q8_0 blocks");
+}
+
+#[test]
+fn not_a_store_is_named() {
+    let path = tmp("not-a-store.neurons");
+    std::fs::write(&path, vec![7u8; 2 * PAGE]).unwrap();
+    let e = NeuronStore::open(&io(), &path, OpenOptions::default()).unwrap_err();
+    let s = e.to_string();
+    assert!(s.contains("not-a-store.neurons") && s.contains("magic"), "{s}");
+}
+
+fn base_store() -> (PathBuf, Vec<u8>) {
+    static WRITTEN: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+    let path = tmp("base.neurons");
+    WRITTEN.get_or_init(|| {
+        write_store(&path, 2, 64, 60, Q8, usize::MAX, 3);
+    });
+    let bytes = std::fs::read(&path).unwrap();
+    (path, bytes)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    /// Any flipped byte is caught: in header or index when opening, in a unit when the unit is read.
+    #[test]
+    fn any_flipped_byte_is_an_error(at in any::<prop::sample::Index>(), bit in 0u8..8) {
+        let (_, good) = base_store();
+        let mut bytes = good.clone();
+        let i = at.index(bytes.len());
+        bytes[i] ^= 1 << bit;
+        let path = tmp(&format!("flip-{i}-{bit}.neurons"));
+        std::fs::write(&path, &bytes).unwrap();
+        let io = io();
+        let outcome = NeuronStore::open(&io, &path, OpenOptions::default()).and_then(|s| s.verify_all(&io).map(|_| s));
+        let index_end = NeuronStore::open(&io, tmp("base.neurons"), OpenOptions::default()).unwrap().index().layers[0].offset as usize;
+        match outcome {
+            Err(StoreError::Corrupt { .. }) => prop_assert!(i < index_end, "byte {i} is a unit byte but opening failed"),
+            Err(StoreError::Checksum { offset, end, .. }) => prop_assert!((offset as usize..end as usize).contains(&i)),
+            // Zero padding between the index and the first unit is not covered by a checksum.
+            Ok(_) => prop_assert!(i >= neuron_store::HEADER_LEN && i < index_end && bytes[i] != 0 && good[i] == 0, "flip at {i} went unnoticed"),
+            Err(e) => prop_assert!(false, "unexpected error {e}"),
+        }
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    /// Truncation (or padding) anywhere is an error when opening.
+    #[test]
+    fn truncated_or_padded_files_are_errors(cut in any::<prop::sample::Index>(), pad in 0usize..2) {
+        let (_, good) = base_store();
+        let bytes = if pad == 1 { [good.clone(), vec![0u8; PAGE]].concat() } else { good[..cut.index(good.len())].to_vec() };
+        let path = tmp(&format!("trunc-{}-{pad}.neurons", bytes.len()));
+        std::fs::write(&path, &bytes).unwrap();
+        prop_assert!(NeuronStore::open(&io(), &path, OpenOptions::default()).is_err());
+        std::fs::remove_file(&path).unwrap();
+    }
+}
