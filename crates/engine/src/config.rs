@@ -75,7 +75,25 @@ pub struct ModelConfig {
     pub activation: Activation,
     /// Training context length.
     pub context_length: usize,
+    /// Where the FFN weights are when this is a resident file written by `sparrow convert` (its FFN
+    /// tensors live in a neuron store), `None` for an ordinary model file.
+    pub ffn_store: Option<FfnStoreRef>,
 }
+
+/// The neuron store a resident file points to (GGUF keys `sparrow.ffn_store.file` and
+/// `sparrow.ffn_store.fingerprint`).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct FfnStoreRef {
+    /// The store's file name, relative to the resident file's directory.
+    pub file: String,
+    /// Fingerprint of the original model (profiles and predictors are checked against it).
+    pub fingerprint: u64,
+}
+
+/// GGUF key of a resident file naming its neuron store.
+pub const FFN_STORE_FILE_KEY: &str = "sparrow.ffn_store.file";
+/// GGUF key of a resident file holding the original model's fingerprint.
+pub const FFN_STORE_FINGERPRINT_KEY: &str = "sparrow.ffn_store.fingerprint";
 
 impl ModelConfig {
     /// Reads the configuration from GGUF metadata (`{arch}.*` keys, as llama.cpp writes them).
@@ -137,6 +155,11 @@ impl ModelConfig {
             },
             activation,
             context_length: opt_u("context_length").unwrap_or(2048),
+            ffn_store: match (file.get(FFN_STORE_FILE_KEY).and_then(|v| v.as_str()), file.get(FFN_STORE_FINGERPRINT_KEY).and_then(|v| v.as_u64())) {
+                (Some(f), Some(fp)) => Some(FfnStoreRef { file: f.to_string(), fingerprint: fp }),
+                (None, None) => None,
+                _ => return Err(bad(format!("{FFN_STORE_FILE_KEY} and {FFN_STORE_FINGERPRINT_KEY} must come together"))),
+            },
         };
         cfg.validate(path)?;
         Ok(cfg)
@@ -176,6 +199,7 @@ impl ModelConfig {
             rope_style: RopeStyle::Half,
             activation,
             context_length: cfg.max_position_embeddings.unwrap_or(2048),
+            ffn_store: None,
         };
         out.validate(path)?;
         Ok(out)

@@ -11,6 +11,15 @@ pub enum EngineError {
     /// The tokenizer or chat template failed.
     #[error(transparent)]
     Tokenizer(#[from] model_tokenizer::TokenizerError),
+    /// The neuron store (offloaded FFN weights) is invalid, damaged or unreadable.
+    #[error(transparent)]
+    Store(#[from] neuron_store::StoreError),
+    /// A flash read of offloaded weights failed (the error names the file and offset).
+    #[error(transparent)]
+    Flash(#[from] ufs_io::IoError),
+    /// The neuron cache refused a layout (budget too small for what must be resident).
+    #[error("neuron cache: {0}")]
+    Cache(#[from] neuron_cache::CacheError),
     /// A profile or predictor file, or predictor training, failed.
     #[error(transparent)]
     Predictor(#[from] predictor::PredictorError),

@@ -205,6 +205,19 @@ fn forward_inner(
         rms_norm_rows(&x, &layer.ffn_norm, cfg.rms_eps, &mut xn);
         match (ffn.sparse, &mut ffn.observer) {
             (Some(sp), None) if n == 1 => sp.decode(li, layer, &xn, &mut o, precision)?,
+            // Offloaded weights: token by token over the neuron store (there are no matrices to batch).
+            (Some(sp), None) if sp.offload().is_some() => {
+                for (xt, ot) in xn.chunks(d).zip(o.chunks_mut(d)) {
+                    sp.decode(li, layer, xt, ot, precision)?;
+                }
+            }
+            _ if model.config.ffn_store.is_some() => {
+                return Err(EngineError::Request(format!(
+                    "{}: the FFN weights of this resident file are in its neuron store: run it with --sparse \
+                     (profiling and calibration need the original model)",
+                    model.path().display()
+                )));
+            }
             (None, None) => {
                 mm(&layer.gate, &xn, n, &mut g, precision, "ffn gate")?;
                 mm(&layer.up, &xn, n, &mut u, precision, "ffn up")?;

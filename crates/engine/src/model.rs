@@ -136,7 +136,8 @@ pub struct Layer<'a> {
     pub wo: QMatrix<'a>,
     /// RMSNorm weight before the FFN.
     pub ffn_norm: Vec<f32>,
-    /// Gate projection, `d_ff × d_model` (row i = neuron i).
+    /// Gate projection, `d_ff × d_model` (row i = neuron i). Gate, up and down are empty (0 × 0) in a
+    /// resident file, whose FFN lives in a neuron store ([`crate::config::FfnStoreRef`]).
     pub gate: QMatrix<'a>,
     /// Up projection, `d_ff × d_model`.
     pub up: QMatrix<'a>,
@@ -260,6 +261,9 @@ impl<'a> Model<'a> {
             (embed, true)
         };
         let output_norm = ld.vector(names.output_norm, d)?;
+        // A resident file (`sparrow convert`) has no FFN tensors: they are read from its neuron store.
+        let offloaded = config.ffn_store.is_some();
+        let empty = QMatrix::new(WeightFormat::F32, 0, 0, &[]).map_err(kernel("empty matrix"))?;
         let mut layers = Vec::with_capacity(config.n_layers);
         for i in 0..config.n_layers {
             let n = |t: &str| (names.layer)(i, t);
@@ -275,9 +279,9 @@ impl<'a> Model<'a> {
                 bv: bias("v_bias", kv)?,
                 wo: ld.matrix(&n("o"), d, q)?,
                 ffn_norm: ld.vector(&n("ffn_norm"), d)?,
-                gate: ld.matrix(&n("gate"), ff, d)?,
-                up: ld.matrix(&n("up"), ff, d)?,
-                down: ld.matrix(&n("down"), d, ff)?,
+                gate: if offloaded { empty } else { ld.matrix(&n("gate"), ff, d)? },
+                up: if offloaded { empty } else { ld.matrix(&n("up"), ff, d)? },
+                down: if offloaded { empty } else { ld.matrix(&n("down"), d, ff)? },
             });
         }
         let bytes = |m: &QMatrix<'_>| m.format().row_bytes(m.cols()).unwrap_or(0) * m.rows();

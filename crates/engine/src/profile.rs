@@ -76,8 +76,13 @@ pub fn sample_scores(
 }
 
 /// A stable id of a model's weights for profile and predictor files: FNV-1a 64 over the shapes and the
-/// first 64 KiB of the first layer's gate and last layer's down matrices.
+/// first 64 KiB of the first layer's gate and last layer's down matrices (for a resident file, the
+/// fingerprint of the model it was converted from).
 pub fn model_fingerprint(model: &Model<'_>) -> u64 {
+    // A resident file carries the fingerprint of the model it was converted from.
+    if let Some(r) = &model.config.ffn_store {
+        return r.fingerprint;
+    }
     let mut h = predictor::Fnv1a64::default();
     let c = &model.config;
     for v in [c.n_layers, c.d_model, c.d_ff, c.n_heads, c.n_kv_heads, c.vocab_size, model.weight_bytes] {
@@ -178,6 +183,17 @@ pub fn score_of(kind: ScoreKind) -> Score {
 
 /// Builds the sparse FFN a profile describes (its thresholds and score), checking it belongs to the model.
 pub fn sparse_from_profile(engine: &Engine<'_>, profile: &Profile, profile_path: &Path) -> Result<SparseFfn> {
+    sparse_from_profile_with(engine, profile, profile_path, crate::offload::OffloadOptions::default())
+}
+
+/// [`sparse_from_profile`] with the settings used when the model is a resident file (its FFN in a
+/// neuron store, see [`crate::offload`]); ignored for an ordinary model.
+pub fn sparse_from_profile_with(
+    engine: &Engine<'_>,
+    profile: &Profile,
+    profile_path: &Path,
+    offload: crate::offload::OffloadOptions,
+) -> Result<SparseFfn> {
     let model = engine.model();
     let bad = |detail: String| EngineError::BadModel { path: profile_path.to_path_buf(), detail };
     if profile.model_fingerprint != model_fingerprint(model) {
@@ -193,7 +209,13 @@ pub fn sparse_from_profile(engine: &Engine<'_>, profile: &Profile, profile_path:
         return Err(bad("layer or neuron counts do not match the model".into()));
     }
     let thresholds = profile.layers.iter().map(|l| l.threshold).collect();
-    let mut sp = engine.install(|| SparseFfn::new(model, thresholds, crate::sparse::DEFAULT_DOWN_FORMAT))?;
+    let mut sp = match &model.config.ffn_store {
+        Some(r) => {
+            let store = model.path().parent().unwrap_or(Path::new("")).join(&r.file);
+            SparseFfn::from_store(&model.config, &store, thresholds, offload)?
+        }
+        None => engine.install(|| SparseFfn::new(model, thresholds, crate::sparse::DEFAULT_DOWN_FORMAT))?,
+    };
     sp.score = score_of(profile.score);
     Ok(sp)
 }

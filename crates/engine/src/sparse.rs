@@ -17,13 +17,16 @@
 //! (`SparseFfn::mask`), and use the same transposed down rows, so perplexity measured with a
 //! [`SparseFfn`] is the quality sparse decode has.
 
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use kernels_neon::{Precision, QMatrix, WeightFormat};
 use rayon::prelude::*;
 
 use crate::error::{kernel, EngineError, Result};
+use crate::config::ModelConfig;
 use crate::model::{Layer, Model};
+use crate::offload::{Offload, OffloadOptions};
 
 /// Predicts which neurons of a layer fire for an FFN input (the input after the FFN's RMSNorm).
 pub trait NeuronPredictor: Send + Sync {
@@ -95,6 +98,9 @@ pub struct SparseFfn {
     down_norms: Vec<Vec<f32>>,
     /// How a neuron's score is computed.
     pub score: Score,
+    /// Where the FFN weights come from when they are offloaded to a neuron store (`None`: the model's
+    /// matrices in memory).
+    offload: Option<Offload>,
 }
 
 /// What the threshold is compared with, per neuron.
@@ -134,16 +140,7 @@ impl SparseFfn {
     /// default [`Score::OutputNorm`] unless changed), transposing every down matrix into `down_format`.
     pub fn new(model: &Model<'_>, thresholds: Vec<f32>, down_format: WeightFormat) -> Result<Self> {
         let cfg = &model.config;
-        if thresholds.len() != cfg.n_layers {
-            return Err(EngineError::Request(format!(
-                "sparse FFN: {} thresholds for a model of {} layers",
-                thresholds.len(),
-                cfg.n_layers
-            )));
-        }
-        if let Some((l, t)) = thresholds.iter().enumerate().find(|(_, t)| !t.is_finite() || **t < 0.0) {
-            return Err(EngineError::Request(format!("sparse FFN: threshold of layer {l} is {t}, not a finite value >= 0")));
-        }
+        check_thresholds(&thresholds, cfg.n_layers)?;
         let (d, ff) = (cfg.d_model, cfg.d_ff);
         let down_t = model
             .layers
@@ -176,7 +173,56 @@ impl SparseFfn {
             counters: SparseCounters::default(),
             down_norms,
             score: Score::OutputNorm,
+            offload: None,
         })
+    }
+
+    /// The sparse FFN of a resident model whose FFN weights are in the neuron store at `store`
+    /// ([`crate::offload`]): thresholds per layer as in [`SparseFfn::new`], weights read through an
+    /// [`Offload`] with `opts` (budget, I/O thread). Decode and batched steps both run token by token
+    /// over the store.
+    pub fn from_store(config: &ModelConfig, store: &Path, thresholds: Vec<f32>, opts: OffloadOptions) -> Result<Self> {
+        check_thresholds(&thresholds, config.n_layers)?;
+        let off = Offload::open(store, opts)?;
+        let ix = off.store().index();
+        if ix.layers.len() != config.n_layers || ix.d_model != config.d_model || ix.d_ff != config.d_ff {
+            return Err(EngineError::BadModel {
+                path: store.to_path_buf(),
+                detail: format!(
+                    "store holds {} layers of {} neurons × {}, the model has {} × {} × {}",
+                    ix.layers.len(),
+                    ix.d_ff,
+                    ix.d_model,
+                    config.n_layers,
+                    config.d_ff,
+                    config.d_model
+                ),
+            });
+        }
+        Ok(SparseFfn {
+            thresholds,
+            activation: config.activation.kernel(),
+            down_t: Vec::new(),
+            down_t_format: ix.formats.down,
+            d_model: config.d_model,
+            d_ff: config.d_ff,
+            all_rows: (0..config.d_ff as u32).collect(),
+            predictor: None,
+            counters: SparseCounters::default(),
+            down_norms: ix.layers.iter().map(|l| l.down_norms.clone()).collect(),
+            score: Score::OutputNorm,
+            offload: Some(off),
+        })
+    }
+
+    /// The flash offload, when the weights are in a neuron store.
+    pub fn offload(&self) -> Option<&Offload> {
+        self.offload.as_ref()
+    }
+
+    /// The transposed down rows of layer `l` (empty when offloaded).
+    pub(crate) fn down_t_data(&self, l: usize) -> &[u8] {
+        self.down_t.get(l).map_or(&[], |v| v.as_slice())
     }
 
     /// Uses `predictor` to choose the gate rows of each decode step (without one, every gate row is
@@ -251,6 +297,11 @@ impl SparseFfn {
             }
             None => &self.all_rows,
         };
+        if let Some(off) = &self.offload {
+            let (g, u, dn) = off.decode(self, li, rows, x, out, precision)?;
+            self.count(li, g, u, dn);
+            return Ok(());
+        }
         let t = self.thresholds[li];
         let norms = &self.down_norms[li];
         let mut keep = Vec::with_capacity(rows.len());
@@ -318,19 +369,23 @@ impl SparseFfn {
         }
         out.fill(0.0);
         kernels_neon::axpy_rows(&self.down_t(li)?, &keep, &coeffs, out).map_err(kernel("sparse ffn down"))?;
+        self.count(li, rows.len(), up_rows, keep.len());
+        Ok(())
+    }
+
+    fn count(&self, li: usize, gate: usize, up: usize, down: usize) {
         let c = &self.counters;
         if li == 0 {
             c.tokens.fetch_add(1, Ordering::Relaxed);
         }
         c.neurons.fetch_add(self.d_ff as u64, Ordering::Relaxed);
-        c.gate_rows.fetch_add(rows.len() as u64, Ordering::Relaxed);
-        c.up_rows.fetch_add(up_rows as u64, Ordering::Relaxed);
-        c.down_rows.fetch_add(keep.len() as u64, Ordering::Relaxed);
-        Ok(())
+        c.gate_rows.fetch_add(gate as u64, Ordering::Relaxed);
+        c.up_rows.fetch_add(up as u64, Ordering::Relaxed);
+        c.down_rows.fetch_add(down as u64, Ordering::Relaxed);
     }
 
     #[inline]
-    fn act(&self, g: f32) -> f32 {
+    pub(crate) fn act(&self, g: f32) -> f32 {
         self.activation.apply(g)
     }
 
@@ -375,6 +430,16 @@ impl SparseFfn {
 }
 
 /// `w` (`rows × cols`) transposed into `cols × rows` in `format`.
+fn check_thresholds(thresholds: &[f32], n_layers: usize) -> Result<()> {
+    if thresholds.len() != n_layers {
+        return Err(EngineError::Request(format!("sparse FFN: {} thresholds for a model of {} layers", thresholds.len(), n_layers)));
+    }
+    if let Some((l, t)) = thresholds.iter().enumerate().find(|(_, t)| !t.is_finite() || **t < 0.0) {
+        return Err(EngineError::Request(format!("sparse FFN: threshold of layer {l} is {t}, not a finite value >= 0")));
+    }
+    Ok(())
+}
+
 fn transpose(w: &QMatrix<'_>, format: WeightFormat) -> std::result::Result<Vec<u8>, kernels_neon::KernelError> {
     let (rows, cols) = (w.rows(), w.cols());
     let mut dense = vec![0.0f32; rows * cols];

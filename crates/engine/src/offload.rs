@@ -1,0 +1,594 @@
+//! Flash offload (PowerInfer-2 §4): FFN weights in a neuron store on flash, read on demand through
+//! `ufs-io` into a `neuron-cache` under a byte budget, computed unit by unit as they arrive.
+//!
+//! * [`convert`] writes a model plus its activation profile as a *resident file* (a GGUF without the
+//!   FFN tensors, naming its store) and a *neuron store* (`neuron-store`: gate row, up row and down
+//!   column of each neuron together, hot neurons first, packed into 4 KiB units by activation
+//!   frequency).
+//! * [`Offload`] is the run-time side, used by [`crate::SparseFfn::from_store`]: at start-up the hot
+//!   prefix of every layer is read sequentially into the cache's hot region (whole clusters of units);
+//!   the rest of the budget is the cold region (two-queue LRU of single units). A decode step groups the
+//!   predicted neurons by unit, computes units found in the cache at once and queues the others on the
+//!   I/O thread; completions are computed as they arrive, interleaved with cached units, so flash reads
+//!   overlap with compute at unit granularity and there is no barrier between gate, up and down (a unit
+//!   holds all three).
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use kernels_neon::{Precision, QMatrix, WeightFormat};
+use model_format::{GgufWriter, MetaValue};
+use neuron_cache::{ClusterId, NeuronCache, NeuronId};
+use neuron_store::{Formats, LayerInput, NeuronStore, StoreWriter};
+use ufs_io::{EngineConfig, IoEngine, IoError, OpenOptions};
+
+use crate::config::{FFN_STORE_FILE_KEY, FFN_STORE_FINGERPRINT_KEY};
+use crate::error::{kernel, EngineError, Result};
+use crate::model::{Model, ModelFile};
+use crate::sparse::{Score, SparseFfn};
+
+/// Settings of [`convert`].
+#[derive(Debug, Clone)]
+pub struct ConvertOptions {
+    /// Format of the stored down rows (the down matrix transposed; default that of sparse decode).
+    pub down_format: WeightFormat,
+    /// At most this many neurons per 4 KiB unit (`usize::MAX`: as many as fit; 1: no packing).
+    pub max_neurons_per_unit: usize,
+    /// Neurons whose batch-1 activation frequency is at least this are marked hot in the store.
+    pub hot_frequency: f32,
+}
+
+impl Default for ConvertOptions {
+    fn default() -> Self {
+        ConvertOptions { down_format: crate::sparse::DEFAULT_DOWN_FORMAT, max_neurons_per_unit: usize::MAX, hot_frequency: 0.5 }
+    }
+}
+
+/// What [`convert`] wrote.
+#[derive(Debug, Clone)]
+pub struct ConvertReport {
+    /// The resident GGUF (everything but the FFN).
+    pub resident: PathBuf,
+    /// The neuron store (the FFN).
+    pub store: PathBuf,
+    /// Bytes of the resident file.
+    pub resident_bytes: u64,
+    /// Bytes of the store.
+    pub store_bytes: u64,
+    /// Neurons per unit, pages per unit.
+    pub layout: neuron_store::BundleLayout,
+    /// Hot neurons marked per layer.
+    pub hot_neurons: Vec<usize>,
+}
+
+/// The store file written next to `resident`: `<resident stem>.neurons`.
+pub fn store_path_for(resident: &Path) -> PathBuf {
+    resident.with_extension("neurons")
+}
+
+/// Converts `file` (a GGUF model) and its `profile` into `resident` (a GGUF without the FFN tensors,
+/// pointing at its store) and the neuron store next to it ([`store_path_for`]). Neurons are stored in
+/// descending batch-1 activation frequency (ties by id), so a unit packs neurons of similar firing rate
+/// and a layer's hot set is its first units. Both files are written to temporary names and renamed when
+/// complete. `progress(layer, layers)` is called as layers are written.
+pub fn convert(
+    file: &ModelFile,
+    profile: &predictor::Profile,
+    resident: &Path,
+    opts: &ConvertOptions,
+    mut progress: impl FnMut(usize, usize),
+) -> Result<ConvertReport> {
+    let ModelFile::Gguf(gguf) = file else {
+        return Err(EngineError::Request(format!(
+            "{}: sparrow convert reads GGUF files (convert the HF directory to GGUF first)",
+            file.path().display()
+        )));
+    };
+    let model = Model::load(file)?;
+    if model.config.ffn_store.is_some() {
+        return Err(EngineError::Request(format!("{} is already a resident file (converted)", file.path().display())));
+    }
+    let cfg = &model.config;
+    let fingerprint = crate::profile::model_fingerprint(&model);
+    let bad_profile = |detail: String| EngineError::BadModel { path: PathBuf::from(&profile.corpus), detail };
+    if profile.model_fingerprint != fingerprint {
+        return Err(bad_profile(format!("the profile was made for another model ({}), not {}", profile.model, file.path().display())));
+    }
+    if profile.layers.len() != cfg.n_layers || profile.layers.iter().any(|l| l.n_neurons as usize != cfg.d_ff || l.freq.is_empty()) {
+        return Err(bad_profile("the profile's layer or neuron counts do not match the model".into()));
+    }
+    let (gate_f, up_f) = (model.layers[0].gate.format(), model.layers[0].up.format());
+    if model.layers.iter().any(|l| l.gate.format() != gate_f || l.up.format() != up_f) {
+        return Err(EngineError::BadModel {
+            path: file.path().to_path_buf(),
+            detail: "gate/up formats differ between layers; a neuron store needs one format per part".into(),
+        });
+    }
+    // The transposed down rows and their norms, exactly as in-memory sparse decode has them.
+    let sparse = SparseFfn::new(&model, vec![0.0; cfg.n_layers], opts.down_format)?;
+    let store_path = store_path_for(resident);
+    let formats = Formats { gate: gate_f, up: up_f, down: opts.down_format };
+    let mut w = StoreWriter::create_with(&store_path, cfg.n_layers, cfg.d_model, cfg.d_ff, formats, opts.max_neurons_per_unit)?;
+    let layout = w.layout();
+    let mut hot_neurons = Vec::with_capacity(cfg.n_layers);
+    for (li, layer) in model.layers.iter().enumerate() {
+        let freq = &profile.layers[li].freq[0];
+        let mut order: Vec<u32> = (0..cfg.d_ff as u32).collect();
+        order.sort_by(|&a, &b| freq[b as usize].total_cmp(&freq[a as usize]).then(a.cmp(&b)));
+        let hot = freq.iter().filter(|&&f| f >= opts.hot_frequency).count();
+        hot_neurons.push(hot);
+        w.add_layer(LayerInput {
+            gate: layer.gate.data(),
+            up: layer.up.data(),
+            down_t: sparse.down_t_data(li),
+            order,
+            hot_neurons: hot,
+            down_norms: sparse.down_norms(li).to_vec(),
+        })?;
+        progress(li + 1, cfg.n_layers);
+    }
+    w.finish()?;
+
+    // The resident file: all metadata and every tensor but the FFN matrices.
+    let mut out = GgufWriter::new();
+    for (k, v) in gguf.metadata() {
+        if k != "general.alignment" {
+            out.metadata(k, v.clone());
+        }
+    }
+    out.alignment(gguf.alignment());
+    let store_name = store_path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    out.metadata(FFN_STORE_FILE_KEY, MetaValue::String(store_name));
+    out.metadata(FFN_STORE_FINGERPRINT_KEY, MetaValue::U64(fingerprint));
+    let ffn = |name: &str| [".ffn_gate.weight", ".ffn_up.weight", ".ffn_down.weight"].iter().any(|s| name.ends_with(s));
+    for t in gguf.tensors().filter(|t| !ffn(t.name)) {
+        out.tensor(t.name, t.dtype, t.shape, t.data.to_vec())?;
+    }
+    out.write(resident)?;
+    let len = |p: &Path| std::fs::metadata(p).map(|m| m.len()).map_err(|source| EngineError::Io { path: p.to_path_buf(), source });
+    Ok(ConvertReport {
+        resident: resident.to_path_buf(),
+        resident_bytes: len(resident)?,
+        store_bytes: len(&store_path)?,
+        store: store_path,
+        layout,
+        hot_neurons,
+    })
+}
+
+/// Settings of an [`Offload`].
+#[derive(Debug, Clone)]
+pub struct OffloadOptions {
+    /// Bytes of FFN units kept in memory (hot and cold regions together).
+    pub ffn_budget: usize,
+    /// Share of `ffn_budget` preloaded as each layer's hot prefix (the rest is the cold LRU).
+    pub hot_share: f32,
+    /// Units per hot cluster (read and cached as a whole).
+    pub cluster_units: usize,
+    /// Requests in flight on the I/O thread.
+    pub queue_depth: usize,
+    /// Core the I/O thread is pinned to.
+    pub pin_core: Option<usize>,
+    /// Read with `O_DIRECT` (page cache out of play) where the filesystem allows it.
+    pub direct: bool,
+    /// Keep units read from flash in the cold region (off: every miss is read again; for the ablation).
+    pub cache_cold: bool,
+    /// Interleave the compute of cached units with outstanding reads (off: wait for all reads of a
+    /// layer first; for the ablation).
+    pub pipeline: bool,
+}
+
+impl Default for OffloadOptions {
+    fn default() -> Self {
+        OffloadOptions {
+            ffn_budget: usize::MAX,
+            hot_share: 0.5,
+            cluster_units: 16,
+            queue_depth: 32,
+            pin_core: None,
+            direct: true,
+            cache_cold: true,
+            pipeline: true,
+        }
+    }
+}
+
+/// Counters of an [`Offload`] since the last reset.
+#[derive(Debug, Clone, Default)]
+pub struct OffloadStats {
+    /// Decode steps (tokens).
+    pub tokens: u64,
+    /// Units needed by predicted neurons.
+    pub units: u64,
+    /// Of those, found in the hot region.
+    pub hot_hits: u64,
+    /// Found in the cold region.
+    pub cold_hits: u64,
+    /// Read from flash.
+    pub misses: u64,
+    /// Bytes read from flash.
+    pub bytes_read: u64,
+    /// Seconds the compute thread waited for reads.
+    pub io_wait_s: f64,
+    /// Seconds in the offloaded FFN (compute plus waits).
+    pub ffn_s: f64,
+    /// Per token: seconds in the offloaded FFN over all layers.
+    pub token_ffn_s: Vec<f64>,
+    /// Per token: seconds of that spent waiting for reads.
+    pub token_wait_s: Vec<f64>,
+    /// Bytes of FFN units resident in the cache now.
+    pub resident_bytes: usize,
+}
+
+impl OffloadStats {
+    /// Share of needed units that had to be read.
+    pub fn miss_rate(&self) -> f64 {
+        self.misses as f64 / self.units.max(1) as f64
+    }
+}
+
+#[derive(Default)]
+struct Counters {
+    tokens: AtomicU64,
+    units: AtomicU64,
+    hot_hits: AtomicU64,
+    cold_hits: AtomicU64,
+    misses: AtomicU64,
+    bytes_read: AtomicU64,
+    wait_ns: AtomicU64,
+    ffn_ns: AtomicU64,
+    per_token: Mutex<Vec<(u64, u64)>>,
+}
+
+/// The run-time side of flash offload: the store, its I/O thread and the neuron cache.
+pub struct Offload {
+    io: IoEngine,
+    store: NeuronStore,
+    cache: Mutex<NeuronCache>,
+    /// Per layer: units `0..hot_units[l]` are in hot clusters.
+    hot_units: Vec<usize>,
+    opts: OffloadOptions,
+    counters: Counters,
+}
+
+/// Rows of one layer's FFN computed by [`Offload::decode`]: (gate, up, down).
+pub(crate) type RowCounts = (usize, usize, usize);
+
+impl Offload {
+    /// Opens the store at `path` (validated), starts the I/O thread and preloads each layer's hot prefix
+    /// into the hot region (`hot_share` of `ffn_budget`, split evenly over layers, whole clusters).
+    pub fn open(path: &Path, opts: OffloadOptions) -> Result<Self> {
+        let io = IoEngine::new(EngineConfig { queue_depth: opts.queue_depth.max(1), pin_core: opts.pin_core, ..Default::default() })?;
+        let store = NeuronStore::open(&io, path, OpenOptions { direct: opts.direct, drop_cache: true })?;
+        let ix = store.index();
+        let (ub, units) = (ix.layout.unit_bytes(), ix.units_per_layer());
+        let budget = opts.ffn_budget.min(ix.ffn_bytes());
+        let hot_budget = (budget as f64 * f64::from(opts.hot_share.clamp(0.0, 1.0))) as usize;
+        let per_layer = (hot_budget / ix.layers.len() / ub).min(units);
+        let mut cache = NeuronCache::new(budget);
+        cache.set_hot_bytes(per_layer * ub * ix.layers.len())?;
+        let cu = opts.cluster_units.max(1);
+        for l in 0..ix.layers.len() {
+            for (c, start) in (0..per_layer).step_by(cu).enumerate() {
+                let buf = store.read_units(&io, l, start..(start + cu).min(per_layer))?;
+                cache.insert_cluster(ClusterId { layer: l as u32, cluster: c as u32 }, Arc::from(&buf[..]))?;
+            }
+        }
+        Ok(Offload { io, hot_units: vec![per_layer; ix.layers.len()], store, cache: Mutex::new(cache), opts, counters: Counters::default() })
+    }
+
+    /// The store.
+    pub fn store(&self) -> &NeuronStore {
+        &self.store
+    }
+
+    /// The options in use.
+    pub fn options(&self) -> &OffloadOptions {
+        &self.opts
+    }
+
+    /// The I/O engine (its statistics: latency histogram, requests, merges).
+    pub fn io(&self) -> &IoEngine {
+        &self.io
+    }
+
+    /// Counters since the last [`Offload::reset_stats`].
+    pub fn stats(&self) -> OffloadStats {
+        let c = &self.counters;
+        let ld = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let per = c.per_token.lock().map(|v| v.clone()).unwrap_or_default();
+        OffloadStats {
+            tokens: ld(&c.tokens),
+            units: ld(&c.units),
+            hot_hits: ld(&c.hot_hits),
+            cold_hits: ld(&c.cold_hits),
+            misses: ld(&c.misses),
+            bytes_read: ld(&c.bytes_read),
+            io_wait_s: ld(&c.wait_ns) as f64 * 1e-9,
+            ffn_s: ld(&c.ffn_ns) as f64 * 1e-9,
+            token_ffn_s: per.iter().map(|p| p.0 as f64 * 1e-9).collect(),
+            token_wait_s: per.iter().map(|p| p.1 as f64 * 1e-9).collect(),
+            resident_bytes: self.cache.lock().map(|c| c.stats().resident_bytes()).unwrap_or(0),
+        }
+    }
+
+    /// Zeroes the counters (the cache keeps its contents).
+    pub fn reset_stats(&self) {
+        let c = &self.counters;
+        for a in [&c.tokens, &c.units, &c.hot_hits, &c.cold_hits, &c.misses, &c.bytes_read, &c.wait_ns, &c.ffn_ns] {
+            a.store(0, Ordering::Relaxed);
+        }
+        if let Ok(mut v) = c.per_token.lock() {
+            v.clear();
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, NeuronCache> {
+        // The cache holds no invariant a panic elsewhere could break half-way: recover from poisoning.
+        self.cache.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The bytes holding a unit if cached (a hot cluster or a cold unit), the unit's offset in them, and
+    /// whether they came from the hot region.
+    fn lookup(&self, layer: usize, unit: usize) -> Option<(Arc<[u8]>, usize, bool)> {
+        let cu = self.opts.cluster_units.max(1);
+        let mut cache = self.lock();
+        if unit < self.hot_units[layer] {
+            let c = cache.get_cluster(ClusterId { layer: layer as u32, cluster: (unit / cu) as u32 })?;
+            return Some((c, (unit % cu) * self.store.index().layout.unit_bytes(), true));
+        }
+        cache.get_neuron(NeuronId { layer: layer as u32, neuron: unit as u32 }).map(|b| (b, 0, false))
+    }
+
+    /// One token's FFN of `layer` over the `rows` (neuron ids) chosen by the caller's predictor (all
+    /// rows without one), with `sp`'s score and threshold: `out = Σ down_j · v_j` over the neurons that
+    /// pass. Returns the rows computed of gate, up and down.
+    pub(crate) fn decode(
+        &self,
+        sp: &SparseFfn,
+        layer: usize,
+        rows: &[u32],
+        x: &[f32],
+        out: &mut [f32],
+        precision: Precision,
+    ) -> Result<RowCounts> {
+        let t0 = Instant::now();
+        let ix = self.store.index();
+        if layer >= ix.layers.len() || x.len() != ix.d_model || out.len() != ix.d_model {
+            return Err(EngineError::Request(format!(
+                "offloaded FFN: layer {layer} / width {} does not match the store ({} layers of width {})",
+                x.len(),
+                ix.layers.len(),
+                ix.d_model
+            )));
+        }
+        // Group the neurons by unit: (unit, slot, neuron), sorted by unit.
+        let mut wanted: Vec<(u32, u32, u32)> = rows
+            .iter()
+            .map(|&n| {
+                let (u, s) = ix.unit_of(layer, n);
+                (u as u32, s as u32, n)
+            })
+            .collect();
+        wanted.sort_unstable();
+        let mut groups: Vec<(usize, std::ops::Range<usize>)> = Vec::new();
+        for (i, w) in wanted.iter().enumerate() {
+            match groups.last_mut() {
+                Some((u, r)) if *u == w.0 as usize => r.end = i + 1,
+                _ => groups.push((w.0 as usize, i..i + 1)),
+            }
+        }
+        let acts_g = kernels_neon::prepare_acts(ix.formats.gate, x, precision);
+        let acts_u = kernels_neon::prepare_acts(ix.formats.up, x, precision);
+        let mut unit = UnitCompute { sp, layer, ix, acts_g: &acts_g, acts_u: &acts_u, counts: (0, 0, 0), scratch: Scratch::default() };
+        out.fill(0.0);
+
+        let c = &self.counters;
+        c.units.fetch_add(groups.len() as u64, Ordering::Relaxed);
+        let mut hits = Vec::new();
+        let mut misses = Vec::new();
+        for (u, r) in &groups {
+            match self.lookup(layer, *u) {
+                Some((bytes, at, hot)) => {
+                    (if hot { &c.hot_hits } else { &c.cold_hits }).fetch_add(1, Ordering::Relaxed);
+                    hits.push((bytes, at, r.clone()));
+                }
+                None => misses.push((*u, r.clone())),
+            }
+        }
+        c.misses.fetch_add(misses.len() as u64, Ordering::Relaxed);
+        let mut pending_ranges = std::collections::HashMap::with_capacity(misses.len());
+        let mut first_err: Option<EngineError> = None;
+        let mut wait_ns = 0u64;
+        let (mut next_miss, mut in_flight, mut next_hit) = (0usize, 0usize, 0usize);
+        let tag_of = |u: usize| ((layer as u64) << 32) | u as u64;
+        loop {
+            // Keep the I/O queue full.
+            while next_miss < misses.len() {
+                let (u, ref r) = misses[next_miss];
+                match self.io.try_submit(self.store.unit_request(layer, u, tag_of(u))) {
+                    Ok(()) => {
+                        pending_ranges.insert(u, r.clone());
+                        in_flight += 1;
+                        next_miss += 1;
+                    }
+                    Err(IoError::QueueFull { .. }) => break,
+                    Err(e) => {
+                        first_err.get_or_insert(e.into());
+                        next_miss = misses.len();
+                    }
+                }
+            }
+            // A read that has arrived goes first (its buffer is waiting); then a cached unit; then wait.
+            let pipelined_hit = self.opts.pipeline && next_hit < hits.len();
+            let done = match self.io.completions().try_recv() {
+                Ok(done) => Some(done),
+                Err(_) if pipelined_hit => None,
+                Err(_) if in_flight > 0 => {
+                    let w0 = Instant::now();
+                    let d = self.io.completions().recv().map_err(|_| EngineError::Flash(IoError::Stopped));
+                    wait_ns += w0.elapsed().as_nanos() as u64;
+                    match d {
+                        Ok(d) => Some(d),
+                        Err(e) => {
+                            first_err.get_or_insert(e);
+                            in_flight = 0;
+                            next_miss = misses.len();
+                            None
+                        }
+                    }
+                }
+                Err(_) => None,
+            };
+            if let Some(done) = done {
+                in_flight = in_flight.saturating_sub(1);
+                let u = (done.tag & 0xffff_ffff) as usize;
+                let range = match ((done.tag >> 32) as usize == layer).then(|| pending_ranges.remove(&u)).flatten() {
+                    Some(r) => r,
+                    None => {
+                        first_err.get_or_insert(EngineError::Request(format!("offload: stray completion (tag {:#x})", done.tag)));
+                        continue;
+                    }
+                };
+                let bytes = match done.result.map_err(EngineError::from).and_then(|b| {
+                    self.store.verify_unit(layer, u, &b)?;
+                    Ok(b)
+                }) {
+                    Ok(b) => b,
+                    Err(e) => {
+                        first_err.get_or_insert(e);
+                        continue;
+                    }
+                };
+                c.bytes_read.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+                if first_err.is_none() {
+                    if let Err(e) = unit.compute(&bytes, &wanted[range], out) {
+                        first_err.get_or_insert(e);
+                    }
+                }
+                if self.opts.cache_cold {
+                    let data: Arc<[u8]> = Arc::from(&bytes[..]);
+                    // A full cold region (everything pinned) is not an error: the unit is just not kept.
+                    let _ = self.lock().insert_neuron(NeuronId { layer: layer as u32, neuron: u as u32 }, data);
+                }
+                continue;
+            }
+            if next_hit < hits.len() && (self.opts.pipeline || (in_flight == 0 && next_miss >= misses.len())) {
+                let (bytes, at, r) = &hits[next_hit];
+                next_hit += 1;
+                let ub = ix.layout.unit_bytes();
+                if first_err.is_none() {
+                    if let Err(e) = unit.compute(bytes.get(*at..at + ub).unwrap_or(&[]), &wanted[r.clone()], out) {
+                        first_err.get_or_insert(e);
+                    }
+                }
+                continue;
+            }
+            if in_flight == 0 && next_miss >= misses.len() && next_hit >= hits.len() {
+                break;
+            }
+        }
+        if let Some(e) = first_err {
+            return Err(e);
+        }
+        let ns = t0.elapsed().as_nanos() as u64;
+        c.ffn_ns.fetch_add(ns, Ordering::Relaxed);
+        c.wait_ns.fetch_add(wait_ns, Ordering::Relaxed);
+        if let Ok(mut v) = c.per_token.lock() {
+            if layer == 0 {
+                c.tokens.fetch_add(1, Ordering::Relaxed);
+                v.push((0, 0));
+            }
+            if let Some(last) = v.last_mut() {
+                last.0 += ns;
+                last.1 += wait_ns;
+            }
+        }
+        Ok(unit.counts)
+    }
+}
+
+#[derive(Default)]
+struct Scratch {
+    slots: Vec<u32>,
+    g: Vec<f32>,
+    u: Vec<f32>,
+    keep: Vec<u32>,
+    coeffs: Vec<f32>,
+    survivors: Vec<u32>,
+    acts: Vec<f32>,
+}
+
+/// Computes units of one layer for one token.
+struct UnitCompute<'a> {
+    sp: &'a SparseFfn,
+    layer: usize,
+    ix: &'a neuron_store::StoreIndex,
+    acts_g: &'a kernels_neon::PreparedActs<'a>,
+    acts_u: &'a kernels_neon::PreparedActs<'a>,
+    counts: RowCounts,
+    scratch: Scratch,
+}
+
+impl UnitCompute<'_> {
+    /// `out += Σ down_j · v_j` over the wanted `(unit, slot, neuron)` entries of one unit's bytes.
+    fn compute(&mut self, bytes: &[u8], wanted: &[(u32, u32, u32)], out: &mut [f32]) -> Result<()> {
+        let (l, f, d) = (&self.ix.layout, &self.ix.formats, self.ix.d_model);
+        let k = l.neurons;
+        let m = |fmt, range: std::ops::Range<usize>, what: &'static str| {
+            QMatrix::new(fmt, k, d, bytes.get(range).unwrap_or(&[])).map_err(kernel(format!("offloaded ffn {what} (layer {})", self.layer)))
+        };
+        let (gate, up, down) = (m(f.gate, l.gate_range(), "gate")?, m(f.up, l.up_range(), "up")?, m(f.down, l.down_range(), "down")?);
+        let s = &mut self.scratch;
+        s.slots.clear();
+        s.slots.extend(wanted.iter().map(|w| w.1));
+        s.g.resize(s.slots.len(), 0.0);
+        kernels_neon::matvec_rows_prepared(self.acts_g, &gate, &s.slots, &mut s.g).map_err(kernel("offloaded ffn gate"))?;
+        let (t, norms, sp) = (self.sp.thresholds()[self.layer], self.sp.down_norms(self.layer), self.sp);
+        s.keep.clear();
+        s.coeffs.clear();
+        s.survivors.clear();
+        s.acts.clear();
+        let up_rows;
+        match sp.score {
+            Score::OutputNorm => {
+                s.u.resize(s.slots.len(), 0.0);
+                kernels_neon::matvec_rows_prepared(self.acts_u, &up, &s.slots, &mut s.u).map_err(kernel("offloaded ffn up"))?;
+                up_rows = s.slots.len();
+                for (i, w) in wanted.iter().enumerate() {
+                    let v = sp.act(s.g[i]) * s.u[i];
+                    if v.abs() * norms[w.2 as usize] > t {
+                        s.keep.push(w.1);
+                        s.coeffs.push(v);
+                    }
+                }
+            }
+            Score::Gate | Score::GateNorm => {
+                for (i, w) in wanted.iter().enumerate() {
+                    let a = sp.act(s.g[i]);
+                    if sp.score.of(a, 0.0, norms[w.2 as usize]) > t {
+                        s.survivors.push(w.1);
+                        s.acts.push(a);
+                    }
+                }
+                s.u.resize(s.survivors.len(), 0.0);
+                kernels_neon::matvec_rows_prepared(self.acts_u, &up, &s.survivors, &mut s.u).map_err(kernel("offloaded ffn up"))?;
+                up_rows = s.survivors.len();
+                for ((&slot, &a), &uv) in s.survivors.iter().zip(&s.acts).zip(&s.u) {
+                    let v = a * uv;
+                    if v != 0.0 {
+                        s.keep.push(slot);
+                        s.coeffs.push(v);
+                    }
+                }
+            }
+        }
+        kernels_neon::axpy_rows(&down, &s.keep, &s.coeffs, out).map_err(kernel("offloaded ffn down"))?;
+        self.counts.0 += s.slots.len();
+        self.counts.1 += up_rows;
+        self.counts.2 += s.keep.len();
+        Ok(())
+    }
+}

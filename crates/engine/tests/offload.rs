@@ -1,0 +1,211 @@
+//! Flash offload (`engine::offload`) on the tiny fixtures: `convert` writes a resident file and a neuron
+//! store; a sparse FFN over the store computes what the in-memory sparse FFN computes, at every memory
+//! budget, with and without the pipeline and the cold cache; I/O errors and damaged units are errors
+//! that leave the engine serving; a resident file refuses to run without its store.
+
+use std::path::{Path, PathBuf};
+
+use engine::offload::{convert, store_path_for, ConvertOptions, OffloadOptions};
+use engine::sparse::DEFAULT_DOWN_FORMAT;
+use engine::{Engine, EngineOptions, Logits, ModelFile, Precision, SparseFfn};
+use predictor::{ActivationKind, LayerProfile, Profile, ScoreKind};
+use ufs_io::{Fault, FaultPlan};
+
+const TOKENS: &[u32] = &[1, 70, 80, 90, 100, 33, 7, 250, 12, 64, 5, 99];
+
+fn fixture_path(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures").join(name)
+}
+
+fn tmp_dir(name: &str) -> PathBuf {
+    let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("offload-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn engine(file: &ModelFile) -> Engine<'_> {
+    Engine::new(file, EngineOptions { threads: 1, precision: Precision::Exact, context: 64 }).unwrap()
+}
+
+/// A profile with pseudo-random frequencies (the order of neurons in the store), made for `file`.
+fn profile_for(file: &ModelFile) -> Profile {
+    let eng = engine(file);
+    let cfg = &eng.model().config;
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        (seed >> 40) as f32 / (1u64 << 24) as f32
+    };
+    let ff = cfg.d_ff;
+    Profile {
+        model: "fixture".into(),
+        model_fingerprint: engine::profile::model_fingerprint(eng.model()),
+        corpus: "synthetic".into(),
+        tokens: 0,
+        activation: ActivationKind::Silu,
+        score: ScoreKind::OutputNorm,
+        batch_sizes: vec![1],
+        layers: (0..cfg.n_layers)
+            .map(|_| LayerProfile {
+                n_neurons: ff as u32,
+                threshold: 0.0,
+                freq: vec![(0..ff).map(|_| next()).collect()],
+                mean_abs: vec![0.0; ff],
+                max_abs: vec![0.0; ff],
+                coact_gate_up: vec![1.0; ff],
+                coact_gate_down: vec![1.0; ff],
+            })
+            .collect(),
+    }
+}
+
+fn converted(name: &str, opts: &ConvertOptions, tag: &str) -> PathBuf {
+    let file = ModelFile::open(fixture_path(name)).unwrap();
+    let profile = profile_for(&file);
+    let resident = tmp_dir(tag).join(name.replace(".gguf", ".resident.gguf"));
+    let report = convert(&file, &profile, &resident, opts, |_, _| {}).unwrap();
+    assert!(report.store_bytes % 4096 == 0 && report.store.exists() && report.resident.exists());
+    resident
+}
+
+/// Logits of every position, one decode step per token (or one batched step).
+fn logits(eng: &Engine<'_>, batched: bool) -> Vec<f32> {
+    let mut cache = eng.new_cache();
+    if batched {
+        return eng.forward(&mut cache, TOKENS, Logits::All).unwrap();
+    }
+    TOKENS.iter().flat_map(|&t| eng.forward(&mut cache, &[t], Logits::Last).unwrap()).collect()
+}
+
+fn rel_drift(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    let m = b.iter().fold(0f32, |m, v| m.max(v.abs()));
+    a.iter().zip(b).fold(0f32, |d, (x, y)| d.max((x - y).abs())) / m
+}
+
+fn in_memory_logits(name: &str, thresholds: f32, batched: bool) -> Vec<f32> {
+    let file = ModelFile::open(fixture_path(name)).unwrap();
+    let mut eng = engine(&file);
+    let n = eng.model().config.n_layers;
+    let sp = SparseFfn::new(eng.model(), vec![thresholds; n], DEFAULT_DOWN_FORMAT).unwrap();
+    eng.set_sparse(Some(sp));
+    logits(&eng, batched)
+}
+
+fn store_engine<'a>(resident: &'a ModelFile, thresholds: f32, opts: OffloadOptions) -> Engine<'a> {
+    let mut eng = engine(resident);
+    let cfg = eng.model().config.clone();
+    let store = store_path_for(resident.path());
+    let sp = SparseFfn::from_store(&cfg, &store, vec![thresholds; cfg.n_layers], opts).unwrap();
+    eng.set_sparse(Some(sp));
+    eng
+}
+
+fn ffn_bytes(resident: &Path) -> usize {
+    std::fs::metadata(store_path_for(resident)).unwrap().len() as usize
+}
+
+#[test]
+fn offloaded_ffn_equals_in_memory_sparse_ffn_at_every_budget() {
+    for name in ["tiny-llama-silu-q4_0.gguf", "tiny-llama-relu-q8_0.gguf", "tiny-qwen2-q4_1.gguf"] {
+        let resident = converted(name, &ConvertOptions::default(), "budgets");
+        let file = ModelFile::open(&resident).unwrap();
+        let total = ffn_bytes(&resident);
+        for t in [0.0f32, 0.05] {
+            let want = in_memory_logits(name, t, false);
+            for (budget, hot_share, cache_cold, pipeline) in
+                [(usize::MAX, 1.0, true, true), (total / 2, 0.5, true, true), (total / 2, 0.5, false, false), (0, 0.0, true, true)]
+            {
+                let eng = store_engine(&file, t, OffloadOptions { ffn_budget: budget, hot_share, cache_cold, pipeline, ..Default::default() });
+                let got = logits(&eng, false);
+                let d = rel_drift(&got, &want);
+                assert!(d < 1e-5, "{name} t={t} budget {budget} cold {cache_cold} pipeline {pipeline}: drift {d}");
+                let st = eng.sparse().unwrap().offload().unwrap().stats();
+                assert_eq!(st.tokens, TOKENS.len() as u64);
+                assert_eq!(st.units, st.hot_hits + st.cold_hits + st.misses, "{st:?}");
+                if budget == usize::MAX {
+                    assert_eq!(st.misses, 0, "everything is hot: {st:?}");
+                } else if budget == 0 {
+                    assert_eq!(st.hot_hits + st.cold_hits, 0, "nothing can be cached: {st:?}");
+                    assert_eq!(st.bytes_read, st.misses * 4096);
+                } else {
+                    assert!(st.misses > 0 && st.hot_hits > 0, "{st:?}");
+                }
+                // Batched steps run token by token over the store: the same numbers.
+                let batched = logits(&eng, true);
+                assert!(rel_drift(&batched, &in_memory_logits(name, t, true)) < 1e-5, "{name} batched");
+            }
+        }
+    }
+}
+
+#[test]
+fn unpacked_store_computes_the_same() {
+    let name = "tiny-llama-silu-q4_0.gguf";
+    let resident = converted(name, &ConvertOptions { max_neurons_per_unit: 1, ..Default::default() }, "unpacked");
+    let file = ModelFile::open(&resident).unwrap();
+    let eng = store_engine(&file, 0.0, OffloadOptions { ffn_budget: 0, hot_share: 0.0, ..Default::default() });
+    assert_eq!(eng.sparse().unwrap().offload().unwrap().store().index().layout.neurons, 1);
+    let d = rel_drift(&logits(&eng, false), &in_memory_logits(name, 0.0, false));
+    assert!(d < 1e-5, "drift {d}");
+}
+
+#[test]
+fn io_errors_fail_the_step_and_the_engine_keeps_serving() {
+    let name = "tiny-llama-silu-q4_0.gguf";
+    let resident = converted(name, &ConvertOptions::default(), "faults");
+    let file = ModelFile::open(&resident).unwrap();
+    let want = in_memory_logits(name, 0.0, false);
+    for fault in [Fault::Eio, Fault::ShortRead] {
+        let eng = store_engine(&file, 0.0, OffloadOptions { ffn_budget: 0, hot_share: 0.0, ..Default::default() });
+        let off = eng.sparse().unwrap().offload().unwrap();
+        off.io().set_fault_plan(FaultPlan::new().with(3, fault));
+        let mut cache = eng.new_cache();
+        let e = eng.forward(&mut cache, &[TOKENS[0]], Logits::Last).unwrap_err().to_string();
+        assert!(e.contains(".neurons"), "the error names the store: {e}");
+        assert_eq!(cache.len(), 0, "a failed step leaves the cache as it was");
+        // The next steps succeed and give the right numbers.
+        let got: Vec<f32> = TOKENS.iter().flat_map(|&t| eng.forward(&mut cache, &[t], Logits::Last).unwrap()).collect();
+        assert!(rel_drift(&got, &want) < 1e-5, "{fault:?}");
+    }
+}
+
+#[test]
+fn a_damaged_unit_is_an_error_naming_it() {
+    let name = "tiny-llama-silu-q4_0.gguf";
+    let resident = converted(name, &ConvertOptions::default(), "damaged");
+    let store = store_path_for(&resident);
+    let mut bytes = std::fs::read(&store).unwrap();
+    let n = bytes.len();
+    bytes[n - 4096 + 10] ^= 0x40; // the last unit of the last layer
+    std::fs::write(&store, &bytes).unwrap();
+    let file = ModelFile::open(&resident).unwrap();
+    let eng = store_engine(&file, 0.0, OffloadOptions { ffn_budget: 0, hot_share: 0.0, ..Default::default() });
+    let mut cache = eng.new_cache();
+    let e = eng.forward(&mut cache, &[TOKENS[0]], Logits::Last).unwrap_err().to_string();
+    assert!(e.contains("checksum") && e.contains("layer 1"), "{e}");
+}
+
+#[test]
+fn a_resident_file_needs_its_store() {
+    let name = "tiny-llama-silu-q4_0.gguf";
+    let resident = converted(name, &ConvertOptions::default(), "needs-store");
+    let file = ModelFile::open(&resident).unwrap();
+    let eng = engine(&file);
+    let e = eng.forward(&mut eng.new_cache(), &[1], Logits::Last).unwrap_err().to_string();
+    assert!(e.contains("neuron store"), "{e}");
+    // Converting a resident file again is refused, and so is a profile of another model.
+    let other = ModelFile::open(fixture_path("tiny-llama-relu-q8_0.gguf")).unwrap();
+    let e = convert(&file, &profile_for(&other), &tmp_dir("again").join("x.gguf"), &ConvertOptions::default(), |_, _| {}).unwrap_err();
+    assert!(e.to_string().contains("already"), "{e}");
+    let orig = ModelFile::open(fixture_path(name)).unwrap();
+    let e = convert(&orig, &profile_for(&other), &tmp_dir("other").join("x.gguf"), &ConvertOptions::default(), |_, _| {}).unwrap_err();
+    assert!(e.to_string().contains("another model"), "{e}");
+    // A missing store is an error naming it.
+    std::fs::remove_file(store_path_for(&resident)).unwrap();
+    let cfg = eng.model().config.clone();
+    let e = SparseFfn::from_store(&cfg, &store_path_for(&resident), vec![0.0; cfg.n_layers], OffloadOptions::default()).err().unwrap();
+    assert!(e.to_string().contains(".neurons"), "{e}");
+}
