@@ -9,7 +9,7 @@
 //! - `check-android`: `cargo check` of the library crates for aarch64-linux-android (no NDK: no linking).
 //! - `fixtures`: rewrites the tiny synthetic models in `fixtures/` (see `fixtures.rs`).
 //! - `synth-model`: writes a SYNTHETIC model of a realistic shape (default 32 layers, d 4096, ff 14336, ReLU,
-//!   Q4_0, about 3.9 GiB) with random weights whose activations follow a planted power law, streamed to
+//!   Q4_0, 4.0 GB) with random weights whose activations follow a planted power law, streamed to
 //!   `target/synth/` (see `synth.rs`; `--help` lists the options). A dev build re-runs it as a release build
 //!   (`cargo run --release -p xtask -- synth-model ...`): unoptimized generation is about 6x slower.
 //!
