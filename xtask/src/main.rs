@@ -8,6 +8,10 @@
 //!   under qemu.
 //! - `check-android`: `cargo check` of the library crates for aarch64-linux-android (no NDK: no linking).
 //! - `fixtures`: rewrites the tiny synthetic models in `fixtures/` (see `fixtures.rs`).
+//! - `synth-model`: writes a SYNTHETIC model of a realistic shape (default 32 layers, d 4096, ff 14336, ReLU,
+//!   Q4_0, 4.0 GB) with random weights whose activations follow a planted power law, streamed to
+//!   `target/synth/` (see `synth.rs`; `--help` lists the options). A dev build re-runs it as a release build
+//!   (`cargo run --release -p xtask -- synth-model ...`): unoptimized generation is about 6x slower.
 //!
 //! Invariant: every step that CI needs is here or in a test's own setup; `.ci/run` only calls `cargo xtask ci`.
 
@@ -17,6 +21,7 @@ use std::process::Command;
 use anyhow::{bail, Context, Result};
 
 mod fixtures;
+mod synth;
 
 /// Library crates checked for Android (everything but the binaries).
 const ANDROID_CRATES: &[&str] =
@@ -108,6 +113,26 @@ fn ci() -> Result<()> {
     Ok(())
 }
 
+/// Set in the environment of the release build that `synth-model` re-runs itself as.
+const SYNTH_RELEASE_ENV: &str = "SPARROW_XTASK_SYNTH_RELEASE";
+
+/// `synth-model`. Unoptimized (`cargo xtask` is a dev build) generation is about 6x slower, so a dev build
+/// checks the options, then re-runs the task as `cargo run --release -p xtask`.
+fn synth_model() -> Result<()> {
+    let args: Vec<String> = std::env::args().skip(2).collect();
+    let help = args.iter().any(|a| a == "-h" || a == "--help");
+    if cfg!(debug_assertions) && !help && std::env::var_os(SYNTH_RELEASE_ENV).is_none() {
+        synth::Options::parse(&args)?;
+        eprintln!("xtask: synth-model runs optimized: re-running as `cargo run --release -p xtask -- synth-model`");
+        // Not `cargo()`: the working directory stays, so a relative `--out` means the same.
+        let mut c = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+        c.args(["run", "--release", "--manifest-path"]).arg(root().join("Cargo.toml"));
+        c.args(["-p", "xtask", "--", "synth-model"]).args(&args).env(SYNTH_RELEASE_ENV, "1");
+        return run(&mut c);
+    }
+    synth::main(&args, &root())
+}
+
 fn main() -> Result<()> {
     let task = std::env::args().nth(1).unwrap_or_default();
     match task.as_str() {
@@ -121,8 +146,9 @@ fn main() -> Result<()> {
             }
             Ok(())
         }
+        "synth-model" => synth_model(),
         _ => {
-            eprintln!("usage: cargo xtask <ci | setup | test-aarch64 | check-android | fixtures>");
+            eprintln!("usage: cargo xtask <ci | setup | test-aarch64 | check-android | fixtures | synth-model [--help]>");
             bail!("unknown task `{task}`")
         }
     }

@@ -4,8 +4,9 @@
 //!   accepted): metadata, tensor descriptions and zero-copy tensor data.
 //! * [`HfDir`] reads a Hugging Face model directory: `config.json` plus
 //!   `model.safetensors`, or `model.safetensors.index.json` and its shards.
-//! * [`GgufWriter`] writes small GGUF v3 files (tests, fixtures, synthetic
-//!   models).
+//! * [`GgufWriter`] writes GGUF v3 files (tests, fixtures, synthetic models):
+//!   small ones from memory, large ones streamed tensor by tensor through a
+//!   [`GgufStream`].
 //!
 //! Both readers hand out [`TensorView`]s whose `shape` is row-major,
 //! outermost first (a GGUF tensor with `ne = [576, 1536]` has shape
@@ -55,7 +56,7 @@ pub use gguf::{GgufFile, GGUF_DEFAULT_ALIGNMENT, GGUF_MAGIC, GGUF_MAX_DIMS};
 pub use hf::{HfConfig, HfDir, SAFETENSORS_DTYPE_NAMES, SAFETENSORS_TYPE_ID_BASE};
 pub use meta::MetaValue;
 pub use tensor::{TensorInfo, TensorView};
-pub use writer::GgufWriter;
+pub use writer::{GgufStream, GgufWriter};
 
 /// Opens and memory-maps a file read-only.
 fn map_file(path: &Path) -> Result<memmap2::Mmap, FormatError> {

@@ -1,4 +1,5 @@
-//! A small GGUF v3 writer for tests, fixtures and synthetic models.
+//! A GGUF v3 writer for tests, fixtures and synthetic models; large files are
+//! streamed (see [`GgufWriter::stream`]).
 
 use std::ffi::OsString;
 use std::io::Write;
@@ -17,6 +18,11 @@ const ALIGNMENT_KEY: &str = "general.alignment";
 /// tensors were added. [`write`](Self::write) writes to `path` + `".tmp"`,
 /// then renames, so readers never see a half-written file.
 ///
+/// Models too large to hold in memory are streamed: declare their tensors with
+/// [`declare_tensor`](Self::declare_tensor) (name, type and shape, no data),
+/// then [`stream`](Self::stream) writes the header and returns a
+/// [`GgufStream`] that takes the data of each tensor in order, in chunks.
+///
 /// Errors from [`tensor`](Self::tensor), which has no file yet, name the path
 /// `<GgufWriter>`.
 #[derive(Debug, Clone)]
@@ -31,7 +37,10 @@ struct PendingTensor {
     name: String,
     dtype: DType,
     shape: Vec<usize>,
-    data: Vec<u8>,
+    /// Bytes of data the type and shape require.
+    len: u64,
+    /// `None` for a tensor declared for streaming.
+    data: Option<Vec<u8>>,
 }
 
 impl Default for GgufWriter {
@@ -95,6 +104,29 @@ impl GgufWriter {
         shape: &[usize],
         data: Vec<u8>,
     ) -> Result<&mut Self, FormatError> {
+        self.add(name, dtype, shape, Some(data))
+    }
+
+    /// Declares a tensor whose data a [`GgufStream`] will take (see
+    /// [`stream`](Self::stream)): the same checks as [`tensor`](Self::tensor),
+    /// without the data. [`write`](Self::write) refuses a writer that holds
+    /// declared tensors.
+    pub fn declare_tensor(
+        &mut self,
+        name: &str,
+        dtype: DType,
+        shape: &[usize],
+    ) -> Result<&mut Self, FormatError> {
+        self.add(name, dtype, shape, None)
+    }
+
+    fn add(
+        &mut self,
+        name: &str,
+        dtype: DType,
+        shape: &[usize],
+        data: Option<Vec<u8>>,
+    ) -> Result<&mut Self, FormatError> {
         let mismatch = |detail: String| FormatError::ShapeMismatch {
             path: writer_path(),
             tensor: name.to_owned(),
@@ -107,11 +139,13 @@ impl GgufWriter {
             )));
         }
         let expected = crate::tensor::tensor_bytes(dtype, shape).map_err(mismatch)?;
-        if data.len() != expected {
-            return Err(mismatch(format!(
-                "{} bytes of data given, {dtype} {shape:?} needs {expected}",
-                data.len()
-            )));
+        if let Some(data) = &data {
+            if data.len() != expected {
+                return Err(mismatch(format!(
+                    "{} bytes of data given, {dtype} {shape:?} needs {expected}",
+                    data.len()
+                )));
+            }
         }
         if self.tensors.iter().any(|t| t.name == name) {
             return Err(FormatError::Invalid {
@@ -123,13 +157,37 @@ impl GgufWriter {
             name: name.to_owned(),
             dtype,
             shape: shape.to_vec(),
+            len: expected as u64,
             data,
         });
         Ok(self)
     }
 
     /// Writes the file: to `path` + `".tmp"` first, then renamed to `path`.
+    /// Every tensor must have its data (none may be only declared).
     pub fn write(&self, path: impl AsRef<Path>) -> Result<(), FormatError> {
+        let path = path.as_ref();
+        if let Some(t) = self.tensors.iter().find(|t| t.data.is_none()) {
+            return Err(FormatError::Invalid {
+                path: path.to_path_buf(),
+                detail: format!(
+                    "tensor '{}' was declared without data: write it with stream()",
+                    t.name
+                ),
+            });
+        }
+        self.stream(path)?.finish()
+    }
+
+    /// Starts writing the file: creates `path` + `".tmp"`, writes the header
+    /// and returns the stream that takes the tensor data, in the order the
+    /// tensors were added. Tensors added with their data
+    /// ([`tensor`](Self::tensor)) are written by the stream itself when their
+    /// turn comes; the data of declared ones
+    /// ([`declare_tensor`](Self::declare_tensor)) is given to
+    /// [`GgufStream::write_data`]. [`GgufStream::finish`] renames the file to
+    /// `path`; a stream dropped before that removes the temporary file.
+    pub fn stream(&self, path: impl AsRef<Path>) -> Result<GgufStream<'_>, FormatError> {
         let path = path.as_ref();
         let a = self.alignment;
         if !a.is_power_of_two() || a > 1 << 30 {
@@ -142,12 +200,21 @@ impl GgufWriter {
         let mut tmp: OsString = path.as_os_str().to_owned();
         tmp.push(".tmp");
         let tmp = PathBuf::from(tmp);
-        let result = write_file(&tmp, &header, a, &self.tensors)
-            .and_then(|()| std::fs::rename(&tmp, path).map_err(|e| FormatError::io(path, e)));
-        if result.is_err() {
-            let _ = std::fs::remove_file(&tmp);
-        }
-        result
+        let file = std::fs::File::create(&tmp).map_err(|e| FormatError::io(&tmp, e))?;
+        let mut s = GgufStream {
+            path: path.to_path_buf(),
+            tmp,
+            out: Some(std::io::BufWriter::with_capacity(1 << 20, file)),
+            alignment: a,
+            tensors: &self.tensors,
+            next: 0,
+            filled: 0,
+            pos: 0,
+        };
+        s.put(&header)?;
+        s.pad()?;
+        s.write_given()?;
+        Ok(s)
     }
 
     fn header(&self, path: &Path) -> Result<Vec<u8>, FormatError> {
@@ -173,7 +240,7 @@ impl GgufWriter {
             }
             h.extend_from_slice(&t.dtype.ggml_id().to_le_bytes());
             h.extend_from_slice(&offset.to_le_bytes());
-            offset = align_up(offset + t.data.len() as u64, self.alignment);
+            offset = align_up(offset + t.len, self.alignment);
         }
         Ok(h)
     }
@@ -183,39 +250,161 @@ fn align_up(x: u64, a: u64) -> u64 {
     x.div_ceil(a) * a
 }
 
-fn write_file(
-    tmp: &Path,
-    header: &[u8],
+/// The data half of a GGUF file being written: see [`GgufWriter::stream`].
+///
+/// Takes the tensors' data in the order they were added to the writer, each
+/// tensor's bytes in one or more [`write_data`](Self::write_data) calls, and
+/// pads between tensors itself. Nothing is held in memory beyond a 1 MiB
+/// buffer, so files far larger than memory can be written.
+#[derive(Debug)]
+pub struct GgufStream<'w> {
+    path: PathBuf,
+    tmp: PathBuf,
+    /// `None` once finished (or after an error closed it).
+    out: Option<std::io::BufWriter<std::fs::File>>,
     alignment: u64,
-    tensors: &[PendingTensor],
-) -> Result<(), FormatError> {
-    let io = |e| FormatError::io(tmp, e);
-    let file = std::fs::File::create(tmp).map_err(io)?;
-    let mut w = std::io::BufWriter::new(file);
-    let zeros = vec![0u8; alignment as usize];
-    let mut pos = 0u64;
-    let mut put = |w: &mut std::io::BufWriter<std::fs::File>, bytes: &[u8]| {
-        pos += bytes.len() as u64;
-        w.write_all(bytes)
-    };
-    put(&mut w, header).map_err(io)?;
-    let pad = |pos: u64| (align_up(pos, alignment) - pos) as usize;
-    let p = pad(header.len() as u64);
-    put(&mut w, &zeros[..p]).map_err(io)?;
-    let data_start = header.len() as u64 + p as u64;
-    let mut rel = 0u64;
-    for t in tensors {
-        put(&mut w, &t.data).map_err(io)?;
-        rel += t.data.len() as u64;
-        let p = pad(rel);
-        // No padding after the last tensor is needed, but llama.cpp pads too.
-        put(&mut w, &zeros[..p]).map_err(io)?;
-        rel += p as u64;
+    tensors: &'w [PendingTensor],
+    /// Index of the tensor whose data comes next.
+    next: usize,
+    /// Bytes of that tensor written so far.
+    filled: u64,
+    /// Bytes of the file written so far.
+    pos: u64,
+}
+
+impl GgufStream<'_> {
+    /// The name of the tensor whose data the next [`write_data`](Self::write_data)
+    /// call continues, or `None` when every tensor is complete.
+    pub fn next_tensor(&self) -> Option<&str> {
+        self.tensors.get(self.next).map(|t| t.name.as_str())
     }
-    debug_assert_eq!(data_start + rel, pos);
-    w.flush().map_err(io)?;
-    w.get_ref().sync_all().map_err(io)?;
-    Ok(())
+
+    /// Appends `bytes` to the data of the next tensor. A chunk may not run past
+    /// the end of its tensor (call again for the next one); when a tensor is
+    /// complete the stream pads to the alignment and writes the following
+    /// tensors that were given their data up front.
+    pub fn write_data(&mut self, bytes: &[u8]) -> Result<(), FormatError> {
+        let tensors = self.tensors;
+        let Some(t) = tensors.get(self.next) else {
+            return Err(self.invalid(format!(
+                "{} bytes of tensor data given after the last tensor was complete",
+                bytes.len()
+            )));
+        };
+        let left = t.len - self.filled;
+        if bytes.len() as u64 > left {
+            let detail = format!(
+                "{} bytes given for tensor '{}', which needs only {left} more (of {})",
+                bytes.len(),
+                t.name,
+                t.len
+            );
+            return Err(self.invalid(detail));
+        }
+        self.put(bytes)?;
+        self.filled += bytes.len() as u64;
+        if self.filled == t.len {
+            self.next += 1;
+            self.filled = 0;
+            self.pad()?;
+            self.write_given()?;
+        }
+        Ok(())
+    }
+
+    /// Flushes and syncs the file and renames it to its final path. Fails,
+    /// removing the temporary file, if a tensor is incomplete.
+    pub fn finish(mut self) -> Result<(), FormatError> {
+        if let Some(t) = self.tensors.get(self.next) {
+            let detail = format!(
+                "finished with tensor '{}' incomplete ({} of {} bytes) and {} more after it",
+                t.name,
+                self.filled,
+                t.len,
+                self.tensors.len() - self.next - 1
+            );
+            return Err(self.invalid(detail));
+        }
+        let Some(mut out) = self.out.take() else {
+            return Err(self.invalid("the stream was closed by an earlier error".into()));
+        };
+        let tmp = self.tmp.clone();
+        let io = |e| FormatError::io(&tmp, e);
+        let synced = out
+            .flush()
+            .map_err(io)
+            .and_then(|()| out.get_ref().sync_all().map_err(io));
+        drop(out);
+        let result = synced.and_then(|()| {
+            std::fs::rename(&self.tmp, &self.path).map_err(|e| FormatError::io(&self.path, e))
+        });
+        if result.is_err() {
+            let _ = std::fs::remove_file(&self.tmp);
+        }
+        result
+    }
+
+    /// Closes the stream (removing the temporary file) and returns an error.
+    fn invalid(&mut self, detail: String) -> FormatError {
+        self.close();
+        FormatError::Invalid {
+            path: self.path.clone(),
+            detail,
+        }
+    }
+
+    fn close(&mut self) {
+        if self.out.take().is_some() {
+            let _ = std::fs::remove_file(&self.tmp);
+        }
+    }
+
+    fn put(&mut self, bytes: &[u8]) -> Result<(), FormatError> {
+        let Some(out) = self.out.as_mut() else {
+            return Err(self.invalid("the stream was closed by an earlier error".into()));
+        };
+        if let Err(e) = out.write_all(bytes) {
+            self.close();
+            return Err(FormatError::io(&self.tmp, e));
+        }
+        self.pos += bytes.len() as u64;
+        Ok(())
+    }
+
+    /// Zeros up to the alignment. Tensors are padded after their data, the
+    /// last one too (as llama.cpp does).
+    fn pad(&mut self) -> Result<(), FormatError> {
+        const ZEROS: [u8; 4096] = [0; 4096];
+        let mut p = align_up(self.pos, self.alignment) - self.pos;
+        while p > 0 {
+            let n = p.min(ZEROS.len() as u64);
+            self.put(&ZEROS[..n as usize])?;
+            p -= n;
+        }
+        Ok(())
+    }
+
+    /// Writes the tensors from `next` on that were given their data up front
+    /// (and skips empty declared ones), up to the next declared tensor.
+    fn write_given(&mut self) -> Result<(), FormatError> {
+        let tensors = self.tensors;
+        while let Some(t) = tensors.get(self.next) {
+            match &t.data {
+                Some(data) => self.put(data)?,
+                None if t.len == 0 => {}
+                None => break,
+            }
+            self.next += 1;
+            self.pad()?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for GgufStream<'_> {
+    fn drop(&mut self) {
+        self.close();
+    }
 }
 
 fn put_string(h: &mut Vec<u8>, s: &str) {

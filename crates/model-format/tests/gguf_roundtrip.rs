@@ -330,3 +330,121 @@ fn reader_is_shareable_across_threads() {
         assert_eq!(h.join().unwrap(), total);
     }
 }
+
+/// The writer of `write_tensors`, with every other tensor declared (no data)
+/// instead, and the data of all of them.
+fn half_declared(alignment: Option<u64>) -> (GgufWriter, Vec<Vec<u8>>) {
+    let mut w = GgufWriter::new();
+    if let Some(a) = alignment {
+        w.alignment(a);
+    }
+    w.metadata("general.name", "tensors".into());
+    let mut datas = Vec::new();
+    for (i, (name, dtype, shape)) in tensor_specs().into_iter().enumerate() {
+        let n = shape.iter().product::<usize>() / dtype.block_len() * dtype.block_bytes();
+        let data = pattern(n, i as u8);
+        if i % 2 == 0 {
+            w.declare_tensor(&name, dtype, &shape).unwrap();
+        } else {
+            w.tensor(&name, dtype, &shape, data.clone()).unwrap();
+        }
+        datas.push(data);
+    }
+    (w, datas)
+}
+
+#[test]
+fn streamed_file_is_byte_identical_to_written_file() {
+    for alignment in [None, Some(64), Some(1)] {
+        let dir = TempDir::new("stream");
+        let (a, b) = (dir.join("a.gguf"), dir.join("b.gguf"));
+        write_tensors(&a, alignment);
+        let (w, datas) = half_declared(alignment);
+        let mut s = w.stream(&b).unwrap();
+        assert!(!b.exists(), "the final name appears only on finish");
+        for (i, (name, _, _)) in tensor_specs().into_iter().enumerate() {
+            if i % 2 == 1 || datas[i].is_empty() {
+                continue; // written by the stream itself
+            }
+            assert_eq!(s.next_tensor(), Some(name.as_str()));
+            for chunk in datas[i].chunks(7) {
+                s.write_data(chunk).unwrap();
+            }
+        }
+        assert_eq!(s.next_tensor(), None);
+        s.finish().unwrap();
+        assert!(!dir.join("b.gguf.tmp").exists());
+        assert!(
+            std::fs::read(&a).unwrap() == std::fs::read(&b).unwrap(),
+            "alignment {alignment:?}"
+        );
+        let f = GgufFile::open(&b).unwrap();
+        for (t, d) in f.tensors().zip(&datas) {
+            assert_eq!(t.data, d.as_slice(), "{}", t.name);
+        }
+    }
+}
+
+#[test]
+fn stream_rejects_wrong_amounts_of_data_and_leaves_no_file() {
+    let dir = TempDir::new("streambad");
+    let path = dir.join("x.gguf");
+    let tmp = dir.join("x.gguf.tmp");
+    let mut w = GgufWriter::new();
+    w.declare_tensor("a", DType::F32, &[2]).unwrap();
+    w.declare_tensor("b", DType::Q8_0, &[1, 32]).unwrap();
+
+    // write() needs every tensor's data.
+    let e = w.write(&path).unwrap_err();
+    assert!(e.to_string().contains("'a'"), "{e}");
+    assert!(!path.exists() && !tmp.exists());
+
+    // A chunk that runs past its tensor.
+    let mut s = w.stream(&path).unwrap();
+    assert!(tmp.exists());
+    let e = s.write_data(&[0; 9]).unwrap_err();
+    assert!(
+        matches!(e, FormatError::Invalid { .. }) && e.to_string().contains("'a'"),
+        "{e}"
+    );
+    assert!(!tmp.exists(), "an error removes the temporary file");
+    let e = s.write_data(&[0; 4]).unwrap_err();
+    assert!(e.to_string().contains("closed"), "{e}");
+    drop(s);
+
+    // Finishing with a tensor incomplete.
+    let mut s = w.stream(&path).unwrap();
+    s.write_data(&[1; 8]).unwrap();
+    assert_eq!(s.next_tensor(), Some("b"));
+    s.write_data(&[2; 30]).unwrap();
+    let e = s.finish().unwrap_err();
+    assert!(
+        e.to_string().contains("'b'") && e.to_string().contains("30 of 34"),
+        "{e}"
+    );
+    assert!(!path.exists() && !tmp.exists());
+
+    // Data after the last tensor.
+    let mut s = w.stream(&path).unwrap();
+    s.write_data(&[1; 8]).unwrap();
+    s.write_data(&[2; 34]).unwrap();
+    let e = s.write_data(&[3]).unwrap_err();
+    assert!(e.to_string().contains("after the last tensor"), "{e}");
+    assert!(!path.exists() && !tmp.exists());
+
+    // A dropped stream leaves nothing behind.
+    let mut s = w.stream(&path).unwrap();
+    s.write_data(&[1; 8]).unwrap();
+    drop(s);
+    assert!(!path.exists() && !tmp.exists());
+
+    // And a complete one reads back.
+    let mut s = w.stream(&path).unwrap();
+    s.write_data(&[1; 8]).unwrap();
+    s.write_data(&[2; 34]).unwrap();
+    s.finish().unwrap();
+    let f = GgufFile::open(&path).unwrap();
+    assert_eq!(f.tensor("a").unwrap().data, &[1; 8]);
+    assert_eq!(f.tensor("b").unwrap().data, &[2; 34]);
+    assert!(!tmp.exists());
+}

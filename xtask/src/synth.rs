@@ -1,0 +1,598 @@
+//! `cargo xtask synth-model`: a **synthetic** model of a realistic shape (by default 32 layers, d = 4096,
+//! 14336 FFN neurons, 32 query and 8 key/value heads, a 32000-token vocabulary, Q4_0: the shape of a 7B
+//! llama-family model, about 4.0 GB) with random weights whose ReLU activations follow a planted power law.
+//! It is for measuring the engine (speed, memory, flash offload, predictors) at full size; it is not a
+//! language model and its text is noise. The file says so: `general.name` is
+//! [`GENERAL_NAME`], `sparrow.synthetic` is `true`, and `sparrow.synth.{alpha,seed,density,version}` record
+//! how it was made.
+//!
+//! # File
+//!
+//! Architecture `llama` with `sparrow.ffn_activation = relu` (gated FFN `down(relu(gate·x) * (up·x))`), the
+//! llama.cpp tensor names and metadata keys that `xtask/src/fixtures.rs` uses, and its byte-level vocabulary
+//! (256 byte tokens, `<|im_start|>`, `<|im_end|>` = eos) padded with unused tokens `<|synth_pad_N|>` (type 5)
+//! to `--vocab` entries. Every matrix, the token embedding included, is in `--format` (Q4_0 or Q8_0,
+//! quantized with `kernels_neon::quantize_row`, ggml's reference quantizer); the norms are F32 ones; the
+//! output projection is tied to the embedding (no `output.weight`). Tensors are generated row by row from
+//! per-row seeds (xorshift64, seeded with splitmix64 of seed, layer, tensor and row), on every core, and
+//! streamed to disk through `model_format::GgufStream`, so memory stays at a few MiB whatever the size. The
+//! bytes depend only on the options (on one platform: the planted biases go through libm's `pow`, `exp` and
+//! `ln`), not on the number of cores.
+//!
+//! # The planted power law
+//!
+//! Every token embedding is `κ·√d·u + n_t`: a constant component along one fixed unit direction `u` (random
+//! signs) shared by all tokens, plus per-token noise `n_t ⊥ u` with unit variance per coordinate (κ =
+//! [`KAPPA`]). No layer writes along `u` on average (the rows of `attn_v` and `ffn_up` are orthogonal to `u`,
+//! and `attn_output`/`ffn_down` are zero-mean random), so after RMSNorm every FFN input `x` has
+//! `u·x ≈ κ√d/√(κ²+V)` while its other part is token-dependent, with `V` the per-coordinate variance of the
+//! residual stream off `u` (1 for the embeddings, plus [`EPS_ATTN`]² and [`EPS_FFN`]² per attention and FFN
+//! block, the per-coordinate output scale the generator gives them; tracked per layer). Neuron `j`'s gate row
+//! is `r_j + t_j·u` with `r_j` a random unit vector orthogonal to `u`, so over inputs
+//! `gate_j·x ≈ σ·(Z + z_j)` with `Z ~ N(0,1)` and `σ = √(V/(κ²+V))`: choosing `t_j = √V·z_j/(κ√d)` with `z_j = Φ⁻¹(p_j)` makes
+//! `P(gate_j·x > 0) = p_j`, the neuron's planted firing propensity.
+//!
+//! The propensities follow a Zipf law over a random permutation of each layer's neurons: the neuron of rank
+//! `r = 1..ff` gets `p = min(P_MAX, max(P_MIN, C·r^-alpha))`, with `C` set so that the mean is [`DENSITY`]
+//! (10% of neurons fire per token, 90% sparsity, as in ReLU LLMs). With alpha = 1 the 20% most frequent
+//! neurons carry about 66% of the activations, 334 of 14336 fire on 90% of the tokens and the last ones on
+//! 2%; alpha = 0 makes every neuron fire 10% of the time. `ffn_down` is scaled from the planted `z_j` so the FFN
+//! adds [`EPS_FFN`] per coordinate. `xtask/tests/synth.rs` checks all of this on small models: the gate
+//! pre-activations of a forward pass computed from the file's dequantized weights, and the engine's own
+//! forward pass over multi-token windows.
+//!
+//! The bookkeeping of `V` assumes one token at a time; over longer contexts attention averages the values of
+//! several positions, so the residual stream grows a little slower than planned and deep layers come out
+//! slightly sparser. Measured in the engine (dense forward pass, 2 windows of 32 random tokens) on the
+//! full-size default model: density 0.102 in layer 0, 0.098 in layer 31, 0.0998 over all layers, and the
+//! 20% most frequent neurons of a layer carry 0.67 to 0.69 of its activations
+//! (`full_size_model_runs_in_the_engine_with_the_planted_density`, an ignored test in `xtask/tests/synth.rs`).
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{bail, ensure, Context, Result};
+use kernels_neon::WeightFormat;
+use model_format::{DType, GgufWriter, MetaValue};
+
+/// `general.name` of every synthetic model.
+pub const GENERAL_NAME: &str = "SYNTHETIC sparrow synth-model (random weights, planted power law) — not a language model";
+/// Version of the generator, written as `sparrow.synth.version`: bump it when the bytes for given options change.
+pub const VERSION: u32 = 1;
+/// Mean firing propensity of the neurons of a layer (fraction of positive gate pre-activations).
+pub const DENSITY: f64 = 0.10;
+/// Largest planted propensity.
+pub const P_MAX: f64 = 0.9;
+/// Smallest planted propensity.
+pub const P_MIN: f64 = 1e-5;
+/// The component along `u` of every embedding, in units of the per-coordinate noise: `κ·√d·u`.
+pub const KAPPA: f64 = 1.0;
+/// Per-coordinate standard deviation an attention block adds to the residual stream (one token).
+pub const EPS_ATTN: f64 = 0.05;
+/// Per-coordinate standard deviation an FFN block adds to the residual stream.
+pub const EPS_FFN: f64 = 0.1;
+/// RMSNorm epsilon.
+pub const RMS_EPS: f32 = 1e-5;
+/// RoPE base.
+pub const ROPE_BASE: f32 = 10_000.0;
+/// Context length written to the metadata.
+pub const CONTEXT: usize = 4096;
+
+/// Byte tokens and the two chat tokens of the vocabulary; the rest is padding.
+const BASE_VOCAB: usize = 258;
+
+/// What to generate.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Options {
+    /// Output file (default: `target/synth/<file_name()>` under the workspace root).
+    pub out: Option<PathBuf>,
+    /// Transformer blocks.
+    pub layers: usize,
+    /// Hidden size.
+    pub d: usize,
+    /// FFN neurons per layer.
+    pub ff: usize,
+    /// Query heads.
+    pub heads: usize,
+    /// Key/value heads.
+    pub kv_heads: usize,
+    /// Vocabulary size (embedding rows).
+    pub vocab: usize,
+    /// Weight format: Q4_0 or Q8_0.
+    pub format: DType,
+    /// Zipf exponent of the firing propensities.
+    pub alpha: f64,
+    /// Seed of every random number.
+    pub seed: u64,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options { out: None, layers: 32, d: 4096, ff: 14336, heads: 32, kv_heads: 8, vocab: 32000, format: DType::Q4_0, alpha: 1.0, seed: 0x5EED }
+    }
+}
+
+/// The usage text.
+pub const USAGE: &str = "usage: cargo xtask synth-model [--out PATH] [--layers N] [--d D] [--ff F] [--heads H] [--kv-heads K] \
+[--vocab V] [--format q4_0|q8_0] [--alpha A] [--seed S]
+  defaults: 32 layers, d 4096, ff 14336, 32 heads, 8 kv heads, vocab 32000, q4_0, alpha 1.0, seed 0x5EED,
+  out target/synth/synth-<layers>x<d>x<ff>-<format>.gguf (4.0 GB at the defaults)";
+
+impl Options {
+    /// Parses `--flag value` / `--flag=value` arguments (after the task name), then checks them.
+    pub fn parse(args: &[String]) -> Result<Options> {
+        let mut o = Options::default();
+        let mut it = args.iter();
+        while let Some(arg) = it.next() {
+            let (flag, inline) = match arg.split_once('=') {
+                Some((f, v)) if f.starts_with("--") => (f, Some(v.to_string())),
+                _ => (arg.as_str(), None),
+            };
+            if matches!(flag, "-h" | "--help") {
+                bail!("{USAGE}");
+            }
+            const FLAGS: [&str; 10] = ["--out", "--layers", "--d", "--ff", "--heads", "--kv-heads", "--vocab", "--format", "--alpha", "--seed"];
+            if !FLAGS.contains(&flag) {
+                bail!("unknown option `{arg}`\n{USAGE}");
+            }
+            let value = match inline {
+                Some(v) => v,
+                None => it.next().cloned().with_context(|| format!("{flag} needs a value\n{USAGE}"))?,
+            };
+            let int = |v: &str| -> Result<usize> { v.parse().with_context(|| format!("{flag} takes a whole number, not `{v}`")) };
+            match flag {
+                "--out" => o.out = Some(PathBuf::from(value)),
+                "--layers" => o.layers = int(&value)?,
+                "--d" => o.d = int(&value)?,
+                "--ff" => o.ff = int(&value)?,
+                "--heads" => o.heads = int(&value)?,
+                "--kv-heads" => o.kv_heads = int(&value)?,
+                "--vocab" => o.vocab = int(&value)?,
+                "--format" => {
+                    o.format = match value.to_ascii_lowercase().as_str() {
+                        "q4_0" => DType::Q4_0,
+                        "q8_0" => DType::Q8_0,
+                        _ => bail!("--format takes q4_0 or q8_0, not `{value}`"),
+                    }
+                }
+                "--alpha" => o.alpha = value.parse().with_context(|| format!("--alpha takes a number, not `{value}`"))?,
+                "--seed" => {
+                    let parsed = match value.strip_prefix("0x").or_else(|| value.strip_prefix("0X")) {
+                        Some(hex) => u64::from_str_radix(hex, 16),
+                        None => value.parse(),
+                    };
+                    o.seed = parsed.with_context(|| format!("--seed takes a 64-bit unsigned number (decimal or 0x hex), not `{value}`"))?;
+                }
+                _ => unreachable!("{flag} is in FLAGS"),
+            }
+        }
+        o.check()?;
+        Ok(o)
+    }
+
+    /// Checks that the shape is one the engine loads and the writer can write.
+    pub fn check(&self) -> Result<()> {
+        ensure!((1..=1024).contains(&self.layers), "--layers must be 1..=1024, not {}", self.layers);
+        for (name, v) in [("--d", self.d), ("--ff", self.ff)] {
+            ensure!(v >= 32 && v % 32 == 0 && v <= 1 << 20, "{name} must be a multiple of 32 in 32..=1048576 (quantization blocks are 32 wide), not {v}");
+        }
+        ensure!(self.heads >= 1 && self.d % self.heads == 0, "--heads must divide --d ({}), {} does not", self.d, self.heads);
+        let hd = self.d / self.heads;
+        ensure!(hd % 2 == 0, "head dimension d/heads = {hd} must be even (RoPE rotates pairs)");
+        ensure!(self.kv_heads >= 1 && self.heads % self.kv_heads == 0, "--kv-heads must divide --heads ({}), {} does not", self.heads, self.kv_heads);
+        ensure!(
+            (BASE_VOCAB..=1 << 22).contains(&self.vocab),
+            "--vocab must be {BASE_VOCAB}..=4194304 (256 byte tokens + 2 chat tokens at least), not {}",
+            self.vocab
+        );
+        ensure!(matches!(self.format, DType::Q4_0 | DType::Q8_0), "format must be Q4_0 or Q8_0, not {}", self.format);
+        ensure!(self.alpha.is_finite() && (0.0..=8.0).contains(&self.alpha), "--alpha must be a number in 0..=8, not {}", self.alpha);
+        Ok(())
+    }
+
+    /// `synth-<layers>x<d>x<ff>-<format>.gguf`.
+    pub fn file_name(&self) -> String {
+        format!("synth-{}x{}x{}-{}.gguf", self.layers, self.d, self.ff, self.format.name().to_ascii_lowercase())
+    }
+
+    /// Where the file goes: `--out`, or `target/synth/<file_name()>` under `root`.
+    pub fn out_path(&self, root: &Path) -> PathBuf {
+        self.out.clone().unwrap_or_else(|| root.join("target").join("synth").join(self.file_name()))
+    }
+
+    fn head_dim(&self) -> usize {
+        self.d / self.heads
+    }
+
+    fn kv_dim(&self) -> usize {
+        self.kv_heads * self.head_dim()
+    }
+
+    fn weight_format(&self) -> WeightFormat {
+        match self.format {
+            DType::Q8_0 => WeightFormat::Q8_0,
+            _ => WeightFormat::Q4_0,
+        }
+    }
+
+    /// Bytes of the tensor data (the header adds the vocabulary, under a MiB).
+    pub fn data_bytes(&self) -> u64 {
+        let rb = |cols: usize| (cols / 32 * self.format.block_bytes()) as u64;
+        let (d, ff, kv) = (self.d as u64, self.ff as u64, self.kv_dim() as u64);
+        let layer = (2 * d + 2 * kv) * rb(self.d) + 2 * ff * rb(self.d) + d * rb(self.ff) + 2 * 4 * d;
+        self.vocab as u64 * rb(self.d) + 4 * d + self.layers as u64 * layer
+    }
+}
+
+/// Runs the task: parses `args`, writes the model, prints a line per layer and a summary to stderr.
+pub fn main(args: &[String], root: &Path) -> Result<()> {
+    if args.iter().any(|a| a == "-h" || a == "--help") {
+        println!("{USAGE}");
+        return Ok(());
+    }
+    let o = Options::parse(args)?;
+    let path = o.out_path(root);
+    if let Some(dir) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    eprintln!(
+        "xtask synth-model: SYNTHETIC model (random weights, planted power law alpha {}, density {DENSITY}, seed {:#x}): \
+         {} layers, d {}, ff {}, {} heads ({} kv), vocab {}, {} -> {} ({:.2} GiB)",
+        o.alpha,
+        o.seed,
+        o.layers,
+        o.d,
+        o.ff,
+        o.heads,
+        o.kv_heads,
+        o.vocab,
+        o.format,
+        path.display(),
+        o.data_bytes() as f64 / (1u64 << 30) as f64
+    );
+    let t0 = Instant::now();
+    write_model(&o, &path, |layer, bytes| {
+        eprintln!(
+            "xtask synth-model: layer {}/{} written ({:.2} GiB, {:.1} s)",
+            layer + 1,
+            o.layers,
+            bytes as f64 / (1u64 << 30) as f64,
+            t0.elapsed().as_secs_f64()
+        )
+    })?;
+    let size = std::fs::metadata(&path).with_context(|| format!("reading the size of {}", path.display()))?.len();
+    eprintln!("xtask synth-model: wrote {} ({size} bytes) in {:.1} s", path.display(), t0.elapsed().as_secs_f64());
+    Ok(())
+}
+
+/// Deterministic pseudo-random numbers (xorshift64).
+struct Rng(u64);
+
+impl Rng {
+    /// A generator for one stream, named by `tag`, of the model seeded with `seed`.
+    fn new(seed: u64, tag: u64) -> Rng {
+        Rng(splitmix64(seed ^ splitmix64(tag)) | 1)
+    }
+
+    fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    /// Mean 0, variance 1: the sum of two uniforms (triangular on ±√6), from the two halves of one draw.
+    fn tri(&mut self) -> f32 {
+        let x = self.next_u64();
+        let s = (x >> 32) as u32 as i32 as f32 + x as u32 as i32 as f32;
+        s * (6f32.sqrt() / 4_294_967_296.0)
+    }
+
+    /// Uniform in `0..n`.
+    fn below(&mut self, n: usize) -> usize {
+        ((self.next_u64() >> 11) as f64 / (1u64 << 53) as f64 * n as f64) as usize
+    }
+}
+
+fn splitmix64(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// The random streams of the generator.
+#[derive(Clone, Copy)]
+enum Stream {
+    Direction = 0,
+    Permutation,
+    Embed,
+    Q,
+    K,
+    V,
+    O,
+    Gate,
+    Up,
+    Down,
+}
+
+fn rng(o: &Options, stream: Stream, layer: usize, row: usize) -> Rng {
+    Rng::new(o.seed, ((stream as u64) << 56) ^ ((layer as u64) << 36) ^ row as u64)
+}
+
+/// Standard normal CDF (Abramowitz & Stegun 7.1.26 for erf, absolute error below 1.5e-7).
+fn phi_cdf(z: f64) -> f64 {
+    let x = z.abs() / std::f64::consts::SQRT_2;
+    let t = 1.0 / (1.0 + 0.327_591_1 * x);
+    let poly = t * (0.254_829_592 + t * (-0.284_496_736 + t * (1.421_413_741 + t * (-1.453_152_027 + t * 1.061_405_429))));
+    let erfc = poly * (-x * x).exp();
+    if z >= 0.0 {
+        1.0 - 0.5 * erfc
+    } else {
+        0.5 * erfc
+    }
+}
+
+/// Standard normal density.
+fn phi_pdf(z: f64) -> f64 {
+    (-0.5 * z * z).exp() / (2.0 * std::f64::consts::PI).sqrt()
+}
+
+/// Inverse standard normal CDF (Acklam's rational approximation, relative error below 1.2e-9), `p` in (0, 1).
+fn phi_inv(p: f64) -> f64 {
+    const A: [f64; 6] = [-3.969_683_028_665_376e1, 2.209_460_984_245_205e2, -2.759_285_104_469_687e2, 1.383_577_518_672_69e2, -3.066_479_806_614_716e1, 2.506_628_277_459_239];
+    const B: [f64; 5] = [-5.447_609_879_822_406e1, 1.615_858_368_580_409e2, -1.556_989_798_598_866e2, 6.680_131_188_771_972e1, -1.328_068_155_288_572e1];
+    const C: [f64; 6] = [-7.784_894_002_430_293e-3, -3.223_964_580_411_365e-1, -2.400_758_277_161_838, -2.549_732_539_343_734, 4.374_664_141_464_968, 2.938_163_982_698_783];
+    const D: [f64; 4] = [7.784_695_709_041_462e-3, 3.224_671_290_700_398e-1, 2.445_134_137_142_996, 3.754_408_661_907_416];
+    let tail = |q: f64| (((((C[0] * q + C[1]) * q + C[2]) * q + C[3]) * q + C[4]) * q + C[5]) / ((((D[0] * q + D[1]) * q + D[2]) * q + D[3]) * q + 1.0);
+    if p < 0.02425 {
+        tail((-2.0 * p.ln()).sqrt())
+    } else if p > 1.0 - 0.02425 {
+        -tail((-2.0 * (1.0 - p).ln()).sqrt())
+    } else {
+        let q = p - 0.5;
+        let r = q * q;
+        (((((A[0] * r + A[1]) * r + A[2]) * r + A[3]) * r + A[4]) * r + A[5]) * q / (((((B[0] * r + B[1]) * r + B[2]) * r + B[3]) * r + B[4]) * r + 1.0)
+    }
+}
+
+/// The planted propensity of each rank `1..=ff`: `min(P_MAX, max(P_MIN, C·r^-alpha))` with mean [`DENSITY`].
+pub fn zipf_propensities(ff: usize, alpha: f64) -> Vec<f64> {
+    let at = |c: f64| (1..=ff).map(move |r| (c * (r as f64).powf(-alpha)).clamp(P_MIN, P_MAX));
+    let mean = |c: f64| at(c).sum::<f64>() / ff as f64;
+    // The mean grows with C: bisect log C.
+    let (mut lo, mut hi) = (-60.0f64, 60.0f64);
+    for _ in 0..200 {
+        let mid = 0.5 * (lo + hi);
+        if mean(mid.exp()) < DENSITY {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    at((0.5 * (lo + hi)).exp()).collect()
+}
+
+/// The planted firing propensity of every neuron (by index) of `layer`: the Zipf law over a random permutation.
+pub fn propensities(o: &Options, layer: usize) -> Vec<f64> {
+    let by_rank = zipf_propensities(o.ff, o.alpha);
+    let mut perm: Vec<usize> = (0..o.ff).collect();
+    let mut r = rng(o, Stream::Permutation, layer, 0);
+    for i in (1..o.ff).rev() {
+        perm.swap(i, r.below(i + 1));
+    }
+    let mut p = vec![0.0; o.ff];
+    for (rank, &neuron) in perm.iter().enumerate() {
+        p[neuron] = by_rank[rank];
+    }
+    p
+}
+
+/// The fixed direction `u` (unit norm, random signs) that every embedding carries.
+fn direction(o: &Options) -> Vec<f32> {
+    let mut r = rng(o, Stream::Direction, 0, 0);
+    let s = 1.0 / (o.d as f32).sqrt();
+    (0..o.d).map(|_| if r.next_u64() >> 63 == 0 { s } else { -s }).collect()
+}
+
+/// Removes the component of `x` along the unit vector `u`.
+fn project_out(x: &mut [f32], u: &[f32]) {
+    let c: f32 = x.iter().zip(u).map(|(a, b)| a * b).sum();
+    x.iter_mut().zip(u).for_each(|(a, b)| *a -= c * b);
+}
+
+/// Fills `row` with unit-variance noise from `r`, times `scale`.
+fn noise(r: &mut Rng, row: &mut [f32], scale: f32) {
+    row.iter_mut().for_each(|x| *x = r.tri() * scale);
+}
+
+/// What the rows of one layer need.
+struct LayerPlan {
+    /// Per-neuron `t_j`: the gate row's component along `u`.
+    gate_u: Vec<f32>,
+    /// Standard deviation of the `attn_output` and `ffn_down` entries.
+    sigma_o: f32,
+    sigma_down: f32,
+}
+
+fn plan(o: &Options, layer: usize) -> LayerPlan {
+    let k2 = KAPPA * KAPPA;
+    // Per-coordinate variance of the residual stream off `u` at the attention input and at the FFN input.
+    let v_attn = 1.0 + layer as f64 * (EPS_ATTN * EPS_ATTN + EPS_FFN * EPS_FFN);
+    let v_ffn = v_attn + EPS_ATTN * EPS_ATTN;
+    let z: Vec<f64> = propensities(o, layer).into_iter().map(phi_inv).collect();
+    let gate_u = z.iter().map(|z| ((v_ffn.sqrt() * z) / (KAPPA * (o.d as f64).sqrt())) as f32).collect();
+    // One token: attention's output is v (variance V/(κ²+V) per entry), repeated over the query heads.
+    let sigma_o = EPS_ATTN / (o.d as f64 * v_attn / (k2 + v_attn)).sqrt();
+    // E[relu(σ(Z+z))²·(up)²] = σ⁴·M(z), M(z) = (z²+1)Φ(z) + zφ(z), σ² = V/(κ²+V).
+    let s2 = v_ffn / (k2 + v_ffn);
+    let m: f64 = z.iter().map(|&z| ((z * z + 1.0) * phi_cdf(z) + z * phi_pdf(z)).max(0.0)).sum();
+    let sigma_down = EPS_FFN / (s2 * m.max(1e-12).sqrt());
+    LayerPlan { gate_u, sigma_o: sigma_o as f32, sigma_down: sigma_down as f32 }
+}
+
+/// Row `t` of the token embedding: `κ·√d·u + n`, `n ⊥ u` with unit variance per coordinate.
+fn embed_row(o: &Options, u: &[f32], t: usize, row: &mut [f32]) {
+    noise(&mut rng(o, Stream::Embed, 0, t), row, 1.0);
+    project_out(row, u);
+    let a = (KAPPA * (o.d as f64).sqrt()) as f32;
+    row.iter_mut().zip(u).for_each(|(x, u)| *x += a * u);
+}
+
+/// Row `i` of a layer matrix.
+fn layer_row(o: &Options, u: &[f32], p: &LayerPlan, layer: usize, s: Stream, i: usize, row: &mut [f32]) {
+    let mut r = rng(o, s, layer, i);
+    let unit = 1.0 / (o.d as f32).sqrt();
+    match s {
+        Stream::Q | Stream::K => noise(&mut r, row, unit),
+        Stream::V | Stream::Up => {
+            noise(&mut r, row, unit);
+            project_out(row, u);
+        }
+        Stream::O => noise(&mut r, row, p.sigma_o),
+        Stream::Down => noise(&mut r, row, p.sigma_down),
+        Stream::Gate => {
+            noise(&mut r, row, unit);
+            project_out(row, u);
+            let norm = row.iter().map(|x| x * x).sum::<f32>().sqrt().max(f32::MIN_POSITIVE);
+            let t = p.gate_u[i];
+            row.iter_mut().zip(u).for_each(|(x, u)| *x = *x / norm + t * u);
+        }
+        Stream::Direction | Stream::Permutation | Stream::Embed => unreachable!("not a layer matrix"),
+    }
+}
+
+/// Generates `rows` rows of `cols` with `gen` on every core, quantizes them and streams them out.
+fn stream_matrix(
+    out: &mut model_format::GgufStream<'_>,
+    format: WeightFormat,
+    rows: usize,
+    cols: usize,
+    gen: &(dyn Fn(usize, &mut [f32]) + Sync),
+) -> Result<()> {
+    let rb = format.row_bytes(cols).context("row length is a whole number of blocks")?;
+    let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let batch = (8 << 20) / rb.max(1);
+    let batch = batch.clamp(threads, rows.max(threads));
+    let mut buf = vec![0u8; batch.min(rows) * rb];
+    let mut start = 0;
+    while start < rows {
+        let n = batch.min(rows - start);
+        let chunk = &mut buf[..n * rb];
+        let per = n.div_ceil(threads);
+        std::thread::scope(|s| -> Result<()> {
+            let handles: Vec<_> = chunk
+                .chunks_mut(per * rb)
+                .enumerate()
+                .map(|(ti, part)| {
+                    s.spawn(move || -> Result<()> {
+                        let mut row = vec![0.0f32; cols];
+                        for (k, dst) in part.chunks_mut(rb).enumerate() {
+                            gen(start + ti * per + k, &mut row);
+                            kernels_neon::quantize_row(format, &row, dst).context("quantizing a generated row")?;
+                        }
+                        Ok(())
+                    })
+                })
+                .collect();
+            handles.into_iter().try_for_each(|h| h.join().map_err(|_| anyhow::anyhow!("a generator thread panicked"))?)
+        })?;
+        out.write_data(chunk)?;
+        start += n;
+    }
+    Ok(())
+}
+
+/// The vocabulary: byte tokens, `<|im_start|>`, `<|im_end|>`, then unused padding; with token types.
+fn vocabulary(vocab: usize) -> (Vec<String>, Vec<i32>) {
+    let mut tokens = crate::fixtures::byte_tokens();
+    tokens.push("<|im_start|>".into());
+    tokens.push("<|im_end|>".into());
+    let mut types = vec![1i32; 256];
+    types.extend([3, 3]);
+    for i in BASE_VOCAB..vocab {
+        tokens.push(format!("<|synth_pad_{i}|>"));
+        types.push(5);
+    }
+    (tokens, types)
+}
+
+/// Writes the model described by `o` to `path` (through `path.tmp`), calling `progress(layer, bytes so far)`
+/// after each layer.
+pub fn write_model(o: &Options, path: &Path, mut progress: impl FnMut(usize, u64)) -> Result<()> {
+    o.check()?;
+    let (d, ff, qd, kvd) = (o.d, o.ff, o.d, o.kv_dim());
+    let fmt = o.weight_format();
+    let mut w = GgufWriter::new();
+    let a = "llama";
+    let u32v = |x: usize| MetaValue::U32(x as u32);
+    w.metadata("general.architecture", MetaValue::String(a.into()));
+    w.metadata("general.name", MetaValue::String(GENERAL_NAME.into()));
+    w.metadata("general.description", MetaValue::String(
+        "Random weights generated by `cargo xtask synth-model` (xtask/src/synth.rs): ReLU FFN neurons fire with Zipf-distributed \
+         propensities planted through a direction every embedding carries. For benchmarks of the engine; its output is noise."
+            .into(),
+    ));
+    w.metadata("sparrow.synthetic", MetaValue::Bool(true));
+    w.metadata("sparrow.synth.version", MetaValue::U32(VERSION));
+    w.metadata("sparrow.synth.alpha", MetaValue::F32(o.alpha as f32));
+    w.metadata("sparrow.synth.seed", MetaValue::U64(o.seed));
+    w.metadata("sparrow.synth.density", MetaValue::F32(DENSITY as f32));
+    w.metadata(&format!("{a}.block_count"), u32v(o.layers));
+    w.metadata(&format!("{a}.embedding_length"), u32v(d));
+    w.metadata(&format!("{a}.feed_forward_length"), u32v(ff));
+    w.metadata(&format!("{a}.attention.head_count"), u32v(o.heads));
+    w.metadata(&format!("{a}.attention.head_count_kv"), u32v(o.kv_heads));
+    w.metadata(&format!("{a}.attention.layer_norm_rms_epsilon"), MetaValue::F32(RMS_EPS));
+    w.metadata(&format!("{a}.rope.freq_base"), MetaValue::F32(ROPE_BASE));
+    w.metadata(&format!("{a}.context_length"), u32v(CONTEXT));
+    w.metadata(&format!("{a}.vocab_size"), u32v(o.vocab));
+    w.metadata("sparrow.ffn_activation", MetaValue::String("relu".into()));
+    let (tokens, types) = vocabulary(o.vocab);
+    w.metadata("tokenizer.ggml.model", MetaValue::String("gpt2".into()));
+    w.metadata("tokenizer.ggml.pre", MetaValue::String("gpt-2".into()));
+    w.metadata("tokenizer.ggml.tokens", MetaValue::Array(tokens.into_iter().map(MetaValue::String).collect()));
+    w.metadata("tokenizer.ggml.token_type", MetaValue::Array(types.into_iter().map(MetaValue::I32).collect()));
+    w.metadata("tokenizer.ggml.merges", MetaValue::Array(Vec::new()));
+    w.metadata("tokenizer.ggml.eos_token_id", MetaValue::U32(257));
+
+    let ones = |n: usize| (0..n).flat_map(|_| 1.0f32.to_le_bytes()).collect::<Vec<u8>>();
+    w.declare_tensor("token_embd.weight", o.format, &[o.vocab, d])?;
+    w.tensor("output_norm.weight", DType::F32, &[d], ones(d))?;
+    let matrices = |l: usize| {
+        [
+            (format!("blk.{l}.attn_q.weight"), Stream::Q, qd, d),
+            (format!("blk.{l}.attn_k.weight"), Stream::K, kvd, d),
+            (format!("blk.{l}.attn_v.weight"), Stream::V, kvd, d),
+            (format!("blk.{l}.attn_output.weight"), Stream::O, d, qd),
+            (format!("blk.{l}.ffn_gate.weight"), Stream::Gate, ff, d),
+            (format!("blk.{l}.ffn_up.weight"), Stream::Up, ff, d),
+            (format!("blk.{l}.ffn_down.weight"), Stream::Down, d, ff),
+        ]
+    };
+    for l in 0..o.layers {
+        w.tensor(&format!("blk.{l}.attn_norm.weight"), DType::F32, &[d], ones(d))?;
+        for (i, (name, _, rows, cols)) in matrices(l).into_iter().enumerate() {
+            if i == 4 {
+                w.tensor(&format!("blk.{l}.ffn_norm.weight"), DType::F32, &[d], ones(d))?;
+            }
+            w.declare_tensor(&name, o.format, &[rows, cols])?;
+        }
+    }
+
+    let u = direction(o);
+    let mut out = w.stream(path)?;
+    stream_matrix(&mut out, fmt, o.vocab, d, &|t, row| embed_row(o, &u, t, row))?;
+    let mut bytes = o.vocab as u64 * fmt.row_bytes(d).unwrap_or(0) as u64;
+    for l in 0..o.layers {
+        let p = plan(o, l);
+        for (name, s, rows, cols) in matrices(l) {
+            debug_assert_eq!(out.next_tensor(), Some(name.as_str()));
+            stream_matrix(&mut out, fmt, rows, cols, &|i, row| layer_row(o, &u, &p, l, s, i, row))?;
+            bytes += (rows * fmt.row_bytes(cols).unwrap_or(0)) as u64;
+        }
+        progress(l, bytes);
+    }
+    out.finish()?;
+    Ok(())
+}
