@@ -249,6 +249,8 @@ pub struct Offload {
     cache: Mutex<NeuronCache>,
     /// Per layer: units `0..hot_units[l]` are in hot clusters.
     hot_units: Vec<usize>,
+    /// Per layer, per cluster: the hot clusters' bytes (the same allocations the cache accounts for).
+    hot: Vec<Vec<Arc<[u8]>>>,
     opts: OffloadOptions,
     counters: Counters,
 }
@@ -270,13 +272,18 @@ impl Offload {
         let mut cache = NeuronCache::new(budget);
         cache.set_hot_bytes(per_layer * ub * ix.layers.len())?;
         let cu = opts.cluster_units.max(1);
+        let mut hot = Vec::with_capacity(ix.layers.len());
         for l in 0..ix.layers.len() {
+            let mut clusters = Vec::new();
             for (c, start) in (0..per_layer).step_by(cu).enumerate() {
                 let buf = store.read_units(&io, l, start..(start + cu).min(per_layer))?;
-                cache.insert_cluster(ClusterId { layer: l as u32, cluster: c as u32 }, Arc::from(&buf[..]))?;
+                let data: Arc<[u8]> = Arc::from(&buf[..]);
+                cache.insert_cluster(ClusterId { layer: l as u32, cluster: c as u32 }, data.clone())?;
+                clusters.push(data);
             }
+            hot.push(clusters);
         }
-        Ok(Offload { io, hot_units: vec![per_layer; ix.layers.len()], store, cache: Mutex::new(cache), opts, counters: Counters::default() })
+        Ok(Offload { io, hot_units: vec![per_layer; ix.layers.len()], hot, store, cache: Mutex::new(cache), opts, counters: Counters::default() })
     }
 
     /// The store.
@@ -330,21 +337,16 @@ impl Offload {
         self.cache.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The bytes holding a unit if cached (a hot cluster or a cold unit), the unit's offset in them, and
-    /// whether they came from the hot region.
-    fn lookup(&self, layer: usize, unit: usize) -> Option<(Arc<[u8]>, usize, bool)> {
-        let cu = self.opts.cluster_units.max(1);
-        let mut cache = self.lock();
-        if unit < self.hot_units[layer] {
-            let c = cache.get_cluster(ClusterId { layer: layer as u32, cluster: (unit / cu) as u32 })?;
-            return Some((c, (unit % cu) * self.store.index().layout.unit_bytes(), true));
-        }
-        cache.get_neuron(NeuronId { layer: layer as u32, neuron: unit as u32 }).map(|b| (b, 0, false))
-    }
-
     /// One token's FFN of `layer` over the `rows` (neuron ids) chosen by the caller's predictor (all
     /// rows without one), with `sp`'s score and threshold: `out = Σ down_j · v_j` over the neurons that
     /// pass. Returns the rows computed of gate, up and down.
+    ///
+    /// The calling thread looks the units up and queues the misses on the I/O thread; then every thread
+    /// of the current rayon pool computes cached units (taking them from a shared counter) and, when
+    /// none are left, completed reads (each worker first claims one of the outstanding completions, so
+    /// nobody waits for a read that another worker will take). Each worker accumulates its own output;
+    /// the outputs are summed at the end. An error stops the computing but not the draining of claimed
+    /// reads, so no stale completion is left for the next step.
     pub(crate) fn decode(
         &self,
         sp: &SparseFfn,
@@ -380,117 +382,142 @@ impl Offload {
                 _ => groups.push((w.0 as usize, i..i + 1)),
             }
         }
-        let acts_g = kernels_neon::prepare_acts(ix.formats.gate, x, precision);
-        let acts_u = kernels_neon::prepare_acts(ix.formats.up, x, precision);
-        let mut unit = UnitCompute { sp, layer, ix, acts_g: &acts_g, acts_u: &acts_u, counts: (0, 0, 0), scratch: Scratch::default() };
-        out.fill(0.0);
-
         let c = &self.counters;
         c.units.fetch_add(groups.len() as u64, Ordering::Relaxed);
-        let mut hits = Vec::new();
+        let ub = ix.layout.unit_bytes();
+        let cu = self.opts.cluster_units.max(1);
+        let mut hits: Vec<(Arc<[u8]>, usize, std::ops::Range<usize>)> = Vec::with_capacity(groups.len());
         let mut misses = Vec::new();
-        for (u, r) in &groups {
-            match self.lookup(layer, *u) {
-                Some((bytes, at, hot)) => {
-                    (if hot { &c.hot_hits } else { &c.cold_hits }).fetch_add(1, Ordering::Relaxed);
-                    hits.push((bytes, at, r.clone()));
+        {
+            let mut cache = self.lock();
+            for (u, r) in groups {
+                if u < self.hot_units[layer] {
+                    // The hot region is preloaded and never evicted: no LRU bookkeeping needed.
+                    c.hot_hits.fetch_add(1, Ordering::Relaxed);
+                    hits.push((self.hot[layer][u / cu].clone(), (u % cu) * ub, r));
+                } else if let Some(b) = cache.get_neuron(NeuronId { layer: layer as u32, neuron: u as u32 }) {
+                    c.cold_hits.fetch_add(1, Ordering::Relaxed);
+                    hits.push((b, 0, r));
+                } else {
+                    misses.push((u, r));
                 }
-                None => misses.push((*u, r.clone())),
             }
         }
         c.misses.fetch_add(misses.len() as u64, Ordering::Relaxed);
-        let mut pending_ranges = std::collections::HashMap::with_capacity(misses.len());
-        let mut first_err: Option<EngineError> = None;
-        let mut wait_ns = 0u64;
-        let (mut next_miss, mut in_flight, mut next_hit) = (0usize, 0usize, 0usize);
+
+        let acts_g = kernels_neon::prepare_acts(ix.formats.gate, x, precision);
+        let acts_u = kernels_neon::prepare_acts(ix.formats.up, x, precision);
+        let job = Job { off: self, sp, layer, acts_g: &acts_g, acts_u: &acts_u, wanted: &wanted };
         let tag_of = |u: usize| ((layer as u64) << 32) | u as u64;
-        loop {
-            // Keep the I/O queue full.
-            while next_miss < misses.len() {
-                let (u, ref r) = misses[next_miss];
-                match self.io.try_submit(self.store.unit_request(layer, u, tag_of(u))) {
-                    Ok(()) => {
-                        pending_ranges.insert(u, r.clone());
-                        in_flight += 1;
-                        next_miss += 1;
-                    }
-                    Err(IoError::QueueFull { .. }) => break,
-                    Err(e) => {
-                        first_err.get_or_insert(e.into());
-                        next_miss = misses.len();
-                    }
-                }
-            }
-            // A read that has arrived goes first (its buffer is waiting); then a cached unit; then wait.
-            let pipelined_hit = self.opts.pipeline && next_hit < hits.len();
-            let done = match self.io.completions().try_recv() {
-                Ok(done) => Some(done),
-                Err(_) if pipelined_hit => None,
-                Err(_) if in_flight > 0 => {
-                    let w0 = Instant::now();
-                    let d = self.io.completions().recv().map_err(|_| EngineError::Flash(IoError::Stopped));
-                    wait_ns += w0.elapsed().as_nanos() as u64;
-                    match d {
-                        Ok(d) => Some(d),
-                        Err(e) => {
-                            first_err.get_or_insert(e);
-                            in_flight = 0;
-                            next_miss = misses.len();
-                            None
+        let mut pending: std::collections::HashMap<usize, std::ops::Range<usize>> = std::collections::HashMap::with_capacity(misses.len());
+        let mut first_err: Option<EngineError> = None;
+        let mut main = Worker::new(ix.d_model);
+        // Queue every miss; when the queue is full, take one completion on this thread first (or, when
+        // every read queued so far has been taken, wait for the I/O thread to free its slot).
+        for (u, r) in misses {
+            pending.insert(u, r);
+            loop {
+                let req = self.store.unit_request(layer, u, tag_of(u));
+                let submitted = if pending.len() > 1 { self.io.try_submit(req) } else { self.io.submit(req) };
+                match submitted {
+                    Ok(()) => break,
+                    Err(IoError::QueueFull { .. }) => {
+                        let w0 = Instant::now();
+                        let done = self.io.completions().recv();
+                        main.wait_ns += w0.elapsed().as_nanos() as u64;
+                        match done {
+                            Ok(d) => job.completed(d, &mut pending, &mut main),
+                            Err(_) => {
+                                first_err.get_or_insert(EngineError::Flash(IoError::Stopped));
+                                break;
+                            }
                         }
                     }
-                }
-                Err(_) => None,
-            };
-            if let Some(done) = done {
-                in_flight = in_flight.saturating_sub(1);
-                let u = (done.tag & 0xffff_ffff) as usize;
-                let range = match ((done.tag >> 32) as usize == layer).then(|| pending_ranges.remove(&u)).flatten() {
-                    Some(r) => r,
-                    None => {
-                        first_err.get_or_insert(EngineError::Request(format!("offload: stray completion (tag {:#x})", done.tag)));
-                        continue;
-                    }
-                };
-                let bytes = match done.result.map_err(EngineError::from).and_then(|b| {
-                    self.store.verify_unit(layer, u, &b)?;
-                    Ok(b)
-                }) {
-                    Ok(b) => b,
                     Err(e) => {
-                        first_err.get_or_insert(e);
-                        continue;
-                    }
-                };
-                c.bytes_read.fetch_add(bytes.len() as u64, Ordering::Relaxed);
-                if first_err.is_none() {
-                    if let Err(e) = unit.compute(&bytes, &wanted[range], out) {
-                        first_err.get_or_insert(e);
+                        pending.remove(&u);
+                        first_err.get_or_insert(e.into());
+                        break;
                     }
                 }
-                if self.opts.cache_cold {
-                    let data: Arc<[u8]> = Arc::from(&bytes[..]);
-                    // A full cold region (everything pinned) is not an error: the unit is just not kept.
-                    let _ = self.lock().insert_neuron(NeuronId { layer: layer as u32, neuron: u as u32 }, data);
-                }
-                continue;
-            }
-            if next_hit < hits.len() && (self.opts.pipeline || (in_flight == 0 && next_miss >= misses.len())) {
-                let (bytes, at, r) = &hits[next_hit];
-                next_hit += 1;
-                let ub = ix.layout.unit_bytes();
-                if first_err.is_none() {
-                    if let Err(e) = unit.compute(bytes.get(*at..at + ub).unwrap_or(&[]), &wanted[r.clone()], out) {
-                        first_err.get_or_insert(e);
-                    }
-                }
-                continue;
-            }
-            if in_flight == 0 && next_miss >= misses.len() && next_hit >= hits.len() {
-                break;
             }
         }
-        if let Some(e) = first_err {
+        let pending = Mutex::new(pending);
+        let outstanding = std::sync::atomic::AtomicUsize::new(pending.lock().map(|p| p.len()).unwrap_or(0));
+        let next_hit = std::sync::atomic::AtomicUsize::new(0);
+        if first_err.is_some() {
+            main.err = first_err.take();
+        }
+        // Without the pipeline (ablation): every read of the layer completes before any compute.
+        let mut done_first = Vec::new();
+        if !self.opts.pipeline {
+            while outstanding.load(Ordering::Relaxed) > 0 {
+                outstanding.fetch_sub(1, Ordering::Relaxed);
+                let w0 = Instant::now();
+                let d = self.io.completions().recv();
+                main.wait_ns += w0.elapsed().as_nanos() as u64;
+                match d {
+                    Ok(d) => done_first.push(d),
+                    Err(_) => {
+                        main.err.get_or_insert(EngineError::Flash(IoError::Stopped));
+                        outstanding.store(0, Ordering::Relaxed);
+                    }
+                }
+            }
+            for d in done_first {
+                job.completed(d, &mut pending.lock().unwrap_or_else(|p| p.into_inner()), &mut main);
+            }
+        }
+        let workers = rayon::current_num_threads().clamp(1, 8);
+        let run = |w: &mut Worker| {
+            loop {
+                let h = next_hit.fetch_add(1, Ordering::Relaxed);
+                if let Some((bytes, at, r)) = hits.get(h) {
+                    if w.err.is_none() {
+                        let res = job.compute(bytes.get(*at..at + ub).unwrap_or(&[]), &wanted[r.clone()], w);
+                        if let Err(e) = res {
+                            w.err = Some(e);
+                        }
+                    }
+                    continue;
+                }
+                // Claim one outstanding completion, or stop when none is left.
+                if outstanding.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1)).is_err() {
+                    break;
+                }
+                let w0 = Instant::now();
+                let d = self.io.completions().recv();
+                w.wait_ns += w0.elapsed().as_nanos() as u64;
+                match d {
+                    Ok(d) => job.completed(d, &mut pending.lock().unwrap_or_else(|p| p.into_inner()), w),
+                    Err(_) => {
+                        w.err.get_or_insert(EngineError::Flash(IoError::Stopped));
+                        outstanding.store(0, Ordering::Release);
+                    }
+                }
+            }
+        };
+        let mut others: Vec<Worker> = (1..workers).map(|_| Worker::new(ix.d_model)).collect();
+        if others.is_empty() {
+            run(&mut main);
+        } else {
+            rayon::scope(|s| {
+                for w in others.iter_mut() {
+                    s.spawn(|_| run(w));
+                }
+                run(&mut main);
+            });
+        }
+        out.copy_from_slice(&main.out);
+        let mut counts = main.counts;
+        let mut wait_ns = main.wait_ns;
+        let mut err = main.err;
+        for w in others {
+            out.iter_mut().zip(&w.out).for_each(|(o, v)| *o += v);
+            counts = (counts.0 + w.counts.0, counts.1 + w.counts.1, counts.2 + w.counts.2);
+            wait_ns = wait_ns.max(w.wait_ns);
+            err = err.or(w.err);
+        }
+        if let Some(e) = err {
             return Err(e);
         }
         let ns = t0.elapsed().as_nanos() as u64;
@@ -506,42 +533,82 @@ impl Offload {
                 last.1 += wait_ns;
             }
         }
-        Ok(unit.counts)
+        Ok(counts)
     }
 }
 
-#[derive(Default)]
-struct Scratch {
-    slots: Vec<u32>,
-    g: Vec<f32>,
-    u: Vec<f32>,
-    keep: Vec<u32>,
-    coeffs: Vec<f32>,
-    survivors: Vec<u32>,
-    acts: Vec<f32>,
-}
-
-/// Computes units of one layer for one token.
-struct UnitCompute<'a> {
-    sp: &'a SparseFfn,
-    layer: usize,
-    ix: &'a neuron_store::StoreIndex,
-    acts_g: &'a kernels_neon::PreparedActs<'a>,
-    acts_u: &'a kernels_neon::PreparedActs<'a>,
+/// One compute thread's state in [`Offload::decode`].
+struct Worker {
+    out: Vec<f32>,
     counts: RowCounts,
+    wait_ns: u64,
+    err: Option<EngineError>,
     scratch: Scratch,
 }
 
-impl UnitCompute<'_> {
-    /// `out += Σ down_j · v_j` over the wanted `(unit, slot, neuron)` entries of one unit's bytes.
-    fn compute(&mut self, bytes: &[u8], wanted: &[(u32, u32, u32)], out: &mut [f32]) -> Result<()> {
-        let (l, f, d) = (&self.ix.layout, &self.ix.formats, self.ix.d_model);
+impl Worker {
+    fn new(d: usize) -> Self {
+        Worker { out: vec![0.0; d], counts: (0, 0, 0), wait_ns: 0, err: None, scratch: Scratch::default() }
+    }
+}
+
+/// What every worker of one [`Offload::decode`] shares.
+struct Job<'a> {
+    off: &'a Offload,
+    sp: &'a SparseFfn,
+    layer: usize,
+    acts_g: &'a kernels_neon::PreparedActs<'a>,
+    acts_u: &'a kernels_neon::PreparedActs<'a>,
+    wanted: &'a [(u32, u32, u32)],
+}
+
+impl Job<'_> {
+    /// Handles a completed read: checks it, computes its neurons, keeps it in the cold region.
+    fn completed(
+        &self,
+        done: ufs_io::Completion,
+        pending: &mut std::collections::HashMap<usize, std::ops::Range<usize>>,
+        w: &mut Worker,
+    ) {
+        let (off, layer) = (self.off, self.layer);
+        let u = (done.tag & 0xffff_ffff) as usize;
+        let Some(range) = ((done.tag >> 32) as usize == layer).then(|| pending.remove(&u)).flatten() else {
+            w.err.get_or_insert(EngineError::Request(format!("offload: stray completion (tag {:#x})", done.tag)));
+            return;
+        };
+        let bytes = match done.result.map_err(EngineError::from).and_then(|b| {
+            off.store.verify_unit(layer, u, &b)?;
+            Ok(b)
+        }) {
+            Ok(b) => b,
+            Err(e) => {
+                w.err.get_or_insert(e);
+                return;
+            }
+        };
+        off.counters.bytes_read.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+        if w.err.is_none() {
+            if let Err(e) = self.compute(&bytes, &self.wanted[range], w) {
+                w.err = Some(e);
+            }
+        }
+        if off.opts.cache_cold {
+            let data: Arc<[u8]> = Arc::from(&bytes[..]);
+            // A full cold region (everything pinned) is not an error: the unit is just not kept.
+            let _ = off.lock().insert_neuron(NeuronId { layer: layer as u32, neuron: u as u32 }, data);
+        }
+    }
+
+    /// `w.out += Σ down_j · v_j` over the wanted `(unit, slot, neuron)` entries of one unit's bytes.
+    fn compute(&self, bytes: &[u8], wanted: &[(u32, u32, u32)], w: &mut Worker) -> Result<()> {
+        let ix = self.off.store.index();
+        let (l, f, d) = (&ix.layout, &ix.formats, ix.d_model);
         let k = l.neurons;
         let m = |fmt, range: std::ops::Range<usize>, what: &'static str| {
             QMatrix::new(fmt, k, d, bytes.get(range).unwrap_or(&[])).map_err(kernel(format!("offloaded ffn {what} (layer {})", self.layer)))
         };
         let (gate, up, down) = (m(f.gate, l.gate_range(), "gate")?, m(f.up, l.up_range(), "up")?, m(f.down, l.down_range(), "down")?);
-        let s = &mut self.scratch;
+        let s = &mut w.scratch;
         s.slots.clear();
         s.slots.extend(wanted.iter().map(|w| w.1));
         s.g.resize(s.slots.len(), 0.0);
@@ -557,19 +624,19 @@ impl UnitCompute<'_> {
                 s.u.resize(s.slots.len(), 0.0);
                 kernels_neon::matvec_rows_prepared(self.acts_u, &up, &s.slots, &mut s.u).map_err(kernel("offloaded ffn up"))?;
                 up_rows = s.slots.len();
-                for (i, w) in wanted.iter().enumerate() {
+                for (i, wn) in wanted.iter().enumerate() {
                     let v = sp.act(s.g[i]) * s.u[i];
-                    if v.abs() * norms[w.2 as usize] > t {
-                        s.keep.push(w.1);
+                    if v.abs() * norms[wn.2 as usize] > t {
+                        s.keep.push(wn.1);
                         s.coeffs.push(v);
                     }
                 }
             }
             Score::Gate | Score::GateNorm => {
-                for (i, w) in wanted.iter().enumerate() {
+                for (i, wn) in wanted.iter().enumerate() {
                     let a = sp.act(s.g[i]);
-                    if sp.score.of(a, 0.0, norms[w.2 as usize]) > t {
-                        s.survivors.push(w.1);
+                    if sp.score.of(a, 0.0, norms[wn.2 as usize]) > t {
+                        s.survivors.push(wn.1);
                         s.acts.push(a);
                     }
                 }
@@ -585,10 +652,34 @@ impl UnitCompute<'_> {
                 }
             }
         }
-        kernels_neon::axpy_rows(&down, &s.keep, &s.coeffs, out).map_err(kernel("offloaded ffn down"))?;
-        self.counts.0 += s.slots.len();
-        self.counts.1 += up_rows;
-        self.counts.2 += s.keep.len();
+        kernels_neon::axpy_rows(&down, &s.keep, &s.coeffs, &mut w.out).map_err(kernel("offloaded ffn down"))?;
+        w.counts.0 += s.slots.len();
+        w.counts.1 += up_rows;
+        w.counts.2 += s.keep.len();
         Ok(())
     }
+}
+
+#[derive(Default)]
+struct Scratch {
+    slots: Vec<u32>,
+    g: Vec<f32>,
+    u: Vec<f32>,
+    keep: Vec<u32>,
+    coeffs: Vec<f32>,
+    survivors: Vec<u32>,
+    acts: Vec<f32>,
+}
+
+/// Opens the store next to `resident` and reads and checks every unit (`sparrow convert --verify`).
+pub fn verify(resident: &Path) -> Result<()> {
+    let io = IoEngine::new(EngineConfig::default())?;
+    let store = NeuronStore::open(&io, store_path_for(resident), OpenOptions::default())?;
+    store.verify_all(&io)?;
+    Ok(())
+}
+
+/// Bytes of the FFN units in the store at `path` (from the file length; validated on open).
+pub fn store_ffn_bytes(path: &Path) -> Result<u64> {
+    std::fs::metadata(path).map(|m| m.len()).map_err(|source| EngineError::Io { path: path.to_path_buf(), source })
 }

@@ -31,3 +31,39 @@ pub fn ids(v: &serde_json::Value) -> Vec<u32> {
 pub fn floats(v: &serde_json::Value) -> Vec<f64> {
     v.as_array().expect("a float array").iter().map(|x| x.as_f64().unwrap()).collect()
 }
+
+/// A profile of `model` whose batch-1 frequencies are pseudo-random (they only order neurons in a
+/// neuron store), with zero thresholds: enough for `engine::offload::convert`.
+#[allow(dead_code)]
+pub fn synthetic_profile(model: &engine::Model<'_>) -> predictor::Profile {
+    use predictor::{ActivationKind, LayerProfile, Profile, ScoreKind};
+    let cfg = &model.config;
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        (seed >> 40) as f32 / (1u64 << 24) as f32
+    };
+    let ff = cfg.d_ff;
+    Profile {
+        model: "synthetic".into(),
+        model_fingerprint: engine::profile::model_fingerprint(model),
+        corpus: "synthetic".into(),
+        tokens: 0,
+        activation: ActivationKind::Silu,
+        score: ScoreKind::OutputNorm,
+        batch_sizes: vec![1],
+        layers: (0..cfg.n_layers)
+            .map(|_| LayerProfile {
+                n_neurons: ff as u32,
+                threshold: 0.0,
+                freq: vec![(0..ff).map(|_| next()).collect()],
+                mean_abs: vec![0.0; ff],
+                max_abs: vec![0.0; ff],
+                coact_gate_up: vec![1.0; ff],
+                coact_gate_down: vec![1.0; ff],
+            })
+            .collect(),
+    }
+}

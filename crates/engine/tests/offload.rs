@@ -3,12 +3,14 @@
 //! budget, with and without the pipeline and the cold cache; I/O errors and damaged units are errors
 //! that leave the engine serving; a resident file refuses to run without its store.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 
 use engine::offload::{convert, store_path_for, ConvertOptions, OffloadOptions};
 use engine::sparse::DEFAULT_DOWN_FORMAT;
 use engine::{Engine, EngineOptions, Logits, ModelFile, Precision, SparseFfn};
-use predictor::{ActivationKind, LayerProfile, Profile, ScoreKind};
+use predictor::Profile;
 use ufs_io::{Fault, FaultPlan};
 
 const TOKENS: &[u32] = &[1, 70, 80, 90, 100, 33, 7, 250, 12, 64, 5, 99];
@@ -24,41 +26,16 @@ fn tmp_dir(name: &str) -> PathBuf {
 }
 
 fn engine(file: &ModelFile) -> Engine<'_> {
-    Engine::new(file, EngineOptions { threads: 1, precision: Precision::Exact, context: 64 }).unwrap()
+    engine_t(file, 1)
+}
+
+fn engine_t(file: &ModelFile, threads: usize) -> Engine<'_> {
+    Engine::new(file, EngineOptions { threads, precision: Precision::Exact, context: 64 }).unwrap()
 }
 
 /// A profile with pseudo-random frequencies (the order of neurons in the store), made for `file`.
 fn profile_for(file: &ModelFile) -> Profile {
-    let eng = engine(file);
-    let cfg = &eng.model().config;
-    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-    let mut next = || {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        (seed >> 40) as f32 / (1u64 << 24) as f32
-    };
-    let ff = cfg.d_ff;
-    Profile {
-        model: "fixture".into(),
-        model_fingerprint: engine::profile::model_fingerprint(eng.model()),
-        corpus: "synthetic".into(),
-        tokens: 0,
-        activation: ActivationKind::Silu,
-        score: ScoreKind::OutputNorm,
-        batch_sizes: vec![1],
-        layers: (0..cfg.n_layers)
-            .map(|_| LayerProfile {
-                n_neurons: ff as u32,
-                threshold: 0.0,
-                freq: vec![(0..ff).map(|_| next()).collect()],
-                mean_abs: vec![0.0; ff],
-                max_abs: vec![0.0; ff],
-                coact_gate_up: vec![1.0; ff],
-                coact_gate_down: vec![1.0; ff],
-            })
-            .collect(),
-    }
+    common::synthetic_profile(engine(file).model())
 }
 
 fn converted(name: &str, opts: &ConvertOptions, tag: &str) -> PathBuf {
@@ -94,8 +71,9 @@ fn in_memory_logits(name: &str, thresholds: f32, batched: bool) -> Vec<f32> {
     logits(&eng, batched)
 }
 
+/// An engine over the store with 2 threads, so that decode runs two workers.
 fn store_engine<'a>(resident: &'a ModelFile, thresholds: f32, opts: OffloadOptions) -> Engine<'a> {
-    let mut eng = engine(resident);
+    let mut eng = engine_t(resident, 2);
     let cfg = eng.model().config.clone();
     let store = store_path_for(resident.path());
     let sp = SparseFfn::from_store(&cfg, &store, vec![thresholds; cfg.n_layers], opts).unwrap();
@@ -115,10 +93,18 @@ fn offloaded_ffn_equals_in_memory_sparse_ffn_at_every_budget() {
         let total = ffn_bytes(&resident);
         for t in [0.0f32, 0.05] {
             let want = in_memory_logits(name, t, false);
-            for (budget, hot_share, cache_cold, pipeline) in
-                [(usize::MAX, 1.0, true, true), (total / 2, 0.5, true, true), (total / 2, 0.5, false, false), (0, 0.0, true, true)]
-            {
-                let eng = store_engine(&file, t, OffloadOptions { ffn_budget: budget, hot_share, cache_cold, pipeline, ..Default::default() });
+            for (budget, hot_share, cache_cold, pipeline, queue_depth) in [
+                (usize::MAX, 1.0, true, true, 32),
+                (total / 2, 0.5, true, true, 32),
+                (total / 2, 0.5, false, false, 32),
+                (0, 0.0, true, true, 32),
+                (0, 0.0, true, true, 1),
+            ] {
+                let eng = store_engine(
+                    &file,
+                    t,
+                    OffloadOptions { ffn_budget: budget, hot_share, cache_cold, pipeline, queue_depth, ..Default::default() },
+                );
                 let got = logits(&eng, false);
                 let d = rel_drift(&got, &want);
                 assert!(d < 1e-5, "{name} t={t} budget {budget} cold {cache_cold} pipeline {pipeline}: drift {d}");

@@ -333,7 +333,6 @@ pub fn gate_up_sparse_with(
 /// [`matvec_rows_prepared`].
 pub struct PreparedActs<'x> {
     path: KernelPath,
-    format: WeightFormat,
     precision: Precision,
     acts: Acts,
     x: &'x [f32],
@@ -354,7 +353,7 @@ impl PreparedActs<'_> {
 /// Prepares `x` for [`matvec_rows_prepared`] over matrices in `format` at `precision`.
 pub fn prepare_acts(format: WeightFormat, x: &[f32], precision: Precision) -> PreparedActs<'_> {
     let path = active_path();
-    PreparedActs { path, format, precision, acts: Acts::new(path, format, x, precision), x }
+    PreparedActs { path, precision, acts: Acts::new(path, format, x, precision), x }
 }
 
 /// [`matvec_rows`] with activations prepared by [`prepare_acts`], on the calling thread (no rayon:

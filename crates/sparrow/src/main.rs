@@ -34,6 +34,32 @@ enum Command {
     Profile(ProfileArgs),
     /// Train the per-layer neuron predictors from a profile (writes `<model>.sparrow-predictor`).
     TrainPredictor(TrainArgs),
+    /// Split a model for flash offload: a resident file (everything but the FFN) and a neuron store
+    /// (the FFN, one bundle per neuron, hot neurons first), ordered by the model's profile.
+    Convert(ConvertArgs),
+}
+
+#[derive(Args)]
+struct ConvertArgs {
+    /// The GGUF model (default: SmolLM2-135M-Instruct, fetched if absent).
+    #[arg(long, short = 'm')]
+    model: Option<PathBuf>,
+    /// Its profile (default: `<model>.sparrow-profile`; run `sparrow profile` first).
+    #[arg(long)]
+    profile: Option<PathBuf>,
+    /// Its predictors, copied next to the resident file (default: `<model>.sparrow-predictor` if it exists).
+    #[arg(long)]
+    predictor: Option<PathBuf>,
+    /// Output resident file (default: `<model stem>.resident.gguf` next to the model); the store is
+    /// written next to it with the extension `.neurons`.
+    #[arg(long, short = 'o')]
+    out: Option<PathBuf>,
+    /// One neuron per 4 KiB page instead of packing neighbours by activation frequency.
+    #[arg(long)]
+    no_pack: bool,
+    /// Read back every page of the store and check it.
+    #[arg(long)]
+    verify: bool,
 }
 
 #[derive(Args, Clone)]
@@ -75,6 +101,56 @@ struct ModelArgs {
     /// projection stay as in the file.
     #[arg(long)]
     requant: Option<engine::Requant>,
+    #[command(flatten)]
+    offload: OffloadArgs,
+}
+
+/// Flash offload: used when the model is a resident file written by `sparrow convert` (its FFN is
+/// read from the neuron store next to it).
+#[derive(Args, Clone)]
+struct OffloadArgs {
+    /// Memory budget for the whole model (resident file, KV cache at --ctx, predictors and the FFN
+    /// neuron cache), e.g. `80M`, `1.5G`. The FFN cache gets what the rest leaves.
+    #[arg(long, value_parser = parse_size, conflicts_with = "ffn_resident")]
+    memory_budget: Option<u64>,
+    /// Instead of --memory-budget: the share of the FFN kept in memory (e.g. 0.5).
+    #[arg(long)]
+    ffn_resident: Option<f64>,
+    /// Share of the FFN cache preloaded with each layer's hottest neurons (the rest is an LRU of
+    /// neurons read on demand).
+    #[arg(long, default_value_t = 0.5)]
+    hot_share: f32,
+    /// Reads in flight on the I/O thread.
+    #[arg(long, default_value_t = 32)]
+    io_depth: usize,
+    /// Core to pin the I/O thread to.
+    #[arg(long)]
+    io_core: Option<usize>,
+    /// Read through the page cache instead of O_DIRECT.
+    #[arg(long)]
+    no_direct: bool,
+    /// Ablation: do not keep neurons read from flash (only the preloaded hot set is cached).
+    #[arg(long, hide = true)]
+    no_cold_cache: bool,
+    /// Ablation: wait for all reads of a layer before computing cached neurons.
+    #[arg(long, hide = true)]
+    no_pipeline: bool,
+}
+
+/// Parses `123`, `64K`, `80M`, `1.5G` (powers of 1024).
+fn parse_size(s: &str) -> std::result::Result<u64, String> {
+    let t = s.trim();
+    let (num, mul) = match t.char_indices().last().map(|(i, c)| (i, c.to_ascii_uppercase())) {
+        Some((i, 'K')) => (&t[..i], 1u64 << 10),
+        Some((i, 'M')) => (&t[..i], 1 << 20),
+        Some((i, 'G')) => (&t[..i], 1 << 30),
+        _ => (t, 1),
+    };
+    let v: f64 = num.parse().map_err(|_| format!("`{s}` is not a size (e.g. 80M, 1.5G)"))?;
+    if !v.is_finite() || v < 0.0 {
+        return Err(format!("`{s}` is not a size"));
+    }
+    Ok((v * mul as f64) as u64)
 }
 
 #[derive(Args)]
@@ -236,6 +312,11 @@ struct BenchArgs {
     /// Print one JSON object.
     #[arg(long)]
     json: bool,
+    /// With --sparse: also run this resident file (`sparrow convert` of the same model) over its
+    /// neuron store, alternating with in-memory sparse decode, and report offloaded/in-memory ratios
+    /// with per-token latency, cache misses and flash reads (the --memory-budget options apply to it).
+    #[arg(long, requires = "sparse")]
+    offload: Option<PathBuf>,
 }
 
 fn open_model(args: &ModelArgs, quiet: bool) -> Result<ModelFile> {
@@ -301,6 +382,7 @@ fn main() -> Result<()> {
         Command::Bench(a) => cmd_bench(a),
         Command::Profile(a) => cmd_profile(a),
         Command::TrainPredictor(a) => cmd_train(a),
+        Command::Convert(a) => cmd_convert(a),
     }
 }
 
@@ -506,7 +588,9 @@ fn cmd_bench(a: BenchArgs) -> Result<()> {
     setup_sparse(&mut eng, &a.model, a.json)?;
     let vocab = eng.model().config.vocab_size as u32;
     let need = a.n_prompt.max(a.n_gen).max(1);
-    let text = a.text.clone().or_else(|| a.model.sparse.then(|| PathBuf::from("../shared/data/wikitext-2/test.txt")));
+    let text = a.text.clone().or_else(|| {
+        (a.model.sparse || eng.model().config.ffn_store.is_some()).then(|| PathBuf::from("../shared/data/wikitext-2/test.txt"))
+    });
     let tokens: Vec<u32> = match &text {
         Some(path) => {
             let t = std::fs::read_to_string(path)
@@ -521,57 +605,125 @@ fn cmd_bench(a: BenchArgs) -> Result<()> {
         None => (0..need as u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 7) % vocab).collect(),
     };
     // With --sparse every repetition runs dense and sparse back to back (alternating which goes
-    // first), so the ratio compares the two on the same machine state.
-    let mut sparse = eng.take_sparse();
-    let modes: Vec<bool> = if sparse.is_some() { vec![false, true] } else { vec![false] };
+    // first), so the ratio compares the two on the same machine state. With --offload the pair is
+    // in-memory sparse and offloaded sparse (a second engine over the resident file). A resident
+    // model alone runs only sparse (its FFN is in the store).
+    let off_file = a.offload.as_ref().map(ModelFile::open).transpose()?;
+    let mut off_eng = match &off_file {
+        Some(f) => {
+            let mut e = Engine::new(f, engine_options(&a.model))?;
+            if e.model().config.ffn_store.is_none() {
+                bail!("--offload {}: not a resident file (make one with `sparrow convert`)", f.path().display());
+            }
+            let mut margs = a.model.clone();
+            margs.model = Some(f.path().to_path_buf());
+            margs.profile = None;
+            margs.predictor = None;
+            setup_sparse(&mut e, &margs, a.json)?;
+            Some(e)
+        }
+        None => None,
+    };
+    let resident = eng.model().config.ffn_store.is_some();
+    let mut sparse = if resident { None } else { eng.take_sparse() };
+    #[derive(Clone, Copy, PartialEq)]
+    enum Mode {
+        Dense,
+        Sparse,
+        Offload,
+    }
+    let modes: Vec<Mode> = match (&off_eng, sparse.is_some(), resident) {
+        (Some(_), _, _) => vec![Mode::Sparse, Mode::Offload],
+        (None, _, true) => vec![Mode::Offload],
+        (None, true, false) => vec![Mode::Dense, Mode::Sparse],
+        (None, false, false) => vec![Mode::Dense],
+    };
     let mut runs: Vec<ModeRuns> = modes.iter().map(|_| ModeRuns::default()).collect();
     // Warm-up: page the weights in.
     let mut cache = eng.new_cache();
-    eng.forward(&mut cache, &tokens[..1], Logits::Last)?;
+    if !resident {
+        eng.forward(&mut cache, &tokens[..1], Logits::Last)?;
+    }
     for rep in 0..a.reps.max(1) {
         let order: Vec<usize> = if rep % 2 == 0 { (0..modes.len()).collect() } else { (0..modes.len()).rev().collect() };
         for mi in order {
-            if modes[mi] {
+            if modes[mi] == Mode::Sparse {
                 eng.set_sparse(sparse.take());
             }
+            let e: &Engine<'_> = match (modes[mi], &off_eng) {
+                (Mode::Offload, Some(o)) => o,
+                _ => &eng,
+            };
             let r = &mut runs[mi];
             if a.n_prompt > 0 {
-                let mut cache = eng.new_cache();
+                let mut cache = e.new_cache();
                 let t = Instant::now();
-                eng.forward(&mut cache, &tokens[..a.n_prompt], Logits::Last)?;
+                e.forward(&mut cache, &tokens[..a.n_prompt], Logits::Last)?;
                 r.pp.push(a.n_prompt as f64 / t.elapsed().as_secs_f64());
             }
             if a.n_gen > 0 {
-                let mut cache = eng.new_cache();
-                if let Some(sp) = eng.sparse() {
+                let mut cache = e.new_cache();
+                if let Some(sp) = e.sparse() {
                     sp.reset_stats();
+                    if let Some(o) = sp.offload() {
+                        o.reset_stats();
+                    }
                 }
-                eng.take_ffn_seconds();
+                e.take_ffn_seconds();
                 let mut tok = tokens[0];
                 let t = Instant::now();
                 for i in 0..a.n_gen {
-                    let logits = eng.forward(&mut cache, &[tok], Logits::Last)?;
+                    let ti = Instant::now();
+                    let logits = e.forward(&mut cache, &[tok], Logits::Last)?;
+                    r.token_s.push(ti.elapsed().as_secs_f64());
                     tok = if text.is_some() { tokens[(i + 1) % tokens.len()] } else { engine::sampling::argmax(&logits) };
                 }
                 let secs = t.elapsed().as_secs_f64();
                 r.tg.push(a.n_gen as f64 / secs);
-                r.ffn_share.push(eng.take_ffn_seconds() / secs);
-                if let Some(sp) = eng.sparse() {
+                r.ffn_share.push(e.take_ffn_seconds() / secs);
+                if let Some(sp) = e.sparse() {
                     r.stats = Some(sp.stats());
+                    if let Some(o) = sp.offload() {
+                        let st = o.stats();
+                        r.wait_share.push(st.io_wait_s / secs);
+                        r.offload = Some(st);
+                    }
                 }
             }
-            if modes[mi] {
+            if modes[mi] == Mode::Sparse {
                 sparse = eng.take_sparse();
             }
         }
     }
+    if let Some(o) = off_eng.as_mut() {
+        // Nothing more to run on it; keep it alive until here so its I/O thread served every rep.
+        let _ = o.sparse();
+    }
     let prec = precision_name(eng.options().precision);
+    let mode_name = |m: Mode| match m {
+        Mode::Dense => "dense",
+        Mode::Sparse => if off_eng.is_some() { "in-memory sparse" } else { "sparse" },
+        Mode::Offload => "offloaded",
+    };
+    let ratio_name = if modes.len() == 2 { format!("{}/{}", mode_name(modes[1]), mode_name(modes[0])) } else { String::new() };
     let ratio = |f: fn(&ModeRuns) -> &Vec<f64>| -> Option<(f64, f64)> {
         (runs.len() == 2 && !f(&runs[0]).is_empty())
             .then(|| mean_sd(&f(&runs[1]).iter().zip(f(&runs[0])).map(|(s, d)| s / d).collect::<Vec<_>>()))
     };
     let tg_ratio = ratio(|r| &r.tg);
     let pp_ratio = ratio(|r| &r.pp);
+    let offload_json = |r: &ModeRuns| {
+        r.offload.as_ref().map(|o| {
+            let n = o.tokens.max(1) as f64;
+            serde_json::json!({
+                "miss_rate": o.miss_rate(), "units_per_token": o.units as f64 / n,
+                "mib_read_per_token": mib(o.bytes_read) / n, "io_wait_share": mean_sd(&r.wait_share).0,
+                "cache_resident_mib": mib(o.resident_bytes as u64),
+                "token_ms_p50": 1e3 * quantile(&r.token_s, 0.5), "token_ms_p90": 1e3 * quantile(&r.token_s, 0.9),
+                "token_ms_p99": 1e3 * quantile(&r.token_s, 0.99),
+            })
+        })
+    };
     if a.json {
         let mode_json = |r: &ModeRuns| {
             let (pm, ps) = mean_sd(&r.pp);
@@ -582,9 +734,11 @@ fn cmd_bench(a: BenchArgs) -> Result<()> {
                 "sparse_stats": r.stats.map(|s| serde_json::json!({
                     "gate_frac": s.gate_frac(), "up_frac": s.up_frac(), "down_frac": s.down_frac(),
                 })),
+                "offload": offload_json(r),
             })
         };
         let mut v = mode_json(&runs[0]);
+        v["mode"] = serde_json::json!(mode_name(modes[0]));
         v["model"] = serde_json::json!(file.path());
         v["threads"] = serde_json::json!(eng.threads());
         v["precision"] = serde_json::json!(prec);
@@ -596,17 +750,19 @@ fn cmd_bench(a: BenchArgs) -> Result<()> {
         v["requant"] = serde_json::json!(overlay.as_ref().map(|o| o.requant().to_string()));
         v["peak_rss_bytes"] = serde_json::json!(engine::sys::peak_rss_bytes());
         if runs.len() == 2 {
-            v["sparse"] = mode_json(&runs[1]);
-            v["sparse"]["tg_ratio"] = serde_json::json!(tg_ratio.map(|r| r.0));
-            v["sparse"]["pp_ratio"] = serde_json::json!(pp_ratio.map(|r| r.0));
+            let key = if modes[1] == Mode::Offload { "offloaded" } else { "sparse" };
+            v[key] = mode_json(&runs[1]);
+            v[key]["tg_ratio"] = serde_json::json!(tg_ratio.map(|r| r.0));
+            v[key]["pp_ratio"] = serde_json::json!(pp_ratio.map(|r| r.0));
         }
         println!("{}", serde_json::to_string(&v)?);
     } else {
         let rq = overlay.as_ref().map(|o| format!(" | layers re-quantized to {}", o.requant())).unwrap_or_default();
         let src = text.as_ref().map(|p| format!(" | tokens from {}", p.display())).unwrap_or_default();
         println!("model: {} | threads {} | {} mode{rq}{src} | {:.1} MiB weights read per token (dense)", file.path().display(), eng.threads(), prec, mib(eng.model().weight_bytes as u64));
-        for (r, &sp) in runs.iter().zip(&modes) {
-            let name = if modes.len() == 2 { if sp { "sparse " } else { "dense  " } } else { "" };
+        let width = modes.iter().map(|&m| mode_name(m).len()).max().unwrap_or(0);
+        for (r, &m) in runs.iter().zip(&modes) {
+            let name = if modes.len() == 2 || m == Mode::Offload { format!("{:<width$} ", mode_name(m)) } else { String::new() };
             let (pm, ps) = mean_sd(&r.pp);
             let (tm, ts) = mean_sd(&r.tg);
             if !r.pp.is_empty() {
@@ -619,13 +775,30 @@ fn cmd_bench(a: BenchArgs) -> Result<()> {
                 };
                 println!("{name}tg{:<5} {:>8.1} ± {:.1} tok/s{extra}", a.n_gen, tm, ts);
             }
+            if let Some(o) = &r.offload {
+                let n = o.tokens.max(1) as f64;
+                println!(
+                    "{name}per token: latency P50 {:.1} / P90 {:.1} / P99 {:.1} ms | units needed {:.0} ({:.0}% hot, {:.0}% cold hits, {:.1}% misses) | {:.2} MiB read | waiting for flash {:.0}% of decode time | cache {:.1} MiB",
+                    1e3 * quantile(&r.token_s, 0.5),
+                    1e3 * quantile(&r.token_s, 0.9),
+                    1e3 * quantile(&r.token_s, 0.99),
+                    o.units as f64 / n,
+                    100.0 * o.hot_hits as f64 / o.units.max(1) as f64,
+                    100.0 * o.cold_hits as f64 / o.units.max(1) as f64,
+                    100.0 * o.miss_rate(),
+                    mib(o.bytes_read) / n,
+                    100.0 * mean_sd(&r.wait_share).0,
+                    mib(o.resident_bytes as u64),
+                );
+            }
         }
         if let Some((m, s)) = pp_ratio {
-            println!("sparse/dense pp: {m:.3} ± {s:.3} (per-repetition ratios)");
+            println!("{ratio_name} pp: {m:.3} ± {s:.3} (per-repetition ratios)");
         }
         if let Some((m, s)) = tg_ratio {
-            println!("sparse/dense tg: {m:.3} ± {s:.3} (per-repetition ratios)");
+            println!("{ratio_name} tg: {m:.3} ± {s:.3} (per-repetition ratios)");
         }
+        println!("peak RSS {:.1} MiB", mib(engine::sys::peak_rss_bytes().unwrap_or(0)));
     }
     Ok(())
 }
@@ -637,6 +810,19 @@ struct ModeRuns {
     tg: Vec<f64>,
     ffn_share: Vec<f64>,
     stats: Option<engine::SparseStats>,
+    /// Seconds of every decode step of every repetition.
+    token_s: Vec<f64>,
+    /// Per repetition: share of decode time the compute threads waited for flash.
+    wait_share: Vec<f64>,
+    /// Offload counters of the last repetition.
+    offload: Option<engine::OffloadStats>,
+}
+
+/// The `q` quantile (0..=1) of `xs` (nearest rank).
+fn quantile(xs: &[f64], q: f64) -> f64 {
+    let mut v = xs.to_vec();
+    v.sort_by(f64::total_cmp);
+    v.get(((v.len() as f64 * q).ceil() as usize).saturating_sub(1).min(v.len().saturating_sub(1))).copied().unwrap_or(f64::NAN)
 }
 
 fn sidecar(model: &std::path::Path, ext: &str) -> PathBuf {
@@ -645,9 +831,53 @@ fn sidecar(model: &std::path::Path, ext: &str) -> PathBuf {
     PathBuf::from(s)
 }
 
-/// Applies `--sparse` (profile thresholds, predictors) to the engine.
+/// The offload settings of `args` for the resident model of `eng`: the FFN cache budget comes from
+/// --ffn-resident, or from --memory-budget minus what stays resident (file, KV cache, predictors).
+fn offload_options(eng: &Engine<'_>, args: &ModelArgs, predictor: Option<&std::path::Path>, quiet: bool) -> Result<engine::OffloadOptions> {
+    let o = &args.offload;
+    let model = eng.model();
+    let Some(r) = &model.config.ffn_store else { return Ok(engine::OffloadOptions::default()) };
+    let store = model.path().parent().unwrap_or(std::path::Path::new("")).join(&r.file);
+    let ffn = engine::offload::store_ffn_bytes(&store)?;
+    let ffn_budget = match (o.memory_budget, o.ffn_resident) {
+        (Some(b), _) => {
+            let len = |p: &std::path::Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
+            let c = &model.config;
+            let kv = (c.n_layers * c.kv_dim() * 2 * 4 * eng.options().context.max(1)) as u64;
+            let fixed = len(model.path()) + kv + predictor.map_or(0, len);
+            if b <= fixed {
+                bail!(
+                    "--memory-budget {:.1} MiB leaves nothing for the FFN: the resident file, the KV cache at --ctx {} and the predictors take {:.1} MiB",
+                    mib(b),
+                    eng.options().context,
+                    mib(fixed)
+                );
+            }
+            if !quiet {
+                eprintln!("sparrow: memory budget {:.1} MiB = {:.1} MiB resident (file, KV cache, predictors) + {:.1} MiB FFN cache ({:.0}% of the {:.1} MiB FFN)", mib(b), mib(fixed), mib(b - fixed), 100.0 * (b - fixed).min(ffn) as f64 / ffn as f64, mib(ffn));
+            }
+            (b - fixed) as usize
+        }
+        (None, Some(f)) => (f.clamp(0.0, 1.0) * ffn as f64) as usize,
+        (None, None) => usize::MAX,
+    };
+    Ok(engine::OffloadOptions {
+        ffn_budget,
+        hot_share: o.hot_share,
+        queue_depth: o.io_depth,
+        pin_core: o.io_core,
+        direct: !o.no_direct,
+        cache_cold: !o.no_cold_cache,
+        pipeline: !o.no_pipeline,
+        ..Default::default()
+    })
+}
+
+/// Applies `--sparse` (profile thresholds, predictors) to the engine; a resident file (`sparrow
+/// convert`) is always sparse, over its neuron store.
 fn setup_sparse(eng: &mut Engine<'_>, args: &ModelArgs, quiet: bool) -> Result<()> {
-    if !args.sparse {
+    let resident = eng.model().config.ffn_store.is_some();
+    if !args.sparse && !resident {
         return Ok(());
     }
     let model_path = eng.model().path().to_path_buf();
@@ -659,10 +889,12 @@ fn setup_sparse(eng: &mut Engine<'_>, args: &ModelArgs, quiet: bool) -> Result<(
         );
     }
     let profile = engine::Profile::load(&profile_path)?;
-    let mut sp = engine::profile::sparse_from_profile(eng, &profile, &profile_path)?;
     let pred_path = args.predictor.clone().unwrap_or_else(|| sidecar(&model_path, ".sparrow-predictor"));
+    let use_pred = !args.no_predictor && (args.predictor.is_some() || pred_path.exists());
+    let off = offload_options(eng, args, use_pred.then_some(pred_path.as_path()), quiet)?;
+    let mut sp = engine::profile::sparse_from_profile_with(eng, &profile, &profile_path, off)?;
     let mut with_pred = false;
-    if !args.no_predictor && (args.predictor.is_some() || pred_path.exists()) {
+    if use_pred {
         let set = engine::PredictorSet::load(&pred_path)?;
         if set.model_fingerprint != engine::profile::model_fingerprint(eng.model()) || set.layers.len() != eng.model().config.n_layers {
             bail!("{}: these predictors were trained for another model (run `sparrow train-predictor`)", pred_path.display());
@@ -843,7 +1075,7 @@ fn cmd_train(a: TrainArgs) -> Result<()> {
     if stop.load(std::sync::atomic::Ordering::Relaxed) {
         bail!("interrupted: nothing written");
     }
-    if !(a.max_share > 0.0) {
+    if a.max_share.is_nan() || a.max_share <= 0.0 {
         bail!("--max-share must be > 0 (got {})", a.max_share);
     }
     let ffn_bytes: usize = eng.model().layers.iter().map(|l| [&l.gate, &l.up, &l.down].iter().map(|m| m.data().len()).sum::<usize>()).sum();
@@ -880,6 +1112,62 @@ fn cmd_train(a: TrainArgs) -> Result<()> {
         mib(ffn_bytes as u64),
         min_recall,
         out.display()
+    );
+    Ok(())
+}
+
+fn cmd_convert(a: ConvertArgs) -> Result<()> {
+    let path = match &a.model {
+        Some(p) => p.clone(),
+        None => engine::fetch::ensure_default_model(|line| eprintln!("sparrow: {line}"))?,
+    };
+    let file = ModelFile::open(&path)?;
+    let profile_path = a.profile.clone().unwrap_or_else(|| sidecar(&path, ".sparrow-profile"));
+    if !profile_path.exists() {
+        bail!("convert orders neurons by the model's profile: {} does not exist (run `sparrow profile` first, or give --profile)", profile_path.display());
+    }
+    let profile = engine::Profile::load(&profile_path)?;
+    let out = a.out.clone().unwrap_or_else(|| {
+        let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "model".into());
+        path.with_file_name(format!("{stem}.resident.gguf"))
+    });
+    let opts = engine::ConvertOptions { max_neurons_per_unit: if a.no_pack { 1 } else { usize::MAX }, ..Default::default() };
+    let t = Instant::now();
+    let b = bar(profile.layers.len() as u64, "layers");
+    let r = engine::offload::convert(&file, &profile, &out, &opts, |done, _| b.set_position(done as u64))
+        .with_context(|| format!("converting {}", path.display()))?;
+    b.finish_and_clear();
+    // The profile and predictors travel with the resident file (same model fingerprint).
+    std::fs::copy(&profile_path, sidecar(&out, ".sparrow-profile")).with_context(|| format!("copying {}", profile_path.display()))?;
+    let pred = a.predictor.clone().unwrap_or_else(|| sidecar(&path, ".sparrow-predictor"));
+    let copied_pred = if a.predictor.is_some() || pred.exists() {
+        std::fs::copy(&pred, sidecar(&out, ".sparrow-predictor")).with_context(|| format!("copying {}", pred.display()))?;
+        true
+    } else {
+        false
+    };
+    if a.verify {
+        engine::offload::verify(&out).with_context(|| format!("verifying {}", r.store.display()))?;
+    }
+    let l = r.layout;
+    let hot: usize = r.hot_neurons.iter().sum();
+    println!("resident file {} ({:.1} MiB): embeddings, attention, norms, output", r.resident.display(), mib(r.resident_bytes));
+    println!(
+        "neuron store  {} ({:.1} MiB): {} neuron(s) of {} bytes per {}-page unit ({:.0}% of each unit used), {} hot neurons (batch-1 frequency ≥ {}) first in their layers",
+        r.store.display(),
+        mib(r.store_bytes),
+        l.neurons,
+        l.bundle_bytes(),
+        l.pages,
+        100.0 * (l.neurons * l.bundle_bytes()) as f64 / l.unit_bytes() as f64,
+        hot,
+        opts.hot_frequency
+    );
+    println!(
+        "profile{} copied next to it; converted in {:.1} s{}",
+        if copied_pred { " and predictors" } else { "" },
+        t.elapsed().as_secs_f64(),
+        if a.verify { ", every page verified" } else { "" }
     );
     Ok(())
 }
