@@ -111,3 +111,33 @@ fn bad_input_gives_clear_errors() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("-p"), "asks for a prompt");
 }
+
+#[test]
+fn convert_then_run_over_the_neuron_store() {
+    let dir = std::env::temp_dir().join(format!("sparrow-cli-convert-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let corpus = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/wikitext-2/valid.txt");
+    let profile = dir.join("m.sparrow-profile");
+    let resident = dir.join("m.resident.gguf");
+    let (p, r, c) = (profile.to_str().unwrap(), resident.to_str().unwrap(), corpus.to_str().unwrap());
+    let out = sparrow(&["profile", "--corpus", c, "--window", "64", "--windows", "2", "--calib-windows", "1", "--sparsity", "0.3", "-o", p]);
+    assert!(out.status.success(), "profile: {}", String::from_utf8_lossy(&out.stderr));
+    let out = sparrow(&["convert", "--profile", p, "-o", r, "--verify"]);
+    assert!(out.status.success(), "convert: {}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("every page verified") && text.contains("3 neuron(s) of 1332 bytes"), "{text}");
+    assert!(dir.join("m.resident.neurons").exists() && dir.join("m.resident.gguf.sparrow-profile").exists());
+
+    let v = ok_json(&["run", "-m", r, "-p", "The capital of France is", "-n", "8", "--ffn-resident", "0.5", "--ctx", "256", "--json"]);
+    assert_eq!(v["generated_ids"].as_array().unwrap().len(), 8, "{v}");
+
+    let out = sparrow(&["run", "-m", r, "-p", "hi", "--memory-budget", "1M"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("leaves nothing for the FFN"), "{}", String::from_utf8_lossy(&out.stderr));
+
+    std::fs::remove_file(dir.join("m.resident.neurons")).unwrap();
+    let out = sparrow(&["run", "-m", r, "-p", "hi"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("m.resident.neurons"), "names the missing store: {}", String::from_utf8_lossy(&out.stderr));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
