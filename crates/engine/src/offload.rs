@@ -163,7 +163,8 @@ pub fn convert(
 pub struct OffloadOptions {
     /// Bytes of FFN units kept in memory (hot and cold regions together).
     pub ffn_budget: usize,
-    /// Share of `ffn_budget` preloaded as each layer's hot prefix (the rest is the cold LRU).
+    /// Share of `ffn_budget` preloaded as each layer's hot prefix (the rest is the cold LRU; default all,
+    /// see `sparrow --help`).
     pub hot_share: f32,
     /// Units per hot cluster (read and cached as a whole).
     pub cluster_units: usize,
@@ -184,7 +185,7 @@ impl Default for OffloadOptions {
     fn default() -> Self {
         OffloadOptions {
             ffn_budget: usize::MAX,
-            hot_share: 0.5,
+            hot_share: 1.0,
             cluster_units: 16,
             queue_depth: 32,
             pin_core: None,

@@ -117,8 +117,9 @@ struct OffloadArgs {
     #[arg(long)]
     ffn_resident: Option<f64>,
     /// Share of the FFN cache preloaded with each layer's hottest neurons (the rest is an LRU of
-    /// neurons read on demand).
-    #[arg(long, default_value_t = 0.5)]
+    /// neurons read on demand). All by default: on SmolLM2 the predicted neurons of a token cover 93%
+    /// of the pages, a cyclic scan that an LRU smaller than it never hits (docs/BENCHMARKS.md).
+    #[arg(long, default_value_t = 1.0)]
     hot_share: f32,
     /// Reads in flight on the I/O thread.
     #[arg(long, default_value_t = 32)]
@@ -844,17 +845,20 @@ fn offload_options(eng: &Engine<'_>, args: &ModelArgs, predictor: Option<&std::p
             let len = |p: &std::path::Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
             let c = &model.config;
             let kv = (c.n_layers * c.kv_dim() * 2 * 4 * eng.options().context.max(1)) as u64;
-            let fixed = len(model.path()) + kv + predictor.map_or(0, len);
+            // What the process holds before any weight is touched (code, tokenizer, heap) counts too, so
+            // that the budget bounds the whole process.
+            let base = engine::sys::rss_bytes().unwrap_or(0);
+            let fixed = base + len(model.path()) + kv + predictor.map_or(0, len);
             if b <= fixed {
                 bail!(
-                    "--memory-budget {:.1} MiB leaves nothing for the FFN: the resident file, the KV cache at --ctx {} and the predictors take {:.1} MiB",
+                    "--memory-budget {:.1} MiB leaves nothing for the FFN: the process, the resident file, the KV cache at --ctx {} and the predictors take {:.1} MiB",
                     mib(b),
                     eng.options().context,
                     mib(fixed)
                 );
             }
             if !quiet {
-                eprintln!("sparrow: memory budget {:.1} MiB = {:.1} MiB resident (file, KV cache, predictors) + {:.1} MiB FFN cache ({:.0}% of the {:.1} MiB FFN)", mib(b), mib(fixed), mib(b - fixed), 100.0 * (b - fixed).min(ffn) as f64 / ffn as f64, mib(ffn));
+                eprintln!("sparrow: memory budget {:.1} MiB = {:.1} MiB resident (process, file, KV cache, predictors) + {:.1} MiB FFN cache ({:.0}% of the {:.1} MiB FFN)", mib(b), mib(fixed), mib(b - fixed), 100.0 * (b - fixed).min(ffn) as f64 / ffn as f64, mib(ffn));
             }
             (b - fixed) as usize
         }
