@@ -256,6 +256,9 @@ pub struct Offload {
     counters: Counters,
 }
 
+/// Cached units a decode worker takes from the shared counter at a time.
+const HIT_RUN: usize = 8;
+
 /// Rows of one layer's FFN computed by [`Offload::decode`]: (gate, up, down).
 pub(crate) type RowCounts = (usize, usize, usize);
 
@@ -471,12 +474,15 @@ impl Offload {
         let workers = rayon::current_num_threads().clamp(1, 8);
         let run = |w: &mut Worker| {
             loop {
-                let h = next_hit.fetch_add(1, Ordering::Relaxed);
-                if let Some((bytes, at, r)) = hits.get(h) {
-                    if w.err.is_none() {
-                        let res = job.compute(bytes.get(*at..at + ub).unwrap_or(&[]), &wanted[r.clone()], w);
-                        if let Err(e) = res {
-                            w.err = Some(e);
+                // Cached units in runs of HIT_RUN (fewer trips to the shared counter).
+                let h = next_hit.fetch_add(HIT_RUN, Ordering::Relaxed);
+                if h < hits.len() {
+                    for (bytes, at, r) in &hits[h..(h + HIT_RUN).min(hits.len())] {
+                        if w.err.is_none() {
+                            let res = job.compute(bytes.get(*at..at + ub).unwrap_or(&[]), &wanted[r.clone()], w);
+                            if let Err(e) = res {
+                                w.err = Some(e);
+                            }
                         }
                     }
                     continue;
@@ -605,15 +611,16 @@ impl Job<'_> {
         let ix = self.off.store.index();
         let (l, f, d) = (&ix.layout, &ix.formats, ix.d_model);
         let k = l.neurons;
-        let m = |fmt, range: std::ops::Range<usize>, what: &'static str| {
-            QMatrix::new(fmt, k, d, bytes.get(range).unwrap_or(&[])).map_err(kernel(format!("offloaded ffn {what} (layer {})", self.layer)))
+        let layer = self.layer;
+        let m = |fmt, rows: usize, range: std::ops::Range<usize>, what: &'static str| {
+            QMatrix::new(fmt, rows, d, bytes.get(range).unwrap_or(&[]))
+                .map_err(|e| EngineError::Kernel { context: format!("offloaded ffn {what} (layer {layer})"), source: e })
         };
-        let (gate, up, down) = (m(f.gate, l.gate_range(), "gate")?, m(f.up, l.up_range(), "up")?, m(f.down, l.down_range(), "down")?);
+        let (gate, up, down) = (m(f.gate, k, l.gate_range(), "gate")?, m(f.up, k, l.up_range(), "up")?, m(f.down, k, l.down_range(), "down")?);
         let s = &mut w.scratch;
         s.slots.clear();
         s.slots.extend(wanted.iter().map(|w| w.1));
-        s.g.resize(s.slots.len(), 0.0);
-        kernels_neon::matvec_rows_prepared(self.acts_g, &gate, &s.slots, &mut s.g).map_err(kernel("offloaded ffn gate"))?;
+        let n = s.slots.len();
         let (t, norms, sp) = (self.sp.thresholds()[self.layer], self.sp.down_norms(self.layer), self.sp);
         s.keep.clear();
         s.coeffs.clear();
@@ -622,9 +629,23 @@ impl Job<'_> {
         let up_rows;
         match sp.score {
             Score::OutputNorm => {
-                s.u.resize(s.slots.len(), 0.0);
-                kernels_neon::matvec_rows_prepared(self.acts_u, &up, &s.slots, &mut s.u).map_err(kernel("offloaded ffn up"))?;
-                up_rows = s.slots.len();
+                // Gate and up rows sit back to back in a unit: with one format they are one 2k-row
+                // matrix, and one call over gate and up rows shares the activations between them.
+                if f.gate == f.up {
+                    let gu = m(f.gate, 2 * k, l.gate_range().start..l.up_range().end, "gate/up")?;
+                    s.survivors.extend(s.slots.iter().copied().chain(s.slots.iter().map(|&r| r + k as u32)));
+                    s.g.resize(2 * n, 0.0);
+                    kernels_neon::matvec_rows_prepared(self.acts_g, &gu, &s.survivors, &mut s.g).map_err(kernel("offloaded ffn gate/up"))?;
+                    s.u.clear();
+                    s.u.extend_from_slice(&s.g[n..]);
+                    s.survivors.clear();
+                } else {
+                    s.g.resize(n, 0.0);
+                    kernels_neon::matvec_rows_prepared(self.acts_g, &gate, &s.slots, &mut s.g).map_err(kernel("offloaded ffn gate"))?;
+                    s.u.resize(n, 0.0);
+                    kernels_neon::matvec_rows_prepared(self.acts_u, &up, &s.slots, &mut s.u).map_err(kernel("offloaded ffn up"))?;
+                }
+                up_rows = n;
                 for (i, wn) in wanted.iter().enumerate() {
                     let v = sp.act(s.g[i]) * s.u[i];
                     if v.abs() * norms[wn.2 as usize] > t {
@@ -634,6 +655,9 @@ impl Job<'_> {
                 }
             }
             Score::Gate | Score::GateNorm => {
+                // Two phases: gate rows, then up rows of the survivors.
+                s.g.resize(n, 0.0);
+                kernels_neon::matvec_rows_prepared(self.acts_g, &gate, &s.slots, &mut s.g).map_err(kernel("offloaded ffn gate"))?;
                 for (i, wn) in wanted.iter().enumerate() {
                     let a = sp.act(s.g[i]);
                     if sp.score.of(a, 0.0, norms[wn.2 as usize]) > t {

@@ -975,6 +975,14 @@ unsafe fn matvec_i16_q<const F: u8, const R: usize>(
         y[i..i + R].copy_from_slice(&s);
         i += R;
     }
+    // Short lists (a few rows of a neuron-store unit) and tails: pairs still share the activations.
+    while R > 2 && i + 2 <= y.len() {
+        let rows = [w.row_data(sel.get(i)), w.row_data(sel.get(i + 1))];
+        // SAFETY: features present per contract; the callee asserts lengths.
+        let s = unsafe { dot_i16_rows::<F, 2>(rows, xq) };
+        y[i..i + 2].copy_from_slice(&s);
+        i += 2;
+    }
     while i < y.len() {
         // SAFETY: features present per contract; the callee asserts lengths.
         y[i] = unsafe { dot_i16_rows::<F, 1>([w.row_data(sel.get(i))], xq) }[0];
