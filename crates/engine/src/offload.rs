@@ -471,7 +471,10 @@ impl Offload {
                 job.completed(d, &mut pending.lock().unwrap_or_else(|p| p.into_inner()), &mut main);
             }
         }
-        let workers = rayon::current_num_threads().clamp(1, 8);
+        // While reads are outstanding the I/O thread needs a core of its own (PowerInfer-2 pins it to
+        // one): one compute worker fewer then.
+        let threads = rayon::current_num_threads().clamp(1, 8);
+        let workers = if outstanding.load(Ordering::Relaxed) > 0 && self.opts.pipeline { (threads - 1).max(1) } else { threads };
         let run = |w: &mut Worker| {
             loop {
                 // Cached units in runs of HIT_RUN (fewer trips to the shared counter).
