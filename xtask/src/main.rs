@@ -1,10 +1,10 @@
 //! Project automation, in the style of rust-analyzer's xtask: `cargo xtask <command>`.
 //!
 //! - `ci`: everything CI checks, in order: tool setup, the whole test suite (release profile), the
-//!   aarch64 tests of kernels-neon, ufs-io and neuron-cache under qemu, and `cargo check` of the library
+//!   aarch64 tests of kernels-neon, ufs-io, neuron-cache and neuron-store under qemu, and `cargo check` of the library
 //!   crates for aarch64-linux-android.
 //! - `setup`: installs what the tests need (rustup targets; Debian's aarch64 cross toolchain and qemu).
-//! - `test-aarch64`: runs the tests of kernels-neon, ufs-io and neuron-cache for aarch64-unknown-linux-gnu
+//! - `test-aarch64`: runs the tests of kernels-neon, ufs-io, neuron-cache and neuron-store for aarch64-unknown-linux-gnu
 //!   under qemu.
 //! - `check-android`: `cargo check` of the library crates for aarch64-linux-android (no NDK: no linking).
 //! - `fixtures`: rewrites the tiny synthetic models in `fixtures/` (see `fixtures.rs`).
@@ -25,9 +25,9 @@ mod synth;
 
 /// Library crates checked for Android (everything but the binaries).
 const ANDROID_CRATES: &[&str] =
-    &["kernels-neon", "model-format", "model-tokenizer", "ufs-io", "neuron-cache", "predictor", "engine"];
+    &["kernels-neon", "model-format", "model-tokenizer", "ufs-io", "neuron-cache", "neuron-store", "predictor", "engine"];
 /// Crates whose tests run under qemu on aarch64.
-const AARCH64_TEST_CRATES: &[&str] = &["kernels-neon", "ufs-io", "neuron-cache"];
+const AARCH64_TEST_CRATES: &[&str] = &["kernels-neon", "ufs-io", "neuron-cache", "neuron-store"];
 /// Debian packages for the aarch64 cross tests.
 const APT_PACKAGES: &[&str] = &["gcc-aarch64-linux-gnu", "libc6-dev-arm64-cross", "qemu-user"];
 
