@@ -172,7 +172,7 @@ pub struct OffloadOptions {
     pub queue_depth: usize,
     /// Core the I/O thread is pinned to.
     pub pin_core: Option<usize>,
-    /// Read with `O_DIRECT` (page cache out of play) where the filesystem allows it.
+    /// Read with direct I/O (page cache out of play, see `ufs-io`) where the filesystem allows it.
     pub direct: bool,
     /// Keep units read from flash in the cold region (off: every miss is read again; for the ablation).
     pub cache_cold: bool,

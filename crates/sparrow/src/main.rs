@@ -127,7 +127,7 @@ struct OffloadArgs {
     /// Core to pin the I/O thread to.
     #[arg(long)]
     io_core: Option<usize>,
-    /// Read through the page cache instead of O_DIRECT.
+    /// Read through the page cache instead of with direct I/O.
     #[arg(long)]
     no_direct: bool,
     /// Ablation: do not keep neurons read from flash (only the preloaded hot set is cached).
