@@ -92,14 +92,19 @@ pub fn convert(
     }
     let cfg = &model.config;
     let fingerprint = crate::profile::model_fingerprint(&model);
-    let bad_profile = |detail: String| EngineError::BadModel { path: PathBuf::from(&profile.corpus), detail };
+    let bad_profile = |detail: String| EngineError::BadModel { path: file.path().to_path_buf(), detail };
     if profile.model_fingerprint != fingerprint {
-        return Err(bad_profile(format!("the profile was made for another model ({}), not {}", profile.model, file.path().display())));
+        return Err(bad_profile(format!("the profile was made for another model ({}), not this one", profile.model)));
     }
-    if profile.layers.len() != cfg.n_layers || profile.layers.iter().any(|l| l.n_neurons as usize != cfg.d_ff || l.freq.is_empty()) {
+    if profile.layers.len() != cfg.n_layers
+        || profile.layers.iter().any(|l| l.n_neurons as usize != cfg.d_ff || l.freq.first().is_none_or(|f| f.len() != cfg.d_ff))
+    {
         return Err(bad_profile("the profile's layer or neuron counts do not match the model".into()));
     }
-    let (gate_f, up_f) = (model.layers[0].gate.format(), model.layers[0].up.format());
+    let Some(first) = model.layers.first() else {
+        return Err(bad_profile("the model has no layers".into()));
+    };
+    let (gate_f, up_f) = (first.gate.format(), first.up.format());
     if model.layers.iter().any(|l| l.gate.format() != gate_f || l.up.format() != up_f) {
         return Err(EngineError::BadModel {
             path: file.path().to_path_buf(),

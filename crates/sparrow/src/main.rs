@@ -109,8 +109,9 @@ struct ModelArgs {
 /// read from the neuron store next to it).
 #[derive(Args, Clone)]
 struct OffloadArgs {
-    /// Memory budget for the whole model (resident file, KV cache at --ctx, predictors and the FFN
-    /// neuron cache), e.g. `80M`, `1.5G`. The FFN cache gets what the rest leaves.
+    /// Memory budget for the whole process, e.g. `140M`, `1.5G`: what it holds before touching weights
+    /// (code, tokenizer), the resident file, the KV cache at --ctx and the predictors are counted
+    /// first; the FFN neuron cache gets the rest.
     #[arg(long, value_parser = parse_size, conflicts_with = "ffn_resident")]
     memory_budget: Option<u64>,
     /// Instead of --memory-budget: the share of the FFN kept in memory (e.g. 0.5).
@@ -610,7 +611,7 @@ fn cmd_bench(a: BenchArgs) -> Result<()> {
     // in-memory sparse and offloaded sparse (a second engine over the resident file). A resident
     // model alone runs only sparse (its FFN is in the store).
     let off_file = a.offload.as_ref().map(ModelFile::open).transpose()?;
-    let mut off_eng = match &off_file {
+    let off_eng = match &off_file {
         Some(f) => {
             let mut e = Engine::new(f, engine_options(&a.model))?;
             if e.model().config.ffn_store.is_none() {
@@ -695,10 +696,6 @@ fn cmd_bench(a: BenchArgs) -> Result<()> {
                 sparse = eng.take_sparse();
             }
         }
-    }
-    if let Some(o) = off_eng.as_mut() {
-        // Nothing more to run on it; keep it alive until here so its I/O thread served every rep.
-        let _ = o.sparse();
     }
     let prec = precision_name(eng.options().precision);
     let mode_name = |m: Mode| match m {
