@@ -375,6 +375,12 @@ impl Offload {
                 ix.d_model
             )));
         }
+        if let Some(&bad) = rows.iter().find(|&&n| n as usize >= ix.d_ff) {
+            return Err(EngineError::Request(format!(
+                "offloaded FFN: the predictor chose neuron {bad} of layer {layer}, which has {} neurons",
+                ix.d_ff
+            )));
+        }
         // Group the neurons by unit: (unit, slot, neuron), sorted by unit.
         let mut wanted: Vec<(u32, u32, u32)> = rows
             .iter()

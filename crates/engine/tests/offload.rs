@@ -195,3 +195,28 @@ fn a_resident_file_needs_its_store() {
     let e = SparseFfn::from_store(&cfg, &store_path_for(&resident), vec![0.0; cfg.n_layers], OffloadOptions::default()).err().unwrap();
     assert!(e.to_string().contains(".neurons"), "{e}");
 }
+
+/// A predictor that names a neuron the layer does not have.
+struct OutOfRange;
+
+impl engine::NeuronPredictor for OutOfRange {
+    fn predict(&self, _layer: usize, _x: &[f32], out: &mut Vec<u32>) -> engine::Result<()> {
+        out.clear();
+        out.extend([0, 1_000_000]);
+        Ok(())
+    }
+}
+
+#[test]
+fn a_predictor_naming_a_missing_neuron_is_an_error() {
+    let resident = converted("tiny-llama-silu-q4_0.gguf", &ConvertOptions::default(), "bad-predictor");
+    let file = ModelFile::open(&resident).unwrap();
+    let mut eng = engine_t(&file, 2);
+    let cfg = eng.model().config.clone();
+    let sp = SparseFfn::from_store(&cfg, &store_path_for(&resident), vec![0.0; cfg.n_layers], OffloadOptions::default()).unwrap();
+    eng.set_sparse(Some(sp.with_predictor(Box::new(OutOfRange))));
+    let mut cache = eng.new_cache();
+    let e = eng.forward(&mut cache, &[1], Logits::Last).unwrap_err().to_string();
+    assert!(e.contains("neuron 1000000"), "{e}");
+    assert_eq!(cache.len(), 0);
+}
