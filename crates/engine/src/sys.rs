@@ -24,7 +24,8 @@ mod tests {
     fn peak_rss_is_positive_on_linux() {
         let rss = super::peak_rss_bytes().expect("VmHWM is readable on Linux");
         assert!(rss > 100_000, "a test process uses more than 100 kB: {rss}");
+        // Not compared with the peak read above: other test threads allocate in between.
         let now = super::rss_bytes().expect("VmRSS is readable on Linux");
-        assert!(now > 100_000 && now <= rss, "{now} vs peak {rss}");
+        assert!(now > 100_000, "a test process holds more than 100 kB: {now}");
     }
 }
