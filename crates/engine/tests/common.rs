@@ -67,3 +67,20 @@ pub fn synthetic_profile(model: &engine::Model<'_>) -> predictor::Profile {
             .collect(),
     }
 }
+
+/// Logits of every position of `tokens`: one decode step per token (`batched == false`) or one batched step.
+pub fn logits(eng: &engine::Engine<'_>, tokens: &[u32], batched: bool) -> Vec<f32> {
+    use engine::Logits;
+    let mut cache = eng.new_cache();
+    if batched {
+        return eng.forward(&mut cache, tokens, Logits::All).unwrap();
+    }
+    tokens.iter().flat_map(|&t| eng.forward(&mut cache, &[t], Logits::Last).unwrap()).collect()
+}
+
+/// max |a - b| / max |b|.
+pub fn rel_drift(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    let m = b.iter().fold(0f32, |m, v| m.max(v.abs()));
+    a.iter().zip(b).fold(0f32, |d, (x, y)| d.max((x - y).abs())) / m
+}

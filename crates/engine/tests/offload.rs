@@ -5,6 +5,8 @@
 
 mod common;
 
+use common::rel_drift;
+
 use std::path::{Path, PathBuf};
 
 use engine::offload::{convert, store_path_for, ConvertOptions, OffloadOptions};
@@ -47,19 +49,8 @@ fn converted(name: &str, opts: &ConvertOptions, tag: &str) -> PathBuf {
     resident
 }
 
-/// Logits of every position, one decode step per token (or one batched step).
 fn logits(eng: &Engine<'_>, batched: bool) -> Vec<f32> {
-    let mut cache = eng.new_cache();
-    if batched {
-        return eng.forward(&mut cache, TOKENS, Logits::All).unwrap();
-    }
-    TOKENS.iter().flat_map(|&t| eng.forward(&mut cache, &[t], Logits::Last).unwrap()).collect()
-}
-
-fn rel_drift(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len());
-    let m = b.iter().fold(0f32, |m, v| m.max(v.abs()));
-    a.iter().zip(b).fold(0f32, |d, (x, y)| d.max((x - y).abs())) / m
+    common::logits(eng, TOKENS, batched)
 }
 
 fn in_memory_logits(name: &str, thresholds: f32, batched: bool) -> Vec<f32> {

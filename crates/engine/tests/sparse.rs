@@ -2,10 +2,13 @@
 //! FFN computes (decode and batched steps, SiLU and ReLU models), calibrated thresholds skip the share of
 //! neurons they were calibrated for, and a predictor decides which gate/up rows run.
 
+mod common;
+
+use common::rel_drift;
 use std::path::PathBuf;
 
 use engine::sparse::{thresholds_for_sparsity, Score, DEFAULT_DOWN_FORMAT};
-use engine::{Engine, EngineOptions, Logits, ModelFile, NeuronPredictor, Precision, SparseFfn};
+use engine::{Engine, EngineOptions, ModelFile, NeuronPredictor, Precision, SparseFfn};
 use kernels_neon::WeightFormat;
 
 const TOKENS: &[u32] = &[1, 70, 80, 90, 100, 33, 7, 250, 12, 64, 5, 99];
@@ -19,20 +22,8 @@ fn engine(file: &ModelFile) -> Engine<'_> {
     Engine::new(file, EngineOptions { threads: 1, precision: Precision::Exact, context: 64 }).unwrap()
 }
 
-/// Logits of every position: one decode step per token (`batched == false`) or one batched step.
 fn logits(eng: &Engine<'_>, batched: bool) -> Vec<f32> {
-    let mut cache = eng.new_cache();
-    if batched {
-        return eng.forward(&mut cache, TOKENS, Logits::All).unwrap();
-    }
-    TOKENS.iter().flat_map(|&t| eng.forward(&mut cache, &[t], Logits::Last).unwrap()).collect()
-}
-
-/// max |a - b| / max |b|.
-fn rel_drift(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len());
-    let m = b.iter().fold(0f32, |m, v| m.max(v.abs()));
-    a.iter().zip(b).fold(0f32, |d, (x, y)| d.max((x - y).abs())) / m
+    common::logits(eng, TOKENS, batched)
 }
 
 #[test]
