@@ -38,7 +38,10 @@ impl Rng {
 
 /// GPT-2's byte-to-unicode table: the 256 base tokens of a byte-level BPE vocabulary.
 pub fn byte_tokens() -> Vec<String> {
-    let mut bs: Vec<u32> = (b'!' as u32..=b'~' as u32).chain(0xA1..=0xAC).chain(0xAE..=0xFF).collect();
+    let mut bs: Vec<u32> = (b'!' as u32..=b'~' as u32)
+        .chain(0xA1..=0xAC)
+        .chain(0xAE..=0xFF)
+        .collect();
     let mut cs = bs.clone();
     let mut n = 0;
     for b in 0..256u32 {
@@ -64,14 +67,22 @@ fn random_weight(rng: &mut Rng, dtype: DType, rows: usize, cols: usize, scale: f
     let n = rows * cols;
     let mut out = Vec::new();
     match dtype {
-        DType::F32 => (0..n).for_each(|_| out.extend_from_slice(&((rng.next() as f32) * scale).to_le_bytes())),
-        DType::F16 => (0..n).for_each(|_| out.extend_from_slice(&f16_bytes(rng.next() as f32 * scale))),
+        DType::F32 => {
+            (0..n).for_each(|_| out.extend_from_slice(&((rng.next() as f32) * scale).to_le_bytes()))
+        }
+        DType::F16 => {
+            (0..n).for_each(|_| out.extend_from_slice(&f16_bytes(rng.next() as f32 * scale)))
+        }
         DType::Q8_0 => (0..n / 32).for_each(|_| {
-            out.extend_from_slice(&f16_bytes(scale / 127.0 * (0.5 + 0.5 * rng.next().abs() as f32)));
+            out.extend_from_slice(&f16_bytes(
+                scale / 127.0 * (0.5 + 0.5 * rng.next().abs() as f32),
+            ));
             (0..32).for_each(|_| out.push((rng.next() * 127.0) as i8 as u8));
         }),
         DType::Q4_0 => (0..n / 32).for_each(|_| {
-            out.extend_from_slice(&f16_bytes(scale / 8.0 * (0.5 + 0.5 * rng.next().abs() as f32)));
+            out.extend_from_slice(&f16_bytes(
+                scale / 8.0 * (0.5 + 0.5 * rng.next().abs() as f32),
+            ));
             (0..16).for_each(|_| out.push(((rng.next() + 1.0) * 128.0) as u8));
         }),
         DType::Q4_1 => (0..n / 32).for_each(|_| {
@@ -95,10 +106,38 @@ pub struct Variant {
 
 /// The fixture models.
 pub const VARIANTS: &[Variant] = &[
-    Variant { name: "llama-silu-q4_0", arch: "llama", relu: false, weights: DType::Q4_0, embed: DType::F16, untied: false },
-    Variant { name: "llama-relu-q8_0", arch: "llama", relu: true, weights: DType::Q8_0, embed: DType::Q8_0, untied: true },
-    Variant { name: "qwen2-q4_1", arch: "qwen2", relu: false, weights: DType::Q4_1, embed: DType::F32, untied: true },
-    Variant { name: "llama-f16", arch: "llama", relu: false, weights: DType::F16, embed: DType::F16, untied: false },
+    Variant {
+        name: "llama-silu-q4_0",
+        arch: "llama",
+        relu: false,
+        weights: DType::Q4_0,
+        embed: DType::F16,
+        untied: false,
+    },
+    Variant {
+        name: "llama-relu-q8_0",
+        arch: "llama",
+        relu: true,
+        weights: DType::Q8_0,
+        embed: DType::Q8_0,
+        untied: true,
+    },
+    Variant {
+        name: "qwen2-q4_1",
+        arch: "qwen2",
+        relu: false,
+        weights: DType::Q4_1,
+        embed: DType::F32,
+        untied: true,
+    },
+    Variant {
+        name: "llama-f16",
+        arch: "llama",
+        relu: false,
+        weights: DType::F16,
+        embed: DType::F16,
+        untied: false,
+    },
 ];
 
 /// File name of a fixture model.
@@ -120,13 +159,22 @@ pub fn write_model(v: &Variant, path: &Path) -> Result<(), model_format::FormatE
     let a = v.arch;
     let u32v = |x: usize| MetaValue::U32(x as u32);
     w.metadata("general.architecture", MetaValue::String(a.into()));
-    w.metadata("general.name", MetaValue::String(format!("sparrow synthetic fixture {} (random weights)", v.name)));
+    w.metadata(
+        "general.name",
+        MetaValue::String(format!(
+            "sparrow synthetic fixture {} (random weights)",
+            v.name
+        )),
+    );
     w.metadata(&format!("{a}.block_count"), u32v(LAYERS));
     w.metadata(&format!("{a}.embedding_length"), u32v(D));
     w.metadata(&format!("{a}.feed_forward_length"), u32v(FF));
     w.metadata(&format!("{a}.attention.head_count"), u32v(HEADS));
     w.metadata(&format!("{a}.attention.head_count_kv"), u32v(KV_HEADS));
-    w.metadata(&format!("{a}.attention.layer_norm_rms_epsilon"), MetaValue::F32(EPS as f32));
+    w.metadata(
+        &format!("{a}.attention.layer_norm_rms_epsilon"),
+        MetaValue::F32(EPS as f32),
+    );
     w.metadata(&format!("{a}.rope.freq_base"), MetaValue::F32(BASE as f32));
     w.metadata(&format!("{a}.context_length"), u32v(128));
     if v.relu {
@@ -134,44 +182,152 @@ pub fn write_model(v: &Variant, path: &Path) -> Result<(), model_format::FormatE
     }
     w.metadata("tokenizer.ggml.model", MetaValue::String("gpt2".into()));
     w.metadata("tokenizer.ggml.pre", MetaValue::String("gpt-2".into()));
-    w.metadata("tokenizer.ggml.tokens", MetaValue::Array(tokens.into_iter().map(MetaValue::String).collect()));
-    w.metadata("tokenizer.ggml.token_type", MetaValue::Array(types.into_iter().map(MetaValue::I32).collect()));
+    w.metadata(
+        "tokenizer.ggml.tokens",
+        MetaValue::Array(tokens.into_iter().map(MetaValue::String).collect()),
+    );
+    w.metadata(
+        "tokenizer.ggml.token_type",
+        MetaValue::Array(types.into_iter().map(MetaValue::I32).collect()),
+    );
     w.metadata("tokenizer.ggml.merges", MetaValue::Array(Vec::new()));
     w.metadata("tokenizer.ggml.eos_token_id", MetaValue::U32(257));
 
-    let add = |w: &mut GgufWriter, rng: &mut Rng, name: String, dtype: DType, shape: &[usize], scale: f32| {
-        let (rows, cols) = if shape.len() == 1 { (1, shape[0]) } else { (shape[0], shape[1]) };
+    let add = |w: &mut GgufWriter,
+               rng: &mut Rng,
+               name: String,
+               dtype: DType,
+               shape: &[usize],
+               scale: f32| {
+        let (rows, cols) = if shape.len() == 1 {
+            (1, shape[0])
+        } else {
+            (shape[0], shape[1])
+        };
         let bytes = if shape.len() == 1 {
             // Norm weights near 1, biases small.
-            let vals: Vec<f32> = (0..cols).map(|_| if name.ends_with("bias") { 0.2 * rng.next() as f32 } else { 1.0 + 0.3 * rng.next() as f32 }).collect();
+            let vals: Vec<f32> = (0..cols)
+                .map(|_| {
+                    if name.ends_with("bias") {
+                        0.2 * rng.next() as f32
+                    } else {
+                        1.0 + 0.3 * rng.next() as f32
+                    }
+                })
+                .collect();
             vals.iter().flat_map(|x| x.to_le_bytes()).collect()
         } else {
             random_weight(rng, dtype, rows, cols, scale)
         };
-        w.tensor(&name, dtype, shape, bytes).expect("fixture shapes are consistent");
+        w.tensor(&name, dtype, shape, bytes)
+            .expect("fixture shapes are consistent");
     };
-    add(&mut w, &mut rng, "token_embd.weight".into(), v.embed, &[vocab, D], 1.0);
-    add(&mut w, &mut rng, "output_norm.weight".into(), DType::F32, &[D], 0.0);
+    add(
+        &mut w,
+        &mut rng,
+        "token_embd.weight".into(),
+        v.embed,
+        &[vocab, D],
+        1.0,
+    );
+    add(
+        &mut w,
+        &mut rng,
+        "output_norm.weight".into(),
+        DType::F32,
+        &[D],
+        0.0,
+    );
     if v.untied {
-        add(&mut w, &mut rng, "output.weight".into(), v.weights, &[vocab, D], 0.5);
+        add(
+            &mut w,
+            &mut rng,
+            "output.weight".into(),
+            v.weights,
+            &[vocab, D],
+            0.5,
+        );
     }
     let s = 1.0 / (D as f32).sqrt() * 2.0;
     for l in 0..LAYERS {
         let n = |t: &str| format!("blk.{l}.{t}");
-        add(&mut w, &mut rng, n("attn_norm.weight"), DType::F32, &[D], 0.0);
+        add(
+            &mut w,
+            &mut rng,
+            n("attn_norm.weight"),
+            DType::F32,
+            &[D],
+            0.0,
+        );
         add(&mut w, &mut rng, n("attn_q.weight"), v.weights, &[D, D], s);
-        add(&mut w, &mut rng, n("attn_k.weight"), v.weights, &[KV_HEADS * HD, D], s);
-        add(&mut w, &mut rng, n("attn_v.weight"), v.weights, &[KV_HEADS * HD, D], s);
+        add(
+            &mut w,
+            &mut rng,
+            n("attn_k.weight"),
+            v.weights,
+            &[KV_HEADS * HD, D],
+            s,
+        );
+        add(
+            &mut w,
+            &mut rng,
+            n("attn_v.weight"),
+            v.weights,
+            &[KV_HEADS * HD, D],
+            s,
+        );
         if a == "qwen2" {
             add(&mut w, &mut rng, n("attn_q.bias"), DType::F32, &[D], 0.0);
-            add(&mut w, &mut rng, n("attn_k.bias"), DType::F32, &[KV_HEADS * HD], 0.0);
-            add(&mut w, &mut rng, n("attn_v.bias"), DType::F32, &[KV_HEADS * HD], 0.0);
+            add(
+                &mut w,
+                &mut rng,
+                n("attn_k.bias"),
+                DType::F32,
+                &[KV_HEADS * HD],
+                0.0,
+            );
+            add(
+                &mut w,
+                &mut rng,
+                n("attn_v.bias"),
+                DType::F32,
+                &[KV_HEADS * HD],
+                0.0,
+            );
         }
-        add(&mut w, &mut rng, n("attn_output.weight"), v.weights, &[D, D], s);
-        add(&mut w, &mut rng, n("ffn_norm.weight"), DType::F32, &[D], 0.0);
-        add(&mut w, &mut rng, n("ffn_gate.weight"), v.weights, &[FF, D], s);
+        add(
+            &mut w,
+            &mut rng,
+            n("attn_output.weight"),
+            v.weights,
+            &[D, D],
+            s,
+        );
+        add(
+            &mut w,
+            &mut rng,
+            n("ffn_norm.weight"),
+            DType::F32,
+            &[D],
+            0.0,
+        );
+        add(
+            &mut w,
+            &mut rng,
+            n("ffn_gate.weight"),
+            v.weights,
+            &[FF, D],
+            s,
+        );
         add(&mut w, &mut rng, n("ffn_up.weight"), v.weights, &[FF, D], s);
-        add(&mut w, &mut rng, n("ffn_down.weight"), v.weights, &[D, FF], 1.0 / (FF as f32).sqrt() * 2.0);
+        add(
+            &mut w,
+            &mut rng,
+            n("ffn_down.weight"),
+            v.weights,
+            &[D, FF],
+            1.0 / (FF as f32).sqrt() * 2.0,
+        );
     }
     w.write(path)
 }

@@ -24,20 +24,37 @@ mod fixtures;
 mod synth;
 
 /// Library crates checked for Android (everything but the binaries).
-const ANDROID_CRATES: &[&str] =
-    &["kernels-neon", "model-format", "model-tokenizer", "ufs-io", "neuron-cache", "neuron-store", "predictor", "engine"];
+const ANDROID_CRATES: &[&str] = &[
+    "kernels-neon",
+    "model-format",
+    "model-tokenizer",
+    "ufs-io",
+    "neuron-cache",
+    "neuron-store",
+    "predictor",
+    "engine",
+];
 /// Crates whose tests run under qemu on aarch64.
 const AARCH64_TEST_CRATES: &[&str] = &["kernels-neon", "ufs-io", "neuron-cache", "neuron-store"];
 /// Debian packages for the aarch64 cross tests.
-const APT_PACKAGES: &[&str] = &["gcc-aarch64-linux-gnu", "libc6-dev-arm64-cross", "qemu-user"];
+const APT_PACKAGES: &[&str] = &[
+    "gcc-aarch64-linux-gnu",
+    "libc6-dev-arm64-cross",
+    "qemu-user",
+];
 
 fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask sits in the workspace root").to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask sits in the workspace root")
+        .to_path_buf()
 }
 
 fn run(cmd: &mut Command) -> Result<()> {
     eprintln!("xtask: $ {:?}", cmd);
-    let status = cmd.status().with_context(|| format!("starting {:?}", cmd.get_program()))?;
+    let status = cmd
+        .status()
+        .with_context(|| format!("starting {:?}", cmd.get_program()))?;
     if !status.success() {
         bail!("{:?} failed: {status}", cmd.get_program());
     }
@@ -51,19 +68,34 @@ fn cargo() -> Command {
 }
 
 fn have(program: &str) -> bool {
-    Command::new("sh").arg("-c").arg(format!("command -v {program} >/dev/null 2>&1")).status().is_ok_and(|s| s.success())
+    Command::new("sh")
+        .arg("-c")
+        .arg(format!("command -v {program} >/dev/null 2>&1"))
+        .status()
+        .is_ok_and(|s| s.success())
 }
 
 fn setup() -> Result<()> {
-    let installed = String::from_utf8(Command::new("rustup").args(["target", "list", "--installed"]).output()?.stdout)?;
+    let installed = String::from_utf8(
+        Command::new("rustup")
+            .args(["target", "list", "--installed"])
+            .output()?
+            .stdout,
+    )?;
     for target in ["aarch64-unknown-linux-gnu", "aarch64-linux-android"] {
         if !installed.lines().any(|l| l.trim() == target) {
             run(Command::new("rustup").args(["target", "add", target]))?;
         }
     }
-    let missing = !have("aarch64-linux-gnu-gcc") || !have("qemu-aarch64") || !Path::new("/usr/aarch64-linux-gnu/lib").is_dir();
+    let missing = !have("aarch64-linux-gnu-gcc")
+        || !have("qemu-aarch64")
+        || !Path::new("/usr/aarch64-linux-gnu/lib").is_dir();
     if missing {
-        let sudo: &[&str] = if have("sudo") && !is_root() { &["sudo"] } else { &[] };
+        let sudo: &[&str] = if have("sudo") && !is_root() {
+            &["sudo"]
+        } else {
+            &[]
+        };
         let apt = |args: &[&str]| {
             let mut c = Command::new(sudo.first().copied().unwrap_or("apt-get"));
             if !sudo.is_empty() {
@@ -81,7 +113,11 @@ fn setup() -> Result<()> {
 }
 
 fn is_root() -> bool {
-    Command::new("id").arg("-u").output().map(|o| o.stdout.starts_with(b"0")).unwrap_or(false)
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| o.stdout.starts_with(b"0"))
+        .unwrap_or(false)
 }
 
 fn test_aarch64() -> Result<()> {
@@ -91,7 +127,10 @@ fn test_aarch64() -> Result<()> {
         c.args(["-p", k]);
     }
     // Property tests are slow under emulation; fewer cases still cover every path.
-    c.env("PROPTEST_CASES", std::env::var("PROPTEST_CASES").unwrap_or_else(|_| "64".into()));
+    c.env(
+        "PROPTEST_CASES",
+        std::env::var("PROPTEST_CASES").unwrap_or_else(|_| "64".into()),
+    );
     run(&mut c)
 }
 
@@ -126,8 +165,11 @@ fn synth_model() -> Result<()> {
         eprintln!("xtask: synth-model runs optimized: re-running as `cargo run --release -p xtask -- synth-model`");
         // Not `cargo()`: the working directory stays, so a relative `--out` means the same.
         let mut c = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
-        c.args(["run", "--release", "--manifest-path"]).arg(root().join("Cargo.toml"));
-        c.args(["-p", "xtask", "--", "synth-model"]).args(&args).env(SYNTH_RELEASE_ENV, "1");
+        c.args(["run", "--release", "--manifest-path"])
+            .arg(root().join("Cargo.toml"));
+        c.args(["-p", "xtask", "--", "synth-model"])
+            .args(&args)
+            .env(SYNTH_RELEASE_ENV, "1");
         return run(&mut c);
     }
     synth::main(&args, &root())

@@ -56,7 +56,8 @@ use kernels_neon::WeightFormat;
 use model_format::{DType, GgufWriter, MetaValue};
 
 /// `general.name` of every synthetic model.
-pub const GENERAL_NAME: &str = "SYNTHETIC sparrow synth-model (random weights, planted power law) — not a language model";
+pub const GENERAL_NAME: &str =
+    "SYNTHETIC sparrow synth-model (random weights, planted power law) — not a language model";
 /// Version of the generator, written as `sparrow.synth.version`: bump it when the bytes for given options change.
 pub const VERSION: u32 = 1;
 /// Mean firing propensity of the neurons of a layer (fraction of positive gate pre-activations).
@@ -108,7 +109,18 @@ pub struct Options {
 
 impl Default for Options {
     fn default() -> Self {
-        Options { out: None, layers: 32, d: 4096, ff: 14336, heads: 32, kv_heads: 8, vocab: 32000, format: DType::Q4_0, alpha: 1.0, seed: 0x5EED }
+        Options {
+            out: None,
+            layers: 32,
+            d: 4096,
+            ff: 14336,
+            heads: 32,
+            kv_heads: 8,
+            vocab: 32000,
+            format: DType::Q4_0,
+            alpha: 1.0,
+            seed: 0x5EED,
+        }
     }
 }
 
@@ -131,15 +143,32 @@ impl Options {
             if matches!(flag, "-h" | "--help") {
                 bail!("{USAGE}");
             }
-            const FLAGS: [&str; 10] = ["--out", "--layers", "--d", "--ff", "--heads", "--kv-heads", "--vocab", "--format", "--alpha", "--seed"];
+            const FLAGS: [&str; 10] = [
+                "--out",
+                "--layers",
+                "--d",
+                "--ff",
+                "--heads",
+                "--kv-heads",
+                "--vocab",
+                "--format",
+                "--alpha",
+                "--seed",
+            ];
             if !FLAGS.contains(&flag) {
                 bail!("unknown option `{arg}`\n{USAGE}");
             }
             let value = match inline {
                 Some(v) => v,
-                None => it.next().cloned().with_context(|| format!("{flag} needs a value\n{USAGE}"))?,
+                None => it
+                    .next()
+                    .cloned()
+                    .with_context(|| format!("{flag} needs a value\n{USAGE}"))?,
             };
-            let int = |v: &str| -> Result<usize> { v.parse().with_context(|| format!("{flag} takes a whole number, not `{v}`")) };
+            let int = |v: &str| -> Result<usize> {
+                v.parse()
+                    .with_context(|| format!("{flag} takes a whole number, not `{v}`"))
+            };
             match flag {
                 "--out" => o.out = Some(PathBuf::from(value)),
                 "--layers" => o.layers = int(&value)?,
@@ -155,9 +184,16 @@ impl Options {
                         _ => bail!("--format takes q4_0 or q8_0, not `{value}`"),
                     }
                 }
-                "--alpha" => o.alpha = value.parse().with_context(|| format!("--alpha takes a number, not `{value}`"))?,
+                "--alpha" => {
+                    o.alpha = value
+                        .parse()
+                        .with_context(|| format!("--alpha takes a number, not `{value}`"))?
+                }
                 "--seed" => {
-                    let parsed = match value.strip_prefix("0x").or_else(|| value.strip_prefix("0X")) {
+                    let parsed = match value
+                        .strip_prefix("0x")
+                        .or_else(|| value.strip_prefix("0X"))
+                    {
                         Some(hex) => u64::from_str_radix(hex, 16),
                         None => value.parse(),
                     };
@@ -172,32 +208,65 @@ impl Options {
 
     /// Checks that the shape is one the engine loads and the writer can write.
     pub fn check(&self) -> Result<()> {
-        ensure!((1..=1024).contains(&self.layers), "--layers must be 1..=1024, not {}", self.layers);
+        ensure!(
+            (1..=1024).contains(&self.layers),
+            "--layers must be 1..=1024, not {}",
+            self.layers
+        );
         for (name, v) in [("--d", self.d), ("--ff", self.ff)] {
             ensure!(v >= 32 && v % 32 == 0 && v <= 1 << 20, "{name} must be a multiple of 32 in 32..=1048576 (quantization blocks are 32 wide), not {v}");
         }
-        ensure!(self.heads >= 1 && self.d % self.heads == 0, "--heads must divide --d ({}), {} does not", self.d, self.heads);
+        ensure!(
+            self.heads >= 1 && self.d % self.heads == 0,
+            "--heads must divide --d ({}), {} does not",
+            self.d,
+            self.heads
+        );
         let hd = self.d / self.heads;
-        ensure!(hd % 2 == 0, "head dimension d/heads = {hd} must be even (RoPE rotates pairs)");
-        ensure!(self.kv_heads >= 1 && self.heads % self.kv_heads == 0, "--kv-heads must divide --heads ({}), {} does not", self.heads, self.kv_heads);
+        ensure!(
+            hd % 2 == 0,
+            "head dimension d/heads = {hd} must be even (RoPE rotates pairs)"
+        );
+        ensure!(
+            self.kv_heads >= 1 && self.heads % self.kv_heads == 0,
+            "--kv-heads must divide --heads ({}), {} does not",
+            self.heads,
+            self.kv_heads
+        );
         ensure!(
             (BASE_VOCAB..=1 << 22).contains(&self.vocab),
             "--vocab must be {BASE_VOCAB}..=4194304 (256 byte tokens + 2 chat tokens at least), not {}",
             self.vocab
         );
-        ensure!(matches!(self.format, DType::Q4_0 | DType::Q8_0), "format must be Q4_0 or Q8_0, not {}", self.format);
-        ensure!(self.alpha.is_finite() && (0.0..=8.0).contains(&self.alpha), "--alpha must be a number in 0..=8, not {}", self.alpha);
+        ensure!(
+            matches!(self.format, DType::Q4_0 | DType::Q8_0),
+            "format must be Q4_0 or Q8_0, not {}",
+            self.format
+        );
+        ensure!(
+            self.alpha.is_finite() && (0.0..=8.0).contains(&self.alpha),
+            "--alpha must be a number in 0..=8, not {}",
+            self.alpha
+        );
         Ok(())
     }
 
     /// `synth-<layers>x<d>x<ff>-<format>.gguf`.
     pub fn file_name(&self) -> String {
-        format!("synth-{}x{}x{}-{}.gguf", self.layers, self.d, self.ff, self.format.name().to_ascii_lowercase())
+        format!(
+            "synth-{}x{}x{}-{}.gguf",
+            self.layers,
+            self.d,
+            self.ff,
+            self.format.name().to_ascii_lowercase()
+        )
     }
 
     /// Where the file goes: `--out`, or `target/synth/<file_name()>` under `root`.
     pub fn out_path(&self, root: &Path) -> PathBuf {
-        self.out.clone().unwrap_or_else(|| root.join("target").join("synth").join(self.file_name()))
+        self.out
+            .clone()
+            .unwrap_or_else(|| root.join("target").join("synth").join(self.file_name()))
     }
 
     fn head_dim(&self) -> usize {
@@ -219,7 +288,8 @@ impl Options {
     pub fn data_bytes(&self) -> u64 {
         let rb = |cols: usize| (cols / 32 * self.format.block_bytes()) as u64;
         let (d, ff, kv) = (self.d as u64, self.ff as u64, self.kv_dim() as u64);
-        let layer = (2 * d + 2 * kv) * rb(self.d) + 2 * ff * rb(self.d) + d * rb(self.ff) + 2 * 4 * d;
+        let layer =
+            (2 * d + 2 * kv) * rb(self.d) + 2 * ff * rb(self.d) + d * rb(self.ff) + 2 * 4 * d;
         self.vocab as u64 * rb(self.d) + 4 * d + self.layers as u64 * layer
     }
 }
@@ -260,8 +330,14 @@ pub fn main(args: &[String], root: &Path) -> Result<()> {
             t0.elapsed().as_secs_f64()
         )
     })?;
-    let size = std::fs::metadata(&path).with_context(|| format!("reading the size of {}", path.display()))?.len();
-    eprintln!("xtask synth-model: wrote {} ({size} bytes) in {:.1} s", path.display(), t0.elapsed().as_secs_f64());
+    let size = std::fs::metadata(&path)
+        .with_context(|| format!("reading the size of {}", path.display()))?
+        .len();
+    eprintln!(
+        "xtask synth-model: wrote {} ({size} bytes) in {:.1} s",
+        path.display(),
+        t0.elapsed().as_secs_f64()
+    );
     Ok(())
 }
 
@@ -317,14 +393,20 @@ enum Stream {
 }
 
 fn rng(o: &Options, stream: Stream, layer: usize, row: usize) -> Rng {
-    Rng::new(o.seed, ((stream as u64) << 56) ^ ((layer as u64) << 36) ^ row as u64)
+    Rng::new(
+        o.seed,
+        ((stream as u64) << 56) ^ ((layer as u64) << 36) ^ row as u64,
+    )
 }
 
 /// Standard normal CDF (Abramowitz & Stegun 7.1.26 for erf, absolute error below 1.5e-7).
 fn phi_cdf(z: f64) -> f64 {
     let x = z.abs() / std::f64::consts::SQRT_2;
     let t = 1.0 / (1.0 + 0.327_591_1 * x);
-    let poly = t * (0.254_829_592 + t * (-0.284_496_736 + t * (1.421_413_741 + t * (-1.453_152_027 + t * 1.061_405_429))));
+    let poly = t
+        * (0.254_829_592
+            + t * (-0.284_496_736
+                + t * (1.421_413_741 + t * (-1.453_152_027 + t * 1.061_405_429))));
     let erfc = poly * (-x * x).exp();
     if z >= 0.0 {
         1.0 - 0.5 * erfc
@@ -340,11 +422,39 @@ fn phi_pdf(z: f64) -> f64 {
 
 /// Inverse standard normal CDF (Acklam's rational approximation, relative error below 1.2e-9), `p` in (0, 1).
 fn phi_inv(p: f64) -> f64 {
-    const A: [f64; 6] = [-3.969_683_028_665_376e1, 2.209_460_984_245_205e2, -2.759_285_104_469_687e2, 1.383_577_518_672_69e2, -3.066_479_806_614_716e1, 2.506_628_277_459_239];
-    const B: [f64; 5] = [-5.447_609_879_822_406e1, 1.615_858_368_580_409e2, -1.556_989_798_598_866e2, 6.680_131_188_771_972e1, -1.328_068_155_288_572e1];
-    const C: [f64; 6] = [-7.784_894_002_430_293e-3, -3.223_964_580_411_365e-1, -2.400_758_277_161_838, -2.549_732_539_343_734, 4.374_664_141_464_968, 2.938_163_982_698_783];
-    const D: [f64; 4] = [7.784_695_709_041_462e-3, 3.224_671_290_700_398e-1, 2.445_134_137_142_996, 3.754_408_661_907_416];
-    let tail = |q: f64| (((((C[0] * q + C[1]) * q + C[2]) * q + C[3]) * q + C[4]) * q + C[5]) / ((((D[0] * q + D[1]) * q + D[2]) * q + D[3]) * q + 1.0);
+    const A: [f64; 6] = [
+        -3.969_683_028_665_376e1,
+        2.209_460_984_245_205e2,
+        -2.759_285_104_469_687e2,
+        1.383_577_518_672_69e2,
+        -3.066_479_806_614_716e1,
+        2.506_628_277_459_239,
+    ];
+    const B: [f64; 5] = [
+        -5.447_609_879_822_406e1,
+        1.615_858_368_580_409e2,
+        -1.556_989_798_598_866e2,
+        6.680_131_188_771_972e1,
+        -1.328_068_155_288_572e1,
+    ];
+    const C: [f64; 6] = [
+        -7.784_894_002_430_293e-3,
+        -3.223_964_580_411_365e-1,
+        -2.400_758_277_161_838,
+        -2.549_732_539_343_734,
+        4.374_664_141_464_968,
+        2.938_163_982_698_783,
+    ];
+    const D: [f64; 4] = [
+        7.784_695_709_041_462e-3,
+        3.224_671_290_700_398e-1,
+        2.445_134_137_142_996,
+        3.754_408_661_907_416,
+    ];
+    let tail = |q: f64| {
+        (((((C[0] * q + C[1]) * q + C[2]) * q + C[3]) * q + C[4]) * q + C[5])
+            / ((((D[0] * q + D[1]) * q + D[2]) * q + D[3]) * q + 1.0)
+    };
     if p < 0.02425 {
         tail((-2.0 * p.ln()).sqrt())
     } else if p > 1.0 - 0.02425 {
@@ -352,7 +462,8 @@ fn phi_inv(p: f64) -> f64 {
     } else {
         let q = p - 0.5;
         let r = q * q;
-        (((((A[0] * r + A[1]) * r + A[2]) * r + A[3]) * r + A[4]) * r + A[5]) * q / (((((B[0] * r + B[1]) * r + B[2]) * r + B[3]) * r + B[4]) * r + 1.0)
+        (((((A[0] * r + A[1]) * r + A[2]) * r + A[3]) * r + A[4]) * r + A[5]) * q
+            / (((((B[0] * r + B[1]) * r + B[2]) * r + B[3]) * r + B[4]) * r + 1.0)
     }
 }
 
@@ -392,7 +503,9 @@ pub fn propensities(o: &Options, layer: usize) -> Vec<f64> {
 fn direction(o: &Options) -> Vec<f32> {
     let mut r = rng(o, Stream::Direction, 0, 0);
     let s = 1.0 / (o.d as f32).sqrt();
-    (0..o.d).map(|_| if r.next_u64() >> 63 == 0 { s } else { -s }).collect()
+    (0..o.d)
+        .map(|_| if r.next_u64() >> 63 == 0 { s } else { -s })
+        .collect()
 }
 
 /// Removes the component of `x` along the unit vector `u`.
@@ -421,14 +534,24 @@ fn plan(o: &Options, layer: usize) -> LayerPlan {
     let v_attn = 1.0 + layer as f64 * (EPS_ATTN * EPS_ATTN + EPS_FFN * EPS_FFN);
     let v_ffn = v_attn + EPS_ATTN * EPS_ATTN;
     let z: Vec<f64> = propensities(o, layer).into_iter().map(phi_inv).collect();
-    let gate_u = z.iter().map(|z| ((v_ffn.sqrt() * z) / (KAPPA * (o.d as f64).sqrt())) as f32).collect();
+    let gate_u = z
+        .iter()
+        .map(|z| ((v_ffn.sqrt() * z) / (KAPPA * (o.d as f64).sqrt())) as f32)
+        .collect();
     // One token: attention's output is v (variance V/(κ²+V) per entry), repeated over the query heads.
     let sigma_o = EPS_ATTN / (o.d as f64 * v_attn / (k2 + v_attn)).sqrt();
     // E[relu(σ(Z+z))²·(up)²] = σ⁴·M(z), M(z) = (z²+1)Φ(z) + zφ(z), σ² = V/(κ²+V).
     let s2 = v_ffn / (k2 + v_ffn);
-    let m: f64 = z.iter().map(|&z| ((z * z + 1.0) * phi_cdf(z) + z * phi_pdf(z)).max(0.0)).sum();
+    let m: f64 = z
+        .iter()
+        .map(|&z| ((z * z + 1.0) * phi_cdf(z) + z * phi_pdf(z)).max(0.0))
+        .sum();
     let sigma_down = EPS_FFN / (s2 * m.max(1e-12).sqrt());
-    LayerPlan { gate_u, sigma_o: sigma_o as f32, sigma_down: sigma_down as f32 }
+    LayerPlan {
+        gate_u,
+        sigma_o: sigma_o as f32,
+        sigma_down: sigma_down as f32,
+    }
 }
 
 /// Row `t` of the token embedding: `κ·√d·u + n`, `n ⊥ u` with unit variance per coordinate.
@@ -440,7 +563,15 @@ fn embed_row(o: &Options, u: &[f32], t: usize, row: &mut [f32]) {
 }
 
 /// Row `i` of a layer matrix.
-fn layer_row(o: &Options, u: &[f32], p: &LayerPlan, layer: usize, s: Stream, i: usize, row: &mut [f32]) {
+fn layer_row(
+    o: &Options,
+    u: &[f32],
+    p: &LayerPlan,
+    layer: usize,
+    s: Stream,
+    i: usize,
+    row: &mut [f32],
+) {
     let mut r = rng(o, s, layer, i);
     let unit = 1.0 / (o.d as f32).sqrt();
     match s {
@@ -454,11 +585,20 @@ fn layer_row(o: &Options, u: &[f32], p: &LayerPlan, layer: usize, s: Stream, i: 
         Stream::Gate => {
             noise(&mut r, row, unit);
             project_out(row, u);
-            let norm = row.iter().map(|x| x * x).sum::<f32>().sqrt().max(f32::MIN_POSITIVE);
+            let norm = row
+                .iter()
+                .map(|x| x * x)
+                .sum::<f32>()
+                .sqrt()
+                .max(f32::MIN_POSITIVE);
             let t = p.gate_u[i];
-            row.iter_mut().zip(u).for_each(|(x, u)| *x = *x / norm + t * u);
+            row.iter_mut()
+                .zip(u)
+                .for_each(|(x, u)| *x = *x / norm + t * u);
         }
-        Stream::Direction | Stream::Permutation | Stream::Embed => unreachable!("not a layer matrix"),
+        Stream::Direction | Stream::Permutation | Stream::Embed => {
+            unreachable!("not a layer matrix")
+        }
     }
 }
 
@@ -470,8 +610,12 @@ fn stream_matrix(
     cols: usize,
     gen: &(dyn Fn(usize, &mut [f32]) + Sync),
 ) -> Result<()> {
-    let rb = format.row_bytes(cols).context("row length is a whole number of blocks")?;
-    let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let rb = format
+        .row_bytes(cols)
+        .context("row length is a whole number of blocks")?;
+    let threads = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
     let batch = (8 << 20) / rb.max(1);
     let batch = batch.clamp(threads, rows.max(threads));
     let mut buf = vec![0u8; batch.min(rows) * rb];
@@ -489,13 +633,17 @@ fn stream_matrix(
                         let mut row = vec![0.0f32; cols];
                         for (k, dst) in part.chunks_mut(rb).enumerate() {
                             gen(start + ti * per + k, &mut row);
-                            kernels_neon::quantize_row(format, &row, dst).context("quantizing a generated row")?;
+                            kernels_neon::quantize_row(format, &row, dst)
+                                .context("quantizing a generated row")?;
                         }
                         Ok(())
                     })
                 })
                 .collect();
-            handles.into_iter().try_for_each(|h| h.join().map_err(|_| anyhow::anyhow!("a generator thread panicked"))?)
+            handles.into_iter().try_for_each(|h| {
+                h.join()
+                    .map_err(|_| anyhow::anyhow!("a generator thread panicked"))?
+            })
         })?;
         out.write_data(chunk)?;
         start += n;
@@ -543,7 +691,10 @@ pub fn write_model(o: &Options, path: &Path, mut progress: impl FnMut(usize, u64
     w.metadata(&format!("{a}.feed_forward_length"), u32v(ff));
     w.metadata(&format!("{a}.attention.head_count"), u32v(o.heads));
     w.metadata(&format!("{a}.attention.head_count_kv"), u32v(o.kv_heads));
-    w.metadata(&format!("{a}.attention.layer_norm_rms_epsilon"), MetaValue::F32(RMS_EPS));
+    w.metadata(
+        &format!("{a}.attention.layer_norm_rms_epsilon"),
+        MetaValue::F32(RMS_EPS),
+    );
     w.metadata(&format!("{a}.rope.freq_base"), MetaValue::F32(ROPE_BASE));
     w.metadata(&format!("{a}.context_length"), u32v(CONTEXT));
     w.metadata(&format!("{a}.vocab_size"), u32v(o.vocab));
@@ -551,12 +702,22 @@ pub fn write_model(o: &Options, path: &Path, mut progress: impl FnMut(usize, u64
     let (tokens, types) = vocabulary(o.vocab);
     w.metadata("tokenizer.ggml.model", MetaValue::String("gpt2".into()));
     w.metadata("tokenizer.ggml.pre", MetaValue::String("gpt-2".into()));
-    w.metadata("tokenizer.ggml.tokens", MetaValue::Array(tokens.into_iter().map(MetaValue::String).collect()));
-    w.metadata("tokenizer.ggml.token_type", MetaValue::Array(types.into_iter().map(MetaValue::I32).collect()));
+    w.metadata(
+        "tokenizer.ggml.tokens",
+        MetaValue::Array(tokens.into_iter().map(MetaValue::String).collect()),
+    );
+    w.metadata(
+        "tokenizer.ggml.token_type",
+        MetaValue::Array(types.into_iter().map(MetaValue::I32).collect()),
+    );
     w.metadata("tokenizer.ggml.merges", MetaValue::Array(Vec::new()));
     w.metadata("tokenizer.ggml.eos_token_id", MetaValue::U32(257));
 
-    let ones = |n: usize| (0..n).flat_map(|_| 1.0f32.to_le_bytes()).collect::<Vec<u8>>();
+    let ones = |n: usize| {
+        (0..n)
+            .flat_map(|_| 1.0f32.to_le_bytes())
+            .collect::<Vec<u8>>()
+    };
     w.declare_tensor("token_embd.weight", o.format, &[o.vocab, d])?;
     w.tensor("output_norm.weight", DType::F32, &[d], ones(d))?;
     let matrices = |l: usize| {
@@ -571,10 +732,20 @@ pub fn write_model(o: &Options, path: &Path, mut progress: impl FnMut(usize, u64
         ]
     };
     for l in 0..o.layers {
-        w.tensor(&format!("blk.{l}.attn_norm.weight"), DType::F32, &[d], ones(d))?;
+        w.tensor(
+            &format!("blk.{l}.attn_norm.weight"),
+            DType::F32,
+            &[d],
+            ones(d),
+        )?;
         for (i, (name, _, rows, cols)) in matrices(l).into_iter().enumerate() {
             if i == 4 {
-                w.tensor(&format!("blk.{l}.ffn_norm.weight"), DType::F32, &[d], ones(d))?;
+                w.tensor(
+                    &format!("blk.{l}.ffn_norm.weight"),
+                    DType::F32,
+                    &[d],
+                    ones(d),
+                )?;
             }
             w.declare_tensor(&name, o.format, &[rows, cols])?;
         }
@@ -582,13 +753,17 @@ pub fn write_model(o: &Options, path: &Path, mut progress: impl FnMut(usize, u64
 
     let u = direction(o);
     let mut out = w.stream(path)?;
-    stream_matrix(&mut out, fmt, o.vocab, d, &|t, row| embed_row(o, &u, t, row))?;
+    stream_matrix(&mut out, fmt, o.vocab, d, &|t, row| {
+        embed_row(o, &u, t, row)
+    })?;
     let mut bytes = o.vocab as u64 * fmt.row_bytes(d).unwrap_or(0) as u64;
     for l in 0..o.layers {
         let p = plan(o, l);
         for (name, s, rows, cols) in matrices(l) {
             debug_assert_eq!(out.next_tensor(), Some(name.as_str()));
-            stream_matrix(&mut out, fmt, rows, cols, &|i, row| layer_row(o, &u, &p, l, s, i, row))?;
+            stream_matrix(&mut out, fmt, rows, cols, &|i, row| {
+                layer_row(o, &u, &p, l, s, i, row)
+            })?;
             bytes += (rows * fmt.row_bytes(cols).unwrap_or(0)) as u64;
         }
         progress(l, bytes);

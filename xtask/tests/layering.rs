@@ -6,7 +6,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
 }
 
 /// Layer of each workspace crate. A crate may depend (normal or build dependency) only on crates of a
@@ -23,14 +26,28 @@ fn layer(name: &str) -> Option<u32> {
 
 fn workspace_deps() -> BTreeMap<String, BTreeSet<String>> {
     let out = Command::new(env!("CARGO"))
-        .args(["metadata", "--format-version", "1", "--no-deps", "--offline"])
+        .args([
+            "metadata",
+            "--format-version",
+            "1",
+            "--no-deps",
+            "--offline",
+        ])
         .current_dir(root())
         .output()
         .expect("cargo metadata runs");
-    assert!(out.status.success(), "cargo metadata failed: {}", String::from_utf8_lossy(&out.stderr));
-    let meta: serde_json::Value = serde_json::from_slice(&out.stdout).expect("cargo metadata prints JSON");
+    assert!(
+        out.status.success(),
+        "cargo metadata failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let meta: serde_json::Value =
+        serde_json::from_slice(&out.stdout).expect("cargo metadata prints JSON");
     let packages = meta["packages"].as_array().expect("packages array");
-    let names: BTreeSet<String> = packages.iter().map(|p| p["name"].as_str().unwrap().to_string()).collect();
+    let names: BTreeSet<String> = packages
+        .iter()
+        .map(|p| p["name"].as_str().unwrap().to_string())
+        .collect();
     packages
         .iter()
         .map(|p| {
@@ -50,21 +67,33 @@ fn workspace_deps() -> BTreeMap<String, BTreeSet<String>> {
 #[test]
 fn every_crate_has_a_layer_and_depends_only_downwards() {
     let deps = workspace_deps();
-    assert!(deps.contains_key("engine") && deps.contains_key("kernels-neon"), "metadata lists the workspace: {deps:?}");
+    assert!(
+        deps.contains_key("engine") && deps.contains_key("kernels-neon"),
+        "metadata lists the workspace: {deps:?}"
+    );
     let mut errors = Vec::new();
     for (krate, ds) in &deps {
         let Some(l) = layer(krate) else {
-            errors.push(format!("crate `{krate}` has no layer: add it to layer() and docs/ARCHITECTURE.md"));
+            errors.push(format!(
+                "crate `{krate}` has no layer: add it to layer() and docs/ARCHITECTURE.md"
+            ));
             continue;
         };
         for d in ds {
             match layer(d) {
                 Some(dl) if dl < l => {}
-                _ => errors.push(format!("`{krate}` (layer {l}) depends on `{d}` (layer {:?})", layer(d))),
+                _ => errors.push(format!(
+                    "`{krate}` (layer {l}) depends on `{d}` (layer {:?})",
+                    layer(d)
+                )),
             }
         }
     }
-    assert!(errors.is_empty(), "layering violations:\n{}", errors.join("\n"));
+    assert!(
+        errors.is_empty(),
+        "layering violations:\n{}",
+        errors.join("\n")
+    );
 }
 
 #[test]
@@ -72,7 +101,10 @@ fn crates_above_engine_reach_layer_1_only_through_engine() {
     for (krate, ds) in &workspace_deps() {
         if layer(krate) == Some(3) {
             let direct: Vec<_> = ds.iter().filter(|d| layer(d) == Some(1)).collect();
-            assert!(direct.is_empty(), "`{krate}` uses layer-1 crates directly (go through engine): {direct:?}");
+            assert!(
+                direct.is_empty(),
+                "`{krate}` uses layer-1 crates directly (go through engine): {direct:?}"
+            );
         }
     }
 }
@@ -98,7 +130,10 @@ fn crates_using(needle: &str) -> BTreeSet<String> {
         }
         let mut files = Vec::new();
         rust_sources(&src, &mut files);
-        if files.iter().any(|f| std::fs::read_to_string(f).unwrap().contains(needle)) {
+        if files
+            .iter()
+            .any(|f| std::fs::read_to_string(f).unwrap().contains(needle))
+        {
             found.insert(e.file_name().to_string_lossy().into_owned());
         }
     }
@@ -109,7 +144,10 @@ fn crates_using(needle: &str) -> BTreeSet<String> {
 fn only_npu_qnn_sys_loads_libraries() {
     for needle in ["libloading", "dlopen"] {
         let users = crates_using(needle);
-        assert!(users.iter().all(|c| c == "npu-qnn-sys"), "`{needle}` used outside npu-qnn-sys: {users:?}");
+        assert!(
+            users.iter().all(|c| c == "npu-qnn-sys"),
+            "`{needle}` used outside npu-qnn-sys: {users:?}"
+        );
     }
 }
 
@@ -130,7 +168,11 @@ fn every_lib_rs_opens_with_crate_docs() {
     for e in std::fs::read_dir(root().join("crates")).unwrap().flatten() {
         let lib = e.path().join("src/lib.rs");
         if let Ok(text) = std::fs::read_to_string(&lib) {
-            assert!(text.trim_start().starts_with("//!"), "{} must open with //! docs", lib.display());
+            assert!(
+                text.trim_start().starts_with("//!"),
+                "{} must open with //! docs",
+                lib.display()
+            );
         }
     }
 }

@@ -35,20 +35,39 @@ impl Drop for TempDir {
 }
 
 fn small(alpha: f64, seed: u64) -> Options {
-    Options { out: None, layers: 4, d: 128, ff: 512, heads: 4, kv_heads: 2, vocab: 300, format: DType::Q4_0, alpha, seed }
+    Options {
+        out: None,
+        layers: 4,
+        d: 128,
+        ff: 512,
+        heads: 4,
+        kv_heads: 2,
+        vocab: 300,
+        format: DType::Q4_0,
+        alpha,
+        seed,
+    }
 }
 
 fn write(o: &Options, dir: &TempDir) -> PathBuf {
-    let p = dir.0.join(format!("{}-a{}-s{}.gguf", o.file_name(), o.alpha, o.seed));
+    let p = dir
+        .0
+        .join(format!("{}-a{}-s{}.gguf", o.file_name(), o.alpha, o.seed));
     let mut layers = Vec::new();
     synth::write_model(o, &p, |l, _| layers.push(l)).unwrap();
-    assert_eq!(layers, (0..o.layers).collect::<Vec<_>>(), "one progress call per layer");
+    assert_eq!(
+        layers,
+        (0..o.layers).collect::<Vec<_>>(),
+        "one progress call per layer"
+    );
     p
 }
 
 /// A tensor of the file, dequantized by the engine's kernels: (rows, cols, row-major values).
 fn matrix(f: &GgufFile, name: &str) -> (usize, usize, Vec<f32>) {
-    let t = f.tensor(name).unwrap_or_else(|| panic!("{name} is missing"));
+    let t = f
+        .tensor(name)
+        .unwrap_or_else(|| panic!("{name} is missing"));
     let fmt = match t.dtype {
         DType::F32 => WeightFormat::F32,
         DType::Q4_0 => WeightFormat::Q4_0,
@@ -65,11 +84,14 @@ fn matrix(f: &GgufFile, name: &str) -> (usize, usize, Vec<f32>) {
 }
 
 fn matvec(w: &[f32], x: &[f64]) -> Vec<f64> {
-    w.chunks(x.len()).map(|row| row.iter().zip(x).map(|(&a, b)| a as f64 * b).sum()).collect()
+    w.chunks(x.len())
+        .map(|row| row.iter().zip(x).map(|(&a, b)| a as f64 * b).sum())
+        .collect()
 }
 
 fn rms_norm(x: &[f64], w: &[f32]) -> Vec<f64> {
-    let r = 1.0 / (x.iter().map(|v| v * v).sum::<f64>() / x.len() as f64 + synth::RMS_EPS as f64).sqrt();
+    let r = 1.0
+        / (x.iter().map(|v| v * v).sum::<f64>() / x.len() as f64 + synth::RMS_EPS as f64).sqrt();
     x.iter().zip(w).map(|(a, &b)| a * r * b as f64).collect()
 }
 
@@ -101,7 +123,11 @@ impl Counts {
     /// Mean over neurons of |measured firing frequency − planted propensity|.
     fn mean_abs_error(&self, layer: usize, planted: &[f64]) -> f64 {
         let c = &self.per_layer[layer];
-        c.iter().zip(planted).map(|(&n, p)| (n as f64 / self.inputs as f64 - p).abs()).sum::<f64>() / c.len() as f64
+        c.iter()
+            .zip(planted)
+            .map(|(&n, p)| (n as f64 / self.inputs as f64 - p).abs())
+            .sum::<f64>()
+            / c.len() as f64
     }
 }
 
@@ -117,7 +143,15 @@ fn single_token_counts(path: &Path, o: &Options) -> Counts {
     let layers: Vec<_> = (0..o.layers)
         .map(|l| {
             let m = |t: &str| matrix(&f, &format!("blk.{l}.{t}.weight")).2;
-            (m("attn_norm"), m("attn_v"), m("attn_output"), m("ffn_norm"), m("ffn_gate"), m("ffn_up"), m("ffn_down"))
+            (
+                m("attn_norm"),
+                m("attn_v"),
+                m("attn_output"),
+                m("ffn_norm"),
+                m("ffn_gate"),
+                m("ffn_up"),
+                m("ffn_down"),
+            )
         })
         .collect();
     let mut per_layer = vec![vec![0u64; o.ff]; o.layers];
@@ -125,8 +159,12 @@ fn single_token_counts(path: &Path, o: &Options) -> Counts {
         let mut x: Vec<f64> = emb[t * d..(t + 1) * d].iter().map(|&v| v as f64).collect();
         for (l, (attn_norm, wv, wo, ffn_norm, gate, up, down)) in layers.iter().enumerate() {
             let v = matvec(wv, &rms_norm(&x, attn_norm));
-            let att: Vec<f64> = (0..o.heads).flat_map(|h| v[(h / group) * hd..(h / group + 1) * hd].to_vec()).collect();
-            x.iter_mut().zip(matvec(wo, &att)).for_each(|(a, b)| *a += b);
+            let att: Vec<f64> = (0..o.heads)
+                .flat_map(|h| v[(h / group) * hd..(h / group + 1) * hd].to_vec())
+                .collect();
+            x.iter_mut()
+                .zip(matvec(wo, &att))
+                .for_each(|(a, b)| *a += b);
             let xn = rms_norm(&x, ffn_norm);
             let g = matvec(gate, &xn);
             let u = matvec(up, &xn);
@@ -134,10 +172,15 @@ fn single_token_counts(path: &Path, o: &Options) -> Counts {
                 *c += u64::from(gj > 0.0);
             }
             let h: Vec<f64> = g.iter().zip(&u).map(|(g, u)| g.max(0.0) * u).collect();
-            x.iter_mut().zip(matvec(down, &h)).for_each(|(a, b)| *a += b);
+            x.iter_mut()
+                .zip(matvec(down, &h))
+                .for_each(|(a, b)| *a += b);
         }
     }
-    Counts { inputs: vocab, per_layer }
+    Counts {
+        inputs: vocab,
+        per_layer,
+    }
 }
 
 #[test]
@@ -146,18 +189,37 @@ fn planted_power_law_shows_in_the_gate_preactivations() {
     let o = small(1.0, 7);
     let counts = single_token_counts(&write(&o, &dir), &o);
     let overall = counts.density(None);
-    eprintln!("alpha 1: {} inputs, overall density {overall:.4}", counts.inputs);
+    eprintln!(
+        "alpha 1: {} inputs, overall density {overall:.4}",
+        counts.inputs
+    );
     // (a) About 10% of gate pre-activations are positive (90% sparsity), in every layer.
-    assert!((0.07..=0.13).contains(&overall), "overall density {overall:.4} is outside 0.07..=0.13");
+    assert!(
+        (0.07..=0.13).contains(&overall),
+        "overall density {overall:.4} is outside 0.07..=0.13"
+    );
     for l in 0..o.layers {
-        let (dens, top, err) = (counts.density(Some(l)), counts.top_share(l, 0.2), counts.mean_abs_error(l, &synth::propensities(&o, l)));
+        let (dens, top, err) = (
+            counts.density(Some(l)),
+            counts.top_share(l, 0.2),
+            counts.mean_abs_error(l, &synth::propensities(&o, l)),
+        );
         eprintln!("alpha 1: layer {l}: density {dens:.4}, top-20% share {top:.3}, mean |freq - planted| {err:.4}");
-        assert!((0.07..=0.13).contains(&dens), "layer {l}: density {dens:.4} is outside 0.07..=0.13");
+        assert!(
+            (0.07..=0.13).contains(&dens),
+            "layer {l}: density {dens:.4} is outside 0.07..=0.13"
+        );
         // (b) Power law: the 20% most frequent neurons carry at least 60% of the activations.
-        assert!(top >= 0.60, "layer {l}: the top 20% of neurons carry {top:.3} of the activations, under 0.60");
+        assert!(
+            top >= 0.60,
+            "layer {l}: the top 20% of neurons carry {top:.3} of the activations, under 0.60"
+        );
         // And the neurons that fire are the planted ones, about as often as planted (300 inputs: a
         // frequency's standard error is up to 0.029).
-        assert!(err <= 0.03, "layer {l}: measured frequencies are {err:.4} from the planted propensities on average");
+        assert!(
+            err <= 0.03,
+            "layer {l}: measured frequencies are {err:.4} from the planted propensities on average"
+        );
     }
 }
 
@@ -169,16 +231,28 @@ fn alpha_sets_the_concentration() {
         .map(|alpha| {
             let o = small(alpha, 7);
             let counts = single_token_counts(&write(&o, &dir), &o);
-            let share = (0..o.layers).map(|l| counts.top_share(l, 0.2)).sum::<f64>() / o.layers as f64;
-            eprintln!("alpha {alpha}: overall density {:.4}, mean top-20% share {share:.3}", counts.density(None));
-            assert!((0.07..=0.13).contains(&counts.density(None)), "alpha {alpha}: density {:.4}", counts.density(None));
+            let share =
+                (0..o.layers).map(|l| counts.top_share(l, 0.2)).sum::<f64>() / o.layers as f64;
+            eprintln!(
+                "alpha {alpha}: overall density {:.4}, mean top-20% share {share:.3}",
+                counts.density(None)
+            );
+            assert!(
+                (0.07..=0.13).contains(&counts.density(None)),
+                "alpha {alpha}: density {:.4}",
+                counts.density(None)
+            );
             share
         })
         .collect();
     // alpha 0 plants no law: every neuron fires 10% of the time, so the top 20% carry little more than 20%
     // (sampling noise); alpha 1.5 concentrates more than alpha 1 (about 0.66).
     assert!(shares[0] < 0.35, "alpha 0: top-20% share {:.3}", shares[0]);
-    assert!(shares[1] > 0.72, "alpha 1.5: top-20% share {:.3}", shares[1]);
+    assert!(
+        shares[1] > 0.72,
+        "alpha 1.5: top-20% share {:.3}",
+        shares[1]
+    );
 }
 
 #[test]
@@ -186,9 +260,17 @@ fn zipf_propensities_have_the_planted_mean_and_order() {
     for (ff, alpha) in [(512, 1.0), (14336, 1.0), (512, 0.0), (4096, 2.5)] {
         let p = synth::zipf_propensities(ff, alpha);
         let mean = p.iter().sum::<f64>() / ff as f64;
-        assert!((mean - synth::DENSITY).abs() < 1e-6, "ff {ff} alpha {alpha}: mean {mean}");
-        assert!(p.windows(2).all(|w| w[0] >= w[1]), "ff {ff} alpha {alpha}: not decreasing");
-        assert!(p.iter().all(|&x| (synth::P_MIN..=synth::P_MAX).contains(&x)));
+        assert!(
+            (mean - synth::DENSITY).abs() < 1e-6,
+            "ff {ff} alpha {alpha}: mean {mean}"
+        );
+        assert!(
+            p.windows(2).all(|w| w[0] >= w[1]),
+            "ff {ff} alpha {alpha}: not decreasing"
+        );
+        assert!(p
+            .iter()
+            .all(|&x| (synth::P_MIN..=synth::P_MAX).contains(&x)));
     }
     // The planted law alone (before any sampling) at the default alpha: about 66% in the top 20%.
     let p = synth::zipf_propensities(14336, 1.0);
@@ -197,41 +279,83 @@ fn zipf_propensities_have_the_planted_mean_and_order() {
 }
 
 fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3))
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+        (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3)
+    })
 }
 
 #[test]
 fn same_options_same_bytes() {
     let (a, b) = (TempDir::new("det-a"), TempDir::new("det-b"));
-    let o = Options { layers: 2, ..small(1.0, 42) };
+    let o = Options {
+        layers: 2,
+        ..small(1.0, 42)
+    };
     let h1 = fnv1a(&std::fs::read(write(&o, &a)).unwrap());
     let h2 = fnv1a(&std::fs::read(write(&o, &b)).unwrap());
     assert_eq!(h1, h2, "two runs with the same options differ");
-    let other = fnv1a(&std::fs::read(write(&Options { seed: 43, ..o.clone() }, &a)).unwrap());
+    let other = fnv1a(
+        &std::fs::read(write(
+            &Options {
+                seed: 43,
+                ..o.clone()
+            },
+            &a,
+        ))
+        .unwrap(),
+    );
     assert_ne!(h1, other, "the seed changes nothing");
-    let q8 = fnv1a(&std::fs::read(write(&Options { format: DType::Q8_0, ..o }, &a)).unwrap());
+    let q8 = fnv1a(
+        &std::fs::read(write(
+            &Options {
+                format: DType::Q8_0,
+                ..o
+            },
+            &a,
+        ))
+        .unwrap(),
+    );
     assert_ne!(h1, q8);
 }
 
 #[test]
 fn the_file_is_labelled_synthetic_and_shaped_as_asked() {
     let dir = TempDir::new("meta");
-    let o = Options { layers: 2, vocab: 333, format: DType::Q8_0, ..small(1.25, 0xABCD) };
+    let o = Options {
+        layers: 2,
+        vocab: 333,
+        format: DType::Q8_0,
+        ..small(1.25, 0xABCD)
+    };
     let path = write(&o, &dir);
     let f = GgufFile::open(&path).unwrap();
     let s = |k: &str| f.get(k).and_then(|v| v.as_str()).map(str::to_string);
     assert_eq!(s("general.name").as_deref(), Some(synth::GENERAL_NAME));
-    assert!(synth::GENERAL_NAME.starts_with("SYNTHETIC") && synth::GENERAL_NAME.contains("not a language model"));
+    assert!(
+        synth::GENERAL_NAME.starts_with("SYNTHETIC")
+            && synth::GENERAL_NAME.contains("not a language model")
+    );
     assert_eq!(f.get("sparrow.synthetic"), Some(&MetaValue::Bool(true)));
     assert_eq!(f.get("sparrow.synth.alpha"), Some(&MetaValue::F32(1.25)));
     assert_eq!(f.get("sparrow.synth.seed"), Some(&MetaValue::U64(0xABCD)));
     assert_eq!(s("sparrow.ffn_activation").as_deref(), Some("relu"));
     assert_eq!(s("general.architecture").as_deref(), Some("llama"));
-    assert_eq!(f.get("tokenizer.ggml.tokens").and_then(|v| v.as_array()).map(|a| a.len()), Some(333));
+    assert_eq!(
+        f.get("tokenizer.ggml.tokens")
+            .and_then(|v| v.as_array())
+            .map(|a| a.len()),
+        Some(333)
+    );
     assert_eq!(f.tensor("token_embd.weight").unwrap().shape, &[333, 128]);
-    assert_eq!(f.tensor("blk.1.ffn_down.weight").unwrap().shape, &[128, 512]);
+    assert_eq!(
+        f.tensor("blk.1.ffn_down.weight").unwrap().shape,
+        &[128, 512]
+    );
     assert_eq!(f.tensor("blk.1.attn_k.weight").unwrap().shape, &[64, 128]);
-    assert_eq!(f.tensor("blk.0.ffn_gate.weight").unwrap().dtype, DType::Q8_0);
+    assert_eq!(
+        f.tensor("blk.0.ffn_gate.weight").unwrap().dtype,
+        DType::Q8_0
+    );
     assert_eq!(f.tensor("blk.0.ffn_norm.weight").unwrap().dtype, DType::F32);
     assert!(f.tensor("output.weight").is_none(), "the output is tied");
     assert_eq!(f.tensor_infos().len(), 2 + 2 * 9);
@@ -244,7 +368,14 @@ fn the_file_is_labelled_synthetic_and_shaped_as_asked() {
 /// often each neuron's `relu(gate·x)` is positive.
 fn engine_counts(path: &Path, windows: usize, len: usize) -> Counts {
     let file = engine::ModelFile::open(path).unwrap();
-    let eng = engine::Engine::new(&file, engine::EngineOptions { threads: 2, ..Default::default() }).unwrap();
+    let eng = engine::Engine::new(
+        &file,
+        engine::EngineOptions {
+            threads: 2,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     let cfg = &eng.model().config;
     let mut state = 0x9E37_79B9_7F4A_7C15u64;
     let mut next = || {
@@ -258,17 +389,25 @@ fn engine_counts(path: &Path, windows: usize, len: usize) -> Counts {
         let tokens: Vec<u32> = (0..len).map(|_| next()).collect();
         let mut cache = eng.new_cache();
         let logits = eng
-            .forward_observed(&mut cache, &tokens, engine::Logits::Last, &mut |s: engine::FfnSample<'_>| {
-                for row in s.act_gate.chunks(s.act_gate.len() / s.n) {
-                    for (c, &a) in per_layer[s.layer].iter_mut().zip(row) {
-                        *c += u64::from(a > 0.0);
+            .forward_observed(
+                &mut cache,
+                &tokens,
+                engine::Logits::Last,
+                &mut |s: engine::FfnSample<'_>| {
+                    for row in s.act_gate.chunks(s.act_gate.len() / s.n) {
+                        for (c, &a) in per_layer[s.layer].iter_mut().zip(row) {
+                            *c += u64::from(a > 0.0);
+                        }
                     }
-                }
-            })
+                },
+            )
             .unwrap();
         assert!(logits.iter().all(|x| x.is_finite()));
     }
-    Counts { inputs: windows * len, per_layer }
+    Counts {
+        inputs: windows * len,
+        per_layer,
+    }
 }
 
 #[test]
@@ -279,8 +418,25 @@ fn the_engine_loads_it_and_its_forward_pass_is_as_sparse() {
     let file = engine::ModelFile::open(&path).unwrap();
     let cfg = file.config().unwrap();
     assert_eq!(cfg.activation, engine::Activation::Relu);
-    assert_eq!((cfg.n_layers, cfg.d_model, cfg.d_ff, cfg.n_heads, cfg.n_kv_heads, cfg.vocab_size), (4, 128, 512, 4, 2, 300));
-    let eng = engine::Engine::new(&file, engine::EngineOptions { threads: 2, ..Default::default() }).unwrap();
+    assert_eq!(
+        (
+            cfg.n_layers,
+            cfg.d_model,
+            cfg.d_ff,
+            cfg.n_heads,
+            cfg.n_kv_heads,
+            cfg.vocab_size
+        ),
+        (4, 128, 512, 4, 2, 300)
+    );
+    let eng = engine::Engine::new(
+        &file,
+        engine::EngineOptions {
+            threads: 2,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     let ids = eng.tokenizer().encode("synthetic!", false).unwrap();
     assert_eq!(eng.tokenizer().decode(&ids, false).unwrap(), "synthetic!");
 
@@ -289,9 +445,17 @@ fn the_engine_loads_it_and_its_forward_pass_is_as_sparse() {
     let counts = engine_counts(&path, windows, len);
     for l in 0..o.layers {
         let (dens, top) = (counts.density(Some(l)), counts.top_share(l, 0.2));
-        eprintln!("engine, {windows}x{len} tokens: layer {l}: density {dens:.4}, top-20% share {top:.3}");
-        assert!((0.06..=0.13).contains(&dens), "layer {l}: density {dens:.4} is outside 0.06..=0.13");
-        assert!(top >= 0.60, "layer {l}: the top 20% of neurons carry {top:.3} of the activations, under 0.60");
+        eprintln!(
+            "engine, {windows}x{len} tokens: layer {l}: density {dens:.4}, top-20% share {top:.3}"
+        );
+        assert!(
+            (0.06..=0.13).contains(&dens),
+            "layer {l}: density {dens:.4} is outside 0.06..=0.13"
+        );
+        assert!(
+            top >= 0.60,
+            "layer {l}: the top 20% of neurons carry {top:.3} of the activations, under 0.60"
+        );
     }
 }
 
@@ -302,16 +466,29 @@ fn the_engine_loads_it_and_its_forward_pass_is_as_sparse() {
 #[ignore = "needs the full-size model: run `cargo xtask synth-model` first"]
 fn full_size_model_runs_in_the_engine_with_the_planted_density() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
-    let path = std::env::var_os("SPARROW_SYNTH_MODEL").map(PathBuf::from).unwrap_or_else(|| Options::default().out_path(root));
-    assert!(path.exists(), "{} does not exist: run `cargo xtask synth-model` first", path.display());
+    let path = std::env::var_os("SPARROW_SYNTH_MODEL")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Options::default().out_path(root));
+    assert!(
+        path.exists(),
+        "{} does not exist: run `cargo xtask synth-model` first",
+        path.display()
+    );
     let (windows, len) = (2, 32);
     let t0 = std::time::Instant::now();
     let counts = engine_counts(&path, windows, len);
-    eprintln!("{}: {windows}x{len} tokens in {:.1} s", path.display(), t0.elapsed().as_secs_f64());
+    eprintln!(
+        "{}: {windows}x{len} tokens in {:.1} s",
+        path.display(),
+        t0.elapsed().as_secs_f64()
+    );
     for (l, _) in counts.per_layer.iter().enumerate() {
         let (dens, top) = (counts.density(Some(l)), counts.top_share(l, 0.2));
         eprintln!("layer {l}: density {dens:.4}, top-20% share {top:.3}");
-        assert!((0.06..=0.13).contains(&dens), "layer {l}: density {dens:.4} is outside 0.06..=0.13");
+        assert!(
+            (0.06..=0.13).contains(&dens),
+            "layer {l}: density {dens:.4} is outside 0.06..=0.13"
+        );
     }
     eprintln!("all layers: density {:.4}", counts.density(None));
 }
@@ -322,11 +499,28 @@ fn bad_options_are_refused_with_the_reason() {
     let ok = Options::parse(&args("--layers 2 --d=256 --ff 512 --heads 8 --kv-heads 2 --vocab 1000 --format Q8_0 --alpha 0.5 --seed 0x10 --out /x/y.gguf")).unwrap();
     assert_eq!(
         ok,
-        Options { out: Some("/x/y.gguf".into()), layers: 2, d: 256, ff: 512, heads: 8, kv_heads: 2, vocab: 1000, format: DType::Q8_0, alpha: 0.5, seed: 16 }
+        Options {
+            out: Some("/x/y.gguf".into()),
+            layers: 2,
+            d: 256,
+            ff: 512,
+            heads: 8,
+            kv_heads: 2,
+            vocab: 1000,
+            format: DType::Q8_0,
+            alpha: 0.5,
+            seed: 16
+        }
     );
     assert_eq!(Options::parse(&[]).unwrap(), Options::default());
-    assert_eq!(Options::default().file_name(), "synth-32x4096x14336-q4_0.gguf");
-    assert_eq!(Options::default().out_path(Path::new("/r")), Path::new("/r/target/synth/synth-32x4096x14336-q4_0.gguf"));
+    assert_eq!(
+        Options::default().file_name(),
+        "synth-32x4096x14336-q4_0.gguf"
+    );
+    assert_eq!(
+        Options::default().out_path(Path::new("/r")),
+        Path::new("/r/target/synth/synth-32x4096x14336-q4_0.gguf")
+    );
     for (bad, why) in [
         ("--layers 0", "--layers"),
         ("--layers two", "whole number"),
@@ -345,6 +539,9 @@ fn bad_options_are_refused_with_the_reason() {
         ("stray", "unknown option"),
     ] {
         let e = Options::parse(&args(bad)).expect_err(bad).to_string();
-        assert!(e.contains(why), "`{bad}` gave `{e}`, which does not say `{why}`");
+        assert!(
+            e.contains(why),
+            "`{bad}` gave `{e}`, which does not say `{why}`"
+        );
     }
 }

@@ -7,11 +7,17 @@ use engine::{Engine, EngineOptions, Logits, ModelFile, Precision};
 
 fn main() -> Result<(), engine::EngineError> {
     let mut args = std::env::args().skip(1);
-    let prompt = args.next().unwrap_or_else(|| "The capital of France is".into());
+    let prompt = args
+        .next()
+        .unwrap_or_else(|| "The capital of France is".into());
     let n: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(32);
     let path = engine::fetch::ensure_default_model(|l| eprintln!("{l}"))?;
     let file = ModelFile::open(path)?;
-    let opts = |precision| EngineOptions { threads: 0, precision, context: 1024 };
+    let opts = |precision| EngineOptions {
+        threads: 0,
+        precision,
+        context: 1024,
+    };
     let exact = Engine::new(&file, opts(Precision::Exact))?;
     let fast = Engine::new(&file, opts(Precision::Fast))?;
     let mut ids = exact.tokenizer().encode(&prompt, false)?;
@@ -23,7 +29,11 @@ fn main() -> Result<(), engine::EngineError> {
         let tf = engine::sampling::argmax(&lf);
         let mut sorted = le.clone();
         sorted.sort_by(|a, b| b.total_cmp(a));
-        let drift = le.iter().zip(&lf).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+        let drift = le
+            .iter()
+            .zip(&lf)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0f32, f32::max);
         println!(
             "step {step:2}: exact {te:6} fast {tf:6} {} margin {:.4} max drift {:.4}",
             if te == tf { "  " } else { "!!" },

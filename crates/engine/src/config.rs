@@ -99,7 +99,10 @@ impl ModelConfig {
     /// Reads the configuration from GGUF metadata (`{arch}.*` keys, as llama.cpp writes them).
     pub fn from_gguf(file: &GgufFile) -> Result<Self> {
         let path = file.path();
-        let bad = |detail: String| EngineError::BadModel { path: path.to_path_buf(), detail };
+        let bad = |detail: String| EngineError::BadModel {
+            path: path.to_path_buf(),
+            detail,
+        };
         let arch_name = file
             .get("general.architecture")
             .and_then(|v| v.as_str())
@@ -108,7 +111,11 @@ impl ModelConfig {
         let arch = match arch_name.as_str() {
             "llama" => Arch::Llama,
             "qwen2" => Arch::Qwen2,
-            other => return Err(bad(format!("architecture `{other}` is not supported (supported: llama, qwen2)"))),
+            other => {
+                return Err(bad(format!(
+                    "architecture `{other}` is not supported (supported: llama, qwen2)"
+                )))
+            }
         };
         let key = |k: &str| format!("{arch_name}.{k}");
         let req_u = |k: &str| -> Result<usize> {
@@ -118,56 +125,76 @@ impl ModelConfig {
                 .map(|v| v as usize)
                 .ok_or_else(|| bad(format!("metadata key {full} is missing or not an integer")))
         };
-        let opt_u = |k: &str| file.get(&key(k)).and_then(|v| v.as_u64()).map(|v| v as usize);
+        let opt_u = |k: &str| {
+            file.get(&key(k))
+                .and_then(|v| v.as_u64())
+                .map(|v| v as usize)
+        };
         let opt_f = |k: &str| file.get(&key(k)).and_then(|v| v.as_f64());
         let d_model = req_u("embedding_length")?;
         let n_heads = req_u("attention.head_count")?;
-        let head_dim = opt_u("attention.key_length").unwrap_or(d_model.checked_div(n_heads).unwrap_or(0));
+        let head_dim =
+            opt_u("attention.key_length").unwrap_or(d_model.checked_div(n_heads).unwrap_or(0));
         let vocab_size = match opt_u("vocab_size") {
             Some(v) => v,
             None => file
                 .get("tokenizer.ggml.tokens")
                 .and_then(|v| v.as_array())
                 .map(|a| a.len())
-                .ok_or_else(|| bad("neither {arch}.vocab_size nor tokenizer.ggml.tokens is present".into()))?,
+                .ok_or_else(|| {
+                    bad("neither {arch}.vocab_size nor tokenizer.ggml.tokens is present".into())
+                })?,
         };
         let activation = match file.get("sparrow.ffn_activation").and_then(|v| v.as_str()) {
-            Some(s) => Activation::parse(s).ok_or_else(|| bad(format!("sparrow.ffn_activation `{s}` is not silu or relu")))?,
+            Some(s) => Activation::parse(s)
+                .ok_or_else(|| bad(format!("sparrow.ffn_activation `{s}` is not silu or relu")))?,
             None => Activation::Silu,
         };
-        let cfg = ModelConfig {
-            arch,
-            n_layers: req_u("block_count")?,
-            d_model,
-            d_ff: req_u("feed_forward_length")?,
-            n_heads,
-            n_kv_heads: opt_u("attention.head_count_kv").unwrap_or(n_heads),
-            head_dim,
-            vocab_size,
-            rms_eps: opt_f("attention.layer_norm_rms_epsilon").unwrap_or(1e-5) as f32,
-            rope_base: opt_f("rope.freq_base").unwrap_or(10_000.0) as f32,
-            rope_dim: opt_u("rope.dimension_count").unwrap_or(head_dim),
-            // llama.cpp's converter permutes Q/K rows of llama models so that RoPE rotates adjacent
-            // pairs; qwen2 files keep the HF order and use NEOX (half) rotation.
-            rope_style: match arch {
-                Arch::Llama => RopeStyle::Interleaved,
-                Arch::Qwen2 => RopeStyle::Half,
-            },
-            activation,
-            context_length: opt_u("context_length").unwrap_or(2048),
-            ffn_store: match (file.get(FFN_STORE_FILE_KEY).and_then(|v| v.as_str()), file.get(FFN_STORE_FINGERPRINT_KEY).and_then(|v| v.as_u64())) {
-                (Some(f), Some(fp)) => Some(FfnStoreRef { file: f.to_string(), fingerprint: fp }),
-                (None, None) => None,
-                _ => return Err(bad(format!("{FFN_STORE_FILE_KEY} and {FFN_STORE_FINGERPRINT_KEY} must come together"))),
-            },
-        };
+        let cfg =
+            ModelConfig {
+                arch,
+                n_layers: req_u("block_count")?,
+                d_model,
+                d_ff: req_u("feed_forward_length")?,
+                n_heads,
+                n_kv_heads: opt_u("attention.head_count_kv").unwrap_or(n_heads),
+                head_dim,
+                vocab_size,
+                rms_eps: opt_f("attention.layer_norm_rms_epsilon").unwrap_or(1e-5) as f32,
+                rope_base: opt_f("rope.freq_base").unwrap_or(10_000.0) as f32,
+                rope_dim: opt_u("rope.dimension_count").unwrap_or(head_dim),
+                // llama.cpp's converter permutes Q/K rows of llama models so that RoPE rotates adjacent
+                // pairs; qwen2 files keep the HF order and use NEOX (half) rotation.
+                rope_style: match arch {
+                    Arch::Llama => RopeStyle::Interleaved,
+                    Arch::Qwen2 => RopeStyle::Half,
+                },
+                activation,
+                context_length: opt_u("context_length").unwrap_or(2048),
+                ffn_store: match (
+                    file.get(FFN_STORE_FILE_KEY).and_then(|v| v.as_str()),
+                    file.get(FFN_STORE_FINGERPRINT_KEY).and_then(|v| v.as_u64()),
+                ) {
+                    (Some(f), Some(fp)) => Some(FfnStoreRef {
+                        file: f.to_string(),
+                        fingerprint: fp,
+                    }),
+                    (None, None) => None,
+                    _ => return Err(bad(format!(
+                        "{FFN_STORE_FILE_KEY} and {FFN_STORE_FINGERPRINT_KEY} must come together"
+                    ))),
+                },
+            };
         cfg.validate(path)?;
         Ok(cfg)
     }
 
     /// Reads the configuration from an HF `config.json`.
     pub fn from_hf(cfg: &HfConfig, path: &Path) -> Result<Self> {
-        let bad = |detail: String| EngineError::BadModel { path: path.to_path_buf(), detail };
+        let bad = |detail: String| EngineError::BadModel {
+            path: path.to_path_buf(),
+            detail,
+        };
         let arch_str = cfg
             .architectures
             .first()
@@ -181,9 +208,14 @@ impl ModelConfig {
         };
         let activation = match cfg.hidden_act.as_deref() {
             None => Activation::Silu,
-            Some(s) => Activation::parse(s).ok_or_else(|| bad(format!("hidden_act `{s}` is not supported (silu or relu)")))?,
+            Some(s) => Activation::parse(s)
+                .ok_or_else(|| bad(format!("hidden_act `{s}` is not supported (silu or relu)")))?,
         };
-        let head_dim = cfg.head_dim.unwrap_or(cfg.hidden_size.checked_div(cfg.num_attention_heads).unwrap_or(0));
+        let head_dim = cfg.head_dim.unwrap_or(
+            cfg.hidden_size
+                .checked_div(cfg.num_attention_heads)
+                .unwrap_or(0),
+        );
         let out = ModelConfig {
             arch,
             n_layers: cfg.num_hidden_layers,
@@ -206,15 +238,35 @@ impl ModelConfig {
     }
 
     fn validate(&self, path: &Path) -> Result<()> {
-        let bad = |detail: String| Err(EngineError::BadModel { path: path.to_path_buf(), detail });
-        if self.n_layers == 0 || self.d_model == 0 || self.d_ff == 0 || self.n_heads == 0 || self.vocab_size == 0 {
+        let bad = |detail: String| {
+            Err(EngineError::BadModel {
+                path: path.to_path_buf(),
+                detail,
+            })
+        };
+        if self.n_layers == 0
+            || self.d_model == 0
+            || self.d_ff == 0
+            || self.n_heads == 0
+            || self.vocab_size == 0
+        {
             return bad(format!("a model dimension is zero: {self:?}"));
         }
         if self.n_kv_heads == 0 || self.n_heads % self.n_kv_heads != 0 {
-            return bad(format!("{} query heads are not a multiple of {} key/value heads", self.n_heads, self.n_kv_heads));
+            return bad(format!(
+                "{} query heads are not a multiple of {} key/value heads",
+                self.n_heads, self.n_kv_heads
+            ));
         }
-        if self.head_dim == 0 || self.head_dim % 2 != 0 || self.rope_dim > self.head_dim || self.rope_dim % 2 != 0 {
-            return bad(format!("head_dim {} / rope_dim {} are not valid", self.head_dim, self.rope_dim));
+        if self.head_dim == 0
+            || self.head_dim % 2 != 0
+            || self.rope_dim > self.head_dim
+            || self.rope_dim % 2 != 0
+        {
+            return bad(format!(
+                "head_dim {} / rope_dim {} are not valid",
+                self.head_dim, self.rope_dim
+            ));
         }
         if !(self.rms_eps.is_finite() && self.rope_base.is_finite() && self.rope_base > 0.0) {
             return bad("rms epsilon or rope base is not a finite positive number".into());

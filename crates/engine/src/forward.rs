@@ -50,7 +50,13 @@ impl KvCache {
     /// An empty cache for `model` that can hold `capacity` positions. Memory grows as positions are added.
     pub fn new(model: &Model<'_>, capacity: usize) -> Self {
         let n = model.config.n_layers;
-        KvCache { k: vec![Vec::new(); n], v: vec![Vec::new(); n], len: 0, capacity, kv_dim: model.config.kv_dim() }
+        KvCache {
+            k: vec![Vec::new(); n],
+            v: vec![Vec::new(); n],
+            len: 0,
+            capacity,
+            kv_dim: model.config.kv_dim(),
+        }
     }
 
     /// Positions held.
@@ -79,7 +85,11 @@ impl KvCache {
 
     /// Bytes held by keys and values.
     pub fn bytes(&self) -> usize {
-        self.k.iter().chain(self.v.iter()).map(|b| b.capacity() * 4).sum()
+        self.k
+            .iter()
+            .chain(self.v.iter())
+            .map(|b| b.capacity() * 4)
+            .sum()
     }
 }
 
@@ -102,7 +112,9 @@ fn mm(w: &QMatrix<'_>, x: &[f32], n: usize, y: &mut [f32], p: Precision, what: &
 
 fn rms_norm_rows(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
     let d = w.len();
-    out.par_chunks_mut(d).zip(x.par_chunks(d)).for_each(|(o, xi)| kernels_neon::rms_norm(xi, w, eps, o));
+    out.par_chunks_mut(d)
+        .zip(x.par_chunks(d))
+        .for_each(|(o, xi)| kernels_neon::rms_norm(xi, w, eps, o));
 }
 
 fn add_bias(y: &mut [f32], bias: &Option<Vec<f32>>) {
@@ -115,7 +127,13 @@ fn add_bias(y: &mut [f32], bias: &Option<Vec<f32>>) {
 
 /// Runs `tokens` (positions `cache.len()..`) through the model, appends their keys and values to
 /// `cache`, and returns the logits asked for. On error the cache is left as it was.
-pub fn forward(model: &Model<'_>, cache: &mut KvCache, tokens: &[u32], precision: Precision, want: Logits) -> Result<Vec<f32>> {
+pub fn forward(
+    model: &Model<'_>,
+    cache: &mut KvCache,
+    tokens: &[u32],
+    precision: Precision,
+    want: Logits,
+) -> Result<Vec<f32>> {
     forward_with(model, cache, tokens, precision, want, FfnMode::default())
 }
 
@@ -156,7 +174,13 @@ fn forward_inner(
             cache.capacity
         )));
     }
-    let (d, qd, kvd, ff, hd) = (cfg.d_model, cfg.q_dim(), cfg.kv_dim(), cfg.d_ff, cfg.head_dim);
+    let (d, qd, kvd, ff, hd) = (
+        cfg.d_model,
+        cfg.q_dim(),
+        cfg.kv_dim(),
+        cfg.d_ff,
+        cfg.head_dim,
+    );
     let group = cfg.n_heads / cfg.n_kv_heads;
     let scale = 1.0 / (hd as f32).sqrt();
 
@@ -184,19 +208,42 @@ fn forward_inner(
         add_bias(&mut v, &layer.bv);
         for t in 0..n {
             let pos = start + t;
-            kernels_neon::rope_inplace(&mut q[t * qd..(t + 1) * qd], cfg.n_heads, hd, cfg.rope_dim, pos, cfg.rope_base, cfg.rope_style);
-            kernels_neon::rope_inplace(&mut k[t * kvd..(t + 1) * kvd], cfg.n_kv_heads, hd, cfg.rope_dim, pos, cfg.rope_base, cfg.rope_style);
+            kernels_neon::rope_inplace(
+                &mut q[t * qd..(t + 1) * qd],
+                cfg.n_heads,
+                hd,
+                cfg.rope_dim,
+                pos,
+                cfg.rope_base,
+                cfg.rope_style,
+            );
+            kernels_neon::rope_inplace(
+                &mut k[t * kvd..(t + 1) * kvd],
+                cfg.n_kv_heads,
+                hd,
+                cfg.rope_dim,
+                pos,
+                cfg.rope_base,
+                cfg.rope_style,
+            );
         }
         cache.k[li].extend_from_slice(&k);
         cache.v[li].extend_from_slice(&v);
         let (kc, vc) = (&cache.k[li], &cache.v[li]);
-        att.par_chunks_mut(hd).enumerate().try_for_each_init(Vec::new, |scores, (idx, out)| {
-            let (t, h) = (idx / cfg.n_heads, idx % cfg.n_heads);
-            let layout = kernels_neon::KvLayout { stride: kvd, offset: (h / group) * hd, head_dim: hd };
-            let qh = &q[t * qd + h * hd..t * qd + (h + 1) * hd];
-            let ctx = start + t + 1; // causal: positions 0..=start+t
-            kernels_neon::attend(qh, kc, vc, layout, ctx, scale, scores, out).map_err(kernel("attention"))
-        })?;
+        att.par_chunks_mut(hd)
+            .enumerate()
+            .try_for_each_init(Vec::new, |scores, (idx, out)| {
+                let (t, h) = (idx / cfg.n_heads, idx % cfg.n_heads);
+                let layout = kernels_neon::KvLayout {
+                    stride: kvd,
+                    offset: (h / group) * hd,
+                    head_dim: hd,
+                };
+                let qh = &q[t * qd + h * hd..t * qd + (h + 1) * hd];
+                let ctx = start + t + 1; // causal: positions 0..=start+t
+                kernels_neon::attend(qh, kc, vc, layout, ctx, scale, scores, out)
+                    .map_err(kernel("attention"))
+            })?;
         mm(&layer.wo, &att, n, &mut o, precision, "attention output")?;
         x.iter_mut().zip(&o).for_each(|(a, b)| *a += b);
 
@@ -231,14 +278,23 @@ fn forward_inner(
                 mm(&layer.gate, &xn, n, &mut g, precision, "ffn gate")?;
                 mm(&layer.up, &xn, n, &mut u, precision, "ffn up")?;
                 let act = cfg.activation.kernel();
-                g.par_chunks_mut(1024).for_each(|c| c.iter_mut().for_each(|v| *v = act.apply(*v)));
+                g.par_chunks_mut(1024)
+                    .for_each(|c| c.iter_mut().for_each(|v| *v = act.apply(*v)));
                 if let Some(obs) = observer {
-                    obs(FfnSample { layer: li, n, input: &xn, act_gate: &g, up: &u });
+                    obs(FfnSample {
+                        layer: li,
+                        n,
+                        input: &xn,
+                        act_gate: &g,
+                        up: &u,
+                    });
                 }
                 if let Some(sp) = sparse {
                     sp.mask(li, &xn, n, &mut g, &u)?;
                 }
-                g.par_chunks_mut(1024).zip(u.par_chunks(1024)).for_each(|(a, b)| a.iter_mut().zip(b).for_each(|(a, b)| *a *= b));
+                g.par_chunks_mut(1024)
+                    .zip(u.par_chunks(1024))
+                    .for_each(|(a, b)| a.iter_mut().zip(b).for_each(|(a, b)| *a *= b));
                 match sparse {
                     // The transposed down rows of sparse decode, so batched steps compute what it does.
                     Some(sp) if observer.is_none() => sp.down_batch(li, &g, n, &mut o)?,
@@ -247,7 +303,10 @@ fn forward_inner(
             }
         }
         if let (Some(acc), Some(t0)) = (ffn.ffn_nanos, ffn_t0) {
-            acc.fetch_add(t0.elapsed().as_nanos() as u64, std::sync::atomic::Ordering::Relaxed);
+            acc.fetch_add(
+                t0.elapsed().as_nanos() as u64,
+                std::sync::atomic::Ordering::Relaxed,
+            );
         }
         x.iter_mut().zip(&o).for_each(|(a, b)| *a += b);
     }
@@ -261,6 +320,13 @@ fn forward_inner(
     let mut normed = vec![0.0f32; m * d];
     rms_norm_rows(rows, &model.output_norm, cfg.rms_eps, &mut normed);
     let mut logits = vec![0.0f32; m * vocab];
-    mm(&model.output, &normed, m, &mut logits, precision, "output projection")?;
+    mm(
+        &model.output,
+        &normed,
+        m,
+        &mut logits,
+        precision,
+        "output projection",
+    )?;
     Ok(logits)
 }

@@ -7,10 +7,10 @@ use model_tokenizer::{Tokenizer, VocabSpec};
 
 use crate::error::{EngineError, Result};
 use crate::forward::{forward_with, FfnMode, FfnObserver, KvCache, Logits};
-use crate::sparse::SparseFfn;
 use crate::model::{Model, ModelFile};
 use crate::requant::Overlay;
 use crate::sampling::{Sampler, SamplerConfig};
+use crate::sparse::SparseFfn;
 
 /// How to build an [`Engine`].
 #[derive(Debug, Clone)]
@@ -26,7 +26,11 @@ pub struct EngineOptions {
 
 impl Default for EngineOptions {
     fn default() -> Self {
-        EngineOptions { threads: 0, precision: Precision::Fast, context: 4096 }
+        EngineOptions {
+            threads: 0,
+            precision: Precision::Fast,
+            context: 4096,
+        }
     }
 }
 
@@ -45,16 +49,22 @@ pub struct Engine<'a> {
 pub fn load_tokenizer(file: &ModelFile) -> Result<Tokenizer> {
     match file {
         ModelFile::Gguf(f) => {
-            let bad = |detail: &str| EngineError::BadModel { path: f.path().to_path_buf(), detail: detail.to_string() };
+            let bad = |detail: &str| EngineError::BadModel {
+                path: f.path().to_path_buf(),
+                detail: detail.to_string(),
+            };
             let s = |k: &str| f.get(k).and_then(|v| v.as_str()).map(str::to_string);
             let u = |k: &str| f.get(k).and_then(|v| v.as_u64()).map(|v| v as u32);
             let spec = VocabSpec {
-                model: s("tokenizer.ggml.model").ok_or_else(|| bad("metadata key tokenizer.ggml.model is missing"))?,
+                model: s("tokenizer.ggml.model")
+                    .ok_or_else(|| bad("metadata key tokenizer.ggml.model is missing"))?,
                 pre: s("tokenizer.ggml.pre"),
                 tokens: f
                     .get("tokenizer.ggml.tokens")
                     .and_then(|v| v.to_string_vec())
-                    .ok_or_else(|| bad("metadata key tokenizer.ggml.tokens is missing or not a string array"))?,
+                    .ok_or_else(|| {
+                        bad("metadata key tokenizer.ggml.tokens is missing or not a string array")
+                    })?,
                 token_types: match f.get("tokenizer.ggml.token_type") {
                     None => Vec::new(),
                     Some(v) => v
@@ -66,14 +76,19 @@ pub fn load_tokenizer(file: &ModelFile) -> Result<Tokenizer> {
                 },
                 merges: match f.get("tokenizer.ggml.merges") {
                     None => Vec::new(),
-                    Some(v) => v.to_string_vec().ok_or_else(|| bad("tokenizer.ggml.merges is not a string array"))?,
+                    Some(v) => v
+                        .to_string_vec()
+                        .ok_or_else(|| bad("tokenizer.ggml.merges is not a string array"))?,
                 },
                 bos_id: u("tokenizer.ggml.bos_token_id"),
                 eos_id: u("tokenizer.ggml.eos_token_id"),
                 unk_id: u("tokenizer.ggml.unknown_token_id"),
                 pad_id: u("tokenizer.ggml.padding_token_id"),
                 eot_id: u("tokenizer.ggml.eot_token_id"),
-                add_bos: f.get("tokenizer.ggml.add_bos_token").and_then(|v| v.as_bool()).unwrap_or(false),
+                add_bos: f
+                    .get("tokenizer.ggml.add_bos_token")
+                    .and_then(|v| v.as_bool())
+                    .unwrap_or(false),
                 chat_template: s("tokenizer.chat_template"),
             };
             Ok(Tokenizer::from_vocab(&spec)?)
@@ -103,7 +118,12 @@ pub struct GenerateRequest {
 
 impl Default for GenerateRequest {
     fn default() -> Self {
-        GenerateRequest { max_tokens: 128, sampler: SamplerConfig::default(), stop_strings: Vec::new(), stop_at_eos: true }
+        GenerateRequest {
+            max_tokens: 128,
+            sampler: SamplerConfig::default(),
+            stop_strings: Vec::new(),
+            stop_at_eos: true,
+        }
     }
 }
 
@@ -203,20 +223,40 @@ impl<'a> Engine<'a> {
 
     /// [`new`](Self::new) with the layer matrices of `overlay` (re-quantized at load time, see
     /// [`crate::requant`]) in place of the file's.
-    pub fn new_with_overlay(file: &'a ModelFile, overlay: Option<&'a Overlay>, opts: EngineOptions) -> Result<Self> {
+    pub fn new_with_overlay(
+        file: &'a ModelFile,
+        overlay: Option<&'a Overlay>,
+        opts: EngineOptions,
+    ) -> Result<Self> {
         let model = Model::load_with(file, overlay)?;
         let tokenizer = load_tokenizer(file)?;
-        let threads = if opts.threads == 0 { std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) } else { opts.threads };
+        let threads = if opts.threads == 0 {
+            std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1)
+        } else {
+            opts.threads
+        };
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(threads)
             .thread_name(|i| format!("sparrow-compute-{i}"))
             .build()
-            .map_err(|e| EngineError::Request(format!("cannot start {threads} compute threads: {e}")))?;
+            .map_err(|e| {
+                EngineError::Request(format!("cannot start {threads} compute threads: {e}"))
+            })?;
         let mut opts = opts;
         if opts.context == 0 || opts.context > model.config.context_length {
             opts.context = model.config.context_length;
         }
-        Ok(Engine { model, tokenizer, pool, opts, threads, sparse: None, ffn_nanos: Default::default() })
+        Ok(Engine {
+            model,
+            tokenizer,
+            pool,
+            opts,
+            threads,
+            sparse: None,
+            ffn_nanos: Default::default(),
+        })
     }
 
     /// The model.
@@ -246,8 +286,13 @@ impl<'a> Engine<'a> {
 
     /// One forward step on the engine's thread pool (sparse FFN if one is set).
     pub fn forward(&self, cache: &mut KvCache, tokens: &[u32], want: Logits) -> Result<Vec<f32>> {
-        let mode = FfnMode { sparse: self.sparse.as_ref(), observer: None, ffn_nanos: Some(&self.ffn_nanos) };
-        self.pool.install(|| forward_with(&self.model, cache, tokens, self.opts.precision, want, mode))
+        let mode = FfnMode {
+            sparse: self.sparse.as_ref(),
+            observer: None,
+            ffn_nanos: Some(&self.ffn_nanos),
+        };
+        self.pool
+            .install(|| forward_with(&self.model, cache, tokens, self.opts.precision, want, mode))
     }
 
     /// [`Engine::forward`] with an observer that sees every layer's FFN activations.
@@ -258,8 +303,13 @@ impl<'a> Engine<'a> {
         want: Logits,
         observer: FfnObserver<'_>,
     ) -> Result<Vec<f32>> {
-        let mode = FfnMode { sparse: self.sparse.as_ref(), observer: Some(observer), ffn_nanos: None };
-        self.pool.install(|| forward_with(&self.model, cache, tokens, self.opts.precision, want, mode))
+        let mode = FfnMode {
+            sparse: self.sparse.as_ref(),
+            observer: Some(observer),
+            ffn_nanos: None,
+        };
+        self.pool
+            .install(|| forward_with(&self.model, cache, tokens, self.opts.precision, want, mode))
     }
 
     /// Runs a closure on the engine's thread pool (for work that belongs with the engine's threads,
@@ -297,17 +347,26 @@ impl<'a> Engine<'a> {
         mut on_text: impl FnMut(&str) -> Flow,
     ) -> Result<Generation> {
         if prompt_ids.is_empty() {
-            return Err(EngineError::Request("the prompt is empty: give at least one token".into()));
+            return Err(EngineError::Request(
+                "the prompt is empty: give at least one token".into(),
+            ));
         }
         let mut cache = self.new_cache();
         let mut sampler = Sampler::new(req.sampler.clone());
-        let stop_ids = if req.stop_at_eos { self.tokenizer.stop_ids() } else { Vec::new() };
+        let stop_ids = if req.stop_at_eos {
+            self.tokenizer.stop_ids()
+        } else {
+            Vec::new()
+        };
         let mut history: Vec<u32> = prompt_ids.to_vec();
         let mut generated = Vec::new();
         let mut decoder = self.tokenizer.stream_decoder(true);
         let mut text = String::new();
         let mut emitted = 0usize;
-        let mut timings = Timings { prefill_tokens: prompt_ids.len(), ..Default::default() };
+        let mut timings = Timings {
+            prefill_tokens: prompt_ids.len(),
+            ..Default::default()
+        };
         let mut stop_reason = StopReason::Length;
 
         let t0 = Instant::now();
@@ -324,7 +383,12 @@ impl<'a> Engine<'a> {
                 break;
             }
             text.push_str(&decoder.push(next)?);
-            if let Some(at) = req.stop_strings.iter().filter_map(|s| text.find(s.as_str())).min() {
+            if let Some(at) = req
+                .stop_strings
+                .iter()
+                .filter_map(|s| text.find(s.as_str()))
+                .min()
+            {
                 text.truncate(at);
                 stop_reason = StopReason::StopString;
                 break;
@@ -353,7 +417,13 @@ impl<'a> Engine<'a> {
             on_text(&text[emitted..]);
         }
         timings.decode_s = decode_time.as_secs_f64();
-        Ok(Generation { prompt_ids: prompt_ids.to_vec(), generated_ids: generated, text, stop_reason, timings })
+        Ok(Generation {
+            prompt_ids: prompt_ids.to_vec(),
+            generated_ids: generated,
+            text,
+            stop_reason,
+            timings,
+        })
     }
 }
 

@@ -41,13 +41,15 @@ pub mod sys;
 pub use config::{Activation, Arch, ModelConfig};
 pub use error::{EngineError, Result};
 pub use forward::{FfnMode, FfnSample, KvCache, Logits};
-pub use generate::{load_tokenizer, Engine, EngineOptions, Flow, GenerateRequest, Generation, StopReason, Timings};
+pub use generate::{
+    load_tokenizer, Engine, EngineOptions, Flow, GenerateRequest, Generation, StopReason, Timings,
+};
 pub use kernels_neon::Precision;
 pub use model::{Model, ModelFile};
 pub use model_tokenizer::{ChatMessage, ChatTemplate, Tokenizer};
+pub use offload::{ConvertOptions, ConvertReport, OffloadOptions, OffloadStats};
 pub use perplexity::{log_sum_exp, PerplexityReport};
+pub use predictor::{LayerReport, PredictorSet, Profile, TrainConfig};
 pub use requant::{Overlay, Requant};
 pub use sampling::{Sampler, SamplerConfig};
-pub use predictor::{LayerReport, PredictorSet, Profile, TrainConfig};
 pub use sparse::{NeuronPredictor, SparseFfn, SparseStats};
-pub use offload::{ConvertOptions, ConvertReport, OffloadOptions, OffloadStats};

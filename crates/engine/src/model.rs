@@ -187,11 +187,21 @@ struct Loader<'f> {
 
 impl<'f> Loader<'f> {
     fn view(&self, name: &str) -> Result<TensorView<'f>> {
-        self.file.tensor(name).ok_or_else(|| EngineError::MissingTensor { path: self.path.clone(), name: name.to_string() })
+        self.file
+            .tensor(name)
+            .ok_or_else(|| EngineError::MissingTensor {
+                path: self.path.clone(),
+                name: name.to_string(),
+            })
     }
 
     fn shape_err(&self, t: &TensorView<'_>, expected: Vec<usize>) -> EngineError {
-        EngineError::TensorShape { path: self.path.clone(), name: t.name.to_string(), found: t.shape.to_vec(), expected }
+        EngineError::TensorShape {
+            path: self.path.clone(),
+            name: t.name.to_string(),
+            found: t.shape.to_vec(),
+            expected,
+        }
     }
 
     fn matrix(&self, name: &str, rows: usize, cols: usize) -> Result<QMatrix<'f>> {
@@ -204,8 +214,10 @@ impl<'f> Loader<'f> {
                     expected: vec![rows, cols],
                 });
             }
-            return QMatrix::new(o.format, rows, cols, &o.data)
-                .map_err(kernel(format!("{}: re-quantized tensor `{name}`", self.path.display())));
+            return QMatrix::new(o.format, rows, cols, &o.data).map_err(kernel(format!(
+                "{}: re-quantized tensor `{name}`",
+                self.path.display()
+            )));
         }
         let t = self.view(name)?;
         if t.shape.len() != 2 || t.shape[0] != rows || t.shape[1] != cols {
@@ -213,9 +225,13 @@ impl<'f> Loader<'f> {
         }
         let format = weight_format(t.dtype).ok_or_else(|| EngineError::BadModel {
             path: self.path.clone(),
-            detail: format!("tensor `{name}` has type {} which the kernels do not support yet", t.dtype.name()),
+            detail: format!(
+                "tensor `{name}` has type {} which the kernels do not support yet",
+                t.dtype.name()
+            ),
         })?;
-        QMatrix::new(format, rows, cols, t.data).map_err(kernel(format!("{}: tensor `{name}`", self.path.display())))
+        QMatrix::new(format, rows, cols, t.data)
+            .map_err(kernel(format!("{}: tensor `{name}`", self.path.display())))
     }
 
     fn vector(&self, name: &str, len: usize) -> Result<Vec<f32>> {
@@ -228,7 +244,8 @@ impl<'f> Loader<'f> {
             detail: format!("vector `{name}` has type {}", t.dtype.name()),
         })?;
         let mut out = vec![0.0f32; len];
-        kernels_neon::dequantize_row(format, t.data, &mut out).map_err(kernel(format!("{}: tensor `{name}`", self.path.display())))?;
+        kernels_neon::dequantize_row(format, t.data, &mut out)
+            .map_err(kernel(format!("{}: tensor `{name}`", self.path.display())))?;
         Ok(out)
     }
 
@@ -252,8 +269,18 @@ impl<'a> Model<'a> {
     pub fn load_with(file: &'a ModelFile, overlay: Option<&'a Overlay>) -> Result<Model<'a>> {
         let config = file.config()?;
         let names = names_of(file);
-        let ld = Loader { file, overlay, path: file.path().to_path_buf() };
-        let (d, v, ff, q, kv) = (config.d_model, config.vocab_size, config.d_ff, config.q_dim(), config.kv_dim());
+        let ld = Loader {
+            file,
+            overlay,
+            path: file.path().to_path_buf(),
+        };
+        let (d, v, ff, q, kv) = (
+            config.d_model,
+            config.vocab_size,
+            config.d_ff,
+            config.q_dim(),
+            config.kv_dim(),
+        );
         let embed = ld.matrix(names.embed, v, d)?;
         let (output, tied) = if file.tensor(names.output).is_some() {
             (ld.matrix(names.output, v, d)?, false)
@@ -268,7 +295,13 @@ impl<'a> Model<'a> {
         for i in 0..config.n_layers {
             let n = |t: &str| (names.layer)(i, t);
             let biased = config.arch == Arch::Qwen2;
-            let bias = |t: &str, len| if biased { ld.vector(&n(t), len).map(Some) } else { ld.optional_vector(&n(t), len) };
+            let bias = |t: &str, len| {
+                if biased {
+                    ld.vector(&n(t), len).map(Some)
+                } else {
+                    ld.optional_vector(&n(t), len)
+                }
+            };
             layers.push(Layer {
                 attn_norm: ld.vector(&n("attn_norm"), d)?,
                 wq: ld.matrix(&n("q"), q, d)?,
@@ -279,18 +312,44 @@ impl<'a> Model<'a> {
                 bv: bias("v_bias", kv)?,
                 wo: ld.matrix(&n("o"), d, q)?,
                 ffn_norm: ld.vector(&n("ffn_norm"), d)?,
-                gate: if offloaded { empty } else { ld.matrix(&n("gate"), ff, d)? },
-                up: if offloaded { empty } else { ld.matrix(&n("up"), ff, d)? },
-                down: if offloaded { empty } else { ld.matrix(&n("down"), d, ff)? },
+                gate: if offloaded {
+                    empty
+                } else {
+                    ld.matrix(&n("gate"), ff, d)?
+                },
+                up: if offloaded {
+                    empty
+                } else {
+                    ld.matrix(&n("up"), ff, d)?
+                },
+                down: if offloaded {
+                    empty
+                } else {
+                    ld.matrix(&n("down"), d, ff)?
+                },
             });
         }
         let bytes = |m: &QMatrix<'_>| m.format().row_bytes(m.cols()).unwrap_or(0) * m.rows();
         let weight_bytes = layers
             .iter()
-            .map(|l| [&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down].into_iter().map(bytes).sum::<usize>())
+            .map(|l| {
+                [&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down]
+                    .into_iter()
+                    .map(bytes)
+                    .sum::<usize>()
+            })
             .sum::<usize>()
             + bytes(&output);
-        Ok(Model { config, embed, layers, output_norm, output, tied_embeddings: tied, weight_bytes, path: ld.path })
+        Ok(Model {
+            config,
+            embed,
+            layers,
+            output_norm,
+            output,
+            tied_embeddings: tied,
+            weight_bytes,
+            path: ld.path,
+        })
     }
 
     /// The file or directory the weights come from.
@@ -302,8 +361,12 @@ impl<'a> Model<'a> {
     pub fn embed_token(&self, token: u32, out: &mut [f32]) -> Result<()> {
         let t = token as usize;
         if t >= self.config.vocab_size {
-            return Err(EngineError::Request(format!("token id {token} is outside the vocabulary ({})", self.config.vocab_size)));
+            return Err(EngineError::Request(format!(
+                "token id {token} is outside the vocabulary ({})",
+                self.config.vocab_size
+            )));
         }
-        kernels_neon::dequantize_row(self.embed.format(), self.embed.row_data(t), out).map_err(kernel("embedding"))
+        kernels_neon::dequantize_row(self.embed.format(), self.embed.row_data(t), out)
+            .map_err(kernel("embedding"))
     }
 }

@@ -42,7 +42,11 @@ pub struct ConvertOptions {
 
 impl Default for ConvertOptions {
     fn default() -> Self {
-        ConvertOptions { down_format: crate::sparse::DEFAULT_DOWN_FORMAT, max_neurons_per_unit: usize::MAX, hot_frequency: 0.5 }
+        ConvertOptions {
+            down_format: crate::sparse::DEFAULT_DOWN_FORMAT,
+            max_neurons_per_unit: usize::MAX,
+            hot_frequency: 0.5,
+        }
     }
 }
 
@@ -88,40 +92,74 @@ pub fn convert(
     };
     let model = Model::load(file)?;
     if model.config.ffn_store.is_some() {
-        return Err(EngineError::Request(format!("{} is already a resident file (converted)", file.path().display())));
+        return Err(EngineError::Request(format!(
+            "{} is already a resident file (converted)",
+            file.path().display()
+        )));
     }
     let cfg = &model.config;
     let fingerprint = crate::profile::model_fingerprint(&model);
-    let bad_profile = |detail: String| EngineError::BadModel { path: file.path().to_path_buf(), detail };
+    let bad_profile = |detail: String| EngineError::BadModel {
+        path: file.path().to_path_buf(),
+        detail,
+    };
     if profile.model_fingerprint != fingerprint {
-        return Err(bad_profile(format!("the profile was made for another model ({}), not this one", profile.model)));
+        return Err(bad_profile(format!(
+            "the profile was made for another model ({}), not this one",
+            profile.model
+        )));
     }
     if profile.layers.len() != cfg.n_layers
-        || profile.layers.iter().any(|l| l.n_neurons as usize != cfg.d_ff || l.freq.first().is_none_or(|f| f.len() != cfg.d_ff))
+        || profile.layers.iter().any(|l| {
+            l.n_neurons as usize != cfg.d_ff || l.freq.first().is_none_or(|f| f.len() != cfg.d_ff)
+        })
     {
-        return Err(bad_profile("the profile's layer or neuron counts do not match the model".into()));
+        return Err(bad_profile(
+            "the profile's layer or neuron counts do not match the model".into(),
+        ));
     }
     let Some(first) = model.layers.first() else {
         return Err(bad_profile("the model has no layers".into()));
     };
     let (gate_f, up_f) = (first.gate.format(), first.up.format());
-    if model.layers.iter().any(|l| l.gate.format() != gate_f || l.up.format() != up_f) {
+    if model
+        .layers
+        .iter()
+        .any(|l| l.gate.format() != gate_f || l.up.format() != up_f)
+    {
         return Err(EngineError::BadModel {
             path: file.path().to_path_buf(),
-            detail: "gate/up formats differ between layers; a neuron store needs one format per part".into(),
+            detail:
+                "gate/up formats differ between layers; a neuron store needs one format per part"
+                    .into(),
         });
     }
     // The transposed down rows and their norms, exactly as in-memory sparse decode has them.
     let sparse = SparseFfn::new(&model, vec![0.0; cfg.n_layers], opts.down_format)?;
     let store_path = store_path_for(resident);
-    let formats = Formats { gate: gate_f, up: up_f, down: opts.down_format };
-    let mut w = StoreWriter::create_with(&store_path, cfg.n_layers, cfg.d_model, cfg.d_ff, formats, opts.max_neurons_per_unit)?;
+    let formats = Formats {
+        gate: gate_f,
+        up: up_f,
+        down: opts.down_format,
+    };
+    let mut w = StoreWriter::create_with(
+        &store_path,
+        cfg.n_layers,
+        cfg.d_model,
+        cfg.d_ff,
+        formats,
+        opts.max_neurons_per_unit,
+    )?;
     let layout = w.layout();
     let mut hot_neurons = Vec::with_capacity(cfg.n_layers);
     for (li, layer) in model.layers.iter().enumerate() {
         let freq = &profile.layers[li].freq[0];
         let mut order: Vec<u32> = (0..cfg.d_ff as u32).collect();
-        order.sort_by(|&a, &b| freq[b as usize].total_cmp(&freq[a as usize]).then(a.cmp(&b)));
+        order.sort_by(|&a, &b| {
+            freq[b as usize]
+                .total_cmp(&freq[a as usize])
+                .then(a.cmp(&b))
+        });
         let hot = freq.iter().filter(|&&f| f >= opts.hot_frequency).count();
         hot_neurons.push(hot);
         w.add_layer(LayerInput {
@@ -144,15 +182,29 @@ pub fn convert(
         }
     }
     out.alignment(gguf.alignment());
-    let store_name = store_path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let store_name = store_path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
     out.metadata(FFN_STORE_FILE_KEY, MetaValue::String(store_name));
     out.metadata(FFN_STORE_FINGERPRINT_KEY, MetaValue::U64(fingerprint));
-    let ffn = |name: &str| [".ffn_gate.weight", ".ffn_up.weight", ".ffn_down.weight"].iter().any(|s| name.ends_with(s));
+    let ffn = |name: &str| {
+        [".ffn_gate.weight", ".ffn_up.weight", ".ffn_down.weight"]
+            .iter()
+            .any(|s| name.ends_with(s))
+    };
     for t in gguf.tensors().filter(|t| !ffn(t.name)) {
         out.tensor(t.name, t.dtype, t.shape, t.data.to_vec())?;
     }
     out.write(resident)?;
-    let len = |p: &Path| std::fs::metadata(p).map(|m| m.len()).map_err(|source| EngineError::Io { path: p.to_path_buf(), source });
+    let len = |p: &Path| {
+        std::fs::metadata(p)
+            .map(|m| m.len())
+            .map_err(|source| EngineError::Io {
+                path: p.to_path_buf(),
+                source,
+            })
+    };
     Ok(ConvertReport {
         resident: resident.to_path_buf(),
         resident_bytes: len(resident)?,
@@ -271,8 +323,19 @@ impl Offload {
     /// Opens the store at `path` (validated), starts the I/O thread and preloads each layer's hot prefix
     /// into the hot region (`hot_share` of `ffn_budget`, split evenly over layers, whole clusters).
     pub fn open(path: &Path, opts: OffloadOptions) -> Result<Self> {
-        let io = IoEngine::new(EngineConfig { queue_depth: opts.queue_depth.max(1), pin_core: opts.pin_core, ..Default::default() })?;
-        let store = NeuronStore::open(&io, path, OpenOptions { direct: opts.direct, drop_cache: true })?;
+        let io = IoEngine::new(EngineConfig {
+            queue_depth: opts.queue_depth.max(1),
+            pin_core: opts.pin_core,
+            ..Default::default()
+        })?;
+        let store = NeuronStore::open(
+            &io,
+            path,
+            OpenOptions {
+                direct: opts.direct,
+                drop_cache: true,
+            },
+        )?;
         let ix = store.index();
         let (ub, units) = (ix.layout.unit_bytes(), ix.units_per_layer());
         let budget = opts.ffn_budget.min(ix.ffn_bytes());
@@ -287,12 +350,26 @@ impl Offload {
             for (c, start) in (0..per_layer).step_by(cu).enumerate() {
                 let buf = store.read_units(&io, l, start..(start + cu).min(per_layer))?;
                 let data: Arc<[u8]> = Arc::from(&buf[..]);
-                cache.insert_cluster(ClusterId { layer: l as u32, cluster: c as u32 }, data.clone())?;
+                cache.insert_cluster(
+                    ClusterId {
+                        layer: l as u32,
+                        cluster: c as u32,
+                    },
+                    data.clone(),
+                )?;
                 clusters.push(data);
             }
             hot.push(clusters);
         }
-        Ok(Offload { io, hot_units: vec![per_layer; ix.layers.len()], hot, store, cache: Mutex::new(cache), opts, counters: Counters::default() })
+        Ok(Offload {
+            io,
+            hot_units: vec![per_layer; ix.layers.len()],
+            hot,
+            store,
+            cache: Mutex::new(cache),
+            opts,
+            counters: Counters::default(),
+        })
     }
 
     /// The store.
@@ -326,14 +403,27 @@ impl Offload {
             ffn_s: ld(&c.ffn_ns) as f64 * 1e-9,
             token_ffn_s: per.iter().map(|p| p.0 as f64 * 1e-9).collect(),
             token_wait_s: per.iter().map(|p| p.1 as f64 * 1e-9).collect(),
-            resident_bytes: self.cache.lock().map(|c| c.stats().resident_bytes()).unwrap_or(0),
+            resident_bytes: self
+                .cache
+                .lock()
+                .map(|c| c.stats().resident_bytes())
+                .unwrap_or(0),
         }
     }
 
     /// Zeroes the counters (the cache keeps its contents).
     pub fn reset_stats(&self) {
         let c = &self.counters;
-        for a in [&c.tokens, &c.units, &c.hot_hits, &c.cold_hits, &c.misses, &c.bytes_read, &c.wait_ns, &c.ffn_ns] {
+        for a in [
+            &c.tokens,
+            &c.units,
+            &c.hot_hits,
+            &c.cold_hits,
+            &c.misses,
+            &c.bytes_read,
+            &c.wait_ns,
+            &c.ffn_ns,
+        ] {
             a.store(0, Ordering::Relaxed);
         }
         if let Ok(mut v) = c.per_token.lock() {
@@ -401,7 +491,8 @@ impl Offload {
         c.units.fetch_add(groups.len() as u64, Ordering::Relaxed);
         let ub = ix.layout.unit_bytes();
         let cu = self.opts.cluster_units.max(1);
-        let mut hits: Vec<(Arc<[u8]>, usize, std::ops::Range<usize>)> = Vec::with_capacity(groups.len());
+        let mut hits: Vec<(Arc<[u8]>, usize, std::ops::Range<usize>)> =
+            Vec::with_capacity(groups.len());
         let mut misses = Vec::new();
         {
             let mut cache = self.lock();
@@ -410,7 +501,10 @@ impl Offload {
                     // The hot region is preloaded and never evicted: no LRU bookkeeping needed.
                     c.hot_hits.fetch_add(1, Ordering::Relaxed);
                     hits.push((self.hot[layer][u / cu].clone(), (u % cu) * ub, r));
-                } else if let Some(b) = cache.get_neuron(NeuronId { layer: layer as u32, neuron: u as u32 }) {
+                } else if let Some(b) = cache.get_neuron(NeuronId {
+                    layer: layer as u32,
+                    neuron: u as u32,
+                }) {
                     c.cold_hits.fetch_add(1, Ordering::Relaxed);
                     hits.push((b, 0, r));
                 } else {
@@ -422,9 +516,17 @@ impl Offload {
 
         let acts_g = kernels_neon::prepare_acts(ix.formats.gate, x, precision);
         let acts_u = kernels_neon::prepare_acts(ix.formats.up, x, precision);
-        let job = Job { off: self, sp, layer, acts_g: &acts_g, acts_u: &acts_u, wanted: &wanted };
+        let job = Job {
+            off: self,
+            sp,
+            layer,
+            acts_g: &acts_g,
+            acts_u: &acts_u,
+            wanted: &wanted,
+        };
         let tag_of = |u: usize| ((layer as u64) << 32) | u as u64;
-        let mut pending: std::collections::HashMap<usize, std::ops::Range<usize>> = std::collections::HashMap::with_capacity(misses.len());
+        let mut pending: std::collections::HashMap<usize, std::ops::Range<usize>> =
+            std::collections::HashMap::with_capacity(misses.len());
         let mut first_err: Option<EngineError> = None;
         let mut main = Worker::new(ix.d_model);
         // Queue every miss; when the queue is full, take one completion on this thread first (or, when
@@ -433,7 +535,11 @@ impl Offload {
             pending.insert(u, r);
             loop {
                 let req = self.store.unit_request(layer, u, tag_of(u));
-                let submitted = if pending.len() > 1 { self.io.try_submit(req) } else { self.io.submit(req) };
+                let submitted = if pending.len() > 1 {
+                    self.io.try_submit(req)
+                } else {
+                    self.io.submit(req)
+                };
                 match submitted {
                     Ok(()) => break,
                     Err(IoError::QueueFull { .. }) => {
@@ -457,7 +563,8 @@ impl Offload {
             }
         }
         let pending = Mutex::new(pending);
-        let outstanding = std::sync::atomic::AtomicUsize::new(pending.lock().map(|p| p.len()).unwrap_or(0));
+        let outstanding =
+            std::sync::atomic::AtomicUsize::new(pending.lock().map(|p| p.len()).unwrap_or(0));
         let next_hit = std::sync::atomic::AtomicUsize::new(0);
         if first_err.is_some() {
             main.err = first_err.take();
@@ -479,13 +586,21 @@ impl Offload {
                 }
             }
             for d in done_first {
-                job.completed(d, &mut pending.lock().unwrap_or_else(|p| p.into_inner()), &mut main);
+                job.completed(
+                    d,
+                    &mut pending.lock().unwrap_or_else(|p| p.into_inner()),
+                    &mut main,
+                );
             }
         }
         // While reads are outstanding the I/O thread needs a core of its own (PowerInfer-2 pins it to
         // one): one compute worker fewer then.
         let threads = rayon::current_num_threads().clamp(1, 8);
-        let workers = if outstanding.load(Ordering::Relaxed) > 0 && self.opts.pipeline { (threads - 1).max(1) } else { threads };
+        let workers = if outstanding.load(Ordering::Relaxed) > 0 && self.opts.pipeline {
+            (threads - 1).max(1)
+        } else {
+            threads
+        };
         let run = |w: &mut Worker| {
             loop {
                 // Cached units in runs of HIT_RUN (fewer trips to the shared counter).
@@ -493,7 +608,11 @@ impl Offload {
                 if h < hits.len() {
                     for (bytes, at, r) in &hits[h..(h + HIT_RUN).min(hits.len())] {
                         if w.err.is_none() {
-                            let res = job.compute(bytes.get(*at..at + ub).unwrap_or(&[]), &wanted[r.clone()], w);
+                            let res = job.compute(
+                                bytes.get(*at..at + ub).unwrap_or(&[]),
+                                &wanted[r.clone()],
+                                w,
+                            );
                             if let Err(e) = res {
                                 w.err = Some(e);
                             }
@@ -502,14 +621,19 @@ impl Offload {
                     continue;
                 }
                 // Claim one outstanding completion, or stop when none is left.
-                if outstanding.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1)).is_err() {
+                if outstanding
+                    .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
+                    .is_err()
+                {
                     break;
                 }
                 let w0 = Instant::now();
                 let d = self.io.completions().recv();
                 w.wait_ns += w0.elapsed().as_nanos() as u64;
                 match d {
-                    Ok(d) => job.completed(d, &mut pending.lock().unwrap_or_else(|p| p.into_inner()), w),
+                    Ok(d) => {
+                        job.completed(d, &mut pending.lock().unwrap_or_else(|p| p.into_inner()), w)
+                    }
                     Err(_) => {
                         w.err.get_or_insert(EngineError::Flash(IoError::Stopped));
                         outstanding.store(0, Ordering::Release);
@@ -534,7 +658,11 @@ impl Offload {
         let mut err = main.err;
         for w in others {
             out.iter_mut().zip(&w.out).for_each(|(o, v)| *o += v);
-            counts = (counts.0 + w.counts.0, counts.1 + w.counts.1, counts.2 + w.counts.2);
+            counts = (
+                counts.0 + w.counts.0,
+                counts.1 + w.counts.1,
+                counts.2 + w.counts.2,
+            );
             wait_ns = wait_ns.max(w.wait_ns);
             err = err.or(w.err);
         }
@@ -569,7 +697,13 @@ struct Worker {
 
 impl Worker {
     fn new(d: usize) -> Self {
-        Worker { out: vec![0.0; d], counts: (0, 0, 0), wait_ns: 0, err: None, scratch: Scratch::default() }
+        Worker {
+            out: vec![0.0; d],
+            counts: (0, 0, 0),
+            wait_ns: 0,
+            err: None,
+            scratch: Scratch::default(),
+        }
     }
 }
 
@@ -593,8 +727,14 @@ impl Job<'_> {
     ) {
         let (off, layer) = (self.off, self.layer);
         let u = (done.tag & 0xffff_ffff) as usize;
-        let Some(range) = ((done.tag >> 32) as usize == layer).then(|| pending.remove(&u)).flatten() else {
-            w.err.get_or_insert(EngineError::Request(format!("offload: stray completion (tag {:#x})", done.tag)));
+        let Some(range) = ((done.tag >> 32) as usize == layer)
+            .then(|| pending.remove(&u))
+            .flatten()
+        else {
+            w.err.get_or_insert(EngineError::Request(format!(
+                "offload: stray completion (tag {:#x})",
+                done.tag
+            )));
             return;
         };
         let bytes = match done.result.map_err(EngineError::from).and_then(|b| {
@@ -607,7 +747,9 @@ impl Job<'_> {
                 return;
             }
         };
-        off.counters.bytes_read.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+        off.counters
+            .bytes_read
+            .fetch_add(bytes.len() as u64, Ordering::Relaxed);
         if w.err.is_none() {
             if let Err(e) = self.compute(&bytes, &self.wanted[range], w) {
                 w.err = Some(e);
@@ -616,7 +758,13 @@ impl Job<'_> {
         if off.opts.cache_cold {
             let data: Arc<[u8]> = Arc::from(&bytes[..]);
             // A full cold region (everything pinned) is not an error: the unit is just not kept.
-            let _ = off.lock().insert_neuron(NeuronId { layer: layer as u32, neuron: u as u32 }, data);
+            let _ = off.lock().insert_neuron(
+                NeuronId {
+                    layer: layer as u32,
+                    neuron: u as u32,
+                },
+                data,
+            );
         }
     }
 
@@ -627,15 +775,27 @@ impl Job<'_> {
         let k = l.neurons;
         let layer = self.layer;
         let m = |fmt, rows: usize, range: std::ops::Range<usize>, what: &'static str| {
-            QMatrix::new(fmt, rows, d, bytes.get(range).unwrap_or(&[]))
-                .map_err(|e| EngineError::Kernel { context: format!("offloaded ffn {what} (layer {layer})"), source: e })
+            QMatrix::new(fmt, rows, d, bytes.get(range).unwrap_or(&[])).map_err(|e| {
+                EngineError::Kernel {
+                    context: format!("offloaded ffn {what} (layer {layer})"),
+                    source: e,
+                }
+            })
         };
-        let (gate, up, down) = (m(f.gate, k, l.gate_range(), "gate")?, m(f.up, k, l.up_range(), "up")?, m(f.down, k, l.down_range(), "down")?);
+        let (gate, up, down) = (
+            m(f.gate, k, l.gate_range(), "gate")?,
+            m(f.up, k, l.up_range(), "up")?,
+            m(f.down, k, l.down_range(), "down")?,
+        );
         let s = &mut w.scratch;
         s.slots.clear();
         s.slots.extend(wanted.iter().map(|w| w.1));
         let n = s.slots.len();
-        let (t, norms, sp) = (self.sp.thresholds()[self.layer], self.sp.down_norms(self.layer), self.sp);
+        let (t, norms, sp) = (
+            self.sp.thresholds()[self.layer],
+            self.sp.down_norms(self.layer),
+            self.sp,
+        );
         s.keep.clear();
         s.coeffs.clear();
         s.survivors.clear();
@@ -646,18 +806,31 @@ impl Job<'_> {
                 // Gate and up rows sit back to back in a unit: with one format they are one 2k-row
                 // matrix, and one call over gate and up rows shares the activations between them.
                 if f.gate == f.up {
-                    let gu = m(f.gate, 2 * k, l.gate_range().start..l.up_range().end, "gate/up")?;
-                    s.survivors.extend(s.slots.iter().copied().chain(s.slots.iter().map(|&r| r + k as u32)));
+                    let gu = m(
+                        f.gate,
+                        2 * k,
+                        l.gate_range().start..l.up_range().end,
+                        "gate/up",
+                    )?;
+                    s.survivors.extend(
+                        s.slots
+                            .iter()
+                            .copied()
+                            .chain(s.slots.iter().map(|&r| r + k as u32)),
+                    );
                     s.g.resize(2 * n, 0.0);
-                    kernels_neon::matvec_rows_prepared(self.acts_g, &gu, &s.survivors, &mut s.g).map_err(kernel("offloaded ffn gate/up"))?;
+                    kernels_neon::matvec_rows_prepared(self.acts_g, &gu, &s.survivors, &mut s.g)
+                        .map_err(kernel("offloaded ffn gate/up"))?;
                     s.u.clear();
                     s.u.extend_from_slice(&s.g[n..]);
                     s.survivors.clear();
                 } else {
                     s.g.resize(n, 0.0);
-                    kernels_neon::matvec_rows_prepared(self.acts_g, &gate, &s.slots, &mut s.g).map_err(kernel("offloaded ffn gate"))?;
+                    kernels_neon::matvec_rows_prepared(self.acts_g, &gate, &s.slots, &mut s.g)
+                        .map_err(kernel("offloaded ffn gate"))?;
                     s.u.resize(n, 0.0);
-                    kernels_neon::matvec_rows_prepared(self.acts_u, &up, &s.slots, &mut s.u).map_err(kernel("offloaded ffn up"))?;
+                    kernels_neon::matvec_rows_prepared(self.acts_u, &up, &s.slots, &mut s.u)
+                        .map_err(kernel("offloaded ffn up"))?;
                 }
                 up_rows = n;
                 for (i, wn) in wanted.iter().enumerate() {
@@ -671,7 +844,8 @@ impl Job<'_> {
             Score::Gate | Score::GateNorm => {
                 // Two phases: gate rows, then up rows of the survivors.
                 s.g.resize(n, 0.0);
-                kernels_neon::matvec_rows_prepared(self.acts_g, &gate, &s.slots, &mut s.g).map_err(kernel("offloaded ffn gate"))?;
+                kernels_neon::matvec_rows_prepared(self.acts_g, &gate, &s.slots, &mut s.g)
+                    .map_err(kernel("offloaded ffn gate"))?;
                 for (i, wn) in wanted.iter().enumerate() {
                     let a = sp.act(s.g[i]);
                     if sp.score.of(a, 0.0, norms[wn.2 as usize]) > t {
@@ -680,7 +854,8 @@ impl Job<'_> {
                     }
                 }
                 s.u.resize(s.survivors.len(), 0.0);
-                kernels_neon::matvec_rows_prepared(self.acts_u, &up, &s.survivors, &mut s.u).map_err(kernel("offloaded ffn up"))?;
+                kernels_neon::matvec_rows_prepared(self.acts_u, &up, &s.survivors, &mut s.u)
+                    .map_err(kernel("offloaded ffn up"))?;
                 up_rows = s.survivors.len();
                 for ((&slot, &a), &uv) in s.survivors.iter().zip(&s.acts).zip(&s.u) {
                     let v = a * uv;
@@ -691,7 +866,8 @@ impl Job<'_> {
                 }
             }
         }
-        kernels_neon::axpy_rows(&down, &s.keep, &s.coeffs, &mut w.out).map_err(kernel("offloaded ffn down"))?;
+        kernels_neon::axpy_rows(&down, &s.keep, &s.coeffs, &mut w.out)
+            .map_err(kernel("offloaded ffn down"))?;
         w.counts.0 += s.slots.len();
         w.counts.1 += up_rows;
         w.counts.2 += s.keep.len();
@@ -720,5 +896,10 @@ pub fn verify(resident: &Path) -> Result<()> {
 
 /// Bytes of the FFN units in the store at `path` (from the file length; validated on open).
 pub fn store_ffn_bytes(path: &Path) -> Result<u64> {
-    std::fs::metadata(path).map(|m| m.len()).map_err(|source| EngineError::Io { path: path.to_path_buf(), source })
+    std::fs::metadata(path)
+        .map(|m| m.len())
+        .map_err(|source| EngineError::Io {
+            path: path.to_path_buf(),
+            source,
+        })
 }

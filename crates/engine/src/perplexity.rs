@@ -43,7 +43,9 @@ impl Engine<'_> {
         mut progress: impl FnMut(usize, usize),
     ) -> Result<PerplexityReport> {
         if window < 2 || windows == 0 {
-            return Err(EngineError::Request("perplexity needs a window of at least 2 tokens and at least one window".into()));
+            return Err(EngineError::Request(
+                "perplexity needs a window of at least 2 tokens and at least one window".into(),
+            ));
         }
         if tokens.len() < window * windows {
             return Err(EngineError::Request(format!(

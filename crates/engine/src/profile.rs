@@ -5,7 +5,10 @@
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use predictor::{ActivationKind, Dataset, LayerReport, PredictorSet, Profile, ProfileAccumulator, ScoreKind, TrainConfig};
+use predictor::{
+    ActivationKind, Dataset, LayerReport, PredictorSet, Profile, ProfileAccumulator, ScoreKind,
+    TrainConfig,
+};
 use rayon::prelude::*;
 
 use crate::config::Activation;
@@ -38,7 +41,12 @@ pub fn observe_corpus(
             return Ok(w);
         }
         let mut cache = engine.new_cache();
-        engine.forward_observed(&mut cache, &tokens[w * window..(w + 1) * window], Logits::Last, &mut observe)?;
+        engine.forward_observed(
+            &mut cache,
+            &tokens[w * window..(w + 1) * window],
+            Logits::Last,
+            &mut observe,
+        )?;
         progress(w + 1, windows);
     }
     Ok(windows)
@@ -85,7 +93,15 @@ pub fn model_fingerprint(model: &Model<'_>) -> u64 {
     }
     let mut h = predictor::Fnv1a64::default();
     let c = &model.config;
-    for v in [c.n_layers, c.d_model, c.d_ff, c.n_heads, c.n_kv_heads, c.vocab_size, model.weight_bytes] {
+    for v in [
+        c.n_layers,
+        c.d_model,
+        c.d_ff,
+        c.n_heads,
+        c.n_kv_heads,
+        c.vocab_size,
+        model.weight_bytes,
+    ] {
         h.update(&(v as u64).to_le_bytes());
     }
     if let (Some(first), Some(last)) = (model.layers.first(), model.layers.last()) {
@@ -150,11 +166,17 @@ pub fn profile_corpus(
         return Err(e.into());
     }
     if done == 0 {
-        return Err(EngineError::Request("profiling stopped before the first window finished".into()));
+        return Err(EngineError::Request(
+            "profiling stopped before the first window finished".into(),
+        ));
     }
     let layers = accs.iter().map(ProfileAccumulator::finish).collect();
     Ok(Profile {
-        model: model.path().file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
+        model: model
+            .path()
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default(),
         model_fingerprint: model_fingerprint(model),
         corpus: opts.corpus.clone(),
         tokens: (done * opts.window) as u64,
@@ -182,8 +204,17 @@ pub fn score_of(kind: ScoreKind) -> Score {
 }
 
 /// Builds the sparse FFN a profile describes (its thresholds and score), checking it belongs to the model.
-pub fn sparse_from_profile(engine: &Engine<'_>, profile: &Profile, profile_path: &Path) -> Result<SparseFfn> {
-    sparse_from_profile_with(engine, profile, profile_path, crate::offload::OffloadOptions::default())
+pub fn sparse_from_profile(
+    engine: &Engine<'_>,
+    profile: &Profile,
+    profile_path: &Path,
+) -> Result<SparseFfn> {
+    sparse_from_profile_with(
+        engine,
+        profile,
+        profile_path,
+        crate::offload::OffloadOptions::default(),
+    )
 }
 
 /// [`sparse_from_profile`] with the settings used when the model is a resident file (its FFN in a
@@ -195,7 +226,10 @@ pub fn sparse_from_profile_with(
     offload: crate::offload::OffloadOptions,
 ) -> Result<SparseFfn> {
     let model = engine.model();
-    let bad = |detail: String| EngineError::BadModel { path: profile_path.to_path_buf(), detail };
+    let bad = |detail: String| EngineError::BadModel {
+        path: profile_path.to_path_buf(),
+        detail,
+    };
     if profile.model_fingerprint != model_fingerprint(model) {
         return Err(bad(format!(
             "this profile was made for another model ({}); run `sparrow profile` for {}",
@@ -204,7 +238,10 @@ pub fn sparse_from_profile_with(
         )));
     }
     if profile.layers.len() != model.config.n_layers
-        || profile.layers.iter().any(|l| l.n_neurons as usize != model.config.d_ff)
+        || profile
+            .layers
+            .iter()
+            .any(|l| l.n_neurons as usize != model.config.d_ff)
     {
         return Err(bad("layer or neuron counts do not match the model".into()));
     }
@@ -214,7 +251,8 @@ pub fn sparse_from_profile_with(
             let store = model.path().parent().unwrap_or(Path::new("")).join(&r.file);
             SparseFfn::from_store(&model.config, &store, thresholds, offload)?
         }
-        None => engine.install(|| SparseFfn::new(model, thresholds, crate::sparse::DEFAULT_DOWN_FORMAT))?,
+        None => engine
+            .install(|| SparseFfn::new(model, thresholds, crate::sparse::DEFAULT_DOWN_FORMAT))?,
     };
     sp.score = score_of(profile.score);
     Ok(sp)
@@ -246,7 +284,9 @@ pub fn collect_datasets(
             sparse.scores_into(s.layer, s.act_gate, s.up, &mut scores);
             let t = sparse.thresholds()[s.layer];
             for (tk, st) in scores.chunks(ff).enumerate() {
-                if let Err(e) = sets[s.layer].push_mask(&s.input[tk * d..(tk + 1) * d], |j| st[j] > t) {
+                if let Err(e) =
+                    sets[s.layer].push_mask(&s.input[tk * d..(tk + 1) * d], |j| st[j] > t)
+                {
                     first_err.get_or_insert(e);
                 }
             }
@@ -279,5 +319,11 @@ pub fn train_predictors(
             .collect::<Result<Vec<_>>>()
     })?;
     let (layers, reports) = trained.into_iter().unzip();
-    Ok((PredictorSet { model_fingerprint: model_fingerprint(engine.model()), layers }, reports))
+    Ok((
+        PredictorSet {
+            model_fingerprint: model_fingerprint(engine.model()),
+            layers,
+        },
+        reports,
+    ))
 }

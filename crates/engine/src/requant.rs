@@ -41,7 +41,9 @@ impl Requant {
     pub fn format(self, cols: usize) -> Option<WeightFormat> {
         match self {
             Requant::Q4_0 => Some(WeightFormat::Q4_0),
-            Requant::Int4PerChannel => Some(WeightFormat::I4Hybrid { outliers_per_row: 0 }),
+            Requant::Int4PerChannel => Some(WeightFormat::I4Hybrid {
+                outliers_per_row: 0,
+            }),
             Requant::Hybrid { outlier_frac } => WeightFormat::hybrid_for(outlier_frac, cols),
         }
     }
@@ -102,7 +104,8 @@ pub struct OverlayTensor {
 impl OverlayTensor {
     /// The matrix view of the bytes.
     pub fn matrix(&self) -> Result<QMatrix<'_>> {
-        QMatrix::new(self.format, self.rows, self.cols, &self.data).map_err(kernel("re-quantized matrix"))
+        QMatrix::new(self.format, self.rows, self.cols, &self.data)
+            .map_err(kernel("re-quantized matrix"))
     }
 }
 
@@ -126,25 +129,53 @@ impl Overlay {
         for i in 0..config.n_layers {
             for kind in LINEAR_WEIGHTS {
                 let name = (names.layer)(i, kind);
-                let t = file.tensor(&name).ok_or_else(|| EngineError::MissingTensor {
+                let t = file
+                    .tensor(&name)
+                    .ok_or_else(|| EngineError::MissingTensor {
+                        path: file.path().to_path_buf(),
+                        name: name.clone(),
+                    })?;
+                let ctx = || {
+                    format!(
+                        "re-quantizing `{name}` of {} to {requant}",
+                        file.path().display()
+                    )
+                };
+                let bad = |detail: String| EngineError::BadModel {
                     path: file.path().to_path_buf(),
-                    name: name.clone(),
-                })?;
-                let ctx = || format!("re-quantizing `{name}` of {} to {requant}", file.path().display());
-                let bad = |detail: String| EngineError::BadModel { path: file.path().to_path_buf(), detail };
+                    detail,
+                };
                 if t.shape.len() != 2 {
-                    return Err(bad(format!("tensor `{name}` is not 2-D: shape {:?}", t.shape)));
+                    return Err(bad(format!(
+                        "tensor `{name}` is not 2-D: shape {:?}",
+                        t.shape
+                    )));
                 }
                 let (rows, cols) = (t.shape[0], t.shape[1]);
-                let src = weight_format(t.dtype)
-                    .ok_or_else(|| bad(format!("tensor `{name}` has type {} which the kernels do not support", t.dtype.name())))?;
-                let dst = requant.format(cols).ok_or_else(|| bad(format!("{}: no {requant} format for {cols} columns", ctx())))?;
+                let src = weight_format(t.dtype).ok_or_else(|| {
+                    bad(format!(
+                        "tensor `{name}` has type {} which the kernels do not support",
+                        t.dtype.name()
+                    ))
+                })?;
+                let dst = requant.format(cols).ok_or_else(|| {
+                    bad(format!("{}: no {requant} format for {cols} columns", ctx()))
+                })?;
                 let (sb, db) = match (src.row_bytes(cols), dst.row_bytes(cols)) {
                     (Some(s), Some(d)) => (s, d),
-                    _ => return Err(bad(format!("{}: {cols} columns do not fit {src:?} / {dst:?}", ctx()))),
+                    _ => {
+                        return Err(bad(format!(
+                            "{}: {cols} columns do not fit {src:?} / {dst:?}",
+                            ctx()
+                        )))
+                    }
                 };
                 if t.data.len() != rows * sb {
-                    return Err(bad(format!("tensor `{name}`: {} bytes, expected {}", t.data.len(), rows * sb)));
+                    return Err(bad(format!(
+                        "tensor `{name}`: {} bytes, expected {}",
+                        t.data.len(),
+                        rows * sb
+                    )));
                 }
                 let mut data = vec![0u8; rows * db];
                 data.par_chunks_mut(db.max(1))
@@ -157,7 +188,15 @@ impl Overlay {
                         },
                     )
                     .map_err(kernel(ctx()))?;
-                tensors.insert(name, OverlayTensor { format: dst, rows, cols, data });
+                tensors.insert(
+                    name,
+                    OverlayTensor {
+                        format: dst,
+                        rows,
+                        cols,
+                        data,
+                    },
+                );
             }
         }
         Ok(Overlay { requant, tensors })
@@ -208,10 +247,30 @@ mod tests {
     fn parses_specs() {
         assert_eq!("q4_0".parse::<Requant>().unwrap(), Requant::Q4_0);
         assert_eq!("INT4".parse::<Requant>().unwrap(), Requant::Int4PerChannel);
-        assert_eq!("hybrid:1%".parse::<Requant>().unwrap(), Requant::Hybrid { outlier_frac: 0.01 });
-        assert_eq!("hybrid:0.005".parse::<Requant>().unwrap(), Requant::Hybrid { outlier_frac: 0.005 });
-        assert_eq!("hybrid:2%".parse::<Requant>().unwrap().format(576), Some(WeightFormat::I4Hybrid { outliers_per_row: 12 }));
-        for bad in ["", "q4_1", "hybrid:", "hybrid:x%", "hybrid:150%", "hybrid:-1"] {
+        assert_eq!(
+            "hybrid:1%".parse::<Requant>().unwrap(),
+            Requant::Hybrid { outlier_frac: 0.01 }
+        );
+        assert_eq!(
+            "hybrid:0.005".parse::<Requant>().unwrap(),
+            Requant::Hybrid {
+                outlier_frac: 0.005
+            }
+        );
+        assert_eq!(
+            "hybrid:2%".parse::<Requant>().unwrap().format(576),
+            Some(WeightFormat::I4Hybrid {
+                outliers_per_row: 12
+            })
+        );
+        for bad in [
+            "",
+            "q4_1",
+            "hybrid:",
+            "hybrid:x%",
+            "hybrid:150%",
+            "hybrid:-1",
+        ] {
             assert!(bad.parse::<Requant>().is_err(), "{bad}");
         }
     }

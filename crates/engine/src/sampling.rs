@@ -21,7 +21,15 @@ pub struct SamplerConfig {
 
 impl Default for SamplerConfig {
     fn default() -> Self {
-        SamplerConfig { temperature: 0.0, top_k: 40, top_p: 0.95, min_p: 0.05, repeat_penalty: 1.0, repeat_last_n: 64, seed: 0 }
+        SamplerConfig {
+            temperature: 0.0,
+            top_k: 40,
+            top_p: 0.95,
+            min_p: 0.05,
+            repeat_penalty: 1.0,
+            repeat_last_n: 64,
+            seed: 0,
+        }
     }
 }
 
@@ -73,7 +81,11 @@ impl Sampler {
             for &t in &history[from..] {
                 if let Some(l) = logits.get_mut(t as usize) {
                     if seen.insert(t) {
-                        *l = if *l > 0.0 { *l / c.repeat_penalty } else { *l * c.repeat_penalty };
+                        *l = if *l > 0.0 {
+                            *l / c.repeat_penalty
+                        } else {
+                            *l * c.repeat_penalty
+                        };
                     }
                 }
             }
@@ -83,7 +95,11 @@ impl Sampler {
         }
         // Candidates sorted by logit, cut by top-k.
         let mut idx: Vec<u32> = (0..logits.len() as u32).collect();
-        let k = if c.top_k == 0 { logits.len() } else { c.top_k.min(logits.len()) };
+        let k = if c.top_k == 0 {
+            logits.len()
+        } else {
+            c.top_k.min(logits.len())
+        };
         let by_logit = |a: &u32, b: &u32| logits[*b as usize].total_cmp(&logits[*a as usize]);
         if k < idx.len() && k > 0 {
             idx.select_nth_unstable_by(k - 1, by_logit);
@@ -94,7 +110,10 @@ impl Sampler {
             return 0;
         }
         let max = logits[idx[0] as usize];
-        let mut probs: Vec<f64> = idx.iter().map(|&i| (((logits[i as usize] - max) / c.temperature) as f64).exp()).collect();
+        let mut probs: Vec<f64> = idx
+            .iter()
+            .map(|&i| (((logits[i as usize] - max) / c.temperature) as f64).exp())
+            .collect();
         let sum: f64 = probs.iter().sum();
         probs.iter_mut().for_each(|p| *p /= sum);
         // min-p, relative to the most likely token.
@@ -149,34 +168,69 @@ mod tests {
 
     #[test]
     fn repetition_penalty_changes_greedy_choice() {
-        let cfg = SamplerConfig { repeat_penalty: 2.0, ..Default::default() };
+        let cfg = SamplerConfig {
+            repeat_penalty: 2.0,
+            ..Default::default()
+        };
         let mut s = Sampler::new(cfg);
         assert_eq!(s.sample(&mut [0.1, 3.0, -1.0, 2.9], &[1]), 3);
     }
 
     #[test]
     fn same_seed_same_choices_and_top_k_respected() {
-        let cfg = SamplerConfig { temperature: 1.0, top_k: 2, top_p: 1.0, min_p: 0.0, seed: 7, ..Default::default() };
+        let cfg = SamplerConfig {
+            temperature: 1.0,
+            top_k: 2,
+            top_p: 1.0,
+            min_p: 0.0,
+            seed: 7,
+            ..Default::default()
+        };
         let logits = [1.0f32, 1.1, 0.9, 5.0, 4.9, -3.0];
         let run = |cfg: &SamplerConfig| {
             let mut s = Sampler::new(cfg.clone());
-            (0..200).map(|_| s.sample(&mut logits.clone(), &[])).collect::<Vec<_>>()
+            (0..200)
+                .map(|_| s.sample(&mut logits.clone(), &[]))
+                .collect::<Vec<_>>()
         };
         let a = run(&cfg);
         assert_eq!(a, run(&cfg));
-        assert!(a.iter().all(|&t| t == 3 || t == 4), "top-k=2 must keep only ids 3 and 4");
-        assert!(a.contains(&3) && a.contains(&4), "both candidates are likely enough to appear");
-        let other = run(&SamplerConfig { seed: 8, ..cfg.clone() });
+        assert!(
+            a.iter().all(|&t| t == 3 || t == 4),
+            "top-k=2 must keep only ids 3 and 4"
+        );
+        assert!(
+            a.contains(&3) && a.contains(&4),
+            "both candidates are likely enough to appear"
+        );
+        let other = run(&SamplerConfig {
+            seed: 8,
+            ..cfg.clone()
+        });
         assert_ne!(a, other, "a different seed gives a different stream");
     }
 
     #[test]
     fn min_p_and_top_p_cut_the_tail() {
         let logits = [10.0f32, 0.0, 0.0, 0.0];
-        let cfg = SamplerConfig { temperature: 1.0, top_k: 0, top_p: 1.0, min_p: 0.01, seed: 1, ..Default::default() };
+        let cfg = SamplerConfig {
+            temperature: 1.0,
+            top_k: 0,
+            top_p: 1.0,
+            min_p: 0.01,
+            seed: 1,
+            ..Default::default()
+        };
         let mut s = Sampler::new(cfg);
         assert!((0..100).all(|_| s.sample(&mut logits.clone(), &[]) == 0));
-        let cfg = SamplerConfig { temperature: 1.0, top_k: 0, top_p: 0.4, min_p: 0.0, seed: 1, ..Default::default() };
+        let cfg = SamplerConfig {
+            temperature: 1.0,
+            top_k: 0,
+            top_p: 0.4,
+            min_p: 0.0,
+            seed: 1,
+            ..Default::default()
+        };
         let mut s = Sampler::new(cfg);
         assert!((0..100).all(|_| s.sample(&mut [2.0, 1.0, 1.0, 1.0], &[]) == 0));
     }

@@ -23,8 +23,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use kernels_neon::{Precision, QMatrix, WeightFormat};
 use rayon::prelude::*;
 
-use crate::error::{kernel, EngineError, Result};
 use crate::config::ModelConfig;
+use crate::error::{kernel, EngineError, Result};
 use crate::model::{Layer, Model};
 use crate::offload::{Offload, OffloadOptions};
 
@@ -37,7 +37,10 @@ pub trait NeuronPredictor: Send + Sync {
 impl NeuronPredictor for predictor::PredictorSet {
     fn predict(&self, layer: usize, x: &[f32], out: &mut Vec<u32>) -> Result<()> {
         let p = self.layers.get(layer).ok_or_else(|| {
-            EngineError::Request(format!("the predictor set has {} layers; layer {layer} asked", self.layers.len()))
+            EngineError::Request(format!(
+                "the predictor set has {} layers; layer {layer} asked",
+                self.layers.len()
+            ))
         })?;
         Ok(p.predict(x, out)?)
     }
@@ -146,16 +149,21 @@ impl SparseFfn {
             .layers
             .par_iter()
             .enumerate()
-            .map(|(l, layer)| transpose(&layer.down, down_format).map_err(kernel(format!("transposing ffn down of layer {l}"))))
+            .map(|(l, layer)| {
+                transpose(&layer.down, down_format)
+                    .map_err(kernel(format!("transposing ffn down of layer {l}")))
+            })
             .collect::<Result<Vec<_>>>()?;
         let down_norms = down_t
             .iter()
             .map(|bytes| {
-                let m = QMatrix::new(down_format, ff, d, bytes).map_err(kernel("transposed ffn down"))?;
+                let m = QMatrix::new(down_format, ff, d, bytes)
+                    .map_err(kernel("transposed ffn down"))?;
                 let mut row = vec![0.0f32; d];
                 (0..ff)
                     .map(|j| {
-                        kernels_neon::dequantize_row(down_format, m.row_data(j), &mut row).map_err(kernel("transposed ffn down"))?;
+                        kernels_neon::dequantize_row(down_format, m.row_data(j), &mut row)
+                            .map_err(kernel("transposed ffn down"))?;
                         Ok(row.iter().map(|v| v * v).sum::<f32>().sqrt())
                     })
                     .collect::<Result<Vec<f32>>>()
@@ -181,11 +189,19 @@ impl SparseFfn {
     /// ([`crate::offload`]): thresholds per layer as in [`SparseFfn::new`], weights read through an
     /// [`Offload`] with `opts` (budget, I/O thread). Decode and batched steps both run token by token
     /// over the store.
-    pub fn from_store(config: &ModelConfig, store: &Path, thresholds: Vec<f32>, opts: OffloadOptions) -> Result<Self> {
+    pub fn from_store(
+        config: &ModelConfig,
+        store: &Path,
+        thresholds: Vec<f32>,
+        opts: OffloadOptions,
+    ) -> Result<Self> {
         check_thresholds(&thresholds, config.n_layers)?;
         let off = Offload::open(store, opts)?;
         let ix = off.store().index();
-        if ix.layers.len() != config.n_layers || ix.d_model != config.d_model || ix.d_ff != config.d_ff {
+        if ix.layers.len() != config.n_layers
+            || ix.d_model != config.d_model
+            || ix.d_ff != config.d_ff
+        {
             return Err(EngineError::BadModel {
                 path: store.to_path_buf(),
                 detail: format!(
@@ -252,9 +268,17 @@ impl SparseFfn {
     pub fn scores_into(&self, layer: usize, act_gate: &[f32], up: &[f32], out: &mut Vec<f32>) {
         let norms = &self.down_norms[layer];
         out.clear();
-        out.extend(act_gate.chunks(self.d_ff).zip(up.chunks(self.d_ff)).flat_map(|(a, u)| {
-            a.iter().zip(u).zip(norms).map(|((&a, &u), &n)| self.score.of(a, u, n))
-        }));
+        out.extend(
+            act_gate
+                .chunks(self.d_ff)
+                .zip(up.chunks(self.d_ff))
+                .flat_map(|(a, u)| {
+                    a.iter()
+                        .zip(u)
+                        .zip(norms)
+                        .map(|((&a, &u), &n)| self.score.of(a, u, n))
+                }),
+        );
     }
 
     /// Bytes of the transposed down matrices.
@@ -277,17 +301,36 @@ impl SparseFfn {
     /// Zeroes the work counters.
     pub fn reset_stats(&self) {
         let c = &self.counters;
-        for a in [&c.tokens, &c.neurons, &c.gate_rows, &c.up_rows, &c.down_rows] {
+        for a in [
+            &c.tokens,
+            &c.neurons,
+            &c.gate_rows,
+            &c.up_rows,
+            &c.down_rows,
+        ] {
             a.store(0, Ordering::Relaxed);
         }
     }
 
     fn down_t(&self, layer: usize) -> Result<QMatrix<'_>> {
-        QMatrix::new(self.down_t_format, self.d_ff, self.d_model, &self.down_t[layer]).map_err(kernel("transposed ffn down"))
+        QMatrix::new(
+            self.down_t_format,
+            self.d_ff,
+            self.d_model,
+            &self.down_t[layer],
+        )
+        .map_err(kernel("transposed ffn down"))
     }
 
     /// One token's FFN of layer `li`: `out = down(act(gate x) * up x)` over the active neurons only.
-    pub(crate) fn decode(&self, li: usize, layer: &Layer<'_>, x: &[f32], out: &mut [f32], precision: Precision) -> Result<()> {
+    pub(crate) fn decode(
+        &self,
+        li: usize,
+        layer: &Layer<'_>,
+        x: &[f32],
+        out: &mut [f32],
+        precision: Precision,
+    ) -> Result<()> {
         let mut predicted = Vec::new();
         let all = self.predictor.is_none();
         let rows: &[u32] = match &self.predictor {
@@ -311,8 +354,17 @@ impl SparseFfn {
             Score::Gate => {
                 // Two phases: gate rows, then up rows of the neurons whose |act(gate)| passes.
                 let mut a = vec![0.0f32; rows.len()];
-                up_rows = kernels_neon::gate_up_sparse(&layer.gate, &layer.up, rows, x, t, self.activation, &mut a, precision)
-                    .map_err(kernel("sparse ffn gate/up"))?;
+                up_rows = kernels_neon::gate_up_sparse(
+                    &layer.gate,
+                    &layer.up,
+                    rows,
+                    x,
+                    t,
+                    self.activation,
+                    &mut a,
+                    precision,
+                )
+                .map_err(kernel("sparse ffn gate/up"))?;
                 for (&r, &v) in rows.iter().zip(&a) {
                     if v != 0.0 {
                         keep.push(r);
@@ -324,7 +376,8 @@ impl SparseFfn {
                 // Two phases with per-neuron thresholds t / ‖down_j‖: gate rows, then up rows of the
                 // survivors. (GateNorm is kept for experiments; it is not the default.)
                 let mut g = vec![0.0f32; rows.len()];
-                kernels_neon::matvec_rows(&layer.gate, rows, x, &mut g, precision).map_err(kernel("sparse ffn gate"))?;
+                kernels_neon::matvec_rows(&layer.gate, rows, x, &mut g, precision)
+                    .map_err(kernel("sparse ffn gate"))?;
                 let mut survivors = Vec::with_capacity(rows.len());
                 let mut acts = Vec::with_capacity(rows.len());
                 for (&r, &gv) in rows.iter().zip(&g) {
@@ -335,7 +388,8 @@ impl SparseFfn {
                     }
                 }
                 let mut u = vec![0.0f32; survivors.len()];
-                kernels_neon::matvec_rows(&layer.up, &survivors, x, &mut u, precision).map_err(kernel("sparse ffn up"))?;
+                kernels_neon::matvec_rows(&layer.up, &survivors, x, &mut u, precision)
+                    .map_err(kernel("sparse ffn up"))?;
                 up_rows = survivors.len();
                 for ((&r, &a), &uv) in survivors.iter().zip(&acts).zip(&u) {
                     let v = a * uv;
@@ -351,11 +405,15 @@ impl SparseFfn {
                 let mut g = vec![0.0f32; rows.len()];
                 let mut u = vec![0.0f32; rows.len()];
                 if all {
-                    kernels_neon::matvec(&layer.gate, x, &mut g, precision).map_err(kernel("sparse ffn gate"))?;
-                    kernels_neon::matvec(&layer.up, x, &mut u, precision).map_err(kernel("sparse ffn up"))?;
+                    kernels_neon::matvec(&layer.gate, x, &mut g, precision)
+                        .map_err(kernel("sparse ffn gate"))?;
+                    kernels_neon::matvec(&layer.up, x, &mut u, precision)
+                        .map_err(kernel("sparse ffn up"))?;
                 } else {
-                    kernels_neon::matvec_rows(&layer.gate, rows, x, &mut g, precision).map_err(kernel("sparse ffn gate"))?;
-                    kernels_neon::matvec_rows(&layer.up, rows, x, &mut u, precision).map_err(kernel("sparse ffn up"))?;
+                    kernels_neon::matvec_rows(&layer.gate, rows, x, &mut g, precision)
+                        .map_err(kernel("sparse ffn gate"))?;
+                    kernels_neon::matvec_rows(&layer.up, rows, x, &mut u, precision)
+                        .map_err(kernel("sparse ffn up"))?;
                 }
                 up_rows = rows.len();
                 for ((&r, &gv), &uv) in rows.iter().zip(&g).zip(&u) {
@@ -368,7 +426,8 @@ impl SparseFfn {
             }
         }
         out.fill(0.0);
-        kernels_neon::axpy_rows(&self.down_t(li)?, &keep, &coeffs, out).map_err(kernel("sparse ffn down"))?;
+        kernels_neon::axpy_rows(&self.down_t(li)?, &keep, &coeffs, out)
+            .map_err(kernel("sparse ffn down"))?;
         self.count(li, rows.len(), up_rows, keep.len());
         Ok(())
     }
@@ -391,27 +450,44 @@ impl SparseFfn {
 
     /// Batched form: zeroes, in `act` (`n × d_ff` activated gate values, before the multiplication by
     /// up), every neuron that sparse decode would not compute for that token.
-    pub(crate) fn mask(&self, li: usize, x: &[f32], n: usize, act: &mut [f32], up: &[f32]) -> Result<()> {
+    pub(crate) fn mask(
+        &self,
+        li: usize,
+        x: &[f32],
+        n: usize,
+        act: &mut [f32],
+        up: &[f32],
+    ) -> Result<()> {
         let t = self.thresholds[li];
         let norms = &self.down_norms[li];
         let score = self.score;
         let ff = self.d_ff;
         let d = self.d_model;
-        act.par_chunks_mut(ff).zip(x.par_chunks(d)).zip(up.par_chunks(ff)).take(n).try_for_each(|((a, xt), u)| {
-            if let Some(p) = &self.predictor {
-                let mut predicted = Vec::new();
-                p.predict(li, xt, &mut predicted)?;
-                let mut keep = vec![false; ff];
-                predicted.iter().filter(|&&j| (j as usize) < ff).for_each(|&j| keep[j as usize] = true);
-                a.iter_mut().zip(&keep).filter(|(_, k)| !**k).for_each(|(v, _)| *v = 0.0);
-            }
-            for ((v, &uj), &nj) in a.iter_mut().zip(u).zip(norms) {
-                if score.of(*v, uj, nj) <= t {
-                    *v = 0.0;
+        act.par_chunks_mut(ff)
+            .zip(x.par_chunks(d))
+            .zip(up.par_chunks(ff))
+            .take(n)
+            .try_for_each(|((a, xt), u)| {
+                if let Some(p) = &self.predictor {
+                    let mut predicted = Vec::new();
+                    p.predict(li, xt, &mut predicted)?;
+                    let mut keep = vec![false; ff];
+                    predicted
+                        .iter()
+                        .filter(|&&j| (j as usize) < ff)
+                        .for_each(|&j| keep[j as usize] = true);
+                    a.iter_mut()
+                        .zip(&keep)
+                        .filter(|(_, k)| !**k)
+                        .for_each(|(v, _)| *v = 0.0);
                 }
-            }
-            Ok(())
-        })
+                for ((v, &uj), &nj) in a.iter_mut().zip(u).zip(norms) {
+                    if score.of(*v, uj, nj) <= t {
+                        *v = 0.0;
+                    }
+                }
+                Ok(())
+            })
     }
 
     /// Batched down projection with the same transposed rows as [`SparseFfn::decode`], so that batched
@@ -420,27 +496,48 @@ impl SparseFfn {
     pub(crate) fn down_batch(&self, li: usize, h: &[f32], n: usize, out: &mut [f32]) -> Result<()> {
         let down_t = self.down_t(li)?;
         let (ff, d) = (self.d_ff, self.d_model);
-        out.par_chunks_mut(d).zip(h.par_chunks(ff)).take(n).try_for_each(|(o, ht)| {
-            let (rows, coeffs): (Vec<u32>, Vec<f32>) =
-                ht.iter().enumerate().filter(|(_, v)| **v != 0.0).map(|(j, &v)| (j as u32, v)).unzip();
-            o.fill(0.0);
-            kernels_neon::axpy_rows(&down_t, &rows, &coeffs, o).map_err(kernel("sparse ffn down (batched)"))
-        })
+        out.par_chunks_mut(d)
+            .zip(h.par_chunks(ff))
+            .take(n)
+            .try_for_each(|(o, ht)| {
+                let (rows, coeffs): (Vec<u32>, Vec<f32>) = ht
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, v)| **v != 0.0)
+                    .map(|(j, &v)| (j as u32, v))
+                    .unzip();
+                o.fill(0.0);
+                kernels_neon::axpy_rows(&down_t, &rows, &coeffs, o)
+                    .map_err(kernel("sparse ffn down (batched)"))
+            })
     }
 }
 
 /// `w` (`rows × cols`) transposed into `cols × rows` in `format`.
 fn check_thresholds(thresholds: &[f32], n_layers: usize) -> Result<()> {
     if thresholds.len() != n_layers {
-        return Err(EngineError::Request(format!("sparse FFN: {} thresholds for a model of {} layers", thresholds.len(), n_layers)));
+        return Err(EngineError::Request(format!(
+            "sparse FFN: {} thresholds for a model of {} layers",
+            thresholds.len(),
+            n_layers
+        )));
     }
-    if let Some((l, t)) = thresholds.iter().enumerate().find(|(_, t)| !t.is_finite() || **t < 0.0) {
-        return Err(EngineError::Request(format!("sparse FFN: threshold of layer {l} is {t}, not a finite value >= 0")));
+    if let Some((l, t)) = thresholds
+        .iter()
+        .enumerate()
+        .find(|(_, t)| !t.is_finite() || **t < 0.0)
+    {
+        return Err(EngineError::Request(format!(
+            "sparse FFN: threshold of layer {l} is {t}, not a finite value >= 0"
+        )));
     }
     Ok(())
 }
 
-fn transpose(w: &QMatrix<'_>, format: WeightFormat) -> std::result::Result<Vec<u8>, kernels_neon::KernelError> {
+fn transpose(
+    w: &QMatrix<'_>,
+    format: WeightFormat,
+) -> std::result::Result<Vec<u8>, kernels_neon::KernelError> {
     let (rows, cols) = (w.rows(), w.cols());
     let mut dense = vec![0.0f32; rows * cols];
     for (r, out) in dense.chunks_exact_mut(cols.max(1)).enumerate().take(rows) {
@@ -460,14 +557,18 @@ fn transpose(w: &QMatrix<'_>, format: WeightFormat) -> std::result::Result<Vec<u
 /// `samples[l]` is reordered.
 pub fn thresholds_for_sparsity(samples: &mut [Vec<f32>], sparsity: f32) -> Result<Vec<f32>> {
     if !(0.0..=1.0).contains(&sparsity) {
-        return Err(EngineError::Request(format!("target sparsity {sparsity} is not within 0..=1")));
+        return Err(EngineError::Request(format!(
+            "target sparsity {sparsity} is not within 0..=1"
+        )));
     }
     samples
         .iter_mut()
         .enumerate()
         .map(|(l, s)| {
             if s.is_empty() {
-                return Err(EngineError::Request(format!("no activation samples for layer {l}")));
+                return Err(EngineError::Request(format!(
+                    "no activation samples for layer {l}"
+                )));
             }
             if sparsity == 0.0 {
                 return Ok(0.0);
@@ -486,7 +587,10 @@ mod tests {
 
     #[test]
     fn threshold_is_the_quantile() {
-        let mut s = vec![(1..=100).map(|v| v as f32).rev().collect::<Vec<_>>(), vec![0.5; 10]];
+        let mut s = vec![
+            (1..=100).map(|v| v as f32).rev().collect::<Vec<_>>(),
+            vec![0.5; 10],
+        ];
         let t = thresholds_for_sparsity(&mut s, 0.3).unwrap();
         assert_eq!(t[0], 30.0);
         assert_eq!(t[1], 0.5);

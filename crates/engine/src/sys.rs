@@ -26,6 +26,9 @@ mod tests {
         assert!(rss > 100_000, "a test process uses more than 100 kB: {rss}");
         // Not compared with the peak read above: other test threads allocate in between.
         let now = super::rss_bytes().expect("VmRSS is readable on Linux");
-        assert!(now > 100_000, "a test process holds more than 100 kB: {now}");
+        assert!(
+            now > 100_000,
+            "a test process holds more than 100 kB: {now}"
+        );
     }
 }

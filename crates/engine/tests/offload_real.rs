@@ -12,22 +12,45 @@ use engine::{Engine, EngineOptions, Logits, ModelFile, Precision, SparseFfn};
 #[test]
 fn offloaded_decode_matches_in_memory_sparse_decode_on_the_real_model() {
     let file = ModelFile::open(model_path()).unwrap();
-    let opts = EngineOptions { threads: 2, precision: Precision::Fast, context: 256 };
+    let opts = EngineOptions {
+        threads: 2,
+        precision: Precision::Fast,
+        context: 256,
+    };
     let mut mem = Engine::new(&file, opts.clone()).unwrap();
     let n_layers = mem.model().config.n_layers;
-    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("offload-real-{}", std::process::id()));
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("offload-real-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let resident = dir.join("smollm2.resident.gguf");
-    let report = convert(&file, &synthetic_profile(mem.model()), &resident, &ConvertOptions::default(), |_, _| {}).unwrap();
-    assert_eq!((report.layout.neurons, report.layout.pages), (3, 1), "SmolLM2 Q4_1 + Q8_0 down: 3 bundles of 1332 bytes per page");
-    mem.set_sparse(Some(SparseFfn::new(mem.model(), vec![0.0; n_layers], DEFAULT_DOWN_FORMAT).unwrap()));
+    let report = convert(
+        &file,
+        &synthetic_profile(mem.model()),
+        &resident,
+        &ConvertOptions::default(),
+        |_, _| {},
+    )
+    .unwrap();
+    assert_eq!(
+        (report.layout.neurons, report.layout.pages),
+        (3, 1),
+        "SmolLM2 Q4_1 + Q8_0 down: 3 bundles of 1332 bytes per page"
+    );
+    mem.set_sparse(Some(
+        SparseFfn::new(mem.model(), vec![0.0; n_layers], DEFAULT_DOWN_FORMAT).unwrap(),
+    ));
 
     let rfile = ModelFile::open(&resident).unwrap();
     let mut off = Engine::new(&rfile, opts).unwrap();
     let cfg = off.model().config.clone();
     let ffn = std::fs::metadata(store_path_for(&resident)).unwrap().len() as usize;
-    let o = OffloadOptions { ffn_budget: ffn / 2, ..Default::default() };
-    off.set_sparse(Some(SparseFfn::from_store(&cfg, &store_path_for(&resident), vec![0.0; n_layers], o).unwrap()));
+    let o = OffloadOptions {
+        ffn_budget: ffn / 2,
+        ..Default::default()
+    };
+    off.set_sparse(Some(
+        SparseFfn::from_store(&cfg, &store_path_for(&resident), vec![0.0; n_layers], o).unwrap(),
+    ));
 
     let prompt = ids(&reference()["prompts"][0]["ids"]);
     let (mut cm, mut co) = (mem.new_cache(), off.new_cache());
@@ -37,15 +60,27 @@ fn offloaded_decode_matches_in_memory_sparse_decode_on_the_real_model() {
         let a = mem.forward(&mut cm, &[tok], Logits::Last).unwrap();
         let b = off.forward(&mut co, &[tok], Logits::Last).unwrap();
         let m = a.iter().fold(0f32, |m, v| m.max(v.abs()));
-        worst = worst.max(a.iter().zip(&b).fold(0f32, |d, (x, y)| d.max((x - y).abs())) / m);
+        worst = worst.max(
+            a.iter()
+                .zip(&b)
+                .fold(0f32, |d, (x, y)| d.max((x - y).abs()))
+                / m,
+        );
         let (ga, gb) = (engine::sampling::argmax(&a), engine::sampling::argmax(&b));
         assert_eq!(ga, gb, "greedy token differs at step {step}");
-        tok = if step + 1 < prompt.len() { prompt[step + 1] } else { ga };
+        tok = if step + 1 < prompt.len() {
+            prompt[step + 1]
+        } else {
+            ga
+        };
     }
     eprintln!("offloaded vs in-memory sparse: max relative logit difference {worst:.2e}");
     // Measured 1.6e-4 (f32 summation order over 30 layers); a wrong row or unit gives O(1).
     assert!(worst < 1e-3, "drift {worst}");
     let st = off.sparse().unwrap().offload().unwrap().stats();
-    assert!(st.misses > 0 && st.hot_hits > 0 && st.bytes_read > 0, "half the FFN in memory reads the rest: {st:?}");
+    assert!(
+        st.misses > 0 && st.hot_hits > 0 && st.bytes_read > 0,
+        "half the FFN in memory reads the rest: {st:?}"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -7,14 +7,28 @@ use common::*;
 use engine::{Engine, EngineOptions, GenerateRequest, Logits, ModelFile, Precision};
 
 fn engine_for(file: &ModelFile, precision: Precision) -> Engine<'_> {
-    Engine::new(file, EngineOptions { threads: 0, precision, context: 2048 }).expect("the default model loads")
+    Engine::new(
+        file,
+        EngineOptions {
+            threads: 0,
+            precision,
+            context: 2048,
+        },
+    )
+    .expect("the default model loads")
 }
 
 #[test]
 fn model_file_is_the_one_the_reference_used() {
     let r = reference();
-    assert_eq!(r["model"]["sha256"].as_str().unwrap(), engine::fetch::DEFAULT_MODEL_SHA256);
-    assert_eq!(r["model"]["package"].as_str().unwrap(), engine::fetch::DEFAULT_MODEL_PACKAGE);
+    assert_eq!(
+        r["model"]["sha256"].as_str().unwrap(),
+        engine::fetch::DEFAULT_MODEL_SHA256
+    );
+    assert_eq!(
+        r["model"]["package"].as_str().unwrap(),
+        engine::fetch::DEFAULT_MODEL_PACKAGE
+    );
 }
 
 #[test]
@@ -29,11 +43,22 @@ fn tokenizer_matches_reference_ids() {
     for p in r["prompts"].as_array().unwrap() {
         cases.push((p["text"].as_str().unwrap().to_string(), ids(&p["ids"])));
     }
-    assert!(cases.len() >= 10, "the reference has tokenizer cases and prompts");
+    assert!(
+        cases.len() >= 10,
+        "the reference has tokenizer cases and prompts"
+    );
     for (text, want) in &cases {
-        assert_eq!(&tok.encode(text, false).unwrap(), want, "token ids of {text:?}");
+        assert_eq!(
+            &tok.encode(text, false).unwrap(),
+            want,
+            "token ids of {text:?}"
+        );
         // Decoding the ids gives back the text, at once and streamed token by token.
-        assert_eq!(&tok.decode(want, false).unwrap(), text, "decode of {text:?}");
+        assert_eq!(
+            &tok.decode(want, false).unwrap(),
+            text,
+            "decode of {text:?}"
+        );
         let mut stream = tok.stream_decoder(false);
         let mut streamed: String = want.iter().map(|&id| stream.push(id).unwrap()).collect();
         streamed.push_str(&stream.finish());
@@ -41,7 +66,12 @@ fn tokenizer_matches_reference_ids() {
     }
     for p in r["prompts"].as_array().unwrap() {
         let text = tok.decode(&ids(&p["greedy32_ids"]), false).unwrap();
-        assert_eq!(text, p["greedy32_text"].as_str().unwrap(), "greedy text of {}", p["text"]);
+        assert_eq!(
+            text,
+            p["greedy32_text"].as_str().unwrap(),
+            "greedy text of {}",
+            p["text"]
+        );
     }
 }
 
@@ -61,7 +91,10 @@ fn logit_drift(engine: &Engine<'_>, prompt: &serde_json::Value, path: Path) -> f
     let mut cache = engine.new_cache();
     let logits = match path {
         Path::Batched => engine.forward(&mut cache, &ids, Logits::All).unwrap(),
-        Path::Stepwise => ids.iter().flat_map(|&t| engine.forward(&mut cache, &[t], Logits::Last).unwrap()).collect(),
+        Path::Stepwise => ids
+            .iter()
+            .flat_map(|&t| engine.forward(&mut cache, &[t], Logits::Last).unwrap())
+            .collect(),
     };
     let positions = prompt["positions"].as_array().unwrap();
     assert_eq!(positions.len(), ids.len());
@@ -78,12 +111,21 @@ fn logit_drift(engine: &Engine<'_>, prompt: &serde_json::Value, path: Path) -> f
 }
 
 fn ids_and_logits(pos: &serde_json::Value) -> Vec<(u32, f64)> {
-    ids(&pos["top10_ids"]).into_iter().zip(floats(&pos["top10_logits"])).collect()
+    ids(&pos["top10_ids"])
+        .into_iter()
+        .zip(floats(&pos["top10_logits"]))
+        .collect()
 }
 
 fn greedy(engine: &Engine<'_>, prompt: &serde_json::Value) -> Vec<u32> {
-    let req = GenerateRequest { max_tokens: 32, ..Default::default() };
-    engine.generate(&ids(&prompt["ids"]), &req, |_| engine::Flow::Continue).unwrap().generated_ids
+    let req = GenerateRequest {
+        max_tokens: 32,
+        ..Default::default()
+    };
+    engine
+        .generate(&ids(&prompt["ids"]), &req, |_| engine::Flow::Continue)
+        .unwrap()
+        .generated_ids
 }
 
 #[test]
@@ -94,10 +136,22 @@ fn exact_mode_matches_reference_logits_and_greedy_text() {
     for p in r["prompts"].as_array().unwrap() {
         for path in [Path::Batched, Path::Stepwise] {
             let drift = logit_drift(&engine, p, path);
-            eprintln!("exact mode, {path:?}: max |logit - reference| = {drift:.2e} for {:?}", p["text"].as_str().unwrap());
-            assert!(drift <= 1e-3, "exact-mode logits drift {drift} > 1e-3 ({path:?}) for {}", p["text"]);
+            eprintln!(
+                "exact mode, {path:?}: max |logit - reference| = {drift:.2e} for {:?}",
+                p["text"].as_str().unwrap()
+            );
+            assert!(
+                drift <= 1e-3,
+                "exact-mode logits drift {drift} > 1e-3 ({path:?}) for {}",
+                p["text"]
+            );
         }
-        assert_eq!(greedy(&engine, p), ids(&p["greedy32_ids"]), "greedy continuation of {}", p["text"]);
+        assert_eq!(
+            greedy(&engine, p),
+            ids(&p["greedy32_ids"]),
+            "greedy continuation of {}",
+            p["text"]
+        );
     }
 }
 
@@ -111,13 +165,24 @@ fn fast_mode_keeps_greedy_text_and_reports_drift() {
         for path in [Path::Batched, Path::Stepwise] {
             let drift = logit_drift(&engine, p, path);
             worst = worst.max(drift);
-            eprintln!("fast mode, {path:?}: max |logit - reference| = {drift:.2e} for {:?}", p["text"].as_str().unwrap());
+            eprintln!(
+                "fast mode, {path:?}: max |logit - reference| = {drift:.2e} for {:?}",
+                p["text"].as_str().unwrap()
+            );
         }
-        assert_eq!(greedy(&engine, p), ids(&p["greedy32_ids"]), "fast-mode greedy continuation of {}", p["text"]);
+        assert_eq!(
+            greedy(&engine, p),
+            ids(&p["greedy32_ids"]),
+            "fast-mode greedy continuation of {}",
+            p["text"]
+        );
     }
     // 16-bit activations drift by ~5e-3 here (8-bit ones by ~1, which flips greedy tokens).
     eprintln!("fast mode: worst drift {worst:.2e}");
-    assert!(worst < 0.05, "fast-mode drift {worst} is far beyond 16-bit activation noise");
+    assert!(
+        worst < 0.05,
+        "fast-mode drift {worst} is far beyond 16-bit activation noise"
+    );
 }
 
 #[test]
@@ -126,15 +191,33 @@ fn exact_mode_perplexity_matches_reference() {
     let engine = engine_for(&file, Precision::Exact);
     let r = reference();
     let ppl_ref = &r["perplexity"];
-    let text = std::fs::read_to_string(shared_dir().join("data").join(ppl_ref["text"].as_str().unwrap())).unwrap();
+    let text = std::fs::read_to_string(
+        shared_dir()
+            .join("data")
+            .join(ppl_ref["text"].as_str().unwrap()),
+    )
+    .unwrap();
     let tokens = engine.tokenizer().encode(&text, false).unwrap();
-    assert_eq!(tokens.len() as u64, ppl_ref["tokens_total_in_file"].as_u64().unwrap(), "token count of the whole file");
+    assert_eq!(
+        tokens.len() as u64,
+        ppl_ref["tokens_total_in_file"].as_u64().unwrap(),
+        "token count of the whole file"
+    );
     let window = ppl_ref["window"].as_u64().unwrap() as usize;
     let windows = ppl_ref["windows"].as_u64().unwrap() as usize;
-    let rep = engine.perplexity(&tokens, window, windows, |_, _| {}).unwrap();
+    let rep = engine
+        .perplexity(&tokens, window, windows, |_, _| {})
+        .unwrap();
     let want = ppl_ref["ppl"].as_f64().unwrap();
-    eprintln!("exact-mode perplexity {:.4} (reference {want}), {:.0} tok/s", rep.ppl, rep.tokens_per_s);
-    assert!((rep.ppl - want).abs() <= 0.05, "perplexity {} vs reference {want}", rep.ppl);
+    eprintln!(
+        "exact-mode perplexity {:.4} (reference {want}), {:.0} tok/s",
+        rep.ppl, rep.tokens_per_s
+    );
+    assert!(
+        (rep.ppl - want).abs() <= 0.05,
+        "perplexity {} vs reference {want}",
+        rep.ppl
+    );
 }
 
 /// The check on the real model: the sparse FFN with thresholds of zero (nothing skipped) and the
@@ -147,7 +230,10 @@ fn sparse_decode_with_zero_thresholds_keeps_greedy_tokens() {
     let mut engine = engine_for(&file, Precision::Fast);
     let n_layers = engine.model().config.n_layers;
     let r = reference();
-    for format in [kernels_neon::WeightFormat::F32, engine::sparse::DEFAULT_DOWN_FORMAT] {
+    for format in [
+        kernels_neon::WeightFormat::F32,
+        engine::sparse::DEFAULT_DOWN_FORMAT,
+    ] {
         let sp = engine::SparseFfn::new(engine.model(), vec![0.0; n_layers], format).unwrap();
         engine.set_sparse(Some(sp));
         let mut worst = 0.0f64;
@@ -156,13 +242,22 @@ fn sparse_decode_with_zero_thresholds_keeps_greedy_tokens() {
             eprintln!("sparse, zero thresholds, {format:?} down: max |logit - reference| = {drift:.2e} for {:?}", p["text"].as_str().unwrap());
             worst = worst.max(drift);
             if format == kernels_neon::WeightFormat::F32 {
-                assert_eq!(greedy(&engine, p), ids(&p["greedy32_ids"]), "sparse greedy continuation of {}", p["text"]);
+                assert_eq!(
+                    greedy(&engine, p),
+                    ids(&p["greedy32_ids"]),
+                    "sparse greedy continuation of {}",
+                    p["text"]
+                );
             }
         }
         let s = engine.sparse().unwrap().stats();
         assert!(s.tokens > 0 && s.down_frac() > 0.99, "{format:?}: {s:?}");
         // Measured: F32 1.6e-3..3.2e-3, Q8_0 0.47..1.0 (Q4_1 rows would give ~7, F16 ~6e-3).
-        let bound = if format == kernels_neon::WeightFormat::F32 { 0.05 } else { 1.5 };
+        let bound = if format == kernels_neon::WeightFormat::F32 {
+            0.05
+        } else {
+            1.5
+        };
         assert!(worst < bound, "{format:?} down: drift {worst} >= {bound}");
     }
 }

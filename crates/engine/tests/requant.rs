@@ -12,10 +12,15 @@ fn fixture() -> ModelFile {
 }
 
 fn logits(file: &ModelFile, overlay: Option<&Overlay>) -> Vec<f32> {
-    let opts = EngineOptions { threads: 1, precision: Precision::Exact, context: 64 };
+    let opts = EngineOptions {
+        threads: 1,
+        precision: Precision::Exact,
+        context: 64,
+    };
     let eng = Engine::new_with_overlay(file, overlay, opts).unwrap();
     let mut cache = eng.new_cache();
-    eng.forward(&mut cache, &[1, 70, 80, 90, 100, 33], Logits::All).unwrap()
+    eng.forward(&mut cache, &[1, 70, 80, 90, 100, 33], Logits::All)
+        .unwrap()
 }
 
 /// max |a - b| / max |b|.
@@ -30,19 +35,40 @@ fn overlay_holds_every_layer_matrix_in_the_target_format() {
     let cfg = file.config().unwrap();
     for (spec, want) in [
         ("q4_0", WeightFormat::Q4_0),
-        ("int4", WeightFormat::I4Hybrid { outliers_per_row: 0 }),
-        ("hybrid:5%", WeightFormat::I4Hybrid { outliers_per_row: 4 }), // ceil(0.05 * 64)
+        (
+            "int4",
+            WeightFormat::I4Hybrid {
+                outliers_per_row: 0,
+            },
+        ),
+        (
+            "hybrid:5%",
+            WeightFormat::I4Hybrid {
+                outliers_per_row: 4,
+            },
+        ), // ceil(0.05 * 64)
     ] {
         let o = Overlay::build(&file, spec.parse::<Requant>().unwrap()).unwrap();
         assert_eq!(o.len(), cfg.n_layers * 7, "{spec}");
         let t = o.get("blk.0.attn_q.weight").unwrap();
-        assert_eq!((t.format, t.rows, t.cols), (want, cfg.q_dim(), cfg.d_model), "{spec}");
+        assert_eq!(
+            (t.format, t.rows, t.cols),
+            (want, cfg.q_dim(), cfg.d_model),
+            "{spec}"
+        );
         // 64-wide rows: 4.5 (Q4_0), 5.0 (8 + 32 bytes), 6.5 (8 + 32 + 12 bytes).
-        assert!(o.bits_per_weight() > 4.0 && o.bits_per_weight() <= 6.5, "{spec}: {}", o.bits_per_weight());
+        assert!(
+            o.bits_per_weight() > 4.0 && o.bits_per_weight() <= 6.5,
+            "{spec}: {}",
+            o.bits_per_weight()
+        );
         // The engine takes the overlay's matrices; embedding/output stay as in the file.
         let eng = Engine::new_with_overlay(&file, Some(&o), EngineOptions::default()).unwrap();
         assert_eq!(eng.model().layers[0].wq.format(), t.format);
-        assert_eq!(eng.model().layers[1].down.format(), o.get("blk.1.ffn_down.weight").unwrap().format);
+        assert_eq!(
+            eng.model().layers[1].down.format(),
+            o.get("blk.1.ffn_down.weight").unwrap().format
+        );
         assert_eq!(eng.model().embed.format(), WeightFormat::F16);
     }
 }
@@ -53,12 +79,19 @@ fn overlay_rows_are_the_file_rows_quantized() {
     let o = Overlay::build(&file, Requant::Hybrid { outlier_frac: 0.05 }).unwrap();
     let t = o.get("blk.1.ffn_down.weight").unwrap();
     let m = t.matrix().unwrap();
-    let ModelFile::Gguf(g) = &file else { unreachable!() };
+    let ModelFile::Gguf(g) = &file else {
+        unreachable!()
+    };
     let src = g.tensor("blk.1.ffn_down.weight").unwrap();
     let rb = src.data.len() / t.rows;
     for r in 0..t.rows {
         let mut want = vec![0f32; t.cols];
-        dequantize_row(WeightFormat::F16, &src.data[r * rb..(r + 1) * rb], &mut want).unwrap();
+        dequantize_row(
+            WeightFormat::F16,
+            &src.data[r * rb..(r + 1) * rb],
+            &mut want,
+        )
+        .unwrap();
         let mut got = vec![0f32; t.cols];
         dequantize_row(t.format, m.row_data(r), &mut got).unwrap();
         let amax = want.iter().fold(0f32, |a, v| a.max(v.abs()));
@@ -83,7 +116,11 @@ fn engine_runs_on_re_quantized_weights() {
     let d8 = rel_drift(&logits(&file, Some(&all8)), &base);
     assert!(d8 < 0.02, "int8 drift {d8}");
     // INT4 variants drift more, but stay finite and the same order of magnitude.
-    for r in [Requant::Q4_0, Requant::Int4PerChannel, Requant::Hybrid { outlier_frac: 0.02 }] {
+    for r in [
+        Requant::Q4_0,
+        Requant::Int4PerChannel,
+        Requant::Hybrid { outlier_frac: 0.02 },
+    ] {
         let o = Overlay::build(&file, r).unwrap();
         let l = logits(&file, Some(&o));
         assert!(l.iter().all(|v| v.is_finite()), "{r}");

@@ -14,12 +14,22 @@ use kernels_neon::WeightFormat;
 const TOKENS: &[u32] = &[1, 70, 80, 90, 100, 33, 7, 250, 12, 64, 5, 99];
 
 fn fixture(name: &str) -> ModelFile {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures").join(name);
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fixtures")
+        .join(name);
     ModelFile::open(p).unwrap()
 }
 
 fn engine(file: &ModelFile) -> Engine<'_> {
-    Engine::new(file, EngineOptions { threads: 1, precision: Precision::Exact, context: 64 }).unwrap()
+    Engine::new(
+        file,
+        EngineOptions {
+            threads: 1,
+            precision: Precision::Exact,
+            context: 64,
+        },
+    )
+    .unwrap()
 }
 
 fn logits(eng: &Engine<'_>, batched: bool) -> Vec<f32> {
@@ -28,7 +38,12 @@ fn logits(eng: &Engine<'_>, batched: bool) -> Vec<f32> {
 
 #[test]
 fn zero_thresholds_compute_the_dense_ffn() {
-    for name in ["tiny-llama-f16.gguf", "tiny-llama-silu-q4_0.gguf", "tiny-llama-relu-q8_0.gguf", "tiny-qwen2-q4_1.gguf"] {
+    for name in [
+        "tiny-llama-f16.gguf",
+        "tiny-llama-silu-q4_0.gguf",
+        "tiny-llama-relu-q8_0.gguf",
+        "tiny-qwen2-q4_1.gguf",
+    ] {
         let file = fixture(name);
         let mut eng = engine(&file);
         let n_layers = eng.model().config.n_layers;
@@ -37,7 +52,8 @@ fn zero_thresholds_compute_the_dense_ffn() {
             let dense = logits(&eng, batched);
             for score in [Score::Gate, Score::GateNorm, Score::OutputNorm] {
                 // F32 down rows: only the summation order differs from the dense product.
-                let mut sp = SparseFfn::new(eng.model(), vec![0.0; n_layers], WeightFormat::F32).unwrap();
+                let mut sp =
+                    SparseFfn::new(eng.model(), vec![0.0; n_layers], WeightFormat::F32).unwrap();
                 sp.score = score;
                 eng.set_sparse(Some(sp));
                 let sparse = logits(&eng, batched);
@@ -46,7 +62,11 @@ fn zero_thresholds_compute_the_dense_ffn() {
                 let stats = eng.sparse().unwrap().stats();
                 if !batched {
                     assert_eq!(stats.tokens, TOKENS.len() as u64, "{name}");
-                    assert_eq!(stats.gate_frac(), 1.0, "{name}: no predictor, every gate row runs");
+                    assert_eq!(
+                        stats.gate_frac(),
+                        1.0,
+                        "{name}: no predictor, every gate row runs"
+                    );
                 }
             }
         }
@@ -65,7 +85,11 @@ fn relu_models_skip_their_zero_neurons_for_free() {
     let sparse = logits(&eng, false);
     let s = eng.sparse().unwrap().stats();
     // ReLU zeroes about half of the gate outputs: those down columns are never read.
-    assert!(s.down_frac() > 0.2 && s.down_frac() < 0.8, "down share {}", s.down_frac());
+    assert!(
+        s.down_frac() > 0.2 && s.down_frac() < 0.8,
+        "down share {}",
+        s.down_frac()
+    );
     // Q8_0 down rows against the file's Q8_0 down matrix: rounding only.
     let d = rel_drift(&sparse, &dense);
     assert!(d < 2e-2, "drift {d}");
@@ -81,18 +105,27 @@ fn calibrated_thresholds_skip_the_calibrated_share() {
     for target in [0.3f32, 0.6] {
         let probe = SparseFfn::new(eng.model(), vec![0.0; n_layers], DEFAULT_DOWN_FORMAT).unwrap();
         let mut samples =
-            engine::profile::sample_scores(&eng, &probe, TOKENS, TOKENS.len(), 1, 1, |_, _| {}).unwrap();
+            engine::profile::sample_scores(&eng, &probe, TOKENS, TOKENS.len(), 1, 1, |_, _| {})
+                .unwrap();
         assert_eq!(samples.len(), n_layers);
         let t = thresholds_for_sparsity(&mut samples, target).unwrap();
-        eng.set_sparse(Some(SparseFfn::new(eng.model(), t, DEFAULT_DOWN_FORMAT).unwrap()));
+        eng.set_sparse(Some(
+            SparseFfn::new(eng.model(), t, DEFAULT_DOWN_FORMAT).unwrap(),
+        ));
         // Decoding the calibration tokens themselves: the skipped share is the target (up to ties and
         // the small differences between batched and one-token steps).
         let sparse = logits(&eng, false);
         let s = eng.sparse().unwrap().stats();
         let skipped = 1.0 - s.down_frac();
-        assert!((skipped - target as f64).abs() < 0.05, "target {target}: skipped {skipped}");
+        assert!(
+            (skipped - target as f64).abs() < 0.05,
+            "target {target}: skipped {skipped}"
+        );
         let d = rel_drift(&sparse, &dense);
-        assert!(d > prev_drift && d.is_finite(), "target {target}: drift {d} (previous {prev_drift})");
+        assert!(
+            d > prev_drift && d.is_finite(),
+            "target {target}: drift {d} (previous {prev_drift})"
+        );
         prev_drift = d;
         eng.set_sparse(None);
     }
@@ -123,7 +156,10 @@ fn predictor_chooses_the_gate_and_up_rows() {
     let with_some = logits(&eng, false);
     let s = eng.sparse().unwrap().stats();
     let want = rows.len() as f64 / cfg.d_ff as f64;
-    assert!((s.gate_frac() - want).abs() < 1e-9 && (s.up_frac() - want).abs() < 1e-9, "{s:?}");
+    assert!(
+        (s.gate_frac() - want).abs() < 1e-9 && (s.up_frac() - want).abs() < 1e-9,
+        "{s:?}"
+    );
     assert!(s.down_frac() <= want + 1e-9, "{s:?}");
 
     // Predicting every row is the dense FFN again.
@@ -135,7 +171,10 @@ fn predictor_chooses_the_gate_and_up_rows() {
     eng.set_sparse(None);
     let dense = logits(&eng, false);
     assert!(rel_drift(&with_all, &dense) < 1e-4);
-    assert!(rel_drift(&with_some, &dense) > 1e-3, "dropping two thirds of the neurons must change the logits");
+    assert!(
+        rel_drift(&with_some, &dense) > 1e-3,
+        "dropping two thirds of the neurons must change the logits"
+    );
 }
 
 #[test]
@@ -146,7 +185,10 @@ fn wrong_thresholds_are_errors() {
     assert!(SparseFfn::new(eng.model(), vec![0.0; n + 1], DEFAULT_DOWN_FORMAT).is_err());
     let mut bad = vec![0.0; n];
     bad[0] = f32::NAN;
-    let e = SparseFfn::new(eng.model(), bad, DEFAULT_DOWN_FORMAT).err().unwrap().to_string();
+    let e = SparseFfn::new(eng.model(), bad, DEFAULT_DOWN_FORMAT)
+        .err()
+        .unwrap()
+        .to_string();
     assert!(e.contains("layer 0"), "{e}");
     bad = vec![0.0; n];
     bad[n - 1] = -1.0;

@@ -28,7 +28,9 @@ struct Variant {
 type Tensors = std::collections::HashMap<String, Vec<f64>>;
 
 fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures").join(format!("tiny-{name}.gguf"))
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fixtures")
+        .join(format!("tiny-{name}.gguf"))
 }
 
 fn read_tensors(path: &std::path::Path) -> Tensors {
@@ -50,7 +52,9 @@ fn read_tensors(path: &std::path::Path) -> Tensors {
 }
 
 fn matvec(w: &[f64], x: &[f64]) -> Vec<f64> {
-    w.chunks(x.len()).map(|r| r.iter().zip(x).map(|(a, b)| a * b).sum()).collect()
+    w.chunks(x.len())
+        .map(|r| r.iter().zip(x).map(|(a, b)| a * b).sum())
+        .collect()
 }
 
 fn rms_norm(x: &[f64], w: &[f64]) -> Vec<f64> {
@@ -64,7 +68,11 @@ fn rope(h: &mut [f64], pos: usize, interleaved: bool) {
     let half = h.len() / 2;
     for i in 0..half {
         let theta = pos as f64 * BASE.powf(-2.0 * i as f64 / h.len() as f64);
-        let (a, b) = if interleaved { (2 * i, 2 * i + 1) } else { (i, i + half) };
+        let (a, b) = if interleaved {
+            (2 * i, 2 * i + 1)
+        } else {
+            (i, i + half)
+        };
         let (x0, x1) = (h[a], h[b]);
         h[a] = x0 * theta.cos() - x1 * theta.sin();
         h[b] = x0 * theta.sin() + x1 * theta.cos();
@@ -85,9 +93,15 @@ fn reference_logits(v: &Variant, t: &Tensors, tokens: &[u32]) -> Vec<Vec<f64>> {
             let mut k = matvec(g(&n("attn_k.weight")), &h);
             let mut vv = matvec(g(&n("attn_v.weight")), &h);
             if v.qwen2 {
-                q.iter_mut().zip(g(&n("attn_q.bias"))).for_each(|(a, b)| *a += b);
-                k.iter_mut().zip(g(&n("attn_k.bias"))).for_each(|(a, b)| *a += b);
-                vv.iter_mut().zip(g(&n("attn_v.bias"))).for_each(|(a, b)| *a += b);
+                q.iter_mut()
+                    .zip(g(&n("attn_q.bias")))
+                    .for_each(|(a, b)| *a += b);
+                k.iter_mut()
+                    .zip(g(&n("attn_k.bias")))
+                    .for_each(|(a, b)| *a += b);
+                vv.iter_mut()
+                    .zip(g(&n("attn_v.bias")))
+                    .for_each(|(a, b)| *a += b);
             }
             let inter = !v.qwen2;
             q.chunks_mut(HD).for_each(|hh| rope(hh, pos, inter));
@@ -100,7 +114,13 @@ fn reference_logits(v: &Variant, t: &Tensors, tokens: &[u32]) -> Vec<Vec<f64>> {
                 let qh = &q[hq * HD..(hq + 1) * HD];
                 let scores: Vec<f64> = ks[l]
                     .iter()
-                    .map(|k| qh.iter().zip(&k[kvh * HD..(kvh + 1) * HD]).map(|(a, b)| a * b).sum::<f64>() / (HD as f64).sqrt())
+                    .map(|k| {
+                        qh.iter()
+                            .zip(&k[kvh * HD..(kvh + 1) * HD])
+                            .map(|(a, b)| a * b)
+                            .sum::<f64>()
+                            / (HD as f64).sqrt()
+                    })
                     .collect();
                 let m = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
                 let e: Vec<f64> = scores.iter().map(|s| (s - m).exp()).collect();
@@ -119,13 +139,23 @@ fn reference_logits(v: &Variant, t: &Tensors, tokens: &[u32]) -> Vec<Vec<f64>> {
             let act: Vec<f64> = gate
                 .iter()
                 .zip(&up)
-                .map(|(&a, &u)| if v.relu { a.max(0.0) * u } else { a / (1.0 + (-a).exp()) * u })
+                .map(|(&a, &u)| {
+                    if v.relu {
+                        a.max(0.0) * u
+                    } else {
+                        a / (1.0 + (-a).exp()) * u
+                    }
+                })
                 .collect();
             let dn = matvec(g(&n("ffn_down.weight")), &act);
             x.iter_mut().zip(&dn).for_each(|(a, b)| *a += b);
         }
         let h = rms_norm(&x, g("output_norm.weight"));
-        let w_out = if v.untied { g("output.weight") } else { g("token_embd.weight") };
+        let w_out = if v.untied {
+            g("output.weight")
+        } else {
+            g("token_embd.weight")
+        };
         out.push(matvec(w_out, &h));
     }
     out
@@ -136,15 +166,36 @@ fn check(v: Variant) {
     let tensors = read_tensors(&path);
     let file = ModelFile::open(&path).unwrap();
     let cfg = file.config().unwrap();
-    assert_eq!((cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.n_layers), (D, HEADS, KV_HEADS, LAYERS));
+    assert_eq!(
+        (cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.n_layers),
+        (D, HEADS, KV_HEADS, LAYERS)
+    );
     assert_eq!(cfg.arch == Arch::Qwen2, v.qwen2);
-    let tokens: Vec<u32> = vec![256, 72, 101, 108, 108, 111, 44, 32, 119, 111, 114, 108, 100, 33, 257, 3];
+    let tokens: Vec<u32> = vec![
+        256, 72, 101, 108, 108, 111, 44, 32, 119, 111, 114, 108, 100, 33, 257, 3,
+    ];
     let want = reference_logits(&v, &tensors, &tokens);
     let scale = want.iter().flatten().map(|x| x.abs()).fold(0.0, f64::max);
-    assert!(scale > 0.1, "{}: logits are not degenerate ({scale})", v.name);
-    for (precision, tol) in [(Precision::Exact, 2e-4), (Precision::Fast, 2e-3), (Precision::Int8, 0.15)] {
+    assert!(
+        scale > 0.1,
+        "{}: logits are not degenerate ({scale})",
+        v.name
+    );
+    for (precision, tol) in [
+        (Precision::Exact, 2e-4),
+        (Precision::Fast, 2e-3),
+        (Precision::Int8, 0.15),
+    ] {
         for threads in [1, 2] {
-            let e = Engine::new(&file, EngineOptions { threads, precision, context: 64 }).unwrap();
+            let e = Engine::new(
+                &file,
+                EngineOptions {
+                    threads,
+                    precision,
+                    context: 64,
+                },
+            )
+            .unwrap();
             assert_eq!(e.model().config.activation == Activation::Relu, v.relu);
             assert_eq!(e.model().tied_embeddings, !v.untied);
             // Prefill in two batched steps, then decode one token at a time: both paths are checked.
@@ -160,27 +211,51 @@ fn check(v: Variant) {
                 .flat_map(|(g, w)| g.iter().zip(w).map(|(a, b)| (*a as f64 - b).abs()))
                 .fold(0.0, f64::max);
             eprintln!("{} {precision:?} threads={threads}: max |logit error| = {worst:.2e} (logit scale {scale:.2})", v.name);
-            assert!(worst <= tol * scale.max(1.0), "{} {precision:?}: logits off by {worst}", v.name);
+            assert!(
+                worst <= tol * scale.max(1.0),
+                "{} {precision:?}: logits off by {worst}",
+                v.name
+            );
         }
     }
 }
 
 #[test]
 fn llama_silu_q4_0_tied_f16_embedding() {
-    check(Variant { name: "llama-silu-q4_0", qwen2: false, relu: false, untied: false });
+    check(Variant {
+        name: "llama-silu-q4_0",
+        qwen2: false,
+        relu: false,
+        untied: false,
+    });
 }
 
 #[test]
 fn llama_relu_q8_0_untied() {
-    check(Variant { name: "llama-relu-q8_0", qwen2: false, relu: true, untied: true });
+    check(Variant {
+        name: "llama-relu-q8_0",
+        qwen2: false,
+        relu: true,
+        untied: true,
+    });
 }
 
 #[test]
 fn qwen2_biases_q4_1_f32_embedding() {
-    check(Variant { name: "qwen2-q4_1", qwen2: true, relu: false, untied: true });
+    check(Variant {
+        name: "qwen2-q4_1",
+        qwen2: true,
+        relu: false,
+        untied: true,
+    });
 }
 
 #[test]
 fn llama_f16_weights() {
-    check(Variant { name: "llama-f16", qwen2: false, relu: false, untied: false });
+    check(Variant {
+        name: "llama-f16",
+        qwen2: false,
+        relu: false,
+        untied: false,
+    });
 }

@@ -13,8 +13,6 @@ mod common;
 use common::{pool, random_matrix};
 use kernels_neon::{matmul, matvec, Precision, QMatrix, WeightFormat};
 
-
-
 fn bench_matvec(c: &mut Criterion) {
     let pool = pool();
     let mut g = c.benchmark_group("matvec");

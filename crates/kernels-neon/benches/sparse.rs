@@ -93,7 +93,9 @@ fn bench_axpy_rows(c: &mut Criterion) {
     let w = QMatrix::new(format, neurons, cols, &data).unwrap();
     for pct in [10, 50] {
         let sel = subset(neurons, neurons * pct / 100, pct as u64);
-        let coeffs: Vec<f32> = (0..sel.len()).map(|i| (i % 7) as f32 * 0.1 + 0.05).collect();
+        let coeffs: Vec<f32> = (0..sel.len())
+            .map(|i| (i % 7) as f32 * 0.1 + 0.05)
+            .collect();
         let mut y = vec![0f32; cols];
         g.throughput(Throughput::Elements(sel.len() as u64));
         let id = BenchmarkId::new(format!("{format:?}/{neurons}x{cols}"), format!("{pct}%"));

@@ -31,7 +31,17 @@ pub fn attend(
     scores: &mut Vec<f32>,
     out: &mut [f32],
 ) -> Result<(), KernelError> {
-    attend_with(crate::active_path(), q, k, v, layout, ctx, scale, scores, out)
+    attend_with(
+        crate::active_path(),
+        q,
+        k,
+        v,
+        layout,
+        ctx,
+        scale,
+        scores,
+        out,
+    )
 }
 
 /// [`attend`] on an explicit path (for tests and benchmarks).
@@ -49,16 +59,31 @@ pub fn attend_with(
     out: &mut [f32],
 ) -> Result<(), KernelError> {
     check_path(path)?;
-    let KvLayout { stride, offset, head_dim: hd } = layout;
+    let KvLayout {
+        stride,
+        offset,
+        head_dim: hd,
+    } = layout;
     check_len("attend q", hd, q.len())?;
     check_len("attend out", hd, out.len())?;
     if offset.checked_add(hd).is_none_or(|e| e > stride) {
-        return Err(KernelError::LengthMismatch { what: "attend layout: offset + head_dim within stride", expected: stride, actual: offset.saturating_add(hd) });
+        return Err(KernelError::LengthMismatch {
+            what: "attend layout: offset + head_dim within stride",
+            expected: stride,
+            actual: offset.saturating_add(hd),
+        });
     }
-    let need = ctx.checked_mul(stride).ok_or(KernelError::Overflow { rows: ctx, cols: stride })?;
+    let need = ctx.checked_mul(stride).ok_or(KernelError::Overflow {
+        rows: ctx,
+        cols: stride,
+    })?;
     for (what, cache) in [("attend k cache", k), ("attend v cache", v)] {
         if cache.len() < need {
-            return Err(KernelError::LengthMismatch { what, expected: need, actual: cache.len() });
+            return Err(KernelError::LengthMismatch {
+                what,
+                expected: need,
+                actual: cache.len(),
+            });
         }
     }
     // Position j's row of the head: in bounds, since (j + 1) * stride <= ctx * stride <= len.

@@ -284,7 +284,10 @@ impl WeightFormat {
         if cols % self.block_len() != 0 {
             return None;
         }
-        if let WeightFormat::I4Hybrid { outliers_per_row: k } = self {
+        if let WeightFormat::I4Hybrid {
+            outliers_per_row: k,
+        } = self
+        {
             let k = usize::from(k);
             if cols > HYBRID_MAX_COLS || k > cols {
                 return None;
@@ -307,7 +310,9 @@ impl WeightFormat {
         // adding an outlier: 0.07 * 100 gives 7, not 8.
         let x = f64::from(frac.clamp(0.0, 1.0)) * cols as f64;
         let k = (x - x * 1e-6).ceil() as usize;
-        Some(WeightFormat::I4Hybrid { outliers_per_row: u16::try_from(k.min(cols)).ok()? })
+        Some(WeightFormat::I4Hybrid {
+            outliers_per_row: u16::try_from(k.min(cols)).ok()?,
+        })
     }
 
     /// Whether this is a block-quantized format (integer path in
@@ -472,7 +477,9 @@ impl<'a> QMatrix<'a> {
         if format.is_hybrid() && row_bytes > 0 {
             for (r, row) in data.chunks_exact(row_bytes).enumerate() {
                 scalar::hybrid_check(format, cols, row).map_err(|e| match e {
-                    KernelError::OutlierOutOfRange { col, cols, .. } => KernelError::OutlierOutOfRange { row: r, col, cols },
+                    KernelError::OutlierOutOfRange { col, cols, .. } => {
+                        KernelError::OutlierOutOfRange { row: r, col, cols }
+                    }
                     e => e,
                 })?;
             }
@@ -750,7 +757,11 @@ impl Acts {
     /// (so a second matrix can reuse them).
     fn fits(&self, format: WeightFormat, precision: Precision) -> bool {
         matches!(
-            (self, format.is_quantized() && !format.is_hybrid(), precision),
+            (
+                self,
+                format.is_quantized() && !format.is_hybrid(),
+                precision
+            ),
             (Acts::F32, false, _)
                 | (Acts::F32, true, Precision::Exact)
                 | (Acts::I16(_), true, Precision::Fast)

@@ -94,7 +94,11 @@ pub type QActs16 = QBlocks<i16>;
 impl<Q: Quant> QBlocks<Q> {
     /// Zeroed storage for `nb` blocks.
     pub(crate) fn zeroed(nb: usize) -> Self {
-        QBlocks { d: vec![0.0; nb], s: vec![0.0; nb], qs: vec![Q::default(); nb * 32] }
+        QBlocks {
+            d: vec![0.0; nb],
+            s: vec![0.0; nb],
+            qs: vec![Q::default(); nb * 32],
+        }
     }
 
     /// Quantizes `x` (length a multiple of 32; a trailing partial block is

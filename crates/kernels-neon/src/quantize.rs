@@ -48,7 +48,10 @@ pub fn quantize_row(format: WeightFormat, src: &[f32], dst: &mut [u8]) -> Result
         });
     }
     if let Some(i) = src.iter().position(|v| !v.is_finite()) {
-        return Err(KernelError::NonFinite { what: "quantize_row src", index: i });
+        return Err(KernelError::NonFinite {
+            what: "quantize_row src",
+            index: i,
+        });
     }
     match format {
         WeightFormat::F32 => {
@@ -79,7 +82,9 @@ pub fn quantize_row(format: WeightFormat, src: &[f32], dst: &mut [u8]) -> Result
         }
         WeightFormat::Q4_0 => {
             for (blk, x) in dst.chunks_exact_mut(18).zip(src.chunks_exact(32)) {
-                let xm = x.iter().fold(0.0f32, |m, &v| if v.abs() > m.abs() { v } else { m });
+                let xm = x
+                    .iter()
+                    .fold(0.0f32, |m, &v| if v.abs() > m.abs() { v } else { m });
                 let d = xm / -8.0;
                 let id = if d != 0.0 { 1.0 / d } else { 0.0 };
                 blk[..2].copy_from_slice(&f16::from_f32(d).to_le_bytes());
@@ -106,9 +111,14 @@ pub fn quantize_row(format: WeightFormat, src: &[f32], dst: &mut [u8]) -> Result
             }
         }
         WeightFormat::Q4_K | WeightFormat::Q6_K => {
-            return Err(KernelError::Unsupported { what: "quantize_row", format });
+            return Err(KernelError::Unsupported {
+                what: "quantize_row",
+                format,
+            });
         }
-        WeightFormat::I4Hybrid { outliers_per_row } => quantize_hybrid(usize::from(outliers_per_row), src, dst),
+        WeightFormat::I4Hybrid { outliers_per_row } => {
+            quantize_hybrid(usize::from(outliers_per_row), src, dst)
+        }
     }
     Ok(())
 }
@@ -124,7 +134,10 @@ fn quantize_hybrid(k: usize, src: &[f32], dst: &mut [u8]) {
     // Top-k columns by magnitude (ties: lower column), then sorted by column.
     let mut order: Vec<u32> = (0..cols as u32).collect();
     let key = |&a: &u32, &b: &u32| {
-        src[b as usize].abs().total_cmp(&src[a as usize].abs()).then(a.cmp(&b))
+        src[b as usize]
+            .abs()
+            .total_cmp(&src[a as usize].abs())
+            .then(a.cmp(&b))
     };
     if k > 0 && k < cols {
         order.select_nth_unstable_by(k - 1, key);
@@ -136,7 +149,11 @@ fn quantize_hybrid(k: usize, src: &[f32], dst: &mut [u8]) {
         is_outlier[c as usize] = true;
     }
     // The non-outlier weights (outliers count as 0 there).
-    let rest: Vec<f32> = src.iter().zip(&is_outlier).map(|(&v, &o)| if o { 0.0 } else { v }).collect();
+    let rest: Vec<f32> = src
+        .iter()
+        .zip(&is_outlier)
+        .map(|(&v, &o)| if o { 0.0 } else { v })
+        .collect();
     // INT4 scale: MSE search over clipping ratios of max|rest| / 7.
     let amax = rest.iter().fold(0.0f32, |m, v| m.max(v.abs()));
     // round(clamp(v * id, -8, 7)), half away from zero like `f32::round`,
@@ -173,14 +190,25 @@ fn quantize_hybrid(k: usize, src: &[f32], dst: &mut [u8]) {
     let s = best.1;
     let id = if s != 0.0 { 1.0 / s } else { 0.0 };
     // Outlier scale.
-    let omax = out_cols.iter().fold(0.0f32, |m, &c| m.max(src[c as usize].abs()));
+    let omax = out_cols
+        .iter()
+        .fold(0.0f32, |m, &c| m.max(src[c as usize].abs()));
     let so = omax / 127.0;
     let ido = if so != 0.0 { 1.0 / so } else { 0.0 };
     dst[0..4].copy_from_slice(&s.to_le_bytes());
     dst[4..8].copy_from_slice(&so.to_le_bytes());
     let nib = &mut dst[8..8 + cols / 2];
-    for (g, (x, o)) in nib.chunks_exact_mut(16).zip(src.chunks_exact(32).zip(is_outlier.chunks_exact(32))) {
-        let q = |j: usize| if o[j] { 8u8 } else { (q4(x[j], id) as i32 + 8) as u8 };
+    for (g, (x, o)) in nib
+        .chunks_exact_mut(16)
+        .zip(src.chunks_exact(32).zip(is_outlier.chunks_exact(32)))
+    {
+        let q = |j: usize| {
+            if o[j] {
+                8u8
+            } else {
+                (q4(x[j], id) as i32 + 8) as u8
+            }
+        };
         for (j, b) in g.iter_mut().enumerate() {
             *b = q(j) | (q(j + 16) << 4);
         }
@@ -195,11 +223,24 @@ fn quantize_hybrid(k: usize, src: &[f32], dst: &mut [u8]) {
 
 /// Quantizes a row-major `rows × cols` f32 matrix into `format`, row by row
 /// (`rows * format.row_bytes(cols)` bytes).
-pub fn quantize_matrix(format: WeightFormat, src: &[f32], rows: usize, cols: usize) -> Result<Vec<u8>, KernelError> {
+pub fn quantize_matrix(
+    format: WeightFormat,
+    src: &[f32],
+    rows: usize,
+    cols: usize,
+) -> Result<Vec<u8>, KernelError> {
     if src.len() != rows * cols {
-        return Err(KernelError::LengthMismatch { what: "quantize_matrix src", expected: rows * cols, actual: src.len() });
+        return Err(KernelError::LengthMismatch {
+            what: "quantize_matrix src",
+            expected: rows * cols,
+            actual: src.len(),
+        });
     }
-    let rb = format.row_bytes(cols).ok_or(KernelError::RaggedCols { format, cols, block_len: format.block_len() })?;
+    let rb = format.row_bytes(cols).ok_or(KernelError::RaggedCols {
+        format,
+        cols,
+        block_len: format.block_len(),
+    })?;
     let mut out = vec![0u8; rows * rb];
     if cols == 0 {
         return Ok(out);

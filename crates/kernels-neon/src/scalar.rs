@@ -8,8 +8,8 @@
 
 use half::{bf16, f16};
 
-use crate::quant::{QActs, QActs16};
 use crate::arch::Rows;
+use crate::quant::{QActs, QActs16};
 use crate::{KernelError, QMatrix, WeightFormat, HYBRID_HEADER};
 
 /// Reads a little-endian IEEE half at byte offset `i`.
@@ -54,10 +54,12 @@ impl<'a> Hybrid<'a> {
     /// `(column, integer value)` of every outlier, in storage order.
     #[inline(always)]
     pub(crate) fn outliers(&self) -> impl Iterator<Item = (usize, f32)> + 'a {
-        self.idx
-            .chunks_exact(2)
-            .zip(self.val)
-            .map(|(c, &v)| (usize::from(u16::from_le_bytes([c[0], c[1]])), f32::from(v as i8)))
+        self.idx.chunks_exact(2).zip(self.val).map(|(c, &v)| {
+            (
+                usize::from(u16::from_le_bytes([c[0], c[1]])),
+                f32::from(v as i8),
+            )
+        })
     }
 
     /// `so * Σ o_j x[c_j]` (columns must be in range: checked when the row
@@ -83,7 +85,11 @@ pub(crate) fn hybrid_k(format: WeightFormat) -> usize {
 
 /// For [`WeightFormat::I4Hybrid`]: checks that every outlier column of
 /// `row` (exactly `row_bytes(cols)` bytes) is `< cols`. Other formats: `Ok`.
-pub(crate) fn hybrid_check(format: WeightFormat, cols: usize, row: &[u8]) -> Result<(), KernelError> {
+pub(crate) fn hybrid_check(
+    format: WeightFormat,
+    cols: usize,
+    row: &[u8],
+) -> Result<(), KernelError> {
     if !format.is_hybrid() {
         return Ok(());
     }
@@ -148,7 +154,9 @@ pub(crate) fn axpy_hybrid(k: usize, c: f32, row: &[u8], cols: usize, c0: usize, 
 /// Dequantizes `dst.len()` elements from `src` (exactly `format.row_bytes(dst.len())` bytes).
 pub(crate) fn dequant_row(format: WeightFormat, src: &[u8], dst: &mut [f32]) {
     match format {
-        WeightFormat::I4Hybrid { outliers_per_row } => dequant_hybrid(usize::from(outliers_per_row), src, dst),
+        WeightFormat::I4Hybrid { outliers_per_row } => {
+            dequant_hybrid(usize::from(outliers_per_row), src, dst)
+        }
         WeightFormat::F32 => {
             for (d, c) in dst.iter_mut().zip(src.chunks_exact(4)) {
                 *d = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
@@ -347,7 +355,10 @@ pub(crate) fn dot_int8(format: WeightFormat, row: &[u8], xq: &QActs) -> f32 {
             acc = dot_k(format, row, &xq.qs, &xq.d, &xq.s);
         }
         // Float and hybrid formats never take the integer path (see `matvec`).
-        WeightFormat::F32 | WeightFormat::F16 | WeightFormat::BF16 | WeightFormat::I4Hybrid { .. } => {}
+        WeightFormat::F32
+        | WeightFormat::F16
+        | WeightFormat::BF16
+        | WeightFormat::I4Hybrid { .. } => {}
     }
     acc
 }
@@ -440,7 +451,11 @@ pub(crate) fn dot_i16(format: WeightFormat, row: &[u8], xq: &QActs16) -> f32 {
                 }
             }
             WeightFormat::Q4_0 | WeightFormat::Q4_1 => {
-                let (qoff, off) = if format == WeightFormat::Q4_0 { (2, 8) } else { (4, 0) };
+                let (qoff, off) = if format == WeightFormat::Q4_0 {
+                    (2, 8)
+                } else {
+                    (4, 0)
+                };
                 for j in 0..16 {
                     let q = blk[qoff + j];
                     isum += (i32::from(q & 0xF) - off) * i32::from(qx[j]);
@@ -510,7 +525,10 @@ pub(crate) fn axpy_row(format: WeightFormat, c: f32, row: &[u8], y: &mut [f32]) 
     if format.is_k_quant() {
         // K-quant rows dequantize a whole 256-element super-block at a time.
         let mut buf = [0f32; 256];
-        for (blk, ys) in row.chunks_exact(format.block_bytes()).zip(y.chunks_mut(256)) {
+        for (blk, ys) in row
+            .chunks_exact(format.block_bytes())
+            .zip(y.chunks_mut(256))
+        {
             dequant_row(format, blk, &mut buf);
             for (yv, w) in ys.iter_mut().zip(&buf) {
                 *yv += c * w;

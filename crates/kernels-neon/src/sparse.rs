@@ -34,8 +34,8 @@ use rayon::prelude::*;
 
 use crate::arch::{self, Rows};
 use crate::{
-    active_path, check_len, check_path, chunk_rows_setting, matvec_chunk, Acts, KernelError, KernelPath, Precision,
-    QMatrix, WeightFormat,
+    active_path, check_len, check_path, chunk_rows_setting, matvec_chunk, Acts, KernelError,
+    KernelPath, Precision, QMatrix, WeightFormat,
 };
 
 /// Activation function of a gated FFN (`act(gate) * up`).
@@ -78,17 +78,10 @@ const MIN_PARALLEL_BYTES: usize = 64 << 10;
 /// over chunks of the row list (the [`set_chunk_rows`](crate::set_chunk_rows)
 /// setting applies, counted in listed rows; in automatic mode lists under
 /// `MIN_PARALLEL_BYTES` of weights run inline).
-fn rows_into(
-    path: KernelPath,
-    w: &QMatrix,
-    rows: &[u32],
-    acts: &Acts,
-    x: &[f32],
-    y: &mut [f32],
-) {
+fn rows_into(path: KernelPath, w: &QMatrix, rows: &[u32], acts: &Acts, x: &[f32], y: &mut [f32]) {
     let chunk = matvec_chunk(rows.len());
-    let small = chunk_rows_setting() == 0
-        && rows.len().saturating_mul(w.row_bytes()) < MIN_PARALLEL_BYTES;
+    let small =
+        chunk_rows_setting() == 0 && rows.len().saturating_mul(w.row_bytes()) < MIN_PARALLEL_BYTES;
     if small || rows.len() <= chunk {
         acts.run(path, w, Rows::List(rows), x, y);
     } else {
@@ -353,15 +346,28 @@ impl PreparedActs<'_> {
 /// Prepares `x` for [`matvec_rows_prepared`] over matrices in `format` at `precision`.
 pub fn prepare_acts(format: WeightFormat, x: &[f32], precision: Precision) -> PreparedActs<'_> {
     let path = active_path();
-    PreparedActs { path, precision, acts: Acts::new(path, format, x, precision), x }
+    PreparedActs {
+        path,
+        precision,
+        acts: Acts::new(path, format, x, precision),
+        x,
+    }
 }
 
 /// [`matvec_rows`] with activations prepared by [`prepare_acts`], on the calling thread (no rayon:
 /// meant for small matrices computed by many callers at once). `w` must have the format and the
 /// column count the activations were prepared for; results equal [`matvec_rows`] at that precision.
-pub fn matvec_rows_prepared(acts: &PreparedActs<'_>, w: &QMatrix, rows: &[u32], y: &mut [f32]) -> Result<(), KernelError> {
+pub fn matvec_rows_prepared(
+    acts: &PreparedActs<'_>,
+    w: &QMatrix,
+    rows: &[u32],
+    y: &mut [f32],
+) -> Result<(), KernelError> {
     if !acts.acts.fits(w.format(), acts.precision) {
-        return Err(KernelError::Unsupported { what: "matvec_rows_prepared (activations prepared for another format)", format: w.format() });
+        return Err(KernelError::Unsupported {
+            what: "matvec_rows_prepared (activations prepared for another format)",
+            format: w.format(),
+        });
     }
     check_len("matvec_rows_prepared x", w.cols(), acts.x.len())?;
     check_len("matvec_rows_prepared y", rows.len(), y.len())?;

@@ -5,9 +5,21 @@ use kernels_neon::{attend, attend_with, available_paths, KernelError, KvLayout};
 use proptest::prelude::*;
 
 fn reference(q: &[f32], k: &[f32], v: &[f32], l: KvLayout, ctx: usize, scale: f32) -> Vec<f64> {
-    let row = |c: &[f32], j: usize| c[j * l.stride + l.offset..][..l.head_dim].iter().map(|&x| f64::from(x)).collect::<Vec<_>>();
+    let row = |c: &[f32], j: usize| {
+        c[j * l.stride + l.offset..][..l.head_dim]
+            .iter()
+            .map(|&x| f64::from(x))
+            .collect::<Vec<_>>()
+    };
     let s: Vec<f64> = (0..ctx)
-        .map(|j| f64::from(scale) * row(k, j).iter().zip(q).map(|(a, &b)| a * f64::from(b)).sum::<f64>())
+        .map(|j| {
+            f64::from(scale)
+                * row(k, j)
+                    .iter()
+                    .zip(q)
+                    .map(|(a, &b)| a * f64::from(b))
+                    .sum::<f64>()
+        })
         .collect();
     let m = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
     let e: Vec<f64> = s.iter().map(|x| (x - m).exp()).collect();
@@ -24,7 +36,10 @@ fn reference(q: &[f32], k: &[f32], v: &[f32], l: KvLayout, ctx: usize, scale: f3
 struct Rng(u64);
 impl Rng {
     fn f(&mut self) -> f32 {
-        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         ((self.0 >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
     }
 }
@@ -67,18 +82,39 @@ proptest! {
 
 #[test]
 fn bad_shapes_are_errors() {
-    let l = KvLayout { stride: 8, offset: 4, head_dim: 4 };
+    let l = KvLayout {
+        stride: 8,
+        offset: 4,
+        head_dim: 4,
+    };
     let (q, k, v) = (vec![0.5f32; 4], vec![0.1f32; 24], vec![0.2f32; 24]);
     let mut s = Vec::new();
     let mut out = vec![0.0f32; 4];
     attend(&q, &k, &v, l, 3, 1.0, &mut s, &mut out).unwrap();
-    assert!(out.iter().all(|&o| (o - 0.2).abs() < 1e-6), "uniform values average to themselves: {out:?}");
+    assert!(
+        out.iter().all(|&o| (o - 0.2).abs() < 1e-6),
+        "uniform values average to themselves: {out:?}"
+    );
     let too_long = attend(&q, &k, &v, l, 4, 1.0, &mut s, &mut out).unwrap_err();
-    assert!(matches!(too_long, KernelError::LengthMismatch { what: "attend k cache", expected: 32, actual: 24 }), "{too_long}");
+    assert!(
+        matches!(
+            too_long,
+            KernelError::LengthMismatch {
+                what: "attend k cache",
+                expected: 32,
+                actual: 24
+            }
+        ),
+        "{too_long}"
+    );
     assert!(attend(&q, &k, &v[..16], l, 3, 1.0, &mut s, &mut out).is_err());
     assert!(attend(&q[..3], &k, &v, l, 3, 1.0, &mut s, &mut out).is_err());
     assert!(attend(&q, &k, &v, l, 3, 1.0, &mut s, &mut out[..2]).is_err());
-    let outside = KvLayout { stride: 8, offset: 5, head_dim: 4 };
+    let outside = KvLayout {
+        stride: 8,
+        offset: 5,
+        head_dim: 4,
+    };
     assert!(attend(&q, &k, &v, outside, 3, 1.0, &mut s, &mut out).is_err());
     // No positions: zero output, no weights.
     attend(&q, &k, &v, l, 0, 1.0, &mut s, &mut out).unwrap();

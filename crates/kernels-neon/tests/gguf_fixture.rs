@@ -9,7 +9,11 @@ use kernels_neon::*;
 fn check_fixture(format: WeightFormat, bytes: &[u8]) {
     let nb = 4;
     let raw_len = nb * format.block_bytes();
-    assert_eq!(bytes.len(), raw_len + nb * 256 * 4, "{format:?} fixture size");
+    assert_eq!(
+        bytes.len(),
+        raw_len + nb * 256 * 4,
+        "{format:?} fixture size"
+    );
     let (raw, expected) = bytes.split_at(raw_len);
     let expected: Vec<f32> = expected
         .chunks_exact(4)
@@ -22,7 +26,10 @@ fn check_fixture(format: WeightFormat, bytes: &[u8]) {
             // numpy may round `d * sc` / `dmin * m` products in a different
             // order: allow a few f32 ulps of the largest term.
             let tol = 4e-6 * e.abs().max(1e-3);
-            assert!((a - e).abs() <= tol, "{path:?} {format:?} element {i}: {a} vs gguf {e}");
+            assert!(
+                (a - e).abs() <= tol,
+                "{path:?} {format:?} element {i}: {a} vs gguf {e}"
+            );
         }
     }
 }

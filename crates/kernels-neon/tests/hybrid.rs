@@ -9,7 +9,9 @@ use kernels_neon::*;
 use proptest::prelude::*;
 
 fn hy(k: u16) -> WeightFormat {
-    WeightFormat::I4Hybrid { outliers_per_row: k }
+    WeightFormat::I4Hybrid {
+        outliers_per_row: k,
+    }
 }
 
 fn quantize(format: WeightFormat, x: &[f32]) -> Vec<u8> {
@@ -76,12 +78,19 @@ fn hand_made_row_on_every_path() {
         for p in [Precision::Exact, Precision::Fast, Precision::Int8] {
             let mut y = [0f32];
             matvec_with(path, &w, &x, &mut y, p).unwrap();
-            assert!((y[0] - dot).abs() < 1e-4, "{path:?} {p:?}: {} vs {dot}", y[0]);
+            assert!(
+                (y[0] - dot).abs() < 1e-4,
+                "{path:?} {p:?}: {} vs {dot}",
+                y[0]
+            );
         }
         let mut y = vec![1f32; 32];
         axpy_rows_with(path, &w, &[0], &[2.0], &mut y).unwrap();
         for j in 0..32 {
-            assert!((y[j] - (1.0 + 2.0 * want[j])).abs() < 1e-5, "{path:?} axpy {j}");
+            assert!(
+                (y[j] - (1.0 + 2.0 * want[j])).abs() < 1e-5,
+                "{path:?} axpy {j}"
+            );
         }
     }
 }
@@ -98,10 +107,17 @@ fn out_of_range_outlier_columns_are_errors() {
     two.extend_from_slice(&q); // bad row is row 1
     assert!(matches!(
         QMatrix::new(hy(2), 2, 64, &two),
-        Err(KernelError::OutlierOutOfRange { row: 1, col: 64, cols: 64 })
+        Err(KernelError::OutlierOutOfRange {
+            row: 1,
+            col: 64,
+            cols: 64
+        })
     ));
     let mut d = vec![0f32; 64];
-    assert!(matches!(dequantize_row(hy(2), &q, &mut d), Err(KernelError::OutlierOutOfRange { col: 64, .. })));
+    assert!(matches!(
+        dequantize_row(hy(2), &q, &mut d),
+        Err(KernelError::OutlierOutOfRange { col: 64, .. })
+    ));
 }
 
 #[test]
@@ -110,7 +126,9 @@ fn outliers_reduce_the_error_of_heavy_tailed_rows() {
     // INT4 alone must spend its range on them; the hybrid format does not.
     let mut rng = Rng(11);
     let cols = 1536;
-    let mut x: Vec<f32> = (0..cols).map(|_| (rng.f() + rng.f() + rng.f()) * 0.02).collect();
+    let mut x: Vec<f32> = (0..cols)
+        .map(|_| (rng.f() + rng.f() + rng.f()) * 0.02)
+        .collect();
     for _ in 0..15 {
         let c = (rng.next_u64() % cols as u64) as usize;
         x[c] = if rng.f() > 0.0 { 1.0 } else { -1.0 } * (0.6 + rng.f().abs() * 0.4);
@@ -118,12 +136,26 @@ fn outliers_reduce_the_error_of_heavy_tailed_rows() {
     let mse = |format: WeightFormat| {
         let mut y = vec![0f32; cols];
         dequantize_row(format, &quantize(format, &x), &mut y).unwrap();
-        x.iter().zip(&y).map(|(a, b)| f64::from(a - b).powi(2)).sum::<f64>() / cols as f64
+        x.iter()
+            .zip(&y)
+            .map(|(a, b)| f64::from(a - b).powi(2))
+            .sum::<f64>()
+            / cols as f64
     };
-    let (plain, hybrid) = (mse(hy(0)), mse(WeightFormat::hybrid_for(0.01, cols).unwrap()));
-    assert!(hybrid * 20.0 < plain, "hybrid {hybrid} vs per-channel {plain}");
+    let (plain, hybrid) = (
+        mse(hy(0)),
+        mse(WeightFormat::hybrid_for(0.01, cols).unwrap()),
+    );
+    assert!(
+        hybrid * 20.0 < plain,
+        "hybrid {hybrid} vs per-channel {plain}"
+    );
     // And better than Q4_0 groups of 32 here.
-    assert!(hybrid < mse(WeightFormat::Q4_0), "hybrid {hybrid} vs q4_0 {}", mse(WeightFormat::Q4_0));
+    assert!(
+        hybrid < mse(WeightFormat::Q4_0),
+        "hybrid {hybrid} vs q4_0 {}",
+        mse(WeightFormat::Q4_0)
+    );
 }
 
 proptest! {

@@ -155,7 +155,9 @@ fn dequant_q4_k_known() {
 fn q6_k_block() -> Vec<u8> {
     let mut blk: Vec<u8> = (0..128u32).map(|i| i as u8).collect();
     blk.extend((0..64u32).map(|i| (i * 37) as u8));
-    let sc: [i8; 16] = [1, -2, 3, -4, 5, -6, 7, -8, -128, 127, -1, 0, 10, -10, 20, -20];
+    let sc: [i8; 16] = [
+        1, -2, 3, -4, 5, -6, 7, -8, -128, 127, -1, 0, 10, -10, 20, -20,
+    ];
     blk.extend(sc.iter().map(|&v| v as u8));
     blk.extend(h(0.25));
     assert_eq!(blk.len(), 210);

@@ -22,10 +22,6 @@ use common::*;
 use kernels_neon::*;
 use proptest::prelude::*;
 
-
-
-
-
 fn format_strategy() -> impl Strategy<Value = WeightFormat> {
     prop::sample::select(FORMATS.to_vec())
 }

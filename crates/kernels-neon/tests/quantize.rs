@@ -7,8 +7,14 @@ use common::Rng;
 use kernels_neon::{dequantize_row, quantize_matrix, quantize_row, KernelError, WeightFormat};
 use proptest::prelude::*;
 
-const FORMATS: [WeightFormat; 6] =
-    [WeightFormat::F32, WeightFormat::F16, WeightFormat::BF16, WeightFormat::Q8_0, WeightFormat::Q4_0, WeightFormat::Q4_1];
+const FORMATS: [WeightFormat; 6] = [
+    WeightFormat::F32,
+    WeightFormat::F16,
+    WeightFormat::BF16,
+    WeightFormat::Q8_0,
+    WeightFormat::Q4_0,
+    WeightFormat::Q4_1,
+];
 
 fn round_trip(format: WeightFormat, x: &[f32]) -> Vec<f32> {
     let mut q = vec![0u8; format.row_bytes(x.len()).unwrap()];
@@ -58,7 +64,10 @@ fn requantizing_a_dequantized_row_is_stable() {
         let once = round_trip(format, &x);
         let twice = round_trip(format, &once);
         for (a, b) in once.iter().zip(&twice) {
-            assert!((a - b).abs() <= 1e-3 * a.abs().max(1e-2), "{format:?}: {a} vs {b}");
+            assert!(
+                (a - b).abs() <= 1e-3 * a.abs().max(1e-2),
+                "{format:?}: {a} vs {b}"
+            );
         }
     }
 }
@@ -66,21 +75,39 @@ fn requantizing_a_dequantized_row_is_stable() {
 #[test]
 fn zero_blocks_stay_zero() {
     for format in FORMATS {
-        assert!(round_trip(format, &[0.0; 64]).iter().all(|&v| v == 0.0), "{format:?}");
+        assert!(
+            round_trip(format, &[0.0; 64]).iter().all(|&v| v == 0.0),
+            "{format:?}"
+        );
     }
 }
 
 #[test]
 fn bad_input_is_an_error() {
     let mut q = vec![0u8; 34];
-    assert!(matches!(quantize_row(WeightFormat::Q8_0, &[0.0; 31], &mut q), Err(KernelError::RaggedCols { .. })));
-    assert!(matches!(quantize_row(WeightFormat::Q8_0, &[0.0; 64], &mut q), Err(KernelError::DataLength { .. })));
+    assert!(matches!(
+        quantize_row(WeightFormat::Q8_0, &[0.0; 31], &mut q),
+        Err(KernelError::RaggedCols { .. })
+    ));
+    assert!(matches!(
+        quantize_row(WeightFormat::Q8_0, &[0.0; 64], &mut q),
+        Err(KernelError::DataLength { .. })
+    ));
     let mut x = [0.0f32; 32];
     x[5] = f32::NAN;
-    assert!(matches!(quantize_row(WeightFormat::Q8_0, &x, &mut q), Err(KernelError::NonFinite { index: 5, .. })));
+    assert!(matches!(
+        quantize_row(WeightFormat::Q8_0, &x, &mut q),
+        Err(KernelError::NonFinite { index: 5, .. })
+    ));
     let mut k = vec![0u8; 144];
-    assert!(matches!(quantize_row(WeightFormat::Q4_K, &[0.0; 256], &mut k), Err(KernelError::Unsupported { .. })));
-    assert!(matches!(quantize_matrix(WeightFormat::Q8_0, &[0.0; 10], 2, 32), Err(KernelError::LengthMismatch { .. })));
+    assert!(matches!(
+        quantize_row(WeightFormat::Q4_K, &[0.0; 256], &mut k),
+        Err(KernelError::Unsupported { .. })
+    ));
+    assert!(matches!(
+        quantize_matrix(WeightFormat::Q8_0, &[0.0; 10], 2, 32),
+        Err(KernelError::LengthMismatch { .. })
+    ));
 }
 
 #[test]

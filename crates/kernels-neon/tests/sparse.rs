@@ -14,14 +14,10 @@
 
 mod common;
 
-use common::*;
 use common::Rng;
+use common::*;
 use kernels_neon::*;
 use proptest::prelude::*;
-
-
-
-
 
 /// Row selection: 0 = empty, 1 = all in order, 2 = all shuffled,
 /// otherwise a random duplicate-free subset in random order.
@@ -216,7 +212,10 @@ fn out_of_range_rows_are_errors() {
             for bad in [vec![4u32], vec![0, 1, 99], vec![u32::MAX]] {
                 let mut y = vec![0f32; bad.len()];
                 let e = matvec_rows_with(path, &w, &bad, &x, &mut y, Precision::Fast);
-                assert!(matches!(e, Err(KernelError::RowOutOfRange { rows: 4, .. })), "{e:?}");
+                assert!(
+                    matches!(e, Err(KernelError::RowOutOfRange { rows: 4, .. })),
+                    "{e:?}"
+                );
                 let mut y = vec![0f32; cols];
                 let c = vec![1f32; bad.len()];
                 let e = axpy_rows_with(path, &w, &bad, &c, &mut y);
@@ -224,7 +223,15 @@ fn out_of_range_rows_are_errors() {
                 assert!(y.iter().all(|&v| v == 0.0), "y untouched on error");
                 let mut out = vec![0f32; bad.len()];
                 let e = gate_up_sparse_with(
-                    path, &w, &w, &bad, &x, 0.0, Activation::Relu, &mut out, Precision::Exact,
+                    path,
+                    &w,
+                    &w,
+                    &bad,
+                    &x,
+                    0.0,
+                    Activation::Relu,
+                    &mut out,
+                    Precision::Exact,
                 );
                 assert!(matches!(e, Err(KernelError::RowOutOfRange { .. })), "{e:?}");
             }
@@ -253,7 +260,16 @@ fn out_of_range_rows_are_errors() {
         matvec_rows(&w, &[], &x, &mut [], Precision::Fast).unwrap();
         axpy_rows(&w, &[], &[], &mut y).unwrap();
         assert_eq!(
-            gate_up_sparse(&w, &w, &[], &x, 0.0, Activation::Silu, &mut [], Precision::Fast),
+            gate_up_sparse(
+                &w,
+                &w,
+                &[],
+                &x,
+                0.0,
+                Activation::Silu,
+                &mut [],
+                Precision::Fast
+            ),
             Ok(0)
         );
     }
@@ -264,19 +280,32 @@ fn axpy_rows_large_parallel() {
     // Large enough for the column-range split (cols > 256, rows*cols >= 2^16).
     let mut rng = Rng(11);
     let (n, cols) = (300usize, 4096usize);
-    for format in [WeightFormat::Q4_0, WeightFormat::Q8_0, WeightFormat::F16, WeightFormat::Q4_K, WeightFormat::Q6_K] {
+    for format in [
+        WeightFormat::Q4_0,
+        WeightFormat::Q8_0,
+        WeightFormat::F16,
+        WeightFormat::Q4_K,
+        WeightFormat::Q6_K,
+    ] {
         let data = random_matrix(format, n, cols, &mut rng);
         let w = QMatrix::new(format, n, cols, &data).unwrap();
         let rows = select_rows(3, n, &mut rng);
         let coeffs: Vec<f32> = rows.iter().map(|_| rng.f()).collect();
         let mut ys = vec![0f32; cols];
         axpy_rows_with(KernelPath::Scalar, &w, &rows, &coeffs, &mut ys).unwrap();
-        let pool = rayon::ThreadPoolBuilder::new().num_threads(3).build().unwrap();
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(3)
+            .build()
+            .unwrap();
         for path in available_paths() {
             let mut y = vec![0f32; cols];
-            pool.install(|| axpy_rows_with(path, &w, &rows, &coeffs, &mut y)).unwrap();
+            pool.install(|| axpy_rows_with(path, &w, &rows, &coeffs, &mut y))
+                .unwrap();
             for j in 0..cols {
-                assert!((y[j] - ys[j]).abs() <= 1e-4 * ys[j].abs().max(1.0), "{path:?} {format:?} {j}");
+                assert!(
+                    (y[j] - ys[j]).abs() <= 1e-4 * ys[j].abs().max(1.0),
+                    "{path:?} {format:?} {j}"
+                );
             }
         }
     }

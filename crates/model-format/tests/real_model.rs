@@ -9,9 +9,16 @@ use model_format::{DType, GgufFile, MetaValue};
 fn smollm2_q4_1() {
     let dir = std::env::var_os("SPARROW_MODEL_DIR")
         .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| std::path::Path::new(&std::env::var_os("HOME").expect("HOME is set")).join(".cache/sparrow/models"));
+        .unwrap_or_else(|| {
+            std::path::Path::new(&std::env::var_os("HOME").expect("HOME is set"))
+                .join(".cache/sparrow/models")
+        });
     let path = dir.join("SmolLM2-135M-Instruct.Q4_1.gguf");
-    assert!(path.exists(), "{} is not present: fetch it with `sparrow run` first", path.display());
+    assert!(
+        path.exists(),
+        "{} is not present: fetch it with `sparrow run` first",
+        path.display()
+    );
     let f = GgufFile::open(&path).unwrap();
     assert_eq!(f.version(), 3);
     assert_eq!(f.alignment(), 32);

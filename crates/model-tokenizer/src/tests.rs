@@ -393,7 +393,6 @@ fn json_round_trip_through_tokenizer_json() {
 
 use std::path::Path;
 
-
 /// The generic (non byte-level decoder) streaming path: wrap the ByteLevel decoder in a
 /// Sequence so the tokenizer is not recognised as byte-level and the window algorithm runs.
 #[test]

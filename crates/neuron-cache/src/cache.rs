@@ -165,7 +165,10 @@ impl NeuronCache {
     /// Returns `bytes` of the fixed region to the cold region.
     pub fn release_fixed(&mut self, bytes: usize) -> Result<()> {
         if bytes > self.fixed {
-            return Err(CacheError::FixedUnderflow { bytes, reserved: self.fixed });
+            return Err(CacheError::FixedUnderflow {
+                bytes,
+                reserved: self.fixed,
+            });
         }
         self.relayout(self.fixed - bytes, self.hot_cap)
     }
@@ -181,12 +184,24 @@ impl NeuronCache {
         let cold = fixed
             .checked_add(hot)
             .and_then(|used| self.budget.checked_sub(used))
-            .ok_or(CacheError::Layout { fixed, hot, budget: self.budget })?;
+            .ok_or(CacheError::Layout {
+                fixed,
+                hot,
+                budget: self.budget,
+            })?;
         if self.hot.pinned_bytes() > hot {
-            return Err(CacheError::Pinned { region: Region::Hot, capacity: hot, pinned: self.hot.pinned_bytes() });
+            return Err(CacheError::Pinned {
+                region: Region::Hot,
+                capacity: hot,
+                pinned: self.hot.pinned_bytes(),
+            });
         }
         if self.cold.pinned_bytes() > cold {
-            return Err(CacheError::Pinned { region: Region::Cold, capacity: cold, pinned: self.cold.pinned_bytes() });
+            return Err(CacheError::Pinned {
+                region: Region::Cold,
+                capacity: cold,
+                pinned: self.cold.pinned_bytes(),
+            });
         }
         self.fixed = fixed;
         self.hot_cap = hot;
@@ -210,7 +225,12 @@ impl NeuronCache {
         self.insert_neuron_inner(id, data, true)
     }
 
-    fn insert_neuron_inner(&mut self, id: NeuronId, data: Arc<[u8]>, pin: bool) -> Result<Arc<[u8]>> {
+    fn insert_neuron_inner(
+        &mut self,
+        id: NeuronId,
+        data: Arc<[u8]>,
+        pin: bool,
+    ) -> Result<Arc<[u8]>> {
         let idx = match self.cold.find(&id) {
             Some(idx) => idx,
             None => {
@@ -239,7 +259,8 @@ impl NeuronCache {
 
     /// Looks a neuron up (a hit promotes it, see the type's docs) without pinning it.
     pub fn get_neuron(&mut self, id: NeuronId) -> Option<Arc<[u8]>> {
-        self.touch_neuron(id).map(|idx| self.cold.entry(idx).data.clone())
+        self.touch_neuron(id)
+            .map(|idx| self.cold.entry(idx).data.clone())
     }
 
     /// Looks a neuron up and pins it: it will not be evicted until [`NeuronCache::unpin_neuron`].
@@ -253,7 +274,9 @@ impl NeuronCache {
     pub fn unpin_neuron(&mut self, id: NeuronId) -> Result<()> {
         match self.cold.find(&id) {
             Some(idx) if self.cold.unpin(idx) => Ok(()),
-            _ => Err(CacheError::NotPinned { key: id.to_string() }),
+            _ => Err(CacheError::NotPinned {
+                key: id.to_string(),
+            }),
         }
     }
 
@@ -264,7 +287,9 @@ impl NeuronCache {
 
     /// Whether the neuron is resident and pinned.
     pub fn is_neuron_pinned(&self, id: NeuronId) -> bool {
-        self.cold.find(&id).is_some_and(|i| self.cold.entry(i).pins > 0)
+        self.cold
+            .find(&id)
+            .is_some_and(|i| self.cold.entry(i).pins > 0)
     }
 
     fn touch_neuron(&mut self, id: NeuronId) -> Option<u32> {
@@ -282,7 +307,9 @@ impl NeuronCache {
     fn rebalance(&mut self) {
         let limit = self.active_limit();
         while self.cold.bytes(ACTIVE) > limit {
-            let Some(t) = self.cold.tail(ACTIVE) else { break };
+            let Some(t) = self.cold.tail(ACTIVE) else {
+                break;
+            };
             self.cold.move_front(t, INACTIVE);
         }
     }
@@ -291,7 +318,10 @@ impl NeuronCache {
     fn evict_cold_for(&mut self, needed: usize) {
         let cap = self.cold_capacity();
         while self.cold.total_bytes() + needed > cap {
-            let victim = self.cold.lru_unpinned(INACTIVE).or_else(|| self.cold.lru_unpinned(ACTIVE));
+            let victim = self
+                .cold
+                .lru_unpinned(INACTIVE)
+                .or_else(|| self.cold.lru_unpinned(ACTIVE));
             let Some(v) = victim else { break };
             self.cold.remove(v);
             self.cold_n.evictions += 1;
@@ -312,7 +342,12 @@ impl NeuronCache {
         self.insert_cluster_inner(id, data, true)
     }
 
-    fn insert_cluster_inner(&mut self, id: ClusterId, data: Arc<[u8]>, pin: bool) -> Result<Arc<[u8]>> {
+    fn insert_cluster_inner(
+        &mut self,
+        id: ClusterId,
+        data: Arc<[u8]>,
+        pin: bool,
+    ) -> Result<Arc<[u8]>> {
         let idx = match self.hot.find(&id) {
             Some(idx) => idx,
             None => {
@@ -340,7 +375,8 @@ impl NeuronCache {
 
     /// Looks a cluster up (moving it to the head) without pinning it.
     pub fn get_cluster(&mut self, id: ClusterId) -> Option<Arc<[u8]>> {
-        self.touch_cluster(id).map(|idx| self.hot.entry(idx).data.clone())
+        self.touch_cluster(id)
+            .map(|idx| self.hot.entry(idx).data.clone())
     }
 
     /// Looks a cluster up and pins it.
@@ -354,7 +390,9 @@ impl NeuronCache {
     pub fn unpin_cluster(&mut self, id: ClusterId) -> Result<()> {
         match self.hot.find(&id) {
             Some(idx) if self.hot.unpin(idx) => Ok(()),
-            _ => Err(CacheError::NotPinned { key: id.to_string() }),
+            _ => Err(CacheError::NotPinned {
+                key: id.to_string(),
+            }),
         }
     }
 
@@ -375,7 +413,9 @@ impl NeuronCache {
 
     fn evict_hot_for(&mut self, needed: usize) {
         while self.hot.total_bytes() + needed > self.hot_cap {
-            let Some(v) = self.hot.lru_unpinned(HOT) else { break };
+            let Some(v) = self.hot.lru_unpinned(HOT) else {
+                break;
+            };
             self.hot.remove(v);
             self.hot_n.evictions += 1;
         }
@@ -434,16 +474,31 @@ impl NeuronCache {
         self.cold.check().map_err(|e| format!("cold: {e}"))?;
         let s = self.stats();
         if s.hot.bytes > s.hot.capacity {
-            return Err(format!("hot region holds {} > {} bytes", s.hot.bytes, s.hot.capacity));
+            return Err(format!(
+                "hot region holds {} > {} bytes",
+                s.hot.bytes, s.hot.capacity
+            ));
         }
         if s.cold.bytes > s.cold.capacity {
-            return Err(format!("cold region holds {} > {} bytes", s.cold.bytes, s.cold.capacity));
+            return Err(format!(
+                "cold region holds {} > {} bytes",
+                s.cold.bytes, s.cold.capacity
+            ));
         }
         if s.active_bytes > self.active_limit() {
-            return Err(format!("active list holds {} > {} bytes", s.active_bytes, self.active_limit()));
+            return Err(format!(
+                "active list holds {} > {} bytes",
+                s.active_bytes,
+                self.active_limit()
+            ));
         }
-        if s.resident_bytes() > self.budget || self.fixed + self.hot_cap + self.cold_capacity() != self.budget {
-            return Err(format!("budget {} exceeded or miscounted: {s:?}", self.budget));
+        if s.resident_bytes() > self.budget
+            || self.fixed + self.hot_cap + self.cold_capacity() != self.budget
+        {
+            return Err(format!(
+                "budget {} exceeded or miscounted: {s:?}",
+                self.budget
+            ));
         }
         Ok(())
     }
@@ -451,6 +506,8 @@ impl NeuronCache {
 
 impl fmt::Debug for NeuronCache {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("NeuronCache").field("stats", &self.stats()).finish()
+        f.debug_struct("NeuronCache")
+            .field("stats", &self.stats())
+            .finish()
     }
 }

@@ -45,7 +45,9 @@ pub enum CacheError {
         pinned: usize,
     },
     /// `fixed + hot` would exceed the budget.
-    #[error("layout does not fit the budget: fixed {fixed} + hot {hot} bytes > budget {budget} bytes")]
+    #[error(
+        "layout does not fit the budget: fixed {fixed} + hot {hot} bytes > budget {budget} bytes"
+    )]
     Layout {
         /// Requested fixed bytes.
         fixed: usize,

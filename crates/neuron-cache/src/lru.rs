@@ -118,7 +118,14 @@ impl<K: Copy + Eq + Hash, const L: usize> Lists<K, L> {
 
     /// Inserts a new key (not present) at the head of `list`.
     pub fn insert_front(&mut self, list: usize, key: K, data: Arc<[u8]>) -> u32 {
-        let e = Entry { key, data, pins: 0, list, prev: NIL, next: NIL };
+        let e = Entry {
+            key,
+            data,
+            pins: 0,
+            list,
+            prev: NIL,
+            next: NIL,
+        };
         let idx = match self.free.pop() {
             Some(i) => {
                 self.slots[i as usize] = Some(e);
@@ -204,9 +211,15 @@ impl<K: Copy + Eq + Hash, const L: usize> Lists<K, L> {
         for list in 0..L {
             let (mut at, mut prev, mut n, mut bytes) = (self.head[list], NIL, 0, 0);
             while at != NIL {
-                let e = self.slots.get(at as usize).and_then(|s| s.as_ref()).ok_or("dangling link")?;
+                let e = self
+                    .slots
+                    .get(at as usize)
+                    .and_then(|s| s.as_ref())
+                    .ok_or("dangling link")?;
                 if e.list != list || e.prev != prev {
-                    return Err(format!("list {list}: bad back link or list tag at slot {at}"));
+                    return Err(format!(
+                        "list {list}: bad back link or list tag at slot {at}"
+                    ));
                 }
                 if self.map.get(&e.key) != Some(&at) {
                     return Err(format!("list {list}: key map disagrees at slot {at}"));
@@ -229,7 +242,9 @@ impl<K: Copy + Eq + Hash, const L: usize> Lists<K, L> {
         }
         if seen != self.map.len() || pinned != self.pinned_bytes {
             let (mapped, counted) = (self.map.len(), self.pinned_bytes);
-            return Err(format!("{seen} linked vs {mapped} mapped entries; pinned {pinned} vs {counted}"));
+            return Err(format!(
+                "{seen} linked vs {mapped} mapped entries; pinned {pinned} vs {counted}"
+            ));
         }
         Ok(())
     }

@@ -20,7 +20,9 @@ pub struct SharedNeuronCache {
 impl SharedNeuronCache {
     /// Shares `cache`.
     pub fn new(cache: NeuronCache) -> Self {
-        Self { inner: Arc::new(Mutex::new(cache)) }
+        Self {
+            inner: Arc::new(Mutex::new(cache)),
+        }
     }
 
     /// Locks the cache for anything else (layout changes, statistics, several operations at once).
@@ -42,13 +44,21 @@ impl SharedNeuronCache {
     /// [`NeuronCache::insert_neuron_pinned`], returning a guard that unpins on drop.
     pub fn insert_neuron_pinned(&self, id: NeuronId, data: Arc<[u8]>) -> Result<NeuronGuard> {
         let data = self.inner.lock().insert_neuron_pinned(id, data)?;
-        Ok(NeuronGuard { cache: self.inner.clone(), id, data })
+        Ok(NeuronGuard {
+            cache: self.inner.clone(),
+            id,
+            data,
+        })
     }
 
     /// Looks a neuron up and pins it while the guard lives.
     pub fn get_neuron(&self, id: NeuronId) -> Option<NeuronGuard> {
         let data = self.inner.lock().pin_neuron(id)?;
-        Some(NeuronGuard { cache: self.inner.clone(), id, data })
+        Some(NeuronGuard {
+            cache: self.inner.clone(),
+            id,
+            data,
+        })
     }
 
     /// [`NeuronCache::insert_cluster`].
@@ -59,13 +69,21 @@ impl SharedNeuronCache {
     /// [`NeuronCache::insert_cluster_pinned`], returning a guard that unpins on drop.
     pub fn insert_cluster_pinned(&self, id: ClusterId, data: Arc<[u8]>) -> Result<ClusterGuard> {
         let data = self.inner.lock().insert_cluster_pinned(id, data)?;
-        Ok(ClusterGuard { cache: self.inner.clone(), id, data })
+        Ok(ClusterGuard {
+            cache: self.inner.clone(),
+            id,
+            data,
+        })
     }
 
     /// Looks a cluster up and pins it while the guard lives.
     pub fn get_cluster(&self, id: ClusterId) -> Option<ClusterGuard> {
         let data = self.inner.lock().pin_cluster(id)?;
-        Some(ClusterGuard { cache: self.inner.clone(), id, data })
+        Some(ClusterGuard {
+            cache: self.inner.clone(),
+            id,
+            data,
+        })
     }
 }
 

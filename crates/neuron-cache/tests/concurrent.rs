@@ -46,8 +46,15 @@ fn concurrent_users_keep_the_invariants() {
                 let mut held_clusters = Vec::new();
                 for _ in 0..OPS {
                     // Skewed ids: a few hot neurons, many cold ones.
-                    let neuron = if rng.below(4) == 0 { rng.below(16) } else { rng.below(400) } as u32;
-                    let id = NeuronId { layer: (neuron % 4), neuron };
+                    let neuron = if rng.below(4) == 0 {
+                        rng.below(16)
+                    } else {
+                        rng.below(400)
+                    } as u32;
+                    let id = NeuronId {
+                        layer: (neuron % 4),
+                        neuron,
+                    };
                     lookups.fetch_add(1, Ordering::Relaxed);
                     let guard = match cache.get_neuron(id) {
                         Some(g) => Some(g),
@@ -68,11 +75,16 @@ fn concurrent_users_keep_the_invariants() {
                         held.push(g);
                     }
                     if rng.below(8) == 0 {
-                        let c = ClusterId { layer: 0, cluster: rng.below(24) as u32 };
+                        let c = ClusterId {
+                            layer: 0,
+                            cluster: rng.below(24) as u32,
+                        };
                         lookups.fetch_add(1, Ordering::Relaxed);
                         match cache.get_cluster(c) {
                             Some(g) => held_clusters.push(g),
-                            None => match cache.insert_cluster_pinned(c, vec![c.cluster as u8; 2048].into()) {
+                            None => match cache
+                                .insert_cluster_pinned(c, vec![c.cluster as u8; 2048].into())
+                            {
                                 Ok(g) => held_clusters.push(g),
                                 Err(CacheError::BudgetExhausted { .. }) => {}
                                 Err(e) => panic!("unexpected error {e}"),
@@ -82,7 +94,11 @@ fn concurrent_users_keep_the_invariants() {
                     // Hold up to 6 neurons and 2 clusters "being computed"; they must stay pinned.
                     while held.len() > 6 {
                         let g = held.remove(rng.below(held.len() as u64) as usize);
-                        assert!(cache.lock().is_neuron_pinned(g.id()), "{} evicted while pinned", g.id());
+                        assert!(
+                            cache.lock().is_neuron_pinned(g.id()),
+                            "{} evicted while pinned",
+                            g.id()
+                        );
                         assert!(g.iter().all(|&b| b == fill(g.id())));
                     }
                     while held_clusters.len() > 2 {
@@ -111,12 +127,25 @@ fn concurrent_users_keep_the_invariants() {
     let c = cache.lock();
     c.check_invariants().unwrap();
     let s = c.stats();
-    assert_eq!((s.cold.pinned_bytes, s.hot.pinned_bytes), (0, 0), "every guard unpinned");
+    assert_eq!(
+        (s.cold.pinned_bytes, s.hot.pinned_bytes),
+        (0, 0),
+        "every guard unpinned"
+    );
     assert!(s.resident_bytes() <= BUDGET);
     let lookups = lookups.load(Ordering::Relaxed);
-    assert_eq!(s.cold.hits + s.cold.misses + s.hot.hits + s.hot.misses, lookups);
-    assert!(s.cold.hits > 0 && s.cold.evictions > 0 && s.hot.evictions > 0, "{s:?}");
+    assert_eq!(
+        s.cold.hits + s.cold.misses + s.hot.hits + s.hot.misses,
+        lookups
+    );
+    assert!(
+        s.cold.hits > 0 && s.cold.evictions > 0 && s.hot.evictions > 0,
+        "{s:?}"
+    );
     // Every insertion follows a miss; a miss may insert nothing (refused, or another thread inserted the
     // neuron first).
-    assert!(s.cold.insertions <= s.cold.misses - refused.load(Ordering::Relaxed), "{s:?}");
+    assert!(
+        s.cold.insertions <= s.cold.misses - refused.load(Ordering::Relaxed),
+        "{s:?}"
+    );
 }

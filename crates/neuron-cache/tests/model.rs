@@ -90,7 +90,9 @@ impl Model {
     }
     fn evict_hot(&mut self, need: usize) {
         while bytes(&self.hot) + need > self.hot_cap {
-            let Some(i) = last_unpinned(&self.hot) else { break };
+            let Some(i) = last_unpinned(&self.hot) else {
+                break;
+            };
             self.hot.remove(i);
             self.hot_evictions += 1;
         }
@@ -127,7 +129,14 @@ impl Model {
                         return Err("BudgetExhausted");
                     }
                     self.evict_cold(size);
-                    self.inactive.insert(0, E { key: k, size, pins: 0 });
+                    self.inactive.insert(
+                        0,
+                        E {
+                            key: k,
+                            size,
+                            pins: 0,
+                        },
+                    );
                     &mut self.inactive[0]
                 };
                 e.pins += pin as u32;
@@ -142,7 +151,13 @@ impl Model {
                     return Ok(None);
                 };
                 let size = e.size;
-                self.active.insert(0, E { pins: e.pins + pin as u32, ..e });
+                self.active.insert(
+                    0,
+                    E {
+                        pins: e.pins + pin as u32,
+                        ..e
+                    },
+                );
                 self.rebalance();
                 Ok(Some(size))
             }
@@ -166,7 +181,14 @@ impl Model {
                             return Err("BudgetExhausted");
                         }
                         self.evict_hot(size);
-                        self.hot.insert(0, E { key: k, size, pins: 0 });
+                        self.hot.insert(
+                            0,
+                            E {
+                                key: k,
+                                size,
+                                pins: 0,
+                            },
+                        );
                         0
                     }
                 };
@@ -174,7 +196,9 @@ impl Model {
                 Ok(Some(self.hot[i].size))
             }
             Op::GetCluster(k, pin) => {
-                let Some(i) = pos(&self.hot, k) else { return Ok(None) };
+                let Some(i) = pos(&self.hot, k) else {
+                    return Ok(None);
+                };
                 let mut e = self.hot.remove(i);
                 e.pins += pin as u32;
                 let size = e.size;
@@ -207,10 +231,16 @@ fn kind(e: &CacheError) -> &'static str {
 }
 
 fn nid(k: u32) -> NeuronId {
-    NeuronId { layer: k % 3, neuron: k }
+    NeuronId {
+        layer: k % 3,
+        neuron: k,
+    }
 }
 fn cid(k: u32) -> ClusterId {
-    ClusterId { layer: 7, cluster: k }
+    ClusterId {
+        layer: 7,
+        cluster: k,
+    }
 }
 fn data(k: u32, size: usize) -> Arc<[u8]> {
     vec![k as u8; size].into()
@@ -219,18 +249,25 @@ fn data(k: u32, size: usize) -> Arc<[u8]> {
 fn apply(cache: &mut NeuronCache, op: &Op) -> Result<Option<usize>, &'static str> {
     let check = |b: Option<Arc<[u8]>>, k: u32| {
         b.map(|b| {
-            assert!(b.iter().all(|&x| x == k as u8), "bytes of entry {k} corrupted");
+            assert!(
+                b.iter().all(|&x| x == k as u8),
+                "bytes of entry {k} corrupted"
+            );
             b.len()
         })
     };
     let r = match *op {
         Op::Insert(k, s, false) => cache.insert_neuron(nid(k), data(k, s)).map(|_| None),
-        Op::Insert(k, s, true) => cache.insert_neuron_pinned(nid(k), data(k, s)).map(|b| check(Some(b), k)),
+        Op::Insert(k, s, true) => cache
+            .insert_neuron_pinned(nid(k), data(k, s))
+            .map(|b| check(Some(b), k)),
         Op::Get(k, false) => Ok(check(cache.get_neuron(nid(k)), k)),
         Op::Get(k, true) => Ok(check(cache.pin_neuron(nid(k)), k)),
         Op::Unpin(k) => cache.unpin_neuron(nid(k)).map(|_| None),
         Op::InsertCluster(k, s, false) => cache.insert_cluster(cid(k), data(k, s)).map(|_| None),
-        Op::InsertCluster(k, s, true) => cache.insert_cluster_pinned(cid(k), data(k, s)).map(|b| check(Some(b), k)),
+        Op::InsertCluster(k, s, true) => cache
+            .insert_cluster_pinned(cid(k), data(k, s))
+            .map(|b| check(Some(b), k)),
         Op::GetCluster(k, false) => Ok(check(cache.get_cluster(cid(k)), k)),
         Op::GetCluster(k, true) => Ok(check(cache.pin_cluster(cid(k)), k)),
         Op::UnpinCluster(k) => cache.unpin_cluster(cid(k)).map(|_| None),

@@ -6,10 +6,16 @@ use std::sync::Arc;
 use neuron_cache::{CacheError, ClusterId, NeuronCache, NeuronId, Region, SharedNeuronCache};
 
 fn n(i: u32) -> NeuronId {
-    NeuronId { layer: 0, neuron: i }
+    NeuronId {
+        layer: 0,
+        neuron: i,
+    }
 }
 fn c(i: u32) -> ClusterId {
-    ClusterId { layer: 1, cluster: i }
+    ClusterId {
+        layer: 1,
+        cluster: i,
+    }
 }
 fn bytes(len: usize, fill: u8) -> Arc<[u8]> {
     vec![fill; len].into()
@@ -36,7 +42,17 @@ fn new_neurons_enter_inactive_and_a_second_hit_promotes() {
     assert_eq!(cache.get_neuron(n(2)).unwrap()[0], 2);
     assert!(cache.get_neuron(n(7)).is_none());
     let s = cache.stats().cold;
-    assert_eq!((s.hits, s.misses, s.insertions, s.evictions, s.bytes, s.entries), (4, 1, 3, 0, 30, 3));
+    assert_eq!(
+        (
+            s.hits,
+            s.misses,
+            s.insertions,
+            s.evictions,
+            s.bytes,
+            s.entries
+        ),
+        (4, 1, 3, 0, 30, 3)
+    );
     cache.check_invariants().unwrap();
 }
 
@@ -51,12 +67,18 @@ fn active_list_is_held_at_90_percent_of_the_cold_region() {
         assert!(cache.stats().active_bytes <= 90);
     }
     // The 10th promotion pushed the active list to 100 bytes: its tail (0) went to the inactive head.
-    assert_eq!(cache.cold_order(), (ids(&[9, 8, 7, 6, 5, 4, 3, 2, 1]), ids(&[0])));
+    assert_eq!(
+        cache.cold_order(),
+        (ids(&[9, 8, 7, 6, 5, 4, 3, 2, 1]), ids(&[0]))
+    );
     assert_eq!(cache.active_limit(), 90);
     // The demoted neuron is the next victim.
     cache.insert_neuron(n(10), bytes(10, 0)).unwrap();
     assert!(!cache.contains_neuron(n(0)));
-    assert_eq!(cache.cold_order(), (ids(&[9, 8, 7, 6, 5, 4, 3, 2, 1]), ids(&[10])));
+    assert_eq!(
+        cache.cold_order(),
+        (ids(&[9, 8, 7, 6, 5, 4, 3, 2, 1]), ids(&[10]))
+    );
     cache.check_invariants().unwrap();
 }
 
@@ -104,11 +126,19 @@ fn pinned_neurons_are_never_evicted_and_a_full_pinned_cache_refuses() {
     assert_eq!(cache.stats().cold.bytes, 30);
     cache.pin_neuron(n(1)).unwrap(); // pinned twice
     cache.unpin_neuron(n(1)).unwrap();
-    assert!(cache.insert_neuron(n(3), bytes(10, 0)).is_err(), "still pinned once");
+    assert!(
+        cache.insert_neuron(n(3), bytes(10, 0)).is_err(),
+        "still pinned once"
+    );
     cache.unpin_neuron(n(1)).unwrap();
-    assert!(matches!(cache.unpin_neuron(n(1)), Err(CacheError::NotPinned { .. })));
+    assert!(matches!(
+        cache.unpin_neuron(n(1)),
+        Err(CacheError::NotPinned { .. })
+    ));
     cache.insert_neuron(n(3), bytes(10, 0)).unwrap();
-    assert!(!cache.contains_neuron(n(1)) && cache.contains_neuron(n(0)) && cache.contains_neuron(n(2)));
+    assert!(
+        !cache.contains_neuron(n(1)) && cache.contains_neuron(n(0)) && cache.contains_neuron(n(2))
+    );
     // Too big for the region even when empty of unpinned entries: refused, nothing evicted.
     assert!(cache.insert_neuron(n(9), bytes(11, 0)).is_err());
     assert!(cache.contains_neuron(n(3)));
@@ -131,10 +161,22 @@ fn hot_region_is_a_cluster_lru_and_shrinking_it_evicts() {
     cache.set_hot_bytes(20).unwrap(); // evicts 0 and 3, keeps pinned 2
     assert_eq!(cache.hot_order(), vec![c(2)]);
     assert_eq!(cache.cold_capacity(), 80);
-    assert!(matches!(cache.set_hot_bytes(10), Err(CacheError::Pinned { region: Region::Hot, .. })));
+    assert!(matches!(
+        cache.set_hot_bytes(10),
+        Err(CacheError::Pinned {
+            region: Region::Hot,
+            ..
+        })
+    ));
     assert_eq!(cache.hot_capacity(), 20, "a failed resize changes nothing");
     let e = cache.insert_cluster(c(4), bytes(1, 0));
-    assert!(matches!(e, Err(CacheError::BudgetExhausted { region: Region::Hot, .. })));
+    assert!(matches!(
+        e,
+        Err(CacheError::BudgetExhausted {
+            region: Region::Hot,
+            ..
+        })
+    ));
     cache.unpin_cluster(c(2)).unwrap();
     let s = cache.stats().hot;
     assert_eq!((s.hits, s.insertions, s.evictions, s.bytes), (2, 4, 3, 20));
@@ -151,17 +193,41 @@ fn growing_hot_or_fixed_shrinks_cold_and_evicts() {
     cache.reserve_fixed(30).unwrap();
     assert_eq!(cache.cold_capacity(), 70);
     assert_eq!(cache.stats().cold.bytes, 70);
-    assert!(cache.contains_neuron(n(0)), "active survives, inactive tail goes first");
-    assert!(!cache.contains_neuron(n(1)) && !cache.contains_neuron(n(3)) && cache.contains_neuron(n(4)));
+    assert!(
+        cache.contains_neuron(n(0)),
+        "active survives, inactive tail goes first"
+    );
+    assert!(
+        !cache.contains_neuron(n(1)) && !cache.contains_neuron(n(3)) && cache.contains_neuron(n(4))
+    );
     cache.set_hot_bytes(20).unwrap();
     assert_eq!(cache.stats().cold.bytes, 50);
-    assert!(matches!(cache.reserve_fixed(51), Err(CacheError::Layout { fixed: 81, hot: 20, budget: 100 })));
-    assert!(matches!(cache.release_fixed(31), Err(CacheError::FixedUnderflow { bytes: 31, reserved: 30 })));
+    assert!(matches!(
+        cache.reserve_fixed(51),
+        Err(CacheError::Layout {
+            fixed: 81,
+            hot: 20,
+            budget: 100
+        })
+    ));
+    assert!(matches!(
+        cache.release_fixed(31),
+        Err(CacheError::FixedUnderflow {
+            bytes: 31,
+            reserved: 30
+        })
+    ));
     cache.release_fixed(30).unwrap();
     assert_eq!(cache.cold_capacity(), 80);
     let pinned = cache.pin_neuron(n(9)).unwrap();
     assert_eq!(pinned.len(), 10);
-    assert!(matches!(cache.reserve_fixed(80), Err(CacheError::Pinned { region: Region::Cold, .. })));
+    assert!(matches!(
+        cache.reserve_fixed(80),
+        Err(CacheError::Pinned {
+            region: Region::Cold,
+            ..
+        })
+    ));
     cache.check_invariants().unwrap();
     let s = cache.stats();
     assert!(s.resident_bytes() <= s.budget);
@@ -174,7 +240,10 @@ fn shared_cache_guards_pin_until_dropped() {
     assert_eq!((g.id(), g[0]), (n(0), 7));
     cache.insert_neuron(n(1), bytes(10, 1)).unwrap();
     let g1 = cache.get_neuron(n(1)).unwrap();
-    assert!(cache.insert_neuron(n(2), bytes(10, 2)).is_err(), "both pinned");
+    assert!(
+        cache.insert_neuron(n(2), bytes(10, 2)).is_err(),
+        "both pinned"
+    );
     drop(g1);
     cache.insert_neuron(n(2), bytes(10, 2)).unwrap();
     assert!(cache.lock().contains_neuron(n(0)) && !cache.lock().contains_neuron(n(1)));

@@ -52,7 +52,9 @@ pub fn format_from_code(c: u32) -> Option<WeightFormat> {
         12 => WeightFormat::Q4_K,
         14 => WeightFormat::Q6_K,
         30 => WeightFormat::BF16,
-        c if (1000..1000 + 65536).contains(&c) => WeightFormat::I4Hybrid { outliers_per_row: (c - 1000) as u16 },
+        c if (1000..1000 + 65536).contains(&c) => WeightFormat::I4Hybrid {
+            outliers_per_row: (c - 1000) as u16,
+        },
         _ => return None,
     })
 }
@@ -86,14 +88,30 @@ impl BundleLayout {
     /// the "no packing" layout of the ablation).
     pub fn with_neurons(d_model: usize, formats: Formats, max_neurons: usize) -> Result<Self> {
         let row = |f: WeightFormat, what: &str| {
-            f.row_bytes(d_model)
-                .filter(|&b| b > 0)
-                .ok_or_else(|| StoreError::Invalid(format!("{what} rows of {d_model} columns do not fit format {f:?}")))
+            f.row_bytes(d_model).filter(|&b| b > 0).ok_or_else(|| {
+                StoreError::Invalid(format!(
+                    "{what} rows of {d_model} columns do not fit format {f:?}"
+                ))
+            })
         };
-        let (gate_row, up_row, down_row) = (row(formats.gate, "gate")?, row(formats.up, "up")?, row(formats.down, "down")?);
+        let (gate_row, up_row, down_row) = (
+            row(formats.gate, "gate")?,
+            row(formats.up, "up")?,
+            row(formats.down, "down")?,
+        );
         let bundle = gate_row + up_row + down_row;
-        let (neurons, pages) = if bundle <= PAGE { ((PAGE / bundle).min(max_neurons.max(1)), 1) } else { (1, bundle.div_ceil(PAGE)) };
-        Ok(BundleLayout { gate_row, up_row, down_row, neurons, pages })
+        let (neurons, pages) = if bundle <= PAGE {
+            ((PAGE / bundle).min(max_neurons.max(1)), 1)
+        } else {
+            (1, bundle.div_ceil(PAGE))
+        };
+        Ok(BundleLayout {
+            gate_row,
+            up_row,
+            down_row,
+            neurons,
+            pages,
+        })
     }
 
     /// Bytes of one bundle (gate + up + down of one neuron).
@@ -214,7 +232,11 @@ impl StoreIndex {
 
     /// The index's bytes (little-endian; layout in the crate docs).
     pub(crate) fn encode(&self) -> Vec<u8> {
-        let mut b = Vec::with_capacity(Self::encoded_len(self.layers.len(), self.d_ff, self.units_per_layer()));
+        let mut b = Vec::with_capacity(Self::encoded_len(
+            self.layers.len(),
+            self.d_ff,
+            self.units_per_layer(),
+        ));
         for v in [self.layers.len(), self.d_model, self.d_ff] {
             b.extend_from_slice(&(v as u32).to_le_bytes());
         }
@@ -226,33 +248,55 @@ impl StoreIndex {
             b.extend_from_slice(&l.offset.to_le_bytes());
             b.extend_from_slice(&(l.hot_units as u32).to_le_bytes());
             b.extend_from_slice(&(l.unit_crc.len() as u32).to_le_bytes());
-            l.order.iter().for_each(|v| b.extend_from_slice(&v.to_le_bytes()));
-            l.down_norms.iter().for_each(|v| b.extend_from_slice(&v.to_le_bytes()));
-            l.unit_crc.iter().for_each(|v| b.extend_from_slice(&v.to_le_bytes()));
+            l.order
+                .iter()
+                .for_each(|v| b.extend_from_slice(&v.to_le_bytes()));
+            l.down_norms
+                .iter()
+                .for_each(|v| b.extend_from_slice(&v.to_le_bytes()));
+            l.unit_crc
+                .iter()
+                .for_each(|v| b.extend_from_slice(&v.to_le_bytes()));
         }
         b
     }
 
     /// Parses and validates an index read from `path` (for error messages) of a file `file_len` long.
     pub fn decode(bytes: &[u8], file_len: u64, path: &Path) -> Result<Self> {
-        let bad = |what: String| StoreError::Corrupt { path: path.to_path_buf(), what };
+        let bad = |what: String| StoreError::Corrupt {
+            path: path.to_path_buf(),
+            what,
+        };
         let mut r = Reader { b: bytes, at: 0 };
-        let u32_ = |r: &mut Reader<'_>, what: &str| r.u32().ok_or_else(|| bad(format!("index ends inside {what}")));
+        let u32_ = |r: &mut Reader<'_>, what: &str| {
+            r.u32()
+                .ok_or_else(|| bad(format!("index ends inside {what}")))
+        };
         let n_layers = u32_(&mut r, "the layer count")? as usize;
         let d_model = u32_(&mut r, "d_model")? as usize;
         let d_ff = u32_(&mut r, "d_ff")? as usize;
         if n_layers == 0 || d_model == 0 || d_ff == 0 {
-            return Err(bad(format!("empty shape: {n_layers} layers, d_model {d_model}, d_ff {d_ff}")));
+            return Err(bad(format!(
+                "empty shape: {n_layers} layers, d_model {d_model}, d_ff {d_ff}"
+            )));
         }
         let fmt = |r: &mut Reader<'_>, what: &str| -> Result<WeightFormat> {
             let c = u32_(r, what)?;
             format_from_code(c).ok_or_else(|| bad(format!("unknown {what} format code {c}")))
         };
-        let formats = Formats { gate: fmt(&mut r, "gate")?, up: fmt(&mut r, "up")?, down: fmt(&mut r, "down")? };
+        let formats = Formats {
+            gate: fmt(&mut r, "gate")?,
+            up: fmt(&mut r, "up")?,
+            down: fmt(&mut r, "down")?,
+        };
         let k = u32_(&mut r, "neurons per unit")? as usize;
-        let layout = BundleLayout::with_neurons(d_model, formats, k).map_err(|e| bad(e.to_string()))?;
+        let layout =
+            BundleLayout::with_neurons(d_model, formats, k).map_err(|e| bad(e.to_string()))?;
         if layout.neurons != k {
-            return Err(bad(format!("{k} neurons per unit, but a page holds {} bundles of this shape", layout.neurons)));
+            return Err(bad(format!(
+                "{k} neurons per unit, but a page holds {} bundles of this shape",
+                layout.neurons
+            )));
         }
         let units = layout.units(d_ff);
         if bytes.len() != Self::encoded_len(n_layers, d_ff, units) {
@@ -266,41 +310,76 @@ impl StoreIndex {
         let layer_bytes = (units * layout.unit_bytes()) as u64;
         let mut layers = Vec::with_capacity(n_layers);
         for li in 0..n_layers {
-            let offset = r.u64().ok_or_else(|| bad(format!("index ends in layer {li}")))?;
+            let offset = r
+                .u64()
+                .ok_or_else(|| bad(format!("index ends in layer {li}")))?;
             let hot_units = u32_(&mut r, "hot units")? as usize;
             let n_units = u32_(&mut r, "unit count")? as usize;
             let expect = data + li as u64 * layer_bytes;
             if offset != expect {
-                return Err(bad(format!("layer {li} starts at byte {offset}, expected {expect}")));
+                return Err(bad(format!(
+                    "layer {li} starts at byte {offset}, expected {expect}"
+                )));
             }
             if n_units != units || hot_units > units {
-                return Err(bad(format!("layer {li} has {n_units} units ({hot_units} hot), expected {units}")));
+                return Err(bad(format!(
+                    "layer {li} has {n_units} units ({hot_units} hot), expected {units}"
+                )));
             }
             let order: Vec<u32> = (0..d_ff).map(|_| r.u32().unwrap_or(u32::MAX)).collect();
             let mut position = vec![u32::MAX; d_ff];
             for (p, &n) in order.iter().enumerate() {
                 match position.get_mut(n as usize) {
                     Some(slot) if *slot == u32::MAX => *slot = p as u32,
-                    _ => return Err(bad(format!("layer {li}: neuron order is not a permutation (entry {p} is {n})"))),
+                    _ => {
+                        return Err(bad(format!(
+                            "layer {li}: neuron order is not a permutation (entry {p} is {n})"
+                        )))
+                    }
                 }
             }
-            let down_norms: Vec<f32> = (0..d_ff).map(|_| f32::from_bits(r.u32().unwrap_or(0))).collect();
+            let down_norms: Vec<f32> = (0..d_ff)
+                .map(|_| f32::from_bits(r.u32().unwrap_or(0)))
+                .collect();
             if let Some(j) = down_norms.iter().position(|v| !v.is_finite() || *v < 0.0) {
-                return Err(bad(format!("layer {li}: down norm of neuron {j} is {}", down_norms[j])));
+                return Err(bad(format!(
+                    "layer {li}: down norm of neuron {j} is {}",
+                    down_norms[j]
+                )));
             }
             let unit_crc: Vec<u32> = (0..units).map(|_| r.u32().unwrap_or(0)).collect();
-            layers.push(LayerIndex { offset, hot_units, order, position, down_norms, unit_crc });
+            layers.push(LayerIndex {
+                offset,
+                hot_units,
+                order,
+                position,
+                down_norms,
+                unit_crc,
+            });
         }
         let file_expect = data + n_layers as u64 * layer_bytes;
         if file_len != file_expect {
-            return Err(bad(format!("file is {file_len} bytes, the index describes {file_expect} (truncated or padded)")));
+            return Err(bad(format!(
+                "file is {file_len} bytes, the index describes {file_expect} (truncated or padded)"
+            )));
         }
-        Ok(StoreIndex { d_model, d_ff, formats, layout, layers, file_len })
+        Ok(StoreIndex {
+            d_model,
+            d_ff,
+            formats,
+            layout,
+            layers,
+            file_len,
+        })
     }
 }
 
 /// Encodes the fixed header.
-pub(crate) fn encode_header(index_bytes: &[u8], data_offset: u64, file_len: u64) -> [u8; HEADER_LEN] {
+pub(crate) fn encode_header(
+    index_bytes: &[u8],
+    data_offset: u64,
+    file_len: u64,
+) -> [u8; HEADER_LEN] {
     let mut h = [0u8; HEADER_LEN];
     h[..8].copy_from_slice(MAGIC);
     h[8..12].copy_from_slice(&VERSION.to_le_bytes());
@@ -322,24 +401,40 @@ pub(crate) struct Header {
 
 /// Checks the fixed header (magic, version, its own CRC).
 pub(crate) fn decode_header(h: &[u8], path: &Path) -> Result<Header> {
-    let bad = |what: String| StoreError::Corrupt { path: path.to_path_buf(), what };
+    let bad = |what: String| StoreError::Corrupt {
+        path: path.to_path_buf(),
+        what,
+    };
     if h.len() < HEADER_LEN {
-        return Err(bad(format!("file is {} bytes, shorter than the {HEADER_LEN}-byte header", h.len())));
+        return Err(bad(format!(
+            "file is {} bytes, shorter than the {HEADER_LEN}-byte header",
+            h.len()
+        )));
     }
     if &h[..8] != MAGIC {
-        return Err(bad(format!("bad magic {:?} (expected {:?}): not a sparrow neuron store", String::from_utf8_lossy(&h[..8]), "SPRWNSTO")));
+        return Err(bad(format!(
+            "bad magic {:?} (expected {:?}): not a sparrow neuron store",
+            String::from_utf8_lossy(&h[..8]),
+            "SPRWNSTO"
+        )));
     }
     let word = |i: usize| u32::from_le_bytes(h[i..i + 4].try_into().expect("4 bytes"));
     let quad = |i: usize| u64::from_le_bytes(h[i..i + 8].try_into().expect("8 bytes"));
     let version = word(8);
     if version != VERSION {
-        return Err(bad(format!("format version {version}, this build reads version {VERSION}: convert the model again")));
+        return Err(bad(format!(
+            "format version {version}, this build reads version {VERSION}: convert the model again"
+        )));
     }
     if crc32fast::hash(&h[..40]) != word(40) {
         return Err(bad("header checksum mismatch (damaged header)".into()));
     }
     let index_len = usize::try_from(quad(16)).map_err(|_| bad("index length overflows".into()))?;
-    Ok(Header { index_len, index_crc: word(12), file_len: quad(32) })
+    Ok(Header {
+        index_len,
+        index_crc: word(12),
+        file_len: quad(32),
+    })
 }
 
 struct Reader<'a> {

@@ -76,6 +76,9 @@ mod store;
 mod writer;
 
 pub use error::{Result, StoreError};
-pub use layout::{format_code, format_from_code, BundleLayout, Formats, LayerIndex, StoreIndex, HEADER_LEN, MAGIC, PAGE, VERSION};
+pub use layout::{
+    format_code, format_from_code, BundleLayout, Formats, LayerIndex, StoreIndex, HEADER_LEN,
+    MAGIC, PAGE, VERSION,
+};
 pub use store::NeuronStore;
 pub use writer::{LayerInput, StoreWriter};

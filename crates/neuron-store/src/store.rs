@@ -24,7 +24,10 @@ impl NeuronStore {
         let path = path.as_ref().to_path_buf();
         let file = io.open(&path, opts)?;
         let len = io.file(file)?.len();
-        let bad = |what: String| StoreError::Corrupt { path: path.clone(), what };
+        let bad = |what: String| StoreError::Corrupt {
+            path: path.clone(),
+            what,
+        };
         if len < PAGE as u64 {
             return Err(bad(format!("file is {len} bytes, smaller than one page")));
         }
@@ -32,15 +35,25 @@ impl NeuronStore {
         let h = decode_header(&first, &path)?;
         let need = (HEADER_LEN + h.index_len).next_multiple_of(PAGE);
         if need as u64 > len {
-            return Err(bad(format!("index of {} bytes runs past the end of the {len}-byte file", h.index_len)));
+            return Err(bad(format!(
+                "index of {} bytes runs past the end of the {len}-byte file",
+                h.index_len
+            )));
         }
-        let head = if need <= PAGE { first } else { io.read_at(file, 0, need)? };
+        let head = if need <= PAGE {
+            first
+        } else {
+            io.read_at(file, 0, need)?
+        };
         let index_bytes = &head[HEADER_LEN..HEADER_LEN + h.index_len];
         if crc32fast::hash(index_bytes) != h.index_crc {
             return Err(bad("index checksum mismatch (damaged index)".into()));
         }
         if h.file_len != len {
-            return Err(bad(format!("file is {len} bytes, the header says {} (truncated or padded)", h.file_len)));
+            return Err(bad(format!(
+                "file is {len} bytes, the header says {} (truncated or padded)",
+                h.file_len
+            )));
         }
         let index = StoreIndex::decode(index_bytes, len, &path)?;
         Ok(NeuronStore { path, file, index })
@@ -63,16 +76,31 @@ impl NeuronStore {
 
     /// The read of one unit, tagged `tag`.
     pub fn unit_request(&self, layer: usize, unit: usize, tag: u64) -> ReadRequest {
-        ReadRequest { file: self.file, offset: self.index.unit_offset(layer, unit), len: self.index.layout.unit_bytes(), tag }
+        ReadRequest {
+            file: self.file,
+            offset: self.index.unit_offset(layer, unit),
+            len: self.index.layout.unit_bytes(),
+            tag,
+        }
     }
 
     /// Checks `bytes` (one unit as read) against the unit's recorded checksum.
     pub fn verify_unit(&self, layer: usize, unit: usize, bytes: &[u8]) -> Result<()> {
-        let crc = self.index.layers.get(layer).and_then(|l| l.unit_crc.get(unit));
-        if crc.is_some_and(|&c| bytes.len() == self.index.layout.unit_bytes() && crc32fast::hash(bytes) == c) {
+        let crc = self
+            .index
+            .layers
+            .get(layer)
+            .and_then(|l| l.unit_crc.get(unit));
+        if crc.is_some_and(|&c| {
+            bytes.len() == self.index.layout.unit_bytes() && crc32fast::hash(bytes) == c
+        }) {
             return Ok(());
         }
-        let offset = if crc.is_some() { self.index.unit_offset(layer, unit) } else { 0 };
+        let offset = if crc.is_some() {
+            self.index.unit_offset(layer, unit)
+        } else {
+            0
+        };
         Err(StoreError::Checksum {
             path: self.path.clone(),
             layer,
@@ -92,15 +120,26 @@ impl NeuronStore {
 
     /// Reads units `units` of `layer` with one sequential read (the hot prefix at start-up), verifying
     /// each. The result holds the units back to back.
-    pub fn read_units(&self, io: &IoEngine, layer: usize, units: std::ops::Range<usize>) -> Result<AlignedBuf> {
+    pub fn read_units(
+        &self,
+        io: &IoEngine,
+        layer: usize,
+        units: std::ops::Range<usize>,
+    ) -> Result<AlignedBuf> {
         let ub = self.index.layout.unit_bytes();
         if units.end > self.index.units_per_layer() || layer >= self.index.layers.len() {
-            return Err(StoreError::Invalid(format!("units {units:?} of layer {layer} are outside the store")));
+            return Err(StoreError::Invalid(format!(
+                "units {units:?} of layer {layer} are outside the store"
+            )));
         }
         if units.is_empty() {
             return AlignedBuf::new(0).map_err(Into::into);
         }
-        let buf = io.read_sequential(self.file, self.index.unit_offset(layer, units.start), units.len() * ub)?;
+        let buf = io.read_sequential(
+            self.file,
+            self.index.unit_offset(layer, units.start),
+            units.len() * ub,
+        )?;
         for (i, u) in units.enumerate() {
             self.verify_unit(layer, u, &buf[i * ub..(i + 1) * ub])?;
         }
@@ -109,7 +148,10 @@ impl NeuronStore {
 
     /// Reads and verifies every unit of every layer (`sparrow convert --verify`).
     pub fn verify_all(&self, io: &IoEngine) -> Result<()> {
-        let (units, step) = (self.index.units_per_layer(), (8 << 20) / self.index.layout.unit_bytes().max(1));
+        let (units, step) = (
+            self.index.units_per_layer(),
+            (8 << 20) / self.index.layout.unit_bytes().max(1),
+        );
         for l in 0..self.index.layers.len() {
             for s in (0..units).step_by(step.max(1)) {
                 self.read_units(io, l, s..(s + step.max(1)).min(units))?;

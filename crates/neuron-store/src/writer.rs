@@ -37,7 +37,13 @@ pub struct StoreWriter {
 
 impl StoreWriter {
     /// Starts a store of `n_layers` layers at `path`, with as many bundles per unit as fit a page.
-    pub fn create(path: impl AsRef<Path>, n_layers: usize, d_model: usize, d_ff: usize, formats: Formats) -> Result<Self> {
+    pub fn create(
+        path: impl AsRef<Path>,
+        n_layers: usize,
+        d_model: usize,
+        d_ff: usize,
+        formats: Formats,
+    ) -> Result<Self> {
         Self::create_with(path, n_layers, d_model, d_ff, formats, usize::MAX)
     }
 
@@ -51,18 +57,30 @@ impl StoreWriter {
         max_neurons: usize,
     ) -> Result<Self> {
         if n_layers == 0 || d_ff == 0 || d_model == 0 || d_ff > u32::MAX as usize {
-            return Err(StoreError::Invalid(format!("shape {n_layers} layers × {d_ff} neurons × {d_model} columns")));
+            return Err(StoreError::Invalid(format!(
+                "shape {n_layers} layers × {d_ff} neurons × {d_model} columns"
+            )));
         }
         let layout = BundleLayout::with_neurons(d_model, formats, max_neurons)?;
         let path = path.as_ref().to_path_buf();
         let mut tmp = path.clone().into_os_string();
         tmp.push(format!(".tmp-{}", std::process::id()));
         let tmp = PathBuf::from(tmp);
-        let wr = |source| StoreError::Write { path: tmp.clone(), source };
+        let wr = |source| StoreError::Write {
+            path: tmp.clone(),
+            source,
+        };
         let file = File::create(&tmp).map_err(wr)?;
         let data = StoreIndex::data_offset(n_layers, d_ff, layout.units(d_ff));
         let mut w = StoreWriter {
-            index: StoreIndex { d_model, d_ff, formats, layout, layers: Vec::new(), file_len: data },
+            index: StoreIndex {
+                d_model,
+                d_ff,
+                formats,
+                layout,
+                layers: Vec::new(),
+                file_len: data,
+            },
             out: Some(BufWriter::with_capacity(1 << 20, file)),
             unit: vec![0u8; layout.unit_bytes()],
             path,
@@ -80,34 +98,62 @@ impl StoreWriter {
     }
 
     fn write(&mut self, bytes: &[u8]) -> Result<()> {
-        let out = self.out.as_mut().ok_or_else(|| StoreError::Invalid("writer already finished".into()))?;
-        out.write_all(bytes).map_err(|source| StoreError::Write { path: self.tmp.clone(), source })
+        let out = self
+            .out
+            .as_mut()
+            .ok_or_else(|| StoreError::Invalid("writer already finished".into()))?;
+        out.write_all(bytes).map_err(|source| StoreError::Write {
+            path: self.tmp.clone(),
+            source,
+        })
     }
 
     /// Appends the next layer: its units in `order`, each checksummed.
     pub fn add_layer(&mut self, layer: LayerInput<'_>) -> Result<()> {
         let li = self.index.layers.len();
         if li >= self.n_layers {
-            return Err(StoreError::Invalid(format!("layer {li} added to a store of {} layers", self.n_layers)));
+            return Err(StoreError::Invalid(format!(
+                "layer {li} added to a store of {} layers",
+                self.n_layers
+            )));
         }
         let (d_ff, l) = (self.index.d_ff, self.index.layout);
         let bad = |what: String| StoreError::Invalid(format!("layer {li}: {what}"));
-        for (name, m, row) in [("gate", layer.gate, l.gate_row), ("up", layer.up, l.up_row), ("down", layer.down_t, l.down_row)] {
+        for (name, m, row) in [
+            ("gate", layer.gate, l.gate_row),
+            ("up", layer.up, l.up_row),
+            ("down", layer.down_t, l.down_row),
+        ] {
             if m.len() != d_ff * row {
-                return Err(bad(format!("{name} is {} bytes, expected {d_ff} rows of {row}", m.len())));
+                return Err(bad(format!(
+                    "{name} is {} bytes, expected {d_ff} rows of {row}",
+                    m.len()
+                )));
             }
         }
-        if layer.down_norms.len() != d_ff || layer.down_norms.iter().any(|v| !v.is_finite() || *v < 0.0) {
-            return Err(bad(format!("{} down norms (need {d_ff} finite, non-negative)", layer.down_norms.len())));
+        if layer.down_norms.len() != d_ff
+            || layer.down_norms.iter().any(|v| !v.is_finite() || *v < 0.0)
+        {
+            return Err(bad(format!(
+                "{} down norms (need {d_ff} finite, non-negative)",
+                layer.down_norms.len()
+            )));
         }
         let mut position = vec![u32::MAX; d_ff];
         if layer.order.len() != d_ff {
-            return Err(bad(format!("order lists {} neurons, expected {d_ff}", layer.order.len())));
+            return Err(bad(format!(
+                "order lists {} neurons, expected {d_ff}",
+                layer.order.len()
+            )));
         }
         for (p, &n) in layer.order.iter().enumerate() {
             match position.get_mut(n as usize) {
                 Some(s) if *s == u32::MAX => *s = p as u32,
-                _ => return Err(bad(format!("order is not a permutation of 0..{d_ff} (entry {p} is {n})"))),
+                _ => {
+                    return Err(bad(format!(
+                        "order is not a permutation of 0..{d_ff} (entry {p} is {n})"
+                    )))
+                }
             }
         }
         let units = l.units(d_ff);
@@ -119,9 +165,15 @@ impl StoreWriter {
             let members = &layer.order[u * l.neurons..((u + 1) * l.neurons).min(d_ff)];
             for (slot, &n) in members.iter().enumerate() {
                 let n = n as usize;
-                let (g, up, dn) = (l.gate_range().start, l.up_range().start, l.down_range().start);
-                buf[g + slot * l.gate_row..g + (slot + 1) * l.gate_row].copy_from_slice(&layer.gate[n * l.gate_row..(n + 1) * l.gate_row]);
-                buf[up + slot * l.up_row..up + (slot + 1) * l.up_row].copy_from_slice(&layer.up[n * l.up_row..(n + 1) * l.up_row]);
+                let (g, up, dn) = (
+                    l.gate_range().start,
+                    l.up_range().start,
+                    l.down_range().start,
+                );
+                buf[g + slot * l.gate_row..g + (slot + 1) * l.gate_row]
+                    .copy_from_slice(&layer.gate[n * l.gate_row..(n + 1) * l.gate_row]);
+                buf[up + slot * l.up_row..up + (slot + 1) * l.up_row]
+                    .copy_from_slice(&layer.up[n * l.up_row..(n + 1) * l.up_row]);
                 buf[dn + slot * l.down_row..dn + (slot + 1) * l.down_row]
                     .copy_from_slice(&layer.down_t[n * l.down_row..(n + 1) * l.down_row]);
             }
@@ -145,22 +197,45 @@ impl StoreWriter {
     /// Writes header and index, syncs, and renames the file to its final name. Returns the index.
     pub fn finish(mut self) -> Result<StoreIndex> {
         if self.index.layers.len() != self.n_layers {
-            return Err(StoreError::Invalid(format!("finish after {} of {} layers", self.index.layers.len(), self.n_layers)));
+            return Err(StoreError::Invalid(format!(
+                "finish after {} of {} layers",
+                self.index.layers.len(),
+                self.n_layers
+            )));
         }
         let index = self.index.encode();
         let header = encode_header(&index, self.index.layers[0].offset, self.index.file_len);
         let tmp = self.tmp.clone();
-        let wr = |source| StoreError::Write { path: tmp.clone(), source };
-        let out = self.out.take().ok_or_else(|| StoreError::Invalid("writer already finished".into()))?;
+        let wr = |source| StoreError::Write {
+            path: tmp.clone(),
+            source,
+        };
+        let out = self
+            .out
+            .take()
+            .ok_or_else(|| StoreError::Invalid("writer already finished".into()))?;
         let mut file = out.into_inner().map_err(|e| wr(e.into_error()))?;
         file.seek(SeekFrom::Start(0)).map_err(wr)?;
         file.write_all(&header).map_err(wr)?;
         file.write_all(&index).map_err(wr)?;
         file.sync_all().map_err(wr)?;
         drop(file);
-        std::fs::rename(&self.tmp, &self.path).map_err(|source| StoreError::Write { path: self.path.clone(), source })?;
+        std::fs::rename(&self.tmp, &self.path).map_err(|source| StoreError::Write {
+            path: self.path.clone(),
+            source,
+        })?;
         let (formats, layout) = (self.index.formats, self.index.layout);
-        Ok(std::mem::replace(&mut self.index, StoreIndex { d_model: 0, d_ff: 0, formats, layout, layers: Vec::new(), file_len: 0 }))
+        Ok(std::mem::replace(
+            &mut self.index,
+            StoreIndex {
+                d_model: 0,
+                d_ff: 0,
+                formats,
+                layout,
+                layers: Vec::new(),
+                file_len: 0,
+            },
+        ))
     }
 }
 

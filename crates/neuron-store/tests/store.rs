@@ -8,7 +8,8 @@ use proptest::prelude::*;
 use ufs_io::{EngineConfig, IoEngine, OpenOptions};
 
 fn tmp(name: &str) -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("neuron-store-{}", std::process::id()));
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("neuron-store-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     dir.join(name)
 }
@@ -33,22 +34,45 @@ impl Rng {
     }
 }
 
-const Q8: Formats = Formats { gate: WeightFormat::Q8_0, up: WeightFormat::Q8_0, down: WeightFormat::Q8_0 };
+const Q8: Formats = Formats {
+    gate: WeightFormat::Q8_0,
+    up: WeightFormat::Q8_0,
+    down: WeightFormat::Q8_0,
+};
 
 /// Layers of random bytes: (gate, up, down_t, order, norms) each.
 type Layer = (Vec<u8>, Vec<u8>, Vec<u8>, Vec<u32>, Vec<f32>);
 
-fn write_store(path: &PathBuf, layers: usize, d: usize, ff: usize, formats: Formats, max_k: usize, seed: u64) -> Vec<Layer> {
+fn write_store(
+    path: &PathBuf,
+    layers: usize,
+    d: usize,
+    ff: usize,
+    formats: Formats,
+    max_k: usize,
+    seed: u64,
+) -> Vec<Layer> {
     let mut rng = Rng(seed);
     let l = BundleLayout::with_neurons(d, formats, max_k).unwrap();
     let mut w = StoreWriter::create_with(path, layers, d, ff, formats, max_k).unwrap();
     let mut out = Vec::new();
     for _ in 0..layers {
-        let (g, u, dn) = (rng.bytes(ff * l.gate_row), rng.bytes(ff * l.up_row), rng.bytes(ff * l.down_row));
+        let (g, u, dn) = (
+            rng.bytes(ff * l.gate_row),
+            rng.bytes(ff * l.up_row),
+            rng.bytes(ff * l.down_row),
+        );
         let order = rng.perm(ff);
         let norms: Vec<f32> = (0..ff).map(|i| i as f32 * 0.5).collect();
-        w.add_layer(LayerInput { gate: &g, up: &u, down_t: &dn, order: order.clone(), hot_neurons: ff / 4, down_norms: norms.clone() })
-            .unwrap();
+        w.add_layer(LayerInput {
+            gate: &g,
+            up: &u,
+            down_t: &dn,
+            order: order.clone(),
+            hot_neurons: ff / 4,
+            down_norms: norms.clone(),
+        })
+        .unwrap();
         out.push((g, u, dn, order, norms));
     }
     w.finish().unwrap();
@@ -56,7 +80,11 @@ fn write_store(path: &PathBuf, layers: usize, d: usize, ff: usize, formats: Form
 }
 
 fn io() -> IoEngine {
-    IoEngine::new(EngineConfig { queue_depth: 8, ..Default::default() }).unwrap()
+    IoEngine::new(EngineConfig {
+        queue_depth: 8,
+        ..Default::default()
+    })
+    .unwrap()
 }
 
 fn check_round_trip(d: usize, ff: usize, formats: Formats, max_k: usize) {
@@ -80,11 +108,17 @@ fn check_round_trip(d: usize, ff: usize, formats: Formats, max_k: usize) {
             let gate = &b[l.gate_range()][slot * l.gate_row..(slot + 1) * l.gate_row];
             let up = &b[l.up_range()][slot * l.up_row..(slot + 1) * l.up_row];
             let down = &b[l.down_range()][slot * l.down_row..(slot + 1) * l.down_row];
-            assert_eq!(gate, &g[n * l.gate_row..(n + 1) * l.gate_row], "gate of neuron {n} layer {li}");
+            assert_eq!(
+                gate,
+                &g[n * l.gate_row..(n + 1) * l.gate_row],
+                "gate of neuron {n} layer {li}"
+            );
             assert_eq!(up, &u[n * l.up_row..(n + 1) * l.up_row]);
             assert_eq!(down, &dn[n * l.down_row..(n + 1) * l.down_row]);
         }
-        let hot = store.read_units(&io, li, 0..ix.layers[li].hot_units).unwrap();
+        let hot = store
+            .read_units(&io, li, 0..ix.layers[li].hot_units)
+            .unwrap();
         assert_eq!(hot.len(), ix.layers[li].hot_units * l.unit_bytes());
     }
     store.verify_all(&io).unwrap();
@@ -105,9 +139,16 @@ fn unpacked_store_round_trips() {
 
 #[test]
 fn smollm2_shape_packs_three_per_page() {
-    let f = Formats { gate: WeightFormat::Q4_1, up: WeightFormat::Q4_1, down: WeightFormat::Q8_0 };
+    let f = Formats {
+        gate: WeightFormat::Q4_1,
+        up: WeightFormat::Q4_1,
+        down: WeightFormat::Q8_0,
+    };
     let l = BundleLayout::new(576, f).unwrap();
-    assert_eq!((l.bundle_bytes(), l.neurons, l.pages), (360 + 360 + 612, 3, 1));
+    assert_eq!(
+        (l.bundle_bytes(), l.neurons, l.pages),
+        (360 + 360 + 612, 3, 1)
+    );
 }
 
 #[test]
@@ -126,8 +167,15 @@ fn unfinished_writer_leaves_nothing() {
     let m = vec![0u8; 40 * l.gate_row];
     {
         let mut w = StoreWriter::create(&path, 2, 64, 40, Q8).unwrap();
-        w.add_layer(LayerInput { gate: &m, up: &m, down_t: &m, order: (0..40).collect(), hot_neurons: 0, down_norms: vec![0.0; 40] })
-            .unwrap();
+        w.add_layer(LayerInput {
+            gate: &m,
+            up: &m,
+            down_t: &m,
+            order: (0..40).collect(),
+            hot_neurons: 0,
+            down_norms: vec![0.0; 40],
+        })
+        .unwrap();
         let e = StoreWriter::finish(w).unwrap_err();
         assert!(e.to_string().contains("1 of 2 layers"), "{e}");
     }
@@ -147,13 +195,32 @@ fn bad_input_is_rejected() {
     let mut w = StoreWriter::create(&path, 1, 64, 10, Q8).unwrap();
     let mut order: Vec<u32> = (0..10).collect();
     order[3] = 4;
-    let e = w.add_layer(LayerInput { gate: &m, up: &m, down_t: &m, order, hot_neurons: 0, down_norms: vec![0.0; 10] }).unwrap_err();
+    let e = w
+        .add_layer(LayerInput {
+            gate: &m,
+            up: &m,
+            down_t: &m,
+            order,
+            hot_neurons: 0,
+            down_norms: vec![0.0; 10],
+        })
+        .unwrap_err();
     assert!(e.to_string().contains("not a permutation"), "{e}");
     let e = w
-        .add_layer(LayerInput { gate: &m[1..], up: &m, down_t: &m, order: (0..10).collect(), hot_neurons: 0, down_norms: vec![0.0; 10] })
+        .add_layer(LayerInput {
+            gate: &m[1..],
+            up: &m,
+            down_t: &m,
+            order: (0..10).collect(),
+            hot_neurons: 0,
+            down_norms: vec![0.0; 10],
+        })
         .unwrap_err();
     assert!(e.to_string().contains("gate is"), "{e}");
-    assert!(StoreWriter::create(&path, 1, 63, 10, Q8).is_err(), "63 columns are not whole Q8_0 blocks");
+    assert!(
+        StoreWriter::create(&path, 1, 63, 10, Q8).is_err(),
+        "63 columns are not whole Q8_0 blocks"
+    );
 }
 
 #[test]
@@ -162,7 +229,10 @@ fn not_a_store_is_named() {
     std::fs::write(&path, vec![7u8; 2 * PAGE]).unwrap();
     let e = NeuronStore::open(&io(), &path, OpenOptions::default()).unwrap_err();
     let s = e.to_string();
-    assert!(s.contains("not-a-store.neurons") && s.contains("magic"), "{s}");
+    assert!(
+        s.contains("not-a-store.neurons") && s.contains("magic"),
+        "{s}"
+    );
 }
 
 fn base_store() -> (PathBuf, Vec<u8>) {

@@ -63,4 +63,6 @@ pub use file::Fnv1a64;
 pub use mlp::{
     train, Dataset, LayerReport, Predictor, PredictorSet, Scratch, TrainConfig, TrainProgress,
 };
-pub use profile::{calibrate_threshold, ActivationKind, LayerProfile, Profile, ProfileAccumulator, ScoreKind};
+pub use profile::{
+    calibrate_threshold, ActivationKind, LayerProfile, Profile, ProfileAccumulator, ScoreKind,
+};

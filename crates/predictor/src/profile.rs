@@ -196,7 +196,11 @@ impl Profile {
             0 => ScoreKind::Gate,
             1 => ScoreKind::GateNorm,
             2 => ScoreKind::OutputNorm,
-            v => return Err(r.err(format!("unknown score code {v} (0 = gate, 1 = gate·norm, 2 = output·norm)"))),
+            v => {
+                return Err(r.err(format!(
+                    "unknown score code {v} (0 = gate, 1 = gate·norm, 2 = output·norm)"
+                )))
+            }
         };
         let nb = r.u32("batch size count")? as usize;
         let mut batch_sizes = Vec::new();
@@ -408,7 +412,13 @@ impl ProfileAccumulator {
 
     /// [`observe`](Self::observe) where a neuron counts as active when `scores[t][j] > t_gate` (instead of
     /// `|act_gate[t][j]| > t_gate`); `scores` has the shape of `act_gate`.
-    pub fn observe_scored(&mut self, scores: &[f32], act_gate: &[f32], up: &[f32], n_tokens: usize) -> Result<()> {
+    pub fn observe_scored(
+        &mut self,
+        scores: &[f32],
+        act_gate: &[f32],
+        up: &[f32],
+        n_tokens: usize,
+    ) -> Result<()> {
         if scores.len() != act_gate.len() {
             return input_err(format!(
                 "ProfileAccumulator::observe_scored: {} scores for {} activations",
@@ -419,7 +429,13 @@ impl ProfileAccumulator {
         self.observe_inner(Some(scores), act_gate, up, n_tokens)
     }
 
-    fn observe_inner(&mut self, scores: Option<&[f32]>, act_gate: &[f32], up: &[f32], n_tokens: usize) -> Result<()> {
+    fn observe_inner(
+        &mut self,
+        scores: Option<&[f32]>,
+        act_gate: &[f32],
+        up: &[f32],
+        n_tokens: usize,
+    ) -> Result<()> {
         let want = n_tokens.checked_mul(self.n);
         if want != Some(act_gate.len()) || want != Some(up.len()) {
             return input_err(format!(
@@ -433,7 +449,11 @@ impl ProfileAccumulator {
             self.tokens += n_tokens as u64;
             return Ok(());
         }
-        for (t, (a_row, u_row)) in act_gate.chunks_exact(self.n).zip(up.chunks_exact(self.n)).enumerate() {
+        for (t, (a_row, u_row)) in act_gate
+            .chunks_exact(self.n)
+            .zip(up.chunks_exact(self.n))
+            .enumerate()
+        {
             self.tokens += 1;
             let s_row = scores.map(|s| &s[t * self.n..(t + 1) * self.n]);
             for j in 0..self.n {

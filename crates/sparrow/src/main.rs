@@ -10,12 +10,16 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
 use engine::{
-    ChatMessage, Engine, EngineOptions, Flow, GenerateRequest, Generation, Logits, ModelFile, Overlay, Precision,
-    SamplerConfig,
+    ChatMessage, Engine, EngineOptions, Flow, GenerateRequest, Generation, Logits, ModelFile,
+    Overlay, Precision, SamplerConfig,
 };
 
 #[derive(Parser)]
-#[command(name = "sparrow", version, about = "Run large language models on phone-class hardware")]
+#[command(
+    name = "sparrow",
+    version,
+    about = "Run large language models on phone-class hardware"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -142,13 +146,19 @@ struct OffloadArgs {
 /// Parses `123`, `64K`, `80M`, `1.5G` (powers of 1024).
 fn parse_size(s: &str) -> std::result::Result<u64, String> {
     let t = s.trim();
-    let (num, mul) = match t.char_indices().last().map(|(i, c)| (i, c.to_ascii_uppercase())) {
+    let (num, mul) = match t
+        .char_indices()
+        .last()
+        .map(|(i, c)| (i, c.to_ascii_uppercase()))
+    {
         Some((i, 'K')) => (&t[..i], 1u64 << 10),
         Some((i, 'M')) => (&t[..i], 1 << 20),
         Some((i, 'G')) => (&t[..i], 1 << 30),
         _ => (t, 1),
     };
-    let v: f64 = num.parse().map_err(|_| format!("`{s}` is not a size (e.g. 80M, 1.5G)"))?;
+    let v: f64 = num
+        .parse()
+        .map_err(|_| format!("`{s}` is not a size (e.g. 80M, 1.5G)"))?;
     if !v.is_finite() || v < 0.0 {
         return Err(format!("`{s}` is not a size"));
     }
@@ -335,9 +345,12 @@ fn open_model(args: &ModelArgs, quiet: bool) -> Result<ModelFile> {
 
 /// The load-time re-quantization `--requant` asks for (built before the engine, which borrows it).
 fn build_overlay(file: &ModelFile, args: &ModelArgs, quiet: bool) -> Result<Option<Overlay>> {
-    let Some(r) = args.requant else { return Ok(None) };
+    let Some(r) = args.requant else {
+        return Ok(None);
+    };
     let t = Instant::now();
-    let o = Overlay::build(file, r).with_context(|| format!("re-quantizing {} to {r}", file.path().display()))?;
+    let o = Overlay::build(file, r)
+        .with_context(|| format!("re-quantizing {} to {r}", file.path().display()))?;
     if !quiet {
         eprintln!(
             "sparrow: re-quantized {} layer matrices to {r} in {:.1} s: {:.1} MiB, {:.3} bits per weight",
@@ -429,19 +442,29 @@ fn cmd_run(a: RunArgs) -> Result<()> {
         }
         return chat_loop(&eng, &a, &req, load_s);
     }
-    let Some(user) = a.prompt.clone() else { bail!("give a prompt with -p \"...\", or --chat to chat interactively") };
+    let Some(user) = a.prompt.clone() else {
+        bail!("give a prompt with -p \"...\", or --chat to chat interactively")
+    };
     let prompt_text = if a.chat {
         let mut msgs = Vec::new();
         if let Some(s) = &a.system {
-            msgs.push(ChatMessage { role: "system".into(), content: s.clone() });
+            msgs.push(ChatMessage {
+                role: "system".into(),
+                content: s.clone(),
+            });
         }
-        msgs.push(ChatMessage { role: "user".into(), content: user });
+        msgs.push(ChatMessage {
+            role: "user".into(),
+            content: user,
+        });
         render_chat(&eng, &msgs)?
     } else {
         user
     };
     // Chat templates write their own BOS; raw prompts get one where the model asks for it.
-    let ids = eng.tokenizer().encode(&prompt_text, !a.chat && eng.tokenizer().add_bos_default())?;
+    let ids = eng
+        .tokenizer()
+        .encode(&prompt_text, !a.chat && eng.tokenizer().add_bos_default())?;
     if a.json {
         let g = eng.generate(&ids, &req, |_| Flow::Continue)?;
         let t = &g.timings;
@@ -472,7 +495,11 @@ fn cmd_run(a: RunArgs) -> Result<()> {
 
 fn render_chat(eng: &Engine<'_>, msgs: &[ChatMessage]) -> Result<String> {
     let tok = eng.tokenizer();
-    let piece = |id: Option<u32>| id.and_then(|i| tok.id_to_piece(i)).unwrap_or("").to_string();
+    let piece = |id: Option<u32>| {
+        id.and_then(|i| tok.id_to_piece(i))
+            .unwrap_or("")
+            .to_string()
+    };
     let fallback = engine::ChatTemplate::chatml();
     let tpl = tok.chat_template().unwrap_or(&fallback);
     Ok(tpl.render(msgs, true, &piece(tok.bos_id()), &piece(tok.eos_id()))?)
@@ -487,7 +514,10 @@ fn stream(eng: &Engine<'_>, ids: &[u32], req: &GenerateRequest, echo: &str) -> R
     let live = !std::io::stdout().is_terminal() && std::io::stderr().is_terminal();
     let bar = if live {
         let b = indicatif::ProgressBar::new_spinner();
-        b.set_style(indicatif::ProgressStyle::with_template("{spinner} {pos} tokens, {per_sec}").expect("static template"));
+        b.set_style(
+            indicatif::ProgressStyle::with_template("{spinner} {pos} tokens, {per_sec}")
+                .expect("static template"),
+        );
         Some(b)
     } else {
         None
@@ -510,9 +540,15 @@ fn stream(eng: &Engine<'_>, ids: &[u32], req: &GenerateRequest, echo: &str) -> R
 fn chat_loop(eng: &Engine<'_>, a: &RunArgs, req: &GenerateRequest, load_s: f64) -> Result<()> {
     let mut msgs: Vec<ChatMessage> = Vec::new();
     if let Some(s) = &a.system {
-        msgs.push(ChatMessage { role: "system".into(), content: s.clone() });
+        msgs.push(ChatMessage {
+            role: "system".into(),
+            content: s.clone(),
+        });
     }
-    eprintln!("sparrow: chatting with {} (empty line or Ctrl-D to quit)", eng.model().path().display());
+    eprintln!(
+        "sparrow: chatting with {} (empty line or Ctrl-D to quit)",
+        eng.model().path().display()
+    );
     let stdin = std::io::stdin();
     let mut lines = stdin.lock().lines();
     loop {
@@ -523,12 +559,18 @@ fn chat_loop(eng: &Engine<'_>, a: &RunArgs, req: &GenerateRequest, load_s: f64) 
         if line.trim().is_empty() {
             break;
         }
-        msgs.push(ChatMessage { role: "user".into(), content: line });
+        msgs.push(ChatMessage {
+            role: "user".into(),
+            content: line,
+        });
         let ids = eng.tokenizer().encode(&render_chat(eng, &msgs)?, false)?;
         let g = stream(eng, &ids, req, "")?;
         println!();
         eprintln!("[{}]", figures_line(load_s, &g));
-        msgs.push(ChatMessage { role: "assistant".into(), content: g.text });
+        msgs.push(ChatMessage {
+            role: "assistant".into(),
+            content: g.text,
+        });
     }
     Ok(())
 }
@@ -538,16 +580,22 @@ fn cmd_perplexity(a: PplArgs) -> Result<()> {
     let overlay = build_overlay(&file, &a.model, a.json)?;
     let mut eng = Engine::new_with_overlay(&file, overlay.as_ref(), engine_options(&a.model))?;
     setup_sparse(&mut eng, &a.model, a.json)?;
-    let text = std::fs::read_to_string(&a.file).with_context(|| format!("reading {}", a.file.display()))?;
+    let text = std::fs::read_to_string(&a.file)
+        .with_context(|| format!("reading {}", a.file.display()))?;
     let tokens = eng.tokenizer().encode(&text, false)?;
     let bar = indicatif::ProgressBar::new(a.windows as u64);
     bar.set_style(
-        indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} windows, {elapsed} elapsed, ETA {eta}").expect("static template"),
+        indicatif::ProgressStyle::with_template(
+            "{bar:30} {pos}/{len} windows, {elapsed} elapsed, ETA {eta}",
+        )
+        .expect("static template"),
     );
     if !std::io::stderr().is_terminal() {
         bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
     }
-    let r = eng.perplexity(&tokens, a.window, a.windows, |done, _| bar.set_position(done as u64))?;
+    let r = eng.perplexity(&tokens, a.window, a.windows, |done, _| {
+        bar.set_position(done as u64)
+    })?;
     bar.finish_and_clear();
     if a.json {
         let mut v = serde_json::to_value(&r)?;
@@ -556,7 +604,8 @@ fn cmd_perplexity(a: PplArgs) -> Result<()> {
         v["precision"] = serde_json::json!(precision_name(eng.options().precision));
         v["sparse"] = serde_json::json!(eng.sparse().is_some());
         v["requant"] = serde_json::json!(overlay.as_ref().map(|o| o.requant().to_string()));
-        v["requant_bits_per_weight"] = serde_json::json!(overlay.as_ref().map(|o| o.bits_per_weight()));
+        v["requant_bits_per_weight"] =
+            serde_json::json!(overlay.as_ref().map(|o| o.bits_per_weight()));
         println!("{}", serde_json::to_string(&v)?);
     } else {
         println!(
@@ -591,20 +640,28 @@ fn cmd_bench(a: BenchArgs) -> Result<()> {
     let vocab = eng.model().config.vocab_size as u32;
     let need = a.n_prompt.max(a.n_gen).max(1);
     let text = a.text.clone().or_else(|| {
-        (a.model.sparse || eng.model().config.ffn_store.is_some()).then(|| PathBuf::from("../shared/data/wikitext-2/test.txt"))
+        (a.model.sparse || eng.model().config.ffn_store.is_some())
+            .then(|| PathBuf::from("../shared/data/wikitext-2/test.txt"))
     });
     let tokens: Vec<u32> = match &text {
         Some(path) => {
-            let t = std::fs::read_to_string(path)
-                .with_context(|| format!("reading {} (give another text with --text)", path.display()))?;
+            let t = std::fs::read_to_string(path).with_context(|| {
+                format!("reading {} (give another text with --text)", path.display())
+            })?;
             let ids = eng.tokenizer().encode(&t, false)?;
             if ids.len() < need {
-                bail!("{}: {} tokens, the bench needs {need}", path.display(), ids.len());
+                bail!(
+                    "{}: {} tokens, the bench needs {need}",
+                    path.display(),
+                    ids.len()
+                );
             }
             ids[..need].to_vec()
         }
         // Deterministic pseudo-random tokens, like llama-bench (content does not change dense speed).
-        None => (0..need as u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 7) % vocab).collect(),
+        None => (0..need as u32)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 7) % vocab)
+            .collect(),
     };
     // With --sparse every repetition runs dense and sparse back to back (alternating which goes
     // first), so the ratio compares the two on the same machine state. With --offload the pair is
@@ -615,7 +672,10 @@ fn cmd_bench(a: BenchArgs) -> Result<()> {
         Some(f) => {
             let mut e = Engine::new(f, engine_options(&a.model))?;
             if e.model().config.ffn_store.is_none() {
-                bail!("--offload {}: not a resident file (make one with `sparrow convert`)", f.path().display());
+                bail!(
+                    "--offload {}: not a resident file (make one with `sparrow convert`)",
+                    f.path().display()
+                );
             }
             let mut margs = a.model.clone();
             margs.model = Some(f.path().to_path_buf());
@@ -647,7 +707,11 @@ fn cmd_bench(a: BenchArgs) -> Result<()> {
         eng.forward(&mut cache, &tokens[..1], Logits::Last)?;
     }
     for rep in 0..a.reps.max(1) {
-        let order: Vec<usize> = if rep % 2 == 0 { (0..modes.len()).collect() } else { (0..modes.len()).rev().collect() };
+        let order: Vec<usize> = if rep % 2 == 0 {
+            (0..modes.len()).collect()
+        } else {
+            (0..modes.len()).rev().collect()
+        };
         for mi in order {
             if modes[mi] == Mode::Sparse {
                 eng.set_sparse(sparse.take());
@@ -678,7 +742,11 @@ fn cmd_bench(a: BenchArgs) -> Result<()> {
                     let ti = Instant::now();
                     let logits = e.forward(&mut cache, &[tok], Logits::Last)?;
                     r.token_s.push(ti.elapsed().as_secs_f64());
-                    tok = if text.is_some() { tokens[(i + 1) % tokens.len()] } else { engine::sampling::argmax(&logits) };
+                    tok = if text.is_some() {
+                        tokens[(i + 1) % tokens.len()]
+                    } else {
+                        engine::sampling::argmax(&logits)
+                    };
                 }
                 let secs = t.elapsed().as_secs_f64();
                 r.tg.push(a.n_gen as f64 / secs);
@@ -700,13 +768,30 @@ fn cmd_bench(a: BenchArgs) -> Result<()> {
     let prec = precision_name(eng.options().precision);
     let mode_name = |m: Mode| match m {
         Mode::Dense => "dense",
-        Mode::Sparse => if off_eng.is_some() { "in-memory sparse" } else { "sparse" },
+        Mode::Sparse => {
+            if off_eng.is_some() {
+                "in-memory sparse"
+            } else {
+                "sparse"
+            }
+        }
         Mode::Offload => "offloaded",
     };
-    let ratio_name = if modes.len() == 2 { format!("{}/{}", mode_name(modes[1]), mode_name(modes[0])) } else { String::new() };
+    let ratio_name = if modes.len() == 2 {
+        format!("{}/{}", mode_name(modes[1]), mode_name(modes[0]))
+    } else {
+        String::new()
+    };
     let ratio = |f: fn(&ModeRuns) -> &Vec<f64>| -> Option<(f64, f64)> {
-        (runs.len() == 2 && !f(&runs[0]).is_empty())
-            .then(|| mean_sd(&f(&runs[1]).iter().zip(f(&runs[0])).map(|(s, d)| s / d).collect::<Vec<_>>()))
+        (runs.len() == 2 && !f(&runs[0]).is_empty()).then(|| {
+            mean_sd(
+                &f(&runs[1])
+                    .iter()
+                    .zip(f(&runs[0]))
+                    .map(|(s, d)| s / d)
+                    .collect::<Vec<_>>(),
+            )
+        })
     };
     let tg_ratio = ratio(|r| &r.tg);
     let pp_ratio = ratio(|r| &r.pp);
@@ -748,19 +833,39 @@ fn cmd_bench(a: BenchArgs) -> Result<()> {
         v["requant"] = serde_json::json!(overlay.as_ref().map(|o| o.requant().to_string()));
         v["peak_rss_bytes"] = serde_json::json!(engine::sys::peak_rss_bytes());
         if runs.len() == 2 {
-            let key = if modes[1] == Mode::Offload { "offloaded" } else { "sparse" };
+            let key = if modes[1] == Mode::Offload {
+                "offloaded"
+            } else {
+                "sparse"
+            };
             v[key] = mode_json(&runs[1]);
             v[key]["tg_ratio"] = serde_json::json!(tg_ratio.map(|r| r.0));
             v[key]["pp_ratio"] = serde_json::json!(pp_ratio.map(|r| r.0));
         }
         println!("{}", serde_json::to_string(&v)?);
     } else {
-        let rq = overlay.as_ref().map(|o| format!(" | layers re-quantized to {}", o.requant())).unwrap_or_default();
-        let src = text.as_ref().map(|p| format!(" | tokens from {}", p.display())).unwrap_or_default();
-        println!("model: {} | threads {} | {} mode{rq}{src} | {:.1} MiB weights read per token (dense)", file.path().display(), eng.threads(), prec, mib(eng.model().weight_bytes as u64));
+        let rq = overlay
+            .as_ref()
+            .map(|o| format!(" | layers re-quantized to {}", o.requant()))
+            .unwrap_or_default();
+        let src = text
+            .as_ref()
+            .map(|p| format!(" | tokens from {}", p.display()))
+            .unwrap_or_default();
+        println!(
+            "model: {} | threads {} | {} mode{rq}{src} | {:.1} MiB weights read per token (dense)",
+            file.path().display(),
+            eng.threads(),
+            prec,
+            mib(eng.model().weight_bytes as u64)
+        );
         let width = modes.iter().map(|&m| mode_name(m).len()).max().unwrap_or(0);
         for (r, &m) in runs.iter().zip(&modes) {
-            let name = if modes.len() == 2 || m == Mode::Offload { format!("{:<width$} ", mode_name(m)) } else { String::new() };
+            let name = if modes.len() == 2 || m == Mode::Offload {
+                format!("{:<width$} ", mode_name(m))
+            } else {
+                String::new()
+            };
             let (pm, ps) = mean_sd(&r.pp);
             let (tm, ts) = mean_sd(&r.tg);
             if !r.pp.is_empty() {
@@ -771,7 +876,10 @@ fn cmd_bench(a: BenchArgs) -> Result<()> {
                     Some(s) => format!("  (FFN {:.0}% of time; rows computed: gate {:.0}%, up {:.0}%, down {:.0}%)", 100.0 * mean_sd(&r.ffn_share).0, 100.0 * s.gate_frac(), 100.0 * s.up_frac(), 100.0 * s.down_frac()),
                     None => format!("  ({:.2} GB/s of weights, FFN {:.0}% of time)", tm * eng.model().weight_bytes as f64 / 1e9, 100.0 * mean_sd(&r.ffn_share).0),
                 };
-                println!("{name}tg{:<5} {:>8.1} ± {:.1} tok/s{extra}", a.n_gen, tm, ts);
+                println!(
+                    "{name}tg{:<5} {:>8.1} ± {:.1} tok/s{extra}",
+                    a.n_gen, tm, ts
+                );
             }
             if let Some(o) = &r.offload {
                 let n = o.tokens.max(1) as f64;
@@ -796,7 +904,10 @@ fn cmd_bench(a: BenchArgs) -> Result<()> {
         if let Some((m, s)) = tg_ratio {
             println!("{ratio_name} tg: {m:.3} ± {s:.3} (per-repetition ratios)");
         }
-        println!("peak RSS {:.1} MiB", mib(engine::sys::peak_rss_bytes().unwrap_or(0)));
+        println!(
+            "peak RSS {:.1} MiB",
+            mib(engine::sys::peak_rss_bytes().unwrap_or(0))
+        );
     }
     Ok(())
 }
@@ -820,7 +931,13 @@ struct ModeRuns {
 fn quantile(xs: &[f64], q: f64) -> f64 {
     let mut v = xs.to_vec();
     v.sort_by(f64::total_cmp);
-    v.get(((v.len() as f64 * q).ceil() as usize).saturating_sub(1).min(v.len().saturating_sub(1))).copied().unwrap_or(f64::NAN)
+    v.get(
+        ((v.len() as f64 * q).ceil() as usize)
+            .saturating_sub(1)
+            .min(v.len().saturating_sub(1)),
+    )
+    .copied()
+    .unwrap_or(f64::NAN)
 }
 
 fn sidecar(model: &std::path::Path, ext: &str) -> PathBuf {
@@ -831,11 +948,22 @@ fn sidecar(model: &std::path::Path, ext: &str) -> PathBuf {
 
 /// The offload settings of `args` for the resident model of `eng`: the FFN cache budget comes from
 /// --ffn-resident, or from --memory-budget minus what stays resident (file, KV cache, predictors).
-fn offload_options(eng: &Engine<'_>, args: &ModelArgs, predictor: Option<&std::path::Path>, quiet: bool) -> Result<engine::OffloadOptions> {
+fn offload_options(
+    eng: &Engine<'_>,
+    args: &ModelArgs,
+    predictor: Option<&std::path::Path>,
+    quiet: bool,
+) -> Result<engine::OffloadOptions> {
     let o = &args.offload;
     let model = eng.model();
-    let Some(r) = &model.config.ffn_store else { return Ok(engine::OffloadOptions::default()) };
-    let store = model.path().parent().unwrap_or(std::path::Path::new("")).join(&r.file);
+    let Some(r) = &model.config.ffn_store else {
+        return Ok(engine::OffloadOptions::default());
+    };
+    let store = model
+        .path()
+        .parent()
+        .unwrap_or(std::path::Path::new(""))
+        .join(&r.file);
     let ffn = engine::offload::store_ffn_bytes(&store)?;
     let ffn_budget = match (o.memory_budget, o.ffn_resident) {
         (Some(b), _) => {
@@ -882,7 +1010,10 @@ fn setup_sparse(eng: &mut Engine<'_>, args: &ModelArgs, quiet: bool) -> Result<(
         return Ok(());
     }
     let model_path = eng.model().path().to_path_buf();
-    let profile_path = args.profile.clone().unwrap_or_else(|| sidecar(&model_path, ".sparrow-profile"));
+    let profile_path = args
+        .profile
+        .clone()
+        .unwrap_or_else(|| sidecar(&model_path, ".sparrow-profile"));
     if !profile_path.exists() {
         bail!(
             "--sparse needs a profile: {} does not exist (run `sparrow profile` first, or give --profile)",
@@ -890,14 +1021,19 @@ fn setup_sparse(eng: &mut Engine<'_>, args: &ModelArgs, quiet: bool) -> Result<(
         );
     }
     let profile = engine::Profile::load(&profile_path)?;
-    let pred_path = args.predictor.clone().unwrap_or_else(|| sidecar(&model_path, ".sparrow-predictor"));
+    let pred_path = args
+        .predictor
+        .clone()
+        .unwrap_or_else(|| sidecar(&model_path, ".sparrow-predictor"));
     let use_pred = !args.no_predictor && (args.predictor.is_some() || pred_path.exists());
     let off = offload_options(eng, args, use_pred.then_some(pred_path.as_path()), quiet)?;
     let mut sp = engine::profile::sparse_from_profile_with(eng, &profile, &profile_path, off)?;
     let mut with_pred = false;
     if use_pred {
         let set = engine::PredictorSet::load(&pred_path)?;
-        if set.model_fingerprint != engine::profile::model_fingerprint(eng.model()) || set.layers.len() != eng.model().config.n_layers {
+        if set.model_fingerprint != engine::profile::model_fingerprint(eng.model())
+            || set.layers.len() != eng.model().config.n_layers
+        {
             bail!("{}: these predictors were trained for another model (run `sparrow train-predictor`)", pred_path.display());
         }
         sp = sp.with_predictor(Box::new(set));
@@ -908,7 +1044,11 @@ fn setup_sparse(eng: &mut Engine<'_>, args: &ModelArgs, quiet: bool) -> Result<(
             "sparrow: sparse FFN from {} ({:?} score{})",
             profile_path.display(),
             profile.score,
-            if with_pred { format!(", predictors from {}", pred_path.display()) } else { ", no predictor".into() }
+            if with_pred {
+                format!(", predictors from {}", pred_path.display())
+            } else {
+                ", no predictor".into()
+            }
         );
     }
     eng.set_sparse(Some(sp));
@@ -917,10 +1057,16 @@ fn setup_sparse(eng: &mut Engine<'_>, args: &ModelArgs, quiet: bool) -> Result<(
 
 fn read_corpus(eng: &Engine<'_>, c: &CorpusArgs) -> Result<Vec<u32>> {
     let text = std::fs::read_to_string(&c.corpus).with_context(|| {
-        format!("reading the corpus {} (give another with --corpus)", c.corpus.display())
+        format!(
+            "reading the corpus {} (give another with --corpus)",
+            c.corpus.display()
+        )
     })?;
     if c.corpus.to_string_lossy().contains("test") {
-        eprintln!("sparrow: warning: {} looks like a test split; calibrate on validation data", c.corpus.display());
+        eprintln!(
+            "sparrow: warning: {} looks like a test split; calibrate on validation data",
+            c.corpus.display()
+        );
     }
     Ok(eng.tokenizer().encode(&text, false)?)
 }
@@ -928,8 +1074,10 @@ fn read_corpus(eng: &Engine<'_>, c: &CorpusArgs) -> Result<Vec<u32>> {
 fn bar(len: u64, what: &str) -> indicatif::ProgressBar {
     let b = indicatif::ProgressBar::new(len);
     b.set_style(
-        indicatif::ProgressStyle::with_template(&format!("{{bar:30}} {{pos}}/{{len}} {what}, {{elapsed}} elapsed, ETA {{eta}}"))
-            .expect("static template"),
+        indicatif::ProgressStyle::with_template(&format!(
+            "{{bar:30}} {{pos}}/{{len}} {what}, {{elapsed}} elapsed, ETA {{eta}}"
+        ))
+        .expect("static template"),
     );
     if !std::io::stderr().is_terminal() {
         b.set_draw_target(indicatif::ProgressDrawTarget::hidden());
@@ -964,11 +1112,14 @@ fn cmd_profile(a: ProfileArgs) -> Result<()> {
     };
     let n_layers = eng.model().config.n_layers;
     let stop = stop_flag()?;
-    let mut base = eng.install(|| SparseFfn::new(eng.model(), vec![0.0; n_layers], DEFAULT_DOWN_FORMAT))?;
+    let mut base =
+        eng.install(|| SparseFfn::new(eng.model(), vec![0.0; n_layers], DEFAULT_DOWN_FORMAT))?;
     base.score = score;
     let b = bar(a.calib_windows as u64, "calibration windows");
     let samples =
-        engine::profile::sample_scores(&eng, &base, &tokens, w, a.calib_windows, 3, |d, _| b.set_position(d as u64))?;
+        engine::profile::sample_scores(&eng, &base, &tokens, w, a.calib_windows, 3, |d, _| {
+            b.set_position(d as u64)
+        })?;
     b.finish_and_clear();
     let build = |eng: &Engine<'_>, s: f32| -> Result<SparseFfn> {
         let t = thresholds_for_sparsity(&mut samples.clone(), s)?;
@@ -1015,12 +1166,17 @@ fn cmd_profile(a: ProfileArgs) -> Result<()> {
         corpus: a.corpus.corpus.display().to_string(),
     };
     let b = bar(a.windows as u64, "windows profiled");
-    let profile = engine::profile::profile_corpus(&eng, &sp, &tokens, &opts, &stop, |d, _| b.set_position(d as u64))?;
+    let profile = engine::profile::profile_corpus(&eng, &sp, &tokens, &opts, &stop, |d, _| {
+        b.set_position(d as u64)
+    })?;
     b.finish_and_clear();
     if stop.load(std::sync::atomic::Ordering::Relaxed) {
         bail!("interrupted: nothing written");
     }
-    let out = a.out.clone().unwrap_or_else(|| sidecar(eng.model().path(), ".sparrow-profile"));
+    let out = a
+        .out
+        .clone()
+        .unwrap_or_else(|| sidecar(eng.model().path(), ".sparrow-profile"));
     profile.save(&out)?;
     let layers: Vec<_> = profile
         .layers
@@ -1042,7 +1198,15 @@ fn cmd_profile(a: ProfileArgs) -> Result<()> {
         println!("{}", serde_json::to_string(&v)?);
         return Ok(());
     }
-    println!("profile of {} over {} tokens of {} (target sparsity {:.3}, {:?} score) -> {}", file.path().display(), profile.tokens, opts.corpus, sparsity, profile.score, out.display());
+    println!(
+        "profile of {} over {} tokens of {} (target sparsity {:.3}, {:?} score) -> {}",
+        file.path().display(),
+        profile.tokens,
+        opts.corpus,
+        sparsity,
+        profile.score,
+        out.display()
+    );
     println!("layer  threshold  sparsity@1  @2     @4     @8     neurons for 80% of activations  hot-set overlap b1/b8 (top 20%)");
     for (l, lp) in profile.layers.iter().enumerate() {
         println!(
@@ -1063,15 +1227,27 @@ fn cmd_train(a: TrainArgs) -> Result<()> {
     let file = open_model(&a.model, a.json)?;
     let overlay = build_overlay(&file, &a.model, a.json)?;
     let eng = Engine::new_with_overlay(&file, overlay.as_ref(), engine_options(&a.model))?;
-    let profile_path = a.model.profile.clone().unwrap_or_else(|| sidecar(eng.model().path(), ".sparrow-profile"));
-    let profile = engine::Profile::load(&profile_path)
-        .with_context(|| "train-predictor needs the model's profile: run `sparrow profile` first".to_string())?;
+    let profile_path = a
+        .model
+        .profile
+        .clone()
+        .unwrap_or_else(|| sidecar(eng.model().path(), ".sparrow-profile"));
+    let profile = engine::Profile::load(&profile_path).with_context(|| {
+        "train-predictor needs the model's profile: run `sparrow profile` first".to_string()
+    })?;
     let sp = engine::profile::sparse_from_profile(&eng, &profile, &profile_path)?;
     let tokens = read_corpus(&eng, &a.corpus)?;
     let stop = stop_flag()?;
     let b = bar(a.windows as u64, "windows of samples");
-    let data =
-        engine::profile::collect_datasets(&eng, &sp, &tokens, a.corpus.window, a.windows, &stop, |d, _| b.set_position(d as u64))?;
+    let data = engine::profile::collect_datasets(
+        &eng,
+        &sp,
+        &tokens,
+        a.corpus.window,
+        a.windows,
+        &stop,
+        |d, _| b.set_position(d as u64),
+    )?;
     b.finish_and_clear();
     if stop.load(std::sync::atomic::Ordering::Relaxed) {
         bail!("interrupted: nothing written");
@@ -1079,19 +1255,42 @@ fn cmd_train(a: TrainArgs) -> Result<()> {
     if a.max_share.is_nan() || a.max_share <= 0.0 {
         bail!("--max-share must be > 0 (got {})", a.max_share);
     }
-    let ffn_bytes: usize = eng.model().layers.iter().map(|l| [&l.gate, &l.up, &l.down].iter().map(|m| m.data().len()).sum::<usize>()).sum();
-    let max_bytes = (a.max_share * ffn_bytes as f64 / eng.model().layers.len().max(1) as f64) as usize;
-    let cfg = engine::TrainConfig { seed: a.seed, target_recall: a.recall, epochs: a.epochs, max_bytes, ..Default::default() };
+    let ffn_bytes: usize = eng
+        .model()
+        .layers
+        .iter()
+        .map(|l| {
+            [&l.gate, &l.up, &l.down]
+                .iter()
+                .map(|m| m.data().len())
+                .sum::<usize>()
+        })
+        .sum();
+    let max_bytes =
+        (a.max_share * ffn_bytes as f64 / eng.model().layers.len().max(1) as f64) as usize;
+    let cfg = engine::TrainConfig {
+        seed: a.seed,
+        target_recall: a.recall,
+        epochs: a.epochs,
+        max_bytes,
+        ..Default::default()
+    };
     let b = bar(data.len() as u64, "layers trained");
     let (set, reports) = engine::profile::train_predictors(&eng, &data, &cfg, |_, _| b.inc(1))?;
     b.finish_and_clear();
     if stop.load(std::sync::atomic::Ordering::Relaxed) {
         bail!("interrupted: nothing written");
     }
-    let out = a.out.clone().unwrap_or_else(|| sidecar(eng.model().path(), ".sparrow-predictor"));
+    let out = a
+        .out
+        .clone()
+        .unwrap_or_else(|| sidecar(eng.model().path(), ".sparrow-predictor"));
     set.save(&out)?;
     let total: usize = reports.iter().map(|r| r.bytes).sum();
-    let min_recall = reports.iter().map(|r| r.recall).fold(f32::INFINITY, f32::min);
+    let min_recall = reports
+        .iter()
+        .map(|r| r.recall)
+        .fold(f32::INFINITY, f32::min);
     if a.json {
         let v = serde_json::json!({"predictor": out, "samples_per_layer": data.first().map(|d| d.len()), "total_bytes": total, "ffn_bytes": ffn_bytes,
             "layers": reports.iter().enumerate().map(|(l, r)| serde_json::json!({"layer": l, "hidden": r.hidden, "recall": r.recall, "precision": r.precision,
@@ -1123,36 +1322,57 @@ fn cmd_convert(a: ConvertArgs) -> Result<()> {
         None => engine::fetch::ensure_default_model(|line| eprintln!("sparrow: {line}"))?,
     };
     let file = ModelFile::open(&path)?;
-    let profile_path = a.profile.clone().unwrap_or_else(|| sidecar(&path, ".sparrow-profile"));
+    let profile_path = a
+        .profile
+        .clone()
+        .unwrap_or_else(|| sidecar(&path, ".sparrow-profile"));
     if !profile_path.exists() {
         bail!("convert orders neurons by the model's profile: {} does not exist (run `sparrow profile` first, or give --profile)", profile_path.display());
     }
     let profile = engine::Profile::load(&profile_path)?;
     let out = a.out.clone().unwrap_or_else(|| {
-        let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "model".into());
+        let stem = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "model".into());
         path.with_file_name(format!("{stem}.resident.gguf"))
     });
-    let opts = engine::ConvertOptions { max_neurons_per_unit: if a.no_pack { 1 } else { usize::MAX }, ..Default::default() };
+    let opts = engine::ConvertOptions {
+        max_neurons_per_unit: if a.no_pack { 1 } else { usize::MAX },
+        ..Default::default()
+    };
     let t = Instant::now();
     let b = bar(profile.layers.len() as u64, "layers");
-    let r = engine::offload::convert(&file, &profile, &out, &opts, |done, _| b.set_position(done as u64))
-        .with_context(|| format!("converting {}", path.display()))?;
+    let r = engine::offload::convert(&file, &profile, &out, &opts, |done, _| {
+        b.set_position(done as u64)
+    })
+    .with_context(|| format!("converting {}", path.display()))?;
     b.finish_and_clear();
     // The profile and predictors travel with the resident file (same model fingerprint).
-    std::fs::copy(&profile_path, sidecar(&out, ".sparrow-profile")).with_context(|| format!("copying {}", profile_path.display()))?;
-    let pred = a.predictor.clone().unwrap_or_else(|| sidecar(&path, ".sparrow-predictor"));
+    std::fs::copy(&profile_path, sidecar(&out, ".sparrow-profile"))
+        .with_context(|| format!("copying {}", profile_path.display()))?;
+    let pred = a
+        .predictor
+        .clone()
+        .unwrap_or_else(|| sidecar(&path, ".sparrow-predictor"));
     let copied_pred = if a.predictor.is_some() || pred.exists() {
-        std::fs::copy(&pred, sidecar(&out, ".sparrow-predictor")).with_context(|| format!("copying {}", pred.display()))?;
+        std::fs::copy(&pred, sidecar(&out, ".sparrow-predictor"))
+            .with_context(|| format!("copying {}", pred.display()))?;
         true
     } else {
         false
     };
     if a.verify {
-        engine::offload::verify(&out).with_context(|| format!("verifying {}", r.store.display()))?;
+        engine::offload::verify(&out)
+            .with_context(|| format!("verifying {}", r.store.display()))?;
     }
     let l = r.layout;
     let hot: usize = r.hot_neurons.iter().sum();
-    println!("resident file {} ({:.1} MiB): embeddings, attention, norms, output", r.resident.display(), mib(r.resident_bytes));
+    println!(
+        "resident file {} ({:.1} MiB): embeddings, attention, norms, output",
+        r.resident.display(),
+        mib(r.resident_bytes)
+    );
     println!(
         "neuron store  {} ({:.1} MiB): {} neuron(s) of {} bytes per {}-page unit ({:.0}% of each unit used), {} hot neurons (batch-1 frequency ≥ {}) first in their layers",
         r.store.display(),
@@ -1168,7 +1388,11 @@ fn cmd_convert(a: ConvertArgs) -> Result<()> {
         "profile{} copied next to it; converted in {:.1} s{}",
         if copied_pred { " and predictors" } else { "" },
         t.elapsed().as_secs_f64(),
-        if a.verify { ", every page verified" } else { "" }
+        if a.verify {
+            ", every page verified"
+        } else {
+            ""
+        }
     );
     Ok(())
 }

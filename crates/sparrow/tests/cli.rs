@@ -4,45 +4,114 @@
 use std::process::{Command, Output};
 
 fn sparrow(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_sparrow")).args(args).output().expect("sparrow runs")
+    Command::new(env!("CARGO_BIN_EXE_sparrow"))
+        .args(args)
+        .output()
+        .expect("sparrow runs")
 }
 
 fn ok_json(args: &[&str]) -> serde_json::Value {
     let out = sparrow(args);
-    assert!(out.status.success(), "sparrow {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "sparrow {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let stdout = String::from_utf8(out.stdout).unwrap();
-    assert_eq!(stdout.lines().count(), 1, "--json prints exactly one line: {stdout}");
+    assert_eq!(
+        stdout.lines().count(),
+        1,
+        "--json prints exactly one line: {stdout}"
+    );
     serde_json::from_str(&stdout).expect("stdout is one JSON object")
 }
 
 #[test]
 fn run_json_has_documented_fields_and_reference_tokens() {
-    let v = ok_json(&["run", "-p", "The capital of France is", "-n", "8", "--exact", "--threads", "2", "--json"]);
+    let v = ok_json(&[
+        "run",
+        "-p",
+        "The capital of France is",
+        "-n",
+        "8",
+        "--exact",
+        "--threads",
+        "2",
+        "--json",
+    ]);
     for field in [
-        "model", "precision", "threads", "prompt_ids", "generated_ids", "text", "stop_reason", "load_s",
-        "prefill_tokens", "prefill_s", "prefill_tok_s", "decode_tokens", "decode_s", "decode_tok_s", "peak_rss_bytes",
+        "model",
+        "precision",
+        "threads",
+        "prompt_ids",
+        "generated_ids",
+        "text",
+        "stop_reason",
+        "load_s",
+        "prefill_tokens",
+        "prefill_s",
+        "prefill_tok_s",
+        "decode_tokens",
+        "decode_s",
+        "decode_tok_s",
+        "peak_rss_bytes",
     ] {
-        assert!(v.get(field).is_some(), "field `{field}` is missing from {v}");
+        assert!(
+            v.get(field).is_some(),
+            "field `{field}` is missing from {v}"
+        );
     }
-    let ids: Vec<u64> = v["prompt_ids"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect();
+    let ids: Vec<u64> = v["prompt_ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap())
+        .collect();
     assert_eq!(ids, [504, 3575, 282, 4649, 314]);
-    let gen: Vec<u64> = v["generated_ids"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect();
+    let gen: Vec<u64> = v["generated_ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap())
+        .collect();
     // The reference's greedy continuation starts " Paris.\n\nThe answer is".
     assert_eq!(gen, [7042, 30, 198, 198, 504, 2988, 314, 42]);
-    assert!(v["text"].as_str().unwrap().starts_with(" Paris."), "{}", v["text"]);
+    assert!(
+        v["text"].as_str().unwrap().starts_with(" Paris."),
+        "{}",
+        v["text"]
+    );
     assert_eq!(v["stop_reason"], "length");
     assert_eq!(v["precision"], "exact");
     assert_eq!(v["threads"], 2);
-    assert_eq!(v["decode_tokens"], 7, "the first token comes from the prefill");
+    assert_eq!(
+        v["decode_tokens"], 7,
+        "the first token comes from the prefill"
+    );
     assert!(v["decode_tok_s"].as_f64().unwrap() > 0.0 && v["peak_rss_bytes"].as_u64().unwrap() > 0);
 }
 
 #[test]
 fn run_streams_text_and_figures() {
-    let out = sparrow(&["run", "-p", "Once upon a time", "-n", "6", "--stop", "NEVER-APPEARS"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = sparrow(&[
+        "run",
+        "-p",
+        "Once upon a time",
+        "-n",
+        "6",
+        "--stop",
+        "NEVER-APPEARS",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let stdout = String::from_utf8(out.stdout).unwrap();
-    assert!(stdout.starts_with("Once upon a time") && stdout.len() > "Once upon a time".len(), "{stdout:?}");
+    assert!(
+        stdout.starts_with("Once upon a time") && stdout.len() > "Once upon a time".len(),
+        "{stdout:?}"
+    );
     let stderr = String::from_utf8(out.stderr).unwrap();
     for figure in ["load", "prefill", "decode", "tok/s", "peak RSS"] {
         assert!(stderr.contains(figure), "stderr lacks `{figure}`: {stderr}");
@@ -52,29 +121,65 @@ fn run_streams_text_and_figures() {
 #[test]
 fn chat_uses_the_model_template_and_stops_at_im_end() {
     let v = ok_json(&["run", "--chat", "-p", "What is 2+2?", "-n", "32", "--json"]);
-    let ids: Vec<u64> = v["prompt_ids"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect();
+    let ids: Vec<u64> = v["prompt_ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap())
+        .collect();
     assert_eq!(ids[0], 1, "the ChatML template opens with <|im_start|>");
-    assert_eq!(ids[ids.len() - 3..], [520, 9531, 198], "ends with `assistant\\n` (generation prompt)");
+    assert_eq!(
+        ids[ids.len() - 3..],
+        [520, 9531, 198],
+        "ends with `assistant\\n` (generation prompt)"
+    );
     assert_eq!(v["stop_reason"], "eos");
     assert!(v["text"].as_str().unwrap().contains('4'), "{}", v["text"]);
 }
 
 #[test]
 fn sampling_with_a_seed_is_repeatable() {
-    let args = ["run", "-p", "Once upon a time", "-n", "12", "--temp", "0.9", "--seed", "42", "--json"];
+    let args = [
+        "run",
+        "-p",
+        "Once upon a time",
+        "-n",
+        "12",
+        "--temp",
+        "0.9",
+        "--seed",
+        "42",
+        "--json",
+    ];
     let (a, b) = (ok_json(&args), ok_json(&args));
     assert_eq!(a["generated_ids"], b["generated_ids"]);
     let mut other = args;
     other[8] = "43";
     let c = ok_json(&other);
-    assert_ne!(a["generated_ids"], c["generated_ids"], "another seed gives another text");
+    assert_ne!(
+        a["generated_ids"], c["generated_ids"],
+        "another seed gives another text"
+    );
 }
 
 #[test]
 fn perplexity_json_on_a_short_file() {
     let file = std::env::temp_dir().join(format!("sparrow-cli-ppl-{}.txt", std::process::id()));
-    std::fs::write(&file, "The quick brown fox jumps over the lazy dog. ".repeat(40)).unwrap();
-    let v = ok_json(&["perplexity", "--file", file.to_str().unwrap(), "--window", "64", "--windows", "2", "--json"]);
+    std::fs::write(
+        &file,
+        "The quick brown fox jumps over the lazy dog. ".repeat(40),
+    )
+    .unwrap();
+    let v = ok_json(&[
+        "perplexity",
+        "--file",
+        file.to_str().unwrap(),
+        "--window",
+        "64",
+        "--windows",
+        "2",
+        "--json",
+    ]);
     let ppl = v["ppl"].as_f64().unwrap();
     // A repeated sentence is easy after the first pass: far below the ~30 of WikiText.
     assert!(ppl > 1.0 && ppl < 10.0, "ppl {ppl}");
@@ -85,7 +190,10 @@ fn perplexity_json_on_a_short_file() {
 #[test]
 fn bench_json_reports_speeds() {
     let v = ok_json(&["bench", "-p", "16", "-n", "4", "-r", "1", "--json"]);
-    assert!(v["pp_tok_s"].as_f64().unwrap() > 0.0 && v["tg_tok_s"].as_f64().unwrap() > 0.0, "{v}");
+    assert!(
+        v["pp_tok_s"].as_f64().unwrap() > 0.0 && v["tg_tok_s"].as_f64().unwrap() > 0.0,
+        "{v}"
+    );
 }
 
 #[test]
@@ -93,14 +201,20 @@ fn bad_input_gives_clear_errors() {
     let out = sparrow(&["run", "--model", "/nonexistent/model.gguf", "-p", "hi"]);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("/nonexistent/model.gguf"), "names the file: {err}");
+    assert!(
+        err.contains("/nonexistent/model.gguf"),
+        "names the file: {err}"
+    );
 
     let junk = std::env::temp_dir().join(format!("sparrow-cli-junk-{}.gguf", std::process::id()));
     std::fs::write(&junk, b"this is not a model at all, just text").unwrap();
     let out = sparrow(&["run", "--model", junk.to_str().unwrap(), "-p", "hi"]);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains(junk.to_str().unwrap()) && err.to_lowercase().contains("magic"), "{err}");
+    assert!(
+        err.contains(junk.to_str().unwrap()) && err.to_lowercase().contains("magic"),
+        "{err}"
+    );
     std::fs::remove_file(&junk).unwrap();
 
     let out = sparrow(&["perplexity", "--file", "/nonexistent/text.txt"]);
@@ -109,35 +223,92 @@ fn bad_input_gives_clear_errors() {
 
     let out = sparrow(&["run"]);
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("-p"), "asks for a prompt");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("-p"),
+        "asks for a prompt"
+    );
 }
 
 #[test]
 fn convert_then_run_over_the_neuron_store() {
     let dir = std::env::temp_dir().join(format!("sparrow-cli-convert-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let corpus = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/wikitext-2/valid.txt");
+    let corpus = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../shared/data/wikitext-2/valid.txt");
     let profile = dir.join("m.sparrow-profile");
     let resident = dir.join("m.resident.gguf");
-    let (p, r, c) = (profile.to_str().unwrap(), resident.to_str().unwrap(), corpus.to_str().unwrap());
-    let out = sparrow(&["profile", "--corpus", c, "--window", "64", "--windows", "2", "--calib-windows", "1", "--sparsity", "0.3", "-o", p]);
-    assert!(out.status.success(), "profile: {}", String::from_utf8_lossy(&out.stderr));
+    let (p, r, c) = (
+        profile.to_str().unwrap(),
+        resident.to_str().unwrap(),
+        corpus.to_str().unwrap(),
+    );
+    let out = sparrow(&[
+        "profile",
+        "--corpus",
+        c,
+        "--window",
+        "64",
+        "--windows",
+        "2",
+        "--calib-windows",
+        "1",
+        "--sparsity",
+        "0.3",
+        "-o",
+        p,
+    ]);
+    assert!(
+        out.status.success(),
+        "profile: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let out = sparrow(&["convert", "--profile", p, "-o", r, "--verify"]);
-    assert!(out.status.success(), "convert: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "convert: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("every page verified") && text.contains("3 neuron(s) of 1332 bytes"), "{text}");
-    assert!(dir.join("m.resident.neurons").exists() && dir.join("m.resident.gguf.sparrow-profile").exists());
+    assert!(
+        text.contains("every page verified") && text.contains("3 neuron(s) of 1332 bytes"),
+        "{text}"
+    );
+    assert!(
+        dir.join("m.resident.neurons").exists()
+            && dir.join("m.resident.gguf.sparrow-profile").exists()
+    );
 
-    let v = ok_json(&["run", "-m", r, "-p", "The capital of France is", "-n", "8", "--ffn-resident", "0.5", "--ctx", "256", "--json"]);
+    let v = ok_json(&[
+        "run",
+        "-m",
+        r,
+        "-p",
+        "The capital of France is",
+        "-n",
+        "8",
+        "--ffn-resident",
+        "0.5",
+        "--ctx",
+        "256",
+        "--json",
+    ]);
     assert_eq!(v["generated_ids"].as_array().unwrap().len(), 8, "{v}");
 
     let out = sparrow(&["run", "-m", r, "-p", "hi", "--memory-budget", "1M"]);
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("leaves nothing for the FFN"), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("leaves nothing for the FFN"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 
     std::fs::remove_file(dir.join("m.resident.neurons")).unwrap();
     let out = sparrow(&["run", "-m", r, "-p", "hi"]);
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("m.resident.neurons"), "names the missing store: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("m.resident.neurons"),
+        "names the missing store: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -51,21 +51,40 @@ impl Rng {
 }
 
 fn open(depth: usize) -> (IoEngine, FileId) {
-    let io = IoEngine::new(EngineConfig { queue_depth: depth, ..Default::default() }).expect("engine");
-    let id = io.open(bench_file(), OpenOptions::default()).expect("open bench file");
+    let io = IoEngine::new(EngineConfig {
+        queue_depth: depth,
+        ..Default::default()
+    })
+    .expect("engine");
+    let id = io
+        .open(bench_file(), OpenOptions::default())
+        .expect("open bench file");
     (io, id)
 }
 
 fn benches(c: &mut Criterion) {
     let (io, id) = open(1);
-    eprintln!("ufs-io bench: O_DIRECT {}", if io.file(id).unwrap().is_direct() { "on" } else { "REFUSED (buffered)" });
+    eprintln!(
+        "ufs-io bench: O_DIRECT {}",
+        if io.file(id).unwrap().is_direct() {
+            "on"
+        } else {
+            "REFUSED (buffered)"
+        }
+    );
     let mut g = c.benchmark_group("ufs_io");
 
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
     g.throughput(Throughput::Bytes(ALIGN as u64));
-    g.bench_function("rand4k_qd1", |b| b.iter(|| io.read_at(id, rng.page() * ALIGN as u64, ALIGN).unwrap()));
+    g.bench_function("rand4k_qd1", |b| {
+        b.iter(|| io.read_at(id, rng.page() * ALIGN as u64, ALIGN).unwrap())
+    });
     let lat = io.stats().latency;
-    eprintln!("rand4k_qd1 latency p50 {:?} µs, p99 {:?} µs", lat.p50_us(), lat.p99_us());
+    eprintln!(
+        "rand4k_qd1 latency p50 {:?} µs, p99 {:?} µs",
+        lat.p50_us(),
+        lat.p99_us()
+    );
 
     let (io32, id32) = open(32);
     const BATCH: u64 = 256;
@@ -75,7 +94,12 @@ fn benches(c: &mut Criterion) {
             let (mut sent, mut done) = (0, 0);
             while done < BATCH {
                 while sent < BATCH && io32.in_flight() < 32 {
-                    let req = ReadRequest { file: id32, offset: rng.page() * ALIGN as u64, len: ALIGN, tag: sent };
+                    let req = ReadRequest {
+                        file: id32,
+                        offset: rng.page() * ALIGN as u64,
+                        len: ALIGN,
+                        tag: sent,
+                    };
                     io32.submit(req).unwrap();
                     sent += 1;
                 }
@@ -85,7 +109,10 @@ fn benches(c: &mut Criterion) {
         })
     });
     let s = io32.stats();
-    eprintln!("rand4k_qd32: {} requests, {} merged, max in flight {}", s.requests, s.merged_requests, s.max_in_flight);
+    eprintln!(
+        "rand4k_qd32: {} requests, {} merged, max in flight {}",
+        s.requests, s.merged_requests, s.max_in_flight
+    );
 
     const SEQ: usize = 512 * 1024;
     let mut at = 0u64;
@@ -111,7 +138,10 @@ fn benches(c: &mut Criterion) {
     let mut buf = Some(ufs_io::AlignedBuf::new(BIG).unwrap());
     g.bench_function("seq8m_reuse", |b| {
         b.iter(|| {
-            buf = Some(io.read_sequential_into(id, at, buf.take().unwrap()).unwrap());
+            buf = Some(
+                io.read_sequential_into(id, at, buf.take().unwrap())
+                    .unwrap(),
+            );
             at = (at + BIG as u64) % FILE_LEN;
         })
     });

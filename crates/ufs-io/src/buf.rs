@@ -119,7 +119,13 @@ mod tests {
 
     #[test]
     fn rejects_unaligned_lengths() {
-        assert!(matches!(AlignedBuf::new(4095), Err(IoError::BufLen { len: 4095 })));
-        assert!(matches!(AlignedBuf::new(usize::MAX - 4095), Err(IoError::BufLen { .. })));
+        assert!(matches!(
+            AlignedBuf::new(4095),
+            Err(IoError::BufLen { len: 4095 })
+        ));
+        assert!(matches!(
+            AlignedBuf::new(usize::MAX - 4095),
+            Err(IoError::BufLen { .. })
+        ));
     }
 }

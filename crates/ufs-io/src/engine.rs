@@ -34,7 +34,12 @@ pub struct EngineConfig {
 impl Default for EngineConfig {
     /// Depth 32, unpinned, 512 KiB merges and chunks.
     fn default() -> Self {
-        Self { queue_depth: 32, pin_core: None, max_merge: DEFAULT_CHUNK, seq_chunk: DEFAULT_CHUNK }
+        Self {
+            queue_depth: 32,
+            pin_core: None,
+            max_merge: DEFAULT_CHUNK,
+            seq_chunk: DEFAULT_CHUNK,
+        }
     }
 }
 
@@ -177,9 +182,14 @@ impl IoEngine {
         if config.queue_depth == 0 {
             return Err(IoError::Config("queue_depth must be at least 1".into()));
         }
-        for (name, v) in [("max_merge", config.max_merge), ("seq_chunk", config.seq_chunk)] {
+        for (name, v) in [
+            ("max_merge", config.max_merge),
+            ("seq_chunk", config.seq_chunk),
+        ] {
             if v < ALIGN || v % ALIGN != 0 {
-                return Err(IoError::Config(format!("{name} = {v} must be a positive multiple of 4096")));
+                return Err(IoError::Config(format!(
+                    "{name} = {v} must be a positive multiple of 4096"
+                )));
             }
         }
         let shared = Arc::new(Shared {
@@ -187,13 +197,20 @@ impl IoEngine {
             in_flight: Mutex::new(0),
             room: Condvar::new(),
             stats: Mutex::new(Stats::default()),
-            faults: Mutex::new(FaultState { base: 0, plan: FaultPlan::default() }),
+            faults: Mutex::new(FaultState {
+                base: 0,
+                plan: FaultPlan::default(),
+            }),
             submitted: AtomicU64::new(0),
         });
         let (tx, rx) = channel::unbounded::<Op>();
         let (done_tx, done_rx) = channel::unbounded();
         let (pin_tx, pin_rx) = channel::bounded(1);
-        let worker = Worker { shared: shared.clone(), done: done_tx, config: config.clone() };
+        let worker = Worker {
+            shared: shared.clone(),
+            done: done_tx,
+            config: config.clone(),
+        };
         let pin_core = config.pin_core;
         let thread = std::thread::Builder::new()
             .name("ufs-io".into())
@@ -213,7 +230,14 @@ impl IoEngine {
             })
             .map_err(IoError::Spawn)?;
         let pinned = pin_rx.recv().unwrap_or(false);
-        Ok(Self { shared, tx: Some(tx), done_rx, thread: Some(thread), config, pinned })
+        Ok(Self {
+            shared,
+            tx: Some(tx),
+            done_rx,
+            thread: Some(thread),
+            config,
+            pinned,
+        })
     }
 
     /// The configuration it was started with.
@@ -240,7 +264,12 @@ impl IoEngine {
 
     /// A registered file.
     pub fn file(&self, id: FileId) -> Result<Arc<IoFile>> {
-        self.shared.files.read().get(id.0 as usize).cloned().ok_or(IoError::UnknownFile(id.0))
+        self.shared
+            .files
+            .read()
+            .get(id.0 as usize)
+            .cloned()
+            .ok_or(IoError::UnknownFile(id.0))
     }
 
     /// Installs a fault plan; request numbers count from the next submission. Replaces any earlier plan.
@@ -279,7 +308,16 @@ impl IoEngine {
     /// completion does not appear on [`IoEngine::completions`]).
     pub fn read_at(&self, file: FileId, offset: u64, len: usize) -> Result<AlignedBuf> {
         let (tx, rx) = channel::bounded(1);
-        self.submit_inner(ReadRequest { file, offset, len, tag: 0 }, Reply::Private(tx), true)?;
+        self.submit_inner(
+            ReadRequest {
+                file,
+                offset,
+                len,
+                tag: 0,
+            },
+            Reply::Private(tx),
+            true,
+        )?;
         rx.recv().map_err(|_| IoError::Stopped)?.result
     }
 
@@ -291,17 +329,35 @@ impl IoEngine {
 
     /// [`IoEngine::read_sequential`] of `buf.len()` bytes into `buf` (moved to the I/O thread and back),
     /// so that repeated prefetches reuse one allocation. On error the buffer is dropped.
-    pub fn read_sequential_into(&self, file: FileId, offset: u64, buf: AlignedBuf) -> Result<AlignedBuf> {
+    pub fn read_sequential_into(
+        &self,
+        file: FileId,
+        offset: u64,
+        buf: AlignedBuf,
+    ) -> Result<AlignedBuf> {
         self.sequential(file, offset, buf.len(), Some(buf))
     }
 
-    fn sequential(&self, file: FileId, offset: u64, len: usize, buf: Option<AlignedBuf>) -> Result<AlignedBuf> {
+    fn sequential(
+        &self,
+        file: FileId,
+        offset: u64,
+        len: usize,
+        buf: Option<AlignedBuf>,
+    ) -> Result<AlignedBuf> {
         let f = self.file(file)?;
         f.check_aligned(offset, len)?;
         self.acquire_slot(true)?;
         self.shared.submitted.fetch_add(1, Ordering::SeqCst);
         let (tx, rx) = channel::bounded(1);
-        let op = Op::Sequential { file: f, offset, len, buf, submitted: Instant::now(), reply: tx };
+        let op = Op::Sequential {
+            file: f,
+            offset,
+            len,
+            buf,
+            submitted: Instant::now(),
+            reply: tx,
+        };
         self.send(op)?;
         rx.recv().map_err(|_| IoError::Stopped)?
     }
@@ -310,7 +366,9 @@ impl IoEngine {
         let mut n = self.shared.in_flight.lock();
         while *n >= self.config.queue_depth {
             if !block {
-                return Err(IoError::QueueFull { depth: self.config.queue_depth });
+                return Err(IoError::QueueFull {
+                    depth: self.config.queue_depth,
+                });
             }
             self.shared.room.wait(&mut n);
         }
@@ -323,7 +381,11 @@ impl IoEngine {
     }
 
     fn send(&self, op: Op) -> Result<()> {
-        let sent = self.tx.as_ref().map(|tx| tx.send(op).is_ok()).unwrap_or(false);
+        let sent = self
+            .tx
+            .as_ref()
+            .map(|tx| tx.send(op).is_ok())
+            .unwrap_or(false);
         if !sent {
             release(&self.shared, 1);
             return Err(IoError::Stopped);
@@ -338,9 +400,16 @@ impl IoEngine {
         let fault = {
             let f = self.shared.faults.lock();
             let seq = self.shared.submitted.fetch_add(1, Ordering::SeqCst);
-            seq.checked_sub(f.base).and_then(|n| f.plan.faults.get(&n).copied())
+            seq.checked_sub(f.base)
+                .and_then(|n| f.plan.faults.get(&n).copied())
         };
-        self.send(Op::Read(Pending { req, path_file: file, submitted: Instant::now(), fault, reply }))
+        self.send(Op::Read(Pending {
+            req,
+            path_file: file,
+            submitted: Instant::now(),
+            fault,
+            reply,
+        }))
     }
 }
 
@@ -467,7 +536,12 @@ impl Worker {
     fn read_one(&self, p: &Pending) -> Result<AlignedBuf> {
         let f = &p.path_file;
         let (offset, len) = (p.req.offset, p.req.len);
-        let read_err = |source| IoError::Read { path: f.path().to_path_buf(), offset, len, source };
+        let read_err = |source| IoError::Read {
+            path: f.path().to_path_buf(),
+            offset,
+            len,
+            source,
+        };
         match p.fault {
             Some(Fault::Eio) => return Err(read_err(eio())),
             Some(Fault::Delay(d)) => std::thread::sleep(d),
@@ -479,13 +553,28 @@ impl Worker {
             got = (got / 2) / ALIGN * ALIGN;
         }
         if got < len {
-            return Err(IoError::ShortRead { path: f.path().to_path_buf(), offset, wanted: len, got });
+            return Err(IoError::ShortRead {
+                path: f.path().to_path_buf(),
+                offset,
+                wanted: len,
+                got,
+            });
         }
         Ok(buf)
     }
 
     fn serve_sequential(&self, op: Op) {
-        let Op::Sequential { file, offset, len, buf, submitted, reply } = op else { return };
+        let Op::Sequential {
+            file,
+            offset,
+            len,
+            buf,
+            submitted,
+            reply,
+        } = op
+        else {
+            return;
+        };
         let mut chunks = 0;
         let result = (|| {
             let mut buf = match buf {
@@ -497,14 +586,21 @@ impl Worker {
                 let n = self.config.seq_chunk.min(len - done);
                 let at = offset + done as u64;
                 chunks += 1;
-                let got = file.read_full(at, &mut buf[done..done + n]).map_err(|source| IoError::Read {
-                    path: file.path().to_path_buf(),
-                    offset: at,
-                    len: n,
-                    source,
-                })?;
+                let got = file
+                    .read_full(at, &mut buf[done..done + n])
+                    .map_err(|source| IoError::Read {
+                        path: file.path().to_path_buf(),
+                        offset: at,
+                        len: n,
+                        source,
+                    })?;
                 if got < n {
-                    return Err(IoError::ShortRead { path: file.path().to_path_buf(), offset: at, wanted: n, got });
+                    return Err(IoError::ShortRead {
+                        path: file.path().to_path_buf(),
+                        offset: at,
+                        wanted: n,
+                        got,
+                    });
                 }
                 done += n;
             }
@@ -528,7 +624,13 @@ impl Worker {
     fn complete(&self, p: Pending, result: Result<AlignedBuf>) {
         let latency = p.submitted.elapsed();
         record(&mut self.shared.stats.lock(), &result, latency);
-        let c = Completion { tag: p.req.tag, file: p.req.file, offset: p.req.offset, result, latency };
+        let c = Completion {
+            tag: p.req.tag,
+            file: p.req.file,
+            offset: p.req.offset,
+            result,
+            latency,
+        };
         match p.reply {
             Reply::Shared => {
                 let _ = self.done.send(c);

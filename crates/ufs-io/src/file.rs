@@ -21,7 +21,10 @@ pub struct OpenOptions {
 impl Default for OpenOptions {
     /// `direct: true, drop_cache: true`.
     fn default() -> Self {
-        Self { direct: true, drop_cache: true }
+        Self {
+            direct: true,
+            drop_cache: true,
+        }
     }
 }
 
@@ -67,21 +70,35 @@ impl IoFile {
     }
 
     /// `open`, with `simulate_refusal` pretending that the filesystem refused `O_DIRECT` (tests).
-    pub(crate) fn open_inner(path: &Path, opts: OpenOptions, simulate_refusal: bool) -> Result<Self> {
-        let err = |source| IoError::Open { path: path.to_path_buf(), source };
+    pub(crate) fn open_inner(
+        path: &Path,
+        opts: OpenOptions,
+        simulate_refusal: bool,
+    ) -> Result<Self> {
+        let err = |source| IoError::Open {
+            path: path.to_path_buf(),
+            source,
+        };
         if opts.direct {
             match sys::open_direct(path) {
                 Ok(file) => {
-                    let probe =
-                        if simulate_refusal { Err(io::Error::from(io::ErrorKind::InvalidInput)) } else { probe(&file) };
+                    let probe = if simulate_refusal {
+                        Err(io::Error::from(io::ErrorKind::InvalidInput))
+                    } else {
+                        probe(&file)
+                    };
                     match probe {
                         Ok(()) => return Self::finish(file, path, true, opts),
-                        Err(e) if is_einval(&e) || simulate_refusal => warn_fallback(path, "first read: EINVAL"),
+                        Err(e) if is_einval(&e) || simulate_refusal => {
+                            warn_fallback(path, "first read: EINVAL")
+                        }
                         Err(e) => return Err(err(e)),
                     }
                 }
                 Err(e) if is_einval(&e) => warn_fallback(path, "open: EINVAL"),
-                Err(e) if e.kind() == io::ErrorKind::Unsupported => warn_fallback(path, "not supported on this OS"),
+                Err(e) if e.kind() == io::ErrorKind::Unsupported => {
+                    warn_fallback(path, "not supported on this OS")
+                }
                 Err(e) => return Err(err(e)),
             }
         }
@@ -90,8 +107,20 @@ impl IoFile {
     }
 
     fn finish(file: File, path: &Path, direct: bool, opts: OpenOptions) -> Result<Self> {
-        let len = file.metadata().map_err(|source| IoError::Open { path: path.to_path_buf(), source })?.len();
-        Ok(Self { file, path: path.to_path_buf(), len, direct, drop_cache: opts.drop_cache })
+        let len = file
+            .metadata()
+            .map_err(|source| IoError::Open {
+                path: path.to_path_buf(),
+                source,
+            })?
+            .len();
+        Ok(Self {
+            file,
+            path: path.to_path_buf(),
+            len,
+            direct,
+            drop_cache: opts.drop_cache,
+        })
     }
 
     /// Whether reads bypass the page cache (`O_DIRECT` accepted).
@@ -119,10 +148,21 @@ impl IoFile {
     /// depend on the filesystem.
     pub fn check_aligned(&self, offset: u64, len: usize) -> Result<()> {
         if len == 0 || len % ALIGN != 0 || offset % ALIGN as u64 != 0 {
-            return Err(IoError::Unaligned { path: self.path.clone(), offset, len });
+            return Err(IoError::Unaligned {
+                path: self.path.clone(),
+                offset,
+                len,
+            });
         }
-        if offset.checked_add(len as u64).is_none_or(|end| end > i64::MAX as u64) {
-            return Err(IoError::OutOfRange { path: self.path.clone(), offset, len });
+        if offset
+            .checked_add(len as u64)
+            .is_none_or(|end| end > i64::MAX as u64)
+        {
+            return Err(IoError::OutOfRange {
+                path: self.path.clone(),
+                offset,
+                len,
+            });
         }
         Ok(())
     }
@@ -152,16 +192,27 @@ impl IoFile {
         let mut buf = AlignedBuf::new(len)?;
         let got = self
             .read_full(offset, &mut buf)
-            .map_err(|source| IoError::Read { path: self.path.clone(), offset, len, source })?;
+            .map_err(|source| IoError::Read {
+                path: self.path.clone(),
+                offset,
+                len,
+                source,
+            })?;
         if got < len {
-            return Err(IoError::ShortRead { path: self.path.clone(), offset, wanted: len, got });
+            return Err(IoError::ShortRead {
+                path: self.path.clone(),
+                offset,
+                wanted: len,
+                got,
+            });
         }
         Ok(buf)
     }
 }
 
 fn probe(file: &File) -> io::Result<()> {
-    let mut buf = AlignedBuf::new(ALIGN).map_err(|_| io::Error::from(io::ErrorKind::OutOfMemory))?;
+    let mut buf =
+        AlignedBuf::new(ALIGN).map_err(|_| io::Error::from(io::ErrorKind::OutOfMemory))?;
     loop {
         match sys::pread(file, &mut buf, 0) {
             Ok(_) => return Ok(()),
@@ -180,7 +231,10 @@ pub(crate) mod sys {
     #[cfg(any(target_os = "linux", target_os = "android"))]
     pub fn open_direct(path: &Path) -> io::Result<File> {
         use std::os::unix::fs::OpenOptionsExt;
-        std::fs::OpenOptions::new().read(true).custom_flags(libc::O_DIRECT).open(path)
+        std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(path)
     }
 
     #[cfg(not(any(target_os = "linux", target_os = "android")))]
@@ -209,7 +263,12 @@ pub(crate) mod sys {
         // SAFETY: posix_fadvise only reads its integer arguments; the fd is open for the call's duration.
         // Its result is advisory and ignored.
         unsafe {
-            libc::posix_fadvise(file.as_raw_fd(), offset as libc::off_t, len as libc::off_t, libc::POSIX_FADV_DONTNEED);
+            libc::posix_fadvise(
+                file.as_raw_fd(),
+                offset as libc::off_t,
+                len as libc::off_t,
+                libc::POSIX_FADV_DONTNEED,
+            );
         }
     }
 
@@ -221,7 +280,10 @@ pub(crate) mod sys {
     pub fn pin_current_thread(core: usize) -> io::Result<()> {
         let bits = 8 * std::mem::size_of::<libc::cpu_set_t>();
         if core >= bits {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("core {core} >= CPU_SETSIZE {bits}")));
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("core {core} >= CPU_SETSIZE {bits}"),
+            ));
         }
         // SAFETY: cpu_set_t is a plain bit array for which all-zero is the empty set; CPU_SET writes
         // inside it (core < CPU_SETSIZE checked above); sched_setaffinity reads `size_of` bytes of it.

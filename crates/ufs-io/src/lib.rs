@@ -51,7 +51,9 @@ mod file;
 mod stats;
 
 pub use buf::AlignedBuf;
-pub use engine::{Completion, EngineConfig, Fault, FaultPlan, FileId, IoEngine, ReadRequest, DEFAULT_CHUNK};
+pub use engine::{
+    Completion, EngineConfig, Fault, FaultPlan, FileId, IoEngine, ReadRequest, DEFAULT_CHUNK,
+};
 pub use error::{IoError, Result};
 pub use file::{IoFile, OpenOptions};
 pub use stats::{LatencyHistogram, Stats, BUCKETS};
@@ -70,7 +72,15 @@ mod tests {
         let path = dir.join("fallback.bin");
         let data: Vec<u8> = (0..3 * ALIGN).map(|i| (i * 7 % 251) as u8).collect();
         std::fs::write(&path, &data).unwrap();
-        let f = IoFile::open_inner(&path, OpenOptions { direct: true, drop_cache: true }, true).unwrap();
+        let f = IoFile::open_inner(
+            &path,
+            OpenOptions {
+                direct: true,
+                drop_cache: true,
+            },
+            true,
+        )
+        .unwrap();
         assert!(!f.is_direct());
         assert_eq!(&f.read_at(4096, 8192).unwrap()[..], &data[4096..]);
         std::fs::remove_dir_all(&dir).unwrap();

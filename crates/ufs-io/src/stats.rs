@@ -17,7 +17,11 @@ impl LatencyHistogram {
     /// Records one latency.
     pub fn record(&mut self, latency: Duration) {
         let us = latency.as_micros().min(u64::MAX as u128) as u64;
-        let b = if us <= 1 { 0 } else { (63 - us.leading_zeros() as usize).min(BUCKETS - 1) };
+        let b = if us <= 1 {
+            0
+        } else {
+            (63 - us.leading_zeros() as usize).min(BUCKETS - 1)
+        };
         self.counts[b] += 1;
         self.total += 1;
     }

@@ -9,7 +9,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use proptest::prelude::*;
-use ufs_io::{EngineConfig, Fault, FaultPlan, IoEngine, IoError, IoFile, OpenOptions, ReadRequest, ALIGN};
+use ufs_io::{
+    EngineConfig, Fault, FaultPlan, IoEngine, IoError, IoFile, OpenOptions, ReadRequest, ALIGN,
+};
 
 const PAGE: u64 = ALIGN as u64;
 
@@ -33,7 +35,13 @@ impl Drop for TempDir {
 
 /// Byte `i` of a test file: differs between pages and within a page.
 fn pattern(len: usize) -> Vec<u8> {
-    (0..len).map(|i| ((i / ALIGN) as u32).wrapping_mul(131).wrapping_add((i % ALIGN) as u32 * 7) as u8).collect()
+    (0..len)
+        .map(|i| {
+            ((i / ALIGN) as u32)
+                .wrapping_mul(131)
+                .wrapping_add((i % ALIGN) as u32 * 7) as u8
+        })
+        .collect()
 }
 
 fn write_file(dir: &TempDir, name: &str, len: usize) -> (PathBuf, Vec<u8>) {
@@ -44,7 +52,10 @@ fn write_file(dir: &TempDir, name: &str, len: usize) -> (PathBuf, Vec<u8>) {
 }
 
 fn bases() -> Vec<PathBuf> {
-    vec![std::env::temp_dir(), PathBuf::from(env!("CARGO_TARGET_TMPDIR"))]
+    vec![
+        std::env::temp_dir(),
+        PathBuf::from(env!("CARGO_TARGET_TMPDIR")),
+    ]
 }
 
 #[test]
@@ -53,10 +64,26 @@ fn reads_back_a_known_pattern_direct_and_buffered() {
         let dir = TempDir::new(&base, "modes");
         let (path, data) = write_file(&dir, "w.bin", 40 * ALIGN);
         for direct in [true, false] {
-            let io = IoEngine::new(EngineConfig { seq_chunk: 8 * ALIGN, ..Default::default() }).unwrap();
-            let id = io.open(&path, OpenOptions { direct, drop_cache: true }).unwrap();
+            let io = IoEngine::new(EngineConfig {
+                seq_chunk: 8 * ALIGN,
+                ..Default::default()
+            })
+            .unwrap();
+            let id = io
+                .open(
+                    &path,
+                    OpenOptions {
+                        direct,
+                        drop_cache: true,
+                    },
+                )
+                .unwrap();
             let f = io.file(id).unwrap();
-            eprintln!("{}: direct requested {direct}, got {}", path.display(), f.is_direct());
+            eprintln!(
+                "{}: direct requested {direct}, got {}",
+                path.display(),
+                f.is_direct()
+            );
             if !direct {
                 assert!(!f.is_direct());
             }
@@ -64,12 +91,20 @@ fn reads_back_a_known_pattern_direct_and_buffered() {
             for page in [0u64, 1, 17, 39] {
                 let b = io.read_at(id, page * PAGE, ALIGN).unwrap();
                 assert_eq!(b.as_ptr() as usize % ALIGN, 0);
-                assert_eq!(&b[..], &data[(page * PAGE) as usize..][..ALIGN], "page {page}");
+                assert_eq!(
+                    &b[..],
+                    &data[(page * PAGE) as usize..][..ALIGN],
+                    "page {page}"
+                );
             }
             // Several chunks, the last one partial.
             let all = io.read_sequential(id, PAGE, 37 * ALIGN).unwrap();
             assert_eq!(&all[..], &data[ALIGN..38 * ALIGN]);
-            assert_eq!(io.stats().reads, 4 + 5, "4 page reads + 5 chunks of 8 pages");
+            assert_eq!(
+                io.stats().reads,
+                4 + 5,
+                "4 page reads + 5 chunks of 8 pages"
+            );
             let mut reused = ufs_io::AlignedBuf::new(3 * ALIGN).unwrap();
             let ptr = reused.as_ptr();
             for page in [5u64, 20] {
@@ -78,7 +113,10 @@ fn reads_back_a_known_pattern_direct_and_buffered() {
                 assert_eq!(&reused[..], &data[(page * PAGE) as usize..][..3 * ALIGN]);
             }
             // The synchronous path agrees.
-            assert_eq!(&f.read_at(2 * PAGE, 2 * ALIGN).unwrap()[..], &data[2 * ALIGN..4 * ALIGN]);
+            assert_eq!(
+                &f.read_at(2 * PAGE, 2 * ALIGN).unwrap()[..],
+                &data[2 * ALIGN..4 * ALIGN]
+            );
         }
     }
 }
@@ -87,22 +125,61 @@ fn reads_back_a_known_pattern_direct_and_buffered() {
 fn coalesces_adjacent_pages_waiting_in_the_queue() {
     let dir = TempDir::new(&std::env::temp_dir(), "merge");
     let (path, data) = write_file(&dir, "m.bin", 64 * ALIGN);
-    let io = IoEngine::new(EngineConfig { queue_depth: 16, max_merge: 3 * ALIGN, ..Default::default() }).unwrap();
+    let io = IoEngine::new(EngineConfig {
+        queue_depth: 16,
+        max_merge: 3 * ALIGN,
+        ..Default::default()
+    })
+    .unwrap();
     let id = io.open(&path, OpenOptions::default()).unwrap();
     // Request 0 holds the thread up, so that the others are all waiting when it looks at the queue.
     io.set_fault_plan(FaultPlan::new().with(0, Fault::Delay(Duration::from_millis(400))));
-    io.submit(ReadRequest { file: id, offset: 50 * PAGE, len: ALIGN, tag: 100 }).unwrap();
+    io.submit(ReadRequest {
+        file: id,
+        offset: 50 * PAGE,
+        len: ALIGN,
+        tag: 100,
+    })
+    .unwrap();
     std::thread::sleep(Duration::from_millis(100));
     // Pages 4, 3, 2, 1, 0 (merged into runs of at most 3 pages: 0-2 and 3-4), 8 (alone), and page 2 twice.
-    for (tag, page) in [(4u64, 4u64), (3, 3), (2, 2), (1, 1), (0, 0), (8, 8), (22, 2)] {
-        io.submit(ReadRequest { file: id, offset: page * PAGE, len: ALIGN, tag }).unwrap();
+    for (tag, page) in [
+        (4u64, 4u64),
+        (3, 3),
+        (2, 2),
+        (1, 1),
+        (0, 0),
+        (8, 8),
+        (22, 2),
+    ] {
+        io.submit(ReadRequest {
+            file: id,
+            offset: page * PAGE,
+            len: ALIGN,
+            tag,
+        })
+        .unwrap();
     }
     let mut seen = Vec::new();
     for _ in 0..8 {
-        let c = io.completions().recv_timeout(Duration::from_secs(10)).unwrap();
-        let page = if c.tag == 22 { 2 } else if c.tag == 100 { 50 } else { c.tag as usize };
+        let c = io
+            .completions()
+            .recv_timeout(Duration::from_secs(10))
+            .unwrap();
+        let page = if c.tag == 22 {
+            2
+        } else if c.tag == 100 {
+            50
+        } else {
+            c.tag as usize
+        };
         assert_eq!(c.offset, page as u64 * PAGE);
-        assert_eq!(&c.result.unwrap()[..], &data[page * ALIGN..][..ALIGN], "tag {}", c.tag);
+        assert_eq!(
+            &c.result.unwrap()[..],
+            &data[page * ALIGN..][..ALIGN],
+            "tag {}",
+            c.tag
+        );
         seen.push(c.tag);
     }
     seen.sort();
@@ -171,36 +248,69 @@ proptest! {
 fn queue_depth_is_respected() {
     let dir = TempDir::new(&std::env::temp_dir(), "depth");
     let (path, _) = write_file(&dir, "d.bin", 16 * ALIGN);
-    let io = IoEngine::new(EngineConfig { queue_depth: 4, ..Default::default() }).unwrap();
+    let io = IoEngine::new(EngineConfig {
+        queue_depth: 4,
+        ..Default::default()
+    })
+    .unwrap();
     let id = io.open(&path, OpenOptions::default()).unwrap();
     // Request 0 keeps the thread busy for a second, so no slot frees up during the next submissions.
     io.set_fault_plan(FaultPlan::new().with(0, Fault::Delay(Duration::from_millis(1000))));
     for tag in 0..4 {
-        io.try_submit(ReadRequest { file: id, offset: tag * PAGE, len: ALIGN, tag }).unwrap();
+        io.try_submit(ReadRequest {
+            file: id,
+            offset: tag * PAGE,
+            len: ALIGN,
+            tag,
+        })
+        .unwrap();
     }
     assert!(matches!(
-        io.try_submit(ReadRequest { file: id, offset: 0, len: ALIGN, tag: 9 }),
+        io.try_submit(ReadRequest {
+            file: id,
+            offset: 0,
+            len: ALIGN,
+            tag: 9
+        }),
         Err(IoError::QueueFull { depth: 4 })
     ));
     for _ in 0..4 {
-        io.completions().recv_timeout(Duration::from_secs(10)).unwrap().result.unwrap();
+        io.completions()
+            .recv_timeout(Duration::from_secs(10))
+            .unwrap()
+            .result
+            .unwrap();
     }
     assert_eq!(io.stats().max_in_flight, 4);
 
     // Blocking submissions from several threads never exceed the depth.
-    let io = IoEngine::new(EngineConfig { queue_depth: 3, ..Default::default() }).unwrap();
+    let io = IoEngine::new(EngineConfig {
+        queue_depth: 3,
+        ..Default::default()
+    })
+    .unwrap();
     let id = io.open(&path, OpenOptions::default()).unwrap();
     std::thread::scope(|s| {
         for t in 0..4u64 {
             let io = &io;
             s.spawn(move || {
                 for i in 0..50u64 {
-                    io.submit(ReadRequest { file: id, offset: (i % 16) * PAGE, len: ALIGN, tag: t * 100 + i }).unwrap();
+                    io.submit(ReadRequest {
+                        file: id,
+                        offset: (i % 16) * PAGE,
+                        len: ALIGN,
+                        tag: t * 100 + i,
+                    })
+                    .unwrap();
                 }
             });
         }
         for _ in 0..200 {
-            io.completions().recv_timeout(Duration::from_secs(10)).unwrap().result.unwrap();
+            io.completions()
+                .recv_timeout(Duration::from_secs(10))
+                .unwrap()
+                .result
+                .unwrap();
         }
     });
     let s = io.stats();
@@ -215,28 +325,60 @@ fn injected_eio_and_short_reads_are_errors_and_the_engine_goes_on() {
     let (path, data) = write_file(&dir, "faulty.bin", 8 * ALIGN);
     let io = IoEngine::new(EngineConfig::default()).unwrap();
     let id = io.open(&path, OpenOptions::default()).unwrap();
-    io.set_fault_plan(FaultPlan::new().with(1, Fault::Eio).with(2, Fault::ShortRead));
+    io.set_fault_plan(
+        FaultPlan::new()
+            .with(1, Fault::Eio)
+            .with(2, Fault::ShortRead),
+    );
     assert_eq!(&io.read_at(id, 0, ALIGN).unwrap()[..], &data[..ALIGN]);
     let e = io.read_at(id, PAGE, ALIGN).unwrap_err();
     match &e {
-        IoError::Read { path: p, offset, source, .. } => {
+        IoError::Read {
+            path: p,
+            offset,
+            source,
+            ..
+        } => {
             assert_eq!((p.as_path(), *offset), (path.as_path(), PAGE));
             assert_eq!(source.raw_os_error(), Some(libc_eio()));
         }
         other => panic!("expected a read error, got {other:?}"),
     }
     let msg = e.to_string();
-    assert!(msg.contains("faulty.bin") && msg.contains("offset 4096"), "{msg}");
+    assert!(
+        msg.contains("faulty.bin") && msg.contains("offset 4096"),
+        "{msg}"
+    );
     let e = io.read_at(id, 2 * PAGE, 2 * ALIGN).unwrap_err();
     assert!(
-        matches!(e, IoError::ShortRead { offset: 8192, wanted: 8192, got: 4096, .. }),
+        matches!(
+            e,
+            IoError::ShortRead {
+                offset: 8192,
+                wanted: 8192,
+                got: 4096,
+                ..
+            }
+        ),
         "{e:?}"
     );
     assert!(e.to_string().contains("faulty.bin"));
     // Later reads, including through the completion queue, succeed.
-    assert_eq!(&io.read_at(id, 3 * PAGE, ALIGN).unwrap()[..], &data[3 * ALIGN..4 * ALIGN]);
-    io.submit(ReadRequest { file: id, offset: 7 * PAGE, len: ALIGN, tag: 1 }).unwrap();
-    let c = io.completions().recv_timeout(Duration::from_secs(10)).unwrap();
+    assert_eq!(
+        &io.read_at(id, 3 * PAGE, ALIGN).unwrap()[..],
+        &data[3 * ALIGN..4 * ALIGN]
+    );
+    io.submit(ReadRequest {
+        file: id,
+        offset: 7 * PAGE,
+        len: ALIGN,
+        tag: 1,
+    })
+    .unwrap();
+    let c = io
+        .completions()
+        .recv_timeout(Duration::from_secs(10))
+        .unwrap();
     assert_eq!(&c.result.unwrap()[..], &data[7 * ALIGN..]);
     // A real short read: past the end of the file.
     let e = io.read_at(id, 7 * PAGE, 2 * ALIGN).unwrap_err();
@@ -258,12 +400,30 @@ fn unaligned_and_unknown_requests_are_rejected_at_submission() {
     let io = IoEngine::new(EngineConfig::default()).unwrap();
     let id = io.open(&path, OpenOptions::default()).unwrap();
     let huge = u64::MAX - PAGE + 1;
-    let e = io.submit(ReadRequest { file: id, offset: huge, len: ALIGN, tag: 0 });
+    let e = io.submit(ReadRequest {
+        file: id,
+        offset: huge,
+        len: ALIGN,
+        tag: 0,
+    });
     assert!(matches!(e, Err(IoError::OutOfRange { .. })));
-    assert!(matches!(io.read_sequential(id, huge - PAGE, 2 * ALIGN), Err(IoError::OutOfRange { .. })));
+    assert!(matches!(
+        io.read_sequential(id, huge - PAGE, 2 * ALIGN),
+        Err(IoError::OutOfRange { .. })
+    ));
     for (offset, len) in [(100, ALIGN), (0, 100), (0, 0), (PAGE, ALIGN + 1)] {
-        let e = io.submit(ReadRequest { file: id, offset, len, tag: 0 }).unwrap_err();
-        assert!(matches!(e, IoError::Unaligned { offset: o, len: l, .. } if o == offset && l == len), "{e:?}");
+        let e = io
+            .submit(ReadRequest {
+                file: id,
+                offset,
+                len,
+                tag: 0,
+            })
+            .unwrap_err();
+        assert!(
+            matches!(e, IoError::Unaligned { offset: o, len: l, .. } if o == offset && l == len),
+            "{e:?}"
+        );
         assert!(e.to_string().contains("a.bin"));
         assert!(io.read_sequential(id, offset, len).is_err());
     }
@@ -272,25 +432,47 @@ fn unaligned_and_unknown_requests_are_rejected_at_submission() {
     let _ = other.open(&path, OpenOptions::default()).unwrap();
     let unknown = other.open(&path, OpenOptions::default()).unwrap();
     assert_eq!(id2.index(), 0);
-    assert!(matches!(io.read_at(unknown, 0, ALIGN), Err(IoError::UnknownFile(2))));
+    assert!(matches!(
+        io.read_at(unknown, 0, ALIGN),
+        Err(IoError::UnknownFile(2))
+    ));
     assert_eq!(io.stats().requests, 0, "nothing reached the thread");
     assert_eq!(io.in_flight(), 0, "rejected requests hold no slot");
-    assert!(matches!(IoEngine::new(EngineConfig { queue_depth: 0, ..Default::default() }), Err(IoError::Config(_))));
-    assert!(matches!(IoEngine::new(EngineConfig { max_merge: 1000, ..Default::default() }), Err(IoError::Config(_))));
+    assert!(matches!(
+        IoEngine::new(EngineConfig {
+            queue_depth: 0,
+            ..Default::default()
+        }),
+        Err(IoError::Config(_))
+    ));
+    assert!(matches!(
+        IoEngine::new(EngineConfig {
+            max_merge: 1000,
+            ..Default::default()
+        }),
+        Err(IoError::Config(_))
+    ));
 }
 
 #[test]
 fn missing_file_error_names_the_file() {
     let e = IoFile::open("/nonexistent/ufs-io/weights.bin", OpenOptions::default()).unwrap_err();
     assert!(matches!(e, IoError::Open { .. }));
-    assert!(e.to_string().contains("/nonexistent/ufs-io/weights.bin"), "{e}");
+    assert!(
+        e.to_string().contains("/nonexistent/ufs-io/weights.bin"),
+        "{e}"
+    );
 }
 
 #[test]
 fn stats_count_requests_bytes_and_latency() {
     let dir = TempDir::new(&std::env::temp_dir(), "stats");
     let (path, _) = write_file(&dir, "s.bin", 32 * ALIGN);
-    let io = IoEngine::new(EngineConfig { queue_depth: 1, ..Default::default() }).unwrap();
+    let io = IoEngine::new(EngineConfig {
+        queue_depth: 1,
+        ..Default::default()
+    })
+    .unwrap();
     let id = io.open(&path, OpenOptions::default()).unwrap();
     for page in 0..10u64 {
         io.read_at(id, page * 3 % 32 * PAGE, ALIGN).unwrap();
@@ -312,11 +494,19 @@ fn stats_count_requests_bytes_and_latency() {
 fn pinning_failure_is_not_an_error() {
     let dir = TempDir::new(&std::env::temp_dir(), "pin");
     let (path, data) = write_file(&dir, "pin.bin", 2 * ALIGN);
-    let io = IoEngine::new(EngineConfig { pin_core: Some(1 << 20), ..Default::default() }).unwrap();
+    let io = IoEngine::new(EngineConfig {
+        pin_core: Some(1 << 20),
+        ..Default::default()
+    })
+    .unwrap();
     assert!(!io.is_pinned());
     let id = io.open(&path, OpenOptions::default()).unwrap();
     assert_eq!(&io.read_at(id, PAGE, ALIGN).unwrap()[..], &data[ALIGN..]);
-    let io = IoEngine::new(EngineConfig { pin_core: None, ..Default::default() }).unwrap();
+    let io = IoEngine::new(EngineConfig {
+        pin_core: None,
+        ..Default::default()
+    })
+    .unwrap();
     assert!(!io.is_pinned());
 }
 
@@ -328,9 +518,18 @@ fn pins_to_an_allowed_core() {
     // size_of::<cpu_set_t>() bytes into it, and CPU_ISSET reads inside it for i < CPU_SETSIZE.
     let core = unsafe {
         let mut set: libc::cpu_set_t = std::mem::zeroed();
-        assert_eq!(libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set), 0);
-        (0..libc::CPU_SETSIZE as usize).find(|&i| libc::CPU_ISSET(i, &set)).expect("some allowed core")
+        assert_eq!(
+            libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set),
+            0
+        );
+        (0..libc::CPU_SETSIZE as usize)
+            .find(|&i| libc::CPU_ISSET(i, &set))
+            .expect("some allowed core")
     };
-    let io = IoEngine::new(EngineConfig { pin_core: Some(core), ..Default::default() }).unwrap();
+    let io = IoEngine::new(EngineConfig {
+        pin_core: Some(core),
+        ..Default::default()
+    })
+    .unwrap();
     assert!(io.is_pinned(), "could not pin to allowed core {core}");
 }

@@ -33,21 +33,31 @@ pub fn random_matrix(format: WeightFormat, rows: usize, cols: usize, seed: u64) 
                 _ => blk[..2].copy_from_slice(&scale),
             }
             match format {
-                WeightFormat::Q4_1 => blk[2..4].copy_from_slice(&f16::from_f32(-0.05).to_le_bytes()),
+                WeightFormat::Q4_1 => {
+                    blk[2..4].copy_from_slice(&f16::from_f32(-0.05).to_le_bytes())
+                }
                 WeightFormat::Q4_K => blk[2..4].copy_from_slice(&scale),
                 _ => {}
             }
         }
     } else if format == WeightFormat::F16 {
-        out.chunks_exact_mut(2).for_each(|e| e.copy_from_slice(&scale));
+        out.chunks_exact_mut(2)
+            .for_each(|e| e.copy_from_slice(&scale));
     } else if format == WeightFormat::F32 {
-        out.chunks_exact_mut(4).for_each(|e| e.copy_from_slice(&0.01f32.to_le_bytes()));
+        out.chunks_exact_mut(4)
+            .for_each(|e| e.copy_from_slice(&0.01f32.to_le_bytes()));
     }
     out
 }
 
 /// A rayon pool of `BENCH_THREADS` threads (default 2).
 pub fn pool() -> rayon::ThreadPool {
-    let threads = std::env::var("BENCH_THREADS").ok().and_then(|v| v.parse().ok()).unwrap_or(2);
-    rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap()
+    let threads = std::env::var("BENCH_THREADS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2);
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .unwrap()
 }

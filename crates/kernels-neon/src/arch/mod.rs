@@ -110,7 +110,13 @@ pub(crate) fn dequant_row(path: KernelPath, format: WeightFormat, src: &[u8], ds
     }
 }
 
-pub(crate) fn matvec_exact(path: KernelPath, w: &QMatrix<'_>, sel: Rows<'_>, x: &[f32], y: &mut [f32]) {
+pub(crate) fn matvec_exact(
+    path: KernelPath,
+    w: &QMatrix<'_>,
+    sel: Rows<'_>,
+    x: &[f32],
+    y: &mut [f32],
+) {
     match path {
         #[cfg(target_arch = "x86_64")]
         KernelPath::Avx2Fma => {
@@ -128,7 +134,13 @@ pub(crate) fn matvec_exact(path: KernelPath, w: &QMatrix<'_>, sel: Rows<'_>, x: 
 }
 
 /// Quantized weights × 8-bit activations ([`Precision::Int8`](crate::Precision::Int8)).
-pub(crate) fn matvec_int8(path: KernelPath, w: &QMatrix<'_>, sel: Rows<'_>, xq: &QActs, y: &mut [f32]) {
+pub(crate) fn matvec_int8(
+    path: KernelPath,
+    w: &QMatrix<'_>,
+    sel: Rows<'_>,
+    xq: &QActs,
+    y: &mut [f32],
+) {
     match path {
         #[cfg(target_arch = "x86_64")]
         KernelPath::Avx2Fma => {
@@ -151,7 +163,13 @@ pub(crate) fn matvec_int8(path: KernelPath, w: &QMatrix<'_>, sel: Rows<'_>, xq: 
 }
 
 /// Quantized weights × 16-bit activations ([`Precision::Fast`](crate::Precision::Fast)).
-pub(crate) fn matvec_i16(path: KernelPath, w: &QMatrix<'_>, sel: Rows<'_>, xq: &QActs16, y: &mut [f32]) {
+pub(crate) fn matvec_i16(
+    path: KernelPath,
+    w: &QMatrix<'_>,
+    sel: Rows<'_>,
+    xq: &QActs16,
+    y: &mut [f32],
+) {
     match path {
         #[cfg(target_arch = "x86_64")]
         KernelPath::Avx2Fma => {
@@ -263,7 +281,9 @@ pub(crate) fn axpy_rows_tiled(
         KernelPath::Avx2Fma => {
             // SAFETY: the path was checked available (AVX2/FMA/F16C present);
             // the kernel asserts every bound it relies on.
-            unsafe { x86_64::axpy_rows_tiled(w.format(), w.data(), w.row_bytes(), b0, rows, coeffs, y) }
+            unsafe {
+                x86_64::axpy_rows_tiled(w.format(), w.data(), w.row_bytes(), b0, rows, coeffs, y)
+            }
         }
         _ => {
             let _ = (w, b0, rows, coeffs, y);

@@ -15,9 +15,15 @@ pub const FORMATS: [WeightFormat; 11] = [
     WeightFormat::Q6_K,
     // Per-channel INT4 without outliers, with a few, and with many (a
     // 32-wide row then has more outliers than INT4 weights).
-    WeightFormat::I4Hybrid { outliers_per_row: 0 },
-    WeightFormat::I4Hybrid { outliers_per_row: 3 },
-    WeightFormat::I4Hybrid { outliers_per_row: 20 },
+    WeightFormat::I4Hybrid {
+        outliers_per_row: 0,
+    },
+    WeightFormat::I4Hybrid {
+        outliers_per_row: 3,
+    },
+    WeightFormat::I4Hybrid {
+        outliers_per_row: 20,
+    },
 ];
 
 /// Tiny deterministic PRNG (splitmix64) so tests need no extra crates.
@@ -81,7 +87,9 @@ pub fn random_matrix(format: WeightFormat, rows: usize, cols: usize, rng: &mut R
                     let t = j + (rng.next_u64() % (cols - j) as u64) as usize;
                     perm.swap(j, t);
                 }
-                perm[..k].iter().for_each(|c| out.extend_from_slice(&c.to_le_bytes()));
+                perm[..k]
+                    .iter()
+                    .for_each(|c| out.extend_from_slice(&c.to_le_bytes()));
                 (0..k).for_each(|_| out.push(rng.byte()));
                 out.resize(start + format.row_bytes(cols).unwrap(), 0);
             }
@@ -147,7 +155,11 @@ pub const PRECISIONS: [Precision; 3] = [Precision::Exact, Precision::Fast, Preci
 
 /// `precision` is the effective one: pass `Exact` when the call takes the
 /// f32 path (float weights, matmul with n > 1).
-pub fn check(y: f32, (dot, abs, wamax): (f64, f64, f64), precision: Precision) -> Result<(), String> {
+pub fn check(
+    y: f32,
+    (dot, abs, wamax): (f64, f64, f64),
+    precision: Precision,
+) -> Result<(), String> {
     let mut tol = 1e-5 * abs + 1e-6;
     match precision {
         Precision::Exact => {}

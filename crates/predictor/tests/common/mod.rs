@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 
 /// A scratch path under `target/tmp` (cargo's scratch space for integration tests), not the system temp dir.
 pub fn tmp(name: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("predictor-tests-{}", std::process::id()));
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("predictor-tests-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     dir.join(name)
 }

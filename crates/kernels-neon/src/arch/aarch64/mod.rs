@@ -10,8 +10,8 @@ use std::arch::asm;
 
 use half::{bf16, f16};
 
-use crate::quant::{QActs, QActs16};
 use crate::arch::Rows;
+use crate::quant::{QActs, QActs16};
 use crate::{QMatrix, WeightFormat};
 
 const Q8_0: u8 = 0;
@@ -156,7 +156,10 @@ pub(crate) fn dequant_row(format: WeightFormat, src: &[u8], dst: &mut [f32]) {
             }
         }
         WeightFormat::Q4_K | WeightFormat::Q6_K => {
-            for (blk, out) in src.chunks_exact(format.block_bytes()).zip(dst.chunks_exact_mut(256)) {
+            for (blk, out) in src
+                .chunks_exact(format.block_bytes())
+                .zip(dst.chunks_exact_mut(256))
+            {
                 dequant_superblock(format, blk, out);
             }
         }
@@ -186,7 +189,11 @@ fn q6k_quants16(blk: &[u8], n: usize, k: usize, p: usize) -> int8x16_t {
     let src = load_u8x16(&blk[64 * n + 32 * (k & 1) + 16 * p..]);
     let qh = load_u8x16(&blk[128 + 32 * n + 16 * p..]);
     let m4 = vdupq_n_u8(0x0F);
-    let lo = if k < 2 { vandq_u8(src, m4) } else { vshrq_n_u8::<4>(src) };
+    let lo = if k < 2 {
+        vandq_u8(src, m4)
+    } else {
+        vshrq_n_u8::<4>(src)
+    };
     let hb = vandq_u8(vshlq_u8(qh, vdupq_n_s8(-2 * k as i8)), vdupq_n_u8(3));
     vsubq_s8(
         vreinterpretq_s8_u8(vorrq_u8(lo, vshlq_n_u8::<4>(hb))),
@@ -207,7 +214,10 @@ fn dequant_superblock(format: WeightFormat, blk: &[u8], out: &mut [f32]) {
         for g in 0..4 {
             for part in 0..2 {
                 let raw = load_u8x16(&blk[16 + 32 * g + 16 * part..]);
-                for (h, q) in [vandq_u8(raw, m4), vshrq_n_u8::<4>(raw)].into_iter().enumerate() {
+                for (h, q) in [vandq_u8(raw, m4), vshrq_n_u8::<4>(raw)]
+                    .into_iter()
+                    .enumerate()
+                {
                     let j = 2 * g + h;
                     let m = vdupq_n_f32(ml[j]);
                     let v = u8_to_f32(q).map(|x| vsubq_f32(vmulq_n_f32(x, dl[j]), m));
@@ -236,7 +246,10 @@ fn dequant_superblock(format: WeightFormat, blk: &[u8], out: &mut [f32]) {
 fn dot_exact_k(format: WeightFormat, row: &[u8], x: &[f32]) -> f32 {
     let mut buf = [0f32; 256];
     let mut acc = [vdupq_n_f32(0.0); 4];
-    for (blk, xs) in row.chunks_exact(format.block_bytes()).zip(x.chunks_exact(256)) {
+    for (blk, xs) in row
+        .chunks_exact(format.block_bytes())
+        .zip(x.chunks_exact(256))
+    {
         dequant_superblock(format, blk, &mut buf);
         for (i, (w, v)) in buf.chunks_exact(4).zip(xs.chunks_exact(4)).enumerate() {
             acc[i & 3] = vfmaq_f32(acc[i & 3], load_f32x4(w), load_f32x4(v));
@@ -332,7 +345,10 @@ pub(crate) fn axpy_row(format: WeightFormat, c: f32, row: &[u8], y: &mut [f32]) 
         WeightFormat::Q4_K | WeightFormat::Q6_K => {
             // Dequantize each 256-element super-block, then FMA it in.
             let mut buf = [0f32; 256];
-            for (blk, ys) in row.chunks_exact(format.block_bytes()).zip(y.chunks_exact_mut(256)) {
+            for (blk, ys) in row
+                .chunks_exact(format.block_bytes())
+                .zip(y.chunks_exact_mut(256))
+            {
                 dequant_superblock(format, blk, &mut buf);
                 axpy_f32(c, &buf, ys);
             }
@@ -448,7 +464,13 @@ unsafe fn dot_int8_row_dp<const F: u8>(row: &[u8], xq: &QActs) -> f32 {
 }
 
 #[target_feature(enable = "neon")]
-fn rows_int8<const F: u8>(w: &QMatrix<'_>, sel: Rows<'_>, xq: &QActs, y: &mut [f32], dotprod: bool) {
+fn rows_int8<const F: u8>(
+    w: &QMatrix<'_>,
+    sel: Rows<'_>,
+    xq: &QActs,
+    y: &mut [f32],
+    dotprod: bool,
+) {
     for (i, yv) in y.iter_mut().enumerate() {
         sel.prefetch(w, i + 2, 1);
         let row = w.row_data(sel.get(i));
@@ -463,7 +485,13 @@ fn rows_int8<const F: u8>(w: &QMatrix<'_>, sel: Rows<'_>, xq: &QActs, y: &mut [f
 }
 
 #[target_feature(enable = "neon")]
-pub(crate) fn matvec_int8(w: &QMatrix<'_>, sel: Rows<'_>, xq: &QActs, y: &mut [f32], dotprod: bool) {
+pub(crate) fn matvec_int8(
+    w: &QMatrix<'_>,
+    sel: Rows<'_>,
+    xq: &QActs,
+    y: &mut [f32],
+    dotprod: bool,
+) {
     match w.format() {
         WeightFormat::Q8_0 => rows_int8::<Q8_0>(w, sel, xq, y, dotprod),
         WeightFormat::Q4_0 => rows_int8::<Q4_0>(w, sel, xq, y, dotprod),
@@ -471,7 +499,9 @@ pub(crate) fn matvec_int8(w: &QMatrix<'_>, sel: Rows<'_>, xq: &QActs, y: &mut [f
         WeightFormat::Q4_K | WeightFormat::Q6_K => {
             let f = w.format();
             for (i, yv) in y.iter_mut().enumerate() {
-                *yv = dot_k_int(f, w.row_data(sel.get(i)), &xq.d, &xq.s, |e| load_i8x8_wide(&xq.qs[e..]));
+                *yv = dot_k_int(f, w.row_data(sel.get(i)), &xq.d, &xq.s, |e| {
+                    load_i8x8_wide(&xq.qs[e..])
+                });
             }
         }
         _ => crate::scalar::matvec_int8(w, sel, xq, y),
@@ -559,7 +589,9 @@ pub(crate) fn matvec_i16(w: &QMatrix<'_>, sel: Rows<'_>, xq: &QActs16, y: &mut [
         WeightFormat::Q4_K | WeightFormat::Q6_K => {
             let f = w.format();
             for (i, yv) in y.iter_mut().enumerate() {
-                *yv = dot_k_int(f, w.row_data(sel.get(i)), &xq.d, &xq.s, |e| load_i16x8(&xq.qs[e..]));
+                *yv = dot_k_int(f, w.row_data(sel.get(i)), &xq.d, &xq.s, |e| {
+                    load_i16x8(&xq.qs[e..])
+                });
             }
         }
         _ => crate::scalar::matvec_i16(w, sel, xq, y),
@@ -717,7 +749,11 @@ fn dot_k_int(
     let mut acc = vdupq_n_f32(0.0);
     let mut extra = 0f32;
     let m4 = vdupq_n_u8(0x0F);
-    for (sb, blk) in row.chunks_exact(format.block_bytes()).enumerate().take(d.len() / 8) {
+    for (sb, blk) in row
+        .chunks_exact(format.block_bytes())
+        .enumerate()
+        .take(d.len() / 8)
+    {
         if format == WeightFormat::Q4_K {
             let (dl, ml) = crate::scalar::q4k_scales(blk);
             for g in 0..4 {
@@ -729,7 +765,11 @@ fn dot_k_int(
                     let j = 2 * g + h;
                     let b = sb * 8 + j;
                     let q = |r: uint8x16_t| {
-                        vreinterpretq_s8_u8(if h == 0 { vandq_u8(r, m4) } else { vshrq_n_u8::<4>(r) })
+                        vreinterpretq_s8_u8(if h == 0 {
+                            vandq_u8(r, m4)
+                        } else {
+                            vshrq_n_u8::<4>(r)
+                        })
                     };
                     let isum = vaddq_s32(
                         dot16(q(raw[0]), x16(32 * b)),

@@ -8,8 +8,8 @@
 
 use std::arch::x86_64::*;
 
-use crate::quant::{QActs, QActs16};
 use crate::arch::Rows;
+use crate::quant::{QActs, QActs16};
 use crate::{QMatrix, WeightFormat};
 
 /// Const-generic format tags (monomorphized inner loops).
@@ -294,7 +294,10 @@ unsafe fn dot_exact_hybrid(k: usize, row: &[u8], x: &[f32]) -> f32 {
             }
         }
     }
-    let sum = hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+    let sum = hsum(_mm256_add_ps(
+        _mm256_add_ps(acc[0], acc[1]),
+        _mm256_add_ps(acc[2], acc[3]),
+    ));
     h.s * sum + h.outlier_dot(x)
 }
 
@@ -372,8 +375,14 @@ unsafe fn q6k_half(blk: &[u8], n: usize) -> [__m256i; 4] {
     [
         _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(ql0, m4), hbits(0)), c32),
         _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(ql1, m4), hbits(1)), c32),
-        _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(ql0), m4), hbits(2)), c32),
-        _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(ql1), m4), hbits(3)), c32),
+        _mm256_sub_epi8(
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(ql0), m4), hbits(2)),
+            c32,
+        ),
+        _mm256_sub_epi8(
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(ql1), m4), hbits(3)),
+            c32,
+        ),
     ]
 }
 
@@ -739,7 +748,10 @@ pub(crate) unsafe fn axpy_row(format: WeightFormat, c: f32, row: &[u8], y: &mut 
             WeightFormat::Q4_K | WeightFormat::Q6_K => {
                 // Dequantize each 256-element super-block, then FMA it in.
                 let mut buf = [0f32; 256];
-                for (blk, ys) in row.chunks_exact(format.block_bytes()).zip(y.chunks_exact_mut(256)) {
+                for (blk, ys) in row
+                    .chunks_exact(format.block_bytes())
+                    .zip(y.chunks_exact_mut(256))
+                {
                     dequant_superblock(format, blk, &mut buf);
                     axpy_f32(c, &buf, ys);
                 }
@@ -845,7 +857,8 @@ unsafe fn matvec_int8_q<const F: u8>(w: &QMatrix<'_>, sel: Rows<'_>, xq: &QActs,
     while i + 1 < y.len() {
         sel.prefetch(w, i + 2, 2);
         // SAFETY: features present per contract.
-        let (s0, s1) = unsafe { dot_int8_2::<F>(w.row_data(sel.get(i)), w.row_data(sel.get(i + 1)), xq) };
+        let (s0, s1) =
+            unsafe { dot_int8_2::<F>(w.row_data(sel.get(i)), w.row_data(sel.get(i + 1)), xq) };
         y[i] = s0;
         y[i + 1] = s1;
         i += 2;
@@ -869,7 +882,9 @@ pub(crate) unsafe fn matvec_int8(w: &QMatrix<'_>, sel: Rows<'_>, xq: &QActs, y: 
             WeightFormat::Q4_1 => matvec_int8_q::<Q4_1>(w, sel, xq, y),
             WeightFormat::Q4_K | WeightFormat::Q6_K => {
                 let (f, qs) = (w.format(), xq.qs.as_ptr() as *const u8);
-                rows_with(w, sel, y, |r| dot_k_int::<true>(f, r, qs, xq.qs.len(), &xq.d, &xq.s))
+                rows_with(w, sel, y, |r| {
+                    dot_k_int::<true>(f, r, qs, xq.qs.len(), &xq.d, &xq.s)
+                })
             }
             _ => crate::scalar::matvec_int8(w, sel, xq, y),
         }
@@ -1004,7 +1019,9 @@ pub(crate) unsafe fn matvec_i16(w: &QMatrix<'_>, sel: Rows<'_>, xq: &QActs16, y:
             WeightFormat::Q4_1 => matvec_i16_q::<Q4_1, 4>(w, sel, xq, y),
             WeightFormat::Q4_K | WeightFormat::Q6_K => {
                 let (f, qs) = (w.format(), xq.qs.as_ptr() as *const u8);
-                rows_with(w, sel, y, |r| dot_k_int::<false>(f, r, qs, xq.qs.len(), &xq.d, &xq.s))
+                rows_with(w, sel, y, |r| {
+                    dot_k_int::<false>(f, r, qs, xq.qs.len(), &xq.d, &xq.s)
+                })
             }
             _ => crate::scalar::matvec_i16(w, sel, xq, y),
         }
@@ -1078,7 +1095,11 @@ unsafe fn dot_k_int<const A8: bool>(
                             _mm256_madd_epi16(w1, acts16::<A8>(qs, 32 * b + 16)),
                         );
                         let (dx, sx) = (*d.get_unchecked(b), *s.get_unchecked(b));
-                        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(dl[j] * dx), acc);
+                        acc = _mm256_fmadd_ps(
+                            _mm256_cvtepi32_ps(isum),
+                            _mm256_set1_ps(dl[j] * dx),
+                            acc,
+                        );
                         extra -= ml[j] * sx;
                     }
                 }
@@ -1099,8 +1120,16 @@ unsafe fn dot_k_int<const A8: bool>(
                         let i0 = _mm256_madd_epi16(w0, acts16::<A8>(qs, 32 * b));
                         let i1 = _mm256_madd_epi16(w1, acts16::<A8>(qs, 32 * b + 16));
                         let dx = *d.get_unchecked(b);
-                        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i0), _mm256_set1_ps(ds[j] * dx), acc);
-                        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i1), _mm256_set1_ps(ds[j + 1] * dx), acc);
+                        acc = _mm256_fmadd_ps(
+                            _mm256_cvtepi32_ps(i0),
+                            _mm256_set1_ps(ds[j] * dx),
+                            acc,
+                        );
+                        acc = _mm256_fmadd_ps(
+                            _mm256_cvtepi32_ps(i1),
+                            _mm256_set1_ps(ds[j + 1] * dx),
+                            acc,
+                        );
                     }
                 }
             }
