@@ -800,73 +800,105 @@ unsafe fn block_fast<const F: u8>(
     // loads below read at most that) and 32 readable i8 at `xq`.
     unsafe {
         let xv = _mm256_loadu_si256(xq as *const __m256i);
-        let d = f16_at(p) * dx;
-        let prod = match F {
-            Q8_0 => mul_sum_i8(_mm256_loadu_si256(p.add(2) as *const __m256i), xv),
-            Q4_0 => mul_sum_i8(
-                _mm256_sub_epi8(nibbles32(p.add(2)), _mm256_set1_epi8(8)),
-                xv,
+        let (d, prod) = match F {
+            Q8_0 => (
+                f16_at(p) * dx,
+                mul_sum_i8(_mm256_loadu_si256(p.add(2) as *const __m256i), xv),
+            ),
+            Q4_0 => (
+                f16_at(p) * dx,
+                mul_sum_i8(
+                    _mm256_sub_epi8(nibbles32(p.add(2)), _mm256_set1_epi8(8)),
+                    xv,
+                ),
             ),
             _ => {
-                *extra += f16_at(p.add(2)) * sx;
-                mul_sum_u8_i8(nibbles32(p.add(4)), xv)
+                // d and m are adjacent f16s: one conversion for both.
+                let dm = _mm_cvtph_ps(_mm_cvtsi32_si128(std::ptr::read_unaligned(p as *const i32)));
+                *extra += _mm_cvtss_f32(_mm_movehdup_ps(dm)) * sx;
+                (
+                    _mm_cvtss_f32(dm) * dx,
+                    mul_sum_u8_i8(nibbles32(p.add(4)), xv),
+                )
             }
         };
         _mm256_fmadd_ps(_mm256_set1_ps(d), prod, acc)
     }
 }
 
+/// Rows per step of the 8-bit kernels (sharing activation loads).
+const INT8_ROWS_Q4: usize = 4;
+/// Rows per step of the 8-bit kernel for Q8_0.
+const INT8_ROWS_Q8: usize = 2;
+
 /// Software prefetch distance in bytes for streaming weight rows.
 const PREFETCH: usize = 512;
 
-/// Integer dot of two rows with the quantized activations.
+/// Integer dot of `R` rows (starting at row pointers `rows[i]`) with the
+/// 8-bit activations, sharing each activation block's load between the
+/// rows (per row the same operations in the same order as for `R == 1`,
+/// so results do not depend on `R`).
+///
+/// # Safety
+/// AVX2/FMA/F16C present.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_int8_rows<const F: u8, const R: usize>(rows: [&[u8]; R], xq: &QActs) -> [f32; R] {
+    let nb = xq.d.len();
+    let bb = block_bytes(F);
+    assert!(rows.iter().all(|r| r.len() >= nb * bb) && xq.qs.len() >= nb * 32 && xq.s.len() >= nb);
+    let mut acc = [_mm256_setzero_ps(); R];
+    let mut extra = [0f32; R];
+    for b in 0..nb {
+        // SAFETY: b < nb: block b of every row and activation block b are in
+        // bounds (asserted above).
+        unsafe {
+            let xp = xq.qs.as_ptr().add(b * 32);
+            let (dx, sx) = (*xq.d.get_unchecked(b), *xq.s.get_unchecked(b));
+            for i in 0..R {
+                let p = rows[i].as_ptr().add(b * bb);
+                // Prefetch ahead of each weight stream (a hint: never faults,
+                // so an address past the row is harmless; wrapping_add avoids UB).
+                _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(PREFETCH) as *const i8);
+                acc[i] = block_fast::<F>(p, xp, dx, sx, acc[i], &mut extra[i]);
+            }
+        }
+    }
+    std::array::from_fn(|i| hsum(acc[i]) + extra[i])
+}
+
+/// `R` rows per iteration (sharing the activation loads), then pairs, then
+/// single rows.
 ///
 /// # Safety
 /// AVX2/FMA/F16C present.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn dot_int8_2<const F: u8>(r0: &[u8], r1: &[u8], xq: &QActs) -> (f32, f32) {
-    let nb = xq.d.len();
-    let bb = block_bytes(F);
-    assert!(
-        r0.len() >= nb * bb && r1.len() >= nb * bb && xq.qs.len() >= nb * 32 && xq.s.len() >= nb
-    );
-    let (mut a0, mut a1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
-    let (mut e0, mut e1) = (0f32, 0f32);
-    for b in 0..nb {
-        // SAFETY: b < nb: block b of both rows and activation block b are in
-        // bounds (asserted above).
-        unsafe {
-            // Prefetch ahead of both weight streams (a hint: never faults,
-            // so an address past the row is harmless; wrapping_add avoids UB).
-            _mm_prefetch::<_MM_HINT_T0>(r0.as_ptr().wrapping_add(b * bb + PREFETCH) as *const i8);
-            _mm_prefetch::<_MM_HINT_T0>(r1.as_ptr().wrapping_add(b * bb + PREFETCH) as *const i8);
-            let xp = xq.qs.as_ptr().add(b * 32);
-            let (dx, sx) = (*xq.d.get_unchecked(b), *xq.s.get_unchecked(b));
-            a0 = block_fast::<F>(r0.as_ptr().add(b * bb), xp, dx, sx, a0, &mut e0);
-            a1 = block_fast::<F>(r1.as_ptr().add(b * bb), xp, dx, sx, a1, &mut e1);
-        }
-    }
-    (hsum(a0) + e0, hsum(a1) + e1)
-}
-
-/// # Safety
-/// AVX2/FMA/F16C present.
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn matvec_int8_q<const F: u8>(w: &QMatrix<'_>, sel: Rows<'_>, xq: &QActs, y: &mut [f32]) {
+unsafe fn matvec_int8_q<const F: u8, const R: usize>(
+    w: &QMatrix<'_>,
+    sel: Rows<'_>,
+    xq: &QActs,
+    y: &mut [f32],
+) {
     let mut i = 0;
-    while i + 1 < y.len() {
-        sel.prefetch(w, i + 2, 2);
-        // SAFETY: features present per contract.
-        let (s0, s1) =
-            unsafe { dot_int8_2::<F>(w.row_data(sel.get(i)), w.row_data(sel.get(i + 1)), xq) };
-        y[i] = s0;
-        y[i + 1] = s1;
+    while i + R <= y.len() {
+        sel.prefetch(w, i + R, R);
+        let rows = std::array::from_fn(|k| w.row_data(sel.get(i + k)));
+        // SAFETY: features present per contract; the callee asserts lengths.
+        let s = unsafe { dot_int8_rows::<F, R>(rows, xq) };
+        y[i..i + R].copy_from_slice(&s);
+        i += R;
+    }
+    while R > 2 && i + 2 <= y.len() {
+        let rows = [w.row_data(sel.get(i)), w.row_data(sel.get(i + 1))];
+        // SAFETY: features present per contract; the callee asserts lengths.
+        let s = unsafe { dot_int8_rows::<F, 2>(rows, xq) };
+        y[i..i + 2].copy_from_slice(&s);
         i += 2;
     }
-    if i < y.len() {
-        let r = w.row_data(sel.get(i));
-        // SAFETY: features present per contract.
-        y[i] = unsafe { dot_int8_2::<F>(r, r, xq) }.0;
+    while i < y.len() {
+        // SAFETY: features present per contract; the callee asserts lengths.
+        y[i] = unsafe { dot_int8_rows::<F, 1>([w.row_data(sel.get(i))], xq) }[0];
+        i += 1;
     }
 }
 
@@ -877,9 +909,9 @@ pub(crate) unsafe fn matvec_int8(w: &QMatrix<'_>, sel: Rows<'_>, xq: &QActs, y: 
     // SAFETY: features present per contract.
     unsafe {
         match w.format() {
-            WeightFormat::Q8_0 => matvec_int8_q::<Q8_0>(w, sel, xq, y),
-            WeightFormat::Q4_0 => matvec_int8_q::<Q4_0>(w, sel, xq, y),
-            WeightFormat::Q4_1 => matvec_int8_q::<Q4_1>(w, sel, xq, y),
+            WeightFormat::Q8_0 => matvec_int8_q::<Q8_0, { INT8_ROWS_Q8 }>(w, sel, xq, y),
+            WeightFormat::Q4_0 => matvec_int8_q::<Q4_0, { INT8_ROWS_Q4 }>(w, sel, xq, y),
+            WeightFormat::Q4_1 => matvec_int8_q::<Q4_1, { INT8_ROWS_Q4 }>(w, sel, xq, y),
             WeightFormat::Q4_K | WeightFormat::Q6_K => {
                 let (f, qs) = (w.format(), xq.qs.as_ptr() as *const u8);
                 rows_with(w, sel, y, |r| {
@@ -957,11 +989,16 @@ unsafe fn dot_i16_rows<const F: u8, const R: usize>(rows: [&[u8]; R], xq: &QActs
                 _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(PREFETCH) as *const i8);
                 let (w0, w1) = weights_i16::<F>(p);
                 let isum = _mm256_add_epi32(_mm256_madd_epi16(w0, x0), _mm256_madd_epi16(w1, x1));
-                let d = _mm256_set1_ps(f16_at(p) * dx);
-                acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), d, acc[i]);
-                if F == Q4_1 {
-                    extra[i] += f16_at(p.add(2)) * sx;
-                }
+                let dw = if F == Q4_1 {
+                    // d and m are adjacent f16s: one conversion for both.
+                    let dm =
+                        _mm_cvtph_ps(_mm_cvtsi32_si128(std::ptr::read_unaligned(p as *const i32)));
+                    extra[i] += _mm_cvtss_f32(_mm_movehdup_ps(dm)) * sx;
+                    _mm_cvtss_f32(dm)
+                } else {
+                    f16_at(p)
+                };
+                acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(dw * dx), acc[i]);
             }
         }
     }
