@@ -72,6 +72,19 @@ impl<'a> Hybrid<'a> {
         }
         self.so * acc
     }
+
+    /// `ys[c_j - c0] += (c * so) * o_j` for every outlier whose column is
+    /// in `c0 .. c0 + ys.len()`, in storage order (the outlier part of
+    /// every path's `axpy`, so all of them add the same values).
+    #[inline(always)]
+    pub(crate) fn outlier_axpy(&self, c: f32, c0: usize, ys: &mut [f32]) {
+        let co = c * self.so;
+        for (col, v) in self.outliers() {
+            if let Some(y) = col.checked_sub(c0).and_then(|i| ys.get_mut(i)) {
+                *y += co * v;
+            }
+        }
+    }
 }
 
 /// The `k` of a hybrid format (0 for every other format).
@@ -143,12 +156,7 @@ pub(crate) fn axpy_hybrid(k: usize, c: f32, row: &[u8], cols: usize, c0: usize, 
             hi[j] += cs * (f32::from(g[j] >> 4) - 8.0);
         }
     }
-    let co = c * h.so;
-    for (col, v) in h.outliers() {
-        if let Some(y) = col.checked_sub(c0).and_then(|i| ys.get_mut(i)) {
-            *y += co * v;
-        }
-    }
+    h.outlier_axpy(c, c0, ys);
 }
 
 /// Dequantizes `dst.len()` elements from `src` (exactly `format.row_bytes(dst.len())` bytes).

@@ -35,7 +35,7 @@ use rayon::prelude::*;
 use crate::arch::{self, Rows};
 use crate::{
     active_path, check_len, check_path, chunk_rows_setting, matvec_chunk, Acts, KernelError,
-    KernelPath, Precision, QMatrix, WeightFormat,
+    KernelPath, Precision, QMatrix, WeightFormat, HYBRID_HEADER,
 };
 
 /// Activation function of a gated FFN (`act(gate) * up`).
@@ -187,12 +187,21 @@ pub fn axpy_rows_with(
     // super-blocks), so the range is whole blocks.
     let run = |c0: usize, ys: &mut [f32]| {
         if format.is_hybrid() {
-            // Hybrid rows keep their outliers after the nibbles: the column
-            // range is picked out of the whole row (scalar code).
+            // Hybrid rows keep their outliers after the nibbles: each kernel
+            // gets the whole row and picks the column range out of it. The
+            // prefetch covers the scales, the range's nibbles and the outliers.
             let k = crate::scalar::hybrid_k(format);
-            for (&r, &c) in rows.iter().zip(coeffs) {
+            let (n0, n1) = (HYBRID_HEADER + c0 / 2, HYBRID_HEADER + (c0 + ys.len()) / 2);
+            let tail = HYBRID_HEADER + cols / 2;
+            for (i, (&r, &c)) in rows.iter().zip(coeffs).enumerate() {
+                if let Some(&next) = rows.get(i + AXPY_PREFETCH_ROWS) {
+                    let d = w_t.row_data(next as usize);
+                    arch::prefetch(&d[..HYBRID_HEADER]);
+                    arch::prefetch(&d[n0..n1]);
+                    arch::prefetch(&d[tail..]);
+                }
                 if c != 0.0 {
-                    crate::scalar::axpy_hybrid(k, c, w_t.row_data(r as usize), cols, c0, ys);
+                    arch::axpy_hybrid(path, k, c, w_t.row_data(r as usize), cols, c0, ys);
                 }
             }
             return;

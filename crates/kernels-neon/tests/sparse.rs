@@ -280,12 +280,16 @@ fn axpy_rows_large_parallel() {
     // Large enough for the column-range split (cols > 256, rows*cols >= 2^16).
     let mut rng = Rng(11);
     let (n, cols) = (300usize, 4096usize);
+    // I4Hybrid with 1% outliers: the column ranges of the split must pick
+    // up exactly the outliers that fall inside them.
+    let hybrid = WeightFormat::hybrid_for(0.01, cols).unwrap();
     for format in [
         WeightFormat::Q4_0,
         WeightFormat::Q8_0,
         WeightFormat::F16,
         WeightFormat::Q4_K,
         WeightFormat::Q6_K,
+        hybrid,
     ] {
         let data = random_matrix(format, n, cols, &mut rng);
         let w = QMatrix::new(format, n, cols, &data).unwrap();

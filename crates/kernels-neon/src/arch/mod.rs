@@ -265,6 +265,31 @@ pub(crate) fn axpy_row(path: KernelPath, format: WeightFormat, c: f32, src: &[u8
     }
 }
 
+/// `ys += c * W[c0 .. c0 + ys.len()]` for an I4Hybrid row (`row` the whole
+/// row of `cols` elements, `c0` and `ys.len()` multiples of 32): the column
+/// range of one `axpy_rows` work item. Hybrid rows keep their outliers after
+/// the nibbles, so the kernels get the whole row, not a byte range.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn axpy_hybrid(
+    path: KernelPath,
+    k: usize,
+    c: f32,
+    row: &[u8],
+    cols: usize,
+    c0: usize,
+    ys: &mut [f32],
+) {
+    match path {
+        #[cfg(target_arch = "x86_64")]
+        KernelPath::Avx2Fma => {
+            // SAFETY: the path was checked available (AVX2/FMA/F16C present);
+            // the kernel slices and asserts the lengths it relies on.
+            unsafe { x86_64::axpy_hybrid(k, c, row, cols, c0, ys) }
+        }
+        _ => scalar::axpy_hybrid(k, c, row, cols, c0, ys),
+    }
+}
+
 /// The whole of one `axpy_rows` column range in one call, where the path has
 /// a tiled kernel for the format (`b0`: byte offset of the range in each row).
 /// Returns `false` when it has none: the caller then goes row by row.

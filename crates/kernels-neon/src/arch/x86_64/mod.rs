@@ -301,6 +301,44 @@ unsafe fn dot_exact_hybrid(k: usize, row: &[u8], x: &[f32]) -> f32 {
     h.s * sum + h.outlier_dot(x)
 }
 
+/// `ys += c * W[c0 .. c0 + ys.len()]` for an I4Hybrid row of `cols`
+/// elements (`c0` and `ys.len()` multiples of 32): the nibble groups of the
+/// range FMA'd with `c * s` (as `axpy_q` for `Q4_0`), then the outliers in
+/// the range added by the scalar code.
+///
+/// # Safety
+/// AVX2/FMA/F16C present.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn axpy_hybrid(
+    k: usize,
+    c: f32,
+    row: &[u8],
+    cols: usize,
+    c0: usize,
+    ys: &mut [f32],
+) {
+    let h = crate::scalar::Hybrid::parse(k, cols, row);
+    let nib = &h.nib[c0 / 2..(c0 + ys.len()) / 2];
+    let nb = ys.len() / 32;
+    assert!(nib.len() >= nb * 16);
+    let cs = _mm256_set1_ps(c * h.s);
+    for b in 0..nb {
+        // SAFETY: b < nb: nibble bytes 16b..16b+16 (asserted) and
+        // ys[32b..32b+32] are in bounds.
+        unsafe {
+            // Prefetch hint (never faults; wrapping_add keeps it UB-free).
+            _mm_prefetch::<_MM_HINT_T0>(nib.as_ptr().wrapping_add(16 * b + PREFETCH) as *const i8);
+            let w = hybrid_group(nib.as_ptr().add(16 * b));
+            let yp = ys.as_mut_ptr().add(32 * b);
+            for (i, wv) in w.iter().enumerate() {
+                let p = yp.add(8 * i);
+                _mm256_storeu_ps(p, _mm256_fmadd_ps(*wv, cs, _mm256_loadu_ps(p)));
+            }
+        }
+    }
+    h.outlier_axpy(c, c0, ys);
+}
+
 /// Exact dot of a quantized row with f32 `x`.
 ///
 /// # Safety
@@ -756,8 +794,9 @@ pub(crate) unsafe fn axpy_row(format: WeightFormat, c: f32, row: &[u8], y: &mut 
                     axpy_f32(c, &buf, ys);
                 }
             }
-            // Scalar for now (the sparse down projection is not hybrid yet).
-            WeightFormat::I4Hybrid { .. } => crate::scalar::axpy_row(format, c, row, y),
+            WeightFormat::I4Hybrid { outliers_per_row } => {
+                axpy_hybrid(usize::from(outliers_per_row), c, row, y.len(), 0, y)
+            }
         }
     }
 }
