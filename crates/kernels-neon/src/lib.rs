@@ -81,13 +81,15 @@
 //! bytes (4.29 bits), against 4.5 for `Q4_0` and 5.0 for `Q4_1`.
 //!
 //! Kernels: hybrid rows use f32 activations in every [`Precision`] (there
-//! is no integer path for them yet). `matvec`/`matvec_rows` and
-//! `dequantize_row` have an AVX2 path (the INT4 part is unpacked like `Q4_0`
-//! and FMA'd, scaled by `s` once per row; the few outliers are a scalar
-//! loop); `axpy_rows` is scalar on every architecture, and on aarch64
-//! every hybrid kernel falls back to the scalar reference (NEON not
-//! written yet). `matmul` dequantizes rows into its f32 tile as for every
-//! format.
+//! is no integer path for them yet). `matvec`/`matvec_rows`,
+//! `dequantize_row` and `axpy_rows` have an AVX2 path on x86_64 and a NEON
+//! path on aarch64: the INT4 part is unpacked like `Q4_0` and FMA'd (with
+//! `x`, scaled by `s` once per row; `axpy_rows` FMAs by `c * s` into the
+//! column range of `y` of its work item), the few outliers are a scalar
+//! loop shared with the reference. `dequantize_row` is bit-identical to the
+//! scalar code on both (`s * (q - 8)`, then the outliers in storage order).
+//! `axpy_rows` goes row by row (no tiled kernel as for `Q4_0` on AVX2).
+//! `matmul` dequantizes rows into its f32 tile as for every format.
 //!
 //! # Sparse kernels
 //!

@@ -171,6 +171,12 @@ proptest! {
         for path in available_paths() {
             let mut y = vec![f32::NAN; cols];
             dequantize_row_with(path, format, &data, &mut y).unwrap();
+            // I4Hybrid: the same f32 operations (`s * (q - 8)`, then the
+            // outliers in order) on every path, so bit-identical.
+            if format.is_hybrid() {
+                prop_assert_eq!(y.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                    ys.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), "{:?} {:?}", path, format);
+            }
             // Same math (d*q or fma(q, d, m)): allow 1 ulp-ish for fma vs mul+add.
             for j in 0..cols {
                 prop_assert!((y[j] - ys[j]).abs() <= 1e-6 * ys[j].abs().max(1e-3), "{path:?} {format:?} j={j}: {} vs {}", y[j], ys[j]);

@@ -286,6 +286,12 @@ pub(crate) fn axpy_hybrid(
             // the kernel slices and asserts the lengths it relies on.
             unsafe { x86_64::axpy_hybrid(k, c, row, cols, c0, ys) }
         }
+        #[cfg(target_arch = "aarch64")]
+        KernelPath::Neon | KernelPath::NeonDotprod => {
+            // SAFETY: NEON is baseline on every aarch64 target (and the
+            // dotprod variant is only selected after run-time detection).
+            unsafe { aarch64::axpy_hybrid(k, c, row, cols, c0, ys) }
+        }
         _ => scalar::axpy_hybrid(k, c, row, cols, c0, ys),
     }
 }

@@ -163,11 +163,83 @@ pub(crate) fn dequant_row(format: WeightFormat, src: &[u8], dst: &mut [f32]) {
                 dequant_superblock(format, blk, out);
             }
         }
-        // I4Hybrid: scalar on aarch64 for now (see the crate docs).
-        WeightFormat::F32 | WeightFormat::F16 | WeightFormat::I4Hybrid { .. } => {
-            crate::scalar::dequant_row(format, src, dst)
+        WeightFormat::I4Hybrid { outliers_per_row } => {
+            dequant_hybrid(usize::from(outliers_per_row), src, dst)
+        }
+        WeightFormat::F32 | WeightFormat::F16 => crate::scalar::dequant_row(format, src, dst),
+    }
+}
+
+/// The 32 INT4 weights `q - 8` of one nibble group (16 bytes, `Q4_0`
+/// order) of an I4Hybrid row as 8 × f32x4 (unpacked as in `dequant_block`
+/// for `Q4_0`, without the scale).
+#[inline]
+#[target_feature(enable = "neon")]
+fn hybrid_group(g: &[u8]) -> [float32x4_t; 8] {
+    let raw = load_u8x16(g);
+    let eight = vdupq_n_s8(8);
+    let lo = s8_to_f32(vsubq_s8(
+        vreinterpretq_s8_u8(vandq_u8(raw, vdupq_n_u8(0x0F))),
+        eight,
+    ));
+    let hi = s8_to_f32(vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8::<4>(raw)), eight));
+    [lo[0], lo[1], lo[2], lo[3], hi[0], hi[1], hi[2], hi[3]]
+}
+
+/// Dequantizes an I4Hybrid row: `s * (q - 8)` (the scalar reference's
+/// operations, bit-identical), then the outliers added by the scalar code.
+#[target_feature(enable = "neon")]
+fn dequant_hybrid(k: usize, src: &[u8], dst: &mut [f32]) {
+    let h = crate::scalar::Hybrid::parse(k, dst.len(), src);
+    for (g, out) in h.nib.chunks_exact(16).zip(dst.chunks_exact_mut(32)) {
+        let w = hybrid_group(g);
+        for (o, v) in out.chunks_exact_mut(4).zip(&w) {
+            // SAFETY: `o` is exactly 4 writable f32.
+            unsafe { vst1q_f32(o.as_mut_ptr(), vmulq_n_f32(*v, h.s)) };
         }
     }
+    for (c, v) in h.outliers() {
+        dst[c] += h.so * v;
+    }
+}
+
+/// Exact dot of an I4Hybrid row with f32 `x`: `s * Σ (q - 8) x` with FMAs
+/// (4 accumulators), plus the outliers `so * Σ o_j x[c_j]` (scalar).
+#[target_feature(enable = "neon")]
+fn dot_exact_hybrid(k: usize, row: &[u8], x: &[f32]) -> f32 {
+    let h = crate::scalar::Hybrid::parse(k, x.len(), row);
+    let mut acc = [vdupq_n_f32(0.0); 4];
+    for (g, xs) in h.nib.chunks_exact(16).zip(x.chunks_exact(32)) {
+        let w = hybrid_group(g);
+        for i in 0..8 {
+            acc[i & 3] = vfmaq_f32(acc[i & 3], w[i], load_f32x4(&xs[4 * i..]));
+        }
+    }
+    let sum = vaddvq_f32(vaddq_f32(
+        vaddq_f32(acc[0], acc[1]),
+        vaddq_f32(acc[2], acc[3]),
+    ));
+    h.s * sum + h.outlier_dot(x)
+}
+
+/// `ys += c * W[c0 .. c0 + ys.len()]` for an I4Hybrid row of `cols`
+/// elements (`c0` and `ys.len()` multiples of 32): the nibble groups of the
+/// range FMA'd with `c * s` (as `axpy_q` for `Q4_0`), then the outliers in
+/// the range added by the scalar code.
+#[target_feature(enable = "neon")]
+pub(crate) fn axpy_hybrid(k: usize, c: f32, row: &[u8], cols: usize, c0: usize, ys: &mut [f32]) {
+    let h = crate::scalar::Hybrid::parse(k, cols, row);
+    let cs = c * h.s;
+    let nib = &h.nib[c0 / 2..(c0 + ys.len()) / 2];
+    for (g, out) in nib.chunks_exact(16).zip(ys.chunks_exact_mut(32)) {
+        let w = hybrid_group(g);
+        for (o, v) in out.chunks_exact_mut(4).zip(&w) {
+            let r = vfmaq_n_f32(load_f32x4(o), *v, cs);
+            // SAFETY: `o` is exactly 4 writable f32.
+            unsafe { vst1q_f32(o.as_mut_ptr(), r) };
+        }
+    }
+    h.outlier_axpy(c, c0, ys);
 }
 
 /// Stores 16 f32 (4 × f32x4) at the start of `o`.
@@ -316,7 +388,9 @@ pub(crate) fn matvec_exact(w: &QMatrix<'_>, sel: Rows<'_>, x: &[f32], y: &mut [f
             WeightFormat::Q4_0 => dot_exact_q::<Q4_0>(row, x),
             WeightFormat::Q4_1 => dot_exact_q::<Q4_1>(row, x),
             WeightFormat::Q4_K | WeightFormat::Q6_K => dot_exact_k(format, row, x),
-            WeightFormat::I4Hybrid { .. } => crate::scalar::dot_exact(format, row, x),
+            WeightFormat::I4Hybrid { outliers_per_row } => {
+                dot_exact_hybrid(usize::from(outliers_per_row), row, x)
+            }
             _ => dot_exact_float(format, row, x),
         };
     }
@@ -353,7 +427,9 @@ pub(crate) fn axpy_row(format: WeightFormat, c: f32, row: &[u8], y: &mut [f32]) 
                 axpy_f32(c, &buf, ys);
             }
         }
-        WeightFormat::I4Hybrid { .. } => crate::scalar::axpy_row(format, c, row, y),
+        WeightFormat::I4Hybrid { outliers_per_row } => {
+            axpy_hybrid(usize::from(outliers_per_row), c, row, y.len(), 0, y)
+        }
         _ => {
             let eb = format.block_bytes();
             let mut buf = [0f32; 32];
