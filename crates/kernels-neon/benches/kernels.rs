@@ -31,6 +31,10 @@ fn bench_matvec(c: &mut Criterion) {
         (WeightFormat::Q4_K, 1536, 1536),
         (WeightFormat::Q6_K, 1536, 1536),
         (WeightFormat::Q4_1, 1536, 1536),
+        // I4Hybrid at 1% outliers (SmolLM2 up and down shapes): f32
+        // activations in every precision, so only `Exact` is measured.
+        (WeightFormat::hybrid_for(0.01, 576).unwrap(), 1536, 576),
+        (WeightFormat::hybrid_for(0.01, 1536).unwrap(), 576, 1536),
     ];
     for (format, rows, cols) in shapes {
         let data = random_matrix(format, rows, cols, 0);
@@ -41,6 +45,9 @@ fn bench_matvec(c: &mut Criterion) {
         let mut y = vec![0f32; rows];
         g.throughput(Throughput::Bytes(data.len() as u64));
         for precision in [Precision::Exact, Precision::Fast, Precision::Int8] {
+            if format.is_hybrid() && precision != Precision::Exact {
+                continue;
+            }
             let id = BenchmarkId::new(
                 format!("{format:?}/{precision:?}"),
                 format!("{rows}x{cols}"),

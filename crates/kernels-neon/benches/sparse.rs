@@ -11,7 +11,8 @@
 //!   criterion's time per element is the time per selected row; it should
 //!   stay flat as the fraction shrinks.
 //! * `axpy_rows/<format>/<neurons>x<cols>/<pct>`: the transposed down
-//!   projection over the same kind of subsets (elements = selected rows).
+//!   projection (`Q4_0` and `I4Hybrid` at 1% outliers) over the same kind of
+//!   subsets (elements = selected rows).
 //! * `dram/sum_256MiB/<threads>`: a streaming u64 sum over a 256 MiB buffer
 //!   on 1 thread and on the pool (bytes/s), the memory bandwidth the kernels'
 //!   weight bytes per second compare with.
@@ -88,20 +89,24 @@ fn bench_matvec_rows(c: &mut Criterion) {
 fn bench_axpy_rows(c: &mut Criterion) {
     let pool = pool();
     let mut g = c.benchmark_group("axpy_rows");
-    let (format, neurons, cols) = (WeightFormat::Q4_0, 14336, 4096);
-    let data = random_matrix(format, neurons, cols, 0);
-    let w = QMatrix::new(format, neurons, cols, &data).unwrap();
-    for pct in [10, 50] {
-        let sel = subset(neurons, neurons * pct / 100, pct as u64);
-        let coeffs: Vec<f32> = (0..sel.len())
-            .map(|i| (i % 7) as f32 * 0.1 + 0.05)
-            .collect();
-        let mut y = vec![0f32; cols];
-        g.throughput(Throughput::Elements(sel.len() as u64));
-        let id = BenchmarkId::new(format!("{format:?}/{neurons}x{cols}"), format!("{pct}%"));
-        g.bench_function(id, |b| {
-            pool.install(|| b.iter(|| axpy_rows(&w, &sel, &coeffs, &mut y).unwrap()))
-        });
+    let (neurons, cols) = (14336, 4096);
+    // Q4_0 and I4Hybrid at 1% outliers (k = 41).
+    let hybrid = WeightFormat::hybrid_for(0.01, cols).unwrap();
+    for format in [WeightFormat::Q4_0, hybrid] {
+        let data = random_matrix(format, neurons, cols, 0);
+        let w = QMatrix::new(format, neurons, cols, &data).unwrap();
+        for pct in [10, 50] {
+            let sel = subset(neurons, neurons * pct / 100, pct as u64);
+            let coeffs: Vec<f32> = (0..sel.len())
+                .map(|i| (i % 7) as f32 * 0.1 + 0.05)
+                .collect();
+            let mut y = vec![0f32; cols];
+            g.throughput(Throughput::Elements(sel.len() as u64));
+            let id = BenchmarkId::new(format!("{format:?}/{neurons}x{cols}"), format!("{pct}%"));
+            g.bench_function(id, |b| {
+                pool.install(|| b.iter(|| axpy_rows(&w, &sel, &coeffs, &mut y).unwrap()))
+            });
+        }
     }
     g.finish();
 }

@@ -25,7 +25,21 @@ pub fn random_matrix(format: WeightFormat, rows: usize, cols: usize, seed: u64) 
         c.copy_from_slice(&rng.next().to_le_bytes()[..c.len()]);
     }
     let scale = f16::from_f32(0.01).to_le_bytes();
-    if format.is_quantized() {
+    if let WeightFormat::I4Hybrid { outliers_per_row } = format {
+        // Per row: f32 scales, random nibbles, k spread-out (valid) outlier
+        // columns with random values, zero padding.
+        let k = usize::from(outliers_per_row);
+        let n = 8 + cols / 2;
+        for (r, row) in out.chunks_exact_mut(rb).enumerate() {
+            row[..4].copy_from_slice(&0.01f32.to_le_bytes());
+            row[4..8].copy_from_slice(&0.05f32.to_le_bytes());
+            for j in 0..k {
+                let col = ((j * cols / k + r) % cols) as u16;
+                row[n + 2 * j..n + 2 * j + 2].copy_from_slice(&col.to_le_bytes());
+            }
+            row[n + 3 * k..].fill(0);
+        }
+    } else if format.is_quantized() {
         for blk in out.chunks_exact_mut(format.block_bytes()) {
             match format {
                 // Q6_K keeps `d` last (bytes 0..2 are quants).
