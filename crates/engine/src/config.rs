@@ -150,41 +150,42 @@ impl ModelConfig {
                 .ok_or_else(|| bad(format!("sparrow.ffn_activation `{s}` is not silu or relu")))?,
             None => Activation::Silu,
         };
-        let cfg =
-            ModelConfig {
-                arch,
-                n_layers: req_u("block_count")?,
-                d_model,
-                d_ff: req_u("feed_forward_length")?,
-                n_heads,
-                n_kv_heads: opt_u("attention.head_count_kv").unwrap_or(n_heads),
-                head_dim,
-                vocab_size,
-                rms_eps: opt_f("attention.layer_norm_rms_epsilon").unwrap_or(1e-5) as f32,
-                rope_base: opt_f("rope.freq_base").unwrap_or(10_000.0) as f32,
-                rope_dim: opt_u("rope.dimension_count").unwrap_or(head_dim),
-                // llama.cpp's converter permutes Q/K rows of llama models so that RoPE rotates adjacent
-                // pairs; qwen2 files keep the HF order and use NEOX (half) rotation.
-                rope_style: match arch {
-                    Arch::Llama => RopeStyle::Interleaved,
-                    Arch::Qwen2 => RopeStyle::Half,
-                },
-                activation,
-                context_length: opt_u("context_length").unwrap_or(2048),
-                ffn_store: match (
-                    file.get(FFN_STORE_FILE_KEY).and_then(|v| v.as_str()),
-                    file.get(FFN_STORE_FINGERPRINT_KEY).and_then(|v| v.as_u64()),
-                ) {
-                    (Some(f), Some(fp)) => Some(FfnStoreRef {
-                        file: f.to_string(),
-                        fingerprint: fp,
-                    }),
-                    (None, None) => None,
-                    _ => return Err(bad(format!(
+        let cfg = ModelConfig {
+            arch,
+            n_layers: req_u("block_count")?,
+            d_model,
+            d_ff: req_u("feed_forward_length")?,
+            n_heads,
+            n_kv_heads: opt_u("attention.head_count_kv").unwrap_or(n_heads),
+            head_dim,
+            vocab_size,
+            rms_eps: opt_f("attention.layer_norm_rms_epsilon").unwrap_or(1e-5) as f32,
+            rope_base: opt_f("rope.freq_base").unwrap_or(10_000.0) as f32,
+            rope_dim: opt_u("rope.dimension_count").unwrap_or(head_dim),
+            // llama.cpp's converter permutes Q/K rows of llama models so that RoPE rotates adjacent
+            // pairs; qwen2 files keep the HF order and use NEOX (half) rotation.
+            rope_style: match arch {
+                Arch::Llama => RopeStyle::Interleaved,
+                Arch::Qwen2 => RopeStyle::Half,
+            },
+            activation,
+            context_length: opt_u("context_length").unwrap_or(2048),
+            ffn_store: match (
+                file.get(FFN_STORE_FILE_KEY).and_then(|v| v.as_str()),
+                file.get(FFN_STORE_FINGERPRINT_KEY).and_then(|v| v.as_u64()),
+            ) {
+                (Some(f), Some(fp)) => Some(FfnStoreRef {
+                    file: f.to_string(),
+                    fingerprint: fp,
+                }),
+                (None, None) => None,
+                _ => {
+                    return Err(bad(format!(
                         "{FFN_STORE_FILE_KEY} and {FFN_STORE_FINGERPRINT_KEY} must come together"
-                    ))),
-                },
-            };
+                    )))
+                }
+            },
+        };
         cfg.validate(path)?;
         Ok(cfg)
     }
