@@ -200,9 +200,20 @@ fn forward_inner(
     for (li, layer) in model.layers.iter().enumerate() {
         // Attention.
         rms_norm_rows(&x, &layer.attn_norm, cfg.rms_eps, &mut xn);
-        mm(&layer.wq, &xn, n, &mut q, precision, "attention q")?;
-        mm(&layer.wk, &xn, n, &mut k, precision, "attention k")?;
-        mm(&layer.wv, &xn, n, &mut v, precision, "attention v")?;
+        if n == 1 {
+            // One quantization of the normed vector and one parallel region for all three.
+            kernels_neon::matvec_many(
+                &[&layer.wq, &layer.wk, &layer.wv],
+                &xn,
+                &mut [&mut q[..], &mut k[..], &mut v[..]],
+                precision,
+            )
+            .map_err(kernel("attention q/k/v"))?;
+        } else {
+            mm(&layer.wq, &xn, n, &mut q, precision, "attention q")?;
+            mm(&layer.wk, &xn, n, &mut k, precision, "attention k")?;
+            mm(&layer.wv, &xn, n, &mut v, precision, "attention v")?;
+        }
         add_bias(&mut q, &layer.bq);
         add_bias(&mut k, &layer.bk);
         add_bias(&mut v, &layer.bv);
@@ -266,8 +277,18 @@ fn forward_inner(
                 )));
             }
             (None, None) => {
-                mm(&layer.gate, &xn, n, &mut g, precision, "ffn gate")?;
-                mm(&layer.up, &xn, n, &mut u, precision, "ffn up")?;
+                if n == 1 {
+                    kernels_neon::matvec_many(
+                        &[&layer.gate, &layer.up],
+                        &xn,
+                        &mut [&mut g[..], &mut u[..]],
+                        precision,
+                    )
+                    .map_err(kernel("ffn gate/up"))?;
+                } else {
+                    mm(&layer.gate, &xn, n, &mut g, precision, "ffn gate")?;
+                    mm(&layer.up, &xn, n, &mut u, precision, "ffn up")?;
+                }
                 match cfg.activation {
                     Activation::Silu => kernels_neon::silu_mul_inplace(&mut g, &u),
                     Activation::Relu => kernels_neon::relu_mul_inplace(&mut g, &u),

@@ -61,6 +61,47 @@ proptest! {
     }
 
     #[test]
+    fn matvec_many_equals_one_matvec_per_matrix(
+        formats in prop::collection::vec(format_strategy(), 0..4),
+        rows in prop::collection::vec(0usize..50, 4),
+        units in 1usize..6,
+        chunk in prop::sample::select(vec![0usize, 1, 5, 16]),
+        seed in any::<u64>(),
+    ) {
+        // One column count every format accepts (K-quants need 256).
+        let cols = if formats.iter().any(|f| f.is_k_quant()) { 256 } else { units * 32 };
+        let mut rng = Rng(seed);
+        let data: Vec<Vec<u8>> = formats
+            .iter()
+            .zip(&rows)
+            .map(|(&f, &r)| random_matrix(f, r, cols, &mut rng))
+            .collect();
+        let ws: Vec<QMatrix> = formats
+            .iter()
+            .zip(&rows)
+            .zip(&data)
+            .map(|((&f, &r), d)| QMatrix::new(f, r, cols, d).unwrap())
+            .collect();
+        let wr: Vec<&QMatrix> = ws.iter().collect();
+        let x = random_vec(cols, &mut rng);
+        set_chunk_rows(chunk);
+        for path in available_paths() {
+            for precision in PRECISIONS {
+                let mut got: Vec<Vec<f32>> = ws.iter().map(|w| vec![f32::NAN; w.rows()]).collect();
+                let mut outs: Vec<&mut [f32]> = got.iter_mut().map(|v| v.as_mut_slice()).collect();
+                matvec_many_with(path, &wr, &x, &mut outs, precision).unwrap();
+                for (i, w) in ws.iter().enumerate() {
+                    let mut want = vec![f32::NAN; w.rows()];
+                    matvec_with(path, w, &x, &mut want, precision).unwrap();
+                    let same = want.iter().zip(&got[i]).all(|(a, b)| a.to_bits() == b.to_bits());
+                    prop_assert!(same, "{path:?} {precision:?} matrix {i} ({:?} {}x{cols}): {:?} vs {:?}", w.format(), w.rows(), got[i], want);
+                }
+            }
+        }
+        set_chunk_rows(0);
+    }
+
+    #[test]
     fn integer_paths_match_scalar(
         format in prop::sample::select(vec![
             WeightFormat::Q8_0, WeightFormat::Q4_0, WeightFormat::Q4_1,
@@ -199,4 +240,58 @@ proptest! {
             prop_assert!((f64::from(y[j]) - e).abs() <= 1e-6 * e.abs().max(1.0));
         }
     }
+}
+
+#[test]
+fn matvec_many_rejects_mismatched_shapes() {
+    let mut rng = Rng(7);
+    let data = random_matrix(WeightFormat::Q4_1, 3, 64, &mut rng);
+    let w = QMatrix::new(WeightFormat::Q4_1, 3, 64, &data).unwrap();
+    let x = random_vec(64, &mut rng);
+    let (mut a, mut b) = (vec![0f32; 3], vec![0f32; 2]);
+    // Wrong output length for the second matrix.
+    let err = matvec_many(
+        &[&w, &w],
+        &x,
+        &mut [&mut a[..], &mut b[..]],
+        Precision::Fast,
+    )
+    .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            KernelError::LengthMismatch {
+                expected: 3,
+                actual: 2,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    // Fewer outputs than matrices.
+    let err = matvec_many(&[&w, &w], &x, &mut [&mut a[..]], Precision::Fast).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            KernelError::LengthMismatch {
+                expected: 2,
+                actual: 1,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    // Wrong input length.
+    let err = matvec_many(&[&w], &x[..32], &mut [&mut a[..]], Precision::Fast).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            KernelError::LengthMismatch {
+                expected: 64,
+                actual: 32,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
 }

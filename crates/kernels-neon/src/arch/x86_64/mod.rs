@@ -865,11 +865,6 @@ unsafe fn block_fast<const F: u8>(
     }
 }
 
-/// Rows per step of the 8-bit kernels (sharing activation loads).
-const INT8_ROWS_Q4: usize = 4;
-/// Rows per step of the 8-bit kernel for Q8_0.
-const INT8_ROWS_Q8: usize = 2;
-
 /// Software prefetch distance in bytes for streaming weight rows.
 const PREFETCH: usize = 512;
 
@@ -945,12 +940,19 @@ unsafe fn matvec_int8_q<const F: u8, const R: usize>(
 /// AVX2/FMA/F16C present.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn matvec_int8(w: &QMatrix<'_>, sel: Rows<'_>, xq: &QActs, y: &mut [f32]) {
+    // Rows per step (see `matvec_i16_q`): dense rows stream from memory, where fewer concurrent
+    // row streams per thread measured faster end to end; listed rows are scattered, where more rows
+    // in flight hide their latency.
+    let dense = matches!(sel, Rows::From(_));
     // SAFETY: features present per contract.
     unsafe {
         match w.format() {
-            WeightFormat::Q8_0 => matvec_int8_q::<Q8_0, { INT8_ROWS_Q8 }>(w, sel, xq, y),
-            WeightFormat::Q4_0 => matvec_int8_q::<Q4_0, { INT8_ROWS_Q4 }>(w, sel, xq, y),
-            WeightFormat::Q4_1 => matvec_int8_q::<Q4_1, { INT8_ROWS_Q4 }>(w, sel, xq, y),
+            WeightFormat::Q8_0 if dense => matvec_int8_q::<Q8_0, 1>(w, sel, xq, y),
+            WeightFormat::Q8_0 => matvec_int8_q::<Q8_0, 2>(w, sel, xq, y),
+            WeightFormat::Q4_0 if dense => matvec_int8_q::<Q4_0, 2>(w, sel, xq, y),
+            WeightFormat::Q4_0 => matvec_int8_q::<Q4_0, 4>(w, sel, xq, y),
+            WeightFormat::Q4_1 if dense => matvec_int8_q::<Q4_1, 2>(w, sel, xq, y),
+            WeightFormat::Q4_1 => matvec_int8_q::<Q4_1, 4>(w, sel, xq, y),
             WeightFormat::Q4_K | WeightFormat::Q6_K => {
                 let (f, qs) = (w.format(), xq.qs.as_ptr() as *const u8);
                 rows_with(w, sel, y, |r| {
@@ -1045,8 +1047,12 @@ unsafe fn dot_i16_rows<const F: u8, const R: usize>(rows: [&[u8]; R], xq: &QActs
 }
 
 /// `R` rows per iteration (sharing the activation loads), then single rows.
-/// Measured (1 thread, AVX2): 4 rows is best for the 4-bit formats, 2 rows
-/// for Q8_0 (its larger blocks stream better with fewer concurrent rows).
+/// Measured (AVX2, 2026-11-23): with the matrix in cache, 4 rows is best
+/// for the 4-bit formats and 2 for Q8_0 (1 thread, criterion); streaming
+/// SmolLM2's 92 MiB per token from DRAM on 2 threads (`sparrow bench`,
+/// interleaved with llama-bench), 2 rows for the 4-bit formats and 1 for
+/// Q8_0 decode about 9% faster than 4 and 2. The callers use the latter
+/// for dense matrices and the former for row lists.
 ///
 /// # Safety
 /// AVX2/FMA/F16C present.
@@ -1087,11 +1093,18 @@ unsafe fn matvec_i16_q<const F: u8, const R: usize>(
 /// AVX2/FMA/F16C present.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn matvec_i16(w: &QMatrix<'_>, sel: Rows<'_>, xq: &QActs16, y: &mut [f32]) {
+    // Rows per step (see `matvec_i16_q`): dense rows stream from memory, where fewer concurrent
+    // row streams per thread measured faster end to end; listed rows are scattered, where more rows
+    // in flight hide their latency.
+    let dense = matches!(sel, Rows::From(_));
     // SAFETY: features present per contract.
     unsafe {
         match w.format() {
+            WeightFormat::Q8_0 if dense => matvec_i16_q::<Q8_0, 1>(w, sel, xq, y),
             WeightFormat::Q8_0 => matvec_i16_q::<Q8_0, 2>(w, sel, xq, y),
+            WeightFormat::Q4_0 if dense => matvec_i16_q::<Q4_0, 2>(w, sel, xq, y),
             WeightFormat::Q4_0 => matvec_i16_q::<Q4_0, 4>(w, sel, xq, y),
+            WeightFormat::Q4_1 if dense => matvec_i16_q::<Q4_1, 2>(w, sel, xq, y),
             WeightFormat::Q4_1 => matvec_i16_q::<Q4_1, 4>(w, sel, xq, y),
             WeightFormat::Q4_K | WeightFormat::Q6_K => {
                 let (f, qs) = (w.format(), xq.qs.as_ptr() as *const u8);
