@@ -95,7 +95,7 @@ fn bench_axpy_rows(c: &mut Criterion) {
     for format in [WeightFormat::Q4_0, hybrid] {
         let data = random_matrix(format, neurons, cols, 0);
         let w = QMatrix::new(format, neurons, cols, &data).unwrap();
-        for pct in [10, 50] {
+        for pct in PCTS {
             let sel = subset(neurons, neurons * pct / 100, pct as u64);
             let coeffs: Vec<f32> = (0..sel.len())
                 .map(|i| (i % 7) as f32 * 0.1 + 0.05)

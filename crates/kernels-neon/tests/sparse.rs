@@ -314,3 +314,41 @@ fn axpy_rows_large_parallel() {
         }
     }
 }
+
+#[test]
+fn axpy_rows_in_many_row_groups() {
+    // 1200 wide rows (2304 bytes in Q4_0) on one thread: the AVX2 kernel
+    // goes through them in L2-sized groups of rows (dozens of groups here),
+    // in any order, with duplicates of nothing and zero coefficients mixed in.
+    let mut rng = Rng(5);
+    let (n, cols) = (1200usize, 4096usize);
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .unwrap();
+    for format in [WeightFormat::Q4_0, WeightFormat::Q4_1, WeightFormat::Q8_0] {
+        let data = random_matrix(format, n, cols, &mut rng);
+        let w = QMatrix::new(format, n, cols, &data).unwrap();
+        let mut rows: Vec<u32> = (0..n as u32).rev().collect();
+        rows.retain(|r| r % 7 != 3);
+        let coeffs: Vec<f32> = rows
+            .iter()
+            .map(|&r| if r % 11 == 0 { 0.0 } else { rng.f() })
+            .collect();
+        let mut ys = vec![0f32; cols];
+        axpy_rows_with(KernelPath::Scalar, &w, &rows, &coeffs, &mut ys).unwrap();
+        for path in available_paths() {
+            let mut y = vec![0.5f32; cols];
+            pool.install(|| axpy_rows_with(path, &w, &rows, &coeffs, &mut y))
+                .unwrap();
+            for j in 0..cols {
+                let want = ys[j] + 0.5;
+                assert!(
+                    (y[j] - want).abs() <= 1e-4 * want.abs().max(1.0),
+                    "{path:?} {format:?} {j}: {} vs {want}",
+                    y[j]
+                );
+            }
+        }
+    }
+}

@@ -684,6 +684,46 @@ unsafe fn axpy_rows_tiled_q<const F: u8>(
     let max_row = rows.iter().copied().max().unwrap_or(0) as usize;
     assert!(rows.is_empty() || (max_row + 1) * row_bytes <= data.len());
     let base = data.as_ptr();
+    // Rows go in groups whose column ranges fit in L2, so the later tile
+    // passes of a group find its rows there (one pass over all rows of a
+    // large matrix would fetch them from DRAM once per tile).
+    let group = (TILED_GROUP_BYTES / (nb * bb).max(1)).max(16);
+    let mut g0 = 0;
+    while g0 < rows.len() {
+        let g1 = (g0 + group).min(rows.len());
+        // SAFETY: features present per contract; every listed row lies in
+        // `data` and b0 + nb * bb <= row_bytes (asserted above).
+        unsafe { axpy_tiles::<F>(base, row_bytes, b0, nb, rows, g0..g1, coeffs, y) };
+        g0 = g1;
+    }
+}
+
+/// Bytes of row ranges per group in [`axpy_rows_tiled_q`] (a share of a
+/// 512 KiB L2, leaving room for the prefetched next rows).
+const TILED_GROUP_BYTES: usize = 192 * 1024;
+
+/// The tile passes of [`axpy_rows_tiled_q`] over `rows[group]`.
+///
+/// # Safety
+/// AVX2/FMA/F16C present; every listed row lies in the matrix at `base`
+/// and `b0 + nb * bb <= row_bytes` (checked by the caller).
+#[allow(clippy::too_many_arguments)]
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn axpy_tiles<const F: u8>(
+    base: *const u8,
+    row_bytes: usize,
+    b0: usize,
+    nb: usize,
+    all_rows: &[u32],
+    group: std::ops::Range<usize>,
+    coeffs: &[f32],
+    y: &mut [f32],
+) {
+    let bb = block_bytes(F);
+    let g0 = group.start;
+    let rows = &all_rows[group.clone()];
+    let coeffs = &coeffs[group];
     let mut b = 0;
     while b < nb {
         let two = nb - b >= 2;
@@ -694,7 +734,7 @@ unsafe fn axpy_rows_tiled_q<const F: u8>(
             // Listed rows are scattered, so the hardware prefetcher cannot
             // follow them: the first tile pass fetches each upcoming row's
             // whole range (later passes find it in L2), later ones their tile.
-            if let Some(&next) = rows.get(k + TILED_PREFETCH_ROWS) {
+            if let Some(&next) = all_rows.get(g0 + k + TILED_PREFETCH_ROWS) {
                 if b == 0 {
                     let q = base.wrapping_add(next as usize * row_bytes + b0);
                     let mut o = 0;
@@ -713,9 +753,9 @@ unsafe fn axpy_rows_tiled_q<const F: u8>(
                 continue;
             }
             let cv = _mm256_set1_ps(c);
-            // SAFETY: r <= max_row, so row r lies in `data` (asserted), and
-            // its bytes off..off + span lie in the row (b + 2 <= nb when
-            // `two`, b0 + nb * bb <= row_bytes asserted).
+            // SAFETY: row r lies in the matrix at `base` (caller contract),
+            // and its bytes off..off + span lie in the row (b + 2 <= nb when
+            // `two`, b0 + nb * bb <= row_bytes).
             unsafe {
                 let p = base.add(r as usize * row_bytes + off);
                 let w = dequant_block::<F>(p);
