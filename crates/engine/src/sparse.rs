@@ -405,10 +405,13 @@ impl SparseFfn {
                 let mut g = vec![0.0f32; rows.len()];
                 let mut u = vec![0.0f32; rows.len()];
                 if all {
-                    kernels_neon::matvec(&layer.gate, x, &mut g, precision)
-                        .map_err(kernel("sparse ffn gate"))?;
-                    kernels_neon::matvec(&layer.up, x, &mut u, precision)
-                        .map_err(kernel("sparse ffn up"))?;
+                    kernels_neon::matvec_many(
+                        &[&layer.gate, &layer.up],
+                        x,
+                        &mut [&mut g[..], &mut u[..]],
+                        precision,
+                    )
+                    .map_err(kernel("sparse ffn gate/up"))?;
                 } else {
                     kernels_neon::matvec_rows(&layer.gate, rows, x, &mut g, precision)
                         .map_err(kernel("sparse ffn gate"))?;
