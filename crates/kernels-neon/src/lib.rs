@@ -29,7 +29,11 @@
 //! [`matmul_with`], [`dequantize_row_with`], [`matvec_rows_with`],
 //! [`axpy_rows_with`] and [`gate_up_sparse_with`] (see [`available_paths`]).
 //!
-//! SIMD coverage: `matvec` and `matvec_rows` (all precisions), `axpy_rows`,
+//! [`matvec_many`] runs several matrices of one input vector (a decode
+//! step's q/k/v, or gate/up) with one activation quantization and one
+//! parallel region, bit-identical to one [`matvec`] each.
+//!
+//! SIMD coverage: `matvec`, `matvec_many` and `matvec_rows` (all precisions), `axpy_rows`,
 //! `matmul`, `dequantize_row`,
 //! `dot_f32`, `axpy_f32` and the sum of squares of `rms_norm` are SIMD on both
 //! architectures. K-quant `Exact` dequantizes a
