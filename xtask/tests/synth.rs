@@ -545,3 +545,161 @@ fn bad_options_are_refused_with_the_reason() {
         );
     }
 }
+
+/// Relative drift: the largest difference over the largest magnitude of `b`.
+fn rel_drift(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    let m = b.iter().fold(0f32, |m, v| m.max(v.abs()));
+    a.iter().zip(b).fold(0f32, |d, (x, y)| d.max((x - y).abs())) / m
+}
+
+/// Two-phase loading (PowerInfer-2 §4.4) needs bundles larger than a page: at d = 2560 a bundle (two
+/// Q4_0 rows and a Q8_0 down row) spans two pages with the gate rows in the first. With nothing cached,
+/// a ReLU neuron whose gate output is zero costs only its first page, and decode computes exactly what
+/// in-memory sparse decode computes, with two phases or without; a damaged first page is an error.
+#[test]
+fn two_phase_loading_reads_gate_pages_alone_and_computes_the_same() {
+    use engine::offload::{convert, store_path_for, ConvertOptions, OffloadOptions};
+    use engine::{Engine, EngineOptions, Logits, ModelFile, Precision, SparseFfn};
+    use predictor::{ActivationKind, LayerProfile, Profile, ScoreKind};
+
+    let dir = TempDir::new("two-phase");
+    let o = Options {
+        layers: 2,
+        d: 2560,
+        ff: 256,
+        heads: 8,
+        kv_heads: 4,
+        ..small(1.0, 3)
+    };
+    let path = write(&o, &dir);
+    let file = ModelFile::open(&path).unwrap();
+    let opts = EngineOptions {
+        threads: 2,
+        precision: Precision::Exact,
+        context: 32,
+    };
+    let tokens = [1u32, 70, 80, 90, 100, 33, 7, 250];
+    let run = |eng: &Engine<'_>| -> Vec<f32> {
+        let mut cache = eng.new_cache();
+        tokens
+            .iter()
+            .flat_map(|&t| eng.forward(&mut cache, &[t], Logits::Last).unwrap())
+            .collect()
+    };
+    // In memory: sparse decode with zero thresholds (ReLU zeros skipped).
+    let mut eng = Engine::new(&file, opts.clone()).unwrap();
+    let n = o.layers;
+    let down = engine::sparse::DEFAULT_DOWN_FORMAT;
+    eng.set_sparse(Some(
+        SparseFfn::new(eng.model(), vec![0.0; n], down).unwrap(),
+    ));
+    let want = run(&eng);
+    let profile = Profile {
+        model: "synthetic".into(),
+        model_fingerprint: engine::profile::model_fingerprint(eng.model()),
+        corpus: "none".into(),
+        tokens: 0,
+        activation: ActivationKind::Relu,
+        score: ScoreKind::OutputNorm,
+        batch_sizes: vec![1],
+        layers: (0..n)
+            .map(|_| LayerProfile {
+                n_neurons: o.ff as u32,
+                threshold: 0.0,
+                freq: vec![(0..o.ff).map(|i| 1.0 / (1 + i) as f32).collect()],
+                mean_abs: vec![0.0; o.ff],
+                max_abs: vec![0.0; o.ff],
+                coact_gate_up: vec![1.0; o.ff],
+                coact_gate_down: vec![1.0; o.ff],
+            })
+            .collect(),
+    };
+    drop(eng);
+    let resident = dir.0.join("two-phase.resident.gguf");
+    convert(
+        &file,
+        &profile,
+        &resident,
+        &ConvertOptions::default(),
+        |_, _| {},
+    )
+    .unwrap();
+    let rfile = ModelFile::open(&resident).unwrap();
+    let cfg = rfile.config().unwrap();
+    let store = store_path_for(&resident);
+    let offloaded = |two_phase: bool| {
+        let mut eng = Engine::new(&rfile, opts.clone()).unwrap();
+        let oo = OffloadOptions {
+            ffn_budget: 0,
+            hot_share: 0.0,
+            two_phase,
+            ..Default::default()
+        };
+        eng.set_sparse(Some(
+            SparseFfn::from_store(&cfg, &store, vec![0.0; n], oo).unwrap(),
+        ));
+        let got = run(&eng);
+        let st = eng.sparse().unwrap().offload().unwrap().stats();
+        (got, st)
+    };
+    let unit = 8192u64;
+    let (whole, st) = offloaded(false);
+    assert!(
+        rel_drift(&whole, &want) < 1e-5,
+        "one-phase reads: drift {}",
+        rel_drift(&whole, &want)
+    );
+    assert_eq!(
+        st.misses,
+        (tokens.len() * n * o.ff) as u64,
+        "no predictor, nothing cached: {st:?}"
+    );
+    assert_eq!(
+        (st.rest_skipped, st.bytes_read),
+        (0, st.misses * unit),
+        "{st:?}"
+    );
+    let (split, st) = offloaded(true);
+    assert!(
+        rel_drift(&split, &want) < 1e-5,
+        "two-phase reads: drift {}",
+        rel_drift(&split, &want)
+    );
+    // About 90% of the neurons are ReLU zeros: their units cost one page.
+    let read = (st.misses - st.rest_skipped) * unit + st.rest_skipped * 4096;
+    assert_eq!(st.bytes_read, read, "{st:?}");
+    assert!(
+        st.rest_skipped * 10 >= st.misses * 7,
+        "most units end after their gate page: {st:?}"
+    );
+    assert!(st.rest_skipped < st.misses, "some neurons fire: {st:?}");
+    eprintln!(
+        "two-phase: {} of {} missed units read their gate page only; {:.1} vs {:.1} MiB",
+        st.rest_skipped,
+        st.misses,
+        st.bytes_read as f64 / (1 << 20) as f64,
+        (st.misses * unit) as f64 / (1 << 20) as f64
+    );
+
+    // A damaged first page of a unit: its check fails.
+    let mut bytes = std::fs::read(&store).unwrap();
+    let first_unit = bytes.len() - (n * o.ff) * unit as usize;
+    bytes[first_unit + 100] ^= 0x55;
+    std::fs::write(&store, &bytes).unwrap();
+    let mut eng = Engine::new(&rfile, opts.clone()).unwrap();
+    let oo = OffloadOptions {
+        ffn_budget: 0,
+        hot_share: 0.0,
+        ..Default::default()
+    };
+    eng.set_sparse(Some(
+        SparseFfn::from_store(&cfg, &store, vec![0.0; n], oo).unwrap(),
+    ));
+    let mut cache = eng.new_cache();
+    let err = eng
+        .forward(&mut cache, &[1], Logits::Last)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("checksum") && err.contains("unit 0"), "{err}");
+}

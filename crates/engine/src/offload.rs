@@ -12,9 +12,14 @@
 //!   I/O thread; completions are computed as they arrive, interleaved with cached units, so flash reads
 //!   overlap with compute at unit granularity and there is no barrier between gate, up and down (a unit
 //!   holds all three).
+//! * Two-phase loading (PowerInfer-2 §4.4): where a unit spans pages (bundles over 4 KiB, e.g. d = 4096)
+//!   a miss reads the unit's first page, which holds its gate rows; the rest is read only when a gate
+//!   output can pass the threshold (for the output score: a non-zero activation, i.e. not a ReLU zero).
+//!   Each part is checked against its own checksum (the store records the first page's CRC too).
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -236,6 +241,10 @@ pub struct OffloadOptions {
     /// Interleave the compute of cached units with outstanding reads (off: wait for all reads of a
     /// layer first; for the ablation).
     pub pipeline: bool,
+    /// Two-phase loading (PowerInfer-2 §4.4) of units that span pages: read the first page (the gate
+    /// rows) alone, and the rest only if a neuron's gate output survives. Only stores whose gate rows
+    /// fit in the first page; off for the ablation.
+    pub two_phase: bool,
 }
 
 impl Default for OffloadOptions {
@@ -249,6 +258,7 @@ impl Default for OffloadOptions {
             direct: true,
             cache_cold: true,
             pipeline: true,
+            two_phase: true,
         }
     }
 }
@@ -268,6 +278,8 @@ pub struct OffloadStats {
     pub misses: u64,
     /// Bytes read from flash.
     pub bytes_read: u64,
+    /// Misses read in two phases whose gate outputs all failed, so the rest of the unit was not read.
+    pub rest_skipped: u64,
     /// Seconds the compute thread waited for reads.
     pub io_wait_s: f64,
     /// Seconds in the offloaded FFN (compute plus waits).
@@ -295,6 +307,7 @@ struct Counters {
     cold_hits: AtomicU64,
     misses: AtomicU64,
     bytes_read: AtomicU64,
+    rest_skipped: AtomicU64,
     wait_ns: AtomicU64,
     ffn_ns: AtomicU64,
     per_token: Mutex<Vec<(u64, u64)>>,
@@ -399,6 +412,7 @@ impl Offload {
             cold_hits: ld(&c.cold_hits),
             misses: ld(&c.misses),
             bytes_read: ld(&c.bytes_read),
+            rest_skipped: ld(&c.rest_skipped),
             io_wait_s: ld(&c.wait_ns) as f64 * 1e-9,
             ffn_s: ld(&c.ffn_ns) as f64 * 1e-9,
             token_ffn_s: per.iter().map(|p| p.0 as f64 * 1e-9).collect(),
@@ -421,6 +435,7 @@ impl Offload {
             &c.cold_hits,
             &c.misses,
             &c.bytes_read,
+            &c.rest_skipped,
             &c.wait_ns,
             &c.ffn_ns,
         ] {
@@ -516,6 +531,13 @@ impl Offload {
 
         let acts_g = kernels_neon::prepare_acts(ix.formats.gate, x, precision);
         let acts_u = kernels_neon::prepare_acts(ix.formats.up, x, precision);
+        // Two-phase loading: a miss of a multi-page unit reads its first page (the gate rows) first.
+        let two_phase =
+            self.opts.two_phase && ix.layout.pages > 1 && ix.layout.gate_in_first_page();
+        let pending: Mutex<HashMap<usize, Pending>> =
+            Mutex::new(HashMap::with_capacity(misses.len()));
+        // Reads submitted whose completions nobody has taken yet.
+        let outstanding = AtomicUsize::new(0);
         let job = Job {
             off: self,
             sp,
@@ -523,31 +545,45 @@ impl Offload {
             acts_g: &acts_g,
             acts_u: &acts_u,
             wanted: &wanted,
+            pending: &pending,
+            outstanding: &outstanding,
         };
-        let tag_of = |u: usize| ((layer as u64) << 32) | u as u64;
-        let mut pending: std::collections::HashMap<usize, std::ops::Range<usize>> =
-            std::collections::HashMap::with_capacity(misses.len());
         let mut first_err: Option<EngineError> = None;
         let mut main = Worker::new(ix.d_model);
         // Queue every miss; when the queue is full, take one completion on this thread first (or, when
         // every read queued so far has been taken, wait for the I/O thread to free its slot).
         for (u, r) in misses {
-            pending.insert(u, r);
+            lock_pending(&pending).insert(
+                u,
+                Pending {
+                    range: r,
+                    head: None,
+                },
+            );
+            let req = if two_phase {
+                self.store
+                    .head_request(layer, u, tag_of(layer, u) | TAG_HEAD)
+            } else {
+                self.store.unit_request(layer, u, tag_of(layer, u))
+            };
             loop {
-                let req = self.store.unit_request(layer, u, tag_of(u));
-                let submitted = if pending.len() > 1 {
+                let submitted = if outstanding.load(Ordering::Acquire) > 0 {
                     self.io.try_submit(req)
                 } else {
                     self.io.submit(req)
                 };
                 match submitted {
-                    Ok(()) => break,
+                    Ok(()) => {
+                        outstanding.fetch_add(1, Ordering::AcqRel);
+                        break;
+                    }
                     Err(IoError::QueueFull { .. }) => {
+                        outstanding.fetch_sub(1, Ordering::AcqRel);
                         let w0 = Instant::now();
                         let done = self.io.completions().recv();
                         main.wait_ns += w0.elapsed().as_nanos() as u64;
                         match done {
-                            Ok(d) => job.completed(d, &mut pending, &mut main),
+                            Ok(d) => job.completed(d, &mut main),
                             Err(_) => {
                                 first_err.get_or_insert(EngineError::Flash(IoError::Stopped));
                                 break;
@@ -555,25 +591,22 @@ impl Offload {
                         }
                     }
                     Err(e) => {
-                        pending.remove(&u);
+                        lock_pending(&pending).remove(&u);
                         first_err.get_or_insert(e.into());
                         break;
                     }
                 }
             }
         }
-        let pending = Mutex::new(pending);
-        let outstanding =
-            std::sync::atomic::AtomicUsize::new(pending.lock().map(|p| p.len()).unwrap_or(0));
         let next_hit = std::sync::atomic::AtomicUsize::new(0);
         if first_err.is_some() {
             main.err = first_err.take();
         }
-        // Without the pipeline (ablation): every read of the layer completes before any compute.
+        // Without the pipeline (ablation): every read queued so far completes before any compute.
         let mut done_first = Vec::new();
         if !self.opts.pipeline {
-            while outstanding.load(Ordering::Relaxed) > 0 {
-                outstanding.fetch_sub(1, Ordering::Relaxed);
+            while outstanding.load(Ordering::Acquire) > 0 {
+                outstanding.fetch_sub(1, Ordering::AcqRel);
                 let w0 = Instant::now();
                 let d = self.io.completions().recv();
                 main.wait_ns += w0.elapsed().as_nanos() as u64;
@@ -581,16 +614,12 @@ impl Offload {
                     Ok(d) => done_first.push(d),
                     Err(_) => {
                         main.err.get_or_insert(EngineError::Flash(IoError::Stopped));
-                        outstanding.store(0, Ordering::Relaxed);
+                        outstanding.store(0, Ordering::Release);
                     }
                 }
             }
             for d in done_first {
-                job.completed(
-                    d,
-                    &mut pending.lock().unwrap_or_else(|p| p.into_inner()),
-                    &mut main,
-                );
+                job.completed(d, &mut main);
             }
         }
         // While reads are outstanding the I/O thread needs a core of its own (PowerInfer-2 pins it to
@@ -631,9 +660,7 @@ impl Offload {
                 let d = self.io.completions().recv();
                 w.wait_ns += w0.elapsed().as_nanos() as u64;
                 match d {
-                    Ok(d) => {
-                        job.completed(d, &mut pending.lock().unwrap_or_else(|p| p.into_inner()), w)
-                    }
+                    Ok(d) => job.completed(d, w),
                     Err(_) => {
                         w.err.get_or_insert(EngineError::Flash(IoError::Stopped));
                         outstanding.store(0, Ordering::Release);
@@ -707,6 +734,28 @@ impl Worker {
     }
 }
 
+/// Tag bit of a first-page read (two-phase loading).
+const TAG_HEAD: u64 = 1 << 63;
+/// Tag bit of the read of the rest of a unit after its first page.
+const TAG_REST: u64 = 1 << 62;
+
+/// The tag of a read of `unit` of `layer` (phase bits clear).
+fn tag_of(layer: usize, unit: usize) -> u64 {
+    ((layer as u64) << 32) | unit as u64
+}
+
+/// A unit being read: its wanted entries and, between the phases of a two-phase read, its first page.
+struct Pending {
+    range: std::ops::Range<usize>,
+    head: Option<ufs_io::AlignedBuf>,
+}
+
+fn lock_pending<'a>(
+    p: &'a Mutex<HashMap<usize, Pending>>,
+) -> std::sync::MutexGuard<'a, HashMap<usize, Pending>> {
+    p.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// What every worker of one [`Offload::decode`] shares.
 struct Job<'a> {
     off: &'a Offload,
@@ -715,48 +764,101 @@ struct Job<'a> {
     acts_g: &'a kernels_neon::PreparedActs<'a>,
     acts_u: &'a kernels_neon::PreparedActs<'a>,
     wanted: &'a [(u32, u32, u32)],
+    pending: &'a Mutex<HashMap<usize, Pending>>,
+    outstanding: &'a AtomicUsize,
 }
 
 impl Job<'_> {
-    /// Handles a completed read: checks it, computes its neurons, keeps it in the cold region.
-    fn completed(
-        &self,
-        done: ufs_io::Completion,
-        pending: &mut std::collections::HashMap<usize, std::ops::Range<usize>>,
-        w: &mut Worker,
-    ) {
+    /// Handles a completed read: checks it; for a whole unit (or the rest of a two-phase one) computes
+    /// its neurons and keeps it in the cold region; for a first page, reads the rest only if a gate
+    /// output survives.
+    fn completed(&self, done: ufs_io::Completion, w: &mut Worker) {
         let (off, layer) = (self.off, self.layer);
-        let u = (done.tag & 0xffff_ffff) as usize;
-        let Some(range) = ((done.tag >> 32) as usize == layer)
-            .then(|| pending.remove(&u))
-            .flatten()
-        else {
+        let phase = done.tag & (TAG_HEAD | TAG_REST);
+        let tag = done.tag & !(TAG_HEAD | TAG_REST);
+        let u = (tag & 0xffff_ffff) as usize;
+        let entry = ((tag >> 32) as usize == layer)
+            .then(|| lock_pending(self.pending).remove(&u))
+            .flatten();
+        let Some(mut entry) = entry.filter(|e| (phase == TAG_REST) == e.head.is_some()) else {
             w.err.get_or_insert(EngineError::Request(format!(
                 "offload: stray completion (tag {:#x})",
                 done.tag
             )));
             return;
         };
-        let bytes = match done.result.map_err(EngineError::from).and_then(|b| {
-            off.store.verify_unit(layer, u, &b)?;
-            Ok(b)
-        }) {
+        let bytes = match done.result {
             Ok(b) => b,
             Err(e) => {
-                w.err.get_or_insert(e);
+                w.err.get_or_insert(e.into());
                 return;
             }
         };
         off.counters
             .bytes_read
             .fetch_add(bytes.len() as u64, Ordering::Relaxed);
+        let wanted = &self.wanted[entry.range.clone()];
+        let unit: Vec<u8>;
+        let full: &[u8] = match (phase, entry.head.take()) {
+            (TAG_HEAD, _) => {
+                let survives = off
+                    .store
+                    .verify_head(layer, u, &bytes)
+                    .map_err(EngineError::from)
+                    .and_then(|()| self.gate_survives(&bytes, wanted, w));
+                match survives {
+                    Err(e) => {
+                        w.err.get_or_insert(e);
+                    }
+                    Ok(false) => {
+                        off.counters.rest_skipped.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Ok(true) if w.err.is_none() => {
+                        let Some(req) =
+                            off.store
+                                .rest_request(layer, u, tag_of(layer, u) | TAG_REST)
+                        else {
+                            w.err.get_or_insert(EngineError::Request(format!(
+                                "offload: unit {u} of layer {layer} has no second part"
+                            )));
+                            return;
+                        };
+                        entry.head = Some(bytes);
+                        lock_pending(self.pending).insert(u, entry);
+                        self.outstanding.fetch_add(1, Ordering::AcqRel);
+                        if let Err(e) = off.io.submit(req) {
+                            self.outstanding.fetch_sub(1, Ordering::AcqRel);
+                            lock_pending(self.pending).remove(&u);
+                            w.err.get_or_insert(e.into());
+                        }
+                    }
+                    Ok(true) => {}
+                }
+                return;
+            }
+            (_, Some(head)) => {
+                if let Err(e) = off.store.verify_parts(layer, u, &head, &bytes) {
+                    w.err.get_or_insert(e.into());
+                    return;
+                }
+                unit = [&head[..], &bytes[..]].concat();
+                &unit
+            }
+            (_, None) => {
+                if let Err(e) = off.store.verify_unit(layer, u, &bytes) {
+                    w.err.get_or_insert(e.into());
+                    return;
+                }
+                &bytes
+            }
+        };
         if w.err.is_none() {
-            if let Err(e) = self.compute(&bytes, &self.wanted[range], w) {
+            if let Err(e) = self.compute(full, wanted, w) {
                 w.err = Some(e);
             }
         }
         if off.opts.cache_cold {
-            let data: Arc<[u8]> = Arc::from(&bytes[..]);
+            let data: Arc<[u8]> = Arc::from(full);
             // A full cold region (everything pinned) is not an error: the unit is just not kept.
             let _ = off.lock().insert_neuron(
                 NeuronId {
@@ -766,6 +868,50 @@ impl Job<'_> {
                 data,
             );
         }
+    }
+
+    /// Phase one of two-phase loading: the gate rows of the wanted neurons from a unit's first page.
+    /// True when any of them can pass the threshold, by the same test [`Job::compute`] applies (so a
+    /// unit skipped here would have contributed nothing): for the gate scores the score itself, for
+    /// the output score a non-zero activation (ReLU zeros, the case this is for). Gate rows computed
+    /// for a skipped unit are counted here; [`Job::compute`] counts the others.
+    fn gate_survives(
+        &self,
+        head: &[u8],
+        wanted: &[(u32, u32, u32)],
+        w: &mut Worker,
+    ) -> Result<bool> {
+        let ix = self.off.store.index();
+        let (l, layer) = (&ix.layout, self.layer);
+        let gate = QMatrix::new(
+            ix.formats.gate,
+            l.neurons,
+            ix.d_model,
+            head.get(l.gate_range()).unwrap_or(&[]),
+        )
+        .map_err(kernel("offloaded ffn gate (first page)"))?;
+        let s = &mut w.scratch;
+        s.slots.clear();
+        s.slots.extend(wanted.iter().map(|w| w.1));
+        s.g.resize(s.slots.len(), 0.0);
+        kernels_neon::matvec_rows_prepared(self.acts_g, &gate, &s.slots, &mut s.g)
+            .map_err(kernel("offloaded ffn gate (first page)"))?;
+        let (sp, t, norms) = (
+            self.sp,
+            self.sp.thresholds()[layer],
+            self.sp.down_norms(layer),
+        );
+        let any = wanted.iter().zip(&s.g).any(|(wn, &g)| {
+            let a = sp.act(g);
+            match sp.score {
+                Score::OutputNorm => a != 0.0 || 0.0 > t,
+                score => score.of(a, 0.0, norms[wn.2 as usize]) > t,
+            }
+        });
+        if !any {
+            w.counts.0 += wanted.len();
+        }
+        Ok(any)
     }
 
     /// `w.out += Σ down_j · v_j` over the wanted `(unit, slot, neuron)` entries of one unit's bytes.

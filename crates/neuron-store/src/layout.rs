@@ -9,7 +9,7 @@ use crate::error::{Result, StoreError};
 /// File magic, first 8 bytes.
 pub const MAGIC: &[u8; 8] = b"SPRWNSTO";
 /// Format version this crate reads and writes.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 /// Page size: every unit, layer and the data section start on a multiple of it.
 pub const PAGE: usize = 4096;
 /// Bytes of the fixed header at offset 0 (the index follows it).
@@ -167,6 +167,9 @@ pub struct LayerIndex {
     pub down_norms: Vec<f32>,
     /// CRC-32 of each unit's bytes (the whole unit, padding included).
     pub unit_crc: Vec<u32>,
+    /// CRC-32 of each unit's first page alone (two-phase loading checks the gate page it read by
+    /// itself; equal to `unit_crc` for one-page units).
+    pub head_crc: Vec<u32>,
 }
 
 /// The whole index: shapes, formats, layout and one [`LayerIndex`] per layer.
@@ -222,7 +225,7 @@ impl StoreIndex {
 
     /// Length of the encoded index for these shapes.
     pub(crate) fn encoded_len(n_layers: usize, d_ff: usize, units: usize) -> usize {
-        24 + 4 + n_layers * (16 + 4 * d_ff * 2 + 4 * units)
+        24 + 4 + n_layers * (16 + 4 * d_ff * 2 + 8 * units)
     }
 
     /// First byte of the data section (after header and index, page aligned).
@@ -255,6 +258,9 @@ impl StoreIndex {
                 .iter()
                 .for_each(|v| b.extend_from_slice(&v.to_le_bytes()));
             l.unit_crc
+                .iter()
+                .for_each(|v| b.extend_from_slice(&v.to_le_bytes()));
+            l.head_crc
                 .iter()
                 .for_each(|v| b.extend_from_slice(&v.to_le_bytes()));
         }
@@ -348,6 +354,12 @@ impl StoreIndex {
                 )));
             }
             let unit_crc: Vec<u32> = (0..units).map(|_| r.u32().unwrap_or(0)).collect();
+            let head_crc: Vec<u32> = (0..units).map(|_| r.u32().unwrap_or(0)).collect();
+            if layout.pages == 1 && head_crc != unit_crc {
+                return Err(bad(format!(
+                    "layer {li}: first-page checksums differ from the unit checksums of one-page units"
+                )));
+            }
             layers.push(LayerIndex {
                 offset,
                 hot_units,
@@ -355,6 +367,7 @@ impl StoreIndex {
                 position,
                 down_norms,
                 unit_crc,
+                head_crc,
             });
         }
         let file_expect = data + n_layers as u64 * layer_bytes;

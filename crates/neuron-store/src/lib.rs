@@ -33,12 +33,12 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
-//! # File layout (version 1, little-endian)
+//! # File layout (version 2, little-endian)
 //!
 //! | bytes | field |
 //! |---|---|
 //! | 0..8 | magic `SPRWNSTO` |
-//! | 8..12 | version (1) |
+//! | 8..12 | version (2; version 1 lacked the first-page checksums and is refused: convert again) |
 //! | 12..16 | CRC-32 of the index |
 //! | 16..24 | index length in bytes |
 //! | 24..32 | offset of the first unit (a multiple of 4096) |
@@ -50,7 +50,9 @@
 //! Index: `n_layers, d_model, d_ff` (u32 each); format codes of gate, up and down rows (u32; GGML type
 //! ids, `I4Hybrid` is 1000 + outliers per row); neurons per unit `k` (u32). Then per layer: offset of
 //! its first unit (u64), hot units (u32), unit count (u32), `order` (`d_ff` × u32: the neuron at each
-//! position), down-column norms by neuron id (`d_ff` × f32), CRC-32 of each unit (u32 each).
+//! position), down-column norms by neuron id (`d_ff` × f32), CRC-32 of each unit (u32 each), CRC-32 of
+//! each unit's first page (u32 each; the same as the unit's for one-page units), which lets two-phase
+//! loading check a gate page read alone.
 //!
 //! Data: layer after layer, each `units × unit_bytes` long. Unit `u` holds positions `u·k .. u·k+k`:
 //! first their `k` gate rows, then `k` up rows, then `k` down rows (the down matrix transposed, one row

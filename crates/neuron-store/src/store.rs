@@ -84,6 +84,81 @@ impl NeuronStore {
         }
     }
 
+    /// The read of a unit's first page alone (two-phase loading: the gate rows of a multi-page unit,
+    /// see [`crate::BundleLayout::gate_in_first_page`]), tagged `tag`.
+    pub fn head_request(&self, layer: usize, unit: usize, tag: u64) -> ReadRequest {
+        ReadRequest {
+            file: self.file,
+            offset: self.index.unit_offset(layer, unit),
+            len: PAGE,
+            tag,
+        }
+    }
+
+    /// The read of the rest of a unit after its first page (`None` for one-page units), tagged `tag`.
+    pub fn rest_request(&self, layer: usize, unit: usize, tag: u64) -> Option<ReadRequest> {
+        let len = self.index.layout.unit_bytes() - PAGE;
+        (len > 0).then(|| ReadRequest {
+            file: self.file,
+            offset: self.index.unit_offset(layer, unit) + PAGE as u64,
+            len,
+            tag,
+        })
+    }
+
+    /// Checks a unit's first page read alone ([`NeuronStore::head_request`]) against its checksum.
+    pub fn verify_head(&self, layer: usize, unit: usize, head: &[u8]) -> Result<()> {
+        let crc = self
+            .index
+            .layers
+            .get(layer)
+            .and_then(|l| l.head_crc.get(unit));
+        if crc.is_some_and(|&c| head.len() == PAGE && crc32fast::hash(head) == c) {
+            return Ok(());
+        }
+        Err(self.checksum_error(layer, unit, PAGE))
+    }
+
+    /// Checks a unit read in two parts (first page, then the rest) against the whole unit's checksum.
+    pub fn verify_parts(&self, layer: usize, unit: usize, head: &[u8], rest: &[u8]) -> Result<()> {
+        let ub = self.index.layout.unit_bytes();
+        let crc = self
+            .index
+            .layers
+            .get(layer)
+            .and_then(|l| l.unit_crc.get(unit));
+        let ok = crc.is_some_and(|&c| {
+            let mut h = crc32fast::Hasher::new();
+            h.update(head);
+            h.update(rest);
+            head.len() + rest.len() == ub && h.finalize() == c
+        });
+        if ok {
+            return Ok(());
+        }
+        Err(self.checksum_error(layer, unit, ub))
+    }
+
+    fn checksum_error(&self, layer: usize, unit: usize, len: usize) -> StoreError {
+        let known = self
+            .index
+            .layers
+            .get(layer)
+            .is_some_and(|l| unit < l.unit_crc.len());
+        let offset = if known {
+            self.index.unit_offset(layer, unit)
+        } else {
+            0
+        };
+        StoreError::Checksum {
+            path: self.path.clone(),
+            layer,
+            unit,
+            offset,
+            end: offset + len as u64,
+        }
+    }
+
     /// Checks `bytes` (one unit as read) against the unit's recorded checksum.
     pub fn verify_unit(&self, layer: usize, unit: usize, bytes: &[u8]) -> Result<()> {
         let crc = self
@@ -96,18 +171,7 @@ impl NeuronStore {
         }) {
             return Ok(());
         }
-        let offset = if crc.is_some() {
-            self.index.unit_offset(layer, unit)
-        } else {
-            0
-        };
-        Err(StoreError::Checksum {
-            path: self.path.clone(),
-            layer,
-            unit,
-            offset,
-            end: offset + self.index.layout.unit_bytes() as u64,
-        })
+        Err(self.checksum_error(layer, unit, self.index.layout.unit_bytes()))
     }
 
     /// Reads one unit and verifies it (blocking).

@@ -5,7 +5,7 @@ use std::io::{BufWriter, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use crate::error::{Result, StoreError};
-use crate::layout::{encode_header, BundleLayout, Formats, LayerIndex, StoreIndex};
+use crate::layout::{encode_header, BundleLayout, Formats, LayerIndex, StoreIndex, PAGE};
 
 /// One layer's FFN handed to [`StoreWriter::add_layer`].
 pub struct LayerInput<'a> {
@@ -159,6 +159,7 @@ impl StoreWriter {
         let units = l.units(d_ff);
         let offset = self.index.file_len;
         let mut unit_crc = Vec::with_capacity(units);
+        let mut head_crc = Vec::with_capacity(units);
         for u in 0..units {
             let mut buf = std::mem::take(&mut self.unit);
             buf.fill(0);
@@ -178,6 +179,7 @@ impl StoreWriter {
                     .copy_from_slice(&layer.down_t[n * l.down_row..(n + 1) * l.down_row]);
             }
             unit_crc.push(crc32fast::hash(&buf));
+            head_crc.push(crc32fast::hash(&buf[..PAGE.min(buf.len())]));
             let r = self.write(&buf);
             self.unit = buf;
             r?;
@@ -190,6 +192,7 @@ impl StoreWriter {
             position,
             down_norms: layer.down_norms,
             unit_crc,
+            head_crc,
         });
         Ok(())
     }

@@ -116,6 +116,36 @@ fn check_round_trip(d: usize, ff: usize, formats: Formats, max_k: usize) {
             assert_eq!(up, &u[n * l.up_row..(n + 1) * l.up_row]);
             assert_eq!(down, &dn[n * l.down_row..(n + 1) * l.down_row]);
         }
+        // Every unit also reads in two parts (first page, then the rest: two-phase loading), and
+        // both checks pass on the parts; a part from another unit fails them.
+        for unit in 0..ix.units_per_layer() {
+            let h = store.head_request(li, unit, 0);
+            let head = io.read_at(store.file(), h.offset, h.len).unwrap();
+            store.verify_head(li, unit, &head).unwrap();
+            let whole = store.read_unit(&io, li, unit).unwrap();
+            assert_eq!(&head[..], &whole[..PAGE]);
+            match store.rest_request(li, unit, 0) {
+                None => assert_eq!(l.pages, 1),
+                Some(r) => {
+                    assert_eq!(
+                        (r.offset, r.len),
+                        (h.offset + PAGE as u64, l.unit_bytes() - PAGE)
+                    );
+                    let rest = io.read_at(store.file(), r.offset, r.len).unwrap();
+                    store.verify_parts(li, unit, &head, &rest).unwrap();
+                    assert!(store
+                        .verify_parts(li, unit, &rest[..PAGE.min(rest.len())], &head)
+                        .is_err());
+                }
+            }
+            if ix.units_per_layer() > 1 {
+                let other = (unit + 1) % ix.units_per_layer();
+                assert!(
+                    store.verify_head(li, other, &head).is_err(),
+                    "layer {li} unit {unit}"
+                );
+            }
+        }
         let hot = store
             .read_units(&io, li, 0..ix.layers[li].hot_units)
             .unwrap();

@@ -141,6 +141,9 @@ struct OffloadArgs {
     /// Ablation: wait for all reads of a layer before computing cached neurons.
     #[arg(long, hide = true)]
     no_pipeline: bool,
+    /// Ablation: read multi-page units whole instead of their gate page first (two-phase loading).
+    #[arg(long, hide = true)]
+    no_two_phase: bool,
 }
 
 /// Parses `123`, `64K`, `80M`, `1.5G` (powers of 1024).
@@ -801,6 +804,7 @@ fn cmd_bench(a: BenchArgs) -> Result<()> {
             serde_json::json!({
                 "miss_rate": o.miss_rate(), "units_per_token": o.units as f64 / n,
                 "mib_read_per_token": mib(o.bytes_read) / n, "io_wait_share": mean_sd(&r.wait_share).0,
+                "rest_skipped_per_token": o.rest_skipped as f64 / n,
                 "cache_resident_mib": mib(o.resident_bytes as u64),
                 "token_ms_p50": 1e3 * quantile(&r.token_s, 0.5), "token_ms_p90": 1e3 * quantile(&r.token_s, 0.9),
                 "token_ms_p99": 1e3 * quantile(&r.token_s, 0.99),
@@ -884,7 +888,7 @@ fn cmd_bench(a: BenchArgs) -> Result<()> {
             if let Some(o) = &r.offload {
                 let n = o.tokens.max(1) as f64;
                 println!(
-                    "{name}per token: latency P50 {:.1} / P90 {:.1} / P99 {:.1} ms | units needed {:.0} ({:.0}% hot, {:.0}% cold hits, {:.1}% misses) | {:.2} MiB read | waiting for flash {:.0}% of decode time | cache {:.1} MiB",
+                    "{name}per token: latency P50 {:.1} / P90 {:.1} / P99 {:.1} ms | units needed {:.0} ({:.0}% hot, {:.0}% cold hits, {:.1}% misses{}) | {:.2} MiB read | waiting for flash {:.0}% of decode time | cache {:.1} MiB",
                     1e3 * quantile(&r.token_s, 0.5),
                     1e3 * quantile(&r.token_s, 0.9),
                     1e3 * quantile(&r.token_s, 0.99),
@@ -892,6 +896,14 @@ fn cmd_bench(a: BenchArgs) -> Result<()> {
                     100.0 * o.hot_hits as f64 / o.units.max(1) as f64,
                     100.0 * o.cold_hits as f64 / o.units.max(1) as f64,
                     100.0 * o.miss_rate(),
+                    if o.rest_skipped > 0 {
+                        format!(
+                            ", {:.0}% of them gate page only",
+                            100.0 * o.rest_skipped as f64 / o.misses.max(1) as f64
+                        )
+                    } else {
+                        String::new()
+                    },
                     mib(o.bytes_read) / n,
                     100.0 * mean_sd(&r.wait_share).0,
                     mib(o.resident_bytes as u64),
@@ -998,6 +1010,7 @@ fn offload_options(
         direct: !o.no_direct,
         cache_cold: !o.no_cold_cache,
         pipeline: !o.no_pipeline,
+        two_phase: !o.no_two_phase,
         ..Default::default()
     })
 }
