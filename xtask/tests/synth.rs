@@ -682,7 +682,7 @@ fn two_phase_loading_reads_gate_pages_alone_and_computes_the_same() {
         (st.misses * unit) as f64 / (1 << 20) as f64
     );
 
-    // A damaged first page of a unit: its check fails.
+    // A damaged first page of a unit: its own check fails (two-phase reads check it alone).
     let mut bytes = std::fs::read(&store).unwrap();
     let first_unit = bytes.len() - (n * o.ff) * unit as usize;
     bytes[first_unit + 100] ^= 0x55;
@@ -691,6 +691,7 @@ fn two_phase_loading_reads_gate_pages_alone_and_computes_the_same() {
     let oo = OffloadOptions {
         ffn_budget: 0,
         hot_share: 0.0,
+        two_phase: true,
         ..Default::default()
     };
     eng.set_sparse(Some(

@@ -16,6 +16,7 @@
 //!   a miss reads the unit's first page, which holds its gate rows; the rest is read only when a gate
 //!   output can pass the threshold (for the output score: a non-zero activation, i.e. not a ReLU zero).
 //!   Each part is checked against its own checksum (the store records the first page's CRC too).
+//!   Opt-in ([`OffloadOptions::two_phase`]): the second read is in series with the first.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -243,7 +244,9 @@ pub struct OffloadOptions {
     pub pipeline: bool,
     /// Two-phase loading (PowerInfer-2 §4.4) of units that span pages: read the first page (the gate
     /// rows) alone, and the rest only if a neuron's gate output survives. Only stores whose gate rows
-    /// fit in the first page; off for the ablation.
+    /// fit in the first page. Off by default: it saves the bytes of units whose neurons turn out
+    /// inactive but puts a second read in series for the others, and with predictors of precision
+    /// 0.78 (the synthetic model, docs/BENCHMARKS.md) it measured slower (0.41x vs 0.58x at 50%).
     pub two_phase: bool,
 }
 
@@ -258,7 +261,7 @@ impl Default for OffloadOptions {
             direct: true,
             cache_cold: true,
             pipeline: true,
-            two_phase: true,
+            two_phase: false,
         }
     }
 }

@@ -141,9 +141,11 @@ struct OffloadArgs {
     /// Ablation: wait for all reads of a layer before computing cached neurons.
     #[arg(long, hide = true)]
     no_pipeline: bool,
-    /// Ablation: read multi-page units whole instead of their gate page first (two-phase loading).
-    #[arg(long, hide = true)]
-    no_two_phase: bool,
+    /// Two-phase loading (PowerInfer-2 4.4) where a store's units span pages: read a unit's gate page
+    /// first and the rest only if a neuron fires. Saves bytes when most predicted neurons turn out
+    /// inactive; costs a second read in series otherwise (off by default, see docs/BENCHMARKS.md)
+    #[arg(long)]
+    two_phase: bool,
 }
 
 /// Parses `123`, `64K`, `80M`, `1.5G` (powers of 1024).
@@ -1010,7 +1012,7 @@ fn offload_options(
         direct: !o.no_direct,
         cache_cold: !o.no_cold_cache,
         pipeline: !o.no_pipeline,
-        two_phase: !o.no_two_phase,
+        two_phase: o.two_phase,
         ..Default::default()
     })
 }
