@@ -828,11 +828,16 @@ impl Job<'_> {
                         };
                         entry.head = Some(bytes);
                         lock_pending(self.pending).insert(u, entry);
-                        self.outstanding.fetch_add(1, Ordering::AcqRel);
-                        if let Err(e) = off.io.submit(req) {
-                            self.outstanding.fetch_sub(1, Ordering::AcqRel);
-                            lock_pending(self.pending).remove(&u);
-                            w.err.get_or_insert(e.into());
+                        // Counted once queued (so nobody waits for a read that failed to queue); this
+                        // worker goes on claiming until nothing is outstanding, so the read is taken.
+                        match off.io.submit(req) {
+                            Ok(()) => {
+                                self.outstanding.fetch_add(1, Ordering::AcqRel);
+                            }
+                            Err(e) => {
+                                lock_pending(self.pending).remove(&u);
+                                w.err.get_or_insert(e.into());
+                            }
                         }
                     }
                     Ok(true) => {}
