@@ -2,7 +2,9 @@
 //! `O_DIRECT` keeps the page cache out of play; the bench prints the mode it got):
 //!
 //! * `rand4k_qd1`: one 4 KiB read at a random aligned offset, waited for (`read_at`);
-//! * `rand4k_qd32`: 256 random 4 KiB reads kept 32 in flight through `submit`/`completions`;
+//! * `rand4k_qd32`: 256 random 4 KiB reads kept 32 in flight through `submit`/`completions`, handed to
+//!   the kernel with AIO (the default, [`EngineConfig::async_io`]); `rand4k_qd32_pread`: the same with
+//!   `async_io: false` (the I/O thread issues one `pread` at a time), in the same run;
 //! * `seq512k`: 512 KiB reads at consecutive offsets (`read_at`), and `seq8m`: 8 MiB `read_sequential`
 //!   calls (16 chunks of 512 KiB); `seq8m_reuse`: the same into one reused buffer (`read_sequential_into`).
 //!
@@ -50,9 +52,10 @@ impl Rng {
     }
 }
 
-fn open(depth: usize) -> (IoEngine, FileId) {
+fn open(depth: usize, async_io: bool) -> (IoEngine, FileId) {
     let io = IoEngine::new(EngineConfig {
         queue_depth: depth,
+        async_io,
         ..Default::default()
     })
     .expect("engine");
@@ -63,7 +66,7 @@ fn open(depth: usize) -> (IoEngine, FileId) {
 }
 
 fn benches(c: &mut Criterion) {
-    let (io, id) = open(1);
+    let (io, id) = open(1, true);
     eprintln!(
         "ufs-io bench: O_DIRECT {}",
         if io.file(id).unwrap().is_direct() {
@@ -86,33 +89,35 @@ fn benches(c: &mut Criterion) {
         lat.p99_us()
     );
 
-    let (io32, id32) = open(32);
     const BATCH: u64 = 256;
     g.throughput(Throughput::Bytes(BATCH * ALIGN as u64));
-    g.bench_function("rand4k_qd32", |b| {
-        b.iter(|| {
-            let (mut sent, mut done) = (0, 0);
-            while done < BATCH {
-                while sent < BATCH && io32.in_flight() < 32 {
-                    let req = ReadRequest {
-                        file: id32,
-                        offset: rng.page() * ALIGN as u64,
-                        len: ALIGN,
-                        tag: sent,
-                    };
-                    io32.submit(req).unwrap();
-                    sent += 1;
+    for (name, async_io) in [("rand4k_qd32", true), ("rand4k_qd32_pread", false)] {
+        let (io32, id32) = open(32, async_io);
+        g.bench_function(name, |b| {
+            b.iter(|| {
+                let (mut sent, mut done) = (0, 0);
+                while done < BATCH {
+                    while sent < BATCH && io32.in_flight() < 32 {
+                        let req = ReadRequest {
+                            file: id32,
+                            offset: rng.page() * ALIGN as u64,
+                            len: ALIGN,
+                            tag: sent,
+                        };
+                        io32.submit(req).unwrap();
+                        sent += 1;
+                    }
+                    io32.completions().recv().unwrap().result.unwrap();
+                    done += 1;
                 }
-                io32.completions().recv().unwrap().result.unwrap();
-                done += 1;
-            }
-        })
-    });
-    let s = io32.stats();
-    eprintln!(
-        "rand4k_qd32: {} requests, {} merged, max in flight {}",
-        s.requests, s.merged_requests, s.max_in_flight
-    );
+            })
+        });
+        let s = io32.stats();
+        eprintln!(
+            "{name}: {} requests, {} merged, max in flight {}, max in the device {}, {} async reads",
+            s.requests, s.merged_requests, s.max_in_flight, s.max_device_depth, s.async_reads
+        );
+    }
 
     const SEQ: usize = 512 * 1024;
     let mut at = 0u64;

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use crossbeam::channel::{self, Receiver, Sender};
 use parking_lot::{Condvar, Mutex, RwLock};
 
+use crate::aio::{Aio, AioRead};
 use crate::file::sys;
 use crate::{AlignedBuf, IoError, IoFile, OpenOptions, Result, Stats, ALIGN};
 
@@ -29,16 +30,22 @@ pub struct EngineConfig {
     pub max_merge: usize,
     /// Chunk size of [`IoEngine::read_sequential`] (multiple of 4096, at least 4096).
     pub seq_chunk: usize,
+    /// Hand the reads of `O_DIRECT` files to the kernel with Linux AIO, so that the device sees up to
+    /// `queue_depth` reads at once, still from the one I/O thread. Where the kernel refuses AIO
+    /// (`io_setup` fails: another OS, a seccomp policy), or with `false`, the thread reads with one
+    /// blocking `pread` at a time. Buffered files and fault-injected requests always use `pread`.
+    pub async_io: bool,
 }
 
 impl Default for EngineConfig {
-    /// Depth 32, unpinned, 512 KiB merges and chunks.
+    /// Depth 32, unpinned, 512 KiB merges and chunks, kernel asynchronous reads.
     fn default() -> Self {
         Self {
             queue_depth: 32,
             pin_core: None,
             max_merge: DEFAULT_CHUNK,
             seq_chunk: DEFAULT_CHUNK,
+            async_io: true,
         }
     }
 }
@@ -164,9 +171,14 @@ struct Shared {
 /// **Coalescing rule.** The thread takes the first waiting request, then every other request already in
 /// the queue (at most `queue_depth` in all), sorts them by (file, offset) and merges runs whose ranges
 /// touch or overlap (`next.offset <= end of run`) while the merged read stays within `max_merge` bytes.
-/// Each run is one `pread`; its bytes are copied back out per request. If a merged read fails, its
+/// Each run is one read; its bytes are copied back out per request. If a merged read fails, its
 /// requests are retried one by one, so one bad page does not fail its neighbours. A read that stops at
 /// the end of the file fails only the requests that reach past it.
+///
+/// **Device queue.** With [`EngineConfig::async_io`] the thread submits every run of a batch to the
+/// kernel at once (Linux AIO on the `O_DIRECT` file), completes runs as the kernel reports them, and
+/// takes newly queued requests between completions, so up to `queue_depth` reads are in the device
+/// at once ([`Stats::max_device_depth`]); otherwise it issues one `pread` per run, in offset order.
 pub struct IoEngine {
     shared: Arc<Shared>,
     tx: Option<Sender<Op>>,
@@ -435,93 +447,323 @@ struct Worker {
     config: EngineConfig,
 }
 
+/// A coalesced read: requests whose ranges touch, served by one read of `start..end` of their file.
+struct Run {
+    reqs: Vec<Pending>,
+    start: u64,
+    end: u64,
+}
+
+/// A run whose read the kernel holds: the buffer must live, unmoved and untouched, until it is reaped.
+struct Flying {
+    run: Run,
+    buf: AlignedBuf,
+}
+
+static NO_AIO_WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 impl Worker {
     fn run(&self, rx: Receiver<Op>) {
-        while let Ok(first) = rx.recv() {
-            let mut reads = Vec::new();
-            let mut seqs = Vec::new();
-            let mut push = |op| match op {
-                Op::Read(p) => reads.push(p),
-                s @ Op::Sequential { .. } => seqs.push(s),
-            };
-            push(first);
-            let mut taken = 1;
-            while taken < self.config.queue_depth {
-                match rx.try_recv() {
-                    Ok(op) => push(op),
-                    Err(_) => break,
+        if self.config.async_io {
+            match Aio::new(self.config.queue_depth) {
+                Ok(aio) => return self.run_async(rx, aio),
+                Err(e) => {
+                    if !NO_AIO_WARNED.swap(true, Ordering::Relaxed) {
+                        eprintln!(
+                            "ufs-io: warning: kernel asynchronous I/O unavailable ({e}); reading with one pread at a time"
+                        );
+                    }
                 }
-                taken += 1;
             }
-            self.serve_reads(reads);
+        }
+        while let Ok(first) = rx.recv() {
+            let (reads, seqs) = self.take(&rx, first);
+            for run in self.plan_runs(reads) {
+                self.serve_run(run);
+            }
             for s in seqs {
                 self.serve_sequential(s);
             }
         }
     }
 
-    fn serve_reads(&self, mut reads: Vec<Pending>) {
+    /// `first` and whatever else is queued (at most `queue_depth` operations), split into reads and
+    /// sequential reads.
+    fn take(&self, rx: &Receiver<Op>, first: Op) -> (Vec<Pending>, Vec<Op>) {
+        let mut reads = Vec::new();
+        let mut seqs = Vec::new();
+        let mut push = |op| match op {
+            Op::Read(p) => reads.push(p),
+            s @ Op::Sequential { .. } => seqs.push(s),
+        };
+        push(first);
+        let mut taken = 1;
+        while taken < self.config.queue_depth {
+            match rx.try_recv() {
+                Ok(op) => push(op),
+                Err(_) => break,
+            }
+            taken += 1;
+        }
+        (reads, seqs)
+    }
+
+    /// The coalescing rule of [`IoEngine`]: sort by (file, offset), merge touching ranges within
+    /// `max_merge`; faulted requests stay alone.
+    fn plan_runs(&self, mut reads: Vec<Pending>) -> Vec<Run> {
         reads.sort_by_key(|p| (p.req.file, p.req.offset));
-        let mut run: Vec<Pending> = Vec::new();
-        let (mut start, mut end) = (0u64, 0u64);
+        let mut runs: Vec<Run> = Vec::new();
         for p in reads {
             let p_end = p.req.offset + p.req.len as u64;
-            let joins = run.last().is_some_and(|last| {
-                last.fault.is_none()
+            if let Some(run) = runs.last_mut() {
+                let last = run.reqs.last().expect("runs are non-empty");
+                let joins = last.fault.is_none()
                     && p.fault.is_none()
                     && last.req.file == p.req.file
-                    && p.req.offset <= end
-                    && (p_end.max(end) - start) as usize <= self.config.max_merge
-            });
-            if joins {
-                end = end.max(p_end);
-            } else {
-                if !run.is_empty() {
-                    self.serve_run(std::mem::take(&mut run), start, end);
+                    && p.req.offset <= run.end
+                    && (p_end.max(run.end) - run.start) as usize <= self.config.max_merge;
+                if joins {
+                    run.end = run.end.max(p_end);
+                    run.reqs.push(p);
+                    continue;
                 }
-                (start, end) = (p.req.offset, p_end);
             }
-            run.push(p);
+            runs.push(Run {
+                start: p.req.offset,
+                end: p_end,
+                reqs: vec![p],
+            });
         }
-        if !run.is_empty() {
-            self.serve_run(run, start, end);
+        runs
+    }
+
+    /// The I/O thread with a kernel AIO context: submit the runs of each batch at once, complete them as
+    /// the kernel reports them, take new requests in between.
+    fn run_async(&self, rx: Receiver<Op>, mut aio: Aio) {
+        let mut flying: Vec<Option<Flying>> = Vec::new();
+        let mut free: Vec<usize> = Vec::new();
+        let mut open = true;
+        loop {
+            let first = if aio.outstanding() == 0 {
+                match rx.recv() {
+                    Ok(op) => Some(op),
+                    Err(_) => break,
+                }
+            } else if open {
+                match rx.try_recv() {
+                    Ok(op) => Some(op),
+                    Err(channel::TryRecvError::Empty) => None,
+                    Err(channel::TryRecvError::Disconnected) => {
+                        open = false;
+                        None
+                    }
+                }
+            } else {
+                None
+            };
+            if let Some(first) = first {
+                let (reads, seqs) = self.take(&rx, first);
+                let mut sync_runs = Vec::new();
+                let mut slots = Vec::new();
+                for run in self.plan_runs(reads) {
+                    let file = &run.reqs[0].path_file;
+                    let eligible = file.is_direct() && run.reqs.iter().all(|p| p.fault.is_none());
+                    let buf = if eligible {
+                        AlignedBuf::new((run.end - run.start) as usize).ok()
+                    } else {
+                        None
+                    };
+                    let Some(buf) = buf else {
+                        sync_runs.push(run);
+                        continue;
+                    };
+                    let slot = free.pop().unwrap_or_else(|| {
+                        flying.push(None);
+                        flying.len() - 1
+                    });
+                    flying[slot] = Some(Flying { run, buf });
+                    slots.push(slot);
+                }
+                let taken = self.submit_async(&mut aio, &mut flying, &slots);
+                for &slot in &slots[taken..] {
+                    let f = flying[slot].take().expect("slot just filled");
+                    free.push(slot);
+                    sync_runs.push(f.run);
+                }
+                for run in sync_runs {
+                    self.serve_run(run);
+                }
+                for s in seqs {
+                    self.serve_sequential(s);
+                }
+            }
+            if aio.outstanding() > 0 {
+                match aio.wait(1) {
+                    Ok(done) => {
+                        for (slot, result) in done {
+                            let f = flying
+                                .get_mut(slot as usize)
+                                .and_then(Option::take)
+                                .expect("the kernel returns the slots it was given");
+                            free.push(slot as usize);
+                            self.finish_async(f, result);
+                        }
+                    }
+                    Err(e) => {
+                        // Cannot happen with a valid context; if it does, the kernel may still write
+                        // into the in-flight buffers, so they are leaked, never freed, and their
+                        // requests are read again with pread, as is everything after.
+                        eprintln!("ufs-io: warning: io_getevents failed ({e}); reading with pread from now on");
+                        aio.abandon();
+                        for f in flying.iter_mut().filter_map(Option::take) {
+                            std::mem::forget(f.buf);
+                            self.serve_run(f.run);
+                        }
+                        drop(aio);
+                        while let Ok(first) = rx.recv() {
+                            let (reads, seqs) = self.take(&rx, first);
+                            for run in self.plan_runs(reads) {
+                                self.serve_run(run);
+                            }
+                            for s in seqs {
+                                self.serve_sequential(s);
+                            }
+                        }
+                        return;
+                    }
+                }
+            } else if !open {
+                break;
+            }
         }
     }
 
-    fn serve_run(&self, run: Vec<Pending>, start: u64, end: u64) {
-        if run.len() == 1 {
-            let p = run.into_iter().next().expect("one request");
+    /// Submits the runs in `slots` and returns how many the kernel took (the first ones).
+    fn submit_async(&self, aio: &mut Aio, flying: &mut [Option<Flying>], slots: &[usize]) -> usize {
+        if slots.is_empty() {
+            return 0;
+        }
+        let reads: Vec<AioRead> = slots
+            .iter()
+            .map(|&slot| {
+                let f = flying[slot].as_mut().expect("slot just filled");
+                AioRead {
+                    fd: f.run.reqs[0].path_file.raw_fd(),
+                    buf: f.buf.as_mut_ptr(),
+                    len: f.buf.len(),
+                    offset: f.run.start,
+                    data: slot as u64,
+                }
+            })
+            .collect();
+        // SAFETY: each buffer is owned by its `Flying` in `flying`, which is neither dropped nor
+        // touched until the kernel returns its slot from `wait` (or, if reaping fails, is leaked); the
+        // heap memory of an AlignedBuf does not move with the struct. Each descriptor belongs to an
+        // `Arc<IoFile>` held by the same run's requests, so it stays open until then.
+        let taken = unsafe { aio.submit(&reads) }.unwrap_or(0);
+        if taken > 0 {
+            let mut s = self.shared.stats.lock();
+            s.max_device_depth = s.max_device_depth.max(aio.outstanding());
+        }
+        taken
+    }
+
+    /// Completes a run whose kernel read has finished with `result` (bytes read, or the OS error).
+    fn finish_async(&self, f: Flying, result: io::Result<usize>) {
+        let Flying { run, mut buf } = f;
+        let file = run.reqs[0].path_file.clone();
+        let result = result.and_then(|got| {
+            // A short kernel read (the end of the file, or a partial transfer) is finished with pread,
+            // which stops at the end of the file.
+            if got < buf.len() {
+                let more = file.read_full(run.start + got as u64, &mut buf[got..])?;
+                Ok(got + more)
+            } else {
+                Ok(got)
+            }
+        });
+        {
+            let mut s = self.shared.stats.lock();
+            s.async_reads += 1;
+        }
+        match result {
+            Ok(got) => {
+                self.account(1, run.reqs.len() as u64 - 1);
+                self.distribute(run, buf, got);
+            }
+            Err(source) if run.reqs.len() == 1 => {
+                self.account(1, 0);
+                let p = run.reqs.into_iter().next().expect("one request");
+                let err = IoError::Read {
+                    path: file.path().to_path_buf(),
+                    offset: p.req.offset,
+                    len: p.req.len,
+                    source,
+                };
+                self.complete(p, Err(err));
+            }
+            Err(_) => {
+                self.account(1, 0);
+                self.retry_each(run.reqs);
+            }
+        }
+    }
+
+    /// Hands out the bytes of a run read into `buf` (`got` of them valid): the buffer itself to a lone
+    /// request, a copy of its range to each of several; a request reaching past `got` gets a short read.
+    fn distribute(&self, run: Run, buf: AlignedBuf, got: usize) {
+        let file = run.reqs[0].path_file.clone();
+        let short = |p: &Pending, lo: usize| IoError::ShortRead {
+            path: file.path().to_path_buf(),
+            offset: p.req.offset,
+            wanted: p.req.len,
+            got: got.saturating_sub(lo).min(p.req.len),
+        };
+        if run.reqs.len() == 1 {
+            let p = run.reqs.into_iter().next().expect("one request");
+            let result = if got >= p.req.len {
+                Ok(buf)
+            } else {
+                Err(short(&p, 0))
+            };
+            return self.complete(p, result);
+        }
+        for p in run.reqs {
+            let lo = (p.req.offset - run.start) as usize;
+            let hi = lo + p.req.len;
+            let result = if hi <= got {
+                AlignedBuf::copy_from(&buf[lo..hi])
+            } else {
+                Err(short(&p, lo))
+            };
+            self.complete(p, result);
+        }
+    }
+
+    fn serve_run(&self, run: Run) {
+        {
+            let mut s = self.shared.stats.lock();
+            s.max_device_depth = s.max_device_depth.max(1);
+        }
+        if run.reqs.len() == 1 {
+            let p = run.reqs.into_iter().next().expect("one request");
             let result = self.read_one(&p);
             self.account(1, 0);
             self.complete(p, result);
             return;
         }
-        let file = run[0].path_file.clone();
-        let span = (end - start) as usize;
+        let file = run.reqs[0].path_file.clone();
+        let span = (run.end - run.start) as usize;
         let mut buf = match AlignedBuf::new(span) {
             Ok(b) => b,
-            Err(_) => return self.retry_each(run),
+            Err(_) => return self.retry_each(run.reqs),
         };
-        match file.read_full(start, &mut buf) {
+        match file.read_full(run.start, &mut buf) {
             Ok(got) => {
-                self.account(1, run.len() as u64 - 1);
-                for p in run {
-                    let lo = (p.req.offset - start) as usize;
-                    let hi = lo + p.req.len;
-                    let result = if hi <= got {
-                        AlignedBuf::copy_from(&buf[lo..hi])
-                    } else {
-                        Err(IoError::ShortRead {
-                            path: file.path().to_path_buf(),
-                            offset: p.req.offset,
-                            wanted: p.req.len,
-                            got: got.saturating_sub(lo).min(p.req.len),
-                        })
-                    };
-                    self.complete(p, result);
-                }
+                self.account(1, run.reqs.len() as u64 - 1);
+                self.distribute(run, buf, got);
             }
-            Err(_) => self.retry_each(run),
+            Err(_) => self.retry_each(run.reqs),
         }
     }
 

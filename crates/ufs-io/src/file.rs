@@ -123,6 +123,19 @@ impl IoFile {
         })
     }
 
+    /// The raw descriptor, for the engine's kernel asynchronous reads (-1 where there is none).
+    pub(crate) fn raw_fd(&self) -> i32 {
+        #[cfg(unix)]
+        {
+            use std::os::unix::io::AsRawFd;
+            self.file.as_raw_fd()
+        }
+        #[cfg(not(unix))]
+        {
+            -1
+        }
+    }
+
     /// Whether reads bypass the page cache (`O_DIRECT` accepted).
     pub fn is_direct(&self) -> bool {
         self.direct

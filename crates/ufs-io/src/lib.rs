@@ -40,10 +40,14 @@
 //! * **No panics on I/O.** `EIO`, short reads and reads past the end come back as [`IoError`]s naming the
 //!   file and offset, and the engine keeps serving later requests. [`FaultPlan`] injects such faults.
 //! * **At most `queue_depth` requests are in flight**; one thread performs all reads, in batches sorted by
-//!   file and offset (the coalescing rule is documented on [`IoEngine`]). The depth is a software queue:
-//!   the device sees one `pread` at a time.
+//!   file and offset (the coalescing rule is documented on [`IoEngine`]). With
+//!   [`EngineConfig::async_io`] (the default) that thread hands the reads of direct files to the kernel
+//!   with Linux AIO, so the device sees up to `queue_depth` reads at once, still from one thread; without
+//!   it, or where the kernel refuses AIO, the device sees one `pread` at a time. Only that thread calls
+//!   `io_submit`, and a buffer given to the kernel is not touched or freed until its completion is reaped.
 //! * Pinning failure (`sched_setaffinity`, Linux/Android only) is a warning, not an error.
 
+mod aio;
 mod buf;
 mod engine;
 mod error;

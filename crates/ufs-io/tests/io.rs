@@ -533,3 +533,91 @@ fn pins_to_an_allowed_core() {
     .unwrap();
     assert!(io.is_pinned(), "could not pin to allowed core {core}");
 }
+
+/// Scattered pages queued behind a delayed request, read with kernel AIO (`async_io`, the default) or
+/// with one pread at a time; both return the file's bytes, and only AIO has more than one read in the
+/// device at once. Runs on `CARGO_TARGET_TMPDIR` (the build disk), which must accept `O_DIRECT`.
+#[cfg(target_os = "linux")]
+#[test]
+fn async_io_puts_many_reads_in_the_device_and_returns_the_same_bytes() {
+    let dir = TempDir::new(Path::new(env!("CARGO_TARGET_TMPDIR")), "aio");
+    let (path, data) = write_file(&dir, "aio.bin", 256 * ALIGN);
+    for async_io in [true, false] {
+        let io = IoEngine::new(EngineConfig {
+            queue_depth: 32,
+            async_io,
+            ..Default::default()
+        })
+        .unwrap();
+        let id = io.open(&path, OpenOptions::default()).unwrap();
+        assert!(
+            io.file(id).unwrap().is_direct(),
+            "{} refused O_DIRECT: this test needs a disk filesystem",
+            path.display()
+        );
+        // Request 0 holds the I/O thread, so the 31 after it are taken as one batch.
+        io.set_fault_plan(FaultPlan::new().with(0, Fault::Delay(Duration::from_millis(200))));
+        // Every 7th page from page 3: no two touch, so none are coalesced.
+        let pages: Vec<u64> = (0..31).map(|i| 3 + 7 * i).chain([0]).collect();
+        let mut order = pages.clone();
+        order.rotate_right(1); // the delayed page 0 first
+        for &page in &order {
+            io.submit(ReadRequest {
+                file: id,
+                offset: page * PAGE,
+                len: ALIGN,
+                tag: page,
+            })
+            .unwrap();
+        }
+        for _ in 0..pages.len() {
+            let c = io
+                .completions()
+                .recv_timeout(Duration::from_secs(10))
+                .unwrap();
+            let at = c.tag as usize * ALIGN;
+            assert_eq!(
+                &c.result.unwrap()[..],
+                &data[at..at + ALIGN],
+                "page {}",
+                c.tag
+            );
+        }
+        let s = io.stats();
+        assert_eq!(
+            (s.requests, s.errors, s.merged_requests),
+            (32, 0, 0),
+            "{s:?}"
+        );
+        if async_io {
+            assert_eq!(s.async_reads, 31, "{s:?}");
+            assert!(s.max_device_depth > 1, "{s:?}");
+        } else {
+            assert_eq!((s.async_reads, s.max_device_depth), (0, 1), "{s:?}");
+        }
+        // A read reaching past the end of the file fails alone; its neighbour is whole.
+        for (tag, page) in [(1u64, 255u64), (2, 256)] {
+            io.submit(ReadRequest {
+                file: id,
+                offset: page * PAGE,
+                len: if page == 255 { ALIGN } else { 2 * ALIGN },
+                tag,
+            })
+            .unwrap();
+        }
+        for _ in 0..2 {
+            let c = io
+                .completions()
+                .recv_timeout(Duration::from_secs(10))
+                .unwrap();
+            match c.tag {
+                1 => assert_eq!(&c.result.unwrap()[..], &data[255 * ALIGN..]),
+                _ => assert!(
+                    matches!(c.result, Err(IoError::ShortRead { got: 0, .. })),
+                    "{:?}",
+                    c.result
+                ),
+            }
+        }
+    }
+}
