@@ -12,7 +12,8 @@
 //!   stay flat as the fraction shrinks.
 //! * `axpy_rows/<format>/<neurons>x<cols>/<pct>`: the transposed down
 //!   projection (`Q4_0` and `I4Hybrid` at 1% outliers) over the same kind of
-//!   subsets (elements = selected rows).
+//!   subsets and 4 distinct matrices, cycled per iteration (elements =
+//!   selected rows).
 //! * `dram/sum_256MiB/<threads>`: a streaming u64 sum over a 256 MiB buffer
 //!   on 1 thread and on the pool (bytes/s), the memory bandwidth the kernels'
 //!   weight bytes per second compare with.
@@ -90,21 +91,41 @@ fn bench_axpy_rows(c: &mut Criterion) {
     let pool = pool();
     let mut g = c.benchmark_group("axpy_rows");
     let (neurons, cols) = (14336, 4096);
+    // Like `matvec_rows`' large shape: iterations cycle through `LAYERS`
+    // distinct matrices (4 × 33 MB, beyond L3) and `SUBSETS` subsets per
+    // fraction, so the selected rows come from DRAM at every fraction (one
+    // matrix and one subset would leave a small selection cache-resident
+    // between iterations and flatter the low fractions).
+    const LAYERS: usize = 4;
+    const SUBSETS: usize = 8;
     // Q4_0 and I4Hybrid at 1% outliers (k = 41).
     let hybrid = WeightFormat::hybrid_for(0.01, cols).unwrap();
     for format in [WeightFormat::Q4_0, hybrid] {
-        let data = random_matrix(format, neurons, cols, 0);
-        let w = QMatrix::new(format, neurons, cols, &data).unwrap();
+        let datas: Vec<Vec<u8>> = (0..LAYERS)
+            .map(|l| random_matrix(format, neurons, cols, l as u64))
+            .collect();
+        let ws: Vec<QMatrix> = datas
+            .iter()
+            .map(|d| QMatrix::new(format, neurons, cols, d).unwrap())
+            .collect();
         for pct in PCTS {
-            let sel = subset(neurons, neurons * pct / 100, pct as u64);
-            let coeffs: Vec<f32> = (0..sel.len())
-                .map(|i| (i % 7) as f32 * 0.1 + 0.05)
+            let k = neurons * pct / 100;
+            let sels: Vec<Vec<u32>> = (0..SUBSETS)
+                .map(|s| subset(neurons, k, (pct * 100 + s) as u64))
                 .collect();
+            let coeffs: Vec<f32> = (0..k).map(|i| (i % 7) as f32 * 0.1 + 0.05).collect();
             let mut y = vec![0f32; cols];
-            g.throughput(Throughput::Elements(sel.len() as u64));
+            g.throughput(Throughput::Elements(k as u64));
             let id = BenchmarkId::new(format!("{format:?}/{neurons}x{cols}"), format!("{pct}%"));
+            let mut it = 0usize;
             g.bench_function(id, |b| {
-                pool.install(|| b.iter(|| axpy_rows(&w, &sel, &coeffs, &mut y).unwrap()))
+                pool.install(|| {
+                    b.iter(|| {
+                        it += 1;
+                        let (w, sel) = (&ws[it % LAYERS], &sels[it % SUBSETS]);
+                        axpy_rows(w, sel, &coeffs, &mut y).unwrap()
+                    })
+                })
             });
         }
     }
