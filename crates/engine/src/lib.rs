@@ -44,7 +44,7 @@ pub use forward::{FfnMode, FfnSample, KvCache, Logits};
 pub use generate::{
     load_tokenizer, Engine, EngineOptions, Flow, GenerateRequest, Generation, StopReason, Timings,
 };
-pub use kernels_neon::Precision;
+pub use kernels_neon::{set_chunk_rows, Precision};
 pub use model::{Model, ModelFile};
 pub use model_tokenizer::{ChatMessage, ChatTemplate, Tokenizer};
 pub use offload::{ConvertOptions, ConvertReport, OffloadOptions, OffloadStats};

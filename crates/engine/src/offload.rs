@@ -248,6 +248,9 @@ pub struct OffloadOptions {
     /// inactive but puts a second read in series for the others, and with predictors of precision
     /// 0.78 (the synthetic model, docs/BENCHMARKS.md) it measured slower (0.41x vs 0.58x at 50%).
     pub two_phase: bool,
+    /// Hand reads to the kernel asynchronously (Linux AIO, `ufs_io::EngineConfig::async_io`), so the
+    /// device holds up to `queue_depth` of them at once; off: one blocking read at a time.
+    pub async_io: bool,
 }
 
 impl Default for OffloadOptions {
@@ -262,6 +265,7 @@ impl Default for OffloadOptions {
             cache_cold: true,
             pipeline: true,
             two_phase: false,
+            async_io: true,
         }
     }
 }
@@ -342,6 +346,7 @@ impl Offload {
         let io = IoEngine::new(EngineConfig {
             queue_depth: opts.queue_depth.max(1),
             pin_core: opts.pin_core,
+            async_io: opts.async_io,
             ..Default::default()
         })?;
         let store = NeuronStore::open(

@@ -82,6 +82,10 @@ struct ModelArgs {
     /// (up to ~1 on SmolLM2) and greedy text can differ. The default uses 16-bit activations.
     #[arg(long)]
     int8: bool,
+    /// Weight rows per parallel work item of the dense kernels (0: automatic, about four items per
+    /// thread; PowerInfer-2 uses 512).
+    #[arg(long, default_value_t = 0)]
+    chunk_rows: usize,
     /// Context size in tokens (0: the model's training context).
     #[arg(long, default_value_t = 4096)]
     ctx: usize,
@@ -146,6 +150,10 @@ struct OffloadArgs {
     /// inactive; costs a second read in series otherwise (off by default, see docs/BENCHMARKS.md)
     #[arg(long)]
     two_phase: bool,
+    /// Issue one blocking read at a time instead of handing up to --io-depth reads to the kernel at
+    /// once (Linux AIO); for comparison.
+    #[arg(long)]
+    io_sync: bool,
 }
 
 /// Parses `123`, `64K`, `80M`, `1.5G` (powers of 1024).
@@ -369,6 +377,8 @@ fn build_overlay(file: &ModelFile, args: &ModelArgs, quiet: bool) -> Result<Opti
 }
 
 fn engine_options(args: &ModelArgs) -> EngineOptions {
+    // The kernels' work-item size is process-wide.
+    engine::set_chunk_rows(args.chunk_rows);
     EngineOptions {
         threads: args.threads,
         precision: if args.exact {
@@ -1013,6 +1023,7 @@ fn offload_options(
         cache_cold: !o.no_cold_cache,
         pipeline: !o.no_pipeline,
         two_phase: o.two_phase,
+        async_io: !o.io_sync,
         ..Default::default()
     })
 }

@@ -186,6 +186,7 @@ pub struct IoEngine {
     thread: Option<JoinHandle<()>>,
     config: EngineConfig,
     pinned: bool,
+    is_async: bool,
 }
 
 impl IoEngine {
@@ -224,6 +225,7 @@ impl IoEngine {
             config: config.clone(),
         };
         let pin_core = config.pin_core;
+        let (async_io, depth) = (config.async_io, config.queue_depth);
         let thread = std::thread::Builder::new()
             .name("ufs-io".into())
             .spawn(move || {
@@ -237,11 +239,26 @@ impl IoEngine {
                         }
                     },
                 };
-                let _ = pin_tx.send(pinned);
-                worker.run(rx);
+                let aio = if async_io {
+                    match Aio::new(depth) {
+                        Ok(aio) => Some(aio),
+                        Err(e) => {
+                            if !NO_AIO_WARNED.swap(true, Ordering::Relaxed) {
+                                eprintln!(
+                                    "ufs-io: warning: kernel asynchronous I/O unavailable ({e}); reading with one pread at a time"
+                                );
+                            }
+                            None
+                        }
+                    }
+                } else {
+                    None
+                };
+                let _ = pin_tx.send((pinned, aio.is_some()));
+                worker.run(rx, aio);
             })
             .map_err(IoError::Spawn)?;
-        let pinned = pin_rx.recv().unwrap_or(false);
+        let (pinned, is_async) = pin_rx.recv().unwrap_or((false, false));
         Ok(Self {
             shared,
             tx: Some(tx),
@@ -249,12 +266,19 @@ impl IoEngine {
             thread: Some(thread),
             config,
             pinned,
+            is_async,
         })
     }
 
     /// The configuration it was started with.
     pub fn config(&self) -> &EngineConfig {
         &self.config
+    }
+
+    /// Whether the I/O thread hands reads to the kernel asynchronously: [`EngineConfig::async_io`] was
+    /// asked for and the kernel accepted an AIO context. Otherwise it reads with one `pread` at a time.
+    pub fn is_async(&self) -> bool {
+        self.is_async
     }
 
     /// Whether the I/O thread is pinned to `pin_core`.
@@ -463,18 +487,9 @@ struct Flying {
 static NO_AIO_WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 impl Worker {
-    fn run(&self, rx: Receiver<Op>) {
-        if self.config.async_io {
-            match Aio::new(self.config.queue_depth) {
-                Ok(aio) => return self.run_async(rx, aio),
-                Err(e) => {
-                    if !NO_AIO_WARNED.swap(true, Ordering::Relaxed) {
-                        eprintln!(
-                            "ufs-io: warning: kernel asynchronous I/O unavailable ({e}); reading with one pread at a time"
-                        );
-                    }
-                }
-            }
+    fn run(&self, rx: Receiver<Op>, aio: Option<Aio>) {
+        if let Some(aio) = aio {
+            return self.run_async(rx, aio);
         }
         while let Ok(first) = rx.recv() {
             let (reads, seqs) = self.take(&rx, first);
