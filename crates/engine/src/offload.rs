@@ -231,7 +231,9 @@ pub struct OffloadOptions {
     pub hot_share: f32,
     /// Units per hot cluster (read and cached as a whole).
     pub cluster_units: usize,
-    /// Requests in flight on the I/O thread.
+    /// Unit reads in flight on the I/O thread (default 256). With kernel AIO the device holds up to this
+    /// many, coalesced where neighbouring; 32 left the synthetic model's reads latency-bound (0.63x vs
+    /// 0.72x of in-memory sparse decode at 256, docs/BENCHMARKS.md).
     pub queue_depth: usize,
     /// Core the I/O thread is pinned to.
     pub pin_core: Option<usize>,
@@ -259,7 +261,7 @@ impl Default for OffloadOptions {
             ffn_budget: usize::MAX,
             hot_share: 1.0,
             cluster_units: 16,
-            queue_depth: 32,
+            queue_depth: 256,
             pin_core: None,
             direct: true,
             cache_cold: true,
@@ -630,10 +632,13 @@ impl Offload {
                 job.completed(d, &mut main);
             }
         }
-        // While reads are outstanding the I/O thread needs a core of its own (PowerInfer-2 pins it to
-        // one): one compute worker fewer then.
+        // While reads are outstanding a pread I/O thread needs a core of its own (PowerInfer-2 pins it
+        // to one): one compute worker fewer then. An AIO thread only submits and reaps, so every
+        // worker computes.
         let threads = rayon::current_num_threads().clamp(1, 8);
-        let workers = if outstanding.load(Ordering::Relaxed) > 0 && self.opts.pipeline {
+        let step_aside =
+            outstanding.load(Ordering::Relaxed) > 0 && self.opts.pipeline && !self.io.is_async();
+        let workers = if step_aside {
             (threads - 1).max(1)
         } else {
             threads

@@ -99,12 +99,14 @@ fn offloaded_ffn_equals_in_memory_sparse_ffn_at_every_budget() {
         let total = ffn_bytes(&resident);
         for t in [0.0f32, 0.05] {
             let want = in_memory_logits(name, t, false);
-            for (budget, hot_share, cache_cold, pipeline, queue_depth) in [
-                (usize::MAX, 1.0, true, true, 32),
-                (total / 2, 0.5, true, true, 32),
-                (total / 2, 0.5, false, false, 32),
-                (0, 0.0, true, true, 32),
-                (0, 0.0, true, true, 1),
+            for (budget, hot_share, cache_cold, pipeline, queue_depth, async_io) in [
+                (usize::MAX, 1.0, true, true, 32, true),
+                (total / 2, 0.5, true, true, 256, true),
+                (total / 2, 0.5, true, true, 32, false),
+                (total / 2, 0.5, false, false, 32, true),
+                (0, 0.0, true, true, 32, true),
+                (0, 0.0, true, true, 32, false),
+                (0, 0.0, true, true, 1, true),
             ] {
                 let eng = store_engine(
                     &file,
@@ -115,6 +117,7 @@ fn offloaded_ffn_equals_in_memory_sparse_ffn_at_every_budget() {
                         cache_cold,
                         pipeline,
                         queue_depth,
+                        async_io,
                         ..Default::default()
                     },
                 );
@@ -122,7 +125,7 @@ fn offloaded_ffn_equals_in_memory_sparse_ffn_at_every_budget() {
                 let d = rel_drift(&got, &want);
                 assert!(
                     d < 1e-5,
-                    "{name} t={t} budget {budget} cold {cache_cold} pipeline {pipeline}: drift {d}"
+                    "{name} t={t} budget {budget} cold {cache_cold} pipeline {pipeline} depth {queue_depth} aio {async_io}: drift {d}"
                 );
                 let st = eng.sparse().unwrap().offload().unwrap().stats();
                 assert_eq!(st.tokens, TOKENS.len() as u64);

@@ -130,8 +130,8 @@ struct OffloadArgs {
     /// of the pages, a cyclic scan that an LRU smaller than it never hits (docs/BENCHMARKS.md).
     #[arg(long, default_value_t = 1.0)]
     hot_share: f32,
-    /// Reads in flight on the I/O thread.
-    #[arg(long, default_value_t = 32)]
+    /// Unit reads in flight on the I/O thread; the kernel gets up to this many at once (Linux AIO).
+    #[arg(long, default_value_t = 256)]
     io_depth: usize,
     /// Core to pin the I/O thread to.
     #[arg(long)]

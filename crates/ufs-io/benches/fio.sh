@@ -1,8 +1,8 @@
 #!/bin/sh
 # fio with the shapes of iobench.rs, on the same file (created by `cargo bench -p ufs-io --bench iobench`).
 # Install: apt-get install -y fio. Usage: crates/ufs-io/benches/fio.sh [FILE] [SECONDS]
-# psync at depth 1 is what ufs-io does (one thread, one pread at a time); libaio at depth 32 shows what a
-# real device queue would add.
+# psync at depth 1 is what ufs-io does with `async_io: false` (one thread, one pread at a time); libaio at
+# depth 32 is what it does by default (one thread handing up to queue_depth reads to the kernel with AIO).
 set -eu
 FILE=${1:-${CARGO_TARGET_DIR:-target}/tmp/ufs-io-bench-256m.bin}
 T=${2:-5}

@@ -554,9 +554,12 @@ impl Worker {
 
     /// The I/O thread with a kernel AIO context: submit the runs of each batch at once, complete them as
     /// the kernel reports them, take new requests in between.
-    fn run_async(&self, rx: Receiver<Op>, mut aio: Aio) {
+    fn run_async(&self, rx: Receiver<Op>, aio: Aio) {
         let mut flying: Vec<Option<Flying>> = Vec::new();
         let mut free: Vec<usize> = Vec::new();
+        // Declared after `flying`, so dropped before it, even when unwinding: `Aio`'s drop waits for the
+        // kernel to finish with every buffer in `flying`.
+        let mut aio = aio;
         let mut open = true;
         loop {
             let first = if aio.outstanding() == 0 {
