@@ -720,10 +720,8 @@ impl Worker {
                 };
                 self.complete(p, Err(err));
             }
-            Err(_) => {
-                self.account(1, 0);
-                self.retry_each(run.reqs);
-            }
+            // As in the pread path, a failed merged read is not counted; its requests are, one by one.
+            Err(_) => self.retry_each(run.reqs),
         }
     }
 
