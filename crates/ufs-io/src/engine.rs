@@ -488,11 +488,16 @@ static NO_AIO_WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicB
 
 impl Worker {
     fn run(&self, rx: Receiver<Op>, aio: Option<Aio>) {
-        if let Some(aio) = aio {
-            return self.run_async(rx, aio);
+        match aio {
+            Some(aio) => self.run_async(rx, aio),
+            None => self.run_sync(&rx),
         }
+    }
+
+    /// The I/O thread without AIO: one `pread` per run, in offset order.
+    fn run_sync(&self, rx: &Receiver<Op>) {
         while let Ok(first) = rx.recv() {
-            let (reads, seqs) = self.take(&rx, first);
+            let (reads, seqs) = self.take(rx, first);
             for run in self.plan_runs(reads) {
                 self.serve_run(run);
             }
@@ -638,16 +643,7 @@ impl Worker {
                             self.serve_run(f.run);
                         }
                         drop(aio);
-                        while let Ok(first) = rx.recv() {
-                            let (reads, seqs) = self.take(&rx, first);
-                            for run in self.plan_runs(reads) {
-                                self.serve_run(run);
-                            }
-                            for s in seqs {
-                                self.serve_sequential(s);
-                            }
-                        }
-                        return;
+                        return self.run_sync(&rx);
                     }
                 }
             } else if !open {
