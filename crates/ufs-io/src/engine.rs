@@ -478,6 +478,13 @@ struct Run {
     end: u64,
 }
 
+impl Run {
+    /// The file all its requests read (runs are never empty).
+    fn file(&self) -> &Arc<IoFile> {
+        &self.reqs[0].path_file
+    }
+}
+
 /// A run whose read the kernel holds: the buffer must live, unmoved and untouched, until it is reaped.
 struct Flying {
     run: Run,
@@ -589,7 +596,7 @@ impl Worker {
                 let mut sync_runs = Vec::new();
                 let mut slots = Vec::new();
                 for run in self.plan_runs(reads) {
-                    let file = &run.reqs[0].path_file;
+                    let file = run.file();
                     let eligible = file.is_direct() && run.reqs.iter().all(|p| p.fault.is_none());
                     let buf = if eligible {
                         AlignedBuf::new((run.end - run.start) as usize).ok()
@@ -662,7 +669,7 @@ impl Worker {
             .map(|&slot| {
                 let f = flying[slot].as_mut().expect("slot just filled");
                 AioRead {
-                    fd: f.run.reqs[0].path_file.raw_fd(),
+                    fd: f.run.file().raw_fd(),
                     buf: f.buf.as_mut_ptr(),
                     len: f.buf.len(),
                     offset: f.run.start,
@@ -685,7 +692,7 @@ impl Worker {
     /// Completes a run whose kernel read has finished with `result` (bytes read, or the OS error).
     fn finish_async(&self, f: Flying, result: io::Result<usize>) {
         let Flying { run, mut buf } = f;
-        let file = run.reqs[0].path_file.clone();
+        let file = run.file().clone();
         let result = result.and_then(|got| {
             // A short kernel read (the end of the file, or a partial transfer) is finished with pread,
             // which stops at the end of the file.
@@ -696,17 +703,13 @@ impl Worker {
                 Ok(got)
             }
         });
-        {
-            let mut s = self.shared.stats.lock();
-            s.async_reads += 1;
-        }
         match result {
             Ok(got) => {
-                self.account(1, run.reqs.len() as u64 - 1);
+                self.account(run.reqs.len() as u64 - 1, true);
                 self.distribute(run, buf, got);
             }
             Err(source) if run.reqs.len() == 1 => {
-                self.account(1, 0);
+                self.account(0, true);
                 let p = run.reqs.into_iter().next().expect("one request");
                 let err = IoError::Read {
                     path: file.path().to_path_buf(),
@@ -724,7 +727,7 @@ impl Worker {
     /// Hands out the bytes of a run read into `buf` (`got` of them valid): the buffer itself to a lone
     /// request, a copy of its range to each of several; a request reaching past `got` gets a short read.
     fn distribute(&self, run: Run, buf: AlignedBuf, got: usize) {
-        let file = run.reqs[0].path_file.clone();
+        let file = run.file().clone();
         let short = |p: &Pending, lo: usize| IoError::ShortRead {
             path: file.path().to_path_buf(),
             offset: p.req.offset,
@@ -753,18 +756,14 @@ impl Worker {
     }
 
     fn serve_run(&self, run: Run) {
-        {
-            let mut s = self.shared.stats.lock();
-            s.max_device_depth = s.max_device_depth.max(1);
-        }
         if run.reqs.len() == 1 {
             let p = run.reqs.into_iter().next().expect("one request");
             let result = self.read_one(&p);
-            self.account(1, 0);
+            self.account(0, false);
             self.complete(p, result);
             return;
         }
-        let file = run.reqs[0].path_file.clone();
+        let file = run.file().clone();
         let span = (run.end - run.start) as usize;
         let mut buf = match AlignedBuf::new(span) {
             Ok(b) => b,
@@ -772,7 +771,7 @@ impl Worker {
         };
         match file.read_full(run.start, &mut buf) {
             Ok(got) => {
-                self.account(1, run.reqs.len() as u64 - 1);
+                self.account(run.reqs.len() as u64 - 1, false);
                 self.distribute(run, buf, got);
             }
             Err(_) => self.retry_each(run.reqs),
@@ -782,7 +781,7 @@ impl Worker {
     fn retry_each(&self, run: Vec<Pending>) {
         for p in run {
             let result = self.read_one(&p);
-            self.account(1, 0);
+            self.account(0, false);
             self.complete(p, result);
         }
     }
@@ -869,10 +868,17 @@ impl Worker {
         release(&self.shared, 1);
     }
 
-    fn account(&self, reads: u64, merged: u64) {
+    /// Counts one read that served `merged + 1` requests; `is_async` if the kernel did it with AIO (else a
+    /// `pread`, which has the device to itself).
+    fn account(&self, merged: u64, is_async: bool) {
         let mut s = self.shared.stats.lock();
-        s.reads += reads;
+        s.reads += 1;
         s.merged_requests += merged;
+        if is_async {
+            s.async_reads += 1;
+        } else {
+            s.max_device_depth = s.max_device_depth.max(1);
+        }
     }
 
     fn complete(&self, p: Pending, result: Result<AlignedBuf>) {
