@@ -41,6 +41,25 @@ fn subset(n: usize, k: usize, seed: u64) -> Vec<u32> {
 
 const PCTS: [usize; 5] = [5, 10, 25, 50, 100];
 
+/// Subsets per fraction that iterations cycle through.
+const SUBSETS: usize = 8;
+
+/// `n` distinct random matrices (seeds 0..n) that iterations cycle through, like a decode step that
+/// touches every layer once.
+fn matrices(format: WeightFormat, rows: usize, cols: usize, n: usize) -> Vec<Vec<u8>> {
+    (0..n)
+        .map(|l| random_matrix(format, rows, cols, l as u64))
+        .collect()
+}
+
+/// [`SUBSETS`] sorted random subsets of `pct`% of `rows` rows.
+fn subsets(rows: usize, pct: usize) -> Vec<Vec<u32>> {
+    let k = rows * pct / 100;
+    (0..SUBSETS)
+        .map(|s| subset(rows, k, (pct * 100 + s) as u64))
+        .collect()
+}
+
 fn bench_matvec_rows(c: &mut Criterion) {
     let pool = pool();
     let mut g = c.benchmark_group("matvec_rows");
@@ -49,14 +68,11 @@ fn bench_matvec_rows(c: &mut Criterion) {
     // step that touches every layer once. 4 × 33 MB of Q4_0 is 4x this
     // machine's L3, so the large shape measures rows coming from DRAM; the
     // small one (SmolLM2-135M FFN, 553 KB) is cache-resident.
-    const SUBSETS: usize = 8;
     for (format, rows, cols, layers) in [
         (WeightFormat::Q4_1, 1536, 576, 1),
         (WeightFormat::Q4_0, 14336, 4096, 4),
     ] {
-        let datas: Vec<Vec<u8>> = (0..layers)
-            .map(|l| random_matrix(format, rows, cols, l as u64))
-            .collect();
+        let datas = matrices(format, rows, cols, layers);
         let ws: Vec<QMatrix> = datas
             .iter()
             .map(|d| QMatrix::new(format, rows, cols, d).unwrap())
@@ -65,10 +81,8 @@ fn bench_matvec_rows(c: &mut Criterion) {
             .map(|i| ((i * 7 % 13) as f32 - 6.0) * 0.1)
             .collect();
         for pct in PCTS {
-            let k = rows * pct / 100;
-            let sels: Vec<Vec<u32>> = (0..SUBSETS)
-                .map(|s| subset(rows, k, (pct * 100 + s) as u64))
-                .collect();
+            let sels = subsets(rows, pct);
+            let k = sels[0].len();
             let mut y = vec![0f32; k];
             g.throughput(Throughput::Elements(k as u64));
             let id = BenchmarkId::new(format!("{format:?}/{rows}x{cols}"), format!("{pct}%"));
@@ -97,22 +111,17 @@ fn bench_axpy_rows(c: &mut Criterion) {
     // matrix and one subset would leave a small selection cache-resident
     // between iterations and flatter the low fractions).
     const LAYERS: usize = 4;
-    const SUBSETS: usize = 8;
     // Q4_0 and I4Hybrid at 1% outliers (k = 41).
     let hybrid = WeightFormat::hybrid_for(0.01, cols).unwrap();
     for format in [WeightFormat::Q4_0, hybrid] {
-        let datas: Vec<Vec<u8>> = (0..LAYERS)
-            .map(|l| random_matrix(format, neurons, cols, l as u64))
-            .collect();
+        let datas = matrices(format, neurons, cols, LAYERS);
         let ws: Vec<QMatrix> = datas
             .iter()
             .map(|d| QMatrix::new(format, neurons, cols, d).unwrap())
             .collect();
         for pct in PCTS {
-            let k = neurons * pct / 100;
-            let sels: Vec<Vec<u32>> = (0..SUBSETS)
-                .map(|s| subset(neurons, k, (pct * 100 + s) as u64))
-                .collect();
+            let sels = subsets(neurons, pct);
+            let k = sels[0].len();
             let coeffs: Vec<f32> = (0..k).map(|i| (i % 7) as f32 * 0.1 + 0.05).collect();
             let mut y = vec![0f32; cols];
             g.throughput(Throughput::Elements(k as u64));
