@@ -1,8 +1,9 @@
 //! Project automation, in the style of rust-analyzer's xtask: `cargo xtask <command>`.
 //!
-//! - `ci`: everything CI checks, in order: tool setup, the whole test suite (release profile), the
+//! - `ci`: everything CI checks, in order: tool setup, `tidy`, the whole test suite (release profile), the
 //!   aarch64 tests of kernels-neon, ufs-io, neuron-cache and neuron-store under qemu, and `cargo check` of the library
 //!   crates for aarch64-linux-android.
+//! - `tidy`: `cargo fmt --check` and `cargo clippy --workspace --all-targets -- -D warnings`.
 //! - `setup`: installs what the tests need (rustup targets; Debian's aarch64 cross toolchain and qemu).
 //! - `test-aarch64`: runs the tests of kernels-neon, ufs-io, neuron-cache and neuron-store for aarch64-unknown-linux-gnu
 //!   under qemu.
@@ -143,8 +144,24 @@ fn check_android() -> Result<()> {
     run(&mut c)
 }
 
+/// `tidy`: formatting and lints, as CI checks them (`cargo fmt --check`, `cargo clippy -D warnings` on every
+/// crate and target of the workspace, the release profile so that CI's test build shares dependencies).
+fn tidy() -> Result<()> {
+    run(cargo().args(["fmt", "--all", "--", "--check"]))?;
+    run(cargo().args([
+        "clippy",
+        "--workspace",
+        "--all-targets",
+        "--release",
+        "--",
+        "-D",
+        "warnings",
+    ]))
+}
+
 fn ci() -> Result<()> {
     setup()?;
+    tidy()?;
     run(cargo().args(["test", "--workspace", "--release"]))?;
     test_aarch64()?;
     check_android()?;
@@ -180,6 +197,7 @@ fn main() -> Result<()> {
     match task.as_str() {
         "ci" => ci(),
         "setup" => setup(),
+        "tidy" => tidy(),
         "test-aarch64" => test_aarch64(),
         "check-android" => check_android(),
         "fixtures" => {
@@ -190,7 +208,7 @@ fn main() -> Result<()> {
         }
         "synth-model" => synth_model(),
         _ => {
-            eprintln!("usage: cargo xtask <ci | setup | test-aarch64 | check-android | fixtures | synth-model [--help]>");
+            eprintln!("usage: cargo xtask <ci | setup | tidy | test-aarch64 | check-android | fixtures | synth-model [--help]>");
             bail!("unknown task `{task}`")
         }
     }
