@@ -6,7 +6,7 @@
 //!
 //! Around the forward pass: [`bundle`] knows a model's sidecar files (profile, predictors, resident
 //! file and neuron store), checks they belong to it and sets up sparse decode from them; [`budget`]
-//! splits a memory budget (and is the one place the KV-cache size is computed); [`bench`] measures
+//! splits a memory budget (and is the one place the KV-cache size is computed); [`bench`](mod@bench) measures
 //! prefill and decode speed for any front end to print.
 //!
 //! # Example
