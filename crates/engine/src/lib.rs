@@ -4,6 +4,11 @@
 //! This is the only crate that composes the others: `model-format` (file readers), `model-tokenizer`
 //! (tokenizer, chat template) and `kernels-neon` (math).
 //!
+//! Around the forward pass: [`bundle`] knows a model's sidecar files (profile, predictors, resident
+//! file and neuron store), checks they belong to it and sets up sparse decode from them; [`budget`]
+//! splits a memory budget (and is the one place the KV-cache size is computed); [`bench`](mod@bench) measures
+//! prefill and decode speed for any front end to print.
+//!
 //! # Example
 //! ```no_run
 //! use engine::{Engine, EngineOptions, GenerateRequest, ModelFile, Flow};
@@ -24,6 +29,9 @@
 //! - GGUF llama files keep llama.cpp's permuted Q/K rows and use interleaved RoPE; HF files use
 //!   half-split RoPE: both give the same numbers without rewriting weights.
 
+pub mod bench;
+pub mod budget;
+pub mod bundle;
 pub mod config;
 mod error;
 pub mod fetch;
@@ -38,6 +46,9 @@ pub mod sampling;
 pub mod sparse;
 pub mod sys;
 
+pub use bench::{BenchMode, BenchOptions, BenchReport, ModeRuns};
+pub use budget::{BudgetSplit, FfnBudget, Resident};
+pub use bundle::{ModelBundle, SparsePlan, SparseSidecars};
 pub use config::{Activation, Arch, ModelConfig};
 pub use error::{EngineError, Result};
 pub use forward::{FfnMode, FfnSample, KvCache, Logits};

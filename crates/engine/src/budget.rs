@@ -1,0 +1,236 @@
+//! Memory-budget arithmetic for flash offload: how many bytes of FFN units the neuron cache may hold,
+//! given a budget for the whole process or a share of the FFN, and the size of a KV cache (computed
+//! here and nowhere else).
+//!
+//! Under a process budget ([`FfnBudget::Process`]) what stays resident whatever the cache holds is
+//! counted first ([`Resident`]: the process before it touches weights, the resident file, the KV cache at
+//! the engine's context, the predictors); the FFN cache gets the rest. A budget that leaves nothing is an
+//! error naming both figures.
+
+use crate::config::ModelConfig;
+use crate::error::{EngineError, Result};
+use crate::model::Model;
+
+impl ModelConfig {
+    /// Bytes of a KV cache holding `positions` positions: keys and values (`kv_dim` f32 each) of every
+    /// layer. The one place the KV-cache size is computed.
+    pub fn kv_cache_bytes(&self, positions: usize) -> u64 {
+        let per_position = self.n_layers as u64 * self.kv_dim() as u64 * 2 * 4;
+        per_position * positions as u64
+    }
+}
+
+/// How much memory the offloaded FFN (its neuron cache) may use.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub enum FfnBudget {
+    /// A budget in bytes for the whole process (`--memory-budget`): what stays resident is counted
+    /// first, the FFN cache gets the rest.
+    Process(u64),
+    /// This share of the FFN's bytes (`--ffn-resident`, clamped to 0..=1).
+    Share(f64),
+    /// The whole FFN may be cached.
+    #[default]
+    All,
+}
+
+/// What stays in memory besides the FFN cache, in bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Resident {
+    /// What the process holds before any weight is touched (code, tokenizer, heap).
+    pub process: u64,
+    /// The resident model file (everything but the FFN).
+    pub file: u64,
+    /// The KV cache at the engine's context ([`ModelConfig::kv_cache_bytes`]).
+    pub kv_cache: u64,
+    /// The predictor file, when one is used.
+    pub predictors: u64,
+}
+
+impl Resident {
+    /// Their sum.
+    pub fn total(&self) -> u64 {
+        self.process + self.file + self.kv_cache + self.predictors
+    }
+}
+
+/// How a process budget splits between what stays resident and the FFN cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BudgetSplit {
+    /// The whole budget.
+    pub budget: u64,
+    /// What stays resident ([`Resident::total`]); less than `budget`.
+    pub resident: u64,
+    /// Bytes of the whole FFN (the neuron store).
+    pub ffn: u64,
+}
+
+impl BudgetSplit {
+    /// Bytes left for the FFN cache.
+    pub fn cache(&self) -> u64 {
+        self.budget - self.resident
+    }
+
+    /// Percentage of the FFN the cache can hold (at most 100).
+    pub fn cached_percent(&self) -> f64 {
+        100.0 * self.cache().min(self.ffn) as f64 / self.ffn as f64
+    }
+}
+
+/// The FFN cache budget in bytes for `budget` over an FFN of `ffn` bytes, and, for a process budget,
+/// how it splits. `resident` is asked only for a process budget; `context` (positions) names the KV
+/// cache in the error a budget too small gives.
+pub fn ffn_cache_bytes(
+    budget: FfnBudget,
+    ffn: u64,
+    context: usize,
+    resident: impl FnOnce() -> Resident,
+) -> Result<(usize, Option<BudgetSplit>)> {
+    match budget {
+        FfnBudget::Process(b) => {
+            let fixed = resident().total();
+            if b <= fixed {
+                return Err(EngineError::Request(format!(
+                    "--memory-budget {:.1} MiB leaves nothing for the FFN: the process, the resident file, the KV cache at --ctx {} and the predictors take {:.1} MiB",
+                    mib(b),
+                    context,
+                    mib(fixed)
+                )));
+            }
+            let split = BudgetSplit {
+                budget: b,
+                resident: fixed,
+                ffn,
+            };
+            Ok((split.cache() as usize, Some(split)))
+        }
+        FfnBudget::Share(f) => Ok(((f.clamp(0.0, 1.0) * ffn as f64) as usize, None)),
+        FfnBudget::All => Ok((usize::MAX, None)),
+    }
+}
+
+/// Bytes of the FFN matrices (gate, up and down) of all of `model`'s layers, as loaded (zero for a
+/// resident file, whose FFN is in its neuron store).
+pub fn ffn_weight_bytes(model: &Model<'_>) -> usize {
+    model
+        .layers
+        .iter()
+        .map(|l| {
+            [&l.gate, &l.up, &l.down]
+                .iter()
+                .map(|m| m.data().len())
+                .sum::<usize>()
+        })
+        .sum()
+}
+
+/// The largest predictor of one layer, in bytes: `max_share` of an FFN of `ffn_bytes` spread evenly
+/// over `n_layers` layers (`sparrow train-predictor --max-share`).
+pub fn predictor_max_bytes(ffn_bytes: usize, n_layers: usize, max_share: f64) -> usize {
+    (max_share * ffn_bytes as f64 / n_layers.max(1) as f64) as usize
+}
+
+fn mib(bytes: u64) -> f64 {
+    bytes as f64 / (1024.0 * 1024.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(n_layers: usize, n_kv_heads: usize, head_dim: usize) -> ModelConfig {
+        ModelConfig {
+            arch: crate::config::Arch::Llama,
+            n_layers,
+            d_model: n_kv_heads * head_dim * 3,
+            d_ff: 1536,
+            n_heads: n_kv_heads * 3,
+            n_kv_heads,
+            head_dim,
+            vocab_size: 49152,
+            rms_eps: 1e-5,
+            rope_base: 10000.0,
+            rope_dim: head_dim,
+            rope_style: Default::default(),
+            activation: crate::config::Activation::Silu,
+            context_length: 8192,
+            ffn_store: None,
+        }
+    }
+
+    #[test]
+    fn kv_cache_bytes_counts_keys_and_values_of_every_layer_in_f32() {
+        // SmolLM2-135M: 30 layers, 3 KV heads of 64: 30 * 192 * 2 * 4 = 46,080 bytes per position.
+        let c = config(30, 3, 64);
+        assert_eq!(c.kv_cache_bytes(1), 46_080);
+        assert_eq!(c.kv_cache_bytes(4096), 46_080 * 4096);
+        assert_eq!(c.kv_cache_bytes(0), 0);
+    }
+
+    #[test]
+    fn process_budget_counts_what_stays_resident_first() {
+        let r = Resident {
+            process: 10 << 20,
+            file: 20 << 20,
+            kv_cache: 5 << 20,
+            predictors: 1 << 20,
+        };
+        assert_eq!(r.total(), 36 << 20);
+        let (bytes, split) =
+            ffn_cache_bytes(FfnBudget::Process(100 << 20), 128 << 20, 4096, || r).unwrap();
+        let split = split.unwrap();
+        assert_eq!(bytes, 64 << 20);
+        assert_eq!(split.cache(), 64 << 20);
+        assert_eq!(split.resident, 36 << 20);
+        assert_eq!(split.cached_percent(), 50.0);
+        // A cache larger than the FFN holds all of it.
+        let (_, split) =
+            ffn_cache_bytes(FfnBudget::Process(1 << 30), 128 << 20, 4096, || r).unwrap();
+        assert_eq!(split.unwrap().cached_percent(), 100.0);
+    }
+
+    #[test]
+    fn process_budget_that_leaves_nothing_is_an_error_naming_the_figures() {
+        let r = Resident {
+            process: 30 << 20,
+            file: 10 << 20,
+            ..Default::default()
+        };
+        for b in [0, 1 << 20, 40 << 20] {
+            let e = ffn_cache_bytes(FfnBudget::Process(b), 1 << 30, 512, || r)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("leaves nothing for the FFN"), "{e}");
+            assert!(
+                e.contains("--ctx 512") && e.contains("take 40.0 MiB"),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
+    fn predictor_share_is_per_layer() {
+        assert_eq!(predictor_max_bytes(3000, 3, 0.1), 100);
+        assert_eq!(predictor_max_bytes(3000, 0, 0.1), 300);
+    }
+
+    #[test]
+    fn share_and_all_ignore_what_stays_resident() {
+        let never = || -> Resident { panic!("not asked without a process budget") };
+        assert_eq!(
+            ffn_cache_bytes(FfnBudget::Share(0.5), 1000, 0, never).unwrap(),
+            (500, None)
+        );
+        assert_eq!(
+            ffn_cache_bytes(FfnBudget::Share(2.0), 1000, 0, never).unwrap(),
+            (1000, None)
+        );
+        assert_eq!(
+            ffn_cache_bytes(FfnBudget::Share(-1.0), 1000, 0, never).unwrap(),
+            (0, None)
+        );
+        assert_eq!(
+            ffn_cache_bytes(FfnBudget::All, 1000, 0, never).unwrap(),
+            (usize::MAX, None)
+        );
+    }
+}

@@ -1,0 +1,325 @@
+//! A model file and the files that travel with it ("sidecars"), and how sparse decode is set up from
+//! them: the one place that knows their names, checks that they belong to the model, and splits a
+//! memory budget between what stays resident and the FFN cache.
+//!
+//! Names, for a model at `dir/m.gguf` ([`ModelBundle`]):
+//! - `dir/m.gguf.sparrow-profile`: its activation profile (`sparrow profile`);
+//! - `dir/m.gguf.sparrow-predictor`: its neuron predictors (`sparrow train-predictor`), optional;
+//! - `dir/m.resident.gguf`: the resident file `sparrow convert` writes by default, whose neuron store is
+//!   `dir/m.resident.neurons` ([`crate::offload::store_path_for`]) and whose own sidecars are named as
+//!   above (the profile and predictors are copied next to it: a resident file carries the fingerprint of
+//!   the model it came from, so they stay valid).
+//!
+//! Invariant: a profile or predictor set is used only if its model fingerprint
+//! ([`crate::profile::model_fingerprint`]) and layer counts match the model's.
+
+use std::path::{Path, PathBuf};
+
+use crate::budget::{ffn_cache_bytes, BudgetSplit, FfnBudget, Resident};
+use crate::error::{EngineError, Result};
+use crate::generate::Engine;
+use crate::model::Model;
+use crate::offload::OffloadOptions;
+use crate::sparse::SparseFfn;
+use predictor::{PredictorSet, Profile};
+
+/// Suffix of a model's activation profile (appended to the model's file name).
+pub const PROFILE_SUFFIX: &str = ".sparrow-profile";
+/// Suffix of a model's predictor file (appended to the model's file name).
+pub const PREDICTOR_SUFFIX: &str = ".sparrow-predictor";
+/// Suffix replacing a model's extension in the default name of its resident file.
+pub const RESIDENT_SUFFIX: &str = ".resident.gguf";
+
+/// `path` with `suffix` appended to its whole name: `m.gguf` + `.sparrow-profile` is
+/// `m.gguf.sparrow-profile`.
+pub fn sidecar(path: &Path, suffix: &str) -> PathBuf {
+    let mut s = path.as_os_str().to_os_string();
+    s.push(suffix);
+    PathBuf::from(s)
+}
+
+/// A model path and the names of its sidecars (see the module docs). Touches no file except where a
+/// method says so.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelBundle {
+    model: PathBuf,
+}
+
+impl ModelBundle {
+    /// The bundle of the model file (or HF directory) at `model`.
+    pub fn new(model: impl Into<PathBuf>) -> Self {
+        ModelBundle {
+            model: model.into(),
+        }
+    }
+
+    /// The model's path.
+    pub fn model(&self) -> &Path {
+        &self.model
+    }
+
+    /// Its profile's default path: `<model>.sparrow-profile`.
+    pub fn profile(&self) -> PathBuf {
+        sidecar(&self.model, PROFILE_SUFFIX)
+    }
+
+    /// Its predictors' default path: `<model>.sparrow-predictor`.
+    pub fn predictor(&self) -> PathBuf {
+        sidecar(&self.model, PREDICTOR_SUFFIX)
+    }
+
+    /// The default resident file of a conversion: `<model stem>.resident.gguf` next to the model
+    /// (`model.resident.gguf` when the path has no stem).
+    pub fn resident(&self) -> PathBuf {
+        let stem = self
+            .model
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "model".into());
+        self.model
+            .with_file_name(format!("{stem}{RESIDENT_SUFFIX}"))
+    }
+
+    /// `explicit`, or the default profile path.
+    pub fn profile_or(&self, explicit: Option<&Path>) -> PathBuf {
+        explicit.map_or_else(|| self.profile(), Path::to_path_buf)
+    }
+
+    /// [`Self::profile_or`], which must exist: otherwise an error starting with `needed_by` (what needs
+    /// it, e.g. "--sparse needs a profile") that says how to make one.
+    pub fn existing_profile(&self, explicit: Option<&Path>, needed_by: &str) -> Result<PathBuf> {
+        let path = self.profile_or(explicit);
+        if !path.exists() {
+            return Err(EngineError::Request(format!(
+                "{needed_by}: {} does not exist (run `sparrow profile` first, or give --profile)",
+                path.display()
+            )));
+        }
+        Ok(path)
+    }
+
+    /// The predictor file to use: `explicit` if given (it must then exist when loaded), else the default
+    /// path if that file exists, else none.
+    pub fn predictor_or(&self, explicit: Option<&Path>) -> Option<PathBuf> {
+        match explicit {
+            Some(p) => Some(p.to_path_buf()),
+            None => Some(self.predictor()).filter(|p| p.exists()),
+        }
+    }
+}
+
+impl ModelBundle {
+    /// The copies that carry this model's `profile` and `predictor` (when used) to the sidecar names
+    /// of its resident file `resident`, as (from, to) pairs: a resident file keeps the fingerprint of
+    /// the model it came from, so they stay valid next to it.
+    pub fn carried_sidecars(
+        &self,
+        resident: &Path,
+        profile: &Path,
+        predictor: Option<&Path>,
+    ) -> Vec<(PathBuf, PathBuf)> {
+        let to = ModelBundle::new(resident);
+        let mut copies = vec![(profile.to_path_buf(), to.profile())];
+        if let Some(p) = predictor {
+            copies.push((p.to_path_buf(), to.predictor()));
+        }
+        copies
+    }
+}
+
+/// The neuron store of a resident model (its FFN), `None` for an ordinary model: the file its
+/// configuration names, relative to the model's directory.
+pub fn ffn_store_path(model: &Model<'_>) -> Option<PathBuf> {
+    let r = model.config.ffn_store.as_ref()?;
+    Some(model.path().parent().unwrap_or(Path::new("")).join(&r.file))
+}
+
+/// Loads the predictors at `path` and checks they were trained for `model` (fingerprint and layer
+/// count).
+pub fn load_predictors(path: &Path, model: &Model<'_>) -> Result<PredictorSet> {
+    let set = PredictorSet::load(path)?;
+    if set.model_fingerprint != crate::profile::model_fingerprint(model)
+        || set.layers.len() != model.config.n_layers
+    {
+        return Err(EngineError::BadModel {
+            path: path.to_path_buf(),
+            detail:
+                "these predictors were trained for another model (run `sparrow train-predictor`)"
+                    .into(),
+        });
+    }
+    Ok(set)
+}
+
+/// Which sidecars sparse decode reads (`--profile`, `--predictor`, `--no-predictor`); the defaults
+/// are the model's own ([`ModelBundle`]).
+#[derive(Debug, Clone, Default)]
+pub struct SparseSidecars {
+    /// The profile (default: the model's).
+    pub profile: Option<PathBuf>,
+    /// The predictors (default: the model's, if that file exists).
+    pub predictor: Option<PathBuf>,
+    /// Use no predictor at all.
+    pub no_predictor: bool,
+}
+
+/// Everything sparse decode needs, found and loaded, before the FFN is built ([`SparsePlan::build`]):
+/// the profile, the predictor file, and for a resident model the offload settings with the FFN cache's
+/// budget worked out.
+#[derive(Debug)]
+pub struct SparsePlan {
+    /// Where the profile came from.
+    pub profile_path: PathBuf,
+    /// The profile (thresholds, score).
+    pub profile: Profile,
+    /// The predictor file, when predictors are used.
+    pub predictor: Option<PathBuf>,
+    /// Offload settings (the defaults for an ordinary model, whose FFN is in memory).
+    pub offload: OffloadOptions,
+    /// How a process budget split, when one was given for a resident model.
+    pub budget: Option<BudgetSplit>,
+}
+
+impl SparsePlan {
+    /// Finds and loads the sidecars of `engine`'s model and, for a resident model, sets
+    /// `offload.ffn_budget` from `budget` (the other fields of `offload` are kept). Under a process
+    /// budget, what the process holds now counts as resident.
+    pub fn new(
+        engine: &Engine<'_>,
+        sidecars: &SparseSidecars,
+        budget: FfnBudget,
+        offload: OffloadOptions,
+    ) -> Result<Self> {
+        let model = engine.model();
+        let bundle = ModelBundle::new(model.path());
+        let profile_path =
+            bundle.existing_profile(sidecars.profile.as_deref(), "--sparse needs a profile")?;
+        let profile = Profile::load(&profile_path)?;
+        let predictor = if sidecars.no_predictor {
+            None
+        } else {
+            bundle.predictor_or(sidecars.predictor.as_deref())
+        };
+        let (offload, budget) = match ffn_store_path(model) {
+            None => (OffloadOptions::default(), None),
+            Some(store) => {
+                let ffn = crate::offload::store_ffn_bytes(&store)?;
+                let context = engine.options().context;
+                let (ffn_budget, split) = ffn_cache_bytes(budget, ffn, context, || {
+                    let len = |p: &Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
+                    Resident {
+                        process: crate::sys::rss_bytes().unwrap_or(0),
+                        file: len(model.path()),
+                        kv_cache: model.config.kv_cache_bytes(context.max(1)),
+                        predictors: predictor.as_deref().map_or(0, len),
+                    }
+                })?;
+                (
+                    OffloadOptions {
+                        ffn_budget,
+                        ..offload
+                    },
+                    split,
+                )
+            }
+        };
+        Ok(SparsePlan {
+            profile_path,
+            profile,
+            predictor,
+            offload,
+            budget,
+        })
+    }
+
+    /// The sparse FFN of the plan for `engine` (the one it was made for): the profile's thresholds and
+    /// score (checked against the model), over the neuron store for a resident model, with the
+    /// predictors (checked too) when the plan has them.
+    pub fn build(&self, engine: &Engine<'_>) -> Result<SparseFfn> {
+        let mut sp = crate::profile::sparse_from_profile_with(
+            engine,
+            &self.profile,
+            &self.profile_path,
+            self.offload.clone(),
+        )?;
+        if let Some(p) = &self.predictor {
+            sp = sp.with_predictor(Box::new(load_predictors(p, engine.model())?));
+        }
+        Ok(sp)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sidecars_append_to_the_whole_name() {
+        let b = ModelBundle::new("dir/m.gguf");
+        assert_eq!(b.model(), Path::new("dir/m.gguf"));
+        assert_eq!(b.profile(), PathBuf::from("dir/m.gguf.sparrow-profile"));
+        assert_eq!(b.predictor(), PathBuf::from("dir/m.gguf.sparrow-predictor"));
+        // An HF directory gets them next to it.
+        let hf = ModelBundle::new("models/smol");
+        assert_eq!(hf.profile(), PathBuf::from("models/smol.sparrow-profile"));
+    }
+
+    #[test]
+    fn resident_file_replaces_the_extension_and_names_its_store_and_sidecars() {
+        let b = ModelBundle::new("dir/m.gguf");
+        let r = b.resident();
+        assert_eq!(r, PathBuf::from("dir/m.resident.gguf"));
+        assert_eq!(
+            crate::offload::store_path_for(&r),
+            PathBuf::from("dir/m.resident.neurons")
+        );
+        let rb = ModelBundle::new(&r);
+        assert_eq!(
+            rb.profile(),
+            PathBuf::from("dir/m.resident.gguf.sparrow-profile")
+        );
+        assert_eq!(
+            rb.predictor(),
+            PathBuf::from("dir/m.resident.gguf.sparrow-predictor")
+        );
+        assert_eq!(
+            b.carried_sidecars(&r, Path::new("p"), Some(Path::new("q"))),
+            [
+                (PathBuf::from("p"), rb.profile()),
+                (PathBuf::from("q"), rb.predictor())
+            ]
+        );
+        assert_eq!(b.carried_sidecars(&r, Path::new("p"), None).len(), 1);
+        assert_eq!(
+            ModelBundle::new("/").resident(),
+            PathBuf::from("/model.resident.gguf")
+        );
+    }
+
+    #[test]
+    fn explicit_sidecars_win_and_default_predictors_only_if_present() {
+        let dir = std::env::temp_dir().join(format!("sparrow-bundle-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let b = ModelBundle::new(dir.join("m.gguf"));
+        let other = dir.join("other");
+        assert_eq!(b.profile_or(Some(&other)), other);
+        assert_eq!(b.profile_or(None), b.profile());
+        // An explicit predictor is used even if absent (loading it then fails, naming it).
+        assert_eq!(b.predictor_or(Some(&other)), Some(other.clone()));
+        assert_eq!(b.predictor_or(None), None);
+        let e = b
+            .existing_profile(None, "--sparse needs a profile")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("--sparse needs a profile: ")
+                && e.contains("m.gguf.sparrow-profile does not exist"),
+            "{e}"
+        );
+        std::fs::write(b.predictor(), b"x").unwrap();
+        std::fs::write(b.profile(), b"x").unwrap();
+        assert_eq!(b.predictor_or(None), Some(b.predictor()));
+        assert_eq!(b.existing_profile(None, "x").unwrap(), b.profile());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,154 @@
+//! `engine::bundle` on the tiny fixtures: sparse set-up from a model's sidecars, the fingerprint checks
+//! of profiles and predictors, and the FFN cache budget of a resident file.
+
+mod common;
+
+use std::path::PathBuf;
+
+use engine::bundle::{load_predictors, ModelBundle, SparsePlan, SparseSidecars};
+use engine::offload::{convert, store_path_for, ConvertOptions, OffloadOptions};
+use engine::{Engine, EngineOptions, FfnBudget, ModelFile, PredictorSet};
+
+fn fixture(name: &str) -> ModelFile {
+    ModelFile::open(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../../fixtures")
+            .join(name),
+    )
+    .unwrap()
+}
+
+fn tmp_dir(name: &str) -> PathBuf {
+    let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("bundle-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn engine(file: &ModelFile) -> Engine<'_> {
+    Engine::new(
+        file,
+        EngineOptions {
+            threads: 1,
+            context: 64,
+            ..Default::default()
+        },
+    )
+    .unwrap()
+}
+
+fn with_profile(profile: PathBuf) -> SparseSidecars {
+    SparseSidecars {
+        profile: Some(profile),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn sparse_plan_of_an_ordinary_model_checks_the_profile_and_predictors() {
+    let dir = tmp_dir("plain");
+    let file = fixture("tiny-llama-silu-q4_0.gguf");
+    let eng = engine(&file);
+    let profile = dir.join("p");
+    common::synthetic_profile(eng.model())
+        .save(&profile)
+        .unwrap();
+    let plan = SparsePlan::new(
+        &eng,
+        &with_profile(profile.clone()),
+        FfnBudget::Process(1),
+        OffloadOptions::default(),
+    )
+    .unwrap();
+    // No store: the budget does not apply and no predictor file sits next to the fixture.
+    assert!(plan.budget.is_none() && plan.predictor.is_none());
+    assert_eq!(plan.offload.ffn_budget, usize::MAX);
+    assert!(plan.build(&eng).unwrap().offload().is_none());
+
+    // A profile of another model is refused when the FFN is built.
+    let other = fixture("tiny-qwen2-q4_1.gguf");
+    let other_profile = dir.join("q");
+    common::synthetic_profile(engine(&other).model())
+        .save(&other_profile)
+        .unwrap();
+    let plan = SparsePlan::new(
+        &eng,
+        &with_profile(other_profile),
+        FfnBudget::All,
+        OffloadOptions::default(),
+    )
+    .unwrap();
+    let e = plan.build(&eng).err().expect("refused").to_string();
+    assert!(e.contains("made for another model"), "{e}");
+
+    // Predictors of another model are refused, naming the file.
+    let pred = dir.join("m.sparrow-predictor");
+    PredictorSet {
+        model_fingerprint: 1,
+        layers: Vec::new(),
+    }
+    .save(&pred)
+    .unwrap();
+    let e = load_predictors(&pred, eng.model()).unwrap_err().to_string();
+    assert!(
+        e.contains("m.sparrow-predictor") && e.contains("trained for another model"),
+        "{e}"
+    );
+    let sidecars = SparseSidecars {
+        predictor: Some(pred),
+        ..with_profile(profile)
+    };
+    let plan = SparsePlan::new(&eng, &sidecars, FfnBudget::All, OffloadOptions::default()).unwrap();
+    assert!(plan.build(&eng).is_err());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn resident_file_budget_counts_what_stays_resident() {
+    let dir = tmp_dir("resident");
+    let file = fixture("tiny-llama-relu-q8_0.gguf");
+    let profile = common::synthetic_profile(engine(&file).model());
+    let resident = ModelBundle::new(dir.join("m.gguf")).resident();
+    convert(
+        &file,
+        &profile,
+        &resident,
+        &ConvertOptions::default(),
+        |_, _| {},
+    )
+    .unwrap();
+    // The default sidecar of the resident file is found without being named.
+    profile.save(ModelBundle::new(&resident).profile()).unwrap();
+    let rfile = ModelFile::open(&resident).unwrap();
+    let eng = engine(&rfile);
+    let store = std::fs::metadata(store_path_for(&resident)).unwrap().len();
+    let none = SparseSidecars::default();
+    let opts = OffloadOptions {
+        queue_depth: 7,
+        ..Default::default()
+    };
+
+    let plan = SparsePlan::new(&eng, &none, FfnBudget::Share(0.5), opts.clone()).unwrap();
+    assert_eq!(plan.offload.ffn_budget, (0.5 * store as f64) as usize);
+    assert_eq!(plan.offload.queue_depth, 7, "the other settings are kept");
+    assert!(plan.budget.is_none());
+    assert!(plan.build(&eng).unwrap().offload().is_some());
+
+    let big = 1u64 << 40;
+    let plan = SparsePlan::new(&eng, &none, FfnBudget::Process(big), opts.clone()).unwrap();
+    let split = plan.budget.unwrap();
+    let file_len = std::fs::metadata(&resident).unwrap().len();
+    let kv = eng.model().config.kv_cache_bytes(64);
+    assert!(split.resident >= file_len + kv, "{split:?}");
+    assert_eq!(split.ffn, store);
+    assert_eq!(plan.offload.ffn_budget as u64, big - split.resident);
+
+    let e = SparsePlan::new(&eng, &none, FfnBudget::Process(1 << 20), opts)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("leaves nothing for the FFN") && e.contains("--ctx 64"),
+        "{e}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -1,0 +1,182 @@
+//! Argument groups shared by several subcommands: the model and how it runs ([`ModelArgs`]), flash
+//! offload ([`OffloadArgs`]) and a calibration corpus ([`CorpusArgs`]), and their translation into the
+//! engine's settings.
+
+use std::path::PathBuf;
+
+use clap::Args;
+use engine::{FfnBudget, OffloadOptions, SparseSidecars};
+
+#[derive(Args, Clone)]
+pub struct ModelArgs {
+    /// A GGUF file or an HF directory (config.json + safetensors). Default: SmolLM2-135M-Instruct,
+    /// fetched into the model cache if absent.
+    #[arg(long, short = 'm')]
+    pub model: Option<PathBuf>,
+    /// Compute threads (0: one per core).
+    #[arg(long, short = 't', default_value_t = 0)]
+    pub threads: usize,
+    /// Exact mode: dequantized weights, f32 activations (slower; matches a reference implementation).
+    #[arg(long, conflicts_with = "int8")]
+    pub exact: bool,
+    /// 8-bit activations (llama.cpp style): fastest on compute-bound cores, but logits drift
+    /// (up to ~1 on SmolLM2) and greedy text can differ. The default uses 16-bit activations.
+    #[arg(long)]
+    pub int8: bool,
+    /// Weight rows per parallel work item of the dense kernels (0: automatic, about four items per
+    /// thread; PowerInfer-2 uses 512).
+    #[arg(long, default_value_t = 0)]
+    pub chunk_rows: usize,
+    /// Context size in tokens (0: the model's training context).
+    #[arg(long, default_value_t = 4096)]
+    pub ctx: usize,
+    /// Sparse FFN: compute only the neurons expected to fire, with the thresholds of the model's
+    /// profile (`sparrow profile`) and its predictors (`sparrow train-predictor`) when present.
+    #[arg(long)]
+    pub sparse: bool,
+    /// Profile file for --sparse (default: `<model>.sparrow-profile`).
+    #[arg(long, requires = "sparse")]
+    pub profile: Option<PathBuf>,
+    /// Predictor file for --sparse (default: `<model>.sparrow-predictor` if it exists).
+    #[arg(long, requires = "sparse")]
+    pub predictor: Option<PathBuf>,
+    /// With --sparse, use no predictor: every gate and up row is computed and the thresholds pick
+    /// the down columns.
+    #[arg(long, requires = "sparse")]
+    pub no_predictor: bool,
+    /// Re-quantize the layer weights (q, k, v, o, gate, up, down) at load time: `q4_0`, `int4`
+    /// (per-channel INT4), or `hybrid:<fraction>` (per-channel INT4 plus that fraction of each
+    /// row as INT8 outliers, PowerInfer-2 section 7.6; e.g. `hybrid:1%`). Embedding and output
+    /// projection stay as in the file.
+    #[arg(long)]
+    pub requant: Option<engine::Requant>,
+    #[command(flatten)]
+    pub offload: OffloadArgs,
+}
+
+/// Flash offload: used when the model is a resident file written by `sparrow convert` (its FFN is
+/// read from the neuron store next to it).
+#[derive(Args, Clone)]
+pub struct OffloadArgs {
+    /// Memory budget for the whole process, e.g. `140M`, `1.5G`: what it holds before touching weights
+    /// (code, tokenizer), the resident file, the KV cache at --ctx and the predictors are counted
+    /// first; the FFN neuron cache gets the rest.
+    #[arg(long, value_parser = parse_size, conflicts_with = "ffn_resident")]
+    pub memory_budget: Option<u64>,
+    /// Instead of --memory-budget: the share of the FFN kept in memory (e.g. 0.5).
+    #[arg(long)]
+    pub ffn_resident: Option<f64>,
+    /// Share of the FFN cache preloaded with each layer's hottest neurons (the rest is an LRU of
+    /// neurons read on demand). All by default: on SmolLM2 the predicted neurons of a token cover 93%
+    /// of the pages, a cyclic scan that an LRU smaller than it never hits (docs/BENCHMARKS.md).
+    #[arg(long, default_value_t = 1.0)]
+    pub hot_share: f32,
+    /// Unit reads in flight on the I/O thread; the kernel gets up to this many at once (Linux AIO).
+    #[arg(long, default_value_t = 256)]
+    pub io_depth: usize,
+    /// Core to pin the I/O thread to.
+    #[arg(long)]
+    pub io_core: Option<usize>,
+    /// Read through the page cache instead of with direct I/O.
+    #[arg(long)]
+    pub no_direct: bool,
+    /// Ablation: do not keep neurons read from flash (only the preloaded hot set is cached).
+    #[arg(long, hide = true)]
+    pub no_cold_cache: bool,
+    /// Ablation: wait for all reads of a layer before computing cached neurons.
+    #[arg(long, hide = true)]
+    pub no_pipeline: bool,
+    /// Two-phase loading (PowerInfer-2 4.4) where a store's units span pages: read a unit's gate page
+    /// first and the rest only if a neuron fires. Saves bytes when most predicted neurons turn out
+    /// inactive; costs a second read in series otherwise (off by default, see docs/BENCHMARKS.md)
+    #[arg(long)]
+    pub two_phase: bool,
+    /// Issue one blocking read at a time instead of handing up to --io-depth reads to the kernel at
+    /// once (Linux AIO); for comparison.
+    #[arg(long)]
+    pub io_sync: bool,
+}
+
+/// Parses `123`, `64K`, `80M`, `1.5G` (powers of 1024).
+pub fn parse_size(s: &str) -> std::result::Result<u64, String> {
+    let t = s.trim();
+    let (num, mul) = match t
+        .char_indices()
+        .last()
+        .map(|(i, c)| (i, c.to_ascii_uppercase()))
+    {
+        Some((i, 'K')) => (&t[..i], 1u64 << 10),
+        Some((i, 'M')) => (&t[..i], 1 << 20),
+        Some((i, 'G')) => (&t[..i], 1 << 30),
+        _ => (t, 1),
+    };
+    let v: f64 = num
+        .parse()
+        .map_err(|_| format!("`{s}` is not a size (e.g. 80M, 1.5G)"))?;
+    if !v.is_finite() || v < 0.0 {
+        return Err(format!("`{s}` is not a size"));
+    }
+    Ok((v * mul as f64) as u64)
+}
+
+#[derive(Args)]
+pub struct CorpusArgs {
+    /// Text to profile (calibrate on the validation split, never the test split).
+    #[arg(long, default_value = "../shared/data/wikitext-2/valid.txt")]
+    pub corpus: PathBuf,
+    /// Tokens per window.
+    #[arg(long, default_value_t = 512)]
+    pub window: usize,
+}
+
+impl ModelArgs {
+    /// The sidecars `--profile`, `--predictor` and `--no-predictor` choose.
+    pub fn sidecars(&self) -> SparseSidecars {
+        SparseSidecars {
+            profile: self.profile.clone(),
+            predictor: self.predictor.clone(),
+            no_predictor: self.no_predictor,
+        }
+    }
+}
+
+impl OffloadArgs {
+    /// The FFN cache budget `--memory-budget` or `--ffn-resident` gives.
+    pub fn budget(&self) -> FfnBudget {
+        match (self.memory_budget, self.ffn_resident) {
+            (Some(b), _) => FfnBudget::Process(b),
+            (None, Some(f)) => FfnBudget::Share(f),
+            (None, None) => FfnBudget::All,
+        }
+    }
+
+    /// The offload settings of the other flags (the FFN budget is worked out by the engine).
+    pub fn options(&self) -> OffloadOptions {
+        OffloadOptions {
+            hot_share: self.hot_share,
+            queue_depth: self.io_depth,
+            pin_core: self.io_core,
+            direct: !self.no_direct,
+            cache_cold: !self.no_cold_cache,
+            pipeline: !self.no_pipeline,
+            two_phase: self.two_phase,
+            async_io: !self.io_sync,
+            ..Default::default()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_size;
+
+    #[test]
+    fn sizes_are_powers_of_1024() {
+        assert_eq!(parse_size("123"), Ok(123));
+        assert_eq!(parse_size("64K"), Ok(64 << 10));
+        assert_eq!(parse_size("80m"), Ok(80 << 20));
+        assert_eq!(parse_size(" 1.5G "), Ok(3 << 29));
+        assert!(parse_size("x").is_err());
+        assert!(parse_size("-1M").is_err());
+    }
+}

@@ -1,0 +1,259 @@
+//! `sparrow bench`: prefill and decode speed (the measurement is `engine::bench`; this parses the
+//! options, builds the engines and prints the report as text or JSON).
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use engine::bench::{mean_sd, quantile};
+use engine::{BenchMode, BenchOptions, BenchReport, Engine, ModeRuns, ModelFile, Overlay};
+
+use crate::args::ModelArgs;
+use crate::load::{build_overlay, engine_options, open_model, setup_sparse};
+use crate::ui::{mib, precision_name};
+
+#[derive(Args)]
+pub struct BenchArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Prompt tokens for the prefill test (pp).
+    #[arg(long, short = 'p', default_value_t = 512)]
+    pub n_prompt: usize,
+    /// Generated tokens for the decode test (tg).
+    #[arg(long, short = 'n', default_value_t = 128)]
+    pub n_gen: usize,
+    /// Repetitions of each test (the report gives the mean and spread).
+    #[arg(long, short = 'r', default_value_t = 3)]
+    pub reps: usize,
+    /// Take the tokens from this text file instead of pseudo-random ids (decode is then
+    /// teacher-forced: the file's next token is fed whatever the model predicted). With --sparse the
+    /// default is the WikiText-2 test split, since sparsity depends on what the text is.
+    #[arg(long)]
+    pub text: Option<PathBuf>,
+    /// Print one JSON object.
+    #[arg(long)]
+    pub json: bool,
+    /// With --sparse: also run this resident file (`sparrow convert` of the same model) over its
+    /// neuron store, alternating with in-memory sparse decode, and report offloaded/in-memory ratios
+    /// with per-token latency, cache misses and flash reads (the --memory-budget options apply to it).
+    #[arg(long, requires = "sparse")]
+    pub offload: Option<PathBuf>,
+}
+
+/// Runs the subcommand and prints its result.
+pub fn run(a: BenchArgs) -> Result<()> {
+    let file = open_model(&a.model, a.json)?;
+    let overlay = build_overlay(&file, &a.model, a.json)?;
+    let mut eng = Engine::new_with_overlay(&file, overlay.as_ref(), engine_options(&a.model))?;
+    setup_sparse(&mut eng, &a.model, a.json)?;
+    let opts = BenchOptions {
+        n_prompt: a.n_prompt,
+        n_gen: a.n_gen,
+        reps: a.reps,
+        teacher_forced: false,
+    };
+    let need = opts.tokens_needed();
+    let text = a.text.clone().or_else(|| {
+        (a.model.sparse || eng.model().config.ffn_store.is_some())
+            .then(|| PathBuf::from("../shared/data/wikitext-2/test.txt"))
+    });
+    let tokens: Vec<u32> = match &text {
+        Some(path) => {
+            let t = std::fs::read_to_string(path).with_context(|| {
+                format!("reading {} (give another text with --text)", path.display())
+            })?;
+            engine::bench::text_tokens(&eng, &t, path, need)?
+        }
+        None => engine::bench::synthetic_tokens(need, eng.model().config.vocab_size as u32),
+    };
+    // With --sparse every repetition runs dense and sparse back to back (alternating which goes
+    // first), so the ratio compares the two on the same machine state. With --offload the pair is
+    // in-memory sparse and offloaded sparse (a second engine over the resident file). A resident
+    // model alone runs only sparse (its FFN is in the store).
+    let off_file = a.offload.as_ref().map(ModelFile::open).transpose()?;
+    let off_eng = match &off_file {
+        Some(f) => {
+            let mut e = Engine::new(f, engine_options(&a.model))?;
+            if e.model().config.ffn_store.is_none() {
+                bail!(
+                    "--offload {}: not a resident file (make one with `sparrow convert`)",
+                    f.path().display()
+                );
+            }
+            let mut margs = a.model.clone();
+            margs.model = Some(f.path().to_path_buf());
+            margs.profile = None;
+            margs.predictor = None;
+            setup_sparse(&mut e, &margs, a.json)?;
+            Some(e)
+        }
+        None => None,
+    };
+    let opts = BenchOptions {
+        teacher_forced: text.is_some(),
+        ..opts
+    };
+    let report = engine::bench::run(&mut eng, off_eng.as_ref(), &tokens, &opts)?;
+    let out = Printed {
+        a: &a,
+        eng: &eng,
+        file: &file,
+        overlay: overlay.as_ref(),
+        text: text.as_ref(),
+        report: &report,
+    };
+    if a.json {
+        out.json()
+    } else {
+        out.text();
+        Ok(())
+    }
+}
+
+/// What the report is printed from.
+struct Printed<'p, 'e> {
+    a: &'p BenchArgs,
+    eng: &'p Engine<'e>,
+    file: &'p ModelFile,
+    overlay: Option<&'p Overlay>,
+    text: Option<&'p PathBuf>,
+    report: &'p BenchReport,
+}
+
+impl Printed<'_, '_> {
+    fn json(&self) -> Result<()> {
+        let (a, eng, report) = (self.a, self.eng, self.report);
+        let (modes, runs) = (&report.modes, &report.runs);
+        let offload_json = |r: &ModeRuns| {
+            r.offload.as_ref().map(|o| {
+                let n = o.tokens.max(1) as f64;
+                serde_json::json!({
+                    "miss_rate": o.miss_rate(), "units_per_token": o.units as f64 / n,
+                    "mib_read_per_token": mib(o.bytes_read) / n, "io_wait_share": mean_sd(&r.wait_share).0,
+                    "rest_skipped_per_token": o.rest_skipped as f64 / n,
+                    "cache_resident_mib": mib(o.resident_bytes as u64),
+                    "token_ms_p50": 1e3 * quantile(&r.token_s, 0.5), "token_ms_p90": 1e3 * quantile(&r.token_s, 0.9),
+                    "token_ms_p99": 1e3 * quantile(&r.token_s, 0.99),
+                })
+            })
+        };
+        let mode_json = |r: &ModeRuns| {
+            let (pm, ps) = mean_sd(&r.pp);
+            let (tm, ts) = mean_sd(&r.tg);
+            serde_json::json!({
+                "pp_tok_s": pm, "pp_tok_s_sd": ps, "tg_tok_s": tm, "tg_tok_s_sd": ts,
+                "pp_runs": r.pp, "tg_runs": r.tg, "ffn_time_share": mean_sd(&r.ffn_share).0,
+                "sparse_stats": r.stats.map(|s| serde_json::json!({
+                    "gate_frac": s.gate_frac(), "up_frac": s.up_frac(), "down_frac": s.down_frac(),
+                })),
+                "offload": offload_json(r),
+            })
+        };
+        let mut v = mode_json(&runs[0]);
+        v["mode"] = serde_json::json!(report.mode_name(modes[0]));
+        v["model"] = serde_json::json!(self.file.path());
+        v["threads"] = serde_json::json!(eng.threads());
+        v["precision"] = serde_json::json!(precision_name(eng.options().precision));
+        v["n_prompt"] = serde_json::json!(a.n_prompt);
+        v["n_gen"] = serde_json::json!(a.n_gen);
+        v["reps"] = serde_json::json!(a.reps);
+        v["text"] = serde_json::json!(self.text);
+        v["weight_bytes"] = serde_json::json!(eng.model().weight_bytes);
+        v["requant"] = serde_json::json!(self.overlay.map(|o| o.requant().to_string()));
+        v["peak_rss_bytes"] = serde_json::json!(engine::sys::peak_rss_bytes());
+        if runs.len() == 2 {
+            let key = if modes[1] == BenchMode::Offload {
+                "offloaded"
+            } else {
+                "sparse"
+            };
+            v[key] = mode_json(&runs[1]);
+            v[key]["tg_ratio"] = serde_json::json!(report.tg_ratio().map(|r| r.0));
+            v[key]["pp_ratio"] = serde_json::json!(report.pp_ratio().map(|r| r.0));
+        }
+        println!("{}", serde_json::to_string(&v)?);
+        Ok(())
+    }
+
+    fn text(&self) {
+        let (a, eng, report) = (self.a, self.eng, self.report);
+        let modes = &report.modes;
+        let rq = self
+            .overlay
+            .map(|o| format!(" | layers re-quantized to {}", o.requant()))
+            .unwrap_or_default();
+        let src = self
+            .text
+            .map(|p| format!(" | tokens from {}", p.display()))
+            .unwrap_or_default();
+        println!(
+            "model: {} | threads {} | {} mode{rq}{src} | {:.1} MiB weights read per token (dense)",
+            self.file.path().display(),
+            eng.threads(),
+            precision_name(eng.options().precision),
+            mib(eng.model().weight_bytes as u64)
+        );
+        let width = modes
+            .iter()
+            .map(|&m| report.mode_name(m).len())
+            .max()
+            .unwrap_or(0);
+        for (r, &m) in report.runs.iter().zip(modes) {
+            let name = if modes.len() == 2 || m == BenchMode::Offload {
+                format!("{:<width$} ", report.mode_name(m))
+            } else {
+                String::new()
+            };
+            let (pm, ps) = mean_sd(&r.pp);
+            let (tm, ts) = mean_sd(&r.tg);
+            if !r.pp.is_empty() {
+                println!("{name}pp{:<5} {:>8.1} ± {:.1} tok/s", a.n_prompt, pm, ps);
+            }
+            if !r.tg.is_empty() {
+                let extra = match r.stats {
+                    Some(s) => format!("  (FFN {:.0}% of time; rows computed: gate {:.0}%, up {:.0}%, down {:.0}%)", 100.0 * mean_sd(&r.ffn_share).0, 100.0 * s.gate_frac(), 100.0 * s.up_frac(), 100.0 * s.down_frac()),
+                    None => format!("  ({:.2} GB/s of weights, FFN {:.0}% of time)", tm * eng.model().weight_bytes as f64 / 1e9, 100.0 * mean_sd(&r.ffn_share).0),
+                };
+                println!(
+                    "{name}tg{:<5} {:>8.1} ± {:.1} tok/s{extra}",
+                    a.n_gen, tm, ts
+                );
+            }
+            if let Some(o) = &r.offload {
+                let n = o.tokens.max(1) as f64;
+                println!(
+                    "{name}per token: latency P50 {:.1} / P90 {:.1} / P99 {:.1} ms | units needed {:.0} ({:.0}% hot, {:.0}% cold hits, {:.1}% misses{}) | {:.2} MiB read | waiting for flash {:.0}% of decode time | cache {:.1} MiB",
+                    1e3 * quantile(&r.token_s, 0.5),
+                    1e3 * quantile(&r.token_s, 0.9),
+                    1e3 * quantile(&r.token_s, 0.99),
+                    o.units as f64 / n,
+                    100.0 * o.hot_hits as f64 / o.units.max(1) as f64,
+                    100.0 * o.cold_hits as f64 / o.units.max(1) as f64,
+                    100.0 * o.miss_rate(),
+                    if o.rest_skipped > 0 {
+                        format!(
+                            ", {:.0}% of them gate page only",
+                            100.0 * o.rest_skipped as f64 / o.misses.max(1) as f64
+                        )
+                    } else {
+                        String::new()
+                    },
+                    mib(o.bytes_read) / n,
+                    100.0 * mean_sd(&r.wait_share).0,
+                    mib(o.resident_bytes as u64),
+                );
+            }
+        }
+        let ratio_name = report.ratio_name();
+        if let Some((m, s)) = report.pp_ratio() {
+            println!("{ratio_name} pp: {m:.3} ± {s:.3} (per-repetition ratios)");
+        }
+        if let Some((m, s)) = report.tg_ratio() {
+            println!("{ratio_name} tg: {m:.3} ± {s:.3} (per-repetition ratios)");
+        }
+        println!(
+            "peak RSS {:.1} MiB",
+            mib(engine::sys::peak_rss_bytes().unwrap_or(0))
+        );
+    }
+}

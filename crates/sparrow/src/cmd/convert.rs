@@ -1,0 +1,99 @@
+//! `sparrow convert`: split a model into a resident file and a neuron store for flash offload.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use engine::{ModelBundle, ModelFile};
+
+use crate::ui::{bar, mib};
+
+#[derive(Args)]
+pub struct ConvertArgs {
+    /// The GGUF model (default: SmolLM2-135M-Instruct, fetched if absent).
+    #[arg(long, short = 'm')]
+    pub model: Option<PathBuf>,
+    /// Its profile (default: `<model>.sparrow-profile`; run `sparrow profile` first).
+    #[arg(long)]
+    pub profile: Option<PathBuf>,
+    /// Its predictors, copied next to the resident file (default: `<model>.sparrow-predictor` if it exists).
+    #[arg(long)]
+    pub predictor: Option<PathBuf>,
+    /// Output resident file (default: `<model stem>.resident.gguf` next to the model); the store is
+    /// written next to it with the extension `.neurons`.
+    #[arg(long, short = 'o')]
+    pub out: Option<PathBuf>,
+    /// One neuron per 4 KiB page instead of packing neighbours by activation frequency.
+    #[arg(long)]
+    pub no_pack: bool,
+    /// Read back every page of the store and check it.
+    #[arg(long)]
+    pub verify: bool,
+}
+
+/// Runs the subcommand and prints its result.
+pub fn run(a: ConvertArgs) -> Result<()> {
+    let path = match &a.model {
+        Some(p) => p.clone(),
+        None => engine::fetch::ensure_default_model(|line| eprintln!("sparrow: {line}"))?,
+    };
+    let file = ModelFile::open(&path)?;
+    let bundle = ModelBundle::new(&path);
+    let profile_path = bundle.existing_profile(
+        a.profile.as_deref(),
+        "convert orders neurons by the model's profile",
+    )?;
+    let profile = engine::Profile::load(&profile_path)?;
+    let out = a.out.clone().unwrap_or_else(|| bundle.resident());
+    let opts = engine::ConvertOptions {
+        max_neurons_per_unit: if a.no_pack { 1 } else { usize::MAX },
+        ..Default::default()
+    };
+    let t = Instant::now();
+    let b = bar(profile.layers.len() as u64, "layers");
+    let r = engine::offload::convert(&file, &profile, &out, &opts, |done, _| {
+        b.set_position(done as u64)
+    })
+    .with_context(|| format!("converting {}", path.display()))?;
+    b.finish_and_clear();
+    // The profile and predictors travel with the resident file (same model fingerprint).
+    let pred = bundle.predictor_or(a.predictor.as_deref());
+    let copied_pred = pred.is_some();
+    for (from, to) in bundle.carried_sidecars(&out, &profile_path, pred.as_deref()) {
+        std::fs::copy(&from, to).with_context(|| format!("copying {}", from.display()))?;
+    }
+    if a.verify {
+        engine::offload::verify(&out)
+            .with_context(|| format!("verifying {}", r.store.display()))?;
+    }
+    let l = r.layout;
+    let hot: usize = r.hot_neurons.iter().sum();
+    println!(
+        "resident file {} ({:.1} MiB): embeddings, attention, norms, output",
+        r.resident.display(),
+        mib(r.resident_bytes)
+    );
+    println!(
+        "neuron store  {} ({:.1} MiB): {} neuron(s) of {} bytes per {}-page unit ({:.0}% of each unit used), {} hot neurons (batch-1 frequency ≥ {}) first in their layers",
+        r.store.display(),
+        mib(r.store_bytes),
+        l.neurons,
+        l.bundle_bytes(),
+        l.pages,
+        100.0 * (l.neurons * l.bundle_bytes()) as f64 / l.unit_bytes() as f64,
+        hot,
+        opts.hot_frequency
+    );
+    println!(
+        "profile{} copied next to it; converted in {:.1} s{}",
+        if copied_pred { " and predictors" } else { "" },
+        t.elapsed().as_secs_f64(),
+        if a.verify {
+            ", every page verified"
+        } else {
+            ""
+        }
+    );
+    Ok(())
+}

@@ -1,0 +1,8 @@
+//! One module per subcommand: its arguments and `run`, which parses nothing more and prints the result.
+
+pub mod bench;
+pub mod convert;
+pub mod perplexity;
+pub mod profile;
+pub mod run;
+pub mod train;

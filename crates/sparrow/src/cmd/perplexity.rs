@@ -1,0 +1,71 @@
+//! `sparrow perplexity`: perplexity of a model on a text file.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use engine::Engine;
+
+use crate::args::ModelArgs;
+use crate::load::{build_overlay, engine_options, open_model, setup_sparse};
+use crate::ui::{bar, precision_name};
+
+#[derive(Args)]
+pub struct PplArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// The text file to score.
+    #[arg(long, short = 'f')]
+    pub file: PathBuf,
+    /// Tokens per window.
+    #[arg(long, default_value_t = 512)]
+    pub window: usize,
+    /// Number of windows (from the start of the file).
+    #[arg(long, default_value_t = 16)]
+    pub windows: usize,
+    /// Print one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Runs the subcommand and prints its result.
+pub fn run(a: PplArgs) -> Result<()> {
+    let file = open_model(&a.model, a.json)?;
+    let overlay = build_overlay(&file, &a.model, a.json)?;
+    let mut eng = Engine::new_with_overlay(&file, overlay.as_ref(), engine_options(&a.model))?;
+    setup_sparse(&mut eng, &a.model, a.json)?;
+    let text = std::fs::read_to_string(&a.file)
+        .with_context(|| format!("reading {}", a.file.display()))?;
+    let tokens = eng.tokenizer().encode(&text, false)?;
+    let bar = bar(a.windows as u64, "windows");
+    let r = eng.perplexity(&tokens, a.window, a.windows, |done, _| {
+        bar.set_position(done as u64)
+    })?;
+    bar.finish_and_clear();
+    if a.json {
+        let mut v = serde_json::to_value(&r)?;
+        v["model"] = serde_json::json!(file.path());
+        v["file"] = serde_json::json!(a.file);
+        v["precision"] = serde_json::json!(precision_name(eng.options().precision));
+        v["sparse"] = serde_json::json!(eng.sparse().is_some());
+        v["requant"] = serde_json::json!(overlay.as_ref().map(|o| o.requant().to_string()));
+        v["requant_bits_per_weight"] =
+            serde_json::json!(overlay.as_ref().map(|o| o.bits_per_weight()));
+        println!("{}", serde_json::to_string(&v)?);
+    } else {
+        println!(
+            "perplexity {:.4} (mean NLL {:.6}) over {} windows of {} tokens of {} ({} tokens in file), {:.1} tok/s, {} mode{}",
+            r.ppl,
+            r.mean_nll,
+            r.windows,
+            r.window,
+            a.file.display(),
+            r.tokens_in_text,
+            r.tokens_per_s,
+            precision_name(eng.options().precision),
+            overlay.as_ref().map(|o| format!(", layers re-quantized to {}", o.requant())).unwrap_or_default()
+                + if eng.sparse().is_some() { ", sparse FFN" } else { "" }
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,171 @@
+//! `sparrow profile`: profile FFN activations over a corpus, calibrate the sparsity thresholds, and
+//! write the model's profile.
+
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+
+use anyhow::{bail, Result};
+use clap::Args;
+use engine::{Engine, ModelBundle};
+
+use crate::args::{CorpusArgs, ModelArgs};
+use crate::load::{build_overlay, engine_options, open_model, read_corpus};
+use crate::ui::{bar, stop_flag};
+
+#[derive(Args)]
+pub struct ProfileArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[command(flatten)]
+    pub corpus: CorpusArgs,
+    /// Windows profiled (statistics).
+    #[arg(long, default_value_t = 24)]
+    pub windows: usize,
+    /// Windows used to calibrate thresholds (the first ones of the corpus).
+    #[arg(long, default_value_t = 8)]
+    pub calib_windows: usize,
+    /// Target share of inactive neurons per layer.
+    #[arg(long, conflicts_with = "ppl_budget")]
+    pub sparsity: Option<f32>,
+    /// Instead of --sparsity: the highest sparsity whose perplexity on held-out validation windows
+    /// stays within this relative increase over dense (e.g. 0.03 for +3%).
+    #[arg(long)]
+    pub ppl_budget: Option<f32>,
+    /// What thresholds apply to: `output` (|act(gate)·up|·‖down_j‖, best quality), `gate`
+    /// (|act(gate)|, CATS) or `gate-norm` (|act(gate)|·‖down_j‖).
+    #[arg(long, default_value = "output")]
+    pub score: String,
+    /// Output file (default: `<model>.sparrow-profile`).
+    #[arg(long, short = 'o')]
+    pub out: Option<PathBuf>,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Runs the subcommand and prints its result.
+pub fn run(a: ProfileArgs) -> Result<()> {
+    use engine::sparse::{thresholds_for_sparsity, Score, SparseFfn, DEFAULT_DOWN_FORMAT};
+    let file = open_model(&a.model, a.json)?;
+    let overlay = build_overlay(&file, &a.model, a.json)?;
+    let mut eng = Engine::new_with_overlay(&file, overlay.as_ref(), engine_options(&a.model))?;
+    let tokens = read_corpus(&eng, &a.corpus)?;
+    let w = a.corpus.window;
+    let score = match a.score.as_str() {
+        "output" => Score::OutputNorm,
+        "gate" => Score::Gate,
+        "gate-norm" => Score::GateNorm,
+        s => bail!("--score {s}: expected output, gate or gate-norm"),
+    };
+    let n_layers = eng.model().config.n_layers;
+    let stop = stop_flag()?;
+    let mut base =
+        eng.install(|| SparseFfn::new(eng.model(), vec![0.0; n_layers], DEFAULT_DOWN_FORMAT))?;
+    base.score = score;
+    let b = bar(a.calib_windows as u64, "calibration windows");
+    let samples =
+        engine::profile::sample_scores(&eng, &base, &tokens, w, a.calib_windows, 3, |d, _| {
+            b.set_position(d as u64)
+        })?;
+    b.finish_and_clear();
+    let build = |eng: &Engine<'_>, s: f32| -> Result<SparseFfn> {
+        let t = thresholds_for_sparsity(&mut samples.clone(), s)?;
+        let mut sp = eng.install(|| SparseFfn::new(eng.model(), t, DEFAULT_DOWN_FORMAT))?;
+        sp.score = score;
+        Ok(sp)
+    };
+    let mut curve = Vec::new();
+    let sparsity = match (a.sparsity, a.ppl_budget) {
+        (Some(s), _) => s,
+        (None, budget) => {
+            let budget = budget.unwrap_or(0.03);
+            // Held-out validation windows right after the calibration windows.
+            let held = &tokens[(a.calib_windows * w).min(tokens.len())..];
+            let n_eval = 4;
+            let base_ppl = eng.perplexity(held, w, n_eval, |_, _| {})?.ppl;
+            let (mut lo, mut hi) = (0.0f32, 0.95f32);
+            for _ in 0..6 {
+                if stop.load(Ordering::Relaxed) {
+                    bail!("interrupted: nothing written");
+                }
+                let mid = (lo + hi) / 2.0;
+                eng.set_sparse(Some(build(&eng, mid)?));
+                let p = eng.perplexity(held, w, n_eval, |_, _| {})?.ppl;
+                eng.set_sparse(None);
+                if !a.json {
+                    eprintln!("sparrow: sparsity {mid:.3}: held-out validation ppl {p:.3} (dense {base_ppl:.3}, {:+.2}%)", (p / base_ppl - 1.0) * 100.0);
+                }
+                curve.push((mid, p, base_ppl));
+                if p <= base_ppl * (1.0 + budget as f64) {
+                    lo = mid;
+                } else {
+                    hi = mid;
+                }
+            }
+            lo
+        }
+    };
+    let sp = build(&eng, sparsity)?;
+    let opts = engine::profile::ProfileOptions {
+        window: w,
+        windows: a.windows,
+        batch_sizes: vec![1, 2, 4, 8],
+        corpus: a.corpus.corpus.display().to_string(),
+    };
+    let b = bar(a.windows as u64, "windows profiled");
+    let profile = engine::profile::profile_corpus(&eng, &sp, &tokens, &opts, &stop, |d, _| {
+        b.set_position(d as u64)
+    })?;
+    b.finish_and_clear();
+    if stop.load(Ordering::Relaxed) {
+        bail!("interrupted: nothing written");
+    }
+    let out = a
+        .out
+        .clone()
+        .unwrap_or_else(|| ModelBundle::new(eng.model().path()).profile());
+    profile.save(&out)?;
+    let layers: Vec<_> = profile
+        .layers
+        .iter()
+        .enumerate()
+        .map(|(l, lp)| {
+            serde_json::json!({
+                "layer": l, "threshold": lp.threshold,
+                "sparsity_b1": lp.sparsity(0), "sparsity_b2": lp.sparsity(1), "sparsity_b4": lp.sparsity(2), "sparsity_b8": lp.sparsity(3),
+                "share_for_80pct": lp.share_for_mass(0.8),
+                "hot_overlap_b1_b8_top20": lp.overlap_top(0, 3, 0.2),
+            })
+        })
+        .collect();
+    if a.json {
+        let v = serde_json::json!({"profile": out, "tokens": profile.tokens, "target_sparsity": sparsity, "score": format!("{:?}", profile.score),
+            "calibration": curve.iter().map(|(s, p, b)| serde_json::json!({"sparsity": s, "ppl": p, "dense_ppl": b})).collect::<Vec<_>>(),
+            "layers": layers});
+        println!("{}", serde_json::to_string(&v)?);
+        return Ok(());
+    }
+    println!(
+        "profile of {} over {} tokens of {} (target sparsity {:.3}, {:?} score) -> {}",
+        file.path().display(),
+        profile.tokens,
+        opts.corpus,
+        sparsity,
+        profile.score,
+        out.display()
+    );
+    println!("layer  threshold  sparsity@1  @2     @4     @8     neurons for 80% of activations  hot-set overlap b1/b8 (top 20%)");
+    for (l, lp) in profile.layers.iter().enumerate() {
+        println!(
+            "{l:>5}  {:>9.4}  {:>9.3}  {:>5.3}  {:>5.3}  {:>5.3}  {:>30.1}%  {:>6.3}",
+            lp.threshold,
+            lp.sparsity(0).unwrap_or(0.0),
+            lp.sparsity(1).unwrap_or(0.0),
+            lp.sparsity(2).unwrap_or(0.0),
+            lp.sparsity(3).unwrap_or(0.0),
+            lp.share_for_mass(0.8) * 100.0,
+            lp.overlap_top(0, 3, 0.2).unwrap_or(0.0)
+        );
+    }
+    Ok(())
+}

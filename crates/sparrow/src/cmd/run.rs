@@ -1,0 +1,235 @@
+//! `sparrow run`: generate text from a prompt, streaming, or chat; then the speed figures.
+
+use std::io::{BufRead, IsTerminal, Write};
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use engine::{ChatMessage, Engine, Flow, GenerateRequest, Generation, SamplerConfig};
+
+use crate::args::ModelArgs;
+use crate::load::{build_overlay, engine_options, open_model, setup_sparse};
+use crate::ui::{mib, precision_name};
+
+#[derive(Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// The prompt (raw completion, or the first user message with --chat).
+    #[arg(long, short = 'p')]
+    pub prompt: Option<String>,
+    /// Apply the model's chat template; without -p, chat interactively on standard input.
+    #[arg(long)]
+    pub chat: bool,
+    /// System message for --chat (default: the template's own).
+    #[arg(long)]
+    pub system: Option<String>,
+    /// Maximum number of tokens to generate.
+    #[arg(long, short = 'n', default_value_t = 128)]
+    pub n_predict: usize,
+    /// Temperature (0: greedy).
+    #[arg(long = "temp", default_value_t = 0.0)]
+    pub temperature: f32,
+    /// Top-k (0: off).
+    #[arg(long, default_value_t = 40)]
+    pub top_k: usize,
+    /// Top-p (1: off).
+    #[arg(long, default_value_t = 0.95)]
+    pub top_p: f32,
+    /// Min-p (0: off).
+    #[arg(long, default_value_t = 0.05)]
+    pub min_p: f32,
+    /// Repetition penalty (1: off).
+    #[arg(long, default_value_t = 1.0)]
+    pub repeat_penalty: f32,
+    /// Tokens the repetition penalty looks back at.
+    #[arg(long, default_value_t = 64)]
+    pub repeat_last_n: usize,
+    /// Random seed.
+    #[arg(long, short = 's', default_value_t = 0)]
+    pub seed: u64,
+    /// Stop when the text contains this string (repeatable).
+    #[arg(long)]
+    pub stop: Vec<String>,
+    /// Keep generating past end-of-sequence tokens.
+    #[arg(long)]
+    pub ignore_eos: bool,
+    /// Print one JSON object (ids, text, figures) instead of streaming text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Runs the subcommand and prints its result.
+pub fn run(a: RunArgs) -> Result<()> {
+    let t0 = Instant::now();
+    let file = open_model(&a.model, a.json)?;
+    let overlay = build_overlay(&file, &a.model, a.json)?;
+    let mut eng = Engine::new_with_overlay(&file, overlay.as_ref(), engine_options(&a.model))
+        .with_context(|| format!("loading {}", file.path().display()))?;
+    setup_sparse(&mut eng, &a.model, a.json)?;
+    let load_s = t0.elapsed().as_secs_f64();
+    let req = GenerateRequest {
+        max_tokens: a.n_predict,
+        sampler: SamplerConfig {
+            temperature: a.temperature,
+            top_k: a.top_k,
+            top_p: a.top_p,
+            min_p: a.min_p,
+            repeat_penalty: a.repeat_penalty,
+            repeat_last_n: a.repeat_last_n,
+            seed: a.seed,
+        },
+        stop_strings: a.stop.clone(),
+        stop_at_eos: !a.ignore_eos,
+    };
+    if a.chat && a.prompt.is_none() {
+        if a.json {
+            bail!("--json needs a prompt (-p); interactive chat streams text");
+        }
+        return chat_loop(&eng, &a, &req, load_s);
+    }
+    let Some(user) = a.prompt.clone() else {
+        bail!("give a prompt with -p \"...\", or --chat to chat interactively")
+    };
+    let prompt_text = if a.chat {
+        let mut msgs = Vec::new();
+        if let Some(s) = &a.system {
+            msgs.push(ChatMessage {
+                role: "system".into(),
+                content: s.clone(),
+            });
+        }
+        msgs.push(ChatMessage {
+            role: "user".into(),
+            content: user,
+        });
+        render_chat(&eng, &msgs)?
+    } else {
+        user
+    };
+    // Chat templates write their own BOS; raw prompts get one where the model asks for it.
+    let ids = eng
+        .tokenizer()
+        .encode(&prompt_text, !a.chat && eng.tokenizer().add_bos_default())?;
+    if a.json {
+        let g = eng.generate(&ids, &req, |_| Flow::Continue)?;
+        let t = &g.timings;
+        let out = serde_json::json!({
+            "model": file.path(),
+            "precision": precision_name(eng.options().precision),
+            "threads": eng.threads(),
+            "prompt_ids": g.prompt_ids,
+            "generated_ids": g.generated_ids,
+            "text": g.text,
+            "stop_reason": g.stop_reason,
+            "load_s": load_s,
+            "prefill_tokens": t.prefill_tokens,
+            "prefill_s": t.prefill_s,
+            "prefill_tok_s": t.prefill_tok_s(),
+            "decode_tokens": t.decode_tokens,
+            "decode_s": t.decode_s,
+            "decode_tok_s": t.decode_tok_s(),
+            "peak_rss_bytes": engine::sys::peak_rss_bytes(),
+        });
+        println!("{}", serde_json::to_string(&out)?);
+        return Ok(());
+    }
+    let g = stream(&eng, &ids, &req, if a.chat { "" } else { &prompt_text })?;
+    eprintln!("\n{}", figures_line(load_s, &g));
+    Ok(())
+}
+
+fn figures_line(load_s: f64, g: &Generation) -> String {
+    let t = &g.timings;
+    format!(
+        "load {:.2} s | prefill {} tok, {:.1} tok/s | decode {} tok, {:.1} tok/s | peak RSS {:.1} MiB",
+        load_s,
+        t.prefill_tokens,
+        t.prefill_tok_s(),
+        t.decode_tokens,
+        t.decode_tok_s(),
+        mib(engine::sys::peak_rss_bytes().unwrap_or(0)),
+    )
+}
+
+fn render_chat(eng: &Engine<'_>, msgs: &[ChatMessage]) -> Result<String> {
+    let tok = eng.tokenizer();
+    let piece = |id: Option<u32>| {
+        id.and_then(|i| tok.id_to_piece(i))
+            .unwrap_or("")
+            .to_string()
+    };
+    let fallback = engine::ChatTemplate::chatml();
+    let tpl = tok.chat_template().unwrap_or(&fallback);
+    Ok(tpl.render(msgs, true, &piece(tok.bos_id()), &piece(tok.eos_id()))?)
+}
+
+/// Streams generated text to stdout. When stdout is not a terminal and stderr is, a live line on
+/// stderr shows tokens and tok/s while the text goes to the file or pipe.
+fn stream(eng: &Engine<'_>, ids: &[u32], req: &GenerateRequest, echo: &str) -> Result<Generation> {
+    let mut out = std::io::stdout().lock();
+    write!(out, "{echo}")?;
+    out.flush()?;
+    let live = !std::io::stdout().is_terminal() && std::io::stderr().is_terminal();
+    let bar = if live {
+        let b = indicatif::ProgressBar::new_spinner();
+        b.set_style(
+            indicatif::ProgressStyle::with_template("{spinner} {pos} tokens, {per_sec}")
+                .expect("static template"),
+        );
+        Some(b)
+    } else {
+        None
+    };
+    let g = eng.generate(ids, req, |piece| {
+        if let Some(b) = &bar {
+            b.inc(1);
+        }
+        if write!(out, "{piece}").and_then(|_| out.flush()).is_err() {
+            return Flow::Stop; // stdout closed (e.g. `| head`): stop quietly
+        }
+        Flow::Continue
+    })?;
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    Ok(g)
+}
+
+fn chat_loop(eng: &Engine<'_>, a: &RunArgs, req: &GenerateRequest, load_s: f64) -> Result<()> {
+    let mut msgs: Vec<ChatMessage> = Vec::new();
+    if let Some(s) = &a.system {
+        msgs.push(ChatMessage {
+            role: "system".into(),
+            content: s.clone(),
+        });
+    }
+    eprintln!(
+        "sparrow: chatting with {} (empty line or Ctrl-D to quit)",
+        eng.model().path().display()
+    );
+    let stdin = std::io::stdin();
+    let mut lines = stdin.lock().lines();
+    loop {
+        eprint!("> ");
+        std::io::stderr().flush()?;
+        let Some(line) = lines.next() else { break };
+        let line = line?;
+        if line.trim().is_empty() {
+            break;
+        }
+        msgs.push(ChatMessage {
+            role: "user".into(),
+            content: line,
+        });
+        let ids = eng.tokenizer().encode(&render_chat(eng, &msgs)?, false)?;
+        let g = stream(eng, &ids, req, "")?;
+        println!();
+        eprintln!("[{}]", figures_line(load_s, &g));
+        msgs.push(ChatMessage {
+            role: "assistant".into(),
+            content: g.text,
+        });
+    }
+    Ok(())
+}

@@ -1,0 +1,108 @@
+//! Turning [`ModelArgs`] into a running engine: open (or fetch) the model, re-quantize it, the engine's
+//! options, sparse decode from the model's sidecars; and reading a corpus.
+
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use engine::{Engine, EngineOptions, ModelFile, Overlay, Precision, SparsePlan};
+
+use crate::args::{CorpusArgs, ModelArgs};
+use crate::ui::mib;
+
+/// The model `--model` names, or the default model (fetched if absent; `quiet` hides the messages).
+pub fn open_model(args: &ModelArgs, quiet: bool) -> Result<ModelFile> {
+    let path = match &args.model {
+        Some(p) => p.clone(),
+        None => engine::fetch::ensure_default_model(|line| {
+            if !quiet {
+                eprintln!("sparrow: {line}");
+            }
+        })?,
+    };
+    Ok(ModelFile::open(&path)?)
+}
+
+/// The load-time re-quantization `--requant` asks for (built before the engine, which borrows it).
+pub fn build_overlay(file: &ModelFile, args: &ModelArgs, quiet: bool) -> Result<Option<Overlay>> {
+    let Some(r) = args.requant else {
+        return Ok(None);
+    };
+    let t = Instant::now();
+    let o = Overlay::build(file, r)
+        .with_context(|| format!("re-quantizing {} to {r}", file.path().display()))?;
+    if !quiet {
+        eprintln!(
+            "sparrow: re-quantized {} layer matrices to {r} in {:.1} s: {:.1} MiB, {:.3} bits per weight",
+            o.len(),
+            t.elapsed().as_secs_f64(),
+            mib(o.bytes() as u64),
+            o.bits_per_weight()
+        );
+    }
+    Ok(Some(o))
+}
+
+/// The engine options of `args` (and the kernels' process-wide `--chunk-rows`).
+pub fn engine_options(args: &ModelArgs) -> EngineOptions {
+    // The kernels' work-item size is process-wide.
+    engine::set_chunk_rows(args.chunk_rows);
+    EngineOptions {
+        threads: args.threads,
+        precision: if args.exact {
+            Precision::Exact
+        } else if args.int8 {
+            Precision::Int8
+        } else {
+            Precision::Fast
+        },
+        context: args.ctx,
+    }
+}
+
+/// Applies `--sparse` (profile thresholds, predictors) to the engine; a resident file (`sparrow
+/// convert`) is always sparse, over its neuron store.
+pub fn setup_sparse(eng: &mut Engine<'_>, args: &ModelArgs, quiet: bool) -> Result<()> {
+    if !args.sparse && eng.model().config.ffn_store.is_none() {
+        return Ok(());
+    }
+    let plan = SparsePlan::new(
+        eng,
+        &args.sidecars(),
+        args.offload.budget(),
+        args.offload.options(),
+    )?;
+    if let (Some(s), false) = (&plan.budget, quiet) {
+        eprintln!("sparrow: memory budget {:.1} MiB = {:.1} MiB resident (process, file, KV cache, predictors) + {:.1} MiB FFN cache ({:.0}% of the {:.1} MiB FFN)", mib(s.budget), mib(s.resident), mib(s.cache()), s.cached_percent(), mib(s.ffn));
+    }
+    let sp = plan.build(eng)?;
+    if !quiet {
+        eprintln!(
+            "sparrow: sparse FFN from {} ({:?} score{})",
+            plan.profile_path.display(),
+            plan.profile.score,
+            match &plan.predictor {
+                Some(p) => format!(", predictors from {}", p.display()),
+                None => ", no predictor".into(),
+            }
+        );
+    }
+    eng.set_sparse(Some(sp));
+    Ok(())
+}
+
+/// The corpus of `c`, tokenized (a warning if it looks like a test split).
+pub fn read_corpus(eng: &Engine<'_>, c: &CorpusArgs) -> Result<Vec<u32>> {
+    let text = std::fs::read_to_string(&c.corpus).with_context(|| {
+        format!(
+            "reading the corpus {} (give another with --corpus)",
+            c.corpus.display()
+        )
+    })?;
+    if c.corpus.to_string_lossy().contains("test") {
+        eprintln!(
+            "sparrow: warning: {} looks like a test split; calibrate on validation data",
+            c.corpus.display()
+        );
+    }
+    Ok(eng.tokenizer().encode(&text, false)?)
+}
