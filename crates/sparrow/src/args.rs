@@ -5,6 +5,8 @@
 use std::path::PathBuf;
 
 use clap::Args;
+
+use crate::parse;
 use engine::{FfnBudget, OffloadOptions, SparseSidecars};
 
 #[derive(Args, Clone)]
@@ -14,7 +16,7 @@ pub struct ModelArgs {
     #[arg(long, short = 'm')]
     pub model: Option<PathBuf>,
     /// Compute threads (0: one per core).
-    #[arg(long, short = 't', default_value_t = 0)]
+    #[arg(long, short = 't', default_value_t = 0, value_parser = parse::threads)]
     pub threads: usize,
     /// Exact mode: dequantized weights, f32 activations (slower; matches a reference implementation).
     #[arg(long, conflicts_with = "int8")]
@@ -28,7 +30,7 @@ pub struct ModelArgs {
     #[arg(long, default_value_t = 0)]
     pub chunk_rows: usize,
     /// Context size in tokens (0: the model's training context).
-    #[arg(long, default_value_t = 4096)]
+    #[arg(long, default_value_t = 4096, value_parser = parse::ctx)]
     pub ctx: usize,
     /// Sparse FFN: compute only the neurons expected to fire, with the thresholds of the model's
     /// profile (`sparrow profile`) and its predictors (`sparrow train-predictor`) when present.
@@ -61,18 +63,18 @@ pub struct OffloadArgs {
     /// Memory budget for the whole process, e.g. `140M`, `1.5G`: what it holds before touching weights
     /// (code, tokenizer), the resident file, the KV cache at --ctx and the predictors are counted
     /// first; the FFN neuron cache gets the rest.
-    #[arg(long, value_parser = parse_size, conflicts_with = "ffn_resident")]
+    #[arg(long, value_parser = parse::size, conflicts_with = "ffn_resident")]
     pub memory_budget: Option<u64>,
     /// Instead of --memory-budget: the share of the FFN kept in memory (e.g. 0.5).
-    #[arg(long)]
+    #[arg(long, value_parser = parse::share)]
     pub ffn_resident: Option<f64>,
     /// Share of the FFN cache preloaded with each layer's hottest neurons (the rest is an LRU of
     /// neurons read on demand). All by default: on SmolLM2 the predicted neurons of a token cover 93%
     /// of the pages, a cyclic scan that an LRU smaller than it never hits (docs/BENCHMARKS.md).
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 1.0, value_parser = parse::unit_f32)]
     pub hot_share: f32,
     /// Unit reads in flight on the I/O thread; the kernel gets up to this many at once (Linux AIO).
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, default_value_t = 256, value_parser = parse::io_depth)]
     pub io_depth: usize,
     /// Core to pin the I/O thread to.
     #[arg(long)]
@@ -95,28 +97,6 @@ pub struct OffloadArgs {
     /// once (Linux AIO); for comparison.
     #[arg(long)]
     pub io_sync: bool,
-}
-
-/// Parses `123`, `64K`, `80M`, `1.5G` (powers of 1024).
-pub fn parse_size(s: &str) -> std::result::Result<u64, String> {
-    let t = s.trim();
-    let (num, mul) = match t
-        .char_indices()
-        .last()
-        .map(|(i, c)| (i, c.to_ascii_uppercase()))
-    {
-        Some((i, 'K')) => (&t[..i], 1u64 << 10),
-        Some((i, 'M')) => (&t[..i], 1 << 20),
-        Some((i, 'G')) => (&t[..i], 1 << 30),
-        _ => (t, 1),
-    };
-    let v: f64 = num
-        .parse()
-        .map_err(|_| format!("`{s}` is not a size (e.g. 80M, 1.5G)"))?;
-    if !v.is_finite() || v < 0.0 {
-        return Err(format!("`{s}` is not a size"));
-    }
-    Ok((v * mul as f64) as u64)
 }
 
 #[derive(Args)]
@@ -163,20 +143,5 @@ impl OffloadArgs {
             async_io: !self.io_sync,
             ..Default::default()
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::parse_size;
-
-    #[test]
-    fn sizes_are_powers_of_1024() {
-        assert_eq!(parse_size("123"), Ok(123));
-        assert_eq!(parse_size("64K"), Ok(64 << 10));
-        assert_eq!(parse_size("80m"), Ok(80 << 20));
-        assert_eq!(parse_size(" 1.5G "), Ok(3 << 29));
-        assert!(parse_size("x").is_err());
-        assert!(parse_size("-1M").is_err());
     }
 }

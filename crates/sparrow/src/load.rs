@@ -47,7 +47,7 @@ pub fn engine_options(args: &ModelArgs) -> EngineOptions {
     // The kernels' work-item size is process-wide.
     engine::set_chunk_rows(args.chunk_rows);
     EngineOptions {
-        threads: args.threads,
+        threads: capped_threads(args.threads),
         precision: if args.exact {
             Precision::Exact
         } else if args.int8 {
@@ -59,9 +59,49 @@ pub fn engine_options(args: &ModelArgs) -> EngineOptions {
     }
 }
 
+/// `--threads`, capped at the cores this process may use (more threads than cores only wait on each
+/// other), with a warning once.
+fn capped_threads(asked: usize) -> usize {
+    static WARN: std::sync::Once = std::sync::Once::new();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if asked <= cores {
+        return asked;
+    }
+    WARN.call_once(|| {
+        eprintln!("sparrow: warning: --threads {asked} is more than the {cores} cores here; using {cores}")
+    });
+    cores
+}
+
+/// Warnings about flags that the loaded model makes moot: a `--ctx` past its training context (the
+/// engine caps it) and offload flags for a model that runs neither sparse nor from a store.
+fn warn_moot_flags(eng: &Engine<'_>, args: &ModelArgs) {
+    let cfg = &eng.model().config;
+    if args.ctx > cfg.context_length {
+        eprintln!(
+            "sparrow: warning: --ctx {} is past the model's training context of {} tokens; using {}",
+            args.ctx, cfg.context_length, cfg.context_length
+        );
+    }
+    if !args.sparse && cfg.ffn_store.is_none() {
+        let o = &args.offload;
+        for (given, flag) in [
+            (o.memory_budget.is_some(), "--memory-budget"),
+            (o.ffn_resident.is_some(), "--ffn-resident"),
+        ] {
+            if given {
+                eprintln!("sparrow: warning: {flag} applies to a resident file (`sparrow convert`) or with --sparse; ignored for this dense model");
+            }
+        }
+    }
+}
+
 /// Applies `--sparse` (profile thresholds, predictors) to the engine; a resident file (`sparrow
 /// convert`) is always sparse, over its neuron store.
 pub fn setup_sparse(eng: &mut Engine<'_>, args: &ModelArgs, quiet: bool) -> Result<()> {
+    if !quiet {
+        warn_moot_flags(eng, args);
+    }
     if !args.sparse && eng.model().config.ffn_store.is_none() {
         return Ok(());
     }

@@ -10,6 +10,7 @@
 mod args;
 mod cmd;
 mod load;
+mod parse;
 mod ui;
 
 use anyhow::Result;
@@ -44,8 +45,20 @@ enum Command {
     Convert(cmd::convert::ConvertArgs),
 }
 
-fn main() -> Result<()> {
+/// Runs the command; an error prints as one `error: ...` line with its causes (never a backtrace, even
+/// with `RUST_BACKTRACE` set) and exits with status 1.
+fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    match dispatch(cli) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn dispatch(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Run(a) => cmd::run::run(a),
         Command::Perplexity(a) => cmd::perplexity::run(a),

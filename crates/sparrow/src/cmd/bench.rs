@@ -17,10 +17,10 @@ pub struct BenchArgs {
     #[command(flatten)]
     pub model: ModelArgs,
     /// Prompt tokens for the prefill test (pp).
-    #[arg(long, short = 'p', default_value_t = 512)]
+    #[arg(long, short = 'p', default_value_t = 512, value_parser = crate::parse::tokens)]
     pub n_prompt: usize,
     /// Generated tokens for the decode test (tg).
-    #[arg(long, short = 'n', default_value_t = 128)]
+    #[arg(long, short = 'n', default_value_t = 128, value_parser = crate::parse::tokens)]
     pub n_gen: usize,
     /// Repetitions of each test (the report gives the mean and spread).
     #[arg(long, short = 'r', default_value_t = 3)]

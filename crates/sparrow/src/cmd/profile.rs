@@ -25,11 +25,11 @@ pub struct ProfileArgs {
     #[arg(long, default_value_t = 8)]
     pub calib_windows: usize,
     /// Target share of inactive neurons per layer.
-    #[arg(long, conflicts_with = "ppl_budget")]
+    #[arg(long, conflicts_with = "ppl_budget", value_parser = crate::parse::unit_f32)]
     pub sparsity: Option<f32>,
     /// Instead of --sparsity: the highest sparsity whose perplexity on held-out validation windows
     /// stays within this relative increase over dense (e.g. 0.03 for +3%).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::parse::share_f32)]
     pub ppl_budget: Option<f32>,
     /// What thresholds apply to: `output` (|act(gate)·up|·‖down_j‖, best quality), `gate`
     /// (|act(gate)|, CATS) or `gate-norm` (|act(gate)|·‖down_j‖).

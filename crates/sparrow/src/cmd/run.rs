@@ -9,6 +9,7 @@ use engine::{ChatMessage, Engine, Flow, GenerateRequest, Generation, SamplerConf
 
 use crate::args::ModelArgs;
 use crate::load::{build_overlay, engine_options, open_model, setup_sparse};
+use crate::parse;
 use crate::ui::{mib, precision_name};
 
 #[derive(Args)]
@@ -25,22 +26,22 @@ pub struct RunArgs {
     #[arg(long)]
     pub system: Option<String>,
     /// Maximum number of tokens to generate.
-    #[arg(long, short = 'n', default_value_t = 128)]
+    #[arg(long, short = 'n', default_value_t = 128, value_parser = parse::tokens)]
     pub n_predict: usize,
     /// Temperature (0: greedy).
-    #[arg(long = "temp", default_value_t = 0.0)]
+    #[arg(long = "temp", default_value_t = 0.0, value_parser = parse::temperature)]
     pub temperature: f32,
     /// Top-k (0: off).
     #[arg(long, default_value_t = 40)]
     pub top_k: usize,
     /// Top-p (1: off).
-    #[arg(long, default_value_t = 0.95)]
+    #[arg(long, default_value_t = 0.95, value_parser = parse::unit_f32)]
     pub top_p: f32,
     /// Min-p (0: off).
-    #[arg(long, default_value_t = 0.05)]
+    #[arg(long, default_value_t = 0.05, value_parser = parse::unit_f32)]
     pub min_p: f32,
     /// Repetition penalty (1: off).
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 1.0, value_parser = parse::penalty)]
     pub repeat_penalty: f32,
     /// Tokens the repetition penalty looks back at.
     #[arg(long, default_value_t = 64)]

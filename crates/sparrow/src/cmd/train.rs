@@ -22,7 +22,7 @@ pub struct TrainArgs {
     pub windows: usize,
     /// Recall each layer's predictor must reach on held-out samples. Misses compound over the
     /// layers: on SmolLM2, 0.95 cost +11.6% test perplexity and 0.99 +2.5% (docs/BENCHMARKS.md).
-    #[arg(long, default_value_t = 0.99)]
+    #[arg(long, default_value_t = 0.99, value_parser = crate::parse::unit_f32)]
     pub recall: f32,
     /// Training seed.
     #[arg(long, default_value_t = 0)]
@@ -32,7 +32,7 @@ pub struct TrainArgs {
     pub epochs: usize,
     /// Largest predictor size per layer, as a share of that layer's FFN bytes (PowerInfer keeps
     /// predictors small next to the weights they save; larger hidden sizes are not tried).
-    #[arg(long, default_value_t = 0.10)]
+    #[arg(long, default_value_t = 0.10, value_parser = crate::parse::share)]
     pub max_share: f64,
     /// Output file (default: `<model>.sparrow-predictor`).
     #[arg(long, short = 'o')]

@@ -1,0 +1,148 @@
+//! Value parsers for the command line: every number a flag takes is checked for its range when it is
+//! parsed, so a bad value is a one-line usage error naming the flag, never a NaN or a saturated size
+//! inside the engine.
+
+/// Parses `123`, `64K`, `80M`, `1.5G` (powers of 1024), at most 1 PiB.
+pub fn size(s: &str) -> Result<u64, String> {
+    const MAX: f64 = (1u64 << 50) as f64;
+    let t = s.trim();
+    let (num, mul) = match t
+        .char_indices()
+        .last()
+        .map(|(i, c)| (i, c.to_ascii_uppercase()))
+    {
+        Some((i, 'K')) => (&t[..i], 1u64 << 10),
+        Some((i, 'M')) => (&t[..i], 1 << 20),
+        Some((i, 'G')) => (&t[..i], 1 << 30),
+        Some((i, 'T')) => (&t[..i], 1 << 40),
+        _ => (t, 1),
+    };
+    let v: f64 = num
+        .parse()
+        .map_err(|_| format!("`{s}` is not a size (e.g. 80M, 1.5G)"))?;
+    if !v.is_finite() || v < 0.0 {
+        return Err(format!("`{s}` is not a size (e.g. 80M, 1.5G)"));
+    }
+    let bytes = v * mul as f64;
+    if bytes > MAX {
+        return Err(format!("`{s}` is more than 1 PiB"));
+    }
+    Ok(bytes as u64)
+}
+
+/// A finite number in `[lo, hi]`.
+fn ranged(s: &str, lo: f64, hi: f64) -> Result<f64, String> {
+    let v: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{s}` is not a number"))?;
+    if !v.is_finite() || v < lo || v > hi {
+        return Err(format!("`{s}` is outside [{lo}, {hi}]"));
+    }
+    Ok(v)
+}
+
+/// A finite number in `[0, 1]` (shares, probabilities).
+pub fn unit(s: &str) -> Result<f64, String> {
+    ranged(s, 0.0, 1.0)
+}
+
+/// [`unit`] as f32.
+pub fn unit_f32(s: &str) -> Result<f32, String> {
+    unit(s).map(|v| v as f32)
+}
+
+/// A temperature: finite, in `[0, 100]`.
+pub fn temperature(s: &str) -> Result<f32, String> {
+    ranged(s, 0.0, 100.0).map(|v| v as f32)
+}
+
+/// A repetition penalty: finite, in `(0, 100]`.
+pub fn penalty(s: &str) -> Result<f32, String> {
+    let v = ranged(s, 0.0, 100.0)?;
+    if v == 0.0 {
+        return Err(format!("`{s}` must be above 0 (1: off)"));
+    }
+    Ok(v as f32)
+}
+
+/// A share of the FFN kept in memory: finite, in `(0, 1]`.
+pub fn share(s: &str) -> Result<f64, String> {
+    let v = unit(s)?;
+    if v == 0.0 {
+        return Err(format!("`{s}` must be above 0"));
+    }
+    Ok(v)
+}
+
+/// [`share`] as f32.
+pub fn share_f32(s: &str) -> Result<f32, String> {
+    share(s).map(|v| v as f32)
+}
+
+/// An integer in `[lo, hi]`.
+fn int_in(s: &str, lo: usize, hi: usize) -> Result<usize, String> {
+    let v: usize = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{s}` is not a whole number"))?;
+    if v < lo || v > hi {
+        return Err(format!("`{s}` is outside [{lo}, {hi}]"));
+    }
+    Ok(v)
+}
+
+/// Reads in flight on the I/O thread: 1 to 4096.
+pub fn io_depth(s: &str) -> Result<usize, String> {
+    int_in(s, 1, 4096)
+}
+
+/// A context size in tokens: 0 (the model's) to 1,048,576.
+pub fn ctx(s: &str) -> Result<usize, String> {
+    int_in(s, 0, 1 << 20)
+}
+
+/// A token count: 0 to 1,048,576.
+pub fn tokens(s: &str) -> Result<usize, String> {
+    int_in(s, 0, 1 << 20)
+}
+
+/// A thread count: 0 (one per core) to 1024 (more than the cores is capped with a warning at start).
+pub fn threads(s: &str) -> Result<usize, String> {
+    int_in(s, 0, 1024)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_are_powers_of_1024() {
+        assert_eq!(size("123"), Ok(123));
+        assert_eq!(size("64K"), Ok(64 << 10));
+        assert_eq!(size("80m"), Ok(80 << 20));
+        assert_eq!(size(" 1.5G "), Ok(3 << 29));
+        assert!(size("x").is_err());
+        assert!(size("-1M").is_err());
+        assert!(size("nanG").is_err());
+        assert!(size("99999999999999999999G").is_err());
+    }
+
+    #[test]
+    fn ranges_refuse_nan_and_out_of_range() {
+        assert_eq!(unit("0.5"), Ok(0.5));
+        assert!(unit("1.5").is_err());
+        assert!(unit("nan").is_err());
+        assert!(unit("-0.5").is_err());
+        assert!(temperature("nan").is_err());
+        assert!(temperature("inf").is_err());
+        assert_eq!(temperature("0.7"), Ok(0.7));
+        assert!(penalty("0").is_err());
+        assert_eq!(penalty("1.1"), Ok(1.1));
+        assert!(share("0").is_err());
+        assert!(io_depth("0").is_err());
+        assert_eq!(io_depth("256"), Ok(256));
+        assert!(threads("5000").is_err());
+        assert!(ctx("-1").is_err());
+    }
+}

@@ -1,0 +1,87 @@
+//! Misuse from the command line (issue "Reliability"): every flag value outside its range is a usage
+//! error naming the flag (exit 2, no panic), an error is one `error: ...` line without a backtrace even
+//! with `RUST_BACKTRACE` set, and flags that a model makes moot are capped or ignored with a warning.
+
+use std::process::{Command, Output};
+
+fn sparrow(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_sparrow"))
+        .args(args)
+        .env("RUST_BACKTRACE", "1")
+        .output()
+        .expect("sparrow runs")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn assert_no_panic(err: &str) {
+    for bad in [
+        "panicked",
+        "Stack backtrace",
+        "RUST_BACKTRACE",
+        "stack backtrace",
+    ] {
+        assert!(!err.contains(bad), "`{bad}` in: {err}");
+    }
+}
+
+#[test]
+fn out_of_range_values_are_usage_errors() {
+    for (flag, value) in [
+        ("--temp", "nan"),
+        ("--temp", "-1"),
+        ("--top-p", "1.5"),
+        ("--min-p", "-0.5"),
+        ("--repeat-penalty", "0"),
+        ("--ffn-resident", "nan"),
+        ("--ffn-resident", "-0.5"),
+        ("--hot-share", "2"),
+        ("--io-depth", "0"),
+        ("--memory-budget", "99999999999999999999G"),
+        ("--memory-budget", "nanM"),
+        ("--threads", "5000"),
+        ("--ctx", "-1"),
+    ] {
+        let arg = format!("{flag}={value}");
+        let out = sparrow(&["run", "-p", "hi", "-n", "1", &arg]);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{flag} {value}: {err}");
+        assert!(err.contains(flag), "{flag} {value} names the flag: {err}");
+        assert_no_panic(&err);
+    }
+}
+
+#[test]
+fn errors_are_one_line_without_backtrace() {
+    let out = sparrow(&["run", "--model", "/nonexistent/model.gguf", "-p", "hi"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(err.starts_with("error: "), "{err}");
+    assert!(err.contains("/nonexistent/model.gguf"), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert_no_panic(&err);
+}
+
+#[test]
+fn moot_flags_are_capped_or_ignored_with_a_warning() {
+    let out = sparrow(&[
+        "run",
+        "-p",
+        "The capital of France is",
+        "-n",
+        "2",
+        "--threads",
+        "999",
+        "--ctx",
+        "1000000",
+        "--memory-budget",
+        "100M",
+    ]);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("--threads 999 is more than"), "{err}");
+    assert!(err.contains("past the model's training context"), "{err}");
+    assert!(err.contains("--memory-budget applies to"), "{err}");
+}
