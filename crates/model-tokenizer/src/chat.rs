@@ -10,6 +10,13 @@ use crate::TokenizerError;
 
 const TEMPLATE_NAME: &str = "chat_template";
 
+/// Instructions a template may execute in one render (minijinja fuel). Real templates render a long
+/// conversation in well under 1% of this; a template that loops without end runs out in about a second.
+pub const RENDER_FUEL: u64 = 20_000_000;
+
+/// Bytes a template may write in one render.
+pub const RENDER_MAX_BYTES: usize = 16 << 20;
+
 /// The ChatML template used when a model ships none.
 const CHATML: &str = "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
 
@@ -155,6 +162,7 @@ impl ChatTemplate {
         minijinja_contrib::add_to_environment(&mut env);
         env.add_function("raise_exception", raise_exception);
         env.add_function("strftime_now", strftime_now);
+        env.set_fuel(Some(RENDER_FUEL));
         env.add_template_owned(TEMPLATE_NAME, source.to_owned())
             .map_err(|e| TokenizerError::Template(describe(&e)))?;
         Ok(ChatTemplate {
@@ -172,6 +180,10 @@ impl ChatTemplate {
     ///
     /// The template sees `messages` (list of `{role, content}`), `add_generation_prompt`,
     /// `bos_token` and `eos_token`, like `transformers`' `apply_chat_template`.
+    ///
+    /// Rendering is bounded: at most [`RENDER_FUEL`] template instructions and [`RENDER_MAX_BYTES`] of
+    /// output, past which it fails with [`TokenizerError::Render`] (a template from a model file is
+    /// untrusted input).
     pub fn render(
         &self,
         messages: &[ChatMessage],
@@ -183,13 +195,28 @@ impl ChatTemplate {
             .env
             .get_template(TEMPLATE_NAME)
             .map_err(|e| TokenizerError::Render(describe(&e)))?;
-        tmpl.render(context! {
-            messages => messages,
-            add_generation_prompt => add_generation_prompt,
-            bos_token => bos_token,
-            eos_token => eos_token,
-        })
-        .map_err(|e| TokenizerError::Render(describe(&e)))
+        let mut out = BoundedOutput::default();
+        let result = tmpl.render_to_write(
+            context! {
+                messages => messages,
+                add_generation_prompt => add_generation_prompt,
+                bos_token => bos_token,
+                eos_token => eos_token,
+            },
+            &mut out,
+        );
+        match result {
+            Ok(_) => String::from_utf8(out.bytes)
+                .map_err(|_| TokenizerError::Render("output is not UTF-8".into())),
+            Err(_) if out.overflowed => Err(TokenizerError::Render(format!(
+                "output exceeds {} MiB",
+                RENDER_MAX_BYTES >> 20
+            ))),
+            Err(e) if e.kind() == ErrorKind::OutOfFuel => Err(TokenizerError::Render(format!(
+                "the template ran past {RENDER_FUEL} instructions (a loop without end?)"
+            ))),
+            Err(e) => Err(TokenizerError::Render(describe(&e))),
+        }
     }
 
     /// The ChatML template (`<|im_start|>role\ncontent<|im_end|>\n` ...), the fallback
@@ -200,6 +227,28 @@ impl ChatTemplate {
             // The constant is a valid template (covered by tests); this arm is unreachable.
             Err(e) => unreachable!("built-in ChatML template failed to compile: {e}"),
         }
+    }
+}
+
+/// A writer that refuses to grow past [`RENDER_MAX_BYTES`].
+#[derive(Default)]
+struct BoundedOutput {
+    bytes: Vec<u8>,
+    overflowed: bool,
+}
+
+impl std::io::Write for BoundedOutput {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.bytes.len() + buf.len() > RENDER_MAX_BYTES {
+            self.overflowed = true;
+            return Err(std::io::Error::other("chat template output too large"));
+        }
+        self.bytes.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 
@@ -253,6 +302,29 @@ mod tests {
             "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
         );
         assert_eq!(t.source(), SMOLLM2_TEMPLATE);
+    }
+
+    #[test]
+    fn endless_templates_run_out_of_fuel_or_room() {
+        let msgs = [ChatMessage::new("user", "Hi")];
+        let t = ChatTemplate::new(
+            "{% for i in range(99999) %}{% for j in range(99999) %}x{% endfor %}{% endfor %}",
+        )
+        .unwrap();
+        let start = std::time::Instant::now();
+        let e = t.render(&msgs, true, "", "").unwrap_err().to_string();
+        assert!(e.contains("instructions") || e.contains("MiB"), "{e}");
+        assert!(start.elapsed().as_secs() < 30);
+        let t =
+            ChatTemplate::new("{% for i in range(300) %}{{ 'y' * 100000 }}{% endfor %}").unwrap();
+        let e = t.render(&msgs, true, "", "").unwrap_err().to_string();
+        assert!(e.contains("exceeds 16 MiB"), "{e}");
+        let t = ChatTemplate::new(
+            "{% for i in range(9999) %}{% for j in range(9999) %}{% if i < 0 %}z{% endif %}{% endfor %}{% endfor %}",
+        )
+        .unwrap();
+        let e = t.render(&msgs, true, "", "").unwrap_err().to_string();
+        assert!(e.contains("instructions"), "{e}");
     }
 
     #[test]

@@ -160,9 +160,13 @@ fn render_chat(eng: &Engine<'_>, msgs: &[ChatMessage]) -> Result<String> {
             .unwrap_or("")
             .to_string()
     };
+    if let Some(e) = tok.chat_template_error() {
+        bail!("the model's chat template does not compile: {e}");
+    }
     let fallback = engine::ChatTemplate::chatml();
     let tpl = tok.chat_template().unwrap_or(&fallback);
-    Ok(tpl.render(msgs, true, &piece(tok.bos_id()), &piece(tok.eos_id()))?)
+    tpl.render(msgs, true, &piece(tok.bos_id()), &piece(tok.eos_id()))
+        .context("rendering the model's chat template")
 }
 
 /// Streams generated text to stdout. When stdout is not a terminal and stderr is, a live line on
