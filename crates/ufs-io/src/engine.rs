@@ -18,9 +18,9 @@ use crate::{AlignedBuf, IoError, IoFile, OpenOptions, Result, Stats, ALIGN};
 /// Default largest coalesced read and sequential chunk: 512 KiB.
 pub const DEFAULT_CHUNK: usize = 512 * 1024;
 
-/// Engine settings.
+/// Settings of an [`IoEngine`] (its queue depth, pinning, coalescing and AIO).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct EngineConfig {
+pub struct IoConfig {
     /// Most requests in flight (submitted, not yet completed). `submit` blocks and `try_submit` fails
     /// with [`IoError::QueueFull`] beyond it. At least 1.
     pub queue_depth: usize,
@@ -37,7 +37,7 @@ pub struct EngineConfig {
     pub async_io: bool,
 }
 
-impl Default for EngineConfig {
+impl Default for IoConfig {
     /// Depth 32, unpinned, 512 KiB merges and chunks, kernel asynchronous reads.
     fn default() -> Self {
         Self {
@@ -175,7 +175,7 @@ struct Shared {
 /// requests are retried one by one, so one bad page does not fail its neighbours. A read that stops at
 /// the end of the file fails only the requests that reach past it.
 ///
-/// **Device queue.** With [`EngineConfig::async_io`] the thread submits every run of a batch to the
+/// **Device queue.** With [`IoConfig::async_io`] the thread submits every run of a batch to the
 /// kernel at once (Linux AIO on the `O_DIRECT` file), completes runs as the kernel reports them, and
 /// takes newly queued requests between completions, so up to `queue_depth` reads are in the device
 /// at once ([`Stats::max_device_depth`]); otherwise it issues one `pread` per run, in offset order.
@@ -184,14 +184,14 @@ pub struct IoEngine {
     tx: Option<Sender<Op>>,
     done_rx: Receiver<Completion>,
     thread: Option<JoinHandle<()>>,
-    config: EngineConfig,
+    config: IoConfig,
     pinned: bool,
     is_async: bool,
 }
 
 impl IoEngine {
     /// Starts the I/O thread (pinned to `config.pin_core` if given and possible).
-    pub fn new(config: EngineConfig) -> Result<Self> {
+    pub fn new(config: IoConfig) -> Result<Self> {
         if config.queue_depth == 0 {
             return Err(IoError::Config("queue_depth must be at least 1".into()));
         }
@@ -271,11 +271,11 @@ impl IoEngine {
     }
 
     /// The configuration it was started with.
-    pub fn config(&self) -> &EngineConfig {
+    pub fn config(&self) -> &IoConfig {
         &self.config
     }
 
-    /// Whether the I/O thread hands reads to the kernel asynchronously: [`EngineConfig::async_io`] was
+    /// Whether the I/O thread hands reads to the kernel asynchronously: [`IoConfig::async_io`] was
     /// asked for and the kernel accepted an AIO context. Otherwise it reads with one `pread` at a time.
     pub fn is_async(&self) -> bool {
         self.is_async
@@ -468,7 +468,7 @@ fn release(shared: &Shared, n: usize) {
 struct Worker {
     shared: Arc<Shared>,
     done: Sender<Completion>,
-    config: EngineConfig,
+    config: IoConfig,
 }
 
 /// A coalesced read: requests whose ranges touch, served by one read of `start..end` of their file.
