@@ -44,7 +44,9 @@
 //!   [`IoConfig::async_io`] (the default) that thread hands the reads of direct files to the kernel
 //!   with Linux AIO, so the device sees up to `queue_depth` reads at once, still from one thread; without
 //!   it, or where the kernel refuses AIO, the device sees one `pread` at a time. Only that thread calls
-//!   `io_submit`, and a buffer given to the kernel is not touched or freed until its completion is reaped.
+//!   `io_submit`, and a buffer given to the kernel is not touched or freed until its completion is reaped:
+//!   the private `aio` module's safe wrapper takes each buffer (and its file) by value at submission and
+//!   gives it back only with its completion; the raw system calls are alone in `aio/sys.rs`.
 //! * Pinning failure (`sched_setaffinity`, Linux/Android only) is a warning, not an error.
 
 mod aio;
