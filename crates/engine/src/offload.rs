@@ -28,7 +28,7 @@ use kernels_neon::{Precision, QMatrix, WeightFormat};
 use model_format::{GgufWriter, MetaValue};
 use neuron_cache::{ClusterId, NeuronCache, NeuronId};
 use neuron_store::{Formats, LayerInput, NeuronStore, StoreWriter};
-use ufs_io::{EngineConfig, IoEngine, IoError, OpenOptions};
+use ufs_io::{IoConfig, IoEngine, IoError, OpenOptions};
 
 use crate::config::{FFN_STORE_FILE_KEY, FFN_STORE_FINGERPRINT_KEY};
 use crate::error::{kernel, EngineError, Result};
@@ -250,7 +250,7 @@ pub struct OffloadOptions {
     /// inactive but puts a second read in series for the others, and with predictors of precision
     /// 0.78 (the synthetic model, docs/BENCHMARKS.md) it measured slower (0.41x vs 0.58x at 50%).
     pub two_phase: bool,
-    /// Hand reads to the kernel asynchronously (Linux AIO, `ufs_io::EngineConfig::async_io`), so the
+    /// Hand reads to the kernel asynchronously (Linux AIO, `ufs_io::IoConfig::async_io`), so the
     /// device holds up to `queue_depth` of them at once; off: one blocking read at a time.
     pub async_io: bool,
 }
@@ -345,7 +345,7 @@ impl Offload {
     /// Opens the store at `path` (validated), starts the I/O thread and preloads each layer's hot prefix
     /// into the hot region (`hot_share` of `ffn_budget`, split evenly over layers, whole clusters).
     pub fn open(path: &Path, opts: OffloadOptions) -> Result<Self> {
-        let io = IoEngine::new(EngineConfig {
+        let io = IoEngine::new(IoConfig {
             queue_depth: opts.queue_depth.max(1),
             pin_core: opts.pin_core,
             async_io: opts.async_io,
@@ -1052,7 +1052,7 @@ struct Scratch {
 
 /// Opens the store next to `resident` and reads and checks every unit (`sparrow convert --verify`).
 pub fn verify(resident: &Path) -> Result<()> {
-    let io = IoEngine::new(EngineConfig::default())?;
+    let io = IoEngine::new(IoConfig::default())?;
     let store = NeuronStore::open(&io, store_path_for(resident), OpenOptions::default())?;
     store.verify_all(&io)?;
     Ok(())

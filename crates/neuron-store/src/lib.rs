@@ -14,7 +14,7 @@
 //! ```no_run
 //! use kernels_neon::WeightFormat;
 //! use neuron_store::{Formats, LayerInput, NeuronStore, StoreWriter};
-//! use ufs_io::{EngineConfig, IoEngine, OpenOptions};
+//! use ufs_io::{IoConfig, IoEngine, OpenOptions};
 //!
 //! let (d, ff) = (64, 96);
 //! let f = Formats { gate: WeightFormat::Q8_0, up: WeightFormat::Q8_0, down: WeightFormat::Q8_0 };
@@ -24,7 +24,7 @@
 //! w.add_layer(LayerInput { gate: &m, up: &m, down_t: &m, order: (0..ff as u32).collect(), hot_neurons: 8, down_norms: vec![1.0; ff] })?;
 //! w.finish()?;
 //!
-//! let io = IoEngine::new(EngineConfig::default())?;
+//! let io = IoEngine::new(IoConfig::default())?;
 //! let store = NeuronStore::open(&io, "model.neurons", OpenOptions::default())?;
 //! let (unit, slot) = store.index().unit_of(0, 42);
 //! let bytes = store.read_unit(&io, 0, unit)?; // checked against its CRC

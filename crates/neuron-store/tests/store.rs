@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use kernels_neon::WeightFormat;
 use neuron_store::{BundleLayout, Formats, LayerInput, NeuronStore, StoreError, StoreWriter, PAGE};
 use proptest::prelude::*;
-use ufs_io::{EngineConfig, IoEngine, OpenOptions};
+use ufs_io::{IoConfig, IoEngine, OpenOptions};
 
 fn tmp(name: &str) -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
@@ -80,7 +80,7 @@ fn write_store(
 }
 
 fn io() -> IoEngine {
-    IoEngine::new(EngineConfig {
+    IoEngine::new(IoConfig {
         queue_depth: 8,
         ..Default::default()
     })

@@ -3,7 +3,7 @@
 //!
 //! * `rand4k_qd1`: one 4 KiB read at a random aligned offset, waited for (`read_at`);
 //! * `rand4k_qd32`: 256 random 4 KiB reads kept 32 in flight through `submit`/`completions`, handed to
-//!   the kernel with AIO (the default, [`EngineConfig::async_io`]); `rand4k_qd32_pread`: the same with
+//!   the kernel with AIO (the default, [`IoConfig::async_io`]); `rand4k_qd32_pread`: the same with
 //!   `async_io: false` (the I/O thread issues one `pread` at a time), in the same run;
 //! * `seq512k`: 512 KiB reads at consecutive offsets (`read_at`), and `seq8m`: 8 MiB `read_sequential`
 //!   calls (16 chunks of 512 KiB); `seq8m_reuse`: the same into one reused buffer (`read_sequential_into`).
@@ -17,7 +17,7 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use ufs_io::{EngineConfig, FileId, IoEngine, OpenOptions, ReadRequest, ALIGN};
+use ufs_io::{FileId, IoConfig, IoEngine, OpenOptions, ReadRequest, ALIGN};
 
 const FILE_LEN: u64 = 256 << 20;
 const PAGES: u64 = FILE_LEN / ALIGN as u64;
@@ -53,7 +53,7 @@ impl Rng {
 }
 
 fn open(depth: usize, async_io: bool) -> (IoEngine, FileId) {
-    let io = IoEngine::new(EngineConfig {
+    let io = IoEngine::new(IoConfig {
         queue_depth: depth,
         async_io,
         ..Default::default()

@@ -11,16 +11,16 @@ use std::time::{Duration, Instant};
 use crossbeam::channel::{self, Receiver, Sender};
 use parking_lot::{Condvar, Mutex, RwLock};
 
-use crate::aio::{Aio, AioRead};
+use crate::aio::{Aio, AioDone, AioRead};
 use crate::file::sys;
 use crate::{AlignedBuf, IoError, IoFile, OpenOptions, Result, Stats, ALIGN};
 
 /// Default largest coalesced read and sequential chunk: 512 KiB.
 pub const DEFAULT_CHUNK: usize = 512 * 1024;
 
-/// Engine settings.
+/// Settings of an [`IoEngine`] (its queue depth, pinning, coalescing and AIO).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct EngineConfig {
+pub struct IoConfig {
     /// Most requests in flight (submitted, not yet completed). `submit` blocks and `try_submit` fails
     /// with [`IoError::QueueFull`] beyond it. At least 1.
     pub queue_depth: usize,
@@ -37,7 +37,7 @@ pub struct EngineConfig {
     pub async_io: bool,
 }
 
-impl Default for EngineConfig {
+impl Default for IoConfig {
     /// Depth 32, unpinned, 512 KiB merges and chunks, kernel asynchronous reads.
     fn default() -> Self {
         Self {
@@ -175,7 +175,7 @@ struct Shared {
 /// requests are retried one by one, so one bad page does not fail its neighbours. A read that stops at
 /// the end of the file fails only the requests that reach past it.
 ///
-/// **Device queue.** With [`EngineConfig::async_io`] the thread submits every run of a batch to the
+/// **Device queue.** With [`IoConfig::async_io`] the thread submits every run of a batch to the
 /// kernel at once (Linux AIO on the `O_DIRECT` file), completes runs as the kernel reports them, and
 /// takes newly queued requests between completions, so up to `queue_depth` reads are in the device
 /// at once ([`Stats::max_device_depth`]); otherwise it issues one `pread` per run, in offset order.
@@ -184,14 +184,14 @@ pub struct IoEngine {
     tx: Option<Sender<Op>>,
     done_rx: Receiver<Completion>,
     thread: Option<JoinHandle<()>>,
-    config: EngineConfig,
+    config: IoConfig,
     pinned: bool,
     is_async: bool,
 }
 
 impl IoEngine {
     /// Starts the I/O thread (pinned to `config.pin_core` if given and possible).
-    pub fn new(config: EngineConfig) -> Result<Self> {
+    pub fn new(config: IoConfig) -> Result<Self> {
         if config.queue_depth == 0 {
             return Err(IoError::Config("queue_depth must be at least 1".into()));
         }
@@ -271,11 +271,11 @@ impl IoEngine {
     }
 
     /// The configuration it was started with.
-    pub fn config(&self) -> &EngineConfig {
+    pub fn config(&self) -> &IoConfig {
         &self.config
     }
 
-    /// Whether the I/O thread hands reads to the kernel asynchronously: [`EngineConfig::async_io`] was
+    /// Whether the I/O thread hands reads to the kernel asynchronously: [`IoConfig::async_io`] was
     /// asked for and the kernel accepted an AIO context. Otherwise it reads with one `pread` at a time.
     pub fn is_async(&self) -> bool {
         self.is_async
@@ -468,7 +468,7 @@ fn release(shared: &Shared, n: usize) {
 struct Worker {
     shared: Arc<Shared>,
     done: Sender<Completion>,
-    config: EngineConfig,
+    config: IoConfig,
 }
 
 /// A coalesced read: requests whose ranges touch, served by one read of `start..end` of their file.
@@ -485,16 +485,10 @@ impl Run {
     }
 }
 
-/// A run whose read the kernel holds: the buffer must live, unmoved and untouched, until it is reaped.
-struct Flying {
-    run: Run,
-    buf: AlignedBuf,
-}
-
 static NO_AIO_WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 impl Worker {
-    fn run(&self, rx: Receiver<Op>, aio: Option<Aio>) {
+    fn run(&self, rx: Receiver<Op>, aio: Option<Aio<Run>>) {
         match aio {
             Some(aio) => self.run_async(rx, aio),
             None => self.run_sync(&rx),
@@ -565,13 +559,9 @@ impl Worker {
     }
 
     /// The I/O thread with a kernel AIO context: submit the runs of each batch at once, complete them as
-    /// the kernel reports them, take new requests in between.
-    fn run_async(&self, rx: Receiver<Op>, aio: Aio) {
-        let mut flying: Vec<Option<Flying>> = Vec::new();
-        let mut free: Vec<usize> = Vec::new();
-        // Declared after `flying`, so dropped before it, even when unwinding: `Aio`'s drop waits for the
-        // kernel to finish with every buffer in `flying`.
-        let mut aio = aio;
+    /// the kernel reports them, take new requests in between. `aio` owns each submitted run and its
+    /// buffer until the kernel is done with it.
+    fn run_async(&self, rx: Receiver<Op>, mut aio: Aio<Run>) {
         let mut open = true;
         loop {
             let first = if aio.outstanding() == 0 {
@@ -594,9 +584,9 @@ impl Worker {
             if let Some(first) = first {
                 let (reads, seqs) = self.take(&rx, first);
                 let mut sync_runs = Vec::new();
-                let mut slots = Vec::new();
+                let mut async_reads = Vec::new();
                 for run in self.plan_runs(reads) {
-                    let file = run.file();
+                    let file = run.file().clone();
                     let eligible = file.is_direct() && run.reqs.iter().all(|p| p.fault.is_none());
                     let buf = if eligible {
                         AlignedBuf::new((run.end - run.start) as usize).ok()
@@ -607,19 +597,14 @@ impl Worker {
                         sync_runs.push(run);
                         continue;
                     };
-                    let slot = free.pop().unwrap_or_else(|| {
-                        flying.push(None);
-                        flying.len() - 1
+                    async_reads.push(AioRead {
+                        file,
+                        offset: run.start,
+                        buf,
+                        tag: run,
                     });
-                    flying[slot] = Some(Flying { run, buf });
-                    slots.push(slot);
                 }
-                let taken = self.submit_async(&mut aio, &mut flying, &slots);
-                for &slot in &slots[taken..] {
-                    let f = flying[slot].take().expect("slot just filled");
-                    free.push(slot);
-                    sync_runs.push(f.run);
-                }
+                sync_runs.extend(self.submit_async(&mut aio, async_reads));
                 for run in sync_runs {
                     self.serve_run(run);
                 }
@@ -630,26 +615,18 @@ impl Worker {
             if aio.outstanding() > 0 {
                 match aio.wait(1) {
                     Ok(done) => {
-                        for (slot, result) in done {
-                            let f = flying
-                                .get_mut(slot as usize)
-                                .and_then(Option::take)
-                                .expect("the kernel returns the slots it was given");
-                            free.push(slot as usize);
-                            self.finish_async(f, result);
+                        for d in done {
+                            self.finish_async(d);
                         }
                     }
                     Err(e) => {
                         // Cannot happen with a valid context; if it does, the kernel may still write
-                        // into the in-flight buffers, so they are leaked, never freed, and their
-                        // requests are read again with pread, as is everything after.
+                        // into the in-flight buffers, so `abandon` leaks them, never frees them, and
+                        // their requests are read again with pread, as is everything after.
                         eprintln!("ufs-io: warning: io_getevents failed ({e}); reading with pread from now on");
-                        aio.abandon();
-                        for f in flying.iter_mut().filter_map(Option::take) {
-                            std::mem::forget(f.buf);
-                            self.serve_run(f.run);
+                        for run in aio.abandon() {
+                            self.serve_run(run);
                         }
-                        drop(aio);
                         return self.run_sync(&rx);
                     }
                 }
@@ -659,40 +636,32 @@ impl Worker {
         }
     }
 
-    /// Submits the runs in `slots` and returns how many the kernel took (the first ones).
-    fn submit_async(&self, aio: &mut Aio, flying: &mut [Option<Flying>], slots: &[usize]) -> usize {
-        if slots.is_empty() {
-            return 0;
+    /// Hands the reads to the kernel and returns the runs of those it did not take.
+    fn submit_async(&self, aio: &mut Aio<Run>, reads: Vec<AioRead<Run>>) -> Vec<Run> {
+        if reads.is_empty() {
+            return Vec::new();
         }
-        let reads: Vec<AioRead> = slots
-            .iter()
-            .map(|&slot| {
-                let f = flying[slot].as_mut().expect("slot just filled");
-                AioRead {
-                    fd: f.run.file().raw_fd(),
-                    buf: f.buf.as_mut_ptr(),
-                    len: f.buf.len(),
-                    offset: f.run.start,
-                    data: slot as u64,
-                }
-            })
-            .collect();
-        // SAFETY: each buffer is owned by its `Flying` in `flying`, which is neither dropped nor
-        // touched until the kernel returns its slot from `wait` (or, if reaping fails, is leaked); the
-        // heap memory of an AlignedBuf does not move with the struct. Each descriptor belongs to an
-        // `Arc<IoFile>` held by the same run's requests, so it stays open until then.
-        let taken = unsafe { aio.submit(&reads) }.unwrap_or(0);
-        if taken > 0 {
+        let n = reads.len();
+        let rest = aio.submit(reads);
+        if rest.len() < n {
             let mut s = self.shared.stats.lock();
             s.max_device_depth = s.max_device_depth.max(aio.outstanding());
         }
-        taken
+        rest.into_iter().map(|r| r.tag).collect()
     }
 
     /// Completes a run whose kernel read has finished with `result` (bytes read, or the OS error).
-    fn finish_async(&self, f: Flying, result: io::Result<usize>) {
-        let Flying { run, mut buf } = f;
-        let file = run.file().clone();
+    fn finish_async(&self, done: AioDone<Run>) {
+        let AioDone {
+            read:
+                AioRead {
+                    file,
+                    mut buf,
+                    tag: run,
+                    ..
+                },
+            result,
+        } = done;
         let result = result.and_then(|got| {
             // A short kernel read (the end of the file, or a partial transfer) is finished with pread,
             // which stops at the end of the file.

@@ -9,9 +9,9 @@
 //! # Example
 //!
 //! ```no_run
-//! use ufs_io::{EngineConfig, IoEngine, OpenOptions, ReadRequest};
+//! use ufs_io::{IoConfig, IoEngine, OpenOptions, ReadRequest};
 //!
-//! let io = IoEngine::new(EngineConfig { queue_depth: 32, pin_core: Some(0), ..Default::default() })?;
+//! let io = IoEngine::new(IoConfig { queue_depth: 32, pin_core: Some(0), ..Default::default() })?;
 //! let weights = io.open("model.neurons", OpenOptions::default())?;
 //! for (tag, page) in [(7u64, 3u64), (8, 4), (9, 100)] {
 //!     io.submit(ReadRequest { file: weights, offset: page * 4096, len: 4096, tag })?;
@@ -41,10 +41,12 @@
 //!   file and offset, and the engine keeps serving later requests. [`FaultPlan`] injects such faults.
 //! * **At most `queue_depth` requests are in flight**; one thread performs all reads, in batches sorted by
 //!   file and offset (the coalescing rule is documented on [`IoEngine`]). With
-//!   [`EngineConfig::async_io`] (the default) that thread hands the reads of direct files to the kernel
+//!   [`IoConfig::async_io`] (the default) that thread hands the reads of direct files to the kernel
 //!   with Linux AIO, so the device sees up to `queue_depth` reads at once, still from one thread; without
 //!   it, or where the kernel refuses AIO, the device sees one `pread` at a time. Only that thread calls
-//!   `io_submit`, and a buffer given to the kernel is not touched or freed until its completion is reaped.
+//!   `io_submit`, and a buffer given to the kernel is not touched or freed until its completion is reaped:
+//!   the private `aio` module's safe wrapper takes each buffer (and its file) by value at submission and
+//!   gives it back only with its completion; the raw system calls are alone in `aio/sys.rs`.
 //! * Pinning failure (`sched_setaffinity`, Linux/Android only) is a warning, not an error.
 
 mod aio;
@@ -56,7 +58,7 @@ mod stats;
 
 pub use buf::AlignedBuf;
 pub use engine::{
-    Completion, EngineConfig, Fault, FaultPlan, FileId, IoEngine, ReadRequest, DEFAULT_CHUNK,
+    Completion, Fault, FaultPlan, FileId, IoConfig, IoEngine, ReadRequest, DEFAULT_CHUNK,
 };
 pub use error::{IoError, Result};
 pub use file::{IoFile, OpenOptions};

@@ -83,7 +83,7 @@ pub struct Stats {
     /// Highest number of requests in flight seen at submission (never above the queue depth).
     pub max_in_flight: usize,
     /// Highest number of reads the I/O thread had queued in the kernel at once (Linux AIO, see
-    /// [`crate::EngineConfig::async_io`]); 1 when every read was a blocking `pread`, 0 before any read.
+    /// [`crate::IoConfig::async_io`]); 1 when every read was a blocking `pread`, 0 before any read.
     pub max_device_depth: usize,
     /// Reads issued through kernel asynchronous I/O (a subset of [`Stats::reads`]; the rest were `pread`s).
     pub async_reads: u64,

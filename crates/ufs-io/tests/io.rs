@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use ufs_io::{
-    EngineConfig, Fault, FaultPlan, IoEngine, IoError, IoFile, OpenOptions, ReadRequest, ALIGN,
+    Fault, FaultPlan, IoConfig, IoEngine, IoError, IoFile, OpenOptions, ReadRequest, ALIGN,
 };
 
 const PAGE: u64 = ALIGN as u64;
@@ -64,7 +64,7 @@ fn reads_back_a_known_pattern_direct_and_buffered() {
         let dir = TempDir::new(&base, "modes");
         let (path, data) = write_file(&dir, "w.bin", 40 * ALIGN);
         for direct in [true, false] {
-            let io = IoEngine::new(EngineConfig {
+            let io = IoEngine::new(IoConfig {
                 seq_chunk: 8 * ALIGN,
                 ..Default::default()
             })
@@ -125,7 +125,7 @@ fn reads_back_a_known_pattern_direct_and_buffered() {
 fn coalesces_adjacent_pages_waiting_in_the_queue() {
     let dir = TempDir::new(&std::env::temp_dir(), "merge");
     let (path, data) = write_file(&dir, "m.bin", 64 * ALIGN);
-    let io = IoEngine::new(EngineConfig {
+    let io = IoEngine::new(IoConfig {
         queue_depth: 16,
         max_merge: 3 * ALIGN,
         ..Default::default()
@@ -211,7 +211,7 @@ proptest! {
     ) {
         let dir = TempDir::new(&std::env::temp_dir(), "prop");
         let (path, data) = write_file(&dir, "p.bin", 64 * ALIGN + 1000);
-        let io = IoEngine::new(EngineConfig {
+        let io = IoEngine::new(IoConfig {
             queue_depth: 64,
             max_merge: max_merge_pages * ALIGN,
             ..Default::default()
@@ -248,7 +248,7 @@ proptest! {
 fn queue_depth_is_respected() {
     let dir = TempDir::new(&std::env::temp_dir(), "depth");
     let (path, _) = write_file(&dir, "d.bin", 16 * ALIGN);
-    let io = IoEngine::new(EngineConfig {
+    let io = IoEngine::new(IoConfig {
         queue_depth: 4,
         ..Default::default()
     })
@@ -284,7 +284,7 @@ fn queue_depth_is_respected() {
     assert_eq!(io.stats().max_in_flight, 4);
 
     // Blocking submissions from several threads never exceed the depth.
-    let io = IoEngine::new(EngineConfig {
+    let io = IoEngine::new(IoConfig {
         queue_depth: 3,
         ..Default::default()
     })
@@ -323,7 +323,7 @@ fn queue_depth_is_respected() {
 fn injected_eio_and_short_reads_are_errors_and_the_engine_goes_on() {
     let dir = TempDir::new(&std::env::temp_dir(), "fault");
     let (path, data) = write_file(&dir, "faulty.bin", 8 * ALIGN);
-    let io = IoEngine::new(EngineConfig::default()).unwrap();
+    let io = IoEngine::new(IoConfig::default()).unwrap();
     let id = io.open(&path, OpenOptions::default()).unwrap();
     io.set_fault_plan(
         FaultPlan::new()
@@ -397,7 +397,7 @@ fn libc_eio() -> i32 {
 fn unaligned_and_unknown_requests_are_rejected_at_submission() {
     let dir = TempDir::new(&std::env::temp_dir(), "align");
     let (path, _) = write_file(&dir, "a.bin", 4 * ALIGN);
-    let io = IoEngine::new(EngineConfig::default()).unwrap();
+    let io = IoEngine::new(IoConfig::default()).unwrap();
     let id = io.open(&path, OpenOptions::default()).unwrap();
     let huge = u64::MAX - PAGE + 1;
     let e = io.submit(ReadRequest {
@@ -427,7 +427,7 @@ fn unaligned_and_unknown_requests_are_rejected_at_submission() {
         assert!(e.to_string().contains("a.bin"));
         assert!(io.read_sequential(id, offset, len).is_err());
     }
-    let other = IoEngine::new(EngineConfig::default()).unwrap();
+    let other = IoEngine::new(IoConfig::default()).unwrap();
     let id2 = other.open(&path, OpenOptions::default()).unwrap();
     let _ = other.open(&path, OpenOptions::default()).unwrap();
     let unknown = other.open(&path, OpenOptions::default()).unwrap();
@@ -439,14 +439,14 @@ fn unaligned_and_unknown_requests_are_rejected_at_submission() {
     assert_eq!(io.stats().requests, 0, "nothing reached the thread");
     assert_eq!(io.in_flight(), 0, "rejected requests hold no slot");
     assert!(matches!(
-        IoEngine::new(EngineConfig {
+        IoEngine::new(IoConfig {
             queue_depth: 0,
             ..Default::default()
         }),
         Err(IoError::Config(_))
     ));
     assert!(matches!(
-        IoEngine::new(EngineConfig {
+        IoEngine::new(IoConfig {
             max_merge: 1000,
             ..Default::default()
         }),
@@ -468,7 +468,7 @@ fn missing_file_error_names_the_file() {
 fn stats_count_requests_bytes_and_latency() {
     let dir = TempDir::new(&std::env::temp_dir(), "stats");
     let (path, _) = write_file(&dir, "s.bin", 32 * ALIGN);
-    let io = IoEngine::new(EngineConfig {
+    let io = IoEngine::new(IoConfig {
         queue_depth: 1,
         ..Default::default()
     })
@@ -494,7 +494,7 @@ fn stats_count_requests_bytes_and_latency() {
 fn pinning_failure_is_not_an_error() {
     let dir = TempDir::new(&std::env::temp_dir(), "pin");
     let (path, data) = write_file(&dir, "pin.bin", 2 * ALIGN);
-    let io = IoEngine::new(EngineConfig {
+    let io = IoEngine::new(IoConfig {
         pin_core: Some(1 << 20),
         ..Default::default()
     })
@@ -502,7 +502,7 @@ fn pinning_failure_is_not_an_error() {
     assert!(!io.is_pinned());
     let id = io.open(&path, OpenOptions::default()).unwrap();
     assert_eq!(&io.read_at(id, PAGE, ALIGN).unwrap()[..], &data[ALIGN..]);
-    let io = IoEngine::new(EngineConfig {
+    let io = IoEngine::new(IoConfig {
         pin_core: None,
         ..Default::default()
     })
@@ -526,7 +526,7 @@ fn pins_to_an_allowed_core() {
             .find(|&i| libc::CPU_ISSET(i, &set))
             .expect("some allowed core")
     };
-    let io = IoEngine::new(EngineConfig {
+    let io = IoEngine::new(IoConfig {
         pin_core: Some(core),
         ..Default::default()
     })
@@ -545,7 +545,7 @@ fn async_io_puts_many_reads_in_the_device_and_returns_the_same_bytes() {
     let dir = TempDir::new(Path::new(env!("CARGO_TARGET_TMPDIR")), "aio");
     let (path, data) = write_file(&dir, "aio.bin", 256 * ALIGN);
     for async_io in [true, false] {
-        let io = IoEngine::new(EngineConfig {
+        let io = IoEngine::new(IoConfig {
             queue_depth: 32,
             async_io,
             ..Default::default()
