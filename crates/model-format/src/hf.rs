@@ -125,6 +125,7 @@ struct IndexJson {
 }
 
 fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, FormatError> {
+    crate::require_regular_file(path)?;
     let text = std::fs::read(path).map_err(|e| FormatError::io(path, e))?;
     serde_json::from_slice(&text).map_err(|source| FormatError::Json {
         path: path.to_path_buf(),

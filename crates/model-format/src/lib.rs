@@ -58,8 +58,22 @@ pub use meta::MetaValue;
 pub use tensor::{TensorInfo, TensorView};
 pub use writer::{GgufStream, GgufWriter};
 
+/// Refuses anything but a regular file (after symlinks) before it is opened: opening a FIFO blocks
+/// until a writer comes, and a device or `/proc` file has no size to check against.
+pub(crate) fn require_regular_file(path: &Path) -> Result<(), FormatError> {
+    let meta = std::fs::metadata(path).map_err(|e| FormatError::io(path, e))?;
+    if meta.is_file() {
+        return Ok(());
+    }
+    Err(FormatError::Invalid {
+        path: path.to_path_buf(),
+        detail: "not a regular file".to_owned(),
+    })
+}
+
 /// Opens and memory-maps a file read-only.
 fn map_file(path: &Path) -> Result<memmap2::Mmap, FormatError> {
+    require_regular_file(path)?;
     let file = std::fs::File::open(path).map_err(|e| FormatError::io(path, e))?;
     let meta = file.metadata().map_err(|e| FormatError::io(path, e))?;
     if !meta.is_file() {

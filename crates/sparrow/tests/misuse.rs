@@ -85,3 +85,31 @@ fn moot_flags_are_capped_or_ignored_with_a_warning() {
     assert!(err.contains("past the model's training context"), "{err}");
     assert!(err.contains("--memory-budget applies to"), "{err}");
 }
+
+#[test]
+fn non_regular_model_files_are_refused_by_name() {
+    let dir = std::env::temp_dir().join(format!("sparrow-misuse-fifo-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let fifo = dir.join("model.gguf");
+    let made = Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(made.success());
+    for model in [fifo.to_str().unwrap(), "/dev/zero"] {
+        let start = std::time::Instant::now();
+        let out = sparrow(&["run", "--model", model, "-p", "hi", "-n", "1"]);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{model}: {err}");
+        assert!(
+            err.contains(model) && err.contains("not a regular file"),
+            "{model}: {err}"
+        );
+        assert!(start.elapsed().as_secs() < 10, "{model} took too long");
+    }
+    // A /proc file stats as regular but cannot be mapped: still one clean line naming it.
+    let out = sparrow(&["run", "--model", "/proc/self/environ", "-p", "hi"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.starts_with("error: /proc/self/environ"), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert_no_panic(&err);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

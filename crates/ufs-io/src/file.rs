@@ -79,6 +79,15 @@ impl IoFile {
             path: path.to_path_buf(),
             source,
         };
+        // Anything but a regular file is refused before it is opened: opening a FIFO blocks until a
+        // writer comes, and devices or /proc files are no weight files.
+        let meta = std::fs::metadata(path).map_err(err)?;
+        if !meta.is_file() {
+            return Err(err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "not a regular file",
+            )));
+        }
         if opts.direct {
             match sys::open_direct(path) {
                 Ok(file) => {
