@@ -187,7 +187,54 @@ impl ModelConfig {
             },
         };
         cfg.validate(path)?;
+        cfg.check_layers_present(
+            file.tensor_infos().iter().map(|t| t.name.as_str()),
+            "blk.",
+            path,
+        )?;
         Ok(cfg)
+    }
+
+    /// The layers a file holds (`{prefix}N.` tensor names) must be exactly `0..n_layers`: a count
+    /// that declares fewer layers than the file holds would silently drop some, more would fail later
+    /// with a missing tensor.
+    fn check_layers_present<'n>(
+        &self,
+        names: impl Iterator<Item = &'n str>,
+        prefix: &str,
+        path: &Path,
+    ) -> Result<()> {
+        let mut present = vec![false; self.n_layers];
+        for name in names {
+            let Some(rest) = name.strip_prefix(prefix) else {
+                continue;
+            };
+            let Some(i) = rest.split('.').next().and_then(|n| n.parse::<usize>().ok()) else {
+                continue;
+            };
+            match present.get_mut(i) {
+                Some(p) => *p = true,
+                None => {
+                    return Err(EngineError::BadModel {
+                        path: path.to_path_buf(),
+                        detail: format!(
+                            "tensor {name} belongs to layer {i}, but the model declares {} layers",
+                            self.n_layers
+                        ),
+                    })
+                }
+            }
+        }
+        if let Some(i) = present.iter().position(|p| !p) {
+            return Err(EngineError::BadModel {
+                path: path.to_path_buf(),
+                detail: format!(
+                    "the model declares {} layers but has no tensor {prefix}{i}.*",
+                    self.n_layers
+                ),
+            });
+        }
+        Ok(())
     }
 
     /// Reads the configuration from an HF `config.json`.
@@ -245,6 +292,38 @@ impl ModelConfig {
                 detail,
             })
         };
+        // Far above any real model, low enough that sizes computed from them cannot overflow and
+        // nothing is allocated from an absurd count before the tensors are checked.
+        const MAX_LAYERS: usize = 1 << 12;
+        const MAX_WIDTH: usize = 1 << 20;
+        const MAX_VOCAB: usize = 1 << 24;
+        const MAX_CONTEXT: usize = 1 << 24;
+        for (what, v, max) in [
+            ("block count", self.n_layers, MAX_LAYERS),
+            ("embedding length", self.d_model, MAX_WIDTH),
+            ("feed-forward length", self.d_ff, MAX_WIDTH),
+            ("head count", self.n_heads, MAX_WIDTH),
+            ("key/value head count", self.n_kv_heads, MAX_WIDTH),
+            ("head dimension", self.head_dim, MAX_WIDTH),
+            ("vocabulary size", self.vocab_size, MAX_VOCAB),
+            ("context length", self.context_length, MAX_CONTEXT),
+        ] {
+            if v > max {
+                return bad(format!("{what} {v} is out of range (at most {max})"));
+            }
+        }
+        if self.q_dim() > MAX_WIDTH || self.kv_dim() > MAX_WIDTH {
+            return bad(format!(
+                "{} heads of {} are wider than {MAX_WIDTH}",
+                self.n_heads, self.head_dim
+            ));
+        }
+        if !(self.rms_eps.is_finite() && self.rms_eps > 0.0) {
+            return bad(format!(
+                "rms epsilon {} is not a finite number above 0",
+                self.rms_eps
+            ));
+        }
         if self.n_layers == 0
             || self.d_model == 0
             || self.d_ff == 0
