@@ -196,7 +196,7 @@ impl ChatTemplate {
             .get_template(TEMPLATE_NAME)
             .map_err(|e| TokenizerError::Render(describe(&e)))?;
         let mut out = BoundedOutput::default();
-        let result = tmpl.render_to_write(
+        let result = tmpl.render_captured_to(
             context! {
                 messages => messages,
                 add_generation_prompt => add_generation_prompt,

@@ -11,8 +11,9 @@ use engine::{FfnBudget, OffloadOptions, SparseSidecars};
 
 #[derive(Args, Clone)]
 pub struct ModelArgs {
-    /// A GGUF file or an HF directory (config.json + safetensors). Default: SmolLM2-135M-Instruct,
-    /// fetched into the model cache if absent.
+    /// A GGUF file, an HF directory (config.json + safetensors), or a known model's name
+    /// (`sparrow models`: smollm2-135m, qwen2.5-coder-0.5b), fetched into the model cache if absent.
+    /// Default: smollm2-135m.
     #[arg(long, short = 'm')]
     pub model: Option<PathBuf>,
     /// Compute threads (0: one per core).

@@ -1,6 +1,7 @@
 //! Turning [`ModelArgs`] into a running engine: open (or fetch) the model, re-quantize it, the engine's
 //! options, sparse decode from the model's sidecars; and reading a corpus.
 
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{Context, Result};
@@ -11,15 +12,26 @@ use crate::ui::mib;
 
 /// The model `--model` names, or the default model (fetched if absent; `quiet` hides the messages).
 pub fn open_model(args: &ModelArgs, quiet: bool) -> Result<ModelFile> {
-    let path = match &args.model {
-        Some(p) => p.clone(),
-        None => engine::fetch::ensure_default_model(|line| {
-            if !quiet {
-                eprintln!("sparrow: {line}");
-            }
-        })?,
+    Ok(ModelFile::open(model_path(args.model.as_deref(), quiet)?)?)
+}
+
+/// The file behind `--model`: a path as given; a known model's name (`sparrow models`), fetched into
+/// the cache if absent; none: the default model.
+pub fn model_path(model: Option<&Path>, quiet: bool) -> Result<PathBuf> {
+    let log = |line: &str| {
+        if !quiet {
+            eprintln!("sparrow: {line}");
+        }
     };
-    Ok(ModelFile::open(&path)?)
+    let Some(p) = model else {
+        return Ok(engine::fetch::ensure_default_model(log)?);
+    };
+    if !p.exists() {
+        if let Some(known) = p.to_str().and_then(engine::fetch::known_model) {
+            return Ok(engine::fetch::ensure_model(known, log)?);
+        }
+    }
+    Ok(p.to_path_buf())
 }
 
 /// The load-time re-quantization `--requant` asks for (built before the engine, which borrows it).

@@ -43,6 +43,8 @@ enum Command {
     /// Split a model for flash offload: a resident file (everything but the FFN) and a neuron store
     /// (the FFN, one bundle per neuron, hot neurons first), ordered by the model's profile.
     Convert(cmd::convert::ConvertArgs),
+    /// The models `--model NAME` fetches: name, size, licence, and whether each is in the cache.
+    Models(cmd::models::ModelsArgs),
 }
 
 /// Runs the command; an error prints as one `error: ...` line with its causes (never a backtrace, even
@@ -83,5 +85,6 @@ fn dispatch(cli: Cli) -> Result<()> {
         Command::Profile(a) => cmd::profile::run(a),
         Command::TrainPredictor(a) => cmd::train::run(a),
         Command::Convert(a) => cmd::convert::run(a),
+        Command::Models(a) => cmd::models::run(a),
     }
 }

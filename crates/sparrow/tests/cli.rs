@@ -312,3 +312,27 @@ fn convert_then_run_over_the_neuron_store() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn models_lists_the_known_models() {
+    let out = sparrow(&["models", "--json"]);
+    assert!(out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let names: Vec<&str> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["smollm2-135m", "qwen2.5-coder-0.5b"]);
+    for m in v.as_array().unwrap() {
+        assert!(m["bytes"].as_u64().unwrap() > 0 && m["licence"].is_string());
+        assert!(m["cached"].is_boolean());
+    }
+    let table = sparrow(&["models"]);
+    let text = String::from_utf8_lossy(&table.stdout);
+    assert!(
+        text.contains("smollm2-135m") && text.contains("(default)"),
+        "{text}"
+    );
+}

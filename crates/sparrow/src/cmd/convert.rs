@@ -34,10 +34,7 @@ pub struct ConvertArgs {
 
 /// Runs the subcommand and prints its result.
 pub fn run(a: ConvertArgs) -> Result<()> {
-    let path = match &a.model {
-        Some(p) => p.clone(),
-        None => engine::fetch::ensure_default_model(|line| eprintln!("sparrow: {line}"))?,
-    };
+    let path = crate::load::model_path(a.model.as_deref(), false)?;
     let file = ModelFile::open(&path)?;
     let bundle = ModelBundle::new(&path);
     let profile_path = bundle.existing_profile(

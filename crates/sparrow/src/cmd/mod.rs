@@ -2,6 +2,7 @@
 
 pub mod bench;
 pub mod convert;
+pub mod models;
 pub mod perplexity;
 pub mod profile;
 pub mod run;
