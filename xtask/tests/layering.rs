@@ -16,8 +16,9 @@ fn root() -> PathBuf {
 /// strictly lower layer; layer 0 depends on no workspace crate.
 fn layer(name: &str) -> Option<u32> {
     Some(match name {
-        "ufs-io" | "kernels-neon" | "npu-qnn-sys" | "model-format" | "model-tokenizer" => 0,
-        "neuron-cache" | "neuron-store" | "predictor" | "planner" => 1,
+        "atomic-out" | "ufs-io" | "kernels-neon" | "npu-qnn-sys" | "model-tokenizer" => 0,
+        // model-format writes GGUF files through atomic-out.
+        "model-format" | "neuron-cache" | "neuron-store" | "predictor" | "planner" => 1,
         "engine" => 2,
         "sparrow" | "xtask" => 3,
         _ => return None,
