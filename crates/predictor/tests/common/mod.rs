@@ -36,3 +36,61 @@ pub fn corruptions(good: &[u8], pos: usize, bit: u8, cut: usize) -> [Vec<u8>; 2]
     flipped[pos % good.len()] ^= 1 << bit;
     [flipped, good[..cut % good.len()].to_vec()]
 }
+
+/// Environment variable that makes a copy of this test binary the child of [`write_fails_in_child`].
+const CHILD_DEST: &str = "SPARROW_TEST_FSIZE_CHILD_DEST";
+
+/// Runs `write(dest)` in a child copy of this test binary (only test `test`) whose file-size limit
+/// (`RLIMIT_FSIZE`) is `limit` bytes, so that writing past it fails with EFBIG, as a full disk would.
+/// In the parent: returns what the child's `write` returned (`Err` with its message), or `None` when
+/// no child can be started (an emulated target without binfmt). In the child: never returns.
+pub fn write_fails_in_child(
+    test: &str,
+    dest: &Path,
+    limit: u64,
+    write: impl FnOnce(&Path) -> Result<(), String>,
+) -> Option<Result<(), String>> {
+    if let Some(d) = std::env::var_os(CHILD_DEST) {
+        let lim = libc::rlimit {
+            rlim_cur: limit as libc::rlim_t,
+            rlim_max: limit as libc::rlim_t,
+        };
+        // SAFETY: ignoring SIGXFSZ (so an oversized write returns EFBIG instead of killing us) and
+        // lowering our own file-size limit touch no memory of ours; `lim` outlives the call.
+        let ok = unsafe {
+            libc::signal(libc::SIGXFSZ, libc::SIG_IGN) != libc::SIG_ERR
+                && libc::setrlimit(libc::RLIMIT_FSIZE, &lim) == 0
+        };
+        assert!(ok, "setting the file-size limit");
+        let r = write(Path::new(&d));
+        println!("CHILD-RESULT {}", r.err().unwrap_or_else(|| "ok".into()));
+        std::process::exit(0);
+    }
+    let out = std::process::Command::new(std::env::current_exe().ok()?)
+        .args([test, "--exact", "--nocapture", "--test-threads=1"])
+        .env(CHILD_DEST, dest)
+        .output();
+    let out = match out {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("skipped: cannot start a child test binary: {e}");
+            return None;
+        }
+    };
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = stdout
+        .split_once("CHILD-RESULT ")
+        .and_then(|(_, rest)| rest.lines().next())
+        .unwrap_or_else(|| {
+            panic!(
+                "child gave no result: {}\n{stdout}\n{}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+    Some(if line == "ok" {
+        Ok(())
+    } else {
+        Err(line.to_string())
+    })
+}
