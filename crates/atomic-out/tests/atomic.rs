@@ -266,8 +266,7 @@ fn refuse_same_file_names_both_paths() {
     let model = dir.join("m.gguf");
     std::fs::write(&model, b"model").unwrap();
     let spelled = dir.0.join(".").join("m.gguf");
-    let e =
-        refuse_same_file(&[dir.join("m.profile"), spelled.clone()], &[model.clone()]).unwrap_err();
+    let e = refuse_same_file(&[dir.join("m.profile"), spelled.clone()], &[&model]).unwrap_err();
     match &e {
         AtomicError::SameFile { output, input } => {
             assert_eq!((output, input), (&spelled, &model));
