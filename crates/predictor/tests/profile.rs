@@ -4,7 +4,7 @@ mod common;
 
 use std::path::PathBuf;
 
-use common::{corruptions, seal, tmp, write_fails_in_child};
+use common::{child_writes, corruptions, run_in_child, seal, tmp};
 
 use predictor::{
     calibrate_threshold, ActivationKind, LayerProfile, PredictorError, Profile, ProfileAccumulator,
@@ -66,10 +66,6 @@ fn round_trip() {
 /// refused before it starts.
 #[test]
 fn failed_save_leaves_the_old_file_intact() {
-    let path = tmp("failed_save.prof");
-    let old = sample_profile();
-    old.save(&path).unwrap();
-    let before = std::fs::read(&path).unwrap();
     let mut big = sample_profile();
     big.layers = vec![big.layers[0].clone(); 1];
     big.layers[0] = LayerProfile {
@@ -81,13 +77,14 @@ fn failed_save_leaves_the_old_file_intact() {
         coact_gate_up: vec![0.5; 4096],
         coact_gate_down: vec![0.5; 4096],
     };
+    child_writes(|p| big.save(p).map_err(|e| e.to_string()));
+
+    let path = tmp("failed_save.prof");
+    let old = sample_profile();
+    old.save(&path).unwrap();
+    let before = std::fs::read(&path).unwrap();
     let limit = before.len() as u64 + 1000;
-    let r = write_fails_in_child(
-        "failed_save_leaves_the_old_file_intact",
-        &path,
-        limit,
-        |p| big.save(p).map_err(|e| e.to_string()),
-    );
+    let r = run_in_child("failed_save_leaves_the_old_file_intact", &path, limit);
     if let Some(r) = r {
         let e = r.expect_err("a profile larger than the file-size limit cannot be written");
         assert!(e.contains("failed_save.prof"), "{e}");
