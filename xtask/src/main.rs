@@ -26,6 +26,7 @@ mod synth;
 
 /// Library crates checked for Android (everything but the binaries).
 const ANDROID_CRATES: &[&str] = &[
+    "atomic-out",
     "kernels-neon",
     "model-format",
     "model-tokenizer",
@@ -36,7 +37,13 @@ const ANDROID_CRATES: &[&str] = &[
     "engine",
 ];
 /// Crates whose tests run under qemu on aarch64.
-const AARCH64_TEST_CRATES: &[&str] = &["kernels-neon", "ufs-io", "neuron-cache", "neuron-store"];
+const AARCH64_TEST_CRATES: &[&str] = &[
+    "atomic-out",
+    "kernels-neon",
+    "ufs-io",
+    "neuron-cache",
+    "neuron-store",
+];
 /// Debian packages for the aarch64 cross tests.
 const APT_PACKAGES: &[&str] = &[
     "gcc-aarch64-linux-gnu",

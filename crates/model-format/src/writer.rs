@@ -1,9 +1,10 @@
 //! A GGUF v3 writer for tests, fixtures and synthetic models; large files are
 //! streamed (see [`GgufWriter::stream`]).
 
-use std::ffi::OsString;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+
+use atomic_out::{AtomicError, AtomicFile};
 
 use crate::gguf::{GGUF_DEFAULT_ALIGNMENT, GGUF_MAGIC, GGUF_MAX_DIMS};
 use crate::meta::type_id;
@@ -15,8 +16,10 @@ const ALIGNMENT_KEY: &str = "general.alignment";
 /// Writes a GGUF v3 file (for tests, fixtures and synthetic models).
 ///
 /// Tensor data is written aligned to `alignment` (default 32), in the order the
-/// tensors were added. [`write`](Self::write) writes to `path` + `".tmp"`,
-/// then renames, so readers never see a half-written file.
+/// tensors were added. [`write`](Self::write) writes to a temporary in the
+/// same folder (`atomic_out::AtomicFile`), syncs it and renames it over
+/// `path`, so readers never see a half-written file and a failed write leaves
+/// any earlier file at `path` untouched.
 ///
 /// Models too large to hold in memory are streamed: declare their tensors with
 /// [`declare_tensor`](Self::declare_tensor) (name, type and shape, no data),
@@ -163,7 +166,8 @@ impl GgufWriter {
         Ok(self)
     }
 
-    /// Writes the file: to `path` + `".tmp"` first, then renamed to `path`.
+    /// Writes the file: to a temporary in `path`'s folder first, then synced
+    /// and renamed to `path`.
     /// Every tensor must have its data (none may be only declared).
     pub fn write(&self, path: impl AsRef<Path>) -> Result<(), FormatError> {
         let path = path.as_ref();
@@ -179,14 +183,16 @@ impl GgufWriter {
         self.stream(path)?.finish()
     }
 
-    /// Starts writing the file: creates `path` + `".tmp"`, writes the header
+    /// Starts writing the file: creates a temporary in `path`'s folder
+    /// (`.NAME.sparrow-tmp-PID-SEQ`, see `atomic_out`), writes the header
     /// and returns the stream that takes the tensor data, in the order the
     /// tensors were added. Tensors added with their data
     /// ([`tensor`](Self::tensor)) are written by the stream itself when their
     /// turn comes; the data of declared ones
     /// ([`declare_tensor`](Self::declare_tensor)) is given to
-    /// [`GgufStream::write_data`]. [`GgufStream::finish`] renames the file to
-    /// `path`; a stream dropped before that removes the temporary file.
+    /// [`GgufStream::write_data`]. [`GgufStream::finish`] syncs the file and
+    /// renames it to `path`; a stream dropped before that (or failing) removes
+    /// the temporary file and leaves any earlier file at `path` untouched.
     pub fn stream(&self, path: impl AsRef<Path>) -> Result<GgufStream<'_>, FormatError> {
         let path = path.as_ref();
         let a = self.alignment;
@@ -197,10 +203,8 @@ impl GgufWriter {
             });
         }
         let header = self.header(path)?;
-        let mut tmp: OsString = path.as_os_str().to_owned();
-        tmp.push(".tmp");
-        let tmp = PathBuf::from(tmp);
-        let file = std::fs::File::create(&tmp).map_err(|e| FormatError::io(&tmp, e))?;
+        let file = AtomicFile::create(path).map_err(atomic_error)?;
+        let tmp = file.temp_path().to_path_buf();
         let mut s = GgufStream {
             path: path.to_path_buf(),
             tmp,
@@ -261,7 +265,7 @@ pub struct GgufStream<'w> {
     path: PathBuf,
     tmp: PathBuf,
     /// `None` once finished (or after an error closed it).
-    out: Option<std::io::BufWriter<std::fs::File>>,
+    out: Option<std::io::BufWriter<AtomicFile>>,
     alignment: u64,
     tensors: &'w [PendingTensor],
     /// Index of the tensor whose data comes next.
@@ -325,23 +329,14 @@ impl GgufStream<'_> {
             );
             return Err(self.invalid(detail));
         }
-        let Some(mut out) = self.out.take() else {
+        let Some(out) = self.out.take() else {
             return Err(self.invalid("the stream was closed by an earlier error".into()));
         };
-        let tmp = self.tmp.clone();
-        let io = |e| FormatError::io(&tmp, e);
-        let synced = out
-            .flush()
-            .map_err(io)
-            .and_then(|()| out.get_ref().sync_all().map_err(io));
-        drop(out);
-        let result = synced.and_then(|()| {
-            std::fs::rename(&self.tmp, &self.path).map_err(|e| FormatError::io(&self.path, e))
-        });
-        if result.is_err() {
-            let _ = std::fs::remove_file(&self.tmp);
-        }
-        result
+        // On an error the AtomicFile is dropped, which removes the temporary.
+        let file = out
+            .into_inner()
+            .map_err(|e| FormatError::io(&self.tmp, e.into_error()))?;
+        file.commit().map_err(atomic_error)
     }
 
     /// Closes the stream (removing the temporary file) and returns an error.
@@ -353,9 +348,11 @@ impl GgufStream<'_> {
         }
     }
 
+    /// Drops the file without flushing what is buffered: the temporary is
+    /// removed.
     fn close(&mut self) {
-        if self.out.take().is_some() {
-            let _ = std::fs::remove_file(&self.tmp);
+        if let Some(out) = self.out.take() {
+            drop(out.into_parts());
         }
     }
 
@@ -404,6 +401,17 @@ impl GgufStream<'_> {
 impl Drop for GgufStream<'_> {
     fn drop(&mut self) {
         self.close();
+    }
+}
+
+/// An `atomic-out` failure as a [`FormatError`] naming the file it concerns.
+fn atomic_error(e: AtomicError) -> FormatError {
+    match e {
+        AtomicError::Io { path, source, .. } => FormatError::io(&path, source),
+        other => FormatError::Io {
+            path: other.path().to_path_buf(),
+            source: other.into(),
+        },
     }
 }
 

@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::TempDir;
+use common::{child_writes, run_in_child, TempDir};
 use model_format::{DType, FormatError, GgufFile, GgufWriter, MetaValue};
 
 fn pattern(n: usize, seed: u8) -> Vec<u8> {
@@ -69,7 +69,7 @@ fn metadata_of_every_type_round_trips() {
         w.metadata(k, v);
     }
     w.write(&path).unwrap();
-    assert!(!dir.join("m.gguf.tmp").exists());
+    assert_eq!(dir.names(), ["m.gguf"], "no temporary left");
 
     let f = GgufFile::open(&path).unwrap();
     assert_eq!(f.version(), 3);
@@ -266,7 +266,7 @@ fn writer_rejects_bad_alignment_and_mixed_arrays() {
     assert!(matches!(e, FormatError::Invalid { .. }), "{e}");
     assert!(e.to_string().contains("mixed"), "{e}");
     assert!(!path.exists());
-    assert!(!dir.join("x.gguf.tmp").exists());
+    assert!(dir.names().is_empty(), "no file, no temporary");
 }
 
 #[test]
@@ -373,7 +373,7 @@ fn streamed_file_is_byte_identical_to_written_file() {
         }
         assert_eq!(s.next_tensor(), None);
         s.finish().unwrap();
-        assert!(!dir.join("b.gguf.tmp").exists());
+        assert_eq!(dir.names(), ["a.gguf", "b.gguf"], "no temporary left");
         assert!(
             std::fs::read(&a).unwrap() == std::fs::read(&b).unwrap(),
             "alignment {alignment:?}"
@@ -389,7 +389,7 @@ fn streamed_file_is_byte_identical_to_written_file() {
 fn stream_rejects_wrong_amounts_of_data_and_leaves_no_file() {
     let dir = TempDir::new("streambad");
     let path = dir.join("x.gguf");
-    let tmp = dir.join("x.gguf.tmp");
+    let tmps = || atomic_out::temporaries(&path).unwrap().len();
     let mut w = GgufWriter::new();
     w.declare_tensor("a", DType::F32, &[2]).unwrap();
     w.declare_tensor("b", DType::Q8_0, &[1, 32]).unwrap();
@@ -397,17 +397,17 @@ fn stream_rejects_wrong_amounts_of_data_and_leaves_no_file() {
     // write() needs every tensor's data.
     let e = w.write(&path).unwrap_err();
     assert!(e.to_string().contains("'a'"), "{e}");
-    assert!(!path.exists() && !tmp.exists());
+    assert!(!path.exists() && tmps() == 0);
 
     // A chunk that runs past its tensor.
     let mut s = w.stream(&path).unwrap();
-    assert!(tmp.exists());
+    assert_eq!(tmps(), 1);
     let e = s.write_data(&[0; 9]).unwrap_err();
     assert!(
         matches!(e, FormatError::Invalid { .. }) && e.to_string().contains("'a'"),
         "{e}"
     );
-    assert!(!tmp.exists(), "an error removes the temporary file");
+    assert!(tmps() == 0, "an error removes the temporary file");
     let e = s.write_data(&[0; 4]).unwrap_err();
     assert!(e.to_string().contains("closed"), "{e}");
     drop(s);
@@ -422,7 +422,7 @@ fn stream_rejects_wrong_amounts_of_data_and_leaves_no_file() {
         e.to_string().contains("'b'") && e.to_string().contains("30 of 34"),
         "{e}"
     );
-    assert!(!path.exists() && !tmp.exists());
+    assert!(!path.exists() && tmps() == 0);
 
     // Data after the last tensor.
     let mut s = w.stream(&path).unwrap();
@@ -430,13 +430,13 @@ fn stream_rejects_wrong_amounts_of_data_and_leaves_no_file() {
     s.write_data(&[2; 34]).unwrap();
     let e = s.write_data(&[3]).unwrap_err();
     assert!(e.to_string().contains("after the last tensor"), "{e}");
-    assert!(!path.exists() && !tmp.exists());
+    assert!(!path.exists() && tmps() == 0);
 
     // A dropped stream leaves nothing behind.
     let mut s = w.stream(&path).unwrap();
     s.write_data(&[1; 8]).unwrap();
     drop(s);
-    assert!(!path.exists() && !tmp.exists());
+    assert!(!path.exists() && tmps() == 0);
 
     // And a complete one reads back.
     let mut s = w.stream(&path).unwrap();
@@ -446,5 +446,54 @@ fn stream_rejects_wrong_amounts_of_data_and_leaves_no_file() {
     let f = GgufFile::open(&path).unwrap();
     assert_eq!(f.tensor("a").unwrap().data, &[1; 8]);
     assert_eq!(f.tensor("b").unwrap().data, &[2; 34]);
-    assert!(!tmp.exists());
+    assert!(tmps() == 0);
+}
+
+/// A GGUF already at the destination survives, byte-identical, every write that does not complete: a
+/// dropped stream, a stream closed by bad data, a refused finish, a refused write, and one whose disk
+/// fills (EFBIG past a file-size limit, in a child process). No temporary is left behind by any.
+#[test]
+fn failed_or_dropped_writes_leave_the_old_file_intact() {
+    // 2 MiB of tensor data, past the stream's 1 MiB buffer: the write fails in the middle.
+    child_writes(|p| {
+        let mut w = GgufWriter::new();
+        w.metadata("general.name", "big".into());
+        w.tensor("big", DType::F32, &[128, 4096], vec![7; 4 * 128 * 4096])
+            .map_err(|e| e.to_string())?;
+        w.write(p).map_err(|e| e.to_string())
+    });
+
+    let dir = TempDir::new("keep");
+    let path = dir.join("m.gguf");
+    write_tensors(&path, None);
+    let before = std::fs::read(&path).unwrap();
+    let mut w = GgufWriter::new();
+    w.declare_tensor("a", DType::F32, &[2]).unwrap();
+
+    let mut s = w.stream(&path).unwrap();
+    s.write_data(&[1; 4]).unwrap();
+    assert_eq!(atomic_out::temporaries(&path).unwrap().len(), 1);
+    drop(s);
+    let mut s = w.stream(&path).unwrap();
+    assert!(s.write_data(&[1; 9]).is_err());
+    drop(s);
+    let mut s = w.stream(&path).unwrap();
+    s.write_data(&[1; 4]).unwrap();
+    assert!(s.finish().is_err());
+    assert!(w.write(&path).is_err(), "declared tensors need stream()");
+    assert!(GgufWriter::new().alignment(3).write(&path).is_err());
+
+    let r = run_in_child(
+        "failed_or_dropped_writes_leave_the_old_file_intact",
+        &path,
+        before.len() as u64 / 2,
+    );
+    if let Some(r) = r {
+        let e = r.expect_err("a file larger than the file-size limit cannot be written");
+        assert!(e.contains("m.gguf"), "{e}");
+    }
+
+    assert_eq!(std::fs::read(&path).unwrap(), before);
+    assert_eq!(dir.names(), ["m.gguf"], "no temporary left");
+    GgufFile::open(&path).unwrap();
 }

@@ -61,9 +61,10 @@
 //!
 //! # Invariants
 //!
-//! * **Only complete stores carry the final name.** The writer writes `<path>.tmp-<pid>` with a zeroed
-//!   header, fills the header and index last, syncs and renames; a dropped or failed writer removes the
-//!   temporary file.
+//! * **Only complete stores carry the final name.** The writer writes a temporary in the same folder
+//!   (`atomic_out::AtomicFile`: `.NAME.sparrow-tmp-PID-SEQ`) with a zeroed header, fills the header and
+//!   index last, syncs, renames and syncs the folder; a dropped or failed writer removes the temporary
+//!   file and leaves an earlier store at that path byte-identical.
 //! * **Opening validates everything but the unit bytes**: magic, version, header and index checksums,
 //!   shapes and formats, that every layer and unit lies where the index says, that every order is a
 //!   permutation, and the file length. Errors name the file and what is wrong, never panic.

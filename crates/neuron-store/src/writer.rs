@@ -1,8 +1,10 @@
-//! Writing a store: to `<path>.tmp-<pid>`, renamed over `path` only when complete and synced.
+//! Writing a store: to a temporary in the destination's folder (`atomic_out::AtomicFile`), renamed over
+//! `path` only when complete and synced.
 
-use std::fs::File;
 use std::io::{BufWriter, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
+
+use atomic_out::{AtomicError, AtomicFile};
 
 use crate::error::{Result, StoreError};
 use crate::layout::{encode_header, BundleLayout, Formats, LayerIndex, StoreIndex, PAGE};
@@ -25,11 +27,11 @@ pub struct LayerInput<'a> {
 }
 
 /// Writes a store layer by layer. Nothing appears under the final name until [`StoreWriter::finish`]
-/// has written, synced and renamed the file; dropping an unfinished writer removes the temporary file.
+/// has written, synced and renamed the file; dropping an unfinished writer (or one whose `finish`
+/// failed) removes the temporary file and leaves any file already at `path` untouched.
 pub struct StoreWriter {
-    path: PathBuf,
     tmp: PathBuf,
-    out: Option<BufWriter<File>>,
+    out: Option<BufWriter<AtomicFile>>,
     index: StoreIndex,
     n_layers: usize,
     unit: Vec<u8>,
@@ -62,15 +64,8 @@ impl StoreWriter {
             )));
         }
         let layout = BundleLayout::with_neurons(d_model, formats, max_neurons)?;
-        let path = path.as_ref().to_path_buf();
-        let mut tmp = path.clone().into_os_string();
-        tmp.push(format!(".tmp-{}", std::process::id()));
-        let tmp = PathBuf::from(tmp);
-        let wr = |source| StoreError::Write {
-            path: tmp.clone(),
-            source,
-        };
-        let file = File::create(&tmp).map_err(wr)?;
+        let file = AtomicFile::create(path.as_ref()).map_err(write_error)?;
+        let tmp = file.temp_path().to_path_buf();
         let data = StoreIndex::data_offset(n_layers, d_ff, layout.units(d_ff));
         let mut w = StoreWriter {
             index: StoreIndex {
@@ -83,7 +78,6 @@ impl StoreWriter {
             },
             out: Some(BufWriter::with_capacity(1 << 20, file)),
             unit: vec![0u8; layout.unit_bytes()],
-            path,
             tmp,
             n_layers,
         };
@@ -198,7 +192,7 @@ impl StoreWriter {
     }
 
     /// Writes header and index, syncs, and renames the file to its final name. Returns the index.
-    pub fn finish(mut self) -> Result<StoreIndex> {
+    pub fn finish(self) -> Result<StoreIndex> {
         if self.index.layers.len() != self.n_layers {
             return Err(StoreError::Invalid(format!(
                 "finish after {} of {} layers",
@@ -215,36 +209,23 @@ impl StoreWriter {
         };
         let out = self
             .out
-            .take()
             .ok_or_else(|| StoreError::Invalid("writer already finished".into()))?;
         let mut file = out.into_inner().map_err(|e| wr(e.into_error()))?;
         file.seek(SeekFrom::Start(0)).map_err(wr)?;
         file.write_all(&header).map_err(wr)?;
         file.write_all(&index).map_err(wr)?;
-        file.sync_all().map_err(wr)?;
-        drop(file);
-        std::fs::rename(&self.tmp, &self.path).map_err(|source| StoreError::Write {
-            path: self.path.clone(),
-            source,
-        })?;
-        let (formats, layout) = (self.index.formats, self.index.layout);
-        Ok(std::mem::replace(
-            &mut self.index,
-            StoreIndex {
-                d_model: 0,
-                d_ff: 0,
-                formats,
-                layout,
-                layers: Vec::new(),
-                file_len: 0,
-            },
-        ))
+        file.commit().map_err(write_error)?;
+        Ok(self.index)
     }
 }
 
-impl Drop for StoreWriter {
-    fn drop(&mut self) {
-        // After a successful finish the temporary name no longer exists; otherwise it is a partial file.
-        let _ = std::fs::remove_file(&self.tmp);
+/// An `atomic-out` failure as a [`StoreError::Write`] naming the file it concerns.
+fn write_error(e: AtomicError) -> StoreError {
+    StoreError::Write {
+        path: e.path().to_path_buf(),
+        source: match e {
+            AtomicError::Io { source, .. } => source,
+            other => other.into(),
+        },
     }
 }

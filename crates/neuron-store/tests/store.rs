@@ -1,6 +1,6 @@
 //! Round trips, packing and corruption of neuron stores, read through a real `ufs-io` engine.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use kernels_neon::WeightFormat;
 use neuron_store::{BundleLayout, Formats, LayerInput, NeuronStore, StoreError, StoreWriter, PAGE};
@@ -212,9 +212,130 @@ fn unfinished_writer_leaves_nothing() {
     let leftovers: Vec<_> = std::fs::read_dir(path.parent().unwrap())
         .unwrap()
         .filter_map(|e| e.ok())
-        .filter(|e| e.file_name().to_string_lossy().starts_with("unfinished"))
+        .filter(|e| e.file_name().to_string_lossy().contains("unfinished"))
         .collect();
     assert!(leftovers.is_empty(), "{leftovers:?}");
+}
+
+/// A store already at the destination survives, byte-identical and still valid, a writer that is
+/// dropped half-way, one whose `finish` is refused and one whose write fails (the disk fills: EFBIG past
+/// a file-size limit, in a child process); no temporary is left behind by any.
+#[test]
+fn failed_or_dropped_writer_leaves_the_old_store_intact() {
+    let l = BundleLayout::new(64, Q8).unwrap();
+    let m = vec![1u8; 40 * l.gate_row];
+    let one_layer = |w: &mut StoreWriter| {
+        w.add_layer(LayerInput {
+            gate: &m,
+            up: &m,
+            down_t: &m,
+            order: (0..40).collect(),
+            hot_neurons: 0,
+            down_norms: vec![0.0; 40],
+        })
+    };
+    // 256 layers of 40 neurons are 512 units of 4 KiB (2 MiB, past the writer's 1 MiB buffer); the
+    // parent's limit of 16 pages stops the writer in the middle of add_layer.
+    child_writes(|p| {
+        let mut w = StoreWriter::create(p, 256, 64, 40, Q8).map_err(|e| e.to_string())?;
+        for _ in 0..256 {
+            one_layer(&mut w).map_err(|e| e.to_string())?;
+        }
+        w.finish().map(|_| ()).map_err(|e| e.to_string())
+    });
+
+    let path = tmp("kept.neurons");
+    let layers = write_store(&path, 2, 64, 40, Q8, usize::MAX, 7);
+    let before = std::fs::read(&path).unwrap();
+    {
+        let mut w = StoreWriter::create(&path, 2, 64, 40, Q8).unwrap();
+        one_layer(&mut w).unwrap();
+        assert_eq!(atomic_out::temporaries(&path).unwrap().len(), 1);
+    } // dropped
+    let mut w = StoreWriter::create(&path, 2, 64, 40, Q8).unwrap();
+    one_layer(&mut w).unwrap();
+    assert!(w.finish().is_err());
+
+    let r = run_in_child(
+        "failed_or_dropped_writer_leaves_the_old_store_intact",
+        &path,
+        16 * PAGE as u64,
+    );
+    if let Some(r) = r {
+        let e = r.expect_err("a store larger than the file-size limit cannot be written");
+        assert!(e.contains("kept.neurons"), "{e}");
+    }
+
+    assert_eq!(std::fs::read(&path).unwrap(), before);
+    assert_eq!(
+        atomic_out::temporaries(&path).unwrap(),
+        Vec::<PathBuf>::new()
+    );
+    let store = NeuronStore::open(&io(), &path, OpenOptions::default()).unwrap();
+    assert_eq!(store.index().layers[1].order, layers[1].3);
+}
+
+/// Environment variables that make a copy of this test binary the child of [`run_in_child`].
+const CHILD_DEST: &str = "SPARROW_TEST_FSIZE_CHILD_DEST";
+const CHILD_LIMIT: &str = "SPARROW_TEST_FSIZE_CHILD_LIMIT";
+
+/// In a child started by [`run_in_child`]: lowers the file-size limit (`RLIMIT_FSIZE`) so that writing
+/// past it fails with EFBIG, as a full disk would, runs `write` on the destination, reports its result
+/// and exits. Anywhere else: does nothing. Call it first in the test, before anything touches a file.
+fn child_writes(write: impl FnOnce(&Path) -> Result<(), String>) {
+    let (Some(dest), Some(limit)) = (std::env::var_os(CHILD_DEST), std::env::var_os(CHILD_LIMIT))
+    else {
+        return;
+    };
+    let limit: u64 = limit.to_str().unwrap().parse().unwrap();
+    let lim = libc::rlimit {
+        rlim_cur: limit as libc::rlim_t,
+        rlim_max: limit as libc::rlim_t,
+    };
+    // SAFETY: ignoring SIGXFSZ (so an oversized write returns EFBIG instead of killing us) and
+    // lowering our own file-size limit touch no memory of ours; `lim` outlives the call.
+    let ok = unsafe {
+        libc::signal(libc::SIGXFSZ, libc::SIG_IGN) != libc::SIG_ERR
+            && libc::setrlimit(libc::RLIMIT_FSIZE, &lim) == 0
+    };
+    assert!(ok, "setting the file-size limit");
+    let r = write(Path::new(&dest));
+    println!("CHILD-RESULT {}", r.err().unwrap_or_else(|| "ok".into()));
+    std::process::exit(0);
+}
+
+/// Runs test `test` of this binary again in a child process, where its [`child_writes`] writes `dest`
+/// under a file-size limit of `limit` bytes. Returns what that write returned (`Err` with its
+/// message), or `None` when no child can be started (an emulated target without binfmt).
+fn run_in_child(test: &str, dest: &Path, limit: u64) -> Option<Result<(), String>> {
+    let out = std::process::Command::new(std::env::current_exe().ok()?)
+        .args([test, "--exact", "--nocapture", "--test-threads=1"])
+        .env(CHILD_DEST, dest)
+        .env(CHILD_LIMIT, limit.to_string())
+        .output();
+    let out = match out {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("skipped: cannot start a child test binary: {e}");
+            return None;
+        }
+    };
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = stdout
+        .split_once("CHILD-RESULT ")
+        .and_then(|(_, rest)| rest.lines().next())
+        .unwrap_or_else(|| {
+            panic!(
+                "child gave no result: {}\n{stdout}\n{}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+    Some(if line == "ok" {
+        Ok(())
+    } else {
+        Err(line.to_string())
+    })
 }
 
 #[test]

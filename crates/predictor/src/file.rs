@@ -11,11 +11,11 @@
 //! 24+N    8     FNV-1a 64 checksum, u64 LE, over bytes [0, 24+N) (header and payload)
 //! ```
 //!
-//! The file must be exactly `32 + N` bytes long. Files are written to `<path>.tmp-<pid>`, flushed to disk and
-//! renamed over `path`, so an interrupted write never leaves a file that passes these checks.
+//! The file must be exactly `32 + N` bytes long. Files are written through `atomic_out::AtomicFile`
+//! (a temporary `.NAME.sparrow-tmp-PID-SEQ` in the same folder, fsynced, renamed over `path`, folder
+//! fsynced), so an interrupted write never leaves a file that passes these checks, nor touches the old one.
 
-use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use crate::error::{PredictorError, Result};
 
@@ -70,26 +70,16 @@ pub(crate) fn write_atomic(
     let sum = fnv1a64(&bytes);
     bytes.extend_from_slice(&sum.to_le_bytes());
 
-    let mut name = path.as_os_str().to_owned();
-    name.push(format!(".tmp-{}", std::process::id()));
-    let tmp = PathBuf::from(name);
-    fn io(what: &'static str, p: &Path) -> impl FnOnce(std::io::Error) -> PredictorError {
-        let path = p.to_path_buf();
-        move |source| PredictorError::Io { path, what, source }
-    }
-    let write = || -> Result<()> {
-        let mut f = std::fs::File::create(&tmp).map_err(io("creating temporary file", &tmp))?;
-        f.write_all(&bytes)
-            .map_err(io("writing temporary file", &tmp))?;
-        f.sync_all().map_err(io("syncing temporary file", &tmp))?;
-        drop(f);
-        std::fs::rename(&tmp, path).map_err(io("renaming temporary file over", path))
-    };
-    let r = write();
-    if r.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    r
+    atomic_out::write_atomic(path, &bytes).map_err(|e| match e {
+        atomic_out::AtomicError::Io { path, what, source } => {
+            PredictorError::Io { path, what, source }
+        }
+        other => PredictorError::Io {
+            path: other.path().to_path_buf(),
+            what: "writing",
+            source: other.into(),
+        },
+    })
 }
 
 /// Reads `path`, checks the container and returns the payload.

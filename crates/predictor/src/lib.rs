@@ -45,7 +45,8 @@
 //!
 //! * Corrupt, truncated, foreign or wrong-version files give a [`PredictorError`] naming the path and what
 //!   is wrong, never a panic; lengths are checked against the payload before anything is allocated.
-//! * Writes are atomic: `<path>.tmp-<pid>`, fsync, rename.
+//! * Writes are atomic (`atomic-out`): a temporary in the same folder, fsync, rename, fsync the folder; a
+//!   failed write leaves any earlier file untouched.
 //! * Training is deterministic given [`TrainConfig::seed`] on one machine and kernel path, whatever the
 //!   number of threads (tested).
 //! * Predictor weights are stored in ggml's `Q8_0` layout and evaluated with `kernels_neon::matvec`.

@@ -659,7 +659,7 @@ pub struct PredictorSet {
 }
 
 impl PredictorSet {
-    /// Writes the set atomically (`<path>.tmp-<pid>`, then rename).
+    /// Writes the set atomically (a temporary in the same folder, fsync, rename).
     pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
         let mut w = Writer::default();
         w.u64(self.model_fingerprint);

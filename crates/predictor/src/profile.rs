@@ -138,7 +138,7 @@ pub struct LayerProfile {
 }
 
 impl Profile {
-    /// Writes the profile atomically (`<path>.tmp-<pid>`, then rename). Fails if the per-layer vectors do not
+    /// Writes the profile atomically (a temporary in the same folder, fsync, rename). Fails if the per-layer vectors do not
     /// match `n_neurons` and `batch_sizes`.
     pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
         let path = path.as_ref();

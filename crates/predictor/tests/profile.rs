@@ -2,7 +2,9 @@
 
 mod common;
 
-use common::{corruptions, seal, tmp};
+use std::path::PathBuf;
+
+use common::{child_writes, corruptions, run_in_child, seal, tmp};
 
 use predictor::{
     calibrate_threshold, ActivationKind, LayerProfile, PredictorError, Profile, ProfileAccumulator,
@@ -43,17 +45,60 @@ fn round_trip() {
     let path = tmp("round_trip.prof");
     p.save(&path).unwrap();
     assert_eq!(Profile::load(&path).unwrap(), p);
-    // No temporary file is left behind.
+    // No temporary file is left behind (neither today's name nor the old `<path>.tmp-<pid>`).
+    assert_eq!(
+        atomic_out::temporaries(&path).unwrap(),
+        Vec::<PathBuf>::new()
+    );
     let leftovers: Vec<_> = std::fs::read_dir(path.parent().unwrap())
         .unwrap()
         .flatten()
         .filter(|e| {
-            e.file_name()
-                .to_string_lossy()
-                .starts_with("round_trip.prof.tmp")
+            let n = e.file_name().to_string_lossy().into_owned();
+            n.starts_with("round_trip.prof.tmp") || n.starts_with(".round_trip.prof.")
         })
         .collect();
     assert!(leftovers.is_empty());
+}
+
+/// A write that fails half-way (the disk fills: EFBIG past a file-size limit, in a child process)
+/// leaves the file already at the destination byte-identical and no temporary behind; so does a write
+/// refused before it starts.
+#[test]
+fn failed_save_leaves_the_old_file_intact() {
+    let mut big = sample_profile();
+    big.layers = vec![big.layers[0].clone(); 1];
+    big.layers[0] = LayerProfile {
+        n_neurons: 4096,
+        threshold: 0.5,
+        freq: vec![vec![0.25; 4096]; 4],
+        mean_abs: vec![1.0; 4096],
+        max_abs: vec![2.0; 4096],
+        coact_gate_up: vec![0.5; 4096],
+        coact_gate_down: vec![0.5; 4096],
+    };
+    child_writes(|p| big.save(p).map_err(|e| e.to_string()));
+
+    let path = tmp("failed_save.prof");
+    let old = sample_profile();
+    old.save(&path).unwrap();
+    let before = std::fs::read(&path).unwrap();
+    let limit = before.len() as u64 + 1000;
+    let r = run_in_child("failed_save_leaves_the_old_file_intact", &path, limit);
+    if let Some(r) = r {
+        let e = r.expect_err("a profile larger than the file-size limit cannot be written");
+        assert!(e.contains("failed_save.prof"), "{e}");
+    }
+    // Refused before writing: inconsistent vectors.
+    big.layers[0].mean_abs.pop();
+    assert!(big.save(&path).is_err());
+
+    assert_eq!(std::fs::read(&path).unwrap(), before);
+    assert_eq!(Profile::load(&path).unwrap(), old);
+    assert_eq!(
+        atomic_out::temporaries(&path).unwrap(),
+        Vec::<PathBuf>::new()
+    );
 }
 
 #[test]
