@@ -23,6 +23,9 @@ pub enum EngineError {
     /// A profile or predictor file, or predictor training, failed.
     #[error(transparent)]
     Predictor(#[from] predictor::PredictorError),
+    /// An output file could not be written, or would overwrite an input.
+    #[error(transparent)]
+    Output(#[from] atomic_out::AtomicError),
     /// A kernel rejected its arguments (a shape bug or a malformed weight).
     #[error("kernel error in {context}: {source}")]
     Kernel {

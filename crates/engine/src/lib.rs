@@ -39,6 +39,7 @@ pub mod forward;
 mod generate;
 pub mod model;
 pub mod offload;
+pub mod outputs;
 mod perplexity;
 pub mod profile;
 pub mod requant;

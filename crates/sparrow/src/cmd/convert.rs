@@ -43,6 +43,15 @@ pub fn run(a: ConvertArgs) -> Result<()> {
     )?;
     let profile = engine::Profile::load(&profile_path)?;
     let out = a.out.clone().unwrap_or_else(|| bundle.resident());
+    // Nothing convert writes may be one of its inputs (`-o m.gguf` once replaced the model and
+    // truncated its profile): checked before any work starts.
+    let pred = bundle.predictor_or(a.predictor.as_deref());
+    let carried = bundle.carried_sidecars(&out, &profile_path, pred.as_deref());
+    let mut outputs = vec![out.clone(), engine::offload::store_path_for(&out)];
+    outputs.extend(carried.iter().map(|(_, to)| to.clone()));
+    let mut inputs = vec![path.clone(), profile_path.clone()];
+    inputs.extend(pred.clone());
+    engine::outputs::refuse_overwrite(&outputs, &inputs)?;
     let opts = engine::ConvertOptions {
         max_neurons_per_unit: if a.no_pack { 1 } else { usize::MAX },
         ..Default::default()
@@ -55,10 +64,10 @@ pub fn run(a: ConvertArgs) -> Result<()> {
     .with_context(|| format!("converting {}", path.display()))?;
     b.finish_and_clear();
     // The profile and predictors travel with the resident file (same model fingerprint).
-    let pred = bundle.predictor_or(a.predictor.as_deref());
     let copied_pred = pred.is_some();
-    for (from, to) in bundle.carried_sidecars(&out, &profile_path, pred.as_deref()) {
-        std::fs::copy(&from, to).with_context(|| format!("copying {}", from.display()))?;
+    for (from, to) in carried {
+        engine::outputs::copy_file(&from, &to)
+            .with_context(|| format!("copying {}", from.display()))?;
     }
     if a.verify {
         engine::offload::verify(&out)

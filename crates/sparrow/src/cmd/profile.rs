@@ -49,6 +49,11 @@ pub fn run(a: ProfileArgs) -> Result<()> {
     let file = open_model(&a.model, a.json)?;
     let overlay = build_overlay(&file, &a.model, a.json)?;
     let mut eng = Engine::new_with_overlay(&file, overlay.as_ref(), engine_options(&a.model))?;
+    let out = a
+        .out
+        .clone()
+        .unwrap_or_else(|| ModelBundle::new(eng.model().path()).profile());
+    engine::outputs::refuse_overwrite(&[&out], &[eng.model().path(), &a.corpus.corpus])?;
     let tokens = read_corpus(&eng, &a.corpus)?;
     let w = a.corpus.window;
     let score = match a.score.as_str() {
@@ -120,10 +125,6 @@ pub fn run(a: ProfileArgs) -> Result<()> {
     if stop.load(Ordering::Relaxed) {
         bail!("interrupted: nothing written");
     }
-    let out = a
-        .out
-        .clone()
-        .unwrap_or_else(|| ModelBundle::new(eng.model().path()).profile());
     profile.save(&out)?;
     let layers: Vec<_> = profile
         .layers

@@ -52,6 +52,11 @@ pub fn run(a: TrainArgs) -> Result<()> {
     let profile = engine::Profile::load(&profile_path).with_context(|| {
         "train-predictor needs the model's profile: run `sparrow profile` first".to_string()
     })?;
+    let out = a.out.clone().unwrap_or_else(|| bundle.predictor());
+    engine::outputs::refuse_overwrite(
+        &[&out],
+        &[eng.model().path(), &profile_path, &a.corpus.corpus],
+    )?;
     let sp = engine::profile::sparse_from_profile(&eng, &profile, &profile_path)?;
     let tokens = read_corpus(&eng, &a.corpus)?;
     let stop = stop_flag()?;
@@ -88,7 +93,6 @@ pub fn run(a: TrainArgs) -> Result<()> {
     if stop.load(Ordering::Relaxed) {
         bail!("interrupted: nothing written");
     }
-    let out = a.out.clone().unwrap_or_else(|| bundle.predictor());
     set.save(&out)?;
     let total: usize = reports.iter().map(|r| r.bytes).sum();
     let min_recall = reports
