@@ -27,19 +27,27 @@
 pub mod config;
 mod error;
 pub mod fetch;
+pub mod ffn;
+mod file;
+mod fingerprint;
 pub mod forward;
 mod generate;
 pub mod model;
+mod neurons;
 pub mod offload;
+mod ops;
 mod perplexity;
 pub mod profile;
 pub mod requant;
 pub mod sampling;
 pub mod sparse;
 pub mod sys;
+mod transpose;
 
 pub use config::{Activation, Arch, ModelConfig};
 pub use error::{EngineError, Result};
+pub use ffn::{DenseFfn, FfnExecutor, FfnLayer, FfnScratch, ObservedFfn};
+pub use fingerprint::model_fingerprint;
 pub use forward::{FfnMode, FfnSample, KvCache, Logits};
 pub use generate::{
     load_tokenizer, Engine, EngineOptions, Flow, GenerateRequest, Generation, StopReason, Timings,
