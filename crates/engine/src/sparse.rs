@@ -93,7 +93,7 @@ enum Weights {
         format: WeightFormat,
     },
     /// A neuron store read through the flash offload ([`crate::offload`]).
-    Store(Offload),
+    Store(Box<Offload>),
 }
 
 impl SparseFfn {
@@ -161,7 +161,7 @@ impl SparseFfn {
                 config.d_ff,
             ),
             counters: SparseCounters::default(),
-            weights: Weights::Store(off),
+            weights: Weights::Store(Box::new(off)),
         })
     }
 

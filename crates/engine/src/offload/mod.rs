@@ -23,7 +23,7 @@
 //! Files: `convert.rs` (offline conversion, store path, verification), `options.rs` (settings and
 //! counters), `runtime.rs` ([`Offload`]: opening, hot preload, cache), `decode.rs` (one layer's
 //! decode step in named stages), `unit.rs` (what a worker does with one unit: checks, two-phase
-//! reads, compute through the shared neuron selector, [`crate::neurons`]).
+//! reads, compute through the shared neuron selector, `neurons.rs`).
 
 mod convert;
 mod decode;

@@ -3,7 +3,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
-/// Settings of an [`Offload`].
+/// Settings of an [`Offload`](super::Offload).
 #[derive(Debug, Clone)]
 pub struct OffloadOptions {
     /// Bytes of FFN units kept in memory (hot and cold regions together).
@@ -54,7 +54,7 @@ impl Default for OffloadOptions {
     }
 }
 
-/// Counters of an [`Offload`] since the last reset.
+/// Counters of an [`Offload`](super::Offload) since the last reset.
 #[derive(Debug, Clone, Default)]
 pub struct OffloadStats {
     /// Decode steps (tokens).
