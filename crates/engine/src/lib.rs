@@ -4,6 +4,12 @@
 //! This is the only crate that composes the others: `model-format` (file readers), `model-tokenizer`
 //! (tokenizer, chat template) and `kernels-neon` (math).
 //!
+//! The FFN step of every layer goes through one trait, [`FfnExecutor`] ([`ffn`]): [`DenseFfn`],
+//! [`SparseFfn`] (weights in memory or offloaded to a neuron store, [`offload`]) and
+//! [`ObservedFfn`] (profiling). The forward pass does not know which it runs; an accelerator backend
+//! is one more implementation. Sparse and offloaded decode share one neuron selector (predictor,
+//! thresholds, scores).
+//!
 //! # Example
 //! ```no_run
 //! use engine::{Engine, EngineOptions, GenerateRequest, ModelFile, Flow};
@@ -21,6 +27,7 @@
 //!   (re-quantized at load time, [`requant`]), which the caller owns.
 //! - A failed forward step leaves the KV cache as it was.
 //! - Names and shapes of every tensor are checked at load time: a model that loads runs.
+//! - No import cycles between modules (`tests/module_cycles.rs`).
 //! - GGUF llama files keep llama.cpp's permuted Q/K rows and use interleaved RoPE; HF files use
 //!   half-split RoPE: both give the same numbers without rewriting weights.
 
