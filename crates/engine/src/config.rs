@@ -195,16 +195,15 @@ impl ModelConfig {
         Ok(cfg)
     }
 
-    /// The layers a file holds (`{prefix}N.` tensor names) must be exactly `0..n_layers`: a count
-    /// that declares fewer layers than the file holds would silently drop some, more would fail later
-    /// with a missing tensor.
+    /// The layers a file holds (`{prefix}N.` tensor names) must lie in `0..n_layers`: a count that
+    /// declares fewer layers than the file holds would silently drop some (more fail at load with the
+    /// missing tensor named).
     fn check_layers_present<'n>(
         &self,
         names: impl Iterator<Item = &'n str>,
         prefix: &str,
         path: &Path,
     ) -> Result<()> {
-        let mut present = vec![false; self.n_layers];
         for name in names {
             let Some(rest) = name.strip_prefix(prefix) else {
                 continue;
@@ -212,27 +211,15 @@ impl ModelConfig {
             let Some(i) = rest.split('.').next().and_then(|n| n.parse::<usize>().ok()) else {
                 continue;
             };
-            match present.get_mut(i) {
-                Some(p) => *p = true,
-                None => {
-                    return Err(EngineError::BadModel {
-                        path: path.to_path_buf(),
-                        detail: format!(
-                            "tensor {name} belongs to layer {i}, but the model declares {} layers",
-                            self.n_layers
-                        ),
-                    })
-                }
+            if i >= self.n_layers {
+                return Err(EngineError::BadModel {
+                    path: path.to_path_buf(),
+                    detail: format!(
+                        "tensor {name} belongs to layer {i}, but the model declares {} layers",
+                        self.n_layers
+                    ),
+                });
             }
-        }
-        if let Some(i) = present.iter().position(|p| !p) {
-            return Err(EngineError::BadModel {
-                path: path.to_path_buf(),
-                detail: format!(
-                    "the model declares {} layers but has no tensor {prefix}{i}.*",
-                    self.n_layers
-                ),
-            });
         }
         Ok(())
     }

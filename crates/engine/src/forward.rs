@@ -1,37 +1,22 @@
 //! The transformer forward pass: batched over the tokens of a step, with a KV cache.
 
-use kernels_neon::{Precision, QMatrix};
+use kernels_neon::Precision;
 use rayon::prelude::*;
 
-use crate::config::Activation;
 use crate::error::{kernel, EngineError, Result};
+use crate::ffn::{DenseFfn, FfnExecutor, FfnLayer, FfnScratch, ObservedFfn};
+pub use crate::ffn::{FfnObserver, FfnSample};
 use crate::model::Model;
-use crate::sparse::SparseFfn;
-
-/// What an FFN observer sees of one layer of one forward step (all `n` tokens of the step).
-pub struct FfnSample<'a> {
-    /// Layer index.
-    pub layer: usize,
-    /// Tokens in the step.
-    pub n: usize,
-    /// The FFN input after RMSNorm (`n × d_model`): what a predictor sees.
-    pub input: &'a [f32],
-    /// `act(gate · x)` per token and neuron (`n × d_ff`), before any sparsity mask.
-    pub act_gate: &'a [f32],
-    /// `up · x` (`n × d_ff`).
-    pub up: &'a [f32],
-}
-
-/// Called once per layer with an [`FfnSample`] (profiling, calibration).
-pub type FfnObserver<'o> = &'o mut (dyn FnMut(FfnSample<'_>) + Send);
+use crate::ops::mm;
 
 /// How the FFN runs in a forward step.
 #[derive(Default)]
 pub struct FfnMode<'s, 'o> {
-    /// Sparse FFN: decode steps (one token) compute only active neurons; batched steps mask the same
-    /// neurons out of a dense computation.
-    pub sparse: Option<&'s SparseFfn>,
-    /// Sees every layer's FFN activations (forces the dense path, then masks as `sparse` says).
+    /// The FFN executor of every layer (dense from the model's matrices when `None`). A
+    /// [`crate::SparseFfn`] computes only active neurons in decode steps and masks the same neurons
+    /// out of a dense computation in batched steps (token by token when its weights are offloaded).
+    pub exec: Option<&'s dyn FfnExecutor>,
+    /// Sees every layer's FFN activations (forces the dense path, then masks as `exec` says).
     pub observer: Option<FfnObserver<'o>>,
     /// Nanoseconds spent in the FFN blocks are added here.
     pub ffn_nanos: Option<&'s std::sync::atomic::AtomicU64>,
@@ -102,14 +87,6 @@ pub enum Logits {
     All,
 }
 
-fn mm(w: &QMatrix<'_>, x: &[f32], n: usize, y: &mut [f32], p: Precision, what: &str) -> Result<()> {
-    if n == 1 {
-        kernels_neon::matvec(w, x, y, p).map_err(kernel(what))
-    } else {
-        kernels_neon::matmul(w, x, n, y, p).map_err(kernel(what))
-    }
-}
-
 fn rms_norm_rows(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
     let d = w.len();
     out.par_chunks_mut(d)
@@ -123,6 +100,14 @@ fn add_bias(y: &mut [f32], bias: &Option<Vec<f32>>) {
             row.iter_mut().zip(b).for_each(|(a, b)| *a += b);
         }
     }
+}
+
+fn resident_needs_sparse(model: &Model<'_>) -> EngineError {
+    EngineError::Request(format!(
+        "{}: the FFN weights of this resident file are in its neuron store: run it with --sparse \
+         (profiling and calibration need the original model)",
+        model.path().display()
+    ))
 }
 
 /// Runs `tokens` (positions `cache.len()..`) through the model, appends their keys and values to
@@ -160,7 +145,7 @@ fn forward_inner(
     tokens: &[u32],
     precision: Precision,
     want: Logits,
-    mut ffn: FfnMode<'_, '_>,
+    ffn: FfnMode<'_, '_>,
 ) -> Result<Vec<f32>> {
     let cfg = &model.config;
     let n = tokens.len();
@@ -174,13 +159,7 @@ fn forward_inner(
             cache.capacity
         )));
     }
-    let (d, qd, kvd, ff, hd) = (
-        cfg.d_model,
-        cfg.q_dim(),
-        cfg.kv_dim(),
-        cfg.d_ff,
-        cfg.head_dim,
-    );
+    let (d, qd, kvd, hd) = (cfg.d_model, cfg.q_dim(), cfg.kv_dim(), cfg.head_dim);
     let group = cfg.n_heads / cfg.n_kv_heads;
     let scale = 1.0 / (hd as f32).sqrt();
 
@@ -188,14 +167,32 @@ fn forward_inner(
     for (row, &t) in x.chunks_mut(d).zip(tokens) {
         model.embed_token(t, row)?;
     }
+    // The FFN executor of this step: the caller's, the dense one, or the observed dense one. A
+    // resident file has no FFN matrices: only an executor with its own weights can run it.
+    if cfg.ffn_store.is_some()
+        && (ffn.observer.is_some() || !ffn.exec.is_some_and(|e| e.owns_weights()))
+    {
+        return Err(resident_needs_sparse(model));
+    }
+    let (dense, observed);
+    let exec: &dyn FfnExecutor = match (ffn.exec, ffn.observer) {
+        (mask, Some(obs)) => {
+            observed = ObservedFfn::new(cfg.activation, mask, obs);
+            &observed
+        }
+        (Some(e), None) => e,
+        (None, None) => {
+            dense = DenseFfn::new(cfg.activation);
+            &dense
+        }
+    };
     let mut xn = vec![0.0f32; n * d];
     let mut q = vec![0.0f32; n * qd];
     let mut k = vec![0.0f32; n * kvd];
     let mut v = vec![0.0f32; n * kvd];
     let mut att = vec![0.0f32; n * qd];
     let mut o = vec![0.0f32; n * d];
-    let mut g = vec![0.0f32; n * ff];
-    let mut u = vec![0.0f32; n * ff];
+    let mut scratch = FfnScratch::default();
 
     for (li, layer) in model.layers.iter().enumerate() {
         // Attention.
@@ -261,67 +258,15 @@ fn forward_inner(
         // Gated FFN.
         let ffn_t0 = ffn.ffn_nanos.map(|_| std::time::Instant::now());
         rms_norm_rows(&x, &layer.ffn_norm, cfg.rms_eps, &mut xn);
-        match (ffn.sparse, &mut ffn.observer) {
-            (Some(sp), None) if n == 1 => sp.decode(li, layer, &xn, &mut o, precision)?,
-            // Offloaded weights: token by token over the neuron store (there are no matrices to batch).
-            (Some(sp), None) if sp.offload().is_some() => {
-                for (xt, ot) in xn.chunks(d).zip(o.chunks_mut(d)) {
-                    sp.decode(li, layer, xt, ot, precision)?;
-                }
-            }
-            _ if model.config.ffn_store.is_some() => {
-                return Err(EngineError::Request(format!(
-                    "{}: the FFN weights of this resident file are in its neuron store: run it with --sparse \
-                     (profiling and calibration need the original model)",
-                    model.path().display()
-                )));
-            }
-            (None, None) => {
-                if n == 1 {
-                    kernels_neon::matvec_many(
-                        &[&layer.gate, &layer.up],
-                        &xn,
-                        &mut [&mut g[..], &mut u[..]],
-                        precision,
-                    )
-                    .map_err(kernel("ffn gate/up"))?;
-                } else {
-                    mm(&layer.gate, &xn, n, &mut g, precision, "ffn gate")?;
-                    mm(&layer.up, &xn, n, &mut u, precision, "ffn up")?;
-                }
-                match cfg.activation {
-                    Activation::Silu => kernels_neon::silu_mul_inplace(&mut g, &u),
-                    Activation::Relu => kernels_neon::relu_mul_inplace(&mut g, &u),
-                }
-                mm(&layer.down, &g, n, &mut o, precision, "ffn down")?;
-            }
-            (sparse, observer) => {
-                mm(&layer.gate, &xn, n, &mut g, precision, "ffn gate")?;
-                mm(&layer.up, &xn, n, &mut u, precision, "ffn up")?;
-                let act = cfg.activation.kernel();
-                g.par_chunks_mut(1024)
-                    .for_each(|c| c.iter_mut().for_each(|v| *v = act.apply(*v)));
-                if let Some(obs) = observer {
-                    obs(FfnSample {
-                        layer: li,
-                        n,
-                        input: &xn,
-                        act_gate: &g,
-                        up: &u,
-                    });
-                }
-                if let Some(sp) = sparse {
-                    sp.mask(li, &xn, n, &mut g, &u)?;
-                }
-                g.par_chunks_mut(1024)
-                    .zip(u.par_chunks(1024))
-                    .for_each(|(a, b)| a.iter_mut().zip(b).for_each(|(a, b)| *a *= b));
-                match sparse {
-                    // The transposed down rows of sparse decode, so batched steps compute what it does.
-                    Some(sp) if observer.is_none() => sp.down_batch(li, &g, n, &mut o)?,
-                    _ => mm(&layer.down, &g, n, &mut o, precision, "ffn down")?,
-                }
-            }
+        let step = FfnLayer {
+            index: li,
+            weights: layer,
+            precision,
+        };
+        if n == 1 {
+            exec.decode(step, &xn, &mut o, &mut scratch)?;
+        } else {
+            exec.batch(step, &xn, n, &mut o, &mut scratch)?;
         }
         if let (Some(acc), Some(t0)) = (ffn.ffn_nanos, ffn_t0) {
             acc.fetch_add(

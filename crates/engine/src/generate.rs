@@ -6,6 +6,7 @@ use kernels_neon::Precision;
 use model_tokenizer::{Tokenizer, VocabSpec};
 
 use crate::error::{EngineError, Result};
+use crate::ffn::FfnExecutor;
 use crate::forward::{forward_with, FfnMode, FfnObserver, KvCache, Logits};
 use crate::model::{Model, ModelFile};
 use crate::requant::Overlay;
@@ -287,7 +288,7 @@ impl<'a> Engine<'a> {
     /// One forward step on the engine's thread pool (sparse FFN if one is set).
     pub fn forward(&self, cache: &mut KvCache, tokens: &[u32], want: Logits) -> Result<Vec<f32>> {
         let mode = FfnMode {
-            sparse: self.sparse.as_ref(),
+            exec: self.sparse.as_ref().map(|s| s as &dyn FfnExecutor),
             observer: None,
             ffn_nanos: Some(&self.ffn_nanos),
         };
@@ -304,7 +305,7 @@ impl<'a> Engine<'a> {
         observer: FfnObserver<'_>,
     ) -> Result<Vec<f32>> {
         let mode = FfnMode {
-            sparse: self.sparse.as_ref(),
+            exec: self.sparse.as_ref().map(|s| s as &dyn FfnExecutor),
             observer: Some(observer),
             ffn_nanos: None,
         };

@@ -7,7 +7,14 @@
 //! Around the forward pass: [`bundle`] knows a model's sidecar files (profile, predictors, resident
 //! file and neuron store), checks they belong to it and sets up sparse decode from them; [`budget`]
 //! splits a memory budget (and is the one place the KV-cache size is computed); [`bench`](mod@bench) measures
-//! prefill and decode speed for any front end to print.
+//! prefill and decode speed for any front end to print; [`outputs`] writes files that never replace
+//! an input and are only ever whole.
+//!
+//! The FFN step of every layer goes through one trait, [`FfnExecutor`] ([`ffn`]): [`DenseFfn`],
+//! [`SparseFfn`] (weights in memory or offloaded to a neuron store, [`offload`]) and
+//! [`ObservedFfn`] (profiling). The forward pass does not know which it runs; an accelerator backend
+//! is one more implementation. Sparse and offloaded decode share one neuron selector (predictor,
+//! thresholds, scores).
 //!
 //! # Example
 //! ```no_run
@@ -26,6 +33,7 @@
 //!   (re-quantized at load time, [`requant`]), which the caller owns.
 //! - A failed forward step leaves the KV cache as it was.
 //! - Names and shapes of every tensor are checked at load time: a model that loads runs.
+//! - No import cycles between modules (`tests/module_cycles.rs`).
 //! - GGUF llama files keep llama.cpp's permuted Q/K rows and use interleaved RoPE; HF files use
 //!   half-split RoPE: both give the same numbers without rewriting weights.
 
@@ -35,10 +43,15 @@ pub mod bundle;
 pub mod config;
 mod error;
 pub mod fetch;
+pub mod ffn;
+mod file;
+mod fingerprint;
 pub mod forward;
 mod generate;
 pub mod model;
+mod neurons;
 pub mod offload;
+mod ops;
 pub mod outputs;
 mod perplexity;
 pub mod profile;
@@ -46,12 +59,15 @@ pub mod requant;
 pub mod sampling;
 pub mod sparse;
 pub mod sys;
+mod transpose;
 
 pub use bench::{BenchMode, BenchOptions, BenchReport, ModeRuns};
 pub use budget::{BudgetSplit, FfnBudget, Resident};
 pub use bundle::{ModelBundle, SparsePlan, SparseSidecars};
 pub use config::{Activation, Arch, ModelConfig};
 pub use error::{EngineError, Result};
+pub use ffn::{DenseFfn, FfnExecutor, FfnLayer, FfnScratch, ObservedFfn};
+pub use fingerprint::model_fingerprint;
 pub use forward::{FfnMode, FfnSample, KvCache, Logits};
 pub use generate::{
     load_tokenizer, Engine, EngineOptions, Flow, GenerateRequest, Generation, StopReason, Timings,

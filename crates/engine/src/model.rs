@@ -3,118 +3,13 @@
 use std::path::{Path, PathBuf};
 
 use kernels_neon::{QMatrix, WeightFormat};
-use model_format::{DType, GgufFile, HfDir, TensorView};
+use model_format::TensorView;
 
 use crate::config::{Arch, ModelConfig};
 use crate::error::{kernel, EngineError, Result};
+use crate::file::names_of;
+pub use crate::file::{weight_format, ModelFile};
 use crate::requant::Overlay;
-
-/// An opened model file: GGUF or an HF directory. Owns the memory maps the [`Model`] borrows from.
-pub enum ModelFile {
-    /// A GGUF file.
-    Gguf(GgufFile),
-    /// A Hugging Face directory (`config.json` + safetensors).
-    Hf(Box<HfDir>),
-}
-
-impl ModelFile {
-    /// Opens `path`: a directory is read as an HF model, a file as GGUF.
-    pub fn open(path: impl AsRef<Path>) -> Result<Self> {
-        let path = path.as_ref();
-        if path.is_dir() {
-            Ok(ModelFile::Hf(Box::new(HfDir::open(path)?)))
-        } else {
-            Ok(ModelFile::Gguf(GgufFile::open(path)?))
-        }
-    }
-
-    /// The file or directory path.
-    pub fn path(&self) -> &Path {
-        match self {
-            ModelFile::Gguf(f) => f.path(),
-            ModelFile::Hf(d) => d.dir(),
-        }
-    }
-
-    /// The model's hyper-parameters.
-    pub fn config(&self) -> Result<ModelConfig> {
-        match self {
-            ModelFile::Gguf(f) => ModelConfig::from_gguf(f),
-            ModelFile::Hf(d) => ModelConfig::from_hf(d.config(), d.dir()),
-        }
-    }
-
-    pub(crate) fn tensor(&self, name: &str) -> Option<TensorView<'_>> {
-        match self {
-            ModelFile::Gguf(f) => f.tensor(name),
-            ModelFile::Hf(d) => d.tensor(name),
-        }
-    }
-}
-
-/// Tensor names of one format.
-pub(crate) struct Names {
-    embed: &'static str,
-    output: &'static str,
-    output_norm: &'static str,
-    pub(crate) layer: fn(usize, &str) -> String,
-}
-
-/// The tensor naming of `file`.
-pub(crate) fn names_of(file: &ModelFile) -> &'static Names {
-    match file {
-        ModelFile::Gguf(_) => &GGUF_NAMES,
-        ModelFile::Hf(_) => &HF_NAMES,
-    }
-}
-
-const GGUF_NAMES: Names = Names {
-    embed: "token_embd.weight",
-    output: "output.weight",
-    output_norm: "output_norm.weight",
-    layer: |i, t| {
-        let t = match t {
-            "attn_norm" => "attn_norm.weight",
-            "q" => "attn_q.weight",
-            "k" => "attn_k.weight",
-            "v" => "attn_v.weight",
-            "q_bias" => "attn_q.bias",
-            "k_bias" => "attn_k.bias",
-            "v_bias" => "attn_v.bias",
-            "o" => "attn_output.weight",
-            "ffn_norm" => "ffn_norm.weight",
-            "gate" => "ffn_gate.weight",
-            "up" => "ffn_up.weight",
-            "down" => "ffn_down.weight",
-            other => other,
-        };
-        format!("blk.{i}.{t}")
-    },
-};
-
-const HF_NAMES: Names = Names {
-    embed: "model.embed_tokens.weight",
-    output: "lm_head.weight",
-    output_norm: "model.norm.weight",
-    layer: |i, t| {
-        let t = match t {
-            "attn_norm" => "input_layernorm.weight",
-            "q" => "self_attn.q_proj.weight",
-            "k" => "self_attn.k_proj.weight",
-            "v" => "self_attn.v_proj.weight",
-            "q_bias" => "self_attn.q_proj.bias",
-            "k_bias" => "self_attn.k_proj.bias",
-            "v_bias" => "self_attn.v_proj.bias",
-            "o" => "self_attn.o_proj.weight",
-            "ffn_norm" => "post_attention_layernorm.weight",
-            "gate" => "mlp.gate_proj.weight",
-            "up" => "mlp.up_proj.weight",
-            "down" => "mlp.down_proj.weight",
-            other => other,
-        };
-        format!("model.layers.{i}.{t}")
-    },
-};
 
 /// Weights of one transformer block.
 pub struct Layer<'a> {
@@ -162,21 +57,6 @@ pub struct Model<'a> {
     /// Bytes of weights the model reads per token (all matrices once).
     pub weight_bytes: usize,
     path: PathBuf,
-}
-
-/// Maps a file dtype to a kernel weight format (every current dtype has
-/// one; `None` is kept for dtypes the kernels may not support in future).
-pub fn weight_format(dtype: DType) -> Option<WeightFormat> {
-    Some(match dtype {
-        DType::F32 => WeightFormat::F32,
-        DType::F16 => WeightFormat::F16,
-        DType::BF16 => WeightFormat::BF16,
-        DType::Q8_0 => WeightFormat::Q8_0,
-        DType::Q4_0 => WeightFormat::Q4_0,
-        DType::Q4_1 => WeightFormat::Q4_1,
-        DType::Q4_K => WeightFormat::Q4_K,
-        DType::Q6_K => WeightFormat::Q6_K,
-    })
 }
 
 struct Loader<'f> {

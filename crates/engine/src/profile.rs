@@ -13,10 +13,13 @@ use rayon::prelude::*;
 
 use crate::config::Activation;
 use crate::error::{EngineError, Result};
+pub use crate::fingerprint::model_fingerprint;
 use crate::forward::{FfnSample, Logits};
 use crate::generate::Engine;
-use crate::model::Model;
-use crate::sparse::{Score, SparseFfn};
+use crate::neurons::Score;
+use crate::offload::OffloadOptions;
+use crate::sparse::SparseFfn;
+use crate::transpose::DEFAULT_DOWN_FORMAT;
 
 /// Runs `windows` windows of `window` tokens of `tokens` through the engine (dense unless a sparse FFN
 /// is set), calling `observe` with every layer's FFN activations. Stops early, returning how many
@@ -81,36 +84,6 @@ pub fn sample_scores(
         progress,
     )?;
     Ok(samples)
-}
-
-/// A stable id of a model's weights for profile and predictor files: FNV-1a 64 over the shapes and the
-/// first 64 KiB of the first layer's gate and last layer's down matrices (for a resident file, the
-/// fingerprint of the model it was converted from).
-pub fn model_fingerprint(model: &Model<'_>) -> u64 {
-    // A resident file carries the fingerprint of the model it was converted from.
-    if let Some(r) = &model.config.ffn_store {
-        return r.fingerprint;
-    }
-    let mut h = predictor::Fnv1a64::default();
-    let c = &model.config;
-    for v in [
-        c.n_layers,
-        c.d_model,
-        c.d_ff,
-        c.n_heads,
-        c.n_kv_heads,
-        c.vocab_size,
-        model.weight_bytes,
-    ] {
-        h.update(&(v as u64).to_le_bytes());
-    }
-    if let (Some(first), Some(last)) = (model.layers.first(), model.layers.last()) {
-        for m in [&first.gate, &last.down] {
-            let d = m.data();
-            h.update(&d[..d.len().min(64 << 10)]);
-        }
-    }
-    h.finish()
 }
 
 /// Settings of [`profile_corpus`].
@@ -209,12 +182,7 @@ pub fn sparse_from_profile(
     profile: &Profile,
     profile_path: &Path,
 ) -> Result<SparseFfn> {
-    sparse_from_profile_with(
-        engine,
-        profile,
-        profile_path,
-        crate::offload::OffloadOptions::default(),
-    )
+    sparse_from_profile_with(engine, profile, profile_path, OffloadOptions::default())
 }
 
 /// [`sparse_from_profile`] with the settings used when the model is a resident file (its FFN in a
@@ -223,7 +191,7 @@ pub fn sparse_from_profile_with(
     engine: &Engine<'_>,
     profile: &Profile,
     profile_path: &Path,
-    offload: crate::offload::OffloadOptions,
+    offload: OffloadOptions,
 ) -> Result<SparseFfn> {
     let model = engine.model();
     let bad = |detail: String| EngineError::BadModel {
@@ -251,8 +219,7 @@ pub fn sparse_from_profile_with(
             let store = model.path().parent().unwrap_or(Path::new("")).join(&r.file);
             SparseFfn::from_store(&model.config, &store, thresholds, offload)?
         }
-        None => engine
-            .install(|| SparseFfn::new(model, thresholds, crate::sparse::DEFAULT_DOWN_FORMAT))?,
+        None => engine.install(|| SparseFfn::new(model, thresholds, DEFAULT_DOWN_FORMAT))?,
     };
     sp.score = score_of(profile.score);
     Ok(sp)

@@ -18,7 +18,7 @@ use kernels_neon::{dequantize_row, quantize_row, QMatrix, WeightFormat};
 use rayon::prelude::*;
 
 use crate::error::{kernel, EngineError, Result};
-use crate::model::{names_of, weight_format, ModelFile};
+use crate::file::{names_of, weight_format, ModelFile};
 
 /// Target format of a re-quantization.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -14,7 +14,7 @@
 //!    [`DEFAULT_DOWN_FORMAT`] unless asked otherwise).
 //!
 //! Batched steps (prefill, perplexity) compute gate and up densely, zero the same neurons
-//! (`SparseFfn::mask`), and use the same transposed down rows, so perplexity measured with a
+//! (`FfnExecutor::mask`), and use the same transposed down rows, so perplexity measured with a
 //! [`SparseFfn`] is the quality sparse decode has.
 
 use std::path::Path;
@@ -25,26 +25,14 @@ use rayon::prelude::*;
 
 use crate::config::ModelConfig;
 use crate::error::{kernel, EngineError, Result};
+use crate::ffn::{FfnExecutor, FfnLayer, FfnScratch};
 use crate::model::{Layer, Model};
+use crate::neurons::{check_thresholds, GateUpRows, NeuronSelector, RowCounts, SelectScratch};
+pub use crate::neurons::{NeuronPredictor, Score};
 use crate::offload::{Offload, OffloadOptions};
-
-/// Predicts which neurons of a layer fire for an FFN input (the input after the FFN's RMSNorm).
-pub trait NeuronPredictor: Send + Sync {
-    /// Writes the sorted indices of the neurons of `layer` predicted active for `x` into `out`.
-    fn predict(&self, layer: usize, x: &[f32], out: &mut Vec<u32>) -> Result<()>;
-}
-
-impl NeuronPredictor for predictor::PredictorSet {
-    fn predict(&self, layer: usize, x: &[f32], out: &mut Vec<u32>) -> Result<()> {
-        let p = self.layers.get(layer).ok_or_else(|| {
-            EngineError::Request(format!(
-                "the predictor set has {} layers; layer {layer} asked",
-                self.layers.len()
-            ))
-        })?;
-        Ok(p.predict(x, out)?)
-    }
-}
+use crate::ops::mm;
+use crate::transpose::TransposedDown;
+pub use crate::transpose::DEFAULT_DOWN_FORMAT;
 
 /// Counters of the work sparse decode did (neurons, summed over layers and tokens).
 #[derive(Debug, Default)]
@@ -86,57 +74,27 @@ impl SparseStats {
     }
 }
 
-/// The sparse FFN of a model: per-layer thresholds, the transposed down matrices and an optional predictor.
+/// The sparse FFN of a model: a neuron selector (per-layer thresholds on a [`Score`], down-row
+/// norms, an optional predictor) and the weights it computes from, in memory or offloaded to a
+/// neuron store. An [`FfnExecutor`].
 pub struct SparseFfn {
-    thresholds: Vec<f32>,
-    activation: kernels_neon::Activation,
-    down_t: Vec<Vec<u8>>,
-    down_t_format: WeightFormat,
-    d_model: usize,
-    d_ff: usize,
-    all_rows: Vec<u32>,
-    predictor: Option<Box<dyn NeuronPredictor>>,
-    counters: SparseCounters,
-    /// Per layer and neuron: the L2 norm of the neuron's down column (importance weight).
-    down_norms: Vec<Vec<f32>>,
     /// How a neuron's score is computed.
     pub score: Score,
-    /// Where the FFN weights come from when they are offloaded to a neuron store (`None`: the model's
-    /// matrices in memory).
-    offload: Option<Offload>,
+    selector: NeuronSelector,
+    counters: SparseCounters,
+    weights: Weights,
 }
 
-/// What the threshold is compared with, per neuron.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Score {
-    /// `|act(gate)|` (CATS).
-    Gate,
-    /// `|act(gate)| · ‖down_j‖`.
-    GateNorm,
-    /// `|act(gate) · up| · ‖down_j‖`: the size of the neuron's contribution to the FFN output. Needs
-    /// gate and up of every candidate neuron, so without a predictor only the down projection is
-    /// saved; with one, gate and up run on the predicted rows. The default: on SmolLM2 it keeps
-    /// perplexity far better than `Gate` at the same sparsity (see docs/BENCHMARKS.md).
-    #[default]
-    OutputNorm,
+/// Where a [`SparseFfn`]'s weights are.
+enum Weights {
+    /// The model's gate and up matrices, and its down matrices transposed to one row per neuron.
+    Memory {
+        down_t: Vec<Vec<u8>>,
+        format: WeightFormat,
+    },
+    /// A neuron store read through the flash offload ([`crate::offload`]).
+    Store(Box<Offload>),
 }
-
-impl Score {
-    /// The score of a neuron from its activated gate, up value and down-column norm.
-    #[inline]
-    pub fn of(self, act: f32, up: f32, norm: f32) -> f32 {
-        match self {
-            Score::Gate => act.abs(),
-            Score::GateNorm => act.abs() * norm,
-            Score::OutputNorm => (act * up).abs() * norm,
-        }
-    }
-}
-
-/// Format the down matrices are transposed into, at 1.7× the bytes of Q4_1 per down column read. On
-/// SmolLM2 Q4_1 it costs about +0.1% perplexity and up to 1.0 in a top logit; re-quantizing across the other
-/// axis to 4 bits (Q4_1) drifts top logits by about 7, and F16 by 6e-3 at 3.2× the bytes.
-pub const DEFAULT_DOWN_FORMAT: WeightFormat = WeightFormat::Q8_0;
 
 impl SparseFfn {
     /// Builds the sparse FFN of `model` with one threshold per layer (on [`SparseFfn::score`], the
@@ -144,44 +102,21 @@ impl SparseFfn {
     pub fn new(model: &Model<'_>, thresholds: Vec<f32>, down_format: WeightFormat) -> Result<Self> {
         let cfg = &model.config;
         check_thresholds(&thresholds, cfg.n_layers)?;
-        let (d, ff) = (cfg.d_model, cfg.d_ff);
-        let down_t = model
-            .layers
-            .par_iter()
-            .enumerate()
-            .map(|(l, layer)| {
-                transpose(&layer.down, down_format)
-                    .map_err(kernel(format!("transposing ffn down of layer {l}")))
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let down_norms = down_t
-            .iter()
-            .map(|bytes| {
-                let m = QMatrix::new(down_format, ff, d, bytes)
-                    .map_err(kernel("transposed ffn down"))?;
-                let mut row = vec![0.0f32; d];
-                (0..ff)
-                    .map(|j| {
-                        kernels_neon::dequantize_row(down_format, m.row_data(j), &mut row)
-                            .map_err(kernel("transposed ffn down"))?;
-                        Ok(row.iter().map(|v| v * v).sum::<f32>().sqrt())
-                    })
-                    .collect::<Result<Vec<f32>>>()
-            })
-            .collect::<Result<Vec<_>>>()?;
+        let down = TransposedDown::of(model, down_format)?;
         Ok(SparseFfn {
-            thresholds,
-            activation: cfg.activation.kernel(),
-            down_t,
-            down_t_format: down_format,
-            d_model: d,
-            d_ff: ff,
-            all_rows: (0..ff as u32).collect(),
-            predictor: None,
-            counters: SparseCounters::default(),
-            down_norms,
             score: Score::OutputNorm,
-            offload: None,
+            selector: NeuronSelector::new(
+                thresholds,
+                cfg.activation.kernel(),
+                down.norms,
+                cfg.d_model,
+                cfg.d_ff,
+            ),
+            counters: SparseCounters::default(),
+            weights: Weights::Memory {
+                down_t: down.rows,
+                format: down_format,
+            },
         })
     }
 
@@ -215,75 +150,64 @@ impl SparseFfn {
                 ),
             });
         }
+        let norms = ix.layers.iter().map(|l| l.down_norms.clone()).collect();
         Ok(SparseFfn {
-            thresholds,
-            activation: config.activation.kernel(),
-            down_t: Vec::new(),
-            down_t_format: ix.formats.down,
-            d_model: config.d_model,
-            d_ff: config.d_ff,
-            all_rows: (0..config.d_ff as u32).collect(),
-            predictor: None,
-            counters: SparseCounters::default(),
-            down_norms: ix.layers.iter().map(|l| l.down_norms.clone()).collect(),
             score: Score::OutputNorm,
-            offload: Some(off),
+            selector: NeuronSelector::new(
+                thresholds,
+                config.activation.kernel(),
+                norms,
+                config.d_model,
+                config.d_ff,
+            ),
+            counters: SparseCounters::default(),
+            weights: Weights::Store(Box::new(off)),
         })
     }
 
     /// The flash offload, when the weights are in a neuron store.
     pub fn offload(&self) -> Option<&Offload> {
-        self.offload.as_ref()
-    }
-
-    /// The transposed down rows of layer `l` (empty when offloaded).
-    pub(crate) fn down_t_data(&self, l: usize) -> &[u8] {
-        self.down_t.get(l).map_or(&[], |v| v.as_slice())
+        match &self.weights {
+            Weights::Store(off) => Some(off),
+            Weights::Memory { .. } => None,
+        }
     }
 
     /// Uses `predictor` to choose the gate rows of each decode step (without one, every gate row is
     /// computed and only the threshold makes the FFN sparse).
     pub fn with_predictor(mut self, predictor: Box<dyn NeuronPredictor>) -> Self {
-        self.predictor = Some(predictor);
+        self.selector.set_predictor(predictor);
         self
     }
 
     /// Whether a predictor chooses the gate rows.
     pub fn has_predictor(&self) -> bool {
-        self.predictor.is_some()
+        self.selector.has_predictor()
     }
 
     /// Per-neuron importance weights of layer `l` (down-column norms).
     pub fn down_norms(&self, l: usize) -> &[f32] {
-        &self.down_norms[l]
+        self.selector.down_norms(l)
     }
 
     /// The per-layer thresholds.
     pub fn thresholds(&self) -> &[f32] {
-        &self.thresholds
+        self.selector.thresholds()
     }
 
     /// The score of every neuron of an observed FFN step of layer `layer` (`act_gate`, `up`: `n × d_ff`),
     /// into `out` (cleared first).
     pub fn scores_into(&self, layer: usize, act_gate: &[f32], up: &[f32], out: &mut Vec<f32>) {
-        let norms = &self.down_norms[layer];
-        out.clear();
-        out.extend(
-            act_gate
-                .chunks(self.d_ff)
-                .zip(up.chunks(self.d_ff))
-                .flat_map(|(a, u)| {
-                    a.iter()
-                        .zip(u)
-                        .zip(norms)
-                        .map(|((&a, &u), &n)| self.score.of(a, u, n))
-                }),
-        );
+        self.selector
+            .scores_into(self.score, layer, act_gate, up, out)
     }
 
-    /// Bytes of the transposed down matrices.
+    /// Bytes of the transposed down matrices (0 when offloaded).
     pub fn down_t_bytes(&self) -> usize {
-        self.down_t.iter().map(Vec::len).sum()
+        match &self.weights {
+            Weights::Memory { down_t, .. } => down_t.iter().map(Vec::len).sum(),
+            Weights::Store(_) => 0,
+        }
     }
 
     /// Work counters since the last [`SparseFfn::reset_stats`].
@@ -312,193 +236,74 @@ impl SparseFfn {
         }
     }
 
-    fn down_t(&self, layer: usize) -> Result<QMatrix<'_>> {
-        QMatrix::new(
-            self.down_t_format,
-            self.d_ff,
-            self.d_model,
-            &self.down_t[layer],
-        )
-        .map_err(kernel("transposed ffn down"))
-    }
-
-    /// One token's FFN of layer `li`: `out = down(act(gate x) * up x)` over the active neurons only.
-    pub(crate) fn decode(
-        &self,
-        li: usize,
-        layer: &Layer<'_>,
-        x: &[f32],
-        out: &mut [f32],
-        precision: Precision,
-    ) -> Result<()> {
-        let mut predicted = Vec::new();
-        let all = self.predictor.is_none();
-        let rows: &[u32] = match &self.predictor {
-            Some(p) => {
-                p.predict(li, x, &mut predicted)?;
-                &predicted
-            }
-            None => &self.all_rows,
-        };
-        if let Some(off) = &self.offload {
-            let (g, u, dn) = off.decode(self, li, rows, x, out, precision)?;
-            self.count(li, g, u, dn);
-            return Ok(());
-        }
-        let t = self.thresholds[li];
-        let norms = &self.down_norms[li];
-        let mut keep = Vec::with_capacity(rows.len());
-        let mut coeffs = Vec::with_capacity(rows.len());
-        let up_rows;
-        match self.score {
-            Score::Gate => {
-                // Two phases: gate rows, then up rows of the neurons whose |act(gate)| passes.
-                let mut a = vec![0.0f32; rows.len()];
-                up_rows = kernels_neon::gate_up_sparse(
-                    &layer.gate,
-                    &layer.up,
-                    rows,
-                    x,
-                    t,
-                    self.activation,
-                    &mut a,
-                    precision,
-                )
-                .map_err(kernel("sparse ffn gate/up"))?;
-                for (&r, &v) in rows.iter().zip(&a) {
-                    if v != 0.0 {
-                        keep.push(r);
-                        coeffs.push(v);
-                    }
-                }
-            }
-            Score::GateNorm => {
-                // Two phases with per-neuron thresholds t / ‖down_j‖: gate rows, then up rows of the
-                // survivors. (GateNorm is kept for experiments; it is not the default.)
-                let mut g = vec![0.0f32; rows.len()];
-                kernels_neon::matvec_rows(&layer.gate, rows, x, &mut g, precision)
-                    .map_err(kernel("sparse ffn gate"))?;
-                let mut survivors = Vec::with_capacity(rows.len());
-                let mut acts = Vec::with_capacity(rows.len());
-                for (&r, &gv) in rows.iter().zip(&g) {
-                    let a = self.act(gv);
-                    if self.score.of(a, 0.0, norms[r as usize]) > t {
-                        survivors.push(r);
-                        acts.push(a);
-                    }
-                }
-                let mut u = vec![0.0f32; survivors.len()];
-                kernels_neon::matvec_rows(&layer.up, &survivors, x, &mut u, precision)
-                    .map_err(kernel("sparse ffn up"))?;
-                up_rows = survivors.len();
-                for ((&r, &a), &uv) in survivors.iter().zip(&acts).zip(&u) {
-                    let v = a * uv;
-                    if v != 0.0 {
-                        keep.push(r);
-                        coeffs.push(v);
-                    }
-                }
-            }
-            Score::OutputNorm => {
-                // Gate and up of the predicted rows (all rows without a predictor), then the down
-                // columns of the neurons whose contribution |act(g)·u|·‖down_j‖ passes the threshold.
-                let mut g = vec![0.0f32; rows.len()];
-                let mut u = vec![0.0f32; rows.len()];
-                if all {
-                    kernels_neon::matvec_many(
-                        &[&layer.gate, &layer.up],
-                        x,
-                        &mut [&mut g[..], &mut u[..]],
-                        precision,
-                    )
-                    .map_err(kernel("sparse ffn gate/up"))?;
-                } else {
-                    kernels_neon::matvec_rows(&layer.gate, rows, x, &mut g, precision)
-                        .map_err(kernel("sparse ffn gate"))?;
-                    kernels_neon::matvec_rows(&layer.up, rows, x, &mut u, precision)
-                        .map_err(kernel("sparse ffn up"))?;
-                }
-                up_rows = rows.len();
-                for ((&r, &gv), &uv) in rows.iter().zip(&g).zip(&u) {
-                    let v = self.act(gv) * uv;
-                    if v.abs() * norms[r as usize] > t {
-                        keep.push(r);
-                        coeffs.push(v);
-                    }
-                }
-            }
-        }
-        out.fill(0.0);
-        kernels_neon::axpy_rows(&self.down_t(li)?, &keep, &coeffs, out)
-            .map_err(kernel("sparse ffn down"))?;
-        self.count(li, rows.len(), up_rows, keep.len());
-        Ok(())
-    }
-
-    fn count(&self, li: usize, gate: usize, up: usize, down: usize) {
+    fn count(&self, li: usize, (gate, up, down): RowCounts) {
         let c = &self.counters;
         if li == 0 {
             c.tokens.fetch_add(1, Ordering::Relaxed);
         }
-        c.neurons.fetch_add(self.d_ff as u64, Ordering::Relaxed);
+        c.neurons
+            .fetch_add(self.selector.d_ff() as u64, Ordering::Relaxed);
         c.gate_rows.fetch_add(gate as u64, Ordering::Relaxed);
         c.up_rows.fetch_add(up as u64, Ordering::Relaxed);
         c.down_rows.fetch_add(down as u64, Ordering::Relaxed);
     }
 
-    #[inline]
-    pub(crate) fn act(&self, g: f32) -> f32 {
-        self.activation.apply(g)
-    }
-
-    /// Batched form: zeroes, in `act` (`n × d_ff` activated gate values, before the multiplication by
-    /// up), every neuron that sparse decode would not compute for that token.
-    pub(crate) fn mask(
+    /// One token's FFN over in-memory weights: `out = Σ_j a_j · down_t[j]` over the neurons of
+    /// `rows` that pass. Returns the rows computed.
+    fn decode_in_memory(
         &self,
-        li: usize,
+        l: FfnLayer<'_, '_>,
+        rows: &[u32],
         x: &[f32],
-        n: usize,
-        act: &mut [f32],
-        up: &[f32],
-    ) -> Result<()> {
-        let t = self.thresholds[li];
-        let norms = &self.down_norms[li];
-        let score = self.score;
-        let ff = self.d_ff;
-        let d = self.d_model;
-        act.par_chunks_mut(ff)
-            .zip(x.par_chunks(d))
-            .zip(up.par_chunks(ff))
-            .take(n)
-            .try_for_each(|((a, xt), u)| {
-                if let Some(p) = &self.predictor {
-                    let mut predicted = Vec::new();
-                    p.predict(li, xt, &mut predicted)?;
-                    let mut keep = vec![false; ff];
-                    predicted
-                        .iter()
-                        .filter(|&&j| (j as usize) < ff)
-                        .for_each(|&j| keep[j as usize] = true);
-                    a.iter_mut()
-                        .zip(&keep)
-                        .filter(|(_, k)| !**k)
-                        .for_each(|(v, _)| *v = 0.0);
-                }
-                for ((v, &uj), &nj) in a.iter_mut().zip(u).zip(norms) {
-                    if score.of(*v, uj, nj) <= t {
-                        *v = 0.0;
-                    }
-                }
-                Ok(())
-            })
+        out: &mut [f32],
+        down_t: QMatrix<'_>,
+    ) -> Result<RowCounts> {
+        let rule = self.selector.rule(l.index, self.score);
+        let mut src = MatrixRows {
+            layer: l.weights,
+            x,
+            precision: l.precision,
+            all: !self.selector.has_predictor(),
+            activation: rule.activation,
+        };
+        let mut keep = Vec::with_capacity(rows.len());
+        let mut coeffs = Vec::with_capacity(rows.len());
+        let up_rows = rule.select(
+            &mut src,
+            rows,
+            |i| rows[i] as usize,
+            &mut SelectScratch::default(),
+            &mut keep,
+            &mut coeffs,
+        )?;
+        out.fill(0.0);
+        kernels_neon::axpy_rows(&down_t, &keep, &coeffs, out).map_err(kernel("sparse ffn down"))?;
+        Ok((rows.len(), up_rows, keep.len()))
     }
 
-    /// Batched down projection with the same transposed rows as [`SparseFfn::decode`], so that batched
+    /// Layer `li`'s transposed down matrix, when the weights are in memory.
+    fn down_t(&self, li: usize) -> Result<Option<QMatrix<'_>>> {
+        match &self.weights {
+            Weights::Memory { down_t, format } => self.transposed(down_t, *format, li).map(Some),
+            Weights::Store(_) => Ok(None),
+        }
+    }
+
+    fn transposed<'a>(
+        &self,
+        down_t: &'a [Vec<u8>],
+        format: WeightFormat,
+        li: usize,
+    ) -> Result<QMatrix<'a>> {
+        let (ff, d) = (self.selector.d_ff(), self.selector.d_model());
+        QMatrix::new(format, ff, d, &down_t[li]).map_err(kernel("transposed ffn down"))
+    }
+
+    /// Batched down projection with the same transposed rows as sparse decode, so that batched
     /// steps (prefill, perplexity) see the numerics of sparse decode: for each of the `n` tokens,
     /// `out_t = Σ_j h_t[j] · down_t[j]` over the nonzero `h_t[j]` (`h`: `n × d_ff` masked activations).
-    pub(crate) fn down_batch(&self, li: usize, h: &[f32], n: usize, out: &mut [f32]) -> Result<()> {
-        let down_t = self.down_t(li)?;
-        let (ff, d) = (self.d_ff, self.d_model);
+    fn down_batch(&self, down_t: &QMatrix<'_>, h: &[f32], n: usize, out: &mut [f32]) -> Result<()> {
+        let (ff, d) = (self.selector.d_ff(), self.selector.d_model());
         out.par_chunks_mut(d)
             .zip(h.par_chunks(ff))
             .take(n)
@@ -510,49 +315,139 @@ impl SparseFfn {
                     .map(|(j, &v)| (j as u32, v))
                     .unzip();
                 o.fill(0.0);
-                kernels_neon::axpy_rows(&down_t, &rows, &coeffs, o)
+                kernels_neon::axpy_rows(down_t, &rows, &coeffs, o)
                     .map_err(kernel("sparse ffn down (batched)"))
             })
     }
 }
 
-/// `w` (`rows × cols`) transposed into `cols × rows` in `format`.
-fn check_thresholds(thresholds: &[f32], n_layers: usize) -> Result<()> {
-    if thresholds.len() != n_layers {
-        return Err(EngineError::Request(format!(
-            "sparse FFN: {} thresholds for a model of {} layers",
-            thresholds.len(),
-            n_layers
-        )));
+impl FfnExecutor for SparseFfn {
+    /// One token's FFN of the layer: `out = down(act(gate x) * up x)` over the active neurons only.
+    fn decode(
+        &self,
+        l: FfnLayer<'_, '_>,
+        x: &[f32],
+        out: &mut [f32],
+        _scratch: &mut FfnScratch,
+    ) -> Result<()> {
+        let mut predicted = Vec::new();
+        let rows = self.selector.candidates(l.index, x, &mut predicted)?;
+        let counts = match &self.weights {
+            Weights::Store(off) => off.decode(
+                self.selector.rule(l.index, self.score),
+                l.index,
+                rows,
+                x,
+                out,
+                l.precision,
+            )?,
+            Weights::Memory { down_t, format } => {
+                let down_t = self.transposed(down_t, *format, l.index)?;
+                self.decode_in_memory(l, rows, x, out, down_t)?
+            }
+        };
+        self.count(l.index, counts);
+        Ok(())
     }
-    if let Some((l, t)) = thresholds
-        .iter()
-        .enumerate()
-        .find(|(_, t)| !t.is_finite() || **t < 0.0)
-    {
-        return Err(EngineError::Request(format!(
-            "sparse FFN: threshold of layer {l} is {t}, not a finite value >= 0"
-        )));
+
+    /// In memory: gate and up computed densely, the neurons sparse decode would skip masked out
+    /// ([`FfnExecutor::mask`]), then the transposed down rows. Offloaded: token by token over the
+    /// store (there are no matrices to batch).
+    fn batch(
+        &self,
+        l: FfnLayer<'_, '_>,
+        x: &[f32],
+        n: usize,
+        out: &mut [f32],
+        scratch: &mut FfnScratch,
+    ) -> Result<()> {
+        let Some(down_t) = self.down_t(l.index)? else {
+            let d = self.selector.d_model();
+            for (xt, ot) in x.chunks(d).zip(out.chunks_mut(d)) {
+                self.decode(l, xt, ot, scratch)?;
+            }
+            return Ok(());
+        };
+        let (w, li) = (l.weights, l.index);
+        let (g, u) = scratch.gate_up(n * self.selector.d_ff());
+        mm(&w.gate, x, n, g, l.precision, "ffn gate")?;
+        mm(&w.up, x, n, u, l.precision, "ffn up")?;
+        let act = self.selector.rule(li, self.score).activation;
+        g.par_chunks_mut(1024)
+            .for_each(|c| c.iter_mut().for_each(|v| *v = act.apply(*v)));
+        self.mask(li, x, n, g, u)?;
+        g.par_chunks_mut(1024)
+            .zip(u.par_chunks(1024))
+            .for_each(|(a, b)| a.iter_mut().zip(b).for_each(|(a, b)| *a *= b));
+        self.down_batch(&down_t, g, n, out)
     }
-    Ok(())
+
+    fn mask(&self, layer: usize, x: &[f32], n: usize, act: &mut [f32], up: &[f32]) -> Result<()> {
+        self.selector.mask(self.score, layer, x, n, act, up)
+    }
+
+    fn owns_weights(&self) -> bool {
+        self.offload().is_some()
+    }
 }
 
-fn transpose(
-    w: &QMatrix<'_>,
-    format: WeightFormat,
-) -> std::result::Result<Vec<u8>, kernels_neon::KernelError> {
-    let (rows, cols) = (w.rows(), w.cols());
-    let mut dense = vec![0.0f32; rows * cols];
-    for (r, out) in dense.chunks_exact_mut(cols.max(1)).enumerate().take(rows) {
-        kernels_neon::dequantize_row(w.format(), w.row_data(r), out)?;
+/// The gate and up rows of in-memory sparse decode: the model's matrices.
+struct MatrixRows<'a, 'w> {
+    layer: &'a Layer<'w>,
+    x: &'a [f32],
+    precision: Precision,
+    /// Every row is a candidate (no predictor): gate and up as whole matrix-vector products.
+    all: bool,
+    activation: kernels_neon::Activation,
+}
+
+impl GateUpRows for MatrixRows<'_, '_> {
+    fn gate(&mut self, rows: &[u32], g: &mut [f32]) -> Result<()> {
+        kernels_neon::matvec_rows(&self.layer.gate, rows, self.x, g, self.precision)
+            .map_err(kernel("sparse ffn gate"))
     }
-    let mut t = vec![0.0f32; rows * cols];
-    for r in 0..rows {
-        for c in 0..cols {
-            t[c * rows + r] = dense[r * cols + c];
+
+    fn up(&mut self, rows: &[u32], u: &mut [f32]) -> Result<()> {
+        kernels_neon::matvec_rows(&self.layer.up, rows, self.x, u, self.precision)
+            .map_err(kernel("sparse ffn up"))
+    }
+
+    fn gate_up(&mut self, rows: &[u32], g: &mut [f32], u: &mut [f32]) -> Result<()> {
+        if self.all {
+            kernels_neon::matvec_many(
+                &[&self.layer.gate, &self.layer.up],
+                self.x,
+                &mut [g, u],
+                self.precision,
+            )
+            .map_err(kernel("sparse ffn gate/up"))
+        } else {
+            self.gate(rows, g)?;
+            self.up(rows, u)
         }
     }
-    kernels_neon::quantize_matrix(format, &t, cols, rows)
+
+    /// Two phases in one kernel: gate rows, then up rows of the neurons whose |act(gate)| passes.
+    fn gate_score_fused(
+        &mut self,
+        rows: &[u32],
+        threshold: f32,
+        out: &mut [f32],
+    ) -> Option<Result<usize>> {
+        Some(
+            kernels_neon::gate_up_sparse(
+                &self.layer.gate,
+                &self.layer.up,
+                rows,
+                self.x,
+                threshold,
+                self.activation,
+                out,
+                self.precision,
+            )
+            .map_err(kernel("sparse ffn gate/up")),
+        )
+    }
 }
 
 /// Calibrates one threshold per layer from samples of the neuron score ([`Score`]): the `sparsity`

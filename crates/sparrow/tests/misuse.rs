@@ -113,3 +113,84 @@ fn non_regular_model_files_are_refused_by_name() {
     assert_no_panic(&err);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A file's size and a cheap digest of its bytes.
+fn digest(p: &std::path::Path) -> (u64, u64) {
+    let b = std::fs::read(p).unwrap();
+    let mut h = 0xcbf29ce484222325u64;
+    for x in &b {
+        h = (h ^ u64::from(*x)).wrapping_mul(0x100000001b3);
+    }
+    (b.len() as u64, h)
+}
+
+#[test]
+fn outputs_never_overwrite_inputs() {
+    let dir = std::env::temp_dir().join(format!("sparrow-misuse-outputs-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let model = dir.join("m.gguf");
+    let cached = engine::fetch::ensure_default_model(|l| eprintln!("test setup: {l}")).unwrap();
+    std::fs::copy(&cached, &model).unwrap();
+    let m = model.to_str().unwrap();
+    let corpus = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../shared/data/wikitext-2/valid.txt");
+    let c = corpus.to_str().unwrap();
+    let profile = dir.join("m.gguf.sparrow-profile");
+    let out = sparrow(&[
+        "profile",
+        "-m",
+        m,
+        "--corpus",
+        c,
+        "--window",
+        "64",
+        "--windows",
+        "2",
+        "--calib-windows",
+        "1",
+        "--sparsity",
+        "0.3",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let before = (digest(&model), digest(&profile));
+
+    let same = format!("{}/./m.gguf", dir.display());
+    for args in [
+        vec!["convert", "-m", m, "-o", m],
+        vec!["convert", "-m", m, "-o", &same],
+        vec!["profile", "-m", m, "--corpus", c, "-o", &same],
+        vec!["profile", "-m", m, "--corpus", c, "-o", c],
+        vec!["train-predictor", "-m", m, "--corpus", c, "-o", m],
+        vec![
+            "train-predictor",
+            "-m",
+            m,
+            "--corpus",
+            c,
+            "-o",
+            profile.to_str().unwrap(),
+        ],
+    ] {
+        let out = sparrow(&args);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert!(
+            err.starts_with("error: refusing to write"),
+            "{args:?}: {err}"
+        );
+        assert_no_panic(&err);
+        assert_eq!(
+            (digest(&model), digest(&profile)),
+            before,
+            "{args:?} changed an input"
+        );
+    }
+    // Nothing but the model and its profile in the folder: no output, no temporary.
+    let mut names: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["m.gguf", "m.gguf.sparrow-profile"]);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

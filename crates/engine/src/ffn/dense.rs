@@ -1,0 +1,64 @@
+//! [`DenseFfn`]: every neuron, from the model's matrices.
+
+use crate::config::Activation;
+use crate::error::{kernel, Result};
+use crate::ffn::{FfnExecutor, FfnLayer, FfnScratch};
+use crate::ops::mm;
+
+/// The dense FFN: gate and up of every neuron, the activation fused with the product, down.
+pub struct DenseFfn {
+    activation: Activation,
+}
+
+impl DenseFfn {
+    /// A dense FFN with the model's activation.
+    pub fn new(activation: Activation) -> Self {
+        DenseFfn { activation }
+    }
+
+    fn act_mul(&self, g: &mut [f32], u: &[f32]) {
+        match self.activation {
+            Activation::Silu => kernels_neon::silu_mul_inplace(g, u),
+            Activation::Relu => kernels_neon::relu_mul_inplace(g, u),
+        }
+    }
+}
+
+impl FfnExecutor for DenseFfn {
+    fn decode(
+        &self,
+        l: FfnLayer<'_, '_>,
+        x: &[f32],
+        out: &mut [f32],
+        scratch: &mut FfnScratch,
+    ) -> Result<()> {
+        let w = l.weights;
+        let (g, u) = scratch.gate_up(w.gate.rows());
+        // One quantization of the normed vector and one parallel region for both.
+        kernels_neon::matvec_many(
+            &[&w.gate, &w.up],
+            x,
+            &mut [&mut g[..], &mut u[..]],
+            l.precision,
+        )
+        .map_err(kernel("ffn gate/up"))?;
+        self.act_mul(g, u);
+        mm(&w.down, g, 1, out, l.precision, "ffn down")
+    }
+
+    fn batch(
+        &self,
+        l: FfnLayer<'_, '_>,
+        x: &[f32],
+        n: usize,
+        out: &mut [f32],
+        scratch: &mut FfnScratch,
+    ) -> Result<()> {
+        let w = l.weights;
+        let (g, u) = scratch.gate_up(n * w.gate.rows());
+        mm(&w.gate, x, n, g, l.precision, "ffn gate")?;
+        mm(&w.up, x, n, u, l.precision, "ffn up")?;
+        self.act_mul(g, u);
+        mm(&w.down, g, n, out, l.precision, "ffn down")
+    }
+}

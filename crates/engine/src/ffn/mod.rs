@@ -1,0 +1,87 @@
+//! The FFN step of a layer behind one trait: [`FfnExecutor`]. The forward pass calls it once per
+//! layer and does not know which executor it has; each kind is its own type (and file):
+//!
+//! * [`DenseFfn`] (`dense.rs`): the model's gate, up and down matrices, every neuron;
+//! * [`crate::SparseFfn`] (`sparse.rs`): activation sparsity, with its weights in memory or in a
+//!   neuron store (`offload/`);
+//! * [`ObservedFfn`] (`observed.rs`): dense, showing every activation to an observer (profiling,
+//!   calibration), optionally masked as another executor would compute.
+//!
+//! An accelerator backend is one more type implementing [`FfnExecutor`], handed to
+//! [`crate::forward::forward_with`] through [`crate::FfnMode::exec`].
+
+mod dense;
+mod observed;
+
+pub use dense::DenseFfn;
+pub use observed::{FfnObserver, FfnSample, ObservedFfn};
+
+use kernels_neon::Precision;
+
+use crate::error::Result;
+use crate::model::Layer;
+
+/// The layer an FFN step runs on.
+#[derive(Clone, Copy)]
+pub struct FfnLayer<'a, 'w> {
+    /// Layer index.
+    pub index: usize,
+    /// The layer's weights (gate, up and down are empty for a resident file).
+    pub weights: &'a Layer<'w>,
+    /// Precision of the step.
+    pub precision: Precision,
+}
+
+/// Buffers an FFN step may use: gate and up outputs of the step's tokens (`n × d_ff` each), sized on
+/// first use and kept for the layers of one forward step.
+#[derive(Default)]
+pub struct FfnScratch {
+    g: Vec<f32>,
+    u: Vec<f32>,
+}
+
+impl FfnScratch {
+    /// The gate and up buffers, `len` floats each.
+    pub fn gate_up(&mut self, len: usize) -> (&mut [f32], &mut [f32]) {
+        if self.g.len() < len {
+            self.g.resize(len, 0.0);
+            self.u.resize(len, 0.0);
+        }
+        (&mut self.g[..len], &mut self.u[..len])
+    }
+}
+
+/// One layer's FFN: `out = down(act(gate · x) ⊙ (up · x))` as the executor computes it.
+pub trait FfnExecutor: Send + Sync {
+    /// One token (`x`, `out`: `d_model`).
+    fn decode(
+        &self,
+        layer: FfnLayer<'_, '_>,
+        x: &[f32],
+        out: &mut [f32],
+        scratch: &mut FfnScratch,
+    ) -> Result<()>;
+
+    /// `n` tokens of one step (`x`, `out`: `n × d_model`).
+    fn batch(
+        &self,
+        layer: FfnLayer<'_, '_>,
+        x: &[f32],
+        n: usize,
+        out: &mut [f32],
+        scratch: &mut FfnScratch,
+    ) -> Result<()>;
+
+    /// Zeroes, in `act` (`n × d_ff` activated gate values) of layer `layer`, every neuron this
+    /// executor would not compute for that token (an [`ObservedFfn`] masks so). Default: none.
+    fn mask(&self, layer: usize, x: &[f32], n: usize, act: &mut [f32], up: &[f32]) -> Result<()> {
+        let _ = (layer, x, n, act, up);
+        Ok(())
+    }
+
+    /// Whether this executor reads the FFN weights from somewhere other than the model's matrices
+    /// (a resident file has none). Default: false.
+    fn owns_weights(&self) -> bool {
+        false
+    }
+}

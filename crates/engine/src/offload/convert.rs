@@ -1,0 +1,219 @@
+//! The offline side of flash offload: [`convert`] writes a resident GGUF (the model without its FFN
+//! tensors, naming its store) and the neuron store next to it; [`verify`] reads a store back.
+
+use std::path::{Path, PathBuf};
+
+use kernels_neon::WeightFormat;
+use model_format::{GgufWriter, MetaValue};
+use neuron_store::{Formats, LayerInput, NeuronStore, StoreWriter};
+use ufs_io::{IoConfig, IoEngine, OpenOptions};
+
+use crate::config::{FFN_STORE_FILE_KEY, FFN_STORE_FINGERPRINT_KEY};
+use crate::error::{EngineError, Result};
+use crate::fingerprint::model_fingerprint;
+use crate::model::{Model, ModelFile};
+use crate::transpose::TransposedDown;
+
+/// Settings of [`convert`].
+#[derive(Debug, Clone)]
+pub struct ConvertOptions {
+    /// Format of the stored down rows (the down matrix transposed; default that of sparse decode).
+    pub down_format: WeightFormat,
+    /// At most this many neurons per 4 KiB unit (`usize::MAX`: as many as fit; 1: no packing).
+    pub max_neurons_per_unit: usize,
+    /// Neurons whose batch-1 activation frequency is at least this are marked hot in the store.
+    pub hot_frequency: f32,
+}
+
+impl Default for ConvertOptions {
+    fn default() -> Self {
+        ConvertOptions {
+            down_format: crate::transpose::DEFAULT_DOWN_FORMAT,
+            max_neurons_per_unit: usize::MAX,
+            hot_frequency: 0.5,
+        }
+    }
+}
+
+/// What [`convert`] wrote.
+#[derive(Debug, Clone)]
+pub struct ConvertReport {
+    /// The resident GGUF (everything but the FFN).
+    pub resident: PathBuf,
+    /// The neuron store (the FFN).
+    pub store: PathBuf,
+    /// Bytes of the resident file.
+    pub resident_bytes: u64,
+    /// Bytes of the store.
+    pub store_bytes: u64,
+    /// Neurons per unit, pages per unit.
+    pub layout: neuron_store::BundleLayout,
+    /// Hot neurons marked per layer.
+    pub hot_neurons: Vec<usize>,
+}
+
+/// The store file written next to `resident`: `<resident stem>.neurons`.
+pub fn store_path_for(resident: &Path) -> PathBuf {
+    resident.with_extension("neurons")
+}
+
+/// Converts `file` (a GGUF model) and its `profile` into `resident` (a GGUF without the FFN tensors,
+/// pointing at its store) and the neuron store next to it ([`store_path_for`]). Neurons are stored in
+/// descending batch-1 activation frequency (ties by id), so a unit packs neurons of similar firing rate
+/// and a layer's hot set is its first units. Both files are written to temporary names and renamed when
+/// complete. `progress(layer, layers)` is called as layers are written.
+pub fn convert(
+    file: &ModelFile,
+    profile: &predictor::Profile,
+    resident: &Path,
+    opts: &ConvertOptions,
+    mut progress: impl FnMut(usize, usize),
+) -> Result<ConvertReport> {
+    let ModelFile::Gguf(gguf) = file else {
+        return Err(EngineError::Request(format!(
+            "{}: sparrow convert reads GGUF files (convert the HF directory to GGUF first)",
+            file.path().display()
+        )));
+    };
+    let model = Model::load(file)?;
+    if model.config.ffn_store.is_some() {
+        return Err(EngineError::Request(format!(
+            "{} is already a resident file (converted)",
+            file.path().display()
+        )));
+    }
+    let cfg = &model.config;
+    let fingerprint = model_fingerprint(&model);
+    let bad_profile = |detail: String| EngineError::BadModel {
+        path: file.path().to_path_buf(),
+        detail,
+    };
+    if profile.model_fingerprint != fingerprint {
+        return Err(bad_profile(format!(
+            "the profile was made for another model ({}), not this one",
+            profile.model
+        )));
+    }
+    if profile.layers.len() != cfg.n_layers
+        || profile.layers.iter().any(|l| {
+            l.n_neurons as usize != cfg.d_ff || l.freq.first().is_none_or(|f| f.len() != cfg.d_ff)
+        })
+    {
+        return Err(bad_profile(
+            "the profile's layer or neuron counts do not match the model".into(),
+        ));
+    }
+    let Some(first) = model.layers.first() else {
+        return Err(bad_profile("the model has no layers".into()));
+    };
+    let (gate_f, up_f) = (first.gate.format(), first.up.format());
+    if model
+        .layers
+        .iter()
+        .any(|l| l.gate.format() != gate_f || l.up.format() != up_f)
+    {
+        return Err(EngineError::BadModel {
+            path: file.path().to_path_buf(),
+            detail:
+                "gate/up formats differ between layers; a neuron store needs one format per part"
+                    .into(),
+        });
+    }
+    // The transposed down rows and their norms, exactly as in-memory sparse decode has them.
+    let down = TransposedDown::of(&model, opts.down_format)?;
+    let store_path = store_path_for(resident);
+    let formats = Formats {
+        gate: gate_f,
+        up: up_f,
+        down: opts.down_format,
+    };
+    let mut w = StoreWriter::create_with(
+        &store_path,
+        cfg.n_layers,
+        cfg.d_model,
+        cfg.d_ff,
+        formats,
+        opts.max_neurons_per_unit,
+    )?;
+    let layout = w.layout();
+    let mut hot_neurons = Vec::with_capacity(cfg.n_layers);
+    for (li, layer) in model.layers.iter().enumerate() {
+        let freq = &profile.layers[li].freq[0];
+        let mut order: Vec<u32> = (0..cfg.d_ff as u32).collect();
+        order.sort_by(|&a, &b| {
+            freq[b as usize]
+                .total_cmp(&freq[a as usize])
+                .then(a.cmp(&b))
+        });
+        let hot = freq.iter().filter(|&&f| f >= opts.hot_frequency).count();
+        hot_neurons.push(hot);
+        w.add_layer(LayerInput {
+            gate: layer.gate.data(),
+            up: layer.up.data(),
+            down_t: &down.rows[li],
+            order,
+            hot_neurons: hot,
+            down_norms: down.norms[li].clone(),
+        })?;
+        progress(li + 1, cfg.n_layers);
+    }
+    w.finish()?;
+
+    // The resident file: all metadata and every tensor but the FFN matrices.
+    let mut out = GgufWriter::new();
+    for (k, v) in gguf.metadata() {
+        if k != "general.alignment" {
+            out.metadata(k, v.clone());
+        }
+    }
+    out.alignment(gguf.alignment());
+    let store_name = store_path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    out.metadata(FFN_STORE_FILE_KEY, MetaValue::String(store_name));
+    out.metadata(FFN_STORE_FINGERPRINT_KEY, MetaValue::U64(fingerprint));
+    let ffn = |name: &str| {
+        [".ffn_gate.weight", ".ffn_up.weight", ".ffn_down.weight"]
+            .iter()
+            .any(|s| name.ends_with(s))
+    };
+    for t in gguf.tensors().filter(|t| !ffn(t.name)) {
+        out.tensor(t.name, t.dtype, t.shape, t.data.to_vec())?;
+    }
+    out.write(resident)?;
+    let len = |p: &Path| {
+        std::fs::metadata(p)
+            .map(|m| m.len())
+            .map_err(|source| EngineError::Io {
+                path: p.to_path_buf(),
+                source,
+            })
+    };
+    Ok(ConvertReport {
+        resident: resident.to_path_buf(),
+        resident_bytes: len(resident)?,
+        store_bytes: len(&store_path)?,
+        store: store_path,
+        layout,
+        hot_neurons,
+    })
+}
+
+/// Opens the store next to `resident` and reads and checks every unit (`sparrow convert --verify`).
+pub fn verify(resident: &Path) -> Result<()> {
+    let io = IoEngine::new(IoConfig::default())?;
+    let store = NeuronStore::open(&io, store_path_for(resident), OpenOptions::default())?;
+    store.verify_all(&io)?;
+    Ok(())
+}
+
+/// Bytes of the FFN units in the store at `path` (from the file length; validated on open).
+pub fn store_ffn_bytes(path: &Path) -> Result<u64> {
+    std::fs::metadata(path)
+        .map(|m| m.len())
+        .map_err(|source| EngineError::Io {
+            path: path.to_path_buf(),
+            source,
+        })
+}

@@ -1,0 +1,367 @@
+//! One layer's offloaded decode step ([`Offload::decode`]), in named stages: check the request,
+//! group the chosen neurons by unit, look the units up (hot clusters, cold LRU), queue the misses on
+//! the I/O thread, optionally wait for every read (no pipeline), compute on every pool thread, and
+//! sum the workers' outputs and record the timings.
+
+use std::collections::HashMap;
+use std::ops::Range;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use kernels_neon::Precision;
+use neuron_cache::NeuronId;
+use ufs_io::IoError;
+
+use super::runtime::Offload;
+use super::unit::{lock_pending, tag_of, Job, Pending, Wanted, Worker, TAG_HEAD};
+use crate::error::{EngineError, Result};
+use crate::neurons::{LayerRule, RowCounts};
+
+/// Cached units a decode worker takes from the shared counter at a time.
+const HIT_RUN: usize = 8;
+
+/// A cached unit's bytes: a slice of a pinned hot cluster, or a cold unit.
+enum UnitBytes<'a> {
+    Hot(&'a [u8]),
+    Cold(Arc<[u8]>),
+}
+
+/// A unit found in the cache: its bytes, where the unit starts in them, and its wanted entries.
+struct Hit<'a> {
+    bytes: UnitBytes<'a>,
+    at: usize,
+    range: Range<usize>,
+}
+
+impl Hit<'_> {
+    fn unit(&self, unit_bytes: usize) -> &[u8] {
+        let b: &[u8] = match &self.bytes {
+            UnitBytes::Hot(b) => b,
+            UnitBytes::Cold(b) => b,
+        };
+        b.get(self.at..self.at + unit_bytes).unwrap_or(&[])
+    }
+}
+
+impl Offload {
+    /// One token's FFN of `layer` over the `rows` (neuron ids) chosen by the caller's predictor (all
+    /// rows without one), with `rule`'s score and threshold: `out = Σ down_j · v_j` over the neurons
+    /// that pass. Returns the rows computed of gate, up and down.
+    ///
+    /// The calling thread looks the units up and queues the misses on the I/O thread; then every thread
+    /// of the current rayon pool computes cached units (taking them from a shared counter) and, when
+    /// none are left, completed reads (each worker first claims one of the outstanding completions, so
+    /// nobody waits for a read that another worker will take). Each worker accumulates its own output;
+    /// the outputs are summed at the end. An error stops the computing but not the draining of claimed
+    /// reads, so no stale completion is left for the next step.
+    pub(crate) fn decode(
+        &self,
+        rule: LayerRule<'_>,
+        layer: usize,
+        rows: &[u32],
+        x: &[f32],
+        out: &mut [f32],
+        precision: Precision,
+    ) -> Result<RowCounts> {
+        let t0 = Instant::now();
+        self.check_step(layer, rows, x, out)?;
+        let ix = self.store.index();
+        let (wanted, groups) = self.group_by_unit(layer, rows);
+        self.counters
+            .units
+            .fetch_add(groups.len() as u64, Ordering::Relaxed);
+        let (hits, misses) = self.look_up(layer, groups);
+        self.counters
+            .misses
+            .fetch_add(misses.len() as u64, Ordering::Relaxed);
+
+        let acts_g = kernels_neon::prepare_acts(ix.formats.gate, x, precision);
+        let acts_u = kernels_neon::prepare_acts(ix.formats.up, x, precision);
+        let pending: Mutex<HashMap<usize, Pending>> =
+            Mutex::new(HashMap::with_capacity(misses.len()));
+        // Reads submitted whose completions nobody has taken yet.
+        let outstanding = AtomicUsize::new(0);
+        let job = Job {
+            off: self,
+            rule,
+            layer,
+            acts_g: &acts_g,
+            acts_u: &acts_u,
+            wanted: &wanted,
+            pending: &pending,
+            outstanding: &outstanding,
+        };
+        let mut main = Worker::new(ix.d_model);
+        if let Some(e) = self.queue_misses(&job, misses, &mut main) {
+            main.err = Some(e);
+        }
+        if !self.opts.pipeline {
+            self.complete_all_reads(&job, &mut main);
+        }
+        let others = self.compute(&job, &hits, &mut main);
+        let (counts, wait_ns) = gather(out, main, others)?;
+        self.counters
+            .record_layer(layer, t0.elapsed().as_nanos() as u64, wait_ns);
+        Ok(counts)
+    }
+
+    /// Checks the layer, the widths and the chosen neurons against the store.
+    fn check_step(&self, layer: usize, rows: &[u32], x: &[f32], out: &[f32]) -> Result<()> {
+        let ix = self.store.index();
+        if layer >= ix.layers.len() || x.len() != ix.d_model || out.len() != ix.d_model {
+            return Err(EngineError::Request(format!(
+                "offloaded FFN: layer {layer} / width {} does not match the store ({} layers of width {})",
+                x.len(),
+                ix.layers.len(),
+                ix.d_model
+            )));
+        }
+        if let Some(&bad) = rows.iter().find(|&&n| n as usize >= ix.d_ff) {
+            return Err(EngineError::Request(format!(
+                "offloaded FFN: the predictor chose neuron {bad} of layer {layer}, which has {} neurons",
+                ix.d_ff
+            )));
+        }
+        Ok(())
+    }
+
+    /// The chosen neurons as `(unit, slot, neuron)` sorted by unit, and each unit's range of them.
+    fn group_by_unit(
+        &self,
+        layer: usize,
+        rows: &[u32],
+    ) -> (Vec<Wanted>, Vec<(usize, Range<usize>)>) {
+        let ix = self.store.index();
+        let mut wanted: Vec<Wanted> = rows
+            .iter()
+            .map(|&n| {
+                let (u, s) = ix.unit_of(layer, n);
+                (u as u32, s as u32, n)
+            })
+            .collect();
+        wanted.sort_unstable();
+        let mut groups: Vec<(usize, Range<usize>)> = Vec::new();
+        for (i, w) in wanted.iter().enumerate() {
+            match groups.last_mut() {
+                Some((u, r)) if *u == w.0 as usize => r.end = i + 1,
+                _ => groups.push((w.0 as usize, i..i + 1)),
+            }
+        }
+        (wanted, groups)
+    }
+
+    /// Splits the units into cache hits (hot clusters first, then the cold LRU under one lock) and
+    /// misses.
+    fn look_up(
+        &self,
+        layer: usize,
+        groups: Vec<(usize, Range<usize>)>,
+    ) -> (Vec<Hit<'_>>, Vec<(usize, Range<usize>)>) {
+        let c = &self.counters;
+        let ub = self.store.index().layout.unit_bytes();
+        let cu = self.opts.cluster_units.max(1);
+        let mut hits = Vec::with_capacity(groups.len());
+        let mut misses = Vec::new();
+        let mut cache = self.cache.lock();
+        for (u, range) in groups {
+            if u < self.hot_units[layer] {
+                // The hot region is preloaded and pinned: no LRU bookkeeping, no lock needed.
+                c.hot_hits.fetch_add(1, Ordering::Relaxed);
+                hits.push(Hit {
+                    bytes: UnitBytes::Hot(&self.hot[layer][u / cu]),
+                    at: (u % cu) * ub,
+                    range,
+                });
+            } else if let Some(b) = cache.get_neuron(NeuronId {
+                layer: layer as u32,
+                neuron: u as u32,
+            }) {
+                c.cold_hits.fetch_add(1, Ordering::Relaxed);
+                hits.push(Hit {
+                    bytes: UnitBytes::Cold(b),
+                    at: 0,
+                    range,
+                });
+            } else {
+                misses.push((u, range));
+            }
+        }
+        (hits, misses)
+    }
+
+    /// Queues every miss (its first page only under two-phase loading); when the queue is full, takes
+    /// one completion on this thread first (or, when every read queued so far has been taken, waits
+    /// for the I/O thread to free its slot). Returns the first error met.
+    fn queue_misses(
+        &self,
+        job: &Job<'_>,
+        misses: Vec<(usize, Range<usize>)>,
+        main: &mut Worker,
+    ) -> Option<EngineError> {
+        let ix = self.store.index();
+        let layer = job.layer;
+        // Two-phase loading: a miss of a multi-page unit reads its first page (the gate rows) first.
+        let two_phase =
+            self.opts.two_phase && ix.layout.pages > 1 && ix.layout.gate_in_first_page();
+        let mut first_err: Option<EngineError> = None;
+        for (u, r) in misses {
+            lock_pending(job.pending).insert(
+                u,
+                Pending {
+                    range: r,
+                    head: None,
+                },
+            );
+            let req = if two_phase {
+                self.store
+                    .head_request(layer, u, tag_of(layer, u) | TAG_HEAD)
+            } else {
+                self.store.unit_request(layer, u, tag_of(layer, u))
+            };
+            loop {
+                let submitted = if job.outstanding.load(Ordering::Acquire) > 0 {
+                    self.io.try_submit(req)
+                } else {
+                    self.io.submit(req)
+                };
+                match submitted {
+                    Ok(()) => {
+                        job.outstanding.fetch_add(1, Ordering::AcqRel);
+                        break;
+                    }
+                    Err(IoError::QueueFull { .. }) => {
+                        job.outstanding.fetch_sub(1, Ordering::AcqRel);
+                        let w0 = Instant::now();
+                        let done = self.io.completions().recv();
+                        main.wait_ns += w0.elapsed().as_nanos() as u64;
+                        match done {
+                            Ok(d) => job.completed(d, main),
+                            Err(_) => {
+                                first_err.get_or_insert(EngineError::Flash(IoError::Stopped));
+                                break;
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        lock_pending(job.pending).remove(&u);
+                        first_err.get_or_insert(e.into());
+                        break;
+                    }
+                }
+            }
+        }
+        first_err
+    }
+
+    /// Without the pipeline (ablation): every read queued so far completes before any compute.
+    fn complete_all_reads(&self, job: &Job<'_>, main: &mut Worker) {
+        let mut done_first = Vec::new();
+        while job.outstanding.load(Ordering::Acquire) > 0 {
+            job.outstanding.fetch_sub(1, Ordering::AcqRel);
+            let w0 = Instant::now();
+            let d = self.io.completions().recv();
+            main.wait_ns += w0.elapsed().as_nanos() as u64;
+            match d {
+                Ok(d) => done_first.push(d),
+                Err(_) => {
+                    main.err.get_or_insert(EngineError::Flash(IoError::Stopped));
+                    job.outstanding.store(0, Ordering::Release);
+                }
+            }
+        }
+        for d in done_first {
+            job.completed(d, main);
+        }
+    }
+
+    /// Every compute worker (this thread as `main`, and the others it returns) takes cached units,
+    /// then outstanding completions, until none is left.
+    fn compute(&self, job: &Job<'_>, hits: &[Hit<'_>], main: &mut Worker) -> Vec<Worker> {
+        let ix = self.store.index();
+        let ub = ix.layout.unit_bytes();
+        // While reads are outstanding a pread I/O thread needs a core of its own (PowerInfer-2 pins it
+        // to one): one compute worker fewer then. An AIO thread only submits and reaps, so every
+        // worker computes.
+        let threads = rayon::current_num_threads().clamp(1, 8);
+        let step_aside = job.outstanding.load(Ordering::Relaxed) > 0
+            && self.opts.pipeline
+            && !self.io.is_async();
+        let workers = if step_aside {
+            (threads - 1).max(1)
+        } else {
+            threads
+        };
+        let next_hit = AtomicUsize::new(0);
+        let run = |w: &mut Worker| {
+            loop {
+                // Cached units in runs of HIT_RUN (fewer trips to the shared counter).
+                let h = next_hit.fetch_add(HIT_RUN, Ordering::Relaxed);
+                if h < hits.len() {
+                    for hit in &hits[h..(h + HIT_RUN).min(hits.len())] {
+                        if w.err.is_none() {
+                            let res = job.compute(hit.unit(ub), &job.wanted[hit.range.clone()], w);
+                            if let Err(e) = res {
+                                w.err = Some(e);
+                            }
+                        }
+                    }
+                    continue;
+                }
+                // Claim one outstanding completion, or stop when none is left.
+                if job
+                    .outstanding
+                    .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
+                    .is_err()
+                {
+                    break;
+                }
+                let w0 = Instant::now();
+                let d = self.io.completions().recv();
+                w.wait_ns += w0.elapsed().as_nanos() as u64;
+                match d {
+                    Ok(d) => job.completed(d, w),
+                    Err(_) => {
+                        w.err.get_or_insert(EngineError::Flash(IoError::Stopped));
+                        job.outstanding.store(0, Ordering::Release);
+                    }
+                }
+            }
+        };
+        let mut others: Vec<Worker> = (1..workers).map(|_| Worker::new(ix.d_model)).collect();
+        if others.is_empty() {
+            run(main);
+        } else {
+            rayon::scope(|s| {
+                for w in others.iter_mut() {
+                    s.spawn(|_| run(w));
+                }
+                run(main);
+            });
+        }
+        others
+    }
+}
+
+/// Sums the workers' outputs into `out` (the main worker's first), and their row counts; the wait is
+/// the longest any worker waited. The first worker error, if any, fails the step.
+fn gather(out: &mut [f32], main: Worker, others: Vec<Worker>) -> Result<(RowCounts, u64)> {
+    out.copy_from_slice(&main.out);
+    let mut counts = main.counts;
+    let mut wait_ns = main.wait_ns;
+    let mut err = main.err;
+    for w in others {
+        out.iter_mut().zip(&w.out).for_each(|(o, v)| *o += v);
+        counts = (
+            counts.0 + w.counts.0,
+            counts.1 + w.counts.1,
+            counts.2 + w.counts.2,
+        );
+        wait_ns = wait_ns.max(w.wait_ns);
+        err = err.or(w.err);
+    }
+    match err {
+        Some(e) => Err(e),
+        None => Ok((counts, wait_ns)),
+    }
+}

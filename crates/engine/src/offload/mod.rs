@@ -1,0 +1,38 @@
+//! Flash offload (PowerInfer-2 §4): FFN weights in a neuron store on flash, read on demand through
+//! `ufs-io` into a `neuron-cache` under a byte budget, computed unit by unit as they arrive.
+//!
+//! * [`convert`] writes a model plus its activation profile as a *resident file* (a GGUF without the
+//!   FFN tensors, naming its store) and a *neuron store* (`neuron-store`: gate row, up row and down
+//!   column of each neuron together, hot neurons first, packed into 4 KiB units by activation
+//!   frequency).
+//! * [`Offload`] is the run-time side, used by [`crate::SparseFfn::from_store`]: at start-up the hot
+//!   prefix of every layer is read sequentially into the hot region of one
+//!   [`neuron_cache::SharedNeuronCache`] (whole clusters of units, inserted pinned, so they are never
+//!   evicted and are read without the cache's lock); the rest of the budget is the cold region
+//!   (two-queue LRU of single units), looked up under one lock per layer and step. A decode step groups the
+//!   predicted neurons by unit, computes units found in the cache at once and queues the others on the
+//!   I/O thread; completions are computed as they arrive, interleaved with cached units, so flash reads
+//!   overlap with compute at unit granularity and there is no barrier between gate, up and down (a unit
+//!   holds all three).
+//! * Two-phase loading (PowerInfer-2 §4.4): where a unit spans pages (bundles over 4 KiB, e.g. d = 4096)
+//!   a miss reads the unit's first page, which holds its gate rows; the rest is read only when a gate
+//!   output can pass the threshold (for the output score: a non-zero activation, i.e. not a ReLU zero).
+//!   Each part is checked against its own checksum (the store records the first page's CRC too).
+//!   Opt-in ([`OffloadOptions::two_phase`]): the second read is in series with the first.
+//!
+//! Files: `convert.rs` (offline conversion, store path, verification), `options.rs` (settings and
+//! counters), `runtime.rs` ([`Offload`]: opening, hot preload, cache), `decode.rs` (one layer's
+//! decode step in named stages), `unit.rs` (what a worker does with one unit: checks, two-phase
+//! reads, compute through the shared neuron selector, `neurons.rs`).
+
+mod convert;
+mod decode;
+mod options;
+mod runtime;
+mod unit;
+
+pub use convert::{
+    convert, store_ffn_bytes, store_path_for, verify, ConvertOptions, ConvertReport,
+};
+pub use options::{OffloadOptions, OffloadStats};
+pub use runtime::Offload;
