@@ -129,9 +129,11 @@ impl ModelBundle {
 
 /// The neuron store of a resident model (its FFN), `None` for an ordinary model: the file its
 /// configuration names, relative to the model's directory.
-pub fn ffn_store_path(model: &Model<'_>) -> Option<PathBuf> {
-    let r = model.config.ffn_store.as_ref()?;
-    Some(model.path().parent().unwrap_or(Path::new("")).join(&r.file))
+pub fn ffn_store_path(model: &Model<'_>) -> Result<Option<PathBuf>> {
+    match model.config.ffn_store.as_ref() {
+        None => Ok(None),
+        Some(r) => r.path_next_to(model.path()).map(Some),
+    }
 }
 
 /// Loads the predictors at `path` and checks they were trained for `model` (fingerprint and layer
@@ -200,7 +202,7 @@ impl SparsePlan {
         } else {
             bundle.predictor_or(sidecars.predictor.as_deref())
         };
-        let (offload, budget) = match ffn_store_path(model) {
+        let (offload, budget) = match ffn_store_path(model)? {
             None => (OffloadOptions::default(), None),
             Some(store) => {
                 let ffn = crate::offload::store_ffn_bytes(&store)?;

@@ -1,6 +1,6 @@
 //! Model hyper-parameters, read from GGUF metadata or an HF `config.json`.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use kernels_neon::RopeStyle;
 use model_format::{GgufFile, HfConfig};
@@ -90,6 +90,52 @@ pub struct FfnStoreRef {
     pub fingerprint: u64,
 }
 
+impl FfnStoreRef {
+    /// Whether `name` is a plain file name: not empty, no path separator, not `.` or `..`, no NUL.
+    /// A resident file names its store this way, so it can only point into its own folder.
+    pub fn is_plain_name(name: &str) -> bool {
+        !name.is_empty() && name != "." && name != ".." && !name.contains(['/', '\\', '\0'])
+    }
+
+    /// The store's path next to the resident file `model` (in its folder). Refused, before anything
+    /// opens it: a name that is not a plain file name, and a symbolic link that leads out of the
+    /// folder.
+    pub fn path_next_to(&self, model: &Path) -> Result<PathBuf> {
+        let bad = |detail: String| EngineError::BadModel {
+            path: model.to_path_buf(),
+            detail,
+        };
+        if !Self::is_plain_name(&self.file) {
+            return Err(bad(format!(
+                "{FFN_STORE_FILE_KEY} `{}` is not a plain file name in the model's folder",
+                self.file.escape_debug()
+            )));
+        }
+        let dir = model.parent().unwrap_or(Path::new(""));
+        let path = dir.join(&self.file);
+        let is_link = std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_symlink());
+        if is_link {
+            let folder = std::fs::canonicalize(if dir.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                dir
+            });
+            let target = std::fs::canonicalize(&path);
+            let inside = match (&folder, &target) {
+                (Ok(f), Ok(t)) => t.parent() == Some(f.as_path()),
+                _ => false,
+            };
+            if !inside {
+                return Err(bad(format!(
+                    "the neuron store {} is a symbolic link leading out of the model's folder",
+                    path.display()
+                )));
+            }
+        }
+        Ok(path)
+    }
+}
+
 /// GGUF key of a resident file naming its neuron store.
 pub const FFN_STORE_FILE_KEY: &str = "sparrow.ffn_store.file";
 /// GGUF key of a resident file holding the original model's fingerprint.
@@ -174,6 +220,12 @@ impl ModelConfig {
                 file.get(FFN_STORE_FILE_KEY).and_then(|v| v.as_str()),
                 file.get(FFN_STORE_FINGERPRINT_KEY).and_then(|v| v.as_u64()),
             ) {
+                (Some(f), Some(_)) if !FfnStoreRef::is_plain_name(f) => {
+                    return Err(bad(format!(
+                        "{FFN_STORE_FILE_KEY} `{}` is not a plain file name in the model's folder",
+                        f.escape_debug()
+                    )))
+                }
                 (Some(f), Some(fp)) => Some(FfnStoreRef {
                     file: f.to_string(),
                     fingerprint: fp,

@@ -216,7 +216,7 @@ pub fn sparse_from_profile_with(
     let thresholds = profile.layers.iter().map(|l| l.threshold).collect();
     let mut sp = match &model.config.ffn_store {
         Some(r) => {
-            let store = model.path().parent().unwrap_or(Path::new("")).join(&r.file);
+            let store = r.path_next_to(model.path())?;
             SparseFfn::from_store(&model.config, &store, thresholds, offload)?
         }
         None => engine.install(|| SparseFfn::new(model, thresholds, DEFAULT_DOWN_FORMAT))?,

@@ -122,3 +122,63 @@ fn absurd_or_inconsistent_hyper_parameters_are_refused() {
     let msg = load_error(&p);
     assert!(msg.contains(&last), "{msg}");
 }
+
+#[test]
+fn a_resident_file_names_its_store_only_inside_its_folder() {
+    for name in [
+        "/proc/self/environ",
+        "/dev/zero",
+        "../outside.neurons",
+        "sub/x.neurons",
+        "..",
+    ] {
+        let src = GgufFile::open(fixture()).unwrap();
+        let mut w = GgufWriter::new();
+        for (k, v) in src.metadata() {
+            w.metadata(k, v.clone());
+        }
+        w.metadata(
+            "sparrow.ffn_store.file",
+            MetaValue::String(name.to_string()),
+        );
+        w.metadata("sparrow.ffn_store.fingerprint", MetaValue::U64(1));
+        for t in src.tensors() {
+            w.tensor(t.name, t.dtype, t.shape, t.data.to_vec()).unwrap();
+        }
+        let dir =
+            std::env::temp_dir().join(format!("sparrow-hostile-store-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("r.resident.gguf");
+        w.write(&path).unwrap();
+        let msg = load_error(&path);
+        assert!(
+            msg.contains("is not a plain file name") && msg.contains(name),
+            "{name}: {msg}"
+        );
+    }
+
+    // A plain name that is a symbolic link out of the folder is refused before it is opened; one
+    // to a file in the same folder is fine.
+    let dir = std::env::temp_dir().join(format!("sparrow-hostile-link-{}", std::process::id()));
+    let inner = dir.join("bundle");
+    std::fs::create_dir_all(&inner).unwrap();
+    std::fs::write(dir.join("outside.neurons"), b"x").unwrap();
+    std::fs::write(inner.join("real.neurons"), b"x").unwrap();
+    std::os::unix::fs::symlink("../outside.neurons", inner.join("out.neurons")).unwrap();
+    std::os::unix::fs::symlink("real.neurons", inner.join("in.neurons")).unwrap();
+    let model = inner.join("m.resident.gguf");
+    let r = |file: &str| engine::config::FfnStoreRef {
+        file: file.into(),
+        fingerprint: 0,
+    };
+    let e = r("out.neurons")
+        .path_next_to(&model)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("symbolic link leading out"), "{e}");
+    assert_eq!(
+        r("in.neurons").path_next_to(&model).unwrap(),
+        inner.join("in.neurons")
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
