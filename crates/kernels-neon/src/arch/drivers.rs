@@ -10,7 +10,7 @@
 //! is inlined under the caller's target features.
 
 use crate::arch::Rows;
-use crate::QMatrix;
+use crate::{QMatrix, WeightFormat};
 
 /// `y[i] = f(row sel.get(i))`, one row at a time, prefetching the head of
 /// listed row `i + 2` (see [`Rows::prefetch`]).
@@ -72,5 +72,27 @@ pub(crate) unsafe fn rows_blocked<const R: usize, K: RowDots>(
         // SAFETY: features present per this function's contract.
         y[i] = unsafe { k.dots::<1>([w.row_data(sel.get(i))]) }[0];
         i += 1;
+    }
+}
+
+/// `y += c * dequant(row)` for a K-quant row (`Q4_K`, `Q6_K`), one
+/// 256-element super-block at a time: `dequant` fills a buffer on the
+/// stack, `axpy` adds `c` times it to the block's 256 outputs.
+#[inline(always)]
+pub(crate) fn axpy_superblocks(
+    format: WeightFormat,
+    c: f32,
+    row: &[u8],
+    y: &mut [f32],
+    mut dequant: impl FnMut(&[u8], &mut [f32; 256]),
+    mut axpy: impl FnMut(f32, &[f32], &mut [f32]),
+) {
+    let mut buf = [0f32; 256];
+    for (blk, ys) in row
+        .chunks_exact(format.block_bytes())
+        .zip(y.chunks_exact_mut(256))
+    {
+        dequant(blk, &mut buf);
+        axpy(c, &buf, ys);
     }
 }

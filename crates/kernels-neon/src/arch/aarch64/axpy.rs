@@ -1,13 +1,14 @@
 //! `y += c * row` for one weight row of any format (`axpy_rows`, row by row).
 
+use std::arch::aarch64::*;
+
 use super::dequant::{dequant_block, dequant_row};
 use super::hybrid::axpy_hybrid;
-use super::kquant::dequant_superblock;
+use super::kquant::axpy_k;
 use super::simd::load_f32x4;
 use super::vector::axpy_f32;
 use crate::arch::tags::{block_bytes, Q4_0, Q4_1, Q8_0};
 use crate::WeightFormat;
-use std::arch::aarch64::*;
 
 #[target_feature(enable = "neon")]
 fn axpy_q<const F: u8>(c: f32, row: &[u8], y: &mut [f32]) {
@@ -29,17 +30,7 @@ pub(crate) fn axpy_row(format: WeightFormat, c: f32, row: &[u8], y: &mut [f32]) 
         WeightFormat::Q8_0 => axpy_q::<Q8_0>(c, row, y),
         WeightFormat::Q4_0 => axpy_q::<Q4_0>(c, row, y),
         WeightFormat::Q4_1 => axpy_q::<Q4_1>(c, row, y),
-        WeightFormat::Q4_K | WeightFormat::Q6_K => {
-            // Dequantize each 256-element super-block, then FMA it in.
-            let mut buf = [0f32; 256];
-            for (blk, ys) in row
-                .chunks_exact(format.block_bytes())
-                .zip(y.chunks_exact_mut(256))
-            {
-                dequant_superblock(format, blk, &mut buf);
-                axpy_f32(c, &buf, ys);
-            }
-        }
+        WeightFormat::Q4_K | WeightFormat::Q6_K => axpy_k(format, c, row, y),
         WeightFormat::I4Hybrid { outliers_per_row } => {
             axpy_hybrid(usize::from(outliers_per_row), c, row, y.len(), 0, y)
         }

@@ -1,8 +1,9 @@
 //! Dequantization: the `Q8_0`/`Q4_0`/`Q4_1` block unpackers shared by the
 //! other families (to f32 and to i8 lanes), and `dequant_row` (every format).
 
-use half::bf16;
 use std::arch::aarch64::*;
+
+use half::bf16;
 
 use super::hybrid::dequant_hybrid;
 use super::kquant::dequant_superblock;

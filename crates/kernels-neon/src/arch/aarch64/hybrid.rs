@@ -1,8 +1,9 @@
 //! `I4Hybrid` rows (per-row INT4 plus INT8 outliers): dequantization, exact
 //! dot and `axpy` of a column range.
 
-use super::simd::{load_f32x4, load_u8x16, s8_to_f32};
 use std::arch::aarch64::*;
+
+use super::simd::{load_f32x4, load_u8x16, s8_to_f32};
 
 /// The 32 INT4 weights `q - 8` of one nibble group (16 bytes, `Q4_0`
 /// order) of an I4Hybrid row as 8 × f32x4 (unpacked as in `dequant_block`

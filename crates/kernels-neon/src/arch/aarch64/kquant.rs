@@ -1,10 +1,13 @@
 //! K-quant rows (`Q4_K`, `Q6_K`): super-block dequantization, exact dot, and
 //! the integer dot with 8- or 16-bit activations (and its row loop).
 
+use std::arch::aarch64::*;
+
 use super::simd::{load_f32x4, load_u8x16, s8_to_f32, store16, u8_to_f32};
+use super::vector::axpy_f32;
+use crate::arch::drivers::axpy_superblocks;
 use crate::arch::Rows;
 use crate::{QMatrix, WeightFormat};
-use std::arch::aarch64::*;
 
 /// The signed 6-bit quants `q - 32` of Q6_K elements `128n + 32k + 16p ..
 /// + 16` (half `n`, quarter `k`, part `p`) of super-block `blk`.
@@ -63,6 +66,17 @@ pub(super) fn dequant_superblock(format: WeightFormat, blk: &[u8], out: &mut [f3
             }
         }
     }
+}
+
+/// `y += c * dequant(row)` for a K-quant row: each 256-element super-block
+/// dequantized on the stack, then FMA'd in with `axpy_f32`.
+#[inline]
+#[target_feature(enable = "neon")]
+pub(super) fn axpy_k(format: WeightFormat, c: f32, row: &[u8], y: &mut [f32]) {
+    let dequant = |blk: &[u8], buf: &mut [f32; 256]| dequant_superblock(format, blk, buf);
+    axpy_superblocks(format, c, row, y, dequant, |c, buf, ys| {
+        axpy_f32(c, buf, ys)
+    });
 }
 
 /// Exact dot of a K-quant row with f32 `x`: each super-block is dequantized

@@ -1,6 +1,8 @@
 //! `matvec` with f32 activations ([`Precision::Exact`](crate::Precision::Exact)):
 //! exact dots of quantized and float-format rows, dispatched per format.
 
+use std::arch::aarch64::*;
+
 use super::dequant::{dequant_block, dequant_row};
 use super::hybrid::dot_exact_hybrid;
 use super::kquant::dot_exact_k;
@@ -10,7 +12,6 @@ use crate::arch::tags::{block_bytes, Q4_0, Q4_1, Q8_0};
 use crate::arch::Rows;
 use crate::QMatrix;
 use crate::WeightFormat;
-use std::arch::aarch64::*;
 
 #[target_feature(enable = "neon")]
 fn dot_exact_q<const F: u8>(row: &[u8], x: &[f32]) -> f32 {

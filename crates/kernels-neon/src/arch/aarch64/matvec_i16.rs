@@ -1,6 +1,8 @@
 //! `matvec` with 16-bit activations ([`Precision::Fast`](crate::Precision::Fast)):
 //! `smull`/`smlal` integer dots of two rows at once.
 
+use std::arch::aarch64::*;
+
 use super::dequant::weights_i8;
 use super::kquant::matvec_k_int;
 use super::simd::{f16_at, load_i16x8};
@@ -10,7 +12,6 @@ use crate::arch::Rows;
 use crate::quant::QActs16;
 use crate::QMatrix;
 use crate::WeightFormat;
-use std::arch::aarch64::*;
 
 /// Integer dot of two rows with the 16-bit activations: weights widened to
 /// i16 (`vmovl_s8`), `vmull_s16`/`vmlal_high_s16` into i32 lanes (|q_w| <=

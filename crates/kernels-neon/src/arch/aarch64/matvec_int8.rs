@@ -1,6 +1,9 @@
 //! `matvec` with 8-bit activations ([`Precision::Int8`](crate::Precision::Int8)):
 //! widening-multiply integer dots, or `sdot` where `dotprod` was detected.
 
+use std::arch::aarch64::*;
+use std::arch::asm;
+
 use super::dequant::weights_i8;
 use super::kquant::matvec_k_int;
 use super::simd::{f16_at, load_i8x8_wide};
@@ -10,8 +13,6 @@ use crate::arch::Rows;
 use crate::quant::QActs;
 use crate::QMatrix;
 use crate::WeightFormat;
-use std::arch::aarch64::*;
-use std::arch::asm;
 
 #[inline]
 #[target_feature(enable = "neon")]

@@ -1,7 +1,8 @@
 //! f32 slice operations (attention): `dot_f32` and `axpy_f32`.
 
-use super::simd::load_f32x4;
 use std::arch::aarch64::*;
+
+use super::simd::load_f32x4;
 
 #[target_feature(enable = "neon")]
 pub(crate) fn dot_f32(a: &[f32], b: &[f32]) -> f32 {

@@ -1,13 +1,13 @@
 //! `y += c * row` for one weight row of any format (`axpy_rows`, row by row).
 
+use std::arch::x86_64::*;
+
 use super::dequant::dequant_block;
 use super::hybrid::axpy_hybrid;
-use super::kquant::dequant_superblock;
+use super::kquant::axpy_k;
 use super::simd::{float_at, load_float8, PREFETCH};
-use super::vector::axpy_f32;
 use crate::arch::tags::{block_bytes, BF16, F16, F32, Q4_0, Q4_1, Q8_0};
 use crate::WeightFormat;
-use std::arch::x86_64::*;
 
 /// `y += c * dequant(row)` for a quantized row (format `F`) of `y.len() / 32` blocks.
 ///
@@ -75,17 +75,7 @@ pub(crate) unsafe fn axpy_row(format: WeightFormat, c: f32, row: &[u8], y: &mut 
             WeightFormat::F32 => axpy_float::<F32>(c, row, y),
             WeightFormat::F16 => axpy_float::<F16>(c, row, y),
             WeightFormat::BF16 => axpy_float::<BF16>(c, row, y),
-            WeightFormat::Q4_K | WeightFormat::Q6_K => {
-                // Dequantize each 256-element super-block, then FMA it in.
-                let mut buf = [0f32; 256];
-                for (blk, ys) in row
-                    .chunks_exact(format.block_bytes())
-                    .zip(y.chunks_exact_mut(256))
-                {
-                    dequant_superblock(format, blk, &mut buf);
-                    axpy_f32(c, &buf, ys);
-                }
-            }
+            WeightFormat::Q4_K | WeightFormat::Q6_K => axpy_k(format, c, row, y),
             WeightFormat::I4Hybrid { outliers_per_row } => {
                 axpy_hybrid(usize::from(outliers_per_row), c, row, y.len(), 0, y)
             }

@@ -1,10 +1,11 @@
 //! Column-tiled `axpy_rows` for `Q8_0`/`Q4_0`/`Q4_1`: the sums of a column
 //! tile stay in registers across all listed rows.
 
+use std::arch::x86_64::*;
+
 use super::dequant::dequant_block;
 use crate::arch::tags::{block_bytes, Q4_0, Q4_1, Q8_0};
 use crate::WeightFormat;
-use std::arch::x86_64::*;
 
 /// How far ahead in the row list [`axpy_rows_tiled`] prefetches.
 const TILED_PREFETCH_ROWS: usize = 8;

@@ -1,12 +1,13 @@
 //! Dequantization: the `Q8_0`/`Q4_0`/`Q4_1` block unpacker shared by the
 //! other families, float-format rows, and `dequant_row` (every format).
 
+use std::arch::x86_64::*;
+
 use super::hybrid::dequant_hybrid;
 use super::kquant::dequant_k;
 use super::simd::{f16_at, float_at, load_float8, u8x16_to_f32};
 use crate::arch::tags::{block_bytes, BF16, F16, F32, Q4_0, Q4_1, Q8_0};
 use crate::WeightFormat;
-use std::arch::x86_64::*;
 
 /// Dequantizes the quantized block at `p` (format `F`) into 4 × f32x8.
 ///

@@ -1,8 +1,9 @@
 //! `I4Hybrid` rows (per-row INT4 plus INT8 outliers): dequantization, exact
 //! dot and `axpy` of a column range.
 
-use super::simd::{hsum, u8x16_to_f32, PREFETCH};
 use std::arch::x86_64::*;
+
+use super::simd::{hsum, u8x16_to_f32, PREFETCH};
 
 /// The 32 INT4 weights `q - 8` of nibble group `g` (16 bytes, Q4_0 order)
 /// of an I4Hybrid row as 4 × f32x8.

@@ -1,9 +1,12 @@
 //! K-quant rows (`Q4_K`, `Q6_K`): super-block dequantization, exact dot, and
 //! the integer dot with 8- or 16-bit activations.
 
-use super::simd::{hsum, PREFETCH};
-use crate::WeightFormat;
 use std::arch::x86_64::*;
+
+use super::simd::{hsum, PREFETCH};
+use super::vector::axpy_f32;
+use crate::arch::drivers::axpy_superblocks;
+use crate::WeightFormat;
 
 /// Dequantizes a K-quant row (`Q4_K` or `Q6_K`) super-block by super-block.
 ///
@@ -134,6 +137,23 @@ unsafe fn store_u8x32_scaled(q: __m256i, d: __m256, m: __m256, o: *mut f32) {
             _mm256_storeu_ps(o.add(16 * h), _mm256_sub_ps(_mm256_mul_ps(a, d), m));
             _mm256_storeu_ps(o.add(16 * h + 8), _mm256_sub_ps(_mm256_mul_ps(b, d), m));
         }
+    }
+}
+
+/// `y += c * dequant(row)` for a K-quant row: each 256-element super-block
+/// dequantized on the stack, then FMA'd in with `axpy_f32`.
+///
+/// # Safety
+/// AVX2/FMA/F16C present.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn axpy_k(format: WeightFormat, c: f32, row: &[u8], y: &mut [f32]) {
+    // SAFETY: features present per contract (all the callees need).
+    unsafe {
+        let dequant = |blk: &[u8], buf: &mut [f32; 256]| dequant_superblock(format, blk, buf);
+        axpy_superblocks(format, c, row, y, dequant, |c, buf, ys| {
+            axpy_f32(c, buf, ys)
+        });
     }
 }
 

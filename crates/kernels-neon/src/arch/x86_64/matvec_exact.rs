@@ -1,6 +1,8 @@
 //! `matvec` with f32 activations ([`Precision::Exact`](crate::Precision::Exact)):
 //! exact dots of quantized and float-format rows, dispatched per format.
 
+use std::arch::x86_64::*;
+
 use super::dequant::dequant_block;
 use super::hybrid::dot_exact_hybrid;
 use super::kquant::dot_exact_k;
@@ -10,7 +12,6 @@ use crate::arch::tags::{block_bytes, BF16, F16, F32, Q4_0, Q4_1, Q8_0};
 use crate::arch::Rows;
 use crate::QMatrix;
 use crate::WeightFormat;
-use std::arch::x86_64::*;
 
 /// Exact dot of a quantized row with f32 `x`.
 ///

@@ -1,6 +1,8 @@
 //! `matvec` with 16-bit activations ([`Precision::Fast`](crate::Precision::Fast)):
 //! `madd_epi16` integer dots of several rows at once.
 
+use std::arch::x86_64::*;
+
 use super::kquant::dot_k_int;
 use super::simd::{f16_at, hsum, PREFETCH};
 use crate::arch::drivers::{rows_blocked, rows_with, RowDots};
@@ -9,7 +11,6 @@ use crate::arch::Rows;
 use crate::quant::QActs16;
 use crate::QMatrix;
 use crate::WeightFormat;
-use std::arch::x86_64::*;
 
 /// The 32 weights of the quantized block at `p` as two i16x16 vectors
 /// (elements 0..16 and 16..32; Q4_0 already offset by -8).

@@ -1,6 +1,8 @@
 //! `matvec` with 8-bit activations ([`Precision::Int8`](crate::Precision::Int8)):
 //! `maddubs` integer dots of several rows at once.
 
+use std::arch::x86_64::*;
+
 use super::kquant::dot_k_int;
 use super::simd::{f16_at, hsum, nibbles32, PREFETCH};
 use crate::arch::drivers::{rows_blocked, rows_with, RowDots};
@@ -9,7 +11,6 @@ use crate::arch::Rows;
 use crate::quant::QActs;
 use crate::QMatrix;
 use crate::WeightFormat;
-use std::arch::x86_64::*;
 
 /// Signed i8 × i8 dot of 32 lanes, as 8 partial i32 sums converted to f32
 /// (llama.cpp `mul_sum_i8_pairs_float`). `x` must be in -127..=127.

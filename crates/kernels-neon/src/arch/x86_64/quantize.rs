@@ -1,9 +1,10 @@
 //! Activation quantizers (8- and 16-bit), the same f32 operations as the
 //! scalar reference `QBlocks::quantize_scalar`.
 
+use std::arch::x86_64::*;
+
 use crate::quant::QActs;
 use crate::quant::QActs16;
-use std::arch::x86_64::*;
 
 /// AVX2 activation quantizer (same math as `QActs::quantize_scalar`:
 /// d = amax/127, q = round-half-even(x * 127/amax), s = d * sum(q)).

@@ -1,8 +1,9 @@
 //! Register-level helpers of the AVX2 kernels: horizontal sum, f16 reads,
 //! nibble and byte unpacking, float-format loads, and the prefetch distance.
 
-use crate::arch::tags::{F16, F32};
 use std::arch::x86_64::*;
+
+use crate::arch::tags::{F16, F32};
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]

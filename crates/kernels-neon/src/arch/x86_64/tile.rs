@@ -1,7 +1,8 @@
 //! The f32 tile kernel of the batched `matmul`: register-blocked rows × tokens.
 
-use super::simd::hsum;
 use std::arch::x86_64::*;
+
+use super::simd::hsum;
 
 /// Register-blocked microkernel: `R` weight rows × `T` tokens.
 ///

@@ -1,7 +1,8 @@
 //! f32 slice operations (attention): `dot_f32` and `axpy_f32`.
 
-use super::simd::hsum;
 use std::arch::x86_64::*;
+
+use super::simd::hsum;
 
 /// # Safety
 /// AVX2/FMA present.
