@@ -107,7 +107,8 @@ pub(crate) fn quantize_i8(path: KernelPath, x: &[f32], out: &mut QActs) -> bool 
         #[cfg(target_arch = "x86_64")]
         KernelPath::Avx2Fma => {
             // SAFETY: the path was checked available, so AVX2/FMA/F16C are present.
-            unsafe { x86_64::quantize(x, out) }
+            unsafe { x86_64::quantize(x, out) };
+            true
         }
         #[cfg(target_arch = "aarch64")]
         KernelPath::Neon | KernelPath::NeonDotprod => aarch64::quantize(x, out),
@@ -124,7 +125,8 @@ pub(crate) fn quantize_i16(path: KernelPath, x: &[f32], out: &mut QActs16) -> bo
         #[cfg(target_arch = "x86_64")]
         KernelPath::Avx2Fma => {
             // SAFETY: the path was checked available, so AVX2/FMA/F16C are present.
-            unsafe { x86_64::quantize16(x, out) }
+            unsafe { x86_64::quantize16(x, out) };
+            true
         }
         #[cfg(target_arch = "aarch64")]
         KernelPath::Neon | KernelPath::NeonDotprod => aarch64::quantize16(x, out),

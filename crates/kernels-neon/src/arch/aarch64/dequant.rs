@@ -96,6 +96,7 @@ fn dequant_q<const F: u8>(src: &[u8], dst: &mut [f32]) {
 }
 
 /// Dequantizes a row (`src` has exactly `format.row_bytes(dst.len())` bytes).
+#[inline]
 #[target_feature(enable = "neon")]
 pub(crate) fn dequant_row(format: WeightFormat, src: &[u8], dst: &mut [f32]) {
     match format {

@@ -23,6 +23,7 @@ fn hybrid_group(g: &[u8]) -> [float32x4_t; 8] {
 
 /// Dequantizes an I4Hybrid row: `s * (q - 8)` (the scalar reference's
 /// operations, bit-identical), then the outliers added by the scalar code.
+#[inline]
 #[target_feature(enable = "neon")]
 pub(super) fn dequant_hybrid(k: usize, src: &[u8], dst: &mut [f32]) {
     let h = crate::scalar::Hybrid::parse(k, dst.len(), src);
@@ -40,6 +41,7 @@ pub(super) fn dequant_hybrid(k: usize, src: &[u8], dst: &mut [f32]) {
 
 /// Exact dot of an I4Hybrid row with f32 `x`: `s * Σ (q - 8) x` with FMAs
 /// (4 accumulators), plus the outliers `so * Σ o_j x[c_j]` (scalar).
+#[inline]
 #[target_feature(enable = "neon")]
 pub(super) fn dot_exact_hybrid(k: usize, row: &[u8], x: &[f32]) -> f32 {
     let h = crate::scalar::Hybrid::parse(k, x.len(), row);
@@ -61,6 +63,7 @@ pub(super) fn dot_exact_hybrid(k: usize, row: &[u8], x: &[f32]) -> f32 {
 /// elements (`c0` and `ys.len()` multiples of 32): the nibble groups of the
 /// range FMA'd with `c * s` (as `axpy_q` for `Q4_0`), then the outliers in
 /// the range added by the scalar code.
+#[inline]
 #[target_feature(enable = "neon")]
 pub(crate) fn axpy_hybrid(k: usize, c: f32, row: &[u8], cols: usize, c0: usize, ys: &mut [f32]) {
     let h = crate::scalar::Hybrid::parse(k, cols, row);

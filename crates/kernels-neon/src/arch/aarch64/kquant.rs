@@ -33,6 +33,7 @@ fn q6k_quants16(blk: &[u8], n: usize, k: usize, p: usize) -> int8x16_t {
 /// first 256 elements of `out`. Same f32 operations as the scalar reference
 /// (`d*sc * q - dmin*m` for Q4_K, `(d*sc) * q` for Q6_K; no FMA), so the
 /// results are bit-identical.
+#[inline]
 #[target_feature(enable = "neon")]
 pub(super) fn dequant_superblock(format: WeightFormat, blk: &[u8], out: &mut [f32]) {
     let out = &mut out[..256];
@@ -81,6 +82,7 @@ pub(super) fn axpy_k(format: WeightFormat, c: f32, row: &[u8], y: &mut [f32]) {
 
 /// Exact dot of a K-quant row with f32 `x`: each super-block is dequantized
 /// into 256 f32 on the stack, then multiplied with NEON FMAs (4 accumulators).
+#[inline]
 #[target_feature(enable = "neon")]
 pub(super) fn dot_exact_k(format: WeightFormat, row: &[u8], x: &[f32]) -> f32 {
     let mut buf = [0f32; 256];

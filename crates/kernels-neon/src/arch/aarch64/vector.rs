@@ -24,6 +24,7 @@ pub(crate) fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
     s
 }
 
+#[inline]
 #[target_feature(enable = "neon")]
 pub(crate) fn axpy_f32(alpha: f32, x: &[f32], y: &mut [f32]) {
     let n = x.len().min(y.len());

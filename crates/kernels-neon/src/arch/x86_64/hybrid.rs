@@ -27,6 +27,7 @@ unsafe fn hybrid_group(p: *const u8) -> [__m256; 4] {
 ///
 /// # Safety
 /// AVX2/FMA/F16C present.
+#[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn dequant_hybrid(k: usize, src: &[u8], dst: &mut [f32]) {
     let h = crate::scalar::Hybrid::parse(k, dst.len(), src);
@@ -54,6 +55,7 @@ pub(super) unsafe fn dequant_hybrid(k: usize, src: &[u8], dst: &mut [f32]) {
 ///
 /// # Safety
 /// AVX2/FMA/F16C present.
+#[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn dot_exact_hybrid(k: usize, row: &[u8], x: &[f32]) -> f32 {
     let h = crate::scalar::Hybrid::parse(k, x.len(), row);
@@ -85,6 +87,7 @@ pub(super) unsafe fn dot_exact_hybrid(k: usize, row: &[u8], x: &[f32]) -> f32 {
 ///
 /// # Safety
 /// AVX2/FMA/F16C present.
+#[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn axpy_hybrid(
     k: usize,

@@ -12,6 +12,7 @@ use crate::WeightFormat;
 ///
 /// # Safety
 /// AVX2/FMA/F16C present.
+#[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn dequant_k(format: WeightFormat, src: &[u8], dst: &mut [f32]) {
     let bb = format.block_bytes();
@@ -162,6 +163,7 @@ pub(super) unsafe fn axpy_k(format: WeightFormat, c: f32, row: &[u8], y: &mut [f
 ///
 /// # Safety
 /// AVX2/FMA/F16C present.
+#[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn dot_exact_k(format: WeightFormat, row: &[u8], x: &[f32]) -> f32 {
     let bb = format.block_bytes();
@@ -216,6 +218,7 @@ unsafe fn acts16<const A8: bool>(qs: *const u8, e: usize) -> __m256i {
 ///
 /// # Safety
 /// AVX2/FMA/F16C present; `qs` points at `qs_len` readable quants.
+#[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn dot_k_int<const A8: bool>(
     format: WeightFormat,

@@ -9,12 +9,10 @@ use crate::quant::QActs16;
 /// AVX2 activation quantizer (same math as `QActs::quantize_scalar`:
 /// d = amax/127, q = round-half-even(x * 127/amax), s = d * sum(q)).
 ///
-/// Returns `true` (it always quantizes).
-///
 /// # Safety
 /// AVX2/FMA present.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn quantize(x: &[f32], out: &mut QActs) -> bool {
+pub(crate) unsafe fn quantize(x: &[f32], out: &mut QActs) {
     let nb = x.len() / 32;
     assert!(out.d.len() >= nb && out.s.len() >= nb && out.qs.len() >= nb * 32);
     let sign = _mm256_set1_ps(-0.0);
@@ -63,19 +61,16 @@ pub(crate) unsafe fn quantize(x: &[f32], out: &mut QActs) -> bool {
             *out.s.get_unchecked_mut(b) = d * sum as f32;
         }
     }
-    true
 }
 
 /// AVX2 16-bit activation quantizer (same f32 operations as
 /// `QActs16::quantize_scalar`: d = amax/32767, id = 32767/amax,
 /// q = clamp(round-half-even(x * id), -32767, 32767), s = d * sum(q)).
 ///
-/// Returns `true` (it always quantizes).
-///
 /// # Safety
 /// AVX2/FMA present.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn quantize16(x: &[f32], out: &mut QActs16) -> bool {
+pub(crate) unsafe fn quantize16(x: &[f32], out: &mut QActs16) {
     let nb = x.len() / 32;
     assert!(out.d.len() >= nb && out.s.len() >= nb && out.qs.len() >= nb * 32);
     let sign = _mm256_set1_ps(-0.0);
@@ -126,5 +121,4 @@ pub(crate) unsafe fn quantize16(x: &[f32], out: &mut QActs16) -> bool {
             *out.s.get_unchecked_mut(b) = d * sum as f32;
         }
     }
-    true
 }

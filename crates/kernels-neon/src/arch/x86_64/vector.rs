@@ -49,6 +49,7 @@ pub(crate) unsafe fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
 
 /// # Safety
 /// AVX2/FMA present.
+#[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn axpy_f32(alpha: f32, x: &[f32], y: &mut [f32]) {
     let n = x.len().min(y.len());
