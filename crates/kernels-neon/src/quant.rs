@@ -28,18 +28,7 @@ impl Quant for i8 {
         v as i8
     }
     fn quantize_simd(path: crate::KernelPath, x: &[f32], out: &mut QBlocks<Self>) -> bool {
-        match path {
-            #[cfg(target_arch = "x86_64")]
-            crate::KernelPath::Avx2Fma => {
-                // SAFETY: the path was checked available, so AVX2/FMA/F16C are present.
-                unsafe { crate::arch::quantize_avx2(x, out) };
-                true
-            }
-            _ => {
-                let _ = (x, out);
-                false
-            }
-        }
+        crate::arch::quantize_i8(path, x, out)
     }
 }
 
@@ -49,18 +38,7 @@ impl Quant for i16 {
         v as i16
     }
     fn quantize_simd(path: crate::KernelPath, x: &[f32], out: &mut QBlocks<Self>) -> bool {
-        match path {
-            #[cfg(target_arch = "x86_64")]
-            crate::KernelPath::Avx2Fma => {
-                // SAFETY: the path was checked available, so AVX2/FMA/F16C are present.
-                unsafe { crate::arch::quantize16_avx2(x, out) };
-                true
-            }
-            _ => {
-                let _ = (x, out);
-                false
-            }
-        }
+        crate::arch::quantize_i16(path, x, out)
     }
 }
 

@@ -4,19 +4,26 @@
 //! with [`KernelPath::is_available`]; the SIMD paths are only entered when
 //! their target features were detected. Paths that do not exist on the
 //! compilation target fall back to scalar (unreachable in practice).
+//!
+//! `x86_64/` and `aarch64/` hold the same set of files, one per operation
+//! family (`dequant`, `matvec_exact`, `matvec_int8`, `matvec_i16`, `axpy`,
+//! `axpy_tiled`, `tile`, `vector`, `quantize`, the format families `kquant`
+//! and `hybrid`, and the register helpers `simd`); a family a path has no
+//! SIMD kernel for says so by returning `false`. The row drivers both use
+//! are written once in `drivers.rs`, the const-generic format tags in
+//! `tags.rs`.
 
 use crate::quant::{QActs, QActs16};
 use crate::{scalar, KernelPath, QMatrix, WeightFormat};
 
 #[cfg(target_arch = "aarch64")]
 mod aarch64;
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+mod drivers;
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+mod tags;
 #[cfg(target_arch = "x86_64")]
 mod x86_64;
-
-#[cfg(target_arch = "x86_64")]
-pub(crate) use x86_64::quantize as quantize_avx2;
-#[cfg(target_arch = "x86_64")]
-pub(crate) use x86_64::quantize16 as quantize16_avx2;
 
 /// Which weight rows a matvec work item computes: `y[i]` gets row
 /// `sel.get(i)`. Dense `matvec` passes contiguous chunks, the sparse
@@ -89,6 +96,44 @@ pub(crate) fn has_dotprod() -> bool {
     #[cfg(not(target_arch = "aarch64"))]
     {
         false
+    }
+}
+
+/// Quantizes `x` to 8-bit activations with the path's SIMD quantizer;
+/// `false` (nothing written) where the path has none: the caller then runs
+/// the scalar reference, which computes the same f32 operations.
+pub(crate) fn quantize_i8(path: KernelPath, x: &[f32], out: &mut QActs) -> bool {
+    match path {
+        #[cfg(target_arch = "x86_64")]
+        KernelPath::Avx2Fma => {
+            // SAFETY: the path was checked available, so AVX2/FMA/F16C are present.
+            unsafe { x86_64::quantize(x, out) };
+            true
+        }
+        #[cfg(target_arch = "aarch64")]
+        KernelPath::Neon | KernelPath::NeonDotprod => aarch64::quantize(x, out),
+        _ => {
+            let _ = (x, out);
+            false
+        }
+    }
+}
+
+/// Quantizes `x` to 16-bit activations, as [`quantize_i8`].
+pub(crate) fn quantize_i16(path: KernelPath, x: &[f32], out: &mut QActs16) -> bool {
+    match path {
+        #[cfg(target_arch = "x86_64")]
+        KernelPath::Avx2Fma => {
+            // SAFETY: the path was checked available, so AVX2/FMA/F16C are present.
+            unsafe { x86_64::quantize16(x, out) };
+            true
+        }
+        #[cfg(target_arch = "aarch64")]
+        KernelPath::Neon | KernelPath::NeonDotprod => aarch64::quantize16(x, out),
+        _ => {
+            let _ = (x, out);
+            false
+        }
     }
 }
 
@@ -315,6 +360,10 @@ pub(crate) fn axpy_rows_tiled(
             unsafe {
                 x86_64::axpy_rows_tiled(w.format(), w.data(), w.row_bytes(), b0, rows, coeffs, y)
             }
+        }
+        #[cfg(target_arch = "aarch64")]
+        KernelPath::Neon | KernelPath::NeonDotprod => {
+            aarch64::axpy_rows_tiled(w.format(), w.data(), w.row_bytes(), b0, rows, coeffs, y)
         }
         _ => {
             let _ = (w, b0, rows, coeffs, y);

@@ -1,0 +1,199 @@
+//! K-quant rows (`Q4_K`, `Q6_K`): super-block dequantization, exact dot, and
+//! the integer dot with 8- or 16-bit activations (and its row loop).
+
+use std::arch::aarch64::*;
+
+use super::simd::{load_f32x4, load_u8x16, s8_to_f32, store16, u8_to_f32};
+use super::vector::axpy_f32;
+use crate::arch::drivers::axpy_superblocks;
+use crate::arch::Rows;
+use crate::{QMatrix, WeightFormat};
+
+/// The signed 6-bit quants `q - 32` of Q6_K elements `128n + 32k + 16p ..
+/// + 16` (half `n`, quarter `k`, part `p`) of super-block `blk`.
+#[inline]
+#[target_feature(enable = "neon")]
+fn q6k_quants16(blk: &[u8], n: usize, k: usize, p: usize) -> int8x16_t {
+    let src = load_u8x16(&blk[64 * n + 32 * (k & 1) + 16 * p..]);
+    let qh = load_u8x16(&blk[128 + 32 * n + 16 * p..]);
+    let m4 = vdupq_n_u8(0x0F);
+    let lo = if k < 2 {
+        vandq_u8(src, m4)
+    } else {
+        vshrq_n_u8::<4>(src)
+    };
+    let hb = vandq_u8(vshlq_u8(qh, vdupq_n_s8(-2 * k as i8)), vdupq_n_u8(3));
+    vsubq_s8(
+        vreinterpretq_s8_u8(vorrq_u8(lo, vshlq_n_u8::<4>(hb))),
+        vdupq_n_s8(32),
+    )
+}
+
+/// Dequantizes one K-quant super-block (`blk`, a full block) into the
+/// first 256 elements of `out`. Same f32 operations as the scalar reference
+/// (`d*sc * q - dmin*m` for Q4_K, `(d*sc) * q` for Q6_K; no FMA), so the
+/// results are bit-identical.
+#[inline]
+#[target_feature(enable = "neon")]
+pub(super) fn dequant_superblock(format: WeightFormat, blk: &[u8], out: &mut [f32]) {
+    let out = &mut out[..256];
+    if format == WeightFormat::Q4_K {
+        let (dl, ml) = crate::scalar::q4k_scales(blk);
+        let m4 = vdupq_n_u8(0x0F);
+        for g in 0..4 {
+            for part in 0..2 {
+                let raw = load_u8x16(&blk[16 + 32 * g + 16 * part..]);
+                for (h, q) in [vandq_u8(raw, m4), vshrq_n_u8::<4>(raw)]
+                    .into_iter()
+                    .enumerate()
+                {
+                    let j = 2 * g + h;
+                    let m = vdupq_n_f32(ml[j]);
+                    let v = u8_to_f32(q).map(|x| vsubq_f32(vmulq_n_f32(x, dl[j]), m));
+                    store16(&mut out[32 * j + 16 * part..], v);
+                }
+            }
+        }
+    } else {
+        let ds = crate::scalar::q6k_scales(blk);
+        for n in 0..2 {
+            for k in 0..4 {
+                for p in 0..2 {
+                    let q = q6k_quants16(blk, n, k, p);
+                    let d = ds[8 * n + 2 * k + p];
+                    let v = s8_to_f32(q).map(|x| vmulq_n_f32(x, d));
+                    store16(&mut out[128 * n + 32 * k + 16 * p..], v);
+                }
+            }
+        }
+    }
+}
+
+/// `y += c * dequant(row)` for a K-quant row: each 256-element super-block
+/// dequantized on the stack, then FMA'd in with `axpy_f32`.
+#[inline]
+#[target_feature(enable = "neon")]
+pub(super) fn axpy_k(format: WeightFormat, c: f32, row: &[u8], y: &mut [f32]) {
+    let dequant = |blk: &[u8], buf: &mut [f32; 256]| dequant_superblock(format, blk, buf);
+    axpy_superblocks(format, c, row, y, dequant, |c, buf, ys| {
+        axpy_f32(c, buf, ys)
+    });
+}
+
+/// Exact dot of a K-quant row with f32 `x`: each super-block is dequantized
+/// into 256 f32 on the stack, then multiplied with NEON FMAs (4 accumulators).
+#[inline]
+#[target_feature(enable = "neon")]
+pub(super) fn dot_exact_k(format: WeightFormat, row: &[u8], x: &[f32]) -> f32 {
+    let mut buf = [0f32; 256];
+    let mut acc = [vdupq_n_f32(0.0); 4];
+    for (blk, xs) in row
+        .chunks_exact(format.block_bytes())
+        .zip(x.chunks_exact(256))
+    {
+        dequant_superblock(format, blk, &mut buf);
+        for (i, (w, v)) in buf.chunks_exact(4).zip(xs.chunks_exact(4)).enumerate() {
+            acc[i & 3] = vfmaq_f32(acc[i & 3], load_f32x4(w), load_f32x4(v));
+        }
+    }
+    vaddvq_f32(vaddq_f32(
+        vaddq_f32(acc[0], acc[1]),
+        vaddq_f32(acc[2], acc[3]),
+    ))
+}
+
+/// Sum of 16 products of i8 weights `w` (widened to i16) with 16 i16
+/// activations `x`, in 4 i32 lanes (`smull`/`smlal`).
+#[inline]
+#[target_feature(enable = "neon")]
+fn dot16(w: int8x16_t, x: [int16x8_t; 2]) -> int32x4_t {
+    let w0 = vmovl_s8(vget_low_s8(w));
+    let w1 = vmovl_high_s8(w);
+    let s = vmull_s16(vget_low_s16(w0), vget_low_s16(x[0]));
+    let s = vmlal_high_s16(s, w0, x[0]);
+    let s = vmlal_s16(s, vget_low_s16(w1), vget_low_s16(x[1]));
+    vmlal_high_s16(s, w1, x[1])
+}
+
+/// Integer dot of a K-quant row (`Q4_K` or `Q6_K`) with quantized
+/// activations: `xs(e)` returns the 8 activation quants at element `e`
+/// widened to i16 (8- or 16-bit activations), `d`/`s` are the per-32
+/// scales and `d*sum(q)`. Per sub-block an i32 sum (`smull`/`smlal`,
+/// |q_w| <= 63, |q_x| <= 32767: each lane sums at most 8 products, below
+/// 2^24), one convert and one FMA with `(d*sc) * d_x`; the Q4_K min term
+/// `(dmin*m) * s_x` is accumulated separately (see the crate docs).
+#[target_feature(enable = "neon")]
+fn dot_k_int(
+    format: WeightFormat,
+    row: &[u8],
+    d: &[f32],
+    s: &[f32],
+    xs: impl Fn(usize) -> int16x8_t,
+) -> f32 {
+    let x16 = |e: usize| [xs(e), xs(e + 8)];
+    let mut acc = vdupq_n_f32(0.0);
+    let mut extra = 0f32;
+    let m4 = vdupq_n_u8(0x0F);
+    for (sb, blk) in row
+        .chunks_exact(format.block_bytes())
+        .enumerate()
+        .take(d.len() / 8)
+    {
+        if format == WeightFormat::Q4_K {
+            let (dl, ml) = crate::scalar::q4k_scales(blk);
+            for g in 0..4 {
+                let raw = [
+                    load_u8x16(&blk[16 + 32 * g..]),
+                    load_u8x16(&blk[32 + 32 * g..]),
+                ];
+                for h in 0..2 {
+                    let j = 2 * g + h;
+                    let b = sb * 8 + j;
+                    let q = |r: uint8x16_t| {
+                        vreinterpretq_s8_u8(if h == 0 {
+                            vandq_u8(r, m4)
+                        } else {
+                            vshrq_n_u8::<4>(r)
+                        })
+                    };
+                    let isum = vaddq_s32(
+                        dot16(q(raw[0]), x16(32 * b)),
+                        dot16(q(raw[1]), x16(32 * b + 16)),
+                    );
+                    acc = vfmaq_n_f32(acc, vcvtq_f32_s32(isum), dl[j] * d[b]);
+                    extra -= ml[j] * s[b];
+                }
+            }
+        } else {
+            let ds = crate::scalar::q6k_scales(blk);
+            for n in 0..2 {
+                for p in 0..2 {
+                    for k in 0..4 {
+                        let q = q6k_quants16(blk, n, k, p);
+                        let b = sb * 8 + 4 * n + k;
+                        let isum = dot16(q, x16(32 * b + 16 * p));
+                        acc = vfmaq_n_f32(acc, vcvtq_f32_s32(isum), ds[8 * n + 2 * k + p] * d[b]);
+                    }
+                }
+            }
+        }
+    }
+    vaddvq_f32(acc) + extra
+}
+
+/// `y[i] = dot_k_int(row sel.get(i))` for a K-quant matrix (no prefetch of
+/// listed rows), `xs`, `d` and `s` as for [`dot_k_int`].
+#[target_feature(enable = "neon")]
+pub(super) fn matvec_k_int(
+    w: &QMatrix<'_>,
+    sel: Rows<'_>,
+    d: &[f32],
+    s: &[f32],
+    y: &mut [f32],
+    xs: impl Fn(usize) -> int16x8_t,
+) {
+    let f = w.format();
+    for (i, yv) in y.iter_mut().enumerate() {
+        *yv = dot_k_int(f, w.row_data(sel.get(i)), d, s, &xs);
+    }
+}

@@ -1,0 +1,76 @@
+//! `matvec` with f32 activations ([`Precision::Exact`](crate::Precision::Exact)):
+//! exact dots of quantized and float-format rows, dispatched per format.
+
+use std::arch::aarch64::*;
+
+use super::dequant::{dequant_block, dequant_row};
+use super::hybrid::dot_exact_hybrid;
+use super::kquant::dot_exact_k;
+use super::simd::load_f32x4;
+use crate::arch::drivers::rows_with;
+use crate::arch::tags::{block_bytes, Q4_0, Q4_1, Q8_0};
+use crate::arch::Rows;
+use crate::QMatrix;
+use crate::WeightFormat;
+
+#[target_feature(enable = "neon")]
+fn dot_exact_q<const F: u8>(row: &[u8], x: &[f32]) -> f32 {
+    let mut acc = [vdupq_n_f32(0.0); 4];
+    for (blk, xs) in row.chunks_exact(block_bytes(F)).zip(x.chunks_exact(32)) {
+        let w = dequant_block::<F>(blk);
+        for i in 0..8 {
+            acc[i & 3] = vfmaq_f32(acc[i & 3], w[i], load_f32x4(&xs[4 * i..]));
+        }
+    }
+    vaddvq_f32(vaddq_f32(
+        vaddq_f32(acc[0], acc[1]),
+        vaddq_f32(acc[2], acc[3]),
+    ))
+}
+
+/// Float-format rows: convert 32 elements at a time to f32, then FMA.
+#[target_feature(enable = "neon")]
+fn dot_exact_float(format: WeightFormat, row: &[u8], x: &[f32]) -> f32 {
+    let eb = format.block_bytes();
+    let mut buf = [0f32; 32];
+    let mut acc = [vdupq_n_f32(0.0); 4];
+    let mut tail = 0f32;
+    for (g, xs) in row.chunks(32 * eb).zip(x.chunks(32)) {
+        let n = xs.len();
+        if format == WeightFormat::BF16 {
+            dequant_row(format, g, &mut buf[..n]);
+        } else {
+            crate::scalar::dequant_row(format, g, &mut buf[..n]);
+        }
+        let n4 = n / 4 * 4;
+        for i in (0..n4).step_by(4) {
+            let a = &mut acc[(i / 4) & 3];
+            *a = vfmaq_f32(*a, load_f32x4(&buf[i..]), load_f32x4(&xs[i..]));
+        }
+        for i in n4..n {
+            tail += buf[i] * xs[i];
+        }
+    }
+    vaddvq_f32(vaddq_f32(
+        vaddq_f32(acc[0], acc[1]),
+        vaddq_f32(acc[2], acc[3]),
+    )) + tail
+}
+
+#[target_feature(enable = "neon")]
+pub(crate) fn matvec_exact(w: &QMatrix<'_>, sel: Rows<'_>, x: &[f32], y: &mut [f32]) {
+    let format = w.format();
+    match format {
+        WeightFormat::Q8_0 => rows_with(w, sel, y, |r| dot_exact_q::<Q8_0>(r, x)),
+        WeightFormat::Q4_0 => rows_with(w, sel, y, |r| dot_exact_q::<Q4_0>(r, x)),
+        WeightFormat::Q4_1 => rows_with(w, sel, y, |r| dot_exact_q::<Q4_1>(r, x)),
+        WeightFormat::Q4_K | WeightFormat::Q6_K => {
+            rows_with(w, sel, y, |r| dot_exact_k(format, r, x))
+        }
+        WeightFormat::I4Hybrid { outliers_per_row } => {
+            let k = usize::from(outliers_per_row);
+            rows_with(w, sel, y, |r| dot_exact_hybrid(k, r, x))
+        }
+        _ => rows_with(w, sel, y, |r| dot_exact_float(format, r, x)),
+    }
+}

@@ -1,0 +1,97 @@
+//! `matvec` with 16-bit activations ([`Precision::Fast`](crate::Precision::Fast)):
+//! `smull`/`smlal` integer dots of two rows at once.
+
+use std::arch::aarch64::*;
+
+use super::dequant::weights_i8;
+use super::kquant::matvec_k_int;
+use super::simd::{f16_at, load_i16x8};
+use crate::arch::drivers::{rows_blocked, RowDots};
+use crate::arch::tags::{block_bytes, Q4_0, Q4_1, Q8_0};
+use crate::arch::Rows;
+use crate::quant::QActs16;
+use crate::QMatrix;
+use crate::WeightFormat;
+
+/// Integer dot of two rows with the 16-bit activations: weights widened to
+/// i16 (`vmovl_s8`), `vmull_s16`/`vmlal_high_s16` into i32 lanes (|q_w| <=
+/// 128, |q_x| <= 32767: each lane sums 8 products, below 2^26), then one
+/// convert and one FMA with `d_w * d_x` per block. `r1` may equal `r0`.
+#[target_feature(enable = "neon")]
+fn dot_i16_rows2<const F: u8>(r0: &[u8], r1: &[u8], xq: &QActs16) -> (f32, f32) {
+    let bb = block_bytes(F);
+    let mut sumv = [vdupq_n_f32(0.0); 2];
+    let mut extra = [0f32; 2];
+    for (b, (b0, b1)) in r0.chunks_exact(bb).zip(r1.chunks_exact(bb)).enumerate() {
+        let qx = &xq.qs[b * 32..b * 32 + 32];
+        let x = [
+            load_i16x8(&qx[0..]),
+            load_i16x8(&qx[8..]),
+            load_i16x8(&qx[16..]),
+            load_i16x8(&qx[24..]),
+        ];
+        let (dx, sx) = (xq.d[b], xq.s[b]);
+        for (k, blk) in [b0, b1].into_iter().enumerate() {
+            let (w0, w1) = weights_i8::<F>(blk);
+            let w = [
+                vmovl_s8(vget_low_s8(w0)),
+                vmovl_high_s8(w0),
+                vmovl_s8(vget_low_s8(w1)),
+                vmovl_high_s8(w1),
+            ];
+            let mut s = vmull_s16(vget_low_s16(w[0]), vget_low_s16(x[0]));
+            let mut t = vmull_s16(vget_low_s16(w[1]), vget_low_s16(x[1]));
+            s = vmlal_high_s16(s, w[0], x[0]);
+            t = vmlal_high_s16(t, w[1], x[1]);
+            s = vmlal_s16(s, vget_low_s16(w[2]), vget_low_s16(x[2]));
+            t = vmlal_s16(t, vget_low_s16(w[3]), vget_low_s16(x[3]));
+            s = vmlal_high_s16(s, w[2], x[2]);
+            t = vmlal_high_s16(t, w[3], x[3]);
+            let isum = vaddq_s32(s, t);
+            sumv[k] = vfmaq_n_f32(sumv[k], vcvtq_f32_s32(isum), f16_at(blk, 0) * dx);
+            if F == Q4_1 {
+                extra[k] += f16_at(blk, 2) * sx;
+            }
+        }
+    }
+    (
+        vaddvq_f32(sumv[0]) + extra[0],
+        vaddvq_f32(sumv[1]) + extra[1],
+    )
+}
+
+/// [`dot_i16_rows2`] as the kernel of the shared row drivers: two rows, or
+/// one row passed twice.
+struct I16Dots<'a, const F: u8>(&'a QActs16);
+
+impl<const F: u8> RowDots for I16Dots<'_, F> {
+    #[inline(always)]
+    unsafe fn dots<const N: usize>(&self, rows: [&[u8]; N]) -> [f32; N] {
+        const { assert!(N == 1 || N == 2) };
+        // SAFETY: NEON (all the kernel needs) is present per this method's
+        // contract (it is baseline on aarch64).
+        let (a, b) = unsafe { dot_i16_rows2::<F>(rows[0], rows[N - 1], self.0) };
+        std::array::from_fn(|k| if k == 0 { a } else { b })
+    }
+}
+
+/// Pairs of rows, then a last single row ([`rows_blocked`] with `R = 2`).
+#[target_feature(enable = "neon")]
+fn rows_i16<const F: u8>(w: &QMatrix<'_>, sel: Rows<'_>, xq: &QActs16, y: &mut [f32]) {
+    // SAFETY: NEON, all `dot_i16_rows2` needs, is baseline on aarch64.
+    unsafe { rows_blocked::<2, _>(&I16Dots::<F>(xq), w, sel, y) }
+}
+
+/// Quantized weights × 16-bit activations ([`Precision::Fast`](crate::Precision::Fast)).
+#[target_feature(enable = "neon")]
+pub(crate) fn matvec_i16(w: &QMatrix<'_>, sel: Rows<'_>, xq: &QActs16, y: &mut [f32]) {
+    match w.format() {
+        WeightFormat::Q8_0 => rows_i16::<Q8_0>(w, sel, xq, y),
+        WeightFormat::Q4_0 => rows_i16::<Q4_0>(w, sel, xq, y),
+        WeightFormat::Q4_1 => rows_i16::<Q4_1>(w, sel, xq, y),
+        WeightFormat::Q4_K | WeightFormat::Q6_K => {
+            matvec_k_int(w, sel, &xq.d, &xq.s, y, |e| load_i16x8(&xq.qs[e..]))
+        }
+        _ => crate::scalar::matvec_i16(w, sel, xq, y),
+    }
+}

@@ -1,0 +1,121 @@
+//! `matvec` with 8-bit activations ([`Precision::Int8`](crate::Precision::Int8)):
+//! widening-multiply integer dots, or `sdot` where `dotprod` was detected.
+
+use std::arch::aarch64::*;
+use std::arch::asm;
+
+use super::dequant::weights_i8;
+use super::kquant::matvec_k_int;
+use super::simd::{f16_at, load_i8x8_wide};
+use crate::arch::drivers::rows_with;
+use crate::arch::tags::{block_bytes, Q4_0, Q4_1, Q8_0};
+use crate::arch::Rows;
+use crate::quant::QActs;
+use crate::QMatrix;
+use crate::WeightFormat;
+
+#[inline]
+#[target_feature(enable = "neon")]
+fn acts_i8(qs: &[i8]) -> (int8x16_t, int8x16_t) {
+    let qs = &qs[..32];
+    // SAFETY: `qs` has exactly 32 readable i8 (bounds-checked above).
+    unsafe { (vld1q_s8(qs.as_ptr()), vld1q_s8(qs.as_ptr().add(16))) }
+}
+
+/// Integer dot of one row with widening multiplies (plain NEON).
+#[target_feature(enable = "neon")]
+fn dot_int8_row<const F: u8>(row: &[u8], xq: &QActs) -> f32 {
+    let mut sumv = vdupq_n_f32(0.0);
+    let mut extra = 0f32;
+    for (b, blk) in row.chunks_exact(block_bytes(F)).enumerate() {
+        let (w0, w1) = weights_i8::<F>(blk);
+        let (x0, x1) = acts_i8(&xq.qs[b * 32..]);
+        let mut s = vpaddlq_s16(vmull_s8(vget_low_s8(w0), vget_low_s8(x0)));
+        s = vpadalq_s16(s, vmull_high_s8(w0, x0));
+        s = vpadalq_s16(s, vmull_s8(vget_low_s8(w1), vget_low_s8(x1)));
+        s = vpadalq_s16(s, vmull_high_s8(w1, x1));
+        sumv = vfmaq_n_f32(sumv, vcvtq_f32_s32(s), f16_at(blk, 0) * xq.d[b]);
+        if F == Q4_1 {
+            extra += f16_at(blk, 2) * xq.s[b];
+        }
+    }
+    vaddvq_f32(sumv) + extra
+}
+
+/// `acc += sdot(a, b)` (4 lanes, each the dot of 4 i8 pairs).
+///
+/// # Safety
+/// The CPU must support the `dotprod` extension.
+#[inline]
+#[target_feature(enable = "neon,dotprod")]
+unsafe fn sdot(mut acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x4_t {
+    // SAFETY: `sdot` only reads/writes the named vector registers; the
+    // caller guarantees the dotprod extension is present.
+    unsafe {
+        asm!(
+            "sdot {acc:v}.4s, {a:v}.16b, {b:v}.16b",
+            acc = inout(vreg) acc,
+            a = in(vreg) a,
+            b = in(vreg) b,
+            options(pure, nomem, nostack, preserves_flags)
+        );
+    }
+    acc
+}
+
+/// Integer dot of one row with `sdot`.
+///
+/// # Safety
+/// The CPU must support the `dotprod` extension.
+#[target_feature(enable = "neon,dotprod")]
+unsafe fn dot_int8_row_dp<const F: u8>(row: &[u8], xq: &QActs) -> f32 {
+    let mut sumv = vdupq_n_f32(0.0);
+    let mut extra = 0f32;
+    for (b, blk) in row.chunks_exact(block_bytes(F)).enumerate() {
+        let (w0, w1) = weights_i8::<F>(blk);
+        let (x0, x1) = acts_i8(&xq.qs[b * 32..]);
+        // SAFETY: dotprod present per this function's contract.
+        let s = unsafe { sdot(sdot(vdupq_n_s32(0), w0, x0), w1, x1) };
+        sumv = vfmaq_n_f32(sumv, vcvtq_f32_s32(s), f16_at(blk, 0) * xq.d[b]);
+        if F == Q4_1 {
+            extra += f16_at(blk, 2) * xq.s[b];
+        }
+    }
+    vaddvq_f32(sumv) + extra
+}
+
+#[target_feature(enable = "neon")]
+fn rows_int8<const F: u8>(
+    w: &QMatrix<'_>,
+    sel: Rows<'_>,
+    xq: &QActs,
+    y: &mut [f32],
+    dotprod: bool,
+) {
+    if dotprod {
+        // SAFETY: `dotprod` is only true for KernelPath::NeonDotprod,
+        // which is only used after is_aarch64_feature_detected!("dotprod").
+        rows_with(w, sel, y, |r| unsafe { dot_int8_row_dp::<F>(r, xq) })
+    } else {
+        rows_with(w, sel, y, |r| dot_int8_row::<F>(r, xq))
+    }
+}
+
+#[target_feature(enable = "neon")]
+pub(crate) fn matvec_int8(
+    w: &QMatrix<'_>,
+    sel: Rows<'_>,
+    xq: &QActs,
+    y: &mut [f32],
+    dotprod: bool,
+) {
+    match w.format() {
+        WeightFormat::Q8_0 => rows_int8::<Q8_0>(w, sel, xq, y, dotprod),
+        WeightFormat::Q4_0 => rows_int8::<Q4_0>(w, sel, xq, y, dotprod),
+        WeightFormat::Q4_1 => rows_int8::<Q4_1>(w, sel, xq, y, dotprod),
+        WeightFormat::Q4_K | WeightFormat::Q6_K => {
+            matvec_k_int(w, sel, &xq.d, &xq.s, y, |e| load_i8x8_wide(&xq.qs[e..]))
+        }
+        _ => crate::scalar::matvec_int8(w, sel, xq, y),
+    }
+}

@@ -1,0 +1,83 @@
+//! Register-level helpers of the NEON kernels: bounds-checked loads and
+//! stores, f16 reads, and widening of i8/u8 lanes to f32 or i16.
+
+use std::arch::aarch64::*;
+
+use half::f16;
+
+#[inline]
+#[target_feature(enable = "neon")]
+pub(super) fn f16_at(b: &[u8], i: usize) -> f32 {
+    f16::from_le_bytes([b[i], b[i + 1]]).to_f32()
+}
+
+#[inline]
+#[target_feature(enable = "neon")]
+pub(super) fn load_u8x16(b: &[u8]) -> uint8x16_t {
+    let b = &b[..16];
+    // SAFETY: `b` has exactly 16 readable bytes (bounds-checked above);
+    // NEON is baseline on aarch64; ld1 has no alignment requirement for u8.
+    unsafe { vld1q_u8(b.as_ptr()) }
+}
+
+#[inline]
+#[target_feature(enable = "neon")]
+pub(super) fn load_f32x4(x: &[f32]) -> float32x4_t {
+    let x = &x[..4];
+    // SAFETY: `x` has exactly 4 readable f32 (bounds-checked above).
+    unsafe { vld1q_f32(x.as_ptr()) }
+}
+
+#[inline]
+#[target_feature(enable = "neon")]
+pub(super) fn s8_to_f32(q: int8x16_t) -> [float32x4_t; 4] {
+    let lo = vmovl_s8(vget_low_s8(q));
+    let hi = vmovl_high_s8(q);
+    [
+        vcvtq_f32_s32(vmovl_s16(vget_low_s16(lo))),
+        vcvtq_f32_s32(vmovl_high_s16(lo)),
+        vcvtq_f32_s32(vmovl_s16(vget_low_s16(hi))),
+        vcvtq_f32_s32(vmovl_high_s16(hi)),
+    ]
+}
+
+#[inline]
+#[target_feature(enable = "neon")]
+pub(super) fn u8_to_f32(q: uint8x16_t) -> [float32x4_t; 4] {
+    let lo = vmovl_u8(vget_low_u8(q));
+    let hi = vmovl_high_u8(q);
+    [
+        vcvtq_f32_u32(vmovl_u16(vget_low_u16(lo))),
+        vcvtq_f32_u32(vmovl_high_u16(lo)),
+        vcvtq_f32_u32(vmovl_u16(vget_low_u16(hi))),
+        vcvtq_f32_u32(vmovl_high_u16(hi)),
+    ]
+}
+
+/// Stores 16 f32 (4 × f32x4) at the start of `o`.
+#[inline]
+#[target_feature(enable = "neon")]
+pub(super) fn store16(o: &mut [f32], v: [float32x4_t; 4]) {
+    let o = &mut o[..16];
+    for (c, x) in o.chunks_exact_mut(4).zip(v) {
+        // SAFETY: `c` is exactly 4 writable f32.
+        unsafe { vst1q_f32(c.as_mut_ptr(), x) };
+    }
+}
+
+#[inline]
+#[target_feature(enable = "neon")]
+pub(super) fn load_i16x8(q: &[i16]) -> int16x8_t {
+    let q = &q[..8];
+    // SAFETY: `q` has exactly 8 readable i16 (bounds-checked above).
+    unsafe { vld1q_s16(q.as_ptr()) }
+}
+
+/// 8 i8 activation quants widened to i16x8.
+#[inline]
+#[target_feature(enable = "neon")]
+pub(super) fn load_i8x8_wide(q: &[i8]) -> int16x8_t {
+    let q = &q[..8];
+    // SAFETY: `q` has exactly 8 readable i8 (bounds-checked above).
+    vmovl_s8(unsafe { vld1_s8(q.as_ptr()) })
+}

@@ -1,0 +1,302 @@
+//! K-quant rows (`Q4_K`, `Q6_K`): super-block dequantization, exact dot, and
+//! the integer dot with 8- or 16-bit activations.
+
+use std::arch::x86_64::*;
+
+use super::simd::{hsum, PREFETCH};
+use super::vector::axpy_f32;
+use crate::arch::drivers::axpy_superblocks;
+use crate::WeightFormat;
+
+/// Dequantizes a K-quant row (`Q4_K` or `Q6_K`) super-block by super-block.
+///
+/// # Safety
+/// AVX2/FMA/F16C present.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn dequant_k(format: WeightFormat, src: &[u8], dst: &mut [f32]) {
+    let bb = format.block_bytes();
+    for (blk, out) in src.chunks_exact(bb).zip(dst.chunks_exact_mut(256)) {
+        let out: &mut [f32; 256] = out.try_into().expect("chunks of 256");
+        // SAFETY: features present per contract.
+        unsafe { dequant_superblock(format, blk, out) };
+    }
+}
+
+/// Unpacks half `n` (0 or 1) of a Q6_K super-block into 4 × 32 signed
+/// quants (`q - 32`, in -32..=31): elements 128n + 32k .. 128n + 32k + 32
+/// in vector k.
+///
+/// # Safety
+/// AVX2 must be available and `blk.len() >= 210`, `n < 2` (the loads read
+/// `ql[64n..64n+64]` and `qh[32n..32n+32]`, all below byte 192).
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn q6k_half(blk: &[u8], n: usize) -> [__m256i; 4] {
+    debug_assert!(blk.len() >= 210 && n < 2);
+    let m4 = _mm256_set1_epi8(0x0F);
+    let m2 = _mm256_set1_epi8(3);
+    let p = blk.as_ptr();
+    // SAFETY: the caller guarantees blk.len() >= 210 and n < 2, so every
+    // 32-byte load below ends at or before byte 192.
+    let (ql0, ql1, qh) = unsafe {
+        (
+            _mm256_loadu_si256(p.add(64 * n) as *const __m256i),
+            _mm256_loadu_si256(p.add(64 * n + 32) as *const __m256i),
+            _mm256_loadu_si256(p.add(128 + 32 * n) as *const __m256i),
+        )
+    };
+    let hbits = |k: i32| {
+        let sh = _mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * k));
+        _mm256_slli_epi16::<4>(_mm256_and_si256(sh, m2))
+    };
+    let c32 = _mm256_set1_epi8(32);
+    [
+        _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(ql0, m4), hbits(0)), c32),
+        _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(ql1, m4), hbits(1)), c32),
+        _mm256_sub_epi8(
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(ql0), m4), hbits(2)),
+            c32,
+        ),
+        _mm256_sub_epi8(
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(ql1), m4), hbits(3)),
+            c32,
+        ),
+    ]
+}
+
+/// Dequantizes one K-quant super-block into 256 f32. Same f32 operations
+/// as the scalar reference (`d*sc * q - dmin*m` for Q4_K, `(d*sc) * q` for
+/// Q6_K; no FMA), so the results are bit-identical.
+///
+/// # Safety
+/// AVX2/FMA/F16C present.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn dequant_superblock(format: WeightFormat, blk: &[u8], out: &mut [f32; 256]) {
+    let o = out.as_mut_ptr();
+    let m4 = _mm256_set1_epi8(0x0F);
+    if format == WeightFormat::Q4_K {
+        assert!(blk.len() >= 144);
+        let (dl, ml) = crate::scalar::q4k_scales(blk);
+        for g in 0..4 {
+            // SAFETY: bytes 16+32g..48+32g (g < 4: at most 144) are inside
+            // `blk` (asserted); stores write out[64g..64g+64] (<= 256).
+            unsafe {
+                let raw = _mm256_loadu_si256(blk.as_ptr().add(16 + 32 * g) as *const __m256i);
+                let lo = _mm256_and_si256(raw, m4);
+                let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(raw), m4);
+                for (h, q) in [lo, hi].into_iter().enumerate() {
+                    let s = 2 * g + h;
+                    let (d, m) = (_mm256_set1_ps(dl[s]), _mm256_set1_ps(ml[s]));
+                    store_u8x32_scaled(q, d, m, o.add(32 * s));
+                }
+            }
+        }
+    } else {
+        assert!(blk.len() >= 210);
+        let ds = crate::scalar::q6k_scales(blk);
+        for n in 0..2 {
+            // SAFETY: loads read ql[64n..64n+64] and qh[32n..32n+32]
+            // (bytes < 192 <= 210, asserted); stores write
+            // out[128n..128n+128] (<= 256).
+            unsafe {
+                for (k, qk) in q6k_half(blk, n).into_iter().enumerate() {
+                    let s = 8 * n + 2 * k;
+                    let base = o.add(128 * n + 32 * k);
+                    for half in 0..2 {
+                        let d = _mm256_set1_ps(ds[s + half]);
+                        let v = if half == 0 {
+                            _mm256_castsi256_si128(qk)
+                        } else {
+                            _mm256_extracti128_si256::<1>(qk)
+                        };
+                        let a = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v));
+                        let b = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128::<8>(v)));
+                        _mm256_storeu_ps(base.add(16 * half), _mm256_mul_ps(a, d));
+                        _mm256_storeu_ps(base.add(16 * half + 8), _mm256_mul_ps(b, d));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Stores `d * q - m` for the 32 u8 lanes of `q` as 32 f32 at `o`.
+///
+/// # Safety
+/// AVX2 present; 32 f32 writable at `o`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn store_u8x32_scaled(q: __m256i, d: __m256, m: __m256, o: *mut f32) {
+    let halves = [_mm256_castsi256_si128(q), _mm256_extracti128_si256::<1>(q)];
+    for (h, v) in halves.into_iter().enumerate() {
+        let a = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v));
+        let b = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128::<8>(v)));
+        // SAFETY: caller guarantees o[0..32] writable; h < 2.
+        unsafe {
+            _mm256_storeu_ps(o.add(16 * h), _mm256_sub_ps(_mm256_mul_ps(a, d), m));
+            _mm256_storeu_ps(o.add(16 * h + 8), _mm256_sub_ps(_mm256_mul_ps(b, d), m));
+        }
+    }
+}
+
+/// `y += c * dequant(row)` for a K-quant row: each 256-element super-block
+/// dequantized on the stack, then FMA'd in with `axpy_f32`.
+///
+/// # Safety
+/// AVX2/FMA/F16C present.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn axpy_k(format: WeightFormat, c: f32, row: &[u8], y: &mut [f32]) {
+    // SAFETY: features present per contract (all the callees need).
+    unsafe {
+        let dequant = |blk: &[u8], buf: &mut [f32; 256]| dequant_superblock(format, blk, buf);
+        axpy_superblocks(format, c, row, y, dequant, |c, buf, ys| {
+            axpy_f32(c, buf, ys)
+        });
+    }
+}
+
+/// Exact dot of a K-quant row with f32 `x`: each super-block is dequantized
+/// into 256 f32 on the stack, then multiplied with FMAs (4 accumulators).
+///
+/// # Safety
+/// AVX2/FMA/F16C present.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn dot_exact_k(format: WeightFormat, row: &[u8], x: &[f32]) -> f32 {
+    let bb = format.block_bytes();
+    let mut buf = [0f32; 256];
+    let mut acc = [_mm256_setzero_ps(); 4];
+    for (blk, xs) in row.chunks_exact(bb).zip(x.chunks_exact(256)) {
+        // Prefetch hint (never faults; wrapping_add keeps it UB-free).
+        _mm_prefetch::<_MM_HINT_T0>(blk.as_ptr().wrapping_add(PREFETCH) as *const i8);
+        // SAFETY: features present per contract.
+        unsafe { dequant_superblock(format, blk, &mut buf) };
+        for j in (0..256).step_by(32) {
+            for (i, a) in acc.iter_mut().enumerate() {
+                // SAFETY: j + 8i + 8 <= 256 = buf.len() = xs.len().
+                unsafe {
+                    let w = _mm256_loadu_ps(buf.as_ptr().add(j + 8 * i));
+                    *a = _mm256_fmadd_ps(w, _mm256_loadu_ps(xs.as_ptr().add(j + 8 * i)), *a);
+                }
+            }
+        }
+    }
+    hsum(_mm256_add_ps(
+        _mm256_add_ps(acc[0], acc[1]),
+        _mm256_add_ps(acc[2], acc[3]),
+    ))
+}
+
+/// 16 activation quants starting at element `e` of the quantized activation
+/// vector at `qs` (i8 if `A8`, else i16), widened to i16x16.
+///
+/// # Safety
+/// AVX2 present; elements `e..e+16` readable at `qs`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn acts16<const A8: bool>(qs: *const u8, e: usize) -> __m256i {
+    // SAFETY: caller guarantees elements e..e+16 (16 or 32 bytes) readable.
+    unsafe {
+        if A8 {
+            _mm256_cvtepi8_epi16(_mm_loadu_si128(qs.add(e) as *const __m128i))
+        } else {
+            _mm256_loadu_si256(qs.add(2 * e) as *const __m256i)
+        }
+    }
+}
+
+/// Integer dot of a K-quant row (`Q4_K` or `Q6_K`) with quantized
+/// activations (`A8`: 8-bit `QActs`, else 16-bit `QActs16`, passed as raw
+/// quants `qs` of `qs_len` elements, per-32 scales `d`, `s = d*sum(q)`).
+/// Weights are widened to i16 and multiplied with `madd_epi16` into i32
+/// lanes (|q_w| <= 63, |q_x| <= 32767: a pair is below 2^22), then per
+/// sub-block one convert and one FMA with `(d*sc) * d_x`; the Q4_K min term
+/// `(dmin*m) * s_x` is accumulated separately (see the crate docs).
+///
+/// # Safety
+/// AVX2/FMA/F16C present; `qs` points at `qs_len` readable quants.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn dot_k_int<const A8: bool>(
+    format: WeightFormat,
+    row: &[u8],
+    qs: *const u8,
+    qs_len: usize,
+    d: &[f32],
+    s: &[f32],
+) -> f32 {
+    let nsb = d.len() / 8;
+    let bb = format.block_bytes();
+    assert!(row.len() >= nsb * bb && qs_len >= nsb * 256 && s.len() >= nsb * 8);
+    let m4 = _mm256_set1_epi8(0x0F);
+    let mut acc = _mm256_setzero_ps();
+    let mut extra = 0f32;
+    for sb in 0..nsb {
+        let blk = &row[sb * bb..(sb + 1) * bb];
+        // Prefetch hint (never faults; wrapping_add keeps it UB-free).
+        _mm_prefetch::<_MM_HINT_T0>(blk.as_ptr().wrapping_add(PREFETCH) as *const i8);
+        if format == WeightFormat::Q4_K {
+            let (dl, ml) = crate::scalar::q4k_scales(blk);
+            for g in 0..4 {
+                // SAFETY: bytes 16+32g..48+32g <= 144 of `blk`; activation
+                // elements (sb*8 + 2g + h)*32 + 0..32 < nsb*256 <= qs_len
+                // and b < nsb*8 <= d.len(), s.len() (asserted).
+                unsafe {
+                    let raw = _mm256_loadu_si256(blk.as_ptr().add(16 + 32 * g) as *const __m256i);
+                    let lo = _mm256_and_si256(raw, m4);
+                    let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(raw), m4);
+                    for (h, q) in [lo, hi].into_iter().enumerate() {
+                        let j = 2 * g + h;
+                        let b = sb * 8 + j;
+                        let w0 = _mm256_cvtepu8_epi16(_mm256_castsi256_si128(q));
+                        let w1 = _mm256_cvtepu8_epi16(_mm256_extracti128_si256::<1>(q));
+                        let isum = _mm256_add_epi32(
+                            _mm256_madd_epi16(w0, acts16::<A8>(qs, 32 * b)),
+                            _mm256_madd_epi16(w1, acts16::<A8>(qs, 32 * b + 16)),
+                        );
+                        let (dx, sx) = (*d.get_unchecked(b), *s.get_unchecked(b));
+                        acc = _mm256_fmadd_ps(
+                            _mm256_cvtepi32_ps(isum),
+                            _mm256_set1_ps(dl[j] * dx),
+                            acc,
+                        );
+                        extra -= ml[j] * sx;
+                    }
+                }
+            }
+        } else {
+            let ds = crate::scalar::q6k_scales(blk);
+            for n in 0..2 {
+                // SAFETY: loads read ql[64n..64n+64], qh[32n..32n+32]
+                // (< 192 <= 210 bytes of `blk`); activation elements
+                // (sb*8 + 4n + k)*32 + 0..32 < nsb*256 <= qs_len and
+                // b < nsb*8 <= d.len() (asserted).
+                unsafe {
+                    for (k, qk) in q6k_half(blk, n).into_iter().enumerate() {
+                        let b = sb * 8 + 4 * n + k;
+                        let j = 8 * n + 2 * k;
+                        let w0 = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(qk));
+                        let w1 = _mm256_cvtepi8_epi16(_mm256_extracti128_si256::<1>(qk));
+                        let i0 = _mm256_madd_epi16(w0, acts16::<A8>(qs, 32 * b));
+                        let i1 = _mm256_madd_epi16(w1, acts16::<A8>(qs, 32 * b + 16));
+                        let dx = *d.get_unchecked(b);
+                        acc = _mm256_fmadd_ps(
+                            _mm256_cvtepi32_ps(i0),
+                            _mm256_set1_ps(ds[j] * dx),
+                            acc,
+                        );
+                        acc = _mm256_fmadd_ps(
+                            _mm256_cvtepi32_ps(i1),
+                            _mm256_set1_ps(ds[j + 1] * dx),
+                            acc,
+                        );
+                    }
+                }
+            }
+        }
+    }
+    hsum(acc) + extra
+}

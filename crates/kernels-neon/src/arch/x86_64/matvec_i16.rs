@@ -1,0 +1,160 @@
+//! `matvec` with 16-bit activations ([`Precision::Fast`](crate::Precision::Fast)):
+//! `madd_epi16` integer dots of several rows at once.
+
+use std::arch::x86_64::*;
+
+use super::kquant::dot_k_int;
+use super::simd::{f16_at, hsum, PREFETCH};
+use crate::arch::drivers::{rows_blocked, rows_with, RowDots};
+use crate::arch::tags::{block_bytes, Q4_0, Q4_1, Q8_0};
+use crate::arch::Rows;
+use crate::quant::QActs16;
+use crate::QMatrix;
+use crate::WeightFormat;
+
+/// The 32 weights of the quantized block at `p` as two i16x16 vectors
+/// (elements 0..16 and 16..32; Q4_0 already offset by -8).
+///
+/// # Safety
+/// AVX2 present; a full block of `block_bytes(F)` bytes readable at `p`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn weights_i16<const F: u8>(p: *const u8) -> (__m256i, __m256i) {
+    // SAFETY: caller guarantees a full block at `p`; the loads read bytes
+    // 2..34 (Q8_0), 2..18 (Q4_0) or 4..20 (Q4_1), all inside it.
+    unsafe {
+        match F {
+            Q8_0 => (
+                _mm256_cvtepi8_epi16(_mm_loadu_si128(p.add(2) as *const __m128i)),
+                _mm256_cvtepi8_epi16(_mm_loadu_si128(p.add(18) as *const __m128i)),
+            ),
+            _ => {
+                let qoff = if F == Q4_0 { 2 } else { 4 };
+                let raw = _mm_loadu_si128(p.add(qoff) as *const __m128i);
+                let m = _mm_set1_epi8(0x0F);
+                let lo = _mm256_cvtepu8_epi16(_mm_and_si128(raw, m));
+                let hi = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16::<4>(raw), m));
+                if F == Q4_0 {
+                    let eight = _mm256_set1_epi16(8);
+                    (_mm256_sub_epi16(lo, eight), _mm256_sub_epi16(hi, eight))
+                } else {
+                    (lo, hi)
+                }
+            }
+        }
+    }
+}
+
+/// Integer dot of `R` rows (starting at row pointers `rows[i]`) with the
+/// 16-bit activations: per block, weights widened to i16, `madd_epi16`
+/// with the i16 quants into i32 lanes, one `cvtepi32_ps` and one FMA with
+/// `d_w * d_x`. Overflow: |q_x| <= 32767, |q_w| <= 128, so a `madd` pair is
+/// below 2^23 and the 8-lane sum of a block below 2^26.
+///
+/// # Safety
+/// AVX2/FMA/F16C present; every `rows[i]` has at least `xq.d.len()`
+/// blocks of `block_bytes(F)` bytes; `xq` is consistent (`qs.len() ==
+/// 32 * d.len()`, `s.len() == d.len()`), as asserted.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_i16_rows<const F: u8, const R: usize>(rows: [&[u8]; R], xq: &QActs16) -> [f32; R] {
+    let nb = xq.d.len();
+    let bb = block_bytes(F);
+    assert!(rows.iter().all(|r| r.len() >= nb * bb) && xq.qs.len() >= nb * 32 && xq.s.len() >= nb);
+    let mut acc = [_mm256_setzero_ps(); R];
+    let mut extra = [0f32; R];
+    for b in 0..nb {
+        // SAFETY: b < nb: block b of every row (bytes b*bb..(b+1)*bb) and
+        // activation block b (qs[b*32..b*32+32], d[b], s[b]) are in bounds
+        // (asserted above).
+        unsafe {
+            let xp = xq.qs.as_ptr().add(b * 32);
+            let x0 = _mm256_loadu_si256(xp as *const __m256i);
+            let x1 = _mm256_loadu_si256(xp.add(16) as *const __m256i);
+            let (dx, sx) = (*xq.d.get_unchecked(b), *xq.s.get_unchecked(b));
+            for i in 0..R {
+                let p = rows[i].as_ptr().add(b * bb);
+                // Prefetch hint (never faults; wrapping_add keeps it UB-free).
+                _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(PREFETCH) as *const i8);
+                let (w0, w1) = weights_i16::<F>(p);
+                let isum = _mm256_add_epi32(_mm256_madd_epi16(w0, x0), _mm256_madd_epi16(w1, x1));
+                let dw = if F == Q4_1 {
+                    // d and m are adjacent f16s: one conversion for both.
+                    let dm =
+                        _mm_cvtph_ps(_mm_cvtsi32_si128(std::ptr::read_unaligned(p as *const i32)));
+                    extra[i] += _mm_cvtss_f32(_mm_movehdup_ps(dm)) * sx;
+                    _mm_cvtss_f32(dm)
+                } else {
+                    f16_at(p)
+                };
+                acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(dw * dx), acc[i]);
+            }
+        }
+    }
+    std::array::from_fn(|i| hsum(acc[i]) + extra[i])
+}
+
+/// [`dot_i16_rows`] as the kernel of the shared row drivers.
+struct I16Dots<'a, const F: u8>(&'a QActs16);
+
+impl<const F: u8> RowDots for I16Dots<'_, F> {
+    #[inline(always)]
+    unsafe fn dots<const N: usize>(&self, rows: [&[u8]; N]) -> [f32; N] {
+        // SAFETY: AVX2/FMA/F16C present per this method's contract; the
+        // kernel asserts the lengths it relies on.
+        unsafe { dot_i16_rows::<F, N>(rows, self.0) }
+    }
+}
+
+/// `R` rows per iteration (sharing the activation loads), then pairs, then
+/// single rows ([`rows_blocked`]).
+/// Measured (AVX2, 2026-11-23): with the matrix in cache, 4 rows is best
+/// for the 4-bit formats and 2 for Q8_0 (1 thread, criterion); streaming
+/// SmolLM2's 92 MiB per token from DRAM on 2 threads (`sparrow bench`,
+/// interleaved with llama-bench), 2 rows for the 4-bit formats and 1 for
+/// Q8_0 decode about 9% faster than 4 and 2. The callers use the latter
+/// for dense matrices and the former for row lists.
+///
+/// # Safety
+/// AVX2/FMA/F16C present.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn matvec_i16_q<const F: u8, const R: usize>(
+    w: &QMatrix<'_>,
+    sel: Rows<'_>,
+    xq: &QActs16,
+    y: &mut [f32],
+) {
+    // SAFETY: features present per contract (all `dot_i16_rows` needs); it
+    // asserts the lengths.
+    unsafe { rows_blocked::<R, _>(&I16Dots::<F>(xq), w, sel, y) }
+}
+
+/// Quantized weights × 16-bit activations ([`Precision::Fast`](crate::Precision::Fast)).
+///
+/// # Safety
+/// AVX2/FMA/F16C present.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn matvec_i16(w: &QMatrix<'_>, sel: Rows<'_>, xq: &QActs16, y: &mut [f32]) {
+    // Rows per step (see `matvec_i16_q`): dense rows stream from memory, where fewer concurrent
+    // row streams per thread measured faster end to end; listed rows are scattered, where more rows
+    // in flight hide their latency.
+    let dense = matches!(sel, Rows::From(_));
+    // SAFETY: features present per contract.
+    unsafe {
+        match w.format() {
+            WeightFormat::Q8_0 if dense => matvec_i16_q::<Q8_0, 1>(w, sel, xq, y),
+            WeightFormat::Q8_0 => matvec_i16_q::<Q8_0, 2>(w, sel, xq, y),
+            WeightFormat::Q4_0 if dense => matvec_i16_q::<Q4_0, 2>(w, sel, xq, y),
+            WeightFormat::Q4_0 => matvec_i16_q::<Q4_0, 4>(w, sel, xq, y),
+            WeightFormat::Q4_1 if dense => matvec_i16_q::<Q4_1, 2>(w, sel, xq, y),
+            WeightFormat::Q4_1 => matvec_i16_q::<Q4_1, 4>(w, sel, xq, y),
+            WeightFormat::Q4_K | WeightFormat::Q6_K => {
+                let (f, qs) = (w.format(), xq.qs.as_ptr() as *const u8);
+                rows_with(w, sel, y, |r| {
+                    dot_k_int::<false>(f, r, qs, xq.qs.len(), &xq.d, &xq.s)
+                })
+            }
+            _ => crate::scalar::matvec_i16(w, sel, xq, y),
+        }
+    }
+}

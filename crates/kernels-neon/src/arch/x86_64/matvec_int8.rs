@@ -1,0 +1,167 @@
+//! `matvec` with 8-bit activations ([`Precision::Int8`](crate::Precision::Int8)):
+//! `maddubs` integer dots of several rows at once.
+
+use std::arch::x86_64::*;
+
+use super::kquant::dot_k_int;
+use super::simd::{f16_at, hsum, nibbles32, PREFETCH};
+use crate::arch::drivers::{rows_blocked, rows_with, RowDots};
+use crate::arch::tags::{block_bytes, Q4_0, Q4_1, Q8_0};
+use crate::arch::Rows;
+use crate::quant::QActs;
+use crate::QMatrix;
+use crate::WeightFormat;
+
+/// Signed i8 × i8 dot of 32 lanes, as 8 partial i32 sums converted to f32
+/// (llama.cpp `mul_sum_i8_pairs_float`). `x` must be in -127..=127.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn mul_sum_i8(w: __m256i, x: __m256i) -> __m256 {
+    let aw = _mm256_sign_epi8(w, w);
+    let sx = _mm256_sign_epi8(x, w);
+    let p16 = _mm256_maddubs_epi16(aw, sx);
+    _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)))
+}
+
+/// Unsigned u8 (0..=15) × i8 dot of 32 lanes as 8 f32 partial sums.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn mul_sum_u8_i8(w: __m256i, x: __m256i) -> __m256 {
+    let p16 = _mm256_maddubs_epi16(w, x);
+    _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)))
+}
+
+/// Integer dot of block `b` of the row at `p` with the activation block at
+/// `xq`: returns (d_w * d_x * isum lanes, extra scalar term).
+///
+/// # Safety
+/// AVX2/FMA/F16C present; a full block at `p`, 32 i8 at `xq`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn block_fast<const F: u8>(
+    p: *const u8,
+    xq: *const i8,
+    dx: f32,
+    sx: f32,
+    acc: __m256,
+    extra: &mut f32,
+) -> __m256 {
+    // SAFETY: caller guarantees a full block at `p` (34/18/20 bytes: the
+    // loads below read at most that) and 32 readable i8 at `xq`.
+    unsafe {
+        let xv = _mm256_loadu_si256(xq as *const __m256i);
+        let (d, prod) = match F {
+            Q8_0 => (
+                f16_at(p) * dx,
+                mul_sum_i8(_mm256_loadu_si256(p.add(2) as *const __m256i), xv),
+            ),
+            Q4_0 => (
+                f16_at(p) * dx,
+                mul_sum_i8(
+                    _mm256_sub_epi8(nibbles32(p.add(2)), _mm256_set1_epi8(8)),
+                    xv,
+                ),
+            ),
+            _ => {
+                // d and m are adjacent f16s: one conversion for both.
+                let dm = _mm_cvtph_ps(_mm_cvtsi32_si128(std::ptr::read_unaligned(p as *const i32)));
+                *extra += _mm_cvtss_f32(_mm_movehdup_ps(dm)) * sx;
+                (
+                    _mm_cvtss_f32(dm) * dx,
+                    mul_sum_u8_i8(nibbles32(p.add(4)), xv),
+                )
+            }
+        };
+        _mm256_fmadd_ps(_mm256_set1_ps(d), prod, acc)
+    }
+}
+
+/// Integer dot of `R` rows (starting at row pointers `rows[i]`) with the
+/// 8-bit activations, sharing each activation block's load between the
+/// rows (per row the same operations in the same order as for `R == 1`,
+/// so results do not depend on `R`).
+///
+/// # Safety
+/// AVX2/FMA/F16C present.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_int8_rows<const F: u8, const R: usize>(rows: [&[u8]; R], xq: &QActs) -> [f32; R] {
+    let nb = xq.d.len();
+    let bb = block_bytes(F);
+    assert!(rows.iter().all(|r| r.len() >= nb * bb) && xq.qs.len() >= nb * 32 && xq.s.len() >= nb);
+    let mut acc = [_mm256_setzero_ps(); R];
+    let mut extra = [0f32; R];
+    for b in 0..nb {
+        // SAFETY: b < nb: block b of every row and activation block b are in
+        // bounds (asserted above).
+        unsafe {
+            let xp = xq.qs.as_ptr().add(b * 32);
+            let (dx, sx) = (*xq.d.get_unchecked(b), *xq.s.get_unchecked(b));
+            for i in 0..R {
+                let p = rows[i].as_ptr().add(b * bb);
+                // Prefetch ahead of each weight stream (a hint: never faults,
+                // so an address past the row is harmless; wrapping_add avoids UB).
+                _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(PREFETCH) as *const i8);
+                acc[i] = block_fast::<F>(p, xp, dx, sx, acc[i], &mut extra[i]);
+            }
+        }
+    }
+    std::array::from_fn(|i| hsum(acc[i]) + extra[i])
+}
+
+/// [`dot_int8_rows`] as the kernel of the shared row drivers.
+struct Int8Dots<'a, const F: u8>(&'a QActs);
+
+impl<const F: u8> RowDots for Int8Dots<'_, F> {
+    #[inline(always)]
+    unsafe fn dots<const N: usize>(&self, rows: [&[u8]; N]) -> [f32; N] {
+        // SAFETY: AVX2/FMA/F16C present per this method's contract; the
+        // kernel asserts the lengths it relies on.
+        unsafe { dot_int8_rows::<F, N>(rows, self.0) }
+    }
+}
+
+/// `R` rows per iteration (sharing the activation loads), then pairs, then
+/// single rows ([`rows_blocked`]).
+///
+/// # Safety
+/// AVX2/FMA/F16C present.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn matvec_int8_q<const F: u8, const R: usize>(
+    w: &QMatrix<'_>,
+    sel: Rows<'_>,
+    xq: &QActs,
+    y: &mut [f32],
+) {
+    // SAFETY: features present per contract (all `dot_int8_rows` needs); it
+    // asserts the lengths.
+    unsafe { rows_blocked::<R, _>(&Int8Dots::<F>(xq), w, sel, y) }
+}
+
+/// # Safety
+/// AVX2/FMA/F16C present.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn matvec_int8(w: &QMatrix<'_>, sel: Rows<'_>, xq: &QActs, y: &mut [f32]) {
+    // Rows per step (see `matvec_i16_q`): dense rows stream from memory, where fewer concurrent
+    // row streams per thread measured faster end to end; listed rows are scattered, where more rows
+    // in flight hide their latency.
+    let dense = matches!(sel, Rows::From(_));
+    // SAFETY: features present per contract.
+    unsafe {
+        match w.format() {
+            WeightFormat::Q8_0 if dense => matvec_int8_q::<Q8_0, 1>(w, sel, xq, y),
+            WeightFormat::Q8_0 => matvec_int8_q::<Q8_0, 2>(w, sel, xq, y),
+            WeightFormat::Q4_0 if dense => matvec_int8_q::<Q4_0, 2>(w, sel, xq, y),
+            WeightFormat::Q4_0 => matvec_int8_q::<Q4_0, 4>(w, sel, xq, y),
+            WeightFormat::Q4_1 if dense => matvec_int8_q::<Q4_1, 2>(w, sel, xq, y),
+            WeightFormat::Q4_1 => matvec_int8_q::<Q4_1, 4>(w, sel, xq, y),
+            WeightFormat::Q4_K | WeightFormat::Q6_K => {
+                let (f, qs) = (w.format(), xq.qs.as_ptr() as *const u8);
+                rows_with(w, sel, y, |r| {
+                    dot_k_int::<true>(f, r, qs, xq.qs.len(), &xq.d, &xq.s)
+                })
+            }
+            _ => crate::scalar::matvec_int8(w, sel, xq, y),
+        }
+    }
+}

@@ -1,0 +1,124 @@
+//! Activation quantizers (8- and 16-bit), the same f32 operations as the
+//! scalar reference `QBlocks::quantize_scalar`.
+
+use std::arch::x86_64::*;
+
+use crate::quant::QActs;
+use crate::quant::QActs16;
+
+/// AVX2 activation quantizer (same math as `QActs::quantize_scalar`:
+/// d = amax/127, q = round-half-even(x * 127/amax), s = d * sum(q)).
+///
+/// # Safety
+/// AVX2/FMA present.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn quantize(x: &[f32], out: &mut QActs) {
+    let nb = x.len() / 32;
+    assert!(out.d.len() >= nb && out.s.len() >= nb && out.qs.len() >= nb * 32);
+    let sign = _mm256_set1_ps(-0.0);
+    for b in 0..nb {
+        // SAFETY: b < nb: x[b*32..b*32+32] and qs[b*32..b*32+32] are in
+        // bounds (x.len() >= nb*32 by definition of nb, qs asserted).
+        unsafe {
+            let xp = x.as_ptr().add(b * 32);
+            let v = [
+                _mm256_loadu_ps(xp),
+                _mm256_loadu_ps(xp.add(8)),
+                _mm256_loadu_ps(xp.add(16)),
+                _mm256_loadu_ps(xp.add(24)),
+            ];
+            let mut m = _mm256_andnot_ps(sign, v[0]);
+            for vi in &v[1..] {
+                m = _mm256_max_ps(m, _mm256_andnot_ps(sign, *vi));
+            }
+            let m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps::<1>(m));
+            let m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+            let m4 = _mm_max_ss(m4, _mm_shuffle_ps::<1>(m4, m4));
+            let amax = _mm_cvtss_f32(m4);
+            let d = amax / 127.0;
+            let id = _mm256_set1_ps(if amax > 0.0 { 127.0 / amax } else { 0.0 });
+            let q: [__m256i; 4] = std::array::from_fn(|i| {
+                _mm256_cvtps_epi32(_mm256_round_ps::<
+                    { _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC },
+                >(_mm256_mul_ps(v[i], id)))
+            });
+            let s32 = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+            let s4 = _mm_add_epi32(
+                _mm256_castsi256_si128(s32),
+                _mm256_extracti128_si256::<1>(s32),
+            );
+            let s4 = _mm_hadd_epi32(s4, s4);
+            let s4 = _mm_hadd_epi32(s4, s4);
+            let sum = _mm_cvtsi128_si32(s4);
+            // pack i32 -> i16 -> i8 (values are within -127..=127, no saturation)
+            let p0 = _mm256_packs_epi32(q[0], q[1]);
+            let p1 = _mm256_packs_epi32(q[2], q[3]);
+            let p = _mm256_packs_epi16(p0, p1);
+            // undo the lane interleaving of the two packs
+            let p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+            _mm256_storeu_si256(out.qs.as_mut_ptr().add(b * 32) as *mut __m256i, p);
+            *out.d.get_unchecked_mut(b) = d;
+            *out.s.get_unchecked_mut(b) = d * sum as f32;
+        }
+    }
+}
+
+/// AVX2 16-bit activation quantizer (same f32 operations as
+/// `QActs16::quantize_scalar`: d = amax/32767, id = 32767/amax,
+/// q = clamp(round-half-even(x * id), -32767, 32767), s = d * sum(q)).
+///
+/// # Safety
+/// AVX2/FMA present.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn quantize16(x: &[f32], out: &mut QActs16) {
+    let nb = x.len() / 32;
+    assert!(out.d.len() >= nb && out.s.len() >= nb && out.qs.len() >= nb * 32);
+    let sign = _mm256_set1_ps(-0.0);
+    let (lo, hi) = (_mm256_set1_ps(-32767.0), _mm256_set1_ps(32767.0));
+    for b in 0..nb {
+        // SAFETY: b < nb: x[b*32..b*32+32] and qs[b*32..b*32+32] are in
+        // bounds (x.len() >= nb*32 by definition of nb, qs asserted).
+        unsafe {
+            let xp = x.as_ptr().add(b * 32);
+            let v = [
+                _mm256_loadu_ps(xp),
+                _mm256_loadu_ps(xp.add(8)),
+                _mm256_loadu_ps(xp.add(16)),
+                _mm256_loadu_ps(xp.add(24)),
+            ];
+            let mut m = _mm256_andnot_ps(sign, v[0]);
+            for vi in &v[1..] {
+                m = _mm256_max_ps(m, _mm256_andnot_ps(sign, *vi));
+            }
+            let m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps::<1>(m));
+            let m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+            let m4 = _mm_max_ss(m4, _mm_shuffle_ps::<1>(m4, m4));
+            let amax = _mm_cvtss_f32(m4);
+            let d = amax / 32767.0;
+            let id = _mm256_set1_ps(if amax > 0.0 { 32767.0 / amax } else { 0.0 });
+            let q: [__m256i; 4] = std::array::from_fn(|i| {
+                let r = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
+                    _mm256_mul_ps(v[i], id),
+                );
+                _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(r, lo), hi))
+            });
+            let s32 = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+            let s4 = _mm_add_epi32(
+                _mm256_castsi256_si128(s32),
+                _mm256_extracti128_si256::<1>(s32),
+            );
+            let s4 = _mm_hadd_epi32(s4, s4);
+            let s4 = _mm_hadd_epi32(s4, s4);
+            let sum = _mm_cvtsi128_si32(s4);
+            // pack i32 -> i16 (values within -32767..=32767, no saturation);
+            // packs works per 128-bit lane, so undo the 64-bit interleave.
+            let qp = out.qs.as_mut_ptr().add(b * 32);
+            for (k, pair) in [(q[0], q[1]), (q[2], q[3])].into_iter().enumerate() {
+                let p = _mm256_permute4x64_epi64::<0xD8>(_mm256_packs_epi32(pair.0, pair.1));
+                _mm256_storeu_si256(qp.add(16 * k) as *mut __m256i, p);
+            }
+            *out.d.get_unchecked_mut(b) = d;
+            *out.s.get_unchecked_mut(b) = d * sum as f32;
+        }
+    }
+}
