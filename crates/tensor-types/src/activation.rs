@@ -12,6 +12,7 @@ pub enum Activation {
 
 impl Activation {
     /// Applies the activation to one value.
+    #[inline]
     pub fn apply(self, x: f32) -> f32 {
         match self {
             Activation::Silu => x / (1.0 + (-x).exp()),

@@ -43,6 +43,7 @@ macro_rules! formats {
             pub const GGML: [WeightFormat; [$($id),*].len()] = [$(WeightFormat::$name),*];
 
             /// The ggml type id, `None` for [`I4Hybrid`](Self::I4Hybrid).
+            #[inline]
             pub fn ggml_id(self) -> Option<u32> {
                 match self {
                     $(WeightFormat::$name => Some($id),)*
@@ -51,6 +52,7 @@ macro_rules! formats {
             }
 
             /// The format of a ggml type id, or `None` if the table has no such row.
+            #[inline]
             pub fn from_ggml_id(id: u32) -> Option<WeightFormat> {
                 match id {
                     $($id => Some(WeightFormat::$name),)*
@@ -59,6 +61,7 @@ macro_rules! formats {
             }
 
             /// The name as ggml and GGUF tools spell it (`"F32"`, `"Q4_K"`, ...); `"I4Hybrid"`.
+            #[inline]
             pub fn name(self) -> &'static str {
                 match self {
                     $(WeightFormat::$name => stringify!($name),)*
@@ -67,6 +70,7 @@ macro_rules! formats {
             }
 
             /// Number of elements per block (1 for float formats).
+            #[inline]
             pub fn block_len(self) -> usize {
                 match self {
                     $(WeightFormat::$name => $block_len,)*
@@ -77,6 +81,7 @@ macro_rules! formats {
             /// Bytes per block. For [`I4Hybrid`](Self::I4Hybrid) this is only the
             /// 16 nibble bytes of 32 elements: its rows also hold scales and
             /// outliers, use [`row_bytes`](Self::row_bytes).
+            #[inline]
             pub fn block_bytes(self) -> usize {
                 match self {
                     $(WeightFormat::$name => $block_bytes,)*
@@ -121,6 +126,7 @@ impl WeightFormat {
     /// multiple of [`block_len`](Self::block_len) or the size overflows.
     /// [`I4Hybrid`](Self::I4Hybrid): `8 + cols/2 + 3k` rounded up to a
     /// multiple of 4, `None` also when `cols > 65536` or `k > cols`.
+    #[inline]
     pub fn row_bytes(self, cols: usize) -> Option<usize> {
         if cols % self.block_len() != 0 {
             return None;
@@ -135,6 +141,7 @@ impl WeightFormat {
     }
 
     /// Whether this is the [`I4Hybrid`](Self::I4Hybrid) format.
+    #[inline]
     pub fn is_hybrid(self) -> bool {
         matches!(self, WeightFormat::I4Hybrid { .. })
     }
@@ -154,11 +161,13 @@ impl WeightFormat {
 
     /// Whether this is a block-quantized format (block length > 1; the
     /// kernels' integer path in `Precision::Fast` and `Precision::Int8`).
+    #[inline]
     pub fn is_quantized(self) -> bool {
         self.block_len() > 1
     }
 
     /// Whether this is a K-quant format (super-blocks of 256 elements).
+    #[inline]
     pub fn is_k_quant(self) -> bool {
         self.block_len() == 256
     }

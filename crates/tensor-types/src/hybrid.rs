@@ -27,6 +27,7 @@ pub const MAX_COLS: usize = 1 << 16;
 
 /// Bytes of a row of `cols` elements with `k` outliers, or `None` when `cols` is not a multiple of
 /// [`GROUP`], `cols > MAX_COLS` or `k > cols`.
+#[inline]
 pub fn row_bytes(k: usize, cols: usize) -> Option<usize> {
     if cols % GROUP != 0 || cols > MAX_COLS || k > cols {
         return None;
@@ -35,6 +36,7 @@ pub fn row_bytes(k: usize, cols: usize) -> Option<usize> {
 }
 
 /// The outlier count `k` of `format` (0 for every other format).
+#[inline]
 pub fn outliers_per_row(format: WeightFormat) -> usize {
     match format {
         WeightFormat::I4Hybrid { outliers_per_row } => usize::from(outliers_per_row),

@@ -64,31 +64,37 @@ impl<'a> QMatrix<'a> {
     }
 
     /// Storage format.
+    #[inline]
     pub fn format(&self) -> WeightFormat {
         self.format
     }
 
     /// Number of rows (output features).
+    #[inline]
     pub fn rows(&self) -> usize {
         self.rows
     }
 
     /// Number of columns (input features).
+    #[inline]
     pub fn cols(&self) -> usize {
         self.cols
     }
 
     /// Bytes of row `r`. Panics if `r >= rows()` (like slice indexing).
+    #[inline]
     pub fn row_data(&self, r: usize) -> &'a [u8] {
         &self.data[r * self.row_bytes..(r + 1) * self.row_bytes]
     }
 
     /// Bytes per row.
+    #[inline]
     pub fn row_bytes(&self) -> usize {
         self.row_bytes
     }
 
     /// All bytes of the matrix.
+    #[inline]
     pub fn data(&self) -> &'a [u8] {
         self.data
     }
