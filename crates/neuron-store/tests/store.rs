@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use kernels_neon::WeightFormat;
+use tensor_types::WeightFormat;
 use neuron_store::{BundleLayout, Formats, LayerInput, NeuronStore, StoreError, StoreWriter, PAGE};
 use proptest::prelude::*;
 use ufs_io::{EngineConfig, IoEngine, OpenOptions};
