@@ -298,7 +298,7 @@ fn forward_inner(
             (sparse, observer) => {
                 mm(&layer.gate, &xn, n, &mut g, precision, "ffn gate")?;
                 mm(&layer.up, &xn, n, &mut u, precision, "ffn up")?;
-                let act = cfg.activation.kernel();
+                let act = cfg.activation;
                 g.par_chunks_mut(1024)
                     .for_each(|c| c.iter_mut().for_each(|v| *v = act.apply(*v)));
                 if let Some(obs) = observer {

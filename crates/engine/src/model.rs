@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 
 use kernels_neon::{QMatrix, WeightFormat};
-use model_format::{DType, GgufFile, HfDir, TensorView};
+use model_format::{GgufFile, HfDir, TensorView};
 
 use crate::config::{Arch, ModelConfig};
 use crate::error::{kernel, EngineError, Result};
@@ -164,21 +164,6 @@ pub struct Model<'a> {
     path: PathBuf,
 }
 
-/// Maps a file dtype to a kernel weight format (every current dtype has
-/// one; `None` is kept for dtypes the kernels may not support in future).
-pub fn weight_format(dtype: DType) -> Option<WeightFormat> {
-    Some(match dtype {
-        DType::F32 => WeightFormat::F32,
-        DType::F16 => WeightFormat::F16,
-        DType::BF16 => WeightFormat::BF16,
-        DType::Q8_0 => WeightFormat::Q8_0,
-        DType::Q4_0 => WeightFormat::Q4_0,
-        DType::Q4_1 => WeightFormat::Q4_1,
-        DType::Q4_K => WeightFormat::Q4_K,
-        DType::Q6_K => WeightFormat::Q6_K,
-    })
-}
-
 struct Loader<'f> {
     file: &'f ModelFile,
     overlay: Option<&'f Overlay>,
@@ -223,14 +208,7 @@ impl<'f> Loader<'f> {
         if t.shape.len() != 2 || t.shape[0] != rows || t.shape[1] != cols {
             return Err(self.shape_err(&t, vec![rows, cols]));
         }
-        let format = weight_format(t.dtype).ok_or_else(|| EngineError::BadModel {
-            path: self.path.clone(),
-            detail: format!(
-                "tensor `{name}` has type {} which the kernels do not support yet",
-                t.dtype.name()
-            ),
-        })?;
-        QMatrix::new(format, rows, cols, t.data)
+        QMatrix::new(t.dtype, rows, cols, t.data)
             .map_err(kernel(format!("{}: tensor `{name}`", self.path.display())))
     }
 
@@ -239,12 +217,8 @@ impl<'f> Loader<'f> {
         if t.n_elements() != len || t.shape.len() != 1 {
             return Err(self.shape_err(&t, vec![len]));
         }
-        let format = weight_format(t.dtype).ok_or_else(|| EngineError::BadModel {
-            path: self.path.clone(),
-            detail: format!("vector `{name}` has type {}", t.dtype.name()),
-        })?;
         let mut out = vec![0.0f32; len];
-        kernels_neon::dequantize_row(format, t.data, &mut out)
+        kernels_neon::dequantize_row(t.dtype, t.data, &mut out)
             .map_err(kernel(format!("{}: tensor `{name}`", self.path.display())))?;
         Ok(out)
     }

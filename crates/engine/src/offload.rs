@@ -942,7 +942,7 @@ impl Job<'_> {
             QMatrix::new(fmt, rows, d, bytes.get(range).unwrap_or(&[])).map_err(|e| {
                 EngineError::Kernel {
                     context: format!("offloaded ffn {what} (layer {layer})"),
-                    source: e,
+                    source: e.into(),
                 }
             })
         };

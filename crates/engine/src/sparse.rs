@@ -171,7 +171,7 @@ impl SparseFfn {
             .collect::<Result<Vec<_>>>()?;
         Ok(SparseFfn {
             thresholds,
-            activation: cfg.activation.kernel(),
+            activation: cfg.activation,
             down_t,
             down_t_format: down_format,
             d_model: d,
@@ -217,7 +217,7 @@ impl SparseFfn {
         }
         Ok(SparseFfn {
             thresholds,
-            activation: config.activation.kernel(),
+            activation: config.activation,
             down_t: Vec::new(),
             down_t_format: ix.formats.down,
             d_model: config.d_model,
