@@ -25,6 +25,7 @@ mod synth;
 
 /// Library crates checked for Android (everything but the binaries).
 const ANDROID_CRATES: &[&str] = &[
+    "tensor-types",
     "kernels-neon",
     "model-format",
     "model-tokenizer",
@@ -35,7 +36,13 @@ const ANDROID_CRATES: &[&str] = &[
     "engine",
 ];
 /// Crates whose tests run under qemu on aarch64.
-const AARCH64_TEST_CRATES: &[&str] = &["kernels-neon", "ufs-io", "neuron-cache", "neuron-store"];
+const AARCH64_TEST_CRATES: &[&str] = &[
+    "tensor-types",
+    "kernels-neon",
+    "ufs-io",
+    "neuron-cache",
+    "neuron-store",
+];
 /// Debian packages for the aarch64 cross tests.
 const APT_PACKAGES: &[&str] = &[
     "gcc-aarch64-linux-gnu",

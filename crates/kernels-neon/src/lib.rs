@@ -206,9 +206,9 @@ use quant::QActs;
 #[doc(hidden)]
 pub use quant::QActs16;
 
-pub use tensor_types::{Activation, LayoutError, Precision, QMatrix, WeightFormat};
 /// Bytes before the nibbles of an [`WeightFormat::I4Hybrid`] row (two f32 scales).
 pub(crate) use tensor_types::hybrid::HEADER as HYBRID_HEADER;
+pub use tensor_types::{Activation, LayoutError, Precision, QMatrix, WeightFormat};
 
 /// Errors of the kernel API (shape and length mismatches).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -34,7 +34,7 @@ use rayon::prelude::*;
 
 use crate::arch::{self, Rows};
 use crate::{
-    active_path, check_len, check_path, chunk_rows_setting, matvec_chunk, Acts, Activation,
+    active_path, check_len, check_path, chunk_rows_setting, matvec_chunk, Activation, Acts,
     KernelError, KernelPath, Precision, QMatrix, WeightFormat, HYBRID_HEADER,
 };
 

@@ -50,16 +50,16 @@ mod writer;
 
 use std::path::Path;
 
-/// The storage type of a tensor: the workspace's one format table, [`tensor_types::WeightFormat`]
-/// (ggml type ids, names, block sizes). Files only hold the formats of [`WeightFormat::GGML`]; the
-/// writer refuses [`WeightFormat::I4Hybrid`], which has no ggml type id.
-pub use tensor_types::WeightFormat as DType;
-pub use tensor_types::WeightFormat;
 pub use error::FormatError;
 pub use gguf::{GgufFile, GGUF_DEFAULT_ALIGNMENT, GGUF_MAGIC, GGUF_MAX_DIMS};
 pub use hf::{HfConfig, HfDir, SAFETENSORS_DTYPE_NAMES, SAFETENSORS_TYPE_ID_BASE};
 pub use meta::MetaValue;
 pub use tensor::{TensorInfo, TensorView};
+/// The storage type of a tensor: the workspace's one format table, [`tensor_types::WeightFormat`]
+/// (ggml type ids, names, block sizes). Files only hold the formats of [`WeightFormat::GGML`]; the
+/// writer refuses [`WeightFormat::I4Hybrid`], which has no ggml type id.
+pub use tensor_types::WeightFormat as DType;
+pub use tensor_types::WeightFormat;
 pub use writer::{GgufStream, GgufWriter};
 
 /// Opens and memory-maps a file read-only.

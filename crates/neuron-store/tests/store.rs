@@ -2,9 +2,9 @@
 
 use std::path::PathBuf;
 
-use tensor_types::WeightFormat;
 use neuron_store::{BundleLayout, Formats, LayerInput, NeuronStore, StoreError, StoreWriter, PAGE};
 use proptest::prelude::*;
+use tensor_types::WeightFormat;
 use ufs_io::{EngineConfig, IoEngine, OpenOptions};
 
 fn tmp(name: &str) -> PathBuf {
