@@ -26,6 +26,7 @@ mod synth;
 
 /// Library crates checked for Android (everything but the binaries).
 const ANDROID_CRATES: &[&str] = &[
+    "tensor-types",
     "atomic-out",
     "kernels-neon",
     "model-format",
@@ -38,6 +39,7 @@ const ANDROID_CRATES: &[&str] = &[
 ];
 /// Crates whose tests run under qemu on aarch64.
 const AARCH64_TEST_CRATES: &[&str] = &[
+    "tensor-types",
     "atomic-out",
     "kernels-neon",
     "ufs-io",

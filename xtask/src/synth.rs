@@ -277,13 +277,6 @@ impl Options {
         self.kv_heads * self.head_dim()
     }
 
-    fn weight_format(&self) -> WeightFormat {
-        match self.format {
-            DType::Q8_0 => WeightFormat::Q8_0,
-            _ => WeightFormat::Q4_0,
-        }
-    }
-
     /// Bytes of the tensor data (the header adds the vocabulary, under a MiB).
     pub fn data_bytes(&self) -> u64 {
         let rb = |cols: usize| (cols / 32 * self.format.block_bytes()) as u64;
@@ -670,7 +663,7 @@ fn vocabulary(vocab: usize) -> (Vec<String>, Vec<i32>) {
 pub fn write_model(o: &Options, path: &Path, mut progress: impl FnMut(usize, u64)) -> Result<()> {
     o.check()?;
     let (d, ff, qd, kvd) = (o.d, o.ff, o.d, o.kv_dim());
-    let fmt = o.weight_format();
+    let fmt = o.format;
     let mut w = GgufWriter::new();
     let a = "llama";
     let u32v = |x: usize| MetaValue::U32(x as u32);

@@ -13,11 +13,11 @@ fn root() -> PathBuf {
 }
 
 /// Layer of each workspace crate. A crate may depend (normal or build dependency) only on crates of a
-/// strictly lower layer; layer 0 (foundations every writer may use: `atomic-out`) depends on no
-/// workspace crate.
+/// strictly lower layer; layer 0 (foundations every crate may use: `tensor-types`, the shared
+/// vocabulary, and `atomic-out`, whole-or-nothing output files) depends on no workspace crate.
 fn layer(name: &str) -> Option<u32> {
     Some(match name {
-        "atomic-out" => 0,
+        "tensor-types" | "atomic-out" => 0,
         "ufs-io" | "kernels-neon" | "npu-qnn-sys" | "model-format" | "model-tokenizer" => 1,
         "neuron-cache" | "neuron-store" | "predictor" | "planner" => 2,
         "engine" => 3,

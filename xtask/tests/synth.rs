@@ -12,7 +12,6 @@ mod synth;
 
 use std::path::{Path, PathBuf};
 
-use kernels_neon::WeightFormat;
 use model_format::{DType, GgufFile, MetaValue};
 use synth::Options;
 
@@ -68,12 +67,11 @@ fn matrix(f: &GgufFile, name: &str) -> (usize, usize, Vec<f32>) {
     let t = f
         .tensor(name)
         .unwrap_or_else(|| panic!("{name} is missing"));
-    let fmt = match t.dtype {
-        DType::F32 => WeightFormat::F32,
-        DType::Q4_0 => WeightFormat::Q4_0,
-        DType::Q8_0 => WeightFormat::Q8_0,
-        other => panic!("{name}: unexpected type {other}"),
-    };
+    let fmt = t.dtype;
+    assert!(
+        matches!(fmt, DType::F32 | DType::Q4_0 | DType::Q8_0),
+        "{name}: unexpected type {fmt}"
+    );
     let (rows, cols) = (t.rows(), t.cols());
     let rb = fmt.row_bytes(cols).unwrap();
     let mut out = vec![0.0f32; rows * cols];

@@ -16,32 +16,8 @@ pub enum Arch {
     Qwen2,
 }
 
-/// The FFN activation of a gated FFN: `down(act(gate(x)) * up(x))`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-pub enum Activation {
-    /// `x * sigmoid(x)`; sparsity comes from calibrated thresholds.
-    Silu,
-    /// `max(x, 0)`; exact zeros.
-    Relu,
-}
-
-impl Activation {
-    /// The same activation for the kernels (`kernels_neon::Activation::apply` computes it).
-    pub fn kernel(self) -> kernels_neon::Activation {
-        match self {
-            Activation::Silu => kernels_neon::Activation::Silu,
-            Activation::Relu => kernels_neon::Activation::Relu,
-        }
-    }
-
-    fn parse(s: &str) -> Option<Self> {
-        match s.to_ascii_lowercase().as_str() {
-            "silu" | "swish" | "swiglu" => Some(Self::Silu),
-            "relu" | "reglu" => Some(Self::Relu),
-            _ => None,
-        }
-    }
-}
+/// The FFN activation of a gated FFN (the workspace's one definition, from `tensor-types`).
+pub use tensor_types::Activation;
 
 /// Hyper-parameters of a decoder-only transformer.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -192,7 +168,7 @@ impl ModelConfig {
                 })?,
         };
         let activation = match file.get("sparrow.ffn_activation").and_then(|v| v.as_str()) {
-            Some(s) => Activation::parse(s)
+            Some(s) => Activation::from_name(s)
                 .ok_or_else(|| bad(format!("sparrow.ffn_activation `{s}` is not silu or relu")))?,
             None => Activation::Silu,
         };
@@ -295,7 +271,7 @@ impl ModelConfig {
         };
         let activation = match cfg.hidden_act.as_deref() {
             None => Activation::Silu,
-            Some(s) => Activation::parse(s)
+            Some(s) => Activation::from_name(s)
                 .ok_or_else(|| bad(format!("hidden_act `{s}` is not supported (silu or relu)")))?,
         };
         let head_dim = cfg.head_dim.unwrap_or(

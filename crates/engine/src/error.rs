@@ -81,9 +81,12 @@ pub enum EngineError {
 /// Shorthand for results in this crate.
 pub type Result<T, E = EngineError> = std::result::Result<T, E>;
 
-pub(crate) fn kernel(
+pub(crate) fn kernel<E: Into<kernels_neon::KernelError>>(
     context: impl Into<String>,
-) -> impl FnOnce(kernels_neon::KernelError) -> EngineError {
+) -> impl FnOnce(E) -> EngineError {
     let context = context.into();
-    move |source| EngineError::Kernel { context, source }
+    move |source| EngineError::Kernel {
+        context,
+        source: source.into(),
+    }
 }

@@ -3,8 +3,7 @@
 
 use std::path::Path;
 
-use kernels_neon::WeightFormat;
-use model_format::{DType, GgufFile, HfDir, TensorView};
+use model_format::{GgufFile, HfDir, TensorView};
 
 use crate::config::ModelConfig;
 use crate::error::Result;
@@ -115,18 +114,3 @@ const HF_NAMES: Names = Names {
         format!("model.layers.{i}.{t}")
     },
 };
-
-/// Maps a file dtype to a kernel weight format (every current dtype has
-/// one; `None` is kept for dtypes the kernels may not support in future).
-pub fn weight_format(dtype: DType) -> Option<WeightFormat> {
-    Some(match dtype {
-        DType::F32 => WeightFormat::F32,
-        DType::F16 => WeightFormat::F16,
-        DType::BF16 => WeightFormat::BF16,
-        DType::Q8_0 => WeightFormat::Q8_0,
-        DType::Q4_0 => WeightFormat::Q4_0,
-        DType::Q4_1 => WeightFormat::Q4_1,
-        DType::Q4_K => WeightFormat::Q4_K,
-        DType::Q6_K => WeightFormat::Q6_K,
-    })
-}

@@ -8,7 +8,7 @@ use model_format::TensorView;
 use crate::config::{Arch, ModelConfig};
 use crate::error::{kernel, EngineError, Result};
 use crate::file::names_of;
-pub use crate::file::{weight_format, ModelFile};
+pub use crate::file::ModelFile;
 use crate::requant::Overlay;
 
 /// Weights of one transformer block.
@@ -103,14 +103,7 @@ impl<'f> Loader<'f> {
         if t.shape.len() != 2 || t.shape[0] != rows || t.shape[1] != cols {
             return Err(self.shape_err(&t, vec![rows, cols]));
         }
-        let format = weight_format(t.dtype).ok_or_else(|| EngineError::BadModel {
-            path: self.path.clone(),
-            detail: format!(
-                "tensor `{name}` has type {} which the kernels do not support yet",
-                t.dtype.name()
-            ),
-        })?;
-        QMatrix::new(format, rows, cols, t.data)
+        QMatrix::new(t.dtype, rows, cols, t.data)
             .map_err(kernel(format!("{}: tensor `{name}`", self.path.display())))
     }
 
@@ -119,12 +112,8 @@ impl<'f> Loader<'f> {
         if t.n_elements() != len || t.shape.len() != 1 {
             return Err(self.shape_err(&t, vec![len]));
         }
-        let format = weight_format(t.dtype).ok_or_else(|| EngineError::BadModel {
-            path: self.path.clone(),
-            detail: format!("vector `{name}` has type {}", t.dtype.name()),
-        })?;
         let mut out = vec![0.0f32; len];
-        kernels_neon::dequantize_row(format, t.data, &mut out)
+        kernels_neon::dequantize_row(t.dtype, t.data, &mut out)
             .map_err(kernel(format!("{}: tensor `{name}`", self.path.display())))?;
         Ok(out)
     }

@@ -6,12 +6,10 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use predictor::{
-    ActivationKind, Dataset, LayerReport, PredictorSet, Profile, ProfileAccumulator, ScoreKind,
-    TrainConfig,
+    Dataset, LayerReport, PredictorSet, Profile, ProfileAccumulator, ScoreKind, TrainConfig,
 };
 use rayon::prelude::*;
 
-use crate::config::Activation;
 use crate::error::{EngineError, Result};
 pub use crate::fingerprint::model_fingerprint;
 use crate::forward::{FfnSample, Logits};
@@ -153,10 +151,7 @@ pub fn profile_corpus(
         model_fingerprint: model_fingerprint(model),
         corpus: opts.corpus.clone(),
         tokens: (done * opts.window) as u64,
-        activation: match cfg.activation {
-            Activation::Silu => ActivationKind::Silu,
-            Activation::Relu => ActivationKind::Relu,
-        },
+        activation: cfg.activation,
         score: match sparse.score {
             Score::Gate => ScoreKind::Gate,
             Score::GateNorm => ScoreKind::GateNorm,

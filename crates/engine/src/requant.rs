@@ -18,7 +18,7 @@ use kernels_neon::{dequantize_row, quantize_row, QMatrix, WeightFormat};
 use rayon::prelude::*;
 
 use crate::error::{kernel, EngineError, Result};
-use crate::file::{names_of, weight_format, ModelFile};
+use crate::file::{names_of, ModelFile};
 
 /// Target format of a re-quantization.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -152,12 +152,7 @@ impl Overlay {
                     )));
                 }
                 let (rows, cols) = (t.shape[0], t.shape[1]);
-                let src = weight_format(t.dtype).ok_or_else(|| {
-                    bad(format!(
-                        "tensor `{name}` has type {} which the kernels do not support",
-                        t.dtype.name()
-                    ))
-                })?;
+                let src = t.dtype;
                 let dst = requant.format(cols).ok_or_else(|| {
                     bad(format!("{}: no {requant} format for {cols} columns", ctx()))
                 })?;

@@ -107,7 +107,7 @@ impl SparseFfn {
             score: Score::OutputNorm,
             selector: NeuronSelector::new(
                 thresholds,
-                cfg.activation.kernel(),
+                cfg.activation,
                 down.norms,
                 cfg.d_model,
                 cfg.d_ff,
@@ -155,7 +155,7 @@ impl SparseFfn {
             score: Score::OutputNorm,
             selector: NeuronSelector::new(
                 thresholds,
-                config.activation.kernel(),
+                config.activation,
                 norms,
                 config.d_model,
                 config.d_ff,

@@ -37,7 +37,7 @@ fn read_tensors(path: &std::path::Path) -> Tensors {
     let f = GgufFile::open(path).unwrap();
     f.tensors()
         .map(|t| {
-            let fmt = engine::model::weight_format(t.dtype).unwrap();
+            let fmt = t.dtype;
             let cols = t.cols();
             let rb = fmt.row_bytes(cols).unwrap();
             let mut row = vec![0.0f32; cols];

@@ -7,7 +7,9 @@
 //! RoPE, dot, axpy), and the sparse kernels of activation sparsity
 //! (PowerInfer-2 style, see below).
 //!
-//! Weight formats: `F32`, `F16`, `BF16`; the 32-element block formats
+//! The formats, [`QMatrix`], [`Precision`] and [`Activation`] are defined in
+//! the `tensor-types` crate (one table of formats for every crate) and
+//! re-exported here. Weight formats: `F32`, `F16`, `BF16`; the 32-element block formats
 //! `Q8_0`, `Q4_0`, `Q4_1`; and the K-quant super-block formats `Q4_K`
 //! (144 bytes per 256 elements) and `Q6_K` (210 bytes per 256), the two
 //! types of llama.cpp's popular `Q4_K_M` files; and `I4Hybrid`, the
@@ -56,17 +58,10 @@
 //! [`WeightFormat::I4Hybrid`]`{ outliers_per_row: k }` stores every row
 //! (output channel) of `cols` elements (`cols` a multiple of 32, at most
 //! 65536) in the same number of bytes, `row_bytes = 8 + cols/2 + 3k`
-//! rounded up to a multiple of 4, so [`QMatrix`] row access works as for
-//! the block formats:
-//!
-//! | bytes | field |
-//! |---|---|
-//! | `0..4` | `s`: f32 LE, scale of the INT4 part |
-//! | `4..8` | `s_o`: f32 LE, scale of the INT8 outliers |
-//! | `8..8+cols/2` | INT4 quants `q` in `-8..=7` stored as `q + 8`, in groups of 16 bytes per 32 elements: byte `j` of group `g` holds element `32g + j` (low nibble) and `32g + j + 16` (high nibble), the `Q4_0` order |
-//! | next `2k` | outlier columns `c_j`: u16 LE |
-//! | next `k` | outlier values `o_j`: i8 |
-//! | rest (0..3 bytes) | zero padding |
+//! rounded up to a multiple of 4: two f32 scales `s` and `s_o`, the INT4
+//! quants in `Q4_0` nibble order, `k` u16 outlier columns `c_j` and `k` i8
+//! outlier values `o_j` (byte layout in [`tensor_types::hybrid`], where the
+//! format is defined with the others).
 //!
 //! Element `i` of a row is `s * q_i` plus `s_o * o_j` for every `j` with
 //! `c_j == i`, so `dot(row, x) = s·Σ q_i x_i + s_o·Σ o_j x[c_j]`. The
@@ -211,152 +206,9 @@ use quant::QActs;
 #[doc(hidden)]
 pub use quant::QActs16;
 
-/// Storage format of a weight matrix (row-major, llama.cpp block layouts).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum WeightFormat {
-    /// Little-endian f32, 4 bytes per element.
-    F32,
-    /// Little-endian IEEE half, 2 bytes per element.
-    F16,
-    /// Little-endian bfloat16, 2 bytes per element.
-    BF16,
-    /// Blocks of 32: `{ d: f16, qs: [i8; 32] }` (34 bytes), `x = d * q`.
-    Q8_0,
-    /// Blocks of 32: `{ d: f16, qs: [u8; 16] }` (18 bytes); element `j < 16` is
-    /// `d * ((qs[j] & 0xF) - 8)`, element `j + 16` is `d * ((qs[j] >> 4) - 8)`.
-    Q4_0,
-    /// Blocks of 32: `{ d: f16, m: f16, qs: [u8; 16] }` (20 bytes); element `j`
-    /// is `d * (qs[j] & 0xF) + m`, element `j + 16` is `d * (qs[j] >> 4) + m`.
-    Q4_1,
-    /// llama.cpp K-quant super-blocks of 256: `{ d: f16, dmin: f16,
-    /// scales: [u8; 12], qs: [u8; 128] }` (144 bytes). Eight sub-blocks of 32,
-    /// each with a 6-bit scale `sc` and 6-bit min `m` packed in `scales`
-    /// (`get_scale_min_k4`); element `i` of sub-block `s` is
-    /// `d*sc * q - dmin*m` with 4-bit `q` (low nibbles of a 32-byte group for
-    /// the even sub-block, high nibbles for the odd one).
-    #[allow(non_camel_case_types)] // llama.cpp / GGUF name
-    Q4_K,
-    /// llama.cpp K-quant super-blocks of 256: `{ ql: [u8; 128], qh: [u8; 64],
-    /// scales: [i8; 16], d: f16 }` (210 bytes, `d` last). Sixteen sub-blocks
-    /// of 16 with a signed 8-bit scale each; element is `d * sc * (q - 32)`
-    /// with 6-bit `q` (4 low bits in `ql`, 2 high bits in `qh`).
-    #[allow(non_camel_case_types)] // llama.cpp / GGUF name
-    Q6_K,
-    /// PowerInfer-2 (section 7.6) hybrid format: per-channel (per-row,
-    /// no groups) symmetric INT4 weights plus exactly `outliers_per_row`
-    /// INT8 outliers per row (see [the layout](crate#hybrid-int4--int8-outlier-format-i4hybrid)).
-    /// `outliers_per_row: 0` is plain per-channel INT4. Rows must be a
-    /// multiple of 32 wide and at most 65536 wide (u16 column indices), and
-    /// `outliers_per_row <= cols`.
-    I4Hybrid {
-        /// Outliers stored in every row (`k`; the quantizer picks the `k`
-        /// weights of largest magnitude of the row).
-        outliers_per_row: u16,
-    },
-}
-
-impl WeightFormat {
-    /// Number of elements per block (1 for float formats).
-    pub fn block_len(self) -> usize {
-        match self {
-            WeightFormat::F32 | WeightFormat::F16 | WeightFormat::BF16 => 1,
-            WeightFormat::Q8_0 | WeightFormat::Q4_0 | WeightFormat::Q4_1 => 32,
-            WeightFormat::I4Hybrid { .. } => 32,
-            WeightFormat::Q4_K | WeightFormat::Q6_K => 256,
-        }
-    }
-
-    /// Bytes per block. For [`I4Hybrid`](Self::I4Hybrid) this is only the
-    /// 16 nibble bytes of 32 elements: its rows also hold scales and
-    /// outliers, use [`row_bytes`](Self::row_bytes).
-    pub fn block_bytes(self) -> usize {
-        match self {
-            WeightFormat::F32 => 4,
-            WeightFormat::F16 | WeightFormat::BF16 => 2,
-            WeightFormat::Q8_0 => 34,
-            WeightFormat::Q4_0 => 18,
-            WeightFormat::Q4_1 => 20,
-            WeightFormat::Q4_K => 144,
-            WeightFormat::Q6_K => 210,
-            WeightFormat::I4Hybrid { .. } => 16,
-        }
-    }
-
-    /// Bytes of one row of `cols` elements, or `None` if `cols` is not a
-    /// multiple of [`block_len`](Self::block_len) or the size overflows.
-    /// [`I4Hybrid`](Self::I4Hybrid): `8 + cols/2 + 3k` rounded up to a
-    /// multiple of 4, `None` also when `cols > 65536` or `k > cols`.
-    pub fn row_bytes(self, cols: usize) -> Option<usize> {
-        if cols % self.block_len() != 0 {
-            return None;
-        }
-        if let WeightFormat::I4Hybrid {
-            outliers_per_row: k,
-        } = self
-        {
-            let k = usize::from(k);
-            if cols > HYBRID_MAX_COLS || k > cols {
-                return None;
-            }
-            return Some((HYBRID_HEADER + cols / 2 + 3 * k).next_multiple_of(4));
-        }
-        (cols / self.block_len()).checked_mul(self.block_bytes())
-    }
-
-    /// Whether this is the [`I4Hybrid`](Self::I4Hybrid) format.
-    pub fn is_hybrid(self) -> bool {
-        matches!(self, WeightFormat::I4Hybrid { .. })
-    }
-
-    /// The [`I4Hybrid`](Self::I4Hybrid) format with `k = ceil(frac * cols)`
-    /// outliers per row (`frac` clamped to `0..=1`), e.g. `frac = 0.01` for
-    /// 1% outliers. `None` when `k` does not fit in a `u16`.
-    pub fn hybrid_for(frac: f32, cols: usize) -> Option<WeightFormat> {
-        // The slack keeps f32 rounding of e.g. 0.07 (0.0700000003) from
-        // adding an outlier: 0.07 * 100 gives 7, not 8.
-        let x = f64::from(frac.clamp(0.0, 1.0)) * cols as f64;
-        let k = (x - x * 1e-6).ceil() as usize;
-        Some(WeightFormat::I4Hybrid {
-            outliers_per_row: u16::try_from(k.min(cols)).ok()?,
-        })
-    }
-
-    /// Whether this is a block-quantized format (integer path in
-    /// [`Precision::Fast`] and [`Precision::Int8`]).
-    pub fn is_quantized(self) -> bool {
-        self.block_len() > 1
-    }
-
-    /// Whether this is a K-quant format (super-blocks of 256 elements).
-    pub fn is_k_quant(self) -> bool {
-        self.block_len() == 256
-    }
-}
-
 /// Bytes before the nibbles of an [`WeightFormat::I4Hybrid`] row (two f32 scales).
-const HYBRID_HEADER: usize = 8;
-/// Widest [`WeightFormat::I4Hybrid`] row (column indices are u16).
-const HYBRID_MAX_COLS: usize = 1 << 16;
-
-/// Accuracy/speed trade-off of [`matvec`] (see the crate docs, "Precision").
-///
-/// Only `matvec` (and `matmul` with `n == 1`, which is `matvec`) depends on
-/// it, and only for the block-quantized formats: float weights always use
-/// the f32 path and [`matmul`] always uses the exact f32 tile.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Precision {
-    /// Weights dequantized to f32, f32 activations, f32 accumulation.
-    Exact,
-    /// Default fast mode: 16-bit quantized activations (per 32-block scale
-    /// `amax/32767`) and integer dot products for quantized weights. The
-    /// activation rounding error is 256 times smaller than [`Int8`](Self::Int8)'s,
-    /// small enough to keep greedy decoding identical to f32.
-    Fast,
-    /// llama.cpp-style 8-bit quantized activations (per 32-block scale
-    /// `amax/127`) and integer dot products for quantized weights. Fastest,
-    /// least accurate.
-    Int8,
-}
+pub(crate) use tensor_types::hybrid::HEADER as HYBRID_HEADER;
+pub use tensor_types::{Activation, LayoutError, Precision, QMatrix, WeightFormat};
 
 /// Errors of the kernel API (shape and length mismatches).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -440,93 +292,33 @@ pub enum KernelError {
     },
 }
 
-/// A borrowed weight matrix in one of the [`WeightFormat`]s.
-#[derive(Debug, Clone, Copy)]
-pub struct QMatrix<'a> {
-    format: WeightFormat,
-    rows: usize,
-    cols: usize,
-    row_bytes: usize,
-    data: &'a [u8],
-}
-
-impl<'a> QMatrix<'a> {
-    /// Wraps `data` as a `rows × cols` matrix. Fails unless `cols` is a
-    /// multiple of the block length and `data.len() == rows * row_bytes(cols)`.
-    pub fn new(
-        format: WeightFormat,
-        rows: usize,
-        cols: usize,
-        data: &'a [u8],
-    ) -> Result<Self, KernelError> {
-        let row_bytes = format
-            .row_bytes(cols)
-            .ok_or(if cols % format.block_len() != 0 {
-                KernelError::RaggedCols {
-                    format,
-                    cols,
-                    block_len: format.block_len(),
-                }
-            } else {
-                KernelError::Overflow { rows, cols }
-            })?;
-        let expected = rows
-            .checked_mul(row_bytes)
-            .ok_or(KernelError::Overflow { rows, cols })?;
-        if data.len() != expected {
-            return Err(KernelError::DataLength {
-                what: "matrix data",
+/// The kernel error of the same name and fields (same message).
+impl From<LayoutError> for KernelError {
+    fn from(e: LayoutError) -> Self {
+        match e {
+            LayoutError::RaggedCols {
+                format,
+                cols,
+                block_len,
+            } => KernelError::RaggedCols {
+                format,
+                cols,
+                block_len,
+            },
+            LayoutError::DataLength {
+                what,
                 expected,
-                actual: data.len(),
-            });
-        }
-        if format.is_hybrid() && row_bytes > 0 {
-            for (r, row) in data.chunks_exact(row_bytes).enumerate() {
-                scalar::hybrid_check(format, cols, row).map_err(|e| match e {
-                    KernelError::OutlierOutOfRange { col, cols, .. } => {
-                        KernelError::OutlierOutOfRange { row: r, col, cols }
-                    }
-                    e => e,
-                })?;
+                actual,
+            } => KernelError::DataLength {
+                what,
+                expected,
+                actual,
+            },
+            LayoutError::Overflow { rows, cols } => KernelError::Overflow { rows, cols },
+            LayoutError::OutlierOutOfRange { row, col, cols } => {
+                KernelError::OutlierOutOfRange { row, col, cols }
             }
         }
-        Ok(QMatrix {
-            format,
-            rows,
-            cols,
-            row_bytes,
-            data,
-        })
-    }
-
-    /// Storage format.
-    pub fn format(&self) -> WeightFormat {
-        self.format
-    }
-
-    /// Number of rows (output features).
-    pub fn rows(&self) -> usize {
-        self.rows
-    }
-
-    /// Number of columns (input features).
-    pub fn cols(&self) -> usize {
-        self.cols
-    }
-
-    /// Bytes of row `r`. Panics if `r >= rows()` (like slice indexing).
-    pub fn row_data(&self, r: usize) -> &'a [u8] {
-        &self.data[r * self.row_bytes..(r + 1) * self.row_bytes]
-    }
-
-    /// Bytes per row.
-    pub fn row_bytes(&self) -> usize {
-        self.row_bytes
-    }
-
-    /// All bytes of the matrix.
-    pub fn data(&self) -> &'a [u8] {
-        self.data
     }
 }
 
@@ -718,15 +510,15 @@ pub fn matvec_with(
     precision: Precision,
 ) -> Result<(), KernelError> {
     check_path(path)?;
-    check_len("matvec x", w.cols, x.len())?;
-    check_len("matvec y", w.rows, y.len())?;
-    if w.cols == 0 {
+    check_len("matvec x", w.cols(), x.len())?;
+    check_len("matvec y", w.rows(), y.len())?;
+    if w.cols() == 0 {
         y.fill(0.0);
         return Ok(());
     }
-    let acts = Acts::new(path, w.format, x, precision);
-    let chunk = matvec_chunk(w.rows);
-    if w.rows <= chunk {
+    let acts = Acts::new(path, w.format(), x, precision);
+    let chunk = matvec_chunk(w.rows());
+    if w.rows() <= chunk {
         acts.run(path, w, arch::Rows::From(0), x, y);
     } else {
         y.par_chunks_mut(chunk)
@@ -763,22 +555,22 @@ pub fn matvec_many_with(
     check_path(path)?;
     check_len("matvec_many outputs", ws.len(), ys.len())?;
     for (w, y) in ws.iter().zip(ys.iter()) {
-        check_len("matvec_many x", w.cols, x.len())?;
-        check_len("matvec_many y", w.rows, y.len())?;
+        check_len("matvec_many x", w.cols(), x.len())?;
+        check_len("matvec_many y", w.rows(), y.len())?;
     }
     // One set of activations per distinct form (usually one for all).
     let mut acts: Vec<Acts> = Vec::new();
     let mut which = Vec::with_capacity(ws.len());
     for w in ws {
-        match acts.iter().position(|a| a.fits(w.format, precision)) {
+        match acts.iter().position(|a| a.fits(w.format(), precision)) {
             Some(i) => which.push(i),
             None => {
                 which.push(acts.len());
-                acts.push(Acts::new(path, w.format, x, precision));
+                acts.push(Acts::new(path, w.format(), x, precision));
             }
         }
     }
-    let total: usize = ws.iter().map(|w| w.rows).sum();
+    let total: usize = ws.iter().map(|w| w.rows()).sum();
     let chunk = matvec_chunk(total);
     let mut items: Vec<(usize, usize, &mut [f32])> = Vec::new();
     for (i, y) in ys.iter_mut().enumerate() {
@@ -788,7 +580,7 @@ pub fn matvec_many_with(
     }
     let run = |(i, r0, ys): (usize, usize, &mut [f32])| {
         let w = ws[i];
-        if w.cols == 0 {
+        if w.cols() == 0 {
             ys.fill(0.0);
         } else {
             acts[which[i]].run(path, w, arch::Rows::From(r0), x, ys);
@@ -912,7 +704,7 @@ pub fn matmul_with(
     precision: Precision,
 ) -> Result<(), KernelError> {
     check_path(path)?;
-    let (rows, cols) = (w.rows, w.cols);
+    let (rows, cols) = (w.rows(), w.cols());
     let x_len = n
         .checked_mul(cols)
         .ok_or(KernelError::Overflow { rows: n, cols })?;
@@ -940,7 +732,7 @@ pub fn matmul_with(
         let nr = chunk.min(rows - r0);
         let mut tile = vec![0f32; nr * cols];
         for (i, dst) in tile.chunks_exact_mut(cols).enumerate() {
-            arch::dequant_row(path, w.format, w.row_data(r0 + i), dst);
+            arch::dequant_row(path, w.format(), w.row_data(r0 + i), dst);
         }
         let mut local = vec![0f32; n * nr];
         arch::tile(path, &tile, nr, cols, x, n, &mut local);

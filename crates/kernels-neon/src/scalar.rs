@@ -87,14 +87,7 @@ impl<'a> Hybrid<'a> {
     }
 }
 
-/// The `k` of a hybrid format (0 for every other format).
-#[inline(always)]
-pub(crate) fn hybrid_k(format: WeightFormat) -> usize {
-    match format {
-        WeightFormat::I4Hybrid { outliers_per_row } => usize::from(outliers_per_row),
-        _ => 0,
-    }
-}
+pub(crate) use tensor_types::hybrid::outliers_per_row as hybrid_k;
 
 /// For [`WeightFormat::I4Hybrid`]: checks that every outlier column of
 /// `row` (exactly `row_bytes(cols)` bytes) is `< cols`. Other formats: `Ok`.
@@ -103,14 +96,7 @@ pub(crate) fn hybrid_check(
     cols: usize,
     row: &[u8],
 ) -> Result<(), KernelError> {
-    if !format.is_hybrid() {
-        return Ok(());
-    }
-    let h = Hybrid::parse(hybrid_k(format), cols, row);
-    match h.outliers().find(|&(c, _)| c >= cols) {
-        Some((col, _)) => Err(KernelError::OutlierOutOfRange { row: 0, col, cols }),
-        None => Ok(()),
-    }
+    Ok(tensor_types::hybrid::check_row(format, cols, row)?)
 }
 
 /// Dequantizes an I4Hybrid row: `s * (q - 8)` per nibble, then `so * o`

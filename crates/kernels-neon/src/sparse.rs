@@ -34,28 +34,9 @@ use rayon::prelude::*;
 
 use crate::arch::{self, Rows};
 use crate::{
-    active_path, check_len, check_path, chunk_rows_setting, matvec_chunk, Acts, KernelError,
-    KernelPath, Precision, QMatrix, WeightFormat, HYBRID_HEADER,
+    active_path, check_len, check_path, chunk_rows_setting, matvec_chunk, Activation, Acts,
+    KernelError, KernelPath, Precision, QMatrix, WeightFormat, HYBRID_HEADER,
 };
-
-/// Activation function of a gated FFN (`act(gate) * up`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Activation {
-    /// `x / (1 + exp(-x))` (as in [`silu_mul_inplace`](crate::silu_mul_inplace)).
-    Silu,
-    /// `max(x, 0)` (as in [`relu_mul_inplace`](crate::relu_mul_inplace)).
-    Relu,
-}
-
-impl Activation {
-    /// Applies the activation to one value.
-    pub fn apply(self, x: f32) -> f32 {
-        match self {
-            Activation::Silu => x / (1.0 + (-x).exp()),
-            Activation::Relu => x.max(0.0),
-        }
-    }
-}
 
 /// Checks that every listed row is `< w.rows()`.
 fn check_rows(what: &'static str, w: &QMatrix, rows: &[u32]) -> Result<(), KernelError> {

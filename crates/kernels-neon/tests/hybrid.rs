@@ -106,7 +106,7 @@ fn out_of_range_outlier_columns_are_errors() {
     let mut two = quantize(hy(2), &x);
     two.extend_from_slice(&q); // bad row is row 1
     assert!(matches!(
-        QMatrix::new(hy(2), 2, 64, &two),
+        QMatrix::new(hy(2), 2, 64, &two).map_err(KernelError::from),
         Err(KernelError::OutlierOutOfRange {
             row: 1,
             col: 64,

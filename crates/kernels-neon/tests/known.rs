@@ -92,7 +92,7 @@ fn format_sizes() {
     assert_eq!(Q4_K.row_bytes(576), None);
     assert!(Q4_K.is_quantized() && Q6_K.is_k_quant() && !Q8_0.is_k_quant());
     assert!(matches!(
-        QMatrix::new(Q6_K, 1, 32, &[0u8; 210]),
+        QMatrix::new(Q6_K, 1, 32, &[0u8; 210]).map_err(KernelError::from),
         Err(KernelError::RaggedCols { block_len: 256, .. })
     ));
 }
@@ -255,14 +255,14 @@ fn matvec_known_values_every_path() {
 fn errors_on_bad_lengths() {
     let data = vec![0u8; 2 * 18];
     assert!(matches!(
-        QMatrix::new(WeightFormat::Q4_0, 2, 48, &data),
+        QMatrix::new(WeightFormat::Q4_0, 2, 48, &data).map_err(KernelError::from),
         Err(KernelError::RaggedCols {
             cols: 48,
             block_len: 32,
             ..
         })
     ));
-    let e = QMatrix::new(WeightFormat::Q4_0, 3, 32, &data).unwrap_err();
+    let e = KernelError::from(QMatrix::new(WeightFormat::Q4_0, 3, 32, &data).unwrap_err());
     assert_eq!(
         e,
         KernelError::DataLength {

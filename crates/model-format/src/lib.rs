@@ -10,7 +10,8 @@
 //!
 //! Both readers hand out [`TensorView`]s whose `shape` is row-major,
 //! outermost first (a GGUF tensor with `ne = [576, 1536]` has shape
-//! `[1536, 576]`: 1536 rows of 576 columns). Dequantization lives elsewhere.
+//! `[1536, 576]`: 1536 rows of 576 columns). Their [`DType`] is the format
+//! table of the `tensor-types` crate. Dequantization lives elsewhere.
 //!
 //! # Example
 //!
@@ -40,7 +41,6 @@
 //! Memory-mapped files must not be modified or truncated by other processes
 //! while they are open (see [`memmap2::Mmap`]).
 
-mod dtype;
 mod error;
 mod gguf;
 mod hf;
@@ -50,12 +50,16 @@ mod writer;
 
 use std::path::Path;
 
-pub use dtype::DType;
 pub use error::FormatError;
 pub use gguf::{GgufFile, GGUF_DEFAULT_ALIGNMENT, GGUF_MAGIC, GGUF_MAX_DIMS};
 pub use hf::{HfConfig, HfDir, SAFETENSORS_DTYPE_NAMES, SAFETENSORS_TYPE_ID_BASE};
 pub use meta::MetaValue;
 pub use tensor::{TensorInfo, TensorView};
+/// The storage type of a tensor: the workspace's one format table, [`tensor_types::WeightFormat`]
+/// (ggml type ids, names, block sizes). Files only hold the formats of [`WeightFormat::GGML`]; the
+/// writer refuses [`WeightFormat::I4Hybrid`], which has no ggml type id.
+pub use tensor_types::WeightFormat as DType;
+pub use tensor_types::WeightFormat;
 pub use writer::{GgufStream, GgufWriter};
 
 /// Refuses anything but a regular file (after symlinks) before it is opened: opening a FIFO blocks

@@ -38,7 +38,8 @@ pub struct GgufWriter {
 #[derive(Debug, Clone)]
 struct PendingTensor {
     name: String,
-    dtype: DType,
+    /// [`DType::ggml_id`] of the tensor's type.
+    ggml_id: u32,
     shape: Vec<usize>,
     /// Bytes of data the type and shape require.
     len: u64,
@@ -141,6 +142,12 @@ impl GgufWriter {
                 shape.len()
             )));
         }
+        let Some(ggml_id) = dtype.ggml_id() else {
+            return Err(FormatError::Invalid {
+                path: writer_path(),
+                detail: format!("tensor '{name}': type {dtype} has no ggml type id"),
+            });
+        };
         let expected = crate::tensor::tensor_bytes(dtype, shape).map_err(mismatch)?;
         if let Some(data) = &data {
             if data.len() != expected {
@@ -158,7 +165,7 @@ impl GgufWriter {
         }
         self.tensors.push(PendingTensor {
             name: name.to_owned(),
-            dtype,
+            ggml_id,
             shape: shape.to_vec(),
             len: expected as u64,
             data,
@@ -242,7 +249,7 @@ impl GgufWriter {
             for &d in t.shape.iter().rev() {
                 h.extend_from_slice(&(d as u64).to_le_bytes());
             }
-            h.extend_from_slice(&t.dtype.ggml_id().to_le_bytes());
+            h.extend_from_slice(&t.ggml_id.to_le_bytes());
             h.extend_from_slice(&offset.to_le_bytes());
             offset = align_up(offset + t.len, self.alignment);
         }

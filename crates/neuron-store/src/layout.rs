@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use kernels_neon::WeightFormat;
+use tensor_types::WeightFormat;
 
 use crate::error::{Result, StoreError};
 
@@ -26,37 +26,25 @@ pub struct Formats {
     pub down: WeightFormat,
 }
 
-/// Stable numeric code of a weight format in the file (GGML type ids; `I4Hybrid` is `1000 + k`).
+/// Code of [`WeightFormat::I4Hybrid`] with no outliers; `k` outliers are `HYBRID_CODE + k`.
+const HYBRID_CODE: u32 = 1000;
+
+/// Stable numeric code of a weight format in the file: the ggml type id ([`WeightFormat::ggml_id`]);
+/// `I4Hybrid` is `1000 + k`.
 pub fn format_code(f: WeightFormat) -> u32 {
-    match f {
-        WeightFormat::F32 => 0,
-        WeightFormat::F16 => 1,
-        WeightFormat::Q4_0 => 2,
-        WeightFormat::Q4_1 => 3,
-        WeightFormat::Q8_0 => 8,
-        WeightFormat::Q4_K => 12,
-        WeightFormat::Q6_K => 14,
-        WeightFormat::BF16 => 30,
-        WeightFormat::I4Hybrid { outliers_per_row } => 1000 + u32::from(outliers_per_row),
-    }
+    // Only I4Hybrid has no ggml id.
+    f.ggml_id()
+        .unwrap_or_else(|| HYBRID_CODE + tensor_types::hybrid::outliers_per_row(f) as u32)
 }
 
 /// The format of a [`format_code`], if it is one.
 pub fn format_from_code(c: u32) -> Option<WeightFormat> {
-    Some(match c {
-        0 => WeightFormat::F32,
-        1 => WeightFormat::F16,
-        2 => WeightFormat::Q4_0,
-        3 => WeightFormat::Q4_1,
-        8 => WeightFormat::Q8_0,
-        12 => WeightFormat::Q4_K,
-        14 => WeightFormat::Q6_K,
-        30 => WeightFormat::BF16,
-        c if (1000..1000 + 65536).contains(&c) => WeightFormat::I4Hybrid {
-            outliers_per_row: (c - 1000) as u16,
-        },
-        _ => return None,
-    })
+    match c.checked_sub(HYBRID_CODE) {
+        Some(k) => Some(WeightFormat::I4Hybrid {
+            outliers_per_row: u16::try_from(k).ok()?,
+        }),
+        None => WeightFormat::from_ggml_id(c),
+    }
 }
 
 /// How neurons are packed into units: `neurons` bundles (gate row, up row, down row) per unit of
@@ -466,5 +454,39 @@ impl Reader<'_> {
     }
     fn u64(&mut self) -> Option<u64> {
         self.take::<8>().map(u64::from_le_bytes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn format_codes_are_stable() {
+        use WeightFormat::*;
+        // Codes written by earlier builds: the ggml ids, and 1000 + k for I4Hybrid.
+        let hy = |k| I4Hybrid {
+            outliers_per_row: k,
+        };
+        let codes = [
+            (F32, 0),
+            (F16, 1),
+            (Q4_0, 2),
+            (Q4_1, 3),
+            (Q8_0, 8),
+            (Q4_K, 12),
+            (Q6_K, 14),
+            (BF16, 30),
+            (hy(0), 1000),
+            (hy(6), 1006),
+            (hy(u16::MAX), 1000 + 65535),
+        ];
+        for (f, c) in codes {
+            assert_eq!(format_code(f), c, "{f}");
+            assert_eq!(format_from_code(c), Some(f), "{c}");
+        }
+        for c in [4, 5, 31, 999, 1000 + 65536, u32::MAX] {
+            assert_eq!(format_from_code(c), None, "{c}");
+        }
     }
 }

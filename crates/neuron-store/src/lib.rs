@@ -12,7 +12,7 @@
 //! # Example
 //!
 //! ```no_run
-//! use kernels_neon::WeightFormat;
+//! use tensor_types::WeightFormat;
 //! use neuron_store::{Formats, LayerInput, NeuronStore, StoreWriter};
 //! use ufs_io::{IoConfig, IoEngine, OpenOptions};
 //!

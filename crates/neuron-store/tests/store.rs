@@ -2,9 +2,9 @@
 
 use std::path::{Path, PathBuf};
 
-use kernels_neon::WeightFormat;
 use neuron_store::{BundleLayout, Formats, LayerInput, NeuronStore, StoreError, StoreWriter, PAGE};
 use proptest::prelude::*;
+use tensor_types::WeightFormat;
 use ufs_io::{IoConfig, IoEngine, OpenOptions};
 
 fn tmp(name: &str) -> PathBuf {

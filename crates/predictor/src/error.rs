@@ -43,6 +43,13 @@ pub enum PredictorError {
     Kernel(#[from] kernels_neon::KernelError),
 }
 
+/// A matrix the kernels would reject (same message as the kernels' error).
+impl From<tensor_types::LayoutError> for PredictorError {
+    fn from(e: tensor_types::LayoutError) -> Self {
+        PredictorError::Kernel(e.into())
+    }
+}
+
 /// Result alias of this crate.
 pub type Result<T> = std::result::Result<T, PredictorError>;
 

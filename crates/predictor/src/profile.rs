@@ -59,32 +59,10 @@ pub const PROFILE_MAGIC: &[u8; 8] = b"SPRWPROF";
 /// Version of the profile format this build reads and writes.
 pub const PROFILE_VERSION: u32 = 1;
 
-/// FFN activation function of the profiled model.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ActivationKind {
-    /// ReLU (exact zeros; `t_gate` is usually 0).
-    Relu,
-    /// SiLU (no exact zeros; `t_gate` is calibrated, see [`calibrate_threshold`]).
-    Silu,
-}
-
-impl From<ActivationKind> for kernels_neon::Activation {
-    fn from(a: ActivationKind) -> Self {
-        match a {
-            ActivationKind::Relu => kernels_neon::Activation::Relu,
-            ActivationKind::Silu => kernels_neon::Activation::Silu,
-        }
-    }
-}
-
-impl From<kernels_neon::Activation> for ActivationKind {
-    fn from(a: kernels_neon::Activation) -> Self {
-        match a {
-            kernels_neon::Activation::Relu => ActivationKind::Relu,
-            kernels_neon::Activation::Silu => ActivationKind::Silu,
-        }
-    }
-}
+/// FFN activation function of the profiled model (the workspace's one [`tensor_types::Activation`]:
+/// ReLU has exact zeros and `t_gate` is usually 0; SiLU has none and `t_gate` is calibrated, see
+/// [`calibrate_threshold`]).
+pub use tensor_types::Activation as ActivationKind;
 
 /// What a layer's threshold applies to: a neuron is active iff its score is above the threshold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

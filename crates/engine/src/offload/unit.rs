@@ -302,7 +302,7 @@ impl<'a> UnitRows<'a> {
         QMatrix::new(fmt, rows, self.d, self.bytes.get(range).unwrap_or(&[])).map_err(|e| {
             EngineError::Kernel {
                 context: format!("offloaded ffn {what} (layer {layer})"),
-                source: e,
+                source: e.into(),
             }
         })
     }
