@@ -48,6 +48,9 @@ mod file;
 mod same;
 mod temporaries;
 
+#[cfg(feature = "testing")]
+pub mod testing;
+
 pub use error::{AtomicError, Result};
 pub use file::{write_atomic, AtomicFile};
 pub use same::{refuse_same_file, same_file};

@@ -2,7 +2,7 @@
 //! of the values, with the dot products and the value accumulation on the SIMD path (each checked
 //! against the scalar reference, `tests/attention.rs`).
 
-use crate::{arch, check_len, check_path, KernelError, KernelPath};
+use crate::{arch, check_len, check_path, KernelError, KernelPath, LayoutError};
 
 /// Where one head's rows sit in a KV cache of f32 rows: the row of position `j` is
 /// `cache[j * stride + offset..j * stride + offset + head_dim]` (for a cache of `kv_heads × head_dim`
@@ -73,10 +73,12 @@ pub fn attend_with(
             actual: offset.saturating_add(hd),
         });
     }
-    let need = ctx.checked_mul(stride).ok_or(KernelError::Overflow {
-        rows: ctx,
-        cols: stride,
-    })?;
+    let need = ctx
+        .checked_mul(stride)
+        .ok_or(KernelError::Layout(LayoutError::Overflow {
+            rows: ctx,
+            cols: stride,
+        }))?;
     for (what, cache) in [("attend k cache", k), ("attend v cache", v)] {
         if cache.len() < need {
             return Err(KernelError::LengthMismatch {

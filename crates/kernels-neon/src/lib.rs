@@ -73,7 +73,7 @@
 //! not rely on that: any distinct or repeated columns `< cols` are valid,
 //! and the outlier term is added to whatever the INT4 part holds.
 //! [`QMatrix::new`] and [`dequantize_row`] reject columns `>= cols`
-//! ([`KernelError::OutlierOutOfRange`]). `k = 0` is plain per-channel INT4;
+//! ([`LayoutError::OutlierOutOfRange`]). `k = 0` is plain per-channel INT4;
 //! [`WeightFormat::hybrid_for`] gives the format for an outlier fraction
 //! (`k = ceil(frac · cols)`). SmolLM2-135M rows at 1% outliers: 576 wide,
 //! `k = 6`, 316 bytes (4.39 bits per weight); 1536 wide, `k = 16`, 824
@@ -213,26 +213,10 @@ pub use tensor_types::{Activation, LayoutError, Precision, QMatrix, WeightFormat
 /// Errors of the kernel API (shape and length mismatches).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum KernelError {
-    /// `cols` is not a multiple of the format's block length.
-    #[error("{format:?}: cols {cols} is not a multiple of the block length {block_len}")]
-    RaggedCols {
-        /// Weight format.
-        format: WeightFormat,
-        /// Offending column count.
-        cols: usize,
-        /// Required divisor.
-        block_len: usize,
-    },
-    /// A byte buffer has the wrong size.
-    #[error("{what}: expected {expected} bytes, got {actual}")]
-    DataLength {
-        /// Which buffer.
-        what: &'static str,
-        /// Expected byte length.
-        expected: usize,
-        /// Actual byte length.
-        actual: usize,
-    },
+    /// Bytes or shapes that do not fit the weight format (`tensor_types::LayoutError`: ragged columns,
+    /// wrong byte length, size overflow, a hybrid outlier outside its row).
+    #[error(transparent)]
+    Layout(#[from] LayoutError),
     /// An f32 slice has the wrong number of elements.
     #[error("{what}: expected {expected} elements, got {actual}")]
     LengthMismatch {
@@ -242,14 +226,6 @@ pub enum KernelError {
         expected: usize,
         /// Actual element count.
         actual: usize,
-    },
-    /// A size computation overflowed `usize`.
-    #[error("size overflow: {rows} x {cols}")]
-    Overflow {
-        /// First factor.
-        rows: usize,
-        /// Second factor.
-        cols: usize,
     },
     /// A row index of a sparse kernel's row list is out of range.
     #[error("{what}: row {row} out of range (matrix has {rows} rows)")]
@@ -272,16 +248,6 @@ pub enum KernelError {
         /// The format asked for.
         format: WeightFormat,
     },
-    /// An [`WeightFormat::I4Hybrid`] row lists an outlier column outside the row.
-    #[error("hybrid row {row}: outlier column {col} out of range (row has {cols} columns)")]
-    OutlierOutOfRange {
-        /// Row of the matrix (0 for a single row).
-        row: usize,
-        /// Offending column index.
-        col: usize,
-        /// Columns of the row.
-        cols: usize,
-    },
     /// An input holds a NaN or an infinity where a finite value is needed.
     #[error("{what}: element {index} is not finite")]
     NonFinite {
@@ -290,36 +256,6 @@ pub enum KernelError {
         /// Index of the first non-finite element.
         index: usize,
     },
-}
-
-/// The kernel error of the same name and fields (same message).
-impl From<LayoutError> for KernelError {
-    fn from(e: LayoutError) -> Self {
-        match e {
-            LayoutError::RaggedCols {
-                format,
-                cols,
-                block_len,
-            } => KernelError::RaggedCols {
-                format,
-                cols,
-                block_len,
-            },
-            LayoutError::DataLength {
-                what,
-                expected,
-                actual,
-            } => KernelError::DataLength {
-                what,
-                expected,
-                actual,
-            },
-            LayoutError::Overflow { rows, cols } => KernelError::Overflow { rows, cols },
-            LayoutError::OutlierOutOfRange { row, col, cols } => {
-                KernelError::OutlierOutOfRange { row, col, cols }
-            }
-        }
-    }
 }
 
 /// Which implementation runs the kernels.
@@ -471,17 +407,20 @@ pub fn dequantize_row_with(
     dst: &mut [f32],
 ) -> Result<(), KernelError> {
     check_path(path)?;
-    let expected = format.row_bytes(dst.len()).ok_or(KernelError::RaggedCols {
-        format,
-        cols: dst.len(),
-        block_len: format.block_len(),
-    })?;
+    let expected =
+        format
+            .row_bytes(dst.len())
+            .ok_or(KernelError::Layout(LayoutError::RaggedCols {
+                format,
+                cols: dst.len(),
+                block_len: format.block_len(),
+            }))?;
     if src.len() != expected {
-        return Err(KernelError::DataLength {
+        return Err(KernelError::Layout(LayoutError::DataLength {
             what: "dequantize_row src",
             expected,
             actual: src.len(),
-        });
+        }));
     }
     scalar::hybrid_check(format, dst.len(), src)?;
     arch::dequant_row(path, format, src, dst);
@@ -707,11 +646,13 @@ pub fn matmul_with(
     let (rows, cols) = (w.rows(), w.cols());
     let x_len = n
         .checked_mul(cols)
-        .ok_or(KernelError::Overflow { rows: n, cols })?;
-    let y_len = n.checked_mul(rows).ok_or(KernelError::Overflow {
-        rows: n,
-        cols: rows,
-    })?;
+        .ok_or(KernelError::Layout(LayoutError::Overflow { rows: n, cols }))?;
+    let y_len = n
+        .checked_mul(rows)
+        .ok_or(KernelError::Layout(LayoutError::Overflow {
+            rows: n,
+            cols: rows,
+        }))?;
     check_len("matmul x", x_len, x.len())?;
     check_len("matmul y", y_len, y.len())?;
     if n == 0 || rows == 0 {

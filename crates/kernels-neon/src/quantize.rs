@@ -25,7 +25,7 @@
 
 use half::{bf16, f16};
 
-use crate::{KernelError, WeightFormat};
+use crate::{KernelError, LayoutError, WeightFormat};
 
 /// Quantizes one row of `src.len()` elements into `dst`, which must hold
 /// exactly `format.row_bytes(src.len())` bytes.
@@ -35,17 +35,20 @@ use crate::{KernelError, WeightFormat};
 /// give [`KernelError::Unsupported`]. Non-finite inputs give
 /// [`KernelError::NonFinite`] (a quantized block cannot represent them).
 pub fn quantize_row(format: WeightFormat, src: &[f32], dst: &mut [u8]) -> Result<(), KernelError> {
-    let expected = format.row_bytes(src.len()).ok_or(KernelError::RaggedCols {
-        format,
-        cols: src.len(),
-        block_len: format.block_len(),
-    })?;
+    let expected =
+        format
+            .row_bytes(src.len())
+            .ok_or(KernelError::Layout(LayoutError::RaggedCols {
+                format,
+                cols: src.len(),
+                block_len: format.block_len(),
+            }))?;
     if dst.len() != expected {
-        return Err(KernelError::DataLength {
+        return Err(KernelError::Layout(LayoutError::DataLength {
             what: "quantize_row dst",
             expected,
             actual: dst.len(),
-        });
+        }));
     }
     if let Some(i) = src.iter().position(|v| !v.is_finite()) {
         return Err(KernelError::NonFinite {
@@ -236,11 +239,13 @@ pub fn quantize_matrix(
             actual: src.len(),
         });
     }
-    let rb = format.row_bytes(cols).ok_or(KernelError::RaggedCols {
-        format,
-        cols,
-        block_len: format.block_len(),
-    })?;
+    let rb = format
+        .row_bytes(cols)
+        .ok_or(KernelError::Layout(LayoutError::RaggedCols {
+            format,
+            cols,
+            block_len: format.block_len(),
+        }))?;
     let mut out = vec![0u8; rows * rb];
     if cols == 0 {
         return Ok(out);

@@ -107,16 +107,19 @@ fn out_of_range_outlier_columns_are_errors() {
     two.extend_from_slice(&q); // bad row is row 1
     assert!(matches!(
         QMatrix::new(hy(2), 2, 64, &two).map_err(KernelError::from),
-        Err(KernelError::OutlierOutOfRange {
+        Err(KernelError::Layout(LayoutError::OutlierOutOfRange {
             row: 1,
             col: 64,
             cols: 64
-        })
+        }))
     ));
     let mut d = vec![0f32; 64];
     assert!(matches!(
         dequantize_row(hy(2), &q, &mut d),
-        Err(KernelError::OutlierOutOfRange { col: 64, .. })
+        Err(KernelError::Layout(LayoutError::OutlierOutOfRange {
+            col: 64,
+            ..
+        }))
     ));
 }
 

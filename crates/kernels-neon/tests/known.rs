@@ -93,7 +93,10 @@ fn format_sizes() {
     assert!(Q4_K.is_quantized() && Q6_K.is_k_quant() && !Q8_0.is_k_quant());
     assert!(matches!(
         QMatrix::new(Q6_K, 1, 32, &[0u8; 210]).map_err(KernelError::from),
-        Err(KernelError::RaggedCols { block_len: 256, .. })
+        Err(KernelError::Layout(LayoutError::RaggedCols {
+            block_len: 256,
+            ..
+        }))
     ));
 }
 
@@ -256,20 +259,20 @@ fn errors_on_bad_lengths() {
     let data = vec![0u8; 2 * 18];
     assert!(matches!(
         QMatrix::new(WeightFormat::Q4_0, 2, 48, &data).map_err(KernelError::from),
-        Err(KernelError::RaggedCols {
+        Err(KernelError::Layout(LayoutError::RaggedCols {
             cols: 48,
             block_len: 32,
             ..
-        })
+        }))
     ));
     let e = KernelError::from(QMatrix::new(WeightFormat::Q4_0, 3, 32, &data).unwrap_err());
     assert_eq!(
         e,
-        KernelError::DataLength {
+        KernelError::Layout(LayoutError::DataLength {
             what: "matrix data",
             expected: 54,
             actual: 36
-        }
+        })
     );
     assert!(e.to_string().contains("54") && e.to_string().contains("36"));
 

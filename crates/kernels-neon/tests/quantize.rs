@@ -4,7 +4,9 @@
 mod common;
 
 use common::Rng;
-use kernels_neon::{dequantize_row, quantize_matrix, quantize_row, KernelError, WeightFormat};
+use kernels_neon::{
+    dequantize_row, quantize_matrix, quantize_row, KernelError, LayoutError, WeightFormat,
+};
 use proptest::prelude::*;
 
 const FORMATS: [WeightFormat; 6] = [
@@ -87,11 +89,11 @@ fn bad_input_is_an_error() {
     let mut q = vec![0u8; 34];
     assert!(matches!(
         quantize_row(WeightFormat::Q8_0, &[0.0; 31], &mut q),
-        Err(KernelError::RaggedCols { .. })
+        Err(KernelError::Layout(LayoutError::RaggedCols { .. }))
     ));
     assert!(matches!(
         quantize_row(WeightFormat::Q8_0, &[0.0; 64], &mut q),
-        Err(KernelError::DataLength { .. })
+        Err(KernelError::Layout(LayoutError::DataLength { .. }))
     ));
     let mut x = [0.0f32; 32];
     x[5] = f32::NAN;

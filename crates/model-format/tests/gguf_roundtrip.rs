@@ -2,7 +2,8 @@
 
 mod common;
 
-use common::{child_writes, run_in_child, TempDir};
+use atomic_out::testing::{child_writes, run_in_child};
+use common::TempDir;
 use model_format::{DType, FormatError, GgufFile, GgufWriter, MetaValue};
 
 fn pattern(n: usize, seed: u8) -> Vec<u8> {

@@ -1,6 +1,6 @@
 //! Round trips, packing and corruption of neuron stores, read through a real `ufs-io` engine.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use neuron_store::{BundleLayout, Formats, LayerInput, NeuronStore, StoreError, StoreWriter, PAGE};
 use proptest::prelude::*;
@@ -275,68 +275,7 @@ fn failed_or_dropped_writer_leaves_the_old_store_intact() {
     assert_eq!(store.index().layers[1].order, layers[1].3);
 }
 
-/// Environment variables that make a copy of this test binary the child of [`run_in_child`].
-const CHILD_DEST: &str = "SPARROW_TEST_FSIZE_CHILD_DEST";
-const CHILD_LIMIT: &str = "SPARROW_TEST_FSIZE_CHILD_LIMIT";
-
-/// In a child started by [`run_in_child`]: lowers the file-size limit (`RLIMIT_FSIZE`) so that writing
-/// past it fails with EFBIG, as a full disk would, runs `write` on the destination, reports its result
-/// and exits. Anywhere else: does nothing. Call it first in the test, before anything touches a file.
-fn child_writes(write: impl FnOnce(&Path) -> Result<(), String>) {
-    let (Some(dest), Some(limit)) = (std::env::var_os(CHILD_DEST), std::env::var_os(CHILD_LIMIT))
-    else {
-        return;
-    };
-    let limit: u64 = limit.to_str().unwrap().parse().unwrap();
-    let lim = libc::rlimit {
-        rlim_cur: limit as libc::rlim_t,
-        rlim_max: limit as libc::rlim_t,
-    };
-    // SAFETY: ignoring SIGXFSZ (so an oversized write returns EFBIG instead of killing us) and
-    // lowering our own file-size limit touch no memory of ours; `lim` outlives the call.
-    let ok = unsafe {
-        libc::signal(libc::SIGXFSZ, libc::SIG_IGN) != libc::SIG_ERR
-            && libc::setrlimit(libc::RLIMIT_FSIZE, &lim) == 0
-    };
-    assert!(ok, "setting the file-size limit");
-    let r = write(Path::new(&dest));
-    println!("CHILD-RESULT {}", r.err().unwrap_or_else(|| "ok".into()));
-    std::process::exit(0);
-}
-
-/// Runs test `test` of this binary again in a child process, where its [`child_writes`] writes `dest`
-/// under a file-size limit of `limit` bytes. Returns what that write returned (`Err` with its
-/// message), or `None` when no child can be started (an emulated target without binfmt).
-fn run_in_child(test: &str, dest: &Path, limit: u64) -> Option<Result<(), String>> {
-    let out = std::process::Command::new(std::env::current_exe().ok()?)
-        .args([test, "--exact", "--nocapture", "--test-threads=1"])
-        .env(CHILD_DEST, dest)
-        .env(CHILD_LIMIT, limit.to_string())
-        .output();
-    let out = match out {
-        Ok(o) => o,
-        Err(e) => {
-            eprintln!("skipped: cannot start a child test binary: {e}");
-            return None;
-        }
-    };
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let line = stdout
-        .split_once("CHILD-RESULT ")
-        .and_then(|(_, rest)| rest.lines().next())
-        .unwrap_or_else(|| {
-            panic!(
-                "child gave no result: {}\n{stdout}\n{}",
-                out.status,
-                String::from_utf8_lossy(&out.stderr)
-            )
-        });
-    Some(if line == "ok" {
-        Ok(())
-    } else {
-        Err(line.to_string())
-    })
-}
+use atomic_out::testing::{child_writes, run_in_child};
 
 #[test]
 fn bad_input_is_rejected() {

@@ -4,7 +4,8 @@ mod common;
 
 use std::path::PathBuf;
 
-use common::{child_writes, corruptions, run_in_child, seal, tmp};
+use atomic_out::testing::{child_writes, run_in_child};
+use common::{corruptions, seal, tmp};
 
 use predictor::{
     calibrate_threshold, ActivationKind, LayerProfile, PredictorError, Profile, ProfileAccumulator,

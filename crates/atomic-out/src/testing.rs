@@ -1,0 +1,69 @@
+//! Test support (feature `testing`): checking that a write failing half-way, as on a full disk, leaves
+//! the destination as it was. [`run_in_child`] re-runs one test of the current test binary in a child
+//! process with a file-size limit (`RLIMIT_FSIZE`), where [`child_writes`] does the write, so writes
+//! past the limit fail with EFBIG.
+
+use std::path::Path;
+
+/// Environment variables that make a copy of this test binary the child of [`run_in_child`].
+const CHILD_DEST: &str = "SPARROW_TEST_FSIZE_CHILD_DEST";
+const CHILD_LIMIT: &str = "SPARROW_TEST_FSIZE_CHILD_LIMIT";
+
+/// In a child started by [`run_in_child`]: lowers the file-size limit (`RLIMIT_FSIZE`) so that writing
+/// past it fails with EFBIG, as a full disk would, runs `write` on the destination, reports its result
+/// and exits. Anywhere else: does nothing. Call it first in the test, before anything touches a file.
+pub fn child_writes(write: impl FnOnce(&Path) -> Result<(), String>) {
+    let (Some(dest), Some(limit)) = (std::env::var_os(CHILD_DEST), std::env::var_os(CHILD_LIMIT))
+    else {
+        return;
+    };
+    let limit: u64 = limit.to_str().unwrap().parse().unwrap();
+    let lim = libc::rlimit {
+        rlim_cur: limit as libc::rlim_t,
+        rlim_max: limit as libc::rlim_t,
+    };
+    // SAFETY: ignoring SIGXFSZ (so an oversized write returns EFBIG instead of killing us) and
+    // lowering our own file-size limit touch no memory of ours; `lim` outlives the call.
+    let ok = unsafe {
+        libc::signal(libc::SIGXFSZ, libc::SIG_IGN) != libc::SIG_ERR
+            && libc::setrlimit(libc::RLIMIT_FSIZE, &lim) == 0
+    };
+    assert!(ok, "setting the file-size limit");
+    let r = write(Path::new(&dest));
+    println!("CHILD-RESULT {}", r.err().unwrap_or_else(|| "ok".into()));
+    std::process::exit(0);
+}
+
+/// Runs test `test` of this binary again in a child process, where its [`child_writes`] writes `dest`
+/// under a file-size limit of `limit` bytes. Returns what that write returned (`Err` with its
+/// message), or `None` when no child can be started (an emulated target without binfmt).
+pub fn run_in_child(test: &str, dest: &Path, limit: u64) -> Option<Result<(), String>> {
+    let out = std::process::Command::new(std::env::current_exe().ok()?)
+        .args([test, "--exact", "--nocapture", "--test-threads=1"])
+        .env(CHILD_DEST, dest)
+        .env(CHILD_LIMIT, limit.to_string())
+        .output();
+    let out = match out {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("skipped: cannot start a child test binary: {e}");
+            return None;
+        }
+    };
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = stdout
+        .split_once("CHILD-RESULT ")
+        .and_then(|(_, rest)| rest.lines().next())
+        .unwrap_or_else(|| {
+            panic!(
+                "child gave no result: {}\n{stdout}\n{}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+    Some(if line == "ok" {
+        Ok(())
+    } else {
+        Err(line.to_string())
+    })
+}
