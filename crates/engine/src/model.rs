@@ -153,6 +153,13 @@ impl<'a> Model<'a> {
         let embed = ld.matrix(names.embed, v, d)?;
         let (output, tied) = if file.tensor(names.output).is_some() {
             (ld.matrix(names.output, v, d)?, false)
+        } else if matches!(file, ModelFile::Hf(h) if h.config().tie_word_embeddings == Some(false))
+        {
+            // An HF model that says its output is not the embedding must ship it.
+            return Err(EngineError::MissingTensor {
+                path: file.path().to_path_buf(),
+                name: names.output.to_string(),
+            });
         } else {
             (embed, true)
         };

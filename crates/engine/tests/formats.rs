@@ -156,6 +156,33 @@ fn gguf_and_hf_directory_give_the_same_logits() {
     assert!(worst < 1e-3, "GGUF and HF logits differ by {worst}");
     drop((a, b));
     drop(hf);
+
+    // Garbage that used to load silently: an untied model without its output matrix, and a stop id
+    // outside the vocabulary.
+    let config_path = dir.join("config.json");
+    let config = std::fs::read_to_string(&config_path).unwrap();
+    let untied = config.replace(
+        "\"tie_word_embeddings\":true",
+        "\"tie_word_embeddings\":false",
+    );
+    assert_ne!(untied, config);
+    std::fs::write(&config_path, untied).unwrap();
+    let msg = err_of(&dir);
+    assert!(
+        msg.contains("lm_head.weight"),
+        "names the missing output: {msg}"
+    );
+    std::fs::write(&config_path, &config).unwrap();
+    std::fs::write(
+        dir.join("generation_config.json"),
+        r#"{"eos_token_id": [2, 1000000000]}"#,
+    )
+    .unwrap();
+    let msg = err_of(&dir);
+    assert!(
+        msg.contains("generation_config.json") && msg.contains("1000000000"),
+        "names the file and the id: {msg}"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

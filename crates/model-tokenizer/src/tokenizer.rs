@@ -411,17 +411,26 @@ impl Tokenizer {
                     .and_then(|v| u32::try_from(v).ok());
             }
         }
-        let in_range = |id: &u32| (*id as usize) < size;
-        let bos_id = bos_id.filter(in_range);
-        let eos_id = eos_id.filter(in_range);
+        // Ids from generation_config.json must name tokens: an id outside the vocabulary is an error
+        // naming the file, not a stop id silently dropped.
+        let out_of_range = |what: &str, id: u64| {
+            TokenizerError::InvalidVocab(format!(
+                "{}: {what} {id} is outside the vocabulary ({size} tokens)",
+                gen_path.display()
+            ))
+        };
+        let mut checked_eos = Vec::with_capacity(extra_eos.len());
+        for id in extra_eos {
+            match u32::try_from(id).ok().filter(|&i| (i as usize) < size) {
+                Some(i) => checked_eos.push(Some(i)),
+                None => return Err(out_of_range("eos_token_id", id)),
+            }
+        }
+        if let Some(b) = bos_id.filter(|&b| b as usize >= size) {
+            return Err(out_of_range("bos_token_id", u64::from(b)));
+        }
         let im_end = inner.token_to_id("<|im_end|>");
-        let stop_ids = dedup(
-            [eos_id, im_end].into_iter().chain(
-                extra_eos
-                    .into_iter()
-                    .map(|v| u32::try_from(v).ok().filter(in_range)),
-            ),
-        );
+        let stop_ids = dedup([eos_id, im_end].into_iter().chain(checked_eos));
 
         Ok(Tokenizer {
             inner,
