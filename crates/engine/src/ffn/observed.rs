@@ -42,7 +42,7 @@ impl<'m, 'o> ObservedFfn<'m, 'o> {
         observer: FfnObserver<'o>,
     ) -> Self {
         ObservedFfn {
-            activation: activation,
+            activation,
             mask,
             observer: Mutex::new(observer),
         }
