@@ -310,15 +310,13 @@ pub(crate) fn q6k_quant(blk: &[u8], i: usize) -> i8 {
 pub(crate) fn q5_quants(blk: &[u8], off: usize) -> [u8; 32] {
     let qh = u32::from_le_bytes([blk[off], blk[off + 1], blk[off + 2], blk[off + 3]]);
     let qs = &blk[off + 4..off + 20];
-    std::array::from_fn(|i| {
-        let j = i % 16;
-        let (nib, h) = if i < 16 {
-            (qs[j] & 0xF, (qh >> j) & 1)
-        } else {
-            (qs[j] >> 4, (qh >> (j + 16)) & 1)
-        };
-        nib | (h as u8) << 4
-    })
+    let mut q = [0u8; 32];
+    let (lo, hi) = q.split_at_mut(16);
+    for j in 0..16 {
+        lo[j] = (qs[j] & 0xF) | (((qh >> j) & 1) as u8) << 4;
+        hi[j] = (qs[j] >> 4) | (((qh >> (j + 16)) & 1) as u8) << 4;
+    }
+    q
 }
 
 /// Offset of the `qh` bytes in a Q5 block (after `d`, and `m` for Q5_1).
