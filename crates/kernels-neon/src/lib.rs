@@ -10,7 +10,8 @@
 //! The formats, [`QMatrix`], [`Precision`] and [`Activation`] are defined in
 //! the `tensor-types` crate (one table of formats for every crate) and
 //! re-exported here. Weight formats: `F32`, `F16`, `BF16`; the 32-element block formats
-//! `Q8_0`, `Q4_0`, `Q4_1`; and the K-quant super-block formats `Q4_K`
+//! `Q8_0`, `Q4_0`, `Q4_1`, `Q5_0`, `Q5_1` (the Q5 pair on the scalar reference kernels on every
+//! path for now: no SIMD kernel yet); and the K-quant super-block formats `Q4_K`
 //! (144 bytes per 256 elements) and `Q6_K` (210 bytes per 256), the two
 //! types of llama.cpp's popular `Q4_K_M` files; and `I4Hybrid`, the
 //! PowerInfer-2 per-channel INT4 + INT8 outlier format (see below). Every
@@ -111,7 +112,7 @@
 //! # Precision
 //!
 //! [`Precision`] only affects [`matvec`] on the block-quantized formats
-//! (`Q8_0`, `Q4_0`, `Q4_1`, `Q4_K`, `Q6_K`). Float weights (`F32`, `F16`, `BF16`)
+//! (`Q8_0`, `Q4_0`, `Q4_1`, `Q5_0`, `Q5_1`, `Q4_K`, `Q6_K`). Float weights (`F32`, `F16`, `BF16`)
 //! and `I4Hybrid` use the exact f32 path in every precision, and [`matmul`] always uses the
 //! dequantized f32 tile with a register-blocked FMA microkernel (it measured
 //! faster than the integer path there), so its result is exact in every

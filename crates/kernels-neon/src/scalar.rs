@@ -197,6 +197,23 @@ pub(crate) fn dequant_row(format: WeightFormat, src: &[u8], dst: &mut [f32]) {
                 }
             }
         }
+        WeightFormat::Q5_0 => {
+            for (blk, out) in src.chunks_exact(22).zip(dst.chunks_exact_mut(32)) {
+                let d = f16_at(blk, 0);
+                for (o, q) in out.iter_mut().zip(q5_quants(blk, 2)) {
+                    *o = d * (i32::from(q) - 16) as f32;
+                }
+            }
+        }
+        WeightFormat::Q5_1 => {
+            for (blk, out) in src.chunks_exact(24).zip(dst.chunks_exact_mut(32)) {
+                let d = f16_at(blk, 0);
+                let m = f16_at(blk, 2);
+                for (o, q) in out.iter_mut().zip(q5_quants(blk, 4)) {
+                    *o = d * f32::from(q) + m;
+                }
+            }
+        }
         WeightFormat::Q4_K => {
             for (blk, out) in src.chunks_exact(144).zip(dst.chunks_exact_mut(256)) {
                 let (dl, ml) = q4k_scales(blk);
@@ -284,6 +301,34 @@ pub(crate) fn q6k_quant(blk: &[u8], i: usize) -> i8 {
     (lo | (hi << 4)) as i8 - 32
 }
 
+/// Q5_0 / Q5_1: the 32 unsigned 5-bit quants (0..=31) of one block, in element order.
+/// `qh` is the little-endian u32 of fifth bits at byte `off` (2 for Q5_0, 4 for Q5_1),
+/// followed by the 16 nibble bytes `qs`; element `j < 16` takes the low nibble of
+/// `qs[j]` and bit `j` of `qh`, element `j + 16` the high nibble and bit `j + 16`
+/// (llama.cpp `dequantize_row_q5_0`).
+#[inline(always)]
+pub(crate) fn q5_quants(blk: &[u8], off: usize) -> [u8; 32] {
+    let qh = u32::from_le_bytes([blk[off], blk[off + 1], blk[off + 2], blk[off + 3]]);
+    let qs = &blk[off + 4..off + 20];
+    let mut q = [0u8; 32];
+    let (lo, hi) = q.split_at_mut(16);
+    for j in 0..16 {
+        lo[j] = (qs[j] & 0xF) | (((qh >> j) & 1) as u8) << 4;
+        hi[j] = (qs[j] >> 4) | (((qh >> (j + 16)) & 1) as u8) << 4;
+    }
+    q
+}
+
+/// Offset of the `qh` bytes in a Q5 block (after `d`, and `m` for Q5_1).
+#[inline(always)]
+pub(crate) fn q5_qh_offset(format: WeightFormat) -> usize {
+    if format == WeightFormat::Q5_1 {
+        4
+    } else {
+        2
+    }
+}
+
 /// Exact dot product of one weight row with f32 activations: each group of
 /// 32 weights (K-quants: 256) is dequantized to f32, products are accumulated in 8 f32 lanes.
 pub(crate) fn dot_exact(format: WeightFormat, row: &[u8], x: &[f32]) -> f32 {
@@ -345,6 +390,9 @@ pub(crate) fn dot_int8(format: WeightFormat, row: &[u8], xq: &QActs) -> f32 {
                 acc += f16_at(blk, 0) * xq.d[b] * isum as f32 + f16_at(blk, 2) * xq.s[b];
             }
         }
+        WeightFormat::Q5_0 | WeightFormat::Q5_1 => {
+            acc = dot_q5(format, row, &xq.qs, &xq.d, &xq.s);
+        }
         WeightFormat::Q4_K | WeightFormat::Q6_K => {
             acc = dot_k(format, row, &xq.qs, &xq.d, &xq.s);
         }
@@ -353,6 +401,34 @@ pub(crate) fn dot_int8(format: WeightFormat, row: &[u8], xq: &QActs) -> f32 {
         | WeightFormat::F16
         | WeightFormat::BF16
         | WeightFormat::I4Hybrid { .. } => {}
+    }
+    acc
+}
+
+/// Integer dot of a Q5_0 / Q5_1 row with quantized activations (8- or 16-bit
+/// quants `qs`, per-32 scales `d`, per-32 `s = d * sum(q)`): per block the exact
+/// i32 sum of `q_w * q_x` (Q5_0: `q_w - 16`; |sum| <= 32·31·32767 < 2^25) scaled
+/// by `d_w * d_x` in f32, plus `m * s` for Q5_1.
+pub(crate) fn dot_q5<T: Copy + Into<i32>>(
+    format: WeightFormat,
+    row: &[u8],
+    qs: &[T],
+    d: &[f32],
+    s: &[f32],
+) -> f32 {
+    let off = q5_qh_offset(format);
+    let bias = if format == WeightFormat::Q5_0 { 16 } else { 0 };
+    let mut acc = 0f32;
+    for (b, blk) in row.chunks_exact(format.block_bytes()).enumerate() {
+        let qx = &qs[b * 32..b * 32 + 32];
+        let mut isum = 0i32;
+        for (&q, &x) in q5_quants(blk, off).iter().zip(qx) {
+            isum += (i32::from(q) - bias) * x.into();
+        }
+        acc += f16_at(blk, 0) * d[b] * isum as f32;
+        if format == WeightFormat::Q5_1 {
+            acc += f16_at(blk, 2) * s[b];
+        }
     }
     acc
 }
@@ -423,11 +499,15 @@ pub(crate) fn matvec_int8(w: &QMatrix<'_>, sel: Rows<'_>, xq: &QActs, y: &mut [f
 
 /// Integer dot product of one quantized weight row with 16-bit activations:
 /// per block an exact i32 sum of `q_w * q_x` (|q_w| <= 128, |q_x| <= 32767,
-/// 32 terms: below 2^28), scaled by `d_w * d_x` in f32, plus `m * s` for Q4_1.
+/// 32 terms: below 2^28), scaled by `d_w * d_x` in f32, plus `m * s` for Q4_1
+/// (and Q5_1, see [`dot_q5`]).
 /// Only called for quantized formats.
 pub(crate) fn dot_i16(format: WeightFormat, row: &[u8], xq: &QActs16) -> f32 {
     if format.is_k_quant() {
         return dot_k(format, row, &xq.qs, &xq.d, &xq.s);
+    }
+    if matches!(format, WeightFormat::Q5_0 | WeightFormat::Q5_1) {
+        return dot_q5(format, row, &xq.qs, &xq.d, &xq.s);
     }
     if format.is_hybrid() {
         // Never called: hybrid rows use f32 activations (see `matvec`).

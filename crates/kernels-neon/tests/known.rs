@@ -62,6 +62,97 @@ fn dequant_q4_1_known() {
     }
 }
 
+/// Hand-built Q5 tail (after `d`, `m`): `qh = 0xA5C3_0F69` (little-endian),
+/// `qs[j]` = low nibble `j`, high nibble `15 - j`.
+fn q5_tail() -> Vec<u8> {
+    let mut t = 0xA5C3_0F69u32.to_le_bytes().to_vec();
+    t.extend((0..16u8).map(|j| j | ((15 - j) << 4)));
+    t
+}
+
+/// The unsigned 5-bit quants of [`q5_tail`], written as llama.cpp's
+/// `dequantize_row_q5_0` computes them (`xh_1` shifted by `j + 12`, masked with 0x10).
+fn q5_tail_quants() -> [i32; 32] {
+    let qh = 0xA5C3_0F69u32;
+    let mut q = [0i32; 32];
+    for j in 0..16u32 {
+        let xh_0 = ((qh >> j) << 4) & 0x10;
+        let xh_1 = (qh >> (j + 12)) & 0x10;
+        q[j as usize] = ((j & 0xF) | xh_0) as i32;
+        q[j as usize + 16] = ((15 - j) | xh_1) as i32;
+    }
+    q
+}
+
+#[test]
+fn dequant_q5_0_known() {
+    let mut blk = h(0.5).to_vec();
+    blk.extend(q5_tail());
+    assert_eq!(blk.len(), 22);
+    let out = all_paths_dequant(WeightFormat::Q5_0, &blk, 32);
+    let q = q5_tail_quants();
+    for j in 0..32 {
+        assert_eq!(out[j], 0.5 * (q[j] - 16) as f32, "element {j}");
+    }
+    // Spot values: element 0 has qh bit 0 = 1 -> (0 | 16) - 16 = 0; element 16
+    // has qh bit 16 = 1 -> (15 | 16) - 16 = 15; element 3 (bit 3 = 1) -> 3.
+    assert_eq!((out[0], out[16], out[3]), (0.0, 7.5, 1.5));
+    // Element 1: bit 1 = 0 -> 1 - 16 = -15.
+    assert_eq!(out[1], -7.5);
+}
+
+#[test]
+fn dequant_q5_1_known() {
+    let mut blk = h(0.25).to_vec();
+    blk.extend(h(-1.0));
+    blk.extend(q5_tail());
+    assert_eq!(blk.len(), 24);
+    let out = all_paths_dequant(WeightFormat::Q5_1, &blk, 32);
+    let q = q5_tail_quants();
+    for j in 0..32 {
+        assert_eq!(out[j], 0.25 * q[j] as f32 - 1.0, "element {j}");
+    }
+    assert_eq!(
+        (out[0], out[1], out[31]),
+        (0.25 * 16.0 - 1.0, 0.25 - 1.0, 0.25 * 16.0 - 1.0)
+    );
+}
+
+#[test]
+fn q5_matvec_one_hot_every_path_and_precision() {
+    // Two blocks per row (the second with d and m changed), one-hot
+    // activations: every path and precision returns the element.
+    for (format, head2) in [
+        (WeightFormat::Q5_0, vec![h(0.5), h(-0.75)]),
+        (WeightFormat::Q5_1, vec![h(0.25), h(-1.0), h(-0.5), h(2.0)]),
+    ] {
+        let per = head2.len() / 2;
+        let mut row: Vec<u8> = head2[..per].concat();
+        row.extend(q5_tail());
+        row.extend(head2[per..].concat());
+        row.extend(q5_tail());
+        let w = QMatrix::new(format, 1, 64, &row).unwrap();
+        let mut elems = vec![0f32; 64];
+        dequantize_row_with(KernelPath::Scalar, format, &row, &mut elems).unwrap();
+        for k in [0usize, 1, 15, 16, 17, 31, 32, 40, 63] {
+            let mut x = vec![0f32; 64];
+            x[k] = 1.0;
+            for path in available_paths() {
+                for precision in [Precision::Exact, Precision::Fast, Precision::Int8] {
+                    let mut y = [f32::NAN; 1];
+                    matvec_with(path, &w, &x, &mut y, precision).unwrap();
+                    assert!(
+                        (y[0] - elems[k]).abs() <= 1e-4,
+                        "{format:?} {path:?} {precision:?} k={k}: {} vs {}",
+                        y[0],
+                        elems[k]
+                    );
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn dequant_float_formats_known() {
     let vals: Vec<f32> = (0..19).map(|j| j as f32 * 0.5 - 3.0).collect();

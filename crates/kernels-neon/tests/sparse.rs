@@ -286,6 +286,8 @@ fn axpy_rows_large_parallel() {
     for format in [
         WeightFormat::Q4_0,
         WeightFormat::Q8_0,
+        WeightFormat::Q5_0,
+        WeightFormat::Q5_1,
         WeightFormat::F16,
         WeightFormat::Q4_K,
         WeightFormat::Q6_K,

@@ -159,10 +159,53 @@ fn truncated_tensor_data() {
     assert!(matches!(e, FormatError::Truncated { .. }), "{e}");
 }
 
+/// Q5_0 (ggml id 6) and Q5_1 (id 7) tensors written byte by byte, as llama.cpp lays them out
+/// (Qwen2.5-0.5B's `token_embd.weight` is Q5_0 with rows of 896): read with their format and sizes.
+#[test]
+fn q5_tensors_are_read() {
+    let dir = TempDir::new("q5");
+    let (q5_0, q5_1) = (2 * 896 / 32 * 22, 3 * 64 / 32 * 24);
+    let off1 = (q5_0 as u64).div_ceil(32) * 32;
+    let mut data: Vec<u8> = (0..off1 as usize + q5_1)
+        .map(|i| (i * 7 % 251) as u8)
+        .collect();
+    data[q5_0..off1 as usize].fill(0);
+    let raw = RawGguf {
+        tensors: vec![
+            ("token_embd.weight".into(), vec![896, 2], 6, 0),
+            ("q51".into(), vec![64, 3], 7, off1),
+        ],
+        data: data.clone(),
+        ..RawGguf::default()
+    };
+    let (_, r) = open_bytes(&dir, "q5.gguf", &raw.bytes());
+    let f = r.unwrap();
+    let t = f.tensor("token_embd.weight").unwrap();
+    assert_eq!(
+        (t.dtype, t.shape, t.data.len()),
+        (DType::Q5_0, &[2usize, 896][..], q5_0)
+    );
+    assert_eq!(t.data, &data[..q5_0]);
+    assert_eq!(t.data.len(), 2 * DType::Q5_0.row_bytes(896).unwrap());
+    let t = f.tensor("q51").unwrap();
+    assert_eq!(
+        (t.dtype, t.shape, t.data.len()),
+        (DType::Q5_1, &[3usize, 64][..], q5_1)
+    );
+    assert_eq!(t.data, &data[off1 as usize..]);
+    // Truncated Q5 data is named as such.
+    let short = RawGguf {
+        data: data[..data.len() - 1].to_vec(),
+        ..raw
+    };
+    let e = expect_err(&dir, "short.gguf", &short.bytes());
+    assert!(matches!(e, FormatError::Truncated { .. }), "{e}");
+}
+
 #[test]
 fn unsupported_type_names_the_tensor() {
     let dir = TempDir::new("type");
-    for ty in [6u32, 10, 13, 31, 999, u32::MAX] {
+    for ty in [4u32, 5, 10, 13, 31, 999, u32::MAX] {
         let raw = one_tensor(vec![256], ty, 0, 1024);
         let e = expect_err(&dir, "t.gguf", &raw.bytes());
         assert!(
@@ -176,7 +219,15 @@ fn unsupported_type_names_the_tensor() {
 #[test]
 fn ne0_not_multiple_of_block() {
     let dir = TempDir::new("block");
-    for (ty, ne0) in [(2u32, 31u64), (3, 48), (8, 1), (12, 128), (14, 257)] {
+    for (ty, ne0) in [
+        (2u32, 31u64),
+        (3, 48),
+        (6, 48),
+        (7, 16),
+        (8, 1),
+        (12, 128),
+        (14, 257),
+    ] {
         let raw = one_tensor(vec![ne0, 1], ty, 0, 4096);
         let e = expect_err(&dir, "b.gguf", &raw.bytes());
         assert!(

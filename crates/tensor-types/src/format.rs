@@ -107,6 +107,14 @@ formats! {
     /// Blocks of 32: `{ d: f16, m: f16, qs: [u8; 16] }` (20 bytes); element `j`
     /// is `d * (qs[j] & 0xF) + m`, element `j + 16` is `d * (qs[j] >> 4) + m`.
     Q4_1 = (3, 32, 20),
+    /// Blocks of 32: `{ d: f16, qh: [u8; 4], qs: [u8; 16] }` (22 bytes), `qh` a
+    /// little-endian u32 of fifth bits; element `j < 16` is
+    /// `d * (((qs[j] & 0xF) | ((qh >> j) & 1) << 4) - 16)`, element `j + 16` is
+    /// `d * (((qs[j] >> 4) | ((qh >> (j + 12)) & 0x10)) - 16)`.
+    Q5_0 = (6, 32, 22),
+    /// Blocks of 32: `{ d: f16, m: f16, qh: [u8; 4], qs: [u8; 16] }` (24 bytes);
+    /// the unsigned 5-bit `q` as in [`Q5_0`](Self::Q5_0), element is `d * q + m`.
+    Q5_1 = (7, 32, 24),
     /// llama.cpp K-quant super-blocks of 256: `{ d: f16, dmin: f16,
     /// scales: [u8; 12], qs: [u8; 128] }` (144 bytes). Eight sub-blocks of 32,
     /// each with a 6-bit scale `sc` and 6-bit min `m` packed in `scales`
@@ -191,11 +199,13 @@ mod tests {
 
     /// llama.cpp's `ggml.c` `type_traits` (`type_name`, `blck_size`, `type_size`) and `ggml.h`
     /// `enum ggml_type` ids for the formats of the table, written out independently of it.
-    const LLAMA_CPP: [(&str, u32, usize, usize); 8] = [
+    const LLAMA_CPP: [(&str, u32, usize, usize); 10] = [
         ("F32", 0, 1, 4),
         ("F16", 1, 1, 2),
         ("Q4_0", 2, 32, 18),
         ("Q4_1", 3, 32, 20),
+        ("Q5_0", 6, 32, 22),
+        ("Q5_1", 7, 32, 24),
         ("Q8_0", 8, 32, 34),
         ("Q4_K", 12, 256, 144),
         ("Q6_K", 14, 256, 210),
@@ -214,7 +224,7 @@ mod tests {
         };
         assert_eq!(hy.ggml_id(), None);
         assert_eq!(hy.to_string(), "I4Hybrid(k=6)");
-        for id in [4, 5, 6, 7, 9, 10, 11, 13, 15, 29, 31, 1000, u32::MAX] {
+        for id in [4, 5, 9, 10, 11, 13, 15, 29, 31, 1000, u32::MAX] {
             assert_eq!(WeightFormat::from_ggml_id(id), None, "id {id}");
         }
     }
@@ -235,6 +245,8 @@ mod tests {
         use WeightFormat::*;
         assert_eq!(Q4_1.row_bytes(576), Some(18 * 20));
         assert_eq!(Q8_0.row_bytes(33), None);
+        assert_eq!(Q5_0.row_bytes(896), Some(28 * 22));
+        assert_eq!(Q5_1.row_bytes(896), Some(28 * 24));
         assert_eq!(Q6_K.row_bytes(512), Some(420));
         assert_eq!(Q4_K.row_bytes(576), None);
         assert_eq!(F32.row_bytes(usize::MAX), None);

@@ -4,13 +4,15 @@
 use half::{bf16, f16};
 use kernels_neon::{dequantize_row_with, KernelPath, Precision, QMatrix, WeightFormat};
 
-pub const FORMATS: [WeightFormat; 11] = [
+pub const FORMATS: [WeightFormat; 13] = [
     WeightFormat::F32,
     WeightFormat::F16,
     WeightFormat::BF16,
     WeightFormat::Q8_0,
     WeightFormat::Q4_0,
     WeightFormat::Q4_1,
+    WeightFormat::Q5_0,
+    WeightFormat::Q5_1,
     WeightFormat::Q4_K,
     WeightFormat::Q6_K,
     // Per-channel INT4 without outliers, with a few, and with many (a
@@ -66,6 +68,16 @@ pub fn random_matrix(format: WeightFormat, rows: usize, cols: usize, rng: &mut R
                     }
                     let nq = if format == WeightFormat::Q8_0 { 32 } else { 16 };
                     (0..nq).for_each(|_| out.push(rng.byte()));
+                }
+            }
+            WeightFormat::Q5_0 | WeightFormat::Q5_1 => {
+                for _ in 0..cols / 32 {
+                    out.extend_from_slice(&f16::from_f32(rng.f() * 0.05).to_le_bytes());
+                    if format == WeightFormat::Q5_1 {
+                        out.extend_from_slice(&f16::from_f32(rng.f() * 0.2).to_le_bytes());
+                    }
+                    // qh (fifth bits), then the 16 nibble bytes.
+                    (0..4 + 16).for_each(|_| out.push(rng.byte()));
                 }
             }
             WeightFormat::Q4_K => {

@@ -30,6 +30,8 @@ pub(crate) fn axpy_row(format: WeightFormat, c: f32, row: &[u8], y: &mut [f32]) 
         WeightFormat::Q8_0 => axpy_q::<Q8_0>(c, row, y),
         WeightFormat::Q4_0 => axpy_q::<Q4_0>(c, row, y),
         WeightFormat::Q4_1 => axpy_q::<Q4_1>(c, row, y),
+        // No SIMD kernel for Q5 yet: the scalar reference.
+        WeightFormat::Q5_0 | WeightFormat::Q5_1 => crate::scalar::axpy_row(format, c, row, y),
         WeightFormat::Q4_K | WeightFormat::Q6_K => axpy_k(format, c, row, y),
         WeightFormat::I4Hybrid { outliers_per_row } => {
             axpy_hybrid(usize::from(outliers_per_row), c, row, y.len(), 0, y)

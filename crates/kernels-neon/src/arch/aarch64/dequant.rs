@@ -103,6 +103,8 @@ pub(crate) fn dequant_row(format: WeightFormat, src: &[u8], dst: &mut [f32]) {
         WeightFormat::Q8_0 => dequant_q::<Q8_0>(src, dst),
         WeightFormat::Q4_0 => dequant_q::<Q4_0>(src, dst),
         WeightFormat::Q4_1 => dequant_q::<Q4_1>(src, dst),
+        // No SIMD kernel for Q5 yet: the scalar reference.
+        WeightFormat::Q5_0 | WeightFormat::Q5_1 => crate::scalar::dequant_row(format, src, dst),
         WeightFormat::BF16 => {
             let n8 = dst.len() / 8 * 8;
             for (c, o) in src[..n8 * 2].chunks_exact(16).zip(dst.chunks_exact_mut(8)) {

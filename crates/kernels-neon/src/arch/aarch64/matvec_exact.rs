@@ -64,6 +64,8 @@ pub(crate) fn matvec_exact(w: &QMatrix<'_>, sel: Rows<'_>, x: &[f32], y: &mut [f
         WeightFormat::Q8_0 => rows_with(w, sel, y, |r| dot_exact_q::<Q8_0>(r, x)),
         WeightFormat::Q4_0 => rows_with(w, sel, y, |r| dot_exact_q::<Q4_0>(r, x)),
         WeightFormat::Q4_1 => rows_with(w, sel, y, |r| dot_exact_q::<Q4_1>(r, x)),
+        // No SIMD kernel for Q5 yet: the scalar reference.
+        WeightFormat::Q5_0 | WeightFormat::Q5_1 => crate::scalar::matvec_exact(w, sel, x, y),
         WeightFormat::Q4_K | WeightFormat::Q6_K => {
             rows_with(w, sel, y, |r| dot_exact_k(format, r, x))
         }

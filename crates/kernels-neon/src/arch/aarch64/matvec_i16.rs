@@ -92,6 +92,7 @@ pub(crate) fn matvec_i16(w: &QMatrix<'_>, sel: Rows<'_>, xq: &QActs16, y: &mut [
         WeightFormat::Q4_K | WeightFormat::Q6_K => {
             matvec_k_int(w, sel, &xq.d, &xq.s, y, |e| load_i16x8(&xq.qs[e..]))
         }
+        // Q5_0/Q5_1 (no SIMD kernel yet) and I4Hybrid: the scalar reference.
         _ => crate::scalar::matvec_i16(w, sel, xq, y),
     }
 }

@@ -116,6 +116,7 @@ pub(crate) fn matvec_int8(
         WeightFormat::Q4_K | WeightFormat::Q6_K => {
             matvec_k_int(w, sel, &xq.d, &xq.s, y, |e| load_i8x8_wide(&xq.qs[e..]))
         }
+        // Q5_0/Q5_1 (no SIMD kernel yet) and I4Hybrid: the scalar reference.
         _ => crate::scalar::matvec_int8(w, sel, xq, y),
     }
 }

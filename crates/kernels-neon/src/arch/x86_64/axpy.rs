@@ -72,6 +72,8 @@ pub(crate) unsafe fn axpy_row(format: WeightFormat, c: f32, row: &[u8], y: &mut 
             WeightFormat::Q8_0 => axpy_q::<Q8_0>(c, row, y),
             WeightFormat::Q4_0 => axpy_q::<Q4_0>(c, row, y),
             WeightFormat::Q4_1 => axpy_q::<Q4_1>(c, row, y),
+            // No SIMD kernel for Q5 yet: the scalar reference.
+            WeightFormat::Q5_0 | WeightFormat::Q5_1 => crate::scalar::axpy_row(format, c, row, y),
             WeightFormat::F32 => axpy_float::<F32>(c, row, y),
             WeightFormat::F16 => axpy_float::<F16>(c, row, y),
             WeightFormat::BF16 => axpy_float::<BF16>(c, row, y),

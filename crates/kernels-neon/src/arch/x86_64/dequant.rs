@@ -117,6 +117,8 @@ pub(crate) unsafe fn dequant_row(format: WeightFormat, src: &[u8], dst: &mut [f3
             WeightFormat::Q8_0 => dequant_q::<Q8_0>(src, dst),
             WeightFormat::Q4_0 => dequant_q::<Q4_0>(src, dst),
             WeightFormat::Q4_1 => dequant_q::<Q4_1>(src, dst),
+            // No SIMD kernel for Q5 yet: the scalar reference.
+            WeightFormat::Q5_0 | WeightFormat::Q5_1 => crate::scalar::dequant_row(format, src, dst),
             WeightFormat::F32 => dequant_float::<F32>(src, dst),
             WeightFormat::F16 => dequant_float::<F16>(src, dst),
             WeightFormat::BF16 => dequant_float::<BF16>(src, dst),

@@ -154,6 +154,7 @@ pub(crate) unsafe fn matvec_i16(w: &QMatrix<'_>, sel: Rows<'_>, xq: &QActs16, y:
                     dot_k_int::<false>(f, r, qs, xq.qs.len(), &xq.d, &xq.s)
                 })
             }
+            // Q5_0/Q5_1 (no SIMD kernel yet) and the rest: the scalar reference.
             _ => crate::scalar::matvec_i16(w, sel, xq, y),
         }
     }

@@ -161,6 +161,7 @@ pub(crate) unsafe fn matvec_int8(w: &QMatrix<'_>, sel: Rows<'_>, xq: &QActs, y: 
                     dot_k_int::<true>(f, r, qs, xq.qs.len(), &xq.d, &xq.s)
                 })
             }
+            // Q5_0/Q5_1 (no SIMD kernel yet) and the rest: the scalar reference.
             _ => crate::scalar::matvec_int8(w, sel, xq, y),
         }
     }
