@@ -136,6 +136,12 @@ fn test_aarch64() -> Result<()> {
     for k in AARCH64_TEST_CRATES {
         c.args(["-p", k]);
     }
+    // Tests that re-run their own binary in a child process (atomic_out::testing) start it through
+    // the same emulator as cargo's runner (.cargo/config.toml); there may be no binfmt handler.
+    c.env(
+        "SPARROW_TEST_RUNNER",
+        "qemu-aarch64 -L /usr/aarch64-linux-gnu",
+    );
     // Property tests are slow under emulation; fewer cases still cover every path.
     c.env(
         "PROPTEST_CASES",

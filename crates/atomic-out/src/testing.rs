@@ -38,7 +38,21 @@ pub fn child_writes(write: impl FnOnce(&Path) -> Result<(), String>) {
 /// under a file-size limit of `limit` bytes. Returns what that write returned (`Err` with its
 /// message), or `None` when no child can be started (an emulated target without binfmt).
 pub fn run_in_child(test: &str, dest: &Path, limit: u64) -> Option<Result<(), String>> {
-    let out = std::process::Command::new(std::env::current_exe().ok()?)
+    let exe = std::env::current_exe().ok()?;
+    // Under emulation (no binfmt handler) the child must go through the same runner as the test:
+    // `SPARROW_TEST_RUNNER` (e.g. `qemu-aarch64 -L /usr/aarch64-linux-gnu`, set by `cargo xtask
+    // test-aarch64`) is put before it.
+    let runner = std::env::var("SPARROW_TEST_RUNNER").unwrap_or_default();
+    let mut words = runner.split_whitespace();
+    let mut cmd = match words.next() {
+        Some(program) => {
+            let mut c = std::process::Command::new(program);
+            c.args(words).arg(exe);
+            c
+        }
+        None => std::process::Command::new(exe),
+    };
+    let out = cmd
         .args([test, "--exact", "--nocapture", "--test-threads=1"])
         .env(CHILD_DEST, dest)
         .env(CHILD_LIMIT, limit.to_string())
