@@ -30,9 +30,10 @@ pub struct ModelArgs {
     /// thread; PowerInfer-2 uses 512).
     #[arg(long, default_value_t = 0)]
     pub chunk_rows: usize,
-    /// Context size in tokens (0: the model's training context).
-    #[arg(long, default_value_t = 4096, value_parser = parse::ctx)]
-    pub ctx: usize,
+    /// Context size in tokens (0: the model's training context) [default: 4096, or the training
+    /// context if shorter].
+    #[arg(long, value_parser = parse::ctx)]
+    pub ctx: Option<usize>,
     /// Sparse FFN: compute only the neurons expected to fire, with the thresholds of the model's
     /// profile (`sparrow profile`) and its predictors (`sparrow train-predictor`) when present.
     #[arg(long)]

@@ -54,6 +54,9 @@ pub fn build_overlay(file: &ModelFile, args: &ModelArgs, quiet: bool) -> Result<
     Ok(Some(o))
 }
 
+/// The context when `--ctx` is not given (the engine caps it at the model's training context).
+const DEFAULT_CTX: usize = 4096;
+
 /// The engine options of `args` (and the kernels' process-wide `--chunk-rows`).
 pub fn engine_options(args: &ModelArgs) -> EngineOptions {
     // The kernels' work-item size is process-wide.
@@ -67,7 +70,7 @@ pub fn engine_options(args: &ModelArgs) -> EngineOptions {
         } else {
             Precision::Fast
         },
-        context: args.ctx,
+        context: args.ctx.unwrap_or(DEFAULT_CTX),
     }
 }
 
@@ -89,10 +92,10 @@ fn capped_threads(asked: usize) -> usize {
 /// engine caps it) and offload flags for a model that runs neither sparse nor from a store.
 fn warn_moot_flags(eng: &Engine<'_>, args: &ModelArgs) {
     let cfg = &eng.model().config;
-    if args.ctx > cfg.context_length {
+    if let Some(ctx) = args.ctx.filter(|&c| c > cfg.context_length) {
         eprintln!(
-            "sparrow: warning: --ctx {} is past the model's training context of {} tokens; using {}",
-            args.ctx, cfg.context_length, cfg.context_length
+            "sparrow: warning: --ctx {ctx} is past the model's training context of {} tokens; using {}",
+            cfg.context_length, cfg.context_length
         );
     }
     if !args.sparse && cfg.ffn_store.is_none() {
