@@ -13,6 +13,14 @@
 //!   Q4_0, 4.0 GB) with random weights whose activations follow a planted power law, streamed to
 //!   `target/synth/` (see `synth.rs`; `--help` lists the options). A dev build re-runs it as a release build
 //!   (`cargo run --release -p xtask -- synth-model ...`): unoptimized generation is about 6x slower.
+//! - `fuzz [--time S] [--cases N] [--seed X] [--targets a,b]`: a longer round of the stable fuzzer
+//!   (`crates/engine/tests/fuzz_round.rs`; CI runs a short one with the test suite) over the parsers of
+//!   untrusted files: targets `gguf`, `hf`, `tokenizer`, `chat_template`, `profile`, `predictor`,
+//!   `store`. Each target runs S seconds (default 30) or N cases, whichever ends first (`--cases`
+//!   alone: no time limit); `--seed` defaults to the clock, and is printed so a finding is reproduced
+//!   by passing it again. Prints executions, accepted and refused inputs and findings per target; a
+//!   panic (or a case over 2 s) is a finding, its input saved under `target/tmp/fuzz-PID/findings/`,
+//!   and fails the task.
 //!
 //! Invariant: every step that CI needs is here or in a test's own setup; `.ci/run` only calls `cargo xtask ci`.
 
@@ -201,6 +209,53 @@ fn synth_model() -> Result<()> {
     synth::main(&args, &root())
 }
 
+/// `fuzz`: runs the fuzz round test (release build) with the limits passed as its environment.
+fn fuzz(args: &[String]) -> Result<()> {
+    let mut time: Option<f64> = None;
+    let mut cases: Option<u64> = None;
+    let mut seed: Option<u64> = None;
+    let mut targets: Option<String> = None;
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let mut value = || {
+            it.next()
+                .with_context(|| format!("{a} needs a value"))
+                .cloned()
+        };
+        match a.as_str() {
+            "--time" => time = Some(value()?.parse().context("--time: seconds")?),
+            "--cases" => cases = Some(value()?.parse().context("--cases: a count")?),
+            "--seed" => seed = Some(value()?.parse().context("--seed: an integer")?),
+            "--targets" => targets = Some(value()?),
+            "-h" | "--help" => {
+                eprintln!(
+                    "usage: cargo xtask fuzz [--time S] [--cases N] [--seed X] [--targets a,b]"
+                );
+                return Ok(());
+            }
+            _ => bail!("fuzz: unknown option `{a}` (try --help)"),
+        }
+    }
+    let (time, cases) = match (time, cases) {
+        (None, Some(n)) => (1e9, n),
+        (t, n) => (t.unwrap_or(30.0), n.unwrap_or(u64::MAX)),
+    };
+    let seed = seed.unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_nanos() as u64)
+    });
+    eprintln!("xtask: fuzz seed {seed} (pass --seed {seed} to repeat this round)");
+    let mut c = cargo();
+    c.args(["test", "--release", "-p", "engine", "--test", "fuzz_round"])
+        .args(["--", "fuzz_round", "--exact", "--nocapture"])
+        .env("SPARROW_FUZZ_TIME", time.to_string())
+        .env("SPARROW_FUZZ_CASES", cases.to_string())
+        .env("SPARROW_FUZZ_SEED", seed.to_string())
+        .env("SPARROW_FUZZ_TARGETS", targets.unwrap_or_default());
+    run(&mut c)
+}
+
 fn main() -> Result<()> {
     let task = std::env::args().nth(1).unwrap_or_default();
     match task.as_str() {
@@ -216,8 +271,9 @@ fn main() -> Result<()> {
             Ok(())
         }
         "synth-model" => synth_model(),
+        "fuzz" => fuzz(&std::env::args().skip(2).collect::<Vec<_>>()),
         _ => {
-            eprintln!("usage: cargo xtask <ci | setup | tidy | test-aarch64 | check-android | fixtures | synth-model [--help]>");
+            eprintln!("usage: cargo xtask <ci | setup | tidy | test-aarch64 | check-android | fixtures | synth-model [--help] | fuzz [--time S] [--cases N]>");
             bail!("unknown task `{task}`")
         }
     }
