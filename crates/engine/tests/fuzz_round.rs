@@ -19,8 +19,24 @@ fn work() -> PathBuf {
     Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("fuzz-{}", std::process::id()))
 }
 
+/// With `SPARROW_FUZZ_EXPORT=DIR` set, the round only writes each target's seeds as a libFuzzer corpus,
+/// `DIR/<target>/seed-N` (`cargo xtask fuzz --libfuzzer`): one file as it is, several joined by NUL bytes.
+fn export_seeds(dir: &Path) {
+    for t in targets::all() {
+        let d = dir.join(t.name);
+        std::fs::create_dir_all(&d).unwrap();
+        for (i, case) in t.seeds.iter().enumerate() {
+            let parts: Vec<&[u8]> = case.iter().map(|(_, b)| b.as_slice()).collect();
+            std::fs::write(d.join(format!("seed-{i}")), parts.join(&0u8)).unwrap();
+        }
+    }
+}
+
 #[test]
 fn fuzz_round() {
+    if let Some(dir) = std::env::var_os("SPARROW_FUZZ_EXPORT").filter(|v| !v.is_empty()) {
+        return export_seeds(Path::new(&dir));
+    }
     let limits = Limits::from_env();
     let only: Option<Vec<String>> = std::env::var("SPARROW_FUZZ_TARGETS")
         .ok()
