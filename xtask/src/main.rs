@@ -13,6 +13,17 @@
 //!   Q4_0, 4.0 GB) with random weights whose activations follow a planted power law, streamed to
 //!   `target/synth/` (see `synth.rs`; `--help` lists the options). A dev build re-runs it as a release build
 //!   (`cargo run --release -p xtask -- synth-model ...`): unoptimized generation is about 6x slower.
+//! - `fuzz [--time S] [--cases N] [--seed X] [--targets a,b]`: a longer round of the stable fuzzer
+//!   (`crates/engine/tests/fuzz_round.rs`; CI runs a short one with the test suite) over the parsers of
+//!   untrusted files: targets `gguf`, `hf`, `tokenizer`, `chat_template`, `profile`, `predictor`,
+//!   `store`. Each target runs S seconds (default 30) or N cases, whichever ends first (`--cases`
+//!   alone: no time limit); `--seed` defaults to the clock, and is printed so a finding is reproduced
+//!   by passing it again. Prints executions, accepted and refused inputs and findings per target; a
+//!   panic (or a case over 2 s) is a finding, its input saved under `target/tmp/fuzz-PID/findings/`,
+//!   and fails the task. `--libfuzzer`: the cargo-fuzz targets of `fuzz/` (same names) instead, each for
+//!   S seconds with `-rss_limit_mb=1024`, seeded from the round's seeds (`fuzz/corpus/<target>/`);
+//!   installs the nightly toolchain (rustup) and cargo-fuzz (`cargo install`) when missing. Crashes
+//!   are left in `fuzz/artifacts/<target>/`.
 //!
 //! Invariant: every step that CI needs is here or in a test's own setup; `.ci/run` only calls `cargo xtask ci`.
 
@@ -207,6 +218,131 @@ fn synth_model() -> Result<()> {
     synth::main(&args, &root())
 }
 
+/// `fuzz`: runs the fuzz round test (release build) with the limits passed as its environment.
+fn fuzz(args: &[String]) -> Result<()> {
+    let mut time: Option<f64> = None;
+    let mut cases: Option<u64> = None;
+    let mut seed: Option<u64> = None;
+    let mut targets: Option<String> = None;
+    let mut libfuzzer = false;
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let mut value = || {
+            it.next()
+                .with_context(|| format!("{a} needs a value"))
+                .cloned()
+        };
+        match a.as_str() {
+            "--time" => time = Some(value()?.parse().context("--time: seconds")?),
+            "--cases" => cases = Some(value()?.parse().context("--cases: a count")?),
+            "--seed" => seed = Some(value()?.parse().context("--seed: an integer")?),
+            "--targets" => targets = Some(value()?),
+            "--libfuzzer" => libfuzzer = true,
+            "-h" | "--help" => {
+                eprintln!(
+                    "usage: cargo xtask fuzz [--time S] [--cases N] [--seed X] [--targets a,b]"
+                );
+                return Ok(());
+            }
+            _ => bail!("fuzz: unknown option `{a}` (try --help)"),
+        }
+    }
+    if libfuzzer {
+        return fuzz_libfuzzer(time.unwrap_or(30.0), cases, targets);
+    }
+    let (time, cases) = match (time, cases) {
+        (None, Some(n)) => (1e9, n),
+        (t, n) => (t.unwrap_or(30.0), n.unwrap_or(u64::MAX)),
+    };
+    let seed = seed.unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_nanos() as u64)
+    });
+    eprintln!("xtask: fuzz seed {seed} (pass --seed {seed} to repeat this round)");
+    let mut c = cargo();
+    c.args(["test", "--release", "-p", "engine", "--test", "fuzz_round"])
+        .args(["--", "fuzz_round", "--exact", "--nocapture"])
+        .env("SPARROW_FUZZ_TIME", time.to_string())
+        .env("SPARROW_FUZZ_CASES", cases.to_string())
+        .env("SPARROW_FUZZ_SEED", seed.to_string())
+        .env("SPARROW_FUZZ_TARGETS", targets.unwrap_or_default());
+    run(&mut c)
+}
+
+/// Targets of the `fuzz/` crate (the stable round's names).
+const FUZZ_TARGETS: &[&str] = &[
+    "gguf",
+    "hf",
+    "tokenizer",
+    "chat_template",
+    "profile",
+    "predictor",
+    "store",
+];
+
+/// `fuzz --libfuzzer`: nightly and cargo-fuzz (installed when missing), seeds exported by the stable
+/// round, then each target for `time` seconds (or `cases` runs).
+fn fuzz_libfuzzer(time: f64, cases: Option<u64>, targets: Option<String>) -> Result<()> {
+    let toolchains = String::from_utf8(
+        Command::new("rustup")
+            .args(["toolchain", "list"])
+            .output()
+            .context("rustup is needed for --libfuzzer")?
+            .stdout,
+    )?;
+    if !toolchains.lines().any(|l| l.starts_with("nightly")) {
+        run(Command::new("rustup").args([
+            "toolchain",
+            "install",
+            "nightly",
+            "--profile",
+            "minimal",
+        ]))?;
+    }
+    let has_cargo_fuzz = cargo()
+        .args(["fuzz", "--version"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !has_cargo_fuzz {
+        run(cargo().args(["install", "cargo-fuzz", "--locked"]))?;
+    }
+    let corpus = root().join("fuzz").join("corpus");
+    run(cargo()
+        .args(["test", "--release", "-p", "engine", "--test", "fuzz_round"])
+        .args(["--", "fuzz_round", "--exact"])
+        .env("SPARROW_FUZZ_EXPORT", &corpus))?;
+    let chosen: Vec<&str> = match &targets {
+        Some(t) => t.split(',').collect(),
+        None => FUZZ_TARGETS.to_vec(),
+    };
+    let mut failed = Vec::new();
+    for t in chosen {
+        if !FUZZ_TARGETS.contains(&t) {
+            bail!("unknown fuzz target `{t}` (known: {FUZZ_TARGETS:?})");
+        }
+        let mut c = Command::new("cargo");
+        c.current_dir(root())
+            .env_remove("RUSTUP_TOOLCHAIN")
+            .env_remove("CARGO")
+            .args(["+nightly", "fuzz", "run", "--release", t])
+            .arg(corpus.join(t))
+            .args(["--", "-rss_limit_mb=1024"])
+            .arg(format!("-max_total_time={}", time.ceil() as u64));
+        if let Some(n) = cases {
+            c.arg(format!("-runs={n}"));
+        }
+        if let Err(e) = run(&mut c) {
+            eprintln!("xtask: fuzz target {t}: {e:#} (crash input in fuzz/artifacts/{t}/)");
+            failed.push(t);
+        }
+    }
+    if !failed.is_empty() {
+        bail!("libFuzzer found crashes in {failed:?}");
+    }
+    Ok(())
+}
+
 fn main() -> Result<()> {
     let task = std::env::args().nth(1).unwrap_or_default();
     match task.as_str() {
@@ -222,8 +358,9 @@ fn main() -> Result<()> {
             Ok(())
         }
         "synth-model" => synth_model(),
+        "fuzz" => fuzz(&std::env::args().skip(2).collect::<Vec<_>>()),
         _ => {
-            eprintln!("usage: cargo xtask <ci | setup | tidy | test-aarch64 | check-android | fixtures | synth-model [--help]>");
+            eprintln!("usage: cargo xtask <ci | setup | tidy | test-aarch64 | check-android | fixtures | synth-model [--help] | fuzz [--time S] [--cases N]>");
             bail!("unknown task `{task}`")
         }
     }

@@ -196,15 +196,27 @@ impl ChatTemplate {
             .get_template(TEMPLATE_NAME)
             .map_err(|e| TokenizerError::Render(describe(&e)))?;
         let mut out = BoundedOutput::default();
-        let result = tmpl.render_captured_to(
-            context! {
-                messages => messages,
-                add_generation_prompt => add_generation_prompt,
-                bos_token => bos_token,
-                eos_token => eos_token,
-            },
-            &mut out,
-        );
+        // minijinja 2.24 panics on some inputs (`''[::-1]`: a reversed slice of an empty string
+        // indexes past its end; found by the fuzz round): a panic is an error of this template.
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            tmpl.render_captured_to(
+                context! {
+                    messages => messages,
+                    add_generation_prompt => add_generation_prompt,
+                    bos_token => bos_token,
+                    eos_token => eos_token,
+                },
+                &mut out,
+            )
+        }))
+        .map_err(|panic| {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            TokenizerError::Render(format!("the template engine failed: {what}"))
+        })?;
         match result {
             Ok(_) => String::from_utf8(out.bytes)
                 .map_err(|_| TokenizerError::Render("output is not UTF-8".into())),
@@ -416,5 +428,17 @@ mod tests {
             serde_json::to_string(&m).unwrap(),
             r#"{"role":"user","content":"Hi"}"#
         );
+    }
+
+    /// Regression (fuzz round, issue 19): minijinja panicked reversing an empty string
+    /// (`''[::-1]`, here an empty message); rendering returns an error instead.
+    #[test]
+    fn reversing_an_empty_string_is_an_error_not_a_panic() {
+        let t =
+            ChatTemplate::new("{% for m in messages %}{{ m.content[::-1] }}{% endfor %}").unwrap();
+        let full = t.render(&[ChatMessage::new("user", "ab")], false, "", "");
+        assert_eq!(full.unwrap(), "ba");
+        let empty = t.render(&[ChatMessage::new("assistant", "")], false, "", "");
+        assert!(matches!(empty, Err(TokenizerError::Render(_))), "{empty:?}");
     }
 }

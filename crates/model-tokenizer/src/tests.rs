@@ -427,3 +427,24 @@ fn stream_decoder_window_path() {
     let got: Vec<String> = emoji.iter().map(|&i| s.push(i).unwrap()).collect();
     assert_eq!(got, ["", "", "", "😀"]);
 }
+
+/// Regression (fuzz round, issue 19): a syntax error inside the `decoder` object made `tokenizers`
+/// panic (`expect("Helper")`) instead of returning an error.
+#[test]
+fn syntax_error_inside_the_decoder_is_an_error_not_a_panic() {
+    let json = tiny(Some("smollm")).to_json(false).unwrap();
+    let dir = std::env::temp_dir().join(format!("model-tokenizer-decoder-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("tokenizer.json");
+    for broken in [
+        r#""decoder":{,"#,
+        r#""decoder":{"type" 1,"#,
+        r#""decoder":{"type":trUe,"#,
+    ] {
+        assert!(json.contains(r#""decoder":{"#));
+        std::fs::write(&path, json.replacen(r#""decoder":{"#, broken, 1)).unwrap();
+        let r = Tokenizer::from_tokenizer_json(&path);
+        assert!(matches!(r, Err(TokenizerError::Json { .. })), "{broken}");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -341,11 +341,15 @@ impl Tokenizer {
     /// `generation_config.json` lies next to it, its `eos_token_id`s are added to the stop ids.
     pub fn from_tokenizer_json(path: &Path) -> Result<Tokenizer, TokenizerError> {
         let text = read(path)?;
-        let inner: tokenizers::Tokenizer =
-            serde_json::from_str(&text).map_err(|e| TokenizerError::Json {
-                path: path.to_owned(),
-                message: e.to_string(),
-            })?;
+        let json_error = |e: serde_json::Error| TokenizerError::Json {
+            path: path.to_owned(),
+            message: e.to_string(),
+        };
+        // Syntax first, structure second: `tokenizers` 0.23 panics (`expect("Helper")` in its decoder
+        // deserializer) on a syntax error inside the `decoder` object when it reads text directly;
+        // reading a parsed value cannot meet a syntax error. Found by the fuzz round.
+        let value: serde_json::Value = serde_json::from_str(&text).map_err(json_error)?;
+        let inner: tokenizers::Tokenizer = serde_json::from_value(value).map_err(json_error)?;
         let dir = path.parent().unwrap_or_else(|| Path::new("."));
 
         let vocab = inner.get_vocab(true);

@@ -33,7 +33,12 @@ impl NeuronStore {
         }
         let first = io.read_at(file, 0, PAGE)?;
         let h = decode_header(&first, &path)?;
-        let need = (HEADER_LEN + h.index_len).next_multiple_of(PAGE);
+        // Checked: a hostile index length near usize::MAX wrapped to a small `need` and the index
+        // slice below panicked (found by the fuzz round).
+        let need = HEADER_LEN
+            .checked_add(h.index_len)
+            .and_then(|n| n.checked_next_multiple_of(PAGE))
+            .unwrap_or(usize::MAX);
         if need as u64 > len {
             return Err(bad(format!(
                 "index of {} bytes runs past the end of the {len}-byte file",

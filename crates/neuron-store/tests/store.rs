@@ -371,3 +371,24 @@ proptest! {
         std::fs::remove_file(&path).unwrap();
     }
 }
+
+/// Regression (fuzz round, issue 19): an index length near `u64::MAX` under a valid header checksum
+/// wrapped the "header + index" size to a small number and slicing the index panicked.
+#[test]
+fn huge_index_length_is_an_error_not_a_panic() {
+    let (_, good) = base_store();
+    for index_len in [u64::MAX - 20, u64::MAX - 47, u64::MAX, 1 << 60] {
+        let mut bytes = good.clone();
+        bytes[16..24].copy_from_slice(&index_len.to_le_bytes());
+        let crc = crc32fast::hash(&bytes[..40]);
+        bytes[40..44].copy_from_slice(&crc.to_le_bytes());
+        let path = tmp(&format!("huge-index-{index_len}.neurons"));
+        std::fs::write(&path, &bytes).unwrap();
+        let r = NeuronStore::open(&io(), &path, OpenOptions::default());
+        assert!(
+            matches!(r, Err(StoreError::Corrupt { .. })),
+            "{index_len}: {r:?}"
+        );
+        std::fs::remove_file(&path).unwrap();
+    }
+}
