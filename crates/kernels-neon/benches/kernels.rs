@@ -29,7 +29,11 @@ fn bench_matvec(c: &mut Criterion) {
         (WeightFormat::Q8_0, 1536, 576),
         // K-quants need cols % 256 == 0; Q4_1 at the same shape for comparison
         (WeightFormat::Q4_K, 1536, 1536),
+        (WeightFormat::Q5_K, 1536, 1536),
         (WeightFormat::Q6_K, 1536, 1536),
+        // Qwen2.5-0.5B's tied Q5_0 embedding/output (896 wide), Q5_1 beside it
+        (WeightFormat::Q5_0, 4864, 896),
+        (WeightFormat::Q5_1, 4864, 896),
         (WeightFormat::Q4_1, 1536, 1536),
         // I4Hybrid at 1% outliers (SmolLM2 up and down shapes): f32
         // activations in every precision, so only `Exact` is measured.

@@ -31,7 +31,7 @@ use crate::{KernelError, LayoutError, WeightFormat};
 /// exactly `format.row_bytes(src.len())` bytes.
 ///
 /// Supported formats: `F32`, `F16`, `BF16`, `Q8_0`, `Q4_0`, `Q4_1`,
-/// `I4Hybrid`; `Q5_0`, `Q5_1` and the K-quants
+/// `I4Hybrid`; `Q5_0`, `Q5_1`, the K-quants and the IQ4 formats
 /// give [`KernelError::Unsupported`]. Non-finite inputs give
 /// [`KernelError::NonFinite`] (a quantized block cannot represent them).
 pub fn quantize_row(format: WeightFormat, src: &[f32], dst: &mut [u8]) -> Result<(), KernelError> {
@@ -113,7 +113,13 @@ pub fn quantize_row(format: WeightFormat, src: &[f32], dst: &mut [u8]) -> Result
                 }
             }
         }
-        WeightFormat::Q5_0 | WeightFormat::Q5_1 | WeightFormat::Q4_K | WeightFormat::Q6_K => {
+        WeightFormat::Q5_0
+        | WeightFormat::Q5_1
+        | WeightFormat::Q4_K
+        | WeightFormat::Q5_K
+        | WeightFormat::Q6_K
+        | WeightFormat::IQ4_NL
+        | WeightFormat::IQ4_XS => {
             return Err(KernelError::Unsupported {
                 what: "quantize_row",
                 format,

@@ -11,6 +11,7 @@ use half::{bf16, f16};
 use crate::arch::Rows;
 use crate::quant::{QActs, QActs16};
 use crate::{KernelError, QMatrix, WeightFormat, HYBRID_HEADER};
+use tensor_types::IQ4NL_VALUES;
 
 /// Reads a little-endian IEEE half at byte offset `i`.
 #[inline(always)]
@@ -224,6 +225,35 @@ pub(crate) fn dequant_row(format: WeightFormat, src: &[u8], dst: &mut [f32]) {
                 }
             }
         }
+        WeightFormat::Q5_K => {
+            for (blk, out) in src.chunks_exact(176).zip(dst.chunks_exact_mut(256)) {
+                let (dl, ml) = q4k_scales(blk);
+                for (s, o) in out.chunks_exact_mut(32).enumerate() {
+                    for (i, v) in o.iter_mut().enumerate() {
+                        *v = dl[s] * f32::from(q5k_quant(blk, 32 * s + i)) - ml[s];
+                    }
+                }
+            }
+        }
+        WeightFormat::IQ4_NL => {
+            for (blk, out) in src.chunks_exact(18).zip(dst.chunks_exact_mut(32)) {
+                let d = f16_at(blk, 0);
+                for (o, q) in out.iter_mut().zip(iq4_quants(&blk[2..18])) {
+                    *o = d * f32::from(q);
+                }
+            }
+        }
+        WeightFormat::IQ4_XS => {
+            for (blk, out) in src.chunks_exact(136).zip(dst.chunks_exact_mut(256)) {
+                let dl = iq4xs_scales(blk);
+                for (s, o) in out.chunks_exact_mut(32).enumerate() {
+                    let q = iq4_quants(&blk[8 + 16 * s..24 + 16 * s]);
+                    for (v, q) in o.iter_mut().zip(q) {
+                        *v = dl[s] * f32::from(q);
+                    }
+                }
+            }
+        }
         WeightFormat::Q6_K => {
             for (blk, out) in src.chunks_exact(210).zip(dst.chunks_exact_mut(256)) {
                 let ds = q6k_scales(blk);
@@ -277,6 +307,40 @@ pub(crate) fn q4k_quant(blk: &[u8], i: usize) -> u8 {
     } else {
         b >> 4
     }
+}
+
+/// Q5_K: the 5-bit quant of element `i` (0..256) of a super-block: the
+/// nibble as in Q4_K (`qs` at byte 48), plus 16 where bit `i / 32` of
+/// `qh[i % 32]` (byte 16) is set (llama.cpp `dequantize_row_q5_K`).
+#[inline(always)]
+pub(crate) fn q5k_quant(blk: &[u8], i: usize) -> u8 {
+    let b = blk[48 + 32 * (i / 64) + i % 32];
+    let lo = if i % 64 < 32 { b & 0xF } else { b >> 4 };
+    lo | ((blk[16 + i % 32] >> (i / 32)) & 1) << 4
+}
+
+/// IQ4_NL / IQ4_XS: the 32 signed values (`IQ4NL_VALUES`) of 16 nibble
+/// bytes, in element order (low nibbles, then high nibbles).
+#[inline(always)]
+pub(crate) fn iq4_quants(qs: &[u8]) -> [i8; 32] {
+    let mut q = [0i8; 32];
+    for j in 0..16 {
+        q[j] = IQ4NL_VALUES[usize::from(qs[j] & 0xF)];
+        q[j + 16] = IQ4NL_VALUES[usize::from(qs[j] >> 4)];
+    }
+    q
+}
+
+/// IQ4_XS super-block: per sub-block of 32 the f32 factor `d * (ls - 32)`
+/// (llama.cpp `dequantize_row_iq4_xs`).
+#[inline(always)]
+pub(crate) fn iq4xs_scales(blk: &[u8]) -> [f32; 8] {
+    let d = f16_at(blk, 0);
+    let sh = u16::from_le_bytes([blk[2], blk[3]]);
+    std::array::from_fn(|s| {
+        let ls = ((blk[4 + s / 2] >> (4 * (s % 2))) & 0xF) | (((sh >> (2 * s)) & 3) as u8) << 4;
+        d * (i32::from(ls) - 32) as f32
+    })
 }
 
 /// Q6_K super-block: per sub-block of 16 the f32 factor `d * sc`.
@@ -393,7 +457,8 @@ pub(crate) fn dot_int8(format: WeightFormat, row: &[u8], xq: &QActs) -> f32 {
         WeightFormat::Q5_0 | WeightFormat::Q5_1 => {
             acc = dot_q5(format, row, &xq.qs, &xq.d, &xq.s);
         }
-        WeightFormat::Q4_K | WeightFormat::Q6_K => {
+        WeightFormat::IQ4_NL => acc = dot_iq4nl(row, &xq.qs, &xq.d),
+        WeightFormat::Q4_K | WeightFormat::Q5_K | WeightFormat::Q6_K | WeightFormat::IQ4_XS => {
             acc = dot_k(format, row, &xq.qs, &xq.d, &xq.s);
         }
         // Float and hybrid formats never take the integer path (see `matvec`).
@@ -433,13 +498,31 @@ pub(crate) fn dot_q5<T: Copy + Into<i32>>(
     acc
 }
 
+/// Integer dot of an IQ4_NL row with quantized activations (8- or 16-bit
+/// quants `qs`, per-32 scales `d`): per block the exact i32 sum of
+/// `IQ4NL_VALUES[q_w] * q_x` (|sum| <= 32·127·32767 < 2^27) scaled by `d_w * d_x`.
+pub(crate) fn dot_iq4nl<T: Copy + Into<i32>>(row: &[u8], qs: &[T], d: &[f32]) -> f32 {
+    let mut acc = 0f32;
+    for (b, blk) in row.chunks_exact(18).enumerate() {
+        let qx = &qs[b * 32..b * 32 + 32];
+        let mut isum = 0i32;
+        for (&q, &x) in iq4_quants(&blk[2..18]).iter().zip(qx) {
+            isum += i32::from(q) * x.into();
+        }
+        acc += f16_at(blk, 0) * d[b] * isum as f32;
+    }
+    acc
+}
+
 /// Integer dot of a K-quant row with quantized activations (8- or 16-bit
 /// quants `qs`, per-32 scales `d`, per-32 `s = d * sum(q)`).
 ///
-/// Q4_K: per sub-block of 32 (= activation block `b`) the exact i32 sum of
+/// Q4_K, Q5_K: per sub-block of 32 (= activation block `b`) the exact i32 sum of
 /// `q_w * q_x`, scaled by `(d*sc) * d_x`, minus `(dmin*m) * s_x` (the min
 /// term). Q6_K: per sub-block of 16 (half an activation block) the i32 sum
 /// of `(q_w - 32) * q_x` scaled by `(d*sc) * d_x` (|sum| <= 16·32·32767 < 2^24).
+/// IQ4_XS: per sub-block of 32 the i32 sum of `IQ4NL_VALUES[q_w] * q_x`
+/// scaled by `d * (ls - 32) * d_x`.
 pub(crate) fn dot_k<T: Copy + Into<i32>>(
     format: WeightFormat,
     row: &[u8],
@@ -449,15 +532,20 @@ pub(crate) fn dot_k<T: Copy + Into<i32>>(
 ) -> f32 {
     let mut acc = 0f32;
     match format {
-        WeightFormat::Q4_K => {
-            for (sb, blk) in row.chunks_exact(144).enumerate() {
+        WeightFormat::Q4_K | WeightFormat::Q5_K => {
+            let quant = if format == WeightFormat::Q4_K {
+                q4k_quant
+            } else {
+                q5k_quant
+            };
+            for (sb, blk) in row.chunks_exact(format.block_bytes()).enumerate() {
                 let (dl, ml) = q4k_scales(blk);
                 for j in 0..8 {
                     let b = sb * 8 + j;
                     let qx = &qs[b * 32..b * 32 + 32];
                     let mut isum = 0i32;
                     for (i, &x) in qx.iter().enumerate() {
-                        isum += i32::from(q4k_quant(blk, 32 * j + i)) * x.into();
+                        isum += i32::from(quant(blk, 32 * j + i)) * x.into();
                     }
                     acc += dl[j] * d[b] * isum as f32 - ml[j] * s[b];
                 }
@@ -475,6 +563,20 @@ pub(crate) fn dot_k<T: Copy + Into<i32>>(
                         isum += i32::from(q6k_quant(blk, 16 * j + i)) * x.into();
                     }
                     acc += dsj * d[b] * isum as f32;
+                }
+            }
+        }
+        WeightFormat::IQ4_XS => {
+            for (sb, blk) in row.chunks_exact(136).enumerate() {
+                let dl = iq4xs_scales(blk);
+                for (j, &dlj) in dl.iter().enumerate() {
+                    let b = sb * 8 + j;
+                    let qx = &qs[b * 32..b * 32 + 32];
+                    let mut isum = 0i32;
+                    for (&q, &x) in iq4_quants(&blk[8 + 16 * j..24 + 16 * j]).iter().zip(qx) {
+                        isum += i32::from(q) * x.into();
+                    }
+                    acc += dlj * d[b] * isum as f32;
                 }
             }
         }
@@ -508,6 +610,9 @@ pub(crate) fn dot_i16(format: WeightFormat, row: &[u8], xq: &QActs16) -> f32 {
     }
     if matches!(format, WeightFormat::Q5_0 | WeightFormat::Q5_1) {
         return dot_q5(format, row, &xq.qs, &xq.d, &xq.s);
+    }
+    if format == WeightFormat::IQ4_NL {
+        return dot_iq4nl(row, &xq.qs, &xq.d);
     }
     if format.is_hybrid() {
         // Never called: hybrid rows use f32 activations (see `matvec`).

@@ -290,7 +290,10 @@ fn axpy_rows_large_parallel() {
         WeightFormat::Q5_1,
         WeightFormat::F16,
         WeightFormat::Q4_K,
+        WeightFormat::Q5_K,
         WeightFormat::Q6_K,
+        WeightFormat::IQ4_NL,
+        WeightFormat::IQ4_XS,
         hybrid,
     ] {
         let data = random_matrix(format, n, cols, &mut rng);

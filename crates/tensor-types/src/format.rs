@@ -122,12 +122,35 @@ formats! {
     /// `d*sc * q - dmin*m` with 4-bit `q` (low nibbles of a 32-byte group for
     /// the even sub-block, high nibbles for the odd one).
     Q4_K = (12, 256, 144),
+    /// llama.cpp K-quant super-blocks of 256: `{ d: f16, dmin: f16,
+    /// scales: [u8; 12], qh: [u8; 32], qs: [u8; 128] }` (176 bytes). Scales,
+    /// mins and nibbles as in [`Q4_K`](Self::Q4_K); the fifth bit of element
+    /// `i` is bit `i / 32` of `qh[i % 32]`, so element `i` of sub-block `s`
+    /// is `d*sc * q - dmin*m` with 5-bit `q`.
+    Q5_K = (13, 256, 176),
     /// llama.cpp K-quant super-blocks of 256: `{ ql: [u8; 128], qh: [u8; 64],
     /// scales: [i8; 16], d: f16 }` (210 bytes, `d` last). Sixteen sub-blocks
     /// of 16 with a signed 8-bit scale each; element is `d * sc * (q - 32)`
     /// with 6-bit `q` (4 low bits in `ql`, 2 high bits in `qh`).
     Q6_K = (14, 256, 210),
+    /// Non-linear 4-bit blocks of 32: `{ d: f16, qs: [u8; 16] }` (18 bytes);
+    /// element `j < 16` is `d * IQ4NL_VALUES[qs[j] & 0xF]`, element `j + 16`
+    /// `d * IQ4NL_VALUES[qs[j] >> 4]` (llama.cpp `kvalues_iq4nl`).
+    IQ4_NL = (20, 32, 18),
+    /// Non-linear 4-bit super-blocks of 256: `{ d: f16, scales_h: u16,
+    /// scales_l: [u8; 4], qs: [u8; 128] }` (136 bytes). Eight sub-blocks of 32,
+    /// each with a 6-bit scale `ls` (low 4 bits in nibble `s % 2` of
+    /// `scales_l[s / 2]`, high 2 bits at bit `2s` of `scales_h`); element is
+    /// `d * (ls - 32) * IQ4NL_VALUES[q]`, the nibbles of `qs[16s..16s + 16]`
+    /// in [`IQ4_NL`](Self::IQ4_NL) order.
+    IQ4_XS = (23, 256, 136),
 }
+
+/// The 16 values of a 4-bit [`WeightFormat::IQ4_NL`] / [`WeightFormat::IQ4_XS`] quant
+/// (llama.cpp `kvalues_iq4nl`).
+pub const IQ4NL_VALUES: [i8; 16] = [
+    -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
+];
 
 impl WeightFormat {
     /// Bytes of one row of `cols` elements, or `None` if `cols` is not a
@@ -174,7 +197,8 @@ impl WeightFormat {
         self.block_len() > 1
     }
 
-    /// Whether this is a K-quant format (super-blocks of 256 elements).
+    /// Whether this is a K-quant format: super-blocks of 256 elements (the
+    /// `Q*_K` formats and [`IQ4_XS`](Self::IQ4_XS)).
     #[inline]
     pub fn is_k_quant(self) -> bool {
         self.block_len() == 256
@@ -199,7 +223,7 @@ mod tests {
 
     /// llama.cpp's `ggml.c` `type_traits` (`type_name`, `blck_size`, `type_size`) and `ggml.h`
     /// `enum ggml_type` ids for the formats of the table, written out independently of it.
-    const LLAMA_CPP: [(&str, u32, usize, usize); 10] = [
+    const LLAMA_CPP: [(&str, u32, usize, usize); 13] = [
         ("F32", 0, 1, 4),
         ("F16", 1, 1, 2),
         ("Q4_0", 2, 32, 18),
@@ -208,7 +232,10 @@ mod tests {
         ("Q5_1", 7, 32, 24),
         ("Q8_0", 8, 32, 34),
         ("Q4_K", 12, 256, 144),
+        ("Q5_K", 13, 256, 176),
         ("Q6_K", 14, 256, 210),
+        ("IQ4_NL", 20, 32, 18),
+        ("IQ4_XS", 23, 256, 136),
         ("BF16", 30, 1, 2),
     ];
 
@@ -224,7 +251,7 @@ mod tests {
         };
         assert_eq!(hy.ggml_id(), None);
         assert_eq!(hy.to_string(), "I4Hybrid(k=6)");
-        for id in [4, 5, 9, 10, 11, 13, 15, 29, 31, 1000, u32::MAX] {
+        for id in [4, 5, 9, 10, 11, 15, 29, 31, 1000, u32::MAX] {
             assert_eq!(WeightFormat::from_ggml_id(id), None, "id {id}");
         }
     }

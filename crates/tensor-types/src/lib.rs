@@ -43,6 +43,6 @@ mod precision;
 
 pub use activation::Activation;
 pub use error::LayoutError;
-pub use format::WeightFormat;
+pub use format::{WeightFormat, IQ4NL_VALUES};
 pub use matrix::QMatrix;
 pub use precision::Precision;

@@ -50,7 +50,7 @@ pub fn random_matrix(format: WeightFormat, rows: usize, cols: usize, seed: u64) 
                 WeightFormat::Q4_1 => {
                     blk[2..4].copy_from_slice(&f16::from_f32(-0.05).to_le_bytes())
                 }
-                WeightFormat::Q4_K => blk[2..4].copy_from_slice(&scale),
+                WeightFormat::Q4_K | WeightFormat::Q5_K => blk[2..4].copy_from_slice(&scale),
                 _ => {}
             }
         }

@@ -4,7 +4,7 @@
 use half::{bf16, f16};
 use kernels_neon::{dequantize_row_with, KernelPath, Precision, QMatrix, WeightFormat};
 
-pub const FORMATS: [WeightFormat; 13] = [
+pub const FORMATS: [WeightFormat; 16] = [
     WeightFormat::F32,
     WeightFormat::F16,
     WeightFormat::BF16,
@@ -14,7 +14,10 @@ pub const FORMATS: [WeightFormat; 13] = [
     WeightFormat::Q5_0,
     WeightFormat::Q5_1,
     WeightFormat::Q4_K,
+    WeightFormat::Q5_K,
     WeightFormat::Q6_K,
+    WeightFormat::IQ4_NL,
+    WeightFormat::IQ4_XS,
     // Per-channel INT4 without outliers, with a few, and with many (a
     // 32-wide row then has more outliers than INT4 weights).
     WeightFormat::I4Hybrid {
@@ -80,11 +83,20 @@ pub fn random_matrix(format: WeightFormat, rows: usize, cols: usize, rng: &mut R
                     (0..4 + 16).for_each(|_| out.push(rng.byte()));
                 }
             }
-            WeightFormat::Q4_K => {
+            WeightFormat::IQ4_NL | WeightFormat::IQ4_XS => {
+                for _ in 0..cols / format.block_len() {
+                    out.extend_from_slice(&f16::from_f32(rng.f() * 0.005).to_le_bytes());
+                    // IQ4_XS: scales_h, scales_l, then the nibbles; IQ4_NL: the nibbles.
+                    (0..format.block_bytes() - 2).for_each(|_| out.push(rng.byte()));
+                }
+            }
+            WeightFormat::Q4_K | WeightFormat::Q5_K => {
                 for _ in 0..cols / 256 {
                     out.extend_from_slice(&f16::from_f32(rng.f() * 0.01).to_le_bytes());
                     out.extend_from_slice(&f16::from_f32(rng.f() * 0.02).to_le_bytes());
-                    (0..12 + 128).for_each(|_| out.push(rng.byte()));
+                    // scales, then (Q5_K) the 32 qh bytes, then the 128 nibble bytes.
+                    let n = format.block_bytes() - 4;
+                    (0..n).for_each(|_| out.push(rng.byte()));
                 }
             }
             WeightFormat::I4Hybrid { outliers_per_row } => {

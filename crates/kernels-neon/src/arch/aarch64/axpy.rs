@@ -7,7 +7,7 @@ use super::hybrid::axpy_hybrid;
 use super::kquant::axpy_k;
 use super::simd::load_f32x4;
 use super::vector::axpy_f32;
-use crate::arch::tags::{block_bytes, Q4_0, Q4_1, Q8_0};
+use crate::arch::tags::{block_bytes, IQ4_NL, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
 use crate::WeightFormat;
 
 #[target_feature(enable = "neon")]
@@ -30,9 +30,12 @@ pub(crate) fn axpy_row(format: WeightFormat, c: f32, row: &[u8], y: &mut [f32]) 
         WeightFormat::Q8_0 => axpy_q::<Q8_0>(c, row, y),
         WeightFormat::Q4_0 => axpy_q::<Q4_0>(c, row, y),
         WeightFormat::Q4_1 => axpy_q::<Q4_1>(c, row, y),
-        // No SIMD kernel for Q5 yet: the scalar reference.
-        WeightFormat::Q5_0 | WeightFormat::Q5_1 => crate::scalar::axpy_row(format, c, row, y),
-        WeightFormat::Q4_K | WeightFormat::Q6_K => axpy_k(format, c, row, y),
+        WeightFormat::Q5_0 => axpy_q::<Q5_0>(c, row, y),
+        WeightFormat::Q5_1 => axpy_q::<Q5_1>(c, row, y),
+        WeightFormat::IQ4_NL => axpy_q::<IQ4_NL>(c, row, y),
+        // No SIMD kernel for IQ4_XS yet: the scalar reference.
+        WeightFormat::IQ4_XS => crate::scalar::axpy_row(format, c, row, y),
+        WeightFormat::Q4_K | WeightFormat::Q5_K | WeightFormat::Q6_K => axpy_k(format, c, row, y),
         WeightFormat::I4Hybrid { outliers_per_row } => {
             axpy_hybrid(usize::from(outliers_per_row), c, row, y.len(), 0, y)
         }

@@ -1,4 +1,4 @@
-//! Dequantization: the `Q8_0`/`Q4_0`/`Q4_1` block unpackers shared by the
+//! Dequantization: the `Q8_0`/`Q4_0`/`Q4_1`/`Q5_0`/`Q5_1` block unpackers shared by the
 //! other families (to f32 and to i8 lanes), and `dequant_row` (every format).
 
 use std::arch::aarch64::*;
@@ -7,8 +7,10 @@ use half::bf16;
 
 use super::hybrid::dequant_hybrid;
 use super::kquant::dequant_superblock;
-use super::simd::{f16_at, load_u8x16, s8_to_f32, u8_to_f32};
-use crate::arch::tags::{block_bytes, Q4_0, Q4_1, Q8_0};
+use super::simd::{f16_at, iq4nl_values, load_u8x16, q5_quants, s8_to_f32, u8_to_f32};
+use crate::arch::tags::{
+    block_bytes, has_min, quants_offset, IQ4_NL, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
+};
 use crate::WeightFormat;
 
 /// Dequantizes one block (`blk` starts at the block) into 8 × f32x4.
@@ -32,6 +34,22 @@ pub(super) fn dequant_block<const F: u8>(blk: &[u8]) -> [float32x4_t; 8] {
                 s8_to_f32(vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8::<4>(raw)), eight)),
             )
         }
+        Q5_0 => {
+            let (lo, hi) = q5_quants(&blk[quants_offset(F)..]);
+            let sixteen = vdupq_n_s8(16);
+            (
+                s8_to_f32(vsubq_s8(vreinterpretq_s8_u8(lo), sixteen)),
+                s8_to_f32(vsubq_s8(vreinterpretq_s8_u8(hi), sixteen)),
+            )
+        }
+        Q5_1 => {
+            let (lo, hi) = q5_quants(&blk[quants_offset(F)..]);
+            (u8_to_f32(lo), u8_to_f32(hi))
+        }
+        IQ4_NL => {
+            let (lo, hi) = iq4nl_values(&blk[2..18]);
+            (s8_to_f32(lo), s8_to_f32(hi))
+        }
         _ => {
             let raw = load_u8x16(&blk[4..20]);
             (
@@ -41,7 +59,7 @@ pub(super) fn dequant_block<const F: u8>(blk: &[u8]) -> [float32x4_t; 8] {
         }
     };
     let mut out = [vdupq_n_f32(0.0); 8];
-    if F == Q4_1 {
+    if has_min(F) {
         let m = vdupq_n_f32(f16_at(blk, 2));
         for (o, v) in out.iter_mut().zip(a.iter().chain(&b)) {
             *o = vfmaq_n_f32(m, *v, d);
@@ -54,7 +72,9 @@ pub(super) fn dequant_block<const F: u8>(blk: &[u8]) -> [float32x4_t; 8] {
     out
 }
 
-/// The two 16-lane i8 halves of weight block `blk` (Q4_1: unsigned nibbles).
+/// The two 16-lane i8 halves of weight block `blk` (Q4_1: unsigned nibbles,
+/// Q5_1: unsigned 5-bit quants; Q4_0 offset by -8, Q5_0 by -16; IQ4_NL its
+/// table values).
 #[inline]
 #[target_feature(enable = "neon")]
 pub(super) fn weights_i8<const F: u8>(blk: &[u8]) -> (int8x16_t, int8x16_t) {
@@ -71,6 +91,19 @@ pub(super) fn weights_i8<const F: u8>(blk: &[u8]) -> (int8x16_t, int8x16_t) {
                 vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8::<4>(raw)), eight),
             )
         }
+        Q5_0 => {
+            let (lo, hi) = q5_quants(&blk[quants_offset(F)..]);
+            let sixteen = vdupq_n_s8(16);
+            (
+                vsubq_s8(vreinterpretq_s8_u8(lo), sixteen),
+                vsubq_s8(vreinterpretq_s8_u8(hi), sixteen),
+            )
+        }
+        Q5_1 => {
+            let (lo, hi) = q5_quants(&blk[quants_offset(F)..]);
+            (vreinterpretq_s8_u8(lo), vreinterpretq_s8_u8(hi))
+        }
+        IQ4_NL => iq4nl_values(&blk[2..18]),
         _ => {
             let raw = load_u8x16(&blk[4..20]);
             (
@@ -103,8 +136,11 @@ pub(crate) fn dequant_row(format: WeightFormat, src: &[u8], dst: &mut [f32]) {
         WeightFormat::Q8_0 => dequant_q::<Q8_0>(src, dst),
         WeightFormat::Q4_0 => dequant_q::<Q4_0>(src, dst),
         WeightFormat::Q4_1 => dequant_q::<Q4_1>(src, dst),
-        // No SIMD kernel for Q5 yet: the scalar reference.
-        WeightFormat::Q5_0 | WeightFormat::Q5_1 => crate::scalar::dequant_row(format, src, dst),
+        WeightFormat::Q5_0 => dequant_q::<Q5_0>(src, dst),
+        WeightFormat::Q5_1 => dequant_q::<Q5_1>(src, dst),
+        WeightFormat::IQ4_NL => dequant_q::<IQ4_NL>(src, dst),
+        // No SIMD kernel for IQ4_XS yet: the scalar reference.
+        WeightFormat::IQ4_XS => crate::scalar::dequant_row(format, src, dst),
         WeightFormat::BF16 => {
             let n8 = dst.len() / 8 * 8;
             for (c, o) in src[..n8 * 2].chunks_exact(16).zip(dst.chunks_exact_mut(8)) {
@@ -121,7 +157,7 @@ pub(crate) fn dequant_row(format: WeightFormat, src: &[u8], dst: &mut [f32]) {
                 *o = bf16::from_le_bytes([src[2 * j], src[2 * j + 1]]).to_f32();
             }
         }
-        WeightFormat::Q4_K | WeightFormat::Q6_K => {
+        WeightFormat::Q4_K | WeightFormat::Q5_K | WeightFormat::Q6_K => {
             for (blk, out) in src
                 .chunks_exact(format.block_bytes())
                 .zip(dst.chunks_exact_mut(256))

@@ -1,4 +1,4 @@
-//! K-quant rows (`Q4_K`, `Q6_K`): super-block dequantization, exact dot, and
+//! K-quant rows (`Q4_K`, `Q5_K`, `Q6_K`): super-block dequantization, exact dot, and
 //! the integer dot with 8- or 16-bit activations (and its row loop).
 
 use std::arch::aarch64::*;
@@ -29,29 +29,46 @@ fn q6k_quants16(blk: &[u8], n: usize, k: usize, p: usize) -> int8x16_t {
     )
 }
 
+/// The unsigned quants of elements `32j + 16p .. + 16` (sub-block `j`, part
+/// `p`) of a `Q4_K` or `Q5_K` super-block: the nibbles of `qs` (byte 16, or
+/// 48 for Q5_K), low for even `j`, high for odd, with bit `j` of Q5_K's
+/// `qh[16p..16p + 16]` (byte 16) as bit 4.
+#[inline]
+#[target_feature(enable = "neon")]
+fn q45k_quants16(format: WeightFormat, blk: &[u8], j: usize, p: usize) -> uint8x16_t {
+    let q5 = format == WeightFormat::Q5_K;
+    let qoff = if q5 { 48 } else { 16 };
+    let raw = load_u8x16(&blk[qoff + 32 * (j / 2) + 16 * p..]);
+    let lo = if j % 2 == 0 {
+        vandq_u8(raw, vdupq_n_u8(0x0F))
+    } else {
+        vshrq_n_u8::<4>(raw)
+    };
+    if q5 {
+        let qh = load_u8x16(&blk[16 + 16 * p..]);
+        let bit = vandq_u8(vshlq_u8(qh, vdupq_n_s8(-(j as i8))), vdupq_n_u8(1));
+        vorrq_u8(lo, vshlq_n_u8::<4>(bit))
+    } else {
+        lo
+    }
+}
+
 /// Dequantizes one K-quant super-block (`blk`, a full block) into the
 /// first 256 elements of `out`. Same f32 operations as the scalar reference
-/// (`d*sc * q - dmin*m` for Q4_K, `(d*sc) * q` for Q6_K; no FMA), so the
+/// (`d*sc * q - dmin*m` for Q4_K and Q5_K, `(d*sc) * q` for Q6_K; no FMA), so the
 /// results are bit-identical.
 #[inline]
 #[target_feature(enable = "neon")]
 pub(super) fn dequant_superblock(format: WeightFormat, blk: &[u8], out: &mut [f32]) {
     let out = &mut out[..256];
-    if format == WeightFormat::Q4_K {
+    if format == WeightFormat::Q4_K || format == WeightFormat::Q5_K {
         let (dl, ml) = crate::scalar::q4k_scales(blk);
-        let m4 = vdupq_n_u8(0x0F);
-        for g in 0..4 {
+        for j in 0..8 {
             for part in 0..2 {
-                let raw = load_u8x16(&blk[16 + 32 * g + 16 * part..]);
-                for (h, q) in [vandq_u8(raw, m4), vshrq_n_u8::<4>(raw)]
-                    .into_iter()
-                    .enumerate()
-                {
-                    let j = 2 * g + h;
-                    let m = vdupq_n_f32(ml[j]);
-                    let v = u8_to_f32(q).map(|x| vsubq_f32(vmulq_n_f32(x, dl[j]), m));
-                    store16(&mut out[32 * j + 16 * part..], v);
-                }
+                let q = q45k_quants16(format, blk, j, part);
+                let m = vdupq_n_f32(ml[j]);
+                let v = u8_to_f32(q).map(|x| vsubq_f32(vmulq_n_f32(x, dl[j]), m));
+                store16(&mut out[32 * j + 16 * part..], v);
             }
         }
     } else {
@@ -115,12 +132,12 @@ fn dot16(w: int8x16_t, x: [int16x8_t; 2]) -> int32x4_t {
     vmlal_high_s16(s, w1, x[1])
 }
 
-/// Integer dot of a K-quant row (`Q4_K` or `Q6_K`) with quantized
+/// Integer dot of a K-quant row (`Q4_K`, `Q5_K` or `Q6_K`) with quantized
 /// activations: `xs(e)` returns the 8 activation quants at element `e`
 /// widened to i16 (8- or 16-bit activations), `d`/`s` are the per-32
 /// scales and `d*sum(q)`. Per sub-block an i32 sum (`smull`/`smlal`,
 /// |q_w| <= 63, |q_x| <= 32767: each lane sums at most 8 products, below
-/// 2^24), one convert and one FMA with `(d*sc) * d_x`; the Q4_K min term
+/// 2^24), one convert and one FMA with `(d*sc) * d_x`; the Q4_K/Q5_K min term
 /// `(dmin*m) * s_x` is accumulated separately (see the crate docs).
 #[target_feature(enable = "neon")]
 fn dot_k_int(
@@ -133,36 +150,19 @@ fn dot_k_int(
     let x16 = |e: usize| [xs(e), xs(e + 8)];
     let mut acc = vdupq_n_f32(0.0);
     let mut extra = 0f32;
-    let m4 = vdupq_n_u8(0x0F);
     for (sb, blk) in row
         .chunks_exact(format.block_bytes())
         .enumerate()
         .take(d.len() / 8)
     {
-        if format == WeightFormat::Q4_K {
+        if format == WeightFormat::Q4_K || format == WeightFormat::Q5_K {
             let (dl, ml) = crate::scalar::q4k_scales(blk);
-            for g in 0..4 {
-                let raw = [
-                    load_u8x16(&blk[16 + 32 * g..]),
-                    load_u8x16(&blk[32 + 32 * g..]),
-                ];
-                for h in 0..2 {
-                    let j = 2 * g + h;
-                    let b = sb * 8 + j;
-                    let q = |r: uint8x16_t| {
-                        vreinterpretq_s8_u8(if h == 0 {
-                            vandq_u8(r, m4)
-                        } else {
-                            vshrq_n_u8::<4>(r)
-                        })
-                    };
-                    let isum = vaddq_s32(
-                        dot16(q(raw[0]), x16(32 * b)),
-                        dot16(q(raw[1]), x16(32 * b + 16)),
-                    );
-                    acc = vfmaq_n_f32(acc, vcvtq_f32_s32(isum), dl[j] * d[b]);
-                    extra -= ml[j] * s[b];
-                }
+            for j in 0..8 {
+                let b = sb * 8 + j;
+                let q = |p| vreinterpretq_s8_u8(q45k_quants16(format, blk, j, p));
+                let isum = vaddq_s32(dot16(q(0), x16(32 * b)), dot16(q(1), x16(32 * b + 16)));
+                acc = vfmaq_n_f32(acc, vcvtq_f32_s32(isum), dl[j] * d[b]);
+                extra -= ml[j] * s[b];
             }
         } else {
             let ds = crate::scalar::q6k_scales(blk);

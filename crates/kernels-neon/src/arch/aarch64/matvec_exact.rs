@@ -8,7 +8,7 @@ use super::hybrid::dot_exact_hybrid;
 use super::kquant::dot_exact_k;
 use super::simd::load_f32x4;
 use crate::arch::drivers::rows_with;
-use crate::arch::tags::{block_bytes, Q4_0, Q4_1, Q8_0};
+use crate::arch::tags::{block_bytes, IQ4_NL, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
 use crate::arch::Rows;
 use crate::QMatrix;
 use crate::WeightFormat;
@@ -64,9 +64,12 @@ pub(crate) fn matvec_exact(w: &QMatrix<'_>, sel: Rows<'_>, x: &[f32], y: &mut [f
         WeightFormat::Q8_0 => rows_with(w, sel, y, |r| dot_exact_q::<Q8_0>(r, x)),
         WeightFormat::Q4_0 => rows_with(w, sel, y, |r| dot_exact_q::<Q4_0>(r, x)),
         WeightFormat::Q4_1 => rows_with(w, sel, y, |r| dot_exact_q::<Q4_1>(r, x)),
-        // No SIMD kernel for Q5 yet: the scalar reference.
-        WeightFormat::Q5_0 | WeightFormat::Q5_1 => crate::scalar::matvec_exact(w, sel, x, y),
-        WeightFormat::Q4_K | WeightFormat::Q6_K => {
+        WeightFormat::Q5_0 => rows_with(w, sel, y, |r| dot_exact_q::<Q5_0>(r, x)),
+        WeightFormat::Q5_1 => rows_with(w, sel, y, |r| dot_exact_q::<Q5_1>(r, x)),
+        WeightFormat::IQ4_NL => rows_with(w, sel, y, |r| dot_exact_q::<IQ4_NL>(r, x)),
+        // No SIMD kernel for IQ4_XS yet: the scalar reference.
+        WeightFormat::IQ4_XS => crate::scalar::matvec_exact(w, sel, x, y),
+        WeightFormat::Q4_K | WeightFormat::Q5_K | WeightFormat::Q6_K => {
             rows_with(w, sel, y, |r| dot_exact_k(format, r, x))
         }
         WeightFormat::I4Hybrid { outliers_per_row } => {

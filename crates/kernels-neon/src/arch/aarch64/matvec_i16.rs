@@ -7,7 +7,7 @@ use super::dequant::weights_i8;
 use super::kquant::matvec_k_int;
 use super::simd::{f16_at, load_i16x8};
 use crate::arch::drivers::{rows_blocked, RowDots};
-use crate::arch::tags::{block_bytes, Q4_0, Q4_1, Q8_0};
+use crate::arch::tags::{block_bytes, has_min, IQ4_NL, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
 use crate::arch::Rows;
 use crate::quant::QActs16;
 use crate::QMatrix;
@@ -49,7 +49,7 @@ fn dot_i16_rows2<const F: u8>(r0: &[u8], r1: &[u8], xq: &QActs16) -> (f32, f32) 
             t = vmlal_high_s16(t, w[3], x[3]);
             let isum = vaddq_s32(s, t);
             sumv[k] = vfmaq_n_f32(sumv[k], vcvtq_f32_s32(isum), f16_at(blk, 0) * dx);
-            if F == Q4_1 {
+            if has_min(F) {
                 extra[k] += f16_at(blk, 2) * sx;
             }
         }
@@ -89,10 +89,14 @@ pub(crate) fn matvec_i16(w: &QMatrix<'_>, sel: Rows<'_>, xq: &QActs16, y: &mut [
         WeightFormat::Q8_0 => rows_i16::<Q8_0>(w, sel, xq, y),
         WeightFormat::Q4_0 => rows_i16::<Q4_0>(w, sel, xq, y),
         WeightFormat::Q4_1 => rows_i16::<Q4_1>(w, sel, xq, y),
-        WeightFormat::Q4_K | WeightFormat::Q6_K => {
+        WeightFormat::Q5_0 => rows_i16::<Q5_0>(w, sel, xq, y),
+        WeightFormat::Q5_1 => rows_i16::<Q5_1>(w, sel, xq, y),
+        WeightFormat::IQ4_NL => rows_i16::<IQ4_NL>(w, sel, xq, y),
+        WeightFormat::Q4_K | WeightFormat::Q5_K | WeightFormat::Q6_K => {
             matvec_k_int(w, sel, &xq.d, &xq.s, y, |e| load_i16x8(&xq.qs[e..]))
         }
-        // Q5_0/Q5_1 (no SIMD kernel yet) and I4Hybrid: the scalar reference.
+        // IQ4_XS (no SIMD kernel yet) and the rest (float and hybrid formats never take the
+        // integer path): the scalar reference.
         _ => crate::scalar::matvec_i16(w, sel, xq, y),
     }
 }

@@ -8,7 +8,7 @@ use super::dequant::weights_i8;
 use super::kquant::matvec_k_int;
 use super::simd::{f16_at, load_i8x8_wide};
 use crate::arch::drivers::rows_with;
-use crate::arch::tags::{block_bytes, Q4_0, Q4_1, Q8_0};
+use crate::arch::tags::{block_bytes, has_min, IQ4_NL, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
 use crate::arch::Rows;
 use crate::quant::QActs;
 use crate::QMatrix;
@@ -35,7 +35,7 @@ fn dot_int8_row<const F: u8>(row: &[u8], xq: &QActs) -> f32 {
         s = vpadalq_s16(s, vmull_s8(vget_low_s8(w1), vget_low_s8(x1)));
         s = vpadalq_s16(s, vmull_high_s8(w1, x1));
         sumv = vfmaq_n_f32(sumv, vcvtq_f32_s32(s), f16_at(blk, 0) * xq.d[b]);
-        if F == Q4_1 {
+        if has_min(F) {
             extra += f16_at(blk, 2) * xq.s[b];
         }
     }
@@ -77,7 +77,7 @@ unsafe fn dot_int8_row_dp<const F: u8>(row: &[u8], xq: &QActs) -> f32 {
         // SAFETY: dotprod present per this function's contract.
         let s = unsafe { sdot(sdot(vdupq_n_s32(0), w0, x0), w1, x1) };
         sumv = vfmaq_n_f32(sumv, vcvtq_f32_s32(s), f16_at(blk, 0) * xq.d[b]);
-        if F == Q4_1 {
+        if has_min(F) {
             extra += f16_at(blk, 2) * xq.s[b];
         }
     }
@@ -113,10 +113,14 @@ pub(crate) fn matvec_int8(
         WeightFormat::Q8_0 => rows_int8::<Q8_0>(w, sel, xq, y, dotprod),
         WeightFormat::Q4_0 => rows_int8::<Q4_0>(w, sel, xq, y, dotprod),
         WeightFormat::Q4_1 => rows_int8::<Q4_1>(w, sel, xq, y, dotprod),
-        WeightFormat::Q4_K | WeightFormat::Q6_K => {
+        WeightFormat::Q5_0 => rows_int8::<Q5_0>(w, sel, xq, y, dotprod),
+        WeightFormat::Q5_1 => rows_int8::<Q5_1>(w, sel, xq, y, dotprod),
+        WeightFormat::IQ4_NL => rows_int8::<IQ4_NL>(w, sel, xq, y, dotprod),
+        WeightFormat::Q4_K | WeightFormat::Q5_K | WeightFormat::Q6_K => {
             matvec_k_int(w, sel, &xq.d, &xq.s, y, |e| load_i8x8_wide(&xq.qs[e..]))
         }
-        // Q5_0/Q5_1 (no SIMD kernel yet) and I4Hybrid: the scalar reference.
+        // IQ4_XS (no SIMD kernel yet) and the rest (float and hybrid formats never take the
+        // integer path): the scalar reference.
         _ => crate::scalar::matvec_int8(w, sel, xq, y),
     }
 }

@@ -81,3 +81,40 @@ pub(super) fn load_i8x8_wide(q: &[i8]) -> int16x8_t {
     // SAFETY: `q` has exactly 8 readable i8 (bounds-checked above).
     vmovl_s8(unsafe { vld1_s8(q.as_ptr()) })
 }
+
+/// The 32 `IQ4_NL` values (i8) of 16 nibble bytes `q`, in element order as
+/// two i8x16 (low nibbles, then high nibbles): a table lookup of each nibble
+/// in [`IQ4NL_VALUES`](tensor_types::IQ4NL_VALUES).
+#[inline]
+#[target_feature(enable = "neon")]
+pub(super) fn iq4nl_values(q: &[u8]) -> (int8x16_t, int8x16_t) {
+    // SAFETY: the table is exactly 16 readable i8.
+    let kv = unsafe { vld1q_s8(tensor_types::IQ4NL_VALUES.as_ptr()) };
+    let raw = load_u8x16(q);
+    (
+        vqtbl1q_s8(kv, vandq_u8(raw, vdupq_n_u8(0x0F))),
+        vqtbl1q_s8(kv, vshrq_n_u8::<4>(raw)),
+    )
+}
+
+/// The 32 unsigned 5-bit quants (0..=31) of a `Q5_0`/`Q5_1` block in element
+/// order, as two u8x16 (elements 0..16 and 16..32), from `q` = the block's 4
+/// `qh` bytes (little-endian u32 of fifth bits) and 16 nibble bytes: element
+/// `j < 16` is the low nibble of byte `j` with bit `j` of `qh` as bit 4,
+/// element `j + 16` the high nibble with bit `j + 16`.
+#[inline]
+#[target_feature(enable = "neon")]
+pub(super) fn q5_quants(q: &[u8]) -> (uint8x16_t, uint8x16_t) {
+    let q = &q[..20];
+    let raw = load_u8x16(&q[4..20]);
+    // Lane k of each 8 tests bit k of the broadcast `qh` byte.
+    let bit = vreinterpretq_u8_u64(vdupq_n_u64(0x8040_2010_0804_0201));
+    let fifth = |b0: u8, b1: u8| {
+        let set = vtstq_u8(vcombine_u8(vdup_n_u8(b0), vdup_n_u8(b1)), bit);
+        vandq_u8(set, vdupq_n_u8(0x10))
+    };
+    (
+        vorrq_u8(vandq_u8(raw, vdupq_n_u8(0x0F)), fifth(q[0], q[1])),
+        vorrq_u8(vshrq_n_u8::<4>(raw), fifth(q[2], q[3])),
+    )
+}

@@ -6,7 +6,7 @@ use super::dequant::dequant_block;
 use super::hybrid::axpy_hybrid;
 use super::kquant::axpy_k;
 use super::simd::{float_at, load_float8, PREFETCH};
-use crate::arch::tags::{block_bytes, BF16, F16, F32, Q4_0, Q4_1, Q8_0};
+use crate::arch::tags::{block_bytes, BF16, F16, F32, IQ4_NL, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
 use crate::WeightFormat;
 
 /// `y += c * dequant(row)` for a quantized row (format `F`) of `y.len() / 32` blocks.
@@ -72,12 +72,17 @@ pub(crate) unsafe fn axpy_row(format: WeightFormat, c: f32, row: &[u8], y: &mut 
             WeightFormat::Q8_0 => axpy_q::<Q8_0>(c, row, y),
             WeightFormat::Q4_0 => axpy_q::<Q4_0>(c, row, y),
             WeightFormat::Q4_1 => axpy_q::<Q4_1>(c, row, y),
-            // No SIMD kernel for Q5 yet: the scalar reference.
-            WeightFormat::Q5_0 | WeightFormat::Q5_1 => crate::scalar::axpy_row(format, c, row, y),
+            WeightFormat::Q5_0 => axpy_q::<Q5_0>(c, row, y),
+            WeightFormat::Q5_1 => axpy_q::<Q5_1>(c, row, y),
+            WeightFormat::IQ4_NL => axpy_q::<IQ4_NL>(c, row, y),
+            // No SIMD kernel for IQ4_XS yet: the scalar reference.
+            WeightFormat::IQ4_XS => crate::scalar::axpy_row(format, c, row, y),
             WeightFormat::F32 => axpy_float::<F32>(c, row, y),
             WeightFormat::F16 => axpy_float::<F16>(c, row, y),
             WeightFormat::BF16 => axpy_float::<BF16>(c, row, y),
-            WeightFormat::Q4_K | WeightFormat::Q6_K => axpy_k(format, c, row, y),
+            WeightFormat::Q4_K | WeightFormat::Q5_K | WeightFormat::Q6_K => {
+                axpy_k(format, c, row, y)
+            }
             WeightFormat::I4Hybrid { outliers_per_row } => {
                 axpy_hybrid(usize::from(outliers_per_row), c, row, y.len(), 0, y)
             }

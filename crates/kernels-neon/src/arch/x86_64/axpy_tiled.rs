@@ -1,10 +1,10 @@
-//! Column-tiled `axpy_rows` for `Q8_0`/`Q4_0`/`Q4_1`: the sums of a column
+//! Column-tiled `axpy_rows` for `Q8_0`/`Q4_0`/`Q4_1`/`Q5_0`/`Q5_1`/`IQ4_NL`: the sums of a column
 //! tile stay in registers across all listed rows.
 
 use std::arch::x86_64::*;
 
 use super::dequant::dequant_block;
-use crate::arch::tags::{block_bytes, Q4_0, Q4_1, Q8_0};
+use crate::arch::tags::{block_bytes, IQ4_NL, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
 use crate::WeightFormat;
 
 /// How far ahead in the row list [`axpy_rows_tiled`] prefetches.
@@ -35,6 +35,11 @@ pub(crate) unsafe fn axpy_rows_tiled(
             WeightFormat::Q8_0 => axpy_rows_tiled_q::<Q8_0>(data, row_bytes, b0, rows, coeffs, y),
             WeightFormat::Q4_0 => axpy_rows_tiled_q::<Q4_0>(data, row_bytes, b0, rows, coeffs, y),
             WeightFormat::Q4_1 => axpy_rows_tiled_q::<Q4_1>(data, row_bytes, b0, rows, coeffs, y),
+            WeightFormat::Q5_0 => axpy_rows_tiled_q::<Q5_0>(data, row_bytes, b0, rows, coeffs, y),
+            WeightFormat::Q5_1 => axpy_rows_tiled_q::<Q5_1>(data, row_bytes, b0, rows, coeffs, y),
+            WeightFormat::IQ4_NL => {
+                axpy_rows_tiled_q::<IQ4_NL>(data, row_bytes, b0, rows, coeffs, y)
+            }
             _ => return false,
         }
     }

@@ -1,12 +1,14 @@
-//! Dequantization: the `Q8_0`/`Q4_0`/`Q4_1` block unpacker shared by the
+//! Dequantization: the `Q8_0`/`Q4_0`/`Q4_1`/`Q5_0`/`Q5_1` block unpacker shared by the
 //! other families, float-format rows, and `dequant_row` (every format).
 
 use std::arch::x86_64::*;
 
 use super::hybrid::dequant_hybrid;
 use super::kquant::dequant_k;
-use super::simd::{f16_at, float_at, load_float8, u8x16_to_f32};
-use crate::arch::tags::{block_bytes, BF16, F16, F32, Q4_0, Q4_1, Q8_0};
+use super::simd::{f16_at, float_at, iq4nl_values32, load_float8, q5_quants32, u8x16_to_f32};
+use crate::arch::tags::{
+    block_bytes, quants_offset, BF16, F16, F32, IQ4_NL, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
+};
 use crate::WeightFormat;
 
 /// Dequantizes the quantized block at `p` (format `F`) into 4 × f32x8.
@@ -18,7 +20,8 @@ use crate::WeightFormat;
 pub(super) unsafe fn dequant_block<const F: u8>(p: *const u8) -> [__m256; 4] {
     // SAFETY: `p` points at a full block of `block_bytes(F)` bytes (caller
     // contract); all loads below stay within it
-    // (Q8_0: 2 + 4*8 = 34; Q4_0: 2 + 16 = 18; Q4_1: 4 + 16 = 20).
+    // (Q8_0: 2 + 4*8 = 34; Q4_0: 2 + 16 = 18; Q4_1: 4 + 16 = 20;
+    // Q5_0: 2 + 4 + 16 = 22; Q5_1: 4 + 4 + 16 = 24; IQ4_NL: 2 + 16 = 18).
     unsafe {
         let d = _mm256_set1_ps(f16_at(p));
         match F {
@@ -54,6 +57,26 @@ pub(super) unsafe fn dequant_block<const F: u8>(p: *const u8) -> [__m256; 4] {
                         _mm256_fmadd_ps(c, d, mm),
                         _mm256_fmadd_ps(e, d, mm),
                     ]
+                }
+            }
+            Q5_0 | Q5_1 | IQ4_NL => {
+                let mut q = if F == IQ4_NL {
+                    iq4nl_values32(p.add(2))
+                } else {
+                    q5_quants32(p.add(quants_offset(F)))
+                };
+                if F == Q5_0 {
+                    q = _mm256_sub_epi8(q, _mm256_set1_epi8(16));
+                }
+                let lo = _mm256_castsi256_si128(q);
+                let hi = _mm256_extracti128_si256::<1>(q);
+                let v = [lo, _mm_srli_si128::<8>(lo), hi, _mm_srli_si128::<8>(hi)]
+                    .map(|h| _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(h)));
+                if F != Q5_1 {
+                    v.map(|a| _mm256_mul_ps(a, d))
+                } else {
+                    let mm = _mm256_set1_ps(f16_at(p.add(2)));
+                    v.map(|a| _mm256_fmadd_ps(a, d, mm))
                 }
             }
             _ => [_mm256_setzero_ps(); 4],
@@ -117,12 +140,17 @@ pub(crate) unsafe fn dequant_row(format: WeightFormat, src: &[u8], dst: &mut [f3
             WeightFormat::Q8_0 => dequant_q::<Q8_0>(src, dst),
             WeightFormat::Q4_0 => dequant_q::<Q4_0>(src, dst),
             WeightFormat::Q4_1 => dequant_q::<Q4_1>(src, dst),
-            // No SIMD kernel for Q5 yet: the scalar reference.
-            WeightFormat::Q5_0 | WeightFormat::Q5_1 => crate::scalar::dequant_row(format, src, dst),
+            WeightFormat::Q5_0 => dequant_q::<Q5_0>(src, dst),
+            WeightFormat::Q5_1 => dequant_q::<Q5_1>(src, dst),
+            WeightFormat::IQ4_NL => dequant_q::<IQ4_NL>(src, dst),
+            // No SIMD kernel for IQ4_XS yet: the scalar reference.
+            WeightFormat::IQ4_XS => crate::scalar::dequant_row(format, src, dst),
             WeightFormat::F32 => dequant_float::<F32>(src, dst),
             WeightFormat::F16 => dequant_float::<F16>(src, dst),
             WeightFormat::BF16 => dequant_float::<BF16>(src, dst),
-            WeightFormat::Q4_K | WeightFormat::Q6_K => dequant_k(format, src, dst),
+            WeightFormat::Q4_K | WeightFormat::Q5_K | WeightFormat::Q6_K => {
+                dequant_k(format, src, dst)
+            }
             WeightFormat::I4Hybrid { outliers_per_row } => {
                 dequant_hybrid(usize::from(outliers_per_row), src, dst)
             }

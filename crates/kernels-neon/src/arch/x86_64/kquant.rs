@@ -1,4 +1,4 @@
-//! K-quant rows (`Q4_K`, `Q6_K`): super-block dequantization, exact dot, and
+//! K-quant rows (`Q4_K`, `Q5_K`, `Q6_K`): super-block dequantization, exact dot, and
 //! the integer dot with 8- or 16-bit activations.
 
 use std::arch::x86_64::*;
@@ -8,7 +8,7 @@ use super::vector::axpy_f32;
 use crate::arch::drivers::axpy_superblocks;
 use crate::WeightFormat;
 
-/// Dequantizes a K-quant row (`Q4_K` or `Q6_K`) super-block by super-block.
+/// Dequantizes a K-quant row (`Q4_K`, `Q5_K` or `Q6_K`) super-block by super-block.
 ///
 /// # Safety
 /// AVX2/FMA/F16C present.
@@ -65,8 +65,42 @@ unsafe fn q6k_half(blk: &[u8], n: usize) -> [__m256i; 4] {
     ]
 }
 
+/// The unsigned quants of sub-blocks `2g` and `2g + 1` of a `Q4_K` or
+/// `Q5_K` super-block (4-bit, or 5-bit with Q5_K's `qh` bits), 32 u8 lanes
+/// each.
+///
+/// # Safety
+/// AVX2 present; `blk` is a full block of `format` (asserted).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q45k_pair(format: WeightFormat, blk: &[u8], g: usize) -> [__m256i; 2] {
+    let q5 = format == WeightFormat::Q5_K;
+    assert!(g < 4 && blk.len() >= if q5 { 176 } else { 144 });
+    let m4 = _mm256_set1_epi8(0x0F);
+    let qoff = if q5 { 48 } else { 16 };
+    // SAFETY: bytes qoff+32g .. qoff+32g+32 <= 176 (Q5_K) or 144 (Q4_K),
+    // and Q5_K's qh bytes 16..48, are inside `blk` (asserted).
+    let raw = unsafe { _mm256_loadu_si256(blk.as_ptr().add(qoff + 32 * g) as *const __m256i) };
+    let mut q = [
+        _mm256_and_si256(raw, m4),
+        _mm256_and_si256(_mm256_srli_epi16::<4>(raw), m4),
+    ];
+    if q5 {
+        // SAFETY: as above (bytes 16..48).
+        let qh = unsafe { _mm256_loadu_si256(blk.as_ptr().add(16) as *const __m256i) };
+        let one = _mm256_set1_epi8(1);
+        for (h, v) in q.iter_mut().enumerate() {
+            // Bit `2g + h` of every qh byte, moved to bit 4.
+            let sh = _mm_cvtsi32_si128((2 * g + h) as i32);
+            let bit = _mm256_and_si256(_mm256_srl_epi16(qh, sh), one);
+            *v = _mm256_or_si256(*v, _mm256_slli_epi16::<4>(bit));
+        }
+    }
+    q
+}
+
 /// Dequantizes one K-quant super-block into 256 f32. Same f32 operations
-/// as the scalar reference (`d*sc * q - dmin*m` for Q4_K, `(d*sc) * q` for
+/// as the scalar reference (`d*sc * q - dmin*m` for Q4_K and Q5_K, `(d*sc) * q` for
 /// Q6_K; no FMA), so the results are bit-identical.
 ///
 /// # Safety
@@ -75,18 +109,13 @@ unsafe fn q6k_half(blk: &[u8], n: usize) -> [__m256i; 4] {
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn dequant_superblock(format: WeightFormat, blk: &[u8], out: &mut [f32; 256]) {
     let o = out.as_mut_ptr();
-    let m4 = _mm256_set1_epi8(0x0F);
-    if format == WeightFormat::Q4_K {
-        assert!(blk.len() >= 144);
+    if format == WeightFormat::Q4_K || format == WeightFormat::Q5_K {
         let (dl, ml) = crate::scalar::q4k_scales(blk);
         for g in 0..4 {
-            // SAFETY: bytes 16+32g..48+32g (g < 4: at most 144) are inside
-            // `blk` (asserted); stores write out[64g..64g+64] (<= 256).
+            // SAFETY: `q45k_pair` asserts the block length; stores write
+            // out[64g..64g+64] (g < 4: <= 256).
             unsafe {
-                let raw = _mm256_loadu_si256(blk.as_ptr().add(16 + 32 * g) as *const __m256i);
-                let lo = _mm256_and_si256(raw, m4);
-                let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(raw), m4);
-                for (h, q) in [lo, hi].into_iter().enumerate() {
+                for (h, q) in q45k_pair(format, blk, g).into_iter().enumerate() {
                     let s = 2 * g + h;
                     let (d, m) = (_mm256_set1_ps(dl[s]), _mm256_set1_ps(ml[s]));
                     store_u8x32_scaled(q, d, m, o.add(32 * s));
@@ -208,12 +237,12 @@ unsafe fn acts16<const A8: bool>(qs: *const u8, e: usize) -> __m256i {
     }
 }
 
-/// Integer dot of a K-quant row (`Q4_K` or `Q6_K`) with quantized
+/// Integer dot of a K-quant row (`Q4_K`, `Q5_K` or `Q6_K`) with quantized
 /// activations (`A8`: 8-bit `QActs`, else 16-bit `QActs16`, passed as raw
 /// quants `qs` of `qs_len` elements, per-32 scales `d`, `s = d*sum(q)`).
 /// Weights are widened to i16 and multiplied with `madd_epi16` into i32
 /// lanes (|q_w| <= 63, |q_x| <= 32767: a pair is below 2^22), then per
-/// sub-block one convert and one FMA with `(d*sc) * d_x`; the Q4_K min term
+/// sub-block one convert and one FMA with `(d*sc) * d_x`; the Q4_K/Q5_K min term
 /// `(dmin*m) * s_x` is accumulated separately (see the crate docs).
 ///
 /// # Safety
@@ -231,24 +260,20 @@ pub(super) unsafe fn dot_k_int<const A8: bool>(
     let nsb = d.len() / 8;
     let bb = format.block_bytes();
     assert!(row.len() >= nsb * bb && qs_len >= nsb * 256 && s.len() >= nsb * 8);
-    let m4 = _mm256_set1_epi8(0x0F);
     let mut acc = _mm256_setzero_ps();
     let mut extra = 0f32;
     for sb in 0..nsb {
         let blk = &row[sb * bb..(sb + 1) * bb];
         // Prefetch hint (never faults; wrapping_add keeps it UB-free).
         _mm_prefetch::<_MM_HINT_T0>(blk.as_ptr().wrapping_add(PREFETCH) as *const i8);
-        if format == WeightFormat::Q4_K {
+        if format == WeightFormat::Q4_K || format == WeightFormat::Q5_K {
             let (dl, ml) = crate::scalar::q4k_scales(blk);
             for g in 0..4 {
-                // SAFETY: bytes 16+32g..48+32g <= 144 of `blk`; activation
+                // SAFETY: `q45k_pair` asserts the block length; activation
                 // elements (sb*8 + 2g + h)*32 + 0..32 < nsb*256 <= qs_len
                 // and b < nsb*8 <= d.len(), s.len() (asserted).
                 unsafe {
-                    let raw = _mm256_loadu_si256(blk.as_ptr().add(16 + 32 * g) as *const __m256i);
-                    let lo = _mm256_and_si256(raw, m4);
-                    let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(raw), m4);
-                    for (h, q) in [lo, hi].into_iter().enumerate() {
+                    for (h, q) in q45k_pair(format, blk, g).into_iter().enumerate() {
                         let j = 2 * g + h;
                         let b = sb * 8 + j;
                         let w0 = _mm256_cvtepu8_epi16(_mm256_castsi256_si128(q));

@@ -8,7 +8,7 @@ use super::hybrid::dot_exact_hybrid;
 use super::kquant::dot_exact_k;
 use super::simd::{float_at, hsum, load_float8, PREFETCH};
 use crate::arch::drivers::rows_with;
-use crate::arch::tags::{block_bytes, BF16, F16, F32, Q4_0, Q4_1, Q8_0};
+use crate::arch::tags::{block_bytes, BF16, F16, F32, IQ4_NL, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
 use crate::arch::Rows;
 use crate::QMatrix;
 use crate::WeightFormat;
@@ -95,12 +95,15 @@ pub(crate) unsafe fn matvec_exact(w: &QMatrix<'_>, sel: Rows<'_>, x: &[f32], y: 
             WeightFormat::Q8_0 => rows_with(w, sel, y, |r| dot_exact_q::<Q8_0>(r, x)),
             WeightFormat::Q4_0 => rows_with(w, sel, y, |r| dot_exact_q::<Q4_0>(r, x)),
             WeightFormat::Q4_1 => rows_with(w, sel, y, |r| dot_exact_q::<Q4_1>(r, x)),
-            // No SIMD kernel for Q5 yet: the scalar reference.
-            WeightFormat::Q5_0 | WeightFormat::Q5_1 => crate::scalar::matvec_exact(w, sel, x, y),
+            WeightFormat::Q5_0 => rows_with(w, sel, y, |r| dot_exact_q::<Q5_0>(r, x)),
+            WeightFormat::Q5_1 => rows_with(w, sel, y, |r| dot_exact_q::<Q5_1>(r, x)),
+            WeightFormat::IQ4_NL => rows_with(w, sel, y, |r| dot_exact_q::<IQ4_NL>(r, x)),
+            // No SIMD kernel for IQ4_XS yet: the scalar reference.
+            WeightFormat::IQ4_XS => crate::scalar::matvec_exact(w, sel, x, y),
             WeightFormat::F32 => rows_with(w, sel, y, |r| dot_exact_float::<F32>(r, x)),
             WeightFormat::F16 => rows_with(w, sel, y, |r| dot_exact_float::<F16>(r, x)),
             WeightFormat::BF16 => rows_with(w, sel, y, |r| dot_exact_float::<BF16>(r, x)),
-            WeightFormat::Q4_K | WeightFormat::Q6_K => {
+            WeightFormat::Q4_K | WeightFormat::Q5_K | WeightFormat::Q6_K => {
                 let f = w.format();
                 rows_with(w, sel, y, |r| dot_exact_k(f, r, x))
             }

@@ -4,16 +4,18 @@
 use std::arch::x86_64::*;
 
 use super::kquant::dot_k_int;
-use super::simd::{f16_at, hsum, PREFETCH};
+use super::simd::{f16_at, hsum, iq4nl_values32, q5_quants32, PREFETCH};
 use crate::arch::drivers::{rows_blocked, rows_with, RowDots};
-use crate::arch::tags::{block_bytes, Q4_0, Q4_1, Q8_0};
+use crate::arch::tags::{
+    block_bytes, has_min, quants_offset, IQ4_NL, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
+};
 use crate::arch::Rows;
 use crate::quant::QActs16;
 use crate::QMatrix;
 use crate::WeightFormat;
 
 /// The 32 weights of the quantized block at `p` as two i16x16 vectors
-/// (elements 0..16 and 16..32; Q4_0 already offset by -8).
+/// (elements 0..16 and 16..32; Q4_0 already offset by -8, Q5_0 by -16).
 ///
 /// # Safety
 /// AVX2 present; a full block of `block_bytes(F)` bytes readable at `p`.
@@ -21,9 +23,24 @@ use crate::WeightFormat;
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn weights_i16<const F: u8>(p: *const u8) -> (__m256i, __m256i) {
     // SAFETY: caller guarantees a full block at `p`; the loads read bytes
-    // 2..34 (Q8_0), 2..18 (Q4_0) or 4..20 (Q4_1), all inside it.
+    // 2..34 (Q8_0), 2..18 (Q4_0), 4..20 (Q4_1), 2..22 (Q5_0) or 4..24
+    // (Q5_1) or 2..18 (IQ4_NL), all inside it.
     unsafe {
         match F {
+            Q5_0 | Q5_1 | IQ4_NL => {
+                let mut q = if F == IQ4_NL {
+                    iq4nl_values32(p.add(2))
+                } else {
+                    q5_quants32(p.add(quants_offset(F)))
+                };
+                if F == Q5_0 {
+                    q = _mm256_sub_epi8(q, _mm256_set1_epi8(16));
+                }
+                (
+                    _mm256_cvtepi8_epi16(_mm256_castsi256_si128(q)),
+                    _mm256_cvtepi8_epi16(_mm256_extracti128_si256::<1>(q)),
+                )
+            }
             Q8_0 => (
                 _mm256_cvtepi8_epi16(_mm_loadu_si128(p.add(2) as *const __m128i)),
                 _mm256_cvtepi8_epi16(_mm_loadu_si128(p.add(18) as *const __m128i)),
@@ -78,7 +95,7 @@ unsafe fn dot_i16_rows<const F: u8, const R: usize>(rows: [&[u8]; R], xq: &QActs
                 _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(PREFETCH) as *const i8);
                 let (w0, w1) = weights_i16::<F>(p);
                 let isum = _mm256_add_epi32(_mm256_madd_epi16(w0, x0), _mm256_madd_epi16(w1, x1));
-                let dw = if F == Q4_1 {
+                let dw = if has_min(F) {
                     // d and m are adjacent f16s: one conversion for both.
                     let dm =
                         _mm_cvtph_ps(_mm_cvtsi32_si128(std::ptr::read_unaligned(p as *const i32)));
@@ -148,13 +165,20 @@ pub(crate) unsafe fn matvec_i16(w: &QMatrix<'_>, sel: Rows<'_>, xq: &QActs16, y:
             WeightFormat::Q4_0 => matvec_i16_q::<Q4_0, 4>(w, sel, xq, y),
             WeightFormat::Q4_1 if dense => matvec_i16_q::<Q4_1, 2>(w, sel, xq, y),
             WeightFormat::Q4_1 => matvec_i16_q::<Q4_1, 4>(w, sel, xq, y),
-            WeightFormat::Q4_K | WeightFormat::Q6_K => {
+            WeightFormat::Q5_0 if dense => matvec_i16_q::<Q5_0, 2>(w, sel, xq, y),
+            WeightFormat::Q5_0 => matvec_i16_q::<Q5_0, 4>(w, sel, xq, y),
+            WeightFormat::Q5_1 if dense => matvec_i16_q::<Q5_1, 2>(w, sel, xq, y),
+            WeightFormat::Q5_1 => matvec_i16_q::<Q5_1, 4>(w, sel, xq, y),
+            WeightFormat::IQ4_NL if dense => matvec_i16_q::<IQ4_NL, 2>(w, sel, xq, y),
+            WeightFormat::IQ4_NL => matvec_i16_q::<IQ4_NL, 4>(w, sel, xq, y),
+            WeightFormat::Q4_K | WeightFormat::Q5_K | WeightFormat::Q6_K => {
                 let (f, qs) = (w.format(), xq.qs.as_ptr() as *const u8);
                 rows_with(w, sel, y, |r| {
                     dot_k_int::<false>(f, r, qs, xq.qs.len(), &xq.d, &xq.s)
                 })
             }
-            // Q5_0/Q5_1 (no SIMD kernel yet) and the rest: the scalar reference.
+            // IQ4_XS (no SIMD kernel yet) and the rest (float and hybrid formats never take the
+            // integer path): the scalar reference.
             _ => crate::scalar::matvec_i16(w, sel, xq, y),
         }
     }

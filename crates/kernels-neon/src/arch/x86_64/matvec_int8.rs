@@ -4,9 +4,9 @@
 use std::arch::x86_64::*;
 
 use super::kquant::dot_k_int;
-use super::simd::{f16_at, hsum, nibbles32, PREFETCH};
+use super::simd::{f16_at, hsum, iq4nl_values32, nibbles32, q5_quants32, PREFETCH};
 use crate::arch::drivers::{rows_blocked, rows_with, RowDots};
-use crate::arch::tags::{block_bytes, Q4_0, Q4_1, Q8_0};
+use crate::arch::tags::{block_bytes, IQ4_NL, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
 use crate::arch::Rows;
 use crate::quant::QActs;
 use crate::QMatrix;
@@ -23,7 +23,7 @@ fn mul_sum_i8(w: __m256i, x: __m256i) -> __m256 {
     _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)))
 }
 
-/// Unsigned u8 (0..=15) × i8 dot of 32 lanes as 8 f32 partial sums.
+/// Unsigned u8 (0..=31) × i8 dot of 32 lanes as 8 f32 partial sums.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 fn mul_sum_u8_i8(w: __m256i, x: __m256i) -> __m256 {
@@ -46,8 +46,8 @@ unsafe fn block_fast<const F: u8>(
     acc: __m256,
     extra: &mut f32,
 ) -> __m256 {
-    // SAFETY: caller guarantees a full block at `p` (34/18/20 bytes: the
-    // loads below read at most that) and 32 readable i8 at `xq`.
+    // SAFETY: caller guarantees a full block at `p` (34/18/20/22/24 bytes:
+    // the loads below read at most that) and 32 readable i8 at `xq`.
     unsafe {
         let xv = _mm256_loadu_si256(xq as *const __m256i);
         let (d, prod) = match F {
@@ -62,14 +62,24 @@ unsafe fn block_fast<const F: u8>(
                     xv,
                 ),
             ),
+            IQ4_NL => (f16_at(p) * dx, mul_sum_i8(iq4nl_values32(p.add(2)), xv)),
+            Q5_0 => (
+                f16_at(p) * dx,
+                mul_sum_i8(
+                    _mm256_sub_epi8(q5_quants32(p.add(2)), _mm256_set1_epi8(16)),
+                    xv,
+                ),
+            ),
             _ => {
-                // d and m are adjacent f16s: one conversion for both.
+                // Q4_1, Q5_1: d and m are adjacent f16s, one conversion for both.
                 let dm = _mm_cvtph_ps(_mm_cvtsi32_si128(std::ptr::read_unaligned(p as *const i32)));
                 *extra += _mm_cvtss_f32(_mm_movehdup_ps(dm)) * sx;
-                (
-                    _mm_cvtss_f32(dm) * dx,
-                    mul_sum_u8_i8(nibbles32(p.add(4)), xv),
-                )
+                let q = if F == Q5_1 {
+                    q5_quants32(p.add(4))
+                } else {
+                    nibbles32(p.add(4))
+                };
+                (_mm_cvtss_f32(dm) * dx, mul_sum_u8_i8(q, xv))
             }
         };
         _mm256_fmadd_ps(_mm256_set1_ps(d), prod, acc)
@@ -155,13 +165,20 @@ pub(crate) unsafe fn matvec_int8(w: &QMatrix<'_>, sel: Rows<'_>, xq: &QActs, y: 
             WeightFormat::Q4_0 => matvec_int8_q::<Q4_0, 4>(w, sel, xq, y),
             WeightFormat::Q4_1 if dense => matvec_int8_q::<Q4_1, 2>(w, sel, xq, y),
             WeightFormat::Q4_1 => matvec_int8_q::<Q4_1, 4>(w, sel, xq, y),
-            WeightFormat::Q4_K | WeightFormat::Q6_K => {
+            WeightFormat::Q5_0 if dense => matvec_int8_q::<Q5_0, 2>(w, sel, xq, y),
+            WeightFormat::Q5_0 => matvec_int8_q::<Q5_0, 4>(w, sel, xq, y),
+            WeightFormat::Q5_1 if dense => matvec_int8_q::<Q5_1, 2>(w, sel, xq, y),
+            WeightFormat::Q5_1 => matvec_int8_q::<Q5_1, 4>(w, sel, xq, y),
+            WeightFormat::IQ4_NL if dense => matvec_int8_q::<IQ4_NL, 2>(w, sel, xq, y),
+            WeightFormat::IQ4_NL => matvec_int8_q::<IQ4_NL, 4>(w, sel, xq, y),
+            WeightFormat::Q4_K | WeightFormat::Q5_K | WeightFormat::Q6_K => {
                 let (f, qs) = (w.format(), xq.qs.as_ptr() as *const u8);
                 rows_with(w, sel, y, |r| {
                     dot_k_int::<true>(f, r, qs, xq.qs.len(), &xq.d, &xq.s)
                 })
             }
-            // Q5_0/Q5_1 (no SIMD kernel yet) and the rest: the scalar reference.
+            // IQ4_XS (no SIMD kernel yet) and the rest (float and hybrid formats never take the
+            // integer path): the scalar reference.
             _ => crate::scalar::matvec_int8(w, sel, xq, y),
         }
     }

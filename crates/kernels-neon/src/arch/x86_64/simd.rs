@@ -41,6 +41,57 @@ pub(super) unsafe fn nibbles32(p: *const u8) -> __m256i {
     _mm256_and_si256(v, _mm256_set1_epi8(0x0F))
 }
 
+/// The 32 unsigned 5-bit quants (0..=31) of a `Q5_0`/`Q5_1` block as u8
+/// lanes in element order, from its `qh` (little-endian u32 of fifth bits)
+/// at `p` and the 16 nibble bytes at `p + 4`: lane `j` is nibble `j` of
+/// [`nibbles32`] with bit `j` of `qh` as its bit 4 (llama.cpp
+/// `bytes_from_bits_32`: each byte of `qh` broadcast to 8 lanes, lane `k`
+/// of the 8 all ones iff bit `k` is set).
+///
+/// # Safety
+/// AVX2 present; `p..p+20` readable.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn q5_quants32(p: *const u8) -> __m256i {
+    // SAFETY: caller guarantees 20 readable bytes at `p`: the 4 `qh` bytes
+    // (unaligned read) and the 16 nibble bytes read by `nibbles32`.
+    let (qh, nib) = unsafe {
+        (
+            std::ptr::read_unaligned(p as *const i32),
+            nibbles32(p.add(4)),
+        )
+    };
+    let spread = _mm256_shuffle_epi8(
+        _mm256_set1_epi32(qh),
+        _mm256_set_epi64x(
+            0x0303_0303_0303_0303,
+            0x0202_0202_0202_0202,
+            0x0101_0101_0101_0101,
+            0,
+        ),
+    );
+    let others = _mm256_set1_epi64x(0x7fbf_dfef_f7fb_fdfe);
+    let set = _mm256_cmpeq_epi8(_mm256_or_si256(spread, others), _mm256_set1_epi8(-1));
+    _mm256_or_si256(nib, _mm256_and_si256(set, _mm256_set1_epi8(0x10)))
+}
+
+/// The 16 nibble bytes at `p` as 32 `IQ4_NL` values (i8 lanes, element
+/// order as [`nibbles32`]): a table lookup of each nibble in
+/// [`IQ4NL_VALUES`](tensor_types::IQ4NL_VALUES).
+///
+/// # Safety
+/// AVX2 present; `p..p+16` readable.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn iq4nl_values32(p: *const u8) -> __m256i {
+    // SAFETY: the table is 16 readable bytes; the caller guarantees 16
+    // readable bytes at `p` (read by `nibbles32`).
+    unsafe {
+        let kv = _mm_loadu_si128(tensor_types::IQ4NL_VALUES.as_ptr() as *const __m128i);
+        _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(kv), nibbles32(p))
+    }
+}
+
 /// 8 consecutive u8/i8 lanes of `v` starting at lane `8*k`... helpers for
 /// converting a 16-byte vector of small integers into two f32x8.
 #[inline]
