@@ -10,10 +10,10 @@
 //! The formats, [`QMatrix`], [`Precision`] and [`Activation`] are defined in
 //! the `tensor-types` crate (one table of formats for every crate) and
 //! re-exported here. Weight formats: `F32`, `F16`, `BF16`; the 32-element block formats
-//! `Q8_0`, `Q4_0`, `Q4_1`, `Q5_0`, `Q5_1` (the Q5 pair on the scalar reference kernels on every
-//! path for now: no SIMD kernel yet); and the K-quant super-block formats `Q4_K`
-//! (144 bytes per 256 elements) and `Q6_K` (210 bytes per 256), the two
-//! types of llama.cpp's popular `Q4_K_M` files; and `I4Hybrid`, the
+//! `Q8_0`, `Q4_0`, `Q4_1`, `Q5_0`, `Q5_1` and the non-linear `IQ4_NL`; the K-quant super-block
+//! formats `Q4_K` (144 bytes per 256 elements), `Q5_K` (176) and `Q6_K` (210), the types of
+//! llama.cpp's popular `Q4_K_M` / `Q5_K_M` files, and `IQ4_XS` (136 bytes per 256; on the scalar
+//! reference kernels on every path for now: no SIMD kernel yet); and `I4Hybrid`, the
 //! PowerInfer-2 per-channel INT4 + INT8 outlier format (see below). Every
 //! entry point accepts every format; rows of a K-quant matrix must be a
 //! multiple of 256 wide.
@@ -39,7 +39,11 @@
 //! SIMD coverage: `matvec`, `matvec_many` and `matvec_rows` (all precisions), `axpy_rows`,
 //! `matmul`, `dequantize_row`,
 //! `dot_f32`, `axpy_f32` and the sum of squares of `rms_norm` are SIMD on both
-//! architectures. K-quant `Exact` dequantizes a
+//! architectures for every format but `IQ4_XS` (scalar everywhere for now). The 5-bit formats
+//! unpack their fifth bits into the quant bytes (`Q5_0`/`Q5_1`: AVX2 `bytes_from_bits_32` as in
+//! llama.cpp, NEON `vtst`; `Q5_K`: a shift of the `qh` bytes per sub-block) and then run the
+//! kernels of the 4-bit formats; `IQ4_NL` looks its nibbles up in the 16-value table (`pshufb`,
+//! `tbl`) and runs as `Q8_0`. K-quant `Exact` dequantizes a
 //! super-block into 256 f32 (AVX2 / NEON, bit-identical to the scalar
 //! code), then FMAs. The K-quant integer paths ([`Precision::Fast`],
 //! [`Precision::Int8`]) widen weights to i16 and multiply-add with the 16-
@@ -112,7 +116,7 @@
 //! # Precision
 //!
 //! [`Precision`] only affects [`matvec`] on the block-quantized formats
-//! (`Q8_0`, `Q4_0`, `Q4_1`, `Q5_0`, `Q5_1`, `Q4_K`, `Q6_K`). Float weights (`F32`, `F16`, `BF16`)
+//! (`Q8_0`, `Q4_0`, `Q4_1`, `Q5_0`, `Q5_1`, `IQ4_NL`, `Q4_K`, `Q5_K`, `Q6_K`, `IQ4_XS`). Float weights (`F32`, `F16`, `BF16`)
 //! and `I4Hybrid` use the exact f32 path in every precision, and [`matmul`] always uses the
 //! dequantized f32 tile with a register-blocked FMA microkernel (it measured
 //! faster than the integer path there), so its result is exact in every
@@ -176,11 +180,12 @@
 //! * Every `unsafe` block carries a `// SAFETY:` comment.
 //!
 //! K-quants in the integer paths: activations keep their 32-element blocks.
-//! A `Q4_K` sub-block (32 wide) is exactly one activation block: per block
+//! A `Q4_K` or `Q5_K` sub-block (32 wide) is exactly one activation block: per block
 //! the i32 sum of `q_w * q_x` is scaled by `(d*sc) * d_x`, and the min term
 //! is `(dmin*m) * s_x` with `s_x = d_x * sum(q_x)`. A `Q6_K` sub-block (16
 //! wide, signed scale) is half an activation block, scaled by
-//! `(d*sc) * d_x` on its own. The error bounds of [`Precision::Fast`] and
+//! `(d*sc) * d_x` on its own. An `IQ4_XS` sub-block (32 wide) is one
+//! activation block scaled by `d*(ls - 32) * d_x`. The error bounds of [`Precision::Fast`] and
 //! [`Precision::Int8`] below hold unchanged.
 //!
 //! Other block formats are meant to slot in as new
