@@ -8,7 +8,9 @@
 //! - `test-aarch64`: runs the tests of kernels-neon, ufs-io, neuron-cache and neuron-store for aarch64-unknown-linux-gnu
 //!   under qemu.
 //! - `check-android`: `cargo check` of the library crates for aarch64-linux-android (no NDK: no linking).
-//! - `fixtures`: rewrites the tiny synthetic models in `fixtures/` (see `fixtures.rs`).
+//! - `fixtures [--no-gguf]`: rewrites the tiny synthetic models in `fixtures/` (see `fixtures.rs`), then the
+//!   dequantization fixtures made by the PyPI `gguf` package in a venv under `target/` (see
+//!   `gguf_fixtures.rs`; `--no-gguf` skips them, e.g. offline).
 //! - `synth-model`: writes a SYNTHETIC model of a realistic shape (default 32 layers, d 4096, ff 14336, ReLU,
 //!   Q4_0, 4.0 GB) with random weights whose activations follow a planted power law, streamed to
 //!   `target/synth/` (see `synth.rs`; `--help` lists the options). A dev build re-runs it as a release build
@@ -33,6 +35,7 @@ use std::process::Command;
 use anyhow::{bail, Context, Result};
 
 mod fixtures;
+mod gguf_fixtures;
 mod synth;
 
 /// Library crates checked for Android (everything but the binaries).
@@ -355,12 +358,17 @@ fn main() -> Result<()> {
             for p in fixtures::write_all(&root().join("fixtures"))? {
                 eprintln!("xtask: wrote {}", p.display());
             }
+            if !std::env::args().skip(2).any(|a| a == "--no-gguf") {
+                for p in gguf_fixtures::write(&root())? {
+                    eprintln!("xtask: wrote {}", p.display());
+                }
+            }
             Ok(())
         }
         "synth-model" => synth_model(),
         "fuzz" => fuzz(&std::env::args().skip(2).collect::<Vec<_>>()),
         _ => {
-            eprintln!("usage: cargo xtask <ci | setup | tidy | test-aarch64 | check-android | fixtures | synth-model [--help] | fuzz [--time S] [--cases N]>");
+            eprintln!("usage: cargo xtask <ci | setup | tidy | test-aarch64 | check-android | fixtures [--no-gguf] | synth-model [--help] | fuzz [--time S] [--cases N]>");
             bail!("unknown task `{task}`")
         }
     }
