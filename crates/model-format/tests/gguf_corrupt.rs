@@ -150,7 +150,8 @@ fn truncated_tensor_data() {
     let end = (last.offset + last.n_bytes) as usize;
     let e = expect_err(&dir, "t.gguf", &b[..end - 1]);
     match e {
-        FormatError::Truncated { ref what, .. } => assert!(what.contains("Q6_K"), "{e}"),
+        // The last tensor (named after the last format of the table) is cut.
+        FormatError::Truncated { ref what, .. } => assert!(what.contains(&last.name), "{e}"),
         _ => panic!("wrong error {e}"),
     }
     // Data missing entirely.
@@ -205,7 +206,7 @@ fn q5_tensors_are_read() {
 #[test]
 fn unsupported_type_names_the_tensor() {
     let dir = TempDir::new("type");
-    for ty in [4u32, 5, 10, 13, 31, 999, u32::MAX] {
+    for ty in [4u32, 5, 10, 11, 31, 999, u32::MAX] {
         let raw = one_tensor(vec![256], ty, 0, 1024);
         let e = expect_err(&dir, "t.gguf", &raw.bytes());
         assert!(
