@@ -4,9 +4,11 @@ Usage: python openai_client.py BASE_URL MODEL CONTEXT
 Exits non-zero (an AssertionError or an unexpected exception) on any failure.
 """
 
+import json
 import sys
+import urllib.error
+import urllib.request
 
-import httpx
 import openai
 
 base, model, context = sys.argv[1], sys.argv[2], int(sys.argv[3])
@@ -78,10 +80,16 @@ try:
 except openai.BadRequestError as e:
     assert e.param == "temperature", e
 
-# Bad JSON cannot be sent through the client; send it with its HTTP library and check the error shape.
-bad = httpx.post(base + "/completions", content=b'{"prompt": ', headers={"content-type": "application/json"})
-assert bad.status_code == 400, bad
-assert bad.json()["error"]["type"] == "invalid_request_error", bad.text
+# Bad JSON cannot be sent through the client; send it with urllib and check the error shape.
+bad = urllib.request.Request(
+    base + "/completions", data=b'{"prompt": ', headers={"Content-Type": "application/json"}
+)
+try:
+    urllib.request.urlopen(bad, timeout=60)
+    raise AssertionError("bad JSON accepted")
+except urllib.error.HTTPError as e:
+    assert e.code == 400, e
+    assert json.load(e)["error"]["type"] == "invalid_request_error"
 
 # Still serving.
 again = client.completions.create(prompt="Once upon a time", max_tokens=24, **greedy)

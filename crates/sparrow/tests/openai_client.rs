@@ -33,7 +33,7 @@ fn python_with_openai() -> PathBuf {
         assert!(st.success(), "creating the venv {} failed", venv.display());
     }
     let has = Command::new(&python)
-        .args(["-c", "import openai, httpx"])
+        .args(["-c", "import openai"])
         .status()
         .is_ok_and(|s| s.success());
     if !has {
