@@ -4,6 +4,8 @@
 
 mod support;
 
+use std::io::Write;
+
 use serde_json::{json, Value};
 use support::{fixture, Server};
 
@@ -337,6 +339,25 @@ fn full_queue_is_429_and_a_disconnect_cancels_the_generation() {
         generated < 1500.0,
         "A stopped early: {generated} tokens in all"
     );
+    // A client waiting for a whole (non-streamed) answer that hangs up cancels it too.
+    let mut long = long;
+    long["stream"] = json!(false);
+    let mut c = std::net::TcpStream::connect(s.addr).unwrap();
+    let body = long.to_string();
+    write!(
+        c,
+        "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    while s.metric("sparrow_busy") < 1.0 {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    drop(c);
+    while s.metric("sparrow_cancelled_total") < 2.0 {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(s.metric("sparrow_completion_tokens_total") < 1500.0);
     assert!(s.alive());
     let (st, _) = s.get("/health");
     assert_eq!(st, 200);
