@@ -4,8 +4,6 @@
 
 mod support;
 
-use std::io::Write;
-
 use serde_json::{json, Value};
 use support::{fixture, Server};
 
@@ -339,26 +337,28 @@ fn full_queue_is_429_and_a_disconnect_cancels_the_generation() {
         generated < 1500.0,
         "A stopped early: {generated} tokens in all"
     );
-    // A client waiting for a whole (non-streamed) answer that hangs up cancels it too.
-    let mut long = long;
-    long["stream"] = json!(false);
-    let mut c = std::net::TcpStream::connect(s.addr).unwrap();
-    let body = long.to_string();
-    write!(
-        c,
-        "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    while s.metric("sparrow_busy") < 1.0 {
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    drop(c);
-    while s.metric("sparrow_cancelled_total") < 2.0 {
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    assert!(s.metric("sparrow_completion_tokens_total") < 1500.0);
     assert!(s.alive());
     let (st, _) = s.get("/health");
     assert_eq!(st, 200);
+}
+
+/// `--timeout`: a request past it gets 503 (code `timeout`), or an error event before `[DONE]` when
+/// streaming, and the server goes on. 1500 tokens of the default model take far more than 1 s.
+#[test]
+fn requests_past_the_timeout_are_stopped_with_503() {
+    let s = Server::start(&["--threads", "1", "--ctx", "2048", "--timeout", "1"]);
+    let mut long = json!({
+        "prompt": "The history of", "max_tokens": 1500, "temperature": 0, "ignore_eos": true,
+    });
+    let (st, v) = s.post_json("/v1/completions", &long);
+    assert_error(st, &v, 503, "server_error");
+    assert_eq!(v["error"]["code"], "timeout");
+    long["stream"] = json!(true);
+    let events = s.stream("/v1/completions", &long).all();
+    assert_eq!(events.last().map(String::as_str), Some("[DONE]"));
+    let err: Value = serde_json::from_str(&events[events.len() - 2]).unwrap();
+    assert_eq!(err["error"]["code"], "timeout", "{err}");
+    assert_eq!(s.metric("sparrow_timed_out_total"), 2.0);
+    let (st, v) = s.post_json("/v1/completions", &json!({"prompt": "Hi", "max_tokens": 2}));
+    assert_eq!(st, 200, "{v}");
 }
