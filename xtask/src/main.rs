@@ -26,6 +26,9 @@
 //!   S seconds with `-rss_limit_mb=1024`, seeded from the round's seeds (`fuzz/corpus/<target>/`);
 //!   installs the nightly toolchain (rustup) and cargo-fuzz (`cargo install`) when missing. Crashes
 //!   are left in `fuzz/artifacts/<target>/`.
+//! - `load-test [--clients 8] [--secs 60] [--max-tokens 32] [--model M] [--threads T]`: a bounded load test
+//!   of `sparrow serve` on loopback (see `load_test.rs`): p50/p99 latency, tokens/s, errors (any fails the
+//!   task), server RSS before and after. Measure on a quiet machine.
 //!
 //! Invariant: every step that CI needs is here or in a test's own setup; `.ci/run` only calls `cargo xtask ci`.
 
@@ -36,6 +39,7 @@ use anyhow::{bail, Context, Result};
 
 mod fixtures;
 mod gguf_fixtures;
+mod load_test;
 mod synth;
 
 /// Library crates checked for Android (everything but the binaries).
@@ -50,6 +54,7 @@ const ANDROID_CRATES: &[&str] = &[
     "neuron-store",
     "predictor",
     "engine",
+    "server",
 ];
 /// Crates whose tests run under qemu on aarch64.
 const AARCH64_TEST_CRATES: &[&str] = &[
@@ -367,8 +372,9 @@ fn main() -> Result<()> {
         }
         "synth-model" => synth_model(),
         "fuzz" => fuzz(&std::env::args().skip(2).collect::<Vec<_>>()),
+        "load-test" => load_test::run(&root(), &std::env::args().skip(2).collect::<Vec<_>>()),
         _ => {
-            eprintln!("usage: cargo xtask <ci | setup | tidy | test-aarch64 | check-android | fixtures [--no-gguf] | synth-model [--help] | fuzz [--time S] [--cases N]>");
+            eprintln!("usage: cargo xtask <ci | setup | tidy | test-aarch64 | check-android | fixtures [--no-gguf] | synth-model [--help] | fuzz [--time S] [--cases N] | load-test [--clients N] [--secs S]>");
             bail!("unknown task `{task}`")
         }
     }

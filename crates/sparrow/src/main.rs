@@ -45,6 +45,8 @@ enum Command {
     Convert(cmd::convert::ConvertArgs),
     /// The models `--model NAME` fetches: name, size, licence, and whether each is in the cache.
     Models(cmd::models::ModelsArgs),
+    /// Serve the model over HTTP with an OpenAI-compatible API (completions, chat, streaming).
+    Serve(cmd::serve::ServeArgs),
 }
 
 /// Runs the command; an error prints as one `error: ...` line with its causes (never a backtrace, even
@@ -86,5 +88,6 @@ fn dispatch(cli: Cli) -> Result<()> {
         Command::TrainPredictor(a) => cmd::train::run(a),
         Command::Convert(a) => cmd::convert::run(a),
         Command::Models(a) => cmd::models::run(a),
+        Command::Serve(a) => cmd::serve::run(a),
     }
 }

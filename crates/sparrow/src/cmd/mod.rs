@@ -6,4 +6,5 @@ pub mod models;
 pub mod perplexity;
 pub mod profile;
 pub mod run;
+pub mod serve;
 pub mod train;

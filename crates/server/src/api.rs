@@ -1,0 +1,400 @@
+//! The OpenAI request bodies (`/v1/completions`, `/v1/chat/completions`), checked and turned into what
+//! the engine runs: prompt ids and a [`GenerateRequest`].
+
+use engine::{ChatMessage, ChatTemplate, GenerateRequest, SamplerConfig, Tokenizer};
+use serde::Deserialize;
+
+use crate::ApiError;
+
+/// Which endpoint a request came to (it decides the response shapes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Completion,
+    Chat,
+}
+
+/// Fields both endpoints share. Fields this server does not implement (penalties, logprobs, tools)
+/// are ignored, as llama-server does.
+#[derive(Debug, Deserialize)]
+struct Common {
+    model: Option<String>,
+    max_tokens: Option<u64>,
+    max_completion_tokens: Option<u64>,
+    temperature: Option<f32>,
+    top_p: Option<f32>,
+    stop: Option<Stop>,
+    seed: Option<u64>,
+    n: Option<u64>,
+    stream: Option<bool>,
+    stream_options: Option<StreamOptions>,
+    /// llama-server's extension: keep generating past end-of-sequence tokens.
+    ignore_eos: Option<bool>,
+}
+
+#[derive(Debug, Deserialize)]
+struct StreamOptions {
+    include_usage: Option<bool>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum Stop {
+    One(String),
+    Many(Vec<String>),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum PromptField {
+    Text(String),
+    Texts(Vec<String>),
+    Ids(Vec<u32>),
+}
+
+#[derive(Debug, Deserialize)]
+struct CompletionBody {
+    prompt: PromptField,
+    #[serde(flatten)]
+    common: Common,
+}
+
+#[derive(Debug, Deserialize)]
+struct ChatBody {
+    messages: Vec<Message>,
+    #[serde(flatten)]
+    common: Common,
+}
+
+#[derive(Debug, Deserialize)]
+struct Message {
+    role: String,
+    #[serde(default)]
+    content: Option<Content>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum Content {
+    Text(String),
+    Parts(Vec<Part>),
+}
+
+#[derive(Debug, Deserialize)]
+struct Part {
+    #[serde(rename = "type")]
+    kind: String,
+    text: Option<String>,
+}
+
+/// A checked request, ready for the engine.
+#[derive(Debug, Clone)]
+pub(crate) struct Plan {
+    pub(crate) kind: Kind,
+    /// The prompt's token ids (after the chat template for chat).
+    pub(crate) ids: Vec<u32>,
+    pub(crate) req: GenerateRequest,
+    pub(crate) n: usize,
+    pub(crate) stream: bool,
+    pub(crate) include_usage: bool,
+}
+
+/// What a request is checked against.
+pub(crate) struct Limits<'a> {
+    pub(crate) tokenizer: &'a Tokenizer,
+    pub(crate) model_id: &'a str,
+    pub(crate) context: usize,
+    pub(crate) max_n: usize,
+}
+
+/// Parses and checks `body` for `kind`: 400 for bad JSON or parameters, 404 for another model, 400
+/// naming the context when the prompt does not fit.
+pub(crate) fn plan(kind: Kind, body: &[u8], lim: &Limits<'_>) -> Result<Plan, ApiError> {
+    let bad_json = |e: serde_json::Error| ApiError::bad_request(format!("invalid JSON body: {e}"));
+    let (common, ids) = match kind {
+        Kind::Completion => {
+            let b: CompletionBody = serde_json::from_slice(body).map_err(bad_json)?;
+            check_model(&b.common, lim)?;
+            let ids = completion_ids(b.prompt, lim.tokenizer)?;
+            (b.common, ids)
+        }
+        Kind::Chat => {
+            let b: ChatBody = serde_json::from_slice(body).map_err(bad_json)?;
+            check_model(&b.common, lim)?;
+            let ids = chat_ids(b.messages, lim.tokenizer)?;
+            (b.common, ids)
+        }
+    };
+    if ids.is_empty() {
+        return Err(ApiError::bad_param("prompt", "the prompt is empty"));
+    }
+    if ids.len() >= lim.context {
+        return Err(ApiError {
+            code: Some("context_length_exceeded"),
+            ..ApiError::bad_param(
+                if kind == Kind::Chat {
+                    "messages"
+                } else {
+                    "prompt"
+                },
+                format!(
+                    "the prompt is {} tokens; this server's context (--ctx) holds {} tokens, prompt and completion together",
+                    ids.len(),
+                    lim.context
+                ),
+            )
+        });
+    }
+    let room = (lim.context - ids.len()) as u64;
+    let asked = common.max_tokens.or(common.max_completion_tokens);
+    if asked == Some(0) {
+        return Err(ApiError::bad_param(
+            "max_tokens",
+            "max_tokens must be at least 1",
+        ));
+    }
+    // OpenAI's completions default to 16 tokens; chat to as many as fit.
+    let default = if kind == Kind::Completion { 16 } else { room };
+    let max_tokens = asked.unwrap_or(default).min(room) as usize;
+    let temperature = common.temperature.unwrap_or(1.0);
+    if !(0.0..=2.0).contains(&temperature) {
+        return Err(ApiError::bad_param(
+            "temperature",
+            "temperature must be between 0 and 2",
+        ));
+    }
+    let top_p = common.top_p.unwrap_or(1.0);
+    if !(top_p > 0.0 && top_p <= 1.0) {
+        return Err(ApiError::bad_param("top_p", "top_p must be in (0, 1]"));
+    }
+    let n = common.n.unwrap_or(1);
+    if n == 0 || n > lim.max_n as u64 {
+        return Err(ApiError::bad_param(
+            "n",
+            format!("n must be between 1 and {}", lim.max_n),
+        ));
+    }
+    let stop_strings = match common.stop {
+        None => Vec::new(),
+        Some(Stop::One(s)) => vec![s],
+        Some(Stop::Many(v)) => v,
+    };
+    if stop_strings.len() > 4 || stop_strings.iter().any(String::is_empty) {
+        return Err(ApiError::bad_param(
+            "stop",
+            "stop takes up to 4 non-empty strings",
+        ));
+    }
+    let seed = common.seed.unwrap_or_else(clock_seed);
+    let stream = common.stream.unwrap_or(false);
+    let include_usage = stream
+        && common
+            .stream_options
+            .and_then(|o| o.include_usage)
+            .unwrap_or(false);
+    Ok(Plan {
+        kind,
+        ids,
+        req: GenerateRequest {
+            max_tokens,
+            sampler: SamplerConfig {
+                temperature,
+                top_k: 0,
+                top_p,
+                min_p: 0.0,
+                repeat_penalty: 1.0,
+                repeat_last_n: 0,
+                seed,
+            },
+            stop_strings,
+            stop_at_eos: !common.ignore_eos.unwrap_or(false),
+        },
+        n: n as usize,
+        stream,
+        include_usage,
+    })
+}
+
+fn check_model(c: &Common, lim: &Limits<'_>) -> Result<(), ApiError> {
+    match c.model.as_deref() {
+        Some(m) if m != lim.model_id => Err(ApiError::unknown_model(m, lim.model_id)),
+        _ => Ok(()),
+    }
+}
+
+/// A seed for requests that give none (OpenAI's sampling is not reproducible without one).
+fn clock_seed() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+fn completion_ids(p: PromptField, tok: &Tokenizer) -> Result<Vec<u32>, ApiError> {
+    let text = match p {
+        PromptField::Text(t) => t,
+        PromptField::Texts(mut v) if v.len() == 1 => v.remove(0),
+        PromptField::Texts(_) => {
+            return Err(ApiError::bad_param(
+                "prompt",
+                "give one prompt per request (a list of several is not supported)",
+            ))
+        }
+        PromptField::Ids(ids) => {
+            if let Some(bad) = ids.iter().find(|&&i| i as usize >= tok.vocab_size()) {
+                return Err(ApiError::bad_param(
+                    "prompt",
+                    format!(
+                        "token id {bad} is outside the vocabulary of {}",
+                        tok.vocab_size()
+                    ),
+                ));
+            }
+            return Ok(ids);
+        }
+    };
+    tok.encode(&text, tok.add_bos_default())
+        .map_err(|e| ApiError::bad_param("prompt", format!("cannot tokenize the prompt: {e}")))
+}
+
+fn chat_ids(messages: Vec<Message>, tok: &Tokenizer) -> Result<Vec<u32>, ApiError> {
+    if messages.is_empty() {
+        return Err(ApiError::bad_param("messages", "messages is empty"));
+    }
+    let mut msgs = Vec::with_capacity(messages.len());
+    for m in messages {
+        let content = match m.content {
+            None => String::new(),
+            Some(Content::Text(t)) => t,
+            Some(Content::Parts(parts)) => {
+                let mut s = String::new();
+                for p in parts {
+                    match (p.kind.as_str(), p.text) {
+                        ("text", Some(t)) => s.push_str(&t),
+                        (k, _) => {
+                            return Err(ApiError::bad_param(
+                                "messages",
+                                format!(
+                                    "content parts of type `{k}` are not supported (text only)"
+                                ),
+                            ))
+                        }
+                    }
+                }
+                s
+            }
+        };
+        msgs.push(ChatMessage::new(m.role, content));
+    }
+    let text = render_chat(tok, &msgs)?;
+    // Chat templates write their own BOS.
+    tok.encode(&text, false).map_err(|e| {
+        ApiError::bad_param("messages", format!("cannot tokenize the conversation: {e}"))
+    })
+}
+
+/// The conversation through the model's chat template, as `sparrow run --chat` renders it (ChatML
+/// when the model ships none).
+fn render_chat(tok: &Tokenizer, msgs: &[ChatMessage]) -> Result<String, ApiError> {
+    if let Some(e) = tok.chat_template_error() {
+        return Err(ApiError::internal(format!(
+            "the model's chat template does not compile: {e}"
+        )));
+    }
+    let piece = |id: Option<u32>| {
+        id.and_then(|i| tok.id_to_piece(i))
+            .unwrap_or("")
+            .to_string()
+    };
+    let fallback = ChatTemplate::chatml();
+    let tpl = tok.chat_template().unwrap_or(&fallback);
+    tpl.render(msgs, true, &piece(tok.bos_id()), &piece(tok.eos_id()))
+        .map_err(|e| ApiError::bad_param("messages", format!("rendering the chat template: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tokenizer() -> Tokenizer {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../fixtures/tiny-llama-silu-q4_0.gguf"
+        );
+        let file = engine::ModelFile::open(path).expect("the fixture opens");
+        engine::load_tokenizer(&file).expect("the fixture has a tokenizer")
+    }
+
+    fn lim(tok: &Tokenizer) -> Limits<'_> {
+        Limits {
+            tokenizer: tok,
+            model_id: "m",
+            context: 64,
+            max_n: 4,
+        }
+    }
+
+    #[test]
+    fn defaults_follow_openai_and_fit_the_context() {
+        let tok = tokenizer();
+        let p = plan(Kind::Completion, br#"{"prompt": "hello"}"#, &lim(&tok)).unwrap();
+        assert_eq!(p.req.max_tokens, 16);
+        assert_eq!(p.req.sampler.temperature, 1.0);
+        assert_eq!((p.n, p.stream, p.req.stop_at_eos), (1, false, true));
+        let p = plan(
+            Kind::Completion,
+            br#"{"prompt": "hello", "max_tokens": 1000, "stop": "x", "seed": 3}"#,
+            &lim(&tok),
+        )
+        .unwrap();
+        assert_eq!(
+            p.req.max_tokens,
+            64 - p.ids.len(),
+            "capped at the room left"
+        );
+        assert_eq!(p.req.stop_strings, ["x"]);
+        assert_eq!(p.req.sampler.seed, 3);
+        let c = plan(
+            Kind::Chat,
+            br#"{"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]}"#,
+            &lim(&tok),
+        )
+        .unwrap();
+        assert_eq!(
+            c.req.max_tokens,
+            64 - c.ids.len(),
+            "chat defaults to the room left"
+        );
+        let text = tok.decode(&c.ids, false).unwrap();
+        assert!(
+            text.contains("<|im_start|>user\nhi"),
+            "ChatML fallback: {text:?}"
+        );
+    }
+
+    #[test]
+    fn bad_requests_name_their_parameter() {
+        let tok = tokenizer();
+        let err = |kind, body: &str| plan(kind, body.as_bytes(), &lim(&tok)).unwrap_err();
+        assert_eq!(err(Kind::Completion, "{").status, 400);
+        let e = err(Kind::Completion, r#"{"model": "x", "prompt": "a"}"#);
+        assert_eq!((e.status.as_u16(), e.code), (404, Some("model_not_found")));
+        let e = err(
+            Kind::Completion,
+            &format!(r#"{{"prompt": "{}"}}"#, "a".repeat(80)),
+        );
+        assert_eq!(e.code, Some("context_length_exceeded"));
+        assert!(e.message.contains("64"), "{}", e.message);
+        for (body, param) in [
+            (r#"{"prompt": "a", "n": 5}"#, "n"),
+            (r#"{"prompt": "a", "top_p": 1.5}"#, "top_p"),
+            (r#"{"prompt": "a", "temperature": -1}"#, "temperature"),
+            (r#"{"prompt": ["a", "b"]}"#, "prompt"),
+        ] {
+            assert_eq!(err(Kind::Completion, body).param, Some(param), "{body}");
+        }
+        let e = err(
+            Kind::Chat,
+            r#"{"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}"#,
+        );
+        assert_eq!(e.param, Some("messages"));
+    }
+}

@@ -1,0 +1,31 @@
+//! The server's error type: what stops the server as a whole (a request's failure is an
+//! [`ApiError`](crate::ApiError) answered to that client only).
+
+use std::net::SocketAddr;
+
+/// Why [`serve`](crate::serve) could not start or stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// The listening socket could not be opened.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address asked for.
+        addr: String,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// The async runtime could not start.
+    #[error("cannot start the server's runtime: {0}")]
+    Runtime(std::io::Error),
+    /// Accepting connections failed.
+    #[error("serving on {addr}: {source}")]
+    Serve {
+        /// The address served.
+        addr: SocketAddr,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// The options cannot work (e.g. a zero body limit).
+    #[error("{0}")]
+    Options(String),
+}

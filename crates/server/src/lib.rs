@@ -1,0 +1,105 @@
+//! Sparrow's OpenAI-compatible HTTP server, as llama.cpp's `llama-server` and Ollama users expect:
+//! `GET /v1/models`, `POST /v1/completions`, `POST /v1/chat/completions` (the model's chat template,
+//! as `sparrow run --chat` renders it), streaming with server-sent events (`stream: true`, OpenAI's
+//! chunks, then `data: [DONE]`), `GET /health` and `GET /metrics` (Prometheus text).
+//!
+//! [`serve`] runs one [`Engine`]: the calling thread computes the requests one at a time; an async
+//! runtime (axum on tokio) on other threads answers HTTP, checks and tokenizes requests, and queues
+//! them for the engine.
+//!
+//! # Example
+//! ```no_run
+//! use engine::{Engine, EngineOptions, ModelFile};
+//! let file = ModelFile::open("model.gguf")?;
+//! let engine = Engine::new(&file, EngineOptions::default())?;
+//! let opts = server::ServeOptions { model_id: "model".into(), ..Default::default() };
+//! server::serve(&engine, opts, |addr| eprintln!("listening on http://{addr}"))?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! # Invariants
+//! - Binds loopback unless told otherwise ([`ServeOptions::host`]).
+//! - A bad request (JSON, parameters, a prompt longer than the context), an unknown model, a full
+//!   queue, a timeout or an engine error fails that request only, with OpenAI's error JSON and a
+//!   status that fits (400, 404, 413, 429, 500, 503); the server keeps serving, and a panic inside a
+//!   generation is caught and answered as a 500.
+//! - At most [`ServeOptions::max_queue`] requests wait for the engine; more get 429.
+//! - A client that disconnects stops its generation at the next token (the engine's `cancelled` stop),
+//!   and a queued request whose client has gone is skipped.
+//! - Nothing here touches model files: the engine was loaded by the caller.
+
+mod api;
+mod api_error;
+mod error;
+mod metrics;
+mod options;
+mod routes;
+mod worker;
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use engine::Engine;
+
+pub use api_error::ApiError;
+pub use error::ServerError;
+pub use metrics::Metrics;
+pub use options::ServeOptions;
+
+/// Serves `engine` over HTTP until the listener fails. `on_listen` gets the bound address (useful
+/// with port 0) once connections are accepted. The engine runs on the calling thread.
+pub fn serve(
+    engine: &Engine<'_>,
+    opts: ServeOptions,
+    on_listen: impl FnOnce(SocketAddr),
+) -> Result<(), ServerError> {
+    if opts.max_queue == 0 || opts.max_body_bytes == 0 || opts.max_n == 0 {
+        return Err(ServerError::Options(
+            "the queue bound, body limit and largest n must be at least 1".into(),
+        ));
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("sparrow-http")
+        .enable_all()
+        .build()
+        .map_err(ServerError::Runtime)?;
+    let listener = rt
+        .block_on(tokio::net::TcpListener::bind((
+            opts.host.as_str(),
+            opts.port,
+        )))
+        .map_err(|source| ServerError::Bind {
+            addr: format!("{}:{}", opts.host, opts.port),
+            source,
+        })?;
+    let addr = listener.local_addr().map_err(|source| ServerError::Bind {
+        addr: format!("{}:{}", opts.host, opts.port),
+        source,
+    })?;
+    let (jobs, queue) = std::sync::mpsc::channel();
+    let metrics = Arc::new(Metrics::default());
+    let state = Arc::new(routes::AppState {
+        opts,
+        tokenizer: engine.tokenizer().clone(),
+        context: engine.options().context,
+        jobs: Mutex::new(jobs),
+        metrics: metrics.clone(),
+        started: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+    });
+    let app = routes::router(state);
+    let server = rt.spawn(async move { axum::serve(listener, app).await });
+    on_listen(addr);
+    // Returns when the server has stopped and dropped every job sender.
+    worker::run(engine, queue, &metrics);
+    match rt.block_on(server) {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(source)) => Err(ServerError::Serve { addr, source }),
+        Err(e) => Err(ServerError::Serve {
+            addr,
+            source: std::io::Error::other(e.to_string()),
+        }),
+    }
+}

@@ -1,0 +1,198 @@
+//! Counters behind `GET /metrics`, written by the handlers and the engine thread, read as Prometheus
+//! text.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Mutex;
+
+/// The server's counters (all monotonic except the gauges named so).
+#[derive(Default)]
+pub struct Metrics {
+    /// HTTP requests answered, by route.
+    requests: Mutex<BTreeMap<String, u64>>,
+    /// Responses with a 4xx/5xx status, by status.
+    errors: Mutex<BTreeMap<u16, u64>>,
+    /// Gauge: requests admitted and waiting for the engine.
+    pub(crate) waiting: AtomicU64,
+    /// Gauge: 1 while the engine computes a request.
+    pub(crate) busy: AtomicU64,
+    /// Generations stopped because their client went away.
+    pub(crate) cancelled: AtomicU64,
+    /// Generations stopped by the request timeout.
+    pub(crate) timed_out: AtomicU64,
+    /// Prompt tokens prefilled.
+    pub(crate) prompt_tokens: AtomicU64,
+    /// Tokens generated.
+    pub(crate) completion_tokens: AtomicU64,
+    /// Nanoseconds in prefill.
+    pub(crate) prefill_nanos: AtomicU64,
+    /// Decode steps and their nanoseconds.
+    pub(crate) decode_tokens: AtomicU64,
+    pub(crate) decode_nanos: AtomicU64,
+    /// Flash offload, when the model runs from a neuron store: units needed, found in memory, bytes
+    /// read (copied from the engine's counters after each request).
+    pub(crate) offload: Mutex<Option<OffloadFigures>>,
+}
+
+/// The offload counters shown by `/metrics`.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct OffloadFigures {
+    pub(crate) units: u64,
+    pub(crate) hits: u64,
+    pub(crate) bytes_read: u64,
+    pub(crate) resident_bytes: u64,
+}
+
+fn bump<K: Ord>(m: &Mutex<BTreeMap<K, u64>>, k: K) {
+    let mut m = m.lock().unwrap_or_else(|e| e.into_inner());
+    *m.entry(k).or_insert(0) += 1;
+}
+
+impl Metrics {
+    /// Counts a request to `route` answered with `status`.
+    pub(crate) fn record(&self, route: &str, status: u16) {
+        bump(&self.requests, route.to_string());
+        if status >= 400 {
+            bump(&self.errors, status);
+        }
+    }
+
+    /// The Prometheus text exposition.
+    pub fn render(&self) -> String {
+        let mut s = String::new();
+        let g = |a: &AtomicU64| a.load(Relaxed);
+        let mut metric = |name: &str, kind: &str, help: &str, lines: Vec<(String, f64)>| {
+            let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} {kind}");
+            for (labels, v) in lines {
+                let _ = writeln!(s, "{name}{labels} {v}");
+            }
+        };
+        let requests: Vec<_> = self
+            .requests
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|(r, n)| (format!("{{route=\"{r}\"}}"), *n as f64))
+            .collect();
+        metric(
+            "sparrow_requests_total",
+            "counter",
+            "HTTP requests answered, by route.",
+            requests,
+        );
+        let errors: Vec<_> = self
+            .errors
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|(c, n)| (format!("{{status=\"{c}\"}}"), *n as f64))
+            .collect();
+        metric(
+            "sparrow_request_errors_total",
+            "counter",
+            "Responses with an error status, by status.",
+            errors,
+        );
+        let one = |v: f64| vec![(String::new(), v)];
+        metric(
+            "sparrow_queue_length",
+            "gauge",
+            "Requests waiting for the engine.",
+            one(g(&self.waiting) as f64),
+        );
+        metric(
+            "sparrow_busy",
+            "gauge",
+            "1 while the engine computes a request.",
+            one(g(&self.busy) as f64),
+        );
+        metric(
+            "sparrow_cancelled_total",
+            "counter",
+            "Generations stopped because the client disconnected.",
+            one(g(&self.cancelled) as f64),
+        );
+        metric(
+            "sparrow_timed_out_total",
+            "counter",
+            "Requests stopped by the request timeout.",
+            one(g(&self.timed_out) as f64),
+        );
+        metric(
+            "sparrow_prompt_tokens_total",
+            "counter",
+            "Prompt tokens prefilled.",
+            one(g(&self.prompt_tokens) as f64),
+        );
+        metric(
+            "sparrow_completion_tokens_total",
+            "counter",
+            "Tokens generated.",
+            one(g(&self.completion_tokens) as f64),
+        );
+        let secs = |a: &AtomicU64| g(a) as f64 * 1e-9;
+        let rate = |n: u64, s: f64| if s > 0.0 { n as f64 / s } else { 0.0 };
+        metric(
+            "sparrow_prefill_tokens_per_second",
+            "gauge",
+            "Prompt tokens per second of prefill, over all requests.",
+            one(rate(g(&self.prompt_tokens), secs(&self.prefill_nanos))),
+        );
+        metric(
+            "sparrow_decode_tokens_per_second",
+            "gauge",
+            "Tokens per second of decode steps, over all requests.",
+            one(rate(g(&self.decode_tokens), secs(&self.decode_nanos))),
+        );
+        let off = *self.offload.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(o) = off {
+            metric(
+                "sparrow_neuron_cache_hit_ratio",
+                "gauge",
+                "Share of needed FFN units found in memory (flash offload).",
+                one(o.hits as f64 / o.units.max(1) as f64),
+            );
+            metric(
+                "sparrow_flash_read_bytes_total",
+                "counter",
+                "Bytes of FFN units read from flash.",
+                one(o.bytes_read as f64),
+            );
+            metric(
+                "sparrow_neuron_cache_resident_bytes",
+                "gauge",
+                "Bytes of FFN units held in the neuron cache.",
+                one(o.resident_bytes as f64),
+            );
+        }
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_counters_by_label() {
+        let m = Metrics::default();
+        m.record("/v1/completions", 200);
+        m.record("/v1/completions", 429);
+        m.completion_tokens.store(7, Relaxed);
+        let t = m.render();
+        assert!(
+            t.contains("sparrow_requests_total{route=\"/v1/completions\"} 2"),
+            "{t}"
+        );
+        assert!(
+            t.contains("sparrow_request_errors_total{status=\"429\"} 1"),
+            "{t}"
+        );
+        assert!(t.contains("sparrow_completion_tokens_total 7"), "{t}");
+        assert!(
+            !t.contains("flash"),
+            "no offload figures for a model in memory: {t}"
+        );
+    }
+}

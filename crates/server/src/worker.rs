@@ -1,0 +1,151 @@
+//! The engine's side: one request at a time on the thread that owns the [`Engine`], events back to
+//! the request's handler. A handler that goes away (client disconnected) or a request past its
+//! deadline stops its generation at the next token; a failed or panicking generation fails that
+//! request only.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::mpsc::Receiver;
+use std::time::Instant;
+
+use engine::{Engine, Flow, StopReason};
+use tokio::sync::mpsc::UnboundedSender;
+
+use crate::api::Plan;
+use crate::metrics::{Metrics, OffloadFigures};
+use crate::ApiError;
+
+/// A request admitted to the queue.
+pub(crate) struct Job {
+    pub(crate) plan: Plan,
+    pub(crate) events: UnboundedSender<Event>,
+    pub(crate) deadline: Instant,
+    pub(crate) timeout_s: f64,
+}
+
+/// What the engine reports to a request's handler.
+#[derive(Debug)]
+pub(crate) enum Event {
+    /// Text of choice `index`, as soon as it is final.
+    Text { index: usize, text: String },
+    /// Choice `index` is complete.
+    Done {
+        index: usize,
+        finish_reason: &'static str,
+        completion_tokens: usize,
+    },
+    /// The request failed; nothing more follows.
+    Failed(ApiError),
+}
+
+/// OpenAI's `finish_reason`.
+fn finish_reason(r: StopReason) -> &'static str {
+    match r {
+        StopReason::Eos | StopReason::StopString => "stop",
+        StopReason::Length | StopReason::Cancelled => "length",
+    }
+}
+
+/// Runs jobs until every sender is gone (the server stopped).
+pub(crate) fn run(eng: &Engine<'_>, jobs: Receiver<Job>, metrics: &Metrics) {
+    for job in jobs {
+        metrics.waiting.fetch_sub(1, Relaxed);
+        metrics.busy.store(1, Relaxed);
+        run_job(eng, job, metrics);
+        metrics.busy.store(0, Relaxed);
+        if let Some(o) = eng.sparse().and_then(|s| s.offload()) {
+            let s = o.stats();
+            *metrics.offload.lock().unwrap_or_else(|e| e.into_inner()) = Some(OffloadFigures {
+                units: s.units,
+                hits: s.hot_hits + s.cold_hits,
+                bytes_read: s.bytes_read,
+                resident_bytes: s.resident_bytes as u64,
+            });
+        }
+    }
+}
+
+fn run_job(eng: &Engine<'_>, job: Job, metrics: &Metrics) {
+    let Job {
+        plan,
+        events,
+        deadline,
+        timeout_s,
+    } = job;
+    if events.is_closed() {
+        metrics.cancelled.fetch_add(1, Relaxed);
+        return;
+    }
+    for index in 0..plan.n {
+        if Instant::now() >= deadline {
+            metrics.timed_out.fetch_add(1, Relaxed);
+            let _ = events.send(Event::Failed(ApiError::timeout(timeout_s)));
+            return;
+        }
+        let mut req = plan.req.clone();
+        req.sampler.seed = req.sampler.seed.wrapping_add(index as u64);
+        let mut late = false;
+        let result = catch_unwind(AssertUnwindSafe(|| {
+            eng.generate(&plan.ids, &req, |piece| {
+                if Instant::now() >= deadline {
+                    late = true;
+                    return Flow::Stop;
+                }
+                let text = piece.to_string();
+                match events.send(Event::Text { index, text }) {
+                    Ok(()) => Flow::Continue,
+                    Err(_) => Flow::Stop, // the client went away
+                }
+            })
+        }));
+        let g = match result {
+            Ok(Ok(g)) => g,
+            Ok(Err(e)) => {
+                let _ = events.send(Event::Failed(ApiError::internal(format!(
+                    "generation failed: {e}"
+                ))));
+                return;
+            }
+            Err(_) => {
+                let _ = events.send(Event::Failed(ApiError::internal(
+                    "generation failed: the engine panicked on this request",
+                )));
+                return;
+            }
+        };
+        let t = &g.timings;
+        metrics
+            .prompt_tokens
+            .fetch_add(t.prefill_tokens as u64, Relaxed);
+        metrics
+            .prefill_nanos
+            .fetch_add((t.prefill_s * 1e9) as u64, Relaxed);
+        metrics
+            .decode_tokens
+            .fetch_add(t.decode_tokens as u64, Relaxed);
+        metrics
+            .decode_nanos
+            .fetch_add((t.decode_s * 1e9) as u64, Relaxed);
+        metrics
+            .completion_tokens
+            .fetch_add(g.generated_ids.len() as u64, Relaxed);
+        if g.stop_reason == StopReason::Cancelled {
+            if late {
+                metrics.timed_out.fetch_add(1, Relaxed);
+                let _ = events.send(Event::Failed(ApiError::timeout(timeout_s)));
+            } else {
+                metrics.cancelled.fetch_add(1, Relaxed);
+            }
+            return;
+        }
+        let done = Event::Done {
+            index,
+            finish_reason: finish_reason(g.stop_reason),
+            completion_tokens: g.generated_ids.len(),
+        };
+        if events.send(done).is_err() {
+            metrics.cancelled.fetch_add(1, Relaxed);
+            return;
+        }
+    }
+}

@@ -1,0 +1,86 @@
+//! `sparrow serve`: an OpenAI-compatible HTTP server over one model (the `server` crate does the
+//! serving; this parses the flags and loads the model as `run` does).
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use clap::Args;
+use engine::Engine;
+
+use crate::args::ModelArgs;
+use crate::load::{build_overlay, engine_options, open_model, setup_sparse};
+
+#[derive(Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Address to bind (loopback by default; `0.0.0.0` exposes the server to the network).
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+    /// TCP port (0: any free port, printed at start).
+    #[arg(long, default_value_t = 8080)]
+    pub port: u16,
+    /// The model's name in /v1/models and requests (default: the known model's name, e.g.
+    /// `smollm2-135m`, or the model file's name without `.gguf`).
+    #[arg(long)]
+    pub alias: Option<String>,
+    /// Requests that may wait while one is computed; more are answered 429.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..=4096))]
+    pub queue: u64,
+    /// Largest request body, e.g. `1M` (larger: 413).
+    #[arg(long, default_value = "1M", value_parser = crate::parse::size)]
+    pub max_body: u64,
+    /// Seconds a request may take, waiting included (then 503, or an error event when streaming).
+    #[arg(long, default_value_t = 600, value_parser = clap::value_parser!(u64).range(1..))]
+    pub timeout: u64,
+    /// Largest `n` (choices per request, computed one after another).
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=128))]
+    pub max_n: u64,
+}
+
+/// Loads the model and serves it until the listener fails.
+pub fn run(a: ServeArgs) -> Result<()> {
+    let t0 = Instant::now();
+    let file = open_model(&a.model, false)?;
+    let overlay = build_overlay(&file, &a.model, false)?;
+    let mut eng = Engine::new_with_overlay(&file, overlay.as_ref(), engine_options(&a.model))
+        .with_context(|| format!("loading {}", file.path().display()))?;
+    setup_sparse(&mut eng, &a.model, false)?;
+    let model_id = a
+        .alias
+        .clone()
+        .unwrap_or_else(|| model_name(&a.model, file.path()));
+    let opts = server::ServeOptions {
+        host: a.host.clone(),
+        port: a.port,
+        model_id: model_id.clone(),
+        max_queue: a.queue as usize,
+        max_body_bytes: usize::try_from(a.max_body).unwrap_or(usize::MAX),
+        request_timeout: Duration::from_secs(a.timeout),
+        max_n: a.max_n as usize,
+    };
+    let load_s = t0.elapsed().as_secs_f64();
+    let ctx = eng.options().context;
+    server::serve(&eng, opts, |addr| {
+        eprintln!(
+            "sparrow: serving `{model_id}` (context {ctx} tokens, loaded in {load_s:.1} s) on http://{addr}"
+        );
+    })?;
+    Ok(())
+}
+
+/// The name a model is served under: a known model's name (`sparrow models`) when it was given by
+/// name or by default, else its file's name without `.gguf`.
+fn model_name(args: &ModelArgs, path: &std::path::Path) -> String {
+    let given = args.model.as_deref();
+    let known = match given {
+        None => engine::fetch::KNOWN_MODELS.first(),
+        Some(p) if !p.exists() => p.to_str().and_then(engine::fetch::known_model),
+        Some(_) => None,
+    };
+    if let Some(k) = known {
+        return k.name.to_string();
+    }
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    name.strip_suffix(".gguf").unwrap_or(&name).to_string()
+}
