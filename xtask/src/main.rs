@@ -1,13 +1,20 @@
 //! Project automation, in the style of rust-analyzer's xtask: `cargo xtask <command>`.
 //!
 //! - `ci`: everything CI checks, in order: tool setup, `tidy`, the whole test suite (release profile), the
-//!   aarch64 tests of kernels-neon, ufs-io, neuron-cache and neuron-store under qemu, and `cargo check` of the library
-//!   crates for aarch64-linux-android.
+//!   aarch64 tests of kernels-neon, ufs-io, neuron-cache and neuron-store under qemu, `cargo check` of the library
+//!   crates for aarch64-linux-android, the static aarch64 `sparrow` and `deploy --emulate` of a fixture model
+//!   (a few tokens of `sparrow bench` under qemu).
 //! - `tidy`: `cargo fmt --check` and `cargo clippy --workspace --all-targets -- -D warnings`.
 //! - `setup`: installs what the tests need (rustup targets; Debian's aarch64 cross toolchain and qemu).
 //! - `test-aarch64`: runs the tests of kernels-neon, ufs-io, neuron-cache and neuron-store for aarch64-unknown-linux-gnu
 //!   under qemu.
 //! - `check-android`: `cargo check` of the library crates for aarch64-linux-android (no NDK: no linking).
+//! - `android`: a static `sparrow` for `aarch64-unknown-linux-musl` (runs from `adb shell` without the NDK),
+//!   checked to be a static AArch64 executable, then `check-android` (see `android.rs`).
+//! - `deploy [--serial S] --model M [--emulate[=DIR]] [--out FILE] [-- BENCH-ARGS]`: pushes that binary
+//!   and the model bundle with `adb`, runs `sparrow bench --json` on the device and pulls the result;
+//!   `--emulate` does the same steps against a local folder with the binary under `qemu-aarch64`
+//!   (see `android.rs`).
 //! - `fixtures [--no-gguf]`: rewrites the tiny synthetic models in `fixtures/` (see `fixtures.rs`), then the
 //!   dequantization fixtures made by the PyPI `gguf` package in a venv under `target/` (see
 //!   `gguf_fixtures.rs`; `--no-gguf` skips them, e.g. offline).
@@ -37,6 +44,7 @@ use std::process::Command;
 
 use anyhow::{bail, Context, Result};
 
+mod android;
 mod fixtures;
 mod gguf_fixtures;
 mod load_test;
@@ -111,7 +119,11 @@ fn setup() -> Result<()> {
             .output()?
             .stdout,
     )?;
-    for target in ["aarch64-unknown-linux-gnu", "aarch64-linux-android"] {
+    for target in [
+        "aarch64-unknown-linux-gnu",
+        "aarch64-linux-android",
+        android::MUSL_TARGET,
+    ] {
         if !installed.lines().any(|l| l.trim() == target) {
             run(Command::new("rustup").args(["target", "add", target]))?;
         }
@@ -198,8 +210,38 @@ fn ci() -> Result<()> {
     tidy()?;
     run(cargo().args(["test", "--workspace", "--release"]))?;
     test_aarch64()?;
-    check_android()?;
+    android::android()?;
+    deploy_emulated_fixture()?;
     eprintln!("xtask: ci passed");
+    Ok(())
+}
+
+/// CI's `deploy --emulate`: the static binary benches a fixture model under qemu for a few tokens, and
+/// the result pulled back must hold positive speeds.
+fn deploy_emulated_fixture() -> Result<()> {
+    let args: Vec<String> = [
+        "--emulate",
+        "--model",
+        "fixtures/tiny-llama-silu-q4_0.gguf",
+        "--",
+        "-p",
+        "8",
+        "-n",
+        "4",
+        "-r",
+        "1",
+        "--threads",
+        "2",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let mut o = android::DeployOptions::parse(&args)?;
+    o.model = root().join(&o.model);
+    let v = android::deploy(&o)?;
+    if !(v["pp_tok_s"].as_f64() > Some(0.0) && v["tg_tok_s"].as_f64() > Some(0.0)) {
+        bail!("deploy --emulate: no positive speeds in {v}");
+    }
     Ok(())
 }
 
@@ -359,6 +401,11 @@ fn main() -> Result<()> {
         "tidy" => tidy(),
         "test-aarch64" => test_aarch64(),
         "check-android" => check_android(),
+        "android" => android::android(),
+        "deploy" => {
+            let args: Vec<String> = std::env::args().skip(2).collect();
+            android::deploy(&android::DeployOptions::parse(&args)?).map(drop)
+        }
         "fixtures" => {
             for p in fixtures::write_all(&root().join("fixtures"))? {
                 eprintln!("xtask: wrote {}", p.display());
@@ -374,7 +421,7 @@ fn main() -> Result<()> {
         "fuzz" => fuzz(&std::env::args().skip(2).collect::<Vec<_>>()),
         "load-test" => load_test::run(&root(), &std::env::args().skip(2).collect::<Vec<_>>()),
         _ => {
-            eprintln!("usage: cargo xtask <ci | setup | tidy | test-aarch64 | check-android | fixtures [--no-gguf] | synth-model [--help] | fuzz [--time S] [--cases N] | load-test [--clients N] [--secs S]>");
+            eprintln!("usage: cargo xtask <ci | setup | tidy | test-aarch64 | check-android | android | deploy [--serial S] --model M [--emulate] | fixtures [--no-gguf] | synth-model [--help] | fuzz [--time S] [--cases N] | load-test [--clients N] [--secs S]>");
             bail!("unknown task `{task}`")
         }
     }

@@ -1,16 +1,20 @@
-//! Argument groups shared by several subcommands: the model and how it runs ([`ModelArgs`]), flash
-//! offload ([`OffloadArgs`]) and a calibration corpus ([`CorpusArgs`]), and their translation into the
-//! engine's settings.
+//! Argument groups shared by several subcommands: the model and how it runs ([`LoadArgs`]), sparse
+//! decode and flash offload on top of it ([`ModelArgs`], [`OffloadArgs`]) and a calibration corpus
+//! ([`CorpusArgs`]), and their translation into the engine's settings. Each subcommand flattens only
+//! the groups it uses, so its `--help` lists only options it acts on.
 
+use std::ops::{Deref, DerefMut};
 use std::path::PathBuf;
 
 use clap::Args;
 
+use crate::builtin::{TextSource, CALIBRATION};
 use crate::parse;
 use engine::{FfnBudget, OffloadOptions, SparseSidecars};
 
+/// The model and how it is computed: what every subcommand that loads a model takes.
 #[derive(Args, Clone)]
-pub struct ModelArgs {
+pub struct LoadArgs {
     /// A GGUF file, an HF directory (config.json + safetensors), or a known model's name
     /// (`sparrow models`: smollm2-135m, qwen2.5-coder-0.5b), fetched into the model cache if absent.
     /// Default: smollm2-135m.
@@ -34,6 +38,21 @@ pub struct ModelArgs {
     /// context if shorter].
     #[arg(long, value_parser = parse::ctx)]
     pub ctx: Option<usize>,
+    /// Re-quantize the layer weights (q, k, v, o, gate, up, down) at load time: `q4_0`, `int4`
+    /// (per-channel INT4), or `hybrid:<fraction>` (per-channel INT4 plus that fraction of each
+    /// row as INT8 outliers, PowerInfer-2 section 7.6; e.g. `hybrid:1%`). Embedding and output
+    /// projection stay as in the file.
+    #[arg(long)]
+    pub requant: Option<engine::Requant>,
+}
+
+/// [`LoadArgs`] plus sparse decode and flash offload: the options of the subcommands that decode
+/// (`run`, `perplexity`, `bench`). Dereferences to its [`LoadArgs`], so `args.threads` and the
+/// loading helpers work on either group.
+#[derive(Args, Clone)]
+pub struct ModelArgs {
+    #[command(flatten)]
+    pub load: LoadArgs,
     /// Sparse FFN: compute only the neurons expected to fire, with the thresholds of the model's
     /// profile (`sparrow profile`) and its predictors (`sparrow train-predictor`) when present.
     #[arg(long)]
@@ -48,12 +67,6 @@ pub struct ModelArgs {
     /// the down columns.
     #[arg(long, requires = "sparse")]
     pub no_predictor: bool,
-    /// Re-quantize the layer weights (q, k, v, o, gate, up, down) at load time: `q4_0`, `int4`
-    /// (per-channel INT4), or `hybrid:<fraction>` (per-channel INT4 plus that fraction of each
-    /// row as INT8 outliers, PowerInfer-2 section 7.6; e.g. `hybrid:1%`). Embedding and output
-    /// projection stay as in the file.
-    #[arg(long)]
-    pub requant: Option<engine::Requant>,
     #[command(flatten)]
     pub offload: OffloadArgs,
 }
@@ -103,12 +116,33 @@ pub struct OffloadArgs {
 
 #[derive(Args)]
 pub struct CorpusArgs {
-    /// Text to profile (calibrate on the validation split, never the test split).
-    #[arg(long, default_value = "../shared/data/wikitext-2/valid.txt")]
-    pub corpus: PathBuf,
+    /// Text to profile (calibrate on a validation split, never a test split) [default: a built-in
+    /// calibration text, 72 KB of Shakespeare].
+    #[arg(long)]
+    pub corpus: Option<PathBuf>,
     /// Tokens per window.
     #[arg(long, default_value_t = 512)]
     pub window: usize,
+}
+
+impl Deref for ModelArgs {
+    type Target = LoadArgs;
+    fn deref(&self) -> &LoadArgs {
+        &self.load
+    }
+}
+
+impl DerefMut for ModelArgs {
+    fn deref_mut(&mut self) -> &mut LoadArgs {
+        &mut self.load
+    }
+}
+
+impl CorpusArgs {
+    /// The text to read: `--corpus`, or the built-in calibration text.
+    pub fn source(&self) -> TextSource {
+        TextSource::or_builtin(self.corpus.as_deref(), &CALIBRATION)
+    }
 }
 
 impl ModelArgs {

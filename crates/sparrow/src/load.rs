@@ -7,11 +7,11 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use engine::{Engine, EngineOptions, ModelFile, Overlay, Precision, SparsePlan};
 
-use crate::args::{CorpusArgs, ModelArgs};
+use crate::args::{CorpusArgs, LoadArgs, ModelArgs};
 use crate::ui::mib;
 
 /// The model `--model` names, or the default model (fetched if absent; `quiet` hides the messages).
-pub fn open_model(args: &ModelArgs, quiet: bool) -> Result<ModelFile> {
+pub fn open_model(args: &LoadArgs, quiet: bool) -> Result<ModelFile> {
     Ok(ModelFile::open(model_path(args.model.as_deref(), quiet)?)?)
 }
 
@@ -35,7 +35,7 @@ pub fn model_path(model: Option<&Path>, quiet: bool) -> Result<PathBuf> {
 }
 
 /// The load-time re-quantization `--requant` asks for (built before the engine, which borrows it).
-pub fn build_overlay(file: &ModelFile, args: &ModelArgs, quiet: bool) -> Result<Option<Overlay>> {
+pub fn build_overlay(file: &ModelFile, args: &LoadArgs, quiet: bool) -> Result<Option<Overlay>> {
     let Some(r) = args.requant else {
         return Ok(None);
     };
@@ -58,7 +58,7 @@ pub fn build_overlay(file: &ModelFile, args: &ModelArgs, quiet: bool) -> Result<
 const DEFAULT_CTX: usize = 4096;
 
 /// The engine options of `args` (and the kernels' process-wide `--chunk-rows`).
-pub fn engine_options(args: &ModelArgs) -> EngineOptions {
+pub fn engine_options(args: &LoadArgs) -> EngineOptions {
     // The kernels' work-item size is process-wide.
     engine::set_chunk_rows(args.chunk_rows);
     EngineOptions {
@@ -145,18 +145,20 @@ pub fn setup_sparse(eng: &mut Engine<'_>, args: &ModelArgs, quiet: bool) -> Resu
     Ok(())
 }
 
-/// The corpus of `c`, tokenized (a warning if it looks like a test split).
+/// The corpus of `c` (`--corpus` or the built-in calibration text), tokenized, with a warning if it
+/// looks like a test split.
 pub fn read_corpus(eng: &Engine<'_>, c: &CorpusArgs) -> Result<Vec<u32>> {
-    let text = std::fs::read_to_string(&c.corpus).with_context(|| {
-        format!(
-            "reading the corpus {} (give another with --corpus)",
-            c.corpus.display()
-        )
-    })?;
-    if c.corpus.to_string_lossy().contains("test") {
+    let src = c.source();
+    let text = src
+        .read()
+        .context("reading the corpus (give another with --corpus)")?;
+    if src
+        .file()
+        .is_some_and(|p| p.to_string_lossy().contains("test"))
+    {
         eprintln!(
             "sparrow: warning: {} looks like a test split; calibrate on validation data",
-            c.corpus.display()
+            src.name()
         );
     }
     Ok(eng.tokenizer().encode(&text, false)?)

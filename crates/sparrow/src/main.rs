@@ -8,9 +8,11 @@
 //! under `cmd/`. The CLI parses and prints; what it runs and measures is in the `engine` crate.
 
 mod args;
+mod builtin;
 mod cmd;
 mod load;
 mod parse;
+mod plot;
 mod ui;
 
 use anyhow::Result;

@@ -66,6 +66,38 @@ pub fn penalty(s: &str) -> Result<f32, String> {
     Ok(v as f32)
 }
 
+/// One memory budget of a sweep: `40%` (that share of the FFN kept in memory, `--ffn-resident`) or a
+/// size (`150M`: the whole process, `--memory-budget`), with the text it was given as.
+#[derive(Debug, Clone)]
+pub struct SweepBudget {
+    /// As given on the command line.
+    pub label: String,
+    /// The budget.
+    pub budget: engine::FfnBudget,
+}
+
+/// Parses one [`SweepBudget`]: a percentage in `(0, 100]` or a size above 0.
+pub fn sweep_budget(s: &str) -> Result<SweepBudget, String> {
+    let t = s.trim();
+    let budget = match t.strip_suffix('%') {
+        Some(p) => {
+            let v = ranged(p, 0.0, 100.0)?;
+            if v == 0.0 {
+                return Err(format!("`{s}` must be above 0%"));
+            }
+            engine::FfnBudget::Share(v / 100.0)
+        }
+        None => match size(t)? {
+            0 => return Err(format!("`{s}` must be above 0")),
+            b => engine::FfnBudget::Process(b),
+        },
+    };
+    Ok(SweepBudget {
+        label: t.to_string(),
+        budget,
+    })
+}
+
 /// A share of the FFN kept in memory: finite, in `(0, 1]`.
 pub fn share(s: &str) -> Result<f64, String> {
     let v = unit(s)?;
@@ -144,5 +176,19 @@ mod tests {
         assert_eq!(io_depth("256"), Ok(256));
         assert!(threads("5000").is_err());
         assert!(ctx("-1").is_err());
+    }
+
+    #[test]
+    fn sweep_budgets_are_shares_or_sizes() {
+        let b = sweep_budget("40%").unwrap();
+        assert_eq!(
+            (b.label.as_str(), b.budget),
+            ("40%", engine::FfnBudget::Share(0.4))
+        );
+        let b = sweep_budget("150M").unwrap();
+        assert_eq!(b.budget, engine::FfnBudget::Process(150 << 20));
+        for bad in ["0%", "101%", "nan%", "0", "x", "-5%"] {
+            assert!(sweep_budget(bad).is_err(), "{bad}");
+        }
     }
 }

@@ -233,19 +233,12 @@ fn bad_input_gives_clear_errors() {
 fn convert_then_run_over_the_neuron_store() {
     let dir = std::env::temp_dir().join(format!("sparrow-cli-convert-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let corpus = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/data/wikitext-2/valid.txt");
     let profile = dir.join("m.sparrow-profile");
     let resident = dir.join("m.resident.gguf");
-    let (p, r, c) = (
-        profile.to_str().unwrap(),
-        resident.to_str().unwrap(),
-        corpus.to_str().unwrap(),
-    );
+    let (p, r) = (profile.to_str().unwrap(), resident.to_str().unwrap());
+    // The built-in calibration text (no --corpus).
     let out = sparrow(&[
         "profile",
-        "--corpus",
-        c,
         "--window",
         "64",
         "--windows",

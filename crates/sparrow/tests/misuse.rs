@@ -132,8 +132,10 @@ fn outputs_never_overwrite_inputs() {
     let cached = engine::fetch::ensure_default_model(|l| eprintln!("test setup: {l}")).unwrap();
     std::fs::copy(&cached, &model).unwrap();
     let m = model.to_str().unwrap();
-    let corpus = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/data/wikitext-2/valid.txt");
+    // A corpus file of its own (outside `dir`): an input that `-o` must not replace.
+    let corpus =
+        std::env::temp_dir().join(format!("sparrow-misuse-corpus-{}.txt", std::process::id()));
+    std::fs::write(&corpus, include_str!("../data/calibration.txt")).unwrap();
     let c = corpus.to_str().unwrap();
     let profile = dir.join("m.gguf.sparrow-profile");
     let out = sparrow(&[
@@ -192,5 +194,10 @@ fn outputs_never_overwrite_inputs() {
         .collect();
     names.sort();
     assert_eq!(names, ["m.gguf", "m.gguf.sparrow-profile"]);
+    assert_eq!(
+        std::fs::read_to_string(&corpus).unwrap(),
+        include_str!("../data/calibration.txt")
+    );
     std::fs::remove_dir_all(&dir).unwrap();
+    std::fs::remove_file(&corpus).unwrap();
 }

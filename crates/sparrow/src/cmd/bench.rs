@@ -1,7 +1,7 @@
 //! `sparrow bench`: prefill and decode speed (the measurement is `engine::bench`; this parses the
 //! options, builds the engines and prints the report as text or JSON).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
@@ -9,7 +9,10 @@ use engine::bench::{mean_sd, quantile};
 use engine::{BenchMode, BenchOptions, BenchReport, Engine, ModeRuns, ModelFile, Overlay};
 
 use crate::args::ModelArgs;
+use crate::builtin::{TextSource, EVAL};
 use crate::load::{build_overlay, engine_options, open_model, setup_sparse};
+use crate::parse::SweepBudget;
+use crate::plot::{Curve, Latencies};
 use crate::ui::{mib, precision_name};
 
 #[derive(Args)]
@@ -26,8 +29,9 @@ pub struct BenchArgs {
     #[arg(long, short = 'r', default_value_t = 3)]
     pub reps: usize,
     /// Take the tokens from this text file instead of pseudo-random ids (decode is then
-    /// teacher-forced: the file's next token is fed whatever the model predicted). With --sparse the
-    /// default is the WikiText-2 test split, since sparsity depends on what the text is.
+    /// teacher-forced: the file's next token is fed whatever the model predicted). With --sparse or a
+    /// resident model the default is a built-in evaluation text (34 KB of Shakespeare), since
+    /// sparsity depends on what the text is.
     #[arg(long)]
     pub text: Option<PathBuf>,
     /// Print one JSON object.
@@ -36,8 +40,17 @@ pub struct BenchArgs {
     /// With --sparse: also run this resident file (`sparrow convert` of the same model) over its
     /// neuron store, alternating with in-memory sparse decode, and report offloaded/in-memory ratios
     /// with per-token latency, cache misses and flash reads (the --memory-budget options apply to it).
-    #[arg(long, requires = "sparse")]
+    #[arg(long, requires = "sparse", conflicts_with = "budgets")]
     pub offload: Option<PathBuf>,
+    /// For a resident model (`sparrow convert`): run the bench once per memory budget, each a share
+    /// of the FFN kept in memory (`40%`) or a process budget (`150M`), e.g. `--budgets
+    /// 20%,40%,60%,80%,100%`; reports (and plots) decode speed against the FFN cache size.
+    #[arg(long, value_delimiter = ',', value_parser = crate::parse::sweep_budget, conflicts_with_all = ["memory_budget", "ffn_resident"])]
+    pub budgets: Vec<SweepBudget>,
+    /// Also draw the run as an SVG file: the per-token decode latency histogram of each mode, and
+    /// decode tok/s across the modes compared (dense/sparse, in-memory/offloaded) or the --budgets.
+    #[arg(long, value_name = "FILE.svg")]
+    pub plot: Option<PathBuf>,
 }
 
 /// Runs the subcommand and prints its result.
@@ -53,16 +66,12 @@ pub fn run(a: BenchArgs) -> Result<()> {
         teacher_forced: false,
     };
     let need = opts.tokens_needed();
-    let text = a.text.clone().or_else(|| {
-        (a.model.sparse || eng.model().config.ffn_store.is_some())
-            .then(|| PathBuf::from("../shared/data/wikitext-2/test.txt"))
-    });
+    let text = (a.text.is_some() || a.model.sparse || eng.model().config.ffn_store.is_some())
+        .then(|| TextSource::or_builtin(a.text.as_deref(), &EVAL));
     let tokens: Vec<u32> = match &text {
-        Some(path) => {
-            let t = std::fs::read_to_string(path).with_context(|| {
-                format!("reading {} (give another text with --text)", path.display())
-            })?;
-            engine::bench::text_tokens(&eng, &t, path, need)?
+        Some(src) => {
+            let t = src.read().context("give another text with --text")?;
+            engine::bench::text_tokens(&eng, &t, Path::new(&src.name()), need)?
         }
         None => engine::bench::synthetic_tokens(need, eng.model().config.vocab_size as u32),
     };
@@ -93,7 +102,37 @@ pub fn run(a: BenchArgs) -> Result<()> {
         teacher_forced: text.is_some(),
         ..opts
     };
+    if !a.budgets.is_empty() {
+        return sweep(&a, &mut eng, &file, text.as_ref(), &tokens, &opts);
+    }
     let report = engine::bench::run(&mut eng, off_eng.as_ref(), &tokens, &opts)?;
+    if let Some(path) = &a.plot {
+        let latencies = report
+            .runs
+            .iter()
+            .zip(&report.modes)
+            .map(|(r, &m)| Latencies {
+                name: report.mode_name(m).to_string(),
+                seconds: r.token_s.clone(),
+            })
+            .collect::<Vec<_>>();
+        let curve = (report.modes.len() > 1).then(|| Curve {
+            title: format!("Decode speed, {}", report.ratio_name()),
+            x_desc: "mode".into(),
+            categorical: true,
+            points: report
+                .runs
+                .iter()
+                .zip(&report.modes)
+                .enumerate()
+                .map(|(i, (r, &m))| (report.mode_name(m).to_string(), i as f64, mean_sd(&r.tg).0))
+                .collect(),
+        });
+        crate::plot::write(path, &crate::plot::bench_svg(&latencies, curve.as_ref())?)?;
+        if !a.json {
+            eprintln!("sparrow: plot written to {}", path.display());
+        }
+    }
     let out = Printed {
         a: &a,
         eng: &eng,
@@ -110,13 +149,116 @@ pub fn run(a: BenchArgs) -> Result<()> {
     }
 }
 
+/// `--budgets`: the bench once per budget over the resident model, one line (or JSON entry) each,
+/// and the plot of decode speed against the FFN cache that each budget left.
+fn sweep(
+    a: &BenchArgs,
+    eng: &mut Engine<'_>,
+    file: &ModelFile,
+    text: Option<&TextSource>,
+    tokens: &[u32],
+    opts: &BenchOptions,
+) -> Result<()> {
+    if eng.model().config.ffn_store.is_none() {
+        bail!(
+            "--budgets: {} is not a resident file (make one with `sparrow convert`)",
+            file.path().display()
+        );
+    }
+    let mut rows = Vec::new();
+    for b in &a.budgets {
+        let mut margs = a.model.clone();
+        (margs.offload.memory_budget, margs.offload.ffn_resident) = match b.budget {
+            engine::FfnBudget::Process(bytes) => (Some(bytes), None),
+            engine::FfnBudget::Share(f) => (None, Some(f)),
+            engine::FfnBudget::All => (None, None),
+        };
+        // The previous budget's cache is dropped before the next one is built.
+        eng.set_sparse(None);
+        setup_sparse(eng, &margs, a.json).with_context(|| format!("budget {}", b.label))?;
+        let report = engine::bench::run(eng, None, tokens, opts)
+            .with_context(|| format!("budget {}", b.label))?;
+        let r = report.runs[0].clone();
+        let cache_mib = r
+            .offload
+            .as_ref()
+            .map_or(0.0, |o| mib(o.resident_bytes as u64));
+        if !a.json {
+            let (tm, ts) = mean_sd(&r.tg);
+            println!(
+                "budget {:>6}: FFN cache {:>7.1} MiB | tg{:<5} {:>8.1} ± {:.1} tok/s | per token P50 {:.1} ms, {:.2} MiB read",
+                b.label,
+                cache_mib,
+                a.n_gen,
+                tm,
+                ts,
+                1e3 * quantile(&r.token_s, 0.5),
+                r.offload.as_ref().map_or(0.0, |o| mib(o.bytes_read) / o.tokens.max(1) as f64),
+            );
+        }
+        rows.push((b.label.clone(), cache_mib, r));
+    }
+    if let Some(path) = &a.plot {
+        let latencies = rows
+            .iter()
+            .map(|(l, _, r)| Latencies {
+                name: format!("budget {l}"),
+                seconds: r.token_s.clone(),
+            })
+            .collect::<Vec<_>>();
+        let curve = Curve {
+            title: "Decode speed against memory budget".into(),
+            x_desc: "FFN cache (MiB)".into(),
+            categorical: false,
+            points: rows
+                .iter()
+                .map(|(l, c, r)| (l.clone(), *c, mean_sd(&r.tg).0))
+                .collect(),
+        };
+        crate::plot::write(path, &crate::plot::bench_svg(&latencies, Some(&curve))?)?;
+        if !a.json {
+            eprintln!("sparrow: plot written to {}", path.display());
+        }
+    }
+    if a.json {
+        let entries: Vec<_> = rows
+            .iter()
+            .map(|(l, c, r)| {
+                let (pm, ps) = mean_sd(&r.pp);
+                let (tm, ts) = mean_sd(&r.tg);
+                serde_json::json!({
+                    "budget": l, "cache_resident_mib": c, "pp_tok_s": pm, "pp_tok_s_sd": ps,
+                    "tg_tok_s": tm, "tg_tok_s_sd": ts, "token_ms_p50": 1e3 * quantile(&r.token_s, 0.5),
+                    "miss_rate": r.offload.as_ref().map(|o| o.miss_rate()),
+                    "mib_read_per_token": r.offload.as_ref().map(|o| mib(o.bytes_read) / o.tokens.max(1) as f64),
+                })
+            })
+            .collect();
+        let first = &entries[0];
+        let v = serde_json::json!({
+            "mode": "offloaded", "model": file.path(), "threads": eng.threads(),
+            "precision": precision_name(eng.options().precision), "n_prompt": a.n_prompt,
+            "n_gen": a.n_gen, "reps": a.reps, "text": text.map(TextSource::name),
+            "pp_tok_s": first["pp_tok_s"], "tg_tok_s": first["tg_tok_s"],
+            "budget_sweep": entries, "peak_rss_bytes": engine::sys::peak_rss_bytes(),
+        });
+        println!("{}", serde_json::to_string(&v)?);
+    } else {
+        println!(
+            "peak RSS {:.1} MiB",
+            mib(engine::sys::peak_rss_bytes().unwrap_or(0))
+        );
+    }
+    Ok(())
+}
+
 /// What the report is printed from.
 struct Printed<'p, 'e> {
     a: &'p BenchArgs,
     eng: &'p Engine<'e>,
     file: &'p ModelFile,
     overlay: Option<&'p Overlay>,
-    text: Option<&'p PathBuf>,
+    text: Option<&'p TextSource>,
     report: &'p BenchReport,
 }
 
@@ -157,7 +299,7 @@ impl Printed<'_, '_> {
         v["n_prompt"] = serde_json::json!(a.n_prompt);
         v["n_gen"] = serde_json::json!(a.n_gen);
         v["reps"] = serde_json::json!(a.reps);
-        v["text"] = serde_json::json!(self.text);
+        v["text"] = serde_json::json!(self.text.map(TextSource::name));
         v["weight_bytes"] = serde_json::json!(eng.model().weight_bytes);
         v["requant"] = serde_json::json!(self.overlay.map(|o| o.requant().to_string()));
         v["peak_rss_bytes"] = serde_json::json!(engine::sys::peak_rss_bytes());
@@ -184,7 +326,7 @@ impl Printed<'_, '_> {
             .unwrap_or_default();
         let src = self
             .text
-            .map(|p| format!(" | tokens from {}", p.display()))
+            .map(|p| format!(" | tokens from {}", p.name()))
             .unwrap_or_default();
         println!(
             "model: {} | threads {} | {} mode{rq}{src} | {:.1} MiB weights read per token (dense)",

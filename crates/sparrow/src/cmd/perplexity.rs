@@ -2,11 +2,12 @@
 
 use std::path::PathBuf;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use clap::Args;
 use engine::Engine;
 
 use crate::args::ModelArgs;
+use crate::builtin::{TextSource, EVAL};
 use crate::load::{build_overlay, engine_options, open_model, setup_sparse};
 use crate::ui::{bar, precision_name};
 
@@ -14,9 +15,9 @@ use crate::ui::{bar, precision_name};
 pub struct PplArgs {
     #[command(flatten)]
     pub model: ModelArgs,
-    /// The text file to score.
+    /// The text file to score [default: a built-in evaluation text, 34 KB of Shakespeare].
     #[arg(long, short = 'f')]
-    pub file: PathBuf,
+    pub file: Option<PathBuf>,
     /// Tokens per window.
     #[arg(long, default_value_t = 512)]
     pub window: usize,
@@ -34,8 +35,8 @@ pub fn run(a: PplArgs) -> Result<()> {
     let overlay = build_overlay(&file, &a.model, a.json)?;
     let mut eng = Engine::new_with_overlay(&file, overlay.as_ref(), engine_options(&a.model))?;
     setup_sparse(&mut eng, &a.model, a.json)?;
-    let text = std::fs::read_to_string(&a.file)
-        .with_context(|| format!("reading {}", a.file.display()))?;
+    let src = TextSource::or_builtin(a.file.as_deref(), &EVAL);
+    let text = src.read()?;
     let tokens = eng.tokenizer().encode(&text, false)?;
     let bar = bar(a.windows as u64, "windows");
     let r = eng.perplexity(&tokens, a.window, a.windows, |done, _| {
@@ -45,7 +46,7 @@ pub fn run(a: PplArgs) -> Result<()> {
     if a.json {
         let mut v = serde_json::to_value(&r)?;
         v["model"] = serde_json::json!(file.path());
-        v["file"] = serde_json::json!(a.file);
+        v["file"] = serde_json::json!(src.name());
         v["precision"] = serde_json::json!(precision_name(eng.options().precision));
         v["sparse"] = serde_json::json!(eng.sparse().is_some());
         v["requant"] = serde_json::json!(overlay.as_ref().map(|o| o.requant().to_string()));
@@ -59,7 +60,7 @@ pub fn run(a: PplArgs) -> Result<()> {
             r.mean_nll,
             r.windows,
             r.window,
-            a.file.display(),
+            src.name(),
             r.tokens_in_text,
             r.tokens_per_s,
             precision_name(eng.options().precision),

@@ -8,14 +8,14 @@ use anyhow::{bail, Result};
 use clap::Args;
 use engine::{Engine, ModelBundle};
 
-use crate::args::{CorpusArgs, ModelArgs};
+use crate::args::{CorpusArgs, LoadArgs};
 use crate::load::{build_overlay, engine_options, open_model, read_corpus};
 use crate::ui::{bar, stop_flag};
 
 #[derive(Args)]
 pub struct ProfileArgs {
     #[command(flatten)]
-    pub model: ModelArgs,
+    pub model: LoadArgs,
     #[command(flatten)]
     pub corpus: CorpusArgs,
     /// Windows profiled (statistics).
@@ -53,7 +53,9 @@ pub fn run(a: ProfileArgs) -> Result<()> {
         .out
         .clone()
         .unwrap_or_else(|| ModelBundle::new(eng.model().path()).profile());
-    engine::outputs::refuse_overwrite(&[&out], &[eng.model().path(), &a.corpus.corpus])?;
+    let mut inputs = vec![eng.model().path().to_path_buf()];
+    inputs.extend(a.corpus.corpus.clone());
+    engine::outputs::refuse_overwrite(&[&out], &inputs)?;
     let tokens = read_corpus(&eng, &a.corpus)?;
     let w = a.corpus.window;
     let score = match a.score.as_str() {
@@ -115,7 +117,7 @@ pub fn run(a: ProfileArgs) -> Result<()> {
         window: w,
         windows: a.windows,
         batch_sizes: vec![1, 2, 4, 8],
-        corpus: a.corpus.corpus.display().to_string(),
+        corpus: a.corpus.source().name(),
     };
     let b = bar(a.windows as u64, "windows profiled");
     let profile = engine::profile::profile_corpus(&eng, &sp, &tokens, &opts, &stop, |d, _| {

@@ -7,14 +7,17 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use engine::{Engine, ModelBundle};
 
-use crate::args::{CorpusArgs, ModelArgs};
+use crate::args::{CorpusArgs, LoadArgs};
 use crate::load::{build_overlay, engine_options, open_model, read_corpus};
 use crate::ui::{bar, mib, stop_flag};
 
 #[derive(Args)]
 pub struct TrainArgs {
     #[command(flatten)]
-    pub model: ModelArgs,
+    pub model: LoadArgs,
+    /// The model's profile (default: `<model>.sparrow-profile`; `sparrow profile` writes it).
+    #[arg(long)]
+    pub profile: Option<PathBuf>,
     #[command(flatten)]
     pub corpus: CorpusArgs,
     /// Windows of training samples (every token of each window is one sample per layer).
@@ -48,15 +51,14 @@ pub fn run(a: TrainArgs) -> Result<()> {
     let overlay = build_overlay(&file, &a.model, a.json)?;
     let eng = Engine::new_with_overlay(&file, overlay.as_ref(), engine_options(&a.model))?;
     let bundle = ModelBundle::new(eng.model().path());
-    let profile_path = bundle.profile_or(a.model.profile.as_deref());
+    let profile_path = bundle.profile_or(a.profile.as_deref());
     let profile = engine::Profile::load(&profile_path).with_context(|| {
         "train-predictor needs the model's profile: run `sparrow profile` first".to_string()
     })?;
     let out = a.out.clone().unwrap_or_else(|| bundle.predictor());
-    engine::outputs::refuse_overwrite(
-        &[&out],
-        &[eng.model().path(), &profile_path, &a.corpus.corpus],
-    )?;
+    let mut inputs = vec![eng.model().path().to_path_buf(), profile_path.clone()];
+    inputs.extend(a.corpus.corpus.clone());
+    engine::outputs::refuse_overwrite(&[&out], &inputs)?;
     let sp = engine::profile::sparse_from_profile(&eng, &profile, &profile_path)?;
     let tokens = read_corpus(&eng, &a.corpus)?;
     let stop = stop_flag()?;
