@@ -8,6 +8,9 @@
 //! - `test-aarch64`: runs the tests of kernels-neon, ufs-io, neuron-cache and neuron-store for aarch64-unknown-linux-gnu
 //!   under qemu.
 //! - `check-android`: `cargo check` of the library crates for aarch64-linux-android (no NDK: no linking).
+//! - `z3`: installs the Z3 library of the PyPI wheel `z3-solver` under `target/z3/lib` and prints the
+//!   variables that build and run the planner's `z3` feature against it (`z3.rs`); `ci` runs the
+//!   planner's tests with that feature.
 //! - `fixtures`: rewrites the tiny synthetic models in `fixtures/` (see `fixtures.rs`).
 //! - `synth-model`: writes a SYNTHETIC model of a realistic shape (default 32 layers, d 4096, ff 14336, ReLU,
 //!   Q4_0, 4.0 GB) with random weights whose activations follow a planted power law, streamed to
@@ -34,6 +37,7 @@ use anyhow::{bail, Context, Result};
 
 mod fixtures;
 mod synth;
+mod z3;
 
 /// Library crates checked for Android (everything but the binaries).
 const ANDROID_CRATES: &[&str] = &[
@@ -189,6 +193,7 @@ fn ci() -> Result<()> {
     setup()?;
     tidy()?;
     run(cargo().args(["test", "--workspace", "--release"]))?;
+    z3::test_planner(&root())?;
     test_aarch64()?;
     check_android()?;
     eprintln!("xtask: ci passed");
@@ -358,9 +363,10 @@ fn main() -> Result<()> {
             Ok(())
         }
         "synth-model" => synth_model(),
+        "z3" => z3::main(&root()),
         "fuzz" => fuzz(&std::env::args().skip(2).collect::<Vec<_>>()),
         _ => {
-            eprintln!("usage: cargo xtask <ci | setup | tidy | test-aarch64 | check-android | fixtures | synth-model [--help] | fuzz [--time S] [--cases N]>");
+            eprintln!("usage: cargo xtask <ci | setup | tidy | test-aarch64 | check-android | fixtures | synth-model [--help] | fuzz [--time S] [--cases N] | z3>");
             bail!("unknown task `{task}`")
         }
     }
