@@ -78,7 +78,10 @@ pub fn main(root: &Path) -> Result<()> {
     let lib = install(root)?;
     println!("export Z3_LIBRARY_PATH_OVERRIDE={}", lib.display());
     println!("export Z3_SYS_Z3_VERSION={Z3_VERSION}");
-    println!("export LD_LIBRARY_PATH={}${{LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}}", lib.display());
+    println!(
+        "export LD_LIBRARY_PATH={}${{LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}}",
+        lib.display()
+    );
     Ok(())
 }
 

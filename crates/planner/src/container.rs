@@ -42,7 +42,10 @@ pub fn encode<T: Serialize>(kind: &str, version: u32, value: &T) -> Vec<u8> {
 
 /// Writes `value` to `path` whole or not at all.
 pub fn save<T: Serialize>(path: &Path, kind: &str, version: u32, value: &T) -> Result<()> {
-    Ok(atomic_out::write_atomic(path, &encode(kind, version, value))?)
+    Ok(atomic_out::write_atomic(
+        path,
+        &encode(kind, version, value),
+    )?)
 }
 
 /// Parses the bytes of a file of `kind` at `version`; `path` names it in errors.

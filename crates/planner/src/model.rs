@@ -136,14 +136,18 @@ impl ModelSummary {
         }
         for (l, layer) in self.layers.iter().enumerate() {
             if layer.hit.len() != self.batch_sizes.len() {
-                return bad(format!("layer {l}: hit curves do not match the batch sizes"));
+                return bad(format!(
+                    "layer {l}: hit curves do not match the batch sizes"
+                ));
             }
             for h in &layer.hit {
                 if h.len() != self.grid as usize + 1
                     || h.windows(2).any(|w| w[1] < w[0])
                     || h.iter().any(|x| !x.is_finite())
                 {
-                    return bad(format!("layer {l}: hit curve is not a non-decreasing curve"));
+                    return bad(format!(
+                        "layer {l}: hit curve is not a non-decreasing curve"
+                    ));
                 }
             }
             if layer.neuron_bytes == 0 || layer.read_bytes == 0 {

@@ -142,7 +142,10 @@ pub fn make_plan(
                     continue;
                 }
                 let k = tb.cost(&cand);
-                if best.as_ref().is_none_or(|(_, bk)| k.decode_ns < bk.decode_ns) {
+                if best
+                    .as_ref()
+                    .is_none_or(|(_, bk)| k.decode_ns < bk.decode_ns)
+                {
                     best = Some((cand, k));
                 }
             }
@@ -218,7 +221,9 @@ impl Plan {
             || p.threads == 0
             || p.queue_depth == 0
             || p.predicted.is_empty()
-            || p.predicted.iter().any(|x| !(x.decode_s.is_finite() && x.decode_s > 0.0));
+            || p.predicted
+                .iter()
+                .any(|x| !(x.decode_s.is_finite() && x.decode_s > 0.0));
         if bad {
             return Err(PlannerError::Corrupt {
                 path: path.to_path_buf(),
@@ -261,10 +266,19 @@ impl Plan {
     pub fn describe(&self) -> String {
         let mut s = String::new();
         let p = &self.predicted[0];
-        let _ = writeln!(s, "plan for {} on {} ({} solver)", self.model, self.device, self.solver);
+        let _ = writeln!(
+            s,
+            "plan for {} on {} ({} solver)",
+            self.model, self.device, self.solver
+        );
         match self.memory_budget {
             Some(b) => {
-                let _ = writeln!(s, "  memory: {:.1} MiB of a {:.1} MiB budget", mib(self.memory), mib(b));
+                let _ = writeln!(
+                    s,
+                    "  memory: {:.1} MiB of a {:.1} MiB budget",
+                    mib(self.memory),
+                    mib(b)
+                );
             }
             None => {
                 let _ = writeln!(s, "  memory: {:.1} MiB (no budget)", mib(self.memory));
@@ -283,7 +297,10 @@ impl Plan {
             "  compute threads: {}{}",
             self.threads,
             match self.io_core {
-                Some(c) => format!(", I/O thread on core {c}, {} reads in flight", self.queue_depth),
+                Some(c) => format!(
+                    ", I/O thread on core {c}, {} reads in flight",
+                    self.queue_depth
+                ),
                 None => String::new(),
             }
         );

@@ -49,11 +49,7 @@ impl Tables {
             && c.resident.len() == self.tensors.len()
             && c.steps.iter().all(|&j| j <= self.grid)
             && (c.sparse && self.offloaded || c.steps.iter().all(|&j| j == self.grid))
-            && c
-                .resident
-                .iter()
-                .zip(&self.tensors)
-                .all(|(&r, t)| r || t.2)
+            && c.resident.iter().zip(&self.tensors).all(|(&r, t)| r || t.2)
     }
 
     /// The cost of `c` (which `admits`).
@@ -66,11 +62,7 @@ impl Tables {
             .map(|(_, t)| t.1)
             .sum();
         let attn_ns = self.attn_ns[c.threads] + stream;
-        let pred_ns = if c.sparse {
-            self.pred_ns[c.threads]
-        } else {
-            0
-        };
+        let pred_ns = if c.sparse { self.pred_ns[c.threads] } else { 0 };
         let ffn_ns = if c.sparse {
             self.ffn_sparse_ns[c.threads]
         } else {
@@ -132,9 +124,7 @@ impl Tables {
 fn better(a: &(Choice, Cost), b: &Option<(Choice, Cost)>) -> bool {
     match b {
         None => true,
-        Some((_, bc)) => {
-            (a.1.decode_ns, a.1.memory) < (bc.decode_ns, bc.memory)
-        }
+        Some((_, bc)) => (a.1.decode_ns, a.1.memory) < (bc.decode_ns, bc.memory),
     }
 }
 

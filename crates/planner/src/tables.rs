@@ -129,7 +129,12 @@ impl Tables {
                 .tensors
                 .iter()
                 .filter(|x| x.computed)
-                .map(|x| ns(x.touched_bytes as f64 * scale, device.kernel_rate(&x.format, t).0))
+                .map(|x| {
+                    ns(
+                        x.touched_bytes as f64 * scale,
+                        device.kernel_rate(&x.format, t).0,
+                    )
+                })
                 .sum();
             attn_ns.push(attn + kv_read);
             pred_ns.push(if model.predicted {
@@ -223,8 +228,7 @@ impl Tables {
             io_ns,
             cache_bytes,
             tensors,
-            fixed_bytes: model.process_bytes
-                + model.kv_bytes_per_position * c.context as u64,
+            fixed_bytes: model.process_bytes + model.kv_bytes_per_position * c.context as u64,
             pred_bytes: if model.predicted {
                 model.predictor_bytes
             } else {

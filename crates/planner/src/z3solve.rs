@@ -71,7 +71,10 @@ pub fn solve_z3(t: &Tables, budget: u64) -> Result<(Choice, Cost)> {
         .collect();
     let attn = Int::add(&[vec![lookup(&ti, &t.attn_ns)], stream].concat());
     let pred = sparse.ite(&lookup(&ti, &t.pred_ns), &zero);
-    let ffn = sparse.ite(&lookup(&ti, &t.ffn_sparse_ns), &lookup(&ti, &t.ffn_dense_ns));
+    let ffn = sparse.ite(
+        &lookup(&ti, &t.ffn_sparse_ns),
+        &lookup(&ti, &t.ffn_dense_ns),
+    );
     let io_terms: Vec<Int> = steps
         .iter()
         .enumerate()
@@ -93,7 +96,11 @@ pub fn solve_z3(t: &Tables, budget: u64) -> Result<(Choice, Cost)> {
     };
     let decode = Int::add(&[attn, pred, ffn.ge(&io).ite(&ffn, &io)]);
     let mut mem_terms = vec![int(t.fixed_bytes), sparse.ite(&int(t.pred_bytes), &zero)];
-    mem_terms.extend(res.iter().zip(&t.tensors).map(|(r, x)| r.ite(&int(x.0), &zero)));
+    mem_terms.extend(
+        res.iter()
+            .zip(&t.tensors)
+            .map(|(r, x)| r.ite(&int(x.0), &zero)),
+    );
     mem_terms.extend(
         steps
             .iter()

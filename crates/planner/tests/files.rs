@@ -35,7 +35,10 @@ fn plan_and_device_round_trip() {
     assert_eq!(DeviceProfile::load(&dp).unwrap(), d);
     // The header names the kind; a device profile is not a plan.
     let err = Plan::load(&dp).unwrap_err().to_string();
-    assert!(err.contains("rt.device") && err.contains("not a sparrow-plan file"), "{err}");
+    assert!(
+        err.contains("rt.device") && err.contains("not a sparrow-plan file"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -59,11 +62,18 @@ fn other_versions_and_garbage_are_named() {
     p.save(&path).unwrap();
     let bytes = std::fs::read(&path).unwrap();
     let text = String::from_utf8(bytes.clone()).unwrap();
-    std::fs::write(&path, text.replacen("sparrow-plan v1", "sparrow-plan v9", 1)).unwrap();
+    std::fs::write(
+        &path,
+        text.replacen("sparrow-plan v1", "sparrow-plan v9", 1),
+    )
+    .unwrap();
     let e = Plan::load(&path).unwrap_err().to_string();
     assert!(e.contains("version 9"), "{e}");
     std::fs::write(&path, b"").unwrap();
-    assert!(Plan::load(&path).unwrap_err().to_string().contains("v.plan"));
+    assert!(Plan::load(&path)
+        .unwrap_err()
+        .to_string()
+        .contains("v.plan"));
     let e = Plan::load(tmp("missing.plan")).unwrap_err().to_string();
     assert!(e.contains("missing.plan"), "{e}");
     let e = Plan::load(std::env::temp_dir()).unwrap_err().to_string();

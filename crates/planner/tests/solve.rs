@@ -21,7 +21,10 @@ fn budget(t: &Tables, frac: f64) -> u64 {
     let all: u64 = t.fixed_bytes
         + t.pred_bytes
         + t.tensors.iter().map(|x| x.0).sum::<u64>()
-        + t.cache_bytes.iter().map(|c| *c.last().unwrap()).sum::<u64>();
+        + t.cache_bytes
+            .iter()
+            .map(|c| *c.last().unwrap())
+            .sum::<u64>();
     lo + ((all - lo) as f64 * frac) as u64
 }
 
@@ -79,7 +82,11 @@ fn more_memory_is_never_slower() {
     let mut last = u64::MAX;
     for i in 0..=10 {
         let (_, c) = brute_force(&t, budget(&t, i as f64 / 10.0)).unwrap();
-        assert!(c.decode_ns <= last, "budget step {i}: {} > {last}", c.decode_ns);
+        assert!(
+            c.decode_ns <= last,
+            "budget step {i}: {} > {last}",
+            c.decode_ns
+        );
         last = c.decode_ns;
     }
 }
@@ -91,15 +98,22 @@ fn everything_in_memory_picks_dense_when_dense_is_faster() {
     let mut m = model(2, 32, 4, 0.0, true);
     for l in &mut m.layers {
         let f = vec![1.0f32; 32];
-        *l = planner::FfnLayer::from_frequencies(12288, "q4_0", 16384, 1, &[f.clone(), f], 4).unwrap();
+        *l = planner::FfnLayer::from_frequencies(12288, "q4_0", 16384, 1, &[f.clone(), f], 4)
+            .unwrap();
     }
-    let c = Constraints { context: 256, ..Constraints::default() };
+    let c = Constraints {
+        context: 256,
+        ..Constraints::default()
+    };
     let p = make_plan(&device(2, 1.0), &m, &c, Solver::Search).unwrap();
     assert!(p.sparse.iter().all(|&s| !s), "{}", p.describe());
     // And with few neurons firing and a tight budget, sparse.
     let m = model(2, 32, 4, 1.5, true);
     let t = Tables::build(&device(2, 1.0), &m, &c, 0).unwrap();
-    let c = Constraints { memory_budget: Some(budget(&t, 0.3)), ..c };
+    let c = Constraints {
+        memory_budget: Some(budget(&t, 0.3)),
+        ..c
+    };
     let p = make_plan(&device(2, 1.0), &m, &c, Solver::Search).unwrap();
     assert!(p.sparse.iter().all(|&s| s), "{}", p.describe());
 }

@@ -45,6 +45,11 @@ enum Command {
     Convert(cmd::convert::ConvertArgs),
     /// The models `--model NAME` fetches: name, size, licence, and whether each is in the cache.
     Models(cmd::models::ModelsArgs),
+    /// Measure this device for the planner (kernels, DRAM, flash; about a minute) and save its profile.
+    Calibrate(cmd::calibrate::CalibrateArgs),
+    /// Plan a model on this device under a memory budget (threads, dense or sparse, neuron cache,
+    /// I/O): print it in words and save it for `--plan`.
+    Plan(cmd::plan::PlanArgs),
 }
 
 /// Runs the command; an error prints as one `error: ...` line with its causes (never a backtrace, even
@@ -86,5 +91,7 @@ fn dispatch(cli: Cli) -> Result<()> {
         Command::TrainPredictor(a) => cmd::train::run(a),
         Command::Convert(a) => cmd::convert::run(a),
         Command::Models(a) => cmd::models::run(a),
+        Command::Calibrate(a) => cmd::calibrate::run(a),
+        Command::Plan(a) => cmd::plan::run(a),
     }
 }

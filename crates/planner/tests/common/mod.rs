@@ -27,9 +27,21 @@ pub fn device(cores: u32, speed: f64) -> DeviceProfile {
         batch_cost: 0.3,
         kernels,
         flash_random: vec![
-            IoRate { read_bytes: 4096, queue_depth: 1, bps: 0.05e9 },
-            IoRate { read_bytes: 4096, queue_depth: 32, bps: 0.6e9 * speed },
-            IoRate { read_bytes: 16384, queue_depth: 32, bps: 1.2e9 * speed },
+            IoRate {
+                read_bytes: 4096,
+                queue_depth: 1,
+                bps: 0.05e9,
+            },
+            IoRate {
+                read_bytes: 4096,
+                queue_depth: 32,
+                bps: 0.6e9 * speed,
+            },
+            IoRate {
+                read_bytes: 16384,
+                queue_depth: 32,
+                bps: 1.2e9 * speed,
+            },
         ],
         flash_seq_bps: 2e9,
         flash_path: "/tmp".into(),
@@ -44,7 +56,13 @@ pub fn power_law(n: usize, alpha: f64, scale: f64) -> Vec<f32> {
 }
 
 /// A model of `layers` layers of `neurons` neurons on a grid of `grid` steps.
-pub fn model(layers: usize, neurons: usize, grid: u32, alpha: f64, offloaded: bool) -> ModelSummary {
+pub fn model(
+    layers: usize,
+    neurons: usize,
+    grid: u32,
+    alpha: f64,
+    offloaded: bool,
+) -> ModelSummary {
     let ls = (0..layers)
         .map(|l| {
             let f1 = power_law(neurons, alpha + 0.1 * l as f64, 0.9);

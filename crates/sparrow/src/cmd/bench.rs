@@ -9,7 +9,7 @@ use engine::bench::{mean_sd, quantile};
 use engine::{BenchMode, BenchOptions, BenchReport, Engine, ModeRuns, ModelFile, Overlay};
 
 use crate::args::ModelArgs;
-use crate::load::{build_overlay, engine_options, open_model, setup_sparse};
+use crate::load::{apply_plan, build_overlay, engine_options, open_model, setup_sparse};
 use crate::ui::{mib, precision_name};
 
 #[derive(Args)]
@@ -41,8 +41,9 @@ pub struct BenchArgs {
 }
 
 /// Runs the subcommand and prints its result.
-pub fn run(a: BenchArgs) -> Result<()> {
+pub fn run(mut a: BenchArgs) -> Result<()> {
     let file = open_model(&a.model, a.json)?;
+    let plan = apply_plan(&file, &mut a.model, a.json)?;
     let overlay = build_overlay(&file, &a.model, a.json)?;
     let mut eng = Engine::new_with_overlay(&file, overlay.as_ref(), engine_options(&a.model))?;
     setup_sparse(&mut eng, &a.model, a.json)?;
@@ -101,6 +102,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
         overlay: overlay.as_ref(),
         text: text.as_ref(),
         report: &report,
+        plan: plan.as_ref(),
     };
     if a.json {
         out.json()
@@ -118,6 +120,7 @@ struct Printed<'p, 'e> {
     overlay: Option<&'p Overlay>,
     text: Option<&'p PathBuf>,
     report: &'p BenchReport,
+    plan: Option<&'p engine::planner::Plan>,
 }
 
 impl Printed<'_, '_> {
@@ -161,6 +164,14 @@ impl Printed<'_, '_> {
         v["weight_bytes"] = serde_json::json!(eng.model().weight_bytes);
         v["requant"] = serde_json::json!(self.overlay.map(|o| o.requant().to_string()));
         v["peak_rss_bytes"] = serde_json::json!(engine::sys::peak_rss_bytes());
+        if let Some(p) = self.plan {
+            v["plan"] = serde_json::json!({
+                "predicted_tg_tok_s": p.predicted[0].tok_s,
+                "measured_over_predicted": mean_sd(&runs[0].tg).0 / p.predicted[0].tok_s,
+                "solver": p.solver,
+                "memory": p.memory,
+            });
+        }
         if runs.len() == 2 {
             let key = if modes[1] == BenchMode::Offload {
                 "offloaded"
@@ -243,6 +254,14 @@ impl Printed<'_, '_> {
                     mib(o.resident_bytes as u64),
                 );
             }
+        }
+        if let (Some(p), Some(r)) = (self.plan, report.runs.first()) {
+            let measured = mean_sd(&r.tg).0;
+            let predicted = p.predicted[0].tok_s;
+            println!(
+                "plan: predicted tg {predicted:.1} tok/s, measured {measured:.1} tok/s ({:+.0}%)",
+                100.0 * (measured / predicted - 1.0)
+            );
         }
         let ratio_name = report.ratio_name();
         if let Some((m, s)) = report.pp_ratio() {
