@@ -18,6 +18,9 @@
 //! - `fixtures [--no-gguf]`: rewrites the tiny synthetic models in `fixtures/` (see `fixtures.rs`), then the
 //!   dequantization fixtures made by the PyPI `gguf` package in a venv under `target/` (see
 //!   `gguf_fixtures.rs`; `--no-gguf` skips them, e.g. offline).
+//! - `z3`: installs the Z3 library of the PyPI wheel `z3-solver` under `target/z3/lib` and prints the
+//!   variables that build and run the planner's `z3` feature against it (`z3.rs`); `ci` runs the
+//!   planner's tests with that feature.
 //! - `synth-model`: writes a SYNTHETIC model of a realistic shape (default 32 layers, d 4096, ff 14336, ReLU,
 //!   Q4_0, 4.0 GB) with random weights whose activations follow a planted power law, streamed to
 //!   `target/synth/` (see `synth.rs`; `--help` lists the options). A dev build re-runs it as a release build
@@ -49,6 +52,7 @@ mod fixtures;
 mod gguf_fixtures;
 mod load_test;
 mod synth;
+mod z3;
 
 /// Library crates checked for Android (everything but the binaries).
 const ANDROID_CRATES: &[&str] = &[
@@ -209,6 +213,7 @@ fn ci() -> Result<()> {
     setup()?;
     tidy()?;
     run(cargo().args(["test", "--workspace", "--release"]))?;
+    z3::test_planner(&root())?;
     test_aarch64()?;
     android::android()?;
     deploy_emulated_fixture()?;
@@ -418,10 +423,11 @@ fn main() -> Result<()> {
             Ok(())
         }
         "synth-model" => synth_model(),
+        "z3" => z3::main(&root()),
         "fuzz" => fuzz(&std::env::args().skip(2).collect::<Vec<_>>()),
         "load-test" => load_test::run(&root(), &std::env::args().skip(2).collect::<Vec<_>>()),
         _ => {
-            eprintln!("usage: cargo xtask <ci | setup | tidy | test-aarch64 | check-android | android | deploy [--serial S] --model M [--emulate] | fixtures [--no-gguf] | synth-model [--help] | fuzz [--time S] [--cases N] | load-test [--clients N] [--secs S]>");
+            eprintln!("usage: cargo xtask <ci | setup | tidy | test-aarch64 | check-android | android | deploy [--serial S] --model M [--emulate] | fixtures [--no-gguf] | synth-model [--help] | fuzz [--time S] [--cases N] | load-test [--clients N] [--secs S] | z3>");
             bail!("unknown task `{task}`")
         }
     }

@@ -28,6 +28,8 @@ pub enum FfnBudget {
     Process(u64),
     /// This share of the FFN's bytes (`--ffn-resident`, clamped to 0..=1).
     Share(f64),
+    /// This many bytes of FFN cache (a plan's neuron cache, `planner::Plan::ffn_cache_bytes`).
+    Bytes(u64),
     /// The whole FFN may be cached.
     #[default]
     All,
@@ -104,6 +106,7 @@ pub fn ffn_cache_bytes(
             Ok((split.cache() as usize, Some(split)))
         }
         FfnBudget::Share(f) => Ok(((f.clamp(0.0, 1.0) * ffn as f64) as usize, None)),
+        FfnBudget::Bytes(b) => Ok((b.min(usize::MAX as u64) as usize, None)),
         FfnBudget::All => Ok((usize::MAX, None)),
     }
 }

@@ -23,6 +23,9 @@ pub enum EngineError {
     /// A profile or predictor file, or predictor training, failed.
     #[error(transparent)]
     Predictor(#[from] predictor::PredictorError),
+    /// A plan or device profile is damaged, for another model or device, or cannot be made.
+    #[error(transparent)]
+    Planner(#[from] planner::PlannerError),
     /// An output file could not be written, or would overwrite an input.
     #[error(transparent)]
     Output(#[from] atomic_out::AtomicError),

@@ -46,6 +46,9 @@ pub struct LoadArgs {
     pub requant: Option<engine::Requant>,
 }
 
+/// `--io-depth` when not given.
+pub const DEFAULT_IO_DEPTH: usize = 256;
+
 /// [`LoadArgs`] plus sparse decode and flash offload: the options of the subcommands that decode
 /// (`run`, `perplexity`, `bench`). Dereferences to its [`LoadArgs`], so `args.threads` and the
 /// loading helpers work on either group.
@@ -67,6 +70,10 @@ pub struct ModelArgs {
     /// the down columns.
     #[arg(long, requires = "sparse")]
     pub no_predictor: bool,
+    /// Apply a plan (`sparrow plan`): threads, dense or sparse, the neuron cache's size, the I/O
+    /// thread's core and queue depth. Flags given explicitly win over the plan's settings.
+    #[arg(long)]
+    pub plan: Option<PathBuf>,
     #[command(flatten)]
     pub offload: OffloadArgs,
 }
@@ -89,7 +96,7 @@ pub struct OffloadArgs {
     #[arg(long, default_value_t = 1.0, value_parser = parse::unit_f32)]
     pub hot_share: f32,
     /// Unit reads in flight on the I/O thread; the kernel gets up to this many at once (Linux AIO).
-    #[arg(long, default_value_t = 256, value_parser = parse::io_depth)]
+    #[arg(long, default_value_t = DEFAULT_IO_DEPTH, value_parser = parse::io_depth)]
     pub io_depth: usize,
     /// Core to pin the I/O thread to.
     #[arg(long)]
@@ -112,6 +119,9 @@ pub struct OffloadArgs {
     /// once (Linux AIO); for comparison.
     #[arg(long)]
     pub io_sync: bool,
+    /// The neuron cache's size in bytes when a plan sets it (`--plan`).
+    #[arg(skip)]
+    pub ffn_cache_bytes: Option<u64>,
 }
 
 #[derive(Args)]
@@ -160,6 +170,9 @@ impl OffloadArgs {
     /// The FFN cache budget `--memory-budget` or `--ffn-resident` gives.
     pub fn budget(&self) -> FfnBudget {
         match (self.memory_budget, self.ffn_resident) {
+            (None, None) if self.ffn_cache_bytes.is_some() => {
+                FfnBudget::Bytes(self.ffn_cache_bytes.unwrap_or(0))
+            }
             (Some(b), _) => FfnBudget::Process(b),
             (None, Some(f)) => FfnBudget::Share(f),
             (None, None) => FfnBudget::All,

@@ -54,6 +54,46 @@ pub fn build_overlay(file: &ModelFile, args: &LoadArgs, quiet: bool) -> Result<O
     Ok(Some(o))
 }
 
+/// Applies `--plan` to `args` (checked against the model in `file` and this machine): the plan's
+/// threads, chunk rows, dense or sparse, neuron-cache size, I/O core and queue depth, each only
+/// where the user gave no flag of their own. Returns the plan, to print its predictions beside the
+/// measured figures.
+pub fn apply_plan(
+    file: &ModelFile,
+    args: &mut ModelArgs,
+    quiet: bool,
+) -> Result<Option<engine::planner::Plan>> {
+    let Some(path) = args.plan.clone() else {
+        return Ok(None);
+    };
+    let model = engine::Model::load(file)?;
+    let (plan, s) = engine::load_plan(&path, &model, Some(engine::device_fingerprint().1))?;
+    if args.threads == 0 {
+        args.threads = s.threads;
+    }
+    if args.chunk_rows == 0 {
+        args.chunk_rows = s.chunk_rows;
+    }
+    let resident = model.config.ffn_store.is_some();
+    if !resident && s.sparse {
+        args.sparse = true;
+    }
+    let o = &mut args.offload;
+    if resident && o.memory_budget.is_none() && o.ffn_resident.is_none() {
+        o.ffn_cache_bytes = Some(s.ffn_cache_bytes);
+    }
+    if o.io_core.is_none() {
+        o.io_core = s.io_core;
+    }
+    if o.io_depth == crate::args::DEFAULT_IO_DEPTH {
+        o.io_depth = s.queue_depth;
+    }
+    if !quiet {
+        eprint!("sparrow: {}: {}", path.display(), plan.describe());
+    }
+    Ok(Some(plan))
+}
+
 /// The context when `--ctx` is not given (the engine caps it at the model's training context).
 const DEFAULT_CTX: usize = 4096;
 

@@ -49,6 +49,11 @@ enum Command {
     Models(cmd::models::ModelsArgs),
     /// Serve the model over HTTP with an OpenAI-compatible API (completions, chat, streaming).
     Serve(cmd::serve::ServeArgs),
+    /// Measure this device for the planner (kernels, DRAM, flash; about a minute) and save its profile.
+    Calibrate(cmd::calibrate::CalibrateArgs),
+    /// Plan a model on this device under a memory budget (threads, dense or sparse, neuron cache,
+    /// I/O): print it in words and save it for `--plan`.
+    Plan(cmd::plan::PlanArgs),
 }
 
 /// Runs the command; an error prints as one `error: ...` line with its causes (never a backtrace, even
@@ -91,5 +96,7 @@ fn dispatch(cli: Cli) -> Result<()> {
         Command::Convert(a) => cmd::convert::run(a),
         Command::Models(a) => cmd::models::run(a),
         Command::Serve(a) => cmd::serve::run(a),
+        Command::Calibrate(a) => cmd::calibrate::run(a),
+        Command::Plan(a) => cmd::plan::run(a),
     }
 }

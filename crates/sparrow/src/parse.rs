@@ -98,6 +98,15 @@ pub fn sweep_budget(s: &str) -> Result<SweepBudget, String> {
     })
 }
 
+/// A speed in tokens per second: finite, in `(0, 1e6]`.
+pub fn positive_f64(s: &str) -> Result<f64, String> {
+    let v = ranged(s, 0.0, 1e6)?;
+    if v == 0.0 {
+        return Err(format!("`{s}` must be above 0"));
+    }
+    Ok(v)
+}
+
 /// A share of the FFN kept in memory: finite, in `(0, 1]`.
 pub fn share(s: &str) -> Result<f64, String> {
     let v = unit(s)?;

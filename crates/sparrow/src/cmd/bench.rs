@@ -10,7 +10,7 @@ use engine::{BenchMode, BenchOptions, BenchReport, Engine, ModeRuns, ModelFile, 
 
 use crate::args::ModelArgs;
 use crate::builtin::{TextSource, EVAL};
-use crate::load::{build_overlay, engine_options, open_model, setup_sparse};
+use crate::load::{apply_plan, build_overlay, engine_options, open_model, setup_sparse};
 use crate::parse::SweepBudget;
 use crate::plot::{Curve, Latencies};
 use crate::ui::{mib, precision_name};
@@ -54,8 +54,9 @@ pub struct BenchArgs {
 }
 
 /// Runs the subcommand and prints its result.
-pub fn run(a: BenchArgs) -> Result<()> {
+pub fn run(mut a: BenchArgs) -> Result<()> {
     let file = open_model(&a.model, a.json)?;
+    let plan = apply_plan(&file, &mut a.model, a.json)?;
     let overlay = build_overlay(&file, &a.model, a.json)?;
     let mut eng = Engine::new_with_overlay(&file, overlay.as_ref(), engine_options(&a.model))?;
     setup_sparse(&mut eng, &a.model, a.json)?;
@@ -140,6 +141,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
         overlay: overlay.as_ref(),
         text: text.as_ref(),
         report: &report,
+        plan: plan.as_ref(),
     };
     if a.json {
         out.json()
@@ -171,6 +173,10 @@ fn sweep(
         (margs.offload.memory_budget, margs.offload.ffn_resident) = match b.budget {
             engine::FfnBudget::Process(bytes) => (Some(bytes), None),
             engine::FfnBudget::Share(f) => (None, Some(f)),
+            engine::FfnBudget::Bytes(n) => {
+                margs.offload.ffn_cache_bytes = Some(n);
+                (None, None)
+            }
             engine::FfnBudget::All => (None, None),
         };
         // The previous budget's cache is dropped before the next one is built.
@@ -260,6 +266,7 @@ struct Printed<'p, 'e> {
     overlay: Option<&'p Overlay>,
     text: Option<&'p TextSource>,
     report: &'p BenchReport,
+    plan: Option<&'p engine::planner::Plan>,
 }
 
 impl Printed<'_, '_> {
@@ -303,6 +310,14 @@ impl Printed<'_, '_> {
         v["weight_bytes"] = serde_json::json!(eng.model().weight_bytes);
         v["requant"] = serde_json::json!(self.overlay.map(|o| o.requant().to_string()));
         v["peak_rss_bytes"] = serde_json::json!(engine::sys::peak_rss_bytes());
+        if let Some(p) = self.plan {
+            v["plan"] = serde_json::json!({
+                "predicted_tg_tok_s": p.predicted[0].tok_s,
+                "measured_over_predicted": mean_sd(&runs[0].tg).0 / p.predicted[0].tok_s,
+                "solver": p.solver,
+                "memory": p.memory,
+            });
+        }
         if runs.len() == 2 {
             let key = if modes[1] == BenchMode::Offload {
                 "offloaded"
@@ -385,6 +400,14 @@ impl Printed<'_, '_> {
                     mib(o.resident_bytes as u64),
                 );
             }
+        }
+        if let (Some(p), Some(r)) = (self.plan, report.runs.first()) {
+            let measured = mean_sd(&r.tg).0;
+            let predicted = p.predicted[0].tok_s;
+            println!(
+                "plan: predicted tg {predicted:.1} tok/s, measured {measured:.1} tok/s ({:+.0}%)",
+                100.0 * (measured / predicted - 1.0)
+            );
         }
         let ratio_name = report.ratio_name();
         if let Some((m, s)) = report.pp_ratio() {

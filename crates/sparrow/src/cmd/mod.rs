@@ -1,9 +1,11 @@
 //! One module per subcommand: its arguments and `run`, which parses nothing more and prints the result.
 
 pub mod bench;
+pub mod calibrate;
 pub mod convert;
 pub mod models;
 pub mod perplexity;
+pub mod plan;
 pub mod profile;
 pub mod run;
 pub mod serve;

@@ -8,7 +8,7 @@ use engine::Engine;
 
 use crate::args::ModelArgs;
 use crate::builtin::{TextSource, EVAL};
-use crate::load::{build_overlay, engine_options, open_model, setup_sparse};
+use crate::load::{apply_plan, build_overlay, engine_options, open_model, setup_sparse};
 use crate::ui::{bar, precision_name};
 
 #[derive(Args)]
@@ -30,8 +30,9 @@ pub struct PplArgs {
 }
 
 /// Runs the subcommand and prints its result.
-pub fn run(a: PplArgs) -> Result<()> {
+pub fn run(mut a: PplArgs) -> Result<()> {
     let file = open_model(&a.model, a.json)?;
+    let _plan = apply_plan(&file, &mut a.model, a.json)?;
     let overlay = build_overlay(&file, &a.model, a.json)?;
     let mut eng = Engine::new_with_overlay(&file, overlay.as_ref(), engine_options(&a.model))?;
     setup_sparse(&mut eng, &a.model, a.json)?;

@@ -8,7 +8,7 @@ use clap::Args;
 use engine::{ChatMessage, Engine, Flow, GenerateRequest, Generation, SamplerConfig};
 
 use crate::args::ModelArgs;
-use crate::load::{build_overlay, engine_options, open_model, setup_sparse};
+use crate::load::{apply_plan, build_overlay, engine_options, open_model, setup_sparse};
 use crate::parse;
 use crate::ui::{mib, precision_name};
 
@@ -61,9 +61,10 @@ pub struct RunArgs {
 }
 
 /// Runs the subcommand and prints its result.
-pub fn run(a: RunArgs) -> Result<()> {
+pub fn run(mut a: RunArgs) -> Result<()> {
     let t0 = Instant::now();
     let file = open_model(&a.model, a.json)?;
+    let _plan = apply_plan(&file, &mut a.model, a.json)?;
     let overlay = build_overlay(&file, &a.model, a.json)?;
     let mut eng = Engine::new_with_overlay(&file, overlay.as_ref(), engine_options(&a.model))
         .with_context(|| format!("loading {}", file.path().display()))?;

@@ -1,0 +1,375 @@
+//! `sparrow calibrate`: measures this machine for the planner ([`planner::DeviceProfile`]) in about a
+//! minute: the kernels' weight throughput per format and thread count (dense matrix-vector and
+//! row-subset products over matrices larger than the caches), DRAM read bandwidth, the cost of a
+//! batch, and flash random-read throughput by read size and queue depth with direct I/O through
+//! `ufs-io` (one I/O thread, as the engine reads), plus sequential bandwidth.
+//!
+//! The flash figures are measured on a scratch file in the folder given (the folder the models live
+//! in, so the same device), written once, read with `O_DIRECT` so the page cache is out of play,
+//! and removed afterwards.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use kernels_neon::{Precision, QMatrix, WeightFormat};
+use planner::{DeviceProfile, IoRate, KernelRate};
+use ufs_io::{IoConfig, IoEngine, OpenOptions, ReadRequest};
+
+use crate::error::{EngineError, Result};
+
+/// What to measure.
+#[derive(Debug, Clone)]
+pub struct CalibrateOptions {
+    /// Folder for the flash scratch file (on the device the models are read from).
+    pub dir: PathBuf,
+    /// Size of the scratch file, bytes (larger than any cache in the way).
+    pub file_bytes: u64,
+    /// Time spent on each measured point.
+    pub point_time: Duration,
+    /// Weight formats to measure.
+    pub formats: Vec<WeightFormat>,
+    /// Largest thread count (default: the cores).
+    pub max_threads: usize,
+    /// Read sizes, bytes (multiples of 4096).
+    pub read_sizes: Vec<u32>,
+    /// Queue depths.
+    pub queue_depths: Vec<u32>,
+}
+
+impl CalibrateOptions {
+    /// The defaults for scratch folder `dir`: about a minute on a 2-core machine.
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        CalibrateOptions {
+            dir: dir.into(),
+            file_bytes: 512 << 20,
+            point_time: Duration::from_millis(300),
+            formats: vec![
+                WeightFormat::Q4_0,
+                WeightFormat::Q4_1,
+                WeightFormat::Q8_0,
+                WeightFormat::Q4_K,
+                WeightFormat::Q6_K,
+                WeightFormat::Q5_0,
+            ],
+            max_threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            read_sizes: vec![4096, 16384, 65536],
+            queue_depths: vec![1, 8, 32, 128],
+        }
+    }
+
+    /// A smaller, faster run (tests): small file, short points, two formats.
+    pub fn quick(dir: impl Into<PathBuf>) -> Self {
+        CalibrateOptions {
+            file_bytes: 16 << 20,
+            point_time: Duration::from_millis(20),
+            formats: vec![WeightFormat::Q4_0, WeightFormat::Q8_0],
+            read_sizes: vec![4096, 16384],
+            queue_depths: vec![1, 8],
+            ..CalibrateOptions::new(dir)
+        }
+    }
+
+    /// Measured points, for a progress bar.
+    pub fn steps(&self) -> u64 {
+        (self.formats.len() * self.max_threads
+            + 2
+            + self.read_sizes.len() * self.queue_depths.len()
+            + 2) as u64
+    }
+}
+
+/// Deterministic noise for weights and offsets.
+struct XorShift(u64);
+
+impl XorShift {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+/// Runs `f` repeatedly for about `time` (at least twice) and returns seconds per call.
+fn per_call(time: Duration, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
+    f()?; // warm up
+    let start = Instant::now();
+    let mut n = 0u32;
+    while n < 2 || start.elapsed() < time {
+        f()?;
+        n += 1;
+    }
+    Ok(start.elapsed().as_secs_f64() / n as f64)
+}
+
+fn pool(threads: usize) -> Result<rayon::ThreadPool> {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .map_err(|e| EngineError::Request(format!("thread pool: {e}")))
+}
+
+fn kernel_err(e: kernels_neon::KernelError) -> EngineError {
+    EngineError::Request(format!("calibration kernel: {e}"))
+}
+
+/// The kernels' throughput for `format` at 1..=`max_threads` threads, and the cost of a batch of 8
+/// (relative, measured at the most threads) for the first format.
+fn measure_kernels(
+    o: &CalibrateOptions,
+    format: WeightFormat,
+    progress: &mut dyn FnMut(&str),
+) -> Result<(Vec<KernelRate>, f64)> {
+    let cols = 4096usize;
+    let row_bytes = format
+        .row_bytes(cols)
+        .ok_or_else(|| EngineError::Request(format!("{format}: no row size")))?;
+    // 48 MiB: past the last-level cache of a phone or a laptop.
+    let rows = ((48usize << 20) / row_bytes).max(256) & !63;
+    let mut rng = XorShift(0x9e37_79b9_7f4a_7c15);
+    let mut data = vec![0u8; rows * row_bytes];
+    for chunk in data.chunks_mut(8) {
+        let v = rng.next().to_le_bytes();
+        chunk.copy_from_slice(&v[..chunk.len()]);
+    }
+    // Scales of random bytes may be NaN or huge; the time of the arithmetic does not depend on it.
+    let w = QMatrix::new(format, rows, cols, &data)
+        .map_err(|e| EngineError::Request(format!("calibration matrix: {e}")))?;
+    let x: Vec<f32> = (0..cols)
+        .map(|i| ((i * 7919) % 97) as f32 / 97.0 - 0.5)
+        .collect();
+    let mut y = vec![0f32; rows];
+    let picked: Vec<u32> = (0..rows as u32).filter(|r| r % 10 < 3).collect();
+    let mut ys = vec![0f32; picked.len()];
+    let bytes = (rows * row_bytes) as f64;
+    let sparse_bytes = (picked.len() * row_bytes) as f64;
+    let mut out = Vec::new();
+    let mut batch_cost = 1.0;
+    for t in 1..=o.max_threads {
+        let p = pool(t)?;
+        let dense = p.install(|| {
+            per_call(o.point_time, || {
+                kernels_neon::matvec(&w, &x, &mut y, Precision::Fast).map_err(kernel_err)
+            })
+        })?;
+        let sparse = p.install(|| {
+            per_call(o.point_time, || {
+                kernels_neon::matvec_rows(&w, &picked, &x, &mut ys, Precision::Fast)
+                    .map_err(kernel_err)
+            })
+        })?;
+        out.push(KernelRate {
+            format: format.name().to_string(),
+            threads: t as u32,
+            dense_bps: bytes / dense,
+            sparse_bps: sparse_bytes / sparse,
+        });
+        if t == o.max_threads {
+            let xb: Vec<f32> = (0..8).flat_map(|_| x.iter().copied()).collect();
+            let mut yb = vec![0f32; rows * 8];
+            let batched = p.install(|| {
+                per_call(o.point_time, || {
+                    kernels_neon::matmul(&w, &xb, 8, &mut yb, Precision::Fast).map_err(kernel_err)
+                })
+            })?;
+            batch_cost = ((batched / dense - 1.0) / 7.0).max(0.0);
+        }
+        progress(&format!(
+            "{format} at {t} threads: {:.2} GB/s",
+            bytes / dense / 1e9
+        ));
+    }
+    Ok((out, batch_cost))
+}
+
+/// DRAM read bandwidth: a sum over a buffer far larger than the caches, one thread per core.
+fn measure_dram(o: &CalibrateOptions) -> Result<f64> {
+    let words = (256usize << 20) / 8;
+    let buf: Vec<u64> = (0..words as u64).collect();
+    let p = pool(o.max_threads)?;
+    let secs = per_call(o.point_time, || {
+        use rayon::prelude::*;
+        let s: u64 = p.install(|| {
+            buf.par_chunks(1 << 16)
+                .map(|c| c.iter().fold(0u64, |a, &b| a.wrapping_add(b)))
+                .sum()
+        });
+        std::hint::black_box(s);
+        Ok(())
+    })?;
+    Ok((words * 8) as f64 / secs)
+}
+
+/// A scratch file that removes itself.
+struct Scratch(PathBuf);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+fn write_scratch(o: &CalibrateOptions) -> Result<Scratch> {
+    let path = o
+        .dir
+        .join(format!(".sparrow-calibrate-{}.tmp", std::process::id()));
+    let io = |e: std::io::Error| EngineError::Request(format!("{}: {e}", path.display()));
+    let scratch = Scratch(path.clone());
+    let mut f = std::fs::File::create(&path).map_err(io)?;
+    let mut rng = XorShift(0x2545_f491_4f6c_dd1d);
+    let mut chunk = vec![0u8; 1 << 20];
+    let mut left = o.file_bytes;
+    while left > 0 {
+        for c in chunk.chunks_mut(8) {
+            c.copy_from_slice(&rng.next().to_le_bytes());
+        }
+        let n = left.min(chunk.len() as u64) as usize;
+        f.write_all(&chunk[..n]).map_err(io)?;
+        left -= n as u64;
+    }
+    f.sync_all().map_err(io)?;
+    Ok(scratch)
+}
+
+/// Random reads of `size` bytes at `depth` in flight for about `time`: bytes per second.
+fn measure_random(
+    path: &Path,
+    file_bytes: u64,
+    size: u32,
+    depth: u32,
+    time: Duration,
+) -> Result<f64> {
+    let eng = IoEngine::new(IoConfig {
+        queue_depth: depth as usize,
+        max_merge: size as usize,
+        ..IoConfig::default()
+    })?;
+    let file = eng.open(path, OpenOptions::default())?;
+    let slots = file_bytes / size as u64;
+    let mut rng = XorShift(0x1234_5678_9abc_def1 ^ ((size as u64) << 8) ^ depth as u64);
+    let start = Instant::now();
+    let (mut sent, mut done, mut bytes) = (0u64, 0u64, 0u64);
+    loop {
+        let stop = start.elapsed() >= time;
+        while !stop && sent - done < depth as u64 {
+            let offset = rng.next() % slots * size as u64;
+            eng.submit(ReadRequest {
+                file,
+                offset,
+                len: size as usize,
+                tag: sent,
+            })?;
+            sent += 1;
+        }
+        if done == sent {
+            break;
+        }
+        let c = eng
+            .completions()
+            .recv()
+            .map_err(|_| EngineError::Request("the I/O thread stopped".into()))?;
+        bytes += c.result?.len() as u64;
+        done += 1;
+    }
+    Ok(bytes as f64 / start.elapsed().as_secs_f64())
+}
+
+/// Sequential reads of the whole scratch file in large chunks: bytes per second.
+fn measure_sequential(path: &Path, file_bytes: u64) -> Result<f64> {
+    let eng = IoEngine::new(IoConfig::default())?;
+    let file = eng.open(path, OpenOptions::default())?;
+    let chunk = 8usize << 20;
+    let start = Instant::now();
+    let mut off = 0u64;
+    while off + chunk as u64 <= file_bytes {
+        eng.read_sequential(file, off, chunk)?;
+        off += chunk as u64;
+    }
+    Ok(off.max(1) as f64 / start.elapsed().as_secs_f64())
+}
+
+/// A fingerprint of this machine: CPU model and core count.
+pub fn device_fingerprint() -> (String, u64) {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| {
+                    l.starts_with("model name")
+                        || l.starts_with("Hardware")
+                        || l.starts_with("CPU part")
+                })
+                .and_then(|l| l.split(':').nth(1))
+                .map(|v| v.trim().to_string())
+        })
+        .unwrap_or_else(|| std::env::consts::ARCH.to_string());
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let name = format!("{cpu}, {cores} cores");
+    (name.clone(), planner::fnv1a64(name.as_bytes()))
+}
+
+/// Measures this machine; `progress` is called after each point with a line of what was measured.
+pub fn calibrate(o: &CalibrateOptions, mut progress: impl FnMut(&str)) -> Result<DeviceProfile> {
+    if o.max_threads == 0
+        || o.formats.is_empty()
+        || o.read_sizes.is_empty()
+        || o.queue_depths.is_empty()
+    {
+        return Err(EngineError::Request("calibrate: nothing to measure".into()));
+    }
+    if o.read_sizes.iter().any(|s| s % 4096 != 0 || *s == 0) {
+        return Err(EngineError::Request(
+            "calibrate: read sizes must be multiples of 4096".into(),
+        ));
+    }
+    let mut kernels = Vec::new();
+    let mut batch_cost = None;
+    for &f in &o.formats {
+        let (k, b) = measure_kernels(o, f, &mut progress)?;
+        kernels.extend(k);
+        batch_cost.get_or_insert(b);
+    }
+    let dram_bps = measure_dram(o)?;
+    progress(&format!("DRAM: {:.1} GB/s", dram_bps / 1e9));
+    let scratch = write_scratch(o)?;
+    progress(&format!(
+        "scratch file of {} MiB written in {}",
+        o.file_bytes >> 20,
+        o.dir.display()
+    ));
+    let mut flash_random = Vec::new();
+    for &size in &o.read_sizes {
+        for &depth in &o.queue_depths {
+            let bps = measure_random(&scratch.0, o.file_bytes, size, depth, o.point_time)?;
+            progress(&format!(
+                "flash random {} KiB reads, depth {depth}: {:.0} MB/s",
+                size / 1024,
+                bps / 1e6
+            ));
+            flash_random.push(IoRate {
+                read_bytes: size,
+                queue_depth: depth,
+                bps,
+            });
+        }
+    }
+    let flash_seq_bps = measure_sequential(&scratch.0, o.file_bytes)?;
+    progress(&format!(
+        "flash sequential: {:.0} MB/s",
+        flash_seq_bps / 1e6
+    ));
+    drop(scratch);
+    let (name, fingerprint) = device_fingerprint();
+    Ok(DeviceProfile {
+        name,
+        fingerprint,
+        cores: o.max_threads as u32,
+        dram_bps,
+        batch_cost: batch_cost.unwrap_or(1.0),
+        kernels,
+        flash_random,
+        flash_seq_bps,
+        flash_path: o.dir.display().to_string(),
+    })
+}

@@ -1,0 +1,253 @@
+//! The planner's view of a loaded model ([`model_summary`]) and of where its plan lands
+//! ([`PlanSettings`]): the seam between `planner` (which knows nothing of models) and the engine.
+//!
+//! What a model summary holds: the weights outside the FFN (attention as one group, the output
+//! matrix, the embedding, whose decode step reads one row), per layer the FFN's neurons with their
+//! bytes and firing frequencies (from the activation profile, in the order the neuron cache fills:
+//! the store's order for a resident file, hottest first otherwise), the predictors' size, the KV
+//! cache per position and what the process holds before any weight.
+//!
+//! The engine cannot yet leave the embedding on flash (issue: offload on real models), so no tensor
+//! is offered to the planner as offloadable.
+
+use std::path::Path;
+
+use planner::{FfnLayer, ModelSummary, Plan, TensorInfo};
+use predictor::Profile;
+
+use crate::bundle::{ffn_store_path, ModelBundle, SparseSidecars};
+use crate::error::{EngineError, Result};
+use crate::generate::Engine;
+use crate::model::Model;
+
+/// Where `sparrow calibrate` saves this machine's profile and `sparrow plan` looks for it: the model
+/// cache folder (the flash the models are read from), `device.sparrow-device`.
+pub fn default_device_path() -> std::path::PathBuf {
+    crate::fetch::model_cache_dir().join("device.sparrow-device")
+}
+
+/// Grid steps of the hit curves (the planner sizes each layer's cache in 1/64ths).
+pub const GRID: u32 = 64;
+
+/// Batch sizes the planner plans for (those the profile has frequencies for, among these).
+pub const BATCH_SIZES: [u32; 4] = [1, 2, 4, 8];
+
+fn bytes(m: &tensor_types::QMatrix<'_>) -> u64 {
+    m.data().len() as u64
+}
+
+/// The planner's summary of `engine`'s model, with the profile and predictors `sidecars` name (a
+/// dense model without a profile is summarized with every neuron firing).
+pub fn model_summary(engine: &Engine<'_>, sidecars: &SparseSidecars) -> Result<ModelSummary> {
+    let model = engine.model();
+    let cfg = &model.config;
+    let bundle = ModelBundle::new(model.path());
+    let profile_path = bundle.profile_or(sidecars.profile.as_deref());
+    let profile = if profile_path.is_file() {
+        Some(Profile::load(&profile_path)?)
+    } else {
+        None
+    };
+    let predictor = if sidecars.no_predictor {
+        None
+    } else {
+        bundle.predictor_or(sidecars.predictor.as_deref())
+    };
+    let predictor_bytes = predictor
+        .as_deref()
+        .and_then(|p| std::fs::metadata(p).ok())
+        .map_or(0, |m| m.len());
+    let store = ffn_store_path(model)?;
+    let mut tensors = vec![TensorInfo {
+        name: "attention".into(),
+        format: model.layers[0].wq.format().name().into(),
+        bytes: model
+            .layers
+            .iter()
+            .map(|l| bytes(&l.wq) + bytes(&l.wk) + bytes(&l.wv) + bytes(&l.wo))
+            .sum(),
+        touched_bytes: model
+            .layers
+            .iter()
+            .map(|l| bytes(&l.wq) + bytes(&l.wk) + bytes(&l.wv) + bytes(&l.wo))
+            .sum(),
+        offloadable: false,
+        computed: true,
+    }];
+    tensors.push(TensorInfo {
+        name: "output.weight".into(),
+        format: model.output.format().name().into(),
+        bytes: if model.tied_embeddings {
+            0
+        } else {
+            bytes(&model.output)
+        },
+        touched_bytes: bytes(&model.output),
+        offloadable: false,
+        computed: true,
+    });
+    tensors.push(TensorInfo {
+        name: "token_embd.weight".into(),
+        format: model.embed.format().name().into(),
+        bytes: bytes(&model.embed),
+        touched_bytes: bytes(&model.embed) / model.embed.rows().max(1) as u64,
+        offloadable: false,
+        computed: false,
+    });
+    let batch_sizes: Vec<u32> = match &profile {
+        Some(p) => BATCH_SIZES
+            .iter()
+            .copied()
+            .filter(|b| p.batch_sizes.contains(b))
+            .collect(),
+        None => vec![1],
+    };
+    if batch_sizes.first() != Some(&1) {
+        return Err(EngineError::Request(format!(
+            "{}: the profile has no batch size 1",
+            profile_path.display()
+        )));
+    }
+    let freq_of = |layer: usize, order: &[u32]| -> Vec<Vec<f32>> {
+        batch_sizes
+            .iter()
+            .map(|b| match &profile {
+                Some(p) => {
+                    let bi = p.batch_sizes.iter().position(|x| x == b).unwrap_or(0);
+                    let f = &p.layers[layer].freq[bi];
+                    order.iter().map(|&n| f[n as usize]).collect()
+                }
+                None => vec![1.0; order.len()],
+            })
+            .collect()
+    };
+    if let Some(p) = &profile {
+        if p.layers.len() != cfg.n_layers {
+            return Err(EngineError::Request(format!(
+                "{}: {} layers, the model has {}",
+                profile_path.display(),
+                p.layers.len(),
+                cfg.n_layers
+            )));
+        }
+    }
+    let layers = match &store {
+        Some(path) => store_layers(path, &freq_of)?,
+        None => memory_layers(model, profile.as_ref(), &freq_of)?,
+    };
+    Ok(ModelSummary {
+        name: model.path().file_name().map_or_else(
+            || model.path().display().to_string(),
+            |n| n.to_string_lossy().into(),
+        ),
+        fingerprint: crate::profile::model_fingerprint(model),
+        tensors,
+        layers,
+        predictor_bytes,
+        predicted: predictor.is_some() && predictor_bytes > 0,
+        kv_bytes_per_position: cfg.kv_cache_bytes(1),
+        // As `budget` counts it: what the process holds now, set up but before decoding.
+        process_bytes: crate::sys::rss_bytes().unwrap_or(0),
+        batch_sizes,
+        grid: GRID,
+        offloaded: store.is_some(),
+    })
+}
+
+type FreqOf<'f> = dyn Fn(usize, &[u32]) -> Vec<Vec<f32>> + 'f;
+
+/// Layers of a resident file: sizes from its neuron store's index, neurons in the store's order.
+fn store_layers(path: &Path, freq_of: &FreqOf<'_>) -> Result<Vec<FfnLayer>> {
+    let io = ufs_io::IoEngine::new(ufs_io::IoConfig::default())?;
+    let store = neuron_store::NeuronStore::open(&io, path, ufs_io::OpenOptions::default())?;
+    let ix = store.index();
+    let unit = ix.layout.unit_bytes() as u64;
+    let per_unit = ix.layout.neurons.max(1) as u64;
+    ix.layers
+        .iter()
+        .enumerate()
+        .map(|(l, li)| {
+            FfnLayer::from_frequencies(
+                unit.div_ceil(per_unit),
+                ix.formats.gate.name(),
+                unit,
+                per_unit as u32,
+                &freq_of(l, &li.order),
+                GRID,
+            )
+            .map_err(|e| EngineError::Request(e.to_string()))
+        })
+        .collect()
+}
+
+/// Layers of a model whose FFN is in memory: neurons hottest first (by the profile at batch size 1).
+fn memory_layers(
+    model: &Model<'_>,
+    profile: Option<&Profile>,
+    freq_of: &FreqOf<'_>,
+) -> Result<Vec<FfnLayer>> {
+    model
+        .layers
+        .iter()
+        .enumerate()
+        .map(|(l, layer)| {
+            let n = layer.gate.rows();
+            let order: Vec<u32> = profile
+                .and_then(|p| p.layers[l].hot_order(0))
+                .unwrap_or_else(|| (0..n as u32).collect());
+            let neuron =
+                (bytes(&layer.gate) + bytes(&layer.up) + bytes(&layer.down)) / n.max(1) as u64;
+            FfnLayer::from_frequencies(
+                neuron.max(1),
+                layer.gate.format().name(),
+                neuron.max(1),
+                1,
+                &freq_of(l, &order),
+                GRID,
+            )
+            .map_err(|e| EngineError::Request(e.to_string()))
+        })
+        .collect()
+}
+
+/// The settings a plan gives the engine and the offload.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlanSettings {
+    /// Compute threads.
+    pub threads: usize,
+    /// Sparse FFN (else dense; a resident file is always sparse).
+    pub sparse: bool,
+    /// Bytes of the neuron cache.
+    pub ffn_cache_bytes: u64,
+    /// Reads in flight.
+    pub queue_depth: usize,
+    /// Core of the I/O thread.
+    pub io_core: Option<usize>,
+    /// Weight rows per parallel work item (0: automatic).
+    pub chunk_rows: usize,
+}
+
+/// Loads the plan at `path`, checks it was made for `model` (and for this device, when
+/// `device_fingerprint` is given), and returns it with the settings it gives.
+pub fn load_plan(
+    path: &Path,
+    model: &Model<'_>,
+    device_fingerprint: Option<u64>,
+) -> Result<(Plan, PlanSettings)> {
+    let plan = Plan::load(path)?;
+    plan.check_for(
+        path,
+        crate::profile::model_fingerprint(model),
+        model.config.n_layers,
+        device_fingerprint,
+    )?;
+    let settings = PlanSettings {
+        threads: plan.threads as usize,
+        sparse: plan.sparse.iter().any(|&s| s),
+        ffn_cache_bytes: plan.ffn_cache_bytes,
+        queue_depth: plan.queue_depth as usize,
+        io_core: plan.io_core.map(|c| c as usize),
+        chunk_rows: plan.chunk_rows as usize,
+    };
+    Ok((plan, settings))
+}

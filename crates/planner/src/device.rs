@@ -1,0 +1,192 @@
+//! The device profile: what `sparrow calibrate` measures about a machine, in the units the cost model
+//! uses (bytes per second of weights streamed through the kernels, of DRAM, of flash).
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::container;
+use crate::error::{PlannerError, Result};
+
+/// Kind word of a device-profile file's header.
+pub const DEVICE_KIND: &str = "sparrow-device";
+/// Version of the device-profile payload this build reads and writes.
+pub const DEVICE_VERSION: u32 = 1;
+
+/// Weight throughput of the kernels for one weight format at one thread count.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct KernelRate {
+    /// Weight format name as `tensor_types::WeightFormat::name` spells it (`"Q4_0"`, `"Q4_K"`, ...;
+    /// compared without regard to case).
+    pub format: String,
+    /// Compute threads.
+    pub threads: u32,
+    /// Bytes of weights per second through the dense matrix-vector kernel (one token).
+    pub dense_bps: f64,
+    /// Bytes of weights per second through the row-subset (sparse) kernels, rows picked at random.
+    pub sparse_bps: f64,
+}
+
+/// Random-read throughput of flash at one read size and queue depth (direct I/O).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct IoRate {
+    /// Bytes per read.
+    pub read_bytes: u32,
+    /// Reads in flight.
+    pub queue_depth: u32,
+    /// Bytes per second.
+    pub bps: f64,
+}
+
+/// A machine as the planner sees it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DeviceProfile {
+    /// A name for people (CPU model, host).
+    pub name: String,
+    /// Identity of the machine (CPU model and core count hashed); a plan records it.
+    pub fingerprint: u64,
+    /// Cores available to the process.
+    pub cores: u32,
+    /// DRAM read bandwidth, bytes per second.
+    pub dram_bps: f64,
+    /// Kernel throughput per format and thread count.
+    pub kernels: Vec<KernelRate>,
+    /// Flash random reads by read size and queue depth.
+    pub flash_random: Vec<IoRate>,
+    /// Marginal compute cost of each further sequence of a batch, as a fraction of one sequence's
+    /// (a batched step reads the weights once).
+    #[serde(default = "one")]
+    pub batch_cost: f64,
+    /// Flash sequential read bandwidth (large reads), bytes per second.
+    pub flash_seq_bps: f64,
+    /// Where the flash figures were measured (a folder on the device's storage).
+    pub flash_path: String,
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+impl DeviceProfile {
+    /// Checks the tables are usable: positive finite rates, at least one kernel and one I/O point,
+    /// thread counts within the cores.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |what: String| Err(PlannerError::Input(format!("device profile: {what}")));
+        if self.cores == 0 || self.cores > 4096 {
+            return bad(format!("{} cores", self.cores));
+        }
+        if !(self.dram_bps.is_finite() && self.dram_bps > 0.0) {
+            return bad("DRAM bandwidth is not a positive number".into());
+        }
+        if !(self.flash_seq_bps.is_finite() && self.flash_seq_bps > 0.0) {
+            return bad("sequential flash bandwidth is not a positive number".into());
+        }
+        if self.kernels.is_empty() {
+            return bad("no kernel rates".into());
+        }
+        for k in &self.kernels {
+            if k.threads == 0 || k.threads > self.cores {
+                return bad(format!("kernel rate at {} threads", k.threads));
+            }
+            let positive = |x: f64| x.is_finite() && x > 0.0;
+            if !positive(k.dense_bps) || !positive(k.sparse_bps) {
+                return bad(format!("kernel rate of {} is not positive", k.format));
+            }
+        }
+        if self.flash_random.is_empty() {
+            return bad("no flash read rates".into());
+        }
+        for r in &self.flash_random {
+            if r.read_bytes == 0 || r.queue_depth == 0 || !(r.bps.is_finite() && r.bps > 0.0) {
+                return bad(format!(
+                    "flash rate at {} bytes, depth {}",
+                    r.read_bytes, r.queue_depth
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Thread counts measured (ascending, without repeats).
+    pub fn thread_counts(&self) -> Vec<u32> {
+        let mut t: Vec<u32> = self.kernels.iter().map(|k| k.threads).collect();
+        t.sort_unstable();
+        t.dedup();
+        t
+    }
+
+    /// Queue depths measured (ascending, without repeats).
+    pub fn queue_depths(&self) -> Vec<u32> {
+        let mut q: Vec<u32> = self.flash_random.iter().map(|r| r.queue_depth).collect();
+        q.sort_unstable();
+        q.dedup();
+        q
+    }
+
+    /// Dense and sparse kernel throughput for `format` at `threads`: the measured entry, else the
+    /// slowest measured format at that thread count (a conservative guess).
+    pub fn kernel_rate(&self, format: &str, threads: u32) -> (f64, f64) {
+        let at: Vec<&KernelRate> = self
+            .kernels
+            .iter()
+            .filter(|k| k.threads == threads)
+            .collect();
+        if let Some(k) = at.iter().find(|k| k.format.eq_ignore_ascii_case(format)) {
+            return (k.dense_bps, k.sparse_bps);
+        }
+        let pool = if at.is_empty() {
+            self.kernels.iter().collect()
+        } else {
+            at
+        };
+        pool.iter().fold((f64::MAX, f64::MAX), |(d, s), k| {
+            (d.min(k.dense_bps), s.min(k.sparse_bps))
+        })
+    }
+
+    /// Flash throughput for reads of `read_bytes` at `queue_depth`: the measured point of that depth
+    /// whose read size is nearest (log scale) to `read_bytes`, scaled linearly down for smaller reads
+    /// (a read of half the size moves half the bytes per I/O).
+    pub fn io_rate(&self, read_bytes: u64, queue_depth: u32) -> f64 {
+        let at: Vec<&IoRate> = self
+            .flash_random
+            .iter()
+            .filter(|r| r.queue_depth == queue_depth)
+            .collect();
+        let pool: Vec<&IoRate> = if at.is_empty() {
+            self.flash_random.iter().collect()
+        } else {
+            at
+        };
+        let size = read_bytes.max(1) as f64;
+        let best = pool
+            .iter()
+            .min_by(|a, b| {
+                let da = (a.read_bytes as f64 / size).ln().abs();
+                let db = (b.read_bytes as f64 / size).ln().abs();
+                da.total_cmp(&db)
+            })
+            .expect("validated: at least one point");
+        if size < best.read_bytes as f64 {
+            best.bps * size / best.read_bytes as f64
+        } else {
+            best.bps
+        }
+    }
+
+    /// Saves the profile to `path` (whole or not at all).
+    pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
+        container::save(path.as_ref(), DEVICE_KIND, DEVICE_VERSION, self)
+    }
+
+    /// Loads and validates a profile.
+    pub fn load(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref();
+        let d: DeviceProfile = container::load(path, DEVICE_KIND, DEVICE_VERSION)?;
+        d.validate().map_err(|e| PlannerError::Corrupt {
+            path: path.to_path_buf(),
+            what: e.to_string(),
+        })?;
+        Ok(d)
+    }
+}

@@ -1,0 +1,172 @@
+//! The model as the planner sees it: sizes of the tensors outside the FFN, and per layer the FFN's
+//! neurons, their bytes on flash and how often they fire (from the activation profile), summarized as a
+//! hit curve over a grid of cache sizes.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{PlannerError, Result};
+
+/// A weight outside the FFN (attention, embedding, output, norms grouped as one).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TensorInfo {
+    /// A name for people (`token_embd.weight`, `attention`, ...).
+    pub name: String,
+    /// Weight format name (`"q4_k"`, ...).
+    pub format: String,
+    /// Bytes in memory when resident.
+    pub bytes: u64,
+    /// Bytes a decode step reads from it (all of them for a matrix; one row for an embedding).
+    pub touched_bytes: u64,
+    /// Whether it may stay on flash and be read on demand (embedding rows; OATO placement).
+    pub offloadable: bool,
+    /// Whether it is computed as a matrix (its touched bytes go through the kernels) rather than
+    /// looked up (an embedding row is copied).
+    pub computed: bool,
+}
+
+/// One layer's FFN.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FfnLayer {
+    /// Neurons (rows of gate/up, columns of down).
+    pub neurons: u32,
+    /// Bytes of one neuron's gate row, up row and down column.
+    pub neuron_bytes: u64,
+    /// Weight format of the gate/up rows (the kernels' rate is looked up by it).
+    pub format: String,
+    /// Bytes of one read from the neuron store (a unit).
+    pub read_bytes: u64,
+    /// Neurons per read unit.
+    pub neurons_per_read: u32,
+    /// Per batch size (as `ModelSummary::batch_sizes`): `hit[j]` is the expected number of firing
+    /// neurons among the hottest `j * neurons / grid` (in the store's order), for `j` in `0..=grid`;
+    /// `hit[grid]` is the expected number of firing neurons per step.
+    pub hit: Vec<Vec<f64>>,
+}
+
+impl FfnLayer {
+    /// Builds a layer from per-neuron firing frequencies in the store's order (hottest first), one
+    /// vector per batch size, summarized over `grid` steps.
+    pub fn from_frequencies(
+        neuron_bytes: u64,
+        format: &str,
+        read_bytes: u64,
+        neurons_per_read: u32,
+        freq: &[Vec<f32>],
+        grid: u32,
+    ) -> Result<Self> {
+        let neurons = freq.first().map_or(0, |f| f.len());
+        if neurons == 0 || freq.iter().any(|f| f.len() != neurons) || grid == 0 {
+            return Err(PlannerError::Input(
+                "FFN layer: frequencies of unequal or zero length".into(),
+            ));
+        }
+        let hit = freq
+            .iter()
+            .map(|f| {
+                let mut out = Vec::with_capacity(grid as usize + 1);
+                let mut acc = 0.0f64;
+                let mut i = 0usize;
+                for j in 0..=grid as usize {
+                    let end = step_neurons(neurons as u32, grid, j as u32) as usize;
+                    while i < end {
+                        acc += f64::from(f[i].clamp(0.0, 1.0));
+                        i += 1;
+                    }
+                    out.push(acc);
+                }
+                out
+            })
+            .collect();
+        Ok(FfnLayer {
+            neurons: neurons as u32,
+            neuron_bytes,
+            format: format.to_string(),
+            read_bytes,
+            neurons_per_read: neurons_per_read.max(1),
+            hit,
+        })
+    }
+}
+
+/// Neurons cached at grid step `j` of `grid` for a layer of `neurons`.
+pub fn step_neurons(neurons: u32, grid: u32, j: u32) -> u32 {
+    ((neurons as u64 * j as u64).div_ceil(grid as u64)) as u32
+}
+
+/// Everything the planner needs to know about a model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelSummary {
+    /// A name for people (the file name).
+    pub name: String,
+    /// The model's fingerprint (as profiles and predictors record it); a plan records it.
+    pub fingerprint: u64,
+    /// Weights outside the FFN.
+    pub tensors: Vec<TensorInfo>,
+    /// FFN layers.
+    pub layers: Vec<FfnLayer>,
+    /// Bytes of the predictors (0: none; sparse decode then reads every gate row, see `predicted`).
+    pub predictor_bytes: u64,
+    /// Whether sparse decode selects neurons with predictors (else by computing every gate row, so
+    /// its cost counts the gate rows in full).
+    pub predicted: bool,
+    /// Bytes of KV cache per position.
+    pub kv_bytes_per_position: u64,
+    /// Bytes the process holds before any weight (code, tokenizer, buffers).
+    pub process_bytes: u64,
+    /// Batch sizes the hit curves are given for (ascending; 1 first).
+    pub batch_sizes: Vec<u32>,
+    /// Grid steps of the hit curves.
+    pub grid: u32,
+    /// Whether the FFN lives in a neuron store (flash offload); else it is all in memory.
+    pub offloaded: bool,
+}
+
+impl ModelSummary {
+    /// Checks shapes: every layer has one hit curve per batch size of `grid + 1` non-decreasing points.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |w: String| Err(PlannerError::Input(format!("model summary: {w}")));
+        if self.layers.is_empty() {
+            return bad("no FFN layers".into());
+        }
+        if self.batch_sizes.is_empty() || self.batch_sizes[0] != 1 {
+            return bad("batch sizes must start at 1".into());
+        }
+        if self.grid == 0 || self.grid > 4096 {
+            return bad(format!("grid of {} steps", self.grid));
+        }
+        for (l, layer) in self.layers.iter().enumerate() {
+            if layer.hit.len() != self.batch_sizes.len() {
+                return bad(format!(
+                    "layer {l}: hit curves do not match the batch sizes"
+                ));
+            }
+            for h in &layer.hit {
+                if h.len() != self.grid as usize + 1
+                    || h.windows(2).any(|w| w[1] < w[0])
+                    || h.iter().any(|x| !x.is_finite())
+                {
+                    return bad(format!(
+                        "layer {l}: hit curve is not a non-decreasing curve"
+                    ));
+                }
+            }
+            if layer.neuron_bytes == 0 || layer.read_bytes == 0 {
+                return bad(format!("layer {l}: zero-byte neurons"));
+            }
+        }
+        Ok(())
+    }
+
+    /// Bytes of the whole FFN.
+    pub fn ffn_bytes(&self) -> u64 {
+        self.layers
+            .iter()
+            .map(|l| l.neurons as u64 * l.neuron_bytes)
+            .sum()
+    }
+
+    /// Bytes of the weights outside the FFN.
+    pub fn other_bytes(&self) -> u64 {
+        self.tensors.iter().map(|t| t.bytes).sum()
+    }
+}

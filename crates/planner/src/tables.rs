@@ -1,0 +1,244 @@
+//! The cost model (PowerInfer-2 §6.3) as integer tables: every term of
+//! `T_decode = T_attn + T_pred + max(T_ffn, T_io)` and of the memory use, for every value a decision
+//! can take, in nanoseconds and bytes. The solvers (search, brute force, Z3) all read these tables, so
+//! they agree on what a configuration costs and differ only in how they search.
+//!
+//! - `T_attn`: the weights outside the FFN that stay in memory, through the dense kernels at the
+//!   chosen thread count, plus the KV cache read at DRAM bandwidth, plus the tensors left on flash
+//!   (OATO: an embedding row is one small read per token).
+//! - `T_pred`: the predictors (Q8_0 matrices) through the dense kernels.
+//! - `T_ffn`: sparse, the expected firing neurons' bytes through the row-subset kernels (without
+//!   predictors, every gate row too); dense, every neuron through the dense kernels.
+//! - `T_io`: per layer, the read units holding a firing neuron that the cache does not hold, at the
+//!   flash rate of that read size and queue depth. The cache holds each layer's hottest neurons (a
+//!   prefix in the store's order), so a miss curve is the profile's hit curve read backwards.
+//!
+//! A batch of `b` sequences costs `1 + batch_cost * (b - 1)` times one sequence's compute (the weights
+//! are read once; `batch_cost` is measured by calibration) and fires more neurons (the profile's
+//! frequencies at that batch size).
+
+use crate::device::DeviceProfile;
+use crate::error::{PlannerError, Result};
+use crate::model::{step_neurons, ModelSummary};
+
+/// What the user asks for.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Constraints {
+    /// Bytes the whole process may use (`None`: no limit).
+    pub memory_budget: Option<u64>,
+    /// Context positions the KV cache is reserved for.
+    pub context: u32,
+    /// Positions a typical decode step attends over (for the KV read time).
+    pub attended: u32,
+    /// Decode speed the plan must reach, tokens per second (`None`: any).
+    pub min_tok_s: Option<f64>,
+    /// Most compute threads to use (`None`: all measured).
+    pub max_threads: Option<u32>,
+}
+
+impl Default for Constraints {
+    fn default() -> Self {
+        Constraints {
+            memory_budget: None,
+            context: 4096,
+            attended: 512,
+            min_tok_s: None,
+            max_threads: None,
+        }
+    }
+}
+
+/// Fraction of a neuron's bytes that is its gate row (gate, up and down have equal element counts).
+const GATE_SHARE: f64 = 1.0 / 3.0;
+
+/// The cost tables of one model on one device at one batch size.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Tables {
+    /// Thread counts to choose from.
+    pub threads: Vec<u32>,
+    /// Queue depths to choose from.
+    pub queue_depths: Vec<u32>,
+    /// Grid steps per layer (a layer's cache holds `step_neurons(n, grid, j)` neurons at step `j`).
+    pub grid: u32,
+    /// Whether the FFN is on flash (else every step is `grid` and no read happens).
+    pub offloaded: bool,
+    /// `T_attn` per thread choice, ns.
+    pub attn_ns: Vec<u64>,
+    /// `T_pred` per thread choice, ns (sparse only).
+    pub pred_ns: Vec<u64>,
+    /// Sparse `T_ffn` per thread choice, ns.
+    pub ffn_sparse_ns: Vec<u64>,
+    /// Dense `T_ffn` per thread choice, ns.
+    pub ffn_dense_ns: Vec<u64>,
+    /// `T_io` per queue-depth choice, layer and step, ns.
+    pub io_ns: Vec<Vec<Vec<u64>>>,
+    /// Cache bytes per layer and step.
+    pub cache_bytes: Vec<Vec<u64>>,
+    /// Tensors outside the FFN: (bytes when resident, ns per step when left on flash, offloadable).
+    pub tensors: Vec<(u64, u64, bool)>,
+    /// Memory that does not depend on any decision: process, KV cache at the context.
+    pub fixed_bytes: u64,
+    /// Memory of the predictors (held when sparse).
+    pub pred_bytes: u64,
+}
+
+fn ns(bytes: f64, bps: f64) -> u64 {
+    (bytes / bps * 1e9).round() as u64
+}
+
+impl Tables {
+    /// Builds the tables for batch-size index `batch` of `model` on `device` under `c`.
+    pub fn build(
+        device: &DeviceProfile,
+        model: &ModelSummary,
+        c: &Constraints,
+        batch: usize,
+    ) -> Result<Tables> {
+        device.validate()?;
+        model.validate()?;
+        let b = *model
+            .batch_sizes
+            .get(batch)
+            .ok_or_else(|| PlannerError::Input(format!("no batch size index {batch}")))?;
+        let scale = 1.0 + device.batch_cost.max(0.0) * (b as f64 - 1.0);
+        let threads: Vec<u32> = device
+            .thread_counts()
+            .into_iter()
+            .filter(|&t| c.max_threads.is_none_or(|m| t <= m))
+            .collect();
+        if threads.is_empty() {
+            return Err(PlannerError::Input(
+                "no measured thread count within --threads".into(),
+            ));
+        }
+        let queue_depths = if model.offloaded {
+            device.queue_depths()
+        } else {
+            vec![device.queue_depths()[0]]
+        };
+        let kv_read = ns(
+            model.kv_bytes_per_position as f64 * c.attended as f64 * b as f64,
+            device.dram_bps,
+        );
+        let mut attn_ns = Vec::new();
+        let mut pred_ns = Vec::new();
+        let mut ffn_sparse_ns = Vec::new();
+        let mut ffn_dense_ns = Vec::new();
+        for &t in &threads {
+            let attn: u64 = model
+                .tensors
+                .iter()
+                .filter(|x| x.computed)
+                .map(|x| {
+                    ns(
+                        x.touched_bytes as f64 * scale,
+                        device.kernel_rate(&x.format, t).0,
+                    )
+                })
+                .sum();
+            attn_ns.push(attn + kv_read);
+            pred_ns.push(if model.predicted {
+                ns(
+                    model.predictor_bytes as f64 * scale,
+                    device.kernel_rate("q8_0", t).0,
+                )
+            } else {
+                0
+            });
+            let mut sparse = 0u64;
+            let mut dense = 0u64;
+            for l in &model.layers {
+                let (d_bps, s_bps) = device.kernel_rate(&l.format, t);
+                let active = l.hit[batch][model.grid as usize];
+                let mut s = ns(active * l.neuron_bytes as f64 * scale, s_bps);
+                if !model.predicted {
+                    s += ns(
+                        l.neurons as f64 * l.neuron_bytes as f64 * GATE_SHARE * scale,
+                        d_bps,
+                    );
+                }
+                sparse += s;
+                dense += ns(l.neurons as f64 * l.neuron_bytes as f64 * scale, d_bps);
+            }
+            ffn_sparse_ns.push(sparse);
+            ffn_dense_ns.push(dense);
+        }
+        let g = model.grid;
+        let io_ns = queue_depths
+            .iter()
+            .map(|&q| {
+                model
+                    .layers
+                    .iter()
+                    .map(|l| {
+                        let rate = device.io_rate(l.read_bytes, q);
+                        let curve = &l.hit[batch];
+                        let total = curve[g as usize];
+                        (0..=g)
+                            .map(|j| {
+                                if !model.offloaded {
+                                    return 0;
+                                }
+                                let cached = step_neurons(l.neurons, g, j) as f64;
+                                let left = l.neurons as f64 - cached;
+                                if left <= 0.0 {
+                                    return 0;
+                                }
+                                let firing = (total - curve[j as usize]).max(0.0);
+                                let p = (firing / left).clamp(0.0, 1.0);
+                                let k = l.neurons_per_read as f64;
+                                let reads = left / k * (1.0 - (1.0 - p).powf(k));
+                                ns(reads * l.read_bytes as f64, rate)
+                            })
+                            .collect()
+                    })
+                    .collect()
+            })
+            .collect();
+        let cache_bytes = model
+            .layers
+            .iter()
+            .map(|l| {
+                (0..=g)
+                    .map(|j| step_neurons(l.neurons, g, j) as u64 * l.neuron_bytes)
+                    .collect()
+            })
+            .collect();
+        let tensors = model
+            .tensors
+            .iter()
+            .map(|x| {
+                let on_flash = if x.touched_bytes < x.bytes {
+                    ns(x.touched_bytes as f64, device.io_rate(x.touched_bytes, 1))
+                } else {
+                    ns(x.touched_bytes as f64, device.flash_seq_bps)
+                };
+                (x.bytes, on_flash, x.offloadable && model.offloaded)
+            })
+            .collect();
+        Ok(Tables {
+            threads,
+            queue_depths,
+            grid: g,
+            offloaded: model.offloaded,
+            attn_ns,
+            pred_ns,
+            ffn_sparse_ns,
+            ffn_dense_ns,
+            io_ns,
+            cache_bytes,
+            tensors,
+            fixed_bytes: model.process_bytes + model.kv_bytes_per_position * c.context as u64,
+            pred_bytes: if model.predicted {
+                model.predictor_bytes
+            } else {
+                0
+            },
+        })
+    }
+
+    /// Layers.
+    pub fn layers(&self) -> usize {
+        self.cache_bytes.len()
+    }
+}

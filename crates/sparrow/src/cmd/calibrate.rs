@@ -1,0 +1,61 @@
+//! `sparrow calibrate`: measures this machine for the planner (kernels per format and thread count,
+//! DRAM, flash by read size and queue depth) and saves the device profile (`engine::calibrate`).
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use engine::CalibrateOptions;
+
+use crate::ui::bar;
+
+#[derive(Args)]
+pub struct CalibrateArgs {
+    /// Folder for the flash scratch file: on the storage the models are read from [default: the
+    /// model cache folder].
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// Where to save the profile [default: `device.sparrow-device` in the model cache folder, where
+    /// `sparrow plan` looks for it].
+    #[arg(long, short = 'o')]
+    pub output: Option<PathBuf>,
+    /// A few seconds instead of about a minute: small scratch file, short points, two formats (for
+    /// trying the commands; plans from it are rough).
+    #[arg(long)]
+    pub quick: bool,
+    /// Print the profile as JSON on stdout as well.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Runs the subcommand and prints its result.
+pub fn run(a: CalibrateArgs) -> Result<()> {
+    let dir = a.dir.unwrap_or_else(engine::fetch::model_cache_dir);
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let out = a.output.unwrap_or_else(engine::default_device_path);
+    let opts = if a.quick {
+        CalibrateOptions::quick(&dir)
+    } else {
+        CalibrateOptions::new(&dir)
+    };
+    let b = bar(opts.steps(), "points measured");
+    let profile = engine::calibrate(&opts, |line| {
+        b.inc(1);
+        if b.is_hidden() {
+            eprintln!("sparrow: {line}");
+        } else {
+            b.println(format!("sparrow: {line}"));
+        }
+    })?;
+    b.finish_and_clear();
+    profile.save(&out)?;
+    eprintln!(
+        "sparrow: device profile of {} saved to {}",
+        profile.name,
+        out.display()
+    );
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&profile)?);
+    }
+    Ok(())
+}

@@ -1,0 +1,87 @@
+//! `sparrow plan`: the planner's configuration for a model on this device under a memory budget,
+//! printed in words and saved for `--plan`.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use clap::{Args, ValueEnum};
+use engine::planner::{make_plan, Constraints, DeviceProfile, Solver};
+use engine::{model_summary, Engine};
+
+use crate::args::ModelArgs;
+use crate::load::{engine_options, open_model};
+
+/// Which solver `sparrow plan` uses.
+#[derive(Clone, Copy, ValueEnum)]
+pub enum SolverArg {
+    /// Exhaustive over the discrete settings, memory by benefit per byte (always available).
+    Search,
+    /// Z3's optimizer (exact; needs a build with `--features z3`).
+    Z3,
+}
+
+#[derive(Args)]
+pub struct PlanArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// The device profile (`sparrow calibrate`) [default: the one in the model cache folder].
+    #[arg(long)]
+    pub device: Option<PathBuf>,
+    /// The solver.
+    #[arg(long, value_enum, default_value = "search")]
+    pub solver: SolverArg,
+    /// Refuse plans slower than this many tokens per second.
+    #[arg(long, value_parser = crate::parse::positive_f64)]
+    pub min_tok_s: Option<f64>,
+    /// Where to save the plan [default: `<model>.sparrow-plan`].
+    #[arg(long, short = 'o')]
+    pub output: Option<PathBuf>,
+    /// Print the plan as JSON on stdout instead of words.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Runs the subcommand and prints its result.
+pub fn run(a: PlanArgs) -> Result<()> {
+    let device_path = a.device.clone().unwrap_or_else(engine::default_device_path);
+    if !device_path.exists() {
+        anyhow::bail!(
+            "{}: no device profile; run `sparrow calibrate` first (or give one with --device)",
+            device_path.display()
+        );
+    }
+    let device = DeviceProfile::load(&device_path)?;
+    let file = open_model(&a.model, a.json)?;
+    let eng = Engine::new(&file, engine_options(&a.model))?;
+    let summary = model_summary(&eng, &a.model.sidecars())?;
+    let context = eng.options().context as u32;
+    let c = Constraints {
+        memory_budget: a.model.offload.memory_budget,
+        context,
+        attended: context.min(512),
+        min_tok_s: a.min_tok_s,
+        max_threads: (a.model.threads > 0).then_some(a.model.threads as u32),
+    };
+    let solver = match a.solver {
+        SolverArg::Search => Solver::Search,
+        SolverArg::Z3 => Solver::Z3,
+    };
+    let plan = make_plan(&device, &summary, &c, solver)
+        .with_context(|| format!("planning {}", file.path().display()))?;
+    let out = a
+        .output
+        .clone()
+        .unwrap_or_else(|| engine::bundle::sidecar(file.path(), ".sparrow-plan"));
+    engine::outputs::refuse_overwrite(&[&out], &[file.path(), device_path.as_path()])?;
+    plan.save(&out)?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&plan)?);
+    } else {
+        print!("{}", plan.describe());
+    }
+    eprintln!(
+        "sparrow: plan saved to {} (use it with --plan)",
+        out.display()
+    );
+    Ok(())
+}

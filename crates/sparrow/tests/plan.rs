@@ -1,0 +1,157 @@
+//! `sparrow calibrate`, `sparrow plan` and `--plan` as a user runs them, on a tiny fixture model:
+//! a device profile is measured and saved, a plan is made within its budget and applied, and damaged
+//! or mismatched plans are one-line errors naming the file.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn sparrow(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_sparrow"))
+        .args(args)
+        .output()
+        .expect("sparrow runs")
+}
+
+fn ok(args: &[&str]) -> Output {
+    let out = sparrow(args);
+    assert!(
+        out.status.success(),
+        "sparrow {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn fixture(name: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fixtures")
+        .join(name)
+        .display()
+        .to_string()
+}
+
+fn tmp() -> PathBuf {
+    let d = std::env::temp_dir().join(format!("sparrow-plan-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+#[test]
+fn calibrate_plan_and_apply() {
+    let dir = tmp();
+    let device = dir.join("dev.sparrow-device");
+    let (dev, d) = (device.to_str().unwrap(), dir.to_str().unwrap());
+    ok(&["calibrate", "--quick", "--dir", d, "-o", dev]);
+    // The scratch file is gone, the profile is there.
+    let left: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(left, ["dev.sparrow-device"], "{left:?}");
+
+    let model = fixture("tiny-llama-silu-q4_0.gguf");
+    let plan = dir.join("tiny.plan");
+    let p = plan.to_str().unwrap();
+    let out = ok(&[
+        "plan",
+        "-m",
+        &model,
+        "--device",
+        dev,
+        "--memory-budget",
+        "64M",
+        "--ctx",
+        "64",
+        "-o",
+        p,
+        "--json",
+    ]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(v["memory"].as_u64().unwrap() <= 64 << 20, "{v}");
+    assert!(v["predicted"][0]["tok_s"].as_f64().unwrap() > 0.0);
+    assert_eq!(v["model_fingerprint"].as_u64().is_some(), true);
+
+    // Applied: bench prints the prediction next to the measurement.
+    let out = ok(&[
+        "bench", "-m", &model, "--plan", p, "-p", "4", "-n", "4", "-r", "1", "--json",
+    ]);
+    let b: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let predicted = b["plan"]["predicted_tg_tok_s"].as_f64().unwrap();
+    assert_eq!(predicted, v["predicted"][0]["tok_s"].as_f64().unwrap());
+    assert!(b["plan"]["measured_over_predicted"].as_f64().unwrap() > 0.0);
+    assert_eq!(
+        b["threads"].as_u64().unwrap(),
+        v["threads"].as_u64().unwrap()
+    );
+
+    // A plan for another model is refused by name.
+    let other = fixture("tiny-qwen2-q4_1.gguf");
+    let out = sparrow(&["run", "-m", &other, "--plan", p, "-p", "hi", "-n", "1"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("tiny.plan") && err.contains("another model"),
+        "{err}"
+    );
+
+    // A damaged plan is refused by name, as one line.
+    let mut bytes = std::fs::read(&plan).unwrap();
+    let n = bytes.len();
+    bytes[n / 2] ^= 0x20;
+    std::fs::write(&plan, &bytes).unwrap();
+    let out = sparrow(&["run", "-m", &model, "--plan", p, "-p", "hi", "-n", "1"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.starts_with("error: ") && err.contains("tiny.plan"),
+        "{err}"
+    );
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+
+    // No device profile: the error says what to do.
+    let out = sparrow(&[
+        "plan",
+        "-m",
+        &model,
+        "--device",
+        &format!("{d}/none"),
+        "-o",
+        p,
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("sparrow calibrate"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_budget_below_what_the_model_needs_is_a_named_error() {
+    let dir = tmp().join("small");
+    std::fs::create_dir_all(&dir).unwrap();
+    let device = dir.join("dev.sparrow-device");
+    let dev = device.to_str().unwrap();
+    ok(&[
+        "calibrate",
+        "--quick",
+        "--dir",
+        dir.to_str().unwrap(),
+        "-o",
+        dev,
+    ]);
+    let model = fixture("tiny-llama-silu-q4_0.gguf");
+    let out = sparrow(&[
+        "plan",
+        "-m",
+        &model,
+        "--device",
+        dev,
+        "--memory-budget",
+        "1M",
+        "-o",
+        dir.join("x.plan").to_str().unwrap(),
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("no plan fits"), "{err}");
+    assert!(!dir.join("x.plan").exists());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
