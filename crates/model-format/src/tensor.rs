@@ -94,34 +94,6 @@ pub(crate) fn tensor_bytes(dtype: DType, shape: &[usize]) -> Result<usize, Strin
         .ok_or_else(|| format!("size of shape {shape:?} overflows"))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn view_dims() {
-        let v = TensorView {
-            name: "t",
-            dtype: DType::F32,
-            shape: &[2, 3, 4],
-            data: &[],
-        };
-        assert_eq!((v.rows(), v.cols(), v.n_elements()), (6, 4, 24));
-        let v = TensorView { shape: &[7], ..v };
-        assert_eq!((v.rows(), v.cols(), v.n_elements()), (1, 7, 7));
-        let v = TensorView { shape: &[], ..v };
-        assert_eq!((v.rows(), v.cols(), v.n_elements()), (1, 1, 1));
-    }
-
-    #[test]
-    fn bytes() {
-        assert_eq!(tensor_bytes(DType::Q4_1, &[1536, 576]), Ok(1536 * 18 * 20));
-        assert!(tensor_bytes(DType::Q4_0, &[2, 33]).is_err());
-        assert!(tensor_bytes(DType::F32, &[usize::MAX, 2]).is_err());
-        assert_eq!(tensor_bytes(DType::F16, &[]), Ok(2));
-    }
-}
-
 /// Refuses tensors whose data ranges share bytes: sorts the ranges by offset and checks each
 /// against the furthest end seen so far (so a tensor nested inside an earlier, larger one is caught
 /// too). Empty tensors occupy no bytes and overlap nothing.
@@ -153,4 +125,32 @@ pub(crate) fn check_no_overlap(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn view_dims() {
+        let v = TensorView {
+            name: "t",
+            dtype: DType::F32,
+            shape: &[2, 3, 4],
+            data: &[],
+        };
+        assert_eq!((v.rows(), v.cols(), v.n_elements()), (6, 4, 24));
+        let v = TensorView { shape: &[7], ..v };
+        assert_eq!((v.rows(), v.cols(), v.n_elements()), (1, 7, 7));
+        let v = TensorView { shape: &[], ..v };
+        assert_eq!((v.rows(), v.cols(), v.n_elements()), (1, 1, 1));
+    }
+
+    #[test]
+    fn bytes() {
+        assert_eq!(tensor_bytes(DType::Q4_1, &[1536, 576]), Ok(1536 * 18 * 20));
+        assert!(tensor_bytes(DType::Q4_0, &[2, 33]).is_err());
+        assert!(tensor_bytes(DType::F32, &[usize::MAX, 2]).is_err());
+        assert_eq!(tensor_bytes(DType::F16, &[]), Ok(2));
+    }
 }
