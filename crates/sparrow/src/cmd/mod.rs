@@ -7,3 +7,4 @@ pub mod perplexity;
 pub mod profile;
 pub mod run;
 pub mod train;
+pub mod verify;
