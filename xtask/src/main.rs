@@ -28,12 +28,12 @@
 //! - `fuzz [--time S] [--cases N] [--seed X] [--targets a,b]`: a longer round of the stable fuzzer
 //!   (`crates/engine/tests/fuzz_round.rs`; CI runs a short one with the test suite) over the parsers of
 //!   untrusted files: targets `gguf`, `hf`, `tokenizer`, `chat_template`, `profile`, `predictor`,
-//!   `store`. Each target runs S seconds (default 30) or N cases, whichever ends first (`--cases`
-//!   alone: no time limit); `--seed` defaults to the clock, and is printed so a finding is reproduced
+//!   `store`, `manifest`. Each target runs S seconds (default 30) or N cases, whichever ends first
+//!   (`--cases` alone: no time limit); `--seed` defaults to the clock, and is printed so a finding is reproduced
 //!   by passing it again. Prints executions, accepted and refused inputs and findings per target; a
 //!   panic (or a case over 2 s) is a finding, its input saved under `target/tmp/fuzz-PID/findings/`,
 //!   and fails the task. `--libfuzzer`: the cargo-fuzz targets of `fuzz/` (same names) instead, each for
-//!   S seconds with `-rss_limit_mb=1024`, seeded from the round's seeds (`fuzz/corpus/<target>/`);
+//!   S seconds with `-rss_limit_mb=1024 -timeout=10`, seeded from the round's seeds (`fuzz/corpus/<target>/`);
 //!   installs the nightly toolchain (rustup) and cargo-fuzz (`cargo install`) when missing. Crashes
 //!   are left in `fuzz/artifacts/<target>/`.
 //! - `load-test [--clients 8] [--secs 60] [--max-tokens 32] [--model M] [--threads T]`: a bounded load test
@@ -334,6 +334,7 @@ const FUZZ_TARGETS: &[&str] = &[
     "profile",
     "predictor",
     "store",
+    "manifest",
 ];
 
 /// `fuzz --libfuzzer`: nightly and cargo-fuzz (installed when missing), seeds exported by the stable
@@ -382,7 +383,8 @@ fn fuzz_libfuzzer(time: f64, cases: Option<u64>, targets: Option<String>) -> Res
             .env_remove("CARGO")
             .args(["+nightly", "fuzz", "run", "--release", t])
             .arg(corpus.join(t))
-            .args(["--", "-rss_limit_mb=1024"])
+            // 1 GiB of memory and 10 s per input: an OOM or a hang is a finding, as a crash is.
+            .args(["--", "-rss_limit_mb=1024", "-timeout=10"])
             .arg(format!("-max_total_time={}", time.ceil() as u64));
         if let Some(n) = cases {
             c.arg(format!("-runs={n}"));

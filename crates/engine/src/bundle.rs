@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 use crate::budget::{ffn_cache_bytes, BudgetSplit, FfnBudget, Resident};
 use crate::error::{EngineError, Result};
 use crate::generate::Engine;
+use crate::manifest::{Manifest, ManifestStatus, PartRole};
 use crate::model::Model;
 use crate::offload::OffloadOptions;
 use crate::sparse::SparseFfn;
@@ -127,6 +128,29 @@ impl ModelBundle {
     }
 }
 
+/// Writes the manifest of the bundle of the resident file `resident` (converted from a model with
+/// fingerprint `source_fingerprint`), last and atomically: the resident file, its store, and its
+/// profile and predictors when they are next to it. `sparrow convert` calls it after every part is in
+/// place.
+pub fn seal_manifest(resident: &Path, source_fingerprint: u64) -> Result<Manifest> {
+    let b = ModelBundle::new(resident);
+    let mut parts = vec![
+        (PartRole::Resident, resident.to_path_buf()),
+        (PartRole::Store, crate::offload::store_path_for(resident)),
+    ];
+    for (role, p) in [
+        (PartRole::Profile, b.profile()),
+        (PartRole::Predictor, b.predictor()),
+    ] {
+        if p.exists() {
+            parts.push((role, p));
+        }
+    }
+    let m = Manifest::of_files(resident, source_fingerprint, &parts)?;
+    m.write(resident)?;
+    Ok(m)
+}
+
 /// The neuron store of a resident model (its FFN), `None` for an ordinary model: the file its
 /// configuration names, relative to the model's directory.
 pub fn ffn_store_path(model: &Model<'_>) -> Result<Option<PathBuf>> {
@@ -180,6 +204,9 @@ pub struct SparsePlan {
     pub offload: OffloadOptions,
     /// How a process budget split, when one was given for a resident model.
     pub budget: Option<BudgetSplit>,
+    /// For a resident model, what its manifest check found (sizes of every part; an error if one does
+    /// not match, so only a match or a missing manifest get here).
+    pub manifest: Option<ManifestStatus>,
 }
 
 impl SparsePlan {
@@ -194,6 +221,11 @@ impl SparsePlan {
     ) -> Result<Self> {
         let model = engine.model();
         let bundle = ModelBundle::new(model.path());
+        // A resident file's parts are checked against its manifest (sizes) before any is read.
+        let manifest = match &model.config.ffn_store {
+            None => None,
+            Some(r) => Some(crate::manifest::check_at_load(model.path(), r.fingerprint)?),
+        };
         let profile_path =
             bundle.existing_profile(sidecars.profile.as_deref(), "--sparse needs a profile")?;
         let profile = Profile::load(&profile_path)?;
@@ -231,6 +263,7 @@ impl SparsePlan {
             predictor,
             offload,
             budget,
+            manifest,
         })
     }
 

@@ -77,39 +77,47 @@ impl FfnStoreRef {
     /// opens it: a name that is not a plain file name, and a symbolic link that leads out of the
     /// folder.
     pub fn path_next_to(&self, model: &Path) -> Result<PathBuf> {
-        let bad = |detail: String| EngineError::BadModel {
-            path: model.to_path_buf(),
-            detail,
+        file_next_to(model, &self.file, FFN_STORE_FILE_KEY, "the neuron store")
+    }
+}
+
+/// The path of the file `name` next to the resident file `model` (in its folder), as `key` (the
+/// metadata key or manifest field that holds the name) gives it; `what` names the file in errors.
+/// Refused, before anything opens it: a name that is not a plain file name
+/// ([`FfnStoreRef::is_plain_name`]), and a symbolic link that leads out of the folder.
+pub fn file_next_to(model: &Path, name: &str, key: &str, what: &str) -> Result<PathBuf> {
+    let bad = |detail: String| EngineError::BadModel {
+        path: model.to_path_buf(),
+        detail,
+    };
+    if !FfnStoreRef::is_plain_name(name) {
+        return Err(bad(format!(
+            "{key} `{}` is not a plain file name in the model's folder",
+            name.escape_debug()
+        )));
+    }
+    let dir = model.parent().unwrap_or(Path::new(""));
+    let path = dir.join(name);
+    let is_link = std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_symlink());
+    if is_link {
+        let folder = std::fs::canonicalize(if dir.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            dir
+        });
+        let target = std::fs::canonicalize(&path);
+        let inside = match (&folder, &target) {
+            (Ok(f), Ok(t)) => t.parent() == Some(f.as_path()),
+            _ => false,
         };
-        if !Self::is_plain_name(&self.file) {
+        if !inside {
             return Err(bad(format!(
-                "{FFN_STORE_FILE_KEY} `{}` is not a plain file name in the model's folder",
-                self.file.escape_debug()
+                "{what} {} is a symbolic link leading out of the model's folder",
+                path.display()
             )));
         }
-        let dir = model.parent().unwrap_or(Path::new(""));
-        let path = dir.join(&self.file);
-        let is_link = std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_symlink());
-        if is_link {
-            let folder = std::fs::canonicalize(if dir.as_os_str().is_empty() {
-                Path::new(".")
-            } else {
-                dir
-            });
-            let target = std::fs::canonicalize(&path);
-            let inside = match (&folder, &target) {
-                (Ok(f), Ok(t)) => t.parent() == Some(f.as_path()),
-                _ => false,
-            };
-            if !inside {
-                return Err(bad(format!(
-                    "the neuron store {} is a symbolic link leading out of the model's folder",
-                    path.display()
-                )));
-            }
-        }
-        Ok(path)
     }
+    Ok(path)
 }
 
 /// GGUF key of a resident file naming its neuron store.
@@ -344,6 +352,7 @@ impl ModelConfig {
             || self.d_ff == 0
             || self.n_heads == 0
             || self.vocab_size == 0
+            || self.context_length == 0
         {
             return bad(format!("a model dimension is zero: {self:?}"));
         }

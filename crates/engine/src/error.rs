@@ -45,6 +45,15 @@ pub enum EngineError {
         /// What is wrong.
         detail: String,
     },
+    /// A bundle's manifest is damaged, or a part of the bundle does not match it (`path` names the
+    /// manifest or the part).
+    #[error("{path}: {detail}")]
+    Bundle {
+        /// The manifest or the part concerned.
+        path: PathBuf,
+        /// What is wrong.
+        detail: String,
+    },
     /// A tensor the architecture needs is absent.
     #[error("{path}: missing tensor `{name}`")]
     MissingTensor {

@@ -55,7 +55,12 @@ pub fn load_tokenizer(file: &ModelFile) -> Result<Tokenizer> {
                 detail: detail.to_string(),
             };
             let s = |k: &str| f.get(k).and_then(|v| v.as_str()).map(str::to_string);
-            let u = |k: &str| f.get(k).and_then(|v| v.as_u64()).map(|v| v as u32);
+            // An id past u32 stays out of range (refused by the vocabulary check), not truncated.
+            let u = |k: &str| {
+                f.get(k)
+                    .and_then(|v| v.as_u64())
+                    .map(|v| u32::try_from(v).unwrap_or(u32::MAX))
+            };
             let spec = VocabSpec {
                 model: s("tokenizer.ggml.model")
                     .ok_or_else(|| bad("metadata key tokenizer.ggml.model is missing"))?,
@@ -92,7 +97,11 @@ pub fn load_tokenizer(file: &ModelFile) -> Result<Tokenizer> {
                     .unwrap_or(false),
                 chat_template: s("tokenizer.chat_template"),
             };
-            Ok(Tokenizer::from_vocab(&spec)?)
+            // The tokenizer's errors (an id outside the vocabulary, a bad merge) name the file.
+            Tokenizer::from_vocab(&spec).map_err(|e| EngineError::BadModel {
+                path: f.path().to_path_buf(),
+                detail: e.to_string(),
+            })
         }
         ModelFile::Hf(d) => {
             let path = d.tokenizer_json().ok_or_else(|| EngineError::BadModel {

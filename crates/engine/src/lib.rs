@@ -49,6 +49,7 @@ mod file;
 mod fingerprint;
 pub mod forward;
 mod generate;
+pub mod manifest;
 pub mod model;
 mod neurons;
 pub mod offload;

@@ -1,7 +1,7 @@
 //! A bounded fuzz round over every parser of untrusted files (issue 19, "Fuzzing that runs"): the GGUF
 //! reader (through the engine's model loading), HF `config.json` + safetensors, `tokenizer.json`,
-//! chat templates, profile and predictor files and neuron stores. Each case must return `Ok` or
-//! `Err`: a panic, or a case slower than two seconds, is a finding and fails the test.
+//! chat templates, profile and predictor files, neuron stores and bundle manifests. Each case must
+//! return `Ok` or `Err`: a panic, or a case slower than two seconds, is a finding and fails the test.
 //!
 //! Stable Rust, so CI always runs it. Environment: `SPARROW_FUZZ_CASES` (per target, default 1500),
 //! `SPARROW_FUZZ_TIME` (seconds per target, default 5), `SPARROW_FUZZ_SEED` (default fixed: CI

@@ -182,3 +182,310 @@ fn a_resident_file_names_its_store_only_inside_its_folder() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Loads `path` as the CLI does and generates from a short prompt (and renders the chat template):
+/// `Ok`, or the error's text. A panic is returned as `Err("PANIC: ...")`.
+fn load_and_generate(path: &Path) -> Result<(), String> {
+    let run = || -> Result<(), engine::EngineError> {
+        let file = ModelFile::open(path)?;
+        let eng = Engine::new(
+            &file,
+            EngineOptions {
+                threads: 1,
+                context: 32,
+                ..Default::default()
+            },
+        )?;
+        let tok = eng.tokenizer();
+        let mut ids = tok.encode("hello world 12 <|im_start|>", true)?;
+        let _ = tok.decode(&ids, false)?;
+        // A template that does not compile is kept as an error for `--chat` (raw runs still work).
+        if let Some(e) = tok.chat_template_error() {
+            return Err(engine::EngineError::BadModel {
+                path: path.to_path_buf(),
+                detail: format!("chat template: {e}"),
+            });
+        }
+        if let Some(t) = tok.chat_template() {
+            let m = [engine::ChatMessage::new("user", "hi")];
+            // A render error is the template's (the CLI names it as such), not the file's.
+            if let Err(e) = t.render(&m, true, "<s>", "</s>") {
+                return Err(engine::EngineError::BadModel {
+                    path: path.to_path_buf(),
+                    detail: format!("chat template: {e}"),
+                });
+            }
+        }
+        ids.truncate(8);
+        if ids.is_empty() {
+            ids.push(0);
+        }
+        let req = engine::GenerateRequest {
+            max_tokens: 2,
+            ..Default::default()
+        };
+        eng.generate(&ids, &req, |_| engine::Flow::Continue)?;
+        Ok(())
+    };
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)) {
+        Ok(r) => r.map_err(|e| e.to_string()),
+        Err(p) => Err(format!(
+            "PANIC: {}",
+            p.downcast_ref::<String>()
+                .cloned()
+                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default()
+        )),
+    }
+}
+
+/// The class "hostile metadata in an otherwise valid GGUF" beyond the hyper-parameters above: special
+/// token ids outside the vocabulary, heads that do not divide the width, a vocabulary that
+/// disagrees with the embedding, merges naming unknown tokens, bad token types, odd RoPE settings.
+/// Each loads and generates, or is an error naming the file; none panics. Those that cannot describe
+/// a runnable model must be errors.
+#[test]
+fn hostile_metadata_is_an_error_naming_the_file_or_harmless() {
+    let a = arch();
+    let src = GgufFile::open(fixture()).unwrap();
+    let u = |k: &str| src.get(&format!("{a}.{k}")).and_then(|v| v.as_u64());
+    let d_model = u("embedding_length").unwrap();
+    let heads = u("attention.head_count").unwrap();
+    let n_tokens = src
+        .get("tokenizer.ggml.tokens")
+        .and_then(|v| v.as_array())
+        .unwrap()
+        .len() as u64;
+    let all = |_: &str| true;
+    let s = |v: &str| MetaValue::String(v.into());
+    let strs =
+        |v: &[&str]| MetaValue::Array(v.iter().map(|x| MetaValue::String(x.to_string())).collect());
+    // (name, key, value, must fail with this text)
+    let cases: Vec<(&str, String, Option<MetaValue>, Option<&str>)> = vec![
+        (
+            "heads-7",
+            format!("{a}.attention.head_count"),
+            Some(MetaValue::U32(7)),
+            Some(""),
+        ),
+        (
+            "heads-width",
+            format!("{a}.attention.head_count"),
+            Some(MetaValue::U64(d_model + 1)),
+            Some(""),
+        ),
+        (
+            "kv-heads-more",
+            format!("{a}.attention.head_count_kv"),
+            Some(MetaValue::U64(heads * 2)),
+            Some(""),
+        ),
+        (
+            "key-length-odd",
+            format!("{a}.attention.key_length"),
+            Some(MetaValue::U32(3)),
+            Some(""),
+        ),
+        (
+            "key-length-huge",
+            format!("{a}.attention.key_length"),
+            Some(MetaValue::U64(u64::MAX)),
+            Some(""),
+        ),
+        (
+            "rope-dim-big",
+            format!("{a}.rope.dimension_count"),
+            Some(MetaValue::U64(1 << 40)),
+            Some(""),
+        ),
+        (
+            "rope-base-zero",
+            format!("{a}.rope.freq_base"),
+            Some(MetaValue::F32(0.0)),
+            Some(""),
+        ),
+        (
+            "rope-base-inf",
+            format!("{a}.rope.freq_base"),
+            Some(MetaValue::F32(f32::INFINITY)),
+            Some(""),
+        ),
+        (
+            "ctx-zero",
+            format!("{a}.context_length"),
+            Some(MetaValue::U32(0)),
+            Some("zero"),
+        ),
+        (
+            "vocab-small",
+            format!("{a}.vocab_size"),
+            Some(MetaValue::U64(5)),
+            Some(""),
+        ),
+        (
+            "vocab-big",
+            format!("{a}.vocab_size"),
+            Some(MetaValue::U64(n_tokens + 1000)),
+            Some(""),
+        ),
+        (
+            "ffn-other",
+            format!("{a}.feed_forward_length"),
+            Some(MetaValue::U64(7)),
+            Some(""),
+        ),
+        (
+            "bos-out",
+            "tokenizer.ggml.bos_token_id".into(),
+            Some(MetaValue::U32(u32::MAX)),
+            Some(""),
+        ),
+        (
+            "bos-past-u32",
+            "tokenizer.ggml.bos_token_id".into(),
+            Some(MetaValue::U64((1 << 32) + 1)),
+            Some("out of range"),
+        ),
+        (
+            "eos-out",
+            "tokenizer.ggml.eos_token_id".into(),
+            Some(MetaValue::U64(n_tokens)),
+            Some(""),
+        ),
+        (
+            "unk-out",
+            "tokenizer.ggml.unknown_token_id".into(),
+            Some(MetaValue::I32(-1)),
+            None,
+        ),
+        (
+            "pad-out",
+            "tokenizer.ggml.padding_token_id".into(),
+            Some(MetaValue::U32(n_tokens as u32 + 7)),
+            Some(""),
+        ),
+        (
+            "eot-out",
+            "tokenizer.ggml.eot_token_id".into(),
+            Some(MetaValue::U32(n_tokens as u32)),
+            Some(""),
+        ),
+        (
+            "tokens-empty",
+            "tokenizer.ggml.tokens".into(),
+            Some(strs(&[])),
+            Some(""),
+        ),
+        (
+            "tokens-few",
+            "tokenizer.ggml.tokens".into(),
+            Some(strs(&["a", "b", "c"])),
+            None,
+        ),
+        (
+            "tokens-dup",
+            "tokenizer.ggml.tokens".into(),
+            Some(strs(&["a", "a", "a"])),
+            None,
+        ),
+        (
+            "tokens-not-strings",
+            "tokenizer.ggml.tokens".into(),
+            Some(MetaValue::Array(vec![MetaValue::U8(1)])),
+            Some(""),
+        ),
+        (
+            "merges-unknown",
+            "tokenizer.ggml.merges".into(),
+            Some(strs(&["zz qq", "q q", "\u{0} \u{0}"])),
+            None,
+        ),
+        (
+            "merges-malformed",
+            "tokenizer.ggml.merges".into(),
+            Some(strs(&["abc", "", " ", "a  b"])),
+            None,
+        ),
+        (
+            "merges-not-strings",
+            "tokenizer.ggml.merges".into(),
+            Some(MetaValue::U32(3)),
+            Some(""),
+        ),
+        (
+            "types-short",
+            "tokenizer.ggml.token_type".into(),
+            Some(MetaValue::Array(vec![MetaValue::I32(1)])),
+            None,
+        ),
+        (
+            "types-odd",
+            "tokenizer.ggml.token_type".into(),
+            Some(MetaValue::Array(vec![
+                MetaValue::I32(i32::MIN);
+                n_tokens as usize
+            ])),
+            None,
+        ),
+        (
+            "model-unknown",
+            "tokenizer.ggml.model".into(),
+            Some(s("wordpiece-xyz")),
+            Some(""),
+        ),
+        (
+            "model-missing",
+            "tokenizer.ggml.model".into(),
+            None,
+            Some(""),
+        ),
+        (
+            "pre-unknown",
+            "tokenizer.ggml.pre".into(),
+            Some(s("\u{0}weird")),
+            None,
+        ),
+        (
+            "template-bad",
+            "tokenizer.chat_template".into(),
+            Some(s("{% for %}")),
+            Some(""),
+        ),
+        (
+            "template-raise",
+            "tokenizer.chat_template".into(),
+            Some(s("{{ raise_exception('no') }}")),
+            Some(""),
+        ),
+        (
+            "add-bos-int",
+            "tokenizer.ggml.add_bos_token".into(),
+            Some(MetaValue::U32(7)),
+            None,
+        ),
+        (
+            "activation-odd",
+            "sparrow.ffn_activation".into(),
+            Some(s("gelu")),
+            Some(""),
+        ),
+    ];
+    let mut report = Vec::new();
+    for (name, key, value, must_fail) in cases {
+        let p = variant(name, &key, value, all);
+        let r = load_and_generate(&p);
+        match (&r, must_fail) {
+            (Err(e), _) if e.starts_with("PANIC") => report.push(format!("{name}: {e}")),
+            (Err(e), _) if !e.contains(p.to_str().unwrap()) => {
+                report.push(format!("{name}: the error does not name the file: {e}"))
+            }
+            (Ok(()), Some(_)) => report.push(format!("{name}: loaded and ran, should be refused")),
+            (Err(e), Some(want)) if !e.contains(want) => {
+                report.push(format!("{name}: {e} (expected `{want}`)"))
+            }
+            _ => {}
+        }
+        println!("{name}: {r:?}");
+    }
+    assert!(report.is_empty(), "{}", report.join("\n"));
+}

@@ -223,6 +223,61 @@ fn io_errors_fail_the_step_and_the_engine_keeps_serving() {
     }
 }
 
+/// A fault in the middle of a multi-token forward (prefill) over an offloaded model: the request fails
+/// naming the store, the KV cache keeps what it held before it, and the same prefill then succeeds
+/// with the numbers of a fault-free run.
+#[test]
+fn faults_during_prefill_fail_the_request_and_the_engine_keeps_serving() {
+    let name = "tiny-llama-silu-q4_0.gguf";
+    let resident = converted(name, &ConvertOptions::default(), "prefill-faults");
+    let file = ModelFile::open(&resident).unwrap();
+    // No FFN cache: every prefill reads the same units, so request numbers repeat.
+    let opts = OffloadOptions {
+        ffn_budget: 0,
+        hot_share: 0.0,
+        ..Default::default()
+    };
+    let (head, rest) = TOKENS.split_at(3);
+    // A fault-free run: the prefill's logits, and how many flash requests one prefill makes.
+    let clean = store_engine(&file, 0.0, opts.clone());
+    let mut cache = clean.new_cache();
+    clean.forward(&mut cache, head, Logits::Last).unwrap();
+    let io = clean.sparse().unwrap().offload().unwrap().io();
+    let before = io.stats().requests;
+    let want = clean.forward(&mut cache, rest, Logits::All).unwrap();
+    let requests = io.stats().requests - before;
+    assert!(
+        requests >= 4,
+        "the prefill reads from the store ({requests} requests)"
+    );
+    for fault in [Fault::Eio, Fault::ShortRead] {
+        for at in [0, requests / 2, requests - 1] {
+            let eng = store_engine(&file, 0.0, opts.clone());
+            let mut cache = eng.new_cache();
+            eng.forward(&mut cache, head, Logits::Last).unwrap();
+            let off = eng.sparse().unwrap().offload().unwrap();
+            off.io().set_fault_plan(FaultPlan::new().with(at, fault));
+            let e = eng
+                .forward(&mut cache, rest, Logits::All)
+                .expect_err("a faulted prefill fails")
+                .to_string();
+            assert!(
+                e.contains(".neurons"),
+                "{fault:?} at {at}: the error names the store: {e}"
+            );
+            assert_eq!(
+                cache.len(),
+                head.len(),
+                "{fault:?} at {at}: the cache is as before"
+            );
+            off.io().set_fault_plan(FaultPlan::new());
+            let got = eng.forward(&mut cache, rest, Logits::All).unwrap();
+            assert!(rel_drift(&got, &want) < 1e-6, "{fault:?} at {at}");
+            assert_eq!(cache.len(), TOKENS.len());
+        }
+    }
+}
+
 #[test]
 fn a_damaged_unit_is_an_error_naming_it() {
     let name = "tiny-llama-silu-q4_0.gguf";

@@ -64,6 +64,28 @@ pub enum FormatError {
         /// What is wrong.
         detail: String,
     },
+    /// Two tensors' data ranges share bytes (a hostile file could make a write to one
+    /// tensor's view alias another; no writer of GGUF or safetensors produces this).
+    #[error(
+        "{}: tensors '{first}' (bytes {first_start}..{first_end}) and '{second}' (bytes {second_start}..{second_end}) overlap in the data section",
+        path.display()
+    )]
+    TensorOverlap {
+        /// The file concerned.
+        path: PathBuf,
+        /// The tensor that starts first.
+        first: String,
+        /// Its absolute byte range in the file.
+        first_start: u64,
+        /// End (exclusive) of `first`'s range.
+        first_end: u64,
+        /// The tensor that starts inside `first`.
+        second: String,
+        /// Its absolute byte range in the file.
+        second_start: u64,
+        /// End (exclusive) of `second`'s range.
+        second_end: u64,
+    },
     /// The file is structurally invalid in some other way.
     #[error("{}: invalid: {detail}", path.display())]
     Invalid {
@@ -98,6 +120,7 @@ impl FormatError {
             | FormatError::Truncated { path, .. }
             | FormatError::UnsupportedType { path, .. }
             | FormatError::ShapeMismatch { path, .. }
+            | FormatError::TensorOverlap { path, .. }
             | FormatError::Invalid { path, .. }
             | FormatError::Json { path, .. }
             | FormatError::MissingFile { path } => path,

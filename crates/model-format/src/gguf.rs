@@ -17,6 +17,11 @@ pub const GGUF_DEFAULT_ALIGNMENT: u64 = 32;
 pub const GGUF_MAX_DIMS: usize = 4;
 /// Deepest nesting of arrays accepted in metadata (guards the stack).
 const MAX_ARRAY_DEPTH: usize = 16;
+/// Most array elements all metadata together may hold. Each parsed element takes a
+/// [`MetaValue`] (32 bytes) however few bytes it has in the file (a `u8` takes one), so without a cap
+/// a file of N bytes could make the reader allocate 32 N. Real files hold a few hundred thousand
+/// (vocabulary, merges, token types: Gemma's 256k tokens); this is 16 times more.
+pub const GGUF_MAX_META_ELEMENTS: u64 = 1 << 22;
 
 /// A memory-mapped GGUF file (version 3, or 2).
 ///
@@ -139,6 +144,8 @@ struct Reader<'a> {
     path: &'a Path,
     buf: &'a [u8],
     pos: usize,
+    /// Array elements metadata may still hold ([`GGUF_MAX_META_ELEMENTS`] in all).
+    elements_left: u64,
 }
 
 impl<'a> Reader<'a> {
@@ -293,6 +300,16 @@ impl<'a> Reader<'a> {
                 let n = self.check_count(count, Self::min_size(elem_ty), &|| {
                     format!("array {}", what())
                 })?;
+                self.elements_left = match self.elements_left.checked_sub(count) {
+                    Some(left) => left,
+                    None => {
+                        return Err(self.invalid(format!(
+                            "{} at offset {pos}: its {count} elements take the metadata past \
+                             {GGUF_MAX_META_ELEMENTS} array elements in all",
+                            what()
+                        )))
+                    }
+                };
                 let mut items = Vec::with_capacity(n);
                 for i in 0..n {
                     items.push(self.value(elem_ty, depth + 1, &|| format!("{}[{i}]", what()))?);
@@ -307,7 +324,12 @@ impl<'a> Reader<'a> {
 }
 
 fn parse(path: &Path, buf: &[u8]) -> Result<Parsed, FormatError> {
-    let mut r = Reader { path, buf, pos: 0 };
+    let mut r = Reader {
+        path,
+        buf,
+        pos: 0,
+        elements_left: GGUF_MAX_META_ELEMENTS,
+    };
     if buf.len() < 4 {
         return Err(r.truncated(&|| "magic".to_owned(), 4));
     }
@@ -452,6 +474,7 @@ fn parse(path: &Path, buf: &[u8]) -> Result<Parsed, FormatError> {
             }
         }
     }
+    crate::tensor::check_no_overlap(path, &tensors)?;
 
     Ok(Parsed {
         version,

@@ -183,6 +183,7 @@ impl HfDir {
             let mmap = crate::map_file(&path)?;
             let mut infos = read_shard(&path, &mmap)?;
             infos.sort_by_key(|t| t.offset);
+            crate::tensor::check_no_overlap(&path, &infos)?;
             for info in infos {
                 if tensor_index
                     .insert(info.name.clone(), tensors.len())

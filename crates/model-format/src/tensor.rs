@@ -94,6 +94,39 @@ pub(crate) fn tensor_bytes(dtype: DType, shape: &[usize]) -> Result<usize, Strin
         .ok_or_else(|| format!("size of shape {shape:?} overflows"))
 }
 
+/// Refuses tensors whose data ranges share bytes: sorts the ranges by offset and checks each
+/// against the furthest end seen so far (so a tensor nested inside an earlier, larger one is caught
+/// too). Empty tensors occupy no bytes and overlap nothing.
+pub(crate) fn check_no_overlap(
+    path: &std::path::Path,
+    tensors: &[TensorInfo],
+) -> Result<(), crate::FormatError> {
+    let mut order: Vec<&TensorInfo> = tensors.iter().filter(|t| t.n_bytes > 0).collect();
+    order.sort_by_key(|t| (t.offset, t.n_bytes));
+    let mut furthest: Option<&TensorInfo> = None;
+    for t in order {
+        if let Some(f) = furthest {
+            let f_end = f.offset.saturating_add(f.n_bytes);
+            if t.offset < f_end {
+                return Err(crate::FormatError::TensorOverlap {
+                    path: path.to_path_buf(),
+                    first: f.name.clone(),
+                    first_start: f.offset,
+                    first_end: f_end,
+                    second: t.name.clone(),
+                    second_start: t.offset,
+                    second_end: t.offset.saturating_add(t.n_bytes),
+                });
+            }
+        }
+        let end = t.offset.saturating_add(t.n_bytes);
+        if furthest.is_none_or(|f| end > f.offset.saturating_add(f.n_bytes)) {
+            furthest = Some(t);
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -274,6 +274,45 @@ fn huge_counts_are_errors_not_allocations() {
     let e = expect_err(&dir, "d.gguf", &raw.bytes());
     assert!(matches!(e, FormatError::Truncated { .. }), "{e}");
 
+    // Many one-byte elements, all present in the file: each would take a 32-byte MetaValue, so the
+    // metadata's elements are capped (named error, nothing allocated from the count).
+    let n = model_format::GGUF_MAX_META_ELEMENTS + 1;
+    let mut kv = Vec::new();
+    gguf_string(&mut kv, b"bytes");
+    kv.extend_from_slice(&9u32.to_le_bytes());
+    kv.extend_from_slice(&0u32.to_le_bytes()); // of u8
+    kv.extend_from_slice(&n.to_le_bytes());
+    kv.resize(kv.len() + n as usize, 7);
+    let raw = RawGguf {
+        kvs: vec![kv],
+        ..RawGguf::default()
+    };
+    let e = expect_err(&dir, "amp.gguf", &raw.bytes());
+    assert!(
+        matches!(e, FormatError::Invalid { ref detail, .. } if detail.contains("array elements in all")),
+        "{e}"
+    );
+    // The cap is over all arrays together: two halves plus one are refused too.
+    let half = |key: &[u8], n: u64| {
+        let mut kv = Vec::new();
+        gguf_string(&mut kv, key);
+        kv.extend_from_slice(&9u32.to_le_bytes());
+        kv.extend_from_slice(&0u32.to_le_bytes());
+        kv.extend_from_slice(&n.to_le_bytes());
+        kv.resize(kv.len() + n as usize, 1);
+        kv
+    };
+    let m = model_format::GGUF_MAX_META_ELEMENTS / 2;
+    let raw = RawGguf {
+        kvs: vec![half(b"a", m), half(b"b", m + 1)],
+        ..RawGguf::default()
+    };
+    let e = expect_err(&dir, "amp2.gguf", &raw.bytes());
+    assert!(
+        e.to_string().contains("'b'"),
+        "the second array is named: {e}"
+    );
+
     // A huge string length.
     let mut kv = Vec::new();
     gguf_string(&mut kv, b"s");
@@ -305,6 +344,51 @@ fn misaligned_offset() {
     let raw = one_tensor(vec![8], 0, 4, 64);
     let e = expect_err(&dir, "m.gguf", &raw.bytes());
     assert!(matches!(e, FormatError::Invalid { .. }), "{e}");
+}
+
+/// Tensors named t0, t1, ... of `n_f32[i]` f32 values at relative offsets `offs[i]`.
+fn f32_tensors(n_f32: &[u64], offs: &[u64], data_len: usize) -> RawGguf {
+    RawGguf {
+        tensors: n_f32
+            .iter()
+            .zip(offs)
+            .enumerate()
+            .map(|(i, (&n, &o))| (format!("t{i}"), vec![n], 0, o))
+            .collect(),
+        data: vec![0; data_len],
+        ..RawGguf::default()
+    }
+}
+
+#[test]
+fn overlapping_tensors_are_refused_by_name() {
+    let dir = TempDir::new("overlap");
+    // t1 starts inside t0; t1 nested inside a larger t0; same offset; t2 inside t0 past t1.
+    for (n, offs, pair) in [
+        (vec![16, 8], vec![0, 32], ("t0", "t1")),
+        (vec![32, 8], vec![0, 32], ("t0", "t1")),
+        (vec![8, 8], vec![64, 64], ("t0", "t1")),
+        (vec![16, 8, 8], vec![0, 64, 32], ("t0", "t2")),
+        (vec![8, 64], vec![64, 0], ("t1", "t0")),
+    ] {
+        let raw = f32_tensors(&n, &offs, 512);
+        let e = expect_err(&dir, "o.gguf", &raw.bytes());
+        match &e {
+            FormatError::TensorOverlap { first, second, .. } => {
+                assert_eq!((first.as_str(), second.as_str()), pair, "{e}")
+            }
+            _ => panic!("{n:?} at {offs:?}: expected an overlap, got {e}"),
+        }
+        let msg = e.to_string();
+        assert!(
+            msg.contains("overlap") && msg.contains(pair.0) && msg.contains(pair.1),
+            "{msg}"
+        );
+    }
+    // Adjacent tensors, and an empty one at another's offset, are fine.
+    let raw = f32_tensors(&[8, 8, 0], &[0, 32, 32], 64);
+    let (_, r) = open_bytes(&dir, "ok.gguf", &raw.bytes());
+    assert_eq!(r.unwrap().tensor_infos().len(), 3);
 }
 
 #[test]
@@ -424,6 +508,33 @@ fn deeply_nested_arrays_do_not_overflow_the_stack() {
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(128))]
+
+    /// Random layouts of up to six f32 tensors: the file opens exactly when no two non-empty data
+    /// ranges share a byte (checked pairwise here), and an overlap is always the named error.
+    #[test]
+    fn overlap_is_refused_exactly_when_ranges_intersect(
+        layout in proptest::collection::vec((0u64..5, 0u64..8), 1..7)
+    ) {
+        let dir = TempDir::new("prop-overlap");
+        let n: Vec<u64> = layout.iter().map(|&(k, _)| 8 * k).collect();
+        let offs: Vec<u64> = layout.iter().map(|&(_, o)| 32 * o).collect();
+        let raw = f32_tensors(&n, &offs, 32 * 12);
+        let ranges: Vec<(u64, u64)> = n.iter().zip(&offs).map(|(&n, &o)| (o, o + 4 * n)).collect();
+        let intersect = (0..ranges.len()).any(|i| {
+            (0..i).any(|j| {
+                let (a, b) = (ranges[i], ranges[j]);
+                a.0 < a.1 && b.0 < b.1 && a.0 < b.1 && b.0 < a.1
+            })
+        });
+        let (_, r) = open_bytes(&dir, "p.gguf", &raw.bytes());
+        match r {
+            Ok(f) => prop_assert!(!intersect, "overlapping layout {ranges:?} opened: {f:?}"),
+            Err(e) => {
+                prop_assert!(intersect, "{ranges:?}: {e}");
+                prop_assert!(matches!(e, FormatError::TensorOverlap { .. }), "{e}");
+            }
+        }
+    }
 
     #[test]
     fn random_truncation_never_panics(cut in 0usize..2000) {

@@ -45,6 +45,9 @@ enum Command {
     /// Split a model for flash offload: a resident file (everything but the FFN) and a neuron store
     /// (the FFN, one bundle per neuron, hot neurons first), ordered by the model's profile.
     Convert(cmd::convert::ConvertArgs),
+    /// Check every part of a converted bundle (resident file, neuron store, profile, predictors)
+    /// against its manifest: sizes and hashes, one line per part.
+    Verify(cmd::verify::VerifyArgs),
     /// The models `--model NAME` fetches: name, size, licence, and whether each is in the cache.
     Models(cmd::models::ModelsArgs),
     /// Serve the model over HTTP with an OpenAI-compatible API (completions, chat, streaming).
@@ -94,6 +97,7 @@ fn dispatch(cli: Cli) -> Result<()> {
         Command::Profile(a) => cmd::profile::run(a),
         Command::TrainPredictor(a) => cmd::train::run(a),
         Command::Convert(a) => cmd::convert::run(a),
+        Command::Verify(a) => cmd::verify::run(a),
         Command::Models(a) => cmd::models::run(a),
         Command::Serve(a) => cmd::serve::run(a),
         Command::Calibrate(a) => cmd::calibrate::run(a),

@@ -295,6 +295,63 @@ fn convert_then_run_over_the_neuron_store() {
         String::from_utf8_lossy(&out.stderr)
     );
 
+    // The bundle's manifest: written by convert, checked (sizes) at load, fully by `sparrow verify`.
+    let err = |o: &std::process::Output| String::from_utf8_lossy(&o.stderr).into_owned();
+    let stdout = |o: &std::process::Output| String::from_utf8_lossy(&o.stdout).into_owned();
+    let manifest = dir.join("m.resident.gguf.sparrow-manifest");
+    assert!(text.contains("manifest") && manifest.exists(), "{text}");
+    let out = sparrow(&["verify", r]);
+    assert!(out.status.success(), "verify: {}", err(&out));
+    let lines = stdout(&out);
+    assert_eq!(
+        lines.lines().filter(|l| l.starts_with("ok ")).count(),
+        3,
+        "{lines}"
+    );
+    // A part changed in place (same size): loading passes the cheap check, verify names it.
+    let prof = dir.join("m.resident.gguf.sparrow-profile");
+    let good = std::fs::read(&prof).unwrap();
+    let mut flipped = good.clone();
+    flipped[good.len() / 2] ^= 1;
+    std::fs::write(&prof, &flipped).unwrap();
+    let out = sparrow(&["verify", r]);
+    assert_eq!(out.status.code(), Some(1), "{}", err(&out));
+    assert!(
+        stdout(&out).contains("BAD     profile") && err(&out).contains("1 of 3 parts"),
+        "{}{}",
+        stdout(&out),
+        err(&out)
+    );
+    std::fs::write(&prof, &good).unwrap();
+    // A part of another size: the load is refused, naming the part and the manifest.
+    let store = dir.join("m.resident.neurons");
+    let len = std::fs::metadata(&store).unwrap().len();
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&store)
+        .unwrap();
+    f.set_len(len + 4096).unwrap();
+    let out = sparrow(&["run", "-m", r, "-p", "hi", "-n", "1"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        err(&out).contains("m.resident.neurons") && err(&out).contains("store part does not match"),
+        "{}",
+        err(&out)
+    );
+    f.set_len(len).unwrap();
+    // No manifest (an older convert): runs, with a warning; verify says there is none.
+    std::fs::remove_file(&manifest).unwrap();
+    let out = sparrow(&["run", "-m", r, "-p", "hi", "-n", "1"]);
+    assert!(out.status.success(), "{}", err(&out));
+    assert!(
+        err(&out).contains("sparrow-manifest is missing"),
+        "{}",
+        err(&out)
+    );
+    let out = sparrow(&["verify", r]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(err(&out).contains("no manifest"), "{}", err(&out));
+
     std::fs::remove_file(dir.join("m.resident.neurons")).unwrap();
     let out = sparrow(&["run", "-m", r, "-p", "hi"]);
     assert!(!out.status.success());

@@ -201,3 +201,98 @@ fn outputs_never_overwrite_inputs() {
     std::fs::remove_dir_all(&dir).unwrap();
     std::fs::remove_file(&corpus).unwrap();
 }
+
+/// A full disk while `profile` or `train-predictor` writes its output (EFBIG under a file-size limit,
+/// with SIGXFSZ ignored as a shell's `trap` leaves it, so the write fails as on a full disk): a one-line
+/// error naming the output, the earlier output byte-identical, no temporary left.
+#[test]
+fn a_full_disk_during_profile_or_train_predictor_keeps_the_earlier_output() {
+    let dir = std::env::temp_dir().join(format!("sparrow-misuse-full-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let model = dir.join("m.gguf");
+    let cached = engine::fetch::ensure_default_model(|l| eprintln!("test setup: {l}")).unwrap();
+    std::fs::copy(&cached, &model).unwrap();
+    let m = model.to_str().unwrap();
+    let corpus = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../shared/data/wikitext-2/valid.txt");
+    let c = corpus.to_str().unwrap();
+    let profile_args = [
+        "profile",
+        "-m",
+        m,
+        "--corpus",
+        c,
+        "--window",
+        "64",
+        "--windows",
+        "2",
+        "--calib-windows",
+        "1",
+        "--sparsity",
+        "0.3",
+    ];
+    let train_args = [
+        "train-predictor",
+        "-m",
+        m,
+        "--corpus",
+        c,
+        "--window",
+        "64",
+        "--windows",
+        "2",
+        "--epochs",
+        "1",
+    ];
+    for args in [&profile_args[..], &train_args[..]] {
+        let out = sparrow(args);
+        assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+    }
+    let outputs = [
+        dir.join("m.gguf.sparrow-profile"),
+        dir.join("m.gguf.sparrow-predictor"),
+    ];
+    let before: Vec<_> = outputs.iter().map(|p| digest(p)).collect();
+    assert!(
+        before.iter().all(|d| d.0 > 8192),
+        "outputs larger than the limit: {before:?}"
+    );
+    for (args, out_file) in [
+        (&profile_args[..], &outputs[0]),
+        (&train_args[..], &outputs[1]),
+    ] {
+        let out = Command::new("bash")
+            .arg("-c")
+            .arg("trap '' XFSZ; ulimit -f 8; exec \"$0\" \"$@\"")
+            .arg(env!("CARGO_BIN_EXE_sparrow"))
+            .args(args)
+            .output()
+            .unwrap();
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        // The error names the output (today through its temporary `.NAME.sparrow-tmp-PID-SEQ`).
+        let name = out_file.file_name().unwrap().to_str().unwrap();
+        assert!(
+            err.starts_with("error:") && err.contains(name) && err.contains("File too large"),
+            "{args:?}: {err}"
+        );
+        assert_no_panic(&err);
+        let after: Vec<_> = outputs.iter().map(|p| digest(p)).collect();
+        assert_eq!(after, before, "{args:?} changed an earlier output");
+    }
+    let mut names: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "m.gguf",
+            "m.gguf.sparrow-predictor",
+            "m.gguf.sparrow-profile"
+        ]
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

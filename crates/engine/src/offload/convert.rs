@@ -50,6 +50,8 @@ pub struct ConvertReport {
     pub layout: neuron_store::BundleLayout,
     /// Hot neurons marked per layer.
     pub hot_neurons: Vec<usize>,
+    /// Fingerprint of the source model (the resident file carries it).
+    pub source_fingerprint: u64,
 }
 
 /// The store file written next to `resident`: `<resident stem>.neurons`.
@@ -197,6 +199,7 @@ pub fn convert(
         store: store_path,
         layout,
         hot_neurons,
+        source_fingerprint: fingerprint,
     })
 }
 

@@ -622,6 +622,68 @@ fn store() -> Target {
     }
 }
 
+/// Bundle manifests: re-seal the checksum line (the hash of everything before it).
+fn reseal_manifest(_: &str, b: &mut [u8]) {
+    let Ok(text) = std::str::from_utf8(b) else {
+        return;
+    };
+    let Some(i) = text.rfind("checksum fnv1a64:") else {
+        return;
+    };
+    let start = i + "checksum fnv1a64:".len();
+    if b.len() >= start + 16 {
+        let h = format!("{:016x}", fnv(&b[..i]));
+        b[start..start + 16].copy_from_slice(h.as_bytes());
+    }
+}
+
+fn manifest() -> Target {
+    use engine::manifest::{Manifest, Part, PartRole};
+    let part = |role, file: &str, size| Part {
+        role,
+        file: file.into(),
+        size,
+        hash: size.wrapping_mul(0x9e37_79b9_7f4a_7c15),
+    };
+    let m = Manifest {
+        source_fingerprint: 0xdead_beef,
+        parts: vec![
+            part(PartRole::Resident, "m.resident.gguf", 48_234_496),
+            part(PartRole::Store, "m.resident.neurons", 106_954_752),
+            part(PartRole::Profile, "m.resident.gguf.sparrow-profile", 41_216),
+            part(
+                PartRole::Predictor,
+                "m.resident.gguf.sparrow-predictor",
+                9_000,
+            ),
+        ],
+    };
+    Target {
+        name: "manifest",
+        seeds: vec![one("m.sparrow-manifest", m.to_text().into_bytes())],
+        dict: &[
+            b"part ",
+            b"store ",
+            b"checksum ",
+            b"fnv1a64:",
+            b"\n",
+            b"../",
+            b" ",
+        ],
+        fixup: Some(reseal_manifest),
+        run: Box::new(|dir| {
+            let p = dir.join("m.sparrow-manifest");
+            let bytes = std::fs::read(&p).map_err(e)?;
+            let m = Manifest::parse(&p, &bytes).map_err(e)?;
+            let back = Manifest::parse(&p, m.to_text().as_bytes()).map_err(e)?;
+            if back != m {
+                panic!("the manifest does not round-trip: {m:?} -> {back:?}");
+            }
+            Ok(())
+        }),
+    }
+}
+
 /// Every target, in a fixed order.
 pub fn all() -> Vec<Target> {
     vec![
@@ -632,5 +694,6 @@ pub fn all() -> Vec<Target> {
         profile(),
         predictor(),
         store(),
+        manifest(),
     ]
 }

@@ -49,6 +49,7 @@ pub fn run(a: ConvertArgs) -> Result<()> {
     let carried = bundle.carried_sidecars(&out, &profile_path, pred.as_deref());
     let mut outputs = vec![out.clone(), engine::offload::store_path_for(&out)];
     outputs.extend(carried.iter().map(|(_, to)| to.clone()));
+    outputs.push(engine::manifest::manifest_path(&out));
     let mut inputs = vec![path.clone(), profile_path.clone()];
     inputs.extend(pred.clone());
     engine::outputs::refuse_overwrite(&outputs, &inputs)?;
@@ -73,6 +74,9 @@ pub fn run(a: ConvertArgs) -> Result<()> {
         engine::offload::verify(&out)
             .with_context(|| format!("verifying {}", r.store.display()))?;
     }
+    // Last, once every part is in place: the manifest (sizes and hashes of the parts).
+    engine::bundle::seal_manifest(&out, r.source_fingerprint)
+        .with_context(|| format!("writing the manifest of {}", out.display()))?;
     let l = r.layout;
     let hot: usize = r.hot_neurons.iter().sum();
     println!(
@@ -92,8 +96,9 @@ pub fn run(a: ConvertArgs) -> Result<()> {
         opts.hot_frequency
     );
     println!(
-        "profile{} copied next to it; converted in {:.1} s{}",
+        "profile{} copied next to it, manifest {}; converted in {:.1} s{}",
         if copied_pred { " and predictors" } else { "" },
+        engine::manifest::manifest_path(&out).display(),
         t.elapsed().as_secs_f64(),
         if a.verify {
             ", every page verified"

@@ -10,3 +10,4 @@ pub mod profile;
 pub mod run;
 pub mod serve;
 pub mod train;
+pub mod verify;
