@@ -71,6 +71,7 @@ pub fn engine_options(args: &ModelArgs) -> EngineOptions {
             Precision::Fast
         },
         context: args.ctx.unwrap_or(DEFAULT_CTX),
+        cache_type: args.cache_type,
     }
 }
 
