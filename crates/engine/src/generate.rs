@@ -23,8 +23,8 @@ pub struct EngineOptions {
     pub precision: Precision,
     /// Maximum context (prompt + generated tokens); 0 uses the model's training context.
     pub context: usize,
-    /// How the KV cache stores keys and values (`None`: f32 for [`Precision::Exact`], f16
-    /// otherwise, [`KvFormat::default_for`]). The cache grows with the positions held, up to
+    /// How the KV cache stores keys and values (`None`: [`KvFormat::default_for`] the precision,
+    /// f32 for now). The cache grows with the positions held, up to
     /// `context`.
     pub cache_type: Option<KvFormat>,
 }

@@ -136,8 +136,8 @@ fn axpy_float<const HALF: bool>(alpha: f32, row: &[u8], out: &mut [f32]) {
             unsafe { vst1q_f32(y.as_mut_ptr(), v) };
         }
     }
-    for k in whole..n {
-        out[k] += alpha * elem::<HALF>(row, k);
+    for (k, o) in out.iter_mut().enumerate().skip(whole) {
+        *o += alpha * elem::<HALF>(row, k);
     }
 }
 

@@ -143,8 +143,8 @@ unsafe fn axpy_float<const HALF: bool>(alpha: f32, row: &[u8], out: &mut [f32]) 
         }
         j += 8;
     }
-    for k in n8..n {
-        out[k] += alpha * elem::<HALF>(row, k);
+    for (k, o) in out.iter_mut().enumerate().skip(n8) {
+        *o += alpha * elem::<HALF>(row, k);
     }
 }
 
