@@ -244,7 +244,7 @@ fn bad_caches_are_errors() {
         .unwrap_err();
         assert!(e.to_string().contains("attend k cache"), "{e}");
         // A chunk shorter than its positions.
-        let short = vec![c[0].clone(), c[1][..c[1].len() / 2].to_vec()];
+        let short = [c[0].clone(), c[1][..c[1].len() / 2].to_vec()];
         assert!(attend_cache(
             &q,
             view(2, &c[..]),
