@@ -576,6 +576,7 @@ fn two_phase_loading_reads_gate_pages_alone_and_computes_the_same() {
         threads: 2,
         precision: Precision::Exact,
         context: 32,
+        ..Default::default()
     };
     let tokens = [1u32, 70, 80, 90, 100, 33, 7, 250];
     let run = |eng: &Engine<'_>| -> Vec<f32> {

@@ -17,6 +17,7 @@ fn main() -> Result<(), engine::EngineError> {
         threads: 0,
         precision,
         context: 1024,
+        ..Default::default()
     };
     let exact = Engine::new(&file, opts(Precision::Exact))?;
     let fast = Engine::new(&file, opts(Precision::Fast))?;

@@ -6,17 +6,28 @@
 //! counted first ([`Resident`]: the process before it touches weights, the resident file, the KV cache at
 //! the engine's context, the predictors); the FFN cache gets the rest. A budget that leaves nothing is an
 //! error naming both figures.
+//!
+//! The KV cache is reserved whole: the full `--ctx` at the engine's cache type (f32, f16 or `q8_0`),
+//! although the cache itself only allocates the chunks the positions it holds need
+//! ([`crate::KvCache`]). So a conversation that grows to the full context never takes the process
+//! past its budget.
+
+use kernels_neon::KvFormat;
 
 use crate::config::ModelConfig;
 use crate::error::{EngineError, Result};
 use crate::model::Model;
 
 impl ModelConfig {
-    /// Bytes of a KV cache holding `positions` positions: keys and values (`kv_dim` f32 each) of every
-    /// layer. The one place the KV-cache size is computed.
-    pub fn kv_cache_bytes(&self, positions: usize) -> u64 {
-        let per_position = self.n_layers as u64 * self.kv_dim() as u64 * 2 * 4;
-        per_position * positions as u64
+    /// Bytes of a KV cache of `format` holding `positions` positions: keys and values (a row of
+    /// `kv_dim` elements each: 4 bytes an element in f32, 2 in f16, 34 bytes per 32 in `q8_0`) of
+    /// every layer. The one place the KV-cache size is computed; a [`crate::KvCache`] of capacity
+    /// `positions` never allocates more.
+    pub fn kv_cache_bytes(&self, positions: usize, format: KvFormat) -> u64 {
+        let width = self.kv_dim().next_multiple_of(format.block());
+        let row = format.row_bytes(width).unwrap_or(usize::MAX) as u64;
+        let per_position = (self.n_layers as u64 * 2).saturating_mul(row);
+        per_position.saturating_mul(positions as u64)
     }
 }
 
@@ -42,7 +53,7 @@ pub struct Resident {
     pub process: u64,
     /// The resident model file (everything but the FFN).
     pub file: u64,
-    /// The KV cache at the engine's context ([`ModelConfig::kv_cache_bytes`]).
+    /// The KV cache at the engine's whole context and cache type ([`ModelConfig::kv_cache_bytes`]).
     pub kv_cache: u64,
     /// The predictor file, when one is used.
     pub predictors: u64,
@@ -92,7 +103,7 @@ pub fn ffn_cache_bytes(
             let fixed = resident().total();
             if b <= fixed {
                 return Err(EngineError::Request(format!(
-                    "--memory-budget {:.1} MiB leaves nothing for the FFN: the process, the resident file, the KV cache at --ctx {} and the predictors take {:.1} MiB",
+                    "--memory-budget {:.1} MiB leaves nothing for the FFN: the process, the resident file, the KV cache at --ctx {} (its --cache-type) and the predictors take {:.1} MiB",
                     mib(b),
                     context,
                     mib(fixed)
@@ -161,12 +172,18 @@ mod tests {
     }
 
     #[test]
-    fn kv_cache_bytes_counts_keys_and_values_of_every_layer_in_f32() {
-        // SmolLM2-135M: 30 layers, 3 KV heads of 64: 30 * 192 * 2 * 4 = 46,080 bytes per position.
+    fn kv_cache_bytes_counts_keys_and_values_of_every_layer_at_the_cache_type() {
+        // SmolLM2-135M: 30 layers, 3 KV heads of 64: 30 * 192 * 2 * 4 = 46,080 bytes per position
+        // in f32, half that in f16, and 6 blocks of 34 bytes per row in q8_0: 30 * 2 * 204.
         let c = config(30, 3, 64);
-        assert_eq!(c.kv_cache_bytes(1), 46_080);
-        assert_eq!(c.kv_cache_bytes(4096), 46_080 * 4096);
-        assert_eq!(c.kv_cache_bytes(0), 0);
+        assert_eq!(c.kv_cache_bytes(1, KvFormat::F32), 46_080);
+        assert_eq!(c.kv_cache_bytes(4096, KvFormat::F32), 46_080 * 4096);
+        assert_eq!(c.kv_cache_bytes(0, KvFormat::F32), 0);
+        assert_eq!(c.kv_cache_bytes(1, KvFormat::F16), 23_040);
+        assert_eq!(c.kv_cache_bytes(1000, KvFormat::Q8_0), 12_240_000);
+        // A row that is not whole blocks is counted as the blocks that would hold it.
+        let odd = config(2, 1, 40);
+        assert_eq!(odd.kv_cache_bytes(1, KvFormat::Q8_0), 2 * 2 * 2 * 34);
     }
 
     #[test]

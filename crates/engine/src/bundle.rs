@@ -244,7 +244,9 @@ impl SparsePlan {
                     Resident {
                         process: crate::sys::rss_bytes().unwrap_or(0),
                         file: len(model.path()),
-                        kv_cache: model.config.kv_cache_bytes(context.max(1)),
+                        kv_cache: model
+                            .config
+                            .kv_cache_bytes(context.max(1), engine.cache_type()),
                         predictors: predictor.as_deref().map_or(0, len),
                     }
                 })?;

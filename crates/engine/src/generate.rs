@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use kernels_neon::Precision;
+use kernels_neon::{KvFormat, Precision};
 use model_tokenizer::{Tokenizer, VocabSpec};
 
 use crate::error::{EngineError, Result};
@@ -23,6 +23,10 @@ pub struct EngineOptions {
     pub precision: Precision,
     /// Maximum context (prompt + generated tokens); 0 uses the model's training context.
     pub context: usize,
+    /// How the KV cache stores keys and values (`None`: [`KvFormat::default_for`] the precision,
+    /// f32 for now). The cache grows with the positions held, up to
+    /// `context`.
+    pub cache_type: Option<KvFormat>,
 }
 
 impl Default for EngineOptions {
@@ -31,6 +35,7 @@ impl Default for EngineOptions {
             threads: 0,
             precision: Precision::Fast,
             context: 4096,
+            cache_type: None,
         }
     }
 }
@@ -44,6 +49,8 @@ pub struct Engine<'a> {
     threads: usize,
     sparse: Option<SparseFfn>,
     ffn_nanos: std::sync::atomic::AtomicU64,
+    /// An empty cache of the engine's format and context, checked against the model once.
+    empty_cache: KvCache,
 }
 
 /// Builds the tokenizer of a model file: from GGUF `tokenizer.ggml.*` metadata, or `tokenizer.json`.
@@ -258,6 +265,11 @@ impl<'a> Engine<'a> {
         if opts.context == 0 || opts.context > model.config.context_length {
             opts.context = model.config.context_length;
         }
+        let format = opts
+            .cache_type
+            .unwrap_or_else(|| KvFormat::default_for(opts.precision));
+        opts.cache_type = Some(format);
+        let empty_cache = KvCache::with_format(&model, opts.context, format)?;
         Ok(Engine {
             model,
             tokenizer,
@@ -266,6 +278,7 @@ impl<'a> Engine<'a> {
             threads,
             sparse: None,
             ffn_nanos: Default::default(),
+            empty_cache,
         })
     }
 
@@ -284,14 +297,28 @@ impl<'a> Engine<'a> {
         self.threads
     }
 
-    /// The options in force (context resolved against the model).
+    /// The options in force (context resolved against the model, `cache_type` always `Some`).
     pub fn options(&self) -> &EngineOptions {
         &self.opts
     }
 
-    /// An empty KV cache sized for the engine's context.
+    /// An empty KV cache of the engine's format that can hold the engine's context (it allocates
+    /// as positions are added).
     pub fn new_cache(&self) -> KvCache {
-        KvCache::new(&self.model, self.opts.context)
+        self.empty_cache.clone()
+    }
+
+    /// How the engine's KV caches store keys and values.
+    pub fn cache_type(&self) -> KvFormat {
+        self.empty_cache.format()
+    }
+
+    /// Bytes the KV cache of the engine's whole context takes at its format (what a memory budget
+    /// reserves for it: [`crate::ModelConfig::kv_cache_bytes`]).
+    pub fn kv_cache_reserved_bytes(&self) -> u64 {
+        self.model
+            .config
+            .kv_cache_bytes(self.opts.context, self.cache_type())
     }
 
     /// One forward step on the engine's thread pool (sparse FFN if one is set).

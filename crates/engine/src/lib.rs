@@ -72,11 +72,11 @@ pub use config::{Activation, Arch, ModelConfig};
 pub use error::{EngineError, Result};
 pub use ffn::{DenseFfn, FfnExecutor, FfnLayer, FfnScratch, ObservedFfn};
 pub use fingerprint::model_fingerprint;
-pub use forward::{FfnMode, FfnSample, KvCache, Logits};
+pub use forward::{FfnMode, FfnSample, KvCache, Logits, KV_CHUNK};
 pub use generate::{
     load_tokenizer, Engine, EngineOptions, Flow, GenerateRequest, Generation, StopReason, Timings,
 };
-pub use kernels_neon::{set_chunk_rows, Precision};
+pub use kernels_neon::{set_chunk_rows, KvFormat, Precision};
 pub use model::{Model, ModelFile};
 pub use model_tokenizer::{ChatMessage, ChatTemplate, Tokenizer};
 pub use offload::{ConvertOptions, ConvertReport, OffloadOptions, OffloadStats};

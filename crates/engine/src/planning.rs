@@ -145,7 +145,7 @@ pub fn model_summary(engine: &Engine<'_>, sidecars: &SparseSidecars) -> Result<M
         layers,
         predictor_bytes,
         predicted: predictor.is_some() && predictor_bytes > 0,
-        kv_bytes_per_position: cfg.kv_cache_bytes(1),
+        kv_bytes_per_position: cfg.kv_cache_bytes(1, engine.cache_type()),
         // As `budget` counts it: what the process holds now, set up but before decoding.
         process_bytes: crate::sys::rss_bytes().unwrap_or(0),
         batch_sizes,

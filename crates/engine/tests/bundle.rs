@@ -138,7 +138,7 @@ fn resident_file_budget_counts_what_stays_resident() {
     let plan = SparsePlan::new(&eng, &none, FfnBudget::Process(big), opts.clone()).unwrap();
     let split = plan.budget.unwrap();
     let file_len = std::fs::metadata(&resident).unwrap().len();
-    let kv = eng.model().config.kv_cache_bytes(64);
+    let kv = eng.model().config.kv_cache_bytes(64, eng.cache_type());
     assert!(split.resident >= file_len + kv, "{split:?}");
     assert_eq!(split.ffn, store);
     assert_eq!(plan.offload.ffn_budget as u64, big - split.resident);

@@ -23,6 +23,7 @@ fn convert_to(resident: &Path) -> Result<(), String> {
                 threads: 1,
                 precision: Precision::Exact,
                 context: 64,
+                ..Default::default()
             },
         )
         .map_err(|e| e.to_string())?;

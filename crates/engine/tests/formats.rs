@@ -130,6 +130,7 @@ fn gguf_and_hf_directory_give_the_same_logits() {
         threads: 0,
         precision: Precision::Exact,
         context: 256,
+        ..Default::default()
     };
     let gguf = ModelFile::open(&gguf_path).unwrap();
     let hf = ModelFile::open(&dir).unwrap();
@@ -253,6 +254,7 @@ fn context_overflow_is_an_error_and_keeps_the_cache() {
             threads: 1,
             precision: Precision::Fast,
             context: 8,
+            ..Default::default()
         },
     )
     .unwrap();

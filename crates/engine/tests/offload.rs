@@ -41,6 +41,7 @@ fn engine_t(file: &ModelFile, threads: usize) -> Engine<'_> {
             threads,
             precision: Precision::Exact,
             context: 64,
+            ..Default::default()
         },
     )
     .unwrap()

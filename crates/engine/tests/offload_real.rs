@@ -16,6 +16,7 @@ fn offloaded_decode_matches_in_memory_sparse_decode_on_the_real_model() {
         threads: 2,
         precision: Precision::Fast,
         context: 256,
+        ..Default::default()
     };
     let mut mem = Engine::new(&file, opts.clone()).unwrap();
     let n_layers = mem.model().config.n_layers;

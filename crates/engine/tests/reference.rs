@@ -13,6 +13,7 @@ fn engine_for(file: &ModelFile, precision: Precision) -> Engine<'_> {
             threads: 0,
             precision,
             context: 2048,
+            ..Default::default()
         },
     )
     .expect("the default model loads")

@@ -30,6 +30,7 @@ fn engine_for(file: &ModelFile, precision: Precision) -> Engine<'_> {
             threads: 0,
             precision,
             context: 512,
+            ..Default::default()
         },
     )
     .expect("qwen2.5-coder-0.5b loads")

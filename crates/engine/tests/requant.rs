@@ -16,6 +16,7 @@ fn logits(file: &ModelFile, overlay: Option<&Overlay>) -> Vec<f32> {
         threads: 1,
         precision: Precision::Exact,
         context: 64,
+        ..Default::default()
     };
     let eng = Engine::new_with_overlay(file, overlay, opts).unwrap();
     let mut cache = eng.new_cache();

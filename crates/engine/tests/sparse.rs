@@ -27,6 +27,7 @@ fn engine(file: &ModelFile) -> Engine<'_> {
             threads: 1,
             precision: Precision::Exact,
             context: 64,
+            ..Default::default()
         },
     )
     .unwrap()

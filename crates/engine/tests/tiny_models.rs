@@ -193,6 +193,7 @@ fn check(v: Variant) {
                     threads,
                     precision,
                     context: 64,
+                    ..Default::default()
                 },
             )
             .unwrap();

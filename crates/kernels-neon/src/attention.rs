@@ -2,7 +2,7 @@
 //! of the values, with the dot products and the value accumulation on the SIMD path (each checked
 //! against the scalar reference, `tests/attention.rs`).
 
-use crate::{arch, check_len, check_path, KernelError, KernelPath, LayoutError};
+use crate::{arch, check_len, check_path, KernelError, KernelPath, KvFormat, LayoutError};
 
 /// Where one head's rows sit in a KV cache of f32 rows: the row of position `j` is
 /// `cache[j * stride + offset..j * stride + offset + head_dim]` (for a cache of `kv_heads × head_dim`
@@ -96,6 +96,162 @@ pub fn attend_with(
     out.fill(0.0);
     for (j, &s) in scores.iter().enumerate() {
         arch::axpy_f32(path, s, &v[row(j)], out);
+    }
+    Ok(())
+}
+
+/// One layer's keys or values in a KV cache of any [`KvFormat`], held in chunks: chunk `c` holds
+/// positions `c * chunk ..` (at most `chunk` of them), each position a row of `layout.stride`
+/// elements in `format` (`format.row_bytes(stride)` bytes), so the row of position `j` starts at
+/// byte `(j % chunk) * row_bytes` of chunk `j / chunk`. A cache grows a chunk at a time.
+#[derive(Debug, Clone, Copy)]
+pub struct KvChunks<'a> {
+    /// How the rows are stored.
+    pub format: KvFormat,
+    /// Positions per chunk (the last chunk may hold fewer).
+    pub chunk: usize,
+    /// The chunks, in position order.
+    pub chunks: &'a [Vec<u8>],
+}
+
+/// [`attend`] over keys `k` and values `v` stored in a chunked cache of any [`KvFormat`] (same format,
+/// chunking and `layout`, in elements): the scores and the weighted sum read each row in its format
+/// (f32 loads, f16 converted by F16C / NEON `fcvtl`, `q8_0` blocks scaled per 32 elements), never an
+/// f32 copy of the cache. For `q8_0` the head's offset and width must be multiples of 32.
+#[allow(clippy::too_many_arguments)]
+pub fn attend_cache(
+    q: &[f32],
+    k: KvChunks<'_>,
+    v: KvChunks<'_>,
+    layout: KvLayout,
+    ctx: usize,
+    scale: f32,
+    scores: &mut Vec<f32>,
+    out: &mut [f32],
+) -> Result<(), KernelError> {
+    attend_cache_with(
+        crate::active_path(),
+        q,
+        k,
+        v,
+        layout,
+        ctx,
+        scale,
+        scores,
+        out,
+    )
+}
+
+/// Byte geometry of a chunked cache for one head: bytes per position and the head's byte offset in
+/// a position's row.
+fn chunk_geometry(c: &KvChunks<'_>, layout: KvLayout) -> Result<(usize, usize), KernelError> {
+    let bad = |what, expected, actual| KernelError::LengthMismatch {
+        what,
+        expected,
+        actual,
+    };
+    if c.chunk == 0 {
+        return Err(bad("attend_cache positions per chunk", 1, 0));
+    }
+    let b = c.format.block();
+    for (what, n) in [
+        (
+            "attend_cache row width: a multiple of the format's block",
+            layout.stride,
+        ),
+        (
+            "attend_cache head offset: a multiple of the format's block",
+            layout.offset,
+        ),
+        (
+            "attend_cache head width: a multiple of the format's block",
+            layout.head_dim,
+        ),
+    ] {
+        if n % b != 0 {
+            return Err(bad(what, n.next_multiple_of(b), n));
+        }
+    }
+    let bytes = |n: usize| {
+        c.format
+            .row_bytes(n)
+            .ok_or(KernelError::Layout(LayoutError::Overflow {
+                rows: c.chunk,
+                cols: layout.stride,
+            }))
+    };
+    Ok((bytes(layout.stride)?, bytes(layout.offset)?))
+}
+
+/// [`attend_cache`] on an explicit path (for tests and benchmarks).
+#[doc(hidden)]
+#[allow(clippy::too_many_arguments)]
+pub fn attend_cache_with(
+    path: KernelPath,
+    q: &[f32],
+    k: KvChunks<'_>,
+    v: KvChunks<'_>,
+    layout: KvLayout,
+    ctx: usize,
+    scale: f32,
+    scores: &mut Vec<f32>,
+    out: &mut [f32],
+) -> Result<(), KernelError> {
+    check_path(path)?;
+    let hd = layout.head_dim;
+    check_len("attend q", hd, q.len())?;
+    check_len("attend out", hd, out.len())?;
+    if layout
+        .offset
+        .checked_add(hd)
+        .is_none_or(|e| e > layout.stride)
+    {
+        return Err(KernelError::LengthMismatch {
+            what: "attend layout: offset + head_dim within stride",
+            expected: layout.stride,
+            actual: layout.offset.saturating_add(hd),
+        });
+    }
+    if k.format != v.format || k.chunk != v.chunk {
+        return Err(KernelError::LengthMismatch {
+            what: "attend_cache: keys and values in the same format and chunks",
+            expected: k.chunk,
+            actual: v.chunk,
+        });
+    }
+    let (pos_bytes, off) = chunk_geometry(&k, layout)?;
+    let chunk = k.chunk;
+    // Every chunk the first `ctx` positions touch must hold its positions' rows.
+    for (what, c) in [("attend k cache", &k), ("attend v cache", &v)] {
+        let needed = ctx.div_ceil(chunk);
+        if c.chunks.len() < needed {
+            return Err(KernelError::LengthMismatch {
+                what,
+                expected: needed * chunk,
+                actual: c.chunks.len() * chunk,
+            });
+        }
+        for (i, bytes) in c.chunks[..needed].iter().enumerate() {
+            let m = (ctx - i * chunk).min(chunk);
+            if bytes.len() < m * pos_bytes {
+                return Err(KernelError::LengthMismatch {
+                    what,
+                    expected: m * pos_bytes,
+                    actual: bytes.len(),
+                });
+            }
+        }
+    }
+    let format = k.format;
+    scores.clear();
+    scores.resize(ctx, 0.0);
+    for (kc, s) in k.chunks.iter().zip(scores.chunks_mut(chunk)) {
+        arch::kv::scores(path, format, q, kc, pos_bytes, off, scale, s);
+    }
+    crate::softmax_inplace(scores);
+    out.fill(0.0);
+    for (vc, s) in v.chunks.iter().zip(scores.chunks(chunk)) {
+        arch::kv::accumulate(path, format, s, vc, pos_bytes, off, out);
     }
     Ok(())
 }

@@ -113,6 +113,15 @@
 //!
 //! Row lists may be unsorted; out-of-range rows are errors.
 //!
+//! # KV caches
+//!
+//! [`attend_cache`] runs one query head over a KV cache held in chunks of positions
+//! ([`KvChunks`]) in a [`KvFormat`]: `F32`, `F16` or `Q8_0` (ggml's `block_q8_0`: an f16 scale and
+//! 32 `i8` per 32 elements). Rows are written by [`kv_encode`] (one scalar encoder for every path)
+//! and read in place: AVX2 converts f16 with F16C, NEON with `fcvtl`/`fcvtl2`, and `q8_0` quants are
+//! widened to f32 and scaled once per block; the scalar reference is in `kv.rs`. An `F32` cache sums
+//! in the order of [`attend`], so it gives the same bits (`tests/attention_cache.rs`).
+//!
 //! # Precision
 //!
 //! [`Precision`] only affects [`matvec`] on the block-quantized formats
@@ -199,12 +208,14 @@ use rayon::prelude::*;
 
 mod arch;
 mod attention;
+mod kv;
 mod quant;
 mod quantize;
 mod scalar;
 mod sparse;
 
-pub use attention::{attend, attend_with, KvLayout};
+pub use attention::{attend, attend_cache, attend_cache_with, attend_with, KvChunks, KvLayout};
+pub use kv::{kv_decode, kv_encode, KvFormat, KV_Q8_BLOCK};
 pub use quantize::{quantize_matrix, quantize_row};
 pub use sparse::*;
 

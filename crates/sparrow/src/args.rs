@@ -44,6 +44,11 @@ pub struct LoadArgs {
     /// projection stay as in the file.
     #[arg(long)]
     pub requant: Option<engine::Requant>,
+    /// How the KV cache stores keys and values: `f32`, `f16` (2 bytes an element) or `q8_0` (34
+    /// bytes per 32, ggml's blocks) [default: f32]. The cache grows with the
+    /// tokens held, up to --ctx.
+    #[arg(long, value_name = "f32|f16|q8_0")]
+    pub cache_type: Option<engine::KvFormat>,
 }
 
 /// `--io-depth` when not given.
@@ -83,8 +88,8 @@ pub struct ModelArgs {
 #[derive(Args, Clone)]
 pub struct OffloadArgs {
     /// Memory budget for the whole process, e.g. `140M`, `1.5G`: what it holds before touching weights
-    /// (code, tokenizer), the resident file, the KV cache at --ctx and the predictors are counted
-    /// first; the FFN neuron cache gets the rest.
+    /// (code, tokenizer), the resident file, the KV cache at the whole --ctx and --cache-type and the
+    /// predictors are counted first; the FFN neuron cache gets the rest.
     #[arg(long, value_parser = parse::size, conflicts_with = "ffn_resident")]
     pub memory_budget: Option<u64>,
     /// Instead of --memory-budget: the share of the FFN kept in memory (e.g. 0.5).

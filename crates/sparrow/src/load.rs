@@ -111,6 +111,7 @@ pub fn engine_options(args: &LoadArgs) -> EngineOptions {
             Precision::Fast
         },
         context: args.ctx.unwrap_or(DEFAULT_CTX),
+        cache_type: args.cache_type,
     }
 }
 

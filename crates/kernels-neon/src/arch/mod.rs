@@ -20,6 +20,7 @@ use crate::{scalar, KernelPath, QMatrix, WeightFormat};
 mod aarch64;
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 mod drivers;
+pub(crate) mod kv;
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 mod tags;
 #[cfg(target_arch = "x86_64")]
