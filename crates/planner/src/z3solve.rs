@@ -40,10 +40,10 @@ pub fn solve_z3(t: &Tables, budget: u64) -> Result<(Choice, Cost)> {
     let res: Vec<Bool> = (0..t.tensors.len())
         .map(|i| Bool::new_const(format!("resident_{i}")))
         .collect();
-    opt.assert(&in_range(&ti, t.threads.len()));
-    opt.assert(&in_range(&qi, t.queue_depths.len()));
+    opt.assert(in_range(&ti, t.threads.len()));
+    opt.assert(in_range(&qi, t.queue_depths.len()));
     for s in &steps {
-        opt.assert(&in_range(s, t.grid as usize + 1));
+        opt.assert(in_range(s, t.grid as usize + 1));
     }
     for (r, x) in res.iter().zip(&t.tensors) {
         if !x.2 {
@@ -61,7 +61,7 @@ pub fn solve_z3(t: &Tables, budget: u64) -> Result<(Choice, Cost)> {
     } else {
         Bool::from_bool(false)
     };
-    opt.assert(&Bool::or(&[sparse_ok, full]));
+    opt.assert(Bool::or(&[sparse_ok, full]));
 
     let zero = Int::from_i64(0);
     let stream: Vec<Int> = res
@@ -108,7 +108,7 @@ pub fn solve_z3(t: &Tables, budget: u64) -> Result<(Choice, Cost)> {
             .map(|(l, s)| lookup(s, &t.cache_bytes[l])),
     );
     let memory = Int::add(&mem_terms);
-    opt.assert(&memory.le(int(budget)));
+    opt.assert(memory.le(int(budget)));
     opt.minimize(&decode);
     opt.minimize(&memory);
     match opt.check(&[]) {
