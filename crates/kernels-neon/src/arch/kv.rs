@@ -29,7 +29,9 @@ pub(crate) fn scores(
         }
         #[cfg(target_arch = "aarch64")]
         KernelPath::Neon | KernelPath::NeonDotprod => {
-            super::aarch64::kv_scores(format, q, rows, pos_bytes, off, scale, scores)
+            // SAFETY: NEON is part of every aarch64 target this crate builds for (the path was
+            // checked available); the kernel slices every row it reads (bounds-checked).
+            unsafe { super::aarch64::kv_scores(format, q, rows, pos_bytes, off, scale, scores) }
         }
         _ => {
             let Some(hb) = format.row_bytes(q.len()) else {
@@ -61,7 +63,9 @@ pub(crate) fn accumulate(
         }
         #[cfg(target_arch = "aarch64")]
         KernelPath::Neon | KernelPath::NeonDotprod => {
-            super::aarch64::kv_accumulate(format, weights, rows, pos_bytes, off, out)
+            // SAFETY: NEON is part of every aarch64 target this crate builds for (the path was
+            // checked available); the kernel slices every row it reads (bounds-checked).
+            unsafe { super::aarch64::kv_accumulate(format, weights, rows, pos_bytes, off, out) }
         }
         _ => {
             let Some(hb) = format.row_bytes(out.len()) else {
