@@ -30,15 +30,16 @@ fn fixture(name: &str) -> String {
         .to_string()
 }
 
-fn tmp() -> PathBuf {
-    let d = std::env::temp_dir().join(format!("sparrow-plan-cli-{}", std::process::id()));
+/// A folder of this test's own (the tests run in parallel).
+fn tmp(test: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("sparrow-plan-cli-{}-{test}", std::process::id()));
     std::fs::create_dir_all(&d).unwrap();
     d
 }
 
 #[test]
 fn calibrate_plan_and_apply() {
-    let dir = tmp();
+    let dir = tmp("apply");
     let device = dir.join("dev.sparrow-device");
     let (dev, d) = (device.to_str().unwrap(), dir.to_str().unwrap());
     ok(&["calibrate", "--quick", "--dir", d, "-o", dev]);
@@ -125,8 +126,7 @@ fn calibrate_plan_and_apply() {
 
 #[test]
 fn a_budget_below_what_the_model_needs_is_a_named_error() {
-    let dir = tmp().join("small");
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = tmp("small");
     let device = dir.join("dev.sparrow-device");
     let dev = device.to_str().unwrap();
     ok(&[
