@@ -5,7 +5,7 @@
 //! `ufs-io` (one I/O thread, as the engine reads), plus sequential bandwidth.
 //!
 //! The flash figures are measured on a scratch file in the folder given (the folder the models live
-//! in, so the same device), written once, read with `O_DIRECT` so the page cache is out of play,
+//! in, so the same device), written once, read with direct I/O through `ufs-io` so the page cache is out of play,
 //! and removed afterwards.
 
 use std::io::Write;
