@@ -89,6 +89,14 @@ impl XorShift {
         self.0 ^= self.0 << 17;
         self.0
     }
+
+    /// Fills `buf` with noise.
+    fn fill(&mut self, buf: &mut [u8]) {
+        for c in buf.chunks_mut(8) {
+            let v = self.next().to_le_bytes();
+            c.copy_from_slice(&v[..c.len()]);
+        }
+    }
 }
 
 /// Runs `f` repeatedly for about `time` (at least twice) and returns seconds per call.
@@ -129,10 +137,7 @@ fn measure_kernels(
     let rows = ((48usize << 20) / row_bytes).max(256) & !63;
     let mut rng = XorShift(0x9e37_79b9_7f4a_7c15);
     let mut data = vec![0u8; rows * row_bytes];
-    for chunk in data.chunks_mut(8) {
-        let v = rng.next().to_le_bytes();
-        chunk.copy_from_slice(&v[..chunk.len()]);
-    }
+    rng.fill(&mut data);
     // Scales of random bytes may be NaN or huge; the time of the arithmetic does not depend on it.
     let w = QMatrix::new(format, rows, cols, &data)
         .map_err(|e| EngineError::Request(format!("calibration matrix: {e}")))?;
@@ -221,9 +226,7 @@ fn write_scratch(o: &CalibrateOptions) -> Result<Scratch> {
     let mut chunk = vec![0u8; 1 << 20];
     let mut left = o.file_bytes;
     while left > 0 {
-        for c in chunk.chunks_mut(8) {
-            c.copy_from_slice(&rng.next().to_le_bytes());
-        }
+        rng.fill(&mut chunk);
         let n = left.min(chunk.len() as u64) as usize;
         f.write_all(&chunk[..n]).map_err(io)?;
         left -= n as u64;

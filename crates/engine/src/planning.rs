@@ -58,19 +58,17 @@ pub fn model_summary(engine: &Engine<'_>, sidecars: &SparseSidecars) -> Result<M
         .and_then(|p| std::fs::metadata(p).ok())
         .map_or(0, |m| m.len());
     let store = ffn_store_path(model)?;
+    // A decode step reads every attention matrix whole.
+    let attention: u64 = model
+        .layers
+        .iter()
+        .map(|l| bytes(&l.wq) + bytes(&l.wk) + bytes(&l.wv) + bytes(&l.wo))
+        .sum();
     let mut tensors = vec![TensorInfo {
         name: "attention".into(),
         format: model.layers[0].wq.format().name().into(),
-        bytes: model
-            .layers
-            .iter()
-            .map(|l| bytes(&l.wq) + bytes(&l.wk) + bytes(&l.wv) + bytes(&l.wo))
-            .sum(),
-        touched_bytes: model
-            .layers
-            .iter()
-            .map(|l| bytes(&l.wq) + bytes(&l.wk) + bytes(&l.wv) + bytes(&l.wo))
-            .sum(),
+        bytes: attention,
+        touched_bytes: attention,
         offloadable: false,
         computed: true,
     }];
