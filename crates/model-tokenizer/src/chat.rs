@@ -181,10 +181,24 @@ impl ChatTemplate {
     /// The template sees `messages` (list of `{role, content}`), `add_generation_prompt`,
     /// `bos_token` and `eos_token`, like `transformers`' `apply_chat_template`.
     ///
-    /// Rendering is bounded: at most [`RENDER_FUEL`] template instructions and [`RENDER_MAX_BYTES`] of
-    /// output, past which it fails with [`TokenizerError::Render`] (a template from a model file is
-    /// untrusted input).
+    /// Rendering is bounded: at most [`RENDER_FUEL`] template instructions, [`RENDER_MAX_BYTES`] of
+    /// output, and (on Linux and Android, where it runs in a child process)
+    /// [`crate::RENDER_MAX_MEMORY`] of memory and [`crate::RENDER_TIMEOUT`] of time, past which it
+    /// fails with [`TokenizerError::Render`] (a template from a model file is untrusted input).
     pub fn render(
+        &self,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+        bos_token: &str,
+        eos_token: &str,
+    ) -> Result<String, TokenizerError> {
+        crate::sandbox::bounded(|| {
+            self.render_in_process(messages, add_generation_prompt, bos_token, eos_token)
+        })
+    }
+
+    /// [`ChatTemplate::render`] in this process: fuel and the output limit only.
+    fn render_in_process(
         &self,
         messages: &[ChatMessage],
         add_generation_prompt: bool,
@@ -337,6 +351,42 @@ mod tests {
         .unwrap();
         let e = t.render(&msgs, true, "", "").unwrap_err().to_string();
         assert!(e.contains("instructions"), "{e}");
+    }
+
+    #[test]
+    fn values_that_double_in_size_are_stopped_by_the_memory_bound() {
+        let msgs = [ChatMessage::new("user", "Hi")];
+        // 2^40 bytes in 40 concatenations: fuel alone never stops this.
+        for source in [
+            "{% set ns = namespace(s='x') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s | length }}",
+            "{% set ns = namespace(s='x') %}{% for i in range(40) %}{% set ns.s = ns.s + ns.s %}{% endfor %}{{ ns.s | length }}",
+            "{% macro d(s, n) %}{% if n > 0 %}{{ d(s ~ s, n - 1) }}{% else %}{{ s | length }}{% endif %}{% endmacro %}{{ d('x', 40) }}",
+        ] {
+            let t = ChatTemplate::new(source).unwrap();
+            let e = t.render(&msgs, true, "", "").unwrap_err().to_string();
+            if cfg!(any(target_os = "linux", target_os = "android")) {
+                assert!(e.contains("MiB of memory"), "{source}: {e}");
+            }
+        }
+        // The same shape within the bound renders, and the caller keeps working afterwards.
+        let t = ChatTemplate::new(
+            "{% set ns = namespace(s='x') %}{% for i in range(20) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s | length }}",
+        )
+        .unwrap();
+        assert_eq!(t.render(&msgs, true, "", "").unwrap(), (1u64 << 20).to_string());
+    }
+
+    #[test]
+    fn a_render_error_and_large_outputs_come_back_whole() {
+        // Larger than a pipe's buffer, so the parent must read while the child writes.
+        let t = ChatTemplate::new("{% for i in range(4000) %}{{ 'abcdefgh' * 100 }}{% endfor %}")
+            .unwrap();
+        let out = t.render(&[], false, "", "").unwrap();
+        assert_eq!(out.len(), 3_200_000);
+        assert!(out.starts_with("abcdefgh"));
+        let t = ChatTemplate::new("{{ raise_exception('no ' ~ 'way') }}").unwrap();
+        let e = t.render(&[], false, "", "").unwrap_err();
+        assert!(matches!(e, TokenizerError::Render(ref m) if m.contains("no way")), "{e:?}");
     }
 
     #[test]

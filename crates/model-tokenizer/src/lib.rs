@@ -66,6 +66,7 @@
 mod bytes;
 mod chat;
 mod error;
+mod sandbox;
 mod stream;
 mod tokenizer;
 
@@ -74,6 +75,7 @@ mod tests;
 
 pub use chat::{ChatMessage, ChatTemplate};
 pub use error::TokenizerError;
+pub use sandbox::{RENDER_MAX_MEMORY, RENDER_TIMEOUT};
 pub use stream::StreamDecoder;
 pub use tokenizer::{Tokenizer, VocabSpec, TOKEN_TYPE_CONTROL, TOKEN_TYPE_USER_DEFINED};
 
