@@ -239,13 +239,20 @@ pub fn load_plan(
         model.config.n_layers,
         device_fingerprint,
     )?;
-    let settings = PlanSettings {
-        threads: plan.threads as usize,
-        sparse: plan.sparse.iter().any(|&s| s),
-        ffn_cache_bytes: plan.ffn_cache_bytes,
-        queue_depth: plan.queue_depth as usize,
-        io_core: plan.io_core.map(|c| c as usize),
-        chunk_rows: plan.chunk_rows as usize,
-    };
+    let settings = PlanSettings::of(&plan);
     Ok((plan, settings))
+}
+
+impl PlanSettings {
+    /// The settings `plan` gives (sparse when any layer is).
+    pub fn of(plan: &Plan) -> PlanSettings {
+        PlanSettings {
+            threads: plan.threads as usize,
+            sparse: plan.sparse.iter().any(|&s| s),
+            ffn_cache_bytes: plan.ffn_cache_bytes,
+            queue_depth: plan.queue_depth as usize,
+            io_core: plan.io_core.map(|c| c as usize),
+            chunk_rows: plan.chunk_rows as usize,
+        }
+    }
 }

@@ -373,7 +373,10 @@ mod tests {
             "{% set ns = namespace(s='x') %}{% for i in range(20) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s | length }}",
         )
         .unwrap();
-        assert_eq!(t.render(&msgs, true, "", "").unwrap(), (1u64 << 20).to_string());
+        assert_eq!(
+            t.render(&msgs, true, "", "").unwrap(),
+            (1u64 << 20).to_string()
+        );
     }
 
     #[test]
@@ -386,7 +389,10 @@ mod tests {
         assert!(out.starts_with("abcdefgh"));
         let t = ChatTemplate::new("{{ raise_exception('no ' ~ 'way') }}").unwrap();
         let e = t.render(&[], false, "", "").unwrap_err();
-        assert!(matches!(e, TokenizerError::Render(ref m) if m.contains("no way")), "{e:?}");
+        assert!(
+            matches!(e, TokenizerError::Render(ref m) if m.contains("no way")),
+            "{e:?}"
+        );
     }
 
     #[test]

@@ -56,25 +56,41 @@ pub fn build_overlay(file: &ModelFile, args: &LoadArgs, quiet: bool) -> Result<O
 
 /// Applies `--plan` to `args` (checked against the model in `file` and this machine): the plan's
 /// threads, chunk rows, dense or sparse, neuron-cache size, I/O core and queue depth, each only
-/// where the user gave no flag of their own. Returns the plan, to print its predictions beside the
-/// measured figures.
+/// where the user gave no flag of their own. Without `--plan`, a `--memory-budget` over a model that
+/// runs sparse is planned on the spot from this device's profile (`sparrow calibrate`), when there is
+/// one. Returns the plan, to print its predictions beside the measured figures.
 pub fn apply_plan(
     file: &ModelFile,
     args: &mut ModelArgs,
     quiet: bool,
 ) -> Result<Option<engine::planner::Plan>> {
-    let Some(path) = args.plan.clone() else {
-        return Ok(None);
-    };
     let model = engine::Model::load(file)?;
-    let (plan, s) = engine::load_plan(&path, &model, Some(engine::device_fingerprint().1))?;
+    let resident = model.config.ffn_store.is_some();
+    let (plan, s) = match args.plan.clone() {
+        Some(path) => {
+            let (plan, s) = engine::load_plan(&path, &model, Some(engine::device_fingerprint().1))?;
+            if !quiet {
+                eprint!("sparrow: {}: {}", path.display(), plan.describe());
+            }
+            (plan, s)
+        }
+        None => {
+            drop(model);
+            match auto_plan(file, args, resident, quiet)? {
+                Some(plan) => {
+                    let s = engine::PlanSettings::of(&plan);
+                    (plan, s)
+                }
+                None => return Ok(None),
+            }
+        }
+    };
     if args.threads == 0 {
         args.threads = s.threads;
     }
     if args.chunk_rows == 0 {
         args.chunk_rows = s.chunk_rows;
     }
-    let resident = model.config.ffn_store.is_some();
     if !resident && s.sparse {
         args.sparse = true;
     }
@@ -88,10 +104,71 @@ pub fn apply_plan(
     if o.io_depth == crate::args::DEFAULT_IO_DEPTH {
         o.io_depth = s.queue_depth;
     }
+    Ok(Some(plan))
+}
+
+/// The plan for `--memory-budget` without `--plan`: made with the search solver from the device
+/// profile in the model cache folder, over a resident file or a model run `--sparse`. `None` (with a
+/// note) when there is no device profile, and when nothing is to be planned.
+fn auto_plan(
+    file: &ModelFile,
+    args: &ModelArgs,
+    resident: bool,
+    quiet: bool,
+) -> Result<Option<engine::planner::Plan>> {
+    let Some(budget) = args.offload.memory_budget else {
+        return Ok(None);
+    };
+    if !resident && !args.sparse {
+        return Ok(None);
+    }
+    let device_path = engine::default_device_path();
+    if !device_path.is_file() {
+        if !quiet {
+            eprintln!(
+                "sparrow: note: no device profile at {}: the default settings serve --memory-budget (run `sparrow calibrate` once for a planned configuration)",
+                device_path.display()
+            );
+        }
+        return Ok(None);
+    }
+    let device = engine::planner::DeviceProfile::load(&device_path)?;
+    let eng = Engine::new(file, engine_options(args))?;
+    let summary = engine::model_summary(&eng, &args.sidecars())?;
+    let c = constraints(&eng, args, None);
+    let plan = engine::planner::make_plan(&device, &summary, &c, engine::planner::Solver::Search)
+        .with_context(|| {
+        format!(
+            "planning {} for --memory-budget {:.1} MiB with {}",
+            file.path().display(),
+            mib(budget),
+            device_path.display()
+        )
+    })?;
     if !quiet {
-        eprint!("sparrow: {}: {}", path.display(), plan.describe());
+        eprint!(
+            "sparrow: planned with {} (--plan FILE or explicit flags override): {}",
+            device_path.display(),
+            plan.describe()
+        );
     }
     Ok(Some(plan))
+}
+
+/// The planner's constraints for `eng` under `args`' memory budget and thread limit.
+pub fn constraints(
+    eng: &Engine<'_>,
+    args: &ModelArgs,
+    min_tok_s: Option<f64>,
+) -> engine::planner::Constraints {
+    let context = eng.options().context as u32;
+    engine::planner::Constraints {
+        memory_budget: args.offload.memory_budget,
+        context,
+        attended: context.min(512),
+        min_tok_s,
+        max_threads: (args.threads > 0).then_some(args.threads as u32),
+    }
 }
 
 /// The context when `--ctx` is not given (the engine caps it at the model's training context).

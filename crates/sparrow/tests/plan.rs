@@ -155,3 +155,82 @@ fn a_budget_below_what_the_model_needs_is_a_named_error() {
     assert!(!dir.join("x.plan").exists());
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `sparrow` with the model cache folder (where the device profile lives) set to `dir`.
+fn sparrow_in(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_sparrow"))
+        .env("SPARROW_MODEL_DIR", dir)
+        .args(args)
+        .output()
+        .expect("sparrow runs")
+}
+
+#[test]
+fn a_memory_budget_without_a_plan_is_planned_from_the_device_profile() {
+    let dir = tmp("auto");
+    let d = dir.to_str().unwrap();
+    let model = fixture("tiny-llama-silu-q4_0.gguf");
+    let (profile, resident) = (dir.join("t.sparrow-profile"), dir.join("t.resident.gguf"));
+    let (p, r) = (profile.to_str().unwrap(), resident.to_str().unwrap());
+    ok(&[
+        "profile",
+        "-m",
+        &model,
+        "--window",
+        "16",
+        "--windows",
+        "2",
+        "--calib-windows",
+        "1",
+        "--sparsity",
+        "0.3",
+        "-o",
+        p,
+    ]);
+    ok(&["convert", "-m", &model, "--profile", p, "-o", r]);
+    let run = [
+        "run",
+        "-m",
+        r,
+        "--memory-budget",
+        "64M",
+        "-p",
+        "hi",
+        "-n",
+        "2",
+    ];
+
+    // No device profile yet: the defaults run, and a note says how to get a planned configuration.
+    let out = sparrow_in(&dir, &run);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("no device profile") && err.contains("sparrow calibrate"),
+        "{err}"
+    );
+    assert!(!err.contains("planned with"), "{err}");
+
+    // After `sparrow calibrate` (saved in the model cache folder), the same command is planned.
+    let out = sparrow_in(&dir, &["calibrate", "--quick", "--dir", d]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(dir.join("device.sparrow-device").is_file());
+    let out = sparrow_in(&dir, &run);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("planned with") && err.contains("device.sparrow-device"),
+        "{err}"
+    );
+    // An explicit flag still wins over the plan: the run uses the thread count given.
+    let mut run1 = run.to_vec();
+    run1.extend(["--threads", "1", "--json"]);
+    let out = sparrow_in(&dir, &run1);
+    assert!(out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["threads"].as_u64(), Some(1), "{v}");
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -5,11 +5,11 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
-use engine::planner::{make_plan, Constraints, DeviceProfile, Solver};
+use engine::planner::{make_plan, DeviceProfile, Solver};
 use engine::{model_summary, Engine};
 
 use crate::args::ModelArgs;
-use crate::load::{engine_options, open_model};
+use crate::load::{constraints, engine_options, open_model};
 
 /// Which solver `sparrow plan` uses.
 #[derive(Clone, Copy, ValueEnum)]
@@ -54,14 +54,7 @@ pub fn run(a: PlanArgs) -> Result<()> {
     let file = open_model(&a.model, a.json)?;
     let eng = Engine::new(&file, engine_options(&a.model))?;
     let summary = model_summary(&eng, &a.model.sidecars())?;
-    let context = eng.options().context as u32;
-    let c = Constraints {
-        memory_budget: a.model.offload.memory_budget,
-        context,
-        attended: context.min(512),
-        min_tok_s: a.min_tok_s,
-        max_threads: (a.model.threads > 0).then_some(a.model.threads as u32),
-    };
+    let c = constraints(&eng, &a.model, a.min_tok_s);
     let solver = match a.solver {
         SolverArg::Search => Solver::Search,
         SolverArg::Z3 => Solver::Z3,

@@ -8,7 +8,7 @@ use clap::Args;
 use engine::Engine;
 
 use crate::args::ModelArgs;
-use crate::load::{build_overlay, engine_options, open_model, setup_sparse};
+use crate::load::{apply_plan, build_overlay, engine_options, open_model, setup_sparse};
 
 #[derive(Args)]
 pub struct ServeArgs {
@@ -39,9 +39,10 @@ pub struct ServeArgs {
 }
 
 /// Loads the model and serves it until the listener fails.
-pub fn run(a: ServeArgs) -> Result<()> {
+pub fn run(mut a: ServeArgs) -> Result<()> {
     let t0 = Instant::now();
     let file = open_model(&a.model, false)?;
+    apply_plan(&file, &mut a.model, false)?;
     let overlay = build_overlay(&file, &a.model, false)?;
     let mut eng = Engine::new_with_overlay(&file, overlay.as_ref(), engine_options(&a.model))
         .with_context(|| format!("loading {}", file.path().display()))?;
