@@ -384,7 +384,12 @@ fn fuzz_libfuzzer(time: f64, cases: Option<u64>, targets: Option<String>) -> Res
             .args(["+nightly", "fuzz", "run", "--release", t])
             .arg(corpus.join(t))
             // 1 GiB of memory and 10 s per input: an OOM or a hang is a finding, as a crash is.
-            .args(["--", "-rss_limit_mb=1024", "-timeout=10", "-print_final_stats=1"])
+            .args([
+                "--",
+                "-rss_limit_mb=1024",
+                "-timeout=10",
+                "-print_final_stats=1",
+            ])
             .arg(format!("-max_total_time={}", time.ceil() as u64));
         if let Some(n) = cases {
             c.arg(format!("-runs={n}"));

@@ -2,8 +2,7 @@
 //! positions at a time and gives chunks back when positions are forgotten, never more than
 //! `ModelConfig::kv_cache_bytes` at its capacity; a forward step that fails half-way through the
 //! layers leaves it as it was, to the byte (the next step's logits are those of a cache that never
-//! saw the failed step); every mode defaults to f32 for now (an f16 default flipped a reference
-//! greedy token).
+//! saw the failed step); exact mode defaults to f32, the fast modes to f16.
 
 mod common;
 
@@ -153,12 +152,12 @@ fn the_cache_grows_and_shrinks_by_chunks_within_its_reservation() {
 }
 
 #[test]
-fn every_mode_defaults_to_f32_for_now() {
+fn exact_mode_defaults_to_f32_the_others_to_f16() {
     let file = ModelFile::open(model_path()).unwrap();
     for (precision, want) in [
         (Precision::Exact, KvFormat::F32),
-        (Precision::Fast, KvFormat::F32),
-        (Precision::Int8, KvFormat::F32),
+        (Precision::Fast, KvFormat::F16),
+        (Precision::Int8, KvFormat::F16),
     ] {
         let eng = Engine::new(
             &file,

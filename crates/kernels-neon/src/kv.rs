@@ -37,12 +37,12 @@ impl KvFormat {
         }
     }
 
-    /// The cache of a precision when none is asked for: f32 in every precision for now. An f16
-    /// default in the fast modes flipped a greedy token of the SmolLM2 reference continuations
-    /// (`engine/tests/reference.rs`), so f16 and `q8_0` are opt-in until that is looked at.
+    /// The cache of a precision when none is asked for: f32 in exact mode, f16 otherwise.
     pub fn default_for(precision: Precision) -> Self {
-        let _ = precision;
-        KvFormat::F32
+        match precision {
+            Precision::Exact => KvFormat::F32,
+            _ => KvFormat::F16,
+        }
     }
 
     /// Bytes of a row of `n` elements, `None` if `n` does not fit the format (`q8_0` needs a
@@ -256,7 +256,8 @@ mod tests {
         assert_eq!(KvFormat::Q8_0.row_bytes(192), Some(6 * 34));
         assert_eq!(KvFormat::Q8_0.row_bytes(100), None);
         assert_eq!(KvFormat::default_for(Precision::Exact), KvFormat::F32);
-        assert_eq!(KvFormat::default_for(Precision::Fast), KvFormat::F32);
+        assert_eq!(KvFormat::default_for(Precision::Fast), KvFormat::F16);
+        assert_eq!(KvFormat::default_for(Precision::Int8), KvFormat::F16);
     }
 
     #[test]

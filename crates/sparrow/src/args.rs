@@ -45,7 +45,7 @@ pub struct LoadArgs {
     #[arg(long)]
     pub requant: Option<engine::Requant>,
     /// How the KV cache stores keys and values: `f32`, `f16` (2 bytes an element) or `q8_0` (34
-    /// bytes per 32, ggml's blocks) [default: f32]. The cache grows with the
+    /// bytes per 32, ggml's blocks) [default: f16; f32 with --exact]. The cache grows with the
     /// tokens held, up to --ctx.
     #[arg(long, value_name = "f32|f16|q8_0")]
     pub cache_type: Option<engine::KvFormat>,
