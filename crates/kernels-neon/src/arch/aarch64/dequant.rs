@@ -139,8 +139,10 @@ pub(crate) fn dequant_row(format: WeightFormat, src: &[u8], dst: &mut [f32]) {
         WeightFormat::Q5_0 => dequant_q::<Q5_0>(src, dst),
         WeightFormat::Q5_1 => dequant_q::<Q5_1>(src, dst),
         WeightFormat::IQ4_NL => dequant_q::<IQ4_NL>(src, dst),
-        // No SIMD kernel for IQ4_XS yet: the scalar reference.
-        WeightFormat::IQ4_XS => crate::scalar::dequant_row(format, src, dst),
+        // No SIMD kernel for IQ4_XS, Q2_K, Q3_K yet: the scalar reference.
+        WeightFormat::IQ4_XS | WeightFormat::Q2_K | WeightFormat::Q3_K => {
+            crate::scalar::dequant_row(format, src, dst)
+        }
         WeightFormat::BF16 => {
             let n8 = dst.len() / 8 * 8;
             for (c, o) in src[..n8 * 2].chunks_exact(16).zip(dst.chunks_exact_mut(8)) {
