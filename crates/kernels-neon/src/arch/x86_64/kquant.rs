@@ -1,14 +1,15 @@
-//! K-quant rows (`Q2_K`, `Q3_K`, `Q4_K`, `Q5_K`, `Q6_K`): super-block dequantization, exact
-//! dot, and the integer dot with 8- or 16-bit activations.
+//! K-quant rows (`Q2_K`, `Q3_K`, `Q4_K`, `Q5_K`, `Q6_K`, `IQ4_XS`): super-block
+//! dequantization, exact dot, and the integer dot with 8- or 16-bit activations.
 
 use std::arch::x86_64::*;
 
-use super::simd::{hsum, PREFETCH};
+use super::simd::{hsum, iq4nl_values32, PREFETCH};
 use super::vector::axpy_f32;
 use crate::arch::drivers::axpy_superblocks;
 use crate::WeightFormat;
 
-/// Dequantizes a K-quant row (`Q2_K`, `Q3_K`, `Q4_K`, `Q5_K` or `Q6_K`) super-block by super-block.
+/// Dequantizes a K-quant row (`Q2_K`, `Q3_K`, `Q4_K`, `Q5_K`, `Q6_K` or `IQ4_XS`) super-block
+/// by super-block.
 ///
 /// # Safety
 /// AVX2/FMA/F16C present.
@@ -139,7 +140,7 @@ unsafe fn q45k_pair(format: WeightFormat, blk: &[u8], g: usize) -> [__m256i; 2] 
 
 /// Dequantizes one K-quant super-block into 256 f32. Same f32 operations
 /// as the scalar reference (`d*sc * q - dmin*m` for Q2_K, Q4_K and Q5_K, `(d*sc) * q` for
-/// Q3_K and Q6_K; no FMA), so the results are bit-identical.
+/// Q3_K and Q6_K, `d*(ls - 32) * v` for IQ4_XS; no FMA), so the results are bit-identical.
 ///
 /// # Safety
 /// AVX2/FMA/F16C present.
@@ -157,6 +158,25 @@ pub(super) unsafe fn dequant_superblock(format: WeightFormat, blk: &[u8], out: &
                     let s = 2 * g + h;
                     let (d, m) = (_mm256_set1_ps(dl[s]), _mm256_set1_ps(ml[s]));
                     store_u8x32_scaled(q, d, m, o.add(32 * s));
+                }
+            }
+        }
+    } else if format == WeightFormat::IQ4_XS {
+        assert!(blk.len() >= 136);
+        let dl = crate::scalar::iq4xs_scales(blk);
+        for (s, &dls) in dl.iter().enumerate() {
+            // SAFETY: the nibbles of sub-block s are bytes 8+16s .. 24+16s
+            // <= 136 of `blk` (asserted); stores write out[32s..32s+32] (s < 8).
+            unsafe {
+                let q = iq4nl_values32(blk.as_ptr().add(8 + 16 * s));
+                let d = _mm256_set1_ps(dls);
+                let (lo, hi) = (_mm256_castsi256_si128(q), _mm256_extracti128_si256::<1>(q));
+                for (e, w) in [lo, _mm_srli_si128::<8>(lo), hi, _mm_srli_si128::<8>(hi)]
+                    .into_iter()
+                    .enumerate()
+                {
+                    let a = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(w));
+                    _mm256_storeu_ps(o.add(32 * s + 8 * e), _mm256_mul_ps(a, d));
                 }
             }
         }
@@ -308,7 +328,7 @@ unsafe fn acts16<const A8: bool>(qs: *const u8, e: usize) -> __m256i {
     }
 }
 
-/// Integer dot of a K-quant row (`Q2_K`, `Q3_K`, `Q4_K`, `Q5_K` or `Q6_K`) with quantized
+/// Integer dot of a K-quant row (`Q2_K`, `Q3_K`, `Q4_K`, `Q5_K`, `Q6_K` or `IQ4_XS`) with quantized
 /// activations (`A8`: 8-bit `QActs`, else 16-bit `QActs16`, passed as raw
 /// quants `qs` of `qs_len` elements, per-32 scales `d`, `s = d*sum(q)`).
 /// Weights are widened to i16 and multiplied with `madd_epi16` into i32
@@ -363,6 +383,25 @@ pub(super) unsafe fn dot_k_int<const A8: bool>(
                         );
                         extra -= ml[j] * sx;
                     }
+                }
+            }
+        } else if format == WeightFormat::IQ4_XS {
+            let dl = crate::scalar::iq4xs_scales(blk);
+            for (j, &dlj) in dl.iter().enumerate() {
+                let b = sb * 8 + j;
+                // SAFETY: the nibbles of sub-block j are bytes 8+16j .. 24+16j
+                // <= 136 = bb of `blk`; activation elements 32b .. 32b+32 <=
+                // nsb*256 <= qs_len and b < nsb*8 <= d.len() (asserted).
+                unsafe {
+                    let q = iq4nl_values32(blk.as_ptr().add(8 + 16 * j));
+                    let w0 = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(q));
+                    let w1 = _mm256_cvtepi8_epi16(_mm256_extracti128_si256::<1>(q));
+                    let isum = _mm256_add_epi32(
+                        _mm256_madd_epi16(w0, acts16::<A8>(qs, 32 * b)),
+                        _mm256_madd_epi16(w1, acts16::<A8>(qs, 32 * b + 16)),
+                    );
+                    let dx = *d.get_unchecked(b);
+                    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(dlj * dx), acc);
                 }
             }
         } else if format == WeightFormat::Q2_K || format == WeightFormat::Q3_K {
