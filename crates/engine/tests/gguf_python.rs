@@ -9,7 +9,7 @@ use kernels_neon::{available_paths, dequantize_row_with, WeightFormat};
 use model_format::GgufFile;
 
 /// The formats of the fixture, by tensor name, as the writer tagged them.
-const FORMATS: [(&str, WeightFormat); 12] = [
+const FORMATS: [(&str, WeightFormat); 14] = [
     ("f16", WeightFormat::F16),
     ("bf16", WeightFormat::BF16),
     ("q8_0", WeightFormat::Q8_0),
@@ -22,6 +22,8 @@ const FORMATS: [(&str, WeightFormat); 12] = [
     ("q6_k", WeightFormat::Q6_K),
     ("iq4_nl", WeightFormat::IQ4_NL),
     ("iq4_xs", WeightFormat::IQ4_XS),
+    ("q2_k", WeightFormat::Q2_K),
+    ("q3_k", WeightFormat::Q3_K),
 ];
 
 #[test]

@@ -31,6 +31,9 @@ fn bench_matvec(c: &mut Criterion) {
         (WeightFormat::Q4_K, 1536, 1536),
         (WeightFormat::Q5_K, 1536, 1536),
         (WeightFormat::Q6_K, 1536, 1536),
+        (WeightFormat::Q2_K, 1536, 1536),
+        (WeightFormat::Q3_K, 1536, 1536),
+        (WeightFormat::IQ4_XS, 1536, 1536),
         // Qwen2.5-0.5B's tied Q5_0 embedding/output (896 wide), Q5_1 beside it
         (WeightFormat::Q5_0, 4864, 896),
         (WeightFormat::Q5_1, 4864, 896),

@@ -12,8 +12,8 @@
 //! re-exported here. Weight formats: `F32`, `F16`, `BF16`; the 32-element block formats
 //! `Q8_0`, `Q4_0`, `Q4_1`, `Q5_0`, `Q5_1` and the non-linear `IQ4_NL`; the K-quant super-block
 //! formats `Q4_K` (144 bytes per 256 elements), `Q5_K` (176) and `Q6_K` (210), the types of
-//! llama.cpp's popular `Q4_K_M` / `Q5_K_M` files, and `IQ4_XS` (136 bytes per 256; on the scalar
-//! reference kernels on every path for now: no SIMD kernel yet); and `I4Hybrid`, the
+//! llama.cpp's popular `Q4_K_M` / `Q5_K_M` files, `Q2_K` (84) and `Q3_K` (110), of its `Q2_K` /
+//! `Q3_K_*` files, and `IQ4_XS` (136 bytes per 256); and `I4Hybrid`, the
 //! PowerInfer-2 per-channel INT4 + INT8 outlier format (see below). Every
 //! entry point accepts every format; rows of a K-quant matrix must be a
 //! multiple of 256 wide.
@@ -39,11 +39,14 @@
 //! SIMD coverage: `matvec`, `matvec_many` and `matvec_rows` (all precisions), `axpy_rows`,
 //! `matmul`, `dequantize_row`,
 //! `dot_f32`, `axpy_f32` and the sum of squares of `rms_norm` are SIMD on both
-//! architectures for every format but `IQ4_XS` (scalar everywhere for now). The 5-bit formats
+//! architectures for every format. The 5-bit formats
 //! unpack their fifth bits into the quant bytes (`Q5_0`/`Q5_1`: AVX2 `bytes_from_bits_32` as in
 //! llama.cpp, NEON `vtst`; `Q5_K`: a shift of the `qh` bytes per sub-block) and then run the
 //! kernels of the 4-bit formats; `IQ4_NL` looks its nibbles up in the 16-value table (`pshufb`,
-//! `tbl`) and runs as `Q8_0`. K-quant `Exact` dequantizes a
+//! `tbl`) and runs as `Q8_0`; `IQ4_XS` does the same lookup per 32-wide sub-block. `Q2_K` and `Q3_K`
+//! unpack one 2-bit plane of 32 `qs` bytes per 32 elements (a shift and a mask; `Q3_K` adds its
+//! `hmask` bit as 4 and subtracts 4) and scale each 16-wide half on its own. K-quant `Exact`
+//! dequantizes a
 //! super-block into 256 f32 (AVX2 / NEON, bit-identical to the scalar
 //! code), then FMAs. The K-quant integer paths ([`Precision::Fast`],
 //! [`Precision::Int8`]) widen weights to i16 and multiply-add with the 16-
@@ -125,7 +128,8 @@
 //! # Precision
 //!
 //! [`Precision`] only affects [`matvec`] on the block-quantized formats
-//! (`Q8_0`, `Q4_0`, `Q4_1`, `Q5_0`, `Q5_1`, `IQ4_NL`, `Q4_K`, `Q5_K`, `Q6_K`, `IQ4_XS`). Float weights (`F32`, `F16`, `BF16`)
+//! (`Q8_0`, `Q4_0`, `Q4_1`, `Q5_0`, `Q5_1`, `IQ4_NL`, `Q2_K`, `Q3_K`, `Q4_K`, `Q5_K`, `Q6_K`,
+//! `IQ4_XS`). Float weights (`F32`, `F16`, `BF16`)
 //! and `I4Hybrid` use the exact f32 path in every precision, and [`matmul`] always uses the
 //! dequantized f32 tile with a register-blocked FMA microkernel (it measured
 //! faster than the integer path there), so its result is exact in every
@@ -193,8 +197,10 @@
 //! the i32 sum of `q_w * q_x` is scaled by `(d*sc) * d_x`, and the min term
 //! is `(dmin*m) * s_x` with `s_x = d_x * sum(q_x)`. A `Q6_K` sub-block (16
 //! wide, signed scale) is half an activation block, scaled by
-//! `(d*sc) * d_x` on its own. An `IQ4_XS` sub-block (32 wide) is one
-//! activation block scaled by `d*(ls - 32) * d_x`. The error bounds of [`Precision::Fast`] and
+//! `(d*sc) * d_x` on its own, and so is a `Q3_K` sub-block (16 wide, scale
+//! `d*(ls - 32)`). A `Q2_K` sub-block (16 wide) is scaled by `(d*sc) * d_x`, and its min
+//! term is `(dmin*m) * d_x * Σ q_x` over its 16 activation quants (`s_x` covers 32). An
+//! `IQ4_XS` sub-block (32 wide) is one activation block scaled by `d*(ls - 32) * d_x`. The error bounds of [`Precision::Fast`] and
 //! [`Precision::Int8`] below hold unchanged.
 //!
 //! Other block formats are meant to slot in as new

@@ -115,6 +115,8 @@ pub fn quantize_row(format: WeightFormat, src: &[f32], dst: &mut [u8]) -> Result
         }
         WeightFormat::Q5_0
         | WeightFormat::Q5_1
+        | WeightFormat::Q2_K
+        | WeightFormat::Q3_K
         | WeightFormat::Q4_K
         | WeightFormat::Q5_K
         | WeightFormat::Q6_K

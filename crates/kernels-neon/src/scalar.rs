@@ -215,6 +215,26 @@ pub(crate) fn dequant_row(format: WeightFormat, src: &[u8], dst: &mut [f32]) {
                 }
             }
         }
+        WeightFormat::Q2_K => {
+            for (blk, out) in src.chunks_exact(84).zip(dst.chunks_exact_mut(256)) {
+                let (dl, ml) = q2k_scales(blk);
+                for (s, o) in out.chunks_exact_mut(16).enumerate() {
+                    for (i, v) in o.iter_mut().enumerate() {
+                        *v = dl[s] * f32::from(q2k_quant(blk, 16 * s + i)) - ml[s];
+                    }
+                }
+            }
+        }
+        WeightFormat::Q3_K => {
+            for (blk, out) in src.chunks_exact(110).zip(dst.chunks_exact_mut(256)) {
+                let ds = q3k_scales(blk);
+                for (s, o) in out.chunks_exact_mut(16).enumerate() {
+                    for (i, v) in o.iter_mut().enumerate() {
+                        *v = ds[s] * f32::from(q3k_quant(blk, 16 * s + i));
+                    }
+                }
+            }
+        }
         WeightFormat::Q4_K => {
             for (blk, out) in src.chunks_exact(144).zip(dst.chunks_exact_mut(256)) {
                 let (dl, ml) = q4k_scales(blk);
@@ -265,6 +285,56 @@ pub(crate) fn dequant_row(format: WeightFormat, src: &[u8], dst: &mut [f32]) {
             }
         }
     }
+}
+
+/// Q2_K super-block: per sub-block of 16 the f32 factors `(d * sc, dmin * m)`,
+/// `sc` the low and `m` the high nibble of `scales[s]` (llama.cpp
+/// `dequantize_row_q2_K`; `d` at byte 80, `dmin` at 82).
+#[inline(always)]
+pub(crate) fn q2k_scales(blk: &[u8]) -> ([f32; 16], [f32; 16]) {
+    let (d, dmin) = (f16_at(blk, 80), f16_at(blk, 82));
+    let dl = std::array::from_fn(|s| d * f32::from(blk[s] & 0xF));
+    let ml = std::array::from_fn(|s| dmin * f32::from(blk[s] >> 4));
+    (dl, ml)
+}
+
+/// Q2_K / Q3_K: the 2 low bits of element `i` (0..256) of a super-block
+/// whose 64 `qs` bytes start at `off` (16 for Q2_K, 32 for Q3_K): half
+/// `n = i / 128` uses `qs[32n..32n + 32]`, element `128n + 32k + l` bits
+/// `2k..2k + 2` of `qs[32n + l]`.
+#[inline(always)]
+fn k2_low_bits(blk: &[u8], off: usize, i: usize) -> u8 {
+    (blk[off + 32 * (i / 128) + i % 32] >> (2 * (i % 128 / 32))) & 3
+}
+
+/// Q2_K: the 2-bit quant (0..=3) of element `i` (0..256) of a super-block.
+#[inline(always)]
+pub(crate) fn q2k_quant(blk: &[u8], i: usize) -> u8 {
+    k2_low_bits(blk, 16, i)
+}
+
+/// Q3_K super-block: per sub-block of 16 the f32 factor `d * (ls - 32)`,
+/// the 6-bit `ls` unpacked from the 12 `scales` bytes (byte 96) as
+/// llama.cpp's `kmask1`/`kmask2` shuffle does: low 4 bits in nibble `s / 8`
+/// of byte `s % 8`, high 2 bits at bit `2 (s / 4)` of byte `8 + s % 4`.
+#[inline(always)]
+pub(crate) fn q3k_scales(blk: &[u8]) -> [f32; 16] {
+    let d = f16_at(blk, 108);
+    let sc = &blk[96..108];
+    std::array::from_fn(|s| {
+        let lo = (sc[s % 8] >> (4 * (s / 8))) & 0xF;
+        let hi = (sc[8 + s % 4] >> (2 * (s / 4))) & 3;
+        d * (i32::from(lo | hi << 4) - 32) as f32
+    })
+}
+
+/// Q3_K: the signed 3-bit quant (-4..=3) of element `i` (0..256) of a
+/// super-block: the 2 low bits from `qs` (byte 32) minus 4 where bit
+/// `i / 32` of `hmask[i % 32]` is clear (llama.cpp `dequantize_row_q3_K`).
+#[inline(always)]
+pub(crate) fn q3k_quant(blk: &[u8], i: usize) -> i8 {
+    let h = (blk[i % 32] >> (i / 32)) & 1;
+    k2_low_bits(blk, 32, i) as i8 - 4 * (1 - h as i8)
 }
 
 /// Q4_K: 6-bit scale and min of sub-block `j` (0..8) from the 12 packed
@@ -458,7 +528,12 @@ pub(crate) fn dot_int8(format: WeightFormat, row: &[u8], xq: &QActs) -> f32 {
             acc = dot_q5(format, row, &xq.qs, &xq.d, &xq.s);
         }
         WeightFormat::IQ4_NL => acc = dot_iq4nl(row, &xq.qs, &xq.d),
-        WeightFormat::Q4_K | WeightFormat::Q5_K | WeightFormat::Q6_K | WeightFormat::IQ4_XS => {
+        WeightFormat::Q2_K
+        | WeightFormat::Q3_K
+        | WeightFormat::Q4_K
+        | WeightFormat::Q5_K
+        | WeightFormat::Q6_K
+        | WeightFormat::IQ4_XS => {
             acc = dot_k(format, row, &xq.qs, &xq.d, &xq.s);
         }
         // Float and hybrid formats never take the integer path (see `matvec`).
@@ -522,7 +597,11 @@ pub(crate) fn dot_iq4nl<T: Copy + Into<i32>>(row: &[u8], qs: &[T], d: &[f32]) ->
 /// term). Q6_K: per sub-block of 16 (half an activation block) the i32 sum
 /// of `(q_w - 32) * q_x` scaled by `(d*sc) * d_x` (|sum| <= 16·32·32767 < 2^24).
 /// IQ4_XS: per sub-block of 32 the i32 sum of `IQ4NL_VALUES[q_w] * q_x`
-/// scaled by `d * (ls - 32) * d_x`.
+/// scaled by `d * (ls - 32) * d_x`. Q2_K: per sub-block of 16 the i32 sums
+/// of `q_w * q_x` and of `q_x`, scaled by `(d*sc) * d_x` and `(dmin*m) * d_x`
+/// (the min term needs the activations' sum over 16, not 32). Q3_K: per
+/// sub-block of 16 the i32 sum of `q_w * q_x` (q_w in -4..=3) scaled by
+/// `d * (ls - 32) * d_x`.
 pub(crate) fn dot_k<T: Copy + Into<i32>>(
     format: WeightFormat,
     row: &[u8],
@@ -563,6 +642,33 @@ pub(crate) fn dot_k<T: Copy + Into<i32>>(
                         isum += i32::from(q6k_quant(blk, 16 * j + i)) * x.into();
                     }
                     acc += dsj * d[b] * isum as f32;
+                }
+            }
+        }
+        WeightFormat::Q2_K | WeightFormat::Q3_K => {
+            for (sb, blk) in row.chunks_exact(format.block_bytes()).enumerate() {
+                let (dl, ml) = if format == WeightFormat::Q2_K {
+                    q2k_scales(blk)
+                } else {
+                    (q3k_scales(blk), [0f32; 16])
+                };
+                for j in 0..16 {
+                    let b = sb * 8 + j / 2;
+                    let e0 = b * 32 + 16 * (j % 2);
+                    let (mut isum, mut xsum) = (0i32, 0i32);
+                    for (i, &x) in qs[e0..e0 + 16].iter().enumerate() {
+                        let q = if format == WeightFormat::Q2_K {
+                            i32::from(q2k_quant(blk, 16 * j + i))
+                        } else {
+                            i32::from(q3k_quant(blk, 16 * j + i))
+                        };
+                        isum += q * x.into();
+                        xsum += x.into();
+                    }
+                    acc += dl[j] * d[b] * isum as f32;
+                    if format == WeightFormat::Q2_K {
+                        acc -= ml[j] * d[b] * xsum as f32;
+                    }
                 }
             }
         }

@@ -50,6 +50,8 @@ fixtures! {
     q4_1_matches_gguf_python: Q4_1 = "q4_1.bin",
     q5_0_matches_gguf_python: Q5_0 = "q5_0.bin",
     q5_1_matches_gguf_python: Q5_1 = "q5_1.bin",
+    q2_k_matches_gguf_python: Q2_K = "q2_k.bin",
+    q3_k_matches_gguf_python: Q3_K = "q3_k.bin",
     q4_k_matches_gguf_python: Q4_K = "q4_k.bin",
     q5_k_matches_gguf_python: Q5_K = "q5_k.bin",
     q6_k_matches_gguf_python: Q6_K = "q6_k.bin",

@@ -295,6 +295,120 @@ fn dequant_q6_k_known() {
     }
 }
 
+/// `qs[b] = 29b + 7` (mod 256): the 64 2-bit-plane bytes of the Q2_K and Q3_K blocks below.
+fn k23_qs() -> impl Iterator<Item = u8> {
+    (0..64u32).map(|b| (29 * b + 7) as u8)
+}
+
+/// Hand-built Q2_K super-block: `scales[s] = (s + 1) & 15 | (3s & 15) << 4`
+/// (sc = 0 for s = 15), `qs` from [`k23_qs`], d = 0.5, dmin = 0.25.
+fn q2_k_block() -> Vec<u8> {
+    let mut blk: Vec<u8> = (0..16u32)
+        .map(|s| (((s + 1) & 15) | (((3 * s) & 15) << 4)) as u8)
+        .collect();
+    blk.extend(k23_qs());
+    blk.extend(h(0.5));
+    blk.extend(h(0.25));
+    assert_eq!(blk.len(), 84);
+    blk
+}
+
+#[test]
+fn dequant_q2_k_known() {
+    let blk = q2_k_block();
+    let out = all_paths_dequant(WeightFormat::Q2_K, &blk, 256);
+    // 0: qs[0] = 7, bits 0..2 = 3; sub 0: sc = 1, m = 0 -> 0.5*3
+    assert_eq!(out[0], 1.5);
+    // 45: plane 1 of qs[13] = 128 -> 0; sub 2: sc = 3, m = 6 -> -0.25*6
+    assert_eq!(out[45], -1.5);
+    // 133: half 1, plane 0 of qs[37] = 56 -> 0; sub 8: m = 24 & 15 = 8 -> -2
+    assert_eq!(out[133], -2.0);
+    // 255: half 1, plane 3 of qs[63] = 42 -> 0; sub 15: sc = 0, m = 13 -> -3.25
+    assert_eq!(out[255], -3.25);
+    // Every element from llama.cpp's `dequantize_row_q2_K` loop written out directly.
+    let (d, dmin) = (0.5f32, 0.25f32);
+    let mut y = Vec::new();
+    let mut is = 0;
+    for n in 0..2 {
+        let q = &blk[16 + 32 * n..];
+        for shift in [0, 2, 4, 6] {
+            for half in 0..2 {
+                let sc = blk[is];
+                is += 1;
+                let (dl, ml) = (d * f32::from(sc & 0xF), dmin * f32::from(sc >> 4));
+                for l in 0..16 {
+                    y.push(dl * f32::from((q[l + 16 * half] >> shift) & 3) - ml);
+                }
+            }
+        }
+    }
+    assert_eq!(out, y);
+}
+
+/// Hand-built Q3_K super-block: `hmask[b] = 73b + 11`, `qs` from
+/// [`k23_qs`], 12 scale bytes whose 6-bit scales include 0 (-32), d = 0.25.
+fn q3_k_block() -> Vec<u8> {
+    let mut blk: Vec<u8> = (0..32u32).map(|b| (73 * b + 11) as u8).collect();
+    blk.extend(k23_qs());
+    blk.extend([
+        0x10, 0xF2, 0x3F, 0x85, 0x00, 0xFF, 0x7A, 0x31, 0xE4, 0x1B, 0x00, 0xFF,
+    ]);
+    blk.extend(h(0.25));
+    assert_eq!(blk.len(), 110);
+    blk
+}
+
+#[test]
+fn dequant_q3_k_known() {
+    let blk = q3_k_block();
+    let out = all_paths_dequant(WeightFormat::Q3_K, &blk, 256);
+    // Scales by hand: low 4 bits in nibble s / 8 of byte s % 8, high 2 bits at bit 2(s / 4) of
+    // byte 8 + s % 4: s = 0: 0x10 & 15 = 0, 0xE4 & 3 = 0 -> -32; s = 2: 15, 0 -> -17;
+    // s = 12: 0x00 >> 4 = 0, 0xE4 >> 6 = 3 -> 48 - 32 = 16; s = 15: 0x31 >> 4 = 3, 0xFF >> 6 = 3 -> 19.
+    // 0: plane 0 of qs[0] = 7 -> 3, bit 0 of hmask[0] = 11 set -> q = 3; 0.25 * -32 * 3
+    assert_eq!(out[0], -24.0);
+    // 45: plane 1 of qs[13] = 128 -> 0, bit 1 of hmask[13] = 192 clear -> q = -4; 0.25 * -17 * -4
+    assert_eq!(out[45], 17.0);
+    // 201: plane 2 of qs[41] = 172 -> 2, bit 6 of hmask[9] = 156 clear -> q = -2; 0.25 * 16 * -2
+    assert_eq!(out[201], -8.0);
+    // 250: plane 3 of qs[58] = 153 -> 2, bit 7 of hmask[26] = 117 clear -> q = -2; 0.25 * 19 * -2
+    assert_eq!(out[250], -9.5);
+    // Every element from llama.cpp's `dequantize_row_q3_K` loop (kmask1/kmask2 scale shuffle)
+    // written out directly.
+    let a = |i: usize| u32::from_le_bytes(blk[96 + 4 * i..100 + 4 * i].try_into().unwrap());
+    let (k1, k2) = (0x0303_0303u32, 0x0f0f_0f0fu32);
+    let (a0, a1, tmp) = (a(0), a(1), a(2));
+    let aux = [
+        (a0 & k2) | ((tmp & k1) << 4),
+        (a1 & k2) | (((tmp >> 2) & k1) << 4),
+        ((a0 >> 4) & k2) | (((tmp >> 4) & k1) << 4),
+        ((a1 >> 4) & k2) | (((tmp >> 6) & k1) << 4),
+    ];
+    let scales: Vec<i8> = aux
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .map(|b| b as i8)
+        .collect();
+    let (hm, d) = (&blk[..32], 0.25f32);
+    let mut y = Vec::new();
+    let (mut is, mut m) = (0, 1u8);
+    for n in 0..2 {
+        let q = &blk[32 + 32 * n..];
+        for shift in [0, 2, 4, 6] {
+            for half in 0..2 {
+                let dl = d * f32::from(scales[is] - 32);
+                is += 1;
+                for l in 16 * half..16 * half + 16 {
+                    let off = if hm[l] & m != 0 { 0 } else { 4 };
+                    y.push(dl * f32::from(((q[l] >> shift) & 3) as i8 - off));
+                }
+            }
+            m <<= 1;
+        }
+    }
+    assert_eq!(out, y);
+}
+
 #[test]
 fn k_quant_matvec_one_hot_every_path_and_precision() {
     // A 2-row matrix (Q4_K block, then the same block with d negated) and
@@ -302,6 +416,8 @@ fn k_quant_matvec_one_hot_every_path_and_precision() {
     for (format, blk) in [
         (WeightFormat::Q4_K, q4_k_block()),
         (WeightFormat::Q6_K, q6_k_block()),
+        (WeightFormat::Q2_K, q2_k_block()),
+        (WeightFormat::Q3_K, q3_k_block()),
     ] {
         let mut data = blk.clone();
         data.extend(&blk);

@@ -105,7 +105,8 @@ proptest! {
     fn integer_paths_match_scalar(
         format in prop::sample::select(vec![
             WeightFormat::Q8_0, WeightFormat::Q4_0, WeightFormat::Q4_1,
-            WeightFormat::Q5_0, WeightFormat::Q5_1, WeightFormat::Q4_K, WeightFormat::Q5_K, WeightFormat::Q6_K,
+            WeightFormat::Q5_0, WeightFormat::Q5_1, WeightFormat::Q2_K, WeightFormat::Q3_K,
+            WeightFormat::Q4_K, WeightFormat::Q5_K, WeightFormat::Q6_K,
             WeightFormat::IQ4_NL, WeightFormat::IQ4_XS, WeightFormat::I4Hybrid { outliers_per_row: 5 },
         ]),
         precision in prop::sample::select(vec![Precision::Fast, Precision::Int8]),

@@ -289,6 +289,8 @@ fn axpy_rows_large_parallel() {
         WeightFormat::Q5_0,
         WeightFormat::Q5_1,
         WeightFormat::F16,
+        WeightFormat::Q2_K,
+        WeightFormat::Q3_K,
         WeightFormat::Q4_K,
         WeightFormat::Q5_K,
         WeightFormat::Q6_K,

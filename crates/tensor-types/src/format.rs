@@ -115,6 +115,21 @@ formats! {
     /// Blocks of 32: `{ d: f16, m: f16, qh: [u8; 4], qs: [u8; 16] }` (24 bytes);
     /// the unsigned 5-bit `q` as in [`Q5_0`](Self::Q5_0), element is `d * q + m`.
     Q5_1 = (7, 32, 24),
+    /// llama.cpp K-quant super-blocks of 256: `{ scales: [u8; 16],
+    /// qs: [u8; 64], d: f16, dmin: f16 }` (84 bytes, `d` and `dmin` last).
+    /// Sixteen sub-blocks of 16, each with a 4-bit scale `sc` (low nibble of
+    /// `scales[s]`) and 4-bit min `m` (high nibble); element `i` is
+    /// `d*sc * q - dmin*m` with 2-bit `q`, bits `2k..2k+2` of
+    /// `qs[32n + i % 32]` for `n = i / 128`, `k = i % 128 / 32`.
+    Q2_K = (10, 256, 84),
+    /// llama.cpp K-quant super-blocks of 256: `{ hmask: [u8; 32],
+    /// qs: [u8; 64], scales: [u8; 12], d: f16 }` (110 bytes, `d` last).
+    /// Sixteen sub-blocks of 16 with a 6-bit scale `ls` each (low 4 bits in
+    /// nibble `s / 8` of `scales[s % 8]`, high 2 bits at bit `2(s / 4)` of
+    /// `scales[8 + s % 4]`); element `i` is `d * (ls - 32) * q` with
+    /// `q = lo - 4 * (1 - h)` in -4..=3: `lo` the 2 bits of `qs` as in
+    /// [`Q2_K`](Self::Q2_K), `h` bit `i / 32` of `hmask[i % 32]`.
+    Q3_K = (11, 256, 110),
     /// llama.cpp K-quant super-blocks of 256: `{ d: f16, dmin: f16,
     /// scales: [u8; 12], qs: [u8; 128] }` (144 bytes). Eight sub-blocks of 32,
     /// each with a 6-bit scale `sc` and 6-bit min `m` packed in `scales`
@@ -223,7 +238,7 @@ mod tests {
 
     /// llama.cpp's `ggml.c` `type_traits` (`type_name`, `blck_size`, `type_size`) and `ggml.h`
     /// `enum ggml_type` ids for the formats of the table, written out independently of it.
-    const LLAMA_CPP: [(&str, u32, usize, usize); 13] = [
+    const LLAMA_CPP: [(&str, u32, usize, usize); 15] = [
         ("F32", 0, 1, 4),
         ("F16", 1, 1, 2),
         ("Q4_0", 2, 32, 18),
@@ -231,6 +246,8 @@ mod tests {
         ("Q5_0", 6, 32, 22),
         ("Q5_1", 7, 32, 24),
         ("Q8_0", 8, 32, 34),
+        ("Q2_K", 10, 256, 84),
+        ("Q3_K", 11, 256, 110),
         ("Q4_K", 12, 256, 144),
         ("Q5_K", 13, 256, 176),
         ("Q6_K", 14, 256, 210),
@@ -251,7 +268,7 @@ mod tests {
         };
         assert_eq!(hy.ggml_id(), None);
         assert_eq!(hy.to_string(), "I4Hybrid(k=6)");
-        for id in [4, 5, 9, 10, 11, 15, 29, 31, 1000, u32::MAX] {
+        for id in [4, 5, 9, 15, 16, 17, 29, 31, 1000, u32::MAX] {
             assert_eq!(WeightFormat::from_ggml_id(id), None, "id {id}");
         }
     }
@@ -275,6 +292,8 @@ mod tests {
         assert_eq!(Q5_0.row_bytes(896), Some(28 * 22));
         assert_eq!(Q5_1.row_bytes(896), Some(28 * 24));
         assert_eq!(Q6_K.row_bytes(512), Some(420));
+        assert_eq!(Q2_K.row_bytes(512), Some(168));
+        assert_eq!(Q3_K.row_bytes(768), Some(330));
         assert_eq!(Q4_K.row_bytes(576), None);
         assert_eq!(F32.row_bytes(usize::MAX), None);
         assert_eq!(F16.row_bytes(0), Some(0));

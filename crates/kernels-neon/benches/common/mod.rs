@@ -42,8 +42,13 @@ pub fn random_matrix(format: WeightFormat, rows: usize, cols: usize, seed: u64) 
     } else if format.is_quantized() {
         for blk in out.chunks_exact_mut(format.block_bytes()) {
             match format {
-                // Q6_K keeps `d` last (bytes 0..2 are quants).
+                // Q6_K, Q3_K and Q2_K keep `d` (and Q2_K `dmin`) last.
                 WeightFormat::Q6_K => blk[208..210].copy_from_slice(&scale),
+                WeightFormat::Q3_K => blk[108..110].copy_from_slice(&scale),
+                WeightFormat::Q2_K => {
+                    blk[80..82].copy_from_slice(&scale);
+                    blk[82..84].copy_from_slice(&scale);
+                }
                 _ => blk[..2].copy_from_slice(&scale),
             }
             match format {

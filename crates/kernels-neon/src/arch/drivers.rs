@@ -75,7 +75,7 @@ pub(crate) unsafe fn rows_blocked<const R: usize, K: RowDots>(
     }
 }
 
-/// `y += c * dequant(row)` for a K-quant row (`Q4_K`, `Q6_K`), one
+/// `y += c * dequant(row)` for a K-quant row (any super-block format), one
 /// 256-element super-block at a time: `dequant` fills a buffer on the
 /// stack, `axpy` adds `c` times it to the block's 256 outputs.
 #[inline(always)]

@@ -4,7 +4,7 @@
 use half::{bf16, f16};
 use kernels_neon::{dequantize_row_with, KernelPath, Precision, QMatrix, WeightFormat};
 
-pub const FORMATS: [WeightFormat; 16] = [
+pub const FORMATS: [WeightFormat; 18] = [
     WeightFormat::F32,
     WeightFormat::F16,
     WeightFormat::BF16,
@@ -13,6 +13,8 @@ pub const FORMATS: [WeightFormat; 16] = [
     WeightFormat::Q4_1,
     WeightFormat::Q5_0,
     WeightFormat::Q5_1,
+    WeightFormat::Q2_K,
+    WeightFormat::Q3_K,
     WeightFormat::Q4_K,
     WeightFormat::Q5_K,
     WeightFormat::Q6_K,
@@ -116,6 +118,17 @@ pub fn random_matrix(format: WeightFormat, rows: usize, cols: usize, rng: &mut R
                     .for_each(|c| out.extend_from_slice(&c.to_le_bytes()));
                 (0..k).for_each(|_| out.push(rng.byte()));
                 out.resize(start + format.row_bytes(cols).unwrap(), 0);
+            }
+            WeightFormat::Q2_K | WeightFormat::Q3_K => {
+                for _ in 0..cols / 256 {
+                    // Q2_K: scales, qs, then d and dmin; Q3_K: hmask, qs, scales, then d.
+                    let n = format.block_bytes() - if format == WeightFormat::Q2_K { 4 } else { 2 };
+                    (0..n).for_each(|_| out.push(rng.byte()));
+                    out.extend_from_slice(&f16::from_f32(rng.f() * 0.01).to_le_bytes());
+                    if format == WeightFormat::Q2_K {
+                        out.extend_from_slice(&f16::from_f32(rng.f() * 0.02).to_le_bytes());
+                    }
+                }
             }
             WeightFormat::Q6_K => {
                 for _ in 0..cols / 256 {

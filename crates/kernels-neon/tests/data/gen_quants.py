@@ -36,6 +36,9 @@ FORMATS = [
     ("q6_k", T.Q6_K, [(208, 0.002)]),
     ("iq4_nl", T.IQ4_NL, [(0, 0.005)]),
     ("iq4_xs", T.IQ4_XS, [(0, 0.005)]),
+    # Appended (not in K-quant order) so the files above keep their bytes.
+    ("q2_k", T.Q2_K, [(80, 0.01), (82, 0.02)]),
+    ("q3_k", T.Q3_K, [(108, 0.005)]),
 ]
 
 N_ELEMENTS = 1024

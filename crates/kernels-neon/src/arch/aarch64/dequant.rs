@@ -139,8 +139,6 @@ pub(crate) fn dequant_row(format: WeightFormat, src: &[u8], dst: &mut [f32]) {
         WeightFormat::Q5_0 => dequant_q::<Q5_0>(src, dst),
         WeightFormat::Q5_1 => dequant_q::<Q5_1>(src, dst),
         WeightFormat::IQ4_NL => dequant_q::<IQ4_NL>(src, dst),
-        // No SIMD kernel for IQ4_XS yet: the scalar reference.
-        WeightFormat::IQ4_XS => crate::scalar::dequant_row(format, src, dst),
         WeightFormat::BF16 => {
             let n8 = dst.len() / 8 * 8;
             for (c, o) in src[..n8 * 2].chunks_exact(16).zip(dst.chunks_exact_mut(8)) {
@@ -157,7 +155,12 @@ pub(crate) fn dequant_row(format: WeightFormat, src: &[u8], dst: &mut [f32]) {
                 *o = bf16::from_le_bytes([src[2 * j], src[2 * j + 1]]).to_f32();
             }
         }
-        WeightFormat::Q4_K | WeightFormat::Q5_K | WeightFormat::Q6_K => {
+        WeightFormat::Q2_K
+        | WeightFormat::Q3_K
+        | WeightFormat::Q4_K
+        | WeightFormat::Q5_K
+        | WeightFormat::Q6_K
+        | WeightFormat::IQ4_XS => {
             for (blk, out) in src
                 .chunks_exact(format.block_bytes())
                 .zip(dst.chunks_exact_mut(256))

@@ -1,9 +1,10 @@
-//! K-quant rows (`Q4_K`, `Q5_K`, `Q6_K`): super-block dequantization, exact dot, and
-//! the integer dot with 8- or 16-bit activations (and its row loop).
+//! K-quant rows (`Q2_K`, `Q3_K`, `Q4_K`, `Q5_K`, `Q6_K`, `IQ4_XS`): super-block
+//! dequantization, exact dot, and the integer dot with 8- or 16-bit activations (and its row
+//! loop).
 
 use std::arch::aarch64::*;
 
-use super::simd::{load_f32x4, load_u8x16, s8_to_f32, store16, u8_to_f32};
+use super::simd::{iq4nl_values, load_f32x4, load_u8x16, s8_to_f32, store16, u8_to_f32};
 use super::vector::axpy_f32;
 use crate::arch::drivers::axpy_superblocks;
 use crate::arch::Rows;
@@ -27,6 +28,32 @@ fn q6k_quants16(blk: &[u8], n: usize, k: usize, p: usize) -> int8x16_t {
         vreinterpretq_s8_u8(vorrq_u8(lo, vshlq_n_u8::<4>(hb))),
         vdupq_n_s8(32),
     )
+}
+
+/// The quants of elements `128n + 32k + 16p .. + 16` (sub-block
+/// `8n + 2k + p`) of a `Q2_K` (0..=3) or `Q3_K` (-4..=3) super-block: bits
+/// `2k..2k + 2` of `qs[32n + 16p..]` (byte 16, or 32 for Q3_K), Q3_K minus 4
+/// where bit `4n + k` of `hmask[16p..]` is clear.
+#[inline]
+#[target_feature(enable = "neon")]
+fn k23_quants16(format: WeightFormat, blk: &[u8], n: usize, k: usize, p: usize) -> int8x16_t {
+    let q3 = format == WeightFormat::Q3_K;
+    let qoff = if q3 { 32 } else { 16 };
+    let qs = load_u8x16(&blk[qoff + 32 * n + 16 * p..]);
+    let lo = vandq_u8(vshlq_u8(qs, vdupq_n_s8(-2 * k as i8)), vdupq_n_u8(3));
+    if q3 {
+        let hm = load_u8x16(&blk[16 * p..]);
+        let h = vandq_u8(
+            vshlq_u8(hm, vdupq_n_s8(-((4 * n + k) as i8))),
+            vdupq_n_u8(1),
+        );
+        vsubq_s8(
+            vreinterpretq_s8_u8(vorrq_u8(lo, vshlq_n_u8::<2>(h))),
+            vdupq_n_s8(4),
+        )
+    } else {
+        vreinterpretq_s8_u8(lo)
+    }
 }
 
 /// The unsigned quants of elements `32j + 16p .. + 16` (sub-block `j`, part
@@ -55,8 +82,8 @@ fn q45k_quants16(format: WeightFormat, blk: &[u8], j: usize, p: usize) -> uint8x
 
 /// Dequantizes one K-quant super-block (`blk`, a full block) into the
 /// first 256 elements of `out`. Same f32 operations as the scalar reference
-/// (`d*sc * q - dmin*m` for Q4_K and Q5_K, `(d*sc) * q` for Q6_K; no FMA), so the
-/// results are bit-identical.
+/// (`d*sc * q - dmin*m` for Q2_K, Q4_K and Q5_K, `(d*sc) * q` for Q3_K and Q6_K,
+/// `d*(ls - 32) * v` for IQ4_XS; no FMA), so the results are bit-identical.
 #[inline]
 #[target_feature(enable = "neon")]
 pub(super) fn dequant_superblock(format: WeightFormat, blk: &[u8], out: &mut [f32]) {
@@ -69,6 +96,40 @@ pub(super) fn dequant_superblock(format: WeightFormat, blk: &[u8], out: &mut [f3
                 let m = vdupq_n_f32(ml[j]);
                 let v = u8_to_f32(q).map(|x| vsubq_f32(vmulq_n_f32(x, dl[j]), m));
                 store16(&mut out[32 * j + 16 * part..], v);
+            }
+        }
+    } else if format == WeightFormat::IQ4_XS {
+        let dl = crate::scalar::iq4xs_scales(blk);
+        for (j, &dlj) in dl.iter().enumerate() {
+            let (lo, hi) = iq4nl_values(&blk[8 + 16 * j..]);
+            store16(
+                &mut out[32 * j..],
+                s8_to_f32(lo).map(|x| vmulq_n_f32(x, dlj)),
+            );
+            store16(
+                &mut out[32 * j + 16..],
+                s8_to_f32(hi).map(|x| vmulq_n_f32(x, dlj)),
+            );
+        }
+    } else if format == WeightFormat::Q2_K || format == WeightFormat::Q3_K {
+        let (dl, ml) = if format == WeightFormat::Q2_K {
+            crate::scalar::q2k_scales(blk)
+        } else {
+            (crate::scalar::q3k_scales(blk), [0f32; 16])
+        };
+        for n in 0..2 {
+            for k in 0..4 {
+                for p in 0..2 {
+                    let q = k23_quants16(format, blk, n, k, p);
+                    let s = 8 * n + 2 * k + p;
+                    let v = if format == WeightFormat::Q2_K {
+                        let m = vdupq_n_f32(ml[s]);
+                        s8_to_f32(q).map(|x| vsubq_f32(vmulq_n_f32(x, dl[s]), m))
+                    } else {
+                        s8_to_f32(q).map(|x| vmulq_n_f32(x, dl[s]))
+                    };
+                    store16(&mut out[16 * s..], v);
+                }
             }
         }
     } else {
@@ -132,13 +193,15 @@ fn dot16(w: int8x16_t, x: [int16x8_t; 2]) -> int32x4_t {
     vmlal_high_s16(s, w1, x[1])
 }
 
-/// Integer dot of a K-quant row (`Q4_K`, `Q5_K` or `Q6_K`) with quantized
+/// Integer dot of a K-quant row (`Q2_K`, `Q3_K`, `Q4_K`, `Q5_K`, `Q6_K` or `IQ4_XS`) with quantized
 /// activations: `xs(e)` returns the 8 activation quants at element `e`
 /// widened to i16 (8- or 16-bit activations), `d`/`s` are the per-32
 /// scales and `d*sum(q)`. Per sub-block an i32 sum (`smull`/`smlal`,
 /// |q_w| <= 63, |q_x| <= 32767: each lane sums at most 8 products, below
 /// 2^24), one convert and one FMA with `(d*sc) * d_x`; the Q4_K/Q5_K min term
-/// `(dmin*m) * s_x` is accumulated separately (see the crate docs).
+/// `(dmin*m) * s_x` is accumulated separately (see the crate docs). Q2_K's min
+/// term: the activation sum of each 16-wide sub-block (a dot with ones), FMA'd
+/// with `-(dmin*m) * d_x`.
 #[target_feature(enable = "neon")]
 fn dot_k_int(
     format: WeightFormat,
@@ -163,6 +226,36 @@ fn dot_k_int(
                 let isum = vaddq_s32(dot16(q(0), x16(32 * b)), dot16(q(1), x16(32 * b + 16)));
                 acc = vfmaq_n_f32(acc, vcvtq_f32_s32(isum), dl[j] * d[b]);
                 extra -= ml[j] * s[b];
+            }
+        } else if format == WeightFormat::IQ4_XS {
+            let dl = crate::scalar::iq4xs_scales(blk);
+            for (j, &dlj) in dl.iter().enumerate() {
+                let b = sb * 8 + j;
+                let (lo, hi) = iq4nl_values(&blk[8 + 16 * j..]);
+                let isum = vaddq_s32(dot16(lo, x16(32 * b)), dot16(hi, x16(32 * b + 16)));
+                acc = vfmaq_n_f32(acc, vcvtq_f32_s32(isum), dlj * d[b]);
+            }
+        } else if format == WeightFormat::Q2_K || format == WeightFormat::Q3_K {
+            let q2 = format == WeightFormat::Q2_K;
+            let (dl, ml) = if q2 {
+                crate::scalar::q2k_scales(blk)
+            } else {
+                (crate::scalar::q3k_scales(blk), [0f32; 16])
+            };
+            for n in 0..2 {
+                for k in 0..4 {
+                    let b = sb * 8 + 4 * n + k;
+                    for p in 0..2 {
+                        let s = 8 * n + 2 * k + p;
+                        let x = x16(32 * b + 16 * p);
+                        let isum = dot16(k23_quants16(format, blk, n, k, p), x);
+                        acc = vfmaq_n_f32(acc, vcvtq_f32_s32(isum), dl[s] * d[b]);
+                        if q2 {
+                            let xsum = dot16(vdupq_n_s8(1), x);
+                            acc = vfmaq_n_f32(acc, vcvtq_f32_s32(xsum), -(ml[s] * d[b]));
+                        }
+                    }
+                }
             }
         } else {
             let ds = crate::scalar::q6k_scales(blk);

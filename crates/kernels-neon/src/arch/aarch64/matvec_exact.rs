@@ -67,11 +67,12 @@ pub(crate) fn matvec_exact(w: &QMatrix<'_>, sel: Rows<'_>, x: &[f32], y: &mut [f
         WeightFormat::Q5_0 => rows_with(w, sel, y, |r| dot_exact_q::<Q5_0>(r, x)),
         WeightFormat::Q5_1 => rows_with(w, sel, y, |r| dot_exact_q::<Q5_1>(r, x)),
         WeightFormat::IQ4_NL => rows_with(w, sel, y, |r| dot_exact_q::<IQ4_NL>(r, x)),
-        // No SIMD kernel for IQ4_XS yet: the scalar reference.
-        WeightFormat::IQ4_XS => crate::scalar::matvec_exact(w, sel, x, y),
-        WeightFormat::Q4_K | WeightFormat::Q5_K | WeightFormat::Q6_K => {
-            rows_with(w, sel, y, |r| dot_exact_k(format, r, x))
-        }
+        WeightFormat::Q2_K
+        | WeightFormat::Q3_K
+        | WeightFormat::Q4_K
+        | WeightFormat::Q5_K
+        | WeightFormat::Q6_K
+        | WeightFormat::IQ4_XS => rows_with(w, sel, y, |r| dot_exact_k(format, r, x)),
         WeightFormat::I4Hybrid { outliers_per_row } => {
             let k = usize::from(outliers_per_row);
             rows_with(w, sel, y, |r| dot_exact_hybrid(k, r, x))

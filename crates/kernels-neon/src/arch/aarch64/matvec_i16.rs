@@ -92,11 +92,15 @@ pub(crate) fn matvec_i16(w: &QMatrix<'_>, sel: Rows<'_>, xq: &QActs16, y: &mut [
         WeightFormat::Q5_0 => rows_i16::<Q5_0>(w, sel, xq, y),
         WeightFormat::Q5_1 => rows_i16::<Q5_1>(w, sel, xq, y),
         WeightFormat::IQ4_NL => rows_i16::<IQ4_NL>(w, sel, xq, y),
-        WeightFormat::Q4_K | WeightFormat::Q5_K | WeightFormat::Q6_K => {
+        WeightFormat::Q2_K
+        | WeightFormat::Q3_K
+        | WeightFormat::Q4_K
+        | WeightFormat::Q5_K
+        | WeightFormat::Q6_K
+        | WeightFormat::IQ4_XS => {
             matvec_k_int(w, sel, &xq.d, &xq.s, y, |e| load_i16x8(&xq.qs[e..]))
         }
-        // IQ4_XS (no SIMD kernel yet) and the rest (float and hybrid formats never take the
-        // integer path): the scalar reference.
+        // Float and hybrid formats never take the integer path: the scalar reference.
         _ => crate::scalar::matvec_i16(w, sel, xq, y),
     }
 }

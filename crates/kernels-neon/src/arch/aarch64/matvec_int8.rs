@@ -116,11 +116,15 @@ pub(crate) fn matvec_int8(
         WeightFormat::Q5_0 => rows_int8::<Q5_0>(w, sel, xq, y, dotprod),
         WeightFormat::Q5_1 => rows_int8::<Q5_1>(w, sel, xq, y, dotprod),
         WeightFormat::IQ4_NL => rows_int8::<IQ4_NL>(w, sel, xq, y, dotprod),
-        WeightFormat::Q4_K | WeightFormat::Q5_K | WeightFormat::Q6_K => {
+        WeightFormat::Q2_K
+        | WeightFormat::Q3_K
+        | WeightFormat::Q4_K
+        | WeightFormat::Q5_K
+        | WeightFormat::Q6_K
+        | WeightFormat::IQ4_XS => {
             matvec_k_int(w, sel, &xq.d, &xq.s, y, |e| load_i8x8_wide(&xq.qs[e..]))
         }
-        // IQ4_XS (no SIMD kernel yet) and the rest (float and hybrid formats never take the
-        // integer path): the scalar reference.
+        // Float and hybrid formats never take the integer path: the scalar reference.
         _ => crate::scalar::matvec_int8(w, sel, xq, y),
     }
 }

@@ -75,14 +75,15 @@ pub(crate) unsafe fn axpy_row(format: WeightFormat, c: f32, row: &[u8], y: &mut 
             WeightFormat::Q5_0 => axpy_q::<Q5_0>(c, row, y),
             WeightFormat::Q5_1 => axpy_q::<Q5_1>(c, row, y),
             WeightFormat::IQ4_NL => axpy_q::<IQ4_NL>(c, row, y),
-            // No SIMD kernel for IQ4_XS yet: the scalar reference.
-            WeightFormat::IQ4_XS => crate::scalar::axpy_row(format, c, row, y),
             WeightFormat::F32 => axpy_float::<F32>(c, row, y),
             WeightFormat::F16 => axpy_float::<F16>(c, row, y),
             WeightFormat::BF16 => axpy_float::<BF16>(c, row, y),
-            WeightFormat::Q4_K | WeightFormat::Q5_K | WeightFormat::Q6_K => {
-                axpy_k(format, c, row, y)
-            }
+            WeightFormat::Q2_K
+            | WeightFormat::Q3_K
+            | WeightFormat::Q4_K
+            | WeightFormat::Q5_K
+            | WeightFormat::Q6_K
+            | WeightFormat::IQ4_XS => axpy_k(format, c, row, y),
             WeightFormat::I4Hybrid { outliers_per_row } => {
                 axpy_hybrid(usize::from(outliers_per_row), c, row, y.len(), 0, y)
             }

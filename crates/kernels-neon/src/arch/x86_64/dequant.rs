@@ -143,14 +143,15 @@ pub(crate) unsafe fn dequant_row(format: WeightFormat, src: &[u8], dst: &mut [f3
             WeightFormat::Q5_0 => dequant_q::<Q5_0>(src, dst),
             WeightFormat::Q5_1 => dequant_q::<Q5_1>(src, dst),
             WeightFormat::IQ4_NL => dequant_q::<IQ4_NL>(src, dst),
-            // No SIMD kernel for IQ4_XS yet: the scalar reference.
-            WeightFormat::IQ4_XS => crate::scalar::dequant_row(format, src, dst),
             WeightFormat::F32 => dequant_float::<F32>(src, dst),
             WeightFormat::F16 => dequant_float::<F16>(src, dst),
             WeightFormat::BF16 => dequant_float::<BF16>(src, dst),
-            WeightFormat::Q4_K | WeightFormat::Q5_K | WeightFormat::Q6_K => {
-                dequant_k(format, src, dst)
-            }
+            WeightFormat::Q2_K
+            | WeightFormat::Q3_K
+            | WeightFormat::Q4_K
+            | WeightFormat::Q5_K
+            | WeightFormat::Q6_K
+            | WeightFormat::IQ4_XS => dequant_k(format, src, dst),
             WeightFormat::I4Hybrid { outliers_per_row } => {
                 dequant_hybrid(usize::from(outliers_per_row), src, dst)
             }

@@ -1,14 +1,15 @@
-//! K-quant rows (`Q4_K`, `Q5_K`, `Q6_K`): super-block dequantization, exact dot, and
-//! the integer dot with 8- or 16-bit activations.
+//! K-quant rows (`Q2_K`, `Q3_K`, `Q4_K`, `Q5_K`, `Q6_K`, `IQ4_XS`): super-block
+//! dequantization, exact dot, and the integer dot with 8- or 16-bit activations.
 
 use std::arch::x86_64::*;
 
-use super::simd::{hsum, PREFETCH};
+use super::simd::{hsum, iq4nl_values32, PREFETCH};
 use super::vector::axpy_f32;
 use crate::arch::drivers::axpy_superblocks;
 use crate::WeightFormat;
 
-/// Dequantizes a K-quant row (`Q4_K`, `Q5_K` or `Q6_K`) super-block by super-block.
+/// Dequantizes a K-quant row (`Q2_K`, `Q3_K`, `Q4_K`, `Q5_K`, `Q6_K` or `IQ4_XS`) super-block
+/// by super-block.
 ///
 /// # Safety
 /// AVX2/FMA/F16C present.
@@ -65,6 +66,44 @@ unsafe fn q6k_half(blk: &[u8], n: usize) -> [__m256i; 4] {
     ]
 }
 
+/// Unpacks half `n` (0 or 1) of a `Q2_K` or `Q3_K` super-block into 4 × 32
+/// quants (Q2_K: 0..=3; Q3_K: -4..=3, its `hmask` bit clear meaning -4):
+/// elements 128n + 32k .. 128n + 32k + 32 in vector k, whose low 16 lanes
+/// are sub-block `8n + 2k` and high 16 lanes sub-block `8n + 2k + 1`.
+///
+/// # Safety
+/// AVX2 present; `blk` is a full block of `format` (asserted), `n < 2`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn k23_half(format: WeightFormat, blk: &[u8], n: usize) -> [__m256i; 4] {
+    let q3 = format == WeightFormat::Q3_K;
+    assert!(n < 2 && blk.len() >= if q3 { 110 } else { 84 });
+    let qoff = if q3 { 32 } else { 16 };
+    // SAFETY: bytes qoff+32n .. qoff+32n+32 <= 96 (Q3_K) or 80 (Q2_K), and
+    // Q3_K's hmask bytes 0..32, are inside `blk` (asserted).
+    let (qs, hm) = unsafe {
+        (
+            _mm256_loadu_si256(blk.as_ptr().add(qoff + 32 * n) as *const __m256i),
+            _mm256_loadu_si256(blk.as_ptr() as *const __m256i),
+        )
+    };
+    let m3 = _mm256_set1_epi8(3);
+    std::array::from_fn(|k| {
+        // 16-bit shifts: the mask drops the bits shifted in from the other byte.
+        let lo = _mm256_and_si256(_mm256_srl_epi16(qs, _mm_cvtsi32_si128(2 * k as i32)), m3);
+        if q3 {
+            let sh = _mm_cvtsi32_si128((4 * n + k) as i32);
+            let h = _mm256_and_si256(_mm256_srl_epi16(hm, sh), _mm256_set1_epi8(1));
+            _mm256_sub_epi8(
+                _mm256_or_si256(lo, _mm256_slli_epi16::<2>(h)),
+                _mm256_set1_epi8(4),
+            )
+        } else {
+            lo
+        }
+    })
+}
+
 /// The unsigned quants of sub-blocks `2g` and `2g + 1` of a `Q4_K` or
 /// `Q5_K` super-block (4-bit, or 5-bit with Q5_K's `qh` bits), 32 u8 lanes
 /// each.
@@ -100,8 +139,8 @@ unsafe fn q45k_pair(format: WeightFormat, blk: &[u8], g: usize) -> [__m256i; 2] 
 }
 
 /// Dequantizes one K-quant super-block into 256 f32. Same f32 operations
-/// as the scalar reference (`d*sc * q - dmin*m` for Q4_K and Q5_K, `(d*sc) * q` for
-/// Q6_K; no FMA), so the results are bit-identical.
+/// as the scalar reference (`d*sc * q - dmin*m` for Q2_K, Q4_K and Q5_K, `(d*sc) * q` for
+/// Q3_K and Q6_K, `d*(ls - 32) * v` for IQ4_XS; no FMA), so the results are bit-identical.
 ///
 /// # Safety
 /// AVX2/FMA/F16C present.
@@ -119,6 +158,58 @@ pub(super) unsafe fn dequant_superblock(format: WeightFormat, blk: &[u8], out: &
                     let s = 2 * g + h;
                     let (d, m) = (_mm256_set1_ps(dl[s]), _mm256_set1_ps(ml[s]));
                     store_u8x32_scaled(q, d, m, o.add(32 * s));
+                }
+            }
+        }
+    } else if format == WeightFormat::IQ4_XS {
+        assert!(blk.len() >= 136);
+        let dl = crate::scalar::iq4xs_scales(blk);
+        for (s, &dls) in dl.iter().enumerate() {
+            // SAFETY: the nibbles of sub-block s are bytes 8+16s .. 24+16s
+            // <= 136 of `blk` (asserted); stores write out[32s..32s+32] (s < 8).
+            unsafe {
+                let q = iq4nl_values32(blk.as_ptr().add(8 + 16 * s));
+                let d = _mm256_set1_ps(dls);
+                let (lo, hi) = (_mm256_castsi256_si128(q), _mm256_extracti128_si256::<1>(q));
+                for (e, w) in [lo, _mm_srli_si128::<8>(lo), hi, _mm_srli_si128::<8>(hi)]
+                    .into_iter()
+                    .enumerate()
+                {
+                    let a = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(w));
+                    _mm256_storeu_ps(o.add(32 * s + 8 * e), _mm256_mul_ps(a, d));
+                }
+            }
+        }
+    } else if format == WeightFormat::Q2_K || format == WeightFormat::Q3_K {
+        let (dl, ml) = if format == WeightFormat::Q2_K {
+            crate::scalar::q2k_scales(blk)
+        } else {
+            (crate::scalar::q3k_scales(blk), [0f32; 16])
+        };
+        for n in 0..2 {
+            // SAFETY: `k23_half` asserts the block length; stores write
+            // out[128n + 32k + 16h .. + 16] (n < 2, k < 4, h < 2: <= 256).
+            unsafe {
+                for (k, q) in k23_half(format, blk, n).into_iter().enumerate() {
+                    for h in 0..2 {
+                        let s = 8 * n + 2 * k + h;
+                        let v = if h == 0 {
+                            _mm256_castsi256_si128(q)
+                        } else {
+                            _mm256_extracti128_si256::<1>(q)
+                        };
+                        let (d, m) = (_mm256_set1_ps(dl[s]), _mm256_set1_ps(ml[s]));
+                        let base = o.add(128 * n + 32 * k + 16 * h);
+                        for (e, w) in [v, _mm_srli_si128::<8>(v)].into_iter().enumerate() {
+                            let a = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(w));
+                            let a = if format == WeightFormat::Q2_K {
+                                _mm256_sub_ps(_mm256_mul_ps(a, d), m)
+                            } else {
+                                _mm256_mul_ps(a, d)
+                            };
+                            _mm256_storeu_ps(base.add(8 * e), a);
+                        }
+                    }
                 }
             }
         }
@@ -237,13 +328,15 @@ unsafe fn acts16<const A8: bool>(qs: *const u8, e: usize) -> __m256i {
     }
 }
 
-/// Integer dot of a K-quant row (`Q4_K`, `Q5_K` or `Q6_K`) with quantized
+/// Integer dot of a K-quant row (`Q2_K`, `Q3_K`, `Q4_K`, `Q5_K`, `Q6_K` or `IQ4_XS`) with quantized
 /// activations (`A8`: 8-bit `QActs`, else 16-bit `QActs16`, passed as raw
 /// quants `qs` of `qs_len` elements, per-32 scales `d`, `s = d*sum(q)`).
 /// Weights are widened to i16 and multiplied with `madd_epi16` into i32
 /// lanes (|q_w| <= 63, |q_x| <= 32767: a pair is below 2^22), then per
 /// sub-block one convert and one FMA with `(d*sc) * d_x`; the Q4_K/Q5_K min term
-/// `(dmin*m) * s_x` is accumulated separately (see the crate docs).
+/// `(dmin*m) * s_x` is accumulated separately (see the crate docs). Q2_K's min
+/// term needs the activation sums of its 16-wide sub-blocks: `madd_epi16` with
+/// ones, converted and FMA'd with `-(dmin*m) * d_x`.
 ///
 /// # Safety
 /// AVX2/FMA/F16C present; `qs` points at `qs_len` readable quants.
@@ -289,6 +382,59 @@ pub(super) unsafe fn dot_k_int<const A8: bool>(
                             acc,
                         );
                         extra -= ml[j] * sx;
+                    }
+                }
+            }
+        } else if format == WeightFormat::IQ4_XS {
+            let dl = crate::scalar::iq4xs_scales(blk);
+            for (j, &dlj) in dl.iter().enumerate() {
+                let b = sb * 8 + j;
+                // SAFETY: the nibbles of sub-block j are bytes 8+16j .. 24+16j
+                // <= 136 = bb of `blk`; activation elements 32b .. 32b+32 <=
+                // nsb*256 <= qs_len and b < nsb*8 <= d.len() (asserted).
+                unsafe {
+                    let q = iq4nl_values32(blk.as_ptr().add(8 + 16 * j));
+                    let w0 = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(q));
+                    let w1 = _mm256_cvtepi8_epi16(_mm256_extracti128_si256::<1>(q));
+                    let isum = _mm256_add_epi32(
+                        _mm256_madd_epi16(w0, acts16::<A8>(qs, 32 * b)),
+                        _mm256_madd_epi16(w1, acts16::<A8>(qs, 32 * b + 16)),
+                    );
+                    let dx = *d.get_unchecked(b);
+                    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(dlj * dx), acc);
+                }
+            }
+        } else if format == WeightFormat::Q2_K || format == WeightFormat::Q3_K {
+            let q2 = format == WeightFormat::Q2_K;
+            let (dl, ml) = if q2 {
+                crate::scalar::q2k_scales(blk)
+            } else {
+                (crate::scalar::q3k_scales(blk), [0f32; 16])
+            };
+            let ones = _mm256_set1_epi16(1);
+            for n in 0..2 {
+                // SAFETY: `k23_half` asserts the block length; activation
+                // elements (sb*8 + 4n + k)*32 + 0..32 < nsb*256 <= qs_len and
+                // b < nsb*8 <= d.len() (asserted).
+                unsafe {
+                    for (k, q) in k23_half(format, blk, n).into_iter().enumerate() {
+                        let b = sb * 8 + 4 * n + k;
+                        let j = 8 * n + 2 * k;
+                        let x0 = acts16::<A8>(qs, 32 * b);
+                        let x1 = acts16::<A8>(qs, 32 * b + 16);
+                        let w0 = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(q));
+                        let w1 = _mm256_cvtepi8_epi16(_mm256_extracti128_si256::<1>(q));
+                        let dx = *d.get_unchecked(b);
+                        let i0 = _mm256_cvtepi32_ps(_mm256_madd_epi16(w0, x0));
+                        let i1 = _mm256_cvtepi32_ps(_mm256_madd_epi16(w1, x1));
+                        acc = _mm256_fmadd_ps(i0, _mm256_set1_ps(dl[j] * dx), acc);
+                        acc = _mm256_fmadd_ps(i1, _mm256_set1_ps(dl[j + 1] * dx), acc);
+                        if q2 {
+                            let s0 = _mm256_cvtepi32_ps(_mm256_madd_epi16(x0, ones));
+                            let s1 = _mm256_cvtepi32_ps(_mm256_madd_epi16(x1, ones));
+                            acc = _mm256_fmadd_ps(s0, _mm256_set1_ps(-(ml[j] * dx)), acc);
+                            acc = _mm256_fmadd_ps(s1, _mm256_set1_ps(-(ml[j + 1] * dx)), acc);
+                        }
                     }
                 }
             }

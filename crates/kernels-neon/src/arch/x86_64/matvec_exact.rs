@@ -98,12 +98,15 @@ pub(crate) unsafe fn matvec_exact(w: &QMatrix<'_>, sel: Rows<'_>, x: &[f32], y: 
             WeightFormat::Q5_0 => rows_with(w, sel, y, |r| dot_exact_q::<Q5_0>(r, x)),
             WeightFormat::Q5_1 => rows_with(w, sel, y, |r| dot_exact_q::<Q5_1>(r, x)),
             WeightFormat::IQ4_NL => rows_with(w, sel, y, |r| dot_exact_q::<IQ4_NL>(r, x)),
-            // No SIMD kernel for IQ4_XS yet: the scalar reference.
-            WeightFormat::IQ4_XS => crate::scalar::matvec_exact(w, sel, x, y),
             WeightFormat::F32 => rows_with(w, sel, y, |r| dot_exact_float::<F32>(r, x)),
             WeightFormat::F16 => rows_with(w, sel, y, |r| dot_exact_float::<F16>(r, x)),
             WeightFormat::BF16 => rows_with(w, sel, y, |r| dot_exact_float::<BF16>(r, x)),
-            WeightFormat::Q4_K | WeightFormat::Q5_K | WeightFormat::Q6_K => {
+            WeightFormat::Q2_K
+            | WeightFormat::Q3_K
+            | WeightFormat::Q4_K
+            | WeightFormat::Q5_K
+            | WeightFormat::Q6_K
+            | WeightFormat::IQ4_XS => {
                 let f = w.format();
                 rows_with(w, sel, y, |r| dot_exact_k(f, r, x))
             }

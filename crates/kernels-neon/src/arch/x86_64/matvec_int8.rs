@@ -171,14 +171,18 @@ pub(crate) unsafe fn matvec_int8(w: &QMatrix<'_>, sel: Rows<'_>, xq: &QActs, y: 
             WeightFormat::Q5_1 => matvec_int8_q::<Q5_1, 4>(w, sel, xq, y),
             WeightFormat::IQ4_NL if dense => matvec_int8_q::<IQ4_NL, 2>(w, sel, xq, y),
             WeightFormat::IQ4_NL => matvec_int8_q::<IQ4_NL, 4>(w, sel, xq, y),
-            WeightFormat::Q4_K | WeightFormat::Q5_K | WeightFormat::Q6_K => {
+            WeightFormat::Q2_K
+            | WeightFormat::Q3_K
+            | WeightFormat::Q4_K
+            | WeightFormat::Q5_K
+            | WeightFormat::Q6_K
+            | WeightFormat::IQ4_XS => {
                 let (f, qs) = (w.format(), xq.qs.as_ptr() as *const u8);
                 rows_with(w, sel, y, |r| {
                     dot_k_int::<true>(f, r, qs, xq.qs.len(), &xq.d, &xq.s)
                 })
             }
-            // IQ4_XS (no SIMD kernel yet) and the rest (float and hybrid formats never take the
-            // integer path): the scalar reference.
+            // Float and hybrid formats never take the integer path: the scalar reference.
             _ => crate::scalar::matvec_int8(w, sel, xq, y),
         }
     }
