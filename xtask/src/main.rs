@@ -39,6 +39,10 @@
 //! - `load-test [--clients 8] [--secs 60] [--max-tokens 32] [--model M] [--threads T]`: a bounded load test
 //!   of `sparrow serve` on loopback (see `load_test.rs`): p50/p99 latency, tokens/s, errors (any fails the
 //!   task), server RSS before and after. Measure on a quiet machine.
+//! - `capped-bench --model GGUF [--bundle RESIDENT.gguf] [--cap 50%|SIZE] [--budget SIZE] [--rounds 3] [-n 16]
+//!   [-p 0] [-- SPARROW BENCH ARGS]`: llama.cpp's `llama-bench` (default, and repack off where it can) and
+//!   `sparrow bench` under the same cgroup memory limit, page cache dropped before each run, interleaved
+//!   rounds; decode ratios, peak RSS, the cgroup's peak and OOM kills (see `capped.rs`). Root, Linux.
 //!
 //! Invariant: every step that CI needs is here or in a test's own setup; `.ci/run` only calls `cargo xtask ci`.
 
@@ -48,6 +52,7 @@ use std::process::Command;
 use anyhow::{bail, Context, Result};
 
 mod android;
+mod capped;
 mod fixtures;
 mod gguf_fixtures;
 mod load_test;
@@ -433,8 +438,9 @@ fn main() -> Result<()> {
         "z3" => z3::main(&root()),
         "fuzz" => fuzz(&std::env::args().skip(2).collect::<Vec<_>>()),
         "load-test" => load_test::run(&root(), &std::env::args().skip(2).collect::<Vec<_>>()),
+        "capped-bench" => capped::run(&root(), &std::env::args().skip(2).collect::<Vec<_>>()),
         _ => {
-            eprintln!("usage: cargo xtask <ci | setup | tidy | test-aarch64 | check-android | android | deploy [--serial S] --model M [--emulate] | fixtures [--no-gguf] | synth-model [--help] | fuzz [--time S] [--cases N] | load-test [--clients N] [--secs S] | z3>");
+            eprintln!("usage: cargo xtask <ci | setup | tidy | test-aarch64 | check-android | android | deploy [--serial S] --model M [--emulate] | fixtures [--no-gguf] | synth-model [--help] | fuzz [--time S] [--cases N] | load-test [--clients N] [--secs S] | capped-bench --model GGUF [--bundle B] [--cap 50%] | z3>");
             bail!("unknown task `{task}`")
         }
     }

@@ -1,0 +1,505 @@
+//! `cargo xtask capped-bench`: llama.cpp and Sparrow on the same model under the same cgroup memory
+//! limit (v1 or v2), the page cache dropped before every run, in interleaved rounds.
+//!
+//! Each run gets a fresh cgroup (`sparrow-capped-PID-N` under the memory hierarchy) with
+//! `memory.limit_in_bytes` (v1) or `memory.max` (v2) set to the cap and swap off where the kernel
+//! allows; the program joins it before `exec` (a `sh` wrapper writes its pid to `cgroup.procs`). After
+//! the run: the program's decode tok/s (llama-bench's `-o json` tg entry, `sparrow bench --json`'s
+//! `tg_tok_s`), its peak RSS (`wait4`'s `ru_maxrss`), the cgroup's peak usage (`memory.max_usage_in_bytes`
+//! / `memory.peak`) and OOM kills (`memory.oom_control` / `memory.events`). llama.cpp runs twice per
+//! round when its build can turn weight repacking off (`--no-repack`): its default (which repacks Q4_0
+//! into anonymous memory) and its best configuration under a cap (repack off). The ratios are
+//! Sparrow's decode over each llama.cpp configuration's, per round and as medians.
+//!
+//! llama.cpp is built as docs/BENCHMARKS.md says, from the source vendored in the PyPI sdist
+//! `llama-cpp-python==0.3.36` (`cmake` from a venv when absent), into `target/llama.cpp/`.
+//! Needs root (cgroups, `drop_caches`) and Linux.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use anyhow::{bail, Context, Result};
+
+/// The llama.cpp source this project compares against (docs/BENCHMARKS.md).
+const LLAMA_CPP_PYTHON: &str = "0.3.36";
+
+struct Opts {
+    model: PathBuf,
+    bundle: Option<PathBuf>,
+    cap: Cap,
+    budget: Option<u64>,
+    rounds: usize,
+    n_gen: usize,
+    n_prompt: usize,
+    threads: usize,
+    sparrow_args: Vec<String>,
+}
+
+#[derive(Clone, Copy)]
+enum Cap {
+    /// A share of the model file's size.
+    Percent(f64),
+    Bytes(u64),
+}
+
+fn usage() -> &'static str {
+    "usage: cargo xtask capped-bench --model GGUF [--bundle RESIDENT.gguf] [--cap 50%|SIZE] [--budget SIZE] [--rounds 3] [-n 16] [-p 0] [--threads 2] [-- SPARROW BENCH ARGS...]"
+}
+
+fn parse_size(s: &str) -> Result<u64> {
+    let s = s.trim();
+    let (num, mult) = match s.chars().last() {
+        Some('K' | 'k') => (&s[..s.len() - 1], 1u64 << 10),
+        Some('M' | 'm') => (&s[..s.len() - 1], 1 << 20),
+        Some('G' | 'g') => (&s[..s.len() - 1], 1 << 30),
+        _ => (s, 1),
+    };
+    let v: f64 = num.parse().with_context(|| format!("`{s}` is not a size"))?;
+    if !(v.is_finite() && v > 0.0) {
+        bail!("`{s}` is not a positive size");
+    }
+    Ok((v * mult as f64) as u64)
+}
+
+fn parse(args: &[String]) -> Result<Opts> {
+    let mut model = None;
+    let mut o = Opts {
+        model: PathBuf::new(),
+        bundle: None,
+        cap: Cap::Percent(50.0),
+        budget: None,
+        rounds: 3,
+        n_gen: 16,
+        n_prompt: 0,
+        threads: 2,
+        sparrow_args: Vec::new(),
+    };
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let mut value = || it.next().with_context(|| format!("{a} needs a value"));
+        match a.as_str() {
+            "--model" | "-m" => model = Some(PathBuf::from(value()?)),
+            "--bundle" => o.bundle = Some(PathBuf::from(value()?)),
+            "--cap" => {
+                let v = value()?;
+                o.cap = match v.strip_suffix('%') {
+                    Some(p) => {
+                        let p: f64 = p.parse().context("--cap: a percentage")?;
+                        if !(p > 0.0 && p <= 100.0) {
+                            bail!("--cap must be in (0%, 100%]");
+                        }
+                        Cap::Percent(p)
+                    }
+                    None => Cap::Bytes(parse_size(v)?),
+                }
+            }
+            "--budget" => o.budget = Some(parse_size(value()?)?),
+            "--rounds" => o.rounds = value()?.parse().context("--rounds: a count")?,
+            "-n" => o.n_gen = value()?.parse().context("-n: a count")?,
+            "-p" => o.n_prompt = value()?.parse().context("-p: a count")?,
+            "--threads" => o.threads = value()?.parse().context("--threads: a count")?,
+            "--" => o.sparrow_args = it.by_ref().cloned().collect(),
+            "-h" | "--help" => {
+                eprintln!("{}", usage());
+                std::process::exit(0);
+            }
+            _ => bail!("capped-bench: unknown option `{a}`\n{}", usage()),
+        }
+    }
+    o.model = model.with_context(|| format!("--model is required\n{}", usage()))?;
+    if o.rounds == 0 || o.n_gen == 0 || o.threads == 0 {
+        bail!("--rounds, -n and --threads must be at least 1");
+    }
+    Ok(o)
+}
+
+/// A memory cgroup of one run, removed when dropped.
+struct Cgroup {
+    dir: PathBuf,
+    v2: bool,
+}
+
+impl Cgroup {
+    fn new(limit: u64, n: usize) -> Result<Cgroup> {
+        let name = format!("sparrow-capped-{}-{n}", std::process::id());
+        let unified = Path::new("/sys/fs/cgroup");
+        let v1 = unified.join("memory");
+        let (dir, v2) = if v1.join("memory.limit_in_bytes").exists() {
+            (v1.join(name), false)
+        } else if std::fs::read_to_string(unified.join("cgroup.controllers"))
+            .is_ok_and(|c| c.split_whitespace().any(|w| w == "memory"))
+        {
+            (unified.join(name), true)
+        } else {
+            bail!("no memory cgroup found (neither /sys/fs/cgroup/memory nor a cgroup v2 mount with the memory controller)");
+        };
+        std::fs::create_dir(&dir)
+            .with_context(|| format!("creating {} (capped-bench needs root)", dir.display()))?;
+        let cg = Cgroup { dir, v2 };
+        if v2 {
+            cg.write("memory.max", &limit.to_string())?;
+            // Swap would let a run exceed the cap unseen; absent without swap accounting.
+            let _ = cg.write("memory.swap.max", "0");
+        } else {
+            cg.write("memory.limit_in_bytes", &limit.to_string())?;
+            let _ = cg.write("memory.memsw.limit_in_bytes", &limit.to_string());
+        }
+        Ok(cg)
+    }
+
+    fn write(&self, file: &str, value: &str) -> Result<()> {
+        std::fs::write(self.dir.join(file), value)
+            .with_context(|| format!("writing {value} to {}", self.dir.join(file).display()))
+    }
+
+    fn read(&self, file: &str) -> Option<String> {
+        std::fs::read_to_string(self.dir.join(file)).ok()
+    }
+
+    /// The most memory (page cache included) the group held.
+    fn peak(&self) -> Option<u64> {
+        let f = if self.v2 {
+            "memory.peak"
+        } else {
+            "memory.max_usage_in_bytes"
+        };
+        self.read(f)?.trim().parse().ok()
+    }
+
+    /// Processes of the group the OOM killer ended.
+    fn oom_kills(&self) -> u64 {
+        let f = if self.v2 {
+            "memory.events"
+        } else {
+            "memory.oom_control"
+        };
+        self.read(f)
+            .and_then(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix("oom_kill "))
+                    .and_then(|v| v.trim().parse().ok())
+            })
+            .unwrap_or(0)
+    }
+}
+
+impl Drop for Cgroup {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+/// Writes back dirty pages and drops the page cache, so no run starts with the model in memory.
+fn drop_caches() -> Result<()> {
+    super::run(&mut Command::new("sync"))?;
+    std::fs::write("/proc/sys/vm/drop_caches", "3")
+        .context("dropping the page cache (/proc/sys/vm/drop_caches; capped-bench needs root)")
+}
+
+/// What one run gave.
+struct Outcome {
+    stdout: String,
+    ok: bool,
+    status: String,
+    peak_rss: u64,
+    cgroup_peak: Option<u64>,
+    oom_kills: u64,
+}
+
+/// Runs `program args` inside a fresh cgroup limited to `cap` bytes, after dropping the page cache.
+fn run_capped(program: &Path, args: &[String], cap: u64, n: usize, log: &Path) -> Result<Outcome> {
+    drop_caches()?;
+    let cg = Cgroup::new(cap, n)?;
+    let procs = cg.dir.join("cgroup.procs");
+    let stderr = std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
+    let mut c = Command::new("sh");
+    c.arg("-c")
+        .arg("echo $$ > \"$1\" && shift && exec \"$@\"")
+        .arg("sh")
+        .arg(&procs)
+        .arg(program)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(stderr);
+    eprintln!("xtask: $ (cgroup {} MiB) {} {}", cap >> 20, program.display(), args.join(" "));
+    let mut child = c
+        .spawn()
+        .with_context(|| format!("starting {}", program.display()))?;
+    let mut stdout = String::new();
+    if let Some(mut out) = child.stdout.take() {
+        out.read_to_string(&mut stdout).ok();
+    }
+    let (status, peak_rss) = wait_with_rusage(child.id())?;
+    let ok = libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0;
+    let status = if libc::WIFSIGNALED(status) {
+        format!("killed by signal {}", libc::WTERMSIG(status))
+    } else {
+        format!("exit {}", libc::WEXITSTATUS(status))
+    };
+    Ok(Outcome {
+        stdout,
+        ok,
+        status,
+        peak_rss,
+        cgroup_peak: cg.peak(),
+        oom_kills: cg.oom_kills(),
+    })
+}
+
+/// Waits for child `pid`; returns its wait status and peak RSS in bytes.
+fn wait_with_rusage(pid: u32) -> Result<(libc::c_int, u64)> {
+    let mut status = 0;
+    // SAFETY: an all-zero rusage is a valid value of this plain C struct.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    loop {
+        // SAFETY: `pid` is our unreaped child; `status` and `usage` are valid for wait4 to fill.
+        let r = unsafe { libc::wait4(pid as libc::pid_t, &mut status, 0, &mut usage) };
+        if r == pid as libc::pid_t {
+            return Ok((status, usage.ru_maxrss.max(0) as u64 * 1024));
+        }
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::Interrupted {
+            return Err(e).context("waiting for the benchmark");
+        }
+    }
+}
+
+/// Decode tok/s from llama-bench's `-o json` (its text-generation entry).
+fn llama_tg(stdout: &str) -> Option<f64> {
+    let v: serde_json::Value = serde_json::from_str(stdout.trim()).ok()?;
+    v.as_array()?
+        .iter()
+        .find(|e| e["n_gen"].as_u64().unwrap_or(0) > 0 && e["n_prompt"].as_u64() == Some(0))
+        .and_then(|e| e["avg_ts"].as_f64())
+}
+
+/// Decode tok/s from `sparrow bench --json`.
+fn sparrow_tg(stdout: &str) -> Option<f64> {
+    let line = stdout.lines().rev().find(|l| l.starts_with('{'))?;
+    let v: serde_json::Value = serde_json::from_str(line).ok()?;
+    v["tg_tok_s"].as_f64()
+}
+
+/// The llama-bench binary, built from the PyPI sdist when absent.
+fn llama_bench(root: &Path) -> Result<PathBuf> {
+    let dir = root.join("target").join("llama.cpp");
+    let bin = dir.join("build").join("bin").join("llama-bench");
+    if bin.is_file() {
+        return Ok(bin);
+    }
+    std::fs::create_dir_all(&dir)?;
+    let src = dir.join(format!("llama_cpp_python-{LLAMA_CPP_PYTHON}"));
+    if !src.is_dir() {
+        // The sdist's URL and hash from PyPI's JSON API (pip download would build its metadata).
+        let script = format!(
+            r#"import hashlib, json, sys, urllib.request
+meta = json.load(urllib.request.urlopen("https://pypi.org/pypi/llama-cpp-python/{LLAMA_CPP_PYTHON}/json"))
+sdist = next(u for u in meta["urls"] if u["packagetype"] == "sdist")
+data = urllib.request.urlopen(sdist["url"]).read()
+if hashlib.sha256(data).hexdigest() != sdist["digests"]["sha256"]:
+    sys.exit("sha256 mismatch for " + sdist["filename"])
+open(sys.argv[1], "wb").write(data)"#
+        );
+        let tarball = dir.join("llama-cpp-python.tar.gz");
+        super::run(Command::new("python3").arg("-c").arg(script).arg(&tarball))
+            .context("downloading the llama-cpp-python sdist from PyPI")?;
+        super::run(Command::new("tar").arg("xzf").arg(&tarball).arg("-C").arg(&dir))?;
+    }
+    let cmake = if super::have("cmake") {
+        PathBuf::from("cmake")
+    } else {
+        let venv = dir.join("venv");
+        if !venv.join("bin").join("cmake").is_file() {
+            super::run(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
+            super::run(
+                Command::new(venv.join("bin").join("pip")).args(["install", "-q", "cmake"]),
+            )?;
+        }
+        venv.join("bin").join("cmake")
+    };
+    let llama = src.join("vendor").join("llama.cpp");
+    super::run(
+        Command::new(&cmake)
+            .arg("-S")
+            .arg(&llama)
+            .arg("-B")
+            .arg(dir.join("build"))
+            .args([
+                "-DCMAKE_BUILD_TYPE=Release",
+                "-DGGML_NATIVE=ON",
+                "-DLLAMA_CURL=OFF",
+            ]),
+    )?;
+    super::run(
+        Command::new(&cmake)
+            .arg("--build")
+            .arg(dir.join("build"))
+            .args(["--target", "llama-bench", "-j2"]),
+    )?;
+    Ok(bin)
+}
+
+/// Whether this llama-bench takes `--no-repack` (builds since mid-2025).
+fn has_no_repack(bin: &Path) -> bool {
+    Command::new(bin)
+        .arg("--help")
+        .output()
+        .map(|o| {
+            String::from_utf8_lossy(&o.stdout).contains("--no-repack")
+                || String::from_utf8_lossy(&o.stderr).contains("--no-repack")
+        })
+        .unwrap_or(false)
+}
+
+fn median(mut v: Vec<f64>) -> Option<f64> {
+    v.retain(|x| x.is_finite());
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    Some(v[v.len() / 2])
+}
+
+/// The `cargo xtask capped-bench` task.
+pub fn run(root: &Path, args: &[String]) -> Result<()> {
+    let o = parse(args)?;
+    let model_bytes = std::fs::metadata(&o.model)
+        .with_context(|| format!("{}: cannot read the model", o.model.display()))?
+        .len();
+    let cap = match o.cap {
+        Cap::Percent(p) => (model_bytes as f64 * p / 100.0) as u64,
+        Cap::Bytes(b) => b,
+    };
+    // Sparrow's own budget leaves room for what the cgroup also charges (page cache of the binary,
+    // buffers of the I/O thread).
+    let budget = o.budget.unwrap_or(cap / 100 * 90);
+    let llama = llama_bench(root)?;
+    super::run(super::cargo().args(["build", "--release", "-p", "sparrow"]))?;
+    let sparrow = root.join("target").join("release").join("sparrow");
+    let logs = root.join("target").join("capped");
+    std::fs::create_dir_all(&logs)?;
+    let threads = o.threads.to_string();
+    let (n_gen, n_prompt) = (o.n_gen.to_string(), o.n_prompt.to_string());
+    let llama_args = |repack: bool| -> Vec<String> {
+        let m = o.model.display().to_string();
+        let mut a: Vec<String> = ["-m", &m, "-t", &threads, "-p", &n_prompt, "-n", &n_gen]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        a.extend(["-r", "1", "-o", "json"].map(String::from));
+        if !repack {
+            a.extend(["--no-repack", "1"].map(String::from));
+        }
+        a
+    };
+    let bundle = o.bundle.clone().unwrap_or_else(|| o.model.clone());
+    let mut sparrow_args: Vec<String> = vec![
+        "bench".into(),
+        "-m".into(),
+        bundle.display().to_string(),
+        "--threads".into(),
+        threads.clone(),
+        "-p".into(),
+        o.n_prompt.max(1).to_string(),
+        "-n".into(),
+        n_gen.clone(),
+        "-r".into(),
+        "1".into(),
+        "--json".into(),
+    ];
+    if o.bundle.is_some() && !o.sparrow_args.iter().any(|a| a == "--memory-budget") {
+        sparrow_args.extend(["--memory-budget".into(), budget.to_string()]);
+    }
+    sparrow_args.extend(o.sparrow_args.iter().cloned());
+    let mut programs: Vec<(&str, &Path, Vec<String>, fn(&str) -> Option<f64>)> =
+        vec![("llama.cpp (default)", &llama, llama_args(true), llama_tg)];
+    if has_no_repack(&llama) {
+        programs.push(("llama.cpp (repack off)", &llama, llama_args(false), llama_tg));
+    }
+    programs.push(("sparrow", &sparrow, sparrow_args, sparrow_tg));
+
+    eprintln!(
+        "capped-bench: {} ({:.0} MiB), cap {:.0} MiB ({:.0}%), {} round(s), tg{}, {} thread(s)",
+        o.model.display(),
+        model_bytes as f64 / 1048576.0,
+        cap as f64 / 1048576.0,
+        100.0 * cap as f64 / model_bytes as f64,
+        o.rounds,
+        o.n_gen,
+        o.threads
+    );
+    let mut tg: Vec<Vec<f64>> = vec![Vec::new(); programs.len()];
+    let mut n = 0;
+    println!("| round | program | tg tok/s | peak RSS MiB | cgroup peak MiB | OOM kills | status |");
+    println!("|---|---|---|---|---|---|---|");
+    for round in 1..=o.rounds {
+        for (i, (name, bin, args, parse_tg)) in programs.iter().enumerate() {
+            n += 1;
+            let log = logs.join(format!("run-{n}.stderr"));
+            let r = run_capped(bin, args, cap, n, &log)?;
+            let t = if r.ok { parse_tg(&r.stdout) } else { None };
+            tg[i].push(t.unwrap_or(0.0));
+            println!(
+                "| {round} | {name} | {} | {:.0} | {} | {} | {}{} |",
+                t.map_or("-".into(), |t| format!("{t:.2}")),
+                r.peak_rss as f64 / 1048576.0,
+                r.cgroup_peak
+                    .map_or("-".into(), |p| format!("{:.0}", p as f64 / 1048576.0)),
+                r.oom_kills,
+                r.status,
+                if r.ok { "" } else { " (see target/capped/)" }
+            );
+        }
+    }
+    let ours = median(tg[programs.len() - 1].clone());
+    for (i, (name, ..)) in programs.iter().enumerate().take(programs.len() - 1) {
+        let theirs = median(tg[i].clone());
+        let ratios: Vec<String> = tg[i]
+            .iter()
+            .zip(&tg[programs.len() - 1])
+            .map(|(t, s)| {
+                if *t > 0.0 {
+                    format!("{:.2}", s / t)
+                } else {
+                    "∞ (llama.cpp failed)".into()
+                }
+            })
+            .collect();
+        println!(
+            "sparrow / {name}: per round [{}], medians {} / {} tok/s",
+            ratios.join(", "),
+            ours.map_or("-".into(), |v| format!("{v:.2}")),
+            theirs.map_or("-".into(), |v| format!("{v:.2}")),
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_and_outputs_parse() {
+        assert_eq!(parse_size("512M").unwrap(), 512 << 20);
+        assert_eq!(parse_size("1.5G").unwrap(), 3 << 29);
+        assert!(parse_size("-1M").is_err() && parse_size("lots").is_err());
+        let llama = r#"[{"n_prompt": 512, "n_gen": 0, "avg_ts": 300.0}, {"n_prompt": 0, "n_gen": 16, "avg_ts": 1.25}]"#;
+        assert_eq!(llama_tg(llama), Some(1.25));
+        assert_eq!(llama_tg("not json"), None);
+        assert_eq!(
+            sparrow_tg("noise\n{\"tg_tok_s\": 3.5, \"pp_tok_s\": 9.0}\n"),
+            Some(3.5)
+        );
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), Some(2.0));
+        let args: Vec<String> = ["--model", "m.gguf", "--cap", "25%", "--", "--sparse"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let o = parse(&args).unwrap();
+        assert!(matches!(o.cap, Cap::Percent(p) if p == 25.0));
+        assert_eq!(o.sparrow_args, ["--sparse"]);
+        assert!(parse(&["--cap".to_string(), "0%".to_string()]).is_err());
+    }
+}
