@@ -55,7 +55,9 @@ fn parse_size(s: &str) -> Result<u64> {
         Some('G' | 'g') => (&s[..s.len() - 1], 1 << 30),
         _ => (s, 1),
     };
-    let v: f64 = num.parse().with_context(|| format!("`{s}` is not a size"))?;
+    let v: f64 = num
+        .parse()
+        .with_context(|| format!("`{s}` is not a size"))?;
     if !(v.is_finite() && v > 0.0) {
         bail!("`{s}` is not a positive size");
     }
@@ -212,7 +214,8 @@ fn run_capped(program: &Path, args: &[String], cap: u64, n: usize, log: &Path) -
     drop_caches()?;
     let cg = Cgroup::new(cap, n)?;
     let procs = cg.dir.join("cgroup.procs");
-    let stderr = std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
+    let stderr =
+        std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
     let mut c = Command::new("sh");
     c.arg("-c")
         .arg("echo $$ > \"$1\" && shift && exec \"$@\"")
@@ -222,7 +225,12 @@ fn run_capped(program: &Path, args: &[String], cap: u64, n: usize, log: &Path) -
         .args(args)
         .stdout(Stdio::piped())
         .stderr(stderr);
-    eprintln!("xtask: $ (cgroup {} MiB) {} {}", cap >> 20, program.display(), args.join(" "));
+    eprintln!(
+        "xtask: $ (cgroup {} MiB) {} {}",
+        cap >> 20,
+        program.display(),
+        args.join(" ")
+    );
     let mut child = c
         .spawn()
         .with_context(|| format!("starting {}", program.display()))?;
@@ -291,20 +299,28 @@ fn llama_bench(root: &Path) -> Result<PathBuf> {
     std::fs::create_dir_all(&dir)?;
     let src = dir.join(format!("llama_cpp_python-{LLAMA_CPP_PYTHON}"));
     if !src.is_dir() {
-        // The sdist's URL and hash from PyPI's JSON API (pip download would build its metadata).
+        // The sdist's URL and hash from PyPI's simple index, JSON form (pip download would build
+        // the sdist's metadata first, installing its build backend).
         let script = format!(
             r#"import hashlib, json, sys, urllib.request
-meta = json.load(urllib.request.urlopen("https://pypi.org/pypi/llama-cpp-python/{LLAMA_CPP_PYTHON}/json"))
-sdist = next(u for u in meta["urls"] if u["packagetype"] == "sdist")
+name = "llama_cpp_python-{LLAMA_CPP_PYTHON}.tar.gz"
+req = urllib.request.Request("https://pypi.org/simple/llama-cpp-python/", headers={{"Accept": "application/vnd.pypi.simple.v1+json"}})
+sdist = next(f for f in json.load(urllib.request.urlopen(req))["files"] if f["filename"] == name)
 data = urllib.request.urlopen(sdist["url"]).read()
-if hashlib.sha256(data).hexdigest() != sdist["digests"]["sha256"]:
-    sys.exit("sha256 mismatch for " + sdist["filename"])
+if hashlib.sha256(data).hexdigest() != sdist["hashes"]["sha256"]:
+    sys.exit("sha256 mismatch for " + name)
 open(sys.argv[1], "wb").write(data)"#
         );
         let tarball = dir.join("llama-cpp-python.tar.gz");
         super::run(Command::new("python3").arg("-c").arg(script).arg(&tarball))
             .context("downloading the llama-cpp-python sdist from PyPI")?;
-        super::run(Command::new("tar").arg("xzf").arg(&tarball).arg("-C").arg(&dir))?;
+        super::run(
+            Command::new("tar")
+                .arg("xzf")
+                .arg(&tarball)
+                .arg("-C")
+                .arg(&dir),
+        )?;
     }
     let cmake = if super::have("cmake") {
         PathBuf::from("cmake")
@@ -415,7 +431,12 @@ pub fn run(root: &Path, args: &[String]) -> Result<()> {
     let mut programs: Vec<(&str, &Path, Vec<String>, fn(&str) -> Option<f64>)> =
         vec![("llama.cpp (default)", &llama, llama_args(true), llama_tg)];
     if has_no_repack(&llama) {
-        programs.push(("llama.cpp (repack off)", &llama, llama_args(false), llama_tg));
+        programs.push((
+            "llama.cpp (repack off)",
+            &llama,
+            llama_args(false),
+            llama_tg,
+        ));
     }
     programs.push(("sparrow", &sparrow, sparrow_args, sparrow_tg));
 
@@ -431,7 +452,9 @@ pub fn run(root: &Path, args: &[String]) -> Result<()> {
     );
     let mut tg: Vec<Vec<f64>> = vec![Vec::new(); programs.len()];
     let mut n = 0;
-    println!("| round | program | tg tok/s | peak RSS MiB | cgroup peak MiB | OOM kills | status |");
+    println!(
+        "| round | program | tg tok/s | peak RSS MiB | cgroup peak MiB | OOM kills | status |"
+    );
     println!("|---|---|---|---|---|---|---|");
     for round in 1..=o.rounds {
         for (i, (name, bin, args, parse_tg)) in programs.iter().enumerate() {

@@ -340,6 +340,16 @@ const FUZZ_TARGETS: &[&str] = &[
     "predictor",
     "store",
     "manifest",
+    "plan",
+    "server_request",
+];
+
+/// Seeds of the `server_request` target (its stable round is a proptest in the server crate, so the
+/// engine's round exports none): the endpoint byte (1: chat) then a body.
+const SERVER_REQUEST_SEEDS: &[&str] = &[
+    "\0{\"prompt\": \"hello\", \"max_tokens\": 4, \"temperature\": 0.5, \"top_p\": 0.9, \"stop\": [\"x\"], \"seed\": 3, \"n\": 2}",
+    "\0{\"prompt\": [1, 2, 3], \"stream\": true, \"stream_options\": {\"include_usage\": true}}",
+    "\u{1}{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"text\", \"text\": \"hi\"}]}], \"max_tokens\": 3}",
 ];
 
 /// `fuzz --libfuzzer`: nightly and cargo-fuzz (installed when missing), seeds exported by the stable
@@ -373,6 +383,11 @@ fn fuzz_libfuzzer(time: f64, cases: Option<u64>, targets: Option<String>) -> Res
         .args(["test", "--release", "-p", "engine", "--test", "fuzz_round"])
         .args(["--", "fuzz_round", "--exact"])
         .env("SPARROW_FUZZ_EXPORT", &corpus))?;
+    let requests = corpus.join("server_request");
+    std::fs::create_dir_all(&requests)?;
+    for (i, seed) in SERVER_REQUEST_SEEDS.iter().enumerate() {
+        std::fs::write(requests.join(format!("seed-{i}")), seed)?;
+    }
     let chosen: Vec<&str> = match &targets {
         Some(t) => t.split(',').collect(),
         None => FUZZ_TARGETS.to_vec(),

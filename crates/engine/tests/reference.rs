@@ -215,7 +215,10 @@ fn fast_mode_keeps_greedy_text_and_reports_drift() {
     }
     // One prompt's last step is a tie of 2.4e-3 logits that the f16 KV cache takes the other way;
     // more than that is no longer noise.
-    assert!(ties <= 1, "{ties} continuations left the reference at near ties");
+    assert!(
+        ties <= 1,
+        "{ties} continuations left the reference at near ties"
+    );
     // 16-bit activations drift by ~5e-3 here (8-bit ones by ~1, which flips greedy tokens).
     eprintln!("fast mode: worst drift {worst:.2e}");
     assert!(

@@ -310,6 +310,26 @@ fn render_chat(tok: &Tokenizer, msgs: &[ChatMessage]) -> Result<String, ApiError
         .map_err(|e| ApiError::bad_param("messages", format!("rendering the chat template: {e}")))
 }
 
+/// Parses and checks a request body exactly as the server does before queuing it (`chat`: a
+/// `/v1/chat/completions` body, else `/v1/completions`), with a tokenizer, a context, at most 8
+/// choices and the served model named `m`. For fuzzing the request parser: any bytes give `Ok` or
+/// an [`ApiError`], never a panic.
+pub fn check_request(
+    chat: bool,
+    body: &[u8],
+    tokenizer: &Tokenizer,
+    context: usize,
+) -> Result<(), ApiError> {
+    let kind = if chat { Kind::Chat } else { Kind::Completion };
+    let lim = Limits {
+        tokenizer,
+        model_id: "m",
+        context,
+        max_n: 8,
+    };
+    plan(kind, body, &lim).map(drop)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -41,6 +41,7 @@ use std::sync::{Arc, Mutex};
 
 use engine::Engine;
 
+pub use api::check_request;
 pub use api_error::ApiError;
 pub use error::ServerError;
 pub use metrics::Metrics;

@@ -684,6 +684,138 @@ fn manifest() -> Target {
     }
 }
 
+/// Planner files (`kind vN len=L fnv1a64=H` then JSON): re-seal the length and hash of the payload.
+fn reseal_planner(_: &str, b: &mut [u8]) {
+    let Some(nl) = b.iter().take(256).position(|&c| c == b'\n') else {
+        return;
+    };
+    let Ok(header) = std::str::from_utf8(&b[..nl]) else {
+        return;
+    };
+    let mut words = header.split(' ');
+    let (Some(kind), Some(version)) = (words.next(), words.next()) else {
+        return;
+    };
+    let body = &b[nl + 1..];
+    let payload = body.strip_suffix(b"\n").unwrap_or(body);
+    // The length is zero-padded to the header's old width (the reader accepts leading zeros), so the
+    // header keeps its size; a payload whose length needs more digits stays unsealed.
+    let Some(width) =
+        (nl + 1).checked_sub(format!("{kind} {version} len= fnv1a64={:016x}\n", 0).len())
+    else {
+        return;
+    };
+    let fixed = format!(
+        "{kind} {version} len={:0width$} fnv1a64={:016x}\n",
+        payload.len(),
+        engine::planner::fnv1a64(payload)
+    );
+    if fixed.len() == nl + 1 {
+        b[..=nl].copy_from_slice(fixed.as_bytes());
+    }
+}
+
+/// A small device profile and a plan made for it (the seeds of the `plan` target).
+fn planner_seeds() -> (Vec<u8>, Vec<u8>) {
+    use engine::planner::{
+        make_plan, Constraints, DeviceProfile, FfnLayer, IoRate, KernelRate, ModelSummary, Solver,
+        TensorInfo,
+    };
+    let kernels = (1..=2)
+        .map(|t| KernelRate {
+            format: "q4_0".into(),
+            threads: t,
+            dense_bps: 4e9 * t as f64,
+            sparse_bps: 2e9 * t as f64,
+        })
+        .collect();
+    let device = DeviceProfile {
+        name: "fuzz".into(),
+        fingerprint: 7,
+        cores: 2,
+        dram_bps: 12e9,
+        kernels,
+        flash_random: vec![IoRate {
+            read_bytes: 4096,
+            queue_depth: 32,
+            bps: 0.6e9,
+        }],
+        batch_cost: 0.3,
+        flash_seq_bps: 2e9,
+        flash_path: "/tmp".into(),
+    };
+    let freq: Vec<f32> = (0..16).map(|i| 1.0 / (1.0 + i as f32)).collect();
+    let freq2: Vec<f32> = freq.iter().map(|p| 1.0 - (1.0 - p) * (1.0 - p)).collect();
+    let layer = FfnLayer::from_frequencies(1536, "q4_0", 4096, 2, &[freq, freq2], 4).unwrap();
+    let model = ModelSummary {
+        name: "fuzz-model".into(),
+        fingerprint: 99,
+        tensors: vec![TensorInfo {
+            name: "attention".into(),
+            format: "q4_0".into(),
+            bytes: 1 << 20,
+            touched_bytes: 1 << 20,
+            offloadable: false,
+            computed: true,
+        }],
+        layers: vec![layer.clone(), layer],
+        predictor_bytes: 0,
+        predicted: false,
+        kv_bytes_per_position: 1024,
+        process_bytes: 1 << 20,
+        batch_sizes: vec![1, 2],
+        grid: 4,
+        offloaded: true,
+    };
+    let c = Constraints {
+        memory_budget: Some(8 << 20),
+        context: 64,
+        attended: 64,
+        min_tok_s: None,
+        max_threads: None,
+    };
+    let plan = make_plan(&device, &model, &c, Solver::Search).unwrap();
+    (
+        saved(|path| device.save(path).unwrap()),
+        saved(|path| plan.save(path).unwrap()),
+    )
+}
+
+fn plan() -> Target {
+    use engine::planner::{DeviceProfile, Plan};
+    let (device, plan) = planner_seeds();
+    Target {
+        name: "plan",
+        seeds: vec![one("d.sparrow-device", device), one("p.sparrow-plan", plan)],
+        dict: JSON_DICT,
+        fixup: Some(reseal_planner),
+        run: Box::new(|dir| {
+            // Whichever of the two files the case holds is read, used as the engine would use it,
+            // and written back.
+            let d = dir.join("d.sparrow-device");
+            if d.exists() {
+                let d = DeviceProfile::load(d).map_err(e)?;
+                for t in d.thread_counts() {
+                    let _ = d.kernel_rate("q4_0", t);
+                }
+                for q in d.queue_depths() {
+                    let _ = d.io_rate(4096, q);
+                }
+                d.save(dir.join("back")).map_err(e)?;
+            }
+            let p = dir.join("p.sparrow-plan");
+            if p.exists() {
+                let plan = Plan::load(&p).map_err(e)?;
+                let _ = plan.describe();
+                let _ = plan.check_for(&p, 99, 2, Some(7));
+                let _ = engine::PlanSettings::of(&plan);
+                plan.save(dir.join("back")).map_err(e)?;
+            }
+            Ok(())
+        }),
+    }
+}
+
 /// Every target, in a fixed order.
 pub fn all() -> Vec<Target> {
     vec![
@@ -695,5 +827,6 @@ pub fn all() -> Vec<Target> {
         predictor(),
         store(),
         manifest(),
+        plan(),
     ]
 }
