@@ -7,7 +7,7 @@
 //! the run: the program's decode tok/s (llama-bench's `-o json` tg entry, `sparrow bench --json`'s
 //! `tg_tok_s`), its peak RSS (`wait4`'s `ru_maxrss`), the cgroup's peak usage (`memory.max_usage_in_bytes`
 //! / `memory.peak`) and OOM kills (`memory.oom_control` / `memory.events`). llama.cpp runs twice per
-//! round when its build can turn weight repacking off (`--no-repack`): its default (which repacks Q4_0
+//! round when its build can turn weight repacking off (`--repack 0`): its default (which repacks Q4_0
 //! into anonymous memory) and its best configuration under a cap (repack off). The ratios are
 //! Sparrow's decode over each llama.cpp configuration's, per round and as medians.
 //!
@@ -356,14 +356,14 @@ open(sys.argv[1], "wb").write(data)"#
     Ok(bin)
 }
 
-/// Whether this llama-bench takes `--no-repack` (builds since mid-2025).
+/// Whether this llama-bench can turn repacking off (`--repack <0|1>`, builds since mid-2025).
 fn has_no_repack(bin: &Path) -> bool {
     Command::new(bin)
         .arg("--help")
         .output()
         .map(|o| {
-            String::from_utf8_lossy(&o.stdout).contains("--no-repack")
-                || String::from_utf8_lossy(&o.stderr).contains("--no-repack")
+            String::from_utf8_lossy(&o.stdout).contains("--repack")
+                || String::from_utf8_lossy(&o.stderr).contains("--repack")
         })
         .unwrap_or(false)
 }
@@ -376,6 +376,9 @@ fn median(mut v: Vec<f64>) -> Option<f64> {
     v.sort_by(|a, b| a.total_cmp(b));
     Some(v[v.len() / 2])
 }
+
+/// A benchmarked program: its name in the table, binary, arguments and decode tok/s from its stdout.
+type Program<'a> = (&'a str, &'a Path, Vec<String>, fn(&str) -> Option<f64>);
 
 /// The `cargo xtask capped-bench` task.
 pub fn run(root: &Path, args: &[String]) -> Result<()> {
@@ -405,7 +408,7 @@ pub fn run(root: &Path, args: &[String]) -> Result<()> {
             .collect();
         a.extend(["-r", "1", "-o", "json"].map(String::from));
         if !repack {
-            a.extend(["--no-repack", "1"].map(String::from));
+            a.extend(["--repack", "0"].map(String::from));
         }
         a
     };
@@ -428,7 +431,7 @@ pub fn run(root: &Path, args: &[String]) -> Result<()> {
         sparrow_args.extend(["--memory-budget".into(), budget.to_string()]);
     }
     sparrow_args.extend(o.sparrow_args.iter().cloned());
-    let mut programs: Vec<(&str, &Path, Vec<String>, fn(&str) -> Option<f64>)> =
+    let mut programs: Vec<Program<'_>> =
         vec![("llama.cpp (default)", &llama, llama_args(true), llama_tg)];
     if has_no_repack(&llama) {
         programs.push((
