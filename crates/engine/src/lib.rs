@@ -65,7 +65,7 @@ pub mod sys;
 mod transpose;
 
 pub use bench::{BenchMode, BenchOptions, BenchReport, ModeRuns};
-pub use budget::{BudgetSplit, FfnBudget, Resident};
+pub use budget::{parse_size, BudgetSplit, FfnBudget, Resident};
 pub use bundle::{ModelBundle, SparsePlan, SparseSidecars};
 pub use calibrate::{calibrate, device_fingerprint, CalibrateOptions};
 pub use config::{Activation, Arch, ModelConfig};
