@@ -143,6 +143,35 @@ pub fn predictor_max_bytes(ffn_bytes: usize, n_layers: usize, max_share: f64) ->
     (max_share * ffn_bytes as f64 / n_layers.max(1) as f64) as usize
 }
 
+/// Parses a size as `--memory-budget` takes it: `123` (bytes), `64K`, `80M`, `1.5G`, `1T` (powers of
+/// 1024), at most 1 PiB. The error is one line naming the text.
+pub fn parse_size(s: &str) -> std::result::Result<u64, String> {
+    const MAX: f64 = (1u64 << 50) as f64;
+    let t = s.trim();
+    let (num, mul) = match t
+        .char_indices()
+        .last()
+        .map(|(i, c)| (i, c.to_ascii_uppercase()))
+    {
+        Some((i, 'K')) => (&t[..i], 1u64 << 10),
+        Some((i, 'M')) => (&t[..i], 1 << 20),
+        Some((i, 'G')) => (&t[..i], 1 << 30),
+        Some((i, 'T')) => (&t[..i], 1 << 40),
+        _ => (t, 1),
+    };
+    let v: f64 = num
+        .parse()
+        .map_err(|_| format!("`{s}` is not a size (e.g. 80M, 1.5G)"))?;
+    if !v.is_finite() || v < 0.0 {
+        return Err(format!("`{s}` is not a size (e.g. 80M, 1.5G)"));
+    }
+    let bytes = v * mul as f64;
+    if bytes > MAX {
+        return Err(format!("`{s}` is more than 1 PiB"));
+    }
+    Ok(bytes as u64)
+}
+
 fn mib(bytes: u64) -> f64 {
     bytes as f64 / (1024.0 * 1024.0)
 }

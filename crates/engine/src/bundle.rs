@@ -239,20 +239,22 @@ impl SparsePlan {
             Some(store) => {
                 let ffn = crate::offload::store_ffn_bytes(&store)?;
                 let context = engine.options().context;
-                let (ffn_budget, split) = ffn_cache_bytes(budget, ffn, context, || {
-                    let len = |p: &Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
-                    Resident {
-                        process: crate::sys::rss_bytes().unwrap_or(0),
-                        file: len(model.path()),
-                        kv_cache: model
-                            .config
-                            .kv_cache_bytes(context.max(1), engine.cache_type()),
-                        predictors: predictor.as_deref().map_or(0, len),
-                    }
-                })?;
+                let len = |p: &Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
+                // What stays resident besides the FFN cache, measured now: counted first under a
+                // process budget, at load or set live.
+                let resident = Resident {
+                    process: crate::sys::rss_bytes().unwrap_or(0),
+                    file: len(model.path()),
+                    kv_cache: model
+                        .config
+                        .kv_cache_bytes(context.max(1), engine.cache_type()),
+                    predictors: predictor.as_deref().map_or(0, len),
+                };
+                let (ffn_budget, split) = ffn_cache_bytes(budget, ffn, context, || resident)?;
                 (
                     OffloadOptions {
                         ffn_budget,
+                        outside_ffn_bytes: resident.total(),
                         ..offload
                     },
                     split,

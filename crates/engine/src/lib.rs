@@ -65,7 +65,7 @@ pub mod sys;
 mod transpose;
 
 pub use bench::{BenchMode, BenchOptions, BenchReport, ModeRuns};
-pub use budget::{BudgetSplit, FfnBudget, Resident};
+pub use budget::{parse_size, BudgetSplit, FfnBudget, Resident};
 pub use bundle::{ModelBundle, SparsePlan, SparseSidecars};
 pub use calibrate::{calibrate, device_fingerprint, CalibrateOptions};
 pub use config::{Activation, Arch, ModelConfig};
@@ -79,7 +79,9 @@ pub use generate::{
 pub use kernels_neon::{set_chunk_rows, KvFormat, Precision};
 pub use model::{Model, ModelFile};
 pub use model_tokenizer::{ChatMessage, ChatTemplate, Tokenizer};
-pub use offload::{ConvertOptions, ConvertReport, OffloadOptions, OffloadStats};
+pub use offload::{
+    CacheControl, CacheReport, ConvertOptions, ConvertReport, OffloadOptions, OffloadStats,
+};
 pub use perplexity::{log_sum_exp, PerplexityReport};
 pub use planner;
 pub use planning::{default_device_path, load_plan, model_summary, PlanSettings};

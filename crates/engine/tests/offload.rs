@@ -389,3 +389,80 @@ fn a_predictor_naming_a_missing_neuron_is_an_error() {
     assert!(e.contains("neuron 1000000"), "{e}");
     assert_eq!(cache.len(), 0);
 }
+
+/// A live budget ([`engine::CacheControl`]): shrinking and growing the cache between and during
+/// decode steps (from another thread) changes what is cached, never what is computed; the cache
+/// never holds more than its budget; a process budget below the minimum is refused.
+#[test]
+fn a_live_budget_change_keeps_results_and_the_cache_within_its_budget() {
+    let name = "tiny-llama-silu-q4_0.gguf";
+    let resident = converted(name, &ConvertOptions::default(), "live");
+    let file = ModelFile::open(&resident).unwrap();
+    let want = in_memory_logits(name, 0.05, false);
+    let eng = store_engine(
+        &file,
+        0.05,
+        OffloadOptions {
+            hot_share: 0.6,
+            // Small clusters, so that a shrink cuts some in two.
+            cluster_units: 3,
+            outside_ffn_bytes: 1 << 20,
+            ..Default::default()
+        },
+    );
+    let off = eng.sparse().unwrap().offload().unwrap();
+    let ctl = off.control();
+    let full = ctl.report();
+    // The store's units (the file less its header and index).
+    let total = full.ffn_bytes as usize;
+    assert!(total > 0 && total < ffn_bytes(&resident));
+    assert_eq!(full.cache_budget as usize, total);
+    assert!(full.cache_bytes <= full.cache_budget);
+    assert!(rel_drift(&logits(&eng, false), &want) < 1e-5);
+    for budget in [
+        total / 3,
+        0,
+        total / 5,
+        total / 2,
+        usize::MAX,
+        7 * total / 10,
+    ] {
+        ctl.set_cache_budget(budget).unwrap();
+        let r = ctl.report();
+        assert_eq!(r.cache_budget as usize, budget.min(total));
+        assert!(r.cache_bytes <= r.cache_budget, "{r:?}");
+        let got = logits(&eng, false);
+        assert!(rel_drift(&got, &want) < 1e-5, "budget {budget}");
+        let r = ctl.report();
+        assert!(r.cache_bytes <= r.cache_budget, "after decoding: {r:?}");
+        if budget == 0 {
+            assert_eq!(r.cache_bytes, 0);
+        }
+    }
+    // Resizes from another thread while decoding.
+    std::thread::scope(|s| {
+        let c = ctl.clone();
+        let resizer = s.spawn(move || {
+            for i in 0..40 {
+                c.set_cache_budget([total / 4, total, 0, total / 2][i % 4])
+                    .unwrap();
+                let r = c.report();
+                assert!(r.cache_bytes <= r.cache_budget, "{r:?}");
+            }
+        });
+        for _ in 0..3 {
+            assert!(rel_drift(&logits(&eng, false), &want) < 1e-5);
+        }
+        resizer.join().unwrap();
+    });
+    // A process budget: what stays resident (here 1 MiB) first; below the minimum: an error naming it.
+    let r = ctl.set_memory_budget((1 << 20) + total as u64 / 2).unwrap();
+    assert_eq!(r.cache_budget as usize, total / 2);
+    assert_eq!(r.memory_budget, (1 << 20) + total as u64 / 2);
+    let e = ctl.set_memory_budget(1 << 19).unwrap_err().to_string();
+    assert!(
+        e.contains("minimum") && e.contains(&r.minimum.to_string()),
+        "{e}"
+    );
+    assert_eq!(ctl.report().cache_budget as usize, total / 2, "unchanged");
+}

@@ -159,7 +159,7 @@ impl NeuronCache {
             hot: self.hot_cap,
             budget: self.budget,
         })?;
-        self.relayout(fixed, self.hot_cap)
+        self.relayout(self.budget, fixed, self.hot_cap)
     }
 
     /// Returns `bytes` of the fixed region to the cold region.
@@ -170,25 +170,33 @@ impl NeuronCache {
                 reserved: self.fixed,
             });
         }
-        self.relayout(self.fixed - bytes, self.hot_cap)
+        self.relayout(self.budget, self.fixed - bytes, self.hot_cap)
     }
 
     /// Moves the hot/cold split: the hot region gets `bytes`, the cold region the rest. Shrinking a region
     /// evicts its least recently used unpinned entries; fails without changing anything if the layout
     /// exceeds the budget or pinned entries would not fit.
     pub fn set_hot_bytes(&mut self, bytes: usize) -> Result<()> {
-        self.relayout(self.fixed, bytes)
+        self.relayout(self.budget, self.fixed, bytes)
     }
 
-    fn relayout(&mut self, fixed: usize, hot: usize) -> Result<()> {
+    /// Changes the budget at run time; the fixed and hot regions keep their sizes and the cold region
+    /// gets what they leave (`budget − fixed − hot`). Shrinking evicts the cold region's least recently
+    /// used unpinned neurons until it fits, and drops their bytes (the memory is freed as soon as no
+    /// caller holds the `Arc` any more). Fails without changing anything if the fixed and hot regions
+    /// do not fit the new budget or the cold region's pinned neurons would not.
+    ///
+    /// To shrink the hot region with the budget, call [`NeuronCache::set_hot_bytes`] first; to grow
+    /// both, this first.
+    pub fn set_budget(&mut self, budget: usize) -> Result<()> {
+        self.relayout(budget, self.fixed, self.hot_cap)
+    }
+
+    fn relayout(&mut self, budget: usize, fixed: usize, hot: usize) -> Result<()> {
         let cold = fixed
             .checked_add(hot)
-            .and_then(|used| self.budget.checked_sub(used))
-            .ok_or(CacheError::Layout {
-                fixed,
-                hot,
-                budget: self.budget,
-            })?;
+            .and_then(|used| budget.checked_sub(used))
+            .ok_or(CacheError::Layout { fixed, hot, budget })?;
         if self.hot.pinned_bytes() > hot {
             return Err(CacheError::Pinned {
                 region: Region::Hot,
@@ -203,6 +211,7 @@ impl NeuronCache {
                 pinned: self.cold.pinned_bytes(),
             });
         }
+        self.budget = budget;
         self.fixed = fixed;
         self.hot_cap = hot;
         self.evict_hot_for(0);
@@ -278,6 +287,21 @@ impl NeuronCache {
                 key: id.to_string(),
             }),
         }
+    }
+
+    /// Drops a neuron from the cache (no statistics: it is not an eviction). Returns whether it was
+    /// resident; fails with [`CacheError::InUse`], changing nothing, if it is pinned.
+    pub fn remove_neuron(&mut self, id: NeuronId) -> Result<bool> {
+        let Some(idx) = self.cold.find(&id) else {
+            return Ok(false);
+        };
+        if self.cold.entry(idx).pins > 0 {
+            return Err(CacheError::InUse {
+                key: id.to_string(),
+            });
+        }
+        self.cold.remove(idx);
+        Ok(true)
     }
 
     /// Whether the neuron is resident (no statistics, no reordering).
@@ -394,6 +418,21 @@ impl NeuronCache {
                 key: id.to_string(),
             }),
         }
+    }
+
+    /// Drops a cluster from the cache (not counted as an eviction). Returns whether it was resident;
+    /// fails with [`CacheError::InUse`], changing nothing, if it is pinned.
+    pub fn remove_cluster(&mut self, id: ClusterId) -> Result<bool> {
+        let Some(idx) = self.hot.find(&id) else {
+            return Ok(false);
+        };
+        if self.hot.entry(idx).pins > 0 {
+            return Err(CacheError::InUse {
+                key: id.to_string(),
+            });
+        }
+        self.hot.remove(idx);
+        Ok(true)
     }
 
     /// Whether the cluster is resident (no statistics, no reordering).

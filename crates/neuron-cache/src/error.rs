@@ -72,6 +72,12 @@ pub enum CacheError {
         /// The entry.
         key: String,
     },
+    /// Removing an entry that is pinned.
+    #[error("{key} is pinned and cannot be removed")]
+    InUse {
+        /// The entry.
+        key: String,
+    },
     /// `release_fixed` of more than was reserved.
     #[error("releasing {bytes} fixed bytes, but only {reserved} are reserved")]
     FixedUnderflow {

@@ -10,7 +10,8 @@
 //!   inactive list, a second hit promotes to the active list, the active list is kept at or under 90% of
 //!   the cold region by demoting its tail, and eviction discards from the inactive tail.
 //!
-//! The hot/cold split moves at run time ([`NeuronCache::set_hot_bytes`]). Entries in use are pinned and
+//! The hot/cold split moves at run time ([`NeuronCache::set_hot_bytes`]), and so does the budget
+//! itself ([`NeuronCache::set_budget`]: a live memory budget; shrinking evicts and drops the bytes). Entries in use are pinned and
 //! never evicted. [`SharedNeuronCache`] puts the cache behind a `parking_lot::Mutex` for compute threads
 //! and the I/O thread, and hands out guards that unpin on drop.
 //!
@@ -42,8 +43,9 @@
 //! * **The budget is hard**: fixed + hot + cold resident bytes never exceed it. An insertion that does not
 //!   fit even after evicting every unpinned entry of its region fails with
 //!   [`CacheError::BudgetExhausted`] and changes nothing.
-//! * **Pinned entries are never evicted**, not by insertions and not by resizing regions (a resize that
-//!   would need to fails with [`CacheError::Pinned`] and changes nothing).
+//! * **Pinned entries are never evicted**, not by insertions, not by resizing regions or the budget (a
+//!   resize that would need to fails with [`CacheError::Pinned`] and changes nothing) and not by
+//!   explicit removal ([`CacheError::InUse`]).
 //! * **Active ≤ 90% of the cold region** after every operation.
 //! * The cache holds bytes only; it does no I/O (only `ufs-io` and `model-format` touch weight files).
 //!

@@ -21,6 +21,9 @@ enum Op {
     SetHot(usize),
     ReserveFixed(usize),
     ReleaseFixed(usize),
+    SetBudget(usize),
+    Remove(u32),
+    RemoveCluster(u32),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -34,6 +37,9 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0usize..70).prop_map(Op::SetHot),
         1 => (0usize..40).prop_map(Op::ReserveFixed),
         1 => (0usize..40).prop_map(Op::ReleaseFixed),
+        1 => (0usize..160).prop_map(Op::SetBudget),
+        1 => (0u32..12).prop_map(Op::Remove),
+        1 => (0u32..5).prop_map(Op::RemoveCluster),
     ]
 }
 
@@ -45,8 +51,9 @@ struct E {
 }
 
 /// The reference: lists as vectors, most recently used first.
-#[derive(Default, Debug)]
+#[derive(Debug)]
 struct Model {
+    budget: usize,
     fixed: usize,
     hot_cap: usize,
     active: Vec<E>,
@@ -69,9 +76,24 @@ fn last_unpinned(v: &[E]) -> Option<usize> {
     v.iter().rposition(|e| e.pins == 0)
 }
 
+impl Default for Model {
+    fn default() -> Self {
+        Model {
+            budget: BUDGET,
+            fixed: 0,
+            hot_cap: 0,
+            active: Vec::new(),
+            inactive: Vec::new(),
+            hot: Vec::new(),
+            cold_evictions: 0,
+            hot_evictions: 0,
+        }
+    }
+}
+
 impl Model {
     fn cold_cap(&self) -> usize {
-        BUDGET - self.fixed - self.hot_cap
+        self.budget - self.fixed - self.hot_cap
     }
     fn cold_pinned(&self) -> usize {
         pinned(&self.active) + pinned(&self.inactive)
@@ -103,14 +125,14 @@ impl Model {
             self.inactive.insert(0, e);
         }
     }
-    fn relayout(&mut self, fixed: usize, hot: usize) -> Result<(), &'static str> {
-        if fixed + hot > BUDGET {
+    fn relayout(&mut self, budget: usize, fixed: usize, hot: usize) -> Result<(), &'static str> {
+        if fixed + hot > budget {
             return Err("Layout");
         }
-        if pinned(&self.hot) > hot || self.cold_pinned() > BUDGET - fixed - hot {
+        if pinned(&self.hot) > hot || self.cold_pinned() > budget - fixed - hot {
             return Err("Pinned");
         }
-        (self.fixed, self.hot_cap) = (fixed, hot);
+        (self.budget, self.fixed, self.hot_cap) = (budget, fixed, hot);
         self.evict_hot(0);
         self.evict_cold(0);
         self.rebalance();
@@ -212,10 +234,35 @@ impl Model {
                 }
                 _ => Err("NotPinned"),
             },
-            Op::SetHot(n) => self.relayout(self.fixed, n).map(|_| None),
-            Op::ReserveFixed(n) => self.relayout(self.fixed + n, self.hot_cap).map(|_| None),
+            Op::SetHot(n) => self.relayout(self.budget, self.fixed, n).map(|_| None),
+            Op::ReserveFixed(n) => self
+                .relayout(self.budget, self.fixed + n, self.hot_cap)
+                .map(|_| None),
             Op::ReleaseFixed(n) if n > self.fixed => Err("FixedUnderflow"),
-            Op::ReleaseFixed(n) => self.relayout(self.fixed - n, self.hot_cap).map(|_| None),
+            Op::ReleaseFixed(n) => self
+                .relayout(self.budget, self.fixed - n, self.hot_cap)
+                .map(|_| None),
+            Op::SetBudget(b) => self.relayout(b, self.fixed, self.hot_cap).map(|_| None),
+            Op::Remove(k) => {
+                for list in [&mut self.active, &mut self.inactive] {
+                    if let Some(i) = pos(list, k) {
+                        if list[i].pins > 0 {
+                            return Err("InUse");
+                        }
+                        list.remove(i);
+                        return Ok(Some(1));
+                    }
+                }
+                Ok(Some(0))
+            }
+            Op::RemoveCluster(k) => match pos(&self.hot, k) {
+                Some(i) if self.hot[i].pins > 0 => Err("InUse"),
+                Some(i) => {
+                    self.hot.remove(i);
+                    Ok(Some(1))
+                }
+                None => Ok(Some(0)),
+            },
         }
     }
 }
@@ -227,6 +274,7 @@ fn kind(e: &CacheError) -> &'static str {
         CacheError::Pinned { .. } => "Pinned",
         CacheError::NotPinned { .. } => "NotPinned",
         CacheError::FixedUnderflow { .. } => "FixedUnderflow",
+        CacheError::InUse { .. } => "InUse",
     }
 }
 
@@ -274,6 +322,9 @@ fn apply(cache: &mut NeuronCache, op: &Op) -> Result<Option<usize>, &'static str
         Op::SetHot(n) => cache.set_hot_bytes(n).map(|_| None),
         Op::ReserveFixed(n) => cache.reserve_fixed(n).map(|_| None),
         Op::ReleaseFixed(n) => cache.release_fixed(n).map(|_| None),
+        Op::SetBudget(b) => cache.set_budget(b).map(|_| None),
+        Op::Remove(k) => cache.remove_neuron(nid(k)).map(|r| Some(r as usize)),
+        Op::RemoveCluster(k) => cache.remove_cluster(cid(k)).map(|r| Some(r as usize)),
     };
     r.map_err(|e| kind(&e))
 }
@@ -305,7 +356,8 @@ proptest! {
                 prop_assert!(false, "step {}: {:?}: {}", step, op, msg);
             }
             let s = cache.stats();
-            prop_assert!(s.resident_bytes() <= BUDGET);
+            prop_assert!(s.resident_bytes() <= model.budget);
+            prop_assert_eq!(s.budget, model.budget);
             prop_assert_eq!((s.fixed_bytes, s.hot.capacity), (model.fixed, model.hot_cap));
             prop_assert_eq!(s.cold.bytes, bytes(&model.active) + bytes(&model.inactive));
             prop_assert_eq!(s.active_bytes, bytes(&model.active));

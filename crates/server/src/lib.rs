@@ -1,7 +1,9 @@
 //! Sparrow's OpenAI-compatible HTTP server, as llama.cpp's `llama-server` and Ollama users expect:
 //! `GET /v1/models`, `POST /v1/completions`, `POST /v1/chat/completions` (the model's chat template,
 //! as `sparrow run --chat` renders it), streaming with server-sent events (`stream: true`, OpenAI's
-//! chunks, then `data: [DONE]`), `GET /health` and `GET /metrics` (Prometheus text).
+//! chunks, then `data: [DONE]`), `GET /health` and `GET /metrics` (Prometheus text); for an offloaded
+//! model `POST /admin/memory-budget` (loopback clients only) shrinks or grows the neuron cache while
+//! serving.
 //!
 //! [`serve`] runs one [`Engine`]: the calling thread computes the requests one at a time; an async
 //! runtime (axum on tokio) on other threads answers HTTP, checks and tokenizes requests, and queues
@@ -28,6 +30,7 @@
 //!   and a queued request whose client has gone is skipped.
 //! - Nothing here touches model files: the engine was loaded by the caller.
 
+mod admin;
 mod api;
 mod api_error;
 mod error;
@@ -89,8 +92,12 @@ pub fn serve(
         started: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs()),
+        cache: engine
+            .sparse()
+            .and_then(|s| s.offload())
+            .map(|o| o.control()),
     });
-    let app = routes::router(state);
+    let app = routes::router(state).into_make_service_with_connect_info::<SocketAddr>();
     let server = rt.spawn(async move { axum::serve(listener, app).await });
     on_listen(addr);
     // Returns when the server has stopped and dropped every job sender.

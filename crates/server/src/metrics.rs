@@ -60,6 +60,12 @@ impl Metrics {
 
     /// The Prometheus text exposition.
     pub fn render(&self) -> String {
+        self.render_with(None)
+    }
+
+    /// [`Metrics::render`], with the live figures of an offloaded model's neuron cache: its budgets
+    /// and the bytes it holds now.
+    pub fn render_with(&self, cache: Option<&engine::CacheReport>) -> String {
         let mut s = String::new();
         let g = |a: &AtomicU64| a.load(Relaxed);
         let mut metric = |name: &str, kind: &str, help: &str, lines: Vec<(String, f64)>| {
@@ -159,11 +165,30 @@ impl Metrics {
                 "Bytes of FFN units read from flash.",
                 one(o.bytes_read as f64),
             );
+        }
+        if let Some(c) = cache {
+            metric(
+                "sparrow_memory_budget_bytes",
+                "gauge",
+                "The process memory budget (POST /admin/memory-budget, or at start what stays resident plus the neuron cache's budget).",
+                one(c.memory_budget as f64),
+            );
+            metric(
+                "sparrow_neuron_cache_budget_bytes",
+                "gauge",
+                "Bytes the neuron cache may hold (at most the whole FFN).",
+                one(c.cache_budget as f64),
+            );
+        }
+        let resident = cache
+            .map(|c| c.cache_bytes)
+            .or(off.map(|o| o.resident_bytes));
+        if let Some(bytes) = resident {
             metric(
                 "sparrow_neuron_cache_resident_bytes",
                 "gauge",
                 "Bytes of FFN units held in the neuron cache.",
-                one(o.resident_bytes as f64),
+                one(bytes as f64),
             );
         }
         s
@@ -194,5 +219,33 @@ mod tests {
             !t.contains("flash"),
             "no offload figures for a model in memory: {t}"
         );
+    }
+
+    #[test]
+    fn live_cache_figures_replace_the_last_requests_ones() {
+        let m = Metrics::default();
+        *m.offload.lock().unwrap() = Some(OffloadFigures {
+            resident_bytes: 999,
+            ..Default::default()
+        });
+        let live = engine::CacheReport {
+            memory_budget: 300,
+            minimum: 100,
+            cache_budget: 200,
+            cache_bytes: 150,
+            ffn_bytes: 1000,
+        };
+        let t = m.render_with(Some(&live));
+        for line in [
+            "sparrow_memory_budget_bytes 300",
+            "sparrow_neuron_cache_budget_bytes 200",
+            "sparrow_neuron_cache_resident_bytes 150",
+        ] {
+            assert!(t.contains(line), "`{line}` in {t}");
+        }
+        assert!(!t.contains(" 999"), "{t}");
+        assert!(m
+            .render()
+            .contains("sparrow_neuron_cache_resident_bytes 999"));
     }
 }

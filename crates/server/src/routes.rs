@@ -17,7 +17,7 @@ use axum::response::sse::{Event as SseEvent, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use engine::Tokenizer;
+use engine::{CacheControl, Tokenizer};
 use serde_json::{json, Value};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 
@@ -36,6 +36,8 @@ pub(crate) struct AppState {
     pub(crate) metrics: Arc<Metrics>,
     /// Server start, seconds since the epoch (the model's `created`).
     pub(crate) started: u64,
+    /// The neuron cache's live budget, when the model is offloaded.
+    pub(crate) cache: Option<CacheControl>,
 }
 
 type Shared = Arc<AppState>;
@@ -48,6 +50,7 @@ pub(crate) fn router(state: Shared) -> Router {
         .route("/v1/models", get(models))
         .route("/v1/completions", post(completions))
         .route("/v1/chat/completions", post(chat))
+        .route("/admin/memory-budget", post(crate::admin::memory_budget))
         .fallback(no_route)
         .layer(DefaultBodyLimit::max(state.opts.max_body_bytes))
         .layer(middleware::from_fn_with_state(state.clone(), count))
@@ -57,10 +60,12 @@ pub(crate) fn router(state: Shared) -> Router {
 /// Counts each request by route (unknown paths as `other`, so labels stay few) and its status.
 async fn count(State(st): State<Shared>, req: Request, next: Next) -> Response {
     let route = match req.uri().path() {
-        p
-        @ ("/health" | "/metrics" | "/v1/models" | "/v1/completions" | "/v1/chat/completions") => {
-            p.to_string()
-        }
+        p @ ("/health"
+        | "/metrics"
+        | "/v1/models"
+        | "/v1/completions"
+        | "/v1/chat/completions"
+        | "/admin/memory-budget") => p.to_string(),
         _ => "other".to_string(),
     };
     let resp = next.run(req).await;
@@ -79,7 +84,8 @@ async fn health() -> Json<Value> {
 async fn metrics(State(st): State<Shared>) -> Response {
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        st.metrics.render(),
+        st.metrics
+            .render_with(st.cache.as_ref().map(|c| c.report()).as_ref()),
     )
         .into_response()
 }

@@ -2,32 +2,10 @@
 //! parsed, so a bad value is a one-line usage error naming the flag, never a NaN or a saturated size
 //! inside the engine.
 
-/// Parses `123`, `64K`, `80M`, `1.5G` (powers of 1024), at most 1 PiB.
+/// Parses `123`, `64K`, `80M`, `1.5G` (powers of 1024), at most 1 PiB (the engine's parser, which the
+/// server's live budget uses too).
 pub fn size(s: &str) -> Result<u64, String> {
-    const MAX: f64 = (1u64 << 50) as f64;
-    let t = s.trim();
-    let (num, mul) = match t
-        .char_indices()
-        .last()
-        .map(|(i, c)| (i, c.to_ascii_uppercase()))
-    {
-        Some((i, 'K')) => (&t[..i], 1u64 << 10),
-        Some((i, 'M')) => (&t[..i], 1 << 20),
-        Some((i, 'G')) => (&t[..i], 1 << 30),
-        Some((i, 'T')) => (&t[..i], 1 << 40),
-        _ => (t, 1),
-    };
-    let v: f64 = num
-        .parse()
-        .map_err(|_| format!("`{s}` is not a size (e.g. 80M, 1.5G)"))?;
-    if !v.is_finite() || v < 0.0 {
-        return Err(format!("`{s}` is not a size (e.g. 80M, 1.5G)"));
-    }
-    let bytes = v * mul as f64;
-    if bytes > MAX {
-        return Err(format!("`{s}` is more than 1 PiB"));
-    }
-    Ok(bytes as u64)
+    engine::parse_size(s)
 }
 
 /// A finite number in `[lo, hi]`.

@@ -309,3 +309,54 @@ fn svg_texts(path: &Path) -> Vec<String> {
         .filter_map(|n| n.text().map(|t| t.trim().to_string()))
         .collect()
 }
+
+#[test]
+fn bench_sweeps_sparsities_with_perplexity_and_plots_the_trade_off() {
+    let d = outside("sparsities");
+    let model =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/tiny-llama-silu-q4_0.gguf");
+    let svg = d.join("tradeoff.svg");
+    let v = ok_json(
+        &d,
+        &[
+            "bench",
+            "-m",
+            model.to_str().unwrap(),
+            "--sparsities",
+            "0.3,0.8",
+            "--ppl-windows",
+            "1",
+            "-p",
+            "0",
+            "-n",
+            "4",
+            "-r",
+            "1",
+            "--json",
+            "--plot",
+            svg.to_str().unwrap(),
+        ],
+    );
+    let rows = v["sparsity_sweep"].as_array().unwrap();
+    assert_eq!(rows.len(), 3, "dense and two sparsities: {v}");
+    let sparsity: Vec<f64> = rows
+        .iter()
+        .map(|r| r["sparsity"].as_f64().unwrap())
+        .collect();
+    assert_eq!(sparsity[0], 0.0);
+    assert!((sparsity[1] - 0.3).abs() < 1e-6 && (sparsity[2] - 0.8).abs() < 1e-6);
+    assert!(rows.iter().all(|r| r["ppl"].as_f64().unwrap() > 1.0), "{v}");
+    // Sparser means fewer down rows computed, and a perplexity of its own.
+    let down = |r: &serde_json::Value| r["sparse_stats"]["down_frac"].as_f64().unwrap();
+    assert!(down(&rows[2]) < down(&rows[1]), "{v}");
+    assert_ne!(rows[0]["ppl"], rows[2]["ppl"], "{v}");
+    let texts = svg_texts(&svg);
+    for want in [
+        "Sparsity / perplexity / decode speed",
+        "dense (4 steps)",
+        "sparsity 0.8 (4 steps)",
+    ] {
+        assert!(texts.iter().any(|t| t == want), "no `{want}` in {texts:?}");
+    }
+    std::fs::remove_dir_all(&d).unwrap();
+}

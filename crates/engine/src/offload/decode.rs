@@ -13,6 +13,7 @@ use kernels_neon::Precision;
 use neuron_cache::NeuronId;
 use ufs_io::IoError;
 
+use super::live::HotSet;
 use super::runtime::Offload;
 use super::unit::{lock_pending, tag_of, Job, Pending, Wanted, Worker, TAG_HEAD};
 use crate::error::{EngineError, Result};
@@ -71,7 +72,10 @@ impl Offload {
         self.counters
             .units
             .fetch_add(groups.len() as u64, Ordering::Relaxed);
-        let (hits, misses) = self.look_up(layer, groups);
+        // The hot prefixes stay as they are until this step's last unit is computed (a live resize
+        // waits for it).
+        let hot = self.live.read_hot();
+        let (hits, misses) = self.look_up(&hot, layer, groups);
         self.counters
             .misses
             .fetch_add(misses.len() as u64, Ordering::Relaxed);
@@ -153,11 +157,12 @@ impl Offload {
 
     /// Splits the units into cache hits (hot clusters first, then the cold LRU under one lock) and
     /// misses.
-    fn look_up(
+    fn look_up<'h>(
         &self,
+        hot: &'h HotSet,
         layer: usize,
         groups: Vec<(usize, Range<usize>)>,
-    ) -> (Vec<Hit<'_>>, Vec<(usize, Range<usize>)>) {
+    ) -> (Vec<Hit<'h>>, Vec<(usize, Range<usize>)>) {
         let c = &self.counters;
         let ub = self.store.index().layout.unit_bytes();
         let cu = self.opts.cluster_units.max(1);
@@ -165,11 +170,11 @@ impl Offload {
         let mut misses = Vec::new();
         let mut cache = self.cache.lock();
         for (u, range) in groups {
-            if u < self.hot_units[layer] {
-                // The hot region is preloaded and pinned: no LRU bookkeeping, no lock needed.
+            if u < hot.units[layer] {
+                // The hot region is preloaded and pinned: no LRU bookkeeping, no cache lock needed.
                 c.hot_hits.fetch_add(1, Ordering::Relaxed);
                 hits.push(Hit {
-                    bytes: UnitBytes::Hot(&self.hot[layer][u / cu]),
+                    bytes: UnitBytes::Hot(&hot.clusters[layer][u / cu]),
                     at: (u % cu) * ub,
                     range,
                 });

@@ -20,13 +20,18 @@
 //!   Each part is checked against its own checksum (the store records the first page's CRC too).
 //!   Opt-in ([`OffloadOptions::two_phase`]): the second read is in series with the first.
 //!
+//! * A live budget ([`CacheControl`], from [`Offload::control`]): the cache shrinks or grows while
+//!   decoding, between two layer steps; a shrink frees the evicted bytes.
+//!
 //! Files: `convert.rs` (offline conversion, store path, verification), `options.rs` (settings and
-//! counters), `runtime.rs` ([`Offload`]: opening, hot preload, cache), `decode.rs` (one layer's
+//! counters), `runtime.rs` ([`Offload`]: opening, cache), `live.rs` ([`CacheControl`]: the hot
+//! prefixes behind a read-write lock, preload and live resize), `decode.rs` (one layer's
 //! decode step in named stages), `unit.rs` (what a worker does with one unit: checks, two-phase
 //! reads, compute through the shared neuron selector, `neurons.rs`).
 
 mod convert;
 mod decode;
+mod live;
 mod options;
 mod runtime;
 mod unit;
@@ -34,5 +39,6 @@ mod unit;
 pub use convert::{
     convert, store_ffn_bytes, store_path_for, verify, ConvertOptions, ConvertReport,
 };
+pub use live::{CacheControl, CacheReport};
 pub use options::{OffloadOptions, OffloadStats};
 pub use runtime::Offload;

@@ -35,6 +35,10 @@ pub struct OffloadOptions {
     /// Hand reads to the kernel asynchronously (Linux AIO, `ufs_io::IoConfig::async_io`), so the
     /// device holds up to `queue_depth` of them at once; off: one blocking read at a time.
     pub async_io: bool,
+    /// Bytes that stay resident besides the FFN cache (the process at load, the resident file, the
+    /// KV cache at the whole context, the predictors: [`crate::Resident::total`]), counted first when
+    /// a process budget is set live ([`super::CacheControl::set_memory_budget`]); 0 where unknown.
+    pub outside_ffn_bytes: u64,
 }
 
 impl Default for OffloadOptions {
@@ -50,6 +54,7 @@ impl Default for OffloadOptions {
             pipeline: true,
             two_phase: false,
             async_io: true,
+            outside_ffn_bytes: 0,
         }
     }
 }

@@ -47,6 +47,16 @@ pub struct BenchArgs {
     /// 20%,40%,60%,80%,100%`; reports (and plots) decode speed against the FFN cache size.
     #[arg(long, value_delimiter = ',', value_parser = crate::parse::sweep_budget, conflicts_with_all = ["memory_budget", "ffn_resident"])]
     pub budgets: Vec<SweepBudget>,
+    /// For a model in memory: the sparsity / perplexity / speed trade-off. Dense first, then once per
+    /// activation sparsity (output-score thresholds calibrated on the built-in calibration text, as
+    /// `sparrow profile --sparsity` does), each with its perplexity over --ppl-windows windows of 256
+    /// tokens of the evaluation text and its decode speed; e.g. `--sparsities 0.3,0.5,0.7,0.9`.
+    #[arg(long, value_delimiter = ',', value_parser = crate::parse::unit_f32, conflicts_with_all = ["budgets", "offload", "sparse"])]
+    pub sparsities: Vec<f32>,
+    /// Windows of 256 tokens (at most --ctx) of the evaluation text (--text or built-in) scored by
+    /// --sparsities.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=256))]
+    pub ppl_windows: u64,
     /// Also draw the run as an SVG file: the per-token decode latency histogram of each mode, and
     /// decode tok/s across the modes compared (dense/sparse, in-memory/offloaded) or the --budgets.
     #[arg(long, value_name = "FILE.svg")]
@@ -67,8 +77,11 @@ pub fn run(mut a: BenchArgs) -> Result<()> {
         teacher_forced: false,
     };
     let need = opts.tokens_needed();
-    let text = (a.text.is_some() || a.model.sparse || eng.model().config.ffn_store.is_some())
-        .then(|| TextSource::or_builtin(a.text.as_deref(), &EVAL));
+    let text = (a.text.is_some()
+        || a.model.sparse
+        || !a.sparsities.is_empty()
+        || eng.model().config.ffn_store.is_some())
+    .then(|| TextSource::or_builtin(a.text.as_deref(), &EVAL));
     let tokens: Vec<u32> = match &text {
         Some(src) => {
             let t = src.read().context("give another text with --text")?;
@@ -105,6 +118,9 @@ pub fn run(mut a: BenchArgs) -> Result<()> {
     };
     if !a.budgets.is_empty() {
         return sweep(&a, &mut eng, &file, text.as_ref(), &tokens, &opts);
+    }
+    if !a.sparsities.is_empty() {
+        return sparsity_sweep(&a, &mut eng, &file, text.as_ref(), &tokens, &opts);
     }
     let report = engine::bench::run(&mut eng, off_eng.as_ref(), &tokens, &opts)?;
     if let Some(path) = &a.plot {
@@ -254,6 +270,137 @@ fn sweep(
             "peak RSS {:.1} MiB",
             mib(engine::sys::peak_rss_bytes().unwrap_or(0))
         );
+    }
+    Ok(())
+}
+
+/// Window of the perplexity measured by `--sparsities` (at most the engine's context).
+const PPL_WINDOW: usize = 256;
+
+/// `--sparsities`: dense, then sparse decode at each sparsity, each with its perplexity on the
+/// evaluation text and its decode speed (paired with a dense run on the same machine state); one line
+/// (or JSON entry) each and the trade-off plot.
+fn sparsity_sweep(
+    a: &BenchArgs,
+    eng: &mut Engine<'_>,
+    file: &ModelFile,
+    text: Option<&TextSource>,
+    tokens: &[u32],
+    opts: &BenchOptions,
+) -> Result<()> {
+    use engine::sparse::{thresholds_for_sparsity, Score, SparseFfn, DEFAULT_DOWN_FORMAT};
+    if eng.model().config.ffn_store.is_some() {
+        bail!(
+            "--sparsities: {} is a resident file; give the model it was converted from",
+            file.path().display()
+        );
+    }
+    let n_layers = eng.model().config.n_layers;
+    let windows = a.ppl_windows as usize;
+    // 256 tokens, or the engine's whole context when it is shorter.
+    let window = PPL_WINDOW.min(eng.options().context).max(2);
+    let calib_src = TextSource::or_builtin(None, &crate::builtin::CALIBRATION);
+    let calib = engine::bench::text_tokens(
+        eng,
+        &calib_src.read()?,
+        Path::new(&calib_src.name()),
+        2 * window,
+    )?;
+    // `run` reads --text, or the built-in evaluation text, for --sparsities.
+    let Some(eval_src) = text else {
+        bail!("--sparsities needs an evaluation text");
+    };
+    let eval = engine::bench::text_tokens(
+        eng,
+        &eval_src.read()?,
+        Path::new(&eval_src.name()),
+        windows * window,
+    )
+    .context("--ppl-windows: give a longer --text or fewer windows")?;
+    eng.set_sparse(None);
+    let mut base =
+        eng.install(|| SparseFfn::new(eng.model(), vec![0.0; n_layers], DEFAULT_DOWN_FORMAT))?;
+    base.score = Score::OutputNorm;
+    let samples = engine::profile::sample_scores(eng, &base, &calib, window, 2, 3, |_, _| {})?;
+    drop(base);
+    // (sparsity, perplexity, runs of this mode, the paired dense decode tok/s)
+    let mut rows: Vec<(f32, f64, ModeRuns, f64)> = Vec::new();
+    for s in std::iter::once(None).chain(a.sparsities.iter().copied().map(Some)) {
+        eng.set_sparse(None);
+        if let Some(s) = s {
+            let t = thresholds_for_sparsity(&mut samples.clone(), s)?;
+            let mut sp = eng.install(|| SparseFfn::new(eng.model(), t, DEFAULT_DOWN_FORMAT))?;
+            sp.score = Score::OutputNorm;
+            eng.set_sparse(Some(sp));
+        }
+        let ppl = eng.perplexity(&eval, window, windows, |_, _| {})?.ppl;
+        let report = engine::bench::run(eng, None, tokens, opts)?;
+        let dense = mean_sd(&report.runs[0].tg).0;
+        let r = report.runs.last().cloned().unwrap_or_default();
+        let label = s.map_or("dense".to_string(), |s| format!("sparsity {s}"));
+        if !a.json {
+            let (tm, ts) = mean_sd(&r.tg);
+            println!(
+                "{label:>14}: ppl {ppl:>8.3} | tg{:<5} {tm:>8.1} ± {ts:.1} tok/s ({:.3}x dense) | per token P50 {:.1} ms",
+                a.n_gen,
+                tm / dense.max(1e-9),
+                1e3 * quantile(&r.token_s, 0.5),
+            );
+        }
+        rows.push((s.unwrap_or(0.0), ppl, r, dense));
+    }
+    eng.set_sparse(None);
+    if let Some(path) = &a.plot {
+        let name = |s: f32| {
+            if s == 0.0 {
+                "dense".to_string()
+            } else {
+                format!("sparsity {s}")
+            }
+        };
+        let latencies = rows
+            .iter()
+            .map(|(s, _, r, _)| Latencies {
+                name: name(*s),
+                seconds: r.token_s.clone(),
+            })
+            .collect::<Vec<_>>();
+        let curve = Curve {
+            title: "Sparsity / perplexity / decode speed".into(),
+            x_desc: "activation sparsity (share of FFN neurons skipped)".into(),
+            categorical: false,
+            points: rows
+                .iter()
+                .map(|(s, p, r, _)| (format!("ppl {p:.2},"), f64::from(*s), mean_sd(&r.tg).0))
+                .collect(),
+        };
+        crate::plot::write(path, &crate::plot::bench_svg(&latencies, Some(&curve))?)?;
+        if !a.json {
+            eprintln!("sparrow: plot written to {}", path.display());
+        }
+    }
+    if a.json {
+        let entries: Vec<_> = rows
+            .iter()
+            .map(|(s, p, r, dense)| {
+                let (tm, ts) = mean_sd(&r.tg);
+                serde_json::json!({
+                    "sparsity": s, "ppl": p, "tg_tok_s": tm, "tg_tok_s_sd": ts,
+                    "dense_tg_tok_s": dense, "token_ms_p50": 1e3 * quantile(&r.token_s, 0.5),
+                    "sparse_stats": r.stats.map(|s| serde_json::json!({
+                        "gate_frac": s.gate_frac(), "up_frac": s.up_frac(), "down_frac": s.down_frac(),
+                    })),
+                })
+            })
+            .collect();
+        let v = serde_json::json!({
+            "model": file.path(), "threads": eng.threads(),
+            "precision": precision_name(eng.options().precision), "n_prompt": a.n_prompt,
+            "n_gen": a.n_gen, "reps": a.reps, "text": eval_src.name(),
+            "ppl_window": window, "ppl_windows": windows,
+            "sparsity_sweep": entries, "peak_rss_bytes": engine::sys::peak_rss_bytes(),
+        });
+        println!("{}", serde_json::to_string(&v)?);
     }
     Ok(())
 }
