@@ -64,6 +64,9 @@ pub fn apply_plan(
     args: &mut ModelArgs,
     quiet: bool,
 ) -> Result<Option<engine::planner::Plan>> {
+    if args.plan.is_none() && args.offload.memory_budget.is_none() {
+        return Ok(None);
+    }
     let model = engine::Model::load(file)?;
     let resident = model.config.ffn_store.is_some();
     let (plan, s) = match args.plan.clone() {
@@ -109,7 +112,8 @@ pub fn apply_plan(
 
 /// The plan for `--memory-budget` without `--plan`: made with the search solver from the device
 /// profile in the model cache folder, over a resident file or a model run `--sparse`. `None` (with a
-/// note) when there is no device profile, and when nothing is to be planned.
+/// note) when there is no device profile or no plan can be made (the engine's own budget split then
+/// applies, as without a profile), and when nothing is to be planned.
 fn auto_plan(
     file: &ModelFile,
     args: &ModelArgs,
@@ -132,27 +136,41 @@ fn auto_plan(
         }
         return Ok(None);
     }
-    let device = engine::planner::DeviceProfile::load(&device_path)?;
-    let eng = Engine::new(file, engine_options(args))?;
-    let summary = engine::model_summary(&eng, &args.sidecars())?;
-    let c = constraints(&eng, args, None);
-    let plan = engine::planner::make_plan(&device, &summary, &c, engine::planner::Solver::Search)
-        .with_context(|| {
-        format!(
-            "planning {} for --memory-budget {:.1} MiB with {}",
-            file.path().display(),
-            mib(budget),
-            device_path.display()
-        )
-    })?;
-    if !quiet {
-        eprint!(
-            "sparrow: planned with {} (--plan FILE or explicit flags override): {}",
-            device_path.display(),
-            plan.describe()
-        );
+    let planned = || -> Result<engine::planner::Plan> {
+        let device = engine::planner::DeviceProfile::load(&device_path)?;
+        let eng = Engine::new(file, engine_options(args))?;
+        let summary = engine::model_summary(&eng, &args.sidecars())?;
+        let c = constraints(&eng, args, None);
+        Ok(engine::planner::make_plan(
+            &device,
+            &summary,
+            &c,
+            engine::planner::Solver::Search,
+        )?)
+    };
+    // The user asked for a budget, not for a plan: a plan that cannot be made leaves the defaults.
+    match planned() {
+        Ok(plan) => {
+            if !quiet {
+                eprint!(
+                    "sparrow: planned with {} (--plan FILE or explicit flags override): {}",
+                    device_path.display(),
+                    plan.describe()
+                );
+            }
+            Ok(Some(plan))
+        }
+        Err(e) => {
+            if !quiet {
+                eprintln!(
+                    "sparrow: warning: no plan for --memory-budget {:.1} MiB with {}: {e:#}; using the default settings",
+                    mib(budget),
+                    device_path.display()
+                );
+            }
+            Ok(None)
+        }
     }
-    Ok(Some(plan))
 }
 
 /// The planner's constraints for `eng` under `args`' memory budget and thread limit.

@@ -232,5 +232,16 @@ fn a_memory_budget_without_a_plan_is_planned_from_the_device_profile() {
     assert!(out.status.success());
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["threads"].as_u64(), Some(1), "{v}");
+
+    // A damaged device profile (the user asked for a budget, not a plan): a warning naming it, and the
+    // run goes on with the defaults.
+    std::fs::write(dir.join("device.sparrow-device"), b"garbage\n").unwrap();
+    let out = sparrow_in(&dir, &run);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("warning: no plan") && err.contains("device.sparrow-device"),
+        "{err}"
+    );
     std::fs::remove_dir_all(&dir).ok();
 }
