@@ -101,3 +101,31 @@ pub fn rel_drift(a: &[f32], b: &[f32]) -> f32 {
     let m = b.iter().fold(0f32, |m, v| m.max(v.abs()));
     a.iter().zip(b).fold(0f32, |d, (x, y)| d.max((x - y).abs())) / m
 }
+
+/// Perplexity of `engine` by the method of `reference`'s `perplexity` entry (its text in the shared
+/// data, window size and window count), after checking that the whole file tokenizes to the
+/// reference's count. Returns (ours, the reference's).
+pub fn reference_perplexity(
+    engine: &engine::Engine<'_>,
+    reference: &serde_json::Value,
+) -> (f64, f64) {
+    let ppl_ref = &reference["perplexity"];
+    let text = std::fs::read_to_string(
+        shared_dir()
+            .join("data")
+            .join(ppl_ref["text"].as_str().unwrap()),
+    )
+    .unwrap();
+    let tokens = engine.tokenizer().encode(&text, false).unwrap();
+    assert_eq!(
+        tokens.len() as u64,
+        ppl_ref["tokens_total_in_file"].as_u64().unwrap(),
+        "token count of the whole file"
+    );
+    let window = ppl_ref["window"].as_u64().unwrap() as usize;
+    let windows = ppl_ref["windows"].as_u64().unwrap() as usize;
+    let rep = engine
+        .perplexity(&tokens, window, windows, |_, _| {})
+        .unwrap();
+    (rep.ppl, ppl_ref["ppl"].as_f64().unwrap())
+}

@@ -231,34 +231,11 @@ fn fast_mode_keeps_greedy_text_and_reports_drift() {
 fn exact_mode_perplexity_matches_reference() {
     let file = ModelFile::open(model_path()).unwrap();
     let engine = engine_for(&file, Precision::Exact);
-    let r = reference();
-    let ppl_ref = &r["perplexity"];
-    let text = std::fs::read_to_string(
-        shared_dir()
-            .join("data")
-            .join(ppl_ref["text"].as_str().unwrap()),
-    )
-    .unwrap();
-    let tokens = engine.tokenizer().encode(&text, false).unwrap();
-    assert_eq!(
-        tokens.len() as u64,
-        ppl_ref["tokens_total_in_file"].as_u64().unwrap(),
-        "token count of the whole file"
-    );
-    let window = ppl_ref["window"].as_u64().unwrap() as usize;
-    let windows = ppl_ref["windows"].as_u64().unwrap() as usize;
-    let rep = engine
-        .perplexity(&tokens, window, windows, |_, _| {})
-        .unwrap();
-    let want = ppl_ref["ppl"].as_f64().unwrap();
-    eprintln!(
-        "exact-mode perplexity {:.4} (reference {want}), {:.0} tok/s",
-        rep.ppl, rep.tokens_per_s
-    );
+    let (ppl, want) = reference_perplexity(&engine, &reference());
+    eprintln!("exact-mode perplexity {ppl:.4} (reference {want})");
     assert!(
-        (rep.ppl - want).abs() <= 0.05,
-        "perplexity {} vs reference {want}",
-        rep.ppl
+        (ppl - want).abs() <= 0.05,
+        "perplexity {ppl} vs reference {want}"
     );
 }
 

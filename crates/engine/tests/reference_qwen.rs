@@ -176,30 +176,10 @@ fn fast_mode_keeps_greedy_tokens_and_reports_drift() {
 fn default_mode_perplexity_matches_reference() {
     let file = ModelFile::open(qwen_path()).unwrap();
     let engine = engine_for(&file, Precision::Fast);
-    let r = qwen_reference();
-    let ppl_ref = &r["perplexity"];
-    let text = std::fs::read_to_string(
-        shared_dir()
-            .join("data")
-            .join(ppl_ref["text"].as_str().unwrap()),
-    )
-    .unwrap();
-    let tokens = engine.tokenizer().encode(&text, false).unwrap();
-    assert_eq!(
-        tokens.len() as u64,
-        ppl_ref["tokens_total_in_file"].as_u64().unwrap(),
-        "token count of the whole file"
-    );
-    let window = ppl_ref["window"].as_u64().unwrap() as usize;
-    let windows = ppl_ref["windows"].as_u64().unwrap() as usize;
-    let rep = engine
-        .perplexity(&tokens, window, windows, |_, _| {})
-        .unwrap();
-    let want = ppl_ref["ppl"].as_f64().unwrap();
-    eprintln!("default-mode perplexity {:.4} (reference {want})", rep.ppl);
+    let (ppl, want) = reference_perplexity(&engine, &qwen_reference());
+    eprintln!("default-mode perplexity {ppl:.4} (reference {want})");
     assert!(
-        (rep.ppl - want).abs() <= 0.05,
-        "perplexity {} vs reference {want}",
-        rep.ppl
+        (ppl - want).abs() <= 0.05,
+        "perplexity {ppl} vs reference {want}"
     );
 }
