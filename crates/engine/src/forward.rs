@@ -7,7 +7,7 @@ use crate::error::{kernel, EngineError, Result};
 use crate::ffn::{DenseFfn, FfnExecutor, FfnLayer, FfnScratch, ObservedFfn};
 pub use crate::ffn::{FfnObserver, FfnSample};
 use crate::model::Model;
-use crate::ops::mm;
+use crate::ops::{mm_step, StepKind};
 
 /// How the FFN runs in a forward step.
 #[derive(Default)]
@@ -220,32 +220,114 @@ pub fn forward_with(
     ffn: FfnMode<'_, '_>,
 ) -> Result<Vec<f32>> {
     let start = cache.len;
-    let out = forward_inner(model, cache, tokens, precision, want, ffn);
+    let place: Vec<Place> = (0..tokens.len())
+        .map(|t| Place {
+            seq: 0,
+            pos: start + t,
+        })
+        .collect();
+    let step = Step {
+        tokens,
+        place: &place,
+        kind: StepKind::Prompt,
+    };
+    forward_core(model, &mut [cache], step, precision, want, ffn)
+}
+
+/// One decode step of several sequences at once (Best-of-N): token `i` is the next token of the
+/// sequence whose cache is `caches[i]`, at position `caches[i].len()`. Each token is computed as a
+/// one-token [`forward_with`] step on its own cache would compute it (the same kernels; only the
+/// weights are read once for the batch, [`kernels_neon::matvec_batch`]), and the FFN executor's
+/// `batch` is told so ([`FfnLayer::kind`]). Returns `tokens.len() × vocab` logits, the sequences'
+/// in order. On error every cache is left as it was.
+pub fn forward_seqs(
+    model: &Model<'_>,
+    caches: &mut [&mut KvCache],
+    tokens: &[u32],
+    precision: Precision,
+    ffn: FfnMode<'_, '_>,
+) -> Result<Vec<f32>> {
+    if caches.len() != tokens.len() {
+        return Err(EngineError::Request(format!(
+            "a batched decode step needs one token per sequence: {} tokens for {} sequences",
+            tokens.len(),
+            caches.len()
+        )));
+    }
+    let place: Vec<Place> = caches
+        .iter()
+        .enumerate()
+        .map(|(seq, c)| Place { seq, pos: c.len })
+        .collect();
+    let step = Step {
+        tokens,
+        place: &place,
+        kind: StepKind::Decode,
+    };
+    forward_core(model, caches, step, precision, Logits::All, ffn)
+}
+
+/// Where a token of a step goes: the cache of its sequence and its position there.
+#[derive(Clone, Copy)]
+struct Place {
+    seq: usize,
+    pos: usize,
+}
+
+/// The tokens of one forward step and where each goes.
+struct Step<'a> {
+    tokens: &'a [u32],
+    place: &'a [Place],
+    kind: StepKind,
+}
+
+/// Runs a step; on error every cache is cut back to the positions it held.
+fn forward_core(
+    model: &Model<'_>,
+    caches: &mut [&mut KvCache],
+    step: Step<'_>,
+    precision: Precision,
+    want: Logits,
+    ffn: FfnMode<'_, '_>,
+) -> Result<Vec<f32>> {
+    let starts: Vec<usize> = caches.iter().map(|c| c.len).collect();
+    let out = forward_inner(model, caches, &step, precision, want, ffn);
     if out.is_err() {
-        cache.truncate(start);
+        for (c, &s) in caches.iter_mut().zip(&starts) {
+            c.truncate(s);
+        }
     }
     out
 }
 
 fn forward_inner(
     model: &Model<'_>,
-    cache: &mut KvCache,
-    tokens: &[u32],
+    caches: &mut [&mut KvCache],
+    step: &Step<'_>,
     precision: Precision,
     want: Logits,
     ffn: FfnMode<'_, '_>,
 ) -> Result<Vec<f32>> {
+    let tokens = step.tokens;
     let cfg = &model.config;
     let n = tokens.len();
     if n == 0 {
         return Err(EngineError::Request("forward pass over zero tokens".into()));
     }
-    let start = cache.len;
-    if start + n > cache.capacity {
-        return Err(EngineError::Request(format!(
-            "context is full: {start} positions held + {n} new > {} (raise --ctx)",
-            cache.capacity
-        )));
+    // Positions each cache holds after the step (a sequence's tokens are consecutive from its end).
+    let mut ends: Vec<usize> = caches.iter().map(|c| c.len).collect();
+    for p in step.place {
+        ends[p.seq] = ends[p.seq].max(p.pos + 1);
+    }
+    for (c, &end) in caches.iter().zip(&ends) {
+        if end > c.capacity {
+            return Err(EngineError::Request(format!(
+                "context is full: {} positions held + {} new > {} (raise --ctx)",
+                c.len,
+                end - c.len,
+                c.capacity
+            )));
+        }
     }
     let (d, qd, kvd, hd) = (cfg.d_model, cfg.q_dim(), cfg.kv_dim(), cfg.head_dim);
     let group = cfg.n_heads / cfg.n_kv_heads;
@@ -281,7 +363,10 @@ fn forward_inner(
     let mut att = vec![0.0f32; n * qd];
     let mut o = vec![0.0f32; n * d];
     let mut scratch = FfnScratch::default();
-    cache.grow_to(start + n);
+    for (c, &end) in caches.iter_mut().zip(&ends) {
+        c.grow_to(end);
+    }
+    let kind = step.kind;
 
     for (li, layer) in model.layers.iter().enumerate() {
         // Attention.
@@ -296,15 +381,15 @@ fn forward_inner(
             )
             .map_err(kernel("attention q/k/v"))?;
         } else {
-            mm(&layer.wq, &xn, n, &mut q, precision, "attention q")?;
-            mm(&layer.wk, &xn, n, &mut k, precision, "attention k")?;
-            mm(&layer.wv, &xn, n, &mut v, precision, "attention v")?;
+            mm_step(kind, &layer.wq, &xn, n, &mut q, precision, "attention q")?;
+            mm_step(kind, &layer.wk, &xn, n, &mut k, precision, "attention k")?;
+            mm_step(kind, &layer.wv, &xn, n, &mut v, precision, "attention v")?;
         }
         add_bias(&mut q, &layer.bq);
         add_bias(&mut k, &layer.bk);
         add_bias(&mut v, &layer.bv);
-        for t in 0..n {
-            let pos = start + t;
+        for (t, p) in step.place.iter().enumerate() {
+            let pos = p.pos;
             kernels_neon::rope_inplace(
                 &mut q[t * qd..(t + 1) * qd],
                 cfg.n_heads,
@@ -324,8 +409,11 @@ fn forward_inner(
                 cfg.rope_style,
             );
         }
-        cache.write(li, start, &k, &v)?;
-        let (kc, vc) = cache.layer(li);
+        for (t, p) in step.place.iter().enumerate() {
+            let rows = t * kvd..(t + 1) * kvd;
+            caches[p.seq].write(li, p.pos, &k[rows.clone()], &v[rows])?;
+        }
+        let views: Vec<_> = caches.iter().map(|c| c.layer(li)).collect();
         att.par_chunks_mut(hd)
             .enumerate()
             .try_for_each_init(Vec::new, |scores, (idx, out)| {
@@ -336,25 +424,36 @@ fn forward_inner(
                     head_dim: hd,
                 };
                 let qh = &q[t * qd + h * hd..t * qd + (h + 1) * hd];
-                let ctx = start + t + 1; // causal: positions 0..=start+t
+                let p = step.place[t];
+                let (kc, vc) = views[p.seq];
+                let ctx = p.pos + 1; // causal: positions 0..=pos of its sequence
                 kernels_neon::attend_cache(qh, kc, vc, layout, ctx, scale, scores, out)
                     .map_err(kernel("attention"))
             })?;
-        mm(&layer.wo, &att, n, &mut o, precision, "attention output")?;
+        mm_step(
+            kind,
+            &layer.wo,
+            &att,
+            n,
+            &mut o,
+            precision,
+            "attention output",
+        )?;
         x.iter_mut().zip(&o).for_each(|(a, b)| *a += b);
 
         // Gated FFN.
         let ffn_t0 = ffn.ffn_nanos.map(|_| std::time::Instant::now());
         rms_norm_rows(&x, &layer.ffn_norm, cfg.rms_eps, &mut xn);
-        let step = FfnLayer {
+        let at = FfnLayer {
             index: li,
             weights: layer,
             precision,
+            kind,
         };
         if n == 1 {
-            exec.decode(step, &xn, &mut o, &mut scratch)?;
+            exec.decode(at, &xn, &mut o, &mut scratch)?;
         } else {
-            exec.batch(step, &xn, n, &mut o, &mut scratch)?;
+            exec.batch(at, &xn, n, &mut o, &mut scratch)?;
         }
         if let (Some(acc), Some(t0)) = (ffn.ffn_nanos, ffn_t0) {
             acc.fetch_add(
@@ -364,7 +463,9 @@ fn forward_inner(
         }
         x.iter_mut().zip(&o).for_each(|(a, b)| *a += b);
     }
-    cache.len = start + n;
+    for (c, &end) in caches.iter_mut().zip(&ends) {
+        c.len = end;
+    }
 
     let vocab = cfg.vocab_size;
     let (rows, m) = match want {
@@ -374,7 +475,8 @@ fn forward_inner(
     let mut normed = vec![0.0f32; m * d];
     rms_norm_rows(rows, &model.output_norm, cfg.rms_eps, &mut normed);
     let mut logits = vec![0.0f32; m * vocab];
-    mm(
+    mm_step(
+        kind,
         &model.output,
         &normed,
         m,

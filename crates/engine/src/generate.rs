@@ -5,12 +5,14 @@ use std::time::{Duration, Instant};
 use kernels_neon::{KvFormat, Precision};
 use model_tokenizer::{Tokenizer, VocabSpec};
 
+use crate::continuation::{Accepted, Continuation};
 use crate::error::{EngineError, Result};
 use crate::ffn::FfnExecutor;
 use crate::forward::{forward_with, FfnMode, FfnObserver, KvCache, Logits};
 use crate::model::{Model, ModelFile};
 use crate::requant::Overlay;
-use crate::sampling::{Sampler, SamplerConfig};
+use crate::request::{Flow, GenerateRequest, Generation, StopReason, Timings};
+use crate::sampling::Sampler;
 use crate::sparse::SparseFfn;
 
 /// How to build an [`Engine`].
@@ -120,118 +122,6 @@ pub fn load_tokenizer(file: &ModelFile) -> Result<Tokenizer> {
     }
 }
 
-/// What to generate.
-#[derive(Debug, Clone)]
-pub struct GenerateRequest {
-    /// Maximum number of new tokens.
-    pub max_tokens: usize,
-    /// Sampling settings.
-    pub sampler: SamplerConfig,
-    /// Generation stops when the text contains one of these (the stop string is not returned).
-    pub stop_strings: Vec<String>,
-    /// Stop at the model's end-of-sequence tokens.
-    pub stop_at_eos: bool,
-}
-
-impl Default for GenerateRequest {
-    fn default() -> Self {
-        GenerateRequest {
-            max_tokens: 128,
-            sampler: SamplerConfig::default(),
-            stop_strings: Vec::new(),
-            stop_at_eos: true,
-        }
-    }
-}
-
-/// Why generation ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum StopReason {
-    /// An end-of-sequence token was generated.
-    Eos,
-    /// A stop string appeared in the text.
-    StopString,
-    /// `max_tokens` were generated.
-    Length,
-    /// The callback asked to stop.
-    Cancelled,
-}
-
-/// Timings of one generation.
-#[derive(Debug, Clone, Default, serde::Serialize)]
-pub struct Timings {
-    /// Prompt tokens processed in the prefill.
-    pub prefill_tokens: usize,
-    /// Seconds spent in the prefill (including the first token's logits).
-    pub prefill_s: f64,
-    /// Tokens produced by decode steps (the first generated token comes from the prefill).
-    pub decode_tokens: usize,
-    /// Seconds spent in decode steps.
-    pub decode_s: f64,
-}
-
-impl Timings {
-    /// Prefill tokens per second.
-    pub fn prefill_tok_s(&self) -> f64 {
-        rate(self.prefill_tokens, self.prefill_s)
-    }
-
-    /// Decode tokens per second.
-    pub fn decode_tok_s(&self) -> f64 {
-        rate(self.decode_tokens, self.decode_s)
-    }
-}
-
-fn rate(n: usize, s: f64) -> f64 {
-    if s > 0.0 {
-        n as f64 / s
-    } else {
-        0.0
-    }
-}
-
-/// The result of [`Engine::generate`].
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct Generation {
-    /// Prompt token ids.
-    pub prompt_ids: Vec<u32>,
-    /// Generated token ids (an end-of-sequence token, when one ended the generation, is included).
-    pub generated_ids: Vec<u32>,
-    /// Generated text (special tokens and any stop string left out).
-    pub text: String,
-    /// Why it ended.
-    pub stop_reason: StopReason,
-    /// Timings.
-    pub timings: Timings,
-}
-
-/// Returned by the streaming callback.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Flow {
-    /// Go on generating.
-    Continue,
-    /// Stop now.
-    Stop,
-}
-
-/// Holds back the end of the text that could still become a stop string.
-fn held_back(text: &str, stops: &[String]) -> usize {
-    let mut hold = 0;
-    for s in stops {
-        for k in (1..s.len()).rev() {
-            if k <= hold {
-                break;
-            }
-            if s.is_char_boundary(k) && text.ends_with(&s[..k]) {
-                hold = k;
-                break;
-            }
-        }
-    }
-    hold
-}
-
 impl<'a> Engine<'a> {
     /// Loads the model and tokenizer of `file` and starts the thread pool.
     pub fn new(file: &'a ModelFile, opts: EngineOptions) -> Result<Self> {
@@ -332,6 +222,19 @@ impl<'a> Engine<'a> {
             .install(|| forward_with(&self.model, cache, tokens, self.opts.precision, want, mode))
     }
 
+    /// One decode step of several sequences on the engine's thread pool: token `i` continues the
+    /// sequence of `caches[i]` ([`crate::forward_seqs`]); `tokens.len() × vocab` logits.
+    pub fn forward_batch(&self, caches: &mut [&mut KvCache], tokens: &[u32]) -> Result<Vec<f32>> {
+        let mode = FfnMode {
+            exec: self.sparse.as_ref().map(|s| s as &dyn FfnExecutor),
+            observer: None,
+            ffn_nanos: Some(&self.ffn_nanos),
+        };
+        self.pool.install(|| {
+            crate::forward::forward_seqs(&self.model, caches, tokens, self.opts.precision, mode)
+        })
+    }
+
     /// [`Engine::forward`] with an observer that sees every layer's FFN activations.
     pub fn forward_observed(
         &self,
@@ -390,89 +293,48 @@ impl<'a> Engine<'a> {
         }
         let mut cache = self.new_cache();
         let mut sampler = Sampler::new(req.sampler.clone());
-        let stop_ids = if req.stop_at_eos {
-            self.tokenizer.stop_ids()
-        } else {
-            Vec::new()
-        };
-        let mut history: Vec<u32> = prompt_ids.to_vec();
-        let mut generated = Vec::new();
-        let mut decoder = self.tokenizer.stream_decoder(true);
-        let mut text = String::new();
-        let mut emitted = 0usize;
+        let mut seq = Continuation::new(&self.tokenizer, prompt_ids, req);
         let mut timings = Timings {
             prefill_tokens: prompt_ids.len(),
             ..Default::default()
         };
-        let mut stop_reason = StopReason::Length;
 
         let t0 = Instant::now();
         let mut logits = self.forward(&mut cache, prompt_ids, Logits::Last)?;
         timings.prefill_s = t0.elapsed().as_secs_f64();
         let mut decode_time = Duration::ZERO;
 
-        while generated.len() < req.max_tokens {
-            let next = sampler.sample(&mut logits, &history);
-            generated.push(next);
-            history.push(next);
-            if stop_ids.contains(&next) {
-                stop_reason = StopReason::Eos;
-                break;
+        let stop_reason = loop {
+            if seq.generated.len() >= req.max_tokens {
+                break StopReason::Length;
             }
-            text.push_str(&decoder.push(next)?);
-            if let Some(at) = req
-                .stop_strings
-                .iter()
-                .filter_map(|s| text.find(s.as_str()))
-                .min()
-            {
-                text.truncate(at);
-                stop_reason = StopReason::StopString;
-                break;
-            }
-            let safe = text.len() - held_back(&text, &req.stop_strings);
-            if safe > emitted {
-                let flow = on_text(&text[emitted..safe]);
-                emitted = safe;
-                if flow == Flow::Stop {
-                    stop_reason = StopReason::Cancelled;
-                    break;
+            let next = sampler.sample(&mut logits, &seq.history);
+            match seq.accept(next)? {
+                Accepted::Ended(reason) => break reason,
+                Accepted::Going { from, to } => {
+                    if to > from && on_text(&seq.text[from..to]) == Flow::Stop {
+                        break StopReason::Cancelled;
+                    }
                 }
-            }
-            if generated.len() >= req.max_tokens {
-                break;
             }
             let t = Instant::now();
             logits = self.forward(&mut cache, &[next], Logits::Last)?;
             decode_time += t.elapsed();
             timings.decode_tokens += 1;
-        }
-        if stop_reason != StopReason::StopString {
-            text.push_str(&decoder.finish());
-        }
-        if text.len() > emitted && stop_reason != StopReason::Cancelled {
-            on_text(&text[emitted..]);
+        };
+        if stop_reason != StopReason::Cancelled {
+            let rest = seq.finish(stop_reason);
+            if !rest.is_empty() {
+                on_text(rest);
+            }
         }
         timings.decode_s = decode_time.as_secs_f64();
         Ok(Generation {
             prompt_ids: prompt_ids.to_vec(),
-            generated_ids: generated,
-            text,
+            generated_ids: seq.generated,
+            text: seq.text,
             stop_reason,
             timings,
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::held_back;
-
-    #[test]
-    fn holds_back_partial_stop_strings() {
-        let stops = vec!["</s>".to_string(), "\n\n".to_string()];
-        assert_eq!(held_back("hello </", &stops), 2);
-        assert_eq!(held_back("hello\n", &stops), 1);
-        assert_eq!(held_back("hello", &stops), 0);
     }
 }

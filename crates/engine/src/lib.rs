@@ -38,10 +38,13 @@
 //!   half-split RoPE: both give the same numbers without rewriting weights.
 
 pub mod bench;
+pub mod bench_batch;
+mod best_of;
 pub mod budget;
 pub mod bundle;
 pub mod calibrate;
 pub mod config;
+mod continuation;
 mod error;
 pub mod fetch;
 pub mod ffn;
@@ -59,23 +62,23 @@ mod perplexity;
 pub mod planning;
 pub mod profile;
 pub mod requant;
+mod request;
 pub mod sampling;
 pub mod sparse;
 pub mod sys;
 mod transpose;
 
 pub use bench::{BenchMode, BenchOptions, BenchReport, ModeRuns};
+pub use best_of::{BestOf, Candidate};
 pub use budget::{parse_size, BudgetSplit, FfnBudget, Resident};
 pub use bundle::{ModelBundle, SparsePlan, SparseSidecars};
 pub use calibrate::{calibrate, device_fingerprint, CalibrateOptions};
 pub use config::{Activation, Arch, ModelConfig};
 pub use error::{EngineError, Result};
-pub use ffn::{DenseFfn, FfnExecutor, FfnLayer, FfnScratch, ObservedFfn};
+pub use ffn::{DenseFfn, FfnExecutor, FfnLayer, FfnScratch, ObservedFfn, StepKind};
 pub use fingerprint::model_fingerprint;
-pub use forward::{FfnMode, FfnSample, KvCache, Logits, KV_CHUNK};
-pub use generate::{
-    load_tokenizer, Engine, EngineOptions, Flow, GenerateRequest, Generation, StopReason, Timings,
-};
+pub use forward::{forward_seqs, FfnMode, FfnSample, KvCache, Logits, KV_CHUNK};
+pub use generate::{load_tokenizer, Engine, EngineOptions};
 pub use kernels_neon::{set_chunk_rows, KvFormat, Precision};
 pub use model::{Model, ModelFile};
 pub use model_tokenizer::{ChatMessage, ChatTemplate, Tokenizer};
@@ -87,5 +90,6 @@ pub use planner;
 pub use planning::{default_device_path, load_plan, model_summary, PlanSettings};
 pub use predictor::{LayerReport, PredictorSet, Profile, TrainConfig};
 pub use requant::{Overlay, Requant};
+pub use request::{Flow, GenerateRequest, Generation, StopReason, Timings};
 pub use sampling::{Sampler, SamplerConfig};
 pub use sparse::{NeuronPredictor, SparseFfn, SparseStats};

@@ -4,7 +4,21 @@ use kernels_neon::{Precision, QMatrix};
 
 use crate::error::{kernel, Result};
 
-/// `y = w · x` for `n` tokens: a matrix-vector product for one token, a matrix product for more.
+/// How the tokens of a forward step relate to each other, which picks the product kernel for more
+/// than one token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum StepKind {
+    /// Consecutive tokens of one sequence (a prompt): a matrix product over an f32 tile, so prompts
+    /// are scored exactly in every precision.
+    #[default]
+    Prompt,
+    /// One decode token of each of several sequences (Best-of-N): each token as a decode step would
+    /// compute it, the weights read once for the batch ([`kernels_neon::matvec_batch`]).
+    Decode,
+}
+
+/// `y = w · x` for `n` tokens of a prompt: a matrix-vector product for one token, a matrix product
+/// for more.
 pub(crate) fn mm(
     w: &QMatrix<'_>,
     x: &[f32],
@@ -13,9 +27,22 @@ pub(crate) fn mm(
     p: Precision,
     what: &str,
 ) -> Result<()> {
-    if n == 1 {
-        kernels_neon::matvec(w, x, y, p).map_err(kernel(what))
-    } else {
-        kernels_neon::matmul(w, x, n, y, p).map_err(kernel(what))
+    mm_step(StepKind::Prompt, w, x, n, y, p, what)
+}
+
+/// `y = w · x` for `n` tokens of a step of `kind`.
+pub(crate) fn mm_step(
+    kind: StepKind,
+    w: &QMatrix<'_>,
+    x: &[f32],
+    n: usize,
+    y: &mut [f32],
+    p: Precision,
+    what: &str,
+) -> Result<()> {
+    match (n, kind) {
+        (1, _) => kernels_neon::matvec(w, x, y, p).map_err(kernel(what)),
+        (_, StepKind::Prompt) => kernels_neon::matmul(w, x, n, y, p).map_err(kernel(what)),
+        (_, StepKind::Decode) => kernels_neon::matvec_batch(w, x, n, y, p).map_err(kernel(what)),
     }
 }

@@ -25,7 +25,7 @@ use rayon::prelude::*;
 
 use crate::config::ModelConfig;
 use crate::error::{kernel, EngineError, Result};
-use crate::ffn::{FfnExecutor, FfnLayer, FfnScratch};
+use crate::ffn::{FfnExecutor, FfnLayer, FfnScratch, StepKind};
 use crate::model::{Layer, Model};
 use crate::neurons::{check_thresholds, GateUpRows, NeuronSelector, RowCounts, SelectScratch};
 pub use crate::neurons::{NeuronPredictor, Score};
@@ -361,7 +361,13 @@ impl FfnExecutor for SparseFfn {
         out: &mut [f32],
         scratch: &mut FfnScratch,
     ) -> Result<()> {
-        let Some(down_t) = self.down_t(l.index)? else {
+        // Offloaded (no matrices to batch), or one decode token of each of several sequences
+        // (each computed as its own decode step, so a batch selects what sequential runs would).
+        let down_t = match l.kind {
+            StepKind::Decode => None,
+            StepKind::Prompt => self.down_t(l.index)?,
+        };
+        let Some(down_t) = down_t else {
             let d = self.selector.d_model();
             for (xt, ot) in x.chunks(d).zip(out.chunks_mut(d)) {
                 self.decode(l, xt, ot, scratch)?;

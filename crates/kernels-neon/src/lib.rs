@@ -556,6 +556,115 @@ pub fn matvec_many_with(
     Ok(())
 }
 
+/// A small-batch product for decode steps of `n` independent sequences: `x` is `n` rows of `cols`
+/// (token-major), `y` is `n` rows of `rows`, `y[t*rows + r] = dot(W[r], x[t])`, each token's row
+/// the same as [`matvec`] gives for it, bit for bit (same activation quantization, same kernels).
+/// Each parallel work item takes a chunk of weight rows small enough to stay in cache and runs
+/// every token over it, so the weights are read from memory once for the whole batch: decode of
+/// `n` sequences costs about one token's weight traffic. [`matmul`], by contrast, dequantizes to
+/// an f32 tile (exact scoring of prompts).
+pub fn matvec_batch(
+    w: &QMatrix,
+    x: &[f32],
+    n: usize,
+    y: &mut [f32],
+    precision: Precision,
+) -> Result<(), KernelError> {
+    matvec_batch_with(active_path(), w, x, n, y, precision)
+}
+
+/// [`matvec_batch`] on an explicit path (for tests and benchmarks).
+#[doc(hidden)]
+pub fn matvec_batch_with(
+    path: KernelPath,
+    w: &QMatrix,
+    x: &[f32],
+    n: usize,
+    y: &mut [f32],
+    precision: Precision,
+) -> Result<(), KernelError> {
+    check_path(path)?;
+    let (rows, cols) = (w.rows(), w.cols());
+    let x_len = n
+        .checked_mul(cols)
+        .ok_or(KernelError::Layout(LayoutError::Overflow { rows: n, cols }))?;
+    let y_len = n
+        .checked_mul(rows)
+        .ok_or(KernelError::Layout(LayoutError::Overflow {
+            rows: n,
+            cols: rows,
+        }))?;
+    check_len("matvec_batch x", x_len, x.len())?;
+    check_len("matvec_batch y", y_len, y.len())?;
+    if n == 0 || rows == 0 {
+        return Ok(());
+    }
+    if n == 1 {
+        return matvec_with(path, w, x, y, precision);
+    }
+    if cols == 0 {
+        y.fill(0.0);
+        return Ok(());
+    }
+    let acts: Vec<Acts> = x
+        .chunks_exact(cols)
+        .map(|xt| Acts::new(path, w.format(), xt, precision))
+        .collect();
+    let chunk = batch_chunk(w);
+    // Work item c: rows c*chunk.. of every token's output.
+    let mut items: Vec<(usize, Vec<&mut [f32]>)> = (0..rows.div_ceil(chunk))
+        .map(|c| (c * chunk, Vec::with_capacity(n)))
+        .collect();
+    for yt in y.chunks_mut(rows) {
+        for (c, ys) in yt.chunks_mut(chunk).enumerate() {
+            items[c].1.push(ys);
+        }
+    }
+    // 16-bit activations of every token: one kernel call shares each weight block's unpacking.
+    let i16s: Option<Vec<&QActs16>> = acts
+        .iter()
+        .map(|a| match a {
+            Acts::I16(q) => Some(q),
+            _ => None,
+        })
+        .collect();
+    let run = |(r0, mut outs): (usize, Vec<&mut [f32]>)| match &i16s {
+        Some(qs) => arch::matvec_i16_batch(path, w, r0, qs, &mut outs),
+        None => {
+            for (t, ys) in outs.iter_mut().enumerate() {
+                let xt = &x[t * cols..(t + 1) * cols];
+                acts[t].run(path, w, arch::Rows::From(r0), xt, ys);
+            }
+        }
+    };
+    if items.len() == 1 {
+        items.into_iter().for_each(run);
+    } else {
+        items.into_par_iter().for_each(run);
+    }
+    Ok(())
+}
+
+/// Bytes of weight rows per [`matvec_batch`] work item: the batch's tokens re-read them from cache.
+const BATCH_CHUNK_BYTES: usize = 48 << 10;
+
+/// Rows per [`matvec_batch`] work item: [`set_chunk_rows`] if set, else as [`matvec`] but capped
+/// so that a work item's rows stay in a core's cache while every token runs over them.
+fn batch_chunk(w: &QMatrix) -> usize {
+    let set = chunk_rows_setting();
+    if set > 0 {
+        return set;
+    }
+    let row_bytes = w.row_bytes().max(1);
+    let fit = (BATCH_CHUNK_BYTES / row_bytes).max(4) / 4 * 4;
+    let chunk = matvec_chunk(w.rows()).min(fit);
+    // A whole number of work items per thread: a small matrix (q, o) cut into 5 items would
+    // leave one of 2 threads idle for a fifth of the product.
+    let threads = rayon::current_num_threads().max(1);
+    let items = w.rows().div_ceil(chunk).next_multiple_of(threads);
+    w.rows().div_ceil(items).next_multiple_of(4)
+}
+
 /// Activations of one `matvec` call in the form its kernel needs.
 enum Acts {
     /// f32 as given (exact path, and float weight formats).

@@ -102,6 +102,37 @@ proptest! {
     }
 
     #[test]
+    fn matvec_batch_equals_one_matvec_per_token(
+        format in format_strategy(),
+        rows in 1usize..70,
+        units in 1usize..8,
+        n in 1usize..9,
+        chunk in prop::sample::select(vec![0usize, 1, 5, 16]),
+        seed in any::<u64>(),
+    ) {
+        let cols = cols_for(format, units, 0);
+        let mut rng = Rng(seed);
+        let data = random_matrix(format, rows, cols, &mut rng);
+        let w = QMatrix::new(format, rows, cols, &data).unwrap();
+        let x = random_vec(n * cols, &mut rng);
+        set_chunk_rows(chunk);
+        for path in available_paths() {
+            for precision in PRECISIONS {
+                let mut got = vec![f32::NAN; n * rows];
+                matvec_batch_with(path, &w, &x, n, &mut got, precision).unwrap();
+                for t in 0..n {
+                    let mut want = vec![f32::NAN; rows];
+                    matvec_with(path, &w, &x[t * cols..(t + 1) * cols], &mut want, precision).unwrap();
+                    let row = &got[t * rows..(t + 1) * rows];
+                    let same = want.iter().zip(row).all(|(a, b)| a.to_bits() == b.to_bits());
+                    prop_assert!(same, "{path:?} {format:?} {precision:?} {rows}x{cols} n={n} token {t}: {row:?} vs {want:?}");
+                }
+            }
+        }
+        set_chunk_rows(0);
+    }
+
+    #[test]
     fn integer_paths_match_scalar(
         format in prop::sample::select(vec![
             WeightFormat::Q8_0, WeightFormat::Q4_0, WeightFormat::Q4_1,

@@ -18,7 +18,7 @@ pub struct ServeOptions {
     /// Time a request may take, waiting included; past it, it is stopped and gets 503 (or an error
     /// event when streaming).
     pub request_timeout: Duration,
-    /// Largest `n` (choices per request, computed one after the other).
+    /// Largest `n` (choices per request, decoded as one batch).
     pub max_n: usize,
 }
 

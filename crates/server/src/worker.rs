@@ -76,6 +76,9 @@ fn run_job(eng: &Engine<'_>, job: Job, metrics: &Metrics) {
         metrics.cancelled.fetch_add(1, Relaxed);
         return;
     }
+    if plan.n > 1 {
+        return run_batch(eng, &plan, &events, deadline, timeout_s, metrics);
+    }
     for index in 0..plan.n {
         if Instant::now() >= deadline {
             metrics.timed_out.fetch_add(1, Relaxed);
@@ -142,6 +145,95 @@ fn run_job(eng: &Engine<'_>, job: Job, metrics: &Metrics) {
             index,
             finish_reason: finish_reason(g.stop_reason),
             completion_tokens: g.generated_ids.len(),
+        };
+        if events.send(done).is_err() {
+            metrics.cancelled.fetch_add(1, Relaxed);
+            return;
+        }
+    }
+}
+
+/// `n > 1`: the choices decoded as one batch ([`Engine::generate_best_of`]); choice `i` is the text
+/// a request with seed `seed + i` gives, as when they ran one after another.
+fn run_batch(
+    eng: &Engine<'_>,
+    plan: &Plan,
+    events: &UnboundedSender<Event>,
+    deadline: Instant,
+    timeout_s: f64,
+    metrics: &Metrics,
+) {
+    let mut late = false;
+    let mut gone = false;
+    let result = catch_unwind(AssertUnwindSafe(|| {
+        eng.generate_best_of(&plan.ids, &plan.req, plan.n, |index, piece| {
+            if Instant::now() >= deadline {
+                late = true;
+                return Flow::Stop;
+            }
+            let text = piece.to_string();
+            match events.send(Event::Text { index, text }) {
+                Ok(()) => Flow::Continue,
+                Err(_) => {
+                    gone = true;
+                    Flow::Stop
+                }
+            }
+        })
+    }));
+    let r = match result {
+        Ok(Ok(r)) => r,
+        Ok(Err(e)) => {
+            let _ = events.send(Event::Failed(ApiError::internal(format!(
+                "generation failed: {e}"
+            ))));
+            return;
+        }
+        Err(_) => {
+            let _ = events.send(Event::Failed(ApiError::internal(
+                "generation failed: the engine panicked on this request",
+            )));
+            return;
+        }
+    };
+    let t = &r.timings;
+    metrics
+        .prompt_tokens
+        .fetch_add(t.prefill_tokens as u64, Relaxed);
+    metrics
+        .prefill_nanos
+        .fetch_add((t.prefill_s * 1e9) as u64, Relaxed);
+    metrics
+        .decode_tokens
+        .fetch_add(t.decode_tokens as u64, Relaxed);
+    metrics
+        .decode_nanos
+        .fetch_add((t.decode_s * 1e9) as u64, Relaxed);
+    let completion: usize = r
+        .candidates
+        .iter()
+        .map(|c| c.generation.generated_ids.len())
+        .sum();
+    metrics
+        .completion_tokens
+        .fetch_add(completion as u64, Relaxed);
+    if late {
+        metrics.timed_out.fetch_add(1, Relaxed);
+        let _ = events.send(Event::Failed(ApiError::timeout(timeout_s)));
+        return;
+    }
+    if gone {
+        metrics.cancelled.fetch_add(1, Relaxed);
+        return;
+    }
+    // Choices in request order (seed order), not ranked.
+    let mut by_index: Vec<_> = r.candidates.iter().collect();
+    by_index.sort_by_key(|c| c.seed.wrapping_sub(plan.req.sampler.seed));
+    for (index, c) in by_index.into_iter().enumerate() {
+        let done = Event::Done {
+            index,
+            finish_reason: finish_reason(c.generation.stop_reason),
+            completion_tokens: c.generation.generated_ids.len(),
         };
         if events.send(done).is_err() {
             metrics.cancelled.fetch_add(1, Relaxed);

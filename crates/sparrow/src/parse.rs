@@ -126,6 +126,11 @@ pub fn tokens(s: &str) -> Result<usize, String> {
     int_in(s, 0, 1 << 20)
 }
 
+/// Sequences decoded as one batch by `--best-of`: 1 to 64.
+pub fn best_of(s: &str) -> Result<usize, String> {
+    int_in(s, 1, 64)
+}
+
 /// A thread count: 0 (one per core) to 1024 (more than the cores is capped with a warning at start).
 pub fn threads(s: &str) -> Result<usize, String> {
     int_in(s, 0, 1024)

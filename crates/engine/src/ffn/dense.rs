@@ -3,7 +3,7 @@
 use crate::config::Activation;
 use crate::error::{kernel, Result};
 use crate::ffn::{FfnExecutor, FfnLayer, FfnScratch};
-use crate::ops::mm;
+use crate::ops::{mm, mm_step};
 
 /// The dense FFN: gate and up of every neuron, the activation fused with the product, down.
 pub struct DenseFfn {
@@ -56,9 +56,9 @@ impl FfnExecutor for DenseFfn {
     ) -> Result<()> {
         let w = l.weights;
         let (g, u) = scratch.gate_up(n * w.gate.rows());
-        mm(&w.gate, x, n, g, l.precision, "ffn gate")?;
-        mm(&w.up, x, n, u, l.precision, "ffn up")?;
+        mm_step(l.kind, &w.gate, x, n, g, l.precision, "ffn gate")?;
+        mm_step(l.kind, &w.up, x, n, u, l.precision, "ffn up")?;
         self.act_mul(g, u);
-        mm(&w.down, g, n, out, l.precision, "ffn down")
+        mm_step(l.kind, &w.down, g, n, out, l.precision, "ffn down")
     }
 }

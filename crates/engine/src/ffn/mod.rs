@@ -20,6 +20,7 @@ use kernels_neon::Precision;
 
 use crate::error::Result;
 use crate::model::Layer;
+pub use crate::ops::StepKind;
 
 /// The layer an FFN step runs on.
 #[derive(Clone, Copy)]
@@ -30,6 +31,9 @@ pub struct FfnLayer<'a, 'w> {
     pub weights: &'a Layer<'w>,
     /// Precision of the step.
     pub precision: Precision,
+    /// How the step's tokens relate: a prompt's, or one decode token of each of several sequences
+    /// (then `batch` should compute each token as `decode` would; [`DenseFfn`] does, bit for bit).
+    pub kind: StepKind,
 }
 
 /// Buffers an FFN step may use: gate and up outputs of the step's tokens (`n × d_ff` each), sized on

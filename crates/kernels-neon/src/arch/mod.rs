@@ -232,6 +232,30 @@ pub(crate) fn matvec_i16(
     }
 }
 
+/// [`matvec_i16`] of rows `r0..r0 + ys[t].len()` for several tokens' activations (`xq[t]` →
+/// `ys[t]`), each token's results bit-identical to its own [`matvec_i16`]: AVX2 shares each weight
+/// block's unpacking across tokens (32-element block formats); elsewhere one call per token.
+pub(crate) fn matvec_i16_batch(
+    path: KernelPath,
+    w: &QMatrix<'_>,
+    r0: usize,
+    xq: &[&QActs16],
+    ys: &mut [&mut [f32]],
+) {
+    match path {
+        #[cfg(target_arch = "x86_64")]
+        KernelPath::Avx2Fma => {
+            // SAFETY: the path was checked available (AVX2/FMA/F16C present).
+            unsafe { x86_64::matvec_i16_batch(w, r0, xq, ys) }
+        }
+        _ => {
+            for (q, y) in xq.iter().zip(ys.iter_mut()) {
+                matvec_i16(path, w, Rows::From(r0), q, y);
+            }
+        }
+    }
+}
+
 pub(crate) fn tile(
     path: KernelPath,
     w: &[f32],

@@ -61,6 +61,11 @@ pub struct BenchArgs {
     /// decode tok/s across the modes compared (dense/sparse, in-memory/offloaded) or the --budgets.
     #[arg(long, value_name = "FILE.svg")]
     pub plot: Option<PathBuf>,
+    /// Batched decode instead of pp/tg: N continuations of the -p prompt tokens, -n steps each,
+    /// decoded one sequence after another and as one batch (as `run --best-of N` does), with the
+    /// total decode tok/s of both and their ratio.
+    #[arg(long, value_name = "N", value_parser = crate::parse::best_of, conflicts_with_all = ["budgets", "sparsities", "offload", "plot"])]
+    pub best_of: Option<usize>,
 }
 
 /// Runs the subcommand and prints its result.
@@ -122,6 +127,9 @@ pub fn run(mut a: BenchArgs) -> Result<()> {
     if !a.sparsities.is_empty() {
         return sparsity_sweep(&a, &mut eng, &file, text.as_ref(), &tokens, &opts);
     }
+    if let Some(n) = a.best_of {
+        return best_of(&a, &eng, &tokens[..a.n_prompt.max(1)], n);
+    }
     let report = engine::bench::run(&mut eng, off_eng.as_ref(), &tokens, &opts)?;
     if let Some(path) = &a.plot {
         let latencies = report
@@ -165,6 +173,42 @@ pub fn run(mut a: BenchArgs) -> Result<()> {
         out.text();
         Ok(())
     }
+}
+
+/// `--best-of N`: sequential against batched decode of N sequences, printed or as JSON.
+fn best_of(a: &BenchArgs, eng: &Engine<'_>, prompt: &[u32], n: usize) -> Result<()> {
+    let r = engine::bench_batch::best_of(eng, prompt, n, a.n_gen, a.reps)?;
+    let (ratio, sd) = r.ratio();
+    if a.json {
+        let v = serde_json::json!({
+            "model": eng.model().path(),
+            "threads": eng.threads(),
+            "n_prompt": prompt.len(),
+            "best_of": r,
+            "ratio_mean": ratio,
+            "ratio_sd": sd,
+        });
+        println!("{}", serde_json::to_string(&v)?);
+        return Ok(());
+    }
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
+    println!(
+        "{}: {} threads, prompt {} tokens, {} sequences x {} decode steps, {} repetitions",
+        eng.model().path().display(),
+        eng.threads(),
+        prompt.len(),
+        n,
+        a.n_gen,
+        r.batched_tok_s.len()
+    );
+    println!(
+        "sequential {:.2} tok/s | batched {:.2} tok/s (all sequences) | batched/sequential {:.2} +/- {:.2}",
+        mean(&r.sequential_tok_s),
+        mean(&r.batched_tok_s),
+        ratio,
+        sd
+    );
+    Ok(())
 }
 
 /// `--budgets`: the bench once per budget over the resident model, one line (or JSON entry) each,

@@ -58,6 +58,10 @@ pub struct RunArgs {
     /// Print one JSON object (ids, text, figures) instead of streaming text.
     #[arg(long)]
     pub json: bool,
+    /// Decode N sampled continuations as one batch (seeds SEED..SEED+N-1) and print them ranked by
+    /// mean log-probability, best first (needs a prompt; use --temp > 0 for different texts).
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = parse::best_of)]
+    pub best_of: usize,
 }
 
 /// Runs the subcommand and prints its result.
@@ -85,6 +89,9 @@ pub fn run(mut a: RunArgs) -> Result<()> {
         stop_at_eos: !a.ignore_eos,
     };
     if a.chat && a.prompt.is_none() {
+        if a.best_of > 1 {
+            bail!("--best-of needs a prompt (-p); interactive chat streams one answer");
+        }
         if a.json {
             bail!("--json needs a prompt (-p); interactive chat streams text");
         }
@@ -113,6 +120,9 @@ pub fn run(mut a: RunArgs) -> Result<()> {
     let ids = eng
         .tokenizer()
         .encode(&prompt_text, !a.chat && eng.tokenizer().add_bos_default())?;
+    if a.best_of > 1 {
+        return best_of(&eng, &a, &ids, &req, load_s, file.path());
+    }
     if a.json {
         let g = eng.generate(&ids, &req, |_| Flow::Continue)?;
         let t = &g.timings;
@@ -138,6 +148,67 @@ pub fn run(mut a: RunArgs) -> Result<()> {
     }
     let g = stream(&eng, &ids, &req, if a.chat { "" } else { &prompt_text })?;
     eprintln!("\n{}", figures_line(load_s, &g));
+    Ok(())
+}
+
+/// `--best-of N`: the candidates, best first, as text blocks (or one JSON object), then the batch's
+/// figures.
+fn best_of(
+    eng: &Engine<'_>,
+    a: &RunArgs,
+    ids: &[u32],
+    req: &GenerateRequest,
+    load_s: f64,
+    path: &std::path::Path,
+) -> Result<()> {
+    if a.temperature == 0.0 && !a.json {
+        eprintln!("sparrow: note: --temp 0 is greedy, so every candidate is the same text");
+    }
+    let r = eng.generate_best_of(ids, req, a.best_of, |_, _| Flow::Continue)?;
+    let t = &r.timings;
+    if a.json {
+        let out = serde_json::json!({
+            "model": path,
+            "precision": precision_name(eng.options().precision),
+            "threads": eng.threads(),
+            "best_of": a.best_of,
+            "prompt_ids": ids,
+            "candidates": r.candidates,
+            "load_s": load_s,
+            "prefill_tokens": t.prefill_tokens,
+            "prefill_s": t.prefill_s,
+            "prefill_tok_s": t.prefill_tok_s(),
+            "decode_tokens": t.decode_tokens,
+            "decode_s": t.decode_s,
+            "decode_tok_s": t.decode_tok_s(),
+            "peak_rss_bytes": engine::sys::peak_rss_bytes(),
+        });
+        println!("{}", serde_json::to_string(&out)?);
+        return Ok(());
+    }
+    let mut out = std::io::stdout().lock();
+    for (rank, c) in r.candidates.iter().enumerate() {
+        writeln!(
+            out,
+            "--- candidate {} (seed {}, mean log-prob {:.4}, {} tokens, {:?})",
+            rank + 1,
+            c.seed,
+            c.mean_logprob,
+            c.generation.generated_ids.len(),
+            c.generation.stop_reason
+        )?;
+        writeln!(out, "{}", c.generation.text)?;
+    }
+    eprintln!(
+        "load {:.2} s | prefill {} tok, {:.1} tok/s | decode {} tok over {} sequences, {:.1} tok/s in all | peak RSS {:.1} MiB",
+        load_s,
+        t.prefill_tokens,
+        t.prefill_tok_s(),
+        t.decode_tokens,
+        a.best_of,
+        t.decode_tok_s(),
+        mib(engine::sys::peak_rss_bytes().unwrap_or(0)),
+    );
     Ok(())
 }
 

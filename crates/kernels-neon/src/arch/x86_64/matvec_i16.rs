@@ -21,7 +21,7 @@ use crate::WeightFormat;
 /// AVX2 present; a full block of `block_bytes(F)` bytes readable at `p`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn weights_i16<const F: u8>(p: *const u8) -> (__m256i, __m256i) {
+pub(super) unsafe fn weights_i16<const F: u8>(p: *const u8) -> (__m256i, __m256i) {
     // SAFETY: caller guarantees a full block at `p`; the loads read bytes
     // 2..34 (Q8_0), 2..18 (Q4_0), 4..20 (Q4_1), 2..22 (Q5_0) or 4..24
     // (Q5_1) or 2..18 (IQ4_NL), all inside it.

@@ -1,0 +1,175 @@
+//! Small-batch `matvec` with 16-bit activations ([`crate::matvec_batch`] in
+//! [`Precision::Fast`](crate::Precision::Fast)): each weight block is widened
+//! to i16 once and `madd_epi16`-dotted with every token's activations, so
+//! the unpacking (the cost of a decode step with the weights in cache) is
+//! paid once per batch. Per token the operations are those of
+//! [`super::matvec_i16`], in the same order: the results are bit-identical.
+
+use std::arch::x86_64::*;
+
+use super::matvec_i16::{matvec_i16, weights_i16};
+use super::simd::{f16_at, hsum, PREFETCH};
+use crate::arch::tags::{block_bytes, has_min, IQ4_NL, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
+use crate::arch::Rows;
+use crate::quant::QActs16;
+use crate::QMatrix;
+use crate::WeightFormat;
+
+/// Dots of `R` rows with the activations of `T` tokens: per block, each row's weights are widened
+/// once and each token's activations loaded once.
+///
+/// # Safety
+/// AVX2/FMA/F16C present; lengths as asserted.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_i16_tokens<const F: u8, const R: usize, const T: usize>(
+    rows: [&[u8]; R],
+    xq: [&QActs16; T],
+) -> [[f32; T]; R] {
+    let nb = xq[0].d.len();
+    let bb = block_bytes(F);
+    assert!(
+        rows.iter().all(|r| r.len() >= nb * bb)
+            && xq
+                .iter()
+                .all(|q| q.d.len() == nb && q.qs.len() >= nb * 32 && q.s.len() >= nb)
+    );
+    let mut acc = [[_mm256_setzero_ps(); T]; R];
+    let mut extra = [[0f32; T]; R];
+    for b in 0..nb {
+        // SAFETY: b < nb: block b of every row (bytes b*bb..(b+1)*bb) and
+        // activation block b of every token (qs[b*32..b*32+32], d[b], s[b])
+        // are in bounds (asserted above).
+        unsafe {
+            let mut w = [(_mm256_setzero_si256(), _mm256_setzero_si256()); R];
+            let mut dw = [0f32; R];
+            let mut mw = [0f32; R];
+            for i in 0..R {
+                let p = rows[i].as_ptr().add(b * bb);
+                // Prefetch hint (never faults; wrapping_add keeps it UB-free).
+                _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(PREFETCH) as *const i8);
+                w[i] = weights_i16::<F>(p);
+                if has_min(F) {
+                    // d and m are adjacent f16s: one conversion for both.
+                    let dm =
+                        _mm_cvtph_ps(_mm_cvtsi32_si128(std::ptr::read_unaligned(p as *const i32)));
+                    dw[i] = _mm_cvtss_f32(dm);
+                    mw[i] = _mm_cvtss_f32(_mm_movehdup_ps(dm));
+                } else {
+                    dw[i] = f16_at(p);
+                }
+            }
+            for t in 0..T {
+                let q = xq[t];
+                let xp = q.qs.as_ptr().add(b * 32);
+                let x0 = _mm256_loadu_si256(xp as *const __m256i);
+                let x1 = _mm256_loadu_si256(xp.add(16) as *const __m256i);
+                let (dx, sx) = (*q.d.get_unchecked(b), *q.s.get_unchecked(b));
+                for i in 0..R {
+                    let isum = _mm256_add_epi32(
+                        _mm256_madd_epi16(w[i].0, x0),
+                        _mm256_madd_epi16(w[i].1, x1),
+                    );
+                    if has_min(F) {
+                        extra[i][t] += mw[i] * sx;
+                    }
+                    acc[i][t] = _mm256_fmadd_ps(
+                        _mm256_cvtepi32_ps(isum),
+                        _mm256_set1_ps(dw[i] * dx),
+                        acc[i][t],
+                    );
+                }
+            }
+        }
+    }
+    std::array::from_fn(|i| std::array::from_fn(|t| hsum(acc[i][t]) + extra[i][t]))
+}
+
+/// Rows `r0..r0 + ys[t].len()` for every token `t`: `R` rows by `T` tokens at a time, then the
+/// remaining tokens one at a time, then the remaining row.
+///
+/// # Safety
+/// AVX2/FMA/F16C present.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn batch_q<const F: u8, const R: usize, const T: usize>(
+    w: &QMatrix<'_>,
+    r0: usize,
+    xq: &[&QActs16],
+    ys: &mut [&mut [f32]],
+) {
+    let nr = ys[0].len();
+    let mut r = 0;
+    while r < nr {
+        let step = if r + R <= nr { R } else { 1 };
+        let mut t = 0;
+        while t < xq.len() {
+            let toks = if t + T <= xq.len() { T } else { 1 };
+            // SAFETY (both calls): features present per contract; the kernel asserts the lengths.
+            match (step == R, toks == T) {
+                (true, true) => {
+                    let rows: [&[u8]; R] = std::array::from_fn(|i| w.row_data(r0 + r + i));
+                    let group: [&QActs16; T] = std::array::from_fn(|i| xq[t + i]);
+                    // SAFETY: as above.
+                    let d = unsafe { dot_i16_tokens::<F, R, T>(rows, group) };
+                    for (i, row) in d.iter().enumerate() {
+                        for (k, &v) in row.iter().enumerate() {
+                            ys[t + k][r + i] = v;
+                        }
+                    }
+                }
+                _ => {
+                    for i in 0..step {
+                        let row = w.row_data(r0 + r + i);
+                        for k in 0..toks {
+                            // SAFETY: as above.
+                            let [[v]] = unsafe { dot_i16_tokens::<F, 1, 1>([row], [xq[t + k]]) };
+                            ys[t + k][r + i] = v;
+                        }
+                    }
+                }
+            }
+            t += toks;
+        }
+        r += step;
+    }
+}
+
+/// `ys[t][i] = dot(W[r0 + i], x_t)` for every token `t` (all `ys[t]` of one length): the
+/// 32-element block formats share each block's unpacking across 4 tokens and each token's
+/// activation loads across 2 rows at a time; the others
+/// run [`matvec_i16`] once per token.
+///
+/// # Safety
+/// AVX2/FMA/F16C present.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn matvec_i16_batch(
+    w: &QMatrix<'_>,
+    r0: usize,
+    xq: &[&QActs16],
+    ys: &mut [&mut [f32]],
+) {
+    assert_eq!(xq.len(), ys.len());
+    if ys.is_empty() || ys.iter().any(|y| y.len() != ys[0].len()) || r0 + ys[0].len() > w.rows() {
+        for (q, y) in xq.iter().zip(ys.iter_mut()) {
+            // SAFETY: features present per contract.
+            unsafe { matvec_i16(w, Rows::From(r0), q, y) }
+        }
+        return;
+    }
+    // SAFETY: features present per contract; rows r0..r0+nr exist (checked above).
+    unsafe {
+        match w.format() {
+            WeightFormat::Q8_0 => batch_q::<Q8_0, 1, 4>(w, r0, xq, ys),
+            WeightFormat::Q4_0 => batch_q::<Q4_0, 1, 4>(w, r0, xq, ys),
+            WeightFormat::Q4_1 => batch_q::<Q4_1, 1, 4>(w, r0, xq, ys),
+            WeightFormat::Q5_0 => batch_q::<Q5_0, 1, 4>(w, r0, xq, ys),
+            WeightFormat::Q5_1 => batch_q::<Q5_1, 1, 4>(w, r0, xq, ys),
+            WeightFormat::IQ4_NL => batch_q::<IQ4_NL, 1, 4>(w, r0, xq, ys),
+            _ => {
+                for (q, y) in xq.iter().zip(ys.iter_mut()) {
+                    matvec_i16(w, Rows::From(r0), q, y)
+                }
+            }
+        }
+    }
+}
