@@ -88,7 +88,10 @@ pub type QnnBackend_GetSupportedOperationsFn_t = Option<
 >;
 /// `QnnBackend_ValidateOpConfigFn_t`.
 pub type QnnBackend_ValidateOpConfigFn_t = Option<
-    unsafe extern "C" fn(backend: Qnn_BackendHandle_t, opConfig: Qnn_OpConfig_t) -> Qnn_ErrorHandle_t,
+    unsafe extern "C" fn(
+        backend: Qnn_BackendHandle_t,
+        opConfig: Qnn_OpConfig_t,
+    ) -> Qnn_ErrorHandle_t,
 >;
 /// `QnnBackend_FreeFn_t`.
 pub type QnnBackend_FreeFn_t =
@@ -170,7 +173,10 @@ pub type QnnGraph_SetConfigFn_t = Option<
 >;
 /// `QnnGraph_AddNodeFn_t` (the op config is passed by value).
 pub type QnnGraph_AddNodeFn_t = Option<
-    unsafe extern "C" fn(graphHandle: Qnn_GraphHandle_t, opConfig: Qnn_OpConfig_t) -> Qnn_ErrorHandle_t,
+    unsafe extern "C" fn(
+        graphHandle: Qnn_GraphHandle_t,
+        opConfig: Qnn_OpConfig_t,
+    ) -> Qnn_ErrorHandle_t,
 >;
 /// `QnnGraph_FinalizeFn_t`.
 pub type QnnGraph_FinalizeFn_t = Option<
@@ -216,7 +222,10 @@ pub type QnnGraph_ExecuteAsyncFn_t = Option<
 >;
 /// `QnnTensor_CreateContextTensorFn_t`.
 pub type QnnTensor_CreateContextTensorFn_t = Option<
-    unsafe extern "C" fn(context: Qnn_ContextHandle_t, tensor: *mut Qnn_Tensor_t) -> Qnn_ErrorHandle_t,
+    unsafe extern "C" fn(
+        context: Qnn_ContextHandle_t,
+        tensor: *mut Qnn_Tensor_t,
+    ) -> Qnn_ErrorHandle_t,
 >;
 /// `QnnTensor_CreateGraphTensorFn_t`: registers a tensor with a graph and writes its `id`.
 pub type QnnTensor_CreateGraphTensorFn_t = Option<

@@ -4,7 +4,9 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use crate::interface::{QnnInterfaceGetProvidersFn, QnnInterface_t, QNN_INTERFACE_GET_PROVIDERS_SYMBOL};
+use crate::interface::{
+    QnnInterfaceGetProvidersFn, QnnInterface_t, QNN_INTERFACE_GET_PROVIDERS_SYMBOL,
+};
 use crate::types::{qnn_error_code, Qnn_ErrorHandle_t, QNN_SUCCESS};
 
 /// The usual names of the QNN backend libraries, in the order [`QnnLibrary::open_default`] tries
@@ -66,7 +68,9 @@ pub struct QnnLibrary {
 
 impl fmt::Debug for QnnLibrary {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("QnnLibrary").field("path", &self.path).finish()
+        f.debug_struct("QnnLibrary")
+            .field("path", &self.path)
+            .finish()
     }
 }
 

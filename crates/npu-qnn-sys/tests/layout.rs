@@ -78,7 +78,10 @@ fn interface_table_in_header_order() {
     assert_eq!(slot(offset_of!(QnnInterfaceImpl, graphAddNode)), 18);
     assert_eq!(slot(offset_of!(QnnInterfaceImpl, graphFinalize)), 19);
     assert_eq!(slot(offset_of!(QnnInterfaceImpl, graphExecute)), 21);
-    assert_eq!(slot(offset_of!(QnnInterfaceImpl, tensorCreateGraphTensor)), 24);
+    assert_eq!(
+        slot(offset_of!(QnnInterfaceImpl, tensorCreateGraphTensor)),
+        24
+    );
     assert_eq!(slot(offset_of!(QnnInterfaceImpl, logCreate)), 25);
     assert_eq!(slot(offset_of!(QnnInterfaceImpl, logFree)), 27);
     assert_eq!(slot(offset_of!(QnnInterfaceImpl, profileCreate)), 28);
