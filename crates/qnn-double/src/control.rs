@@ -41,7 +41,7 @@ pub struct Control {
 }
 
 impl Control {
-    /// Opens the double at `path` (the same loaded instance a `dlopen` of that path elsewhere in the
+    /// Opens the double at `path` through `npu-qnn-sys`'s loader (the same loaded instance any other load of that path in the
     /// process gets) and resolves its control functions.
     pub fn open(path: &Path) -> Result<Self, LoadError> {
         // SAFETY: callers pass the double's own library, whose initialisers are Rust's (none that

@@ -1,7 +1,8 @@
 //! A test double of a QNN backend library (layer 2): a `cdylib` exporting `QnnInterface_getProviders`
 //! with the ABI of `libQnnHtp.so`, whose provider table computes with plain CPU f32 math, so that
 //! everything above the vendor library (`npu-qnn-sys`'s loader and layouts, `npu-qnn`'s wrapper and
-//! graphs) is tested on any machine, loaded exactly as the real library is: by path, with `dlopen`.
+//! graphs) is tested on any machine, loaded exactly as the real library is: by path, through
+//! `npu-qnn-sys`'s run-time loader.
 //!
 //! # What it implements
 //! `logCreate`/`logSetLogLevel`/`logFree`, `backendCreate`/`backendGetApiVersion`/`backendGetBuildId`/

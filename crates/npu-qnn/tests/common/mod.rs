@@ -40,6 +40,7 @@ impl Rng {
 
 /// `out = down · (act(gate · x) ⊙ (up · x))` in f64; weights row-major (`gate`, `up`: `[d_ff, d_model]`,
 /// `down`: `[d_model, d_ff]`), `silu` or ReLU.
+#[allow(clippy::too_many_arguments)]
 pub fn reference_ffn(
     x: &[f32],
     batch: usize,
