@@ -72,6 +72,9 @@ const ANDROID_CRATES: &[&str] = &[
     "predictor",
     "engine",
     "server",
+    "npu-qnn-sys",
+    "npu-qnn",
+    "qnn-double",
 ];
 /// Crates whose tests run under qemu on aarch64.
 const AARCH64_TEST_CRATES: &[&str] = &[
@@ -81,6 +84,8 @@ const AARCH64_TEST_CRATES: &[&str] = &[
     "ufs-io",
     "neuron-cache",
     "neuron-store",
+    "npu-qnn-sys",
+    "npu-qnn",
 ];
 /// Debian packages for the aarch64 cross tests.
 const APT_PACKAGES: &[&str] = &[

@@ -19,7 +19,7 @@ fn layer(name: &str) -> Option<u32> {
     Some(match name {
         "tensor-types" | "atomic-out" => 0,
         "ufs-io" | "kernels-neon" | "npu-qnn-sys" | "model-format" | "model-tokenizer" => 1,
-        "neuron-cache" | "neuron-store" | "predictor" | "planner" => 2,
+        "neuron-cache" | "neuron-store" | "predictor" | "planner" | "npu-qnn" | "qnn-double" => 2,
         "engine" => 3,
         "server" => 4,
         "sparrow" | "xtask" => 5,
