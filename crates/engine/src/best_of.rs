@@ -52,7 +52,11 @@ struct Seq<'t> {
 impl Seq<'_> {
     /// Samples from `logits` (this sequence's row), scores the choice, and takes it: the token and
     /// the text that became final when the sequence goes on, `None` when it ended.
-    fn step(&mut self, logits: &mut [f32], max_tokens: usize) -> Result<Option<(u32, usize, usize)>> {
+    fn step(
+        &mut self,
+        logits: &mut [f32],
+        max_tokens: usize,
+    ) -> Result<Option<(u32, usize, usize)>> {
         if self.cont.generated.len() >= max_tokens {
             self.ended = Some(StopReason::Length);
             return Ok(None);
@@ -60,7 +64,9 @@ impl Seq<'_> {
         let lse = log_sum_exp(logits);
         let raw = logits.to_vec();
         let next = self.sampler.sample(logits, &self.cont.history);
-        let logit = raw.get(next as usize).map_or(f64::NEG_INFINITY, |&v| v as f64);
+        let logit = raw
+            .get(next as usize)
+            .map_or(f64::NEG_INFINITY, |&v| v as f64);
         self.logprob += logit - lse;
         match self.cont.accept(next)? {
             Accepted::Ended(reason) => {
@@ -165,9 +171,7 @@ impl Engine<'_> {
         }
         timings.decode_s = t_decode.elapsed().as_secs_f64();
 
-        let cancelled = seqs
-            .iter()
-            .any(|s| s.ended == Some(StopReason::Cancelled));
+        let cancelled = seqs.iter().any(|s| s.ended == Some(StopReason::Cancelled));
         let mut candidates: Vec<Candidate> = seqs
             .into_iter()
             .enumerate()

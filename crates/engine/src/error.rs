@@ -80,6 +80,15 @@ pub enum EngineError {
     /// Fetching the default model failed.
     #[error("fetching the default model: {0}")]
     Fetch(String),
+    /// The accelerator library failed: missing, of another API version, or an error at a step
+    /// (the detail names it). The engine stays on the CPU.
+    #[error("accelerator {library}: {detail}")]
+    Accelerator {
+        /// The library (or the name it was looked up by).
+        library: PathBuf,
+        /// What went wrong.
+        detail: String,
+    },
     /// An I/O error on a file other than the model (a corpus, the cache folder).
     #[error("{path}: {source}")]
     Io {

@@ -7,7 +7,7 @@ use model_tokenizer::{Tokenizer, VocabSpec};
 
 use crate::continuation::{Accepted, Continuation};
 use crate::error::{EngineError, Result};
-use crate::ffn::FfnExecutor;
+use crate::ffn::{AccelFfn, FfnExecutor};
 use crate::forward::{forward_with, FfnMode, FfnObserver, KvCache, Logits};
 use crate::model::{Model, ModelFile};
 use crate::requant::Overlay;
@@ -50,6 +50,7 @@ pub struct Engine<'a> {
     opts: EngineOptions,
     threads: usize,
     sparse: Option<SparseFfn>,
+    accel: Option<AccelFfn>,
     ffn_nanos: std::sync::atomic::AtomicU64,
     /// An empty cache of the engine's format and context, checked against the model once.
     empty_cache: KvCache,
@@ -167,6 +168,7 @@ impl<'a> Engine<'a> {
             opts,
             threads,
             sparse: None,
+            accel: None,
             ffn_nanos: Default::default(),
             empty_cache,
         })
@@ -214,7 +216,7 @@ impl<'a> Engine<'a> {
     /// One forward step on the engine's thread pool (sparse FFN if one is set).
     pub fn forward(&self, cache: &mut KvCache, tokens: &[u32], want: Logits) -> Result<Vec<f32>> {
         let mode = FfnMode {
-            exec: self.sparse.as_ref().map(|s| s as &dyn FfnExecutor),
+            exec: self.executor(),
             observer: None,
             ffn_nanos: Some(&self.ffn_nanos),
         };
@@ -226,7 +228,7 @@ impl<'a> Engine<'a> {
     /// sequence of `caches[i]` ([`crate::forward_seqs`]); `tokens.len() × vocab` logits.
     pub fn forward_batch(&self, caches: &mut [&mut KvCache], tokens: &[u32]) -> Result<Vec<f32>> {
         let mode = FfnMode {
-            exec: self.sparse.as_ref().map(|s| s as &dyn FfnExecutor),
+            exec: self.executor(),
             observer: None,
             ffn_nanos: Some(&self.ffn_nanos),
         };
@@ -244,7 +246,7 @@ impl<'a> Engine<'a> {
         observer: FfnObserver<'_>,
     ) -> Result<Vec<f32>> {
         let mode = FfnMode {
-            exec: self.sparse.as_ref().map(|s| s as &dyn FfnExecutor),
+            exec: self.executor(),
             observer: Some(observer),
             ffn_nanos: None,
         };
@@ -256,6 +258,27 @@ impl<'a> Engine<'a> {
     /// such as building a [`SparseFfn`]).
     pub fn install<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
         self.pool.install(f)
+    }
+
+    /// The FFN executor of the engine's steps: the sparse FFN, else the accelerator's, else none
+    /// (dense).
+    fn executor(&self) -> Option<&dyn FfnExecutor> {
+        match (&self.sparse, &self.accel) {
+            (Some(s), _) => Some(s),
+            (None, Some(a)) => Some(a),
+            (None, None) => None,
+        }
+    }
+
+    /// Runs every layer's FFN on an accelerator (`Some`) or not (`None`) from the next step on (a
+    /// sparse FFN, when set, goes first).
+    pub fn set_accel(&mut self, accel: Option<AccelFfn>) {
+        self.accel = accel;
+    }
+
+    /// The accelerator FFN in use, if any.
+    pub fn accel(&self) -> Option<&AccelFfn> {
+        self.accel.as_ref()
     }
 
     /// Makes the FFN sparse (`Some`) or dense (`None`) from the next step on.

@@ -37,6 +37,7 @@
 //! - GGUF llama files keep llama.cpp's permuted Q/K rows and use interleaved RoPE; HF files use
 //!   half-split RoPE: both give the same numbers without rewriting weights.
 
+pub mod accel;
 pub mod bench;
 pub mod bench_batch;
 mod best_of;
@@ -68,6 +69,7 @@ pub mod sparse;
 pub mod sys;
 mod transpose;
 
+pub use accel::{AccelKind, Accelerator, FfnBlock};
 pub use bench::{BenchMode, BenchOptions, BenchReport, ModeRuns};
 pub use best_of::{BestOf, Candidate};
 pub use budget::{parse_size, BudgetSplit, FfnBudget, Resident};
@@ -75,7 +77,7 @@ pub use bundle::{ModelBundle, SparsePlan, SparseSidecars};
 pub use calibrate::{calibrate, device_fingerprint, CalibrateOptions};
 pub use config::{Activation, Arch, ModelConfig};
 pub use error::{EngineError, Result};
-pub use ffn::{DenseFfn, FfnExecutor, FfnLayer, FfnScratch, ObservedFfn, StepKind};
+pub use ffn::{AccelFfn, DenseFfn, FfnExecutor, FfnLayer, FfnScratch, ObservedFfn, StepKind};
 pub use fingerprint::model_fingerprint;
 pub use forward::{forward_seqs, FfnMode, FfnSample, KvCache, Logits, KV_CHUNK};
 pub use generate::{load_tokenizer, Engine, EngineOptions};

@@ -162,7 +162,10 @@ fn best_of_candidates_are_the_sequential_generations_ranked() {
             );
             assert_eq!(g.text, c.generation.text);
             let i = (c.seed - 7) as usize;
-            assert_eq!(streamed[i], c.generation.text, "{name}: sequence {i} streamed whole");
+            assert_eq!(
+                streamed[i], c.generation.text,
+                "{name}: sequence {i} streamed whole"
+            );
             assert_eq!(g.stop_reason, c.generation.stop_reason);
         }
         let total: usize = r
@@ -200,6 +203,10 @@ fn best_of_can_be_cancelled() {
     assert_eq!(pieces, 5, "nothing streamed after Stop");
     for c in &r.candidates {
         assert_eq!(c.generation.stop_reason, engine::StopReason::Cancelled);
-        assert!(c.generation.generated_ids.len() <= 2, "{:?}", c.generation.generated_ids);
+        assert!(
+            c.generation.generated_ids.len() <= 2,
+            "{:?}",
+            c.generation.generated_ids
+        );
     }
 }

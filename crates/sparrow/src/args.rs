@@ -79,6 +79,11 @@ pub struct ModelArgs {
     /// thread's core and queue depth. Flags given explicitly win over the plan's settings.
     #[arg(long)]
     pub plan: Option<PathBuf>,
+    /// Run every layer's FFN on an accelerator: `qnn` (Qualcomm QNN, libQnnHtp.so then
+    /// libQnnCpu.so, INT8 weights), `qnn:LIBRARY`, `qnn-f32[:LIBRARY]` (f32 weights), or `cpu` (the
+    /// same blocks on the CPU kernels). A library that cannot be used is a warning and the CPU.
+    #[arg(long, value_name = "KIND", conflicts_with = "sparse")]
+    pub accel: Option<engine::AccelKind>,
     #[command(flatten)]
     pub offload: OffloadArgs,
 }

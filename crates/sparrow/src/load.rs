@@ -253,6 +253,9 @@ pub fn setup_sparse(eng: &mut Engine<'_>, args: &ModelArgs, quiet: bool) -> Resu
     if !quiet {
         warn_moot_flags(eng, args);
     }
+    if let Some(kind) = &args.accel {
+        setup_accel(eng, kind, quiet);
+    }
     if !args.sparse && eng.model().config.ffn_store.is_none() {
         return Ok(());
     }
@@ -301,4 +304,28 @@ pub fn read_corpus(eng: &Engine<'_>, c: &CorpusArgs) -> Result<Vec<u32>> {
         );
     }
     Ok(eng.tokenizer().encode(&text, false)?)
+}
+
+/// `--accel KIND`: every layer's FFN on the accelerator; one that cannot be opened is a warning and
+/// the engine stays on the CPU.
+fn setup_accel(eng: &mut Engine<'_>, kind: &engine::AccelKind, quiet: bool) {
+    match eng.install(|| engine::AccelFfn::open(kind, eng.model())) {
+        Ok(ffn) => {
+            if !quiet {
+                eprintln!(
+                    "sparrow: FFN on the {} accelerator",
+                    ffn.accelerator().name()
+                );
+            }
+            eng.set_accel(Some(ffn));
+        }
+        Err(e) => eprintln!("sparrow: warning: {e}; running on the CPU"),
+    }
+}
+
+/// Reports an accelerator that failed during the run (its layers were computed on the CPU).
+pub fn report_accel_failure(eng: &Engine<'_>) {
+    if let Some(f) = eng.accel().and_then(|a| a.failure()) {
+        eprintln!("sparrow: warning: the accelerator failed ({f}); the CPU computed the rest");
+    }
 }

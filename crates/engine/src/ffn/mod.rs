@@ -7,12 +7,13 @@
 //! * [`ObservedFfn`] (`observed.rs`): dense, showing every activation to an observer (profiling,
 //!   calibration), optionally masked as another executor would compute.
 //!
-//! An accelerator backend is one more type implementing [`FfnExecutor`], handed to
-//! [`crate::forward::forward_with`] through [`crate::FfnMode::exec`].
+//! * [`AccelFfn`] (`accel.rs`): every layer's block on an accelerator backend ([`crate::accel`]).
 
+mod accel;
 mod dense;
 mod observed;
 
+pub use accel::AccelFfn;
 pub use dense::DenseFfn;
 pub use observed::{FfnObserver, FfnSample, ObservedFfn};
 

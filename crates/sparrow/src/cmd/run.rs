@@ -8,7 +8,9 @@ use clap::Args;
 use engine::{ChatMessage, Engine, Flow, GenerateRequest, Generation, SamplerConfig};
 
 use crate::args::ModelArgs;
-use crate::load::{apply_plan, build_overlay, engine_options, open_model, setup_sparse};
+use crate::load::{
+    apply_plan, build_overlay, engine_options, open_model, report_accel_failure, setup_sparse,
+};
 use crate::parse;
 use crate::ui::{mib, precision_name};
 
@@ -144,10 +146,12 @@ pub fn run(mut a: RunArgs) -> Result<()> {
             "peak_rss_bytes": engine::sys::peak_rss_bytes(),
         });
         println!("{}", serde_json::to_string(&out)?);
+        report_accel_failure(&eng);
         return Ok(());
     }
     let g = stream(&eng, &ids, &req, if a.chat { "" } else { &prompt_text })?;
     eprintln!("\n{}", figures_line(load_s, &g));
+    report_accel_failure(&eng);
     Ok(())
 }
 
@@ -209,6 +213,7 @@ fn best_of(
         t.decode_tok_s(),
         mib(engine::sys::peak_rss_bytes().unwrap_or(0)),
     );
+    report_accel_failure(eng);
     Ok(())
 }
 

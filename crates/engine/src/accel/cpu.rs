@@ -1,0 +1,114 @@
+//! [`CpuAccelerator`]: the accelerator backend on the CPU cores, with the batched dense kernels
+//! (each block re-quantized to `Q8_0`, 16-bit activations), so that scheduling work between an
+//! accelerator and sparse CPU work is measurable here.
+
+use kernels_neon::{Precision, QMatrix, WeightFormat};
+
+use super::{Accelerator, FfnBlock};
+use crate::config::Activation;
+use crate::error::{kernel, EngineError, Result};
+
+/// One layer's block: `Q8_0` bytes of gate and up (`neurons × d_model`) and of down
+/// (`d_model × padded`, the block's neurons zero-padded to a whole number of 32-element blocks).
+struct CpuBlock {
+    neurons: usize,
+    padded: usize,
+    d_model: usize,
+    gate: Vec<u8>,
+    up: Vec<u8>,
+    down: Vec<u8>,
+    activation: Activation,
+}
+
+/// The CPU backend: one `Q8_0` block per layer.
+pub struct CpuAccelerator {
+    blocks: Vec<CpuBlock>,
+}
+
+const FORMAT: WeightFormat = WeightFormat::Q8_0;
+
+impl CpuAccelerator {
+    /// Re-quantizes `blocks` (one per layer, in order) for the CPU kernels.
+    pub fn new(blocks: impl IntoIterator<Item = Result<FfnBlock>>) -> Result<CpuAccelerator> {
+        let blocks = blocks
+            .into_iter()
+            .map(|b| {
+                let b = b?;
+                let (h, d) = (b.neurons, b.d_model);
+                if d % 32 != 0 {
+                    return Err(EngineError::Request(format!(
+                        "cpu accelerator: the model width {d} is not a multiple of 32"
+                    )));
+                }
+                let padded = h.next_multiple_of(32);
+                let mut down = vec![0f32; d * padded];
+                if h > 0 {
+                    for (dst, src) in down.chunks_exact_mut(padded).zip(b.down.chunks_exact(h)) {
+                        dst[..h].copy_from_slice(src);
+                    }
+                }
+                let q = |v: &[f32], rows, cols| {
+                    kernels_neon::quantize_matrix(FORMAT, v, rows, cols)
+                        .map_err(kernel("cpu accelerator block"))
+                };
+                Ok(CpuBlock {
+                    neurons: h,
+                    padded,
+                    d_model: d,
+                    gate: q(&b.gate, h, d)?,
+                    up: q(&b.up, h, d)?,
+                    down: q(&down, d, padded)?,
+                    activation: b.activation,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(CpuAccelerator { blocks })
+    }
+}
+
+fn matrix(data: &[u8], rows: usize, cols: usize) -> Result<QMatrix<'_>> {
+    QMatrix::new(FORMAT, rows, cols, data).map_err(kernel("cpu accelerator block"))
+}
+
+fn product(w: &QMatrix<'_>, x: &[f32], n: usize, y: &mut [f32]) -> Result<()> {
+    kernels_neon::matvec_batch(w, x, n, y, Precision::Fast).map_err(kernel("cpu accelerator"))
+}
+
+impl Accelerator for CpuAccelerator {
+    fn name(&self) -> &str {
+        "cpu"
+    }
+
+    fn ffn(&self, layer: usize, x: &[f32], n: usize, out: &mut [f32]) -> Result<()> {
+        let b = self.blocks.get(layer).ok_or_else(|| {
+            EngineError::Request(format!("cpu accelerator: no block for layer {layer}"))
+        })?;
+        let (h, d) = (b.neurons, b.d_model);
+        if h == 0 {
+            out.fill(0.0);
+            return Ok(());
+        }
+        let mut g = vec![0f32; n * h];
+        let mut u = vec![0f32; n * h];
+        product(&matrix(&b.gate, h, d)?, x, n, &mut g)?;
+        product(&matrix(&b.up, h, d)?, x, n, &mut u)?;
+        match b.activation {
+            Activation::Silu => kernels_neon::silu_mul_inplace(&mut g, &u),
+            Activation::Relu => kernels_neon::relu_mul_inplace(&mut g, &u),
+        }
+        let hidden = if b.padded == h {
+            g
+        } else {
+            let mut p = vec![0f32; n * b.padded];
+            for (dst, src) in p.chunks_exact_mut(b.padded).zip(g.chunks_exact(h)) {
+                dst[..h].copy_from_slice(src);
+            }
+            p
+        };
+        product(&matrix(&b.down, d, b.padded)?, &hidden, n, out)
+    }
+
+    fn block_neurons(&self, layer: usize) -> usize {
+        self.blocks.get(layer).map_or(0, |b| b.neurons)
+    }
+}

@@ -1,0 +1,200 @@
+//! [`QnnAccelerator`]: the accelerator backend on Qualcomm QNN, through the safe `npu-qnn` wrapper.
+//! One graph per layer and batch size ([`super::BATCH_SIZES`]), built when first used (QNN graphs
+//! have static shapes); a batch is cut into runs of those sizes. The library is loaded at run time;
+//! nothing links against QNN.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use npu_qnn::{Backend, Context, FfnActivation, FfnGraph, FfnWeights, Qnn, QnnError};
+
+use super::{batch_runs, Accelerator, FfnBlock};
+use crate::config::Activation;
+use crate::error::{EngineError, Result};
+
+/// The form of the weights handed to QNN.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QnnWeights {
+    /// INT8, one symmetric scale per output row (`AXIS_SCALE_OFFSET` on axis 0): what HTP takes.
+    Int8,
+    /// f32 as dequantized (QNN's CPU backend; exact checks).
+    F32,
+}
+
+/// A matrix in the chosen form.
+enum Weights {
+    F32(Vec<f32>),
+    Int8 { values: Vec<i8>, scales: Vec<f32> },
+}
+
+impl Weights {
+    /// `rows × cols` row-major `v` in `form`: INT8 rows scaled by `max |w| / 127` (1 for a zero row).
+    fn new(v: &[f32], cols: usize, form: QnnWeights) -> Weights {
+        match form {
+            QnnWeights::F32 => Weights::F32(v.to_vec()),
+            QnnWeights::Int8 => {
+                let mut values = Vec::with_capacity(v.len());
+                let mut scales = Vec::with_capacity(v.len() / cols.max(1));
+                for row in v.chunks_exact(cols.max(1)) {
+                    let amax = row.iter().fold(0f32, |m, x| m.max(x.abs()));
+                    let s = if amax > 0.0 { amax / 127.0 } else { 1.0 };
+                    values.extend(
+                        row.iter()
+                            .map(|x| (x / s).round().clamp(-127.0, 127.0) as i8),
+                    );
+                    scales.push(s);
+                }
+                Weights::Int8 { values, scales }
+            }
+        }
+    }
+
+    fn view(&self) -> FfnWeights<'_> {
+        match self {
+            Weights::F32(v) => FfnWeights::F32(v),
+            Weights::Int8 { values, scales } => FfnWeights::Int8 { values, scales },
+        }
+    }
+}
+
+struct QnnBlock {
+    neurons: usize,
+    d_model: usize,
+    gate: Weights,
+    up: Weights,
+    down: Weights,
+    activation: FfnActivation,
+}
+
+/// Everything that calls QNN: one thread at a time (the wrapper's objects are `Send`, not `Sync`).
+struct State {
+    ctx: Context,
+    graphs: HashMap<(usize, usize), FfnGraph>,
+    // Dropped after the context (fields drop in order): the wrapper keeps parents alive anyway.
+    _backend: Backend,
+    _qnn: Qnn,
+}
+
+/// The QNN backend: the library, one context, the layers' weights and their graphs.
+pub struct QnnAccelerator {
+    library: PathBuf,
+    blocks: Vec<QnnBlock>,
+    state: Mutex<State>,
+}
+
+fn qnn_error(library: &Path, e: QnnError) -> EngineError {
+    EngineError::Accelerator {
+        library: library.to_path_buf(),
+        detail: e.to_string(),
+    }
+}
+
+impl QnnAccelerator {
+    /// Loads the QNN library (`library`, or `libQnnHtp.so` then `libQnnCpu.so`), creates a backend
+    /// and a context, and keeps `blocks` (one per layer, in order) in the form `weights` for the
+    /// graphs.
+    pub fn new(
+        library: Option<&Path>,
+        blocks: impl IntoIterator<Item = Result<FfnBlock>>,
+        weights: QnnWeights,
+    ) -> Result<QnnAccelerator> {
+        let name = library
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|| PathBuf::from("libQnnHtp.so"));
+        let qnn = Qnn::load(library).map_err(|e| qnn_error(&name, e))?;
+        let backend = Backend::new(&qnn).map_err(|e| qnn_error(&name, e))?;
+        let ctx = Context::new(&backend, None).map_err(|e| qnn_error(&name, e))?;
+        let blocks = blocks
+            .into_iter()
+            .map(|b| {
+                let b = b?;
+                Ok(QnnBlock {
+                    neurons: b.neurons,
+                    d_model: b.d_model,
+                    gate: Weights::new(&b.gate, b.d_model, weights),
+                    up: Weights::new(&b.up, b.d_model, weights),
+                    down: Weights::new(&b.down, b.neurons, weights),
+                    activation: match b.activation {
+                        Activation::Silu => FfnActivation::Silu,
+                        Activation::Relu => FfnActivation::Relu,
+                    },
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(QnnAccelerator {
+            library: name,
+            blocks,
+            state: Mutex::new(State {
+                ctx,
+                graphs: HashMap::new(),
+                _backend: backend,
+                _qnn: qnn,
+            }),
+        })
+    }
+
+    /// Graphs built so far (layer, batch size).
+    pub fn graphs(&self) -> usize {
+        self.state.lock().map_or(0, |s| s.graphs.len())
+    }
+}
+
+impl Accelerator for QnnAccelerator {
+    fn name(&self) -> &str {
+        "qnn"
+    }
+
+    fn ffn(&self, layer: usize, x: &[f32], n: usize, out: &mut [f32]) -> Result<()> {
+        let b = self.blocks.get(layer).ok_or_else(|| {
+            EngineError::Request(format!("qnn accelerator: no block for layer {layer}"))
+        })?;
+        let d = b.d_model;
+        if x.len() != n * d || out.len() != n * d {
+            return Err(EngineError::Request(format!(
+                "qnn accelerator: {n} tokens need {} inputs and outputs, got {} and {}",
+                n * d,
+                x.len(),
+                out.len()
+            )));
+        }
+        if b.neurons == 0 {
+            out.fill(0.0);
+            return Ok(());
+        }
+        let mut state = self
+            .state
+            .lock()
+            .map_err(|_| EngineError::Request("qnn accelerator: a QNN call panicked".into()))?;
+        let State { ctx, graphs, .. } = &mut *state;
+        let mut at = 0;
+        for run in batch_runs(n) {
+            let graph = match graphs.entry((layer, run)) {
+                std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                std::collections::hash_map::Entry::Vacant(e) => e.insert(
+                    FfnGraph::build(
+                        ctx,
+                        run,
+                        d,
+                        b.neurons,
+                        b.gate.view(),
+                        b.up.view(),
+                        b.down.view(),
+                        b.activation,
+                    )
+                    .map_err(|e| qnn_error(&self.library, e))?,
+                ),
+            };
+            let rows = at * d..(at + run) * d;
+            graph
+                .execute(&x[rows.clone()], &mut out[rows])
+                .map_err(|e| qnn_error(&self.library, e))?;
+            at += run;
+        }
+        Ok(())
+    }
+
+    fn block_neurons(&self, layer: usize) -> usize {
+        self.blocks.get(layer).map_or(0, |b| b.neurons)
+    }
+}

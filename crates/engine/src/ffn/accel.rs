@@ -1,0 +1,125 @@
+//! [`AccelFfn`]: the FFN step on an accelerator backend ([`crate::accel::Accelerator`]): each layer's
+//! block, for one token or a batch (prefill: PowerInfer-2's NPU-centric prefill runs the dense layers
+//! there). Its blocks hold every neuron, so it computes the dense FFN.
+//!
+//! An accelerator that fails mid-run (a QNN call returning an error, a graph that does not build)
+//! does not fail the step: the layer is computed on the CPU ([`DenseFfn`]), the first failure is kept
+//! for the caller to report ([`AccelFfn::failure`]), and every later step stays on the CPU.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+
+use crate::accel::{open, AccelKind, Accelerator, FfnBlock};
+use crate::config::Activation;
+use crate::error::{EngineError, Result};
+use crate::ffn::{DenseFfn, FfnExecutor, FfnLayer, FfnScratch};
+use crate::model::Model;
+
+/// The FFN of every layer on one accelerator, whose blocks hold every neuron; the CPU when it fails.
+pub struct AccelFfn {
+    accel: Box<dyn Accelerator>,
+    d_ff: usize,
+    cpu: DenseFfn,
+    failed: AtomicBool,
+    failure: Mutex<Option<String>>,
+}
+
+impl AccelFfn {
+    /// The FFN on `accel`, whose blocks must each hold all `d_ff` neurons of their `layers` layers;
+    /// `activation` is the model's (for the CPU fallback).
+    pub fn new(
+        accel: Box<dyn Accelerator>,
+        layers: usize,
+        d_ff: usize,
+        activation: Activation,
+    ) -> Result<AccelFfn> {
+        if let Some(l) = (0..layers).find(|&l| accel.block_neurons(l) != d_ff) {
+            return Err(EngineError::Request(format!(
+                "the {} accelerator's block of layer {l} holds {} of the layer's {d_ff} neurons: \
+                 a whole-layer FFN needs them all",
+                accel.name(),
+                accel.block_neurons(l)
+            )));
+        }
+        Ok(AccelFfn {
+            accel,
+            d_ff,
+            cpu: DenseFfn::new(activation),
+            failed: AtomicBool::new(false),
+            failure: Mutex::new(None),
+        })
+    }
+
+    /// Opens backend `kind` with every layer of `model` as its blocks. A library that cannot be
+    /// loaded or set up is an [`EngineError::Accelerator`]; the caller stays on the CPU.
+    pub fn open(kind: &AccelKind, model: &Model<'_>) -> Result<AccelFfn> {
+        let cfg = &model.config;
+        let accel = open(kind, FfnBlock::for_model(model, None))?;
+        AccelFfn::new(accel, cfg.n_layers, cfg.d_ff, cfg.activation)
+    }
+
+    /// The backend.
+    pub fn accelerator(&self) -> &dyn Accelerator {
+        self.accel.as_ref()
+    }
+
+    /// Neurons per layer.
+    pub fn d_ff(&self) -> usize {
+        self.d_ff
+    }
+
+    /// The accelerator's first failure, after which every layer ran on the CPU.
+    pub fn failure(&self) -> Option<String> {
+        self.failure.lock().ok().and_then(|f| f.clone())
+    }
+
+    /// `n` tokens of layer `l` on the accelerator, or on the CPU once it has failed.
+    fn run(
+        &self,
+        l: FfnLayer<'_, '_>,
+        x: &[f32],
+        n: usize,
+        out: &mut [f32],
+        scratch: &mut FfnScratch,
+    ) -> Result<()> {
+        if !self.failed.load(Ordering::Relaxed) {
+            match self.accel.ffn(l.index, x, n, out) {
+                Ok(()) => return Ok(()),
+                Err(e) => {
+                    self.failed.store(true, Ordering::Relaxed);
+                    if let Ok(mut f) = self.failure.lock() {
+                        f.get_or_insert_with(|| e.to_string());
+                    }
+                }
+            }
+        }
+        if n == 1 {
+            self.cpu.decode(l, x, out, scratch)
+        } else {
+            self.cpu.batch(l, x, n, out, scratch)
+        }
+    }
+}
+
+impl FfnExecutor for AccelFfn {
+    fn decode(
+        &self,
+        l: FfnLayer<'_, '_>,
+        x: &[f32],
+        out: &mut [f32],
+        scratch: &mut FfnScratch,
+    ) -> Result<()> {
+        self.run(l, x, 1, out, scratch)
+    }
+
+    fn batch(
+        &self,
+        l: FfnLayer<'_, '_>,
+        x: &[f32],
+        n: usize,
+        out: &mut [f32],
+        scratch: &mut FfnScratch,
+    ) -> Result<()> {
+        self.run(l, x, n, out, scratch)
+    }
+}
