@@ -23,6 +23,8 @@ pub enum BenchMode {
     Sparse,
     /// The sparse FFN over a neuron store (a resident file).
     Offload,
+    /// Hybrid decode: hot neurons on an accelerator, the rest sparse ([`crate::HybridFfn`]).
+    Hybrid,
 }
 
 /// Settings of [`run`].
@@ -99,6 +101,7 @@ impl BenchReport {
                 }
             }
             BenchMode::Offload => "offloaded",
+            BenchMode::Hybrid => "hybrid",
         }
     }
 
@@ -167,8 +170,9 @@ pub fn text_tokens(
 }
 
 /// Measures `engine` (and `offload`, a second engine over a resident file, when given) on `tokens`
-/// (at least [`BenchOptions::tokens_needed`]). The modes are [`BenchReport::modes_for`]; the engine's
-/// sparse FFN is taken out for dense runs and put back for sparse runs and at the end. The weights are
+/// (at least [`BenchOptions::tokens_needed`]). The modes are [`BenchReport::modes_for`], or sparse and
+/// hybrid with a hybrid FFN; the engine's sparse FFN is taken out for dense runs and put back for
+/// sparse runs and at the end. The weights are
 /// paged in by one warm-up step first (not for a resident model).
 pub fn run(
     engine: &mut Engine<'_>,
@@ -185,7 +189,12 @@ pub fn run(
     }
     let resident = engine.model().config.ffn_store.is_some();
     let mut sparse = if resident { None } else { engine.take_sparse() };
-    let modes = BenchReport::modes_for(offload.is_some(), sparse.is_some(), resident);
+    let hybrid = engine.hybrid().is_some();
+    let modes = if hybrid {
+        vec![BenchMode::Sparse, BenchMode::Hybrid]
+    } else {
+        BenchReport::modes_for(offload.is_some(), sparse.is_some(), resident)
+    };
     let mut runs: Vec<ModeRuns> = modes.iter().map(|_| ModeRuns::default()).collect();
     // Warm-up: page the weights in.
     let mut cache = engine.new_cache();
@@ -200,6 +209,9 @@ pub fn run(
                 (0..modes.len()).rev().collect()
             };
             for mi in order {
+                if hybrid {
+                    engine.set_hybrid_on(modes[mi] == BenchMode::Hybrid);
+                }
                 if modes[mi] == BenchMode::Sparse {
                     engine.set_sparse(sparse.take());
                 }
@@ -218,6 +230,7 @@ pub fn run(
     if sparse.is_some() {
         engine.set_sparse(sparse);
     }
+    engine.set_hybrid_on(true);
     result.map(|()| BenchReport { modes, runs })
 }
 

@@ -9,6 +9,7 @@ use crate::continuation::{Accepted, Continuation};
 use crate::error::{EngineError, Result};
 use crate::ffn::{AccelFfn, FfnExecutor};
 use crate::forward::{forward_with, FfnMode, FfnObserver, KvCache, Logits};
+use crate::hybrid::HybridFfn;
 use crate::model::{Model, ModelFile};
 use crate::requant::Overlay;
 use crate::request::{Flow, GenerateRequest, Generation, StopReason, Timings};
@@ -51,6 +52,9 @@ pub struct Engine<'a> {
     threads: usize,
     sparse: Option<SparseFfn>,
     accel: Option<AccelFfn>,
+    hybrid: Option<HybridFfn>,
+    /// Whether `hybrid` runs the steps (else its sparse part alone).
+    hybrid_on: bool,
     ffn_nanos: std::sync::atomic::AtomicU64,
     /// An empty cache of the engine's format and context, checked against the model once.
     empty_cache: KvCache,
@@ -169,6 +173,8 @@ impl<'a> Engine<'a> {
             threads,
             sparse: None,
             accel: None,
+            hybrid: None,
+            hybrid_on: true,
             ffn_nanos: Default::default(),
             empty_cache,
         })
@@ -263,11 +269,32 @@ impl<'a> Engine<'a> {
     /// The FFN executor of the engine's steps: the sparse FFN, else the accelerator's, else none
     /// (dense).
     fn executor(&self) -> Option<&dyn FfnExecutor> {
+        if let Some(h) = &self.hybrid {
+            return Some(if self.hybrid_on { h } else { h.sparse() });
+        }
         match (&self.sparse, &self.accel) {
             (Some(s), _) => Some(s),
             (None, Some(a)) => Some(a),
             (None, None) => None,
         }
+    }
+
+    /// Runs hybrid decode (`Some`: hot neurons on an accelerator, the rest sparse) from the next step
+    /// on; it goes before any other FFN executor.
+    pub fn set_hybrid(&mut self, hybrid: Option<HybridFfn>) {
+        self.hybrid = hybrid;
+        self.hybrid_on = true;
+    }
+
+    /// The hybrid FFN, if any.
+    pub fn hybrid(&self) -> Option<&HybridFfn> {
+        self.hybrid.as_ref()
+    }
+
+    /// With a hybrid FFN, whether it runs the steps (`true`) or its sparse part alone (`false`: the
+    /// same neurons selected and computed on the CPU, for comparisons in one run).
+    pub fn set_hybrid_on(&mut self, on: bool) {
+        self.hybrid_on = on;
     }
 
     /// Runs every layer's FFN on an accelerator (`Some`) or not (`None`) from the next step on (a
@@ -296,9 +323,11 @@ impl<'a> Engine<'a> {
         self.ffn_nanos.swap(0, std::sync::atomic::Ordering::Relaxed) as f64 * 1e-9
     }
 
-    /// The sparse FFN in use, if any.
+    /// The sparse FFN in use, if any (a hybrid FFN's sparse part).
     pub fn sparse(&self) -> Option<&SparseFfn> {
-        self.sparse.as_ref()
+        self.sparse
+            .as_ref()
+            .or_else(|| self.hybrid.as_ref().map(HybridFfn::sparse))
     }
 
     /// Generates a continuation of `prompt_ids`, calling `on_text` with each new piece of text as soon as

@@ -53,6 +53,7 @@ mod file;
 mod fingerprint;
 pub mod forward;
 mod generate;
+mod hybrid;
 pub mod manifest;
 pub mod model;
 mod neurons;
@@ -81,6 +82,7 @@ pub use ffn::{AccelFfn, DenseFfn, FfnExecutor, FfnLayer, FfnScratch, ObservedFfn
 pub use fingerprint::model_fingerprint;
 pub use forward::{forward_seqs, FfnMode, FfnSample, KvCache, Logits, KV_CHUNK};
 pub use generate::{load_tokenizer, Engine, EngineOptions};
+pub use hybrid::{hot_neurons, HybridFfn};
 pub use kernels_neon::{set_chunk_rows, KvFormat, Precision};
 pub use model::{Model, ModelFile};
 pub use model_tokenizer::{ChatMessage, ChatTemplate, Tokenizer};

@@ -254,6 +254,7 @@ impl SparseFfn {
         &self,
         l: FfnLayer<'_, '_>,
         rows: &[u32],
+        all: bool,
         x: &[f32],
         out: &mut [f32],
         down_t: QMatrix<'_>,
@@ -263,7 +264,7 @@ impl SparseFfn {
             layer: l.weights,
             x,
             precision: l.precision,
-            all: !self.selector.has_predictor(),
+            all,
             activation: rule.activation,
         };
         let mut keep = Vec::with_capacity(rows.len());
@@ -330,24 +331,7 @@ impl FfnExecutor for SparseFfn {
         out: &mut [f32],
         _scratch: &mut FfnScratch,
     ) -> Result<()> {
-        let mut predicted = Vec::new();
-        let rows = self.selector.candidates(l.index, x, &mut predicted)?;
-        let counts = match &self.weights {
-            Weights::Store(off) => off.decode(
-                self.selector.rule(l.index, self.score),
-                l.index,
-                rows,
-                x,
-                out,
-                l.precision,
-            )?,
-            Weights::Memory { down_t, format } => {
-                let down_t = self.transposed(down_t, *format, l.index)?;
-                self.decode_in_memory(l, rows, x, out, down_t)?
-            }
-        };
-        self.count(l.index, counts);
-        Ok(())
+        self.decode_except(l, x, out, None)
     }
 
     /// In memory: gate and up computed densely, the neurons sparse decode would skip masked out
@@ -361,6 +345,66 @@ impl FfnExecutor for SparseFfn {
         out: &mut [f32],
         scratch: &mut FfnScratch,
     ) -> Result<()> {
+        self.batch_except(l, x, n, out, scratch, None)
+    }
+
+    fn mask(&self, layer: usize, x: &[f32], n: usize, act: &mut [f32], up: &[f32]) -> Result<()> {
+        self.selector.mask(self.score, layer, x, n, act, up)
+    }
+
+    fn owns_weights(&self) -> bool {
+        self.offload().is_some()
+    }
+}
+
+impl SparseFfn {
+    /// [`FfnExecutor::decode`] leaving out the neurons `skip` marks (`skip[j]`: neuron `j` is computed
+    /// elsewhere, e.g. on an accelerator): `out` holds the contribution of the others.
+    pub(crate) fn decode_except(
+        &self,
+        l: FfnLayer<'_, '_>,
+        x: &[f32],
+        out: &mut [f32],
+        skip: Option<&[bool]>,
+    ) -> Result<()> {
+        let mut predicted = Vec::new();
+        let rows = self.selector.candidates(l.index, x, &mut predicted)?;
+        let mut kept = Vec::new();
+        let (rows, all) = match skip {
+            Some(skip) => {
+                kept.extend(rows.iter().copied().filter(|&j| !skip[j as usize]));
+                (&kept[..], false)
+            }
+            None => (rows, !self.selector.has_predictor()),
+        };
+        let counts = match &self.weights {
+            Weights::Store(off) => off.decode(
+                self.selector.rule(l.index, self.score),
+                l.index,
+                rows,
+                x,
+                out,
+                l.precision,
+            )?,
+            Weights::Memory { down_t, format } => {
+                let down_t = self.transposed(down_t, *format, l.index)?;
+                self.decode_in_memory(l, rows, all, x, out, down_t)?
+            }
+        };
+        self.count(l.index, counts);
+        Ok(())
+    }
+
+    /// [`FfnExecutor::batch`] leaving out the neurons `skip` marks, as [`Self::decode_except`].
+    pub(crate) fn batch_except(
+        &self,
+        l: FfnLayer<'_, '_>,
+        x: &[f32],
+        n: usize,
+        out: &mut [f32],
+        scratch: &mut FfnScratch,
+        skip: Option<&[bool]>,
+    ) -> Result<()> {
         // Offloaded (no matrices to batch), or one decode token of each of several sequences
         // (each computed as its own decode step, so a batch selects what sequential runs would).
         let down_t = match l.kind {
@@ -370,7 +414,7 @@ impl FfnExecutor for SparseFfn {
         let Some(down_t) = down_t else {
             let d = self.selector.d_model();
             for (xt, ot) in x.chunks(d).zip(out.chunks_mut(d)) {
-                self.decode(l, xt, ot, scratch)?;
+                self.decode_except(l, xt, ot, skip)?;
             }
             return Ok(());
         };
@@ -382,18 +426,19 @@ impl FfnExecutor for SparseFfn {
         g.par_chunks_mut(1024)
             .for_each(|c| c.iter_mut().for_each(|v| *v = act.apply(*v)));
         self.mask(li, x, n, g, u)?;
+        if let Some(skip) = skip {
+            let ff = self.selector.d_ff();
+            g.par_chunks_mut(ff).for_each(|row| {
+                row.iter_mut()
+                    .zip(skip)
+                    .filter(|(_, &s)| s)
+                    .for_each(|(v, _)| *v = 0.0)
+            });
+        }
         g.par_chunks_mut(1024)
             .zip(u.par_chunks(1024))
             .for_each(|(a, b)| a.iter_mut().zip(b).for_each(|(a, b)| *a *= b));
         self.down_batch(&down_t, g, n, out)
-    }
-
-    fn mask(&self, layer: usize, x: &[f32], n: usize, act: &mut [f32], up: &[f32]) -> Result<()> {
-        self.selector.mask(self.score, layer, x, n, act, up)
-    }
-
-    fn owns_weights(&self) -> bool {
-        self.offload().is_some()
     }
 }
 

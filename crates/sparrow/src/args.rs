@@ -79,11 +79,17 @@ pub struct ModelArgs {
     /// thread's core and queue depth. Flags given explicitly win over the plan's settings.
     #[arg(long)]
     pub plan: Option<PathBuf>,
-    /// Run every layer's FFN on an accelerator: `qnn` (Qualcomm QNN, libQnnHtp.so then
-    /// libQnnCpu.so, INT8 weights), `qnn:LIBRARY`, `qnn-f32[:LIBRARY]` (f32 weights), or `cpu` (the
-    /// same blocks on the CPU kernels). A library that cannot be used is a warning and the CPU.
-    #[arg(long, value_name = "KIND", conflicts_with = "sparse")]
+    /// Run FFN blocks on an accelerator: `qnn` (Qualcomm QNN, libQnnHtp.so then libQnnCpu.so, INT8
+    /// weights), `qnn:LIBRARY`, `qnn-f32[:LIBRARY]` (f32 weights), or `cpu` (the same blocks on the
+    /// CPU kernels). Alone: every layer's whole FFN. With --sparse: hybrid decode, each layer's
+    /// hottest neurons (--accel-hot) there and the rest sparse on the CPU. A library that cannot be
+    /// used is a warning and the CPU.
+    #[arg(long, value_name = "KIND")]
     pub accel: Option<engine::AccelKind>,
+    /// With --sparse --accel: the share of each layer's neurons, most often active first (from the
+    /// profile), that runs densely on the accelerator.
+    #[arg(long, default_value_t = 0.25, value_parser = parse::share, requires = "accel")]
+    pub accel_hot: f64,
     #[command(flatten)]
     pub offload: OffloadArgs,
 }

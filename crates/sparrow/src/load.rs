@@ -253,7 +253,7 @@ pub fn setup_sparse(eng: &mut Engine<'_>, args: &ModelArgs, quiet: bool) -> Resu
     if !quiet {
         warn_moot_flags(eng, args);
     }
-    if let Some(kind) = &args.accel {
+    if let (Some(kind), false) = (&args.accel, args.sparse) {
         setup_accel(eng, kind, quiet);
     }
     if !args.sparse && eng.model().config.ffn_store.is_none() {
@@ -282,6 +282,25 @@ pub fn setup_sparse(eng: &mut Engine<'_>, args: &ModelArgs, quiet: bool) -> Resu
                 None => ", no predictor".into(),
             }
         );
+    }
+    if let Some(kind) = &args.accel {
+        // Hybrid decode: each layer's hot neurons on the accelerator, the rest sparse here.
+        let hot = engine::hot_neurons(&plan.profile, args.accel_hot);
+        match eng.install(|| engine::HybridFfn::open_blocks(kind, eng.model(), &hot)) {
+            Ok(accel) => {
+                let h = engine::HybridFfn::new(sp, accel, eng.model(), &hot)?;
+                if !quiet {
+                    eprintln!(
+                        "sparrow: hybrid decode: the hottest {:.0}% of each layer's neurons on the {} accelerator, the rest sparse on the CPU",
+                        args.accel_hot * 100.0,
+                        h.accelerator().name()
+                    );
+                }
+                eng.set_hybrid(Some(h));
+                return Ok(());
+            }
+            Err(e) => eprintln!("sparrow: warning: {e}; sparse on the CPU alone"),
+        }
     }
     eng.set_sparse(Some(sp));
     Ok(())
@@ -325,7 +344,11 @@ fn setup_accel(eng: &mut Engine<'_>, kind: &engine::AccelKind, quiet: bool) {
 
 /// Reports an accelerator that failed during the run (its layers were computed on the CPU).
 pub fn report_accel_failure(eng: &Engine<'_>) {
-    if let Some(f) = eng.accel().and_then(|a| a.failure()) {
+    let failure = eng
+        .accel()
+        .and_then(|a| a.failure())
+        .or_else(|| eng.hybrid().and_then(|h| h.failure()));
+    if let Some(f) = failure {
         eprintln!("sparrow: warning: the accelerator failed ({f}); the CPU computed the rest");
     }
 }

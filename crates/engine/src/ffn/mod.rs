@@ -7,7 +7,9 @@
 //! * [`ObservedFfn`] (`observed.rs`): dense, showing every activation to an observer (profiling,
 //!   calibration), optionally masked as another executor would compute.
 //!
-//! * [`AccelFfn`] (`accel.rs`): every layer's block on an accelerator backend ([`crate::accel`]).
+//! * [`AccelFfn`] (`accel.rs`): every layer's block on an accelerator backend ([`crate::accel`]);
+//! * [`crate::HybridFfn`] (`hybrid.rs`, beside `sparse.rs`, which it builds on): each layer's hot
+//!   neurons on an accelerator, the rest sparse on the CPU, summed.
 
 mod accel;
 mod dense;

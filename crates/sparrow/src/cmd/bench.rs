@@ -510,10 +510,10 @@ impl Printed<'_, '_> {
             });
         }
         if runs.len() == 2 {
-            let key = if modes[1] == BenchMode::Offload {
-                "offloaded"
-            } else {
-                "sparse"
+            let key = match modes[1] {
+                BenchMode::Offload => "offloaded",
+                BenchMode::Hybrid => "hybrid",
+                _ => "sparse",
             };
             v[key] = mode_json(&runs[1]);
             v[key]["tg_ratio"] = serde_json::json!(report.tg_ratio().map(|r| r.0));

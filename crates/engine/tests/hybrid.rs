@@ -1,0 +1,196 @@
+//! Hybrid decode (`HybridFfn`) on the tiny fixtures: each layer's hot neurons as one dense block on an
+//! accelerator (QNN through the test double `qnn-double`, or the CPU backend), the rest sparse on
+//! the CPU, summed. With nothing skipped (zero thresholds, no predictor) it is the dense FFN for any
+//! hot set, in decode and batched steps; with no hot neuron it is the sparse FFN; the sparse part
+//! never computes a hot neuron; an accelerator that fails mid-run leaves the sparse FFN's result and
+//! names the failing step.
+
+mod common;
+
+use std::path::PathBuf;
+
+use common::{logits, rel_drift};
+use engine::accel::{open, AccelKind, QnnWeights};
+use engine::forward::forward_with;
+use engine::{
+    Engine, EngineOptions, FfnBlock, FfnMode, HybridFfn, Logits, ModelFile, Precision, SparseFfn,
+};
+use kernels_neon::WeightFormat;
+
+const TOKENS: &[u32] = &[1, 70, 80, 90, 100, 33, 7, 250, 12, 64, 5, 99];
+
+fn fixture(name: &str) -> ModelFile {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fixtures")
+        .join(name);
+    ModelFile::open(p).unwrap()
+}
+
+fn engine(file: &ModelFile) -> Engine<'_> {
+    Engine::new(
+        file,
+        EngineOptions {
+            threads: 2,
+            precision: Precision::Exact,
+            context: 64,
+            ..Default::default()
+        },
+    )
+    .unwrap()
+}
+
+fn double() -> PathBuf {
+    qnn_double::library_path().expect("the QNN test double is built as a dev-dependency")
+}
+
+fn qnn_f32() -> AccelKind {
+    AccelKind::Qnn {
+        library: Some(double()),
+        weights: QnnWeights::F32,
+    }
+}
+
+/// Hot sets of every layer: none, the first 16 neurons, every third one, all.
+fn hot_sets(layers: usize, d_ff: usize) -> Vec<Vec<Vec<u32>>> {
+    let per = |f: &dyn Fn(u32) -> bool| -> Vec<Vec<u32>> {
+        (0..layers)
+            .map(|_| (0..d_ff as u32).filter(|&j| f(j)).collect())
+            .collect()
+    };
+    vec![
+        per(&|_| false),
+        per(&|j| j < 16),
+        per(&|j| j % 3 == 1),
+        per(&|_| true),
+    ]
+}
+
+fn hybrid(eng: &Engine<'_>, sparse: SparseFfn, kind: &AccelKind, hot: &[Vec<u32>]) -> HybridFfn {
+    let accel = open(kind, FfnBlock::for_model(eng.model(), Some(hot))).unwrap();
+    HybridFfn::new(sparse, accel, eng.model(), hot).unwrap()
+}
+
+#[test]
+fn with_nothing_skipped_hybrid_decode_is_the_dense_ffn() {
+    for name in [
+        "tiny-llama-silu-q4_0.gguf",
+        "tiny-llama-relu-q8_0.gguf",
+        "tiny-qwen2-q4_1.gguf",
+        "tiny-llama-f16.gguf",
+    ] {
+        let file = fixture(name);
+        let mut eng = engine(&file);
+        let cfg = eng.model().config.clone();
+        let dense: Vec<Vec<f32>> = [false, true].map(|b| logits(&eng, TOKENS, b)).to_vec();
+        for hot in hot_sets(cfg.n_layers, cfg.d_ff) {
+            for (kind, tol) in [(qnn_f32(), 1e-4), (AccelKind::Cpu, 2e-2)] {
+                // F32 down rows and zero thresholds: the sparse part computes every cold neuron.
+                let sp = SparseFfn::new(eng.model(), vec![0.0; cfg.n_layers], WeightFormat::F32)
+                    .unwrap();
+                let h = hybrid(&eng, sp, &kind, &hot);
+                eng.set_hybrid(Some(h));
+                for (batched, want) in [false, true].into_iter().zip(&dense) {
+                    let got = logits(&eng, TOKENS, batched);
+                    let d = rel_drift(&got, want);
+                    assert!(
+                        d < tol,
+                        "{name} {} hot, {kind:?}, batched={batched}: drift {d}",
+                        hot[0].len()
+                    );
+                }
+                let h = eng.hybrid().unwrap();
+                assert_eq!(h.failure(), None);
+                // Decode steps: the sparse part computed only the cold gate rows.
+                let st = h.sparse().stats();
+                let cold = (cfg.d_ff - hot[0].len()) as f64 / cfg.d_ff as f64;
+                assert!(
+                    (st.gate_frac() - cold).abs() < 1e-9,
+                    "{name}: gate share {} for a cold share {cold}",
+                    st.gate_frac()
+                );
+                eng.set_hybrid(None);
+            }
+        }
+    }
+}
+
+#[test]
+fn with_no_hot_neuron_hybrid_decode_is_the_sparse_ffn() {
+    let file = fixture("tiny-llama-silu-q4_0.gguf");
+    let mut eng = engine(&file);
+    let cfg = eng.model().config.clone();
+    // Thresholds that skip a good share of the neurons.
+    let sparse = |eng: &Engine<'_>| {
+        SparseFfn::new(
+            eng.model(),
+            vec![0.02; cfg.n_layers],
+            engine::sparse::DEFAULT_DOWN_FORMAT,
+        )
+        .unwrap()
+    };
+    eng.set_sparse(Some(sparse(&eng)));
+    let want = logits(&eng, TOKENS, false);
+    let skipped = 1.0 - eng.sparse().unwrap().stats().down_frac();
+    assert!(
+        skipped > 0.1,
+        "the thresholds skip {skipped} of the neurons"
+    );
+    eng.set_sparse(None);
+    let none = vec![Vec::new(); cfg.n_layers];
+    let h = hybrid(&eng, sparse(&eng), &qnn_f32(), &none);
+    eng.set_hybrid(Some(h));
+    let got = logits(&eng, TOKENS, false);
+    let d = rel_drift(&got, &want);
+    assert!(d < 1e-6, "drift {d}");
+    // And with hot neurons the result moves (they are computed although the thresholds skip some).
+    let hot: Vec<Vec<u32>> = (0..cfg.n_layers)
+        .map(|_| (0..cfg.d_ff as u32 / 2).collect())
+        .collect();
+    let h = hybrid(&eng, sparse(&eng), &qnn_f32(), &hot);
+    eng.set_hybrid(Some(h));
+    let moved = logits(&eng, TOKENS, false);
+    assert!(rel_drift(&moved, &want) > 1e-5);
+}
+
+#[test]
+fn a_failing_accelerator_leaves_the_sparse_ffn_and_names_the_step() {
+    let file = fixture("tiny-qwen2-q4_1.gguf");
+    let eng = engine(&file);
+    let cfg = eng.model().config.clone();
+    let control = qnn_double::Control::open(&double()).unwrap();
+    let make = || SparseFfn::new(eng.model(), vec![0.01; cfg.n_layers], WeightFormat::F32).unwrap();
+    let step = |exec: &dyn engine::FfnExecutor| {
+        let mut cache = eng.new_cache();
+        forward_with(
+            eng.model(),
+            &mut cache,
+            &TOKENS[..5],
+            Precision::Exact,
+            Logits::All,
+            FfnMode {
+                exec: Some(exec),
+                ..Default::default()
+            },
+        )
+        .unwrap()
+    };
+    let sparse = make();
+    let want = step(&sparse);
+    let hot: Vec<Vec<u32>> = (0..cfg.n_layers).map(|_| (0..32).collect()).collect();
+    let h = hybrid(&eng, make(), &qnn_f32(), &hot);
+    // Graphs are built and run on first use. The double's faults are per thread: run the step on
+    // one of the engine's threads, where the FFN's rayon::join runs the accelerator's side itself.
+    let got = eng.install(|| {
+        control.set_fail(Some("graphExecute"));
+        let got = step(&h);
+        control.set_fail(None);
+        got
+    });
+    let f = h.failure().expect("the failure is kept");
+    assert!(f.contains("graphExecute"), "{f}");
+    let d = rel_drift(&got, &want);
+    assert!(
+        d < 1e-6,
+        "after the failure the CPU computed the sparse FFN: drift {d}"
+    );
+}
