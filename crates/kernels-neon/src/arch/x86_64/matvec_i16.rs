@@ -173,9 +173,12 @@ pub(crate) unsafe fn matvec_i16(w: &QMatrix<'_>, sel: Rows<'_>, xq: &QActs16, y:
             WeightFormat::IQ4_NL if dense => matvec_i16_q::<IQ4_NL, 2>(w, sel, xq, y),
             WeightFormat::IQ4_NL => matvec_i16_q::<IQ4_NL, 4>(w, sel, xq, y),
             WeightFormat::Q4_K | WeightFormat::Q5_K | WeightFormat::Q6_K => {
-                // Several rows per step sharing the activations, reordered
-                // once per call (see `kquant_rows`): 2 for dense rows, 4 for
-                // listed ones, as for the 32-element formats.
+                // Activations reordered once per call (see `kquant_rows`).
+                // Rows per step: 1 for dense rows, 4 (sharing the activation
+                // loads) for listed ones. Measured streaming qwen2.5-coder-0.5b
+                // (2 threads, `sparrow bench`, 2026-11-25, shared 2-core machine):
+                // dense decode 26.9 / 25.9 tok/s with 1 row, 22.9 / 22.1 with 2,
+                // 24.2 / 20.2 with 4 (two interleaved rounds).
                 let x = even_odd(&xq.qs);
                 let k = K16Dots {
                     format: w.format(),
@@ -184,7 +187,7 @@ pub(crate) unsafe fn matvec_i16(w: &QMatrix<'_>, sel: Rows<'_>, xq: &QActs16, y:
                     s: &xq.s,
                 };
                 if dense {
-                    rows_blocked::<2, _>(&k, w, sel, y)
+                    rows_blocked::<1, _>(&k, w, sel, y)
                 } else {
                     rows_blocked::<4, _>(&k, w, sel, y)
                 }

@@ -173,8 +173,8 @@ pub(crate) unsafe fn matvec_int8(w: &QMatrix<'_>, sel: Rows<'_>, xq: &QActs, y: 
             WeightFormat::IQ4_NL if dense => matvec_int8_q::<IQ4_NL, 2>(w, sel, xq, y),
             WeightFormat::IQ4_NL => matvec_int8_q::<IQ4_NL, 4>(w, sel, xq, y),
             WeightFormat::Q4_K | WeightFormat::Q5_K | WeightFormat::Q6_K => {
-                // Several rows per step sharing the activations (see
-                // `kquant_rows`): 2 for dense rows, 4 for listed ones.
+                // Rows per step as for 16-bit activations (`matvec_i16`): 1
+                // for dense rows, 4 (sharing the activation loads) for listed ones.
                 let k = K8Dots {
                     format: w.format(),
                     x: &xq.qs,
@@ -182,7 +182,7 @@ pub(crate) unsafe fn matvec_int8(w: &QMatrix<'_>, sel: Rows<'_>, xq: &QActs, y: 
                     s: &xq.s,
                 };
                 if dense {
-                    rows_blocked::<2, _>(&k, w, sel, y)
+                    rows_blocked::<1, _>(&k, w, sel, y)
                 } else {
                     rows_blocked::<4, _>(&k, w, sel, y)
                 }
