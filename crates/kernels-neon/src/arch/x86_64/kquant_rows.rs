@@ -245,6 +245,8 @@ unsafe fn q45k_i16_rows<const Q5: bool, const R: usize>(
 ///
 /// # Safety
 /// AVX2/FMA/F16C present.
+// `n` also picks the half's loads and activation blocks, not only `sc[i][n]`.
+#[allow(clippy::needless_range_loop)]
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q6k_i16_rows<const R: usize>(rows: [&[u8]; R], x: &[i16], d: &[f32]) -> [f32; R] {
@@ -377,6 +379,8 @@ unsafe fn q45k_i8_rows<const Q5: bool, const R: usize>(
 ///
 /// # Safety
 /// AVX2/FMA/F16C present.
+// `n` also picks the half's loads and activation blocks, not only `sc[i][n]`.
+#[allow(clippy::needless_range_loop)]
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q6k_i8_rows<const R: usize>(rows: [&[u8]; R], x: &[i8], d: &[f32]) -> [f32; R] {
