@@ -29,17 +29,31 @@ pub(super) unsafe fn dequant_k(format: WeightFormat, src: &[u8], dst: &mut [f32]
 /// in vector k.
 ///
 /// # Safety
-/// AVX2 must be available and `blk.len() >= 210`, `n < 2` (the loads read
-/// `ql[64n..64n+64]` and `qh[32n..32n+32]`, all below byte 192).
+/// AVX2 must be available and `blk.len() >= 210`, `n < 2` (asserted).
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
 unsafe fn q6k_half(blk: &[u8], n: usize) -> [__m256i; 4] {
-    debug_assert!(blk.len() >= 210 && n < 2);
+    let c32 = _mm256_set1_epi8(32);
+    // SAFETY: features present per contract; `q6k_half_u` asserts the length.
+    unsafe { q6k_half_u(blk, n) }.map(|q| _mm256_sub_epi8(q, c32))
+}
+
+/// Unpacks half `n` (0 or 1) of a Q6_K super-block into 4 × 32 unsigned
+/// quants (0..=63, before the offset of 32): elements 128n + 32k ..
+/// 128n + 32k + 32 in vector k.
+///
+/// # Safety
+/// AVX2 must be available (`blk.len() >= 210` and `n < 2` are asserted: the
+/// loads read `ql[64n..64n+64]` and `qh[32n..32n+32]`, all below byte 192).
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(super) unsafe fn q6k_half_u(blk: &[u8], n: usize) -> [__m256i; 4] {
+    assert!(blk.len() >= 210 && n < 2);
     let m4 = _mm256_set1_epi8(0x0F);
     let m2 = _mm256_set1_epi8(3);
     let p = blk.as_ptr();
-    // SAFETY: the caller guarantees blk.len() >= 210 and n < 2, so every
-    // 32-byte load below ends at or before byte 192.
+    // SAFETY: blk.len() >= 210 and n < 2 (asserted), so every 32-byte load
+    // below ends at or before byte 192.
     let (ql0, ql1, qh) = unsafe {
         (
             _mm256_loadu_si256(p.add(64 * n) as *const __m256i),
@@ -51,18 +65,11 @@ unsafe fn q6k_half(blk: &[u8], n: usize) -> [__m256i; 4] {
         let sh = _mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * k));
         _mm256_slli_epi16::<4>(_mm256_and_si256(sh, m2))
     };
-    let c32 = _mm256_set1_epi8(32);
     [
-        _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(ql0, m4), hbits(0)), c32),
-        _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(ql1, m4), hbits(1)), c32),
-        _mm256_sub_epi8(
-            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(ql0), m4), hbits(2)),
-            c32,
-        ),
-        _mm256_sub_epi8(
-            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(ql1), m4), hbits(3)),
-            c32,
-        ),
+        _mm256_or_si256(_mm256_and_si256(ql0, m4), hbits(0)),
+        _mm256_or_si256(_mm256_and_si256(ql1, m4), hbits(1)),
+        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(ql0), m4), hbits(2)),
+        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(ql1), m4), hbits(3)),
     ]
 }
 
@@ -112,7 +119,7 @@ unsafe fn k23_half(format: WeightFormat, blk: &[u8], n: usize) -> [__m256i; 4] {
 /// AVX2 present; `blk` is a full block of `format` (asserted).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q45k_pair(format: WeightFormat, blk: &[u8], g: usize) -> [__m256i; 2] {
+pub(super) unsafe fn q45k_pair(format: WeightFormat, blk: &[u8], g: usize) -> [__m256i; 2] {
     let q5 = format == WeightFormat::Q5_K;
     assert!(g < 4 && blk.len() >= if q5 { 176 } else { 144 });
     let m4 = _mm256_set1_epi8(0x0F);

@@ -4,6 +4,7 @@
 use std::arch::x86_64::*;
 
 use super::kquant::dot_k_int;
+use super::kquant_rows::K8Dots;
 use super::simd::{f16_at, hsum, iq4nl_values32, nibbles32, q5_quants32, PREFETCH};
 use crate::arch::drivers::{rows_blocked, rows_with, RowDots};
 use crate::arch::tags::{block_bytes, IQ4_NL, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
@@ -171,12 +172,22 @@ pub(crate) unsafe fn matvec_int8(w: &QMatrix<'_>, sel: Rows<'_>, xq: &QActs, y: 
             WeightFormat::Q5_1 => matvec_int8_q::<Q5_1, 4>(w, sel, xq, y),
             WeightFormat::IQ4_NL if dense => matvec_int8_q::<IQ4_NL, 2>(w, sel, xq, y),
             WeightFormat::IQ4_NL => matvec_int8_q::<IQ4_NL, 4>(w, sel, xq, y),
-            WeightFormat::Q2_K
-            | WeightFormat::Q3_K
-            | WeightFormat::Q4_K
-            | WeightFormat::Q5_K
-            | WeightFormat::Q6_K
-            | WeightFormat::IQ4_XS => {
+            WeightFormat::Q4_K | WeightFormat::Q5_K | WeightFormat::Q6_K => {
+                // Rows per step as for 16-bit activations (`matvec_i16`): 1
+                // for dense rows, 4 (sharing the activation loads) for listed ones.
+                let k = K8Dots {
+                    format: w.format(),
+                    x: &xq.qs,
+                    d: &xq.d,
+                    s: &xq.s,
+                };
+                if dense {
+                    rows_blocked::<1, _>(&k, w, sel, y)
+                } else {
+                    rows_blocked::<4, _>(&k, w, sel, y)
+                }
+            }
+            WeightFormat::Q2_K | WeightFormat::Q3_K | WeightFormat::IQ4_XS => {
                 let (f, qs) = (w.format(), xq.qs.as_ptr() as *const u8);
                 rows_with(w, sel, y, |r| {
                     dot_k_int::<true>(f, r, qs, xq.qs.len(), &xq.d, &xq.s)

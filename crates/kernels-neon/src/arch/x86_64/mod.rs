@@ -14,6 +14,7 @@ mod axpy_tiled;
 mod dequant;
 mod hybrid;
 mod kquant;
+mod kquant_rows;
 mod kv;
 mod matvec_exact;
 mod matvec_i16;

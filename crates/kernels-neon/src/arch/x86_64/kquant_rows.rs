@@ -1,0 +1,475 @@
+//! `Q4_K`, `Q5_K` and `Q6_K` integer dots of several rows at once, sharing
+//! the activation loads between the rows (the other K-quants take
+//! [`dot_k_int`](super::kquant::dot_k_int), one row at a time).
+//!
+//! 16-bit activations ([`Precision::Fast`](crate::Precision::Fast)) are
+//! first reordered per 32-block into its 16 even then its 16 odd elements
+//! ([`even_odd`], once per call, shared by all rows). A 32-byte load of
+//! K-quant weight bytes read as 16 i16 lanes then holds, per lane `k`, the
+//! quants of elements `2k` (low byte) and `2k + 1` (high byte): masks and
+//! 16-bit shifts widen them to i16 with no shuffle (the old path spent a
+//! `cvtepu8_epi16` per 16 weights, all on one port), and `madd_epi16` with
+//! the even and the odd activations gives the exact i32 sums of the block.
+//! 8-bit activations ([`Precision::Int8`](crate::Precision::Int8)) keep their
+//! order: the unsigned quants go into `maddubs_epi16` directly (as llama.cpp
+//! does), Q6_K's offset of 32 subtracted as `32 * sum(x)`, computed once per
+//! activation block for all rows.
+//!
+//! Per row and super-block the scales and mins are decoded with vector
+//! operations (llama.cpp's `kmask` shuffle for Q4_K/Q5_K), multiplied by the
+//! 8 activation scales at once, and the min term `(dmin*m) * s_x`
+//! accumulated as a vector. Per 32-block (Q6_K: per 16) the exact i32 sum is
+//! converted and FMA'd with `(d*sc) * d_x`, as in the scalar reference; only
+//! the f32 summation order differs (two accumulators per row).
+
+use std::arch::x86_64::*;
+
+use super::kquant::{q45k_pair, q6k_half_u};
+use super::simd::{hsum, PREFETCH};
+use crate::arch::drivers::RowDots;
+use crate::WeightFormat;
+
+/// The 16-bit activation quants reordered per 32-block: its 16 even
+/// elements, then its 16 odd ones. `qs.len()` is a multiple of 32 (as
+/// `QActs16` guarantees).
+pub(super) fn even_odd(qs: &[i16]) -> Vec<i16> {
+    let mut out = vec![0i16; qs.len()];
+    for (o, x) in out.chunks_exact_mut(32).zip(qs.chunks_exact(32)) {
+        for k in 0..16 {
+            o[k] = x[2 * k];
+            o[16 + k] = x[2 * k + 1];
+        }
+    }
+    out
+}
+
+/// Prefetch hints for the super-block at `p` `PREFETCH` bytes ahead: every
+/// cache line of a block of `bb` bytes (never faults; wrapping_add keeps it
+/// UB-free).
+#[inline(always)]
+fn prefetch_block(p: *const u8, bb: usize) {
+    let mut off = 0;
+    while off < bb {
+        // SAFETY: a prefetch is a hint and never faults.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(PREFETCH + off) as *const i8) };
+        off += 64;
+    }
+}
+
+/// `(d * sc[j], dmin * m[j])` for the 8 sub-blocks of the Q4_K/Q5_K
+/// super-block at `p` (the same f32 products as `scalar::q4k_scales`).
+///
+/// # Safety
+/// AVX2/FMA/F16C present; 16 bytes readable at `p`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q4k_scales8(p: *const u8) -> (__m256, __m256) {
+    const K1: u32 = 0x3f3f_3f3f;
+    const K2: u32 = 0x0f0f_0f0f;
+    const K3: u32 = 0x0303_0303;
+    // SAFETY: bytes 0..16 readable per contract.
+    let (dm, u0, u1, u2) = unsafe {
+        (
+            std::ptr::read_unaligned(p as *const i32),
+            std::ptr::read_unaligned(p.add(4) as *const u32),
+            std::ptr::read_unaligned(p.add(8) as *const u32),
+            std::ptr::read_unaligned(p.add(12) as *const u32),
+        )
+    };
+    // llama.cpp's kmask shuffle: scales of sub-blocks 0..4 and 4..8, mins likewise.
+    let sc = u64::from(u0 & K1) | u64::from((u2 & K2) | (((u0 >> 6) & K3) << 4)) << 32;
+    let mn = u64::from(u1 & K1) | u64::from(((u2 >> 4) & K2) | (((u1 >> 6) & K3) << 4)) << 32;
+    let dm = _mm_cvtph_ps(_mm_cvtsi32_si128(dm));
+    let d = _mm256_broadcastss_ps(dm);
+    let dmin = _mm256_broadcastss_ps(_mm_movehdup_ps(dm));
+    let f = |v: u64| _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(v as i64)));
+    (_mm256_mul_ps(f(sc), d), _mm256_mul_ps(f(mn), dmin))
+}
+
+/// `(d * sc[2j + h]) * d_x[j]` for the 16 sub-blocks of 16 of the Q6_K
+/// super-block at `p`, as two vectors (`j < 4`, `j >= 4`) of pairs
+/// `[2j, 2j + 1]`; `dxd` holds the 8 activation scales each twice.
+///
+/// # Safety
+/// AVX2/FMA/F16C present; 210 bytes readable at `p`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q6k_scales16(p: *const u8, dxd: [__m256; 2]) -> [__m256; 2] {
+    // SAFETY: bytes 192..210 readable per contract.
+    let (sc, d) = unsafe {
+        (
+            _mm_loadu_si128(p.add(192) as *const __m128i),
+            std::ptr::read_unaligned(p.add(208) as *const u16),
+        )
+    };
+    let d = _mm256_broadcastss_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(d))));
+    let s0 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc));
+    let s1 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128::<8>(sc)));
+    [
+        _mm256_mul_ps(_mm256_mul_ps(s0, d), dxd[0]),
+        _mm256_mul_ps(_mm256_mul_ps(s1, d), dxd[1]),
+    ]
+}
+
+/// The 8 activation scales of a super-block, each twice: `[dx0, dx0, dx1,
+/// dx1, ..]` for `j < 4` and for `j >= 4`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn dup_scales(dx: __m256) -> [__m256; 2] {
+    [
+        _mm256_permutevar8x32_ps(dx, _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3)),
+        _mm256_permutevar8x32_ps(dx, _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7)),
+    ]
+}
+
+/// Scale vector of activation block `j % 4` from [`q6k_scales16`]'s pair
+/// vector: lanes 0..4 (sub-block `2j`) and 4..8 (`2j + 1`).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q6k_block_scale(v: __m256, j: i32) -> __m256 {
+    let j = 2 * (j % 4);
+    _mm256_permutevar8x32_ps(v, _mm256_setr_epi32(j, j, j, j, j + 1, j + 1, j + 1, j + 1))
+}
+
+/// Q6_K: the unsigned quants (0..=63) of activation block `K` of half
+/// `ql0, ql1, qh` as i16 lanes `(even, odd)` (elements `2k`, `2k + 1`).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q6k_even_odd<const K: usize>(ql0: __m256i, ql1: __m256i, qh: __m256i) -> (__m256i, __m256i) {
+    let m4 = _mm256_set1_epi16(0x0F);
+    let m30 = _mm256_set1_epi16(0x30);
+    let ql = if K & 1 == 0 { ql0 } else { ql1 };
+    // Low nibbles for K < 2, high for K >= 2; qh bits 2K..2K+2 to bits 4..6.
+    let (e, o) = if K < 2 {
+        (
+            _mm256_and_si256(ql, m4),
+            _mm256_and_si256(_mm256_srli_epi16::<8>(ql), m4),
+        )
+    } else {
+        (
+            _mm256_and_si256(_mm256_srli_epi16::<4>(ql), m4),
+            _mm256_srli_epi16::<12>(ql),
+        )
+    };
+    let (he, ho) = match K {
+        0 => (_mm256_slli_epi16::<4>(qh), _mm256_srli_epi16::<4>(qh)),
+        1 => (_mm256_slli_epi16::<2>(qh), _mm256_srli_epi16::<6>(qh)),
+        2 => (qh, _mm256_srli_epi16::<8>(qh)),
+        _ => (_mm256_srli_epi16::<2>(qh), _mm256_srli_epi16::<10>(qh)),
+    };
+    (
+        _mm256_or_si256(e, _mm256_and_si256(he, m30)),
+        _mm256_or_si256(o, _mm256_and_si256(ho, m30)),
+    )
+}
+
+/// Q4_K/Q5_K dot of `R` rows with even/odd-ordered 16-bit activations `x`
+/// (scales `d`, sums `s`).
+///
+/// # Safety
+/// AVX2/FMA/F16C present.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q45k_i16_rows<const Q5: bool, const R: usize>(
+    rows: [&[u8]; R],
+    x: &[i16],
+    d: &[f32],
+    s: &[f32],
+) -> [f32; R] {
+    let nsb = d.len() / 8;
+    let bb = if Q5 { 176 } else { 144 };
+    let qoff = if Q5 { 48 } else { 16 };
+    assert!(rows.iter().all(|r| r.len() >= nsb * bb) && x.len() >= nsb * 256 && s.len() >= nsb * 8);
+    let m4 = _mm256_set1_epi16(0x0F);
+    let b4 = _mm256_set1_epi16(0x10);
+    let mut acc = [[_mm256_setzero_ps(); 2]; R];
+    let mut mins = [_mm256_setzero_ps(); R];
+    for sb in 0..nsb {
+        // SAFETY: sb < nsb: super-block sb of every row (bytes sb*bb ..
+        // (sb+1)*bb), activations sb*256 .. sb*256 + 256 and scales
+        // sb*8 .. sb*8 + 8 are in bounds (asserted above).
+        unsafe {
+            let xp = x.as_ptr().add(sb * 256);
+            let dx = _mm256_loadu_ps(d.as_ptr().add(sb * 8));
+            let sx = _mm256_loadu_ps(s.as_ptr().add(sb * 8));
+            let blk: [*const u8; R] = std::array::from_fn(|i| rows[i].as_ptr().add(sb * bb));
+            let mut scale = [[0f32; 8]; R];
+            for i in 0..R {
+                prefetch_block(blk[i], bb);
+                let (dl, ml) = q4k_scales8(blk[i]);
+                _mm256_storeu_ps(scale[i].as_mut_ptr(), _mm256_mul_ps(dl, dx));
+                mins[i] = _mm256_fmadd_ps(ml, sx, mins[i]);
+            }
+            for g in 0..4 {
+                let xg = xp.add(64 * g);
+                let xe0 = _mm256_loadu_si256(xg as *const __m256i);
+                let xo0 = _mm256_loadu_si256(xg.add(16) as *const __m256i);
+                let xe1 = _mm256_loadu_si256(xg.add(32) as *const __m256i);
+                let xo1 = _mm256_loadu_si256(xg.add(48) as *const __m256i);
+                for i in 0..R {
+                    let raw = _mm256_loadu_si256(blk[i].add(qoff + 32 * g) as *const __m256i);
+                    // Lane k: byte 2k (element 2k) low, byte 2k+1 high; low
+                    // nibbles are sub-block 2g, high nibbles 2g + 1.
+                    let mut e0 = _mm256_and_si256(raw, m4);
+                    let mut o0 = _mm256_and_si256(_mm256_srli_epi16::<8>(raw), m4);
+                    let mut e1 = _mm256_and_si256(_mm256_srli_epi16::<4>(raw), m4);
+                    let mut o1 = _mm256_srli_epi16::<12>(raw);
+                    if Q5 {
+                        // Bit 2g (sub-block 2g) and 2g + 1 of every qh byte, to bit 4.
+                        let qh = _mm256_loadu_si256(blk[i].add(16) as *const __m256i);
+                        let hb = _mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * g as i32));
+                        let bit = |v: __m256i| _mm256_and_si256(v, b4);
+                        e0 = _mm256_or_si256(e0, bit(_mm256_slli_epi16::<4>(hb)));
+                        e1 = _mm256_or_si256(e1, bit(_mm256_slli_epi16::<3>(hb)));
+                        o0 = _mm256_or_si256(o0, bit(_mm256_srli_epi16::<4>(hb)));
+                        o1 = _mm256_or_si256(o1, bit(_mm256_srli_epi16::<5>(hb)));
+                    }
+                    // |q_w| <= 31, |q_x| <= 32767: each i32 lane sums 4 products, below 2^22.
+                    let i0 =
+                        _mm256_add_epi32(_mm256_madd_epi16(e0, xe0), _mm256_madd_epi16(o0, xo0));
+                    let i1 =
+                        _mm256_add_epi32(_mm256_madd_epi16(e1, xe1), _mm256_madd_epi16(o1, xo1));
+                    let s0 = _mm256_broadcast_ss(&scale[i][2 * g]);
+                    let s1 = _mm256_broadcast_ss(&scale[i][2 * g + 1]);
+                    acc[i][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i0), s0, acc[i][0]);
+                    acc[i][1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i1), s1, acc[i][1]);
+                }
+            }
+        }
+    }
+    std::array::from_fn(|i| hsum(_mm256_add_ps(acc[i][0], acc[i][1])) - hsum(mins[i]))
+}
+
+/// Q6_K dot of `R` rows with even/odd-ordered 16-bit activations `x`
+/// (scales `d`).
+///
+/// # Safety
+/// AVX2/FMA/F16C present.
+// `n` also picks the half's loads and activation blocks, not only `sc[i][n]`.
+#[allow(clippy::needless_range_loop)]
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q6k_i16_rows<const R: usize>(rows: [&[u8]; R], x: &[i16], d: &[f32]) -> [f32; R] {
+    let nsb = d.len() / 8;
+    let bb = 210;
+    assert!(rows.iter().all(|r| r.len() >= nsb * bb) && x.len() >= nsb * 256);
+    let ones = _mm256_set1_epi16(1);
+    let mut acc = [[_mm256_setzero_ps(); 2]; R];
+    for sb in 0..nsb {
+        // SAFETY: sb < nsb: super-block sb of every row (210 bytes at
+        // sb*210), activations sb*256 .. sb*256 + 256 and scales sb*8 ..
+        // sb*8 + 8 are in bounds (asserted above).
+        unsafe {
+            let xp = x.as_ptr().add(sb * 256);
+            let dxd = dup_scales(_mm256_loadu_ps(d.as_ptr().add(sb * 8)));
+            let blk: [*const u8; R] = std::array::from_fn(|i| rows[i].as_ptr().add(sb * bb));
+            let sc: [[__m256; 2]; R] = std::array::from_fn(|i| {
+                prefetch_block(blk[i], bb);
+                q6k_scales16(blk[i], dxd)
+            });
+            for n in 0..2 {
+                let ql: [[__m256i; 3]; R] = std::array::from_fn(|i| {
+                    let p = blk[i];
+                    [
+                        _mm256_loadu_si256(p.add(64 * n) as *const __m256i),
+                        _mm256_loadu_si256(p.add(64 * n + 32) as *const __m256i),
+                        _mm256_loadu_si256(p.add(128 + 32 * n) as *const __m256i),
+                    ]
+                });
+                macro_rules! block {
+                    ($k:literal) => {{
+                        let j = 4 * n + $k;
+                        let xe = _mm256_loadu_si256(xp.add(32 * j) as *const __m256i);
+                        let xo = _mm256_loadu_si256(xp.add(32 * j + 16) as *const __m256i);
+                        // 32 * (sum of each lane's 4 activations): the quants' offset.
+                        let off = _mm256_slli_epi32::<5>(_mm256_add_epi32(
+                            _mm256_madd_epi16(xe, ones),
+                            _mm256_madd_epi16(xo, ones),
+                        ));
+                        for i in 0..R {
+                            let [l0, l1, h] = ql[i];
+                            let (e, o) = q6k_even_odd::<$k>(l0, l1, h);
+                            // |q_w| <= 63, |q_x| <= 32767: each lane below 2^23.
+                            let isum = _mm256_sub_epi32(
+                                _mm256_add_epi32(
+                                    _mm256_madd_epi16(e, xe),
+                                    _mm256_madd_epi16(o, xo),
+                                ),
+                                off,
+                            );
+                            let scale = q6k_block_scale(sc[i][n], j as i32);
+                            acc[i][$k & 1] =
+                                _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), scale, acc[i][$k & 1]);
+                        }
+                    }};
+                }
+                block!(0);
+                block!(1);
+                block!(2);
+                block!(3);
+            }
+        }
+    }
+    std::array::from_fn(|i| hsum(_mm256_add_ps(acc[i][0], acc[i][1])))
+}
+
+/// Q4_K/Q5_K dot of `R` rows with 8-bit activations `x` in element order
+/// (scales `d`, sums `s`): `maddubs` of the unsigned quants with the i8
+/// activations.
+///
+/// # Safety
+/// AVX2/FMA/F16C present.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q45k_i8_rows<const Q5: bool, const R: usize>(
+    rows: [&[u8]; R],
+    x: &[i8],
+    d: &[f32],
+    s: &[f32],
+) -> [f32; R] {
+    let format = if Q5 {
+        WeightFormat::Q5_K
+    } else {
+        WeightFormat::Q4_K
+    };
+    let nsb = d.len() / 8;
+    let bb = if Q5 { 176 } else { 144 };
+    assert!(rows.iter().all(|r| r.len() >= nsb * bb) && x.len() >= nsb * 256 && s.len() >= nsb * 8);
+    let ones = _mm256_set1_epi16(1);
+    let mut acc = [[_mm256_setzero_ps(); 2]; R];
+    let mut mins = [_mm256_setzero_ps(); R];
+    for sb in 0..nsb {
+        // SAFETY: sb < nsb: super-block sb of every row, activations
+        // sb*256 .. sb*256 + 256 and scales sb*8 .. sb*8 + 8 are in bounds
+        // (asserted above); `q45k_pair` asserts the block length.
+        unsafe {
+            let xp = x.as_ptr().add(sb * 256);
+            let dx = _mm256_loadu_ps(d.as_ptr().add(sb * 8));
+            let sx = _mm256_loadu_ps(s.as_ptr().add(sb * 8));
+            let blk: [&[u8]; R] = std::array::from_fn(|i| &rows[i][sb * bb..(sb + 1) * bb]);
+            let mut scale = [[0f32; 8]; R];
+            for i in 0..R {
+                prefetch_block(blk[i].as_ptr(), bb);
+                let (dl, ml) = q4k_scales8(blk[i].as_ptr());
+                _mm256_storeu_ps(scale[i].as_mut_ptr(), _mm256_mul_ps(dl, dx));
+                mins[i] = _mm256_fmadd_ps(ml, sx, mins[i]);
+            }
+            for g in 0..4 {
+                let x0 = _mm256_loadu_si256(xp.add(64 * g) as *const __m256i);
+                let x1 = _mm256_loadu_si256(xp.add(64 * g + 32) as *const __m256i);
+                for i in 0..R {
+                    let [q0, q1] = q45k_pair(format, blk[i], g);
+                    // q_w <= 31, |q_x| <= 127: maddubs pairs stay below 2^13.
+                    let i0 = _mm256_madd_epi16(_mm256_maddubs_epi16(q0, x0), ones);
+                    let i1 = _mm256_madd_epi16(_mm256_maddubs_epi16(q1, x1), ones);
+                    let s0 = _mm256_broadcast_ss(&scale[i][2 * g]);
+                    let s1 = _mm256_broadcast_ss(&scale[i][2 * g + 1]);
+                    acc[i][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i0), s0, acc[i][0]);
+                    acc[i][1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i1), s1, acc[i][1]);
+                }
+            }
+        }
+    }
+    std::array::from_fn(|i| hsum(_mm256_add_ps(acc[i][0], acc[i][1])) - hsum(mins[i]))
+}
+
+/// Q6_K dot of `R` rows with 8-bit activations `x` in element order (scales
+/// `d`): `maddubs` of the unsigned quants (0..=63) with the activations,
+/// minus `32 * sum(x)`.
+///
+/// # Safety
+/// AVX2/FMA/F16C present.
+// `n` also picks the half's loads and activation blocks, not only `sc[i][n]`.
+#[allow(clippy::needless_range_loop)]
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q6k_i8_rows<const R: usize>(rows: [&[u8]; R], x: &[i8], d: &[f32]) -> [f32; R] {
+    let nsb = d.len() / 8;
+    let bb = 210;
+    assert!(rows.iter().all(|r| r.len() >= nsb * bb) && x.len() >= nsb * 256);
+    let ones = _mm256_set1_epi16(1);
+    let c32 = _mm256_set1_epi8(32);
+    let mut acc = [[_mm256_setzero_ps(); 2]; R];
+    for sb in 0..nsb {
+        // SAFETY: sb < nsb: super-block sb of every row, activations
+        // sb*256 .. sb*256 + 256 and scales sb*8 .. sb*8 + 8 are in bounds
+        // (asserted above); `q6k_half_u` asserts the block length.
+        unsafe {
+            let xp = x.as_ptr().add(sb * 256);
+            let dxd = dup_scales(_mm256_loadu_ps(d.as_ptr().add(sb * 8)));
+            let blk: [&[u8]; R] = std::array::from_fn(|i| &rows[i][sb * bb..(sb + 1) * bb]);
+            let sc: [[__m256; 2]; R] = std::array::from_fn(|i| {
+                prefetch_block(blk[i].as_ptr(), bb);
+                q6k_scales16(blk[i].as_ptr(), dxd)
+            });
+            for n in 0..2 {
+                let q: [[__m256i; 4]; R] = std::array::from_fn(|i| q6k_half_u(blk[i], n));
+                for k in 0..4 {
+                    let j = 4 * n + k;
+                    let xv = _mm256_loadu_si256(xp.add(32 * j) as *const __m256i);
+                    let off = _mm256_madd_epi16(_mm256_maddubs_epi16(c32, xv), ones);
+                    for i in 0..R {
+                        // q_w <= 63, |q_x| <= 127: maddubs pairs below 2^14.
+                        let isum = _mm256_sub_epi32(
+                            _mm256_madd_epi16(_mm256_maddubs_epi16(q[i][k], xv), ones),
+                            off,
+                        );
+                        let scale = q6k_block_scale(sc[i][n], j as i32);
+                        acc[i][k & 1] =
+                            _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), scale, acc[i][k & 1]);
+                    }
+                }
+            }
+        }
+    }
+    std::array::from_fn(|i| hsum(_mm256_add_ps(acc[i][0], acc[i][1])))
+}
+
+/// The multi-row K-quant kernels with 16-bit activations as a [`RowDots`]
+/// kernel: `format` is Q4_K, Q5_K or Q6_K, `x` the activations in
+/// [`even_odd`] order.
+pub(super) struct K16Dots<'a> {
+    pub(super) format: WeightFormat,
+    pub(super) x: &'a [i16],
+    pub(super) d: &'a [f32],
+    pub(super) s: &'a [f32],
+}
+
+impl RowDots for K16Dots<'_> {
+    #[inline(always)]
+    unsafe fn dots<const N: usize>(&self, rows: [&[u8]; N]) -> [f32; N] {
+        // SAFETY: AVX2/FMA/F16C present per this method's contract; the
+        // kernels assert the lengths they rely on.
+        unsafe {
+            match self.format {
+                WeightFormat::Q4_K => q45k_i16_rows::<false, N>(rows, self.x, self.d, self.s),
+                WeightFormat::Q5_K => q45k_i16_rows::<true, N>(rows, self.x, self.d, self.s),
+                _ => q6k_i16_rows::<N>(rows, self.x, self.d),
+            }
+        }
+    }
+}
+
+/// The multi-row K-quant kernels with 8-bit activations as a [`RowDots`]
+/// kernel: `format` is Q4_K, Q5_K or Q6_K.
+pub(super) struct K8Dots<'a> {
+    pub(super) format: WeightFormat,
+    pub(super) x: &'a [i8],
+    pub(super) d: &'a [f32],
+    pub(super) s: &'a [f32],
+}
+
+impl RowDots for K8Dots<'_> {
+    #[inline(always)]
+    unsafe fn dots<const N: usize>(&self, rows: [&[u8]; N]) -> [f32; N] {
+        // SAFETY: AVX2/FMA/F16C present per this method's contract; the
+        // kernels assert the lengths they rely on.
+        unsafe {
+            match self.format {
+                WeightFormat::Q4_K => q45k_i8_rows::<false, N>(rows, self.x, self.d, self.s),
+                WeightFormat::Q5_K => q45k_i8_rows::<true, N>(rows, self.x, self.d, self.s),
+                _ => q6k_i8_rows::<N>(rows, self.x, self.d),
+            }
+        }
+    }
+}
