@@ -6,6 +6,10 @@
 //! fails at any step gives an error naming the library and the step: at set-up the caller stays on
 //! the CPU; during a run the layer is computed on the CPU and the failure is kept.
 
+mod common;
+#[path = "accel/hybrid.rs"]
+mod hybrid;
+
 use std::path::{Path, PathBuf};
 
 use engine::accel::{AccelKind, QnnWeights};

@@ -88,7 +88,7 @@ pub struct ModelArgs {
     pub accel: Option<engine::AccelKind>,
     /// With --sparse --accel: the share of each layer's neurons, most often active first (from the
     /// profile), that runs densely on the accelerator.
-    #[arg(long, default_value_t = 0.25, value_parser = parse::share, requires = "accel")]
+    #[arg(long, default_value_t = 0.1, value_parser = parse::share, requires = "accel")]
     pub accel_hot: f64,
     #[command(flatten)]
     pub offload: OffloadArgs,

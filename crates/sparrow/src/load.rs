@@ -95,7 +95,17 @@ pub fn apply_plan(
         args.chunk_rows = s.chunk_rows;
     }
     if !resident && s.sparse {
-        args.sparse = true;
+        // Sparse needs the model's activation profile: a plan made without one (every neuron
+        // counted as firing) can still come out sparse when the measured rates are close.
+        let profile = engine::ModelBundle::new(file.path()).profile_or(args.profile.as_deref());
+        if profile.is_file() {
+            args.sparse = true;
+        } else if !quiet {
+            eprintln!(
+                "sparrow: note: the plan runs the FFN sparse, but {} does not exist: dense",
+                profile.display()
+            );
+        }
     }
     let o = &mut args.offload;
     if resident && o.memory_budget.is_none() && o.ffn_resident.is_none() {

@@ -1,6 +1,7 @@
 //! [`CpuAccelerator`]: the accelerator backend on the CPU cores, with the batched dense kernels
-//! (each block re-quantized to `Q8_0`, 16-bit activations), so that scheduling work between an
-//! accelerator and sparse CPU work is measurable here.
+//! (gate and up rows in the model's own format when it has whole rows of blocks, down columns
+//! re-quantized to `Q8_0`; 16-bit activations), so that scheduling work between an accelerator and
+//! sparse CPU work is measurable here.
 
 use kernels_neon::{Precision, QMatrix, WeightFormat};
 
@@ -8,9 +9,10 @@ use super::{Accelerator, FfnBlock};
 use crate::config::Activation;
 use crate::error::{kernel, EngineError, Result};
 
-/// One layer's block: `Q8_0` bytes of gate and up (`neurons × d_model`) and of down
+/// One layer's block: gate and up (`neurons × d_model`) in `format`, down in `Q8_0`
 /// (`d_model × padded`, the block's neurons zero-padded to a whole number of 32-element blocks).
 struct CpuBlock {
+    format: WeightFormat,
     neurons: usize,
     padded: usize,
     d_model: usize,
@@ -51,12 +53,21 @@ impl CpuAccelerator {
                     kernels_neon::quantize_matrix(FORMAT, v, rows, cols)
                         .map_err(kernel("cpu accelerator block"))
                 };
+                // The file's rows as they are (same bytes as the CPU engine reads), except the
+                // formats the integer kernels do not take.
+                let f = b.file_rows.format;
+                let (format, gate, up) = if f.is_quantized() && !f.is_hybrid() {
+                    (f, b.file_rows.gate, b.file_rows.up)
+                } else {
+                    (FORMAT, q(&b.gate, h, d)?, q(&b.up, h, d)?)
+                };
                 Ok(CpuBlock {
+                    format,
                     neurons: h,
                     padded,
                     d_model: d,
-                    gate: q(&b.gate, h, d)?,
-                    up: q(&b.up, h, d)?,
+                    gate,
+                    up,
                     down: q(&down, d, padded)?,
                     activation: b.activation,
                 })
@@ -66,8 +77,8 @@ impl CpuAccelerator {
     }
 }
 
-fn matrix(data: &[u8], rows: usize, cols: usize) -> Result<QMatrix<'_>> {
-    QMatrix::new(FORMAT, rows, cols, data).map_err(kernel("cpu accelerator block"))
+fn matrix(format: WeightFormat, data: &[u8], rows: usize, cols: usize) -> Result<QMatrix<'_>> {
+    QMatrix::new(format, rows, cols, data).map_err(kernel("cpu accelerator block"))
 }
 
 fn product(w: &QMatrix<'_>, x: &[f32], n: usize, y: &mut [f32]) -> Result<()> {
@@ -90,8 +101,8 @@ impl Accelerator for CpuAccelerator {
         }
         let mut g = vec![0f32; n * h];
         let mut u = vec![0f32; n * h];
-        product(&matrix(&b.gate, h, d)?, x, n, &mut g)?;
-        product(&matrix(&b.up, h, d)?, x, n, &mut u)?;
+        product(&matrix(b.format, &b.gate, h, d)?, x, n, &mut g)?;
+        product(&matrix(b.format, &b.up, h, d)?, x, n, &mut u)?;
         match b.activation {
             Activation::Silu => kernels_neon::silu_mul_inplace(&mut g, &u),
             Activation::Relu => kernels_neon::relu_mul_inplace(&mut g, &u),
@@ -105,7 +116,7 @@ impl Accelerator for CpuAccelerator {
             }
             p
         };
-        product(&matrix(&b.down, d, b.padded)?, &hidden, n, out)
+        product(&matrix(FORMAT, &b.down, d, b.padded)?, &hidden, n, out)
     }
 
     fn block_neurons(&self, layer: usize) -> usize {

@@ -26,6 +26,7 @@ use crate::error::{kernel, EngineError, Result};
 use crate::model::{Layer, Model};
 
 pub use cpu::CpuAccelerator;
+
 pub use qnn::{QnnAccelerator, QnnWeights};
 
 /// Batch sizes a backend has a block (graph) for; a larger batch is cut into these, largest first.
@@ -114,6 +115,20 @@ pub struct FfnBlock {
     pub down: Vec<f32>,
     /// The gate's activation.
     pub activation: Activation,
+    /// The block's gate and up rows as the model file stores them (a backend that takes the file's
+    /// format, like the CPU one, uses them as they are).
+    pub file_rows: FileRows,
+}
+
+/// Gate and up rows of a block in the model's own format.
+#[derive(Debug, Clone)]
+pub struct FileRows {
+    /// The weights' format.
+    pub format: kernels_neon::WeightFormat,
+    /// Gate rows, `neurons × row_bytes`.
+    pub gate: Vec<u8>,
+    /// Up rows.
+    pub up: Vec<u8>,
 }
 
 impl FfnBlock {
@@ -152,6 +167,16 @@ impl FfnBlock {
             }
             Ok(out)
         };
+        let raw = |m: &kernels_neon::QMatrix<'_>| -> Vec<u8> {
+            ids.iter()
+                .flat_map(|&j| m.row_data(j as usize).iter().copied())
+                .collect()
+        };
+        let file_rows = FileRows {
+            format: layer.gate.format(),
+            gate: raw(&layer.gate),
+            up: raw(&layer.up),
+        };
         let gate = rows(&layer.gate, "accelerator block gate")?;
         let up = rows(&layer.up, "accelerator block up")?;
         let mut down = vec![0f32; d * ids.len()];
@@ -170,6 +195,7 @@ impl FfnBlock {
             up,
             down,
             activation,
+            file_rows,
         })
     }
 

@@ -85,58 +85,43 @@ unsafe fn dot_i16_tokens<const F: u8, const R: usize, const T: usize>(
     std::array::from_fn(|i| std::array::from_fn(|t| hsum(acc[i][t]) + extra[i][t]))
 }
 
-/// Rows `r0..r0 + ys[t].len()` for every token `t`: `R` rows by `T` tokens at a time, then the
-/// remaining tokens one at a time, then the remaining row.
+/// Rows `r0..r0 + ys[t].len()` for every token `t`, one row at a time: its tokens 4 at a time, then
+/// 2, then 1. (2 rows by 4 tokens measured slower: the accumulators spill.)
 ///
 /// # Safety
 /// AVX2/FMA/F16C present.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn batch_q<const F: u8, const R: usize, const T: usize>(
-    w: &QMatrix<'_>,
-    r0: usize,
-    xq: &[&QActs16],
-    ys: &mut [&mut [f32]],
-) {
-    let nr = ys[0].len();
-    let mut r = 0;
-    while r < nr {
-        let step = if r + R <= nr { R } else { 1 };
+unsafe fn batch_q<const F: u8>(w: &QMatrix<'_>, r0: usize, xq: &[&QActs16], ys: &mut [&mut [f32]]) {
+    for r in 0..ys[0].len() {
+        let row = w.row_data(r0 + r);
         let mut t = 0;
         while t < xq.len() {
-            let toks = if t + T <= xq.len() { T } else { 1 };
-            // SAFETY (both calls): features present per contract; the kernel asserts the lengths.
-            match (step == R, toks == T) {
-                (true, true) => {
-                    let rows: [&[u8]; R] = std::array::from_fn(|i| w.row_data(r0 + r + i));
-                    let group: [&QActs16; T] = std::array::from_fn(|i| xq[t + i]);
-                    // SAFETY: as above.
-                    let d = unsafe { dot_i16_tokens::<F, R, T>(rows, group) };
-                    for (i, row) in d.iter().enumerate() {
-                        for (k, &v) in row.iter().enumerate() {
-                            ys[t + k][r + i] = v;
-                        }
-                    }
-                }
-                _ => {
-                    for i in 0..step {
-                        let row = w.row_data(r0 + r + i);
-                        for k in 0..toks {
-                            // SAFETY: as above.
-                            let [[v]] = unsafe { dot_i16_tokens::<F, 1, 1>([row], [xq[t + k]]) };
-                            ys[t + k][r + i] = v;
-                        }
-                    }
-                }
-            }
-            t += toks;
+            let left = xq.len() - t;
+            let done = if left >= 4 {
+                // SAFETY: features present per contract; the kernel asserts the lengths.
+                let [d] = unsafe {
+                    dot_i16_tokens::<F, 1, 4>([row], [xq[t], xq[t + 1], xq[t + 2], xq[t + 3]])
+                };
+                ys[t..t + 4].iter_mut().zip(d).for_each(|(y, v)| y[r] = v);
+                4
+            } else if left >= 2 {
+                // SAFETY: as above.
+                let [d] = unsafe { dot_i16_tokens::<F, 1, 2>([row], [xq[t], xq[t + 1]]) };
+                ys[t..t + 2].iter_mut().zip(d).for_each(|(y, v)| y[r] = v);
+                2
+            } else {
+                // SAFETY: as above.
+                let [[v]] = unsafe { dot_i16_tokens::<F, 1, 1>([row], [xq[t]]) };
+                ys[t][r] = v;
+                1
+            };
+            t += done;
         }
-        r += step;
     }
 }
 
 /// `ys[t][i] = dot(W[r0 + i], x_t)` for every token `t` (all `ys[t]` of one length): the
-/// 32-element block formats share each block's unpacking across 4 tokens and each token's
-/// activation loads across 2 rows at a time; the others
+/// 32-element block formats share each block's unpacking across 4 (or 2) tokens at a time; the others
 /// run [`matvec_i16`] once per token.
 ///
 /// # Safety
@@ -159,12 +144,12 @@ pub(crate) unsafe fn matvec_i16_batch(
     // SAFETY: features present per contract; rows r0..r0+nr exist (checked above).
     unsafe {
         match w.format() {
-            WeightFormat::Q8_0 => batch_q::<Q8_0, 1, 4>(w, r0, xq, ys),
-            WeightFormat::Q4_0 => batch_q::<Q4_0, 1, 4>(w, r0, xq, ys),
-            WeightFormat::Q4_1 => batch_q::<Q4_1, 1, 4>(w, r0, xq, ys),
-            WeightFormat::Q5_0 => batch_q::<Q5_0, 1, 4>(w, r0, xq, ys),
-            WeightFormat::Q5_1 => batch_q::<Q5_1, 1, 4>(w, r0, xq, ys),
-            WeightFormat::IQ4_NL => batch_q::<IQ4_NL, 1, 4>(w, r0, xq, ys),
+            WeightFormat::Q8_0 => batch_q::<Q8_0>(w, r0, xq, ys),
+            WeightFormat::Q4_0 => batch_q::<Q4_0>(w, r0, xq, ys),
+            WeightFormat::Q4_1 => batch_q::<Q4_1>(w, r0, xq, ys),
+            WeightFormat::Q5_0 => batch_q::<Q5_0>(w, r0, xq, ys),
+            WeightFormat::Q5_1 => batch_q::<Q5_1>(w, r0, xq, ys),
+            WeightFormat::IQ4_NL => batch_q::<IQ4_NL>(w, r0, xq, ys),
             _ => {
                 for (q, y) in xq.iter().zip(ys.iter_mut()) {
                     matvec_i16(w, Rows::From(r0), q, y)

@@ -1,3 +1,5 @@
+//! (A module of the `accel` test binary: one link for both.)
+//!
 //! Hybrid decode (`HybridFfn`) on the tiny fixtures: each layer's hot neurons as one dense block on an
 //! accelerator (QNN through the test double `qnn-double`, or the CPU backend), the rest sparse on
 //! the CPU, summed. With nothing skipped (zero thresholds, no predictor) it is the dense FFN for any
@@ -5,11 +7,11 @@
 //! never computes a hot neuron; an accelerator that fails mid-run leaves the sparse FFN's result and
 //! names the failing step.
 
-mod common;
-
 use std::path::PathBuf;
 
-use common::{logits, rel_drift};
+use crate::double;
+
+use crate::common::{logits, rel_drift};
 use engine::accel::{open, AccelKind, QnnWeights};
 use engine::forward::forward_with;
 use engine::{
@@ -37,10 +39,6 @@ fn engine(file: &ModelFile) -> Engine<'_> {
         },
     )
     .unwrap()
-}
-
-fn double() -> PathBuf {
-    qnn_double::library_path().expect("the QNN test double is built as a dev-dependency")
 }
 
 fn qnn_f32() -> AccelKind {
