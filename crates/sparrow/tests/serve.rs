@@ -342,6 +342,34 @@ fn full_queue_is_429_and_a_disconnect_cancels_the_generation() {
     assert_eq!(st, 200);
 }
 
+/// A client that hangs up on a request that does not stream is noticed too: its generation stops
+/// (counted as cancelled) long before its 1500 tokens, and the server answers the next request.
+/// Bounded waits on /metrics, no clock figures.
+#[test]
+fn a_disconnect_cancels_a_request_that_does_not_stream() {
+    let mut s = Server::start(&["--threads", "1", "--ctx", "2048"]);
+    let body =
+        r#"{"prompt": "The history of", "max_tokens": 1500, "temperature": 0, "ignore_eos": true}"#;
+    let conn = support::send_only(s.addr, "POST", "/v1/completions", Some(body));
+    let wait = |what: &str, done: &dyn Fn() -> bool| {
+        let t0 = std::time::Instant::now();
+        while !done() {
+            assert!(t0.elapsed().as_secs() < 120, "{what}: not within 120 s");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    };
+    wait("the request runs", &|| s.metric("sparrow_busy") == 1.0);
+    drop(conn);
+    wait("the generation is cancelled", &|| {
+        s.metric("sparrow_cancelled_total") == 1.0
+    });
+    let generated = s.metric("sparrow_completion_tokens_total");
+    assert!(generated < 1500.0, "stopped early: {generated} tokens");
+    assert!(s.alive());
+    let (st, body) = s.post("/v1/completions", r#"{"prompt": "Hi", "max_tokens": 2}"#);
+    assert_eq!(st, 200, "{body}");
+}
+
 /// `--timeout`: a request past it gets 503 (code `timeout`), or an error event before `[DONE]` when
 /// streaming, and the server goes on. 1500 tokens of the default model take far more than 1 s.
 #[test]

@@ -174,6 +174,14 @@ fn read_chunk(r: &mut impl BufRead) -> Option<Vec<u8>> {
     Some(buf)
 }
 
+/// Sends one request on its own connection and returns the connection without reading the answer
+/// (dropping it hangs up).
+pub fn send_only(addr: SocketAddr, method: &str, path: &str, body: Option<&str>) -> TcpStream {
+    let mut s = connect(addr);
+    send(&mut s, addr, method, path, body);
+    s
+}
+
 /// One request on its own connection → (status, body).
 pub fn request(addr: SocketAddr, method: &str, path: &str, body: Option<&str>) -> (u16, String) {
     let mut s = connect(addr);
