@@ -380,6 +380,16 @@ fn forward_inner(
                 precision,
             )
             .map_err(kernel("attention q/k/v"))?;
+        } else if kind == StepKind::Decode {
+            // One decode token per sequence: as above, for every token at once.
+            kernels_neon::matvec_batch_many(
+                &[&layer.wq, &layer.wk, &layer.wv],
+                &xn,
+                n,
+                &mut [&mut q[..], &mut k[..], &mut v[..]],
+                precision,
+            )
+            .map_err(kernel("attention q/k/v"))?;
         } else {
             mm_step(kind, &layer.wq, &xn, n, &mut q, precision, "attention q")?;
             mm_step(kind, &layer.wk, &xn, n, &mut k, precision, "attention k")?;

@@ -583,61 +583,117 @@ pub fn matvec_batch_with(
     y: &mut [f32],
     precision: Precision,
 ) -> Result<(), KernelError> {
+    matvec_batch_many_with(path, &[w], x, n, &mut [y], precision)
+}
+
+/// Several small-batch products of the same tokens: `ys[i]` is [`matvec_batch`] of `ws[i]`, bit for
+/// bit, with each token's activations quantized once per form and one parallel region over the
+/// row chunks of every matrix (a batched decode step's q/k/v, and gate/up, read the same vectors).
+/// Every matrix must have `x.len() / n` columns and `ys[i].len() == n * ws[i].rows()`.
+pub fn matvec_batch_many(
+    ws: &[&QMatrix],
+    x: &[f32],
+    n: usize,
+    ys: &mut [&mut [f32]],
+    precision: Precision,
+) -> Result<(), KernelError> {
+    matvec_batch_many_with(active_path(), ws, x, n, ys, precision)
+}
+
+/// [`matvec_batch_many`] on an explicit path (for tests and benchmarks).
+#[doc(hidden)]
+pub fn matvec_batch_many_with(
+    path: KernelPath,
+    ws: &[&QMatrix],
+    x: &[f32],
+    n: usize,
+    ys: &mut [&mut [f32]],
+    precision: Precision,
+) -> Result<(), KernelError> {
     check_path(path)?;
-    let (rows, cols) = (w.rows(), w.cols());
-    let x_len = n
-        .checked_mul(cols)
-        .ok_or(KernelError::Layout(LayoutError::Overflow { rows: n, cols }))?;
-    let y_len = n
-        .checked_mul(rows)
-        .ok_or(KernelError::Layout(LayoutError::Overflow {
-            rows: n,
-            cols: rows,
-        }))?;
-    check_len("matvec_batch x", x_len, x.len())?;
-    check_len("matvec_batch y", y_len, y.len())?;
-    if n == 0 || rows == 0 {
+    check_len("matvec_batch outputs", ws.len(), ys.len())?;
+    for (w, y) in ws.iter().zip(ys.iter()) {
+        let (rows, cols) = (w.rows(), w.cols());
+        let x_len = n
+            .checked_mul(cols)
+            .ok_or(KernelError::Layout(LayoutError::Overflow { rows: n, cols }))?;
+        let y_len = n
+            .checked_mul(rows)
+            .ok_or(KernelError::Layout(LayoutError::Overflow {
+                rows: n,
+                cols: rows,
+            }))?;
+        check_len("matvec_batch x", x_len, x.len())?;
+        check_len("matvec_batch y", y_len, y.len())?;
+    }
+    if n == 0 || ws.is_empty() {
         return Ok(());
     }
     if n == 1 {
-        return matvec_with(path, w, x, y, precision);
+        return matvec_many_with(path, ws, x, ys, precision);
     }
-    if cols == 0 {
-        y.fill(0.0);
-        return Ok(());
+    let cols = ws[0].cols();
+    // Each token's activations, once per distinct form (usually one for all matrices).
+    let mut forms: Vec<Vec<Acts>> = Vec::new();
+    let mut which = Vec::with_capacity(ws.len());
+    for w in ws {
+        match forms.iter().position(|f| f[0].fits(w.format(), precision)) {
+            Some(i) => which.push(i),
+            None => {
+                which.push(forms.len());
+                forms.push(
+                    x.chunks_exact(cols.max(1))
+                        .map(|xt| Acts::new(path, w.format(), xt, precision))
+                        .collect(),
+                );
+            }
+        }
     }
-    let acts: Vec<Acts> = x
-        .chunks_exact(cols)
-        .map(|xt| Acts::new(path, w.format(), xt, precision))
-        .collect();
-    let chunk = batch_chunk(w);
-    // Work item c: rows c*chunk.. of every token's output.
-    let mut items: Vec<(usize, Vec<&mut [f32]>)> = (0..rows.div_ceil(chunk))
-        .map(|c| (c * chunk, Vec::with_capacity(n)))
-        .collect();
-    for yt in y.chunks_mut(rows) {
-        for (c, ys) in yt.chunks_mut(chunk).enumerate() {
-            items[c].1.push(ys);
+    // Work items: (matrix, first row, that row chunk of every token's output).
+    let mut items: Vec<(usize, usize, Vec<&mut [f32]>)> = Vec::new();
+    for (i, y) in ys.iter_mut().enumerate() {
+        let rows = ws[i].rows();
+        if rows == 0 {
+            continue;
+        }
+        if cols == 0 {
+            y.fill(0.0);
+            continue;
+        }
+        let chunk = batch_chunk(ws[i]);
+        let base = items.len();
+        items.extend((0..rows.div_ceil(chunk)).map(|c| (i, c * chunk, Vec::with_capacity(n))));
+        for yt in y.chunks_mut(rows) {
+            for (c, part) in yt.chunks_mut(chunk).enumerate() {
+                items[base + c].2.push(part);
+            }
         }
     }
     // 16-bit activations of every token: one kernel call shares each weight block's unpacking.
-    let i16s: Option<Vec<&QActs16>> = acts
+    let i16s: Vec<Option<Vec<&QActs16>>> = forms
         .iter()
-        .map(|a| match a {
-            Acts::I16(q) => Some(q),
-            _ => None,
+        .map(|f| {
+            f.iter()
+                .map(|a| match a {
+                    Acts::I16(q) => Some(q),
+                    _ => None,
+                })
+                .collect()
         })
         .collect();
-    let run = |(r0, mut outs): (usize, Vec<&mut [f32]>)| match &i16s {
-        Some(qs) => arch::matvec_i16_batch(path, w, r0, qs, &mut outs),
-        None => {
-            for (t, ys) in outs.iter_mut().enumerate() {
-                let xt = &x[t * cols..(t + 1) * cols];
-                acts[t].run(path, w, arch::Rows::From(r0), xt, ys);
+    let run = |(i, r0, mut outs): (usize, usize, Vec<&mut [f32]>)| {
+        let (w, f) = (ws[i], which[i]);
+        match &i16s[f] {
+            Some(qs) => arch::matvec_i16_batch(path, w, r0, qs, &mut outs),
+            None => {
+                for (t, ys) in outs.iter_mut().enumerate() {
+                    let xt = &x[t * cols..(t + 1) * cols];
+                    forms[f][t].run(path, w, arch::Rows::From(r0), xt, ys);
+                }
             }
         }
     };
-    if items.len() == 1 {
+    if items.len() <= 1 {
         items.into_iter().for_each(run);
     } else {
         items.into_par_iter().for_each(run);

@@ -133,6 +133,44 @@ proptest! {
     }
 
     #[test]
+    fn matvec_batch_many_equals_one_matvec_batch_per_matrix(
+        formats in prop::collection::vec(format_strategy(), 1..4),
+        rows in prop::collection::vec(0usize..50, 4),
+        units in 1usize..6,
+        n in 1usize..7,
+        seed in any::<u64>(),
+    ) {
+        let cols = if formats.iter().any(|f| f.is_k_quant()) { 256 } else { units * 32 };
+        let mut rng = Rng(seed);
+        let data: Vec<Vec<u8>> = formats
+            .iter()
+            .zip(&rows)
+            .map(|(&f, &r)| random_matrix(f, r, cols, &mut rng))
+            .collect();
+        let ws: Vec<QMatrix> = formats
+            .iter()
+            .zip(&rows)
+            .zip(&data)
+            .map(|((&f, &r), d)| QMatrix::new(f, r, cols, d).unwrap())
+            .collect();
+        let wr: Vec<&QMatrix> = ws.iter().collect();
+        let x = random_vec(n * cols, &mut rng);
+        for path in available_paths() {
+            for precision in PRECISIONS {
+                let mut got: Vec<Vec<f32>> = ws.iter().map(|w| vec![f32::NAN; n * w.rows()]).collect();
+                let mut outs: Vec<&mut [f32]> = got.iter_mut().map(|v| v.as_mut_slice()).collect();
+                matvec_batch_many_with(path, &wr, &x, n, &mut outs, precision).unwrap();
+                for (i, w) in ws.iter().enumerate() {
+                    let mut want = vec![f32::NAN; n * w.rows()];
+                    matvec_batch_with(path, w, &x, n, &mut want, precision).unwrap();
+                    let same = want.iter().zip(&got[i]).all(|(a, b)| a.to_bits() == b.to_bits());
+                    prop_assert!(same, "{path:?} {precision:?} matrix {i} ({:?} {}x{cols}) n={n}", w.format(), w.rows());
+                }
+            }
+        }
+    }
+
+    #[test]
     fn integer_paths_match_scalar(
         format in prop::sample::select(vec![
             WeightFormat::Q8_0, WeightFormat::Q4_0, WeightFormat::Q4_1,

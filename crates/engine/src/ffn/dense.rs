@@ -3,7 +3,7 @@
 use crate::config::Activation;
 use crate::error::{kernel, Result};
 use crate::ffn::{FfnExecutor, FfnLayer, FfnScratch};
-use crate::ops::{mm, mm_step};
+use crate::ops::{mm, mm_step, StepKind};
 
 /// The dense FFN: gate and up of every neuron, the activation fused with the product, down.
 pub struct DenseFfn {
@@ -56,8 +56,14 @@ impl FfnExecutor for DenseFfn {
     ) -> Result<()> {
         let w = l.weights;
         let (g, u) = scratch.gate_up(n * w.gate.rows());
-        mm_step(l.kind, &w.gate, x, n, g, l.precision, "ffn gate")?;
-        mm_step(l.kind, &w.up, x, n, u, l.precision, "ffn up")?;
+        if l.kind == StepKind::Decode {
+            // One quantization of each token and one parallel region for both.
+            kernels_neon::matvec_batch_many(&[&w.gate, &w.up], x, n, &mut [g, u], l.precision)
+                .map_err(kernel("ffn gate/up"))?;
+        } else {
+            mm_step(l.kind, &w.gate, x, n, g, l.precision, "ffn gate")?;
+            mm_step(l.kind, &w.up, x, n, u, l.precision, "ffn up")?;
+        }
         self.act_mul(g, u);
         mm_step(l.kind, &w.down, g, n, out, l.precision, "ffn down")
     }
