@@ -233,8 +233,9 @@ pub(crate) fn matvec_i16(
 }
 
 /// [`matvec_i16`] of rows `r0..r0 + ys[t].len()` for several tokens' activations (`xq[t]` →
-/// `ys[t]`), each token's results bit-identical to its own [`matvec_i16`]: AVX2 shares each weight
-/// block's unpacking across tokens (32-element block formats); elsewhere one call per token.
+/// `ys[t]`), each token's results bit-identical to its own [`matvec_i16`]: AVX2 and NEON share each
+/// weight block's unpacking across tokens (32-element block formats); the scalar path runs one call
+/// per token.
 pub(crate) fn matvec_i16_batch(
     path: KernelPath,
     w: &QMatrix<'_>,
@@ -247,6 +248,12 @@ pub(crate) fn matvec_i16_batch(
         KernelPath::Avx2Fma => {
             // SAFETY: the path was checked available (AVX2/FMA/F16C present).
             unsafe { x86_64::matvec_i16_batch(w, r0, xq, ys) }
+        }
+        #[cfg(target_arch = "aarch64")]
+        KernelPath::Neon | KernelPath::NeonDotprod => {
+            // SAFETY: NEON is baseline on every aarch64 target (the 16-bit
+            // kernel uses no dotprod instruction).
+            unsafe { aarch64::matvec_i16_batch(w, r0, xq, ys) }
         }
         _ => {
             for (q, y) in xq.iter().zip(ys.iter_mut()) {
