@@ -12,9 +12,11 @@
 //!
 //! The FFN step of every layer goes through one trait, [`FfnExecutor`] ([`ffn`]): [`DenseFfn`],
 //! [`SparseFfn`] (weights in memory or offloaded to a neuron store, [`offload`]) and
-//! [`ObservedFfn`] (profiling). The forward pass does not know which it runs; an accelerator backend
-//! is one more implementation. Sparse and offloaded decode share one neuron selector (predictor,
-//! thresholds, scores).
+//! [`ObservedFfn`] (profiling), [`AccelFfn`] (whole layers on an [`accel`] backend: QNN or the CPU
+//! stand-in) and [`HybridFfn`] (each layer's hot neurons on the backend, the rest sparse). The forward
+//! pass does not know which it runs. Sparse and offloaded decode share one neuron selector (predictor,
+//! thresholds, scores). [`Engine::generate_best_of`] decodes several sequences as one batch
+//! ([`forward_seqs`]).
 //!
 //! # Example
 //! ```no_run
@@ -29,9 +31,10 @@
 //!
 //! # Invariants
 //! - Weights are borrowed from the memory map of the [`ModelFile`]; nothing is copied except 1-D norm
-//!   weights and biases (dequantized to f32), and the layer matrices of an optional [`Overlay`]
-//!   (re-quantized at load time, [`requant`]), which the caller owns.
-//! - A failed forward step leaves the KV cache as it was.
+//!   weights and biases (dequantized to f32), the layer matrices of an optional [`Overlay`]
+//!   (re-quantized at load time, [`requant`]), which the caller owns, and the FFN blocks an
+//!   accelerator backend is built from (in its own formats).
+//! - A failed forward step leaves the KV cache (every cache of a batched step) as it was.
 //! - Names and shapes of every tensor are checked at load time: a model that loads runs.
 //! - No import cycles between modules (`tests/module_cycles.rs`).
 //! - GGUF llama files keep llama.cpp's permuted Q/K rows and use interleaved RoPE; HF files use

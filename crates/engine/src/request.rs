@@ -74,7 +74,7 @@ fn rate(n: usize, s: f64) -> f64 {
     }
 }
 
-/// The result of [`Engine::generate`].
+/// The result of [`crate::Engine::generate`].
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Generation {
     /// Prompt token ids.

@@ -5,12 +5,14 @@
 //! * [`Accelerator`] is the backend trait: one call runs a layer's block over `n` tokens.
 //! * [`FfnBlock`] is what a backend is built from: a layer's block (all its neurons, or a chosen
 //!   set) as plain f32 matrices, taken from the model's weights in any format.
-//! * [`CpuAccelerator`] (`cpu.rs`) runs the blocks with the batched dense kernels, re-quantized to
-//!   `Q8_0`, so that scheduling is measurable on a machine without an NPU.
+//! * [`CpuAccelerator`] (`cpu.rs`) runs the blocks with the batched dense kernels (gate and up rows
+//!   as the file stores them, down columns re-quantized to `Q8_0`), so that scheduling is measurable
+//!   on a machine without an NPU.
 //! * [`QnnAccelerator`] (`qnn.rs`) builds one Qualcomm QNN graph per layer and batch size (1, 2, 4,
 //!   8; larger batches are cut into those) through the `npu-qnn` wrapper, weights in the INT8
 //!   per-output-channel form HTP takes (or f32, for QNN's CPU backend and for exact checks).
-//! * [`crate::AccelFfn`] (`ffn/accel.rs`) is the FFN executor that hands layers to a backend.
+//! * [`crate::AccelFfn`] (`ffn/accel.rs`) hands whole layers to a backend; [`crate::HybridFfn`]
+//!   (`hybrid.rs`) hands it each layer's hot neurons and keeps the rest sparse on the CPU.
 //!
 //! [`open`] picks a backend from an [`AccelKind`]; a QNN library that is missing, of another API
 //! version, or failing at any step is an [`EngineError::Accelerator`] naming the library and the step,
@@ -26,7 +28,6 @@ use crate::error::{kernel, EngineError, Result};
 use crate::model::{Layer, Model};
 
 pub use cpu::CpuAccelerator;
-
 pub use qnn::{QnnAccelerator, QnnWeights};
 
 /// Batch sizes a backend has a block (graph) for; a larger batch is cut into these, largest first.
