@@ -9,10 +9,7 @@
 //! one. An accelerator that fails mid-run is reported once ([`HybridFfn::failure`]) and the CPU
 //! computes the whole layer sparsely from then on.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
-
-use crate::accel::{open, AccelKind, Accelerator, FfnBlock};
+use crate::accel::{open, AccelKind, Accelerator, Failure, FfnBlock};
 use crate::error::{EngineError, Result};
 use crate::ffn::{FfnExecutor, FfnLayer, FfnScratch};
 use crate::model::Model;
@@ -24,8 +21,7 @@ pub struct HybridFfn {
     accel: Box<dyn Accelerator>,
     /// `hot[l][j]`: neuron `j` of layer `l` is in the accelerator's block.
     hot: Vec<Vec<bool>>,
-    failed: AtomicBool,
-    failure: Mutex<Option<String>>,
+    failure: Failure,
 }
 
 /// The `share` most frequently active neurons of every layer of `profile` (batch size 1), at least
@@ -94,8 +90,7 @@ impl HybridFfn {
             sparse,
             accel,
             hot: mask,
-            failed: AtomicBool::new(false),
-            failure: Mutex::new(None),
+            failure: Failure::default(),
         })
     }
 
@@ -121,7 +116,7 @@ impl HybridFfn {
 
     /// The accelerator's first failure, after which the CPU computed every layer sparsely.
     pub fn failure(&self) -> Option<String> {
-        self.failure.lock().ok().and_then(|f| f.clone())
+        self.failure.first()
     }
 
     fn run(
@@ -139,7 +134,7 @@ impl HybridFfn {
                 self.sparse.batch_except(l, x, n, out, scratch, skip)
             }
         };
-        if !self.failed.load(Ordering::Relaxed) {
+        if !self.failure.happened() {
             let mut hot = vec![0f32; out.len()];
             let (h, c) = rayon::join(
                 || self.accel.ffn(l.index, x, n, &mut hot),
@@ -151,12 +146,7 @@ impl HybridFfn {
                     out.iter_mut().zip(&hot).for_each(|(o, h)| *o += h);
                     return Ok(());
                 }
-                Err(e) => {
-                    self.failed.store(true, Ordering::Relaxed);
-                    if let Ok(mut f) = self.failure.lock() {
-                        f.get_or_insert_with(|| e.to_string());
-                    }
-                }
+                Err(e) => self.failure.record(&e),
             }
         }
         cold(out, scratch, None)

@@ -403,6 +403,28 @@ fn check_len(what: &'static str, expected: usize, actual: usize) -> Result<(), K
     }
 }
 
+/// `x` holds `n` rows of `w.cols()` and `y` `n` rows of `w.rows()` (token-major), without overflow.
+fn check_tokens(
+    what: [&'static str; 2],
+    w: &QMatrix,
+    x: &[f32],
+    n: usize,
+    y: &[f32],
+) -> Result<(), KernelError> {
+    let (rows, cols) = (w.rows(), w.cols());
+    let x_len = n
+        .checked_mul(cols)
+        .ok_or(KernelError::Layout(LayoutError::Overflow { rows: n, cols }))?;
+    let y_len = n
+        .checked_mul(rows)
+        .ok_or(KernelError::Layout(LayoutError::Overflow {
+            rows: n,
+            cols: rows,
+        }))?;
+    check_len(what[0], x_len, x.len())?;
+    check_len(what[1], y_len, y.len())
+}
+
 fn check_path(path: KernelPath) -> Result<(), KernelError> {
     if path.is_available() {
         Ok(())
@@ -613,18 +635,7 @@ pub fn matvec_batch_many_with(
     check_path(path)?;
     check_len("matvec_batch outputs", ws.len(), ys.len())?;
     for (w, y) in ws.iter().zip(ys.iter()) {
-        let (rows, cols) = (w.rows(), w.cols());
-        let x_len = n
-            .checked_mul(cols)
-            .ok_or(KernelError::Layout(LayoutError::Overflow { rows: n, cols }))?;
-        let y_len = n
-            .checked_mul(rows)
-            .ok_or(KernelError::Layout(LayoutError::Overflow {
-                rows: n,
-                cols: rows,
-            }))?;
-        check_len("matvec_batch x", x_len, x.len())?;
-        check_len("matvec_batch y", y_len, y.len())?;
+        check_tokens(["matvec_batch x", "matvec_batch y"], w, x, n, y)?;
     }
     if n == 0 || ws.is_empty() {
         return Ok(());
@@ -832,17 +843,7 @@ pub fn matmul_with(
 ) -> Result<(), KernelError> {
     check_path(path)?;
     let (rows, cols) = (w.rows(), w.cols());
-    let x_len = n
-        .checked_mul(cols)
-        .ok_or(KernelError::Layout(LayoutError::Overflow { rows: n, cols }))?;
-    let y_len = n
-        .checked_mul(rows)
-        .ok_or(KernelError::Layout(LayoutError::Overflow {
-            rows: n,
-            cols: rows,
-        }))?;
-    check_len("matmul x", x_len, x.len())?;
-    check_len("matmul y", y_len, y.len())?;
+    check_tokens(["matmul x", "matmul y"], w, x, n, y)?;
     if n == 0 || rows == 0 {
         return Ok(());
     }

@@ -46,6 +46,37 @@ fn finish_reason(r: StopReason) -> &'static str {
     }
 }
 
+/// The result of a generation run under `catch_unwind`, or `None` after telling the request's
+/// handler that it failed (an engine error or a panic: that request only).
+fn finished<T>(
+    result: std::thread::Result<engine::Result<T>>,
+    events: &UnboundedSender<Event>,
+) -> Option<T> {
+    let message = match result {
+        Ok(Ok(v)) => return Some(v),
+        Ok(Err(e)) => format!("generation failed: {e}"),
+        Err(_) => "generation failed: the engine panicked on this request".to_string(),
+    };
+    let _ = events.send(Event::Failed(ApiError::internal(message)));
+    None
+}
+
+/// Adds a generation's figures to the metrics.
+fn record(metrics: &Metrics, t: &engine::Timings, completion_tokens: usize) {
+    let nanos = |s: f64| (s * 1e9) as u64;
+    metrics
+        .prompt_tokens
+        .fetch_add(t.prefill_tokens as u64, Relaxed);
+    metrics.prefill_nanos.fetch_add(nanos(t.prefill_s), Relaxed);
+    metrics
+        .decode_tokens
+        .fetch_add(t.decode_tokens as u64, Relaxed);
+    metrics.decode_nanos.fetch_add(nanos(t.decode_s), Relaxed);
+    metrics
+        .completion_tokens
+        .fetch_add(completion_tokens as u64, Relaxed);
+}
+
 /// Runs jobs until every sender is gone (the server stopped).
 pub(crate) fn run(eng: &Engine<'_>, jobs: Receiver<Job>, metrics: &Metrics) {
     for job in jobs {
@@ -101,37 +132,10 @@ fn run_job(eng: &Engine<'_>, job: Job, metrics: &Metrics) {
                 }
             })
         }));
-        let g = match result {
-            Ok(Ok(g)) => g,
-            Ok(Err(e)) => {
-                let _ = events.send(Event::Failed(ApiError::internal(format!(
-                    "generation failed: {e}"
-                ))));
-                return;
-            }
-            Err(_) => {
-                let _ = events.send(Event::Failed(ApiError::internal(
-                    "generation failed: the engine panicked on this request",
-                )));
-                return;
-            }
+        let Some(g) = finished(result, &events) else {
+            return;
         };
-        let t = &g.timings;
-        metrics
-            .prompt_tokens
-            .fetch_add(t.prefill_tokens as u64, Relaxed);
-        metrics
-            .prefill_nanos
-            .fetch_add((t.prefill_s * 1e9) as u64, Relaxed);
-        metrics
-            .decode_tokens
-            .fetch_add(t.decode_tokens as u64, Relaxed);
-        metrics
-            .decode_nanos
-            .fetch_add((t.decode_s * 1e9) as u64, Relaxed);
-        metrics
-            .completion_tokens
-            .fetch_add(g.generated_ids.len() as u64, Relaxed);
+        record(metrics, &g.timings, g.generated_ids.len());
         if g.stop_reason == StopReason::Cancelled {
             if late {
                 metrics.timed_out.fetch_add(1, Relaxed);
@@ -181,42 +185,15 @@ fn run_batch(
             }
         })
     }));
-    let r = match result {
-        Ok(Ok(r)) => r,
-        Ok(Err(e)) => {
-            let _ = events.send(Event::Failed(ApiError::internal(format!(
-                "generation failed: {e}"
-            ))));
-            return;
-        }
-        Err(_) => {
-            let _ = events.send(Event::Failed(ApiError::internal(
-                "generation failed: the engine panicked on this request",
-            )));
-            return;
-        }
+    let Some(r) = finished(result, events) else {
+        return;
     };
-    let t = &r.timings;
-    metrics
-        .prompt_tokens
-        .fetch_add(t.prefill_tokens as u64, Relaxed);
-    metrics
-        .prefill_nanos
-        .fetch_add((t.prefill_s * 1e9) as u64, Relaxed);
-    metrics
-        .decode_tokens
-        .fetch_add(t.decode_tokens as u64, Relaxed);
-    metrics
-        .decode_nanos
-        .fetch_add((t.decode_s * 1e9) as u64, Relaxed);
-    let completion: usize = r
+    let completion = r
         .candidates
         .iter()
         .map(|c| c.generation.generated_ids.len())
         .sum();
-    metrics
-        .completion_tokens
-        .fetch_add(completion as u64, Relaxed);
+    record(metrics, &r.timings, completion);
     if late {
         metrics.timed_out.fetch_add(1, Relaxed);
         let _ = events.send(Event::Failed(ApiError::timeout(timeout_s)));

@@ -22,6 +22,8 @@ mod cpu;
 mod qnn;
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
 
 use crate::config::Activation;
 use crate::error::{kernel, EngineError, Result};
@@ -56,6 +58,34 @@ pub trait Accelerator: Send + Sync {
 
     /// Neurons of each layer's block (the FFN width for whole layers).
     fn block_neurons(&self, layer: usize) -> usize;
+}
+
+/// An accelerator's first failure: the executors that use a backend ([`crate::AccelFfn`],
+/// [`crate::HybridFfn`]) record it, report it, and compute on the CPU from then on.
+#[derive(Debug, Default)]
+pub(crate) struct Failure {
+    failed: AtomicBool,
+    first: Mutex<Option<String>>,
+}
+
+impl Failure {
+    /// Whether the accelerator has failed.
+    pub(crate) fn happened(&self) -> bool {
+        self.failed.load(Ordering::Relaxed)
+    }
+
+    /// Records `e` (the first one recorded is kept).
+    pub(crate) fn record(&self, e: &EngineError) {
+        self.failed.store(true, Ordering::Relaxed);
+        if let Ok(mut f) = self.first.lock() {
+            f.get_or_insert_with(|| e.to_string());
+        }
+    }
+
+    /// The first failure, if any.
+    pub(crate) fn first(&self) -> Option<String> {
+        self.first.lock().ok().and_then(|f| f.clone())
+    }
 }
 
 /// Which backend to open.

@@ -6,10 +6,7 @@
 //! does not fail the step: the layer is computed on the CPU ([`DenseFfn`]), the first failure is kept
 //! for the caller to report ([`AccelFfn::failure`]), and every later step stays on the CPU.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
-
-use crate::accel::{open, AccelKind, Accelerator, FfnBlock};
+use crate::accel::{open, AccelKind, Accelerator, Failure, FfnBlock};
 use crate::config::Activation;
 use crate::error::{EngineError, Result};
 use crate::ffn::{DenseFfn, FfnExecutor, FfnLayer, FfnScratch};
@@ -20,8 +17,7 @@ pub struct AccelFfn {
     accel: Box<dyn Accelerator>,
     d_ff: usize,
     cpu: DenseFfn,
-    failed: AtomicBool,
-    failure: Mutex<Option<String>>,
+    failure: Failure,
 }
 
 impl AccelFfn {
@@ -45,8 +41,7 @@ impl AccelFfn {
             accel,
             d_ff,
             cpu: DenseFfn::new(activation),
-            failed: AtomicBool::new(false),
-            failure: Mutex::new(None),
+            failure: Failure::default(),
         })
     }
 
@@ -70,7 +65,7 @@ impl AccelFfn {
 
     /// The accelerator's first failure, after which every layer ran on the CPU.
     pub fn failure(&self) -> Option<String> {
-        self.failure.lock().ok().and_then(|f| f.clone())
+        self.failure.first()
     }
 
     /// `n` tokens of layer `l` on the accelerator, or on the CPU once it has failed.
@@ -82,15 +77,10 @@ impl AccelFfn {
         out: &mut [f32],
         scratch: &mut FfnScratch,
     ) -> Result<()> {
-        if !self.failed.load(Ordering::Relaxed) {
+        if !self.failure.happened() {
             match self.accel.ffn(l.index, x, n, out) {
                 Ok(()) => return Ok(()),
-                Err(e) => {
-                    self.failed.store(true, Ordering::Relaxed);
-                    if let Ok(mut f) = self.failure.lock() {
-                        f.get_or_insert_with(|| e.to_string());
-                    }
-                }
+                Err(e) => self.failure.record(&e),
             }
         }
         if n == 1 {
