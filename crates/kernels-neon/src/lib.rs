@@ -214,6 +214,7 @@ use rayon::prelude::*;
 
 mod arch;
 mod attention;
+mod batch;
 mod kv;
 mod quant;
 mod quantize;
@@ -221,6 +222,9 @@ mod scalar;
 mod sparse;
 
 pub use attention::{attend, attend_cache, attend_cache_with, attend_with, KvChunks, KvLayout};
+pub use batch::{matvec_batch, matvec_batch_many};
+#[doc(hidden)]
+pub use batch::{matvec_batch_many_with, matvec_batch_with};
 pub use kv::{kv_decode, kv_encode, KvFormat, KV_Q8_BLOCK};
 pub use quantize::{quantize_matrix, quantize_row};
 pub use sparse::*;
@@ -578,162 +582,8 @@ pub fn matvec_many_with(
     Ok(())
 }
 
-/// A small-batch product for decode steps of `n` independent sequences: `x` is `n` rows of `cols`
-/// (token-major), `y` is `n` rows of `rows`, `y[t*rows + r] = dot(W[r], x[t])`, each token's row
-/// the same as [`matvec`] gives for it, bit for bit (same activation quantization, same kernels).
-/// Each parallel work item takes a chunk of weight rows small enough to stay in cache and runs
-/// every token over it, so the weights are read from memory once for the whole batch: decode of
-/// `n` sequences costs about one token's weight traffic. [`matmul`], by contrast, dequantizes to
-/// an f32 tile (exact scoring of prompts).
-pub fn matvec_batch(
-    w: &QMatrix,
-    x: &[f32],
-    n: usize,
-    y: &mut [f32],
-    precision: Precision,
-) -> Result<(), KernelError> {
-    matvec_batch_with(active_path(), w, x, n, y, precision)
-}
-
-/// [`matvec_batch`] on an explicit path (for tests and benchmarks).
-#[doc(hidden)]
-pub fn matvec_batch_with(
-    path: KernelPath,
-    w: &QMatrix,
-    x: &[f32],
-    n: usize,
-    y: &mut [f32],
-    precision: Precision,
-) -> Result<(), KernelError> {
-    matvec_batch_many_with(path, &[w], x, n, &mut [y], precision)
-}
-
-/// Several small-batch products of the same tokens: `ys[i]` is [`matvec_batch`] of `ws[i]`, bit for
-/// bit, with each token's activations quantized once per form and one parallel region over the
-/// row chunks of every matrix (a batched decode step's q/k/v, and gate/up, read the same vectors).
-/// Every matrix must have `x.len() / n` columns and `ys[i].len() == n * ws[i].rows()`.
-pub fn matvec_batch_many(
-    ws: &[&QMatrix],
-    x: &[f32],
-    n: usize,
-    ys: &mut [&mut [f32]],
-    precision: Precision,
-) -> Result<(), KernelError> {
-    matvec_batch_many_with(active_path(), ws, x, n, ys, precision)
-}
-
-/// [`matvec_batch_many`] on an explicit path (for tests and benchmarks).
-#[doc(hidden)]
-pub fn matvec_batch_many_with(
-    path: KernelPath,
-    ws: &[&QMatrix],
-    x: &[f32],
-    n: usize,
-    ys: &mut [&mut [f32]],
-    precision: Precision,
-) -> Result<(), KernelError> {
-    check_path(path)?;
-    check_len("matvec_batch outputs", ws.len(), ys.len())?;
-    for (w, y) in ws.iter().zip(ys.iter()) {
-        check_tokens(["matvec_batch x", "matvec_batch y"], w, x, n, y)?;
-    }
-    if n == 0 || ws.is_empty() {
-        return Ok(());
-    }
-    if n == 1 {
-        return matvec_many_with(path, ws, x, ys, precision);
-    }
-    let cols = ws[0].cols();
-    // Each token's activations, once per distinct form (usually one for all matrices).
-    let mut forms: Vec<Vec<Acts>> = Vec::new();
-    let mut which = Vec::with_capacity(ws.len());
-    for w in ws {
-        match forms.iter().position(|f| f[0].fits(w.format(), precision)) {
-            Some(i) => which.push(i),
-            None => {
-                which.push(forms.len());
-                forms.push(
-                    x.chunks_exact(cols.max(1))
-                        .map(|xt| Acts::new(path, w.format(), xt, precision))
-                        .collect(),
-                );
-            }
-        }
-    }
-    // Work items: (matrix, first row, that row chunk of every token's output).
-    let mut items: Vec<(usize, usize, Vec<&mut [f32]>)> = Vec::new();
-    for (i, y) in ys.iter_mut().enumerate() {
-        let rows = ws[i].rows();
-        if rows == 0 {
-            continue;
-        }
-        if cols == 0 {
-            y.fill(0.0);
-            continue;
-        }
-        let chunk = batch_chunk(ws[i]);
-        let base = items.len();
-        items.extend((0..rows.div_ceil(chunk)).map(|c| (i, c * chunk, Vec::with_capacity(n))));
-        for yt in y.chunks_mut(rows) {
-            for (c, part) in yt.chunks_mut(chunk).enumerate() {
-                items[base + c].2.push(part);
-            }
-        }
-    }
-    // 16-bit activations of every token: one kernel call shares each weight block's unpacking.
-    let i16s: Vec<Option<Vec<&QActs16>>> = forms
-        .iter()
-        .map(|f| {
-            f.iter()
-                .map(|a| match a {
-                    Acts::I16(q) => Some(q),
-                    _ => None,
-                })
-                .collect()
-        })
-        .collect();
-    let run = |(i, r0, mut outs): (usize, usize, Vec<&mut [f32]>)| {
-        let (w, f) = (ws[i], which[i]);
-        match &i16s[f] {
-            Some(qs) => arch::matvec_i16_batch(path, w, r0, qs, &mut outs),
-            None => {
-                for (t, ys) in outs.iter_mut().enumerate() {
-                    let xt = &x[t * cols..(t + 1) * cols];
-                    forms[f][t].run(path, w, arch::Rows::From(r0), xt, ys);
-                }
-            }
-        }
-    };
-    if items.len() <= 1 {
-        items.into_iter().for_each(run);
-    } else {
-        items.into_par_iter().for_each(run);
-    }
-    Ok(())
-}
-
-/// Bytes of weight rows per [`matvec_batch`] work item: the batch's tokens re-read them from cache.
-const BATCH_CHUNK_BYTES: usize = 48 << 10;
-
-/// Rows per [`matvec_batch`] work item: [`set_chunk_rows`] if set, else as [`matvec`] but capped
-/// so that a work item's rows stay in a core's cache while every token runs over them.
-fn batch_chunk(w: &QMatrix) -> usize {
-    let set = chunk_rows_setting();
-    if set > 0 {
-        return set;
-    }
-    let row_bytes = w.row_bytes().max(1);
-    let fit = (BATCH_CHUNK_BYTES / row_bytes).max(4) / 4 * 4;
-    let chunk = matvec_chunk(w.rows()).min(fit);
-    // A whole number of work items per thread: a small matrix (q, o) cut into 5 items would
-    // leave one of 2 threads idle for a fifth of the product.
-    let threads = rayon::current_num_threads().max(1);
-    let items = w.rows().div_ceil(chunk).next_multiple_of(threads);
-    w.rows().div_ceil(items).next_multiple_of(4)
-}
-
 /// Activations of one `matvec` call in the form its kernel needs.
-enum Acts {
+pub(crate) enum Acts {
     /// f32 as given (exact path, and float weight formats).
     F32,
     /// 16-bit quantized ([`Precision::Fast`]).
@@ -744,7 +594,12 @@ enum Acts {
 
 impl Acts {
     /// Quantizes `x` (once per call) as `precision` requires for `format`.
-    fn new(path: KernelPath, format: WeightFormat, x: &[f32], precision: Precision) -> Self {
+    pub(crate) fn new(
+        path: KernelPath,
+        format: WeightFormat,
+        x: &[f32],
+        precision: Precision,
+    ) -> Self {
         match precision {
             // Hybrid rows take the f32 path in every precision (see the
             // crate docs).
@@ -757,7 +612,7 @@ impl Acts {
 
     /// Whether these activations suit weights of `format` in `precision`
     /// (so a second matrix can reuse them).
-    fn fits(&self, format: WeightFormat, precision: Precision) -> bool {
+    pub(crate) fn fits(&self, format: WeightFormat, precision: Precision) -> bool {
         matches!(
             (
                 self,
@@ -772,7 +627,14 @@ impl Acts {
     }
 
     /// `ys[i] = dot(W[sel.get(i)], x)` with the per-row kernel of `path`.
-    fn run(&self, path: KernelPath, w: &QMatrix, sel: arch::Rows<'_>, x: &[f32], ys: &mut [f32]) {
+    pub(crate) fn run(
+        &self,
+        path: KernelPath,
+        w: &QMatrix,
+        sel: arch::Rows<'_>,
+        x: &[f32],
+        ys: &mut [f32],
+    ) {
         match self {
             Acts::F32 => arch::matvec_exact(path, w, sel, x, ys),
             Acts::I16(q) => arch::matvec_i16(path, w, sel, q, ys),
