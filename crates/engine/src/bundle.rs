@@ -207,6 +207,9 @@ pub struct SparsePlan {
     /// For a resident model, what its manifest check found (sizes of every part; an error if one does
     /// not match, so only a match or a missing manifest get here).
     pub manifest: Option<ManifestStatus>,
+    /// Whether the embedding and output projection stay on flash ([`crate::stream`]): under a process
+    /// budget that cannot hold the whole FFN beside them. Apply with [`Engine::set_streamed`].
+    pub stream_weights: bool,
 }
 
 impl SparsePlan {
@@ -234,6 +237,7 @@ impl SparsePlan {
         } else {
             bundle.predictor_or(sidecars.predictor.as_deref())
         };
+        let mut stream_weights = false;
         let (offload, budget) = match ffn_store_path(model)? {
             None => (OffloadOptions::default(), None),
             Some(store) => {
@@ -242,7 +246,7 @@ impl SparsePlan {
                 let len = |p: &Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
                 // What stays resident besides the FFN cache, measured now: counted first under a
                 // process budget, at load or set live.
-                let resident = Resident {
+                let mut resident = Resident {
                     process: crate::sys::rss_bytes().unwrap_or(0),
                     file: len(model.path()),
                     kv_cache: model
@@ -250,7 +254,22 @@ impl SparsePlan {
                         .kv_cache_bytes(context.max(1), engine.cache_type()),
                     predictors: predictor.as_deref().map_or(0, len),
                 };
-                let (ffn_budget, split) = ffn_cache_bytes(budget, ffn, context, || resident)?;
+                // The FFN cache comes before the embedding and output (crate::stream): when the
+                // budget cannot hold the whole FFN beside them, they stay on flash.
+                let whole = ffn_cache_bytes(budget, ffn, context, || resident);
+                let short = matches!(budget, FfnBudget::Process(_))
+                    && whole.as_ref().map_or(true, |(b, _)| (*b as u64) < ffn);
+                let (ffn_budget, split) = if short {
+                    let streamed = model.streamed_bytes();
+                    resident.file = resident
+                        .file
+                        .saturating_sub(streamed)
+                        .saturating_add(streamed.min(crate::stream::STREAM_RESIDENT_BYTES));
+                    stream_weights = true;
+                    ffn_cache_bytes(budget, ffn, context, || resident)?
+                } else {
+                    whole?
+                };
                 (
                     OffloadOptions {
                         ffn_budget,
@@ -268,6 +287,7 @@ impl SparsePlan {
             offload,
             budget,
             manifest,
+            stream_weights,
         })
     }
 

@@ -337,6 +337,10 @@ fn forward_inner(
     for (row, &t) in x.chunks_mut(d).zip(tokens) {
         model.embed_token(t, row)?;
     }
+    if model.streamed() {
+        // Its first chunk is read while the layers run.
+        crate::stream::prefetch_output(&model.output);
+    }
     // The FFN executor of this step: the caller's, the dense one, or the observed dense one. A
     // resident file has no FFN matrices: only an executor with its own weights can run it.
     if cfg.ffn_store.is_some()
@@ -485,14 +489,18 @@ fn forward_inner(
     let mut normed = vec![0.0f32; m * d];
     rms_norm_rows(rows, &model.output_norm, cfg.rms_eps, &mut normed);
     let mut logits = vec![0.0f32; m * vocab];
-    mm_step(
-        kind,
-        &model.output,
-        &normed,
-        m,
-        &mut logits,
-        precision,
-        "output projection",
-    )?;
+    if model.streamed() {
+        crate::stream::output_logits(kind, &model.output, &normed, m, &mut logits, precision)?;
+    } else {
+        mm_step(
+            kind,
+            &model.output,
+            &normed,
+            m,
+            &mut logits,
+            precision,
+            "output projection",
+        )?;
+    }
     Ok(logits)
 }

@@ -308,6 +308,12 @@ impl<'a> Engine<'a> {
         self.accel.as_ref()
     }
 
+    /// Leaves the embedding and output projection on flash from the next step on (`on`), as
+    /// [`Model::set_streamed`] says, or keeps them as any mapped weight.
+    pub fn set_streamed(&mut self, on: bool) {
+        self.model.set_streamed(on);
+    }
+
     /// Makes the FFN sparse (`Some`) or dense (`None`) from the next step on.
     pub fn set_sparse(&mut self, sparse: Option<SparseFfn>) {
         self.sparse = sparse;

@@ -70,6 +70,7 @@ pub mod requant;
 mod request;
 pub mod sampling;
 pub mod sparse;
+pub mod stream;
 pub mod sys;
 mod transpose;
 
@@ -86,7 +87,7 @@ pub use fingerprint::model_fingerprint;
 pub use forward::{forward_seqs, FfnMode, FfnSample, KvCache, Logits, KV_CHUNK};
 pub use generate::{load_tokenizer, Engine, EngineOptions};
 pub use hybrid::{hot_neurons, HybridFfn};
-pub use kernels_neon::{set_chunk_rows, KvFormat, Precision};
+pub use kernels_neon::{set_chunk_rows, KvFormat, Precision, WeightFormat};
 pub use model::{Model, ModelFile};
 pub use model_tokenizer::{ChatMessage, ChatTemplate, Tokenizer};
 pub use offload::{

@@ -57,6 +57,7 @@ pub struct Model<'a> {
     /// Bytes of weights the model reads per token (all matrices once).
     pub weight_bytes: usize,
     path: PathBuf,
+    streamed: bool,
 }
 
 struct Loader<'f> {
@@ -223,6 +224,7 @@ impl<'a> Model<'a> {
             output_norm,
             output,
             tied_embeddings: tied,
+            streamed: false,
             weight_bytes,
             path: ld.path,
         })
@@ -231,6 +233,29 @@ impl<'a> Model<'a> {
     /// The file or directory the weights come from.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Leaves the embedding and the output projection on flash (`on`: [`crate::stream`]) or pages
+    /// them as any mapping (the default).
+    pub fn set_streamed(&mut self, on: bool) {
+        self.streamed = on;
+        crate::stream::embedding_on_demand(&self.embed, on);
+    }
+
+    /// Whether the embedding and output projection stream from flash ([`Model::set_streamed`]).
+    pub fn streamed(&self) -> bool {
+        self.streamed
+    }
+
+    /// Bytes [`Model::set_streamed`] takes out of memory: the embedding and the output projection
+    /// (once when tied).
+    pub fn streamed_bytes(&self) -> u64 {
+        let e = self.embed.data().len() as u64;
+        if self.tied_embeddings {
+            e
+        } else {
+            e + self.output.data().len() as u64
+        }
     }
 
     /// Writes the embedding of `token` into `out` (length `d_model`).

@@ -142,6 +142,24 @@ fn resident_file_budget_counts_what_stays_resident() {
     assert!(split.resident >= file_len + kv, "{split:?}");
     assert_eq!(split.ffn, store);
     assert_eq!(plan.offload.ffn_budget as u64, big - split.resident);
+    assert!(
+        !plan.stream_weights,
+        "the whole FFN fits beside the embedding and output"
+    );
+
+    // A budget short of the whole FFN leaves the embedding and output on flash (their bytes go to
+    // the FFN cache; this tiny model's are smaller than the streaming buffers, so the split is the
+    // same).
+    let short = split.resident + store / 2;
+    let plan = SparsePlan::new(&eng, &none, FfnBudget::Process(short), opts.clone()).unwrap();
+    assert!(plan.stream_weights);
+    assert!(
+        plan.offload.ffn_budget as u64 >= store / 4,
+        "{:?}",
+        plan.budget
+    );
+    let plan = SparsePlan::new(&eng, &none, FfnBudget::Share(0.1), opts.clone()).unwrap();
+    assert!(!plan.stream_weights, "only a process budget streams");
 
     let e = SparsePlan::new(&eng, &none, FfnBudget::Process(1 << 20), opts)
         .unwrap_err()

@@ -160,7 +160,7 @@ fn unpacked_store_computes_the_same() {
     let resident = converted(
         name,
         &ConvertOptions {
-            max_neurons_per_unit: 1,
+            packing: engine::offload::Packing::None,
             ..Default::default()
         },
         "unpacked",

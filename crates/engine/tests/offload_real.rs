@@ -1,16 +1,28 @@
 //! Flash offload on the real default model: converted with a synthetic neuron order and run at half
 //! the FFN in memory, decode gives the logits and greedy tokens of in-memory sparse decode (same rows,
-//! only the summation order differs).
+//! only the summation order differs), with page-packed Q8_0 down columns and with Q5_0 down columns in
+//! multi-page units of several neurons (full packing).
 
 mod common;
 
 use common::*;
-use engine::offload::{convert, store_path_for, ConvertOptions, OffloadOptions};
+use engine::offload::{convert, store_path_for, ConvertOptions, OffloadOptions, Packing};
 use engine::sparse::DEFAULT_DOWN_FORMAT;
-use engine::{Engine, EngineOptions, Logits, ModelFile, Precision, SparseFfn};
+use engine::{Engine, EngineOptions, Logits, ModelFile, Precision, SparseFfn, WeightFormat};
 
 #[test]
 fn offloaded_decode_matches_in_memory_sparse_decode_on_the_real_model() {
+    // SmolLM2 Q4_1 + Q8_0 down: 3 bundles of 1332 bytes per page.
+    check(DEFAULT_DOWN_FORMAT, Packing::Page, (3, 1));
+}
+
+#[test]
+fn fully_packed_q5_0_store_matches_in_memory_sparse_decode() {
+    // Q4_1 + Q5_0 down: 1116-byte bundles, 3 per page (82%) or 7 in 2 pages (95.4%).
+    check(WeightFormat::Q5_0, Packing::Full, (7, 2));
+}
+
+fn check(down: WeightFormat, packing: Packing, layout: (usize, usize)) {
     let file = ModelFile::open(model_path()).unwrap();
     let opts = EngineOptions {
         threads: 2,
@@ -21,24 +33,25 @@ fn offloaded_decode_matches_in_memory_sparse_decode_on_the_real_model() {
     let mut mem = Engine::new(&file, opts.clone()).unwrap();
     let n_layers = mem.model().config.n_layers;
     let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("offload-real-{}", std::process::id()));
+        .join(format!("offload-real-{}-{down}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let resident = dir.join("smollm2.resident.gguf");
     let report = convert(
         &file,
         &synthetic_profile(mem.model()),
         &resident,
-        &ConvertOptions::default(),
+        &ConvertOptions {
+            down_format: Some(down),
+            packing,
+            ..Default::default()
+        },
         |_, _| {},
     )
     .unwrap();
-    assert_eq!(
-        (report.layout.neurons, report.layout.pages),
-        (3, 1),
-        "SmolLM2 Q4_1 + Q8_0 down: 3 bundles of 1332 bytes per page"
-    );
+    assert_eq!((report.layout.neurons, report.layout.pages), layout);
+    assert_eq!(report.down_format, down);
     mem.set_sparse(Some(
-        SparseFfn::new(mem.model(), vec![0.0; n_layers], DEFAULT_DOWN_FORMAT).unwrap(),
+        SparseFfn::new(mem.model(), vec![0.0; n_layers], down).unwrap(),
     ));
 
     let rfile = ModelFile::open(&resident).unwrap();

@@ -9,6 +9,8 @@
 //! * `Q4_0`: `d = x_m / -8` where `x_m` is the element of largest magnitude
 //!   (sign kept), `q = clamp(trunc(x / d + 8.5), 0, 15)`;
 //! * `Q4_1`: `d = (max - min) / 15`, `m = min`, `q = clamp(trunc((x - m) / d + 0.5), 0, 15)`;
+//! * `Q5_0`, `Q5_1`: as `Q4_0` with `d = x_m / -16` and `q = clamp(trunc(x / d + 16.5), 0, 31)`, and as
+//!   `Q4_1` with `d = (max - min) / 31`, the fifth bits packed into a 32-bit word;
 //! * `F32`, `F16`, `BF16`: plain conversion.
 //!
 //! * `I4Hybrid { outliers_per_row: k }` (PowerInfer-2 section 7.6): the `k`
@@ -30,9 +32,8 @@ use crate::{KernelError, LayoutError, WeightFormat};
 /// Quantizes one row of `src.len()` elements into `dst`, which must hold
 /// exactly `format.row_bytes(src.len())` bytes.
 ///
-/// Supported formats: `F32`, `F16`, `BF16`, `Q8_0`, `Q4_0`, `Q4_1`,
-/// `I4Hybrid`; `Q5_0`, `Q5_1`, the K-quants and the IQ4 formats
-/// give [`KernelError::Unsupported`]. Non-finite inputs give
+/// Supported formats: `F32`, `F16`, `BF16`, `Q8_0`, `Q4_0`, `Q4_1`, `Q5_0`,
+/// `Q5_1`, `I4Hybrid`; the K-quants and the IQ4 formats give [`KernelError::Unsupported`]. Non-finite inputs give
 /// [`KernelError::NonFinite`] (a quantized block cannot represent them).
 pub fn quantize_row(format: WeightFormat, src: &[f32], dst: &mut [u8]) -> Result<(), KernelError> {
     let expected =
@@ -113,9 +114,33 @@ pub fn quantize_row(format: WeightFormat, src: &[f32], dst: &mut [u8]) -> Result
                 }
             }
         }
-        WeightFormat::Q5_0
-        | WeightFormat::Q5_1
-        | WeightFormat::Q2_K
+        WeightFormat::Q5_0 => {
+            // ggml's reference: the signed value of largest magnitude maps to -16, the 5-bit codes
+            // are split into low nibbles and a 32-bit word of high bits.
+            for (blk, x) in dst.chunks_exact_mut(22).zip(src.chunks_exact(32)) {
+                let xm = x
+                    .iter()
+                    .fold(0.0f32, |m, &v| if v.abs() > m.abs() { v } else { m });
+                let d = xm / -16.0;
+                let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+                blk[..2].copy_from_slice(&f16::from_f32(d).to_le_bytes());
+                let q = |v: f32| ((v * id + 16.5) as i32).clamp(0, 31) as u32;
+                pack_q5(x, q, &mut blk[2..]);
+            }
+        }
+        WeightFormat::Q5_1 => {
+            for (blk, x) in dst.chunks_exact_mut(24).zip(src.chunks_exact(32)) {
+                let min = x.iter().copied().fold(f32::INFINITY, f32::min);
+                let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                let d = (max - min) / 31.0;
+                let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+                blk[..2].copy_from_slice(&f16::from_f32(d).to_le_bytes());
+                blk[2..4].copy_from_slice(&f16::from_f32(min).to_le_bytes());
+                let q = |v: f32| (((v - min) * id + 0.5) as i32).clamp(0, 31) as u32;
+                pack_q5(x, q, &mut blk[4..]);
+            }
+        }
+        WeightFormat::Q2_K
         | WeightFormat::Q3_K
         | WeightFormat::Q4_K
         | WeightFormat::Q5_K
@@ -230,6 +255,19 @@ fn quantize_hybrid(k: usize, src: &[f32], dst: &mut [u8]) {
         let v = (src[c as usize] * ido).round().clamp(-127.0, 127.0) as i8;
         dst[n + 2 * k + j] = v as u8;
     }
+}
+
+/// The 5-bit codes `q(x[j])` of one 32-block as Q5_0/Q5_1 store them: a little-endian word whose bit
+/// `j` is bit 4 of code `j`, then 16 bytes of low nibbles (code `j` low, code `j + 16` high).
+fn pack_q5(x: &[f32], q: impl Fn(f32) -> u32, out: &mut [u8]) {
+    let mut qh = 0u32;
+    for j in 0..16 {
+        let (lo, hi) = (q(x[j]), q(x[j + 16]));
+        out[4 + j] = ((lo & 0x0f) | ((hi & 0x0f) << 4)) as u8;
+        qh |= ((lo >> 4) & 1) << j;
+        qh |= ((hi >> 4) & 1) << (j + 16);
+    }
+    out[..4].copy_from_slice(&qh.to_le_bytes());
 }
 
 /// Quantizes a row-major `rows × cols` f32 matrix into `format`, row by row

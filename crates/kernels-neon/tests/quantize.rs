@@ -9,13 +9,15 @@ use kernels_neon::{
 };
 use proptest::prelude::*;
 
-const FORMATS: [WeightFormat; 6] = [
+const FORMATS: [WeightFormat; 8] = [
     WeightFormat::F32,
     WeightFormat::F16,
     WeightFormat::BF16,
     WeightFormat::Q8_0,
     WeightFormat::Q4_0,
     WeightFormat::Q4_1,
+    WeightFormat::Q5_0,
+    WeightFormat::Q5_1,
 ];
 
 fn round_trip(format: WeightFormat, x: &[f32]) -> Vec<f32> {
@@ -35,6 +37,8 @@ fn step(format: WeightFormat, amax: f32, span: f32) -> f32 {
         WeightFormat::Q8_0 => amax / 127.0 * 0.5 + amax * 1e-3,
         WeightFormat::Q4_0 => amax / 8.0 + amax * 1e-2,
         WeightFormat::Q4_1 => span / 15.0 * 0.5 + span * 1e-2 + amax * 1e-3,
+        WeightFormat::Q5_0 => amax / 16.0 + amax * 1e-2,
+        WeightFormat::Q5_1 => span / 31.0 * 0.5 + span * 1e-2 + amax * 1e-3,
         _ => unreachable!(),
     }
 }

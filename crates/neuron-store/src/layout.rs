@@ -65,6 +65,26 @@ pub struct BundleLayout {
     pub pages: usize,
 }
 
+/// How [`BundleLayout::for_packing`] fills units.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Packing {
+    /// One bundle per unit (the "no packing" layout of the ablation).
+    None,
+    /// As many bundles as fit one page (one bundle over several pages when it is larger than a page):
+    /// a unit is never more than one page of bundles, so reading one neuron reads no more than a page
+    /// beyond it.
+    #[default]
+    Page,
+    /// Units of several pages, as few as reach [`FULL_FILL`] (at most [`MAX_UNIT_PAGES`]): the file is
+    /// no larger than its bundles, at the price of reading more neighbours with each neuron.
+    Full,
+}
+
+/// The fill [`Packing::Full`] stops at.
+pub const FULL_FILL: f64 = 0.95;
+/// The largest unit, in pages, that a store may declare ([`Packing::Full`] picks no larger).
+pub const MAX_UNIT_PAGES: usize = 16;
+
 impl BundleLayout {
     /// The layout for rows `d_model` wide in `formats`: as many bundles as fit in one page when a bundle
     /// is at most a page (SmolLM2 Q4_1: 3 per page), otherwise one bundle over as many pages as it needs.
@@ -75,6 +95,43 @@ impl BundleLayout {
     /// [`BundleLayout::new`] with at most `max_neurons` bundles per unit (1 gives one bundle per unit:
     /// the "no packing" layout of the ablation).
     pub fn with_neurons(d_model: usize, formats: Formats, max_neurons: usize) -> Result<Self> {
+        let one = Self::with_unit(d_model, formats, 1)?;
+        let bundle = one.bundle_bytes();
+        if bundle > PAGE {
+            return Ok(one);
+        }
+        Self::with_unit(d_model, formats, (PAGE / bundle).min(max_neurons.max(1)))
+    }
+
+    /// The layout `packing` asks for.
+    pub fn for_packing(d_model: usize, formats: Formats, packing: Packing) -> Result<Self> {
+        match packing {
+            Packing::None => Self::with_unit(d_model, formats, 1),
+            Packing::Page => Self::new(d_model, formats),
+            Packing::Full => {
+                let bundle = Self::with_unit(d_model, formats, 1)?.bundle_bytes();
+                let mut best = Self::new(d_model, formats)?;
+                for pages in 1..=MAX_UNIT_PAGES {
+                    let k = pages * PAGE / bundle;
+                    if k == 0 {
+                        continue;
+                    }
+                    let l = Self::with_unit(d_model, formats, k)?;
+                    if l.fill() >= FULL_FILL {
+                        return Ok(l);
+                    }
+                    if l.fill() > best.fill() + 1e-12 {
+                        best = l;
+                    }
+                }
+                Ok(best)
+            }
+        }
+    }
+
+    /// `neurons` bundles per unit, in as few pages as hold them (at most [`MAX_UNIT_PAGES`]). Every
+    /// layout is one of these, so a store's index need only name `neurons`.
+    pub fn with_unit(d_model: usize, formats: Formats, neurons: usize) -> Result<Self> {
         let row = |f: WeightFormat, what: &str| {
             f.row_bytes(d_model).filter(|&b| b > 0).ok_or_else(|| {
                 StoreError::Invalid(format!(
@@ -88,11 +145,15 @@ impl BundleLayout {
             row(formats.down, "down")?,
         );
         let bundle = gate_row + up_row + down_row;
-        let (neurons, pages) = if bundle <= PAGE {
-            ((PAGE / bundle).min(max_neurons.max(1)), 1)
-        } else {
-            (1, bundle.div_ceil(PAGE))
-        };
+        let pages = neurons
+            .checked_mul(bundle)
+            .map(|b| b.div_ceil(PAGE))
+            .filter(|&p| neurons > 0 && (p <= MAX_UNIT_PAGES || neurons == 1))
+            .ok_or_else(|| {
+                StoreError::Invalid(format!(
+                    "{neurons} bundles of {bundle} bytes per unit: units hold 1 to {MAX_UNIT_PAGES} pages"
+                ))
+            })?;
         Ok(BundleLayout {
             gate_row,
             up_row,
@@ -100,6 +161,11 @@ impl BundleLayout {
             neurons,
             pages,
         })
+    }
+
+    /// Share of a unit's bytes that are bundles (the rest is padding).
+    pub fn fill(&self) -> f64 {
+        (self.neurons * self.bundle_bytes()) as f64 / self.unit_bytes() as f64
     }
 
     /// Bytes of one bundle (gate + up + down of one neuron).
@@ -285,13 +351,7 @@ impl StoreIndex {
         };
         let k = u32_(&mut r, "neurons per unit")? as usize;
         let layout =
-            BundleLayout::with_neurons(d_model, formats, k).map_err(|e| bad(e.to_string()))?;
-        if layout.neurons != k {
-            return Err(bad(format!(
-                "{k} neurons per unit, but a page holds {} bundles of this shape",
-                layout.neurons
-            )));
-        }
+            BundleLayout::with_unit(d_model, formats, k).map_err(|e| bad(e.to_string()))?;
         let units = layout.units(d_ff);
         if bytes.len() != Self::encoded_len(n_layers, d_ff, units) {
             return Err(bad(format!(

@@ -56,8 +56,10 @@
 //!
 //! Data: layer after layer, each `units × unit_bytes` long. Unit `u` holds positions `u·k .. u·k+k`:
 //! first their `k` gate rows, then `k` up rows, then `k` down rows (the down matrix transposed, one row
-//! per neuron), then zeros to the unit's end. Unit size is one page when a bundle fits one, otherwise
-//! `ceil(bundle / 4096)` pages with `k = 1`.
+//! per neuron), then zeros to the unit's end. A unit is `ceil(k · bundle / 4096)` pages (at most
+//! [`MAX_UNIT_PAGES`] unless `k = 1`): the writer's [`Packing`] picks `k` — as many as fit one page
+//! (the default; one bundle over several pages when it is larger than a page), one, or as many as
+//! fill several pages to [`FULL_FILL`].
 //!
 //! # Invariants
 //!
@@ -80,8 +82,8 @@ mod writer;
 
 pub use error::{Result, StoreError};
 pub use layout::{
-    format_code, format_from_code, BundleLayout, Formats, LayerIndex, StoreIndex, HEADER_LEN,
-    MAGIC, PAGE, VERSION,
+    format_code, format_from_code, BundleLayout, Formats, LayerIndex, Packing, StoreIndex,
+    FULL_FILL, HEADER_LEN, MAGIC, MAX_UNIT_PAGES, PAGE, VERSION,
 };
 pub use store::NeuronStore;
 pub use writer::{LayerInput, StoreWriter};

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use atomic_out::{AtomicError, AtomicFile};
 
 use crate::error::{Result, StoreError};
-use crate::layout::{encode_header, BundleLayout, Formats, LayerIndex, StoreIndex, PAGE};
+use crate::layout::{encode_header, BundleLayout, Formats, LayerIndex, Packing, StoreIndex, PAGE};
 
 /// One layer's FFN handed to [`StoreWriter::add_layer`].
 pub struct LayerInput<'a> {
@@ -58,12 +58,36 @@ impl StoreWriter {
         formats: Formats,
         max_neurons: usize,
     ) -> Result<Self> {
+        let layout = BundleLayout::with_neurons(d_model, formats, max_neurons)?;
+        Self::create_with_layout(path, n_layers, d_model, d_ff, formats, layout)
+    }
+
+    /// [`StoreWriter::create`] with the units `packing` asks for ([`BundleLayout::for_packing`]).
+    pub fn create_packed(
+        path: impl AsRef<Path>,
+        n_layers: usize,
+        d_model: usize,
+        d_ff: usize,
+        formats: Formats,
+        packing: Packing,
+    ) -> Result<Self> {
+        let layout = BundleLayout::for_packing(d_model, formats, packing)?;
+        Self::create_with_layout(path, n_layers, d_model, d_ff, formats, layout)
+    }
+
+    fn create_with_layout(
+        path: impl AsRef<Path>,
+        n_layers: usize,
+        d_model: usize,
+        d_ff: usize,
+        formats: Formats,
+        layout: BundleLayout,
+    ) -> Result<Self> {
         if n_layers == 0 || d_ff == 0 || d_model == 0 || d_ff > u32::MAX as usize {
             return Err(StoreError::Invalid(format!(
                 "shape {n_layers} layers × {d_ff} neurons × {d_model} columns"
             )));
         }
-        let layout = BundleLayout::with_neurons(d_model, formats, max_neurons)?;
         let file = AtomicFile::create(path.as_ref()).map_err(write_error)?;
         let tmp = file.temp_path().to_path_buf();
         let data = StoreIndex::data_offset(n_layers, d_ff, layout.units(d_ff));

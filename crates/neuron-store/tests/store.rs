@@ -2,7 +2,10 @@
 
 use std::path::PathBuf;
 
-use neuron_store::{BundleLayout, Formats, LayerInput, NeuronStore, StoreError, StoreWriter, PAGE};
+use neuron_store::{
+    BundleLayout, Formats, LayerInput, NeuronStore, Packing, StoreError, StoreWriter, FULL_FILL,
+    MAX_UNIT_PAGES, PAGE,
+};
 use proptest::prelude::*;
 use tensor_types::WeightFormat;
 use ufs_io::{IoConfig, IoEngine, OpenOptions};
@@ -40,6 +43,28 @@ const Q8: Formats = Formats {
     down: WeightFormat::Q8_0,
 };
 
+/// How a test asks for its units: at most `k` neurons per unit, or a [`Packing`].
+#[derive(Clone, Copy, Debug)]
+enum Units {
+    AtMost(usize),
+    Pack(Packing),
+}
+
+impl Units {
+    fn layout(self, d: usize, formats: Formats) -> BundleLayout {
+        match self {
+            Units::AtMost(k) => BundleLayout::with_neurons(d, formats, k).unwrap(),
+            Units::Pack(p) => BundleLayout::for_packing(d, formats, p).unwrap(),
+        }
+    }
+    fn writer(self, path: &PathBuf, layers: usize, d: usize, ff: usize, f: Formats) -> StoreWriter {
+        match self {
+            Units::AtMost(k) => StoreWriter::create_with(path, layers, d, ff, f, k).unwrap(),
+            Units::Pack(p) => StoreWriter::create_packed(path, layers, d, ff, f, p).unwrap(),
+        }
+    }
+}
+
 /// Layers of random bytes: (gate, up, down_t, order, norms) each.
 type Layer = (Vec<u8>, Vec<u8>, Vec<u8>, Vec<u32>, Vec<f32>);
 
@@ -49,12 +74,13 @@ fn write_store(
     d: usize,
     ff: usize,
     formats: Formats,
-    max_k: usize,
+    units: Units,
     seed: u64,
 ) -> Vec<Layer> {
     let mut rng = Rng(seed);
-    let l = BundleLayout::with_neurons(d, formats, max_k).unwrap();
-    let mut w = StoreWriter::create_with(path, layers, d, ff, formats, max_k).unwrap();
+    let l = units.layout(d, formats);
+    let mut w = units.writer(path, layers, d, ff, formats);
+    assert_eq!(w.layout(), l);
     let mut out = Vec::new();
     for _ in 0..layers {
         let (g, u, dn) = (
@@ -87,9 +113,9 @@ fn io() -> IoEngine {
     .unwrap()
 }
 
-fn check_round_trip(d: usize, ff: usize, formats: Formats, max_k: usize) {
-    let path = tmp(&format!("rt-{d}-{ff}-{max_k}.neurons"));
-    let layers = write_store(&path, 2, d, ff, formats, max_k, 7 + d as u64);
+fn check_round_trip(d: usize, ff: usize, formats: Formats, units: Units) {
+    let path = tmp(&format!("rt-{d}-{ff}-{units:?}.neurons"));
+    let layers = write_store(&path, 2, d, ff, formats, units, 7 + d as u64);
     let io = io();
     let store = NeuronStore::open(&io, &path, OpenOptions::default()).unwrap();
     let ix = store.index();
@@ -159,12 +185,12 @@ fn packed_store_round_trips() {
     // Q8_0 rows of 64: bundles of 204 bytes, 20 to a page; 100 neurons leave a ragged last unit.
     let l = BundleLayout::new(64, Q8).unwrap();
     assert_eq!((l.neurons, l.pages), (20, 1));
-    check_round_trip(64, 100, Q8, usize::MAX);
+    check_round_trip(64, 100, Q8, Units::AtMost(usize::MAX));
 }
 
 #[test]
 fn unpacked_store_round_trips() {
-    check_round_trip(64, 37, Q8, 1);
+    check_round_trip(64, 37, Q8, Units::AtMost(1));
 }
 
 #[test]
@@ -187,7 +213,62 @@ fn large_bundles_span_pages_with_the_gate_first() {
     let l = BundleLayout::new(2048, Q8).unwrap();
     assert_eq!((l.neurons, l.pages), (1, 2));
     assert!(l.gate_in_first_page());
-    check_round_trip(2048, 9, Q8, usize::MAX);
+    check_round_trip(2048, 9, Q8, Units::AtMost(usize::MAX));
+}
+
+/// Qwen2.5-0.5B's shape: Q5_0 gate/up rows of 896 (616 bytes) and Q8_0 down columns (952): one
+/// 2184-byte bundle per page leaves 47% of it empty; full packing puts 9 in 5 pages.
+const QWEN: Formats = Formats {
+    gate: WeightFormat::Q5_0,
+    up: WeightFormat::Q5_0,
+    down: WeightFormat::Q8_0,
+};
+
+#[test]
+fn full_packing_fills_multi_page_units() {
+    let page = BundleLayout::for_packing(896, QWEN, Packing::Page).unwrap();
+    assert_eq!(
+        (page.bundle_bytes(), page.neurons, page.pages),
+        (2184, 1, 1)
+    );
+    assert!(page.fill() < 0.54);
+    let full = BundleLayout::for_packing(896, QWEN, Packing::Full).unwrap();
+    assert_eq!((full.neurons, full.pages), (9, 5));
+    assert!(full.fill() >= FULL_FILL, "{}", full.fill());
+    // Multi-page units of several neurons read back whole and in two parts.
+    check_round_trip(896, 50, QWEN, Units::Pack(Packing::Full));
+    let none = BundleLayout::for_packing(896, QWEN, Packing::None).unwrap();
+    assert_eq!((none.neurons, none.pages), (1, 1));
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+    /// Every packing gives a layout the index can name by its neuron count alone; full packing reaches
+    /// FULL_FILL when some unit of at most MAX_UNIT_PAGES pages does, and otherwise takes the best fill.
+    #[test]
+    fn packings_are_consistent(blocks in 1usize..160, g in 0usize..4, dn in 0usize..4) {
+        let fs = [WeightFormat::Q4_0, WeightFormat::Q5_0, WeightFormat::Q8_0, WeightFormat::F16];
+        let (d, f) = (blocks * 32, Formats { gate: fs[g], up: fs[g], down: fs[dn] });
+        for p in [Packing::None, Packing::Page, Packing::Full] {
+            let l = BundleLayout::for_packing(d, f, p).unwrap();
+            prop_assert_eq!(BundleLayout::with_unit(d, f, l.neurons).unwrap(), l);
+            prop_assert!(l.neurons * l.bundle_bytes() <= l.unit_bytes());
+            prop_assert!(l.unit_bytes() - l.neurons * l.bundle_bytes() < PAGE, "a whole empty page");
+        }
+        let full = BundleLayout::for_packing(d, f, Packing::Full).unwrap();
+        let page = BundleLayout::for_packing(d, f, Packing::Page).unwrap();
+        prop_assert!(full.fill() >= page.fill());
+        let b = full.bundle_bytes();
+        let best = (1..=MAX_UNIT_PAGES)
+            .filter(|p| p * PAGE >= b)
+            .map(|p| (p * PAGE / b * b) as f64 / (p * PAGE) as f64)
+            .fold(0.0f64, f64::max);
+        if best >= FULL_FILL {
+            prop_assert!(full.fill() >= FULL_FILL);
+        } else {
+            prop_assert!(full.fill() >= best - 1e-12 || full == page);
+        }
+    }
 }
 
 #[test]
@@ -245,7 +326,7 @@ fn failed_or_dropped_writer_leaves_the_old_store_intact() {
     });
 
     let path = tmp("kept.neurons");
-    let layers = write_store(&path, 2, 64, 40, Q8, usize::MAX, 7);
+    let layers = write_store(&path, 2, 64, 40, Q8, Units::AtMost(usize::MAX), 7);
     let before = std::fs::read(&path).unwrap();
     {
         let mut w = StoreWriter::create(&path, 2, 64, 40, Q8).unwrap();
@@ -329,7 +410,7 @@ fn base_store() -> (PathBuf, Vec<u8>) {
     static WRITTEN: std::sync::OnceLock<()> = std::sync::OnceLock::new();
     let path = tmp("base.neurons");
     WRITTEN.get_or_init(|| {
-        write_store(&path, 2, 64, 60, Q8, usize::MAX, 3);
+        write_store(&path, 2, 64, 60, Q8, Units::AtMost(usize::MAX), 3);
     });
     let bytes = std::fs::read(&path).unwrap();
     (path, bytes)

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use kernels_neon::WeightFormat;
 use model_format::{GgufWriter, MetaValue};
-use neuron_store::{Formats, LayerInput, NeuronStore, StoreWriter};
+use neuron_store::{Formats, LayerInput, NeuronStore, Packing, StoreWriter};
 use ufs_io::{IoConfig, IoEngine, OpenOptions};
 
 use crate::config::{FFN_STORE_FILE_KEY, FFN_STORE_FINGERPRINT_KEY};
@@ -17,10 +17,10 @@ use crate::transpose::TransposedDown;
 /// Settings of [`convert`].
 #[derive(Debug, Clone)]
 pub struct ConvertOptions {
-    /// Format of the stored down rows (the down matrix transposed; default that of sparse decode).
-    pub down_format: WeightFormat,
-    /// At most this many neurons per 4 KiB unit (`usize::MAX`: as many as fit; 1: no packing).
-    pub max_neurons_per_unit: usize,
+    /// Format of the stored down rows (the down matrix transposed); `None`: [`auto_down_format`].
+    pub down_format: Option<WeightFormat>,
+    /// How bundles fill units (default: as many as fit a page).
+    pub packing: Packing,
     /// Neurons whose batch-1 activation frequency is at least this are marked hot in the store.
     pub hot_frequency: f32,
 }
@@ -28,10 +28,27 @@ pub struct ConvertOptions {
 impl Default for ConvertOptions {
     fn default() -> Self {
         ConvertOptions {
-            down_format: crate::transpose::DEFAULT_DOWN_FORMAT,
-            max_neurons_per_unit: usize::MAX,
+            down_format: Some(crate::transpose::DEFAULT_DOWN_FORMAT),
+            packing: Packing::Page,
             hot_frequency: 0.5,
         }
+    }
+}
+
+/// The down format of a store no larger per neuron than the file's down matrices: `Q5_0` when the file
+/// stores its down matrices in fewer than 6 bits per weight on average (4- and 5-bit files, mixes of
+/// Q4_K and Q6_K), `Q8_0` otherwise. Transposing re-quantizes across the other axis, so the format
+/// keeps at least a bit more than 4-bit sources (re-quantizing SmolLM2's Q4_1 down to Q4_1 moved top
+/// logits by about 7).
+pub fn auto_down_format(model: &Model<'_>) -> WeightFormat {
+    let (bytes, weights) = model.layers.iter().fold((0usize, 0usize), |(b, w), l| {
+        (b + l.down.data().len(), w + l.down.rows() * l.down.cols())
+    });
+    let bits = 8.0 * bytes as f64 / weights.max(1) as f64;
+    if bits < 6.0 && WeightFormat::Q5_0.row_bytes(model.config.d_model).is_some() {
+        WeightFormat::Q5_0
+    } else {
+        WeightFormat::Q8_0
     }
 }
 
@@ -48,6 +65,10 @@ pub struct ConvertReport {
     pub store_bytes: u64,
     /// Neurons per unit, pages per unit.
     pub layout: neuron_store::BundleLayout,
+    /// Format of the stored down rows.
+    pub down_format: WeightFormat,
+    /// Bytes of the FFN matrices (gate, up, down) in the source file, to set against the store's.
+    pub source_ffn_bytes: u64,
     /// Hot neurons marked per layer.
     pub hot_neurons: Vec<usize>,
     /// Fingerprint of the source model (the resident file carries it).
@@ -122,20 +143,26 @@ pub fn convert(
         });
     }
     // The transposed down rows and their norms, exactly as in-memory sparse decode has them.
-    let down = TransposedDown::of(&model, opts.down_format)?;
+    let down_format = opts.down_format.unwrap_or_else(|| auto_down_format(&model));
+    let down = TransposedDown::of(&model, down_format)?;
     let store_path = store_path_for(resident);
     let formats = Formats {
         gate: gate_f,
         up: up_f,
-        down: opts.down_format,
+        down: down_format,
     };
-    let mut w = StoreWriter::create_with(
+    let source_ffn_bytes = model
+        .layers
+        .iter()
+        .map(|l| (l.gate.data().len() + l.up.data().len() + l.down.data().len()) as u64)
+        .sum();
+    let mut w = StoreWriter::create_packed(
         &store_path,
         cfg.n_layers,
         cfg.d_model,
         cfg.d_ff,
         formats,
-        opts.max_neurons_per_unit,
+        opts.packing,
     )?;
     let layout = w.layout();
     let mut hot_neurons = Vec::with_capacity(cfg.n_layers);
@@ -198,6 +225,8 @@ pub fn convert(
         store_bytes: len(&store_path)?,
         store: store_path,
         layout,
+        down_format,
+        source_ffn_bytes,
         hot_neurons,
         source_fingerprint: fingerprint,
     })

@@ -37,8 +37,10 @@ mod runtime;
 mod unit;
 
 pub use convert::{
-    convert, store_ffn_bytes, store_path_for, verify, ConvertOptions, ConvertReport,
+    auto_down_format, convert, store_ffn_bytes, store_path_for, verify, ConvertOptions,
+    ConvertReport,
 };
 pub use live::{CacheControl, CacheReport};
+pub use neuron_store::Packing;
 pub use options::{OffloadOptions, OffloadStats};
 pub use runtime::Offload;

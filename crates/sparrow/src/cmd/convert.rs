@@ -5,9 +5,37 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use clap::Args;
-use engine::{ModelBundle, ModelFile};
+use engine::offload::Packing;
+use engine::{ModelBundle, ModelFile, WeightFormat};
 
 use crate::ui::{bar, mib};
+
+/// `--pack`.
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum Pack {
+    /// As many neurons as fit one 4 KiB page.
+    Page,
+    /// Units of several pages, at least 95% used.
+    Full,
+    /// One neuron per unit.
+    None,
+}
+
+/// `--down-format`: a format, or `None` for `auto`.
+#[derive(Clone, Copy)]
+pub struct DownFormat(Option<WeightFormat>);
+
+fn parse_down_format(s: &str) -> std::result::Result<DownFormat, String> {
+    use WeightFormat::*;
+    if s.eq_ignore_ascii_case("auto") {
+        return Ok(DownFormat(None));
+    }
+    [Q8_0, Q5_0, Q5_1, Q4_0, Q4_1, F16]
+        .into_iter()
+        .find(|f| f.name().eq_ignore_ascii_case(s))
+        .map(|f| DownFormat(Some(f)))
+        .ok_or_else(|| format!("`{s}` is not one of auto, q8_0, q5_0, q5_1, q4_0, q4_1, f16"))
+}
 
 #[derive(Args)]
 pub struct ConvertArgs {
@@ -24,9 +52,17 @@ pub struct ConvertArgs {
     /// written next to it with the extension `.neurons`.
     #[arg(long, short = 'o')]
     pub out: Option<PathBuf>,
-    /// One neuron per 4 KiB page instead of packing neighbours by activation frequency.
-    #[arg(long)]
+    /// One neuron per 4 KiB page instead of packing neighbours by activation frequency (`--pack none`).
+    #[arg(long, conflicts_with = "pack")]
     pub no_pack: bool,
+    /// How neurons fill the store's units: `page` (as many as fit a 4 KiB page), `full` (units of
+    /// several pages, at least 95% used: the smallest store, more neighbours read per neuron), `none`.
+    #[arg(long, value_enum, default_value = "page")]
+    pub pack: Pack,
+    /// Format of the stored down columns: `auto` (Q5_0 for files whose down matrices average under 6
+    /// bits per weight, else Q8_0), or q8_0, q5_0, q5_1, q4_0, q4_1, f16.
+    #[arg(long, default_value = "q8_0", value_parser = parse_down_format)]
+    pub down_format: DownFormat,
     /// Read back every page of the store and check it.
     #[arg(long)]
     pub verify: bool,
@@ -54,7 +90,12 @@ pub fn run(a: ConvertArgs) -> Result<()> {
     inputs.extend(pred.clone());
     engine::outputs::refuse_overwrite(&outputs, &inputs)?;
     let opts = engine::ConvertOptions {
-        max_neurons_per_unit: if a.no_pack { 1 } else { usize::MAX },
+        packing: match (a.no_pack, a.pack) {
+            (true, _) | (_, Pack::None) => Packing::None,
+            (_, Pack::Page) => Packing::Page,
+            (_, Pack::Full) => Packing::Full,
+        },
+        down_format: a.down_format.0,
         ..Default::default()
     };
     let t = Instant::now();
@@ -85,13 +126,16 @@ pub fn run(a: ConvertArgs) -> Result<()> {
         mib(r.resident_bytes)
     );
     println!(
-        "neuron store  {} ({:.1} MiB): {} neuron(s) of {} bytes per {}-page unit ({:.0}% of each unit used), {} hot neurons (batch-1 frequency ≥ {}) first in their layers",
+        "neuron store  {} ({:.1} MiB, {:.2}x the {:.1} MiB of FFN matrices in the model): {} neuron(s) of {} bytes (down columns {}) per {}-page unit ({:.0}% of each unit used), {} hot neurons (batch-1 frequency ≥ {}) first in their layers",
         r.store.display(),
         mib(r.store_bytes),
+        r.store_bytes as f64 / r.source_ffn_bytes.max(1) as f64,
+        mib(r.source_ffn_bytes),
         l.neurons,
         l.bundle_bytes(),
+        r.down_format,
         l.pages,
-        100.0 * (l.neurons * l.bundle_bytes()) as f64 / l.unit_bytes() as f64,
+        100.0 * l.fill(),
         hot,
         opts.hot_frequency
     );
