@@ -15,6 +15,7 @@
 //! byte on flash (BENCHMARKS, "Flash reads"), so the FFN goes first (OATO's benefit per byte).
 
 use kernels_neon::{Precision, QMatrix};
+use model_format::{advise, Paging};
 
 use crate::error::{kernel, Result};
 use crate::ffn::StepKind;
@@ -27,60 +28,11 @@ pub const OUTPUT_CHUNK: usize = 4 << 20;
 /// the next one.
 pub const STREAM_RESIDENT_BYTES: u64 = 2 * OUTPUT_CHUNK as u64;
 
-/// Tells the kernel how `bytes` (a slice of a file mapping) will be used. Errors are ignored: advice
-/// changes speed and residency, never results.
-fn advise(bytes: &[u8], advice: Advice) {
-    #[cfg(unix)]
-    {
-        let page = 4096usize;
-        let start = bytes.as_ptr() as usize & !(page - 1);
-        let end = bytes.as_ptr() as usize + bytes.len();
-        if bytes.is_empty() {
-            return;
-        }
-        let run = |a: libc::c_int| {
-            // SAFETY: [start, end) lies within pages of the read-only file mapping that `bytes`
-            // borrows (start is rounded down to its page, the mapping is page aligned). The advice
-            // given here only drops or schedules the page cache behind it: a later access faults the
-            // same file bytes back in, so no live reference ever sees different contents.
-            unsafe { libc::madvise(start as *mut libc::c_void, end - start, a) }
-        };
-        match advice {
-            Advice::Random => {
-                run(libc::MADV_RANDOM);
-            }
-            Advice::Normal => {
-                run(libc::MADV_NORMAL);
-            }
-            Advice::WillNeed => {
-                run(libc::MADV_WILLNEED);
-            }
-            Advice::Release => {
-                #[cfg(any(target_os = "linux", target_os = "android"))]
-                if run(libc::MADV_PAGEOUT) == 0 {
-                    return;
-                }
-                run(libc::MADV_DONTNEED);
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    let _ = (bytes, advice);
-}
-
-#[derive(Clone, Copy)]
-enum Advice {
-    Random,
-    Normal,
-    WillNeed,
-    Release,
-}
-
 /// Switches the embedding's read-ahead off (`on`) or back to the default.
 pub(crate) fn embedding_on_demand(embed: &QMatrix<'_>, on: bool) {
     advise(
         embed.data(),
-        if on { Advice::Random } else { Advice::Normal },
+        if on { Paging::Random } else { Paging::Normal },
     );
 }
 
@@ -90,7 +42,7 @@ pub(crate) fn prefetch_output(output: &QMatrix<'_>) {
     let rows = chunk_rows(output);
     advise(
         &output.data()[..rows.min(output.rows()) * output.row_bytes()],
-        Advice::WillNeed,
+        Paging::WillNeed,
     );
 }
 
@@ -119,7 +71,7 @@ pub(crate) fn output_logits(
         let r1 = (r0 + step).min(vocab);
         let next = r1..(r1 + step).min(vocab);
         if !next.is_empty() {
-            advise(&data[next.start * rb..next.end * rb], Advice::WillNeed);
+            advise(&data[next.start * rb..next.end * rb], Paging::WillNeed);
         }
         let bytes = &data[r0 * rb..r1 * rb];
         let w = QMatrix::new(output.format(), r1 - r0, output.cols(), bytes)
@@ -137,7 +89,7 @@ pub(crate) fn output_logits(
         for t in 0..m {
             logits[t * vocab + r0..t * vocab + r1].copy_from_slice(&part[t * n..(t + 1) * n]);
         }
-        advise(bytes, Advice::Release);
+        advise(bytes, Paging::Release);
         r0 = r1;
     }
     Ok(())

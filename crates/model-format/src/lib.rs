@@ -45,6 +45,7 @@ mod error;
 mod gguf;
 mod hf;
 mod meta;
+mod paging;
 mod tensor;
 mod writer;
 
@@ -56,6 +57,7 @@ pub use gguf::{
 };
 pub use hf::{HfConfig, HfDir, SAFETENSORS_DTYPE_NAMES, SAFETENSORS_TYPE_ID_BASE};
 pub use meta::MetaValue;
+pub use paging::{advise, Paging};
 pub use tensor::{TensorInfo, TensorView};
 /// The storage type of a tensor: the workspace's one format table, [`tensor_types::WeightFormat`]
 /// (ggml type ids, names, block sizes). Files only hold the formats of [`WeightFormat::GGML`]; the
