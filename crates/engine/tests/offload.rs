@@ -160,7 +160,7 @@ fn unpacked_store_computes_the_same() {
     let resident = converted(
         name,
         &ConvertOptions {
-            packing: engine::offload::Packing::None,
+            packing: Some(engine::offload::Packing::None),
             ..Default::default()
         },
         "unpacked",
@@ -465,4 +465,54 @@ fn a_live_budget_change_keeps_results_and_the_cache_within_its_budget() {
         "{e}"
     );
     assert_eq!(ctl.report().cache_budget as usize, total / 2, "unchanged");
+}
+
+#[test]
+fn auto_packing_reads_the_fewest_bytes() {
+    use engine::offload::{auto_packing, Packing};
+    use engine::WeightFormat;
+    use neuron_store::Formats;
+    use predictor::{ActivationKind, LayerProfile, ScoreKind};
+    // Qwen2.5-0.5B's bundle: 2184 bytes, one per page (53% used) or 9 in 5 pages (96%).
+    let f = Formats {
+        gate: WeightFormat::Q5_0,
+        up: WeightFormat::Q5_0,
+        down: WeightFormat::Q8_0,
+    };
+    let ff = 900;
+    let profile = |freq: f32| Profile {
+        model: "synthetic".into(),
+        model_fingerprint: 0,
+        corpus: "synthetic".into(),
+        tokens: 0,
+        activation: ActivationKind::Silu,
+        score: ScoreKind::OutputNorm,
+        batch_sizes: vec![1],
+        layers: (0..2)
+            .map(|_| LayerProfile {
+                n_neurons: ff as u32,
+                threshold: 0.0,
+                freq: vec![vec![freq; ff]],
+                mean_abs: vec![0.0; ff],
+                max_abs: vec![0.0; ff],
+                coact_gate_up: vec![1.0; ff],
+                coact_gate_down: vec![1.0; ff],
+            })
+            .collect(),
+    };
+    // Without predictors every unit is read: the fuller units win.
+    assert_eq!(
+        auto_packing(896, f, &profile(0.05), false).unwrap(),
+        Packing::Full
+    );
+    // With predictors and rare neurons, a page per neuron reads far less than 5 pages per 9.
+    assert_eq!(
+        auto_packing(896, f, &profile(0.05), true).unwrap(),
+        Packing::Page
+    );
+    // Neurons that nearly always fire: nearly every unit is read again, and fuller units win.
+    assert_eq!(
+        auto_packing(896, f, &profile(0.9), true).unwrap(),
+        Packing::Full
+    );
 }

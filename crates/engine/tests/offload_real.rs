@@ -42,7 +42,7 @@ fn check(down: WeightFormat, packing: Packing, layout: (usize, usize)) {
         &resident,
         &ConvertOptions {
             down_format: Some(down),
-            packing,
+            packing: Some(packing),
             ..Default::default()
         },
         |_, _| {},

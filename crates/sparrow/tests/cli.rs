@@ -263,7 +263,8 @@ fn convert_then_run_over_the_neuron_store() {
     );
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
-        text.contains("every page verified") && text.contains("3 neuron(s) of 1332 bytes"),
+        text.contains("every page verified")
+            && text.contains("7 neuron(s) of 1116 bytes (down columns Q5_0) per 2-page unit"),
         "{text}"
     );
     assert!(

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use kernels_neon::WeightFormat;
 use model_format::{GgufWriter, MetaValue};
-use neuron_store::{Formats, LayerInput, NeuronStore, Packing, StoreWriter};
+use neuron_store::{BundleLayout, Formats, LayerInput, NeuronStore, Packing, StoreWriter};
 use ufs_io::{IoConfig, IoEngine, OpenOptions};
 
 use crate::config::{FFN_STORE_FILE_KEY, FFN_STORE_FINGERPRINT_KEY};
@@ -19,8 +19,11 @@ use crate::transpose::TransposedDown;
 pub struct ConvertOptions {
     /// Format of the stored down rows (the down matrix transposed); `None`: [`auto_down_format`].
     pub down_format: Option<WeightFormat>,
-    /// How bundles fill units (default: as many as fit a page).
-    pub packing: Packing,
+    /// How bundles fill units (default: as many as fit a page); `None`: [`auto_packing`].
+    pub packing: Option<Packing>,
+    /// Whether predictors will select the neurons read (for [`auto_packing`]: without them every
+    /// gate and up row is read each token).
+    pub with_predictors: bool,
     /// Neurons whose batch-1 activation frequency is at least this are marked hot in the store.
     pub hot_frequency: f32,
 }
@@ -29,10 +32,49 @@ impl Default for ConvertOptions {
     fn default() -> Self {
         ConvertOptions {
             down_format: Some(crate::transpose::DEFAULT_DOWN_FORMAT),
-            packing: Packing::Page,
+            packing: Some(Packing::Page),
+            with_predictors: false,
             hot_frequency: 0.5,
         }
     }
+}
+
+/// Of page and full packing ([`Packing`]), the one that reads fewer bytes per token: units hold
+/// neurons in descending profiled frequency, a unit is read when any of its neurons is needed (the
+/// neurons taken as independent, each needed at its batch-1 frequency with predictors, always
+/// without), and the expected bytes of all layers are compared (ties: page). Without predictors
+/// that is the smaller store; with them, fewer neighbours read per neuron tends to win.
+pub fn auto_packing(
+    d_model: usize,
+    formats: Formats,
+    profile: &predictor::Profile,
+    with_predictors: bool,
+) -> Result<Packing> {
+    let cost = |p: Packing| -> Result<f64> {
+        let l = BundleLayout::for_packing(d_model, formats, p)?;
+        let mut bytes = 0.0;
+        for layer in &profile.layers {
+            let mut f: Vec<f32> = layer.freq.first().cloned().unwrap_or_default();
+            f.sort_by(|a, b| b.total_cmp(a));
+            for unit in f.chunks(l.neurons.max(1)) {
+                let idle: f64 = if with_predictors {
+                    unit.iter()
+                        .map(|&x| 1.0 - f64::from(x.clamp(0.0, 1.0)))
+                        .product()
+                } else {
+                    0.0
+                };
+                bytes += (1.0 - idle) * l.unit_bytes() as f64;
+            }
+        }
+        Ok(bytes)
+    };
+    let (page, full) = (cost(Packing::Page)?, cost(Packing::Full)?);
+    Ok(if full < page {
+        Packing::Full
+    } else {
+        Packing::Page
+    })
 }
 
 /// The down format of a store no larger per neuron than the file's down matrices: `Q5_0` when the file
@@ -65,6 +107,8 @@ pub struct ConvertReport {
     pub store_bytes: u64,
     /// Neurons per unit, pages per unit.
     pub layout: neuron_store::BundleLayout,
+    /// The packing used.
+    pub packing: Packing,
     /// Format of the stored down rows.
     pub down_format: WeightFormat,
     /// Bytes of the FFN matrices (gate, up, down) in the source file, to set against the store's.
@@ -156,13 +200,17 @@ pub fn convert(
         .iter()
         .map(|l| (l.gate.data().len() + l.up.data().len() + l.down.data().len()) as u64)
         .sum();
+    let packing = match opts.packing {
+        Some(p) => p,
+        None => auto_packing(cfg.d_model, formats, profile, opts.with_predictors)?,
+    };
     let mut w = StoreWriter::create_packed(
         &store_path,
         cfg.n_layers,
         cfg.d_model,
         cfg.d_ff,
         formats,
-        opts.packing,
+        packing,
     )?;
     let layout = w.layout();
     let mut hot_neurons = Vec::with_capacity(cfg.n_layers);
@@ -225,6 +273,7 @@ pub fn convert(
         store_bytes: len(&store_path)?,
         store: store_path,
         layout,
+        packing,
         down_format,
         source_ffn_bytes,
         hot_neurons,

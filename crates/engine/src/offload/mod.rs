@@ -37,8 +37,8 @@ mod runtime;
 mod unit;
 
 pub use convert::{
-    auto_down_format, convert, store_ffn_bytes, store_path_for, verify, ConvertOptions,
-    ConvertReport,
+    auto_down_format, auto_packing, convert, store_ffn_bytes, store_path_for, verify,
+    ConvertOptions, ConvertReport,
 };
 pub use live::{CacheControl, CacheReport};
 pub use neuron_store::Packing;

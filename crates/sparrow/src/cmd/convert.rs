@@ -13,6 +13,8 @@ use crate::ui::{bar, mib};
 /// `--pack`.
 #[derive(Clone, Copy, clap::ValueEnum)]
 pub enum Pack {
+    /// Page or full, whichever reads fewer bytes per token.
+    Auto,
     /// As many neurons as fit one 4 KiB page.
     Page,
     /// Units of several pages, at least 95% used.
@@ -56,12 +58,15 @@ pub struct ConvertArgs {
     #[arg(long, conflicts_with = "pack")]
     pub no_pack: bool,
     /// How neurons fill the store's units: `page` (as many as fit a 4 KiB page), `full` (units of
-    /// several pages, at least 95% used: the smallest store, more neighbours read per neuron), `none`.
-    #[arg(long, value_enum, default_value = "page")]
+    /// several pages, at least 95% used: the smallest store, more neighbours read per neuron), `none`,
+    /// or `auto`: page or full, whichever reads fewer bytes per token by the profile (with the
+    /// model's predictors, or every neuron without them).
+    #[arg(long, value_enum, default_value = "auto")]
     pub pack: Pack,
     /// Format of the stored down columns: `auto` (Q5_0 for files whose down matrices average under 6
-    /// bits per weight, else Q8_0), or q8_0, q5_0, q5_1, q4_0, q4_1, f16.
-    #[arg(long, default_value = "q8_0", value_parser = parse_down_format)]
+    /// bits per weight, which costs about 0.4% perplexity on SmolLM2 and Qwen2.5-0.5B; else Q8_0), or
+    /// q8_0, q5_0, q5_1, q4_0, q4_1, f16.
+    #[arg(long, default_value = "auto", value_parser = parse_down_format)]
     pub down_format: DownFormat,
     /// Read back every page of the store and check it.
     #[arg(long)]
@@ -91,10 +96,12 @@ pub fn run(a: ConvertArgs) -> Result<()> {
     engine::outputs::refuse_overwrite(&outputs, &inputs)?;
     let opts = engine::ConvertOptions {
         packing: match (a.no_pack, a.pack) {
-            (true, _) | (_, Pack::None) => Packing::None,
-            (_, Pack::Page) => Packing::Page,
-            (_, Pack::Full) => Packing::Full,
+            (true, _) | (_, Pack::None) => Some(Packing::None),
+            (_, Pack::Page) => Some(Packing::Page),
+            (_, Pack::Full) => Some(Packing::Full),
+            (_, Pack::Auto) => None,
         },
+        with_predictors: pred.is_some(),
         down_format: a.down_format.0,
         ..Default::default()
     };
@@ -126,7 +133,7 @@ pub fn run(a: ConvertArgs) -> Result<()> {
         mib(r.resident_bytes)
     );
     println!(
-        "neuron store  {} ({:.1} MiB, {:.2}x the {:.1} MiB of FFN matrices in the model): {} neuron(s) of {} bytes (down columns {}) per {}-page unit ({:.0}% of each unit used), {} hot neurons (batch-1 frequency ≥ {}) first in their layers",
+        "neuron store  {} ({:.1} MiB, {:.2}x the {:.1} MiB of FFN matrices in the model): {} neuron(s) of {} bytes (down columns {}) per {}-page unit ({:.0}% of each unit used, {:?} packing), {} hot neurons (batch-1 frequency ≥ {}) first in their layers",
         r.store.display(),
         mib(r.store_bytes),
         r.store_bytes as f64 / r.source_ffn_bytes.max(1) as f64,
@@ -136,6 +143,7 @@ pub fn run(a: ConvertArgs) -> Result<()> {
         r.down_format,
         l.pages,
         100.0 * l.fill(),
+        r.packing,
         hot,
         opts.hot_frequency
     );
