@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use kernels_neon::{Precision, QMatrix, WeightFormat};
-use planner::{DeviceProfile, IoRate, KernelRate};
+use planner::{CallOverhead, DeviceProfile, IoRate, KernelRate};
 use ufs_io::{IoConfig, IoEngine, OpenOptions, ReadRequest};
 
 use crate::error::{EngineError, Result};
@@ -145,10 +145,16 @@ fn measure_kernels(
         .map(|i| ((i * 7919) % 97) as f32 / 97.0 - 0.5)
         .collect();
     let mut y = vec![0f32; rows];
-    let picked: Vec<u32> = (0..rows as u32).filter(|r| r % 10 < 3).collect();
-    let mut ys = vec![0f32; picked.len()];
+    // Three disjoint sets of 30% of the rows, taken in turn: the rows a call reads were not read by
+    // the call before (in decode they were last read a whole model ago), so they come from DRAM and
+    // not from the cache the previous call filled.
+    let sets: Vec<Vec<u32>> = (0..3u32)
+        .map(|k| (0..rows as u32).filter(|r| r % 10 / 3 == k).collect())
+        .collect();
+    let per_set = sets.iter().map(Vec::len).min().unwrap_or(0);
+    let mut ys = vec![0f32; per_set];
     let bytes = (rows * row_bytes) as f64;
-    let sparse_bytes = (picked.len() * row_bytes) as f64;
+    let sparse_bytes = (per_set * row_bytes) as f64;
     let mut out = Vec::new();
     let mut batch_cost = 1.0;
     for t in 1..=o.max_threads {
@@ -158,10 +164,31 @@ fn measure_kernels(
                 kernels_neon::matvec(&w, &x, &mut y, Precision::Fast).map_err(kernel_err)
             })
         })?;
+        let mut turn = 0usize;
         let sparse = p.install(|| {
             per_call(o.point_time, || {
-                kernels_neon::matvec_rows(&w, &picked, &x, &mut ys, Precision::Fast)
+                turn += 1;
+                let picked = &sets[turn % 3][..per_set];
+                kernels_neon::matvec_rows(&w, picked, &x, &mut ys, Precision::Fast)
                     .map_err(kernel_err)
+            })
+        })?;
+        // Sparse decode's down projection: each thread sums its own share of the picked rows (the
+        // matrix read as transposed rows), as the workers of a sparse FFN step do.
+        let share = per_set.div_ceil(t).max(1);
+        let coeffs = vec![0.5f32; share];
+        let mut acc = vec![vec![0f32; cols]; t];
+        let axpy = p.install(|| {
+            per_call(o.point_time, || {
+                use rayon::prelude::*;
+                turn += 1;
+                let picked = &sets[turn % 3][..per_set];
+                acc.par_iter_mut()
+                    .zip(picked.par_chunks(share))
+                    .try_for_each(|(y, rows)| {
+                        kernels_neon::axpy_rows(&w, rows, &coeffs[..rows.len()], y)
+                            .map_err(kernel_err)
+                    })
             })
         })?;
         out.push(KernelRate {
@@ -169,6 +196,7 @@ fn measure_kernels(
             threads: t as u32,
             dense_bps: bytes / dense,
             sparse_bps: sparse_bytes / sparse,
+            axpy_bps: sparse_bytes / axpy,
         });
         if t == o.max_threads {
             let xb: Vec<f32> = (0..8).flat_map(|_| x.iter().copied()).collect();
@@ -363,6 +391,15 @@ pub fn calibrate(o: &CalibrateOptions, mut progress: impl FnMut(&str)) -> Result
         flash_seq_bps / 1e6
     ));
     drop(scratch);
+    let call_overhead = measure_call_overhead(o)?;
+    progress(&format!(
+        "fixed cost of a parallel kernel call: {}",
+        call_overhead
+            .iter()
+            .map(|c| format!("{:.1} µs at {} thread(s)", c.ns / 1e3, c.threads))
+            .collect::<Vec<_>>()
+            .join(", ")
+    ));
     let (name, fingerprint) = device_fingerprint();
     Ok(DeviceProfile {
         name,
@@ -374,5 +411,36 @@ pub fn calibrate(o: &CalibrateOptions, mut progress: impl FnMut(&str)) -> Result
         flash_random,
         flash_seq_bps,
         flash_path: o.dir.display().to_string(),
+        call_overhead,
     })
+}
+
+/// The fixed cost of one parallel kernel call per thread count: a matrix-vector product over a
+/// 64 × 576 Q8_0 matrix (36 KiB, in cache, about a microsecond of arithmetic), so the time is the
+/// call's own (splitting the rows, waking the threads, joining, quantizing the input).
+fn measure_call_overhead(o: &CalibrateOptions) -> Result<Vec<CallOverhead>> {
+    let (rows, cols, format) = (64usize, 576usize, WeightFormat::Q8_0);
+    let rb = format
+        .row_bytes(cols)
+        .ok_or_else(|| EngineError::Request("Q8_0: no row size".into()))?;
+    let mut data = vec![0u8; rows * rb];
+    XorShift(0x2545_f491_4f6c_dd1d).fill(&mut data);
+    let w = QMatrix::new(format, rows, cols, &data)
+        .map_err(|e| EngineError::Request(format!("calibration matrix: {e}")))?;
+    let x = vec![0.25f32; cols];
+    let mut y = vec![0f32; rows];
+    (1..=o.max_threads)
+        .map(|t| {
+            let p = pool(t)?;
+            let secs = p.install(|| {
+                per_call(o.point_time, || {
+                    kernels_neon::matvec(&w, &x, &mut y, Precision::Fast).map_err(kernel_err)
+                })
+            })?;
+            Ok(CallOverhead {
+                threads: t as u32,
+                ns: secs * 1e9,
+            })
+        })
+        .collect()
 }

@@ -143,6 +143,10 @@ pub fn model_summary(engine: &Engine<'_>, sidecars: &SparseSidecars) -> Result<M
         layers,
         predictor_bytes,
         predicted: predictor.is_some() && predictor_bytes > 0,
+        // The output-norm score (the default) computes every up row beside the gate rows.
+        select_up: profile
+            .as_ref()
+            .is_none_or(|p| p.score == predictor::ScoreKind::OutputNorm),
         kv_bytes_per_position: cfg.kv_cache_bytes(1, engine.cache_type()),
         // As `budget` counts it: what the process holds now, set up but before decoding.
         process_bytes: crate::sys::rss_bytes().unwrap_or(0),
@@ -173,6 +177,13 @@ fn store_layers(path: &Path, freq_of: &FreqOf<'_>) -> Result<Vec<FfnLayer>> {
                 &freq_of(l, &li.order),
                 GRID,
             )
+            .map(|f| {
+                f.with_parts(
+                    (ix.layout.gate_row + ix.layout.up_row) as u64,
+                    ix.layout.down_row as u64,
+                    ix.formats.down.name(),
+                )
+            })
             .map_err(|e| EngineError::Request(e.to_string()))
         })
         .collect()
@@ -195,6 +206,9 @@ fn memory_layers(
                 .unwrap_or_else(|| (0..n as u32).collect());
             let neuron =
                 (bytes(&layer.gate) + bytes(&layer.up) + bytes(&layer.down)) / n.max(1) as u64;
+            // In-memory sparse decode reads the down columns transposed into its own format.
+            let down_format = crate::transpose::DEFAULT_DOWN_FORMAT;
+            let down = down_format.row_bytes(layer.down.rows()).unwrap_or(0) as u64;
             FfnLayer::from_frequencies(
                 neuron.max(1),
                 layer.gate.format().name(),
@@ -203,6 +217,13 @@ fn memory_layers(
                 &freq_of(l, &order),
                 GRID,
             )
+            .map(|f| {
+                f.with_parts(
+                    (bytes(&layer.gate) + bytes(&layer.up)) / n.max(1) as u64,
+                    down,
+                    down_format.name(),
+                )
+            })
             .map_err(|e| EngineError::Request(e.to_string()))
         })
         .collect()

@@ -25,6 +25,11 @@ pub struct KernelRate {
     pub dense_bps: f64,
     /// Bytes of weights per second through the row-subset (sparse) kernels, rows picked at random.
     pub sparse_bps: f64,
+    /// Bytes of weights per second through the weighted row sums of sparse decode's down projection
+    /// (`axpy_rows` over transposed rows picked at random, one list per thread); 0 in profiles of
+    /// older builds (then `sparse_bps`).
+    #[serde(default)]
+    pub axpy_bps: f64,
 }
 
 /// Random-read throughput of flash at one read size and queue depth (direct I/O).
@@ -61,6 +66,20 @@ pub struct DeviceProfile {
     pub flash_seq_bps: f64,
     /// Where the flash figures were measured (a folder on the device's storage).
     pub flash_path: String,
+    /// Fixed cost of one parallel kernel call (fork, join, quantizing its input) at a thread count,
+    /// measured on a matrix too small for its bytes to matter (empty in profiles of older builds:
+    /// no cost).
+    #[serde(default)]
+    pub call_overhead: Vec<CallOverhead>,
+}
+
+/// Fixed cost of one parallel kernel call at one thread count.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CallOverhead {
+    /// Compute threads.
+    pub threads: u32,
+    /// Nanoseconds per call.
+    pub ns: f64,
 }
 
 fn one() -> f64 {
@@ -89,9 +108,20 @@ impl DeviceProfile {
                 return bad(format!("kernel rate at {} threads", k.threads));
             }
             let positive = |x: f64| x.is_finite() && x > 0.0;
-            if !positive(k.dense_bps) || !positive(k.sparse_bps) {
+            let rates_ok = positive(k.dense_bps)
+                && positive(k.sparse_bps)
+                && k.axpy_bps.is_finite()
+                && k.axpy_bps >= 0.0;
+            if !rates_ok {
                 return bad(format!("kernel rate of {} is not positive", k.format));
             }
+        }
+        if let Some(c) = self
+            .call_overhead
+            .iter()
+            .find(|c| !(c.ns.is_finite() && c.ns >= 0.0) || c.threads == 0)
+        {
+            return bad(format!("call overhead at {} threads", c.threads));
         }
         if self.flash_random.is_empty() {
             return bad("no flash read rates".into());
@@ -105,6 +135,24 @@ impl DeviceProfile {
             }
         }
         Ok(())
+    }
+
+    /// Throughput of sparse decode's down projection over transposed rows in `format` at `threads`
+    /// (the measured `axpy_bps`, else the row-subset rate).
+    pub fn axpy_rate(&self, format: &str, threads: u32) -> f64 {
+        self.kernels
+            .iter()
+            .find(|k| k.threads == threads && k.format.eq_ignore_ascii_case(format))
+            .filter(|k| k.axpy_bps > 0.0)
+            .map_or_else(|| self.kernel_rate(format, threads).1, |k| k.axpy_bps)
+    }
+
+    /// Fixed nanoseconds of one parallel kernel call at `threads` (0 where not measured).
+    pub fn call_ns(&self, threads: u32) -> f64 {
+        self.call_overhead
+            .iter()
+            .find(|c| c.threads == threads)
+            .map_or(0.0, |c| c.ns.max(0.0))
     }
 
     /// Thread counts measured (ascending, without repeats).

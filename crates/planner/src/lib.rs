@@ -20,15 +20,15 @@
 //! use planner::{make_plan, Constraints, DeviceProfile, FfnLayer, IoRate, KernelRate, ModelSummary, Solver};
 //! let device = DeviceProfile {
 //!     name: "doc".into(), fingerprint: 1, cores: 2, dram_bps: 10e9, batch_cost: 0.2,
-//!     kernels: vec![KernelRate { format: "q4_0".into(), threads: 1, dense_bps: 5e9, sparse_bps: 3e9 }],
+//!     kernels: vec![KernelRate { format: "q4_0".into(), threads: 1, dense_bps: 5e9, sparse_bps: 3e9, axpy_bps: 0.0 }],
 //!     flash_random: vec![IoRate { read_bytes: 4096, queue_depth: 32, bps: 1e9 }],
-//!     flash_seq_bps: 2e9, flash_path: "/tmp".into(),
+//!     flash_seq_bps: 2e9, flash_path: "/tmp".into(), call_overhead: vec![],
 //! };
 //! let freq = vec![vec![0.9, 0.5, 0.1, 0.0]];
 //! let layer = FfnLayer::from_frequencies(3 * 4096, "q4_0", 4096, 1, &freq, 4).unwrap();
 //! let model = ModelSummary {
 //!     name: "doc".into(), fingerprint: 2, tensors: vec![], layers: vec![layer; 2],
-//!     predictor_bytes: 0, predicted: false, kv_bytes_per_position: 1024, process_bytes: 1 << 20,
+//!     predictor_bytes: 0, predicted: false, select_up: false, kv_bytes_per_position: 1024, process_bytes: 1 << 20,
 //!     batch_sizes: vec![1], grid: 4, offloaded: true,
 //! };
 //! let c = Constraints { memory_budget: Some(8 << 20), ..Constraints::default() };
@@ -52,7 +52,7 @@ pub mod tables;
 mod z3solve;
 
 pub use container::fnv1a64;
-pub use device::{DeviceProfile, IoRate, KernelRate, DEVICE_KIND, DEVICE_VERSION};
+pub use device::{CallOverhead, DeviceProfile, IoRate, KernelRate, DEVICE_KIND, DEVICE_VERSION};
 pub use error::{PlannerError, Result};
 pub use model::{step_neurons, FfnLayer, ModelSummary, TensorInfo};
 pub use plan::{make_plan, Plan, Predicted, Solver, PLAN_KIND, PLAN_VERSION};

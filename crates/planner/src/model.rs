@@ -41,6 +41,17 @@ pub struct FfnLayer {
     /// neurons among the hottest `j * neurons / grid` (in the store's order), for `j` in `0..=grid`;
     /// `hit[grid]` is the expected number of firing neurons per step.
     pub hit: Vec<Vec<f64>>,
+    /// Bytes of one neuron's gate row plus up row as sparse decode reads them (0: unknown, the
+    /// parts are taken as a third of `neuron_bytes` each; see [`FfnLayer::with_parts`]).
+    #[serde(default)]
+    pub gate_up_bytes: u64,
+    /// Bytes of one neuron's down column as sparse decode reads it (transposed, in the store's or
+    /// sparse decode's format; 0: unknown).
+    #[serde(default)]
+    pub down_bytes: u64,
+    /// Weight format of the down columns as sparse decode reads them (empty: `format`).
+    #[serde(default)]
+    pub down_format: String,
 }
 
 impl FfnLayer {
@@ -84,7 +95,19 @@ impl FfnLayer {
             read_bytes,
             neurons_per_read: neurons_per_read.max(1),
             hit,
+            gate_up_bytes: 0,
+            down_bytes: 0,
+            down_format: String::new(),
         })
+    }
+
+    /// The same layer with the bytes of its parts as sparse decode reads them: gate and up rows
+    /// together, and the down column in `down_format` (which may differ from the file's).
+    pub fn with_parts(mut self, gate_up_bytes: u64, down_bytes: u64, down_format: &str) -> Self {
+        self.gate_up_bytes = gate_up_bytes;
+        self.down_bytes = down_bytes;
+        self.down_format = down_format.to_string();
+        self
     }
 }
 
@@ -109,6 +132,10 @@ pub struct ModelSummary {
     /// Whether sparse decode selects neurons with predictors (else by computing every gate row, so
     /// its cost counts the gate rows in full).
     pub predicted: bool,
+    /// Whether selection without predictors also computes every up row (the output-norm score,
+    /// `|act(gate) · up| · |down|`); else only the firing neurons' up rows.
+    #[serde(default)]
+    pub select_up: bool,
     /// Bytes of KV cache per position.
     pub kv_bytes_per_position: u64,
     /// Bytes the process holds before any weight (code, tokenizer, buffers).

@@ -8,7 +8,10 @@
 //!   (OATO: an embedding row is one small read per token).
 //! - `T_pred`: the predictors (Q8_0 matrices) through the dense kernels.
 //! - `T_ffn`: sparse, the expected firing neurons' bytes through the row-subset kernels (without
-//!   predictors, every gate row too); dense, every neuron through the dense kernels.
+//!   predictors, every gate row too, and every up row under the output-norm score, through the dense
+//!   kernels); dense, every neuron through the dense kernels.
+//! - Each of these also pays the device's fixed cost per parallel kernel call (`call_ns`) for the
+//!   calls a decode step makes: it dominates small models, whose matrices take microseconds.
 //! - `T_io`: per layer, the read units holding a firing neuron that the cache does not hold, at the
 //!   flash rate of that read size and queue depth. The cache holds each layer's hottest neurons (a
 //!   prefix in the store's order), so a miss curve is the profile's hit curve read backwards.
@@ -48,8 +51,16 @@ impl Default for Constraints {
     }
 }
 
-/// Fraction of a neuron's bytes that is its gate row (gate, up and down have equal element counts).
+/// Fraction of a neuron's bytes that is its gate row (gate, up and down have equal element counts),
+/// for layers whose parts are not given ([`crate::FfnLayer::with_parts`]).
 const GATE_SHARE: f64 = 1.0 / 3.0;
+
+/// Parallel kernel calls of a decode step's attention per layer (q/k/v together, the attention
+/// itself, the output projection); one more for the output layer.
+const ATTN_CALLS: usize = 3;
+/// Parallel kernel calls of a decode step's FFN per layer (gate/up together, then down; a predictor
+/// adds one).
+const FFN_CALLS: usize = 2;
 
 /// The cost tables of one model on one device at one batch size.
 #[derive(Debug, Clone, PartialEq)]
@@ -145,20 +156,46 @@ impl Tables {
             } else {
                 0
             });
-            let mut sparse = 0u64;
-            let mut dense = 0u64;
+            let call = device.call_ns(t);
+            let calls = |n: usize| (n as f64 * call).round() as u64;
+            let layers = model.layers.len();
+            *attn_ns.last_mut().expect("pushed above") += calls(ATTN_CALLS * layers + 1);
+            if model.predicted {
+                *pred_ns.last_mut().expect("pushed above") += calls(layers);
+            }
+            let mut sparse = calls(FFN_CALLS * layers);
+            let mut dense = calls(FFN_CALLS * layers);
             for l in &model.layers {
                 let (d_bps, s_bps) = device.kernel_rate(&l.format, t);
                 let active = l.hit[batch][model.grid as usize];
-                let mut s = ns(active * l.neuron_bytes as f64 * scale, s_bps);
-                if !model.predicted {
-                    s += ns(
-                        l.neurons as f64 * l.neuron_bytes as f64 * GATE_SHARE * scale,
-                        d_bps,
-                    );
+                let n = l.neurons as f64;
+                // Bytes computed for every neuron (selection without predictors), for each firing
+                // neuron's gate/up rows, and its down column (weighted row sums).
+                if l.gate_up_bytes == 0 {
+                    let every = if model.predicted {
+                        0.0
+                    } else {
+                        l.neuron_bytes as f64 * GATE_SHARE
+                    };
+                    sparse += ns(n * every * scale, d_bps)
+                        + ns(active * l.neuron_bytes as f64 * scale, s_bps);
+                } else {
+                    let (gu, down) = (l.gate_up_bytes as f64, l.down_bytes as f64);
+                    let (every, firing) = match (model.predicted, model.select_up) {
+                        (true, _) => (0.0, gu),
+                        (false, true) => (gu, 0.0),
+                        (false, false) => (gu / 2.0, gu / 2.0),
+                    };
+                    let down_format = if l.down_format.is_empty() {
+                        &l.format
+                    } else {
+                        &l.down_format
+                    };
+                    sparse += ns(n * every * scale, d_bps)
+                        + ns(active * firing * scale, s_bps)
+                        + ns(active * down * scale, device.axpy_rate(down_format, t));
                 }
-                sparse += s;
-                dense += ns(l.neurons as f64 * l.neuron_bytes as f64 * scale, d_bps);
+                dense += ns(n * l.neuron_bytes as f64 * scale, d_bps);
             }
             ffn_sparse_ns.push(sparse);
             ffn_dense_ns.push(dense);

@@ -155,3 +155,48 @@ mod z3 {
         assert!(err.contains("no configuration fits"), "{err}");
     }
 }
+
+#[test]
+fn sparse_cost_counts_what_selection_computes_and_each_call() {
+    // One layer of 1000 neurons half of which fire; gate+up 720 bytes, down 612 bytes per neuron.
+    let half = vec![0.5f32; 1000];
+    let layer =
+        planner::FfnLayer::from_frequencies(1332, "q4_0", 1332, 1, &[half.clone(), half], 4)
+            .unwrap()
+            .with_parts(720, 612, "q8_0");
+    let mut m = model(1, 1000, 4, 0.0, false);
+    m.layers = vec![layer];
+    let c = Constraints {
+        context: 256,
+        ..Constraints::default()
+    };
+    let mut d = device(1, 1.0);
+    let (dense, sparse) = d.kernel_rate("q4_0", 1);
+    let axpy = d.axpy_rate("q8_0", 1);
+    let at = |m: &planner::ModelSummary, d: &planner::DeviceProfile| {
+        let t = Tables::build(d, m, &c, 0).unwrap();
+        let i = t.threads.iter().position(|&x| x == 1).unwrap();
+        t.ffn_sparse_ns[i] as f64
+    };
+    let ns = |bytes: f64, bps: f64| bytes / bps * 1e9;
+    // With predictors: the firing neurons' gate/up rows (row-subset kernels) and down columns.
+    m.predicted = true;
+    let want = ns(500.0 * 720.0, sparse) + ns(500.0 * 612.0, axpy);
+    assert!((at(&m, &d) - want).abs() <= 2.0, "{} vs {want}", at(&m, &d));
+    // Without, under the output-norm score: every gate and up row (dense kernels), the firing downs.
+    m.predicted = false;
+    m.select_up = true;
+    let want = ns(1000.0 * 720.0, dense) + ns(500.0 * 612.0, axpy);
+    assert!((at(&m, &d) - want).abs() <= 2.0, "{} vs {want}", at(&m, &d));
+    // Under a gate score: every gate row, the firing neurons' up rows.
+    m.select_up = false;
+    let want = ns(1000.0 * 360.0, dense) + ns(500.0 * 360.0, sparse) + ns(500.0 * 612.0, axpy);
+    assert!((at(&m, &d) - want).abs() <= 3.0, "{} vs {want}", at(&m, &d));
+    // A fixed cost per call adds two FFN calls for the layer.
+    let before = at(&m, &d);
+    d.call_overhead = vec![planner::CallOverhead {
+        threads: 1,
+        ns: 5000.0,
+    }];
+    assert!((at(&m, &d) - before - 10_000.0).abs() <= 1.0);
+}

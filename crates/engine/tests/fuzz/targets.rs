@@ -727,6 +727,7 @@ fn planner_seeds() -> (Vec<u8>, Vec<u8>) {
             threads: t,
             dense_bps: 4e9 * t as f64,
             sparse_bps: 2e9 * t as f64,
+            axpy_bps: 0.0,
         })
         .collect();
     let device = DeviceProfile {
@@ -743,6 +744,7 @@ fn planner_seeds() -> (Vec<u8>, Vec<u8>) {
         batch_cost: 0.3,
         flash_seq_bps: 2e9,
         flash_path: "/tmp".into(),
+        call_overhead: vec![],
     };
     let freq: Vec<f32> = (0..16).map(|i| 1.0 / (1.0 + i as f32)).collect();
     let freq2: Vec<f32> = freq.iter().map(|p| 1.0 - (1.0 - p) * (1.0 - p)).collect();
@@ -761,6 +763,7 @@ fn planner_seeds() -> (Vec<u8>, Vec<u8>) {
         layers: vec![layer.clone(), layer],
         predictor_bytes: 0,
         predicted: false,
+        select_up: false,
         kv_bytes_per_position: 1024,
         process_bytes: 1 << 20,
         batch_sizes: vec![1, 2],

@@ -16,6 +16,7 @@ pub fn device(cores: u32, speed: f64) -> DeviceProfile {
                 threads: t,
                 dense_bps: base * speed * (t as f64).powf(0.8),
                 sparse_bps: base * 0.6 * speed * (t as f64).powf(0.8),
+                axpy_bps: 0.0,
             });
         }
     }
@@ -45,6 +46,7 @@ pub fn device(cores: u32, speed: f64) -> DeviceProfile {
         ],
         flash_seq_bps: 2e9,
         flash_path: "/tmp".into(),
+        call_overhead: vec![],
     }
 }
 
@@ -94,6 +96,7 @@ pub fn model(
         layers: ls,
         predictor_bytes: 1 << 20,
         predicted: true,
+        select_up: false,
         kv_bytes_per_position: 4096,
         process_bytes: 4 << 20,
         batch_sizes: vec![1, 2],

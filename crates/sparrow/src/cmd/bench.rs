@@ -592,7 +592,16 @@ impl Printed<'_, '_> {
                 );
             }
         }
-        if let (Some(p), Some(r)) = (self.plan, report.runs.first()) {
+        // The run of the mode the plan chose: dense, or the sparse (or offloaded) one measured last.
+        let planned = self.plan.and_then(|p| {
+            let mode = if p.sparse.iter().any(|&s| s) {
+                report.modes.iter().rposition(|m| *m != BenchMode::Dense)
+            } else {
+                report.modes.iter().position(|m| *m == BenchMode::Dense)
+            };
+            Some((p, &report.runs[mode?]))
+        });
+        if let Some((p, r)) = planned {
             let measured = mean_sd(&r.tg).0;
             let predicted = p.predicted[0].tok_s;
             println!(
