@@ -239,7 +239,12 @@ impl<'a> Model<'a> {
     /// them as any mapping (the default).
     pub fn set_streamed(&mut self, on: bool) {
         self.streamed = on;
-        crate::stream::embedding_on_demand(&self.embed, on);
+        // A token reads one row: no read-ahead around it while streamed.
+        use model_format::{advise, Paging};
+        advise(
+            self.embed.data(),
+            if on { Paging::Random } else { Paging::Normal },
+        );
     }
 
     /// Whether the embedding and output projection stream from flash ([`Model::set_streamed`]).

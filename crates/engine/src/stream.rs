@@ -3,8 +3,8 @@
 //! whole but in order. Both stay in the model file's mapping; what changes is how the kernel pages
 //! them:
 //!
-//! - the embedding without read-ahead (`MADV_RANDOM`): a token faults in the one page of its row, not
-//!   a 128 KiB window of its neighbours';
+//! - the embedding without read-ahead (`MADV_RANDOM`, set by `Model::set_streamed`): a token faults in
+//!   the one page of its row, not a 128 KiB window of its neighbours';
 //! - the output projection [`OUTPUT_CHUNK`] bytes at a time ([`output_logits`]): the next chunk is
 //!   asked for (`MADV_WILLNEED`, read-ahead the kernel starts at once) while this one is multiplied,
 //!   and a chunk once used is handed back (`MADV_PAGEOUT`, or `MADV_DONTNEED` on kernels without it),
@@ -27,14 +27,6 @@ pub const OUTPUT_CHUNK: usize = 4 << 20;
 /// What streaming keeps resident of the output projection at most: the chunk being multiplied and
 /// the next one.
 pub const STREAM_RESIDENT_BYTES: u64 = 2 * OUTPUT_CHUNK as u64;
-
-/// Switches the embedding's read-ahead off (`on`) or back to the default.
-pub(crate) fn embedding_on_demand(embed: &QMatrix<'_>, on: bool) {
-    advise(
-        embed.data(),
-        if on { Paging::Random } else { Paging::Normal },
-    );
-}
 
 /// Asks for the first chunk of `output` (called at the start of a step, so that its read overlaps
 /// the layers).

@@ -387,3 +387,57 @@ fn models_lists_the_known_models() {
         "{text}"
     );
 }
+
+#[test]
+fn convert_profiles_a_model_that_has_no_profile_first() {
+    let dir = std::env::temp_dir().join(format!("sparrow-cli-one-step-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let model = dir.join("m.gguf");
+    std::fs::copy(
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../fixtures/tiny-llama-silu-q4_0.gguf"
+        ),
+        &model,
+    )
+    .unwrap();
+    let m = model.to_str().unwrap();
+    let out = sparrow(&["convert", "-m", m]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "convert: {err}");
+    assert!(err.contains("profiling the model first"), "{err}");
+    for part in [
+        "m.gguf.sparrow-profile",
+        "m.resident.gguf",
+        "m.resident.neurons",
+    ] {
+        assert!(dir.join(part).exists(), "{part} missing");
+    }
+    // The bundle runs with nothing else given.
+    let resident = dir.join("m.resident.gguf");
+    let out = sparrow(&[
+        "run",
+        "-m",
+        resident.to_str().unwrap(),
+        "-n",
+        "3",
+        "-p",
+        "ab",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // A second conversion finds the profile and does not profile again.
+    let out = sparrow(&[
+        "convert",
+        "-m",
+        m,
+        "-o",
+        dir.join("again.gguf").to_str().unwrap(),
+    ]);
+    assert!(out.status.success());
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("profiling the model first"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -44,7 +44,8 @@ pub struct ConvertArgs {
     /// The GGUF model (default: SmolLM2-135M-Instruct, fetched if absent).
     #[arg(long, short = 'm')]
     pub model: Option<PathBuf>,
-    /// Its profile (default: `<model>.sparrow-profile`; run `sparrow profile` first).
+    /// Its profile (default: `<model>.sparrow-profile`, made first with `sparrow profile`'s defaults
+    /// when it does not exist).
     #[arg(long)]
     pub profile: Option<PathBuf>,
     /// Its predictors, copied next to the resident file (default: `<model>.sparrow-predictor` if it exists).
@@ -78,6 +79,23 @@ pub fn run(a: ConvertArgs) -> Result<()> {
     let path = crate::load::model_path(a.model.as_deref(), false)?;
     let file = ModelFile::open(&path)?;
     let bundle = ModelBundle::new(&path);
+    if a.profile.is_none() && !bundle.profile().exists() {
+        // One step from a GGUF to a bundle: the profile `sparrow profile` would make with its
+        // defaults (the built-in calibration text, the sparsity that keeps +3% perplexity).
+        eprintln!(
+            "sparrow: no profile at {}: profiling the model first (`sparrow profile` with its defaults; give --profile to use another)",
+            bundle.profile().display()
+        );
+        #[derive(clap::Parser)]
+        struct Defaults {
+            #[command(flatten)]
+            a: crate::cmd::profile::ProfileArgs,
+        }
+        let model = path.to_string_lossy().into_owned();
+        let d = <Defaults as clap::Parser>::try_parse_from(["profile", "-m", model.as_str()])
+            .context("setting up the profile step")?;
+        crate::cmd::profile::run(d.a).context("profiling before the conversion")?;
+    }
     let profile_path = bundle.existing_profile(
         a.profile.as_deref(),
         "convert orders neurons by the model's profile",

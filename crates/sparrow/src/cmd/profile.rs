@@ -57,7 +57,9 @@ pub fn run(a: ProfileArgs) -> Result<()> {
     inputs.extend(a.corpus.corpus.clone());
     engine::outputs::refuse_overwrite(&[&out], &inputs)?;
     let tokens = read_corpus(&eng, &a.corpus)?;
-    let w = a.corpus.window;
+    // A window no longer than the context the engine holds (a short-context model's training
+    // context is below the default 512).
+    let w = a.corpus.window.min(eng.options().context.max(1));
     let score = match a.score.as_str() {
         "output" => Score::OutputNorm,
         "gate" => Score::Gate,
