@@ -155,18 +155,24 @@ unsafe fn matvec_i16_q<const F: u8, const R: usize>(
 pub(crate) unsafe fn matvec_i16(w: &QMatrix<'_>, sel: Rows<'_>, xq: &QActs16, y: &mut [f32]) {
     // Rows per step (see `matvec_i16_q`): dense rows stream from memory, where fewer concurrent
     // row streams per thread measured faster end to end; listed rows are scattered, where more rows
-    // in flight hide their latency.
+    // in flight hide their latency. One row for Q4_0, Q4_1 and Q5_0 (2026-11-25, quiet machine, 2
+    // threads): `sparrow calibrate`'s 48 MiB matrices 12.5/13.2 -> 25.9/25.5 GB/s (Q4_0), 19.0/17.5
+    // -> 29.2/30.6 (Q4_1), 13.2/12.7 -> 26.0/25.6 (Q5_0) with 2 rows -> 1, two runs each; decode
+    // (`sparrow bench -p 0`, three interleaved rounds) Qwen2.5-0.5B 50.0/50.7/49.2 -> 70.6/67.8/69.4
+    // tok/s (Q5_0 alone; 4 rows: 38.9/38.1/36.8), SmolLM2 191.0/196.0/194.9 -> 227.8/243.1/243.5
+    // (Q4_1). Q5_1 and IQ4_NL keep 2: no streaming measurement of theirs (in cache, one row made
+    // Q5_1 9% slower).
     let dense = matches!(sel, Rows::From(_));
     // SAFETY: features present per contract.
     unsafe {
         match w.format() {
             WeightFormat::Q8_0 if dense => matvec_i16_q::<Q8_0, 1>(w, sel, xq, y),
             WeightFormat::Q8_0 => matvec_i16_q::<Q8_0, 2>(w, sel, xq, y),
-            WeightFormat::Q4_0 if dense => matvec_i16_q::<Q4_0, 2>(w, sel, xq, y),
+            WeightFormat::Q4_0 if dense => matvec_i16_q::<Q4_0, 1>(w, sel, xq, y),
             WeightFormat::Q4_0 => matvec_i16_q::<Q4_0, 4>(w, sel, xq, y),
-            WeightFormat::Q4_1 if dense => matvec_i16_q::<Q4_1, 2>(w, sel, xq, y),
+            WeightFormat::Q4_1 if dense => matvec_i16_q::<Q4_1, 1>(w, sel, xq, y),
             WeightFormat::Q4_1 => matvec_i16_q::<Q4_1, 4>(w, sel, xq, y),
-            WeightFormat::Q5_0 if dense => matvec_i16_q::<Q5_0, 2>(w, sel, xq, y),
+            WeightFormat::Q5_0 if dense => matvec_i16_q::<Q5_0, 1>(w, sel, xq, y),
             WeightFormat::Q5_0 => matvec_i16_q::<Q5_0, 4>(w, sel, xq, y),
             WeightFormat::Q5_1 if dense => matvec_i16_q::<Q5_1, 2>(w, sel, xq, y),
             WeightFormat::Q5_1 => matvec_i16_q::<Q5_1, 4>(w, sel, xq, y),
