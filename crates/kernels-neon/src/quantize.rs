@@ -86,9 +86,7 @@ pub fn quantize_row(format: WeightFormat, src: &[f32], dst: &mut [u8]) -> Result
         }
         WeightFormat::Q4_0 => {
             for (blk, x) in dst.chunks_exact_mut(18).zip(src.chunks_exact(32)) {
-                let xm = x
-                    .iter()
-                    .fold(0.0f32, |m, &v| if v.abs() > m.abs() { v } else { m });
+                let xm = signed_absmax(x);
                 let d = xm / -8.0;
                 let id = if d != 0.0 { 1.0 / d } else { 0.0 };
                 blk[..2].copy_from_slice(&f16::from_f32(d).to_le_bytes());
@@ -101,8 +99,7 @@ pub fn quantize_row(format: WeightFormat, src: &[f32], dst: &mut [u8]) -> Result
         }
         WeightFormat::Q4_1 => {
             for (blk, x) in dst.chunks_exact_mut(20).zip(src.chunks_exact(32)) {
-                let min = x.iter().copied().fold(f32::INFINITY, f32::min);
-                let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                let (min, max) = min_max(x);
                 let d = (max - min) / 15.0;
                 let id = if d != 0.0 { 1.0 / d } else { 0.0 };
                 blk[..2].copy_from_slice(&f16::from_f32(d).to_le_bytes());
@@ -118,9 +115,7 @@ pub fn quantize_row(format: WeightFormat, src: &[f32], dst: &mut [u8]) -> Result
             // ggml's reference: the signed value of largest magnitude maps to -16, the 5-bit codes
             // are split into low nibbles and a 32-bit word of high bits.
             for (blk, x) in dst.chunks_exact_mut(22).zip(src.chunks_exact(32)) {
-                let xm = x
-                    .iter()
-                    .fold(0.0f32, |m, &v| if v.abs() > m.abs() { v } else { m });
+                let xm = signed_absmax(x);
                 let d = xm / -16.0;
                 let id = if d != 0.0 { 1.0 / d } else { 0.0 };
                 blk[..2].copy_from_slice(&f16::from_f32(d).to_le_bytes());
@@ -130,8 +125,7 @@ pub fn quantize_row(format: WeightFormat, src: &[f32], dst: &mut [u8]) -> Result
         }
         WeightFormat::Q5_1 => {
             for (blk, x) in dst.chunks_exact_mut(24).zip(src.chunks_exact(32)) {
-                let min = x.iter().copied().fold(f32::INFINITY, f32::min);
-                let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                let (min, max) = min_max(x);
                 let d = (max - min) / 31.0;
                 let id = if d != 0.0 { 1.0 / d } else { 0.0 };
                 blk[..2].copy_from_slice(&f16::from_f32(d).to_le_bytes());
@@ -255,6 +249,20 @@ fn quantize_hybrid(k: usize, src: &[f32], dst: &mut [u8]) {
         let v = (src[c as usize] * ido).round().clamp(-127.0, 127.0) as i8;
         dst[n + 2 * k + j] = v as u8;
     }
+}
+
+/// The element of largest magnitude, sign kept (the first such; 0 for an all-zero block): the scale
+/// source of Q4_0 and Q5_0.
+fn signed_absmax(x: &[f32]) -> f32 {
+    x.iter()
+        .fold(0.0f32, |m, &v| if v.abs() > m.abs() { v } else { m })
+}
+
+/// Smallest and largest element: the range of Q4_1 and Q5_1.
+fn min_max(x: &[f32]) -> (f32, f32) {
+    let min = x.iter().copied().fold(f32::INFINITY, f32::min);
+    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    (min, max)
 }
 
 /// The 5-bit codes `q(x[j])` of one 32-block as Q5_0/Q5_1 store them: a little-endian word whose bit

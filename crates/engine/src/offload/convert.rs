@@ -50,12 +50,20 @@ pub fn auto_packing(
     profile: &predictor::Profile,
     with_predictors: bool,
 ) -> Result<Packing> {
+    // Each layer's batch-1 frequencies in store order (hottest first), sorted once for both.
+    let sorted: Vec<Vec<f32>> = profile
+        .layers
+        .iter()
+        .map(|layer| {
+            let mut f = layer.freq.first().cloned().unwrap_or_default();
+            f.sort_by(|a, b| b.total_cmp(a));
+            f
+        })
+        .collect();
     let cost = |p: Packing| -> Result<f64> {
         let l = BundleLayout::for_packing(d_model, formats, p)?;
         let mut bytes = 0.0;
-        for layer in &profile.layers {
-            let mut f: Vec<f32> = layer.freq.first().cloned().unwrap_or_default();
-            f.sort_by(|a, b| b.total_cmp(a));
+        for f in &sorted {
             for unit in f.chunks(l.neurons.max(1)) {
                 let idle: f64 = if with_predictors {
                     unit.iter()
@@ -195,11 +203,7 @@ pub fn convert(
         up: up_f,
         down: down_format,
     };
-    let source_ffn_bytes = model
-        .layers
-        .iter()
-        .map(|l| (l.gate.data().len() + l.up.data().len() + l.down.data().len()) as u64)
-        .sum();
+    let source_ffn_bytes = crate::budget::ffn_weight_bytes(&model) as u64;
     let packing = match opts.packing {
         Some(p) => p,
         None => auto_packing(cfg.d_model, formats, profile, opts.with_predictors)?,
