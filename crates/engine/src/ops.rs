@@ -9,7 +9,7 @@ use crate::error::{kernel, Result};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum StepKind {
     /// Consecutive tokens of one sequence (a prompt): a matrix product over an f32 tile, so prompts
-    /// are scored exactly in every precision.
+    /// are scored exactly in `Exact` and `Fast` (`Int8` may take a bf16 tile, [`kernels_neon::matmul`]).
     #[default]
     Prompt,
     /// One decode token of each of several sequences (Best-of-N): each token as a decode step would

@@ -26,8 +26,13 @@
 //! * aarch64 NEON (baseline on aarch64), with the `dotprod` extension used
 //!   for the integer path when `is_aarch64_feature_detected!("dotprod")`.
 //!
+//! Where AVX-512F and BF16 are present too, the path is [`KernelPath::Avx512`]: the AVX2
+//! kernels with AVX-512 ones where they exist (the f32 and bf16 tiles of
+//! [`matmul`]); it needs AVX-512F and AVX-512 BF16.
+//!
 //! Setting the environment variable `SPARROW_KERNELS=scalar` (read once, on
-//! first use) forces the scalar path. [`arch_name`] reports the path in use.
+//! first use) forces the scalar path, `SPARROW_KERNELS=avx2` the AVX2 path on a
+//! machine with AVX-512. [`arch_name`] reports the path in use.
 //! Tests and benchmarks can call each path explicitly with [`matvec_with`],
 //! [`matmul_with`], [`dequantize_row_with`], [`matvec_rows_with`],
 //! [`axpy_rows_with`] and [`gate_up_sparse_with`] (see [`available_paths`]).
@@ -130,10 +135,13 @@
 //! [`Precision`] only affects [`matvec`] on the block-quantized formats
 //! (`Q8_0`, `Q4_0`, `Q4_1`, `Q5_0`, `Q5_1`, `IQ4_NL`, `Q2_K`, `Q3_K`, `Q4_K`, `Q5_K`, `Q6_K`,
 //! `IQ4_XS`). Float weights (`F32`, `F16`, `BF16`)
-//! and `I4Hybrid` use the exact f32 path in every precision, and [`matmul`] always uses the
+//! and `I4Hybrid` use the exact f32 path in every precision. [`matmul`] uses the
 //! dequantized f32 tile with a register-blocked FMA microkernel (it measured
-//! faster than the integer path there), so its result is exact in every
-//! precision (except `n == 1`, which is `matvec`).
+//! faster than the integer path there), so its result is exact in `Exact` and
+//! `Fast` (except `n == 1`, which is `matvec`); in `Int8`, on the
+//! [`KernelPath::Avx512`] path, the tile and the activations are rounded to
+//! bf16 (8 significant bits, the class of `Int8`'s 8-bit activations) and
+//! multiplied by `vdpbf16ps` at twice the f32 tile's rate.
 //!
 //! * [`Precision::Exact`]: weights are dequantized to f32 block by block and
 //!   multiplied with the f32 activations, accumulating in f32. Reference
@@ -292,6 +300,9 @@ pub enum KernelPath {
     Scalar,
     /// x86_64 AVX2 + FMA + F16C.
     Avx2Fma,
+    /// x86_64 AVX2 + FMA + F16C kernels, with AVX-512F + BF16 ones where they exist (prefill's f32
+    /// and bf16 tiles).
+    Avx512,
     /// aarch64 NEON (integer path via widening multiplies).
     Neon,
     /// aarch64 NEON with the `dotprod` extension (`sdot`).
@@ -304,16 +315,18 @@ impl KernelPath {
         match self {
             KernelPath::Scalar => true,
             KernelPath::Avx2Fma => arch::has_avx2_fma(),
+            KernelPath::Avx512 => arch::has_avx512(),
             KernelPath::Neon => cfg!(target_arch = "aarch64"),
             KernelPath::NeonDotprod => arch::has_dotprod(),
         }
     }
 
-    /// Short name ("scalar", "avx2+fma", "neon", "neon+dotprod").
+    /// Short name ("scalar", "avx2+fma", "avx512", "neon", "neon+dotprod").
     pub fn name(self) -> &'static str {
         match self {
             KernelPath::Scalar => "scalar",
             KernelPath::Avx2Fma => "avx2+fma",
+            KernelPath::Avx512 => "avx512",
             KernelPath::Neon => "neon",
             KernelPath::NeonDotprod => "neon+dotprod",
         }
@@ -325,6 +338,7 @@ pub fn available_paths() -> Vec<KernelPath> {
     [
         KernelPath::Scalar,
         KernelPath::Avx2Fma,
+        KernelPath::Avx512,
         KernelPath::Neon,
         KernelPath::NeonDotprod,
     ]
@@ -333,14 +347,21 @@ pub fn available_paths() -> Vec<KernelPath> {
     .collect()
 }
 
+/// Whether environment variable `var` is set to `value` (any case).
+fn env_says(var: &str, value: &str) -> bool {
+    std::env::var(var).is_ok_and(|v| v.eq_ignore_ascii_case(value))
+}
+
 fn detect_path() -> KernelPath {
-    if std::env::var("SPARROW_KERNELS").is_ok_and(|v| v.eq_ignore_ascii_case("scalar")) {
+    if env_says("SPARROW_KERNELS", "scalar") {
         return KernelPath::Scalar;
     }
     if KernelPath::NeonDotprod.is_available() {
         KernelPath::NeonDotprod
     } else if KernelPath::Neon.is_available() {
         KernelPath::Neon
+    } else if KernelPath::Avx512.is_available() && !env_says("SPARROW_KERNELS", "avx2") {
+        KernelPath::Avx512
     } else if KernelPath::Avx2Fma.is_available() {
         KernelPath::Avx2Fma
     } else {
@@ -354,7 +375,7 @@ pub fn active_path() -> KernelPath {
     *PATH.get_or_init(detect_path)
 }
 
-/// Name of the path in use: "avx2+fma", "neon", "neon+dotprod" or "scalar".
+/// Name of the path in use: "avx512", "avx2+fma", "neon", "neon+dotprod" or "scalar".
 pub fn arch_name() -> &'static str {
     active_path().name()
 }
@@ -719,6 +740,12 @@ pub fn matmul_with(
     let chunk = matmul_chunk();
     let n_chunks = rows.div_ceil(chunk);
     let out = OutPtr(y.as_mut_ptr());
+    // 8-bit-activation precision rounds to bf16 (8 significant bits) where the path has a bf16
+    // tile; Exact and Fast keep the f32 tile (bf16 prompts change greedy continuations).
+    let xb = match precision {
+        Precision::Exact | Precision::Fast => None,
+        Precision::Int8 => arch::bf16_acts(path, x, n, cols),
+    };
     let work = |ci: usize| {
         let r0 = ci * chunk;
         let nr = chunk.min(rows - r0);
@@ -727,7 +754,12 @@ pub fn matmul_with(
             arch::dequant_row(path, w.format(), w.row_data(r0 + i), dst);
         }
         let mut local = vec![0f32; n * nr];
-        arch::tile(path, &tile, nr, cols, x, n, &mut local);
+        let done = xb
+            .as_ref()
+            .is_some_and(|xb| arch::tile_bf16(path, &tile, nr, cols, xb, n, &mut local));
+        if !done {
+            arch::tile(path, &tile, nr, cols, x, n, &mut local);
+        }
         for t in 0..n {
             let src = &local[t * nr..(t + 1) * nr];
             // SAFETY: `y` has `n * rows` elements (checked above) and stays
@@ -744,7 +776,6 @@ pub fn matmul_with(
     } else {
         (0..n_chunks).into_par_iter().for_each(work);
     }
-    let _ = precision;
     Ok(())
 }
 

@@ -510,6 +510,7 @@ fn errors_on_bad_lengths() {
     assert!(dequantize_row(WeightFormat::Q8_0, &[0u8; 34], &mut out).is_ok());
     for p in [
         KernelPath::Avx2Fma,
+        KernelPath::Avx512,
         KernelPath::Neon,
         KernelPath::NeonDotprod,
     ] {
@@ -536,13 +537,18 @@ fn empty_shapes() {
 
 #[test]
 fn arch_name_is_known() {
-    assert!(["avx2+fma", "neon", "neon+dotprod", "scalar"].contains(&arch_name()));
+    assert!(["avx2+fma", "avx512", "neon", "neon+dotprod", "scalar"].contains(&arch_name()));
     #[cfg(target_arch = "x86_64")]
     if std::env::var("SPARROW_KERNELS").is_err()
         && is_x86_feature_detected!("avx2")
         && is_x86_feature_detected!("fma")
     {
-        assert_eq!(arch_name(), "avx2+fma");
+        let want = if is_x86_feature_detected!("avx512f") {
+            "avx512"
+        } else {
+            "avx2+fma"
+        };
+        assert_eq!(arch_name(), want);
     }
     #[cfg(target_arch = "aarch64")]
     if std::env::var("SPARROW_KERNELS").is_err() {

@@ -13,8 +13,13 @@
 //!   |y - ref| <= A / 254 · 1.001 + 1e-5 * Σ|w·x| + 1e-6
 //!   (at |q| <= 127 the f32 rounding is 0.00002 steps).
 //!
+//! * bf16 (the Int8 `matmul` tile with n > 1 on the AVX-512 path): weights and
+//!   activations rounded to 8 significant bits, each off by at most 2^-9 of
+//!   itself, so each product by at most 2^-8 + 2^-18 of |w·x|:
+//!   |y - ref| <= Σ|w·x| · (2^-8 · 1.001 + 1e-5) + 1e-6.
+//!
 //! Float weight formats use the exact path in every precision and get the
-//! Exact bound; so does `matmul` with n > 1.
+//! Exact bound; so does `matmul` with n > 1 otherwise.
 
 mod common;
 
@@ -225,12 +230,15 @@ proptest! {
             for precision in PRECISIONS {
                 let mut y = vec![f32::NAN; rows * n];
                 matmul_with(path, &w, &x, n, &mut y, precision).unwrap();
-                // n == 1 goes through matvec (integer path in Fast/Int8 mode).
+                // n == 1 goes through matvec (integer path in Fast/Int8 mode); n > 1 is the f32
+                // tile, or in Int8 mode on a path with a bf16 tile, the bf16 one.
                 let eff = if n == 1 && format.is_quantized() { precision } else { Precision::Exact };
+                let bf16 = n > 1 && precision == Precision::Int8 && path == KernelPath::Avx512;
                 for t in 0..n {
                     for r in 0..rows {
                         let refv = reference(&wf[r], &x[t * cols..(t + 1) * cols]);
-                        if let Err(e) = check(y[t * rows + r], refv, eff) {
+                        let ok = if bf16 { check_bf16(y[t * rows + r], refv) } else { check(y[t * rows + r], refv, eff) };
+                        if let Err(e) = ok {
                             prop_assert!(false, "{path:?} {format:?} {precision:?} n={n} t={t} r={r}: {e}");
                         }
                     }
@@ -365,4 +373,44 @@ fn matvec_many_rejects_mismatched_shapes() {
         ),
         "{err:?}"
     );
+}
+
+/// Rows wider than the tiles' column panels (1024 f32, 2048 bf16), with a partial last vector and
+/// token counts around the register blocks: every path, every precision, against float64.
+#[test]
+fn matmul_wide_rows_cross_panels() {
+    let mut rng = Rng(0x5eed_7a11);
+    for (format, cols) in [
+        (WeightFormat::F32, 2048 + 96 + 5),
+        (WeightFormat::Q8_0, 4864),
+    ] {
+        let rows = 9;
+        let data = random_matrix(format, rows, cols, &mut rng);
+        let w = QMatrix::new(format, rows, cols, &data).unwrap();
+        let wf = dequant_f64(&w);
+        for n in [2, 7, 13] {
+            let x = random_vec(cols * n, &mut rng);
+            for path in available_paths() {
+                for precision in PRECISIONS {
+                    let mut y = vec![f32::NAN; rows * n];
+                    matmul_with(path, &w, &x, n, &mut y, precision).unwrap();
+                    let bf16 = precision == Precision::Int8 && path == KernelPath::Avx512;
+                    for t in 0..n {
+                        for r in 0..rows {
+                            let refv = reference(&wf[r], &x[t * cols..(t + 1) * cols]);
+                            let y = y[t * rows + r];
+                            let ok = if bf16 {
+                                check_bf16(y, refv)
+                            } else {
+                                check(y, refv, Precision::Exact)
+                            };
+                            if let Err(e) = ok {
+                                panic!("{path:?} {format:?} {precision:?} n={n} t={t} r={r}: {e}");
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
 }

@@ -3,9 +3,10 @@
 /// Accuracy/speed trade-off of `kernels_neon::matvec` (the kernels crate docs, "Precision", give the
 /// error bounds and measurements).
 ///
-/// Only `matvec` (and `matmul` with `n == 1`, which is `matvec`) depends on
-/// it, and only for the block-quantized formats: float weights always use
-/// the f32 path and `matmul` always uses the exact f32 tile.
+/// `matvec` (and `matmul` with `n == 1`, which is `matvec`) depends on it for
+/// the block-quantized formats (float weights always use the f32 path);
+/// `matmul` uses the exact f32 tile except in `Int8` where the kernel path has a
+/// bf16 tile (AVX-512 BF16).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Precision {
     /// Weights dequantized to f32, f32 activations, f32 accumulation.

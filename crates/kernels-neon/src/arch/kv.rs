@@ -22,7 +22,7 @@ pub(crate) fn scores(
 ) {
     match path {
         #[cfg(target_arch = "x86_64")]
-        KernelPath::Avx2Fma => {
+        KernelPath::Avx2Fma | KernelPath::Avx512 => {
             // SAFETY: the path was checked available (AVX2/FMA/F16C present); the kernel slices
             // every row it reads (bounds-checked).
             unsafe { super::x86_64::kv_scores(format, q, rows, pos_bytes, off, scale, scores) }
@@ -56,7 +56,7 @@ pub(crate) fn accumulate(
 ) {
     match path {
         #[cfg(target_arch = "x86_64")]
-        KernelPath::Avx2Fma => {
+        KernelPath::Avx2Fma | KernelPath::Avx512 => {
             // SAFETY: the path was checked available (AVX2/FMA/F16C present); the kernel slices
             // every row it reads (bounds-checked).
             unsafe { super::x86_64::kv_accumulate(format, weights, rows, pos_bytes, off, out) }

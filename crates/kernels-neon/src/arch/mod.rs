@@ -86,6 +86,24 @@ pub(crate) fn has_avx2_fma() -> bool {
     }
 }
 
+/// x86_64 AVX-512F and AVX-512 BF16 present, on top of [`has_avx2_fma`].
+pub(crate) fn has_avx512() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::sync::OnceLock;
+        static HAS: OnceLock<bool> = OnceLock::new();
+        *HAS.get_or_init(|| {
+            has_avx2_fma()
+                && is_x86_feature_detected!("avx512f")
+                && is_x86_feature_detected!("avx512bf16")
+        })
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
 /// aarch64 `dotprod` extension present.
 pub(crate) fn has_dotprod() -> bool {
     #[cfg(target_arch = "aarch64")]
@@ -106,7 +124,7 @@ pub(crate) fn has_dotprod() -> bool {
 pub(crate) fn quantize_i8(path: KernelPath, x: &[f32], out: &mut QActs) -> bool {
     match path {
         #[cfg(target_arch = "x86_64")]
-        KernelPath::Avx2Fma => {
+        KernelPath::Avx2Fma | KernelPath::Avx512 => {
             // SAFETY: the path was checked available, so AVX2/FMA/F16C are present.
             unsafe { x86_64::quantize(x, out) };
             true
@@ -124,7 +142,7 @@ pub(crate) fn quantize_i8(path: KernelPath, x: &[f32], out: &mut QActs) -> bool 
 pub(crate) fn quantize_i16(path: KernelPath, x: &[f32], out: &mut QActs16) -> bool {
     match path {
         #[cfg(target_arch = "x86_64")]
-        KernelPath::Avx2Fma => {
+        KernelPath::Avx2Fma | KernelPath::Avx512 => {
             // SAFETY: the path was checked available, so AVX2/FMA/F16C are present.
             unsafe { x86_64::quantize16(x, out) };
             true
@@ -141,7 +159,7 @@ pub(crate) fn quantize_i16(path: KernelPath, x: &[f32], out: &mut QActs16) -> bo
 pub(crate) fn dequant_row(path: KernelPath, format: WeightFormat, src: &[u8], dst: &mut [f32]) {
     match path {
         #[cfg(target_arch = "x86_64")]
-        KernelPath::Avx2Fma => {
+        KernelPath::Avx2Fma | KernelPath::Avx512 => {
             // SAFETY: the path was checked available, so AVX2/FMA/F16C are present;
             // lengths were validated by the caller (the kernel re-checks them).
             unsafe { x86_64::dequant_row(format, src, dst) }
@@ -165,7 +183,7 @@ pub(crate) fn matvec_exact(
 ) {
     match path {
         #[cfg(target_arch = "x86_64")]
-        KernelPath::Avx2Fma => {
+        KernelPath::Avx2Fma | KernelPath::Avx512 => {
             // SAFETY: the path was checked available (AVX2/FMA/F16C present).
             unsafe { x86_64::matvec_exact(w, sel, x, y) }
         }
@@ -189,7 +207,7 @@ pub(crate) fn matvec_int8(
 ) {
     match path {
         #[cfg(target_arch = "x86_64")]
-        KernelPath::Avx2Fma => {
+        KernelPath::Avx2Fma | KernelPath::Avx512 => {
             // SAFETY: the path was checked available (AVX2/FMA/F16C present).
             unsafe { x86_64::matvec_int8(w, sel, xq, y) }
         }
@@ -218,7 +236,7 @@ pub(crate) fn matvec_i16(
 ) {
     match path {
         #[cfg(target_arch = "x86_64")]
-        KernelPath::Avx2Fma => {
+        KernelPath::Avx2Fma | KernelPath::Avx512 => {
             // SAFETY: the path was checked available (AVX2/FMA/F16C present).
             unsafe { x86_64::matvec_i16(w, sel, xq, y) }
         }
@@ -245,7 +263,7 @@ pub(crate) fn matvec_i16_batch(
 ) {
     match path {
         #[cfg(target_arch = "x86_64")]
-        KernelPath::Avx2Fma => {
+        KernelPath::Avx2Fma | KernelPath::Avx512 => {
             // SAFETY: the path was checked available (AVX2/FMA/F16C present).
             unsafe { x86_64::matvec_i16_batch(w, r0, xq, ys) }
         }
@@ -278,6 +296,11 @@ pub(crate) fn tile(
             // SAFETY: the path was checked available (AVX2/FMA present).
             unsafe { x86_64::tile(w, nr, cols, x, n, out) }
         }
+        #[cfg(target_arch = "x86_64")]
+        KernelPath::Avx512 => {
+            // SAFETY: the path was checked available (AVX-512F on top of AVX2/FMA).
+            unsafe { x86_64::tile512(w, nr, cols, x, n, out) }
+        }
         #[cfg(target_arch = "aarch64")]
         KernelPath::Neon | KernelPath::NeonDotprod => {
             // SAFETY: NEON is baseline on every aarch64 target (and the
@@ -288,10 +311,51 @@ pub(crate) fn tile(
     }
 }
 
+/// Activations `x` (`n` rows of `cols`) rounded for [`tile_bf16`], or `None` where the path has no
+/// bf16 tile.
+pub(crate) fn bf16_acts(path: KernelPath, x: &[f32], n: usize, cols: usize) -> Option<Vec<u16>> {
+    match path {
+        #[cfg(target_arch = "x86_64")]
+        KernelPath::Avx512 => {
+            // SAFETY: the path was checked available (AVX-512F and BF16 present).
+            Some(unsafe { x86_64::to_bf16(x, n, cols) })
+        }
+        _ => {
+            let _ = (x, n, cols);
+            None
+        }
+    }
+}
+
+/// The bf16 tile: `out[t*nr + i] ≈ dot(w[i], x[t])` with `xb` from [`bf16_acts`]; `false` (and
+/// `out` untouched) where the path has none.
+pub(crate) fn tile_bf16(
+    path: KernelPath,
+    w: &[f32],
+    nr: usize,
+    cols: usize,
+    xb: &[u16],
+    n: usize,
+    out: &mut [f32],
+) -> bool {
+    match path {
+        #[cfg(target_arch = "x86_64")]
+        KernelPath::Avx512 => {
+            // SAFETY: the path was checked available (AVX-512F and BF16 present).
+            unsafe { x86_64::tile_bf16(w, nr, cols, xb, n, out) };
+            true
+        }
+        _ => {
+            let _ = (w, nr, cols, xb, n, out);
+            false
+        }
+    }
+}
+
 pub(crate) fn dot_f32(path: KernelPath, a: &[f32], b: &[f32]) -> f32 {
     match path {
         #[cfg(target_arch = "x86_64")]
-        KernelPath::Avx2Fma => {
+        KernelPath::Avx2Fma | KernelPath::Avx512 => {
             // SAFETY: the path was checked available (AVX2/FMA present).
             unsafe { x86_64::dot_f32(a, b) }
         }
@@ -308,7 +372,7 @@ pub(crate) fn dot_f32(path: KernelPath, a: &[f32], b: &[f32]) -> f32 {
 pub(crate) fn axpy_f32(path: KernelPath, alpha: f32, x: &[f32], y: &mut [f32]) {
     match path {
         #[cfg(target_arch = "x86_64")]
-        KernelPath::Avx2Fma => {
+        KernelPath::Avx2Fma | KernelPath::Avx512 => {
             // SAFETY: the path was checked available (AVX2/FMA present).
             unsafe { x86_64::axpy_f32(alpha, x, y) }
         }
@@ -327,7 +391,7 @@ pub(crate) fn axpy_f32(path: KernelPath, alpha: f32, x: &[f32], y: &mut [f32]) {
 pub(crate) fn axpy_row(path: KernelPath, format: WeightFormat, c: f32, src: &[u8], y: &mut [f32]) {
     match path {
         #[cfg(target_arch = "x86_64")]
-        KernelPath::Avx2Fma => {
+        KernelPath::Avx2Fma | KernelPath::Avx512 => {
             // SAFETY: the path was checked available (AVX2/FMA/F16C present);
             // the kernel asserts the lengths.
             unsafe { x86_64::axpy_row(format, c, src, y) }
@@ -358,7 +422,7 @@ pub(crate) fn axpy_hybrid(
 ) {
     match path {
         #[cfg(target_arch = "x86_64")]
-        KernelPath::Avx2Fma => {
+        KernelPath::Avx2Fma | KernelPath::Avx512 => {
             // SAFETY: the path was checked available (AVX2/FMA/F16C present);
             // the kernel slices and asserts the lengths it relies on.
             unsafe { x86_64::axpy_hybrid(k, c, row, cols, c0, ys) }
@@ -386,7 +450,7 @@ pub(crate) fn axpy_rows_tiled(
 ) -> bool {
     match path {
         #[cfg(target_arch = "x86_64")]
-        KernelPath::Avx2Fma => {
+        KernelPath::Avx2Fma | KernelPath::Avx512 => {
             // SAFETY: the path was checked available (AVX2/FMA/F16C present);
             // the kernel asserts every bound it relies on.
             unsafe {

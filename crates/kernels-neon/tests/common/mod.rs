@@ -211,6 +211,17 @@ pub fn check(
     }
 }
 
+/// [`check`] for the bf16 tile: both operands rounded to 8 significant bits (bound in `props.rs`).
+pub fn check_bf16(y: f32, (dot, abs, _): (f64, f64, f64)) -> Result<(), String> {
+    let tol = abs * (2f64.powi(-8) * 1.001 + 1e-5) + 1e-6;
+    let err = (f64::from(y) - dot).abs();
+    if err <= tol {
+        Ok(())
+    } else {
+        Err(format!("y={y} ref={dot} err={err} tol={tol} (bf16)"))
+    }
+}
+
 /// 256 cases unless `PROPTEST_CASES` says otherwise (reduce it under qemu).
 pub fn cases() -> u32 {
     std::env::var("PROPTEST_CASES")

@@ -1,4 +1,5 @@
-//! x86_64 AVX2 + FMA + F16C kernels, one file per operation family.
+//! x86_64 AVX2 + FMA + F16C kernels, one file per operation family, and the AVX-512F ones that
+//! path [`crate::KernelPath::Avx512`] takes instead where they exist (`tile512`, `tile_bf16`).
 //!
 //! All functions are `unsafe fn` with `#[target_feature]`: callers must have
 //! checked that AVX2, FMA and F16C are present (`arch::has_avx2_fma`). Slice
@@ -23,6 +24,8 @@ mod matvec_int8;
 mod quantize;
 mod simd;
 mod tile;
+mod tile512;
+mod tile_bf16;
 mod vector;
 
 pub(crate) use axpy::axpy_row;
@@ -36,4 +39,6 @@ pub(crate) use matvec_i16_batch::matvec_i16_batch;
 pub(crate) use matvec_int8::matvec_int8;
 pub(crate) use quantize::{quantize, quantize16};
 pub(crate) use tile::tile;
+pub(crate) use tile512::tile as tile512;
+pub(crate) use tile_bf16::{tile_bf16, to_bf16};
 pub(crate) use vector::{axpy_f32, dot_f32};
