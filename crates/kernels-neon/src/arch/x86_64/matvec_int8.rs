@@ -155,18 +155,21 @@ unsafe fn matvec_int8_q<const F: u8, const R: usize>(
 pub(crate) unsafe fn matvec_int8(w: &QMatrix<'_>, sel: Rows<'_>, xq: &QActs, y: &mut [f32]) {
     // Rows per step (see `matvec_i16_q`): dense rows stream from memory, where fewer concurrent
     // row streams per thread measured faster end to end; listed rows are scattered, where more rows
-    // in flight hide their latency.
+    // in flight hide their latency. One row for dense Q4_0, Q4_1 and Q5_0, as for 16-bit
+    // activations: decode (`sparrow bench -p 0 -n 64 -r 2 --int8`, 2 threads, 2026-11-25, two
+    // interleaved rounds) Qwen2.5-0.5B 44.3/45.1 -> 73.8/72.6 tok/s (Q5_0), SmolLM2 195.0/196.0 ->
+    // 289.0/289.9 (Q4_1) with 2 rows -> 1. Q5_1 and IQ4_NL keep 2 (unmeasured).
     let dense = matches!(sel, Rows::From(_));
     // SAFETY: features present per contract.
     unsafe {
         match w.format() {
             WeightFormat::Q8_0 if dense => matvec_int8_q::<Q8_0, 1>(w, sel, xq, y),
             WeightFormat::Q8_0 => matvec_int8_q::<Q8_0, 2>(w, sel, xq, y),
-            WeightFormat::Q4_0 if dense => matvec_int8_q::<Q4_0, 2>(w, sel, xq, y),
+            WeightFormat::Q4_0 if dense => matvec_int8_q::<Q4_0, 1>(w, sel, xq, y),
             WeightFormat::Q4_0 => matvec_int8_q::<Q4_0, 4>(w, sel, xq, y),
-            WeightFormat::Q4_1 if dense => matvec_int8_q::<Q4_1, 2>(w, sel, xq, y),
+            WeightFormat::Q4_1 if dense => matvec_int8_q::<Q4_1, 1>(w, sel, xq, y),
             WeightFormat::Q4_1 => matvec_int8_q::<Q4_1, 4>(w, sel, xq, y),
-            WeightFormat::Q5_0 if dense => matvec_int8_q::<Q5_0, 2>(w, sel, xq, y),
+            WeightFormat::Q5_0 if dense => matvec_int8_q::<Q5_0, 1>(w, sel, xq, y),
             WeightFormat::Q5_0 => matvec_int8_q::<Q5_0, 4>(w, sel, xq, y),
             WeightFormat::Q5_1 if dense => matvec_int8_q::<Q5_1, 2>(w, sel, xq, y),
             WeightFormat::Q5_1 => matvec_int8_q::<Q5_1, 4>(w, sel, xq, y),
