@@ -8,6 +8,7 @@ use crate::ffn::{DenseFfn, FfnExecutor, FfnLayer, FfnScratch, ObservedFfn};
 pub use crate::ffn::{FfnObserver, FfnSample};
 use crate::model::Model;
 use crate::ops::{mm_step, StepKind};
+use crate::prompt_attention::{attend_prompt, Heads};
 
 /// How the FFN runs in a forward step.
 #[derive(Default)]
@@ -428,22 +429,34 @@ fn forward_inner(
             caches[p.seq].write(li, p.pos, &k[rows.clone()], &v[rows])?;
         }
         let views: Vec<_> = caches.iter().map(|c| c.layer(li)).collect();
-        att.par_chunks_mut(hd)
-            .enumerate()
-            .try_for_each_init(Vec::new, |scores, (idx, out)| {
-                let (t, h) = (idx / cfg.n_heads, idx % cfg.n_heads);
-                let layout = kernels_neon::KvLayout {
-                    stride: kvd,
-                    offset: (h / group) * hd,
-                    head_dim: hd,
-                };
-                let qh = &q[t * qd + h * hd..t * qd + (h + 1) * hd];
-                let p = step.place[t];
-                let (kc, vc) = views[p.seq];
-                let ctx = p.pos + 1; // causal: positions 0..=pos of its sequence
-                kernels_neon::attend_cache(qh, kc, vc, layout, ctx, scale, scores, out)
-                    .map_err(kernel("attention"))
-            })?;
+        if kind == StepKind::Prompt && n > 1 {
+            let place: Vec<(usize, usize)> = step.place.iter().map(|p| (p.seq, p.pos)).collect();
+            let heads = Heads {
+                n_heads: cfg.n_heads,
+                n_kv_heads: cfg.n_kv_heads,
+                head_dim: hd,
+                scale,
+            };
+            attend_prompt(&q, &place, &views, heads, &mut att).map_err(kernel("attention"))?;
+        } else {
+            att.par_chunks_mut(hd).enumerate().try_for_each_init(
+                Vec::new,
+                |scores, (idx, out)| {
+                    let (t, h) = (idx / cfg.n_heads, idx % cfg.n_heads);
+                    let layout = kernels_neon::KvLayout {
+                        stride: kvd,
+                        offset: (h / group) * hd,
+                        head_dim: hd,
+                    };
+                    let qh = &q[t * qd + h * hd..t * qd + (h + 1) * hd];
+                    let p = step.place[t];
+                    let (kc, vc) = views[p.seq];
+                    let ctx = p.pos + 1; // causal: positions 0..=pos of its sequence
+                    kernels_neon::attend_cache(qh, kc, vc, layout, ctx, scale, scores, out)
+                        .map_err(kernel("attention"))
+                },
+            )?;
+        }
         mm_step(
             kind,
             &layer.wo,

@@ -66,6 +66,7 @@ pub mod outputs;
 mod perplexity;
 pub mod planning;
 pub mod profile;
+mod prompt_attention;
 pub mod requant;
 mod request;
 pub mod sampling;

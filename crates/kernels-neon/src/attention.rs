@@ -183,33 +183,23 @@ fn chunk_geometry(c: &KvChunks<'_>, layout: KvLayout) -> Result<(usize, usize), 
     Ok((bytes(layout.stride)?, bytes(layout.offset)?))
 }
 
-/// [`attend_cache`] on an explicit path (for tests and benchmarks).
-#[doc(hidden)]
-#[allow(clippy::too_many_arguments)]
-pub fn attend_cache_with(
-    path: KernelPath,
-    q: &[f32],
-    k: KvChunks<'_>,
-    v: KvChunks<'_>,
+/// Checks that `layout`'s head lies within a position's row and that keys `k` and values `v`
+/// share a format and chunking and hold the first `ctx` positions' rows; returns the bytes per position and the head's byte offset.
+pub(crate) fn check_cache(
+    k: &KvChunks<'_>,
+    v: &KvChunks<'_>,
     layout: KvLayout,
     ctx: usize,
-    scale: f32,
-    scores: &mut Vec<f32>,
-    out: &mut [f32],
-) -> Result<(), KernelError> {
-    check_path(path)?;
-    let hd = layout.head_dim;
-    check_len("attend q", hd, q.len())?;
-    check_len("attend out", hd, out.len())?;
+) -> Result<(usize, usize), KernelError> {
     if layout
         .offset
-        .checked_add(hd)
+        .checked_add(layout.head_dim)
         .is_none_or(|e| e > layout.stride)
     {
         return Err(KernelError::LengthMismatch {
             what: "attend layout: offset + head_dim within stride",
             expected: layout.stride,
-            actual: layout.offset.saturating_add(hd),
+            actual: layout.offset.saturating_add(layout.head_dim),
         });
     }
     if k.format != v.format || k.chunk != v.chunk {
@@ -219,10 +209,10 @@ pub fn attend_cache_with(
             actual: v.chunk,
         });
     }
-    let (pos_bytes, off) = chunk_geometry(&k, layout)?;
+    let (pos_bytes, off) = chunk_geometry(k, layout)?;
     let chunk = k.chunk;
     // Every chunk the first `ctx` positions touch must hold its positions' rows.
-    for (what, c) in [("attend k cache", &k), ("attend v cache", &v)] {
+    for (what, c) in [("attend k cache", k), ("attend v cache", v)] {
         let needed = ctx.div_ceil(chunk);
         if c.chunks.len() < needed {
             return Err(KernelError::LengthMismatch {
@@ -242,6 +232,29 @@ pub fn attend_cache_with(
             }
         }
     }
+    Ok((pos_bytes, off))
+}
+
+/// [`attend_cache`] on an explicit path (for tests and benchmarks).
+#[doc(hidden)]
+#[allow(clippy::too_many_arguments)]
+pub fn attend_cache_with(
+    path: KernelPath,
+    q: &[f32],
+    k: KvChunks<'_>,
+    v: KvChunks<'_>,
+    layout: KvLayout,
+    ctx: usize,
+    scale: f32,
+    scores: &mut Vec<f32>,
+    out: &mut [f32],
+) -> Result<(), KernelError> {
+    check_path(path)?;
+    let hd = layout.head_dim;
+    check_len("attend q", hd, q.len())?;
+    check_len("attend out", hd, out.len())?;
+    let (pos_bytes, off) = check_cache(&k, &v, layout, ctx)?;
+    let chunk = k.chunk;
     let format = k.format;
     scores.clear();
     scores.resize(ctx, 0.0);

@@ -222,6 +222,7 @@ use rayon::prelude::*;
 
 mod arch;
 mod attention;
+mod attention_block;
 mod batch;
 mod kv;
 mod quant;
@@ -230,6 +231,7 @@ mod scalar;
 mod sparse;
 
 pub use attention::{attend, attend_cache, attend_cache_with, attend_with, KvChunks, KvLayout};
+pub use attention_block::{attend_cache_block_with, attend_head, attend_head_with, HeadCache};
 pub use batch::{matvec_batch, matvec_batch_many};
 #[doc(hidden)]
 pub use batch::{matvec_batch_many_with, matvec_batch_with};

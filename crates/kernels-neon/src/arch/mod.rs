@@ -18,6 +18,7 @@ use crate::{scalar, KernelPath, QMatrix, WeightFormat};
 
 #[cfg(target_arch = "aarch64")]
 mod aarch64;
+mod attend_block;
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 mod drivers;
 pub(crate) mod kv;
@@ -349,6 +350,38 @@ pub(crate) fn tile_bf16(
             let _ = (w, nr, cols, xb, n, out);
             false
         }
+    }
+}
+
+pub(crate) use attend_block::LANES;
+
+/// [`attend_block::attend_block`] under the path's target features.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn attend_block(
+    path: KernelPath,
+    q: &[f32],
+    lens: &[usize],
+    hd: usize,
+    kt: &[f32],
+    nkp: usize,
+    v: &[f32],
+    scale: f32,
+    s: &mut Vec<f32>,
+    out: &mut [f32],
+) {
+    match path {
+        #[cfg(target_arch = "x86_64")]
+        KernelPath::Avx2Fma => {
+            // SAFETY: the path was checked available (AVX2/FMA present).
+            unsafe { x86_64::attend_block_avx2(q, lens, hd, kt, nkp, v, scale, s, out) }
+        }
+        #[cfg(target_arch = "x86_64")]
+        KernelPath::Avx512 => {
+            // SAFETY: the path was checked available (AVX-512F on top of AVX2/FMA).
+            unsafe { x86_64::attend_block_avx512(q, lens, hd, kt, nkp, v, scale, s, out) }
+        }
+        // NEON and FMA are baseline on aarch64: the generic code vectorizes as it is.
+        _ => attend_block::attend_block(q, lens, hd, kt, nkp, v, scale, s, out),
     }
 }
 

@@ -10,6 +10,7 @@
 //! The same files exist for aarch64 (`arch/aarch64`); the row drivers both
 //! use are in `arch/drivers.rs`, the format tags in `arch/tags.rs`.
 
+mod attend;
 mod axpy;
 mod axpy_tiled;
 mod dequant;
@@ -28,6 +29,7 @@ mod tile512;
 mod tile_bf16;
 mod vector;
 
+pub(crate) use attend::{attend_block_avx2, attend_block_avx512};
 pub(crate) use axpy::axpy_row;
 pub(crate) use axpy_tiled::axpy_rows_tiled;
 pub(crate) use dequant::dequant_row;
