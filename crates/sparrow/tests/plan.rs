@@ -50,6 +50,45 @@ fn calibrate_plan_and_apply() {
         .collect();
     assert_eq!(left, ["dev.sparrow-device"], "{left:?}");
 
+    // `--formats` picks what is measured; an unknown name is a one-line error naming the choices.
+    let out = ok(&[
+        "calibrate",
+        "--quick",
+        "--dir",
+        d,
+        "-o",
+        dev,
+        "--formats",
+        "q5_1,IQ4_XS",
+        "--json",
+    ]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let mut measured: Vec<&str> = v["kernels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k["format"].as_str().unwrap())
+        .collect();
+    measured.dedup();
+    assert_eq!(measured, ["Q5_1", "IQ4_XS"], "{v}");
+    let out = sparrow(&[
+        "calibrate",
+        "--quick",
+        "--dir",
+        d,
+        "-o",
+        dev,
+        "--formats",
+        "q9_9",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("unknown weight format `q9_9`") && err.contains("q4_k"),
+        "{err}"
+    );
+    ok(&["calibrate", "--quick", "--dir", d, "-o", dev]);
+
     let model = fixture("tiny-llama-silu-q4_0.gguf");
     let plan = dir.join("tiny.plan");
     let p = plan.to_str().unwrap();

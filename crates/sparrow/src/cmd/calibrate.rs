@@ -3,9 +3,9 @@
 
 use std::path::PathBuf;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use clap::Args;
-use engine::CalibrateOptions;
+use engine::{CalibrateOptions, WeightFormat};
 
 use crate::ui::bar;
 
@@ -26,6 +26,39 @@ pub struct CalibrateArgs {
     /// Print the profile as JSON on stdout as well.
     #[arg(long)]
     pub json: bool,
+    /// Weight formats to measure, by name (`q4_0,q5_k,...`), or `all` for every ggml format
+    /// [default: Q4_0, Q4_1, Q8_0, Q4_K, Q6_K and Q5_0, or Q4_0 and Q8_0 with --quick].
+    #[arg(long, value_delimiter = ',')]
+    pub formats: Vec<String>,
+}
+
+/// The formats `--formats` names (`None`: the default set).
+fn parse_formats(names: &[String]) -> Result<Option<Vec<WeightFormat>>> {
+    if names.is_empty() {
+        return Ok(None);
+    }
+    if names.iter().any(|n| n.eq_ignore_ascii_case("all")) {
+        return Ok(Some(WeightFormat::GGML.to_vec()));
+    }
+    let mut out = Vec::new();
+    for n in names {
+        match WeightFormat::GGML
+            .iter()
+            .find(|f| f.name().eq_ignore_ascii_case(n.trim()))
+        {
+            Some(&f) if !out.contains(&f) => out.push(f),
+            Some(_) => {}
+            None => bail!(
+                "--formats: unknown weight format `{n}` (one of {}, or all)",
+                WeightFormat::GGML
+                    .iter()
+                    .map(|f| f.name().to_ascii_lowercase())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        }
+    }
+    Ok(Some(out))
 }
 
 /// Runs the subcommand and prints its result.
@@ -33,11 +66,15 @@ pub fn run(a: CalibrateArgs) -> Result<()> {
     let dir = a.dir.unwrap_or_else(engine::fetch::model_cache_dir);
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let out = a.output.unwrap_or_else(engine::default_device_path);
-    let opts = if a.quick {
+    let formats = parse_formats(&a.formats)?;
+    let mut opts = if a.quick {
         CalibrateOptions::quick(&dir)
     } else {
         CalibrateOptions::new(&dir)
     };
+    if let Some(f) = formats {
+        opts.formats = f;
+    }
     let b = bar(opts.steps(), "points measured");
     let profile = engine::calibrate(&opts, |line| {
         b.inc(1);

@@ -160,8 +160,8 @@ pub(crate) unsafe fn matvec_i16(w: &QMatrix<'_>, sel: Rows<'_>, xq: &QActs16, y:
     // -> 29.2/30.6 (Q4_1), 13.2/12.7 -> 26.0/25.6 (Q5_0) with 2 rows -> 1, two runs each; decode
     // (`sparrow bench -p 0`, three interleaved rounds) Qwen2.5-0.5B 50.0/50.7/49.2 -> 70.6/67.8/69.4
     // tok/s (Q5_0 alone; 4 rows: 38.9/38.1/36.8), SmolLM2 191.0/196.0/194.9 -> 227.8/243.1/243.5
-    // (Q4_1). Q5_1 and IQ4_NL keep 2: no streaming measurement of theirs (in cache, one row made
-    // Q5_1 9% slower).
+    // (Q4_1). Q5_1 and IQ4_NL too (2026-11-26, `sparrow calibrate --formats iq4_nl,q5_1`, two
+    // interleaved runs, 2 threads): IQ4_NL 13.9/14.1 -> 27.3/27.9 GB/s, Q5_1 20.3/20.6 -> 26.0/26.2.
     let dense = matches!(sel, Rows::From(_));
     // SAFETY: features present per contract.
     unsafe {
@@ -174,9 +174,9 @@ pub(crate) unsafe fn matvec_i16(w: &QMatrix<'_>, sel: Rows<'_>, xq: &QActs16, y:
             WeightFormat::Q4_1 => matvec_i16_q::<Q4_1, 4>(w, sel, xq, y),
             WeightFormat::Q5_0 if dense => matvec_i16_q::<Q5_0, 1>(w, sel, xq, y),
             WeightFormat::Q5_0 => matvec_i16_q::<Q5_0, 4>(w, sel, xq, y),
-            WeightFormat::Q5_1 if dense => matvec_i16_q::<Q5_1, 2>(w, sel, xq, y),
+            WeightFormat::Q5_1 if dense => matvec_i16_q::<Q5_1, 1>(w, sel, xq, y),
             WeightFormat::Q5_1 => matvec_i16_q::<Q5_1, 4>(w, sel, xq, y),
-            WeightFormat::IQ4_NL if dense => matvec_i16_q::<IQ4_NL, 2>(w, sel, xq, y),
+            WeightFormat::IQ4_NL if dense => matvec_i16_q::<IQ4_NL, 1>(w, sel, xq, y),
             WeightFormat::IQ4_NL => matvec_i16_q::<IQ4_NL, 4>(w, sel, xq, y),
             WeightFormat::Q4_K | WeightFormat::Q5_K | WeightFormat::Q6_K => {
                 // Activations reordered once per call (see `kquant_rows`).
