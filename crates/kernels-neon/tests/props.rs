@@ -14,9 +14,9 @@
 //!   (at |q| <= 127 the f32 rounding is 0.00002 steps).
 //!
 //! * bf16 (the Int8 `matmul` tile with n > 1 on the AVX-512 path): weights and
-//!   activations rounded to 8 significant bits, each off by at most 2^-9 of
-//!   itself, so each product by at most 2^-8 + 2^-18 of |w·x|:
-//!   |y - ref| <= Σ|w·x| · (2^-8 · 1.001 + 1e-5) + 1e-6.
+//!   activations rounded to 8 significant bits, each off by at most 2^-8 of
+//!   itself (round to nearest), so each product by at most 2^-7 + 2^-16 of
+//!   |w·x|: |y - ref| <= Σ|w·x| · (2^-7 · 1.001 + 1e-5) + 1e-6.
 //!
 //! Float weight formats use the exact path in every precision and get the
 //! Exact bound; so does `matmul` with n > 1 otherwise.

@@ -213,7 +213,7 @@ pub fn check(
 
 /// [`check`] for the bf16 tile: both operands rounded to 8 significant bits (bound in `props.rs`).
 pub fn check_bf16(y: f32, (dot, abs, _): (f64, f64, f64)) -> Result<(), String> {
-    let tol = abs * (2f64.powi(-8) * 1.001 + 1e-5) + 1e-6;
+    let tol = abs * (2f64.powi(-7) * 1.001 + 1e-5) + 1e-6;
     let err = (f64::from(y) - dot).abs();
     if err <= tol {
         Ok(())
