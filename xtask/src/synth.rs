@@ -12,7 +12,10 @@
 //! llama.cpp tensor names and metadata keys that `xtask/src/fixtures.rs` uses, and its byte-level vocabulary
 //! (256 byte tokens, `<|im_start|>`, `<|im_end|>` = eos) padded with unused tokens `<|synth_pad_N|>` (type 5)
 //! to `--vocab` entries. Every matrix, the token embedding included, is in `--format` (Q4_0 or Q8_0,
-//! quantized with `kernels_neon::quantize_row`, ggml's reference quantizer); the norms are F32 ones; the
+//! quantized with `kernels_neon::quantize_row`, ggml's reference quantizer), or with `--format q4_k_m`
+//! in llama.cpp's Q4_K_M mix (Q4_K, Q6_K for the embedding and some layers' `attn_v` and `ffn_down`,
+//! Q5_0/Q8_0 where rows are not whole 256-element super-blocks; `Options::tensor_format`); the norms
+//! are F32 ones; the
 //! output projection is tied to the embedding (no `output.weight`). Tensors are generated row by row from
 //! per-row seeds (xorshift64, seeded with splitmix64 of seed, layer, tensor and row), on every core, and
 //! streamed to disk through `model_format::GgufStream`, so memory stays at a few MiB whatever the size. The
@@ -99,8 +102,10 @@ pub struct Options {
     pub kv_heads: usize,
     /// Vocabulary size (embedding rows).
     pub vocab: usize,
-    /// Weight format: Q4_0 or Q8_0.
+    /// Weight format: Q4_0 or Q8_0 (the format of every matrix unless `q4_k_m`).
     pub format: DType,
+    /// llama.cpp's Q4_K_M mix instead (`--format q4_k_m`, [`Options::tensor_format`]).
+    pub q4_k_m: bool,
     /// Zipf exponent of the firing propensities.
     pub alpha: f64,
     /// Seed of every random number.
@@ -118,6 +123,7 @@ impl Default for Options {
             kv_heads: 8,
             vocab: 32000,
             format: DType::Q4_0,
+            q4_k_m: false,
             alpha: 1.0,
             seed: 0x5EED,
         }
@@ -126,7 +132,7 @@ impl Default for Options {
 
 /// The usage text.
 pub const USAGE: &str = "usage: cargo xtask synth-model [--out PATH] [--layers N] [--d D] [--ff F] [--heads H] [--kv-heads K] \
-[--vocab V] [--format q4_0|q8_0] [--alpha A] [--seed S]
+[--vocab V] [--format q4_0|q8_0|q4_k_m] [--alpha A] [--seed S]
   defaults: 32 layers, d 4096, ff 14336, 32 heads, 8 kv heads, vocab 32000, q4_0, alpha 1.0, seed 0x5EED,
   out target/synth/synth-<layers>x<d>x<ff>-<format>.gguf (4.0 GB at the defaults)";
 
@@ -178,10 +184,11 @@ impl Options {
                 "--kv-heads" => o.kv_heads = int(&value)?,
                 "--vocab" => o.vocab = int(&value)?,
                 "--format" => {
-                    o.format = match value.to_ascii_lowercase().as_str() {
-                        "q4_0" => DType::Q4_0,
-                        "q8_0" => DType::Q8_0,
-                        _ => bail!("--format takes q4_0 or q8_0, not `{value}`"),
+                    (o.format, o.q4_k_m) = match value.to_ascii_lowercase().as_str() {
+                        "q4_0" => (DType::Q4_0, false),
+                        "q8_0" => (DType::Q8_0, false),
+                        "q4_k_m" => (DType::Q4_K, true),
+                        _ => bail!("--format takes q4_0, q8_0 or q4_k_m, not `{value}`"),
                     }
                 }
                 "--alpha" => {
@@ -239,8 +246,8 @@ impl Options {
             self.vocab
         );
         ensure!(
-            matches!(self.format, DType::Q4_0 | DType::Q8_0),
-            "format must be Q4_0 or Q8_0, not {}",
+            matches!(self.format, DType::Q4_0 | DType::Q8_0) || self.q4_k_m,
+            "format must be Q4_0 or Q8_0 (or the Q4_K_M mix), not {}",
             self.format
         );
         ensure!(
@@ -258,8 +265,36 @@ impl Options {
             self.layers,
             self.d,
             self.ff,
-            self.format.name().to_ascii_lowercase()
+            if self.q4_k_m {
+                "q4_k_m".to_string()
+            } else {
+                self.format.name().to_ascii_lowercase()
+            }
         )
+    }
+
+    /// The format of a matrix: `format`, or under `q4_k_m` llama.cpp's Q4_K_M choice
+    /// (`llama_tensor_get_type`): Q6_K for the output projection (here the tied token embedding)
+    /// and for `attn_v` and `ffn_down` of the layers `use_more_bits` picks (the first and last
+    /// eighth, and every third between), Q4_K elsewhere; a matrix whose rows are not a whole
+    /// number of 256-element super-blocks falls back as llama.cpp does, Q4_K to Q5_0 and Q6_K to
+    /// Q8_0.
+    fn tensor_format(&self, s: Stream, layer: usize, cols: usize) -> DType {
+        if !self.q4_k_m {
+            return self.format;
+        }
+        let n = self.layers;
+        let more_bits = layer < n / 8 || layer >= 7 * n / 8 || (layer + 3 - n / 8 % 3) % 3 == 2;
+        let k = match s {
+            Stream::Embed => DType::Q6_K,
+            Stream::V | Stream::Down if more_bits => DType::Q6_K,
+            _ => DType::Q4_K,
+        };
+        match (k, cols % 256 == 0) {
+            (_, true) => k,
+            (DType::Q6_K, false) => DType::Q8_0,
+            _ => DType::Q5_0,
+        }
     }
 
     /// Where the file goes: `--out`, or `target/synth/<file_name()>` under `root`.
@@ -279,11 +314,24 @@ impl Options {
 
     /// Bytes of the tensor data (the header adds the vocabulary, under a MiB).
     pub fn data_bytes(&self) -> u64 {
-        let rb = |cols: usize| (cols / 32 * self.format.block_bytes()) as u64;
-        let (d, ff, kv) = (self.d as u64, self.ff as u64, self.kv_dim() as u64);
-        let layer =
-            (2 * d + 2 * kv) * rb(self.d) + 2 * ff * rb(self.d) + d * rb(self.ff) + 2 * 4 * d;
-        self.vocab as u64 * rb(self.d) + 4 * d + self.layers as u64 * layer
+        let bytes = |s: Stream, l: usize, rows: usize, cols: usize| {
+            let f = self.tensor_format(s, l, cols);
+            (rows * f.row_bytes(cols).unwrap_or(0)) as u64
+        };
+        let (d, ff, kv) = (self.d, self.ff, self.kv_dim());
+        let layer = |l: usize| {
+            bytes(Stream::Q, l, d, d)
+                + bytes(Stream::K, l, kv, d)
+                + bytes(Stream::V, l, kv, d)
+                + bytes(Stream::O, l, d, d)
+                + bytes(Stream::Gate, l, ff, d)
+                + bytes(Stream::Up, l, ff, d)
+                + bytes(Stream::Down, l, d, ff)
+                + 2 * 4 * d as u64
+        };
+        bytes(Stream::Embed, 0, self.vocab, d)
+            + 4 * d as u64
+            + (0..self.layers).map(layer).sum::<u64>()
     }
 }
 
@@ -309,7 +357,7 @@ pub fn main(args: &[String], root: &Path) -> Result<()> {
         o.heads,
         o.kv_heads,
         o.vocab,
-        o.format,
+        if o.q4_k_m { "Q4_K_M mix".to_string() } else { o.format.to_string() },
         path.display(),
         o.data_bytes() as f64 / (1u64 << 30) as f64
     );
@@ -663,7 +711,6 @@ fn vocabulary(vocab: usize) -> (Vec<String>, Vec<i32>) {
 pub fn write_model(o: &Options, path: &Path, mut progress: impl FnMut(usize, u64)) -> Result<()> {
     o.check()?;
     let (d, ff, qd, kvd) = (o.d, o.ff, o.d, o.kv_dim());
-    let fmt = o.format;
     let mut w = GgufWriter::new();
     let a = "llama";
     let u32v = |x: usize| MetaValue::U32(x as u32);
@@ -711,7 +758,8 @@ pub fn write_model(o: &Options, path: &Path, mut progress: impl FnMut(usize, u64
             .flat_map(|_| 1.0f32.to_le_bytes())
             .collect::<Vec<u8>>()
     };
-    w.declare_tensor("token_embd.weight", o.format, &[o.vocab, d])?;
+    let embed_fmt = o.tensor_format(Stream::Embed, 0, d);
+    w.declare_tensor("token_embd.weight", embed_fmt, &[o.vocab, d])?;
     w.tensor("output_norm.weight", DType::F32, &[d], ones(d))?;
     let matrices = |l: usize| {
         [
@@ -731,7 +779,7 @@ pub fn write_model(o: &Options, path: &Path, mut progress: impl FnMut(usize, u64
             &[d],
             ones(d),
         )?;
-        for (i, (name, _, rows, cols)) in matrices(l).into_iter().enumerate() {
+        for (i, (name, s, rows, cols)) in matrices(l).into_iter().enumerate() {
             if i == 4 {
                 w.tensor(
                     &format!("blk.{l}.ffn_norm.weight"),
@@ -740,20 +788,21 @@ pub fn write_model(o: &Options, path: &Path, mut progress: impl FnMut(usize, u64
                     ones(d),
                 )?;
             }
-            w.declare_tensor(&name, o.format, &[rows, cols])?;
+            w.declare_tensor(&name, o.tensor_format(s, l, cols), &[rows, cols])?;
         }
     }
 
     let u = direction(o);
     let mut out = w.stream(path)?;
-    stream_matrix(&mut out, fmt, o.vocab, d, &|t, row| {
+    stream_matrix(&mut out, embed_fmt, o.vocab, d, &|t, row| {
         embed_row(o, &u, t, row)
     })?;
-    let mut bytes = o.vocab as u64 * fmt.row_bytes(d).unwrap_or(0) as u64;
+    let mut bytes = o.vocab as u64 * embed_fmt.row_bytes(d).unwrap_or(0) as u64;
     for l in 0..o.layers {
         let p = plan(o, l);
         for (name, s, rows, cols) in matrices(l) {
             debug_assert_eq!(out.next_tensor(), Some(name.as_str()));
+            let fmt = o.tensor_format(s, l, cols);
             stream_matrix(&mut out, fmt, rows, cols, &|i, row| {
                 layer_row(o, &u, &p, l, s, i, row)
             })?;

@@ -43,6 +43,7 @@ fn small(alpha: f64, seed: u64) -> Options {
         kv_heads: 2,
         vocab: 300,
         format: DType::Q4_0,
+        q4_k_m: false,
         alpha,
         seed,
     }
@@ -362,6 +363,57 @@ fn the_file_is_labelled_synthetic_and_shaped_as_asked() {
     assert_eq!(data, o.data_bytes());
 }
 
+/// `--format q4_k_m`: llama.cpp's Q4_K_M choice per tensor (Q6_K for the tied embedding and for
+/// `attn_v`/`ffn_down` of the layers `use_more_bits` picks, Q4_K elsewhere, Q5_0/Q8_0 for rows that are
+/// not whole super-blocks), a size estimate that matches, and a file the engine runs.
+#[test]
+fn the_q4_k_m_mix_is_llama_cpps() {
+    let dir = TempDir::new("q4km");
+    let o = Options {
+        layers: 8,
+        d: 256,
+        ff: 640, // not a multiple of 256: ffn_down falls back
+        heads: 4,
+        kv_heads: 2,
+        format: DType::Q4_K,
+        q4_k_m: true,
+        ..small(1.0, 3)
+    };
+    assert!(o.file_name().ends_with("-q4_k_m.gguf"), "{}", o.file_name());
+    let path = write(&o, &dir);
+    let f = GgufFile::open(&path).unwrap();
+    let ty = |n: &str| f.tensor(n).unwrap().dtype;
+    assert_eq!(ty("token_embd.weight"), DType::Q6_K);
+    // use_more_bits(i, 8): layers 0 and 7 (first and last eighth) and 3, 6 ((i - 1) % 3 == 2).
+    for l in 0..8 {
+        let more = [0, 3, 6, 7].contains(&l);
+        let v = ty(&format!("blk.{l}.attn_v.weight"));
+        assert_eq!(
+            v,
+            if more { DType::Q6_K } else { DType::Q4_K },
+            "layer {l} attn_v"
+        );
+        let down = ty(&format!("blk.{l}.ffn_down.weight"));
+        assert_eq!(
+            down,
+            if more { DType::Q8_0 } else { DType::Q5_0 },
+            "layer {l} ffn_down (640 wide)"
+        );
+        for m in ["attn_q", "attn_k", "attn_output", "ffn_gate", "ffn_up"] {
+            assert_eq!(
+                ty(&format!("blk.{l}.{m}.weight")),
+                DType::Q4_K,
+                "layer {l} {m}"
+            );
+        }
+    }
+    let data: u64 = f.tensors().map(|t| t.data.len() as u64).sum();
+    assert_eq!(data, o.data_bytes());
+    // The engine runs it, and the planted sparsity survives the K-quants.
+    let density = engine_counts(&path, 2, 16).density(None);
+    assert!((0.05..0.2).contains(&density), "density {density}");
+}
+
 /// Runs `windows` windows of `len` random tokens through the engine (dense FFN, observed), counting how
 /// often each neuron's `relu(gate·x)` is positive.
 fn engine_counts(path: &Path, windows: usize, len: usize) -> Counts {
@@ -506,6 +558,7 @@ fn bad_options_are_refused_with_the_reason() {
             kv_heads: 2,
             vocab: 1000,
             format: DType::Q8_0,
+            q4_k_m: false,
             alpha: 0.5,
             seed: 16
         }
@@ -528,7 +581,7 @@ fn bad_options_are_refused_with_the_reason() {
         ("--d 96 --heads 32", "even"),
         ("--kv-heads 3", "--kv-heads"),
         ("--vocab 100", "--vocab"),
-        ("--format q4_1", "q4_0 or q8_0"),
+        ("--format q4_1", "q4_0, q8_0 or q4_k_m"),
         ("--alpha -1", "--alpha"),
         ("--alpha nan", "--alpha"),
         ("--seed -3", "--seed"),

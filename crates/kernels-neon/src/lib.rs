@@ -227,6 +227,7 @@ mod batch;
 mod kv;
 mod quant;
 mod quantize;
+mod quantize_k;
 mod scalar;
 mod sparse;
 

@@ -134,11 +134,19 @@ pub fn quantize_row(format: WeightFormat, src: &[f32], dst: &mut [u8]) -> Result
                 pack_q5(x, q, &mut blk[4..]);
             }
         }
+        WeightFormat::Q4_K => {
+            for (blk, x) in dst.chunks_exact_mut(144).zip(src.chunks_exact(256)) {
+                crate::quantize_k::q4_k_block(x, blk);
+            }
+        }
+        WeightFormat::Q6_K => {
+            for (blk, x) in dst.chunks_exact_mut(210).zip(src.chunks_exact(256)) {
+                crate::quantize_k::q6_k_block(x, blk);
+            }
+        }
         WeightFormat::Q2_K
         | WeightFormat::Q3_K
-        | WeightFormat::Q4_K
         | WeightFormat::Q5_K
-        | WeightFormat::Q6_K
         | WeightFormat::IQ4_NL
         | WeightFormat::IQ4_XS => {
             return Err(KernelError::Unsupported {

@@ -62,6 +62,51 @@ proptest! {
     }
 }
 
+/// Largest error allowed in a K-quant super-block `x` (256 elements) for the element at `i`: one
+/// quantization step of its sub-block, plus what rounding the sub-block scales (and Q4_K's mins) to
+/// 6 or 8 bits can shift or clip.
+fn k_step(format: WeightFormat, x: &[f32], i: usize) -> f32 {
+    let amax = x.iter().fold(0f32, |a, v| a.max(v.abs()));
+    match format {
+        WeightFormat::Q4_K => {
+            let range = |s: &[f32]| {
+                s.iter().copied().fold(0f32, f32::max) - s.iter().copied().fold(0f32, f32::min)
+            };
+            let d = x.chunks(32).map(range).fold(0f32, f32::max) / 15.0 / 63.0;
+            let dmin = x.iter().copied().fold(0f32, f32::min).abs() / 63.0;
+            range(&x[i / 32 * 32..][..32]) / 15.0 + 8.0 * d + dmin + amax * 1e-3
+        }
+        WeightFormat::Q6_K => {
+            let sub = x[i / 16 * 16..][..16]
+                .iter()
+                .fold(0f32, |a, v| a.max(v.abs()));
+            sub / 32.0 + 16.0 * (amax / 32.0 / 127.0) + amax * 1e-3
+        }
+        _ => unreachable!(),
+    }
+}
+
+proptest! {
+    #[test]
+    fn k_quant_round_trip_error_is_within_one_step(blocks in 1usize..4, seed in any::<u64>(), scale in 1e-3f32..10.0, skew in 0f32..1.0) {
+        let mut rng = Rng(seed);
+        // Sub-blocks of different magnitudes, and a skew off zero (Q4_K's mins).
+        let x: Vec<f32> = (0..blocks * 256)
+            .map(|i| (rng.f() + skew) * scale * (1.0 + (i / 32 % 5) as f32))
+            .collect();
+        for format in [WeightFormat::Q4_K, WeightFormat::Q6_K] {
+            let y = round_trip(format, &x);
+            for (b, (xs, ys)) in x.chunks(256).zip(y.chunks(256)).enumerate() {
+                for (i, (a, b2)) in xs.iter().zip(ys).enumerate() {
+                    let tol = k_step(format, xs, i);
+                    prop_assert!((a - b2).abs() <= tol, "{format:?} block {b} elem {i}: {a} -> {b2} (tol {tol})");
+                }
+            }
+            prop_assert!(round_trip(format, &[0.0; 256]).iter().all(|&v| v == 0.0), "{format:?}");
+        }
+    }
+}
+
 #[test]
 fn requantizing_a_dequantized_row_is_stable() {
     let mut rng = Rng(7);
@@ -105,10 +150,18 @@ fn bad_input_is_an_error() {
         quantize_row(WeightFormat::Q8_0, &x, &mut q),
         Err(KernelError::NonFinite { index: 5, .. })
     ));
-    let mut k = vec![0u8; 144];
+    let mut k = vec![0u8; 176];
     assert!(matches!(
-        quantize_row(WeightFormat::Q4_K, &[0.0; 256], &mut k),
+        quantize_row(WeightFormat::Q5_K, &[0.0; 256], &mut k[..110]),
+        Err(KernelError::Layout(LayoutError::DataLength { .. }))
+    ));
+    assert!(matches!(
+        quantize_row(WeightFormat::Q5_K, &[0.0; 256], &mut k),
         Err(KernelError::Unsupported { .. })
+    ));
+    assert!(matches!(
+        quantize_row(WeightFormat::Q4_K, &[0.0; 255], &mut k[..144]),
+        Err(KernelError::Layout(LayoutError::RaggedCols { .. }))
     ));
     assert!(matches!(
         quantize_matrix(WeightFormat::Q8_0, &[0.0; 10], 2, 32),
