@@ -442,8 +442,11 @@ fn put_value(h: &mut Vec<u8>, v: &MetaValue) -> Result<(), String> {
         MetaValue::Bool(x) => h.push(u8::from(*x)),
         MetaValue::String(s) => put_string(h, s),
         MetaValue::Array(items) => {
-            // An empty array is written with element type u8.
-            let elem = items.first().map_or(type_id::U8, MetaValue::gguf_type_id);
+            // An empty array is written as an array of strings: llama.cpp reads the one empty array
+            // our writers emit, `tokenizer.ggml.merges`, as strings and refuses any other type.
+            let elem = items
+                .first()
+                .map_or(type_id::STRING, MetaValue::gguf_type_id);
             if let Some(bad) = items.iter().find(|x| x.gguf_type_id() != elem) {
                 return Err(format!(
                     "GGUF arrays must be homogeneous: element types {elem} and {} mixed",
