@@ -460,7 +460,7 @@ pub(crate) struct Header {
     pub file_len: u64,
 }
 
-/// Checks the fixed header (magic, version, its own CRC).
+/// Checks the fixed header (magic, version, its own CRC, the reserved zeros).
 pub(crate) fn decode_header(h: &[u8], path: &Path) -> Result<Header> {
     let bad = |what: String| StoreError::Corrupt {
         path: path.to_path_buf(),
@@ -489,6 +489,12 @@ pub(crate) fn decode_header(h: &[u8], path: &Path) -> Result<Header> {
     }
     if crc32fast::hash(&h[..40]) != word(40) {
         return Err(bad("header checksum mismatch (damaged header)".into()));
+    }
+    // Bytes 44..48 are reserved zeros, outside the header's CRC: any other value is damage.
+    if h[44..HEADER_LEN].iter().any(|&b| b != 0) {
+        return Err(bad(
+            "reserved header bytes 44..48 are not zero (damaged header)".into(),
+        ));
     }
     let index_len = usize::try_from(quad(16)).map_err(|_| bad("index length overflows".into()))?;
     Ok(Header {

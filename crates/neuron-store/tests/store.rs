@@ -473,3 +473,21 @@ fn huge_index_length_is_an_error_not_a_panic() {
         std::fs::remove_file(&path).unwrap();
     }
 }
+
+/// The header's reserved bytes (44..48, outside its CRC) are checked: a flip there is damage, named.
+#[test]
+fn reserved_header_bytes_must_be_zero() {
+    let (_, good) = base_store();
+    for i in 44..neuron_store::HEADER_LEN {
+        let mut bytes = good.clone();
+        bytes[i] ^= 1;
+        let path = tmp(&format!("reserved-{i}.neurons"));
+        std::fs::write(&path, &bytes).unwrap();
+        let err = NeuronStore::open(&io(), &path, OpenOptions::default()).err();
+        assert!(
+            matches!(&err, Some(StoreError::Corrupt { what, .. }) if what.contains("reserved header bytes")),
+            "byte {i}: {err:?}"
+        );
+        std::fs::remove_file(&path).unwrap();
+    }
+}
