@@ -372,6 +372,12 @@ fn forward_inner(
         c.grow_to(end);
     }
     let kind = step.kind;
+    // A prompt step's attention runs in blocks (`prompt_attention`): where each token goes, once.
+    let prompt_place: Vec<(usize, usize)> = if kind == StepKind::Prompt && n > 1 {
+        step.place.iter().map(|p| (p.seq, p.pos)).collect()
+    } else {
+        Vec::new()
+    };
 
     for (li, layer) in model.layers.iter().enumerate() {
         // Attention.
@@ -429,15 +435,15 @@ fn forward_inner(
             caches[p.seq].write(li, p.pos, &k[rows.clone()], &v[rows])?;
         }
         let views: Vec<_> = caches.iter().map(|c| c.layer(li)).collect();
-        if kind == StepKind::Prompt && n > 1 {
-            let place: Vec<(usize, usize)> = step.place.iter().map(|p| (p.seq, p.pos)).collect();
+        if !prompt_place.is_empty() {
             let heads = Heads {
                 n_heads: cfg.n_heads,
                 n_kv_heads: cfg.n_kv_heads,
                 head_dim: hd,
                 scale,
             };
-            attend_prompt(&q, &place, &views, heads, &mut att).map_err(kernel("attention"))?;
+            attend_prompt(&q, &prompt_place, &views, heads, &mut att)
+                .map_err(kernel("attention"))?;
         } else {
             att.par_chunks_mut(hd).enumerate().try_for_each_init(
                 Vec::new,

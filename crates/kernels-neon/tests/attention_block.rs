@@ -5,26 +5,14 @@
 
 mod common;
 
+use common::encode_kv as encode;
+
 use common::Rng;
 use kernels_neon::{
     active_path, attend_cache_block_with, attend_cache_with, attend_head, available_paths,
-    kv_encode, HeadCache, KernelError, KernelPath, KvChunks, KvFormat, KvLayout,
+    HeadCache, KernelError, KernelPath, KvChunks, KvFormat, KvLayout,
 };
 use proptest::prelude::*;
-
-/// `rows` (positions × stride f32) encoded into chunks of `chunk` positions.
-fn encode(format: KvFormat, rows: &[f32], stride: usize, chunk: usize) -> Vec<Vec<u8>> {
-    let rb = format.row_bytes(stride).unwrap();
-    rows.chunks(stride * chunk)
-        .map(|c| {
-            let mut bytes = vec![0u8; c.len() / stride * rb];
-            for (src, dst) in c.chunks(stride).zip(bytes.chunks_mut(rb)) {
-                kv_encode(format, src, dst).unwrap();
-            }
-            bytes
-        })
-        .collect()
-}
 
 fn format_strategy() -> impl Strategy<Value = KvFormat> {
     prop::sample::select(KvFormat::ALL.to_vec())

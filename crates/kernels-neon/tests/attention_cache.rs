@@ -3,9 +3,13 @@
 //! head sizes, strides, offsets, chunk sizes and context lengths; an f32 cache gives exactly what
 //! `attend` gives on f32 slices, and the chunking never changes a bit.
 
+mod common;
+
+use common::encode_kv as encode;
+
 use kernels_neon::{
-    attend_cache, attend_cache_with, attend_with, available_paths, kv_decode, kv_encode,
-    KernelPath, KvChunks, KvFormat, KvLayout,
+    attend_cache, attend_cache_with, attend_with, available_paths, kv_decode, KernelPath, KvChunks,
+    KvFormat, KvLayout,
 };
 use proptest::prelude::*;
 
@@ -18,20 +22,6 @@ impl Rng {
             .wrapping_add(1442695040888963407);
         ((self.0 >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
     }
-}
-
-/// `rows` (positions × stride f32) encoded into chunks of `chunk` positions.
-fn encode(format: KvFormat, rows: &[f32], stride: usize, chunk: usize) -> Vec<Vec<u8>> {
-    let rb = format.row_bytes(stride).unwrap();
-    rows.chunks(stride * chunk)
-        .map(|c| {
-            let mut bytes = vec![0u8; c.len() / stride * rb];
-            for (src, dst) in c.chunks(stride).zip(bytes.chunks_mut(rb)) {
-                kv_encode(format, src, dst).unwrap();
-            }
-            bytes
-        })
-        .collect()
 }
 
 /// The rows as the cache holds them, back in f32.

@@ -229,3 +229,22 @@ pub fn cases() -> u32 {
         .and_then(|v| v.parse().ok())
         .unwrap_or(256)
 }
+
+/// `rows` (positions × stride f32) encoded as a KV cache of `format` in chunks of `chunk` positions.
+pub fn encode_kv(
+    format: kernels_neon::KvFormat,
+    rows: &[f32],
+    stride: usize,
+    chunk: usize,
+) -> Vec<Vec<u8>> {
+    let rb = format.row_bytes(stride).unwrap();
+    rows.chunks(stride * chunk)
+        .map(|c| {
+            let mut bytes = vec![0u8; c.len() / stride * rb];
+            for (src, dst) in c.chunks(stride).zip(bytes.chunks_mut(rb)) {
+                kernels_neon::kv_encode(format, src, dst).unwrap();
+            }
+            bytes
+        })
+        .collect()
+}
