@@ -26,9 +26,9 @@
 //! * aarch64 NEON (baseline on aarch64), with the `dotprod` extension used
 //!   for the integer path when `is_aarch64_feature_detected!("dotprod")`.
 //!
-//! Where AVX-512F and BF16 are present too, the path is [`KernelPath::Avx512`]: the AVX2
-//! kernels with AVX-512 ones where they exist (the f32 and bf16 tiles of
-//! [`matmul`]); it needs AVX-512F and AVX-512 BF16.
+//! Where AVX-512F, BW, VNNI and BF16 are present too, the path is [`KernelPath::Avx512`]: the
+//! AVX2 kernels with AVX-512 ones where they exist (the f32 and bf16 tiles of [`matmul`], the
+//! `Q4_K` and `Q6_K` dots with 16-bit activations).
 //!
 //! Setting the environment variable `SPARROW_KERNELS=scalar` (read once, on
 //! first use) forces the scalar path, `SPARROW_KERNELS=avx2` the AVX2 path on a
@@ -303,8 +303,8 @@ pub enum KernelPath {
     Scalar,
     /// x86_64 AVX2 + FMA + F16C.
     Avx2Fma,
-    /// x86_64 AVX2 + FMA + F16C kernels, with AVX-512F + BF16 ones where they exist (prefill's f32
-    /// and bf16 tiles).
+    /// x86_64 AVX2 + FMA + F16C kernels, with AVX-512F/BW/VNNI/BF16 ones where they exist
+    /// (prefill's f32 and bf16 tiles, the `Q4_K` and `Q6_K` dots with 16-bit activations).
     Avx512,
     /// aarch64 NEON (integer path via widening multiplies).
     Neon,

@@ -87,7 +87,7 @@ pub(crate) fn has_avx2_fma() -> bool {
     }
 }
 
-/// x86_64 AVX-512F and AVX-512 BF16 present, on top of [`has_avx2_fma`].
+/// x86_64 AVX-512F, BW, VNNI and BF16 present, on top of [`has_avx2_fma`].
 pub(crate) fn has_avx512() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
@@ -96,6 +96,8 @@ pub(crate) fn has_avx512() -> bool {
         *HAS.get_or_init(|| {
             has_avx2_fma()
                 && is_x86_feature_detected!("avx512f")
+                && is_x86_feature_detected!("avx512bw")
+                && is_x86_feature_detected!("avx512vnni")
                 && is_x86_feature_detected!("avx512bf16")
         })
     }
@@ -238,8 +240,9 @@ pub(crate) fn matvec_i16(
     match path {
         #[cfg(target_arch = "x86_64")]
         KernelPath::Avx2Fma | KernelPath::Avx512 => {
-            // SAFETY: the path was checked available (AVX2/FMA/F16C present).
-            unsafe { x86_64::matvec_i16(w, sel, xq, y) }
+            // SAFETY: the path was checked available (AVX2/FMA/F16C present, and AVX-512F/BW/VNNI
+            // on the Avx512 path).
+            unsafe { x86_64::matvec_i16(w, sel, xq, y, path == KernelPath::Avx512) }
         }
         #[cfg(target_arch = "aarch64")]
         KernelPath::Neon | KernelPath::NeonDotprod => {
@@ -265,8 +268,9 @@ pub(crate) fn matvec_i16_batch(
     match path {
         #[cfg(target_arch = "x86_64")]
         KernelPath::Avx2Fma | KernelPath::Avx512 => {
-            // SAFETY: the path was checked available (AVX2/FMA/F16C present).
-            unsafe { x86_64::matvec_i16_batch(w, r0, xq, ys) }
+            // SAFETY: the path was checked available (AVX2/FMA/F16C present, and AVX-512F/BW/VNNI
+            // on the Avx512 path).
+            unsafe { x86_64::matvec_i16_batch(w, r0, xq, ys, path == KernelPath::Avx512) }
         }
         #[cfg(target_arch = "aarch64")]
         KernelPath::Neon | KernelPath::NeonDotprod => {

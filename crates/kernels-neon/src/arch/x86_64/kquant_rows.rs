@@ -25,7 +25,7 @@
 use std::arch::x86_64::*;
 
 use super::kquant::{q45k_pair, q6k_half_u};
-use super::simd::{hsum, PREFETCH};
+use super::simd::{hsum, prefetch_distance};
 use crate::arch::drivers::RowDots;
 use crate::WeightFormat;
 
@@ -43,15 +43,16 @@ pub(super) fn even_odd(qs: &[i16]) -> Vec<i16> {
     out
 }
 
-/// Prefetch hints for the super-block at `p` `PREFETCH` bytes ahead: every
-/// cache line of a block of `bb` bytes (never faults; wrapping_add keeps it
-/// UB-free).
+/// Prefetch hints for the super-block at `p` of a kernel stepping `R` rows at a time
+/// ([`prefetch_distance`] bytes ahead): every cache line of a block of `bb` bytes (never faults;
+/// wrapping_add keeps it UB-free).
 #[inline(always)]
-fn prefetch_block(p: *const u8, bb: usize) {
+pub(super) fn prefetch_block<const R: usize>(p: *const u8, bb: usize) {
+    let dist = prefetch_distance::<R>();
     let mut off = 0;
     while off < bb {
         // SAFETY: a prefetch is a hint and never faults.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(PREFETCH + off) as *const i8) };
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(dist + off) as *const i8) };
         off += 64;
     }
 }
@@ -63,7 +64,7 @@ fn prefetch_block(p: *const u8, bb: usize) {
 /// AVX2/FMA/F16C present; 16 bytes readable at `p`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q4k_scales8(p: *const u8) -> (__m256, __m256) {
+pub(super) unsafe fn q4k_scales8(p: *const u8) -> (__m256, __m256) {
     const K1: u32 = 0x3f3f_3f3f;
     const K2: u32 = 0x0f0f_0f0f;
     const K3: u32 = 0x0303_0303;
@@ -195,7 +196,7 @@ unsafe fn q45k_i16_rows<const Q5: bool, const R: usize>(
             let blk: [*const u8; R] = std::array::from_fn(|i| rows[i].as_ptr().add(sb * bb));
             let mut scale = [[0f32; 8]; R];
             for i in 0..R {
-                prefetch_block(blk[i], bb);
+                prefetch_block::<R>(blk[i], bb);
                 let (dl, ml) = q4k_scales8(blk[i]);
                 _mm256_storeu_ps(scale[i].as_mut_ptr(), _mm256_mul_ps(dl, dx));
                 mins[i] = _mm256_fmadd_ps(ml, sx, mins[i]);
@@ -264,7 +265,7 @@ unsafe fn q6k_i16_rows<const R: usize>(rows: [&[u8]; R], x: &[i16], d: &[f32]) -
             let dxd = dup_scales(_mm256_loadu_ps(d.as_ptr().add(sb * 8)));
             let blk: [*const u8; R] = std::array::from_fn(|i| rows[i].as_ptr().add(sb * bb));
             let sc: [[__m256; 2]; R] = std::array::from_fn(|i| {
-                prefetch_block(blk[i], bb);
+                prefetch_block::<R>(blk[i], bb);
                 q6k_scales16(blk[i], dxd)
             });
             for n in 0..2 {
@@ -349,7 +350,7 @@ unsafe fn q45k_i8_rows<const Q5: bool, const R: usize>(
             let blk: [&[u8]; R] = std::array::from_fn(|i| &rows[i][sb * bb..(sb + 1) * bb]);
             let mut scale = [[0f32; 8]; R];
             for i in 0..R {
-                prefetch_block(blk[i].as_ptr(), bb);
+                prefetch_block::<R>(blk[i].as_ptr(), bb);
                 let (dl, ml) = q4k_scales8(blk[i].as_ptr());
                 _mm256_storeu_ps(scale[i].as_mut_ptr(), _mm256_mul_ps(dl, dx));
                 mins[i] = _mm256_fmadd_ps(ml, sx, mins[i]);
@@ -399,7 +400,7 @@ unsafe fn q6k_i8_rows<const R: usize>(rows: [&[u8]; R], x: &[i8], d: &[f32]) -> 
             let dxd = dup_scales(_mm256_loadu_ps(d.as_ptr().add(sb * 8)));
             let blk: [&[u8]; R] = std::array::from_fn(|i| &rows[i][sb * bb..(sb + 1) * bb]);
             let sc: [[__m256; 2]; R] = std::array::from_fn(|i| {
-                prefetch_block(blk[i].as_ptr(), bb);
+                prefetch_block::<R>(blk[i].as_ptr(), bb);
                 q6k_scales16(blk[i].as_ptr(), dxd)
             });
             for n in 0..2 {

@@ -4,8 +4,9 @@
 use std::arch::x86_64::*;
 
 use super::kquant::dot_k_int;
+use super::kquant512::{pairs512, K16Dots512};
 use super::kquant_rows::{even_odd, K16Dots};
-use super::simd::{f16_at, hsum, iq4nl_values32, q5_quants32, PREFETCH};
+use super::simd::{f16_at, hsum, iq4nl_values32, prefetch_distance, q5_quants32};
 use crate::arch::drivers::{rows_blocked, rows_with, RowDots};
 use crate::arch::tags::{
     block_bytes, has_min, quants_offset, IQ4_NL, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
@@ -93,7 +94,7 @@ unsafe fn dot_i16_rows<const F: u8, const R: usize>(rows: [&[u8]; R], xq: &QActs
             for i in 0..R {
                 let p = rows[i].as_ptr().add(b * bb);
                 // Prefetch hint (never faults; wrapping_add keeps it UB-free).
-                _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(PREFETCH) as *const i8);
+                _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(prefetch_distance::<R>()) as *const i8);
                 let (w0, w1) = weights_i16::<F>(p);
                 let isum = _mm256_add_epi32(_mm256_madd_epi16(w0, x0), _mm256_madd_epi16(w1, x1));
                 let dw = if has_min(F) {
@@ -147,12 +148,19 @@ unsafe fn matvec_i16_q<const F: u8, const R: usize>(
     unsafe { rows_blocked::<R, _>(&I16Dots::<F>(xq), w, sel, y) }
 }
 
-/// Quantized weights × 16-bit activations ([`Precision::Fast`](crate::Precision::Fast)).
+/// Quantized weights × 16-bit activations ([`Precision::Fast`](crate::Precision::Fast)); `wide`
+/// takes the 512-bit kernels where they exist (`Q4_K`, `Q6_K`: [`super::kquant512`]).
 ///
 /// # Safety
-/// AVX2/FMA/F16C present.
+/// AVX2/FMA/F16C present, and AVX-512F/BW/VNNI too where `wide`.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn matvec_i16(w: &QMatrix<'_>, sel: Rows<'_>, xq: &QActs16, y: &mut [f32]) {
+pub(crate) unsafe fn matvec_i16(
+    w: &QMatrix<'_>,
+    sel: Rows<'_>,
+    xq: &QActs16,
+    y: &mut [f32],
+    wide: bool,
+) {
     // Rows per step (see `matvec_i16_q`): dense rows stream from memory, where fewer concurrent
     // row streams per thread measured faster end to end; listed rows are scattered, where more rows
     // in flight hide their latency. One row for Q4_0, Q4_1 and Q5_0 (2026-11-25, quiet machine, 2
@@ -178,6 +186,20 @@ pub(crate) unsafe fn matvec_i16(w: &QMatrix<'_>, sel: Rows<'_>, xq: &QActs16, y:
             WeightFormat::Q5_1 => matvec_i16_q::<Q5_1, 4>(w, sel, xq, y),
             WeightFormat::IQ4_NL if dense => matvec_i16_q::<IQ4_NL, 1>(w, sel, xq, y),
             WeightFormat::IQ4_NL => matvec_i16_q::<IQ4_NL, 4>(w, sel, xq, y),
+            WeightFormat::Q4_K | WeightFormat::Q6_K if wide => {
+                let x = pairs512(&xq.qs, w.format());
+                let k = K16Dots512 {
+                    format: w.format(),
+                    x: &x,
+                    d: &xq.d,
+                    s: &xq.s,
+                };
+                if dense {
+                    rows_blocked::<1, _>(&k, w, sel, y)
+                } else {
+                    rows_blocked::<4, _>(&k, w, sel, y)
+                }
+            }
             WeightFormat::Q4_K | WeightFormat::Q5_K | WeightFormat::Q6_K => {
                 // Activations reordered once per call (see `kquant_rows`).
                 // Rows per step: 1 for dense rows, 4 (sharing the activation

@@ -122,22 +122,23 @@ unsafe fn batch_q<const F: u8>(w: &QMatrix<'_>, r0: usize, xq: &[&QActs16], ys: 
 
 /// `ys[t][i] = dot(W[r0 + i], x_t)` for every token `t` (all `ys[t]` of one length): the
 /// 32-element block formats share each block's unpacking across 4 (or 2) tokens at a time; the others
-/// run [`matvec_i16`] once per token.
+/// run [`matvec_i16`] once per token (`wide` as there).
 ///
 /// # Safety
-/// AVX2/FMA/F16C present.
+/// AVX2/FMA/F16C present, and AVX-512F/BW/VNNI too where `wide`.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn matvec_i16_batch(
     w: &QMatrix<'_>,
     r0: usize,
     xq: &[&QActs16],
     ys: &mut [&mut [f32]],
+    wide: bool,
 ) {
     assert_eq!(xq.len(), ys.len());
     if ys.is_empty() || ys.iter().any(|y| y.len() != ys[0].len()) || r0 + ys[0].len() > w.rows() {
         for (q, y) in xq.iter().zip(ys.iter_mut()) {
             // SAFETY: features present per contract.
-            unsafe { matvec_i16(w, Rows::From(r0), q, y) }
+            unsafe { matvec_i16(w, Rows::From(r0), q, y, wide) }
         }
         return;
     }
@@ -152,7 +153,7 @@ pub(crate) unsafe fn matvec_i16_batch(
             WeightFormat::IQ4_NL => batch_q::<IQ4_NL>(w, r0, xq, ys),
             _ => {
                 for (q, y) in xq.iter().zip(ys.iter_mut()) {
-                    matvec_i16(w, Rows::From(r0), q, y)
+                    matvec_i16(w, Rows::From(r0), q, y, wide)
                 }
             }
         }

@@ -5,7 +5,7 @@ use std::arch::x86_64::*;
 
 use super::kquant::dot_k_int;
 use super::kquant_rows::K8Dots;
-use super::simd::{f16_at, hsum, iq4nl_values32, nibbles32, q5_quants32, PREFETCH};
+use super::simd::{f16_at, hsum, iq4nl_values32, nibbles32, prefetch_distance, q5_quants32};
 use crate::arch::drivers::{rows_blocked, rows_with, RowDots};
 use crate::arch::tags::{block_bytes, IQ4_NL, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
 use crate::arch::Rows;
@@ -112,7 +112,7 @@ unsafe fn dot_int8_rows<const F: u8, const R: usize>(rows: [&[u8]; R], xq: &QAct
                 let p = rows[i].as_ptr().add(b * bb);
                 // Prefetch ahead of each weight stream (a hint: never faults,
                 // so an address past the row is harmless; wrapping_add avoids UB).
-                _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(PREFETCH) as *const i8);
+                _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(prefetch_distance::<R>()) as *const i8);
                 acc[i] = block_fast::<F>(p, xp, dx, sx, acc[i], &mut extra[i]);
             }
         }

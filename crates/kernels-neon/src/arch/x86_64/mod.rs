@@ -1,5 +1,6 @@
 //! x86_64 AVX2 + FMA + F16C kernels, one file per operation family, and the AVX-512F ones that
-//! path [`crate::KernelPath::Avx512`] takes instead where they exist (`tile512`, `tile_bf16`).
+//! path [`crate::KernelPath::Avx512`] takes instead where they exist (`tile512`, `tile_bf16`,
+//! `kquant512`).
 //!
 //! All functions are `unsafe fn` with `#[target_feature]`: callers must have
 //! checked that AVX2, FMA and F16C are present (`arch::has_avx2_fma`). Slice
@@ -16,6 +17,7 @@ mod axpy_tiled;
 mod dequant;
 mod hybrid;
 mod kquant;
+mod kquant512;
 mod kquant_rows;
 mod kv;
 mod matvec_exact;
