@@ -211,8 +211,9 @@ pub(crate) fn matvec_int8(
     match path {
         #[cfg(target_arch = "x86_64")]
         KernelPath::Avx2Fma | KernelPath::Avx512 => {
-            // SAFETY: the path was checked available (AVX2/FMA/F16C present).
-            unsafe { x86_64::matvec_int8(w, sel, xq, y) }
+            // SAFETY: the path was checked available (AVX2/FMA/F16C present, and AVX-512F/BW/VNNI
+            // on the Avx512 path).
+            unsafe { x86_64::matvec_int8(w, sel, xq, y, path == KernelPath::Avx512) }
         }
         #[cfg(target_arch = "aarch64")]
         KernelPath::Neon => {

@@ -1,5 +1,8 @@
-//! `Q4_K` and `Q6_K` integer dots with 16-bit activations on 512-bit registers (AVX-512BW and
-//! VNNI's `vpdpwssd`), for [`KernelPath::Avx512`](crate::KernelPath::Avx512).
+//! `Q4_K` and `Q6_K` integer dots on 512-bit registers (AVX-512BW and VNNI), for
+//! [`KernelPath::Avx512`](crate::KernelPath::Avx512): with 16-bit activations (`vpdpwssd`) and
+//! with 8-bit ones (`vpdpbusd`: unsigned quants times signed activations, four products per
+//! lane, in one instruction where AVX2 takes `maddubs` then `madd`; Q6_K's offset of 32 is
+//! subtracted as `32 * sum(x)`, computed once per activation pair for all rows).
 //!
 //! The same arithmetic as the AVX2 kernels of [`kquant_rows`](super::kquant_rows): one 64-byte
 //! load of weight bytes read as 32 i16 lanes holds the quants of two 32-element blocks, widened
@@ -40,6 +43,21 @@ pub(super) fn pairs512(qs: &[i16], format: WeightFormat) -> Vec<i16> {
                 o[32 + k] = x[32 * a + 2 * k + 1];
                 o[48 + k] = x[32 * b + 2 * k + 1];
             }
+        }
+    }
+    out
+}
+
+/// The 8-bit activation quants reordered per 128 elements for the 512-bit `Q4_K` kernel: blocks
+/// `b0, b2, b1, b3` (the low nibbles of one 64-byte weight load are `b0` and `b2`, the high ones
+/// `b1` and `b3`). `Q6_K` takes the activations in element order. `qs.len()` must be a multiple
+/// of 128 (asserted).
+pub(super) fn pairs512_i8(qs: &[i8]) -> Vec<i8> {
+    assert_eq!(qs.len() % 128, 0, "activations in whole 128-element groups");
+    let mut out = vec![0i8; qs.len()];
+    for (o, x) in out.chunks_exact_mut(128).zip(qs.chunks_exact(128)) {
+        for (slot, b) in [0, 2, 1, 3].into_iter().enumerate() {
+            o[32 * slot..32 * slot + 32].copy_from_slice(&x[32 * b..32 * b + 32]);
         }
     }
     out
@@ -216,6 +234,163 @@ unsafe fn q6k_rows<const R: usize>(rows: [&[u8]; R], x: &[i16], d: &[f32]) -> [f
         }
     }
     std::array::from_fn(|i| _mm512_reduce_add_ps(_mm512_add_ps(acc[i][0], acc[i][1])))
+}
+
+/// `Q4_K` dot of `R` rows with [`pairs512_i8`]-ordered 8-bit activations `x` (block scales `d`,
+/// block sums `s`).
+///
+/// # Safety
+/// AVX-512F/BW/VNNI and AVX2/FMA/F16C present.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
+unsafe fn q4k_rows_i8<const R: usize>(
+    rows: [&[u8]; R],
+    x: &[i8],
+    d: &[f32],
+    s: &[f32],
+) -> [f32; R] {
+    let nsb = d.len() / 8;
+    let bb = 144;
+    assert!(rows.iter().all(|r| r.len() >= nsb * bb) && x.len() >= nsb * 256 && s.len() >= nsb * 8);
+    let m4 = _mm512_set1_epi8(0x0F);
+    let idx = [halves(0, 2), halves(1, 3), halves(4, 6), halves(5, 7)];
+    let mut acc = [[_mm512_setzero_ps(); 2]; R];
+    let mut mins = [_mm256_setzero_ps(); R];
+    for sb in 0..nsb {
+        // SAFETY: as in `q4k_rows`: super-block sb of every row, activations sb*256 ..
+        // sb*256 + 256 and scales sb*8 .. sb*8 + 8 are in bounds (asserted above).
+        unsafe {
+            let xp = x.as_ptr().add(sb * 256);
+            let dx = _mm256_loadu_ps(d.as_ptr().add(sb * 8));
+            let sx = _mm256_loadu_ps(s.as_ptr().add(sb * 8));
+            let blk: [*const u8; R] = std::array::from_fn(|i| rows[i].as_ptr().add(sb * bb));
+            let scale: [__m512; R] = std::array::from_fn(|i| {
+                prefetch_block::<R>(blk[i], bb);
+                let (dl, ml) = q4k_scales8(blk[i]);
+                mins[i] = _mm256_fmadd_ps(ml, sx, mins[i]);
+                _mm512_castps256_ps512(_mm256_mul_ps(dl, dx))
+            });
+            for p in 0..2 {
+                let x02 = _mm512_loadu_si512(xp.add(128 * p) as *const __m512i);
+                let x13 = _mm512_loadu_si512(xp.add(128 * p + 64) as *const __m512i);
+                for i in 0..R {
+                    // Bytes 0..32: group 2p (low nibbles sub-block 4p, high 4p + 1); bytes
+                    // 32..64: group 2p + 1 (4p + 2, 4p + 3).
+                    let raw = _mm512_loadu_si512(blk[i].add(16 + 64 * p) as *const __m512i);
+                    let lo = _mm512_and_si512(raw, m4);
+                    let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(raw), m4);
+                    // q_w <= 15, |q_x| <= 127: each i32 lane sums 4 products, below 2^13.
+                    let z = _mm512_setzero_si512();
+                    let i0 = _mm512_dpbusd_epi32(z, lo, x02);
+                    let i1 = _mm512_dpbusd_epi32(z, hi, x13);
+                    let s0 = _mm512_permutexvar_ps(idx[2 * p], scale[i]);
+                    let s1 = _mm512_permutexvar_ps(idx[2 * p + 1], scale[i]);
+                    acc[i][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i0), s0, acc[i][0]);
+                    acc[i][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i1), s1, acc[i][1]);
+                }
+            }
+        }
+    }
+    std::array::from_fn(|i| {
+        _mm512_reduce_add_ps(_mm512_add_ps(acc[i][0], acc[i][1])) - hsum(mins[i])
+    })
+}
+
+/// `Q6_K` dot of `R` rows with 8-bit activations `x` in element order (block scales `d`):
+/// `dpbusd` of the unsigned quants (0..=63) with the activations, minus `32 * sum(x)`.
+///
+/// # Safety
+/// AVX-512F/BW/VNNI and AVX2/FMA/F16C present.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
+unsafe fn q6k_rows_i8<const R: usize>(rows: [&[u8]; R], x: &[i8], d: &[f32]) -> [f32; R] {
+    let nsb = d.len() / 8;
+    let bb = 210;
+    assert!(rows.iter().all(|r| r.len() >= nsb * bb) && x.len() >= nsb * 256);
+    let m4 = _mm512_set1_epi8(0x0F);
+    let m30 = _mm512_set1_epi8(0x30);
+    let c32 = _mm512_set1_epi8(32);
+    let dup = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    let idx = [quarters(0), quarters(4), quarters(8), quarters(12)];
+    let mut acc = [[_mm512_setzero_ps(); 2]; R];
+    for sb in 0..nsb {
+        // SAFETY: as in `q6k_rows`: super-block sb of every row, activations sb*256 ..
+        // sb*256 + 256 and scales sb*8 .. sb*8 + 8 are in bounds (asserted above).
+        unsafe {
+            let xp = x.as_ptr().add(sb * 256);
+            let dx = _mm512_castps256_ps512(_mm256_loadu_ps(d.as_ptr().add(sb * 8)));
+            let dxd = _mm512_permutexvar_ps(dup, dx);
+            let blk: [*const u8; R] = std::array::from_fn(|i| rows[i].as_ptr().add(sb * bb));
+            let sc: [__m512; R] = std::array::from_fn(|i| {
+                let p = blk[i];
+                prefetch_block::<R>(p, bb);
+                let q = _mm_loadu_si128(p.add(192) as *const __m128i);
+                let dw = std::ptr::read_unaligned(p.add(208) as *const u16);
+                let dw = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(dw))));
+                let s = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q));
+                _mm512_mul_ps(_mm512_mul_ps(s, _mm512_set1_ps(dw)), dxd)
+            });
+            for n in 0..2 {
+                // Blocks 4n, 4n + 1 (low nibbles) and 4n + 2, 4n + 3 (high nibbles).
+                let x01 = _mm512_loadu_si512(xp.add(128 * n) as *const __m512i);
+                let x23 = _mm512_loadu_si512(xp.add(128 * n + 64) as *const __m512i);
+                let z = _mm512_setzero_si512();
+                let off01 = _mm512_dpbusd_epi32(z, c32, x01);
+                let off23 = _mm512_dpbusd_epi32(z, c32, x23);
+                for i in 0..R {
+                    let p = blk[i];
+                    let ql = _mm512_loadu_si512(p.add(64 * n) as *const __m512i);
+                    let qh = _mm256_loadu_si256(p.add(128 + 32 * n) as *const __m256i);
+                    // qh in bytes 0..32, qh >> 2 in bytes 32..64 (16-bit shifts: the masks
+                    // below drop the bits crossing bytes).
+                    let qh2 = _mm512_inserti64x4::<1>(
+                        _mm512_castsi256_si512(qh),
+                        _mm256_srli_epi16::<2>(qh),
+                    );
+                    let q01 = _mm512_or_si512(
+                        _mm512_and_si512(ql, m4),
+                        _mm512_and_si512(_mm512_slli_epi16::<4>(qh2), m30),
+                    );
+                    let q23 = _mm512_or_si512(
+                        _mm512_and_si512(_mm512_srli_epi16::<4>(ql), m4),
+                        _mm512_and_si512(qh2, m30),
+                    );
+                    // q_w <= 63, |q_x| <= 127: each i32 lane sums 4 products, below 2^15.
+                    let i0 = _mm512_sub_epi32(_mm512_dpbusd_epi32(z, q01, x01), off01);
+                    let i1 = _mm512_sub_epi32(_mm512_dpbusd_epi32(z, q23, x23), off23);
+                    let s0 = _mm512_permutexvar_ps(idx[2 * n], sc[i]);
+                    let s1 = _mm512_permutexvar_ps(idx[2 * n + 1], sc[i]);
+                    acc[i][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i0), s0, acc[i][0]);
+                    acc[i][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i1), s1, acc[i][1]);
+                }
+            }
+        }
+    }
+    std::array::from_fn(|i| _mm512_reduce_add_ps(_mm512_add_ps(acc[i][0], acc[i][1])))
+}
+
+/// The 512-bit `Q4_K` / `Q6_K` kernels with 8-bit activations as a [`RowDots`] kernel: `x` in
+/// [`pairs512_i8`] order for `Q4_K`, in element order for `Q6_K`.
+pub(super) struct K8Dots512<'a> {
+    pub(super) format: WeightFormat,
+    pub(super) x: &'a [i8],
+    pub(super) d: &'a [f32],
+    pub(super) s: &'a [f32],
+}
+
+impl RowDots for K8Dots512<'_> {
+    #[inline(always)]
+    unsafe fn dots<const N: usize>(&self, rows: [&[u8]; N]) -> [f32; N] {
+        // SAFETY: AVX-512F/BW/VNNI and AVX2/FMA/F16C present per this method's contract; the
+        // kernels assert the lengths they rely on.
+        unsafe {
+            if self.format == WeightFormat::Q6_K {
+                q6k_rows_i8::<N>(rows, self.x, self.d)
+            } else {
+                q4k_rows_i8::<N>(rows, self.x, self.d, self.s)
+            }
+        }
+    }
 }
 
 /// The 512-bit `Q4_K` / `Q6_K` kernels as a [`RowDots`] kernel: `x` in [`pairs512`] order for

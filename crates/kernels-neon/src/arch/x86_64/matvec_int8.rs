@@ -4,6 +4,7 @@
 use std::arch::x86_64::*;
 
 use super::kquant::dot_k_int;
+use super::kquant512::{pairs512_i8, K8Dots512};
 use super::kquant_rows::K8Dots;
 use super::simd::{f16_at, hsum, iq4nl_values32, nibbles32, prefetch_distance, q5_quants32};
 use crate::arch::drivers::{rows_blocked, rows_with, RowDots};
@@ -149,10 +150,18 @@ unsafe fn matvec_int8_q<const F: u8, const R: usize>(
     unsafe { rows_blocked::<R, _>(&Int8Dots::<F>(xq), w, sel, y) }
 }
 
+/// `wide` takes the 512-bit kernels where they exist (`Q4_K`, `Q6_K`: [`super::kquant512`]).
+///
 /// # Safety
-/// AVX2/FMA/F16C present.
+/// AVX2/FMA/F16C present, and AVX-512F/BW/VNNI too where `wide`.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn matvec_int8(w: &QMatrix<'_>, sel: Rows<'_>, xq: &QActs, y: &mut [f32]) {
+pub(crate) unsafe fn matvec_int8(
+    w: &QMatrix<'_>,
+    sel: Rows<'_>,
+    xq: &QActs,
+    y: &mut [f32],
+    wide: bool,
+) {
     // Rows per step (see `matvec_i16_q`): dense rows stream from memory, where fewer concurrent
     // row streams per thread measured faster end to end; listed rows are scattered, where more rows
     // in flight hide their latency. One row for dense Q4_0, Q4_1 and Q5_0, as for 16-bit
@@ -175,6 +184,26 @@ pub(crate) unsafe fn matvec_int8(w: &QMatrix<'_>, sel: Rows<'_>, xq: &QActs, y: 
             WeightFormat::Q5_1 => matvec_int8_q::<Q5_1, 4>(w, sel, xq, y),
             WeightFormat::IQ4_NL if dense => matvec_int8_q::<IQ4_NL, 2>(w, sel, xq, y),
             WeightFormat::IQ4_NL => matvec_int8_q::<IQ4_NL, 4>(w, sel, xq, y),
+            WeightFormat::Q4_K | WeightFormat::Q6_K if wide => {
+                let reordered;
+                let x = if w.format() == WeightFormat::Q4_K {
+                    reordered = pairs512_i8(&xq.qs);
+                    &reordered[..]
+                } else {
+                    &xq.qs[..]
+                };
+                let k = K8Dots512 {
+                    format: w.format(),
+                    x,
+                    d: &xq.d,
+                    s: &xq.s,
+                };
+                if dense {
+                    rows_blocked::<1, _>(&k, w, sel, y)
+                } else {
+                    rows_blocked::<4, _>(&k, w, sel, y)
+                }
+            }
             WeightFormat::Q4_K | WeightFormat::Q5_K | WeightFormat::Q6_K => {
                 // Rows per step as for 16-bit activations (`matvec_i16`): 1
                 // for dense rows, 4 (sharing the activation loads) for listed ones.
