@@ -28,7 +28,7 @@
 //!
 //! Where AVX-512F, BW, VNNI and BF16 are present too, the path is [`KernelPath::Avx512`]: the
 //! AVX2 kernels with AVX-512 ones where they exist (the f32 and bf16 tiles of [`matmul`], the
-//! `Q4_K` and `Q6_K` dots with 16-bit activations).
+//! `Q4_K`, `Q5_K` and `Q6_K` integer dots).
 //!
 //! Setting the environment variable `SPARROW_KERNELS=scalar` (read once, on
 //! first use) forces the scalar path, `SPARROW_KERNELS=avx2` the AVX2 path on a
@@ -304,7 +304,7 @@ pub enum KernelPath {
     /// x86_64 AVX2 + FMA + F16C.
     Avx2Fma,
     /// x86_64 AVX2 + FMA + F16C kernels, with AVX-512F/BW/VNNI/BF16 ones where they exist
-    /// (prefill's f32 and bf16 tiles, the `Q4_K` and `Q6_K` dots with 16-bit activations).
+    /// (prefill's f32 and bf16 tiles, the `Q4_K`, `Q5_K` and `Q6_K` integer dots).
     Avx512,
     /// aarch64 NEON (integer path via widening multiplies).
     Neon,

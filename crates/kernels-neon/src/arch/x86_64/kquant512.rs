@@ -1,4 +1,4 @@
-//! `Q4_K` and `Q6_K` integer dots on 512-bit registers (AVX-512BW and VNNI), for
+//! `Q4_K`, `Q5_K` and `Q6_K` integer dots on 512-bit registers (AVX-512BW and VNNI), for
 //! [`KernelPath::Avx512`](crate::KernelPath::Avx512): with 16-bit activations (`vpdpwssd`) and
 //! with 8-bit ones (`vpdpbusd`: unsigned quants times signed activations, four products per
 //! lane, in one instruction where AVX2 takes `maddubs` then `madd`; Q6_K's offset of 32 is
@@ -22,7 +22,7 @@ use crate::WeightFormat;
 
 /// The 16-bit activation quants reordered per 128 elements (blocks `b0..b4` of 32), as the
 /// 512-bit kernel of `format` pairs its blocks: `Q6_K` pairs `(b0, b1)` and `(b2, b3)` (one
-/// `ql` load holds both halves' low, then high nibbles), `Q4_K` pairs `(b0, b2)` and `(b1, b3)`
+/// `ql` load holds both halves' low, then high nibbles), `Q4_K` and `Q5_K` pair `(b0, b2)` and `(b1, b3)`
 /// (one load holds two groups' bytes, whose low nibbles are `b0`, `b2`). Each pair `(a, b)` is
 /// stored as `a`'s 16 even elements, `b`'s even ones, `a`'s odd ones, then `b`'s odd ones.
 /// `qs.len()` must be a multiple of 128 (asserted; K-quant rows are multiples of 256).
@@ -48,7 +48,7 @@ pub(super) fn pairs512(qs: &[i16], format: WeightFormat) -> Vec<i16> {
     out
 }
 
-/// The 8-bit activation quants reordered per 128 elements for the 512-bit `Q4_K` kernel: blocks
+/// The 8-bit activation quants reordered per 128 elements for the 512-bit `Q4_K`/`Q5_K` kernel: blocks
 /// `b0, b2, b1, b3` (the low nibbles of one 64-byte weight load are `b0` and `b2`, the high ones
 /// `b1` and `b3`). `Q6_K` takes the activations in element order. `qs.len()` must be a multiple
 /// of 128 (asserted).
@@ -97,16 +97,22 @@ fn quarters(a: i32) -> __m512i {
     )
 }
 
-/// `Q4_K` dot of `R` rows with [`pairs512`]-ordered 16-bit activations `x` (block scales `d`,
-/// block sums `s`).
+/// `Q4_K` (or, with `Q5`, `Q5_K`) dot of `R` rows with [`pairs512`]-ordered 16-bit activations
+/// `x` (block scales `d`, block sums `s`).
 ///
 /// # Safety
 /// AVX-512F/BW/VNNI and AVX2/FMA/F16C present.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
-unsafe fn q4k_rows<const R: usize>(rows: [&[u8]; R], x: &[i16], d: &[f32], s: &[f32]) -> [f32; R] {
+unsafe fn q4k_rows<const Q5: bool, const R: usize>(
+    rows: [&[u8]; R],
+    x: &[i16],
+    d: &[f32],
+    s: &[f32],
+) -> [f32; R] {
     let nsb = d.len() / 8;
-    let bb = 144;
+    let (bb, qoff) = if Q5 { (176, 48) } else { (144, 16) };
+    let b4 = _mm512_set1_epi16(0x10);
     assert!(rows.iter().all(|r| r.len() >= nsb * bb) && x.len() >= nsb * 256 && s.len() >= nsb * 8);
     let m4 = _mm512_set1_epi16(0x0F);
     // Pair p's first sums are sub-blocks 4p (lanes 0..8) and 4p + 2, its second 4p + 1 and 4p + 3.
@@ -114,9 +120,9 @@ unsafe fn q4k_rows<const R: usize>(rows: [&[u8]; R], x: &[i16], d: &[f32], s: &[
     let mut acc = [[_mm512_setzero_ps(); 2]; R];
     let mut mins = [_mm256_setzero_ps(); R];
     for sb in 0..nsb {
-        // SAFETY: sb < nsb: super-block sb of every row (bytes sb*144 .. sb*144 + 144, the
-        // quants at 16..144), activations sb*256 .. sb*256 + 256 and scales sb*8 .. sb*8 + 8
-        // are in bounds (asserted above).
+        // SAFETY: sb < nsb: super-block sb of every row (bytes sb*bb .. sb*bb + bb: the quants
+        // at qoff..bb, Q5_K's qh at 16..48), activations sb*256 .. sb*256 + 256 and scales
+        // sb*8 .. sb*8 + 8 are in bounds (asserted above).
         unsafe {
             let xp = x.as_ptr().add(sb * 256);
             let dx = _mm256_loadu_ps(d.as_ptr().add(sb * 8));
@@ -141,12 +147,30 @@ unsafe fn q4k_rows<const R: usize>(rows: [&[u8]; R], x: &[i16], d: &[f32], s: &[
                     // Lanes 0..16: group 2p's bytes (low nibbles sub-block 4p, high 4p + 1);
                     // lanes 16..32: group 2p + 1's (4p + 2, 4p + 3). Lane k holds elements 2k
                     // (low byte) and 2k + 1 (high byte).
-                    let raw = _mm512_loadu_si512(blk[i].add(16 + 64 * p) as *const __m512i);
-                    let e0 = _mm512_and_si512(raw, m4);
-                    let o0 = _mm512_and_si512(_mm512_srli_epi16::<8>(raw), m4);
-                    let e1 = _mm512_and_si512(_mm512_srli_epi16::<4>(raw), m4);
-                    let o1 = _mm512_srli_epi16::<12>(raw);
-                    // q_w <= 15, |q_x| <= 32767: each i32 lane sums 4 products, below 2^21.
+                    let raw = _mm512_loadu_si512(blk[i].add(qoff + 64 * p) as *const __m512i);
+                    let mut e0 = _mm512_and_si512(raw, m4);
+                    let mut o0 = _mm512_and_si512(_mm512_srli_epi16::<8>(raw), m4);
+                    let mut e1 = _mm512_and_si512(_mm512_srli_epi16::<4>(raw), m4);
+                    let mut o1 = _mm512_srli_epi16::<12>(raw);
+                    if Q5 {
+                        // Q5_K's fifth bits: bit 2g of qh byte j is element j of sub-block 2g,
+                        // bit 2g + 1 of sub-block 2g + 1 (AVX2's `q45k_i16_rows`); here lanes
+                        // 0..16 take qh >> 4p (group 2p), lanes 16..32 qh >> (4p + 2).
+                        let qh = _mm256_loadu_si256(blk[i].add(16) as *const __m256i);
+                        let hq = _mm512_inserti64x4::<1>(
+                            _mm512_castsi256_si512(_mm256_srl_epi16(
+                                qh,
+                                _mm_cvtsi32_si128(4 * p as i32),
+                            )),
+                            _mm256_srl_epi16(qh, _mm_cvtsi32_si128(4 * p as i32 + 2)),
+                        );
+                        let bit = |v: __m512i| _mm512_and_si512(v, b4);
+                        e0 = _mm512_or_si512(e0, bit(_mm512_slli_epi16::<4>(hq)));
+                        e1 = _mm512_or_si512(e1, bit(_mm512_slli_epi16::<3>(hq)));
+                        o0 = _mm512_or_si512(o0, bit(_mm512_srli_epi16::<4>(hq)));
+                        o1 = _mm512_or_si512(o1, bit(_mm512_srli_epi16::<5>(hq)));
+                    }
+                    // q_w <= 31, |q_x| <= 32767: each i32 lane sums 4 products, below 2^22.
                     let i0 = _mm512_dpwssd_epi32(_mm512_madd_epi16(e0, xe0), o0, xo0);
                     let i1 = _mm512_dpwssd_epi32(_mm512_madd_epi16(e1, xe1), o1, xo1);
                     let s0 = _mm512_permutexvar_ps(idx[2 * p], scale[i]);
@@ -240,21 +264,22 @@ unsafe fn q6k_rows<const R: usize>(rows: [&[u8]; R], x: &[i16], d: &[f32]) -> [f
     std::array::from_fn(|i| _mm512_reduce_add_ps(_mm512_add_ps(acc[i][0], acc[i][1])))
 }
 
-/// `Q4_K` dot of `R` rows with [`pairs512_i8`]-ordered 8-bit activations `x` (block scales `d`,
-/// block sums `s`).
+/// `Q4_K` (or, with `Q5`, `Q5_K`) dot of `R` rows with [`pairs512_i8`]-ordered 8-bit activations
+/// `x` (block scales `d`, block sums `s`).
 ///
 /// # Safety
 /// AVX-512F/BW/VNNI and AVX2/FMA/F16C present.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
-unsafe fn q4k_rows_i8<const R: usize>(
+unsafe fn q4k_rows_i8<const Q5: bool, const R: usize>(
     rows: [&[u8]; R],
     x: &[i8],
     d: &[f32],
     s: &[f32],
 ) -> [f32; R] {
     let nsb = d.len() / 8;
-    let bb = 144;
+    let (bb, qoff) = if Q5 { (176, 48) } else { (144, 16) };
+    let b4 = _mm512_set1_epi8(0x10);
     assert!(rows.iter().all(|r| r.len() >= nsb * bb) && x.len() >= nsb * 256 && s.len() >= nsb * 8);
     let m4 = _mm512_set1_epi8(0x0F);
     let idx = [halves(0, 2), halves(1, 3), halves(4, 6), halves(5, 7)];
@@ -283,10 +308,24 @@ unsafe fn q4k_rows_i8<const R: usize>(
                 for i in 0..R {
                     // Bytes 0..32: group 2p (low nibbles sub-block 4p, high 4p + 1); bytes
                     // 32..64: group 2p + 1 (4p + 2, 4p + 3).
-                    let raw = _mm512_loadu_si512(blk[i].add(16 + 64 * p) as *const __m512i);
-                    let lo = _mm512_and_si512(raw, m4);
-                    let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(raw), m4);
-                    // q_w <= 15, |q_x| <= 127: each i32 lane sums 4 products, below 2^13.
+                    let raw = _mm512_loadu_si512(blk[i].add(qoff + 64 * p) as *const __m512i);
+                    let mut lo = _mm512_and_si512(raw, m4);
+                    let mut hi = _mm512_and_si512(_mm512_srli_epi16::<4>(raw), m4);
+                    if Q5 {
+                        // Bytes 0..32 take qh >> 4p (bits of sub-blocks 4p, 4p + 1), bytes
+                        // 32..64 qh >> (4p + 2) (4p + 2, 4p + 3); 16-bit shifts, masked per byte.
+                        let qh = _mm256_loadu_si256(blk[i].add(16) as *const __m256i);
+                        let hq = _mm512_inserti64x4::<1>(
+                            _mm512_castsi256_si512(_mm256_srl_epi16(
+                                qh,
+                                _mm_cvtsi32_si128(4 * p as i32),
+                            )),
+                            _mm256_srl_epi16(qh, _mm_cvtsi32_si128(4 * p as i32 + 2)),
+                        );
+                        lo = _mm512_or_si512(lo, _mm512_and_si512(_mm512_slli_epi16::<4>(hq), b4));
+                        hi = _mm512_or_si512(hi, _mm512_and_si512(_mm512_slli_epi16::<3>(hq), b4));
+                    }
+                    // q_w <= 31, |q_x| <= 127: each i32 lane sums 4 products, below 2^14.
                     let z = _mm512_setzero_si512();
                     let i0 = _mm512_dpbusd_epi32(z, lo, x02);
                     let i1 = _mm512_dpbusd_epi32(z, hi, x13);
@@ -377,8 +416,8 @@ unsafe fn q6k_rows_i8<const R: usize>(rows: [&[u8]; R], x: &[i8], d: &[f32]) -> 
     std::array::from_fn(|i| _mm512_reduce_add_ps(_mm512_add_ps(acc[i][0], acc[i][1])))
 }
 
-/// The 512-bit `Q4_K` / `Q6_K` kernels with 8-bit activations as a [`RowDots`] kernel: `x` in
-/// [`pairs512_i8`] order for `Q4_K`, in element order for `Q6_K`.
+/// The 512-bit `Q4_K` / `Q5_K` / `Q6_K` kernels with 8-bit activations as a [`RowDots`] kernel: `x` in
+/// [`pairs512_i8`] order for `Q4_K` and `Q5_K`, in element order for `Q6_K`.
 pub(super) struct K8Dots512<'a> {
     pub(super) format: WeightFormat,
     pub(super) x: &'a [i8],
@@ -392,16 +431,16 @@ impl RowDots for K8Dots512<'_> {
         // SAFETY: AVX-512F/BW/VNNI and AVX2/FMA/F16C present per this method's contract; the
         // kernels assert the lengths they rely on.
         unsafe {
-            if self.format == WeightFormat::Q6_K {
-                q6k_rows_i8::<N>(rows, self.x, self.d)
-            } else {
-                q4k_rows_i8::<N>(rows, self.x, self.d, self.s)
+            match self.format {
+                WeightFormat::Q6_K => q6k_rows_i8::<N>(rows, self.x, self.d),
+                WeightFormat::Q5_K => q4k_rows_i8::<true, N>(rows, self.x, self.d, self.s),
+                _ => q4k_rows_i8::<false, N>(rows, self.x, self.d, self.s),
             }
         }
     }
 }
 
-/// The 512-bit `Q4_K` / `Q6_K` kernels as a [`RowDots`] kernel: `x` in [`pairs512`] order for
+/// The 512-bit `Q4_K` / `Q5_K` / `Q6_K` kernels as a [`RowDots`] kernel: `x` in [`pairs512`] order for
 /// `format`.
 pub(super) struct K16Dots512<'a> {
     pub(super) format: WeightFormat,
@@ -416,10 +455,10 @@ impl RowDots for K16Dots512<'_> {
         // SAFETY: AVX-512F/BW/VNNI and AVX2/FMA/F16C present per this method's contract; the
         // kernels assert the lengths they rely on.
         unsafe {
-            if self.format == WeightFormat::Q6_K {
-                q6k_rows::<N>(rows, self.x, self.d)
-            } else {
-                q4k_rows::<N>(rows, self.x, self.d, self.s)
+            match self.format {
+                WeightFormat::Q6_K => q6k_rows::<N>(rows, self.x, self.d),
+                WeightFormat::Q5_K => q4k_rows::<true, N>(rows, self.x, self.d, self.s),
+                _ => q4k_rows::<false, N>(rows, self.x, self.d, self.s),
             }
         }
     }

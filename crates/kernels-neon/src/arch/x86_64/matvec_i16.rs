@@ -149,7 +149,7 @@ unsafe fn matvec_i16_q<const F: u8, const R: usize>(
 }
 
 /// Quantized weights × 16-bit activations ([`Precision::Fast`](crate::Precision::Fast)); `wide`
-/// takes the 512-bit kernels where they exist (`Q4_K`, `Q6_K`: [`super::kquant512`]).
+/// takes the 512-bit kernels where they exist (`Q4_K`, `Q5_K`, `Q6_K`: [`super::kquant512`]).
 ///
 /// # Safety
 /// AVX2/FMA/F16C present, and AVX-512F/BW/VNNI too where `wide`.
@@ -186,7 +186,7 @@ pub(crate) unsafe fn matvec_i16(
             WeightFormat::Q5_1 => matvec_i16_q::<Q5_1, 4>(w, sel, xq, y),
             WeightFormat::IQ4_NL if dense => matvec_i16_q::<IQ4_NL, 1>(w, sel, xq, y),
             WeightFormat::IQ4_NL => matvec_i16_q::<IQ4_NL, 4>(w, sel, xq, y),
-            WeightFormat::Q4_K | WeightFormat::Q6_K if wide => {
+            WeightFormat::Q4_K | WeightFormat::Q5_K | WeightFormat::Q6_K if wide => {
                 let x = pairs512(&xq.qs, w.format());
                 let k = K16Dots512 {
                     format: w.format(),

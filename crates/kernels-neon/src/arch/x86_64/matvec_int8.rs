@@ -150,7 +150,7 @@ unsafe fn matvec_int8_q<const F: u8, const R: usize>(
     unsafe { rows_blocked::<R, _>(&Int8Dots::<F>(xq), w, sel, y) }
 }
 
-/// `wide` takes the 512-bit kernels where they exist (`Q4_K`, `Q6_K`: [`super::kquant512`]).
+/// `wide` takes the 512-bit kernels where they exist (`Q4_K`, `Q5_K`, `Q6_K`: [`super::kquant512`]).
 ///
 /// # Safety
 /// AVX2/FMA/F16C present, and AVX-512F/BW/VNNI too where `wide`.
@@ -184,9 +184,9 @@ pub(crate) unsafe fn matvec_int8(
             WeightFormat::Q5_1 => matvec_int8_q::<Q5_1, 4>(w, sel, xq, y),
             WeightFormat::IQ4_NL if dense => matvec_int8_q::<IQ4_NL, 2>(w, sel, xq, y),
             WeightFormat::IQ4_NL => matvec_int8_q::<IQ4_NL, 4>(w, sel, xq, y),
-            WeightFormat::Q4_K | WeightFormat::Q6_K if wide => {
+            WeightFormat::Q4_K | WeightFormat::Q5_K | WeightFormat::Q6_K if wide => {
                 let reordered;
-                let x = if w.format() == WeightFormat::Q4_K {
+                let x = if w.format() != WeightFormat::Q6_K {
                     reordered = pairs512_i8(&xq.qs);
                     &reordered[..]
                 } else {
