@@ -2,7 +2,8 @@
 //! minute: the kernels' weight throughput per format and thread count (dense matrix-vector and
 //! row-subset products over matrices larger than the caches), DRAM read bandwidth, the cost of a
 //! batch, and flash random-read throughput by read size and queue depth with direct I/O through
-//! `ufs-io` (one I/O thread, as the engine reads), plus sequential bandwidth.
+//! `ufs-io` (one I/O thread, as the engine reads), plus sequential bandwidth, the fixed cost of a
+//! parallel kernel call and sparse selection's serial cost per neuron (`select_cost`).
 //!
 //! The flash figures are measured on a scratch file in the folder given (the folder the models live
 //! in, so the same device), written once, read with direct I/O through `ufs-io` so the page cache is out of play,
@@ -400,6 +401,10 @@ pub fn calibrate(o: &CalibrateOptions, mut progress: impl FnMut(&str)) -> Result
             .collect::<Vec<_>>()
             .join(", ")
     ));
+    let select_ns = crate::select_cost::select_ns(o.point_time, |t, f| per_call(t, f))?;
+    progress(&format!(
+        "sparse selection: {select_ns:.1} ns per candidate neuron"
+    ));
     let (name, fingerprint) = device_fingerprint();
     Ok(DeviceProfile {
         name,
@@ -412,6 +417,7 @@ pub fn calibrate(o: &CalibrateOptions, mut progress: impl FnMut(&str)) -> Result
         flash_seq_bps,
         flash_path: o.dir.display().to_string(),
         call_overhead,
+        select_ns,
     })
 }
 

@@ -70,6 +70,7 @@ mod prompt_attention;
 pub mod requant;
 mod request;
 pub mod sampling;
+mod select_cost;
 pub mod sparse;
 pub mod stream;
 pub mod sys;

@@ -71,6 +71,11 @@ pub struct DeviceProfile {
     /// no cost).
     #[serde(default)]
     pub call_overhead: Vec<CallOverhead>,
+    /// Serial cost of sparse decode's selection per candidate neuron, in nanoseconds (activation,
+    /// score, keep lists: what a sparse step spends per neuron beyond its kernels' bytes); 0 in
+    /// profiles of older builds.
+    #[serde(default)]
+    pub select_ns: f64,
 }
 
 /// Fixed cost of one parallel kernel call at one thread count.
@@ -122,6 +127,9 @@ impl DeviceProfile {
             .find(|c| !(c.ns.is_finite() && c.ns >= 0.0) || c.threads == 0)
         {
             return bad(format!("call overhead at {} threads", c.threads));
+        }
+        if !(self.select_ns.is_finite() && self.select_ns >= 0.0) {
+            return bad("selection cost per neuron is not a number >= 0".into());
         }
         if self.flash_random.is_empty() {
             return bad("no flash read rates".into());

@@ -169,6 +169,10 @@ impl Tables {
                 let (d_bps, s_bps) = device.kernel_rate(&l.format, t);
                 let active = l.hit[batch][model.grid as usize];
                 let n = l.neurons as f64;
+                // Selection's serial work per candidate: every neuron without a predictor, about
+                // the firing ones with one.
+                let candidates = if model.predicted { active } else { n };
+                sparse += (candidates * device.select_ns * scale).round() as u64;
                 // Bytes computed for every neuron (selection without predictors), for each firing
                 // neuron's gate/up rows, and its down column (weighted row sums).
                 if l.gate_up_bytes == 0 {

@@ -199,4 +199,17 @@ fn sparse_cost_counts_what_selection_computes_and_each_call() {
         ns: 5000.0,
     }];
     assert!((at(&m, &d) - before - 10_000.0).abs() <= 1.0);
+    // Selection's serial cost: per candidate, every neuron without a predictor (1000 × 3 ns), the
+    // firing ones with one (500 × 3 ns).
+    let before = at(&m, &d);
+    d.select_ns = 3.0;
+    assert!(
+        (at(&m, &d) - before - 3000.0).abs() <= 1.0,
+        "{} vs {before}",
+        at(&m, &d)
+    );
+    m.predicted = true;
+    let predicted = at(&m, &d);
+    d.select_ns = 0.0;
+    assert!((predicted - at(&m, &d) - 1500.0).abs() <= 1.0);
 }

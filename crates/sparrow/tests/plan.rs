@@ -71,6 +71,10 @@ fn calibrate_plan_and_apply() {
         .collect();
     measured.dedup();
     assert_eq!(measured, ["Q5_1", "IQ4_XS"], "{v}");
+    // Selection's serial cost per neuron is measured: a positive number of nanoseconds, far below a
+    // microsecond.
+    let select = v["select_ns"].as_f64().unwrap();
+    assert!(select > 0.0 && select < 1000.0, "{v}");
     let out = sparrow(&[
         "calibrate",
         "--quick",

@@ -745,6 +745,7 @@ fn planner_seeds() -> (Vec<u8>, Vec<u8>) {
         flash_seq_bps: 2e9,
         flash_path: "/tmp".into(),
         call_overhead: vec![],
+        select_ns: 0.0,
     };
     let freq: Vec<f32> = (0..16).map(|i| 1.0 / (1.0 + i as f32)).collect();
     let freq2: Vec<f32> = freq.iter().map(|p| 1.0 - (1.0 - p) * (1.0 - p)).collect();

@@ -47,6 +47,7 @@ pub fn device(cores: u32, speed: f64) -> DeviceProfile {
         flash_seq_bps: 2e9,
         flash_path: "/tmp".into(),
         call_overhead: vec![],
+        select_ns: 0.0,
     }
 }
 
