@@ -7,8 +7,10 @@
 //! the store's order for a resident file, hottest first otherwise), the predictors' size, the KV
 //! cache per position and what the process holds before any weight.
 //!
-//! The engine cannot yet leave the embedding on flash (issue: offload on real models), so no tensor
-//! is offered to the planner as offloadable.
+//! Over a resident file (an offloaded model) the embedding and the output projection are offered to
+//! the planner as one offloadable tensor ([`STREAMED`]): the engine leaves both on flash together
+//! (`crate::stream`: a step reads one embedding row and the whole output projection, in sequential
+//! chunks), and the planner keeps them in memory only where that buys the most time per byte.
 
 use std::path::Path;
 
@@ -28,6 +30,10 @@ pub fn default_device_path() -> std::path::PathBuf {
 
 /// Grid steps of the hit curves (the planner sizes each layer's cache in 1/64ths).
 pub const GRID: u32 = 64;
+
+/// The planner's name for the embedding and output projection of an offloaded model, which stay on
+/// flash together or in memory together.
+pub const STREAMED: &str = "token_embd.weight+output.weight";
 
 /// Batch sizes the planner plans for (those the profile has frequencies for, among these).
 pub const BATCH_SIZES: [u32; 4] = [1, 2, 4, 8];
@@ -58,40 +64,7 @@ pub fn model_summary(engine: &Engine<'_>, sidecars: &SparseSidecars) -> Result<M
         .and_then(|p| std::fs::metadata(p).ok())
         .map_or(0, |m| m.len());
     let store = ffn_store_path(model)?;
-    // A decode step reads every attention matrix whole.
-    let attention: u64 = model
-        .layers
-        .iter()
-        .map(|l| bytes(&l.wq) + bytes(&l.wk) + bytes(&l.wv) + bytes(&l.wo))
-        .sum();
-    let mut tensors = vec![TensorInfo {
-        name: "attention".into(),
-        format: model.layers[0].wq.format().name().into(),
-        bytes: attention,
-        touched_bytes: attention,
-        offloadable: false,
-        computed: true,
-    }];
-    tensors.push(TensorInfo {
-        name: "output.weight".into(),
-        format: model.output.format().name().into(),
-        bytes: if model.tied_embeddings {
-            0
-        } else {
-            bytes(&model.output)
-        },
-        touched_bytes: bytes(&model.output),
-        offloadable: false,
-        computed: true,
-    });
-    tensors.push(TensorInfo {
-        name: "token_embd.weight".into(),
-        format: model.embed.format().name().into(),
-        bytes: bytes(&model.embed),
-        touched_bytes: bytes(&model.embed) / model.embed.rows().max(1) as u64,
-        offloadable: false,
-        computed: false,
-    });
+    let tensors = tensors(model, store.is_some());
     let batch_sizes: Vec<u32> = match &profile {
         Some(p) => BATCH_SIZES
             .iter()
@@ -154,6 +127,58 @@ pub fn model_summary(engine: &Engine<'_>, sidecars: &SparseSidecars) -> Result<M
         grid: GRID,
         offloaded: store.is_some(),
     })
+}
+
+/// The tensors outside the FFN as the planner sees them: the attention matrices (read whole each
+/// step), then the output projection and the embedding, as one offloadable tensor ([`STREAMED`])
+/// for an offloaded model, else as two that stay in memory.
+fn tensors(model: &Model<'_>, offloaded: bool) -> Vec<TensorInfo> {
+    let attention: u64 = model
+        .layers
+        .iter()
+        .map(|l| bytes(&l.wq) + bytes(&l.wk) + bytes(&l.wv) + bytes(&l.wo))
+        .sum();
+    let mut tensors = vec![TensorInfo {
+        name: "attention".into(),
+        format: model.layers[0].wq.format().name().into(),
+        bytes: attention,
+        touched_bytes: attention,
+        offloadable: false,
+        computed: true,
+    }];
+    let (embed, output) = (bytes(&model.embed), bytes(&model.output));
+    let row = embed / model.embed.rows().max(1) as u64;
+    let untied = if model.tied_embeddings { 0 } else { output };
+    if offloaded {
+        // Both on flash or both in memory: a step reads the output whole (sequential chunks) and
+        // one embedding row; in memory they hold the embedding and, untied, the output.
+        tensors.push(TensorInfo {
+            name: STREAMED.into(),
+            format: model.output.format().name().into(),
+            bytes: embed + untied,
+            touched_bytes: output + row,
+            offloadable: true,
+            computed: true,
+        });
+        return tensors;
+    }
+    tensors.push(TensorInfo {
+        name: "output.weight".into(),
+        format: model.output.format().name().into(),
+        bytes: untied,
+        touched_bytes: output,
+        offloadable: false,
+        computed: true,
+    });
+    tensors.push(TensorInfo {
+        name: "token_embd.weight".into(),
+        format: model.embed.format().name().into(),
+        bytes: embed,
+        touched_bytes: row,
+        offloadable: false,
+        computed: false,
+    });
+    tensors
 }
 
 type FreqOf<'f> = dyn Fn(usize, &[u32]) -> Vec<Vec<f32>> + 'f;
@@ -244,6 +269,8 @@ pub struct PlanSettings {
     pub io_core: Option<usize>,
     /// Weight rows per parallel work item (0: automatic).
     pub chunk_rows: usize,
+    /// The embedding and the output projection stay on flash ([`STREAMED`] planned not resident).
+    pub stream_weights: bool,
 }
 
 /// Loads the plan at `path`, checks it was made for `model` (and for this device, when
@@ -274,6 +301,7 @@ impl PlanSettings {
             queue_depth: plan.queue_depth as usize,
             io_core: plan.io_core.map(|c| c as usize),
             chunk_rows: plan.chunk_rows as usize,
+            stream_weights: plan.resident.iter().any(|(n, r)| n == STREAMED && !r),
         }
     }
 }

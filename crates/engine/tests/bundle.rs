@@ -44,6 +44,36 @@ fn with_profile(profile: PathBuf) -> SparseSidecars {
     }
 }
 
+/// A one-core device whose flash reads 4 KiB at a time at 1 GB/s and streams at 2 GB/s.
+fn device_profile() -> engine::planner::DeviceProfile {
+    use engine::planner::{DeviceProfile, IoRate, KernelRate};
+    DeviceProfile {
+        name: "test".into(),
+        fingerprint: 1,
+        cores: 1,
+        dram_bps: 10e9,
+        kernels: ["Q8_0", "Q4_0", "Q5_0", "F32", "F16"]
+            .map(|f| KernelRate {
+                format: f.into(),
+                threads: 1,
+                dense_bps: 5e9,
+                sparse_bps: 3e9,
+                axpy_bps: 3e9,
+            })
+            .to_vec(),
+        flash_random: vec![IoRate {
+            read_bytes: 4096,
+            queue_depth: 32,
+            bps: 1e9,
+        }],
+        batch_cost: 0.2,
+        flash_seq_bps: 2e9,
+        flash_path: "/tmp".into(),
+        call_overhead: vec![],
+        select_ns: 0.0,
+    }
+}
+
 #[test]
 fn sparse_plan_of_an_ordinary_model_checks_the_profile_and_predictors() {
     let dir = tmp_dir("plain");
@@ -160,6 +190,60 @@ fn resident_file_budget_counts_what_stays_resident() {
     );
     let plan = SparsePlan::new(&eng, &none, FfnBudget::Share(0.1), opts.clone()).unwrap();
     assert!(!plan.stream_weights, "only a process budget streams");
+    // ... or a plan that says so, whatever the budget.
+    let planned = OffloadOptions {
+        stream_weights: true,
+        ..opts.clone()
+    };
+    let plan = SparsePlan::new(&eng, &none, FfnBudget::Share(0.1), planned).unwrap();
+    assert!(plan.stream_weights, "the plan's choice");
+
+    // The planner sees the embedding and output of a resident file as one tensor it may leave on
+    // flash (a step reads the output whole and one embedding row), and a plan leaving it there
+    // streams them.
+    let summary = engine::model_summary(&eng, &none).unwrap();
+    let m = eng.model();
+    let streamed = summary
+        .tensors
+        .iter()
+        .find(|t| t.name == engine::STREAMED)
+        .expect("one tensor for the embedding and output");
+    assert!(streamed.offloadable && streamed.computed);
+    let (embed, output) = (m.embed.data().len() as u64, m.output.data().len() as u64);
+    let untied = if m.tied_embeddings { 0 } else { output };
+    assert_eq!(streamed.bytes, embed + untied);
+    assert_eq!(
+        streamed.touched_bytes,
+        output + embed / m.embed.rows() as u64
+    );
+    assert!(summary
+        .tensors
+        .iter()
+        .all(|t| t.name == engine::STREAMED || !t.offloadable));
+    let device = device_profile();
+    let roomy = engine::planner::Constraints {
+        context: 64,
+        ..Default::default()
+    };
+    let plan =
+        engine::planner::make_plan(&device, &summary, &roomy, engine::planner::Solver::Search)
+            .unwrap();
+    assert!(
+        !engine::PlanSettings::of(&plan).stream_weights,
+        "no budget: kept in memory"
+    );
+    let tight = engine::planner::Constraints {
+        memory_budget: Some(plan.memory - streamed.bytes / 2),
+        ..roomy
+    };
+    let plan =
+        engine::planner::make_plan(&device, &summary, &tight, engine::planner::Solver::Search)
+            .unwrap();
+    assert!(
+        engine::PlanSettings::of(&plan).stream_weights,
+        "{}",
+        plan.describe()
+    );
 
     let e = SparsePlan::new(&eng, &none, FfnBudget::Process(1 << 20), opts)
         .unwrap_err()

@@ -93,6 +93,9 @@ pub struct Tables {
     pub pred_bytes: u64,
 }
 
+/// Bytes per step from which a tensor left on flash is read as a sequential stream.
+const STREAM_READ: u64 = 1 << 20;
+
 fn ns(bytes: f64, bps: f64) -> u64 {
     (bytes / bps * 1e9).round() as u64
 }
@@ -249,7 +252,9 @@ impl Tables {
             .tensors
             .iter()
             .map(|x| {
-                let on_flash = if x.touched_bytes < x.bytes {
+                // A step reading a small part (an embedding row) makes a random read; one reading
+                // a whole matrix, or megabytes of it, streams it sequentially.
+                let on_flash = if x.touched_bytes < x.bytes.min(STREAM_READ) {
                     ns(x.touched_bytes as f64, device.io_rate(x.touched_bytes, 1))
                 } else {
                     ns(x.touched_bytes as f64, device.flash_seq_bps)

@@ -213,3 +213,35 @@ fn sparse_cost_counts_what_selection_computes_and_each_call() {
     d.select_ns = 0.0;
     assert!((predicted - at(&m, &d) - 1500.0).abs() <= 1.0);
 }
+
+#[test]
+fn a_tensor_left_on_flash_costs_a_row_read_or_a_sequential_stream() {
+    let mut m = model(1, 64, 4, 1.0, true);
+    // An embedding (one row a step), a whole output matrix, and megabytes of a larger one.
+    let tensor = |name: &str, bytes: u64, touched: u64| planner::TensorInfo {
+        name: name.into(),
+        format: "q4_0".into(),
+        bytes,
+        touched_bytes: touched,
+        offloadable: true,
+        computed: false,
+    };
+    m.tensors = vec![
+        tensor("embedding", 16 << 20, 2304),
+        tensor("output", 8 << 20, 8 << 20),
+        tensor("output+embedding", 24 << 20, (8 << 20) + 2304),
+    ];
+    let d = device(1, 1.0);
+    let t = Tables::build(&d, &m, &Constraints::default(), 0).unwrap();
+    let ns = |bytes: f64, bps: f64| (bytes / bps * 1e9).round() as u64;
+    assert_eq!(t.tensors[0].1, ns(2304.0, d.io_rate(2304, 1)));
+    assert_eq!(t.tensors[1].1, ns((8 << 20) as f64, d.flash_seq_bps));
+    assert_eq!(
+        t.tensors[2].1,
+        ns(((8 << 20) + 2304) as f64, d.flash_seq_bps)
+    );
+    assert!(
+        t.tensors.iter().all(|x| x.2),
+        "offloadable in an offloaded model"
+    );
+}

@@ -138,6 +138,9 @@ pub struct OffloadArgs {
     /// The neuron cache's size in bytes when a plan sets it (`--plan`).
     #[arg(skip)]
     pub ffn_cache_bytes: Option<u64>,
+    /// The embedding and output projection stay on flash because a plan says so.
+    #[arg(skip)]
+    pub stream_weights: bool,
 }
 
 #[derive(Args)]
@@ -206,6 +209,7 @@ impl OffloadArgs {
             pipeline: !self.no_pipeline,
             two_phase: self.two_phase,
             async_io: !self.io_sync,
+            stream_weights: self.stream_weights,
             ..Default::default()
         }
     }

@@ -55,7 +55,8 @@ pub fn build_overlay(file: &ModelFile, args: &LoadArgs, quiet: bool) -> Result<O
 }
 
 /// Applies `--plan` to `args` (checked against the model in `file` and this machine): the plan's
-/// threads, chunk rows, dense or sparse, neuron-cache size, I/O core and queue depth, each only
+/// threads, chunk rows, dense or sparse, neuron-cache size and whether the embedding and output
+/// stay on flash, I/O core and queue depth, each only
 /// where the user gave no flag of their own. Without `--plan`, a `--memory-budget` over a model that
 /// runs sparse is planned on the spot from this device's profile (`sparrow calibrate`), when there is
 /// one. Returns the plan, to print its predictions beside the measured figures.
@@ -110,6 +111,7 @@ pub fn apply_plan(
     let o = &mut args.offload;
     if resident && o.memory_budget.is_none() && o.ffn_resident.is_none() {
         o.ffn_cache_bytes = Some(s.ffn_cache_bytes);
+        o.stream_weights = s.stream_weights;
     }
     if o.io_core.is_none() {
         o.io_core = s.io_core;
