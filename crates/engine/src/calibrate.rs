@@ -54,7 +54,8 @@ impl CalibrateOptions {
                 WeightFormat::Q5_0,
             ],
             max_threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
-            read_sizes: vec![4096, 16384, 65536],
+            // Up to the reads the I/O thread coalesces touching unit reads into (512 KiB at most).
+            read_sizes: vec![4096, 16384, 65536, 262144],
             queue_depths: vec![1, 8, 32, 128],
         }
     }

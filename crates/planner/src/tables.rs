@@ -93,6 +93,9 @@ pub struct Tables {
     pub pred_bytes: u64,
 }
 
+/// Largest read the engine's I/O thread builds from touching requests (`ufs_io::DEFAULT_CHUNK`).
+const COALESCED_READ: u64 = 512 << 10;
+
 /// Bytes per step from which a tensor left on flash is read as a sequential stream.
 const STREAM_READ: u64 = 1 << 20;
 
@@ -215,7 +218,6 @@ impl Tables {
                     .layers
                     .iter()
                     .map(|l| {
-                        let rate = device.io_rate(l.read_bytes, q);
                         let curve = &l.hit[batch];
                         let total = curve[g as usize];
                         (0..=g)
@@ -231,8 +233,15 @@ impl Tables {
                                 let firing = (total - curve[j as usize]).max(0.0);
                                 let p = (firing / left).clamp(0.0, 1.0);
                                 let k = l.neurons_per_read as f64;
-                                let reads = left / k * (1.0 - (1.0 - p).powf(k));
-                                ns(reads * l.read_bytes as f64, rate)
+                                let needed = 1.0 - (1.0 - p).powf(k);
+                                let reads = left / k * needed;
+                                // Needed units that touch are read as one (the I/O thread coalesces
+                                // them, up to `COALESCED_READ`): runs of them are geometric, of mean
+                                // length 1 / (1 - needed), so the device sees reads that long.
+                                let run = (1.0 / (1.0 - needed).max(1e-9))
+                                    .min((COALESCED_READ / l.read_bytes.max(1)).max(1) as f64);
+                                let size = (l.read_bytes as f64 * run) as u64;
+                                ns(reads * l.read_bytes as f64, device.io_rate(size, q))
                             })
                             .collect()
                     })

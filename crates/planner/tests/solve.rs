@@ -245,3 +245,26 @@ fn a_tensor_left_on_flash_costs_a_row_read_or_a_sequential_stream() {
         "offloadable in an offloaded model"
     );
 }
+
+#[test]
+fn touching_misses_are_read_as_longer_requests() {
+    // Every unit of the cold region needed (no predictor): the reads coalesce into 512 KiB requests,
+    // which this device serves faster than single units.
+    let mut m = model(1, 64, 4, 1.0, true);
+    m.layers[0].hit = vec![vec![0.0, 16.0, 32.0, 48.0, 64.0]; 2];
+    let mut d = device(1, 1.0);
+    let q = d.queue_depths()[0];
+    d.flash_random.push(planner::IoRate {
+        read_bytes: 512 << 10,
+        queue_depth: q,
+        bps: 4.0 * d.io_rate(m.layers[0].read_bytes, q),
+    });
+    let t = Tables::build(&d, &m, &Constraints::default(), 0).unwrap();
+    let l = &m.layers[0];
+    let bytes = l.neurons as f64 / l.neurons_per_read as f64 * l.read_bytes as f64;
+    let want = (bytes / d.io_rate(512 << 10, q) * 1e9).round() as u64;
+    assert_eq!(
+        t.io_ns[0][0][0], want,
+        "nothing cached: every unit read, coalesced"
+    );
+}
