@@ -208,7 +208,7 @@ pub struct SparsePlan {
     /// not match, so only a match or a missing manifest get here).
     pub manifest: Option<ManifestStatus>,
     /// Whether the embedding and output projection stay on flash ([`crate::stream`]): under a process
-    /// budget that cannot hold the whole FFN beside them, or where a plan says so
+    /// budget that cannot hold the whole FFN beside them, unless a plan decided
     /// ([`OffloadOptions::stream_weights`]). Apply with [`Engine::set_streamed`].
     pub stream_weights: bool,
 }
@@ -258,9 +258,10 @@ impl SparsePlan {
                 // The FFN cache comes before the embedding and output (crate::stream): when the
                 // budget cannot hold the whole FFN beside them, they stay on flash.
                 let whole = ffn_cache_bytes(budget, ffn, context, || resident);
-                let short = offload.stream_weights
-                    || (matches!(budget, FfnBudget::Process(_))
-                        && whole.as_ref().map_or(true, |(b, _)| (*b as u64) < ffn));
+                let short = offload.stream_weights.unwrap_or_else(|| {
+                    matches!(budget, FfnBudget::Process(_))
+                        && whole.as_ref().map_or(true, |(b, _)| (*b as u64) < ffn)
+                });
                 let (ffn_budget, split) = if short {
                     let streamed = model.streamed_bytes();
                     resident.file = resident

@@ -192,11 +192,18 @@ fn resident_file_budget_counts_what_stays_resident() {
     assert!(!plan.stream_weights, "only a process budget streams");
     // ... or a plan that says so, whatever the budget.
     let planned = OffloadOptions {
-        stream_weights: true,
+        stream_weights: Some(true),
         ..opts.clone()
     };
     let plan = SparsePlan::new(&eng, &none, FfnBudget::Share(0.1), planned).unwrap();
     assert!(plan.stream_weights, "the plan's choice");
+    // ... and a plan keeping them in memory does, under a budget that would stream them.
+    let kept = OffloadOptions {
+        stream_weights: Some(false),
+        ..opts.clone()
+    };
+    let plan = SparsePlan::new(&eng, &none, FfnBudget::Process(short), kept).unwrap();
+    assert!(!plan.stream_weights, "the plan's choice");
 
     // The planner sees the embedding and output of a resident file as one tensor it may leave on
     // flash (a step reads the output whole and one embedding row), and a plan leaving it there

@@ -138,9 +138,9 @@ pub struct OffloadArgs {
     /// The neuron cache's size in bytes when a plan sets it (`--plan`).
     #[arg(skip)]
     pub ffn_cache_bytes: Option<u64>,
-    /// The embedding and output projection stay on flash because a plan says so.
+    /// Whether the embedding and output projection stay on flash, where a plan decided it.
     #[arg(skip)]
-    pub stream_weights: bool,
+    pub stream_weights: Option<bool>,
 }
 
 #[derive(Args)]

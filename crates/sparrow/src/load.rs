@@ -111,7 +111,11 @@ pub fn apply_plan(
     let o = &mut args.offload;
     if resident && o.memory_budget.is_none() && o.ffn_resident.is_none() {
         o.ffn_cache_bytes = Some(s.ffn_cache_bytes);
-        o.stream_weights = s.stream_weights;
+    }
+    if resident && o.ffn_resident.is_none() {
+        // Under a budget too: the plan weighed the embedding and output against the neuron cache
+        // by time saved per byte, where the engine's own rule always gives the cache first.
+        o.stream_weights = Some(s.stream_weights);
     }
     if o.io_core.is_none() {
         o.io_core = s.io_core;

@@ -39,10 +39,11 @@ pub struct OffloadOptions {
     /// KV cache at the whole context, the predictors: [`crate::Resident::total`]), counted first when
     /// a process budget is set live ([`super::CacheControl::set_memory_budget`]); 0 where unknown.
     pub outside_ffn_bytes: u64,
-    /// Leave the embedding and the output projection on flash ([`crate::stream`]) whatever the
-    /// budget: a plan's choice (`sparrow plan`). Off: they stay on flash only under a process budget
-    /// that cannot hold the whole FFN beside them.
-    pub stream_weights: bool,
+    /// Whether the embedding and the output projection stay on flash ([`crate::stream`]) as a plan
+    /// decided (`sparrow plan`: `Some(true)` on flash, `Some(false)` in memory, whatever the
+    /// budget). `None`: the engine's rule, on flash only under a process budget that cannot hold the
+    /// whole FFN beside them.
+    pub stream_weights: Option<bool>,
 }
 
 impl Default for OffloadOptions {
@@ -59,7 +60,7 @@ impl Default for OffloadOptions {
             two_phase: false,
             async_io: true,
             outside_ffn_bytes: 0,
-            stream_weights: false,
+            stream_weights: None,
         }
     }
 }
