@@ -20,12 +20,12 @@ use super::simd::hsum;
 use crate::arch::drivers::RowDots;
 use crate::WeightFormat;
 
-/// The 16-bit activation quants reordered per 128 elements (blocks `b0..b4` of 32), as the
-/// 512-bit kernel of `format` pairs its blocks: `Q6_K` pairs `(b0, b1)` and `(b2, b3)` (one
-/// `ql` load holds both halves' low, then high nibbles), `Q4_K` and `Q5_K` pair `(b0, b2)` and `(b1, b3)`
-/// (one load holds two groups' bytes, whose low nibbles are `b0`, `b2`). Each pair `(a, b)` is
-/// stored as `a`'s 16 even elements, `b`'s even ones, `a`'s odd ones, then `b`'s odd ones.
-/// `qs.len()` must be a multiple of 128 (asserted; K-quant rows are multiples of 256).
+/// The 16-bit activation quants reordered per 128 elements (blocks `b0`, `b1`, `b2`, `b3` of 32),
+/// as the 512-bit kernel of `format` pairs its blocks: `Q6_K` pairs `(b0, b1)` and `(b2, b3)` (one
+/// `ql` load holds both halves' low, then high nibbles), `Q4_K` and `Q5_K` pair `(b0, b2)` and
+/// `(b1, b3)` (one load holds two groups' bytes, whose low nibbles are `b0`, `b2`). Each pair
+/// `(a, b)` is stored as `a`'s 16 even elements, `b`'s even ones, `a`'s odd ones, then `b`'s odd
+/// ones. `qs.len()` must be a multiple of 128 (asserted; K-quant rows are multiples of 256).
 pub(super) fn pairs512(qs: &[i16], format: WeightFormat) -> Vec<i16> {
     assert_eq!(qs.len() % 128, 0, "activations in whole 128-element groups");
     let pairs: [(usize, usize); 2] = if format == WeightFormat::Q6_K {
@@ -48,10 +48,10 @@ pub(super) fn pairs512(qs: &[i16], format: WeightFormat) -> Vec<i16> {
     out
 }
 
-/// The 8-bit activation quants reordered per 128 elements for the 512-bit `Q4_K`/`Q5_K` kernel: blocks
-/// `b0, b2, b1, b3` (the low nibbles of one 64-byte weight load are `b0` and `b2`, the high ones
-/// `b1` and `b3`). `Q6_K` takes the activations in element order. `qs.len()` must be a multiple
-/// of 128 (asserted).
+/// The 8-bit activation quants reordered per 128 elements for the 512-bit `Q4_K`/`Q5_K` kernel:
+/// blocks `b0, b2, b1, b3` (the low nibbles of one 64-byte weight load are `b0` and `b2`, the high
+/// ones `b1` and `b3`). `Q6_K` takes the activations in element order. `qs.len()` must be a
+/// multiple of 128 (asserted).
 pub(super) fn pairs512_i8(qs: &[i8]) -> Vec<i8> {
     assert_eq!(qs.len() % 128, 0, "activations in whole 128-element groups");
     let mut out = vec![0i8; qs.len()];
