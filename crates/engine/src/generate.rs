@@ -142,6 +142,10 @@ impl<'a> Engine<'a> {
     ) -> Result<Self> {
         let model = Model::load_with(file, overlay)?;
         let tokenizer = load_tokenizer(file)?;
+        // Building the tokenizer from the file's vocabulary and merges leaves tens of MiB of freed
+        // heap (the intermediate strings and maps) in the allocator's arenas; hand it back, so that
+        // what a memory budget counts as the process is what it holds.
+        crate::sys::release_free_memory();
         let threads = if opts.threads == 0 {
             std::thread::available_parallelism()
                 .map(|n| n.get())
