@@ -75,6 +75,29 @@ pub(crate) unsafe fn rows_blocked<const R: usize, K: RowDots>(
     }
 }
 
+/// [`rows_blocked`] one row per step for a dense matrix (its rows stream from memory, where fewer
+/// concurrent streams per thread measured faster) and four for listed rows (scattered: more rows
+/// in flight hide their latency, and they share the activation loads).
+///
+/// # Safety
+/// As [`RowDots::dots`]: the features of `k`'s kernel are present.
+#[inline(always)]
+pub(crate) unsafe fn rows_dense_or_listed<K: RowDots>(
+    k: &K,
+    w: &QMatrix<'_>,
+    sel: Rows<'_>,
+    y: &mut [f32],
+) {
+    // SAFETY: features present per this function's contract.
+    unsafe {
+        if matches!(sel, Rows::From(_)) {
+            rows_blocked::<1, _>(k, w, sel, y)
+        } else {
+            rows_blocked::<4, _>(k, w, sel, y)
+        }
+    }
+}
+
 /// `y += c * dequant(row)` for a K-quant row (any super-block format), one
 /// 256-element super-block at a time: `dequant` fills a buffer on the
 /// stack, `axpy` adds `c` times it to the block's 256 outputs.

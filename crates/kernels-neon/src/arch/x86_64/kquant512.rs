@@ -97,6 +97,56 @@ fn quarters(a: i32) -> __m512i {
     )
 }
 
+/// The Q4_K/Q5_K super-block at `blk`: its 8 sub-block scales times the activation scales `dx`
+/// (lanes 0..8 of the result, for `permutexvar`), and its min term `(dmin*m) * sx` added to `mins`.
+///
+/// # Safety
+/// AVX-512F and AVX2/FMA/F16C present; 16 bytes readable at `blk`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
+unsafe fn q4k_scale(blk: *const u8, dx: __m256, sx: __m256, mins: &mut __m256) -> __m512 {
+    // SAFETY: 16 bytes readable at `blk` per contract.
+    let (dl, ml) = unsafe { q4k_scales8(blk) };
+    *mins = _mm256_fmadd_ps(ml, sx, *mins);
+    _mm512_castps256_ps512(_mm256_mul_ps(dl, dx))
+}
+
+/// Q5_K's fifth bits for group pair `p` of the super-block at `blk` (bit `2g` of `qh` byte `j` is
+/// element `j` of sub-block `2g`, bit `2g + 1` of sub-block `2g + 1`): `qh >> 4p` (group `2p`) in
+/// the low 256 bits, `qh >> (4p + 2)` (group `2p + 1`) in the high ones; 16-bit shifts, so callers
+/// mask per byte.
+///
+/// # Safety
+/// AVX-512F and AVX2 present; a Q5_K super-block (its `qh` at bytes 16..48) readable at `blk`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
+unsafe fn q5k_high(blk: *const u8, p: usize) -> __m512i {
+    // SAFETY: bytes 16..48 readable per contract.
+    let qh = unsafe { _mm256_loadu_si256(blk.add(16) as *const __m256i) };
+    let shift = |n: usize| _mm256_srl_epi16(qh, _mm_cvtsi32_si128(n as i32));
+    _mm512_inserti64x4::<1>(_mm512_castsi256_si512(shift(4 * p)), shift(4 * p + 2))
+}
+
+/// The 16 sub-block scales of the Q6_K super-block at `blk` as `(d * sc) * dxd` (`dxd`: each
+/// activation scale twice, one per sub-block of 16).
+///
+/// # Safety
+/// AVX-512F and AVX2/F16C present; 210 bytes readable at `blk`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
+unsafe fn q6k_scale(blk: *const u8, dxd: __m512) -> __m512 {
+    // SAFETY: bytes 192..210 readable per contract.
+    let (q, dw) = unsafe {
+        (
+            _mm_loadu_si128(blk.add(192) as *const __m128i),
+            std::ptr::read_unaligned(blk.add(208) as *const u16),
+        )
+    };
+    let dw = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(dw))));
+    let s = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q));
+    _mm512_mul_ps(_mm512_mul_ps(s, _mm512_set1_ps(dw)), dxd)
+}
+
 /// `Q4_K` (or, with `Q5`, `Q5_K`) dot of `R` rows with [`pairs512`]-ordered 16-bit activations
 /// `x` (block scales `d`, block sums `s`).
 ///
@@ -133,9 +183,7 @@ unsafe fn q4k_rows<const Q5: bool, const R: usize>(
             let mut scale = [_mm512_setzero_ps(); R];
             for i in 0..R {
                 prefetch_block::<R>(blk[i], bb);
-                let (dl, ml) = q4k_scales8(blk[i]);
-                mins[i] = _mm256_fmadd_ps(ml, sx, mins[i]);
-                scale[i] = _mm512_castps256_ps512(_mm256_mul_ps(dl, dx));
+                scale[i] = q4k_scale(blk[i], dx, sx, &mut mins[i]);
             }
             for p in 0..2 {
                 let xq = xp.add(128 * p);
@@ -153,17 +201,9 @@ unsafe fn q4k_rows<const Q5: bool, const R: usize>(
                     let mut e1 = _mm512_and_si512(_mm512_srli_epi16::<4>(raw), m4);
                     let mut o1 = _mm512_srli_epi16::<12>(raw);
                     if Q5 {
-                        // Q5_K's fifth bits: bit 2g of qh byte j is element j of sub-block 2g,
-                        // bit 2g + 1 of sub-block 2g + 1 (AVX2's `q45k_i16_rows`); here lanes
-                        // 0..16 take qh >> 4p (group 2p), lanes 16..32 qh >> (4p + 2).
-                        let qh = _mm256_loadu_si256(blk[i].add(16) as *const __m256i);
-                        let hq = _mm512_inserti64x4::<1>(
-                            _mm512_castsi256_si512(_mm256_srl_epi16(
-                                qh,
-                                _mm_cvtsi32_si128(4 * p as i32),
-                            )),
-                            _mm256_srl_epi16(qh, _mm_cvtsi32_si128(4 * p as i32 + 2)),
-                        );
+                        // Each lane's two bytes take their element's bit to bit 4 (AVX2's
+                        // `q45k_i16_rows`, on both groups of the pair at once).
+                        let hq = q5k_high(blk[i], p);
                         let bit = |v: __m512i| _mm512_and_si512(v, b4);
                         e0 = _mm512_or_si512(e0, bit(_mm512_slli_epi16::<4>(hq)));
                         e1 = _mm512_or_si512(e1, bit(_mm512_slli_epi16::<3>(hq)));
@@ -214,13 +254,8 @@ unsafe fn q6k_rows<const R: usize>(rows: [&[u8]; R], x: &[i16], d: &[f32]) -> [f
             let blk: [*const u8; R] = std::array::from_fn(|i| rows[i].as_ptr().add(sb * bb));
             let mut sc = [_mm512_setzero_ps(); R];
             for i in 0..R {
-                let p = blk[i];
-                prefetch_block::<R>(p, bb);
-                let q = _mm_loadu_si128(p.add(192) as *const __m128i);
-                let dw = std::ptr::read_unaligned(p.add(208) as *const u16);
-                let dw = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(dw))));
-                let s = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q));
-                sc[i] = _mm512_mul_ps(_mm512_mul_ps(s, _mm512_set1_ps(dw)), dxd);
+                prefetch_block::<R>(blk[i], bb);
+                sc[i] = q6k_scale(blk[i], dxd);
             }
             for n in 0..2 {
                 let xn = xp.add(128 * n);
@@ -298,9 +333,7 @@ unsafe fn q4k_rows_i8<const Q5: bool, const R: usize>(
             let mut scale = [_mm512_setzero_ps(); R];
             for i in 0..R {
                 prefetch_block::<R>(blk[i], bb);
-                let (dl, ml) = q4k_scales8(blk[i]);
-                mins[i] = _mm256_fmadd_ps(ml, sx, mins[i]);
-                scale[i] = _mm512_castps256_ps512(_mm256_mul_ps(dl, dx));
+                scale[i] = q4k_scale(blk[i], dx, sx, &mut mins[i]);
             }
             for p in 0..2 {
                 let x02 = _mm512_loadu_si512(xp.add(128 * p) as *const __m512i);
@@ -314,14 +347,7 @@ unsafe fn q4k_rows_i8<const Q5: bool, const R: usize>(
                     if Q5 {
                         // Bytes 0..32 take qh >> 4p (bits of sub-blocks 4p, 4p + 1), bytes
                         // 32..64 qh >> (4p + 2) (4p + 2, 4p + 3); 16-bit shifts, masked per byte.
-                        let qh = _mm256_loadu_si256(blk[i].add(16) as *const __m256i);
-                        let hq = _mm512_inserti64x4::<1>(
-                            _mm512_castsi256_si512(_mm256_srl_epi16(
-                                qh,
-                                _mm_cvtsi32_si128(4 * p as i32),
-                            )),
-                            _mm256_srl_epi16(qh, _mm_cvtsi32_si128(4 * p as i32 + 2)),
-                        );
+                        let hq = q5k_high(blk[i], p);
                         lo = _mm512_or_si512(lo, _mm512_and_si512(_mm512_slli_epi16::<4>(hq), b4));
                         hi = _mm512_or_si512(hi, _mm512_and_si512(_mm512_slli_epi16::<3>(hq), b4));
                     }
@@ -369,13 +395,8 @@ unsafe fn q6k_rows_i8<const R: usize>(rows: [&[u8]; R], x: &[i8], d: &[f32]) -> 
             let blk: [*const u8; R] = std::array::from_fn(|i| rows[i].as_ptr().add(sb * bb));
             let mut sc = [_mm512_setzero_ps(); R];
             for i in 0..R {
-                let p = blk[i];
-                prefetch_block::<R>(p, bb);
-                let q = _mm_loadu_si128(p.add(192) as *const __m128i);
-                let dw = std::ptr::read_unaligned(p.add(208) as *const u16);
-                let dw = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(dw))));
-                let s = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q));
-                sc[i] = _mm512_mul_ps(_mm512_mul_ps(s, _mm512_set1_ps(dw)), dxd);
+                prefetch_block::<R>(blk[i], bb);
+                sc[i] = q6k_scale(blk[i], dxd);
             }
             for n in 0..2 {
                 // Blocks 4n, 4n + 1 (low nibbles) and 4n + 2, 4n + 3 (high nibbles).

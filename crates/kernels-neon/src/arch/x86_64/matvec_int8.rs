@@ -7,7 +7,7 @@ use super::kquant::dot_k_int;
 use super::kquant512::{pairs512_i8, K8Dots512};
 use super::kquant_rows::K8Dots;
 use super::simd::{f16_at, hsum, iq4nl_values32, nibbles32, prefetch_distance, q5_quants32};
-use crate::arch::drivers::{rows_blocked, rows_with, RowDots};
+use crate::arch::drivers::{rows_blocked, rows_dense_or_listed, rows_with, RowDots};
 use crate::arch::tags::{block_bytes, IQ4_NL, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
 use crate::arch::Rows;
 use crate::quant::QActs;
@@ -198,11 +198,7 @@ pub(crate) unsafe fn matvec_int8(
                     d: &xq.d,
                     s: &xq.s,
                 };
-                if dense {
-                    rows_blocked::<1, _>(&k, w, sel, y)
-                } else {
-                    rows_blocked::<4, _>(&k, w, sel, y)
-                }
+                rows_dense_or_listed(&k, w, sel, y)
             }
             WeightFormat::Q4_K | WeightFormat::Q5_K | WeightFormat::Q6_K => {
                 // Rows per step as for 16-bit activations (`matvec_i16`): 1
@@ -213,11 +209,7 @@ pub(crate) unsafe fn matvec_int8(
                     d: &xq.d,
                     s: &xq.s,
                 };
-                if dense {
-                    rows_blocked::<1, _>(&k, w, sel, y)
-                } else {
-                    rows_blocked::<4, _>(&k, w, sel, y)
-                }
+                rows_dense_or_listed(&k, w, sel, y)
             }
             WeightFormat::Q2_K | WeightFormat::Q3_K | WeightFormat::IQ4_XS => {
                 let (f, qs) = (w.format(), xq.qs.as_ptr() as *const u8);
