@@ -72,12 +72,14 @@ impl CalibrateOptions {
         }
     }
 
-    /// Measured points, for a progress bar.
+    /// Measured points, for a progress bar (one per progress message of [`calibrate`]): kernels
+    /// per format and thread count, DRAM and batch cost, flash reads per size and depth, then
+    /// sequential reads, the call overhead and the selection cost.
     pub fn steps(&self) -> u64 {
         (self.formats.len() * self.max_threads
             + 2
             + self.read_sizes.len() * self.queue_depths.len()
-            + 2) as u64
+            + 3) as u64
     }
 }
 
