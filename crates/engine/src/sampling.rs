@@ -145,20 +145,72 @@ impl Sampler {
     }
 }
 
-/// Index of the largest value (the first on ties; NaN never wins).
+/// Index of the largest value (the first on ties; NaN never wins; the last index when every value
+/// is NaN). The maximum is found first over 16 independent lanes (which the compiler turns into
+/// vector `max` instructions), then its first position: a vocabulary of 150k logits takes tens of
+/// microseconds, where a scalar scan comparing with the best so far took hundreds.
 pub fn argmax(x: &[f32]) -> u32 {
-    let mut best = 0usize;
-    for (i, &v) in x.iter().enumerate() {
-        if v > x[best] || x[best].is_nan() {
-            best = i;
+    const LANES: usize = 16;
+    let mut lanes = [f32::NEG_INFINITY; LANES];
+    let chunks = x.chunks_exact(LANES);
+    let tail = chunks.remainder();
+    for c in chunks {
+        for (m, &v) in lanes.iter_mut().zip(c) {
+            // `f32::max` returns the other operand when one is NaN.
+            *m = m.max(v);
         }
     }
-    best as u32
+    let top = lanes
+        .iter()
+        .chain(tail)
+        .fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+    match x.iter().position(|&v| v == top) {
+        Some(i) => i as u32,
+        None => x.len().saturating_sub(1) as u32,
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The scan this `argmax` replaced: the reference for its ties and NaNs.
+    fn argmax_scalar(x: &[f32]) -> u32 {
+        let mut best = 0usize;
+        for (i, &v) in x.iter().enumerate() {
+            if v > x[best] || x[best].is_nan() {
+                best = i;
+            }
+        }
+        best as u32
+    }
+
+    #[test]
+    fn argmax_matches_a_scan_with_ties_nans_and_infinities() {
+        let mut seed = 7u64;
+        let specials = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 0.0, -0.0, 1.0];
+        for len in [0, 1, 2, 15, 16, 17, 33, 100, 1000] {
+            for trial in 0..50 {
+                let x: Vec<f32> = (0..len)
+                    .map(|_| {
+                        seed = seed
+                            .wrapping_mul(6364136223846793005)
+                            .wrapping_add(1442695040888963407);
+                        let r = (seed >> 33) as usize;
+                        if trial % 3 == 0 && r % 7 == 0 {
+                            specials[r % specials.len()]
+                        } else {
+                            // Few distinct values: many ties.
+                            (r % 5) as f32 - 2.0
+                        }
+                    })
+                    .collect();
+                assert_eq!(argmax(&x), argmax_scalar(&x), "{x:?}");
+            }
+        }
+        assert_eq!(argmax(&[f32::NAN; 20]), 19);
+        assert_eq!(argmax(&[f32::NAN, f32::NEG_INFINITY, f32::NAN]), 1);
+    }
 
     #[test]
     fn greedy_takes_argmax() {

@@ -11,7 +11,7 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Through
 mod common;
 
 use common::{pool, random_matrix};
-use kernels_neon::{matmul, matvec, Precision, QMatrix, WeightFormat};
+use kernels_neon::{matmul, matvec, matvec_batch, Precision, QMatrix, WeightFormat};
 
 fn bench_matvec(c: &mut Criterion) {
     let pool = pool();
@@ -92,5 +92,33 @@ fn bench_matmul(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench_matvec, bench_matmul);
+/// Batched decode products (`matvec_batch`, Best-of-N): weight bytes per second for `n` tokens
+/// at once; ids `matvec_batch/<format>/<rows>x<cols>/<n>`.
+fn bench_matvec_batch(c: &mut Criterion) {
+    let pool = pool();
+    let mut g = c.benchmark_group("matvec_batch");
+    for (format, rows, cols) in [
+        (WeightFormat::Q4_1, 1536, 576),
+        (WeightFormat::Q8_0, 49152, 576),
+    ] {
+        let data = random_matrix(format, rows, cols, 0);
+        let w = QMatrix::new(format, rows, cols, &data).unwrap();
+        g.throughput(Throughput::Bytes(data.len() as u64));
+        for n in [1, 4, 8] {
+            let x: Vec<f32> = (0..n * cols)
+                .map(|i| ((i * 7 % 13) as f32 - 6.0) * 0.1)
+                .collect();
+            let mut y = vec![0f32; n * rows];
+            let id = BenchmarkId::new(format!("{format:?}/{rows}x{cols}"), n);
+            g.bench_function(id, |b| {
+                pool.install(|| {
+                    b.iter(|| matvec_batch(&w, &x, n, &mut y, Precision::Fast).unwrap())
+                })
+            });
+        }
+    }
+    g.finish();
+}
+
+criterion_group!(benches, bench_matvec, bench_matmul, bench_matvec_batch);
 criterion_main!(benches);

@@ -113,15 +113,17 @@ pub fn matvec_batch_many_with(
         }
     }
     // 16-bit activations of every token: one kernel call shares each weight block's unpacking.
-    let i16s: Vec<Option<Vec<&QActs16>>> = forms
+    let i16s: Vec<Option<arch::Batch16>> = forms
         .iter()
         .map(|f| {
-            f.iter()
+            let qs: Option<Vec<&QActs16>> = f
+                .iter()
                 .map(|a| match a {
                     Acts::I16(q) => Some(q),
                     _ => None,
                 })
-                .collect()
+                .collect();
+            qs.map(|qs| arch::Batch16::new(path, qs))
         })
         .collect();
     let run = |(i, r0, mut outs): (usize, usize, Vec<&mut [f32]>)| {

@@ -81,6 +81,7 @@ pub(crate) unsafe fn rows_blocked<const R: usize, K: RowDots>(
 ///
 /// # Safety
 /// As [`RowDots::dots`]: the features of `k`'s kernel are present.
+#[cfg(target_arch = "x86_64")]
 #[inline(always)]
 pub(crate) unsafe fn rows_dense_or_listed<K: RowDots>(
     k: &K,

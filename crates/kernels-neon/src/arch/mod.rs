@@ -255,32 +255,64 @@ pub(crate) fn matvec_i16(
     }
 }
 
-/// [`matvec_i16`] of rows `r0..r0 + ys[t].len()` for several tokens' activations (`xq[t]` →
-/// `ys[t]`), each token's results bit-identical to its own [`matvec_i16`]: AVX2 and NEON share each
-/// weight block's unpacking across tokens (32-element block formats); the scalar path runs one call
-/// per token.
+/// The 16-bit activations of a batch's tokens, as the path's batch kernel takes them: on
+/// [`KernelPath::Avx512`] also interleaved in groups of up to eight (`x86_64::TokenOctet`; an odd
+/// last token stays alone), built once per batched product for all its matrices.
+pub(crate) struct Batch16<'a> {
+    tokens: Vec<&'a QActs16>,
+    #[cfg(target_arch = "x86_64")]
+    octets: Vec<x86_64::TokenOctet>,
+}
+
+impl<'a> Batch16<'a> {
+    pub(crate) fn new(path: KernelPath, tokens: Vec<&'a QActs16>) -> Self {
+        #[cfg(target_arch = "x86_64")]
+        let octets = if path == KernelPath::Avx512 {
+            tokens[..tokens.len() / 2 * 2]
+                .chunks(x86_64::OCTET)
+                .map(x86_64::TokenOctet::new)
+                .collect()
+        } else {
+            Vec::new()
+        };
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = path;
+        Batch16 {
+            tokens,
+            #[cfg(target_arch = "x86_64")]
+            octets,
+        }
+    }
+}
+
+/// [`matvec_i16`] of rows `r0..r0 + ys[t].len()` for several tokens' activations (`xq.tokens[t]`
+/// → `ys[t]`), each token's results bit-identical to its own [`matvec_i16`]: AVX2, AVX-512 and NEON
+/// share each weight block's unpacking across tokens (32-element block formats); the scalar path
+/// runs one call per token.
 pub(crate) fn matvec_i16_batch(
     path: KernelPath,
     w: &QMatrix<'_>,
     r0: usize,
-    xq: &[&QActs16],
+    xq: &Batch16<'_>,
     ys: &mut [&mut [f32]],
 ) {
     match path {
         #[cfg(target_arch = "x86_64")]
         KernelPath::Avx2Fma | KernelPath::Avx512 => {
+            let wide = path == KernelPath::Avx512;
             // SAFETY: the path was checked available (AVX2/FMA/F16C present, and AVX-512F/BW/VNNI
-            // on the Avx512 path).
-            unsafe { x86_64::matvec_i16_batch(w, r0, xq, ys, path == KernelPath::Avx512) }
+            // on the Avx512 path); `xq.octets` hold `xq.tokens` but an odd last one, or are empty
+            // (`Batch16::new`).
+            unsafe { x86_64::matvec_i16_batch(w, r0, &xq.tokens, &xq.octets, ys, wide) }
         }
         #[cfg(target_arch = "aarch64")]
         KernelPath::Neon | KernelPath::NeonDotprod => {
             // SAFETY: NEON is baseline on every aarch64 target (the 16-bit
             // kernel uses no dotprod instruction).
-            unsafe { aarch64::matvec_i16_batch(w, r0, xq, ys) }
+            unsafe { aarch64::matvec_i16_batch(w, r0, &xq.tokens, ys) }
         }
         _ => {
-            for (q, y) in xq.iter().zip(ys.iter_mut()) {
+            for (q, y) in xq.tokens.iter().zip(ys.iter_mut()) {
                 matvec_i16(path, w, Rows::From(r0), q, y);
             }
         }

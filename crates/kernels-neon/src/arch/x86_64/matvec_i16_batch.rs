@@ -7,6 +7,7 @@
 
 use std::arch::x86_64::*;
 
+use super::batch512::{batch_octets, TokenOctet};
 use super::matvec_i16::{matvec_i16, weights_i16};
 use super::simd::{f16_at, hsum, PREFETCH};
 use crate::arch::tags::{block_bytes, has_min, IQ4_NL, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
@@ -22,7 +23,7 @@ use crate::WeightFormat;
 /// AVX2/FMA/F16C present; lengths as asserted.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn dot_i16_tokens<const F: u8, const R: usize, const T: usize>(
+pub(super) unsafe fn dot_i16_tokens<const F: u8, const R: usize, const T: usize>(
     rows: [&[u8]; R],
     xq: [&QActs16; T],
 ) -> [[f32; T]; R] {
@@ -121,16 +122,20 @@ unsafe fn batch_q<const F: u8>(w: &QMatrix<'_>, r0: usize, xq: &[&QActs16], ys: 
 }
 
 /// `ys[t][i] = dot(W[r0 + i], x_t)` for every token `t` (all `ys[t]` of one length): the
-/// 32-element block formats share each block's unpacking across 4 (or 2) tokens at a time; the others
-/// run [`matvec_i16`] once per token (`wide` as there).
+/// 32-element block formats share each block's unpacking across 4 (or 2) tokens at a time, or,
+/// where `wide` and `octets` holds the tokens eight by eight ([`TokenOctet`]), across up to 8
+/// tokens on 512-bit registers ([`super::batch512`]); the others run [`matvec_i16`] once per token
+/// (`wide` as there).
 ///
 /// # Safety
-/// AVX2/FMA/F16C present, and AVX-512F/BW/VNNI too where `wide`.
+/// AVX2/FMA/F16C present, and AVX-512F/BW/VNNI too where `wide`; `octets` empty or the tokens of
+/// `xq` in order but the last when their number is odd.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn matvec_i16_batch(
     w: &QMatrix<'_>,
     r0: usize,
     xq: &[&QActs16],
+    octets: &[TokenOctet],
     ys: &mut [&mut [f32]],
     wide: bool,
 ) {
@@ -141,6 +146,22 @@ pub(crate) unsafe fn matvec_i16_batch(
             unsafe { matvec_i16(w, Rows::From(r0), q, y, wide) }
         }
         return;
+    }
+    if wide && !octets.is_empty() {
+        let single = (xq.len() % 2 == 1).then(|| xq[xq.len() - 1]);
+        // SAFETY: AVX-512F/BW/VNNI present where `wide` (contract); `octets` hold `xq`'s tokens
+        // but an odd last one; rows r0..r0+nr exist (checked above).
+        unsafe {
+            match w.format() {
+                WeightFormat::Q8_0 => return batch_octets::<Q8_0>(w, r0, octets, single, ys),
+                WeightFormat::Q4_0 => return batch_octets::<Q4_0>(w, r0, octets, single, ys),
+                WeightFormat::Q4_1 => return batch_octets::<Q4_1>(w, r0, octets, single, ys),
+                WeightFormat::Q5_0 => return batch_octets::<Q5_0>(w, r0, octets, single, ys),
+                WeightFormat::Q5_1 => return batch_octets::<Q5_1>(w, r0, octets, single, ys),
+                WeightFormat::IQ4_NL => return batch_octets::<IQ4_NL>(w, r0, octets, single, ys),
+                _ => {}
+            }
+        }
     }
     // SAFETY: features present per contract; rows r0..r0+nr exist (checked above).
     unsafe {

@@ -14,6 +14,7 @@
 mod attend;
 mod axpy;
 mod axpy_tiled;
+mod batch512;
 mod dequant;
 mod hybrid;
 mod kquant;
@@ -34,6 +35,7 @@ mod vector;
 pub(crate) use attend::{attend_block_avx2, attend_block_avx512};
 pub(crate) use axpy::axpy_row;
 pub(crate) use axpy_tiled::axpy_rows_tiled;
+pub(crate) use batch512::{TokenOctet, OCTET};
 pub(crate) use dequant::dequant_row;
 pub(crate) use hybrid::axpy_hybrid;
 pub(crate) use kv::{kv_accumulate, kv_scores};
