@@ -168,9 +168,8 @@ impl ModelConfig {
         let vocab_size = match opt_u("vocab_size") {
             Some(v) => v,
             None => file
-                .get("tokenizer.ggml.tokens")
-                .and_then(|v| v.as_array())
-                .map(|a| a.len())
+                .array_len("tokenizer.ggml.tokens")
+                .and_then(|n| usize::try_from(n).ok())
                 .ok_or_else(|| {
                     bad("neither {arch}.vocab_size nor tokenizer.ggml.tokens is present".into())
                 })?,

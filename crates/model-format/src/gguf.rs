@@ -1,8 +1,9 @@
 //! Memory-mapped GGUF reader.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use memmap2::Mmap;
 
@@ -33,10 +34,26 @@ pub struct GgufFile {
     mmap: Arc<Mmap>,
     version: u32,
     alignment: u64,
-    metadata: Vec<(String, MetaValue)>,
+    metadata: Vec<(String, Meta)>,
     meta_index: HashMap<String, usize>,
     tensors: Vec<TensorInfo>,
     tensor_index: HashMap<String, usize>,
+}
+
+/// Top-level arrays of more elements than this are validated by [`GgufFile::open`] but parsed
+/// only when asked for ([`GgufFile::get`] keeps them, [`GgufFile::get_uncached`] does not): a
+/// vocabulary's 151,936 tokens, its merges and token types take about 24 MB as [`MetaValue`]s,
+/// which a process that has built its tokenizer (or never needs one) need not hold.
+pub const GGUF_DEFERRED_ARRAY_MIN: u64 = 1024;
+
+/// A metadata value: parsed at open, or a large array parsed on first use.
+enum Meta {
+    Parsed(MetaValue),
+    Deferred {
+        /// Offset of the array's element type in the file.
+        pos: usize,
+        cell: OnceLock<MetaValue>,
+    },
 }
 
 impl GgufFile {
@@ -72,14 +89,72 @@ impl GgufFile {
         self.alignment
     }
 
-    /// All metadata key/value pairs, in file order.
-    pub fn metadata(&self) -> &[(String, MetaValue)] {
-        &self.metadata
+    /// All metadata key/value pairs, in file order (large arrays are parsed and kept, as by
+    /// [`get`](Self::get)).
+    pub fn metadata(&self) -> impl Iterator<Item = (&str, &MetaValue)> + '_ {
+        self.metadata
+            .iter()
+            .map(|(k, m)| (k.as_str(), self.resolve(k, m)))
     }
 
-    /// The metadata value for `key`.
+    /// The metadata value for `key`. A large array ([`GGUF_DEFERRED_ARRAY_MIN`]) is parsed on
+    /// the first call and then held as long as the file; [`get_uncached`](Self::get_uncached)
+    /// reads it without holding it.
     pub fn get(&self, key: &str) -> Option<&MetaValue> {
-        self.meta_index.get(key).map(|&i| &self.metadata[i].1)
+        self.meta_index
+            .get(key)
+            .map(|&i| self.resolve(key, &self.metadata[i].1))
+    }
+
+    /// The metadata value for `key`, a large array parsed afresh (and dropped with the result)
+    /// unless [`get`](Self::get) has parsed it already: for values read once, such as the
+    /// vocabulary a tokenizer is built from.
+    pub fn get_uncached(&self, key: &str) -> Option<Cow<'_, MetaValue>> {
+        let &i = self.meta_index.get(key)?;
+        Some(match &self.metadata[i].1 {
+            Meta::Parsed(v) => Cow::Borrowed(v),
+            Meta::Deferred { pos, cell } => match cell.get() {
+                Some(v) => Cow::Borrowed(v),
+                None => Cow::Owned(self.parse_deferred(key, *pos)),
+            },
+        })
+    }
+
+    /// The element count of the array under `key` (`None` when it is missing or no array),
+    /// without parsing its elements.
+    pub fn array_len(&self, key: &str) -> Option<u64> {
+        let &i = self.meta_index.get(key)?;
+        match &self.metadata[i].1 {
+            Meta::Parsed(MetaValue::Array(items)) => Some(items.len() as u64),
+            Meta::Parsed(_) => None,
+            // Validated at open: the count follows the element type.
+            Meta::Deferred { pos, .. } => {
+                let b = self.mmap.get(pos + 4..pos + 12)?;
+                Some(u64::from_le_bytes(b.try_into().ok()?))
+            }
+        }
+    }
+
+    fn resolve<'a>(&'a self, key: &str, m: &'a Meta) -> &'a MetaValue {
+        match m {
+            Meta::Parsed(v) => v,
+            Meta::Deferred { pos, cell } => cell.get_or_init(|| self.parse_deferred(key, *pos)),
+        }
+    }
+
+    /// Parses the deferred array at `pos`, which `open` validated.
+    fn parse_deferred(&self, key: &str, pos: usize) -> MetaValue {
+        let mut r = Reader {
+            path: &self.path,
+            buf: &self.mmap,
+            pos,
+            elements_left: GGUF_MAX_META_ELEMENTS,
+            keep: true,
+        };
+        // The same bytes passed the same checks when the file was opened; a map whose file
+        // changed underneath is beyond what a reader can guard against.
+        r.value(type_id::ARRAY, 0, &|| format!("metadata '{key}'"))
+            .unwrap_or_else(|e| panic!("{e} (the file changed after it was opened)"))
     }
 
     /// Descriptions of all tensors, in file order (offsets are absolute).
@@ -133,7 +208,7 @@ impl std::fmt::Debug for GgufFile {
 struct Parsed {
     version: u32,
     alignment: u64,
-    metadata: Vec<(String, MetaValue)>,
+    metadata: Vec<(String, Meta)>,
     meta_index: HashMap<String, usize>,
     tensors: Vec<TensorInfo>,
     tensor_index: HashMap<String, usize>,
@@ -146,6 +221,9 @@ struct Reader<'a> {
     pos: usize,
     /// Array elements metadata may still hold ([`GGUF_MAX_META_ELEMENTS`] in all).
     elements_left: u64,
+    /// Whether arrays keep their elements (`false`: each is checked, then dropped, and the
+    /// array comes back empty).
+    keep: bool,
 }
 
 impl<'a> Reader<'a> {
@@ -310,9 +388,12 @@ impl<'a> Reader<'a> {
                         )))
                     }
                 };
-                let mut items = Vec::with_capacity(n);
+                let mut items = Vec::with_capacity(if self.keep { n } else { 0 });
                 for i in 0..n {
-                    items.push(self.value(elem_ty, depth + 1, &|| format!("{}[{i}]", what()))?);
+                    let item = self.value(elem_ty, depth + 1, &|| format!("{}[{i}]", what()))?;
+                    if self.keep {
+                        items.push(item);
+                    }
                 }
                 MetaValue::Array(items)
             }
@@ -329,6 +410,7 @@ fn parse(path: &Path, buf: &[u8]) -> Result<Parsed, FormatError> {
         buf,
         pos: 0,
         elements_left: GGUF_MAX_META_ELEMENTS,
+        keep: true,
     };
     if buf.len() < 4 {
         return Err(r.truncated(&|| "magic".to_owned(), 4));
@@ -358,7 +440,25 @@ fn parse(path: &Path, buf: &[u8]) -> Result<Parsed, FormatError> {
         let key_pos = r.pos;
         let key = r.string(&|| format!("key of metadata entry #{i}"))?;
         let ty = r.u32(&|| format!("value type of metadata '{key}'"))?;
+        let value_pos = r.pos;
+        // A large array of scalars or strings is checked now and parsed when asked for.
+        let deferred = ty == type_id::ARRAY
+            && matches!(
+                (r.buf.get(value_pos..value_pos + 4), r.buf.get(value_pos + 4..value_pos + 12)),
+                (Some(t), Some(c)) if u32::from_le_bytes(t.try_into().unwrap_or_default()) != type_id::ARRAY
+                    && u64::from_le_bytes(c.try_into().unwrap_or_default()) > GGUF_DEFERRED_ARRAY_MIN
+            );
+        r.keep = !deferred;
         let value = r.value(ty, 0, &|| format!("metadata '{key}'"))?;
+        r.keep = true;
+        let value = if deferred {
+            Meta::Deferred {
+                pos: value_pos,
+                cell: OnceLock::new(),
+            }
+        } else {
+            Meta::Parsed(value)
+        };
         if meta_index.insert(key.clone(), metadata.len()).is_some() {
             return Err(r.invalid(format!(
                 "duplicate metadata key '{key}' at offset {key_pos}"
@@ -369,13 +469,17 @@ fn parse(path: &Path, buf: &[u8]) -> Result<Parsed, FormatError> {
 
     let alignment = match meta_index.get("general.alignment") {
         None => GGUF_DEFAULT_ALIGNMENT,
-        Some(&i) => match metadata[i].1.as_u64() {
-            Some(a) if a.is_power_of_two() && a <= 1 << 30 => a,
-            _ => {
-                return Err(r.invalid(format!(
-                    "general.alignment is {:?}, not a power of two",
-                    metadata[i].1
-                )))
+        Some(&i) => match &metadata[i].1 {
+            Meta::Parsed(v) => match v.as_u64() {
+                Some(a) if a.is_power_of_two() && a <= 1 << 30 => a,
+                _ => {
+                    return Err(r.invalid(format!("general.alignment is {v:?}, not a power of two")))
+                }
+            },
+            Meta::Deferred { .. } => {
+                return Err(
+                    r.invalid("general.alignment is an array, not a power of two".to_string())
+                )
             }
         },
     };

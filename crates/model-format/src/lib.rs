@@ -53,7 +53,8 @@ use std::path::Path;
 
 pub use error::FormatError;
 pub use gguf::{
-    GgufFile, GGUF_DEFAULT_ALIGNMENT, GGUF_MAGIC, GGUF_MAX_DIMS, GGUF_MAX_META_ELEMENTS,
+    GgufFile, GGUF_DEFAULT_ALIGNMENT, GGUF_DEFERRED_ARRAY_MIN, GGUF_MAGIC, GGUF_MAX_DIMS,
+    GGUF_MAX_META_ELEMENTS,
 };
 pub use hf::{HfConfig, HfDir, SAFETENSORS_DTYPE_NAMES, SAFETENSORS_TYPE_ID_BASE};
 pub use meta::MetaValue;

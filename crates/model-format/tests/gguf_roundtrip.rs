@@ -79,9 +79,9 @@ fn metadata_of_every_type_round_trips() {
     assert_eq!(f.file_bytes(), std::fs::metadata(&path).unwrap().len());
     assert!(f.tensor_infos().is_empty());
     let expected = all_metadata();
-    assert_eq!(f.metadata().len(), expected.len());
-    for ((k, v), (ek, ev)) in f.metadata().iter().zip(&expected) {
-        assert_eq!(k, ek);
+    assert_eq!(f.metadata().count(), expected.len());
+    for ((k, v), (ek, ev)) in f.metadata().zip(&expected) {
+        assert_eq!(k, *ek);
         assert_eq!(v, ev, "{k}");
         assert_eq!(f.get(k), Some(ev));
     }
@@ -290,7 +290,7 @@ fn writer_metadata_replaces_and_alignment_key_syncs() {
     w.tensor("u", DType::F32, &[3], vec![2; 12]).unwrap();
     w.write(&path).unwrap();
     let f = GgufFile::open(&path).unwrap();
-    let keys: Vec<&str> = f.metadata().iter().map(|(k, _)| k.as_str()).collect();
+    let keys: Vec<&str> = f.metadata().map(|(k, _)| k).collect();
     assert_eq!(keys, ["a", "b", "general.alignment"]);
     assert_eq!(f.get("a"), Some(&MetaValue::U32(3)));
     assert_eq!(f.alignment(), 128);
@@ -504,4 +504,56 @@ fn failed_or_dropped_writes_leave_the_old_file_intact() {
     assert_eq!(std::fs::read(&path).unwrap(), before);
     assert_eq!(dir.names(), ["m.gguf"], "no temporary left");
     GgufFile::open(&path).unwrap();
+}
+
+/// Arrays longer than `GGUF_DEFERRED_ARRAY_MIN` (a vocabulary) are parsed when asked for: `get`
+/// and `get_uncached` give what was written, `array_len` its count, and `metadata()` lists them
+/// in file order among the others; a bad element deep inside one is still refused at open.
+#[test]
+fn large_arrays_are_parsed_on_demand_with_the_same_values() {
+    use model_format::GGUF_DEFERRED_ARRAY_MIN;
+    let n = GGUF_DEFERRED_ARRAY_MIN as usize + 5;
+    let tokens = MetaValue::Array((0..n).map(|i| format!("tok{i}").into()).collect());
+    let types = MetaValue::Array((0..n).map(|i| MetaValue::I32(i as i32 % 7)).collect());
+    let small = MetaValue::Array(vec!["a".into()]);
+    let dir = TempDir::new("deferred");
+    let path = dir.join("d.gguf");
+    let mut w = GgufWriter::new();
+    w.metadata("tokens", tokens.clone())
+        .metadata("small", small.clone())
+        .metadata("types", types.clone());
+    w.write(&path).unwrap();
+    let f = GgufFile::open(&path).unwrap();
+    assert_eq!(f.array_len("tokens"), Some(n as u64));
+    assert_eq!(f.array_len("small"), Some(1));
+    assert_eq!(f.array_len("missing"), None);
+    assert_eq!(f.get_uncached("tokens").as_deref(), Some(&tokens));
+    assert_eq!(f.get_uncached("small").as_deref(), Some(&small));
+    assert_eq!(f.get("types"), Some(&types));
+    // Once `get` has parsed it, `get_uncached` lends the kept value.
+    assert!(matches!(
+        f.get_uncached("types"),
+        Some(std::borrow::Cow::Borrowed(v)) if *v == types
+    ));
+    let all: Vec<(&str, &MetaValue)> = f.metadata().collect();
+    assert_eq!(
+        all,
+        [("tokens", &tokens), ("small", &small), ("types", &types)]
+    );
+
+    // Element n - 1's bytes made invalid UTF-8: open names the element.
+    let mut bytes = std::fs::read(&path).unwrap();
+    let last = format!("tok{}", n - 1);
+    let at = bytes
+        .windows(last.len())
+        .position(|w| w == last.as_bytes())
+        .unwrap();
+    bytes[at] = 0xFF;
+    let bad = dir.join("bad.gguf");
+    std::fs::write(&bad, &bytes).unwrap();
+    let e = GgufFile::open(&bad).unwrap_err().to_string();
+    assert!(
+        e.contains(&format!("tokens'[{}]", n - 1)) && e.contains("UTF-8"),
+        "{e}"
+    );
 }

@@ -66,6 +66,7 @@
 mod bytes;
 mod chat;
 mod error;
+mod pieces;
 mod sandbox;
 mod stream;
 mod tokenizer;

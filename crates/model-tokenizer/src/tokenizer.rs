@@ -10,6 +10,7 @@ use tokenizers::pre_tokenizers::sequence::Sequence;
 use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
 use tokenizers::{AddedToken, DecoderWrapper, PreTokenizerWrapper, SplitDelimiterBehavior};
 
+use crate::pieces::Pieces;
 use crate::stream::StreamDecoder;
 use crate::{bytes, ChatTemplate, TokenizerError};
 
@@ -62,7 +63,7 @@ pub struct VocabSpec {
 pub struct Tokenizer {
     inner: tokenizers::Tokenizer,
     /// Raw vocabulary string of every id (`None` for holes in a tokenizer.json vocab).
-    pieces: Vec<Option<String>>,
+    pieces: Pieces,
     special: Vec<bool>,
     /// Whether the decoder is exactly byte-level (then decoding is done here, byte-exact).
     byte_level: bool,
@@ -323,7 +324,7 @@ impl Tokenizer {
 
         Ok(Tokenizer {
             inner,
-            pieces: spec.tokens.iter().cloned().map(Some).collect(),
+            pieces: Pieces::new(spec.tokens.iter().map(|t| Some(t.as_str()))),
             special,
             byte_level: true,
             bos_id: spec.bos_id,
@@ -362,10 +363,11 @@ impl Tokenizer {
                 size - 1
             )));
         }
-        let mut pieces = vec![None; size];
+        let mut by_id = vec![None; size];
         for (tok, id) in vocab {
-            pieces[id as usize] = Some(tok);
+            by_id[id as usize] = Some(tok);
         }
+        let pieces = Pieces::new(by_id.iter().map(|p| p.as_deref()));
         let mut special = vec![false; size];
         for (id, tok) in inner.get_added_tokens_decoder() {
             if tok.special {
@@ -489,7 +491,7 @@ impl Tokenizer {
 
     /// The raw vocabulary string of `id` (byte-level form, e.g. `"Ġthe"`).
     pub fn id_to_piece(&self, id: u32) -> Option<&str> {
-        self.pieces.get(id as usize)?.as_deref()
+        self.pieces.get(id)
     }
 
     /// The id of a raw vocabulary string, if present.
@@ -562,8 +564,8 @@ impl Tokenizer {
     }
 
     pub(crate) fn check_id(&self, id: u32) -> Result<(), TokenizerError> {
-        match self.pieces.get(id as usize) {
-            Some(Some(_)) => Ok(()),
+        match self.pieces.get(id) {
+            Some(_) => Ok(()),
             _ => Err(TokenizerError::UnknownId {
                 id,
                 vocab_size: self.pieces.len(),
@@ -580,7 +582,7 @@ impl Tokenizer {
         if skip_special && self.is_special(id) {
             return;
         }
-        if let Some(Some(piece)) = self.pieces.get(id as usize) {
+        if let Some(piece) = self.pieces.get(id) {
             bytes::piece_bytes(piece, out);
         }
     }
