@@ -248,8 +248,12 @@ impl SparsePlan {
                 // What stays resident besides the FFN cache, measured now: counted first under a
                 // process budget, at load or set live.
                 let mut resident = Resident {
-                    process: crate::sys::rss_bytes().unwrap_or(0),
-                    file: len(model.path()),
+                    // Besides the model file's touched pages, which `file` counts.
+                    process: crate::sys::rss_besides(model.path())
+                        .or_else(crate::sys::rss_bytes)
+                        .unwrap_or(0),
+                    // The tensor data: the header's pages were handed back after loading.
+                    file: len(model.path()).saturating_sub(model.header_bytes()),
                     kv_cache: model
                         .config
                         .kv_cache_bytes(context.max(1), engine.cache_type()),

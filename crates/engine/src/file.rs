@@ -43,6 +43,23 @@ impl ModelFile {
         }
     }
 
+    /// Bytes of the file before its tensor data (a GGUF header: metadata, vocabulary, tensor
+    /// descriptions); 0 for an HF directory.
+    pub fn header_bytes(&self) -> u64 {
+        match self {
+            ModelFile::Gguf(f) => f.data_offset(),
+            ModelFile::Hf(_) => 0,
+        }
+    }
+
+    /// Hands the header's pages back once the model and its tokenizer are built
+    /// ([`GgufFile::release_header`]); nothing for an HF directory.
+    pub fn release_header(&self) {
+        if let ModelFile::Gguf(f) = self {
+            f.release_header();
+        }
+    }
+
     pub(crate) fn tensor(&self, name: &str) -> Option<TensorView<'_>> {
         match self {
             ModelFile::Gguf(f) => f.tensor(name),

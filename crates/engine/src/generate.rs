@@ -146,8 +146,10 @@ impl<'a> Engine<'a> {
         let tokenizer = load_tokenizer(file)?;
         // Building the tokenizer from the file's vocabulary and merges leaves tens of MiB of freed
         // heap (the intermediate strings and maps) in the allocator's arenas; hand it back, so that
-        // what a memory budget counts as the process is what it holds.
+        // what a memory budget counts as the process is what it holds. The header's pages (the
+        // vocabulary the tokenizer was built from) go back too.
         crate::sys::release_free_memory();
+        file.release_header();
         let threads = if opts.threads == 0 {
             std::thread::available_parallelism()
                 .map(|n| n.get())

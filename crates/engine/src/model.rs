@@ -57,6 +57,7 @@ pub struct Model<'a> {
     /// Bytes of weights the model reads per token (all matrices once).
     pub weight_bytes: usize,
     path: PathBuf,
+    header_bytes: u64,
     streamed: bool,
 }
 
@@ -227,12 +228,19 @@ impl<'a> Model<'a> {
             streamed: false,
             weight_bytes,
             path: ld.path,
+            header_bytes: file.header_bytes(),
         })
     }
 
     /// The file or directory the weights come from.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Bytes of the model file before its tensor data ([`ModelFile::header_bytes`]), whose pages
+    /// the engine hands back once loaded: what a memory budget leaves out of the file's size.
+    pub fn header_bytes(&self) -> u64 {
+        self.header_bytes
     }
 
     /// Leaves the embedding and the output projection on flash (`on`: [`crate::stream`]) or pages

@@ -112,7 +112,7 @@ pub fn model_summary(engine: &Engine<'_>, sidecars: &SparseSidecars) -> Result<M
             |n| n.to_string_lossy().into(),
         ),
         fingerprint: crate::profile::model_fingerprint(model),
-        tensors,
+        tensors: tensors.clone(),
         layers,
         predictor_bytes,
         predicted: predictor.is_some() && predictor_bytes > 0,
@@ -121,12 +121,33 @@ pub fn model_summary(engine: &Engine<'_>, sidecars: &SparseSidecars) -> Result<M
             .as_ref()
             .is_none_or(|p| p.score == predictor::ScoreKind::OutputNorm),
         kv_bytes_per_position: cfg.kv_cache_bytes(1, engine.cache_type()),
-        // As `budget` counts it: what the process holds now, set up but before decoding.
-        process_bytes: crate::sys::rss_bytes().unwrap_or(0),
+        process_bytes: process_bytes(model, &tensors, store.is_some()),
         batch_sizes,
         grid: GRID,
         offloaded: store.is_some(),
     })
+}
+
+/// What stays resident whatever the plan, as a budget counts it at load (`SparsePlan`'s
+/// `Resident`): the process now, set up but before decoding, besides the model file's pages; the
+/// tensor data that none of `tensors` nor the FFN covers (norms, biases), which the budget counts
+/// with the file (the header's pages are handed back after loading); and, for an offloaded model, the
+/// buffers the embedding and output are streamed through when they stay on flash.
+fn process_bytes(model: &Model<'_>, tensors: &[TensorInfo], offloaded: bool) -> u64 {
+    let process = crate::sys::rss_besides(model.path())
+        .or_else(crate::sys::rss_bytes)
+        .unwrap_or(0);
+    let file = std::fs::metadata(model.path())
+        .map_or(0, |m| m.len())
+        .saturating_sub(model.header_bytes());
+    let covered = tensors.iter().map(|t| t.bytes).sum::<u64>()
+        + crate::budget::ffn_weight_bytes(model) as u64;
+    let streaming = if offloaded {
+        crate::stream::STREAM_RESIDENT_BYTES
+    } else {
+        0
+    };
+    process + file.saturating_sub(covered) + streaming
 }
 
 /// The tensors outside the FFN as the planner sees them: the attention matrices (read whole each

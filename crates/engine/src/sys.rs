@@ -17,6 +17,40 @@ pub fn rss_bytes() -> Option<u64> {
     status_kb("VmRSS:")
 }
 
+/// Resident set size of this process now, in bytes, less the pages mapped from `file` (`VmRSS`
+/// minus the `Rss` of `file`'s mappings in `/proc/self/smaps`): what the process holds besides a
+/// model file that a memory budget counts on its own, so that its touched pages are not counted
+/// twice. `None` where unknown.
+pub fn rss_besides(file: &std::path::Path) -> Option<u64> {
+    let total = rss_bytes()?;
+    let file = std::fs::canonicalize(file).ok()?;
+    let smaps = std::fs::read_to_string("/proc/self/smaps").ok()?;
+    Some(total.saturating_sub(mapped_rss(&smaps, &file)))
+}
+
+/// Sum of the `Rss:` lines of the mappings of `file` in an smaps text.
+fn mapped_rss(smaps: &str, file: &std::path::Path) -> u64 {
+    let mut ours = false;
+    let mut bytes = 0;
+    for line in smaps.lines() {
+        let mut parts = line.split_whitespace();
+        let first = parts.next().unwrap_or("");
+        if first.contains('-') && !first.ends_with(':') {
+            // A mapping's header: range, perms, offset, dev, inode, then the path (which may hold
+            // spaces).
+            let path = line
+                .splitn(6, char::is_whitespace)
+                .nth(5)
+                .map(str::trim_start);
+            ours = path.is_some_and(|p| std::path::Path::new(p) == file);
+        } else if ours && first == "Rss:" {
+            let kb: u64 = parts.next().and_then(|v| v.parse().ok()).unwrap_or(0);
+            bytes += kb * 1024;
+        }
+    }
+    bytes
+}
+
 /// Returns the heap's free pages to the system, so that resident memory follows a neuron cache that
 /// shrank (its units are small allocations inside the heap, which `free` keeps for reuse). glibc's
 /// `malloc_trim(0)` (it `madvise`s the free pages of every arena); a no-op elsewhere (musl's
@@ -32,6 +66,44 @@ pub fn release_free_memory() {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn mapped_rss_sums_the_file_s_mappings_only() {
+        let smaps = "\
+5581a000-5581b000 r--p 00000000 fd:01 123   /models/m.gguf
+Size:                  4 kB
+Rss:                   4 kB
+5581b000-5581f000 r--p 00001000 fd:01 123   /models/m.gguf
+Rss:                  12 kB
+7f00-7f10 rw-p 00000000 00:00 0 
+Rss:                 100 kB
+7f10-7f20 r--p 00000000 fd:01 124   /models/m.gguf.sparrow-profile
+Rss:                   8 kB
+7f20-7f30 r--p 00000000 fd:01 125   /models/with space.gguf
+Rss:                  16 kB
+";
+        let m = |p: &str| super::mapped_rss(smaps, std::path::Path::new(p));
+        assert_eq!(m("/models/m.gguf"), 16 * 1024);
+        assert_eq!(m("/models/with space.gguf"), 16 * 1024);
+        assert_eq!(m("/models/other.gguf"), 0);
+    }
+
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn rss_besides_a_mapped_file_leaves_out_its_touched_pages() {
+        let path = std::env::temp_dir().join(format!("sparrow-rss-{}", std::process::id()));
+        std::fs::write(&path, vec![7u8; 8 << 20]).unwrap();
+        let f = std::fs::File::open(&path).unwrap();
+        // SAFETY: a private read-only map of a file this test wrote and nothing else changes.
+        let map = unsafe { memmap2::Mmap::map(&f) }.unwrap();
+        let sum: u64 = map.iter().step_by(4096).map(|&b| u64::from(b)).sum();
+        assert_eq!(sum, 7 * 2048);
+        let all = super::rss_bytes().unwrap();
+        let besides = super::rss_besides(&path).unwrap();
+        // Other test threads allocate in between: the 8 MiB touched must be what is left out.
+        assert!(all >= besides + (6 << 20), "{all} vs {besides}");
+        drop(map);
+        std::fs::remove_file(&path).unwrap();
+    }
     #[test]
     #[cfg(target_os = "linux")]
     fn peak_rss_is_positive_on_linux() {

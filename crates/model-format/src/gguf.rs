@@ -34,6 +34,7 @@ pub struct GgufFile {
     mmap: Arc<Mmap>,
     version: u32,
     alignment: u64,
+    data_start: u64,
     metadata: Vec<(String, Meta)>,
     meta_index: HashMap<String, usize>,
     tensors: Vec<TensorInfo>,
@@ -67,6 +68,7 @@ impl GgufFile {
             mmap: Arc::new(mmap),
             version: parsed.version,
             alignment: parsed.alignment,
+            data_start: parsed.data_start,
             metadata: parsed.metadata,
             meta_index: parsed.meta_index,
             tensors: parsed.tensors,
@@ -87,6 +89,21 @@ impl GgufFile {
     /// The data alignment: `general.alignment`, or 32.
     pub fn alignment(&self) -> u64 {
         self.alignment
+    }
+
+    /// Where the tensor data begins: the bytes before it are the header (metadata and tensor
+    /// descriptions), padded to the alignment.
+    pub fn data_offset(&self) -> u64 {
+        self.data_start
+    }
+
+    /// Hands the header's pages back to the kernel ([`Paging::Release`](crate::Paging)): once
+    /// the metadata a process needs is parsed (a vocabulary read for a tokenizer), they need not
+    /// stay resident. A later [`get`](Self::get) of a large array reads them again.
+    pub fn release_header(&self) {
+        let end =
+            usize::try_from(self.data_start).map_or(self.mmap.len(), |e| e.min(self.mmap.len()));
+        crate::advise(&self.mmap[..end], crate::Paging::Release);
     }
 
     /// All metadata key/value pairs, in file order (large arrays are parsed and kept, as by
@@ -208,6 +225,7 @@ impl std::fmt::Debug for GgufFile {
 struct Parsed {
     version: u32,
     alignment: u64,
+    data_start: u64,
     metadata: Vec<(String, Meta)>,
     meta_index: HashMap<String, usize>,
     tensors: Vec<TensorInfo>,
@@ -583,6 +601,7 @@ fn parse(path: &Path, buf: &[u8]) -> Result<Parsed, FormatError> {
     Ok(Parsed {
         version,
         alignment,
+        data_start,
         metadata,
         meta_index,
         tensors,
