@@ -41,7 +41,7 @@ pub struct GgufFile {
     tensor_index: HashMap<String, usize>,
 }
 
-/// Top-level arrays of more elements than this are validated by [`GgufFile::open`] but parsed
+/// Top-level arrays of more scalars or strings than this are validated by [`GgufFile::open`] but parsed
 /// only when asked for ([`GgufFile::get`] keeps them, [`GgufFile::get_uncached`] does not): a
 /// vocabulary's 151,936 tokens, its merges and token types take about 24 MB as [`MetaValue`]s,
 /// which a process that has built its tokenizer (or never needs one) need not hold.
