@@ -90,20 +90,30 @@ Rss:                  16 kB
     #[test]
     #[cfg(target_os = "linux")]
     fn rss_besides_a_mapped_file_leaves_out_its_touched_pages() {
-        let path = std::env::temp_dir().join(format!("sparrow-rss-{}", std::process::id()));
-        std::fs::write(&path, vec![7u8; 8 << 20]).unwrap();
-        let f = std::fs::File::open(&path).unwrap();
-        // SAFETY: a private read-only map of a file this test wrote and nothing else changes.
-        let map = unsafe { memmap2::Mmap::map(&f) }.unwrap();
-        let sum: u64 = map.iter().step_by(4096).map(|&b| u64::from(b)).sum();
+        // A GGUF file with one 8 MiB tensor, mapped by model-format (the crate that maps model
+        // files) and read through.
+        let path = std::env::temp_dir().join(format!("sparrow-rss-{}.gguf", std::process::id()));
+        let mut w = model_format::GgufWriter::new();
+        w.tensor(
+            "t",
+            model_format::DType::F32,
+            &[2 << 20],
+            vec![7u8; 8 << 20],
+        )
+        .unwrap();
+        w.write(&path).unwrap();
+        let f = model_format::GgufFile::open(&path).unwrap();
+        let data = f.tensor("t").unwrap().data;
+        let sum: u64 = data.iter().step_by(4096).map(|&b| u64::from(b)).sum();
         assert_eq!(sum, 7 * 2048);
         let all = super::rss_bytes().unwrap();
         let besides = super::rss_besides(&path).unwrap();
         // Other test threads allocate in between: the 8 MiB touched must be what is left out.
         assert!(all >= besides + (6 << 20), "{all} vs {besides}");
-        drop(map);
+        drop(f);
         std::fs::remove_file(&path).unwrap();
     }
+
     #[test]
     #[cfg(target_os = "linux")]
     fn peak_rss_is_positive_on_linux() {
