@@ -24,15 +24,17 @@ pub fn rss_bytes() -> Option<u64> {
 pub fn rss_besides(file: &std::path::Path) -> Option<u64> {
     let total = rss_bytes()?;
     let file = std::fs::canonicalize(file).ok()?;
-    let smaps = std::fs::read_to_string("/proc/self/smaps").ok()?;
-    Some(total.saturating_sub(mapped_rss(&smaps, &file)))
+    // Read line by line: a process's smaps runs to hundreds of KiB, which read whole would stay
+    // in the heap and count in the next measurement.
+    let smaps = std::fs::File::open("/proc/self/smaps").ok()?;
+    Some(total.saturating_sub(mapped_rss(std::io::BufReader::new(smaps), &file)))
 }
 
 /// Sum of the `Rss:` lines of the mappings of `file` in an smaps text.
-fn mapped_rss(smaps: &str, file: &std::path::Path) -> u64 {
+fn mapped_rss(smaps: impl std::io::BufRead, file: &std::path::Path) -> u64 {
     let mut ours = false;
     let mut bytes = 0;
-    for line in smaps.lines() {
+    for line in smaps.lines().map_while(std::result::Result::ok) {
         let mut parts = line.split_whitespace();
         let first = parts.next().unwrap_or("");
         if first.contains('-') && !first.ends_with(':') {
@@ -81,7 +83,7 @@ Rss:                   8 kB
 7f20-7f30 r--p 00000000 fd:01 125   /models/with space.gguf
 Rss:                  16 kB
 ";
-        let m = |p: &str| super::mapped_rss(smaps, std::path::Path::new(p));
+        let m = |p: &str| super::mapped_rss(smaps.as_bytes(), std::path::Path::new(p));
         assert_eq!(m("/models/m.gguf"), 16 * 1024);
         assert_eq!(m("/models/with space.gguf"), 16 * 1024);
         assert_eq!(m("/models/other.gguf"), 0);

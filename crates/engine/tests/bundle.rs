@@ -179,8 +179,9 @@ fn resident_file_budget_counts_what_stays_resident() {
 
     // A budget short of the whole FFN leaves the embedding and output on flash (their bytes go to
     // the FFN cache; this tiny model's are smaller than the streaming buffers, so the split is the
-    // same).
-    let short = split.resident + store / 2;
+    // same). The process's resident memory is measured again and moves with the other tests'
+    // threads: the budget is an eighth of the store short of the whole, the check a quarter.
+    let short = split.resident + store - store / 8;
     let plan = SparsePlan::new(&eng, &none, FfnBudget::Process(short), opts.clone()).unwrap();
     assert!(plan.stream_weights);
     assert!(
