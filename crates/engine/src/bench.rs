@@ -252,10 +252,11 @@ fn measure(e: &Engine<'_>, tokens: &[u32], opts: &BenchOptions, r: &mut ModeRuns
         }
         e.take_ffn_seconds();
         let mut tok = tokens[0];
+        let mut logits = Vec::new();
         let t = Instant::now();
         for i in 0..opts.n_gen {
             let ti = Instant::now();
-            let logits = e.forward(&mut cache, &[tok], Logits::Last)?;
+            e.forward_into(&mut cache, &[tok], Logits::Last, &mut logits)?;
             r.token_s.push(ti.elapsed().as_secs_f64());
             tok = if opts.teacher_forced {
                 tokens[(i + 1) % tokens.len()]

@@ -1,6 +1,6 @@
 //! Batched decode against sequential decode (`sparrow bench --best-of N`): the same `n_seqs`
 //! continuations of one prompt decoded one sequence after another, and as one batch
-//! ([`crate::Engine::forward_batch`]), every repetition running both back to back (alternating
+//! ([`crate::Engine::forward_batch_into`]), every repetition running both back to back (alternating
 //! which goes first) so that their ratio compares them on the same machine state.
 
 use std::time::Instant;
@@ -52,9 +52,11 @@ fn sequential(eng: &Engine<'_>, prompt: &KvCache, n_seqs: usize, n_gen: usize) -
     for i in 0..n_seqs {
         let mut cache = prompt.clone();
         let mut next = first_token(i, vocab);
+        let mut logits = Vec::new();
         let t = Instant::now();
         for _ in 0..n_gen {
-            next = argmax(&eng.forward(&mut cache, &[next], Logits::Last)?);
+            eng.forward_into(&mut cache, &[next], Logits::Last, &mut logits)?;
+            next = argmax(&logits);
         }
         secs += t.elapsed().as_secs_f64();
     }
@@ -66,10 +68,11 @@ fn batched(eng: &Engine<'_>, prompt: &KvCache, n_seqs: usize, n_gen: usize) -> R
     let vocab = eng.model().config.vocab_size;
     let mut caches: Vec<KvCache> = (0..n_seqs).map(|_| prompt.clone()).collect();
     let mut next: Vec<u32> = (0..n_seqs).map(|i| first_token(i, vocab)).collect();
+    let mut logits = Vec::new();
     let t = Instant::now();
     for _ in 0..n_gen {
         let mut refs: Vec<&mut KvCache> = caches.iter_mut().collect();
-        let logits = eng.forward_batch(&mut refs, &next)?;
+        eng.forward_batch_into(&mut refs, &next, &mut logits)?;
         next = logits.chunks_exact(vocab).map(argmax).collect();
     }
     Ok(t.elapsed().as_secs_f64())

@@ -166,7 +166,7 @@ impl Engine<'_> {
                 rest = tail;
                 offset = i + 1;
             }
-            logits = self.forward_batch(&mut caches, &next_ids)?;
+            self.forward_batch_into(&mut caches, &next_ids, &mut logits)?;
             timings.decode_tokens += next_ids.len();
         }
         timings.decode_s = t_decode.elapsed().as_secs_f64();

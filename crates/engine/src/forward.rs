@@ -176,11 +176,21 @@ pub enum Logits {
     All,
 }
 
+/// Elements from which [`rms_norm_rows`] runs its rows in parallel.
+const PAR_NORM_MIN: usize = 1 << 15;
+
 fn rms_norm_rows(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
     let d = w.len();
-    out.par_chunks_mut(d)
-        .zip(x.par_chunks(d))
-        .for_each(|(o, xi)| kernels_neon::rms_norm(xi, w, eps, o));
+    if x.len() < PAR_NORM_MIN {
+        // A decode step's few rows: waking the other threads costs more than the rows.
+        out.chunks_mut(d)
+            .zip(x.chunks(d))
+            .for_each(|(o, xi)| kernels_neon::rms_norm(xi, w, eps, o));
+    } else {
+        out.par_chunks_mut(d)
+            .zip(x.par_chunks(d))
+            .for_each(|(o, xi)| kernels_neon::rms_norm(xi, w, eps, o));
+    }
 }
 
 fn add_bias(y: &mut [f32], bias: &Option<Vec<f32>>) {
@@ -220,6 +230,22 @@ pub fn forward_with(
     want: Logits,
     ffn: FfnMode<'_, '_>,
 ) -> Result<Vec<f32>> {
+    let mut logits = Vec::new();
+    forward_with_into(model, cache, tokens, precision, want, ffn, &mut logits)?;
+    Ok(logits)
+}
+
+/// [`forward_with`] into `logits` (resized to what the step returns), so that a decode loop reuses
+/// one buffer.
+pub(crate) fn forward_with_into(
+    model: &Model<'_>,
+    cache: &mut KvCache,
+    tokens: &[u32],
+    precision: Precision,
+    want: Logits,
+    ffn: FfnMode<'_, '_>,
+    logits: &mut Vec<f32>,
+) -> Result<()> {
     let start = cache.len;
     let place: Vec<Place> = (0..tokens.len())
         .map(|t| Place {
@@ -232,7 +258,7 @@ pub fn forward_with(
         place: &place,
         kind: StepKind::Prompt,
     };
-    forward_core(model, &mut [cache], step, precision, want, ffn)
+    forward_core(model, &mut [cache], step, precision, want, ffn, logits)
 }
 
 /// One decode step of several sequences at once (Best-of-N): token `i` is the next token of the
@@ -248,6 +274,21 @@ pub fn forward_seqs(
     precision: Precision,
     ffn: FfnMode<'_, '_>,
 ) -> Result<Vec<f32>> {
+    let mut logits = Vec::new();
+    forward_seqs_into(model, caches, tokens, precision, ffn, &mut logits)?;
+    Ok(logits)
+}
+
+/// [`forward_seqs`] into `logits` (resized to `tokens.len() × vocab`), so that a decode loop
+/// reuses one buffer.
+pub(crate) fn forward_seqs_into(
+    model: &Model<'_>,
+    caches: &mut [&mut KvCache],
+    tokens: &[u32],
+    precision: Precision,
+    ffn: FfnMode<'_, '_>,
+    logits: &mut Vec<f32>,
+) -> Result<()> {
     if caches.len() != tokens.len() {
         return Err(EngineError::Request(format!(
             "a batched decode step needs one token per sequence: {} tokens for {} sequences",
@@ -265,7 +306,7 @@ pub fn forward_seqs(
         place: &place,
         kind: StepKind::Decode,
     };
-    forward_core(model, caches, step, precision, Logits::All, ffn)
+    forward_core(model, caches, step, precision, Logits::All, ffn, logits)
 }
 
 /// Where a token of a step goes: the cache of its sequence and its position there.
@@ -290,9 +331,10 @@ fn forward_core(
     precision: Precision,
     want: Logits,
     ffn: FfnMode<'_, '_>,
-) -> Result<Vec<f32>> {
+    logits: &mut Vec<f32>,
+) -> Result<()> {
     let starts: Vec<usize> = caches.iter().map(|c| c.len).collect();
-    let out = forward_inner(model, caches, &step, precision, want, ffn);
+    let out = forward_inner(model, caches, &step, precision, want, ffn, logits);
     if out.is_err() {
         for (c, &s) in caches.iter_mut().zip(&starts) {
             c.truncate(s);
@@ -308,7 +350,8 @@ fn forward_inner(
     precision: Precision,
     want: Logits,
     ffn: FfnMode<'_, '_>,
-) -> Result<Vec<f32>> {
+    logits: &mut Vec<f32>,
+) -> Result<()> {
     let tokens = step.tokens;
     let cfg = &model.config;
     let n = tokens.len();
@@ -372,6 +415,12 @@ fn forward_inner(
         c.grow_to(end);
     }
     let kind = step.kind;
+    // Each token's rotations, computed once for all layers.
+    let rope: Vec<kernels_neon::RopeAngles> = step
+        .place
+        .iter()
+        .map(|p| kernels_neon::RopeAngles::new(hd, cfg.rope_dim, p.pos, cfg.rope_base))
+        .collect();
     // A prompt step's attention runs in blocks (`prompt_attention`): where each token goes, once.
     let prompt_place: Vec<(usize, usize)> = if kind == StepKind::Prompt && n > 1 {
         step.place.iter().map(|p| (p.seq, p.pos)).collect()
@@ -409,24 +458,11 @@ fn forward_inner(
         add_bias(&mut q, &layer.bq);
         add_bias(&mut k, &layer.bk);
         add_bias(&mut v, &layer.bv);
-        for (t, p) in step.place.iter().enumerate() {
-            let pos = p.pos;
-            kernels_neon::rope_inplace(
-                &mut q[t * qd..(t + 1) * qd],
-                cfg.n_heads,
-                hd,
-                cfg.rope_dim,
-                pos,
-                cfg.rope_base,
-                cfg.rope_style,
-            );
-            kernels_neon::rope_inplace(
+        for (t, angles) in rope.iter().enumerate() {
+            angles.apply(&mut q[t * qd..(t + 1) * qd], cfg.n_heads, cfg.rope_style);
+            angles.apply(
                 &mut k[t * kvd..(t + 1) * kvd],
                 cfg.n_kv_heads,
-                hd,
-                cfg.rope_dim,
-                pos,
-                cfg.rope_base,
                 cfg.rope_style,
             );
         }
@@ -507,19 +543,20 @@ fn forward_inner(
     };
     let mut normed = vec![0.0f32; m * d];
     rms_norm_rows(rows, &model.output_norm, cfg.rms_eps, &mut normed);
-    let mut logits = vec![0.0f32; m * vocab];
+    logits.clear();
+    logits.resize(m * vocab, 0.0);
     if model.streamed() {
-        crate::stream::output_logits(kind, &model.output, &normed, m, &mut logits, precision)?;
+        crate::stream::output_logits(kind, &model.output, &normed, m, logits, precision)?;
     } else {
         mm_step(
             kind,
             &model.output,
             &normed,
             m,
-            &mut logits,
+            logits,
             precision,
             "output projection",
         )?;
     }
-    Ok(logits)
+    Ok(())
 }

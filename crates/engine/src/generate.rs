@@ -8,7 +8,7 @@ use model_tokenizer::{Tokenizer, VocabSpec};
 use crate::continuation::{Accepted, Continuation};
 use crate::error::{EngineError, Result};
 use crate::ffn::{AccelFfn, FfnExecutor};
-use crate::forward::{forward_with, FfnMode, FfnObserver, KvCache, Logits};
+use crate::forward::{forward_with, forward_with_into, FfnMode, FfnObserver, KvCache, Logits};
 use crate::hybrid::HybridFfn;
 use crate::model::{Model, ModelFile};
 use crate::requant::Overlay;
@@ -229,25 +229,54 @@ impl<'a> Engine<'a> {
 
     /// One forward step on the engine's thread pool (sparse FFN if one is set).
     pub fn forward(&self, cache: &mut KvCache, tokens: &[u32], want: Logits) -> Result<Vec<f32>> {
+        let mut logits = Vec::new();
+        self.forward_into(cache, tokens, want, &mut logits)?;
+        Ok(logits)
+    }
+
+    /// [`Engine::forward`] into `logits` (resized to what the step returns): a decode loop reuses
+    /// one buffer instead of allocating (and faulting in) the vocabulary's logits every token.
+    pub fn forward_into(
+        &self,
+        cache: &mut KvCache,
+        tokens: &[u32],
+        want: Logits,
+        logits: &mut Vec<f32>,
+    ) -> Result<()> {
         let mode = FfnMode {
             exec: self.executor(),
             observer: None,
             ffn_nanos: Some(&self.ffn_nanos),
         };
-        self.pool
-            .install(|| forward_with(&self.model, cache, tokens, self.opts.precision, want, mode))
+        let precision = self.opts.precision;
+        self.pool.install(|| {
+            forward_with_into(&self.model, cache, tokens, precision, want, mode, logits)
+        })
     }
 
     /// One decode step of several sequences on the engine's thread pool: token `i` continues the
     /// sequence of `caches[i]` ([`crate::forward_seqs`]); `tokens.len() × vocab` logits.
     pub fn forward_batch(&self, caches: &mut [&mut KvCache], tokens: &[u32]) -> Result<Vec<f32>> {
+        let mut logits = Vec::new();
+        self.forward_batch_into(caches, tokens, &mut logits)?;
+        Ok(logits)
+    }
+
+    /// [`Engine::forward_batch`] into `logits` (resized to `tokens.len() × vocab`).
+    pub fn forward_batch_into(
+        &self,
+        caches: &mut [&mut KvCache],
+        tokens: &[u32],
+        logits: &mut Vec<f32>,
+    ) -> Result<()> {
         let mode = FfnMode {
             exec: self.executor(),
             observer: None,
             ffn_nanos: Some(&self.ffn_nanos),
         };
+        let precision = self.opts.precision;
         self.pool.install(|| {
-            crate::forward::forward_seqs(&self.model, caches, tokens, self.opts.precision, mode)
+            crate::forward::forward_seqs_into(&self.model, caches, tokens, precision, mode, logits)
         })
     }
 
@@ -384,7 +413,7 @@ impl<'a> Engine<'a> {
                 }
             }
             let t = Instant::now();
-            logits = self.forward(&mut cache, &[next], Logits::Last)?;
+            self.forward_into(&mut cache, &[next], Logits::Last, &mut logits)?;
             decode_time += t.elapsed();
             timings.decode_tokens += 1;
         };

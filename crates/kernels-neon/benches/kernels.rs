@@ -99,6 +99,8 @@ fn bench_matvec_batch(c: &mut Criterion) {
     let mut g = c.benchmark_group("matvec_batch");
     for (format, rows, cols) in [
         (WeightFormat::Q4_1, 1536, 576),
+        (WeightFormat::Q4_1, 576, 1536),
+        (WeightFormat::Q4_1, 576, 576),
         (WeightFormat::Q8_0, 49152, 576),
     ] {
         let data = random_matrix(format, rows, cols, 0);

@@ -76,22 +76,8 @@ pub fn matvec_batch_many_with(
         return matvec_many_with(path, ws, x, ys, precision);
     }
     let cols = ws[0].cols();
-    // Each token's activations, once per distinct form (usually one for all matrices).
-    let mut forms: Vec<Vec<Acts>> = Vec::new();
-    let mut which = Vec::with_capacity(ws.len());
-    for w in ws {
-        match forms.iter().position(|f| f[0].fits(w.format(), precision)) {
-            Some(i) => which.push(i),
-            None => {
-                which.push(forms.len());
-                forms.push(
-                    x.chunks_exact(cols.max(1))
-                        .map(|xt| Acts::new(path, w.format(), xt, precision))
-                        .collect(),
-                );
-            }
-        }
-    }
+    let prepared = Prepared::new(path, ws, x, n, precision);
+    let ready = prepared.ready(path);
     // Work items: (matrix, first row, that row chunk of every token's output).
     let mut items: Vec<(usize, usize, Vec<&mut [f32]>)> = Vec::new();
     for (i, y) in ys.iter_mut().enumerate() {
@@ -112,32 +98,7 @@ pub fn matvec_batch_many_with(
             }
         }
     }
-    // 16-bit activations of every token: one kernel call shares each weight block's unpacking.
-    let i16s: Vec<Option<arch::Batch16>> = forms
-        .iter()
-        .map(|f| {
-            let qs: Option<Vec<&QActs16>> = f
-                .iter()
-                .map(|a| match a {
-                    Acts::I16(q) => Some(q),
-                    _ => None,
-                })
-                .collect();
-            qs.map(|qs| arch::Batch16::new(path, qs))
-        })
-        .collect();
-    let run = |(i, r0, mut outs): (usize, usize, Vec<&mut [f32]>)| {
-        let (w, f) = (ws[i], which[i]);
-        match &i16s[f] {
-            Some(qs) => arch::matvec_i16_batch(path, w, r0, qs, &mut outs),
-            None => {
-                for (t, ys) in outs.iter_mut().enumerate() {
-                    let xt = &x[t * cols..(t + 1) * cols];
-                    forms[f][t].run(path, w, arch::Rows::From(r0), xt, ys);
-                }
-            }
-        }
-    };
+    let run = |(i, r0, mut outs): (usize, usize, Vec<&mut [f32]>)| ready.run(i, r0, x, &mut outs);
     if items.len() <= 1 {
         items.into_iter().for_each(run);
     } else {
@@ -146,12 +107,117 @@ pub fn matvec_batch_many_with(
     Ok(())
 }
 
+/// The activations of one product of several matrices with the same `n` tokens: each token
+/// quantized once per distinct form the matrices need.
+pub(crate) struct Prepared<'w> {
+    ws: &'w [&'w QMatrix<'w>],
+    cols: usize,
+    /// Per distinct form, each token's activations.
+    forms: Vec<Vec<Acts>>,
+    /// The form of each matrix.
+    which: Vec<usize>,
+}
+
+impl<'w> Prepared<'w> {
+    /// Quantizes the `n` tokens of `x` (token-major rows of the matrices' common width) for `ws`.
+    pub(crate) fn new(
+        path: KernelPath,
+        ws: &'w [&'w QMatrix<'w>],
+        x: &[f32],
+        n: usize,
+        precision: Precision,
+    ) -> Self {
+        let cols = ws.first().map_or(0, |w| w.cols());
+        let mut forms: Vec<Vec<Acts>> = Vec::new();
+        let mut which = Vec::with_capacity(ws.len());
+        for w in ws {
+            match forms.iter().position(|f| f[0].fits(w.format(), precision)) {
+                Some(i) => which.push(i),
+                None => {
+                    which.push(forms.len());
+                    forms.push(
+                        x.chunks_exact(cols.max(1))
+                            .take(n)
+                            .map(|xt| Acts::new(path, w.format(), xt, precision))
+                            .collect(),
+                    );
+                }
+            }
+        }
+        Prepared {
+            ws,
+            cols,
+            forms,
+            which,
+        }
+    }
+
+    /// The activations as the kernels of `path` take them: for 16-bit activations of several
+    /// tokens, the batch kernel's layout, whose interleaved tokens are built only when one of
+    /// the form's matrices takes them.
+    pub(crate) fn ready(&self, path: KernelPath) -> Ready<'_> {
+        let i16s = self
+            .forms
+            .iter()
+            .enumerate()
+            .map(|(f, acts)| {
+                if acts.len() < 2 {
+                    return None;
+                }
+                let qs: Option<Vec<&QActs16>> = acts
+                    .iter()
+                    .map(|a| match a {
+                        Acts::I16(q) => Some(q),
+                        _ => None,
+                    })
+                    .collect();
+                let interleave = self
+                    .ws
+                    .iter()
+                    .zip(&self.which)
+                    .any(|(w, &wf)| wf == f && arch::batch_interleaves(w.format()));
+                qs.map(|qs| arch::Batch16::new(path, qs, interleave))
+            })
+            .collect();
+        Ready {
+            path,
+            p: self,
+            i16s,
+        }
+    }
+}
+
+/// [`Prepared`] activations with the batch kernel's layout, ready to run row chunks.
+pub(crate) struct Ready<'p> {
+    path: KernelPath,
+    p: &'p Prepared<'p>,
+    /// Per form, the batch kernel's view of its 16-bit activations (several tokens only).
+    i16s: Vec<Option<arch::Batch16<'p>>>,
+}
+
+impl Ready<'_> {
+    /// Rows `r0..r0 + outs[t].len()` of matrix `i` for every token `t` (`x` the tokens' f32
+    /// activations, which the exact path reads).
+    pub(crate) fn run(&self, i: usize, r0: usize, x: &[f32], outs: &mut [&mut [f32]]) {
+        let (w, f, cols) = (self.p.ws[i], self.p.which[i], self.p.cols);
+        match &self.i16s[f] {
+            Some(qs) => arch::matvec_i16_batch(self.path, w, r0, qs, outs),
+            None => {
+                for (t, ys) in outs.iter_mut().enumerate() {
+                    let xt = &x[t * cols..(t + 1) * cols];
+                    self.p.forms[f][t].run(self.path, w, arch::Rows::From(r0), xt, ys);
+                }
+            }
+        }
+    }
+}
+
 /// Bytes of weight rows per [`matvec_batch`] work item: the batch's tokens re-read them from cache.
 const BATCH_CHUNK_BYTES: usize = 48 << 10;
 
 /// Rows per [`matvec_batch`] work item: [`crate::set_chunk_rows`] if set, else as [`crate::matvec`] but capped
 /// so that a work item's rows stay in a core's cache while every token runs over them.
-fn batch_chunk(w: &QMatrix) -> usize {
+pub(crate) fn batch_chunk(w: &QMatrix) -> usize {
     let set = chunk_rows_setting();
     if set > 0 {
         return set;

@@ -224,6 +224,7 @@ mod arch;
 mod attention;
 mod attention_block;
 mod batch;
+mod gated;
 mod kv;
 mod quant;
 mod quantize;
@@ -236,6 +237,9 @@ pub use attention_block::{attend_cache_block_with, attend_head, attend_head_with
 pub use batch::{matvec_batch, matvec_batch_many};
 #[doc(hidden)]
 pub use batch::{matvec_batch_many_with, matvec_batch_with};
+pub use gated::matvec_gated;
+#[doc(hidden)]
+pub use gated::matvec_gated_with;
 pub use kv::{kv_decode, kv_encode, KvFormat, KV_Q8_BLOCK};
 pub use quantize::{quantize_matrix, quantize_row};
 pub use sparse::*;
@@ -866,7 +870,8 @@ pub enum RopeStyle {
 /// Like PyTorch, `inv_freq` is computed per call (here in f64, rounded to
 /// f32), the angle is `pos as f32 * inv_freq` in f32 and cos/sin are f32.
 /// `rot_dim` is clamped to `head_dim` and rounded down to even; heads beyond
-/// `x.len()` are ignored.
+/// `x.len()` are ignored. The same as [`RopeAngles::new`] then [`RopeAngles::apply`], which a
+/// forward step uses to compute a position's angles once for all its layers.
 pub fn rope_inplace(
     x: &mut [f32],
     n_heads: usize,
@@ -876,31 +881,49 @@ pub fn rope_inplace(
     base: f32,
     style: RopeStyle,
 ) {
-    if head_dim == 0 {
-        return;
+    RopeAngles::new(head_dim, rot_dim, pos, base).apply(x, n_heads, style);
+}
+
+/// One position's RoPE rotations (`cos`, `sin` per rotated pair), as [`rope_inplace`] computes
+/// them: compute once, apply to every layer's q and k.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RopeAngles {
+    head_dim: usize,
+    cs: Vec<(f32, f32)>,
+}
+
+impl RopeAngles {
+    /// The rotations of position `pos` for heads of `head_dim` whose first `rot_dim` dimensions
+    /// rotate (clamped and rounded as [`rope_inplace`] says).
+    pub fn new(head_dim: usize, rot_dim: usize, pos: usize, base: f32) -> RopeAngles {
+        let rot = rot_dim.min(head_dim) & !1;
+        let p = pos as f32;
+        let cs = (0..rot / 2)
+            .map(|i| {
+                let inv_freq = (f64::from(base)).powf(-(2.0 * i as f64) / rot as f64) as f32;
+                let a = p * inv_freq;
+                (a.cos(), a.sin())
+            })
+            .collect();
+        RopeAngles { head_dim, cs }
     }
-    let rot = rot_dim.min(head_dim) & !1;
-    let half = rot / 2;
-    if half == 0 {
-        return;
-    }
-    let p = pos as f32;
-    let cs: Vec<(f32, f32)> = (0..half)
-        .map(|i| {
-            let inv_freq = (f64::from(base)).powf(-(2.0 * i as f64) / rot as f64) as f32;
-            let a = p * inv_freq;
-            (a.cos(), a.sin())
-        })
-        .collect();
-    for head in x.chunks_exact_mut(head_dim).take(n_heads) {
-        for (i, &(c, s)) in cs.iter().enumerate() {
-            let (a, b) = match style {
-                RopeStyle::Interleaved => (2 * i, 2 * i + 1),
-                RopeStyle::Half => (i, i + half),
-            };
-            let (x0, x1) = (head[a], head[b]);
-            head[a] = x0 * c - x1 * s;
-            head[b] = x0 * s + x1 * c;
+
+    /// Rotates the first `n_heads` heads of `x` (of this table's `head_dim`, contiguous).
+    pub fn apply(&self, x: &mut [f32], n_heads: usize, style: RopeStyle) {
+        let half = self.cs.len();
+        if self.head_dim == 0 || half == 0 {
+            return;
+        }
+        for head in x.chunks_exact_mut(self.head_dim).take(n_heads) {
+            for (i, &(c, s)) in self.cs.iter().enumerate() {
+                let (a, b) = match style {
+                    RopeStyle::Interleaved => (2 * i, 2 * i + 1),
+                    RopeStyle::Half => (i, i + half),
+                };
+                let (x0, x1) = (head[a], head[b]);
+                head[a] = x0 * c - x1 * s;
+                head[b] = x0 * s + x1 * c;
+            }
         }
     }
 }

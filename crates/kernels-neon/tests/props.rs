@@ -138,6 +138,47 @@ proptest! {
     }
 
     #[test]
+    fn matvec_gated_equals_both_products_then_the_activation(
+        format in format_strategy(),
+        up_q8 in any::<bool>(),
+        rows in 0usize..70,
+        units in 1usize..6,
+        n in 1usize..9,
+        relu in any::<bool>(),
+        chunk in prop::sample::select(vec![0usize, 1, 5, 16]),
+        seed in any::<u64>(),
+    ) {
+        // The up matrix in the gate's format, or in Q8_0 (a second activation form).
+        let up_format = if up_q8 { WeightFormat::Q8_0 } else { format };
+        let cols = cols_for(format, units, 0);
+        let mut rng = Rng(seed);
+        let gd = random_matrix(format, rows, cols, &mut rng);
+        let ud = random_matrix(up_format, rows, cols, &mut rng);
+        let gate = QMatrix::new(format, rows, cols, &gd).unwrap();
+        let up = QMatrix::new(up_format, rows, cols, &ud).unwrap();
+        let x = random_vec(n * cols, &mut rng);
+        let act = if relu { Activation::Relu } else { Activation::Silu };
+        set_chunk_rows(chunk);
+        for path in available_paths() {
+            for precision in PRECISIONS {
+                let mut got = vec![f32::NAN; n * rows];
+                matvec_gated_with(path, &gate, &up, act, &x, n, &mut got, precision).unwrap();
+                let mut want = vec![f32::NAN; n * rows];
+                let mut u = vec![f32::NAN; n * rows];
+                matvec_batch_with(path, &gate, &x, n, &mut want, precision).unwrap();
+                matvec_batch_with(path, &up, &x, n, &mut u, precision).unwrap();
+                match act {
+                    Activation::Silu => silu_mul_inplace(&mut want, &u),
+                    Activation::Relu => relu_mul_inplace(&mut want, &u),
+                }
+                let same = want.iter().zip(&got).all(|(a, b)| a.to_bits() == b.to_bits());
+                prop_assert!(same, "{path:?} {format:?}/{up_format:?} {precision:?} {act:?} {rows}x{cols} n={n}: {got:?} vs {want:?}");
+            }
+        }
+        set_chunk_rows(0);
+    }
+
+    #[test]
     fn matvec_batch_many_equals_one_matvec_batch_per_matrix(
         formats in prop::collection::vec(format_strategy(), 1..4),
         rows in prop::collection::vec(0usize..50, 4),

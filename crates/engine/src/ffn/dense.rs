@@ -33,16 +33,11 @@ impl FfnExecutor for DenseFfn {
         scratch: &mut FfnScratch,
     ) -> Result<()> {
         let w = l.weights;
-        let (g, u) = scratch.gate_up(w.gate.rows());
-        // One quantization of the normed vector and one parallel region for both.
-        kernels_neon::matvec_many(
-            &[&w.gate, &w.up],
-            x,
-            &mut [&mut g[..], &mut u[..]],
-            l.precision,
-        )
-        .map_err(kernel("ffn gate/up"))?;
-        self.act_mul(g, u);
+        let (g, _) = scratch.gate_up(w.gate.rows());
+        // One quantization of the normed vector and one parallel region for gate, up and the
+        // activation.
+        kernels_neon::matvec_gated(&w.gate, &w.up, self.activation, x, 1, g, l.precision)
+            .map_err(kernel("ffn gate/up"))?;
         mm(&w.down, g, 1, out, l.precision, "ffn down")
     }
 
@@ -57,14 +52,15 @@ impl FfnExecutor for DenseFfn {
         let w = l.weights;
         let (g, u) = scratch.gate_up(n * w.gate.rows());
         if l.kind == StepKind::Decode {
-            // One quantization of each token and one parallel region for both.
-            kernels_neon::matvec_batch_many(&[&w.gate, &w.up], x, n, &mut [g, u], l.precision)
+            // One quantization of each token and one parallel region for gate, up and the
+            // activation.
+            kernels_neon::matvec_gated(&w.gate, &w.up, self.activation, x, n, g, l.precision)
                 .map_err(kernel("ffn gate/up"))?;
         } else {
             mm_step(l.kind, &w.gate, x, n, g, l.precision, "ffn gate")?;
             mm_step(l.kind, &w.up, x, n, u, l.precision, "ffn up")?;
+            self.act_mul(g, u);
         }
-        self.act_mul(g, u);
         mm_step(l.kind, &w.down, g, n, out, l.precision, "ffn down")
     }
 }

@@ -264,10 +264,26 @@ pub(crate) struct Batch16<'a> {
     octets: Vec<x86_64::TokenOctet>,
 }
 
+/// Whether the batch kernel of a format takes [`Batch16`]'s interleaved tokens (the 32-element
+/// block formats on [`KernelPath::Avx512`]); the others take each token's activations as they are.
+pub(crate) fn batch_interleaves(format: WeightFormat) -> bool {
+    matches!(
+        format,
+        WeightFormat::Q4_0
+            | WeightFormat::Q4_1
+            | WeightFormat::Q5_0
+            | WeightFormat::Q5_1
+            | WeightFormat::Q8_0
+            | WeightFormat::IQ4_NL
+    )
+}
+
 impl<'a> Batch16<'a> {
-    pub(crate) fn new(path: KernelPath, tokens: Vec<&'a QActs16>) -> Self {
+    /// The tokens' activations, interleaved too when `interleave` (a matrix that takes them,
+    /// [`batch_interleaves`], is in the product) on a path with interleaving.
+    pub(crate) fn new(path: KernelPath, tokens: Vec<&'a QActs16>, interleave: bool) -> Self {
         #[cfg(target_arch = "x86_64")]
-        let octets = if path == KernelPath::Avx512 {
+        let octets = if path == KernelPath::Avx512 && interleave {
             tokens[..tokens.len() / 2 * 2]
                 .chunks(x86_64::OCTET)
                 .map(x86_64::TokenOctet::new)
@@ -276,7 +292,7 @@ impl<'a> Batch16<'a> {
             Vec::new()
         };
         #[cfg(not(target_arch = "x86_64"))]
-        let _ = path;
+        let _ = (path, interleave);
         Batch16 {
             tokens,
             #[cfg(target_arch = "x86_64")]

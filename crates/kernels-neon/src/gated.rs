@@ -1,0 +1,114 @@
+//! A gated FFN's first half in one parallel region ([`matvec_gated`]): the gate and up products of
+//! a row chunk and the activation of their product, per work item, so no thread waits on another
+//! while one applies the activation to the whole vector.
+
+use rayon::prelude::*;
+
+use crate::batch::{batch_chunk, Prepared};
+use crate::{
+    active_path, check_path, check_tokens, chunk_rows_setting, matvec_chunk, silu_mul_inplace,
+    Activation, KernelError, KernelPath, Precision, QMatrix,
+};
+
+/// `out[t*rows + r] = act(dot(gate[r], x[t])) * dot(up[r], x[t])` for the `n` tokens of `x`
+/// (token-major rows of `gate.cols()`): each token's row bit for bit what [`crate::matvec`] (or
+/// [`crate::matvec_batch`] for several tokens) of both matrices followed by
+/// [`silu_mul_inplace`] / [`crate::relu_mul_inplace`] gives. `gate` and `up` must have the same
+/// shape.
+pub fn matvec_gated(
+    gate: &QMatrix,
+    up: &QMatrix,
+    act: Activation,
+    x: &[f32],
+    n: usize,
+    out: &mut [f32],
+    precision: Precision,
+) -> Result<(), KernelError> {
+    matvec_gated_with(active_path(), gate, up, act, x, n, out, precision)
+}
+
+/// [`matvec_gated`] on an explicit path (for tests and benchmarks).
+#[doc(hidden)]
+#[allow(clippy::too_many_arguments)]
+pub fn matvec_gated_with(
+    path: KernelPath,
+    gate: &QMatrix,
+    up: &QMatrix,
+    act: Activation,
+    x: &[f32],
+    n: usize,
+    out: &mut [f32],
+    precision: Precision,
+) -> Result<(), KernelError> {
+    check_path(path)?;
+    if (up.rows(), up.cols()) != (gate.rows(), gate.cols()) {
+        return Err(KernelError::LengthMismatch {
+            what: "matvec_gated up rows (as gate's)",
+            expected: gate.rows(),
+            actual: if up.cols() == gate.cols() {
+                up.rows()
+            } else {
+                up.cols()
+            },
+        });
+    }
+    check_tokens(["matvec_gated x", "matvec_gated out"], gate, x, n, out)?;
+    let rows = gate.rows();
+    if n == 0 || rows == 0 {
+        return Ok(());
+    }
+    if gate.cols() == 0 {
+        // Both products are zero, and so is the activation's product.
+        out.fill(0.0);
+        return Ok(());
+    }
+    let ws = [gate, up];
+    let prepared = Prepared::new(path, &ws, x, n, precision);
+    let ready = prepared.ready(path);
+    let chunk = gated_chunk(gate, n);
+    // The up products, in the output's layout.
+    let mut ups = vec![0f32; out.len()];
+    // Work items: (first row, that row chunk of every token's output, and of its up products).
+    type Item<'o> = (usize, Vec<&'o mut [f32]>, Vec<&'o mut [f32]>);
+    let mut items: Vec<Item<'_>> = (0..rows.div_ceil(chunk))
+        .map(|c| (c * chunk, Vec::with_capacity(n), Vec::with_capacity(n)))
+        .collect();
+    for (gt, ut) in out.chunks_mut(rows).zip(ups.chunks_mut(rows)) {
+        for (c, (g, u)) in gt.chunks_mut(chunk).zip(ut.chunks_mut(chunk)).enumerate() {
+            items[c].1.push(g);
+            items[c].2.push(u);
+        }
+    }
+    let run = |(r0, mut gs, mut us): Item<'_>| {
+        ready.run(0, r0, x, &mut gs);
+        ready.run(1, r0, x, &mut us);
+        for (g, u) in gs.iter_mut().zip(&us) {
+            match act {
+                Activation::Silu => silu_mul_inplace(g, u),
+                Activation::Relu => crate::relu_mul_inplace(g, u),
+            }
+        }
+    };
+    if items.len() <= 1 {
+        items.into_iter().for_each(run);
+    } else {
+        items.into_par_iter().for_each(run);
+    }
+    Ok(())
+}
+
+/// Rows of both matrices per work item: as many items as the two products would take apart
+/// ([`crate::matvec_many`] for one token, [`crate::matvec_batch_many`] for several), each
+/// covering the same rows of both.
+fn gated_chunk(gate: &QMatrix, n: usize) -> usize {
+    let set = chunk_rows_setting();
+    if set > 0 {
+        return set;
+    }
+    let per_matrix = if n == 1 {
+        matvec_chunk(2 * gate.rows())
+    } else {
+        batch_chunk(gate)
+    };
+    (per_matrix / 2).next_multiple_of(4).max(4)
+}
