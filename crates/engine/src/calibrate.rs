@@ -122,12 +122,17 @@ fn pool(threads: usize) -> Result<rayon::ThreadPool> {
         .map_err(|e| EngineError::Request(format!("thread pool: {e}")))
 }
 
+/// Tokens of the batched product whose cost calibration measures (the Best-of-N size issue targets
+/// use; the planner extrapolates linearly to other batch sizes).
+const BATCH_TOKENS: usize = 4;
+
 fn kernel_err(e: kernels_neon::KernelError) -> EngineError {
     EngineError::Request(format!("calibration kernel: {e}"))
 }
 
-/// The kernels' throughput for `format` at 1..=`max_threads` threads, and the cost of a batch of 8
-/// (relative, measured at the most threads) for the first format.
+/// The kernels' throughput for `format` at 1..=`max_threads` threads, and the marginal cost of each
+/// further token of a batched decode product ([`kernels_neon::matvec_batch`] of
+/// [`BATCH_TOKENS`] tokens against one token's `matvec`, at the most threads).
 fn measure_kernels(
     o: &CalibrateOptions,
     format: WeightFormat,
@@ -201,16 +206,25 @@ fn measure_kernels(
             dense_bps: bytes / dense,
             sparse_bps: sparse_bytes / sparse,
             axpy_bps: sparse_bytes / axpy,
+            batch_cost: 0.0,
         });
         if t == o.max_threads {
-            let xb: Vec<f32> = (0..8).flat_map(|_| x.iter().copied()).collect();
-            let mut yb = vec![0f32; rows * 8];
+            let n = BATCH_TOKENS;
+            let xb: Vec<f32> = (0..n).flat_map(|_| x.iter().copied()).collect();
+            let mut yb = vec![0f32; rows * n];
             let batched = p.install(|| {
                 per_call(o.point_time, || {
-                    kernels_neon::matmul(&w, &xb, 8, &mut yb, Precision::Fast).map_err(kernel_err)
+                    kernels_neon::matvec_batch(&w, &xb, n, &mut yb, Precision::Fast)
+                        .map_err(kernel_err)
                 })
             })?;
-            batch_cost = ((batched / dense - 1.0) / 7.0).max(0.0);
+            batch_cost = ((batched / dense - 1.0) / (n - 1) as f64).max(0.0);
+            // Never 0 (which reads as "not measured"): a batch costs at least a little more.
+            out.last_mut().expect("pushed above").batch_cost = batch_cost.max(1e-3);
+            progress(&format!(
+                "{format}: each further token of a batch of {n} costs {:.2} of one",
+                batch_cost
+            ));
         }
         progress(&format!(
             "{format} at {t} threads: {:.2} GB/s",

@@ -59,6 +59,7 @@ fn device_profile() -> engine::planner::DeviceProfile {
                 dense_bps: 5e9,
                 sparse_bps: 3e9,
                 axpy_bps: 3e9,
+                batch_cost: 0.0,
             })
             .to_vec(),
         flash_random: vec![IoRate {

@@ -30,6 +30,11 @@ pub struct KernelRate {
     /// older builds (then `sparse_bps`).
     #[serde(default)]
     pub axpy_bps: f64,
+    /// Marginal cost of each further token of a batched decode product in this format, as a
+    /// fraction of one token's (measured at the most threads; 0 where not measured: then
+    /// [`DeviceProfile::batch_cost`]).
+    #[serde(default)]
+    pub batch_cost: f64,
 }
 
 /// Random-read throughput of flash at one read size and queue depth (direct I/O).
@@ -59,7 +64,8 @@ pub struct DeviceProfile {
     /// Flash random reads by read size and queue depth.
     pub flash_random: Vec<IoRate>,
     /// Marginal compute cost of each further sequence of a batch, as a fraction of one sequence's
-    /// (a batched step reads the weights once).
+    /// (a batched step reads the weights once), for formats without their own
+    /// [`KernelRate::batch_cost`].
     #[serde(default = "one")]
     pub batch_cost: f64,
     /// Flash sequential read bandwidth (large reads), bytes per second.
@@ -177,6 +183,20 @@ impl DeviceProfile {
         q.sort_unstable();
         q.dedup();
         q
+    }
+
+    /// How many times one token's compute a batched product of `batch` tokens in `format` costs:
+    /// `1 + c * (batch - 1)`, `c` the format's measured [`KernelRate::batch_cost`] (at the most
+    /// threads measured for it), else the profile's [`DeviceProfile::batch_cost`].
+    pub fn batch_scale(&self, format: &str, batch: u32) -> f64 {
+        let own = self
+            .kernels
+            .iter()
+            .filter(|k| k.format.eq_ignore_ascii_case(format) && k.batch_cost > 0.0)
+            .max_by_key(|k| k.threads)
+            .map(|k| k.batch_cost);
+        let c = own.unwrap_or(self.batch_cost).max(0.0);
+        1.0 + c * (batch.max(1) as f64 - 1.0)
     }
 
     /// Dense and sparse kernel throughput for `format` at `threads`: the measured entry, else the

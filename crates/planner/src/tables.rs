@@ -117,7 +117,9 @@ impl Tables {
             .batch_sizes
             .get(batch)
             .ok_or_else(|| PlannerError::Input(format!("no batch size index {batch}")))?;
-        let scale = 1.0 + device.batch_cost.max(0.0) * (b as f64 - 1.0);
+        // Batched compute per format (selection's serial work: the profile's figure).
+        let scale = |format: &str| device.batch_scale(format, b);
+        let select_scale = 1.0 + device.batch_cost.max(0.0) * (b as f64 - 1.0);
         let threads: Vec<u32> = device
             .thread_counts()
             .into_iter()
@@ -148,7 +150,7 @@ impl Tables {
                 .filter(|x| x.computed)
                 .map(|x| {
                     ns(
-                        x.touched_bytes as f64 * scale,
+                        x.touched_bytes as f64 * scale(&x.format),
                         device.kernel_rate(&x.format, t).0,
                     )
                 })
@@ -156,7 +158,7 @@ impl Tables {
             attn_ns.push(attn + kv_read);
             pred_ns.push(if model.predicted {
                 ns(
-                    model.predictor_bytes as f64 * scale,
+                    model.predictor_bytes as f64 * scale("q8_0"),
                     device.kernel_rate("q8_0", t).0,
                 )
             } else {
@@ -173,12 +175,13 @@ impl Tables {
             let mut dense = calls(FFN_CALLS * layers);
             for l in &model.layers {
                 let (d_bps, s_bps) = device.kernel_rate(&l.format, t);
+                let scale = scale(&l.format);
                 let active = l.hit[batch][model.grid as usize];
                 let n = l.neurons as f64;
                 // Selection's serial work per candidate: every neuron without a predictor, about
                 // the firing ones with one.
                 let candidates = if model.predicted { active } else { n };
-                sparse += (candidates * device.select_ns * scale).round() as u64;
+                sparse += (candidates * device.select_ns * select_scale).round() as u64;
                 // Bytes computed for every neuron (selection without predictors), for each firing
                 // neuron's gate/up rows, and its down column (weighted row sums).
                 if l.gate_up_bytes == 0 {

@@ -268,3 +268,28 @@ fn touching_misses_are_read_as_longer_requests() {
         "nothing cached: every unit read, coalesced"
     );
 }
+
+#[test]
+fn a_batch_costs_what_its_formats_batched_kernel_measured() {
+    let mut d = device(2, 1.0);
+    // Without a format's own figure, the profile's.
+    assert!((d.batch_scale("q4_0", 4) - (1.0 + 0.3 * 3.0)).abs() < 1e-12);
+    assert_eq!(d.batch_scale("q4_0", 1), 1.0);
+    // q4_0 measured cheap at the most threads (the figure taken), q8_0 left to the profile's.
+    for k in d.kernels.iter_mut().filter(|k| k.format == "q4_0") {
+        k.batch_cost = if k.threads == 2 { 0.1 } else { 0.9 };
+    }
+    assert!((d.batch_scale("Q4_0", 4) - 1.3).abs() < 1e-12);
+    assert!((d.batch_scale("q8_0", 4) - 1.9).abs() < 1e-12);
+    // The FFN's batched compute follows: cheaper per token with the cheaper figure.
+    let m = common::model(2, 64, 4, 1.0, false);
+    let c = Constraints {
+        context: 256,
+        ..Constraints::default()
+    };
+    let cheap = Tables::build(&d, &m, &c, 1).unwrap();
+    d.kernels.iter_mut().for_each(|k| k.batch_cost = 0.0);
+    let dear = Tables::build(&d, &m, &c, 1).unwrap();
+    assert!(cheap.ffn_dense_ns[0] < dear.ffn_dense_ns[0]);
+    assert!(cheap.attn_ns[0] < dear.attn_ns[0]);
+}

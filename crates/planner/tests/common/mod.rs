@@ -17,6 +17,7 @@ pub fn device(cores: u32, speed: f64) -> DeviceProfile {
                 dense_bps: base * speed * (t as f64).powf(0.8),
                 sparse_bps: base * 0.6 * speed * (t as f64).powf(0.8),
                 axpy_bps: 0.0,
+                batch_cost: 0.0,
             });
         }
     }
