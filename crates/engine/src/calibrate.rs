@@ -324,15 +324,17 @@ fn measure_random(
     Ok(bytes as f64 / start.elapsed().as_secs_f64())
 }
 
-/// Sequential reads of the whole scratch file in large chunks: bytes per second.
+/// Sequential reads of the whole scratch file as a streamed output projection reads its file
+/// ([`crate::stream`]): direct reads of one [`crate::stream::OUTPUT_CHUNK`] after another into a
+/// reused buffer. Bytes per second.
 fn measure_sequential(path: &Path, file_bytes: u64) -> Result<f64> {
-    let eng = IoEngine::new(IoConfig::default())?;
-    let file = eng.open(path, OpenOptions::default())?;
-    let chunk = 8usize << 20;
+    let file = ufs_io::IoFile::open(path, OpenOptions::default())?;
+    let chunk = crate::stream::OUTPUT_CHUNK;
+    let mut buf = ufs_io::AlignedBuf::new(chunk)?;
     let start = Instant::now();
     let mut off = 0u64;
     while off + chunk as u64 <= file_bytes {
-        eng.read_sequential(file, off, chunk)?;
+        file.read_into(off, &mut buf)?;
         off += chunk as u64;
     }
     Ok(off.max(1) as f64 / start.elapsed().as_secs_f64())

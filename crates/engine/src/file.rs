@@ -1,7 +1,7 @@
 //! Model files: opening a GGUF file or HF directory, tensor naming per format, and the mapping from
 //! file dtypes to kernel weight formats. A leaf below [`crate::model`] and [`crate::requant`].
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use model_format::{GgufFile, HfDir, TensorView};
 
@@ -58,6 +58,22 @@ impl ModelFile {
         if let ModelFile::Gguf(f) = self {
             f.release_header();
         }
+    }
+
+    /// The file holding tensor `name` and the absolute offset of its data there, when `data` (a
+    /// matrix's bytes as loaded) are that tensor's bytes in the mapping, not a re-quantized copy:
+    /// what reading the tensor from flash directly needs.
+    pub(crate) fn tensor_source(&self, name: &str, data: &[u8]) -> Option<(PathBuf, u64)> {
+        let view = self.tensor(name)?;
+        if view.data.as_ptr() != data.as_ptr() || view.data.len() != data.len() {
+            return None;
+        }
+        let (infos, path) = match self {
+            ModelFile::Gguf(f) => (f.tensor_infos(), f.path()),
+            ModelFile::Hf(d) => (d.tensor_infos(), d.tensor_file(name)?),
+        };
+        let info = infos.iter().find(|t| t.name == name)?;
+        Some((path.to_path_buf(), info.offset))
     }
 
     pub(crate) fn tensor(&self, name: &str) -> Option<TensorView<'_>> {

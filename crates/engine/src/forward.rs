@@ -381,8 +381,8 @@ fn forward_inner(
     for (row, &t) in x.chunks_mut(d).zip(tokens) {
         model.embed_token(t, row)?;
     }
-    if model.streamed() {
-        // Its first chunk is read while the layers run.
+    if model.streamed() && !model.output_direct() {
+        // Its first chunk is read while the layers run (direct reads start with the projection).
         crate::stream::prefetch_output(&model.output);
     }
     // The FFN executor of this step: the caller's, the dense one, or the observed dense one. A
@@ -546,7 +546,15 @@ fn forward_inner(
     logits.clear();
     logits.resize(m * vocab, 0.0);
     if model.streamed() {
-        crate::stream::output_logits(kind, &model.output, &normed, m, logits, precision)?;
+        crate::stream::output_logits(
+            kind,
+            &model.output,
+            model.output_file(),
+            &normed,
+            m,
+            logits,
+            precision,
+        )?;
     } else {
         mm_step(
             kind,

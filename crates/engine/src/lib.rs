@@ -73,6 +73,7 @@ pub mod sampling;
 mod select_cost;
 pub mod sparse;
 pub mod stream;
+mod stream_source;
 pub mod sys;
 mod transpose;
 

@@ -59,6 +59,11 @@ pub struct Model<'a> {
     path: PathBuf,
     header_bytes: u64,
     streamed: bool,
+    /// Where the output projection's bytes are in the model file (absent when they are a
+    /// re-quantized copy): a streamed step reads them from there directly.
+    output_source: Option<(PathBuf, u64)>,
+    /// The output projection's file, opened for direct reads while streamed.
+    output_file: Option<crate::stream_source::StreamSource>,
 }
 
 struct Loader<'f> {
@@ -165,6 +170,8 @@ impl<'a> Model<'a> {
         } else {
             (embed, true)
         };
+        let output_name = if tied { names.embed } else { names.output };
+        let output_source = file.tensor_source(output_name, output.data());
         let output_norm = ld.vector(names.output_norm, d)?;
         // A resident file (`sparrow convert`) has no FFN tensors: they are read from its neuron store.
         let offloaded = config.ffn_store.is_some();
@@ -226,6 +233,8 @@ impl<'a> Model<'a> {
             output,
             tied_embeddings: tied,
             streamed: false,
+            output_source,
+            output_file: None,
             weight_bytes,
             path: ld.path,
             header_bytes: file.header_bytes(),
@@ -247,6 +256,12 @@ impl<'a> Model<'a> {
     /// them as any mapping (the default).
     pub fn set_streamed(&mut self, on: bool) {
         self.streamed = on;
+        // The output projection is read with direct I/O into the step's own buffers where the file
+        // allows it (no page cache, no page faults); through the mapping otherwise.
+        self.output_file = match (&self.output_source, on) {
+            (Some((path, offset)), true) => crate::stream_source::StreamSource::open(path, *offset),
+            _ => None,
+        };
         // A token reads one row: no read-ahead around it while streamed.
         use model_format::{advise, Paging};
         advise(
@@ -258,6 +273,18 @@ impl<'a> Model<'a> {
     /// Whether the embedding and output projection stream from flash ([`Model::set_streamed`]).
     pub fn streamed(&self) -> bool {
         self.streamed
+    }
+
+    /// The output projection's file for direct reads, while streamed (else, or where the file
+    /// cannot be opened so, `None`: the step pages the mapping).
+    pub(crate) fn output_file(&self) -> Option<&crate::stream_source::StreamSource> {
+        self.output_file.as_ref()
+    }
+
+    /// Whether a streamed step reads the output projection with direct I/O (else through the
+    /// mapping: not streamed, a re-quantized output, or a filesystem without `O_DIRECT`).
+    pub fn output_direct(&self) -> bool {
+        self.output_file.is_some()
     }
 
     /// Bytes [`Model::set_streamed`] takes out of memory: the embedding and the output projection

@@ -5,28 +5,35 @@
 //!
 //! - the embedding without read-ahead (`MADV_RANDOM`, set by `Model::set_streamed`): a token faults in
 //!   the one page of its row, not a 128 KiB window of its neighbours';
-//! - the output projection [`OUTPUT_CHUNK`] bytes at a time ([`output_logits`]): the next chunk is
-//!   asked for (`MADV_WILLNEED`, read-ahead the kernel starts at once) while this one is multiplied,
-//!   and a chunk once used is handed back (`MADV_PAGEOUT`, or `MADV_DONTNEED` on kernels without it),
-//!   so at most about two chunks of it are resident at a time, read in large sequential requests.
+//! - the output projection [`OUTPUT_CHUNK`] bytes at a time ([`output_logits`]), the next chunk read
+//!   while this one is multiplied, so at most two chunks of it are resident at a time, read in large
+//!   sequential requests. Where the file opens for direct I/O ([`StreamSource`]) a reader thread
+//!   reads each chunk into one of two buffers of the step's own: no page cache (which a memory cap
+//!   counts) and no page faults. Otherwise the chunk is asked for in the mapping (`MADV_WILLNEED`,
+//!   read-ahead the kernel starts at once) and handed back once used (`MADV_PAGEOUT`, or
+//!   `MADV_DONTNEED` on kernels without it).
 //!
 //! What a budget gives these two is what the FFN's neuron cache gets instead: a byte of the output
 //! costs a sequential read per step, a byte of the FFN a 4 KiB random read, several times slower per
 //! byte on flash (BENCHMARKS, "Flash reads"), so the FFN goes first (OATO's benefit per byte).
 
+use std::sync::mpsc;
+
 use kernels_neon::{Precision, QMatrix};
 use model_format::{advise, Paging};
+use ufs_io::{AlignedBuf, ALIGN};
 
-use crate::error::{kernel, Result};
+use crate::error::{kernel, EngineError, Result};
 use crate::ffn::StepKind;
 use crate::ops::mm_step;
+use crate::stream_source::StreamSource;
 
 /// Bytes of the output projection multiplied per chunk when it streams.
 pub const OUTPUT_CHUNK: usize = 4 << 20;
 
 /// What streaming keeps resident of the output projection at most: the chunk being multiplied and
-/// the next one.
-pub const STREAM_RESIDENT_BYTES: u64 = 2 * OUTPUT_CHUNK as u64;
+/// the next one (read directly: two buffers of a chunk and its alignment margins, kept).
+pub const STREAM_RESIDENT_BYTES: u64 = 2 * (OUTPUT_CHUNK as u64 + 2 * ufs_io::ALIGN as u64);
 
 /// Asks for the first chunk of `output` (called at the start of a step, so that its read overlaps
 /// the layers).
@@ -43,17 +50,21 @@ fn chunk_rows(w: &QMatrix<'_>) -> usize {
 }
 
 /// `m` rows of logits (`m × vocab`, row-major) of `normed` (`m × d_model`) through `output`, chunk by
-/// chunk as the module docs say. The same kernels as the resident path, on row ranges of the matrix:
-/// each logit is the same dot product, so results are bit for bit those of one call over the whole
-/// matrix.
+/// chunk as the module docs say: read directly from `source` when given, else paged in the mapping.
+/// The same kernels as the resident path, on row ranges of the matrix: each logit is the same dot
+/// product, so results are bit for bit those of one call over the whole matrix.
 pub(crate) fn output_logits(
     kind: StepKind,
     output: &QMatrix<'_>,
+    source: Option<&StreamSource>,
     normed: &[f32],
     m: usize,
     logits: &mut [f32],
     precision: Precision,
 ) -> Result<()> {
+    if let Some(src) = source {
+        return direct_logits(kind, output, src, normed, m, logits, precision);
+    }
     let (vocab, rb) = (output.rows(), output.row_bytes());
     let step = chunk_rows(output);
     let data = output.data();
@@ -85,4 +96,105 @@ pub(crate) fn output_logits(
         r0 = r1;
     }
     Ok(())
+}
+
+/// [`output_logits`] over chunks read with direct I/O: a scoped reader thread fills one buffer with
+/// the next chunk's aligned window while this thread multiplies the chunk in the other.
+fn direct_logits(
+    kind: StepKind,
+    output: &QMatrix<'_>,
+    src: &StreamSource,
+    normed: &[f32],
+    m: usize,
+    logits: &mut [f32],
+    precision: Precision,
+) -> Result<()> {
+    let (vocab, rb) = (output.rows(), output.row_bytes());
+    let step = chunk_rows(output);
+    let chunks = vocab.div_ceil(step);
+    // Chunk `c`'s bytes, and the aligned window that holds them.
+    let bytes = |c: usize| {
+        let (r0, r1) = (c * step, ((c + 1) * step).min(vocab));
+        let start = src.offset + (r0 * rb) as u64;
+        (start, start + ((r1 - r0) * rb) as u64)
+    };
+    let window = |c: usize| {
+        let (start, end) = bytes(c);
+        let a0 = start / ALIGN as u64 * ALIGN as u64;
+        (a0, (end - a0).next_multiple_of(ALIGN as u64) as usize)
+    };
+    let cap = (step * rb + 2 * ALIGN).next_multiple_of(ALIGN);
+    let (to_reader, requests) = mpsc::sync_channel::<(usize, AlignedBuf)>(2);
+    let (to_main, filled) = mpsc::sync_channel::<(usize, AlignedBuf, ufs_io::Result<usize>)>(2);
+    let mut part = vec![0.0f32; m * step];
+    // `move`: the request sender is dropped when this closure returns, early on an error too, so
+    // the reader's loop ends and the scope can join it.
+    std::thread::scope(move |scope| -> Result<()> {
+        scope.spawn(move || {
+            for (c, mut buf) in requests {
+                let (a0, len) = window(c);
+                let got = src.file.read_into(a0, &mut buf[..len]);
+                if to_main.send((c, buf, got)).is_err() {
+                    break;
+                }
+            }
+        });
+        let [a, b] = src.take_buffers(cap)?;
+        let mut spare = vec![b];
+        to_reader.send((0, a)).map_err(|_| reader_stopped(src))?;
+        if chunks > 1 {
+            let b = spare.pop().expect("pushed above");
+            to_reader.send((1, b)).map_err(|_| reader_stopped(src))?;
+        }
+        let mut done = Vec::with_capacity(2);
+        for c in 0..chunks {
+            let (got_c, buf, got) = filled.recv().map_err(|_| reader_stopped(src))?;
+            debug_assert_eq!(got_c, c);
+            let got = got?;
+            let (start, end) = bytes(c);
+            let (a0, _) = window(c);
+            let (lo, hi) = ((start - a0) as usize, (end - a0) as usize);
+            if got < hi {
+                return Err(EngineError::Flash(ufs_io::IoError::ShortRead {
+                    path: src.file.path().to_path_buf(),
+                    offset: a0,
+                    wanted: hi,
+                    got,
+                }));
+            }
+            let (r0, r1) = (c * step, ((c + 1) * step).min(vocab));
+            let n = r1 - r0;
+            let w = QMatrix::new(output.format(), n, output.cols(), &buf[lo..hi])
+                .map_err(kernel("output projection chunk"))?;
+            mm_step(
+                kind,
+                &w,
+                normed,
+                m,
+                &mut part[..m * n],
+                precision,
+                "output projection",
+            )?;
+            for t in 0..m {
+                logits[t * vocab + r0..t * vocab + r1].copy_from_slice(&part[t * n..(t + 1) * n]);
+            }
+            if c + 2 < chunks {
+                to_reader
+                    .send((c + 2, buf))
+                    .map_err(|_| reader_stopped(src))?;
+            } else {
+                done.push(buf);
+            }
+        }
+        done.append(&mut spare);
+        src.keep_buffers(done);
+        Ok(())
+    })
+}
+
+fn reader_stopped(src: &StreamSource) -> EngineError {
+    EngineError::Request(format!(
+        "{}: the output projection's reader stopped",
+        src.file.path().display()
+    ))
 }

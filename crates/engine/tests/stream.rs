@@ -30,11 +30,21 @@ fn check(file: &ModelFile, tokens: &[u32], min_chunks: usize) {
     let want = [true, false].map(|b| common::logits(&eng, tokens, b));
     eng.set_streamed(true);
     assert!(eng.model().streamed());
+    // Where the file's filesystem takes direct I/O, the output is read so (not paged in the map).
+    let direct = ufs_io::IoFile::open(file.path(), ufs_io::OpenOptions::default())
+        .is_ok_and(|f| f.is_direct());
+    assert_eq!(
+        eng.model().output_direct(),
+        direct,
+        "{}",
+        file.path().display()
+    );
     let got = [true, false].map(|b| common::logits(&eng, tokens, b));
     for (batched, (w, g)) in [true, false].iter().zip(want.iter().zip(&got)) {
         assert!(w == g, "{}: batched {batched}", file.path().display());
     }
     eng.set_streamed(false);
+    assert!(!eng.model().output_direct());
     assert_eq!(common::logits(&eng, tokens, true), want[0]);
 }
 

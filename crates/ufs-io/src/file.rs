@@ -232,6 +232,30 @@ impl IoFile {
     }
 }
 
+impl IoFile {
+    /// A synchronous read on the calling thread into `buf` (reused from call to call): `buf.len()`
+    /// bytes at `offset` (both aligned, as [`IoFile::check_aligned`] says), or fewer where the file
+    /// ends first. Returns the bytes read. `buf` must start at a [`crate::ALIGN`]-aligned address
+    /// (an [`AlignedBuf`] or a prefix of one).
+    pub fn read_into(&self, offset: u64, buf: &mut [u8]) -> Result<usize> {
+        self.check_aligned(offset, buf.len())?;
+        if buf.as_ptr() as usize % ALIGN != 0 {
+            return Err(IoError::Unaligned {
+                path: self.path.clone(),
+                offset,
+                len: buf.len(),
+            });
+        }
+        let len = buf.len();
+        self.read_full(offset, buf).map_err(|source| IoError::Read {
+            path: self.path.clone(),
+            offset,
+            len,
+            source,
+        })
+    }
+}
+
 fn probe(file: &File) -> io::Result<()> {
     let mut buf =
         AlignedBuf::new(ALIGN).map_err(|_| io::Error::from(io::ErrorKind::OutOfMemory))?;

@@ -627,3 +627,49 @@ fn async_io_puts_many_reads_in_the_device_and_returns_the_same_bytes() {
         }
     }
 }
+
+#[test]
+fn read_into_reuses_a_buffer_stops_at_the_end_and_refuses_misalignment() {
+    for base in bases() {
+        let dir = TempDir::new(&base, "into");
+        // Ten pages and a half: the last aligned window runs past the end.
+        let len = 10 * ALIGN + ALIGN / 2;
+        let (path, data) = write_file(&dir, "w.bin", len);
+        for direct in [true, false] {
+            let f = IoFile::open(
+                &path,
+                OpenOptions {
+                    direct,
+                    drop_cache: true,
+                },
+            )
+            .unwrap();
+            let mut buf = ufs_io::AlignedBuf::new(4 * ALIGN).unwrap();
+            for page in [0u64, 3, 6] {
+                let got = f.read_into(page * PAGE, &mut buf).unwrap();
+                assert_eq!(got, 4 * ALIGN);
+                let at = (page * PAGE) as usize;
+                assert!(
+                    buf[..] == data[at..at + 4 * ALIGN],
+                    "page {page}, direct {direct}"
+                );
+            }
+            // From page 8: two and a half pages are left.
+            let got = f.read_into(8 * PAGE, &mut buf).unwrap();
+            assert_eq!(got, 2 * ALIGN + ALIGN / 2);
+            assert!(buf[..got] == data[8 * ALIGN..]);
+            assert!(matches!(
+                f.read_into(100, &mut buf),
+                Err(IoError::Unaligned { .. })
+            ));
+            assert!(matches!(
+                f.read_into(0, &mut buf[..100]),
+                Err(IoError::Unaligned { .. })
+            ));
+            assert!(matches!(
+                f.read_into(0, &mut buf[ALIGN / 2..ALIGN / 2 + ALIGN]),
+                Err(IoError::Unaligned { .. })
+            ));
+        }
+    }
+}
