@@ -282,7 +282,7 @@ impl<'a> Model<'a> {
     }
 
     /// Whether a streamed step reads the output projection with direct I/O (else through the
-    /// mapping: not streamed, a re-quantized output, or a filesystem without `O_DIRECT`).
+    /// mapping: not streamed, a re-quantized output, or a filesystem without direct I/O).
     pub fn output_direct(&self) -> bool {
         self.output_file.is_some()
     }

@@ -17,7 +17,7 @@ pub(crate) struct StreamSource {
 }
 
 impl StreamSource {
-    /// Opens `path` for direct reads; `None` where the filesystem refuses `O_DIRECT` (then the
+    /// Opens `path` for direct reads; `None` where the filesystem refuses direct I/O (then the
     /// mapping serves, as before) or the file cannot be opened.
     pub(crate) fn open(path: &Path, offset: u64) -> Option<StreamSource> {
         let opts = OpenOptions {
