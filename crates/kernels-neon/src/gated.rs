@@ -6,8 +6,8 @@ use rayon::prelude::*;
 
 use crate::batch::{batch_chunk, Prepared};
 use crate::{
-    active_path, check_path, check_tokens, chunk_rows_setting, matvec_chunk, silu_mul_inplace,
-    Activation, KernelError, KernelPath, Precision, QMatrix,
+    active_path, check_len, check_path, check_tokens, chunk_rows_setting, matvec_chunk,
+    silu_mul_inplace, Activation, KernelError, KernelPath, Precision, QMatrix,
 };
 
 /// `out[t*rows + r] = act(dot(gate[r], x[t])) * dot(up[r], x[t])` for the `n` tokens of `x`
@@ -41,17 +41,12 @@ pub fn matvec_gated_with(
     precision: Precision,
 ) -> Result<(), KernelError> {
     check_path(path)?;
-    if (up.rows(), up.cols()) != (gate.rows(), gate.cols()) {
-        return Err(KernelError::LengthMismatch {
-            what: "matvec_gated up rows (as gate's)",
-            expected: gate.rows(),
-            actual: if up.cols() == gate.cols() {
-                up.rows()
-            } else {
-                up.cols()
-            },
-        });
-    }
+    check_len("matvec_gated up rows (as gate's)", gate.rows(), up.rows())?;
+    check_len(
+        "matvec_gated up columns (as gate's)",
+        gate.cols(),
+        up.cols(),
+    )?;
     check_tokens(["matvec_gated x", "matvec_gated out"], gate, x, n, out)?;
     let rows = gate.rows();
     if n == 0 || rows == 0 {

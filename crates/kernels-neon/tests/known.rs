@@ -771,3 +771,44 @@ fn fast_paths_identical_on_ties_and_exact_on_integers() {
         assert_eq!(y[0], ys[0], "{path:?}");
     }
 }
+
+#[test]
+fn matvec_gated_refuses_gate_and_up_of_different_shapes() {
+    let g = vec![0u8; 4 * 32 * 4];
+    let u = vec![0u8; 5 * 32 * 4];
+    let gate = QMatrix::new(WeightFormat::F32, 4, 32, &g).unwrap();
+    let up = QMatrix::new(WeightFormat::F32, 5, 32, &u).unwrap();
+    let x = vec![1.0f32; 32];
+    let mut out = vec![0.0f32; 4];
+    let e = matvec_gated(
+        &gate,
+        &up,
+        Activation::Silu,
+        &x,
+        1,
+        &mut out,
+        Precision::Fast,
+    );
+    assert!(
+        matches!(
+            e,
+            Err(KernelError::LengthMismatch {
+                expected: 4,
+                actual: 5,
+                ..
+            })
+        ),
+        "{e:?}"
+    );
+    let up = QMatrix::new(WeightFormat::F32, 2, 64, &g).unwrap();
+    let e = matvec_gated(
+        &gate,
+        &up,
+        Activation::Relu,
+        &x,
+        1,
+        &mut out,
+        Precision::Fast,
+    );
+    assert!(e.is_err());
+}
