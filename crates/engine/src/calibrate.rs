@@ -221,13 +221,15 @@ fn measure_kernels(
             batch_cost = ((batched / dense - 1.0) / (n - 1) as f64).max(0.0);
             // Never 0 (which reads as "not measured"): a batch costs at least a little more.
             out.last_mut().expect("pushed above").batch_cost = batch_cost.max(1e-3);
-            progress(&format!(
-                "{format}: each further token of a batch of {n} costs {:.2} of one",
-                batch_cost
-            ));
         }
+        // One message per point (the progress bar counts them): the batch cost with the last.
+        let batch = if t == o.max_threads {
+            format!(", each further token of a batch of {BATCH_TOKENS} {batch_cost:.2} of one")
+        } else {
+            String::new()
+        };
         progress(&format!(
-            "{format} at {t} threads: {:.2} GB/s",
+            "{format} at {t} threads: {:.2} GB/s{batch}",
             bytes / dense / 1e9
         ));
     }
