@@ -62,8 +62,15 @@ pub(crate) fn output_logits(
     logits: &mut [f32],
     precision: Precision,
 ) -> Result<()> {
+    let proj = Projection {
+        kind,
+        output,
+        normed,
+        m,
+        precision,
+    };
     if let Some(src) = source {
-        return direct_logits(kind, output, src, normed, m, logits, precision);
+        return direct_logits(&proj, src, logits);
     }
     let (vocab, rb) = (output.rows(), output.row_bytes());
     let step = chunk_rows(output);
@@ -77,21 +84,7 @@ pub(crate) fn output_logits(
             advise(&data[next.start * rb..next.end * rb], Paging::WillNeed);
         }
         let bytes = &data[r0 * rb..r1 * rb];
-        let w = QMatrix::new(output.format(), r1 - r0, output.cols(), bytes)
-            .map_err(kernel("output projection chunk"))?;
-        let n = r1 - r0;
-        mm_step(
-            kind,
-            &w,
-            normed,
-            m,
-            &mut part[..m * n],
-            precision,
-            "output projection",
-        )?;
-        for t in 0..m {
-            logits[t * vocab + r0..t * vocab + r1].copy_from_slice(&part[t * n..(t + 1) * n]);
-        }
+        proj.multiply(r0..r1, bytes, &mut part, logits)?;
         advise(bytes, Paging::Release);
         r0 = r1;
     }
@@ -100,23 +93,17 @@ pub(crate) fn output_logits(
 
 /// [`output_logits`] over chunks read with direct I/O: a scoped reader thread fills one buffer with
 /// the next chunk's aligned window while this thread multiplies the chunk in the other.
-fn direct_logits(
-    kind: StepKind,
-    output: &QMatrix<'_>,
-    src: &StreamSource,
-    normed: &[f32],
-    m: usize,
-    logits: &mut [f32],
-    precision: Precision,
-) -> Result<()> {
+fn direct_logits(proj: &Projection<'_, '_>, src: &StreamSource, logits: &mut [f32]) -> Result<()> {
+    let (output, m) = (proj.output, proj.m);
     let (vocab, rb) = (output.rows(), output.row_bytes());
     let step = chunk_rows(output);
     let chunks = vocab.div_ceil(step);
-    // Chunk `c`'s bytes, and the aligned window that holds them.
+    // Chunk `c`'s rows, its bytes in the file, and the aligned window that holds them.
+    let rows = |c: usize| c * step..((c + 1) * step).min(vocab);
     let bytes = |c: usize| {
-        let (r0, r1) = (c * step, ((c + 1) * step).min(vocab));
-        let start = src.offset + (r0 * rb) as u64;
-        (start, start + ((r1 - r0) * rb) as u64)
+        let r = rows(c);
+        let start = src.offset + (r.start * rb) as u64;
+        (start, start + (r.len() * rb) as u64)
     };
     let window = |c: usize| {
         let (start, end) = bytes(c);
@@ -140,13 +127,14 @@ fn direct_logits(
             }
         });
         let [a, b] = src.take_buffers(cap)?;
-        let mut spare = vec![b];
+        // Buffers no chunk needs any more, kept for the next step.
+        let mut done = Vec::with_capacity(2);
         to_reader.send((0, a)).map_err(|_| reader_stopped(src))?;
         if chunks > 1 {
-            let b = spare.pop().expect("pushed above");
             to_reader.send((1, b)).map_err(|_| reader_stopped(src))?;
+        } else {
+            done.push(b);
         }
-        let mut done = Vec::with_capacity(2);
         for c in 0..chunks {
             let (got_c, buf, got) = filled.recv().map_err(|_| reader_stopped(src))?;
             debug_assert_eq!(got_c, c);
@@ -162,22 +150,7 @@ fn direct_logits(
                     got,
                 }));
             }
-            let (r0, r1) = (c * step, ((c + 1) * step).min(vocab));
-            let n = r1 - r0;
-            let w = QMatrix::new(output.format(), n, output.cols(), &buf[lo..hi])
-                .map_err(kernel("output projection chunk"))?;
-            mm_step(
-                kind,
-                &w,
-                normed,
-                m,
-                &mut part[..m * n],
-                precision,
-                "output projection",
-            )?;
-            for t in 0..m {
-                logits[t * vocab + r0..t * vocab + r1].copy_from_slice(&part[t * n..(t + 1) * n]);
-            }
+            proj.multiply(rows(c), &buf[lo..hi], &mut part, logits)?;
             if c + 2 < chunks {
                 to_reader
                     .send((c + 2, buf))
@@ -186,10 +159,48 @@ fn direct_logits(
                 done.push(buf);
             }
         }
-        done.append(&mut spare);
         src.keep_buffers(done);
         Ok(())
     })
+}
+
+/// One [`output_logits`] call's product, which each chunk of rows takes its part of.
+struct Projection<'a, 'w> {
+    kind: StepKind,
+    output: &'a QMatrix<'w>,
+    normed: &'a [f32],
+    m: usize,
+    precision: Precision,
+}
+
+impl Projection<'_, '_> {
+    /// The logits of output rows `rows`, whose weights are `bytes`, into each token's row of
+    /// `logits` (`part`: scratch of at least `m × rows.len()`).
+    fn multiply(
+        &self,
+        rows: std::ops::Range<usize>,
+        bytes: &[u8],
+        part: &mut [f32],
+        logits: &mut [f32],
+    ) -> Result<()> {
+        let (out, n, vocab) = (self.output, rows.len(), self.output.rows());
+        let w = QMatrix::new(out.format(), n, out.cols(), bytes)
+            .map_err(kernel("output projection chunk"))?;
+        let part = &mut part[..self.m * n];
+        mm_step(
+            self.kind,
+            &w,
+            self.normed,
+            self.m,
+            part,
+            self.precision,
+            "output projection",
+        )?;
+        for (t, p) in part.chunks_exact(n).enumerate() {
+            logits[t * vocab + rows.start..t * vocab + rows.end].copy_from_slice(p);
+        }
+        Ok(())
+    }
 }
 
 fn reader_stopped(src: &StreamSource) -> EngineError {
