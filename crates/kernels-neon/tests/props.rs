@@ -290,6 +290,46 @@ proptest! {
     }
 
     #[test]
+    fn matmul_t_all_paths_match_f64(
+        format in format_strategy(),
+        rows in 0usize..70,
+        units in 1usize..6,
+        odd in 0usize..8,
+        n in 1usize..10,
+        chunk in prop::sample::select(vec![0usize, 1, 5, 16]),
+        seed in any::<u64>(),
+    ) {
+        // y[t] = Σ_j x[t][j] · W[j]: f32 sums of the exactly dequantized weights.
+        let cols = cols_for(format, units, odd);
+        let mut rng = Rng(seed);
+        let data = random_matrix(format, rows, cols, &mut rng);
+        let w = QMatrix::new(format, rows, cols, &data).unwrap();
+        let x = random_vec(rows * n, &mut rng);
+        let wf = dequant_f64(&w);
+        set_chunk_rows(chunk);
+        for path in available_paths() {
+            let mut y = vec![f32::NAN; cols * n];
+            matmul_t_with(path, &w, &x, n, &mut y).unwrap();
+            for t in 0..n {
+                for c in 0..cols {
+                    let (mut dot, mut abs) = (0f64, 0f64);
+                    for j in 0..rows {
+                        let p = wf[j][c] * f64::from(x[t * rows + j]);
+                        dot += p;
+                        abs += p.abs();
+                    }
+                    let got = f64::from(y[t * cols + c]);
+                    prop_assert!((got - dot).abs() <= 1e-5 * abs + 1e-6,
+                        "{path:?} {format:?} n={n} t={t} c={c}: {got} vs {dot}");
+                }
+            }
+        }
+        set_chunk_rows(0);
+        let mut short = vec![0f32; cols * n];
+        prop_assert!(matmul_t(&w, &x[..x.len().saturating_sub(1)], n, &mut short).is_err() || rows == 0);
+    }
+
+    #[test]
     fn i16_quantizer_paths_agree(units in 0usize..12, scale in -20i32..20, seed in any::<u64>()) {
         // Identical quants on every path, and the defining relations hold.
         let mut rng = Rng(seed);
