@@ -215,6 +215,36 @@ impl NeuronStore {
         Ok(buf)
     }
 
+    /// [`NeuronStore::read_units`] into `buf` (exactly the units' length, e.g. the buffer of a previous
+    /// read), so that a stream of reads reuses its allocations. On error the buffer is dropped.
+    pub fn read_units_into(
+        &self,
+        io: &IoEngine,
+        layer: usize,
+        units: std::ops::Range<usize>,
+        buf: AlignedBuf,
+    ) -> Result<AlignedBuf> {
+        let ub = self.index.layout.unit_bytes();
+        if units.end > self.index.units_per_layer()
+            || layer >= self.index.layers.len()
+            || buf.len() != units.len() * ub
+        {
+            return Err(StoreError::Invalid(format!(
+                "units {units:?} of layer {layer} are outside the store or do not fill a buffer of {} bytes",
+                buf.len()
+            )));
+        }
+        if units.is_empty() {
+            return Ok(buf);
+        }
+        let buf =
+            io.read_sequential_into(self.file, self.index.unit_offset(layer, units.start), buf)?;
+        for (i, u) in units.enumerate() {
+            self.verify_unit(layer, u, &buf[i * ub..(i + 1) * ub])?;
+        }
+        Ok(buf)
+    }
+
     /// Reads and verifies every unit of every layer (`sparrow convert --verify`).
     pub fn verify_all(&self, io: &IoEngine) -> Result<()> {
         let (units, step) = (

@@ -176,6 +176,14 @@ fn check_round_trip(d: usize, ff: usize, formats: Formats, units: Units) {
             .read_units(&io, li, 0..ix.layers[li].hot_units)
             .unwrap();
         assert_eq!(hot.len(), ix.layers[li].hot_units * l.unit_bytes());
+        // Into a reused buffer: the same bytes as a fresh read; a buffer of the wrong size is refused.
+        let all = 0..ix.units_per_layer();
+        let fresh = store.read_units(&io, li, all.clone()).unwrap();
+        let stale = ufs_io::AlignedBuf::new(fresh.len()).unwrap();
+        let reused = store.read_units_into(&io, li, all.clone(), stale).unwrap();
+        assert_eq!(&reused[..], &fresh[..]);
+        let wrong = ufs_io::AlignedBuf::new(fresh.len() + PAGE).unwrap();
+        assert!(store.read_units_into(&io, li, all, wrong).is_err());
     }
     store.verify_all(&io).unwrap();
 }

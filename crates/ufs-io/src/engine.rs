@@ -102,8 +102,9 @@ pub enum Fault {
 }
 
 /// Faults to inject, by request number: request `n` is the `n`-th (0-based) request submitted after
-/// [`IoEngine::set_fault_plan`] (`read_sequential` calls count, but are never faulted). A faulted request
-/// is never coalesced with others, so the fault hits exactly that request.
+/// [`IoEngine::set_fault_plan`], `read_sequential` calls included (a faulted sequential read fails as a
+/// whole: `Eio` before reading, `ShortRead` after its first half). A faulted request is never coalesced
+/// with others, so the fault hits exactly that request.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct FaultPlan {
     faults: HashMap<u64, Fault>,
@@ -142,6 +143,7 @@ enum Op {
         len: usize,
         buf: Option<AlignedBuf>,
         submitted: Instant,
+        fault: Option<Fault>,
         reply: Sender<Result<AlignedBuf>>,
     },
 }
@@ -384,7 +386,7 @@ impl IoEngine {
         let f = self.file(file)?;
         f.check_aligned(offset, len)?;
         self.acquire_slot(true)?;
-        self.shared.submitted.fetch_add(1, Ordering::SeqCst);
+        let fault = self.next_fault();
         let (tx, rx) = channel::bounded(1);
         let op = Op::Sequential {
             file: f,
@@ -392,6 +394,7 @@ impl IoEngine {
             len,
             buf,
             submitted: Instant::now(),
+            fault,
             reply: tx,
         };
         self.send(op)?;
@@ -429,16 +432,19 @@ impl IoEngine {
         Ok(())
     }
 
+    /// Numbers the next request and returns the fault the plan has for it.
+    fn next_fault(&self) -> Option<Fault> {
+        let f = self.shared.faults.lock();
+        let seq = self.shared.submitted.fetch_add(1, Ordering::SeqCst);
+        seq.checked_sub(f.base)
+            .and_then(|n| f.plan.faults.get(&n).copied())
+    }
+
     fn submit_inner(&self, req: ReadRequest, reply: Reply, block: bool) -> Result<()> {
         let file = self.file(req.file)?;
         file.check_aligned(req.offset, req.len)?;
         self.acquire_slot(block)?;
-        let fault = {
-            let f = self.shared.faults.lock();
-            let seq = self.shared.submitted.fetch_add(1, Ordering::SeqCst);
-            seq.checked_sub(f.base)
-                .and_then(|n| f.plan.faults.get(&n).copied())
-        };
+        let fault = self.next_fault();
         self.send(Op::Read(Pending {
             req,
             path_file: file,
@@ -792,6 +798,7 @@ impl Worker {
             len,
             buf,
             submitted,
+            fault,
             reply,
         } = op
         else {
@@ -799,6 +806,18 @@ impl Worker {
         };
         let mut chunks = 0;
         let result = (|| {
+            match fault {
+                Some(Fault::Eio) => {
+                    return Err(IoError::Read {
+                        path: file.path().to_path_buf(),
+                        offset,
+                        len,
+                        source: eio(),
+                    })
+                }
+                Some(Fault::Delay(d)) => std::thread::sleep(d),
+                _ => {}
+            }
             let mut buf = match buf {
                 Some(b) => b,
                 None => AlignedBuf::new(len)?,
@@ -825,6 +844,14 @@ impl Worker {
                     });
                 }
                 done += n;
+            }
+            if fault == Some(Fault::ShortRead) {
+                return Err(IoError::ShortRead {
+                    path: file.path().to_path_buf(),
+                    offset,
+                    wanted: len,
+                    got: (len / 2) / ALIGN * ALIGN,
+                });
             }
             Ok(buf)
         })();

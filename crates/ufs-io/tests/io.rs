@@ -112,6 +112,27 @@ fn reads_back_a_known_pattern_direct_and_buffered() {
                 assert_eq!(reused.as_ptr(), ptr, "the same allocation comes back");
                 assert_eq!(&reused[..], &data[(page * PAGE) as usize..][..3 * ALIGN]);
             }
+            // Sequential reads take faults like any request: the second read after the plan fails
+            // with EIO, the third comes back short, the fourth is whole again.
+            io.set_fault_plan(
+                FaultPlan::new()
+                    .with(1, Fault::Eio)
+                    .with(2, Fault::ShortRead),
+            );
+            let whole = io.read_sequential(id, PAGE, 9 * ALIGN).unwrap();
+            assert!(matches!(
+                io.read_sequential(id, PAGE, 9 * ALIGN),
+                Err(IoError::Read { .. })
+            ));
+            assert!(matches!(
+                io.read_sequential_into(id, PAGE, whole),
+                Err(IoError::ShortRead { got, wanted, .. }) if got < wanted
+            ));
+            assert_eq!(
+                &io.read_sequential(id, PAGE, 9 * ALIGN).unwrap()[..],
+                &data[ALIGN..10 * ALIGN]
+            );
+            io.set_fault_plan(FaultPlan::new());
             // The synchronous path agrees.
             assert_eq!(
                 &f.read_at(2 * PAGE, 2 * ALIGN).unwrap()[..],
