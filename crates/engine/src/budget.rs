@@ -4,7 +4,9 @@
 //!
 //! Under a process budget ([`FfnBudget::Process`]) what stays resident whatever the cache holds is
 //! counted first ([`Resident`]: the process before it touches weights, the resident file, the KV cache at
-//! the engine's context, the predictors); the FFN cache gets the rest. A budget that leaves nothing is an
+//! the engine's context, the predictors); the FFN cache gets the rest. A prompt step's working memory
+//! ([`prompt_step_bytes`]) is lent by the neuron cache for the step's duration
+//! ([`crate::offload::Offload`]), so it needs no reservation of its own. A budget that leaves nothing is an
 //! error naming both figures.
 //!
 //! The KV cache is reserved whole: the full `--ctx` at the engine's cache type (f32, f16 or `q8_0`),
@@ -29,6 +31,29 @@ impl ModelConfig {
         let per_position = (self.n_layers as u64 * 2).saturating_mul(row);
         per_position.saturating_mul(positions as u64)
     }
+}
+
+/// Tokens per forward step of a prompt over an offloaded model: a longer prompt runs in steps of
+/// this many, so that its working memory ([`prompt_step_bytes`]), which the neuron cache lends it, is
+/// bounded. Each step streams the layers' cold units once ([`crate::offload::Offload`]).
+pub const OFFLOAD_PROMPT_STEP: usize = 128;
+
+/// Bytes a prompt step of `tokens` tokens over a neuron store holds while it runs, besides the
+/// caches: the activations of its tokens (the residual stream, normed input, queries, keys,
+/// values, attention and FFN outputs, the FFN's per-chunk gate and up values and down sums) and
+/// the streamed layer's buffers (two chunks in flight and one gathered, of `prefill_neurons`
+/// bundles of `bundle_bytes` each, and the chunk's down rows in f32).
+pub fn prompt_step_bytes(
+    cfg: &ModelConfig,
+    tokens: usize,
+    prefill_neurons: usize,
+    bundle_bytes: u64,
+) -> u64 {
+    let (d, q, kv) = (cfg.d_model, cfg.q_dim(), cfg.kv_dim());
+    let per_token = 4 * (5 * d + 2 * q + 2 * kv + 2 * prefill_neurons) as u64;
+    let chunk = prefill_neurons as u64 * bundle_bytes;
+    let down_f32 = 4 * (prefill_neurons * d) as u64;
+    per_token * tokens as u64 + 3 * chunk + down_f32
 }
 
 /// How much memory the offloaded FFN (its neuron cache) may use.

@@ -15,7 +15,8 @@ use crate::prompt_attention::{attend_prompt, Heads};
 pub struct FfnMode<'s, 'o> {
     /// The FFN executor of every layer (dense from the model's matrices when `None`). A
     /// [`crate::SparseFfn`] computes only active neurons in decode steps and masks the same neurons
-    /// out of a dense computation in batched steps (token by token when its weights are offloaded).
+    /// out of a dense computation in batched steps (over a neuron store, a prompt's layer streamed
+    /// once for all its tokens).
     pub exec: Option<&'s dyn FfnExecutor>,
     /// Sees every layer's FFN activations (forces the dense path, then masks as `exec` says).
     pub observer: Option<FfnObserver<'o>>,
@@ -174,6 +175,8 @@ pub enum Logits {
     Last,
     /// Every token's logits (`n × vocab` floats): scoring, perplexity.
     All,
+    /// None (the leading steps of a prompt run in several): the output projection is skipped.
+    None,
 }
 
 /// Elements from which [`rms_norm_rows`] runs its rows in parallel.
@@ -381,7 +384,7 @@ fn forward_inner(
     for (row, &t) in x.chunks_mut(d).zip(tokens) {
         model.embed_token(t, row)?;
     }
-    if model.streamed() && !model.output_direct() {
+    if model.streamed() && !model.output_direct() && want != Logits::None {
         // Its first chunk is read while the layers run (direct reads start with the projection).
         crate::stream::prefetch_output(&model.output);
     }
@@ -540,6 +543,10 @@ fn forward_inner(
     let (rows, m) = match want {
         Logits::Last => (&x[(n - 1) * d..], 1),
         Logits::All => (&x[..], n),
+        Logits::None => {
+            logits.clear();
+            return Ok(());
+        }
     };
     let mut normed = vec![0.0f32; m * d];
     rms_norm_rows(rows, &model.output_norm, cfg.rms_eps, &mut normed);

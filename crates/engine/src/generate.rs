@@ -249,9 +249,66 @@ impl<'a> Engine<'a> {
             ffn_nanos: Some(&self.ffn_nanos),
         };
         let precision = self.opts.precision;
-        self.pool.install(|| {
-            forward_with_into(&self.model, cache, tokens, precision, want, mode, logits)
+        let off = self.sparse().and_then(|s| s.offload());
+        let Some(off) = off.filter(|_| tokens.len() > 1) else {
+            return self.pool.install(|| {
+                forward_with_into(&self.model, cache, tokens, precision, want, mode, logits)
+            });
+        };
+        // Over a store, a prompt runs in steps of at most OFFLOAD_PROMPT_STEP tokens, with their
+        // working memory lent by the neuron cache; a failed step leaves the KV cache as it was
+        // before the first.
+        let step = crate::budget::OFFLOAD_PROMPT_STEP;
+        let lent = crate::budget::prompt_step_bytes(
+            &self.model.config,
+            tokens.len().min(step),
+            off.options().prefill_neurons,
+            off.store().index().layout.bundle_bytes() as u64,
+        );
+        off.lend_cache(lent as usize, || {
+            self.prompt_steps(cache, tokens, want, mode, logits)
         })
+    }
+
+    /// [`Engine::forward_into`] of a prompt over a store, in steps of at most
+    /// [`crate::budget::OFFLOAD_PROMPT_STEP`] tokens.
+    fn prompt_steps(
+        &self,
+        cache: &mut KvCache,
+        tokens: &[u32],
+        want: Logits,
+        mode: FfnMode<'_, '_>,
+        logits: &mut Vec<f32>,
+    ) -> Result<()> {
+        let (step, precision) = (crate::budget::OFFLOAD_PROMPT_STEP, self.opts.precision);
+        let start = cache.len();
+        let parts = tokens.chunks(step).count();
+        let mut all = Vec::new();
+        let out = self.pool.install(|| {
+            for (i, part) in tokens.chunks(step).enumerate() {
+                let w = match want {
+                    Logits::All => Logits::All,
+                    w if i + 1 == parts => w,
+                    _ => Logits::None,
+                };
+                let mode = FfnMode {
+                    exec: mode.exec,
+                    observer: None,
+                    ffn_nanos: mode.ffn_nanos,
+                };
+                forward_with_into(&self.model, cache, part, precision, w, mode, logits)?;
+                if want == Logits::All {
+                    all.extend_from_slice(logits);
+                }
+            }
+            Ok(())
+        });
+        if out.is_err() {
+            cache.truncate(start);
+        } else if want == Logits::All {
+            *logits = all;
+        }
+        out
     }
 
     /// One decode step of several sequences on the engine's thread pool: token `i` continues the

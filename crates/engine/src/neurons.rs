@@ -151,6 +151,33 @@ impl NeuronSelector {
         }
     }
 
+    /// Batched candidates: for each of the `n` tokens of `x` (`n × d_model`), which neurons of layer
+    /// `li` the predictor chooses (`n × d_ff`, token-major), or `None` without a predictor (all).
+    pub(crate) fn candidate_mask(
+        &self,
+        li: usize,
+        x: &[f32],
+        n: usize,
+    ) -> Result<Option<Vec<bool>>> {
+        let Some(p) = &self.predictor else {
+            return Ok(None);
+        };
+        let mut keep = vec![false; n * self.d_ff];
+        keep.par_chunks_mut(self.d_ff)
+            .zip(x.par_chunks(self.d_model))
+            .try_for_each(|(k, xt)| {
+                let mut predicted = Vec::new();
+                p.predict(li, xt, &mut predicted)?;
+                for &j in &predicted {
+                    if let Some(v) = k.get_mut(j as usize) {
+                        *v = true;
+                    }
+                }
+                Ok::<(), EngineError>(())
+            })?;
+        Ok(Some(keep))
+    }
+
     /// The threshold rule of layer `li` under `score`.
     pub(crate) fn rule(&self, li: usize, score: Score) -> LayerRule<'_> {
         LayerRule {

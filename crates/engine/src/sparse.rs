@@ -29,7 +29,7 @@ use crate::ffn::{FfnExecutor, FfnLayer, FfnScratch, StepKind};
 use crate::model::{Layer, Model};
 use crate::neurons::{check_thresholds, GateUpRows, NeuronSelector, RowCounts, SelectScratch};
 pub use crate::neurons::{NeuronPredictor, Score};
-use crate::offload::{Offload, OffloadOptions};
+use crate::offload::{Offload, OffloadOptions, PrefillMask};
 use crate::ops::mm;
 use crate::transpose::TransposedDown;
 pub use crate::transpose::DEFAULT_DOWN_FORMAT;
@@ -122,8 +122,8 @@ impl SparseFfn {
 
     /// The sparse FFN of a resident model whose FFN weights are in the neuron store at `store`
     /// ([`crate::offload`]): thresholds per layer as in [`SparseFfn::new`], weights read through an
-    /// [`Offload`] with `opts` (budget, I/O thread). Decode and batched steps both run token by token
-    /// over the store.
+    /// [`Offload`] with `opts` (budget, I/O thread). Decode steps (one token, or one of each of
+    /// several sequences) run token by token over the store; a prompt streams each layer once.
     pub fn from_store(
         config: &ModelConfig,
         store: &Path,
@@ -300,27 +300,41 @@ impl SparseFfn {
         QMatrix::new(format, ff, d, &down_t[li]).map_err(kernel("transposed ffn down"))
     }
 
-    /// Batched down projection with the same transposed rows as sparse decode, so that batched
-    /// steps (prefill, perplexity) see the numerics of sparse decode: for each of the `n` tokens,
-    /// `out_t = Σ_j h_t[j] · down_t[j]` over the nonzero `h_t[j]` (`h`: `n × d_ff` masked activations).
+    /// Batched down projection with the same transposed rows as sparse decode: for each of the `n`
+    /// tokens, `out_t = Σ_j h_t[j] · down_t[j]` (`h`: `n × d_ff` masked activations), as f32 sums of
+    /// the dequantized rows ([`kernels_neon::matmul_t`], in chunks of [`DOWN_CHUNK`] rows as a
+    /// streamed prompt over a neuron store takes them).
     fn down_batch(&self, down_t: &QMatrix<'_>, h: &[f32], n: usize, out: &mut [f32]) -> Result<()> {
         let (ff, d) = (self.selector.d_ff(), self.selector.d_model());
-        out.par_chunks_mut(d)
-            .zip(h.par_chunks(ff))
-            .take(n)
-            .try_for_each(|(o, ht)| {
-                let (rows, coeffs): (Vec<u32>, Vec<f32>) = ht
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, v)| **v != 0.0)
-                    .map(|(j, &v)| (j as u32, v))
-                    .unzip();
-                o.fill(0.0);
-                kernels_neon::axpy_rows(down_t, &rows, &coeffs, o)
-                    .map_err(kernel("sparse ffn down (batched)"))
-            })
+        let out = &mut out[..n * d];
+        out.fill(0.0);
+        let row = down_t.row_bytes();
+        let (mut hc, mut y) = (Vec::with_capacity(n * DOWN_CHUNK), vec![0f32; n * d]);
+        for j0 in (0..ff).step_by(DOWN_CHUNK) {
+            let k = DOWN_CHUNK.min(ff - j0);
+            hc.clear();
+            for ht in h.chunks(ff).take(n) {
+                hc.extend_from_slice(&ht[j0..j0 + k]);
+            }
+            let rows = QMatrix::new(
+                down_t.format(),
+                k,
+                d,
+                &down_t.data()[j0 * row..(j0 + k) * row],
+            )
+            .map_err(kernel("sparse ffn down (batched)"))?;
+            kernels_neon::matmul_t(&rows, &hc, n, &mut y)
+                .map_err(kernel("sparse ffn down (batched)"))?;
+            out.par_chunks_mut(d)
+                .zip(y.par_chunks(d))
+                .for_each(|(o, yt)| o.iter_mut().zip(yt).for_each(|(o, v)| *o += v));
+        }
+        Ok(())
     }
 }
+
+/// Rows of the transposed down matrix per batched product of an in-memory prompt step.
+const DOWN_CHUNK: usize = 512;
 
 impl FfnExecutor for SparseFfn {
     /// One token's FFN of the layer: `out = down(act(gate x) * up x)` over the active neurons only.
@@ -335,8 +349,9 @@ impl FfnExecutor for SparseFfn {
     }
 
     /// In memory: gate and up computed densely, the neurons sparse decode would skip masked out
-    /// ([`FfnExecutor::mask`]), then the transposed down rows. Offloaded: token by token over the
-    /// store (there are no matrices to batch).
+    /// ([`FfnExecutor::mask`]), then the transposed down rows. Offloaded, a prompt streams the
+    /// store's units once for all its tokens (`Offload::prefill`, masked the same way); decode
+    /// tokens of several sequences run token by token.
     fn batch(
         &self,
         l: FfnLayer<'_, '_>,
@@ -405,8 +420,18 @@ impl SparseFfn {
         scratch: &mut FfnScratch,
         skip: Option<&[bool]>,
     ) -> Result<()> {
-        // Offloaded (no matrices to batch), or one decode token of each of several sequences
-        // (each computed as its own decode step, so a batch selects what sequential runs would).
+        // A prompt over the store: streamed, each unit read once for all the step's tokens.
+        if let (StepKind::Prompt, Weights::Store(off)) = (l.kind, &self.weights) {
+            let keep = self.selector.candidate_mask(l.index, x, n)?;
+            let mask = PrefillMask {
+                keep: keep.as_deref(),
+                skip,
+            };
+            let rule = self.selector.rule(l.index, self.score);
+            return off.prefill(rule, mask, l.index, x, n, out, l.precision);
+        }
+        // One decode token of each of several sequences (each computed as its own decode step, so
+        // a batch selects what sequential runs would).
         let down_t = match l.kind {
             StepKind::Decode => None,
             StepKind::Prompt => self.down_t(l.index)?,

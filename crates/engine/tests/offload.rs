@@ -98,6 +98,7 @@ fn offloaded_ffn_equals_in_memory_sparse_ffn_at_every_budget() {
         let resident = converted(name, &ConvertOptions::default(), "budgets");
         let file = ModelFile::open(&resident).unwrap();
         let total = ffn_bytes(&resident);
+        let total_units = neuron_store_index(&resident).ffn_bytes();
         for t in [0.0f32, 0.05] {
             let want = in_memory_logits(name, t, false);
             for (budget, hot_share, cache_cold, pipeline, queue_depth, async_io) in [
@@ -143,14 +144,170 @@ fn offloaded_ffn_equals_in_memory_sparse_ffn_at_every_budget() {
                 } else {
                     assert!(st.misses > 0 && st.hot_hits > 0, "{st:?}");
                 }
-                // Batched steps run token by token over the store: the same numbers.
+                // A prompt streams the store (each unit read once): the same numbers.
+                let off = eng.sparse().unwrap().offload().unwrap();
+                off.reset_stats();
                 let batched = logits(&eng, true);
                 assert!(
                     rel_drift(&batched, &in_memory_logits(name, t, true)) < 1e-5,
                     "{name} batched"
                 );
+                let st = off.stats();
+                assert_eq!((st.tokens, st.units, st.bytes_read), (0, 0, 0), "{st:?}");
+                if budget == 0 {
+                    assert_eq!(st.prefill_bytes_read, total_units as u64, "{st:?}");
+                } else if budget == usize::MAX {
+                    assert_eq!(st.prefill_bytes_read, 0, "everything is hot: {st:?}");
+                }
             }
         }
+    }
+}
+
+/// The store's index (its layout and units), opened on its own.
+fn neuron_store_index(resident: &Path) -> neuron_store::StoreIndex {
+    let io = ufs_io::IoEngine::new(ufs_io::IoConfig::default()).unwrap();
+    let store = neuron_store::NeuronStore::open(
+        &io,
+        store_path_for(resident),
+        ufs_io::OpenOptions::default(),
+    )
+    .unwrap();
+    store.index().clone()
+}
+
+/// Predicts for each token the neurons whose index mixes with the token's first input value: a
+/// different, input-dependent candidate set per token.
+struct ByInput(u32);
+
+impl engine::NeuronPredictor for ByInput {
+    fn predict(&self, layer: usize, x: &[f32], out: &mut Vec<u32>) -> engine::Result<()> {
+        let key = (x[0].to_bits() >> 13) as usize + layer;
+        out.clear();
+        out.extend((0..self.0).filter(|&j| (j as usize + key) % 3 != 0));
+        Ok(())
+    }
+}
+
+/// A prompt over the store streamed in chunks of a few neurons (many reads per layer, the hot
+/// prefix in several chunks, buffers reused), with a per-token predictor and a threshold: the
+/// in-memory sparse prefill's numbers, and every non-hot unit read once.
+#[test]
+fn a_streamed_prompt_in_small_chunks_computes_what_memory_does() {
+    let name = "tiny-llama-silu-q4_0.gguf";
+    let resident = converted(name, &ConvertOptions::default(), "prefill-chunks");
+    let file = ModelFile::open(&resident).unwrap();
+    let total = ffn_bytes(&resident);
+    let index = neuron_store_index(&resident);
+    let mem = ModelFile::open(fixture_path(name)).unwrap();
+    let cfg = engine(&mem).model().config.clone();
+    for (t, predicted) in [(0.0f32, false), (0.05, true)] {
+        let mut eng = engine(&mem);
+        let sp = SparseFfn::new(eng.model(), vec![t; cfg.n_layers], DEFAULT_DOWN_FORMAT).unwrap();
+        eng.set_sparse(Some(if predicted {
+            sp.with_predictor(Box::new(ByInput(cfg.d_ff as u32)))
+        } else {
+            sp
+        }));
+        let want = logits(&eng, true);
+        for (budget, neurons) in [(total / 2, 1), (total / 2, 40), (0, 7)] {
+            let mut eng = engine_t(&file, 2);
+            let sp = SparseFfn::from_store(
+                &cfg,
+                &store_path_for(&resident),
+                vec![t; cfg.n_layers],
+                OffloadOptions {
+                    ffn_budget: budget,
+                    hot_share: 1.0,
+                    cluster_units: 2,
+                    prefill_neurons: neurons,
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+            eng.set_sparse(Some(if predicted {
+                sp.with_predictor(Box::new(ByInput(cfg.d_ff as u32)))
+            } else {
+                sp
+            }));
+            let got = logits(&eng, true);
+            let d = rel_drift(&got, &want);
+            assert!(
+                d < 1e-5,
+                "t {t} budget {budget} chunks of {neurons}: drift {d}"
+            );
+            // Nothing but the hot prefixes is cached; the prompt read every other unit once, and
+            // those the cache lent it (`a_prompt_borrows_the_cache_and_gives_it_back`), but never
+            // more than the whole store.
+            let st = eng.sparse().unwrap().offload().unwrap().stats();
+            let cold = index.ffn_bytes() as u64 - st.resident_bytes as u64;
+            assert!(
+                st.prefill_bytes_read >= cold
+                    && st.prefill_bytes_read <= index.ffn_bytes() as u64
+                    && st.prefill_bytes_read % index.layout.unit_bytes() as u64 == 0,
+                "budget {budget}: {st:?}"
+            );
+        }
+    }
+}
+
+/// A prompt step borrows its working memory from a neuron cache whose budget binds: afterwards the
+/// cache has its budget and its hot clusters back (read again), and decode finds them hot; with the
+/// whole FFN cached nothing is lent (no read at all).
+#[test]
+fn a_prompt_borrows_the_cache_and_gives_it_back() {
+    let name = "tiny-llama-silu-q4_0.gguf";
+    let resident = converted(name, &ConvertOptions::default(), "lend");
+    let file = ModelFile::open(&resident).unwrap();
+    let total = neuron_store_index(&resident).ffn_bytes();
+    let want = in_memory_logits(name, 0.0, true);
+    for (budget, lends) in [(total / 2, true), (usize::MAX, false)] {
+        let eng = store_engine(
+            &file,
+            0.0,
+            OffloadOptions {
+                ffn_budget: budget,
+                hot_share: 1.0,
+                cluster_units: 1,
+                ..Default::default()
+            },
+        );
+        let off = eng.sparse().unwrap().offload().unwrap();
+        let before = off.control().report();
+        let reads = off.io().stats().requests;
+        let got = logits(&eng, true);
+        assert!(rel_drift(&got, &want) < 1e-5, "budget {budget}");
+        let after = off.control().report();
+        assert_eq!(
+            (after.cache_budget, after.cache_bytes),
+            (before.cache_budget, before.cache_bytes),
+            "budget {budget}"
+        );
+        let st = off.stats();
+        // The prompt's own reads: every unit not hot during it, once (the lent clusters too).
+        let cold = (total - st.resident_bytes) as u64;
+        if lends {
+            assert!(
+                st.prefill_bytes_read > cold && st.prefill_bytes_read <= total as u64,
+                "budget {budget}: {st:?}"
+            );
+        } else {
+            assert_eq!(st.prefill_bytes_read, 0, "everything hot: {st:?}");
+        }
+        let extra = off.io().stats().requests - reads;
+        let layers = neuron_store_index(&resident).layers.len() as u64;
+        if lends {
+            // The cold units in one chunk per layer, then the hot clusters read back.
+            assert!(extra > layers, "budget {budget}: {extra} reads");
+        } else {
+            assert_eq!(extra, 0, "everything hot, nothing lent");
+        }
+        // Decode then finds the hot prefix as before the prompt.
+        off.reset_stats();
+        let mut cache = eng.new_cache();
+        eng.forward(&mut cache, &[TOKENS[0]], Logits::Last).unwrap();
+        let st = off.stats();
+        assert!(st.hot_hits > 0 || budget == 0, "{st:?}");
     }
 }
 
@@ -232,10 +389,12 @@ fn faults_during_prefill_fail_the_request_and_the_engine_keeps_serving() {
     let name = "tiny-llama-silu-q4_0.gguf";
     let resident = converted(name, &ConvertOptions::default(), "prefill-faults");
     let file = ModelFile::open(&resident).unwrap();
-    // No FFN cache: every prefill reads the same units, so request numbers repeat.
+    // No FFN cache: every prefill reads the same units, so request numbers repeat; one unit per
+    // streamed chunk, so each layer takes several reads.
     let opts = OffloadOptions {
         ffn_budget: 0,
         hot_share: 0.0,
+        prefill_neurons: 1,
         ..Default::default()
     };
     let (head, rest) = TOKENS.split_at(3);

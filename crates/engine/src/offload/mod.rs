@@ -20,19 +20,24 @@
 //!   Each part is checked against its own checksum (the store records the first page's CRC too).
 //!   Opt-in ([`OffloadOptions::two_phase`]): the second read is in series with the first.
 //!
+//! * A prompt step ([`Offload::prefill`], `prefill.rs`) streams each layer's units instead: the hot
+//!   prefix from memory, the rest in sequential reads of about `OffloadOptions::prefill_neurons` neurons that a reader
+//!   thread issues one chunk ahead of the batched products (gate and up over the chunk's rows, then
+//!   its down rows transposed, `kernels_neon::matmul_t`), so a prompt reads each unit once.
 //! * A live budget ([`CacheControl`], from [`Offload::control`]): the cache shrinks or grows while
 //!   decoding, between two layer steps; a shrink frees the evicted bytes.
 //!
 //! Files: `convert.rs` (offline conversion, store path, verification), `options.rs` (settings and
 //! counters), `runtime.rs` ([`Offload`]: opening, cache), `live.rs` ([`CacheControl`]: the hot
 //! prefixes behind a read-write lock, preload and live resize), `decode.rs` (one layer's
-//! decode step in named stages), `unit.rs` (what a worker does with one unit: checks, two-phase
+//! decode step in named stages), `prefill.rs` (one layer's prompt step, streamed), `unit.rs` (what a worker does with one unit: checks, two-phase
 //! reads, compute through the shared neuron selector, `neurons.rs`).
 
 mod convert;
 mod decode;
 mod live;
 mod options;
+mod prefill;
 mod runtime;
 mod unit;
 
@@ -43,4 +48,5 @@ pub use convert::{
 pub use live::{CacheControl, CacheReport};
 pub use neuron_store::Packing;
 pub use options::{OffloadOptions, OffloadStats};
+pub(crate) use prefill::PrefillMask;
 pub use runtime::Offload;

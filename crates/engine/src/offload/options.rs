@@ -3,6 +3,9 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
+/// Default neurons per chunk of a prompt step's streamed layer ([`OffloadOptions::prefill_neurons`]).
+pub(crate) const PREFILL_NEURONS: usize = 512;
+
 /// Settings of an [`Offload`](super::Offload).
 #[derive(Debug, Clone)]
 pub struct OffloadOptions {
@@ -44,6 +47,10 @@ pub struct OffloadOptions {
     /// budget). `None`: the engine's rule, on flash only under a process budget that cannot hold the
     /// whole FFN beside them.
     pub stream_weights: Option<bool>,
+    /// Neurons per chunk of a prompt step's streamed layer (`Offload::prefill`, rounded up to whole
+    /// units): the size of each sequential read (two chunks are held at a time) and of the chunk's
+    /// f32 buffers per token.
+    pub prefill_neurons: usize,
 }
 
 impl Default for OffloadOptions {
@@ -61,6 +68,7 @@ impl Default for OffloadOptions {
             async_io: true,
             outside_ffn_bytes: 0,
             stream_weights: None,
+            prefill_neurons: PREFILL_NEURONS,
         }
     }
 }
@@ -92,6 +100,10 @@ pub struct OffloadStats {
     pub token_wait_s: Vec<f64>,
     /// Bytes of FFN units resident in the cache now.
     pub resident_bytes: usize,
+    /// Bytes prompt steps read from flash (their layers streamed; not counted in `bytes_read`).
+    pub prefill_bytes_read: u64,
+    /// Seconds in prompt steps' offloaded FFN.
+    pub prefill_s: f64,
 }
 
 impl OffloadStats {
@@ -113,6 +125,8 @@ pub(super) struct Counters {
     pub(super) rest_skipped: AtomicU64,
     pub(super) wait_ns: AtomicU64,
     pub(super) ffn_ns: AtomicU64,
+    pub(super) prefill_bytes: AtomicU64,
+    pub(super) prefill_ns: AtomicU64,
     /// Per token: (FFN nanoseconds, wait nanoseconds).
     pub(super) per_token: Mutex<Vec<(u64, u64)>>,
 }
@@ -135,6 +149,8 @@ impl Counters {
             token_ffn_s: per.iter().map(|p| p.0 as f64 * 1e-9).collect(),
             token_wait_s: per.iter().map(|p| p.1 as f64 * 1e-9).collect(),
             resident_bytes,
+            prefill_bytes_read: ld(&self.prefill_bytes),
+            prefill_s: ld(&self.prefill_ns) as f64 * 1e-9,
         }
     }
 
@@ -150,6 +166,8 @@ impl Counters {
             &self.rest_skipped,
             &self.wait_ns,
             &self.ffn_ns,
+            &self.prefill_bytes,
+            &self.prefill_ns,
         ] {
             a.store(0, Ordering::Relaxed);
         }
