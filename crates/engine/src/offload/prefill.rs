@@ -189,6 +189,8 @@ impl Offload {
         }
         self.live.set_cache_budget(budget.saturating_sub(bytes))?;
         let out = f();
+        // The step's buffers go back to the system before the clusters are read again.
+        crate::sys::release_free_memory();
         let back = self.live.set_cache_budget(budget);
         let out = out?;
         back.map(|()| out)
