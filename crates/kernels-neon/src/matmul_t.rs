@@ -2,13 +2,16 @@
 //!
 //! A neuron store keeps each neuron's down column as a row (`W` is `neurons × d_model`), so a
 //! prompt's down projection over a chunk of neurons contracts over the rows of `W`, not its columns
-//! as [`crate::matmul`] does. The rows are dequantized once into f32, and each work item transposes
-//! a band of output columns into the same f32 tile [`crate::matmul`] uses and runs the same
-//! register-blocked microkernel over the tokens.
+//! as [`crate::matmul`] does. Each work item takes a band of output columns (whole blocks of the
+//! format), dequantizes those blocks of every row into the same f32 tile [`crate::matmul`] uses,
+//! transposed, and runs the same register-blocked microkernel over the tokens.
 
 use rayon::prelude::*;
 
 use crate::{arch, check_len, check_path, matmul_chunk, KernelError, KernelPath, QMatrix};
+
+/// Rows of `W` transposed into a work item's tile together.
+const T_ROWS: usize = 16;
 
 /// `y[t*cols + c] = Σ_j x[t*rows + j] · W[j][c]` for `n` tokens (`x`: `n × rows`, `y`: `n × cols`,
 /// token-major): the product with `w` transposed, in f32 (exact summation of the dequantized
@@ -44,11 +47,23 @@ pub fn matmul_t_with(
         y.fill(0.0);
         return Ok(());
     }
-    let mut f = vec![0f32; overflow(rows, cols)?];
-    f.par_chunks_mut(cols)
-        .enumerate()
-        .for_each(|(j, dst)| arch::dequant_row(path, w.format(), w.row_data(j), dst));
-    let band = matmul_chunk();
+    let format = w.format();
+    // A band of output columns is whole blocks of every row: each work item dequantizes its own
+    // blocks (the matrix stays quantized, in cache). Hybrid rows (scales and outliers per row) are
+    // dequantized whole once instead.
+    let block = format.block_len();
+    let band = if format.is_hybrid() {
+        matmul_chunk()
+    } else {
+        matmul_chunk().next_multiple_of(block)
+    };
+    let whole: Option<Vec<f32>> = format.is_hybrid().then(|| {
+        let mut f = vec![0f32; rows * cols];
+        f.par_chunks_mut(cols)
+            .enumerate()
+            .for_each(|(j, dst)| arch::dequant_row(path, format, w.row_data(j), dst));
+        f
+    });
     let bands: Vec<Vec<f32>> = (0..cols.div_ceil(band))
         .into_par_iter()
         .map(|b| {
@@ -56,9 +71,24 @@ pub fn matmul_t_with(
             let nc = band.min(cols - c0);
             // tile[i * rows + j] = W[j][c0 + i]: the band of columns as rows of `W` transposed.
             let mut tile = vec![0f32; nc * rows];
-            for (j, src) in f.chunks_exact(cols).enumerate() {
-                for (i, &v) in src[c0..c0 + nc].iter().enumerate() {
-                    tile[i * rows + j] = v;
+            let mut part = vec![0f32; T_ROWS * nc];
+            let span =
+                (c0 / block * format.block_bytes())..((c0 + nc) / block * format.block_bytes());
+            // T_ROWS rows at a time: their band dequantized side by side, then written to the tile
+            // a column at a time, T_ROWS consecutive floats per write.
+            for j0 in (0..rows).step_by(T_ROWS) {
+                let jn = T_ROWS.min(rows - j0);
+                for (r, dst) in part.chunks_exact_mut(nc).take(jn).enumerate() {
+                    let j = j0 + r;
+                    match &whole {
+                        Some(f) => dst.copy_from_slice(&f[j * cols + c0..j * cols + c0 + nc]),
+                        None => arch::dequant_row(path, format, &w.row_data(j)[span.clone()], dst),
+                    }
+                }
+                for (i, col) in tile.chunks_exact_mut(rows).enumerate() {
+                    for (r, v) in col[j0..j0 + jn].iter_mut().enumerate() {
+                        *v = part[r * nc + i];
+                    }
                 }
             }
             let mut local = vec![0f32; n * nc];
