@@ -311,6 +311,48 @@ fn a_prompt_borrows_the_cache_and_gives_it_back() {
     }
 }
 
+/// A budget set while prompts borrow from the cache is the budget once they are done: a loan ends by
+/// growing back to what was asked last, not to what the cache held when the loan began.
+#[test]
+fn a_budget_set_while_prompts_borrow_is_the_budget_after_them() {
+    let name = "tiny-llama-silu-q4_0.gguf";
+    let resident = converted(name, &ConvertOptions::default(), "lend-race");
+    let file = ModelFile::open(&resident).unwrap();
+    let total = neuron_store_index(&resident).ffn_bytes();
+    let outside = 1u64 << 20;
+    let eng = store_engine(
+        &file,
+        0.0,
+        OffloadOptions {
+            ffn_budget: total / 2,
+            hot_share: 1.0,
+            cluster_units: 1,
+            outside_ffn_bytes: outside,
+            ..Default::default()
+        },
+    );
+    let ctl = eng.sparse().unwrap().offload().unwrap().control();
+    let want = in_memory_logits(name, 0.0, true);
+    let budgets = [total / 3, 3 * total / 4, total / 4, total / 2, total / 5];
+    std::thread::scope(|s| {
+        let prompts = s.spawn(|| {
+            for _ in 0..30 {
+                assert!(rel_drift(&logits(&eng, true), &want) < 1e-5);
+            }
+        });
+        for &b in &budgets {
+            ctl.set_cache_budget(b).unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        prompts.join().unwrap();
+    });
+    let last = *budgets.last().unwrap();
+    let r = ctl.report();
+    assert_eq!(r.cache_budget as usize, last, "{r:?}");
+    assert_eq!(r.memory_budget, outside + last as u64, "{r:?}");
+    assert!(r.cache_bytes <= r.cache_budget, "{r:?}");
+}
+
 #[test]
 fn unpacked_store_computes_the_same() {
     let name = "tiny-llama-silu-q4_0.gguf";

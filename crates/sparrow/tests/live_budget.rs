@@ -78,6 +78,15 @@ fn error_message(v: &Value) -> String {
         .to_string()
 }
 
+/// Sets its flag when dropped (also while unwinding from a failed assertion).
+struct StopOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
 #[test]
 fn memory_budget_shrinks_and_grows_while_serving() {
     let resident = bundle();
@@ -137,6 +146,8 @@ fn memory_budget_shrinks_and_grows_while_serving() {
                 })
             })
             .collect();
+        // A failed check below stops the clients too (else the scope would wait for them forever).
+        let _stop_on_exit = StopOnDrop(&stop);
         std::thread::sleep(Duration::from_millis(500));
         #[cfg(target_os = "linux")]
         let before = rss(s.pid());

@@ -10,7 +10,7 @@
 //! budget and reads the missing hot clusters; the cold region fills again as decode misses.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard};
+use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockReadGuard};
 
 use neuron_cache::{ClusterGuard, ClusterId, NeuronCache, NeuronId, SharedNeuronCache};
 use neuron_store::NeuronStore;
@@ -54,6 +54,16 @@ pub struct CacheControl {
     cluster_units: usize,
     outside: u64,
     memory_budget: Arc<AtomicU64>,
+    /// The cache budget asked for and the part of it lent to prompt steps running now: the cache
+    /// holds `asked - lent`. Held across a resize, so that resizes and loans apply in turn.
+    budget: Arc<Mutex<Loan>>,
+}
+
+/// See [`CacheControl::budget`].
+#[derive(Default)]
+struct Loan {
+    asked: usize,
+    lent: usize,
 }
 
 impl CacheControl {
@@ -73,6 +83,7 @@ impl CacheControl {
             cluster_units: opts.cluster_units.max(1),
             outside: opts.outside_ffn_bytes,
             memory_budget: Arc::new(AtomicU64::new(0)),
+            budget: Arc::new(Mutex::new(Loan::default())),
         }
     }
 
@@ -108,10 +119,43 @@ impl CacheControl {
     }
 
     /// Sets the neuron cache's budget in bytes (at most the whole FFN is kept): the hot prefix of each
-    /// layer becomes its share of it, the cold region the rest. Waits for the decode step in flight,
-    /// if any, to finish its layer. An I/O error while reading hot clusters leaves a smaller, consistent
-    /// hot region and is returned.
+    /// layer becomes its share of it, the cold region the rest (less what a prompt step running now
+    /// borrows, until it gives it back). Waits for the decode step in flight, if any, to finish its
+    /// layer. An I/O error while reading hot clusters leaves a smaller, consistent hot region and is
+    /// returned.
     pub fn set_cache_budget(&self, bytes: usize) -> Result<()> {
+        let mut loan = self.loan();
+        loan.asked = bytes;
+        self.resize(bytes.saturating_sub(loan.lent), bytes)
+    }
+
+    /// Lends `bytes` of the cache's budget to a prompt step: the cache shrinks by that much (its
+    /// memory handed back) until [`CacheControl::give_back`].
+    pub(super) fn lend(&self, bytes: usize) -> Result<()> {
+        let mut loan = self.loan();
+        loan.lent += bytes;
+        let r = self.resize(loan.asked.saturating_sub(loan.lent), loan.asked);
+        if r.is_err() {
+            // No loan to give back: the next resize restores what is asked.
+            loan.lent -= bytes;
+        }
+        r
+    }
+
+    /// Ends a loan of [`CacheControl::lend`]: the cache grows back to what is asked less the other
+    /// loans, reading its hot clusters again.
+    pub(super) fn give_back(&self, bytes: usize) -> Result<()> {
+        let mut loan = self.loan();
+        loan.lent = loan.lent.saturating_sub(bytes);
+        self.resize(loan.asked.saturating_sub(loan.lent), loan.asked)
+    }
+
+    fn loan(&self) -> std::sync::MutexGuard<'_, Loan> {
+        self.budget.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Resizes the cache to `bytes`, `asked` being the budget as set (for the process budget).
+    fn resize(&self, bytes: usize, asked: usize) -> Result<()> {
         let ix = self.store.index();
         let (ub, units, layers) = (
             ix.layout.unit_bytes(),
@@ -172,8 +216,10 @@ impl CacheControl {
             }
         }
         drop(hot);
-        self.memory_budget
-            .store(self.outside + budget as u64, Ordering::Relaxed);
+        self.memory_budget.store(
+            self.outside + asked.min(ix.ffn_bytes()) as u64,
+            Ordering::Relaxed,
+        );
         Ok(())
     }
 

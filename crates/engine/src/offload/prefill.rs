@@ -187,11 +187,11 @@ impl Offload {
         if bytes == 0 || budget >= self.store.index().ffn_bytes() {
             return f();
         }
-        self.live.set_cache_budget(budget.saturating_sub(bytes))?;
+        self.live.lend(bytes)?;
         let out = f();
         // The step's buffers go back to the system before the clusters are read again.
         crate::sys::release_free_memory();
-        let back = self.live.set_cache_budget(budget);
+        let back = self.live.give_back(bytes);
         let out = out?;
         back.map(|()| out)
     }
