@@ -73,11 +73,11 @@ impl CalibrateOptions {
     }
 
     /// Measured points, for a progress bar (one per progress message of [`calibrate`]): kernels
-    /// per format and thread count, DRAM and batch cost, flash reads per size and depth, then
-    /// sequential reads, the call overhead and the selection cost.
+    /// per format and thread count, the prompt tile, DRAM and the scratch file, flash reads per size
+    /// and depth, then sequential reads, the call overhead and the selection cost.
     pub fn steps(&self) -> u64 {
         (self.formats.len() * self.max_threads
-            + 2
+            + 3
             + self.read_sizes.len() * self.queue_depths.len()
             + 3) as u64
     }
@@ -383,6 +383,12 @@ pub fn calibrate(o: &CalibrateOptions, mut progress: impl FnMut(&str)) -> Result
         kernels.extend(k);
         batch_cost.get_or_insert(b);
     }
+    let (prompt_flops, prompt_t_flops) = measure_prompt(o)?;
+    progress(&format!(
+        "prompt tile ({PROMPT_TOKENS} tokens): {:.1} GFLOP/s, transposed {:.1}",
+        prompt_flops / 1e9,
+        prompt_t_flops / 1e9
+    ));
     let dram_bps = measure_dram(o)?;
     progress(&format!("DRAM: {:.1} GB/s", dram_bps / 1e9));
     let scratch = write_scratch(o)?;
@@ -439,7 +445,53 @@ pub fn calibrate(o: &CalibrateOptions, mut progress: impl FnMut(&str)) -> Result
         flash_path: o.dir.display().to_string(),
         call_overhead,
         select_ns,
+        prompt_flops,
+        prompt_t_flops,
     })
+}
+
+/// Tokens of the prompt-tile measurement.
+const PROMPT_TOKENS: usize = 64;
+
+/// The prompt's batched product (`matmul`: each work item's rows dequantized into the f32 tile,
+/// then multiplied with every token) in floating-point operations per second, at the most threads:
+/// a Q4_0 matrix of 1024 × 4096 (2.3 MiB, like a layer's chunk of a prompt step) over
+/// [`PROMPT_TOKENS`] tokens, quantized from smooth values (no subnormals to slow the arithmetic);
+/// and the same for its transposed product (`matmul_t` over its first 512 rows, as a streamed
+/// chunk's down rows).
+fn measure_prompt(o: &CalibrateOptions) -> Result<(f64, f64)> {
+    let (rows, cols, n) = (1024usize, 4096usize, PROMPT_TOKENS);
+    let src: Vec<f32> = (0..rows * cols)
+        .map(|i| ((i * 7919) % 1013) as f32 / 1013.0 - 0.5)
+        .collect();
+    let format = WeightFormat::Q4_0;
+    let data = kernels_neon::quantize_matrix(format, &src, rows, cols).map_err(kernel_err)?;
+    let w = QMatrix::new(format, rows, cols, &data)
+        .map_err(|e| EngineError::Request(format!("calibration matrix: {e}")))?;
+    let x: Vec<f32> = (0..n * cols)
+        .map(|i| ((i * 31) % 61) as f32 / 61.0 - 0.5)
+        .collect();
+    let mut y = vec![0f32; n * rows];
+    let p = pool(o.max_threads)?;
+    let s = p.install(|| {
+        per_call(o.point_time, || {
+            kernels_neon::matmul(&w, &x, n, &mut y, Precision::Fast).map_err(kernel_err)
+        })
+    })?;
+    let k = 512;
+    let wt = QMatrix::new(format, k, cols, &data[..k * w.row_bytes()])
+        .map_err(|e| EngineError::Request(format!("calibration matrix: {e}")))?;
+    let h = &x[..n * k];
+    let mut yt = vec![0f32; n * cols];
+    let st = p.install(|| {
+        per_call(o.point_time, || {
+            kernels_neon::matmul_t(&wt, h, n, &mut yt).map_err(kernel_err)
+        })
+    })?;
+    Ok((
+        2.0 * (rows * cols * n) as f64 / s,
+        2.0 * (k * cols * n) as f64 / st,
+    ))
 }
 
 /// The fixed cost of one parallel kernel call per thread count: a matrix-vector product over a

@@ -235,7 +235,9 @@ impl<'a> Engine<'a> {
     }
 
     /// [`Engine::forward`] into `logits` (resized to what the step returns): a decode loop reuses
-    /// one buffer instead of allocating (and faulting in) the vocabulary's logits every token.
+    /// one buffer instead of allocating (and faulting in) the vocabulary's logits every token. Over
+    /// a neuron store a prompt runs in steps of at most [`crate::budget::OFFLOAD_PROMPT_STEP`]
+    /// tokens, each streaming the store once, with their working memory lent by the neuron cache.
     pub fn forward_into(
         &self,
         cache: &mut KvCache,

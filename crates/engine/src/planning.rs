@@ -125,6 +125,17 @@ pub fn model_summary(engine: &Engine<'_>, sidecars: &SparseSidecars) -> Result<M
         batch_sizes,
         grid: GRID,
         offloaded: store.is_some(),
+        prompt_macs_per_token: cfg.n_layers as f64
+            * (cfg.d_model * (2 * cfg.q_dim() + 2 * cfg.kv_dim() + 3 * cfg.d_ff)) as f64,
+        down_macs_per_token: (cfg.n_layers * cfg.d_model * cfg.d_ff) as f64,
+        attn_macs_per_pair: (cfg.n_layers * 2 * cfg.q_dim()) as f64,
+        output_macs: (cfg.d_model * cfg.vocab_size) as f64,
+        output_bytes: bytes(&model.output),
+        prompt_step_tokens: if store.is_some() {
+            crate::budget::OFFLOAD_PROMPT_STEP as u32
+        } else {
+            0
+        },
     })
 }
 

@@ -72,6 +72,8 @@ fn device_profile() -> engine::planner::DeviceProfile {
         flash_path: "/tmp".into(),
         call_overhead: vec![],
         select_ns: 0.0,
+        prompt_flops: 0.0,
+        prompt_t_flops: 0.0,
     }
 }
 

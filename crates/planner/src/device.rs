@@ -82,6 +82,15 @@ pub struct DeviceProfile {
     /// profiles of older builds.
     #[serde(default)]
     pub select_ns: f64,
+    /// Floating-point operations per second (2 per multiply-add) of a prompt's batched product at the
+    /// most threads (`matmul`'s f32 tile over 64 tokens); 0 in profiles of older builds: no prompt
+    /// prediction.
+    #[serde(default)]
+    pub prompt_flops: f64,
+    /// The same for the product with a matrix stored transposed (`matmul_t`: a sparse or offloaded
+    /// FFN's down rows over a prompt); 0 in profiles of older builds: `prompt_flops`.
+    #[serde(default)]
+    pub prompt_t_flops: f64,
 }
 
 /// Fixed cost of one parallel kernel call at one thread count.

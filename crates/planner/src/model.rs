@@ -146,6 +146,25 @@ pub struct ModelSummary {
     pub grid: u32,
     /// Whether the FFN lives in a neuron store (flash offload); else it is all in memory.
     pub offloaded: bool,
+    /// Multiply-adds per prompt token through every layer's weight matrices (0: unknown, no prompt
+    /// prediction).
+    #[serde(default)]
+    pub prompt_macs_per_token: f64,
+    /// Of those, the FFN down projections' (run transposed by a sparse or offloaded FFN).
+    #[serde(default)]
+    pub down_macs_per_token: f64,
+    /// Multiply-adds of attention per (query, key) pair over all layers.
+    #[serde(default)]
+    pub attn_macs_per_pair: f64,
+    /// Multiply-adds of one token's output projection.
+    #[serde(default)]
+    pub output_macs: f64,
+    /// Bytes of the output projection (read from flash for a prompt's last token when streamed).
+    #[serde(default)]
+    pub output_bytes: u64,
+    /// Tokens per prompt step over a neuron store (each step streams the FFN not in memory once).
+    #[serde(default)]
+    pub prompt_step_tokens: u32,
 }
 
 impl ModelSummary {

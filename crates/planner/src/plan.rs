@@ -10,6 +10,7 @@ use crate::container;
 use crate::device::DeviceProfile;
 use crate::error::{PlannerError, Result};
 use crate::model::{step_neurons, ModelSummary};
+use crate::prompt::{prompt_cost, PromptCost};
 use crate::solve::{Choice, Cost};
 use crate::tables::{Constraints, Tables};
 
@@ -78,6 +79,10 @@ pub struct Plan {
     pub memory: u64,
     /// Predictions per batch size (batch size 1 first).
     pub predicted: Vec<Predicted>,
+    /// What a prompt costs with this plan's placement (`None`: the device profile or the model
+    /// summary lacks the figures; plans of older builds).
+    #[serde(default)]
+    pub prompt: Option<PromptCost>,
 }
 
 fn predicted(t: &Tables, batch: u32, c: &Choice, cost: &Cost) -> Predicted {
@@ -162,12 +167,23 @@ pub fn make_plan(
             )));
         }
     }
+    let streamed = model
+        .tensors
+        .iter()
+        .zip(&choice.resident)
+        .any(|(x, &r)| x.offloadable && !r);
     let hot_neurons: Vec<u32> = model
         .layers
         .iter()
         .zip(&choice.steps)
         .map(|(l, &j)| step_neurons(l.neurons, model.grid, j))
         .collect();
+    let ffn_cache_bytes = model
+        .layers
+        .iter()
+        .zip(&hot_neurons)
+        .map(|(l, &n)| n as u64 * l.neuron_bytes)
+        .sum();
     Ok(Plan {
         model: model.name.clone(),
         model_fingerprint: model.fingerprint,
@@ -184,12 +200,7 @@ pub fn make_plan(
         queue_depth: t1.queue_depths[choice.queue_depth],
         chunk_rows: 0,
         sparse: vec![choice.sparse; model.layers.len()],
-        ffn_cache_bytes: model
-            .layers
-            .iter()
-            .zip(&hot_neurons)
-            .map(|(l, &n)| n as u64 * l.neuron_bytes)
-            .sum(),
+        ffn_cache_bytes,
         hot_neurons,
         resident: model
             .tensors
@@ -199,6 +210,7 @@ pub fn make_plan(
             .collect(),
         memory: cost.memory,
         predicted: preds,
+        prompt: prompt_cost(device, model, ffn_cache_bytes, choice.sparse, streamed),
     })
 }
 
@@ -331,6 +343,14 @@ impl Plan {
             p.ffn_s * 1e3,
             p.io_s * 1e3
         );
+        if let Some(c) = &self.prompt {
+            let _ = writeln!(
+                s,
+                "  predicted prompt: 512 tokens to the first token in {:.2} s ({:.0} tok/s)",
+                c.seconds(512),
+                c.tok_s(512)
+            );
+        }
         for q in &self.predicted[1..] {
             let _ = writeln!(
                 s,

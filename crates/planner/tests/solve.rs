@@ -3,7 +3,7 @@
 mod common;
 
 use common::{device, model, small_case};
-use planner::{brute_force, make_plan, search, Constraints, Solver, Tables};
+use planner::{brute_force, make_plan, search, Constraints, DeviceProfile, Solver, Tables};
 use proptest::prelude::*;
 
 fn tables(layers: usize, neurons: usize, grid: u32, alpha: f64) -> Tables {
@@ -292,4 +292,53 @@ fn a_batch_costs_what_its_formats_batched_kernel_measured() {
     let dear = Tables::build(&d, &m, &c, 1).unwrap();
     assert!(cheap.ffn_dense_ns[0] < dear.ffn_dense_ns[0]);
     assert!(cheap.attn_ns[0] < dear.attn_ns[0]);
+}
+
+#[test]
+fn a_plan_predicts_its_prompt_from_the_tile_rate_and_the_bytes_left_on_flash() {
+    let c = Constraints {
+        context: 256,
+        ..Constraints::default()
+    };
+    let mut m = model(2, 1024, 4, 1.0, true);
+    let d = device(2, 1.0);
+    // An older device profile (no prompt rate) or model summary (no counts): no prediction.
+    assert_eq!(make_plan(&d, &m, &c, Solver::Search).unwrap().prompt, None);
+    m.prompt_macs_per_token = 1e9;
+    m.down_macs_per_token = 4e8;
+    m.attn_macs_per_pair = 1e3;
+    m.output_macs = 1e8;
+    m.prompt_step_tokens = 128;
+    let d = DeviceProfile {
+        prompt_flops: 2e11,
+        prompt_t_flops: 1e11,
+        ..d
+    };
+    let all = make_plan(&d, &m, &c, Solver::Search).unwrap();
+    let p = all.prompt.expect("a prediction");
+    // An offloaded FFN: 6e8 multiply-adds a token at 1e11 a second, the 4e8 of its down rows
+    // (transposed) at 5e10; the whole FFN cached: nothing to read.
+    assert!((p.token_s - 1.4e-2).abs() < 1e-12, "{p:?}");
+    assert_eq!(p.step_io_s, 0.0, "{}", all.describe());
+    assert!(all.describe().contains("predicted prompt: 512 tokens"));
+    // Under a budget that leaves part of the FFN on flash, each step reads it at the sequential rate.
+    let t = Tables::build(&d, &m, &c, 0).unwrap();
+    let tight = Constraints {
+        memory_budget: Some(budget(&t, 0.0)),
+        ..c
+    };
+    let part = make_plan(&d, &m, &tight, Solver::Search).unwrap();
+    let q = part.prompt.expect("a prediction");
+    let ffn: u64 = m
+        .layers
+        .iter()
+        .map(|l| l.neurons as u64 * l.neuron_bytes)
+        .sum();
+    let cold = (ffn - part.ffn_cache_bytes) as f64;
+    assert!(part.ffn_cache_bytes < ffn, "{}", part.describe());
+    assert!(
+        (q.step_io_s - cold / d.flash_seq_bps).abs() < 1e-12,
+        "{q:?}"
+    );
+    assert!(q.seconds(512) >= p.seconds(512));
 }

@@ -747,6 +747,8 @@ fn planner_seeds() -> (Vec<u8>, Vec<u8>) {
         flash_path: "/tmp".into(),
         call_overhead: vec![],
         select_ns: 0.0,
+        prompt_flops: 0.0,
+        prompt_t_flops: 0.0,
     };
     let freq: Vec<f32> = (0..16).map(|i| 1.0 / (1.0 + i as f32)).collect();
     let freq2: Vec<f32> = freq.iter().map(|p| 1.0 - (1.0 - p) * (1.0 - p)).collect();
@@ -771,6 +773,12 @@ fn planner_seeds() -> (Vec<u8>, Vec<u8>) {
         batch_sizes: vec![1, 2],
         grid: 4,
         offloaded: true,
+        prompt_macs_per_token: 0.0,
+        down_macs_per_token: 0.0,
+        attn_macs_per_pair: 0.0,
+        output_macs: 0.0,
+        output_bytes: 0,
+        prompt_step_tokens: 0,
     };
     let c = Constraints {
         memory_budget: Some(8 << 20),

@@ -49,6 +49,8 @@ pub fn device(cores: u32, speed: f64) -> DeviceProfile {
         flash_path: "/tmp".into(),
         call_overhead: vec![],
         select_ns: 0.0,
+        prompt_flops: 0.0,
+        prompt_t_flops: 0.0,
     }
 }
 
@@ -104,6 +106,12 @@ pub fn model(
         batch_sizes: vec![1, 2],
         grid,
         offloaded,
+        prompt_macs_per_token: 0.0,
+        down_macs_per_token: 0.0,
+        attn_macs_per_pair: 0.0,
+        output_macs: 0.0,
+        output_bytes: 0,
+        prompt_step_tokens: 0,
     }
 }
 

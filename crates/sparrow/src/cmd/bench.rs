@@ -504,6 +504,7 @@ impl Printed<'_, '_> {
         if let Some(p) = self.plan {
             v["plan"] = serde_json::json!({
                 "predicted_tg_tok_s": p.predicted[0].tok_s,
+                "predicted_pp_tok_s": p.prompt.map(|c| c.tok_s(a.n_prompt)),
                 "measured_over_predicted": mean_sd(&runs[0].tg).0 / p.predicted[0].tok_s,
                 "solver": p.solver,
                 "memory": p.memory,
@@ -608,6 +609,15 @@ impl Printed<'_, '_> {
                 "plan: predicted tg {predicted:.1} tok/s, measured {measured:.1} tok/s ({:+.0}%)",
                 100.0 * (measured / predicted - 1.0)
             );
+            if let (Some(c), true) = (p.prompt, a.n_prompt > 1) {
+                let (predicted, measured) = (c.tok_s(a.n_prompt), mean_sd(&r.pp).0);
+                println!(
+                    "plan: predicted pp{} {predicted:.1} tok/s ({:.2} s to the first token), measured {measured:.1} tok/s ({:+.0}%)",
+                    a.n_prompt,
+                    c.seconds(a.n_prompt),
+                    100.0 * (measured / predicted - 1.0)
+                );
+            }
         }
         let ratio_name = report.ratio_name();
         if let Some((m, s)) = report.pp_ratio() {
