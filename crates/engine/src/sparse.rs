@@ -327,7 +327,7 @@ impl SparseFfn {
                 .map_err(kernel("sparse ffn down (batched)"))?;
             out.par_chunks_mut(d)
                 .zip(y.par_chunks(d))
-                .for_each(|(o, yt)| o.iter_mut().zip(yt).for_each(|(o, v)| *o += v));
+                .for_each(|(o, yt)| kernels_neon::axpy_f32(1.0, yt, o));
         }
         Ok(())
     }

@@ -168,7 +168,7 @@ impl Offload {
             kernels_neon::matmul_t(&wd, &g, n, &mut y).map_err(kernel("offloaded prefill down"))?;
             out.par_chunks_mut(d)
                 .zip(y.par_chunks(d))
-                .for_each(|(o, yt)| o.iter_mut().zip(yt).for_each(|(o, v)| *o += v));
+                .for_each(|(o, yt)| kernels_neon::axpy_f32(1.0, yt, o));
             Ok(())
         })?;
         let c = &self.counters;
