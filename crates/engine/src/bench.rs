@@ -63,8 +63,11 @@ pub struct ModeRuns {
     pub token_s: Vec<f64>,
     /// Per repetition: share of decode time the compute threads waited for flash.
     pub wait_share: Vec<f64>,
-    /// Offload counters of the last repetition.
+    /// Offload counters of the last repetition's decode.
     pub offload: Option<OffloadStats>,
+    /// Offload counters of the last repetition's prompt (its layers streamed from the store:
+    /// [`OffloadStats::prefill_s`], [`OffloadStats::prefill_bytes_read`]).
+    pub prompt_offload: Option<OffloadStats>,
 }
 
 /// What [`run`] measured: one [`ModeRuns`] per mode, in the order of `modes`.
@@ -237,10 +240,15 @@ pub fn run(
 /// One repetition of prefill and decode on `e`, added to `r`.
 fn measure(e: &Engine<'_>, tokens: &[u32], opts: &BenchOptions, r: &mut ModeRuns) -> Result<()> {
     if opts.n_prompt > 0 {
+        let off = e.sparse().and_then(|sp| sp.offload());
+        if let Some(o) = off {
+            o.reset_stats();
+        }
         let mut cache = e.new_cache();
         let t = Instant::now();
         e.forward(&mut cache, &tokens[..opts.n_prompt], Logits::Last)?;
         r.pp.push(opts.n_prompt as f64 / t.elapsed().as_secs_f64());
+        r.prompt_offload = off.map(|o| o.stats());
     }
     if opts.n_gen > 0 {
         let mut cache = e.new_cache();

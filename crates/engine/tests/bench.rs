@@ -33,7 +33,7 @@ fn dense_bench_measures_every_repetition() {
     assert_eq!((m.pp.len(), m.tg.len(), m.ffn_share.len()), (3, 3, 3));
     assert_eq!(m.token_s.len(), 3 * 4, "every decode step is timed");
     assert!(m.pp.iter().chain(&m.tg).all(|&x| x > 0.0 && x.is_finite()));
-    assert!(m.stats.is_none() && m.offload.is_none());
+    assert!(m.stats.is_none() && m.offload.is_none() && m.prompt_offload.is_none());
     assert_eq!(r.tg_ratio(), None);
 }
 

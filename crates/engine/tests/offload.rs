@@ -154,6 +154,7 @@ fn offloaded_ffn_equals_in_memory_sparse_ffn_at_every_budget() {
                 );
                 let st = off.stats();
                 assert_eq!((st.tokens, st.units, st.bytes_read), (0, 0, 0), "{st:?}");
+                assert!(st.prefill_s > 0.0, "the streamed FFN is timed: {st:?}");
                 if budget == 0 {
                     assert_eq!(st.prefill_bytes_read, total_units as u64, "{st:?}");
                 } else if budget == usize::MAX {

@@ -19,7 +19,7 @@ use crate::error::{kernel, EngineError, Result};
 use crate::neurons::{LayerRule, Score};
 
 /// Which neurons each token of a prompt step computes, besides the layer's threshold.
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Copy)]
 pub(crate) struct PrefillMask<'a> {
     /// `n × d_ff`: the predictor's candidates of each token (every neuron when `None`).
     pub keep: Option<&'a [bool]>,

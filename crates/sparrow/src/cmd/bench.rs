@@ -449,6 +449,11 @@ fn sparsity_sweep(
     Ok(())
 }
 
+/// Seconds of the last repetition's prompt of `n_prompt` tokens (NaN without one).
+fn prompt_s(r: &ModeRuns, n_prompt: usize) -> f64 {
+    r.pp.last().map_or(f64::NAN, |pp| n_prompt as f64 / pp)
+}
+
 /// What the report is printed from.
 struct Printed<'p, 'e> {
     a: &'p BenchArgs,
@@ -487,6 +492,10 @@ impl Printed<'_, '_> {
                     "gate_frac": s.gate_frac(), "up_frac": s.up_frac(), "down_frac": s.down_frac(),
                 })),
                 "offload": offload_json(r),
+                "prompt_offload": r.prompt_offload.as_ref().map(|o| serde_json::json!({
+                    "ffn_s": o.prefill_s, "ffn_time_share": o.prefill_s / prompt_s(r, a.n_prompt),
+                    "mib_read": mib(o.prefill_bytes_read),
+                })),
             })
         };
         let mut v = mode_json(&runs[0]);
@@ -557,6 +566,14 @@ impl Printed<'_, '_> {
             let (tm, ts) = mean_sd(&r.tg);
             if !r.pp.is_empty() {
                 println!("{name}pp{:<5} {:>8.1} ± {:.1} tok/s", a.n_prompt, pm, ps);
+                if let Some(o) = &r.prompt_offload {
+                    println!(
+                        "{name}prompt: offloaded FFN {:.2} s ({:.0}% of the last run) | {:.1} MiB streamed from flash",
+                        o.prefill_s,
+                        100.0 * o.prefill_s / prompt_s(r, a.n_prompt),
+                        mib(o.prefill_bytes_read),
+                    );
+                }
             }
             if !r.tg.is_empty() {
                 let extra = match r.stats {
