@@ -14,7 +14,7 @@
 //! ([`crate::KvCache`]). So a conversation that grows to the full context never takes the process
 //! past its budget.
 
-use kernels_neon::KvFormat;
+use kernels_neon::{KvFormat, WeightFormat};
 
 use crate::config::ModelConfig;
 use crate::error::{EngineError, Result};
@@ -40,20 +40,26 @@ pub const OFFLOAD_PROMPT_STEP: usize = 128;
 
 /// Bytes a prompt step of `tokens` tokens over a neuron store holds while it runs, besides the
 /// caches: the activations of its tokens (the residual stream, normed input, queries, keys,
-/// values, attention and FFN outputs, the FFN's per-chunk gate and up values and down sums) and
-/// the streamed layer's buffers (two chunks in flight and one gathered, of `prefill_neurons`
-/// bundles of `bundle_bytes` each, and the chunk's down rows in f32).
+/// values, attention and FFN outputs, the FFN's per-chunk gate and up values and down sums), the
+/// streamed layer's buffers (two chunks in flight and one gathered, of `prefill_neurons` bundles of
+/// `bundle_bytes` each) and what the chunk's down product holds besides them
+/// ([`kernels_neon::matmul_t_scratch_bytes`] of `prefill_neurons` rows in `down_format` on
+/// `threads` threads: its bands' outputs, the down sums once more, and the bands in flight
+/// dequantized).
 pub fn prompt_step_bytes(
     cfg: &ModelConfig,
     tokens: usize,
     prefill_neurons: usize,
     bundle_bytes: u64,
+    down_format: WeightFormat,
+    threads: usize,
 ) -> u64 {
     let (d, q, kv) = (cfg.d_model, cfg.q_dim(), cfg.kv_dim());
     let per_token = 4 * (5 * d + 2 * q + 2 * kv + 2 * prefill_neurons) as u64;
     let chunk = prefill_neurons as u64 * bundle_bytes;
-    let down_f32 = 4 * (prefill_neurons * d) as u64;
-    per_token * tokens as u64 + 3 * chunk + down_f32
+    let down =
+        kernels_neon::matmul_t_scratch_bytes(down_format, prefill_neurons, d, tokens, threads);
+    per_token * tokens as u64 + 3 * chunk + down
 }
 
 /// How much memory the offloaded FFN (its neuron cache) may use.

@@ -266,6 +266,8 @@ impl<'a> Engine<'a> {
             tokens.len().min(step),
             off.options().prefill_neurons,
             off.store().index().layout.bundle_bytes() as u64,
+            off.store().index().formats.down,
+            self.threads,
         );
         off.lend_cache(lent as usize, || {
             self.prompt_steps(cache, tokens, want, mode, logits)

@@ -243,9 +243,9 @@ pub use gated::matvec_gated;
 #[doc(hidden)]
 pub use gated::matvec_gated_with;
 pub use kv::{kv_decode, kv_encode, KvFormat, KV_Q8_BLOCK};
-pub use matmul_t::matmul_t;
 #[doc(hidden)]
 pub use matmul_t::matmul_t_with;
+pub use matmul_t::{matmul_t, matmul_t_scratch_bytes};
 pub use quantize::{quantize_matrix, quantize_row};
 pub use rope::{rope_inplace, RopeAngles, RopeStyle};
 pub use sparse::*;

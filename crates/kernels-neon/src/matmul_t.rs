@@ -8,10 +8,47 @@
 
 use rayon::prelude::*;
 
-use crate::{arch, check_len, check_path, matmul_chunk, KernelError, KernelPath, QMatrix};
+use crate::{
+    arch, check_len, check_path, matmul_chunk, KernelError, KernelPath, QMatrix, WeightFormat,
+};
 
 /// Rows of `W` transposed into a work item's tile together.
 const T_ROWS: usize = 16;
+
+/// Output columns of one work item of [`matmul_t`] over a matrix of `format`: whole blocks of the
+/// format (hybrid rows are dequantized whole first, so any width).
+fn band_cols(format: WeightFormat) -> usize {
+    if format.is_hybrid() {
+        matmul_chunk()
+    } else {
+        matmul_chunk().next_multiple_of(format.block_len())
+    }
+}
+
+/// Bytes [`matmul_t`] allocates on the active kernel path for a `rows × cols` matrix of `format`
+/// over `n` tokens with `threads` work items at a time (the pool's threads), besides `x` and `y`:
+/// every band's output (`n × cols` f32 in all, held until copied into `y`) and, per band in flight,
+/// its tile (the band's columns of every row, transposed, f32), [`T_ROWS`] rows of the band and
+/// what the tile kernel allocates; a hybrid matrix is also dequantized whole (`rows × cols` f32)
+/// first.
+pub fn matmul_t_scratch_bytes(
+    format: WeightFormat,
+    rows: usize,
+    cols: usize,
+    n: usize,
+    threads: usize,
+) -> u64 {
+    if n == 0 || rows == 0 || cols == 0 {
+        return 0;
+    }
+    let band = band_cols(format);
+    let kernel = arch::tile_scratch_bytes(crate::active_path(), band.min(cols), rows) as u64;
+    let flying = threads.clamp(1, cols.div_ceil(band)) as u64;
+    let flying_cols = (flying * band as u64).min(cols as u64);
+    let (rows, cols, n) = (rows as u64, cols as u64, n as u64);
+    let whole = if format.is_hybrid() { rows * cols } else { 0 };
+    4 * (n * cols + flying_cols * rows + flying * (T_ROWS * band) as u64 + whole) + flying * kernel
+}
 
 /// `y[t*cols + c] = Σ_j x[t*rows + j] · W[j][c]` for `n` tokens (`x`: `n × rows`, `y`: `n × cols`,
 /// token-major): the product with `w` transposed, in f32 (exact summation of the dequantized
@@ -52,11 +89,7 @@ pub fn matmul_t_with(
     // blocks (the matrix stays quantized, in cache). Hybrid rows (scales and outliers per row) are
     // dequantized whole once instead.
     let block = format.block_len();
-    let band = if format.is_hybrid() {
-        matmul_chunk()
-    } else {
-        matmul_chunk().next_multiple_of(block)
-    };
+    let band = band_cols(format);
     let whole: Option<Vec<f32>> = format.is_hybrid().then(|| {
         let mut f = vec![0f32; rows * cols];
         f.par_chunks_mut(cols)

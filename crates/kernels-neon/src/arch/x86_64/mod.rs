@@ -45,6 +45,6 @@ pub(crate) use matvec_i16_batch::matvec_i16_batch;
 pub(crate) use matvec_int8::matvec_int8;
 pub(crate) use quantize::{quantize, quantize16};
 pub(crate) use tile::tile;
-pub(crate) use tile512::tile as tile512;
+pub(crate) use tile512::{tile as tile512, tile_scratch_bytes as tile512_scratch_bytes};
 pub(crate) use tile_bf16::{tile_bf16, to_bf16};
 pub(crate) use vector::{axpy_f32, dot_f32};

@@ -114,6 +114,14 @@ unsafe fn rows<const TT: usize>(
     }
 }
 
+/// Bytes [`tile`] allocates for an `nr × cols` tile: the packed panels, their offsets and the
+/// accumulators.
+pub(crate) fn tile_scratch_bytes(nr: usize, cols: usize) -> usize {
+    let groups = nr.div_ceil(R);
+    let packed = 4 * groups * R * cols.div_ceil(16) * 16;
+    packed + groups * std::mem::size_of::<usize>() + groups * R * T * 64
+}
+
 /// `out[t*nr + i] = dot(w[i], x[t])` for an f32 tile `w` (nr × cols).
 ///
 /// # Safety
