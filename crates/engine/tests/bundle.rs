@@ -70,10 +70,7 @@ fn device_profile() -> engine::planner::DeviceProfile {
         batch_cost: 0.2,
         flash_seq_bps: 2e9,
         flash_path: "/tmp".into(),
-        call_overhead: vec![],
-        select_ns: 0.0,
-        prompt_flops: 0.0,
-        prompt_t_flops: 0.0,
+        ..Default::default()
     }
 }
 

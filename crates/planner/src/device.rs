@@ -106,6 +106,28 @@ fn one() -> f64 {
     1.0
 }
 
+/// A machine nobody measured (no cores, no rates: it does not validate), with the figures a profile
+/// file may leave out at their defaults (`batch_cost` 1), for literals that set only what they need.
+impl Default for DeviceProfile {
+    fn default() -> Self {
+        Self {
+            name: String::new(),
+            fingerprint: 0,
+            cores: 0,
+            dram_bps: 0.0,
+            kernels: Vec::new(),
+            flash_random: Vec::new(),
+            batch_cost: one(),
+            flash_seq_bps: 0.0,
+            flash_path: String::new(),
+            call_overhead: Vec::new(),
+            select_ns: 0.0,
+            prompt_flops: 0.0,
+            prompt_t_flops: 0.0,
+        }
+    }
+}
+
 impl DeviceProfile {
     /// Checks the tables are usable: positive finite rates, at least one kernel and one I/O point,
     /// thread counts within the cores.

@@ -22,15 +22,14 @@
 //!     name: "doc".into(), fingerprint: 1, cores: 2, dram_bps: 10e9, batch_cost: 0.2,
 //!     kernels: vec![KernelRate { format: "q4_0".into(), threads: 1, dense_bps: 5e9, sparse_bps: 3e9, axpy_bps: 0.0, batch_cost: 0.0 }],
 //!     flash_random: vec![IoRate { read_bytes: 4096, queue_depth: 32, bps: 1e9 }],
-//!     flash_seq_bps: 2e9, flash_path: "/tmp".into(), call_overhead: vec![], select_ns: 0.0, prompt_flops: 0.0, prompt_t_flops: 0.0,
+//!     flash_seq_bps: 2e9, flash_path: "/tmp".into(), ..Default::default()
 //! };
 //! let freq = vec![vec![0.9, 0.5, 0.1, 0.0]];
 //! let layer = FfnLayer::from_frequencies(3 * 4096, "q4_0", 4096, 1, &freq, 4).unwrap();
 //! let model = ModelSummary {
 //!     name: "doc".into(), fingerprint: 2, tensors: vec![], layers: vec![layer; 2],
-//!     predictor_bytes: 0, predicted: false, select_up: false, kv_bytes_per_position: 1024, process_bytes: 1 << 20,
-//!     batch_sizes: vec![1], grid: 4, offloaded: true,
-//!     prompt_macs_per_token: 0.0, down_macs_per_token: 0.0, attn_macs_per_pair: 0.0, output_macs: 0.0, output_bytes: 0, prompt_step_tokens: 0,
+//!     kv_bytes_per_position: 1024, process_bytes: 1 << 20, batch_sizes: vec![1], grid: 4, offloaded: true,
+//!     ..Default::default()
 //! };
 //! let c = Constraints { memory_budget: Some(8 << 20), ..Constraints::default() };
 //! let plan = make_plan(&device, &model, &c, Solver::Search).unwrap();

@@ -116,8 +116,9 @@ pub fn step_neurons(neurons: u32, grid: u32, j: u32) -> u32 {
     ((neurons as u64 * j as u64).div_ceil(grid as u64)) as u32
 }
 
-/// Everything the planner needs to know about a model.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// Everything the planner needs to know about a model. `Default` is an empty model (no layers,
+/// nothing measured) for literals that set only what they need.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct ModelSummary {
     /// A name for people (the file name).
     pub name: String,

@@ -745,10 +745,7 @@ fn planner_seeds() -> (Vec<u8>, Vec<u8>) {
         batch_cost: 0.3,
         flash_seq_bps: 2e9,
         flash_path: "/tmp".into(),
-        call_overhead: vec![],
-        select_ns: 0.0,
-        prompt_flops: 0.0,
-        prompt_t_flops: 0.0,
+        ..Default::default()
     };
     let freq: Vec<f32> = (0..16).map(|i| 1.0 / (1.0 + i as f32)).collect();
     let freq2: Vec<f32> = freq.iter().map(|p| 1.0 - (1.0 - p) * (1.0 - p)).collect();
@@ -765,20 +762,12 @@ fn planner_seeds() -> (Vec<u8>, Vec<u8>) {
             computed: true,
         }],
         layers: vec![layer.clone(), layer],
-        predictor_bytes: 0,
-        predicted: false,
-        select_up: false,
         kv_bytes_per_position: 1024,
         process_bytes: 1 << 20,
         batch_sizes: vec![1, 2],
         grid: 4,
         offloaded: true,
-        prompt_macs_per_token: 0.0,
-        down_macs_per_token: 0.0,
-        attn_macs_per_pair: 0.0,
-        output_macs: 0.0,
-        output_bytes: 0,
-        prompt_step_tokens: 0,
+        ..Default::default()
     };
     let c = Constraints {
         memory_budget: Some(8 << 20),

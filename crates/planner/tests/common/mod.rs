@@ -47,10 +47,7 @@ pub fn device(cores: u32, speed: f64) -> DeviceProfile {
         ],
         flash_seq_bps: 2e9,
         flash_path: "/tmp".into(),
-        call_overhead: vec![],
-        select_ns: 0.0,
-        prompt_flops: 0.0,
-        prompt_t_flops: 0.0,
+        ..Default::default()
     }
 }
 
@@ -100,18 +97,12 @@ pub fn model(
         layers: ls,
         predictor_bytes: 1 << 20,
         predicted: true,
-        select_up: false,
         kv_bytes_per_position: 4096,
         process_bytes: 4 << 20,
         batch_sizes: vec![1, 2],
         grid,
         offloaded,
-        prompt_macs_per_token: 0.0,
-        down_macs_per_token: 0.0,
-        attn_macs_per_pair: 0.0,
-        output_macs: 0.0,
-        output_bytes: 0,
-        prompt_step_tokens: 0,
+        ..Default::default()
     }
 }
 
