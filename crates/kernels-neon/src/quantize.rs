@@ -22,8 +22,10 @@
 //!   `s` with the least squared error over the non-outlier elements
 //!   (ties: the larger `r`). Outliers are stored sorted by column.
 //!
-//! K-quants are not produced here (their encoders search scales; files
-//! carry them already quantized).
+//! * `Q2_K`, `Q4_K`, `Q6_K`: each sub-block's scale (and min) from its range, rounded to nearest
+//!   (`quantize_k`), without ggml's scale search.
+//!
+//! The other K-quants are not produced here (files carry them already quantized).
 
 use half::{bf16, f16};
 
@@ -33,7 +35,7 @@ use crate::{KernelError, LayoutError, WeightFormat};
 /// exactly `format.row_bytes(src.len())` bytes.
 ///
 /// Supported formats: `F32`, `F16`, `BF16`, `Q8_0`, `Q4_0`, `Q4_1`, `Q5_0`,
-/// `Q5_1`, `I4Hybrid`; the K-quants and the IQ4 formats give [`KernelError::Unsupported`]. Non-finite inputs give
+/// `Q5_1`, `Q2_K`, `Q4_K`, `Q6_K`, `I4Hybrid`; `Q3_K`, `Q5_K` and the IQ4 formats give [`KernelError::Unsupported`]. Non-finite inputs give
 /// [`KernelError::NonFinite`] (a quantized block cannot represent them).
 pub fn quantize_row(format: WeightFormat, src: &[f32], dst: &mut [u8]) -> Result<(), KernelError> {
     let expected =
@@ -144,11 +146,12 @@ pub fn quantize_row(format: WeightFormat, src: &[f32], dst: &mut [u8]) -> Result
                 crate::quantize_k::q6_k_block(x, blk);
             }
         }
-        WeightFormat::Q2_K
-        | WeightFormat::Q3_K
-        | WeightFormat::Q5_K
-        | WeightFormat::IQ4_NL
-        | WeightFormat::IQ4_XS => {
+        WeightFormat::Q2_K => {
+            for (blk, x) in dst.chunks_exact_mut(84).zip(src.chunks_exact(256)) {
+                crate::quantize_k::q2_k_block(x, blk);
+            }
+        }
+        WeightFormat::Q3_K | WeightFormat::Q5_K | WeightFormat::IQ4_NL | WeightFormat::IQ4_XS => {
             return Err(KernelError::Unsupported {
                 what: "quantize_row",
                 format,

@@ -1,4 +1,5 @@
-//! Quantizers of the two K-quant formats llama.cpp's Q4_K_M mix is made of, Q4_K and Q6_K, in ggml's
+//! Quantizers of the two K-quant formats llama.cpp's Q4_K_M mix is made of, Q4_K and Q6_K, and of
+//! Q2_K (the engine's small proxy of a streamed output projection, `engine::output_proxy`), in ggml's
 //! block layouts (read back by `dequantize_row`, whose dequantization `tests/gguf_fixture.rs` checks
 //! against the PyPI `gguf` package). They fit each sub-block's scale (and Q4_K's min) from its range and round
 //! to nearest, without ggml's iterative search (`make_qkx2_quants`): the bytes are valid blocks of the
@@ -128,4 +129,55 @@ pub(crate) fn q6_k_block(x: &[f32], out: &mut [u8]) {
         *b = s as u8;
     }
     dbytes.copy_from_slice(&d.to_le_bytes());
+}
+
+/// One Q2_K super-block (84 bytes): 16 bytes of 4-bit scales (low nibble) and mins (high nibble) of
+/// the sixteen 16-element sub-blocks, 64 bytes of 2-bit quants, `d`, `dmin` (f16);
+/// `x = d·sc_j·q − dmin·m_j`.
+pub(crate) fn q2_k_block(x: &[f32], out: &mut [u8]) {
+    debug_assert!(x.len() == QK && out.len() == 84);
+    let mut scale = [0f32; 16];
+    let mut min = [0f32; 16];
+    for (j, s) in x.chunks_exact(16).enumerate() {
+        let lo = s.iter().fold(0f32, |m, &v| m.min(v));
+        let hi = s.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+        scale[j] = (hi - lo) / 3.0;
+        min[j] = -lo;
+    }
+    let max_scale = scale.iter().fold(0f32, |m, &v| m.max(v));
+    let max_min = min.iter().fold(0f32, |m, &v| m.max(v));
+    let d = f16::from_f32(max_scale / 15.0);
+    let dmin = f16::from_f32(max_min / 15.0);
+    let (df, dminf) = (d.to_f32(), dmin.to_f32());
+    let mut q = [0u8; QK];
+    for (j, (qs, xs)) in q.chunks_exact_mut(16).zip(x.chunks_exact(16)).enumerate() {
+        let sc = if df > 0.0 {
+            nearest(scale[j] / df, 0, 15) as u8
+        } else {
+            0
+        };
+        let m = if dminf > 0.0 {
+            nearest(min[j] / dminf, 0, 15) as u8
+        } else {
+            0
+        };
+        out[j] = sc | (m << 4);
+        let step = df * f32::from(sc);
+        let off = dminf * f32::from(m);
+        for (qv, &v) in qs.iter_mut().zip(xs) {
+            *qv = if step > 0.0 {
+                nearest((v + off) / step, 0, 3) as u8
+            } else {
+                0
+            };
+        }
+    }
+    // Each 128 elements: 32 bytes, element `128n + 32k + l` in bits `2k..2k + 2` of byte `32n + l`.
+    let qs = &mut out[16..80];
+    qs.fill(0);
+    for (i, &v) in q.iter().enumerate() {
+        qs[32 * (i / 128) + i % 32] |= v << (2 * (i % 128 / 32));
+    }
+    out[80..82].copy_from_slice(&d.to_le_bytes());
+    out[82..84].copy_from_slice(&dmin.to_le_bytes());
 }

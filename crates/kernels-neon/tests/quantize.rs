@@ -76,6 +76,16 @@ fn k_step(format: WeightFormat, x: &[f32], i: usize) -> f32 {
             let dmin = x.iter().copied().fold(0f32, f32::min).abs() / 63.0;
             range(&x[i / 32 * 32..][..32]) / 15.0 + 8.0 * d + dmin + amax * 1e-3
         }
+        WeightFormat::Q2_K => {
+            // 4-bit scales and mins: rounding a sub-block's scale moves its top level by up to
+            // 1.5 `d`, its min by half a `dmin` step.
+            let range = |s: &[f32]| {
+                s.iter().copied().fold(0f32, f32::max) - s.iter().copied().fold(0f32, f32::min)
+            };
+            let d = x.chunks(16).map(range).fold(0f32, f32::max) / 3.0 / 15.0;
+            let dmin = x.iter().copied().fold(0f32, f32::min).abs() / 15.0;
+            range(&x[i / 16 * 16..][..16]) / 3.0 + 2.0 * d + dmin + amax * 1e-3
+        }
         WeightFormat::Q6_K => {
             let sub = x[i / 16 * 16..][..16]
                 .iter()
@@ -94,7 +104,7 @@ proptest! {
         let x: Vec<f32> = (0..blocks * 256)
             .map(|i| (rng.f() + skew) * scale * (1.0 + (i / 32 % 5) as f32))
             .collect();
-        for format in [WeightFormat::Q4_K, WeightFormat::Q6_K] {
+        for format in [WeightFormat::Q2_K, WeightFormat::Q4_K, WeightFormat::Q6_K] {
             let y = round_trip(format, &x);
             for (b, (xs, ys)) in x.chunks(256).zip(y.chunks(256)).enumerate() {
                 for (i, (a, b2)) in xs.iter().zip(ys).enumerate() {
