@@ -252,8 +252,11 @@ impl SparsePlan {
                     process: crate::sys::rss_besides(model.path())
                         .or_else(crate::sys::rss_bytes)
                         .unwrap_or(0),
-                    // The tensor data: the header's pages were handed back after loading.
-                    file: len(model.path()).saturating_sub(model.header_bytes()),
+                    // The tensor data: the header's pages were handed back after loading; the
+                    // output's proxy is read from flash or not at all.
+                    file: len(model.path())
+                        .saturating_sub(model.header_bytes())
+                        .saturating_sub(model.output_proxy().map_or(0, |p| p.data().len() as u64)),
                     kv_cache: model
                         .config
                         .kv_cache_bytes(context.max(1), engine.cache_type()),

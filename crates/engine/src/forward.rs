@@ -552,11 +552,32 @@ fn forward_inner(
     rms_norm_rows(rows, &model.output_norm, cfg.rms_eps, &mut normed);
     logits.clear();
     logits.resize(m * vocab, 0.0);
-    if model.streamed() {
+    let proxy = model
+        .output_proxy()
+        .filter(|_| m == 1 && model.output_proxy_used() && !matches!(precision, Precision::Exact));
+    if let Some(proxy) = proxy {
+        let source = model
+            .output_file()
+            .zip(model.proxy_offset())
+            .map(|(file, at)| crate::proxy_step::ProxySource {
+                file,
+                output_offset: file.offset,
+                proxy_offset: at,
+            });
+        crate::proxy_step::proxy_logits(
+            kind,
+            &model.output,
+            proxy,
+            source.as_ref(),
+            &normed,
+            logits,
+            precision,
+        )?;
+    } else if model.streamed() {
         crate::stream::output_logits(
             kind,
             &model.output,
-            model.output_file(),
+            model.output_file().map(|f| (f, f.offset)),
             &normed,
             m,
             logits,

@@ -412,6 +412,12 @@ impl<'a> Engine<'a> {
         self.model.set_streamed(on);
     }
 
+    /// Lets one-token steps that stream the output projection use its proxy (`on`, the default) or
+    /// read it whole, as [`Model::set_output_proxy`] says.
+    pub fn set_output_proxy(&mut self, on: bool) {
+        self.model.set_output_proxy(on);
+    }
+
     /// Makes the FFN sparse (`Some`) or dense (`None`) from the next step on.
     pub fn set_sparse(&mut self, sparse: Option<SparseFfn>) {
         self.sparse = sparse;

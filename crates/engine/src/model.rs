@@ -64,6 +64,11 @@ pub struct Model<'a> {
     output_source: Option<(PathBuf, u64)>,
     /// The output projection's file, opened for direct reads while streamed.
     output_file: Option<crate::stream_source::StreamSource>,
+    /// The output projection's proxy (`sparrow convert` writes it into a resident file,
+    /// [`crate::output_proxy`]) and where its bytes are in the file.
+    output_proxy: Option<(QMatrix<'a>, Option<(PathBuf, u64)>)>,
+    /// Whether a streamed one-token step may use the proxy ([`Model::set_output_proxy`]).
+    proxy_on: bool,
 }
 
 struct Loader<'f> {
@@ -173,6 +178,14 @@ impl<'a> Model<'a> {
         let output_name = if tied { names.embed } else { names.output };
         let output_source = file.tensor_source(output_name, output.data());
         let output_norm = ld.vector(names.output_norm, d)?;
+        let proxy_name = crate::output_proxy::OUTPUT_PROXY_TENSOR;
+        let output_proxy = match file.tensor(proxy_name) {
+            Some(_) => {
+                let proxy = ld.matrix(proxy_name, v, crate::output_proxy::proxy_cols(d))?;
+                Some((proxy, file.tensor_source(proxy_name, proxy.data())))
+            }
+            None => None,
+        };
         // A resident file (`sparrow convert`) has no FFN tensors: they are read from its neuron store.
         let offloaded = config.ffn_store.is_some();
         let empty = QMatrix::new(WeightFormat::F32, 0, 0, &[]).map_err(kernel("empty matrix"))?;
@@ -235,6 +248,8 @@ impl<'a> Model<'a> {
             streamed: false,
             output_source,
             output_file: None,
+            output_proxy,
+            proxy_on: true,
             weight_bytes,
             path: ld.path,
             header_bytes: file.header_bytes(),
@@ -285,6 +300,32 @@ impl<'a> Model<'a> {
     /// mapping: not streamed, a re-quantized output, or a filesystem without direct I/O).
     pub fn output_direct(&self) -> bool {
         self.output_file.is_some()
+    }
+
+    /// The output projection's proxy, when the file has one ([`crate::output_proxy`]).
+    pub fn output_proxy(&self) -> Option<&QMatrix<'a>> {
+        self.output_proxy.as_ref().map(|(p, _)| p)
+    }
+
+    /// Lets streamed one-token steps use the output proxy (`on`, the default where the file has
+    /// one) or read the whole output projection (`sparrow ... --full-output`).
+    pub fn set_output_proxy(&mut self, on: bool) {
+        self.proxy_on = on;
+    }
+
+    /// Whether a one-token step computes its logits through the proxy: streamed, a proxy in the
+    /// file, not turned off.
+    pub fn output_proxy_used(&self) -> bool {
+        self.streamed && self.proxy_on && self.output_proxy.is_some()
+    }
+
+    /// Where the proxy's bytes start in the file the output is read from directly (`None`: read
+    /// through the mapping).
+    pub(crate) fn proxy_offset(&self) -> Option<u64> {
+        let (_, source) = self.output_proxy.as_ref()?;
+        let (path, offset) = source.as_ref()?;
+        let (out_path, _) = self.output_source.as_ref()?;
+        (path == out_path).then_some(*offset)
     }
 
     /// Bytes [`Model::set_streamed`] takes out of memory: the embedding and the output projection

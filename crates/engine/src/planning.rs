@@ -130,7 +130,9 @@ pub fn model_summary(engine: &Engine<'_>, sidecars: &SparseSidecars) -> Result<M
         down_macs_per_token: (cfg.n_layers * cfg.d_model * cfg.d_ff) as f64,
         attn_macs_per_pair: (cfg.n_layers * 2 * cfg.q_dim()) as f64,
         output_macs: (cfg.d_model * cfg.vocab_size) as f64,
-        output_bytes: bytes(&model.output),
+        output_bytes: model.output_proxy().map_or(bytes(&model.output), |p| {
+            crate::output_proxy::proxy_step_bytes(p, &model.output)
+        }),
         prompt_step_tokens: if store.is_some() {
             crate::budget::OFFLOAD_PROMPT_STEP as u32
         } else {
@@ -151,8 +153,10 @@ fn process_bytes(model: &Model<'_>, tensors: &[TensorInfo], offloaded: bool) -> 
     let file = std::fs::metadata(model.path())
         .map_or(0, |m| m.len())
         .saturating_sub(model.header_bytes());
+    // The output's proxy is read from flash or not at all, never held.
     let covered = tensors.iter().map(|t| t.bytes).sum::<u64>()
-        + crate::budget::ffn_weight_bytes(model) as u64;
+        + crate::budget::ffn_weight_bytes(model) as u64
+        + model.output_proxy().map_or(0, |p| p.data().len() as u64);
     let streaming = if offloaded {
         crate::stream::STREAM_RESIDENT_BYTES
     } else {
@@ -184,11 +188,19 @@ fn tensors(model: &Model<'_>, offloaded: bool) -> Vec<TensorInfo> {
     if offloaded {
         // Both on flash or both in memory: a step reads the output whole (sequential chunks) and
         // one embedding row; in memory they hold the embedding and, untied, the output.
+        // Through the proxy a step reads the proxy and its candidate rows, not the whole output.
+        let (format, touched) = match model.output_proxy() {
+            Some(p) => (
+                p.format(),
+                crate::output_proxy::proxy_step_bytes(p, &model.output),
+            ),
+            None => (model.output.format(), output),
+        };
         tensors.push(TensorInfo {
             name: STREAMED.into(),
-            format: model.output.format().name().into(),
+            format: format.name().into(),
             bytes: embed + untied,
-            touched_bytes: output + row,
+            touched_bytes: touched + row,
             offloadable: true,
             computed: true,
         });

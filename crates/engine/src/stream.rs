@@ -50,13 +50,14 @@ fn chunk_rows(w: &QMatrix<'_>) -> usize {
 }
 
 /// `m` rows of logits (`m × vocab`, row-major) of `normed` (`m × d_model`) through `output`, chunk by
-/// chunk as the module docs say: read directly from `source` when given, else paged in the mapping.
+/// chunk as the module docs say: read directly from `source` when given (the file, and the offset of
+/// `output`'s data in it), else paged in the mapping.
 /// The same kernels as the resident path, on row ranges of the matrix: each logit is the same dot
 /// product, so results are bit for bit those of one call over the whole matrix.
 pub(crate) fn output_logits(
     kind: StepKind,
     output: &QMatrix<'_>,
-    source: Option<&StreamSource>,
+    source: Option<(&StreamSource, u64)>,
     normed: &[f32],
     m: usize,
     logits: &mut [f32],
@@ -69,8 +70,8 @@ pub(crate) fn output_logits(
         m,
         precision,
     };
-    if let Some(src) = source {
-        return direct_logits(&proj, src, logits);
+    if let Some((src, base)) = source {
+        return direct_logits(&proj, src, base, logits);
     }
     let (vocab, rb) = (output.rows(), output.row_bytes());
     let step = chunk_rows(output);
@@ -93,7 +94,12 @@ pub(crate) fn output_logits(
 
 /// [`output_logits`] over chunks read with direct I/O: a scoped reader thread fills one buffer with
 /// the next chunk's aligned window while this thread multiplies the chunk in the other.
-fn direct_logits(proj: &Projection<'_, '_>, src: &StreamSource, logits: &mut [f32]) -> Result<()> {
+fn direct_logits(
+    proj: &Projection<'_, '_>,
+    src: &StreamSource,
+    base: u64,
+    logits: &mut [f32],
+) -> Result<()> {
     let (output, m) = (proj.output, proj.m);
     let (vocab, rb) = (output.rows(), output.row_bytes());
     let step = chunk_rows(output);
@@ -102,7 +108,7 @@ fn direct_logits(proj: &Projection<'_, '_>, src: &StreamSource, logits: &mut [f3
     let rows = |c: usize| c * step..((c + 1) * step).min(vocab);
     let bytes = |c: usize| {
         let r = rows(c);
-        let start = src.offset + (r.start * rb) as u64;
+        let start = base + (r.start * rb) as u64;
         (start, start + (r.len() * rb) as u64)
     };
     let window = |c: usize| {

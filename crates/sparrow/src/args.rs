@@ -135,6 +135,11 @@ pub struct OffloadArgs {
     /// once (Linux AIO); for comparison.
     #[arg(long)]
     pub io_sync: bool,
+    /// Where the output projection stays on flash, read it whole for every token instead of its
+    /// 2-bit proxy and the rows the proxy ranks highest (`sparrow convert` writes the proxy into
+    /// the resident file; see docs/ARCHITECTURE.md, `output_proxy`).
+    #[arg(long)]
+    pub full_output: bool,
     /// The neuron cache's size in bytes when a plan sets it (`--plan`).
     #[arg(skip)]
     pub ffn_cache_bytes: Option<u64>,

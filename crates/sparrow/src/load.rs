@@ -289,6 +289,7 @@ pub fn setup_sparse(eng: &mut Engine<'_>, args: &ModelArgs, quiet: bool) -> Resu
             if plan.stream_weights { format!("; the embedding and output projection ({:.1} MiB) stay on flash", mib(eng.model().streamed_bytes())) } else { String::new() });
     }
     eng.set_streamed(plan.stream_weights);
+    eng.set_output_proxy(!args.offload.full_output);
     let sp = plan.build(eng)?;
     if !quiet {
         eprintln!(

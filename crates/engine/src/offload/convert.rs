@@ -240,7 +240,7 @@ pub fn convert(
     }
     w.finish()?;
 
-    // The resident file: all metadata and every tensor but the FFN matrices.
+    // The resident file: all metadata, every tensor but the FFN matrices, the output's proxy.
     let mut out = GgufWriter::new();
     for (k, v) in gguf.metadata() {
         if k != "general.alignment" {
@@ -262,6 +262,14 @@ pub fn convert(
     for t in gguf.tensors().filter(|t| !ffn(t.name)) {
         out.tensor(t.name, t.dtype, t.shape, t.data.to_vec())?;
     }
+    // The output projection's 2-bit proxy, which a step streaming the output reads instead of it.
+    let proxy = crate::output_proxy::build_proxy(&model.output)?;
+    out.tensor(
+        crate::output_proxy::OUTPUT_PROXY_TENSOR,
+        crate::output_proxy::PROXY_FORMAT,
+        &[cfg.vocab_size, crate::output_proxy::proxy_cols(cfg.d_model)],
+        proxy,
+    )?;
     out.write(resident)?;
     let len = |p: &Path| {
         std::fs::metadata(p)

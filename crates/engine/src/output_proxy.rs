@@ -1,0 +1,71 @@
+//! The output projection's proxy: a step that streams the output projection from flash (an
+//! offloaded model's [`crate::stream`]) reads the whole matrix for one token's logits, 145 MB of
+//! Q8_0 on Qwen2.5-0.5B, while all a token needs from it is which few rows score highest. The issue
+//! "bigger than memory" asks to "predict the few rows that matter"; this does it with a 2-bit copy:
+//!
+//! - `sparrow convert` writes [`OUTPUT_PROXY_TENSOR`] into the resident file: every output row
+//!   dequantized, padded with zeros to a multiple of 256 columns ([`proxy_cols`]) and quantized to
+//!   Q2_K (2.625 bits a weight: 336 bytes a row on Qwen instead of 952);
+//! - a one-token step (`proxy_step::proxy_logits`) streams the proxy instead of the output (the same reader,
+//!   chunks and buffers), takes the [`PROXY_CANDIDATES`] rows it scores highest, reads those rows
+//!   of the real output projection (a few hundred KiB of 4 KiB-aligned reads, several in flight)
+//!   and computes their logits with the same kernels as the whole matrix.
+//!
+//! What the step returns: the exact logits of the candidates (bit for bit the full projection's),
+//! the proxy's estimates for every other row. Greedy decoding therefore picks the true argmax
+//! whenever it is among the candidates: on Qwen2.5-Coder-0.5B, test split, the true argmax was
+//! within the proxy's top 60 at all of 1,024 positions sampled (docs/BENCHMARKS.md). Sampling sees
+//! the candidates exactly and the tail approximately. Prompts scored whole (perplexity) and
+//! `--exact` read the whole output projection, as does `--full-output`.
+
+use kernels_neon::{QMatrix, WeightFormat};
+use rayon::prelude::*;
+
+use crate::error::{kernel, EngineError, Result};
+
+/// The proxy's tensor name in a resident file.
+pub const OUTPUT_PROXY_TENSOR: &str = "output_proxy.weight";
+
+/// The proxy's weight format.
+pub const PROXY_FORMAT: WeightFormat = WeightFormat::Q2_K;
+
+/// Rows of the real output projection a step reads and computes exactly.
+pub const PROXY_CANDIDATES: usize = 128;
+
+/// Columns of the proxy of a `d_model`-wide output projection: `d_model` rounded up to Q2_K's
+/// 256-element blocks (the extra columns are zero, as is the activation there).
+pub fn proxy_cols(d_model: usize) -> usize {
+    d_model.next_multiple_of(256)
+}
+
+/// Bytes a one-token step reads from flash through the proxy: the proxy and, for each candidate,
+/// the 4 KiB-aligned window of its row (what the planner counts for a streamed output).
+pub fn proxy_step_bytes(proxy: &QMatrix<'_>, output: &QMatrix<'_>) -> u64 {
+    let window = output.row_bytes().next_multiple_of(ufs_io::ALIGN) + ufs_io::ALIGN;
+    proxy.data().len() as u64 + (PROXY_CANDIDATES.min(output.rows()) * window) as u64
+}
+
+/// The proxy rows of `output` ([`PROXY_FORMAT`], [`proxy_cols`] wide), row-major.
+pub fn build_proxy(output: &QMatrix<'_>) -> Result<Vec<u8>> {
+    let (rows, d) = (output.rows(), output.cols());
+    let cols = proxy_cols(d);
+    let rb = PROXY_FORMAT
+        .row_bytes(cols)
+        .ok_or_else(|| EngineError::Request(format!("no Q2_K rows of {cols} columns")))?;
+    let mut out = vec![0u8; rows * rb];
+    out.par_chunks_mut(rb * 256)
+        .enumerate()
+        .try_for_each(|(c, dst)| -> Result<()> {
+            let mut row = vec![0.0f32; cols];
+            for (i, q) in dst.chunks_exact_mut(rb).enumerate() {
+                let r = c * 256 + i;
+                let src = &output.data()[r * output.row_bytes()..][..output.row_bytes()];
+                kernels_neon::dequantize_row(output.format(), src, &mut row[..d])
+                    .map_err(kernel("output proxy: dequantize"))?;
+                kernels_neon::quantize_row(PROXY_FORMAT, &row, q)
+                    .map_err(kernel("output proxy: quantize"))?;
+            }
+            Ok(())
+        })?;
+    Ok(out)
+}

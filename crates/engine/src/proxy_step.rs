@@ -1,0 +1,169 @@
+//! A one-token step's logits through the output projection's proxy ([`crate::output_proxy`] says
+//! what the proxy is and why): the proxy streamed, its best rows read from the real output
+//! projection and computed exactly.
+
+use kernels_neon::{Precision, QMatrix};
+
+use crate::error::{kernel, EngineError, Result};
+use crate::ops::{mm_step, StepKind};
+use crate::output_proxy::PROXY_CANDIDATES;
+use crate::stream::output_logits;
+use crate::stream_source::StreamSource;
+
+/// Reads of candidate rows in flight at once.
+const PROXY_READERS: usize = 8;
+
+/// Where a streamed step reads the output projection and its proxy directly: the file, and each
+/// one's data offset in it.
+pub(crate) struct ProxySource<'a> {
+    pub(crate) file: &'a StreamSource,
+    pub(crate) output_offset: u64,
+    pub(crate) proxy_offset: u64,
+}
+
+/// One token's logits (`vocab`) of `normed` (`d_model`) through `proxy`, as [`crate::output_proxy`] says:
+/// the proxy streamed, then the best [`PROXY_CANDIDATES`] rows of `output` read and computed
+/// exactly. Read with direct I/O from `source` when given, else through the mapping.
+pub(crate) fn proxy_logits(
+    kind: StepKind,
+    output: &QMatrix<'_>,
+    proxy: &QMatrix<'_>,
+    source: Option<&ProxySource<'_>>,
+    normed: &[f32],
+    logits: &mut [f32],
+    precision: Precision,
+) -> Result<()> {
+    let (vocab, d) = (output.rows(), output.cols());
+    let mut padded = vec![0.0f32; proxy.cols()];
+    padded[..d].copy_from_slice(&normed[..d]);
+    output_logits(
+        kind,
+        proxy,
+        source.map(|s| (s.file, s.proxy_offset)),
+        &padded,
+        1,
+        logits,
+        precision,
+    )?;
+    let k = PROXY_CANDIDATES.min(vocab);
+    let mut order: Vec<u32> = (0..vocab as u32).collect();
+    order.select_nth_unstable_by(k - 1, |&a, &b| {
+        logits[b as usize]
+            .total_cmp(&logits[a as usize])
+            .then(a.cmp(&b))
+    });
+    let mut cand = order[..k].to_vec();
+    cand.sort_unstable();
+    let rb = output.row_bytes();
+    let mut rows = vec![0u8; k * rb];
+    match source {
+        Some(s) => read_rows(s, rb, &cand, &mut rows)?,
+        None => {
+            for (&r, dst) in cand.iter().zip(rows.chunks_exact_mut(rb)) {
+                dst.copy_from_slice(&output.data()[r as usize * rb..][..rb]);
+            }
+        }
+    }
+    let w = QMatrix::new(output.format(), k, d, &rows)
+        .map_err(kernel("output projection candidate rows"))?;
+    let mut exact = vec![0.0f32; k];
+    mm_step(
+        kind,
+        &w,
+        &normed[..d],
+        1,
+        &mut exact,
+        precision,
+        "output projection",
+    )?;
+    for (&r, &v) in cand.iter().zip(&exact) {
+        logits[r as usize] = v;
+    }
+    Ok(())
+}
+
+/// An aligned read of the output projection holding `count` candidate rows from `first` on.
+struct Window {
+    start: u64,
+    len: usize,
+    first: usize,
+    count: usize,
+}
+
+/// Reads rows `cand` (sorted) of the output projection (`rb` bytes each) into `rows`: each row's
+/// 4 KiB-aligned window, neighbouring windows merged, [`PROXY_READERS`] reads in flight.
+fn read_rows(s: &ProxySource<'_>, rb: usize, cand: &[u32], rows: &mut [u8]) -> Result<()> {
+    let align = ufs_io::ALIGN as u64;
+    let at = |r: u32| s.output_offset + u64::from(r) * rb as u64;
+    let mut windows: Vec<Window> = Vec::new();
+    for (i, &r) in cand.iter().enumerate() {
+        let (a0, a1) = (
+            at(r) / align * align,
+            (at(r) + rb as u64).next_multiple_of(align),
+        );
+        match windows.last_mut() {
+            Some(w) if a0 <= w.start + w.len as u64 => {
+                w.len = (a1.max(w.start + w.len as u64) - w.start) as usize;
+                w.count += 1;
+            }
+            _ => windows.push(Window {
+                start: a0,
+                len: (a1 - a0) as usize,
+                first: i,
+                count: 1,
+            }),
+        }
+    }
+    let total = windows.iter().map(|w| w.len).sum::<usize>();
+    let [mut buf, spare] = s.file.take_buffers(total)?;
+    // Each window's part of the buffer (aligned: every window is a multiple of 4 KiB).
+    let mut parts: Vec<(&Window, &mut [u8])> = Vec::with_capacity(windows.len());
+    let mut rest = &mut buf[..total];
+    for w in &windows {
+        let (part, tail) = std::mem::take(&mut rest).split_at_mut(w.len);
+        parts.push((w, part));
+        rest = tail;
+    }
+    let per = parts.len().div_ceil(PROXY_READERS).max(1);
+    let results: Vec<Result<()>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = parts
+            .chunks_mut(per)
+            .map(|group| {
+                scope.spawn(move || -> Result<()> {
+                    for (w, part) in group.iter_mut() {
+                        let got = s.file.file.read_into(w.start, part)?;
+                        if got < part.len() {
+                            return Err(EngineError::Flash(ufs_io::IoError::ShortRead {
+                                path: s.file.file.path().to_path_buf(),
+                                offset: w.start,
+                                wanted: part.len(),
+                                got,
+                            }));
+                        }
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join().unwrap_or_else(|_| {
+                    Err(EngineError::Request(
+                        "a reader of output rows panicked".into(),
+                    ))
+                })
+            })
+            .collect()
+    });
+    results.into_iter().collect::<Result<()>>()?;
+    for (w, part) in &parts {
+        for (j, &r) in cand[w.first..w.first + w.count].iter().enumerate() {
+            let off = (at(r) - w.start) as usize;
+            rows[(w.first + j) * rb..][..rb].copy_from_slice(&part[off..off + rb]);
+        }
+    }
+    drop(parts);
+    s.file.keep_buffers(vec![buf, spare]);
+    Ok(())
+}
