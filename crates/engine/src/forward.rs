@@ -552,9 +552,13 @@ fn forward_inner(
     rms_norm_rows(rows, &model.output_norm, cfg.rms_eps, &mut normed);
     logits.clear();
     logits.resize(m * vocab, 0.0);
-    let proxy = model
-        .output_proxy()
-        .filter(|_| m == 1 && model.output_proxy_used() && !matches!(precision, Precision::Exact));
+    let proxy = model.output_proxy().filter(|_| {
+        // One token's logits, or those of a batch of sequences' next tokens; never a prompt
+        // scored whole.
+        (m == 1 || (kind == StepKind::Decode && m <= crate::proxy_step::PROXY_MAX_ROWS))
+            && model.output_proxy_used()
+            && !matches!(precision, Precision::Exact)
+    });
     if let Some(proxy) = proxy {
         let source = model
             .output_file()
@@ -570,6 +574,7 @@ fn forward_inner(
             proxy,
             source.as_ref(),
             &normed,
+            m,
             logits,
             precision,
         )?;

@@ -6,17 +6,20 @@
 //! - `sparrow convert` writes [`OUTPUT_PROXY_TENSOR`] into the resident file: every output row
 //!   dequantized, padded with zeros to a multiple of 256 columns ([`proxy_cols`]) and quantized to
 //!   Q2_K (2.625 bits a weight: 336 bytes a row on Qwen instead of 952);
-//! - a one-token step (`proxy_step::proxy_logits`) streams the proxy instead of the output (the same reader,
-//!   chunks and buffers), takes the [`PROXY_CANDIDATES`] rows it scores highest, reads those rows
-//!   of the real output projection (a few hundred KiB of 4 KiB-aligned reads, several in flight)
-//!   and computes their logits with the same kernels as the whole matrix.
+//! - a step of at most 8 rows of logits (one token, or the last tokens of a batch of sequences;
+//!   `proxy_step::proxy_logits`) streams the proxy instead of the output (the same reader, chunks
+//!   and buffers), takes for each row the [`PROXY_CANDIDATES`] rows it scores highest, reads those
+//!   rows of the real output projection (a few hundred KiB of 4 KiB-aligned reads, several in
+//!   flight) and computes their logits with the same kernels as the whole matrix.
 //!
 //! What the step returns: the exact logits of the candidates (bit for bit the full projection's),
 //! the proxy's estimates for every other row. Greedy decoding therefore picks the true argmax
-//! whenever it is among the candidates: on Qwen2.5-Coder-0.5B, test split, the true argmax was
-//! within the proxy's top 60 at all of 1,024 positions sampled (docs/BENCHMARKS.md). Sampling sees
-//! the candidates exactly and the tail approximately. Prompts scored whole (perplexity) and
-//! `--exact` read the whole output projection, as does `--full-output`.
+//! whenever it is among the candidates. Measured on Qwen2.5-Coder-0.5B (docs/BENCHMARKS.md): the
+//! true argmax was within the proxy's top 60 at all of 1,024 test-split positions (a simulation of
+//! this quantizer over the engine's final hidden states), and equal through the engine at every
+//! position of the test `the_output_proxy_keeps_the_candidates_exact_on_qwen`. Sampling sees the
+//! candidates exactly and the tail approximately. Prompts scored whole (perplexity), `--exact` and
+//! `--full-output` read the whole output projection.
 
 use kernels_neon::{QMatrix, WeightFormat};
 use rayon::prelude::*;

@@ -21,41 +21,54 @@ pub(crate) struct ProxySource<'a> {
     pub(crate) proxy_offset: u64,
 }
 
-/// One token's logits (`vocab`) of `normed` (`d_model`) through `proxy`, as [`crate::output_proxy`] says:
-/// the proxy streamed, then the best [`PROXY_CANDIDATES`] rows of `output` read and computed
-/// exactly. Read with direct I/O from `source` when given, else through the mapping.
+/// Most rows of logits a step computes through the proxy (a batch of sequences, each its next
+/// token): larger batches, and prompts scored whole, read the whole output projection.
+pub(crate) const PROXY_MAX_ROWS: usize = 8;
+
+/// `m` rows of logits (`m × vocab`) of `normed` (`m × d_model`) through `proxy`, as
+/// [`crate::output_proxy`] says: the proxy streamed once for all rows, then the union of each row's
+/// best [`PROXY_CANDIDATES`] rows of `output` read and computed exactly for every row. Read with
+/// direct I/O from `source` when given, else through the mapping.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn proxy_logits(
     kind: StepKind,
     output: &QMatrix<'_>,
     proxy: &QMatrix<'_>,
     source: Option<&ProxySource<'_>>,
     normed: &[f32],
+    m: usize,
     logits: &mut [f32],
     precision: Precision,
 ) -> Result<()> {
-    let (vocab, d) = (output.rows(), output.cols());
-    let mut padded = vec![0.0f32; proxy.cols()];
-    padded[..d].copy_from_slice(&normed[..d]);
+    let (vocab, d, pc) = (output.rows(), output.cols(), proxy.cols());
+    let mut padded = vec![0.0f32; m * pc];
+    for (p, x) in padded.chunks_exact_mut(pc).zip(normed.chunks_exact(d)) {
+        p[..d].copy_from_slice(x);
+    }
     output_logits(
         kind,
         proxy,
         source.map(|s| (s.file, s.proxy_offset)),
         &padded,
-        1,
+        m,
         logits,
         precision,
     )?;
     let k = PROXY_CANDIDATES.min(vocab);
-    let mut order: Vec<u32> = (0..vocab as u32).collect();
-    order.select_nth_unstable_by(k - 1, |&a, &b| {
-        logits[b as usize]
-            .total_cmp(&logits[a as usize])
-            .then(a.cmp(&b))
-    });
-    let mut cand = order[..k].to_vec();
+    let mut cand: Vec<u32> = Vec::with_capacity(m * k);
+    let mut order: Vec<u32> = Vec::with_capacity(vocab);
+    for row in logits.chunks_exact(vocab) {
+        order.clear();
+        order.extend(0..vocab as u32);
+        order.select_nth_unstable_by(k - 1, |&a, &b| {
+            row[b as usize].total_cmp(&row[a as usize]).then(a.cmp(&b))
+        });
+        cand.extend_from_slice(&order[..k]);
+    }
     cand.sort_unstable();
-    let rb = output.row_bytes();
-    let mut rows = vec![0u8; k * rb];
+    cand.dedup();
+    let (n, rb) = (cand.len(), output.row_bytes());
+    let mut rows = vec![0u8; n * rb];
     match source {
         Some(s) => read_rows(s, rb, &cand, &mut rows)?,
         None => {
@@ -64,20 +77,22 @@ pub(crate) fn proxy_logits(
             }
         }
     }
-    let w = QMatrix::new(output.format(), k, d, &rows)
+    let w = QMatrix::new(output.format(), n, d, &rows)
         .map_err(kernel("output projection candidate rows"))?;
-    let mut exact = vec![0.0f32; k];
+    let mut exact = vec![0.0f32; m * n];
     mm_step(
         kind,
         &w,
-        &normed[..d],
-        1,
+        normed,
+        m,
         &mut exact,
         precision,
         "output projection",
     )?;
-    for (&r, &v) in cand.iter().zip(&exact) {
-        logits[r as usize] = v;
+    for (row, ex) in logits.chunks_exact_mut(vocab).zip(exact.chunks_exact(n)) {
+        for (&r, &v) in cand.iter().zip(ex) {
+            row[r as usize] = v;
+        }
     }
     Ok(())
 }

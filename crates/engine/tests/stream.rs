@@ -171,3 +171,34 @@ fn the_output_proxy_keeps_the_candidates_exact_on_qwen() {
         .collect();
     check_proxy(&path, &ids);
 }
+
+#[test]
+fn a_batch_of_sequences_through_the_output_proxy_keeps_each_rows_candidates_exact() {
+    // Five sequences' next tokens in one step (under the proxy's limit of 8).
+    let src = common::model_path();
+    let dir = std::env::temp_dir().join(format!("sparrow-proxy-batch-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let dst = dir.join("batch.gguf");
+    with_proxy(&src, &dst);
+    let file = ModelFile::open(&dst).unwrap();
+    let mut eng = engine(&file);
+    eng.set_streamed(true);
+    let tokens = [1u32, 40, 77, 200, 5];
+    let step = |eng: &Engine<'_>| {
+        let mut caches: Vec<_> = tokens.iter().map(|_| eng.new_cache()).collect();
+        let mut refs: Vec<&mut _> = caches.iter_mut().collect();
+        eng.forward_batch(&mut refs, &tokens).unwrap()
+    };
+    let got = step(&eng);
+    eng.set_output_proxy(false);
+    let want = step(&eng);
+    let vocab = eng.model().config.vocab_size;
+    for (t, (w, g)) in want.chunks(vocab).zip(got.chunks(vocab)).enumerate() {
+        let exact = w.iter().zip(g).filter(|(a, b)| a == b).count();
+        assert!(
+            exact >= engine::output_proxy::PROXY_CANDIDATES && exact < vocab,
+            "row {t}: {exact} of {vocab} logits exact"
+        );
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
