@@ -106,6 +106,24 @@ fn one() -> f64 {
     1.0
 }
 
+/// Throughput for reads of `read_bytes` from `points`: the point whose read size is nearest (log
+/// scale), scaled linearly down for smaller reads.
+fn io_rate_of<'a>(points: impl Iterator<Item = &'a IoRate>, read_bytes: u64) -> f64 {
+    let size = read_bytes.max(1) as f64;
+    let best = points
+        .min_by(|a, b| {
+            let da = (a.read_bytes as f64 / size).ln().abs();
+            let db = (b.read_bytes as f64 / size).ln().abs();
+            da.total_cmp(&db)
+        })
+        .expect("validated: at least one point");
+    if size < best.read_bytes as f64 {
+        best.bps * size / best.read_bytes as f64
+    } else {
+        best.bps
+    }
+}
+
 /// A machine nobody measured (no cores, no rates: it does not validate), with the figures a profile
 /// file may leave out at their defaults (`batch_cost` 1), for literals that set only what they need.
 impl Default for DeviceProfile {
@@ -251,34 +269,23 @@ impl DeviceProfile {
         })
     }
 
-    /// Flash throughput for reads of `read_bytes` at `queue_depth`: the measured point of that depth
-    /// whose read size is nearest (log scale) to `read_bytes`, scaled linearly down for smaller reads
-    /// (a read of half the size moves half the bytes per I/O).
+    /// Flash throughput for reads of `read_bytes` at `queue_depth`: the best of the measured depths up
+    /// to `queue_depth` (an upper envelope: more reads in flight never read slower, so noise in a
+    /// calibration, a shallow depth measured faster than deeper ones, does not make a deeper queue
+    /// look slower), each depth's figure its point whose read size is nearest (log scale) to
+    /// `read_bytes`, scaled linearly down for smaller reads (a read of half the size moves half the
+    /// bytes per I/O). Below every measured depth, the nearest point of any depth.
     pub fn io_rate(&self, read_bytes: u64, queue_depth: u32) -> f64 {
-        let at: Vec<&IoRate> = self
-            .flash_random
-            .iter()
-            .filter(|r| r.queue_depth == queue_depth)
-            .collect();
-        let pool: Vec<&IoRate> = if at.is_empty() {
-            self.flash_random.iter().collect()
-        } else {
-            at
-        };
-        let size = read_bytes.max(1) as f64;
-        let best = pool
-            .iter()
-            .min_by(|a, b| {
-                let da = (a.read_bytes as f64 / size).ln().abs();
-                let db = (b.read_bytes as f64 / size).ln().abs();
-                da.total_cmp(&db)
+        let at_or_below = self
+            .queue_depths()
+            .into_iter()
+            .filter(|&q| q <= queue_depth)
+            .map(|q| {
+                let at = self.flash_random.iter().filter(|r| r.queue_depth == q);
+                io_rate_of(at, read_bytes)
             })
-            .expect("validated: at least one point");
-        if size < best.read_bytes as f64 {
-            best.bps * size / best.read_bytes as f64
-        } else {
-            best.bps
-        }
+            .reduce(f64::max);
+        at_or_below.unwrap_or_else(|| io_rate_of(self.flash_random.iter(), read_bytes))
     }
 
     /// Saves the profile to `path` (whole or not at all).

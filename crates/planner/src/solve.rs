@@ -121,10 +121,16 @@ impl Tables {
     }
 }
 
+/// `a` decodes faster than `b`, or as fast in less memory, or as fast in as much with a deeper queue
+/// (where reads do not bound a step, or the envelope of [`crate::DeviceProfile::io_rate`] evened
+/// the depths out, more reads in flight cost nothing and leave room for a burst of misses).
 fn better(a: &(Choice, Cost), b: &Option<(Choice, Cost)>) -> bool {
     match b {
         None => true,
-        Some((_, bc)) => (a.1.decode_ns, a.1.memory) < (bc.decode_ns, bc.memory),
+        Some((bq, bc)) => {
+            let (ka, kb) = ((a.1.decode_ns, a.1.memory), (bc.decode_ns, bc.memory));
+            ka < kb || (ka == kb && a.0.queue_depth > bq.queue_depth)
+        }
     }
 }
 
@@ -137,7 +143,7 @@ fn infeasible(t: &Tables, budget: u64) -> PlannerError {
 }
 
 /// The default solver (see the module docs). Returns the fastest configuration found within
-/// `budget`, ties broken by less memory.
+/// `budget`, ties broken by less memory, then by the deeper queue.
 pub fn search(t: &Tables, budget: u64) -> Result<(Choice, Cost)> {
     let mut best: Option<(Choice, Cost)> = None;
     for ti in 0..t.threads.len() {

@@ -28,7 +28,7 @@ fn in_range(x: &Int, n: usize) -> Bool {
 }
 
 /// Solves the tables exactly with Z3: the fastest configuration within `budget`, ties broken by
-/// less memory (the same order as `search` and `brute_force`).
+/// less memory, then by the deeper queue (the same order as `search` and `brute_force`).
 pub fn solve_z3(t: &Tables, budget: u64) -> Result<(Choice, Cost)> {
     let opt = Optimize::new();
     let ti = Int::new_const("threads");
@@ -111,6 +111,7 @@ pub fn solve_z3(t: &Tables, budget: u64) -> Result<(Choice, Cost)> {
     opt.assert(memory.le(int(budget)));
     opt.minimize(&decode);
     opt.minimize(&memory);
+    opt.maximize(&qi);
     match opt.check(&[]) {
         SatResult::Sat => {}
         SatResult::Unsat => {

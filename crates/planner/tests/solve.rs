@@ -269,6 +269,65 @@ fn touching_misses_are_read_as_longer_requests() {
     );
 }
 
+/// Flash points at 4 KiB and 256 KiB for each `(depth, bytes per second at 256 KiB)`.
+fn flash(points: &[(u32, f64)]) -> Vec<planner::IoRate> {
+    points
+        .iter()
+        .flat_map(|&(q, bps)| {
+            [(4096, bps / 8.0), (256 << 10, bps)].map(|(size, bps)| planner::IoRate {
+                read_bytes: size,
+                queue_depth: q,
+                bps,
+            })
+        })
+        .collect()
+}
+
+#[test]
+fn a_deeper_queue_is_never_predicted_slower() {
+    // A calibration whose 256 KiB reads at depth 1 measured faster than at 8 and 128, and 8 faster
+    // than 128 (noise: more reads in flight never read slower).
+    let mut d = device(2, 1.0);
+    d.flash_random = flash(&[(1, 30e6), (8, 20e6), (128, 10e6)]);
+    for size in [2048, 4096, 16384, 256 << 10, 1 << 20] {
+        let at = |q| d.io_rate(size, q);
+        assert_eq!(at(8), at(1), "{size} bytes");
+        assert_eq!(at(128), at(1), "{size} bytes");
+        assert_eq!(
+            at(64),
+            at(1),
+            "{size} bytes: an unmeasured depth takes those below"
+        );
+    }
+    // A deeper queue measured faster keeps its own figure; a shallower one is not lifted by it.
+    let mut up = device(2, 1.0);
+    up.flash_random = flash(&[(1, 10e6), (8, 30e6), (128, 20e6)]);
+    assert_eq!(up.io_rate(256 << 10, 1), 10e6);
+    assert_eq!(up.io_rate(256 << 10, 8), 30e6);
+    assert_eq!(up.io_rate(256 << 10, 128), 30e6);
+    // Below every measured depth, the nearest point of any depth (as before).
+    up.flash_random.retain(|r| r.queue_depth > 1);
+    assert_eq!(up.io_rate(256 << 10, 1), 30e6);
+
+    // The plan of an FFN read from flash: the depths predict the same reads, so it takes the
+    // deepest (with each depth's own figure it took depth 1, reads at 128 looking 3x slower).
+    let m = model(2, 1024, 4, 1.0, true);
+    let c = Constraints {
+        context: 256,
+        ..Constraints::default()
+    };
+    let t = Tables::build(&d, &m, &c, 0).unwrap();
+    assert_eq!(t.queue_depths, [1, 8, 128]);
+    assert!(t.io_ns.iter().all(|q| q == &t.io_ns[0]), "{:?}", t.io_ns);
+    let c = Constraints {
+        memory_budget: Some(budget(&t, 0.2)),
+        ..c
+    };
+    let p = make_plan(&d, &m, &c, Solver::Search).unwrap();
+    assert!(p.sparse.iter().all(|&s| s), "{}", p.describe());
+    assert_eq!(p.queue_depth, 128, "{}", p.describe());
+}
+
 #[test]
 fn a_batch_costs_what_its_formats_batched_kernel_measured() {
     let mut d = device(2, 1.0);
