@@ -3,7 +3,8 @@
 //! Q8_0 on Qwen2.5-0.5B, while all a token needs from it is which few rows score highest. The issue
 //! "bigger than memory" asks to "predict the few rows that matter"; this does it with a 2-bit copy:
 //!
-//! - `sparrow convert` writes [`OUTPUT_PROXY_TENSOR`] into the resident file: every output row
+//! - `sparrow convert` writes [`OUTPUT_PROXY_TENSOR`] into the resident file where it pays
+//!   ([`proxy_pays`]): every output row
 //!   dequantized, padded with zeros to a multiple of 256 columns ([`proxy_cols`]) and quantized to
 //!   Q2_K (2.625 bits a weight: 336 bytes a row on Qwen instead of 952);
 //! - a step of at most 8 rows of logits (one token, or the last tokens of a batch of sequences;
@@ -41,11 +42,21 @@ pub fn proxy_cols(d_model: usize) -> usize {
     d_model.next_multiple_of(256)
 }
 
-/// Bytes a one-token step reads from flash through the proxy: the proxy and, for each candidate,
-/// the 4 KiB-aligned window of its row (what the planner counts for a streamed output).
-pub fn proxy_step_bytes(proxy: &QMatrix<'_>, output: &QMatrix<'_>) -> u64 {
+/// Bytes a one-token step reads from flash through a proxy of `output`: the proxy and, for each
+/// candidate, the 4 KiB-aligned window of its row (what the planner counts for a streamed output).
+pub fn proxy_step_bytes(output: &QMatrix<'_>) -> u64 {
+    let rows = output.rows();
+    let proxy_row = PROXY_FORMAT
+        .row_bytes(proxy_cols(output.cols()))
+        .unwrap_or(0);
     let window = output.row_bytes().next_multiple_of(ufs_io::ALIGN) + ufs_io::ALIGN;
-    proxy.data().len() as u64 + (PROXY_CANDIDATES.min(output.rows()) * window) as u64
+    (rows * proxy_row + PROXY_CANDIDATES.min(rows) * window) as u64
+}
+
+/// Whether a proxy of `output` saves reads: a step through it reads at most half the output's
+/// bytes (`sparrow convert` writes one only then; a small vocabulary's output is read whole).
+pub fn proxy_pays(output: &QMatrix<'_>) -> bool {
+    2 * proxy_step_bytes(output) <= output.data().len() as u64
 }
 
 /// The proxy rows of `output` ([`PROXY_FORMAT`], [`proxy_cols`] wide), row-major.

@@ -130,9 +130,11 @@ pub fn model_summary(engine: &Engine<'_>, sidecars: &SparseSidecars) -> Result<M
         down_macs_per_token: (cfg.n_layers * cfg.d_model * cfg.d_ff) as f64,
         attn_macs_per_pair: (cfg.n_layers * 2 * cfg.q_dim()) as f64,
         output_macs: (cfg.d_model * cfg.vocab_size) as f64,
-        output_bytes: model.output_proxy().map_or(bytes(&model.output), |p| {
-            crate::output_proxy::proxy_step_bytes(p, &model.output)
-        }),
+        output_bytes: if model.output_proxy().is_some() {
+            crate::output_proxy::proxy_step_bytes(&model.output)
+        } else {
+            bytes(&model.output)
+        },
         prompt_step_tokens: if store.is_some() {
             crate::budget::OFFLOAD_PROMPT_STEP as u32
         } else {
@@ -192,7 +194,7 @@ fn tensors(model: &Model<'_>, offloaded: bool) -> Vec<TensorInfo> {
         let (format, touched) = match model.output_proxy() {
             Some(p) => (
                 p.format(),
-                crate::output_proxy::proxy_step_bytes(p, &model.output),
+                crate::output_proxy::proxy_step_bytes(&model.output),
             ),
             None => (model.output.format(), output),
         };

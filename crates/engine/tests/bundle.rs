@@ -219,6 +219,8 @@ fn resident_file_budget_counts_what_stays_resident() {
     assert!(streamed.offloadable && streamed.computed);
     let (embed, output) = (m.embed.data().len() as u64, m.output.data().len() as u64);
     let untied = if m.tied_embeddings { 0 } else { output };
+    // A tiny vocabulary's output is read whole: convert wrote no proxy of it.
+    assert!(m.output_proxy().is_none());
     assert_eq!(streamed.bytes, embed + untied);
     assert_eq!(
         streamed.touched_bytes,

@@ -56,6 +56,9 @@ fn check(down: WeightFormat, packing: Packing, layout: (usize, usize)) {
 
     let rfile = ModelFile::open(&resident).unwrap();
     let mut off = Engine::new(&rfile, opts).unwrap();
+    // SmolLM2's 49,152-row Q8_0 output is worth a proxy, so the resident file carries one.
+    assert!(engine::output_proxy::proxy_pays(&mem.model().output));
+    assert!(off.model().output_proxy().is_some());
     let cfg = off.model().config.clone();
     let ffn = std::fs::metadata(store_path_for(&resident)).unwrap().len() as usize;
     let o = OffloadOptions {

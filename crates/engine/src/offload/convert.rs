@@ -263,13 +263,14 @@ pub fn convert(
         out.tensor(t.name, t.dtype, t.shape, t.data.to_vec())?;
     }
     // The output projection's 2-bit proxy, which a step streaming the output reads instead of it.
-    let proxy = crate::output_proxy::build_proxy(&model.output)?;
-    out.tensor(
-        crate::output_proxy::OUTPUT_PROXY_TENSOR,
-        crate::output_proxy::PROXY_FORMAT,
-        &[cfg.vocab_size, crate::output_proxy::proxy_cols(cfg.d_model)],
-        proxy,
-    )?;
+    if crate::output_proxy::proxy_pays(&model.output) {
+        out.tensor(
+            crate::output_proxy::OUTPUT_PROXY_TENSOR,
+            crate::output_proxy::PROXY_FORMAT,
+            &[cfg.vocab_size, crate::output_proxy::proxy_cols(cfg.d_model)],
+            crate::output_proxy::build_proxy(&model.output)?,
+        )?;
+    }
     out.write(resident)?;
     let len = |p: &Path| {
         std::fs::metadata(p)
