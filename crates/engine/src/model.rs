@@ -313,10 +313,16 @@ impl<'a> Model<'a> {
         self.proxy_on = on;
     }
 
+    /// Whether the file has a proxy and it is not turned off (what the planner counts a streamed
+    /// output by).
+    pub fn output_proxy_enabled(&self) -> bool {
+        self.proxy_on && self.output_proxy.is_some()
+    }
+
     /// Whether a one-token step computes its logits through the proxy: streamed, a proxy in the
     /// file, not turned off.
     pub fn output_proxy_used(&self) -> bool {
-        self.streamed && self.proxy_on && self.output_proxy.is_some()
+        self.streamed && self.output_proxy_enabled()
     }
 
     /// Where the proxy's bytes start in the file the output is read from directly (`None`: read

@@ -130,7 +130,7 @@ pub fn model_summary(engine: &Engine<'_>, sidecars: &SparseSidecars) -> Result<M
         down_macs_per_token: (cfg.n_layers * cfg.d_model * cfg.d_ff) as f64,
         attn_macs_per_pair: (cfg.n_layers * 2 * cfg.q_dim()) as f64,
         output_macs: (cfg.d_model * cfg.vocab_size) as f64,
-        output_bytes: if model.output_proxy().is_some() {
+        output_bytes: if model.output_proxy_enabled() {
             crate::output_proxy::proxy_step_bytes(&model.output)
         } else {
             bytes(&model.output)
@@ -191,7 +191,10 @@ fn tensors(model: &Model<'_>, offloaded: bool) -> Vec<TensorInfo> {
         // Both on flash or both in memory: a step reads the output whole (sequential chunks) and
         // one embedding row; in memory they hold the embedding and, untied, the output.
         // Through the proxy a step reads the proxy and its candidate rows, not the whole output.
-        let (format, touched) = match model.output_proxy() {
+        let (format, touched) = match model
+            .output_proxy()
+            .filter(|_| model.output_proxy_enabled())
+        {
             Some(p) => (
                 p.format(),
                 crate::output_proxy::proxy_step_bytes(&model.output),

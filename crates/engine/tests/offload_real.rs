@@ -56,9 +56,29 @@ fn check(down: WeightFormat, packing: Packing, layout: (usize, usize)) {
 
     let rfile = ModelFile::open(&resident).unwrap();
     let mut off = Engine::new(&rfile, opts).unwrap();
-    // SmolLM2's 49,152-row Q8_0 output is worth a proxy, so the resident file carries one.
+    // SmolLM2's 49,152-row Q8_0 output is worth a proxy, so the resident file carries one, and the
+    // planner counts a step's reads of the streamed output through it unless it is turned off.
     assert!(engine::output_proxy::proxy_pays(&mem.model().output));
     assert!(off.model().output_proxy().is_some());
+    let touched = |eng: &Engine<'_>| {
+        let s = engine::model_summary(eng, &engine::SparseSidecars::default()).unwrap();
+        let t = s
+            .tensors
+            .iter()
+            .find(|t| t.name == engine::STREAMED)
+            .unwrap();
+        (t.touched_bytes, s.output_bytes)
+    };
+    let out = &off.model().output;
+    let (row, proxied, whole) = (
+        off.model().embed.row_bytes() as u64,
+        engine::output_proxy::proxy_step_bytes(out),
+        out.data().len() as u64,
+    );
+    assert_eq!(touched(&off), (proxied + row, proxied));
+    off.set_output_proxy(false);
+    assert_eq!(touched(&off), (whole + row, whole));
+    off.set_output_proxy(true);
     let cfg = off.model().config.clone();
     let ffn = std::fs::metadata(store_path_for(&resident)).unwrap().len() as usize;
     let o = OffloadOptions {

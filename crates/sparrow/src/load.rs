@@ -154,7 +154,8 @@ fn auto_plan(
     }
     let planned = || -> Result<engine::planner::Plan> {
         let device = engine::planner::DeviceProfile::load(&device_path)?;
-        let eng = Engine::new(file, engine_options(args))?;
+        let mut eng = Engine::new(file, engine_options(args))?;
+        eng.set_output_proxy(!args.offload.full_output);
         let summary = engine::model_summary(&eng, &args.sidecars())?;
         let c = constraints(&eng, args, None);
         Ok(engine::planner::make_plan(

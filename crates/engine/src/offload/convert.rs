@@ -125,6 +125,9 @@ pub struct ConvertReport {
     pub hot_neurons: Vec<usize>,
     /// Fingerprint of the source model (the resident file carries it).
     pub source_fingerprint: u64,
+    /// Bytes of the output projection's proxy in the resident file (0: none, it would not pay;
+    /// [`crate::output_proxy`]).
+    pub proxy_bytes: u64,
 }
 
 /// The store file written next to `resident`: `<resident stem>.neurons`.
@@ -263,12 +266,15 @@ pub fn convert(
         out.tensor(t.name, t.dtype, t.shape, t.data.to_vec())?;
     }
     // The output projection's 2-bit proxy, which a step streaming the output reads instead of it.
+    let mut proxy_bytes = 0;
     if crate::output_proxy::proxy_pays(&model.output) {
+        let proxy = crate::output_proxy::build_proxy(&model.output)?;
+        proxy_bytes = proxy.len() as u64;
         out.tensor(
             crate::output_proxy::OUTPUT_PROXY_TENSOR,
             crate::output_proxy::PROXY_FORMAT,
             &[cfg.vocab_size, crate::output_proxy::proxy_cols(cfg.d_model)],
-            crate::output_proxy::build_proxy(&model.output)?,
+            proxy,
         )?;
     }
     out.write(resident)?;
@@ -291,6 +297,7 @@ pub fn convert(
         source_ffn_bytes,
         hot_neurons,
         source_fingerprint: fingerprint,
+        proxy_bytes,
     })
 }
 

@@ -146,9 +146,17 @@ pub fn run(a: ConvertArgs) -> Result<()> {
     let l = r.layout;
     let hot: usize = r.hot_neurons.iter().sum();
     println!(
-        "resident file {} ({:.1} MiB): embeddings, attention, norms, output",
+        "resident file {} ({:.1} MiB): embeddings, attention, norms, output{}",
         r.resident.display(),
-        mib(r.resident_bytes)
+        mib(r.resident_bytes),
+        if r.proxy_bytes > 0 {
+            format!(
+                ", the output's 2-bit proxy ({:.1} MiB, read instead of the output where it stays on flash)",
+                mib(r.proxy_bytes)
+            )
+        } else {
+            String::new()
+        }
     );
     println!(
         "neuron store  {} ({:.1} MiB, {:.2}x the {:.1} MiB of FFN matrices in the model): {} neuron(s) of {} bytes (down columns {}) per {}-page unit ({:.0}% of each unit used, {:?} packing), {} hot neurons (batch-1 frequency ≥ {}) first in their layers",

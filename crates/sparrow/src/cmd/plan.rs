@@ -52,7 +52,8 @@ pub fn run(a: PlanArgs) -> Result<()> {
     }
     let device = DeviceProfile::load(&device_path)?;
     let file = open_model(&a.model, a.json)?;
-    let eng = Engine::new(&file, engine_options(&a.model))?;
+    let mut eng = Engine::new(&file, engine_options(&a.model))?;
+    eng.set_output_proxy(!a.model.offload.full_output);
     let summary = model_summary(&eng, &a.model.sidecars())?;
     let c = constraints(&eng, &a.model, a.min_tok_s);
     let solver = match a.solver {
