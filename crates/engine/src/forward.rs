@@ -574,7 +574,6 @@ fn forward_inner(
             proxy,
             source.as_ref(),
             &normed,
-            m,
             logits,
             precision,
         )?;

@@ -25,22 +25,21 @@ pub(crate) struct ProxySource<'a> {
 /// token): larger batches, and prompts scored whole, read the whole output projection.
 pub(crate) const PROXY_MAX_ROWS: usize = 8;
 
-/// `m` rows of logits (`m × vocab`) of `normed` (`m × d_model`) through `proxy`, as
+/// The rows of logits (`m × vocab`) of `normed` (`m × d_model`) through `proxy`, as
 /// [`crate::output_proxy`] says: the proxy streamed once for all rows, then the union of each row's
 /// best [`PROXY_CANDIDATES`] rows of `output` read and computed exactly for every row. Read with
 /// direct I/O from `source` when given, else through the mapping.
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn proxy_logits(
     kind: StepKind,
     output: &QMatrix<'_>,
     proxy: &QMatrix<'_>,
     source: Option<&ProxySource<'_>>,
     normed: &[f32],
-    m: usize,
     logits: &mut [f32],
     precision: Precision,
 ) -> Result<()> {
     let (vocab, d, pc) = (output.rows(), output.cols(), proxy.cols());
+    let m = normed.len() / d.max(1);
     let mut padded = vec![0.0f32; m * pc];
     for (p, x) in padded.chunks_exact_mut(pc).zip(normed.chunks_exact(d)) {
         p[..d].copy_from_slice(x);
