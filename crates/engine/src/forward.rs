@@ -385,8 +385,14 @@ fn forward_inner(
         model.embed_token(t, row)?;
     }
     if model.streamed() && !model.output_direct() && want != Logits::None {
-        // Its first chunk is read while the layers run (direct reads start with the projection).
-        crate::stream::prefetch_output(&model.output);
+        // Its first chunk (the proxy's, where a short step reads that) is read while the layers run
+        // (direct reads start with the projection).
+        let short = want == Logits::Last || n <= crate::proxy_step::PROXY_MAX_ROWS;
+        let first = match model.output_proxy() {
+            Some(p) if short && model.output_proxy_used() => p,
+            _ => &model.output,
+        };
+        crate::stream::prefetch_output(first);
     }
     // The FFN executor of this step: the caller's, the dense one, or the observed dense one. A
     // resident file has no FFN matrices: only an executor with its own weights can run it.
