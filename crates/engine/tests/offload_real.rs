@@ -121,3 +121,63 @@ fn check(down: WeightFormat, packing: Packing, layout: (usize, usize)) {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn offloaded_decode_is_the_same_on_one_thread_and_on_two() {
+    // Which worker takes which unit, and in what order reads complete, must not change a bit of the
+    // logits: cached units are summed in fixed lanes, each read unit alone, and those sums added in
+    // fixed point (f32 sums in arrival order made greedy text differ between identical runs).
+    let file = ModelFile::open(model_path()).unwrap();
+    let mem = Engine::new(&file, EngineOptions::default()).unwrap();
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("offload-threads-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let resident = dir.join("smollm2.resident.gguf");
+    convert(
+        &file,
+        &synthetic_profile(mem.model()),
+        &resident,
+        &ConvertOptions::default(),
+        |_, _| {},
+    )
+    .unwrap();
+    let rfile = ModelFile::open(&resident).unwrap();
+    let n_layers = mem.model().config.n_layers;
+    let ffn = std::fs::metadata(store_path_for(&resident)).unwrap().len() as usize;
+    let run = |threads: usize| {
+        let mut off = Engine::new(
+            &rfile,
+            EngineOptions {
+                threads,
+                precision: Precision::Fast,
+                context: 64,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let cfg = off.model().config.clone();
+        let o = OffloadOptions {
+            ffn_budget: ffn / 3,
+            ..Default::default()
+        };
+        off.set_sparse(Some(
+            SparseFfn::from_store(&cfg, &store_path_for(&resident), vec![0.0; n_layers], o)
+                .unwrap(),
+        ));
+        let mut cache = off.new_cache();
+        let prompt = ids(&reference()["prompts"][0]["ids"]);
+        prompt
+            .iter()
+            .take(10)
+            .flat_map(|&t| off.forward(&mut cache, &[t], Logits::Last).unwrap())
+            .collect::<Vec<f32>>()
+    };
+    let one = run(1);
+    for _ in 0..2 {
+        assert!(
+            run(2) == one,
+            "offloaded logits differ between 1 and 2 threads"
+        );
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

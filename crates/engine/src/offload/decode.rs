@@ -15,12 +15,14 @@ use ufs_io::IoError;
 
 use super::live::HotSet;
 use super::runtime::Offload;
-use super::unit::{lock_pending, tag_of, Job, Pending, Wanted, Worker, TAG_HEAD};
+use super::unit::{from_fixed, lock_pending, tag_of, Job, Pending, Wanted, Worker, TAG_HEAD};
 use crate::error::{EngineError, Result};
 use crate::neurons::{LayerRule, RowCounts};
 
-/// Cached units a decode worker takes from the shared counter at a time.
-const HIT_RUN: usize = 8;
+/// Lanes the hot units of a step are split into (contiguous, in unit order): a worker takes a whole
+/// lane from the shared counter and sums it in f32 in order, so each lane's sum, and the step's, is
+/// the same whichever worker takes it and however many there are.
+const HIT_LANES: usize = 16;
 
 /// A cached unit's bytes: a slice of a pinned hot cluster, or a cold unit.
 enum UnitBytes<'a> {
@@ -53,8 +55,9 @@ impl Offload {
     /// The calling thread looks the units up and queues the misses on the I/O thread; then every thread
     /// of the current rayon pool computes cached units (taking them from a shared counter) and, when
     /// none are left, completed reads (each worker first claims one of the outstanding completions, so
-    /// nobody waits for a read that another worker will take). Each worker accumulates its own output;
-    /// the outputs are summed at the end. An error stops the computing but not the draining of claimed
+    /// nobody waits for a read that another worker will take). Each worker accumulates its own output
+    /// in fixed point; the outputs are summed at the end, exactly, so the result does not depend on
+    /// the order units were taken in. An error stops the computing but not the draining of claimed
     /// reads, so no stale completion is left for the next step.
     pub(crate) fn decode(
         &self,
@@ -297,13 +300,27 @@ impl Offload {
         } else {
             threads
         };
-        let next_hit = AtomicUsize::new(0);
+        // The hot units (pinned, the same every step) come first in `hits`, in unit order: they are
+        // summed in HIT_LANES fixed lanes. A cold hit is a run of its own, as a read unit is: whether
+        // a unit is still in the cold LRU depends on when earlier reads completed.
+        let n_hot = hits
+            .iter()
+            .take_while(|h| matches!(h.bytes, UnitBytes::Hot(_)))
+            .count();
+        let per_lane = n_hot.div_ceil(HIT_LANES);
+        let items = HIT_LANES + hits.len() - n_hot;
+        let next_item = AtomicUsize::new(0);
         let run = |w: &mut Worker| {
             loop {
-                // Cached units in runs of HIT_RUN (fewer trips to the shared counter).
-                let h = next_hit.fetch_add(HIT_RUN, Ordering::Relaxed);
-                if h < hits.len() {
-                    for hit in &hits[h..(h + HIT_RUN).min(hits.len())] {
+                let i = next_item.fetch_add(1, Ordering::Relaxed);
+                if i < items {
+                    let part = if i < HIT_LANES {
+                        &hits[(i * per_lane).min(n_hot)..((i + 1) * per_lane).min(n_hot)]
+                    } else {
+                        let c = n_hot + i - HIT_LANES;
+                        &hits[c..c + 1]
+                    };
+                    for hit in part {
                         if w.err.is_none() {
                             let res = job.compute(hit.unit(ub), &job.wanted[hit.range.clone()], w);
                             if let Err(e) = res {
@@ -311,6 +328,7 @@ impl Offload {
                             }
                         }
                     }
+                    w.flush();
                     continue;
                 }
                 // Claim one outstanding completion, or stop when none is left.
@@ -348,15 +366,17 @@ impl Offload {
     }
 }
 
-/// Sums the workers' outputs into `out` (the main worker's first), and their row counts; the wait is
-/// the longest any worker waited. The first worker error, if any, fails the step.
+/// Sums the workers' fixed-point outputs (exactly, so in any order) into `out`, and their row counts;
+/// the wait is the longest any worker waited. The first worker error, if any, fails the step.
 fn gather(out: &mut [f32], main: Worker, others: Vec<Worker>) -> Result<(RowCounts, u64)> {
-    out.copy_from_slice(&main.out);
+    let mut acc = main.acc;
     let mut counts = main.counts;
     let mut wait_ns = main.wait_ns;
     let mut err = main.err;
     for w in others {
-        out.iter_mut().zip(&w.out).for_each(|(o, v)| *o += v);
+        acc.iter_mut()
+            .zip(&w.acc)
+            .for_each(|(a, v)| *a = a.wrapping_add(*v));
         counts = (
             counts.0 + w.counts.0,
             counts.1 + w.counts.1,
@@ -364,6 +384,9 @@ fn gather(out: &mut [f32], main: Worker, others: Vec<Worker>) -> Result<(RowCoun
         );
         wait_ns = wait_ns.max(w.wait_ns);
         err = err.or(w.err);
+    }
+    for (o, a) in out.iter_mut().zip(acc) {
+        *o = from_fixed(a);
     }
     match err {
         Some(e) => Err(e),

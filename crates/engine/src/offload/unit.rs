@@ -39,9 +39,32 @@ pub(super) fn lock_pending(
     p.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// Fixed-point scale of a decode step's sums ([`Worker::acc`]): 2^32, a resolution of 2.3e-10.
+const FIXED_SCALE: f32 = 4_294_967_296.0;
+
+/// One unit's contribution in fixed point: scaling by a power of two is exact in f32, the cast
+/// truncates (far outside any FFN output's range, |v| >= 2^31, it saturates).
+#[inline]
+fn to_fixed(v: f32) -> i64 {
+    (v * FIXED_SCALE) as i64
+}
+
+/// A fixed-point sum back in f32.
+#[inline]
+pub(super) fn from_fixed(a: i64) -> f32 {
+    (a as f64 / f64::from(FIXED_SCALE)) as f32
+}
+
 /// One compute thread's state in [`Offload::decode`].
 pub(super) struct Worker {
-    pub(super) out: Vec<f32>,
+    /// The sum of what this worker computed, in fixed point ([`FIXED_SCALE`]): a fixed run of units
+    /// (a lane of cached units, or one unit read from flash) is summed alone in f32 in a fixed order,
+    /// then added here exactly ([`Worker::flush`]), so the step's sum does not depend on which worker
+    /// took what or in what order reads completed (f32 sums in arrival order made greedy text differ
+    /// from run to run).
+    pub(super) acc: Vec<i64>,
+    /// The f32 sum of the run being computed.
+    run_out: Vec<f32>,
     pub(super) counts: RowCounts,
     pub(super) wait_ns: u64,
     pub(super) err: Option<EngineError>,
@@ -49,9 +72,19 @@ pub(super) struct Worker {
 }
 
 impl Worker {
+    /// Adds the run computed so far to [`Worker::acc`] and starts a new one.
+    pub(super) fn flush(&mut self) {
+        // Wrapping: a sum of at most d_ff terms each under 2^31 · 2^32 never comes near 2^63.
+        for (a, v) in self.acc.iter_mut().zip(self.run_out.iter_mut()) {
+            *a = a.wrapping_add(to_fixed(*v));
+            *v = 0.0;
+        }
+    }
+
     pub(super) fn new(d: usize) -> Self {
         Worker {
-            out: vec![0.0; d],
+            acc: vec![0; d],
+            run_out: vec![0.0; d],
             counts: (0, 0, 0),
             wait_ns: 0,
             err: None,
@@ -154,8 +187,10 @@ impl Job<'_> {
             }
         };
         if w.err.is_none() {
-            if let Err(e) = self.compute(full, wanted, w) {
-                w.err = Some(e);
+            // A unit read from flash is a run of its own: reads complete in any order.
+            match self.compute(full, wanted, w) {
+                Ok(()) => w.flush(),
+                Err(e) => w.err = Some(e),
             }
         }
         if off.opts.cache_cold {
@@ -227,7 +262,8 @@ impl Job<'_> {
         Ok(any)
     }
 
-    /// `w.out += Σ down_j · v_j` over the wanted `(unit, slot, neuron)` entries of one unit's bytes.
+    /// `w.run_out += Σ down_j · v_j` over the wanted `(unit, slot, neuron)` entries of one unit's
+    /// bytes (the caller flushes the run: [`Worker::flush`]).
     pub(super) fn compute(&self, bytes: &[u8], wanted: &[Wanted], w: &mut Worker) -> Result<()> {
         let ix = self.off.store.index();
         let (l, f) = (&ix.layout, &ix.formats);
@@ -265,7 +301,7 @@ impl Job<'_> {
             keep,
             coeffs,
         )?;
-        kernels_neon::axpy_rows(&down, keep, coeffs, &mut w.out)
+        kernels_neon::axpy_rows(&down, keep, coeffs, &mut w.run_out)
             .map_err(kernel("offloaded ffn down"))?;
         w.counts.0 += slots.len();
         w.counts.1 += up_rows;
