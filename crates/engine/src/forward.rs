@@ -571,7 +571,6 @@ fn forward_inner(
             .zip(model.proxy_offset())
             .map(|(file, at)| crate::proxy_step::ProxySource {
                 file,
-                output_offset: file.offset,
                 proxy_offset: at,
             });
         crate::proxy_step::proxy_logits(

@@ -23,9 +23,8 @@
 //! `--full-output` read the whole output projection.
 
 use kernels_neon::{QMatrix, WeightFormat};
-use rayon::prelude::*;
 
-use crate::error::{kernel, EngineError, Result};
+use crate::error::{kernel, Result};
 
 /// The proxy's tensor name in a resident file.
 pub const OUTPUT_PROXY_TENSOR: &str = "output_proxy.weight";
@@ -61,25 +60,13 @@ pub fn proxy_pays(output: &QMatrix<'_>) -> bool {
 
 /// The proxy rows of `output` ([`PROXY_FORMAT`], [`proxy_cols`] wide), row-major.
 pub fn build_proxy(output: &QMatrix<'_>) -> Result<Vec<u8>> {
-    let (rows, d) = (output.rows(), output.cols());
-    let cols = proxy_cols(d);
-    let rb = PROXY_FORMAT
-        .row_bytes(cols)
-        .ok_or_else(|| EngineError::Request(format!("no Q2_K rows of {cols} columns")))?;
-    let mut out = vec![0u8; rows * rb];
-    out.par_chunks_mut(rb * 256)
-        .enumerate()
-        .try_for_each(|(c, dst)| -> Result<()> {
-            let mut row = vec![0.0f32; cols];
-            for (i, q) in dst.chunks_exact_mut(rb).enumerate() {
-                let r = c * 256 + i;
-                let src = &output.data()[r * output.row_bytes()..][..output.row_bytes()];
-                kernels_neon::dequantize_row(output.format(), src, &mut row[..d])
-                    .map_err(kernel("output proxy: dequantize"))?;
-                kernels_neon::quantize_row(PROXY_FORMAT, &row, q)
-                    .map_err(kernel("output proxy: quantize"))?;
-            }
-            Ok(())
-        })?;
-    Ok(out)
+    let d = output.cols();
+    kernels_neon::requantize_rows(
+        output.format(),
+        output.data(),
+        d,
+        PROXY_FORMAT,
+        proxy_cols(d),
+    )
+    .map_err(kernel("output proxy: re-quantize"))
 }

@@ -13,11 +13,10 @@ use crate::stream_source::StreamSource;
 /// Reads of candidate rows in flight at once.
 const PROXY_READERS: usize = 8;
 
-/// Where a streamed step reads the output projection and its proxy directly: the file, and each
-/// one's data offset in it.
+/// Where a streamed step reads the output projection and its proxy directly: the file (whose own
+/// offset is the output's data) and the proxy's data offset in it.
 pub(crate) struct ProxySource<'a> {
     pub(crate) file: &'a StreamSource,
-    pub(crate) output_offset: u64,
     pub(crate) proxy_offset: u64,
 }
 
@@ -108,7 +107,7 @@ struct Window {
 /// 4 KiB-aligned window, neighbouring windows merged, [`PROXY_READERS`] reads in flight.
 fn read_rows(s: &ProxySource<'_>, rb: usize, cand: &[u32], rows: &mut [u8]) -> Result<()> {
     let align = ufs_io::ALIGN as u64;
-    let at = |r: u32| s.output_offset + u64::from(r) * rb as u64;
+    let at = |r: u32| s.file.offset + u64::from(r) * rb as u64;
     let mut windows: Vec<Window> = Vec::new();
     for (i, &r) in cand.iter().enumerate() {
         let (a0, a1) = (

@@ -1,8 +1,8 @@
 //! Load-time re-quantization of the layer weights (PowerInfer-2 section 7.6 experiments).
 //!
 //! [`Overlay::build`] dequantizes every 2-D linear weight of the transformer blocks (`q`, `k`, `v`,
-//! `o`, `gate`, `up`, `down`) of a [`ModelFile`] with [`kernels_neon::dequantize_row`] and
-//! quantizes it again into the format a [`Requant`] names with [`kernels_neon::quantize_row`]. The
+//! `o`, `gate`, `up`, `down`) of a [`ModelFile`] and quantizes it again into the format a [`Requant`] names, row by row
+//! ([`kernels_neon::requantize_rows`]). The
 //! overlay owns the new bytes; [`Model::load_with`](crate::Model::load_with) takes a matrix from
 //! the overlay when it holds one and borrows the memory map otherwise. The token embedding and the
 //! output projection (tied to it in SmolLM2) are left as they are in the file.
@@ -14,8 +14,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::str::FromStr;
 
-use kernels_neon::{dequantize_row, quantize_row, QMatrix, WeightFormat};
-use rayon::prelude::*;
+use kernels_neon::{requantize_rows, QMatrix, WeightFormat};
 
 use crate::error::{kernel, EngineError, Result};
 use crate::file::{names_of, ModelFile};
@@ -172,17 +171,8 @@ impl Overlay {
                         rows * sb
                     )));
                 }
-                let mut data = vec![0u8; rows * db];
-                data.par_chunks_mut(db.max(1))
-                    .zip(t.data.par_chunks(sb.max(1)))
-                    .try_for_each_init(
-                        || vec![0f32; cols],
-                        |buf, (out, row)| {
-                            dequantize_row(src, row, buf)?;
-                            quantize_row(dst, buf, out)
-                        },
-                    )
-                    .map_err(kernel(ctx()))?;
+                let data = requantize_rows(src, t.data, cols, dst, cols).map_err(kernel(ctx()))?;
+                debug_assert_eq!(data.len(), rows * db);
                 tensors.insert(
                     name,
                     OverlayTensor {

@@ -230,6 +230,7 @@ mod matmul_t;
 mod quant;
 mod quantize;
 mod quantize_k;
+mod requantize;
 mod rope;
 mod scalar;
 mod sparse;
@@ -247,6 +248,7 @@ pub use kv::{kv_decode, kv_encode, KvFormat, KV_Q8_BLOCK};
 pub use matmul_t::matmul_t_with;
 pub use matmul_t::{matmul_t, matmul_t_scratch_bytes};
 pub use quantize::{quantize_matrix, quantize_row};
+pub use requantize::requantize_rows;
 pub use rope::{rope_inplace, RopeAngles, RopeStyle};
 pub use sparse::*;
 
