@@ -16,37 +16,67 @@ fn nearest(v: f32, lo: i32, hi: i32) -> i32 {
     (v.round() as i32).clamp(lo, hi)
 }
 
-/// One Q4_K super-block (144 bytes): `d`, `dmin` (f16), 12 bytes of 6-bit scales and mins of the
-/// eight 32-element sub-blocks, 128 bytes of 4-bit quants; `x = d·sc_j·q − dmin·m_j`.
-pub(crate) fn q4_k_block(x: &[f32], out: &mut [u8]) {
-    debug_assert!(x.len() == QK && out.len() == 144);
-    let mut scale = [0f32; 8];
-    let mut min = [0f32; 8];
-    for (j, s) in x.chunks_exact(32).enumerate() {
+/// An affine K-quant super-block's parameters (`x = d·sc_j·q − dmin·m_j` over `N` sub-blocks).
+struct AffineFit<const N: usize> {
+    d: f16,
+    dmin: f16,
+    sc: [u8; N],
+    m: [u8; N],
+}
+
+/// Fits the affine K-quant super-block `x` (Q2_K, Q4_K) of `N` sub-blocks: each sub-block's
+/// scale `(max - min) / levels` and min `-min` (the range always includes 0), both rounded to
+/// `0..=scale_max` steps of the largest (`d`, `dmin`), and writes each element's quant
+/// (`0..=levels`, nearest) into `q`.
+fn fit_affine<const N: usize>(
+    x: &[f32],
+    q: &mut [u8; QK],
+    levels: i32,
+    scale_max: i32,
+) -> AffineFit<N> {
+    let len = QK / N;
+    let mut scale = [0f32; N];
+    let mut min = [0f32; N];
+    for (j, s) in x.chunks_exact(len).enumerate() {
         let lo = s.iter().fold(0f32, |m, &v| m.min(v));
         let hi = s.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
-        scale[j] = (hi - lo) / 15.0;
+        scale[j] = (hi - lo) / levels as f32;
         min[j] = -lo;
     }
     let max_scale = scale.iter().fold(0f32, |m, &v| m.max(v));
     let max_min = min.iter().fold(0f32, |m, &v| m.max(v));
-    let d = f16::from_f32(max_scale / 63.0);
-    let dmin = f16::from_f32(max_min / 63.0);
+    let d = f16::from_f32(max_scale / scale_max as f32);
+    let dmin = f16::from_f32(max_min / scale_max as f32);
     let (df, dminf) = (d.to_f32(), dmin.to_f32());
-    let mut sc = [0u8; 8];
-    let mut m = [0u8; 8];
-    for j in 0..8 {
-        sc[j] = if df > 0.0 {
-            nearest(scale[j] / df, 0, 63) as u8
+    let step_of = |v: f32, unit: f32| {
+        if unit > 0.0 {
+            nearest(v / unit, 0, scale_max) as u8
         } else {
             0
-        };
-        m[j] = if dminf > 0.0 {
-            nearest(min[j] / dminf, 0, 63) as u8
-        } else {
-            0
-        };
+        }
+    };
+    let sc = scale.map(|v| step_of(v, df));
+    let m = min.map(|v| step_of(v, dminf));
+    for (j, (qs, xs)) in q.chunks_exact_mut(len).zip(x.chunks_exact(len)).enumerate() {
+        let step = df * f32::from(sc[j]);
+        let off = dminf * f32::from(m[j]);
+        for (qv, &v) in qs.iter_mut().zip(xs) {
+            *qv = if step > 0.0 {
+                nearest((v + off) / step, 0, levels) as u8
+            } else {
+                0
+            };
+        }
     }
+    AffineFit { d, dmin, sc, m }
+}
+
+/// One Q4_K super-block (144 bytes): `d`, `dmin` (f16), 12 bytes of 6-bit scales and mins of the
+/// eight 32-element sub-blocks, 128 bytes of 4-bit quants; `x = d·sc_j·q − dmin·m_j`.
+pub(crate) fn q4_k_block(x: &[f32], out: &mut [u8]) {
+    debug_assert!(x.len() == QK && out.len() == 144);
+    let mut q = [0u8; QK];
+    let AffineFit { d, dmin, sc, m } = fit_affine::<8>(x, &mut q, 15, 63);
     out[..2].copy_from_slice(&d.to_le_bytes());
     out[2..4].copy_from_slice(&dmin.to_le_bytes());
     // ggml's `get_scale_min_k4` layout.
@@ -55,18 +85,6 @@ pub(crate) fn q4_k_block(x: &[f32], out: &mut [u8]) {
         s[j] = sc[j] | ((sc[j + 4] >> 4) << 6);
         s[j + 4] = m[j] | ((m[j + 4] >> 4) << 6);
         s[j + 8] = (sc[j + 4] & 15) | ((m[j + 4] & 15) << 4);
-    }
-    let mut q = [0u8; QK];
-    for (j, (qs, xs)) in q.chunks_exact_mut(32).zip(x.chunks_exact(32)).enumerate() {
-        let step = df * f32::from(sc[j]);
-        let off = dminf * f32::from(m[j]);
-        for (qv, &v) in qs.iter_mut().zip(xs) {
-            *qv = if step > 0.0 {
-                nearest((v + off) / step, 0, 15) as u8
-            } else {
-                0
-            };
-        }
     }
     // Each 64 elements: 32 bytes, low nibbles the first 32, high nibbles the next 32.
     for (c, bytes) in out[16..].chunks_exact_mut(32).enumerate() {
@@ -136,41 +154,10 @@ pub(crate) fn q6_k_block(x: &[f32], out: &mut [u8]) {
 /// `x = d·sc_j·q − dmin·m_j`.
 pub(crate) fn q2_k_block(x: &[f32], out: &mut [u8]) {
     debug_assert!(x.len() == QK && out.len() == 84);
-    let mut scale = [0f32; 16];
-    let mut min = [0f32; 16];
-    for (j, s) in x.chunks_exact(16).enumerate() {
-        let lo = s.iter().fold(0f32, |m, &v| m.min(v));
-        let hi = s.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
-        scale[j] = (hi - lo) / 3.0;
-        min[j] = -lo;
-    }
-    let max_scale = scale.iter().fold(0f32, |m, &v| m.max(v));
-    let max_min = min.iter().fold(0f32, |m, &v| m.max(v));
-    let d = f16::from_f32(max_scale / 15.0);
-    let dmin = f16::from_f32(max_min / 15.0);
-    let (df, dminf) = (d.to_f32(), dmin.to_f32());
     let mut q = [0u8; QK];
-    for (j, (qs, xs)) in q.chunks_exact_mut(16).zip(x.chunks_exact(16)).enumerate() {
-        let sc = if df > 0.0 {
-            nearest(scale[j] / df, 0, 15) as u8
-        } else {
-            0
-        };
-        let m = if dminf > 0.0 {
-            nearest(min[j] / dminf, 0, 15) as u8
-        } else {
-            0
-        };
-        out[j] = sc | (m << 4);
-        let step = df * f32::from(sc);
-        let off = dminf * f32::from(m);
-        for (qv, &v) in qs.iter_mut().zip(xs) {
-            *qv = if step > 0.0 {
-                nearest((v + off) / step, 0, 3) as u8
-            } else {
-                0
-            };
-        }
+    let AffineFit { d, dmin, sc, m } = fit_affine::<16>(x, &mut q, 3, 15);
+    for (o, (&s, &m)) in out.iter_mut().zip(sc.iter().zip(&m)) {
+        *o = s | (m << 4);
     }
     // Each 128 elements: 32 bytes, element `128n + 32k + l` in bits `2k..2k + 2` of byte `32n + l`.
     let qs = &mut out[16..80];

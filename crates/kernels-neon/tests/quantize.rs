@@ -62,30 +62,28 @@ proptest! {
     }
 }
 
+/// [`k_step`] of an affine K-quant (Q2_K, Q4_K) of `len`-element sub-blocks, `levels` quant
+/// steps and sub-block scales of `scale_max` steps: one step of the element's sub-block, `slack`
+/// steps of `d` for the rounded scale, one `dmin` step for the rounded min.
+fn affine_step(x: &[f32], i: usize, len: usize, levels: f32, scale_max: f32, slack: f32) -> f32 {
+    let amax = x.iter().fold(0f32, |a, v| a.max(v.abs()));
+    let range =
+        |s: &[f32]| s.iter().copied().fold(0f32, f32::max) - s.iter().copied().fold(0f32, f32::min);
+    let d = x.chunks(len).map(range).fold(0f32, f32::max) / levels / scale_max;
+    let dmin = x.iter().copied().fold(0f32, f32::min).abs() / scale_max;
+    range(&x[i / len * len..][..len]) / levels + slack * d + dmin + amax * 1e-3
+}
+
 /// Largest error allowed in a K-quant super-block `x` (256 elements) for the element at `i`: one
 /// quantization step of its sub-block, plus what rounding the sub-block scales (and Q4_K's mins) to
 /// 6 or 8 bits can shift or clip.
 fn k_step(format: WeightFormat, x: &[f32], i: usize) -> f32 {
     let amax = x.iter().fold(0f32, |a, v| a.max(v.abs()));
     match format {
-        WeightFormat::Q4_K => {
-            let range = |s: &[f32]| {
-                s.iter().copied().fold(0f32, f32::max) - s.iter().copied().fold(0f32, f32::min)
-            };
-            let d = x.chunks(32).map(range).fold(0f32, f32::max) / 15.0 / 63.0;
-            let dmin = x.iter().copied().fold(0f32, f32::min).abs() / 63.0;
-            range(&x[i / 32 * 32..][..32]) / 15.0 + 8.0 * d + dmin + amax * 1e-3
-        }
-        WeightFormat::Q2_K => {
-            // 4-bit scales and mins: rounding a sub-block's scale moves its top level by up to
-            // 1.5 `d`, its min by half a `dmin` step.
-            let range = |s: &[f32]| {
-                s.iter().copied().fold(0f32, f32::max) - s.iter().copied().fold(0f32, f32::min)
-            };
-            let d = x.chunks(16).map(range).fold(0f32, f32::max) / 3.0 / 15.0;
-            let dmin = x.iter().copied().fold(0f32, f32::min).abs() / 15.0;
-            range(&x[i / 16 * 16..][..16]) / 3.0 + 2.0 * d + dmin + amax * 1e-3
-        }
+        WeightFormat::Q4_K => affine_step(x, i, 32, 15.0, 63.0, 8.0),
+        // 4-bit scales and mins: rounding a sub-block's scale moves its top level by up to 1.5 `d`,
+        // its min by half a `dmin` step.
+        WeightFormat::Q2_K => affine_step(x, i, 16, 3.0, 15.0, 2.0),
         WeightFormat::Q6_K => {
             let sub = x[i / 16 * 16..][..16]
                 .iter()
