@@ -9,7 +9,7 @@
 //! of an `N`-token prompt is `N` over it), its peak RSS (`wait4`'s `ru_maxrss`), the cgroup's peak usage (`memory.max_usage_in_bytes`
 //! / `memory.peak`) and OOM kills (`memory.oom_control` / `memory.events`). llama.cpp runs twice per
 //! round when its build can turn weight repacking off (`--repack 0`): its default (which repacks Q4_0
-//! into anonymous memory) and its best configuration under a cap (repack off). The ratios are
+//! into anonymous memory; `--no-default` skips it) and its best configuration under a cap (repack off). The ratios are
 //! Sparrow's decode (and prompt) speed over each llama.cpp configuration's, per round and as medians.
 //!
 //! llama.cpp is built as docs/BENCHMARKS.md says, from the source vendored in the PyPI sdist
@@ -34,6 +34,9 @@ struct Opts {
     n_gen: usize,
     n_prompt: usize,
     threads: usize,
+    /// Skip llama.cpp's default configuration (repacking into anonymous memory), which on a model
+    /// much larger than the cap pages for tens of minutes or is OOM-killed.
+    no_default: bool,
     sparrow_args: Vec<String>,
 }
 
@@ -45,7 +48,7 @@ enum Cap {
 }
 
 fn usage() -> &'static str {
-    "usage: cargo xtask capped-bench --model GGUF [--bundle RESIDENT.gguf] [--cap 50%|SIZE] [--budget SIZE] [--rounds 3] [-n 16] [-p 0] [--threads 2] [-- SPARROW BENCH ARGS...]"
+    "usage: cargo xtask capped-bench --model GGUF [--bundle RESIDENT.gguf] [--cap 50%|SIZE] [--budget SIZE] [--rounds 3] [-n 16] [-p 0] [--threads 2] [--no-default] [-- SPARROW BENCH ARGS...]"
 }
 
 fn parse_size(s: &str) -> Result<u64> {
@@ -76,6 +79,7 @@ fn parse(args: &[String]) -> Result<Opts> {
         n_gen: 16,
         n_prompt: 0,
         threads: 2,
+        no_default: false,
         sparrow_args: Vec::new(),
     };
     let mut it = args.iter();
@@ -102,6 +106,7 @@ fn parse(args: &[String]) -> Result<Opts> {
             "-n" => o.n_gen = value()?.parse().context("-n: a count")?,
             "-p" => o.n_prompt = value()?.parse().context("-p: a count")?,
             "--threads" => o.threads = value()?.parse().context("--threads: a count")?,
+            "--no-default" => o.no_default = true,
             "--" => o.sparrow_args = it.by_ref().cloned().collect(),
             "-h" | "--help" => {
                 eprintln!("{}", usage());
@@ -470,13 +475,20 @@ pub fn run(root: &Path, args: &[String]) -> Result<()> {
         sparrow_args.extend(["--memory-budget".into(), budget.to_string()]);
     }
     sparrow_args.extend(o.sparrow_args.iter().cloned());
-    let mut programs: Vec<Program<'_>> = vec![(
-        "llama.cpp (default)",
-        &llama,
-        llama_args(true),
-        llama_speeds,
-    )];
-    if has_no_repack(&llama) {
+    let no_repack = has_no_repack(&llama);
+    if o.no_default && !no_repack {
+        bail!("--no-default: this llama-bench cannot turn repacking off, so it has no other configuration");
+    }
+    let mut programs: Vec<Program<'_>> = Vec::new();
+    if !o.no_default {
+        programs.push((
+            "llama.cpp (default)",
+            &llama,
+            llama_args(true),
+            llama_speeds,
+        ));
+    }
+    if no_repack {
         programs.push((
             "llama.cpp (repack off)",
             &llama,
