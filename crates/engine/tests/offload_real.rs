@@ -123,10 +123,11 @@ fn check(down: WeightFormat, packing: Packing, layout: (usize, usize)) {
 }
 
 #[test]
-fn offloaded_decode_is_the_same_on_one_thread_and_on_two() {
-    // Which worker takes which unit, and in what order reads complete, must not change a bit of the
-    // logits: cached units are summed in fixed lanes, each read unit alone, and those sums added in
-    // fixed point (f32 sums in arrival order made greedy text differ between identical runs).
+fn offloaded_decode_is_the_same_on_one_thread_and_on_two_and_at_any_cache_size() {
+    // Which worker takes which unit, in what order reads complete, and which units are cached must
+    // not change a bit of the logits: each unit is summed alone and those sums added in fixed point
+    // (f32 sums in arrival order, then f32 lanes of the hot units, made greedy text differ between
+    // runs of one command: a process budget's cache size moves with the measured memory).
     let file = ModelFile::open(model_path()).unwrap();
     let mem = Engine::new(&file, EngineOptions::default()).unwrap();
     let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
@@ -144,7 +145,7 @@ fn offloaded_decode_is_the_same_on_one_thread_and_on_two() {
     let rfile = ModelFile::open(&resident).unwrap();
     let n_layers = mem.model().config.n_layers;
     let ffn = std::fs::metadata(store_path_for(&resident)).unwrap().len() as usize;
-    let run = |threads: usize| {
+    let run = |threads: usize, cached: usize| {
         let mut off = Engine::new(
             &rfile,
             EngineOptions {
@@ -157,7 +158,7 @@ fn offloaded_decode_is_the_same_on_one_thread_and_on_two() {
         .unwrap();
         let cfg = off.model().config.clone();
         let o = OffloadOptions {
-            ffn_budget: ffn / 3,
+            ffn_budget: cached,
             ..Default::default()
         };
         off.set_sparse(Some(
@@ -172,11 +173,19 @@ fn offloaded_decode_is_the_same_on_one_thread_and_on_two() {
             .flat_map(|&t| off.forward(&mut cache, &[t], Logits::Last).unwrap())
             .collect::<Vec<f32>>()
     };
-    let one = run(1);
+    let one = run(1, ffn / 3);
     for _ in 0..2 {
         assert!(
-            run(2) == one,
+            run(2, ffn / 3) == one,
             "offloaded logits differ between 1 and 2 threads"
+        );
+    }
+    // A hot region a few units longer or shorter in every layer, and none at all.
+    for cached in [ffn / 3 + 40_000, ffn / 3 - 40_000, 0] {
+        assert!(
+            run(2, cached) == one,
+            "offloaded logits differ with {cached} bytes of cache against {}",
+            ffn / 3
         );
     }
     std::fs::remove_dir_all(&dir).unwrap();

@@ -19,11 +19,6 @@ use super::unit::{from_fixed, lock_pending, tag_of, Job, Pending, Wanted, Worker
 use crate::error::{EngineError, Result};
 use crate::neurons::{LayerRule, RowCounts};
 
-/// Lanes the hot units of a step are split into (contiguous, in unit order): a worker takes a whole
-/// lane from the shared counter and sums it in f32 in order, so each lane's sum, and the step's, is
-/// the same whichever worker takes it and however many there are.
-const HIT_LANES: usize = 16;
-
 /// A cached unit's bytes: a slice of a pinned hot cluster, or a cold unit.
 enum UnitBytes<'a> {
     Hot(&'a [u8]),
@@ -55,9 +50,9 @@ impl Offload {
     /// The calling thread looks the units up and queues the misses on the I/O thread; then every thread
     /// of the current rayon pool computes cached units (taking them from a shared counter) and, when
     /// none are left, completed reads (each worker first claims one of the outstanding completions, so
-    /// nobody waits for a read that another worker will take). Each worker accumulates its own output
-    /// in fixed point; the outputs are summed at the end, exactly, so the result does not depend on
-    /// the order units were taken in. An error stops the computing but not the draining of claimed
+    /// nobody waits for a read that another worker will take). Each unit is summed alone and added to
+    /// its worker's output in fixed point; the outputs are summed at the end, exactly, so the result
+    /// depends neither on the order units were taken in nor on which of them were cached. An error stops the computing but not the draining of claimed
     /// reads, so no stale completion is left for the next step.
     pub(crate) fn decode(
         &self,
@@ -300,32 +295,17 @@ impl Offload {
         } else {
             threads
         };
-        // The hot units (pinned, the same every step) come first in `hits`, in unit order: they are
-        // summed in HIT_LANES fixed lanes. A cold hit is a run of its own, as a read unit is: whether
-        // a unit is still in the cold LRU depends on when earlier reads completed.
-        let n_hot = hits
-            .iter()
-            .take_while(|h| matches!(h.bytes, UnitBytes::Hot(_)))
-            .count();
-        let per_lane = n_hot.div_ceil(HIT_LANES);
-        let items = HIT_LANES + hits.len() - n_hot;
+        // Every cached unit is a run of its own, as a read unit is: which units are cached (where a
+        // layer's hot region ends, what is still in the cold LRU) must not change the sum.
         let next_item = AtomicUsize::new(0);
         let run = |w: &mut Worker| {
             loop {
                 let i = next_item.fetch_add(1, Ordering::Relaxed);
-                if i < items {
-                    let part = if i < HIT_LANES {
-                        &hits[(i * per_lane).min(n_hot)..((i + 1) * per_lane).min(n_hot)]
-                    } else {
-                        let c = n_hot + i - HIT_LANES;
-                        &hits[c..c + 1]
-                    };
-                    for hit in part {
-                        if w.err.is_none() {
-                            let res = job.compute(hit.unit(ub), &job.wanted[hit.range.clone()], w);
-                            if let Err(e) = res {
-                                w.err = Some(e);
-                            }
+                if let Some(hit) = hits.get(i) {
+                    if w.err.is_none() {
+                        let res = job.compute(hit.unit(ub), &job.wanted[hit.range.clone()], w);
+                        if let Err(e) = res {
+                            w.err = Some(e);
                         }
                     }
                     w.flush();
