@@ -35,7 +35,7 @@ struct Opts {
     n_prompt: usize,
     threads: usize,
     /// Skip llama.cpp's default configuration (repacking into anonymous memory), which on a model
-    /// much larger than the cap pages for tens of minutes or is OOM-killed.
+    /// much larger than the cap pages for many minutes or is OOM-killed.
     no_default: bool,
     sparrow_args: Vec<String>,
 }
