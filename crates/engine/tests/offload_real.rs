@@ -127,7 +127,8 @@ fn offloaded_decode_is_the_same_on_one_thread_and_on_two_and_at_any_cache_size()
     // Which worker takes which unit, in what order reads complete, and which units are cached must
     // not change a bit of the logits: each unit is summed alone and those sums added in fixed point
     // (f32 sums in arrival order, then f32 lanes of the hot units, made greedy text differ between
-    // runs of one command: a process budget's cache size moves with the measured memory).
+    // runs of one command: a process budget's cache size moves with the measured memory). A prompt
+    // step's chunks are fixed by unit index, wherever the hot prefix ends.
     let file = ModelFile::open(model_path()).unwrap();
     let mem = Engine::new(&file, EngineOptions::default()).unwrap();
     let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
@@ -159,19 +160,28 @@ fn offloaded_decode_is_the_same_on_one_thread_and_on_two_and_at_any_cache_size()
         let cfg = off.model().config.clone();
         let o = OffloadOptions {
             ffn_budget: cached,
+            // Several chunks a layer in the prompt step.
+            prefill_neurons: 64,
             ..Default::default()
         };
         off.set_sparse(Some(
             SparseFfn::from_store(&cfg, &store_path_for(&resident), vec![0.0; n_layers], o)
                 .unwrap(),
         ));
-        let mut cache = off.new_cache();
         let prompt = ids(&reference()["prompts"][0]["ids"]);
-        prompt
+        // Decode steps, then one prompt step of 12 tokens (the layer streamed in chunks).
+        let mut cache = off.new_cache();
+        let mut logits: Vec<f32> = prompt
             .iter()
             .take(10)
             .flat_map(|&t| off.forward(&mut cache, &[t], Logits::Last).unwrap())
-            .collect::<Vec<f32>>()
+            .collect();
+        let mut cache = off.new_cache();
+        logits.extend(
+            off.forward(&mut cache, &prompt[..12.min(prompt.len())], Logits::All)
+                .unwrap(),
+        );
+        logits
     };
     let one = run(1, ffn / 3);
     for _ in 0..2 {

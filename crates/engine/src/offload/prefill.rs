@@ -196,10 +196,13 @@ impl Offload {
         back.map(|()| out)
     }
 
-    /// Calls `f` with every unit of `layer` as `(unit, bytes)`, about
-    /// [`super::OffloadOptions::prefill_neurons`] neurons at a time: first the hot prefix from its pinned clusters, then the rest read sequentially (and
-    /// verified) by a reader thread one chunk ahead of `f`, in two buffers used in turn. The first
-    /// error, of a read or of `f`, stops the stream and is returned.
+    /// Calls `f` with every unit of `layer` as `(unit, bytes)`, in chunks of about
+    /// [`super::OffloadOptions::prefill_neurons`] neurons whose bounds are fixed by unit index, so
+    /// that a step's sums do not depend on which units are hot: the hot prefix's whole chunks from
+    /// its pinned clusters, then the rest read sequentially (and verified) by a reader thread one
+    /// chunk ahead of `f`, in two buffers used in turn (the chunk the hot prefix ends in gets its hot
+    /// units from the clusters and the others from the first read). The first error, of a read or
+    /// of `f`, stops the stream and is returned.
     pub(crate) fn stream_layer(
         &self,
         layer: usize,
@@ -212,10 +215,25 @@ impl Offload {
         let hot = self.live.read_hot();
         let hot_units = hot.units[layer].min(total);
         let cu = self.opts.cluster_units.max(1);
-        let cold: Vec<Range<usize>> = (hot_units..total)
-            .step_by(per)
-            .map(|s| s..(s + per).min(total))
+        // The chunk the hot prefix ends in starts here; its hot units wait for the first read.
+        let split = hot_units / per * per;
+        let first_end = if hot_units == split {
+            hot_units
+        } else {
+            (split + per).min(total)
+        };
+        let cold: Vec<Range<usize>> = std::iter::once(hot_units..first_end)
+            .filter(|r| !r.is_empty())
+            .chain(
+                (first_end..total)
+                    .step_by(per)
+                    .map(|s| s..(s + per).min(total)),
+            )
             .collect();
+        let hot_unit = |u: usize| -> (usize, &[u8]) {
+            let c: &[u8] = &hot.clusters[layer][u / cu];
+            (u, &c[(u % cu) * ub..(u % cu + 1) * ub])
+        };
         std::thread::scope(|s| {
             // A rendezvous channel: the reader fills the next buffer while `f` computes this one.
             let (tx, rx) = mpsc::sync_channel::<Result<(Range<usize>, AlignedBuf)>>(0);
@@ -239,21 +257,26 @@ impl Offload {
                 }
             });
             let mut units: Vec<(usize, &[u8])> = Vec::with_capacity(per);
-            for start in (0..hot_units).step_by(per) {
+            for start in (0..split).step_by(per) {
                 units.clear();
-                units.extend((start..(start + per).min(hot_units)).map(|u| {
-                    let c: &[u8] = &hot.clusters[layer][u / cu];
-                    (u, &c[(u % cu) * ub..(u % cu + 1) * ub])
-                }));
+                units.extend((start..start + per).map(hot_unit));
                 f(&units)?;
+            }
+            // Hot units of a chunk that the reads complete (all of them when the whole layer is
+            // hot and its last chunk is short).
+            let mut lead: Vec<(usize, &[u8])> = (split..hot_units).map(hot_unit).collect();
+            if hot_units == total && !lead.is_empty() {
+                f(&lead)?;
+                lead.clear();
             }
             for read in rx {
                 let (r, buf) = read?;
-                let units: Vec<(usize, &[u8])> = r
-                    .clone()
-                    .enumerate()
-                    .map(|(i, u)| (u, &buf[i * ub..(i + 1) * ub]))
-                    .collect();
+                let mut units = std::mem::take(&mut lead);
+                units.extend(
+                    r.clone()
+                        .enumerate()
+                        .map(|(i, u)| (u, &buf[i * ub..(i + 1) * ub])),
+                );
                 f(&units)?;
                 drop(units);
                 // The reader may be done; a buffer nobody takes back is simply dropped.
