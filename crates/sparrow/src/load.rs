@@ -294,8 +294,9 @@ pub fn setup_sparse(eng: &mut Engine<'_>, args: &ModelArgs, quiet: bool) -> Resu
     let sp = plan.build(eng)?;
     if !quiet {
         eprintln!(
-            "sparrow: sparse FFN from {} ({:?} score{})",
+            "sparrow: sparse FFN from {} (profiled on {}, {:?} score{})",
             plan.profile_path.display(),
+            plan.profile.corpus,
             plan.profile.score,
             match &plan.predictor {
                 Some(p) => format!(", predictors from {}", p.display()),
