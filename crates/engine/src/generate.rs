@@ -412,6 +412,12 @@ impl<'a> Engine<'a> {
         self.model.set_streamed(on);
     }
 
+    /// [`Model::set_streamed_mapped`]: streamed, the output read through the mapping (tests).
+    #[doc(hidden)]
+    pub fn set_streamed_mapped(&mut self) {
+        self.model.set_streamed_mapped();
+    }
+
     /// Lets one-token steps that stream the output projection use its proxy (`on`, the default) or
     /// read it whole, as [`Model::set_output_proxy`] says.
     pub fn set_output_proxy(&mut self, on: bool) {

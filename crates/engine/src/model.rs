@@ -285,6 +285,15 @@ impl<'a> Model<'a> {
         );
     }
 
+    /// Streams as [`Model::set_streamed`] does, but reads the output projection (and its proxy's
+    /// candidate rows) through the mapping, as where the filesystem refuses direct I/O: for tests of
+    /// that path on filesystems that take direct I/O.
+    #[doc(hidden)]
+    pub fn set_streamed_mapped(&mut self) {
+        self.set_streamed(true);
+        self.output_file = None;
+    }
+
     /// Whether the embedding and output projection stream from flash ([`Model::set_streamed`]).
     pub fn streamed(&self) -> bool {
         self.streamed

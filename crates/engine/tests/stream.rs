@@ -136,6 +136,13 @@ fn check_proxy(src: &std::path::Path, tokens: &[u32]) {
         assert_eq!(argmax(w), argmax(g), "token {t}");
         assert!(w != g || vocab <= k, "token {t}: the proxy was not used");
     }
+    // Where the filesystem refuses direct I/O, the candidate rows come from the mapping: the same.
+    eng.set_streamed_mapped();
+    assert!(eng.model().output_proxy_used() && !eng.model().output_direct());
+    assert!(
+        common::logits(&eng, tokens, false) == got,
+        "the proxy's step through the mapping differs from the direct one"
+    );
     // Batched (a prompt scored whole) and with the proxy off, the whole projection.
     assert_eq!(
         common::logits(&eng, tokens, true),
