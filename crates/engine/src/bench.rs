@@ -154,14 +154,31 @@ pub fn synthetic_tokens(n: usize, vocab: u32) -> Vec<u32> {
 }
 
 /// The first `need` token ids of `text` (tokenized without BOS); an error naming `source` when the
-/// text is shorter.
+/// text is shorter. Only a prefix of the text is tokenized (about 16 bytes a token, cut before a
+/// whitespace, doubled until it holds more than `need` tokens): tokenizing a whole corpus file costs
+/// far more memory than the bench measures.
 pub fn text_tokens(
     engine: &Engine<'_>,
     text: &str,
     source: &std::path::Path,
     need: usize,
 ) -> Result<Vec<u32>> {
-    let ids = engine.tokenizer().encode(text, false)?;
+    let mut len = need.saturating_mul(16).max(256);
+    let ids = loop {
+        if len >= text.len() {
+            break engine.tokenizer().encode(text, false)?;
+        }
+        // Byte-level BPE tokens never span a whitespace: the tokens before the cut are those of
+        // the whole text.
+        let cut = text[..text.floor_char_boundary(len)]
+            .rfind(char::is_whitespace)
+            .unwrap_or(0);
+        let ids = engine.tokenizer().encode(&text[..cut], false)?;
+        if ids.len() > need {
+            break ids;
+        }
+        len = len.saturating_mul(2);
+    };
     if ids.len() < need {
         return Err(EngineError::Request(format!(
             "{}: {} tokens, the bench needs {need}",

@@ -1,6 +1,8 @@
 //! `engine::bench::run` on a tiny fixture: which modes it measures, one figure per repetition, and the
 //! engine's sparse FFN back in place afterwards.
 
+mod common;
+
 use engine::bench::{self, BenchMode, BenchOptions};
 use engine::sparse::DEFAULT_DOWN_FORMAT;
 use engine::{Engine, EngineOptions, ModelFile, SparseFfn};
@@ -60,4 +62,25 @@ fn sparse_bench_pairs_dense_and_sparse_and_puts_the_sparse_ffn_back() {
     let e = bench::run(&mut eng, None, &tokens[..2], &options(true)).unwrap_err();
     assert!(e.to_string().contains("needs 8 tokens"), "{e}");
     assert!(eng.sparse().is_some());
+}
+
+#[test]
+fn text_tokens_are_the_whole_texts_first_tokens() {
+    // A prefix of the text is tokenized, cut before a whitespace: the tokens must be those of the
+    // whole text, for short and long needs, and a text too short is an error.
+    let file = ModelFile::open(common::model_path()).unwrap();
+    let eng = Engine::new(&file, EngineOptions::default()).unwrap();
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../sparrow/data/eval.txt");
+    let text = std::fs::read_to_string(&src).unwrap();
+    let all = eng.tokenizer().encode(&text, false).unwrap();
+    assert!(all.len() > 5000, "{} tokens", all.len());
+    for need in [1, 17, 33, 500, 3000, all.len()] {
+        assert_eq!(
+            bench::text_tokens(&eng, &text, &src, need).unwrap(),
+            all[..need],
+            "need {need}"
+        );
+    }
+    let err = bench::text_tokens(&eng, &text, &src, all.len() + 1).unwrap_err();
+    assert!(err.to_string().contains("eval.txt"), "{err}");
 }
