@@ -274,8 +274,20 @@ impl DeviceProfile {
     /// calibration, a shallow depth measured faster than deeper ones, does not make a deeper queue
     /// look slower), each depth's figure its point whose read size is nearest (log scale) to
     /// `read_bytes`, scaled linearly down for smaller reads (a read of half the size moves half the
-    /// bytes per I/O). Below every measured depth, the nearest point of any depth.
+    /// bytes per I/O). Below every measured depth, the nearest point of any depth. Never above the
+    /// sequential rate (`flash_seq_bps`, when measured): reads at random offsets are not faster than
+    /// reading the file in order, whatever a noisy calibration of large random reads gave.
     pub fn io_rate(&self, read_bytes: u64, queue_depth: u32) -> f64 {
+        let random = self.random_rate(read_bytes, queue_depth);
+        if self.flash_seq_bps > 0.0 {
+            random.min(self.flash_seq_bps)
+        } else {
+            random
+        }
+    }
+
+    /// [`DeviceProfile::io_rate`] from the random-read points alone.
+    fn random_rate(&self, read_bytes: u64, queue_depth: u32) -> f64 {
         let at_or_below = self
             .queue_depths()
             .into_iter()

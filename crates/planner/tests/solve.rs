@@ -401,3 +401,20 @@ fn a_plan_predicts_its_prompt_from_the_tile_rate_and_the_bytes_left_on_flash() {
     );
     assert!(q.seconds(512) >= p.seconds(512));
 }
+
+#[test]
+fn random_reads_are_never_predicted_faster_than_sequential_ones() {
+    // A calibration whose large random reads measured faster than its sequential read (noise: a
+    // decode step's coalesced misses then looked 25% faster than they were read, issue "planner").
+    let mut d = device(2, 1.0);
+    d.flash_random = flash(&[(1, 10e6), (128, 40e6)]);
+    d.flash_seq_bps = 30e6;
+    assert_eq!(d.io_rate(256 << 10, 128), 30e6);
+    assert_eq!(
+        d.io_rate(256 << 10, 1),
+        10e6,
+        "slower ones stay as measured"
+    );
+    // Small reads are scaled down from the nearest point, then capped the same way.
+    assert!(d.io_rate(4096, 128) <= 30e6);
+}
