@@ -618,6 +618,12 @@ mod tests {
         let o = parse(&args).unwrap();
         assert!(matches!(o.cap, Cap::Percent(p) if p == 25.0));
         assert_eq!(o.sparrow_args, ["--sparse"]);
+        assert!(!o.no_default);
+        let args: Vec<String> = ["--model", "m.gguf", "--no-default"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        assert!(parse(&args).unwrap().no_default);
         assert!(parse(&["--cap".to_string(), "0%".to_string()]).is_err());
     }
 }

@@ -52,8 +52,9 @@ impl Offload {
     /// none are left, completed reads (each worker first claims one of the outstanding completions, so
     /// nobody waits for a read that another worker will take). Each unit is summed alone and added to
     /// its worker's output in fixed point; the outputs are summed at the end, exactly, so the result
-    /// depends neither on the order units were taken in nor on which of them were cached. An error stops the computing but not the draining of claimed
-    /// reads, so no stale completion is left for the next step.
+    /// depends neither on the order units were taken in nor on which of them were cached. An error
+    /// stops the computing but not the draining of claimed reads, so no stale completion is left for
+    /// the next step.
     pub(crate) fn decode(
         &self,
         rule: LayerRule<'_>,
