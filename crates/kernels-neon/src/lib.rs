@@ -800,6 +800,26 @@ pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
     arch::dot_f32(active_path(), &a[..n], &b[..n])
 }
 
+/// The scale of [`add_fixed`]'s fixed point: 2^32 (a resolution of 2.3e-10).
+pub const FIXED_SCALE: f64 = 4_294_967_296.0;
+
+/// `acc += round(x · 2^32)` (to nearest, ties to even; saturating beyond i64's range, NaN as 0)
+/// and `x = 0`, over the common prefix: f32 partial sums added in fixed point, exactly, so that a
+/// sum of them does not depend on their order (offloaded decode adds each store unit's output so).
+/// Every path gives the reference's integers (AVX-512DQ `vcvtps2qq`, else a vectorizable f64
+/// rounding where every |x| < 2^19).
+pub fn add_fixed(acc: &mut [i64], x: &mut [f32]) {
+    arch::add_fixed(active_path(), acc, x);
+}
+
+/// [`add_fixed`] on an explicit path (for tests and benchmarks).
+#[doc(hidden)]
+pub fn add_fixed_with(path: KernelPath, acc: &mut [i64], x: &mut [f32]) -> Result<(), KernelError> {
+    check_path(path)?;
+    arch::add_fixed(path, acc, x);
+    Ok(())
+}
+
 /// `y += alpha * x` over the common prefix (SIMD).
 pub fn axpy_f32(alpha: f32, x: &[f32], y: &mut [f32]) {
     let n = x.len().min(y.len());

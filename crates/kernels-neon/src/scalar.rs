@@ -794,6 +794,37 @@ pub(crate) fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
     s
 }
 
+/// `acc += round(x · 2^32)` (ties to even; saturating at i64's range, NaN as 0), `x = 0`, over
+/// the common prefix: the reference of [`crate::add_fixed`].
+pub(crate) fn add_fixed(acc: &mut [i64], x: &mut [f32]) {
+    for (a, v) in acc.iter_mut().zip(x.iter_mut()) {
+        *a = a.wrapping_add((f64::from(*v) * crate::FIXED_SCALE).round_ties_even() as i64);
+        *v = 0.0;
+    }
+}
+
+/// [`add_fixed`] without SIMD intrinsics, in a loop compilers vectorize: where every |x| < 2^19,
+/// `x · 2^32` is within ±2^51 and adding 1.5 · 2^52 in f64 rounds it to an integer (ties to even)
+/// whose bits are the sum's minus the constant's; otherwise the reference.
+pub(crate) fn add_fixed_portable(acc: &mut [i64], x: &mut [f32]) {
+    const MAGIC: f64 = 6_755_399_441_055_744.0;
+    const LIMIT_BITS: u32 = 0x4900_0000; // 2^19
+    let n = acc.len().min(x.len());
+    let (acc, x) = (&mut acc[..n], &mut x[..n]);
+    let big = x.iter().fold(0u32, |m, v| {
+        m | u32::from((v.to_bits() & 0x7fff_ffff) >= LIMIT_BITS)
+    });
+    if big != 0 {
+        return add_fixed(acc, x);
+    }
+    let magic = MAGIC.to_bits() as i64;
+    for (a, v) in acc.iter_mut().zip(x.iter_mut()) {
+        let y = f64::from(*v) * crate::FIXED_SCALE + MAGIC;
+        *a = a.wrapping_add((y.to_bits() as i64).wrapping_sub(magic));
+        *v = 0.0;
+    }
+}
+
 /// y += alpha * x.
 pub(crate) fn axpy_f32(alpha: f32, x: &[f32], y: &mut [f32]) {
     for (yv, xv) in y.iter_mut().zip(x) {

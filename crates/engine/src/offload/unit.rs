@@ -39,34 +39,15 @@ pub(super) fn lock_pending(
     p.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Fixed-point scale of a decode step's sums ([`Worker::acc`]): 2^32, a resolution of 2.3e-10.
-const FIXED_SCALE: f32 = 4_294_967_296.0;
-
-/// Below this magnitude a value's fixed-point image `v · 2^32` is within ±2^51, where adding
-/// [`MAGIC`] in f64 rounds it to an integer exactly: [`Worker::flush`]'s vectorizable path.
-const FAST_LIMIT_BITS: u32 = 0x4900_0000; // 2^19 as f32 bits
-
-/// 1.5 · 2^52: `x + MAGIC` (|x| < 2^51) is `MAGIC + round(x)` (ties to even), its bits
-/// `MAGIC`'s plus that integer.
-const MAGIC: f64 = 6_755_399_441_055_744.0;
-
-/// One value in fixed point: `v · 2^32` (exact in f64) rounded to the nearest integer, ties to
-/// even (saturating far outside any FFN output's range, |v| >= 2^31). [`Worker::flush`]'s fast path
-/// gives the same integer for every |v| < 2^19.
-#[inline]
-fn to_fixed(v: f32) -> i64 {
-    (f64::from(v) * f64::from(FIXED_SCALE)).round_ties_even() as i64
-}
-
-/// A fixed-point sum back in f32.
+/// A fixed-point sum ([`kernels_neon::add_fixed`]'s scale, 2^32) back in f32.
 #[inline]
 pub(super) fn from_fixed(a: i64) -> f32 {
-    (a as f64 / f64::from(FIXED_SCALE)) as f32
+    (a as f64 / kernels_neon::FIXED_SCALE) as f32
 }
 
 /// One compute thread's state in [`Offload::decode`].
 pub(super) struct Worker {
-    /// The sum of what this worker computed, in fixed point ([`FIXED_SCALE`]): each unit (hot,
+    /// The sum of what this worker computed, in fixed point (2^32): each unit (hot,
     /// cached cold or read from flash alike) is summed alone in f32, then added here exactly
     /// ([`Worker::flush`]), so the step's sum depends neither on which worker took what, nor on the
     /// order reads completed, nor on which units were cached (f32 sums in arrival order, and later
@@ -81,28 +62,11 @@ pub(super) struct Worker {
 }
 
 impl Worker {
-    /// Adds the run computed so far to [`Worker::acc`] and starts a new one. Every unit is a run
-    /// of its own, so this runs once per unit: the usual case (every |v| < 2^19) adds
-    /// [`MAGIC`] in f64 and subtracts bits, which the compiler vectorizes; otherwise
-    /// [`to_fixed`], the same integers.
+    /// Adds the run computed so far to [`Worker::acc`] ([`kernels_neon::add_fixed`]) and starts a
+    /// new one. Every unit is a run of its own, so this runs once per unit.
     pub(super) fn flush(&mut self) {
         // Wrapping: a sum of at most d_ff terms each under 2^31 · 2^32 never comes near 2^63.
-        let big = self.run_out.iter().fold(0u32, |m, v| {
-            m | u32::from((v.to_bits() & 0x7fff_ffff) >= FAST_LIMIT_BITS)
-        });
-        if big == 0 {
-            let magic = MAGIC.to_bits() as i64;
-            for (a, v) in self.acc.iter_mut().zip(self.run_out.iter_mut()) {
-                let y = f64::from(*v) * f64::from(FIXED_SCALE) + MAGIC;
-                *a = a.wrapping_add((y.to_bits() as i64).wrapping_sub(magic));
-                *v = 0.0;
-            }
-        } else {
-            for (a, v) in self.acc.iter_mut().zip(self.run_out.iter_mut()) {
-                *a = a.wrapping_add(to_fixed(*v));
-                *v = 0.0;
-            }
-        }
+        kernels_neon::add_fixed(&mut self.acc, &mut self.run_out);
     }
 
     pub(super) fn new(d: usize) -> Self {

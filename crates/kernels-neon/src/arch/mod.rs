@@ -468,6 +468,26 @@ pub(crate) fn dot_f32(path: KernelPath, a: &[f32], b: &[f32]) -> f32 {
     }
 }
 
+/// Whether AVX-512DQ is present too (`vcvtps2qq`, for `add_fixed`).
+#[cfg(target_arch = "x86_64")]
+fn has_avx512dq() -> bool {
+    use std::sync::OnceLock;
+    static HAS: OnceLock<bool> = OnceLock::new();
+    *HAS.get_or_init(|| has_avx512() && is_x86_feature_detected!("avx512dq"))
+}
+
+pub(crate) fn add_fixed(path: KernelPath, acc: &mut [i64], x: &mut [f32]) {
+    match path {
+        #[cfg(target_arch = "x86_64")]
+        KernelPath::Avx512 if has_avx512dq() => {
+            // SAFETY: the path was checked available (AVX-512F and AVX2) and DQ just above.
+            unsafe { x86_64::add_fixed(acc, x) }
+        }
+        KernelPath::Scalar => scalar::add_fixed(acc, x),
+        _ => scalar::add_fixed_portable(acc, x),
+    }
+}
+
 pub(crate) fn axpy_f32(path: KernelPath, alpha: f32, x: &[f32], y: &mut [f32]) {
     match path {
         #[cfg(target_arch = "x86_64")]

@@ -1,4 +1,5 @@
-//! f32 slice operations (attention): `dot_f32` and `axpy_f32`.
+//! f32 slice operations (attention): `dot_f32` and `axpy_f32`; `add_fixed` (f32 into i64 fixed
+//! point, AVX-512DQ).
 
 use std::arch::x86_64::*;
 
@@ -70,4 +71,40 @@ pub(crate) unsafe fn axpy_f32(alpha: f32, x: &[f32], y: &mut [f32]) {
     for k in n8..n {
         y[k] += alpha * x[k];
     }
+}
+
+/// [`crate::add_fixed`] with `vcvtps2qq`: eight values a step scaled by 2^32 in f32 (exact: a
+/// power of two) and converted with the default rounding (to nearest, ties to even), as the
+/// reference does in f64; a step holding a value of magnitude 2^31 or more (or NaN) takes the
+/// reference.
+///
+/// # Safety
+/// AVX-512F/DQ and AVX2 present.
+#[target_feature(enable = "avx512f,avx512dq,avx2,fma,f16c")]
+pub(crate) unsafe fn add_fixed(acc: &mut [i64], x: &mut [f32]) {
+    let n = acc.len().min(x.len());
+    let n8 = n / 8 * 8;
+    let scale = _mm256_set1_ps(4_294_967_296.0);
+    let abs = _mm256_set1_epi32(0x7fff_ffff);
+    // 2^31 as f32 bits, less one: lanes above it do not fit the conversion.
+    let limit = _mm256_set1_epi32(0x4eff_ffff);
+    let mut j = 0;
+    while j < n8 {
+        // SAFETY: j + 8 <= n <= both lengths.
+        unsafe {
+            let xp = x.as_mut_ptr().add(j);
+            let xv = _mm256_loadu_ps(xp);
+            let big = _mm256_cmpgt_epi32(_mm256_and_si256(_mm256_castps_si256(xv), abs), limit);
+            if _mm256_movemask_epi8(big) != 0 {
+                crate::scalar::add_fixed(&mut acc[j..j + 8], &mut x[j..j + 8]);
+            } else {
+                let q = _mm512_cvtps_epi64(_mm256_mul_ps(xv, scale));
+                let ap = acc.as_mut_ptr().add(j) as *mut __m512i;
+                _mm512_storeu_si512(ap, _mm512_add_epi64(_mm512_loadu_si512(ap), q));
+                _mm256_storeu_ps(xp, _mm256_setzero_ps());
+            }
+        }
+        j += 8;
+    }
+    crate::scalar::add_fixed(&mut acc[n8..n], &mut x[n8..n]);
 }
