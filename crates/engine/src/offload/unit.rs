@@ -65,7 +65,8 @@ impl Worker {
     /// Adds the run computed so far to [`Worker::acc`] ([`kernels_neon::add_fixed`]) and starts a
     /// new one. Every unit is a run of its own, so this runs once per unit.
     pub(super) fn flush(&mut self) {
-        // Wrapping: a sum of at most d_ff terms each under 2^31 · 2^32 never comes near 2^63.
+        // `add_fixed` adds modulo 2^64, which is order-free; an FFN output far below 2^31 keeps
+        // the true sum inside i64.
         kernels_neon::add_fixed(&mut self.acc, &mut self.run_out);
     }
 
