@@ -296,7 +296,7 @@ impl Offload {
         } else {
             threads
         };
-        // Every cached unit is a run of its own, as a read unit is: which units are cached (where a
+        // Every cached unit is summed alone, as a read unit is: which units are cached (where a
         // layer's hot region ends, what is still in the cold LRU) must not change the sum.
         let next_item = AtomicUsize::new(0);
         let run = |w: &mut Worker| {
@@ -309,7 +309,6 @@ impl Offload {
                             w.err = Some(e);
                         }
                     }
-                    w.flush();
                     continue;
                 }
                 // Claim one outstanding completion, or stop when none is left.

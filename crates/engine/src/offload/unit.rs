@@ -49,12 +49,12 @@ pub(super) fn from_fixed(a: i64) -> f32 {
 pub(super) struct Worker {
     /// The sum of what this worker computed, in fixed point (2^32): each unit (hot,
     /// cached cold or read from flash alike) is summed alone in f32, then added here exactly
-    /// ([`Worker::flush`]), so the step's sum depends neither on which worker took what, nor on the
+    /// ([`Job::compute`]), so the step's sum depends neither on which worker took what, nor on the
     /// order reads completed, nor on which units were cached (f32 sums in arrival order, and later
     /// f32 lanes of the hot units, made greedy text differ from run to run).
     pub(super) acc: Vec<i64>,
-    /// The f32 sum of the run being computed.
-    run_out: Vec<f32>,
+    /// The f32 sum of the unit being computed (zero between units).
+    unit_out: Vec<f32>,
     pub(super) counts: RowCounts,
     pub(super) wait_ns: u64,
     pub(super) err: Option<EngineError>,
@@ -62,18 +62,10 @@ pub(super) struct Worker {
 }
 
 impl Worker {
-    /// Adds the run computed so far to [`Worker::acc`] ([`kernels_neon::add_fixed`]) and starts a
-    /// new one. Every unit is a run of its own, so this runs once per unit.
-    pub(super) fn flush(&mut self) {
-        // `add_fixed` adds modulo 2^64, which is order-free; an FFN output far below 2^31 keeps
-        // the true sum inside i64.
-        kernels_neon::add_fixed(&mut self.acc, &mut self.run_out);
-    }
-
     pub(super) fn new(d: usize) -> Self {
         Worker {
             acc: vec![0; d],
-            run_out: vec![0.0; d],
+            unit_out: vec![0.0; d],
             counts: (0, 0, 0),
             wait_ns: 0,
             err: None,
@@ -176,10 +168,8 @@ impl Job<'_> {
             }
         };
         if w.err.is_none() {
-            // A unit read from flash is a run of its own: reads complete in any order.
-            match self.compute(full, wanted, w) {
-                Ok(()) => w.flush(),
-                Err(e) => w.err = Some(e),
+            if let Err(e) = self.compute(full, wanted, w) {
+                w.err = Some(e);
             }
         }
         if off.opts.cache_cold {
@@ -251,8 +241,10 @@ impl Job<'_> {
         Ok(any)
     }
 
-    /// `w.run_out += Σ down_j · v_j` over the wanted `(unit, slot, neuron)` entries of one unit's
-    /// bytes (the caller flushes the run: [`Worker::flush`]).
+    /// `Σ down_j · v_j` over the wanted `(unit, slot, neuron)` entries of one unit's bytes, summed
+    /// in f32 and added to `w.acc` in fixed point ([`kernels_neon::add_fixed`]: modulo 2^64, so in
+    /// any order; an FFN output far below 2^31 keeps the true sum inside i64). A unit none of whose
+    /// neurons passes adds nothing.
     pub(super) fn compute(&self, bytes: &[u8], wanted: &[Wanted], w: &mut Worker) -> Result<()> {
         let ix = self.off.store.index();
         let (l, f) = (&ix.layout, &ix.formats);
@@ -290,8 +282,11 @@ impl Job<'_> {
             keep,
             coeffs,
         )?;
-        kernels_neon::axpy_rows(&down, keep, coeffs, &mut w.run_out)
-            .map_err(kernel("offloaded ffn down"))?;
+        if !keep.is_empty() {
+            kernels_neon::axpy_rows(&down, keep, coeffs, &mut w.unit_out)
+                .map_err(kernel("offloaded ffn down"))?;
+            kernels_neon::add_fixed(&mut w.acc, &mut w.unit_out);
+        }
         w.counts.0 += slots.len();
         w.counts.1 += up_rows;
         w.counts.2 += keep.len();
