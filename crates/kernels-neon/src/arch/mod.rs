@@ -483,6 +483,11 @@ pub(crate) fn add_fixed(path: KernelPath, acc: &mut [i64], x: &mut [f32]) {
             // SAFETY: the path was checked available (AVX-512F and AVX2) and DQ just above.
             unsafe { x86_64::add_fixed(acc, x) }
         }
+        #[cfg(target_arch = "x86_64")]
+        KernelPath::Avx2Fma | KernelPath::Avx512 => {
+            // SAFETY: the path was checked available (AVX2 on both).
+            unsafe { x86_64::add_fixed_avx2(acc, x) }
+        }
         KernelPath::Scalar => scalar::add_fixed(acc, x),
         _ => scalar::add_fixed_portable(acc, x),
     }

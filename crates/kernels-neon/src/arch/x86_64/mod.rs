@@ -47,4 +47,4 @@ pub(crate) use quantize::{quantize, quantize16};
 pub(crate) use tile::tile;
 pub(crate) use tile512::{tile as tile512, tile_scratch_bytes as tile512_scratch_bytes};
 pub(crate) use tile_bf16::{tile_bf16, to_bf16};
-pub(crate) use vector::{add_fixed, axpy_f32, dot_f32};
+pub(crate) use vector::{add_fixed, add_fixed_avx2, axpy_f32, dot_f32};

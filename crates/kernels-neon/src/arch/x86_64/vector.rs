@@ -1,5 +1,5 @@
 //! f32 slice operations (attention): `dot_f32` and `axpy_f32`; `add_fixed` (f32 into i64 fixed
-//! point, AVX-512DQ).
+//! point, AVX-512DQ; `add_fixed_avx2` without it).
 
 use std::arch::x86_64::*;
 
@@ -107,4 +107,44 @@ pub(crate) unsafe fn add_fixed(acc: &mut [i64], x: &mut [f32]) {
         j += 8;
     }
     crate::scalar::add_fixed(&mut acc[n8..n], &mut x[n8..n]);
+}
+
+/// [`crate::add_fixed`] on AVX2: four values a step widened to f64, scaled by 2^32 (exact) and
+/// rounded to an integer by adding 1.5 · 2^52 (to nearest, ties to even: the sum lies in
+/// [2^52, 2^53), where f64's step is 1), whose bits less the constant's are that integer; a step
+/// holding a value of magnitude 2^19 or more (or NaN), past that trick's range, takes the
+/// reference. The same arithmetic as `scalar::add_fixed_portable`.
+///
+/// # Safety
+/// AVX2 present.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn add_fixed_avx2(acc: &mut [i64], x: &mut [f32]) {
+    const MAGIC: f64 = 6_755_399_441_055_744.0;
+    let n = acc.len().min(x.len());
+    let n4 = n / 4 * 4;
+    let scale = _mm256_set1_pd(crate::FIXED_SCALE);
+    let magic = _mm256_set1_pd(MAGIC);
+    let abs = _mm_set1_epi32(0x7fff_ffff);
+    // 2^19 as f32 bits, less one: lanes above it leave the trick's range.
+    let limit = _mm_set1_epi32(0x48ff_ffff);
+    let mut j = 0;
+    while j < n4 {
+        // SAFETY: j + 4 <= n <= both lengths.
+        unsafe {
+            let xp = x.as_mut_ptr().add(j);
+            let xv = _mm_loadu_ps(xp);
+            let big = _mm_cmpgt_epi32(_mm_and_si128(_mm_castps_si128(xv), abs), limit);
+            if _mm_movemask_epi8(big) != 0 {
+                crate::scalar::add_fixed(&mut acc[j..j + 4], &mut x[j..j + 4]);
+            } else {
+                let y = _mm256_add_pd(_mm256_mul_pd(_mm256_cvtps_pd(xv), scale), magic);
+                let q = _mm256_sub_epi64(_mm256_castpd_si256(y), _mm256_castpd_si256(magic));
+                let ap = acc.as_mut_ptr().add(j) as *mut __m256i;
+                _mm256_storeu_si256(ap, _mm256_add_epi64(_mm256_loadu_si256(ap), q));
+                _mm_storeu_ps(xp, _mm_setzero_ps());
+            }
+        }
+        j += 4;
+    }
+    crate::scalar::add_fixed(&mut acc[n4..n], &mut x[n4..n]);
 }
