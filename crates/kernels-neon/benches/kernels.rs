@@ -11,7 +11,9 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Through
 mod common;
 
 use common::{pool, random_matrix};
-use kernels_neon::{matmul, matvec, matvec_batch, Precision, QMatrix, WeightFormat};
+use kernels_neon::{
+    add_fixed_with, available_paths, matmul, matvec, matvec_batch, Precision, QMatrix, WeightFormat,
+};
 
 fn bench_matvec(c: &mut Criterion) {
     let pool = pool();
@@ -122,5 +124,32 @@ fn bench_matvec_batch(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench_matvec, bench_matmul, bench_matvec_batch);
+/// A unit's sum added into offloaded decode's fixed-point accumulator (`add_fixed`), one call over
+/// `d_model` values (SmolLM2 576, Qwen2.5-0.5B 896, the 7B shape 4096), on every available path;
+/// ids `add_fixed/<path>/<n>`, elements = values.
+fn bench_add_fixed(c: &mut Criterion) {
+    let mut g = c.benchmark_group("add_fixed");
+    for n in [576, 896, 4096] {
+        g.throughput(Throughput::Elements(n as u64));
+        for path in available_paths() {
+            let mut acc = vec![0i64; n];
+            let mut x: Vec<f32> = (0..n).map(|i| ((i * 7 % 13) as f32 - 6.0) * 0.01).collect();
+            let id = BenchmarkId::new(format!("{path:?}"), n);
+            // The first call clears `x`; later ones add zeros, the same work for every value below
+            // the fast paths' limit.
+            g.bench_function(id, |b| {
+                b.iter(|| add_fixed_with(path, &mut acc, &mut x).unwrap())
+            });
+        }
+    }
+    g.finish();
+}
+
+criterion_group!(
+    benches,
+    bench_matvec,
+    bench_matmul,
+    bench_matvec_batch,
+    bench_add_fixed
+);
 criterion_main!(benches);
