@@ -618,6 +618,17 @@ pub fn matvec_many_with(
     Ok(())
 }
 
+/// Whether 8-bit activations for weights of `format` take one scale per 256-element super-block
+/// ([`QActs::quantize_super`], llama.cpp's `Q8_K` granularity): the K-quants whose kernels weight
+/// each sub-block's integer sum by its integer scale (`arch/x86_64/kquant_super.rs` on AVX2; the
+/// other paths' kernels take any per-block scales).
+fn super_scaled(format: WeightFormat) -> bool {
+    matches!(
+        format,
+        WeightFormat::Q4_K | WeightFormat::Q5_K | WeightFormat::Q6_K
+    )
+}
+
 /// Activations of one `matvec` call in the form its kernel needs.
 pub(crate) enum Acts {
     /// f32 as given (exact path, and float weight formats).
@@ -642,6 +653,7 @@ impl Acts {
             _ if !format.is_quantized() || format.is_hybrid() => Acts::F32,
             Precision::Exact => Acts::F32,
             Precision::Fast => Acts::I16(QActs16::quantize(path, x)),
+            Precision::Int8 if super_scaled(format) => Acts::I8(QActs::quantize_super(x)),
             Precision::Int8 => Acts::I8(QActs::quantize(path, x)),
         }
     }
@@ -659,7 +671,10 @@ impl Acts {
                 | (Acts::F32, true, Precision::Exact)
                 | (Acts::I16(_), true, Precision::Fast)
                 | (Acts::I8(_), true, Precision::Int8)
-        )
+        ) && match self {
+            Acts::I8(q) => q.per_super == super_scaled(format),
+            _ => true,
+        }
     }
 
     /// `ys[i] = dot(W[sel.get(i)], x)` with the per-row kernel of `path`.

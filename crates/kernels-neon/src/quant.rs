@@ -61,10 +61,47 @@ pub struct QBlocks<Q> {
     pub s: Vec<f32>,
     /// Quants, 32 per block.
     pub qs: Vec<Q>,
+    /// Whether the scale is one per 256-element super-block (each repeated in `d` for its 8
+    /// blocks; [`QActs::quantize_super`]) rather than one per block.
+    pub per_super: bool,
 }
 
 /// 8-bit activations (`Precision::Int8`).
 pub(crate) type QActs = QBlocks<i8>;
+
+impl QActs {
+    /// Quantizes `x` with one scale per 256-element super-block (the last one may be shorter),
+    /// llama.cpp's `Q8_K` granularity, for K-quant weights whose kernels weight their sub-blocks
+    /// in integers: `d = amax / 127` over the super-block, repeated for its blocks, quants
+    /// `round_ties_even(x * (127 / amax))`, `s = d * sum(q)` per block. One implementation for
+    /// every path (no SIMD variant), so all paths produce identical quants. `x.len()` is a
+    /// multiple of 32 (a trailing partial block is ignored).
+    pub(crate) fn quantize_super(x: &[f32]) -> Self {
+        // 1.5 · 2^23: adding and subtracting it rounds |v| < 2^22 to an integer, ties to even
+        // (what `round_ties_even` gives, without a library call on baseline x86-64).
+        const MAGIC: f32 = 12_582_912.0;
+        let nb = x.len() / 32;
+        let mut out = Self::zeroed(nb);
+        out.per_super = true;
+        for (g, xs) in x[..nb * 32].chunks(256).enumerate() {
+            let amax = xs.iter().fold(0f32, |m, v| m.max(v.abs()));
+            let d = amax / 127.0;
+            let id = if amax > 0.0 { 127.0 / amax } else { 0.0 };
+            for (j, blk) in xs.chunks_exact(32).enumerate() {
+                let b = g * 8 + j;
+                let mut sum = 0i32;
+                for (q, &v) in out.qs[b * 32..b * 32 + 32].iter_mut().zip(blk) {
+                    let r = ((v * id + MAGIC) - MAGIC).clamp(-127.0, 127.0) as i32;
+                    sum += r;
+                    *q = r as i8;
+                }
+                out.d[b] = d;
+                out.s[b] = d * sum as f32;
+            }
+        }
+        out
+    }
+}
 /// 16-bit activations (`Precision::Fast`).
 #[doc(hidden)]
 pub type QActs16 = QBlocks<i16>;
@@ -76,6 +113,7 @@ impl<Q: Quant> QBlocks<Q> {
             d: vec![0.0; nb],
             s: vec![0.0; nb],
             qs: vec![Q::default(); nb * 32],
+            per_super: false,
         }
     }
 
@@ -103,6 +141,49 @@ impl<Q: Quant> QBlocks<Q> {
             }
             out.d[b] = d;
             out.s[b] = d * sum as f32;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::QActs;
+
+    /// One scale per 256 values (an outlier in one super-block coarsens only that one), quants
+    /// rounded against it, ties to even, a shorter last super-block on its own.
+    #[test]
+    fn super_blocks_share_one_scale() {
+        let mut x: Vec<f32> = (0..320)
+            .map(|i| ((i * 37 % 101) as f32 - 50.0) * 0.01)
+            .collect();
+        x[3] = 12.7; // super-block 0's amax: a scale of 0.1
+        x[300] = -0.635; // the short last one (64 values): a scale of 0.005
+        x[10] = 0.25; // 2.5 steps: a tie, to 2
+        x[11] = 0.35; // 3.5 steps: a tie, to 4
+        let q = QActs::quantize_super(&x);
+        assert!(q.per_super);
+        assert_eq!(q.d.len(), 10);
+        for b in 0..8 {
+            assert_eq!(q.d[b], 12.7 / 127.0, "block {b}");
+        }
+        for b in 8..10 {
+            assert_eq!(q.d[b], 0.635 / 127.0, "block {b}");
+        }
+        assert_eq!((q.qs[3], q.qs[10], q.qs[11], q.qs[300]), (127, 2, 4, -127));
+        for (i, &v) in x.iter().enumerate() {
+            let id = 127.0 / if i < 256 { 12.7f32 } else { 0.635 };
+            assert_eq!(
+                i32::from(q.qs[i]),
+                (v * id).round_ties_even() as i32,
+                "value {i}"
+            );
+        }
+        for b in 0..10 {
+            let sum: i32 = q.qs[b * 32..b * 32 + 32]
+                .iter()
+                .map(|&v| i32::from(v))
+                .sum();
+            assert_eq!(q.s[b], q.d[b] * sum as f32, "block {b}");
         }
     }
 }

@@ -20,6 +20,7 @@ mod hybrid;
 mod kquant;
 mod kquant512;
 mod kquant_rows;
+mod kquant_super;
 mod kv;
 mod matvec_exact;
 mod matvec_i16;
