@@ -77,31 +77,13 @@ impl QActs {
     /// every path (no SIMD variant), so all paths produce identical quants. `x.len()` is a
     /// multiple of 32 (a trailing partial block is ignored).
     pub(crate) fn quantize_super(x: &[f32]) -> Self {
-        // 1.5 · 2^23: adding and subtracting it rounds |v| < 2^22 to an integer, ties to even
-        // (what `round_ties_even` gives, without a library call on baseline x86-64).
-        const MAGIC: f32 = 12_582_912.0;
-        let nb = x.len() / 32;
-        let mut out = Self::zeroed(nb);
+        let mut out = Self::zeroed(x.len() / 32);
         out.per_super = true;
-        for (g, xs) in x[..nb * 32].chunks(256).enumerate() {
-            let amax = xs.iter().fold(0f32, |m, v| m.max(v.abs()));
-            let d = amax / 127.0;
-            let id = if amax > 0.0 { 127.0 / amax } else { 0.0 };
-            for (j, blk) in xs.chunks_exact(32).enumerate() {
-                let b = g * 8 + j;
-                let mut sum = 0i32;
-                for (q, &v) in out.qs[b * 32..b * 32 + 32].iter_mut().zip(blk) {
-                    let r = ((v * id + MAGIC) - MAGIC).clamp(-127.0, 127.0) as i32;
-                    sum += r;
-                    *q = r as i8;
-                }
-                out.d[b] = d;
-                out.s[b] = d * sum as f32;
-            }
-        }
+        Self::quantize_groups(x, &mut out, 8);
         out
     }
 }
+
 /// 16-bit activations (`Precision::Fast`).
 #[doc(hidden)]
 pub type QActs16 = QBlocks<i16>;
@@ -129,18 +111,33 @@ impl<Q: Quant> QBlocks<Q> {
 
     /// Scalar quantizer (reference).
     pub(crate) fn quantize_scalar(x: &[f32], out: &mut Self) {
-        for (b, xs) in x.chunks_exact(32).enumerate() {
+        Self::quantize_groups(x, out, 1);
+    }
+
+    /// Quantizes `x` with one scale per `blocks` 32-element blocks (the last group may be
+    /// shorter): `d = amax / MAX` over the group, quants `round_ties_even(x * (MAX / amax))`
+    /// clamped to `-MAX..=MAX`, `s = d * sum(q)` per block.
+    fn quantize_groups(x: &[f32], out: &mut Self, blocks: usize) {
+        // 1.5 · 2^23: adding and subtracting it rounds |v| < 2^22 (the quants are at most 32767)
+        // to an integer, ties to even, as `round_ties_even` does (NaN and infinities alike), but
+        // without a library call on baseline x86-64.
+        const MAGIC: f32 = 12_582_912.0;
+        let nb = x.len() / 32;
+        for (g, xs) in x[..nb * 32].chunks(32 * blocks).enumerate() {
             let amax = xs.iter().fold(0f32, |m, v| m.max(v.abs()));
             let d = amax / Q::MAX;
             let id = if amax > 0.0 { Q::MAX / amax } else { 0.0 };
-            let mut sum = 0i32;
-            for (q, &v) in out.qs[b * 32..b * 32 + 32].iter_mut().zip(xs) {
-                let r = (v * id).round_ties_even().clamp(-Q::MAX, Q::MAX) as i32;
-                sum += r;
-                *q = Q::from_i32(r);
+            for (j, blk) in xs.chunks_exact(32).enumerate() {
+                let b = g * blocks + j;
+                let mut sum = 0i32;
+                for (q, &v) in out.qs[b * 32..b * 32 + 32].iter_mut().zip(blk) {
+                    let r = ((v * id + MAGIC) - MAGIC).clamp(-Q::MAX, Q::MAX) as i32;
+                    sum += r;
+                    *q = Q::from_i32(r);
+                }
+                out.d[b] = d;
+                out.s[b] = d * sum as f32;
             }
-            out.d[b] = d;
-            out.s[b] = d * sum as f32;
         }
     }
 }
