@@ -860,8 +860,9 @@ impl Worker {
             s.reads += chunks;
             record(&mut s, &result, submitted.elapsed());
         }
-        let _ = reply.send(result);
+        // The slot is free before the caller hears of it, so `in_flight` never counts a delivered read.
         release(&self.shared, 1);
+        let _ = reply.send(result);
     }
 
     /// Counts one read that served `merged + 1` requests; `is_async` if the kernel did it with AIO (else a
@@ -887,6 +888,8 @@ impl Worker {
             result,
             latency,
         };
+        // Released first: a caller that has its completion never sees the read in flight.
+        release(&self.shared, 1);
         match p.reply {
             Reply::Shared => {
                 let _ = self.done.send(c);
@@ -895,7 +898,6 @@ impl Worker {
                 let _ = tx.send(c);
             }
         }
-        release(&self.shared, 1);
     }
 }
 
