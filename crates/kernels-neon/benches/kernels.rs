@@ -73,10 +73,14 @@ fn bench_matmul(c: &mut Criterion) {
     let pool = pool();
     let mut g = c.benchmark_group("matmul");
     g.sample_size(20);
-    for (format, rows, cols, n) in [
-        (WeightFormat::Q4_1, 1536, 576, 64),
-        (WeightFormat::Q4_1, 576, 1536, 256),
-        (WeightFormat::Q4_1, 576, 576, 512),
+    for (format, rows, cols, n, precision) in [
+        (WeightFormat::Q4_1, 1536, 576, 64, Precision::Exact),
+        (WeightFormat::Q4_1, 576, 1536, 256, Precision::Exact),
+        (WeightFormat::Q4_1, 576, 576, 512, Precision::Exact),
+        (WeightFormat::Q4_K, 1536, 1536, 256, Precision::Exact),
+        (WeightFormat::Q4_K, 1536, 1536, 256, Precision::Int8),
+        (WeightFormat::Q6_K, 1536, 1536, 256, Precision::Exact),
+        (WeightFormat::Q6_K, 1536, 1536, 256, Precision::Int8),
     ] {
         let data = random_matrix(format, rows, cols, 0);
         let w = QMatrix::new(format, rows, cols, &data).unwrap();
@@ -86,9 +90,12 @@ fn bench_matmul(c: &mut Criterion) {
         let mut y = vec![0f32; rows * n];
         // "elements" here are flops (2 per multiply-add).
         g.throughput(Throughput::Elements((2 * rows * cols * n) as u64));
-        let id = BenchmarkId::new(format!("{format:?}/Exact"), format!("{rows}x{cols}xn{n}"));
+        let id = BenchmarkId::new(
+            format!("{format:?}/{precision:?}"),
+            format!("{rows}x{cols}xn{n}"),
+        );
         g.bench_function(id, |b| {
-            pool.install(|| b.iter(|| matmul(&w, &x, n, &mut y, Precision::Exact).unwrap()))
+            pool.install(|| b.iter(|| matmul(&w, &x, n, &mut y, precision).unwrap()))
         });
     }
     g.finish();

@@ -25,7 +25,9 @@
 //!   |w·x|: |y - ref| <= Σ|w·x| · (2^-7 · 1.001 + 1e-5) + 1e-6.
 //!
 //! Float weight formats use the exact path in every precision and get the
-//! Exact bound; so does `matmul` with n > 1 otherwise.
+//! Exact bound; so does `matmul` with n > 1 otherwise, but for Int8 prompts of
+//! Q4_K/Q5_K/Q6_K on the AVX2 path, whose integer tile gets the Int8 bound
+//! (and equals `matvec` bit for bit: `matmul_int8.rs`).
 
 mod common;
 
@@ -278,8 +280,14 @@ proptest! {
                 let mut y = vec![f32::NAN; rows * n];
                 matmul_with(path, &w, &x, n, &mut y, precision).unwrap();
                 // n == 1 goes through matvec (integer path in Fast/Int8 mode); n > 1 is the f32
-                // tile, or in Int8 mode on a path with a bf16 tile, the bf16 one.
-                let eff = if n == 1 && format.is_quantized() { precision } else { Precision::Exact };
+                // tile, or in Int8 mode on a path with a bf16 tile, the bf16 one, or on AVX2 for
+                // K-quants the integer tile.
+                let int_tile = precision == Precision::Int8 && int8_tile(path, format);
+                let eff = if (n == 1 && format.is_quantized()) || int_tile {
+                    precision
+                } else {
+                    Precision::Exact
+                };
                 let bf16 = n > 1 && precision == Precision::Int8 && path == KernelPath::Avx512;
                 for t in 0..n {
                     for r in 0..rows {

@@ -419,6 +419,44 @@ pub(crate) fn tile_bf16(
     }
 }
 
+/// Whether [`tile_int8`] takes weights of `format` on `path`: Q4_K, Q5_K and Q6_K on
+/// [`KernelPath::Avx2Fma`] (AVX-512 prompts take the bf16 tile, the others the f32 one).
+pub(crate) fn has_tile_int8(path: KernelPath, format: WeightFormat) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if path == KernelPath::Avx2Fma {
+        return matches!(
+            format,
+            WeightFormat::Q4_K | WeightFormat::Q5_K | WeightFormat::Q6_K
+        );
+    }
+    let _ = (path, format);
+    false
+}
+
+/// The 8-bit prompt tile: `out[t * nr + i]` = row `r0 + i` of `w` · token `t` for every token of
+/// `acts` (quantized by `QActs::quantize_super`), each bit-identical to [`matvec_int8`] of that
+/// token. Only where [`has_tile_int8`] (else a no-op).
+pub(crate) fn tile_int8(
+    path: KernelPath,
+    w: &QMatrix<'_>,
+    r0: usize,
+    nr: usize,
+    acts: &[QActs],
+    out: &mut [f32],
+) {
+    if !has_tile_int8(path, w.format()) {
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: the path was checked available (AVX2/FMA/F16C present), and the format is one
+    // the tile takes.
+    unsafe {
+        x86_64::tile_k8(w, r0, nr, acts, out)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (r0, nr, acts, out);
+}
+
 pub(crate) use attend_block::LANES;
 
 /// [`attend_block::attend_block`] under the path's target features.

@@ -187,6 +187,16 @@ pub fn cols_for(format: WeightFormat, units: usize, odd: usize) -> usize {
     }
 }
 
+/// Whether `matmul` of more than one token in `Int8` takes the integer tile on `path` for
+/// `format` (Q4_K/Q5_K/Q6_K on AVX2) rather than the f32 or bf16 one.
+pub fn int8_tile(path: KernelPath, format: WeightFormat) -> bool {
+    path == KernelPath::Avx2Fma
+        && matches!(
+            format,
+            WeightFormat::Q4_K | WeightFormat::Q5_K | WeightFormat::Q6_K
+        )
+}
+
 /// Every precision.
 pub const PRECISIONS: [Precision; 3] = [Precision::Exact, Precision::Fast, Precision::Int8];
 

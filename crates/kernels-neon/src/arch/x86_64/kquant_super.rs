@@ -25,7 +25,7 @@ use crate::WeightFormat;
 /// AVX2/FMA/F16C present; 16 bytes readable at `p`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q4k_scales_int(p: *const u8) -> (__m256i, __m256, f32) {
+pub(super) unsafe fn q4k_scales_int(p: *const u8) -> (__m256i, __m256, f32) {
     const K1: u32 = 0x3f3f_3f3f;
     const K2: u32 = 0x0f0f_0f0f;
     const K3: u32 = 0x0303_0303;
@@ -54,82 +54,107 @@ unsafe fn q4k_scales_int(p: *const u8) -> (__m256i, __m256, f32) {
 /// The i16 scale of sub-block `j` (0..8) of [`q4k_scales_int`]'s vector, in every lane.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn sub_scale(scales: __m256i, j: usize) -> __m256i {
+pub(super) fn sub_scale(scales: __m256i, j: usize) -> __m256i {
     let b = (2 * j) as i16;
     _mm256_shuffle_epi8(scales, _mm256_set1_epi16(b | ((b + 1) << 8)))
 }
 
-/// Q4_K/Q5_K dot of `R` rows with super-block-scaled 8-bit activations `x` (scales `d`, one per
-/// super-block repeated 8 times; sums `s`).
+/// One token's super-block-scaled 8-bit activations: quants `x`, scales `d` (one per super-block
+/// repeated 8 times) and per-block sums `s` ([`QActs::quantize_super`](crate::quant::QBlocks)).
+#[derive(Clone, Copy)]
+pub(super) struct SuperActs<'a> {
+    pub(super) x: &'a [i8],
+    pub(super) d: &'a [f32],
+    pub(super) s: &'a [f32],
+}
+
+/// Q4_K/Q5_K dots of `R` rows with `C` tokens' super-block-scaled 8-bit activations: `out[i][c]`
+/// is row `i` · token `c`, each the same f32 operations in the same order whatever `R` and `C`
+/// (integer sums per super-block, then one conversion and multiply-add a super-block into an
+/// 8-lane accumulator, summed horizontally at the end), so a token's result does not depend on
+/// the tile it was computed in.
 ///
 /// # Safety
 /// AVX2/FMA/F16C present.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q45k_rows<const Q5: bool, const R: usize>(
+unsafe fn q45k_tile<const Q5: bool, const R: usize, const C: usize>(
     rows: [&[u8]; R],
-    x: &[i8],
-    d: &[f32],
-    s: &[f32],
-) -> [f32; R] {
+    xs: &[SuperActs<'_>; C],
+) -> [[f32; C]; R] {
     let format = if Q5 {
         WeightFormat::Q5_K
     } else {
         WeightFormat::Q4_K
     };
-    let nsb = d.len() / 8;
+    let nsb = xs.first().map_or(0, |a| a.d.len() / 8);
     let bb = if Q5 { 176 } else { 144 };
-    assert!(rows.iter().all(|r| r.len() >= nsb * bb) && x.len() >= nsb * 256 && s.len() >= nsb * 8);
-    let mut acc = [_mm256_setzero_ps(); R];
-    let mut mins = [_mm256_setzero_ps(); R];
+    assert!(rows.iter().all(|r| r.len() >= nsb * bb));
+    assert!(xs
+        .iter()
+        .all(|a| a.d.len() >= nsb * 8 && a.x.len() >= nsb * 256 && a.s.len() >= nsb * 8));
+    let mut acc = [[_mm256_setzero_ps(); C]; R];
+    let mut mins = [[_mm256_setzero_ps(); C]; R];
     for sb in 0..nsb {
-        // SAFETY: sb < nsb: super-block sb of every row, activations sb*256 .. sb*256 + 256 and
-        // scales sb*8 .. sb*8 + 8 are in bounds (asserted above); `q45k_pair` asserts the block
-        // length.
+        // SAFETY: sb < nsb: super-block sb of every row, and every token's activations
+        // sb*256 .. sb*256 + 256 and scales sb*8 .. sb*8 + 8, are in bounds (asserted above);
+        // `q45k_pair` asserts the block length.
         unsafe {
-            let xp = x.as_ptr().add(sb * 256);
-            let dx = *d.get_unchecked(sb * 8);
-            let sx = _mm256_loadu_ps(s.as_ptr().add(sb * 8));
-            let blk: [&[u8]; R] = std::array::from_fn(|i| &rows[i][sb * bb..(sb + 1) * bb]);
+            let mut blk: [&[u8]; R] = [&[]; R];
+            for i in 0..R {
+                blk[i] = &rows[i][sb * bb..(sb + 1) * bb];
+            }
             let mut scales = [_mm256_setzero_si256(); R];
-            let mut dd = [0f32; R];
+            let mut dd = [[0f32; C]; R];
             for i in 0..R {
                 prefetch_block::<R>(blk[i].as_ptr(), bb);
                 let (sc, ml, dw) = q4k_scales_int(blk[i].as_ptr());
                 scales[i] = sc;
-                dd[i] = dw * dx;
-                mins[i] = _mm256_fmadd_ps(ml, sx, mins[i]);
+                for c in 0..C {
+                    let sx = _mm256_loadu_ps(xs[c].s.as_ptr().add(sb * 8));
+                    dd[i][c] = dw * *xs[c].d.get_unchecked(sb * 8);
+                    mins[i][c] = _mm256_fmadd_ps(ml, sx, mins[i][c]);
+                }
             }
-            let mut sumi = [_mm256_setzero_si256(); R];
+            let mut sumi = [[_mm256_setzero_si256(); C]; R];
             for g in 0..4 {
-                let x0 = _mm256_loadu_si256(xp.add(64 * g) as *const __m256i);
-                let x1 = _mm256_loadu_si256(xp.add(64 * g + 32) as *const __m256i);
                 for i in 0..R {
                     let [q0, q1] = q45k_pair(format, blk[i], g);
-                    let p0 = _mm256_madd_epi16(
-                        _mm256_maddubs_epi16(q0, x0),
-                        sub_scale(scales[i], 2 * g),
-                    );
-                    let p1 = _mm256_madd_epi16(
-                        _mm256_maddubs_epi16(q1, x1),
-                        sub_scale(scales[i], 2 * g + 1),
-                    );
-                    sumi[i] = _mm256_add_epi32(sumi[i], _mm256_add_epi32(p0, p1));
+                    let (s0, s1) = (sub_scale(scales[i], 2 * g), sub_scale(scales[i], 2 * g + 1));
+                    for c in 0..C {
+                        let xp = xs[c].x.as_ptr().add(sb * 256 + 64 * g);
+                        let x0 = _mm256_loadu_si256(xp as *const __m256i);
+                        let x1 = _mm256_loadu_si256(xp.add(32) as *const __m256i);
+                        let p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(q0, x0), s0);
+                        let p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(q1, x1), s1);
+                        sumi[i][c] = _mm256_add_epi32(sumi[i][c], _mm256_add_epi32(p0, p1));
+                    }
                 }
             }
             for i in 0..R {
-                acc[i] =
-                    _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi[i]), _mm256_set1_ps(dd[i]), acc[i]);
+                for c in 0..C {
+                    acc[i][c] = _mm256_fmadd_ps(
+                        _mm256_cvtepi32_ps(sumi[i][c]),
+                        _mm256_set1_ps(dd[i][c]),
+                        acc[i][c],
+                    );
+                }
             }
         }
     }
-    std::array::from_fn(|i| hsum(acc[i]) - hsum(mins[i]))
+    let mut out = [[0f32; C]; R];
+    for i in 0..R {
+        for c in 0..C {
+            out[i][c] = hsum(acc[i][c]) - hsum(mins[i][c]);
+        }
+    }
+    out
 }
 
-/// Q6_K dot of `R` rows with super-block-scaled 8-bit activations `x` (scales `d`, one per
-/// super-block repeated 8 times): the unsigned quants (0..=63) `maddubs` the activations, less
-/// `maddubs(32, x)`, weighted by the signed scales of the two 16-element sub-blocks of each
-/// 32-element block (one per 128-bit lane).
+/// Q6_K dots of `R` rows with `C` tokens' super-block-scaled 8-bit activations (as
+/// [`q45k_tile`]): the unsigned quants (0..=63) `maddubs` the activations, less `maddubs(32, x)`,
+/// weighted by the signed scales of the two 16-element sub-blocks of each 32-element block (one
+/// per 128-bit lane).
 ///
 /// # Safety
 /// AVX2/FMA/F16C present.
@@ -137,37 +162,43 @@ unsafe fn q45k_rows<const Q5: bool, const R: usize>(
 #[allow(clippy::needless_range_loop)]
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q6k_rows<const R: usize>(rows: [&[u8]; R], x: &[i8], d: &[f32]) -> [f32; R] {
-    let nsb = d.len() / 8;
+unsafe fn q6k_tile<const R: usize, const C: usize>(
+    rows: [&[u8]; R],
+    xs: &[SuperActs<'_>; C],
+) -> [[f32; C]; R] {
+    let nsb = xs.first().map_or(0, |a| a.d.len() / 8);
     let bb = 210;
-    assert!(rows.iter().all(|r| r.len() >= nsb * bb) && x.len() >= nsb * 256);
+    assert!(rows.iter().all(|r| r.len() >= nsb * bb));
+    assert!(xs
+        .iter()
+        .all(|a| a.d.len() >= nsb * 8 && a.x.len() >= nsb * 256));
     let c32 = _mm256_set1_epi8(32);
-    let mut acc = [_mm256_setzero_ps(); R];
+    let mut acc = [[_mm256_setzero_ps(); C]; R];
     for sb in 0..nsb {
-        // SAFETY: sb < nsb: super-block sb of every row, activations sb*256 .. sb*256 + 256 and
-        // scale sb*8 are in bounds (asserted above); `q6k_half_u` asserts the block length.
+        // SAFETY: sb < nsb: super-block sb of every row, and every token's activations
+        // sb*256 .. sb*256 + 256 and scale sb*8, are in bounds (asserted above); `q6k_half_u`
+        // asserts the block length.
         unsafe {
-            let xp = x.as_ptr().add(sb * 256);
-            let dx = *d.get_unchecked(sb * 8);
-            let blk: [&[u8]; R] = std::array::from_fn(|i| &rows[i][sb * bb..(sb + 1) * bb]);
-            // The 16 signed scales in both lanes, and d.
-            let sc: [__m256i; R] = std::array::from_fn(|i| {
-                prefetch_block::<R>(blk[i].as_ptr(), bb);
-                _mm256_broadcastsi128_si256(_mm_loadu_si128(
-                    blk[i].as_ptr().add(192) as *const __m128i
-                ))
-            });
-            let dd: [f32; R] = std::array::from_fn(|i| {
-                let h = std::ptr::read_unaligned(blk[i].as_ptr().add(208) as *const u16);
-                _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(h)))) * dx
-            });
-            let mut sumi = [_mm256_setzero_si256(); R];
+            // Each row's block, its 16 signed scales in both lanes, and d.
+            let mut blk: [&[u8]; R] = [&[]; R];
+            let mut sc = [_mm256_setzero_si256(); R];
+            let mut dw = [0f32; R];
+            for i in 0..R {
+                blk[i] = &rows[i][sb * bb..(sb + 1) * bb];
+                let p = blk[i].as_ptr();
+                prefetch_block::<R>(p, bb);
+                sc[i] = _mm256_broadcastsi128_si256(_mm_loadu_si128(p.add(192) as *const __m128i));
+                let h = std::ptr::read_unaligned(p.add(208) as *const u16);
+                dw[i] = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(h))));
+            }
+            let mut sumi = [[_mm256_setzero_si256(); C]; R];
             for n in 0..2 {
-                let q: [[__m256i; 4]; R] = std::array::from_fn(|i| q6k_half_u(blk[i], n));
+                let mut q = [[_mm256_setzero_si256(); 4]; R];
+                for i in 0..R {
+                    q[i] = q6k_half_u(blk[i], n);
+                }
                 for k in 0..4 {
                     let j = 4 * n + k;
-                    let xv = _mm256_loadu_si256(xp.add(32 * j) as *const __m256i);
-                    let off = _mm256_maddubs_epi16(c32, xv);
                     // Scale byte 2j into the high byte of every i16 lane of the low 128 bits,
                     // 2j + 1 of the high ones (the low byte zero), then shifted down with its sign.
                     let (lo, hi) = ((2 * j) as i8, (2 * j + 1) as i8);
@@ -175,42 +206,77 @@ unsafe fn q6k_rows<const R: usize>(rows: [&[u8]; R], x: &[i8], d: &[f32]) -> [f3
                         -1, lo, -1, lo, -1, lo, -1, lo, -1, lo, -1, lo, -1, lo, -1, lo, -1, hi, -1,
                         hi, -1, hi, -1, hi, -1, hi, -1, hi, -1, hi, -1, hi,
                     );
+                    let mut scale = [_mm256_setzero_si256(); R];
                     for i in 0..R {
-                        let scale = _mm256_srai_epi16::<8>(_mm256_shuffle_epi8(sc[i], pick));
-                        let p = _mm256_sub_epi16(_mm256_maddubs_epi16(q[i][k], xv), off);
-                        sumi[i] = _mm256_add_epi32(sumi[i], _mm256_madd_epi16(p, scale));
+                        scale[i] = _mm256_srai_epi16::<8>(_mm256_shuffle_epi8(sc[i], pick));
+                    }
+                    for c in 0..C {
+                        let xv = _mm256_loadu_si256(
+                            xs[c].x.as_ptr().add(sb * 256 + 32 * j) as *const __m256i
+                        );
+                        let off = _mm256_maddubs_epi16(c32, xv);
+                        for i in 0..R {
+                            let p = _mm256_sub_epi16(_mm256_maddubs_epi16(q[i][k], xv), off);
+                            sumi[i][c] =
+                                _mm256_add_epi32(sumi[i][c], _mm256_madd_epi16(p, scale[i]));
+                        }
                     }
                 }
             }
             for i in 0..R {
-                acc[i] =
-                    _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi[i]), _mm256_set1_ps(dd[i]), acc[i]);
+                for c in 0..C {
+                    let dd = dw[i] * *xs[c].d.get_unchecked(sb * 8);
+                    acc[i][c] = _mm256_fmadd_ps(
+                        _mm256_cvtepi32_ps(sumi[i][c]),
+                        _mm256_set1_ps(dd),
+                        acc[i][c],
+                    );
+                }
             }
         }
     }
-    std::array::from_fn(|i| hsum(acc[i]))
+    let mut out = [[0f32; C]; R];
+    for i in 0..R {
+        for c in 0..C {
+            out[i][c] = hsum(acc[i][c]);
+        }
+    }
+    out
+}
+
+/// [`q45k_tile`] or [`q6k_tile`] by `format` (Q4_K, Q5_K or Q6_K).
+///
+/// # Safety
+/// AVX2/FMA/F16C present.
+#[inline(always)]
+pub(super) unsafe fn k_super_tile<const R: usize, const C: usize>(
+    format: WeightFormat,
+    rows: [&[u8]; R],
+    xs: &[SuperActs<'_>; C],
+) -> [[f32; C]; R] {
+    // SAFETY: AVX2/FMA/F16C present per this function's contract; the kernels assert the
+    // lengths they rely on.
+    unsafe {
+        match format {
+            WeightFormat::Q4_K => q45k_tile::<false, R, C>(rows, xs),
+            WeightFormat::Q5_K => q45k_tile::<true, R, C>(rows, xs),
+            _ => q6k_tile::<R, C>(rows, xs),
+        }
+    }
 }
 
 /// The K-quant kernels with super-block-scaled 8-bit activations as a [`RowDots`] kernel:
 /// `format` is Q4_K, Q5_K or Q6_K.
 pub(super) struct K8SuperDots<'a> {
     pub(super) format: WeightFormat,
-    pub(super) x: &'a [i8],
-    pub(super) d: &'a [f32],
-    pub(super) s: &'a [f32],
+    pub(super) acts: SuperActs<'a>,
 }
 
 impl RowDots for K8SuperDots<'_> {
     #[inline(always)]
     unsafe fn dots<const N: usize>(&self, rows: [&[u8]; N]) -> [f32; N] {
-        // SAFETY: AVX2/FMA/F16C present per this method's contract; the kernels assert the
-        // lengths they rely on.
-        unsafe {
-            match self.format {
-                WeightFormat::Q4_K => q45k_rows::<false, N>(rows, self.x, self.d, self.s),
-                WeightFormat::Q5_K => q45k_rows::<true, N>(rows, self.x, self.d, self.s),
-                _ => q6k_rows::<N>(rows, self.x, self.d),
-            }
-        }
+        // SAFETY: AVX2/FMA/F16C present per this method's contract.
+        let t = unsafe { k_super_tile::<N, 1>(self.format, rows, &[self.acts]) };
+        t.map(|[v]| v)
     }
 }

@@ -6,7 +6,7 @@ use std::arch::x86_64::*;
 use super::kquant::dot_k_int;
 use super::kquant512::{pairs512_i8, K8Dots512};
 use super::kquant_rows::K8Dots;
-use super::kquant_super::K8SuperDots;
+use super::kquant_super::{K8SuperDots, SuperActs};
 use super::simd::{f16_at, hsum, iq4nl_values32, nibbles32, prefetch_distance, q5_quants32};
 use crate::arch::drivers::{rows_blocked, rows_dense_or_listed, rows_with, RowDots};
 use crate::arch::tags::{block_bytes, IQ4_NL, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
@@ -205,9 +205,11 @@ pub(crate) unsafe fn matvec_int8(
                 // Sub-blocks weighted in integers (`kquant_super`); rows per step as below.
                 let k = K8SuperDots {
                     format: w.format(),
-                    x: &xq.qs,
-                    d: &xq.d,
-                    s: &xq.s,
+                    acts: SuperActs {
+                        x: &xq.qs,
+                        d: &xq.d,
+                        s: &xq.s,
+                    },
                 };
                 rows_dense_or_listed(&k, w, sel, y)
             }

@@ -1,0 +1,156 @@
+//! The batched product of a prompt's tokens ([`matmul`]): an f32 tile of dequantized weights under
+//! a register-blocked FMA microkernel, or, for 8-bit activations where the path has one, an integer
+//! tile over the weights as stored (`arch::tile_int8`).
+
+use rayon::prelude::*;
+
+use crate::quant::QActs;
+use crate::{
+    active_path, arch, check_path, check_tokens, matmul_chunk, matvec_with, super_scaled,
+    KernelError, KernelPath, Precision, QMatrix,
+};
+
+/// Batched product: `x` is `n` rows of `cols` (token-major), `y` is `n` rows
+/// of `rows`: `y[t*rows + r] = dot(W[r], x[t])`.
+///
+/// Each parallel work item dequantizes a chunk of weight rows once into an
+/// f32 tile and runs a register-blocked FMA microkernel over (rows × tokens).
+/// For `n == 1` this is [`matvec`](crate::matvec). In [`Precision::Int8`], Q4_K/Q5_K/Q6_K weights on
+/// the AVX2 path instead take every token's activations quantized as `matvec` quantizes them (one
+/// scale per 256) and an integer tile over the weights as stored: each token's row of `y` is then
+/// what `matvec` gives for it, bit for bit.
+pub fn matmul(
+    w: &QMatrix,
+    x: &[f32],
+    n: usize,
+    y: &mut [f32],
+    precision: Precision,
+) -> Result<(), KernelError> {
+    matmul_with(active_path(), w, x, n, y, precision)
+}
+
+/// Raw output pointer shared by matmul work items, each writing a disjoint
+/// set of elements.
+#[derive(Clone, Copy)]
+struct OutPtr(*mut f32);
+// SAFETY: only used to write disjoint ranges from different threads while
+// the owning `&mut [f32]` is borrowed for the whole parallel section.
+unsafe impl Send for OutPtr {}
+// SAFETY: as above; the pointer itself is never used to create aliasing
+// references, only to write to ranges owned by a single work item.
+unsafe impl Sync for OutPtr {}
+
+impl OutPtr {
+    /// Accessor (so closures capture the whole `Send + Sync` wrapper).
+    fn get(self) -> *mut f32 {
+        self.0
+    }
+}
+
+/// [`matmul`] on an explicit path (for tests and benchmarks).
+#[doc(hidden)]
+pub fn matmul_with(
+    path: KernelPath,
+    w: &QMatrix,
+    x: &[f32],
+    n: usize,
+    y: &mut [f32],
+    precision: Precision,
+) -> Result<(), KernelError> {
+    check_path(path)?;
+    let (rows, cols) = (w.rows(), w.cols());
+    check_tokens(["matmul x", "matmul y"], w, x, n, y)?;
+    if n == 0 || rows == 0 {
+        return Ok(());
+    }
+    if n == 1 {
+        return matvec_with(path, w, x, y, precision);
+    }
+    if cols == 0 {
+        y.fill(0.0);
+        return Ok(());
+    }
+    if precision == Precision::Int8 && arch::has_tile_int8(path, w.format()) {
+        matmul_int8(path, w, x, n, y);
+        return Ok(());
+    }
+    let chunk = matmul_chunk();
+    let n_chunks = rows.div_ceil(chunk);
+    let out = OutPtr(y.as_mut_ptr());
+    // 8-bit-activation precision rounds to bf16 (8 significant bits) where the path has a bf16
+    // tile; Exact and Fast keep the f32 tile (bf16 prompts change greedy continuations).
+    let xb = match precision {
+        Precision::Exact | Precision::Fast => None,
+        Precision::Int8 => arch::bf16_acts(path, x, n, cols),
+    };
+    let work = |ci: usize| {
+        let r0 = ci * chunk;
+        let nr = chunk.min(rows - r0);
+        let mut tile = vec![0f32; nr * cols];
+        for (i, dst) in tile.chunks_exact_mut(cols).enumerate() {
+            arch::dequant_row(path, w.format(), w.row_data(r0 + i), dst);
+        }
+        let mut local = vec![0f32; n * nr];
+        let done = xb
+            .as_ref()
+            .is_some_and(|xb| arch::tile_bf16(path, &tile, nr, cols, xb, n, &mut local));
+        if !done {
+            arch::tile(path, &tile, nr, cols, x, n, &mut local);
+        }
+        for t in 0..n {
+            let src = &local[t * nr..(t + 1) * nr];
+            // SAFETY: `y` has `n * rows` elements (checked above) and stays
+            // mutably borrowed until the parallel loop ends; this work item
+            // is the only one writing `y[t*rows + r0 .. t*rows + r0 + nr]`
+            // (row chunks are disjoint), so the writes are in bounds and race-free.
+            unsafe {
+                std::ptr::copy_nonoverlapping(src.as_ptr(), out.get().add(t * rows + r0), nr);
+            }
+        }
+    };
+    if n_chunks == 1 {
+        work(0);
+    } else {
+        (0..n_chunks).into_par_iter().for_each(work);
+    }
+    Ok(())
+}
+
+/// Weight bytes of one work item of [`matmul_int8`]: its rows stay in L2 while every group of
+/// tokens passes over them.
+const INT8_ITEM_BYTES: usize = 96 * 1024;
+
+/// [`matmul`] through `arch::tile_int8` (which the caller checked the path has for `w`'s format):
+/// every token quantized once as `matvec` quantizes it, then work items of a few rows each.
+fn matmul_int8(path: KernelPath, w: &QMatrix, x: &[f32], n: usize, y: &mut [f32]) {
+    let (rows, cols) = (w.rows(), w.cols());
+    debug_assert!(super_scaled(w.format()));
+    let acts: Vec<QActs> = x
+        .par_chunks_exact(cols)
+        .map(QActs::quantize_super)
+        .collect();
+    let row_bytes = w.row_data(0).len().max(1);
+    let threads = rayon::current_num_threads().max(1);
+    let chunk = match crate::chunk_rows_setting() {
+        0 => (INT8_ITEM_BYTES / row_bytes)
+            .min(rows.div_ceil(threads * 4))
+            .max(1),
+        n => n,
+    };
+    let out = OutPtr(y.as_mut_ptr());
+    (0..rows.div_ceil(chunk)).into_par_iter().for_each(|ci| {
+        let r0 = ci * chunk;
+        let nr = chunk.min(rows - r0);
+        let mut local = vec![0f32; n * nr];
+        arch::tile_int8(path, w, r0, nr, &acts, &mut local);
+        for t in 0..n {
+            let src = &local[t * nr..(t + 1) * nr];
+            // SAFETY: as in `matmul_with`: `y` has `n * rows` elements, stays mutably borrowed
+            // until the parallel loop ends, and this work item alone writes
+            // `y[t*rows + r0 .. t*rows + r0 + nr]`.
+            unsafe {
+                std::ptr::copy_nonoverlapping(src.as_ptr(), out.get().add(t * rows + r0), nr);
+            }
+        }
+    });
+}
