@@ -1,11 +1,12 @@
 //! A few Q4_K/Q5_K/Q6_K rows against a few tokens' super-block-scaled 8-bit activations (the
 //! prompt tile of [`Precision::Int8`](crate::Precision), `tile_k8.rs`), super-block by
 //! super-block: each row's super-block is unpacked and its sub-block scales broadcast once into a
-//! small array, then a tight loop runs every token over them, two at a time, so the integer
+//! small array, then a tight loop runs every token over them, `STEP` at a time, so the integer
 //! multiply units see little besides `maddubs` and `madd`, and the tokens' 256 activations of that
-//! super-block, read from L1, serve every row. Per token the f32 operations are `kquant_super.rs`'s, in the same order
-//! (integer sums per super-block, one conversion and multiply-add a super-block, horizontal sums
-//! at the end), so each result is bit-identical to `matvec`'s for that token.
+//! super-block, read from L1, serve every row. Per token the f32 operations are
+//! `kquant_super.rs`'s, in the same order (integer sums per super-block, one conversion and
+//! multiply-add a super-block, horizontal sums at the end), so each result is bit-identical to
+//! `matvec`'s for that token.
 
 use std::arch::x86_64::*;
 
@@ -14,8 +15,8 @@ use super::kquant_super::{q4k_scales_int, sub_scale, SuperActs};
 use super::simd::hsum;
 use crate::WeightFormat;
 
-/// Tokens per step of the inner loop (sharing the loads of the unpacked weights and scales); the
-/// Q4_K/Q5_K step names the two tokens' pointers.
+/// Tokens per step of the inner loop (sharing the loads of the unpacked weights and scales); each
+/// panel's step names its tokens' pointers one by one. A remainder goes one token at a time.
 const STEP: usize = 4;
 
 /// Per (row, token) f32 accumulators of a panel, reused across panels.
