@@ -41,9 +41,18 @@ unsafe impl Send for OutPtr {}
 unsafe impl Sync for OutPtr {}
 
 impl OutPtr {
-    /// Accessor (so closures capture the whole `Send + Sync` wrapper).
-    fn get(self) -> *mut f32 {
-        self.0
+    /// Writes a work item's result `local` (`n` tokens × `nr` rows, token-major) into rows
+    /// `r0 .. r0 + nr` of every token's row of `rows` in the output.
+    ///
+    /// # Safety
+    /// The output holds `n * rows` elements and stays mutably borrowed while work items run, and
+    /// no other work item writes rows `r0 .. r0 + nr` (row chunks are disjoint).
+    unsafe fn write_rows(self, local: &[f32], n: usize, rows: usize, r0: usize, nr: usize) {
+        for t in 0..n {
+            let src = &local[t * nr..(t + 1) * nr];
+            // SAFETY: in bounds (`t * rows + r0 + nr <= n * rows`) and race-free per the contract.
+            unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.0.add(t * rows + r0), nr) };
+        }
     }
 }
 
@@ -97,16 +106,9 @@ pub fn matmul_with(
         if !done {
             arch::tile(path, &tile, nr, cols, x, n, &mut local);
         }
-        for t in 0..n {
-            let src = &local[t * nr..(t + 1) * nr];
-            // SAFETY: `y` has `n * rows` elements (checked above) and stays
-            // mutably borrowed until the parallel loop ends; this work item
-            // is the only one writing `y[t*rows + r0 .. t*rows + r0 + nr]`
-            // (row chunks are disjoint), so the writes are in bounds and race-free.
-            unsafe {
-                std::ptr::copy_nonoverlapping(src.as_ptr(), out.get().add(t * rows + r0), nr);
-            }
-        }
+        // SAFETY: `y` has `n * rows` elements (checked above) and stays mutably borrowed until
+        // the parallel loop ends; this work item alone writes rows `r0 .. r0 + nr`.
+        unsafe { out.write_rows(&local, n, rows, r0, nr) };
     };
     if n_chunks == 1 {
         work(0);
@@ -143,14 +145,8 @@ fn matmul_int8(path: KernelPath, w: &QMatrix, x: &[f32], n: usize, y: &mut [f32]
         let nr = chunk.min(rows - r0);
         let mut local = vec![0f32; n * nr];
         arch::tile_int8(path, w, r0, nr, &acts, &mut local);
-        for t in 0..n {
-            let src = &local[t * nr..(t + 1) * nr];
-            // SAFETY: as in `matmul_with`: `y` has `n * rows` elements, stays mutably borrowed
-            // until the parallel loop ends, and this work item alone writes
-            // `y[t*rows + r0 .. t*rows + r0 + nr]`.
-            unsafe {
-                std::ptr::copy_nonoverlapping(src.as_ptr(), out.get().add(t * rows + r0), nr);
-            }
-        }
+        // SAFETY: as in `matmul_with`: `y` has `n * rows` elements, stays mutably borrowed until
+        // the parallel loop ends, and this work item alone writes rows `r0 .. r0 + nr`.
+        unsafe { out.write_rows(&local, n, rows, r0, nr) };
     });
 }

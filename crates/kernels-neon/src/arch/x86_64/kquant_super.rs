@@ -59,6 +59,38 @@ pub(super) fn sub_scale(scales: __m256i, j: usize) -> __m256i {
     _mm256_shuffle_epi8(scales, _mm256_set1_epi16(b | ((b + 1) << 8)))
 }
 
+/// The Q6_K super-block at `p`: its 16 signed sub-block scales in both 128-bit lanes, and `d`.
+///
+/// # Safety
+/// AVX2/FMA/F16C present; 210 bytes readable at `p`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn q6k_scales_d(p: *const u8) -> (__m256i, f32) {
+    // SAFETY: bytes 192..210 readable per the contract.
+    unsafe {
+        let sc = _mm256_broadcastsi128_si256(_mm_loadu_si128(p.add(192) as *const __m128i));
+        let h = std::ptr::read_unaligned(p.add(208) as *const u16);
+        (
+            sc,
+            _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(h)))),
+        )
+    }
+}
+
+/// The i16 scales of 32-element block `j` (0..8) of [`q6k_scales_d`]'s vector: sub-block `2j` in
+/// the low 128 bits, `2j + 1` in the high ones. The scale byte goes into the high byte of every
+/// i16 lane (the low byte zero), then is shifted down with its sign.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn q6k_block_scale(sc: __m256i, j: usize) -> __m256i {
+    let (lo, hi) = ((2 * j) as i8, (2 * j + 1) as i8);
+    let pick = _mm256_setr_epi8(
+        -1, lo, -1, lo, -1, lo, -1, lo, -1, lo, -1, lo, -1, lo, -1, lo, -1, hi, -1, hi, -1, hi, -1,
+        hi, -1, hi, -1, hi, -1, hi, -1, hi,
+    );
+    _mm256_srai_epi16::<8>(_mm256_shuffle_epi8(sc, pick))
+}
+
 /// One token's super-block-scaled 8-bit activations: quants `x`, scales `d` (one per super-block
 /// repeated 8 times) and per-block sums `s` ([`QActs::quantize_super`](crate::quant::QBlocks)).
 #[derive(Clone, Copy)]
@@ -187,9 +219,7 @@ unsafe fn q6k_tile<const R: usize, const C: usize>(
                 blk[i] = &rows[i][sb * bb..(sb + 1) * bb];
                 let p = blk[i].as_ptr();
                 prefetch_block::<R>(p, bb);
-                sc[i] = _mm256_broadcastsi128_si256(_mm_loadu_si128(p.add(192) as *const __m128i));
-                let h = std::ptr::read_unaligned(p.add(208) as *const u16);
-                dw[i] = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(h))));
+                (sc[i], dw[i]) = q6k_scales_d(p);
             }
             let mut sumi = [[_mm256_setzero_si256(); C]; R];
             for n in 0..2 {
@@ -199,16 +229,9 @@ unsafe fn q6k_tile<const R: usize, const C: usize>(
                 }
                 for k in 0..4 {
                     let j = 4 * n + k;
-                    // Scale byte 2j into the high byte of every i16 lane of the low 128 bits,
-                    // 2j + 1 of the high ones (the low byte zero), then shifted down with its sign.
-                    let (lo, hi) = ((2 * j) as i8, (2 * j + 1) as i8);
-                    let pick = _mm256_setr_epi8(
-                        -1, lo, -1, lo, -1, lo, -1, lo, -1, lo, -1, lo, -1, lo, -1, lo, -1, hi, -1,
-                        hi, -1, hi, -1, hi, -1, hi, -1, hi, -1, hi, -1, hi,
-                    );
                     let mut scale = [_mm256_setzero_si256(); R];
                     for i in 0..R {
-                        scale[i] = _mm256_srai_epi16::<8>(_mm256_shuffle_epi8(sc[i], pick));
+                        scale[i] = q6k_block_scale(sc[i], j);
                     }
                     for c in 0..C {
                         let xv = _mm256_loadu_si256(

@@ -11,7 +11,7 @@
 use std::arch::x86_64::*;
 
 use super::kquant::{q45k_pair, q6k_half_u};
-use super::kquant_super::{q4k_scales_int, sub_scale, SuperActs};
+use super::kquant_super::{q4k_scales_int, q6k_block_scale, q6k_scales_d, sub_scale, SuperActs};
 use super::simd::hsum;
 use crate::WeightFormat;
 
@@ -208,10 +208,7 @@ unsafe fn q6k_panel(
             // length); every token's activations o .. o + 256 and scale sb*8 are in bounds
             // (asserted above), and c < n.
             unsafe {
-                let p = blk.as_ptr();
-                let sc = _mm256_broadcastsi128_si256(_mm_loadu_si128(p.add(192) as *const __m128i));
-                let h = std::ptr::read_unaligned(p.add(208) as *const u16);
-                let dw = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(h))));
+                let (sc, dw) = q6k_scales_d(blk.as_ptr());
                 for half in 0..2 {
                     let q = q6k_half_u(blk, half);
                     for k in 0..4 {
@@ -219,14 +216,7 @@ unsafe fn q6k_panel(
                         let signed = _mm256_sub_epi8(q[k], c32);
                         wa[j] = _mm256_abs_epi8(signed);
                         ws[j] = signed;
-                        // As `kquant_super::q6k_tile`: scale byte 2j for the low 128 bits, 2j + 1
-                        // for the high ones, sign-extended to i16.
-                        let (lo, hi) = ((2 * j) as i8, (2 * j + 1) as i8);
-                        let pick = _mm256_setr_epi8(
-                            -1, lo, -1, lo, -1, lo, -1, lo, -1, lo, -1, lo, -1, lo, -1, lo, -1, hi,
-                            -1, hi, -1, hi, -1, hi, -1, hi, -1, hi, -1, hi, -1, hi,
-                        );
-                        s[j] = _mm256_srai_epi16::<8>(_mm256_shuffle_epi8(sc, pick));
+                        s[j] = q6k_block_scale(sc, j);
                     }
                 }
                 let mut c = 0;
