@@ -3,6 +3,7 @@
 
 use std::arch::x86_64::*;
 
+use super::kquant_low::k23_scales;
 use super::simd::{hsum, iq4nl_values32, PREFETCH};
 use super::vector::axpy_f32;
 use crate::arch::drivers::axpy_superblocks;
@@ -188,11 +189,25 @@ pub(super) unsafe fn dequant_superblock(format: WeightFormat, blk: &[u8], out: &
             }
         }
     } else if format == WeightFormat::Q2_K || format == WeightFormat::Q3_K {
-        let (dl, ml) = if format == WeightFormat::Q2_K {
-            crate::scalar::q2k_scales(blk)
-        } else {
-            (crate::scalar::q3k_scales(blk), [0f32; 16])
-        };
+        // The scalar reference's products `d * sc` and `dmin * m` (Q3_K: no min), from the
+        // vector scale decoder.
+        let (mut dl, mut ml) = ([0f32; 16], [0f32; 16]);
+        // SAFETY: features present per contract; `k23_scales` asserts the block length; the
+        // stores write 16 floats into each array.
+        unsafe {
+            let (sc, m, d, dmin) = if format == WeightFormat::Q2_K {
+                k23_scales::<false>(blk)
+            } else {
+                k23_scales::<true>(blk)
+            };
+            for h in 0..2 {
+                let (dp, mp) = (dl.as_mut_ptr().add(8 * h), ml.as_mut_ptr().add(8 * h));
+                _mm256_storeu_ps(dp, _mm256_mul_ps(_mm256_set1_ps(d), sc[h]));
+                if format == WeightFormat::Q2_K {
+                    _mm256_storeu_ps(mp, _mm256_mul_ps(_mm256_set1_ps(dmin), m[h]));
+                }
+            }
+        }
         for n in 0..2 {
             // SAFETY: `k23_half` asserts the block length; stores write
             // out[128n + 32k + 16h .. + 16] (n < 2, k < 4, h < 2: <= 256).

@@ -5,6 +5,7 @@ use std::arch::x86_64::*;
 
 use super::kquant::dot_k_int;
 use super::kquant512::{pairs512, K16Dots512};
+use super::kquant_low::{sums16, K23Dots16};
 use super::kquant_rows::{even_odd, K16Dots};
 use super::simd::{f16_at, hsum, iq4nl_values32, prefetch_distance, q5_quants32};
 use crate::arch::drivers::{rows_blocked, rows_dense_or_listed, rows_with, RowDots};
@@ -212,7 +213,19 @@ pub(crate) unsafe fn matvec_i16(
                 };
                 rows_dense_or_listed(&k, w, sel, y)
             }
-            WeightFormat::Q2_K | WeightFormat::Q3_K | WeightFormat::IQ4_XS => {
+            WeightFormat::Q2_K | WeightFormat::Q3_K => {
+                // Rows per step as for the other K-quants: 1 dense, 4 listed.
+                let s16 = sums16(&xq.qs, &xq.d);
+                let x = even_odd(&xq.qs);
+                let k = K23Dots16 {
+                    q3: w.format() == WeightFormat::Q3_K,
+                    x: &x,
+                    d: &xq.d,
+                    s16: &s16,
+                };
+                rows_dense_or_listed(&k, w, sel, y)
+            }
+            WeightFormat::IQ4_XS => {
                 let (f, qs) = (w.format(), xq.qs.as_ptr() as *const u8);
                 rows_with(w, sel, y, |r| {
                     dot_k_int::<false>(f, r, qs, xq.qs.len(), &xq.d, &xq.s)

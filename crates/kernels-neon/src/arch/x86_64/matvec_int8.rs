@@ -5,6 +5,7 @@ use std::arch::x86_64::*;
 
 use super::kquant::dot_k_int;
 use super::kquant512::{pairs512_i8, K8Dots512};
+use super::kquant_low::{sums16, K23Dots8};
 use super::kquant_rows::K8Dots;
 use super::kquant_super::{K8SuperDots, SuperActs};
 use super::simd::{f16_at, hsum, iq4nl_values32, nibbles32, prefetch_distance, q5_quants32};
@@ -224,7 +225,18 @@ pub(crate) unsafe fn matvec_int8(
                 };
                 rows_dense_or_listed(&k, w, sel, y)
             }
-            WeightFormat::Q2_K | WeightFormat::Q3_K | WeightFormat::IQ4_XS => {
+            WeightFormat::Q2_K | WeightFormat::Q3_K => {
+                // Rows per step as for the other K-quants: 1 dense, 4 listed.
+                let s16 = sums16(&xq.qs, &xq.d);
+                let k = K23Dots8 {
+                    q3: w.format() == WeightFormat::Q3_K,
+                    x: &xq.qs,
+                    d: &xq.d,
+                    s16: &s16,
+                };
+                rows_dense_or_listed(&k, w, sel, y)
+            }
+            WeightFormat::IQ4_XS => {
                 let (f, qs) = (w.format(), xq.qs.as_ptr() as *const u8);
                 rows_with(w, sel, y, |r| {
                     dot_k_int::<true>(f, r, qs, xq.qs.len(), &xq.d, &xq.s)

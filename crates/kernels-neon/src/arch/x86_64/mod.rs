@@ -19,6 +19,7 @@ mod dequant;
 mod hybrid;
 mod kquant;
 mod kquant512;
+mod kquant_low;
 mod kquant_rows;
 mod kquant_super;
 mod kv;
