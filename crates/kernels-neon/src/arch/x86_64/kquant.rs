@@ -350,146 +350,51 @@ unsafe fn acts16<const A8: bool>(qs: *const u8, e: usize) -> __m256i {
     }
 }
 
-/// Integer dot of a K-quant row (`Q2_K`, `Q3_K`, `Q4_K`, `Q5_K`, `Q6_K` or `IQ4_XS`) with quantized
-/// activations (`A8`: 8-bit `QActs`, else 16-bit `QActs16`, passed as raw
-/// quants `qs` of `qs_len` elements, per-32 scales `d`, `s = d*sum(q)`).
-/// Weights are widened to i16 and multiplied with `madd_epi16` into i32
-/// lanes (|q_w| <= 63, |q_x| <= 32767: a pair is below 2^22), then per
-/// sub-block one convert and one FMA with `(d*sc) * d_x`; the Q4_K/Q5_K min term
-/// `(dmin*m) * s_x` is accumulated separately (see the crate docs). Q2_K's min
-/// term needs the activation sums of its 16-wide sub-blocks: `madd_epi16` with
-/// ones, converted and FMA'd with `-(dmin*m) * d_x`.
+/// Integer dot of an `IQ4_XS` row with quantized activations (`A8`: 8-bit
+/// `QActs`, else 16-bit `QActs16`, passed as raw quants `qs` of `qs_len`
+/// elements, per-32 scales `d`), one row at a time (the other K-quants take
+/// the multi-row kernels of `kquant_rows`, `kquant_super` and `kquant_low`).
+/// Weights (the IQ4_NL table's values, |v| <= 127) are widened to i16 and
+/// multiplied with `madd_epi16` into i32 lanes (a pair of products with
+/// |q_x| <= 32767 is below 2^23), then per 32-block one convert and one FMA
+/// with `(d * (ls - 32)) * d_x`.
 ///
 /// # Safety
 /// AVX2/FMA/F16C present; `qs` points at `qs_len` readable quants.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn dot_k_int<const A8: bool>(
-    format: WeightFormat,
+pub(super) unsafe fn dot_iq4xs_int<const A8: bool>(
     row: &[u8],
     qs: *const u8,
     qs_len: usize,
     d: &[f32],
-    s: &[f32],
 ) -> f32 {
     let nsb = d.len() / 8;
-    let bb = format.block_bytes();
-    assert!(row.len() >= nsb * bb && qs_len >= nsb * 256 && s.len() >= nsb * 8);
+    let bb = WeightFormat::IQ4_XS.block_bytes();
+    assert!(row.len() >= nsb * bb && qs_len >= nsb * 256);
     let mut acc = _mm256_setzero_ps();
-    let mut extra = 0f32;
     for sb in 0..nsb {
         let blk = &row[sb * bb..(sb + 1) * bb];
         // Prefetch hint (never faults; wrapping_add keeps it UB-free).
         _mm_prefetch::<_MM_HINT_T0>(blk.as_ptr().wrapping_add(PREFETCH) as *const i8);
-        if format == WeightFormat::Q4_K || format == WeightFormat::Q5_K {
-            let (dl, ml) = crate::scalar::q4k_scales(blk);
-            for g in 0..4 {
-                // SAFETY: `q45k_pair` asserts the block length; activation
-                // elements (sb*8 + 2g + h)*32 + 0..32 < nsb*256 <= qs_len
-                // and b < nsb*8 <= d.len(), s.len() (asserted).
-                unsafe {
-                    for (h, q) in q45k_pair(format, blk, g).into_iter().enumerate() {
-                        let j = 2 * g + h;
-                        let b = sb * 8 + j;
-                        let w0 = _mm256_cvtepu8_epi16(_mm256_castsi256_si128(q));
-                        let w1 = _mm256_cvtepu8_epi16(_mm256_extracti128_si256::<1>(q));
-                        let isum = _mm256_add_epi32(
-                            _mm256_madd_epi16(w0, acts16::<A8>(qs, 32 * b)),
-                            _mm256_madd_epi16(w1, acts16::<A8>(qs, 32 * b + 16)),
-                        );
-                        let (dx, sx) = (*d.get_unchecked(b), *s.get_unchecked(b));
-                        acc = _mm256_fmadd_ps(
-                            _mm256_cvtepi32_ps(isum),
-                            _mm256_set1_ps(dl[j] * dx),
-                            acc,
-                        );
-                        extra -= ml[j] * sx;
-                    }
-                }
-            }
-        } else if format == WeightFormat::IQ4_XS {
-            let dl = crate::scalar::iq4xs_scales(blk);
-            for (j, &dlj) in dl.iter().enumerate() {
-                let b = sb * 8 + j;
-                // SAFETY: the nibbles of sub-block j are bytes 8+16j .. 24+16j
-                // <= 136 = bb of `blk`; activation elements 32b .. 32b+32 <=
-                // nsb*256 <= qs_len and b < nsb*8 <= d.len() (asserted).
-                unsafe {
-                    let q = iq4nl_values32(blk.as_ptr().add(8 + 16 * j));
-                    let w0 = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(q));
-                    let w1 = _mm256_cvtepi8_epi16(_mm256_extracti128_si256::<1>(q));
-                    let isum = _mm256_add_epi32(
-                        _mm256_madd_epi16(w0, acts16::<A8>(qs, 32 * b)),
-                        _mm256_madd_epi16(w1, acts16::<A8>(qs, 32 * b + 16)),
-                    );
-                    let dx = *d.get_unchecked(b);
-                    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(dlj * dx), acc);
-                }
-            }
-        } else if format == WeightFormat::Q2_K || format == WeightFormat::Q3_K {
-            let q2 = format == WeightFormat::Q2_K;
-            let (dl, ml) = if q2 {
-                crate::scalar::q2k_scales(blk)
-            } else {
-                (crate::scalar::q3k_scales(blk), [0f32; 16])
-            };
-            let ones = _mm256_set1_epi16(1);
-            for n in 0..2 {
-                // SAFETY: `k23_half` asserts the block length; activation
-                // elements (sb*8 + 4n + k)*32 + 0..32 < nsb*256 <= qs_len and
-                // b < nsb*8 <= d.len() (asserted).
-                unsafe {
-                    for (k, q) in k23_half(format, blk, n).into_iter().enumerate() {
-                        let b = sb * 8 + 4 * n + k;
-                        let j = 8 * n + 2 * k;
-                        let x0 = acts16::<A8>(qs, 32 * b);
-                        let x1 = acts16::<A8>(qs, 32 * b + 16);
-                        let w0 = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(q));
-                        let w1 = _mm256_cvtepi8_epi16(_mm256_extracti128_si256::<1>(q));
-                        let dx = *d.get_unchecked(b);
-                        let i0 = _mm256_cvtepi32_ps(_mm256_madd_epi16(w0, x0));
-                        let i1 = _mm256_cvtepi32_ps(_mm256_madd_epi16(w1, x1));
-                        acc = _mm256_fmadd_ps(i0, _mm256_set1_ps(dl[j] * dx), acc);
-                        acc = _mm256_fmadd_ps(i1, _mm256_set1_ps(dl[j + 1] * dx), acc);
-                        if q2 {
-                            let s0 = _mm256_cvtepi32_ps(_mm256_madd_epi16(x0, ones));
-                            let s1 = _mm256_cvtepi32_ps(_mm256_madd_epi16(x1, ones));
-                            acc = _mm256_fmadd_ps(s0, _mm256_set1_ps(-(ml[j] * dx)), acc);
-                            acc = _mm256_fmadd_ps(s1, _mm256_set1_ps(-(ml[j + 1] * dx)), acc);
-                        }
-                    }
-                }
-            }
-        } else {
-            let ds = crate::scalar::q6k_scales(blk);
-            for n in 0..2 {
-                // SAFETY: loads read ql[64n..64n+64], qh[32n..32n+32]
-                // (< 192 <= 210 bytes of `blk`); activation elements
-                // (sb*8 + 4n + k)*32 + 0..32 < nsb*256 <= qs_len and
-                // b < nsb*8 <= d.len() (asserted).
-                unsafe {
-                    for (k, qk) in q6k_half(blk, n).into_iter().enumerate() {
-                        let b = sb * 8 + 4 * n + k;
-                        let j = 8 * n + 2 * k;
-                        let w0 = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(qk));
-                        let w1 = _mm256_cvtepi8_epi16(_mm256_extracti128_si256::<1>(qk));
-                        let i0 = _mm256_madd_epi16(w0, acts16::<A8>(qs, 32 * b));
-                        let i1 = _mm256_madd_epi16(w1, acts16::<A8>(qs, 32 * b + 16));
-                        let dx = *d.get_unchecked(b);
-                        acc = _mm256_fmadd_ps(
-                            _mm256_cvtepi32_ps(i0),
-                            _mm256_set1_ps(ds[j] * dx),
-                            acc,
-                        );
-                        acc = _mm256_fmadd_ps(
-                            _mm256_cvtepi32_ps(i1),
-                            _mm256_set1_ps(ds[j + 1] * dx),
-                            acc,
-                        );
-                    }
-                }
+        let dl = crate::scalar::iq4xs_scales(blk);
+        for (j, &dlj) in dl.iter().enumerate() {
+            let b = sb * 8 + j;
+            // SAFETY: the nibbles of sub-block j are bytes 8+16j .. 24+16j
+            // <= 136 = bb of `blk`; activation elements 32b .. 32b+32 <=
+            // nsb*256 <= qs_len and b < nsb*8 <= d.len() (asserted).
+            unsafe {
+                let q = iq4nl_values32(blk.as_ptr().add(8 + 16 * j));
+                let w0 = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(q));
+                let w1 = _mm256_cvtepi8_epi16(_mm256_extracti128_si256::<1>(q));
+                let isum = _mm256_add_epi32(
+                    _mm256_madd_epi16(w0, acts16::<A8>(qs, 32 * b)),
+                    _mm256_madd_epi16(w1, acts16::<A8>(qs, 32 * b + 16)),
+                );
+                let dx = *d.get_unchecked(b);
+                acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(dlj * dx), acc);
             }
         }
     }
-    hsum(acc) + extra
+    hsum(acc)
 }

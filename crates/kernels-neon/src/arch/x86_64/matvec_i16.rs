@@ -3,7 +3,7 @@
 
 use std::arch::x86_64::*;
 
-use super::kquant::dot_k_int;
+use super::kquant::dot_iq4xs_int;
 use super::kquant512::{pairs512, K16Dots512};
 use super::kquant_low::{sums16, K23Dots16};
 use super::kquant_rows::{even_odd, K16Dots};
@@ -226,9 +226,9 @@ pub(crate) unsafe fn matvec_i16(
                 rows_dense_or_listed(&k, w, sel, y)
             }
             WeightFormat::IQ4_XS => {
-                let (f, qs) = (w.format(), xq.qs.as_ptr() as *const u8);
+                let qs = xq.qs.as_ptr() as *const u8;
                 rows_with(w, sel, y, |r| {
-                    dot_k_int::<false>(f, r, qs, xq.qs.len(), &xq.d, &xq.s)
+                    dot_iq4xs_int::<false>(r, qs, xq.qs.len(), &xq.d)
                 })
             }
             // Float and hybrid formats never take the integer path: the scalar reference.

@@ -3,7 +3,7 @@
 
 use std::arch::x86_64::*;
 
-use super::kquant::dot_k_int;
+use super::kquant::dot_iq4xs_int;
 use super::kquant512::{pairs512_i8, K8Dots512};
 use super::kquant_low::{sums16, K23Dots8};
 use super::kquant_rows::K8Dots;
@@ -237,9 +237,9 @@ pub(crate) unsafe fn matvec_int8(
                 rows_dense_or_listed(&k, w, sel, y)
             }
             WeightFormat::IQ4_XS => {
-                let (f, qs) = (w.format(), xq.qs.as_ptr() as *const u8);
+                let qs = xq.qs.as_ptr() as *const u8;
                 rows_with(w, sel, y, |r| {
-                    dot_k_int::<true>(f, r, qs, xq.qs.len(), &xq.d, &xq.s)
+                    dot_iq4xs_int::<true>(r, qs, xq.qs.len(), &xq.d)
                 })
             }
             // Float and hybrid formats never take the integer path: the scalar reference.
