@@ -1,5 +1,6 @@
 //! K-quant rows (`Q2_K`, `Q3_K`, `Q4_K`, `Q5_K`, `Q6_K`, `IQ4_XS`): super-block
-//! dequantization, exact dot, and the integer dot with 8- or 16-bit activations.
+//! dequantization and the exact dot (the integer dots: `kquant_rows`, `kquant_super`,
+//! `kquant_low`, `iq4xs_rows`).
 
 use std::arch::x86_64::*;
 
@@ -330,71 +331,4 @@ pub(super) unsafe fn dot_exact_k(format: WeightFormat, row: &[u8], x: &[f32]) ->
         _mm256_add_ps(acc[0], acc[1]),
         _mm256_add_ps(acc[2], acc[3]),
     ))
-}
-
-/// 16 activation quants starting at element `e` of the quantized activation
-/// vector at `qs` (i8 if `A8`, else i16), widened to i16x16.
-///
-/// # Safety
-/// AVX2 present; elements `e..e+16` readable at `qs`.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn acts16<const A8: bool>(qs: *const u8, e: usize) -> __m256i {
-    // SAFETY: caller guarantees elements e..e+16 (16 or 32 bytes) readable.
-    unsafe {
-        if A8 {
-            _mm256_cvtepi8_epi16(_mm_loadu_si128(qs.add(e) as *const __m128i))
-        } else {
-            _mm256_loadu_si256(qs.add(2 * e) as *const __m256i)
-        }
-    }
-}
-
-/// Integer dot of an `IQ4_XS` row with quantized activations (`A8`: 8-bit
-/// `QActs`, else 16-bit `QActs16`, passed as raw quants `qs` of `qs_len`
-/// elements, per-32 scales `d`), one row at a time (the other K-quants take
-/// the multi-row kernels of `kquant_rows`, `kquant_super` and `kquant_low`).
-/// Weights (the IQ4_NL table's values, |v| <= 127) are widened to i16 and
-/// multiplied with `madd_epi16` into i32 lanes (a pair of products with
-/// |q_x| <= 32767 is below 2^23), then per 32-block one convert and one FMA
-/// with `(d * (ls - 32)) * d_x`.
-///
-/// # Safety
-/// AVX2/FMA/F16C present; `qs` points at `qs_len` readable quants.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn dot_iq4xs_int<const A8: bool>(
-    row: &[u8],
-    qs: *const u8,
-    qs_len: usize,
-    d: &[f32],
-) -> f32 {
-    let nsb = d.len() / 8;
-    let bb = WeightFormat::IQ4_XS.block_bytes();
-    assert!(row.len() >= nsb * bb && qs_len >= nsb * 256);
-    let mut acc = _mm256_setzero_ps();
-    for sb in 0..nsb {
-        let blk = &row[sb * bb..(sb + 1) * bb];
-        // Prefetch hint (never faults; wrapping_add keeps it UB-free).
-        _mm_prefetch::<_MM_HINT_T0>(blk.as_ptr().wrapping_add(PREFETCH) as *const i8);
-        let dl = crate::scalar::iq4xs_scales(blk);
-        for (j, &dlj) in dl.iter().enumerate() {
-            let b = sb * 8 + j;
-            // SAFETY: the nibbles of sub-block j are bytes 8+16j .. 24+16j
-            // <= 136 = bb of `blk`; activation elements 32b .. 32b+32 <=
-            // nsb*256 <= qs_len and b < nsb*8 <= d.len() (asserted).
-            unsafe {
-                let q = iq4nl_values32(blk.as_ptr().add(8 + 16 * j));
-                let w0 = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(q));
-                let w1 = _mm256_cvtepi8_epi16(_mm256_extracti128_si256::<1>(q));
-                let isum = _mm256_add_epi32(
-                    _mm256_madd_epi16(w0, acts16::<A8>(qs, 32 * b)),
-                    _mm256_madd_epi16(w1, acts16::<A8>(qs, 32 * b + 16)),
-                );
-                let dx = *d.get_unchecked(b);
-                acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(dlj * dx), acc);
-            }
-        }
-    }
-    hsum(acc)
 }

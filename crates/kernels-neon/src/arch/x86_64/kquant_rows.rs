@@ -1,6 +1,6 @@
 //! `Q4_K`, `Q5_K` and `Q6_K` integer dots of several rows at once, sharing
 //! the activation loads between the rows (`Q2_K`/`Q3_K`: [`super::kquant_low`];
-//! `IQ4_XS` one row at a time, [`dot_iq4xs_int`](super::kquant::dot_iq4xs_int)).
+//! `IQ4_XS`: [`super::iq4xs_rows`]).
 //!
 //! 16-bit activations ([`Precision::Fast`](crate::Precision::Fast)) are
 //! first reordered per 32-block into its 16 even then its 16 odd elements

@@ -3,12 +3,12 @@
 
 use std::arch::x86_64::*;
 
-use super::kquant::dot_iq4xs_int;
+use super::iq4xs_rows::Iq4xsDots;
 use super::kquant512::{pairs512, K16Dots512};
 use super::kquant_low::{sums16, K23Dots16};
 use super::kquant_rows::{even_odd, K16Dots};
 use super::simd::{f16_at, hsum, iq4nl_values32, prefetch_distance, q5_quants32};
-use crate::arch::drivers::{rows_blocked, rows_dense_or_listed, rows_with, RowDots};
+use crate::arch::drivers::{rows_blocked, rows_dense_or_listed, RowDots};
 use crate::arch::tags::{
     block_bytes, has_min, quants_offset, IQ4_NL, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
 };
@@ -226,10 +226,10 @@ pub(crate) unsafe fn matvec_i16(
                 rows_dense_or_listed(&k, w, sel, y)
             }
             WeightFormat::IQ4_XS => {
-                let qs = xq.qs.as_ptr() as *const u8;
-                rows_with(w, sel, y, |r| {
-                    dot_iq4xs_int::<false>(r, qs, xq.qs.len(), &xq.d)
-                })
+                // Rows per step as for the other K-quants: 1 dense, 4 listed.
+                let x = even_odd(&xq.qs);
+                let k = Iq4xsDots { x: &x, d: &xq.d };
+                rows_dense_or_listed(&k, w, sel, y)
             }
             // Float and hybrid formats never take the integer path: the scalar reference.
             _ => crate::scalar::matvec_i16(w, sel, xq, y),

@@ -17,6 +17,7 @@ mod axpy_tiled;
 mod batch512;
 mod dequant;
 mod hybrid;
+mod iq4xs_rows;
 mod kquant;
 mod kquant512;
 mod kquant_low;
