@@ -1,6 +1,7 @@
 //! `sparrow calibrate`: measures this machine for the planner ([`planner::DeviceProfile`]) in about a
 //! minute: the kernels' weight throughput per format and thread count (dense matrix-vector and
-//! row-subset products over matrices larger than the caches), DRAM read bandwidth, the cost of a
+//! row-subset products over matrices larger than the caches, sampled in rounds:
+//! `calibrate_kernels`), DRAM read bandwidth, the cost of a
 //! batch, and flash random-read throughput by read size and queue depth with direct I/O through
 //! `ufs-io` (one I/O thread, as the engine reads), plus sequential bandwidth, the fixed cost of a
 //! parallel kernel call and sparse selection's serial cost per neuron (`select_cost`).
@@ -14,9 +15,10 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use kernels_neon::{Precision, QMatrix, WeightFormat};
-use planner::{CallOverhead, DeviceProfile, IoRate, KernelRate};
+use planner::{CallOverhead, DeviceProfile, IoRate};
 use ufs_io::{IoConfig, IoEngine, OpenOptions, ReadRequest};
 
+use crate::calibrate_kernels::{kernel_err, measure_kernels, per_call, pool, XorShift, ROUNDS};
 use crate::error::{EngineError, Result};
 
 /// What to measure.
@@ -72,168 +74,16 @@ impl CalibrateOptions {
         }
     }
 
-    /// Measured points, for a progress bar (one per progress message of [`calibrate`]): kernels
-    /// per format and thread count, the prompt tile, DRAM and the scratch file, flash reads per size
+    /// Measured points, for a progress bar (one per progress message of [`calibrate`]): the kernel
+    /// rounds, then kernels per format and thread count, the prompt tile, DRAM and the scratch file, flash reads per size
     /// and depth, then sequential reads, the call overhead and the selection cost.
     pub fn steps(&self) -> u64 {
-        (self.formats.len() * self.max_threads
+        (ROUNDS
+            + self.formats.len() * self.max_threads
             + 3
             + self.read_sizes.len() * self.queue_depths.len()
             + 3) as u64
     }
-}
-
-/// Deterministic noise for weights and offsets.
-struct XorShift(u64);
-
-impl XorShift {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    /// Fills `buf` with noise.
-    fn fill(&mut self, buf: &mut [u8]) {
-        for c in buf.chunks_mut(8) {
-            let v = self.next().to_le_bytes();
-            c.copy_from_slice(&v[..c.len()]);
-        }
-    }
-}
-
-/// Runs `f` repeatedly for about `time` (at least twice) and returns seconds per call.
-fn per_call(time: Duration, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
-    f()?; // warm up
-    let start = Instant::now();
-    let mut n = 0u32;
-    while n < 2 || start.elapsed() < time {
-        f()?;
-        n += 1;
-    }
-    Ok(start.elapsed().as_secs_f64() / n as f64)
-}
-
-fn pool(threads: usize) -> Result<rayon::ThreadPool> {
-    rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .build()
-        .map_err(|e| EngineError::Request(format!("thread pool: {e}")))
-}
-
-/// Tokens of the batched product whose cost calibration measures (the Best-of-N size issue targets
-/// use; the planner extrapolates linearly to other batch sizes).
-const BATCH_TOKENS: usize = 4;
-
-fn kernel_err(e: kernels_neon::KernelError) -> EngineError {
-    EngineError::Request(format!("calibration kernel: {e}"))
-}
-
-/// The kernels' throughput for `format` at 1..=`max_threads` threads, and the marginal cost of each
-/// further token of a batched decode product ([`kernels_neon::matvec_batch`] of
-/// [`BATCH_TOKENS`] tokens against one token's `matvec`, at the most threads).
-fn measure_kernels(
-    o: &CalibrateOptions,
-    format: WeightFormat,
-    progress: &mut dyn FnMut(&str),
-) -> Result<(Vec<KernelRate>, f64)> {
-    let cols = 4096usize;
-    let row_bytes = format
-        .row_bytes(cols)
-        .ok_or_else(|| EngineError::Request(format!("{format}: no row size")))?;
-    // 48 MiB: past the last-level cache of a phone or a laptop.
-    let rows = ((48usize << 20) / row_bytes).max(256) & !63;
-    let mut rng = XorShift(0x9e37_79b9_7f4a_7c15);
-    let mut data = vec![0u8; rows * row_bytes];
-    rng.fill(&mut data);
-    // Scales of random bytes may be NaN or huge; the time of the arithmetic does not depend on it.
-    let w = QMatrix::new(format, rows, cols, &data)
-        .map_err(|e| EngineError::Request(format!("calibration matrix: {e}")))?;
-    let x: Vec<f32> = (0..cols)
-        .map(|i| ((i * 7919) % 97) as f32 / 97.0 - 0.5)
-        .collect();
-    let mut y = vec![0f32; rows];
-    // Three disjoint sets of 30% of the rows, taken in turn: the rows a call reads were not read by
-    // the call before (in decode they were last read a whole model ago), so they come from DRAM and
-    // not from the cache the previous call filled.
-    let sets: Vec<Vec<u32>> = (0..3u32)
-        .map(|k| (0..rows as u32).filter(|r| r % 10 / 3 == k).collect())
-        .collect();
-    let per_set = sets.iter().map(Vec::len).min().unwrap_or(0);
-    let mut ys = vec![0f32; per_set];
-    let bytes = (rows * row_bytes) as f64;
-    let sparse_bytes = (per_set * row_bytes) as f64;
-    let mut out = Vec::new();
-    let mut batch_cost = 1.0;
-    for t in 1..=o.max_threads {
-        let p = pool(t)?;
-        let dense = p.install(|| {
-            per_call(o.point_time, || {
-                kernels_neon::matvec(&w, &x, &mut y, Precision::Fast).map_err(kernel_err)
-            })
-        })?;
-        let mut turn = 0usize;
-        let sparse = p.install(|| {
-            per_call(o.point_time, || {
-                turn += 1;
-                let picked = &sets[turn % 3][..per_set];
-                kernels_neon::matvec_rows(&w, picked, &x, &mut ys, Precision::Fast)
-                    .map_err(kernel_err)
-            })
-        })?;
-        // Sparse decode's down projection: each thread sums its own share of the picked rows (the
-        // matrix read as transposed rows), as the workers of a sparse FFN step do.
-        let share = per_set.div_ceil(t).max(1);
-        let coeffs = vec![0.5f32; share];
-        let mut acc = vec![vec![0f32; cols]; t];
-        let axpy = p.install(|| {
-            per_call(o.point_time, || {
-                use rayon::prelude::*;
-                turn += 1;
-                let picked = &sets[turn % 3][..per_set];
-                acc.par_iter_mut()
-                    .zip(picked.par_chunks(share))
-                    .try_for_each(|(y, rows)| {
-                        kernels_neon::axpy_rows(&w, rows, &coeffs[..rows.len()], y)
-                            .map_err(kernel_err)
-                    })
-            })
-        })?;
-        out.push(KernelRate {
-            format: format.name().to_string(),
-            threads: t as u32,
-            dense_bps: bytes / dense,
-            sparse_bps: sparse_bytes / sparse,
-            axpy_bps: sparse_bytes / axpy,
-            batch_cost: 0.0,
-        });
-        if t == o.max_threads {
-            let n = BATCH_TOKENS;
-            let xb: Vec<f32> = (0..n).flat_map(|_| x.iter().copied()).collect();
-            let mut yb = vec![0f32; rows * n];
-            let batched = p.install(|| {
-                per_call(o.point_time, || {
-                    kernels_neon::matvec_batch(&w, &xb, n, &mut yb, Precision::Fast)
-                        .map_err(kernel_err)
-                })
-            })?;
-            batch_cost = ((batched / dense - 1.0) / (n - 1) as f64).max(0.0);
-            // Never 0 (which reads as "not measured"): a batch costs at least a little more.
-            out.last_mut().expect("pushed above").batch_cost = batch_cost.max(1e-3);
-        }
-        // One message per point (the progress bar counts them): the batch cost with the last.
-        let batch = if t == o.max_threads {
-            format!(", each further token of a batch of {BATCH_TOKENS} {batch_cost:.2} of one")
-        } else {
-            String::new()
-        };
-        progress(&format!(
-            "{format} at {t} threads: {:.2} GB/s{batch}",
-            bytes / dense / 1e9
-        ));
-    }
-    Ok((out, batch_cost))
 }
 
 /// DRAM read bandwidth: a sum over a buffer far larger than the caches, one thread per core.
@@ -376,13 +226,8 @@ pub fn calibrate(o: &CalibrateOptions, mut progress: impl FnMut(&str)) -> Result
             "calibrate: read sizes must be multiples of 4096".into(),
         ));
     }
-    let mut kernels = Vec::new();
-    let mut batch_cost = None;
-    for &f in &o.formats {
-        let (k, b) = measure_kernels(o, f, &mut progress)?;
-        kernels.extend(k);
-        batch_cost.get_or_insert(b);
-    }
+    let (kernels, batch_cost) =
+        measure_kernels(&o.formats, o.max_threads, o.point_time, &mut progress)?;
     let (prompt_flops, prompt_t_flops) = measure_prompt(o)?;
     progress(&format!(
         "prompt tile ({PROMPT_TOKENS} tokens): {:.1} GFLOP/s, transposed {:.1}",
@@ -438,7 +283,7 @@ pub fn calibrate(o: &CalibrateOptions, mut progress: impl FnMut(&str)) -> Result
         fingerprint,
         cores: o.max_threads as u32,
         dram_bps,
-        batch_cost: batch_cost.unwrap_or(1.0),
+        batch_cost,
         kernels,
         flash_random,
         flash_seq_bps,

@@ -47,6 +47,7 @@ mod best_of;
 pub mod budget;
 pub mod bundle;
 pub mod calibrate;
+mod calibrate_kernels;
 pub mod config;
 mod continuation;
 mod error;
