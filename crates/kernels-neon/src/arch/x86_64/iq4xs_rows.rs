@@ -16,7 +16,7 @@
 use std::arch::x86_64::*;
 
 use super::kquant_rows::prefetch_block;
-use super::simd::{hsum, iq4nl_values32};
+use super::simd::{acts_block32, hsum, iq4nl_values32};
 use crate::arch::drivers::RowDots;
 
 /// IQ4_XS dot of `R` rows with activations at `x` (`A8`: 8-bit in element
@@ -60,16 +60,7 @@ unsafe fn iq4xs_rows<const A8: bool, const R: usize>(
             // <= 136 = bb of each block; activation elements e .. e + 32 <=
             // nsb*256 <= x_len (asserted above).
             unsafe {
-                let (x0, x1) = if A8 {
-                    let v = _mm256_loadu_si256(x.add(e) as *const __m256i);
-                    (v, v)
-                } else {
-                    let p = x.add(2 * e);
-                    (
-                        _mm256_loadu_si256(p as *const __m256i),
-                        _mm256_loadu_si256(p.add(32) as *const __m256i),
-                    )
-                };
+                let (x0, x1) = acts_block32::<A8>(x, e);
                 for i in 0..R {
                     let v = iq4nl_values32(blk[i].as_ptr().add(8 + 16 * j));
                     let isum = if A8 {

@@ -24,7 +24,7 @@
 use std::arch::x86_64::*;
 
 use super::kquant_rows::prefetch_block;
-use super::simd::hsum;
+use super::simd::{acts_block32, hsum};
 use crate::arch::drivers::RowDots;
 use crate::scalar::f16_at;
 
@@ -229,16 +229,7 @@ unsafe fn k23_rows<const Q3: bool, const A8: bool, const R: usize>(
                 for k in 0..4 {
                     let b = 4 * n + k;
                     let e = sb * 256 + 32 * b;
-                    let (x0, x1) = if A8 {
-                        let v = _mm256_loadu_si256(x.add(e) as *const __m256i);
-                        (v, v)
-                    } else {
-                        let p = x.add(2 * e);
-                        (
-                            _mm256_loadu_si256(p as *const __m256i),
-                            _mm256_loadu_si256(p.add(32) as *const __m256i),
-                        )
-                    };
+                    let (x0, x1) = acts_block32::<A8>(x, e);
                     for i in 0..R {
                         let q = k23_quants::<Q3>(raw[i], hm[i], n, k);
                         // Lanes 0..4 of the i32 sums: sub-block 2b; 4..8: 2b + 1.

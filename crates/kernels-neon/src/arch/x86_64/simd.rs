@@ -14,6 +14,30 @@ pub(super) fn hsum(v: __m256) -> f32 {
     _mm_cvtss_f32(s)
 }
 
+/// The quantized activations of the 32-block starting at element `e` of `x`, as two registers:
+/// 8-bit ones (`A8`, element order) once in both; 16-bit ones (even/odd order) the 16 even
+/// elements, then the 16 odd.
+///
+/// # Safety
+/// AVX2 present; elements `e..e + 32` readable at `x` (1 or 2 bytes each).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn acts_block32<const A8: bool>(x: *const u8, e: usize) -> (__m256i, __m256i) {
+    // SAFETY: 32 or 64 bytes readable at x + e or x + 2e per contract.
+    unsafe {
+        if A8 {
+            let v = _mm256_loadu_si256(x.add(e) as *const __m256i);
+            (v, v)
+        } else {
+            let p = x.add(2 * e);
+            (
+                _mm256_loadu_si256(p as *const __m256i),
+                _mm256_loadu_si256(p.add(32) as *const __m256i),
+            )
+        }
+    }
+}
+
 /// Reads the f16 at `p` as f32.
 ///
 /// # Safety
