@@ -4,10 +4,11 @@
 //!
 //! Both formats hold 2 low bits per quant in `qs` (Q3_K a third in
 //! `hmask`) and one scale per 16 elements. The quants are taken unsigned
-//! (Q2_K 0..=3, Q3_K `low | h << 2` in 0..=7) and multiplied by their
-//! sub-block's integer scale in 16-bit lanes, so one 32-block (two
-//! sub-blocks) sums exactly in i32 before one convert and one FMA with
-//! `d * d_x`. What the unsigned form leaves out, Q2_K's `dmin * m` and
+//! (Q2_K 0..=3, Q3_K `low | h << 2` in 0..=7) and one 32-block (two
+//! sub-blocks) sums exactly in i32 lanes, half of them per sub-block, before
+//! one convert and one FMA with the f32 factors `d * sc_j * d_x` of its two
+//! sub-blocks (computed once per super-block and row, permuted into place
+//! per block). What the unsigned form leaves out, Q2_K's `dmin * m` and
 //! Q3_K's offset `4 * d * sc`, multiplies the activations' sums over each
 //! 16 elements: [`sums16`] computes those once per call for all rows, and a
 //! row pays 16 multiply-adds per super-block for them.
@@ -17,9 +18,9 @@
 //! `qs` read as 16 i16 lanes holds an even element (low byte) and an odd
 //! one (high byte) per lane, widened with shifts and masks. 8-bit
 //! activations stay in element order and go into `maddubs_epi16` with the
-//! unsigned quants (as llama.cpp does), the pair sums into `madd_epi16`
-//! with the scales. In both orders lanes 0..8 of a 16-lane vector belong to
-//! the 32-block's first sub-block and lanes 8..16 to its second.
+//! unsigned quants (as llama.cpp does), the pair sums widened by
+//! `madd_epi16` with ones. In both orders lanes 0..8 of a 16-lane vector
+//! belong to the 32-block's first sub-block and lanes 8..16 to its second.
 
 use std::arch::x86_64::*;
 
