@@ -28,17 +28,23 @@ fn round_trip(format: WeightFormat, x: &[f32]) -> Vec<f32> {
     y
 }
 
+/// What storing a block's `d` (and `m`) as f16 can add when it is subnormal in f16 (below 2^-14,
+/// spaced 2^-24 apart: rounded by up to 2^-25 absolute, not relative): up to 2^-25 times the largest
+/// quant (127) plus one for `m`. Blocks of values near 1e-3 have `d` near 8e-6, subnormal; there
+/// the relative slack of the bounds below (1e-3 of `amax`) is too small.
+const F16_SUBNORMAL: f32 = 128.0 / (1u32 << 25) as f32;
+
 /// Largest error allowed per element of a 32-block whose largest magnitude is `amax` (range `span`).
 fn step(format: WeightFormat, amax: f32, span: f32) -> f32 {
     match format {
         WeightFormat::F32 => 0.0,
         WeightFormat::F16 => amax * 1e-3,
         WeightFormat::BF16 => amax * 8e-3,
-        WeightFormat::Q8_0 => amax / 127.0 * 0.5 + amax * 1e-3,
-        WeightFormat::Q4_0 => amax / 8.0 + amax * 1e-2,
-        WeightFormat::Q4_1 => span / 15.0 * 0.5 + span * 1e-2 + amax * 1e-3,
-        WeightFormat::Q5_0 => amax / 16.0 + amax * 1e-2,
-        WeightFormat::Q5_1 => span / 31.0 * 0.5 + span * 1e-2 + amax * 1e-3,
+        WeightFormat::Q8_0 => amax / 127.0 * 0.5 + amax * 1e-3 + F16_SUBNORMAL,
+        WeightFormat::Q4_0 => amax / 8.0 + amax * 1e-2 + F16_SUBNORMAL,
+        WeightFormat::Q4_1 => span / 15.0 * 0.5 + span * 1e-2 + amax * 1e-3 + F16_SUBNORMAL,
+        WeightFormat::Q5_0 => amax / 16.0 + amax * 1e-2 + F16_SUBNORMAL,
+        WeightFormat::Q5_1 => span / 31.0 * 0.5 + span * 1e-2 + amax * 1e-3 + F16_SUBNORMAL,
         _ => unreachable!(),
     }
 }
