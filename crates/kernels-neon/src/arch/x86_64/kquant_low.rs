@@ -255,50 +255,31 @@ unsafe fn k23_rows<const Q3: bool, const A8: bool, const R: usize>(
     std::array::from_fn(|i| hsum(_mm256_add_ps(acc[i][0], acc[i][1])) - hsum(corr[i]))
 }
 
-/// The Q2_K/Q3_K kernels with 16-bit activations (in even/odd order) as a
-/// [`RowDots`] kernel.
-pub(super) struct K23Dots16<'a> {
+/// The Q2_K/Q3_K kernels as a [`RowDots`] kernel, over 8-bit activations (`Q = i8`, in element
+/// order) or 16-bit ones (`Q = i16`, in even/odd order).
+pub(super) struct K23Dots<'a, Q> {
     pub(super) q3: bool,
-    pub(super) x: &'a [i16],
+    pub(super) x: &'a [Q],
     pub(super) d: &'a [f32],
     pub(super) s16: &'a [f32],
 }
 
-impl RowDots for K23Dots16<'_> {
+impl<Q> RowDots for K23Dots<'_, Q> {
     #[inline(always)]
     unsafe fn dots<const N: usize>(&self, rows: [&[u8]; N]) -> [f32; N] {
-        // SAFETY: AVX2/FMA/F16C present per this method's contract; the
-        // kernels assert the lengths they rely on.
+        let (x, len, a8) = (
+            self.x.as_ptr() as *const u8,
+            self.x.len(),
+            std::mem::size_of::<Q>() == 1,
+        );
+        // SAFETY: AVX2/FMA/F16C present per this method's contract; `x` holds `len` quants of
+        // one or two bytes; the kernels assert the lengths they rely on.
         unsafe {
-            let (x, len) = (self.x.as_ptr() as *const u8, self.x.len());
-            if self.q3 {
-                k23_rows::<true, false, N>(rows, x, len, self.d, self.s16)
-            } else {
-                k23_rows::<false, false, N>(rows, x, len, self.d, self.s16)
-            }
-        }
-    }
-}
-
-/// The Q2_K/Q3_K kernels with 8-bit activations (in element order) as a
-/// [`RowDots`] kernel.
-pub(super) struct K23Dots8<'a> {
-    pub(super) q3: bool,
-    pub(super) x: &'a [i8],
-    pub(super) d: &'a [f32],
-    pub(super) s16: &'a [f32],
-}
-
-impl RowDots for K23Dots8<'_> {
-    #[inline(always)]
-    unsafe fn dots<const N: usize>(&self, rows: [&[u8]; N]) -> [f32; N] {
-        // SAFETY: as for `K23Dots16`.
-        unsafe {
-            let (x, len) = (self.x.as_ptr() as *const u8, self.x.len());
-            if self.q3 {
-                k23_rows::<true, true, N>(rows, x, len, self.d, self.s16)
-            } else {
-                k23_rows::<false, true, N>(rows, x, len, self.d, self.s16)
+            match (self.q3, a8) {
+                (true, true) => k23_rows::<true, true, N>(rows, x, len, self.d, self.s16),
+                (true, false) => k23_rows::<true, false, N>(rows, x, len, self.d, self.s16),
+                (false, true) => k23_rows::<false, true, N>(rows, x, len, self.d, self.s16),
+                (false, false) => k23_rows::<false, false, N>(rows, x, len, self.d, self.s16),
             }
         }
     }

@@ -5,7 +5,7 @@ use std::arch::x86_64::*;
 
 use super::iq4xs_rows::Iq4xsDots;
 use super::kquant512::{pairs512, K16Dots512};
-use super::kquant_low::{sums16, K23Dots16};
+use super::kquant_low::{sums16, K23Dots};
 use super::kquant_rows::{even_odd, K16Dots};
 use super::simd::{f16_at, hsum, iq4nl_values32, prefetch_distance, q5_quants32};
 use crate::arch::drivers::{rows_blocked, rows_dense_or_listed, RowDots};
@@ -217,7 +217,7 @@ pub(crate) unsafe fn matvec_i16(
                 // Rows per step as for the other K-quants: 1 dense, 4 listed.
                 let s16 = sums16(&xq.qs, &xq.d);
                 let x = even_odd(&xq.qs);
-                let k = K23Dots16 {
+                let k = K23Dots {
                     q3: w.format() == WeightFormat::Q3_K,
                     x: &x,
                     d: &xq.d,
