@@ -10,10 +10,8 @@
 //! 16-bit shifts widen them to i16 with no shuffle (the old path spent a
 //! `cvtepu8_epi16` per 16 weights, all on one port), and `madd_epi16` with
 //! the even and the odd activations gives the exact i32 sums of the block.
-//! 8-bit activations ([`Precision::Int8`](crate::Precision::Int8)) keep their
-//! order: the unsigned quants go into `maddubs_epi16` directly (as llama.cpp
-//! does), Q6_K's offset of 32 subtracted as `32 * sum(x)`, computed once per
-//! activation block for all rows.
+//! 8-bit activations ([`Precision::Int8`](crate::Precision::Int8)) come with one scale per
+//! super-block for these formats and take [`super::kquant_super`] instead.
 //!
 //! Per row and super-block the scales and mins are decoded with vector
 //! operations (llama.cpp's `kmask` shuffle for Q4_K/Q5_K), multiplied by the
@@ -24,7 +22,6 @@
 
 use std::arch::x86_64::*;
 
-use super::kquant::{q45k_pair, q6k_half_u};
 use super::simd::{hsum, prefetch_distance};
 use crate::arch::drivers::RowDots;
 use crate::WeightFormat;
@@ -314,118 +311,6 @@ unsafe fn q6k_i16_rows<const R: usize>(rows: [&[u8]; R], x: &[i16], d: &[f32]) -
     std::array::from_fn(|i| hsum(_mm256_add_ps(acc[i][0], acc[i][1])))
 }
 
-/// Q4_K/Q5_K dot of `R` rows with 8-bit activations `x` in element order
-/// (scales `d`, sums `s`): `maddubs` of the unsigned quants with the i8
-/// activations.
-///
-/// # Safety
-/// AVX2/FMA/F16C present.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q45k_i8_rows<const Q5: bool, const R: usize>(
-    rows: [&[u8]; R],
-    x: &[i8],
-    d: &[f32],
-    s: &[f32],
-) -> [f32; R] {
-    let format = if Q5 {
-        WeightFormat::Q5_K
-    } else {
-        WeightFormat::Q4_K
-    };
-    let nsb = d.len() / 8;
-    let bb = if Q5 { 176 } else { 144 };
-    assert!(rows.iter().all(|r| r.len() >= nsb * bb) && x.len() >= nsb * 256 && s.len() >= nsb * 8);
-    let ones = _mm256_set1_epi16(1);
-    let mut acc = [[_mm256_setzero_ps(); 2]; R];
-    let mut mins = [_mm256_setzero_ps(); R];
-    for sb in 0..nsb {
-        // SAFETY: sb < nsb: super-block sb of every row, activations
-        // sb*256 .. sb*256 + 256 and scales sb*8 .. sb*8 + 8 are in bounds
-        // (asserted above); `q45k_pair` asserts the block length.
-        unsafe {
-            let xp = x.as_ptr().add(sb * 256);
-            let dx = _mm256_loadu_ps(d.as_ptr().add(sb * 8));
-            let sx = _mm256_loadu_ps(s.as_ptr().add(sb * 8));
-            let blk: [&[u8]; R] = std::array::from_fn(|i| &rows[i][sb * bb..(sb + 1) * bb]);
-            let mut scale = [[0f32; 8]; R];
-            for i in 0..R {
-                prefetch_block::<R>(blk[i].as_ptr(), bb);
-                let (dl, ml) = q4k_scales8(blk[i].as_ptr());
-                _mm256_storeu_ps(scale[i].as_mut_ptr(), _mm256_mul_ps(dl, dx));
-                mins[i] = _mm256_fmadd_ps(ml, sx, mins[i]);
-            }
-            for g in 0..4 {
-                let x0 = _mm256_loadu_si256(xp.add(64 * g) as *const __m256i);
-                let x1 = _mm256_loadu_si256(xp.add(64 * g + 32) as *const __m256i);
-                for i in 0..R {
-                    let [q0, q1] = q45k_pair(format, blk[i], g);
-                    // q_w <= 31, |q_x| <= 127: maddubs pairs stay below 2^13.
-                    let i0 = _mm256_madd_epi16(_mm256_maddubs_epi16(q0, x0), ones);
-                    let i1 = _mm256_madd_epi16(_mm256_maddubs_epi16(q1, x1), ones);
-                    let s0 = _mm256_broadcast_ss(&scale[i][2 * g]);
-                    let s1 = _mm256_broadcast_ss(&scale[i][2 * g + 1]);
-                    acc[i][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i0), s0, acc[i][0]);
-                    acc[i][1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i1), s1, acc[i][1]);
-                }
-            }
-        }
-    }
-    std::array::from_fn(|i| hsum(_mm256_add_ps(acc[i][0], acc[i][1])) - hsum(mins[i]))
-}
-
-/// Q6_K dot of `R` rows with 8-bit activations `x` in element order (scales
-/// `d`): `maddubs` of the unsigned quants (0..=63) with the activations,
-/// minus `32 * sum(x)`.
-///
-/// # Safety
-/// AVX2/FMA/F16C present.
-// `n` also picks the half's loads and activation blocks, not only `sc[i][n]`.
-#[allow(clippy::needless_range_loop)]
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q6k_i8_rows<const R: usize>(rows: [&[u8]; R], x: &[i8], d: &[f32]) -> [f32; R] {
-    let nsb = d.len() / 8;
-    let bb = 210;
-    assert!(rows.iter().all(|r| r.len() >= nsb * bb) && x.len() >= nsb * 256);
-    let ones = _mm256_set1_epi16(1);
-    let c32 = _mm256_set1_epi8(32);
-    let mut acc = [[_mm256_setzero_ps(); 2]; R];
-    for sb in 0..nsb {
-        // SAFETY: sb < nsb: super-block sb of every row, activations
-        // sb*256 .. sb*256 + 256 and scales sb*8 .. sb*8 + 8 are in bounds
-        // (asserted above); `q6k_half_u` asserts the block length.
-        unsafe {
-            let xp = x.as_ptr().add(sb * 256);
-            let dxd = dup_scales(_mm256_loadu_ps(d.as_ptr().add(sb * 8)));
-            let blk: [&[u8]; R] = std::array::from_fn(|i| &rows[i][sb * bb..(sb + 1) * bb]);
-            let sc: [[__m256; 2]; R] = std::array::from_fn(|i| {
-                prefetch_block::<R>(blk[i].as_ptr(), bb);
-                q6k_scales16(blk[i].as_ptr(), dxd)
-            });
-            for n in 0..2 {
-                let q: [[__m256i; 4]; R] = std::array::from_fn(|i| q6k_half_u(blk[i], n));
-                for k in 0..4 {
-                    let j = 4 * n + k;
-                    let xv = _mm256_loadu_si256(xp.add(32 * j) as *const __m256i);
-                    let off = _mm256_madd_epi16(_mm256_maddubs_epi16(c32, xv), ones);
-                    for i in 0..R {
-                        // q_w <= 63, |q_x| <= 127: maddubs pairs below 2^14.
-                        let isum = _mm256_sub_epi32(
-                            _mm256_madd_epi16(_mm256_maddubs_epi16(q[i][k], xv), ones),
-                            off,
-                        );
-                        let scale = q6k_block_scale(sc[i][n], j as i32);
-                        acc[i][k & 1] =
-                            _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), scale, acc[i][k & 1]);
-                    }
-                }
-            }
-        }
-    }
-    std::array::from_fn(|i| hsum(_mm256_add_ps(acc[i][0], acc[i][1])))
-}
-
 /// The multi-row K-quant kernels with 16-bit activations as a [`RowDots`]
 /// kernel: `format` is Q4_K, Q5_K or Q6_K, `x` the activations in
 /// [`even_odd`] order.
@@ -446,30 +331,6 @@ impl RowDots for K16Dots<'_> {
                 WeightFormat::Q4_K => q45k_i16_rows::<false, N>(rows, self.x, self.d, self.s),
                 WeightFormat::Q5_K => q45k_i16_rows::<true, N>(rows, self.x, self.d, self.s),
                 _ => q6k_i16_rows::<N>(rows, self.x, self.d),
-            }
-        }
-    }
-}
-
-/// The multi-row K-quant kernels with 8-bit activations as a [`RowDots`]
-/// kernel: `format` is Q4_K, Q5_K or Q6_K.
-pub(super) struct K8Dots<'a> {
-    pub(super) format: WeightFormat,
-    pub(super) x: &'a [i8],
-    pub(super) d: &'a [f32],
-    pub(super) s: &'a [f32],
-}
-
-impl RowDots for K8Dots<'_> {
-    #[inline(always)]
-    unsafe fn dots<const N: usize>(&self, rows: [&[u8]; N]) -> [f32; N] {
-        // SAFETY: AVX2/FMA/F16C present per this method's contract; the
-        // kernels assert the lengths they rely on.
-        unsafe {
-            match self.format {
-                WeightFormat::Q4_K => q45k_i8_rows::<false, N>(rows, self.x, self.d, self.s),
-                WeightFormat::Q5_K => q45k_i8_rows::<true, N>(rows, self.x, self.d, self.s),
-                _ => q6k_i8_rows::<N>(rows, self.x, self.d),
             }
         }
     }

@@ -5,8 +5,7 @@ use std::arch::x86_64::*;
 
 use super::iq4xs_rows::Iq4xsDots;
 use super::kquant512::{pairs512_i8, K8Dots512};
-use super::kquant_low::{sums16, K23Dots8};
-use super::kquant_rows::K8Dots;
+use super::kquant_low::{sums16, K23Dots};
 use super::kquant_super::{K8SuperDots, SuperActs};
 use super::simd::{f16_at, hsum, iq4nl_values32, nibbles32, prefetch_distance, q5_quants32};
 use crate::arch::drivers::{rows_blocked, rows_dense_or_listed, RowDots};
@@ -203,7 +202,8 @@ pub(crate) unsafe fn matvec_int8(
                 rows_dense_or_listed(&k, w, sel, y)
             }
             WeightFormat::Q4_K | WeightFormat::Q5_K | WeightFormat::Q6_K if xq.per_super => {
-                // Sub-blocks weighted in integers (`kquant_super`); rows per step as below.
+                // Sub-blocks weighted in integers (`kquant_super`): 1 row a step for dense rows,
+                // 4 (sharing the activation loads) for listed ones.
                 let k = K8SuperDots {
                     format: w.format(),
                     acts: SuperActs {
@@ -214,21 +214,10 @@ pub(crate) unsafe fn matvec_int8(
                 };
                 rows_dense_or_listed(&k, w, sel, y)
             }
-            WeightFormat::Q4_K | WeightFormat::Q5_K | WeightFormat::Q6_K => {
-                // Rows per step as for 16-bit activations (`matvec_i16`): 1
-                // for dense rows, 4 (sharing the activation loads) for listed ones.
-                let k = K8Dots {
-                    format: w.format(),
-                    x: &xq.qs,
-                    d: &xq.d,
-                    s: &xq.s,
-                };
-                rows_dense_or_listed(&k, w, sel, y)
-            }
             WeightFormat::Q2_K | WeightFormat::Q3_K => {
                 // Rows per step as for the other K-quants: 1 dense, 4 listed.
                 let s16 = sums16(&xq.qs, &xq.d);
-                let k = K23Dots8 {
+                let k = K23Dots {
                     q3: w.format() == WeightFormat::Q3_K,
                     x: &xq.qs,
                     d: &xq.d,
