@@ -15,8 +15,8 @@ use super::kquant_super::{q4k_scales_int, q6k_block_scale, q6k_scales_d, sub_sca
 use super::simd::hsum;
 use crate::WeightFormat;
 
-/// Tokens per step of the inner loop (sharing the loads of the unpacked weights and scales); each
-/// panel's step names its tokens' pointers one by one. A remainder goes one token at a time.
+/// Tokens per step of the inner loop (sharing the loads of the unpacked weights and scales);
+/// [`token_sums`] names their pointers one by one. A remainder goes one token at a time.
 const STEP: usize = 4;
 
 /// Per (row, token) f32 accumulators of a panel, reused across panels.
@@ -39,14 +39,16 @@ impl PanelScratch {
 }
 
 /// The integer sums of one super-block for `P` tokens: `Σ_k madd(maddubs(w[k], x_k), s[k])`
-/// over its 8 blocks of 32 (`x` at `xp[c] + 32 k`).
+/// over its 8 blocks of 32 (`x` at `xp[c] + 32 k`), with `x_k` first given the signs of
+/// `sign[k]` where `SIGNED` (Q6_K: `w·x` as `maddubs(|q|, sign(x, q))`).
 ///
 /// # Safety
 /// AVX2/FMA/F16C present; 256 bytes readable at each `xp[c]`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn block_sums<const P: usize>(
+unsafe fn block_sums<const SIGNED: bool, const P: usize>(
     w: &[__m256i; 8],
+    sign: &[__m256i; 8],
     s: &[__m256i; 8],
     xp: [*const i8; P],
 ) -> [__m256i; P] {
@@ -54,7 +56,10 @@ unsafe fn block_sums<const P: usize>(
     for k in 0..8 {
         for c in 0..P {
             // SAFETY: 256 bytes readable at xp[c] per the contract.
-            let x = unsafe { _mm256_loadu_si256(xp[c].add(32 * k) as *const __m256i) };
+            let mut x = unsafe { _mm256_loadu_si256(xp[c].add(32 * k) as *const __m256i) };
+            if SIGNED {
+                x = _mm256_sign_epi8(x, sign[k]);
+            }
             let p = _mm256_madd_epi16(_mm256_maddubs_epi16(w[k], x), s[k]);
             sumi[c] = _mm256_add_epi32(sumi[c], p);
         }
@@ -62,29 +67,36 @@ unsafe fn block_sums<const P: usize>(
     sumi
 }
 
-/// [`block_sums`] for Q6_K: `w·x` as `maddubs(wa[k], sign(x_k, ws[k]))` with `wa = |ws|`.
+/// [`block_sums`] of the super-block at element `o` for the tokens of `xs` from `c`: [`STEP`]
+/// of them where that many remain, else one; returns the sums and how many tokens they cover.
 ///
 /// # Safety
-/// AVX2/FMA/F16C present; 256 bytes readable at each `xp[c]`.
+/// AVX2/FMA/F16C present; `c < xs.len()` and every token's activations `o .. o + 256` readable.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q6k_block_sums<const P: usize>(
-    wa: &[__m256i; 8],
-    ws: &[__m256i; 8],
+unsafe fn token_sums<const SIGNED: bool>(
+    w: &[__m256i; 8],
+    sign: &[__m256i; 8],
     s: &[__m256i; 8],
-    xp: [*const i8; P],
-) -> [__m256i; P] {
-    let mut sumi = [_mm256_setzero_si256(); P];
-    for k in 0..8 {
-        for c in 0..P {
-            // SAFETY: 256 bytes readable at xp[c] per the contract.
-            let x = unsafe { _mm256_loadu_si256(xp[c].add(32 * k) as *const __m256i) };
-            let x = _mm256_sign_epi8(x, ws[k]);
-            let p = _mm256_madd_epi16(_mm256_maddubs_epi16(wa[k], x), s[k]);
-            sumi[c] = _mm256_add_epi32(sumi[c], p);
+    xs: &[SuperActs<'_>],
+    c: usize,
+    o: usize,
+) -> ([__m256i; STEP], usize) {
+    // SAFETY: per this function's contract.
+    unsafe {
+        if xs.len() - c >= STEP {
+            let xp = [
+                xs[c].x.as_ptr().add(o),
+                xs[c + 1].x.as_ptr().add(o),
+                xs[c + 2].x.as_ptr().add(o),
+                xs[c + 3].x.as_ptr().add(o),
+            ];
+            (block_sums::<SIGNED, STEP>(w, sign, s, xp), STEP)
+        } else {
+            let [v] = block_sums::<SIGNED, 1>(w, sign, s, [xs[c].x.as_ptr().add(o)]);
+            ([v; STEP], 1)
         }
     }
-    sumi
 }
 
 /// Rows `rows` (Q4_K if `!Q5`, else Q5_K) · every token of `xs` into `res[r * xs.len() + c]`.
@@ -135,22 +147,7 @@ unsafe fn q45k_panel<const Q5: bool>(
                 }
                 let mut c = 0;
                 while c < n {
-                    let p = if n - c >= STEP { STEP } else { 1 };
-                    let sums: [__m256i; STEP] = if p == STEP {
-                        block_sums::<STEP>(
-                            &w,
-                            &s,
-                            [
-                                xs[c].x.as_ptr().add(o),
-                                xs[c + 1].x.as_ptr().add(o),
-                                xs[c + 2].x.as_ptr().add(o),
-                                xs[c + 3].x.as_ptr().add(o),
-                            ],
-                        )
-                    } else {
-                        let [v] = block_sums::<1>(&w, &s, [xs[c].x.as_ptr().add(o)]);
-                        [v; STEP]
-                    };
+                    let (sums, p) = token_sums::<false>(&w, &w, &s, xs, c, o);
                     for k in 0..p {
                         let a = xs.get_unchecked(c + k);
                         let dd = dw * *a.d.get_unchecked(sb * 8);
@@ -221,23 +218,7 @@ unsafe fn q6k_panel(
                 }
                 let mut c = 0;
                 while c < n {
-                    let pn = if n - c >= STEP { STEP } else { 1 };
-                    let sums: [__m256i; STEP] = if pn == STEP {
-                        q6k_block_sums::<STEP>(
-                            &wa,
-                            &ws,
-                            &s,
-                            [
-                                xs[c].x.as_ptr().add(o),
-                                xs[c + 1].x.as_ptr().add(o),
-                                xs[c + 2].x.as_ptr().add(o),
-                                xs[c + 3].x.as_ptr().add(o),
-                            ],
-                        )
-                    } else {
-                        let [v] = q6k_block_sums::<1>(&wa, &ws, &s, [xs[c].x.as_ptr().add(o)]);
-                        [v; STEP]
-                    };
+                    let (sums, pn) = token_sums::<true>(&wa, &ws, &s, xs, c, o);
                     for k in 0..pn {
                         let dd = dw * *xs.get_unchecked(c + k).d.get_unchecked(sb * 8);
                         let ac = acc.get_unchecked_mut(c + k);

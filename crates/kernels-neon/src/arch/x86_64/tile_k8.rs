@@ -34,13 +34,16 @@ pub(crate) unsafe fn tile_k8(w: &QMatrix, r0: usize, nr: usize, acts: &[QActs], 
     let mut res = [0f32; ROWS * TOKENS];
     for t0 in (0..n).step_by(TOKENS) {
         let xg = &xs[t0..(t0 + TOKENS).min(n)];
+        let mut slots: [&[u8]; ROWS] = [&[]; ROWS];
         for i0 in (0..nr).step_by(ROWS) {
-            let rows: Vec<&[u8]> = (i0..(i0 + ROWS).min(nr))
-                .map(|i| w.row_data(r0 + i))
-                .collect();
+            let m = ROWS.min(nr - i0);
+            for (i, slot) in slots.iter_mut().take(m).enumerate() {
+                *slot = w.row_data(r0 + i0 + i);
+            }
+            let rows = &slots[..m];
             // SAFETY: AVX2/FMA/F16C present and the format checked per this function's
             // contract; the kernel asserts the lengths it reads.
-            unsafe { k_super_panel(w.format(), &rows, xg, &mut scratch, &mut res) };
+            unsafe { k_super_panel(w.format(), rows, xg, &mut scratch, &mut res) };
             for (r, vals) in res.chunks(xg.len()).take(rows.len()).enumerate() {
                 for (c, &v) in vals.iter().enumerate() {
                     out[(t0 + c) * nr + i0 + r] = v;
