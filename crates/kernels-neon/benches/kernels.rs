@@ -77,6 +77,8 @@ fn bench_matmul(c: &mut Criterion) {
         (WeightFormat::Q4_1, 1536, 576, 64, Precision::Exact),
         (WeightFormat::Q4_1, 576, 1536, 256, Precision::Exact),
         (WeightFormat::Q4_1, 576, 576, 512, Precision::Exact),
+        (WeightFormat::Q5_0, 4864, 896, 512, Precision::Fast),
+        (WeightFormat::Q4_K, 896, 4864, 512, Precision::Fast),
         (WeightFormat::Q4_K, 1536, 1536, 256, Precision::Exact),
         (WeightFormat::Q4_K, 1536, 1536, 256, Precision::Int8),
         (WeightFormat::Q6_K, 1536, 1536, 256, Precision::Exact),
