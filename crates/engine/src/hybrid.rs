@@ -4,6 +4,11 @@
 //! left out); the two run side by side (`rayon::join`) and are summed. Batched steps do the same with
 //! the accelerator's batch graphs and the sparse executor's batched path.
 //!
+//! How many neurons are hot depends on the batch size ([`HotSplit`]): a batch of N sequences fires
+//! the union of their neurons, so more neurons are worth computing densely. The block holds the
+//! largest set; a step of `n` tokens runs its first `counts[bucket(n)]` neurons there and leaves the
+//! rest of the layer to the CPU.
+//!
 //! The hot block is computed densely (no neuron of it skipped), so the result is the sparse FFN with
 //! the hot neurons always on: with every neuron hot it is the dense FFN, with none it is the sparse
 //! one. An accelerator that fails mid-run is reported once ([`HybridFfn::failure`]) and the CPU
@@ -19,40 +24,130 @@ use crate::sparse::SparseFfn;
 pub struct HybridFfn {
     sparse: SparseFfn,
     accel: Box<dyn Accelerator>,
-    /// `hot[l][j]`: neuron `j` of layer `l` is in the accelerator's block.
-    hot: Vec<Vec<bool>>,
+    /// `counts[l][b]`: the first neurons of layer `l`'s block that run on the accelerator in a step
+    /// of batch bucket `b` ([`bucket`]).
+    counts: Vec<[usize; BUCKETS]>,
+    /// `hot[l][b][j]`: neuron `j` of layer `l` is among them (one mask per distinct count).
+    hot: Vec<[Vec<bool>; BUCKETS]>,
     failure: Failure,
 }
 
-/// The `share` most frequently active neurons of every layer of `profile` (batch size 1), at least
-/// one per layer when `share > 0`, in descending frequency.
-pub fn hot_neurons(profile: &predictor::Profile, share: f64) -> Vec<Vec<u32>> {
-    profile
-        .layers
-        .iter()
-        .map(|l| {
+/// Batch buckets: steps of 1, 2-3, 4-7 and 8 or more tokens (the accelerator's graph sizes,
+/// [`crate::accel::BATCH_SIZES`]).
+pub const BUCKETS: usize = 4;
+
+/// The bucket of a step of `n` tokens: the largest graph size up to `n`, as an index of 1, 2, 4, 8.
+pub fn bucket(n: usize) -> usize {
+    match n {
+        0 | 1 => 0,
+        2 | 3 => 1,
+        4..=7 => 2,
+        _ => 3,
+    }
+}
+
+/// Each layer's hot neurons per batch bucket: `order[l]` (the accelerator's block, hottest first)
+/// and `counts[l][b]`, how many of its first neurons run there in a step of bucket `b` ([`bucket`]),
+/// non-decreasing in `b` and at most `order[l].len()`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HotSplit {
+    /// The block of each layer, hottest first.
+    pub order: Vec<Vec<u32>>,
+    /// Neurons of the block per batch bucket.
+    pub counts: Vec<[usize; BUCKETS]>,
+}
+
+impl HotSplit {
+    /// The same hot neurons `hot[l]` (in that order) at every batch size.
+    pub fn fixed(hot: Vec<Vec<u32>>) -> HotSplit {
+        let counts = hot.iter().map(|h| [h.len(); BUCKETS]).collect();
+        HotSplit { order: hot, counts }
+    }
+
+    /// From the profile's batch frequencies: at batch size 1 the `share` most frequently active
+    /// neurons of each layer (at least one when `share > 0`, by `freq` at batch size 1); at batch
+    /// size N every neuron whose frequency of being active in a group of N tokens (the profile's
+    /// `freq` at the largest profiled batch size up to N) reaches that of the last one of them. A
+    /// neuron costs the accelerator the same whether it fires or not, and the CPU only when it
+    /// fires in the batch, so the same frequency is the break-even at every batch size. The block
+    /// is ordered by the frequency at the largest bucket (then at batch size 1), so each bucket's
+    /// set is a prefix of it.
+    pub fn from_profile(profile: &predictor::Profile, share: f64) -> HotSplit {
+        let sizes = [1u32, 2, 4, 8];
+        let index = |n: u32| {
+            profile
+                .batch_sizes
+                .iter()
+                .enumerate()
+                .filter(|&(_, &b)| b <= n)
+                .max_by_key(|&(_, &b)| b)
+                .map_or(0, |(i, _)| i)
+        };
+        let mut order = Vec::with_capacity(profile.layers.len());
+        let mut counts = Vec::with_capacity(profile.layers.len());
+        for l in &profile.layers {
             let n = l.n_neurons as usize;
-            let k = ((share.clamp(0.0, 1.0) * n as f64).round() as usize)
+            let k1 = ((share.clamp(0.0, 1.0) * n as f64).round() as usize)
                 .max(usize::from(share > 0.0))
                 .min(n);
-            let mut order = l
-                .hot_order(0)
-                .unwrap_or_else(|| (0..n as u32).collect::<Vec<_>>());
-            order.truncate(k);
-            order
-        })
-        .collect()
+            if k1 == 0 || l.freq.is_empty() {
+                order.push((0..k1 as u32).collect());
+                counts.push([k1; BUCKETS]);
+                continue;
+            }
+            let freq = |bi: usize, j: u32| -> f32 {
+                l.freq
+                    .get(bi)
+                    .and_then(|f| f.get(j as usize))
+                    .copied()
+                    .unwrap_or(0.0)
+            };
+            let by1 = l.hot_order(0).unwrap_or_default();
+            // The break-even frequency: that of the last hot neuron at batch size 1.
+            let theta = freq(0, by1[k1 - 1]);
+            let mut c = [0usize; BUCKETS];
+            for (b, &size) in sizes.iter().enumerate() {
+                let bi = index(size);
+                c[b] = if b == 0 {
+                    k1
+                } else {
+                    (0..n as u32).filter(|&j| freq(bi, j) >= theta).count()
+                };
+            }
+            for b in 1..BUCKETS {
+                c[b] = c[b].max(c[b - 1]).min(n);
+            }
+            let top = index(sizes[BUCKETS - 1]);
+            let mut ord: Vec<u32> = (0..n as u32).collect();
+            ord.sort_by(|&a, &b| {
+                freq(top, b)
+                    .total_cmp(&freq(top, a))
+                    .then(freq(0, b).total_cmp(&freq(0, a)))
+                    .then(a.cmp(&b))
+            });
+            ord.truncate(c[BUCKETS - 1]);
+            order.push(ord);
+            counts.push(c);
+        }
+        HotSplit { order, counts }
+    }
+
+    /// The hot neurons of layer `l` in a step of `n` tokens.
+    pub fn neurons(&self, l: usize, n: usize) -> &[u32] {
+        &self.order[l][..self.counts[l][bucket(n)]]
+    }
 }
 
 impl HybridFfn {
-    /// The hybrid FFN of `model`: `hot[l]` (neuron indices) of every layer on `accel`, whose blocks
-    /// must be those neurons ([`HybridFfn::open_blocks`]), the rest on `sparse`, which must hold its
+    /// The hybrid FFN of `model`: the blocks `split.order[l]` of every layer on `accel`, whose
+    /// blocks must be those neurons ([`HybridFfn::open_blocks`]), of which a step of `n` tokens runs
+    /// the first `split.counts[l][bucket(n)]` there; the rest on `sparse`, which must hold its
     /// weights in memory.
     pub fn new(
         sparse: SparseFfn,
         accel: Box<dyn Accelerator>,
         model: &Model<'_>,
-        hot: &[Vec<u32>],
+        split: &HotSplit,
     ) -> Result<HybridFfn> {
         let cfg = &model.config;
         if sparse.offload().is_some() {
@@ -62,15 +157,15 @@ impl HybridFfn {
                     .into(),
             ));
         }
-        if hot.len() != cfg.n_layers {
+        if split.order.len() != cfg.n_layers || split.counts.len() != cfg.n_layers {
             return Err(EngineError::Request(format!(
                 "hybrid decode: hot neurons for {} layers, the model has {}",
-                hot.len(),
+                split.order.len(),
                 cfg.n_layers
             )));
         }
-        let mut mask = Vec::with_capacity(hot.len());
-        for (l, ids) in hot.iter().enumerate() {
+        let mut hot = Vec::with_capacity(cfg.n_layers);
+        for (l, (ids, counts)) in split.order.iter().zip(&split.counts).enumerate() {
             if accel.block_neurons(l) != ids.len() {
                 return Err(EngineError::Request(format!(
                     "hybrid decode: the {} accelerator's block of layer {l} holds {} neurons, not \
@@ -80,28 +175,50 @@ impl HybridFfn {
                     ids.len()
                 )));
             }
-            let mut m = vec![false; cfg.d_ff];
-            for &j in ids {
-                m[j as usize] = true;
+            if let Some(bad) = ids.iter().find(|&&j| j as usize >= cfg.d_ff) {
+                return Err(EngineError::Request(format!(
+                    "hybrid decode: hot neuron {bad} of layer {l} is past the layer's {}",
+                    cfg.d_ff
+                )));
             }
-            mask.push(m);
+            if counts.iter().any(|&c| c > ids.len()) || counts.windows(2).any(|w| w[0] > w[1]) {
+                return Err(EngineError::Request(format!(
+                    "hybrid decode: layer {l}'s hot counts {counts:?} are not non-decreasing up to \
+                     its block of {}",
+                    ids.len()
+                )));
+            }
+            let masks: [Vec<bool>; BUCKETS] = std::array::from_fn(|b| {
+                let mut m = vec![false; cfg.d_ff];
+                for &j in &ids[..counts[b]] {
+                    m[j as usize] = true;
+                }
+                m
+            });
+            hot.push(masks);
         }
         Ok(HybridFfn {
             sparse,
             accel,
-            hot: mask,
+            counts: split.counts.clone(),
+            hot,
             failure: Failure::default(),
         })
     }
 
-    /// Opens backend `kind` with `hot[l]` of every layer of `model` as its blocks. A library that
-    /// cannot be loaded or set up is an [`EngineError::Accelerator`].
+    /// Opens backend `kind` with `split.order[l]` of every layer of `model` as its blocks. A
+    /// library that cannot be loaded or set up is an [`EngineError::Accelerator`].
     pub fn open_blocks(
         kind: &AccelKind,
         model: &Model<'_>,
-        hot: &[Vec<u32>],
+        split: &HotSplit,
     ) -> Result<Box<dyn Accelerator>> {
-        open(kind, FfnBlock::for_model(model, Some(hot)))
+        open(kind, FfnBlock::for_model(model, Some(&split.order)))
+    }
+
+    /// Neurons of layer `l` on the accelerator in a step of `n` tokens.
+    pub fn hot_count(&self, l: usize, n: usize) -> usize {
+        self.counts[l][bucket(n)]
     }
 
     /// The sparse part.
@@ -135,10 +252,12 @@ impl HybridFfn {
             }
         };
         if !self.failure.happened() {
+            let b = bucket(n);
+            let k = self.counts[l.index][b];
             let mut hot = vec![0f32; out.len()];
             let (h, c) = rayon::join(
-                || self.accel.ffn(l.index, x, n, &mut hot),
-                || cold(out, scratch, Some(&self.hot[l.index])),
+                || self.accel.ffn(l.index, k, x, n, &mut hot),
+                || cold(out, scratch, Some(&self.hot[l.index][b])),
             );
             c?;
             match h {
@@ -173,5 +292,81 @@ impl FfnExecutor for HybridFfn {
         scratch: &mut FfnScratch,
     ) -> Result<()> {
         self.run(l, x, n, out, scratch)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use predictor::{ActivationKind, LayerProfile, Profile, ScoreKind};
+
+    /// One layer of 8 neurons with these frequencies at batch sizes 1, 2, 4 and 8.
+    fn profile(freq: Vec<Vec<f32>>) -> Profile {
+        let n = freq[0].len();
+        Profile {
+            model: "m".into(),
+            model_fingerprint: 0,
+            corpus: "c".into(),
+            tokens: 100,
+            activation: ActivationKind::Silu,
+            score: ScoreKind::OutputNorm,
+            batch_sizes: vec![1, 2, 4, 8][..freq.len()].to_vec(),
+            layers: vec![LayerProfile {
+                n_neurons: n as u32,
+                threshold: 0.1,
+                freq,
+                mean_abs: vec![0.0; n],
+                max_abs: vec![0.0; n],
+                coact_gate_up: vec![0.0; n],
+                coact_gate_down: vec![0.0; n],
+            }],
+        }
+    }
+
+    #[test]
+    fn larger_batches_take_every_neuron_as_likely_to_fire_as_the_last_hot_one() {
+        // Independent neurons: the chance of firing in a group of N is 1 - (1 - f)^N.
+        let f1 = [0.9f32, 0.05, 0.5, 0.3, 0.02, 0.6, 0.1, 0.2];
+        let at = |n: i32| {
+            f1.iter()
+                .map(|f| 1.0 - (1.0 - f).powi(n))
+                .collect::<Vec<f32>>()
+        };
+        let p = profile(vec![at(1), at(2), at(4), at(8)]);
+        // A quarter at batch size 1: neurons 0 (0.9) and 5 (0.6); the break-even is 0.6.
+        let s = HotSplit::from_profile(&p, 0.25);
+        let [c1, c2, c4, c8] = s.counts[0];
+        assert_eq!(c1, 2);
+        let above = |v: Vec<f32>| v.iter().filter(|&&x| x >= 0.6).count();
+        assert_eq!([c2, c4, c8], [above(at(2)), above(at(4)), above(at(8))]);
+        assert!(c1 < c2 && c2 < c4 && c4 < c8, "{:?}", s.counts[0]);
+        // The block is the batch-8 set, hottest first, and each bucket's set a prefix of it.
+        assert_eq!(s.order[0].len(), c8);
+        assert_eq!(s.neurons(0, 1), &[0, 5]);
+        assert_eq!(s.neurons(0, 3).len(), c2);
+        assert_eq!(s.neurons(0, 100).len(), c8);
+        let mut want: Vec<u32> = (0..8).filter(|&j| at(8)[j as usize] >= 0.6).collect();
+        want.sort_by(|&a, &b| f1[b as usize].total_cmp(&f1[a as usize]));
+        assert_eq!(s.order[0], want);
+    }
+
+    #[test]
+    fn without_batch_frequencies_or_share_the_split_is_fixed() {
+        let f1 = vec![0.9f32, 0.05, 0.5, 0.3];
+        // Only batch size 1 profiled: every bucket takes the batch-1 set.
+        let s = HotSplit::from_profile(&profile(vec![f1.clone()]), 0.5);
+        assert_eq!(s.counts[0], [2; BUCKETS]);
+        assert_eq!(s.order[0], vec![0, 2]);
+        // No share: nothing hot at any batch size.
+        let s = HotSplit::from_profile(&profile(vec![f1.clone(), f1]), 0.0);
+        assert_eq!(s.counts[0], [0; BUCKETS]);
+        assert!(s.order[0].is_empty());
+        assert_eq!(HotSplit::fixed(vec![vec![3, 1]]).counts, vec![[2; BUCKETS]]);
+    }
+
+    #[test]
+    fn steps_fall_in_the_graph_size_buckets() {
+        let b: Vec<usize> = [1, 2, 3, 4, 7, 8, 13].into_iter().map(bucket).collect();
+        assert_eq!(b, [0, 1, 1, 2, 2, 3, 3]);
     }
 }

@@ -92,7 +92,7 @@ pub use ffn::{AccelFfn, DenseFfn, FfnExecutor, FfnLayer, FfnScratch, ObservedFfn
 pub use fingerprint::model_fingerprint;
 pub use forward::{forward_seqs, FfnMode, FfnSample, KvCache, Logits, KV_CHUNK};
 pub use generate::{load_tokenizer, Engine, EngineOptions};
-pub use hybrid::{hot_neurons, HybridFfn};
+pub use hybrid::{bucket, HotSplit, HybridFfn, BUCKETS};
 pub use kernels_neon::{set_chunk_rows, KvFormat, Precision, WeightFormat};
 pub use model::{Model, ModelFile};
 pub use model_tokenizer::{ChatMessage, ChatTemplate, Tokenizer};

@@ -147,12 +147,56 @@ fn one_graph_per_layer_and_batch_size() {
     for n in [1usize, 13, 2, 8] {
         let x = vec![0.5f32; n * d];
         let mut y = vec![0f32; n * d];
-        q.ffn(1, &x, n, &mut y).unwrap();
+        q.ffn(1, q.block_neurons(1), &x, n, &mut y).unwrap();
         // Every token got the same input: every output row is the same.
         assert!(y.chunks(d).all(|r| r == &y[..d]), "{n} tokens");
     }
     // 1; 8, 4, 1 (13); 2; 8 again: graphs of 1, 2, 4 and 8 tokens for layer 1.
     assert_eq!(q.graphs(), 4);
+    // A prefix of the block is another graph; more neurons than the block is an error.
+    let x = vec![0.5f32; d];
+    let mut y = vec![0f32; d];
+    q.ffn(1, 32, &x, 1, &mut y).unwrap();
+    assert_eq!(q.graphs(), 5);
+    let past = q.ffn(1, q.block_neurons(1) + 1, &x, 1, &mut y).unwrap_err();
+    assert!(past.to_string().contains("neurons asked"), "{past}");
+}
+
+/// The first 32 neurons of a whole layer's block compute what a block of those 32 neurons does, on
+/// QNN (f32 weights) and on the CPU backend, for batches of 1, 3 and 8 tokens.
+#[test]
+fn a_prefix_of_the_block_is_the_block_of_those_neurons() {
+    let file = fixture("tiny-llama-silu-q4_0.gguf");
+    let model = engine::Model::load(&file).unwrap();
+    let (d, ff) = (model.config.d_model, model.config.d_ff);
+    assert!(ff > 32);
+    let first: Vec<Vec<u32>> = (0..model.config.n_layers)
+        .map(|_| (0..32).collect())
+        .collect();
+    for kind in [qnn(QnnWeights::F32), AccelKind::Cpu] {
+        let whole = engine::accel::open(&kind, engine::FfnBlock::for_model(&model, None)).unwrap();
+        let part =
+            engine::accel::open(&kind, engine::FfnBlock::for_model(&model, Some(&first))).unwrap();
+        for n in [1usize, 3, 8] {
+            let x: Vec<f32> = (0..n * d)
+                .map(|i| ((i * 7 % 13) as f32 - 6.0) * 0.05)
+                .collect();
+            let (mut a, mut b, mut all) = (vec![0f32; n * d], vec![0f32; n * d], vec![0f32; n * d]);
+            whole.ffn(1, 32, &x, n, &mut a).unwrap();
+            part.ffn(1, 32, &x, n, &mut b).unwrap();
+            whole.ffn(1, ff, &x, n, &mut all).unwrap();
+            let (drift, scale) = diff(&a, &b);
+            assert!(
+                drift <= 1e-5 * scale && scale > 0.0,
+                "{kind:?} n={n}: prefix against block drift {drift} of {scale}"
+            );
+            let (moved, scale) = diff(&a, &all);
+            assert!(
+                moved > 1e-3 * scale,
+                "{kind:?} n={n}: the prefix left out nothing ({moved} of {scale})"
+            );
+        }
+    }
 }
 
 fn accel_error(e: EngineError) -> String {

@@ -87,7 +87,8 @@ pub struct ModelArgs {
     #[arg(long, value_name = "KIND")]
     pub accel: Option<engine::AccelKind>,
     /// With --sparse --accel: the share of each layer's neurons, most often active first (from the
-    /// profile), that runs densely on the accelerator.
+    /// profile), that runs densely on the accelerator at batch size 1; larger batches take every
+    /// neuron at least as likely to fire in the batch as the last of these.
     #[arg(long, default_value_t = 0.1, value_parser = parse::share, requires = "accel")]
     pub accel_hot: f64,
     #[command(flatten)]

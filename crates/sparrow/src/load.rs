@@ -305,16 +305,24 @@ pub fn setup_sparse(eng: &mut Engine<'_>, args: &ModelArgs, quiet: bool) -> Resu
         );
     }
     if let Some(kind) = &args.accel {
-        // Hybrid decode: each layer's hot neurons on the accelerator, the rest sparse here.
-        let hot = engine::hot_neurons(&plan.profile, args.accel_hot);
-        match eng.install(|| engine::HybridFfn::open_blocks(kind, eng.model(), &hot)) {
+        // Hybrid decode: each layer's hot neurons on the accelerator, the rest sparse here; more
+        // of them for larger batches (from the profile's batch frequencies).
+        let split = engine::HotSplit::from_profile(&plan.profile, args.accel_hot);
+        match eng.install(|| engine::HybridFfn::open_blocks(kind, eng.model(), &split)) {
             Ok(accel) => {
-                let h = engine::HybridFfn::new(sp, accel, eng.model(), &hot)?;
+                let h = engine::HybridFfn::new(sp, accel, eng.model(), &split)?;
                 if !quiet {
+                    let d_ff = (eng.model().config.d_ff * split.counts.len()).max(1) as f64;
+                    let share = |b: usize| {
+                        split.counts.iter().map(|c| c[b]).sum::<usize>() as f64 / d_ff * 100.0
+                    };
                     eprintln!(
-                        "sparrow: hybrid decode: the hottest {:.0}% of each layer's neurons on the {} accelerator, the rest sparse on the CPU",
-                        args.accel_hot * 100.0,
-                        h.accelerator().name()
+                        "sparrow: hybrid decode: the hottest {:.0}% of each layer's neurons on the {} accelerator at batch size 1 ({:.0}% at 2, {:.0}% at 4, {:.0}% at 8 or more, from the profile), the rest sparse on the CPU",
+                        share(0),
+                        h.accelerator().name(),
+                        share(1),
+                        share(2),
+                        share(3)
                     );
                 }
                 eng.set_hybrid(Some(h));

@@ -90,19 +90,46 @@ impl Accelerator for CpuAccelerator {
         "cpu"
     }
 
-    fn ffn(&self, layer: usize, x: &[f32], n: usize, out: &mut [f32]) -> Result<()> {
+    fn ffn(
+        &self,
+        layer: usize,
+        neurons: usize,
+        x: &[f32],
+        n: usize,
+        out: &mut [f32],
+    ) -> Result<()> {
         let b = self.blocks.get(layer).ok_or_else(|| {
             EngineError::Request(format!("cpu accelerator: no block for layer {layer}"))
         })?;
-        let (h, d) = (b.neurons, b.d_model);
+        let d = b.d_model;
+        if neurons > b.neurons {
+            return Err(EngineError::Request(format!(
+                "cpu accelerator: {neurons} neurons asked of layer {layer}'s block of {}",
+                b.neurons
+            )));
+        }
+        // The block's first `h` gate and up rows (whole rows of the format), every down column:
+        // the hidden values past `h` are zero.
+        let h = neurons;
         if h == 0 {
             out.fill(0.0);
             return Ok(());
         }
+        let row_bytes = b.gate.len() / b.neurons;
         let mut g = vec![0f32; n * h];
         let mut u = vec![0f32; n * h];
-        product(&matrix(b.format, &b.gate, h, d)?, x, n, &mut g)?;
-        product(&matrix(b.format, &b.up, h, d)?, x, n, &mut u)?;
+        product(
+            &matrix(b.format, &b.gate[..h * row_bytes], h, d)?,
+            x,
+            n,
+            &mut g,
+        )?;
+        product(
+            &matrix(b.format, &b.up[..h * row_bytes], h, d)?,
+            x,
+            n,
+            &mut u,
+        )?;
         match b.activation {
             Activation::Silu => kernels_neon::silu_mul_inplace(&mut g, &u),
             Activation::Relu => kernels_neon::relu_mul_inplace(&mut g, &u),

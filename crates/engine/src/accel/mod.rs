@@ -53,8 +53,10 @@ pub trait Accelerator: Send + Sync {
     fn name(&self) -> &str;
 
     /// `out = block_l(x)` for `n` tokens (`x`, `out`: `n × d_model`; `out` is overwritten): layer
-    /// `layer`'s block, `down · (act(gate · x) ⊙ (up · x))` over the block's neurons.
-    fn ffn(&self, layer: usize, x: &[f32], n: usize, out: &mut [f32]) -> Result<()>;
+    /// `layer`'s block, `down · (act(gate · x) ⊙ (up · x))` over the block's first `neurons`
+    /// neurons (all of them: [`Accelerator::block_neurons`]; fewer is an error past it).
+    fn ffn(&self, layer: usize, neurons: usize, x: &[f32], n: usize, out: &mut [f32])
+        -> Result<()>;
 
     /// Neurons of each layer's block (the FFN width for whole layers).
     fn block_neurons(&self, layer: usize) -> usize;

@@ -1,5 +1,6 @@
 //! [`QnnAccelerator`]: the accelerator backend on Qualcomm QNN, through the safe `npu-qnn` wrapper.
-//! One graph per layer and batch size ([`super::BATCH_SIZES`]), built when first used (QNN graphs
+//! One graph per layer, batch size ([`super::BATCH_SIZES`]) and number of the block's neurons
+//! (hybrid decode runs a prefix of the block that depends on the batch size), built when first used (QNN graphs
 //! have static shapes); a batch is cut into runs of those sizes. The library is loaded at run time;
 //! nothing links against QNN.
 
@@ -56,6 +57,33 @@ impl Weights {
             Weights::Int8 { values, scales } => FfnWeights::Int8 { values, scales },
         }
     }
+
+    /// The first `rows` rows (of `cols`), as a view.
+    fn rows(&self, rows: usize, cols: usize) -> FfnWeights<'_> {
+        match self {
+            Weights::F32(v) => FfnWeights::F32(&v[..rows * cols]),
+            Weights::Int8 { values, scales } => FfnWeights::Int8 {
+                values: &values[..rows * cols],
+                scales: &scales[..rows],
+            },
+        }
+    }
+
+    /// The first `keep` columns of every row (of `cols`), copied (the scales are per row).
+    fn columns(&self, cols: usize, keep: usize) -> Weights {
+        fn take<T: Copy>(v: &[T], cols: usize, keep: usize) -> Vec<T> {
+            v.chunks_exact(cols.max(1))
+                .flat_map(|r| r[..keep].iter().copied())
+                .collect()
+        }
+        match self {
+            Weights::F32(v) => Weights::F32(take(v, cols, keep)),
+            Weights::Int8 { values, scales } => Weights::Int8 {
+                values: take(values, cols, keep),
+                scales: scales.clone(),
+            },
+        }
+    }
 }
 
 struct QnnBlock {
@@ -70,7 +98,8 @@ struct QnnBlock {
 /// Everything that calls QNN: one thread at a time (the wrapper's objects are `Send`, not `Sync`).
 struct State {
     ctx: Context,
-    graphs: HashMap<(usize, usize), FfnGraph>,
+    /// By (layer, batch size, neurons of the block).
+    graphs: HashMap<(usize, usize, usize), FfnGraph>,
     // Dropped after the context (fields drop in order): the wrapper keeps parents alive anyway.
     _backend: Backend,
     _qnn: Qnn,
@@ -134,7 +163,7 @@ impl QnnAccelerator {
         })
     }
 
-    /// Graphs built so far (layer, batch size).
+    /// Graphs built so far (layer, batch size, neurons).
     pub fn graphs(&self) -> usize {
         self.state.lock().map_or(0, |s| s.graphs.len())
     }
@@ -145,7 +174,14 @@ impl Accelerator for QnnAccelerator {
         "qnn"
     }
 
-    fn ffn(&self, layer: usize, x: &[f32], n: usize, out: &mut [f32]) -> Result<()> {
+    fn ffn(
+        &self,
+        layer: usize,
+        neurons: usize,
+        x: &[f32],
+        n: usize,
+        out: &mut [f32],
+    ) -> Result<()> {
         let b = self.blocks.get(layer).ok_or_else(|| {
             EngineError::Request(format!("qnn accelerator: no block for layer {layer}"))
         })?;
@@ -158,7 +194,13 @@ impl Accelerator for QnnAccelerator {
                 out.len()
             )));
         }
-        if b.neurons == 0 {
+        if neurons > b.neurons {
+            return Err(EngineError::Request(format!(
+                "qnn accelerator: {neurons} neurons asked of layer {layer}'s block of {}",
+                b.neurons
+            )));
+        }
+        if neurons == 0 {
             out.fill(0.0);
             return Ok(());
         }
@@ -169,21 +211,26 @@ impl Accelerator for QnnAccelerator {
         let State { ctx, graphs, .. } = &mut *state;
         let mut at = 0;
         for run in batch_runs(n) {
-            let graph = match graphs.entry((layer, run)) {
+            let graph = match graphs.entry((layer, run, neurons)) {
                 std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-                std::collections::hash_map::Entry::Vacant(e) => e.insert(
-                    FfnGraph::build(
-                        ctx,
-                        run,
-                        d,
-                        b.neurons,
-                        b.gate.view(),
-                        b.up.view(),
-                        b.down.view(),
-                        b.activation,
+                std::collections::hash_map::Entry::Vacant(e) => {
+                    // A graph over the block's first `neurons`: their gate and up rows, and the
+                    // first `neurons` columns of every down row.
+                    let part = (neurons < b.neurons).then(|| b.down.columns(b.neurons, neurons));
+                    e.insert(
+                        FfnGraph::build(
+                            ctx,
+                            run,
+                            d,
+                            neurons,
+                            b.gate.rows(neurons, d),
+                            b.up.rows(neurons, d),
+                            part.as_ref().unwrap_or(&b.down).view(),
+                            b.activation,
+                        )
+                        .map_err(|e| qnn_error(&self.library, e))?,
                     )
-                    .map_err(|e| qnn_error(&self.library, e))?,
-                ),
+                }
             };
             let rows = at * d..(at + run) * d;
             graph

@@ -78,7 +78,8 @@ impl AccelFfn {
         scratch: &mut FfnScratch,
     ) -> Result<()> {
         if !self.failure.happened() {
-            match self.accel.ffn(l.index, x, n, out) {
+            let all = self.accel.block_neurons(l.index);
+            match self.accel.ffn(l.index, all, x, n, out) {
                 Ok(()) => return Ok(()),
                 Err(e) => self.failure.record(&e),
             }

@@ -5,7 +5,8 @@
 //! the CPU, summed. With nothing skipped (zero thresholds, no predictor) it is the dense FFN for any
 //! hot set, in decode and batched steps; with no hot neuron it is the sparse FFN; the sparse part
 //! never computes a hot neuron; an accelerator that fails mid-run leaves the sparse FFN's result and
-//! names the failing step.
+//! names the failing step. A split that grows with the batch size runs each step's share on the
+//! accelerator and the rest on the CPU, and is still the dense FFN with nothing skipped.
 
 use std::path::PathBuf;
 
@@ -15,7 +16,8 @@ use crate::common::{logits, rel_drift};
 use engine::accel::{open, AccelKind, QnnWeights};
 use engine::forward::forward_with;
 use engine::{
-    Engine, EngineOptions, FfnBlock, FfnMode, HybridFfn, Logits, ModelFile, Precision, SparseFfn,
+    Engine, EngineOptions, FfnBlock, FfnMode, HotSplit, HybridFfn, Logits, ModelFile, Precision,
+    SparseFfn,
 };
 use kernels_neon::WeightFormat;
 
@@ -65,7 +67,63 @@ fn hot_sets(layers: usize, d_ff: usize) -> Vec<Vec<Vec<u32>>> {
 
 fn hybrid(eng: &Engine<'_>, sparse: SparseFfn, kind: &AccelKind, hot: &[Vec<u32>]) -> HybridFfn {
     let accel = open(kind, FfnBlock::for_model(eng.model(), Some(hot))).unwrap();
-    HybridFfn::new(sparse, accel, eng.model(), hot).unwrap()
+    HybridFfn::new(sparse, accel, eng.model(), &HotSplit::fixed(hot.to_vec())).unwrap()
+}
+
+#[test]
+fn a_split_per_batch_size_runs_each_steps_share_and_is_the_dense_ffn() {
+    let file = fixture("tiny-llama-silu-q4_0.gguf");
+    let mut eng = engine(&file);
+    let cfg = eng.model().config.clone();
+    let dense: Vec<Vec<f32>> = [false, true].map(|b| logits(&eng, TOKENS, b)).to_vec();
+    // Every third neuron first, then the rest; 16 of them at batch size 1, up to all at 8.
+    let order: Vec<u32> = (0..cfg.d_ff as u32)
+        .filter(|j| j % 3 == 0)
+        .chain((0..cfg.d_ff as u32).filter(|j| j % 3 != 0))
+        .collect();
+    let split = HotSplit {
+        order: vec![order; cfg.n_layers],
+        counts: vec![[16, 40, 64, cfg.d_ff]; cfg.n_layers],
+    };
+    for kind in [qnn_f32(), AccelKind::Cpu] {
+        let sp = SparseFfn::new(eng.model(), vec![0.0; cfg.n_layers], WeightFormat::F32).unwrap();
+        let accel = HybridFfn::open_blocks(&kind, eng.model(), &split).unwrap();
+        let h = HybridFfn::new(sp, accel, eng.model(), &split).unwrap();
+        assert_eq!(
+            (h.hot_count(0, 1), h.hot_count(0, 5), h.hot_count(0, 12)),
+            (16, 64, cfg.d_ff)
+        );
+        eng.set_hybrid(Some(h));
+        let tol = if kind == AccelKind::Cpu { 2e-2 } else { 1e-4 };
+        for (batched, want) in [false, true].into_iter().zip(&dense) {
+            let d = rel_drift(&logits(&eng, TOKENS, batched), want);
+            assert!(d < tol, "{kind:?}, batched={batched}: drift {d}");
+        }
+        let h = eng.hybrid().unwrap();
+        assert_eq!(h.failure(), None);
+        // Decode steps (batch size 1): the CPU computed every neuron but the first 16 of the block.
+        let st = h.sparse().stats();
+        let cold = (cfg.d_ff - 16) as f64 / cfg.d_ff as f64;
+        assert!(
+            (st.gate_frac() - cold).abs() < 1e-9,
+            "{kind:?}: gate share {} for a cold share {cold}",
+            st.gate_frac()
+        );
+        eng.set_hybrid(None);
+    }
+    // Counts that shrink with the batch size, or pass the block, are refused.
+    for counts in [[40, 16, 64, 64], [16, 40, 64, cfg.d_ff + 1]] {
+        let bad = HotSplit {
+            order: split.order.clone(),
+            counts: vec![counts; cfg.n_layers],
+        };
+        let sp = SparseFfn::new(eng.model(), vec![0.0; cfg.n_layers], WeightFormat::F32).unwrap();
+        let accel = HybridFfn::open_blocks(&AccelKind::Cpu, eng.model(), &bad).unwrap();
+        let e = HybridFfn::new(sp, accel, eng.model(), &bad)
+            .err()
+            .expect("refused");
+        assert!(e.to_string().contains("hot counts"), "{e}");
+    }
 }
 
 #[test]
