@@ -102,12 +102,7 @@ impl Accelerator for CpuAccelerator {
             EngineError::Request(format!("cpu accelerator: no block for layer {layer}"))
         })?;
         let d = b.d_model;
-        if neurons > b.neurons {
-            return Err(EngineError::Request(format!(
-                "cpu accelerator: {neurons} neurons asked of layer {layer}'s block of {}",
-                b.neurons
-            )));
-        }
+        super::check_prefix("cpu", layer, neurons, b.neurons)?;
         // The block's first `h` gate and up rows (whole rows of the format), every down column:
         // the hidden values past `h` are zero.
         let h = neurons;

@@ -62,6 +62,21 @@ pub trait Accelerator: Send + Sync {
     fn block_neurons(&self, layer: usize) -> usize;
 }
 
+/// Checks that `neurons` of layer `layer`'s block of `block` were asked of backend `backend`.
+pub(crate) fn check_prefix(
+    backend: &str,
+    layer: usize,
+    neurons: usize,
+    block: usize,
+) -> Result<()> {
+    if neurons > block {
+        return Err(EngineError::Request(format!(
+            "{backend} accelerator: {neurons} neurons asked of layer {layer}'s block of {block}"
+        )));
+    }
+    Ok(())
+}
+
 /// An accelerator's first failure: the executors that use a backend ([`crate::AccelFfn`],
 /// [`crate::HybridFfn`]) record it, report it, and compute on the CPU from then on.
 #[derive(Debug, Default)]

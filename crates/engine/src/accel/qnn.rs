@@ -194,12 +194,7 @@ impl Accelerator for QnnAccelerator {
                 out.len()
             )));
         }
-        if neurons > b.neurons {
-            return Err(EngineError::Request(format!(
-                "qnn accelerator: {neurons} neurons asked of layer {layer}'s block of {}",
-                b.neurons
-            )));
-        }
+        super::check_prefix("qnn", layer, neurons, b.neurons)?;
         if neurons == 0 {
             out.fill(0.0);
             return Ok(());
