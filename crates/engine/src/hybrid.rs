@@ -27,7 +27,7 @@ pub struct HybridFfn {
     /// `counts[l][b]`: the first neurons of layer `l`'s block that run on the accelerator in a step
     /// of batch bucket `b` ([`bucket`]).
     counts: Vec<[usize; BUCKETS]>,
-    /// `hot[l][b][j]`: neuron `j` of layer `l` is among them (one mask per distinct count).
+    /// `hot[l][b][j]`: neuron `j` of layer `l` is among them (one mask per bucket).
     hot: Vec<[Vec<bool>; BUCKETS]>,
     failure: Failure,
 }

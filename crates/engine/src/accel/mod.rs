@@ -54,7 +54,8 @@ pub trait Accelerator: Send + Sync {
 
     /// `out = block_l(x)` for `n` tokens (`x`, `out`: `n × d_model`; `out` is overwritten): layer
     /// `layer`'s block, `down · (act(gate · x) ⊙ (up · x))` over the block's first `neurons`
-    /// neurons (all of them: [`Accelerator::block_neurons`]; fewer is an error past it).
+    /// neurons (at most [`Accelerator::block_neurons`], which is the whole block; more is an
+    /// error).
     fn ffn(&self, layer: usize, neurons: usize, x: &[f32], n: usize, out: &mut [f32])
         -> Result<()>;
 
@@ -62,7 +63,7 @@ pub trait Accelerator: Send + Sync {
     fn block_neurons(&self, layer: usize) -> usize;
 }
 
-/// Checks that `neurons` of layer `layer`'s block of `block` were asked of backend `backend`.
+/// An error unless `neurons` fit in layer `layer`'s block of `block` neurons on `backend`.
 pub(crate) fn check_prefix(
     backend: &str,
     layer: usize,

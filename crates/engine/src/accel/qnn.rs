@@ -1,8 +1,8 @@
 //! [`QnnAccelerator`]: the accelerator backend on Qualcomm QNN, through the safe `npu-qnn` wrapper.
 //! One graph per layer, batch size ([`super::BATCH_SIZES`]) and number of the block's neurons
-//! (hybrid decode runs a prefix of the block that depends on the batch size), built when first used (QNN graphs
-//! have static shapes); a batch is cut into runs of those sizes. The library is loaded at run time;
-//! nothing links against QNN.
+//! (hybrid decode runs a prefix of the block that depends on the batch size), built when first
+//! used (QNN graphs have static shapes); a batch is cut into runs of those sizes. The library is
+//! loaded at run time; nothing links against QNN.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
