@@ -2,6 +2,11 @@
 //! (gate and up rows in the model's own format when it has whole rows of blocks, down columns
 //! re-quantized to `Q8_0`; 16-bit activations), so that scheduling work between an accelerator and
 //! sparse CPU work is measurable here.
+//!
+//! The down columns are kept twice: as a `d_model × neurons` matrix for steps of several tokens
+//! (`matvec_batch` reads it once for all of them; a prefix of the block multiplies zeros past its
+//! end), and as one row per neuron for one-token steps, where a prefix multiplies only its own rows
+//! (`axpy_rows`; one token's step at a small prefix would otherwise read the whole block's down).
 
 use kernels_neon::{Precision, QMatrix, WeightFormat};
 
@@ -9,8 +14,9 @@ use super::{Accelerator, FfnBlock};
 use crate::config::Activation;
 use crate::error::{kernel, EngineError, Result};
 
-/// One layer's block: gate and up (`neurons × d_model`) in `format`, down in `Q8_0`
-/// (`d_model × padded`, the block's neurons zero-padded to a whole number of 32-element blocks).
+/// One layer's block: gate and up (`neurons × d_model`) in `format`, down in `Q8_0` twice:
+/// `d_model × padded` (the block's neurons zero-padded to a whole number of 32-element blocks) and
+/// transposed, `neurons × d_model` (row `j`: neuron `j`'s down column).
 struct CpuBlock {
     format: WeightFormat,
     neurons: usize,
@@ -19,6 +25,9 @@ struct CpuBlock {
     gate: Vec<u8>,
     up: Vec<u8>,
     down: Vec<u8>,
+    down_t: Vec<u8>,
+    /// `0, 1, ..., neurons - 1`: the rows of a prefix, for `axpy_rows`.
+    iota: Vec<u32>,
     activation: Activation,
 }
 
@@ -49,6 +58,12 @@ impl CpuAccelerator {
                         dst[..h].copy_from_slice(src);
                     }
                 }
+                let mut down_t = vec![0f32; h * d];
+                for (r, src) in b.down.chunks_exact(h.max(1)).enumerate().take(d) {
+                    for (j, &v) in src.iter().enumerate() {
+                        down_t[j * d + r] = v;
+                    }
+                }
                 let q = |v: &[f32], rows, cols| {
                     kernels_neon::quantize_matrix(FORMAT, v, rows, cols)
                         .map_err(kernel("cpu accelerator block"))
@@ -69,6 +84,8 @@ impl CpuAccelerator {
                     gate,
                     up,
                     down: q(&down, d, padded)?,
+                    down_t: q(&down_t, h, d)?,
+                    iota: (0..h as u32).collect(),
                     activation: b.activation,
                 })
             })
@@ -103,8 +120,8 @@ impl Accelerator for CpuAccelerator {
         })?;
         let d = b.d_model;
         super::check_prefix("cpu", layer, neurons, b.neurons)?;
-        // The block's first `h` gate and up rows (whole rows of the format), every down column:
-        // the hidden values past `h` are zero.
+        // The block's first `h` gate and up rows (whole rows of the format); for one token its
+        // first `h` down rows, for several every down column (the hidden values past `h` zero).
         let h = neurons;
         if h == 0 {
             out.fill(0.0);
@@ -128,6 +145,12 @@ impl Accelerator for CpuAccelerator {
         match b.activation {
             Activation::Silu => kernels_neon::silu_mul_inplace(&mut g, &u),
             Activation::Relu => kernels_neon::relu_mul_inplace(&mut g, &u),
+        }
+        if n == 1 {
+            let down_t = matrix(FORMAT, &b.down_t[..h * b.down_t.len() / b.neurons], h, d)?;
+            out.fill(0.0);
+            return kernels_neon::axpy_rows(&down_t, &b.iota[..h], &g, out)
+                .map_err(kernel("cpu accelerator"));
         }
         let hidden = if b.padded == h {
             g
