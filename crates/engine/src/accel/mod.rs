@@ -7,8 +7,8 @@
 //!   set) as plain f32 matrices, taken from the model's weights in any format.
 //! * [`CpuAccelerator`] (`cpu.rs`) runs the blocks with the batched dense kernels (gate and up rows
 //!   as the file stores them, down columns re-quantized to `Q8_0`, also as one row per neuron
-//!   so that a one-token step of a prefix of the block reads only its own), so that scheduling is measurable on a machine without
-//!   an NPU.
+//!   so that a one-token step of a prefix of the block reads only its own), so that scheduling is
+//!   measurable on a machine without an NPU.
 //! * [`QnnAccelerator`] (`qnn.rs`) builds one Qualcomm QNN graph per layer and batch size (1, 2, 4,
 //!   8; larger batches are cut into those) through the `npu-qnn` wrapper, weights in the INT8
 //!   per-output-channel form HTP takes (or f32, for QNN's CPU backend and for exact checks).
