@@ -292,6 +292,7 @@ pub fn calibrate(o: &CalibrateOptions, mut progress: impl FnMut(&str)) -> Result
         select_ns,
         prompt_flops,
         prompt_t_flops,
+        accelerators: Vec::new(),
     })
 }
 

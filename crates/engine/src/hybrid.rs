@@ -117,25 +117,70 @@ impl HotSplit {
             for b in 1..BUCKETS {
                 c[b] = c[b].max(c[b - 1]).min(n);
             }
-            let top = index(sizes[BUCKETS - 1]);
-            let mut ord: Vec<u32> = (0..n as u32).collect();
-            ord.sort_by(|&a, &b| {
-                freq(top, b)
-                    .total_cmp(&freq(top, a))
-                    .then(freq(0, b).total_cmp(&freq(0, a)))
-                    .then(a.cmp(&b))
-            });
-            ord.truncate(c[BUCKETS - 1]);
-            order.push(ord);
+            order.push(block_order(l, index(sizes[BUCKETS - 1]), c[BUCKETS - 1]));
             counts.push(c);
         }
         HotSplit { order, counts }
+    }
+
+    /// The counts a plan gives (`planner::HybridSplit::counts`: per layer, the hottest neurons on
+    /// the accelerator at batch sizes 1, 2, 4 and 8), each layer's block ordered as
+    /// [`HotSplit::from_profile`] orders it. Counts past a layer's neurons are capped; a plan for
+    /// another number of layers, or whose counts shrink as the batch grows, is an error.
+    pub fn planned(profile: &predictor::Profile, counts: &[[u32; BUCKETS]]) -> Result<HotSplit> {
+        if counts.len() != profile.layers.len() {
+            return Err(EngineError::Request(format!(
+                "the plan's hybrid split has {} layers, the profile {}",
+                counts.len(),
+                profile.layers.len()
+            )));
+        }
+        let top = profile
+            .batch_sizes
+            .iter()
+            .enumerate()
+            .max_by_key(|&(_, &b)| b)
+            .map_or(0, |(i, _)| i);
+        let mut order = Vec::with_capacity(counts.len());
+        let mut out = Vec::with_capacity(counts.len());
+        for (l, c) in profile.layers.iter().zip(counts) {
+            if c.windows(2).any(|w| w[1] < w[0]) {
+                return Err(EngineError::Request(format!(
+                    "the plan's hybrid split shrinks as the batch grows: {c:?}"
+                )));
+            }
+            let c = c.map(|k| (k as usize).min(l.n_neurons as usize));
+            order.push(block_order(l, top, c[BUCKETS - 1]));
+            out.push(c);
+        }
+        Ok(HotSplit { order, counts: out })
     }
 
     /// The hot neurons of layer `l` in a step of `n` tokens.
     pub fn neurons(&self, l: usize, n: usize) -> &[u32] {
         &self.order[l][..self.counts[l][bucket(n)]]
     }
+}
+
+/// The first `k` neurons of layer `l` by their frequency at the profile's batch size index `top`
+/// (then at batch size 1, then by index): the accelerator's block, each batch size's set a prefix.
+fn block_order(l: &predictor::LayerProfile, top: usize, k: usize) -> Vec<u32> {
+    let freq = |bi: usize, j: u32| -> f32 {
+        l.freq
+            .get(bi)
+            .and_then(|f| f.get(j as usize))
+            .copied()
+            .unwrap_or(0.0)
+    };
+    let mut ord: Vec<u32> = (0..l.n_neurons).collect();
+    ord.sort_by(|&a, &b| {
+        freq(top, b)
+            .total_cmp(&freq(top, a))
+            .then(freq(0, b).total_cmp(&freq(0, a)))
+            .then(a.cmp(&b))
+    });
+    ord.truncate(k);
+    ord
 }
 
 impl HybridFfn {
@@ -348,6 +393,39 @@ mod tests {
         let mut want: Vec<u32> = (0..8).filter(|&j| at(8)[j as usize] >= 0.6).collect();
         want.sort_by(|&a, &b| f1[b as usize].total_cmp(&f1[a as usize]));
         assert_eq!(s.order[0], want);
+    }
+
+    #[test]
+    fn a_planned_split_takes_the_plans_counts_over_the_profiles_block_order() {
+        let f1 = [0.9f32, 0.05, 0.5, 0.3, 0.02, 0.6, 0.1, 0.2];
+        let at = |n: i32| {
+            f1.iter()
+                .map(|f| 1.0 - (1.0 - f).powi(n))
+                .collect::<Vec<f32>>()
+        };
+        let p = profile(vec![at(1), at(2), at(4), at(8)]);
+        let s = HotSplit::planned(&p, &[[1, 3, 3, 6]]).unwrap();
+        assert_eq!(s.counts[0], [1, 3, 3, 6]);
+        // The block: the six most likely to fire at batch size 8, hottest first.
+        assert_eq!(s.order[0], [0, 5, 2, 3, 7, 6]);
+        assert_eq!(s.neurons(0, 1), &[0]);
+        assert_eq!(s.neurons(0, 5), &[0, 5, 2]);
+        // The same order as the profile's own split.
+        let own = HotSplit::from_profile(&p, 0.25);
+        assert_eq!(own.order[0][..2], s.order[0][..2]);
+        // Counts past the layer are capped; shrinking counts and other layer counts are refused.
+        assert_eq!(
+            HotSplit::planned(&p, &[[8, 9, 9, 99]]).unwrap().counts[0],
+            [8; BUCKETS]
+        );
+        let e = HotSplit::planned(&p, &[[4, 2, 4, 4]])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("shrinks"), "{e}");
+        let e = HotSplit::planned(&p, &[[1; 4], [1; 4]])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("2 layers"), "{e}");
     }
 
     #[test]

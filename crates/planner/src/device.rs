@@ -91,6 +91,11 @@ pub struct DeviceProfile {
     /// FFN's down rows over a prompt); 0 in profiles of older builds: `prompt_flops`.
     #[serde(default)]
     pub prompt_t_flops: f64,
+    /// Accelerators' rates on this device (an NPU's, which `sparrow calibrate` does not measure:
+    /// no NPU is reachable where it was written); the CPU stand-in (`cpu`) needs no entry: it is
+    /// costed from [`Self::kernels`].
+    #[serde(default)]
+    pub accelerators: Vec<AccelRate>,
 }
 
 /// Fixed cost of one parallel kernel call at one thread count.
@@ -100,6 +105,22 @@ pub struct CallOverhead {
     pub threads: u32,
     /// Nanoseconds per call.
     pub ns: f64,
+}
+
+/// How fast an accelerator runs a layer's block of hot neurons (hybrid decode).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AccelRate {
+    /// The backend's name (`qnn`, `cpu`).
+    pub name: String,
+    /// Whether it runs beside the CPU cores (an NPU: a step takes the slower of the two halves) or
+    /// on them (the CPU stand-in: the sum).
+    pub parallel: bool,
+    /// Block bytes per second at batch size 1.
+    pub bps: f64,
+    /// A batch of `b` tokens costs `1 + batch_cost * (b - 1)` times one token.
+    pub batch_cost: f64,
+    /// Fixed cost of one block call, ns.
+    pub call_ns: f64,
 }
 
 fn one() -> f64 {
@@ -138,6 +159,7 @@ impl Default for DeviceProfile {
             batch_cost: one(),
             flash_seq_bps: 0.0,
             flash_path: String::new(),
+            accelerators: Vec::new(),
             call_overhead: Vec::new(),
             select_ns: 0.0,
             prompt_flops: 0.0,
@@ -197,6 +219,17 @@ impl DeviceProfile {
                 ));
             }
         }
+        for a in &self.accelerators {
+            let ok = a.bps.is_finite()
+                && a.bps > 0.0
+                && a.batch_cost.is_finite()
+                && a.batch_cost >= 0.0
+                && a.call_ns.is_finite()
+                && a.call_ns >= 0.0;
+            if !ok || a.name.is_empty() {
+                return bad(format!("accelerator rate of '{}'", a.name));
+            }
+        }
         Ok(())
     }
 
@@ -232,6 +265,22 @@ impl DeviceProfile {
         q.sort_unstable();
         q.dedup();
         q
+    }
+
+    /// The accelerator `name` as the planner costs it for blocks of `format` at `threads`: its
+    /// measured entry, or for `cpu` (the CPU stand-in, which runs the blocks through the batched
+    /// dense kernels on the same cores) the dense kernel rate of the format. `None`: not measured.
+    pub fn accel_rate(&self, name: &str, format: &str, threads: u32) -> Option<AccelRate> {
+        if let Some(a) = self.accelerators.iter().find(|a| a.name == name) {
+            return Some(a.clone());
+        }
+        (name == "cpu").then(|| AccelRate {
+            name: name.into(),
+            parallel: false,
+            bps: self.kernel_rate(format, threads).0,
+            batch_cost: (self.batch_scale(format, 2) - 1.0).max(0.0),
+            call_ns: 3.0 * self.call_ns(threads),
+        })
     }
 
     /// How many times one token's compute a batched product of `batch` tokens in `format` costs:

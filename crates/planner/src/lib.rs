@@ -9,7 +9,9 @@
 //! ([`tables`] states each term). Decisions: compute threads, the I/O thread's queue depth, dense or
 //! sparse, how many of each layer's hottest neurons stay in memory, and which tensors outside the FFN
 //! stay in memory (OATO: by time saved per byte). Per further batch size (2, 4, 8) the plan also gives
-//! threads and dense/sparse with the same memory placement.
+//! threads and dense/sparse with the same memory placement. Where the constraints name an
+//! accelerator, the plan also splits each layer between it and the CPU per batch size ([`hybrid`]:
+//! hybrid decode's hot neurons).
 //!
 //! Solvers: [`search`] (always built: exhaustive over the discrete settings, memory by benefit per
 //! byte), [`brute_force`] (every combination; the reference in tests) and, with the cargo feature
@@ -44,6 +46,7 @@
 mod container;
 mod device;
 mod error;
+mod hybrid;
 mod model;
 mod plan;
 mod prompt;
@@ -53,8 +56,11 @@ pub mod tables;
 mod z3solve;
 
 pub use container::fnv1a64;
-pub use device::{CallOverhead, DeviceProfile, IoRate, KernelRate, DEVICE_KIND, DEVICE_VERSION};
+pub use device::{
+    AccelRate, CallOverhead, DeviceProfile, IoRate, KernelRate, DEVICE_KIND, DEVICE_VERSION,
+};
 pub use error::{PlannerError, Result};
+pub use hybrid::{hybrid_layer_ns, hybrid_split, HybridSplit, HYBRID_BATCHES};
 pub use model::{step_neurons, FfnLayer, ModelSummary, TensorInfo};
 pub use plan::{make_plan, Plan, Predicted, Solver, PLAN_KIND, PLAN_VERSION};
 pub use prompt::{prompt_cost, PromptCost};

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use crate::container;
 use crate::device::DeviceProfile;
 use crate::error::{PlannerError, Result};
+use crate::hybrid::{hybrid_split, HybridSplit, HYBRID_BATCHES};
 use crate::model::{step_neurons, ModelSummary};
 use crate::prompt::{prompt_cost, PromptCost};
 use crate::solve::{Choice, Cost};
@@ -83,6 +84,10 @@ pub struct Plan {
     /// summary lacks the figures; plans of older builds).
     #[serde(default)]
     pub prompt: Option<PromptCost>,
+    /// Hybrid decode's split for the accelerator the constraints named (`None`: none named; plans
+    /// of older builds).
+    #[serde(default)]
+    pub hybrid: Option<HybridSplit>,
 }
 
 fn predicted(t: &Tables, batch: u32, c: &Choice, cost: &Cost) -> Predicted {
@@ -211,6 +216,10 @@ pub fn make_plan(
         memory: cost.memory,
         predicted: preds,
         prompt: prompt_cost(device, model, ffn_cache_bytes, choice.sparse, streamed),
+        hybrid: match &c.accelerator {
+            Some(a) => Some(hybrid_split(device, model, a, t1.threads[choice.threads])?),
+            None => None,
+        },
     })
 }
 
@@ -349,6 +358,22 @@ impl Plan {
                 "  predicted prompt: 512 tokens to the first token in {:.2} s ({:.0} tok/s)",
                 c.seconds(512),
                 c.tok_s(512)
+            );
+        }
+        if let Some(h) = &self.hybrid {
+            let total = |k: usize| h.counts.iter().map(|c| c[k] as u64).sum::<u64>();
+            let shares: Vec<String> = HYBRID_BATCHES
+                .iter()
+                .enumerate()
+                .map(|(k, b)| format!("{} at batch {b}", total(k)))
+                .collect();
+            let _ = writeln!(
+                s,
+                "  hybrid decode on the {} accelerator: hottest neurons there {} (FFN {:.2} ms a step at batch 1, {:.2} ms all sparse)",
+                h.accelerator,
+                shares.join(", "),
+                h.ffn_ns[0] as f64 * 1e-6,
+                h.sparse_ns[0] as f64 * 1e-6
             );
         }
         for q in &self.predicted[1..] {

@@ -22,7 +22,7 @@
 
 use crate::device::DeviceProfile;
 use crate::error::{PlannerError, Result};
-use crate::model::{step_neurons, ModelSummary};
+use crate::model::{step_neurons, FfnLayer, ModelSummary};
 
 /// What the user asks for.
 #[derive(Debug, Clone, PartialEq)]
@@ -37,6 +37,8 @@ pub struct Constraints {
     pub min_tok_s: Option<f64>,
     /// Most compute threads to use (`None`: all measured).
     pub max_threads: Option<u32>,
+    /// Plan hybrid decode's split for this accelerator (`cpu`, `qnn`; `None`: no accelerator).
+    pub accelerator: Option<String>,
 }
 
 impl Default for Constraints {
@@ -47,6 +49,7 @@ impl Default for Constraints {
             attended: 512,
             min_tok_s: None,
             max_threads: None,
+            accelerator: None,
         }
     }
 }
@@ -60,7 +63,7 @@ const GATE_SHARE: f64 = 1.0 / 3.0;
 const ATTN_CALLS: usize = 3;
 /// Parallel kernel calls of a decode step's FFN per layer (gate/up together, then down; a predictor
 /// adds one).
-const FFN_CALLS: usize = 2;
+pub(crate) const FFN_CALLS: usize = 2;
 
 /// The cost tables of one model on one device at one batch size.
 #[derive(Debug, Clone, PartialEq)]
@@ -99,8 +102,56 @@ const COALESCED_READ: u64 = 512 << 10;
 /// Bytes per step from which a tensor left on flash is read as a sequential stream.
 const STREAM_READ: u64 = 1 << 20;
 
-fn ns(bytes: f64, bps: f64) -> u64 {
+pub(crate) fn ns(bytes: f64, bps: f64) -> u64 {
     (bytes / bps * 1e9).round() as u64
+}
+
+/// Sparse decode's FFN time for `neurons` of layer `l`'s neurons, `active` of them firing, at `t`
+/// threads and batch size `b` (ns, without the per-call cost): selection's serial work per
+/// candidate (every neuron without a predictor, about the firing ones with one), the rows computed
+/// for every candidate (selection without predictors), each firing neuron's gate/up rows and its
+/// down column (weighted row sums).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn sparse_layer_ns(
+    device: &DeviceProfile,
+    predicted: bool,
+    select_up: bool,
+    l: &FfnLayer,
+    t: u32,
+    b: u32,
+    neurons: f64,
+    active: f64,
+) -> u64 {
+    let (d_bps, s_bps) = device.kernel_rate(&l.format, t);
+    let scale = device.batch_scale(&l.format, b);
+    let select_scale = 1.0 + device.batch_cost.max(0.0) * (b as f64 - 1.0);
+    let candidates = if predicted { active } else { neurons };
+    let mut sparse = (candidates * device.select_ns * select_scale).round() as u64;
+    if l.gate_up_bytes == 0 {
+        let every = if predicted {
+            0.0
+        } else {
+            l.neuron_bytes as f64 * GATE_SHARE
+        };
+        sparse +=
+            ns(neurons * every * scale, d_bps) + ns(active * l.neuron_bytes as f64 * scale, s_bps);
+    } else {
+        let (gu, down) = (l.gate_up_bytes as f64, l.down_bytes as f64);
+        let (every, firing) = match (predicted, select_up) {
+            (true, _) => (0.0, gu),
+            (false, true) => (gu, 0.0),
+            (false, false) => (gu / 2.0, gu / 2.0),
+        };
+        let down_format = if l.down_format.is_empty() {
+            &l.format
+        } else {
+            &l.down_format
+        };
+        sparse += ns(neurons * every * scale, d_bps)
+            + ns(active * firing * scale, s_bps)
+            + ns(active * down * scale, device.axpy_rate(down_format, t));
+    }
+    sparse
 }
 
 impl Tables {
@@ -119,7 +170,6 @@ impl Tables {
             .ok_or_else(|| PlannerError::Input(format!("no batch size index {batch}")))?;
         // Batched compute per format (selection's serial work: the profile's figure).
         let scale = |format: &str| device.batch_scale(format, b);
-        let select_scale = 1.0 + device.batch_cost.max(0.0) * (b as f64 - 1.0);
         let threads: Vec<u32> = device
             .thread_counts()
             .into_iter()
@@ -174,41 +224,12 @@ impl Tables {
             let mut sparse = calls(FFN_CALLS * layers);
             let mut dense = calls(FFN_CALLS * layers);
             for l in &model.layers {
-                let (d_bps, s_bps) = device.kernel_rate(&l.format, t);
-                let scale = scale(&l.format);
                 let active = l.hit[batch][model.grid as usize];
                 let n = l.neurons as f64;
-                // Selection's serial work per candidate: every neuron without a predictor, about
-                // the firing ones with one.
-                let candidates = if model.predicted { active } else { n };
-                sparse += (candidates * device.select_ns * select_scale).round() as u64;
-                // Bytes computed for every neuron (selection without predictors), for each firing
-                // neuron's gate/up rows, and its down column (weighted row sums).
-                if l.gate_up_bytes == 0 {
-                    let every = if model.predicted {
-                        0.0
-                    } else {
-                        l.neuron_bytes as f64 * GATE_SHARE
-                    };
-                    sparse += ns(n * every * scale, d_bps)
-                        + ns(active * l.neuron_bytes as f64 * scale, s_bps);
-                } else {
-                    let (gu, down) = (l.gate_up_bytes as f64, l.down_bytes as f64);
-                    let (every, firing) = match (model.predicted, model.select_up) {
-                        (true, _) => (0.0, gu),
-                        (false, true) => (gu, 0.0),
-                        (false, false) => (gu / 2.0, gu / 2.0),
-                    };
-                    let down_format = if l.down_format.is_empty() {
-                        &l.format
-                    } else {
-                        &l.down_format
-                    };
-                    sparse += ns(n * every * scale, d_bps)
-                        + ns(active * firing * scale, s_bps)
-                        + ns(active * down * scale, device.axpy_rate(down_format, t));
-                }
-                dense += ns(n * l.neuron_bytes as f64 * scale, d_bps);
+                sparse +=
+                    sparse_layer_ns(device, model.predicted, model.select_up, l, t, b, n, active);
+                let d_bps = device.kernel_rate(&l.format, t).0;
+                dense += ns(n * l.neuron_bytes as f64 * scale(&l.format), d_bps);
             }
             ffn_sparse_ns.push(sparse);
             ffn_dense_ns.push(dense);

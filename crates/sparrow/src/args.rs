@@ -88,9 +88,14 @@ pub struct ModelArgs {
     pub accel: Option<engine::AccelKind>,
     /// With --sparse --accel: the share of each layer's neurons, most often active first (from the
     /// profile), that runs densely on the accelerator at batch size 1; larger batches take every
-    /// neuron at least as likely to fire in the batch as the last of these.
-    #[arg(long, default_value_t = 0.1, value_parser = parse::share, requires = "accel")]
-    pub accel_hot: f64,
+    /// neuron at least as likely to fire in the batch as the last of these. Default: the split of
+    /// the plan (`--plan`, or the one made for `--memory-budget`) where it has one for this
+    /// accelerator, else 0.1.
+    #[arg(long, value_parser = parse::share, requires = "accel")]
+    pub accel_hot: Option<f64>,
+    /// Hybrid decode's split from the plan (`apply_plan`), per layer and batch size 1/2/4/8.
+    #[arg(skip)]
+    pub planned_split: Option<Vec<[u32; 4]>>,
     #[command(flatten)]
     pub offload: OffloadArgs,
 }

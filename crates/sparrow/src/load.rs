@@ -123,6 +123,11 @@ pub fn apply_plan(
     if o.io_depth == crate::args::DEFAULT_IO_DEPTH {
         o.io_depth = s.queue_depth;
     }
+    if let (Some(h), Some(kind), None) = (&plan.hybrid, &args.accel, args.accel_hot) {
+        if h.accelerator == kind.name() {
+            args.planned_split = Some(h.counts.clone());
+        }
+    }
     Ok(Some(plan))
 }
 
@@ -203,6 +208,11 @@ pub fn constraints(
         attended: context.min(512),
         min_tok_s,
         max_threads: (args.threads > 0).then_some(args.threads as u32),
+        accelerator: args
+            .accel
+            .as_ref()
+            .filter(|_| args.sparse || eng.model().config.ffn_store.is_some())
+            .map(|k| k.name().to_string()),
     }
 }
 
@@ -306,8 +316,14 @@ pub fn setup_sparse(eng: &mut Engine<'_>, args: &ModelArgs, quiet: bool) -> Resu
     }
     if let Some(kind) = &args.accel {
         // Hybrid decode: each layer's hot neurons on the accelerator, the rest sparse here; more
-        // of them for larger batches (from the profile's batch frequencies).
-        let split = engine::HotSplit::from_profile(&plan.profile, args.accel_hot);
+        // of them for larger batches (from the plan, else from the profile's batch frequencies).
+        let (split, source) = match &args.planned_split {
+            Some(counts) => (engine::HotSplit::planned(&plan.profile, counts)?, "planned"),
+            None => (
+                engine::HotSplit::from_profile(&plan.profile, args.accel_hot.unwrap_or(0.1)),
+                "from the profile",
+            ),
+        };
         match eng.install(|| engine::HybridFfn::open_blocks(kind, eng.model(), &split)) {
             Ok(accel) => {
                 let h = engine::HybridFfn::new(sp, accel, eng.model(), &split)?;
@@ -317,7 +333,7 @@ pub fn setup_sparse(eng: &mut Engine<'_>, args: &ModelArgs, quiet: bool) -> Resu
                         split.counts.iter().map(|c| c[b]).sum::<usize>() as f64 / d_ff * 100.0
                     };
                     eprintln!(
-                        "sparrow: hybrid decode: the hottest {:.0}% of each layer's neurons on the {} accelerator at batch size 1 ({:.0}% at 2, {:.0}% at 4, {:.0}% at 8 or more, from the profile), the rest sparse on the CPU",
+                        "sparrow: hybrid decode: the hottest {:.0}% of each layer's neurons on the {} accelerator at batch size 1 ({:.0}% at 2, {:.0}% at 4, {:.0}% at 8 or more, {source}), the rest sparse on the CPU",
                         share(0),
                         h.accelerator().name(),
                         share(1),

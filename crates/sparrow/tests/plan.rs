@@ -288,3 +288,103 @@ fn a_memory_budget_without_a_plan_is_planned_from_the_device_profile() {
     );
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// `sparrow plan --sparse --accel cpu` plans hybrid decode's split per batch size, and a run with
+/// that plan takes it (an explicit `--accel-hot` still wins).
+#[test]
+fn hybrid_decode_takes_the_planned_split() {
+    let dir = tmp("hybrid");
+    let d = dir.to_str().unwrap();
+    let model = fixture("tiny-llama-silu-q4_0.gguf");
+    let (profile, device, plan) = (
+        dir.join("t.sparrow-profile"),
+        dir.join("dev.sparrow-device"),
+        dir.join("h.plan"),
+    );
+    let (pr, dev, p) = (
+        profile.to_str().unwrap(),
+        device.to_str().unwrap(),
+        plan.to_str().unwrap(),
+    );
+    ok(&[
+        "profile",
+        "-m",
+        &model,
+        "--window",
+        "16",
+        "--windows",
+        "2",
+        "--calib-windows",
+        "1",
+        "--sparsity",
+        "0.3",
+        "-o",
+        pr,
+    ]);
+    ok(&["calibrate", "--quick", "--dir", d, "-o", dev]);
+    let out = ok(&[
+        "plan",
+        "-m",
+        &model,
+        "--device",
+        dev,
+        "--sparse",
+        "--profile",
+        pr,
+        "--accel",
+        "cpu",
+        "--ctx",
+        "64",
+        "-o",
+        p,
+        "--json",
+    ]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let h = &v["hybrid"];
+    assert_eq!(h["accelerator"], "cpu", "{v}");
+    let counts = h["counts"].as_array().unwrap();
+    assert_eq!(counts.len(), v["sparse"].as_array().unwrap().len(), "{v}");
+    assert!(
+        counts.iter().all(|c| {
+            let c: Vec<u64> = c
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_u64().unwrap())
+                .collect();
+            c.len() == 4 && c.windows(2).all(|w| w[0] <= w[1])
+        }),
+        "{v}"
+    );
+    let run = [
+        "run",
+        "-m",
+        &model,
+        "--sparse",
+        "--profile",
+        pr,
+        "--accel",
+        "cpu",
+        "--plan",
+        p,
+        "-p",
+        "hi",
+        "-n",
+        "2",
+    ];
+    let out = ok(&run);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("hybrid decode") && err.contains("planned"),
+        "{err}"
+    );
+    let mut own = run.to_vec();
+    own.extend(["--accel-hot", "0.5"]);
+    let out = ok(&own);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("hottest 50%") && err.contains("from the profile"),
+        "{err}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -122,6 +122,16 @@ pub enum AccelKind {
     },
 }
 
+impl AccelKind {
+    /// The backend's name, as device profiles and plans name it: `cpu` or `qnn`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            AccelKind::Cpu => "cpu",
+            AccelKind::Qnn { .. } => "qnn",
+        }
+    }
+}
+
 impl std::str::FromStr for AccelKind {
     type Err = String;
 

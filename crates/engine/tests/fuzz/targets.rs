@@ -775,6 +775,7 @@ fn planner_seeds() -> (Vec<u8>, Vec<u8>) {
         attended: 64,
         min_tok_s: None,
         max_threads: None,
+        accelerator: None,
     };
     let plan = make_plan(&device, &model, &c, Solver::Search).unwrap();
     (

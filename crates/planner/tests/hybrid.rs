@@ -1,0 +1,171 @@
+//! Hybrid decode's split: against brute force over every combination of per-layer counts, the
+//! limits (a free accelerator takes every neuron, a useless one none), counts that never shrink as
+//! the batch grows, and a named error for an accelerator the device profile lacks.
+
+mod common;
+
+use common::{device, model, small_case};
+use planner::{
+    hybrid_layer_ns, hybrid_split, make_plan, step_neurons, AccelRate, Constraints, DeviceProfile,
+    ModelSummary, Solver, HYBRID_BATCHES,
+};
+use proptest::prelude::*;
+
+fn npu(bps: f64) -> AccelRate {
+    AccelRate {
+        name: "qnn".into(),
+        parallel: true,
+        bps,
+        batch_cost: 0.1,
+        call_ns: 20_000.0,
+    }
+}
+
+fn with(mut d: DeviceProfile, a: AccelRate) -> DeviceProfile {
+    d.accelerators.push(a);
+    d
+}
+
+/// The batch-1 step's FFN time of every layer at the grid steps `js` (one per layer).
+fn step_ns(d: &DeviceProfile, m: &ModelSummary, name: &str, js: &[u32]) -> u64 {
+    m.layers
+        .iter()
+        .zip(js)
+        .map(|(l, &j)| {
+            let a = d.accel_rate(name, &l.format, 2).unwrap();
+            hybrid_layer_ns(d, m, l, &a, 2, (0, 1), j)
+        })
+        .sum()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// At batch size 1 the split is the cheapest of every combination of per-layer counts, and
+    /// counts never shrink as the batch grows; the predicted time is that combination's.
+    #[test]
+    fn the_split_is_brute_forces_best_and_grows_with_the_batch(
+        (layers, neurons, grid, alpha, _) in small_case(),
+        speed in 0.05f64..20.0,
+        parallel in any::<bool>(),
+    ) {
+        let m = model(layers, neurons, grid, alpha, false);
+        let d = with(device(2, 1.0), AccelRate { parallel, ..npu(4e9 * speed) });
+        let h = hybrid_split(&d, &m, "qnn", 2).unwrap();
+        let mut best = u64::MAX;
+        let combos = (grid as usize + 1).pow(layers as u32);
+        for mut k in 0..combos {
+            let js: Vec<u32> = (0..layers)
+                .map(|_| {
+                    let j = (k % (grid as usize + 1)) as u32;
+                    k /= grid as usize + 1;
+                    j
+                })
+                .collect();
+            best = best.min(step_ns(&d, &m, "qnn", &js));
+        }
+        prop_assert_eq!(h.ffn_ns[0], best);
+        prop_assert!(h.ffn_ns[0] <= h.sparse_ns[0]);
+        for (c, l) in h.counts.iter().zip(&m.layers) {
+            prop_assert!(c.windows(2).all(|w| w[0] <= w[1]), "{:?}", c);
+            prop_assert!(c.iter().all(|&k| k <= l.neurons));
+            prop_assert!(c.iter().all(|&k| (0..=grid).any(|j| step_neurons(l.neurons, grid, j) == k)));
+        }
+    }
+}
+
+#[test]
+fn a_free_accelerator_takes_every_neuron_and_a_useless_one_none() {
+    let m = model(2, 48, 4, 0.8, false);
+    let free = with(
+        device(2, 1.0),
+        AccelRate {
+            call_ns: 0.0,
+            ..npu(1e18)
+        },
+    );
+    let h = hybrid_split(&free, &m, "qnn", 2).unwrap();
+    for (c, l) in h.counts.iter().zip(&m.layers) {
+        assert_eq!(c, &[l.neurons; 4], "{h:?}");
+    }
+    let useless = with(
+        device(2, 1.0),
+        AccelRate {
+            call_ns: 1e9,
+            ..npu(1.0)
+        },
+    );
+    let h = hybrid_split(&useless, &m, "qnn", 2).unwrap();
+    assert!(h.counts.iter().all(|c| c == &[0; 4]), "{h:?}");
+    assert_eq!(h.ffn_ns, h.sparse_ns);
+}
+
+/// The CPU stand-in shares the cores: its block and the sparse rest add up, and a block there
+/// costs the dense kernels' rate. With those rates at most the sparse ones per byte, neurons that
+/// rarely fire stay sparse at batch size 1, and larger batches (more of them firing) take more.
+#[test]
+fn the_cpu_stand_in_is_costed_from_the_kernels_and_adds_to_the_sparse_work() {
+    let m = model(3, 64, 8, 1.2, false);
+    let d = device(2, 1.0);
+    let a = d
+        .accel_rate("cpu", "q4_0", 2)
+        .expect("the stand-in needs no entry");
+    assert!(!a.parallel);
+    assert_eq!(a.bps, d.kernel_rate("q4_0", 2).0);
+    let l = &m.layers[0];
+    let (cpu, all) = (
+        hybrid_layer_ns(&d, &m, l, &a, 2, (0, 1), 0),
+        hybrid_layer_ns(&d, &m, l, &a, 2, (0, 1), m.grid),
+    );
+    let half = hybrid_layer_ns(&d, &m, l, &a, 2, (0, 1), m.grid / 2);
+    let parallel = hybrid_layer_ns(
+        &d,
+        &m,
+        l,
+        &AccelRate {
+            parallel: true,
+            ..a.clone()
+        },
+        2,
+        (0, 1),
+        m.grid / 2,
+    );
+    assert!(parallel < half, "the stand-in adds what an NPU overlaps");
+    assert!(cpu > 0 && all > 0);
+    let h = hybrid_split(&d, &m, "cpu", 2).unwrap();
+    let total = |k: usize| h.counts.iter().map(|c| c[k]).sum::<u32>();
+    assert!(
+        total(0) < m.layers.iter().map(|l| l.neurons).sum::<u32>(),
+        "{h:?}"
+    );
+    assert!(total(3) >= total(0), "{h:?}");
+}
+
+#[test]
+fn an_accelerator_the_profile_lacks_is_a_named_error_and_plans_carry_the_split() {
+    let m = model(2, 32, 4, 1.0, false);
+    let err = hybrid_split(&device(2, 1.0), &m, "qnn", 2)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("'qnn'"), "{err}");
+    let c = Constraints {
+        accelerator: Some("cpu".into()),
+        ..Constraints::default()
+    };
+    let plan = make_plan(&device(2, 1.0), &m, &c, Solver::Search).unwrap();
+    let h = plan
+        .hybrid
+        .as_ref()
+        .expect("a split for the named accelerator");
+    assert_eq!(h.counts.len(), m.layers.len());
+    assert_eq!(
+        h,
+        &hybrid_split(&device(2, 1.0), &m, "cpu", plan.threads).unwrap()
+    );
+    assert!(plan
+        .describe()
+        .contains("hybrid decode on the cpu accelerator"));
+    assert_eq!(HYBRID_BATCHES, [1, 2, 4, 8]);
+    let none = make_plan(&device(2, 1.0), &m, &Constraints::default(), Solver::Search).unwrap();
+    assert!(none.hybrid.is_none());
+}
