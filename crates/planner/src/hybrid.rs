@@ -27,6 +27,18 @@ pub struct HybridSplit {
     pub ffn_ns: [u64; 4],
     /// The same with every neuron sparse on the CPU, ns.
     pub sparse_ns: [u64; 4],
+    /// A decode step at batch size 1 with this split: the plan's attention (and what it streams),
+    /// the predictors where the model has them, and [`HybridSplit::ffn_ns`]'s first; ns (0 where
+    /// not made by [`crate::make_plan`]).
+    #[serde(default)]
+    pub decode_ns: u64,
+}
+
+impl HybridSplit {
+    /// Predicted decode speed at batch size 1 with this split, tokens per second (`None`: unknown).
+    pub fn tok_s(&self) -> Option<f64> {
+        (self.decode_ns > 0).then(|| 1e9 / self.decode_ns as f64)
+    }
 }
 
 /// Layer `l`'s FFN time (ns) at batch size `b` (its firing neurons from the profile's batch size
@@ -136,5 +148,6 @@ pub fn hybrid_split(
         counts,
         ffn_ns,
         sparse_ns,
+        decode_ns: 0,
     })
 }

@@ -217,7 +217,18 @@ pub fn make_plan(
         predicted: preds,
         prompt: prompt_cost(device, model, ffn_cache_bytes, choice.sparse, streamed),
         hybrid: match &c.accelerator {
-            Some(a) => Some(hybrid_split(device, model, a, t1.threads[choice.threads])?),
+            Some(a) => {
+                let mut h = hybrid_split(device, model, a, t1.threads[choice.threads])?;
+                // Attention as planned, the predictors (hybrid decode is sparse), this FFN.
+                h.decode_ns = cost.attn_ns
+                    + if model.predicted {
+                        t1.pred_ns[choice.threads]
+                    } else {
+                        0
+                    }
+                    + h.ffn_ns[0];
+                Some(h)
+            }
             None => None,
         },
     })
@@ -369,11 +380,12 @@ impl Plan {
                 .collect();
             let _ = writeln!(
                 s,
-                "  hybrid decode on the {} accelerator: hottest neurons there {} (FFN {:.2} ms a step at batch 1, {:.2} ms all sparse)",
+                "  hybrid decode on the {} accelerator: hottest neurons there {} (FFN {:.2} ms a step at batch 1, {:.2} ms all sparse; {:.2} tok/s)",
                 h.accelerator,
                 shares.join(", "),
                 h.ffn_ns[0] as f64 * 1e-6,
-                h.sparse_ns[0] as f64 * 1e-6
+                h.sparse_ns[0] as f64 * 1e-6,
+                h.tok_s().unwrap_or(0.0)
             );
         }
         for q in &self.predicted[1..] {

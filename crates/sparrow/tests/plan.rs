@@ -378,6 +378,29 @@ fn hybrid_decode_takes_the_planned_split() {
         err.contains("hybrid decode") && err.contains("planned"),
         "{err}"
     );
+    // bench prints the split's own prediction next to hybrid decode's measurement.
+    let out = ok(&[
+        "bench",
+        "-m",
+        &model,
+        "--sparse",
+        "--profile",
+        pr,
+        "--accel",
+        "cpu",
+        "--plan",
+        p,
+        "-p",
+        "4",
+        "-n",
+        "4",
+        "-r",
+        "1",
+        "--json",
+    ]);
+    let b: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let predicted = b["plan"]["predicted_hybrid_tg_tok_s"].as_f64();
+    assert!(predicted.is_some_and(|x| x > 0.0), "{b}");
     let mut own = run.to_vec();
     own.extend(["--accel-hot", "0.5"]);
     let out = ok(&own);

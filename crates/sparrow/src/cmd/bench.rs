@@ -517,6 +517,11 @@ impl Printed<'_, '_> {
                 "measured_over_predicted": mean_sd(&runs[0].tg).0 / p.predicted[0].tok_s,
                 "solver": p.solver,
                 "memory": p.memory,
+                "predicted_hybrid_tg_tok_s": p
+                    .hybrid
+                    .as_ref()
+                    .filter(|_| a.model.planned_split.is_some())
+                    .and_then(|h| h.tok_s()),
             });
         }
         if runs.len() == 2 {
@@ -633,6 +638,23 @@ impl Printed<'_, '_> {
                     a.n_prompt,
                     c.seconds(a.n_prompt),
                     100.0 * (measured / predicted - 1.0)
+                );
+            }
+        }
+        if let Some(p) = self.plan {
+            // Hybrid decode with the plan's split (`--sparse --accel`, no `--accel-hot`): its own
+            // prediction.
+            let hybrid = report.modes.iter().position(|m| *m == BenchMode::Hybrid);
+            let pred = p
+                .hybrid
+                .as_ref()
+                .filter(|_| a.model.planned_split.is_some())
+                .and_then(|h| h.tok_s());
+            if let (Some(i), Some(pred)) = (hybrid, pred) {
+                let measured = mean_sd(&report.runs[i].tg).0;
+                println!(
+                    "plan: predicted hybrid tg {pred:.1} tok/s, measured {measured:.1} tok/s ({:+.0}%)",
+                    100.0 * (measured / pred - 1.0)
                 );
             }
         }
