@@ -216,7 +216,15 @@ pub fn make_plan(
         memory: cost.memory,
         predicted: preds,
         prompt: prompt_cost(device, model, ffn_cache_bytes, choice.sparse, streamed),
-        hybrid: match &c.accelerator {
+        // A device profile without the accelerator's rate plans no split (the run then takes the
+        // profile's), rather than no plan.
+        hybrid: match c.accelerator.as_ref().filter(|a| {
+            model.layers.iter().all(|l| {
+                device
+                    .accel_rate(a, &l.format, t1.threads[choice.threads])
+                    .is_some()
+            })
+        }) {
             Some(a) => {
                 let mut h = hybrid_split(device, model, a, t1.threads[choice.threads])?;
                 // Attention as planned, the predictors (hybrid decode is sparse), this FFN.

@@ -37,7 +37,8 @@ pub struct Constraints {
     pub min_tok_s: Option<f64>,
     /// Most compute threads to use (`None`: all measured).
     pub max_threads: Option<u32>,
-    /// Plan hybrid decode's split for this accelerator (`cpu`, `qnn`; `None`: no accelerator).
+    /// Plan hybrid decode's split for this accelerator (`cpu`, `qnn`; `None`: no accelerator). A
+    /// device profile without its rate gives a plan without a split.
     pub accelerator: Option<String>,
 }
 

@@ -171,4 +171,13 @@ fn an_accelerator_the_profile_lacks_is_a_named_error_and_plans_carry_the_split()
     assert_eq!(HYBRID_BATCHES, [1, 2, 4, 8]);
     let none = make_plan(&device(2, 1.0), &m, &Constraints::default(), Solver::Search).unwrap();
     assert!(none.hybrid.is_none());
+    // An accelerator the profile has no rate for: a plan all the same, without a split.
+    let qnn = Constraints {
+        accelerator: Some("qnn".into()),
+        ..Constraints::default()
+    };
+    let plan = make_plan(&device(2, 1.0), &m, &qnn, Solver::Search).unwrap();
+    assert!(plan.hybrid.is_none());
+    let plan = make_plan(&with(device(2, 1.0), npu(1e9)), &m, &qnn, Solver::Search).unwrap();
+    assert_eq!(plan.hybrid.unwrap().accelerator, "qnn");
 }
