@@ -368,15 +368,18 @@ mod tests {
         }
     }
 
+    /// Batch-1 frequencies of the tests' layer of 8 neurons.
+    const F1: [f32; 8] = [0.9, 0.05, 0.5, 0.3, 0.02, 0.6, 0.1, 0.2];
+
+    /// Independent neurons' chance of firing in a group of `n`: `1 - (1 - f)^n`.
+    fn independent(f1: &[f32], n: i32) -> Vec<f32> {
+        f1.iter().map(|f| 1.0 - (1.0 - f).powi(n)).collect()
+    }
+
     #[test]
     fn larger_batches_take_every_neuron_as_likely_to_fire_as_the_last_hot_one() {
-        // Independent neurons: the chance of firing in a group of N is 1 - (1 - f)^N.
-        let f1 = [0.9f32, 0.05, 0.5, 0.3, 0.02, 0.6, 0.1, 0.2];
-        let at = |n: i32| {
-            f1.iter()
-                .map(|f| 1.0 - (1.0 - f).powi(n))
-                .collect::<Vec<f32>>()
-        };
+        let f1 = F1;
+        let at = |n: i32| independent(&f1, n);
         let p = profile(vec![at(1), at(2), at(4), at(8)]);
         // A quarter at batch size 1: neurons 0 (0.9) and 5 (0.6); the break-even is 0.6.
         let s = HotSplit::from_profile(&p, 0.25);
@@ -397,12 +400,8 @@ mod tests {
 
     #[test]
     fn a_planned_split_takes_the_plans_counts_over_the_profiles_block_order() {
-        let f1 = [0.9f32, 0.05, 0.5, 0.3, 0.02, 0.6, 0.1, 0.2];
-        let at = |n: i32| {
-            f1.iter()
-                .map(|f| 1.0 - (1.0 - f).powi(n))
-                .collect::<Vec<f32>>()
-        };
+        let f1 = F1;
+        let at = |n: i32| independent(&f1, n);
         let p = profile(vec![at(1), at(2), at(4), at(8)]);
         let s = HotSplit::planned(&p, &[[1, 3, 3, 6]]).unwrap();
         assert_eq!(s.counts[0], [1, 3, 3, 6]);

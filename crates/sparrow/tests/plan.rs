@@ -199,6 +199,25 @@ fn a_budget_below_what_the_model_needs_is_a_named_error() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// Profiles `model` into `out` (a quick profile of a tiny fixture).
+fn profile_fixture(model: &str, out: &str) {
+    ok(&[
+        "profile",
+        "-m",
+        model,
+        "--window",
+        "16",
+        "--windows",
+        "2",
+        "--calib-windows",
+        "1",
+        "--sparsity",
+        "0.3",
+        "-o",
+        out,
+    ]);
+}
+
 /// `sparrow` with the model cache folder (where the device profile lives) set to `dir`.
 fn sparrow_in(dir: &Path, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_sparrow"))
@@ -215,21 +234,7 @@ fn a_memory_budget_without_a_plan_is_planned_from_the_device_profile() {
     let model = fixture("tiny-llama-silu-q4_0.gguf");
     let (profile, resident) = (dir.join("t.sparrow-profile"), dir.join("t.resident.gguf"));
     let (p, r) = (profile.to_str().unwrap(), resident.to_str().unwrap());
-    ok(&[
-        "profile",
-        "-m",
-        &model,
-        "--window",
-        "16",
-        "--windows",
-        "2",
-        "--calib-windows",
-        "1",
-        "--sparsity",
-        "0.3",
-        "-o",
-        p,
-    ]);
+    profile_fixture(&model, p);
     ok(&["convert", "-m", &model, "--profile", p, "-o", r]);
     let run = [
         "run",
@@ -306,21 +311,7 @@ fn hybrid_decode_takes_the_planned_split() {
         device.to_str().unwrap(),
         plan.to_str().unwrap(),
     );
-    ok(&[
-        "profile",
-        "-m",
-        &model,
-        "--window",
-        "16",
-        "--windows",
-        "2",
-        "--calib-windows",
-        "1",
-        "--sparsity",
-        "0.3",
-        "-o",
-        pr,
-    ]);
+    profile_fixture(&model, pr);
     ok(&["calibrate", "--quick", "--dir", d, "-o", dev]);
     let out = ok(&[
         "plan",
@@ -356,8 +347,7 @@ fn hybrid_decode_takes_the_planned_split() {
         }),
         "{v}"
     );
-    let run = [
-        "run",
+    let hybrid = [
         "-m",
         &model,
         "--sparse",
@@ -367,11 +357,8 @@ fn hybrid_decode_takes_the_planned_split() {
         "cpu",
         "--plan",
         p,
-        "-p",
-        "hi",
-        "-n",
-        "2",
     ];
+    let run: Vec<&str> = [&["run"][..], &hybrid, &["-p", "hi", "-n", "2"]].concat();
     let out = ok(&run);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -379,29 +366,17 @@ fn hybrid_decode_takes_the_planned_split() {
         "{err}"
     );
     // bench prints the split's own prediction next to hybrid decode's measurement.
-    let out = ok(&[
-        "bench",
-        "-m",
-        &model,
-        "--sparse",
-        "--profile",
-        pr,
-        "--accel",
-        "cpu",
-        "--plan",
-        p,
-        "-p",
-        "4",
-        "-n",
-        "4",
-        "-r",
-        "1",
-        "--json",
-    ]);
+    let bench = [
+        &["bench"][..],
+        &hybrid,
+        &["-p", "4", "-n", "4", "-r", "1", "--json"],
+    ]
+    .concat();
+    let out = ok(&bench);
     let b: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let predicted = b["plan"]["predicted_hybrid_tg_tok_s"].as_f64();
     assert!(predicted.is_some_and(|x| x > 0.0), "{b}");
-    let mut own = run.to_vec();
+    let mut own = run.clone();
     own.extend(["--accel-hot", "0.5"]);
     let out = ok(&own);
     let err = String::from_utf8_lossy(&out.stderr);
