@@ -314,7 +314,15 @@ pub fn setup_sparse(eng: &mut Engine<'_>, args: &ModelArgs, quiet: bool) -> Resu
             }
         );
     }
-    if let Some(kind) = &args.accel {
+    // A plan that puts no neuron on the accelerator at any batch size: sparse on the CPU alone.
+    let nothing_planned = args
+        .planned_split
+        .as_ref()
+        .is_some_and(|c| c.iter().all(|c| c[3] == 0));
+    if let (true, false) = (nothing_planned, quiet) {
+        eprintln!("sparrow: the plan puts no neuron on the accelerator: sparse on the CPU alone");
+    }
+    if let (Some(kind), false) = (&args.accel, nothing_planned) {
         // Hybrid decode: each layer's hot neurons on the accelerator, the rest sparse here; more
         // of them for larger batches (from the plan, else from the profile's batch frequencies).
         let (split, source) = match &args.planned_split {
