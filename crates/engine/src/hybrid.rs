@@ -74,15 +74,7 @@ impl HotSplit {
     /// set is a prefix of it.
     pub fn from_profile(profile: &predictor::Profile, share: f64) -> HotSplit {
         let sizes = [1u32, 2, 4, 8];
-        let index = |n: u32| {
-            profile
-                .batch_sizes
-                .iter()
-                .enumerate()
-                .filter(|&(_, &b)| b <= n)
-                .max_by_key(|&(_, &b)| b)
-                .map_or(0, |(i, _)| i)
-        };
+        let index = |n: u32| batch_index(profile, n);
         let mut order = Vec::with_capacity(profile.layers.len());
         let mut counts = Vec::with_capacity(profile.layers.len());
         for l in &profile.layers {
@@ -95,13 +87,7 @@ impl HotSplit {
                 counts.push([k1; BUCKETS]);
                 continue;
             }
-            let freq = |bi: usize, j: u32| -> f32 {
-                l.freq
-                    .get(bi)
-                    .and_then(|f| f.get(j as usize))
-                    .copied()
-                    .unwrap_or(0.0)
-            };
+            let freq = |bi: usize, j: u32| freq_at(l, bi, j);
             let by1 = l.hot_order(0).unwrap_or_default();
             // The break-even frequency: that of the last hot neuron at batch size 1.
             let theta = freq(0, by1[k1 - 1]);
@@ -135,12 +121,7 @@ impl HotSplit {
                 profile.layers.len()
             )));
         }
-        let top = profile
-            .batch_sizes
-            .iter()
-            .enumerate()
-            .max_by_key(|&(_, &b)| b)
-            .map_or(0, |(i, _)| i);
+        let top = batch_index(profile, 8);
         let mut order = Vec::with_capacity(counts.len());
         let mut out = Vec::with_capacity(counts.len());
         for (l, c) in profile.layers.iter().zip(counts) {
@@ -162,16 +143,30 @@ impl HotSplit {
     }
 }
 
+/// The profile's batch size index for a step of `n` tokens: the largest profiled size up to `n`.
+fn batch_index(profile: &predictor::Profile, n: u32) -> usize {
+    profile
+        .batch_sizes
+        .iter()
+        .enumerate()
+        .filter(|&(_, &b)| b <= n)
+        .max_by_key(|&(_, &b)| b)
+        .map_or(0, |(i, _)| i)
+}
+
+/// Neuron `j`'s frequency at the profile's batch size index `bi` (0 where not profiled).
+fn freq_at(l: &predictor::LayerProfile, bi: usize, j: u32) -> f32 {
+    l.freq
+        .get(bi)
+        .and_then(|f| f.get(j as usize))
+        .copied()
+        .unwrap_or(0.0)
+}
+
 /// The first `k` neurons of layer `l` by their frequency at the profile's batch size index `top`
 /// (then at batch size 1, then by index): the accelerator's block, each batch size's set a prefix.
 fn block_order(l: &predictor::LayerProfile, top: usize, k: usize) -> Vec<u32> {
-    let freq = |bi: usize, j: u32| -> f32 {
-        l.freq
-            .get(bi)
-            .and_then(|f| f.get(j as usize))
-            .copied()
-            .unwrap_or(0.0)
-    };
+    let freq = |bi: usize, j: u32| freq_at(l, bi, j);
     let mut ord: Vec<u32> = (0..l.n_neurons).collect();
     ord.sort_by(|&a, &b| {
         freq(top, b)

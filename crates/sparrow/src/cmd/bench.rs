@@ -517,11 +517,7 @@ impl Printed<'_, '_> {
                 "measured_over_predicted": mean_sd(&runs[0].tg).0 / p.predicted[0].tok_s,
                 "solver": p.solver,
                 "memory": p.memory,
-                "predicted_hybrid_tg_tok_s": p
-                    .hybrid
-                    .as_ref()
-                    .filter(|_| a.model.planned_split.is_some())
-                    .and_then(|h| h.tok_s()),
+                "predicted_hybrid_tg_tok_s": planned_hybrid_tok_s(p, a),
             });
         }
         if runs.len() == 2 {
@@ -645,12 +641,7 @@ impl Printed<'_, '_> {
             // Hybrid decode with the plan's split (`--sparse --accel`, no `--accel-hot`): its own
             // prediction.
             let hybrid = report.modes.iter().position(|m| *m == BenchMode::Hybrid);
-            let pred = p
-                .hybrid
-                .as_ref()
-                .filter(|_| a.model.planned_split.is_some())
-                .and_then(|h| h.tok_s());
-            if let (Some(i), Some(pred)) = (hybrid, pred) {
+            if let (Some(i), Some(pred)) = (hybrid, planned_hybrid_tok_s(p, a)) {
                 let measured = mean_sd(&report.runs[i].tg).0;
                 println!(
                     "plan: predicted hybrid tg {pred:.1} tok/s, measured {measured:.1} tok/s ({:+.0}%)",
@@ -670,4 +661,12 @@ impl Printed<'_, '_> {
             mib(engine::sys::peak_rss_bytes().unwrap_or(0))
         );
     }
+}
+
+/// The plan's predicted hybrid decode speed, where the run took the plan's split (no `--accel-hot`).
+fn planned_hybrid_tok_s(p: &engine::planner::Plan, a: &BenchArgs) -> Option<f64> {
+    p.hybrid
+        .as_ref()
+        .filter(|_| a.model.planned_split.is_some())
+        .and_then(|h| h.tok_s())
 }
