@@ -92,11 +92,21 @@ impl Server {
 
     /// The value of an unlabelled metric in `/metrics`.
     pub fn metric(&self, name: &str) -> f64 {
+        self.metrics(&[name])[0]
+    }
+
+    /// Several unlabelled metrics read from one `/metrics` scrape (consistent with each other).
+    pub fn metrics(&self, names: &[&str]) -> Vec<f64> {
         let (s, text) = self.get("/metrics");
         assert_eq!(s, 200);
-        text.lines()
-            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
-            .unwrap_or_else(|| panic!("no metric {name} in:\n{text}"))
+        names
+            .iter()
+            .map(|name| {
+                text.lines()
+                    .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+                    .unwrap_or_else(|| panic!("no metric {name} in:\n{text}"))
+            })
+            .collect()
     }
 
     /// Opens a streaming request; read its events with [`Sse::next_data`].
