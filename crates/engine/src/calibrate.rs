@@ -4,7 +4,8 @@
 //! `calibrate_kernels`), DRAM read bandwidth, the cost of a
 //! batch, and flash random-read throughput by read size and queue depth with direct I/O through
 //! `ufs-io` (one I/O thread, as the engine reads), plus sequential bandwidth, the fixed cost of a
-//! parallel kernel call and sparse selection's serial cost per neuron (`select_cost`).
+//! parallel kernel call and sparse selection's serial cost per neuron (`select_cost`); and, when
+//! asked, an accelerator's rate (`calibrate_accel`).
 //!
 //! The flash figures are measured on a scratch file in the folder given (the folder the models live
 //! in, so the same device), written once, read with direct I/O through `ufs-io` so the page cache is out of play,
@@ -18,6 +19,8 @@ use kernels_neon::{Precision, QMatrix, WeightFormat};
 use planner::{CallOverhead, DeviceProfile, IoRate};
 use ufs_io::{IoConfig, IoEngine, OpenOptions, ReadRequest};
 
+use crate::accel::AccelKind;
+use crate::calibrate_accel::measure_accel;
 use crate::calibrate_kernels::{kernel_err, measure_kernels, per_call, pool, XorShift, ROUNDS};
 use crate::error::{EngineError, Result};
 
@@ -38,6 +41,9 @@ pub struct CalibrateOptions {
     pub read_sizes: Vec<u32>,
     /// Queue depths.
     pub queue_depths: Vec<u32>,
+    /// An accelerator to measure for hybrid decode (`calibrate_accel`), first, so that a backend
+    /// that does not open fails the run before the minute of the rest.
+    pub accel: Option<AccelKind>,
 }
 
 impl CalibrateOptions {
@@ -59,6 +65,7 @@ impl CalibrateOptions {
             // Up to the reads the I/O thread coalesces touching unit reads into (512 KiB at most).
             read_sizes: vec![4096, 16384, 65536, 262144],
             queue_depths: vec![1, 8, 32, 128],
+            accel: None,
         }
     }
 
@@ -82,7 +89,8 @@ impl CalibrateOptions {
             + self.formats.len() * self.max_threads
             + 3
             + self.read_sizes.len() * self.queue_depths.len()
-            + 3) as u64
+            + 3
+            + usize::from(self.accel.is_some())) as u64
     }
 }
 
@@ -226,6 +234,18 @@ pub fn calibrate(o: &CalibrateOptions, mut progress: impl FnMut(&str)) -> Result
             "calibrate: read sizes must be multiples of 4096".into(),
         ));
     }
+    let mut accelerators = Vec::new();
+    if let Some(kind) = &o.accel {
+        let a = measure_accel(kind, o.point_time)?;
+        progress(&format!(
+            "{} accelerator: {:.2} G multiply-adds/s, {:.1} µs per call, a batch of b costs 1 + {:.2}·(b − 1) tokens",
+            a.name,
+            a.macs_per_s / 1e9,
+            a.call_ns / 1e3,
+            a.batch_cost
+        ));
+        accelerators.push(a);
+    }
     let (kernels, batch_cost) =
         measure_kernels(&o.formats, o.max_threads, o.point_time, &mut progress)?;
     let (prompt_flops, prompt_t_flops) = measure_prompt(o)?;
@@ -292,7 +312,7 @@ pub fn calibrate(o: &CalibrateOptions, mut progress: impl FnMut(&str)) -> Result
         select_ns,
         prompt_flops,
         prompt_t_flops,
-        accelerators: Vec::new(),
+        accelerators,
     })
 }
 

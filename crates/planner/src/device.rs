@@ -115,8 +115,14 @@ pub struct AccelRate {
     /// Whether it runs beside the CPU cores (an NPU: a step takes the slower of the two halves) or
     /// on them (the CPU stand-in: the sum).
     pub parallel: bool,
-    /// Block bytes per second at batch size 1.
+    /// Block bytes per second at batch size 1, the bytes of the model's own format (the CPU
+    /// stand-in, which runs the file's rows); 0 where [`AccelRate::macs_per_s`] gives the rate.
     pub bps: f64,
+    /// Multiply-adds per second at batch size 1 (a measured accelerator, whose blocks hold their
+    /// own form of the weights, so that a rate in the file's bytes would depend on the file's
+    /// format); 0: [`AccelRate::bps`] gives the rate. A neuron's block row costs `3 × d_model`.
+    #[serde(default)]
+    pub macs_per_s: f64,
     /// A batch of `b` tokens costs `1 + batch_cost * (b - 1)` times one token.
     pub batch_cost: f64,
     /// Fixed cost of one block call, ns.
@@ -220,8 +226,10 @@ impl DeviceProfile {
             }
         }
         for a in &self.accelerators {
-            let ok = a.bps.is_finite()
-                && a.bps > 0.0
+            let rate = |r: f64| r.is_finite() && r >= 0.0;
+            let ok = rate(a.bps)
+                && rate(a.macs_per_s)
+                && (a.bps > 0.0 || a.macs_per_s > 0.0)
                 && a.batch_cost.is_finite()
                 && a.batch_cost >= 0.0
                 && a.call_ns.is_finite()
@@ -278,6 +286,7 @@ impl DeviceProfile {
             name: name.into(),
             parallel: false,
             bps: self.kernel_rate(format, threads).0,
+            macs_per_s: 0.0,
             batch_cost: (self.batch_scale(format, 2) - 1.0).max(0.0),
             call_ns: 3.0 * self.call_ns(threads),
         })

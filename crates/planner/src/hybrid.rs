@@ -75,22 +75,33 @@ pub fn hybrid_layer_ns(
     } else {
         0
     };
-    let block_bytes = if l.gate_up_bytes > 0 {
-        l.gate_up_bytes + l.down_bytes
-    } else {
-        l.neuron_bytes
-    } as f64;
     let accel = if hot > 0.0 {
         let scale = 1.0 + acc.batch_cost * (b as f64 - 1.0);
-        ns(hot * block_bytes * scale, acc.bps) + acc.call_ns.round() as u64
+        accel_block_ns(model, l, acc, hot * scale).saturating_add(acc.call_ns.round() as u64)
     } else {
         0
     };
     if acc.parallel {
         cpu.max(accel)
     } else {
-        cpu + accel
+        cpu.saturating_add(accel)
     }
+}
+
+/// The accelerator's compute time (ns, no call) for `neurons` rows of layer `l`'s block: at its
+/// multiply-add rate where it has one and the model's width is known, else at its byte rate over the
+/// file's bytes of those neurons.
+fn accel_block_ns(model: &ModelSummary, l: &FfnLayer, acc: &AccelRate, neurons: f64) -> u64 {
+    let macs = model.neuron_macs();
+    if acc.macs_per_s > 0.0 && macs > 0.0 {
+        return ns(neurons * macs, acc.macs_per_s);
+    }
+    let block_bytes = if l.gate_up_bytes > 0 {
+        l.gate_up_bytes + l.down_bytes
+    } else {
+        l.neuron_bytes
+    } as f64;
+    ns(neurons * block_bytes, acc.bps)
 }
 
 /// The profile's batch size index for a step of `size` tokens: the largest profiled size up to it.
@@ -124,6 +135,12 @@ pub fn hybrid_split(
                     "the device profile has no rate for the accelerator '{accelerator}'"
                 ))
             })?;
+        if acc.bps <= 0.0 && model.neuron_macs() <= 0.0 {
+            return Err(PlannerError::Input(format!(
+                "the accelerator '{accelerator}' is rated in multiply-adds and the model summary \
+                 does not give its width (down_macs_per_token)"
+            )));
+        }
         let mut c = [0u32; 4];
         let mut prev = 0u32;
         for (k, &b) in HYBRID_BATCHES.iter().enumerate() {

@@ -169,6 +169,18 @@ pub struct ModelSummary {
 }
 
 impl ModelSummary {
+    /// Multiply-adds of one FFN neuron for one token (its gate and up rows and its down column,
+    /// `3 × d_model`), from [`ModelSummary::down_macs_per_token`] over every layer's neurons; 0 when
+    /// unknown.
+    pub fn neuron_macs(&self) -> f64 {
+        let neurons: f64 = self.layers.iter().map(|l| l.neurons as f64).sum();
+        if neurons > 0.0 {
+            3.0 * self.down_macs_per_token / neurons
+        } else {
+            0.0
+        }
+    }
+
     /// Checks shapes: every layer has one hit curve per batch size of `grid + 1` non-decreasing points.
     pub fn validate(&self) -> Result<()> {
         let bad = |w: String| Err(PlannerError::Input(format!("model summary: {w}")));

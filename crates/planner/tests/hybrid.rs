@@ -16,6 +16,7 @@ fn npu(bps: f64) -> AccelRate {
         name: "qnn".into(),
         parallel: true,
         bps,
+        macs_per_s: 0.0,
         batch_cost: 0.1,
         call_ns: 20_000.0,
     }
@@ -180,4 +181,41 @@ fn an_accelerator_the_profile_lacks_is_a_named_error_and_plans_carry_the_split()
     assert!(plan.hybrid.is_none());
     let plan = make_plan(&with(device(2, 1.0), npu(1e9)), &m, &qnn, Solver::Search).unwrap();
     assert_eq!(plan.hybrid.unwrap().accelerator, "qnn");
+}
+
+/// A measured accelerator rated in multiply-adds (`sparrow calibrate --accel`): a block of `k`
+/// neurons costs `k × 3 × d_model` of them (the width from the summary's down-projection MACs),
+/// whatever the file's format; without the width, planning for it is a named error.
+#[test]
+fn an_accelerator_rated_in_multiply_adds_costs_the_block_by_the_models_width() {
+    let mut m = model(2, 40, 4, 1.0, false);
+    let neurons: u32 = m.layers.iter().map(|l| l.neurons).sum();
+    let macs = AccelRate {
+        bps: 0.0,
+        macs_per_s: 1e9,
+        call_ns: 0.0,
+        batch_cost: 0.5,
+        ..npu(0.0)
+    };
+    let d = with(device(2, 1.0), macs.clone());
+    let err = hybrid_split(&d, &m, "qnn", 2).unwrap_err().to_string();
+    assert!(err.contains("width"), "{err}");
+    m.down_macs_per_token = f64::from(neurons) * 1024.0;
+    assert_eq!(m.neuron_macs(), 3072.0);
+    let l = &m.layers[0];
+    let all = |b: (usize, u32)| hybrid_layer_ns(&d, &m, l, &macs, 2, b, m.grid);
+    // Every neuron on the accelerator, nothing left for the CPU: the block alone.
+    assert_eq!(all((0, 1)), u64::from(l.neurons) * 3072);
+    assert_eq!(all((1, 2)), u64::from(l.neurons) * 3072 * 3 / 2);
+    let h = hybrid_split(&d, &m, "qnn", 2).unwrap();
+    assert!(h.ffn_ns[0] <= h.sparse_ns[0], "{h:?}");
+    // A profile with neither rate does not validate.
+    let none = with(
+        device(2, 1.0),
+        AccelRate {
+            macs_per_s: 0.0,
+            ..macs
+        },
+    );
+    assert!(none.validate().is_err());
 }

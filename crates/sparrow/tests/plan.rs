@@ -386,3 +386,115 @@ fn hybrid_decode_takes_the_planned_split() {
     );
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// `sparrow calibrate --accel qnn:LIBRARY` measures the accelerator (here the QNN test double,
+/// loaded by path as libQnnHtp.so would be) into the device profile; `sparrow plan --sparse --accel
+/// qnn` then plans hybrid decode's split for it, and a run over QNN takes that plan. A library that
+/// does not load ends calibration with a one-line error naming it, the saved profile untouched.
+#[test]
+fn calibrate_measures_an_accelerator_that_plan_splits_for() {
+    let dir = tmp("qnn");
+    let d = dir.to_str().unwrap();
+    let double = qnn_double::library_path().expect("cargo builds the QNN double for the tests");
+    let qnn = format!("qnn-f32:{}", double.display());
+    let model = fixture("tiny-llama-silu-q4_0.gguf");
+    let (profile, device, plan) = (
+        dir.join("t.sparrow-profile"),
+        dir.join("dev.sparrow-device"),
+        dir.join("q.plan"),
+    );
+    let (pr, dev, p) = (
+        profile.to_str().unwrap(),
+        device.to_str().unwrap(),
+        plan.to_str().unwrap(),
+    );
+    profile_fixture(&model, pr);
+    let out = ok(&[
+        "calibrate",
+        "--quick",
+        "--dir",
+        d,
+        "-o",
+        dev,
+        "--accel",
+        &qnn,
+        "--json",
+    ]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let a = &v["accelerators"][0];
+    assert_eq!(a["name"], "qnn", "{v}");
+    assert_eq!(a["parallel"], true, "{a}");
+    assert!(a["macs_per_s"].as_f64().unwrap() > 1e6, "{a}");
+    assert!(a["call_ns"].as_f64().unwrap() >= 0.0, "{a}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("qnn accelerator:"), "{err}");
+
+    let out = ok(&[
+        "plan",
+        "-m",
+        &model,
+        "--device",
+        dev,
+        "--sparse",
+        "--profile",
+        pr,
+        "--accel",
+        &qnn,
+        "--ctx",
+        "64",
+        "-o",
+        p,
+        "--json",
+    ]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let h = &v["hybrid"];
+    assert_eq!(h["accelerator"], "qnn", "{v}");
+    let counts: Vec<Vec<u64>> = serde_json::from_value(h["counts"].clone()).unwrap();
+    assert_eq!(counts.len(), v["sparse"].as_array().unwrap().len(), "{v}");
+    assert!(h["decode_ns"].as_u64().unwrap() > 0, "{h}");
+    let out = ok(&[
+        "run",
+        "-m",
+        &model,
+        "--sparse",
+        "--profile",
+        pr,
+        "--accel",
+        &qnn,
+        "--plan",
+        p,
+        "-p",
+        "hi",
+        "-n",
+        "2",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    let wanted = if counts.iter().all(|c| c[3] == 0) {
+        "puts no neuron on the accelerator"
+    } else {
+        "planned"
+    };
+    assert!(err.contains(wanted), "{counts:?}: {err}");
+
+    // A library that does not load: the error names it, the profile saved above stays.
+    let saved = std::fs::read(&device).unwrap();
+    let out = sparrow(&[
+        "calibrate",
+        "--quick",
+        "--dir",
+        d,
+        "-o",
+        dev,
+        "--accel",
+        "qnn:/nonexistent/libQnnHtp.so",
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.starts_with("error: ") && err.trim_end().lines().count() == 1,
+        "{err}"
+    );
+    assert!(err.contains("/nonexistent/libQnnHtp.so"), "{err}");
+    assert_eq!(std::fs::read(&device).unwrap(), saved);
+    std::fs::remove_dir_all(&dir).ok();
+}

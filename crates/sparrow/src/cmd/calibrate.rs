@@ -1,5 +1,6 @@
 //! `sparrow calibrate`: measures this machine for the planner (kernels per format and thread count,
-//! DRAM, flash by read size and queue depth) and saves the device profile (`engine::calibrate`).
+//! DRAM, flash by read size and queue depth, an accelerator when asked) and saves the device
+//! profile (`engine::calibrate`).
 
 use std::path::PathBuf;
 
@@ -30,6 +31,12 @@ pub struct CalibrateArgs {
     /// [default: Q4_0, Q4_1, Q8_0, Q4_K, Q6_K and Q5_0, or Q4_0 and Q8_0 with --quick].
     #[arg(long, value_delimiter = ',')]
     pub formats: Vec<String>,
+    /// Also measure an accelerator for hybrid decode's split (`sparrow plan --sparse --accel`):
+    /// `qnn` (libQnnHtp.so then libQnnCpu.so, INT8 weights), `qnn:LIBRARY`, `qnn-f32[:LIBRARY]`.
+    /// Measured first: a library that does not load ends the run with its error. The CPU stand-in
+    /// (`cpu`) needs no measurement.
+    #[arg(long, value_name = "KIND")]
+    pub accel: Option<engine::AccelKind>,
 }
 
 /// The formats `--formats` names (`None`: the default set).
@@ -75,6 +82,7 @@ pub fn run(a: CalibrateArgs) -> Result<()> {
     if let Some(f) = formats {
         opts.formats = f;
     }
+    opts.accel = a.accel;
     let b = bar(opts.steps(), "points measured");
     let profile = engine::calibrate(&opts, |line| {
         b.inc(1);
