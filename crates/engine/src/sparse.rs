@@ -173,6 +173,15 @@ impl SparseFfn {
         }
     }
 
+    /// The flash offload, mutably (to set its prompt accelerator), when the weights are in a
+    /// neuron store.
+    pub fn offload_mut(&mut self) -> Option<&mut Offload> {
+        match &mut self.weights {
+            Weights::Store(off) => Some(off),
+            Weights::Memory { .. } => None,
+        }
+    }
+
     /// Uses `predictor` to choose the gate rows of each decode step (without one, every gate row is
     /// computed and only the threshold makes the FFN sparse).
     pub fn with_predictor(mut self, predictor: Box<dyn NeuronPredictor>) -> Self {

@@ -9,6 +9,8 @@
 mod common;
 #[path = "accel/hybrid.rs"]
 mod hybrid;
+#[path = "accel/prefill.rs"]
+mod prefill;
 
 use std::path::{Path, PathBuf};
 

@@ -355,8 +355,9 @@ impl Graph {
         Ok(())
     }
 
-    /// `FullyConnected`: `y = x · wᵀ (+ bias)`, x `[batch, in]`, w `[out, in]` (static), bias `[out]`
-    /// (static f32), y `[batch, out]`.
+    /// `FullyConnected`: `y = x · wᵀ (+ bias)`, x `[batch, in]`, w `[out, in]` (static, or a graph
+    /// input given to each execution: weights streamed in, as a prompt step over a neuron store
+    /// needs), bias `[out]` (static f32), y `[batch, out]`.
     pub fn fully_connected(
         &mut self,
         name: &str,
@@ -370,10 +371,11 @@ impl Graph {
             self.dims(w)?.to_vec(),
             self.dims(y)?.to_vec(),
         );
-        if self.rec(w)?.kind != QNN_TENSOR_TYPE_STATIC || wd.len() != 2 {
+        let kind = self.rec(w)?.kind;
+        if !(kind == QNN_TENSOR_TYPE_STATIC || kind == QNN_TENSOR_TYPE_APP_WRITE) || wd.len() != 2 {
             return Err(shape(
                 name,
-                format!("weights {wd:?} must be a static [out, in] matrix"),
+                format!("weights {wd:?} must be a static or input [out, in] matrix"),
             ));
         }
         if xd.len() != 2 || xd[1] != wd[1] || yd != [xd[0], wd[0]] {

@@ -1,6 +1,6 @@
 //! Safe wrapper (layer 2) over the raw QNN bindings of `npu-qnn-sys`: load a QNN backend library,
 //! create backend, device, context, build a graph of built-in ops over f32 activations and f32 or
-//! INT8 weights, finalize it and execute it on slices. No `unsafe` leaks out of this crate.
+//! INT8 weights (static, or f32 given to each execution), finalize it and execute it on slices. No `unsafe` leaks out of this crate.
 //!
 //! # Example
 //! ```no_run

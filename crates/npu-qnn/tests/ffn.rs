@@ -167,3 +167,72 @@ fn int8_reference_differs_from_f32_weights() {
         .fold(0.0, f64::max);
     assert!(diff > TOL, "quantization changed nothing ({diff})");
 }
+
+/// Weights as graph inputs (`FfnWeights::Input`, what a prompt step streaming its weights from flash
+/// uses): one graph serves every set of weights of its shape, each execution computing with the
+/// weights it is given; a wrong count or size of weights is a length error before QNN is called.
+#[test]
+fn weights_given_to_each_execution() {
+    let ctl = control();
+    let mut rng = Rng::new(7);
+    {
+        let qnn = Qnn::load(Some(&double())).expect("the double loads");
+        let backend = Backend::new(&qnn).unwrap();
+        let ctx = Context::new(&backend, None).unwrap();
+        let batch = 4;
+        let mut ffn = FfnGraph::build(
+            &ctx,
+            batch,
+            D_MODEL,
+            D_FF,
+            FfnWeights::Input,
+            FfnWeights::Input,
+            FfnWeights::Input,
+            FfnActivation::Silu,
+        )
+        .unwrap();
+        let x = rng.vec(batch * D_MODEL, 1.0);
+        let mut outs = Vec::new();
+        for _ in 0..2 {
+            let gate = rng.vec(D_FF * D_MODEL, 0.5);
+            let up = rng.vec(D_FF * D_MODEL, 0.5);
+            let down = rng.vec(D_MODEL * D_FF, 0.5);
+            let mut y = vec![f32::NAN; batch * D_MODEL];
+            ffn.execute_with(&x, &[&gate, &up, &down], &mut y).unwrap();
+            let f64s = |v: &[f32]| v.iter().map(|&x| x as f64).collect::<Vec<_>>();
+            let want = reference_ffn(
+                &x,
+                batch,
+                D_MODEL,
+                D_FF,
+                &f64s(&gate),
+                &f64s(&up),
+                &f64s(&down),
+                true,
+            );
+            for (&got, &r) in y.iter().zip(&want) {
+                assert!(
+                    (got as f64 - r).abs() <= TOL * (1.0 + r.abs()),
+                    "{got} vs {r}"
+                );
+            }
+            outs.push(y);
+        }
+        assert_ne!(
+            outs[0], outs[1],
+            "the second execution used its own weights"
+        );
+        let w = rng.vec(D_FF * D_MODEL, 0.5);
+        let mut y = vec![0.0f32; batch * D_MODEL];
+        let e = ffn.execute_with(&x, &[&w, &w], &mut y).unwrap_err();
+        assert!(e.to_string().contains("weight inputs"), "{e}");
+        let e = ffn
+            .execute_with(&x, &[&w, &w, &w[1..]], &mut y)
+            .unwrap_err();
+        assert!(e.to_string().contains("FFN weights"), "{e}");
+        // A graph with static weights takes none.
+        let e = ffn.execute(&x, &mut y).unwrap_err();
+        assert!(e.to_string().contains("weight inputs"), "{e}");
+    }
+    assert_eq!(ctl.live_objects(), 0, "every QNN object freed");
+}

@@ -135,8 +135,8 @@ impl GraphObj {
         Ok(())
     }
 
-    /// FullyConnected: in[0] `[.., in]` (flattened to rows of `in`), in[1] `[out, in]` static,
-    /// optional in[2] `[out]` static; out `[rows, out]`.
+    /// FullyConnected: in[0] `[.., in]` (flattened to rows of `in`), in[1] `[out, in]` static or
+    /// a graph input, optional in[2] `[out]` static; out `[rows, out]`.
     fn fc_shapes(&self, inputs: &[u32], output: u32) -> bool {
         if !(2..=3).contains(&inputs.len()) {
             return false;
@@ -148,7 +148,9 @@ impl GraphObj {
         );
         let [o, i] = *w else { return false };
         let xn: u64 = x.iter().map(|&d| d as u64).product();
-        if x.is_empty() || x[x.len() - 1] != i || self.tensors[&inputs[1]].values.is_none() {
+        let weights = &self.tensors[&inputs[1]];
+        let given = weights.values.is_some() || weights.kind == QNN_TENSOR_TYPE_APP_WRITE;
+        if x.is_empty() || x[x.len() - 1] != i || !given {
             return false;
         }
         let rows = xn / i as u64;

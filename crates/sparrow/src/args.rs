@@ -82,8 +82,9 @@ pub struct ModelArgs {
     /// Run FFN blocks on an accelerator: `qnn` (Qualcomm QNN, libQnnHtp.so then libQnnCpu.so, INT8
     /// weights), `qnn:LIBRARY`, `qnn-f32[:LIBRARY]` (f32 weights), or `cpu` (the same blocks on the
     /// CPU kernels). Alone: every layer's whole FFN. With --sparse: hybrid decode, each layer's
-    /// hottest neurons (--accel-hot) there and the rest sparse on the CPU. A library that cannot be
-    /// used is a warning and the CPU.
+    /// hottest neurons (--accel-hot) there and the rest sparse on the CPU. On a resident file
+    /// (`sparrow convert`): prompt steps, each layer streamed from flash onto it (NPU-centric
+    /// prefill). A library that cannot be used is a warning and the CPU.
     #[arg(long, value_name = "KIND")]
     pub accel: Option<engine::AccelKind>,
     /// With --sparse --accel: the share of each layer's neurons, most often active first (from the

@@ -280,10 +280,11 @@ pub fn setup_sparse(eng: &mut Engine<'_>, args: &ModelArgs, quiet: bool) -> Resu
     if !quiet {
         warn_moot_flags(eng, args);
     }
-    if let (Some(kind), false) = (&args.accel, args.sparse) {
+    let offloaded = eng.model().config.ffn_store.is_some();
+    if let (Some(kind), false, false) = (&args.accel, args.sparse, offloaded) {
         setup_accel(eng, kind, quiet);
     }
-    if !args.sparse && eng.model().config.ffn_store.is_none() {
+    if !args.sparse && !offloaded {
         return Ok(());
     }
     let plan = SparsePlan::new(
@@ -301,7 +302,7 @@ pub fn setup_sparse(eng: &mut Engine<'_>, args: &ModelArgs, quiet: bool) -> Resu
     }
     eng.set_streamed(plan.stream_weights);
     eng.set_output_proxy(!args.offload.full_output);
-    let sp = plan.build(eng)?;
+    let mut sp = plan.build(eng)?;
     if !quiet {
         eprintln!(
             "sparrow: sparse FFN from {} (profiled on {}, {:?} score{})",
@@ -313,6 +314,21 @@ pub fn setup_sparse(eng: &mut Engine<'_>, args: &ModelArgs, quiet: bool) -> Resu
                 None => ", no predictor".into(),
             }
         );
+    }
+    // An offloaded model's FFN is on flash: the accelerator takes the prompt steps' layers as they
+    // are streamed (NPU-centric prefill); decode stays sparse on the CPU.
+    if let (Some(kind), Some(off)) = (&args.accel, sp.offload_mut()) {
+        match eng.install(|| engine::accel::open(kind, std::iter::empty())) {
+            Ok(accel) => {
+                if !quiet {
+                    eprintln!("sparrow: prompt steps on the {} accelerator: each layer's FFN streamed from flash onto it in chunks, dense (NPU-centric prefill); decode sparse on the CPU", accel.name());
+                }
+                off.set_prompt_accel(Some(accel));
+            }
+            Err(e) => eprintln!("sparrow: warning: {e}; prompt steps on the CPU"),
+        }
+        eng.set_sparse(Some(sp));
+        return Ok(());
     }
     // A plan that puts no neuron on the accelerator at any batch size: sparse on the CPU alone.
     let nothing_planned = args
@@ -400,7 +416,12 @@ pub fn report_accel_failure(eng: &Engine<'_>) {
     let failure = eng
         .accel()
         .and_then(|a| a.failure())
-        .or_else(|| eng.hybrid().and_then(|h| h.failure()));
+        .or_else(|| eng.hybrid().and_then(|h| h.failure()))
+        .or_else(|| {
+            eng.sparse()
+                .and_then(|s| s.offload())
+                .and_then(|o| o.prompt_accel_failure())
+        });
     if let Some(f) = failure {
         eprintln!("sparrow: warning: the accelerator failed ({f}); the CPU computed the rest");
     }

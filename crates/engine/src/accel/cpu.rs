@@ -10,7 +10,7 @@
 
 use kernels_neon::{Precision, QMatrix, WeightFormat};
 
-use super::{Accelerator, FfnBlock};
+use super::{Accelerator, FfnBlock, StreamedRows};
 use crate::config::Activation;
 use crate::error::{kernel, EngineError, Result};
 
@@ -166,5 +166,27 @@ impl Accelerator for CpuAccelerator {
 
     fn block_neurons(&self, layer: usize) -> usize {
         self.blocks.get(layer).map_or(0, |b| b.neurons)
+    }
+
+    /// The prompt kernels over the rows as the store keeps them (what a prompt step over the store
+    /// computes on the CPU, every neuron of the chunk).
+    fn ffn_rows(
+        &self,
+        rows: &StreamedRows<'_>,
+        x: &[f32],
+        n: usize,
+        out: &mut [f32],
+    ) -> Result<()> {
+        let (k, _) = rows.shape("cpu", x, n, out)?;
+        let mut g = vec![0f32; n * k];
+        let mut u = vec![0f32; n * k];
+        let err = || kernel("cpu accelerator streamed rows");
+        kernels_neon::matmul(&rows.gate, x, n, &mut g, Precision::Fast).map_err(err())?;
+        kernels_neon::matmul(&rows.up, x, n, &mut u, Precision::Fast).map_err(err())?;
+        match rows.activation {
+            Activation::Silu => kernels_neon::silu_mul_inplace(&mut g, &u),
+            Activation::Relu => kernels_neon::relu_mul_inplace(&mut g, &u),
+        }
+        kernels_neon::matmul_t(&rows.down, &g, n, out).map_err(err())
     }
 }

@@ -62,6 +62,54 @@ pub trait Accelerator: Send + Sync {
 
     /// Neurons of each layer's block (the FFN width for whole layers).
     fn block_neurons(&self, layer: usize) -> usize;
+
+    /// `out = down · (act(gate · x) ⊙ (up · x))` for `n` tokens over `rows`, neurons whose weights
+    /// come with the call (`x`, `out`: `n × d_model`; `out` is overwritten): PowerInfer-2's
+    /// NPU-centric prefill over a neuron store hands each chunk of a layer read from flash to the
+    /// accelerator while the next one is read. Dense: every neuron of the chunk.
+    fn ffn_rows(&self, rows: &StreamedRows<'_>, x: &[f32], n: usize, out: &mut [f32])
+        -> Result<()>;
+}
+
+/// Neurons of one layer whose weights come with the call ([`Accelerator::ffn_rows`]), in the
+/// formats a neuron store keeps them: `gate` and `up` rows (`neurons × d_model`) and `down`
+/// columns as rows (`neurons × d_model`: row `j` is neuron `j`'s column of the down projection).
+pub struct StreamedRows<'a> {
+    /// Gate rows.
+    pub gate: kernels_neon::QMatrix<'a>,
+    /// Up rows.
+    pub up: kernels_neon::QMatrix<'a>,
+    /// Down columns, one row per neuron.
+    pub down: kernels_neon::QMatrix<'a>,
+    /// The gate's activation.
+    pub activation: Activation,
+}
+
+impl StreamedRows<'_> {
+    /// Checks that the three matrices have one row per neuron of the same width and that `x` and
+    /// `out` hold `n` rows of it; returns `(neurons, d_model)`.
+    pub(crate) fn shape(
+        &self,
+        backend: &str,
+        x: &[f32],
+        n: usize,
+        out: &[f32],
+    ) -> Result<(usize, usize)> {
+        let (k, d) = (self.gate.rows(), self.gate.cols());
+        let same = |m: &kernels_neon::QMatrix<'_>| m.rows() == k && m.cols() == d;
+        if !same(&self.up) || !same(&self.down) || x.len() != n * d || out.len() != n * d {
+            return Err(EngineError::Request(format!(
+                "{backend} accelerator: streamed rows of {k} × {d} (up {} × {}, down {} × {}) with {} inputs and {} outputs for {n} tokens",
+                self.up.rows(),
+                self.up.cols(),
+                self.down.rows(),
+                self.down.cols(),
+                x.len(),
+                out.len()
+            )));
+        }
+        Ok((k, d))
+    }
 }
 
 /// An error unless `neurons` fit in layer `layer`'s block of `block` neurons on `backend`.

@@ -1,8 +1,10 @@
 //! [`QnnAccelerator`]: the accelerator backend on Qualcomm QNN, through the safe `npu-qnn` wrapper.
 //! One graph per layer, batch size ([`super::BATCH_SIZES`]) and number of the block's neurons
 //! (hybrid decode runs a prefix of the block that depends on the batch size), built when first
-//! used (QNN graphs have static shapes); a batch is cut into runs of those sizes. The library is
-//! loaded at run time; nothing links against QNN.
+//! used (QNN graphs have static shapes); a batch is cut into runs of those sizes. Weights streamed
+//! from flash ([`Accelerator::ffn_rows`]) go in as f32 graph inputs, one graph per batch size and
+//! chunk shape (INT8 inputs would need their quantization fixed when the graph is built: not done).
+//! The library is loaded at run time; nothing links against QNN.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -10,9 +12,9 @@ use std::sync::Mutex;
 
 use npu_qnn::{Backend, Context, FfnActivation, FfnGraph, FfnWeights, Qnn, QnnError};
 
-use super::{batch_runs, Accelerator, FfnBlock};
+use super::{batch_runs, Accelerator, FfnBlock, StreamedRows};
 use crate::config::Activation;
-use crate::error::{EngineError, Result};
+use crate::error::{kernel, EngineError, Result};
 
 /// The form of the weights handed to QNN.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -100,6 +102,9 @@ struct State {
     ctx: Context,
     /// By (layer, batch size, neurons of the block).
     graphs: HashMap<(usize, usize, usize), FfnGraph>,
+    /// Graphs whose weights are inputs ([`Accelerator::ffn_rows`]), by (batch size, neurons,
+    /// width, activation).
+    streamed: HashMap<(usize, usize, usize, Activation), FfnGraph>,
     // Dropped after the context (fields drop in order): the wrapper keeps parents alive anyway.
     _backend: Backend,
     _qnn: Qnn,
@@ -144,10 +149,7 @@ impl QnnAccelerator {
                     gate: Weights::new(&b.gate, b.d_model, weights),
                     up: Weights::new(&b.up, b.d_model, weights),
                     down: Weights::new(&b.down, b.neurons, weights),
-                    activation: match b.activation {
-                        Activation::Silu => FfnActivation::Silu,
-                        Activation::Relu => FfnActivation::Relu,
-                    },
+                    activation: ffn_activation(b.activation),
                 })
             })
             .collect::<Result<Vec<_>>>()?;
@@ -157,6 +159,7 @@ impl QnnAccelerator {
             state: Mutex::new(State {
                 ctx,
                 graphs: HashMap::new(),
+                streamed: HashMap::new(),
                 _backend: backend,
                 _qnn: qnn,
             }),
@@ -167,6 +170,34 @@ impl QnnAccelerator {
     pub fn graphs(&self) -> usize {
         self.state.lock().map_or(0, |s| s.graphs.len())
     }
+
+    /// Graphs with streamed weights built so far (batch size, neurons, width, activation).
+    pub fn streamed_graphs(&self) -> usize {
+        self.state.lock().map_or(0, |s| s.streamed.len())
+    }
+
+    fn lock(&self) -> Result<std::sync::MutexGuard<'_, State>> {
+        self.state
+            .lock()
+            .map_err(|_| EngineError::Request("qnn accelerator: a QNN call panicked".into()))
+    }
+}
+
+fn ffn_activation(a: Activation) -> FfnActivation {
+    match a {
+        Activation::Silu => FfnActivation::Silu,
+        Activation::Relu => FfnActivation::Relu,
+    }
+}
+
+/// `m`'s rows dequantized to f32, row-major.
+fn dequantized(m: &kernels_neon::QMatrix<'_>, what: &str) -> Result<Vec<f32>> {
+    let (rows, cols) = (m.rows(), m.cols());
+    let mut out = vec![0f32; rows * cols];
+    for (r, dst) in out.chunks_exact_mut(cols.max(1)).enumerate().take(rows) {
+        kernels_neon::dequantize_row(m.format(), m.row_data(r), dst).map_err(kernel(what))?;
+    }
+    Ok(out)
 }
 
 impl Accelerator for QnnAccelerator {
@@ -199,10 +230,7 @@ impl Accelerator for QnnAccelerator {
             out.fill(0.0);
             return Ok(());
         }
-        let mut state = self
-            .state
-            .lock()
-            .map_err(|_| EngineError::Request("qnn accelerator: a QNN call panicked".into()))?;
+        let mut state = self.lock()?;
         let State { ctx, graphs, .. } = &mut *state;
         let mut at = 0;
         for run in batch_runs(n) {
@@ -238,5 +266,58 @@ impl Accelerator for QnnAccelerator {
 
     fn block_neurons(&self, layer: usize) -> usize {
         self.blocks.get(layer).map_or(0, |b| b.neurons)
+    }
+
+    /// The rows dequantized to f32 (gate and up as `[neurons, d_model]`, down transposed to
+    /// `[d_model, neurons]`) and given as inputs to a graph per batch size and shape, built when
+    /// first used.
+    fn ffn_rows(
+        &self,
+        rows: &StreamedRows<'_>,
+        x: &[f32],
+        n: usize,
+        out: &mut [f32],
+    ) -> Result<()> {
+        let (k, d) = rows.shape("qnn", x, n, out)?;
+        if k == 0 {
+            out.fill(0.0);
+            return Ok(());
+        }
+        let gate = dequantized(&rows.gate, "qnn streamed gate")?;
+        let up = dequantized(&rows.up, "qnn streamed up")?;
+        let down_rows = dequantized(&rows.down, "qnn streamed down")?;
+        let mut down = vec![0f32; d * k];
+        for (j, col) in down_rows.chunks_exact(d).enumerate() {
+            for (r, &v) in col.iter().enumerate() {
+                down[r * k + j] = v;
+            }
+        }
+        let mut state = self.lock()?;
+        let State { ctx, streamed, .. } = &mut *state;
+        let mut at = 0;
+        for run in batch_runs(n) {
+            let graph = match streamed.entry((run, k, d, rows.activation)) {
+                std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                std::collections::hash_map::Entry::Vacant(e) => e.insert(
+                    FfnGraph::build(
+                        ctx,
+                        run,
+                        d,
+                        k,
+                        FfnWeights::Input,
+                        FfnWeights::Input,
+                        FfnWeights::Input,
+                        ffn_activation(rows.activation),
+                    )
+                    .map_err(|e| qnn_error(&self.library, e))?,
+                ),
+            };
+            let r = at * d..(at + run) * d;
+            graph
+                .execute_with(&x[r.clone()], &[&gate, &up, &down], &mut out[r])
+                .map_err(|e| qnn_error(&self.library, e))?;
+            at += run;
+        }
+        Ok(())
     }
 }

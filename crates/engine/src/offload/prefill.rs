@@ -1,8 +1,9 @@
 //! A prompt step's FFN over the neuron store ([`Offload::prefill`]): every unit of the layer, the hot
 //! ones from their pinned clusters and the rest read from flash in large sequential chunks by a
 //! reader thread while this thread computes the chunk before (PowerInfer-2 streams a prompt's weights
-//! this way), each chunk as batched products over all the step's tokens. Token by token decode over
-//! the store, which a prompt used before, reads the same units once per token.
+//! this way), each chunk as batched products over all the step's tokens, or handed to an
+//! accelerator ([`Offload::set_prompt_accel`]: NPU-centric prefill). Token by token decode over the
+//! store, which a prompt used before, reads the same units once per token.
 
 use std::ops::Range;
 use std::sync::atomic::Ordering;
@@ -15,8 +16,17 @@ use rayon::prelude::*;
 use ufs_io::AlignedBuf;
 
 use super::runtime::Offload;
+use crate::accel::{Accelerator, Failure, StreamedRows};
 use crate::error::{kernel, EngineError, Result};
 use crate::neurons::{LayerRule, Score};
+
+/// The accelerator of an offloaded model's prompt steps (PowerInfer-2's NPU-centric prefill): each
+/// chunk of a layer, as the reader thread hands it over, runs densely there while the next chunk is
+/// read. A failing call records its error, that chunk and every later one run on the CPU.
+pub(crate) struct PromptAccel {
+    accel: Box<dyn Accelerator>,
+    failure: Failure,
+}
 
 /// Which neurons each token of a prompt step computes, besides the layer's threshold.
 #[derive(Clone, Copy)]
@@ -146,26 +156,46 @@ impl Offload {
         out.fill(0.0);
         let mut chunk = Chunk::default();
         let (mut g, mut u, mut y) = (Vec::new(), Vec::new(), vec![0f32; n * d]);
+        // Hybrid prompt steps (`mask.skip`) keep the CPU path: the accelerator's chunk is dense.
+        let accel = self.prompt_accel.as_ref().filter(|_| mask.skip.is_none());
         self.stream_layer(layer, |units| {
             chunk.gather(ix, layer, units);
             let k = chunk.ids.len();
             if k == 0 {
                 return Ok(());
             }
-            g.resize(n * k, 0.0);
-            u.resize(n * k, 0.0);
             let wg = QMatrix::new(ix.formats.gate, k, d, &chunk.gate)
                 .map_err(kernel("offloaded prefill gate"))?;
             let wu = QMatrix::new(ix.formats.up, k, d, &chunk.up)
                 .map_err(kernel("offloaded prefill up"))?;
-            kernels_neon::matmul(&wg, x, n, &mut g, precision)
-                .map_err(kernel("offloaded prefill gate"))?;
-            kernels_neon::matmul(&wu, x, n, &mut u, precision)
-                .map_err(kernel("offloaded prefill up"))?;
-            select(&rule, mask, &chunk.ids, ff, &mut g, &u);
             let wd = QMatrix::new(ix.formats.down, k, d, &chunk.down)
                 .map_err(kernel("offloaded prefill down"))?;
-            kernels_neon::matmul_t(&wd, &g, n, &mut y).map_err(kernel("offloaded prefill down"))?;
+            let on_accel = accel.filter(|a| !a.failure.happened()).is_some_and(|a| {
+                let rows = StreamedRows {
+                    gate: wg,
+                    up: wu,
+                    down: wd,
+                    activation: rule.activation,
+                };
+                match a.accel.ffn_rows(&rows, x, n, &mut y) {
+                    Ok(()) => true,
+                    Err(e) => {
+                        a.failure.record(&e);
+                        false
+                    }
+                }
+            });
+            if !on_accel {
+                g.resize(n * k, 0.0);
+                u.resize(n * k, 0.0);
+                kernels_neon::matmul(&wg, x, n, &mut g, precision)
+                    .map_err(kernel("offloaded prefill gate"))?;
+                kernels_neon::matmul(&wu, x, n, &mut u, precision)
+                    .map_err(kernel("offloaded prefill up"))?;
+                select(&rule, mask, &chunk.ids, ff, &mut g, &u);
+                kernels_neon::matmul_t(&wd, &g, n, &mut y)
+                    .map_err(kernel("offloaded prefill down"))?;
+            }
             out.par_chunks_mut(d)
                 .zip(y.par_chunks(d))
                 .for_each(|(o, yt)| kernels_neon::axpy_f32(1.0, yt, o));
@@ -175,6 +205,25 @@ impl Offload {
         c.prefill_ns
             .fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// Runs prompt steps on `accel` from the next step on (`None`: on the CPU): every chunk of
+    /// every layer dense there, with the hybrid prompt steps' exception (see [`PromptAccel`]).
+    pub fn set_prompt_accel(&mut self, accel: Option<Box<dyn Accelerator>>) {
+        self.prompt_accel = accel.map(|accel| PromptAccel {
+            accel,
+            failure: Failure::default(),
+        });
+    }
+
+    /// The accelerator of prompt steps, if any.
+    pub fn prompt_accel(&self) -> Option<&dyn Accelerator> {
+        self.prompt_accel.as_ref().map(|p| &*p.accel)
+    }
+
+    /// The prompt accelerator's first failure (after which prompt steps ran on the CPU), if any.
+    pub fn prompt_accel_failure(&self) -> Option<String> {
+        self.prompt_accel.as_ref().and_then(|p| p.failure.first())
     }
 
     /// Runs `f` (a prompt step) with `bytes` of the neuron cache lent to it: where the cache's budget

@@ -10,6 +10,7 @@ use ufs_io::{IoConfig, IoEngine, OpenOptions};
 
 use super::live::CacheControl;
 use super::options::{Counters, OffloadOptions, OffloadStats};
+use super::prefill::PromptAccel;
 use crate::error::Result;
 
 /// The run-time side of flash offload: the store, its I/O thread and the neuron cache.
@@ -27,6 +28,8 @@ pub struct Offload {
     pub(super) live: CacheControl,
     pub(super) opts: OffloadOptions,
     pub(super) counters: Counters,
+    /// The accelerator of prompt steps (NPU-centric prefill), if any.
+    pub(super) prompt_accel: Option<PromptAccel>,
 }
 
 impl Offload {
@@ -56,6 +59,7 @@ impl Offload {
             live,
             opts,
             counters: Counters::default(),
+            prompt_accel: None,
         })
     }
 

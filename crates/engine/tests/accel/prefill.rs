@@ -1,0 +1,151 @@
+//! (A module of the `accel` test binary: one link for both.)
+//!
+//! NPU-centric prefill over a neuron store (`Offload::set_prompt_accel`): a prompt step streams each
+//! layer's FFN from flash in chunks and hands every chunk to the accelerator (QNN through the test
+//! double, its weights as graph inputs; or the CPU backend), dense. With zero thresholds and no
+//! predictor the CPU's streamed prompt is dense too, so both must give its logits, for every chunk
+//! shape (chunks of 7 and 40 neurons, the hot/cold boundary's shorter one) and layer type (SiLU,
+//! ReLU, Qwen2 biases). A QNN call that fails mid-prompt is kept as the failure and that chunk and
+//! every later one run on the CPU, with the same result.
+
+use std::path::{Path, PathBuf};
+
+use crate::common::{logits, rel_drift, synthetic_profile};
+use crate::double;
+use engine::accel::{open, AccelKind, QnnWeights};
+use engine::offload::{convert, store_path_for, ConvertOptions, OffloadOptions};
+use engine::{Engine, EngineOptions, ModelFile, Precision, SparseFfn};
+
+/// 13 tokens: QNN graphs of 8, 4 and 1 tokens.
+const TOKENS: &[u32] = &[1, 70, 80, 90, 100, 33, 7, 250, 12, 64, 5, 99, 41];
+
+fn fixture_path(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fixtures")
+        .join(name)
+}
+
+fn engine(file: &ModelFile) -> Engine<'_> {
+    Engine::new(
+        file,
+        EngineOptions {
+            threads: 2,
+            precision: Precision::Exact,
+            context: 64,
+            ..Default::default()
+        },
+    )
+    .unwrap()
+}
+
+/// The fixture `name` converted to a resident file and a neuron store in this test's own folder.
+fn converted(name: &str) -> PathBuf {
+    let file = ModelFile::open(fixture_path(name)).unwrap();
+    let profile = synthetic_profile(engine(&file).model());
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("accel-prefill-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let resident = dir.join(name.replace(".gguf", ".resident.gguf"));
+    convert(
+        &file,
+        &profile,
+        &resident,
+        &ConvertOptions::default(),
+        |_, _| {},
+    )
+    .unwrap();
+    resident
+}
+
+/// An engine over the store (half of it hot, chunks of `neurons`), zero thresholds, prompt steps
+/// on `accel` when given.
+fn store_engine<'a>(
+    resident: &'a ModelFile,
+    path: &Path,
+    neurons: usize,
+    accel: Option<&AccelKind>,
+) -> Engine<'a> {
+    let mut eng = engine(resident);
+    let cfg = eng.model().config.clone();
+    let ffn = std::fs::metadata(store_path_for(path)).unwrap().len() as usize;
+    let mut sp = SparseFfn::from_store(
+        &cfg,
+        &store_path_for(path),
+        vec![0.0; cfg.n_layers],
+        OffloadOptions {
+            ffn_budget: ffn / 2,
+            hot_share: 1.0,
+            cluster_units: 2,
+            prefill_neurons: neurons,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    if let Some(kind) = accel {
+        let a = open(kind, std::iter::empty()).unwrap();
+        sp.offload_mut().unwrap().set_prompt_accel(Some(a));
+    }
+    eng.set_sparse(Some(sp));
+    eng
+}
+
+fn qnn_f32() -> AccelKind {
+    AccelKind::Qnn {
+        library: Some(double()),
+        weights: QnnWeights::F32,
+    }
+}
+
+#[test]
+fn streamed_prompt_steps_on_an_accelerator_compute_the_dense_ffn() {
+    for name in [
+        "tiny-llama-silu-q4_0.gguf",
+        "tiny-llama-relu-q8_0.gguf",
+        "tiny-qwen2-q4_1.gguf",
+    ] {
+        let path = converted(name);
+        let resident = ModelFile::open(&path).unwrap();
+        let want = logits(&store_engine(&resident, &path, 40, None), TOKENS, true);
+        // f32 sums in another order (QNN's; other chunk bounds): a few 1e-7 of the largest logit.
+        for kind in [qnn_f32(), AccelKind::Cpu] {
+            for neurons in [7, 40] {
+                let eng = store_engine(&resident, &path, neurons, Some(&kind));
+                let got = logits(&eng, TOKENS, true);
+                let off = eng.sparse().unwrap().offload().unwrap();
+                assert_eq!(off.prompt_accel().unwrap().name(), kind.name());
+                assert_eq!(off.prompt_accel_failure(), None, "{name}");
+                let d = rel_drift(&got, &want);
+                assert!(
+                    d < 5e-6,
+                    "{name} on {} in chunks of {neurons}: drift {d}",
+                    kind.name()
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn a_failing_qnn_call_mid_prompt_leaves_the_rest_to_the_cpu() {
+    let name = "tiny-llama-silu-q4_0.gguf";
+    let path = converted(name);
+    let resident = ModelFile::open(&path).unwrap();
+    let want = logits(&store_engine(&resident, &path, 40, None), TOKENS, true);
+    let control = qnn_double::Control::open(&double()).unwrap();
+    let eng = store_engine(&resident, &path, 40, Some(&qnn_f32()));
+    // The double's faults are per thread: the prompt runs on the engine's thread that sets them.
+    let got = eng.install(|| {
+        control.set_fail(Some("graphExecute"));
+        let got = logits(&eng, TOKENS, true);
+        control.set_fail(None);
+        got
+    });
+    let off = eng.sparse().unwrap().offload().unwrap();
+    let f = off.prompt_accel_failure().expect("the failure is kept");
+    assert!(f.contains("graphExecute"), "{f}");
+    let d = rel_drift(&got, &want);
+    assert!(d < 1e-6, "the CPU computed every chunk: drift {d}");
+    // Later prompts stay on the CPU (no call fails any more, the result is the CPU's).
+    let again = logits(&eng, TOKENS, true);
+    assert!(rel_drift(&again, &want) < 1e-6);
+}
