@@ -294,29 +294,44 @@ fn a_memory_budget_without_a_plan_is_planned_from_the_device_profile() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// A folder of a test's own with the tiny SiLU fixture's profile in it, and the paths of its
+/// device profile and plan.
+struct Setup {
+    dir: PathBuf,
+    model: String,
+    profile: String,
+    device: String,
+    plan: String,
+}
+
+impl Setup {
+    fn new(test: &str) -> Setup {
+        let dir = tmp(test);
+        let path = |name: &str| dir.join(name).to_str().unwrap().to_string();
+        let s = Setup {
+            model: fixture("tiny-llama-silu-q4_0.gguf"),
+            profile: path("t.sparrow-profile"),
+            device: path("dev.sparrow-device"),
+            plan: path("p.plan"),
+            dir,
+        };
+        profile_fixture(&s.model, &s.profile);
+        s
+    }
+}
+
 /// `sparrow plan --sparse --accel cpu` plans hybrid decode's split per batch size, and a run with
 /// that plan takes it (an explicit `--accel-hot` still wins).
 #[test]
 fn hybrid_decode_takes_the_planned_split() {
-    let dir = tmp("hybrid");
-    let d = dir.to_str().unwrap();
-    let model = fixture("tiny-llama-silu-q4_0.gguf");
-    let (profile, device, plan) = (
-        dir.join("t.sparrow-profile"),
-        dir.join("dev.sparrow-device"),
-        dir.join("h.plan"),
-    );
-    let (pr, dev, p) = (
-        profile.to_str().unwrap(),
-        device.to_str().unwrap(),
-        plan.to_str().unwrap(),
-    );
-    profile_fixture(&model, pr);
+    let s = Setup::new("hybrid");
+    let (dir, d, model) = (&s.dir, s.dir.to_str().unwrap(), s.model.as_str());
+    let (pr, dev, p) = (s.profile.as_str(), s.device.as_str(), s.plan.as_str());
     ok(&["calibrate", "--quick", "--dir", d, "-o", dev]);
     let out = ok(&[
         "plan",
         "-m",
-        &model,
+        model,
         "--device",
         dev,
         "--sparse",
@@ -349,7 +364,7 @@ fn hybrid_decode_takes_the_planned_split() {
     );
     let hybrid = [
         "-m",
-        &model,
+        model,
         "--sparse",
         "--profile",
         pr,
@@ -384,7 +399,7 @@ fn hybrid_decode_takes_the_planned_split() {
         err.contains("hottest 50%") && err.contains("from the profile"),
         "{err}"
     );
-    std::fs::remove_dir_all(&dir).ok();
+    std::fs::remove_dir_all(dir).ok();
 }
 
 /// `sparrow calibrate --accel qnn:LIBRARY` measures the accelerator (here the QNN test double,
@@ -393,22 +408,11 @@ fn hybrid_decode_takes_the_planned_split() {
 /// does not load ends calibration with a one-line error naming it, the saved profile untouched.
 #[test]
 fn calibrate_measures_an_accelerator_that_plan_splits_for() {
-    let dir = tmp("qnn");
-    let d = dir.to_str().unwrap();
+    let s = Setup::new("qnn");
+    let (dir, d, model) = (&s.dir, s.dir.to_str().unwrap(), s.model.as_str());
+    let (pr, dev, p) = (s.profile.as_str(), s.device.as_str(), s.plan.as_str());
     let double = qnn_double::library_path().expect("cargo builds the QNN double for the tests");
     let qnn = format!("qnn-f32:{}", double.display());
-    let model = fixture("tiny-llama-silu-q4_0.gguf");
-    let (profile, device, plan) = (
-        dir.join("t.sparrow-profile"),
-        dir.join("dev.sparrow-device"),
-        dir.join("q.plan"),
-    );
-    let (pr, dev, p) = (
-        profile.to_str().unwrap(),
-        device.to_str().unwrap(),
-        plan.to_str().unwrap(),
-    );
-    profile_fixture(&model, pr);
     let out = ok(&[
         "calibrate",
         "--quick",
@@ -432,7 +436,7 @@ fn calibrate_measures_an_accelerator_that_plan_splits_for() {
     let out = ok(&[
         "plan",
         "-m",
-        &model,
+        model,
         "--device",
         dev,
         "--sparse",
@@ -455,7 +459,7 @@ fn calibrate_measures_an_accelerator_that_plan_splits_for() {
     let out = ok(&[
         "run",
         "-m",
-        &model,
+        model,
         "--sparse",
         "--profile",
         pr,
@@ -477,7 +481,7 @@ fn calibrate_measures_an_accelerator_that_plan_splits_for() {
     assert!(err.contains(wanted), "{counts:?}: {err}");
 
     // A library that does not load: the error names it, the profile saved above stays.
-    let saved = std::fs::read(&device).unwrap();
+    let saved = std::fs::read(dev).unwrap();
     let out = sparrow(&[
         "calibrate",
         "--quick",
@@ -495,6 +499,6 @@ fn calibrate_measures_an_accelerator_that_plan_splits_for() {
         "{err}"
     );
     assert!(err.contains("/nonexistent/libQnnHtp.so"), "{err}");
-    assert_eq!(std::fs::read(&device).unwrap(), saved);
-    std::fs::remove_dir_all(&dir).ok();
+    assert_eq!(std::fs::read(dev).unwrap(), saved);
+    std::fs::remove_dir_all(dir).ok();
 }

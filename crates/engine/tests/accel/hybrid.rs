@@ -23,14 +23,15 @@ use kernels_neon::WeightFormat;
 
 const TOKENS: &[u32] = &[1, 70, 80, 90, 100, 33, 7, 250, 12, 64, 5, 99];
 
-fn fixture(name: &str) -> ModelFile {
+pub(crate) fn fixture(name: &str) -> ModelFile {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../../fixtures")
         .join(name);
     ModelFile::open(p).unwrap()
 }
 
-fn engine(file: &ModelFile) -> Engine<'_> {
+/// An exact engine on 2 threads (the accelerator's half and the CPU's run side by side).
+pub(crate) fn engine(file: &ModelFile) -> Engine<'_> {
     Engine::new(
         file,
         EngineOptions {

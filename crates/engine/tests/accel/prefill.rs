@@ -12,9 +12,10 @@ use std::path::{Path, PathBuf};
 
 use crate::common::{logits, rel_drift, synthetic_profile};
 use crate::double;
+use crate::hybrid::engine;
 use engine::accel::{open, AccelKind, QnnWeights};
 use engine::offload::{convert, store_path_for, ConvertOptions, OffloadOptions};
-use engine::{Engine, EngineOptions, ModelFile, Precision, SparseFfn};
+use engine::{Engine, ModelFile, SparseFfn};
 
 /// 13 tokens: QNN graphs of 8, 4 and 1 tokens.
 const TOKENS: &[u32] = &[1, 70, 80, 90, 100, 33, 7, 250, 12, 64, 5, 99, 41];
@@ -23,19 +24,6 @@ fn fixture_path(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../../fixtures")
         .join(name)
-}
-
-fn engine(file: &ModelFile) -> Engine<'_> {
-    Engine::new(
-        file,
-        EngineOptions {
-            threads: 2,
-            precision: Precision::Exact,
-            context: 64,
-            ..Default::default()
-        },
-    )
-    .unwrap()
 }
 
 /// The fixture `name` converted to a resident file and a neuron store in this test's own folder.
