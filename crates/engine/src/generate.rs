@@ -268,7 +268,12 @@ impl<'a> Engine<'a> {
             off.store().index().layout.bundle_bytes() as u64,
             off.store().index().formats.down,
             self.threads,
-        );
+        ) + off.prompt_accel().map_or(0, |a| {
+            let ix = off.store().index();
+            // A chunk is whole units: up to one unit's neurons more than asked.
+            let chunk = off.options().prefill_neurons + ix.layout.neurons;
+            a.streamed_bytes(chunk, ix.d_model)
+        });
         off.lend_cache(lent as usize, || {
             self.prompt_steps(cache, tokens, want, mode, logits)
         })

@@ -208,10 +208,12 @@ pub fn constraints(
         attended: context.min(512),
         min_tok_s,
         max_threads: (args.threads > 0).then_some(args.threads as u32),
+        // Hybrid decode runs in memory (`--sparse`); over a neuron store the accelerator takes
+        // prompt steps only, which the plan does not split.
         accelerator: args
             .accel
             .as_ref()
-            .filter(|_| args.sparse || eng.model().config.ffn_store.is_some())
+            .filter(|_| args.sparse && eng.model().config.ffn_store.is_none())
             .map(|k| k.name().to_string()),
     }
 }

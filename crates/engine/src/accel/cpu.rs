@@ -189,4 +189,9 @@ impl Accelerator for CpuAccelerator {
         }
         kernels_neon::matmul_t(&rows.down, &g, n, out).map_err(err())
     }
+
+    /// Nothing more: the same buffers and kernels as the CPU's streamed prompt step.
+    fn streamed_bytes(&self, _neurons: usize, _d_model: usize) -> u64 {
+        0
+    }
 }

@@ -69,6 +69,11 @@ pub trait Accelerator: Send + Sync {
     /// accelerator while the next one is read. Dense: every neuron of the chunk.
     fn ffn_rows(&self, rows: &StreamedRows<'_>, x: &[f32], n: usize, out: &mut [f32])
         -> Result<()>;
+
+    /// Bytes [`Accelerator::ffn_rows`] holds while it runs over `neurons` rows of width `d_model`,
+    /// besides what the CPU's own streamed prompt step holds for that chunk (a prompt step over a
+    /// neuron store borrows its working memory from the neuron cache: this is counted in).
+    fn streamed_bytes(&self, neurons: usize, d_model: usize) -> u64;
 }
 
 /// Neurons of one layer whose weights come with the call ([`Accelerator::ffn_rows`]), in the

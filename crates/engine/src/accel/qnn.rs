@@ -268,6 +268,12 @@ impl Accelerator for QnnAccelerator {
         self.blocks.get(layer).map_or(0, |b| b.neurons)
     }
 
+    /// The chunk dequantized to f32: gate, up, the down rows and their transpose (the graph's own
+    /// intermediates are per token, as the CPU path's).
+    fn streamed_bytes(&self, neurons: usize, d_model: usize) -> u64 {
+        16 * (neurons * d_model) as u64
+    }
+
     /// The rows dequantized to f32 (gate and up as `[neurons, d_model]`, down transposed to
     /// `[d_model, neurons]`) and given as inputs to a graph per batch size and shape, built when
     /// first used.

@@ -38,6 +38,7 @@ mod decode;
 mod live;
 mod options;
 mod prefill;
+mod prompt_accel;
 mod runtime;
 mod unit;
 

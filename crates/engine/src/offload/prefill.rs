@@ -15,18 +15,11 @@ use neuron_store::StoreIndex;
 use rayon::prelude::*;
 use ufs_io::AlignedBuf;
 
+use super::prompt_accel::PromptAccel;
 use super::runtime::Offload;
-use crate::accel::{Accelerator, Failure, StreamedRows};
+use crate::accel::{Accelerator, StreamedRows};
 use crate::error::{kernel, EngineError, Result};
 use crate::neurons::{LayerRule, Score};
-
-/// The accelerator of an offloaded model's prompt steps (PowerInfer-2's NPU-centric prefill): each
-/// chunk of a layer, as the reader thread hands it over, runs densely there while the next chunk is
-/// read. A failing call records its error, that chunk and every later one run on the CPU.
-pub(crate) struct PromptAccel {
-    accel: Box<dyn Accelerator>,
-    failure: Failure,
-}
 
 /// Which neurons each token of a prompt step computes, besides the layer's threshold.
 #[derive(Clone, Copy)]
@@ -170,21 +163,13 @@ impl Offload {
                 .map_err(kernel("offloaded prefill up"))?;
             let wd = QMatrix::new(ix.formats.down, k, d, &chunk.down)
                 .map_err(kernel("offloaded prefill down"))?;
-            let on_accel = accel.filter(|a| !a.failure.happened()).is_some_and(|a| {
-                let rows = StreamedRows {
-                    gate: wg,
-                    up: wu,
-                    down: wd,
-                    activation: rule.activation,
-                };
-                match a.accel.ffn_rows(&rows, x, n, &mut y) {
-                    Ok(()) => true,
-                    Err(e) => {
-                        a.failure.record(&e);
-                        false
-                    }
-                }
-            });
+            let rows = StreamedRows {
+                gate: wg,
+                up: wu,
+                down: wd,
+                activation: rule.activation,
+            };
+            let on_accel = accel.is_some_and(|a| a.run(&rows, x, n, &mut y));
             if !on_accel {
                 g.resize(n * k, 0.0);
                 u.resize(n * k, 0.0);
@@ -210,20 +195,17 @@ impl Offload {
     /// Runs prompt steps on `accel` from the next step on (`None`: on the CPU): every chunk of
     /// every layer dense there, with the hybrid prompt steps' exception (see [`PromptAccel`]).
     pub fn set_prompt_accel(&mut self, accel: Option<Box<dyn Accelerator>>) {
-        self.prompt_accel = accel.map(|accel| PromptAccel {
-            accel,
-            failure: Failure::default(),
-        });
+        self.prompt_accel = accel.map(PromptAccel::new);
     }
 
     /// The accelerator of prompt steps, if any.
     pub fn prompt_accel(&self) -> Option<&dyn Accelerator> {
-        self.prompt_accel.as_ref().map(|p| &*p.accel)
+        self.prompt_accel.as_ref().map(PromptAccel::accel)
     }
 
     /// The prompt accelerator's first failure (after which prompt steps ran on the CPU), if any.
     pub fn prompt_accel_failure(&self) -> Option<String> {
-        self.prompt_accel.as_ref().and_then(|p| p.failure.first())
+        self.prompt_accel.as_ref().and_then(PromptAccel::failure)
     }
 
     /// Runs `f` (a prompt step) with `bytes` of the neuron cache lent to it: where the cache's budget

@@ -10,7 +10,7 @@ use ufs_io::{IoConfig, IoEngine, OpenOptions};
 
 use super::live::CacheControl;
 use super::options::{Counters, OffloadOptions, OffloadStats};
-use super::prefill::PromptAccel;
+use super::prompt_accel::PromptAccel;
 use crate::error::Result;
 
 /// The run-time side of flash offload: the store, its I/O thread and the neuron cache.
