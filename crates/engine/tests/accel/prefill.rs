@@ -137,3 +137,52 @@ fn a_failing_qnn_call_mid_prompt_leaves_the_rest_to_the_cpu() {
     let again = logits(&eng, TOKENS, true);
     assert!(rel_drift(&again, &want) < 1e-6);
 }
+
+/// `ffn_rows` alone, on a chunk of 40 neurons of width 64 in `Q8_0` (gate, up) and `Q5_0` (down):
+/// QNN (through the double, f32 graph inputs) gives what the CPU backend gives for 13 tokens, with
+/// one graph per batch run (8, 4, 1) reused by the next chunk of the same shape; rows of another
+/// width than the chunk's are a named error.
+#[test]
+fn streamed_rows_on_qnn_equal_the_cpu_backend() {
+    use engine::accel::{Accelerator, CpuAccelerator, QnnAccelerator, StreamedRows};
+    use kernels_neon::{QMatrix, WeightFormat};
+    let (k, d, n) = (40usize, 64usize, 13usize);
+    let values = |salt: usize, len: usize| -> Vec<f32> {
+        (0..len)
+            .map(|i| (((i * 7919 + salt * 104_729) % 2003) as f32 / 2003.0 - 0.5) * 0.2)
+            .collect()
+    };
+    let q = |f: WeightFormat, v: &[f32]| kernels_neon::quantize_matrix(f, v, k, d).unwrap();
+    let qnn = QnnAccelerator::new(Some(&double()), std::iter::empty(), QnnWeights::F32).unwrap();
+    let cpu = CpuAccelerator::new(std::iter::empty()).unwrap();
+    let x = values(9, n * d);
+    for salt in [1, 2] {
+        let (g, u, dn) = (
+            q(WeightFormat::Q8_0, &values(salt, k * d)),
+            q(WeightFormat::Q8_0, &values(salt + 10, k * d)),
+            q(WeightFormat::Q5_0, &values(salt + 20, k * d)),
+        );
+        let rows = StreamedRows {
+            gate: QMatrix::new(WeightFormat::Q8_0, k, d, &g).unwrap(),
+            up: QMatrix::new(WeightFormat::Q8_0, k, d, &u).unwrap(),
+            down: QMatrix::new(WeightFormat::Q5_0, k, d, &dn).unwrap(),
+            activation: engine::Activation::Silu,
+        };
+        let (mut a, mut b) = (vec![f32::NAN; n * d], vec![f32::NAN; n * d]);
+        qnn.ffn_rows(&rows, &x, n, &mut a).unwrap();
+        cpu.ffn_rows(&rows, &x, n, &mut b).unwrap();
+        let drift = rel_drift(&a, &b);
+        assert!(drift < 1e-5, "chunk {salt}: drift {drift}");
+        assert!(b.iter().any(|v| v.abs() > 1e-4), "degenerate test data");
+        assert_eq!(
+            qnn.streamed_graphs(),
+            3,
+            "graphs of 8, 4 and 1 tokens, reused"
+        );
+        let mut short = vec![0f32; n * (d - 32)];
+        let e = qnn
+            .ffn_rows(&rows, &x[..n * (d - 32)], n, &mut short)
+            .unwrap_err();
+        assert!(e.to_string().contains("streamed rows"), "{e}");
+    }
+}
