@@ -95,6 +95,24 @@ pub fn logits(eng: &engine::Engine<'_>, tokens: &[u32], batched: bool) -> Vec<f3
         .collect()
 }
 
+/// The tiny fixture `name` (in `fixtures/`) converted with [`synthetic_profile`] and `opts` into a
+/// resident file and its neuron store in `dir`; the resident file's path.
+pub fn convert_fixture(
+    name: &str,
+    dir: &std::path::Path,
+    opts: &engine::offload::ConvertOptions,
+) -> (PathBuf, engine::offload::ConvertReport) {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fixtures")
+        .join(name);
+    let file = engine::ModelFile::open(path).unwrap();
+    let eng = engine::Engine::new(&file, engine::EngineOptions::default()).unwrap();
+    let profile = synthetic_profile(eng.model());
+    let resident = dir.join(name.replace(".gguf", ".resident.gguf"));
+    let report = engine::offload::convert(&file, &profile, &resident, opts, |_, _| {}).unwrap();
+    (resident, report)
+}
+
 /// max |a - b| / max |b|.
 pub fn rel_drift(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len());

@@ -53,10 +53,7 @@ fn profile_for(file: &ModelFile) -> Profile {
 }
 
 fn converted(name: &str, opts: &ConvertOptions, tag: &str) -> PathBuf {
-    let file = ModelFile::open(fixture_path(name)).unwrap();
-    let profile = profile_for(&file);
-    let resident = tmp_dir(tag).join(name.replace(".gguf", ".resident.gguf"));
-    let report = convert(&file, &profile, &resident, opts, |_, _| {}).unwrap();
+    let (resident, report) = common::convert_fixture(name, &tmp_dir(tag), opts);
     assert!(report.store_bytes % 4096 == 0 && report.store.exists() && report.resident.exists());
     resident
 }

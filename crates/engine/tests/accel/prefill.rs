@@ -10,39 +10,22 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::common::{logits, rel_drift, synthetic_profile};
+use crate::common::{convert_fixture, logits, rel_drift};
 use crate::double;
 use crate::hybrid::engine;
 use engine::accel::{open, AccelKind, QnnWeights};
-use engine::offload::{convert, store_path_for, ConvertOptions, OffloadOptions};
+use engine::offload::{store_path_for, ConvertOptions, OffloadOptions};
 use engine::{Engine, ModelFile, SparseFfn};
 
 /// 13 tokens: QNN graphs of 8, 4 and 1 tokens.
 const TOKENS: &[u32] = &[1, 70, 80, 90, 100, 33, 7, 250, 12, 64, 5, 99, 41];
 
-fn fixture_path(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../fixtures")
-        .join(name)
-}
-
 /// The fixture `name` converted to a resident file and a neuron store in this test's own folder.
 fn converted(name: &str) -> PathBuf {
-    let file = ModelFile::open(fixture_path(name)).unwrap();
-    let profile = synthetic_profile(engine(&file).model());
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
         .join(format!("accel-prefill-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let resident = dir.join(name.replace(".gguf", ".resident.gguf"));
-    convert(
-        &file,
-        &profile,
-        &resident,
-        &ConvertOptions::default(),
-        |_, _| {},
-    )
-    .unwrap();
-    resident
+    convert_fixture(name, &dir, &ConvertOptions::default()).0
 }
 
 /// An engine over the store (half of it hot, chunks of `neurons`), zero thresholds, prompt steps
