@@ -58,12 +58,7 @@ impl CpuAccelerator {
                         dst[..h].copy_from_slice(src);
                     }
                 }
-                let mut down_t = vec![0f32; h * d];
-                for (r, src) in b.down.chunks_exact(h.max(1)).enumerate().take(d) {
-                    for (j, &v) in src.iter().enumerate() {
-                        down_t[j * d + r] = v;
-                    }
-                }
+                let down_t = crate::transpose::transpose_f32(&b.down, d, h);
                 let q = |v: &[f32], rows, cols| {
                     kernels_neon::quantize_matrix(FORMAT, v, rows, cols)
                         .map_err(kernel("cpu accelerator block"))

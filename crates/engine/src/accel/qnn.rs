@@ -15,6 +15,7 @@ use npu_qnn::{Backend, Context, FfnActivation, FfnGraph, FfnWeights, Qnn, QnnErr
 use super::{batch_runs, Accelerator, FfnBlock, StreamedRows};
 use crate::config::Activation;
 use crate::error::{kernel, EngineError, Result};
+use crate::transpose::{dequantize_matrix, transpose_f32};
 
 /// The form of the weights handed to QNN.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -190,16 +191,6 @@ fn ffn_activation(a: Activation) -> FfnActivation {
     }
 }
 
-/// `m`'s rows dequantized to f32, row-major.
-fn dequantized(m: &kernels_neon::QMatrix<'_>, what: &str) -> Result<Vec<f32>> {
-    let (rows, cols) = (m.rows(), m.cols());
-    let mut out = vec![0f32; rows * cols];
-    for (r, dst) in out.chunks_exact_mut(cols.max(1)).enumerate().take(rows) {
-        kernels_neon::dequantize_row(m.format(), m.row_data(r), dst).map_err(kernel(what))?;
-    }
-    Ok(out)
-}
-
 impl Accelerator for QnnAccelerator {
     fn name(&self) -> &str {
         "qnn"
@@ -289,15 +280,10 @@ impl Accelerator for QnnAccelerator {
             out.fill(0.0);
             return Ok(());
         }
-        let gate = dequantized(&rows.gate, "qnn streamed gate")?;
-        let up = dequantized(&rows.up, "qnn streamed up")?;
-        let down_rows = dequantized(&rows.down, "qnn streamed down")?;
-        let mut down = vec![0f32; d * k];
-        for (j, col) in down_rows.chunks_exact(d).enumerate() {
-            for (r, &v) in col.iter().enumerate() {
-                down[r * k + j] = v;
-            }
-        }
+        let gate = dequantize_matrix(&rows.gate).map_err(kernel("qnn streamed gate"))?;
+        let up = dequantize_matrix(&rows.up).map_err(kernel("qnn streamed up"))?;
+        let down_rows = dequantize_matrix(&rows.down).map_err(kernel("qnn streamed down"))?;
+        let down = transpose_f32(&down_rows, k, d);
         let mut state = self.lock()?;
         let State { ctx, streamed, .. } = &mut *state;
         let mut at = 0;
