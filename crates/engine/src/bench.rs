@@ -210,7 +210,11 @@ pub fn run(
     let resident = engine.model().config.ffn_store.is_some();
     let mut sparse = if resident { None } else { engine.take_sparse() };
     let hybrid = engine.hybrid().is_some();
-    let modes = if hybrid {
+    // Over a neuron store the hybrid's sparse part alone is no baseline: its cache gave the
+    // accelerator its hot prefix (sparse decode with the whole cache is a run without --accel).
+    let modes = if hybrid && resident {
+        vec![BenchMode::Hybrid]
+    } else if hybrid {
         vec![BenchMode::Sparse, BenchMode::Hybrid]
     } else {
         BenchReport::modes_for(offload.is_some(), sparse.is_some(), resident)

@@ -11,7 +11,9 @@
 //!
 //! The hot block is computed densely (no neuron of it skipped), so the result is the sparse FFN with
 //! the hot neurons always on: with every neuron hot it is the dense FFN, with none it is the sparse
-//! one. An accelerator that fails mid-run is reported once ([`HybridFfn::failure`]) and the CPU
+//! one. Over a neuron store the blocks are each layer's leading units (its hottest neurons, read once
+//! at start-up, [`crate::offload::Offload::accel_blocks`]) at every batch size, and the CPU reads only
+//! the other neurons. An accelerator that fails mid-run is reported once ([`HybridFfn::failure`]) and the CPU
 //! computes the whole layer sparsely from then on.
 
 use crate::accel::{open, AccelKind, Accelerator, Failure, FfnBlock};
@@ -181,8 +183,8 @@ fn block_order(l: &predictor::LayerProfile, top: usize, k: usize) -> Vec<u32> {
 impl HybridFfn {
     /// The hybrid FFN of `model`: the blocks `split.order[l]` of every layer on `accel`, whose
     /// blocks must be those neurons ([`HybridFfn::open_blocks`]), of which a step of `n` tokens runs
-    /// the first `split.counts[l][bucket(n)]` there; the rest on `sparse`, which must hold its
-    /// weights in memory.
+    /// the first `split.counts[l][bucket(n)]` there; the rest on `sparse`, in memory or over a
+    /// neuron store (whose blocks come from [`crate::offload::Offload::accel_blocks`]).
     pub fn new(
         sparse: SparseFfn,
         accel: Box<dyn Accelerator>,
@@ -190,13 +192,6 @@ impl HybridFfn {
         split: &HotSplit,
     ) -> Result<HybridFfn> {
         let cfg = &model.config;
-        if sparse.offload().is_some() {
-            return Err(EngineError::Request(
-                "hybrid decode needs the FFN weights in memory (this is a resident file): \
-                 run it without --accel"
-                    .into(),
-            ));
-        }
         if split.order.len() != cfg.n_layers || split.counts.len() != cfg.n_layers {
             return Err(EngineError::Request(format!(
                 "hybrid decode: hot neurons for {} layers, the model has {}",
@@ -313,6 +308,11 @@ impl HybridFfn {
 }
 
 impl FfnExecutor for HybridFfn {
+    /// Over a neuron store: the accelerator's blocks and the store hold every neuron.
+    fn owns_weights(&self) -> bool {
+        self.sparse.owns_weights()
+    }
+
     fn decode(
         &self,
         l: FfnLayer<'_, '_>,

@@ -11,6 +11,8 @@ mod common;
 mod hybrid;
 #[path = "accel/prefill.rs"]
 mod prefill;
+#[path = "accel/store_hybrid.rs"]
+mod store_hybrid;
 
 use std::path::{Path, PathBuf};
 

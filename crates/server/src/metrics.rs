@@ -232,6 +232,7 @@ mod tests {
             memory_budget: 300,
             minimum: 100,
             cache_budget: 200,
+            cache_asked: 200,
             cache_bytes: 150,
             ffn_bytes: 1000,
         };

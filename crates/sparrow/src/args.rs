@@ -84,15 +84,18 @@ pub struct ModelArgs {
     /// CPU kernels). Alone: every layer's whole FFN. With --sparse: hybrid decode, each layer's
     /// hottest neurons (--accel-hot) there and the rest sparse on the CPU. On a resident file
     /// (`sparrow convert`): prompt steps, each layer streamed from flash onto it (NPU-centric
-    /// prefill). A library that cannot be used is a warning and the CPU.
+    /// prefill), and hybrid decode over each layer's hottest units, held by the accelerator in
+    /// memory the neuron cache gives up. A library that cannot be used is a warning and the CPU.
     #[arg(long, value_name = "KIND")]
     pub accel: Option<engine::AccelKind>,
     /// With --sparse --accel: the share of each layer's neurons, most often active first (from the
     /// profile), that runs densely on the accelerator at batch size 1; larger batches take every
     /// neuron at least as likely to fire in the batch as the last of these. Default: the split of
     /// the plan (`--plan`, or the one made for `--memory-budget`) where it has one for this
-    /// accelerator, else 0.1.
-    #[arg(long, value_parser = parse::share, requires = "accel")]
+    /// accelerator, else 0.1. On a resident file: the share of each layer's units (hottest first)
+    /// at every batch size, as far as the FFN cache's budget holds them. 0: none (sparse decode on
+    /// the CPU alone; on a resident file the accelerator takes prompt steps only).
+    #[arg(long, value_parser = parse::unit, requires = "accel")]
     pub accel_hot: Option<f64>,
     /// Hybrid decode's split from the plan (`apply_plan`), per layer and batch size 1/2/4/8.
     #[arg(skip)]

@@ -208,8 +208,8 @@ pub fn constraints(
         attended: context.min(512),
         min_tok_s,
         max_threads: (args.threads > 0).then_some(args.threads as u32),
-        // Hybrid decode runs in memory (`--sparse`); over a neuron store the accelerator takes
-        // prompt steps only, which the plan does not split.
+        // The plan splits hybrid decode in memory (`--sparse`); over a neuron store the split is
+        // `--accel-hot` within the neuron cache's budget (`store_accel`).
         accelerator: args
             .accel
             .as_ref()
@@ -304,7 +304,7 @@ pub fn setup_sparse(eng: &mut Engine<'_>, args: &ModelArgs, quiet: bool) -> Resu
     }
     eng.set_streamed(plan.stream_weights);
     eng.set_output_proxy(!args.offload.full_output);
-    let mut sp = plan.build(eng)?;
+    let sp = plan.build(eng)?;
     if !quiet {
         eprintln!(
             "sparrow: sparse FFN from {} (profiled on {}, {:?} score{})",
@@ -318,19 +318,9 @@ pub fn setup_sparse(eng: &mut Engine<'_>, args: &ModelArgs, quiet: bool) -> Resu
         );
     }
     // An offloaded model's FFN is on flash: the accelerator takes the prompt steps' layers as they
-    // are streamed (NPU-centric prefill); decode stays sparse on the CPU.
-    if let (Some(kind), Some(off)) = (&args.accel, sp.offload_mut()) {
-        match eng.install(|| engine::accel::open(kind, std::iter::empty())) {
-            Ok(accel) => {
-                if !quiet {
-                    eprintln!("sparrow: prompt steps on the {} accelerator: each layer's FFN streamed from flash onto it in chunks, dense (NPU-centric prefill); decode sparse on the CPU", accel.name());
-                }
-                off.set_prompt_accel(Some(accel));
-            }
-            Err(e) => eprintln!("sparrow: warning: {e}; prompt steps on the CPU"),
-        }
-        eng.set_sparse(Some(sp));
-        return Ok(());
+    // are streamed (NPU-centric prefill) and each layer's hottest units in decode.
+    if let (Some(kind), true) = (&args.accel, sp.offload().is_some()) {
+        return crate::store_accel::setup(eng, sp, kind, args.accel_hot.unwrap_or(0.1), quiet);
     }
     // A plan that puts no neuron on the accelerator at any batch size: sparse on the CPU alone.
     let nothing_planned = args
@@ -340,6 +330,7 @@ pub fn setup_sparse(eng: &mut Engine<'_>, args: &ModelArgs, quiet: bool) -> Resu
     if let (true, false) = (nothing_planned, quiet) {
         eprintln!("sparrow: the plan puts no neuron on the accelerator: sparse on the CPU alone");
     }
+    let nothing_planned = nothing_planned || args.accel_hot == Some(0.0);
     if let (Some(kind), false) = (&args.accel, nothing_planned) {
         // Hybrid decode: each layer's hot neurons on the accelerator, the rest sparse here; more
         // of them for larger batches (from the plan, else from the profile's batch frequencies).

@@ -13,6 +13,7 @@ mod cmd;
 mod load;
 mod parse;
 mod plot;
+mod store_accel;
 mod ui;
 
 use anyhow::Result;

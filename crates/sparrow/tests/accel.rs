@@ -1,8 +1,9 @@
 //! `--accel` on a resident file (`sparrow convert`), as a user runs it: prompt steps stream each
 //! layer's FFN from flash onto the accelerator (here QNN through the test double, loaded by path as
-//! libQnnHtp.so would be), decode stays sparse on the CPU; a library that does not load is a
-//! warning and the CPU; a QNN call failing mid-prompt is a warning after the answer, which the CPU
-//! finished.
+//! libQnnHtp.so would be), and decode is hybrid, each layer's hottest units on the accelerator in
+//! memory the neuron cache gives up (`--accel-hot 0`: decode sparse on the CPU); a library that
+//! does not load is a warning and the CPU; a QNN call failing mid-run is a warning after the
+//! answer, which the CPU finished.
 
 use std::path::PathBuf;
 use std::process::{Command, Output};
@@ -53,16 +54,31 @@ fn prompt_steps_of_a_resident_file_run_on_the_accelerator() {
     };
     let err = with(&qnn, &[]);
     assert!(err.contains("prompt steps on the qnn accelerator"), "{err}");
+    assert!(
+        err.contains("hybrid decode: the hottest") && err.contains("on the qnn accelerator ("),
+        "{err}"
+    );
     assert!(!err.contains("warning"), "{err}");
     let err = with("cpu", &[]);
     assert!(err.contains("prompt steps on the cpu accelerator"), "{err}");
+    assert!(err.contains("on the cpu accelerator ("), "{err}");
+    // No share for decode: prompt steps alone on the accelerator.
+    let args: Vec<&str> = [&run[..], &["--accel", "cpu", "--accel-hot", "0"]].concat();
+    let out = sparrow(&args, &[]);
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("decode sparse on the CPU") && !err.contains("hybrid decode"),
+        "{err}"
+    );
     // A library that does not load: a warning naming it, the CPU.
     let err = with("qnn:/nonexistent/libQnnHtp.so", &[]);
     assert!(
         err.contains("warning") && err.contains("/nonexistent/libQnnHtp.so"),
         "{err}"
     );
-    assert!(err.contains("prompt steps on the CPU"), "{err}");
+    assert!(err.contains("the FFN on the CPU"), "{err}");
+    assert!(!err.contains("hybrid decode"), "{err}");
     // Every graph execution fails: the answer all the same, then a warning naming the step.
     let err = with(&qnn, &[(qnn_double::FAIL_ENV, "graphExecute")]);
     assert!(

@@ -38,6 +38,15 @@ pub struct CpuAccelerator {
 
 const FORMAT: WeightFormat = WeightFormat::Q8_0;
 
+/// The format the block keeps gate and up rows in when the file's rows are in `f`.
+fn kept_format(f: WeightFormat) -> WeightFormat {
+    if f.is_quantized() && !f.is_hybrid() {
+        f
+    } else {
+        FORMAT
+    }
+}
+
 impl CpuAccelerator {
     /// Re-quantizes `blocks` (one per layer, in order) for the CPU kernels.
     pub fn new(blocks: impl IntoIterator<Item = Result<FfnBlock>>) -> Result<CpuAccelerator> {
@@ -66,7 +75,7 @@ impl CpuAccelerator {
                 // The file's rows as they are (same bytes as the CPU engine reads), except the
                 // formats the integer kernels do not take.
                 let f = b.file_rows.format;
-                let (format, gate, up) = if f.is_quantized() && !f.is_hybrid() {
+                let (format, gate, up) = if kept_format(f) == f {
                     (f, b.file_rows.gate, b.file_rows.up)
                 } else {
                     (FORMAT, q(&b.gate, h, d)?, q(&b.up, h, d)?)
@@ -163,6 +172,16 @@ impl Accelerator for CpuAccelerator {
         self.blocks.get(layer).map_or(0, |b| b.neurons)
     }
 
+    /// Gate and up rows, the padded down matrix and the down rows, and the prefix rows' indices.
+    fn block_bytes(&self, neurons: usize, d_model: usize, format: WeightFormat) -> u64 {
+        let rows =
+            |f: WeightFormat, n: usize, cols: usize| (n * f.row_bytes(cols).unwrap_or(0)) as u64;
+        2 * rows(kept_format(format), neurons, d_model)
+            + rows(FORMAT, d_model, neurons.next_multiple_of(32))
+            + rows(FORMAT, neurons, d_model)
+            + 4 * neurons as u64
+    }
+
     /// The prompt kernels over the rows as the store keeps them (what a prompt step over the store
     /// computes on the CPU, every neuron of the chunk).
     fn ffn_rows(
@@ -188,5 +207,52 @@ impl Accelerator for CpuAccelerator {
     /// Nothing more: the same buffers and kernels as the CPU's streamed prompt step.
     fn streamed_bytes(&self, _neurons: usize, _d_model: usize) -> u64 {
         0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::accel::FileRows;
+
+    /// A block of `h` neurons of width 64 with its file rows in `format`.
+    fn block(h: usize, format: WeightFormat) -> FfnBlock {
+        let d = 64;
+        let v = |salt: usize, len: usize| -> Vec<f32> {
+            (0..len)
+                .map(|i| ((i * 31 + salt) % 17) as f32 / 17.0 - 0.5)
+                .collect()
+        };
+        let (gate, up) = (v(1, h * d), v(2, h * d));
+        let q = |x: &[f32]| kernels_neon::quantize_matrix(format, x, h, d).unwrap();
+        FfnBlock {
+            neurons: h,
+            d_model: d,
+            file_rows: FileRows {
+                format,
+                gate: q(&gate),
+                up: q(&up),
+            },
+            gate,
+            up,
+            down: v(3, d * h),
+            activation: Activation::Silu,
+        }
+    }
+
+    #[test]
+    fn block_bytes_are_what_a_block_holds() {
+        for format in [WeightFormat::Q4_0, WeightFormat::Q8_0, WeightFormat::F16] {
+            for h in [1, 32, 45] {
+                let a = CpuAccelerator::new([Ok(block(h, format))]).unwrap();
+                let b = &a.blocks[0];
+                let held = b.gate.len() + b.up.len() + b.down.len() + b.down_t.len() + 4 * h;
+                assert_eq!(
+                    a.block_bytes(h, 64, format),
+                    held as u64,
+                    "{format:?} × {h}"
+                );
+            }
+        }
     }
 }

@@ -63,6 +63,16 @@ pub trait Accelerator: Send + Sync {
     /// Neurons of each layer's block (the FFN width for whole layers).
     fn block_neurons(&self, layer: usize) -> usize;
 
+    /// Bytes this backend keeps in the process's memory for a block of `neurons` neurons of width
+    /// `d_model` whose gate and up rows come in `format` (what a memory budget must leave for it;
+    /// a backend's own copy in device memory is not counted).
+    fn block_bytes(
+        &self,
+        neurons: usize,
+        d_model: usize,
+        format: kernels_neon::WeightFormat,
+    ) -> u64;
+
     /// `out = down · (act(gate · x) ⊙ (up · x))` for `n` tokens over `rows`, neurons whose weights
     /// come with the call (`x`, `out`: `n × d_model`; `out` is overwritten): PowerInfer-2's
     /// NPU-centric prefill over a neuron store hands each chunk of a layer read from flash to the

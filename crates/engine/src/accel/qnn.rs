@@ -114,6 +114,7 @@ struct State {
 /// The QNN backend: the library, one context, the layers' weights and their graphs.
 pub struct QnnAccelerator {
     library: PathBuf,
+    form: QnnWeights,
     blocks: Vec<QnnBlock>,
     state: Mutex<State>,
 }
@@ -156,6 +157,7 @@ impl QnnAccelerator {
             .collect::<Result<Vec<_>>>()?;
         Ok(QnnAccelerator {
             library: name,
+            form: weights,
             blocks,
             state: Mutex::new(State {
                 ctx,
@@ -257,6 +259,21 @@ impl Accelerator for QnnAccelerator {
 
     fn block_neurons(&self, layer: usize) -> usize {
         self.blocks.get(layer).map_or(0, |b| b.neurons)
+    }
+
+    /// Gate, up and down in the form the graphs take (INT8 values and a scale per row, or f32);
+    /// the graphs' own copies belong to the backend.
+    fn block_bytes(
+        &self,
+        neurons: usize,
+        d_model: usize,
+        _format: kernels_neon::WeightFormat,
+    ) -> u64 {
+        let values = 3 * (neurons * d_model) as u64;
+        match self.form {
+            QnnWeights::F32 => 4 * values,
+            QnnWeights::Int8 => values + 4 * (2 * neurons + d_model) as u64,
+        }
     }
 
     /// The chunk dequantized to f32: gate, up, the down rows and their transpose (the graph's own

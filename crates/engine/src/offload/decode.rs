@@ -169,12 +169,12 @@ impl Offload {
         let mut misses = Vec::new();
         let mut cache = self.cache.lock();
         for (u, range) in groups {
-            if u < hot.units[layer] {
+            if let Some((cluster, at)) = hot.find(layer, u, cu, ub) {
                 // The hot region is preloaded and pinned: no LRU bookkeeping, no cache lock needed.
                 c.hot_hits.fetch_add(1, Ordering::Relaxed);
                 hits.push(Hit {
-                    bytes: UnitBytes::Hot(&hot.clusters[layer][u / cu]),
-                    at: (u % cu) * ub,
+                    bytes: UnitBytes::Hot(cluster),
+                    at,
                     range,
                 });
             } else if let Some(b) = cache.get_neuron(NeuronId {

@@ -19,11 +19,31 @@ use ufs_io::IoEngine;
 use super::options::OffloadOptions;
 use crate::error::{EngineError, Result};
 
-/// Each layer's hot prefix: units `0..units[l]` of layer `l` are in the pinned clusters `clusters[l]`
-/// (`cluster_units` units each, the last one possibly shorter).
+/// Each layer's hot prefix: units `first[l]..first[l] + units[l]` of layer `l` are in the pinned
+/// clusters `clusters[l]` (`cluster_units` units each, the last one possibly shorter). The units
+/// before `first[l]` (none, unless [`CacheControl::reserve`] gave them to an accelerator) are not
+/// the CPU's.
 pub(super) struct HotSet {
+    pub(super) first: Vec<usize>,
     pub(super) units: Vec<usize>,
     pub(super) clusters: Vec<Vec<ClusterGuard>>,
+}
+
+impl HotSet {
+    /// Unit `u` of layer `l` as `(cluster, offset of the unit in it)` when it is hot.
+    pub(super) fn find(
+        &self,
+        l: usize,
+        u: usize,
+        cluster_units: usize,
+        unit_bytes: usize,
+    ) -> Option<(&[u8], usize)> {
+        let i = u
+            .checked_sub(self.first[l])
+            .filter(|&i| i < self.units[l])?;
+        let c: &[u8] = &self.clusters[l][i / cluster_units];
+        Some((c, (i % cluster_units) * unit_bytes))
+    }
 }
 
 /// What a cache holds and may hold ([`CacheControl::report`]).
@@ -36,6 +56,9 @@ pub struct CacheReport {
     pub minimum: u64,
     /// The neuron cache's budget (at most the whole FFN).
     pub cache_budget: u64,
+    /// The cache's budget as set, before that cap, less what [`CacheControl::reserve`] took (what
+    /// is left for an accelerator's blocks beside the cache).
+    pub cache_asked: u64,
     /// Bytes of FFN units the cache holds now (hot and cold); never above `cache_budget`.
     pub cache_bytes: u64,
     /// Bytes of the whole FFN (the neuron store's units).
@@ -50,12 +73,11 @@ pub struct CacheControl {
     pub(super) store: Arc<NeuronStore>,
     pub(super) cache: SharedNeuronCache,
     pub(super) hot: Arc<RwLock<HotSet>>,
-    hot_share: f32,
     cluster_units: usize,
-    outside: u64,
     memory_budget: Arc<AtomicU64>,
-    /// The cache budget asked for and the part of it lent to prompt steps running now: the cache
-    /// holds `asked - lent`. Held across a resize, so that resizes and loans apply in turn.
+    /// The cache budget asked for, the part of it lent to prompt steps running now (the cache
+    /// holds `asked - lent`), the hot share and what stays resident besides the cache. Held across a
+    /// resize, so that resizes, loans and reservations apply in turn.
     budget: Arc<Mutex<Loan>>,
 }
 
@@ -64,6 +86,11 @@ pub struct CacheControl {
 struct Loan {
     asked: usize,
     lent: usize,
+    /// The share of the cache's budget that holds each layer's pinned hot prefix.
+    hot_share: f32,
+    /// Bytes resident besides the cache: the process, the resident file, the KV cache, the
+    /// predictors ([`OffloadOptions::outside_ffn_bytes`]) and what [`CacheControl::reserve`] took.
+    outside: u64,
 }
 
 impl CacheControl {
@@ -76,14 +103,17 @@ impl CacheControl {
             store,
             cache: SharedNeuronCache::new(NeuronCache::new(0)),
             hot: Arc::new(RwLock::new(HotSet {
+                first: vec![0; layers],
                 units: vec![0; layers],
                 clusters: (0..layers).map(|_| Vec::new()).collect(),
             })),
-            hot_share: opts.hot_share.clamp(0.0, 1.0),
             cluster_units: opts.cluster_units.max(1),
-            outside: opts.outside_ffn_bytes,
             memory_budget: Arc::new(AtomicU64::new(0)),
-            budget: Arc::new(Mutex::new(Loan::default())),
+            budget: Arc::new(Mutex::new(Loan {
+                hot_share: opts.hot_share.clamp(0.0, 1.0),
+                outside: opts.outside_ffn_bytes,
+                ..Loan::default()
+            })),
         }
     }
 
@@ -94,7 +124,7 @@ impl CacheControl {
 
     /// The smallest process budget [`CacheControl::set_memory_budget`] accepts.
     pub fn minimum_memory_budget(&self) -> u64 {
-        self.outside + self.store.index().layout.unit_bytes() as u64
+        self.loan().outside + self.store.index().layout.unit_bytes() as u64
     }
 
     /// Sets the budget of the whole process (`--memory-budget`): what stays resident besides the FFN
@@ -104,15 +134,16 @@ impl CacheControl {
     /// nothing.
     pub fn set_memory_budget(&self, bytes: u64) -> Result<CacheReport> {
         let min = self.minimum_memory_budget();
+        let outside = self.loan().outside;
         if bytes < min {
             return Err(EngineError::Request(format!(
                 "memory budget {bytes} bytes ({:.1} MiB) is below this model's minimum of {min} bytes ({:.1} MiB): the process, the resident file, the KV cache and the predictors take {:.1} MiB, and the neuron cache must hold one unit",
                 mib(bytes),
                 mib(min),
-                mib(self.outside)
+                mib(outside)
             )));
         }
-        let cache = usize::try_from(bytes - self.outside).unwrap_or(usize::MAX);
+        let cache = usize::try_from(bytes - outside).unwrap_or(usize::MAX);
         self.set_cache_budget(cache)?;
         self.memory_budget.store(bytes, Ordering::Relaxed);
         Ok(self.report())
@@ -126,7 +157,44 @@ impl CacheControl {
     pub fn set_cache_budget(&self, bytes: usize) -> Result<()> {
         let mut loan = self.loan();
         loan.asked = bytes;
-        self.resize(bytes.saturating_sub(loan.lent), bytes)
+        self.resize(&loan)
+    }
+
+    /// Takes `bytes` of the cache's budget for an accelerator that holds units `0..first[l]` of
+    /// every layer `l` (hybrid decode over the store: each layer's hottest neurons): they are counted
+    /// as resident besides the cache from now on (a later [`CacheControl::set_memory_budget`]
+    /// leaves them out too), and each layer's pinned hot prefix starts after them, so that no unit
+    /// is held twice. More than the cache's budget, or another number of layers, is an error and
+    /// changes nothing.
+    pub fn reserve(&self, bytes: u64, first: &[usize]) -> Result<()> {
+        let mut loan = self.loan();
+        let b = usize::try_from(bytes).unwrap_or(usize::MAX);
+        let layers = self.store.index().layers.len();
+        if b > loan.asked || first.len() != layers {
+            return Err(EngineError::Request(format!(
+                "the accelerator's blocks of {} layers take {:.1} MiB, more than the neuron cache's budget of {:.1} MiB or another number of layers than the store's {layers}",
+                first.len(),
+                mib(bytes),
+                mib(loan.asked as u64)
+            )));
+        }
+        {
+            // Every pinned cluster is let go: the prefixes are read again from their new start.
+            let mut hot = self.hot.write().unwrap_or_else(PoisonError::into_inner);
+            let mut dropped = Vec::new();
+            for (l, &f) in first.iter().enumerate() {
+                dropped.extend(hot.clusters[l].drain(..).map(|g| g.id()));
+                hot.units[l] = 0;
+                hot.first[l] = f.min(self.store.index().units_per_layer());
+            }
+            let mut c = self.cache.lock();
+            for id in dropped {
+                c.remove_cluster(id)?;
+            }
+        }
+        loan.asked -= b;
+        loan.outside += bytes;
+        self.resize(&loan)
     }
 
     /// Lends `bytes` of the cache's budget to a prompt step: the cache shrinks by that much (its
@@ -134,7 +202,7 @@ impl CacheControl {
     pub(super) fn lend(&self, bytes: usize) -> Result<()> {
         let mut loan = self.loan();
         loan.lent += bytes;
-        let r = self.resize(loan.asked.saturating_sub(loan.lent), loan.asked);
+        let r = self.resize(&loan);
         if r.is_err() {
             // No loan to give back: the next resize restores what is asked.
             loan.lent -= bytes;
@@ -147,15 +215,16 @@ impl CacheControl {
     pub(super) fn give_back(&self, bytes: usize) -> Result<()> {
         let mut loan = self.loan();
         loan.lent = loan.lent.saturating_sub(bytes);
-        self.resize(loan.asked.saturating_sub(loan.lent), loan.asked)
+        self.resize(&loan)
     }
 
     fn loan(&self) -> std::sync::MutexGuard<'_, Loan> {
         self.budget.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Resizes the cache to `bytes`, `asked` being the budget as set (for the process budget).
-    fn resize(&self, bytes: usize, asked: usize) -> Result<()> {
+    /// Resizes the cache to what `loan` asks less what it lends, `loan.hot_share` of it pinned.
+    fn resize(&self, loan: &Loan) -> Result<()> {
+        let (bytes, asked) = (loan.asked.saturating_sub(loan.lent), loan.asked);
         let ix = self.store.index();
         let (ub, units, layers) = (
             ix.layout.unit_bytes(),
@@ -163,14 +232,20 @@ impl CacheControl {
             ix.layers.len(),
         );
         let budget = bytes.min(ix.ffn_bytes());
-        let hot_budget = (budget as f64 * f64::from(self.hot_share)) as usize;
-        let target = (hot_budget / layers.max(1) / ub.max(1)).min(units);
+        let hot_budget = (budget as f64 * f64::from(loan.hot_share)) as usize;
+        let per_layer = hot_budget / layers.max(1) / ub.max(1);
         let cu = self.cluster_units;
         let mut hot = self.hot.write().unwrap_or_else(PoisonError::into_inner);
+        // Each layer's hot units (after the accelerator's, if any).
+        let target: Vec<usize> = hot
+            .first
+            .iter()
+            .map(|&f| per_layer.min(units - f))
+            .collect();
         // Unpin the clusters that do not stay whole in the new prefix (dropping a guard unpins it).
         let mut dropped = Vec::new();
-        for l in 0..layers {
-            let keep = (hot.units[l] / cu).min(target / cu);
+        for (l, &t) in target.iter().enumerate() {
+            let keep = (hot.units[l] / cu).min(t / cu);
             dropped.extend(hot.clusters[l].drain(keep..).map(|g| g.id()));
             hot.units[l] = hot.units[l].min(keep * cu);
         }
@@ -179,7 +254,7 @@ impl CacheControl {
             for id in dropped {
                 c.remove_cluster(id)?;
             }
-            let hot_bytes = target * ub * layers;
+            let hot_bytes = target.iter().sum::<usize>() * ub;
             if hot_bytes <= c.hot_capacity() {
                 c.set_hot_bytes(hot_bytes)?;
                 c.set_budget(budget)?;
@@ -189,7 +264,7 @@ impl CacheControl {
             }
             // Units about to join a hot prefix leave the cold region (no copy kept twice).
             for (l, &from) in hot.units.iter().enumerate() {
-                for u in from..target {
+                for u in hot.first[l] + from..hot.first[l] + target[l] {
                     let _ = c.remove_neuron(NeuronId {
                         layer: l as u32,
                         neuron: u as u32,
@@ -199,11 +274,12 @@ impl CacheControl {
         }
         crate::sys::release_free_memory();
         // Read the missing clusters of every prefix.
-        for l in 0..layers {
-            while hot.units[l] < target {
+        for (l, &t) in target.iter().enumerate() {
+            while hot.units[l] < t {
                 let start = hot.units[l];
-                let end = (start + cu).min(target);
-                let buf = self.store.read_units(&self.io, l, start..end)?;
+                let end = (start + cu).min(t);
+                let f = hot.first[l];
+                let buf = self.store.read_units(&self.io, l, f + start..f + end)?;
                 let data: Arc<[u8]> = Arc::from(&buf[..]);
                 drop(buf);
                 let id = ClusterId {
@@ -217,7 +293,7 @@ impl CacheControl {
         }
         drop(hot);
         self.memory_budget.store(
-            self.outside + asked.min(ix.ffn_bytes()) as u64,
+            loan.outside + asked.min(ix.ffn_bytes()) as u64,
             Ordering::Relaxed,
         );
         Ok(())
@@ -227,7 +303,9 @@ impl CacheControl {
     pub fn report(&self) -> CacheReport {
         let s = self.cache.stats();
         let ffn_bytes = self.store.index().ffn_bytes() as u64;
+        let cache_asked = self.loan().asked as u64;
         CacheReport {
+            cache_asked,
             memory_budget: self.memory_budget.load(Ordering::Relaxed),
             minimum: self.minimum_memory_budget(),
             cache_budget: s.budget as u64,

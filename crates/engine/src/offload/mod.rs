@@ -27,12 +27,20 @@
 //! * A live budget ([`CacheControl`], from [`Offload::control`]): the cache shrinks or grows while
 //!   decoding, between two layer steps; a shrink frees the evicted bytes.
 //!
+//! * Hybrid decode over the store (`blocks.rs`): an accelerator takes each layer's leading units
+//!   as its block ([`Offload::accel_blocks`]) and the cache gives it that memory and its pinned hot
+//!   prefix ([`CacheControl::reserve`]); [`crate::HybridFfn`] leaves those neurons out of the CPU's
+//!   steps.
+//!
 //! Files: `convert.rs` (offline conversion, store path, verification), `options.rs` (settings and
 //! counters), `runtime.rs` ([`Offload`]: opening, cache), `live.rs` ([`CacheControl`]: the hot
 //! prefixes behind a read-write lock, preload and live resize), `decode.rs` (one layer's
-//! decode step in named stages), `prefill.rs` (one layer's prompt step, streamed), `unit.rs` (what a worker does with one unit: checks, two-phase
+//! decode step in named stages), `prefill.rs` (one layer's prompt step, streamed), `chunk.rs` (a chunk's
+//! rows gathered from its units), `blocks.rs` (an accelerator's blocks from the store), `unit.rs` (what a worker does with one unit: checks, two-phase
 //! reads, compute through the shared neuron selector, `neurons.rs`).
 
+mod blocks;
+mod chunk;
 mod convert;
 mod decode;
 mod live;

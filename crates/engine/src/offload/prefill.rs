@@ -11,10 +11,10 @@ use std::sync::mpsc;
 use std::time::Instant;
 
 use kernels_neon::{Activation, Precision, QMatrix};
-use neuron_store::StoreIndex;
 use rayon::prelude::*;
 use ufs_io::AlignedBuf;
 
+use super::chunk::Chunk;
 use super::prompt_accel::PromptAccel;
 use super::runtime::Offload;
 use crate::accel::{Accelerator, StreamedRows};
@@ -28,38 +28,6 @@ pub(crate) struct PrefillMask<'a> {
     pub keep: Option<&'a [bool]>,
     /// `d_ff`: neurons computed elsewhere (an accelerator), left out here.
     pub skip: Option<&'a [bool]>,
-}
-
-/// The gate, up and down rows of one chunk's neurons, gathered from its units back to back (each
-/// part a row-major matrix in its store format), and the neuron id of each row.
-#[derive(Default)]
-struct Chunk {
-    ids: Vec<u32>,
-    gate: Vec<u8>,
-    up: Vec<u8>,
-    down: Vec<u8>,
-}
-
-impl Chunk {
-    fn gather(&mut self, ix: &StoreIndex, layer: usize, units: &[(usize, &[u8])]) {
-        let l = ix.layout;
-        self.ids.clear();
-        self.gate.clear();
-        self.up.clear();
-        self.down.clear();
-        for &(u, bytes) in units {
-            let ids = ix.neurons_of(layer, u);
-            let k = ids.len();
-            self.ids.extend_from_slice(ids);
-            let (g, up, d) = (l.gate_range(), l.up_range(), l.down_range());
-            self.gate
-                .extend_from_slice(&bytes[g.start..g.start + k * l.gate_row]);
-            self.up
-                .extend_from_slice(&bytes[up.start..up.start + k * l.up_row]);
-            self.down
-                .extend_from_slice(&bytes[d.start..d.start + k * l.down_row]);
-        }
-    }
 }
 
 /// `g[t][j] = act(g)·u` of chunk neuron `j` (id `ids[j]`) for token `t` where the neuron is chosen
@@ -149,8 +117,7 @@ impl Offload {
         out.fill(0.0);
         let mut chunk = Chunk::default();
         let (mut g, mut u, mut y) = (Vec::new(), Vec::new(), vec![0f32; n * d]);
-        // Hybrid prompt steps (`mask.skip`) keep the CPU path: the accelerator's chunk is dense.
-        let accel = self.prompt_accel.as_ref().filter(|_| mask.skip.is_none());
+        let accel = self.prompt_accel.as_ref();
         self.stream_layer(layer, |units| {
             chunk.gather(ix, layer, units);
             let k = chunk.ids.len();
@@ -169,7 +136,12 @@ impl Offload {
                 down: wd,
                 activation: rule.activation,
             };
-            let on_accel = accel.is_some_and(|a| a.run(&rows, x, n, &mut y));
+            // The accelerator computes a chunk densely: not one with neurons left out for another
+            // block (hybrid decode's, unless those are the units before the CPU's, as over a store).
+            let whole = mask
+                .skip
+                .is_none_or(|s| !chunk.ids.iter().any(|&i| s[i as usize]));
+            let on_accel = whole && accel.is_some_and(|a| a.run(&rows, x, n, &mut y));
             if !on_accel {
                 g.resize(n * k, 0.0);
                 u.resize(n * k, 0.0);
@@ -227,13 +199,14 @@ impl Offload {
         back.map(|()| out)
     }
 
-    /// Calls `f` with every unit of `layer` as `(unit, bytes)`, in chunks of about
+    /// Calls `f` with every unit of `layer` that is the CPU's (all but an accelerator's leading
+    /// units, [`super::CacheControl::reserve`]) as `(unit, bytes)`, in chunks of about
     /// [`super::OffloadOptions::prefill_neurons`] neurons whose bounds are fixed by unit index, so
-    /// that a step's sums do not depend on which units are hot: the hot prefix's whole chunks from
-    /// its pinned clusters, then the rest read sequentially (and verified) by a reader thread one
-    /// chunk ahead of `f`, in two buffers used in turn (the chunk the hot prefix ends in gets its hot
-    /// units from the clusters and the others from the first read). The first error, of a read or
-    /// of `f`, stops the stream and is returned.
+    /// that a step's sums do not depend on which units are hot: the hot prefix's units from its
+    /// pinned clusters, the rest read sequentially (and verified) by a reader thread one chunk ahead
+    /// of `f`, in two buffers used in turn (a chunk the hot prefix ends in gets its hot units from
+    /// the clusters and the others from its read). The first error, of a read or of `f`, stops the
+    /// stream and is returned.
     pub(crate) fn stream_layer(
         &self,
         layer: usize,
@@ -244,33 +217,35 @@ impl Offload {
         let per = self.opts.prefill_neurons.div_ceil(ix.layout.neurons).max(1);
         let total = ix.units_per_layer();
         let hot = self.live.read_hot();
-        let hot_units = hot.units[layer].min(total);
         let cu = self.opts.cluster_units.max(1);
-        // The chunk the hot prefix ends in starts here; its hot units wait for the first read.
-        let split = hot_units / per * per;
-        let first_end = if hot_units == split {
-            hot_units
-        } else {
-            (split + per).min(total)
-        };
-        let cold: Vec<Range<usize>> = std::iter::once(hot_units..first_end)
+        let lo = hot.first[layer].min(total);
+        let hot_end = (lo + hot.units[layer]).min(total);
+        // Chunks by unit index from the CPU's first unit; each one's cold units follow its hot ones.
+        let chunks: Vec<(Range<usize>, Range<usize>)> = (lo / per * per..total)
+            .step_by(per)
+            .map(|s| {
+                let c = s.max(lo)..(s + per).min(total);
+                let cold = c.start.max(hot_end).min(c.end)..c.end;
+                (c, cold)
+            })
+            .collect();
+        let reads: Vec<Range<usize>> = chunks
+            .iter()
+            .map(|(_, r)| r.clone())
             .filter(|r| !r.is_empty())
-            .chain(
-                (first_end..total)
-                    .step_by(per)
-                    .map(|s| s..(s + per).min(total)),
-            )
             .collect();
         let hot_unit = |u: usize| -> (usize, &[u8]) {
-            let c: &[u8] = &hot.clusters[layer][u / cu];
-            (u, &c[(u % cu) * ub..(u % cu + 1) * ub])
+            let (c, at) = hot
+                .find(layer, u, cu, ub)
+                .expect("a unit of the hot prefix");
+            (u, &c[at..at + ub])
         };
         std::thread::scope(|s| {
             // A rendezvous channel: the reader fills the next buffer while `f` computes this one.
             let (tx, rx) = mpsc::sync_channel::<Result<(Range<usize>, AlignedBuf)>>(0);
             let (back_tx, back_rx) = mpsc::channel::<AlignedBuf>();
             s.spawn(move || {
-                for r in cold {
+                for r in reads {
                     let len = r.len() * ub;
                     let read = match back_rx.try_recv().ok().filter(|b| b.len() == len) {
                         Some(buf) => self.store.read_units_into(&self.io, layer, r.clone(), buf),
@@ -287,27 +262,22 @@ impl Offload {
                     }
                 }
             });
-            let mut units: Vec<(usize, &[u8])> = Vec::with_capacity(per);
-            for start in (0..split).step_by(per) {
-                units.clear();
-                units.extend((start..start + per).map(hot_unit));
-                f(&units)?;
-            }
-            // Hot units of a chunk that the reads complete (all of them when the whole layer is
-            // hot and its last chunk is short).
-            let mut lead: Vec<(usize, &[u8])> = (split..hot_units).map(hot_unit).collect();
-            if hot_units == total && !lead.is_empty() {
-                f(&lead)?;
-                lead.clear();
-            }
-            for read in rx {
-                let (r, buf) = read?;
-                let mut units = std::mem::take(&mut lead);
-                units.extend(
-                    r.clone()
-                        .enumerate()
-                        .map(|(i, u)| (u, &buf[i * ub..(i + 1) * ub])),
-                );
+            let mut rx = rx.into_iter();
+            for (c, cold) in chunks {
+                let mut units: Vec<(usize, &[u8])> = Vec::with_capacity(c.len());
+                for u in c.start..cold.start {
+                    let (u, b) = hot_unit(u);
+                    units.push((u, b));
+                }
+                if cold.is_empty() {
+                    f(&units)?;
+                    continue;
+                }
+                let (r, buf) = rx.next().ok_or_else(|| {
+                    EngineError::Request("offloaded prompt: the reader stopped early".into())
+                })??;
+                debug_assert_eq!(r, cold);
+                units.extend(r.enumerate().map(|(i, u)| (u, &buf[i * ub..(i + 1) * ub])));
                 f(&units)?;
                 drop(units);
                 // The reader may be done; a buffer nobody takes back is simply dropped.

@@ -1,0 +1,120 @@
+//! Hybrid decode over the neuron store: an accelerator's blocks made of each layer's leading units
+//! (the store keeps neurons hottest first, so these are the layer's hottest neurons), read from
+//! flash once at start-up. The accelerator then holds them in its own form, and the neuron cache
+//! ([`super::CacheControl::reserve`]) gives up that memory and its pinned hot prefix: the CPU only
+//! computes the other neurons, cached (cold LRU) or read on demand.
+
+use kernels_neon::{QMatrix, WeightFormat};
+
+use super::chunk::Chunk;
+use super::runtime::Offload;
+use crate::accel::{FfnBlock, FileRows};
+use crate::config::Activation;
+use crate::error::{kernel, Result};
+use crate::transpose::{dequantize_matrix, transpose_f32};
+
+impl Offload {
+    /// How many leading units of each layer an accelerator takes: `share` of the layer's units
+    /// (rounded, at least one when `share > 0`), and no more than an even split of `budget` bytes over the layers, a block of `k`
+    /// neurons costing `bytes(k)` (the backend's [`crate::Accelerator::block_bytes`]).
+    pub fn accel_units(&self, share: f64, budget: u64, bytes: impl Fn(usize) -> u64) -> Vec<usize> {
+        let ix = self.store.index();
+        let units = ix.units_per_layer();
+        let per_layer = budget / ix.layers.len().max(1) as u64;
+        let want = ((share.clamp(0.0, 1.0) * units as f64).round() as usize)
+            .max(usize::from(share > 0.0))
+            .min(units);
+        (0..ix.layers.len())
+            .map(|l| {
+                let mut neurons = 0;
+                let mut take = 0;
+                while take < want {
+                    let k = neurons + ix.neurons_of(l, take).len();
+                    if bytes(k) > per_layer {
+                        break;
+                    }
+                    neurons = k;
+                    take += 1;
+                }
+                take
+            })
+            .collect()
+    }
+
+    /// The neurons of units `0..units[l]` of every layer `l`, in store order (hottest first): the
+    /// accelerator's block of each layer, in the order [`Offload::accel_blocks`] gives them.
+    pub fn leading_neurons(&self, units: &[usize]) -> Vec<Vec<u32>> {
+        let ix = self.store.index();
+        units
+            .iter()
+            .enumerate()
+            .map(|(l, &u)| {
+                (0..u)
+                    .flat_map(|i| ix.neurons_of(l, i).iter().copied())
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// The block of every layer `l` over units `0..units[l]`, read from the store (checked against
+    /// its checksums) and dequantized as the iterator is advanced, so that one layer's f32 block
+    /// exists at a time. Gate and up rows also come in the store's format when both share one.
+    pub fn accel_blocks<'a>(
+        &'a self,
+        units: &'a [usize],
+        activation: Activation,
+    ) -> impl Iterator<Item = Result<FfnBlock>> + 'a {
+        units
+            .iter()
+            .enumerate()
+            .map(move |(l, &u)| self.accel_block(l, u, activation))
+    }
+
+    fn accel_block(&self, layer: usize, units: usize, activation: Activation) -> Result<FfnBlock> {
+        let ix = self.store.index();
+        let (d, ub, f) = (ix.d_model, ix.layout.unit_bytes(), ix.formats);
+        let buf = self.store.read_units(&self.io, layer, 0..units)?;
+        let parts: Vec<(usize, &[u8])> = (0..units)
+            .map(|i| (i, &buf[i * ub..(i + 1) * ub]))
+            .collect();
+        let mut c = Chunk::default();
+        c.gather(ix, layer, &parts);
+        drop(parts);
+        drop(buf);
+        let k = c.ids.len();
+        let dense = |format: WeightFormat, bytes: &[u8], what: &'static str| -> Result<Vec<f32>> {
+            let m = QMatrix::new(format, k, d, bytes).map_err(kernel(what))?;
+            dequantize_matrix(&m).map_err(kernel(what))
+        };
+        let gate = dense(f.gate, &c.gate, "accelerator block gate (store)")?;
+        let up = dense(f.up, &c.up, "accelerator block up (store)")?;
+        let down = transpose_f32(
+            &dense(f.down, &c.down, "accelerator block down (store)")?,
+            k,
+            d,
+        );
+        let file_rows = if f.gate == f.up {
+            FileRows {
+                format: f.gate,
+                gate: std::mem::take(&mut c.gate),
+                up: std::mem::take(&mut c.up),
+            }
+        } else {
+            // No one format for both: a backend takes them from the f32 rows.
+            FileRows {
+                format: WeightFormat::F32,
+                gate: Vec::new(),
+                up: Vec::new(),
+            }
+        };
+        Ok(FfnBlock {
+            neurons: k,
+            d_model: d,
+            gate,
+            up,
+            down,
+            activation,
+            file_rows,
+        })
+    }
+}

@@ -1,0 +1,79 @@
+//! `--accel` on a resident file (the FFN in a neuron store): prompt steps stream each layer onto the
+//! accelerator (NPU-centric prefill), and decode is hybrid: each layer's hottest neurons (its leading
+//! units in the store) are read once into the accelerator's blocks, in memory the neuron cache gives
+//! up for them, and the CPU computes the other neurons from the cache (its hot prefix now the next
+//! hottest units) and flash.
+
+use anyhow::Result;
+use engine::{Engine, SparseFfn};
+
+use crate::ui::mib;
+
+/// Installs `sp` on `eng` with `kind`'s accelerator: for prompt steps always, for decode over the
+/// hottest `share` of each layer's units as far as the cache's budget holds them (none: prompt
+/// steps only). A backend that cannot be opened is a warning and leaves everything on the CPU.
+pub fn setup(
+    eng: &mut Engine<'_>,
+    mut sp: SparseFfn,
+    kind: &engine::AccelKind,
+    share: f64,
+    quiet: bool,
+) -> Result<()> {
+    let say = |line: String| {
+        if !quiet {
+            eprintln!("sparrow: {line}");
+        }
+    };
+    let Some(off) = sp.offload_mut() else {
+        eng.set_sparse(Some(sp));
+        return Ok(());
+    };
+    let prompt = match eng.install(|| engine::accel::open(kind, std::iter::empty())) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("sparrow: warning: {e}; the FFN on the CPU");
+            eng.set_sparse(Some(sp));
+            return Ok(());
+        }
+    };
+    let ix = off.store().index();
+    let (d, format) = (ix.d_model, ix.formats.gate);
+    let control = off.control();
+    let report = control.report();
+    let cache = report.cache_asked;
+    let units = off.accel_units(share, cache, |k| prompt.block_bytes(k, d, format));
+    let bytes: u64 = off
+        .leading_neurons(&units)
+        .iter()
+        .map(|n| prompt.block_bytes(n.len(), d, format))
+        .sum();
+    say(format!("prompt steps on the {} accelerator: each layer's FFN streamed from flash onto it in chunks, dense (NPU-centric prefill)", prompt.name()));
+    off.set_prompt_accel(Some(prompt));
+    if units.iter().all(|&u| u == 0) {
+        say(format!(
+            "decode sparse on the CPU (no unit of {share} of a layer fits the accelerator in the {:.1} MiB FFN cache)",
+            mib(report.cache_budget)
+        ));
+        eng.set_sparse(Some(sp));
+        return Ok(());
+    }
+    // The cache gives the blocks their memory (its pinned hot prefixes start after the blocks'
+    // units from now on) before they are read, so that both never take memory at once.
+    control.reserve(bytes, &units)?;
+    let order = off.leading_neurons(&units);
+    let activation = eng.model().config.activation;
+    let accel = eng.install(|| engine::accel::open(kind, off.accel_blocks(&units, activation)))?;
+    let split = engine::HotSplit::fixed(order);
+    let hot: usize = split.order.iter().map(Vec::len).sum();
+    let all = (eng.model().config.d_ff * split.order.len()).max(1);
+    say(format!(
+        "hybrid decode: the hottest {:.0}% of each layer's neurons on the {} accelerator ({:.1} MiB of the {:.1} MiB FFN cache), the rest sparse on the CPU from the cache and flash",
+        hot as f64 / all as f64 * 100.0,
+        accel.name(),
+        mib(bytes),
+        mib(report.cache_budget)
+    ));
+    let h = engine::HybridFfn::new(sp, accel, eng.model(), &split)?;
+    eng.set_hybrid(Some(h));
+    Ok(())
+}
