@@ -57,12 +57,17 @@ pub fn setup(
         eng.set_sparse(Some(sp));
         return Ok(());
     }
-    // The cache gives the blocks their memory (its pinned hot prefixes start after the blocks'
-    // units from now on) before they are read, so that both never take memory at once.
-    control.reserve(bytes, &units)?;
+    // The cache lets its units go while the blocks are built and gives them that memory (its
+    // pinned hot prefixes then start after the blocks' units), so that both never take memory at
+    // once.
     let order = off.leading_neurons(&units);
     let activation = eng.model().config.activation;
-    let accel = eng.install(|| engine::accel::open(kind, off.accel_blocks(&units, activation)))?;
+    let accel = control.reserve_with(bytes, &units, || {
+        let a = eng.install(|| engine::accel::open(kind, off.accel_blocks(&units, activation)));
+        // The blocks' f32 forms were freed layer by layer on the pool's threads: hand that back.
+        engine::sys::release_free_memory();
+        a
+    })?;
     let split = engine::HotSplit::fixed(order);
     let hot: usize = split.order.iter().map(Vec::len).sum();
     let all = (eng.model().config.d_ff * split.order.len()).max(1);

@@ -161,12 +161,20 @@ impl CacheControl {
     }
 
     /// Takes `bytes` of the cache's budget for an accelerator that holds units `0..first[l]` of
-    /// every layer `l` (hybrid decode over the store: each layer's hottest neurons): they are counted
-    /// as resident besides the cache from now on (a later [`CacheControl::set_memory_budget`]
-    /// leaves them out too), and each layer's pinned hot prefix starts after them, so that no unit
-    /// is held twice. More than the cache's budget, or another number of layers, is an error and
-    /// changes nothing.
-    pub fn reserve(&self, bytes: u64, first: &[usize]) -> Result<()> {
+    /// every layer `l` (hybrid decode over the store: each layer's hottest neurons), built by
+    /// `build` while the cache holds none of its units: every pinned cluster and every cached unit
+    /// of the accelerator's is let go first, so that the blocks and the units they replace never
+    /// take memory at once. Then the blocks are counted as resident besides the cache (a later
+    /// [`CacheControl::set_memory_budget`] leaves them out too) and each layer's pinned hot prefix
+    /// is read again, starting after them, so that no unit is held twice. More than the cache's
+    /// budget, or another number of layers, is an error and changes nothing; an error of `build`
+    /// restores the prefixes as they were and is returned.
+    pub fn reserve_with<T>(
+        &self,
+        bytes: u64,
+        first: &[usize],
+        build: impl FnOnce() -> Result<T>,
+    ) -> Result<T> {
         let mut loan = self.loan();
         let b = usize::try_from(bytes).unwrap_or(usize::MAX);
         let layers = self.store.index().layers.len();
@@ -178,23 +186,56 @@ impl CacheControl {
                 mib(loan.asked as u64)
             )));
         }
-        {
-            // Every pinned cluster is let go: the prefixes are read again from their new start.
-            let mut hot = self.hot.write().unwrap_or_else(PoisonError::into_inner);
-            let mut dropped = Vec::new();
-            for (l, &f) in first.iter().enumerate() {
-                dropped.extend(hot.clusters[l].drain(..).map(|g| g.id()));
-                hot.units[l] = 0;
-                hot.first[l] = f.min(self.store.index().units_per_layer());
+        let units = self.store.index().units_per_layer();
+        self.restart_prefixes(&first.iter().map(|&f| f.min(units)).collect::<Vec<_>>())?;
+        let built = match build() {
+            Ok(t) => t,
+            Err(e) => {
+                self.restart_prefixes(&vec![0; layers])?;
+                self.resize(&loan)?;
+                return Err(e);
             }
+        };
+        loan.asked -= b;
+        loan.outside += bytes;
+        self.resize(&loan)?;
+        Ok(built)
+    }
+
+    /// [`CacheControl::reserve_with`] for blocks built already.
+    pub fn reserve(&self, bytes: u64, first: &[usize]) -> Result<()> {
+        self.reserve_with(bytes, first, || Ok(()))
+    }
+
+    /// Lets every pinned cluster go and every cached unit before `first[l]` of each layer `l`, and
+    /// makes the prefixes start there (empty until the next resize reads them), handing the memory
+    /// back.
+    fn restart_prefixes(&self, first: &[usize]) -> Result<()> {
+        let mut hot = self.hot.write().unwrap_or_else(PoisonError::into_inner);
+        let mut dropped = Vec::new();
+        for (l, &f) in first.iter().enumerate() {
+            dropped.extend(hot.clusters[l].drain(..).map(|g| g.id()));
+            hot.units[l] = 0;
+            hot.first[l] = f;
+        }
+        {
             let mut c = self.cache.lock();
             for id in dropped {
                 c.remove_cluster(id)?;
             }
+            c.set_hot_bytes(0)?;
+            for (l, &f) in first.iter().enumerate() {
+                for u in 0..f {
+                    let _ = c.remove_neuron(NeuronId {
+                        layer: l as u32,
+                        neuron: u as u32,
+                    });
+                }
+            }
         }
-        loan.asked -= b;
-        loan.outside += bytes;
-        self.resize(&loan)
+        drop(hot);
+        crate::sys::release_free_memory();
+        Ok(())
     }
 
     /// Lends `bytes` of the cache's budget to a prompt step: the cache shrinks by that much (its

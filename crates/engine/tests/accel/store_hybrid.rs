@@ -173,7 +173,7 @@ fn hybrid_decode_over_the_store_is_the_dense_ffn_with_nothing_skipped() {
 }
 
 #[test]
-fn a_reservation_past_the_cache_budget_is_refused_and_changes_nothing() {
+fn a_reservation_refused_or_failing_changes_nothing() {
     let path = converted("tiny-llama-silu-q4_0.gguf");
     let resident = ModelFile::open(&path).unwrap();
     let eng = engine(&resident);
@@ -188,7 +188,19 @@ fn a_reservation_past_the_cache_budget_is_refused_and_changes_nothing() {
         .unwrap_err();
     assert!(e.to_string().contains("more than the neuron cache"), "{e}");
     assert_eq!(control.report(), before);
-    assert!(sp.offload().unwrap().stats().resident_bytes > 0);
+    let resident = sp.offload().unwrap().stats().resident_bytes;
+    assert!(resident > 0);
+    // Blocks that fail to build: the cache held none of the units meanwhile, and is as it was after.
+    let layers = eng.model().config.n_layers;
+    let e = control
+        .reserve_with(1, &vec![1; layers], || -> engine::Result<()> {
+            assert_eq!(sp.offload().unwrap().stats().resident_bytes, 0);
+            Err(engine::EngineError::Request("no blocks".into()))
+        })
+        .unwrap_err();
+    assert!(e.to_string().contains("no blocks"), "{e}");
+    assert_eq!(control.report(), before);
+    assert_eq!(sp.offload().unwrap().stats().resident_bytes, resident);
 }
 
 /// The hybrid FFN over `path`'s store on `kind`, a quarter of each layer's units on the
