@@ -50,10 +50,14 @@ pub fn setup(
     say(format!("prompt steps on the {} accelerator: each layer's FFN streamed from flash onto it in chunks, dense (NPU-centric prefill)", prompt.name()));
     off.set_prompt_accel(Some(prompt));
     if units.iter().all(|&u| u == 0) {
-        say(format!(
-            "decode sparse on the CPU (no unit of {share} of a layer fits the accelerator in the {:.1} MiB FFN cache)",
-            mib(report.cache_budget)
-        ));
+        say(if share == 0.0 {
+            "decode sparse on the CPU (--accel-hot 0)".to_string()
+        } else {
+            format!(
+                "decode sparse on the CPU (no unit of {share} of a layer fits the accelerator in the {:.1} MiB FFN cache)",
+                mib(report.cache_budget)
+            )
+        });
         eng.set_sparse(Some(sp));
         return Ok(());
     }

@@ -1,8 +1,8 @@
 //! Hybrid decode over the neuron store: an accelerator's blocks made of each layer's leading units
 //! (the store keeps neurons hottest first, so these are the layer's hottest neurons), read from
 //! flash once at start-up. The accelerator then holds them in its own form, and the neuron cache
-//! ([`super::CacheControl::reserve`]) gives up that memory and its pinned hot prefix: the CPU only
-//! computes the other neurons, cached (cold LRU) or read on demand.
+//! ([`super::CacheControl::reserve_with`]) gives up that memory and starts its pinned hot prefix
+//! after them: the CPU only computes the other neurons, cached or read on demand.
 
 use kernels_neon::{QMatrix, WeightFormat};
 
@@ -15,8 +15,9 @@ use crate::transpose::{dequantize_matrix, transpose_f32};
 
 impl Offload {
     /// How many leading units of each layer an accelerator takes: `share` of the layer's units
-    /// (rounded, at least one when `share > 0`), and no more than an even split of `budget` bytes over the layers, a block of `k`
-    /// neurons costing `bytes(k)` (the backend's [`crate::Accelerator::block_bytes`]).
+    /// (rounded, at least one when `share > 0`), and no more than an even split of `budget` bytes
+    /// over the layers, a block of `k` neurons costing `bytes(k)` (the backend's
+    /// [`crate::Accelerator::block_bytes`]).
     pub fn accel_units(&self, share: f64, budget: u64, bytes: impl Fn(usize) -> u64) -> Vec<usize> {
         let ix = self.store.index();
         let units = ix.units_per_layer();

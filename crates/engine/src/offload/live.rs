@@ -187,11 +187,12 @@ impl CacheControl {
             )));
         }
         let units = self.store.index().units_per_layer();
+        let before = self.read_hot().first.clone();
         self.restart_prefixes(&first.iter().map(|&f| f.min(units)).collect::<Vec<_>>())?;
         let built = match build() {
             Ok(t) => t,
             Err(e) => {
-                self.restart_prefixes(&vec![0; layers])?;
+                self.restart_prefixes(&before)?;
                 self.resize(&loan)?;
                 return Err(e);
             }
