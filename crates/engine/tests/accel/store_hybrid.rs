@@ -165,8 +165,19 @@ fn hybrid_decode_over_the_store_is_the_dense_ffn_with_nothing_skipped() {
                 "{name} {kind:?}: gate share {} for a cold share {cold}",
                 st.gate_frac()
             );
-            let cache = h.sparse().offload().unwrap().control().report();
+            let control = h.sparse().offload().unwrap().control();
+            let cache = control.report();
             assert!(cache.cache_bytes <= cache.cache_budget, "{name}: {cache:?}");
+            // A live budget (the server's) after the reservation: the blocks stay counted as
+            // resident, the cache shrinks to what is left, its prefix still after the blocks'.
+            let one_unit = ix_unit_bytes(&eng) as u64;
+            let r = control.set_memory_budget(cache.minimum + one_unit).unwrap();
+            assert_eq!(r.minimum, cache.minimum);
+            assert!(r.cache_bytes <= 2 * one_unit, "{name}: {r:?}");
+            for (batched, want) in [false, true].into_iter().zip(&want) {
+                let d = rel_drift(&logits(&eng, TOKENS, batched), want);
+                assert!(d < tol, "{name} {kind:?} at the minimum budget: drift {d}");
+            }
             eng.set_hybrid(None);
         }
     }
@@ -260,4 +271,10 @@ fn hybrid_prompt_steps_over_the_store_run_every_chunk_on_the_accelerator() {
     eng.set_hybrid(Some(store_hybrid(&eng, &path, &qnn, 1e9, None)));
     let d = rel_drift(&logits(&eng, TOKENS, true), &dense);
     assert!(d > 1e-2, "the CPU's chunks skip every neuron: drift {d}");
+}
+
+/// Bytes of one unit of the store behind `eng`'s hybrid FFN.
+fn ix_unit_bytes(eng: &engine::Engine<'_>) -> usize {
+    let off = eng.hybrid().unwrap().sparse().offload().unwrap();
+    off.store().index().layout.unit_bytes()
 }
