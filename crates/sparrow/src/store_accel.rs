@@ -12,6 +12,10 @@ use crate::ui::mib;
 /// Installs `sp` on `eng` with `kind`'s accelerator: for prompt steps always, for decode over the
 /// hottest `share` of each layer's units as far as the cache's budget holds them (none: prompt
 /// steps only). A backend that cannot be opened is a warning and leaves everything on the CPU.
+///
+/// The planner's hybrid split is not taken here: its cost model weighs the block against sparse
+/// CPU work with every weight in memory, not against the neuron cache the block's memory comes
+/// from (on this machine it puts 89-100% of the neurons on the CPU stand-in).
 pub fn setup(
     eng: &mut Engine<'_>,
     mut sp: SparseFfn,
@@ -41,7 +45,9 @@ pub fn setup(
     let control = off.control();
     let report = control.report();
     let cache = report.cache_asked;
-    let units = off.accel_units(share, cache, |k| prompt.block_bytes(k, d, format));
+    let want = off.share_units(share);
+    let source = format!("--accel-hot {share}");
+    let units = off.accel_units(&want, cache, |k| prompt.block_bytes(k, d, format));
     let bytes: u64 = off
         .leading_neurons(&units)
         .iter()
@@ -50,11 +56,11 @@ pub fn setup(
     say(format!("prompt steps on the {} accelerator: each layer's FFN streamed from flash onto it in chunks, dense (NPU-centric prefill)", prompt.name()));
     off.set_prompt_accel(Some(prompt));
     if units.iter().all(|&u| u == 0) {
-        say(if share == 0.0 {
-            "decode sparse on the CPU (--accel-hot 0)".to_string()
+        say(if want.iter().all(|&w| w == 0) {
+            format!("decode sparse on the CPU ({source}: no neuron on the accelerator)")
         } else {
             format!(
-                "decode sparse on the CPU (no unit of {share} of a layer fits the accelerator in the {:.1} MiB FFN cache)",
+                "decode sparse on the CPU ({source}: no unit of a layer fits the accelerator in the {:.1} MiB FFN cache)",
                 mib(report.cache_budget)
             )
         });
@@ -76,11 +82,11 @@ pub fn setup(
     let hot: usize = split.order.iter().map(Vec::len).sum();
     let all = (eng.model().config.d_ff * split.order.len()).max(1);
     say(format!(
-        "hybrid decode: the hottest {:.0}% of each layer's neurons on the {} accelerator ({:.1} MiB of the {:.1} MiB FFN cache), the rest sparse on the CPU from the cache and flash",
+        "hybrid decode: the hottest {:.0}% of each layer's neurons on the {} accelerator ({source}; its blocks {:.1} MiB, the neuron cache {:.1} MiB), the rest sparse on the CPU from the cache and flash",
         hot as f64 / all as f64 * 100.0,
         accel.name(),
         mib(bytes),
-        mib(report.cache_budget)
+        mib(control.report().cache_budget)
     ));
     let h = engine::HybridFfn::new(sp, accel, eng.model(), &split)?;
     eng.set_hybrid(Some(h));

@@ -14,22 +14,34 @@ use crate::error::{kernel, Result};
 use crate::transpose::{dequantize_matrix, transpose_f32};
 
 impl Offload {
-    /// How many leading units of each layer an accelerator takes: `share` of the layer's units
-    /// (rounded, at least one when `share > 0`), and no more than an even split of `budget` bytes
-    /// over the layers, a block of `k` neurons costing `bytes(k)` (the backend's
-    /// [`crate::Accelerator::block_bytes`]).
-    pub fn accel_units(&self, share: f64, budget: u64, bytes: impl Fn(usize) -> u64) -> Vec<usize> {
+    /// `share` of each layer's units (rounded, at least one when `share > 0`): what
+    /// [`Offload::accel_units`] is asked for under `--accel-hot`.
+    pub fn share_units(&self, share: f64) -> Vec<usize> {
         let ix = self.store.index();
         let units = ix.units_per_layer();
-        let per_layer = budget / ix.layers.len().max(1) as u64;
         let want = ((share.clamp(0.0, 1.0) * units as f64).round() as usize)
             .max(usize::from(share > 0.0))
             .min(units);
-        (0..ix.layers.len())
-            .map(|l| {
+        vec![want; ix.layers.len()]
+    }
+
+    /// How many leading units of each layer an accelerator takes: `want[l]`, and no more than an
+    /// even split of `budget` bytes over the layers, a block of `k` neurons costing `bytes(k)` (the
+    /// backend's [`crate::Accelerator::block_bytes`]).
+    pub fn accel_units(
+        &self,
+        want: &[usize],
+        budget: u64,
+        bytes: impl Fn(usize) -> u64,
+    ) -> Vec<usize> {
+        let ix = self.store.index();
+        let per_layer = budget / ix.layers.len().max(1) as u64;
+        want.iter()
+            .enumerate()
+            .map(|(l, &w)| {
                 let mut neurons = 0;
                 let mut take = 0;
-                while take < want {
+                while take < w.min(ix.units_per_layer()) {
                     let k = neurons + ix.neurons_of(l, take).len();
                     if bytes(k) > per_layer {
                         break;

@@ -93,7 +93,7 @@ fn hybrid_decode_over_the_store_is_the_dense_ffn_with_nothing_skipped() {
             let ix = off.store().index();
             let (d, format) = (ix.d_model, ix.formats.gate);
             let per_layer = before.cache_asked / cfg.n_layers as u64;
-            let units = off.accel_units(0.25, before.cache_asked, |k| {
+            let units = off.accel_units(&off.share_units(0.25), before.cache_asked, |k| {
                 probe.block_bytes(k, d, format)
             });
             let order = off.leading_neurons(&units);
@@ -230,7 +230,7 @@ fn store_hybrid(
     let ix = off.store().index();
     let (d, format) = (ix.d_model, ix.formats.gate);
     let control = off.control();
-    let units = off.accel_units(0.25, control.report().cache_asked, |k| {
+    let units = off.accel_units(&off.share_units(0.25), control.report().cache_asked, |k| {
         probe.block_bytes(k, d, format)
     });
     let order = off.leading_neurons(&units);
