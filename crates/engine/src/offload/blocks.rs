@@ -27,7 +27,8 @@ impl Offload {
 
     /// How many leading units of each layer an accelerator takes: `want[l]`, and no more than an
     /// even split of `budget` bytes over the layers, a block of `k` neurons costing `bytes(k)` (the
-    /// backend's [`crate::Accelerator::block_bytes`]).
+    /// backend's [`crate::Accelerator::block_bytes`]). One entry per layer of the store (`want`'s
+    /// entries past them are ignored, missing ones are 0).
     pub fn accel_units(
         &self,
         want: &[usize],
@@ -36,9 +37,9 @@ impl Offload {
     ) -> Vec<usize> {
         let ix = self.store.index();
         let per_layer = budget / ix.layers.len().max(1) as u64;
-        want.iter()
-            .enumerate()
-            .map(|(l, &w)| {
+        (0..ix.layers.len())
+            .map(|l| (l, want.get(l).copied().unwrap_or(0)))
+            .map(|(l, w)| {
                 let mut neurons = 0;
                 let mut take = 0;
                 while take < w.min(ix.units_per_layer()) {
