@@ -101,6 +101,17 @@ pub struct StreamedRows<'a> {
 }
 
 impl StreamedRows<'_> {
+    /// The rows dequantized to f32: gate and up as `neurons × d_model`, down transposed to
+    /// `d_model × neurons` ([`FfnBlock`]'s layout). `what` names the caller in errors.
+    pub(crate) fn dequantized(&self, what: &str) -> Result<(Vec<f32>, Vec<f32>, Vec<f32>)> {
+        let (k, d) = (self.gate.rows(), self.gate.cols());
+        let f32s = |m: &kernels_neon::QMatrix<'_>, part: &str| {
+            crate::transpose::dequantize_matrix(m).map_err(kernel(format!("{what} {part}")))
+        };
+        let down = crate::transpose::transpose_f32(&f32s(&self.down, "down")?, k, d);
+        Ok((f32s(&self.gate, "gate")?, f32s(&self.up, "up")?, down))
+    }
+
     /// Checks that the three matrices have one row per neuron of the same width and that `x` and
     /// `out` hold `n` rows of it; returns `(neurons, d_model)`.
     pub(crate) fn shape(

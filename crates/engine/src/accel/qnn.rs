@@ -14,8 +14,7 @@ use npu_qnn::{Backend, Context, FfnActivation, FfnGraph, FfnWeights, Qnn, QnnErr
 
 use super::{batch_runs, Accelerator, FfnBlock, StreamedRows};
 use crate::config::Activation;
-use crate::error::{kernel, EngineError, Result};
-use crate::transpose::{dequantize_matrix, transpose_f32};
+use crate::error::{EngineError, Result};
 
 /// The form of the weights handed to QNN.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -297,10 +296,7 @@ impl Accelerator for QnnAccelerator {
             out.fill(0.0);
             return Ok(());
         }
-        let gate = dequantize_matrix(&rows.gate).map_err(kernel("qnn streamed gate"))?;
-        let up = dequantize_matrix(&rows.up).map_err(kernel("qnn streamed up"))?;
-        let down_rows = dequantize_matrix(&rows.down).map_err(kernel("qnn streamed down"))?;
-        let down = transpose_f32(&down_rows, k, d);
+        let (gate, up, down) = rows.dequantized("qnn streamed")?;
         let mut state = self.lock()?;
         let State { ctx, streamed, .. } = &mut *state;
         let mut at = 0;

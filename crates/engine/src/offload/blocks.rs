@@ -8,10 +8,9 @@ use kernels_neon::{QMatrix, WeightFormat};
 
 use super::chunk::Chunk;
 use super::runtime::Offload;
-use crate::accel::{FfnBlock, FileRows};
+use crate::accel::{FfnBlock, FileRows, StreamedRows};
 use crate::config::Activation;
 use crate::error::{kernel, Result};
-use crate::transpose::{dequantize_matrix, transpose_f32};
 
 impl Offload {
     /// `share` of each layer's units (rounded, at least one when `share > 0`): what
@@ -96,17 +95,16 @@ impl Offload {
         drop(parts);
         drop(buf);
         let k = c.ids.len();
-        let dense = |format: WeightFormat, bytes: &[u8], what: &'static str| -> Result<Vec<f32>> {
-            let m = QMatrix::new(format, k, d, bytes).map_err(kernel(what))?;
-            dequantize_matrix(&m).map_err(kernel(what))
-        };
-        let gate = dense(f.gate, &c.gate, "accelerator block gate (store)")?;
-        let up = dense(f.up, &c.up, "accelerator block up (store)")?;
-        let down = transpose_f32(
-            &dense(f.down, &c.down, "accelerator block down (store)")?,
-            k,
-            d,
-        );
+        fn m(format: WeightFormat, k: usize, d: usize, bytes: &[u8]) -> Result<QMatrix<'_>> {
+            QMatrix::new(format, k, d, bytes).map_err(kernel("accelerator block (store)"))
+        }
+        let (gate, up, down) = StreamedRows {
+            gate: m(f.gate, k, d, &c.gate)?,
+            up: m(f.up, k, d, &c.up)?,
+            down: m(f.down, k, d, &c.down)?,
+            activation,
+        }
+        .dequantized("accelerator block (store)")?;
         let file_rows = if f.gate == f.up {
             FileRows {
                 format: f.gate,
