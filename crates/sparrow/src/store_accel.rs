@@ -48,8 +48,8 @@ pub fn setup(
     let want = off.share_units(share);
     let source = format!("--accel-hot {share}");
     let units = off.accel_units(&want, cache, |k| prompt.block_bytes(k, d, format));
-    let bytes: u64 = off
-        .leading_neurons(&units)
+    let order = off.leading_neurons(&units);
+    let bytes: u64 = order
         .iter()
         .map(|n| prompt.block_bytes(n.len(), d, format))
         .sum();
@@ -70,7 +70,6 @@ pub fn setup(
     // The cache lets its units go while the blocks are built and gives them that memory (its
     // pinned hot prefixes then start after the blocks' units), so that both never take memory at
     // once.
-    let order = off.leading_neurons(&units);
     let activation = eng.model().config.activation;
     let accel = control.reserve_with(bytes, &units, || {
         let a = eng.install(|| engine::accel::open(kind, off.accel_blocks(&units, activation)));

@@ -73,11 +73,13 @@ pub struct CacheControl {
     pub(super) store: Arc<NeuronStore>,
     pub(super) cache: SharedNeuronCache,
     pub(super) hot: Arc<RwLock<HotSet>>,
+    /// The share of the cache's budget that holds each layer's pinned hot prefix.
+    hot_share: f32,
     cluster_units: usize,
     memory_budget: Arc<AtomicU64>,
     /// The cache budget asked for, the part of it lent to prompt steps running now (the cache
-    /// holds `asked - lent`), the hot share and what stays resident besides the cache. Held across a
-    /// resize, so that resizes, loans and reservations apply in turn.
+    /// holds `asked - lent`) and what stays resident besides the cache. Held across a resize, so
+    /// that resizes, loans and reservations apply in turn.
     budget: Arc<Mutex<Loan>>,
 }
 
@@ -86,8 +88,6 @@ pub struct CacheControl {
 struct Loan {
     asked: usize,
     lent: usize,
-    /// The share of the cache's budget that holds each layer's pinned hot prefix.
-    hot_share: f32,
     /// Bytes resident besides the cache: the process, the resident file, the KV cache, the
     /// predictors ([`OffloadOptions::outside_ffn_bytes`]) and what [`CacheControl::reserve`] took.
     outside: u64,
@@ -107,10 +107,10 @@ impl CacheControl {
                 units: vec![0; layers],
                 clusters: (0..layers).map(|_| Vec::new()).collect(),
             })),
+            hot_share: opts.hot_share.clamp(0.0, 1.0),
             cluster_units: opts.cluster_units.max(1),
             memory_budget: Arc::new(AtomicU64::new(0)),
             budget: Arc::new(Mutex::new(Loan {
-                hot_share: opts.hot_share.clamp(0.0, 1.0),
                 outside: opts.outside_ffn_bytes,
                 ..Loan::default()
             })),
@@ -264,7 +264,7 @@ impl CacheControl {
         self.budget.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Resizes the cache to what `loan` asks less what it lends, `loan.hot_share` of it pinned.
+    /// Resizes the cache to what `loan` asks less what it lends, `hot_share` of it pinned.
     fn resize(&self, loan: &Loan) -> Result<()> {
         let (bytes, asked) = (loan.asked.saturating_sub(loan.lent), loan.asked);
         let ix = self.store.index();
@@ -274,7 +274,7 @@ impl CacheControl {
             ix.layers.len(),
         );
         let budget = bytes.min(ix.ffn_bytes());
-        let hot_budget = (budget as f64 * f64::from(loan.hot_share)) as usize;
+        let hot_budget = (budget as f64 * f64::from(self.hot_share)) as usize;
         let per_layer = hot_budget / layers.max(1) / ub.max(1);
         let cu = self.cluster_units;
         let mut hot = self.hot.write().unwrap_or_else(PoisonError::into_inner);
