@@ -20,12 +20,17 @@ use engine::{Engine, ModelFile, SparseFfn};
 /// 13 tokens: QNN graphs of 8, 4 and 1 tokens.
 const TOKENS: &[u32] = &[1, 70, 80, 90, 100, 33, 7, 250, 12, 64, 5, 99, 41];
 
-/// The fixture `name` converted to a resident file and a neuron store in this test's own folder.
-fn converted(name: &str) -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("accel-prefill-{}", std::process::id()));
+/// The fixture `name` converted to a resident file and a neuron store in a folder of its own for
+/// the tests tagged `tag` (tests running at once never write the same files).
+pub(crate) fn converted_in(tag: &str, name: &str) -> PathBuf {
+    let dir =
+        PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("{tag}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     convert_fixture(name, &dir, &ConvertOptions::default()).0
+}
+
+fn converted(name: &str) -> PathBuf {
+    converted_in("accel-prefill", name)
 }
 
 /// An engine over the store (half of it hot, chunks of `neurons`), zero thresholds, prompt steps

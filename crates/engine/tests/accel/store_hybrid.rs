@@ -10,20 +10,17 @@
 
 use std::path::PathBuf;
 
-use crate::common::{convert_fixture, logits, rel_drift};
+use crate::common::{logits, rel_drift};
 use crate::double;
 use crate::hybrid::engine;
 use engine::accel::{open, AccelKind, QnnWeights};
-use engine::offload::{store_path_for, ConvertOptions, OffloadOptions};
+use engine::offload::{store_path_for, OffloadOptions};
 use engine::{HotSplit, HybridFfn, ModelFile, SparseFfn};
 
 const TOKENS: &[u32] = &[1, 70, 80, 90, 100, 33, 7, 250, 12, 64, 5, 99];
 
 fn converted(name: &str) -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("accel-store-hybrid-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    convert_fixture(name, &dir, &ConvertOptions::default()).0
+    crate::prefill::converted_in("accel-store-hybrid", name)
 }
 
 /// The sparse FFN over `path`'s store with a cache budget of `budget` times the store's size (all
