@@ -319,8 +319,9 @@ pub fn calibrate(o: &CalibrateOptions, mut progress: impl FnMut(&str)) -> Result
 /// Tokens of the prompt-tile measurement.
 const PROMPT_TOKENS: usize = 64;
 
-/// The prompt's batched product (`matmul`: each work item's rows dequantized into the f32 tile,
-/// then multiplied with every token) in floating-point operations per second, at the most threads:
+/// The prompt's batched product (`matmul` in `Fast`: each work item's rows dequantized into the
+/// f32 tile, or on AVX-512 repacked for the 16-bit integer tile, then multiplied with every token)
+/// in floating-point operations per second, at the most threads:
 /// a Q4_0 matrix of 1024 × 4096 (2.3 MiB, like a layer's chunk of a prompt step) over
 /// [`PROMPT_TOKENS`] tokens, quantized from smooth values (no subnormals to slow the arithmetic);
 /// and the same for its transposed product (`matmul_t` over its first 512 rows, as a streamed

@@ -8,8 +8,10 @@ use crate::error::{kernel, Result};
 /// than one token.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum StepKind {
-    /// Consecutive tokens of one sequence (a prompt): a matrix product over an f32 tile, so prompts
-    /// are scored exactly in `Exact` and `Fast` (`Int8` may take a bf16 tile, [`kernels_neon::matmul`]).
+    /// Consecutive tokens of one sequence (a prompt): a matrix product, over an f32 tile in `Exact`
+    /// (prompts scored exactly), over an integer tile in `Fast` and `Int8` where the kernel path has
+    /// one (each token's integer products those of a decode step), else the f32 or bf16 tile
+    /// ([`kernels_neon::matmul`]).
     #[default]
     Prompt,
     /// One decode token of each of several sequences (Best-of-N): each token as a decode step would

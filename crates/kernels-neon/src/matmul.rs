@@ -1,10 +1,10 @@
 //! The batched product of a prompt's tokens ([`matmul`]): an f32 tile of dequantized weights under
-//! a register-blocked FMA microkernel, or, for 8-bit activations where the path has one, an integer
-//! tile over the weights as stored (`arch::tile_int8`).
+//! a register-blocked FMA microkernel, or, for quantized activations where the path has one, an
+//! integer tile over the weights as stored (`arch::tile_int8`, `arch::tile_i16`).
 
 use rayon::prelude::*;
 
-use crate::quant::QActs;
+use crate::quant::{QActs, QActs16};
 use crate::{
     active_path, arch, check_path, check_tokens, matmul_chunk, matvec_with, super_scaled,
     KernelError, KernelPath, Precision, QMatrix,
@@ -15,10 +15,17 @@ use crate::{
 ///
 /// Each parallel work item dequantizes a chunk of weight rows once into an
 /// f32 tile and runs a register-blocked FMA microkernel over (rows × tokens).
-/// For `n == 1` this is [`matvec`](crate::matvec). In [`Precision::Int8`], Q4_K/Q5_K/Q6_K weights on
-/// the AVX2 path instead take every token's activations quantized as `matvec` quantizes them (one
-/// scale per 256) and an integer tile over the weights as stored: each token's row of `y` is then
-/// what `matvec` gives for it, bit for bit.
+/// For `n == 1` this is [`matvec`](crate::matvec). Integer tiles take every token's activations
+/// quantized as `matvec` quantizes them and the weights as stored, so each token's row of `y` is
+/// what `matvec` gives for it up to f32 summation order:
+/// - [`Precision::Int8`], Q4_K/Q5_K/Q6_K weights on the AVX2 path (bit for bit) and the AVX-512
+///   one (one activation scale per 256);
+/// - [`Precision::Fast`] on the AVX-512 path, Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q5_K/Q6_K weights
+///   (16-bit activations, one scale per 32), and `Int8` of those but the K-quants (8-bit
+///   activations, one scale per 32, widened to 16 bits).
+///
+/// Elsewhere `Fast` and `Exact` prompts take the f32 tile, and `Int8` ones the bf16 tile where the
+/// path has one.
 pub fn matmul(
     w: &QMatrix,
     x: &[f32],
@@ -80,7 +87,24 @@ pub fn matmul_with(
         return Ok(());
     }
     if precision == Precision::Int8 && arch::has_tile_int8(path, w.format()) {
-        matmul_int8(path, w, x, n, y);
+        debug_assert!(super_scaled(w.format()));
+        let tile = |w: &QMatrix, r0, nr, acts: &[QActs], out: &mut [f32]| {
+            arch::tile_int8(path, w, r0, nr, acts, out)
+        };
+        matmul_int(path, w, x, n, y, QActs::quantize_super, tile);
+        return Ok(());
+    }
+    if precision != Precision::Exact && arch::has_tile_i16(path, w.format()) {
+        // 8-bit activations (as `matvec` quantizes them for these formats: one scale per 32)
+        // widened to 16 bits: the same integer products.
+        let quantize = |x: &[f32]| match precision {
+            Precision::Int8 => QActs16::widened(&QActs::quantize(path, x)),
+            _ => QActs16::quantize(path, x),
+        };
+        let tile = |w: &QMatrix, r0, nr, acts: &[QActs16], out: &mut [f32]| {
+            arch::tile_i16(path, w, r0, nr, acts, out)
+        };
+        matmul_int(path, w, x, n, y, quantize, tile);
         return Ok(());
     }
     let chunk = matmul_chunk();
@@ -118,33 +142,39 @@ pub fn matmul_with(
     Ok(())
 }
 
-/// Weight bytes of one work item of [`matmul_int8`]: its rows stay in L2 while every group of
+/// Weight bytes of one work item of [`matmul_int`]: its rows stay in L2 while every group of
 /// tokens passes over them.
-const INT8_ITEM_BYTES: usize = 96 * 1024;
+const INT_ITEM_BYTES: usize = 96 * 1024;
 
-/// [`matmul`] through `arch::tile_int8` (which the caller checked the path has for `w`'s format):
-/// every token quantized once as `matvec` quantizes it, then work items of a few rows each.
-fn matmul_int8(path: KernelPath, w: &QMatrix, x: &[f32], n: usize, y: &mut [f32]) {
+/// [`matmul`] through an integer tile (`arch::tile_int8` or `arch::tile_i16`, which the caller
+/// checked the path has for `w`'s format): every token quantized once by `quantize` as `matvec`
+/// quantizes it, then work items of a few rows each.
+fn matmul_int<A: Send + Sync>(
+    path: KernelPath,
+    w: &QMatrix,
+    x: &[f32],
+    n: usize,
+    y: &mut [f32],
+    quantize: impl Fn(&[f32]) -> A + Sync + Send,
+    tile: impl Fn(&QMatrix, usize, usize, &[A], &mut [f32]) + Sync + Send,
+) {
     let (rows, cols) = (w.rows(), w.cols());
-    debug_assert!(super_scaled(w.format()));
-    let acts: Vec<QActs> = x
-        .par_chunks_exact(cols)
-        .map(QActs::quantize_super)
-        .collect();
+    let acts: Vec<A> = x.par_chunks_exact(cols).take(n).map(quantize).collect();
     let row_bytes = w.row_data(0).len().max(1);
     let threads = rayon::current_num_threads().max(1);
     let chunk = match crate::chunk_rows_setting() {
-        0 => (INT8_ITEM_BYTES / row_bytes)
+        0 => (INT_ITEM_BYTES / row_bytes)
             .min(rows.div_ceil(threads * 4))
             .max(1),
         n => n,
-    };
+    }
+    .next_multiple_of(arch::tile_int_rows(path));
     let out = OutPtr(y.as_mut_ptr());
     (0..rows.div_ceil(chunk)).into_par_iter().for_each(|ci| {
         let r0 = ci * chunk;
         let nr = chunk.min(rows - r0);
         let mut local = vec![0f32; n * nr];
-        arch::tile_int8(path, w, r0, nr, &acts, &mut local);
+        tile(w, r0, nr, &acts, &mut local);
         // SAFETY: as in `matmul_with`: `y` has `n * rows` elements, stays mutably borrowed until
         // the parallel loop ends, and this work item alone writes rows `r0 .. r0 + nr`.
         unsafe { out.write_rows(&local, n, rows, r0, nr) };

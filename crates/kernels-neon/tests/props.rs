@@ -19,15 +19,18 @@
 //!   a wide margin, so a kernel error still fails them. The super-block
 //!   quantizer itself is checked exactly in `quant.rs`'s unit test.
 //!
-//! * bf16 (the Int8 `matmul` tile with n > 1 on the AVX-512 path): weights and
+//! * bf16 (the Int8 `matmul` tile with n > 1 on the AVX-512 path for weights
+//!   without an integer tile there: the float formats, Q2_K, Q3_K, the IQ4 ones): weights and
 //!   activations rounded to 8 significant bits, each off by at most 2^-8 of
 //!   itself (round to nearest), so each product by at most 2^-7 + 2^-16 of
 //!   |w·x|: |y - ref| <= Σ|w·x| · (2^-7 · 1.001 + 1e-5) + 1e-6.
 //!
 //! Float weight formats use the exact path in every precision and get the
-//! Exact bound; so does `matmul` with n > 1 otherwise, but for Int8 prompts of
-//! Q4_K/Q5_K/Q6_K on the AVX2 path, whose integer tile gets the Int8 bound
-//! (and equals `matvec` bit for bit: `matmul_int8.rs`).
+//! Exact bound; so does `matmul` with n > 1 otherwise, but for the integer tiles
+//! (`common::int_tile`): Int8 prompts of Q4_K/Q5_K/Q6_K on the AVX2 and AVX-512
+//! paths and of the other integer formats on AVX-512 get the Int8 bound, Fast
+//! prompts of the integer formats on AVX-512 the Fast one (and all equal
+//! `matvec`: `matmul_int.rs`).
 
 mod common;
 
@@ -280,15 +283,15 @@ proptest! {
                 let mut y = vec![f32::NAN; rows * n];
                 matmul_with(path, &w, &x, n, &mut y, precision).unwrap();
                 // n == 1 goes through matvec (integer path in Fast/Int8 mode); n > 1 is the f32
-                // tile, or in Int8 mode on a path with a bf16 tile, the bf16 one, or on AVX2 for
-                // K-quants the integer tile.
-                let int_tile = precision == Precision::Int8 && int8_tile(path, format);
+                // tile, or in Int8 mode on a path with a bf16 tile, the bf16 one, or an integer
+                // tile (`int_tile`).
+                let int_tile = n > 1 && int_tile(path, format, precision);
                 let eff = if (n == 1 && format.is_quantized()) || int_tile {
                     precision
                 } else {
                     Precision::Exact
                 };
-                let bf16 = n > 1 && precision == Precision::Int8 && path == KernelPath::Avx512;
+                let bf16 = n > 1 && precision == Precision::Int8 && path == KernelPath::Avx512 && !int_tile;
                 for t in 0..n {
                     for r in 0..rows {
                         let refv = reference(&wf[r], &x[t * cols..(t + 1) * cols]);
@@ -489,7 +492,14 @@ fn matmul_wide_rows_cross_panels() {
                 for precision in PRECISIONS {
                     let mut y = vec![f32::NAN; rows * n];
                     matmul_with(path, &w, &x, n, &mut y, precision).unwrap();
-                    let bf16 = precision == Precision::Int8 && path == KernelPath::Avx512;
+                    let int_tile = int_tile(path, format, precision);
+                    let bf16 =
+                        precision == Precision::Int8 && path == KernelPath::Avx512 && !int_tile;
+                    let eff = if int_tile {
+                        precision
+                    } else {
+                        Precision::Exact
+                    };
                     for t in 0..n {
                         for r in 0..rows {
                             let refv = reference(&wf[r], &x[t * cols..(t + 1) * cols]);
@@ -497,7 +507,7 @@ fn matmul_wide_rows_cross_panels() {
                             let ok = if bf16 {
                                 check_bf16(y, refv)
                             } else {
-                                check(y, refv, Precision::Exact)
+                                check(y, refv, eff)
                             };
                             if let Err(e) = ok {
                                 panic!("{path:?} {format:?} {precision:?} n={n} t={t} r={r}: {e}");

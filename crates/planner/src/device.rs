@@ -83,8 +83,8 @@ pub struct DeviceProfile {
     #[serde(default)]
     pub select_ns: f64,
     /// Floating-point operations per second (2 per multiply-add) of a prompt's batched product at the
-    /// most threads (`matmul`'s f32 tile over 64 tokens); 0 in profiles of older builds: no prompt
-    /// prediction.
+    /// most threads (`matmul` of a Q4_0 matrix in `Fast` over 64 tokens: the f32 tile, or on
+    /// AVX-512 the 16-bit integer one); 0 in profiles of older builds: no prompt prediction.
     #[serde(default)]
     pub prompt_flops: f64,
     /// The same for the product with a matrix stored transposed (`matmul_t`: a sparse or offloaded

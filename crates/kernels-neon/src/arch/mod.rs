@@ -420,10 +420,11 @@ pub(crate) fn tile_bf16(
 }
 
 /// Whether [`tile_int8`] takes weights of `format` on `path`: Q4_K, Q5_K and Q6_K on
-/// [`KernelPath::Avx2Fma`] (AVX-512 prompts take the bf16 tile, the others the f32 one).
+/// [`KernelPath::Avx2Fma`] and [`KernelPath::Avx512`] (the other formats' AVX-512 prompts take the
+/// bf16 tile, the rest the f32 one).
 pub(crate) fn has_tile_int8(path: KernelPath, format: WeightFormat) -> bool {
     #[cfg(target_arch = "x86_64")]
-    if path == KernelPath::Avx2Fma {
+    if matches!(path, KernelPath::Avx2Fma | KernelPath::Avx512) {
         return matches!(
             format,
             WeightFormat::Q4_K | WeightFormat::Q5_K | WeightFormat::Q6_K
@@ -433,9 +434,20 @@ pub(crate) fn has_tile_int8(path: KernelPath, format: WeightFormat) -> bool {
     false
 }
 
+/// Rows that [`tile_int8`] and [`tile_i16`] on `path` take together (a work item of a multiple
+/// of it wastes nothing): the AVX-512 tiles' two groups of 16 lanes, one row elsewhere.
+pub(crate) fn tile_int_rows(path: KernelPath) -> usize {
+    match path {
+        #[cfg(target_arch = "x86_64")]
+        KernelPath::Avx512 => 2 * x86_64::TILE512_LANES,
+        _ => 1,
+    }
+}
+
 /// The 8-bit prompt tile: `out[t * nr + i]` = row `r0 + i` of `w` · token `t` for every token of
-/// `acts` (quantized by `QActs::quantize_super`), each bit-identical to [`matvec_int8`] of that
-/// token. Only where [`has_tile_int8`] (else a no-op).
+/// `acts` (quantized by `QActs::quantize_super`): on AVX2 each bit-identical to [`matvec_int8`] of
+/// that token, on AVX-512 the same integer products summed in another f32 order. Only where
+/// [`has_tile_int8`] (else a no-op).
 pub(crate) fn tile_int8(
     path: KernelPath,
     w: &QMatrix<'_>,
@@ -448,10 +460,50 @@ pub(crate) fn tile_int8(
         return;
     }
     #[cfg(target_arch = "x86_64")]
-    // SAFETY: the path was checked available (AVX2/FMA/F16C present), and the format is one
-    // the tile takes.
+    if path == KernelPath::Avx512 {
+        // SAFETY: the path was checked available (AVX-512F/BW/VNNI and AVX2/FMA/F16C present),
+        // and the format is one the tile takes.
+        unsafe { x86_64::tile512_k8(w, r0, nr, acts, out) }
+    } else {
+        // SAFETY: the path was checked available (AVX2/FMA/F16C present), and the format is one
+        // the tile takes.
+        unsafe { x86_64::tile_k8(w, r0, nr, acts, out) }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (r0, nr, acts, out);
+}
+
+/// Whether [`tile_i16`] takes weights of `format` on `path`: the AVX-512 path's integer formats
+/// but Q2_K, Q3_K and the IQ4 ones (the others' [`Precision::Fast`](crate::Precision) prompts
+/// take the f32 tile).
+pub(crate) fn has_tile_i16(path: KernelPath, format: WeightFormat) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if path == KernelPath::Avx512 {
+        return x86_64::has_tile512_k16(format);
+    }
+    let _ = (path, format);
+    false
+}
+
+/// The 16-bit prompt tile: `out[t * nr + i]` = row `r0 + i` of `w` · token `t` for every token of
+/// `acts` (quantized as `matvec` quantizes them in `Fast`): the integer products of
+/// [`matvec_i16`], summed in another f32 order. Only where [`has_tile_i16`] (else a no-op).
+pub(crate) fn tile_i16(
+    path: KernelPath,
+    w: &QMatrix<'_>,
+    r0: usize,
+    nr: usize,
+    acts: &[QActs16],
+    out: &mut [f32],
+) {
+    if !has_tile_i16(path, w.format()) {
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: the path was checked available (AVX-512F/BW/VNNI and AVX2/FMA/F16C present), and
+    // the format is one the tile takes.
     unsafe {
-        x86_64::tile_k8(w, r0, nr, acts, out)
+        x86_64::tile512_k16(w, r0, nr, acts, out)
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = (r0, nr, acts, out);

@@ -188,13 +188,37 @@ pub fn cols_for(format: WeightFormat, units: usize, odd: usize) -> usize {
 }
 
 /// Whether `matmul` of more than one token in `Int8` takes the integer tile on `path` for
-/// `format` (Q4_K/Q5_K/Q6_K on AVX2) rather than the f32 or bf16 one.
+/// `format` (Q4_K/Q5_K/Q6_K on AVX2 and AVX-512) rather than the f32 or bf16 one.
 pub fn int8_tile(path: KernelPath, format: WeightFormat) -> bool {
-    path == KernelPath::Avx2Fma
+    matches!(path, KernelPath::Avx2Fma | KernelPath::Avx512)
         && matches!(
             format,
             WeightFormat::Q4_K | WeightFormat::Q5_K | WeightFormat::Q6_K
         )
+}
+
+/// Whether `matmul` of more than one token in `Fast` takes the 16-bit integer tile on `path` for
+/// `format` (AVX-512, the integer formats but Q2_K, Q3_K and the IQ4 ones) rather than the f32 one.
+pub fn i16_tile(path: KernelPath, format: WeightFormat) -> bool {
+    use WeightFormat::*;
+    path == KernelPath::Avx512
+        && matches!(
+            format,
+            Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q4_K | Q5_K | Q6_K
+        )
+}
+
+/// Whether `matmul` of more than one token in `precision` takes an integer tile on `path` for
+/// `format`: in `Int8` the 8-bit one ([`int8_tile`]) or, for the other integer formats on
+/// AVX-512, the 16-bit one; in `Fast` the 16-bit one ([`i16_tile`]).
+pub fn int_tile(path: KernelPath, format: WeightFormat, precision: Precision) -> bool {
+    match precision {
+        Precision::Int8 => {
+            int8_tile(path, format) || (i16_tile(path, format) && !format.is_k_quant())
+        }
+        Precision::Fast => i16_tile(path, format),
+        Precision::Exact => false,
+    }
 }
 
 /// Every precision.

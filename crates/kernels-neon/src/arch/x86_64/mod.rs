@@ -1,6 +1,6 @@
 //! x86_64 AVX2 + FMA + F16C kernels, one file per operation family, and the AVX-512F ones that
-//! path [`crate::KernelPath::Avx512`] takes instead where they exist (`tile512`, `tile_bf16`,
-//! `kquant512`).
+//! path [`crate::KernelPath::Avx512`] takes instead where they exist (`tile512`, `tile512_k8`,
+//! `tile512_k16`, `tile_bf16`, `kquant512`).
 //!
 //! All functions are `unsafe fn` with `#[target_feature]`: callers must have
 //! checked that AVX2, FMA and F16C are present (`arch::has_avx2_fma`). Slice
@@ -33,6 +33,9 @@ mod quantize;
 mod simd;
 mod tile;
 mod tile512;
+mod tile512_k16;
+mod tile512_k8;
+mod tile512_lanes;
 mod tile_bf16;
 mod tile_k8;
 mod vector;
@@ -51,6 +54,9 @@ pub(crate) use matvec_int8::matvec_int8;
 pub(crate) use quantize::{quantize, quantize16};
 pub(crate) use tile::tile;
 pub(crate) use tile512::{tile as tile512, tile_scratch_bytes as tile512_scratch_bytes};
+pub(crate) use tile512_k16::{has_tile512_k16, tile512_k16};
+pub(crate) use tile512_k8::tile512_k8;
+pub(crate) use tile512_lanes::LANES as TILE512_LANES;
 pub(crate) use tile_bf16::{tile_bf16, to_bf16};
 pub(crate) use tile_k8::tile_k8;
 pub(crate) use vector::{add_fixed, add_fixed_avx2, axpy_f32, dot_f32};

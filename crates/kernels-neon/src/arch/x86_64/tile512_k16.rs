@@ -1,0 +1,326 @@
+//! The 16-bit prompt tile on AVX-512 VNNI ([`Precision::Fast`](crate::Precision) prompts on
+//! [`KernelPath::Avx512`](crate::KernelPath)), for weights whose 32-element blocks hold integer
+//! quants ([`has_tile512_k16`]).
+//!
+//! A work item's rows are repacked once into groups of [`LANES`] rows (`tile512_lanes.rs`), each
+//! quant widened to i16, so that each 32-bit lane holds one row's two quants of the same two
+//! columns. One `vpdpwssd` against two 16-bit activations broadcast to every lane adds 32
+//! products of 16 rows; each lane's i32 sum over a scale unit (a block of 32, or Q6_K's 16) is
+//! one row's, converted and weighted by the row's scale and the token's in f32, and a block's
+//! min term (Q4_1, Q5_1, Q4_K, Q5_K) is added as `m * s` with the token's `s = d * sum(q)`.
+//!
+//! The activations are `matvec`'s in this precision (`QActs16`: one scale per 32-block), so the
+//! integer products are those of `matvec_i16`; only the f32 summation order differs.
+
+use std::arch::x86_64::*;
+
+use super::tile512_k8::quants;
+use super::tile512_lanes::{drive, step, Lanes, LANES};
+use crate::quant::QActs16;
+use crate::scalar::{f16_at, q4k_scales, q5_quants, q6k_scales};
+use crate::{QMatrix, WeightFormat};
+
+/// i16 quants of one group's 32-element block: 16 column pairs × 16 lanes × 2.
+const BLOCK_I16: usize = 32 * LANES;
+
+/// Whether [`tile512_k16`] takes weights of `format`.
+pub(crate) fn has_tile512_k16(format: WeightFormat) -> bool {
+    use WeightFormat::*;
+    matches!(
+        format,
+        Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q4_K | Q5_K | Q6_K
+    )
+}
+
+/// One row's quants, scales and mins, in element order.
+struct Unpacked {
+    /// Signed quants, one per column.
+    q: Vec<i16>,
+    /// Scale per 16 columns (a block's or sub-block's `d`, `d * sc`; repeated for units of 32).
+    sc: Vec<f32>,
+    /// Min term's factor per 32-block, signed so that the row's dot adds `mn * sum(x)`.
+    mn: Vec<f32>,
+}
+
+impl Unpacked {
+    fn new(cols: usize) -> Self {
+        Unpacked {
+            q: vec![0; cols],
+            sc: vec![0.0; cols / 16],
+            mn: vec![0.0; cols / 32],
+        }
+    }
+
+    /// Unpacks `row` of `format` (one of [`has_tile512_k16`]'s).
+    fn fill(&mut self, format: WeightFormat, row: &[u8]) {
+        use WeightFormat::*;
+        let bb = format.block_bytes();
+        if format.is_k_quant() {
+            let mut u = [0u8; 256];
+            for (sb, blk) in row.chunks_exact(bb).enumerate() {
+                quants(format, blk, &mut u);
+                let q = &mut self.q[256 * sb..256 * sb + 256];
+                let sc = &mut self.sc[16 * sb..16 * sb + 16];
+                if format == Q6_K {
+                    for (d, &v) in q.iter_mut().zip(&u) {
+                        *d = i16::from(v) - 32;
+                    }
+                    sc.copy_from_slice(&q6k_scales(blk));
+                } else {
+                    for (d, &v) in q.iter_mut().zip(&u) {
+                        *d = i16::from(v);
+                    }
+                    let (dl, ml) = q4k_scales(blk);
+                    for j in 0..8 {
+                        sc[2 * j] = dl[j];
+                        sc[2 * j + 1] = dl[j];
+                        self.mn[8 * sb + j] = -ml[j];
+                    }
+                }
+            }
+            return;
+        }
+        for (b, blk) in row.chunks_exact(bb).enumerate() {
+            let q = &mut self.q[32 * b..32 * b + 32];
+            let d = f16_at(blk, 0);
+            self.sc[2 * b] = d;
+            self.sc[2 * b + 1] = d;
+            match format {
+                Q8_0 => {
+                    for (d, &v) in q.iter_mut().zip(&blk[2..34]) {
+                        *d = i16::from(v as i8);
+                    }
+                }
+                Q4_0 | Q4_1 => {
+                    let (qoff, off) = if format == Q4_0 { (2, 8) } else { (4, 0) };
+                    for j in 0..16 {
+                        let v = blk[qoff + j];
+                        q[j] = i16::from(v & 0xF) - off;
+                        q[j + 16] = i16::from(v >> 4) - off;
+                    }
+                }
+                _ => {
+                    // Q5_0 / Q5_1.
+                    let (qoff, off) = if format == Q5_0 { (2, 16) } else { (4, 0) };
+                    for (d, v) in q.iter_mut().zip(q5_quants(blk, qoff)) {
+                        *d = i16::from(v) - off;
+                    }
+                }
+            }
+            if matches!(format, Q4_1 | Q5_1) {
+                self.mn[b] = f16_at(blk, 2);
+            }
+        }
+    }
+}
+
+/// A work item's rows repacked for the tile.
+struct Packed {
+    /// Per group and block ([`BLOCK_I16`]): pair `k` (columns `2k, 2k + 1` of the block) at
+    /// `32k ..`, lane `j` (row `16g + j`) at `32k + 2j`; rows past the item's end are zero.
+    q: Vec<i16>,
+    /// Per group and 16-column unit, each lane's scale.
+    sc: Vec<f32>,
+    /// Per group and block, each lane's min factor (empty for formats without one).
+    mn: Vec<f32>,
+    /// Blocks of 32 in a row.
+    nb: usize,
+}
+
+impl Packed {
+    /// Rows `r0 .. r0 + nr` of `w` (a [`has_tile512_k16`] format).
+    fn new(w: &QMatrix, r0: usize, nr: usize) -> Self {
+        let (format, cols) = (w.format(), w.cols());
+        let nb = cols / 32;
+        let groups = nr.div_ceil(LANES);
+        let min = has_min(format);
+        let mut p = Packed {
+            q: vec![0; groups * nb * BLOCK_I16],
+            sc: vec![0.0; groups * nb * 2 * LANES],
+            mn: vec![0.0; if min { groups * nb * LANES } else { 0 }],
+            nb,
+        };
+        let mut u = Unpacked::new(cols);
+        for i in 0..nr {
+            let (g, lane) = (i / LANES, i % LANES);
+            u.fill(format, w.row_data(r0 + i));
+            for b in 0..nb {
+                let at = g * nb + b;
+                let dst = &mut p.q[at * BLOCK_I16..(at + 1) * BLOCK_I16];
+                for (k, pair) in u.q[32 * b..32 * b + 32].chunks_exact(2).enumerate() {
+                    dst[32 * k + 2 * lane..32 * k + 2 * lane + 2].copy_from_slice(pair);
+                }
+                p.sc[(2 * at) * LANES + lane] = u.sc[2 * b];
+                p.sc[(2 * at + 1) * LANES + lane] = u.sc[2 * b + 1];
+                if min {
+                    p.mn[at * LANES + lane] = u.mn[b];
+                }
+            }
+        }
+        p
+    }
+}
+
+/// Whether `format`'s rows add a min term.
+fn has_min(format: WeightFormat) -> bool {
+    use WeightFormat::*;
+    matches!(format, Q4_1 | Q5_1 | Q4_K | Q5_K)
+}
+
+/// One token's activations as the kernel reads them.
+#[derive(Clone, Copy)]
+struct Tok<'a> {
+    /// Quants in element order.
+    x: &'a [i16],
+    /// Scale per 32-block.
+    d: &'a [f32],
+    /// `d * sum(q)` per 32-block.
+    s: &'a [f32],
+}
+
+/// Groups `g0 .. g0 + G` against tokens `toks`, in scale units of 16 columns (`U16`) or 32.
+///
+/// # Safety
+/// AVX-512F/BW/VNNI and AVX2/FMA present; `g0 + G` groups in `p`; each token's slices cover the
+/// row's columns (`p.nb * 32` quants, `p.nb` scales and sums).
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
+unsafe fn block<const G: usize, const T: usize, const U16: bool, const MIN: bool>(
+    p: &Packed,
+    g0: usize,
+    toks: [Tok; T],
+) -> [[__m512; T]; G] {
+    let nb = p.nb;
+    let (units, pairs) = if U16 { (2, 8) } else { (1, 16) };
+    let mut acc = [[_mm512_setzero_ps(); T]; G];
+    for b in 0..nb {
+        let mut at = [0usize; G];
+        for (g, a) in at.iter_mut().enumerate() {
+            *a = (g0 + g) * nb + b;
+        }
+        let mut dx = [_mm512_setzero_ps(); T];
+        for t in 0..T {
+            // SAFETY: block `b < nb` per the contract.
+            dx[t] = _mm512_set1_ps(unsafe { *toks[t].d.get_unchecked(b) });
+        }
+        for u in 0..units {
+            let mut isum = [[_mm512_setzero_si512(); T]; G];
+            for k in 0..pairs {
+                let pair = pairs * u + k;
+                let mut w = [std::ptr::null(); G];
+                for g in 0..G {
+                    // In bounds: group `g0 + g`'s block `b` lies in `p.q` (`at[g] < groups * nb`),
+                    // pair `pair < 16`: 32 i16 at `at * BLOCK_I16 + 32 * pair`.
+                    w[g] =
+                        p.q.as_ptr()
+                            .wrapping_add(at[g] * BLOCK_I16 + 32 * pair)
+                            .cast::<u8>();
+                }
+                let mut x = [std::ptr::null(); T];
+                for t in 0..T {
+                    // In bounds: elements `b * 32 + 2 * pair + 1 < nb * 32` per the contract.
+                    x[t] = toks[t]
+                        .x
+                        .as_ptr()
+                        .wrapping_add(32 * b + 2 * pair)
+                        .cast::<u8>();
+                }
+                // SAFETY: 64 bytes at each `w[g]` and 4 at each `x[t]` (above).
+                unsafe { step(&mut isum, w, x, |a, w, x| _mm512_dpwssd_epi32(a, w, x)) };
+            }
+            for g in 0..G {
+                // Units of 16 columns: a block's second unit at `2 * at + 1`.
+                let i = (2 * at[g] + if U16 { u } else { 0 }) * LANES;
+                // SAFETY: `sc` holds `groups * nb * 2 * LANES` floats; `i + LANES` is within.
+                let sc = unsafe { _mm512_loadu_ps(p.sc.as_ptr().add(i)) };
+                for t in 0..T {
+                    let v = _mm512_mul_ps(_mm512_cvtepi32_ps(isum[g][t]), sc);
+                    acc[g][t] = _mm512_fmadd_ps(v, dx[t], acc[g][t]);
+                }
+            }
+        }
+        if MIN {
+            for g in 0..G {
+                // SAFETY: `mn` holds `groups * nb * LANES` floats for these formats.
+                let m = unsafe { _mm512_loadu_ps(p.mn.as_ptr().add(at[g] * LANES)) };
+                for t in 0..T {
+                    // SAFETY: block `b < nb` per the contract.
+                    let s = _mm512_set1_ps(unsafe { *toks[t].s.get_unchecked(b) });
+                    acc[g][t] = _mm512_fmadd_ps(m, s, acc[g][t]);
+                }
+            }
+        }
+    }
+    acc
+}
+
+/// The tile of one work item: its repacked rows and the prompt's tokens.
+struct K16<'a> {
+    p: Packed,
+    u16: bool,
+    min: bool,
+    toks: Vec<Tok<'a>>,
+}
+
+impl Lanes for K16<'_> {
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
+    unsafe fn sums<const G: usize, const T: usize>(
+        &self,
+        g0: usize,
+        t0: usize,
+    ) -> [[__m512; T]; G] {
+        let mut tk = [self.toks[t0]; T];
+        tk.copy_from_slice(&self.toks[t0..t0 + T]);
+        let p = &self.p;
+        // SAFETY: per this method's contract (groups `g0 .. g0 + G` in `p`), and every token
+        // covers the row's columns (asserted in `tile512_k16`).
+        unsafe {
+            match (self.u16, self.min) {
+                (true, _) => block::<G, T, true, false>(p, g0, tk),
+                (false, true) => block::<G, T, false, true>(p, g0, tk),
+                (false, false) => block::<G, T, false, false>(p, g0, tk),
+            }
+        }
+    }
+}
+
+/// `out[t * nr + i]` = row `r0 + i` of `w` · token `t` (activations `acts[t]`, quantized as
+/// `matvec` quantizes them in [`Precision::Fast`](crate::Precision)).
+///
+/// # Safety
+/// AVX-512F/BW/VNNI and AVX2/FMA/F16C present; `w`'s format is one of [`has_tile512_k16`]'s.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
+pub(crate) unsafe fn tile512_k16(
+    w: &QMatrix,
+    r0: usize,
+    nr: usize,
+    acts: &[QActs16],
+    out: &mut [f32],
+) {
+    let (n, cols, format) = (acts.len(), w.cols(), w.format());
+    assert!(has_tile512_k16(format) && out.len() >= n * nr && r0 + nr <= w.rows());
+    assert!(cols % 32 == 0 && (!format.is_k_quant() || cols % 256 == 0));
+    assert!(acts
+        .iter()
+        .all(|a| a.qs.len() >= cols && a.d.len() >= cols / 32 && a.s.len() >= cols / 32));
+    if n == 0 || nr == 0 {
+        return;
+    }
+    let toks = acts
+        .iter()
+        .map(|a| Tok {
+            x: &a.qs,
+            d: &a.d,
+            s: &a.s,
+        })
+        .collect();
+    let k = K16 {
+        p: Packed::new(w, r0, nr),
+        u16: format == WeightFormat::Q6_K,
+        min: has_min(format),
+        toks,
+    };
+    // SAFETY: features present per this function's contract; `k.p` holds `nr` rows.
+    unsafe { drive(&k, nr, n, out) };
+}
