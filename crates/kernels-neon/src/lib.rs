@@ -249,6 +249,8 @@ pub use matmul::matmul;
 #[doc(hidden)]
 pub use matmul::matmul_with;
 #[doc(hidden)]
+pub use matmul::I16_TILE_MIN_TOKENS;
+#[doc(hidden)]
 pub use matmul_t::matmul_t_with;
 pub use matmul_t::{matmul_t, matmul_t_scratch_bytes};
 pub use quantize::{quantize_matrix, quantize_row};

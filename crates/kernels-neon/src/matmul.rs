@@ -22,7 +22,7 @@ use crate::{
 ///   one (one activation scale per 256);
 /// - [`Precision::Fast`] on the AVX-512 path, Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q5_K/Q6_K weights
 ///   (16-bit activations, one scale per 32), and `Int8` of those but the K-quants (8-bit
-///   activations, one scale per 32, widened to 16 bits).
+///   activations, one scale per 32, widened to 16 bits), from [`I16_TILE_MIN_TOKENS`] tokens.
 ///
 /// Elsewhere `Fast` and `Exact` prompts take the f32 tile, and `Int8` ones the bf16 tile where the
 /// path has one.
@@ -35,6 +35,13 @@ pub fn matmul(
 ) -> Result<(), KernelError> {
     matmul_with(active_path(), w, x, n, y, precision)
 }
+
+/// Fewest tokens for which [`matmul`] takes the 16-bit integer tile (`arch::tile_i16`): below it,
+/// repacking the rows costs more than the tile saves (K-quant rows: 0.6-0.9x of the f32 tile's
+/// rate at 2-32 tokens, 1.1-1.5x from 64, one 2-thread run of `examples/tile_n.rs`), so short
+/// prompts keep the f32 tile.
+#[doc(hidden)]
+pub const I16_TILE_MIN_TOKENS: usize = 32;
 
 /// Raw output pointer shared by matmul work items, each writing a disjoint
 /// set of elements.
@@ -94,7 +101,10 @@ pub fn matmul_with(
         matmul_int(path, w, x, n, y, QActs::quantize_super, tile);
         return Ok(());
     }
-    if precision != Precision::Exact && arch::has_tile_i16(path, w.format()) {
+    if precision != Precision::Exact
+        && n >= I16_TILE_MIN_TOKENS
+        && arch::has_tile_i16(path, w.format())
+    {
         // 8-bit activations (as `matvec` quantizes them for these formats: one scale per 32)
         // widened to 16 bits: the same integer products.
         let quantize = |x: &[f32]| match precision {

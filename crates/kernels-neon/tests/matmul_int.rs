@@ -95,7 +95,7 @@ proptest! {
         ]),
         rows in 1usize..80,
         units in 1usize..12,
-        n in 2usize..12,
+        n in I16_TILE_MIN_TOKENS..I16_TILE_MIN_TOKENS + 9,
         chunk in prop::sample::select(vec![0usize, 1, 3, 16]),
         seed in any::<u64>(),
     ) {
@@ -108,7 +108,7 @@ proptest! {
         set_chunk_rows(chunk);
         for path in available_paths() {
             for precision in [Precision::Fast, Precision::Int8] {
-                if i16_tile(path, format) && int_tile(path, format, precision) {
+                if i16_tile(path, format) && int_tile(path, format, precision, n) {
                     equals_matvec(path, &w, &wf, &x, n, precision, false)?;
                 }
             }

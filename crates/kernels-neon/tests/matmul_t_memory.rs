@@ -3,22 +3,38 @@
 //! thread (bands one after another) reach it.
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering::SeqCst};
 
 use kernels_neon::{matmul_t, matmul_t_scratch_bytes, QMatrix, WeightFormat};
 
 struct Counting;
 
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
+/// Bytes live and the most live, counted on the measured pool's threads only: the process's other
+/// threads (the test harness, an earlier pool's threads winding down) allocate and free while a
+/// call runs, which moved a process-wide count by several KiB either way in CI runs.
+static LIVE: AtomicI64 = AtomicI64::new(0);
+static PEAK: AtomicI64 = AtomicI64::new(0);
+/// The measured pool: a thread counts when its [`POOL`] is this one.
+static CURRENT: AtomicUsize = AtomicUsize::new(1);
+
+thread_local! {
+    /// The pool this thread belongs to (0: none), set by the pool's start handler.
+    static POOL: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Whether this thread's allocations count.
+fn counted() -> bool {
+    POOL.try_with(|p| p.get()).unwrap_or(0) == CURRENT.load(SeqCst)
+}
 
 // SAFETY: every call is forwarded to the system allocator unchanged; only sizes are counted.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, l: Layout) -> *mut u8 {
         // SAFETY: the caller's layout contract is passed on.
         let p = unsafe { System.alloc(l) };
-        if !p.is_null() {
-            let now = LIVE.fetch_add(l.size(), SeqCst) + l.size();
+        if !p.is_null() && counted() {
+            let now = LIVE.fetch_add(l.size() as i64, SeqCst) + l.size() as i64;
             PEAK.fetch_max(now, SeqCst);
         }
         p
@@ -27,7 +43,9 @@ unsafe impl GlobalAlloc for Counting {
     unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
         // SAFETY: `p` came from `alloc` with this layout.
         unsafe { System.dealloc(p, l) };
-        LIVE.fetch_sub(l.size(), SeqCst);
+        if counted() {
+            LIVE.fetch_sub(l.size() as i64, SeqCst);
+        }
     }
 }
 
@@ -43,25 +61,19 @@ fn peak(format: WeightFormat, rows: usize, cols: usize, n: usize, threads: usize
     let w = QMatrix::new(format, rows, cols, &data).unwrap();
     let x = vec![0.5f32; n * rows];
     let mut y = vec![0f32; n * cols];
+    let pool_id = CURRENT.fetch_add(1, SeqCst) + 1;
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
+        .start_handler(move |_| POOL.with(|p| p.set(pool_id)))
         .build()
         .unwrap();
     pool.install(|| {
         // Warm-up: lazy statics (kernel path detection) and the pool's first job.
         matmul_t(&w, &x, n, &mut y).unwrap();
-        // The counters are the process's: a thread of an earlier pool that allocates while it
-        // winds down lands in them too (one CI run saw 7 KB more, once). What `matmul_t` holds is
-        // the same in every call, so the least of a few calls is its own.
-        (0..3)
-            .map(|_| {
-                let before = LIVE.load(SeqCst);
-                PEAK.store(before, SeqCst);
-                matmul_t(&w, &x, n, &mut y).unwrap();
-                PEAK.load(SeqCst).saturating_sub(before)
-            })
-            .min()
-            .unwrap()
+        let before = LIVE.load(SeqCst);
+        PEAK.store(before, SeqCst);
+        matmul_t(&w, &x, n, &mut y).unwrap();
+        (PEAK.load(SeqCst) - before) as usize
     })
 }
 

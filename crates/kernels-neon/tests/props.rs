@@ -285,7 +285,7 @@ proptest! {
                 // n == 1 goes through matvec (integer path in Fast/Int8 mode); n > 1 is the f32
                 // tile, or in Int8 mode on a path with a bf16 tile, the bf16 one, or an integer
                 // tile (`int_tile`).
-                let int_tile = n > 1 && int_tile(path, format, precision);
+                let int_tile = n > 1 && int_tile(path, format, precision, n);
                 let eff = if (n == 1 && format.is_quantized()) || int_tile {
                     precision
                 } else {
@@ -486,13 +486,13 @@ fn matmul_wide_rows_cross_panels() {
         let data = random_matrix(format, rows, cols, &mut rng);
         let w = QMatrix::new(format, rows, cols, &data).unwrap();
         let wf = dequant_f64(&w);
-        for n in [2, 7, 13] {
+        for n in [2, 7, 13, I16_TILE_MIN_TOKENS + 5] {
             let x = random_vec(cols * n, &mut rng);
             for path in available_paths() {
                 for precision in PRECISIONS {
                     let mut y = vec![f32::NAN; rows * n];
                     matmul_with(path, &w, &x, n, &mut y, precision).unwrap();
-                    let int_tile = int_tile(path, format, precision);
+                    let int_tile = int_tile(path, format, precision, n);
                     let bf16 =
                         precision == Precision::Int8 && path == KernelPath::Avx512 && !int_tile;
                     let eff = if int_tile {

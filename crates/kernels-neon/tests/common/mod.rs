@@ -208,15 +208,15 @@ pub fn i16_tile(path: KernelPath, format: WeightFormat) -> bool {
         )
 }
 
-/// Whether `matmul` of more than one token in `precision` takes an integer tile on `path` for
+/// Whether `matmul` of `n > 1` tokens in `precision` takes an integer tile on `path` for
 /// `format`: in `Int8` the 8-bit one ([`int8_tile`]) or, for the other integer formats on
-/// AVX-512, the 16-bit one; in `Fast` the 16-bit one ([`i16_tile`]).
-pub fn int_tile(path: KernelPath, format: WeightFormat, precision: Precision) -> bool {
+/// AVX-512, the 16-bit one; in `Fast` the 16-bit one ([`i16_tile`]); the 16-bit one from
+/// `I16_TILE_MIN_TOKENS` tokens.
+pub fn int_tile(path: KernelPath, format: WeightFormat, precision: Precision, n: usize) -> bool {
+    let i16 = i16_tile(path, format) && n >= kernels_neon::I16_TILE_MIN_TOKENS;
     match precision {
-        Precision::Int8 => {
-            int8_tile(path, format) || (i16_tile(path, format) && !format.is_k_quant())
-        }
-        Precision::Fast => i16_tile(path, format),
+        Precision::Int8 => int8_tile(path, format) || (i16 && !format.is_k_quant()),
+        Precision::Fast => i16,
         Precision::Exact => false,
     }
 }

@@ -13,6 +13,7 @@
 //! integer products are those of `matvec_i16`; only the f32 summation order differs.
 
 use std::arch::x86_64::*;
+use std::ops::Range;
 
 use super::tile512_k8::quants;
 use super::tile512_lanes::{drive, step, Lanes, LANES};
@@ -22,6 +23,9 @@ use crate::{QMatrix, WeightFormat};
 
 /// i16 quants of one group's 32-element block: 16 column pairs × 16 lanes × 2.
 const BLOCK_I16: usize = 32 * LANES;
+/// Blocks of a column panel: two groups' quants of a panel (32 KiB) stay in L1 while every token
+/// passes over them.
+const PANEL_BLOCKS: usize = 16;
 
 /// Whether [`tile512_k16`] takes weights of `format`.
 pub(crate) fn has_tile512_k16(format: WeightFormat) -> bool {
@@ -178,22 +182,24 @@ struct Tok<'a> {
     s: &'a [f32],
 }
 
-/// Groups `g0 .. g0 + G` against tokens `toks`, in scale units of 16 columns (`U16`) or 32.
+/// Groups `g0 .. g0 + G` against tokens `toks` over blocks `blocks`, in scale units of 16 columns
+/// (`U16`) or 32: per group and token, each lane's (row's) dot added to `acc`.
 ///
 /// # Safety
-/// AVX-512F/BW/VNNI and AVX2/FMA present; `g0 + G` groups in `p`; each token's slices cover the
-/// row's columns (`p.nb * 32` quants, `p.nb` scales and sums).
+/// AVX-512F/BW/VNNI and AVX2/FMA present; `g0 + G` groups in `p`; `blocks` within the row; each
+/// token's slices cover the row's columns (`p.nb * 32` quants, `p.nb` scales and sums).
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
 unsafe fn block<const G: usize, const T: usize, const U16: bool, const MIN: bool>(
     p: &Packed,
     g0: usize,
     toks: [Tok; T],
+    blocks: Range<usize>,
+    mut acc: [[__m512; T]; G],
 ) -> [[__m512; T]; G] {
     let nb = p.nb;
     let (units, pairs) = if U16 { (2, 8) } else { (1, 16) };
-    let mut acc = [[_mm512_setzero_ps(); T]; G];
-    for b in 0..nb {
+    for b in blocks {
         let mut at = [0usize; G];
         for (g, a) in at.iter_mut().enumerate() {
             *a = (g0 + g) * nb + b;
@@ -263,23 +269,29 @@ struct K16<'a> {
 }
 
 impl Lanes for K16<'_> {
+    fn units(&self) -> (usize, usize) {
+        (self.p.nb, PANEL_BLOCKS)
+    }
+
     #[inline]
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
     unsafe fn sums<const G: usize, const T: usize>(
         &self,
         g0: usize,
         t0: usize,
+        units: Range<usize>,
+        acc: [[__m512; T]; G],
     ) -> [[__m512; T]; G] {
         let mut tk = [self.toks[t0]; T];
         tk.copy_from_slice(&self.toks[t0..t0 + T]);
         let p = &self.p;
-        // SAFETY: per this method's contract (groups `g0 .. g0 + G` in `p`), and every token
-        // covers the row's columns (asserted in `tile512_k16`).
+        // SAFETY: per this method's contract (groups `g0 .. g0 + G` in `p`, blocks `units` within
+        // the row), and every token covers the row's columns (asserted in `tile512_k16`).
         unsafe {
             match (self.u16, self.min) {
-                (true, _) => block::<G, T, true, false>(p, g0, tk),
-                (false, true) => block::<G, T, false, true>(p, g0, tk),
-                (false, false) => block::<G, T, false, false>(p, g0, tk),
+                (true, _) => block::<G, T, true, false>(p, g0, tk, units, acc),
+                (false, true) => block::<G, T, false, true>(p, g0, tk, units, acc),
+                (false, false) => block::<G, T, false, false>(p, g0, tk, units, acc),
             }
         }
     }

@@ -13,6 +13,7 @@
 //! order differs from `matvec_int8` (the AVX2 tile, `tile_k8.rs`, is bit-identical to it).
 
 use std::arch::x86_64::*;
+use std::ops::Range;
 
 use super::tile512_lanes::{drive, step, Lanes, LANES};
 use crate::quant::QActs;
@@ -21,6 +22,9 @@ use crate::{QMatrix, WeightFormat};
 
 /// Bytes of one group's super-block of quants: 64 quads of 16 lanes × 4 bytes.
 const SB_BYTES: usize = 64 * LANES * 4;
+/// Super-blocks of a column panel: two groups' quants of a panel (32 KiB) stay in L1 while every
+/// token passes over them.
+const PANEL_SBS: usize = 4;
 
 /// A work item's rows repacked for the tile.
 struct Packed {
@@ -131,11 +135,12 @@ struct Tok<'a> {
     off: &'a [i32],
 }
 
-/// Groups `g0 .. g0 + G` against tokens `toks`: per group and token, each lane's (row's) dot.
+/// Groups `g0 .. g0 + G` against tokens `toks` over super-blocks `sbs`: per group and token, each
+/// lane's (row's) dot added to `acc`.
 ///
 /// # Safety
-/// AVX-512F/BW/VNNI and AVX2/FMA present; `g0 + G` groups in `p`; each token's slices cover the
-/// row's columns (`p.nsb * 256` quants, `p.nsb * 8` scales and sums, `p.nsb * 16` offsets for
+/// AVX-512F/BW/VNNI and AVX2/FMA present; `g0 + G` groups in `p`; `sbs` within the row; each
+/// token's slices cover the row's columns (`p.nsb * 256` quants, `p.nsb * 8` scales and sums, `p.nsb * 16` offsets for
 /// Q6_K).
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
@@ -143,10 +148,11 @@ unsafe fn block<const G: usize, const T: usize, const Q6: bool>(
     p: &Packed,
     g0: usize,
     toks: [Tok; T],
+    sbs: Range<usize>,
+    mut acc: [[__m512; T]; G],
 ) -> [[__m512; T]; G] {
     let nsb = p.nsb;
-    let mut acc = [[_mm512_setzero_ps(); T]; G];
-    for sb in 0..nsb {
+    for sb in sbs {
         let mut at = [0usize; G];
         for (g, a) in at.iter_mut().enumerate() {
             *a = (g0 + g) * nsb + sb;
@@ -222,22 +228,28 @@ struct K8<'a> {
 }
 
 impl Lanes for K8<'_> {
+    fn units(&self) -> (usize, usize) {
+        (self.p.nsb, PANEL_SBS)
+    }
+
     #[inline]
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
     unsafe fn sums<const G: usize, const T: usize>(
         &self,
         g0: usize,
         t0: usize,
+        units: Range<usize>,
+        acc: [[__m512; T]; G],
     ) -> [[__m512; T]; G] {
         let mut tk = [self.toks[t0]; T];
         tk.copy_from_slice(&self.toks[t0..t0 + T]);
-        // SAFETY: per this method's contract (groups `g0 .. g0 + G` in `p`), and every token covers
-        // the row's columns (asserted in `tile512_k8`).
+        // SAFETY: per this method's contract (groups `g0 .. g0 + G` in `p`, super-blocks `units`
+        // within the row), and every token covers the row's columns (asserted in `tile512_k8`).
         unsafe {
             if self.q6 {
-                block::<G, T, true>(&self.p, g0, tk)
+                block::<G, T, true>(&self.p, g0, tk, units, acc)
             } else {
-                block::<G, T, false>(&self.p, g0, tk)
+                block::<G, T, false>(&self.p, g0, tk, units, acc)
             }
         }
     }
