@@ -7,7 +7,7 @@ use rayon::prelude::*;
 use crate::quant::{QActs, QActs16};
 use crate::{
     active_path, arch, check_path, check_tokens, matmul_chunk, matvec_with, super_scaled,
-    KernelError, KernelPath, Precision, QMatrix,
+    KernelError, KernelPath, Precision, QMatrix, WeightFormat,
 };
 
 /// Batched product: `x` is `n` rows of `cols` (token-major), `y` is `n` rows
@@ -98,7 +98,17 @@ pub fn matmul_with(
         let tile = |w: &QMatrix, r0, nr, acts: &[QActs], out: &mut [f32]| {
             arch::tile_int8(path, w, r0, nr, acts, out)
         };
-        matmul_int(path, w, x, n, y, QActs::quantize_super, tile);
+        // Q6_K's sums per 16 once per token, not once per work item.
+        let q6 = w.format() == WeightFormat::Q6_K;
+        let quantize = |x: &[f32]| {
+            let a = QActs::quantize_super(x);
+            if q6 {
+                a.with_sums16()
+            } else {
+                a
+            }
+        };
+        matmul_int(path, w, x, n, y, quantize, tile);
         return Ok(());
     }
     if precision != Precision::Exact

@@ -64,6 +64,9 @@ pub struct QBlocks<Q> {
     /// Whether the scale is one per 256-element super-block (each repeated in `d` for its 8
     /// blocks; [`QActs::quantize_super`]) rather than one per block.
     pub per_super: bool,
+    /// The sum of each 16 quants, where a kernel asked for them once per token
+    /// ([`QActs::with_sums16`]: Q6_K's offset of 32 in the AVX-512 8-bit prompt tile); else empty.
+    pub sum16: Vec<i32>,
 }
 
 /// 8-bit activations (`Precision::Int8`).
@@ -82,6 +85,16 @@ impl QActs {
         Self::quantize_groups(x, &mut out, 8);
         out
     }
+
+    /// These activations with [`QBlocks::sum16`] filled.
+    pub(crate) fn with_sums16(mut self) -> Self {
+        self.sum16 = self
+            .qs
+            .chunks_exact(16)
+            .map(|c| c.iter().map(|&v| i32::from(v)).sum())
+            .collect();
+        self
+    }
 }
 
 /// 16-bit activations (`Precision::Fast`).
@@ -97,6 +110,7 @@ impl QActs16 {
             s: a.s.clone(),
             qs: a.qs.iter().map(|&q| i16::from(q)).collect(),
             per_super: a.per_super,
+            sum16: a.sum16.clone(),
         }
     }
 }
@@ -109,6 +123,7 @@ impl<Q: Quant> QBlocks<Q> {
             s: vec![0.0; nb],
             qs: vec![Q::default(); nb * 32],
             per_super: false,
+            sum16: Vec::new(),
         }
     }
 

@@ -131,8 +131,8 @@ struct Tok<'a> {
     d: &'a [f32],
     /// `d * sum(q)` per 32-block (Q4_K/Q5_K's min term).
     s: &'a [f32],
-    /// `-32 * sum(q)` per 16 elements (Q6_K's offset; empty for the others).
-    off: &'a [i32],
+    /// `sum(q)` per 16 elements (Q6_K's offset is `-32` times it; empty for the others).
+    sum16: &'a [i32],
 }
 
 /// Groups `g0 .. g0 + G` against tokens `toks` over super-blocks `sbs`: per group and token, each
@@ -140,8 +140,8 @@ struct Tok<'a> {
 ///
 /// # Safety
 /// AVX-512F/BW/VNNI and AVX2/FMA present; `g0 + G` groups in `p`; `sbs` within the row; each
-/// token's slices cover the row's columns (`p.nsb * 256` quants, `p.nsb * 8` scales and sums, `p.nsb * 16` offsets for
-/// Q6_K).
+/// token's slices cover the row's columns (`p.nsb * 256` quants, `p.nsb * 8` scales and sums,
+/// `p.nsb * 16` sums per 16 for Q6_K).
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
 unsafe fn block<const G: usize, const T: usize, const Q6: bool>(
@@ -164,8 +164,10 @@ unsafe fn block<const G: usize, const T: usize, const Q6: bool>(
             let mut isum = [[_mm512_setzero_si512(); T]; G];
             if Q6 {
                 for t in 0..T {
-                    // SAFETY: `sb * 16 + sub < nsb * 16` offsets per the contract.
-                    let o = _mm512_set1_epi32(unsafe { *toks[t].off.get_unchecked(sb * 16 + sub) });
+                    // SAFETY: `sb * 16 + sub < nsb * 16` sums per the contract.
+                    let o = _mm512_set1_epi32(
+                        -32 * unsafe { *toks[t].sum16.get_unchecked(sb * 16 + sub) },
+                    );
                     for row in isum.iter_mut() {
                         row[t] = o;
                     }
@@ -279,26 +281,13 @@ pub(crate) unsafe fn tile512_k8(
         return;
     }
     let p = Packed::new(w, r0, nr);
-    let offs: Vec<Vec<i32>> = acts
-        .iter()
-        .map(|a| {
-            if !q6 {
-                return Vec::new();
-            }
-            a.qs[..cols]
-                .chunks_exact(16)
-                .map(|c| -32 * c.iter().map(|&v| i32::from(v)).sum::<i32>())
-                .collect()
-        })
-        .collect();
     let toks: Vec<Tok> = acts
         .iter()
-        .zip(&offs)
-        .map(|(a, off)| Tok {
+        .map(|a| Tok {
             x: &a.qs,
             d: &a.d,
             s: &a.s,
-            off,
+            sum16: &a.sum16,
         })
         .collect();
     let k = K8 { p, q6, toks };
