@@ -10,7 +10,8 @@
 //! min term (Q4_1, Q5_1, Q4_K, Q5_K) is added as `m * s` with the token's `s = d * sum(q)`.
 //!
 //! The activations are `matvec`'s in this precision (`QActs16`: one scale per 32-block), so the
-//! integer products are those of `matvec_i16`; only the f32 summation order differs.
+//! integer products are those of `matvec_i16`; only the f32 summation order differs. `Int8`
+//! prompts of the 32-block formats come here too, their 8-bit activations widened to i16.
 
 use std::arch::x86_64::*;
 use std::ops::Range;
