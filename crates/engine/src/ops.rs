@@ -10,8 +10,8 @@ use crate::error::{kernel, Result};
 pub enum StepKind {
     /// Consecutive tokens of one sequence (a prompt): a matrix product, over an f32 tile in `Exact`
     /// (prompts scored exactly), over an integer tile in `Fast` and `Int8` where the kernel path has
-    /// one (each token's integer products those of a decode step), else the f32 or bf16 tile
-    /// ([`kernels_neon::matmul`]).
+    /// one (each token's integer products those of a decode step, in `Int8` for prompts of 32
+    /// tokens or more over K-quants), else the f32 or bf16 tile ([`kernels_neon::matmul`]).
     #[default]
     Prompt,
     /// One decode token of each of several sequences (Best-of-N): each token as a decode step would

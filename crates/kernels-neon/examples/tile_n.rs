@@ -1,5 +1,5 @@
 //! `matmul`'s rate in each precision against the token count, in GFLOP/s on a 2-thread pool: where
-//! the integer prompt tiles overtake the f32 one (`I16_TILE_MIN_TOKENS`). Matrices of Qwen2.5-0.5B's
+//! the integer prompt tiles overtake the f32 one (`INT_TILE_MIN_TOKENS`). Matrices of Qwen2.5-0.5B's
 //! FFN shapes, quantized from smooth values; best of three rounds.
 //!
 //! `cargo run --release -p kernels-neon --example tile_n`

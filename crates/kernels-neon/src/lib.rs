@@ -135,13 +135,18 @@
 //! [`Precision`] only affects [`matvec`] on the block-quantized formats
 //! (`Q8_0`, `Q4_0`, `Q4_1`, `Q5_0`, `Q5_1`, `IQ4_NL`, `Q2_K`, `Q3_K`, `Q4_K`, `Q5_K`, `Q6_K`,
 //! `IQ4_XS`). Float weights (`F32`, `F16`, `BF16`)
-//! and `I4Hybrid` use the exact f32 path in every precision. [`matmul`] uses the
-//! dequantized f32 tile with a register-blocked FMA microkernel (it measured
-//! faster than the integer path there), so its result is exact in `Exact` and
-//! `Fast` (except `n == 1`, which is `matvec`); in `Int8`, on the
-//! [`KernelPath::Avx512`] path, the tile and the activations are rounded to
-//! bf16 (8 significant bits, the class of `Int8`'s 8-bit activations) and
-//! multiplied by `vdpbf16ps` at twice the f32 tile's rate.
+//! and `I4Hybrid` use the exact f32 path in every precision. [`matmul`] (a
+//! prompt, `n > 1`) uses the dequantized f32 tile with a register-blocked FMA
+//! microkernel in `Exact`, and in `Fast` and `Int8` an integer tile where the
+//! path has one for the format, which gives each token the integer products of
+//! `matvec` in `Fast` or `Int8` (x86_64: Q4_K/Q5_K/Q6_K prompts take `Int8`'s
+//! 8-bit products in `Int8`, and in `Fast` from `INT_TILE_MIN_TOKENS` tokens, as
+//! llama.cpp's prompts do; Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 ones on AVX-512 the 16-bit
+//! tile from that many tokens). Elsewhere it takes the f32 tile, but in `Int8`
+//! on the [`KernelPath::Avx512`] path with BF16, where the tile and the
+//! activations are rounded to bf16 (8 significant bits, the class of `Int8`'s
+//! 8-bit activations) and multiplied by `vdpbf16ps` at twice the f32 tile's
+//! rate.
 //!
 //! * [`Precision::Exact`]: weights are dequantized to f32 block by block and
 //!   multiplied with the f32 activations, accumulating in f32. Reference
@@ -249,7 +254,7 @@ pub use matmul::matmul;
 #[doc(hidden)]
 pub use matmul::matmul_with;
 #[doc(hidden)]
-pub use matmul::I16_TILE_MIN_TOKENS;
+pub use matmul::INT_TILE_MIN_TOKENS;
 #[doc(hidden)]
 pub use matmul_t::matmul_t_with;
 pub use matmul_t::{matmul_t, matmul_t_scratch_bytes};

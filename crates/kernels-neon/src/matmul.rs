@@ -16,13 +16,16 @@ use crate::{
 /// Each parallel work item dequantizes a chunk of weight rows once into an
 /// f32 tile and runs a register-blocked FMA microkernel over (rows × tokens).
 /// For `n == 1` this is [`matvec`](crate::matvec). Integer tiles take every token's activations
-/// quantized as `matvec` quantizes them and the weights as stored, so each token's row of `y` is
-/// what `matvec` gives for it up to f32 summation order:
-/// - [`Precision::Int8`], Q4_K/Q5_K/Q6_K weights on the AVX2 path (bit for bit) and the AVX-512
-///   one (one activation scale per 256);
-/// - [`Precision::Fast`] on the AVX-512 path, Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q5_K/Q6_K weights
-///   (16-bit activations, one scale per 32), and `Int8` of those but the K-quants (8-bit
-///   activations, one scale per 32, widened to 16 bits), from [`I16_TILE_MIN_TOKENS`] tokens.
+/// quantized as `matvec` quantizes them in some precision, and the weights as stored, so each
+/// token's row of `y` is what `matvec` in that precision gives for it up to f32 summation order:
+/// - the 8-bit tile: Q4_K/Q5_K/Q6_K weights on the AVX2 path (bit for bit) and the AVX-512 one,
+///   `matvec`'s [`Precision::Int8`] (one activation scale per 256, llama.cpp's `Q8_K`), for `Int8`
+///   prompts and for [`Precision::Fast`] ones from [`INT_TILE_MIN_TOKENS`] tokens: a prompt is
+///   bound by compute, where 8 bits give twice the products per instruction of 16 (decode, bound
+///   by memory, keeps `Fast`'s 16 bits);
+/// - the 16-bit tile on the AVX-512 path, from [`INT_TILE_MIN_TOKENS`] tokens: `Fast` prompts of
+///   Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 (16-bit activations, one scale per 32; `matvec`'s `Fast`), and
+///   `Int8` ones of those (8-bit activations, one scale per 32, widened to 16 bits).
 ///
 /// Elsewhere `Fast` and `Exact` prompts take the f32 tile, and `Int8` ones the bf16 tile where the
 /// path has one.
@@ -36,12 +39,21 @@ pub fn matmul(
     matmul_with(active_path(), w, x, n, y, precision)
 }
 
-/// Fewest tokens for which [`matmul`] takes the 16-bit integer tile (`arch::tile_i16`): below it,
-/// repacking the rows costs more than the tile saves (K-quant rows: 0.6-0.9x of the f32 tile's
-/// rate at 2-32 tokens, 1.1-1.5x from 64, one 2-thread run of `examples/tile_n.rs`), so short
-/// prompts keep the f32 tile.
+/// Fewest tokens for which [`matmul`] takes the 16-bit integer tile (`arch::tile_i16`), and for
+/// which `Fast` prompts of the K-quants take the 8-bit one (`arch::tile_int8`):
+/// - below it, repacking the rows for the 16-bit tile costs more than the tile saves (K-quant rows
+///   in that tile were 0.6-0.9x of the f32 tile's rate at 2-32 tokens, 1.1-1.5x from 64, one
+///   2-thread run of `examples/tile_n.rs`);
+/// - the 8-bit tile is faster than the f32 one from 2 tokens (1.7x at 2-16 on AVX-512), but short
+///   prompts (chat turns, the reference's prompts of 4-16 tokens) keep the f32 tile, at least as
+///   accurate as decode's 16-bit products: with 8-bit ones from 2 tokens one of
+///   Qwen2.5-Coder-0.5B's 32-token greedy continuations in `engine/tests/reference_qwen.rs`
+///   changed at token 27. Where the prompt's time counts, from 32 tokens, K-quant rows take 8
+///   bits, as llama.cpp's prompts always do (its perplexity, 16 windows of
+///   512 tokens of WikiText-2 test: 39.3977 against 39.3726 with 16 bits, the reference 39.3745;
+///   docs/BENCHMARKS.md).
 #[doc(hidden)]
-pub const I16_TILE_MIN_TOKENS: usize = 32;
+pub const INT_TILE_MIN_TOKENS: usize = 32;
 
 /// Raw output pointer shared by matmul work items, each writing a disjoint
 /// set of elements.
@@ -93,7 +105,15 @@ pub fn matmul_with(
         y.fill(0.0);
         return Ok(());
     }
-    if precision == Precision::Int8 && arch::has_tile_int8(path, w.format()) {
+    // `Fast` prompts of the K-quants from `INT_TILE_MIN_TOKENS` tokens take the 8-bit tile too
+    // (one activation scale per 256, llama.cpp's `Q8_K`): a prompt is bound by compute, where 8
+    // bits give twice the products per instruction of 16; decode, bound by memory, keeps 16 bits.
+    let int8_tile = match precision {
+        Precision::Int8 => true,
+        Precision::Fast => n >= INT_TILE_MIN_TOKENS,
+        Precision::Exact => false,
+    };
+    if int8_tile && arch::has_tile_int8(path, w.format()) {
         debug_assert!(super_scaled(w.format()));
         let tile = |w: &QMatrix, r0, nr, acts: &[QActs], out: &mut [f32]| {
             arch::tile_int8(path, w, r0, nr, acts, out)
@@ -112,7 +132,7 @@ pub fn matmul_with(
         return Ok(());
     }
     if precision != Precision::Exact
-        && n >= I16_TILE_MIN_TOKENS
+        && n >= INT_TILE_MIN_TOKENS
         && arch::has_tile_i16(path, w.format())
     {
         // 8-bit activations (as `matvec` quantizes them for these formats: one scale per 32)

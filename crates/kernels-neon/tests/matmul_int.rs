@@ -1,7 +1,8 @@
-//! `matmul` through the integer tiles: 8-bit activations (Q4_K/Q5_K/Q6_K on AVX2 and AVX-512) and
-//! 16-bit ones (the integer formats on AVX-512, in `Fast`, and in `Int8` but for the K-quants,
-//! whose 8-bit activations are widened). Every token's row of the result is what
-//! `matvec` gives for that token, whatever the token count (register blocks and the remainders),
+//! `matmul` through the integer tiles: 8-bit activations (Q4_K/Q5_K/Q6_K on AVX2 and AVX-512, in
+//! `Int8`, and in `Fast` from `INT_TILE_MIN_TOKENS` tokens) and 16-bit ones (Q4_0/Q4_1/Q5_0/Q5_1/
+//! Q8_0 on AVX-512, in `Fast`, and in `Int8` with the 8-bit activations widened). Every token's
+//! row of the result is what `matvec` gives for that token in the precision whose activations the
+//! tile takes (`common::tile_products`), whatever the token count (register blocks and the remainders),
 //! the rows per work item and the row count: on AVX2 bit for bit; on AVX-512 the tiles sum the
 //! same integer products in another f32 order, so within f32 rounding of `Σ|w·x|`. Their accuracy
 //! against float64 is `props.rs`'s (the Int8 and Fast bounds).
@@ -12,8 +13,9 @@ use common::*;
 use kernels_neon::*;
 use proptest::prelude::*;
 
-/// Checks `matmul` of `n` tokens in `precision` against `matvec` of each token on `path`:
-/// bit for bit where `exact`, else within `1e-5 * Σ|w·x| + 1e-6`.
+/// Checks `matmul` of `n` tokens in `precision` against `matvec` of each token on `path` in the
+/// precision of the tile's products (`common::tile_products`): bit for bit where `exact`, else
+/// within `1e-5 * Σ|w·x| + 1e-6`.
 #[allow(clippy::too_many_arguments)]
 fn equals_matvec(
     path: KernelPath,
@@ -25,16 +27,22 @@ fn equals_matvec(
     exact: bool,
 ) -> Result<(), TestCaseError> {
     let (rows, cols) = (w.rows(), w.cols());
+    let products = tile_products(path, w.format(), precision, n).unwrap_or_else(|| {
+        panic!(
+            "{path:?} {:?} {precision:?} n={n}: no integer tile",
+            w.format()
+        )
+    });
     let mut y = vec![f32::NAN; rows * n];
     matmul_with(path, w, x, n, &mut y, precision).unwrap();
     for t in 0..n {
         let xt = &x[t * cols..(t + 1) * cols];
         let mut yt = vec![f32::NAN; rows];
-        matvec_with(path, w, xt, &mut yt, precision).unwrap();
+        matvec_with(path, w, xt, &mut yt, products).unwrap();
         for r in 0..rows {
             let (got, want) = (y[t * rows + r], yt[r]);
             let what = format!(
-                "{path:?} {:?} {precision:?} n={n} t={t} r={r}: {got} vs matvec {want}",
+                "{path:?} {:?} {precision:?} n={n} t={t} r={r}: {got} vs matvec {products:?} {want}",
                 w.format()
             );
             if exact {
@@ -88,14 +96,14 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(48))]
 
     #[test]
-    fn i16_tile_equals_matvec_per_token(
+    fn long_prompts_equal_matvec_per_token(
         format in prop::sample::select(vec![
             WeightFormat::Q4_0, WeightFormat::Q4_1, WeightFormat::Q5_0, WeightFormat::Q5_1,
             WeightFormat::Q8_0, WeightFormat::Q4_K, WeightFormat::Q5_K, WeightFormat::Q6_K,
         ]),
         rows in 1usize..80,
         units in 1usize..12,
-        n in I16_TILE_MIN_TOKENS..I16_TILE_MIN_TOKENS + 9,
+        n in INT_TILE_MIN_TOKENS..INT_TILE_MIN_TOKENS + 9,
         chunk in prop::sample::select(vec![0usize, 1, 3, 16]),
         seed in any::<u64>(),
     ) {
@@ -108,8 +116,9 @@ proptest! {
         set_chunk_rows(chunk);
         for path in available_paths() {
             for precision in [Precision::Fast, Precision::Int8] {
-                if i16_tile(path, format) && int_tile(path, format, precision, n) {
-                    equals_matvec(path, &w, &wf, &x, n, precision, false)?;
+                if int_tile(path, format, precision, n) {
+                    let exact = path == KernelPath::Avx2Fma;
+                    equals_matvec(path, &w, &wf, &x, n, precision, exact)?;
                 }
             }
         }

@@ -27,10 +27,10 @@
 //!
 //! Float weight formats use the exact path in every precision and get the
 //! Exact bound; so does `matmul` with n > 1 otherwise, but for the integer tiles
-//! (`common::int_tile`): Int8 prompts of Q4_K/Q5_K/Q6_K on the AVX2 and AVX-512
-//! paths and of the other integer formats on AVX-512 get the Int8 bound, Fast
-//! prompts of the integer formats on AVX-512 the Fast one (and all equal
-//! `matvec`: `matmul_int.rs`).
+//! (`common::tile_products`): prompts of Q4_K/Q5_K/Q6_K on the AVX2 and AVX-512 paths get the
+//! Int8 bound (in `Int8`, and in `Fast` from `INT_TILE_MIN_TOKENS` tokens), and prompts of
+//! Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 on AVX-512 from `INT_TILE_MIN_TOKENS` tokens their precision's
+//! bound (and all equal `matvec` in that precision: `matmul_int.rs`).
 
 mod common;
 
@@ -285,11 +285,12 @@ proptest! {
                 // n == 1 goes through matvec (integer path in Fast/Int8 mode); n > 1 is the f32
                 // tile, or in Int8 mode on a path with a bf16 tile, the bf16 one, or an integer
                 // tile (`int_tile`).
-                let int_tile = n > 1 && int_tile(path, format, precision, n);
-                let eff = if (n == 1 && format.is_quantized()) || int_tile {
+                let products = if n > 1 { tile_products(path, format, precision, n) } else { None };
+                let int_tile = products.is_some();
+                let eff = if n == 1 && format.is_quantized() {
                     precision
                 } else {
-                    Precision::Exact
+                    products.unwrap_or(Precision::Exact)
                 };
                 let bf16 = n > 1 && precision == Precision::Int8 && path == KernelPath::Avx512 && !int_tile;
                 for t in 0..n {
@@ -481,25 +482,23 @@ fn matmul_wide_rows_cross_panels() {
     for (format, cols) in [
         (WeightFormat::F32, 2048 + 96 + 5),
         (WeightFormat::Q8_0, 4864),
+        (WeightFormat::Q4_K, 4864),
     ] {
         let rows = 9;
         let data = random_matrix(format, rows, cols, &mut rng);
         let w = QMatrix::new(format, rows, cols, &data).unwrap();
         let wf = dequant_f64(&w);
-        for n in [2, 7, 13, I16_TILE_MIN_TOKENS + 5] {
+        for n in [2, 7, 13, INT_TILE_MIN_TOKENS + 5] {
             let x = random_vec(cols * n, &mut rng);
             for path in available_paths() {
                 for precision in PRECISIONS {
                     let mut y = vec![f32::NAN; rows * n];
                     matmul_with(path, &w, &x, n, &mut y, precision).unwrap();
-                    let int_tile = int_tile(path, format, precision, n);
-                    let bf16 =
-                        precision == Precision::Int8 && path == KernelPath::Avx512 && !int_tile;
-                    let eff = if int_tile {
-                        precision
-                    } else {
-                        Precision::Exact
-                    };
+                    let products = tile_products(path, format, precision, n);
+                    let bf16 = precision == Precision::Int8
+                        && path == KernelPath::Avx512
+                        && products.is_none();
+                    let eff = products.unwrap_or(Precision::Exact);
                     for t in 0..n {
                         for r in 0..rows {
                             let refv = reference(&wf[r], &x[t * cols..(t + 1) * cols]);

@@ -4,9 +4,11 @@
 /// error bounds and measurements).
 ///
 /// `matvec` (and `matmul` with `n == 1`, which is `matvec`) depends on it for
-/// the block-quantized formats (float weights always use the f32 path);
-/// `matmul` uses the exact f32 tile except in `Int8` where the kernel path has a
-/// bf16 tile (AVX-512 BF16).
+/// the block-quantized formats (float weights always use the f32 path). `matmul` of a prompt uses
+/// the exact f32 tile in `Exact`, and in the others an integer tile where the kernel path has one
+/// for the format, which gives each token the products of `matvec` in `Fast` or `Int8`
+/// (`kernels_neon::matmul` says which: `Fast` prompts of 32 tokens or more over Q4_K/Q5_K/Q6_K take
+/// `Int8`'s), else the f32 tile (or in `Int8` a bf16 one where the path has it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Precision {
     /// Weights dequantized to f32, f32 activations, f32 accumulation.
@@ -14,7 +16,8 @@ pub enum Precision {
     /// Default fast mode: 16-bit quantized activations (per 32-block scale
     /// `amax/32767`) and integer dot products for quantized weights. The
     /// activation rounding error is 256 times smaller than [`Int8`](Self::Int8)'s,
-    /// small enough to keep greedy decoding identical to f32.
+    /// small enough to keep greedy decoding identical to f32. Long prompts over
+    /// K-quant weights take `Int8`'s products, as llama.cpp's do.
     Fast,
     /// llama.cpp-style 8-bit quantized activations (per 32-block scale
     /// `amax/127`) and integer dot products for quantized weights. Fastest,

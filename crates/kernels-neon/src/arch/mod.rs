@@ -420,8 +420,9 @@ pub(crate) fn tile_bf16(
 }
 
 /// Whether [`tile_int8`] takes weights of `format` on `path`: Q4_K, Q5_K and Q6_K on
-/// [`KernelPath::Avx2Fma`] and [`KernelPath::Avx512`] (the other formats' AVX-512 prompts take the
-/// bf16 tile, the rest the f32 one).
+/// [`KernelPath::Avx2Fma`] and [`KernelPath::Avx512`], for `Int8` prompts and `Fast` ones from
+/// `INT_TILE_MIN_TOKENS` tokens (the other formats' `Int8` prompts take [`tile_i16`] where
+/// [`has_tile_i16`], else the bf16 tile on AVX-512 with BF16, else the f32 one).
 pub(crate) fn has_tile_int8(path: KernelPath, format: WeightFormat) -> bool {
     #[cfg(target_arch = "x86_64")]
     if matches!(path, KernelPath::Avx2Fma | KernelPath::Avx512) {
@@ -473,9 +474,9 @@ pub(crate) fn tile_int8(
     let _ = (r0, nr, acts, out);
 }
 
-/// Whether [`tile_i16`] takes weights of `format` on `path`: the AVX-512 path's integer formats
-/// but Q2_K, Q3_K and the IQ4 ones (the others' [`Precision::Fast`](crate::Precision) prompts
-/// take the f32 tile).
+/// Whether [`tile_i16`] takes weights of `format` on `path`: the AVX-512 path's formats of
+/// 32-element blocks of integer quants, Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 (the K-quants' prompts take
+/// [`tile_int8`]; the other formats' [`Precision::Fast`](crate::Precision) prompts the f32 tile).
 pub(crate) fn has_tile_i16(path: KernelPath, format: WeightFormat) -> bool {
     #[cfg(target_arch = "x86_64")]
     if path == KernelPath::Avx512 {

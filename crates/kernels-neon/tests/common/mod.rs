@@ -197,28 +197,40 @@ pub fn int8_tile(path: KernelPath, format: WeightFormat) -> bool {
         )
 }
 
-/// Whether `matmul` of more than one token in `Fast` takes the 16-bit integer tile on `path` for
-/// `format` (AVX-512, the integer formats but Q2_K, Q3_K and the IQ4 ones) rather than the f32 one.
+/// Whether `matmul` of more than one token takes the 16-bit integer tile on `path` for `format`
+/// (AVX-512, the formats of 32-element integer blocks: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0), from
+/// `INT_TILE_MIN_TOKENS` tokens.
 pub fn i16_tile(path: KernelPath, format: WeightFormat) -> bool {
     use WeightFormat::*;
-    path == KernelPath::Avx512
-        && matches!(
-            format,
-            Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q4_K | Q5_K | Q6_K
-        )
+    path == KernelPath::Avx512 && matches!(format, Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0)
 }
 
-/// Whether `matmul` of `n > 1` tokens in `precision` takes an integer tile on `path` for
-/// `format`: in `Int8` the 8-bit one ([`int8_tile`]) or, for the other integer formats on
-/// AVX-512, the 16-bit one; in `Fast` the 16-bit one ([`i16_tile`]); the 16-bit one from
-/// `I16_TILE_MIN_TOKENS` tokens.
-pub fn int_tile(path: KernelPath, format: WeightFormat, precision: Precision, n: usize) -> bool {
-    let i16 = i16_tile(path, format) && n >= kernels_neon::I16_TILE_MIN_TOKENS;
+/// The precision of `matvec` whose integer products `matmul` of `n > 1` tokens in `precision`
+/// gives each token on `path` for `format`, or `None` where it takes the f32 or bf16 tile: the
+/// 8-bit tile ([`int8_tile`]: `Int8` products) for `Int8` prompts, and for `Fast` ones from
+/// `INT_TILE_MIN_TOKENS` tokens; the 16-bit one ([`i16_tile`], from `INT_TILE_MIN_TOKENS`
+/// tokens: the prompt's own precision).
+pub fn tile_products(
+    path: KernelPath,
+    format: WeightFormat,
+    precision: Precision,
+    n: usize,
+) -> Option<Precision> {
+    let long = n >= kernels_neon::INT_TILE_MIN_TOKENS;
     match precision {
-        Precision::Int8 => int8_tile(path, format) || (i16 && !format.is_k_quant()),
-        Precision::Fast => i16,
-        Precision::Exact => false,
+        Precision::Exact => None,
+        _ if int8_tile(path, format) && (long || precision == Precision::Int8) => {
+            Some(Precision::Int8)
+        }
+        _ if long && i16_tile(path, format) => Some(precision),
+        _ => None,
     }
+}
+
+/// Whether `matmul` of `n > 1` tokens in `precision` takes an integer tile on `path` for `format`
+/// ([`tile_products`]).
+pub fn int_tile(path: KernelPath, format: WeightFormat, precision: Precision, n: usize) -> bool {
+    tile_products(path, format, precision, n).is_some()
 }
 
 /// Every precision.

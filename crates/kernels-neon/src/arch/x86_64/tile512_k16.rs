@@ -1,13 +1,13 @@
 //! The 16-bit prompt tile on AVX-512 VNNI ([`Precision::Fast`](crate::Precision) prompts on
-//! [`KernelPath::Avx512`](crate::KernelPath)), for weights whose 32-element blocks hold integer
-//! quants ([`has_tile512_k16`]).
+//! [`KernelPath::Avx512`](crate::KernelPath)), for the formats of 32-element blocks of integer
+//! quants ([`has_tile512_k16`]; the K-quants' prompts take the 8-bit tile, `tile512_k8.rs`).
 //!
 //! A work item's rows are repacked once into groups of [`LANES`] rows (`tile512_lanes.rs`), each
 //! quant widened to i16, so that each 32-bit lane holds one row's two quants of the same two
 //! columns. One `vpdpwssd` against two 16-bit activations broadcast to every lane adds 32
-//! products of 16 rows; each lane's i32 sum over a scale unit (a block of 32, or Q6_K's 16) is
-//! one row's, converted and weighted by the row's scale and the token's in f32, and a block's
-//! min term (Q4_1, Q5_1, Q4_K, Q5_K) is added as `m * s` with the token's `s = d * sum(q)`.
+//! products of 16 rows; each lane's i32 sum over a block is one row's, converted and weighted by the
+//! row's scale and the token's in f32, and a block's min term (Q4_1, Q5_1) is added as `m * s`
+//! with the token's `s = d * sum(q)`.
 //!
 //! The activations are `matvec`'s in this precision (`QActs16`: one scale per 32-block), so the
 //! integer products are those of `matvec_i16`; only the f32 summation order differs. `Int8`
@@ -16,10 +16,9 @@
 use std::arch::x86_64::*;
 use std::ops::Range;
 
-use super::tile512_k8::quants;
 use super::tile512_lanes::{drive, step, Lanes, LANES};
 use crate::quant::QActs16;
-use crate::scalar::{f16_at, q4k_scales, q5_quants, q6k_scales};
+use crate::scalar::{f16_at, q5_quants};
 use crate::{QMatrix, WeightFormat};
 
 /// i16 quants of one group's 32-element block: 16 column pairs × 16 lanes × 2.
@@ -31,19 +30,16 @@ const PANEL_BLOCKS: usize = 16;
 /// Whether [`tile512_k16`] takes weights of `format`.
 pub(crate) fn has_tile512_k16(format: WeightFormat) -> bool {
     use WeightFormat::*;
-    matches!(
-        format,
-        Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q4_K | Q5_K | Q6_K
-    )
+    matches!(format, Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0)
 }
 
 /// One row's quants, scales and mins, in element order.
 struct Unpacked {
     /// Signed quants, one per column.
     q: Vec<i16>,
-    /// Scale per 16 columns (a block's or sub-block's `d`, `d * sc`; repeated for units of 32).
+    /// Scale per 32-block.
     sc: Vec<f32>,
-    /// Min term's factor per 32-block, signed so that the row's dot adds `mn * sum(x)`.
+    /// Min per 32-block (Q4_1, Q5_1): the row's dot adds `mn * sum(x)`.
     mn: Vec<f32>,
 }
 
@@ -51,7 +47,7 @@ impl Unpacked {
     fn new(cols: usize) -> Self {
         Unpacked {
             q: vec![0; cols],
-            sc: vec![0.0; cols / 16],
+            sc: vec![0.0; cols / 32],
             mn: vec![0.0; cols / 32],
         }
     }
@@ -60,36 +56,9 @@ impl Unpacked {
     fn fill(&mut self, format: WeightFormat, row: &[u8]) {
         use WeightFormat::*;
         let bb = format.block_bytes();
-        if format.is_k_quant() {
-            let mut u = [0u8; 256];
-            for (sb, blk) in row.chunks_exact(bb).enumerate() {
-                quants(format, blk, &mut u);
-                let q = &mut self.q[256 * sb..256 * sb + 256];
-                let sc = &mut self.sc[16 * sb..16 * sb + 16];
-                if format == Q6_K {
-                    for (d, &v) in q.iter_mut().zip(&u) {
-                        *d = i16::from(v) - 32;
-                    }
-                    sc.copy_from_slice(&q6k_scales(blk));
-                } else {
-                    for (d, &v) in q.iter_mut().zip(&u) {
-                        *d = i16::from(v);
-                    }
-                    let (dl, ml) = q4k_scales(blk);
-                    for j in 0..8 {
-                        sc[2 * j] = dl[j];
-                        sc[2 * j + 1] = dl[j];
-                        self.mn[8 * sb + j] = -ml[j];
-                    }
-                }
-            }
-            return;
-        }
         for (b, blk) in row.chunks_exact(bb).enumerate() {
             let q = &mut self.q[32 * b..32 * b + 32];
-            let d = f16_at(blk, 0);
-            self.sc[2 * b] = d;
-            self.sc[2 * b + 1] = d;
+            self.sc[b] = f16_at(blk, 0);
             match format {
                 Q8_0 => {
                     for (d, &v) in q.iter_mut().zip(&blk[2..34]) {
@@ -124,7 +93,7 @@ struct Packed {
     /// Per group and block ([`BLOCK_I16`]): pair `k` (columns `2k, 2k + 1` of the block) at
     /// `32k ..`, lane `j` (row `16g + j`) at `32k + 2j`; rows past the item's end are zero.
     q: Vec<i16>,
-    /// Per group and 16-column unit, each lane's scale.
+    /// Per group and block, each lane's scale.
     sc: Vec<f32>,
     /// Per group and block, each lane's min factor (empty for formats without one).
     mn: Vec<f32>,
@@ -141,7 +110,7 @@ impl Packed {
         let min = has_min(format);
         let mut p = Packed {
             q: vec![0; groups * nb * BLOCK_I16],
-            sc: vec![0.0; groups * nb * 2 * LANES],
+            sc: vec![0.0; groups * nb * LANES],
             mn: vec![0.0; if min { groups * nb * LANES } else { 0 }],
             nb,
         };
@@ -155,8 +124,7 @@ impl Packed {
                 for (k, pair) in u.q[32 * b..32 * b + 32].chunks_exact(2).enumerate() {
                     dst[32 * k + 2 * lane..32 * k + 2 * lane + 2].copy_from_slice(pair);
                 }
-                p.sc[(2 * at) * LANES + lane] = u.sc[2 * b];
-                p.sc[(2 * at + 1) * LANES + lane] = u.sc[2 * b + 1];
+                p.sc[at * LANES + lane] = u.sc[b];
                 if min {
                     p.mn[at * LANES + lane] = u.mn[b];
                 }
@@ -169,7 +137,7 @@ impl Packed {
 /// Whether `format`'s rows add a min term.
 fn has_min(format: WeightFormat) -> bool {
     use WeightFormat::*;
-    matches!(format, Q4_1 | Q5_1 | Q4_K | Q5_K)
+    matches!(format, Q4_1 | Q5_1)
 }
 
 /// One token's activations as the kernel reads them.
@@ -183,15 +151,15 @@ struct Tok<'a> {
     s: &'a [f32],
 }
 
-/// Groups `g0 .. g0 + G` against tokens `toks` over blocks `blocks`, in scale units of 16 columns
-/// (`U16`) or 32: per group and token, each lane's (row's) dot added to `acc`.
+/// Groups `g0 .. g0 + G` against tokens `toks` over blocks `blocks`: per group and token, each
+/// lane's (row's) dot added to `acc`.
 ///
 /// # Safety
 /// AVX-512F/BW/VNNI and AVX2/FMA present; `g0 + G` groups in `p`; `blocks` within the row; each
 /// token's slices cover the row's columns (`p.nb * 32` quants, `p.nb` scales and sums).
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
-unsafe fn block<const G: usize, const T: usize, const U16: bool, const MIN: bool>(
+unsafe fn block<const G: usize, const T: usize, const MIN: bool>(
     p: &Packed,
     g0: usize,
     toks: [Tok; T],
@@ -199,7 +167,6 @@ unsafe fn block<const G: usize, const T: usize, const U16: bool, const MIN: bool
     mut acc: [[__m512; T]; G],
 ) -> [[__m512; T]; G] {
     let nb = p.nb;
-    let (units, pairs) = if U16 { (2, 8) } else { (1, 16) };
     for b in blocks {
         let mut at = [0usize; G];
         for (g, a) in at.iter_mut().enumerate() {
@@ -210,40 +177,35 @@ unsafe fn block<const G: usize, const T: usize, const U16: bool, const MIN: bool
             // SAFETY: block `b < nb` per the contract.
             dx[t] = _mm512_set1_ps(unsafe { *toks[t].d.get_unchecked(b) });
         }
-        for u in 0..units {
-            let mut isum = [[_mm512_setzero_si512(); T]; G];
-            for k in 0..pairs {
-                let pair = pairs * u + k;
-                let mut w = [std::ptr::null(); G];
-                for g in 0..G {
-                    // In bounds: group `g0 + g`'s block `b` lies in `p.q` (`at[g] < groups * nb`),
-                    // pair `pair < 16`: 32 i16 at `at * BLOCK_I16 + 32 * pair`.
-                    w[g] =
-                        p.q.as_ptr()
-                            .wrapping_add(at[g] * BLOCK_I16 + 32 * pair)
-                            .cast::<u8>();
-                }
-                let mut x = [std::ptr::null(); T];
-                for t in 0..T {
-                    // In bounds: elements `b * 32 + 2 * pair + 1 < nb * 32` per the contract.
-                    x[t] = toks[t]
-                        .x
-                        .as_ptr()
-                        .wrapping_add(32 * b + 2 * pair)
-                        .cast::<u8>();
-                }
-                // SAFETY: 64 bytes at each `w[g]` and 4 at each `x[t]` (above).
-                unsafe { step(&mut isum, w, x, |a, w, x| _mm512_dpwssd_epi32(a, w, x)) };
-            }
+        let mut isum = [[_mm512_setzero_si512(); T]; G];
+        for pair in 0..16 {
+            let mut w = [std::ptr::null(); G];
             for g in 0..G {
-                // Units of 16 columns: a block's second unit at `2 * at + 1`.
-                let i = (2 * at[g] + if U16 { u } else { 0 }) * LANES;
-                // SAFETY: `sc` holds `groups * nb * 2 * LANES` floats; `i + LANES` is within.
-                let sc = unsafe { _mm512_loadu_ps(p.sc.as_ptr().add(i)) };
-                for t in 0..T {
-                    let v = _mm512_mul_ps(_mm512_cvtepi32_ps(isum[g][t]), sc);
-                    acc[g][t] = _mm512_fmadd_ps(v, dx[t], acc[g][t]);
-                }
+                // In bounds: group `g0 + g`'s block `b` lies in `p.q` (`at[g] < groups * nb`),
+                // pair `pair < 16`: 32 i16 at `at * BLOCK_I16 + 32 * pair`.
+                w[g] =
+                    p.q.as_ptr()
+                        .wrapping_add(at[g] * BLOCK_I16 + 32 * pair)
+                        .cast::<u8>();
+            }
+            let mut x = [std::ptr::null(); T];
+            for t in 0..T {
+                // In bounds: elements `b * 32 + 2 * pair + 1 < nb * 32` per the contract.
+                x[t] = toks[t]
+                    .x
+                    .as_ptr()
+                    .wrapping_add(32 * b + 2 * pair)
+                    .cast::<u8>();
+            }
+            // SAFETY: 64 bytes at each `w[g]` and 4 at each `x[t]` (above).
+            unsafe { step(&mut isum, w, x, |a, w, x| _mm512_dpwssd_epi32(a, w, x)) };
+        }
+        for g in 0..G {
+            // SAFETY: `sc` holds `groups * nb * LANES` floats; `at[g] < groups * nb`.
+            let sc = unsafe { _mm512_loadu_ps(p.sc.as_ptr().add(at[g] * LANES)) };
+            for t in 0..T {
+                let v = _mm512_mul_ps(_mm512_cvtepi32_ps(isum[g][t]), sc);
+                acc[g][t] = _mm512_fmadd_ps(v, dx[t], acc[g][t]);
             }
         }
         if MIN {
@@ -264,7 +226,6 @@ unsafe fn block<const G: usize, const T: usize, const U16: bool, const MIN: bool
 /// The tile of one work item: its repacked rows and the prompt's tokens.
 struct K16<'a> {
     p: Packed,
-    u16: bool,
     min: bool,
     toks: Vec<Tok<'a>>,
 }
@@ -289,10 +250,10 @@ impl Lanes for K16<'_> {
         // SAFETY: per this method's contract (groups `g0 .. g0 + G` in `p`, blocks `units` within
         // the row), and every token covers the row's columns (asserted in `tile512_k16`).
         unsafe {
-            match (self.u16, self.min) {
-                (true, _) => block::<G, T, true, false>(p, g0, tk, units, acc),
-                (false, true) => block::<G, T, false, true>(p, g0, tk, units, acc),
-                (false, false) => block::<G, T, false, false>(p, g0, tk, units, acc),
+            if self.min {
+                block::<G, T, true>(p, g0, tk, units, acc)
+            } else {
+                block::<G, T, false>(p, g0, tk, units, acc)
             }
         }
     }
@@ -313,7 +274,7 @@ pub(crate) unsafe fn tile512_k16(
 ) {
     let (n, cols, format) = (acts.len(), w.cols(), w.format());
     assert!(has_tile512_k16(format) && out.len() >= n * nr && r0 + nr <= w.rows());
-    assert!(cols % 32 == 0 && (!format.is_k_quant() || cols % 256 == 0));
+    assert!(cols % 32 == 0);
     assert!(acts
         .iter()
         .all(|a| a.qs.len() >= cols && a.d.len() >= cols / 32 && a.s.len() >= cols / 32));
@@ -330,7 +291,6 @@ pub(crate) unsafe fn tile512_k16(
         .collect();
     let k = K16 {
         p: Packed::new(w, r0, nr),
-        u16: format == WeightFormat::Q6_K,
         min: has_min(format),
         toks,
     };

@@ -44,7 +44,7 @@ struct Packed {
 
 /// The 256 unsigned quants of the super-block `blk` of `format` (Q6_K's without its offset of
 /// 32), in element order, as `scalar.rs`'s `q4k_quant`/`q5k_quant`/`q6k_quant` read them.
-pub(super) fn quants(format: WeightFormat, blk: &[u8], q: &mut [u8; 256]) {
+fn quants(format: WeightFormat, blk: &[u8], q: &mut [u8; 256]) {
     if format == WeightFormat::Q6_K {
         let (ql, qh) = (&blk[..128], &blk[128..192]);
         for n in 0..2 {
