@@ -87,9 +87,21 @@ impl Drop for StopOnDrop<'_> {
     }
 }
 
+/// Removes its folder when dropped (also while unwinding from a failed assertion): the bundle is
+/// about 110 MB.
+struct RemoveOnDrop(std::path::PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 #[test]
 fn memory_budget_shrinks_and_grows_while_serving() {
     let resident = bundle();
+    // Declared before the server, so dropped after it has stopped.
+    let _remove = RemoveOnDrop(resident.parent().unwrap().to_path_buf());
     let s = Server::start(&[
         "-m",
         resident.to_str().unwrap(),
