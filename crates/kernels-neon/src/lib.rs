@@ -265,7 +265,7 @@ pub use sparse::*;
 
 use quant::QActs;
 #[doc(hidden)]
-pub use quant::QActs16;
+pub use quant::{QActs16, QBlocks};
 
 /// Bytes before the nibbles of an [`WeightFormat::I4Hybrid`] row (two f32 scales).
 pub(crate) use tensor_types::hybrid::HEADER as HYBRID_HEADER;
@@ -664,7 +664,7 @@ impl Acts {
             _ if !format.is_quantized() || format.is_hybrid() => Acts::F32,
             Precision::Exact => Acts::F32,
             Precision::Fast => Acts::I16(QActs16::quantize(path, x)),
-            Precision::Int8 if super_scaled(format) => Acts::I8(QActs::quantize_super(x)),
+            Precision::Int8 if super_scaled(format) => Acts::I8(QActs::quantize_super(path, x)),
             Precision::Int8 => Acts::I8(QActs::quantize(path, x)),
         }
     }
@@ -719,6 +719,25 @@ pub fn quantize_acts_i16_with(path: KernelPath, x: &[f32]) -> Result<QActs16, Ke
         });
     }
     Ok(QActs16::quantize(path, x))
+}
+
+/// Quantizes `x` to the 8-bit activations with one scale per 256 elements that `Int8` gives
+/// Q4_K/Q5_K/Q6_K weights, on an explicit path (for tests: every path must produce identical
+/// quants). `x.len()` must be a multiple of 32.
+#[doc(hidden)]
+pub fn quantize_acts_i8_super_with(
+    path: KernelPath,
+    x: &[f32],
+) -> Result<QBlocks<i8>, KernelError> {
+    check_path(path)?;
+    if x.len() % 32 != 0 {
+        return Err(KernelError::LengthMismatch {
+            what: "quantize_acts_i8_super x (multiple of 32)",
+            expected: x.len().next_multiple_of(32),
+            actual: x.len(),
+        });
+    }
+    Ok(QActs::quantize_super(path, x))
 }
 
 /// Dot product of the common prefix of `a` and `b` (SIMD).

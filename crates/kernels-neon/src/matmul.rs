@@ -121,7 +121,7 @@ pub fn matmul_with(
         // Q6_K's sums per 16 once per token, not once per work item.
         let q6 = w.format() == WeightFormat::Q6_K;
         let quantize = |x: &[f32]| {
-            let a = QActs::quantize_super(x);
+            let a = QActs::quantize_super(path, x);
             if q6 {
                 a.with_sums16()
             } else {

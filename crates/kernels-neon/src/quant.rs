@@ -76,13 +76,16 @@ impl QActs {
     /// Quantizes `x` with one scale per 256-element super-block (the last one may be shorter),
     /// llama.cpp's `Q8_K` granularity, for K-quant weights whose kernels weight their sub-blocks
     /// in integers: `d = amax / 127` over the super-block, repeated for its blocks, quants
-    /// `round_ties_even(x * (127 / amax))`, `s = d * sum(q)` per block. One implementation for
-    /// every path (no SIMD variant), so all paths produce identical quants. `x.len()` is a
-    /// multiple of 32 (a trailing partial block is ignored).
-    pub(crate) fn quantize_super(x: &[f32]) -> Self {
+    /// `round_ties_even(x * (127 / amax))`, `s = d * sum(q)` per block. With the path's SIMD
+    /// quantizer where it has one (x86_64), which computes the same f32 operations, so all paths
+    /// produce identical quants. `x.len()` is a multiple of 32 (a trailing partial block is
+    /// ignored).
+    pub(crate) fn quantize_super(path: crate::KernelPath, x: &[f32]) -> Self {
         let mut out = Self::zeroed(x.len() / 32);
         out.per_super = true;
-        Self::quantize_groups(x, &mut out, 8);
+        if !crate::arch::quantize_i8_super(path, x, &mut out) {
+            Self::quantize_groups(x, &mut out, 8);
+        }
         out
     }
 
@@ -185,7 +188,7 @@ mod tests {
         x[300] = -0.635; // the short last one (64 values): a scale of 0.005
         x[10] = 0.25; // 2.5 steps: a tie, to 2
         x[11] = 0.35; // 3.5 steps: a tie, to 4
-        let q = QActs::quantize_super(&x);
+        let q = QActs::quantize_super(crate::KernelPath::Scalar, &x);
         assert!(q.per_super);
         assert_eq!(q.d.len(), 10);
         for b in 0..8 {

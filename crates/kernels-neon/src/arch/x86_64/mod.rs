@@ -51,7 +51,7 @@ pub(crate) use matvec_exact::matvec_exact;
 pub(crate) use matvec_i16::matvec_i16;
 pub(crate) use matvec_i16_batch::matvec_i16_batch;
 pub(crate) use matvec_int8::matvec_int8;
-pub(crate) use quantize::{quantize, quantize16};
+pub(crate) use quantize::{quantize, quantize16, quantize_super};
 pub(crate) use tile::tile;
 pub(crate) use tile512::{tile as tile512, tile_scratch_bytes as tile512_scratch_bytes};
 pub(crate) use tile512_k16::{has_tile512_k16, tile512_k16};

@@ -6,8 +6,85 @@ use std::arch::x86_64::*;
 use crate::quant::QActs;
 use crate::quant::QActs16;
 
+/// The largest |x| of the `len` floats at `xp` (`len` a multiple of 8).
+///
+/// # Safety
+/// AVX2 present; `len` floats readable at `xp`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn amax(xp: *const f32, len: usize) -> f32 {
+    let sign = _mm256_set1_ps(-0.0);
+    let mut m = _mm256_setzero_ps();
+    for i in (0..len).step_by(8) {
+        // SAFETY: `i + 8 <= len` floats at `xp` per the contract.
+        m = _mm256_max_ps(
+            m,
+            _mm256_andnot_ps(sign, unsafe { _mm256_loadu_ps(xp.add(i)) }),
+        );
+    }
+    let m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps::<1>(m));
+    let m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    let m4 = _mm_max_ss(m4, _mm_shuffle_ps::<1>(m4, m4));
+    _mm_cvtss_f32(m4)
+}
+
+/// Quantizes the 32 floats at `xp` to `round_ties_even(x * id)` into the 32 i8 at `qp` (`|x *
+/// id|` at most 127 and a rounding error, so no saturation) and returns their sum.
+///
+/// # Safety
+/// AVX2 present; 32 floats readable at `xp`, 32 bytes writable at `qp`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn block_i8(xp: *const f32, id: __m256, qp: *mut i8) -> i32 {
+    // SAFETY: 32 floats at `xp` per the contract.
+    let v: [__m256; 4] = std::array::from_fn(|i| unsafe { _mm256_loadu_ps(xp.add(8 * i)) });
+    let q: [__m256i; 4] = std::array::from_fn(|i| {
+        _mm256_cvtps_epi32(_mm256_round_ps::<
+            { _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC },
+        >(_mm256_mul_ps(v[i], id)))
+    });
+    let s32 = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+    let s4 = _mm_add_epi32(
+        _mm256_castsi256_si128(s32),
+        _mm256_extracti128_si256::<1>(s32),
+    );
+    let s4 = _mm_hadd_epi32(s4, s4);
+    let s4 = _mm_hadd_epi32(s4, s4);
+    // pack i32 -> i16 -> i8 (values are within -127..=127, no saturation)
+    let p0 = _mm256_packs_epi32(q[0], q[1]);
+    let p1 = _mm256_packs_epi32(q[2], q[3]);
+    let p = _mm256_packs_epi16(p0, p1);
+    // undo the lane interleaving of the two packs
+    let p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    // SAFETY: 32 bytes at `qp` per the contract.
+    unsafe { _mm256_storeu_si256(qp.cast::<__m256i>(), p) };
+    _mm_cvtsi128_si32(s4)
+}
+
+/// Quantizes blocks `b0 .. b0 + blocks` of `x` with one scale over them all (same f32
+/// operations as `QBlocks::quantize_groups`: d = amax/127, q = round-half-even(x * 127/amax),
+/// s = d * sum(q) per block).
+///
+/// # Safety
+/// AVX2/FMA present; the blocks lie within `x`, `out.d`, `out.s` and `out.qs`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn group_i8(x: &[f32], out: &mut QActs, b0: usize, blocks: usize) {
+    // SAFETY: the blocks' `blocks * 32` floats lie within `x` per the contract.
+    let amax = unsafe { amax(x.as_ptr().add(b0 * 32), blocks * 32) };
+    let d = amax / 127.0;
+    let id = _mm256_set1_ps(if amax > 0.0 { 127.0 / amax } else { 0.0 });
+    for b in b0..b0 + blocks {
+        // SAFETY: block `b`'s 32 floats and 32 quants lie within `x` and `out.qs` per the
+        // contract.
+        let sum = unsafe { block_i8(x.as_ptr().add(b * 32), id, out.qs.as_mut_ptr().add(b * 32)) };
+        out.d[b] = d;
+        out.s[b] = d * sum as f32;
+    }
+}
+
 /// AVX2 activation quantizer (same math as `QActs::quantize_scalar`:
-/// d = amax/127, q = round-half-even(x * 127/amax), s = d * sum(q)).
+/// d = amax/127, q = round-half-even(x * 127/amax), s = d * sum(q), per 32-block).
 ///
 /// # Safety
 /// AVX2/FMA present.
@@ -15,51 +92,24 @@ use crate::quant::QActs16;
 pub(crate) unsafe fn quantize(x: &[f32], out: &mut QActs) {
     let nb = x.len() / 32;
     assert!(out.d.len() >= nb && out.s.len() >= nb && out.qs.len() >= nb * 32);
-    let sign = _mm256_set1_ps(-0.0);
     for b in 0..nb {
-        // SAFETY: b < nb: x[b*32..b*32+32] and qs[b*32..b*32+32] are in
-        // bounds (x.len() >= nb*32 by definition of nb, qs asserted).
-        unsafe {
-            let xp = x.as_ptr().add(b * 32);
-            let v = [
-                _mm256_loadu_ps(xp),
-                _mm256_loadu_ps(xp.add(8)),
-                _mm256_loadu_ps(xp.add(16)),
-                _mm256_loadu_ps(xp.add(24)),
-            ];
-            let mut m = _mm256_andnot_ps(sign, v[0]);
-            for vi in &v[1..] {
-                m = _mm256_max_ps(m, _mm256_andnot_ps(sign, *vi));
-            }
-            let m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps::<1>(m));
-            let m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-            let m4 = _mm_max_ss(m4, _mm_shuffle_ps::<1>(m4, m4));
-            let amax = _mm_cvtss_f32(m4);
-            let d = amax / 127.0;
-            let id = _mm256_set1_ps(if amax > 0.0 { 127.0 / amax } else { 0.0 });
-            let q: [__m256i; 4] = std::array::from_fn(|i| {
-                _mm256_cvtps_epi32(_mm256_round_ps::<
-                    { _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC },
-                >(_mm256_mul_ps(v[i], id)))
-            });
-            let s32 = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
-            let s4 = _mm_add_epi32(
-                _mm256_castsi256_si128(s32),
-                _mm256_extracti128_si256::<1>(s32),
-            );
-            let s4 = _mm_hadd_epi32(s4, s4);
-            let s4 = _mm_hadd_epi32(s4, s4);
-            let sum = _mm_cvtsi128_si32(s4);
-            // pack i32 -> i16 -> i8 (values are within -127..=127, no saturation)
-            let p0 = _mm256_packs_epi32(q[0], q[1]);
-            let p1 = _mm256_packs_epi32(q[2], q[3]);
-            let p = _mm256_packs_epi16(p0, p1);
-            // undo the lane interleaving of the two packs
-            let p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-            _mm256_storeu_si256(out.qs.as_mut_ptr().add(b * 32) as *mut __m256i, p);
-            *out.d.get_unchecked_mut(b) = d;
-            *out.s.get_unchecked_mut(b) = d * sum as f32;
-        }
+        // SAFETY: block `b < nb` lies within `x` (by definition of `nb`) and `out` (asserted).
+        unsafe { group_i8(x, out, b, 1) };
+    }
+}
+
+/// AVX2 activation quantizer with one scale per 256 elements (the last group may be shorter),
+/// the same f32 operations as `QActs::quantize_super`'s scalar reference.
+///
+/// # Safety
+/// AVX2/FMA present.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn quantize_super(x: &[f32], out: &mut QActs) {
+    let nb = x.len() / 32;
+    assert!(out.d.len() >= nb && out.s.len() >= nb && out.qs.len() >= nb * 32);
+    for b0 in (0..nb).step_by(8) {
+        // SAFETY: blocks `b0 .. b0 + blocks <= nb` lie within `x` and `out` (asserted).
+        unsafe { group_i8(x, out, b0, (nb - b0).min(8)) };
     }
 }
 
