@@ -11,7 +11,8 @@ fn fixture() -> PathBuf {
 }
 
 /// The fixture rewritten with `key` set to `value` (`None`: the key removed) and only the tensors
-/// `keep` accepts.
+/// `keep` accepts, in a folder the file's tests share (each removes its files when done; the
+/// folder stays, as another test may be writing into it).
 fn variant(
     name: &str,
     key: &str,
@@ -106,6 +107,7 @@ fn absurd_or_inconsistent_hyper_parameters_are_refused() {
     ] {
         let p = variant(name, &format!("{a}.{key}"), Some(value), all);
         let msg = load_error(&p);
+        let _ = std::fs::remove_file(&p);
         assert!(
             msg.contains(p.to_str().unwrap()) && msg.contains(expect),
             "{name}: {msg}"
@@ -120,6 +122,7 @@ fn absurd_or_inconsistent_hyper_parameters_are_refused() {
         |n: &str| !n.starts_with(&last),
     );
     let msg = load_error(&p);
+    let _ = std::fs::remove_file(&p);
     assert!(msg.contains(&last), "{msg}");
 }
 
@@ -151,6 +154,7 @@ fn a_resident_file_names_its_store_only_inside_its_folder() {
         let path = dir.join("r.resident.gguf");
         w.write(&path).unwrap();
         let msg = load_error(&path);
+        let _ = std::fs::remove_dir_all(&dir);
         assert!(
             msg.contains("is not a plain file name") && msg.contains(name),
             "{name}: {msg}"
@@ -474,6 +478,7 @@ fn hostile_metadata_is_an_error_naming_the_file_or_harmless() {
     for (name, key, value, must_fail) in cases {
         let p = variant(name, &key, value, all);
         let r = load_and_generate(&p);
+        let _ = std::fs::remove_file(&p);
         match (&r, must_fail) {
             (Err(e), _) if e.starts_with("PANIC") => report.push(format!("{name}: {e}")),
             (Err(e), _) if !e.contains(p.to_str().unwrap()) => {
