@@ -3,6 +3,7 @@
 
 use std::arch::x86_64::*;
 
+use super::simd::hsum_i32;
 use crate::quant::QActs;
 use crate::quant::QActs16;
 
@@ -44,12 +45,6 @@ unsafe fn block_i8(xp: *const f32, id: __m256, qp: *mut i8) -> i32 {
         >(_mm256_mul_ps(v[i], id)))
     });
     let s32 = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
-    let s4 = _mm_add_epi32(
-        _mm256_castsi256_si128(s32),
-        _mm256_extracti128_si256::<1>(s32),
-    );
-    let s4 = _mm_hadd_epi32(s4, s4);
-    let s4 = _mm_hadd_epi32(s4, s4);
     // pack i32 -> i16 -> i8 (values are within -127..=127, no saturation)
     let p0 = _mm256_packs_epi32(q[0], q[1]);
     let p1 = _mm256_packs_epi32(q[2], q[3]);
@@ -58,7 +53,7 @@ unsafe fn block_i8(xp: *const f32, id: __m256, qp: *mut i8) -> i32 {
     let p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
     // SAFETY: 32 bytes at `qp` per the contract.
     unsafe { _mm256_storeu_si256(qp.cast::<__m256i>(), p) };
-    _mm_cvtsi128_si32(s4)
+    hsum_i32(s32)
 }
 
 /// Quantizes blocks `b0 .. b0 + blocks` of `x` with one scale over them all (same f32
@@ -83,6 +78,23 @@ unsafe fn group_i8(x: &[f32], out: &mut QActs, b0: usize, blocks: usize) {
     }
 }
 
+/// Quantizes `x` with one scale per `blocks` 32-element blocks (the last group may be shorter),
+/// group by group ([`group_i8`]), as `QBlocks::quantize_groups` does.
+///
+/// # Safety
+/// AVX2/FMA present.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn groups_i8(x: &[f32], out: &mut QActs, blocks: usize) {
+    let nb = x.len() / 32;
+    assert!(out.d.len() >= nb && out.s.len() >= nb && out.qs.len() >= nb * 32);
+    for b0 in (0..nb).step_by(blocks) {
+        // SAFETY: blocks `b0 .. b0 + blocks <= nb` lie within `x` (by definition of `nb`) and
+        // `out` (asserted).
+        unsafe { group_i8(x, out, b0, (nb - b0).min(blocks)) };
+    }
+}
+
 /// AVX2 activation quantizer (same math as `QActs::quantize_scalar`:
 /// d = amax/127, q = round-half-even(x * 127/amax), s = d * sum(q), per 32-block).
 ///
@@ -90,12 +102,8 @@ unsafe fn group_i8(x: &[f32], out: &mut QActs, b0: usize, blocks: usize) {
 /// AVX2/FMA present.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn quantize(x: &[f32], out: &mut QActs) {
-    let nb = x.len() / 32;
-    assert!(out.d.len() >= nb && out.s.len() >= nb && out.qs.len() >= nb * 32);
-    for b in 0..nb {
-        // SAFETY: block `b < nb` lies within `x` (by definition of `nb`) and `out` (asserted).
-        unsafe { group_i8(x, out, b, 1) };
-    }
+    // SAFETY: AVX2/FMA present per the contract.
+    unsafe { groups_i8(x, out, 1) }
 }
 
 /// AVX2 activation quantizer with one scale per 256 elements (the last group may be shorter),
@@ -105,12 +113,8 @@ pub(crate) unsafe fn quantize(x: &[f32], out: &mut QActs) {
 /// AVX2/FMA present.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn quantize_super(x: &[f32], out: &mut QActs) {
-    let nb = x.len() / 32;
-    assert!(out.d.len() >= nb && out.s.len() >= nb && out.qs.len() >= nb * 32);
-    for b0 in (0..nb).step_by(8) {
-        // SAFETY: blocks `b0 .. b0 + blocks <= nb` lie within `x` and `out` (asserted).
-        unsafe { group_i8(x, out, b0, (nb - b0).min(8)) };
-    }
+    // SAFETY: AVX2/FMA present per the contract.
+    unsafe { groups_i8(x, out, 8) }
 }
 
 /// AVX2 16-bit activation quantizer (same f32 operations as
@@ -123,7 +127,6 @@ pub(crate) unsafe fn quantize_super(x: &[f32], out: &mut QActs) {
 pub(crate) unsafe fn quantize16(x: &[f32], out: &mut QActs16) {
     let nb = x.len() / 32;
     assert!(out.d.len() >= nb && out.s.len() >= nb && out.qs.len() >= nb * 32);
-    let sign = _mm256_set1_ps(-0.0);
     let (lo, hi) = (_mm256_set1_ps(-32767.0), _mm256_set1_ps(32767.0));
     for b in 0..nb {
         // SAFETY: b < nb: x[b*32..b*32+32] and qs[b*32..b*32+32] are in
@@ -136,14 +139,7 @@ pub(crate) unsafe fn quantize16(x: &[f32], out: &mut QActs16) {
                 _mm256_loadu_ps(xp.add(16)),
                 _mm256_loadu_ps(xp.add(24)),
             ];
-            let mut m = _mm256_andnot_ps(sign, v[0]);
-            for vi in &v[1..] {
-                m = _mm256_max_ps(m, _mm256_andnot_ps(sign, *vi));
-            }
-            let m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps::<1>(m));
-            let m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-            let m4 = _mm_max_ss(m4, _mm_shuffle_ps::<1>(m4, m4));
-            let amax = _mm_cvtss_f32(m4);
+            let amax = amax(xp, 32);
             let d = amax / 32767.0;
             let id = _mm256_set1_ps(if amax > 0.0 { 32767.0 / amax } else { 0.0 });
             let q: [__m256i; 4] = std::array::from_fn(|i| {
@@ -153,13 +149,7 @@ pub(crate) unsafe fn quantize16(x: &[f32], out: &mut QActs16) {
                 _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(r, lo), hi))
             });
             let s32 = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
-            let s4 = _mm_add_epi32(
-                _mm256_castsi256_si128(s32),
-                _mm256_extracti128_si256::<1>(s32),
-            );
-            let s4 = _mm_hadd_epi32(s4, s4);
-            let s4 = _mm_hadd_epi32(s4, s4);
-            let sum = _mm_cvtsi128_si32(s4);
+            let sum = hsum_i32(s32);
             // pack i32 -> i16 (values within -32767..=32767, no saturation);
             // packs works per 128-bit lane, so undo the 64-bit interleave.
             let qp = out.qs.as_mut_ptr().add(b * 32);

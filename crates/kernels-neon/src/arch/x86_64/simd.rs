@@ -1,4 +1,4 @@
-//! Register-level helpers of the AVX2 kernels: horizontal sum, f16 reads,
+//! Register-level helpers of the AVX2 kernels: horizontal sums, f16 reads,
 //! nibble and byte unpacking, float-format loads, and the prefetch distance.
 
 use std::arch::x86_64::*;
@@ -12,6 +12,16 @@ pub(super) fn hsum(v: __m256) -> f32 {
     let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     let s = _mm_add_ss(s, _mm_shuffle_ps::<1>(s, s));
     _mm_cvtss_f32(s)
+}
+
+/// The sum of the eight i32 lanes of `v`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn hsum_i32(v: __m256i) -> i32 {
+    let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
+    let s = _mm_hadd_epi32(s, s);
+    let s = _mm_hadd_epi32(s, s);
+    _mm_cvtsi128_si32(s)
 }
 
 /// The quantized activations of the 32-block starting at element `e` of `x`, as two registers:
