@@ -141,8 +141,10 @@
 //! path has one for the format, which gives each token the integer products of
 //! `matvec` in `Fast` or `Int8` (x86_64: Q4_K/Q5_K/Q6_K prompts take `Int8`'s
 //! 8-bit products in `Int8`, and in `Fast` from `INT_TILE_MIN_TOKENS` tokens, as
-//! llama.cpp's prompts do; Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 ones on AVX-512 the 16-bit
-//! tile from that many tokens). Elsewhere it takes the f32 tile, but in `Int8`
+//! llama.cpp's prompts do; on AVX-512 Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 ones from that many
+//! tokens take the 8-bit tile in `Int8`, and in `Fast` for Q5_0 and Q8_0
+//! ([`fast_prompts_int8`]: the formats whose 8-bit prompts kept a real model's
+//! perplexity), the 16-bit tile in `Fast` for the others). Elsewhere it takes the f32 tile, but in `Int8`
 //! on the [`KernelPath::Avx512`] path with BF16, where the tile and the
 //! activations are rounded to bf16 (8 significant bits, the class of `Int8`'s
 //! 8-bit activations) and multiplied by `vdpbf16ps` at twice the f32 tile's
@@ -254,7 +256,7 @@ pub use matmul::matmul;
 #[doc(hidden)]
 pub use matmul::matmul_with;
 #[doc(hidden)]
-pub use matmul::INT_TILE_MIN_TOKENS;
+pub use matmul::{fast_prompts_int8, INT_TILE_MIN_TOKENS};
 #[doc(hidden)]
 pub use matmul_t::matmul_t_with;
 pub use matmul_t::{matmul_t, matmul_t_scratch_bytes};

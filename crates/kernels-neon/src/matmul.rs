@@ -18,14 +18,15 @@ use crate::{
 /// For `n == 1` this is [`matvec`](crate::matvec). Integer tiles take every token's activations
 /// quantized as `matvec` quantizes them in some precision, and the weights as stored, so each
 /// token's row of `y` is what `matvec` in that precision gives for it up to f32 summation order:
-/// - the 8-bit tile: Q4_K/Q5_K/Q6_K weights on the AVX2 path (bit for bit) and the AVX-512 one,
-///   `matvec`'s [`Precision::Int8`] (one activation scale per 256, llama.cpp's `Q8_K`), for `Int8`
-///   prompts and for [`Precision::Fast`] ones from [`INT_TILE_MIN_TOKENS`] tokens: a prompt is
-///   bound by compute, where 8 bits give twice the products per instruction of 16 (decode, bound
-///   by memory, keeps `Fast`'s 16 bits);
+/// - the 8-bit tiles, `matvec`'s [`Precision::Int8`] products: Q4_K/Q5_K/Q6_K weights on the AVX2
+///   path (bit for bit) and the AVX-512 one (one activation scale per 256, llama.cpp's `Q8_K`), for
+///   `Int8` prompts and for [`Precision::Fast`] ones from [`INT_TILE_MIN_TOKENS`] tokens; the
+///   32-block formats Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 on the AVX-512 path (one scale per 32, llama.cpp's
+///   `Q8_0`), from that many tokens, for `Int8` prompts and for `Fast` ones of Q5_0/Q8_0
+///   ([`fast_prompts_int8`]). A prompt is bound by compute, where 8 bits give twice the products
+///   per instruction of 16 (decode, bound by memory, keeps `Fast`'s 16 bits);
 /// - the 16-bit tile on the AVX-512 path, from [`INT_TILE_MIN_TOKENS`] tokens: `Fast` prompts of
-///   Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 (16-bit activations, one scale per 32; `matvec`'s `Fast`), and
-///   `Int8` ones of those (8-bit activations, one scale per 32, widened to 16 bits).
+///   Q4_0/Q4_1/Q5_1 (16-bit activations, one scale per 32; `matvec`'s `Fast`).
 ///
 /// Elsewhere `Fast` and `Exact` prompts take the f32 tile, and `Int8` ones the bf16 tile where the
 /// path has one.
@@ -39,8 +40,9 @@ pub fn matmul(
     matmul_with(active_path(), w, x, n, y, precision)
 }
 
-/// Fewest tokens for which [`matmul`] takes the 16-bit integer tile (`arch::tile_i16`), and for
-/// which `Fast` prompts of the K-quants take the 8-bit one (`arch::tile_int8`):
+/// Fewest tokens for which [`matmul`] takes the 16-bit integer tile (`arch::tile_i16`) and the
+/// 32-block formats' 8-bit one, and for which `Fast` prompts of the K-quants take the 8-bit one
+/// (`arch::tile_int8`):
 /// - below it, repacking the rows for the 16-bit tile costs more than the tile saves (K-quant rows
 ///   in that tile were 0.6-0.9x of the f32 tile's rate at 2-32 tokens, 1.1-1.5x from 64, one
 ///   2-thread run of `examples/tile_n.rs`);
@@ -54,6 +56,20 @@ pub fn matmul(
 ///   reference's 39.3745; docs/BENCHMARKS.md).
 #[doc(hidden)]
 pub const INT_TILE_MIN_TOKENS: usize = 32;
+
+/// Whether [`Precision::Fast`] prompts of `format` from [`INT_TILE_MIN_TOKENS`] tokens take 8-bit
+/// activations (`matvec`'s `Int8` products) where the path has an 8-bit tile for it: the formats
+/// for which that kept a real model's perplexity within 0.05 of the reference's (16 windows of
+/// 512 tokens of WikiText-2 test; docs/BENCHMARKS.md): Q4_K, Q5_K, Q6_K, Q5_0 and Q8_0
+/// (Qwen2.5-Coder-0.5B Q4_K_M: 39.3949 against the reference's 39.3745 and 39.3726 with 16 bits;
+/// SmolLM2-135M's Q8_0 embedding, its output projection: 29.6336 against 29.6018 and 29.6020).
+/// Not Q4_1: SmolLM2-135M's Q4_1 tensors took it to 29.6974, so Q4_1 and Q5_1 keep 16 bits, and
+/// Q4_0, measured on no real model, too.
+#[doc(hidden)]
+pub fn fast_prompts_int8(format: WeightFormat) -> bool {
+    use WeightFormat::*;
+    matches!(format, Q4_K | Q5_K | Q6_K | Q5_0 | Q8_0)
+}
 
 /// Raw output pointer shared by matmul work items, each writing a disjoint
 /// set of elements.
@@ -105,42 +121,44 @@ pub fn matmul_with(
         y.fill(0.0);
         return Ok(());
     }
-    // `Fast` prompts of the K-quants from `INT_TILE_MIN_TOKENS` tokens take the 8-bit tile too
-    // (one activation scale per 256, llama.cpp's `Q8_K`): a prompt is bound by compute, where 8
-    // bits give twice the products per instruction of 16; decode, bound by memory, keeps 16 bits.
+    // `Fast` prompts from `INT_TILE_MIN_TOKENS` tokens take the 8-bit tile too where
+    // `fast_prompts_int8` (as llama.cpp's prompts always do): a prompt is bound by compute, where
+    // 8 bits give twice the products per instruction of 16; decode, bound by memory, keeps 16 bits.
+    // The 32-block formats' 8-bit tile repacks its rows as the 16-bit one does, so it starts at
+    // that many tokens in `Int8` too.
+    let blocks = arch::tile_int8_blocks(path, w.format());
     let int8_tile = match precision {
-        Precision::Int8 => true,
-        Precision::Fast => n >= INT_TILE_MIN_TOKENS,
+        Precision::Int8 => !blocks || n >= INT_TILE_MIN_TOKENS,
+        Precision::Fast => n >= INT_TILE_MIN_TOKENS && fast_prompts_int8(w.format()),
         Precision::Exact => false,
     };
     if int8_tile && arch::has_tile_int8(path, w.format()) {
-        debug_assert!(super_scaled(w.format()));
+        debug_assert!(blocks || super_scaled(w.format()));
         let tile = |w: &QMatrix, r0, nr, acts: &[QActs], out: &mut [f32]| {
             arch::tile_int8(path, w, r0, nr, acts, out)
         };
-        // Q6_K's sums per 16 once per token, not once per work item.
+        // Sums of 16 once per token, not once per work item: Q6_K's offset of 32, and the
+        // 32-block formats' offsets.
         let q6 = w.format() == WeightFormat::Q6_K;
         let quantize = |x: &[f32]| {
-            let a = QActs::quantize_super(path, x);
-            if q6 {
-                a.with_sums16()
+            if blocks {
+                QActs::quantize(path, x).with_sums16()
+            } else if q6 {
+                QActs::quantize_super(path, x).with_sums16()
             } else {
-                a
+                QActs::quantize_super(path, x)
             }
         };
         matmul_int(path, w, x, n, y, quantize, tile);
         return Ok(());
     }
-    if precision != Precision::Exact
+    if precision == Precision::Fast
         && n >= INT_TILE_MIN_TOKENS
         && arch::has_tile_i16(path, w.format())
     {
-        // 8-bit activations (as `matvec` quantizes them for these formats: one scale per 32)
-        // widened to 16 bits: the same integer products.
-        let quantize = |x: &[f32]| match precision {
-            Precision::Int8 => QActs16::widened(&QActs::quantize(path, x)),
-            _ => QActs16::quantize(path, x),
-        };
+        // `Fast` prompts of the 32-block formats not in `fast_prompts_int8` (`Int8` ones took the
+        // 8-bit tile above): 16-bit activations, as `matvec` quantizes them in `Fast`.
+        let quantize = |x: &[f32]| QActs16::quantize(path, x);
         let tile = |w: &QMatrix, r0, nr, acts: &[QActs16], out: &mut [f32]| {
             arch::tile_i16(path, w, r0, nr, acts, out)
         };

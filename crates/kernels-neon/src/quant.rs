@@ -104,20 +104,6 @@ impl QActs {
 #[doc(hidden)]
 pub type QActs16 = QBlocks<i16>;
 
-impl QActs16 {
-    /// 8-bit activations as 16-bit ones: the same quants, scales and sums, for kernels that take
-    /// 16-bit quants.
-    pub(crate) fn widened(a: &QActs) -> Self {
-        QBlocks {
-            d: a.d.clone(),
-            s: a.s.clone(),
-            qs: a.qs.iter().map(|&q| i16::from(q)).collect(),
-            per_super: a.per_super,
-            sum16: a.sum16.clone(),
-        }
-    }
-}
-
 impl<Q: Quant> QBlocks<Q> {
     /// Zeroed storage for `nb` blocks.
     pub(crate) fn zeroed(nb: usize) -> Self {

@@ -1,7 +1,8 @@
-//! `matmul` through the integer tiles: 8-bit activations (Q4_K/Q5_K/Q6_K on AVX2 and AVX-512, in
-//! `Int8`, and in `Fast` from `INT_TILE_MIN_TOKENS` tokens) and 16-bit ones (Q4_0/Q4_1/Q5_0/Q5_1/
-//! Q8_0 on AVX-512, in `Fast`, and in `Int8` with the 8-bit activations widened). Every token's
-//! row of the result is what `matvec` gives for that token in the precision whose activations the
+//! `matmul` through the 8-bit integer tiles: Q4_K/Q5_K/Q6_K on AVX2 and AVX-512 (activations with
+//! one scale per 256, in `Int8`, and in `Fast` from `INT_TILE_MIN_TOKENS` tokens) and
+//! Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 on AVX-512 (one scale per 32, in both from `INT_TILE_MIN_TOKENS`
+//! tokens). Every token's row of the result is what `matvec` gives for that token in the precision
+//! whose activations the
 //! tile takes (`common::tile_products`), whatever the token count (register blocks and the remainders),
 //! the rows per work item and the row count: on AVX2 bit for bit; on AVX-512 the tiles sum the
 //! same integer products in another f32 order, so within f32 rounding of `Σ|w·x|`. Their accuracy

@@ -437,16 +437,30 @@ pub(crate) fn tile_bf16(
 }
 
 /// Whether [`tile_int8`] takes weights of `format` on `path`: Q4_K, Q5_K and Q6_K on
-/// [`KernelPath::Avx2Fma`] and [`KernelPath::Avx512`], for `Int8` prompts and `Fast` ones from
-/// `INT_TILE_MIN_TOKENS` tokens (the other formats' `Int8` prompts take [`tile_i16`] where
-/// [`has_tile_i16`], else the bf16 tile on AVX-512 with BF16, else the f32 one).
+/// [`KernelPath::Avx2Fma`] and [`KernelPath::Avx512`] (activations with one scale per 256,
+/// `QActs::quantize_super`), and on [`KernelPath::Avx512`] also the formats of 32-element blocks of
+/// integer quants, Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 ([`tile_int8_blocks`]: one scale per 32,
+/// `QActs::quantize` with its sums of 16). `Int8` prompts and `Fast` ones from
+/// `INT_TILE_MIN_TOKENS` tokens take it (the 32-block formats only from that many in either).
 pub(crate) fn has_tile_int8(path: KernelPath, format: WeightFormat) -> bool {
     #[cfg(target_arch = "x86_64")]
     if matches!(path, KernelPath::Avx2Fma | KernelPath::Avx512) {
         return matches!(
             format,
             WeightFormat::Q4_K | WeightFormat::Q5_K | WeightFormat::Q6_K
-        );
+        ) || tile_int8_blocks(path, format);
+    }
+    let _ = (path, format);
+    false
+}
+
+/// Whether [`tile_int8`] takes `format` on `path` with activations of one scale per 32-block
+/// (`QActs::quantize`, with [`crate::quant::QActs::with_sums16`]): the formats of 32-element
+/// blocks on [`KernelPath::Avx512`].
+pub(crate) fn tile_int8_blocks(path: KernelPath, format: WeightFormat) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if path == KernelPath::Avx512 {
+        return x86_64::has_tile512_i8(format);
     }
     let _ = (path, format);
     false
@@ -463,9 +477,10 @@ pub(crate) fn tile_int_rows(path: KernelPath) -> usize {
 }
 
 /// The 8-bit prompt tile: `out[t * nr + i]` = row `r0 + i` of `w` · token `t` for every token of
-/// `acts` (quantized by `QActs::quantize_super`): on AVX2 each bit-identical to [`matvec_int8`] of
-/// that token, on AVX-512 the same integer products summed in another f32 order. Only where
-/// [`has_tile_int8`] (else a no-op).
+/// `acts` (quantized as `matvec` quantizes them in `Int8` for `w`'s format: by
+/// `QActs::quantize_super` for the K-quants, by `QActs::quantize` with sums of 16 for the
+/// 32-block formats): on AVX2 each bit-identical to [`matvec_int8`] of that token, on AVX-512 the
+/// same integer products summed in another f32 order. Only where [`has_tile_int8`] (else a no-op).
 pub(crate) fn tile_int8(
     path: KernelPath,
     w: &QMatrix<'_>,
@@ -478,7 +493,11 @@ pub(crate) fn tile_int8(
         return;
     }
     #[cfg(target_arch = "x86_64")]
-    if path == KernelPath::Avx512 {
+    if tile_int8_blocks(path, w.format()) {
+        // SAFETY: the path was checked available (AVX-512F/BW/VNNI and AVX2/FMA/F16C present),
+        // and the format is one the tile takes.
+        unsafe { x86_64::tile512_i8(w, r0, nr, acts, out) }
+    } else if path == KernelPath::Avx512 {
         // SAFETY: the path was checked available (AVX-512F/BW/VNNI and AVX2/FMA/F16C present),
         // and the format is one the tile takes.
         unsafe { x86_64::tile512_k8(w, r0, nr, acts, out) }
@@ -492,8 +511,9 @@ pub(crate) fn tile_int8(
 }
 
 /// Whether [`tile_i16`] takes weights of `format` on `path`: the AVX-512 path's formats of
-/// 32-element blocks of integer quants, Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 (the K-quants' prompts take
-/// [`tile_int8`]; the other formats' [`Precision::Fast`](crate::Precision) prompts the f32 tile).
+/// 32-element blocks of integer quants whose [`Precision::Fast`](crate::Precision) prompts keep 16
+/// bits, Q4_0, Q4_1 and Q5_1 (the formats of [`crate::fast_prompts_int8`] take [`tile_int8`]; the
+/// other formats' `Fast` prompts the f32 tile).
 pub(crate) fn has_tile_i16(path: KernelPath, format: WeightFormat) -> bool {
     #[cfg(target_arch = "x86_64")]
     if path == KernelPath::Avx512 {

@@ -187,8 +187,9 @@ pub fn cols_for(format: WeightFormat, units: usize, odd: usize) -> usize {
     }
 }
 
-/// Whether `matmul` of more than one token in `Int8` takes the integer tile on `path` for
-/// `format` (Q4_K/Q5_K/Q6_K on AVX2 and AVX-512) rather than the f32 or bf16 one.
+/// Whether `matmul` of more than one token in `Int8` takes the 8-bit integer tile on `path` for
+/// `format` with activations of one scale per 256 (Q4_K/Q5_K/Q6_K on AVX2 and AVX-512) rather
+/// than the f32 or bf16 one.
 pub fn int8_tile(path: KernelPath, format: WeightFormat) -> bool {
     matches!(path, KernelPath::Avx2Fma | KernelPath::Avx512)
         && matches!(
@@ -197,19 +198,27 @@ pub fn int8_tile(path: KernelPath, format: WeightFormat) -> bool {
         )
 }
 
-/// Whether `matmul` of more than one token takes the 16-bit integer tile on `path` for `format`
-/// (AVX-512, the formats of 32-element integer blocks: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0), from
-/// `INT_TILE_MIN_TOKENS` tokens.
-pub fn i16_tile(path: KernelPath, format: WeightFormat) -> bool {
+/// Whether `matmul` of more than one token takes the 8-bit integer tile with activations of one
+/// scale per 32 on `path` for `format` (AVX-512, the formats of 32-element integer blocks: Q4_0,
+/// Q4_1, Q5_0, Q5_1, Q8_0), from `INT_TILE_MIN_TOKENS` tokens.
+pub fn int8_block_tile(path: KernelPath, format: WeightFormat) -> bool {
     use WeightFormat::*;
     path == KernelPath::Avx512 && matches!(format, Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0)
 }
 
+/// Whether `matmul` of more than one token takes the 16-bit integer tile on `path` for `format` in
+/// `Fast` (AVX-512, the 32-block formats whose `Fast` prompts keep 16 bits: Q4_0, Q4_1, Q5_1),
+/// from `INT_TILE_MIN_TOKENS` tokens.
+pub fn i16_tile(path: KernelPath, format: WeightFormat) -> bool {
+    int8_block_tile(path, format) && !kernels_neon::fast_prompts_int8(format)
+}
+
 /// The precision of `matvec` whose integer products `matmul` of `n > 1` tokens in `precision`
 /// gives each token on `path` for `format`, or `None` where it takes the f32 or bf16 tile: the
-/// 8-bit tile ([`int8_tile`]: `Int8` products) for `Int8` prompts, and for `Fast` ones from
-/// `INT_TILE_MIN_TOKENS` tokens; the 16-bit one ([`i16_tile`], from `INT_TILE_MIN_TOKENS`
-/// tokens: the prompt's own precision).
+/// 8-bit tiles' `Int8` products, for the K-quants ([`int8_tile`]) in `Int8` prompts and in `Fast`
+/// ones from `INT_TILE_MIN_TOKENS` tokens, for the 32-block formats ([`int8_block_tile`]) from
+/// that many tokens in `Int8`, and in `Fast` where `fast_prompts_int8`; the 16-bit tile's `Fast`
+/// products for the other 32-block formats' `Fast` prompts from that many tokens ([`i16_tile`]).
 pub fn tile_products(
     path: KernelPath,
     format: WeightFormat,
@@ -222,8 +231,9 @@ pub fn tile_products(
         _ if int8_tile(path, format) && (long || precision == Precision::Int8) => {
             Some(Precision::Int8)
         }
-        _ if long && i16_tile(path, format) => Some(precision),
-        _ => None,
+        _ if !long || !int8_block_tile(path, format) => None,
+        Precision::Fast if i16_tile(path, format) => Some(Precision::Fast),
+        _ => Some(Precision::Int8),
     }
 }
 

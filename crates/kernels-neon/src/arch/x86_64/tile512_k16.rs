@@ -1,6 +1,7 @@
 //! The 16-bit prompt tile on AVX-512 VNNI ([`Precision::Fast`](crate::Precision) prompts on
-//! [`KernelPath::Avx512`](crate::KernelPath)), for the formats of 32-element blocks of integer
-//! quants ([`has_tile512_k16`]; the K-quants' prompts take the 8-bit tile, `tile512_k8.rs`).
+//! [`KernelPath::Avx512`](crate::KernelPath)) for the formats of 32-element blocks of integer
+//! quants whose `Fast` prompts keep 16 bits ([`has_tile512_k16`]: Q4_0, Q4_1, Q5_1; the others'
+//! prompts take the 8-bit tiles, `tile512_i8.rs` and `tile512_k8.rs`).
 //!
 //! A work item's rows are repacked once into groups of [`LANES`] rows (`tile512_lanes.rs`), each
 //! quant widened to i16, so that each 32-bit lane holds one row's two quants of the same two
@@ -10,8 +11,7 @@
 //! with the token's `s = d * sum(q)`.
 //!
 //! The activations are `matvec`'s in this precision (`QActs16`: one scale per 32-block), so the
-//! integer products are those of `matvec_i16`; only the f32 summation order differs. `Int8`
-//! prompts of the 32-block formats come here too, their 8-bit activations widened to i16.
+//! integer products are those of `matvec_i16`; only the f32 summation order differs.
 
 use std::arch::x86_64::*;
 use std::ops::Range;
@@ -27,10 +27,11 @@ const BLOCK_I16: usize = 32 * LANES;
 /// passes over them.
 const PANEL_BLOCKS: usize = 16;
 
-/// Whether [`tile512_k16`] takes weights of `format`.
+/// Whether [`tile512_k16`] takes weights of `format`: the 32-block formats not in
+/// [`crate::fast_prompts_int8`].
 pub(crate) fn has_tile512_k16(format: WeightFormat) -> bool {
     use WeightFormat::*;
-    matches!(format, Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0)
+    matches!(format, Q4_0 | Q4_1 | Q5_1)
 }
 
 /// One row's quants, scales and mins, in element order.
@@ -60,11 +61,6 @@ impl Unpacked {
             let q = &mut self.q[32 * b..32 * b + 32];
             self.sc[b] = f16_at(blk, 0);
             match format {
-                Q8_0 => {
-                    for (d, &v) in q.iter_mut().zip(&blk[2..34]) {
-                        *d = i16::from(v as i8);
-                    }
-                }
                 Q4_0 | Q4_1 => {
                     let (qoff, off) = if format == Q4_0 { (2, 8) } else { (4, 0) };
                     for j in 0..16 {
@@ -74,10 +70,9 @@ impl Unpacked {
                     }
                 }
                 _ => {
-                    // Q5_0 / Q5_1.
-                    let (qoff, off) = if format == Q5_0 { (2, 16) } else { (4, 0) };
-                    for (d, v) in q.iter_mut().zip(q5_quants(blk, qoff)) {
-                        *d = i16::from(v) - off;
+                    // Q5_1.
+                    for (d, v) in q.iter_mut().zip(q5_quants(blk, 4)) {
+                        *d = i16::from(v);
                     }
                 }
             }

@@ -1,0 +1,298 @@
+//! The 8-bit prompt tile on AVX-512 VNNI for the formats of 32-element blocks of integer quants
+//! ([`has_tile512_i8`]: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0), as llama.cpp's prompts multiply them: their
+//! `Int8` prompts, and `Fast` ones from `INT_TILE_MIN_TOKENS` tokens (the K-quants' 8-bit tile is
+//! `tile512_k8.rs`).
+//!
+//! A work item's rows are repacked once into groups of [`LANES`] rows (`tile512_lanes.rs`) as
+//! unsigned bytes (the format's quants as stored: Q4_0/Q4_1 0..=15, Q5_0/Q5_1 0..=31, Q8_0 moved
+//! up by 128 to 1..=255), so that each 32-bit lane holds one row's four quants of the same four
+//! columns. One `vpdpbusd` against four 8-bit activations broadcast to every lane adds 64
+//! products of 16 rows. Each lane's i32 sum over a block, less the format's offset (8, 16 or 128)
+//! times the token's sum of the block's quants, is one row's integer dot, exactly; it is converted
+//! and weighted by the row's scale and the token's in f32, and a block's min term (Q4_1, Q5_1) is
+//! added as `m * s` with the token's `s = d * sum(q)`.
+//!
+//! The activations are `matvec`'s in [`Precision::Int8`](crate::Precision) for these formats
+//! (`QActs::quantize`: one scale per 32, with each 16 quants' sum, `QActs::with_sums16`), so the
+//! integer products are those of `matvec_int8`; only the f32 summation order differs.
+
+use std::arch::x86_64::*;
+use std::ops::Range;
+
+use super::tile512_lanes::{drive, step, Lanes, LANES};
+use crate::quant::QActs;
+use crate::scalar::{f16_at, q5_quants};
+use crate::{QMatrix, WeightFormat};
+
+/// Bytes of one group's 32-element block: 8 column quads × 16 lanes × 4.
+const BLOCK_U8: usize = 32 * LANES;
+/// Blocks of a column panel: two groups' quants of a panel (32 KiB) stay in L1 while every token
+/// passes over them.
+const PANEL_BLOCKS: usize = 32;
+
+/// Whether [`tile512_i8`] takes weights of `format`.
+pub(crate) fn has_tile512_i8(format: WeightFormat) -> bool {
+    use WeightFormat::*;
+    matches!(format, Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0)
+}
+
+/// What the unsigned quants of `format` exceed its signed ones by (0 for the formats with a min).
+fn offset(format: WeightFormat) -> i32 {
+    use WeightFormat::*;
+    match format {
+        Q4_0 => 8,
+        Q5_0 => 16,
+        Q8_0 => 128,
+        _ => 0,
+    }
+}
+
+/// Whether `format`'s rows add a min term.
+fn has_min(format: WeightFormat) -> bool {
+    use WeightFormat::*;
+    matches!(format, Q4_1 | Q5_1)
+}
+
+/// The 32 unsigned quants of one block `blk` of `format` (one of [`has_tile512_i8`]'s), in element
+/// order.
+fn quants(format: WeightFormat, blk: &[u8]) -> [u8; 32] {
+    use WeightFormat::*;
+    let mut q = [0u8; 32];
+    match format {
+        Q8_0 => {
+            for (d, &v) in q.iter_mut().zip(&blk[2..34]) {
+                *d = (v as i8 as i16 + 128) as u8;
+            }
+        }
+        Q4_0 | Q4_1 => {
+            let qoff = if format == Q4_0 { 2 } else { 4 };
+            for j in 0..16 {
+                let v = blk[qoff + j];
+                q[j] = v & 0xF;
+                q[j + 16] = v >> 4;
+            }
+        }
+        _ => q = q5_quants(blk, if format == Q5_0 { 2 } else { 4 }),
+    }
+    q
+}
+
+/// A work item's rows repacked for the tile.
+struct Packed {
+    /// Per group and block ([`BLOCK_U8`]): quad `k` (columns `4k .. 4k + 4` of the block) at
+    /// bytes `64k ..`, lane `j` (row `16g + j`) at `64k + 4j`; rows past the item's end are zero.
+    q: Vec<u8>,
+    /// Per group and block, each lane's scale.
+    sc: Vec<f32>,
+    /// Per group and block, each lane's min (empty for formats without one).
+    mn: Vec<f32>,
+    /// Blocks of 32 in a row.
+    nb: usize,
+}
+
+impl Packed {
+    /// Rows `r0 .. r0 + nr` of `w` (a [`has_tile512_i8`] format).
+    fn new(w: &QMatrix, r0: usize, nr: usize) -> Self {
+        let (format, cols) = (w.format(), w.cols());
+        let (nb, bb) = (cols / 32, format.block_bytes());
+        let groups = nr.div_ceil(LANES);
+        let min = has_min(format);
+        let mut p = Packed {
+            q: vec![0; groups * nb * BLOCK_U8],
+            sc: vec![0.0; groups * nb * LANES],
+            mn: vec![0.0; if min { groups * nb * LANES } else { 0 }],
+            nb,
+        };
+        for i in 0..nr {
+            let (g, lane) = (i / LANES, i % LANES);
+            for (b, blk) in w.row_data(r0 + i).chunks_exact(bb).enumerate() {
+                let at = g * nb + b;
+                let dst = &mut p.q[at * BLOCK_U8..(at + 1) * BLOCK_U8];
+                for (k, quad) in quants(format, blk).chunks_exact(4).enumerate() {
+                    dst[64 * k + 4 * lane..64 * k + 4 * lane + 4].copy_from_slice(quad);
+                }
+                p.sc[at * LANES + lane] = f16_at(blk, 0);
+                if min {
+                    p.mn[at * LANES + lane] = f16_at(blk, 2);
+                }
+            }
+        }
+        p
+    }
+}
+
+/// One token's activations as the kernel reads them.
+#[derive(Clone, Copy)]
+struct Tok<'a> {
+    /// Quants in element order.
+    x: &'a [i8],
+    /// Scale per 32-block.
+    d: &'a [f32],
+    /// `d * sum(q)` per 32-block.
+    s: &'a [f32],
+    /// The sum of each 16 quants (two per block).
+    sum16: &'a [i32],
+}
+
+/// Groups `g0 .. g0 + G` against tokens `toks` over blocks `blocks`: per group and token, each
+/// lane's (row's) dot added to `acc`. `OFF`: the quants' offset, taken off each block's sums.
+///
+/// # Safety
+/// AVX-512F/BW/VNNI and AVX2/FMA present; `g0 + G` groups in `p`; `blocks` within the row; each
+/// token's slices cover the row's columns (`p.nb * 32` quants, `p.nb` scales and sums, `2 * p.nb`
+/// sums of 16 where `OFF != 0`).
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
+unsafe fn block<const G: usize, const T: usize, const OFF: i32>(
+    p: &Packed,
+    g0: usize,
+    toks: [Tok; T],
+    blocks: Range<usize>,
+    mut acc: [[__m512; T]; G],
+) -> [[__m512; T]; G] {
+    let nb = p.nb;
+    for b in blocks {
+        let mut at = [0usize; G];
+        for (g, a) in at.iter_mut().enumerate() {
+            *a = (g0 + g) * nb + b;
+        }
+        let mut dx = [_mm512_setzero_ps(); T];
+        for t in 0..T {
+            // SAFETY: block `b < nb` per the contract.
+            dx[t] = _mm512_set1_ps(unsafe { *toks[t].d.get_unchecked(b) });
+        }
+        let mut isum = [[_mm512_setzero_si512(); T]; G];
+        for quad in 0..8 {
+            let mut w = [std::ptr::null(); G];
+            for g in 0..G {
+                // In bounds: group `g0 + g`'s block `b` lies in `p.q` (`at[g] < groups * nb`),
+                // quad `quad < 8`: 64 bytes at `at * BLOCK_U8 + 64 * quad`.
+                w[g] = p.q.as_ptr().wrapping_add(at[g] * BLOCK_U8 + 64 * quad);
+            }
+            let mut x = [std::ptr::null(); T];
+            for t in 0..T {
+                // In bounds: elements `b * 32 + 4 * quad + 3 < nb * 32` per the contract.
+                x[t] = toks[t]
+                    .x
+                    .as_ptr()
+                    .wrapping_add(32 * b + 4 * quad)
+                    .cast::<u8>();
+            }
+            // SAFETY: 64 bytes at each `w[g]` and 4 at each `x[t]` (above).
+            unsafe { step(&mut isum, w, x, |a, w, x| _mm512_dpbusd_epi32(a, w, x)) };
+        }
+        if OFF != 0 {
+            for t in 0..T {
+                // SAFETY: sums `2b + 1 < 2 * nb` per the contract.
+                let sx = unsafe {
+                    toks[t].sum16.get_unchecked(2 * b) + toks[t].sum16.get_unchecked(2 * b + 1)
+                };
+                let c = _mm512_set1_epi32(OFF * sx);
+                for row in isum.iter_mut() {
+                    row[t] = _mm512_sub_epi32(row[t], c);
+                }
+            }
+        }
+        for g in 0..G {
+            // SAFETY: `sc` holds `groups * nb * LANES` floats; `at[g] < groups * nb`.
+            let sc = unsafe { _mm512_loadu_ps(p.sc.as_ptr().add(at[g] * LANES)) };
+            for t in 0..T {
+                let v = _mm512_mul_ps(_mm512_cvtepi32_ps(isum[g][t]), sc);
+                acc[g][t] = _mm512_fmadd_ps(v, dx[t], acc[g][t]);
+            }
+        }
+        if OFF == 0 {
+            for g in 0..G {
+                // SAFETY: `mn` holds `groups * nb * LANES` floats for these formats.
+                let m = unsafe { _mm512_loadu_ps(p.mn.as_ptr().add(at[g] * LANES)) };
+                for t in 0..T {
+                    // SAFETY: block `b < nb` per the contract.
+                    let s = _mm512_set1_ps(unsafe { *toks[t].s.get_unchecked(b) });
+                    acc[g][t] = _mm512_fmadd_ps(m, s, acc[g][t]);
+                }
+            }
+        }
+    }
+    acc
+}
+
+/// The tile of one work item: its repacked rows and the prompt's tokens.
+struct I8<'a> {
+    p: Packed,
+    off: i32,
+    toks: Vec<Tok<'a>>,
+}
+
+impl Lanes for I8<'_> {
+    fn units(&self) -> (usize, usize) {
+        (self.p.nb, PANEL_BLOCKS)
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
+    unsafe fn sums<const G: usize, const T: usize>(
+        &self,
+        g0: usize,
+        t0: usize,
+        units: Range<usize>,
+        acc: [[__m512; T]; G],
+    ) -> [[__m512; T]; G] {
+        let mut tk = [self.toks[t0]; T];
+        tk.copy_from_slice(&self.toks[t0..t0 + T]);
+        let p = &self.p;
+        // SAFETY: per this method's contract (groups `g0 .. g0 + G` in `p`, blocks `units` within
+        // the row), and every token covers the row's columns (asserted in `tile512_i8`).
+        unsafe {
+            match self.off {
+                8 => block::<G, T, 8>(p, g0, tk, units, acc),
+                16 => block::<G, T, 16>(p, g0, tk, units, acc),
+                128 => block::<G, T, 128>(p, g0, tk, units, acc),
+                _ => block::<G, T, 0>(p, g0, tk, units, acc),
+            }
+        }
+    }
+}
+
+/// `out[t * nr + i]` = row `r0 + i` of `w` · token `t` (activations `acts[t]`, quantized as
+/// `matvec` quantizes them in [`Precision::Int8`](crate::Precision) for `w`'s format, with their
+/// sums of 16 where the format has an offset).
+///
+/// # Safety
+/// AVX-512F/BW/VNNI and AVX2/FMA/F16C present; `w`'s format is one of [`has_tile512_i8`]'s.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
+pub(crate) unsafe fn tile512_i8(
+    w: &QMatrix,
+    r0: usize,
+    nr: usize,
+    acts: &[QActs],
+    out: &mut [f32],
+) {
+    let (n, cols, format) = (acts.len(), w.cols(), w.format());
+    assert!(has_tile512_i8(format) && out.len() >= n * nr && r0 + nr <= w.rows());
+    assert!(cols % 32 == 0);
+    let off = offset(format);
+    assert!(acts.iter().all(|a| !a.per_super
+        && a.qs.len() >= cols
+        && a.d.len() >= cols / 32
+        && a.s.len() >= cols / 32
+        && (off == 0 || a.sum16.len() >= cols / 16)));
+    if n == 0 || nr == 0 {
+        return;
+    }
+    let toks = acts
+        .iter()
+        .map(|a| Tok {
+            x: &a.qs,
+            d: &a.d,
+            s: &a.s,
+            sum16: &a.sum16,
+        })
+        .collect();
+    let k = I8 {
+        p: Packed::new(w, r0, nr),
+        off,
+        toks,
+    };
+    // SAFETY: features present per this function's contract; `k.p` holds `nr` rows.
+    unsafe { drive(&k, nr, n, out) };
+}
