@@ -21,7 +21,7 @@ use std::ops::Range;
 
 use super::tile512_lanes::{drive, step, Lanes, LANES};
 use crate::quant::QActs;
-use crate::scalar::{f16_at, q5_quants};
+use crate::scalar::f16_at;
 use crate::{QMatrix, WeightFormat};
 
 /// Bytes of one group's 32-element block: 8 column quads × 16 lanes × 4.
@@ -54,27 +54,52 @@ fn has_min(format: WeightFormat) -> bool {
 }
 
 /// The 32 unsigned quants of one block `blk` of `format` (one of [`has_tile512_i8`]'s), in element
-/// order.
-fn quants(format: WeightFormat, blk: &[u8]) -> [u8; 32] {
+/// order: nibbles split as `scalar.rs` reads them, Q5's fifth bits expanded from their 32-bit mask
+/// (bit `e` of byte `e / 8`, compared per byte), Q8_0's signed bytes moved up by 128.
+///
+/// # Safety
+/// AVX2 present; `blk` is one whole block of `format`.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn quants(format: WeightFormat, blk: &[u8]) -> __m256i {
     use WeightFormat::*;
-    let mut q = [0u8; 32];
+    assert!(blk.len() >= format.block_bytes());
+    // Low nibbles of the 16 bytes at `at` as elements 0..16, high ones as 16..32.
+    let nibbles = |at: usize| {
+        // SAFETY: 16 bytes at `at` lie in the block (its quants end it).
+        let v = unsafe { _mm_loadu_si128(blk.as_ptr().add(at).cast()) };
+        let m = _mm_set1_epi8(0x0F);
+        let lo = _mm_and_si128(v, m);
+        let hi = _mm_and_si128(_mm_srli_epi16(v, 4), m);
+        _mm256_set_m128i(hi, lo)
+    };
     match format {
-        Q8_0 => {
-            for (d, &v) in q.iter_mut().zip(&blk[2..34]) {
-                *d = (v as i8 as i16 + 128) as u8;
-            }
+        // SAFETY: the 32 quants at byte 2 lie in the block.
+        Q8_0 => unsafe {
+            let v = _mm256_loadu_si256(blk.as_ptr().add(2).cast());
+            _mm256_xor_si256(v, _mm256_set1_epi8(i8::MIN))
+        },
+        Q4_0 => nibbles(2),
+        Q4_1 => nibbles(4),
+        _ => {
+            let off = if format == Q5_0 { 2 } else { 4 };
+            let qh = u32::from_le_bytes([blk[off], blk[off + 1], blk[off + 2], blk[off + 3]]);
+            // Byte `e` of `b` is byte `e / 8` of `qh` (each 128-bit lane holds `qh` four times).
+            let spread = _mm256_setr_epi64x(
+                0,
+                0x0101_0101_0101_0101,
+                0x0202_0202_0202_0202,
+                0x0303_0303_0303_0303,
+            );
+            let b = _mm256_shuffle_epi8(_mm256_set1_epi32(qh as i32), spread);
+            let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201_u64 as i64);
+            let set = _mm256_cmpeq_epi8(_mm256_and_si256(b, bit), bit);
+            _mm256_or_si256(
+                nibbles(off + 4),
+                _mm256_and_si256(set, _mm256_set1_epi8(0x10)),
+            )
         }
-        Q4_0 | Q4_1 => {
-            let qoff = if format == Q4_0 { 2 } else { 4 };
-            for j in 0..16 {
-                let v = blk[qoff + j];
-                q[j] = v & 0xF;
-                q[j + 16] = v >> 4;
-            }
-        }
-        _ => q = q5_quants(blk, if format == Q5_0 { 2 } else { 4 }),
     }
-    q
 }
 
 /// A work item's rows repacked for the tile.
@@ -92,7 +117,10 @@ struct Packed {
 
 impl Packed {
     /// Rows `r0 .. r0 + nr` of `w` (a [`has_tile512_i8`] format).
-    fn new(w: &QMatrix, r0: usize, nr: usize) -> Self {
+    ///
+    /// # Safety
+    /// AVX2 present.
+    unsafe fn new(w: &QMatrix, r0: usize, nr: usize) -> Self {
         let (format, cols) = (w.format(), w.cols());
         let (nb, bb) = (cols / 32, format.block_bytes());
         let groups = nr.div_ceil(LANES);
@@ -108,8 +136,13 @@ impl Packed {
             for (b, blk) in w.row_data(r0 + i).chunks_exact(bb).enumerate() {
                 let at = g * nb + b;
                 let dst = &mut p.q[at * BLOCK_U8..(at + 1) * BLOCK_U8];
-                for (k, quad) in quants(format, blk).chunks_exact(4).enumerate() {
-                    dst[64 * k + 4 * lane..64 * k + 4 * lane + 4].copy_from_slice(quad);
+                let mut quads = [0u32; 8];
+                // SAFETY: AVX2 present per this function's contract; `blk` is one whole block of
+                // `format`; 32 bytes written to `quads`.
+                unsafe { _mm256_storeu_si256(quads.as_mut_ptr().cast(), quants(format, blk)) };
+                for (k, quad) in quads.iter().enumerate() {
+                    dst[64 * k + 4 * lane..64 * k + 4 * lane + 4]
+                        .copy_from_slice(&quad.to_ne_bytes());
                 }
                 p.sc[at * LANES + lane] = f16_at(blk, 0);
                 if min {
@@ -289,7 +322,8 @@ pub(crate) unsafe fn tile512_i8(
         })
         .collect();
     let k = I8 {
-        p: Packed::new(w, r0, nr),
+        // SAFETY: AVX2 present per this function's contract.
+        p: unsafe { Packed::new(w, r0, nr) },
         off,
         toks,
     };
