@@ -44,8 +44,8 @@ pub const OFFLOAD_PROMPT_STEP: usize = 128;
 /// streamed layer's buffers (two chunks in flight and one gathered, of `prefill_neurons` bundles of
 /// `bundle_bytes` each) and what the chunk's down product holds besides them
 /// ([`kernels_neon::matmul_t_scratch_bytes`] of `prefill_neurons` rows in `down_format` on
-/// `threads` threads: its bands' outputs, the down sums once more, and the bands in flight
-/// dequantized).
+/// `threads` threads in `precision`: its bands' outputs, the down sums once more, and the bands in
+/// flight dequantized, or quantized again and repacked).
 pub fn prompt_step_bytes(
     cfg: &ModelConfig,
     tokens: usize,
@@ -53,12 +53,13 @@ pub fn prompt_step_bytes(
     bundle_bytes: u64,
     down_format: WeightFormat,
     threads: usize,
+    precision: kernels_neon::Precision,
 ) -> u64 {
     let (d, q, kv) = (cfg.d_model, cfg.q_dim(), cfg.kv_dim());
     let per_token = 4 * (5 * d + 2 * q + 2 * kv + 2 * prefill_neurons) as u64;
     let chunk = prefill_neurons as u64 * bundle_bytes;
     let down =
-        kernels_neon::matmul_t_scratch_bytes(down_format, prefill_neurons, d, tokens, threads);
+        kernels_neon::matmul_t_scratch_bytes(down_format, prefill_neurons, d, tokens, threads, precision);
     per_token * tokens as u64 + 3 * chunk + down
 }
 

@@ -352,7 +352,7 @@ fn measure_prompt(o: &CalibrateOptions) -> Result<(f64, f64)> {
     let mut yt = vec![0f32; n * cols];
     let st = p.install(|| {
         per_call(o.point_time, || {
-            kernels_neon::matmul_t(&wt, h, n, &mut yt).map_err(kernel_err)
+            kernels_neon::matmul_t(&wt, h, n, &mut yt, Precision::Fast).map_err(kernel_err)
         })
     })?;
     Ok((

@@ -268,6 +268,7 @@ impl<'a> Engine<'a> {
             off.store().index().layout.bundle_bytes() as u64,
             off.store().index().formats.down,
             self.threads,
+            precision,
         ) + off.prompt_accel().map_or(0, |a| {
             let ix = off.store().index();
             // A chunk is whole units: up to one unit's neurons more than asked.

@@ -310,10 +310,18 @@ impl SparseFfn {
     }
 
     /// Batched down projection with the same transposed rows as sparse decode: for each of the `n`
-    /// tokens, `out_t = Σ_j h_t[j] · down_t[j]` (`h`: `n × d_ff` masked activations), as f32 sums of
-    /// the dequantized rows ([`kernels_neon::matmul_t`], in chunks of [`DOWN_CHUNK`] rows as a
-    /// streamed prompt over a neuron store takes them).
-    fn down_batch(&self, down_t: &QMatrix<'_>, h: &[f32], n: usize, out: &mut [f32]) -> Result<()> {
+    /// tokens, `out_t = Σ_j h_t[j] · down_t[j]` (`h`: `n × d_ff` masked activations), by
+    /// [`kernels_neon::matmul_t`] in `precision` (f32 sums of the dequantized rows, or 8-bit
+    /// products of long prompts outside `Exact`), in chunks of [`DOWN_CHUNK`] rows as a streamed
+    /// prompt over a neuron store takes them.
+    fn down_batch(
+        &self,
+        down_t: &QMatrix<'_>,
+        h: &[f32],
+        n: usize,
+        out: &mut [f32],
+        precision: Precision,
+    ) -> Result<()> {
         let (ff, d) = (self.selector.d_ff(), self.selector.d_model());
         let out = &mut out[..n * d];
         out.fill(0.0);
@@ -332,7 +340,7 @@ impl SparseFfn {
                 &down_t.data()[j0 * row..(j0 + k) * row],
             )
             .map_err(kernel("sparse ffn down (batched)"))?;
-            kernels_neon::matmul_t(&rows, &hc, n, &mut y)
+            kernels_neon::matmul_t(&rows, &hc, n, &mut y, precision)
                 .map_err(kernel("sparse ffn down (batched)"))?;
             out.par_chunks_mut(d)
                 .zip(y.par_chunks(d))
@@ -472,7 +480,7 @@ impl SparseFfn {
         g.par_chunks_mut(1024)
             .zip(u.par_chunks(1024))
             .for_each(|(a, b)| a.iter_mut().zip(b).for_each(|(a, b)| *a *= b));
-        self.down_batch(&down_t, g, n, out)
+        self.down_batch(&down_t, g, n, out, l.precision)
     }
 }
 

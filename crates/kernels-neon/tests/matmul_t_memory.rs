@@ -6,7 +6,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering::SeqCst};
 
-use kernels_neon::{matmul_t, matmul_t_scratch_bytes, QMatrix, WeightFormat};
+use kernels_neon::{matmul_t, matmul_t_scratch_bytes, Precision, QMatrix, WeightFormat};
 
 struct Counting;
 
@@ -55,8 +55,16 @@ static ALLOC: Counting = Counting;
 /// Bytes the pool itself may allocate during a call (job latches), beyond what `matmul_t` holds.
 const SLACK: usize = 4096;
 
-/// Peak bytes `matmul_t` held over `n` tokens of a `rows × cols` matrix of `format` on `threads`.
-fn peak(format: WeightFormat, rows: usize, cols: usize, n: usize, threads: usize) -> usize {
+/// Peak bytes `matmul_t` held over `n` tokens of a `rows × cols` matrix of `format` on `threads`
+/// in `precision`.
+fn peak(
+    format: WeightFormat,
+    rows: usize,
+    cols: usize,
+    n: usize,
+    threads: usize,
+    precision: Precision,
+) -> usize {
     let data = vec![0u8; rows * format.row_bytes(cols).unwrap()];
     let w = QMatrix::new(format, rows, cols, &data).unwrap();
     let x = vec![0.5f32; n * rows];
@@ -69,10 +77,10 @@ fn peak(format: WeightFormat, rows: usize, cols: usize, n: usize, threads: usize
         .unwrap();
     pool.install(|| {
         // Warm-up: lazy statics (kernel path detection) and the pool's first job.
-        matmul_t(&w, &x, n, &mut y).unwrap();
+        matmul_t(&w, &x, n, &mut y, precision).unwrap();
         let before = LIVE.load(SeqCst);
         PEAK.store(before, SeqCst);
-        matmul_t(&w, &x, n, &mut y).unwrap();
+        matmul_t(&w, &x, n, &mut y, precision).unwrap();
         (PEAK.load(SeqCst) - before) as usize
     })
 }
@@ -80,24 +88,35 @@ fn peak(format: WeightFormat, rows: usize, cols: usize, n: usize, threads: usize
 #[test]
 fn matmul_t_holds_what_its_scratch_figure_says() {
     let hybrid = WeightFormat::hybrid_for(0.02, 1024).unwrap();
+    // 7 and 1 tokens take the f32 tile in every precision; 40 in `Fast` the 8-bit tile where the
+    // path has it (rows padded to 64).
+    let cases = [
+        (40, 7, Precision::Fast),
+        (16, 1, Precision::Fast),
+        (40, 40, Precision::Fast),
+        (40, 40, Precision::Exact),
+    ];
     for format in [WeightFormat::Q8_0, WeightFormat::Q4_K, hybrid] {
-        for (rows, n) in [(40, 7), (16, 1)] {
+        for (rows, n, precision) in cases {
             let cols = 1024;
-            let one = matmul_t_scratch_bytes(format, rows, cols, n, 1) as usize;
-            let got = peak(format, rows, cols, n, 1);
+            let one = matmul_t_scratch_bytes(format, rows, cols, n, 1, precision) as usize;
+            let got = peak(format, rows, cols, n, 1, precision);
             assert!(
                 got <= one + SLACK && got + SLACK >= one,
-                "{format:?} {rows}x{cols}, {n} tokens, one thread: held {got}, figure {one}"
+                "{format:?} {rows}x{cols}, {n} tokens, {precision:?}, one thread: held {got}, figure {one}"
             );
             for threads in [2, 3] {
-                let fig = matmul_t_scratch_bytes(format, rows, cols, n, threads) as usize;
-                let got = peak(format, rows, cols, n, threads);
+                let fig = matmul_t_scratch_bytes(format, rows, cols, n, threads, precision) as usize;
+                let got = peak(format, rows, cols, n, threads, precision);
                 assert!(
                     got <= fig + SLACK && fig >= one,
-                    "{format:?} {rows}x{cols}, {n} tokens, {threads} threads: held {got}, figure {fig}"
+                    "{format:?} {rows}x{cols}, {n} tokens, {precision:?}, {threads} threads: held {got}, figure {fig}"
                 );
             }
         }
     }
-    assert_eq!(matmul_t_scratch_bytes(WeightFormat::Q8_0, 0, 64, 3, 2), 0);
+    assert_eq!(
+        matmul_t_scratch_bytes(WeightFormat::Q8_0, 0, 64, 3, 2, Precision::Fast),
+        0
+    );
 }

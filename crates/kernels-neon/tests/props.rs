@@ -308,6 +308,49 @@ proptest! {
     }
 
     #[test]
+    fn matmul_t_long_prompts_within_8_bit_bounds(
+        format in format_strategy(),
+        rows in 1usize..70,
+        units in 1usize..4,
+        odd in 0usize..8,
+        n in INT_TILE_MIN_TOKENS..INT_TILE_MIN_TOKENS + 5,
+        precision in prop::sample::select(vec![Precision::Fast, Precision::Int8]),
+        seed in any::<u64>(),
+    ) {
+        // `Fast` and `Int8` products of long prompts may quantize both operands to 8 bits per 32
+        // along the sum (`W`'s rows per column, each token's values): each term off by at most
+        // half a step of each, `|x| · wamax / 254 + |w| · xamax / 254`, on top of f32 rounding.
+        let cols = cols_for(format, units, odd);
+        let mut rng = Rng(seed);
+        let data = random_matrix(format, rows, cols, &mut rng);
+        let w = QMatrix::new(format, rows, cols, &data).unwrap();
+        let x = random_vec(rows * n, &mut rng);
+        let wf = dequant_f64(&w);
+        for path in available_paths() {
+            let mut y = vec![f32::NAN; cols * n];
+            matmul_t_with(path, &w, &x, n, &mut y, precision).unwrap();
+            for t in 0..n {
+                let xt = &x[t * rows..(t + 1) * rows];
+                let xamax = xt.iter().fold(0f64, |m, v| m.max(f64::from(v.abs())));
+                for c in 0..cols {
+                    let wamax = (0..rows).fold(0f64, |m, j| m.max(wf[j][c].abs()));
+                    let (mut dot, mut abs, mut q) = (0f64, 0f64, 0f64);
+                    for (j, &xj) in xt.iter().enumerate() {
+                        let (wj, xj) = (wf[j][c], f64::from(xj));
+                        dot += wj * xj;
+                        abs += (wj * xj).abs();
+                        q += xj.abs() * wamax / 254.0 + wj.abs() * xamax / 254.0;
+                    }
+                    let got = f64::from(y[t * cols + c]);
+                    let tol = 1e-5 * abs + 1e-6 + 1.01 * q;
+                    prop_assert!((got - dot).abs() <= tol,
+                        "{path:?} {format:?} {precision:?} n={n} t={t} c={c}: {got} vs {dot} (tolerance {tol})");
+                }
+            }
+        }
+    }
+
+    #[test]
     fn matmul_t_all_paths_match_f64(
         format in format_strategy(),
         rows in 0usize..70,
@@ -327,7 +370,7 @@ proptest! {
         set_chunk_rows(chunk);
         for path in available_paths() {
             let mut y = vec![f32::NAN; cols * n];
-            matmul_t_with(path, &w, &x, n, &mut y).unwrap();
+            matmul_t_with(path, &w, &x, n, &mut y, Precision::Exact).unwrap();
             for t in 0..n {
                 for c in 0..cols {
                     let (mut dot, mut abs) = (0f64, 0f64);
@@ -344,7 +387,7 @@ proptest! {
         }
         set_chunk_rows(0);
         let mut short = vec![0f32; cols * n];
-        prop_assert!(matmul_t(&w, &x[..x.len().saturating_sub(1)], n, &mut short).is_err() || rows == 0);
+        prop_assert!(matmul_t(&w, &x[..x.len().saturating_sub(1)], n, &mut short, Precision::Exact).is_err() || rows == 0);
     }
 
     #[test]

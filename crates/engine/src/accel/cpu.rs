@@ -201,7 +201,7 @@ impl Accelerator for CpuAccelerator {
             Activation::Silu => kernels_neon::silu_mul_inplace(&mut g, &u),
             Activation::Relu => kernels_neon::relu_mul_inplace(&mut g, &u),
         }
-        kernels_neon::matmul_t(&rows.down, &g, n, out).map_err(err())
+        kernels_neon::matmul_t(&rows.down, &g, n, out, Precision::Fast).map_err(err())
     }
 
     /// Nothing more: the same buffers and kernels as the CPU's streamed prompt step.

@@ -150,7 +150,7 @@ impl Offload {
                 kernels_neon::matmul(&wu, x, n, &mut u, precision)
                     .map_err(kernel("offloaded prefill up"))?;
                 select(&rule, mask, &chunk.ids, ff, &mut g, &u);
-                kernels_neon::matmul_t(&wd, &g, n, &mut y)
+                kernels_neon::matmul_t(&wd, &g, n, &mut y, precision)
                     .map_err(kernel("offloaded prefill down"))?;
             }
             out.par_chunks_mut(d)

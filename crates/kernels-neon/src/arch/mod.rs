@@ -510,6 +510,46 @@ pub(crate) fn tile_int8(
     let _ = (r0, nr, acts, out);
 }
 
+/// Whether `path` has [`tile_int8_rows`] (the AVX-512 path).
+pub(crate) fn has_tile_int8_rows(path: KernelPath) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if path == KernelPath::Avx512 {
+        return true;
+    }
+    let _ = path;
+    false
+}
+
+/// The 8-bit tile over `nr` rows of `cols` columns given quantized as 8-bit activations are
+/// (`QActs::quantize` of the rows one after another): `out[t * nr + i]` = row `i` · token `t` for
+/// every token of `acts` (quantized the same way, with sums of 16). Only where
+/// [`has_tile_int8_rows`] (else a no-op).
+pub(crate) fn tile_int8_rows(
+    path: KernelPath,
+    rows: &QActs,
+    nr: usize,
+    cols: usize,
+    acts: &[QActs],
+    out: &mut [f32],
+) {
+    #[cfg(target_arch = "x86_64")]
+    if has_tile_int8_rows(path) {
+        // SAFETY: the path was checked available (AVX-512F/BW/VNNI and AVX2/FMA/F16C present).
+        unsafe { x86_64::tile512_i8_rows(rows, nr, cols, acts, out) }
+    }
+    let _ = (path, rows, nr, cols, acts, out);
+}
+
+/// Bytes [`tile_int8_rows`] allocates on `path` for `nr` rows of `cols` columns and `n` tokens.
+pub(crate) fn tile_int8_rows_bytes(path: KernelPath, nr: usize, cols: usize, n: usize) -> usize {
+    #[cfg(target_arch = "x86_64")]
+    if has_tile_int8_rows(path) {
+        return x86_64::tile512_i8_rows_bytes(nr, cols, n);
+    }
+    let _ = (path, nr, cols, n);
+    0
+}
+
 /// Whether [`tile_i16`] takes weights of `format` on `path`: the AVX-512 path's formats of
 /// 32-element blocks of integer quants whose [`Precision::Fast`](crate::Precision) prompts keep 16
 /// bits, Q4_0, Q4_1 and Q5_1 (the formats of [`crate::fast_prompts_int8`] take [`tile_int8`]; the

@@ -154,6 +154,53 @@ impl Packed {
     }
 }
 
+impl Packed {
+    /// `nr` rows of `cols` columns quantized as 8-bit activations are (`QActs::quantize` of the
+    /// rows one after another, `cols` a multiple of 32), as Q8_0 rows with f32 scales: quants
+    /// moved up by 128.
+    ///
+    /// # Safety
+    /// AVX2 present; `rows` holds `nr * cols` quants and `nr * cols / 32` scales.
+    unsafe fn from_rows(rows: &QActs, nr: usize, cols: usize) -> Self {
+        let nb = cols / 32;
+        assert!(rows.qs.len() >= nr * cols && rows.d.len() >= nr * nb);
+        let groups = nr.div_ceil(LANES);
+        let mut p = Packed {
+            q: vec![0; groups * nb * BLOCK_U8],
+            sc: vec![0.0; groups * nb * LANES],
+            mn: Vec::new(),
+            nb,
+        };
+        for i in 0..nr {
+            let (g, lane) = (i / LANES, i % LANES);
+            for b in 0..nb {
+                let at = g * nb + b;
+                let dst = &mut p.q[at * BLOCK_U8..(at + 1) * BLOCK_U8];
+                let mut quads = [0u32; 8];
+                // SAFETY: AVX2 present per this function's contract; 32 quants at block
+                // `i * nb + b` (asserted above); 32 bytes written to `quads`.
+                unsafe {
+                    let v = _mm256_loadu_si256(rows.qs.as_ptr().add(32 * (i * nb + b)).cast());
+                    let u = _mm256_xor_si256(v, _mm256_set1_epi8(i8::MIN));
+                    _mm256_storeu_si256(quads.as_mut_ptr().cast(), u);
+                }
+                for (k, quad) in quads.iter().enumerate() {
+                    dst[64 * k + 4 * lane..64 * k + 4 * lane + 4]
+                        .copy_from_slice(&quad.to_ne_bytes());
+                }
+                p.sc[at * LANES + lane] = rows.d[i * nb + b];
+            }
+        }
+        p
+    }
+
+    /// Bytes [`Packed::from_rows`] allocates for `nr` rows of `cols` columns.
+    fn rows_bytes(nr: usize, cols: usize) -> usize {
+        let (groups, nb) = (nr.div_ceil(LANES), cols / 32);
+        groups * nb * (BLOCK_U8 + 4 * LANES)
+    }
+}
+
 /// One token's activations as the kernel reads them.
 #[derive(Clone, Copy)]
 struct Tok<'a> {
@@ -329,4 +376,53 @@ pub(crate) unsafe fn tile512_i8(
     };
     // SAFETY: features present per this function's contract; `k.p` holds `nr` rows.
     unsafe { drive(&k, nr, n, out) };
+}
+
+/// `out[t * nr + i]` = row `i` of `rows` · token `t`, for `nr` rows of `cols` columns given as 8-bit
+/// activations are (`QActs::quantize` of the rows one after another: quants and an f32 scale per
+/// 32) and tokens `acts` quantized the same way with their sums of 16: 8-bit products of two
+/// quantized operands, as a Q8_0 matrix with f32 scales would give them.
+///
+/// # Safety
+/// AVX-512F/BW/VNNI and AVX2/FMA/F16C present.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
+pub(crate) unsafe fn tile512_i8_rows(
+    rows: &QActs,
+    nr: usize,
+    cols: usize,
+    acts: &[QActs],
+    out: &mut [f32],
+) {
+    let n = acts.len();
+    assert!(cols % 32 == 0 && out.len() >= n * nr);
+    assert!(rows.qs.len() >= nr * cols && rows.d.len() >= nr * cols / 32);
+    assert!(acts.iter().all(|a| !a.per_super
+        && a.qs.len() >= cols
+        && a.d.len() >= cols / 32
+        && a.sum16.len() >= cols / 16));
+    if n == 0 || nr == 0 {
+        return;
+    }
+    let toks = acts
+        .iter()
+        .map(|a| Tok {
+            x: &a.qs,
+            d: &a.d,
+            s: &a.s,
+            sum16: &a.sum16,
+        })
+        .collect();
+    let k = I8 {
+        // SAFETY: AVX2 present per this function's contract; `rows` holds `nr` rows (asserted).
+        p: unsafe { Packed::from_rows(rows, nr, cols) },
+        off: 128,
+        toks,
+    };
+    // SAFETY: features present per this function's contract; `k.p` holds `nr` rows.
+    unsafe { drive(&k, nr, n, out) };
+}
+
+/// Bytes [`tile512_i8_rows`] allocates for `nr` rows of `cols` columns and `n` tokens.
+pub(crate) fn tile512_i8_rows_bytes(nr: usize, cols: usize, n: usize) -> usize {
+    Packed::rows_bytes(nr, cols) + n * std::mem::size_of::<Tok>()
 }
