@@ -324,8 +324,8 @@ const PROMPT_TOKENS: usize = 64;
 /// in floating-point operations per second, at the most threads:
 /// a Q4_0 matrix of 1024 × 4096 (2.3 MiB, like a layer's chunk of a prompt step) over
 /// [`PROMPT_TOKENS`] tokens, quantized from smooth values (no subnormals to slow the arithmetic);
-/// and the same for its transposed product (`matmul_t` over its first 512 rows, as a streamed
-/// chunk's down rows).
+/// and the same for its transposed product (`matmul_t` over its first 512 rows in `Fast`, as a
+/// streamed chunk's down rows: on AVX-512 quantized to 8 bits for the 8-bit tile).
 fn measure_prompt(o: &CalibrateOptions) -> Result<(f64, f64)> {
     let (rows, cols, n) = (1024usize, 4096usize, PROMPT_TOKENS);
     let src: Vec<f32> = (0..rows * cols)
