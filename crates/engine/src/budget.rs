@@ -58,8 +58,14 @@ pub fn prompt_step_bytes(
     let (d, q, kv) = (cfg.d_model, cfg.q_dim(), cfg.kv_dim());
     let per_token = 4 * (5 * d + 2 * q + 2 * kv + 2 * prefill_neurons) as u64;
     let chunk = prefill_neurons as u64 * bundle_bytes;
-    let down =
-        kernels_neon::matmul_t_scratch_bytes(down_format, prefill_neurons, d, tokens, threads, precision);
+    let down = kernels_neon::matmul_t_scratch_bytes(
+        down_format,
+        prefill_neurons,
+        d,
+        tokens,
+        threads,
+        precision,
+    );
     per_token * tokens as u64 + 3 * chunk + down
 }
 

@@ -142,7 +142,11 @@ pub fn matmul_t_with(
     });
     // On the 8-bit tile: rows padded to whole blocks, every token quantized once.
     let int8 = int8(path, format, n, precision);
-    let stride = if int8 { rows.next_multiple_of(32) } else { rows };
+    let stride = if int8 {
+        rows.next_multiple_of(32)
+    } else {
+        rows
+    };
     let acts: Vec<QActs> = if int8 {
         (0..n)
             .into_par_iter()

@@ -106,7 +106,8 @@ fn matmul_t_holds_what_its_scratch_figure_says() {
                 "{format:?} {rows}x{cols}, {n} tokens, {precision:?}, one thread: held {got}, figure {one}"
             );
             for threads in [2, 3] {
-                let fig = matmul_t_scratch_bytes(format, rows, cols, n, threads, precision) as usize;
+                let fig =
+                    matmul_t_scratch_bytes(format, rows, cols, n, threads, precision) as usize;
                 let got = peak(format, rows, cols, n, threads, precision);
                 assert!(
                     got <= fig + SLACK && fig >= one,

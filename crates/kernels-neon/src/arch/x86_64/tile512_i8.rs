@@ -214,6 +214,18 @@ struct Tok<'a> {
     sum16: &'a [i32],
 }
 
+/// Every token of `acts` as the kernel reads it.
+fn tokens(acts: &[QActs]) -> Vec<Tok<'_>> {
+    acts.iter()
+        .map(|a| Tok {
+            x: &a.qs,
+            d: &a.d,
+            s: &a.s,
+            sum16: &a.sum16,
+        })
+        .collect()
+}
+
 /// Groups `g0 .. g0 + G` against tokens `toks` over blocks `blocks`: per group and token, each
 /// lane's (row's) dot added to `acc`. `OFF`: the quants' offset, taken off each block's sums.
 ///
@@ -359,15 +371,7 @@ pub(crate) unsafe fn tile512_i8(
     if n == 0 || nr == 0 {
         return;
     }
-    let toks = acts
-        .iter()
-        .map(|a| Tok {
-            x: &a.qs,
-            d: &a.d,
-            s: &a.s,
-            sum16: &a.sum16,
-        })
-        .collect();
+    let toks = tokens(acts);
     let k = I8 {
         // SAFETY: AVX2 present per this function's contract.
         p: unsafe { Packed::new(w, r0, nr) },
@@ -403,15 +407,7 @@ pub(crate) unsafe fn tile512_i8_rows(
     if n == 0 || nr == 0 {
         return;
     }
-    let toks = acts
-        .iter()
-        .map(|a| Tok {
-            x: &a.qs,
-            d: &a.d,
-            s: &a.s,
-            sum16: &a.sum16,
-        })
-        .collect();
+    let toks = tokens(acts);
     let k = I8 {
         // SAFETY: AVX2 present per this function's contract; `rows` holds `nr` rows (asserted).
         p: unsafe { Packed::from_rows(rows, nr, cols) },
