@@ -237,7 +237,8 @@ impl<'a> Engine<'a> {
     /// [`Engine::forward`] into `logits` (resized to what the step returns): a decode loop reuses
     /// one buffer instead of allocating (and faulting in) the vocabulary's logits every token. Over
     /// a neuron store a prompt runs in steps of at most [`crate::budget::OFFLOAD_PROMPT_STEP`]
-    /// tokens, each streaming the store once, with their working memory lent by the neuron cache.
+    /// tokens ([`crate::budget::offload_prompt_step`]), each streaming the store once, with their
+    /// working memory lent by the neuron cache.
     pub fn forward_into(
         &self,
         cache: &mut KvCache,
@@ -260,37 +261,43 @@ impl<'a> Engine<'a> {
         // Over a store, a prompt runs in steps of at most OFFLOAD_PROMPT_STEP tokens, with their
         // working memory lent by the neuron cache; a failed step leaves the KV cache as it was
         // before the first.
-        let step = crate::budget::OFFLOAD_PROMPT_STEP;
-        let lent = crate::budget::prompt_step_bytes(
-            &self.model.config,
-            tokens.len().min(step),
-            off.options().prefill_neurons,
-            off.store().index().layout.bundle_bytes() as u64,
-            off.store().index().formats.down,
-            self.threads,
-            precision,
-        ) + off.prompt_accel().map_or(0, |a| {
-            let ix = off.store().index();
-            // A chunk is whole units: up to one unit's neurons more than asked.
-            let chunk = off.options().prefill_neurons + ix.layout.neurons;
-            a.streamed_bytes(chunk, ix.d_model)
-        });
-        off.lend_cache(lent as usize, || {
-            self.prompt_steps(cache, tokens, want, mode, logits)
+        let ix = off.store().index();
+        let step_bytes = |step: usize| {
+            crate::budget::prompt_step_bytes(
+                &self.model.config,
+                tokens.len().min(step),
+                off.options().prefill_neurons,
+                ix.layout.bundle_bytes() as u64,
+                ix.formats.down,
+                self.threads,
+                precision,
+            ) + off.prompt_accel().map_or(0, |a| {
+                // A chunk is whole units: up to one unit's neurons more than asked.
+                let chunk = off.options().prefill_neurons + ix.layout.neurons;
+                a.streamed_bytes(chunk, ix.d_model)
+            })
+        };
+        let step = crate::budget::offload_prompt_step(
+            off.cache_budget() as u64,
+            ix.ffn_bytes() as u64,
+            step_bytes,
+        );
+        off.lend_cache(step_bytes(step) as usize, || {
+            self.prompt_steps(cache, tokens, step, want, mode, logits)
         })
     }
 
-    /// [`Engine::forward_into`] of a prompt over a store, in steps of at most
-    /// [`crate::budget::OFFLOAD_PROMPT_STEP`] tokens.
+    /// [`Engine::forward_into`] of a prompt over a store, in steps of at most `step` tokens.
     fn prompt_steps(
         &self,
         cache: &mut KvCache,
         tokens: &[u32],
+        step: usize,
         want: Logits,
         mode: FfnMode<'_, '_>,
         logits: &mut Vec<f32>,
     ) -> Result<()> {
-        let (step, precision) = (crate::budget::OFFLOAD_PROMPT_STEP, self.opts.precision);
+        let precision = self.opts.precision;
         let start = cache.len();
         let parts = tokens.chunks(step).count();
         let mut all = Vec::new();

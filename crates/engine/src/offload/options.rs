@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 /// Default neurons per chunk of a prompt step's streamed layer ([`OffloadOptions::prefill_neurons`]).
-pub(crate) const PREFILL_NEURONS: usize = 512;
+pub(crate) const PREFILL_NEURONS: usize = 1280;
 
 /// Settings of an [`Offload`](super::Offload).
 #[derive(Debug, Clone)]
@@ -47,8 +47,8 @@ pub struct OffloadOptions {
     /// budget). `None`: the engine's rule, on flash only under a process budget that cannot hold the
     /// whole FFN beside them.
     pub stream_weights: Option<bool>,
-    /// Neurons per chunk of a prompt step's streamed layer (`Offload::prefill`, rounded up to whole
-    /// units): the size of each sequential read (two chunks are held at a time) and of the chunk's
+    /// Most neurons per chunk of a prompt step's streamed layer (`Offload::prefill`, rounded up to
+    /// whole units; the layer is split as evenly as units allow): the size of each sequential read (two chunks are held at a time) and of the chunk's
     /// f32 buffers per token.
     pub prefill_neurons: usize,
 }

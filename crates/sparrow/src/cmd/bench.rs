@@ -576,7 +576,7 @@ impl Printed<'_, '_> {
                     );
                 }
             }
-            if !r.tg.is_empty() {
+            if a.n_gen > 0 {
                 let extra = match r.stats {
                     Some(s) => format!("  (FFN {:.0}% of time; rows computed: gate {:.0}%, up {:.0}%, down {:.0}%)", 100.0 * mean_sd(&r.ffn_share).0, 100.0 * s.gate_frac(), 100.0 * s.up_frac(), 100.0 * s.down_frac()),
                     None => format!("  ({:.2} GB/s of weights, FFN {:.0}% of time)", tm * eng.model().weight_bytes as f64 / 1e9, 100.0 * mean_sd(&r.ffn_share).0),
@@ -621,12 +621,14 @@ impl Printed<'_, '_> {
             Some((p, &report.runs[mode?]))
         });
         if let Some((p, r)) = planned {
-            let measured = mean_sd(&r.tg).0;
-            let predicted = p.predicted[0].tok_s;
-            println!(
-                "plan: predicted tg {predicted:.1} tok/s, measured {measured:.1} tok/s ({:+.0}%)",
-                100.0 * (measured / predicted - 1.0)
-            );
+            if a.n_gen > 0 {
+                let measured = mean_sd(&r.tg).0;
+                let predicted = p.predicted[0].tok_s;
+                println!(
+                    "plan: predicted tg {predicted:.1} tok/s, measured {measured:.1} tok/s ({:+.0}%)",
+                    100.0 * (measured / predicted - 1.0)
+                );
+            }
             if let (Some(c), true) = (p.prompt, a.n_prompt > 1) {
                 let (predicted, measured) = (c.tok_s(a.n_prompt), mean_sd(&r.pp).0);
                 println!(
