@@ -793,8 +793,29 @@ pub fn rms_norm(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
 }
 
 /// Numerically stable softmax in place (max subtracted). Empty input is a no-op;
-/// an all `-inf` input becomes uniform.
+/// an all `-inf` input becomes uniform. `exp` as in [`silu_mul_inplace`].
 pub fn softmax_inplace(x: &mut [f32]) {
+    softmax(active_path(), x);
+}
+
+/// [`softmax_inplace`] on an explicit path (for tests and benchmarks).
+#[doc(hidden)]
+pub fn softmax_inplace_with(path: KernelPath, x: &mut [f32]) -> Result<(), KernelError> {
+    check_path(path)?;
+    softmax(path, x);
+    Ok(())
+}
+
+/// `x = exp(x)` on an explicit path: the `exp` of [`softmax_inplace`] and [`silu_mul_inplace`]
+/// (for tests).
+#[doc(hidden)]
+pub fn exp_inplace_with(path: KernelPath, x: &mut [f32]) -> Result<(), KernelError> {
+    check_path(path)?;
+    arch::exp_sub(path, x, 0.0);
+    Ok(())
+}
+
+fn softmax(path: KernelPath, x: &mut [f32]) {
     if x.is_empty() {
         return;
     }
@@ -804,22 +825,33 @@ pub fn softmax_inplace(x: &mut [f32]) {
         x.fill(u);
         return;
     }
-    let mut sum = 0f32;
-    for v in x.iter_mut() {
-        *v = (*v - max).exp();
-        sum += *v;
-    }
+    arch::exp_sub(path, x, max);
+    // Summed in order, as every path did before its `exp` was vectorized: the same probabilities.
+    let sum: f32 = x.iter().sum();
     let inv = 1.0 / sum;
     for v in x.iter_mut() {
         *v *= inv;
     }
 }
 
-/// `gate = silu(gate) * up` with `silu(x) = x / (1 + exp(-x))`, over the common prefix.
+/// `gate = silu(gate) * up` with `silu(x) = x / (1 + exp(-x))`, over the common prefix. The SIMD
+/// paths compute `exp` as glibc's `expf` does, in f64 lanes (on x86_64 with glibc, libm's own value
+/// bit for bit; the scalar path calls libm), the same for every element wherever a slice starts or
+/// ends.
 pub fn silu_mul_inplace(gate: &mut [f32], up: &[f32]) {
-    for (g, &u) in gate.iter_mut().zip(up) {
-        *g = *g / (1.0 + (-*g).exp()) * u;
-    }
+    arch::silu_mul(active_path(), gate, up);
+}
+
+/// [`silu_mul_inplace`] on an explicit path (for tests and benchmarks).
+#[doc(hidden)]
+pub fn silu_mul_inplace_with(
+    path: KernelPath,
+    gate: &mut [f32],
+    up: &[f32],
+) -> Result<(), KernelError> {
+    check_path(path)?;
+    arch::silu_mul(path, gate, up);
+    Ok(())
 }
 
 /// `gate = max(gate, 0) * up`, over the common prefix.

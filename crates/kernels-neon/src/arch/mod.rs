@@ -7,8 +7,8 @@
 //!
 //! `x86_64/` and `aarch64/` hold the same set of files, one per operation
 //! family (`dequant`, `matvec_exact`, `matvec_int8`, `matvec_i16`, `axpy`,
-//! `axpy_tiled`, `tile`, `vector`, `quantize`, the format families `kquant`
-//! and `hybrid`, and the register helpers `simd`); a family a path has no
+//! `axpy_tiled`, `tile`, `vector`, `expf`, `quantize`, the format families
+//! `kquant` and `hybrid`, and the register helpers `simd`); a family a path has no
 //! SIMD kernel for says so by returning `false`. The row drivers both use
 //! are written once in `drivers.rs`, the const-generic format tags in
 //! `tags.rs`.
@@ -21,6 +21,8 @@ mod aarch64;
 mod attend_block;
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 mod drivers;
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+mod expf_consts;
 pub(crate) mod kv;
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 mod tags;
@@ -658,6 +660,40 @@ pub(crate) fn add_fixed(path: KernelPath, acc: &mut [i64], x: &mut [f32]) {
         }
         KernelPath::Scalar => scalar::add_fixed(acc, x),
         _ => scalar::add_fixed_portable(acc, x),
+    }
+}
+
+/// `gate = silu(gate) · up` over the common prefix.
+pub(crate) fn silu_mul(path: KernelPath, gate: &mut [f32], up: &[f32]) {
+    match path {
+        #[cfg(target_arch = "x86_64")]
+        KernelPath::Avx2Fma | KernelPath::Avx512 => {
+            // SAFETY: the path was checked available (AVX2/FMA/F16C present).
+            unsafe { x86_64::silu_mul(gate, up) }
+        }
+        #[cfg(target_arch = "aarch64")]
+        KernelPath::Neon | KernelPath::NeonDotprod => {
+            // SAFETY: NEON is baseline on every aarch64 target.
+            unsafe { aarch64::silu_mul(gate, up) }
+        }
+        _ => scalar::silu_mul(gate, up),
+    }
+}
+
+/// `x = exp(x - max)`.
+pub(crate) fn exp_sub(path: KernelPath, x: &mut [f32], max: f32) {
+    match path {
+        #[cfg(target_arch = "x86_64")]
+        KernelPath::Avx2Fma | KernelPath::Avx512 => {
+            // SAFETY: the path was checked available (AVX2/FMA/F16C present).
+            unsafe { x86_64::exp_sub(x, max) }
+        }
+        #[cfg(target_arch = "aarch64")]
+        KernelPath::Neon | KernelPath::NeonDotprod => {
+            // SAFETY: NEON is baseline on every aarch64 target.
+            unsafe { aarch64::exp_sub(x, max) }
+        }
+        _ => scalar::exp_sub(x, max),
     }
 }
 

@@ -12,6 +12,7 @@
 mod axpy;
 mod axpy_tiled;
 mod dequant;
+mod expf;
 mod hybrid;
 mod kquant;
 mod kv;
@@ -27,6 +28,7 @@ mod vector;
 pub(crate) use axpy::axpy_row;
 pub(crate) use axpy_tiled::axpy_rows_tiled;
 pub(crate) use dequant::dequant_row;
+pub(crate) use expf::{exp_sub, silu_mul};
 pub(crate) use hybrid::axpy_hybrid;
 pub(crate) use kv::{kv_accumulate, kv_scores};
 pub(crate) use matvec_exact::matvec_exact;
