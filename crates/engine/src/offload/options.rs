@@ -48,8 +48,8 @@ pub struct OffloadOptions {
     /// whole FFN beside them.
     pub stream_weights: Option<bool>,
     /// Most neurons per chunk of a prompt step's streamed layer (`Offload::prefill`, rounded up to
-    /// whole units; the layer is split as evenly as units allow): the size of each sequential read (two chunks are held at a time) and of the chunk's
-    /// f32 buffers per token.
+    /// whole units; the layer is split as evenly as units allow): the size of each sequential read
+    /// (two chunks are held at a time) and of the chunk's f32 buffers per token.
     pub prefill_neurons: usize,
 }
 

@@ -576,7 +576,7 @@ impl Printed<'_, '_> {
                     );
                 }
             }
-            if a.n_gen > 0 {
+            if !r.tg.is_empty() {
                 let extra = match r.stats {
                     Some(s) => format!("  (FFN {:.0}% of time; rows computed: gate {:.0}%, up {:.0}%, down {:.0}%)", 100.0 * mean_sd(&r.ffn_share).0, 100.0 * s.gate_frac(), 100.0 * s.up_frac(), 100.0 * s.down_frac()),
                     None => format!("  ({:.2} GB/s of weights, FFN {:.0}% of time)", tm * eng.model().weight_bytes as f64 / 1e9, 100.0 * mean_sd(&r.ffn_share).0),
@@ -621,7 +621,7 @@ impl Printed<'_, '_> {
             Some((p, &report.runs[mode?]))
         });
         if let Some((p, r)) = planned {
-            if a.n_gen > 0 {
+            if !r.tg.is_empty() {
                 let measured = mean_sd(&r.tg).0;
                 let predicted = p.predicted[0].tok_s;
                 println!(
