@@ -776,7 +776,6 @@ pub(crate) fn tile(w: &[f32], nr: usize, cols: usize, x: &[f32], n: usize, out: 
     }
 }
 
-/// Dot product with 8 partial sums.
 /// `gate = silu(gate) · up` (libm's `exp`): the reference of the SIMD paths.
 pub(crate) fn silu_mul(gate: &mut [f32], up: &[f32]) {
     for (g, &u) in gate.iter_mut().zip(up) {
@@ -791,6 +790,7 @@ pub(crate) fn exp_sub(x: &mut [f32], max: f32) {
     }
 }
 
+/// Dot product with 8 partial sums.
 pub(crate) fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
     let mut acc = [0f32; 8];
     let ca = a.chunks_exact(8);
