@@ -235,6 +235,7 @@ mod gated;
 mod kv;
 mod matmul;
 mod matmul_t;
+mod out_rows;
 mod quant;
 mod quantize;
 mod quantize_k;

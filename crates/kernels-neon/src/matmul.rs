@@ -4,6 +4,7 @@
 
 use rayon::prelude::*;
 
+use crate::out_rows::OutPtr;
 use crate::quant::{QActs, QActs16};
 use crate::{
     active_path, arch, check_path, check_tokens, matmul_chunk, matvec_with, super_scaled,
@@ -69,33 +70,6 @@ pub const INT_TILE_MIN_TOKENS: usize = 32;
 pub fn fast_prompts_int8(format: WeightFormat) -> bool {
     use WeightFormat::*;
     matches!(format, Q4_K | Q5_K | Q6_K | Q5_0 | Q8_0)
-}
-
-/// Raw output pointer shared by matmul work items, each writing a disjoint
-/// set of elements.
-#[derive(Clone, Copy)]
-struct OutPtr(*mut f32);
-// SAFETY: only used to write disjoint ranges from different threads while
-// the owning `&mut [f32]` is borrowed for the whole parallel section.
-unsafe impl Send for OutPtr {}
-// SAFETY: as above; the pointer itself is never used to create aliasing
-// references, only to write to ranges owned by a single work item.
-unsafe impl Sync for OutPtr {}
-
-impl OutPtr {
-    /// Writes a work item's result `local` (`n` tokens × `nr` rows, token-major) into rows
-    /// `r0 .. r0 + nr` of every token's row of `rows` in the output.
-    ///
-    /// # Safety
-    /// The output holds `n * rows` elements and stays mutably borrowed while work items run, and
-    /// no other work item writes rows `r0 .. r0 + nr` (row chunks are disjoint).
-    unsafe fn write_rows(self, local: &[f32], n: usize, rows: usize, r0: usize, nr: usize) {
-        for t in 0..n {
-            let src = &local[t * nr..(t + 1) * nr];
-            // SAFETY: in bounds (`t * rows + r0 + nr <= n * rows`) and race-free per the contract.
-            unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.0.add(t * rows + r0), nr) };
-        }
-    }
 }
 
 /// [`matmul`] on an explicit path (for tests and benchmarks).

@@ -5,15 +5,16 @@
 //! as [`crate::matmul`] does. Each work item takes a band of output columns (whole blocks of the
 //! format), dequantizes those blocks of every row into the same f32 tile [`crate::matmul`] uses,
 //! transposed, and runs the same register-blocked microkernel over the tokens. Where the path
-//! has an 8-bit tile over quantized rows (`arch::tile_int8_rows`, AVX-512), `Fast` and `Int8`
-//! products of at least `INT_TILE_MIN_TOKENS` tokens quantize that transposed tile to 8 bits per
-//! 32 rows of `W` and every token to 8 bits per 32 (as `Int8` activations are) and take the
-//! 8-bit tile instead, as a prompt's other products do.
+//! has an 8-bit tile over a transposed matrix (`arch::tile_int8_t`, AVX-512), `Fast` and `Int8`
+//! products of at least `INT_TILE_MIN_TOKENS` tokens instead quantize the band's columns to 8 bits
+//! per 32 rows of `W` straight from its rows, 32 at a time, and every token to 8 bits per 32 (as
+//! `Int8` activations are), and take the 8-bit tile, as a prompt's other products do.
 
 use std::mem::size_of;
 
 use rayon::prelude::*;
 
+use crate::out_rows::OutPtr;
 use crate::quant::QActs;
 use crate::{
     arch, check_len, check_path, matmul_chunk, KernelError, KernelPath, Precision, QMatrix,
@@ -23,11 +24,20 @@ use crate::{
 /// Rows of `W` transposed into a work item's tile together.
 const T_ROWS: usize = 16;
 
+/// Output columns of one work item of [`matmul_t`] on the 8-bit tile (before rounding up to whole
+/// blocks): four groups of 16 lanes, so each row's part is dequantized in calls of 64 (with 32,
+/// the 0.5B Qwen's 1216 × 896 chunk of down rows took 1.18-1.22x as long as the same matrix
+/// through `matmul`, with 64 1.12-1.16x, with 128 1.24-1.30x: fewer work items than threads × 4).
+const INT8_BAND: usize = 64;
+
 /// Output columns of one work item of [`matmul_t`] over a matrix of `format`: whole blocks of the
-/// format (hybrid rows are dequantized whole first, so any width).
-fn band_cols(format: WeightFormat) -> usize {
+/// format (hybrid rows are dequantized whole first, so any width); [`INT8_BAND`] on the 8-bit tile,
+/// else `matmul`'s chunk of rows.
+fn band_cols(format: WeightFormat, int8: bool) -> usize {
     if format.is_hybrid() {
         matmul_chunk()
+    } else if int8 {
+        INT8_BAND.next_multiple_of(format.block_len())
     } else {
         matmul_chunk().next_multiple_of(format.block_len())
     }
@@ -40,16 +50,17 @@ fn int8(path: KernelPath, format: WeightFormat, n: usize, precision: Precision) 
     precision != Precision::Exact
         && n >= INT_TILE_MIN_TOKENS
         && !format.is_hybrid()
-        && arch::has_tile_int8_rows(path)
+        && arch::has_tile_int8_t(path)
 }
 
 /// Bytes [`matmul_t`] allocates on the active kernel path for a `rows × cols` matrix of `format`
 /// over `n` tokens in `precision` with `threads` work items at a time (the pool's threads),
-/// besides `x` and `y`: every band's output (`n × cols` f32 in all, held until copied into `y`)
-/// and, per band in flight, its tile (the band's columns of every row, transposed, f32),
+/// besides `x` and `y`: per band in flight, its output (`n` tokens of its columns, f32, until
+/// copied into `y`), its tile (the band's columns of every row, transposed, f32),
 /// [`T_ROWS`] rows of the band and what the tile kernel allocates; a hybrid matrix is also
-/// dequantized whole (`rows × cols` f32) first. On the 8-bit tile, the tokens quantized once
-/// (rows padded to whole blocks of 32), and per band its tile quantized and repacked.
+/// dequantized whole (`rows × cols` f32) first. On the 8-bit tile instead, the tokens quantized
+/// once (rows padded to whole blocks of 32), and per band in flight 32 of its rows in f32 and its
+/// columns quantized and packed.
 pub fn matmul_t_scratch_bytes(
     format: WeightFormat,
     rows: usize,
@@ -62,25 +73,25 @@ pub fn matmul_t_scratch_bytes(
         return 0;
     }
     let path = crate::active_path();
-    let band = band_cols(format);
+    let int8 = int8(path, format, n, precision);
+    let band = band_cols(format, int8);
     let flying = threads.clamp(1, cols.div_ceil(band));
-    if int8(path, format, n, precision) {
+    if int8 {
         let rows_p = rows.next_multiple_of(32);
         let nb = rows_p / 32;
         // Quants, scales, their products with the sums, and the sums of 16: 48 bytes a block.
         let acts = n * (size_of::<QActs>() + 48 * nb);
-        let per_band = 4 * band * rows_p
-            + 4 * T_ROWS * band
-            + band * 40 * nb
-            + arch::tile_int8_rows_bytes(path, band, rows_p, n);
-        return (4 * n * cols + acts + flying * per_band) as u64;
+        let nc = band.min(cols);
+        let per_band = 4 * n * nc + arch::tile_int8_t_bytes(path, nc, rows_p, n);
+        return (acts + flying * per_band) as u64;
     }
     let kernel = arch::tile_scratch_bytes(path, band.min(cols), rows) as u64;
     let flying = flying as u64;
     let flying_cols = (flying * band as u64).min(cols as u64);
     let (rows, cols, n) = (rows as u64, cols as u64, n as u64);
     let whole = if format.is_hybrid() { rows * cols } else { 0 };
-    4 * (n * cols + flying_cols * rows + flying * (T_ROWS * band) as u64 + whole) + flying * kernel
+    4 * (n * flying_cols + flying_cols * rows + flying * (T_ROWS * band) as u64 + whole)
+        + flying * kernel
 }
 
 /// `y[t*cols + c] = Σ_j x[t*rows + j] · W[j][c]` for `n` tokens (`x`: `n × rows`, `y`: `n × cols`,
@@ -132,7 +143,6 @@ pub fn matmul_t_with(
     // blocks (the matrix stays quantized, in cache). Hybrid rows (scales and outliers per row) are
     // dequantized whole once instead.
     let block = format.block_len();
-    let band = band_cols(format);
     let whole: Option<Vec<f32>> = format.is_hybrid().then(|| {
         let mut f = vec![0f32; rows * cols];
         f.par_chunks_mut(cols)
@@ -142,6 +152,7 @@ pub fn matmul_t_with(
     });
     // On the 8-bit tile: rows padded to whole blocks, every token quantized once.
     let int8 = int8(path, format, n, precision);
+    let band = band_cols(format, int8);
     let stride = if int8 {
         rows.next_multiple_of(32)
     } else {
@@ -151,59 +162,68 @@ pub fn matmul_t_with(
         (0..n)
             .into_par_iter()
             .map(|t| {
-                let mut xt = vec![0f32; stride];
-                xt[..rows].copy_from_slice(&x[t * rows..(t + 1) * rows]);
-                QActs::quantize(path, &xt).with_sums16()
+                let xt = &x[t * rows..(t + 1) * rows];
+                if stride == rows {
+                    return QActs::quantize(path, xt).with_sums16();
+                }
+                let mut padded = vec![0f32; stride];
+                padded[..rows].copy_from_slice(xt);
+                QActs::quantize(path, &padded).with_sums16()
             })
             .collect()
     } else {
         Vec::new()
     };
-    let bands: Vec<Vec<f32>> = (0..cols.div_ceil(band))
-        .into_par_iter()
-        .map(|b| {
-            let c0 = b * band;
-            let nc = band.min(cols - c0);
-            // tile[i * stride + j] = W[j][c0 + i]: the band of columns as rows of `W` transposed
-            // (zero past `rows`).
-            let mut tile = vec![0f32; nc * stride];
+    // Row `j`'s band of columns `c0 .. c0 + nc` dequantized into `dst`.
+    let dequant = |j: usize, c0: usize, dst: &mut [f32]| match &whole {
+        Some(f) => dst.copy_from_slice(&f[j * cols + c0..j * cols + c0 + dst.len()]),
+        None => {
+            let span = (c0 / block * format.block_bytes())
+                ..((c0 + dst.len()) / block * format.block_bytes());
+            arch::dequant_row(path, format, &w.row_data(j)[span], dst)
+        }
+    };
+    let out = OutPtr(y.as_mut_ptr());
+    (0..cols.div_ceil(band)).into_par_iter().for_each(|b| {
+        let c0 = b * band;
+        let nc = band.min(cols - c0);
+        let mut local = vec![0f32; n * nc];
+        if int8 {
+            // The band's rows 32 at a time, each column's 32 quantized and packed straight
+            // from them: no transposed f32 tile.
+            let fill = |j0: usize, panel: &mut [f32]| {
+                let width = panel.len() / 32;
+                for (r, row) in panel.chunks_exact_mut(width).enumerate() {
+                    let dst = &mut row[..nc];
+                    match j0 + r < rows {
+                        true => dequant(j0 + r, c0, dst),
+                        false => dst.fill(0.0),
+                    }
+                }
+            };
+            arch::tile_int8_t(path, nc, stride, fill, &acts, &mut local);
+        } else {
+            // tile[i * rows + j] = W[j][c0 + i]: the band of columns as rows of `W` transposed.
+            let mut tile = vec![0f32; nc * rows];
             let mut part = vec![0f32; T_ROWS * nc];
-            let span =
-                (c0 / block * format.block_bytes())..((c0 + nc) / block * format.block_bytes());
             // T_ROWS rows at a time: their band dequantized side by side, then written to the tile
             // a column at a time, T_ROWS consecutive floats per write.
             for j0 in (0..rows).step_by(T_ROWS) {
                 let jn = T_ROWS.min(rows - j0);
                 for (r, dst) in part.chunks_exact_mut(nc).take(jn).enumerate() {
-                    let j = j0 + r;
-                    match &whole {
-                        Some(f) => dst.copy_from_slice(&f[j * cols + c0..j * cols + c0 + nc]),
-                        None => arch::dequant_row(path, format, &w.row_data(j)[span.clone()], dst),
-                    }
+                    dequant(j0 + r, c0, dst);
                 }
-                for (i, col) in tile.chunks_exact_mut(stride).enumerate() {
+                for (i, col) in tile.chunks_exact_mut(rows).enumerate() {
                     for (r, v) in col[j0..j0 + jn].iter_mut().enumerate() {
                         *v = part[r * nc + i];
                     }
                 }
             }
-            let mut local = vec![0f32; n * nc];
-            if int8 {
-                // The rows one after another, each a whole number of blocks.
-                let wq = QActs::quantize(path, &tile);
-                arch::tile_int8_rows(path, &wq, nc, stride, &acts, &mut local);
-            } else {
-                arch::tile(path, &tile, nc, rows, x, n, &mut local);
-            }
-            local
-        })
-        .collect();
-    for (b, local) in bands.iter().enumerate() {
-        let c0 = b * band;
-        let nc = band.min(cols - c0);
-        for (t, src) in local.chunks_exact(nc).enumerate() {
-            y[t * cols + c0..t * cols + c0 + nc].copy_from_slice(src);
+            arch::tile(path, &tile, nc, rows, x, n, &mut local);
         }
-    }
+        // SAFETY: `y` has `n * cols` elements (checked above) and stays mutably borrowed until
+        // the parallel loop ends; this band alone writes columns `c0 .. c0 + nc`.
+        unsafe { out.write_rows(&local, n, cols, c0, nc) };
+    });
     Ok(())
 }

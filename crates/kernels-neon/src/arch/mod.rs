@@ -512,8 +512,8 @@ pub(crate) fn tile_int8(
     let _ = (r0, nr, acts, out);
 }
 
-/// Whether `path` has [`tile_int8_rows`] (the AVX-512 path).
-pub(crate) fn has_tile_int8_rows(path: KernelPath) -> bool {
+/// Whether `path` has [`tile_int8_t`] (the AVX-512 path).
+pub(crate) fn has_tile_int8_t(path: KernelPath) -> bool {
     #[cfg(target_arch = "x86_64")]
     if path == KernelPath::Avx512 {
         return true;
@@ -522,33 +522,35 @@ pub(crate) fn has_tile_int8_rows(path: KernelPath) -> bool {
     false
 }
 
-/// The 8-bit tile over `nr` rows of `cols` columns given quantized as 8-bit activations are
-/// (`QActs::quantize` of the rows one after another): `out[t * nr + i]` = row `i` · token `t` for
-/// every token of `acts` (quantized the same way, with sums of 16). Only where
-/// [`has_tile_int8_rows`] (else a no-op).
-pub(crate) fn tile_int8_rows(
+/// The 8-bit tile over the transpose of `nr` columns of a matrix `W` of `rows` rows (a multiple of
+/// 32), which `fill(j0, panel)` writes 32 rows at a time into a row-major f32 panel of 32 rows of
+/// `nr` rounded up to 16 (the columns past `nr` left at zero): each column's blocks of 32 rows quantized as 8-bit activations are
+/// (`QActs::quantize`), `out[t * nr + i]` = column `i` · token `t` for every token of `acts`
+/// (quantized the same way, with sums of 16). Only where [`has_tile_int8_t`] (else a no-op).
+pub(crate) fn tile_int8_t(
     path: KernelPath,
-    rows: &QActs,
     nr: usize,
-    cols: usize,
+    rows: usize,
+    fill: impl FnMut(usize, &mut [f32]),
     acts: &[QActs],
     out: &mut [f32],
 ) {
     #[cfg(target_arch = "x86_64")]
-    if has_tile_int8_rows(path) {
+    if has_tile_int8_t(path) {
         // SAFETY: the path was checked available (AVX-512F/BW/VNNI and AVX2/FMA/F16C present).
-        unsafe { x86_64::tile512_i8_rows(rows, nr, cols, acts, out) }
+        unsafe { x86_64::tile512_i8_t(nr, rows, fill, acts, out) };
+        return;
     }
-    let _ = (path, rows, nr, cols, acts, out);
+    let _ = (path, nr, rows, fill, acts, out);
 }
 
-/// Bytes [`tile_int8_rows`] allocates on `path` for `nr` rows of `cols` columns and `n` tokens.
-pub(crate) fn tile_int8_rows_bytes(path: KernelPath, nr: usize, cols: usize, n: usize) -> usize {
+/// Bytes [`tile_int8_t`] allocates on `path` for `nr` columns of `rows` rows and `n` tokens.
+pub(crate) fn tile_int8_t_bytes(path: KernelPath, nr: usize, rows: usize, n: usize) -> usize {
     #[cfg(target_arch = "x86_64")]
-    if has_tile_int8_rows(path) {
-        return x86_64::tile512_i8_rows_bytes(nr, cols, n);
+    if has_tile_int8_t(path) {
+        return x86_64::tile512_i8_t_bytes(nr, rows, n);
     }
-    let _ = (path, nr, cols, n);
+    let _ = (path, nr, rows, n);
     0
 }
 

@@ -57,7 +57,7 @@ pub(crate) use matvec_int8::matvec_int8;
 pub(crate) use quantize::{quantize, quantize16, quantize_super};
 pub(crate) use tile::tile;
 pub(crate) use tile512::{tile as tile512, tile_scratch_bytes as tile512_scratch_bytes};
-pub(crate) use tile512_i8::{has_tile512_i8, tile512_i8, tile512_i8_rows, tile512_i8_rows_bytes};
+pub(crate) use tile512_i8::{has_tile512_i8, tile512_i8, tile512_i8_t, tile512_i8_t_bytes};
 pub(crate) use tile512_k16::{has_tile512_k16, tile512_k16};
 pub(crate) use tile512_k8::tile512_k8;
 pub(crate) use tile512_lanes::LANES as TILE512_LANES;

@@ -155,49 +155,90 @@ impl Packed {
 }
 
 impl Packed {
-    /// `nr` rows of `cols` columns quantized as 8-bit activations are (`QActs::quantize` of the
-    /// rows one after another, `cols` a multiple of 32), as Q8_0 rows with f32 scales: quants
-    /// moved up by 128.
+    /// The transpose of `nr` columns of a matrix `W` of `rows` rows (`rows` a multiple of 32): row
+    /// `i` of the result is column `i` of `W`, each of its blocks of 32 (32 consecutive rows of
+    /// `W`) quantized as 8-bit activations are (`QActs::quantize`: `d = amax / 127`, quants
+    /// `round_ties_even(v · 127 / amax)`), packed as Q8_0 rows with f32 scales: quants moved up by
+    /// 128. `fill(j0, panel)` writes rows `j0 .. j0 + 32` of those columns into `panel`
+    /// (row-major, 32 rows of `nr` rounded up to [`LANES`]; it leaves the columns past `nr` at
+    /// zero), for `j0` = 0, 32, ... in turn.
     ///
     /// # Safety
-    /// AVX2 present; `rows` holds `nr * cols` quants and `nr * cols / 32` scales.
-    unsafe fn from_rows(rows: &QActs, nr: usize, cols: usize) -> Self {
-        let nb = cols / 32;
-        assert!(rows.qs.len() >= nr * cols && rows.d.len() >= nr * nb);
-        let groups = nr.div_ceil(LANES);
+    /// AVX-512F/BW and AVX2 present.
+    #[target_feature(enable = "avx512f,avx512bw,avx2")]
+    unsafe fn transposed(nr: usize, rows: usize, mut fill: impl FnMut(usize, &mut [f32])) -> Self {
+        assert!(rows % 32 == 0);
+        let width = nr.next_multiple_of(LANES);
+        let (groups, nb) = (width / LANES, rows / 32);
         let mut p = Packed {
             q: vec![0; groups * nb * BLOCK_U8],
             sc: vec![0.0; groups * nb * LANES],
             mn: Vec::new(),
             nb,
         };
-        for i in 0..nr {
-            let (g, lane) = (i / LANES, i % LANES);
-            for b in 0..nb {
+        let mut panel = vec![0f32; 32 * width];
+        for b in 0..nb {
+            fill(32 * b, &mut panel);
+            for g in 0..groups {
                 let at = g * nb + b;
-                let dst = &mut p.q[at * BLOCK_U8..(at + 1) * BLOCK_U8];
-                let mut quads = [0u32; 8];
-                // SAFETY: AVX2 present per this function's contract; 32 quants at block
-                // `i * nb + b` (asserted above); 32 bytes written to `quads`.
+                // SAFETY: features present per this function's contract; `panel` holds 32 rows of
+                // `width` floats, group `g`'s 16 columns end by `width`; block `at`'s 512 bytes and
+                // 16 scales lie in `p` (sized above).
                 unsafe {
-                    let v = _mm256_loadu_si256(rows.qs.as_ptr().add(32 * (i * nb + b)).cast());
-                    let u = _mm256_xor_si256(v, _mm256_set1_epi8(i8::MIN));
-                    _mm256_storeu_si256(quads.as_mut_ptr().cast(), u);
-                }
-                for (k, quad) in quads.iter().enumerate() {
-                    dst[64 * k + 4 * lane..64 * k + 4 * lane + 4]
-                        .copy_from_slice(&quad.to_ne_bytes());
-                }
-                p.sc[at * LANES + lane] = rows.d[i * nb + b];
+                    quantize_columns(
+                        panel.as_ptr().add(g * LANES),
+                        width,
+                        p.q.as_mut_ptr().add(at * BLOCK_U8),
+                        p.sc.as_mut_ptr().add(at * LANES),
+                    )
+                };
             }
         }
         p
     }
 
-    /// Bytes [`Packed::from_rows`] allocates for `nr` rows of `cols` columns.
-    fn rows_bytes(nr: usize, cols: usize) -> usize {
-        let (groups, nb) = (nr.div_ceil(LANES), cols / 32);
-        groups * nb * (BLOCK_U8 + 4 * LANES)
+    /// Bytes [`Packed::transposed`] allocates for `nr` columns of `rows` rows.
+    fn transposed_bytes(nr: usize, rows: usize) -> usize {
+        let (groups, nb) = (nr.div_ceil(LANES), rows / 32);
+        groups * nb * (BLOCK_U8 + 4 * LANES) + 4 * 32 * groups * LANES
+    }
+}
+
+/// Quantizes 16 columns of a `32 × stride` f32 panel at `src` (one lane a column), each column's 32
+/// values as one 8-bit activation block (the same f32 operations as `QBlocks::quantize_groups`:
+/// the scale `amax / 127` to `sc`, quants `round_ties_even(v · (127 / amax))`), and writes the
+/// quants moved up by 128 to the 512 bytes at `q` in [`Packed`]'s order: quad `k` (rows
+/// `4k .. 4k + 4`) at bytes `64k ..`, column `j`'s four at `64k + 4j`.
+///
+/// # Safety
+/// AVX-512F/BW present; 32 rows of 16 floats readable at `src + r * stride`; 512 bytes writable at
+/// `q` and 16 floats at `sc`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx2")]
+unsafe fn quantize_columns(src: *const f32, stride: usize, q: *mut u8, sc: *mut f32) {
+    // SAFETY: 32 rows of 16 floats at `src` per the contract.
+    let v: [__m512; 32] = std::array::from_fn(|r| unsafe { _mm512_loadu_ps(src.add(r * stride)) });
+    let amax = v.iter().fold(_mm512_setzero_ps(), |m, &x| {
+        _mm512_max_ps(m, _mm512_abs_ps(x))
+    });
+    let max = _mm512_set1_ps(127.0);
+    let live = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(amax, _mm512_setzero_ps());
+    let id = _mm512_maskz_div_ps(live, max, amax);
+    // SAFETY: 16 floats writable at `sc` per the contract.
+    unsafe { _mm512_storeu_ps(sc, _mm512_div_ps(amax, max)) };
+    let up = _mm512_set1_epi32(128);
+    for k in 0..8 {
+        let mut quad = _mm512_setzero_si512();
+        for i in 0..4 {
+            let r = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
+                _mm512_mul_ps(v[4 * k + i], id),
+            );
+            // 1..=255 after the move: one byte of the lane, no carry into the next.
+            let b = _mm512_add_epi32(_mm512_cvtps_epi32(r), up);
+            quad = _mm512_or_si512(quad, _mm512_sllv_epi32(b, _mm512_set1_epi32(8 * i as i32)));
+        }
+        // SAFETY: 64 bytes at `q + 64k` within the 512 the contract gives.
+        unsafe { _mm512_storeu_si512(q.add(64 * k).cast(), quad) };
     }
 }
 
@@ -382,35 +423,35 @@ pub(crate) unsafe fn tile512_i8(
     unsafe { drive(&k, nr, n, out) };
 }
 
-/// `out[t * nr + i]` = row `i` of `rows` · token `t`, for `nr` rows of `cols` columns given as 8-bit
-/// activations are (`QActs::quantize` of the rows one after another: quants and an f32 scale per
-/// 32) and tokens `acts` quantized the same way with their sums of 16: 8-bit products of two
-/// quantized operands, as a Q8_0 matrix with f32 scales would give them.
+/// `out[t * nr + i]` = column `i` of `W` · token `t`, for `nr` columns of a matrix `W` of `rows`
+/// rows (a multiple of 32) that `fill` hands over 32 rows at a time ([`Packed::transposed`]), each column's 32-row blocks quantized as 8-bit activations are, and
+/// tokens `acts` quantized the same way (`rows` values each) with their sums of 16: 8-bit products
+/// of two quantized operands, as a Q8_0 matrix `Wᵀ` with f32 scales would give them.
 ///
 /// # Safety
 /// AVX-512F/BW/VNNI and AVX2/FMA/F16C present.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
-pub(crate) unsafe fn tile512_i8_rows(
-    rows: &QActs,
+pub(crate) unsafe fn tile512_i8_t(
     nr: usize,
-    cols: usize,
+    rows: usize,
+    fill: impl FnMut(usize, &mut [f32]),
     acts: &[QActs],
     out: &mut [f32],
 ) {
     let n = acts.len();
-    assert!(cols % 32 == 0 && out.len() >= n * nr);
-    assert!(rows.qs.len() >= nr * cols && rows.d.len() >= nr * cols / 32);
+    assert!(rows % 32 == 0 && out.len() >= n * nr);
     assert!(acts.iter().all(|a| !a.per_super
-        && a.qs.len() >= cols
-        && a.d.len() >= cols / 32
-        && a.sum16.len() >= cols / 16));
+        && a.qs.len() >= rows
+        && a.d.len() >= rows / 32
+        && a.sum16.len() >= rows / 16));
     if n == 0 || nr == 0 {
         return;
     }
     let toks = tokens(acts);
     let k = I8 {
-        // SAFETY: AVX2 present per this function's contract; `rows` holds `nr` rows (asserted).
-        p: unsafe { Packed::from_rows(rows, nr, cols) },
+        // SAFETY: AVX-512F/BW and AVX2 present per this function's contract; `rows` a multiple
+        // of 32 (asserted).
+        p: unsafe { Packed::transposed(nr, rows, fill) },
         off: 128,
         toks,
     };
@@ -418,7 +459,69 @@ pub(crate) unsafe fn tile512_i8_rows(
     unsafe { drive(&k, nr, n, out) };
 }
 
-/// Bytes [`tile512_i8_rows`] allocates for `nr` rows of `cols` columns and `n` tokens.
-pub(crate) fn tile512_i8_rows_bytes(nr: usize, cols: usize, n: usize) -> usize {
-    Packed::rows_bytes(nr, cols) + n * std::mem::size_of::<Tok>()
+/// Bytes [`tile512_i8_t`] allocates for `nr` columns of `rows` rows and `n` tokens.
+pub(crate) fn tile512_i8_t_bytes(nr: usize, rows: usize, n: usize) -> usize {
+    Packed::transposed_bytes(nr, rows) + n * std::mem::size_of::<Tok>()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Packed, BLOCK_U8, LANES};
+    use crate::quant::QActs;
+    use crate::KernelPath;
+
+    /// The transposing packer quantizes each column's blocks of 32 rows exactly as
+    /// `QActs::quantize` quantizes that column laid out as a vector (the same scales, the same
+    /// quants, ties to even), and puts them where `Packed`'s layout says: a column count that
+    /// is not a multiple of 16, an all-zero block, a column of ties and an outlier included.
+    #[test]
+    fn transposed_columns_quantize_as_activations() {
+        if !KernelPath::Avx512.is_available() {
+            eprintln!("no AVX-512 here: the packer is not compiled in for this machine's path");
+            return;
+        }
+        let (nr, rows) = (21usize, 96usize);
+        // W[j][i], row-major.
+        let mut w: Vec<f32> = (0..rows * nr)
+            .map(|k| ((k * 7919 % 1013) as f32 - 506.0) / 97.0)
+            .collect();
+        for j in 32..64 {
+            w[j * nr + 3] = 0.0; // column 3's second block: all zero
+        }
+        for j in 0..32 {
+            // Column 5's first block: a scale of 1, every other value half a step off.
+            w[j * nr + 5] = if j == 0 { 127.0 } else { j as f32 + 0.5 };
+        }
+        w[70 * nr + 20] = 1e4; // an outlier in the last column's third block
+                               // SAFETY: AVX-512F/BW and AVX2 present (checked above); `rows` a multiple of 32.
+        let p = unsafe {
+            Packed::transposed(nr, rows, |j0, panel| {
+                let width = panel.len() / 32;
+                assert_eq!(width, nr.next_multiple_of(LANES));
+                for (r, row) in panel.chunks_exact_mut(width).enumerate() {
+                    row[..nr].copy_from_slice(&w[(j0 + r) * nr..(j0 + r + 1) * nr]);
+                }
+            })
+        };
+        let nb = rows / 32;
+        assert_eq!(p.nb, nb);
+        for i in 0..nr {
+            let col: Vec<f32> = (0..rows).map(|j| w[j * nr + i]).collect();
+            let q = QActs::quantize(KernelPath::Scalar, &col);
+            let (g, lane) = (i / LANES, i % LANES);
+            for b in 0..nb {
+                let at = g * nb + b;
+                assert_eq!(
+                    p.sc[at * LANES + lane].to_bits(),
+                    q.d[b].to_bits(),
+                    "column {i} block {b}"
+                );
+                for e in 0..32 {
+                    let got = p.q[at * BLOCK_U8 + 64 * (e / 4) + 4 * lane + e % 4];
+                    let want = (i32::from(q.qs[b * 32 + e]) + 128) as u8;
+                    assert_eq!(got, want, "column {i} block {b} row {e}");
+                }
+            }
+        }
+    }
 }
