@@ -7,11 +7,15 @@ use std::ptr::NonNull;
 
 use crate::{IoError, Result, ALIGN};
 
-/// A zero-initialised heap buffer whose start is aligned to [`ALIGN`] (4096) bytes and whose length is a
-/// multiple of [`ALIGN`], as `O_DIRECT` reads require. Derefs to `[u8]`.
+/// A heap buffer whose start is aligned to [`ALIGN`] (4096) bytes and whose length is a multiple of
+/// [`ALIGN`], as `O_DIRECT` reads require. Derefs to `[u8]`. Every byte of its allocation is
+/// initialised (zeroed, or copied in, at allocation), so its length may move within the allocation
+/// ([`AlignedBuf::set_len`]) and one buffer serve reads of different lengths.
 pub struct AlignedBuf {
     ptr: NonNull<u8>,
     len: usize,
+    /// Bytes allocated (`len <= cap`).
+    cap: usize,
 }
 
 // SAFETY: AlignedBuf owns its allocation exclusively (like Box<[u8]>); no interior mutability.
@@ -22,31 +26,60 @@ unsafe impl Sync for AlignedBuf {}
 impl AlignedBuf {
     /// A zeroed buffer of `len` bytes; `len` must be a multiple of 4096 (0 is allowed).
     pub fn new(len: usize) -> Result<Self> {
+        // SAFETY: `alloc_zeroed` is called with the layout `allocate` passes.
+        unsafe { Self::allocate(len, |l| alloc::alloc_zeroed(l)) }
+    }
+
+    /// A buffer holding a copy of `bytes` (whose length must be a multiple of 4096), not zeroed
+    /// first.
+    pub fn copy_from(bytes: &[u8]) -> Result<Self> {
+        // SAFETY: `alloc` is called with the layout `allocate` passes.
+        let b = unsafe { Self::allocate(bytes.len(), |l| alloc::alloc(l)) }?;
+        if b.len > 0 {
+            // SAFETY: the new allocation holds `bytes.len()` bytes and overlaps nothing; after the
+            // copy every byte of it is initialised, before any slice of it is made.
+            unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), b.ptr.as_ptr(), b.len) };
+        }
+        Ok(b)
+    }
+
+    /// `len` bytes from `raw` (called with their layout when `len > 0`), dangling when 0.
+    ///
+    /// # Safety
+    /// `raw` allocates with the global allocator for the layout it is given; where it does not
+    /// zero, the caller initialises every byte before the buffer is read.
+    unsafe fn allocate(len: usize, raw: impl FnOnce(Layout) -> *mut u8) -> Result<Self> {
         if len % ALIGN != 0 {
             return Err(IoError::BufLen { len });
         }
         if len == 0 {
             // A dangling but aligned pointer: never dereferenced for a non-empty slice, never freed.
             let ptr = NonNull::new(ALIGN as *mut u8).expect("ALIGN is non-zero");
-            return Ok(Self { ptr, len });
+            return Ok(Self { ptr, len, cap: 0 });
         }
         let layout = Layout::from_size_align(len, ALIGN).map_err(|_| IoError::BufLen { len })?;
-        // SAFETY: layout has non-zero size (len > 0 checked above).
-        let raw = unsafe { alloc::alloc_zeroed(layout) };
-        let ptr = NonNull::new(raw).ok_or(IoError::BufLen { len })?;
-        Ok(Self { ptr, len })
-    }
-
-    /// A buffer holding a copy of `bytes` (whose length must be a multiple of 4096).
-    pub fn copy_from(bytes: &[u8]) -> Result<Self> {
-        let mut b = Self::new(bytes.len())?;
-        b.copy_from_slice(bytes);
-        Ok(b)
+        let ptr = NonNull::new(raw(layout)).ok_or(IoError::BufLen { len })?;
+        Ok(Self { ptr, len, cap: len })
     }
 
     /// Length in bytes.
     pub fn len(&self) -> usize {
         self.len
+    }
+
+    /// Bytes allocated: the most [`AlignedBuf::set_len`] may set.
+    pub fn capacity(&self) -> usize {
+        self.cap
+    }
+
+    /// Sets the length to `len` (a multiple of 4096, at most [`AlignedBuf::capacity`]); the bytes
+    /// are whatever the allocation held (zeroed at allocation, or written since).
+    pub fn set_len(&mut self, len: usize) -> Result<()> {
+        if len % ALIGN != 0 || len > self.cap {
+            return Err(IoError::BufLen { len });
+        }
+        self.len = len;
+        Ok(())
     }
 
     /// Whether the buffer is empty.
@@ -58,8 +91,8 @@ impl AlignedBuf {
 impl Deref for AlignedBuf {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
-        // SAFETY: ptr is valid for len initialised (zeroed at allocation) bytes owned by self, or dangling
-        // and aligned with len == 0.
+        // SAFETY: ptr is valid for cap >= len initialised bytes (zeroed or copied in at allocation)
+        // owned by self, or dangling and aligned with len == 0.
         unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
     }
 }
@@ -73,9 +106,10 @@ impl DerefMut for AlignedBuf {
 
 impl Drop for AlignedBuf {
     fn drop(&mut self) {
-        if self.len > 0 {
-            let layout = Layout::from_size_align(self.len, ALIGN).expect("checked at allocation");
-            // SAFETY: ptr was allocated by alloc_zeroed with exactly this layout and is freed once.
+        if self.cap > 0 {
+            let layout = Layout::from_size_align(self.cap, ALIGN).expect("checked at allocation");
+            // SAFETY: ptr was allocated by the global allocator with exactly this layout and is
+            // freed once.
             unsafe { alloc::dealloc(self.ptr.as_ptr(), layout) };
         }
     }
@@ -115,6 +149,23 @@ mod tests {
             let c = b.clone();
             assert_eq!(b, c);
         }
+    }
+
+    /// A copy is the bytes; a length moves within the allocation and keeps what was there.
+    #[test]
+    fn copies_and_lengths_within_the_allocation() {
+        let src: Vec<u8> = (0..2 * 4096).map(|i| (i % 251) as u8).collect();
+        let mut b = AlignedBuf::copy_from(&src).unwrap();
+        assert_eq!(b.as_ptr() as usize % ALIGN, 0);
+        assert_eq!(&b[..], &src[..]);
+        assert_eq!(b.capacity(), 2 * 4096);
+        b.set_len(4096).unwrap();
+        assert_eq!(&b[..], &src[..4096]);
+        b.set_len(2 * 4096).unwrap();
+        assert_eq!(&b[..], &src[..]);
+        assert!(matches!(b.set_len(3 * 4096), Err(IoError::BufLen { .. })));
+        assert!(matches!(b.set_len(100), Err(IoError::BufLen { len: 100 })));
+        assert_eq!(AlignedBuf::copy_from(&[]).unwrap().len(), 0);
     }
 
     #[test]
