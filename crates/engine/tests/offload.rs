@@ -421,6 +421,71 @@ fn io_errors_fail_the_step_and_the_engine_keeps_serving() {
     }
 }
 
+/// Without a predictor every unit is wanted, so each decode step queues the next layer's uncached
+/// units (and the last layer the first layer's, for the next token): the numbers are those without
+/// read-ahead, the misses were read ahead, and a step that fails with reads ahead in flight (a
+/// fault at several points of a token) leaves none behind: the next tokens compute the right
+/// numbers.
+#[test]
+fn reads_ahead_compute_the_same_and_a_failed_step_leaves_none_in_flight() {
+    let name = "tiny-llama-silu-q4_0.gguf";
+    let resident = converted(name, &ConvertOptions::default(), "read-ahead");
+    let file = ModelFile::open(&resident).unwrap();
+    let want = in_memory_logits(name, 0.0, false);
+    let opts = |read_ahead| OffloadOptions {
+        ffn_budget: ffn_bytes(&resident) / 3,
+        hot_share: 1.0,
+        read_ahead,
+        ..Default::default()
+    };
+    for read_ahead in [true, false] {
+        let eng = store_engine(&file, 0.0, opts(read_ahead));
+        let d = rel_drift(&logits(&eng, false), &want);
+        assert!(d < 1e-5, "read-ahead {read_ahead}: drift {d}");
+        let st = eng.sparse().unwrap().offload().unwrap().stats();
+        assert!(st.misses > 0, "{st:?}");
+        if read_ahead {
+            assert!(st.read_ahead > 0 && st.read_ahead <= st.misses, "{st:?}");
+        } else {
+            assert_eq!(st.read_ahead, 0, "{st:?}");
+        }
+    }
+    // This fixture's token queues 6 reads at this budget: a fault at each of them. The read that
+    // fails may be one read ahead for the next token: that token's step fails then.
+    for n in 1..=6u64 {
+        let eng = store_engine(&file, 0.0, opts(true));
+        let off = eng.sparse().unwrap().offload().unwrap();
+        let mut cache = eng.new_cache();
+        let mut got: Vec<f32> = TOKENS[..2]
+            .iter()
+            .flat_map(|&t| eng.forward(&mut cache, &[t], Logits::Last).unwrap())
+            .collect();
+        off.io()
+            .set_fault_plan(FaultPlan::new().with(n, Fault::Eio));
+        let mut failed = 0;
+        for &t in &TOKENS[2..] {
+            let out = match eng.forward(&mut cache, &[t], Logits::Last) {
+                Ok(out) => out,
+                Err(e) => {
+                    failed += 1;
+                    let e = e.to_string();
+                    assert!(
+                        e.contains(".neurons"),
+                        "fault {n}: the error names the store: {e}"
+                    );
+                    // The step left the KV cache as it was: the same token again.
+                    eng.forward(&mut cache, &[t], Logits::Last).unwrap()
+                }
+            };
+            got.extend(out);
+        }
+        assert_eq!(failed, 1, "fault at read {n}: one step fails");
+        let d = rel_drift(&got, &want);
+        assert!(d < 1e-5, "fault at read {n}: drift {d}");
+        assert!(off.stats().read_ahead > 0);
+    }
+}
+
 /// A fault in the middle of a multi-token forward (prefill) over an offloaded model: the request fails
 /// naming the store, the KV cache keeps what it held before it, and the same prefill then succeeds
 /// with the numbers of a fault-free run.

@@ -138,6 +138,10 @@ pub struct OffloadArgs {
     /// Ablation: wait for all reads of a layer before computing cached neurons.
     #[arg(long, hide = true)]
     pub no_pipeline: bool,
+    /// Ablation: start each layer's reads with its decode step (without a predictor they are
+    /// otherwise queued during the layer before).
+    #[arg(long, hide = true)]
+    pub no_read_ahead: bool,
     /// Two-phase loading (PowerInfer-2 4.4) where a store's units span pages: read a unit's gate page
     /// first and the rest only if a neuron fires. Saves bytes when most predicted neurons turn out
     /// inactive; costs a second read in series otherwise (off by default, see docs/BENCHMARKS.md)
@@ -224,6 +228,7 @@ impl OffloadArgs {
             direct: !self.no_direct,
             cache_cold: !self.no_cold_cache,
             pipeline: !self.no_pipeline,
+            read_ahead: !self.no_read_ahead,
             two_phase: self.two_phase,
             async_io: !self.io_sync,
             stream_weights: self.stream_weights,

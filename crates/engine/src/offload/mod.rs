@@ -14,6 +14,9 @@
 //!   I/O thread; completions are computed as they arrive, interleaved with cached units, so flash reads
 //!   overlap with compute at unit granularity and there is no barrier between gate, up and down (a unit
 //!   holds all three).
+//! * Read-ahead (`prefetch.rs`): where a step wants every neuron (no predictor), the next layer's
+//!   uncached units are queued as soon as this layer's misses, so the flash reads through this
+//!   layer's compute and the attention between; the next step takes them as its reads.
 //! * Two-phase loading (PowerInfer-2 §4.4): where a unit spans pages (bundles over 4 KiB, e.g. d = 4096)
 //!   a miss reads the unit's first page, which holds its gate rows; the rest is read only when a gate
 //!   output can pass the threshold (for the output score: a non-zero activation, i.e. not a ReLU zero).
@@ -35,7 +38,7 @@
 //! Files: `convert.rs` (offline conversion, store path, verification), `options.rs` (settings and
 //! counters), `runtime.rs` ([`Offload`]: opening, cache), `live.rs` ([`CacheControl`]: the hot
 //! prefixes behind a read-write lock, preload and live resize), `decode.rs` (one layer's
-//! decode step in named stages), `prefill.rs` (one layer's prompt step, streamed), `chunk.rs` (a chunk's
+//! decode step in named stages), `prefetch.rs` (the next layer's reads queued ahead), `prefill.rs` (one layer's prompt step, streamed), `chunk.rs` (a chunk's
 //! rows gathered from its units), `blocks.rs` (an accelerator's blocks from the store), `unit.rs` (what a worker does with one unit: checks, two-phase
 //! reads, compute through the shared neuron selector, `neurons.rs`).
 
@@ -45,6 +48,7 @@ mod convert;
 mod decode;
 mod live;
 mod options;
+mod prefetch;
 mod prefill;
 mod prompt_accel;
 mod runtime;

@@ -29,6 +29,10 @@ pub struct OffloadOptions {
     /// Interleave the compute of cached units with outstanding reads (off: wait for all reads of a
     /// layer first; for the ablation).
     pub pipeline: bool,
+    /// Where a decode step wants every neuron of its layer (no predictor), queue the next layer's
+    /// uncached units as soon as this layer's misses (`prefetch.rs`; off: each layer's reads start
+    /// with its step; for the ablation).
+    pub read_ahead: bool,
     /// Two-phase loading (PowerInfer-2 §4.4) of units that span pages: read the first page (the gate
     /// rows) alone, and the rest only if a neuron's gate output survives. Only stores whose gate rows
     /// fit in the first page. Off by default: it saves the bytes of units whose neurons turn out
@@ -64,6 +68,7 @@ impl Default for OffloadOptions {
             direct: true,
             cache_cold: true,
             pipeline: true,
+            read_ahead: true,
             two_phase: false,
             async_io: true,
             outside_ffn_bytes: 0,
@@ -86,6 +91,8 @@ pub struct OffloadStats {
     pub cold_hits: u64,
     /// Read from flash.
     pub misses: u64,
+    /// Of those, read ahead during the layer before (`OffloadOptions::read_ahead`).
+    pub read_ahead: u64,
     /// Bytes read from flash.
     pub bytes_read: u64,
     /// Misses read in two phases whose gate outputs all failed, so the rest of the unit was not read.
@@ -121,6 +128,7 @@ pub(super) struct Counters {
     pub(super) hot_hits: AtomicU64,
     pub(super) cold_hits: AtomicU64,
     pub(super) misses: AtomicU64,
+    pub(super) read_ahead: AtomicU64,
     pub(super) bytes_read: AtomicU64,
     pub(super) rest_skipped: AtomicU64,
     pub(super) wait_ns: AtomicU64,
@@ -142,6 +150,7 @@ impl Counters {
             hot_hits: ld(&self.hot_hits),
             cold_hits: ld(&self.cold_hits),
             misses: ld(&self.misses),
+            read_ahead: ld(&self.read_ahead),
             bytes_read: ld(&self.bytes_read),
             rest_skipped: ld(&self.rest_skipped),
             io_wait_s: ld(&self.wait_ns) as f64 * 1e-9,
@@ -162,6 +171,7 @@ impl Counters {
             &self.hot_hits,
             &self.cold_hits,
             &self.misses,
+            &self.read_ahead,
             &self.bytes_read,
             &self.rest_skipped,
             &self.wait_ns,

@@ -2,7 +2,7 @@
 //! preloaded.
 
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use neuron_cache::SharedNeuronCache;
 use neuron_store::NeuronStore;
@@ -10,6 +10,7 @@ use ufs_io::{IoConfig, IoEngine, OpenOptions};
 
 use super::live::CacheControl;
 use super::options::{Counters, OffloadOptions, OffloadStats};
+use super::prefetch::Prefetch;
 use super::prompt_accel::PromptAccel;
 use crate::error::Result;
 
@@ -30,14 +31,23 @@ pub struct Offload {
     pub(super) counters: Counters,
     /// The accelerator of prompt steps (NPU-centric prefill), if any.
     pub(super) prompt_accel: Option<PromptAccel>,
+    /// Reads queued ahead for the next layer's decode step.
+    pub(super) prefetch: Mutex<Prefetch>,
 }
 
 impl Offload {
     /// Opens the store at `path` (validated), starts the I/O thread and preloads each layer's hot prefix
     /// into the hot region (`hot_share` of `ffn_budget`, split evenly over layers, whole clusters).
     pub fn open(path: &Path, opts: OffloadOptions) -> Result<Self> {
+        // Read-ahead queues the next layer's units behind this layer's: room for them on top of
+        // the reads in flight the options (a plan) chose for the device.
+        let ahead = if opts.read_ahead {
+            super::prefetch::READ_AHEAD_SLOTS
+        } else {
+            0
+        };
         let io = Arc::new(IoEngine::new(IoConfig {
-            queue_depth: opts.queue_depth.max(1),
+            queue_depth: opts.queue_depth.max(1) + ahead,
             pin_core: opts.pin_core,
             async_io: opts.async_io,
             ..Default::default()
@@ -60,6 +70,7 @@ impl Offload {
             opts,
             counters: Counters::default(),
             prompt_accel: None,
+            prefetch: Mutex::new(Prefetch::default()),
         })
     }
 

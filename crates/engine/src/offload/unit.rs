@@ -21,6 +21,8 @@ pub(super) type Wanted = (u32, u32, u32);
 pub(super) const TAG_HEAD: u64 = 1 << 63;
 /// Tag bit of the read of the rest of a unit after its first page.
 const TAG_REST: u64 = 1 << 62;
+/// The phase bits of a tag.
+pub(super) const TAG_PHASES: u64 = TAG_HEAD | TAG_REST;
 
 /// The tag of a read of `unit` of `layer` (phase bits clear).
 pub(super) fn tag_of(layer: usize, unit: usize) -> u64 {
@@ -96,6 +98,21 @@ pub(super) struct Job<'a> {
     pub(super) wanted: &'a [Wanted],
     pub(super) pending: &'a Mutex<HashMap<usize, Pending>>,
     pub(super) outstanding: &'a AtomicUsize,
+    /// Whether units read from flash are kept in the cold region ([`Offload::keeps_cold`]).
+    pub(super) keep_cold: bool,
+}
+
+impl Offload {
+    /// Whether a decode step keeps the units it reads in the cold region: where
+    /// [`super::OffloadOptions::cache_cold`] and the region holds at least a layer's units. A
+    /// smaller one is a few units of LRU over a stream that comes back only a token later (without
+    /// a predictor every unit is wanted every token: Qwen2.5-Coder-0.5B at a 211 MiB budget had a
+    /// cold region of under 0.5 MiB, 0% cold hits), and each kept unit cost a copy.
+    pub(super) fn keeps_cold(&self) -> bool {
+        let ix = self.store.index();
+        let layer = ix.layout.unit_bytes() * ix.units_per_layer();
+        self.opts.cache_cold && self.cache.lock().cold_capacity() >= layer
+    }
 }
 
 impl Job<'_> {
@@ -105,7 +122,7 @@ impl Job<'_> {
     pub(super) fn completed(&self, done: ufs_io::Completion, w: &mut Worker) {
         let (off, layer) = (self.off, self.layer);
         let phase = done.tag & (TAG_HEAD | TAG_REST);
-        let tag = done.tag & !(TAG_HEAD | TAG_REST);
+        let tag = done.tag & !(TAG_PHASES | super::prefetch::TAG_AHEAD);
         let u = (tag & 0xffff_ffff) as usize;
         let entry = ((tag >> 32) as usize == layer)
             .then(|| lock_pending(self.pending).remove(&u))
@@ -172,7 +189,7 @@ impl Job<'_> {
                 w.err = Some(e);
             }
         }
-        if off.opts.cache_cold {
+        if self.keep_cold {
             let data: Arc<[u8]> = Arc::from(full);
             // A full cold region (everything pinned) is not an error: the unit is just not kept.
             let _ = off.cache.insert_neuron(

@@ -597,14 +597,17 @@ impl Printed<'_, '_> {
                     100.0 * o.hot_hits as f64 / o.units.max(1) as f64,
                     100.0 * o.cold_hits as f64 / o.units.max(1) as f64,
                     100.0 * o.miss_rate(),
-                    if o.rest_skipped > 0 {
-                        format!(
-                            ", {:.0}% of them gate page only",
-                            100.0 * o.rest_skipped as f64 / o.misses.max(1) as f64
-                        )
-                    } else {
-                        String::new()
-                    },
+                    [
+                        (o.read_ahead, "read ahead"),
+                        (o.rest_skipped, "gate page only"),
+                    ]
+                    .iter()
+                    .filter(|(k, _)| *k > 0)
+                    .map(|(k, what)| format!(
+                        ", {:.0}% of them {what}",
+                        100.0 * *k as f64 / o.misses.max(1) as f64
+                    ))
+                    .collect::<String>(),
                     mib(o.bytes_read) / n,
                     100.0 * mean_sd(&r.wait_share).0,
                     mib(o.resident_bytes as u64),
