@@ -247,7 +247,7 @@ impl SparsePlan {
                 let len = |p: &Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
                 // What stays resident besides the FFN cache, measured now: counted first under a
                 // process budget, at load or set live.
-                let mut resident = Resident {
+                let resident = Resident {
                     // Besides the model file's touched pages, which `file` counts.
                     process: crate::sys::rss_besides(model.path())
                         .or_else(crate::sys::rss_bytes)
@@ -261,7 +261,23 @@ impl SparsePlan {
                         .config
                         .kv_cache_bytes(context.max(1), engine.cache_type()),
                     predictors: predictor.as_deref().map_or(0, len),
+                    read_ahead: 0,
                 };
+                // Without a predictor a step reads the next layer ahead: under a process budget,
+                // what that holds is counted beside the cache.
+                let reads_ahead = offload.read_ahead && predictor.is_none();
+                let with_read_ahead = |r: Resident| match (budget, reads_ahead) {
+                    (FfnBudget::Process(b), true) => Resident {
+                        read_ahead: crate::budget::read_ahead_bytes(
+                            ffn,
+                            model.config.n_layers,
+                            b.saturating_sub(r.total()),
+                        ),
+                        ..r
+                    },
+                    _ => r,
+                };
+                let mut resident = with_read_ahead(resident);
                 // The FFN cache comes before the embedding and output (crate::stream): when the
                 // budget cannot hold the whole FFN beside them, they stay on flash.
                 let whole = ffn_cache_bytes(budget, ffn, context, || resident);
@@ -275,6 +291,10 @@ impl SparsePlan {
                         .file
                         .saturating_sub(streamed)
                         .saturating_add(streamed.min(crate::stream::STREAM_RESIDENT_BYTES));
+                    resident = with_read_ahead(Resident {
+                        read_ahead: 0,
+                        ..resident
+                    });
                     stream_weights = true;
                     ffn_cache_bytes(budget, ffn, context, || resident)?
                 } else {

@@ -299,7 +299,7 @@ pub fn setup_sparse(eng: &mut Engine<'_>, args: &ModelArgs, quiet: bool) -> Resu
         eprintln!("sparrow: warning: {} is missing: this bundle's parts are not checked (converted by an older sparrow; `sparrow convert` again writes one)", m.display());
     }
     if let (Some(s), false) = (&plan.budget, quiet) {
-        eprintln!("sparrow: memory budget {:.1} MiB = {:.1} MiB resident (process, file, KV cache, predictors) + {:.1} MiB FFN cache ({:.0}% of the {:.1} MiB FFN){}", mib(s.budget), mib(s.resident), mib(s.cache()), s.cached_percent(), mib(s.ffn),
+        eprintln!("sparrow: memory budget {:.1} MiB = {:.1} MiB resident (process, file, KV cache, predictors, reads ahead) + {:.1} MiB FFN cache ({:.0}% of the {:.1} MiB FFN){}", mib(s.budget), mib(s.resident), mib(s.cache()), s.cached_percent(), mib(s.ffn),
             if plan.stream_weights { format!("; the embedding and output projection ({:.1} MiB) stay on flash", mib(eng.model().streamed_bytes())) } else { String::new() });
     }
     eng.set_streamed(plan.stream_weights);
