@@ -22,6 +22,7 @@ use ufs_io::{IoConfig, IoEngine, OpenOptions, ReadRequest};
 use crate::accel::AccelKind;
 use crate::calibrate_accel::measure_accel;
 use crate::calibrate_kernels::{kernel_err, measure_kernels, per_call, pool, XorShift, ROUNDS};
+use crate::calibrate_prompt::{measure_prompt, PROMPT_TOKENS};
 use crate::error::{EngineError, Result};
 
 /// What to measure.
@@ -248,11 +249,18 @@ pub fn calibrate(o: &CalibrateOptions, mut progress: impl FnMut(&str)) -> Result
     }
     let (kernels, batch_cost) =
         measure_kernels(&o.formats, o.max_threads, o.point_time, &mut progress)?;
-    let (prompt_flops, prompt_t_flops) = measure_prompt(o)?;
+    let prompt = measure_prompt(o)?;
     progress(&format!(
-        "prompt tile ({PROMPT_TOKENS} tokens): {:.1} GFLOP/s, transposed {:.1}",
-        prompt_flops / 1e9,
-        prompt_t_flops / 1e9
+        "prompt tile ({PROMPT_TOKENS} tokens): {:.1} GFLOP/s; long prompts: {}, transposed {:.1}; short prompts {:.1}",
+        prompt.flops / 1e9,
+        prompt
+            .by_format
+            .iter()
+            .map(|r| format!("{} {:.1}", r.format, r.flops / 1e9))
+            .collect::<Vec<_>>()
+            .join(", "),
+        prompt.t_flops / 1e9,
+        prompt.short_flops / 1e9
     ));
     let dram_bps = measure_dram(o)?;
     progress(&format!("DRAM: {:.1} GB/s", dram_bps / 1e9));
@@ -310,55 +318,13 @@ pub fn calibrate(o: &CalibrateOptions, mut progress: impl FnMut(&str)) -> Result
         flash_path: o.dir.display().to_string(),
         call_overhead,
         select_ns,
-        prompt_flops,
-        prompt_t_flops,
+        prompt_flops: prompt.flops,
+        prompt_t_flops: prompt.t_flops,
+        prompt_rates: prompt.by_format,
+        prompt_short_flops: prompt.short_flops,
+        prompt_tile_min_tokens: kernels_neon::INT_TILE_MIN_TOKENS as u32,
         accelerators,
     })
-}
-
-/// Tokens of the prompt-tile measurement.
-const PROMPT_TOKENS: usize = 64;
-
-/// The prompt's batched product (`matmul` in `Fast`: each work item's rows dequantized into the
-/// f32 tile, or on AVX-512 repacked for the 16-bit integer tile, then multiplied with every token)
-/// in floating-point operations per second, at the most threads:
-/// a Q4_0 matrix of 1024 × 4096 (2.3 MiB, like a layer's chunk of a prompt step) over
-/// [`PROMPT_TOKENS`] tokens, quantized from smooth values (no subnormals to slow the arithmetic);
-/// and the same for its transposed product (`matmul_t` over its first 512 rows in `Fast`, as a
-/// streamed chunk's down rows: on AVX-512 quantized to 8 bits for the 8-bit tile).
-fn measure_prompt(o: &CalibrateOptions) -> Result<(f64, f64)> {
-    let (rows, cols, n) = (1024usize, 4096usize, PROMPT_TOKENS);
-    let src: Vec<f32> = (0..rows * cols)
-        .map(|i| ((i * 7919) % 1013) as f32 / 1013.0 - 0.5)
-        .collect();
-    let format = WeightFormat::Q4_0;
-    let data = kernels_neon::quantize_matrix(format, &src, rows, cols).map_err(kernel_err)?;
-    let w = QMatrix::new(format, rows, cols, &data)
-        .map_err(|e| EngineError::Request(format!("calibration matrix: {e}")))?;
-    let x: Vec<f32> = (0..n * cols)
-        .map(|i| ((i * 31) % 61) as f32 / 61.0 - 0.5)
-        .collect();
-    let mut y = vec![0f32; n * rows];
-    let p = pool(o.max_threads)?;
-    let s = p.install(|| {
-        per_call(o.point_time, || {
-            kernels_neon::matmul(&w, &x, n, &mut y, Precision::Fast).map_err(kernel_err)
-        })
-    })?;
-    let k = 512;
-    let wt = QMatrix::new(format, k, cols, &data[..k * w.row_bytes()])
-        .map_err(|e| EngineError::Request(format!("calibration matrix: {e}")))?;
-    let h = &x[..n * k];
-    let mut yt = vec![0f32; n * cols];
-    let st = p.install(|| {
-        per_call(o.point_time, || {
-            kernels_neon::matmul_t(&wt, h, n, &mut yt, Precision::Fast).map_err(kernel_err)
-        })
-    })?;
-    Ok((
-        2.0 * (rows * cols * n) as f64 / s,
-        2.0 * (k * cols * n) as f64 / st,
-    ))
 }
 
 /// The fixed cost of one parallel kernel call per thread count: a matrix-vector product over a

@@ -49,6 +49,7 @@ pub mod bundle;
 pub mod calibrate;
 mod calibrate_accel;
 mod calibrate_kernels;
+mod calibrate_prompt;
 pub mod config;
 mod continuation;
 mod error;

@@ -14,7 +14,8 @@
 
 use std::path::Path;
 
-use planner::{FfnLayer, ModelSummary, Plan, TensorInfo};
+use kernels_neon::QMatrix;
+use planner::{FfnLayer, FormatMacs, ModelSummary, Plan, TensorInfo};
 use predictor::Profile;
 
 use crate::bundle::{ffn_store_path, ModelBundle, SparseSidecars};
@@ -113,7 +114,6 @@ pub fn model_summary(engine: &Engine<'_>, sidecars: &SparseSidecars) -> Result<M
         ),
         fingerprint: crate::profile::model_fingerprint(model),
         tensors: tensors.clone(),
-        layers,
         predictor_bytes,
         predicted: predictor.is_some() && predictor_bytes > 0,
         // The output-norm score (the default) computes every up row beside the gate rows.
@@ -140,7 +140,48 @@ pub fn model_summary(engine: &Engine<'_>, sidecars: &SparseSidecars) -> Result<M
         } else {
             0
         },
+        prompt_macs: prompt_macs(model, &layers, store.is_some()),
+        layers,
     })
+}
+
+/// Multiply-adds per prompt token by weight format ([`ModelSummary::prompt_macs`]): every layer's
+/// attention matrices and FFN gate and up rows, and apart its FFN down projection (`down`); over a
+/// store, the FFN in the store's formats (`layers`).
+fn prompt_macs(model: &Model<'_>, layers: &[FfnLayer], offloaded: bool) -> Vec<FormatMacs> {
+    let mut by: Vec<FormatMacs> = Vec::new();
+    let mut add = |format: &str, macs: f64, down: bool| match by
+        .iter_mut()
+        .find(|f| f.format == format && f.down == down)
+    {
+        Some(f) => f.macs += macs,
+        None => by.push(FormatMacs {
+            format: format.into(),
+            macs,
+            down,
+        }),
+    };
+    let size = |m: &QMatrix<'_>| (m.rows() * m.cols()) as f64;
+    let d = model.config.d_model as f64;
+    for (l, fl) in model.layers.iter().zip(layers) {
+        for m in [&l.wq, &l.wk, &l.wv, &l.wo] {
+            add(m.format().name(), size(m), false);
+        }
+        if offloaded {
+            let ff = f64::from(fl.neurons);
+            add(&fl.format, 2.0 * d * ff, false);
+            let down = match fl.down_format.is_empty() {
+                true => &fl.format,
+                false => &fl.down_format,
+            };
+            add(down, d * ff, true);
+        } else {
+            add(l.gate.format().name(), size(&l.gate), false);
+            add(l.up.format().name(), size(&l.up), false);
+            add(l.down.format().name(), size(&l.down), true);
+        }
+    }
+    by
 }
 
 /// What stays resident whatever the plan, as a budget counts it at load (`SparsePlan`'s

@@ -13,6 +13,15 @@ pub const DEVICE_KIND: &str = "sparrow-device";
 /// Version of the device-profile payload this build reads and writes.
 pub const DEVICE_VERSION: u32 = 1;
 
+/// The rate of a long prompt's batched product for one weight format.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PromptRate {
+    /// Weight format name (as [`KernelRate::format`]).
+    pub format: String,
+    /// Floating-point operations per second (2 per multiply-add) at the most threads.
+    pub flops: f64,
+}
+
 /// Weight throughput of the kernels for one weight format at one thread count.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct KernelRate {
@@ -91,6 +100,18 @@ pub struct DeviceProfile {
     /// FFN's down rows over a prompt); 0 in profiles of older builds: `prompt_flops`.
     #[serde(default)]
     pub prompt_t_flops: f64,
+    /// Per weight format, the rate of a long prompt's batched product (`matmul` in `Fast` over a
+    /// few hundred tokens: whichever tile that format takes there, 8-bit, 16-bit or f32); empty in
+    /// profiles of older builds: `prompt_flops` for every format.
+    #[serde(default)]
+    pub prompt_rates: Vec<PromptRate>,
+    /// The rate of a short prompt's product (fewer tokens than `prompt_tile_min_tokens`, which
+    /// take the f32 tile); 0 in profiles of older builds: the long prompts' rates.
+    #[serde(default)]
+    pub prompt_short_flops: f64,
+    /// Fewest tokens from which a prompt's products take the integer tiles (`prompt_rates`).
+    #[serde(default)]
+    pub prompt_tile_min_tokens: u32,
     /// Accelerators' rates on this device (an NPU's, which `sparrow calibrate` does not measure:
     /// no NPU is reachable where it was written); the CPU stand-in (`cpu`) needs no entry: it is
     /// costed from [`Self::kernels`].
@@ -170,11 +191,23 @@ impl Default for DeviceProfile {
             select_ns: 0.0,
             prompt_flops: 0.0,
             prompt_t_flops: 0.0,
+            prompt_rates: Vec::new(),
+            prompt_short_flops: 0.0,
+            prompt_tile_min_tokens: 0,
         }
     }
 }
 
 impl DeviceProfile {
+    /// The rate of a long prompt's product for weights of `format`: its measured rate, else
+    /// [`DeviceProfile::prompt_flops`].
+    pub fn prompt_rate(&self, format: &str) -> f64 {
+        self.prompt_rates
+            .iter()
+            .find(|r| r.format.eq_ignore_ascii_case(format) && r.flops > 0.0)
+            .map_or(self.prompt_flops, |r| r.flops)
+    }
+
     /// Checks the tables are usable: positive finite rates, at least one kernel and one I/O point,
     /// thread counts within the cores.
     pub fn validate(&self) -> Result<()> {

@@ -57,11 +57,12 @@ mod z3solve;
 
 pub use container::fnv1a64;
 pub use device::{
-    AccelRate, CallOverhead, DeviceProfile, IoRate, KernelRate, DEVICE_KIND, DEVICE_VERSION,
+    AccelRate, CallOverhead, DeviceProfile, IoRate, KernelRate, PromptRate, DEVICE_KIND,
+    DEVICE_VERSION,
 };
 pub use error::{PlannerError, Result};
 pub use hybrid::{hybrid_layer_ns, hybrid_split, HybridSplit, HYBRID_BATCHES};
-pub use model::{step_neurons, FfnLayer, ModelSummary, TensorInfo};
+pub use model::{step_neurons, FfnLayer, FormatMacs, ModelSummary, TensorInfo};
 pub use plan::{make_plan, Plan, Predicted, Solver, PLAN_KIND, PLAN_VERSION};
 pub use prompt::{prompt_cost, PromptCost};
 pub use solve::{brute_force, search, Choice, Cost};

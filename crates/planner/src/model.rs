@@ -166,6 +166,22 @@ pub struct ModelSummary {
     /// Tokens per prompt step over a neuron store (each step streams the FFN not in memory once).
     #[serde(default)]
     pub prompt_step_tokens: u32,
+    /// [`ModelSummary::prompt_macs_per_token`] by weight format (empty in summaries of older
+    /// builds: every format at the device's one prompt rate).
+    #[serde(default)]
+    pub prompt_macs: Vec<FormatMacs>,
+}
+
+/// Multiply-adds per prompt token through the layers' matrices of one weight format.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FormatMacs {
+    /// Weight format name (as [`TensorInfo::format`]).
+    pub format: String,
+    /// Multiply-adds per token.
+    pub macs: f64,
+    /// Whether these are FFN down projections (run transposed by a sparse or offloaded FFN, at the
+    /// device's transposed rate).
+    pub down: bool,
 }
 
 impl ModelSummary {

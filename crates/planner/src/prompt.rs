@@ -1,6 +1,7 @@
-//! What a prompt costs under a plan: the time to first token from the device's prompt tile rate
-//! ([`crate::DeviceProfile::prompt_flops`]), the model's multiply-adds, and, for an offloaded model,
-//! the FFN bytes each prompt step streams from flash while it computes.
+//! What a prompt costs under a plan: the time to first token from the device's prompt tile rates
+//! (per weight format, [`crate::DeviceProfile::prompt_rate`], and for short prompts the f32 tile's
+//! [`crate::DeviceProfile::prompt_short_flops`]), the model's multiply-adds by format, and, for an
+//! offloaded model, the FFN bytes each prompt step streams from flash while it computes.
 
 use serde::{Deserialize, Serialize};
 
@@ -12,6 +13,12 @@ use crate::model::ModelSummary;
 pub struct PromptCost {
     /// Seconds of compute per token through the layers' weights.
     pub token_s: f64,
+    /// The same for a step of fewer than `tile_min_tokens` tokens (0: `token_s`).
+    #[serde(default)]
+    pub short_token_s: f64,
+    /// Fewest tokens of a step that take `token_s` (0: every step).
+    #[serde(default)]
+    pub tile_min_tokens: u32,
     /// Seconds of attention per (query, key) pair, the key at or before the query.
     pub pair_s: f64,
     /// Tokens per prompt step (0: the whole prompt is one step).
@@ -36,7 +43,12 @@ impl PromptCost {
         while done < n {
             let m = step.min(n - done);
             let pairs = (m * done + m * (m + 1) / 2) as f64;
-            let compute = self.token_s * m as f64 + self.pair_s * pairs;
+            let per = if m < self.tile_min_tokens as usize && self.short_token_s > 0.0 {
+                self.short_token_s
+            } else {
+                self.token_s
+            };
+            let compute = per * m as f64 + self.pair_s * pairs;
             t += compute.max(self.step_io_s);
             done += m;
         }
@@ -70,10 +82,28 @@ pub fn prompt_cost(
     } else {
         per_mac
     };
-    let down = if sparse || model.offloaded {
+    let transposed_down = sparse || model.offloaded;
+    let down = if transposed_down {
         model.down_macs_per_token.min(model.prompt_macs_per_token)
     } else {
         0.0
+    };
+    let mut token_s = (model.prompt_macs_per_token - down) * per_mac + down * transposed;
+    if !model.prompt_macs.is_empty() {
+        // Each format at its own tile's rate; down projections run transposed where sparse.
+        token_s = model
+            .prompt_macs
+            .iter()
+            .map(|f| match f.down && transposed_down {
+                true => f.macs * transposed,
+                false => 2.0 * f.macs / device.prompt_rate(&f.format).max(1.0),
+            })
+            .sum();
+    }
+    // A short step's products (the f32 tile, transposed ones too) at the one short rate.
+    let short_token_s = match device.prompt_short_flops > 0.0 {
+        true => 2.0 * model.prompt_macs_per_token / device.prompt_short_flops,
+        false => 0.0,
     };
     let (step_tokens, step_io_s) = if model.offloaded {
         let ffn: u64 = model
@@ -95,7 +125,9 @@ pub fn prompt_cost(
         0.0
     };
     Some(PromptCost {
-        token_s: (model.prompt_macs_per_token - down) * per_mac + down * transposed,
+        token_s,
+        short_token_s,
+        tile_min_tokens: device.prompt_tile_min_tokens,
         pair_s: model.attn_macs_per_pair * per_mac,
         step_tokens,
         step_io_s,
@@ -111,6 +143,8 @@ mod tests {
     fn steps_take_the_larger_of_compute_and_reads() {
         let c = PromptCost {
             token_s: 1e-3,
+            short_token_s: 0.0,
+            tile_min_tokens: 0,
             pair_s: 0.0,
             step_tokens: 4,
             step_io_s: 2e-3,
@@ -126,6 +160,8 @@ mod tests {
         // Attention: every query attends to itself and the keys before it, across steps.
         let attn = PromptCost {
             token_s: 0.0,
+            short_token_s: 0.0,
+            tile_min_tokens: 0,
             pair_s: 1.0,
             step_tokens: 0,
             step_io_s: 0.0,
@@ -138,5 +174,13 @@ mod tests {
         };
         assert_eq!(stepped.seconds(5), 15.0);
         assert!((attn.tok_s(5) - 5.0 / 15.0).abs() < 1e-12);
+        // Steps shorter than the integer tiles' threshold at the short rate.
+        let short = PromptCost {
+            short_token_s: 3e-3,
+            tile_min_tokens: 4,
+            ..c
+        };
+        // Three steps of 4 (1 ms a token), one of 2 (3 ms a token).
+        assert!((short.seconds(14) - (0.5 + 12.0 * 1e-3 + 2.0 * 3e-3)).abs() < 1e-12);
     }
 }

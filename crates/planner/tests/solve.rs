@@ -3,7 +3,10 @@
 mod common;
 
 use common::{device, model, small_case};
-use planner::{brute_force, make_plan, search, Constraints, DeviceProfile, Solver, Tables};
+use planner::{
+    brute_force, make_plan, search, Constraints, DeviceProfile, FormatMacs, PromptRate, Solver,
+    Tables,
+};
 use proptest::prelude::*;
 
 fn tables(layers: usize, neurons: usize, grid: u32, alpha: f64) -> Tables {
@@ -384,7 +387,7 @@ fn a_plan_predicts_its_prompt_from_the_tile_rate_and_the_bytes_left_on_flash() {
     let t = Tables::build(&d, &m, &c, 0).unwrap();
     let tight = Constraints {
         memory_budget: Some(budget(&t, 0.0)),
-        ..c
+        ..c.clone()
     };
     let part = make_plan(&d, &m, &tight, Solver::Search).unwrap();
     let q = part.prompt.expect("a prediction");
@@ -400,6 +403,43 @@ fn a_plan_predicts_its_prompt_from_the_tile_rate_and_the_bytes_left_on_flash() {
         "{q:?}"
     );
     assert!(q.seconds(512) >= p.seconds(512));
+    // Per weight format: each at its own tile's rate (a format not measured at `prompt_flops`),
+    // down projections transposed; short steps at the short rate.
+    m.prompt_macs = vec![
+        FormatMacs {
+            format: "q8_0".into(),
+            macs: 4e8,
+            down: false,
+        },
+        FormatMacs {
+            format: "Q4_1".into(),
+            macs: 2e8,
+            down: false,
+        },
+        FormatMacs {
+            format: "q4_k".into(),
+            macs: 4e8,
+            down: true,
+        },
+    ];
+    let d = DeviceProfile {
+        prompt_rates: vec![PromptRate {
+            format: "Q8_0".into(),
+            flops: 8e11,
+        }],
+        prompt_short_flops: 5e10,
+        prompt_tile_min_tokens: 32,
+        ..d
+    };
+    let r = make_plan(&d, &m, &c, Solver::Search)
+        .unwrap()
+        .prompt
+        .expect("a prediction");
+    // 4e8 at 4e11 a second, 2e8 at 1e11, the down rows at 5e10 (offloaded: transposed).
+    assert!((r.token_s - (1e-3 + 2e-3 + 8e-3)).abs() < 1e-12, "{r:?}");
+    assert!((r.short_token_s - 4e-2).abs() < 1e-12, "{r:?}");
+    let fewer = r.seconds(16) - r.once_s - r.pair_s * (16.0 * 17.0 / 2.0);
+    assert!((fewer - 16.0 * 4e-2).abs() < 1e-9, "{r:?}");
 }
 
 #[test]
