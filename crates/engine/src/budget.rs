@@ -141,11 +141,12 @@ impl Resident {
 /// cache without it: the next layer's uncached units queued during this one, twice (the I/O
 /// thread's coalesced reads, and each unit copied out of them for its step). A layer's uncached
 /// part is `(ffn - cache) / layers` with the cache `room` less this, so it is the fixed point
-/// `2 (ffn - room) / (layers - 2)`, at most two layers and nothing when the cache holds the FFN.
-/// (Qwen2.5-Coder-0.5B at a 211 MiB budget: 8.9 MiB; the decode's peak RSS grew by 9.4 MiB with
-/// read-ahead.)
+/// `2 (ffn - room) / (layers - 2)`, at most two layers, nothing when the cache holds the FFN, and
+/// at most half the room (a smaller room reads less ahead: `OffloadOptions::read_ahead_bytes` is
+/// half this). (Qwen2.5-Coder-0.5B at a 211 MiB budget: 8.9 MiB; the decode's peak RSS grew by
+/// 9.4 MiB with read-ahead.)
 pub fn read_ahead_bytes(ffn: u64, layers: usize, room: u64) -> u64 {
-    let most = 2 * ffn / layers.max(1) as u64;
+    let most = (2 * ffn / layers.max(1) as u64).min(room / 2);
     if layers <= 2 {
         return most;
     }
@@ -341,11 +342,16 @@ mod tests {
             "a fixed point"
         );
         assert_eq!(
-            read_ahead_bytes(24 << 20, 24, 0),
+            read_ahead_bytes(24 << 20, 24, 8 << 20),
             2 << 20,
             "at most two layers"
         );
-        assert_eq!(read_ahead_bytes(24 << 20, 2, 0), 24 << 20);
+        assert_eq!(
+            read_ahead_bytes(24 << 20, 24, 2 << 20),
+            1 << 20,
+            "half the room"
+        );
+        assert_eq!(read_ahead_bytes(24 << 20, 2, 1 << 30), 24 << 20);
         let (bytes, split) =
             ffn_cache_bytes(FfnBudget::Process(100 << 20), 128 << 20, 4096, || r).unwrap();
         let split = split.unwrap();

@@ -304,6 +304,10 @@ impl SparsePlan {
                     OffloadOptions {
                         ffn_budget,
                         outside_ffn_bytes: resident.total(),
+                        read_ahead_bytes: match (budget, reads_ahead) {
+                            (FfnBudget::Process(_), true) => (resident.read_ahead / 2) as usize,
+                            _ => offload.read_ahead_bytes,
+                        },
                         ..offload
                     },
                     split,

@@ -212,9 +212,10 @@ impl Offload {
         (hits, misses)
     }
 
-    /// Queues every miss (its first page only under two-phase loading); when the queue is full, takes
-    /// one completion on this thread first (or, when every read queued so far has been taken, waits
-    /// for the I/O thread to free its slot). Returns the first error met.
+    /// Queues every miss (its first page only under two-phase loading); when the queue is full (or
+    /// `queue_depth` of the step's reads are in flight), takes one completion on this thread first
+    /// (or, when every read queued so far has been taken, waits for the I/O thread to free its
+    /// slot). Returns the first error met.
     fn queue_misses(
         &self,
         job: &Job<'_>,
@@ -242,7 +243,14 @@ impl Offload {
                 self.store.unit_request(layer, u, tag_of(layer, u))
             };
             loop {
-                let submitted = if job.outstanding.load(Ordering::Acquire) > 0 {
+                // At most `queue_depth` of the step's reads in flight (the I/O thread takes more,
+                // for the reads ahead, `prefetch.rs`): each holds its buffer until it is computed.
+                let outstanding = job.outstanding.load(Ordering::Acquire);
+                let submitted = if outstanding >= self.opts.queue_depth.max(1) {
+                    Err(IoError::QueueFull {
+                        depth: self.opts.queue_depth,
+                    })
+                } else if outstanding > 0 {
                     self.io.try_submit(req)
                 } else {
                     self.io.submit(req)

@@ -33,6 +33,9 @@ pub struct OffloadOptions {
     /// uncached units as soon as this layer's misses (`prefetch.rs`; off: each layer's reads start
     /// with its step; for the ablation).
     pub read_ahead: bool,
+    /// Most bytes of units read ahead for a layer (a process budget counts twice this beside the
+    /// cache, `crate::budget::read_ahead_bytes`).
+    pub read_ahead_bytes: usize,
     /// Two-phase loading (PowerInfer-2 §4.4) of units that span pages: read the first page (the gate
     /// rows) alone, and the rest only if a neuron's gate output survives. Only stores whose gate rows
     /// fit in the first page. Off by default: it saves the bytes of units whose neurons turn out
@@ -69,6 +72,7 @@ impl Default for OffloadOptions {
             cache_cold: true,
             pipeline: true,
             read_ahead: true,
+            read_ahead_bytes: usize::MAX,
             two_phase: false,
             async_io: true,
             outside_ffn_bytes: 0,

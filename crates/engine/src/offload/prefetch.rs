@@ -107,12 +107,17 @@ impl Offload {
     }
 
     /// Queues, without waiting for a free slot, the units of `layer` that are neither hot nor in
-    /// the cold region (at most a layer: what a process budget counts for them beside the cache,
-    /// `budget::read_ahead_bytes`). Stops at the first read the I/O thread does not take.
+    /// the cold region, at most [`super::OffloadOptions::read_ahead_bytes`] of them (what a process
+    /// budget counts for them beside the cache, `budget::read_ahead_bytes`). Stops at the first
+    /// read the I/O thread does not take.
     pub(super) fn read_ahead(&self, hot: &HotSet, layer: usize) {
         let ix = self.store.index();
         let ub = ix.layout.unit_bytes();
         let cu = self.opts.cluster_units.max(1);
+        let most = self.opts.read_ahead_bytes / ub.max(1);
+        if most == 0 {
+            return;
+        }
         let units: Vec<usize> = {
             let cache = self.cache.lock();
             (0..ix.units_per_layer())
@@ -123,6 +128,7 @@ impl Offload {
                             neuron: u as u32,
                         })
                 })
+                .take(most)
                 .collect()
         };
         let mut pf = self.lock_prefetch();
