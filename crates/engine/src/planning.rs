@@ -15,7 +15,7 @@
 use std::path::Path;
 
 use kernels_neon::QMatrix;
-use planner::{FfnLayer, FormatMacs, ModelSummary, Plan, TensorInfo};
+use planner::{FfnLayer, FormatMacs, ModelSummary, Plan, StepBytes, TensorInfo};
 use predictor::Profile;
 
 use crate::bundle::{ffn_store_path, ModelBundle, SparseSidecars};
@@ -141,8 +141,43 @@ pub fn model_summary(engine: &Engine<'_>, sidecars: &SparseSidecars) -> Result<M
             0
         },
         prompt_macs: prompt_macs(model, &layers, store.is_some()),
+        prompt_step_bytes: match &store {
+            Some(path) => step_bytes(engine, path)?,
+            None => Vec::new(),
+        },
         layers,
     })
+}
+
+/// The memory of an offloaded prompt step at each step the engine may take over the store at
+/// `path` (`budget::offload_prompt_step`'s halvings), as `budget::prompt_step_bytes` counts it with
+/// `engine`'s threads and precision and the default chunks.
+fn step_bytes(engine: &Engine<'_>, path: &Path) -> Result<Vec<StepBytes>> {
+    let io = ufs_io::IoEngine::new(ufs_io::IoConfig::default())?;
+    let store = neuron_store::NeuronStore::open(&io, path, ufs_io::OpenOptions::default())?;
+    let ix = store.index();
+    let o = engine.options();
+    let neurons = crate::offload::OffloadOptions::default().prefill_neurons;
+    let mut steps = Vec::new();
+    let mut tokens = crate::budget::OFFLOAD_PROMPT_STEP;
+    loop {
+        steps.push(StepBytes {
+            tokens: tokens as u32,
+            bytes: crate::budget::prompt_step_bytes(
+                &engine.model().config,
+                tokens,
+                neurons,
+                ix.layout.bundle_bytes() as u64,
+                ix.formats.down,
+                engine.threads(),
+                o.precision,
+            ),
+        });
+        if tokens <= crate::budget::OFFLOAD_PROMPT_STEP_MIN {
+            return Ok(steps);
+        }
+        tokens /= 2;
+    }
 }
 
 /// Multiply-adds per prompt token by weight format ([`ModelSummary::prompt_macs`]): every layer's

@@ -62,7 +62,7 @@ pub use device::{
 };
 pub use error::{PlannerError, Result};
 pub use hybrid::{hybrid_layer_ns, hybrid_split, HybridSplit, HYBRID_BATCHES};
-pub use model::{step_neurons, FfnLayer, FormatMacs, ModelSummary, TensorInfo};
+pub use model::{step_neurons, FfnLayer, FormatMacs, ModelSummary, StepBytes, TensorInfo};
 pub use plan::{make_plan, Plan, Predicted, Solver, PLAN_KIND, PLAN_VERSION};
 pub use prompt::{prompt_cost, PromptCost};
 pub use solve::{brute_force, search, Choice, Cost};

@@ -170,6 +170,22 @@ pub struct ModelSummary {
     /// builds: every format at the device's one prompt rate).
     #[serde(default)]
     pub prompt_macs: Vec<FormatMacs>,
+    /// Over a neuron store, the memory a prompt step holds at each step the engine may take, longest
+    /// first (`prompt_step_tokens` halved): where the cache cannot hold the FFN the engine takes the
+    /// longest step whose memory is at most half the cache (else the shortest) and lends it that
+    /// memory for the step ([`ModelSummary::prompt_step`]). Empty: `prompt_step_tokens`, nothing
+    /// lent.
+    #[serde(default)]
+    pub prompt_step_bytes: Vec<StepBytes>,
+}
+
+/// The memory a prompt step of `tokens` tokens holds over a neuron store.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct StepBytes {
+    /// Tokens of the step.
+    pub tokens: u32,
+    /// Bytes it holds besides the caches.
+    pub bytes: u64,
 }
 
 /// Multiply-adds per prompt token through the layers' matrices of one weight format.
@@ -185,6 +201,22 @@ pub struct FormatMacs {
 }
 
 impl ModelSummary {
+    /// Tokens per prompt step over a store with a neuron cache of `cache` bytes of an FFN of `ffn`,
+    /// and the bytes the cache lends the step (see [`ModelSummary::prompt_step_bytes`]).
+    pub fn prompt_step(&self, cache: u64, ffn: u64) -> (u32, u64) {
+        if cache >= ffn {
+            return (self.prompt_step_tokens, 0);
+        }
+        let mut pick = (self.prompt_step_tokens, 0);
+        for s in &self.prompt_step_bytes {
+            pick = (s.tokens, s.bytes);
+            if s.bytes <= cache / 2 {
+                break;
+            }
+        }
+        pick
+    }
+
     /// Multiply-adds of one FFN neuron for one token (its gate and up rows and its down column,
     /// `3 × d_model`), from [`ModelSummary::down_macs_per_token`] over every layer's neurons; 0 when
     /// unknown.

@@ -111,11 +111,10 @@ pub fn prompt_cost(
             .iter()
             .map(|l| l.neurons as u64 * l.neuron_bytes)
             .sum();
-        let cold = ffn.saturating_sub(ffn_cache_bytes) as f64;
-        (
-            model.prompt_step_tokens,
-            cold / device.flash_seq_bps.max(1.0),
-        )
+        // The step's memory is lent by the cache: what it leaves cached, the step streams.
+        let (tokens, lent) = model.prompt_step(ffn_cache_bytes, ffn);
+        let cold = ffn.saturating_sub(ffn_cache_bytes.saturating_sub(lent)) as f64;
+        (tokens, cold / device.flash_seq_bps.max(1.0))
     } else {
         (0, 0.0)
     };

@@ -5,7 +5,7 @@ mod common;
 use common::{device, model, small_case};
 use planner::{
     brute_force, make_plan, search, Constraints, DeviceProfile, FormatMacs, PromptRate, Solver,
-    Tables,
+    StepBytes, Tables,
 };
 use proptest::prelude::*;
 
@@ -440,6 +440,45 @@ fn a_plan_predicts_its_prompt_from_the_tile_rate_and_the_bytes_left_on_flash() {
     assert!((r.short_token_s - 4e-2).abs() < 1e-12, "{r:?}");
     let fewer = r.seconds(16) - r.once_s - r.pair_s * (16.0 * 17.0 / 2.0);
     assert!((fewer - 16.0 * 4e-2).abs() < 1e-9, "{r:?}");
+    // Where the cache cannot hold the FFN, the engine's step: the longest whose memory is at most
+    // half the cache (else the shortest), that memory lent by the cache and so streamed too.
+    let half = Constraints {
+        memory_budget: Some(budget(&t, 0.5)),
+        ..c.clone()
+    };
+    let cache = make_plan(&d, &m, &half, Solver::Search)
+        .unwrap()
+        .ffn_cache_bytes;
+    assert!(cache > 4 && cache < ffn, "{cache} of {ffn}");
+    m.prompt_step_bytes = vec![
+        StepBytes {
+            tokens: 512,
+            bytes: cache,
+        },
+        StepBytes {
+            tokens: 256,
+            bytes: cache / 2,
+        },
+        StepBytes {
+            tokens: 128,
+            bytes: 10,
+        },
+    ];
+    let pl = make_plan(&d, &m, &half, Solver::Search).unwrap();
+    assert_eq!(pl.ffn_cache_bytes, cache);
+    let s = pl.prompt.expect("a prediction");
+    assert_eq!(s.step_tokens, 256, "{s:?}");
+    let cold = (ffn - (cache - cache / 2)) as f64;
+    assert!(
+        (s.step_io_s - cold / d.flash_seq_bps).abs() < 1e-12,
+        "{s:?}"
+    );
+    assert_eq!(
+        m.prompt_step(ffn, ffn),
+        (128, 0),
+        "the whole FFN cached: no step shortened"
+    );
+    assert_eq!(m.prompt_step(0, ffn), (128, 10), "else the shortest");
 }
 
 #[test]
