@@ -22,7 +22,7 @@ use ufs_io::{IoConfig, IoEngine, OpenOptions, ReadRequest};
 use crate::accel::AccelKind;
 use crate::calibrate_accel::measure_accel;
 use crate::calibrate_kernels::{kernel_err, measure_kernels, per_call, pool, XorShift, ROUNDS};
-use crate::calibrate_prompt::{measure_prompt, PROMPT_TOKENS};
+use crate::calibrate_prompt::{measure_prompt, Timing, PROMPT_TOKENS};
 use crate::error::{EngineError, Result};
 
 /// What to measure.
@@ -249,7 +249,10 @@ pub fn calibrate(o: &CalibrateOptions, mut progress: impl FnMut(&str)) -> Result
     }
     let (kernels, batch_cost) =
         measure_kernels(&o.formats, o.max_threads, o.point_time, &mut progress)?;
-    let prompt = measure_prompt(o)?;
+    let prompt = measure_prompt(Timing {
+        threads: o.max_threads,
+        point_time: o.point_time,
+    })?;
     progress(&format!(
         "prompt tile ({PROMPT_TOKENS} tokens): {:.1} GFLOP/s; long prompts: {}, transposed {:.1}; short prompts {:.1}",
         prompt.flops / 1e9,

@@ -4,10 +4,11 @@
 //! prompt's (the f32 tile). Matrices of 1024 × 4096 (like a layer's chunk of a prompt step),
 //! quantized from smooth values (no subnormals to slow the arithmetic), at the most threads.
 
+use std::time::Duration;
+
 use kernels_neon::{Precision, QMatrix, WeightFormat};
 use planner::PromptRate;
 
-use crate::calibrate::CalibrateOptions;
 use crate::calibrate_kernels::{kernel_err, per_call, pool};
 use crate::error::{EngineError, Result};
 
@@ -51,14 +52,18 @@ pub(crate) struct PromptRates {
 const ROWS: usize = 1024;
 const COLS: usize = 4096;
 
+/// How long and on how many threads a product is timed.
+#[derive(Clone, Copy)]
+pub(crate) struct Timing {
+    /// The most threads (the pool's).
+    pub(crate) threads: usize,
+    /// How long each point is repeated.
+    pub(crate) point_time: Duration,
+}
+
 /// Seconds of one `matmul` (or `matmul_t`, `transposed`) of a [`ROWS`] × [`COLS`] matrix of
 /// `format` over `n` tokens in `Fast`, at the most threads.
-fn time_product(
-    o: &CalibrateOptions,
-    format: WeightFormat,
-    n: usize,
-    transposed: bool,
-) -> Result<f64> {
+fn time_product(o: Timing, format: WeightFormat, n: usize, transposed: bool) -> Result<f64> {
     let src: Vec<f32> = (0..ROWS * COLS)
         .map(|i| ((i * 7919) % 1013) as f32 / 1013.0 - 0.5)
         .collect();
@@ -74,7 +79,7 @@ fn time_product(
         .map(|i| ((i * 31) % 61) as f32 / 61.0 - 0.5)
         .collect();
     let mut y = vec![0f32; n * m];
-    pool(o.max_threads)?.install(|| {
+    pool(o.threads)?.install(|| {
         per_call(o.point_time, || {
             match transposed {
                 true => kernels_neon::matmul_t(&w, &x, n, &mut y, Precision::Fast),
@@ -86,7 +91,7 @@ fn time_product(
 }
 
 /// Measures the prompt's products (see the module's documentation).
-pub(crate) fn measure_prompt(o: &CalibrateOptions) -> Result<PromptRates> {
+pub(crate) fn measure_prompt(o: Timing) -> Result<PromptRates> {
     let flop = |n: usize| 2.0 * (ROWS * COLS * n) as f64;
     let flops = flop(PROMPT_TOKENS) / time_product(o, WeightFormat::Q4_0, PROMPT_TOKENS, false)?;
     let t_flops = flop(LONG_TOKENS) / time_product(o, WeightFormat::Q5_0, LONG_TOKENS, true)?;

@@ -38,10 +38,11 @@
 //! Files: `convert.rs` (offline conversion, store path, verification), `options.rs` (settings and
 //! counters), `runtime.rs` ([`Offload`]: opening, cache), `live.rs` ([`CacheControl`]: the hot
 //! prefixes behind a read-write lock, preload and live resize), `decode.rs` (one layer's
-//! decode step in named stages), `prefetch.rs` (the next layer's reads queued ahead), `prefill.rs` (one layer's prompt step, streamed), `chunk.rs` (a chunk's
+//! decode step in named stages), `prefetch.rs` (the next layer's reads queued ahead; their state in `ahead.rs`), `prefill.rs` (one layer's prompt step, streamed), `chunk.rs` (a chunk's
 //! rows gathered from its units), `blocks.rs` (an accelerator's blocks from the store), `unit.rs` (what a worker does with one unit: checks, two-phase
 //! reads, compute through the shared neuron selector, `neurons.rs`).
 
+mod ahead;
 mod blocks;
 mod chunk;
 mod convert;

@@ -14,7 +14,6 @@
 //! every read still in flight, and units read ahead that the step does not miss after all are
 //! registered as its reads too, with no neuron wanted.
 
-use std::collections::{HashMap, HashSet};
 use std::ops::Range;
 use std::sync::atomic::Ordering;
 use std::sync::MutexGuard;
@@ -22,30 +21,11 @@ use std::sync::MutexGuard;
 use neuron_cache::NeuronId;
 use ufs_io::Completion;
 
+use super::ahead::{Prefetch, TAG_AHEAD};
 use super::live::HotSet;
 use super::runtime::Offload;
-use super::unit::{lock_pending, tag_of, Job, Pending};
+use super::unit::{lock_pending, tag_of, Job, Pending, TAG_PHASES};
 use crate::error::EngineError;
-
-/// Tag bit of a read queued ahead for a later layer.
-pub(super) const TAG_AHEAD: u64 = 1 << 61;
-
-/// Reads the I/O thread takes on top of [`super::OffloadOptions::queue_depth`] with read-ahead on,
-/// so that the next layer's units queue behind this layer's: Qwen2.5-Coder-0.5B at a 211 MiB budget
-/// misses about 210 units a layer; with the plan's 128 reads in flight 15% of the misses were read
-/// ahead (7.9 tok/s), with 1024 more 100% (9.8 tok/s; 7.2 without read-ahead).
-pub(super) const READ_AHEAD_SLOTS: usize = 1024;
-
-/// Reads queued ahead for one layer.
-#[derive(Default)]
-pub(super) struct Prefetch {
-    /// The layer read ahead (`None`: nothing is).
-    layer: Option<usize>,
-    /// Units queued whose completions nobody has taken.
-    in_flight: HashSet<usize>,
-    /// Completions taken by an earlier step's workers, by unit.
-    done: HashMap<usize, Completion>,
-}
 
 /// The misses of a step against what was read ahead for its layer.
 pub(super) struct Ahead {
@@ -155,7 +135,7 @@ impl Offload {
                 .completions()
                 .recv()
                 .map_err(|_| EngineError::Flash(ufs_io::IoError::Stopped))?;
-            let layer = ((d.tag & !super::unit::TAG_PHASES & !TAG_AHEAD) >> 32) as usize;
+            let layer = ((d.tag & !TAG_PHASES & !TAG_AHEAD) >> 32) as usize;
             if d.tag & TAG_AHEAD == 0 || layer == job.layer {
                 return Ok(d);
             }

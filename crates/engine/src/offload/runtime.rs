@@ -8,9 +8,9 @@ use neuron_cache::SharedNeuronCache;
 use neuron_store::NeuronStore;
 use ufs_io::{IoConfig, IoEngine, OpenOptions};
 
+use super::ahead::Prefetch;
 use super::live::CacheControl;
 use super::options::{Counters, OffloadOptions, OffloadStats};
-use super::prefetch::Prefetch;
 use super::prompt_accel::PromptAccel;
 use crate::error::Result;
 
@@ -42,7 +42,7 @@ impl Offload {
         // Read-ahead queues the next layer's units behind this layer's: room for them on top of
         // the reads in flight the options (a plan) chose for the device.
         let ahead = if opts.read_ahead {
-            super::prefetch::READ_AHEAD_SLOTS
+            super::ahead::READ_AHEAD_SLOTS
         } else {
             0
         };

@@ -122,7 +122,7 @@ impl Job<'_> {
     pub(super) fn completed(&self, done: ufs_io::Completion, w: &mut Worker) {
         let (off, layer) = (self.off, self.layer);
         let phase = done.tag & (TAG_HEAD | TAG_REST);
-        let tag = done.tag & !(TAG_PHASES | super::prefetch::TAG_AHEAD);
+        let tag = done.tag & !(TAG_PHASES | super::ahead::TAG_AHEAD);
         let u = (tag & 0xffff_ffff) as usize;
         let entry = ((tag >> 32) as usize == layer)
             .then(|| lock_pending(self.pending).remove(&u))
