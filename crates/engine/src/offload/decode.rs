@@ -105,8 +105,17 @@ impl Offload {
         // Every neuron wanted (no predictor): so will the next layer's step want every unit, and
         // after the last layer the next token's first (its reads then overlap the output
         // projection and the sampling).
+        // Not under two-phase loading, whose steps read gate pages first (whole units read
+        // ahead would undo it).
         let layers = ix.layers.len();
-        if self.opts.read_ahead && layers > 1 && rows.len() == ix.d_ff && main.err.is_none() {
+        let two_phase =
+            self.opts.two_phase && ix.layout.pages > 1 && ix.layout.gate_in_first_page();
+        if self.opts.read_ahead
+            && !two_phase
+            && layers > 1
+            && rows.len() == ix.d_ff
+            && main.err.is_none()
+        {
             self.read_ahead(&hot, (layer + 1) % layers);
         }
         let ready = Mutex::new(ahead.ready);
