@@ -108,10 +108,8 @@ impl Offload {
         // Not under two-phase loading, whose steps read gate pages first (whole units read
         // ahead would undo it).
         let layers = ix.layers.len();
-        let two_phase =
-            self.opts.two_phase && ix.layout.pages > 1 && ix.layout.gate_in_first_page();
         if self.opts.read_ahead
-            && !two_phase
+            && !self.two_phase()
             && layers > 1
             && rows.len() == ix.d_ff
             && main.err.is_none()
@@ -127,6 +125,13 @@ impl Offload {
         self.counters
             .record_layer(layer, t0.elapsed().as_nanos() as u64, wait_ns);
         Ok(counts)
+    }
+
+    /// Whether misses are read in two phases: asked for, and the store's units span pages with
+    /// their gate rows in the first.
+    fn two_phase(&self) -> bool {
+        let l = &self.store.index().layout;
+        self.opts.two_phase && l.pages > 1 && l.gate_in_first_page()
     }
 
     /// Checks the layer, the widths and the chosen neurons against the store.
@@ -231,11 +236,9 @@ impl Offload {
         misses: Vec<(usize, Range<usize>)>,
         main: &mut Worker,
     ) -> Option<EngineError> {
-        let ix = self.store.index();
         let layer = job.layer;
         // Two-phase loading: a miss of a multi-page unit reads its first page (the gate rows) first.
-        let two_phase =
-            self.opts.two_phase && ix.layout.pages > 1 && ix.layout.gate_in_first_page();
+        let two_phase = self.two_phase();
         let mut first_err: Option<EngineError> = None;
         for (u, r) in misses {
             lock_pending(job.pending).insert(
