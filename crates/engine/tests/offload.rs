@@ -310,7 +310,8 @@ fn a_prompt_borrows_the_cache_and_gives_it_back() {
 }
 
 /// A budget set while prompts borrow from the cache is the budget once they are done: a loan ends by
-/// growing back to what was asked last, not to what the cache held when the loan began.
+/// growing back to what was asked last, not to what the cache held when the loan began, and leaves
+/// the process budget as set.
 #[test]
 fn a_budget_set_while_prompts_borrow_is_the_budget_after_them() {
     let name = "tiny-llama-silu-q4_0.gguf";
@@ -342,12 +343,18 @@ fn a_budget_set_while_prompts_borrow_is_the_budget_after_them() {
             ctl.set_cache_budget(b).unwrap();
             std::thread::sleep(std::time::Duration::from_millis(2));
         }
+        let last = *budgets.last().unwrap();
+        let r = ctl.report();
+        assert_eq!(r.memory_budget, outside + last as u64, "{r:?}");
+        // A process budget above what the whole FFN needs stays the budget asked, though loans
+        // ending after it resize the cache again (to at most the whole FFN).
+        let big = outside + 2 * total as u64;
+        assert_eq!(ctl.set_memory_budget(big).unwrap().memory_budget, big);
         prompts.join().unwrap();
     });
-    let last = *budgets.last().unwrap();
     let r = ctl.report();
-    assert_eq!(r.cache_budget as usize, last, "{r:?}");
-    assert_eq!(r.memory_budget, outside + last as u64, "{r:?}");
+    assert_eq!(r.cache_budget as usize, total, "{r:?}");
+    assert_eq!(r.memory_budget, outside + 2 * total as u64, "{r:?}");
     assert!(r.cache_bytes <= r.cache_budget, "{r:?}");
 }
 

@@ -9,7 +9,6 @@
 //! to the system ([`crate::sys::release_free_memory`]), so resident memory follows. A grow raises the
 //! budget and reads the missing hot clusters; the cold region fills again as decode misses.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockReadGuard};
 
 use neuron_cache::{ClusterGuard, ClusterId, NeuronCache, NeuronId, SharedNeuronCache};
@@ -76,7 +75,6 @@ pub struct CacheControl {
     /// The share of the cache's budget that holds each layer's pinned hot prefix.
     hot_share: f32,
     cluster_units: usize,
-    memory_budget: Arc<AtomicU64>,
     /// The cache budget asked for, the part of it lent to prompt steps running now (the cache
     /// holds `asked - lent`) and what stays resident besides the cache. Held across a resize, so
     /// that resizes, loans and reservations apply in turn.
@@ -91,6 +89,18 @@ struct Loan {
     /// Bytes resident besides the cache: the process, the resident file, the KV cache, the
     /// predictors ([`OffloadOptions::outside_ffn_bytes`]) and what [`CacheControl::reserve`] took.
     outside: u64,
+    /// The process budget set by [`CacheControl::set_memory_budget`] (`None` after
+    /// [`CacheControl::set_cache_budget`]: then `outside` plus the cache's budget). Kept here, not
+    /// recomputed by each resize, so that a prompt's loan ending after a budget change does not
+    /// report another budget.
+    memory: Option<u64>,
+}
+
+impl Loan {
+    fn memory_budget(&self, ffn_bytes: usize) -> u64 {
+        self.memory
+            .unwrap_or(self.outside + self.asked.min(ffn_bytes) as u64)
+    }
 }
 
 impl CacheControl {
@@ -109,7 +119,6 @@ impl CacheControl {
             })),
             hot_share: opts.hot_share.clamp(0.0, 1.0),
             cluster_units: opts.cluster_units.max(1),
-            memory_budget: Arc::new(AtomicU64::new(0)),
             budget: Arc::new(Mutex::new(Loan {
                 outside: opts.outside_ffn_bytes,
                 ..Loan::default()
@@ -133,19 +142,21 @@ impl CacheControl {
     /// below [`CacheControl::minimum_memory_budget`] is an error naming the minimum, and changes
     /// nothing.
     pub fn set_memory_budget(&self, bytes: u64) -> Result<CacheReport> {
-        let min = self.minimum_memory_budget();
-        let outside = self.loan().outside;
-        if bytes < min {
-            return Err(EngineError::Request(format!(
-                "memory budget {bytes} bytes ({:.1} MiB) is below this model's minimum of {min} bytes ({:.1} MiB): the process, the resident file, the KV cache and the predictors take {:.1} MiB, and the neuron cache must hold one unit",
-                mib(bytes),
-                mib(min),
-                mib(outside)
-            )));
+        {
+            let mut loan = self.loan();
+            let min = loan.outside + self.store.index().layout.unit_bytes() as u64;
+            if bytes < min {
+                return Err(EngineError::Request(format!(
+                    "memory budget {bytes} bytes ({:.1} MiB) is below this model's minimum of {min} bytes ({:.1} MiB): the process, the resident file, the KV cache and the predictors take {:.1} MiB, and the neuron cache must hold one unit",
+                    mib(bytes),
+                    mib(min),
+                    mib(loan.outside)
+                )));
+            }
+            loan.asked = usize::try_from(bytes - loan.outside).unwrap_or(usize::MAX);
+            loan.memory = Some(bytes);
+            self.resize(&loan)?;
         }
-        let cache = usize::try_from(bytes - outside).unwrap_or(usize::MAX);
-        self.set_cache_budget(cache)?;
-        self.memory_budget.store(bytes, Ordering::Relaxed);
         Ok(self.report())
     }
 
@@ -157,6 +168,7 @@ impl CacheControl {
     pub fn set_cache_budget(&self, bytes: usize) -> Result<()> {
         let mut loan = self.loan();
         loan.asked = bytes;
+        loan.memory = None;
         self.resize(&loan)
     }
 
@@ -266,7 +278,7 @@ impl CacheControl {
 
     /// Resizes the cache to what `loan` asks less what it lends, `hot_share` of it pinned.
     fn resize(&self, loan: &Loan) -> Result<()> {
-        let (bytes, asked) = (loan.asked.saturating_sub(loan.lent), loan.asked);
+        let bytes = loan.asked.saturating_sub(loan.lent);
         let ix = self.store.index();
         let (ub, units, layers) = (
             ix.layout.unit_bytes(),
@@ -334,10 +346,6 @@ impl CacheControl {
             }
         }
         drop(hot);
-        self.memory_budget.store(
-            loan.outside + asked.min(ix.ffn_bytes()) as u64,
-            Ordering::Relaxed,
-        );
         Ok(())
     }
 
@@ -345,10 +353,13 @@ impl CacheControl {
     pub fn report(&self) -> CacheReport {
         let s = self.cache.stats();
         let ffn_bytes = self.store.index().ffn_bytes() as u64;
-        let cache_asked = self.loan().asked as u64;
+        let (cache_asked, memory_budget) = {
+            let loan = self.loan();
+            (loan.asked as u64, loan.memory_budget(ffn_bytes as usize))
+        };
         CacheReport {
             cache_asked,
-            memory_budget: self.memory_budget.load(Ordering::Relaxed),
+            memory_budget,
             minimum: self.minimum_memory_budget(),
             cache_budget: s.budget as u64,
             cache_bytes: (s.hot.bytes + s.cold.bytes) as u64,
