@@ -9,7 +9,7 @@ use kernels_neon::{available_paths, dequantize_row_with, WeightFormat};
 use model_format::GgufFile;
 
 /// The formats of the fixture, by tensor name, as the writer tagged them.
-const FORMATS: [(&str, WeightFormat); 14] = [
+const FORMATS: [(&str, WeightFormat); 15] = [
     ("f16", WeightFormat::F16),
     ("bf16", WeightFormat::BF16),
     ("q8_0", WeightFormat::Q8_0),
@@ -24,6 +24,7 @@ const FORMATS: [(&str, WeightFormat); 14] = [
     ("iq4_xs", WeightFormat::IQ4_XS),
     ("q2_k", WeightFormat::Q2_K),
     ("q3_k", WeightFormat::Q3_K),
+    ("f32", WeightFormat::F32),
 ];
 
 #[test]

@@ -43,6 +43,7 @@ macro_rules! fixtures {
 }
 
 fixtures! {
+    f32_matches_gguf_python: F32 = "f32.bin",
     f16_matches_gguf_python: F16 = "f16.bin",
     bf16_matches_gguf_python: BF16 = "bf16.bin",
     q8_0_matches_gguf_python: Q8_0 = "q8_0.bin",

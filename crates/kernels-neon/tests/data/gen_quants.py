@@ -7,7 +7,8 @@ The independent implementation is the `gguf` Python package (llama.cpp's referen
 * `<dir>/<format>.bin`: random blocks in llama.cpp layout (1024 elements: 32 blocks of 32, or 4 super-blocks
   of 256), followed by their 1024 dequantized values as little-endian f32. Every byte is uniformly random
   except the f16 scales (`d`, `dmin`, `m`), which are overwritten with finite random halves, so every
-  quant, sign, scale and high-bit pattern occurs. Float formats hold 1024 random finite values.
+  quant, sign, scale and high-bit pattern occurs. Float formats (F16, BF16, F32) hold 1024 random finite
+  values.
 * `<gguf>`: one GGUF written by `gguf.GGUFWriter`, with for every format a tensor `<format>` (2 rows of 512
   elements) and a tensor `<format>.expected` (F32, its values as `gguf.quants.dequantize` gives them).
 
@@ -55,6 +56,8 @@ def random_blocks(rng, qtype, scales, n_elements):
         vals = rng.uniform(-2, 2, size=n_elements).astype(np.float32)
         if qtype == T.F16:
             return vals.astype(np.float16).tobytes()
+        if qtype == T.F32:
+            return vals.astype("<f4").tobytes()
         # BF16: the top half of each f32.
         return (vals.view(np.uint32) >> 16).astype("<u2").tobytes()
     block_len, block_bytes = gguf.GGML_QUANT_SIZES[qtype]
@@ -82,11 +85,17 @@ def main(data_dir, gguf_path):
         with open(f"{data_dir}/{name}.bin", "wb") as f:
             f.write(raw)
             f.write(out.tobytes())
+    # F32 last, from its own seed, so that every file and tensor above keeps its bytes.
+    rng_f32 = np.random.default_rng(SEED + 1)
+    raw = random_blocks(rng_f32, T.F32, None, N_ELEMENTS)
+    with open(f"{data_dir}/f32.bin", "wb") as f:
+        f.write(raw)
+        f.write(dequantize(raw, T.F32, N_ELEMENTS).tobytes())
     w = gguf.GGUFWriter(gguf_path, "sparrow-quant-fixture")
     w.add_name("SYNTHETIC quantization fixture (random blocks, gguf.quants values)")
     rows, cols = 2, 512
-    for name, qtype, scales in FORMATS:
-        raw = random_blocks(rng, qtype, scales, rows * cols)
+    for (name, qtype, scales), r in [(f, rng) for f in FORMATS] + [(("f32", T.F32, None), rng_f32)]:
+        raw = random_blocks(r, qtype, scales, rows * cols)
         out = dequantize(raw, qtype, rows * cols).reshape(rows, cols)
         block_len, block_bytes = gguf.GGML_QUANT_SIZES[qtype]
         data = np.frombuffer(raw, dtype=np.uint8).reshape(rows, cols // block_len * block_bytes)
