@@ -1,7 +1,8 @@
 //! The engine against an independent implementation (HF transformers, fp32, weights of the GGUF dequantized
 //! to f32) on the real `qwen2.5-coder-0.5b` model (a Q4_K_M mix: Q4_K, Q6_K, Q5_0, Q8_0 tensors): tokenizer
 //! ids, per-position top-10 logits (prefill), 32-token greedy continuations (end of sequence ignored, as
-//! the reference generated them): half of the prompts decoded in exact mode, the other half in fast mode.
+//! the reference generated them): every prompt decoded in the default (fast) mode, as the issue asks, and
+//! half of them in exact mode too.
 
 mod common;
 
@@ -126,8 +127,8 @@ fn exact_mode_matches_reference_logits_and_greedy_tokens() {
             p["text"]
         );
         if i % 2 == 1 {
-            // Decoded in fast mode (below): decode runs the tied Q5_0 output projection on the
-            // scalar kernel, so each mode decodes half of the prompts to keep the test short.
+            // Every prompt is decoded in fast mode (below); exact mode's f32 kernels are slower, so
+            // it decodes half of them to keep the test short.
             continue;
         }
         assert_eq!(
@@ -146,16 +147,13 @@ fn fast_mode_keeps_greedy_tokens_and_reports_drift() {
     let engine = engine_for(&file, Precision::Fast);
     let r = qwen_reference();
     let mut worst = 0.0f64;
-    for (i, p) in r["prompts"].as_array().unwrap().iter().enumerate() {
+    for p in r["prompts"].as_array().unwrap() {
         let drift = logit_drift(&engine, p);
         worst = worst.max(drift);
         eprintln!(
             "fast mode: max |logit - reference| = {drift:.2e} for {:?}",
             p["text"].as_str().unwrap()
         );
-        if i % 2 == 0 {
-            continue;
-        }
         assert_eq!(
             greedy(&engine, p),
             ids(&p["greedy32_ids"]),

@@ -137,6 +137,46 @@ fn chat_uses_the_model_template_and_stops_at_im_end() {
     assert!(v["text"].as_str().unwrap().contains('4'), "{}", v["text"]);
 }
 
+/// `--chat` on Qwen2.5-Coder renders the template its GGUF gives (Qwen2's ChatML, with its default
+/// system prompt when the conversation has none) and stops at `<|im_end|>`.
+#[test]
+fn chat_renders_qwens_own_template_with_its_system_prompt() {
+    let m = engine::fetch::known_model("qwen2.5-coder-0.5b").expect("a known model");
+    let path = engine::fetch::ensure_model(m, |line| eprintln!("test setup: {line}"))
+        .expect("qwen2.5-coder-0.5b can be fetched");
+    let v = ok_json(&[
+        "run",
+        "--model",
+        path.to_str().unwrap(),
+        "--chat",
+        "-p",
+        "What is 2+2?",
+        "-n",
+        "32",
+        "--threads",
+        "2",
+        "--json",
+    ]);
+    let file = engine::ModelFile::open(&path).unwrap();
+    let tok = engine::load_tokenizer(&file).unwrap();
+    let want = tok
+        .encode(
+            "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n\
+             <|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n",
+            false,
+        )
+        .unwrap();
+    let ids: Vec<u32> = v["prompt_ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as u32)
+        .collect();
+    assert_eq!(ids, want, "prompt {:?}", tok.decode(&ids, false));
+    assert_eq!(v["stop_reason"], "eos", "{v}");
+    assert!(v["text"].as_str().unwrap().contains('4'), "{}", v["text"]);
+}
+
 #[test]
 fn sampling_with_a_seed_is_repeatable() {
     let args = [
