@@ -51,18 +51,17 @@
 //! `tbl`) and runs as `Q8_0`; `IQ4_XS` does the same lookup per 32-wide sub-block. `Q2_K` and `Q3_K`
 //! unpack one 2-bit plane of 32 `qs` bytes per 32 elements (a shift and a mask; `Q3_K` adds its
 //! `hmask` bit as 4 and subtracts 4) and scale each 16-wide half on its own. K-quant `Exact`
-//! dequantizes a
-//! super-block into 256 f32 (AVX2 / NEON, bit-identical to the scalar
-//! code), then FMAs. The K-quant integer paths ([`Precision::Fast`],
-//! [`Precision::Int8`]) widen weights to i16 and multiply-add with the 16-
-//! or 8-bit activations (AVX2 `vpmaddwd`, NEON `smull`/`smlal`; no `sdot`),
-//! one row at a time, not tuned yet. One rough x86_64 AVX2 measurement
-//! (`benches/kernels.rs`, 2 threads, 1536×1536): Q4_K `Fast` 111 µs vs
-//! `Exact` 273 µs (Q4_1 `Fast` 186 µs); K-quant `Int8` (226 µs) is slower
-//! than `Fast` because it also widens to i16 instead of using `maddubs`.
-//! NEON speed is unmeasured. `softmax_inplace`, `silu_mul_inplace`, `relu_mul_inplace`
-//! and `rope_inplace` are scalar everywhere (they are a negligible share of a
-//! decode step and accuracy matters more there).
+//! dequantizes a super-block into 256 f32 (AVX2 / NEON, bit-identical to the scalar
+//! code), then FMAs. The K-quant integer paths ([`Precision::Fast`], [`Precision::Int8`]) take
+//! several rows at once on x86_64, sharing the activation loads: AVX2 `vpmaddwd` on 16-bit
+//! activations (`arch/x86_64/kquant_rows.rs`), `maddubs` on 8-bit ones with one scale per 256
+//! (`kquant_super.rs`, llama.cpp's `Q8_K`), and on [`KernelPath::Avx512`] `vpdpwssd` /
+//! `vpdpbusd` over two 32-element blocks an instruction (`kquant512.rs`); NEON widens to i16 and
+//! multiply-adds (`smull`/`smlal`) one row at a time. Throughput per format against DRAM, and
+//! against llama.cpp, is in `docs/BENCHMARKS.md` (x86_64 only: no NEON speed has been measured,
+//! only its results under qemu). `softmax_inplace` and `silu_mul_inplace` take a SIMD `exp` (glibc's
+//! `expf` algorithm, bit for bit libm's on x86_64); `relu_mul_inplace` and `rope_inplace` are
+//! scalar (a negligible share of a decode step).
 //!
 //! # Hybrid INT4 + INT8 outlier format (I4Hybrid)
 //!
