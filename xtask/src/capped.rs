@@ -22,8 +22,7 @@ use std::process::{Command, Stdio};
 
 use anyhow::{bail, Context, Result};
 
-/// The llama.cpp source this project compares against (docs/BENCHMARKS.md).
-const LLAMA_CPP_PYTHON: &str = "0.3.36";
+use crate::llama::{has_no_repack, llama_speeds, sparrow_speeds, Speeds};
 
 struct Opts {
     model: PathBuf,
@@ -279,136 +278,6 @@ fn wait_with_rusage(pid: u32) -> Result<(libc::c_int, u64)> {
     }
 }
 
-/// What a run measured: decode and prompt tok/s.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-struct Speeds {
-    tg: Option<f64>,
-    pp: Option<f64>,
-}
-
-/// Decode and prompt tok/s from llama-bench's `-o json` (its text-generation and prompt entries).
-fn llama_speeds(stdout: &str) -> Speeds {
-    let Ok(v) = serde_json::from_str::<serde_json::Value>(stdout.trim()) else {
-        return Speeds::default();
-    };
-    let entries = v.as_array().map(|a| a.as_slice()).unwrap_or_default();
-    let find = |gen: bool| {
-        entries
-            .iter()
-            .find(|e| {
-                let (g, p) = (
-                    e["n_gen"].as_u64().unwrap_or(0),
-                    e["n_prompt"].as_u64().unwrap_or(0),
-                );
-                if gen {
-                    g > 0 && p == 0
-                } else {
-                    p > 0 && g == 0
-                }
-            })
-            .and_then(|e| e["avg_ts"].as_f64())
-    };
-    Speeds {
-        tg: find(true),
-        pp: find(false),
-    }
-}
-
-/// Decode and prompt tok/s from `sparrow bench --json`.
-fn sparrow_speeds(stdout: &str) -> Speeds {
-    let v = stdout
-        .lines()
-        .rev()
-        .find(|l| l.starts_with('{'))
-        .and_then(|l| serde_json::from_str::<serde_json::Value>(l).ok());
-    let Some(v) = v else {
-        return Speeds::default();
-    };
-    Speeds {
-        tg: v["tg_tok_s"].as_f64(),
-        pp: v["pp_tok_s"].as_f64(),
-    }
-}
-
-/// The llama-bench binary, built from the PyPI sdist when absent.
-fn llama_bench(root: &Path) -> Result<PathBuf> {
-    let dir = root.join("target").join("llama.cpp");
-    let bin = dir.join("build").join("bin").join("llama-bench");
-    if bin.is_file() {
-        return Ok(bin);
-    }
-    std::fs::create_dir_all(&dir)?;
-    let src = dir.join(format!("llama_cpp_python-{LLAMA_CPP_PYTHON}"));
-    if !src.is_dir() {
-        // The sdist's URL and hash from PyPI's simple index, JSON form (pip download would build
-        // the sdist's metadata first, installing its build backend).
-        let script = format!(
-            r#"import hashlib, json, sys, urllib.request
-name = "llama_cpp_python-{LLAMA_CPP_PYTHON}.tar.gz"
-req = urllib.request.Request("https://pypi.org/simple/llama-cpp-python/", headers={{"Accept": "application/vnd.pypi.simple.v1+json"}})
-sdist = next(f for f in json.load(urllib.request.urlopen(req))["files"] if f["filename"] == name)
-data = urllib.request.urlopen(sdist["url"]).read()
-if hashlib.sha256(data).hexdigest() != sdist["hashes"]["sha256"]:
-    sys.exit("sha256 mismatch for " + name)
-open(sys.argv[1], "wb").write(data)"#
-        );
-        let tarball = dir.join("llama-cpp-python.tar.gz");
-        super::run(Command::new("python3").arg("-c").arg(script).arg(&tarball))
-            .context("downloading the llama-cpp-python sdist from PyPI")?;
-        super::run(
-            Command::new("tar")
-                .arg("xzf")
-                .arg(&tarball)
-                .arg("-C")
-                .arg(&dir),
-        )?;
-    }
-    let cmake = if super::have("cmake") {
-        PathBuf::from("cmake")
-    } else {
-        let venv = dir.join("venv");
-        if !venv.join("bin").join("cmake").is_file() {
-            super::run(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
-            super::run(
-                Command::new(venv.join("bin").join("pip")).args(["install", "-q", "cmake"]),
-            )?;
-        }
-        venv.join("bin").join("cmake")
-    };
-    let llama = src.join("vendor").join("llama.cpp");
-    super::run(
-        Command::new(&cmake)
-            .arg("-S")
-            .arg(&llama)
-            .arg("-B")
-            .arg(dir.join("build"))
-            .args([
-                "-DCMAKE_BUILD_TYPE=Release",
-                "-DGGML_NATIVE=ON",
-                "-DLLAMA_CURL=OFF",
-            ]),
-    )?;
-    super::run(
-        Command::new(&cmake)
-            .arg("--build")
-            .arg(dir.join("build"))
-            .args(["--target", "llama-bench", "-j2"]),
-    )?;
-    Ok(bin)
-}
-
-/// Whether this llama-bench can turn repacking off (`--repack <0|1>`, builds since mid-2025).
-fn has_no_repack(bin: &Path) -> bool {
-    Command::new(bin)
-        .arg("--help")
-        .output()
-        .map(|o| {
-            String::from_utf8_lossy(&o.stdout).contains("--repack")
-                || String::from_utf8_lossy(&o.stderr).contains("--repack")
-        })
-        .unwrap_or(false)
-}
-
 fn median(mut v: Vec<f64>) -> Option<f64> {
     v.retain(|x| x.is_finite());
     if v.is_empty() {
@@ -437,7 +306,7 @@ pub fn run(root: &Path, args: &[String]) -> Result<()> {
     // Sparrow's own budget leaves room for what the cgroup also charges (page cache of the binary,
     // buffers of the I/O thread).
     let budget = o.budget.unwrap_or(cap / 100 * 90);
-    let llama = llama_bench(root)?;
+    let llama = crate::llama::tool(root, "llama-bench")?;
     super::run(super::cargo().args(["build", "--release", "-p", "sparrow"]))?;
     let sparrow = root.join("target").join("release").join("sparrow");
     let logs = root.join("target").join("capped");

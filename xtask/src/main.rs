@@ -43,6 +43,10 @@
 //!   [-p 0] [-- SPARROW BENCH ARGS]`: llama.cpp's `llama-bench` (default, and repack off where it can) and
 //!   `sparrow bench` under the same cgroup memory limit, page cache dropped before each run, interleaved
 //!   rounds; decode ratios, peak RSS, the cgroup's peak and OOM kills (see `capped.rs`). Root, Linux.
+//! - `bench-formats [--rounds R] [-p N] [-n N] [--formats F,...]`: one SYNTHETIC model in every weight format
+//!   (written in F16 by `synth-model`, the others made by llama.cpp's `llama-quantize`), `llama-bench` and
+//!   `sparrow bench` on each in turn; a table of prompt and decode tok/s and ratios (see
+//!   `bench_formats.rs`). llama.cpp is built as for `capped-bench` (`llama.rs`).
 //!
 //! Invariant: every step that CI needs is here or in a test's own setup; `.ci/run` only calls `cargo xtask ci`.
 
@@ -52,9 +56,11 @@ use std::process::Command;
 use anyhow::{bail, Context, Result};
 
 mod android;
+mod bench_formats;
 mod capped;
 mod fixtures;
 mod gguf_fixtures;
+mod llama;
 mod load_test;
 mod synth;
 mod z3;
@@ -459,8 +465,11 @@ fn main() -> Result<()> {
         "fuzz" => fuzz(&std::env::args().skip(2).collect::<Vec<_>>()),
         "load-test" => load_test::run(&root(), &std::env::args().skip(2).collect::<Vec<_>>()),
         "capped-bench" => capped::run(&root(), &std::env::args().skip(2).collect::<Vec<_>>()),
+        "bench-formats" => {
+            bench_formats::run(&root(), &std::env::args().skip(2).collect::<Vec<_>>())
+        }
         _ => {
-            eprintln!("usage: cargo xtask <ci | setup | tidy | test-aarch64 | check-android | android | deploy [--serial S] --model M [--emulate] | fixtures [--no-gguf] | synth-model [--help] | fuzz [--time S] [--cases N] | load-test [--clients N] [--secs S] | capped-bench --model GGUF [--bundle B] [--cap 50%] | z3>");
+            eprintln!("usage: cargo xtask <ci | setup | tidy | test-aarch64 | check-android | android | deploy [--serial S] --model M [--emulate] | fixtures [--no-gguf] | synth-model [--help] | fuzz [--time S] [--cases N] | load-test [--clients N] [--secs S] | capped-bench --model GGUF [--bundle B] [--cap 50%] | bench-formats [--rounds R] | z3>");
             bail!("unknown task `{task}`")
         }
     }

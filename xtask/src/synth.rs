@@ -11,7 +11,7 @@
 //! Architecture `llama` with `sparrow.ffn_activation = relu` (gated FFN `down(relu(gate·x) * (up·x))`), the
 //! llama.cpp tensor names and metadata keys that `xtask/src/fixtures.rs` uses, and its byte-level vocabulary
 //! (256 byte tokens, `<|im_start|>`, `<|im_end|>` = eos) padded with unused tokens `<|synth_pad_N|>` (type 5)
-//! to `--vocab` entries. Every matrix, the token embedding included, is in `--format` (Q4_0 or Q8_0,
+//! to `--vocab` entries. Every matrix, the token embedding included, is in `--format` (Q4_0, Q8_0 or F16,
 //! quantized with `kernels_neon::quantize_row`, ggml's reference quantizer), or with `--format q4_k_m`
 //! in llama.cpp's Q4_K_M mix (Q4_K, Q6_K for the embedding and some layers' `attn_v` and `ffn_down`,
 //! Q5_0/Q8_0 where rows are not whole 256-element super-blocks; `Options::tensor_format`); the norms
@@ -102,7 +102,7 @@ pub struct Options {
     pub kv_heads: usize,
     /// Vocabulary size (embedding rows).
     pub vocab: usize,
-    /// Weight format: Q4_0 or Q8_0 (the format of every matrix unless `q4_k_m`).
+    /// Weight format: Q4_0, Q8_0 or F16 (the format of every matrix unless `q4_k_m`).
     pub format: DType,
     /// llama.cpp's Q4_K_M mix instead (`--format q4_k_m`, [`Options::tensor_format`]).
     pub q4_k_m: bool,
@@ -132,7 +132,7 @@ impl Default for Options {
 
 /// The usage text.
 pub const USAGE: &str = "usage: cargo xtask synth-model [--out PATH] [--layers N] [--d D] [--ff F] [--heads H] [--kv-heads K] \
-[--vocab V] [--format q4_0|q8_0|q4_k_m] [--alpha A] [--seed S]
+[--vocab V] [--format q4_0|q8_0|q4_k_m|f16] [--alpha A] [--seed S]
   defaults: 32 layers, d 4096, ff 14336, 32 heads, 8 kv heads, vocab 32000, q4_0, alpha 1.0, seed 0x5EED,
   out target/synth/synth-<layers>x<d>x<ff>-<format>.gguf (4.0 GB at the defaults)";
 
@@ -188,7 +188,8 @@ impl Options {
                         "q4_0" => (DType::Q4_0, false),
                         "q8_0" => (DType::Q8_0, false),
                         "q4_k_m" => (DType::Q4_K, true),
-                        _ => bail!("--format takes q4_0, q8_0 or q4_k_m, not `{value}`"),
+                        "f16" => (DType::F16, false),
+                        _ => bail!("--format takes q4_0, q8_0, q4_k_m or f16, not `{value}`"),
                     }
                 }
                 "--alpha" => {
@@ -246,8 +247,8 @@ impl Options {
             self.vocab
         );
         ensure!(
-            matches!(self.format, DType::Q4_0 | DType::Q8_0) || self.q4_k_m,
-            "format must be Q4_0 or Q8_0 (or the Q4_K_M mix), not {}",
+            matches!(self.format, DType::Q4_0 | DType::Q8_0 | DType::F16) || self.q4_k_m,
+            "format must be Q4_0, Q8_0 or F16 (or the Q4_K_M mix), not {}",
             self.format
         );
         ensure!(

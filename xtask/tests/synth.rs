@@ -581,7 +581,7 @@ fn bad_options_are_refused_with_the_reason() {
         ("--d 96 --heads 32", "even"),
         ("--kv-heads 3", "--kv-heads"),
         ("--vocab 100", "--vocab"),
-        ("--format q4_1", "q4_0, q8_0 or q4_k_m"),
+        ("--format q4_1", "q4_0, q8_0, q4_k_m or f16"),
         ("--alpha -1", "--alpha"),
         ("--alpha nan", "--alpha"),
         ("--seed -3", "--seed"),

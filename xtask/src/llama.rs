@@ -1,0 +1,142 @@
+//! llama.cpp as this project compares against it (docs/BENCHMARKS.md): built from the source vendored
+//! in the PyPI sdist `llama-cpp-python==0.3.36` (`cmake` from a venv when absent) into
+//! `target/llama.cpp/`, and the speeds its `llama-bench -o json` and `sparrow bench --json` print.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result};
+
+/// The llama.cpp source this project compares against (docs/BENCHMARKS.md).
+const LLAMA_CPP_PYTHON: &str = "0.3.36";
+
+/// What a run measured: decode and prompt tok/s.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Speeds {
+    pub tg: Option<f64>,
+    pub pp: Option<f64>,
+}
+
+/// Decode and prompt tok/s from llama-bench's `-o json` (its text-generation and prompt entries).
+pub fn llama_speeds(stdout: &str) -> Speeds {
+    let Ok(v) = serde_json::from_str::<serde_json::Value>(stdout.trim()) else {
+        return Speeds::default();
+    };
+    let entries = v.as_array().map(|a| a.as_slice()).unwrap_or_default();
+    let find = |gen: bool| {
+        entries
+            .iter()
+            .find(|e| {
+                let (g, p) = (
+                    e["n_gen"].as_u64().unwrap_or(0),
+                    e["n_prompt"].as_u64().unwrap_or(0),
+                );
+                if gen {
+                    g > 0 && p == 0
+                } else {
+                    p > 0 && g == 0
+                }
+            })
+            .and_then(|e| e["avg_ts"].as_f64())
+    };
+    Speeds {
+        tg: find(true),
+        pp: find(false),
+    }
+}
+
+/// Decode and prompt tok/s from `sparrow bench --json`.
+pub fn sparrow_speeds(stdout: &str) -> Speeds {
+    let v = stdout
+        .lines()
+        .rev()
+        .find(|l| l.starts_with('{'))
+        .and_then(|l| serde_json::from_str::<serde_json::Value>(l).ok());
+    let Some(v) = v else {
+        return Speeds::default();
+    };
+    Speeds {
+        tg: v["tg_tok_s"].as_f64(),
+        pp: v["pp_tok_s"].as_f64(),
+    }
+}
+
+/// llama.cpp's program `target` (`llama-bench`, `llama-quantize`), built from the PyPI sdist when
+/// absent.
+pub fn tool(root: &Path, target: &str) -> Result<PathBuf> {
+    let dir = root.join("target").join("llama.cpp");
+    let bin = dir.join("build").join("bin").join(target);
+    if bin.is_file() {
+        return Ok(bin);
+    }
+    std::fs::create_dir_all(&dir)?;
+    let src = dir.join(format!("llama_cpp_python-{LLAMA_CPP_PYTHON}"));
+    if !src.is_dir() {
+        // The sdist's URL and hash from PyPI's simple index, JSON form (pip download would build
+        // the sdist's metadata first, installing its build backend).
+        let script = format!(
+            r#"import hashlib, json, sys, urllib.request
+name = "llama_cpp_python-{LLAMA_CPP_PYTHON}.tar.gz"
+req = urllib.request.Request("https://pypi.org/simple/llama-cpp-python/", headers={{"Accept": "application/vnd.pypi.simple.v1+json"}})
+sdist = next(f for f in json.load(urllib.request.urlopen(req))["files"] if f["filename"] == name)
+data = urllib.request.urlopen(sdist["url"]).read()
+if hashlib.sha256(data).hexdigest() != sdist["hashes"]["sha256"]:
+    sys.exit("sha256 mismatch for " + name)
+open(sys.argv[1], "wb").write(data)"#
+        );
+        let tarball = dir.join("llama-cpp-python.tar.gz");
+        super::run(Command::new("python3").arg("-c").arg(script).arg(&tarball))
+            .context("downloading the llama-cpp-python sdist from PyPI")?;
+        super::run(
+            Command::new("tar")
+                .arg("xzf")
+                .arg(&tarball)
+                .arg("-C")
+                .arg(&dir),
+        )?;
+    }
+    let cmake = if super::have("cmake") {
+        PathBuf::from("cmake")
+    } else {
+        let venv = dir.join("venv");
+        if !venv.join("bin").join("cmake").is_file() {
+            super::run(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
+            super::run(
+                Command::new(venv.join("bin").join("pip")).args(["install", "-q", "cmake"]),
+            )?;
+        }
+        venv.join("bin").join("cmake")
+    };
+    let llama = src.join("vendor").join("llama.cpp");
+    super::run(
+        Command::new(&cmake)
+            .arg("-S")
+            .arg(&llama)
+            .arg("-B")
+            .arg(dir.join("build"))
+            .args([
+                "-DCMAKE_BUILD_TYPE=Release",
+                "-DGGML_NATIVE=ON",
+                "-DLLAMA_CURL=OFF",
+            ]),
+    )?;
+    super::run(
+        Command::new(&cmake)
+            .arg("--build")
+            .arg(dir.join("build"))
+            .args(["--target", target, "-j2"]),
+    )?;
+    Ok(bin)
+}
+
+/// Whether this llama-bench can turn repacking off (`--repack <0|1>`, builds since mid-2025).
+pub fn has_no_repack(bin: &Path) -> bool {
+    Command::new(bin)
+        .arg("--help")
+        .output()
+        .map(|o| {
+            String::from_utf8_lossy(&o.stdout).contains("--repack")
+                || String::from_utf8_lossy(&o.stderr).contains("--repack")
+        })
+        .unwrap_or(false)
+}
