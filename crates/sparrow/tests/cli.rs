@@ -177,6 +177,46 @@ fn chat_renders_qwens_own_template_with_its_system_prompt() {
     assert!(v["text"].as_str().unwrap().contains('4'), "{}", v["text"]);
 }
 
+/// `run --best-of N`: N sampled sequences decoded as one batch, ranked by mean log-probability; each
+/// is the text a plain run with its seed samples.
+#[test]
+fn best_of_ranks_candidates_that_plain_runs_with_their_seeds_reproduce() {
+    let common = [
+        "-p",
+        "Once upon a time",
+        "-n",
+        "6",
+        "--temp",
+        "0.8",
+        "--json",
+    ];
+    let mut args = vec!["run", "--best-of", "3", "--seed", "1"];
+    args.extend(common);
+    let v = ok_json(&args);
+    assert_eq!(v["best_of"], 3, "{v}");
+    let cands = v["candidates"].as_array().unwrap();
+    assert_eq!(cands.len(), 3, "{v}");
+    let mut seeds: Vec<u64> = cands.iter().map(|c| c["seed"].as_u64().unwrap()).collect();
+    let lp: Vec<f64> = cands
+        .iter()
+        .map(|c| c["mean_logprob"].as_f64().unwrap())
+        .collect();
+    assert!(lp.windows(2).all(|w| w[0] >= w[1]), "not ranked: {lp:?}");
+    for c in cands {
+        let seed = c["seed"].as_u64().unwrap().to_string();
+        let mut args = vec!["run", "--seed", &seed];
+        args.extend(common);
+        assert_eq!(
+            ok_json(&args)["generated_ids"],
+            c["generated_ids"],
+            "seed {seed}"
+        );
+    }
+    seeds.sort_unstable();
+    seeds.dedup();
+    assert_eq!(seeds.len(), 3, "one seed per candidate");
+}
+
 #[test]
 fn sampling_with_a_seed_is_repeatable() {
     let args = [
