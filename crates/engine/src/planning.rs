@@ -373,6 +373,7 @@ fn memory_layers(
                     down,
                     down_format.name(),
                 )
+                .with_dense_down(layer.down.format().name())
             })
             .map_err(|e| EngineError::Request(e.to_string()))
         })

@@ -52,6 +52,12 @@ pub struct FfnLayer {
     /// Weight format of the down columns as sparse decode reads them (empty: `format`).
     #[serde(default)]
     pub down_format: String,
+    /// Weight format of the down matrix as dense decode reads it, the file's (empty: `format`;
+    /// [`FfnLayer::with_dense_down`]). Dense decode's FFN reads `gate_up_bytes` per neuron at
+    /// `format`'s rate and the rest of `neuron_bytes` at this one's: a llama.cpp Q4_K_M file keeps
+    /// gate and up in Q4_K (or Q5_0 where rows are not whole super-blocks) and down in Q4_K or Q6_K.
+    #[serde(default)]
+    pub dense_down_format: String,
 }
 
 impl FfnLayer {
@@ -98,6 +104,7 @@ impl FfnLayer {
             gate_up_bytes: 0,
             down_bytes: 0,
             down_format: String::new(),
+            dense_down_format: String::new(),
         })
     }
 
@@ -107,6 +114,12 @@ impl FfnLayer {
         self.gate_up_bytes = gate_up_bytes;
         self.down_bytes = down_bytes;
         self.down_format = down_format.to_string();
+        self
+    }
+
+    /// The same layer with the format of its down matrix as dense decode reads it.
+    pub fn with_dense_down(mut self, format: &str) -> Self {
+        self.dense_down_format = format.to_string();
         self
     }
 }

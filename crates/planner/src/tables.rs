@@ -155,6 +155,30 @@ pub(crate) fn sparse_layer_ns(
     sparse
 }
 
+/// Dense decode's FFN time for the `neurons` of layer `l` at `t` threads and batch size `b` (ns,
+/// without the per-call cost): the gate and up rows at their format's rate, the down matrix at its
+/// own (the whole neuron at `format`'s where the parts or the down format are not given).
+pub(crate) fn dense_layer_ns(
+    device: &DeviceProfile,
+    l: &FfnLayer,
+    t: u32,
+    b: u32,
+    neurons: f64,
+) -> u64 {
+    let at = |bytes: f64, format: &str| {
+        ns(
+            neurons * bytes * device.batch_scale(format, b),
+            device.kernel_rate(format, t).0,
+        )
+    };
+    let whole = l.neuron_bytes as f64;
+    if l.gate_up_bytes == 0 || l.dense_down_format.is_empty() || l.gate_up_bytes > l.neuron_bytes {
+        return at(whole, &l.format);
+    }
+    let gu = l.gate_up_bytes as f64;
+    at(gu, &l.format) + at(whole - gu, &l.dense_down_format)
+}
+
 impl Tables {
     /// Builds the tables for batch-size index `batch` of `model` on `device` under `c`.
     pub fn build(
@@ -229,8 +253,7 @@ impl Tables {
                 let n = l.neurons as f64;
                 sparse +=
                     sparse_layer_ns(device, model.predicted, model.select_up, l, t, b, n, active);
-                let d_bps = device.kernel_rate(&l.format, t).0;
-                dense += ns(n * l.neuron_bytes as f64 * scale(&l.format), d_bps);
+                dense += dense_layer_ns(device, l, t, b, n);
             }
             ffn_sparse_ns.push(sparse);
             ffn_dense_ns.push(dense);

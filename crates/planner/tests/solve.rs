@@ -159,6 +159,48 @@ mod z3 {
     }
 }
 
+/// Dense decode reads a layer's gate and up rows at their format's rate and its down matrix at the
+/// down format's (a Q4_K_M file: gate/up Q5_0 where rows are 896 wide, down Q4_K): costed at the
+/// gate's rate alone, a fast down format made dense look slower than it is, and the plan picked
+/// sparse where dense was faster (Qwen2.5-Coder-0.5B in memory).
+#[test]
+fn dense_cost_reads_the_down_matrix_at_its_own_formats_rate() {
+    let half = vec![0.5f32; 1000];
+    let layer =
+        planner::FfnLayer::from_frequencies(1332, "q4_0", 1332, 1, &[half.clone(), half], 4)
+            .unwrap()
+            .with_parts(720, 612, "q8_0");
+    let mut m = model(1, 1000, 4, 0.0, false);
+    m.layers = vec![layer.clone()];
+    let c = Constraints {
+        context: 256,
+        ..Constraints::default()
+    };
+    let d = device(1, 1.0);
+    let dense_ns = |m: &planner::ModelSummary| {
+        let t = Tables::build(&d, m, &c, 0).unwrap();
+        let i = t.threads.iter().position(|&x| x == 1).unwrap();
+        t.ffn_dense_ns[i] as f64
+    };
+    let ns = |bytes: f64, bps: f64| bytes / bps * 1e9;
+    let (q4, q8) = (d.kernel_rate("q4_0", 1).0, d.kernel_rate("q8_0", 1).0);
+    // Without the down's format: the whole neuron at the gate's rate.
+    let want = ns(1000.0 * 1332.0, q4);
+    assert!(
+        (dense_ns(&m) - want).abs() <= 2.0,
+        "{} vs {want}",
+        dense_ns(&m)
+    );
+    m.layers = vec![layer.with_dense_down("q8_0")];
+    let want = ns(1000.0 * 720.0, q4) + ns(1000.0 * 612.0, q8);
+    assert!(
+        (dense_ns(&m) - want).abs() <= 2.0,
+        "{} vs {want}",
+        dense_ns(&m)
+    );
+    assert!(want < ns(1000.0 * 1332.0, q4));
+}
+
 #[test]
 fn sparse_cost_counts_what_selection_computes_and_each_call() {
     // One layer of 1000 neurons half of which fire; gate+up 720 bytes, down 612 bytes per neuron.
