@@ -159,12 +159,9 @@ mod z3 {
     }
 }
 
-/// Dense decode reads a layer's gate and up rows at their format's rate and its down matrix at the
-/// down format's (a Q4_K_M file: gate/up Q5_0 where rows are 896 wide, down Q4_K): costed at the
-/// gate's rate alone, a fast down format made dense look slower than it is, and the plan picked
-/// sparse where dense was faster (Qwen2.5-Coder-0.5B in memory).
-#[test]
-fn dense_cost_reads_the_down_matrix_at_its_own_formats_rate() {
+/// One layer of 1000 neurons half of which fire, gate+up 720 bytes and down 612 bytes (Q8_0) per
+/// neuron, gate and up in Q4_0; a model of that layer alone, and constraints at a context of 256.
+fn one_layer() -> (planner::FfnLayer, planner::ModelSummary, Constraints) {
     let half = vec![0.5f32; 1000];
     let layer =
         planner::FfnLayer::from_frequencies(1332, "q4_0", 1332, 1, &[half.clone(), half], 4)
@@ -176,6 +173,16 @@ fn dense_cost_reads_the_down_matrix_at_its_own_formats_rate() {
         context: 256,
         ..Constraints::default()
     };
+    (layer, m, c)
+}
+
+/// Dense decode reads a layer's gate and up rows at their format's rate and its down matrix at the
+/// down format's (a Q4_K_M file: gate/up Q5_0 where rows are 896 wide, down Q4_K): costed at the
+/// gate's rate alone, a fast down format made dense look slower than it is, and the plan picked
+/// sparse where dense was faster (Qwen2.5-Coder-0.5B in memory).
+#[test]
+fn dense_cost_reads_the_down_matrix_at_its_own_formats_rate() {
+    let (layer, mut m, c) = one_layer();
     let d = device(1, 1.0);
     let dense_ns = |m: &planner::ModelSummary| {
         let t = Tables::build(&d, m, &c, 0).unwrap();
@@ -203,18 +210,7 @@ fn dense_cost_reads_the_down_matrix_at_its_own_formats_rate() {
 
 #[test]
 fn sparse_cost_counts_what_selection_computes_and_each_call() {
-    // One layer of 1000 neurons half of which fire; gate+up 720 bytes, down 612 bytes per neuron.
-    let half = vec![0.5f32; 1000];
-    let layer =
-        planner::FfnLayer::from_frequencies(1332, "q4_0", 1332, 1, &[half.clone(), half], 4)
-            .unwrap()
-            .with_parts(720, 612, "q8_0");
-    let mut m = model(1, 1000, 4, 0.0, false);
-    m.layers = vec![layer];
-    let c = Constraints {
-        context: 256,
-        ..Constraints::default()
-    };
+    let (_, mut m, c) = one_layer();
     let mut d = device(1, 1.0);
     let (dense, sparse) = d.kernel_rate("q4_0", 1);
     let axpy = d.axpy_rate("q8_0", 1);
