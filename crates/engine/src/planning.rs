@@ -103,8 +103,13 @@ pub fn model_summary(engine: &Engine<'_>, sidecars: &SparseSidecars) -> Result<M
             )));
         }
     }
-    let layers = match &store {
-        Some(path) => store_layers(path, &freq_of)?,
+    // The store's index, read once (its layers and the prompt step's memory both need it).
+    let store_ix = match &store {
+        Some(path) => Some(store_index(path)?),
+        None => None,
+    };
+    let layers = match &store_ix {
+        Some(ix) => store_layers(ix, &freq_of)?,
         None => memory_layers(model, profile.as_ref(), &freq_of)?,
     };
     Ok(ModelSummary {
@@ -141,21 +146,25 @@ pub fn model_summary(engine: &Engine<'_>, sidecars: &SparseSidecars) -> Result<M
             0
         },
         prompt_macs: prompt_macs(model, &layers, store.is_some()),
-        prompt_step_bytes: match &store {
-            Some(path) => step_bytes(engine, path)?,
+        prompt_step_bytes: match &store_ix {
+            Some(ix) => step_bytes(engine, ix),
             None => Vec::new(),
         },
         layers,
     })
 }
 
-/// The memory of an offloaded prompt step at each step the engine may take over the store at
-/// `path` (`budget::offload_prompt_step`'s halvings), as `budget::prompt_step_bytes` counts it with
-/// `engine`'s threads and precision and the default chunks.
-fn step_bytes(engine: &Engine<'_>, path: &Path) -> Result<Vec<StepBytes>> {
+/// The index of the neuron store at `path`.
+fn store_index(path: &Path) -> Result<neuron_store::StoreIndex> {
     let io = ufs_io::IoEngine::new(ufs_io::IoConfig::default())?;
     let store = neuron_store::NeuronStore::open(&io, path, ufs_io::OpenOptions::default())?;
-    let ix = store.index();
+    Ok(store.index().clone())
+}
+
+/// The memory of an offloaded prompt step at each step the engine may take over the store of index
+/// `ix` (`budget::offload_prompt_step`'s halvings), as `budget::prompt_step_bytes` counts it with
+/// `engine`'s threads and precision and the default chunks.
+fn step_bytes(engine: &Engine<'_>, ix: &neuron_store::StoreIndex) -> Vec<StepBytes> {
     let o = engine.options();
     let neurons = crate::offload::OffloadOptions::default().prefill_neurons;
     let mut steps = Vec::new();
@@ -174,7 +183,7 @@ fn step_bytes(engine: &Engine<'_>, path: &Path) -> Result<Vec<StepBytes>> {
             ),
         });
         if tokens <= crate::budget::OFFLOAD_PROMPT_STEP_MIN {
-            return Ok(steps);
+            return steps;
         }
         tokens /= 2;
     }
@@ -309,10 +318,7 @@ fn tensors(model: &Model<'_>, offloaded: bool) -> Vec<TensorInfo> {
 type FreqOf<'f> = dyn Fn(usize, &[u32]) -> Vec<Vec<f32>> + 'f;
 
 /// Layers of a resident file: sizes from its neuron store's index, neurons in the store's order.
-fn store_layers(path: &Path, freq_of: &FreqOf<'_>) -> Result<Vec<FfnLayer>> {
-    let io = ufs_io::IoEngine::new(ufs_io::IoConfig::default())?;
-    let store = neuron_store::NeuronStore::open(&io, path, ufs_io::OpenOptions::default())?;
-    let ix = store.index();
+fn store_layers(ix: &neuron_store::StoreIndex, freq_of: &FreqOf<'_>) -> Result<Vec<FfnLayer>> {
     let unit = ix.layout.unit_bytes() as u64;
     let per_unit = ix.layout.neurons.max(1) as u64;
     ix.layers
