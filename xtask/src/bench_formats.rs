@@ -17,7 +17,7 @@ use std::process::Command;
 
 use anyhow::{bail, Context, Result};
 
-use crate::llama::{llama_speeds, sparrow_speeds, Speeds};
+use crate::llama::{llama_speeds, median, sparrow_speeds, Speeds};
 
 /// llama-quantize's names of the files compared, in the table's order.
 const FORMATS: [&str; 15] = [
@@ -158,12 +158,6 @@ fn bench(program: &Path, args: &[String]) -> String {
             String::new()
         }
     }
-}
-
-fn median(mut v: Vec<f64>) -> Option<f64> {
-    v.retain(|x| x.is_finite());
-    v.sort_by(|a, b| a.total_cmp(b));
-    (!v.is_empty()).then(|| v[v.len() / 2])
 }
 
 fn cell(v: Option<f64>) -> String {

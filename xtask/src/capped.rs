@@ -22,7 +22,7 @@ use std::process::{Command, Stdio};
 
 use anyhow::{bail, Context, Result};
 
-use crate::llama::{has_no_repack, llama_speeds, sparrow_speeds, Speeds};
+use crate::llama::{has_no_repack, llama_speeds, median, sparrow_speeds, Speeds};
 
 struct Opts {
     model: PathBuf,
@@ -276,15 +276,6 @@ fn wait_with_rusage(pid: u32) -> Result<(libc::c_int, u64)> {
             return Err(e).context("waiting for the benchmark");
         }
     }
-}
-
-fn median(mut v: Vec<f64>) -> Option<f64> {
-    v.retain(|x| x.is_finite());
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(|a, b| a.total_cmp(b));
-    Some(v[v.len() / 2])
 }
 
 /// A benchmarked program: its name in the table, binary, arguments and decode tok/s from its stdout.

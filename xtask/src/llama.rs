@@ -61,6 +61,17 @@ pub fn sparrow_speeds(stdout: &str) -> Speeds {
     }
 }
 
+/// The median of the finite values of `v` (the upper one of an even count); `None` when there are
+/// none.
+pub fn median(mut v: Vec<f64>) -> Option<f64> {
+    v.retain(|x| x.is_finite());
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    Some(v[v.len() / 2])
+}
+
 /// llama.cpp's program `target` (`llama-bench`, `llama-quantize`), built from the PyPI sdist when
 /// absent.
 pub fn tool(root: &Path, target: &str) -> Result<PathBuf> {
