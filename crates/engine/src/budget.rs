@@ -137,21 +137,9 @@ impl Resident {
 }
 
 /// What read-ahead (`OffloadOptions::read_ahead`, without a predictor) holds besides the neuron
-/// cache over a store of `ffn` bytes in `layers` layers, where `room` bytes would be left for the
-/// cache without it: the next layer's uncached units queued during this one, twice (the I/O
-/// thread's coalesced reads, and each unit copied out of them for its step). A layer's uncached
-/// part is `(ffn - cache) / layers` with the cache `room` less this, so it is the fixed point
-/// `2 (ffn - room) / (layers - 2)`, at most two layers, nothing when the cache holds the FFN, and
-/// at most half the room (a smaller room reads less ahead: `OffloadOptions::read_ahead_bytes` is
-/// half this). (Qwen2.5-Coder-0.5B at a 211 MiB budget: 8.9 MiB; the decode's peak RSS grew by
-/// 9.4 MiB with read-ahead.)
-pub fn read_ahead_bytes(ffn: u64, layers: usize, room: u64) -> u64 {
-    let most = (2 * ffn / layers.max(1) as u64).min(room / 2);
-    if layers <= 2 {
-        return most;
-    }
-    (2 * ffn.saturating_sub(room) / (layers as u64 - 2)).min(most)
-}
+/// cache (`OffloadOptions::read_ahead_bytes` is half this): the planner's formula, which counts it
+/// the same way.
+pub use planner::read_ahead_bytes;
 
 /// How a process budget splits between what stays resident and the FFN cache.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

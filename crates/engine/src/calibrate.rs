@@ -1,7 +1,8 @@
 //! `sparrow calibrate`: measures this machine for the planner ([`planner::DeviceProfile`]) in about a
 //! minute: the kernels' weight throughput per format and thread count (dense matrix-vector and
-//! row-subset products over matrices larger than the caches, sampled in rounds:
-//! `calibrate_kernels`), DRAM read bandwidth, the cost of a
+//! row-subset products over 48 MiB matrices, and where the last-level cache is larger than that,
+//! the dense product again over twice the cache, sampled in rounds: `calibrate_kernels`), the size
+//! of that cache, DRAM read bandwidth, the cost of a
 //! batch, and flash random-read throughput by read size and queue depth with direct I/O through
 //! `ufs-io` (one I/O thread, as the engine reads), plus sequential bandwidth, the fixed cost of a
 //! parallel kernel call and sparse selection's serial cost per neuron (`select_cost`); and, when
@@ -21,7 +22,9 @@ use ufs_io::{IoConfig, IoEngine, OpenOptions, ReadRequest};
 
 use crate::accel::AccelKind;
 use crate::calibrate_accel::measure_accel;
-use crate::calibrate_kernels::{kernel_err, measure_kernels, per_call, pool, XorShift, ROUNDS};
+use crate::calibrate_kernels::{
+    dram_matrix_bytes, kernel_err, measure_kernels, per_call, pool, XorShift, ROUNDS,
+};
 use crate::calibrate_prompt::{measure_prompt, Timing, PROMPT_TOKENS};
 use crate::error::{EngineError, Result};
 
@@ -95,9 +98,11 @@ impl CalibrateOptions {
     }
 }
 
-/// DRAM read bandwidth: a sum over a buffer far larger than the caches, one thread per core.
-fn measure_dram(o: &CalibrateOptions) -> Result<f64> {
-    let words = (256usize << 20) / 8;
+/// DRAM read bandwidth: a sum over a buffer far larger than the caches (256 MiB, or twice a
+/// larger last-level cache of `llc` bytes), one thread per core.
+fn measure_dram(o: &CalibrateOptions, llc: Option<u64>) -> Result<f64> {
+    let bytes = dram_matrix_bytes(llc).unwrap_or(0).max(256 << 20);
+    let words = bytes / 8;
     let buf: Vec<u64> = (0..words as u64).collect();
     let p = pool(o.max_threads)?;
     let secs = per_call(o.point_time, || {
@@ -247,8 +252,9 @@ pub fn calibrate(o: &CalibrateOptions, mut progress: impl FnMut(&str)) -> Result
         ));
         accelerators.push(a);
     }
+    let llc = crate::sys::last_level_cache_bytes();
     let (kernels, batch_cost) =
-        measure_kernels(&o.formats, o.max_threads, o.point_time, &mut progress)?;
+        measure_kernels(&o.formats, o.max_threads, o.point_time, llc, &mut progress)?;
     let prompt = measure_prompt(Timing {
         threads: o.max_threads,
         point_time: o.point_time,
@@ -265,7 +271,7 @@ pub fn calibrate(o: &CalibrateOptions, mut progress: impl FnMut(&str)) -> Result
         prompt.t_flops / 1e9,
         prompt.short_flops / 1e9
     ));
-    let dram_bps = measure_dram(o)?;
+    let dram_bps = measure_dram(o, llc)?;
     progress(&format!("DRAM: {:.1} GB/s", dram_bps / 1e9));
     let scratch = write_scratch(o)?;
     progress(&format!(
@@ -327,6 +333,7 @@ pub fn calibrate(o: &CalibrateOptions, mut progress: impl FnMut(&str)) -> Result
         prompt_short_flops: prompt.short_flops,
         prompt_tile_min_tokens: kernels_neon::INT_TILE_MIN_TOKENS as u32,
         accelerators,
+        llc_bytes: llc.unwrap_or(0),
     })
 }
 

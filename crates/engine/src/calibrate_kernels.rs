@@ -19,6 +19,20 @@ use crate::error::{EngineError, Result};
 /// Rounds over which every kernel point is sampled (the median is kept).
 pub(crate) const ROUNDS: usize = 5;
 
+/// Bytes of the matrix each format's kernels are timed on: past the last-level cache of a phone or
+/// a laptop (not of a server: see [`dram_matrix_bytes`]).
+const MATRIX_BYTES: usize = 48 << 20;
+
+/// Bytes of the matrix the dense kernel's DRAM rate ([`planner::KernelRate::dram_dense_bps`]) is
+/// timed on, for a last-level cache of `llc` bytes: twice the cache, at most 1 GiB, where that is
+/// more than [`MATRIX_BYTES`] (a server's or a VM's cache of hundreds of MiB, which holds
+/// [`MATRIX_BYTES`] and a small model); `None` where [`MATRIX_BYTES`] already streams from DRAM or
+/// the cache's size is unknown.
+pub(crate) fn dram_matrix_bytes(llc: Option<u64>) -> Option<usize> {
+    let twice = usize::try_from(llc?.saturating_mul(2)).ok()?.min(1 << 30);
+    (twice > MATRIX_BYTES).then_some(twice)
+}
+
 /// Tokens of the batched product whose cost calibration measures (the Best-of-N size issue targets
 /// use; the planner extrapolates linearly to other batch sizes).
 const BATCH_TOKENS: usize = 4;
@@ -77,6 +91,8 @@ enum Kernel {
     Axpy,
     /// [`BATCH_TOKENS`] tokens through `matvec_batch` (at the most threads only).
     Batch,
+    /// The dense product over the matrix of [`dram_matrix_bytes`], larger than the cache.
+    DramDense,
 }
 
 /// One format's matrix and buffers.
@@ -101,8 +117,7 @@ impl FormatBench {
         let row_bytes = format
             .row_bytes(cols)
             .ok_or_else(|| EngineError::Request(format!("{format}: no row size")))?;
-        // 48 MiB: past the last-level cache of a phone or a laptop.
-        let rows = ((48usize << 20) / row_bytes).max(256) & !63;
+        let rows = (MATRIX_BYTES / row_bytes).max(256) & !63;
         let mut data = vec![0u8; rows * row_bytes];
         // Scales of random bytes may be NaN or huge; the time of the arithmetic does not depend
         // on it.
@@ -127,24 +142,39 @@ impl FormatBench {
         })
     }
 
-    /// Bytes of weights one call of `kernel` reads.
-    fn bytes(&self, kernel: Kernel) -> f64 {
+    /// Bytes of weights one call of `kernel` reads (`dram`: the large matrix's bytes).
+    fn bytes(&self, kernel: Kernel, dram: &[u8]) -> f64 {
         let all = self.data.len() as f64;
         match kernel {
             Kernel::Dense | Kernel::Batch => all,
             Kernel::Sparse | Kernel::Axpy => all * self.per_set as f64 / self.rows as f64,
+            Kernel::DramDense => (self.dram_rows(dram) * self.data.len() / self.rows) as f64,
         }
     }
 
-    /// Seconds per call of `kernel` on `threads` threads of `p`, timed for about `time`.
+    /// Rows of this format in `dram` (whole multiples of 64).
+    fn dram_rows(&self, dram: &[u8]) -> usize {
+        (dram.len() / (self.data.len() / self.rows)) & !63
+    }
+
+    /// Seconds per call of `kernel` on `threads` threads of `p`, timed for about `time` (`dram`:
+    /// the bytes of [`Kernel::DramDense`]'s matrix, shared by the formats).
     fn time(
         &mut self,
         kernel: Kernel,
         threads: usize,
         p: &rayon::ThreadPool,
         time: Duration,
+        dram: &[u8],
     ) -> Result<f64> {
-        let w = QMatrix::new(self.format, self.rows, self.cols, &self.data)
+        let (rows, data) = match kernel {
+            Kernel::DramDense => {
+                let rows = self.dram_rows(dram);
+                (rows, &dram[..rows * (self.data.len() / self.rows)])
+            }
+            _ => (self.rows, &self.data[..]),
+        };
+        let w = QMatrix::new(self.format, rows, self.cols, data)
             .map_err(|e| EngineError::Request(format!("calibration matrix: {e}")))?;
         let (x, y, sets, per_set) = (&self.x, &mut self.y, &self.sets, self.per_set);
         let turn = &mut self.turn;
@@ -176,6 +206,12 @@ impl FormatBench {
                         })
                 })
             }
+            Kernel::DramDense => {
+                let mut y = vec![0f32; rows];
+                per_call(time, || {
+                    kernels_neon::matvec(&w, x, &mut y, Precision::Fast).map_err(kernel_err)
+                })
+            }
             Kernel::Batch => {
                 let n = BATCH_TOKENS;
                 let xb: Vec<f32> = (0..n).flat_map(|_| x.iter().copied()).collect();
@@ -203,14 +239,24 @@ pub(crate) fn measure_kernels(
     formats: &[WeightFormat],
     max_threads: usize,
     point_time: Duration,
+    llc: Option<u64>,
     progress: &mut dyn FnMut(&str),
 ) -> Result<(Vec<KernelRate>, f64)> {
+    // The large matrix of the DRAM rates, random bytes that every format reads as its own.
+    let dram = dram_matrix_bytes(llc).map_or_else(Vec::new, |n| {
+        let mut v = vec![0u8; n];
+        XorShift(0x6a09_e667_f3bc_c909).fill(&mut v);
+        v
+    });
     let mut benches = formats
         .iter()
         .map(|&f| FormatBench::new(f))
         .collect::<Result<Vec<_>>>()?;
     let pools = (1..=max_threads).map(pool).collect::<Result<Vec<_>>>()?;
-    let kernels = [Kernel::Dense, Kernel::Sparse, Kernel::Axpy, Kernel::Batch];
+    let mut kernels = vec![Kernel::Dense, Kernel::Sparse, Kernel::Axpy, Kernel::Batch];
+    if !dram.is_empty() {
+        kernels.push(Kernel::DramDense);
+    }
     // samples[format][threads - 1][kernel]: seconds per call, one per round.
     let mut samples =
         vec![vec![vec![Vec::with_capacity(ROUNDS); kernels.len()]; max_threads]; formats.len()];
@@ -222,7 +268,7 @@ pub(crate) fn measure_kernels(
                     if matches!(kernel, Kernel::Batch) && t + 1 != max_threads {
                         continue;
                     }
-                    per_threads[k].push(b.time(kernel, t + 1, &pools[t], slice)?);
+                    per_threads[k].push(b.time(kernel, t + 1, &pools[t], slice, &dram)?);
                 }
             }
         }
@@ -236,10 +282,14 @@ pub(crate) fn measure_kernels(
             let mut rate = KernelRate {
                 format: b.format.name().to_string(),
                 threads: (t + 1) as u32,
-                dense_bps: b.bytes(Kernel::Dense) / dense,
-                sparse_bps: b.bytes(Kernel::Sparse) / median(&mut per_threads[1]),
-                axpy_bps: b.bytes(Kernel::Axpy) / median(&mut per_threads[2]),
+                dense_bps: b.bytes(Kernel::Dense, &dram) / dense,
+                sparse_bps: b.bytes(Kernel::Sparse, &dram) / median(&mut per_threads[1]),
+                axpy_bps: b.bytes(Kernel::Axpy, &dram) / median(&mut per_threads[2]),
                 batch_cost: 0.0,
+                dram_dense_bps: match per_threads.get_mut(4) {
+                    Some(s) => b.bytes(Kernel::DramDense, &dram) / median(s),
+                    None => 0.0,
+                },
             };
             let mut batch = String::new();
             if t + 1 == max_threads {
@@ -251,8 +301,13 @@ pub(crate) fn measure_kernels(
                 batch =
                     format!(", each further token of a batch of {BATCH_TOKENS} {cost:.2} of one");
             }
+            let past_cache = if rate.dram_dense_bps > 0.0 {
+                format!(" ({:.2} past the cache)", rate.dram_dense_bps / 1e9)
+            } else {
+                String::new()
+            };
             progress(&format!(
-                "{} at {} threads: {:.2} GB/s{batch}",
+                "{} at {} threads: {:.2} GB/s{past_cache}{batch}",
                 b.format,
                 t + 1,
                 rate.dense_bps / 1e9

@@ -130,6 +130,8 @@ pub fn model_summary(engine: &Engine<'_>, sidecars: &SparseSidecars) -> Result<M
         batch_sizes,
         grid: GRID,
         offloaded: store.is_some(),
+        // The engine reads ahead where no predictor selects the neurons (its default).
+        reads_ahead: store.is_some() && !(predictor.is_some() && predictor_bytes > 0),
         prompt_macs_per_token: cfg.n_layers as f64
             * (cfg.d_model * (2 * cfg.q_dim() + 2 * cfg.kv_dim() + 3 * cfg.d_ff)) as f64,
         down_macs_per_token: (cfg.n_layers * cfg.d_model * cfg.d_ff) as f64,

@@ -60,6 +60,7 @@ fn device_profile() -> engine::planner::DeviceProfile {
                 sparse_bps: 3e9,
                 axpy_bps: 3e9,
                 batch_cost: 0.0,
+                dram_dense_bps: 0.0,
             })
             .to_vec(),
         flash_random: vec![IoRate {

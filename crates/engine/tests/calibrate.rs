@@ -1,4 +1,5 @@
-//! `engine::calibrate` on a quick run: one progress message per point its progress bar counts.
+//! `engine::calibrate` on a quick run: one progress message per point its progress bar counts, and
+//! the cache-dependent rates where the machine's cache calls for them.
 
 use engine::calibrate::{calibrate, CalibrateOptions};
 
@@ -12,5 +13,13 @@ fn progress_messages_match_the_counted_steps() {
     let profile = calibrate(&o, |m| messages.push(m.to_string())).unwrap();
     assert_eq!(messages.len() as u64, o.steps(), "{messages:#?}");
     assert!(profile.select_ns > 0.0, "{profile:?}");
+    // The last-level cache as sysfs gives it; past a cache larger than the 48 MiB matrices, each
+    // format's dense rate measured again over twice the cache.
+    let llc = engine::sys::last_level_cache_bytes();
+    assert_eq!(profile.llc_bytes, llc.unwrap_or(0));
+    let past = llc.is_some_and(|c| 2 * c > 48 << 20);
+    for k in &profile.kernels {
+        assert_eq!(k.dram_dense_bps > 0.0, past, "{k:?}");
+    }
     std::fs::remove_dir_all(&dir).ok();
 }

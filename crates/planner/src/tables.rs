@@ -155,6 +155,32 @@ pub(crate) fn sparse_layer_ns(
     sparse
 }
 
+/// Memory that does not depend on any decision: the process, the KV cache at the context and,
+/// under a budget, what the engine's read-ahead holds there ([`crate::read_ahead_bytes`], with
+/// the room the budget leaves beside the tensors that must stay in memory).
+fn fixed_bytes(model: &ModelSummary, c: &Constraints) -> u64 {
+    let fixed = model.process_bytes + model.kv_bytes_per_position * c.context as u64;
+    let Some(budget) = c
+        .memory_budget
+        .filter(|_| model.offloaded && model.reads_ahead)
+    else {
+        return fixed;
+    };
+    let kept: u64 = model
+        .tensors
+        .iter()
+        .filter(|x| !x.offloadable)
+        .map(|x| x.bytes)
+        .sum();
+    let ffn: u64 = model
+        .layers
+        .iter()
+        .map(|l| l.neurons as u64 * l.neuron_bytes)
+        .sum();
+    let room = budget.saturating_sub(fixed + kept);
+    fixed + crate::read_ahead_bytes(ffn, model.layers.len(), room)
+}
+
 /// Dense decode's FFN time for the `neurons` of layer `l` at `t` threads and batch size `b` (ns,
 /// without the per-call cost): the gate and up rows at their format's rate, the down matrix at its
 /// own (the whole neuron at `format`'s where the parts or the down format are not given).
@@ -189,6 +215,11 @@ impl Tables {
     ) -> Result<Tables> {
         device.validate()?;
         model.validate()?;
+        // What a step reads from memory: the whole model, or no more than the budget holds.
+        let in_memory = model
+            .decode_weight_bytes()
+            .min(c.memory_budget.unwrap_or(u64::MAX));
+        let device = &device.for_working_set(in_memory);
         let b = *model
             .batch_sizes
             .get(batch)
@@ -331,7 +362,7 @@ impl Tables {
             io_ns,
             cache_bytes,
             tensors,
-            fixed_bytes: model.process_bytes + model.kv_bytes_per_position * c.context as u64,
+            fixed_bytes: fixed_bytes(model, c),
             pred_bytes: if model.predicted {
                 model.predictor_bytes
             } else {

@@ -729,6 +729,7 @@ fn planner_seeds() -> (Vec<u8>, Vec<u8>) {
             sparse_bps: 2e9 * t as f64,
             axpy_bps: 0.0,
             batch_cost: 0.0,
+            dram_dense_bps: 0.0,
         })
         .collect();
     let device = DeviceProfile {

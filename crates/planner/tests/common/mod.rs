@@ -18,6 +18,7 @@ pub fn device(cores: u32, speed: f64) -> DeviceProfile {
                 sparse_bps: base * 0.6 * speed * (t as f64).powf(0.8),
                 axpy_bps: 0.0,
                 batch_cost: 0.0,
+                dram_dense_bps: 0.0,
             });
         }
     }
