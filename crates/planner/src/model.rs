@@ -260,11 +260,7 @@ impl ModelSummary {
             .filter(|x| x.computed)
             .map(|x| x.touched_bytes)
             .sum();
-        let ffn: u64 = self
-            .layers
-            .iter()
-            .map(|l| l.neurons as u64 * l.neuron_bytes)
-            .sum();
+        let ffn = self.ffn_bytes();
         let predictors = if self.predicted {
             self.predictor_bytes
         } else {

@@ -172,13 +172,8 @@ fn fixed_bytes(model: &ModelSummary, c: &Constraints) -> u64 {
         .filter(|x| !x.offloadable)
         .map(|x| x.bytes)
         .sum();
-    let ffn: u64 = model
-        .layers
-        .iter()
-        .map(|l| l.neurons as u64 * l.neuron_bytes)
-        .sum();
     let room = budget.saturating_sub(fixed + kept);
-    fixed + crate::read_ahead_bytes(ffn, model.layers.len(), room)
+    fixed + crate::read_ahead_bytes(model.ffn_bytes(), model.layers.len(), room)
 }
 
 /// Dense decode's FFN time for the `neurons` of layer `l` at `t` threads and batch size `b` (ns,
