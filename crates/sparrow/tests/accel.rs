@@ -2,7 +2,8 @@
 //! layer's FFN from flash onto the accelerator (here QNN through the test double, loaded by path as
 //! libQnnHtp.so would be), and decode is hybrid, each layer's hottest units on the accelerator in
 //! memory the neuron cache gives up (`--accel-hot 0`: decode sparse on the CPU); a library that
-//! does not load is a warning and the CPU; a QNN call failing mid-run is a warning after the
+//! does not load, lacks QNN's entry point, speaks another API version or fails a set-up call is a
+//! warning naming it and the CPU's answer; a QNN call failing mid-run is a warning after the
 //! answer, which the CPU finished.
 
 use std::path::PathBuf;
@@ -79,6 +80,47 @@ fn prompt_steps_of_a_resident_file_run_on_the_accelerator() {
     );
     assert!(err.contains("the FFN on the CPU"), "{err}");
     assert!(!err.contains("hybrid decode"), "{err}");
+    // A library that loads but cannot be used (no QNN entry point, another API version, a set-up
+    // call failing): a warning naming what is wrong, and the CPU's answer.
+    let cpu = sparrow(&run, &[]);
+    assert!(cpu.status.success());
+    let setup_failures = [
+        (
+            "qnn:libm.so.6".to_string(),
+            None,
+            "QnnInterface_getProviders",
+        ),
+        (
+            qnn.clone(),
+            Some((qnn_double::API_MAJOR_ENV, "3")),
+            "core API 3",
+        ),
+        (
+            qnn.clone(),
+            Some((qnn_double::FAIL_ENV, "backendCreate")),
+            "backendCreate",
+        ),
+        (
+            qnn.clone(),
+            Some((qnn_double::FAIL_ENV, "contextCreate")),
+            "contextCreate",
+        ),
+    ];
+    for (accel, env, named) in setup_failures {
+        let args: Vec<&str> = [&run[..], &["--accel", &accel]].concat();
+        let out = sparrow(&args, env.as_slice());
+        let err = String::from_utf8_lossy(&out.stderr).to_string();
+        assert!(out.status.success(), "{accel} {env:?}: {err}");
+        assert!(
+            err.contains("warning") && err.contains(named),
+            "{accel} {env:?}: {err}"
+        );
+        assert!(err.contains("the FFN on the CPU"), "{accel} {env:?}: {err}");
+        assert_eq!(
+            out.stdout, cpu.stdout,
+            "{accel} {env:?}: not the CPU's answer"
+        );
+    }
     // Every graph execution fails: the answer all the same, then a warning naming the step.
     let err = with(&qnn, &[(qnn_double::FAIL_ENV, "graphExecute")]);
     assert!(
