@@ -148,13 +148,18 @@ impl FormatBench {
         match kernel {
             Kernel::Dense | Kernel::Batch => all,
             Kernel::Sparse | Kernel::Axpy => all * self.per_set as f64 / self.rows as f64,
-            Kernel::DramDense => (self.dram_rows(dram) * self.data.len() / self.rows) as f64,
+            Kernel::DramDense => (self.dram_rows(dram) * self.row_bytes()) as f64,
         }
+    }
+
+    /// Bytes of one row of this format's matrix.
+    fn row_bytes(&self) -> usize {
+        self.data.len() / self.rows
     }
 
     /// Rows of this format in `dram` (whole multiples of 64).
     fn dram_rows(&self, dram: &[u8]) -> usize {
-        (dram.len() / (self.data.len() / self.rows)) & !63
+        (dram.len() / self.row_bytes()) & !63
     }
 
     /// Seconds per call of `kernel` on `threads` threads of `p`, timed for about `time` (`dram`:
@@ -170,7 +175,7 @@ impl FormatBench {
         let (rows, data) = match kernel {
             Kernel::DramDense => {
                 let rows = self.dram_rows(dram);
-                (rows, &dram[..rows * (self.data.len() / self.rows)])
+                (rows, &dram[..rows * self.row_bytes()])
             }
             _ => (self.rows, &self.data[..]),
         };
