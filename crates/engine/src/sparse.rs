@@ -258,7 +258,9 @@ impl SparseFfn {
     }
 
     /// One token's FFN over in-memory weights: `out = Σ_j a_j · down_t[j]` over the neurons of
-    /// `rows` that pass. Returns the rows computed.
+    /// `rows` that pass (`all`: gate and up of every row in whole-matrix products), less those
+    /// `skip` marks where `all`. Returns the rows computed.
+    #[allow(clippy::too_many_arguments)]
     fn decode_in_memory(
         &self,
         l: FfnLayer<'_, '_>,
@@ -267,6 +269,7 @@ impl SparseFfn {
         x: &[f32],
         out: &mut [f32],
         down_t: QMatrix<'_>,
+        skip: Option<&[bool]>,
     ) -> Result<RowCounts> {
         let rule = self.selector.rule(l.index, self.score);
         let mut src = MatrixRows {
@@ -286,6 +289,15 @@ impl SparseFfn {
             &mut keep,
             &mut coeffs,
         )?;
+        if let Some(skip) = skip.filter(|_| all) {
+            // Computed in the whole-matrix products, left to the accelerator.
+            (keep, coeffs) = keep
+                .iter()
+                .zip(&coeffs)
+                .filter(|(&j, _)| !skip[j as usize])
+                .map(|(&j, &c)| (j, c))
+                .unzip();
+        }
         out.fill(0.0);
         kernels_neon::axpy_rows(&down_t, &keep, &coeffs, out).map_err(kernel("sparse ffn down"))?;
         Ok((rows.len(), up_rows, keep.len()))
@@ -401,26 +413,34 @@ impl SparseFfn {
     ) -> Result<()> {
         let mut predicted = Vec::new();
         let rows = self.selector.candidates(l.index, x, &mut predicted)?;
-        let mut kept = Vec::new();
-        let (rows, all) = match skip {
-            Some(skip) => {
-                kept.extend(rows.iter().copied().filter(|&j| !skip[j as usize]));
-                (&kept[..], false)
-            }
-            None => (rows, !self.selector.has_predictor()),
+        // The candidates the skip mask leaves.
+        let kept: Vec<u32> = match skip {
+            Some(skip) => rows
+                .iter()
+                .copied()
+                .filter(|&j| !skip[j as usize])
+                .collect(),
+            None => Vec::new(),
         };
         let counts = match &self.weights {
             Weights::Store(off) => off.decode(
                 self.selector.rule(l.index, self.score),
                 l.index,
-                rows,
+                if skip.is_some() { &kept } else { rows },
                 x,
                 out,
                 l.precision,
             )?,
             Weights::Memory { down_t, format } => {
                 let down_t = self.transposed(down_t, *format, l.index)?;
-                self.decode_in_memory(l, rows, all, x, out, down_t)?
+                // Without a predictor every gate and up row is computed in whole-matrix products
+                // (contiguous rows) and the skipped neurons dropped after, unless they are most
+                // of the layer: a row list with holes at every hot neuron is slower than the
+                // few rows it saves ([`whole_matrix`]).
+                let all = !self.selector.has_predictor()
+                    && (skip.is_none() || whole_matrix(rows.len(), kept.len()));
+                let rows = if skip.is_some() && !all { &kept } else { rows };
+                self.decode_in_memory(l, rows, all, x, out, down_t, skip)?
             }
         };
         self.count(l.index, counts);
@@ -570,6 +590,14 @@ pub fn thresholds_for_sparsity(samples: &mut [Vec<f32>], sparsity: f32) -> Resul
             Ok(*v)
         })
         .collect()
+}
+
+/// Whether a step without predictors that leaves `kept` of a layer's `candidates` neurons to the
+/// CPU (the rest on an accelerator) computes every gate and up row in whole-matrix products and
+/// drops the others after (at least half kept), rather than the kept rows alone. The planner costs
+/// hybrid decode by the same rule (`planner::hybrid_layer_ns`).
+pub(crate) fn whole_matrix(candidates: usize, kept: usize) -> bool {
+    2 * kept >= candidates
 }
 
 #[cfg(test)]

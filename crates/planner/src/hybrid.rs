@@ -61,6 +61,15 @@ pub fn hybrid_layer_ns(
     let curve = &l.hit[bi];
     let cold = l.neurons as f64 - hot;
     let cold_active = (curve[g as usize] - curve[j as usize]).max(0.0);
+    // In memory without predictors, while at least half the neurons are cold, the CPU computes
+    // every neuron's gate and up rows in whole-matrix products (a row list with holes is slower)
+    // and leaves the block's neurons out after: selection over the whole layer, the cold firing
+    // neurons' down columns (the engine's `sparse::whole_matrix`).
+    let selected = if model.predicted || model.offloaded || 2.0 * cold < l.neurons as f64 {
+        cold
+    } else {
+        l.neurons as f64
+    };
     let cpu = if cold > 0.0 {
         sparse_layer_ns(
             device,
@@ -69,7 +78,7 @@ pub fn hybrid_layer_ns(
             l,
             t,
             b,
-            cold,
+            selected,
             cold_active,
         ) + (FFN_CALLS as f64 * device.call_ns(t)).round() as u64
     } else {

@@ -142,6 +142,32 @@ fn the_cpu_stand_in_is_costed_from_the_kernels_and_adds_to_the_sparse_work() {
     assert!(total(3) >= total(0), "{h:?}");
 }
 
+/// Without predictors, in memory the CPU computes every neuron's gate and up rows whatever the
+/// block holds (whole-matrix products): the block saves the CPU only the cold rows' down columns;
+/// over a store the CPU reads only the cold neurons, so the block saves their gate and up rows too.
+#[test]
+fn without_predictors_in_memory_the_block_saves_the_cpu_only_down_columns() {
+    let d = device(2, 1.0);
+    // Free and beside the cores: a step costs exactly the CPU's part.
+    let free = AccelRate {
+        call_ns: 0.0,
+        ..npu(1e18)
+    };
+    let saved = |offloaded: bool| {
+        let mut m = model(1, 64, 8, 1.2, offloaded);
+        m.predicted = false;
+        let l = &m.layers[0];
+        let at = |j| hybrid_layer_ns(&d, &m, l, &free, 2, (0, 1), j);
+        at(0) - at(m.grid / 2)
+    };
+    let (memory, store) = (saved(false), saved(true));
+    assert!(memory > 0, "the cold part's down columns shrink");
+    assert!(
+        memory < store,
+        "in memory {memory} ns saved, over a store {store} ns"
+    );
+}
+
 #[test]
 fn an_accelerator_the_profile_lacks_is_a_named_error_and_plans_carry_the_split() {
     let m = model(2, 32, 4, 1.0, false);

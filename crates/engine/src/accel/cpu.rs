@@ -111,6 +111,11 @@ impl Accelerator for CpuAccelerator {
         "cpu"
     }
 
+    /// The same cores as the CPU's sparse work.
+    fn shares_cores(&self) -> bool {
+        true
+    }
+
     fn ffn(
         &self,
         layer: usize,
@@ -134,18 +139,13 @@ impl Accelerator for CpuAccelerator {
         let row_bytes = b.gate.len() / b.neurons;
         let mut g = vec![0f32; n * h];
         let mut u = vec![0f32; n * h];
-        product(
-            &matrix(b.format, &b.gate[..h * row_bytes], h, d)?,
-            x,
-            n,
-            &mut g,
-        )?;
-        product(
-            &matrix(b.format, &b.up[..h * row_bytes], h, d)?,
-            x,
-            n,
-            &mut u,
-        )?;
+        // Gate and up in one parallel region, each token's activations quantized once.
+        let (gw, uw) = (
+            matrix(b.format, &b.gate[..h * row_bytes], h, d)?,
+            matrix(b.format, &b.up[..h * row_bytes], h, d)?,
+        );
+        kernels_neon::matvec_batch_many(&[&gw, &uw], x, n, &mut [&mut g, &mut u], Precision::Fast)
+            .map_err(kernel("cpu accelerator"))?;
         match b.activation {
             Activation::Silu => kernels_neon::silu_mul_inplace(&mut g, &u),
             Activation::Relu => kernels_neon::relu_mul_inplace(&mut g, &u),

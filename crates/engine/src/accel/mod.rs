@@ -53,6 +53,12 @@ pub trait Accelerator: Send + Sync {
     /// The backend's name in reports (`cpu`, `qnn`).
     fn name(&self) -> &str;
 
+    /// Whether the backend computes on the CPU cores that also run the sparse part (then a hybrid
+    /// step runs the two one after the other, each over every core, rather than side by side).
+    fn shares_cores(&self) -> bool {
+        false
+    }
+
     /// `out = block_l(x)` for `n` tokens (`x`, `out`: `n × d_model`; `out` is overwritten): layer
     /// `layer`'s block, `down · (act(gate · x) ⊙ (up · x))` over the block's first `neurons`
     /// neurons (at most [`Accelerator::block_neurons`], which is the whole block; more is an
