@@ -94,7 +94,8 @@ pub struct ModelArgs {
     /// profile), that runs densely on the accelerator at batch size 1; larger batches take every
     /// neuron at least as likely to fire in the batch as the last of these. Default: the split of
     /// the plan (`--plan`, or the one made for `--memory-budget`) where it has one for this
-    /// accelerator, else 0.1. On a resident file: the share of each layer's units (hottest first)
+    /// accelerator, else the planner's split for the device profile in the model cache folder
+    /// (`sparrow calibrate`), else 0.1. On a resident file: the share of each layer's units (hottest first)
     /// at every batch size, as far as the FFN cache's budget holds them. 0: none (sparse decode on
     /// the CPU alone; on a resident file the accelerator takes prompt steps only).
     #[arg(long, value_parser = parse::unit, requires = "accel")]

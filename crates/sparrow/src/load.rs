@@ -322,9 +322,26 @@ pub fn setup_sparse(eng: &mut Engine<'_>, args: &ModelArgs, quiet: bool) -> Resu
     if let (Some(kind), true) = (&args.accel, sp.offload().is_some()) {
         return crate::store_accel::setup(eng, sp, kind, args.accel_hot.unwrap_or(0.1), quiet);
     }
+    // Without a plan's split or `--accel-hot`, the planner's split for this device.
+    let (planned_split, planned_source) = match (&args.planned_split, &args.accel, args.accel_hot) {
+        (Some(c), _, _) => (Some(c.clone()), "planned".to_string()),
+        (None, Some(kind), None) => match device_split(eng, args, kind) {
+            Ok(Some(c)) => (
+                Some(c),
+                format!("planned for {}", engine::default_device_path().display()),
+            ),
+            Ok(None) => (None, String::new()),
+            Err(e) => {
+                if !quiet {
+                    eprintln!("sparrow: note: no planned hybrid split ({e:#}); the profile's 10% share serves");
+                }
+                (None, String::new())
+            }
+        },
+        _ => (None, String::new()),
+    };
     // A plan that puts no neuron on the accelerator at any batch size: sparse on the CPU alone.
-    let nothing_planned = args
-        .planned_split
+    let nothing_planned = planned_split
         .as_ref()
         .is_some_and(|c| c.iter().all(|c| c[3] == 0));
     if let (true, false) = (nothing_planned, quiet) {
@@ -334,8 +351,11 @@ pub fn setup_sparse(eng: &mut Engine<'_>, args: &ModelArgs, quiet: bool) -> Resu
     if let (Some(kind), false) = (&args.accel, nothing_planned) {
         // Hybrid decode: each layer's hot neurons on the accelerator, the rest sparse here; more
         // of them for larger batches (from the plan, else from the profile's batch frequencies).
-        let (split, source) = match &args.planned_split {
-            Some(counts) => (engine::HotSplit::planned(&plan.profile, counts)?, "planned"),
+        let (split, source) = match &planned_split {
+            Some(counts) => (
+                engine::HotSplit::planned(&plan.profile, counts)?,
+                planned_source.as_str(),
+            ),
             None => (
                 engine::HotSplit::from_profile(&plan.profile, args.accel_hot.unwrap_or(0.1)),
                 "from the profile",
@@ -366,6 +386,26 @@ pub fn setup_sparse(eng: &mut Engine<'_>, args: &ModelArgs, quiet: bool) -> Resu
     }
     eng.set_sparse(Some(sp));
     Ok(())
+}
+
+/// Hybrid decode's split in memory when neither a plan nor `--accel-hot` gives one: the planner's
+/// (`planner::hybrid_split`: per layer and batch size, the block on `kind` that minimizes the FFN
+/// step against the CPU's sparse work) from the device profile in the model cache folder. `None`
+/// without a device profile (the profile's 10% share then serves).
+fn device_split(
+    eng: &Engine<'_>,
+    args: &ModelArgs,
+    kind: &engine::AccelKind,
+) -> Result<Option<Vec<[u32; 4]>>> {
+    let path = engine::default_device_path();
+    if !path.is_file() {
+        return Ok(None);
+    }
+    let device = engine::planner::DeviceProfile::load(&path)?;
+    let summary = engine::model_summary(eng, &args.sidecars())?;
+    let threads = eng.options().threads.max(1) as u32;
+    let split = engine::planner::hybrid_split(&device, &summary, kind.name(), threads)?;
+    Ok(Some(split.counts))
 }
 
 /// The corpus of `c` (`--corpus` or the built-in calibration text), tokenized, with a warning if it

@@ -414,6 +414,52 @@ fn hybrid_decode_takes_the_planned_split() {
         err.contains("hottest 50%") && err.contains("from the profile"),
         "{err}"
     );
+    // Neither a plan nor --accel-hot: the split is planned from the device profile in the model
+    // cache folder; without one there, the profile's 10% share.
+    let cache = dir.join("models");
+    std::fs::create_dir_all(&cache).unwrap();
+    let bare = [
+        "run",
+        "-m",
+        model,
+        "--sparse",
+        "--profile",
+        pr,
+        "--accel",
+        "cpu",
+        "-p",
+        "hi",
+        "-n",
+        "2",
+    ];
+    let in_cache = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_sparrow"))
+            .args(args)
+            .env("SPARROW_MODEL_DIR", &cache)
+            .output()
+            .expect("sparrow runs");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let err = in_cache(&bare);
+    assert!(
+        err.contains("hottest 10%") && err.contains("from the profile"),
+        "{err}"
+    );
+    std::fs::copy(dev, cache.join("device.sparrow-device")).unwrap();
+    let err = in_cache(&bare);
+    let want = format!(
+        "planned for {}",
+        cache.join("device.sparrow-device").display()
+    );
+    assert!(
+        err.contains("hybrid decode") && err.contains(&want),
+        "{err}"
+    );
     std::fs::remove_dir_all(dir).ok();
 }
 
