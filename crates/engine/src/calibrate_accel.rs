@@ -52,6 +52,8 @@ fn synthetic_block(neurons: usize, d: usize) -> Result<FfnBlock> {
         down,
         activation: Activation::Silu,
         file_rows,
+        // Calibration times the block's first half too.
+        prefixes: true,
     })
 }
 

@@ -1,9 +1,8 @@
 //! [`HybridFfn`]: PowerInfer-2's hybrid decode. Each layer's hot neurons (the most frequently active
 //! ones in the profile) run as one dense block on an accelerator ([`crate::accel`]); the rest stay
 //! sparse on the CPU cores ([`SparseFfn`], the predicted neurons that pass the thresholds, hot ones
-//! left out); the two run side by side (`rayon::join`; one after the other, each over every core,
-//! for an accelerator that computes on the CPU's own cores, [`Accelerator::shares_cores`]) and are
-//! summed. A step with no neuron on the accelerator is the sparse FFN's. Batched steps do the same with
+//! left out); the two run side by side (`rayon::join`) and are summed. A step with no neuron on the
+//! accelerator is the sparse FFN's. Batched steps do the same with
 //! the accelerator's batch graphs and the sparse executor's batched path.
 //!
 //! How many neurons are hot depends on the batch size ([`HotSplit`]): a batch of N sequences fires
@@ -293,17 +292,10 @@ impl HybridFfn {
         if k > 0 && !self.failure.happened() {
             let mut hot = vec![0f32; out.len()];
             let skip = Some(self.hot[l.index][b].as_slice());
-            let (h, c) = if self.accel.shares_cores() {
-                // Side by side, each half would get one share of the cores however unequal
-                // the halves are; one after the other, each has all of them.
-                let h = self.accel.ffn(l.index, k, x, n, &mut hot);
-                (h, cold(out, scratch, skip))
-            } else {
-                rayon::join(
-                    || self.accel.ffn(l.index, k, x, n, &mut hot),
-                    || cold(out, scratch, skip),
-                )
-            };
+            let (h, c) = rayon::join(
+                || self.accel.ffn(l.index, k, x, n, &mut hot),
+                || cold(out, scratch, skip),
+            );
             c?;
             match h {
                 Ok(()) => {

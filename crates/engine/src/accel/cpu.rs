@@ -3,10 +3,11 @@
 //! re-quantized to `Q8_0`; 16-bit activations), so that scheduling work between an accelerator and
 //! sparse CPU work is measurable here.
 //!
-//! The down columns are kept twice: as a `d_model × neurons` matrix for steps of several tokens
-//! (`matvec_batch` reads it once for all of them; a prefix of the block multiplies zeros past its
-//! end), and as one row per neuron for one-token steps, where a prefix multiplies only its own rows
-//! (`axpy_rows`; one token's step at a small prefix would otherwise read the whole block's down).
+//! The down columns are kept as a `d_model × neurons` matrix (`matvec_batch` reads it once for every
+//! token of a step; a prefix of the block multiplies zeros past its end) and, for a block whose
+//! steps may run a prefix ([`FfnBlock::prefixes`]: in memory, not over a neuron store), once more as
+//! one row per neuron for one-token steps, where a prefix multiplies only its own rows (`axpy_rows`;
+//! one token's step at a small prefix would otherwise read the whole block's down).
 
 use kernels_neon::{Precision, QMatrix, WeightFormat};
 
@@ -14,9 +15,10 @@ use super::{Accelerator, FfnBlock, StreamedRows};
 use crate::config::Activation;
 use crate::error::{kernel, EngineError, Result};
 
-/// One layer's block: gate and up (`neurons × d_model`) in `format`, down in `Q8_0` twice:
-/// `d_model × padded` (the block's neurons zero-padded to a whole number of 32-element blocks) and
-/// transposed, `neurons × d_model` (row `j`: neuron `j`'s down column).
+/// One layer's block: gate and up (`neurons × d_model`) in `format`, down in `Q8_0`:
+/// `d_model × padded` (the block's neurons zero-padded to a whole number of 32-element blocks) and,
+/// where steps may run a prefix, transposed, `neurons × d_model` (row `j`: neuron `j`'s down
+/// column; empty otherwise).
 struct CpuBlock {
     format: WeightFormat,
     neurons: usize,
@@ -67,7 +69,6 @@ impl CpuAccelerator {
                         dst[..h].copy_from_slice(src);
                     }
                 }
-                let down_t = crate::transpose::transpose_f32(&b.down, d, h);
                 let q = |v: &[f32], rows, cols| {
                     kernels_neon::quantize_matrix(FORMAT, v, rows, cols)
                         .map_err(kernel("cpu accelerator block"))
@@ -88,7 +89,11 @@ impl CpuAccelerator {
                     gate,
                     up,
                     down: q(&down, d, padded)?,
-                    down_t: q(&down_t, h, d)?,
+                    down_t: if b.prefixes {
+                        q(&crate::transpose::transpose_f32(&b.down, d, h), h, d)?
+                    } else {
+                        Vec::new()
+                    },
                     iota: (0..h as u32).collect(),
                     activation: b.activation,
                 })
@@ -109,11 +114,6 @@ fn product(w: &QMatrix<'_>, x: &[f32], n: usize, y: &mut [f32]) -> Result<()> {
 impl Accelerator for CpuAccelerator {
     fn name(&self) -> &str {
         "cpu"
-    }
-
-    /// The same cores as the CPU's sparse work.
-    fn shares_cores(&self) -> bool {
-        true
     }
 
     fn ffn(
@@ -150,7 +150,7 @@ impl Accelerator for CpuAccelerator {
             Activation::Silu => kernels_neon::silu_mul_inplace(&mut g, &u),
             Activation::Relu => kernels_neon::relu_mul_inplace(&mut g, &u),
         }
-        if n == 1 {
+        if n == 1 && !b.down_t.is_empty() {
             let down_t = matrix(FORMAT, &b.down_t[..h * b.down_t.len() / b.neurons], h, d)?;
             out.fill(0.0);
             return kernels_neon::axpy_rows(&down_t, &b.iota[..h], &g, out)
@@ -172,13 +172,13 @@ impl Accelerator for CpuAccelerator {
         self.blocks.get(layer).map_or(0, |b| b.neurons)
     }
 
-    /// Gate and up rows, the padded down matrix and the down rows, and the prefix rows' indices.
+    /// Gate and up rows, the padded down matrix, and the prefix rows' indices (a whole block keeps
+    /// no down rows).
     fn block_bytes(&self, neurons: usize, d_model: usize, format: WeightFormat) -> u64 {
         let rows =
             |f: WeightFormat, n: usize, cols: usize| (n * f.row_bytes(cols).unwrap_or(0)) as u64;
         2 * rows(kept_format(format), neurons, d_model)
             + rows(FORMAT, d_model, neurons.next_multiple_of(32))
-            + rows(FORMAT, neurons, d_model)
             + 4 * neurons as u64
     }
 
@@ -216,7 +216,7 @@ mod tests {
     use crate::accel::FileRows;
 
     /// A block of `h` neurons of width 64 with its file rows in `format`.
-    fn block(h: usize, format: WeightFormat) -> FfnBlock {
+    fn block(h: usize, format: WeightFormat, prefixes: bool) -> FfnBlock {
         let d = 64;
         let v = |salt: usize, len: usize| -> Vec<f32> {
             (0..len)
@@ -237,15 +237,18 @@ mod tests {
             up,
             down: v(3, d * h),
             activation: Activation::Silu,
+            prefixes,
         }
     }
 
+    /// What a neuron store's budget leaves for a block (run whole) is what it holds.
     #[test]
     fn block_bytes_are_what_a_block_holds() {
         for format in [WeightFormat::Q4_0, WeightFormat::Q8_0, WeightFormat::F16] {
             for h in [1, 32, 45] {
-                let a = CpuAccelerator::new([Ok(block(h, format))]).unwrap();
+                let a = CpuAccelerator::new([Ok(block(h, format, false))]).unwrap();
                 let b = &a.blocks[0];
+                assert!(b.down_t.is_empty());
                 let held = b.gate.len() + b.up.len() + b.down.len() + b.down_t.len() + 4 * h;
                 assert_eq!(
                     a.block_bytes(h, 64, format),
@@ -253,6 +256,33 @@ mod tests {
                     "{format:?} × {h}"
                 );
             }
+        }
+    }
+
+    /// A block kept whole (no down rows) gives one token what a block kept for prefixes gives for
+    /// the whole block, and the latter's prefixes are its first neurons alone.
+    #[test]
+    fn a_whole_block_without_down_rows_computes_the_same_ffn() {
+        let (h, d) = (45, 64);
+        let x: Vec<f32> = (0..d).map(|i| (i as f32 * 0.37).sin()).collect();
+        let whole = CpuAccelerator::new([Ok(block(h, WeightFormat::Q4_0, false))]).unwrap();
+        let pre = CpuAccelerator::new([Ok(block(h, WeightFormat::Q4_0, true))]).unwrap();
+        assert!(!pre.blocks[0].down_t.is_empty());
+        let run = |a: &CpuAccelerator, k: usize| {
+            let mut out = vec![0f32; d];
+            a.ffn(0, k, &x, 1, &mut out).unwrap();
+            out
+        };
+        let (a, b) = (run(&whole, h), run(&pre, h));
+        let scale = b.iter().fold(0f32, |m, v| m.max(v.abs()));
+        assert!(scale > 0.0);
+        for (p, q) in a.iter().zip(&b) {
+            assert!((p - q).abs() <= 0.02 * scale, "{p} vs {q}");
+        }
+        // A prefix of 10 neurons on both forms: the same within the same tolerance.
+        let (a, b) = (run(&whole, 10), run(&pre, 10));
+        for (p, q) in a.iter().zip(&b) {
+            assert!((p - q).abs() <= 0.02 * scale, "{p} vs {q}");
         }
     }
 }

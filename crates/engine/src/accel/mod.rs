@@ -53,12 +53,6 @@ pub trait Accelerator: Send + Sync {
     /// The backend's name in reports (`cpu`, `qnn`).
     fn name(&self) -> &str;
 
-    /// Whether the backend computes on the CPU cores that also run the sparse part (then a hybrid
-    /// step runs the two one after the other, each over every core, rather than side by side).
-    fn shares_cores(&self) -> bool {
-        false
-    }
-
     /// `out = block_l(x)` for `n` tokens (`x`, `out`: `n × d_model`; `out` is overwritten): layer
     /// `layer`'s block, `down · (act(gate · x) ⊙ (up · x))` over the block's first `neurons`
     /// neurons (at most [`Accelerator::block_neurons`], which is the whole block; more is an
@@ -70,8 +64,9 @@ pub trait Accelerator: Send + Sync {
     fn block_neurons(&self, layer: usize) -> usize;
 
     /// Bytes this backend keeps in the process's memory for a block of `neurons` neurons of width
-    /// `d_model` whose gate and up rows come in `format` (what a memory budget must leave for it;
-    /// a backend's own copy in device memory is not counted).
+    /// `d_model` whose gate and up rows come in `format`, run whole (a neuron store's block,
+    /// [`FfnBlock::prefixes`] false: what the store's memory budget must leave for it; a backend's
+    /// own copy in device memory is not counted).
     fn block_bytes(
         &self,
         neurons: usize,
@@ -258,6 +253,10 @@ pub struct FfnBlock {
     /// The block's gate and up rows as the model file stores them (a backend that takes the file's
     /// format, like the CPU one, uses them as they are).
     pub file_rows: FileRows,
+    /// Whether a step may run a prefix of the block (hybrid decode in memory, whose hot count grows
+    /// with the batch); over a neuron store every step runs the whole block, and a backend may
+    /// keep less for it.
+    pub prefixes: bool,
 }
 
 /// Gate and up rows of a block in the model's own format.
@@ -336,6 +335,7 @@ impl FfnBlock {
             down,
             activation,
             file_rows,
+            prefixes: true,
         })
     }
 

@@ -127,6 +127,7 @@ impl Offload {
             down,
             activation,
             file_rows,
+            prefixes: false,
         })
     }
 }

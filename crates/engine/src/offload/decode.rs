@@ -102,16 +102,17 @@ impl Offload {
         if let Some(e) = self.queue_misses(&job, ahead.to_read, &mut main) {
             main.err = Some(e);
         }
-        // Every neuron wanted (no predictor): so will the next layer's step want every unit, and
-        // after the last layer the next token's first (its reads then overlap the output
-        // projection and the sampling).
+        // Every neuron wanted (no predictor) but the accelerator's (hybrid decode: the layer's
+        // leading units, `hot.first`): so will the next layer's step want every unit past its
+        // accelerator's, and after the last layer the next token's first (its reads then overlap
+        // the output projection and the sampling).
         // Not under two-phase loading, whose steps read gate pages first (whole units read
         // ahead would undo it).
         let layers = ix.layers.len();
         if self.opts.read_ahead
             && !self.two_phase()
             && layers > 1
-            && rows.len() == ix.d_ff
+            && rows.len() + self.accel_neurons(&hot, layer) == ix.d_ff
             && main.err.is_none()
         {
             self.read_ahead(&hot, (layer + 1) % layers);

@@ -86,8 +86,17 @@ impl Offload {
         ahead
     }
 
-    /// Queues, without waiting for a free slot, the units of `layer` that are neither hot nor in
-    /// the cold region, at most [`super::OffloadOptions::read_ahead_bytes`] of them (what a process
+    /// Neurons of `layer` in the units an accelerator holds (hybrid decode: those before
+    /// `hot.first`), which no step of the CPU's asks for.
+    pub(super) fn accel_neurons(&self, hot: &HotSet, layer: usize) -> usize {
+        let ix = self.store.index();
+        (0..hot.first[layer].min(ix.units_per_layer()))
+            .map(|u| ix.neurons_of(layer, u).len())
+            .sum()
+    }
+
+    /// Queues, without waiting for a free slot, the units of `layer` past the accelerator's that
+    /// are neither hot nor in the cold region, at most [`super::OffloadOptions::read_ahead_bytes`] of them (what a process
     /// budget counts for them beside the cache, `budget::read_ahead_bytes`). Stops at the first
     /// read the I/O thread does not take.
     pub(super) fn read_ahead(&self, hot: &HotSet, layer: usize) {
@@ -100,7 +109,8 @@ impl Offload {
         }
         let units: Vec<usize> = {
             let cache = self.cache.lock();
-            (0..ix.units_per_layer())
+            // Units before `hot.first` are the accelerator's (hybrid decode): never read here.
+            (hot.first[layer].min(ix.units_per_layer())..ix.units_per_layer())
                 .filter(|&u| {
                     hot.find(layer, u, cu, ub).is_none()
                         && !cache.contains_neuron(NeuronId {

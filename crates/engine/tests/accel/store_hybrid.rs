@@ -171,10 +171,19 @@ fn hybrid_decode_over_the_store_is_the_dense_ffn_with_nothing_skipped() {
             let r = control.set_memory_budget(cache.minimum + one_unit).unwrap();
             assert_eq!(r.minimum, cache.minimum);
             assert!(r.cache_bytes <= 2 * one_unit, "{name}: {r:?}");
+            let stats = || eng.hybrid().unwrap().sparse().offload().unwrap().stats();
+            let ahead = stats().read_ahead;
             for (batched, want) in [false, true].into_iter().zip(&want) {
                 let d = rel_drift(&logits(&eng, TOKENS, batched), want);
                 assert!(d < tol, "{name} {kind:?} at the minimum budget: drift {d}");
             }
+            // No predictor: every unit past the accelerator's is wanted, so the next layer's
+            // misses are read ahead as in sparse decode.
+            assert!(
+                stats().read_ahead > ahead,
+                "{name} {kind:?}: nothing read ahead ({} misses)",
+                stats().misses
+            );
             eng.set_hybrid(None);
         }
     }
