@@ -278,6 +278,37 @@ pub(crate) trait GateUpRows {
     }
 }
 
+/// Gate and up of every row of a layer for one token, computed beforehand (a batched decode step's
+/// whole-matrix products, `kernels_neon::matvec_batch_many`, bit for bit what one token's
+/// `matvec_many` gives): rows are looked up, not computed.
+pub(crate) struct Precomputed<'a> {
+    /// `gate · x`, one value per row of the layer.
+    pub g: &'a [f32],
+    /// `up · x`.
+    pub u: &'a [f32],
+}
+
+impl GateUpRows for Precomputed<'_> {
+    fn gate(&mut self, rows: &[u32], g: &mut [f32]) -> Result<()> {
+        for (o, &r) in g.iter_mut().zip(rows) {
+            *o = self.g[r as usize];
+        }
+        Ok(())
+    }
+
+    fn up(&mut self, rows: &[u32], u: &mut [f32]) -> Result<()> {
+        for (o, &r) in u.iter_mut().zip(rows) {
+            *o = self.u[r as usize];
+        }
+        Ok(())
+    }
+
+    fn gate_up(&mut self, rows: &[u32], g: &mut [f32], u: &mut [f32]) -> Result<()> {
+        self.gate(rows, g)?;
+        self.up(rows, u)
+    }
+}
+
 /// Reusable buffers of [`LayerRule::select`].
 #[derive(Default)]
 pub(crate) struct SelectScratch {

@@ -27,7 +27,9 @@ use crate::config::ModelConfig;
 use crate::error::{kernel, EngineError, Result};
 use crate::ffn::{FfnExecutor, FfnLayer, FfnScratch, StepKind};
 use crate::model::{Layer, Model};
-use crate::neurons::{check_thresholds, GateUpRows, NeuronSelector, RowCounts, SelectScratch};
+use crate::neurons::{
+    check_thresholds, GateUpRows, NeuronSelector, Precomputed, RowCounts, SelectScratch,
+};
 pub use crate::neurons::{NeuronPredictor, Score};
 use crate::offload::{Offload, OffloadOptions, PrefillMask};
 use crate::ops::mm;
@@ -258,31 +260,22 @@ impl SparseFfn {
     }
 
     /// One token's FFN over in-memory weights: `out = Σ_j a_j · down_t[j]` over the neurons of
-    /// `rows` that pass (`all`: gate and up of every row in whole-matrix products), less those
-    /// `skip` marks where `all`. Returns the rows computed.
-    #[allow(clippy::too_many_arguments)]
+    /// `rows` that pass, gate and up from `src` (`all`: of every row, whole-matrix products or
+    /// computed beforehand), less those `skip` marks where `all`. Returns the rows computed.
     fn decode_in_memory(
         &self,
         l: FfnLayer<'_, '_>,
-        rows: &[u32],
-        all: bool,
-        x: &[f32],
+        src: &mut impl GateUpRows,
+        (rows, all): (&[u32], bool),
         out: &mut [f32],
         down_t: QMatrix<'_>,
         skip: Option<&[bool]>,
     ) -> Result<RowCounts> {
         let rule = self.selector.rule(l.index, self.score);
-        let mut src = MatrixRows {
-            layer: l.weights,
-            x,
-            precision: l.precision,
-            all,
-            activation: rule.activation,
-        };
         let mut keep = Vec::with_capacity(rows.len());
         let mut coeffs = Vec::with_capacity(rows.len());
         let up_rows = rule.select(
-            &mut src,
+            src,
             rows,
             |i| rows[i] as usize,
             &mut SelectScratch::default(),
@@ -411,6 +404,19 @@ impl SparseFfn {
         out: &mut [f32],
         skip: Option<&[bool]>,
     ) -> Result<()> {
+        self.decode_with(l, x, out, skip, None)
+    }
+
+    /// [`Self::decode_except`], gate and up of every row taken from `pre` where given (in memory,
+    /// without a predictor: see [`Self::batch_except`]).
+    fn decode_with(
+        &self,
+        l: FfnLayer<'_, '_>,
+        x: &[f32],
+        out: &mut [f32],
+        skip: Option<&[bool]>,
+        pre: Option<Precomputed<'_>>,
+    ) -> Result<()> {
         let mut predicted = Vec::new();
         let rows = self.selector.candidates(l.index, x, &mut predicted)?;
         // The candidates the skip mask leaves.
@@ -440,7 +446,21 @@ impl SparseFfn {
                 let all = !self.selector.has_predictor()
                     && (skip.is_none() || whole_matrix(rows.len(), kept.len()));
                 let rows = if skip.is_some() && !all { &kept } else { rows };
-                self.decode_in_memory(l, rows, all, x, out, down_t, skip)?
+                match pre.filter(|_| all) {
+                    Some(mut pre) => {
+                        self.decode_in_memory(l, &mut pre, (rows, all), out, down_t, skip)?
+                    }
+                    None => {
+                        let mut src = MatrixRows {
+                            layer: l.weights,
+                            x,
+                            precision: l.precision,
+                            all,
+                            activation: self.selector.rule(l.index, self.score).activation,
+                        };
+                        self.decode_in_memory(l, &mut src, (rows, all), out, down_t, skip)?
+                    }
+                }
             }
         };
         self.count(l.index, counts);
@@ -474,7 +494,35 @@ impl SparseFfn {
             StepKind::Prompt => self.down_t(l.index)?,
         };
         let Some(down_t) = down_t else {
-            let d = self.selector.d_model();
+            let (d, ff) = (self.selector.d_model(), self.selector.d_ff());
+            // In memory without a predictor each token's step computes gate and up of every row
+            // (whole-matrix products, under `OutputNorm`): one batched product reads the weights
+            // once for every token, bit for bit the same values.
+            let batched = matches!(self.weights, Weights::Memory { .. })
+                && n > 1
+                && !self.selector.has_predictor()
+                && self.score == Score::OutputNorm
+                && skip.is_none_or(|s| whole_matrix(ff, s.iter().filter(|&&h| !h).count()));
+            if batched {
+                let (g, u) = scratch.gate_up(n * ff);
+                kernels_neon::matvec_batch_many(
+                    &[&l.weights.gate, &l.weights.up],
+                    x,
+                    n,
+                    &mut [&mut *g, &mut *u],
+                    l.precision,
+                )
+                .map_err(kernel("sparse ffn batched gate/up"))?;
+                let (g, u) = (&*g, &*u);
+                for (t, (xt, ot)) in x.chunks(d).zip(out.chunks_mut(d)).enumerate() {
+                    let pre = Precomputed {
+                        g: &g[t * ff..(t + 1) * ff],
+                        u: &u[t * ff..(t + 1) * ff],
+                    };
+                    self.decode_with(l, xt, ot, skip, Some(pre))?;
+                }
+                return Ok(());
+            }
             for (xt, ot) in x.chunks(d).zip(out.chunks_mut(d)) {
                 self.decode_except(l, xt, ot, skip)?;
             }

@@ -195,3 +195,72 @@ fn wrong_thresholds_are_errors() {
     bad[n - 1] = -1.0;
     assert!(SparseFfn::new(eng.model(), bad, DEFAULT_DOWN_FORMAT).is_err());
 }
+
+/// Decode steps of several sequences at once (Best-of-N) with calibrated thresholds and no
+/// predictor: the batched gate/up products read the weights once for all of them, and each
+/// sequence's logits and selection are bit for bit what one step per sequence gives.
+#[test]
+fn a_batched_sparse_decode_step_equals_one_step_per_sequence() {
+    use engine::{KvFormat, Logits};
+    for name in ["tiny-llama-silu-q4_0.gguf", "tiny-qwen2-q4_1.gguf"] {
+        let file = fixture(name);
+        for precision in [Precision::Fast, Precision::Exact] {
+            let mut eng = Engine::new(
+                &file,
+                EngineOptions {
+                    threads: 2,
+                    precision,
+                    context: 64,
+                    cache_type: Some(KvFormat::F32),
+                },
+            )
+            .unwrap();
+            let n_layers = eng.model().config.n_layers;
+            let probe =
+                SparseFfn::new(eng.model(), vec![0.0; n_layers], DEFAULT_DOWN_FORMAT).unwrap();
+            let mut samples =
+                engine::profile::sample_scores(&eng, &probe, TOKENS, TOKENS.len(), 1, 1, |_, _| {})
+                    .unwrap();
+            let t = thresholds_for_sparsity(&mut samples, 0.5).unwrap();
+            let sp = SparseFfn::new(eng.model(), t, DEFAULT_DOWN_FORMAT).unwrap();
+            assert_eq!(sp.score, Score::OutputNorm);
+            eng.set_sparse(Some(sp));
+            let prompts: [&[u32]; 3] = [&TOKENS[..5], &TOKENS[5..6], &TOKENS[3..12]];
+            let mut caches: Vec<_> = prompts
+                .iter()
+                .map(|p| {
+                    let mut c = eng.new_cache();
+                    eng.forward(&mut c, p, Logits::Last).unwrap();
+                    c
+                })
+                .collect();
+            let mut singles = caches.clone();
+            for step in 0..3u32 {
+                let toks: Vec<u32> = [17u32, 200, 42].iter().map(|t| t + step).collect();
+                let before = eng.sparse().unwrap().stats();
+                let mut refs: Vec<_> = caches.iter_mut().collect();
+                let got = eng.forward_batch(&mut refs, &toks).unwrap();
+                let batched = eng.sparse().unwrap().stats();
+                let vocab = got.len() / toks.len();
+                for (i, c) in singles.iter_mut().enumerate() {
+                    let want = eng.forward(c, &[toks[i]], Logits::Last).unwrap();
+                    let row = &got[i * vocab..(i + 1) * vocab];
+                    assert!(
+                        row.iter()
+                            .zip(&want)
+                            .all(|(a, b)| a.to_bits() == b.to_bits()),
+                        "{name} {precision:?} step {step} sequence {i}: batched logits differ"
+                    );
+                }
+                // The same neurons: the batched step's down columns are the three single steps'.
+                let after = eng.sparse().unwrap().stats();
+                assert_eq!(
+                    batched.down_rows - before.down_rows,
+                    after.down_rows - batched.down_rows,
+                    "{name} {precision:?} step {step}"
+                );
+                assert!(batched.down_rows - before.down_rows < batched.neurons - before.neurons);
+            }
+        }
+    }
+}
