@@ -373,7 +373,8 @@ impl FfnExecutor for SparseFfn {
     /// In memory: gate and up computed densely, the neurons sparse decode would skip masked out
     /// ([`FfnExecutor::mask`]), then the transposed down rows. Offloaded, a prompt streams the
     /// store's units once for all its tokens (`Offload::prefill`, masked the same way); decode
-    /// tokens of several sequences run token by token.
+    /// tokens of several sequences run token by token (in memory without a predictor, gate and up
+    /// of every token from one batched product first).
     fn batch(
         &self,
         l: FfnLayer<'_, '_>,
