@@ -9,7 +9,8 @@ use crate::{IoError, Result, ALIGN};
 
 /// A heap buffer whose start is aligned to [`ALIGN`] (4096) bytes and whose length is a multiple of
 /// [`ALIGN`], as `O_DIRECT` reads require. Derefs to `[u8]`. Every byte of its allocation is
-/// initialised (zeroed, or copied in, at allocation), so its length may move within the allocation
+/// initialised (zeroed, or copied in, at allocation; for [`AlignedBuf::uninit`], by the read that
+/// fills it before any byte is read), so its length may move within the allocation
 /// ([`AlignedBuf::set_len`]) and one buffer serve reads of different lengths.
 pub struct AlignedBuf {
     ptr: NonNull<u8>,
@@ -28,6 +29,34 @@ impl AlignedBuf {
     pub fn new(len: usize) -> Result<Self> {
         // SAFETY: `alloc_zeroed` is called with the layout `allocate` passes.
         unsafe { Self::allocate(len, |l| alloc::alloc_zeroed(l)) }
+    }
+
+    /// A buffer of `len` bytes (a multiple of 4096) not zeroed first, for a read that fills it
+    /// through [`AlignedBuf::as_mut_ptr`] (the kernel's, for an asynchronous read): zeroing a
+    /// buffer the read overwrites costs the I/O thread a pass over every byte.
+    ///
+    /// # Safety
+    /// No byte of it may be read (through `Deref`, `DerefMut` or a copy) before every byte has
+    /// been written, by that read or by [`AlignedBuf::zero_from`]; dropping it unread is fine.
+    pub unsafe fn uninit(len: usize) -> Result<Self> {
+        // SAFETY: `alloc` is called with the layout `allocate` passes; the caller writes every
+        // byte before any is read.
+        unsafe { Self::allocate(len, |l| alloc::alloc(l)) }
+    }
+
+    /// The buffer's start, for a writer that fills it (no slice of it is made, so this is also how
+    /// an [`AlignedBuf::uninit`] buffer is handed to a read).
+    pub fn as_mut_ptr(&mut self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+
+    /// Zeroes bytes `from..len` through the pointer (they may never have been written).
+    pub fn zero_from(&mut self, from: usize) {
+        if from < self.len {
+            // SAFETY: `from..len` lies inside the allocation, which this buffer owns; writing
+            // bytes initialises them and needs no slice over them.
+            unsafe { std::ptr::write_bytes(self.ptr.as_ptr().add(from), 0, self.len - from) };
+        }
     }
 
     /// A buffer holding a copy of `bytes` (whose length must be a multiple of 4096), not zeroed
@@ -149,6 +178,27 @@ mod tests {
             let c = b.clone();
             assert_eq!(b, c);
         }
+    }
+
+    /// A buffer not zeroed first holds what its writer put through the pointer, and zeroes from
+    /// where the writer stopped.
+    #[test]
+    fn an_uninit_buffer_is_what_was_written_then_zeroed() {
+        let len = 2 * 4096;
+        // SAFETY: every byte is written below (1000 through the pointer, the rest by
+        // `zero_from`) before any is read.
+        let mut b = unsafe { AlignedBuf::uninit(len) }.unwrap();
+        assert_eq!(b.as_mut_ptr() as usize % ALIGN, 0);
+        let p = b.as_mut_ptr();
+        for i in 0..1000 {
+            // SAFETY: `i < 1000 <= len`, inside the allocation.
+            unsafe { p.add(i).write(i as u8 | 1) };
+        }
+        b.zero_from(1000);
+        assert!(b[..1000].iter().enumerate().all(|(i, &x)| x == i as u8 | 1));
+        assert!(b[1000..].iter().all(|&x| x == 0));
+        b.zero_from(len);
+        assert_eq!(b.len(), len);
     }
 
     /// A copy is the bytes; a length moves within the allocation and keeps what was there.

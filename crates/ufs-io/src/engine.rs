@@ -603,7 +603,11 @@ impl Worker {
                 for run in self.plan_runs(reads) {
                     let file = run.file().clone();
                     let eligible = file.is_direct() && run.reqs.iter().all(|p| p.fault.is_none());
-                    let buf = if eligible { self.run_buf(&run) } else { None };
+                    let buf = if eligible {
+                        self.run_buf(&run, true)
+                    } else {
+                        None
+                    };
                     let Some(buf) = buf else {
                         sync_runs.push(run);
                         continue;
@@ -675,8 +679,10 @@ impl Worker {
         } = done;
         let result = result.and_then(|got| {
             // A short kernel read (the end of the file, or a partial transfer) is finished with pread,
-            // which stops at the end of the file.
+            // which stops at the end of the file. What the kernel did not write is zeroed first
+            // (the buffer may not have been).
             if got < buf.len() {
+                buf.zero_from(got);
                 let more = file.read_full(run.start + got as u64, &mut buf[got..])?;
                 Ok(got + more)
             } else {
@@ -741,15 +747,30 @@ impl Worker {
 
     /// A buffer for the read of `run`: of its span where one request takes it whole, else a spare one
     /// (or a new one of `max_merge` bytes) set to the span, since `distribute` copies its bytes out
-    /// and keeps it.
-    fn run_buf(&self, run: &Run) -> Option<AlignedBuf> {
+    /// and keeps it. `by_kernel`: an asynchronous read fills it, so a new one is not zeroed first.
+    fn run_buf(&self, run: &Run, by_kernel: bool) -> Option<AlignedBuf> {
         let span = (run.end - run.start) as usize;
         if run.reqs.len() == 1 || span > self.config.max_merge {
+            if by_kernel {
+                // SAFETY: the kernel's read fills it; `finish_async` zeroes whatever the read did
+                // not write before any byte is read, and a read not submitted or failed drops it
+                // unread.
+                return unsafe { AlignedBuf::uninit(span) }.ok();
+            }
             return AlignedBuf::new(span).ok();
         }
         let spare = self.spare.lock().pop();
         let mut buf = match spare {
             Some(b) => b,
+            None if by_kernel => {
+                // SAFETY: bytes from the span on are zeroed here, and the kernel's read fills the
+                // span (`finish_async` zeroes what it did not write) before any byte is read, so
+                // the buffer is whole when `distribute` keeps it as a spare; a read not submitted
+                // or failed drops it unread.
+                let mut b = unsafe { AlignedBuf::uninit(self.config.max_merge) }.ok()?;
+                b.zero_from(span);
+                b
+            }
             None => AlignedBuf::new(self.config.max_merge).ok()?,
         };
         buf.set_len(span).ok()?;
@@ -765,7 +786,7 @@ impl Worker {
             return;
         }
         let file = run.file().clone();
-        let mut buf = match self.run_buf(&run) {
+        let mut buf = match self.run_buf(&run, false) {
             Some(b) => b,
             None => return self.retry_each(run.reqs),
         };
