@@ -7,37 +7,10 @@ use std::time::Duration;
 use kernels_neon::Activation;
 
 use crate::error::Result;
-use crate::neurons::{GateUpRows, LayerRule, Score, SelectScratch};
+use crate::neurons::{LayerRule, Precomputed, Score, SelectScratch};
 
 /// Candidate neurons per measured selection (Qwen2.5-0.5B's FFN width).
 const NEURONS: usize = 4864;
-
-/// Gate and up outputs given in advance, so that selection runs without any kernel.
-struct Given<'a> {
-    g: &'a [f32],
-    u: &'a [f32],
-}
-
-impl GateUpRows for Given<'_> {
-    fn gate(&mut self, rows: &[u32], g: &mut [f32]) -> Result<()> {
-        for (o, &r) in g.iter_mut().zip(rows) {
-            *o = self.g[r as usize];
-        }
-        Ok(())
-    }
-
-    fn up(&mut self, rows: &[u32], u: &mut [f32]) -> Result<()> {
-        for (o, &r) in u.iter_mut().zip(rows) {
-            *o = self.u[r as usize];
-        }
-        Ok(())
-    }
-
-    fn gate_up(&mut self, rows: &[u32], g: &mut [f32], u: &mut [f32]) -> Result<()> {
-        self.gate(rows, g)?;
-        self.up(rows, u)
-    }
-}
 
 /// Nanoseconds per candidate neuron of one sparse decode step's selection: [`LayerRule::select`]
 /// under the default output-norm score with SiLU, every neuron a candidate (no predictor), half of
@@ -71,7 +44,8 @@ pub(crate) fn select_ns(
         activation: Activation::Silu,
     };
     let rows: Vec<u32> = (0..NEURONS as u32).collect();
-    let mut src = Given { g: &g, u: &u };
+    // Gate and up given in advance, so that selection runs without any kernel.
+    let mut src = Precomputed { g: &g, u: &u };
     let secs = per_call(time, &mut || {
         let mut keep = Vec::with_capacity(rows.len());
         let mut coeffs = Vec::with_capacity(rows.len());
