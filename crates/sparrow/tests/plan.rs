@@ -433,17 +433,10 @@ fn hybrid_decode_takes_the_planned_split() {
         "2",
     ];
     let in_cache = |args: &[&str]| {
-        let out = Command::new(env!("CARGO_BIN_EXE_sparrow"))
-            .args(args)
-            .env("SPARROW_MODEL_DIR", &cache)
-            .output()
-            .expect("sparrow runs");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stderr).into_owned()
+        let out = sparrow_in(&cache, args);
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{err}");
+        err
     };
     let err = in_cache(&bare);
     assert!(
