@@ -421,32 +421,36 @@ impl SparseFfn {
         let mut predicted = Vec::new();
         let rows = self.selector.candidates(l.index, x, &mut predicted)?;
         // The candidates the skip mask leaves.
-        let kept: Vec<u32> = match skip {
-            Some(skip) => rows
-                .iter()
+        let unskipped = |skip: &[bool]| -> Vec<u32> {
+            rows.iter()
                 .copied()
                 .filter(|&j| !skip[j as usize])
-                .collect(),
-            None => Vec::new(),
+                .collect()
         };
         let counts = match &self.weights {
-            Weights::Store(off) => off.decode(
-                self.selector.rule(l.index, self.score),
-                l.index,
-                if skip.is_some() { &kept } else { rows },
-                x,
-                out,
-                l.precision,
-            )?,
+            Weights::Store(off) => {
+                let kept = skip.map(unskipped);
+                off.decode(
+                    self.selector.rule(l.index, self.score),
+                    l.index,
+                    kept.as_deref().unwrap_or(rows),
+                    x,
+                    out,
+                    l.precision,
+                )?
+            }
             Weights::Memory { down_t, format } => {
                 let down_t = self.transposed(down_t, *format, l.index)?;
                 // Without a predictor every gate and up row is computed in whole-matrix products
                 // (contiguous rows) and the skipped neurons dropped after, unless they are most
-                // of the layer: a row list with holes at every hot neuron is slower than the
-                // few rows it saves ([`whole_matrix`]).
+                // of the layer (`planner::whole_matrix`); only then is the row list made.
                 let all = !self.selector.has_predictor()
-                    && (skip.is_none() || whole_matrix(rows.len(), kept.len()));
-                let rows = if skip.is_some() && !all { &kept } else { rows };
+                    && skip.is_none_or(|s| {
+                        let kept = rows.iter().filter(|&&j| !s[j as usize]).count();
+                        planner::whole_matrix(rows.len(), kept)
+                    });
+                let kept = skip.filter(|_| !all).map(unskipped);
+                let rows = kept.as_deref().unwrap_or(rows);
                 match pre.filter(|_| all) {
                     Some(mut pre) => {
                         self.decode_in_memory(l, &mut pre, (rows, all), out, down_t, skip)?
@@ -503,7 +507,8 @@ impl SparseFfn {
                 && n > 1
                 && !self.selector.has_predictor()
                 && self.score == Score::OutputNorm
-                && skip.is_none_or(|s| whole_matrix(ff, s.iter().filter(|&&h| !h).count()));
+                && skip
+                    .is_none_or(|s| planner::whole_matrix(ff, s.iter().filter(|&&h| !h).count()));
             if batched {
                 let (g, u) = scratch.gate_up(n * ff);
                 kernels_neon::matvec_batch_many(
@@ -639,14 +644,6 @@ pub fn thresholds_for_sparsity(samples: &mut [Vec<f32>], sparsity: f32) -> Resul
             Ok(*v)
         })
         .collect()
-}
-
-/// Whether a step without predictors that leaves `kept` of a layer's `candidates` neurons to the
-/// CPU (the rest on an accelerator) computes every gate and up row in whole-matrix products and
-/// drops the others after (at least half kept), rather than the kept rows alone. The planner costs
-/// hybrid decode by the same rule (`planner::hybrid_layer_ns`).
-pub(crate) fn whole_matrix(candidates: usize, kept: usize) -> bool {
-    2 * kept >= candidates
 }
 
 #[cfg(test)]

@@ -61,11 +61,11 @@ pub fn hybrid_layer_ns(
     let curve = &l.hit[bi];
     let cold = l.neurons as f64 - hot;
     let cold_active = (curve[g as usize] - curve[j as usize]).max(0.0);
-    // In memory without predictors, while at least half the neurons are cold, the CPU computes
-    // every neuron's gate and up rows in whole-matrix products (a row list with holes is slower)
-    // and leaves the block's neurons out after: selection over the whole layer, the cold firing
-    // neurons' down columns (the engine's `sparse::whole_matrix`).
-    let selected = if model.predicted || model.offloaded || 2.0 * cold < l.neurons as f64 {
+    // In memory without predictors, while at least half the neurons are cold ([`whole_matrix`]),
+    // the CPU computes every neuron's gate and up rows and leaves the block's neurons out after:
+    // selection over the whole layer, the cold firing neurons' down columns.
+    let whole = whole_matrix(l.neurons as usize, l.neurons as usize - hot as usize);
+    let selected = if model.predicted || model.offloaded || !whole {
         cold
     } else {
         l.neurons as f64
@@ -95,6 +95,15 @@ pub fn hybrid_layer_ns(
     } else {
         cpu.saturating_add(accel)
     }
+}
+
+/// Whether a sparse step without predictors that leaves `kept` of a layer's `candidates` neurons to
+/// the CPU (the rest on an accelerator) computes every gate and up row in whole-matrix products and
+/// drops the others after (at least half kept), rather than the kept rows alone: a row list with a
+/// hole at every accelerator neuron is slower than the few rows it saves. The engine's sparse
+/// decode in memory follows it, and [`hybrid_layer_ns`] costs it.
+pub fn whole_matrix(candidates: usize, kept: usize) -> bool {
+    2 * kept >= candidates
 }
 
 /// The accelerator's compute time (ns, no call) for `neurons` rows of layer `l`'s block: at its

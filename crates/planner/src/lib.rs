@@ -61,7 +61,7 @@ pub use device::{
     DEVICE_VERSION,
 };
 pub use error::{PlannerError, Result};
-pub use hybrid::{hybrid_layer_ns, hybrid_split, HybridSplit, HYBRID_BATCHES};
+pub use hybrid::{hybrid_layer_ns, hybrid_split, whole_matrix, HybridSplit, HYBRID_BATCHES};
 pub use model::{
     read_ahead_bytes, step_neurons, FfnLayer, FormatMacs, ModelSummary, StepBytes, TensorInfo,
 };
