@@ -96,9 +96,9 @@ impl Offload {
     }
 
     /// Queues, without waiting for a free slot, the units of `layer` past the accelerator's that
-    /// are neither hot nor in the cold region, at most [`super::OffloadOptions::read_ahead_bytes`] of them (what a process
-    /// budget counts for them beside the cache, `budget::read_ahead_bytes`). Stops at the first
-    /// read the I/O thread does not take.
+    /// are neither hot nor in the cold region, at most [`super::OffloadOptions::read_ahead_bytes`]
+    /// of them (what a process budget counts for them beside the cache, `budget::read_ahead_bytes`).
+    /// Stops at the first read the I/O thread does not take.
     pub(super) fn read_ahead(&self, hot: &HotSet, layer: usize) {
         let ix = self.store.index();
         let ub = ix.layout.unit_bytes();
