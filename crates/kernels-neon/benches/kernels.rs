@@ -12,7 +12,8 @@ mod common;
 
 use common::{pool, random_matrix};
 use kernels_neon::{
-    add_fixed_with, available_paths, matmul, matvec, matvec_batch, Precision, QMatrix, WeightFormat,
+    add_fixed_with, available_paths, axpy_rows_fixed_with, axpy_rows_with, matmul, matvec,
+    matvec_batch, Precision, QMatrix, WeightFormat,
 };
 
 fn bench_matvec(c: &mut Criterion) {
@@ -158,11 +159,42 @@ fn bench_add_fixed(c: &mut Criterion) {
     g.finish();
 }
 
+/// A one-neuron store unit's down column (a 4096-wide Q5_0 row, the 7B shape's) added into the
+/// fixed-point accumulator: `axpy_rows` into a zeroed vector then `add_fixed` (ids
+/// `unit_down/two-step/<path>`) against the fused `axpy_rows_fixed` (`unit_down/fused/<path>`).
+fn bench_unit_down(c: &mut Criterion) {
+    let mut g = c.benchmark_group("unit_down");
+    let (rows, n) = (64, 4096);
+    let format = WeightFormat::Q5_0;
+    let data = random_matrix(format, rows, n, 3);
+    let w = QMatrix::new(format, rows, n, &data).unwrap();
+    g.throughput(Throughput::Elements(n as u64));
+    for path in available_paths() {
+        let (mut acc, mut y) = (vec![0i64; n], vec![0f32; n]);
+        let mut r = 0u32;
+        g.bench_function(BenchmarkId::new("two-step", format!("{path:?}")), |b| {
+            b.iter(|| {
+                r = (r + 1) % rows as u32;
+                axpy_rows_with(path, &w, &[r], &[0.5], &mut y).unwrap();
+                add_fixed_with(path, &mut acc, &mut y).unwrap();
+            })
+        });
+        g.bench_function(BenchmarkId::new("fused", format!("{path:?}")), |b| {
+            b.iter(|| {
+                r = (r + 1) % rows as u32;
+                axpy_rows_fixed_with(path, &w, &[r], &[0.5], &mut y, &mut acc).unwrap();
+            })
+        });
+    }
+    g.finish();
+}
+
 criterion_group!(
     benches,
     bench_matvec,
     bench_matmul,
     bench_matvec_batch,
-    bench_add_fixed
+    bench_add_fixed,
+    bench_unit_down
 );
 criterion_main!(benches);

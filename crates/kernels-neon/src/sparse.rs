@@ -218,6 +218,48 @@ pub fn axpy_rows_with(
     Ok(())
 }
 
+/// `acc += fixed(Σ_i coeffs[i] · W_t[rows[i]])`: [`axpy_rows`] into a zeroed vector, then
+/// [`add_fixed`](crate::add_fixed) of it into `acc`, with the same integers on every path (an
+/// offloaded store unit's down projection, added to its worker's order-free sum).
+///
+/// Where the path has a fused kernel (AVX2: the formats of the tiled `axpy_rows`, a few dozen
+/// rows at most) each tile's sums go to `acc` as they leave their registers, and `scratch` is not
+/// touched; otherwise `scratch` (`w_t.cols()` long, all zeros: a caller keeps one buffer for
+/// every call) takes the sum and is left all zeros again.
+pub fn axpy_rows_fixed(
+    w_t: &QMatrix,
+    rows: &[u32],
+    coeffs: &[f32],
+    scratch: &mut [f32],
+    acc: &mut [i64],
+) -> Result<(), KernelError> {
+    axpy_rows_fixed_with(active_path(), w_t, rows, coeffs, scratch, acc)
+}
+
+/// [`axpy_rows_fixed`] on an explicit path (for tests and benchmarks).
+#[doc(hidden)]
+pub fn axpy_rows_fixed_with(
+    path: KernelPath,
+    w_t: &QMatrix,
+    rows: &[u32],
+    coeffs: &[f32],
+    scratch: &mut [f32],
+    acc: &mut [i64],
+) -> Result<(), KernelError> {
+    check_path(path)?;
+    check_len("axpy_rows_fixed coeffs", rows.len(), coeffs.len())?;
+    check_len("axpy_rows_fixed acc", w_t.cols(), acc.len())?;
+    check_rows("axpy_rows_fixed rows", w_t, rows)?;
+    if arch::axpy_rows_fixed(path, w_t, rows, coeffs, acc) {
+        return Ok(());
+    }
+    check_len("axpy_rows_fixed scratch", w_t.cols(), scratch.len())?;
+    debug_assert!(scratch.iter().all(|&v| v == 0.0), "scratch not zeroed");
+    axpy_rows_with(path, w_t, rows, coeffs, scratch)?;
+    arch::add_fixed(path, acc, scratch);
+    Ok(())
+}
+
 /// PowerInfer-2's gated FFN up phase over predicted-active neurons.
 ///
 /// For each listed neuron `r = rows[i]`: `g = dot(gate[r], x)`; if

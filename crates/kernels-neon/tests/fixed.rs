@@ -1,8 +1,15 @@
 //! `add_fixed` on every available path gives the reference's integers: f32 values scaled by 2^32
 //! and rounded to nearest, ties to even, including ties, values past the fast paths' ranges and
-//! tails shorter than a SIMD step.
+//! tails shorter than a SIMD step; `axpy_rows_fixed` gives the integers of `axpy_rows` then
+//! `add_fixed`.
 
-use kernels_neon::{add_fixed_with, available_paths, KernelPath};
+mod common;
+
+use common::{random_matrix, Rng};
+use kernels_neon::{
+    add_fixed_with, available_paths, axpy_rows_fixed_with, axpy_rows_with, KernelPath, QMatrix,
+    WeightFormat,
+};
 use proptest::prelude::*;
 
 fn reference(acc: &[i64], x: &[f32]) -> Vec<i64> {
@@ -61,5 +68,55 @@ proptest! {
     ) {
         let acc: Vec<i64> = (0..x.len() as i64).map(|i| acc0 + i).collect();
         check(&acc, &x);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// `axpy_rows_fixed` gives the integers of `axpy_rows` into a zeroed vector followed by
+    /// `add_fixed`, on every path, for the fused kernel's formats and others, row counts past
+    /// one group, zero coefficients, and sums past the fast conversion's 2^19.
+    #[test]
+    fn axpy_rows_fixed_equals_axpy_then_add_fixed(
+        f in 0usize..8,
+        blocks in 1usize..5,
+        picks in prop::collection::vec((0usize..120, -2f32..2.0), 0..90),
+        big in any::<bool>(),
+        seed in any::<u64>(),
+    ) {
+        let formats = [
+            WeightFormat::Q8_0,
+            WeightFormat::Q4_0,
+            WeightFormat::Q4_1,
+            WeightFormat::Q5_0,
+            WeightFormat::Q5_1,
+            WeightFormat::IQ4_NL,
+            WeightFormat::Q4_K,
+            WeightFormat::F32,
+        ];
+        let format = formats[f];
+        let cols = blocks * format.block_len().max(32);
+        let n = 120;
+        let data = random_matrix(format, n, cols, &mut Rng(seed));
+        let w = QMatrix::new(format, n, cols, &data).unwrap();
+        let rows: Vec<u32> = picks.iter().map(|p| p.0 as u32).collect();
+        let scale = if big { 1e6 } else { 1.0 };
+        let coeffs: Vec<f32> = picks
+            .iter()
+            .enumerate()
+            .map(|(i, p)| if i % 7 == 3 { 0.0 } else { p.1 * scale })
+            .collect();
+        let acc0: Vec<i64> = (0..cols as i64).map(|i| i * 977 - 5_000).collect();
+        for path in available_paths() {
+            let mut y = vec![0f32; cols];
+            axpy_rows_with(path, &w, &rows, &coeffs, &mut y).unwrap();
+            let mut want = acc0.clone();
+            add_fixed_with(path, &mut want, &mut y).unwrap();
+            let (mut got, mut scratch) = (acc0.clone(), vec![0f32; cols]);
+            axpy_rows_fixed_with(path, &w, &rows, &coeffs, &mut scratch, &mut got).unwrap();
+            prop_assert_eq!(&got, &want, "{:?} {:?} {} rows", path, format, rows.len());
+            prop_assert!(scratch.iter().all(|&v| v == 0.0), "{:?}: scratch not zeroed", path);
+        }
     }
 }

@@ -55,7 +55,7 @@ pub(super) struct Worker {
     /// order reads completed, nor on which units were cached (f32 sums in arrival order, and later
     /// f32 lanes of the hot units, made greedy text differ from run to run).
     pub(super) acc: Vec<i64>,
-    /// The f32 sum of the unit being computed (zero between units).
+    /// The f32 sum of the unit being computed where the down kernel needs one (zero between units).
     unit_out: Vec<f32>,
     pub(super) counts: RowCounts,
     pub(super) wait_ns: u64,
@@ -259,9 +259,9 @@ impl Job<'_> {
     }
 
     /// `Σ down_j · v_j` over the wanted `(unit, slot, neuron)` entries of one unit's bytes, summed
-    /// in f32 and added to `w.acc` in fixed point ([`kernels_neon::add_fixed`]: modulo 2^64, so in
-    /// any order; an FFN output far below 2^31 keeps the true sum inside i64). A unit none of whose
-    /// neurons passes adds nothing.
+    /// in f32 and added to `w.acc` in fixed point ([`kernels_neon::axpy_rows_fixed`], the integers
+    /// of [`kernels_neon::add_fixed`]: modulo 2^64, so in any order; an FFN output far below 2^31
+    /// keeps the true sum inside i64). A unit none of whose neurons passes adds nothing.
     pub(super) fn compute(&self, bytes: &[u8], wanted: &[Wanted], w: &mut Worker) -> Result<()> {
         let ix = self.off.store.index();
         let (l, f) = (&ix.layout, &ix.formats);
@@ -300,9 +300,8 @@ impl Job<'_> {
             coeffs,
         )?;
         if !keep.is_empty() {
-            kernels_neon::axpy_rows(&down, keep, coeffs, &mut w.unit_out)
+            kernels_neon::axpy_rows_fixed(&down, keep, coeffs, &mut w.unit_out, &mut w.acc)
                 .map_err(kernel("offloaded ffn down"))?;
-            kernels_neon::add_fixed(&mut w.acc, &mut w.unit_out);
         }
         w.counts.0 += slots.len();
         w.counts.1 += up_rows;

@@ -767,6 +767,38 @@ pub(crate) fn axpy_hybrid(
     }
 }
 
+/// `acc += fixed(Σ coeffs[k] · row(rows[k]))` over whole rows, where the path has a fused
+/// kernel for the format and row count (the same integers as `axpy_rows` into a zeroed vector
+/// followed by `add_fixed`). Returns `false` when it has none.
+pub(crate) fn axpy_rows_fixed(
+    path: KernelPath,
+    w: &QMatrix<'_>,
+    rows: &[u32],
+    coeffs: &[f32],
+    acc: &mut [i64],
+) -> bool {
+    match path {
+        #[cfg(target_arch = "x86_64")]
+        KernelPath::Avx512 if has_avx512dq() => {
+            let (f, d, rb, c) = (w.format(), w.data(), w.row_bytes(), w.cols());
+            // SAFETY: the path was checked available (AVX-512F and AVX2) and DQ just above;
+            // the kernel asserts every bound it relies on.
+            unsafe { x86_64::axpy_rows_fixed_dq(f, d, rb, c, rows, coeffs, acc) }
+        }
+        #[cfg(target_arch = "x86_64")]
+        KernelPath::Avx2Fma | KernelPath::Avx512 => {
+            let (f, d, rb, c) = (w.format(), w.data(), w.row_bytes(), w.cols());
+            // SAFETY: the path was checked available (AVX2/FMA/F16C present);
+            // the kernel asserts every bound it relies on.
+            unsafe { x86_64::axpy_rows_fixed(f, d, rb, c, rows, coeffs, acc) }
+        }
+        _ => {
+            let _ = (w, rows, coeffs, acc);
+            false
+        }
+    }
+}
+
 /// The whole of one `axpy_rows` column range in one call, where the path has
 /// a tiled kernel for the format (`b0`: byte offset of the range in each row).
 /// Returns `false` when it has none: the caller then goes row by row.

@@ -1,5 +1,6 @@
 //! Column-tiled `axpy_rows` for `Q8_0`/`Q4_0`/`Q4_1`/`Q5_0`/`Q5_1`/`IQ4_NL`: the sums of a column
-//! tile stay in registers across all listed rows.
+//! tile stay in registers across all listed rows; `axpy_rows_fixed` adds them to a fixed-point sum
+//! as they leave the registers.
 
 use std::arch::x86_64::*;
 
@@ -67,14 +68,232 @@ unsafe fn axpy_rows_tiled_q<const F: u8>(
     // Rows go in groups whose column ranges fit in L2, so the later tile
     // passes of a group find its rows there (one pass over all rows of a
     // large matrix would fetch them from DRAM once per tile).
-    let group = (TILED_GROUP_BYTES / (nb * bb).max(1)).max(16);
+    let group = group_rows(nb * bb);
+    let sink = Sink::F32(y.as_mut_ptr());
     let mut g0 = 0;
     while g0 < rows.len() {
         let g1 = (g0 + group).min(rows.len());
         // SAFETY: features present per contract; every listed row lies in
-        // `data` and b0 + nb * bb <= row_bytes (asserted above).
-        unsafe { axpy_tiles::<F>(base, row_bytes, b0, nb, rows, g0..g1, coeffs, y) };
+        // `data`, b0 + nb * bb <= row_bytes (asserted above) and `y` holds
+        // nb * 32 elements.
+        unsafe { axpy_tiles::<F>(base, row_bytes, b0, nb, rows, g0..g1, coeffs, sink) };
         g0 = g1;
+    }
+}
+
+/// Rows per group of [`axpy_rows_tiled`] over rows of `range_bytes` each.
+fn group_rows(range_bytes: usize) -> usize {
+    (TILED_GROUP_BYTES / range_bytes.max(1)).max(16)
+}
+
+/// [`axpy_rows_tiled`] over whole rows of `cols` elements into a zeroed `y`, then
+/// `crate::add_fixed(acc, y)`, with each tile's sums converted to fixed point as they
+/// leave their registers (no `y`): the same integers, since `0 + s` is `s` but for the
+/// sign of a zero, which the conversion drops. Returns `false` (and does nothing) for
+/// formats it does not handle, `cols` not a multiple of 32, or more rows than one group
+/// (`axpy_rows` would add the groups' sums in f32 before the conversion).
+///
+/// # Safety
+/// AVX2/FMA/F16C present.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn axpy_rows_fixed(
+    format: WeightFormat,
+    data: &[u8],
+    row_bytes: usize,
+    cols: usize,
+    rows: &[u32],
+    coeffs: &[f32],
+    acc: &mut [i64],
+) -> bool {
+    // SAFETY: features present per contract.
+    unsafe { rows_fixed(format, data, row_bytes, cols, rows, coeffs, acc, false) }
+}
+
+/// [`axpy_rows_fixed`] converting with AVX-512DQ's `vcvtps2qq` (as `vector::add_fixed`).
+///
+/// # Safety
+/// AVX-512F/DQ, AVX2, FMA and F16C present.
+#[target_feature(enable = "avx512f,avx512dq,avx2,fma,f16c")]
+pub(crate) unsafe fn axpy_rows_fixed_dq(
+    format: WeightFormat,
+    data: &[u8],
+    row_bytes: usize,
+    cols: usize,
+    rows: &[u32],
+    coeffs: &[f32],
+    acc: &mut [i64],
+) -> bool {
+    // SAFETY: features present per contract.
+    unsafe { rows_fixed(format, data, row_bytes, cols, rows, coeffs, acc, true) }
+}
+
+/// The body of [`axpy_rows_fixed`] and [`axpy_rows_fixed_dq`], inlined into each (without
+/// target features of its own, so that the intrinsics compile with the caller's: the DQ
+/// conversion inlines only there).
+///
+/// # Safety
+/// AVX2/FMA/F16C present, and AVX-512F/DQ where `dq`.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn rows_fixed(
+    format: WeightFormat,
+    data: &[u8],
+    row_bytes: usize,
+    cols: usize,
+    rows: &[u32],
+    coeffs: &[f32],
+    acc: &mut [i64],
+    dq: bool,
+) -> bool {
+    let bb = match format {
+        WeightFormat::Q8_0 => block_bytes(Q8_0),
+        WeightFormat::Q4_0 => block_bytes(Q4_0),
+        WeightFormat::Q4_1 => block_bytes(Q4_1),
+        WeightFormat::Q5_0 => block_bytes(Q5_0),
+        WeightFormat::Q5_1 => block_bytes(Q5_1),
+        WeightFormat::IQ4_NL => block_bytes(IQ4_NL),
+        _ => return false,
+    };
+    let nb = cols / 32;
+    if cols % 32 != 0 || rows.len() > group_rows(nb * bb) {
+        return false;
+    }
+    assert_eq!(rows.len(), coeffs.len());
+    assert!(nb * bb <= row_bytes && acc.len() >= cols);
+    let max_row = rows.iter().copied().max().unwrap_or(0) as usize;
+    assert!(rows.is_empty() || (max_row + 1) * row_bytes <= data.len());
+    let sink = match dq {
+        true => Sink::FixedDq(acc.as_mut_ptr()),
+        false => Sink::Fixed(acc.as_mut_ptr()),
+    };
+    let (base, all) = (data.as_ptr(), 0..rows.len());
+    // SAFETY: features present per contract; every listed row lies in `data`,
+    // nb * bb <= row_bytes and `acc` holds nb * 32 elements (asserted above).
+    unsafe {
+        match format {
+            WeightFormat::Q8_0 => {
+                axpy_tiles::<Q8_0>(base, row_bytes, 0, nb, rows, all, coeffs, sink)
+            }
+            WeightFormat::Q4_0 => {
+                axpy_tiles::<Q4_0>(base, row_bytes, 0, nb, rows, all, coeffs, sink)
+            }
+            WeightFormat::Q4_1 => {
+                axpy_tiles::<Q4_1>(base, row_bytes, 0, nb, rows, all, coeffs, sink)
+            }
+            WeightFormat::Q5_0 => {
+                axpy_tiles::<Q5_0>(base, row_bytes, 0, nb, rows, all, coeffs, sink)
+            }
+            WeightFormat::Q5_1 => {
+                axpy_tiles::<Q5_1>(base, row_bytes, 0, nb, rows, all, coeffs, sink)
+            }
+            _ => axpy_tiles::<IQ4_NL>(base, row_bytes, 0, nb, rows, all, coeffs, sink),
+        }
+    }
+    true
+}
+
+/// Where [`axpy_tiles`] puts a tile's sums: added to f32 `y`, or added to `acc` in fixed
+/// point (`crate::add_fixed`'s integers).
+#[derive(Clone, Copy)]
+enum Sink {
+    F32(*mut f32),
+    Fixed(*mut i64),
+    /// Fixed point by `vcvtps2qq`: AVX-512F/DQ present.
+    FixedDq(*mut i64),
+}
+
+impl Sink {
+    /// Adds the eight sums `s` at element `at`.
+    ///
+    /// # Safety
+    /// AVX2/FMA/F16C present; elements `at..at + 8` lie in the sink's buffer. Inlined into
+    /// the caller's target features (it has none of its own).
+    #[inline(always)]
+    unsafe fn add(self, at: usize, s: __m256) {
+        match self {
+            // SAFETY: at + 8 <= the buffer's length (caller contract).
+            Sink::F32(y) => unsafe {
+                let yp = y.add(at);
+                _mm256_storeu_ps(yp, _mm256_add_ps(_mm256_loadu_ps(yp), s));
+            },
+            // SAFETY: as above.
+            Sink::Fixed(acc) => unsafe { add_fixed8(acc.add(at), s) },
+            // SAFETY: as above, and AVX-512F/DQ present (the variant's contract).
+            Sink::FixedDq(acc) => unsafe { add_fixed8_dq(acc.add(at), s) },
+        }
+    }
+}
+
+/// `acc[0..8] += round(s · 2^32)` as `crate::add_fixed` does, by `vector::add_fixed`'s
+/// arithmetic (scaled in f32, converted by `vcvtps2qq`); eight sums holding one of magnitude
+/// 2^31 or more (or NaN) take the reference.
+///
+/// # Safety
+/// AVX-512F/DQ and AVX2 present; `acc..acc + 8` is valid for reads and writes.
+#[inline]
+#[target_feature(enable = "avx512f,avx512dq,avx2,fma,f16c")]
+unsafe fn add_fixed8_dq(acc: *mut i64, s: __m256) {
+    let abs = _mm256_and_si256(_mm256_castps_si256(s), _mm256_set1_epi32(0x7fff_ffff));
+    // 2^31 as f32 bits, less one.
+    let big = _mm256_cmpgt_epi32(abs, _mm256_set1_epi32(0x4eff_ffff));
+    if _mm256_movemask_epi8(big) != 0 {
+        // SAFETY: as the caller's contract.
+        unsafe { add_fixed8_reference(acc, s) };
+        return;
+    }
+    let q = _mm512_cvtps_epi64(_mm256_mul_ps(s, _mm256_set1_ps(4_294_967_296.0)));
+    // SAFETY: eight i64 from `acc` (caller contract).
+    unsafe {
+        let ap = acc as *mut __m512i;
+        _mm512_storeu_si512(ap, _mm512_add_epi64(_mm512_loadu_si512(ap), q));
+    }
+}
+
+/// `crate::scalar::add_fixed` of eight sums.
+///
+/// # Safety
+/// AVX present; `acc..acc + 8` is valid for reads and writes.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn add_fixed8_reference(acc: *mut i64, s: __m256) {
+    let mut x = [0f32; 8];
+    // SAFETY: `x` holds eight f32; `acc..acc + 8` is valid (caller contract).
+    unsafe {
+        _mm256_storeu_ps(x.as_mut_ptr(), s);
+        crate::scalar::add_fixed(std::slice::from_raw_parts_mut(acc, 8), &mut x);
+    }
+}
+
+/// `acc[0..8] += round(s · 2^32)` as `crate::add_fixed` does, by `vector::add_fixed_avx2`'s
+/// arithmetic (widened to f64, rounded by adding 1.5 · 2^52); eight sums holding one of
+/// magnitude 2^19 or more (or NaN) take the reference.
+///
+/// # Safety
+/// AVX2 present; `acc..acc + 8` is valid for reads and writes.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn add_fixed8(acc: *mut i64, s: __m256) {
+    const MAGIC: f64 = 6_755_399_441_055_744.0;
+    let abs = _mm256_and_si256(_mm256_castps_si256(s), _mm256_set1_epi32(0x7fff_ffff));
+    // 2^19 as f32 bits, less one.
+    let big = _mm256_cmpgt_epi32(abs, _mm256_set1_epi32(0x48ff_ffff));
+    if _mm256_movemask_epi8(big) != 0 {
+        // SAFETY: as the caller's contract.
+        unsafe { add_fixed8_reference(acc, s) };
+        return;
+    }
+    let (scale, magic) = (_mm256_set1_pd(crate::FIXED_SCALE), _mm256_set1_pd(MAGIC));
+    for (h, half) in [_mm256_castps256_ps128(s), _mm256_extractf128_ps::<1>(s)]
+        .into_iter()
+        .enumerate()
+    {
+        let y = _mm256_add_pd(_mm256_mul_pd(_mm256_cvtps_pd(half), scale), magic);
+        let q = _mm256_sub_epi64(_mm256_castpd_si256(y), _mm256_castpd_si256(magic));
+        // SAFETY: 4 * h + 4 <= 8 elements from `acc` (caller contract).
+        unsafe {
+            let ap = acc.add(4 * h) as *mut __m256i;
+            _mm256_storeu_si256(ap, _mm256_add_epi64(_mm256_loadu_si256(ap), q));
+        }
     }
 }
 
@@ -82,14 +301,15 @@ unsafe fn axpy_rows_tiled_q<const F: u8>(
 /// 512 KiB L2, leaving room for the prefetched next rows).
 const TILED_GROUP_BYTES: usize = 192 * 1024;
 
-/// The tile passes of [`axpy_rows_tiled_q`] over `rows[group]`.
+/// The tile passes of [`axpy_rows_tiled_q`] over `rows[group]`, inlined into the caller's
+/// target features (it has none of its own: the sink's conversion may need AVX-512).
 ///
 /// # Safety
-/// AVX2/FMA/F16C present; every listed row lies in the matrix at `base`
-/// and `b0 + nb * bb <= row_bytes` (checked by the caller).
+/// AVX2/FMA/F16C present; every listed row lies in the matrix at `base`,
+/// `b0 + nb * bb <= row_bytes` and the sink holds `nb * 32` elements (checked
+/// by the caller).
 #[allow(clippy::too_many_arguments)]
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
+#[inline(always)]
 unsafe fn axpy_tiles<const F: u8>(
     base: *const u8,
     row_bytes: usize,
@@ -98,7 +318,7 @@ unsafe fn axpy_tiles<const F: u8>(
     all_rows: &[u32],
     group: std::ops::Range<usize>,
     coeffs: &[f32],
-    y: &mut [f32],
+    sink: Sink,
 ) {
     let bb = block_bytes(F);
     let g0 = group.start;
@@ -109,7 +329,9 @@ unsafe fn axpy_tiles<const F: u8>(
         let two = nb - b >= 2;
         let off = b0 + b * bb;
         let span = if two { 2 * bb } else { bb };
-        let mut acc = [_mm256_setzero_ps(); 8];
+        // SAFETY: AVX2/FMA/F16C present per contract, in the
+        // caller's features this function is inlined into.
+        let mut acc = unsafe { [_mm256_setzero_ps(); 8] };
         for (k, (&r, &c)) in rows.iter().zip(coeffs).enumerate() {
             // Listed rows are scattered, so the hardware prefetcher cannot
             // follow them: the first tile pass fetches each upcoming row's
@@ -119,20 +341,28 @@ unsafe fn axpy_tiles<const F: u8>(
                     let q = base.wrapping_add(next as usize * row_bytes + b0);
                     let mut o = 0;
                     while o < nb * bb {
-                        _mm_prefetch::<_MM_HINT_T0>(q.wrapping_add(o) as *const i8);
+                        // SAFETY: a prefetch never faults.
+                        unsafe { _mm_prefetch::<_MM_HINT_T0>(q.wrapping_add(o) as *const i8) };
                         o += 64;
                     }
-                    _mm_prefetch::<_MM_HINT_T0>(q.wrapping_add(nb * bb - 1) as *const i8);
+                    // SAFETY: a prefetch never faults.
+                    unsafe {
+                        _mm_prefetch::<_MM_HINT_T0>(q.wrapping_add(nb * bb - 1) as *const i8)
+                    };
                 } else {
                     let q = base.wrapping_add(next as usize * row_bytes + off);
-                    _mm_prefetch::<_MM_HINT_T0>(q as *const i8);
-                    _mm_prefetch::<_MM_HINT_T0>(q.wrapping_add(span - 1) as *const i8);
+                    // SAFETY: a prefetch never faults.
+                    unsafe {
+                        _mm_prefetch::<_MM_HINT_T0>(q as *const i8);
+                        _mm_prefetch::<_MM_HINT_T0>(q.wrapping_add(span - 1) as *const i8);
+                    }
                 }
             }
             if c == 0.0 {
                 continue;
             }
-            let cv = _mm256_set1_ps(c);
+            // SAFETY: AVX present per contract.
+            let cv = unsafe { _mm256_set1_ps(c) };
             // SAFETY: row r lies in the matrix at `base` (caller contract),
             // and its bytes off..off + span lie in the row (b + 2 <= nb when
             // `two`, b0 + nb * bb <= row_bytes).
@@ -152,11 +382,9 @@ unsafe fn axpy_tiles<const F: u8>(
         }
         let lanes = if two { 8 } else { 4 };
         for (i, a) in acc.iter().take(lanes).enumerate() {
-            // SAFETY: (b * 32 + 8 * i) + 8 <= (b + lanes / 4) * 32 <= nb * 32 <= y.len().
-            unsafe {
-                let yp = y.as_mut_ptr().add(b * 32 + 8 * i);
-                _mm256_storeu_ps(yp, _mm256_add_ps(_mm256_loadu_ps(yp), *a));
-            }
+            // SAFETY: (b * 32 + 8 * i) + 8 <= (b + lanes / 4) * 32 <= nb * 32, which the
+            // sink holds (caller contract).
+            unsafe { sink.add(b * 32 + 8 * i, *a) };
         }
         b += if two { 2 } else { 1 };
     }

@@ -44,7 +44,7 @@ mod vector;
 
 pub(crate) use attend::{attend_block_avx2, attend_block_avx512};
 pub(crate) use axpy::axpy_row;
-pub(crate) use axpy_tiled::axpy_rows_tiled;
+pub(crate) use axpy_tiled::{axpy_rows_fixed, axpy_rows_fixed_dq, axpy_rows_tiled};
 pub(crate) use batch512::{TokenOctet, OCTET};
 pub(crate) use dequant::dequant_row;
 pub(crate) use expf::{exp_sub, silu_mul};
