@@ -93,6 +93,14 @@ enum Kernel {
     Batch,
     /// The dense product over the matrix of [`dram_matrix_bytes`], larger than the cache.
     DramDense,
+    /// Offloaded decode's gate/up per store unit of one neuron: one `matvec_rows_prepared` call
+    /// over two adjacent rows (the unit's gate and up rows), units scattered over the matrix of
+    /// [`dram_matrix_bytes`] where there is one (a neuron cache larger than the last-level cache),
+    /// each thread taking its share of the units one by one.
+    UnitRows,
+    /// Offloaded decode's down projection per store unit of one neuron: one `axpy_rows_fixed`
+    /// call over one row into the thread's fixed-point sum, units as [`Kernel::UnitRows`].
+    UnitAxpy,
 }
 
 /// One format's matrix and buffers.
@@ -149,6 +157,22 @@ impl FormatBench {
             Kernel::Dense | Kernel::Batch => all,
             Kernel::Sparse | Kernel::Axpy => all * self.per_set as f64 / self.rows as f64,
             Kernel::DramDense => (self.dram_rows(dram) * self.row_bytes()) as f64,
+            Kernel::UnitRows => (self.units() * 2 * self.row_bytes()) as f64,
+            Kernel::UnitAxpy => (self.units() * self.row_bytes()) as f64,
+        }
+    }
+
+    /// Store units one call of [`Kernel::UnitRows`] or [`Kernel::UnitAxpy`] computes: the rows of
+    /// one [`Kernel::Sparse`] call, as pairs.
+    fn units(&self) -> usize {
+        self.per_set / 2
+    }
+
+    /// Rows of the matrix the unit kernels read (`dram`'s where there is one).
+    fn unit_rows(&self, dram: &[u8]) -> usize {
+        match dram.is_empty() {
+            true => self.rows,
+            false => self.dram_rows(dram),
         }
     }
 
@@ -173,12 +197,16 @@ impl FormatBench {
         dram: &[u8],
     ) -> Result<f64> {
         let (rows, data) = match kernel {
-            Kernel::DramDense => {
-                let rows = self.dram_rows(dram);
-                (rows, &dram[..rows * self.row_bytes()])
+            Kernel::DramDense | Kernel::UnitRows | Kernel::UnitAxpy => {
+                let rows = self.unit_rows(dram);
+                match dram.is_empty() {
+                    true => (rows, &self.data[..]),
+                    false => (rows, &dram[..rows * self.row_bytes()]),
+                }
             }
             _ => (self.rows, &self.data[..]),
         };
+        let units = self.units();
         let w = QMatrix::new(self.format, rows, self.cols, data)
             .map_err(|e| EngineError::Request(format!("calibration matrix: {e}")))?;
         let (x, y, sets, per_set) = (&self.x, &mut self.y, &self.sets, self.per_set);
@@ -215,6 +243,48 @@ impl FormatBench {
                 let mut y = vec![0f32; rows];
                 per_call(time, || {
                     kernels_neon::matvec(&w, x, &mut y, Precision::Fast).map_err(kernel_err)
+                })
+            }
+            Kernel::UnitRows | Kernel::UnitAxpy => {
+                use rayon::prelude::*;
+                // Unit i of a call: rows 2j and 2j + 1, j spread over the matrix and moving on with
+                // each call, so that a call's rows were not read by the calls just before it.
+                let pairs = (rows / 2).max(1);
+                let share = units.div_ceil(threads).max(1);
+                let acts = kernels_neon::prepare_acts(self.format, x, Precision::Fast);
+                let cols = self.cols;
+                let mut state: Vec<(Vec<i64>, Vec<f32>)> = (0..threads)
+                    .map(|_| (vec![0; cols], vec![0.0; cols]))
+                    .collect();
+                per_call(time, || {
+                    *turn += 1;
+                    let start = *turn * units;
+                    state
+                        .par_iter_mut()
+                        .enumerate()
+                        .try_for_each(|(t, (acc, scratch))| {
+                            let mut g = [0f32; 2];
+                            for i in t * share..((t + 1) * share).min(units) {
+                                let r = ((start + i) * 7919 % pairs * 2) as u32;
+                                match kernel {
+                                    Kernel::UnitRows => kernels_neon::matvec_rows_prepared(
+                                        &acts,
+                                        &w,
+                                        &[r, r + 1],
+                                        &mut g,
+                                    ),
+                                    _ => kernels_neon::axpy_rows_fixed(
+                                        &w,
+                                        &[r],
+                                        &[0.5],
+                                        scratch,
+                                        acc,
+                                    ),
+                                }
+                                .map_err(kernel_err)?;
+                            }
+                            Ok(())
+                        })
                 })
             }
             Kernel::Batch => {
@@ -258,7 +328,14 @@ pub(crate) fn measure_kernels(
         .map(|&f| FormatBench::new(f))
         .collect::<Result<Vec<_>>>()?;
     let pools = (1..=max_threads).map(pool).collect::<Result<Vec<_>>>()?;
-    let mut kernels = vec![Kernel::Dense, Kernel::Sparse, Kernel::Axpy, Kernel::Batch];
+    let mut kernels = vec![
+        Kernel::Dense,
+        Kernel::Sparse,
+        Kernel::Axpy,
+        Kernel::Batch,
+        Kernel::UnitRows,
+        Kernel::UnitAxpy,
+    ];
     if !dram.is_empty() {
         kernels.push(Kernel::DramDense);
     }
@@ -291,10 +368,12 @@ pub(crate) fn measure_kernels(
                 sparse_bps: b.bytes(Kernel::Sparse, &dram) / median(&mut per_threads[1]),
                 axpy_bps: b.bytes(Kernel::Axpy, &dram) / median(&mut per_threads[2]),
                 batch_cost: 0.0,
-                dram_dense_bps: match per_threads.get_mut(4) {
+                dram_dense_bps: match per_threads.get_mut(6) {
                     Some(s) => b.bytes(Kernel::DramDense, &dram) / median(s),
                     None => 0.0,
                 },
+                unit_rows_bps: b.bytes(Kernel::UnitRows, &dram) / median(&mut per_threads[4]),
+                unit_axpy_bps: b.bytes(Kernel::UnitAxpy, &dram) / median(&mut per_threads[5]),
             };
             let mut batch = String::new();
             if t + 1 == max_threads {
@@ -312,10 +391,13 @@ pub(crate) fn measure_kernels(
                 String::new()
             };
             progress(&format!(
-                "{} at {} threads: {:.2} GB/s{past_cache}{batch}",
+                "{} at {} threads: {:.2} GB/s{past_cache}; one store unit a call: gate/up {:.2}, \
+                 down {:.2}{batch}",
                 b.format,
                 t + 1,
-                rate.dense_bps / 1e9
+                rate.dense_bps / 1e9,
+                rate.unit_rows_bps / 1e9,
+                rate.unit_axpy_bps / 1e9,
             ));
             out.push(rate);
         }

@@ -61,6 +61,8 @@ fn device_profile() -> engine::planner::DeviceProfile {
                 axpy_bps: 3e9,
                 batch_cost: 0.0,
                 dram_dense_bps: 0.0,
+                unit_rows_bps: 0.0,
+                unit_axpy_bps: 0.0,
             })
             .to_vec(),
         flash_random: vec![IoRate {

@@ -1,5 +1,5 @@
 //! `engine::calibrate` on a quick run: one progress message per point its progress bar counts, and
-//! the cache-dependent rates where the machine's cache calls for them.
+//! the cache-dependent rates where the machine's cache calls for them, the one-unit rates always.
 
 use engine::calibrate::{calibrate, CalibrateOptions};
 
@@ -20,6 +20,8 @@ fn progress_messages_match_the_counted_steps() {
     let past = llc.is_some_and(|c| 2 * c > 48 << 20);
     for k in &profile.kernels {
         assert_eq!(k.dram_dense_bps > 0.0, past, "{k:?}");
+        // Offloaded decode's one-unit calls, measured for every format and thread count.
+        assert!(k.unit_rows_bps > 0.0 && k.unit_axpy_bps > 0.0, "{k:?}");
     }
     std::fs::remove_dir_all(&dir).ok();
 }

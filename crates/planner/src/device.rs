@@ -50,6 +50,18 @@ pub struct KernelRate {
     /// of older builds or where the cache's size is unknown: then every rate holds for any model.
     #[serde(default)]
     pub dram_dense_bps: f64,
+    /// Bytes of weights per second through offloaded decode's gate/up kernel when each call takes
+    /// one store unit of one neuron (its gate and up rows: `matvec_rows_prepared` over two rows of
+    /// 4096 columns), units scattered past the last-level cache where its size is known: the
+    /// per-call and cache-miss costs that [`KernelRate::sparse_bps`]'s long row lists hide. 0 in
+    /// profiles of older builds: then `sparse_bps`.
+    #[serde(default)]
+    pub unit_rows_bps: f64,
+    /// As [`KernelRate::unit_rows_bps`] for the down projection: one `axpy_rows_fixed` call per
+    /// unit over its one row, into a fixed-point sum (which converts every output value per call).
+    /// 0 in profiles of older builds: then `axpy_bps`.
+    #[serde(default)]
+    pub unit_axpy_bps: f64,
 }
 
 /// Random-read throughput of flash at one read size and queue depth (direct I/O).
@@ -279,7 +291,10 @@ impl DeviceProfile {
                 && k.dram_dense_bps.is_finite()
                 && k.dram_dense_bps >= 0.0
                 && k.axpy_bps.is_finite()
-                && k.axpy_bps >= 0.0;
+                && k.axpy_bps >= 0.0
+                && [k.unit_rows_bps, k.unit_axpy_bps]
+                    .iter()
+                    .all(|x| x.is_finite() && *x >= 0.0);
             if !rates_ok {
                 return bad(format!("kernel rate of {} is not positive", k.format));
             }
@@ -329,6 +344,15 @@ impl DeviceProfile {
             .find(|k| k.threads == threads && k.format.eq_ignore_ascii_case(format))
             .filter(|k| k.axpy_bps > 0.0)
             .map_or_else(|| self.kernel_rate(format, threads).1, |k| k.axpy_bps)
+    }
+
+    /// Offloaded decode's per-unit rates for `format` at `threads`
+    /// ([`KernelRate::unit_rows_bps`], [`KernelRate::unit_axpy_bps`]; 0 where not measured).
+    pub fn unit_rates(&self, format: &str, threads: u32) -> (f64, f64) {
+        self.kernels
+            .iter()
+            .find(|k| k.threads == threads && k.format.eq_ignore_ascii_case(format))
+            .map_or((0.0, 0.0), |k| (k.unit_rows_bps, k.unit_axpy_bps))
     }
 
     /// Fixed nanoseconds of one parallel kernel call at `threads` (0 where not measured).

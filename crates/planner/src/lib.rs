@@ -22,7 +22,7 @@
 //! use planner::{make_plan, Constraints, DeviceProfile, FfnLayer, IoRate, KernelRate, ModelSummary, Solver};
 //! let device = DeviceProfile {
 //!     name: "doc".into(), fingerprint: 1, cores: 2, dram_bps: 10e9, batch_cost: 0.2,
-//!     kernels: vec![KernelRate { format: "q4_0".into(), threads: 1, dense_bps: 5e9, sparse_bps: 3e9, axpy_bps: 0.0, batch_cost: 0.0, dram_dense_bps: 0.0 }],
+//!     kernels: vec![KernelRate { format: "q4_0".into(), threads: 1, dense_bps: 5e9, sparse_bps: 3e9, axpy_bps: 0.0, batch_cost: 0.0, dram_dense_bps: 0.0, unit_rows_bps: 0.0, unit_axpy_bps: 0.0 }],
 //!     flash_random: vec![IoRate { read_bytes: 4096, queue_depth: 32, bps: 1e9 }],
 //!     flash_seq_bps: 2e9, flash_path: "/tmp".into(), ..Default::default()
 //! };

@@ -155,6 +155,59 @@ pub(crate) fn sparse_layer_ns(
     sparse
 }
 
+/// Offloaded decode's cost of layer `l` beyond [`sparse_layer_ns`] (ns): each store unit is its own
+/// kernel call (the gate/up rows of the unit's wanted neurons, then their down rows into the
+/// worker's fixed-point sum), and each such call costs what the device's one-unit rates
+/// ([`DeviceProfile::unit_rates`]) measure beyond the long row lists' rates: per unit, the
+/// difference for one neuron's rows. Units computed: those holding a firing neuron (of `active`
+/// among the layer's neurons, independently), and without predictors every unit for gate/up.
+/// 0 where the one-unit rates are not measured or not slower.
+pub(crate) fn unit_extra_ns(
+    device: &DeviceProfile,
+    predicted: bool,
+    l: &FfnLayer,
+    t: u32,
+    active: f64,
+) -> u64 {
+    let n = l.neurons as f64;
+    let k = f64::from(l.neurons_per_read.max(1));
+    if n <= 0.0 {
+        return 0;
+    }
+    let p = (active / n).clamp(0.0, 1.0);
+    let firing = n / k * (1.0 - (1.0 - p).powf(k));
+    let gu_units = if predicted { firing } else { n / k };
+    let (gu, down) = if l.gate_up_bytes == 0 {
+        let third = l.neuron_bytes as f64 / 3.0;
+        (2.0 * third, third)
+    } else {
+        (l.gate_up_bytes as f64, l.down_bytes as f64)
+    };
+    let down_format = if l.down_format.is_empty() {
+        &l.format
+    } else {
+        &l.down_format
+    };
+    let extra = |bytes: f64, unit_bps: f64, bulk_bps: f64| {
+        if unit_bps > 0.0 && bulk_bps > 0.0 {
+            (bytes / unit_bps - bytes / bulk_bps).max(0.0)
+        } else {
+            0.0
+        }
+    };
+    let gu_extra = extra(
+        gu,
+        device.unit_rates(&l.format, t).0,
+        device.kernel_rate(&l.format, t).1,
+    );
+    let down_extra = extra(
+        down,
+        device.unit_rates(down_format, t).1,
+        device.axpy_rate(down_format, t),
+    );
+    ((gu_units * gu_extra + firing * down_extra) * 1e9).round() as u64
+}
+
 /// Memory that does not depend on any decision: the process, the KV cache at the context and,
 /// under a budget, what the engine's read-ahead holds there ([`crate::read_ahead_bytes`], with
 /// the room the budget leaves beside the tensors that must stay in memory).
@@ -279,6 +332,9 @@ impl Tables {
                 let n = l.neurons as f64;
                 sparse +=
                     sparse_layer_ns(device, model.predicted, model.select_up, l, t, b, n, active);
+                if model.offloaded {
+                    sparse += unit_extra_ns(device, model.predicted, l, t, active);
+                }
                 dense += dense_layer_ns(device, l, t, b, n);
             }
             ffn_sparse_ns.push(sparse);

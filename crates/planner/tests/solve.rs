@@ -336,6 +336,76 @@ fn sparse_cost_counts_what_selection_computes_and_each_call() {
     assert!((predicted - at(&m, &d) - 1500.0).abs() <= 1.0);
 }
 
+/// Over a store each unit is its own kernel call: where the device measured one-unit calls
+/// slower than long row lists, every computed unit costs the difference for its neuron's rows
+/// (gate/up for every unit without predictors, down for the units holding a firing neuron),
+/// an in-memory FFN nothing more, and a profile without the one-unit rates nothing either. On the
+/// 7B-shaped synthetic bundle the FFN was predicted at 52.8 ms a token and measured about 125.
+#[test]
+fn over_a_store_each_unit_costs_its_call() {
+    let (layer, mut m, c) = one_layer();
+    let mut d = device(1, 1.0);
+    let at = |m: &planner::ModelSummary, d: &planner::DeviceProfile| {
+        let t = Tables::build(d, m, &c, 0).unwrap();
+        let i = t.threads.iter().position(|&x| x == 1).unwrap();
+        t.ffn_sparse_ns[i] as f64
+    };
+    let ns = |bytes: f64, bps: f64| bytes / bps * 1e9;
+    let (sparse, axpy) = (d.kernel_rate("q4_0", 1).1, d.axpy_rate("q8_0", 1));
+    m.predicted = true;
+    let in_memory = at(&m, &d);
+    m.offloaded = true;
+    let no_rates = at(&m, &d);
+    assert!(
+        (no_rates - in_memory).abs() <= 1.0,
+        "{no_rates} vs {in_memory}"
+    );
+    for k in &mut d.kernels {
+        k.unit_rows_bps = k.sparse_bps / 2.0;
+        k.unit_axpy_bps = k.sparse_bps / 4.0;
+    }
+    let unit_axpy = d.unit_rates("q8_0", 1).1;
+    // One neuron a unit, 500 of 1000 firing: 500 units each way.
+    let want = 500.0 * (ns(720.0, sparse / 2.0) - ns(720.0, sparse))
+        + 500.0 * (ns(612.0, unit_axpy) - ns(612.0, axpy));
+    assert!(
+        (at(&m, &d) - no_rates - want).abs() <= 2.0,
+        "{} vs {want}",
+        at(&m, &d) - no_rates
+    );
+    // Four neurons a unit: 1000/4 × (1 - 0.5^4) units hold a firing neuron.
+    m.layers = vec![planner::FfnLayer {
+        neurons_per_read: 4,
+        ..layer.clone()
+    }];
+    let units = 250.0 * (1.0 - 0.5f64.powi(4));
+    let base = {
+        let mut d0 = d.clone();
+        for k in &mut d0.kernels {
+            (k.unit_rows_bps, k.unit_axpy_bps) = (0.0, 0.0);
+        }
+        at(&m, &d0)
+    };
+    let want = units * (ns(720.0, sparse / 2.0) - ns(720.0, sparse))
+        + units * (ns(612.0, unit_axpy) - ns(612.0, axpy));
+    assert!((at(&m, &d) - base - want).abs() <= 2.0);
+    // Without predictors every unit computes its gate/up rows.
+    m.predicted = false;
+    let base = {
+        let mut d0 = d.clone();
+        for k in &mut d0.kernels {
+            (k.unit_rows_bps, k.unit_axpy_bps) = (0.0, 0.0);
+        }
+        at(&m, &d0)
+    };
+    let want = 250.0 * (ns(720.0, sparse / 2.0) - ns(720.0, sparse))
+        + units * (ns(612.0, unit_axpy) - ns(612.0, axpy));
+    assert!((at(&m, &d) - base - want).abs() <= 2.0);
+    // In memory, nothing.
+    m.offloaded = false;
+    assert!((at(&m, &d) - base).abs() <= 1.0);
+}
+
 #[test]
 fn a_tensor_left_on_flash_costs_a_row_read_or_a_sequential_stream() {
     let mut m = model(1, 64, 4, 1.0, true);

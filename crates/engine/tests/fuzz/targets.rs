@@ -730,6 +730,8 @@ fn planner_seeds() -> (Vec<u8>, Vec<u8>) {
             axpy_bps: 0.0,
             batch_cost: 0.0,
             dram_dense_bps: 0.0,
+            unit_rows_bps: 0.0,
+            unit_axpy_bps: 0.0,
         })
         .collect();
     let device = DeviceProfile {

@@ -19,6 +19,8 @@ pub fn device(cores: u32, speed: f64) -> DeviceProfile {
                 axpy_bps: 0.0,
                 batch_cost: 0.0,
                 dram_dense_bps: 0.0,
+                unit_rows_bps: 0.0,
+                unit_axpy_bps: 0.0,
             });
         }
     }
