@@ -87,12 +87,13 @@ impl CalibrateOptions {
 
     /// Measured points, for a progress bar (one per progress message of [`calibrate`]): the kernel
     /// rounds, then kernels per format and thread count, the prompt tile, DRAM and the scratch file, flash reads per size
-    /// and depth, then sequential reads, the call overhead and the selection cost.
+    /// and depth, idle then beside busy cores, then sequential reads, the call overhead and the
+    /// selection cost.
     pub fn steps(&self) -> u64 {
         (ROUNDS
             + self.formats.len() * self.max_threads
             + 3
-            + self.read_sizes.len() * self.queue_depths.len()
+            + 2 * self.read_sizes.len() * self.queue_depths.len()
             + 3
             + usize::from(self.accel.is_some())) as u64
     }
@@ -145,6 +146,43 @@ fn write_scratch(o: &CalibrateOptions) -> Result<Scratch> {
     }
     f.sync_all().map_err(io)?;
     Ok(scratch)
+}
+
+/// One thread per core computing (f32 dot products over 64 KiB, in cache) until dropped: the
+/// compute threads of offloaded decode, beside which its I/O thread reads.
+struct Busy {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Busy {
+    fn start(threads: usize) -> Busy {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let threads = (0..threads)
+            .map(|i| {
+                let stop = stop.clone();
+                std::thread::spawn(move || {
+                    let a: Vec<f32> = (0..8192).map(|j| (j + i) as f32 * 1e-4).collect();
+                    let mut s = 0f32;
+                    while !stop.load(Ordering::Relaxed) {
+                        s += kernels_neon::dot_f32(&a, &a);
+                    }
+                    std::hint::black_box(s);
+                })
+            })
+            .collect();
+        Busy { stop, threads }
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            t.join().ok();
+        }
+    }
 }
 
 /// Random reads of `size` bytes at `depth` in flight for about `time`: bytes per second.
@@ -295,6 +333,25 @@ pub fn calibrate(o: &CalibrateOptions, mut progress: impl FnMut(&str)) -> Result
             });
         }
     }
+    let mut flash_random_busy = Vec::new();
+    for &size in &o.read_sizes {
+        for &depth in &o.queue_depths {
+            let busy = Busy::start(o.max_threads);
+            let bps = measure_random(&scratch.0, o.file_bytes, size, depth, o.point_time);
+            drop(busy);
+            let bps = bps?;
+            progress(&format!(
+                "flash random {} KiB reads, depth {depth}, cores busy: {:.0} MB/s",
+                size / 1024,
+                bps / 1e6
+            ));
+            flash_random_busy.push(IoRate {
+                read_bytes: size,
+                queue_depth: depth,
+                bps,
+            });
+        }
+    }
     let flash_seq_bps = measure_sequential(&scratch.0, o.file_bytes)?;
     progress(&format!(
         "flash sequential: {:.0} MB/s",
@@ -323,6 +380,7 @@ pub fn calibrate(o: &CalibrateOptions, mut progress: impl FnMut(&str)) -> Result
         batch_cost,
         kernels,
         flash_random,
+        flash_random_busy,
         flash_seq_bps,
         flash_path: o.dir.display().to_string(),
         call_overhead,

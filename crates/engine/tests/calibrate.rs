@@ -13,6 +13,10 @@ fn progress_messages_match_the_counted_steps() {
     let profile = calibrate(&o, |m| messages.push(m.to_string())).unwrap();
     assert_eq!(messages.len() as u64, o.steps(), "{messages:#?}");
     assert!(profile.select_ns > 0.0, "{profile:?}");
+    // Flash read idle and beside busy cores, at every size and depth.
+    let points = o.read_sizes.len() * o.queue_depths.len();
+    assert_eq!(profile.flash_random.len(), points);
+    assert_eq!(profile.flash_random_busy.len(), points);
     // The last-level cache as sysfs gives it; past a cache larger than the 48 MiB matrices, each
     // format's dense rate measured again over twice the cache.
     let llc = engine::sys::last_level_cache_bytes();

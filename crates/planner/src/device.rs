@@ -90,6 +90,12 @@ pub struct DeviceProfile {
     pub kernels: Vec<KernelRate>,
     /// Flash random reads by read size and queue depth.
     pub flash_random: Vec<IoRate>,
+    /// The same reads while one thread per core computes beside the I/O thread, as in offloaded
+    /// decode, where the I/O thread shares the cores with the compute threads (submitting,
+    /// reaping and copying cost it CPU time it gets a share of); empty in profiles of older
+    /// builds: then [`Self::flash_random`].
+    #[serde(default)]
+    pub flash_random_busy: Vec<IoRate>,
     /// Marginal compute cost of each further sequence of a batch, as a fraction of one sequence's
     /// (a batched step reads the weights once), for formats without their own
     /// [`KernelRate::batch_cost`].
@@ -179,6 +185,19 @@ fn one() -> f64 {
     1.0
 }
 
+/// [`DeviceProfile::io_rate`] from the random-read points `points` alone.
+fn random_rate(points: &[IoRate], read_bytes: u64, queue_depth: u32) -> f64 {
+    let mut depths: Vec<u32> = points.iter().map(|r| r.queue_depth).collect();
+    depths.sort_unstable();
+    depths.dedup();
+    let at_or_below = depths
+        .into_iter()
+        .filter(|&q| q <= queue_depth)
+        .map(|q| io_rate_of(points.iter().filter(|r| r.queue_depth == q), read_bytes))
+        .reduce(f64::max);
+    at_or_below.unwrap_or_else(|| io_rate_of(points.iter(), read_bytes))
+}
+
 /// Throughput for reads of `read_bytes` from `points`: the point whose read size is nearest (log
 /// scale), scaled linearly down for smaller reads.
 fn io_rate_of<'a>(points: impl Iterator<Item = &'a IoRate>, read_bytes: u64) -> f64 {
@@ -208,6 +227,7 @@ impl Default for DeviceProfile {
             dram_bps: 0.0,
             kernels: Vec::new(),
             flash_random: Vec::new(),
+            flash_random_busy: Vec::new(),
             batch_cost: one(),
             flash_seq_bps: 0.0,
             flash_path: String::new(),
@@ -312,7 +332,7 @@ impl DeviceProfile {
         if self.flash_random.is_empty() {
             return bad("no flash read rates".into());
         }
-        for r in &self.flash_random {
+        for r in self.flash_random.iter().chain(&self.flash_random_busy) {
             if r.read_bytes == 0 || r.queue_depth == 0 || !(r.bps.is_finite() && r.bps > 0.0) {
                 return bad(format!(
                     "flash rate at {} bytes, depth {}",
@@ -440,26 +460,29 @@ impl DeviceProfile {
     /// sequential rate (`flash_seq_bps`, when measured): reads at random offsets are not faster than
     /// reading the file in order, whatever a noisy calibration of large random reads gave.
     pub fn io_rate(&self, read_bytes: u64, queue_depth: u32) -> f64 {
-        let random = self.random_rate(read_bytes, queue_depth);
+        self.capped(random_rate(&self.flash_random, read_bytes, queue_depth))
+    }
+
+    /// [`DeviceProfile::io_rate`] while the compute threads run beside the I/O thread (offloaded
+    /// decode's misses): from [`Self::flash_random_busy`] where measured.
+    pub fn busy_io_rate(&self, read_bytes: u64, queue_depth: u32) -> f64 {
+        if self.flash_random_busy.is_empty() {
+            return self.io_rate(read_bytes, queue_depth);
+        }
+        self.capped(random_rate(
+            &self.flash_random_busy,
+            read_bytes,
+            queue_depth,
+        ))
+    }
+
+    /// `random` no faster than the sequential rate, where measured.
+    fn capped(&self, random: f64) -> f64 {
         if self.flash_seq_bps > 0.0 {
             random.min(self.flash_seq_bps)
         } else {
             random
         }
-    }
-
-    /// [`DeviceProfile::io_rate`] from the random-read points alone.
-    fn random_rate(&self, read_bytes: u64, queue_depth: u32) -> f64 {
-        let at_or_below = self
-            .queue_depths()
-            .into_iter()
-            .filter(|&q| q <= queue_depth)
-            .map(|q| {
-                let at = self.flash_random.iter().filter(|r| r.queue_depth == q);
-                io_rate_of(at, read_bytes)
-            })
-            .reduce(f64::max);
-        at_or_below.unwrap_or_else(|| io_rate_of(self.flash_random.iter(), read_bytes))
     }
 
     /// Saves the profile to `path` (whole or not at all).

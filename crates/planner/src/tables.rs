@@ -371,7 +371,7 @@ impl Tables {
                                 let run = (1.0 / (1.0 - needed).max(1e-9))
                                     .min((COALESCED_READ / l.read_bytes.max(1)).max(1) as f64);
                                 let size = (l.read_bytes as f64 * run) as u64;
-                                ns(reads * l.read_bytes as f64, device.io_rate(size, q))
+                                ns(reads * l.read_bytes as f64, device.busy_io_rate(size, q))
                             })
                             .collect()
                     })

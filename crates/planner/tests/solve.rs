@@ -438,6 +438,49 @@ fn a_tensor_left_on_flash_costs_a_row_read_or_a_sequential_stream() {
     );
 }
 
+/// Decode's misses are read while the compute threads run beside the I/O thread: where the device
+/// measured reads beside busy cores, they are costed at those rates (a tensor left on flash, read
+/// at a step's start, at the idle ones); without them at the idle rates. On this VM the busy
+/// rates at depths 1-32 were a tenth to a quarter of the idle ones, and an offloaded decode read
+/// its misses at about half the idle rate.
+#[test]
+fn decode_misses_are_read_at_the_busy_rates() {
+    let mut m = model(1, 64, 4, 1.0, true);
+    m.tensors = vec![planner::TensorInfo {
+        name: "embedding".into(),
+        format: "q4_0".into(),
+        bytes: 16 << 20,
+        touched_bytes: 2304,
+        offloadable: true,
+        computed: false,
+    }];
+    let mut d = device(1, 1.0);
+    let c = Constraints::default();
+    let idle = Tables::build(&d, &m, &c, 0).unwrap();
+    assert!(idle.io_ns[0][0][0] > 0);
+    d.flash_random_busy = d
+        .flash_random
+        .iter()
+        .map(|r| planner::IoRate {
+            bps: r.bps / 2.0,
+            ..r.clone()
+        })
+        .collect();
+    let busy = Tables::build(&d, &m, &c, 0).unwrap();
+    for (a, b) in idle
+        .io_ns
+        .iter()
+        .flatten()
+        .flatten()
+        .zip(busy.io_ns.iter().flatten().flatten())
+    {
+        assert!(b.abs_diff(2 * a) <= 2, "{b} vs twice {a}");
+    }
+    assert_eq!(idle.tensors, busy.tensors);
+    d.flash_random_busy[0].bps = f64::NAN;
+    assert!(d.validate().is_err());
+}
+
 #[test]
 fn touching_misses_are_read_as_longer_requests() {
     // Every unit of the cold region needed (no predictor): the reads coalesce into 512 KiB requests,
