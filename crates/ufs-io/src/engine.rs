@@ -477,7 +477,7 @@ struct Worker {
     done: Sender<Completion>,
     config: IoConfig,
     /// Buffers of coalesced reads whose bytes were copied out to their requests, kept for the next
-    /// ones ([`SPARE_BUFS`] at most, each of `max_merge` bytes): a new one is zeroed, and the I/O
+    /// ones ([`SPARE_BUFS`] at most, each of `max_merge` bytes): a new synchronous one is zeroed, and the I/O
     /// thread shares the cores with the compute threads (zeroing and copying were 10% of a 2-core
     /// offloaded decode's cycles).
     spare: Mutex<Vec<AlignedBuf>>,
@@ -745,26 +745,32 @@ impl Worker {
         }
     }
 
-    /// A buffer for the read of `run`. `by_kernel` (an asynchronous read fills it): a new one of
-    /// its span, not zeroed first. Else of its span where one request takes it whole, or a spare
-    /// one (or a new one of `max_merge` bytes) set to the span, since `distribute` copies its bytes
-    /// out and keeps it. (A spare for the kernel's reads was a `max_merge` buffer whose bytes past
-    /// the span had to be zeroed when it was new, so that it was whole as a spare: on the 7B-shaped
-    /// synthetic bundle that `memset` took 30% of the I/O thread, more than allocating per read.)
+    /// A buffer for the read of `run`: for a run of several requests (whose bytes `distribute`
+    /// copies out), a spare set to the span where one is kept; else a new one, of the span where
+    /// one request takes it whole or `by_kernel` (an asynchronous read fills it, so it is not
+    /// zeroed first), of `max_merge` bytes for a synchronous merged read. (A new buffer for the
+    /// kernel's merged reads was of `max_merge` bytes, zeroed past the span so that it was whole
+    /// as a spare: on the 7B-shaped synthetic bundle that `memset` took 30% of the I/O thread,
+    /// more than allocating per read.)
     fn run_buf(&self, run: &Run, by_kernel: bool) -> Option<AlignedBuf> {
         let span = (run.end - run.start) as usize;
-        if by_kernel {
-            // SAFETY: the kernel's read fills it; `finish_async` zeroes whatever the read did not
-            // write before any byte is read, and a read not submitted or failed drops it unread.
-            // It is whole after that, so `distribute` may keep it as a spare.
-            return unsafe { AlignedBuf::uninit(span) }.ok();
-        }
-        if run.reqs.len() == 1 || span > self.config.max_merge {
-            return AlignedBuf::new(span).ok();
-        }
-        let mut buf = match self.spare.lock().pop() {
+        let merged = run.reqs.len() > 1 && span <= self.config.max_merge;
+        let spare = if merged {
+            self.spare.lock().pop()
+        } else {
+            None
+        };
+        let mut buf = match spare {
             Some(b) => b,
-            None => AlignedBuf::new(self.config.max_merge).ok()?,
+            None if by_kernel => {
+                // SAFETY: the kernel's read fills it; `finish_async` zeroes whatever the read did
+                // not write before any byte is read, and a read not submitted or failed drops it
+                // unread. It is whole after that, so `distribute` may keep it as a spare (when its
+                // span was `max_merge`).
+                return unsafe { AlignedBuf::uninit(span) }.ok();
+            }
+            None if merged => AlignedBuf::new(self.config.max_merge).ok()?,
+            None => return AlignedBuf::new(span).ok(),
         };
         buf.set_len(span).ok()?;
         Some(buf)
