@@ -5,6 +5,7 @@
 use std::arch::x86_64::*;
 
 use super::dequant::dequant_block;
+use super::vector::{add_fixed8, add_fixed8_dq};
 use crate::arch::tags::{block_bytes, IQ4_NL, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
 use crate::WeightFormat;
 
@@ -145,16 +146,14 @@ unsafe fn rows_fixed(
     acc: &mut [i64],
     dq: bool,
 ) -> bool {
-    let bb = match format {
-        WeightFormat::Q8_0 => block_bytes(Q8_0),
-        WeightFormat::Q4_0 => block_bytes(Q4_0),
-        WeightFormat::Q4_1 => block_bytes(Q4_1),
-        WeightFormat::Q5_0 => block_bytes(Q5_0),
-        WeightFormat::Q5_1 => block_bytes(Q5_1),
-        WeightFormat::IQ4_NL => block_bytes(IQ4_NL),
-        _ => return false,
-    };
-    let nb = cols / 32;
+    use WeightFormat as W;
+    if !matches!(
+        format,
+        W::Q8_0 | W::Q4_0 | W::Q4_1 | W::Q5_0 | W::Q5_1 | W::IQ4_NL
+    ) {
+        return false;
+    }
+    let (bb, nb) = (format.block_bytes(), cols / 32);
     if cols % 32 != 0 || rows.len() > group_rows(nb * bb) {
         return false;
     }
@@ -220,79 +219,6 @@ impl Sink {
             Sink::Fixed(acc) => unsafe { add_fixed8(acc.add(at), s) },
             // SAFETY: as above, and AVX-512F/DQ present (the variant's contract).
             Sink::FixedDq(acc) => unsafe { add_fixed8_dq(acc.add(at), s) },
-        }
-    }
-}
-
-/// `acc[0..8] += round(s · 2^32)` as `crate::add_fixed` does, by `vector::add_fixed`'s
-/// arithmetic (scaled in f32, converted by `vcvtps2qq`); eight sums holding one of magnitude
-/// 2^31 or more (or NaN) take the reference.
-///
-/// # Safety
-/// AVX-512F/DQ and AVX2 present; `acc..acc + 8` is valid for reads and writes.
-#[inline]
-#[target_feature(enable = "avx512f,avx512dq,avx2,fma,f16c")]
-unsafe fn add_fixed8_dq(acc: *mut i64, s: __m256) {
-    let abs = _mm256_and_si256(_mm256_castps_si256(s), _mm256_set1_epi32(0x7fff_ffff));
-    // 2^31 as f32 bits, less one.
-    let big = _mm256_cmpgt_epi32(abs, _mm256_set1_epi32(0x4eff_ffff));
-    if _mm256_movemask_epi8(big) != 0 {
-        // SAFETY: as the caller's contract.
-        unsafe { add_fixed8_reference(acc, s) };
-        return;
-    }
-    let q = _mm512_cvtps_epi64(_mm256_mul_ps(s, _mm256_set1_ps(4_294_967_296.0)));
-    // SAFETY: eight i64 from `acc` (caller contract).
-    unsafe {
-        let ap = acc as *mut __m512i;
-        _mm512_storeu_si512(ap, _mm512_add_epi64(_mm512_loadu_si512(ap), q));
-    }
-}
-
-/// `crate::scalar::add_fixed` of eight sums.
-///
-/// # Safety
-/// AVX present; `acc..acc + 8` is valid for reads and writes.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn add_fixed8_reference(acc: *mut i64, s: __m256) {
-    let mut x = [0f32; 8];
-    // SAFETY: `x` holds eight f32; `acc..acc + 8` is valid (caller contract).
-    unsafe {
-        _mm256_storeu_ps(x.as_mut_ptr(), s);
-        crate::scalar::add_fixed(std::slice::from_raw_parts_mut(acc, 8), &mut x);
-    }
-}
-
-/// `acc[0..8] += round(s · 2^32)` as `crate::add_fixed` does, by `vector::add_fixed_avx2`'s
-/// arithmetic (widened to f64, rounded by adding 1.5 · 2^52); eight sums holding one of
-/// magnitude 2^19 or more (or NaN) take the reference.
-///
-/// # Safety
-/// AVX2 present; `acc..acc + 8` is valid for reads and writes.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn add_fixed8(acc: *mut i64, s: __m256) {
-    const MAGIC: f64 = 6_755_399_441_055_744.0;
-    let abs = _mm256_and_si256(_mm256_castps_si256(s), _mm256_set1_epi32(0x7fff_ffff));
-    // 2^19 as f32 bits, less one.
-    let big = _mm256_cmpgt_epi32(abs, _mm256_set1_epi32(0x48ff_ffff));
-    if _mm256_movemask_epi8(big) != 0 {
-        // SAFETY: as the caller's contract.
-        unsafe { add_fixed8_reference(acc, s) };
-        return;
-    }
-    let (scale, magic) = (_mm256_set1_pd(crate::FIXED_SCALE), _mm256_set1_pd(MAGIC));
-    for (h, half) in [_mm256_castps256_ps128(s), _mm256_extractf128_ps::<1>(s)]
-        .into_iter()
-        .enumerate()
-    {
-        let y = _mm256_add_pd(_mm256_mul_pd(_mm256_cvtps_pd(half), scale), magic);
-        let q = _mm256_sub_epi64(_mm256_castpd_si256(y), _mm256_castpd_si256(magic));
-        // SAFETY: 4 * h + 4 <= 8 elements from `acc` (caller contract).
-        unsafe {
-            let ap = acc.add(4 * h) as *mut __m256i;
-            _mm256_storeu_si256(ap, _mm256_add_epi64(_mm256_loadu_si256(ap), q));
         }
     }
 }
