@@ -216,11 +216,7 @@ fn prompt_macs(model: &Model<'_>, layers: &[FfnLayer], offloaded: bool) -> Vec<F
         if offloaded {
             let ff = f64::from(fl.neurons);
             add(&fl.format, 2.0 * d * ff, false);
-            let down = match fl.down_format.is_empty() {
-                true => &fl.format,
-                false => &fl.down_format,
-            };
-            add(down, d * ff, true);
+            add(fl.sparse_down_format(), d * ff, true);
         } else {
             add(l.gate.format().name(), size(&l.gate), false);
             add(l.up.format().name(), size(&l.up), false);

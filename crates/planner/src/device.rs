@@ -187,15 +187,20 @@ fn one() -> f64 {
 
 /// [`DeviceProfile::io_rate`] from the random-read points `points` alone.
 fn random_rate(points: &[IoRate], read_bytes: u64, queue_depth: u32) -> f64 {
-    let mut depths: Vec<u32> = points.iter().map(|r| r.queue_depth).collect();
-    depths.sort_unstable();
-    depths.dedup();
-    let at_or_below = depths
+    let at_or_below = depths(points)
         .into_iter()
         .filter(|&q| q <= queue_depth)
         .map(|q| io_rate_of(points.iter().filter(|r| r.queue_depth == q), read_bytes))
         .reduce(f64::max);
     at_or_below.unwrap_or_else(|| io_rate_of(points.iter(), read_bytes))
+}
+
+/// The queue depths of `points` (ascending, without repeats).
+fn depths(points: &[IoRate]) -> Vec<u32> {
+    let mut q: Vec<u32> = points.iter().map(|r| r.queue_depth).collect();
+    q.sort_unstable();
+    q.dedup();
+    q
 }
 
 /// Throughput for reads of `read_bytes` from `points`: the point whose read size is nearest (log
@@ -393,10 +398,7 @@ impl DeviceProfile {
 
     /// Queue depths measured (ascending, without repeats).
     pub fn queue_depths(&self) -> Vec<u32> {
-        let mut q: Vec<u32> = self.flash_random.iter().map(|r| r.queue_depth).collect();
-        q.sort_unstable();
-        q.dedup();
-        q
+        depths(&self.flash_random)
     }
 
     /// The accelerator `name` as the planner costs it for blocks of `format` at `threads`: its

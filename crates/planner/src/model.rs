@@ -117,6 +117,15 @@ impl FfnLayer {
         self
     }
 
+    /// The format of the down columns as sparse decode reads them: `down_format`, else `format`.
+    pub fn sparse_down_format(&self) -> &str {
+        if self.down_format.is_empty() {
+            &self.format
+        } else {
+            &self.down_format
+        }
+    }
+
     /// The same layer with the format of its down matrix as dense decode reads it.
     pub fn with_dense_down(mut self, format: &str) -> Self {
         self.dense_down_format = format.to_string();

@@ -143,14 +143,12 @@ pub(crate) fn sparse_layer_ns(
             (false, true) => (gu, 0.0),
             (false, false) => (gu / 2.0, gu / 2.0),
         };
-        let down_format = if l.down_format.is_empty() {
-            &l.format
-        } else {
-            &l.down_format
-        };
         sparse += ns(neurons * every * scale, d_bps)
             + ns(active * firing * scale, s_bps)
-            + ns(active * down * scale, device.axpy_rate(down_format, t));
+            + ns(
+                active * down * scale,
+                device.axpy_rate(l.sparse_down_format(), t),
+            );
     }
     sparse
 }
@@ -178,16 +176,12 @@ pub(crate) fn unit_extra_ns(
     let firing = n / k * (1.0 - (1.0 - p).powf(k));
     let gu_units = if predicted { firing } else { n / k };
     let (gu, down) = if l.gate_up_bytes == 0 {
-        let third = l.neuron_bytes as f64 / 3.0;
-        (2.0 * third, third)
+        let gate = l.neuron_bytes as f64 * GATE_SHARE;
+        (2.0 * gate, l.neuron_bytes as f64 - 2.0 * gate)
     } else {
         (l.gate_up_bytes as f64, l.down_bytes as f64)
     };
-    let down_format = if l.down_format.is_empty() {
-        &l.format
-    } else {
-        &l.down_format
-    };
+    let down_format = l.sparse_down_format();
     let extra = |bytes: f64, unit_bps: f64, bulk_bps: f64| {
         if unit_bps > 0.0 && bulk_bps > 0.0 {
             (bytes / unit_bps - bytes / bulk_bps).max(0.0)
