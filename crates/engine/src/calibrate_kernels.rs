@@ -168,14 +168,6 @@ impl FormatBench {
         self.per_set / 2
     }
 
-    /// Rows of the matrix the unit kernels read (`dram`'s where there is one).
-    fn unit_rows(&self, dram: &[u8]) -> usize {
-        match dram.is_empty() {
-            true => self.rows,
-            false => self.dram_rows(dram),
-        }
-    }
-
     /// Bytes of one row of this format's matrix.
     fn row_bytes(&self) -> usize {
         self.data.len() / self.rows
@@ -196,13 +188,11 @@ impl FormatBench {
         time: Duration,
         dram: &[u8],
     ) -> Result<f64> {
+        // The DRAM rate's kernel and the unit kernels read the large matrix where there is one.
         let (rows, data) = match kernel {
-            Kernel::DramDense | Kernel::UnitRows | Kernel::UnitAxpy => {
-                let rows = self.unit_rows(dram);
-                match dram.is_empty() {
-                    true => (rows, &self.data[..]),
-                    false => (rows, &dram[..rows * self.row_bytes()]),
-                }
+            Kernel::DramDense | Kernel::UnitRows | Kernel::UnitAxpy if !dram.is_empty() => {
+                let rows = self.dram_rows(dram);
+                (rows, &dram[..rows * self.row_bytes()])
             }
             _ => (self.rows, &self.data[..]),
         };
