@@ -200,6 +200,11 @@ impl HybridFfn {
                 cfg.n_layers
             )));
         }
+        if let Some(l) = (0..cfg.n_layers).find(|&l| sparse.is_dense(l)) {
+            return Err(EngineError::Request(format!(
+                "hybrid decode: layer {l} of the sparse FFN runs dense (hybrid decode splits sparse layers)"
+            )));
+        }
         let mut hot = Vec::with_capacity(cfg.n_layers);
         for (l, (ids, counts)) in split.order.iter().zip(&split.counts).enumerate() {
             if accel.block_neurons(l) != ids.len() {

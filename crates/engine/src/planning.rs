@@ -399,6 +399,9 @@ pub struct PlanSettings {
     pub io_core: Option<usize>,
     /// Weight rows per parallel work item (0: automatic).
     pub chunk_rows: usize,
+    /// The layers a partly sparse plan keeps dense (`dense_layers[l]`; empty where every layer is
+    /// alike), for [`crate::SparseFfn::with_dense_layers`].
+    pub dense_layers: Vec<bool>,
     /// The embedding and the output projection stay on flash ([`STREAMED`] planned not resident).
     pub stream_weights: bool,
 }
@@ -422,11 +425,16 @@ pub fn load_plan(
 }
 
 impl PlanSettings {
-    /// The settings `plan` gives (sparse when any layer is).
+    /// The settings `plan` gives (sparse when any layer is, its dense layers kept dense).
     pub fn of(plan: &Plan) -> PlanSettings {
+        let sparse = plan.sparse.iter().any(|&s| s);
         PlanSettings {
             threads: plan.threads as usize,
-            sparse: plan.sparse.iter().any(|&s| s),
+            sparse,
+            dense_layers: match sparse && plan.sparse.iter().any(|&s| !s) {
+                true => plan.sparse.iter().map(|&s| !s).collect(),
+                false => Vec::new(),
+            },
             ffn_cache_bytes: plan.ffn_cache_bytes,
             queue_depth: plan.queue_depth as usize,
             io_core: plan.io_core.map(|c| c as usize),

@@ -25,7 +25,7 @@ use rayon::prelude::*;
 
 use crate::config::ModelConfig;
 use crate::error::{kernel, EngineError, Result};
-use crate::ffn::{FfnExecutor, FfnLayer, FfnScratch, StepKind};
+use crate::ffn::{DenseFfn, FfnExecutor, FfnLayer, FfnScratch, StepKind};
 use crate::model::{Layer, Model};
 use crate::neurons::{
     check_thresholds, GateUpRows, NeuronSelector, Precomputed, RowCounts, SelectScratch,
@@ -85,6 +85,8 @@ pub struct SparseFfn {
     selector: NeuronSelector,
     counters: SparseCounters,
     weights: Weights,
+    /// Layers run dense ([`SparseFfn::with_dense_layers`]; empty: none).
+    dense: Vec<bool>,
 }
 
 /// Where a [`SparseFfn`]'s weights are.
@@ -119,6 +121,7 @@ impl SparseFfn {
                 down_t: down.rows,
                 format: down_format,
             },
+            dense: Vec::new(),
         })
     }
 
@@ -164,6 +167,7 @@ impl SparseFfn {
             ),
             counters: SparseCounters::default(),
             weights: Weights::Store(Box::new(off)),
+            dense: Vec::new(),
         })
     }
 
@@ -189,6 +193,45 @@ impl SparseFfn {
     pub fn with_predictor(mut self, predictor: Box<dyn NeuronPredictor>) -> Self {
         self.selector.set_predictor(predictor);
         self
+    }
+
+    /// Runs the layers `dense` marks dense (`dense[l]`: every neuron from the model's own
+    /// matrices, no predictor, no selection), the others sparse: a plan's choice where a layer's
+    /// sparsity does not pay for its predictor. In memory only (over a neuron store every layer is
+    /// sparse); frees the dense layers' transposed down rows.
+    pub fn with_dense_layers(mut self, dense: Vec<bool>) -> Result<Self> {
+        let layers = self.selector.thresholds().len();
+        if dense.len() != layers {
+            return Err(EngineError::Request(format!(
+                "dense layers given for {} layers, the model has {layers}",
+                dense.len()
+            )));
+        }
+        match &mut self.weights {
+            Weights::Store(_) if dense.iter().any(|&d| d) => {
+                return Err(EngineError::Request(
+                    "a neuron store's layers run sparse: none can be dense".into(),
+                ))
+            }
+            Weights::Store(_) => {}
+            Weights::Memory { down_t, .. } => {
+                for (rows, _) in down_t.iter_mut().zip(&dense).filter(|(_, &d)| d) {
+                    *rows = Vec::new();
+                }
+            }
+        }
+        self.dense = dense;
+        Ok(self)
+    }
+
+    /// Whether layer `l` runs dense ([`SparseFfn::with_dense_layers`]).
+    pub fn is_dense(&self, l: usize) -> bool {
+        self.dense.get(l).copied().unwrap_or(false)
+    }
+
+    /// The FFN of a layer that runs dense.
+    fn dense_ffn(&self, l: usize) -> DenseFfn {
+        DenseFfn::new(self.selector.rule(l, self.score).activation)
     }
 
     /// Whether a predictor chooses the gate rows.
@@ -365,8 +408,11 @@ impl FfnExecutor for SparseFfn {
         l: FfnLayer<'_, '_>,
         x: &[f32],
         out: &mut [f32],
-        _scratch: &mut FfnScratch,
+        scratch: &mut FfnScratch,
     ) -> Result<()> {
+        if self.is_dense(l.index) {
+            return self.dense_ffn(l.index).decode(l, x, out, scratch);
+        }
         self.decode_except(l, x, out, None)
     }
 
@@ -383,10 +429,17 @@ impl FfnExecutor for SparseFfn {
         out: &mut [f32],
         scratch: &mut FfnScratch,
     ) -> Result<()> {
+        if self.is_dense(l.index) {
+            return self.dense_ffn(l.index).batch(l, x, n, out, scratch);
+        }
         self.batch_except(l, x, n, out, scratch, None)
     }
 
+    /// A dense layer's neurons are all kept.
     fn mask(&self, layer: usize, x: &[f32], n: usize, act: &mut [f32], up: &[f32]) -> Result<()> {
+        if self.is_dense(layer) {
+            return Ok(());
+        }
         self.selector.mask(self.score, layer, x, n, act, up)
     }
 

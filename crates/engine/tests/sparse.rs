@@ -264,3 +264,54 @@ fn a_batched_sparse_decode_step_equals_one_step_per_sequence() {
         }
     }
 }
+
+/// A plan's dense layers run the dense FFN bit for bit (one-token and prompt steps, no predictor
+/// asked, no neuron counted), the others sparse as before; a wrong layer count is an error.
+#[test]
+fn dense_layers_run_the_dense_ffn() {
+    let file = fixture("tiny-llama-silu-q4_0.gguf");
+    let mut eng = engine(&file);
+    let (n, d_ff) = (eng.model().config.n_layers, eng.model().config.d_ff);
+    assert!(n >= 2);
+    let quarter = || Box::new(Fixed((0..d_ff as u32 / 4).collect()));
+    let build = |eng: &Engine<'_>| {
+        SparseFfn::new(eng.model(), vec![0.0; n], DEFAULT_DOWN_FORMAT)
+            .unwrap()
+            .with_predictor(quarter())
+    };
+    for batched in [false, true] {
+        eng.set_sparse(None);
+        let dense = logits(&eng, batched);
+        eng.set_sparse(Some(build(&eng)));
+        let sparse = logits(&eng, batched);
+        let all_neurons = eng.sparse().unwrap().stats().neurons;
+        assert!(rel_drift(&sparse, &dense) > 1e-3, "batched={batched}");
+
+        let all = build(&eng).with_dense_layers(vec![true; n]).unwrap();
+        assert_eq!(
+            all.down_t_bytes(),
+            0,
+            "a dense layer keeps no transposed rows"
+        );
+        eng.set_sparse(Some(all));
+        assert_eq!(logits(&eng, batched), dense, "batched={batched}");
+        assert_eq!(eng.sparse().unwrap().stats().neurons, 0);
+
+        let mut first = vec![false; n];
+        first[0] = true;
+        eng.set_sparse(Some(build(&eng).with_dense_layers(first).unwrap()));
+        let mixed = logits(&eng, batched);
+        assert!(eng.sparse().unwrap().is_dense(0) && !eng.sparse().unwrap().is_dense(1));
+        assert!(mixed != dense && mixed != sparse, "batched={batched}");
+        if !batched {
+            let neurons = eng.sparse().unwrap().stats().neurons;
+            assert_eq!(neurons * n as u64, all_neurons * (n as u64 - 1));
+        }
+    }
+    let e = build(&eng)
+        .with_dense_layers(vec![true; n + 1])
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("layers"), "{e}");
+}

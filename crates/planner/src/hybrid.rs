@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use crate::device::{AccelRate, DeviceProfile};
 use crate::error::{PlannerError, Result};
 use crate::model::{step_neurons, FfnLayer, ModelSummary};
-use crate::tables::{ns, sparse_layer_ns, FFN_CALLS};
+use crate::tables::{ns, sparse_layer_ns, unit_extra_ns, FFN_CALLS};
 
 /// Batch sizes of the accelerator's graphs: a step of `n` tokens takes the largest up to `n`.
 pub const HYBRID_BATCHES: [u32; 4] = [1, 2, 4, 8];
@@ -45,7 +45,8 @@ impl HybridSplit {
 /// index `bi`) with its hottest `step_neurons(.., grid, j)` neurons on accelerator `acc` and the
 /// others sparse on the CPU at `t` threads: the accelerator's block (its bytes at the accelerator's
 /// rate, plus a call) and the CPU's sparse work over the cold neurons (selection, the rows of the
-/// firing ones, the per-call cost), summed where both run on the same cores, else the slower one.
+/// firing ones, the per-call cost; over a store each cold unit's own call, `unit_extra_ns`), summed
+/// where both run on the same cores, else the slower one.
 #[allow(clippy::too_many_arguments)]
 pub fn hybrid_layer_ns(
     device: &DeviceProfile,
@@ -81,6 +82,12 @@ pub fn hybrid_layer_ns(
             selected,
             cold_active,
         ) + (FFN_CALLS as f64 * device.call_ns(t)).round() as u64
+            // Over a store each cold unit is its own call.
+            + if model.offloaded {
+                unit_extra_ns(device, model.predicted, l, t, (cold, cold_active))
+            } else {
+                0
+            }
     } else {
         0
     };

@@ -25,7 +25,7 @@ pub const PLAN_VERSION: u32 = 1;
 pub struct Predicted {
     /// Sequences decoded together.
     pub batch: u32,
-    /// Sparse FFN at this batch size (else dense).
+    /// Sparse FFN at this batch size in any layer (else dense).
     pub sparse: bool,
     /// Compute threads at this batch size.
     pub threads: u32,
@@ -94,7 +94,7 @@ fn predicted(t: &Tables, batch: u32, c: &Choice, cost: &Cost) -> Predicted {
     let s = |ns: u64| ns as f64 * 1e-9;
     Predicted {
         batch,
-        sparse: c.sparse,
+        sparse: c.sparse.iter().any(|&s| s),
         threads: t.threads[c.threads],
         attn_s: s(cost.attn_ns),
         pred_s: s(cost.pred_ns),
@@ -141,8 +141,14 @@ pub fn make_plan(
     for (bi, &b) in model.batch_sizes.iter().enumerate().skip(1) {
         let tb = Tables::build(device, model, c, bi)?;
         let mut best: Option<(Choice, Cost)> = None;
+        let layers = model.layers.len();
         for ti in 0..tb.threads.len() {
-            for sparse in [false, true] {
+            // Every layer dense, every layer sparse, or batch size 1's layers sparse.
+            for sparse in [
+                vec![false; layers],
+                vec![true; layers],
+                choice.sparse.clone(),
+            ] {
                 let cand = Choice {
                     threads: ti,
                     sparse,
@@ -204,7 +210,7 @@ pub fn make_plan(
         io_core: model.offloaded.then_some(device.cores - 1),
         queue_depth: t1.queue_depths[choice.queue_depth],
         chunk_rows: 0,
-        sparse: vec![choice.sparse; model.layers.len()],
+        sparse: choice.sparse.clone(),
         ffn_cache_bytes,
         hot_neurons,
         resident: model
@@ -215,7 +221,13 @@ pub fn make_plan(
             .collect(),
         memory: cost.memory,
         predicted: preds,
-        prompt: prompt_cost(device, model, ffn_cache_bytes, choice.sparse, streamed),
+        prompt: prompt_cost(
+            device,
+            model,
+            ffn_cache_bytes,
+            choice.sparse.iter().filter(|&&s| s).count() as f64 / choice.sparse.len().max(1) as f64,
+            streamed,
+        ),
         // A device profile without the accelerator's rate plans no split (the run then takes the
         // profile's), rather than no plan.
         hybrid: match c.accelerator.as_ref().filter(|a| {
@@ -228,13 +240,7 @@ pub fn make_plan(
             Some(a) => {
                 let mut h = hybrid_split(device, model, a, t1.threads[choice.threads])?;
                 // Attention as planned, the predictors (hybrid decode is sparse), this FFN.
-                h.decode_ns = cost.attn_ns
-                    + if model.predicted {
-                        t1.pred_ns[choice.threads]
-                    } else {
-                        0
-                    }
-                    + h.ffn_ns[0];
+                h.decode_ns = cost.attn_ns + t1.all_pred_ns(choice.threads) + h.ffn_ns[0];
                 Some(h)
             }
             None => None,

@@ -61,15 +61,16 @@ impl PromptCost {
     }
 }
 
-/// The prompt cost of `model` on `device` with `ffn_cache_bytes` of its FFN in memory, the FFN
-/// sparse or not (`sparse`: its down rows then run transposed, at `prompt_t_flops`) and the
+/// The prompt cost of `model` on `device` with `ffn_cache_bytes` of its FFN in memory, the share
+/// `sparse` of its layers sparse (their down rows run transposed, at `prompt_t_flops`; every
+/// layer's over a store) and the
 /// embedding and output on flash or not (`streamed`); `None` when the device profile has no prompt
 /// rate (older profiles) or the summary no multiply-add counts.
 pub fn prompt_cost(
     device: &DeviceProfile,
     model: &ModelSummary,
     ffn_cache_bytes: u64,
-    sparse: bool,
+    sparse: f64,
     streamed: bool,
 ) -> Option<PromptCost> {
     let flops = device.prompt_flops;
@@ -82,21 +83,24 @@ pub fn prompt_cost(
     } else {
         per_mac
     };
-    let transposed_down = sparse || model.offloaded;
-    let down = if transposed_down {
-        model.down_macs_per_token.min(model.prompt_macs_per_token)
+    let share = if model.offloaded {
+        1.0
     } else {
-        0.0
+        sparse.clamp(0.0, 1.0)
     };
+    let down = model.down_macs_per_token.min(model.prompt_macs_per_token) * share;
     let mut token_s = (model.prompt_macs_per_token - down) * per_mac + down * transposed;
     if !model.prompt_macs.is_empty() {
         // Each format at its own tile's rate; down projections run transposed where sparse.
         token_s = model
             .prompt_macs
             .iter()
-            .map(|f| match f.down && transposed_down {
-                true => f.macs * transposed,
-                false => 2.0 * f.macs / device.prompt_rate(&f.format).max(1.0),
+            .map(|f| {
+                let tile = 2.0 * f.macs / device.prompt_rate(&f.format).max(1.0);
+                match f.down {
+                    true => f.macs * share * transposed + tile * (1.0 - share),
+                    false => tile,
+                }
             })
             .sum();
     }

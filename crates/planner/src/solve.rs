@@ -1,5 +1,6 @@
 //! Choices, their cost under the [`Tables`], and the default solver: an exhaustive walk over threads,
-//! queue depth and dense/sparse, with memory handed out by benefit per byte (OATO's Algorithm 1: every
+//! queue depth and dense/sparse (every layer alike, or in memory each layer where its predictor
+//! pays), with memory handed out by benefit per byte (OATO's Algorithm 1: every
 //! candidate, a further step of a layer's neuron cache or a tensor kept in memory, ordered by the time
 //! it saves per byte, re-sorted as memory fills). [`brute_force`] tries every combination and is the
 //! reference the tests hold the solvers to; `solve_z3` (feature `z3`) is exact.
@@ -14,8 +15,9 @@ pub struct Choice {
     pub threads: usize,
     /// Index into `Tables::queue_depths`.
     pub queue_depth: usize,
-    /// Sparse FFN (else dense, which needs every neuron in memory).
-    pub sparse: bool,
+    /// Sparse FFN per layer (else dense, which needs every neuron of the layer in memory). Over a
+    /// store every layer is the same (the engine runs one kind of step over it).
+    pub sparse: Vec<bool>,
     /// Grid step of each layer's neuron cache.
     pub steps: Vec<u32>,
     /// Whether each tensor outside the FFN stays in memory.
@@ -40,15 +42,21 @@ pub struct Cost {
 }
 
 impl Tables {
-    /// Whether `c` is a configuration these tables describe (indices in range, dense only with every
-    /// neuron cached, non-offloadable tensors resident, an in-memory FFN fully cached).
+    /// Whether `c` is a configuration these tables describe (indices in range, a dense layer only
+    /// with every neuron cached, non-offloadable tensors resident, an in-memory FFN fully cached,
+    /// every layer alike over a store).
     pub fn admits(&self, c: &Choice) -> bool {
         c.threads < self.threads.len()
             && c.queue_depth < self.queue_depths.len()
             && c.steps.len() == self.layers()
             && c.resident.len() == self.tensors.len()
+            && c.sparse.len() == self.layers()
             && c.steps.iter().all(|&j| j <= self.grid)
-            && (c.sparse && self.offloaded || c.steps.iter().all(|&j| j == self.grid))
+            && c.steps
+                .iter()
+                .zip(&c.sparse)
+                .all(|(&j, &s)| s && self.offloaded || j == self.grid)
+            && (!self.offloaded || c.sparse.iter().all(|&s| s == c.sparse[0]))
             && c.resident.iter().zip(&self.tensors).all(|(&r, t)| r || t.2)
     }
 
@@ -62,12 +70,15 @@ impl Tables {
             .map(|(_, t)| t.1)
             .sum();
         let attn_ns = self.attn_ns[c.threads] + stream;
-        let pred_ns = if c.sparse { self.pred_ns[c.threads] } else { 0 };
-        let ffn_ns = if c.sparse {
-            self.ffn_sparse_ns[c.threads]
-        } else {
-            self.ffn_dense_ns[c.threads]
-        };
+        let (mut pred_ns, mut ffn_ns) = (0, 0);
+        for (l, &s) in c.sparse.iter().enumerate() {
+            if s {
+                pred_ns += self.pred_ns[c.threads][l];
+                ffn_ns += self.ffn_sparse_ns[c.threads][l];
+            } else {
+                ffn_ns += self.ffn_dense_ns[c.threads][l];
+            }
+        }
         let io_ns: u64 = c
             .steps
             .iter()
@@ -75,7 +86,12 @@ impl Tables {
             .map(|(l, &j)| self.io_ns[c.queue_depth][l][j as usize])
             .sum();
         let memory = self.fixed_bytes
-            + if c.sparse { self.pred_bytes } else { 0 }
+            + c.sparse
+                .iter()
+                .zip(&self.pred_bytes)
+                .filter(|(s, _)| **s)
+                .map(|(_, b)| b)
+                .sum::<u64>()
             + c.resident
                 .iter()
                 .zip(&self.tensors)
@@ -104,14 +120,14 @@ impl Tables {
         let dense = Choice {
             threads: 0,
             queue_depth: 0,
-            sparse: false,
+            sparse: vec![false; self.layers()],
             steps: vec![self.grid; self.layers()],
             resident: resident.clone(),
         };
         let mut min = self.cost(&dense).memory;
         if self.offloaded {
             let sparse = Choice {
-                sparse: true,
+                sparse: vec![true; self.layers()],
                 steps: vec![0; self.layers()],
                 ..dense
             };
@@ -148,7 +164,7 @@ pub fn search(t: &Tables, budget: u64) -> Result<(Choice, Cost)> {
     let mut best: Option<(Choice, Cost)> = None;
     for ti in 0..t.threads.len() {
         for qi in 0..t.queue_depths.len() {
-            for sparse in [false, true] {
+            for sparse in patterns(t, ti, budget) {
                 let cand = allocate(t, ti, qi, sparse, budget);
                 if let Some(c) = cand {
                     if better(&c, &best) {
@@ -161,14 +177,60 @@ pub fn search(t: &Tables, budget: u64) -> Result<(Choice, Cost)> {
     best.ok_or_else(|| infeasible(t, budget))
 }
 
-/// Memory by benefit per byte for one (threads, depth, sparse) choice.
-fn allocate(t: &Tables, ti: usize, qi: usize, sparse: bool, budget: u64) -> Option<(Choice, Cost)> {
+/// The dense/sparse patterns worth placing memory for at thread choice `ti`: every layer dense,
+/// every layer sparse and, where the FFN is in memory (each layer then its own choice, and the
+/// predictors the only memory it moves), the layers whose predictor saves time, taken by time saved
+/// per predictor byte while they fit.
+fn patterns(t: &Tables, ti: usize, budget: u64) -> Vec<Vec<bool>> {
+    let layers = t.layers();
+    let mut out = vec![vec![false; layers], vec![true; layers]];
+    if t.offloaded {
+        return out;
+    }
+    let saving = |l: usize| {
+        t.ffn_dense_ns[ti][l] as i64 - (t.ffn_sparse_ns[ti][l] + t.pred_ns[ti][l]) as i64
+    };
+    let mut order: Vec<usize> = (0..layers).filter(|&l| saving(l) > 0).collect();
+    let per_byte = |l: usize| saving(l) as f64 / t.pred_bytes[l].max(1) as f64;
+    order.sort_by(|&a, &b| per_byte(b).total_cmp(&per_byte(a)));
+    let dense = Choice {
+        threads: ti,
+        queue_depth: 0,
+        sparse: vec![false; layers],
+        steps: vec![t.grid; layers],
+        resident: t.tensors.iter().map(|x| !x.2).collect(),
+    };
+    let mut used = t.cost(&dense).memory;
+    let mut mixed = vec![false; layers];
+    for l in order {
+        if used + t.pred_bytes[l] <= budget {
+            used += t.pred_bytes[l];
+            mixed[l] = true;
+        }
+    }
+    if !out.contains(&mixed) {
+        out.push(mixed);
+    }
+    out
+}
+
+/// Memory by benefit per byte for one (threads, depth, dense/sparse pattern) choice.
+fn allocate(
+    t: &Tables,
+    ti: usize,
+    qi: usize,
+    sparse: Vec<bool>,
+    budget: u64,
+) -> Option<(Choice, Cost)> {
     let mut c = Choice {
         threads: ti,
         queue_depth: qi,
+        // Dense layers, and an FFN that is not offloaded, hold every neuron.
+        steps: sparse
+            .iter()
+            .map(|&s| if s && t.offloaded { 0 } else { t.grid })
+            .collect(),
         sparse,
-        // Dense, or an FFN that is not offloaded, holds every neuron.
-        steps: vec![if sparse && t.offloaded { 0 } else { t.grid }; t.layers()],
         resident: t.tensors.iter().map(|x| !x.2).collect(),
     };
     let mut used = t.cost(&c).memory;
@@ -219,14 +281,17 @@ fn allocate(t: &Tables, ti: usize, qi: usize, sparse: bool, budget: u64) -> Opti
 pub fn brute_force(t: &Tables, budget: u64) -> Result<(Choice, Cost)> {
     let layers = t.layers();
     let steps_total = (t.grid as u64 + 1).checked_pow(layers as u32);
+    let patterns = 1u64.checked_shl(layers as u32).filter(|&p| p <= 1 << 16);
     let combos = steps_total
         .and_then(|s| s.checked_mul(1u64 << t.tensors.len().min(63)))
-        .filter(|&n| n <= 50_000_000)
+        .filter(|&n| patterns.is_some_and(|p| n.saturating_mul(p) <= 50_000_000))
         .ok_or_else(|| PlannerError::Input("brute force over too large a grid".into()))?;
+    let patterns = patterns.expect("checked above");
     let mut best: Option<(Choice, Cost)> = None;
     for ti in 0..t.threads.len() {
         for qi in 0..t.queue_depths.len() {
-            for sparse in [false, true] {
+            for pattern in 0..patterns {
+                let sparse: Vec<bool> = (0..layers).map(|l| pattern >> l & 1 == 1).collect();
                 for code in 0..combos {
                     let mut rest = code;
                     let mut steps = Vec::with_capacity(layers);
@@ -238,7 +303,7 @@ pub fn brute_force(t: &Tables, budget: u64) -> Result<(Choice, Cost)> {
                     let c = Choice {
                         threads: ti,
                         queue_depth: qi,
-                        sparse,
+                        sparse: sparse.clone(),
                         steps,
                         resident,
                     };

@@ -79,12 +79,12 @@ pub struct Tables {
     pub offloaded: bool,
     /// `T_attn` per thread choice, ns.
     pub attn_ns: Vec<u64>,
-    /// `T_pred` per thread choice, ns (sparse only).
-    pub pred_ns: Vec<u64>,
-    /// Sparse `T_ffn` per thread choice, ns.
-    pub ffn_sparse_ns: Vec<u64>,
-    /// Dense `T_ffn` per thread choice, ns.
-    pub ffn_dense_ns: Vec<u64>,
+    /// `T_pred` per thread choice and layer, ns (a sparse layer's predictor).
+    pub pred_ns: Vec<Vec<u64>>,
+    /// Sparse `T_ffn` per thread choice and layer, ns.
+    pub ffn_sparse_ns: Vec<Vec<u64>>,
+    /// Dense `T_ffn` per thread choice and layer, ns.
+    pub ffn_dense_ns: Vec<Vec<u64>>,
     /// `T_io` per queue-depth choice, layer and step, ns.
     pub io_ns: Vec<Vec<Vec<u64>>>,
     /// Cache bytes per layer and step.
@@ -93,8 +93,8 @@ pub struct Tables {
     pub tensors: Vec<(u64, u64, bool)>,
     /// Memory that does not depend on any decision: process, KV cache at the context.
     pub fixed_bytes: u64,
-    /// Memory of the predictors (held when sparse).
-    pub pred_bytes: u64,
+    /// Memory of each layer's predictor (held where the layer is sparse).
+    pub pred_bytes: Vec<u64>,
 }
 
 /// Largest read the engine's I/O thread builds from touching requests (`ufs_io::DEFAULT_CHUNK`).
@@ -158,16 +158,15 @@ pub(crate) fn sparse_layer_ns(
 /// worker's fixed-point sum), and each such call costs what the device's one-unit rates
 /// ([`DeviceProfile::unit_rates`]) measure beyond the long row lists' rates: per unit, the
 /// difference for one neuron's rows. Units computed: those holding a firing neuron (of `active`
-/// among the layer's neurons, independently), and without predictors every unit for gate/up.
-/// 0 where the one-unit rates are not measured or not slower.
+/// among the `neurons` of the layer that the CPU computes, independently), and without predictors
+/// every such unit for gate/up. 0 where the one-unit rates are not measured or not slower.
 pub(crate) fn unit_extra_ns(
     device: &DeviceProfile,
     predicted: bool,
     l: &FfnLayer,
     t: u32,
-    active: f64,
+    (n, active): (f64, f64),
 ) -> u64 {
-    let n = l.neurons as f64;
     let k = f64::from(l.neurons_per_read.max(1));
     if n <= 0.0 {
         return 0;
@@ -287,6 +286,16 @@ impl Tables {
             model.kv_bytes_per_position as f64 * c.attended as f64 * b as f64,
             device.dram_bps,
         );
+        // The predictors' bytes, layer by layer (an even share each; the sum exact).
+        let layers = model.layers.len() as u64;
+        let total = if model.predicted {
+            model.predictor_bytes
+        } else {
+            0
+        };
+        let pred_bytes: Vec<u64> = (0..layers)
+            .map(|l| total * (l + 1) / layers - total * l / layers)
+            .collect();
         let mut attn_ns = Vec::new();
         let mut pred_ns = Vec::new();
         let mut ffn_sparse_ns = Vec::new();
@@ -303,33 +312,31 @@ impl Tables {
                     )
                 })
                 .sum();
-            attn_ns.push(attn + kv_read);
-            pred_ns.push(if model.predicted {
-                ns(
-                    model.predictor_bytes as f64 * scale("q8_0"),
-                    device.kernel_rate("q8_0", t).0,
-                )
-            } else {
-                0
-            });
             let call = device.call_ns(t);
             let calls = |n: usize| (n as f64 * call).round() as u64;
             let layers = model.layers.len();
-            *attn_ns.last_mut().expect("pushed above") += calls(ATTN_CALLS * layers + 1);
-            if model.predicted {
-                *pred_ns.last_mut().expect("pushed above") += calls(layers);
-            }
-            let mut sparse = calls(FFN_CALLS * layers);
-            let mut dense = calls(FFN_CALLS * layers);
+            attn_ns.push(attn + kv_read + calls(ATTN_CALLS * layers + 1));
+            let pred_rate = device.kernel_rate("q8_0", t).0;
+            pred_ns.push(
+                pred_bytes
+                    .iter()
+                    .map(|&bytes| {
+                        ns(bytes as f64 * scale("q8_0"), pred_rate)
+                            + calls(model.predicted as usize)
+                    })
+                    .collect(),
+            );
+            let (mut sparse, mut dense) = (Vec::new(), Vec::new());
             for l in &model.layers {
                 let active = l.hit[batch][model.grid as usize];
                 let n = l.neurons as f64;
-                sparse +=
-                    sparse_layer_ns(device, model.predicted, model.select_up, l, t, b, n, active);
+                let mut s = calls(FFN_CALLS)
+                    + sparse_layer_ns(device, model.predicted, model.select_up, l, t, b, n, active);
                 if model.offloaded {
-                    sparse += unit_extra_ns(device, model.predicted, l, t, active);
+                    s += unit_extra_ns(device, model.predicted, l, t, (n, active));
                 }
-                dense += dense_layer_ns(device, l, t, b, n);
+                sparse.push(s);
+                dense.push(calls(FFN_CALLS) + dense_layer_ns(device, l, t, b, n));
             }
             ffn_sparse_ns.push(sparse);
             ffn_dense_ns.push(dense);
@@ -408,16 +415,32 @@ impl Tables {
             cache_bytes,
             tensors,
             fixed_bytes: fixed_bytes(model, c),
-            pred_bytes: if model.predicted {
-                model.predictor_bytes
-            } else {
-                0
-            },
+            pred_bytes,
         })
     }
 
     /// Layers.
     pub fn layers(&self) -> usize {
         self.cache_bytes.len()
+    }
+
+    /// Dense `T_ffn` of every layer at thread choice `ti`, ns.
+    pub fn dense_ffn_ns(&self, ti: usize) -> u64 {
+        self.ffn_dense_ns[ti].iter().sum()
+    }
+
+    /// Sparse `T_ffn` of every layer at thread choice `ti`, ns.
+    pub fn sparse_ffn_ns(&self, ti: usize) -> u64 {
+        self.ffn_sparse_ns[ti].iter().sum()
+    }
+
+    /// `T_pred` of every layer at thread choice `ti`, ns.
+    pub fn all_pred_ns(&self, ti: usize) -> u64 {
+        self.pred_ns[ti].iter().sum()
+    }
+
+    /// Memory of every layer's predictor.
+    pub fn all_pred_bytes(&self) -> u64 {
+        self.pred_bytes.iter().sum()
     }
 }

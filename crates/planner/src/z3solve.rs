@@ -1,6 +1,6 @@
 //! The cost model handed to Z3's optimizer, exactly as the tables state it: integer variables for
-//! the thread and queue-depth choices and each layer's cache step, booleans for sparse and for each
-//! tensor kept in memory; `T_decode` and memory as if-then-else lookups into the tables; minimize
+//! the thread and queue-depth choices and each layer's cache step, booleans for each layer's
+//! sparse FFN and for each tensor kept in memory; `T_decode` and memory as if-then-else lookups into the tables; minimize
 //! `T_decode`, then memory, subject to memory <= budget.
 
 use z3::ast::{Bool, Int};
@@ -33,7 +33,9 @@ pub fn solve_z3(t: &Tables, budget: u64) -> Result<(Choice, Cost)> {
     let opt = Optimize::new();
     let ti = Int::new_const("threads");
     let qi = Int::new_const("queue_depth");
-    let sparse = Bool::new_const("sparse");
+    let sparse: Vec<Bool> = (0..t.layers())
+        .map(|l| Bool::new_const(format!("sparse_{l}")))
+        .collect();
     let steps: Vec<Int> = (0..t.layers())
         .map(|l| Int::new_const(format!("step_{l}")))
         .collect();
@@ -50,18 +52,16 @@ pub fn solve_z3(t: &Tables, budget: u64) -> Result<(Choice, Cost)> {
             opt.assert(r);
         }
     }
-    let full = Bool::and(
-        &steps
-            .iter()
-            .map(|s| s.eq(Int::from_i64(t.grid as i64)))
-            .collect::<Vec<_>>(),
-    );
-    let sparse_ok = if t.offloaded {
-        sparse.clone()
-    } else {
-        Bool::from_bool(false)
-    };
-    opt.assert(Bool::or(&[sparse_ok, full]));
+    // A layer holds every neuron unless it is sparse over a store; a store's layers are alike.
+    for (s, step) in sparse.iter().zip(&steps) {
+        let full = step.eq(Int::from_i64(t.grid as i64));
+        if t.offloaded {
+            opt.assert(Bool::or(&[s.clone(), full]));
+            opt.assert(s.eq(&sparse[0]));
+        } else {
+            opt.assert(full);
+        }
+    }
 
     let zero = Int::from_i64(0);
     let stream: Vec<Int> = res
@@ -70,11 +70,30 @@ pub fn solve_z3(t: &Tables, budget: u64) -> Result<(Choice, Cost)> {
         .map(|(r, x)| r.ite(&zero, &int(x.1)))
         .collect();
     let attn = Int::add(&[vec![lookup(&ti, &t.attn_ns)], stream].concat());
-    let pred = sparse.ite(&lookup(&ti, &t.pred_ns), &zero);
-    let ffn = sparse.ite(
-        &lookup(&ti, &t.ffn_sparse_ns),
-        &lookup(&ti, &t.ffn_dense_ns),
-    );
+    // Layer `l`'s column of a per-thread, per-layer table.
+    let column = |table: &[Vec<u64>], l: usize| table.iter().map(|v| v[l]).collect::<Vec<u64>>();
+    let sum = |terms: Vec<Int>| {
+        if terms.is_empty() {
+            Int::from_i64(0)
+        } else {
+            Int::add(&terms)
+        }
+    };
+    let pred = sum(sparse
+        .iter()
+        .enumerate()
+        .map(|(l, s)| s.ite(&lookup(&ti, &column(&t.pred_ns, l)), &zero))
+        .collect());
+    let ffn = sum(sparse
+        .iter()
+        .enumerate()
+        .map(|(l, s)| {
+            s.ite(
+                &lookup(&ti, &column(&t.ffn_sparse_ns, l)),
+                &lookup(&ti, &column(&t.ffn_dense_ns, l)),
+            )
+        })
+        .collect());
     let io_terms: Vec<Int> = steps
         .iter()
         .enumerate()
@@ -89,13 +108,15 @@ pub fn solve_z3(t: &Tables, budget: u64) -> Result<(Choice, Cost)> {
             e
         })
         .collect();
-    let io = if io_terms.is_empty() {
-        zero.clone()
-    } else {
-        Int::add(&io_terms)
-    };
+    let io = sum(io_terms);
     let decode = Int::add(&[attn, pred, ffn.ge(&io).ite(&ffn, &io)]);
-    let mut mem_terms = vec![int(t.fixed_bytes), sparse.ite(&int(t.pred_bytes), &zero)];
+    let mut mem_terms = vec![int(t.fixed_bytes)];
+    mem_terms.extend(
+        sparse
+            .iter()
+            .zip(&t.pred_bytes)
+            .map(|(s, &b)| s.ite(&int(b), &zero)),
+    );
     mem_terms.extend(
         res.iter()
             .zip(&t.tensors)
@@ -146,7 +167,7 @@ pub fn solve_z3(t: &Tables, budget: u64) -> Result<(Choice, Cost)> {
     let choice = Choice {
         threads: get_int(&ti)? as usize,
         queue_depth: get_int(&qi)? as usize,
-        sparse: get_bool(&sparse)?,
+        sparse: sparse.iter().map(get_bool).collect::<Result<_>>()?,
         steps: steps
             .iter()
             .map(|s| get_int(s).map(|v| v as u32))

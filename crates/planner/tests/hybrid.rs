@@ -245,3 +245,40 @@ fn an_accelerator_rated_in_multiply_adds_costs_the_block_by_the_models_width() {
     );
     assert!(none.validate().is_err());
 }
+
+/// Over a store each cold unit is its own kernel call, as in sparse decode: with every neuron cold
+/// the layer costs what the sparse step's tables cost it beyond the long row lists' rates, and
+/// neurons on the accelerator take their units' calls off the CPU.
+#[test]
+fn over_a_store_the_cold_units_cost_their_calls() {
+    let m = model(1, 64, 4, 1.0, true);
+    // On the CPU's cores (summed), so that the CPU's part shows whatever the block costs.
+    let d = with(
+        device(2, 1.0),
+        AccelRate {
+            parallel: false,
+            ..npu(4e9)
+        },
+    );
+    let mut slow = d.clone();
+    for k in &mut slow.kernels {
+        k.unit_rows_bps = k.sparse_bps / 2.0;
+        k.unit_axpy_bps = k.sparse_bps / 4.0;
+    }
+    let at = |d: &DeviceProfile, j: u32| step_ns(d, &m, "qnn", &[j]) as i64;
+    let tables = |d: &DeviceProfile| {
+        let c = Constraints {
+            context: 256,
+            ..Constraints::default()
+        };
+        let t = planner::Tables::build(d, &m, &c, 0).unwrap();
+        let i = t.threads.iter().position(|&x| x == 2).unwrap();
+        t.sparse_ffn_ns(i) as i64
+    };
+    let extra = tables(&slow) - tables(&d);
+    assert!(extra > 0);
+    assert!((at(&slow, 0) - at(&d, 0) - extra).abs() <= 1);
+    let half = at(&slow, 2) - at(&d, 2);
+    assert!(half > 0 && half < extra, "{half} vs {extra}");
+    assert_eq!(at(&slow, 4), at(&d, 4));
+}

@@ -18,11 +18,31 @@ fn tables(layers: usize, neurons: usize, grid: u32, alpha: f64) -> Tables {
     Tables::build(&device(2, 1.0), &m, &c, 0).unwrap()
 }
 
+/// An in-memory model whose layer `l` has every neuron firing with probability `firing[l]` (some
+/// layers sparse enough for their predictor to pay, others not).
+fn in_memory(firing: &[f32]) -> planner::ModelSummary {
+    let mut m = model(firing.len(), 32, 2, 1.0, false);
+    for (l, &p) in m.layers.iter_mut().zip(firing) {
+        let f = vec![p; 32];
+        *l = planner::FfnLayer::from_frequencies(12288, "q4_0", 16384, 1, &[f.clone(), f], 2)
+            .unwrap();
+    }
+    m
+}
+
+fn in_memory_tables(firing: &[f32]) -> Tables {
+    let c = Constraints {
+        context: 256,
+        ..Constraints::default()
+    };
+    Tables::build(&device(2, 1.0), &in_memory(firing), &c, 0).unwrap()
+}
+
 /// A budget `frac` of the way from the smallest configuration to everything in memory.
 fn budget(t: &Tables, frac: f64) -> u64 {
     let lo = t.min_memory();
     let all: u64 = t.fixed_bytes
-        + t.pred_bytes
+        + t.all_pred_bytes()
         + t.tensors.iter().map(|x| x.0).sum::<u64>()
         + t.cache_bytes
             .iter()
@@ -77,6 +97,65 @@ proptest! {
             Err(e) => prop_assert!(b < t.min_memory(), "no plan at {} (min {}): {}", b, t.min_memory(), e),
         }
     }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(32))]
+
+    /// In memory each layer is dense or sparse on its own, and the search finds brute force's
+    /// optimum over every pattern: the predictors are the only memory the choice moves.
+    #[test]
+    fn in_memory_search_picks_each_layer_as_brute_force_does(
+        firing in proptest::collection::vec(0.02f32..1.0, 1..=5),
+        frac in 0.0f64..1.2,
+    ) {
+        let t = in_memory_tables(&firing);
+        let b = budget(&t, frac);
+        let (_, bcost) = brute_force(&t, b).unwrap();
+        let (sc, scost) = search(&t, b).unwrap();
+        prop_assert!(t.admits(&sc));
+        prop_assert!(scost.memory <= b);
+        prop_assert_eq!((scost.decode_ns, scost.memory), (bcost.decode_ns, bcost.memory));
+    }
+}
+
+/// Two layers in memory, one with every neuron firing and one with few: the plan keeps the first
+/// dense and makes the second sparse, and predicts the step faster than either uniform choice.
+#[test]
+fn in_memory_each_layer_is_dense_or_sparse_on_its_own() {
+    let m = in_memory(&[1.0, 0.05]);
+    let c = Constraints {
+        context: 256,
+        ..Constraints::default()
+    };
+    let d = device(2, 1.0);
+    let p = make_plan(&d, &m, &c, Solver::Search).unwrap();
+    assert_eq!(p.sparse, vec![false, true], "{}", p.describe());
+    assert!(
+        p.describe().contains("1 of 2 layers sparse"),
+        "{}",
+        p.describe()
+    );
+    let t = Tables::build(&d, &m, &c, 0).unwrap();
+    let (mixed, cost) = search(&t, u64::MAX).unwrap();
+    let uniform = |s: bool| {
+        t.cost(&planner::Choice {
+            sparse: vec![s; 2],
+            ..mixed.clone()
+        })
+        .decode_ns
+    };
+    assert!(cost.decode_ns < uniform(false) && cost.decode_ns < uniform(true));
+    // Only the sparse layer's predictor is held.
+    assert_eq!(
+        cost.memory,
+        t.cost(&planner::Choice {
+            sparse: vec![false; 2],
+            ..mixed
+        })
+        .memory
+            + t.pred_bytes[1]
+    );
 }
 
 #[test]
@@ -149,6 +228,20 @@ mod z3 {
             prop_assert_eq!(t.cost(&zc), zcost);
             prop_assert_eq!((zcost.decode_ns, zcost.memory), (bcost.decode_ns, bcost.memory));
         }
+
+        /// In memory, Z3 picks each layer dense or sparse as brute force does.
+        #[test]
+        fn z3_picks_each_layer_in_memory_as_brute_force_does(
+            firing in proptest::collection::vec(0.02f32..1.0, 1..=4),
+            frac in 0.0f64..1.2,
+        ) {
+            let t = in_memory_tables(&firing);
+            let b = budget(&t, frac);
+            let (_, bcost) = brute_force(&t, b).unwrap();
+            let (zc, zcost) = solve_z3(&t, b).unwrap();
+            prop_assert!(t.admits(&zc));
+            prop_assert_eq!((zcost.decode_ns, zcost.memory), (bcost.decode_ns, bcost.memory));
+        }
     }
 
     #[test]
@@ -187,7 +280,7 @@ fn dense_cost_reads_the_down_matrix_at_its_own_formats_rate() {
     let dense_ns = |m: &planner::ModelSummary| {
         let t = Tables::build(&d, m, &c, 0).unwrap();
         let i = t.threads.iter().position(|&x| x == 1).unwrap();
-        t.ffn_dense_ns[i] as f64
+        t.dense_ffn_ns(i) as f64
     };
     let ns = |bytes: f64, bps: f64| bytes / bps * 1e9;
     let (q4, q8) = (d.kernel_rate("q4_0", 1).0, d.kernel_rate("q8_0", 1).0);
@@ -221,8 +314,8 @@ fn weights_past_the_last_level_cache_are_costed_towards_the_dram_rate() {
         let t = Tables::build(d, &m, c, 0).unwrap();
         let i = t.threads.iter().position(|&x| x == 1).unwrap();
         (
-            t.ffn_dense_ns[i] as f64,
-            t.ffn_sparse_ns[i] as f64,
+            t.dense_ffn_ns(i) as f64,
+            t.sparse_ffn_ns(i) as f64,
             t.attn_ns[i] as f64,
         )
     };
@@ -298,7 +391,7 @@ fn sparse_cost_counts_what_selection_computes_and_each_call() {
     let at = |m: &planner::ModelSummary, d: &planner::DeviceProfile| {
         let t = Tables::build(d, m, &c, 0).unwrap();
         let i = t.threads.iter().position(|&x| x == 1).unwrap();
-        t.ffn_sparse_ns[i] as f64
+        t.sparse_ffn_ns(i) as f64
     };
     let ns = |bytes: f64, bps: f64| bytes / bps * 1e9;
     // With predictors: the firing neurons' gate/up rows (row-subset kernels) and down columns.
@@ -348,7 +441,7 @@ fn over_a_store_each_unit_costs_its_call() {
     let at = |m: &planner::ModelSummary, d: &planner::DeviceProfile| {
         let t = Tables::build(d, m, &c, 0).unwrap();
         let i = t.threads.iter().position(|&x| x == 1).unwrap();
-        t.ffn_sparse_ns[i] as f64
+        t.sparse_ffn_ns(i) as f64
     };
     let ns = |bytes: f64, bps: f64| bytes / bps * 1e9;
     let (sparse, axpy) = (d.kernel_rate("q4_0", 1).1, d.axpy_rate("q8_0", 1));
@@ -584,7 +677,7 @@ fn a_batch_costs_what_its_formats_batched_kernel_measured() {
     let cheap = Tables::build(&d, &m, &c, 1).unwrap();
     d.kernels.iter_mut().for_each(|k| k.batch_cost = 0.0);
     let dear = Tables::build(&d, &m, &c, 1).unwrap();
-    assert!(cheap.ffn_dense_ns[0] < dear.ffn_dense_ns[0]);
+    assert!(cheap.dense_ffn_ns(0) < dear.dense_ffn_ns(0));
     assert!(cheap.attn_ns[0] < dear.attn_ns[0]);
 }
 

@@ -103,6 +103,9 @@ pub struct ModelArgs {
     /// Hybrid decode's split from the plan (`apply_plan`), per layer and batch size 1/2/4/8.
     #[arg(skip)]
     pub planned_split: Option<Vec<[u32; 4]>>,
+    /// The layers a partly sparse plan keeps dense (`apply_plan`; empty: none).
+    #[arg(skip)]
+    pub dense_layers: Vec<bool>,
     #[command(flatten)]
     pub offload: OffloadArgs,
 }

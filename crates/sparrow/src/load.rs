@@ -100,6 +100,10 @@ pub fn apply_plan(
         // counted as firing) can still come out sparse when the measured rates are close.
         let profile = engine::ModelBundle::new(file.path()).profile_or(args.profile.as_deref());
         if profile.is_file() {
+            // The plan's dense layers, unless the user asked for a sparse FFN (every layer).
+            if !args.sparse {
+                args.dense_layers = s.dense_layers.clone();
+            }
             args.sparse = true;
         } else if !quiet {
             eprintln!(
@@ -304,16 +308,31 @@ pub fn setup_sparse(eng: &mut Engine<'_>, args: &ModelArgs, quiet: bool) -> Resu
     }
     eng.set_streamed(plan.stream_weights);
     eng.set_output_proxy(!args.offload.full_output);
-    let sp = plan.build(eng)?;
+    let mut sp = plan.build(eng)?;
+    // A plan's dense layers (in memory, without an accelerator: hybrid decode splits every layer).
+    let dense = args.dense_layers.iter().filter(|&&d| d).count();
+    if dense > 0 && args.accel.is_none() && sp.offload().is_none() {
+        sp = sp.with_dense_layers(args.dense_layers.clone())?;
+    }
     if !quiet {
         eprintln!(
-            "sparrow: sparse FFN from {} (profiled on {}, {:?} score{})",
+            "sparrow: sparse FFN from {} (profiled on {}, {:?} score{}){}",
             plan.profile_path.display(),
             plan.profile.corpus,
             plan.profile.score,
             match &plan.predictor {
                 Some(p) => format!(", predictors from {}", p.display()),
                 None => ", no predictor".into(),
+            },
+            match (0..eng.model().config.n_layers)
+                .filter(|&l| sp.is_dense(l))
+                .count()
+            {
+                0 => String::new(),
+                n => format!(
+                    "; {n} of {} layers dense, as planned",
+                    eng.model().config.n_layers
+                ),
             }
         );
     }

@@ -321,6 +321,40 @@ impl Setup {
     }
 }
 
+/// A plan that keeps some layers dense and makes the others sparse is applied layer by layer (the
+/// run says how many layers stay dense); an explicit `--sparse` makes every layer sparse.
+#[test]
+fn a_partly_sparse_plan_keeps_its_dense_layers_dense() {
+    let dir = tmp("mixed");
+    // The model with its profile beside it (where a run looks for it).
+    let model = dir.join("t.gguf");
+    std::fs::copy(fixture("tiny-llama-silu-q4_0.gguf"), &model).unwrap();
+    let (d, model) = (dir.to_str().unwrap(), model.to_str().unwrap());
+    profile_fixture(model, &format!("{model}.sparrow-profile"));
+    let (dev, p) = (format!("{d}/dev.sparrow-device"), format!("{d}/p.plan"));
+    ok(&["calibrate", "--quick", "--dir", d, "-o", &dev]);
+    ok(&[
+        "plan", "-m", model, "--device", &dev, "--sparse", "--ctx", "64", "-o", &p,
+    ]);
+    let mut plan = engine::planner::Plan::load(&p).unwrap();
+    let n = plan.sparse.len();
+    assert!(n >= 2);
+    plan.sparse = (0..n).map(|l| l % 2 == 1).collect();
+    plan.save(&p).unwrap();
+    let run = ["run", "-m", model, "--plan", &p, "-p", "hi", "-n", "2"];
+    let out = ok(&run);
+    let err = String::from_utf8_lossy(&out.stderr);
+    let want = format!("{} of {n} layers dense, as planned", n - n / 2);
+    assert!(err.contains("sparse FFN") && err.contains(&want), "{err}");
+    let out = ok(&[&run[..], &["--sparse"]].concat());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("sparse FFN") && !err.contains("layers dense"),
+        "{err}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// `sparrow plan --sparse --accel cpu` plans hybrid decode's split per batch size, and a run with
 /// that plan takes it (an explicit `--accel-hot` still wins).
 #[test]
