@@ -402,6 +402,9 @@ pub struct PlanSettings {
     /// The layers a partly sparse plan keeps dense (`dense_layers[l]`; empty where every layer is
     /// alike), for [`crate::SparseFfn::with_dense_layers`].
     pub dense_layers: Vec<bool>,
+    /// Per further batch size of a sparse plan, whether its decode steps run every layer dense
+    /// (for [`crate::SparseFfn::with_dense_batches`]; empty for a dense plan).
+    pub dense_batches: Vec<(usize, bool)>,
     /// The embedding and the output projection stay on flash ([`STREAMED`] planned not resident).
     pub stream_weights: bool,
 }
@@ -433,6 +436,15 @@ impl PlanSettings {
             sparse,
             dense_layers: match sparse && plan.sparse.iter().any(|&s| !s) {
                 true => plan.sparse.iter().map(|&s| !s).collect(),
+                false => Vec::new(),
+            },
+            dense_batches: match sparse {
+                true => plan
+                    .predicted
+                    .iter()
+                    .skip(1)
+                    .map(|p| (p.batch as usize, !p.sparse))
+                    .collect(),
                 false => Vec::new(),
             },
             ffn_cache_bytes: plan.ffn_cache_bytes,

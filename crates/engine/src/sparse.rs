@@ -87,6 +87,9 @@ pub struct SparseFfn {
     weights: Weights,
     /// Layers run dense ([`SparseFfn::with_dense_layers`]; empty: none).
     dense: Vec<bool>,
+    /// Batch sizes from which a decode step of several sequences runs every layer dense, and
+    /// whether it does ([`SparseFfn::with_dense_batches`]; ascending, empty: none).
+    batches: Vec<(usize, bool)>,
 }
 
 /// Where a [`SparseFfn`]'s weights are.
@@ -122,6 +125,7 @@ impl SparseFfn {
                 format: down_format,
             },
             dense: Vec::new(),
+            batches: Vec::new(),
         })
     }
 
@@ -168,6 +172,7 @@ impl SparseFfn {
             counters: SparseCounters::default(),
             weights: Weights::Store(Box::new(off)),
             dense: Vec::new(),
+            batches: Vec::new(),
         })
     }
 
@@ -227,6 +232,33 @@ impl SparseFfn {
     /// Whether layer `l` runs dense ([`SparseFfn::with_dense_layers`]).
     pub fn is_dense(&self, l: usize) -> bool {
         self.dense.get(l).copied().unwrap_or(false)
+    }
+
+    /// Runs decode steps of several sequences with every layer dense where `batches` says so:
+    /// `(size, dense)` pairs (a plan's batch sizes 2, 4, 8), a step of `n` sequences taking the
+    /// pair of the largest size up to `n` (none: sparse). Where a batch shares its weight reads,
+    /// the dense step can beat the sparse one, which runs token by token. In memory only.
+    pub fn with_dense_batches(mut self, mut batches: Vec<(usize, bool)>) -> Result<Self> {
+        if self.offload().is_some() && batches.iter().any(|b| b.1) {
+            return Err(EngineError::Request(
+                "a neuron store's layers run sparse: no batch can be dense".into(),
+            ));
+        }
+        batches.sort_unstable();
+        self.batches = batches;
+        Ok(self)
+    }
+
+    /// Whether a decode step of `n` sequences runs every layer dense
+    /// ([`SparseFfn::with_dense_batches`]).
+    pub fn dense_batch(&self, n: usize) -> bool {
+        n > 1
+            && self
+                .batches
+                .iter()
+                .rev()
+                .find(|b| b.0 <= n)
+                .is_some_and(|b| b.1)
     }
 
     /// The FFN of a layer that runs dense.
@@ -420,7 +452,8 @@ impl FfnExecutor for SparseFfn {
     /// ([`FfnExecutor::mask`]), then the transposed down rows. Offloaded, a prompt streams the
     /// store's units once for all its tokens (`Offload::prefill`, masked the same way); decode
     /// tokens of several sequences run token by token (in memory without a predictor, gate and up
-    /// of every token from one batched product first).
+    /// of every token from one batched product first), or dense where
+    /// [`SparseFfn::with_dense_batches`] says so.
     fn batch(
         &self,
         l: FfnLayer<'_, '_>,
@@ -429,7 +462,7 @@ impl FfnExecutor for SparseFfn {
         out: &mut [f32],
         scratch: &mut FfnScratch,
     ) -> Result<()> {
-        if self.is_dense(l.index) {
+        if self.is_dense(l.index) || (l.kind == StepKind::Decode && self.dense_batch(n)) {
             return self.dense_ffn(l.index).batch(l, x, n, out, scratch);
         }
         self.batch_except(l, x, n, out, scratch, None)

@@ -315,3 +315,59 @@ fn dense_layers_run_the_dense_ffn() {
         .to_string();
     assert!(e.contains("layers"), "{e}");
 }
+
+/// A plan's dense batch sizes: a decode step of two or more sequences runs every layer dense, bit
+/// for bit the dense engine's batched step, from the planned size on; smaller steps and one-token
+/// steps stay sparse.
+#[test]
+fn dense_batches_run_batched_decode_steps_dense() {
+    use engine::{KvFormat, Logits};
+    let file = fixture("tiny-llama-silu-q4_0.gguf");
+    let mut eng = Engine::new(
+        &file,
+        EngineOptions {
+            threads: 2,
+            precision: Precision::Fast,
+            context: 64,
+            cache_type: Some(KvFormat::F32),
+        },
+    )
+    .unwrap();
+    let (n, d_ff) = (eng.model().config.n_layers, eng.model().config.d_ff);
+    let sparse = |eng: &Engine<'_>| {
+        SparseFfn::new(eng.model(), vec![0.0; n], DEFAULT_DOWN_FORMAT)
+            .unwrap()
+            .with_predictor(Box::new(Fixed((0..d_ff as u32 / 4).collect())))
+            .with_dense_batches(vec![(4, true), (2, false)])
+            .unwrap()
+    };
+    // Four sequences' prompts, run dense (the same caches under either FFN).
+    let prompts: [&[u32]; 4] = [&TOKENS[..5], &TOKENS[5..6], &TOKENS[3..12], &TOKENS[1..3]];
+    let caches: Vec<_> = prompts
+        .iter()
+        .map(|p| {
+            let mut c = eng.new_cache();
+            eng.forward(&mut c, p, Logits::Last).unwrap();
+            c
+        })
+        .collect();
+    // One batched decode step over the first `k` sequences.
+    let step = |eng: &Engine<'_>, k: usize| {
+        let mut caches = caches[..k].to_vec();
+        let mut refs: Vec<_> = caches.iter_mut().collect();
+        eng.forward_batch(&mut refs, &[17, 200, 42, 9][..k])
+            .unwrap()
+    };
+    for (k, dense_step) in [(2, false), (3, false), (4, true)] {
+        eng.set_sparse(None);
+        let dense = step(&eng, k);
+        eng.set_sparse(Some(sparse(&eng)));
+        let got = step(&eng, k);
+        let sp = eng.sparse().unwrap();
+        assert_eq!(sp.dense_batch(k), dense_step);
+        assert_eq!(got == dense, dense_step, "{k} sequences");
+        // Neurons are counted where the step ran sparse.
+        assert_eq!(sp.stats().neurons == 0, dense_step, "{k} sequences");
+    }
+    assert!(!eng.sparse().unwrap().dense_batch(1));
+}

@@ -7,9 +7,10 @@
 //! The cost model is the paper's: maximize `1 / T_decode` with
 //! `T_decode = T_attn + T_pred + max(T_ffn, T_io)` and every region's memory within the budget
 //! ([`tables`] states each term). Decisions: compute threads, the I/O thread's queue depth, dense or
-//! sparse per layer (in memory; over a store every layer alike), how many of each layer's hottest neurons stay in memory, and which tensors outside the FFN
-//! stay in memory (OATO: by time saved per byte). Per further batch size (2, 4, 8) the plan also gives
-//! threads and dense/sparse with the same memory placement. Where the constraints name an
+//! sparse per layer (in memory; over a store every layer alike), how many of each layer's hottest
+//! neurons stay in memory, and which tensors outside the FFN stay in memory (OATO: by time saved per
+//! byte). Per further batch size (2, 4, 8) the plan also says whether batch size 1's sparse layers
+//! stay sparse or every layer runs dense, with the same memory placement and threads. Where the constraints name an
 //! accelerator, the plan also splits each layer between it and the CPU per batch size ([`hybrid`]:
 //! hybrid decode's hot neurons).
 //!

@@ -25,7 +25,8 @@ pub const PLAN_VERSION: u32 = 1;
 pub struct Predicted {
     /// Sequences decoded together.
     pub batch: u32,
-    /// Sparse FFN at this batch size in any layer (else dense).
+    /// Batch size 1's sparse layers sparse at this batch size (else every layer dense); `false`
+    /// too where no layer is sparse at batch size 1.
     pub sparse: bool,
     /// Compute threads at this batch size.
     pub threads: u32,
@@ -127,7 +128,8 @@ fn solve(t: &Tables, budget: u64, solver: Solver) -> Result<(Choice, Cost)> {
 }
 
 /// Plans `model` on `device` under `c`: the memory placement and batch-1 settings from the batch-1
-/// tables, then per further batch size the best threads and dense/sparse with that placement.
+/// tables, then per further batch size, with that placement and those threads, whether batch
+/// size 1's sparse layers stay sparse or every layer runs dense.
 pub fn make_plan(
     device: &DeviceProfile,
     model: &ModelSummary,
@@ -141,29 +143,23 @@ pub fn make_plan(
     for (bi, &b) in model.batch_sizes.iter().enumerate().skip(1) {
         let tb = Tables::build(device, model, c, bi)?;
         let mut best: Option<(Choice, Cost)> = None;
-        let layers = model.layers.len();
-        for ti in 0..tb.threads.len() {
-            // Every layer dense, every layer sparse, or batch size 1's layers sparse.
-            for sparse in [
-                vec![false; layers],
-                vec![true; layers],
-                choice.sparse.clone(),
-            ] {
-                let cand = Choice {
-                    threads: ti,
-                    sparse,
-                    ..choice.clone()
-                };
-                if !tb.admits(&cand) {
-                    continue;
-                }
-                let k = tb.cost(&cand);
-                if best
-                    .as_ref()
-                    .is_none_or(|(_, bk)| k.decode_ns < bk.decode_ns)
-                {
-                    best = Some((cand, k));
-                }
+        // Batch size 1's layers sparse, or every layer dense (the engine's dense batched step; a
+        // layer dense at batch size 1 keeps neither predictor nor transposed down rows). The
+        // engine's threads are batch size 1's (one thread pool serves every step).
+        for sparse in [choice.sparse.clone(), vec![false; model.layers.len()]] {
+            let cand = Choice {
+                sparse,
+                ..choice.clone()
+            };
+            if !tb.admits(&cand) {
+                continue;
+            }
+            let k = tb.cost(&cand);
+            if best
+                .as_ref()
+                .is_none_or(|(_, bk)| k.decode_ns < bk.decode_ns)
+            {
+                best = Some((cand, k));
             }
         }
         if let Some((bc, bk)) = best {
@@ -407,7 +403,11 @@ impl Plan {
                 s,
                 "  batch {}: {} on {} threads, {:.2} tok/s in all",
                 q.batch,
-                if q.sparse { "sparse" } else { "dense" },
+                match (q.sparse, self.sparse.iter().all(|&x| x)) {
+                    (false, _) => "dense",
+                    (true, true) => "sparse",
+                    (true, false) => "as batch size 1",
+                },
                 q.threads,
                 q.tok_s
             );

@@ -158,6 +158,30 @@ fn in_memory_each_layer_is_dense_or_sparse_on_its_own() {
     );
 }
 
+/// A batch whose sequences together fire every neuron runs dense though one sequence runs sparse:
+/// the plan's batch size 2 is dense, with batch size 1's threads and placement.
+#[test]
+fn a_batch_that_fires_every_neuron_runs_dense() {
+    let mut m = in_memory(&[0.05, 0.05]);
+    for l in &mut m.layers {
+        let (few, all) = (vec![0.05f32; 32], vec![1.0f32; 32]);
+        *l = planner::FfnLayer::from_frequencies(12288, "q4_0", 16384, 1, &[few, all], 2).unwrap();
+    }
+    let c = Constraints {
+        context: 256,
+        ..Constraints::default()
+    };
+    let p = make_plan(&device(2, 1.0), &m, &c, Solver::Search).unwrap();
+    assert_eq!(p.sparse, vec![true, true], "{}", p.describe());
+    assert!(
+        p.predicted[0].sparse && !p.predicted[1].sparse,
+        "{}",
+        p.describe()
+    );
+    assert_eq!(p.predicted[1].threads, p.threads);
+    assert!(p.describe().contains("batch 2: dense"), "{}", p.describe());
+}
+
 #[test]
 fn more_memory_is_never_slower() {
     let t = tables(3, 40, 4, 0.8);

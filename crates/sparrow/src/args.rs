@@ -106,6 +106,9 @@ pub struct ModelArgs {
     /// The layers a partly sparse plan keeps dense (`apply_plan`; empty: none).
     #[arg(skip)]
     pub dense_layers: Vec<bool>,
+    /// Per further batch size, whether a sparse plan runs it dense (`apply_plan`; empty: none).
+    #[arg(skip)]
+    pub dense_batches: Vec<(usize, bool)>,
     #[command(flatten)]
     pub offload: OffloadArgs,
 }

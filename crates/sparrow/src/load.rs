@@ -103,6 +103,7 @@ pub fn apply_plan(
             // The plan's dense layers, unless the user asked for a sparse FFN (every layer).
             if !args.sparse {
                 args.dense_layers = s.dense_layers.clone();
+                args.dense_batches = s.dense_batches.clone();
             }
             args.sparse = true;
         } else if !quiet {
@@ -309,14 +310,17 @@ pub fn setup_sparse(eng: &mut Engine<'_>, args: &ModelArgs, quiet: bool) -> Resu
     eng.set_streamed(plan.stream_weights);
     eng.set_output_proxy(!args.offload.full_output);
     let mut sp = plan.build(eng)?;
-    // A plan's dense layers (in memory, without an accelerator: hybrid decode splits every layer).
-    let dense = args.dense_layers.iter().filter(|&&d| d).count();
-    if dense > 0 && args.accel.is_none() && sp.offload().is_none() {
-        sp = sp.with_dense_layers(args.dense_layers.clone())?;
+    // A plan's dense layers and batch sizes (in memory, without an accelerator: hybrid decode
+    // splits every layer).
+    if args.accel.is_none() && sp.offload().is_none() {
+        if args.dense_layers.iter().any(|&d| d) {
+            sp = sp.with_dense_layers(args.dense_layers.clone())?;
+        }
+        sp = sp.with_dense_batches(args.dense_batches.clone())?;
     }
     if !quiet {
         eprintln!(
-            "sparrow: sparse FFN from {} (profiled on {}, {:?} score{}){}",
+            "sparrow: sparse FFN from {} (profiled on {}, {:?} score{}){}{}",
             plan.profile_path.display(),
             plan.profile.corpus,
             plan.profile.score,
@@ -333,6 +337,10 @@ pub fn setup_sparse(eng: &mut Engine<'_>, args: &ModelArgs, quiet: bool) -> Resu
                     "; {n} of {} layers dense, as planned",
                     eng.model().config.n_layers
                 ),
+            },
+            match (2..=64).find(|&n| sp.dense_batch(n)) {
+                Some(n) => format!("; decode steps of {n} sequences or more dense, as planned"),
+                None => String::new(),
             }
         );
     }

@@ -321,8 +321,9 @@ impl Setup {
     }
 }
 
-/// A plan that keeps some layers dense and makes the others sparse is applied layer by layer (the
-/// run says how many layers stay dense); an explicit `--sparse` makes every layer sparse.
+/// A plan that keeps some layers dense and makes the others sparse is applied layer by layer, and
+/// its dense batch sizes too (the run says so); an explicit `--sparse` makes every layer and batch
+/// sparse.
 #[test]
 fn a_partly_sparse_plan_keeps_its_dense_layers_dense() {
     let dir = tmp("mixed");
@@ -340,16 +341,24 @@ fn a_partly_sparse_plan_keeps_its_dense_layers_dense() {
     let n = plan.sparse.len();
     assert!(n >= 2);
     plan.sparse = (0..n).map(|l| l % 2 == 1).collect();
+    // Batch size 2 as batch size 1, 4 and 8 dense.
+    for q in &mut plan.predicted[1..] {
+        q.sparse = q.batch < 4;
+    }
     plan.save(&p).unwrap();
     let run = ["run", "-m", model, "--plan", &p, "-p", "hi", "-n", "2"];
     let out = ok(&run);
     let err = String::from_utf8_lossy(&out.stderr);
     let want = format!("{} of {n} layers dense, as planned", n - n / 2);
     assert!(err.contains("sparse FFN") && err.contains(&want), "{err}");
+    assert!(
+        err.contains("decode steps of 4 sequences or more dense"),
+        "{err}"
+    );
     let out = ok(&[&run[..], &["--sparse"]].concat());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("sparse FFN") && !err.contains("layers dense"),
+        err.contains("sparse FFN") && !err.contains("dense, as planned"),
         "{err}"
     );
     std::fs::remove_dir_all(&dir).unwrap();
