@@ -407,9 +407,6 @@ pub struct PlanSettings {
     pub dense_batches: Vec<(usize, bool)>,
     /// The embedding and the output projection stay on flash ([`STREAMED`] planned not resident).
     pub stream_weights: bool,
-    /// Over a store, the order in which the hot region takes each layer's neurons
-    /// (`Plan::hot_order`, for [`crate::OffloadOptions::hot_order`]).
-    pub hot_order: Vec<(u32, u32)>,
 }
 
 /// Loads the plan at `path`, checks it was made for `model` (and for this device, when
@@ -455,7 +452,6 @@ impl PlanSettings {
             io_core: plan.io_core.map(|c| c as usize),
             chunk_rows: plan.chunk_rows as usize,
             stream_weights: plan.resident.iter().any(|(n, r)| n == STREAMED && !r),
-            hot_order: plan.hot_order.clone(),
         }
     }
 }

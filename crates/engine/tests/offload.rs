@@ -738,39 +738,6 @@ fn a_live_budget_change_keeps_results_and_the_cache_within_its_budget() {
     assert_eq!(ctl.report().cache_budget as usize, total / 2, "unchanged");
 }
 
-/// A plan's fill order ([`OffloadOptions::hot_order`]) decides which layers' hot prefixes a cache
-/// of any size holds: here the last layers whole first, so half the FFN's bytes pin the back half
-/// of the layers and none of the first; what is computed does not change.
-#[test]
-fn hot_prefixes_grow_in_the_plans_order() {
-    let name = "tiny-llama-silu-q4_0.gguf";
-    let resident = converted(name, &ConvertOptions::default(), "order");
-    let file = ModelFile::open(&resident).unwrap();
-    let want = in_memory_logits(name, 0.05, false);
-    let cfg = engine::Model::load(&file).unwrap().config.clone();
-    let (layers, d_ff) = (cfg.n_layers, cfg.d_ff as u32);
-    let eng = store_engine(
-        &file,
-        0.05,
-        OffloadOptions {
-            hot_share: 1.0,
-            hot_order: (0..layers as u32).rev().map(|l| (l, d_ff)).collect(),
-            ..Default::default()
-        },
-    );
-    let ctl = eng.sparse().unwrap().offload().unwrap().control();
-    let total = ctl.report().ffn_bytes as usize;
-    ctl.set_cache_budget(total / 2).unwrap();
-    let hot = ctl.hot_units();
-    let full = *hot.iter().max().unwrap();
-    assert!(full > 0, "{hot:?}");
-    let whole: Vec<usize> = (0..layers)
-        .map(|l| if l >= layers - layers / 2 { full } else { 0 })
-        .collect();
-    assert_eq!(hot, whole);
-    assert!(rel_drift(&logits(&eng, false), &want) < 1e-5);
-}
-
 #[test]
 fn auto_packing_reads_the_fewest_bytes() {
     use engine::offload::{auto_packing, Packing};

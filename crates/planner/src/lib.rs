@@ -68,7 +68,7 @@ pub use model::{
 };
 pub use plan::{make_plan, Plan, Predicted, Solver, PLAN_KIND, PLAN_VERSION};
 pub use prompt::{prompt_cost, PromptCost};
-pub use solve::{brute_force, fill_order, search, Choice, Cost};
+pub use solve::{brute_force, search, Choice, Cost};
 pub use tables::{Constraints, Tables};
 #[cfg(feature = "z3")]
 pub use z3solve::solve_z3;

@@ -73,11 +73,6 @@ pub struct Plan {
     pub sparse: Vec<bool>,
     /// Hottest neurons kept in memory per layer.
     pub hot_neurons: Vec<u32>,
-    /// Over a store, the order in which a neuron cache of any size takes each layer's hottest
-    /// neurons ([`crate::fill_order`]: `(layer, hot neurons)` steps); empty in memory and in plans
-    /// of older builds (then every layer alike).
-    #[serde(default)]
-    pub hot_order: Vec<(u32, u32)>,
     /// Bytes of the neuron cache (sum over layers).
     pub ffn_cache_bytes: u64,
     /// Tensors outside the FFN and whether each stays in memory.
@@ -213,14 +208,6 @@ pub fn make_plan(
         chunk_rows: 0,
         sparse: choice.sparse.clone(),
         ffn_cache_bytes,
-        hot_order: match model.offloaded {
-            true => crate::fill_order(
-                &t1,
-                choice.queue_depth,
-                &model.layers.iter().map(|l| l.neurons).collect::<Vec<_>>(),
-            ),
-            false => Vec::new(),
-        },
         hot_neurons,
         resident: model
             .tensors
@@ -276,7 +263,6 @@ impl Plan {
             || p.threads == 0
             || p.queue_depth == 0
             || p.predicted.is_empty()
-            || p.hot_order.iter().any(|&(l, _)| l as usize >= n)
             || p.predicted
                 .iter()
                 .any(|x| !(x.decode_s.is_finite() && x.decode_s > 0.0));

@@ -323,32 +323,3 @@ pub fn brute_force(t: &Tables, budget: u64) -> Result<(Choice, Cost)> {
     }
     best.ok_or_else(|| infeasible(t, budget))
 }
-
-/// The order in which the neuron cache takes each layer's grid steps at queue-depth choice `qi`
-/// (OATO's benefit per byte: the step that saves the most read time per cache byte first, re-sorted
-/// after each): one `(layer, hot neurons)` entry a step, ending with every layer's every neuron.
-/// The engine fills a cache of any size in this order, so that a budget other than the plan's
-/// (the engine's own split of `--memory-budget`) still follows the planner's per-layer choice.
-pub fn fill_order(t: &Tables, qi: usize, neurons: &[u32]) -> Vec<(u32, u32)> {
-    let mut steps = vec![0u32; t.layers()];
-    let mut order = Vec::with_capacity(t.layers() * t.grid as usize);
-    loop {
-        let mut pick: Option<(f64, usize)> = None;
-        for (l, &j) in steps.iter().enumerate() {
-            if j < t.grid {
-                let (j, bytes) = (j as usize, &t.cache_bytes[l]);
-                let saved = t.io_ns[qi][l][j].saturating_sub(t.io_ns[qi][l][j + 1]);
-                let r = saved as f64 / (bytes[j + 1] - bytes[j]).max(1) as f64;
-                if pick.is_none_or(|p| r > p.0) {
-                    pick = Some((r, l));
-                }
-            }
-        }
-        let Some((_, l)) = pick else {
-            return order;
-        };
-        steps[l] += 1;
-        let n = neurons.get(l).copied().unwrap_or(0);
-        order.push((l as u32, crate::step_neurons(n, t.grid, steps[l])));
-    }
-}

@@ -182,39 +182,6 @@ fn a_batch_that_fires_every_neuron_runs_dense() {
     assert!(p.describe().contains("batch 2: dense"), "{}", p.describe());
 }
 
-/// Over a store the plan gives the order in which a cache of any size takes each layer's hottest
-/// neurons: the steps that save the most reads per byte first (here layer 1's, whose firing
-/// neurons are all at its front), every layer rising step by step to all of its neurons.
-#[test]
-fn the_fill_order_takes_the_steps_that_save_most_per_byte_first() {
-    let mut m = model(2, 32, 4, 1.0, true);
-    let flat = vec![0.5f32; 32];
-    let front: Vec<f32> = (0..32).map(|i| if i < 8 { 1.0 } else { 0.02 }).collect();
-    for (l, f) in m.layers.iter_mut().zip([flat, front]) {
-        *l = planner::FfnLayer::from_frequencies(12288, "q4_0", 16384, 1, &[f.clone(), f], 4)
-            .unwrap();
-    }
-    let c = Constraints {
-        memory_budget: Some(64 << 20),
-        context: 256,
-        ..Constraints::default()
-    };
-    let p = make_plan(&device(2, 1.0), &m, &c, Solver::Search).unwrap();
-    let order = &p.hot_order;
-    assert_eq!(order.len(), 8, "{order:?}");
-    assert_eq!(order[0], (1, 8), "{order:?}");
-    for l in 0..2u32 {
-        let counts: Vec<u32> = order.iter().filter(|o| o.0 == l).map(|o| o.1).collect();
-        assert_eq!(counts, [8, 16, 24, 32], "layer {l}: {order:?}");
-    }
-    // In memory there is nothing to order.
-    m.offloaded = false;
-    assert!(make_plan(&device(2, 1.0), &m, &c, Solver::Search)
-        .unwrap()
-        .hot_order
-        .is_empty());
-}
-
 #[test]
 fn more_memory_is_never_slower() {
     let t = tables(3, 40, 4, 0.8);

@@ -169,9 +169,6 @@ pub struct OffloadArgs {
     /// Whether the embedding and output projection stay on flash, where a plan decided it.
     #[arg(skip)]
     pub stream_weights: Option<bool>,
-    /// The order in which the hot region takes each layer's neurons, where a plan gave it.
-    #[arg(skip)]
-    pub hot_order: Vec<(u32, u32)>,
 }
 
 #[derive(Args)]
@@ -242,7 +239,6 @@ impl OffloadArgs {
             two_phase: self.two_phase,
             async_io: !self.io_sync,
             stream_weights: self.stream_weights,
-            hot_order: self.hot_order.clone(),
             ..Default::default()
         }
     }

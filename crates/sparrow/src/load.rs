@@ -122,10 +122,6 @@ pub fn apply_plan(
         // by time saved per byte, where the engine's own rule always gives the cache first.
         o.stream_weights = Some(s.stream_weights);
     }
-    if resident {
-        // Which layers' neurons the cache holds first, whatever its size.
-        o.hot_order = s.hot_order.clone();
-    }
     if o.io_core.is_none() {
         o.io_core = s.io_core;
     }

@@ -74,8 +74,6 @@ pub struct CacheControl {
     pub(super) hot: Arc<RwLock<HotSet>>,
     /// The share of the cache's budget that holds each layer's pinned hot prefix.
     hot_share: f32,
-    /// The order in which the hot prefixes grow ([`OffloadOptions::hot_order`]; empty: alike).
-    hot_order: Arc<[(u32, u32)]>,
     cluster_units: usize,
     /// The cache budget asked for, the part of it lent to prompt steps running now (the cache
     /// holds `asked - lent`) and what stays resident besides the cache. Held across a resize, so
@@ -120,7 +118,6 @@ impl CacheControl {
                 clusters: (0..layers).map(|_| Vec::new()).collect(),
             })),
             hot_share: opts.hot_share.clamp(0.0, 1.0),
-            hot_order: opts.hot_order.clone().into(),
             cluster_units: opts.cluster_units.max(1),
             budget: Arc::new(Mutex::new(Loan {
                 outside: opts.outside_ffn_bytes,
@@ -283,19 +280,22 @@ impl CacheControl {
     fn resize(&self, loan: &Loan) -> Result<()> {
         let bytes = loan.asked.saturating_sub(loan.lent);
         let ix = self.store.index();
-        let (ub, units) = (ix.layout.unit_bytes(), ix.units_per_layer());
+        let (ub, units, layers) = (
+            ix.layout.unit_bytes(),
+            ix.units_per_layer(),
+            ix.layers.len(),
+        );
         let budget = bytes.min(ix.ffn_bytes());
         let hot_budget = (budget as f64 * f64::from(self.hot_share)) as usize;
+        let per_layer = hot_budget / layers.max(1) / ub.max(1);
         let cu = self.cluster_units;
         let mut hot = self.hot.write().unwrap_or_else(PoisonError::into_inner);
         // Each layer's hot units (after the accelerator's, if any).
-        let room: Vec<usize> = hot.first.iter().map(|&f| units - f).collect();
-        let target = hot_targets(
-            hot_budget / ub.max(1),
-            &self.hot_order,
-            &room,
-            (units, ix.d_ff),
-        );
+        let target: Vec<usize> = hot
+            .first
+            .iter()
+            .map(|&f| per_layer.min(units - f))
+            .collect();
         // Unpin the clusters that do not stay whole in the new prefix (dropping a guard unpins it).
         let mut dropped = Vec::new();
         for (l, &t) in target.iter().enumerate() {
@@ -349,11 +349,6 @@ impl CacheControl {
         Ok(())
     }
 
-    /// Each layer's hot units now (its pinned prefix, after an accelerator's units).
-    pub fn hot_units(&self) -> Vec<usize> {
-        self.read_hot().units.clone()
-    }
-
     /// The budgets and what the cache holds now.
     pub fn report(&self) -> CacheReport {
         let s = self.cache.stats();
@@ -375,55 +370,4 @@ impl CacheControl {
 
 fn mib(bytes: u64) -> f64 {
     bytes as f64 / (1024.0 * 1024.0)
-}
-
-/// Each layer's hot units out of `total`, where layer `l` has room for `room[l]`: in `order`
-/// (`(layer, hot neurons)` steps, a plan's fill order; a layer's neurons are `units` units per
-/// `neurons`), each step taken while it fits and the first that does not ending the walk, else
-/// (no order, or one that names no layer here) the same share for every layer.
-pub(super) fn hot_targets(
-    total: usize,
-    order: &[(u32, u32)],
-    room: &[usize],
-    (units, neurons): (usize, usize),
-) -> Vec<usize> {
-    let layers = room.len();
-    if order.is_empty() || order.iter().any(|&(l, _)| l as usize >= layers) {
-        let per_layer = total / layers.max(1);
-        return room.iter().map(|&r| per_layer.min(r)).collect();
-    }
-    let mut target = vec![0usize; layers];
-    let mut left = total;
-    for &(l, n) in order {
-        let l = l as usize;
-        let want = (n as usize * units).div_ceil(neurons.max(1)).min(room[l]);
-        let more = want.saturating_sub(target[l]);
-        if more > left {
-            break;
-        }
-        left -= more;
-        target[l] = target[l].max(want);
-    }
-    target
-}
-
-#[cfg(test)]
-mod tests {
-    use super::hot_targets;
-
-    #[test]
-    fn hot_prefixes_follow_the_order_while_it_fits() {
-        // No order: the same share each, within each layer's room.
-        assert_eq!(hot_targets(30, &[], &[20, 5, 20], (20, 40)), [10, 5, 10]);
-        // Steps of 10 neurons = 5 units (20 units hold 40 neurons).
-        let order = [(1, 10), (1, 20), (0, 10), (1, 30), (0, 20)];
-        assert_eq!(hot_targets(12, &order, &[20, 20], (20, 40)), [0, 10]);
-        assert_eq!(hot_targets(15, &order, &[20, 20], (20, 40)), [5, 10]);
-        // The first step that does not fit ends the walk (19 units: the fourth step needs 5).
-        assert_eq!(hot_targets(19, &order, &[20, 20], (20, 40)), [5, 10]);
-        // A layer's room caps its steps (an accelerator holds its front).
-        assert_eq!(hot_targets(40, &order, &[20, 7], (20, 40)), [10, 7]);
-        // An order naming a layer this store lacks is not followed.
-        assert_eq!(hot_targets(30, &[(2, 10)], &[20, 20], (20, 40)), [15, 15]);
-    }
 }

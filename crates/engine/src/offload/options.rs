@@ -14,9 +14,6 @@ pub struct OffloadOptions {
     /// Share of `ffn_budget` preloaded as each layer's hot prefix (the rest is the cold LRU; default all,
     /// see `sparrow --help`).
     pub hot_share: f32,
-    /// The order in which the hot region takes each layer's hottest neurons: `(layer, hot
-    /// neurons)` steps, a plan's `hot_order` (`planner::fill_order`); empty: every layer alike.
-    pub hot_order: Vec<(u32, u32)>,
     /// Units per hot cluster (read and cached as a whole).
     pub cluster_units: usize,
     /// Unit reads in flight on the I/O thread (default 256). With kernel AIO the device holds up to this
@@ -68,7 +65,6 @@ impl Default for OffloadOptions {
         OffloadOptions {
             ffn_budget: usize::MAX,
             hot_share: 1.0,
-            hot_order: Vec::new(),
             cluster_units: 16,
             queue_depth: 256,
             pin_core: None,

@@ -37,8 +37,7 @@ pub struct Offload {
 
 impl Offload {
     /// Opens the store at `path` (validated), starts the I/O thread and preloads each layer's hot prefix
-    /// into the hot region (`hot_share` of `ffn_budget`, split over layers in `hot_order`, else
-    /// evenly; whole clusters).
+    /// into the hot region (`hot_share` of `ffn_budget`, split evenly over layers, whole clusters).
     pub fn open(path: &Path, opts: OffloadOptions) -> Result<Self> {
         // Read-ahead queues the next layer's units behind this layer's: room for them on top of
         // the reads in flight the options (a plan) chose for the device.
