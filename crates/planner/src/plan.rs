@@ -71,7 +71,9 @@ pub struct Plan {
     pub chunk_rows: u32,
     /// Sparse FFN at batch size 1, per layer.
     pub sparse: Vec<bool>,
-    /// Hottest neurons kept in memory per layer.
+    /// Hottest neurons kept in memory per layer, as the planner placed them. The engine takes
+    /// their sum (`ffn_cache_bytes`) and holds the same share of every layer: these counts,
+    /// applied over a store, measured slower (docs/BENCHMARKS.md, planner section).
     pub hot_neurons: Vec<u32>,
     /// Bytes of the neuron cache (sum over layers).
     pub ffn_cache_bytes: u64,
