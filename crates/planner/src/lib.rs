@@ -10,9 +10,9 @@
 //! sparse per layer (in memory; over a store every layer alike), how many of each layer's hottest
 //! neurons stay in memory, and which tensors outside the FFN stay in memory (OATO: by time saved per
 //! byte). Per further batch size (2, 4, 8) the plan also says whether batch size 1's sparse layers
-//! stay sparse or every layer runs dense, with the same memory placement and threads. Where the constraints name an
-//! accelerator, the plan also splits each layer between it and the CPU per batch size ([`hybrid`]:
-//! hybrid decode's hot neurons).
+//! stay sparse or every layer runs dense, with the same memory placement and threads. Where the
+//! constraints name an accelerator, the plan also splits each layer between it and the CPU per
+//! batch size ([`hybrid`]: hybrid decode's hot neurons).
 //!
 //! Solvers: [`search`] (always built: exhaustive over the discrete settings, memory by benefit per
 //! byte), [`brute_force`] (every combination; the reference in tests) and, with the cargo feature
