@@ -12,8 +12,9 @@
 //!   kernels); dense, every neuron through the dense kernels.
 //! - Each of these also pays the device's fixed cost per parallel kernel call (`call_ns`) for the
 //!   calls a decode step makes: it dominates small models, whose matrices take microseconds.
-//! - `T_io`: per layer, the read units holding a firing neuron that the cache does not hold, at the
-//!   flash rate of that read size and queue depth. The cache holds each layer's hottest neurons (a
+//! - `T_io`: per layer, the read units holding a firing neuron (without predictors, every unit: each
+//!   gate row is computed) that the cache does not hold, at the flash rate of that read size and
+//!   queue depth. The cache holds each layer's hottest neurons (a
 //!   prefix in the store's order), so a miss curve is the profile's hit curve read backwards.
 //!
 //! A batch of `b` sequences costs `1 + batch_cost * (b - 1)` times one sequence's compute (the weights
@@ -361,8 +362,13 @@ impl Tables {
                                 if left <= 0.0 {
                                     return 0;
                                 }
+                                // A unit is needed where one of its neurons fires; without predictors
+                                // every unit is (every gate row is computed).
                                 let firing = (total - curve[j as usize]).max(0.0);
-                                let p = (firing / left).clamp(0.0, 1.0);
+                                let p = match model.predicted {
+                                    true => (firing / left).clamp(0.0, 1.0),
+                                    false => 1.0,
+                                };
                                 let k = l.neurons_per_read as f64;
                                 let needed = 1.0 - (1.0 - p).powf(k);
                                 let reads = left / k * needed;

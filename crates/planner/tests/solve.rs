@@ -600,9 +600,11 @@ fn decode_misses_are_read_at_the_busy_rates() {
 
 #[test]
 fn touching_misses_are_read_as_longer_requests() {
-    // Every unit of the cold region needed (no predictor): the reads coalesce into 512 KiB requests,
-    // which this device serves faster than single units.
+    // Every unit of the cold region needed: the reads coalesce into 512 KiB requests, which this
+    // device serves faster than single units. Every neuron firing, or (whatever fires) no
+    // predictor: the engine then computes every gate row, so it reads every unit it lacks.
     let mut m = model(1, 64, 4, 1.0, true);
+    let few = m.layers[0].hit.clone();
     m.layers[0].hit = vec![vec![0.0, 16.0, 32.0, 48.0, 64.0]; 2];
     let mut d = device(1, 1.0);
     let q = d.queue_depths()[0];
@@ -619,6 +621,12 @@ fn touching_misses_are_read_as_longer_requests() {
         t.io_ns[0][0][0], want,
         "nothing cached: every unit read, coalesced"
     );
+    m.layers[0].hit = few;
+    let with = Tables::build(&d, &m, &Constraints::default(), 0).unwrap();
+    assert!(with.io_ns[0][0][0] < want, "predictors: the units of firing neurons");
+    m.predicted = false;
+    let without = Tables::build(&d, &m, &Constraints::default(), 0).unwrap();
+    assert_eq!(without.io_ns[0][0][0], want, "no predictor: every unit");
 }
 
 /// Flash points at 4 KiB and 256 KiB for each `(depth, bytes per second at 256 KiB)`.
