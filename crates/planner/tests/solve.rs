@@ -623,7 +623,10 @@ fn touching_misses_are_read_as_longer_requests() {
     );
     m.layers[0].hit = few;
     let with = Tables::build(&d, &m, &Constraints::default(), 0).unwrap();
-    assert!(with.io_ns[0][0][0] < want, "predictors: the units of firing neurons");
+    assert!(
+        with.io_ns[0][0][0] < want,
+        "predictors: the units of firing neurons"
+    );
     m.predicted = false;
     let without = Tables::build(&d, &m, &Constraints::default(), 0).unwrap();
     assert_eq!(without.io_ns[0][0][0], want, "no predictor: every unit");
