@@ -193,14 +193,8 @@ fn patterns(t: &Tables, ti: usize, budget: u64) -> Vec<Vec<bool>> {
     let mut order: Vec<usize> = (0..layers).filter(|&l| saving(l) > 0).collect();
     let per_byte = |l: usize| saving(l) as f64 / t.pred_bytes[l].max(1) as f64;
     order.sort_by(|&a, &b| per_byte(b).total_cmp(&per_byte(a)));
-    let dense = Choice {
-        threads: ti,
-        queue_depth: 0,
-        sparse: vec![false; layers],
-        steps: vec![t.grid; layers],
-        resident: t.tensors.iter().map(|x| !x.2).collect(),
-    };
-    let mut used = t.cost(&dense).memory;
+    // In memory the smallest configuration is every layer dense, whatever the threads.
+    let mut used = t.min_memory();
     let mut mixed = vec![false; layers];
     for l in order {
         if used + t.pred_bytes[l] <= budget {

@@ -14,8 +14,8 @@
 //!   calls a decode step makes: it dominates small models, whose matrices take microseconds.
 //! - `T_io`: per layer, the read units holding a firing neuron (without predictors, every unit: each
 //!   gate row is computed) that the cache does not hold, at the flash rate of that read size and
-//!   queue depth. The cache holds each layer's hottest neurons (a
-//!   prefix in the store's order), so a miss curve is the profile's hit curve read backwards.
+//!   queue depth. The cache holds each layer's hottest neurons (a prefix in the store's order), so
+//!   a miss curve is the profile's hit curve read backwards.
 //!
 //! A batch of `b` sequences costs `1 + batch_cost * (b - 1)` times one sequence's compute (the weights
 //! are read once; `batch_cost` is measured by calibration) and fires more neurons (the profile's
@@ -288,14 +288,14 @@ impl Tables {
             device.dram_bps,
         );
         // The predictors' bytes, layer by layer (an even share each; the sum exact).
-        let layers = model.layers.len() as u64;
+        let n_layers = model.layers.len() as u64;
         let total = if model.predicted {
             model.predictor_bytes
         } else {
             0
         };
-        let pred_bytes: Vec<u64> = (0..layers)
-            .map(|l| total * (l + 1) / layers - total * l / layers)
+        let pred_bytes: Vec<u64> = (0..n_layers)
+            .map(|l| total * (l + 1) / n_layers - total * l / n_layers)
             .collect();
         let mut attn_ns = Vec::new();
         let mut pred_ns = Vec::new();
