@@ -104,7 +104,9 @@ pub use offload::{
 };
 pub use perplexity::{log_sum_exp, PerplexityReport};
 pub use planner;
-pub use planning::{default_device_path, load_plan, model_summary, PlanSettings, STREAMED};
+pub use planning::{
+    accel_neuron_bytes, default_device_path, load_plan, model_summary, PlanSettings, STREAMED,
+};
 pub use predictor::{LayerReport, PredictorSet, Profile, TrainConfig};
 pub use requant::{Overlay, Requant};
 pub use request::{Flow, GenerateRequest, Generation, StopReason, Timings};

@@ -156,6 +156,23 @@ pub fn model_summary(engine: &Engine<'_>, sidecars: &SparseSidecars) -> Result<M
     })
 }
 
+/// Bytes the accelerator `kind` holds in memory per neuron of a hybrid block over the neuron store
+/// of `engine`'s model (what the planner's `Constraints::accel_neuron_bytes` asks); `None` when
+/// the FFN is not in a store. The backend is opened without blocks (for QNN: its library loaded).
+pub fn accel_neuron_bytes(engine: &Engine<'_>, kind: &crate::AccelKind) -> Result<Option<u64>> {
+    let Some(path) = ffn_store_path(engine.model())? else {
+        return Ok(None);
+    };
+    let ix = store_index(&path)?;
+    let backend = crate::accel::open(kind, std::iter::empty())?;
+    const NEURONS: usize = 1024;
+    Ok(Some(
+        backend
+            .block_bytes(NEURONS, ix.d_model, ix.formats.gate)
+            .div_ceil(NEURONS as u64),
+    ))
+}
+
 /// The index of the neuron store at `path`.
 fn store_index(path: &Path) -> Result<neuron_store::StoreIndex> {
     let io = ufs_io::IoEngine::new(ufs_io::IoConfig::default())?;

@@ -23,7 +23,9 @@ pub struct HybridSplit {
     pub accelerator: String,
     /// Per layer, the hottest neurons on the accelerator at each batch size of [`HYBRID_BATCHES`].
     pub counts: Vec<[u32; 4]>,
-    /// Predicted FFN time of a step (every layer) at each batch size, ns.
+    /// Predicted FFN time of a step (every layer) at each batch size, ns; over a neuron store each
+    /// layer's FFN work or its reads from flash, whichever is longer
+    /// ([`crate::hybrid_split_over_store`]).
     pub ffn_ns: [u64; 4],
     /// The same with every neuron sparse on the CPU, ns.
     pub sparse_ns: [u64; 4],
@@ -130,7 +132,7 @@ fn accel_block_ns(model: &ModelSummary, l: &FfnLayer, acc: &AccelRate, neurons: 
 }
 
 /// The profile's batch size index for a step of `size` tokens: the largest profiled size up to it.
-fn batch_index(model: &ModelSummary, size: u32) -> usize {
+pub(crate) fn batch_index(model: &ModelSummary, size: u32) -> usize {
     model
         .batch_sizes
         .iter()

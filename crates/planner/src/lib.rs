@@ -48,6 +48,7 @@ mod container;
 mod device;
 mod error;
 mod hybrid;
+mod hybrid_store;
 mod model;
 mod plan;
 mod prompt;
@@ -63,6 +64,7 @@ pub use device::{
 };
 pub use error::{PlannerError, Result};
 pub use hybrid::{hybrid_layer_ns, hybrid_split, whole_matrix, HybridSplit, HYBRID_BATCHES};
+pub use hybrid_store::{hybrid_split_over_store, store_layer_ns, StoreMemory};
 pub use model::{
     read_ahead_bytes, step_neurons, FfnLayer, FormatMacs, ModelSummary, StepBytes, TensorInfo,
 };

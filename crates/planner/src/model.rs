@@ -126,6 +126,25 @@ impl FfnLayer {
         }
     }
 
+    /// The expected firing neurons per step at batch size index `bi` among the hottest `neurons`
+    /// (any count, not only a grid step's): the hit curve over `grid` steps, linear between them.
+    pub fn hit_at(&self, bi: usize, grid: u32, neurons: f64) -> f64 {
+        let curve = &self.hit[bi];
+        let n = neurons.clamp(0.0, f64::from(self.neurons));
+        let j = (0..grid)
+            .find(|&j| f64::from(step_neurons(self.neurons, grid, j + 1)) >= n)
+            .unwrap_or(grid.saturating_sub(1));
+        let (a, b) = (
+            f64::from(step_neurons(self.neurons, grid, j)),
+            f64::from(step_neurons(self.neurons, grid, j + 1)),
+        );
+        let (ya, yb) = (curve[j as usize], curve[(j + 1).min(grid) as usize]);
+        if b <= a {
+            return yb;
+        }
+        ya + (yb - ya) * ((n - a) / (b - a)).clamp(0.0, 1.0)
+    }
+
     /// The same layer with the format of its down matrix as dense decode reads it.
     pub fn with_dense_down(mut self, format: &str) -> Self {
         self.dense_down_format = format.to_string();

@@ -10,6 +10,7 @@ use crate::container;
 use crate::device::DeviceProfile;
 use crate::error::{PlannerError, Result};
 use crate::hybrid::{hybrid_split, HybridSplit, HYBRID_BATCHES};
+use crate::hybrid_store::{hybrid_split_over_store, StoreMemory};
 use crate::model::{step_neurons, ModelSummary};
 use crate::prompt::{prompt_cost, PromptCost};
 use crate::solve::{Choice, Cost};
@@ -88,7 +89,8 @@ pub struct Plan {
     #[serde(default)]
     pub prompt: Option<PromptCost>,
     /// Hybrid decode's split for the accelerator the constraints named (`None`: none named; plans
-    /// of older builds).
+    /// of older builds): in memory per batch size ([`crate::hybrid_split`]), over a neuron store
+    /// one count per layer within the plan's cache ([`crate::hybrid_split_over_store`]).
     #[serde(default)]
     pub hybrid: Option<HybridSplit>,
 }
@@ -236,8 +238,22 @@ pub fn make_plan(
             })
         }) {
             Some(a) => {
-                let mut h = hybrid_split(device, model, a, t1.threads[choice.threads])?;
-                // Attention as planned, the predictors (hybrid decode is sparse), this FFN.
+                let threads = t1.threads[choice.threads];
+                let mut h = if model.offloaded {
+                    // The engine gives every layer an equal share of the plan's cache; the block
+                    // takes its memory from there.
+                    let layers = model.layers.len().max(1) as u64;
+                    let mem = StoreMemory {
+                        cache_bytes: vec![ffn_cache_bytes / layers; model.layers.len()],
+                        block_neuron_bytes: c.accel_neuron_bytes,
+                        queue_depth: t1.queue_depths[choice.queue_depth],
+                    };
+                    hybrid_split_over_store(device, model, a, threads, &mem)?
+                } else {
+                    hybrid_split(device, model, a, threads)?
+                };
+                // Attention as planned, the predictors (hybrid decode is sparse), this FFN (over
+                // a store with its reads).
                 h.decode_ns = cost.attn_ns + t1.all_pred_ns(choice.threads) + h.ffn_ns[0];
                 Some(h)
             }

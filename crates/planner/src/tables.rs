@@ -41,6 +41,9 @@ pub struct Constraints {
     /// Plan hybrid decode's split for this accelerator (`cpu`, `qnn`; `None`: no accelerator). A
     /// device profile without its rate gives a plan without a split.
     pub accelerator: Option<String>,
+    /// Bytes the accelerator holds in memory per neuron of its block (over a neuron store the block
+    /// takes them from the neuron cache; `None`: the store's bytes per neuron).
+    pub accel_neuron_bytes: Option<u64>,
 }
 
 impl Default for Constraints {
@@ -52,6 +55,7 @@ impl Default for Constraints {
             min_tok_s: None,
             max_threads: None,
             accelerator: None,
+            accel_neuron_bytes: None,
         }
     }
 }
@@ -200,6 +204,35 @@ pub(crate) fn unit_extra_ns(
         device.axpy_rate(down_format, t),
     );
     ((gu_units * gu_extra + firing * down_extra) * 1e9).round() as u64
+}
+
+/// Offloaded decode's flash time of layer `l` at queue depth `q` (ns): the `left` neurons past
+/// what memory holds (in the store's order), `firing` of them per step, read by the unit. A unit is
+/// needed where one of its neurons fires; without predictors every unit is (every gate row is
+/// computed). Needed units that touch are read as one (the I/O thread coalesces them, up to
+/// `COALESCED_READ`): runs of them are geometric, of mean length `1 / (1 - needed)`, so the device
+/// sees reads that long.
+pub(crate) fn layer_io_ns(
+    device: &DeviceProfile,
+    predicted: bool,
+    l: &FfnLayer,
+    q: u32,
+    (left, firing): (f64, f64),
+) -> u64 {
+    if left <= 0.0 {
+        return 0;
+    }
+    let p = match predicted {
+        true => (firing / left).clamp(0.0, 1.0),
+        false => 1.0,
+    };
+    let k = l.neurons_per_read as f64;
+    let needed = 1.0 - (1.0 - p).powf(k);
+    let reads = left / k * needed;
+    let run =
+        (1.0 / (1.0 - needed).max(1e-9)).min((COALESCED_READ / l.read_bytes.max(1)).max(1) as f64);
+    let size = (l.read_bytes as f64 * run) as u64;
+    ns(reads * l.read_bytes as f64, device.busy_io_rate(size, q))
 }
 
 /// Memory that does not depend on any decision: the process, the KV cache at the context and,
@@ -358,27 +391,14 @@ impl Tables {
                                     return 0;
                                 }
                                 let cached = step_neurons(l.neurons, g, j) as f64;
-                                let left = l.neurons as f64 - cached;
-                                if left <= 0.0 {
-                                    return 0;
-                                }
-                                // A unit is needed where one of its neurons fires; without predictors
-                                // every unit is (every gate row is computed).
                                 let firing = (total - curve[j as usize]).max(0.0);
-                                let p = match model.predicted {
-                                    true => (firing / left).clamp(0.0, 1.0),
-                                    false => 1.0,
-                                };
-                                let k = l.neurons_per_read as f64;
-                                let needed = 1.0 - (1.0 - p).powf(k);
-                                let reads = left / k * needed;
-                                // Needed units that touch are read as one (the I/O thread coalesces
-                                // them, up to `COALESCED_READ`): runs of them are geometric, of mean
-                                // length 1 / (1 - needed), so the device sees reads that long.
-                                let run = (1.0 / (1.0 - needed).max(1e-9))
-                                    .min((COALESCED_READ / l.read_bytes.max(1)).max(1) as f64);
-                                let size = (l.read_bytes as f64 * run) as u64;
-                                ns(reads * l.read_bytes as f64, device.busy_io_rate(size, q))
+                                layer_io_ns(
+                                    device,
+                                    model.predicted,
+                                    l,
+                                    q,
+                                    (l.neurons as f64 - cached, firing),
+                                )
                             })
                             .collect()
                     })

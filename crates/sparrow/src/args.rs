@@ -95,9 +95,11 @@ pub struct ModelArgs {
     /// neuron at least as likely to fire in the batch as the last of these. Default: the split of
     /// the plan (`--plan`, or the one made for `--memory-budget`) where it has one for this
     /// accelerator, else the planner's split for the device profile in the model cache folder
-    /// (`sparrow calibrate`), else 0.1. On a resident file: the share of each layer's units (hottest first)
-    /// at every batch size, as far as the FFN cache's budget holds them. 0: none (sparse decode on
-    /// the CPU alone; on a resident file the accelerator takes prompt steps only).
+    /// (`sparrow calibrate`), else 0.1. On a resident file: the share of each layer's units
+    /// (hottest first) at every batch size, as far as the FFN cache's budget holds them; default:
+    /// the plan's split, made within the neuron cache the block takes its memory from (the plan
+    /// `--memory-budget` makes from the device profile, or `--plan`), else 0.1. 0: none (sparse
+    /// decode on the CPU alone; on a resident file the accelerator takes prompt steps only).
     #[arg(long, value_parser = parse::unit, requires = "accel")]
     pub accel_hot: Option<f64>,
     /// Hybrid decode's split from the plan (`apply_plan`), per layer and batch size 1/2/4/8.

@@ -207,19 +207,24 @@ pub fn constraints(
     min_tok_s: Option<f64>,
 ) -> engine::planner::Constraints {
     let context = eng.options().context as u32;
+    let store = eng.model().config.ffn_store.is_some();
     engine::planner::Constraints {
         memory_budget: args.offload.memory_budget,
         context,
         attended: context.min(512),
         min_tok_s,
         max_threads: (args.threads > 0).then_some(args.threads as u32),
-        // The plan splits hybrid decode in memory (`--sparse`); over a neuron store the split is
-        // `--accel-hot` within the neuron cache's budget (`store_accel`).
+        // The plan splits hybrid decode in memory (`--sparse`) and over a neuron store (within
+        // the neuron cache, which gives the block its memory: `store_accel`).
         accelerator: args
             .accel
             .as_ref()
-            .filter(|_| args.sparse && eng.model().config.ffn_store.is_none())
+            .filter(|_| args.sparse || store)
             .map(|k| k.name().to_string()),
+        accel_neuron_bytes: match (&args.accel, store) {
+            (Some(kind), true) => engine::accel_neuron_bytes(eng, kind).ok().flatten(),
+            _ => None,
+        },
     }
 }
 
@@ -347,7 +352,7 @@ pub fn setup_sparse(eng: &mut Engine<'_>, args: &ModelArgs, quiet: bool) -> Resu
     // An offloaded model's FFN is on flash: the accelerator takes the prompt steps' layers as they
     // are streamed (NPU-centric prefill) and each layer's hottest units in decode.
     if let (Some(kind), true) = (&args.accel, sp.offload().is_some()) {
-        return crate::store_accel::setup(eng, sp, kind, args.accel_hot.unwrap_or(0.1), quiet);
+        return crate::store_accel::setup(eng, sp, kind, args, quiet);
     }
     // Without a plan's split or `--accel-hot`, the planner's split for this device.
     let (planned_split, planned_source) = match (&args.planned_split, &args.accel, args.accel_hot) {

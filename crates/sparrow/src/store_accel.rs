@@ -7,20 +7,22 @@
 use anyhow::Result;
 use engine::{Engine, SparseFfn};
 
+use crate::args::ModelArgs;
 use crate::ui::mib;
 
-/// Installs `sp` on `eng` with `kind`'s accelerator: for prompt steps always, for decode over the
-/// hottest `share` of each layer's units as far as the cache's budget holds them (none: prompt
-/// steps only). A backend that cannot be opened is a warning and leaves everything on the CPU.
-///
-/// The planner's hybrid split is not taken here: its cost model weighs the block against sparse
-/// CPU work with every weight in memory, not against the neuron cache the block's memory comes
-/// from (on this machine it puts 89-100% of the neurons on the CPU stand-in).
+/// The share of each layer's units on the accelerator without `--accel-hot` or a plan.
+const DEFAULT_SHARE: f64 = 0.1;
+
+/// Installs `sp` on `eng` with `kind`'s accelerator: for prompt steps always, and for decode over
+/// each layer's hottest units as far as the cache's budget holds them in the backend's form
+/// (none: prompt steps only): `--accel-hot`'s share of them, else the plan's split (made over this
+/// store within its cache, `planner::hybrid_split_over_store`), else a 10% share. A backend that
+/// cannot be opened is a warning and leaves everything on the CPU.
 pub fn setup(
     eng: &mut Engine<'_>,
     mut sp: SparseFfn,
     kind: &engine::AccelKind,
-    share: f64,
+    args: &ModelArgs,
     quiet: bool,
 ) -> Result<()> {
     let say = |line: String| {
@@ -45,8 +47,17 @@ pub fn setup(
     let control = off.control();
     let report = control.report();
     let cache = report.cache_asked;
-    let want = off.share_units(share);
-    let source = format!("--accel-hot {share}");
+    let (want, source) = match (args.accel_hot, &args.planned_split) {
+        (Some(share), _) => (off.share_units(share), format!("--accel-hot {share}")),
+        (None, Some(counts)) => {
+            let neurons: Vec<u32> = counts.iter().map(|c| c[0]).collect();
+            (off.units_for_neurons(&neurons), "planned".to_string())
+        }
+        (None, None) => (
+            off.share_units(DEFAULT_SHARE),
+            format!("{DEFAULT_SHARE} of the units: no plan"),
+        ),
+    };
     let units = off.accel_units(&want, cache, |k| prompt.block_bytes(k, d, format));
     let order = off.leading_neurons(&units);
     let bytes: u64 = order

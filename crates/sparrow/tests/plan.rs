@@ -599,3 +599,77 @@ fn calibrate_measures_an_accelerator_that_plan_splits_for() {
     assert_eq!(std::fs::read(dev).unwrap(), saved);
     std::fs::remove_dir_all(dir).ok();
 }
+
+/// Over a resident file, `sparrow plan --accel cpu` splits hybrid decode within the neuron cache
+/// (one count per layer, every batch size alike), and a run with that plan takes it: the blocks'
+/// neurons on the accelerator, or decode sparse on the CPU where the plan puts none there.
+#[test]
+fn hybrid_decode_over_a_store_takes_the_split_planned_within_its_cache() {
+    let dir = tmp("store-split");
+    let (d, dev, p) = (
+        dir.to_str().unwrap(),
+        dir.join("dev.sparrow-device"),
+        dir.join("p.plan"),
+    );
+    let (dev, p) = (dev.to_str().unwrap(), p.to_str().unwrap());
+    let model = dir.join("m.gguf");
+    std::fs::copy(fixture("tiny-llama-silu-q4_0.gguf"), &model).unwrap();
+    ok(&["convert", "-m", model.to_str().unwrap()]);
+    let resident = dir.join("m.resident.gguf");
+    let r = resident.to_str().unwrap();
+    ok(&["calibrate", "--quick", "--dir", d, "-o", dev]);
+    // A stand-in measured far faster than the kernels, so that with the FFN cached the plan puts
+    // neurons on it whatever the calibration measured; then one that costs a second a call.
+    let with_standin = |bps: f64, call_ns: f64| {
+        let mut device = DeviceProfile::load(dev).unwrap();
+        device.accelerators.retain(|a| a.name != "cpu");
+        device.accelerators.push(AccelRate {
+            name: "cpu".into(),
+            parallel: false,
+            bps,
+            macs_per_s: 0.0,
+            batch_cost: 0.0,
+            call_ns,
+        });
+        device.save(dev).unwrap();
+        let out = ok(&[
+            "plan",
+            "-m",
+            r,
+            "--device",
+            dev,
+            "--accel",
+            "cpu",
+            "--memory-budget",
+            "1G",
+            "--ctx",
+            "64",
+            "-o",
+            p,
+            "--json",
+        ]);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let counts: Vec<[u64; 4]> = serde_json::from_value(v["hybrid"]["counts"].clone())
+            .unwrap_or_else(|e| panic!("{e}: {v}"));
+        assert!(!counts.is_empty(), "{v}");
+        assert!(counts.iter().all(|c| c.iter().all(|&k| k == c[0])), "{v}");
+        let run = [
+            "run", "-m", r, "--accel", "cpu", "--plan", p, "-p", "one two", "-n", "2",
+        ];
+        let out = ok(&run);
+        (counts, String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let (counts, err) = with_standin(1e15, 0.0);
+    assert!(counts.iter().any(|c| c[0] > 0), "{counts:?}");
+    assert!(
+        err.contains("hybrid decode: the hottest") && err.contains("(planned;"),
+        "{err}"
+    );
+    let (counts, err) = with_standin(1e6, 1e9);
+    assert!(counts.iter().all(|c| c[0] == 0), "{counts:?}");
+    assert!(
+        err.contains("decode sparse on the CPU (planned: no neuron on the accelerator)"),
+        "{err}"
+    );
+    std::fs::remove_dir_all(dir).ok();
+}

@@ -24,6 +24,23 @@ impl Offload {
         vec![want; ix.layers.len()]
     }
 
+    /// The leading units of each layer that hold its hottest `neurons[l]` neurons (rounded to the
+    /// nearest whole unit, at least one where any neuron is asked for): what
+    /// [`Offload::accel_units`] is asked for under a planned split. One entry per layer of the
+    /// store (missing entries are 0).
+    pub fn units_for_neurons(&self, neurons: &[u32]) -> Vec<usize> {
+        let ix = self.store.index();
+        let per_unit = ix.layout.neurons.max(1);
+        (0..ix.layers.len())
+            .map(|l| {
+                let n = neurons.get(l).copied().unwrap_or(0) as usize;
+                ((n + per_unit / 2) / per_unit)
+                    .max(usize::from(n > 0))
+                    .min(ix.units_per_layer())
+            })
+            .collect()
+    }
+
     /// How many leading units of each layer an accelerator takes: `want[l]`, and no more than an
     /// even split of `budget` bytes over the layers, a block of `k` neurons costing `bytes(k)` (the
     /// backend's [`crate::Accelerator::block_bytes`]). One entry per layer of the store (`want`'s

@@ -779,6 +779,7 @@ fn planner_seeds() -> (Vec<u8>, Vec<u8>) {
         min_tok_s: None,
         max_threads: None,
         accelerator: None,
+        accel_neuron_bytes: None,
     };
     let plan = make_plan(&device, &model, &c, Solver::Search).unwrap();
     (
