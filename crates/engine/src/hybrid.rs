@@ -297,10 +297,24 @@ impl HybridFfn {
         if k > 0 && !self.failure.happened() {
             let mut hot = vec![0f32; out.len()];
             let skip = Some(self.hot[l.index][b].as_slice());
-            let (h, c) = rayon::join(
-                || self.accel.ffn(l.index, k, x, n, &mut hot),
-                || cold(out, scratch, skip),
-            );
+            let block = |hot: &mut [f32]| self.accel.ffn(l.index, k, x, n, hot);
+            let (h, c) = if self.accel.beside_cores() {
+                // The accelerator's wait on a thread of its own: every pool thread takes the
+                // CPU's part (under `rayon::join` the waiting one would sit out).
+                std::thread::scope(|s| {
+                    let waiting = s.spawn(|| block(&mut hot));
+                    let c = cold(out, scratch, skip);
+                    let h = waiting.join().unwrap_or_else(|_| {
+                        Err(EngineError::Accelerator {
+                            library: self.accel.name().into(),
+                            detail: "a block's call panicked".into(),
+                        })
+                    });
+                    (h, c)
+                })
+            } else {
+                rayon::join(|| block(&mut hot), || cold(out, scratch, skip))
+            };
             c?;
             match h {
                 Ok(()) => {

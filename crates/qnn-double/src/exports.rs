@@ -363,7 +363,17 @@ unsafe extern "C" fn graph_execute(
     _profile: Qnn_ProfileHandle_t,
     _signal: Qnn_SignalHandle_t,
 ) -> Qnn_ErrorHandle_t {
-    fault!("graphExecute");
+    // The thread that created the graph's context sets the faults of threads that have none.
+    let owner = {
+        let reg = lock();
+        match reg.entries.get(&key(graph)).map(|e| &e.object) {
+            Some(Object::Graph(g)) => reg.entries.get(&g.context).map(|e| e.owner),
+            _ => None,
+        }
+    };
+    if faults::fails_for("graphExecute", owner) {
+        return QNN_COMMON_ERROR_GENERAL;
+    }
     if (num_inputs > 0 && inputs.is_null()) || (num_outputs > 0 && outputs.is_null()) {
         return QNN_GRAPH_ERROR_INVALID_ARGUMENT;
     }

@@ -4,9 +4,14 @@
 //! `qnn_double_set_api_major`, reached from Rust through [`crate::Control`]), which tests running in
 //! parallel threads cannot see of each other; else the process-wide environment variables
 //! `QNN_DOUBLE_FAIL=<step>` (a QNN function name, e.g. `graphFinalize`; several separated by commas)
-//! and `QNN_DOUBLE_API_MAJOR=<n>`.
+//! and `QNN_DOUBLE_API_MAJOR=<n>`. A call on a graph from a thread with no failing steps of its own
+//! takes those of the thread that created the graph's context ([`fails_for`]): an engine may run
+//! graphs on threads of its own, which a test cannot reach.
 
 use std::cell::RefCell;
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
+use std::thread::ThreadId;
 
 /// Environment variable naming the QNN functions that fail (comma-separated).
 pub const FAIL_ENV: &str = "QNN_DOUBLE_FAIL";
@@ -18,8 +23,22 @@ thread_local! {
     static API_MAJOR: RefCell<Option<u32>> = const { RefCell::new(None) };
 }
 
+/// Every thread's failing steps, for [`fails_for`].
+fn by_thread() -> std::sync::MutexGuard<'static, HashMap<ThreadId, String>> {
+    static BY_THREAD: OnceLock<Mutex<HashMap<ThreadId, String>>> = OnceLock::new();
+    BY_THREAD
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+}
+
 /// Sets (or with `None` clears) this thread's failing steps.
 pub(crate) fn set_fail(steps: Option<String>) {
+    let me = std::thread::current().id();
+    match &steps {
+        Some(s) => by_thread().insert(me, s.clone()),
+        None => by_thread().remove(&me),
+    };
     FAIL.with(|f| *f.borrow_mut() = steps);
 }
 
@@ -30,8 +49,15 @@ pub(crate) fn set_api_major(major: Option<u32>) {
 
 /// Whether QNN function `step` must fail now.
 pub(crate) fn fails(step: &str) -> bool {
+    fails_for(step, None)
+}
+
+/// Whether QNN function `step` must fail now on an object whose context thread `owner` created:
+/// this thread's setting, else `owner`'s, else the environment's.
+pub(crate) fn fails_for(step: &str, owner: Option<ThreadId>) -> bool {
     let listed = |s: &str| s.split(',').any(|x| x.trim() == step);
-    match FAIL.with(|f| f.borrow().clone()) {
+    let owners = || owner.and_then(|o| by_thread().get(&o).cloned());
+    match FAIL.with(|f| f.borrow().clone()).or_else(owners) {
         Some(s) => listed(&s),
         None => std::env::var(FAIL_ENV).is_ok_and(|s| listed(&s)),
     }

@@ -63,6 +63,14 @@ pub trait Accelerator: Send + Sync {
     /// Neurons of each layer's block (the FFN width for whole layers).
     fn block_neurons(&self, layer: usize) -> usize;
 
+    /// Whether the backend computes on a device of its own (an NPU), the calling thread only
+    /// waiting for it: hybrid decode then calls it from a thread outside the compute pool, so that
+    /// every pool thread takes the CPU's part beside it (the planner's `AccelRate::parallel`).
+    /// False: it computes on the pool's threads (the CPU stand-in), and shares them.
+    fn beside_cores(&self) -> bool {
+        false
+    }
+
     /// Bytes this backend keeps in the process's memory for a block of `neurons` neurons of width
     /// `d_model` whose gate and up rows come in `format`, run whole (a neuron store's block,
     /// [`FfnBlock::prefixes`] false: what the store's memory budget must leave for it; a backend's

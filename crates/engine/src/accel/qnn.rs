@@ -197,6 +197,11 @@ impl Accelerator for QnnAccelerator {
         "qnn"
     }
 
+    /// QNN's graphs run on the backend's device (HTP); the caller waits in `graphExecute`.
+    fn beside_cores(&self) -> bool {
+        true
+    }
+
     fn ffn(
         &self,
         layer: usize,

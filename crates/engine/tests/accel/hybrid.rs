@@ -9,6 +9,8 @@
 //! accelerator and the rest on the CPU, and is still the dense FFN with nothing skipped.
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use crate::double;
 
@@ -243,14 +245,11 @@ fn a_failing_accelerator_leaves_the_sparse_ffn_and_names_the_step() {
     let want = step(&sparse);
     let hot: Vec<Vec<u32>> = (0..cfg.n_layers).map(|_| (0..32).collect()).collect();
     let h = hybrid(&eng, make(), &qnn_f32(), &hot);
-    // Graphs are built and run on first use. The double's faults are per thread: run the step on
-    // one of the engine's threads, where the FFN's rayon::join runs the accelerator's side itself.
-    let got = eng.install(|| {
-        control.set_fail(Some("graphExecute"));
-        let got = step(&h);
-        control.set_fail(None);
-        got
-    });
+    // Graphs are built and run on first use, on a thread of the engine's (QNN runs beside the
+    // cores): the double takes the faults of the thread that created the graphs' context, this one.
+    control.set_fail(Some("graphExecute"));
+    let got = eng.install(|| step(&h));
+    control.set_fail(None);
     let f = h.failure().expect("the failure is kept");
     assert!(f.contains("graphExecute"), "{f}");
     let d = rel_drift(&got, &want);
@@ -258,4 +257,113 @@ fn a_failing_accelerator_leaves_the_sparse_ffn_and_names_the_step() {
         d < 1e-6,
         "after the failure the CPU computed the sparse FFN: drift {d}"
     );
+}
+
+/// A backend that runs the CPU stand-in's blocks and records whether each call ran on a thread of
+/// the engine's compute pool, declaring itself beside the cores or not.
+struct Recording {
+    inner: Box<dyn engine::Accelerator>,
+    beside: bool,
+    /// Calls on a pool thread, and outside the pool.
+    calls: Arc<[AtomicUsize; 2]>,
+}
+
+impl engine::Accelerator for Recording {
+    fn name(&self) -> &str {
+        "recording"
+    }
+
+    fn ffn(
+        &self,
+        layer: usize,
+        neurons: usize,
+        x: &[f32],
+        n: usize,
+        out: &mut [f32],
+    ) -> engine::Result<()> {
+        let outside = rayon::current_thread_index().is_none();
+        self.calls[usize::from(outside)].fetch_add(1, Ordering::Relaxed);
+        self.inner.ffn(layer, neurons, x, n, out)
+    }
+
+    fn block_neurons(&self, layer: usize) -> usize {
+        self.inner.block_neurons(layer)
+    }
+
+    fn beside_cores(&self) -> bool {
+        self.beside
+    }
+
+    fn block_bytes(&self, neurons: usize, d_model: usize, format: WeightFormat) -> u64 {
+        self.inner.block_bytes(neurons, d_model, format)
+    }
+
+    fn ffn_rows(
+        &self,
+        rows: &engine::accel::StreamedRows<'_>,
+        x: &[f32],
+        n: usize,
+        out: &mut [f32],
+    ) -> engine::Result<()> {
+        self.inner.ffn_rows(rows, x, n, out)
+    }
+
+    fn streamed_bytes(&self, neurons: usize, d_model: usize) -> u64 {
+        self.inner.streamed_bytes(neurons, d_model)
+    }
+}
+
+/// An accelerator beside the cores (an NPU: its calls only wait) is called from a thread outside
+/// the compute pool, so that every pool thread takes the CPU's part; one that computes on the
+/// pool's threads (the CPU stand-in) runs there. Either way the step is the same.
+#[test]
+fn an_accelerator_beside_the_cores_waits_outside_the_compute_pool() {
+    let file = fixture("tiny-llama-silu-q4_0.gguf");
+    let mut eng = engine(&file);
+    let cfg = eng.model().config.clone();
+    let hot: Vec<Vec<u32>> = (0..cfg.n_layers)
+        .map(|_| (0..cfg.d_ff as u32 / 4).collect())
+        .collect();
+    let mut got = Vec::new();
+    for beside in [false, true] {
+        let calls: Arc<[AtomicUsize; 2]> = Arc::default();
+        let rec = Recording {
+            inner: open(
+                &AccelKind::Cpu,
+                FfnBlock::for_model(eng.model(), Some(&hot)),
+            )
+            .unwrap(),
+            beside,
+            calls: calls.clone(),
+        };
+        let sp = SparseFfn::new(eng.model(), vec![0.0; cfg.n_layers], WeightFormat::F32).unwrap();
+        let h = HybridFfn::new(
+            sp,
+            Box::new(rec),
+            eng.model(),
+            &HotSplit::fixed(hot.clone()),
+        )
+        .unwrap();
+        eng.set_hybrid(Some(h));
+        got.push(logits(&eng, TOKENS, false));
+        let h = eng.hybrid().unwrap();
+        assert_eq!(h.failure(), None);
+        let (inside, outside) = (
+            calls[0].load(Ordering::Relaxed),
+            calls[1].load(Ordering::Relaxed),
+        );
+        if beside {
+            assert!(
+                inside == 0 && outside > 0,
+                "{inside} in the pool, {outside} outside"
+            );
+        } else {
+            assert!(
+                inside > 0 && outside == 0,
+                "{inside} in the pool, {outside} outside"
+            );
+        }
+        eng.set_hybrid(None);
+    }
+    assert_eq!(got[0], got[1]);
 }
