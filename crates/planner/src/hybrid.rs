@@ -142,6 +142,31 @@ pub(crate) fn batch_index(model: &ModelSummary, size: u32) -> usize {
         .map_or(0, |(i, _)| i)
 }
 
+/// The rate of `accelerator` for layer `l` at `threads` threads: a named error where the device
+/// profile has none, or rates it in multiply-adds and the model summary lacks its width.
+pub(crate) fn layer_accel_rate(
+    device: &DeviceProfile,
+    model: &ModelSummary,
+    l: &FfnLayer,
+    accelerator: &str,
+    threads: u32,
+) -> Result<AccelRate> {
+    let acc = device
+        .accel_rate(accelerator, &l.format, threads)
+        .ok_or_else(|| {
+            PlannerError::Input(format!(
+                "the device profile has no rate for the accelerator '{accelerator}'"
+            ))
+        })?;
+    if acc.bps <= 0.0 && model.neuron_macs() <= 0.0 {
+        return Err(PlannerError::Input(format!(
+            "the accelerator '{accelerator}' is rated in multiply-adds and the model summary \
+             does not give its width (down_macs_per_token)"
+        )));
+    }
+    Ok(acc)
+}
+
 /// Plans hybrid decode of `model` on `device` with the accelerator `accelerator` and `threads`
 /// compute threads (see the module docs).
 pub fn hybrid_split(
@@ -155,19 +180,7 @@ pub fn hybrid_split(
     let mut counts = Vec::with_capacity(model.layers.len());
     let (mut ffn_ns, mut sparse_ns) = ([0u64; 4], [0u64; 4]);
     for l in &model.layers {
-        let acc = device
-            .accel_rate(accelerator, &l.format, threads)
-            .ok_or_else(|| {
-                PlannerError::Input(format!(
-                    "the device profile has no rate for the accelerator '{accelerator}'"
-                ))
-            })?;
-        if acc.bps <= 0.0 && model.neuron_macs() <= 0.0 {
-            return Err(PlannerError::Input(format!(
-                "the accelerator '{accelerator}' is rated in multiply-adds and the model summary \
-                 does not give its width (down_macs_per_token)"
-            )));
-        }
+        let acc = layer_accel_rate(device, model, l, accelerator, threads)?;
         let mut c = [0u32; 4];
         let mut prev = 0u32;
         for (k, &b) in HYBRID_BATCHES.iter().enumerate() {

@@ -8,7 +8,7 @@
 
 use crate::device::DeviceProfile;
 use crate::error::{PlannerError, Result};
-use crate::hybrid::{batch_index, hybrid_layer_ns, HybridSplit, HYBRID_BATCHES};
+use crate::hybrid::{batch_index, hybrid_layer_ns, layer_accel_rate, HybridSplit, HYBRID_BATCHES};
 use crate::model::{step_neurons, FfnLayer, ModelSummary};
 use crate::tables::layer_io_ns;
 use crate::AccelRate;
@@ -79,13 +79,7 @@ pub fn hybrid_split_over_store(
     let mut counts = Vec::with_capacity(model.layers.len());
     let (mut ffn_ns, mut sparse_ns) = ([0u64; 4], [0u64; 4]);
     for (l, &cache) in model.layers.iter().zip(&mem.cache_bytes) {
-        let acc = device
-            .accel_rate(accelerator, &l.format, threads)
-            .ok_or_else(|| {
-                PlannerError::Input(format!(
-                    "the device profile has no rate for the accelerator '{accelerator}'"
-                ))
-            })?;
+        let acc = layer_accel_rate(device, model, l, accelerator, threads)?;
         let per = (
             cache,
             mem.block_neuron_bytes.unwrap_or(l.neuron_bytes),

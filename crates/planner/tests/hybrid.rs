@@ -4,28 +4,12 @@
 
 mod common;
 
-use common::{device, model, small_case};
+use common::{device, model, npu, small_case, with};
 use planner::{
     hybrid_layer_ns, hybrid_split, make_plan, step_neurons, AccelRate, Constraints, DeviceProfile,
     ModelSummary, Solver, HYBRID_BATCHES,
 };
 use proptest::prelude::*;
-
-fn npu(bps: f64) -> AccelRate {
-    AccelRate {
-        name: "qnn".into(),
-        parallel: true,
-        bps,
-        macs_per_s: 0.0,
-        batch_cost: 0.1,
-        call_ns: 20_000.0,
-    }
-}
-
-fn with(mut d: DeviceProfile, a: AccelRate) -> DeviceProfile {
-    d.accelerators.push(a);
-    d
-}
 
 /// The batch-1 step's FFN time of every layer at the grid steps `js` (one per layer).
 fn step_ns(d: &DeviceProfile, m: &ModelSummary, name: &str, js: &[u32]) -> u64 {

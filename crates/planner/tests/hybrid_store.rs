@@ -4,28 +4,12 @@
 
 mod common;
 
-use common::{device, model, small_case};
+use common::{device, model, npu, small_case, with};
 use planner::{
     hybrid_split_over_store, make_plan, step_neurons, store_layer_ns, AccelRate, Constraints,
-    DeviceProfile, Solver, StoreMemory,
+    Solver, StoreMemory,
 };
 use proptest::prelude::*;
-
-fn npu(bps: f64, parallel: bool) -> AccelRate {
-    AccelRate {
-        name: "qnn".into(),
-        parallel,
-        bps,
-        macs_per_s: 0.0,
-        batch_cost: 0.1,
-        call_ns: 20_000.0,
-    }
-}
-
-fn with(mut d: DeviceProfile, a: AccelRate) -> DeviceProfile {
-    d.accelerators.push(a);
-    d
-}
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(48))]
@@ -43,7 +27,7 @@ proptest! {
     ) {
         let mut m = model(layers, neurons, grid, alpha, true);
         m.predicted = predicted;
-        let d = with(device(2, 1.0), npu(4e9 * speed, parallel));
+        let d = with(device(2, 1.0), AccelRate { parallel, ..npu(4e9 * speed) });
         let nb = m.layers[0].neuron_bytes;
         let cache = (share * (neurons as u64 * nb) as f64) as u64;
         let block = (nb as f64 * block_ratio) as u64;
@@ -76,7 +60,7 @@ fn a_free_accelerator_takes_what_the_cache_holds_and_nothing_past_it() {
         device(2, 1.0),
         AccelRate {
             call_ns: 0.0,
-            ..npu(1e18, true)
+            ..npu(1e18)
         },
     );
     let nb = m.layers[0].neuron_bytes;
@@ -116,7 +100,7 @@ fn a_plan_over_a_store_splits_within_its_cache() {
         device(2, 1.0),
         AccelRate {
             call_ns: 0.0,
-            ..npu(1e12, true)
+            ..npu(1e12)
         },
     );
     let nb = m.layers[0].neuron_bytes;

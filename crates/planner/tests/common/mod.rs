@@ -2,7 +2,7 @@
 
 #![allow(dead_code)]
 
-use planner::{DeviceProfile, FfnLayer, IoRate, KernelRate, ModelSummary, TensorInfo};
+use planner::{AccelRate, DeviceProfile, FfnLayer, IoRate, KernelRate, ModelSummary, TensorInfo};
 use proptest::prelude::*;
 
 /// A device with `cores` cores, rates scaled by `speed` (so tests can vary them).
@@ -112,4 +112,22 @@ pub fn model(
 /// Strategy: (layers, neurons, grid, alpha, budget fraction in [0, 1.2]).
 pub fn small_case() -> impl Strategy<Value = (usize, usize, u32, f64, f64)> {
     (1usize..=3, 8usize..64, 1u32..=4, 0.3f64..2.0, 0.0f64..1.2)
+}
+
+/// An accelerator beside the cores (an NPU's entry) at `bps` bytes per second.
+pub fn npu(bps: f64) -> AccelRate {
+    AccelRate {
+        name: "qnn".into(),
+        parallel: true,
+        bps,
+        macs_per_s: 0.0,
+        batch_cost: 0.1,
+        call_ns: 20_000.0,
+    }
+}
+
+/// `d` with the accelerator entry `a`.
+pub fn with(mut d: DeviceProfile, a: AccelRate) -> DeviceProfile {
+    d.accelerators.push(a);
+    d
 }
