@@ -153,9 +153,13 @@ fn offloaded_ffn_equals_in_memory_sparse_ffn_at_every_budget() {
                 assert_eq!((st.tokens, st.units, st.bytes_read), (0, 0, 0), "{st:?}");
                 assert!(st.prefill_s > 0.0, "the streamed FFN is timed: {st:?}");
                 if budget == 0 {
+                    // Each layer after the first had its first chunk read while the one before
+                    // computed, and that read served it (no unit read twice).
                     assert_eq!(st.prefill_bytes_read, total_units as u64, "{st:?}");
+                    assert!(st.prefill_reads_ahead > 0, "{st:?}");
                 } else if budget == usize::MAX {
                     assert_eq!(st.prefill_bytes_read, 0, "everything is hot: {st:?}");
+                    assert_eq!(st.prefill_reads_ahead, 0, "{st:?}");
                 }
             }
         }

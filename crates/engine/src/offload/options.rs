@@ -113,6 +113,8 @@ pub struct OffloadStats {
     pub resident_bytes: usize,
     /// Bytes prompt steps read from flash (their layers streamed; not counted in `bytes_read`).
     pub prefill_bytes_read: u64,
+    /// Prompt steps' reads of a layer's first chunk made while the layer before it computed.
+    pub prefill_reads_ahead: u64,
     /// Seconds in prompt steps' offloaded FFN.
     pub prefill_s: f64,
 }
@@ -138,6 +140,7 @@ pub(super) struct Counters {
     pub(super) wait_ns: AtomicU64,
     pub(super) ffn_ns: AtomicU64,
     pub(super) prefill_bytes: AtomicU64,
+    pub(super) prefill_reads_ahead: AtomicU64,
     pub(super) prefill_ns: AtomicU64,
     /// Per token: (FFN nanoseconds, wait nanoseconds).
     pub(super) per_token: Mutex<Vec<(u64, u64)>>,
@@ -163,6 +166,7 @@ impl Counters {
             token_wait_s: per.iter().map(|p| p.1 as f64 * 1e-9).collect(),
             resident_bytes,
             prefill_bytes_read: ld(&self.prefill_bytes),
+            prefill_reads_ahead: ld(&self.prefill_reads_ahead),
             prefill_s: ld(&self.prefill_ns) as f64 * 1e-9,
         }
     }
@@ -181,6 +185,7 @@ impl Counters {
             &self.wait_ns,
             &self.ffn_ns,
             &self.prefill_bytes,
+            &self.prefill_reads_ahead,
             &self.prefill_ns,
         ] {
             a.store(0, Ordering::Relaxed);

@@ -7,7 +7,7 @@
 
 use std::ops::Range;
 use std::sync::atomic::Ordering;
-use std::sync::mpsc;
+use std::sync::{mpsc, PoisonError};
 use std::time::Instant;
 
 use kernels_neon::{Activation, Precision, QMatrix};
@@ -15,6 +15,7 @@ use rayon::prelude::*;
 use ufs_io::AlignedBuf;
 
 use super::chunk::Chunk;
+use super::live::HotSet;
 use super::prompt_accel::PromptAccel;
 use super::runtime::Offload;
 use crate::accel::{Accelerator, StreamedRows};
@@ -223,7 +224,9 @@ impl Offload {
     /// that a step's sums do not depend on which units are hot: the hot prefix's units from its
     /// pinned clusters, the rest read sequentially (and verified) by a reader thread one chunk ahead
     /// of `f`, in two buffers used in turn (a chunk the hot prefix ends in gets its hot units from
-    /// the clusters and the others from its read). The first error, of a read or of `f`, stops the
+    /// the clusters and the others from its read). After the layer's reads the reader reads the next
+    /// layer's first chunk, kept for that layer's call (PowerInfer-2's prefill: the next layer's
+    /// weights read while this one computes). The first error, of a read or of `f`, stops the
     /// stream and is returned.
     pub(crate) fn stream_layer(
         &self,
@@ -232,54 +235,80 @@ impl Offload {
     ) -> Result<()> {
         let ix = self.store.index();
         let ub = ix.layout.unit_bytes();
-        let total = ix.units_per_layer();
-        // At most `prefill_neurons` a chunk, as evenly as whole units allow.
-        let most = self.opts.prefill_neurons.div_ceil(ix.layout.neurons).max(1);
-        let per = total.div_ceil(total.div_ceil(most).max(1)).max(1);
         let hot = self.live.read_hot();
         let cu = self.opts.cluster_units.max(1);
-        let lo = hot.first[layer].min(total);
-        let hot_end = (lo + hot.units[layer]).min(total);
-        // Chunks by unit index from the CPU's first unit; each one's cold units follow its hot ones.
-        let chunks: Vec<(Range<usize>, Range<usize>)> = (lo / per * per..total)
-            .step_by(per)
-            .map(|s| {
-                let c = s.max(lo)..(s + per).min(total);
-                let cold = c.start.max(hot_end).min(c.end)..c.end;
-                (c, cold)
-            })
-            .collect();
-        let reads: Vec<Range<usize>> = chunks
+        let chunks = self.layer_chunks(layer, &hot);
+        let mut reads: Vec<Range<usize>> = chunks
             .iter()
             .map(|(_, r)| r.clone())
             .filter(|r| !r.is_empty())
             .collect();
+        // The first read, when the step's previous layer read it ahead (same units: the hot
+        // prefixes have not moved since).
+        let mut ahead = self
+            .prefill_ahead
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+            .filter(|(l, r, _)| *l == layer && Some(r) == reads.first())
+            .map(|(_, r, read)| read.map(|buf| (r, buf)));
+        if ahead.is_some() {
+            reads.remove(0);
+        }
+        // After its own reads the reader reads the next layer's first chunk, which the next call
+        // takes: that read overlaps this layer's last chunk and the next layer's attention.
+        let next = (layer + 1 < ix.layers.len())
+            .then(|| {
+                self.layer_chunks(layer + 1, &hot)
+                    .into_iter()
+                    .map(|(_, r)| r)
+                    .find(|r| !r.is_empty())
+            })
+            .flatten();
         let hot_unit = |u: usize| -> (usize, &[u8]) {
             let (c, at) = hot
                 .find(layer, u, cu, ub)
                 .expect("a unit of the hot prefix");
             (u, &c[at..at + ub])
         };
-        std::thread::scope(|s| {
+        let read = |l: usize, r: Range<usize>, buf: Option<AlignedBuf>| {
+            let len = r.len() * ub;
+            let read = match buf.filter(|b| b.len() == len) {
+                Some(buf) => self.store.read_units_into(&self.io, l, r, buf),
+                None => self.store.read_units(&self.io, l, r),
+            };
+            if read.is_ok() {
+                self.counters
+                    .prefill_bytes
+                    .fetch_add(len as u64, Ordering::Relaxed);
+            }
+            read
+        };
+        let streamed = std::thread::scope(|s| {
             // A rendezvous channel: the reader fills the next buffer while `f` computes this one.
             let (tx, rx) = mpsc::sync_channel::<Result<(Range<usize>, AlignedBuf)>>(0);
             let (back_tx, back_rx) = mpsc::channel::<AlignedBuf>();
             s.spawn(move || {
                 for r in reads {
-                    let len = r.len() * ub;
-                    let read = match back_rx.try_recv().ok().filter(|b| b.len() == len) {
-                        Some(buf) => self.store.read_units_into(&self.io, layer, r.clone(), buf),
-                        None => self.store.read_units(&self.io, layer, r.clone()),
-                    };
-                    if read.is_ok() {
-                        self.counters
-                            .prefill_bytes
-                            .fetch_add(len as u64, Ordering::Relaxed);
-                    }
-                    let failed = read.is_err();
-                    if tx.send(read.map(|b| (r, b)).map_err(Into::into)).is_err() || failed {
+                    let got = read(layer, r.clone(), back_rx.try_recv().ok());
+                    let failed = got.is_err();
+                    if tx.send(got.map(|b| (r, b)).map_err(Into::into)).is_err() || failed {
                         return;
                     }
+                }
+                drop(tx);
+                if let Some(r) = next {
+                    // Kept with its outcome: a failed read fails the next layer's step, as its
+                    // own read would have.
+                    let got = read(layer + 1, r.clone(), back_rx.try_recv().ok());
+                    *self
+                        .prefill_ahead
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner) =
+                        Some((layer + 1, r, got.map_err(Into::into)));
+                    self.counters
+                        .prefill_reads_ahead
+                        .fetch_add(1, Ordering::Relaxed);
                 }
             });
             let mut rx = rx.into_iter();
@@ -293,9 +322,12 @@ impl Offload {
                     f(&units)?;
                     continue;
                 }
-                let (r, buf) = rx.next().ok_or_else(|| {
-                    EngineError::Request("offloaded prompt: the reader stopped early".into())
-                })??;
+                let (r, buf) = match ahead.take() {
+                    Some(first) => first?,
+                    None => rx.next().ok_or_else(|| {
+                        EngineError::Request("offloaded prompt: the reader stopped early".into())
+                    })??,
+                };
                 debug_assert_eq!(r, cold);
                 units.extend(r.enumerate().map(|(i, u)| (u, &buf[i * ub..(i + 1) * ub])));
                 f(&units)?;
@@ -304,6 +336,35 @@ impl Offload {
                 let _ = back_tx.send(buf);
             }
             Ok(())
-        })
+        });
+        if streamed.is_err() {
+            // A failed step keeps no read of the next layer.
+            *self
+                .prefill_ahead
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner) = None;
+        }
+        streamed
+    }
+
+    /// The chunks of a prompt step over `layer` as `(units, the cold ones read from flash)`, by unit
+    /// index from the CPU's first unit (see [`Offload::stream_layer`]).
+    fn layer_chunks(&self, layer: usize, hot: &HotSet) -> Vec<(Range<usize>, Range<usize>)> {
+        let ix = self.store.index();
+        let total = ix.units_per_layer();
+        // At most `prefill_neurons` a chunk, as evenly as whole units allow.
+        let most = self.opts.prefill_neurons.div_ceil(ix.layout.neurons).max(1);
+        let per = total.div_ceil(total.div_ceil(most).max(1)).max(1);
+        let lo = hot.first[layer].min(total);
+        let hot_end = (lo + hot.units[layer]).min(total);
+        // Each chunk's cold units follow its hot ones.
+        (lo / per * per..total)
+            .step_by(per)
+            .map(|s| {
+                let c = s.max(lo)..(s + per).min(total);
+                let cold = c.start.max(hot_end).min(c.end)..c.end;
+                (c, cold)
+            })
+            .collect()
     }
 }

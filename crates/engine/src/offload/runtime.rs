@@ -14,6 +14,9 @@ use super::options::{Counters, OffloadOptions, OffloadStats};
 use super::prompt_accel::PromptAccel;
 use crate::error::Result;
 
+/// A prompt step's read of a layer's first chunk made ahead: `(layer, units, the read)`.
+pub(super) type PrefillAhead = (usize, std::ops::Range<usize>, Result<ufs_io::AlignedBuf>);
+
 /// The run-time side of flash offload: the store, its I/O thread and the neuron cache.
 ///
 /// The cache's hot region holds each layer's hot prefix as clusters inserted pinned (never evicted
@@ -33,6 +36,9 @@ pub struct Offload {
     pub(super) prompt_accel: Option<PromptAccel>,
     /// Reads queued ahead for the next layer's decode step.
     pub(super) prefetch: Mutex<Prefetch>,
+    /// A prompt step's next layer's first chunk, read after this layer's reads (`stream_layer`):
+    /// `(layer, units, the read)`.
+    pub(super) prefill_ahead: Mutex<Option<PrefillAhead>>,
 }
 
 impl Offload {
@@ -71,6 +77,7 @@ impl Offload {
             counters: Counters::default(),
             prompt_accel: None,
             prefetch: Mutex::new(Prefetch::default()),
+            prefill_ahead: Mutex::new(None),
         })
     }
 

@@ -495,6 +495,7 @@ impl Printed<'_, '_> {
                 "prompt_offload": r.prompt_offload.as_ref().map(|o| serde_json::json!({
                     "ffn_s": o.prefill_s, "ffn_time_share": o.prefill_s / prompt_s(r, a.n_prompt),
                     "mib_read": mib(o.prefill_bytes_read),
+                    "reads_ahead": o.prefill_reads_ahead,
                 })),
             })
         };
@@ -569,10 +570,11 @@ impl Printed<'_, '_> {
                 println!("{name}pp{:<5} {:>8.1} ± {:.1} tok/s", a.n_prompt, pm, ps);
                 if let Some(o) = &r.prompt_offload {
                     println!(
-                        "{name}prompt: offloaded FFN {:.2} s ({:.0}% of the last run) | {:.1} MiB streamed from flash",
+                        "{name}prompt: offloaded FFN {:.2} s ({:.0}% of the last run) | {:.1} MiB streamed from flash | {} layers' first chunk read while the layer before computed",
                         o.prefill_s,
                         100.0 * o.prefill_s / prompt_s(r, a.n_prompt),
                         mib(o.prefill_bytes_read),
+                        o.prefill_reads_ahead,
                     );
                 }
             }
