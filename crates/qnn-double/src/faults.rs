@@ -23,7 +23,9 @@ thread_local! {
     static API_MAJOR: RefCell<Option<u32>> = const { RefCell::new(None) };
 }
 
-/// Every thread's failing steps, for [`fails_for`].
+/// Every thread's failing steps, for [`fails_for`]. A thread's own steps stay in `FAIL` too: looking
+/// them up here by `std::thread::current()` on every call instead crashed `npu-qnn`'s tests, which
+/// unload the library, with SIGSEGV.
 fn by_thread() -> std::sync::MutexGuard<'static, HashMap<ThreadId, String>> {
     static BY_THREAD: OnceLock<Mutex<HashMap<ThreadId, String>>> = OnceLock::new();
     BY_THREAD
