@@ -31,26 +31,31 @@ const DEVICE_DIR: &str = "/data/local/tmp/sparrow";
 /// Bench arguments when none are given after `--`.
 const DEFAULT_BENCH_ARGS: &[&str] = &["-p", "64", "-n", "32", "-r", "3"];
 
-/// The static binary's path (after [`build_static`]).
-pub fn static_binary() -> PathBuf {
+/// The cargo profile of the binary a phone gets.
+pub const RELEASE: &str = "release";
+
+/// The static binary's path (after [`build_static`] in `profile`).
+pub fn static_binary(profile: &str) -> PathBuf {
     root()
         .join("target")
         .join(MUSL_TARGET)
-        .join("release")
+        .join(profile)
         .join("sparrow")
 }
 
-/// Builds `sparrow` for [`MUSL_TARGET`] (release) and checks that it is a static AArch64 executable.
-pub fn build_static() -> Result<PathBuf> {
+/// Builds `sparrow` for [`MUSL_TARGET`] in the cargo profile `profile` ([`RELEASE`] for a phone; CI
+/// builds its own `ci` profile, which skips LTO) and checks that it is a static AArch64 executable.
+pub fn build_static(profile: &str) -> Result<PathBuf> {
     run(cargo().args([
         "build",
-        "--release",
+        "--profile",
+        profile,
         "-p",
         "sparrow",
         "--target",
         MUSL_TARGET,
     ]))?;
-    let bin = static_binary();
+    let bin = static_binary(profile);
     let elf = fs::read(&bin).with_context(|| format!("reading {}", bin.display()))?;
     check_static_aarch64(&elf).with_context(|| format!("{}", bin.display()))?;
     eprintln!(
@@ -98,8 +103,8 @@ pub fn check_static_aarch64(elf: &[u8]) -> Result<()> {
 
 /// `cargo xtask android`.
 pub fn android() -> Result<()> {
-    build_static()?;
-    crate::check_android()
+    build_static(RELEASE)?;
+    crate::ci::check_android()
 }
 
 /// How the steps of a deployment reach the device.
@@ -242,12 +247,15 @@ pub struct DeployOptions {
     pub out: Option<PathBuf>,
     /// Arguments for `sparrow bench` after `--json -m MODEL`.
     pub bench_args: Vec<String>,
+    /// The cargo profile the binary is built in (`--profile`, default [`RELEASE`]).
+    pub profile: String,
 }
 
 impl DeployOptions {
     /// Parses `deploy`'s command line.
     pub fn parse(args: &[String]) -> Result<Self> {
         let (mut serial, mut model, mut out, mut emulate) = (None, None, None, None);
+        let mut profile = RELEASE.to_string();
         let mut bench_args = Vec::new();
         let mut it = args.iter();
         while let Some(a) = it.next() {
@@ -260,6 +268,7 @@ impl DeployOptions {
                 "--serial" | "-s" => serial = Some(value()?),
                 "--model" | "-m" => model = Some(PathBuf::from(value()?)),
                 "--out" | "-o" => out = Some(PathBuf::from(value()?)),
+                "--profile" => profile = value()?,
                 "--emulate" => emulate = Some(root().join("target/deploy/emulate")),
                 s if s.starts_with("--emulate=") => {
                     emulate = Some(PathBuf::from(&s["--emulate=".len()..]))
@@ -267,7 +276,7 @@ impl DeployOptions {
                 "--" => {
                     bench_args.extend(it.by_ref().cloned());
                 }
-                "-h" | "--help" => bail!("usage: cargo xtask deploy [--serial S] --model M [--emulate[=DIR]] [--out FILE] [-- BENCH-ARGS]"),
+                "-h" | "--help" => bail!("usage: cargo xtask deploy [--serial S] --model M [--emulate[=DIR]] [--out FILE] [--profile P] [-- BENCH-ARGS]"),
                 _ => bail!("deploy: unknown option `{a}` (try --help)"),
             }
         }
@@ -287,6 +296,7 @@ impl DeployOptions {
             model,
             out,
             bench_args,
+            profile,
         })
     }
 }
@@ -302,7 +312,7 @@ pub fn deploy(o: &DeployOptions) -> Result<serde_json::Value> {
     if !crate::have(tool) {
         bail!("deploy needs `{tool}` (Debian's {package} package; `cargo xtask setup` installs qemu-user)");
     }
-    let bin = build_static()?;
+    let bin = build_static(&o.profile)?;
     let dir = t.device_dir();
     t.mkdir(&dir)?;
     t.push(&bin, &format!("{dir}/sparrow"))?;

@@ -1,13 +1,15 @@
 //! Project automation, in the style of rust-analyzer's xtask: `cargo xtask <command>`.
 //!
-//! - `ci`: everything CI checks, in order: tool setup, `tidy`, the whole test suite (release profile), the
-//!   aarch64 tests of kernels-neon, ufs-io, neuron-cache and neuron-store under qemu, `cargo check` of the library
-//!   crates for aarch64-linux-android, the static aarch64 `sparrow` and `deploy --emulate` of a fixture model
-//!   (a few tokens of `sparrow bench` under qemu).
-//! - `tidy`: `cargo fmt --check` and `cargo clippy --workspace --all-targets -- -D warnings`.
+//! - `ci [--quick [--base REV]]`: everything CI checks, in one build per target (the `ci` profile): tool
+//!   setup, `cargo fmt --check`, clippy and the host tests with the planner's Z3 feature folded in, the
+//!   doc tests, the aarch64 tests of the crates with target-specific code under qemu, the static aarch64
+//!   `sparrow`, `cargo check` of the library crates for aarch64-linux-android and `deploy --emulate` of a
+//!   fixture model (a few tokens of `sparrow bench` under qemu); the minutes each step took, and a warning
+//!   past 25. `--quick`: fmt, clippy and host tests of the crates a change touches (see `ci.rs`).
+//! - `tidy`: `cargo fmt --check` and `cargo clippy --workspace --all-targets -- -D warnings` (ci profile).
 //! - `setup`: installs what the tests need (rustup targets; Debian's aarch64 cross toolchain and qemu).
-//! - `test-aarch64`: runs the tests of kernels-neon, ufs-io, neuron-cache and neuron-store for aarch64-unknown-linux-gnu
-//!   under qemu.
+//! - `test-aarch64`: runs the tests of kernels-neon, ufs-io, npu-qnn-sys and npu-qnn for
+//!   aarch64-unknown-linux-gnu under qemu.
 //! - `check-android`: `cargo check` of the library crates for aarch64-linux-android (no NDK: no linking).
 //! - `android`: a static `sparrow` for `aarch64-unknown-linux-musl` (runs from `adb shell` without the NDK),
 //!   checked to be a static AArch64 executable, then `check-android` (see `android.rs`).
@@ -19,8 +21,8 @@
 //!   dequantization fixtures made by the PyPI `gguf` package in a venv under `target/` (see
 //!   `gguf_fixtures.rs`; `--no-gguf` skips them, e.g. offline).
 //! - `z3`: installs the Z3 library of the PyPI wheel `z3-solver` under `target/z3/lib` and prints the
-//!   variables that build and run the planner's `z3` feature against it (`z3.rs`); `ci` runs the
-//!   planner's tests with that feature.
+//!   variables that build and run the planner's `z3` feature against it (`z3.rs`); `ci` builds and tests
+//!   the workspace with that feature.
 //! - `synth-model`: writes a SYNTHETIC model of a realistic shape (default 32 layers, d 4096, ff 14336, ReLU,
 //!   Q4_0, 4.0 GB) with random weights whose activations follow a planted power law, streamed to
 //!   `target/synth/` (see `synth.rs`; `--help` lists the options). A dev build re-runs it as a release build
@@ -58,6 +60,7 @@ use anyhow::{bail, Context, Result};
 mod android;
 mod bench_formats;
 mod capped;
+mod ci;
 mod fixtures;
 mod gguf_fixtures;
 mod llama;
@@ -81,17 +84,6 @@ const ANDROID_CRATES: &[&str] = &[
     "npu-qnn-sys",
     "npu-qnn",
     "qnn-double",
-];
-/// Crates whose tests run under qemu on aarch64.
-const AARCH64_TEST_CRATES: &[&str] = &[
-    "tensor-types",
-    "atomic-out",
-    "kernels-neon",
-    "ufs-io",
-    "neuron-cache",
-    "neuron-store",
-    "npu-qnn-sys",
-    "npu-qnn",
 ];
 /// Debian packages for the aarch64 cross tests.
 const APT_PACKAGES: &[&str] = &[
@@ -181,89 +173,14 @@ fn is_root() -> bool {
         .unwrap_or(false)
 }
 
-fn test_aarch64() -> Result<()> {
-    let mut c = cargo();
-    c.args(["test", "--release", "--target", "aarch64-unknown-linux-gnu"]);
-    for k in AARCH64_TEST_CRATES {
-        c.args(["-p", k]);
-    }
-    // Tests that re-run their own binary in a child process (atomic_out::testing) start it through
-    // the same emulator as cargo's runner (.cargo/config.toml); there may be no binfmt handler.
-    c.env(
-        "SPARROW_TEST_RUNNER",
-        "qemu-aarch64 -L /usr/aarch64-linux-gnu",
-    );
-    // Property tests are slow under emulation; fewer cases still cover every path.
-    c.env(
-        "PROPTEST_CASES",
-        std::env::var("PROPTEST_CASES").unwrap_or_else(|_| "64".into()),
-    );
-    run(&mut c)
-}
-
-fn check_android() -> Result<()> {
-    let mut c = cargo();
-    c.args(["check", "--target", "aarch64-linux-android"]);
-    for k in ANDROID_CRATES {
-        c.args(["-p", k]);
-    }
-    run(&mut c)
-}
-
 /// `tidy`: formatting and lints, as CI checks them (`cargo fmt --check`, `cargo clippy -D warnings` on every
-/// crate and target of the workspace, the release profile so that CI's test build shares dependencies).
+/// crate and target of the workspace in CI's profile, with the planner's Z3 feature when its library is
+/// installed under `target/z3/lib`, as `cargo xtask z3` or `ci` leave it).
 fn tidy() -> Result<()> {
-    run(cargo().args(["fmt", "--all", "--", "--check"]))?;
-    run(cargo().args([
-        "clippy",
-        "--workspace",
-        "--all-targets",
-        "--release",
-        "--",
-        "-D",
-        "warnings",
-    ]))
-}
-
-fn ci() -> Result<()> {
-    setup()?;
-    tidy()?;
-    run(cargo().args(["test", "--workspace", "--release"]))?;
-    z3::test_planner(&root())?;
-    test_aarch64()?;
-    android::android()?;
-    deploy_emulated_fixture()?;
-    eprintln!("xtask: ci passed");
-    Ok(())
-}
-
-/// CI's `deploy --emulate`: the static binary benches a fixture model under qemu for a few tokens, and
-/// the result pulled back must hold positive speeds.
-fn deploy_emulated_fixture() -> Result<()> {
-    let args: Vec<String> = [
-        "--emulate",
-        "--model",
-        "fixtures/tiny-llama-silu-q4_0.gguf",
-        "--",
-        "-p",
-        "8",
-        "-n",
-        "4",
-        "-r",
-        "1",
-        "--threads",
-        "2",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    let mut o = android::DeployOptions::parse(&args)?;
-    o.model = root().join(&o.model);
-    let v = android::deploy(&o)?;
-    if !(v["pp_tok_s"].as_f64() > Some(0.0) && v["tg_tok_s"].as_f64() > Some(0.0)) {
-        bail!("deploy --emulate: no positive speeds in {v}");
-    }
-    Ok(())
+    ci::fmt_check()?;
+    let lib = root().join("target").join("z3").join("lib");
+    let z3 = lib.join("libz3.so").is_file().then_some(lib);
+    ci::clippy(z3.as_deref(), &["--workspace"])
 }
 
 /// Set in the environment of the release build that `synth-model` re-runs itself as.
@@ -439,11 +356,11 @@ fn fuzz_libfuzzer(time: f64, cases: Option<u64>, targets: Option<String>) -> Res
 fn main() -> Result<()> {
     let task = std::env::args().nth(1).unwrap_or_default();
     match task.as_str() {
-        "ci" => ci(),
+        "ci" => ci::main(&std::env::args().skip(2).collect::<Vec<_>>()),
         "setup" => setup(),
         "tidy" => tidy(),
-        "test-aarch64" => test_aarch64(),
-        "check-android" => check_android(),
+        "test-aarch64" => ci::test_aarch64(ci::PROFILE),
+        "check-android" => ci::check_android(),
         "android" => android::android(),
         "deploy" => {
             let args: Vec<String> = std::env::args().skip(2).collect();
@@ -469,7 +386,7 @@ fn main() -> Result<()> {
             bench_formats::run(&root(), &std::env::args().skip(2).collect::<Vec<_>>())
         }
         _ => {
-            eprintln!("usage: cargo xtask <ci | setup | tidy | test-aarch64 | check-android | android | deploy [--serial S] --model M [--emulate] | fixtures [--no-gguf] | synth-model [--help] | fuzz [--time S] [--cases N] | load-test [--clients N] [--secs S] | capped-bench --model GGUF [--bundle B] [--cap 50%] | bench-formats [--rounds R] | z3>");
+            eprintln!("usage: cargo xtask <ci [--quick [--base REV]] | setup | tidy | test-aarch64 | check-android | android | deploy [--serial S] --model M [--emulate] | fixtures [--no-gguf] | synth-model [--help] | fuzz [--time S] [--cases N] | load-test [--clients N] [--secs S] | capped-bench --model GGUF [--bundle B] [--cap 50%] | bench-formats [--rounds R] | z3>");
             bail!("unknown task `{task}`")
         }
     }

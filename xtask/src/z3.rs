@@ -84,25 +84,3 @@ pub fn main(root: &Path) -> Result<()> {
     );
     Ok(())
 }
-
-/// The planner's lints and tests with the `z3` feature (Z3's answers against brute force).
-pub fn test_planner(root: &Path) -> Result<()> {
-    let lib = install(root)?;
-    let mut c = crate::cargo();
-    c.args([
-        "clippy",
-        "--release",
-        "-p",
-        "planner",
-        "--features",
-        "z3",
-        "--all-targets",
-    ])
-    .args(["--", "-D", "warnings"]);
-    env(&mut c, &lib);
-    crate::run(&mut c)?;
-    let mut c = crate::cargo();
-    c.args(["test", "--release", "-p", "planner", "--features", "z3"]);
-    env(&mut c, &lib);
-    crate::run(&mut c)
-}

@@ -1,0 +1,467 @@
+//! `cargo xtask ci` (everything CI checks) and `cargo xtask ci --quick` (the inner loop).
+//!
+//! The whole run builds the workspace once per target and profile: clippy, the host tests, the doc
+//! tests, the aarch64 tests and the static Android binary all use the `ci` profile of the workspace's
+//! `Cargo.toml` (no LTO, no debug info), and the host build has the planner's `z3` feature folded in
+//! (`sparrow/z3`, the PyPI wheel's library from [`crate::z3`]), so the planner's Z3 tests need no build
+//! of their own. The host tests run under `cargo nextest` when it is installed (every test in a process
+//! of its own, two at a time) and `cargo test` otherwise. Each step's minutes are printed at the end,
+//! with a loud warning past [`WARN_MINUTES`] (a warning, not a failure: these hosts vary twofold in speed
+//! from day to day).
+//!
+//! `--quick [--base REV]`: formatting, clippy and the host tests of the crates whose files changed since
+//! `REV` (default: the uncommitted changes, or the last commit when there are none), found with
+//! `git diff` and `cargo metadata`; a change outside every crate (the workspace's manifest, `.cargo/`,
+//! `fixtures/`) takes the whole workspace, one to the docs alone takes none.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+
+use crate::{android, cargo, root, run};
+
+/// The cargo profile every CI build uses.
+pub const PROFILE: &str = "ci";
+/// A whole run longer than this prints a warning.
+pub const WARN_MINUTES: f64 = 25.0;
+/// The host build's features: the planner's Z3 solver, through the CLI that exposes it.
+const Z3_FEATURES: &str = "sparrow/z3";
+/// Crates with target-specific code (SIMD kernels, Linux AIO syscall numbers, the QNN FFI and its
+/// test double's ABI), whose tests also run for aarch64 under qemu.
+pub const AARCH64_TEST_CRATES: &[&str] = &["kernels-neon", "ufs-io", "npu-qnn-sys", "npu-qnn"];
+
+/// Steps and their durations, printed when the run ends (failed or not).
+struct Timings {
+    start: Instant,
+    steps: Vec<(String, f64)>,
+}
+
+impl Timings {
+    fn new() -> Self {
+        Timings {
+            start: Instant::now(),
+            steps: Vec::new(),
+        }
+    }
+
+    /// Runs `f` as the step `name`, recording its minutes.
+    fn step<T>(&mut self, name: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
+        eprintln!("xtask: ci step `{name}`");
+        let t = Instant::now();
+        let r = f();
+        self.steps
+            .push((name.to_string(), t.elapsed().as_secs_f64() / 60.0));
+        r.with_context(|| format!("ci step `{name}`"))
+    }
+
+    fn report(&self, passed: bool) {
+        let total = self.start.elapsed().as_secs_f64() / 60.0;
+        eprintln!("xtask: ci minutes per step");
+        for (name, m) in &self.steps {
+            eprintln!("xtask:   {m:6.2}  {name}");
+        }
+        eprintln!(
+            "xtask:   {total:6.2}  total ({})",
+            if passed { "passed" } else { "FAILED" }
+        );
+        if total > WARN_MINUTES {
+            let bar = "!".repeat(78);
+            eprintln!("{bar}\nxtask: WARNING: this ci run took {total:.1} minutes, over the {WARN_MINUTES} it should stay under.\nxtask: WARNING: find the step that grew (above) before it pushes CI past its 90-minute limit.\n{bar}");
+        }
+    }
+}
+
+/// `cargo xtask ci [--quick [--base REV]]`.
+pub fn main(args: &[String]) -> Result<()> {
+    let mut quick = false;
+    let mut base = None;
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--quick" => quick = true,
+            "--base" => base = Some(it.next().context("--base needs a git revision")?.clone()),
+            "-h" | "--help" => {
+                eprintln!("usage: cargo xtask ci [--quick [--base REV]]");
+                return Ok(());
+            }
+            _ => bail!("ci: unknown option `{a}` (try --help)"),
+        }
+    }
+    if base.is_some() && !quick {
+        bail!("ci: --base goes with --quick");
+    }
+    let mut t = Timings::new();
+    let r = if quick {
+        quick_run(&mut t, base.as_deref())
+    } else {
+        full(&mut t)
+    };
+    t.report(r.is_ok());
+    r?;
+    eprintln!("xtask: ci passed");
+    Ok(())
+}
+
+fn full(t: &mut Timings) -> Result<()> {
+    t.step("setup (rustup targets, apt)", crate::setup)?;
+    t.step("fmt", fmt_check)?;
+    let z3 = t.step("z3 library", || crate::z3::install(&root()))?;
+    t.step("clippy (host, every target, z3)", || {
+        clippy(Some(&z3), &["--workspace"])
+    })?;
+    t.step("host tests (z3)", || host_tests(&z3, &["--workspace"]))?;
+    t.step("doc tests", || doc_tests(&z3))?;
+    t.step("aarch64 tests under qemu", || test_aarch64(PROFILE))?;
+    t.step("static Android binary", || {
+        android::build_static(PROFILE).map(drop)
+    })?;
+    t.step("check for aarch64-linux-android", check_android)?;
+    t.step("deploy --emulate", deploy_emulated_fixture)
+}
+
+/// `cargo fmt --check` over the workspace.
+pub fn fmt_check() -> Result<()> {
+    run(cargo().args(["fmt", "--all", "--", "--check"]))
+}
+
+/// `cargo clippy -D warnings` on every target of `packages` in the ci profile, with the Z3 feature when
+/// `z3` (the library's folder) is given.
+pub fn clippy(z3: Option<&Path>, packages: &[&str]) -> Result<()> {
+    let mut c = cargo();
+    c.args(["clippy", "--profile", PROFILE, "--all-targets"])
+        .args(packages);
+    if let Some(lib) = z3 {
+        c.args(["--features", Z3_FEATURES]);
+        crate::z3::env(&mut c, lib);
+    }
+    c.args(["--", "-D", "warnings"]);
+    run(&mut c)
+}
+
+fn have_nextest() -> bool {
+    cargo()
+        .args(["nextest", "--version"])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// The host tests of `packages` (every target but the doc tests), with the Z3 feature.
+fn host_tests(z3: &Path, packages: &[&str]) -> Result<()> {
+    let mut c = cargo();
+    if have_nextest() {
+        c.args([
+            "nextest",
+            "run",
+            "--cargo-profile",
+            PROFILE,
+            "--no-fail-fast",
+        ]);
+    } else {
+        c.args(["test", "--profile", PROFILE, "--no-fail-fast"]);
+    }
+    c.args(packages).args(["--features", Z3_FEATURES]);
+    crate::z3::env(&mut c, z3);
+    run(&mut c)
+}
+
+/// The doc tests (nextest does not run them); the libraries are those the host tests built.
+fn doc_tests(z3: &Path) -> Result<()> {
+    let mut c = cargo();
+    c.args(["test", "--profile", PROFILE, "--workspace", "--doc"])
+        .args(["--features", Z3_FEATURES]);
+    crate::z3::env(&mut c, z3);
+    run(&mut c)
+}
+
+/// The tests of [`AARCH64_TEST_CRATES`] for `aarch64-unknown-linux-gnu` under qemu.
+pub fn test_aarch64(profile: &str) -> Result<()> {
+    let mut c = cargo();
+    c.args([
+        "test",
+        "--profile",
+        profile,
+        "--target",
+        "aarch64-unknown-linux-gnu",
+    ]);
+    for k in AARCH64_TEST_CRATES {
+        c.args(["-p", k]);
+    }
+    // Tests that re-run their own binary in a child process (atomic_out::testing) start it through
+    // the same emulator as cargo's runner (.cargo/config.toml); there may be no binfmt handler.
+    c.env(
+        "SPARROW_TEST_RUNNER",
+        "qemu-aarch64 -L /usr/aarch64-linux-gnu",
+    );
+    // Property tests are slow under emulation; fewer cases still cover every path.
+    c.env(
+        "PROPTEST_CASES",
+        std::env::var("PROPTEST_CASES").unwrap_or_else(|_| "64".into()),
+    );
+    run(&mut c)
+}
+
+/// `cargo check` of the library crates for `aarch64-linux-android` (no NDK: nothing is linked).
+pub fn check_android() -> Result<()> {
+    let mut c = cargo();
+    c.args([
+        "check",
+        "--profile",
+        PROFILE,
+        "--target",
+        "aarch64-linux-android",
+    ]);
+    for k in crate::ANDROID_CRATES {
+        c.args(["-p", k]);
+    }
+    run(&mut c)
+}
+
+/// CI's `deploy --emulate`: the static binary (ci profile) benches a fixture model under qemu for a
+/// few tokens, and the result pulled back must hold positive speeds.
+fn deploy_emulated_fixture() -> Result<()> {
+    let args: Vec<String> = [
+        "--emulate",
+        "--profile",
+        PROFILE,
+        "--model",
+        "fixtures/tiny-llama-silu-q4_0.gguf",
+        "--",
+        "-p",
+        "8",
+        "-n",
+        "4",
+        "-r",
+        "1",
+        "--threads",
+        "2",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let mut o = android::DeployOptions::parse(&args)?;
+    o.model = root().join(&o.model);
+    let v = android::deploy(&o)?;
+    if !(v["pp_tok_s"].as_f64() > Some(0.0) && v["tg_tok_s"].as_f64() > Some(0.0)) {
+        bail!("deploy --emulate: no positive speeds in {v}");
+    }
+    Ok(())
+}
+
+/// `--quick`: fmt, then clippy and the host tests of the changed crates.
+fn quick_run(t: &mut Timings, base: Option<&str>) -> Result<()> {
+    let files = t.step("changed files (git)", || changed_files(base))?;
+    let packages = t.step("crates touched (cargo metadata)", || {
+        packages_touched(&files)
+    })?;
+    match &packages {
+        Touched::Nothing => eprintln!("xtask: ci --quick: no crate changed"),
+        Touched::All => {
+            eprintln!("xtask: ci --quick: the whole workspace (a change outside every crate)")
+        }
+        Touched::Some(p) => eprintln!("xtask: ci --quick: {}", p.join(", ")),
+    }
+    t.step("fmt", fmt_check)?;
+    let args: Vec<String> = match &packages {
+        Touched::Nothing => return Ok(()),
+        Touched::All => vec!["--workspace".into()],
+        Touched::Some(p) => p.iter().flat_map(|k| ["-p".into(), k.clone()]).collect(),
+    };
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    // The Z3 feature only when its library is already installed (the quick loop downloads nothing).
+    let lib = root().join("target").join("z3").join("lib");
+    let z3 = lib.join("libz3.so").is_file().then_some(lib);
+    let z3_applies = match &packages {
+        Touched::All => true,
+        Touched::Some(p) => p.iter().any(|k| k == "sparrow"),
+        Touched::Nothing => false,
+    };
+    let z3 = z3.filter(|_| z3_applies);
+    t.step("clippy (changed crates)", || clippy(z3.as_deref(), &args))?;
+    t.step("host tests (changed crates)", || {
+        let mut c = cargo();
+        if have_nextest() {
+            c.args([
+                "nextest",
+                "run",
+                "--cargo-profile",
+                PROFILE,
+                "--no-fail-fast",
+            ]);
+        } else {
+            c.args(["test", "--profile", PROFILE, "--no-fail-fast"]);
+        }
+        c.args(&args);
+        if let Some(lib) = &z3 {
+            c.args(["--features", Z3_FEATURES]);
+            crate::z3::env(&mut c, lib);
+        }
+        run(&mut c)
+    })
+}
+
+/// Paths (relative to the root) changed since `base`, or in the work tree (untracked files too), or
+/// else by the last commit.
+fn changed_files(base: Option<&str>) -> Result<Vec<String>> {
+    let git = |args: &[&str]| -> Result<Vec<String>> {
+        let o = Command::new("git")
+            .args(args)
+            .current_dir(root())
+            .output()
+            .context("running git")?;
+        if !o.status.success() {
+            bail!(
+                "git {}: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&o.stderr).trim()
+            );
+        }
+        Ok(String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .filter(|l| !l.is_empty())
+            .map(str::to_string)
+            .collect())
+    };
+    let mut files = match base {
+        Some(rev) => git(&["diff", "--name-only", rev])?,
+        None => git(&["diff", "--name-only", "HEAD"])?,
+    };
+    files.extend(git(&["ls-files", "--others", "--exclude-standard"])?);
+    if files.is_empty() && base.is_none() {
+        files = git(&["diff", "--name-only", "HEAD~1", "HEAD"])?;
+    }
+    files.sort();
+    files.dedup();
+    Ok(files)
+}
+
+/// Which crates a set of changed files touches.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Touched {
+    /// Documentation only.
+    Nothing,
+    /// Something every crate builds from.
+    All,
+    /// These packages.
+    Some(Vec<String>),
+}
+
+/// Maps changed files to packages by their manifest folders (`cargo metadata`).
+fn packages_touched(files: &[String]) -> Result<Touched> {
+    let o = cargo()
+        .args(["metadata", "--no-deps", "--format-version", "1"])
+        .output()
+        .context("running cargo metadata")?;
+    if !o.status.success() {
+        bail!(
+            "cargo metadata: {}",
+            String::from_utf8_lossy(&o.stderr).trim()
+        );
+    }
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout)?;
+    let root = root();
+    let mut dirs = Vec::new();
+    for p in v["packages"].as_array().context("metadata: no packages")? {
+        let name = p["name"].as_str().context("a package name")?;
+        let manifest = PathBuf::from(p["manifest_path"].as_str().context("a manifest path")?);
+        let dir = manifest.parent().context("a manifest folder")?;
+        let rel = dir.strip_prefix(&root).unwrap_or(dir);
+        dirs.push((rel.to_string_lossy().into_owned(), name.to_string()));
+    }
+    Ok(classify(files, &dirs))
+}
+
+/// `files` against the packages' folders (`(folder relative to the root, name)`).
+pub fn classify(files: &[String], dirs: &[(String, String)]) -> Touched {
+    let mut touched = Vec::new();
+    for f in files {
+        let owner = dirs
+            .iter()
+            .filter(|(d, _)| !d.is_empty() && Path::new(f).starts_with(d))
+            .max_by_key(|(d, _)| d.len());
+        match owner {
+            Some((_, name)) => touched.push(name.clone()),
+            None if is_doc(f) => {}
+            None => return Touched::All,
+        }
+    }
+    touched.sort();
+    touched.dedup();
+    if touched.is_empty() {
+        Touched::Nothing
+    } else {
+        Touched::Some(touched)
+    }
+}
+
+/// Files outside the crates that no build reads: the docs and the fuzz crate (its own workspace).
+fn is_doc(f: &str) -> bool {
+    let p = Path::new(f);
+    (p.extension().is_some_and(|e| e == "md") && !p.starts_with("fixtures"))
+        || p.starts_with("docs")
+        || p.starts_with("fuzz")
+        || f == ".gitignore"
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dirs() -> Vec<(String, String)> {
+        [
+            ("crates/engine", "engine"),
+            ("crates/engine-extra", "engine-extra"),
+            ("crates/server", "server"),
+            ("xtask", "xtask"),
+        ]
+        .iter()
+        .map(|(d, n)| (d.to_string(), n.to_string()))
+        .collect()
+    }
+
+    fn files(f: &[&str]) -> Vec<String> {
+        f.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn changed_files_map_to_their_crates() {
+        assert_eq!(
+            classify(
+                &files(&[
+                    "crates/server/src/lib.rs",
+                    "crates/engine-extra/src/a.rs",
+                    "crates/server/tests/http.rs",
+                    "README.md"
+                ]),
+                &dirs()
+            ),
+            Touched::Some(vec!["engine-extra".into(), "server".into()])
+        );
+        assert_eq!(
+            classify(&files(&["xtask/src/ci.rs"]), &dirs()),
+            Touched::Some(vec!["xtask".into()])
+        );
+    }
+
+    #[test]
+    fn docs_touch_nothing_and_workspace_files_touch_all() {
+        assert_eq!(
+            classify(&files(&["docs/BENCHMARKS.md", "README.md"]), &dirs()),
+            Touched::Nothing
+        );
+        assert_eq!(classify(&[], &dirs()), Touched::Nothing);
+        for f in [
+            "Cargo.toml",
+            "Cargo.lock",
+            ".cargo/config.toml",
+            "fixtures/tiny.gguf",
+        ] {
+            assert_eq!(
+                classify(&files(&["crates/server/src/lib.rs", f]), &dirs()),
+                Touched::All,
+                "{f}"
+            );
+        }
+    }
+}
