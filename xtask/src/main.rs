@@ -47,6 +47,12 @@
 //!   (written in F16 by `synth-model`, the others made by llama.cpp's `llama-quantize`), `llama-bench` and
 //!   `sparrow bench` on each in turn; a table of prompt and decode tok/s and ratios (see
 //!   `bench_formats.rs`). llama.cpp is built as for `capped-bench` (`llama.rs`).
+//! - `bench-report [--check]`: regenerates the table at the top of docs/BENCHMARKS.md (every target, its
+//!   latest value, date, machine and command) and the plots it embeds (`docs/plots/*.svg`) from the result
+//!   files in `docs/benchmarks/results/`; `--check` fails instead of writing when they differ (see
+//!   `bench_report.rs`). `load-test --record DIR` writes such result files.
+//! - `cli-docs [--check]`: regenerates docs/CLI.md from the `sparrow` CLI's clap definitions
+//!   (`sparrow __cli-markdown`); `--check` fails instead of writing when it differs.
 //!
 //! Invariant: every step that CI needs is here or in a test's own setup; `.ci/run` only calls `cargo xtask ci`.
 
@@ -57,7 +63,9 @@ use anyhow::{bail, Context, Result};
 
 mod android;
 mod bench_formats;
+mod bench_report;
 mod capped;
+mod cli_docs;
 mod fixtures;
 mod gguf_fixtures;
 mod llama;
@@ -468,8 +476,10 @@ fn main() -> Result<()> {
         "bench-formats" => {
             bench_formats::run(&root(), &std::env::args().skip(2).collect::<Vec<_>>())
         }
+        "bench-report" => bench_report::run(&root(), &std::env::args().skip(2).collect::<Vec<_>>()),
+        "cli-docs" => cli_docs::run(&root(), &std::env::args().skip(2).collect::<Vec<_>>()),
         _ => {
-            eprintln!("usage: cargo xtask <ci | setup | tidy | test-aarch64 | check-android | android | deploy [--serial S] --model M [--emulate] | fixtures [--no-gguf] | synth-model [--help] | fuzz [--time S] [--cases N] | load-test [--clients N] [--secs S] | capped-bench --model GGUF [--bundle B] [--cap 50%] | bench-formats [--rounds R] | z3>");
+            eprintln!("usage: cargo xtask <ci | setup | tidy | test-aarch64 | check-android | android | deploy [--serial S] --model M [--emulate] | fixtures [--no-gguf] | synth-model [--help] | fuzz [--time S] [--cases N] | load-test [--clients N] [--secs S] | capped-bench --model GGUF [--bundle B] [--cap 50%] | bench-formats [--rounds R] | bench-report [--check] | cli-docs [--check] | z3>");
             bail!("unknown task `{task}`")
         }
     }
