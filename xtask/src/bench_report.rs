@@ -8,7 +8,8 @@
 //! - `bench-report --check`: the same, compared with what is committed instead of written; fails on a
 //!   difference (xtask/tests/bench_report.rs does the same check).
 //!
-//! Benchmark commands write result files with [`Measurement::record`] (`--record DIR` of `load-test`).
+//! Benchmark commands write result files with [`record_value`]: `load-test --record DIR`,
+//! `capped-bench --record DIR --record-id ID`, `bench-formats --record DIR`.
 //! A result file that does not parse, or names an unknown group or plot, is refused with its path.
 
 use std::collections::BTreeMap;
@@ -239,6 +240,36 @@ impl Measurement {
         eprintln!("xtask: recorded {}", path.display());
         Ok(path)
     }
+}
+
+/// A new value for the result `fresh.id` in `dir`: where a result file of that id is there, what
+/// the row is (group, what it measures, model, target, history) is kept from it and only the value,
+/// date, machine, command, source, note and (when `fresh` has one) the plot are replaced; otherwise
+/// `fresh` is written whole.
+pub fn record_value(dir: &Path, fresh: Measurement) -> Result<PathBuf> {
+    let path = dir.join(format!("{}.json", fresh.id));
+    let old = match std::fs::read_to_string(&path) {
+        Ok(text) => Some(
+            serde_json::from_str::<Measurement>(&text)
+                .map_err(|e| anyhow!("{}: {e} (not replaced)", path.display()))?,
+        ),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(anyhow!("{}: {e}", path.display())),
+    };
+    let m = match old {
+        Some(old) => Measurement {
+            value: fresh.value,
+            date: fresh.date,
+            machine: fresh.machine,
+            command: fresh.command,
+            source: fresh.source,
+            note: fresh.note,
+            plot: fresh.plot.or(old.plot),
+            ..old
+        },
+        None => fresh,
+    };
+    m.record(dir)
 }
 
 /// Today's date (UTC), `YYYY-MM-DD`, for a recorded result.

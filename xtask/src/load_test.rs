@@ -263,7 +263,7 @@ pub fn run(root: &std::path::Path, args: &[String]) -> Result<()> {
             command.push_str(&format!(" --threads {}", o.threads));
         }
         for (id, measures, value, unit, at_most) in rows {
-            crate::bench_report::Measurement {
+            let m = crate::bench_report::Measurement {
                 id: id.into(),
                 group: "Server latency and load".into(),
                 measures,
@@ -288,8 +288,8 @@ pub fn run(root: &std::path::Path, args: &[String]) -> Result<()> {
                     lat.len() as u64 + errors
                 )),
                 plot: None,
-            }
-            .record(dir)?;
+            };
+            crate::bench_report::record_value(dir, m)?;
         }
     }
     if errors > 0 {

@@ -36,21 +36,23 @@
 //!   S seconds with `-rss_limit_mb=1024 -timeout=10`, seeded from the round's seeds (`fuzz/corpus/<target>/`);
 //!   installs the nightly toolchain (rustup) and cargo-fuzz (`cargo install`) when missing. Crashes
 //!   are left in `fuzz/artifacts/<target>/`.
-//! - `load-test [--clients 8] [--secs 60] [--max-tokens 32] [--model M] [--threads T]`: a bounded load test
+//! - `load-test [--clients 8] [--secs 60] [--max-tokens 32] [--model M] [--threads T] [--record DIR]`: a bounded load test
 //!   of `sparrow serve` on loopback (see `load_test.rs`): p50/p99 latency, tokens/s, errors (any fails the
 //!   task), server RSS before and after. Measure on a quiet machine.
 //! - `capped-bench --model GGUF [--bundle RESIDENT.gguf] [--cap 50%|SIZE] [--budget SIZE] [--rounds 3] [-n 16]
-//!   [-p 0] [-- SPARROW BENCH ARGS]`: llama.cpp's `llama-bench` (default, and repack off where it can) and
+//!   [-p 0] [--record DIR --record-id ID] [-- SPARROW BENCH ARGS]`: llama.cpp's `llama-bench` (default, and repack off where it can) and
 //!   `sparrow bench` under the same cgroup memory limit, page cache dropped before each run, interleaved
 //!   rounds; decode ratios, peak RSS, the cgroup's peak and OOM kills (see `capped.rs`). Root, Linux.
-//! - `bench-formats [--rounds R] [-p N] [-n N] [--formats F,...]`: one SYNTHETIC model in every weight format
+//! - `bench-formats [--rounds R] [-p N] [-n N] [--formats F,...] [--record DIR]`: one SYNTHETIC model in every weight format
 //!   (written in F16 by `synth-model`, the others made by llama.cpp's `llama-quantize`), `llama-bench` and
 //!   `sparrow bench` on each in turn; a table of prompt and decode tok/s and ratios (see
 //!   `bench_formats.rs`). llama.cpp is built as for `capped-bench` (`llama.rs`).
 //! - `bench-report [--check]`: regenerates the table at the top of docs/BENCHMARKS.md (every target, its
 //!   latest value, date, machine and command) and the plots it embeds (`docs/plots/*.svg`) from the result
 //!   files in `docs/benchmarks/results/`; `--check` fails instead of writing when they differ (see
-//!   `bench_report.rs`). `load-test --record DIR` writes such result files.
+//!   `bench_report.rs`). `load-test --record DIR`, `capped-bench --record DIR --record-id ID` and
+//!   `bench-formats --record DIR` write such result files (a row that exists keeps what it is and its
+//!   target; its value, date, machine and command are replaced).
 //! - `cli-docs [--check]`: regenerates docs/CLI.md from the `sparrow` CLI's clap definitions
 //!   (`sparrow __cli-markdown`); `--check` fails instead of writing when it differs.
 //!

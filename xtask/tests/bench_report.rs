@@ -133,3 +133,33 @@ fn recorded_dates_are_calendar_dates() {
     assert_eq!(bench_report::civil_date(20_789), "2026-12-02");
     assert_eq!(bench_report::today().len(), 10);
 }
+
+#[test]
+fn a_new_value_keeps_the_row_it_replaces() {
+    let dir = std::env::temp_dir().join(format!("bench-report-value-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let old = sample();
+    old.record(&dir).unwrap();
+    let mut fresh = sample();
+    fresh.value = Some(2.5);
+    fresh.date = "2027-03-04".into();
+    fresh.measures = "something a command calls it".into();
+    fresh.target = None;
+    bench_report::record_value(&dir, fresh).unwrap();
+    let back = bench_report::load(&dir).unwrap();
+    assert_eq!(back.len(), 1);
+    assert_eq!(back[0].value, Some(2.5));
+    assert_eq!(back[0].date, "2027-03-04");
+    // What the row is stays as the committed file says.
+    assert_eq!(back[0].measures, old.measures);
+    assert_eq!(back[0].target, old.target);
+    assert_eq!(back[0].met(), Some(true));
+    // A file that does not parse is not replaced.
+    std::fs::write(dir.join("x.json"), "{not json").unwrap();
+    assert!(bench_report::record_value(&dir, sample()).is_err());
+    assert_eq!(
+        std::fs::read_to_string(dir.join("x.json")).unwrap(),
+        "{not json"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
