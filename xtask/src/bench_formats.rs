@@ -26,7 +26,7 @@ const FORMATS: [&str; 15] = [
 ];
 
 const USAGE: &str = "usage: cargo xtask bench-formats [--rounds R] [-p N] [-n N] [--threads T] \
-[--formats F32,Q4_0,...] [--shape LAYERS,D,FF,HEADS,KV_HEADS,VOCAB]
+[--formats F32,Q4_0,...] [--shape LAYERS,D,FF,HEADS,KV_HEADS,VOCAB] [--record DIR]
   defaults: 1 round, -p 512, -n 32, 2 threads, every format, shape 16,1024,2816,16,4,32000";
 
 struct Opts {
@@ -36,6 +36,8 @@ struct Opts {
     threads: usize,
     formats: Vec<String>,
     shape: [usize; 6],
+    /// Result files for `cargo xtask bench-report` (a run of every format only).
+    record: Option<PathBuf>,
 }
 
 fn parse(args: &[String]) -> Result<Opts> {
@@ -46,6 +48,7 @@ fn parse(args: &[String]) -> Result<Opts> {
         threads: 2,
         formats: FORMATS.iter().map(|f| f.to_string()).collect(),
         shape: [16, 1024, 2816, 16, 4, 32000],
+        record: None,
     };
     let mut it = args.iter();
     while let Some(flag) = it.next() {
@@ -70,6 +73,7 @@ fn parse(args: &[String]) -> Result<Opts> {
                     bail!("--formats: `{f}` is not one of {}", FORMATS.join(", "));
                 }
             }
+            "--record" => o.record = Some(PathBuf::from(value)),
             "--shape" => {
                 let v: Vec<usize> = value.split(',').map(int).collect::<Result<_>>()?;
                 o.shape = v.try_into().map_err(|_| {
@@ -226,6 +230,7 @@ pub fn run(root: &Path, args: &[String]) -> Result<()> {
         "| format | MiB | llama.cpp pp{p} | sparrow pp{p} | prefill ratio | llama.cpp tg{n} | sparrow tg{n} | decode ratio |"
     );
     println!("|---|---|---|---|---|---|---|---|");
+    let mut ratios: Vec<FormatRatios> = Vec::new();
     for ((format, path), (l, s)) in files.iter().zip(&runs) {
         let mib = std::fs::metadata(path)?.len() as f64 / 1048576.0;
         let m =
@@ -241,6 +246,119 @@ pub fn run(root: &Path, args: &[String]) -> Result<()> {
             cell(st),
             ratio(st, lt)
         );
+        let r = |s: Option<f64>, l: Option<f64>| match (s, l) {
+            (Some(s), Some(l)) if l > 0.0 => Some((s / l * 100.0).round() / 100.0),
+            _ => None,
+        };
+        ratios.push((format.clone(), r(sp, lp), r(st, lt)));
+    }
+    if let Some(dir) = &o.record {
+        record(dir, &o, args, &ratios)?;
+    }
+    Ok(())
+}
+
+/// A format's name, its prefill ratio and its decode ratio (sparrow / llama.cpp).
+type FormatRatios = (String, Option<f64>, Option<f64>);
+
+/// `--record DIR`: the median prefill and decode ratios over the formats, and the plot of every
+/// format's ratios, as result files for `cargo xtask bench-report`.
+fn record(dir: &Path, o: &Opts, args: &[String], ratios: &[FormatRatios]) -> Result<()> {
+    use crate::bench_report::{record_value, Measurement, Plot, PlotKind, Series};
+    if ratios.len() != FORMATS.len() || ratios.iter().any(|(_, p, t)| p.is_none() || t.is_none()) {
+        eprintln!("bench-formats: not recording: the run did not measure every format");
+        return Ok(());
+    }
+    let mut kept = Vec::new();
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        if a == "--record" {
+            it.next();
+        } else {
+            kept.push(a.as_str());
+        }
+    }
+    let command = format!("cargo xtask bench-formats {}", kept.join(" "))
+        .trim_end()
+        .to_string();
+    let [layers, d, ..] = o.shape;
+    let model = format!(
+        "{layers}-layer d {d} model in {} weight formats (llama-quantize)",
+        FORMATS.len()
+    );
+    let categories: Vec<String> = ratios.iter().map(|(f, ..)| f.clone()).collect();
+    let series = |name: &str, get: fn(&FormatRatios) -> Option<f64>| Series {
+        name: name.into(),
+        points: ratios
+            .iter()
+            .enumerate()
+            .map(|(i, r)| [i as f64, get(r).unwrap_or(0.0)])
+            .collect(),
+    };
+    let (p, n) = (o.n_prompt, o.n_gen);
+    let plot = Plot {
+        file: "formats.svg".into(),
+        title: "Speed per weight format against llama.cpp".into(),
+        kind: PlotKind::Bars,
+        x_label: "weight format".into(),
+        y_label: "sparrow / llama.cpp".into(),
+        log_y: false,
+        reference_y: Some(1.0),
+        reference_label: "parity with llama.cpp".into(),
+        legend: String::new(),
+        categories,
+        series: vec![
+            series(&format!("prefill pp{p}"), |r| r.1),
+            series(&format!("decode tg{n}"), |r| r.2),
+        ],
+    };
+    for (id, what, get, with_plot) in [
+        (
+            "mem8-formats-decode",
+            format!(
+                "decode tg{n} vs llama.cpp, median of {} weight formats",
+                FORMATS.len()
+            ),
+            (|r| r.2) as fn(&FormatRatios) -> Option<f64>,
+            true,
+        ),
+        (
+            "mem9-formats-prefill",
+            format!(
+                "prefill pp{p} vs llama.cpp, median of {} weight formats",
+                FORMATS.len()
+            ),
+            |r| r.1,
+            false,
+        ),
+    ] {
+        let mut v: Vec<(f64, &str)> = ratios
+            .iter()
+            .map(|r| (get(r).unwrap_or(0.0), r.0.as_str()))
+            .collect();
+        v.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let (lo, hi) = (v[0], v[v.len() - 1]);
+        let m = Measurement {
+            id: id.into(),
+            group: "In memory against llama.cpp".into(),
+            measures: what,
+            model: model.clone(),
+            synthetic: true,
+            value: median(v.iter().map(|x| x.0).collect()),
+            unit: "x".into(),
+            target: None,
+            date: crate::bench_report::today(),
+            machine: crate::bench_report::this_machine(),
+            command: command.clone(),
+            source: "recorded by `cargo xtask bench-formats --record`".into(),
+            history: "benchmarks/dense-vs-llama.md".into(),
+            note: Some(format!(
+                "{}x ({}) to {}x ({}); medians of {} round(s)",
+                lo.0, lo.1, hi.0, hi.1, o.rounds
+            )),
+            plot: with_plot.then(|| plot.clone()),
+        };
+        record_value(dir, m)?;
     }
     Ok(())
 }

@@ -37,6 +37,9 @@ struct Opts {
     /// much larger than the cap pages for many minutes or is OOM-killed.
     no_default: bool,
     sparrow_args: Vec<String>,
+    /// `--record DIR --record-id ID`: result files `ID-decode.json` (and `ID-ttft.json` with `-p`)
+    /// for `cargo xtask bench-report`.
+    record: Option<(PathBuf, String)>,
 }
 
 #[derive(Clone, Copy)]
@@ -47,7 +50,7 @@ enum Cap {
 }
 
 fn usage() -> &'static str {
-    "usage: cargo xtask capped-bench --model GGUF [--bundle RESIDENT.gguf] [--cap 50%|SIZE] [--budget SIZE] [--rounds 3] [-n 16] [-p 0] [--threads 2] [--no-default] [-- SPARROW BENCH ARGS...]"
+    "usage: cargo xtask capped-bench --model GGUF [--bundle RESIDENT.gguf] [--cap 50%|SIZE] [--budget SIZE] [--rounds 3] [-n 16] [-p 0] [--threads 2] [--no-default] [--record DIR --record-id ID] [-- SPARROW BENCH ARGS...]"
 }
 
 fn parse_size(s: &str) -> Result<u64> {
@@ -80,7 +83,9 @@ fn parse(args: &[String]) -> Result<Opts> {
         threads: 2,
         no_default: false,
         sparrow_args: Vec::new(),
+        record: None,
     };
+    let (mut record_dir, mut record_id) = (None, None);
     let mut it = args.iter();
     while let Some(a) = it.next() {
         let mut value = || it.next().with_context(|| format!("{a} needs a value"));
@@ -106,6 +111,8 @@ fn parse(args: &[String]) -> Result<Opts> {
             "-p" => o.n_prompt = value()?.parse().context("-p: a count")?,
             "--threads" => o.threads = value()?.parse().context("--threads: a count")?,
             "--no-default" => o.no_default = true,
+            "--record" => record_dir = Some(PathBuf::from(value()?)),
+            "--record-id" => record_id = Some(value()?.clone()),
             "--" => o.sparrow_args = it.by_ref().cloned().collect(),
             "-h" | "--help" => {
                 eprintln!("{}", usage());
@@ -115,6 +122,11 @@ fn parse(args: &[String]) -> Result<Opts> {
         }
     }
     o.model = model.with_context(|| format!("--model is required\n{}", usage()))?;
+    o.record = match (record_dir, record_id) {
+        (Some(d), Some(i)) => Some((d, i)),
+        (None, None) => None,
+        _ => bail!("--record DIR and --record-id ID go together"),
+    };
     if o.rounds == 0 || o.n_gen == 0 || o.threads == 0 {
         bail!("--rounds, -n and --threads must be at least 1");
     }
@@ -442,6 +454,82 @@ pub fn run(root: &Path, args: &[String]) -> Result<()> {
             );
         }
     }
+    if let Some((dir, id)) = &o.record {
+        // Against the last llama.cpp configuration run: repack off where it can, its best under a cap.
+        let last = programs.len() - 2; // programs end with sparrow after at least one llama.cpp
+        let (name, ..) = programs[last];
+        let theirs = &runs[last];
+        let pct = 100.0 * cap as f64 / model_bytes as f64;
+        let mut kept = Vec::new();
+        let mut it = args.iter();
+        while let Some(a) = it.next() {
+            if a == "--" {
+                kept.push(a.as_str());
+                kept.extend(it.by_ref().map(String::as_str));
+            } else if a == "--record" || a == "--record-id" {
+                it.next();
+            } else {
+                kept.push(a);
+            }
+        }
+        let command = format!("cargo xtask capped-bench {}", kept.join(" "));
+        for (suffix, what, get) in metrics.iter().map(|(w, g)| {
+            if w.starts_with("decode") {
+                ("decode", format!("decode at a {pct:.0}% cap vs {name}"), *g)
+            } else {
+                (
+                    "ttft",
+                    format!(
+                        "time to first token ({} tokens) at a {pct:.0}% cap vs {name}",
+                        o.n_prompt
+                    ),
+                    *g,
+                )
+            }
+        }) {
+            let ratios: Vec<f64> = theirs
+                .iter()
+                .zip(ours)
+                .filter_map(|(t, s)| match (get(t), get(s)) {
+                    (Some(t), Some(s)) if t > 0.0 => Some(s / t),
+                    _ => None,
+                })
+                .collect();
+            if ratios.len() != ours.len() {
+                eprintln!("capped-bench: not recording {id}-{suffix}: a round has no ratio (a failed run)");
+                continue;
+            }
+            let worst = ratios.iter().copied().fold(f64::INFINITY, f64::min);
+            let list: Vec<String> = ratios.iter().map(|r| format!("{r:.2}x")).collect();
+            crate::bench_report::record_value(
+                dir,
+                crate::bench_report::Measurement {
+                    id: format!("{id}-{suffix}"),
+                    group: "Under a memory cap against llama.cpp".into(),
+                    measures: what,
+                    model: o
+                        .model
+                        .file_name()
+                        .map_or("?".into(), |f| f.to_string_lossy().into_owned()),
+                    synthetic: false,
+                    value: Some((worst * 100.0).round() / 100.0),
+                    unit: "x".into(),
+                    target: None,
+                    date: crate::bench_report::today(),
+                    machine: crate::bench_report::this_machine(),
+                    command: command.clone(),
+                    source: "recorded by `cargo xtask capped-bench --record`".into(),
+                    history: "benchmarks/capped.md".into(),
+                    note: Some(format!(
+                        "worst of {} round(s) ({})",
+                        ratios.len(),
+                        list.join(", ")
+                    )),
+                    plot: None,
+                },
+            )?;
+        }
+    }
     Ok(())
 }
 
@@ -485,5 +573,18 @@ mod tests {
             .collect();
         assert!(parse(&args).unwrap().no_default);
         assert!(parse(&["--cap".to_string(), "0%".to_string()]).is_err());
+        let strings = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let o = parse(&strings(&[
+            "-m",
+            "m.gguf",
+            "--record",
+            "d",
+            "--record-id",
+            "cap1-x",
+        ]))
+        .unwrap();
+        assert_eq!(o.record, Some((PathBuf::from("d"), "cap1-x".to_string())));
+        assert!(parse(&strings(&["-m", "m.gguf", "--record", "d"])).is_err());
+        assert!(parse(&strings(&["-m", "m.gguf", "--record-id", "x"])).is_err());
     }
 }

@@ -17,6 +17,7 @@ struct Opts {
     max_tokens: usize,
     model: Option<String>,
     threads: usize,
+    record: Option<std::path::PathBuf>,
 }
 
 fn parse(args: &[String]) -> Result<Opts> {
@@ -26,6 +27,7 @@ fn parse(args: &[String]) -> Result<Opts> {
         max_tokens: 32,
         model: None,
         threads: 0,
+        record: None,
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -36,8 +38,9 @@ fn parse(args: &[String]) -> Result<Opts> {
             "--max-tokens" => o.max_tokens = value()?.parse().context("--max-tokens: a count")?,
             "--model" | "-m" => o.model = Some(value()?.clone()),
             "--threads" => o.threads = value()?.parse().context("--threads: a count")?,
+            "--record" => o.record = Some(value()?.into()),
             "-h" | "--help" => {
-                eprintln!("usage: cargo xtask load-test [--clients 8] [--secs 60] [--max-tokens 32] [--model M] [--threads T]");
+                eprintln!("usage: cargo xtask load-test [--clients 8] [--secs 60] [--max-tokens 32] [--model M] [--threads T] [--record DIR]");
                 std::process::exit(0);
             }
             _ => bail!("load-test: unknown option `{a}` (try --help)"),
@@ -212,6 +215,83 @@ pub fn run(root: &std::path::Path, args: &[String]) -> Result<()> {
         mib(rss_after),
         mib(rss_after) - mib(rss_before),
     );
+    if let Some(dir) = &o.record {
+        let rows = [
+            (
+                "server-errors",
+                format!("failed requests, {} clients, {} s", o.clients, o.secs),
+                errors as f64,
+                "",
+                Some(0.0),
+            ),
+            (
+                "server-p50",
+                format!(
+                    "request latency p50, {} clients queued on one engine, {} tokens",
+                    o.clients, o.max_tokens
+                ),
+                percentile(&lat, 0.50),
+                " s",
+                None,
+            ),
+            (
+                "server-p99",
+                format!(
+                    "request latency p99, {} clients queued on one engine, {} tokens",
+                    o.clients, o.max_tokens
+                ),
+                percentile(&lat, 0.99),
+                " s",
+                None,
+            ),
+            (
+                "server-rss",
+                format!("server RSS growth over {} s of load", o.secs),
+                mib(rss_after) - mib(rss_before),
+                " MiB",
+                None,
+            ),
+        ];
+        let mut command = format!(
+            "cargo xtask load-test --clients {} --secs {} --max-tokens {}",
+            o.clients, o.secs, o.max_tokens
+        );
+        if let Some(m) = &o.model {
+            command.push_str(&format!(" --model {m}"));
+        }
+        if o.threads > 0 {
+            command.push_str(&format!(" --threads {}", o.threads));
+        }
+        for (id, measures, value, unit, at_most) in rows {
+            let m = crate::bench_report::Measurement {
+                id: id.into(),
+                group: "Server latency and load".into(),
+                measures,
+                model: o
+                    .model
+                    .clone()
+                    .unwrap_or_else(|| "SmolLM2-135M-Instruct Q4_1".into()),
+                synthetic: false,
+                value: Some((value * 1000.0).round() / 1000.0),
+                unit: unit.into(),
+                target: at_most.map(|b| crate::bench_report::Target {
+                    at_least: None,
+                    at_most: Some(b),
+                }),
+                date: crate::bench_report::today(),
+                machine: crate::bench_report::this_machine(),
+                command: command.clone(),
+                source: "recorded by `cargo xtask load-test --record`".into(),
+                history: "benchmarks/server.md".into(),
+                note: Some(format!(
+                    "{} requests in {wall:.1} s",
+                    lat.len() as u64 + errors
+                )),
+                plot: None,
+            };
+            crate::bench_report::record_value(dir, m)?;
+        }
+    }
     if errors > 0 {
         bail!("{errors} requests failed");
     }

@@ -38,17 +38,25 @@
 //!   S seconds with `-rss_limit_mb=1024 -timeout=10`, seeded from the round's seeds (`fuzz/corpus/<target>/`);
 //!   installs the nightly toolchain (rustup) and cargo-fuzz (`cargo install`) when missing. Crashes
 //!   are left in `fuzz/artifacts/<target>/`.
-//! - `load-test [--clients 8] [--secs 60] [--max-tokens 32] [--model M] [--threads T]`: a bounded load test
+//! - `load-test [--clients 8] [--secs 60] [--max-tokens 32] [--model M] [--threads T] [--record DIR]`: a bounded load test
 //!   of `sparrow serve` on loopback (see `load_test.rs`): p50/p99 latency, tokens/s, errors (any fails the
 //!   task), server RSS before and after. Measure on a quiet machine.
 //! - `capped-bench --model GGUF [--bundle RESIDENT.gguf] [--cap 50%|SIZE] [--budget SIZE] [--rounds 3] [-n 16]
-//!   [-p 0] [-- SPARROW BENCH ARGS]`: llama.cpp's `llama-bench` (default, and repack off where it can) and
+//!   [-p 0] [--record DIR --record-id ID] [-- SPARROW BENCH ARGS]`: llama.cpp's `llama-bench` (default, and repack off where it can) and
 //!   `sparrow bench` under the same cgroup memory limit, page cache dropped before each run, interleaved
 //!   rounds; decode ratios, peak RSS, the cgroup's peak and OOM kills (see `capped.rs`). Root, Linux.
-//! - `bench-formats [--rounds R] [-p N] [-n N] [--formats F,...]`: one SYNTHETIC model in every weight format
+//! - `bench-formats [--rounds R] [-p N] [-n N] [--formats F,...] [--record DIR]`: one SYNTHETIC model in every weight format
 //!   (written in F16 by `synth-model`, the others made by llama.cpp's `llama-quantize`), `llama-bench` and
 //!   `sparrow bench` on each in turn; a table of prompt and decode tok/s and ratios (see
 //!   `bench_formats.rs`). llama.cpp is built as for `capped-bench` (`llama.rs`).
+//! - `bench-report [--check]`: regenerates the table at the top of docs/BENCHMARKS.md (every target, its
+//!   latest value, date, machine and command) and the plots it embeds (`docs/plots/*.svg`) from the result
+//!   files in `docs/benchmarks/results/`; `--check` fails instead of writing when they differ (see
+//!   `bench_report.rs`). `load-test --record DIR`, `capped-bench --record DIR --record-id ID` and
+//!   `bench-formats --record DIR` write such result files (a row that exists keeps what it is and its
+//!   target; its value, date, machine and command are replaced).
+//! - `cli-docs [--check]`: regenerates docs/CLI.md from the `sparrow` CLI's clap definitions
+//!   (`sparrow __cli-markdown`); `--check` fails instead of writing when it differs.
 //!
 //! Invariant: every step that CI needs is here or in a test's own setup; `.ci/run` only calls `cargo xtask ci`.
 
@@ -59,8 +67,10 @@ use anyhow::{bail, Context, Result};
 
 mod android;
 mod bench_formats;
+mod bench_report;
 mod capped;
 mod ci;
+mod cli_docs;
 mod fixtures;
 mod gguf_fixtures;
 mod llama;
@@ -385,8 +395,10 @@ fn main() -> Result<()> {
         "bench-formats" => {
             bench_formats::run(&root(), &std::env::args().skip(2).collect::<Vec<_>>())
         }
+        "bench-report" => bench_report::run(&root(), &std::env::args().skip(2).collect::<Vec<_>>()),
+        "cli-docs" => cli_docs::run(&root(), &std::env::args().skip(2).collect::<Vec<_>>()),
         _ => {
-            eprintln!("usage: cargo xtask <ci [--quick [--base REV]] | setup | tidy | test-aarch64 | check-android | android | deploy [--serial S] --model M [--emulate] | fixtures [--no-gguf] | synth-model [--help] | fuzz [--time S] [--cases N] | load-test [--clients N] [--secs S] | capped-bench --model GGUF [--bundle B] [--cap 50%] | bench-formats [--rounds R] | z3>");
+            eprintln!("usage: cargo xtask <ci [--quick [--base REV]] | setup | tidy | test-aarch64 | check-android | android | deploy [--serial S] --model M [--emulate] | fixtures [--no-gguf] | synth-model [--help] | fuzz [--time S] [--cases N] | load-test [--clients N] [--secs S] | capped-bench --model GGUF [--bundle B] [--cap 50%] | bench-formats [--rounds R] | bench-report [--check] | cli-docs [--check] | z3>");
             bail!("unknown task `{task}`")
         }
     }

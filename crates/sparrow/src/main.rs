@@ -9,6 +9,7 @@
 
 mod args;
 mod builtin;
+mod cli_markdown;
 mod cmd;
 mod load;
 mod parse;
@@ -17,7 +18,7 @@ mod store_accel;
 mod ui;
 
 use anyhow::Result;
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 #[derive(Parser)]
 #[command(
@@ -58,6 +59,9 @@ enum Command {
     /// Plan a model on this device under a memory budget (threads, dense or sparse, neuron cache,
     /// I/O): print it in words and save it for `--plan`.
     Plan(cmd::plan::PlanArgs),
+    /// Print docs/CLI.md: this command line in markdown (`cargo xtask cli-docs` writes it).
+    #[command(name = "__cli-markdown", hide = true)]
+    CliMarkdown,
 }
 
 /// Runs the command; an error prints as one `error: ...` line with its causes (never a backtrace, even
@@ -103,5 +107,9 @@ fn dispatch(cli: Cli) -> Result<()> {
         Command::Serve(a) => cmd::serve::run(a),
         Command::Calibrate(a) => cmd::calibrate::run(a),
         Command::Plan(a) => cmd::plan::run(a),
+        Command::CliMarkdown => {
+            print!("{}", cli_markdown::render(&mut Cli::command()));
+            Ok(())
+        }
     }
 }
