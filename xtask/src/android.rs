@@ -34,10 +34,12 @@ const DEFAULT_BENCH_ARGS: &[&str] = &["-p", "64", "-n", "32", "-r", "3"];
 /// The cargo profile of the binary a phone gets.
 pub const RELEASE: &str = "release";
 
-/// The static binary's path (after [`build_static`] in `profile`).
+/// The static binary's path (after [`build_static`] in `profile`), under `$CARGO_TARGET_DIR` when set
+/// (CI builds its cross targets in a folder of their own), else the workspace's `target/`.
 pub fn static_binary(profile: &str) -> PathBuf {
-    root()
-        .join("target")
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(|d| root().join(d))
+        .unwrap_or_else(|| root().join("target"))
         .join(MUSL_TARGET)
         .join(profile)
         .join("sparrow")

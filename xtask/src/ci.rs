@@ -1,13 +1,15 @@
 //! `cargo xtask ci` (everything CI checks) and `cargo xtask ci --quick` (the inner loop).
 //!
-//! The whole run builds the workspace once per target and profile: clippy, the host tests, the doc
-//! tests, the aarch64 tests and the static Android binary all use the `ci` profile of the workspace's
-//! `Cargo.toml` (no LTO, no debug info), and the host build has the planner's `z3` feature folded in
-//! (`sparrow/z3`, the PyPI wheel's library from [`crate::z3`]), so the planner's Z3 tests need no build
-//! of their own. The host tests run under `cargo nextest` when it is installed (every test in a process
-//! of its own, two at a time) and `cargo test` otherwise. Each step's minutes are printed at the end,
-//! with a loud warning past [`WARN_MINUTES`] (a warning, not a failure: these hosts vary twofold in speed
-//! from day to day).
+//! The whole run builds the workspace once per target: clippy, the host tests and the doc tests use the
+//! `ci` profile of the workspace's `Cargo.toml` (no LTO, no debug info), with the planner's `z3` feature
+//! folded in (`sparrow/z3`, the PyPI wheel's library from [`crate::z3`]), so the planner's Z3 tests need
+//! no build of their own. The host tests run under `cargo nextest` when it is installed (every test in a
+//! process of its own, two at a time) and `cargo test` otherwise. Beside those host steps, on a thread of
+//! their own, in `target/cross` and the lighter `ci-cross` profile, run the aarch64 steps: the tests of
+//! the crates with target-specific code under qemu, the static Android binary benched under qemu
+//! (`deploy --emulate`) and `cargo check` for aarch64-linux-android; their log is
+//! `target/ci-logs/cross.log`. Each step's minutes are printed at the end, with a loud warning past
+//! [`WARN_MINUTES`] (a warning, not a failure: these hosts vary twofold in speed from day to day).
 //!
 //! `--quick [--base REV]`: formatting, clippy and the host tests of the crates whose files changed since
 //! `REV` (default: the uncommitted changes, or the last commit when there are none), found with
@@ -22,8 +24,10 @@ use anyhow::{bail, Context, Result};
 
 use crate::{android, cargo, root, run};
 
-/// The cargo profile every CI build uses.
+/// The cargo profile of CI's host builds (clippy, the tests).
 pub const PROFILE: &str = "ci";
+/// The cargo profile of CI's aarch64 builds (`Cargo.toml` says why it differs).
+pub const CROSS_PROFILE: &str = "ci-cross";
 /// A whole run longer than this prints a warning.
 pub const WARN_MINUTES: f64 = 25.0;
 /// The host build's features: the planner's Z3 solver, through the CLI that exposes it.
@@ -106,19 +110,142 @@ pub fn main(args: &[String]) -> Result<()> {
 
 fn full(t: &mut Timings) -> Result<()> {
     t.step("setup (rustup targets, apt)", crate::setup)?;
+    // The aarch64 and Android builds share nothing with the host's: they run beside it, in a target
+    // folder of their own (cargo locks a target folder while it builds), and fill the cores that the
+    // host build's serial stretches (links, the last large crates, the tests' downloads) leave idle.
+    let cross = Cross::start()?;
+    let host = host_steps(t);
+    if host.is_err() {
+        cross.stop();
+        return host;
+    }
+    let steps = t.step("aarch64 and Android steps (waiting for them)", || {
+        cross.join()
+    })?;
+    for (name, minutes) in steps {
+        t.steps
+            .push((format!("  beside the host steps: {name}"), minutes));
+    }
+    Ok(())
+}
+
+/// The host's steps: formatting, the Z3 library, clippy, the tests.
+fn host_steps(t: &mut Timings) -> Result<()> {
     t.step("fmt", fmt_check)?;
     let z3 = t.step("z3 library", || crate::z3::install(&root()))?;
     t.step("clippy (host, every target, z3)", || {
         clippy(Some(&z3), &["--workspace"])
     })?;
     t.step("host tests (z3)", || host_tests(&z3, &["--workspace"]))?;
-    t.step("doc tests", || doc_tests(&z3))?;
-    t.step("aarch64 tests under qemu", || test_aarch64(PROFILE))?;
-    t.step("static Android binary", || {
-        android::build_static(PROFILE).map(drop)
-    })?;
-    t.step("check for aarch64-linux-android", check_android)?;
-    t.step("deploy --emulate", deploy_emulated_fixture)
+    t.step("doc tests", || doc_tests(&z3))
+}
+
+/// CI's aarch64 and Android builds, on a thread of their own; their output goes to [`Cross::LOG`].
+struct Cross {
+    handle: std::thread::JoinHandle<Result<Vec<(String, f64)>>>,
+    /// The running step's process, 0 between steps.
+    pid: std::sync::Arc<std::sync::atomic::AtomicU32>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Cross {
+    /// The log of the cross steps, under the workspace root.
+    const LOG: &'static str = "target/ci-logs/cross.log";
+    /// Their target folder, under the workspace root.
+    const TARGET_DIR: &'static str = "target/cross";
+
+    fn start() -> Result<Self> {
+        use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+        use std::sync::Arc;
+        let log = root().join(Self::LOG);
+        std::fs::create_dir_all(log.parent().context("a log folder")?)?;
+        let file = std::fs::File::create(&log).with_context(|| format!("{}", log.display()))?;
+        eprintln!(
+            "xtask: the aarch64 and Android steps run beside the host steps; their log: {}",
+            log.display()
+        );
+        let pid = Arc::new(AtomicU32::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (p, s) = (pid.clone(), stop.clone());
+        let handle = std::thread::spawn(move || -> Result<Vec<(String, f64)>> {
+            let mut done = Vec::new();
+            for (name, mut cmd) in cross_steps()? {
+                if s.load(Ordering::SeqCst) {
+                    bail!("stopped");
+                }
+                let t = Instant::now();
+                let mut out = file.try_clone()?;
+                use std::io::Write;
+                writeln!(out, "xtask: ci step `{name}`: {cmd:?}")?;
+                cmd.env("CARGO_TARGET_DIR", root().join(Self::TARGET_DIR))
+                    .stdin(std::process::Stdio::null())
+                    .stdout(out.try_clone()?)
+                    .stderr(out);
+                let mut child = cmd.spawn().with_context(|| format!("starting `{name}`"))?;
+                p.store(child.id(), Ordering::SeqCst);
+                let status = child.wait()?;
+                p.store(0, Ordering::SeqCst);
+                if !status.success() {
+                    bail!("`{name}` failed ({status})");
+                }
+                done.push((name, t.elapsed().as_secs_f64() / 60.0));
+            }
+            Ok(done)
+        });
+        Ok(Cross { handle, pid, stop })
+    }
+
+    /// Waits for the steps; on a failure, prints the end of their log.
+    fn join(self) -> Result<Vec<(String, f64)>> {
+        let r = self
+            .handle
+            .join()
+            .map_err(|_| anyhow::anyhow!("the aarch64 and Android thread panicked"))?;
+        if r.is_err() {
+            let log = std::fs::read_to_string(root().join(Self::LOG)).unwrap_or_default();
+            let lines: Vec<&str> = log.lines().collect();
+            eprintln!("xtask: the end of {}:", Self::LOG);
+            for l in &lines[lines.len().saturating_sub(80)..] {
+                eprintln!("{l}");
+            }
+        }
+        r
+    }
+
+    /// Ends the running step and skips the rest (the host steps failed).
+    fn stop(self) {
+        use std::sync::atomic::Ordering;
+        self.stop.store(true, Ordering::SeqCst);
+        let pid = self.pid.load(Ordering::SeqCst);
+        if pid != 0 {
+            // cargo forwards the signal to the compilers it started.
+            let _ = Command::new("kill").arg(pid.to_string()).status();
+        }
+        let _ = self.handle.join();
+    }
+}
+
+/// The aarch64 tests under qemu, the static Android binary benched under qemu, the Android check: each a
+/// command, in [`CROSS_PROFILE`].
+fn cross_steps() -> Result<Vec<(String, Command)>> {
+    let mut deploy = Command::new(std::env::current_exe().context("the xtask binary")?);
+    deploy
+        .args(["ci-deploy-fixture", CROSS_PROFILE])
+        .current_dir(root());
+    Ok(vec![
+        (
+            "aarch64 tests under qemu".to_string(),
+            aarch64_tests(CROSS_PROFILE),
+        ),
+        (
+            "static Android binary, deploy --emulate".to_string(),
+            deploy,
+        ),
+        (
+            "check for aarch64-linux-android".to_string(),
+            android_check(CROSS_PROFILE),
+        ),
+    ])
 }
 
 /// `cargo fmt --check` over the workspace.
@@ -175,8 +302,13 @@ fn doc_tests(z3: &Path) -> Result<()> {
     run(&mut c)
 }
 
-/// The tests of [`AARCH64_TEST_CRATES`] for `aarch64-unknown-linux-gnu` under qemu.
+/// `cargo xtask test-aarch64`: the tests of [`AARCH64_TEST_CRATES`] for `aarch64-unknown-linux-gnu`
+/// under qemu.
 pub fn test_aarch64(profile: &str) -> Result<()> {
+    run(&mut aarch64_tests(profile))
+}
+
+fn aarch64_tests(profile: &str) -> Command {
     let mut c = cargo();
     c.args([
         "test",
@@ -199,32 +331,38 @@ pub fn test_aarch64(profile: &str) -> Result<()> {
         "PROPTEST_CASES",
         std::env::var("PROPTEST_CASES").unwrap_or_else(|_| "64".into()),
     );
-    run(&mut c)
+    c
 }
 
-/// `cargo check` of the library crates for `aarch64-linux-android` (no NDK: nothing is linked).
+/// `cargo xtask check-android`: `cargo check` of the library crates for `aarch64-linux-android` (no
+/// NDK: nothing is linked).
 pub fn check_android() -> Result<()> {
+    run(&mut android_check(CROSS_PROFILE))
+}
+
+fn android_check(profile: &str) -> Command {
     let mut c = cargo();
     c.args([
         "check",
         "--profile",
-        PROFILE,
+        profile,
         "--target",
         "aarch64-linux-android",
     ]);
     for k in crate::ANDROID_CRATES {
         c.args(["-p", k]);
     }
-    run(&mut c)
+    c
 }
 
-/// CI's `deploy --emulate`: the static binary (ci profile) benches a fixture model under qemu for a
-/// few tokens, and the result pulled back must hold positive speeds.
-fn deploy_emulated_fixture() -> Result<()> {
+/// `cargo xtask ci-deploy-fixture PROFILE` (CI's own step): the static binary built in `PROFILE`
+/// benches a fixture model under qemu for a few tokens (`deploy --emulate`), and the result pulled back
+/// must hold positive speeds.
+pub fn deploy_emulated_fixture(profile: &str) -> Result<()> {
     let args: Vec<String> = [
         "--emulate",
         "--profile",
-        PROFILE,
+        profile,
         "--model",
         "fixtures/tiny-llama-silu-q4_0.gguf",
         "--",

@@ -1,11 +1,12 @@
 //! Project automation, in the style of rust-analyzer's xtask: `cargo xtask <command>`.
 //!
-//! - `ci [--quick [--base REV]]`: everything CI checks, in one build per target (the `ci` profile): tool
-//!   setup, `cargo fmt --check`, clippy and the host tests with the planner's Z3 feature folded in, the
-//!   doc tests, the aarch64 tests of the crates with target-specific code under qemu, the static aarch64
-//!   `sparrow`, `cargo check` of the library crates for aarch64-linux-android and `deploy --emulate` of a
-//!   fixture model (a few tokens of `sparrow bench` under qemu); the minutes each step took, and a warning
-//!   past 25. `--quick`: fmt, clippy and host tests of the crates a change touches (see `ci.rs`).
+//! - `ci [--quick [--base REV]]`: everything CI checks, in one build per target: tool setup,
+//!   `cargo fmt --check`, clippy and the host tests with the planner's Z3 feature folded in, the doc tests
+//!   (the `ci` profile); beside them, on a thread of their own, the aarch64 tests of the crates with
+//!   target-specific code under qemu, the static aarch64 `sparrow` benched on a fixture model under qemu
+//!   (`deploy --emulate`) and `cargo check` of the library crates for aarch64-linux-android (the `ci-cross`
+//!   profile, in `target/cross`); then the minutes each step took, and a warning past 25. `--quick`: fmt,
+//!   clippy and host tests of the crates a change touches (see `ci.rs`).
 //! - `tidy`: `cargo fmt --check` and `cargo clippy --workspace --all-targets -- -D warnings` (ci profile).
 //! - `setup`: installs what the tests need (rustup targets; Debian's aarch64 cross toolchain and qemu).
 //! - `test-aarch64`: runs the tests of kernels-neon, ufs-io, npu-qnn-sys and npu-qnn for
@@ -369,7 +370,12 @@ fn main() -> Result<()> {
         "ci" => ci::main(&std::env::args().skip(2).collect::<Vec<_>>()),
         "setup" => setup(),
         "tidy" => tidy(),
-        "test-aarch64" => ci::test_aarch64(ci::PROFILE),
+        "test-aarch64" => ci::test_aarch64(ci::CROSS_PROFILE),
+        "ci-deploy-fixture" => ci::deploy_emulated_fixture(
+            &std::env::args()
+                .nth(2)
+                .context("ci-deploy-fixture needs a cargo profile")?,
+        ),
         "check-android" => ci::check_android(),
         "android" => android::android(),
         "deploy" => {
