@@ -60,6 +60,37 @@ impl Timings {
         r.with_context(|| format!("ci step `{name}`"))
     }
 
+    /// `--record DIR`: the whole run's minutes as the result `ci-minutes` for `cargo xtask bench-report`.
+    fn record(&self, dir: &Path) -> Result<()> {
+        let total = self.start.elapsed().as_secs_f64() / 60.0;
+        let steps: Vec<String> = self
+            .steps
+            .iter()
+            .map(|(name, m)| format!("{name} {m:.1}"))
+            .collect();
+        let m = crate::bench_report::Measurement {
+            id: "ci-minutes".into(),
+            group: "CI".into(),
+            measures: "minutes of `cargo xtask ci` (what `.ci/run` runs)".into(),
+            model: "the test suite (fixtures, SmolLM2-135M, Qwen2.5-Coder-0.5B)".into(),
+            synthetic: false,
+            value: Some((total * 10.0).round() / 10.0),
+            unit: " min".into(),
+            target: Some(crate::bench_report::Target {
+                at_least: None,
+                at_most: Some(20.0),
+            }),
+            date: crate::bench_report::today(),
+            machine: crate::bench_report::this_machine(),
+            command: "cargo xtask ci --record docs/benchmarks/results (on a clean clone)".into(),
+            source: "recorded by `cargo xtask ci --record`".into(),
+            history: "benchmarks/ci.md".into(),
+            note: Some(format!("minutes per step: {}", steps.join(", "))),
+            plot: None,
+        };
+        crate::bench_report::record_value(dir, m).map(drop)
+    }
+
     fn report(&self, passed: bool) {
         let total = self.start.elapsed().as_secs_f64() / 60.0;
         eprintln!("xtask: ci minutes per step");
@@ -81,13 +112,17 @@ impl Timings {
 pub fn main(args: &[String]) -> Result<()> {
     let mut quick = false;
     let mut base = None;
+    let mut record = None;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
             "--quick" => quick = true,
             "--base" => base = Some(it.next().context("--base needs a git revision")?.clone()),
+            "--record" => {
+                record = Some(PathBuf::from(it.next().context("--record needs a folder")?))
+            }
             "-h" | "--help" => {
-                eprintln!("usage: cargo xtask ci [--quick [--base REV]]");
+                eprintln!("usage: cargo xtask ci [--record DIR] | ci --quick [--base REV]");
                 return Ok(());
             }
             _ => bail!("ci: unknown option `{a}` (try --help)"),
@@ -95,6 +130,9 @@ pub fn main(args: &[String]) -> Result<()> {
     }
     if base.is_some() && !quick {
         bail!("ci: --base goes with --quick");
+    }
+    if record.is_some() && quick {
+        bail!("ci: --record measures the whole run, not --quick");
     }
     let mut t = Timings::new();
     let r = if quick {
@@ -104,6 +142,9 @@ pub fn main(args: &[String]) -> Result<()> {
     };
     t.report(r.is_ok());
     r?;
+    if let Some(dir) = record {
+        t.record(&dir)?;
+    }
     eprintln!("xtask: ci passed");
     Ok(())
 }
