@@ -40,7 +40,7 @@ pub(crate) fn parse_budget(body: &[u8]) -> Result<u64, String> {
             r#"unknown field `{k}`: give {{"bytes": N}} or {{"budget": "300M"}}"#
         ));
     }
-    match (o.get("bytes"), o.get("budget")) {
+    let bytes = match (o.get("bytes"), o.get("budget")) {
         (Some(b), None) => b
             .as_u64()
             .ok_or_else(|| format!("`bytes` must be a whole number of bytes, not {b}")),
@@ -53,8 +53,16 @@ pub(crate) fn parse_budget(body: &[u8]) -> Result<u64, String> {
         (None, Some(b)) => Err(format!("`budget` must be a size such as \"300M\", not {b}")),
         (Some(_), Some(_)) => Err("give `bytes` or `budget`, not both".into()),
         (None, None) => Err(r#"give {"bytes": N} or {"budget": "300M"}"#.into()),
+    }?;
+    // The cap `--memory-budget` and a `"budget"` string have, whatever the form.
+    if bytes > MAX_BUDGET {
+        return Err(format!("{bytes} bytes is more than 1 PiB"));
     }
+    Ok(bytes)
 }
+
+/// The largest budget: 1 PiB, as [`engine::parse_size`] allows.
+const MAX_BUDGET: u64 = 1 << 50;
 
 /// The JSON answer: the budgets and what the cache holds.
 pub(crate) fn report_json(r: &CacheReport) -> Value {
@@ -134,6 +142,7 @@ mod tests {
         assert_eq!(parse_budget(br#"{"budget": "300M"}"#), Ok(300 << 20));
         assert_eq!(parse_budget(br#"{"budget": "1.5G"}"#), Ok(3 << 29));
         assert_eq!(parse_budget(br#"{"budget": 4096}"#), Ok(4096));
+        assert_eq!(parse_budget(br#"{"bytes": 1125899906842624}"#), Ok(1 << 50));
         for (bad, says) in [
             (&br#"{"bytes": -1}"#[..], "whole number"),
             (br#"{"bytes": 1.5}"#, "whole number"),
@@ -144,6 +153,9 @@ mod tests {
             (br#"{}"#, "give"),
             (br#"[1]"#, "must be an object"),
             (b"300M", "not JSON"),
+            (br#"{"bytes": 1125899906842625}"#, "more than 1 PiB"),
+            (br#"{"bytes": 18446744073709551615}"#, "more than 1 PiB"),
+            (br#"{"budget": 1125899906842625}"#, "more than 1 PiB"),
         ] {
             let e = parse_budget(bad).unwrap_err();
             assert!(e.contains(says), "{}: {e}", String::from_utf8_lossy(bad));
