@@ -30,13 +30,17 @@
 //!   and a queued request whose client has gone is skipped.
 //! - Nothing here touches model files: the engine was loaded by the caller.
 
+mod accept;
 mod admin;
+mod admission;
 mod api;
 mod api_error;
 mod error;
+mod guard;
 mod metrics;
 mod options;
 mod routes;
+mod tokenizing;
 mod worker;
 
 use std::net::SocketAddr;
@@ -57,10 +61,30 @@ pub fn serve(
     opts: ServeOptions,
     on_listen: impl FnOnce(SocketAddr),
 ) -> Result<(), ServerError> {
-    if opts.max_queue == 0 || opts.max_body_bytes == 0 || opts.max_n == 0 {
+    if opts.max_queue == 0
+        || opts.max_body_bytes == 0
+        || opts.max_n == 0
+        || opts.max_connections == 0
+    {
         return Err(ServerError::Options(
-            "the queue bound, body limit and largest n must be at least 1".into(),
+            "the queue bound, body limit, largest n and connection limit must be at least 1".into(),
         ));
+    }
+    if opts.header_timeout.is_zero() {
+        return Err(ServerError::Options(
+            "the header timeout must be above 0".into(),
+        ));
+    }
+    let smallest = admission::estimate(opts.max_body_bytes as u64);
+    if opts.queue_memory < smallest {
+        return Err(ServerError::Options(format!(
+            "the queue memory ({} KiB) must hold at least one request of the largest body ({} KiB)",
+            opts.queue_memory / 1024,
+            smallest.div_ceil(1024)
+        )));
+    }
+    if opts.api_key.as_deref().is_some_and(str::is_empty) {
+        return Err(ServerError::Options("the API key is empty".into()));
     }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -83,9 +107,18 @@ pub fn serve(
     })?;
     let (jobs, queue) = std::sync::mpsc::channel();
     let metrics = Arc::new(Metrics::default());
+    let limits = accept::ConnLimits {
+        max_connections: opts.max_connections,
+        header_timeout: opts.header_timeout,
+    };
+    let tokenizer = engine.tokenizer().clone();
     let state = Arc::new(routes::AppState {
+        admission: admission::Admission::new(opts.max_queue, opts.queue_memory, metrics.clone()),
+        tokenizing: tokenizing::Tokenizing::start().map_err(ServerError::Runtime)?,
+        max_piece: api::longest_piece(&tokenizer),
+        bound: addr,
         opts,
-        tokenizer: engine.tokenizer().clone(),
+        tokenizer,
         context: engine.options().context,
         jobs: Mutex::new(jobs),
         metrics: metrics.clone(),
@@ -97,14 +130,13 @@ pub fn serve(
             .and_then(|s| s.offload())
             .map(|o| o.control()),
     });
-    let app = routes::router(state).into_make_service_with_connect_info::<SocketAddr>();
-    let server = rt.spawn(async move { axum::serve(listener, app).await });
+    let app = routes::router(state);
+    let server = rt.spawn(accept::serve(listener, app, limits));
     on_listen(addr);
     // Returns when the server has stopped and dropped every job sender.
     worker::run(engine, queue, &metrics);
     match rt.block_on(server) {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(source)) => Err(ServerError::Serve { addr, source }),
+        Ok(()) => Ok(()),
         Err(e) => Err(ServerError::Serve {
             addr,
             source: std::io::Error::other(e.to_string()),

@@ -8,21 +8,23 @@ use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
+use axum::body::{Body, Bytes};
 use axum::extract::{DefaultBodyLimit, Request, State};
-use axum::http::{header, StatusCode, Uri};
+use axum::http::{header, Uri};
 use axum::middleware::{self, Next};
 use axum::response::sse::{Event as SseEvent, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use engine::{CacheControl, Tokenizer};
+use futures_util::StreamExt;
 use serde_json::{json, Value};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 
+use crate::admission::{estimate, Admission, Ticket, BYTES_PER_REQUEST};
 use crate::api::{self, Kind, Limits, Plan};
 use crate::metrics::Metrics;
+use crate::tokenizing::Tokenizing;
 use crate::worker::{Event, Job};
 use crate::{ApiError, ServeOptions};
 
@@ -38,21 +40,36 @@ pub(crate) struct AppState {
     pub(crate) started: u64,
     /// The neuron cache's live budget, when the model is offloaded.
     pub(crate) cache: Option<CacheControl>,
+    /// The address the server listens on (for the `Host` check).
+    pub(crate) bound: std::net::SocketAddr,
+    /// The queue's bounds (places and memory), taken before a body is read.
+    pub(crate) admission: Arc<Admission>,
+    /// The thread that parses and tokenizes requests.
+    pub(crate) tokenizing: Tokenizing,
+    /// The longest token's text in bytes (a prompt longer than `context` of them cannot fit).
+    pub(crate) max_piece: usize,
 }
 
 type Shared = Arc<AppState>;
 
-/// The router with every endpoint, the body limit and the request counters.
+/// The router with every endpoint (the admin one unless `--no-admin`), the body limit, the
+/// callers' checks ([`crate::guard`]) and the request counters.
 pub(crate) fn router(state: Shared) -> Router {
-    Router::new()
+    let mut r = Router::new()
         .route("/health", get(health))
         .route("/metrics", get(metrics))
         .route("/v1/models", get(models))
         .route("/v1/completions", post(completions))
-        .route("/v1/chat/completions", post(chat))
-        .route("/admin/memory-budget", post(crate::admin::memory_budget))
-        .fallback(no_route)
+        .route("/v1/chat/completions", post(chat));
+    if state.opts.admin {
+        r = r.route("/admin/memory-budget", post(crate::admin::memory_budget));
+    }
+    r.fallback(no_route)
         .layer(DefaultBodyLimit::max(state.opts.max_body_bytes))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            crate::guard::guard,
+        ))
         .layer(middleware::from_fn_with_state(state.clone(), count))
         .with_state(state)
 }
@@ -103,44 +120,62 @@ async fn models(State(st): State<Shared>) -> Json<Value> {
     }))
 }
 
-async fn completions(State(st): State<Shared>, body: Result<Bytes, BytesRejection>) -> Response {
-    generate(st, Kind::Completion, body).await
+async fn completions(State(st): State<Shared>, req: Request) -> Response {
+    generate(st, Kind::Completion, req).await
 }
 
-async fn chat(State(st): State<Shared>, body: Result<Bytes, BytesRejection>) -> Response {
-    generate(st, Kind::Chat, body).await
+async fn chat(State(st): State<Shared>, req: Request) -> Response {
+    generate(st, Kind::Chat, req).await
 }
 
-/// Checks the request, waits for its turn and answers in one body or as a stream.
-async fn generate(st: Shared, kind: Kind, body: Result<Bytes, BytesRejection>) -> Response {
+/// Admits the request, reads and checks it, waits for its turn and answers in one body or as a
+/// stream.
+async fn generate(st: Shared, kind: Kind, req: Request) -> Response {
     let arrived = Instant::now();
-    let body = match body {
+    let max_body = st.opts.max_body_bytes;
+    // From the declared length, before anything reads the body (so before `100 Continue`).
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > max_body as u64) {
+        return ApiError::too_large(max_body).into_response();
+    }
+    let mut ticket = match st
+        .admission
+        .admit(estimate(declared.unwrap_or(max_body as u64)))
+    {
+        Ok(t) => t,
+        Err(e) => return e.into_response(),
+    };
+    let body = match read_body(req.into_body(), max_body, st.opts.header_timeout).await {
         Ok(b) => b,
-        Err(r) if r.status() == StatusCode::PAYLOAD_TOO_LARGE => {
-            return ApiError::too_large(st.opts.max_body_bytes).into_response()
-        }
-        Err(r) => return ApiError::bad_request(r.body_text()).into_response(),
+        Err(e) => return e.into_response(),
     };
-    // Tokenizing and rendering a chat template are bounded but not instant: off the async threads.
     let st2 = st.clone();
-    let planned = tokio::task::spawn_blocking(move || {
-        let lim = Limits {
-            tokenizer: &st2.tokenizer,
-            model_id: &st2.opts.model_id,
-            context: st2.context,
-            max_n: st2.opts.max_n,
-        };
-        api::plan(kind, &body, &lim)
-    })
-    .await;
+    let planned = st
+        .tokenizing
+        .run(move || {
+            let lim = Limits {
+                tokenizer: &st2.tokenizer,
+                model_id: &st2.opts.model_id,
+                context: st2.context,
+                max_n: st2.opts.max_n,
+                max_piece: st2.max_piece,
+            };
+            api::plan(kind, &body, &lim)
+        })
+        .await;
     let plan = match planned {
-        Ok(Ok(p)) => p,
-        Ok(Err(e)) => return e.into_response(),
-        Err(_) => return ApiError::internal("checking the request failed").into_response(),
+        Some(Ok(p)) => p,
+        Some(Err(e)) => return e.into_response(),
+        None => return ApiError::internal("checking the request failed").into_response(),
     };
+    // The body and its parsed form are gone; the plan stays until the request is done.
+    ticket.resize(plan.ids.len() as u64 * 4 + BYTES_PER_REQUEST);
     let (tx, rx) = unbounded_channel();
     let deadline = arrived + st.opts.request_timeout;
-    if let Err(e) = admit(&st, &plan, tx, deadline) {
+    if let Err(e) = submit(&st, &plan, tx, deadline, ticket) {
         return e.into_response();
     }
     let reply = Reply::new(&st, &plan);
@@ -157,27 +192,43 @@ async fn generate(st: Shared, kind: Kind, body: Result<Bytes, BytesRejection>) -
     }
 }
 
-/// Queues the job, or 429 when `max_queue` requests already wait.
-fn admit(
+/// The whole body, at most `max` bytes (413 past it), arriving within `within` (408 past it).
+async fn read_body(body: Body, max: usize, within: Duration) -> Result<Bytes, ApiError> {
+    let read = async {
+        let mut chunks = body.into_data_stream();
+        let mut buf = Vec::new();
+        while let Some(chunk) = chunks.next().await {
+            let chunk =
+                chunk.map_err(|e| ApiError::bad_request(format!("reading the body: {e}")))?;
+            if buf.len() + chunk.len() > max {
+                return Err(ApiError::too_large(max));
+            }
+            buf.extend_from_slice(&chunk);
+        }
+        Ok(Bytes::from(buf))
+    };
+    tokio::time::timeout(within, read)
+        .await
+        .unwrap_or_else(|_| Err(ApiError::body_timeout(within.as_secs_f64())))
+}
+
+/// Hands the admitted request to the engine.
+fn submit(
     st: &AppState,
     plan: &Plan,
     events: tokio::sync::mpsc::UnboundedSender<Event>,
     deadline: Instant,
+    ticket: Ticket,
 ) -> Result<(), ApiError> {
-    let limit = st.opts.max_queue as u64;
-    st.metrics
-        .waiting
-        .fetch_update(Relaxed, Relaxed, |w| (w < limit).then_some(w + 1))
-        .map_err(|_| ApiError::queue_full(st.opts.max_queue))?;
     let job = Job {
         plan: plan.clone(),
         events,
         deadline,
         timeout_s: st.opts.request_timeout.as_secs_f64(),
+        ticket,
     };
     let sent = st.jobs.lock().unwrap_or_else(|e| e.into_inner()).send(job);
     if sent.is_err() {
-        st.metrics.waiting.fetch_sub(1, Relaxed);
         return Err(ApiError::unavailable("the engine has stopped"));
     }
     Ok(())

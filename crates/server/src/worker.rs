@@ -11,6 +11,7 @@ use std::time::Instant;
 use engine::{Engine, Flow, StopReason};
 use tokio::sync::mpsc::UnboundedSender;
 
+use crate::admission::Ticket;
 use crate::api::Plan;
 use crate::metrics::{Metrics, OffloadFigures};
 use crate::ApiError;
@@ -21,6 +22,8 @@ pub(crate) struct Job {
     pub(crate) events: UnboundedSender<Event>,
     pub(crate) deadline: Instant,
     pub(crate) timeout_s: f64,
+    /// Its place in the queue (given back when the engine takes it) and its memory (when done).
+    pub(crate) ticket: Ticket,
 }
 
 /// What the engine reports to a request's handler.
@@ -79,8 +82,8 @@ fn record(metrics: &Metrics, t: &engine::Timings, completion_tokens: usize) {
 
 /// Runs jobs until every sender is gone (the server stopped).
 pub(crate) fn run(eng: &Engine<'_>, jobs: Receiver<Job>, metrics: &Metrics) {
-    for job in jobs {
-        metrics.waiting.fetch_sub(1, Relaxed);
+    for mut job in jobs {
+        job.ticket.leave_queue();
         metrics.busy.store(1, Relaxed);
         run_job(eng, job, metrics);
         metrics.busy.store(0, Relaxed);
@@ -102,6 +105,7 @@ fn run_job(eng: &Engine<'_>, job: Job, metrics: &Metrics) {
         events,
         deadline,
         timeout_s,
+        ticket: _ticket,
     } = job;
     if events.is_closed() {
         metrics.cancelled.fetch_add(1, Relaxed);
