@@ -1,6 +1,8 @@
 //! `POST /admin/memory-budget`: the live memory budget of a server over an offloaded model. Loopback
-//! peers only (403 otherwise). The body is `{"bytes": N}` or `{"budget": "300M"}` (a size as
-//! `--memory-budget` takes it), the budget of the whole process; the neuron cache gets what stays
+//! peers only (403 otherwise), with the API key when one is set (checked by `guard.rs`); not routed
+//! at all when [`ServeOptions::admin`](crate::ServeOptions::admin) is off. The body is `{"bytes": N}`
+//! or `{"budget": "300M"}` (a size as `--memory-budget` takes it, at most 1 PiB in every form), the
+//! budget of the whole process; the neuron cache gets what stays
 //! after the resident file, the KV cache and the predictors, and shrinks or grows while requests are
 //! served (the engine's [`CacheControl`] applies it between two layer steps). A bad body is a 400 with
 //! one line; a budget below the model's minimum is a 400 naming the minimum.

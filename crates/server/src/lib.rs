@@ -2,12 +2,13 @@
 //! `GET /v1/models`, `POST /v1/completions`, `POST /v1/chat/completions` (the model's chat template,
 //! as `sparrow run --chat` renders it), streaming with server-sent events (`stream: true`, OpenAI's
 //! chunks, then `data: [DONE]`), `GET /health` and `GET /metrics` (Prometheus text); for an offloaded
-//! model `POST /admin/memory-budget` (loopback clients only) shrinks or grows the neuron cache while
-//! serving.
+//! model `POST /admin/memory-budget` (loopback clients only, off with [`ServeOptions::admin`]) shrinks
+//! or grows the neuron cache while serving.
 //!
 //! [`serve`] runs one [`Engine`]: the calling thread computes the requests one at a time; an async
-//! runtime (axum on tokio) on other threads answers HTTP, checks and tokenizes requests, and queues
-//! them for the engine.
+//! runtime (axum on tokio, behind a hand-written accept loop) on other threads answers HTTP, admits
+//! requests, and queues them for the engine; one more thread parses and tokenizes them, one at a
+//! time.
 //!
 //! # Example
 //! ```no_run
@@ -21,11 +22,20 @@
 //!
 //! # Invariants
 //! - Binds loopback unless told otherwise ([`ServeOptions::host`]).
+//! - With [`ServeOptions::api_key`], every endpoint but `/health` needs the key (401). Without one, a
+//!   request whose `Host` or `Origin` names another server is refused (403), so web pages cannot use
+//!   it. JSON endpoints need `Content-Type: application/json` (415).
+//! - At most [`ServeOptions::max_connections`] connections; one that sends no complete request head
+//!   within [`ServeOptions::header_timeout`] of opening or of its previous answer is closed.
+//! - A request is admitted (a queue place and its share of [`ServeOptions::queue_memory`], else 429)
+//!   before its body is read; a declared body over the limit is 413 before `100 Continue`.
+//! - Message contents are tokenized as text: special tokens come from the chat template only.
 //! - A bad request (JSON, parameters, a prompt longer than the context), an unknown model, a full
 //!   queue, a timeout or an engine error fails that request only, with OpenAI's error JSON and a
 //!   status that fits (400, 404, 413, 429, 500, 503); the server keeps serving, and a panic inside a
 //!   generation is caught and answered as a 500.
-//! - At most [`ServeOptions::max_queue`] requests wait for the engine; more get 429.
+//! - At most [`ServeOptions::max_queue`] requests are admitted and not yet taken by the engine; more
+//!   get 429.
 //! - A client that disconnects stops its generation at the next token (the engine's `cancelled` stop),
 //!   and a queued request whose client has gone is skipped.
 //! - Nothing here touches model files: the engine was loaded by the caller.
