@@ -47,6 +47,7 @@ mod api;
 mod api_error;
 mod error;
 mod guard;
+mod job_queue;
 mod metrics;
 mod options;
 mod routes;
@@ -54,7 +55,7 @@ mod tokenizing;
 mod worker;
 
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use engine::Engine;
 
@@ -64,8 +65,9 @@ pub use error::ServerError;
 pub use metrics::Metrics;
 pub use options::ServeOptions;
 
-/// Serves `engine` over HTTP until the listener fails. `on_listen` gets the bound address (useful
-/// with port 0) once connections are accepted. The engine runs on the calling thread.
+/// Serves `engine` over HTTP for as long as the process runs; returns only an error at start (bad
+/// options, a port that cannot be bound). `on_listen` gets the bound address (useful with port 0)
+/// once connections are accepted. The engine runs on the calling thread.
 pub fn serve(
     engine: &Engine<'_>,
     opts: ServeOptions,
@@ -115,7 +117,7 @@ pub fn serve(
         addr: format!("{}:{}", opts.host, opts.port),
         source,
     })?;
-    let (jobs, queue) = std::sync::mpsc::channel();
+    let jobs = Arc::new(job_queue::JobQueue::default());
     let metrics = Arc::new(Metrics::default());
     let limits = accept::ConnLimits {
         max_connections: opts.max_connections,
@@ -130,7 +132,7 @@ pub fn serve(
         opts,
         tokenizer,
         context: engine.options().context,
-        jobs: Mutex::new(jobs),
+        jobs: jobs.clone(),
         metrics: metrics.clone(),
         started: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -141,15 +143,8 @@ pub fn serve(
             .map(|o| o.control()),
     });
     let app = routes::router(state);
-    let server = rt.spawn(accept::serve(listener, app, limits));
+    // Accept errors are waited out, so the loop and the engine's run last as long as the process.
+    let _accepting = rt.spawn(accept::serve(listener, app, limits));
     on_listen(addr);
-    // Returns when the server has stopped and dropped every job sender.
-    worker::run(engine, queue, &metrics);
-    match rt.block_on(server) {
-        Ok(()) => Ok(()),
-        Err(e) => Err(ServerError::Serve {
-            addr,
-            source: std::io::Error::other(e.to_string()),
-        }),
-    }
+    worker::run(engine, &jobs, &metrics)
 }

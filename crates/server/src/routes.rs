@@ -4,8 +4,7 @@
 use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::mpsc::Sender;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::body::{Body, Bytes};
@@ -23,6 +22,7 @@ use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 
 use crate::admission::{estimate, Admission, Ticket, BYTES_PER_REQUEST};
 use crate::api::{self, Kind, Limits, Plan};
+use crate::job_queue::{JobQueue, Queued};
 use crate::metrics::Metrics;
 use crate::tokenizing::Tokenizing;
 use crate::worker::{Event, Job};
@@ -34,7 +34,7 @@ pub(crate) struct AppState {
     pub(crate) tokenizer: Tokenizer,
     /// The engine's context in tokens (prompt and completion together).
     pub(crate) context: usize,
-    pub(crate) jobs: Mutex<Sender<Job>>,
+    pub(crate) jobs: Arc<JobQueue>,
     pub(crate) metrics: Arc<Metrics>,
     /// Server start, seconds since the epoch (the model's `created`).
     pub(crate) started: u64,
@@ -173,18 +173,27 @@ async fn generate(st: Shared, kind: Kind, req: Request) -> Response {
     };
     // The body and its parsed form are gone; the plan stays until the request is done.
     ticket.resize(plan.ids.len() as u64 * 4 + BYTES_PER_REQUEST);
-    let (tx, rx) = unbounded_channel();
+    let (tx, mut rx) = unbounded_channel();
     let deadline = arrived + st.opts.request_timeout;
-    if let Err(e) = submit(&st, &plan, tx, deadline, ticket) {
-        return e.into_response();
-    }
+    let queued = submit(&st, &plan, tx, deadline, ticket);
     let reply = Reply::new(&st, &plan);
+    // A little after the engine's own deadline, which normally answers first.
+    let until = tokio::time::Instant::from_std(deadline + Duration::from_secs(1));
     if plan.stream {
-        stream(reply, rx).into_response()
+        // The head goes out with the first event: until then this handler is pending, and a client
+        // that hangs up drops it (and `queued`), which takes the job out of the queue.
+        let first = match tokio::time::timeout_at(until, rx.recv()).await {
+            Ok(first) => first,
+            Err(_) => {
+                return ApiError::timeout(st.opts.request_timeout.as_secs_f64()).into_response()
+            }
+        };
+        drop(queued);
+        stream(reply, first, rx).into_response()
     } else {
-        // A little after the engine's own deadline, which normally answers first.
-        let until = tokio::time::Instant::from_std(deadline + Duration::from_secs(1));
-        match tokio::time::timeout_at(until, collect(&plan, rx)).await {
+        let answer = tokio::time::timeout_at(until, collect(&plan, rx)).await;
+        drop(queued);
+        match answer {
             Ok(Ok(done)) => Json(reply.whole(done)).into_response(),
             Ok(Err(e)) => e.into_response(),
             Err(_) => ApiError::timeout(st.opts.request_timeout.as_secs_f64()).into_response(),
@@ -212,26 +221,22 @@ async fn read_body(body: Body, max: usize, within: Duration) -> Result<Bytes, Ap
         .unwrap_or_else(|_| Err(ApiError::body_timeout(within.as_secs_f64())))
 }
 
-/// Hands the admitted request to the engine.
+/// Hands the admitted request to the engine; dropping the guard (the client went away) takes it
+/// out of the queue if it is still there.
 fn submit(
     st: &AppState,
     plan: &Plan,
     events: tokio::sync::mpsc::UnboundedSender<Event>,
     deadline: Instant,
     ticket: Ticket,
-) -> Result<(), ApiError> {
-    let job = Job {
+) -> Queued {
+    st.jobs.push(Job {
         plan: plan.clone(),
         events,
         deadline,
         timeout_s: st.opts.request_timeout.as_secs_f64(),
         ticket,
-    };
-    let sent = st.jobs.lock().unwrap_or_else(|e| e.into_inner()).send(job);
-    if sent.is_err() {
-        return Err(ApiError::unavailable("the engine has stopped"));
-    }
-    Ok(())
+    })
 }
 
 /// Each choice's text, finish reason, and the completion tokens of all.
@@ -389,7 +394,7 @@ fn data(v: &Value) -> SseEvent {
 /// the usage chunk when asked for (`stream_options.include_usage`), then `data: [DONE]`. A failure
 /// after the headers went out is an `{"error": ...}` event before `[DONE]`. Dropping the stream (the
 /// client went away) closes the channel, which stops the generation.
-fn stream(reply: Reply, rx: UnboundedReceiver<Event>) -> impl IntoResponse {
+fn stream(reply: Reply, first: Option<Event>, rx: UnboundedReceiver<Event>) -> impl IntoResponse {
     let mut pending = VecDeque::new();
     if reply.kind == Kind::Chat {
         for i in 0..reply.n {
@@ -398,7 +403,7 @@ fn stream(reply: Reply, rx: UnboundedReceiver<Event>) -> impl IntoResponse {
             pending.push_back(data(&c));
         }
     }
-    let state = Streaming {
+    let mut state = Streaming {
         reply,
         rx,
         pending,
@@ -406,6 +411,7 @@ fn stream(reply: Reply, rx: UnboundedReceiver<Event>) -> impl IntoResponse {
         completion_tokens: 0,
         over: false,
     };
+    state.take(first);
     let events = futures_util::stream::unfold(state, |mut s| async move {
         loop {
             if let Some(e) = s.pending.pop_front() {
@@ -424,6 +430,11 @@ impl Streaming {
     /// Waits for the engine's next event and queues what it becomes.
     async fn next(&mut self) {
         let ev = self.rx.recv().await;
+        self.take(ev);
+    }
+
+    /// Queues what `ev` becomes (`None`: the engine dropped the request).
+    fn take(&mut self, ev: Option<Event>) {
         match ev {
             Some(Event::Text { index, text }) => {
                 let c = self.reply.chunk(index, Some(&text), None);

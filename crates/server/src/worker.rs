@@ -5,7 +5,6 @@
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::mpsc::Receiver;
 use std::time::Instant;
 
 use engine::{Engine, Flow, StopReason};
@@ -13,6 +12,7 @@ use tokio::sync::mpsc::UnboundedSender;
 
 use crate::admission::Ticket;
 use crate::api::Plan;
+use crate::job_queue::JobQueue;
 use crate::metrics::{Metrics, OffloadFigures};
 use crate::ApiError;
 
@@ -24,6 +24,27 @@ pub(crate) struct Job {
     pub(crate) timeout_s: f64,
     /// Its place in the queue (given back when the engine takes it) and its memory (when done).
     pub(crate) ticket: Ticket,
+}
+
+#[cfg(test)]
+impl Job {
+    /// A job with an empty plan, for the queue's tests.
+    pub(crate) fn for_test(ticket: Ticket, events: UnboundedSender<Event>) -> Job {
+        Job {
+            plan: Plan {
+                kind: crate::api::Kind::Completion,
+                ids: vec![1],
+                req: engine::GenerateRequest::default(),
+                n: 1,
+                stream: false,
+                include_usage: false,
+            },
+            events,
+            deadline: Instant::now(),
+            timeout_s: 1.0,
+            ticket,
+        }
+    }
 }
 
 /// What the engine reports to a request's handler.
@@ -80,9 +101,10 @@ fn record(metrics: &Metrics, t: &engine::Timings, completion_tokens: usize) {
         .fetch_add(completion_tokens as u64, Relaxed);
 }
 
-/// Runs jobs until every sender is gone (the server stopped).
-pub(crate) fn run(eng: &Engine<'_>, jobs: Receiver<Job>, metrics: &Metrics) {
-    for mut job in jobs {
+/// Runs jobs as they come, for as long as the server runs.
+pub(crate) fn run(eng: &Engine<'_>, jobs: &JobQueue, metrics: &Metrics) -> ! {
+    loop {
+        let mut job = jobs.pop();
         job.ticket.leave_queue();
         metrics.busy.store(1, Relaxed);
         run_job(eng, job, metrics);
