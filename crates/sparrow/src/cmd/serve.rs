@@ -59,7 +59,7 @@ pub struct ServeArgs {
     pub queue_memory: u64,
 }
 
-/// Loads the model and serves it until the listener fails.
+/// Loads the model and serves it until the process is stopped.
 pub fn run(mut a: ServeArgs) -> Result<()> {
     let t0 = Instant::now();
     let file = open_model(&a.model, false)?;
