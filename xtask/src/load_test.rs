@@ -2,7 +2,9 @@
 //! binary, starts the server on a free loopback port, runs `--clients` concurrent clients sending
 //! completion requests for `--secs` seconds, stops the server, and reports requests, errors, p50/p99
 //! latency, generated tokens per second and the server's RSS before and after. Fails when any request
-//! failed. Figures are only meaningful on a quiet machine.
+//! failed. Figures are only meaningful on a quiet machine. `--abuse` runs the hostile soak instead
+//! (`abuse.rs`; `--secs` defaults to 600 there); `--profile P` builds and runs that cargo profile's
+//! binary (default `release`); `--memory-budget SIZE` is passed to the server.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -18,6 +20,9 @@ struct Opts {
     model: Option<String>,
     threads: usize,
     record: Option<std::path::PathBuf>,
+    abuse: bool,
+    profile: String,
+    memory_budget: Option<String>,
 }
 
 fn parse(args: &[String]) -> Result<Opts> {
@@ -28,23 +33,36 @@ fn parse(args: &[String]) -> Result<Opts> {
         model: None,
         threads: 0,
         record: None,
+        abuse: false,
+        profile: "release".into(),
+        memory_budget: None,
     };
+    let mut secs_given = false;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         let mut value = || it.next().with_context(|| format!("{a} needs a value"));
         match a.as_str() {
             "--clients" => o.clients = value()?.parse().context("--clients: a count")?,
-            "--secs" => o.secs = value()?.parse().context("--secs: seconds")?,
+            "--secs" => {
+                o.secs = value()?.parse().context("--secs: seconds")?;
+                secs_given = true;
+            }
+            "--abuse" => o.abuse = true,
+            "--profile" => o.profile = value()?.clone(),
+            "--memory-budget" => o.memory_budget = Some(value()?.clone()),
             "--max-tokens" => o.max_tokens = value()?.parse().context("--max-tokens: a count")?,
             "--model" | "-m" => o.model = Some(value()?.clone()),
             "--threads" => o.threads = value()?.parse().context("--threads: a count")?,
             "--record" => o.record = Some(value()?.into()),
             "-h" | "--help" => {
-                eprintln!("usage: cargo xtask load-test [--clients 8] [--secs 60] [--max-tokens 32] [--model M] [--threads T] [--record DIR]");
+                eprintln!("usage: cargo xtask load-test [--clients 8] [--secs 60] [--max-tokens 32] [--model M] [--threads T] [--record DIR] [--abuse] [--profile release] [--memory-budget SIZE]");
                 std::process::exit(0);
             }
             _ => bail!("load-test: unknown option `{a}` (try --help)"),
         }
+    }
+    if o.abuse && !secs_given {
+        o.secs = 600.0;
     }
     if !(1..=256).contains(&o.clients) {
         bail!("--clients must be between 1 and 256");
@@ -56,6 +74,24 @@ fn parse(args: &[String]) -> Result<Opts> {
         bail!("--max-tokens must be at least 1");
     }
     Ok(o)
+}
+
+/// A size as `--memory-budget` takes it (`160M`, `1.5G`, bytes).
+fn parse_size(s: &str) -> Result<u64> {
+    let t = s.trim();
+    let (num, mul) = match t.chars().last().map(|c| c.to_ascii_uppercase()) {
+        Some('K') => (&t[..t.len() - 1], 1u64 << 10),
+        Some('M') => (&t[..t.len() - 1], 1 << 20),
+        Some('G') => (&t[..t.len() - 1], 1 << 30),
+        _ => (t, 1),
+    };
+    let v: f64 = num
+        .parse()
+        .with_context(|| format!("--memory-budget: `{s}` is not a size"))?;
+    if !(v.is_finite() && v >= 0.0) {
+        bail!("--memory-budget: `{s}` is not a size");
+    }
+    Ok((v * mul as f64) as u64)
 }
 
 /// Resident set size of `pid` in bytes (Linux `/proc`).
@@ -114,19 +150,33 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 pub fn run(root: &std::path::Path, args: &[String]) -> Result<()> {
     let o = parse(args)?;
     let st = Command::new(env!("CARGO"))
-        .args(["build", "--release", "-p", "sparrow"])
+        .args(["build", "--profile", &o.profile, "-p", "sparrow"])
         .current_dir(root)
         .status()?;
     if !st.success() {
         bail!("building sparrow failed");
     }
-    let bin = root.join("target/release/sparrow");
+    let dir = if o.profile == "dev" {
+        "debug"
+    } else {
+        &o.profile
+    };
+    let bin = root.join("target").join(dir).join("sparrow");
     let mut cmd = Command::new(&bin);
     cmd.args(["serve", "--host", "127.0.0.1", "--port", "0"])
-        .args(["--queue", &o.clients.to_string()])
+        .args(["--queue", &if o.abuse { 16 } else { o.clients }.to_string()])
         .args(["--threads", &o.threads.to_string()]);
     if let Some(m) = &o.model {
         cmd.args(["--model", m]);
+    }
+    if let Some(b) = &o.memory_budget {
+        cmd.args(["--memory-budget", b]);
+    }
+    if o.abuse {
+        cmd.args([
+            "--max-connections",
+            &crate::abuse::MAX_CONNECTIONS.to_string(),
+        ]);
     }
     let mut child = cmd
         .stdout(Stdio::null())
@@ -161,6 +211,22 @@ pub fn run(root: &std::path::Path, args: &[String]) -> Result<()> {
         bail!("the warm-up request failed with status {s}");
     }
     let rss_before = rss(pid)?;
+    if o.abuse {
+        let budget = match &o.memory_budget {
+            Some(b) => Some(parse_size(b)?),
+            None => None,
+        };
+        return crate::abuse::soak(
+            &bin,
+            addr,
+            pid,
+            o.model.as_deref(),
+            o.threads,
+            o.secs,
+            budget,
+            rss_before,
+        );
+    }
     eprintln!(
         "xtask: load test: {} clients, {} s, {} tokens per request, on http://{addr}",
         o.clients, o.secs, o.max_tokens

@@ -41,7 +41,11 @@
 //!   are left in `fuzz/artifacts/<target>/`.
 //! - `load-test [--clients 8] [--secs 60] [--max-tokens 32] [--model M] [--threads T] [--record DIR]`: a bounded load test
 //!   of `sparrow serve` on loopback (see `load_test.rs`): p50/p99 latency, tokens/s, errors (any fails the
-//!   task), server RSS before and after. Measure on a quiet machine.
+//!   task), server RSS before and after. Measure on a quiet machine. `--abuse [--secs 600] [--profile P]
+//!   [--memory-budget SIZE]`: hostile clients (silent, slow-loris, oversized, never-ending, malformed,
+//!   cancelled) mixed with normal greedy ones for 10 minutes; fails if a normal request fails or its text
+//!   differs from `sparrow run`'s, or if the server's peak RSS passes the budget (else its RSS after
+//!   warm-up) + 64 MiB + 2 MiB per connection (`abuse.rs`).
 //! - `capped-bench --model GGUF [--bundle RESIDENT.gguf] [--cap 50%|SIZE] [--budget SIZE] [--rounds 3] [-n 16]
 //!   [-p 0] [--record DIR --record-id ID] [-- SPARROW BENCH ARGS]`: llama.cpp's `llama-bench` (default, and repack off where it can) and
 //!   `sparrow bench` under the same cgroup memory limit, page cache dropped before each run, interleaved
@@ -66,6 +70,7 @@ use std::process::Command;
 
 use anyhow::{bail, Context, Result};
 
+mod abuse;
 mod android;
 mod bench_formats;
 mod bench_report;
@@ -404,7 +409,7 @@ fn main() -> Result<()> {
         "bench-report" => bench_report::run(&root(), &std::env::args().skip(2).collect::<Vec<_>>()),
         "cli-docs" => cli_docs::run(&root(), &std::env::args().skip(2).collect::<Vec<_>>()),
         _ => {
-            eprintln!("usage: cargo xtask <ci [--quick [--base REV]] | setup | tidy | test-aarch64 | check-android | android | deploy [--serial S] --model M [--emulate] | fixtures [--no-gguf] | synth-model [--help] | fuzz [--time S] [--cases N] | load-test [--clients N] [--secs S] | capped-bench --model GGUF [--bundle B] [--cap 50%] | bench-formats [--rounds R] | bench-report [--check] | cli-docs [--check] | z3>");
+            eprintln!("usage: cargo xtask <ci [--quick [--base REV]] | setup | tidy | test-aarch64 | check-android | android | deploy [--serial S] --model M [--emulate] | fixtures [--no-gguf] | synth-model [--help] | fuzz [--time S] [--cases N] | load-test [--clients N] [--secs S] [--abuse] | capped-bench --model GGUF [--bundle B] [--cap 50%] | bench-formats [--rounds R] | bench-report [--check] | cli-docs [--check] | z3>");
             bail!("unknown task `{task}`")
         }
     }

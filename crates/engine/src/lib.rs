@@ -98,7 +98,7 @@ pub use generate::{load_tokenizer, Engine, EngineOptions};
 pub use hybrid::{bucket, HotSplit, HybridFfn, BUCKETS};
 pub use kernels_neon::{set_chunk_rows, KvFormat, Precision, WeightFormat};
 pub use model::{Model, ModelFile};
-pub use model_tokenizer::{ChatMessage, ChatTemplate, Tokenizer};
+pub use model_tokenizer::{ChatMessage, ChatTemplate, Tokenizer, TokenizerError};
 pub use offload::{
     CacheControl, CacheReport, ConvertOptions, ConvertReport, OffloadOptions, OffloadStats,
 };

@@ -57,7 +57,9 @@
 //! * No panics on any input: bad vocabularies, merges, ids, templates and text give a
 //!   [`TokenizerError`] (or U+FFFD for undecodable bytes), never a panic.
 //! * Special (control) and user-defined tokens written in the input text are matched as
-//!   whole tokens and never split by BPE.
+//!   whole tokens and never split by BPE by [`Tokenizer::encode`]; [`Tokenizer::encode_text`]
+//!   reads special-token strings as plain text, and [`Tokenizer::encode_chat`] takes special
+//!   tokens from the chat template only, never from a message's content.
 //! * [`StreamDecoder::push`] only ever returns complete UTF-8 characters; bytes of a
 //!   character split over several tokens are held back until it is complete, and the
 //!   concatenated stream equals [`Tokenizer::decode`] of all ids.
@@ -65,6 +67,7 @@
 
 mod bytes;
 mod chat;
+mod chat_encode;
 mod error;
 mod pieces;
 mod sandbox;

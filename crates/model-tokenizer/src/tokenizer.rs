@@ -62,6 +62,8 @@ pub struct VocabSpec {
 #[derive(Clone)]
 pub struct Tokenizer {
     inner: tokenizers::Tokenizer,
+    /// `inner` with special-token matching off (for user text), made on first use.
+    pub(crate) text_inner: std::sync::Arc<std::sync::OnceLock<tokenizers::Tokenizer>>,
     /// Raw vocabulary string of every id (`None` for holes in a tokenizer.json vocab).
     pieces: Pieces,
     special: Vec<bool>,
@@ -324,6 +326,7 @@ impl Tokenizer {
 
         Ok(Tokenizer {
             inner,
+            text_inner: Default::default(),
             pieces: Pieces::new(spec.tokens.iter().map(|t| Some(t.as_str()))),
             special,
             byte_level: true,
@@ -440,6 +443,7 @@ impl Tokenizer {
 
         Ok(Tokenizer {
             inner,
+            text_inner: Default::default(),
             pieces,
             special,
             byte_level,
@@ -454,12 +458,13 @@ impl Tokenizer {
     }
 
     /// Encodes text to ids. Special tokens written in the text (e.g. `<|im_start|>`) are
-    /// recognised as single tokens. BOS is prepended only if `add_bos` is set and the model
+    /// recognised as single tokens (see [`Tokenizer::encode_text`] and
+    /// [`Tokenizer::encode_chat`] for text a user wrote). BOS is prepended only if `add_bos` is set and the model
     /// has a BOS token; no other post-processing is applied.
     pub fn encode(&self, text: &str, add_bos: bool) -> Result<Vec<u32>, TokenizerError> {
         let enc = self
             .inner
-            .encode(text, false)
+            .encode_fast(text, false)
             .map_err(|e| TokenizerError::backend("encoding text", e))?;
         let ids = enc.get_ids();
         let mut out = Vec::with_capacity(ids.len() + 1);

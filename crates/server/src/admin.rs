@@ -1,6 +1,8 @@
 //! `POST /admin/memory-budget`: the live memory budget of a server over an offloaded model. Loopback
-//! peers only (403 otherwise). The body is `{"bytes": N}` or `{"budget": "300M"}` (a size as
-//! `--memory-budget` takes it), the budget of the whole process; the neuron cache gets what stays
+//! peers only (403 otherwise), with the API key when one is set (checked by `guard.rs`); not routed
+//! at all when [`ServeOptions::admin`](crate::ServeOptions::admin) is off. The body is `{"bytes": N}`
+//! or `{"budget": "300M"}` (a size as `--memory-budget` takes it, at most 1 PiB in every form), the
+//! budget of the whole process; the neuron cache gets what stays
 //! after the resident file, the KV cache and the predictors, and shrinks or grows while requests are
 //! served (the engine's [`CacheControl`] applies it between two layer steps). A bad body is a 400 with
 //! one line; a budget below the model's minimum is a 400 naming the minimum.
@@ -40,7 +42,7 @@ pub(crate) fn parse_budget(body: &[u8]) -> Result<u64, String> {
             r#"unknown field `{k}`: give {{"bytes": N}} or {{"budget": "300M"}}"#
         ));
     }
-    match (o.get("bytes"), o.get("budget")) {
+    let bytes = match (o.get("bytes"), o.get("budget")) {
         (Some(b), None) => b
             .as_u64()
             .ok_or_else(|| format!("`bytes` must be a whole number of bytes, not {b}")),
@@ -53,8 +55,16 @@ pub(crate) fn parse_budget(body: &[u8]) -> Result<u64, String> {
         (None, Some(b)) => Err(format!("`budget` must be a size such as \"300M\", not {b}")),
         (Some(_), Some(_)) => Err("give `bytes` or `budget`, not both".into()),
         (None, None) => Err(r#"give {"bytes": N} or {"budget": "300M"}"#.into()),
+    }?;
+    // The cap `--memory-budget` and a `"budget"` string have, whatever the form.
+    if bytes > MAX_BUDGET {
+        return Err(format!("{bytes} bytes is more than 1 PiB"));
     }
+    Ok(bytes)
 }
+
+/// The largest budget: 1 PiB, as [`engine::parse_size`] allows.
+const MAX_BUDGET: u64 = 1 << 50;
 
 /// The JSON answer: the budgets and what the cache holds.
 pub(crate) fn report_json(r: &CacheReport) -> Value {
@@ -134,6 +144,7 @@ mod tests {
         assert_eq!(parse_budget(br#"{"budget": "300M"}"#), Ok(300 << 20));
         assert_eq!(parse_budget(br#"{"budget": "1.5G"}"#), Ok(3 << 29));
         assert_eq!(parse_budget(br#"{"budget": 4096}"#), Ok(4096));
+        assert_eq!(parse_budget(br#"{"bytes": 1125899906842624}"#), Ok(1 << 50));
         for (bad, says) in [
             (&br#"{"bytes": -1}"#[..], "whole number"),
             (br#"{"bytes": 1.5}"#, "whole number"),
@@ -144,6 +155,9 @@ mod tests {
             (br#"{}"#, "give"),
             (br#"[1]"#, "must be an object"),
             (b"300M", "not JSON"),
+            (br#"{"bytes": 1125899906842625}"#, "more than 1 PiB"),
+            (br#"{"bytes": 18446744073709551615}"#, "more than 1 PiB"),
+            (br#"{"budget": 1125899906842625}"#, "more than 1 PiB"),
         ] {
             let e = parse_budget(bad).unwrap_err();
             assert!(e.contains(says), "{}: {e}", String::from_utf8_lossy(bad));

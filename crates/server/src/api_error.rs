@@ -76,6 +76,21 @@ impl ApiError {
         }
     }
 
+    /// 429: the requests already admitted hold the queue's memory.
+    pub fn queue_memory_full(asked: u64, limit: u64) -> Self {
+        ApiError {
+            code: Some("queue_full"),
+            ..Self::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                format!(
+                    "the server is busy: this request needs {} KiB of the queue's {} KiB (--queue-memory) and the requests already admitted hold the rest; retry later",
+                    asked.div_ceil(1024),
+                    limit / 1024
+                ),
+            )
+        }
+    }
+
     /// 503: the request ran out of time.
     pub fn timeout(secs: f64) -> Self {
         ApiError {
@@ -97,6 +112,33 @@ impl ApiError {
         Self::new(StatusCode::FORBIDDEN, message)
     }
 
+    /// 401: no API key, or a wrong one (OpenAI's shape and code).
+    pub fn unauthorized() -> Self {
+        ApiError {
+            code: Some("invalid_api_key"),
+            ..Self::new(
+                StatusCode::UNAUTHORIZED,
+                "invalid or missing API key: send `Authorization: Bearer KEY`",
+            )
+        }
+    }
+
+    /// 415: a JSON endpoint called with another content type.
+    pub fn not_json(got: &str) -> Self {
+        Self::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            format!("this endpoint takes `Content-Type: application/json`, not `{got}`"),
+        )
+    }
+
+    /// 408: the body did not arrive in time.
+    pub fn body_timeout(secs: f64) -> Self {
+        Self::new(
+            StatusCode::REQUEST_TIMEOUT,
+            format!("the request body did not arrive within {secs:.0} s"),
+        )
+    }
+
     /// 500: the engine failed on this request.
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, message)
@@ -105,6 +147,7 @@ impl ApiError {
     /// OpenAI's error `type` for the status.
     fn kind(&self) -> &'static str {
         match self.status.as_u16() {
+            401 => "authentication_error",
             429 => "rate_limit_error",
             400..=499 => "invalid_request_error",
             _ => "server_error",

@@ -1,9 +1,7 @@
-//! The server's error type: what stops the server as a whole (a request's failure is an
+//! The server's error type: what keeps the server from starting (a request's failure is an
 //! [`ApiError`](crate::ApiError) answered to that client only).
 
-use std::net::SocketAddr;
-
-/// Why [`serve`](crate::serve) could not start or stopped.
+/// Why [`serve`](crate::serve) could not start (once serving, it only fails requests).
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
     /// The listening socket could not be opened.
@@ -17,14 +15,6 @@ pub enum ServerError {
     /// The async runtime could not start.
     #[error("cannot start the server's runtime: {0}")]
     Runtime(std::io::Error),
-    /// Accepting connections failed.
-    #[error("serving on {addr}: {source}")]
-    Serve {
-        /// The address served.
-        addr: SocketAddr,
-        /// The cause.
-        source: std::io::Error,
-    },
     /// The options cannot work (e.g. a zero body limit).
     #[error("{0}")]
     Options(String),

@@ -13,7 +13,7 @@ pub struct Metrics {
     requests: Mutex<BTreeMap<String, u64>>,
     /// Responses with a 4xx/5xx status, by status.
     errors: Mutex<BTreeMap<u16, u64>>,
-    /// Gauge: requests admitted and waiting for the engine.
+    /// Gauge: requests admitted and not yet taken by the engine (being read, tokenized or queued).
     pub(crate) waiting: AtomicU64,
     /// Gauge: 1 while the engine computes a request.
     pub(crate) busy: AtomicU64,
@@ -104,7 +104,7 @@ impl Metrics {
         metric(
             "sparrow_queue_length",
             "gauge",
-            "Requests waiting for the engine.",
+            "Requests admitted and not yet taken by the engine (being read, tokenized or queued).",
             one(g(&self.waiting) as f64),
         );
         metric(

@@ -20,6 +20,21 @@ pub struct ServeOptions {
     pub request_timeout: Duration,
     /// Largest `n` (choices per request, decoded as one batch).
     pub max_n: usize,
+    /// The key clients must give (`Authorization: Bearer KEY` or `X-Api-Key: KEY`) on every
+    /// endpoint but `/health`; 401 otherwise. Without one, requests must name this server in `Host`
+    /// (and `Origin`, when they carry one): see the crate's invariants.
+    pub api_key: Option<String>,
+    /// Whether `POST /admin/memory-budget` exists (404 when off).
+    pub admin: bool,
+    /// Open connections at most; a connection past it is answered 503 and closed at once.
+    pub max_connections: usize,
+    /// Time a connection may take to send a request's head, counted from its opening or from its
+    /// previous response (so it is also the keep-alive idle timeout); past it, it is closed. A
+    /// request's body must arrive within the same time after its head (else 408).
+    pub header_timeout: Duration,
+    /// Bytes that admitted requests (read, tokenized or queued, not yet finished) may hold
+    /// together, as estimated from their bodies' lengths; a request that does not fit gets 429.
+    pub queue_memory: u64,
 }
 
 impl Default for ServeOptions {
@@ -32,6 +47,11 @@ impl Default for ServeOptions {
             max_body_bytes: 1 << 20,
             request_timeout: Duration::from_secs(600),
             max_n: 8,
+            api_key: None,
+            admin: true,
+            max_connections: 64,
+            header_timeout: Duration::from_secs(10),
+            queue_memory: 32 << 20,
         }
     }
 }

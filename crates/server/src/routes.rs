@@ -4,25 +4,27 @@
 use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::mpsc::Sender;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
+use axum::body::{Body, Bytes};
 use axum::extract::{DefaultBodyLimit, Request, State};
-use axum::http::{header, StatusCode, Uri};
+use axum::http::{header, Uri};
 use axum::middleware::{self, Next};
 use axum::response::sse::{Event as SseEvent, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use engine::{CacheControl, Tokenizer};
+use futures_util::StreamExt;
 use serde_json::{json, Value};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 
+use crate::admission::{estimate, Admission, Ticket, BYTES_PER_REQUEST};
 use crate::api::{self, Kind, Limits, Plan};
+use crate::job_queue::{JobQueue, Queued};
 use crate::metrics::Metrics;
+use crate::tokenizing::Tokenizing;
 use crate::worker::{Event, Job};
 use crate::{ApiError, ServeOptions};
 
@@ -32,27 +34,42 @@ pub(crate) struct AppState {
     pub(crate) tokenizer: Tokenizer,
     /// The engine's context in tokens (prompt and completion together).
     pub(crate) context: usize,
-    pub(crate) jobs: Mutex<Sender<Job>>,
+    pub(crate) jobs: Arc<JobQueue>,
     pub(crate) metrics: Arc<Metrics>,
     /// Server start, seconds since the epoch (the model's `created`).
     pub(crate) started: u64,
     /// The neuron cache's live budget, when the model is offloaded.
     pub(crate) cache: Option<CacheControl>,
+    /// The address the server listens on (for the `Host` check).
+    pub(crate) bound: std::net::SocketAddr,
+    /// The queue's bounds (places and memory), taken before a body is read.
+    pub(crate) admission: Arc<Admission>,
+    /// The thread that parses and tokenizes requests.
+    pub(crate) tokenizing: Tokenizing,
+    /// The longest token's text in bytes (a prompt longer than `context` of them cannot fit).
+    pub(crate) max_piece: usize,
 }
 
 type Shared = Arc<AppState>;
 
-/// The router with every endpoint, the body limit and the request counters.
+/// The router with every endpoint (the admin one unless `--no-admin`), the body limit, the
+/// callers' checks ([`crate::guard`]) and the request counters.
 pub(crate) fn router(state: Shared) -> Router {
-    Router::new()
+    let mut r = Router::new()
         .route("/health", get(health))
         .route("/metrics", get(metrics))
         .route("/v1/models", get(models))
         .route("/v1/completions", post(completions))
-        .route("/v1/chat/completions", post(chat))
-        .route("/admin/memory-budget", post(crate::admin::memory_budget))
-        .fallback(no_route)
+        .route("/v1/chat/completions", post(chat));
+    if state.opts.admin {
+        r = r.route("/admin/memory-budget", post(crate::admin::memory_budget));
+    }
+    r.fallback(no_route)
         .layer(DefaultBodyLimit::max(state.opts.max_body_bytes))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            crate::guard::guard,
+        ))
         .layer(middleware::from_fn_with_state(state.clone(), count))
         .with_state(state)
 }
@@ -103,53 +120,80 @@ async fn models(State(st): State<Shared>) -> Json<Value> {
     }))
 }
 
-async fn completions(State(st): State<Shared>, body: Result<Bytes, BytesRejection>) -> Response {
-    generate(st, Kind::Completion, body).await
+async fn completions(State(st): State<Shared>, req: Request) -> Response {
+    generate(st, Kind::Completion, req).await
 }
 
-async fn chat(State(st): State<Shared>, body: Result<Bytes, BytesRejection>) -> Response {
-    generate(st, Kind::Chat, body).await
+async fn chat(State(st): State<Shared>, req: Request) -> Response {
+    generate(st, Kind::Chat, req).await
 }
 
-/// Checks the request, waits for its turn and answers in one body or as a stream.
-async fn generate(st: Shared, kind: Kind, body: Result<Bytes, BytesRejection>) -> Response {
+/// Admits the request, reads and checks it, waits for its turn and answers in one body or as a
+/// stream.
+async fn generate(st: Shared, kind: Kind, req: Request) -> Response {
     let arrived = Instant::now();
-    let body = match body {
-        Ok(b) => b,
-        Err(r) if r.status() == StatusCode::PAYLOAD_TOO_LARGE => {
-            return ApiError::too_large(st.opts.max_body_bytes).into_response()
-        }
-        Err(r) => return ApiError::bad_request(r.body_text()).into_response(),
-    };
-    // Tokenizing and rendering a chat template are bounded but not instant: off the async threads.
-    let st2 = st.clone();
-    let planned = tokio::task::spawn_blocking(move || {
-        let lim = Limits {
-            tokenizer: &st2.tokenizer,
-            model_id: &st2.opts.model_id,
-            context: st2.context,
-            max_n: st2.opts.max_n,
-        };
-        api::plan(kind, &body, &lim)
-    })
-    .await;
-    let plan = match planned {
-        Ok(Ok(p)) => p,
-        Ok(Err(e)) => return e.into_response(),
-        Err(_) => return ApiError::internal("checking the request failed").into_response(),
-    };
-    let (tx, rx) = unbounded_channel();
-    let deadline = arrived + st.opts.request_timeout;
-    if let Err(e) = admit(&st, &plan, tx, deadline) {
-        return e.into_response();
+    let max_body = st.opts.max_body_bytes;
+    // From the declared length, before anything reads the body (so before `100 Continue`).
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > max_body as u64) {
+        return ApiError::too_large(max_body).into_response();
     }
+    let mut ticket = match st
+        .admission
+        .admit(estimate(declared.unwrap_or(max_body as u64)))
+    {
+        Ok(t) => t,
+        Err(e) => return e.into_response(),
+    };
+    let body = match read_body(req.into_body(), max_body, st.opts.header_timeout).await {
+        Ok(b) => b,
+        Err(e) => return e.into_response(),
+    };
+    let st2 = st.clone();
+    let planned = st
+        .tokenizing
+        .run(move || {
+            let lim = Limits {
+                tokenizer: &st2.tokenizer,
+                model_id: &st2.opts.model_id,
+                context: st2.context,
+                max_n: st2.opts.max_n,
+                max_piece: st2.max_piece,
+            };
+            api::plan(kind, &body, &lim)
+        })
+        .await;
+    let plan = match planned {
+        Some(Ok(p)) => p,
+        Some(Err(e)) => return e.into_response(),
+        None => return ApiError::internal("checking the request failed").into_response(),
+    };
+    // The body and its parsed form are gone; the plan stays until the request is done.
+    ticket.resize(plan.ids.len() as u64 * 4 + BYTES_PER_REQUEST);
+    let (tx, mut rx) = unbounded_channel();
+    let deadline = arrived + st.opts.request_timeout;
+    let queued = submit(&st, &plan, tx, deadline, ticket);
     let reply = Reply::new(&st, &plan);
+    // A little after the engine's own deadline, which normally answers first.
+    let until = tokio::time::Instant::from_std(deadline + Duration::from_secs(1));
     if plan.stream {
-        stream(reply, rx).into_response()
+        // The head goes out with the first event: until then this handler is pending, and a client
+        // that hangs up drops it (and `queued`), which takes the job out of the queue.
+        let first = match tokio::time::timeout_at(until, rx.recv()).await {
+            Ok(first) => first,
+            Err(_) => {
+                return ApiError::timeout(st.opts.request_timeout.as_secs_f64()).into_response()
+            }
+        };
+        drop(queued);
+        stream(reply, first, rx).into_response()
     } else {
-        // A little after the engine's own deadline, which normally answers first.
-        let until = tokio::time::Instant::from_std(deadline + Duration::from_secs(1));
-        match tokio::time::timeout_at(until, collect(&plan, rx)).await {
+        let answer = tokio::time::timeout_at(until, collect(&plan, rx)).await;
+        drop(queued);
+        match answer {
             Ok(Ok(done)) => Json(reply.whole(done)).into_response(),
             Ok(Err(e)) => e.into_response(),
             Err(_) => ApiError::timeout(st.opts.request_timeout.as_secs_f64()).into_response(),
@@ -157,30 +201,42 @@ async fn generate(st: Shared, kind: Kind, body: Result<Bytes, BytesRejection>) -
     }
 }
 
-/// Queues the job, or 429 when `max_queue` requests already wait.
-fn admit(
+/// The whole body, at most `max` bytes (413 past it), arriving within `within` (408 past it).
+async fn read_body(body: Body, max: usize, within: Duration) -> Result<Bytes, ApiError> {
+    let read = async {
+        let mut chunks = body.into_data_stream();
+        let mut buf = Vec::new();
+        while let Some(chunk) = chunks.next().await {
+            let chunk =
+                chunk.map_err(|e| ApiError::bad_request(format!("reading the body: {e}")))?;
+            if buf.len() + chunk.len() > max {
+                return Err(ApiError::too_large(max));
+            }
+            buf.extend_from_slice(&chunk);
+        }
+        Ok(Bytes::from(buf))
+    };
+    tokio::time::timeout(within, read)
+        .await
+        .unwrap_or_else(|_| Err(ApiError::body_timeout(within.as_secs_f64())))
+}
+
+/// Hands the admitted request to the engine; dropping the guard (the client went away) takes it
+/// out of the queue if it is still there.
+fn submit(
     st: &AppState,
     plan: &Plan,
     events: tokio::sync::mpsc::UnboundedSender<Event>,
     deadline: Instant,
-) -> Result<(), ApiError> {
-    let limit = st.opts.max_queue as u64;
-    st.metrics
-        .waiting
-        .fetch_update(Relaxed, Relaxed, |w| (w < limit).then_some(w + 1))
-        .map_err(|_| ApiError::queue_full(st.opts.max_queue))?;
-    let job = Job {
+    ticket: Ticket,
+) -> Queued {
+    st.jobs.push(Job {
         plan: plan.clone(),
         events,
         deadline,
         timeout_s: st.opts.request_timeout.as_secs_f64(),
-    };
-    let sent = st.jobs.lock().unwrap_or_else(|e| e.into_inner()).send(job);
-    if sent.is_err() {
-        st.metrics.waiting.fetch_sub(1, Relaxed);
-        return Err(ApiError::unavailable("the engine has stopped"));
-    }
-    Ok(())
+        ticket,
+    })
 }
 
 /// Each choice's text, finish reason, and the completion tokens of all.
@@ -338,7 +394,7 @@ fn data(v: &Value) -> SseEvent {
 /// the usage chunk when asked for (`stream_options.include_usage`), then `data: [DONE]`. A failure
 /// after the headers went out is an `{"error": ...}` event before `[DONE]`. Dropping the stream (the
 /// client went away) closes the channel, which stops the generation.
-fn stream(reply: Reply, rx: UnboundedReceiver<Event>) -> impl IntoResponse {
+fn stream(reply: Reply, first: Option<Event>, rx: UnboundedReceiver<Event>) -> impl IntoResponse {
     let mut pending = VecDeque::new();
     if reply.kind == Kind::Chat {
         for i in 0..reply.n {
@@ -347,7 +403,7 @@ fn stream(reply: Reply, rx: UnboundedReceiver<Event>) -> impl IntoResponse {
             pending.push_back(data(&c));
         }
     }
-    let state = Streaming {
+    let mut state = Streaming {
         reply,
         rx,
         pending,
@@ -355,6 +411,7 @@ fn stream(reply: Reply, rx: UnboundedReceiver<Event>) -> impl IntoResponse {
         completion_tokens: 0,
         over: false,
     };
+    state.take(first);
     let events = futures_util::stream::unfold(state, |mut s| async move {
         loop {
             if let Some(e) = s.pending.pop_front() {
@@ -373,6 +430,11 @@ impl Streaming {
     /// Waits for the engine's next event and queues what it becomes.
     async fn next(&mut self) {
         let ev = self.rx.recv().await;
+        self.take(ev);
+    }
+
+    /// Queues what `ev` becomes (`None`: the engine dropped the request).
+    fn take(&mut self, ev: Option<Event>) {
         match ev {
             Some(Event::Text { index, text }) => {
                 let c = self.reply.chunk(index, Some(&text), None);

@@ -5,13 +5,14 @@
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::mpsc::Receiver;
 use std::time::Instant;
 
 use engine::{Engine, Flow, StopReason};
 use tokio::sync::mpsc::UnboundedSender;
 
+use crate::admission::Ticket;
 use crate::api::Plan;
+use crate::job_queue::JobQueue;
 use crate::metrics::{Metrics, OffloadFigures};
 use crate::ApiError;
 
@@ -21,6 +22,29 @@ pub(crate) struct Job {
     pub(crate) events: UnboundedSender<Event>,
     pub(crate) deadline: Instant,
     pub(crate) timeout_s: f64,
+    /// Its place in the queue (given back when the engine takes it) and its memory (when done).
+    pub(crate) ticket: Ticket,
+}
+
+#[cfg(test)]
+impl Job {
+    /// A job with an empty plan, for the queue's tests.
+    pub(crate) fn for_test(ticket: Ticket, events: UnboundedSender<Event>) -> Job {
+        Job {
+            plan: Plan {
+                kind: crate::api::Kind::Completion,
+                ids: vec![1],
+                req: engine::GenerateRequest::default(),
+                n: 1,
+                stream: false,
+                include_usage: false,
+            },
+            events,
+            deadline: Instant::now(),
+            timeout_s: 1.0,
+            ticket,
+        }
+    }
 }
 
 /// What the engine reports to a request's handler.
@@ -77,10 +101,11 @@ fn record(metrics: &Metrics, t: &engine::Timings, completion_tokens: usize) {
         .fetch_add(completion_tokens as u64, Relaxed);
 }
 
-/// Runs jobs until every sender is gone (the server stopped).
-pub(crate) fn run(eng: &Engine<'_>, jobs: Receiver<Job>, metrics: &Metrics) {
-    for job in jobs {
-        metrics.waiting.fetch_sub(1, Relaxed);
+/// Runs jobs as they come, for as long as the server runs.
+pub(crate) fn run(eng: &Engine<'_>, jobs: &JobQueue, metrics: &Metrics) -> ! {
+    loop {
+        let mut job = jobs.pop();
+        job.ticket.leave_queue();
         metrics.busy.store(1, Relaxed);
         run_job(eng, job, metrics);
         metrics.busy.store(0, Relaxed);
@@ -102,6 +127,7 @@ fn run_job(eng: &Engine<'_>, job: Job, metrics: &Metrics) {
         events,
         deadline,
         timeout_s,
+        ticket: _ticket,
     } = job;
     if events.is_closed() {
         metrics.cancelled.fetch_add(1, Relaxed);

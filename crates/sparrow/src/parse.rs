@@ -30,6 +30,14 @@ pub fn unit_f32(s: &str) -> Result<f32, String> {
     unit(s).map(|v| v as f32)
 }
 
+/// A stop string: not empty (an empty one would end every generation before its first token).
+pub fn stop_string(s: &str) -> Result<String, String> {
+    if s.is_empty() {
+        return Err("a stop string cannot be empty".into());
+    }
+    Ok(s.to_string())
+}
+
 /// A temperature: finite, in `[0, 100]`.
 pub fn temperature(s: &str) -> Result<f32, String> {
     ranged(s, 0.0, 100.0).map(|v| v as f32)
@@ -139,6 +147,12 @@ pub fn threads(s: &str) -> Result<usize, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stop_strings_are_not_empty() {
+        assert_eq!(stop_string("\n\n"), Ok("\n\n".to_string()));
+        assert!(stop_string("").unwrap_err().contains("empty"));
+    }
 
     #[test]
     fn sizes_are_powers_of_1024() {

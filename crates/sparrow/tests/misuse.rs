@@ -43,6 +43,7 @@ fn out_of_range_values_are_usage_errors() {
         ("--memory-budget", "nanM"),
         ("--threads", "5000"),
         ("--ctx", "-1"),
+        ("--stop", ""),
     ] {
         let arg = format!("{flag}={value}");
         let out = sparrow(&["run", "-p", "hi", "-n", "1", &arg]);

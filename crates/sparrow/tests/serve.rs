@@ -390,3 +390,39 @@ fn requests_past_the_timeout_are_stopped_with_503() {
     let (st, v) = s.post_json("/v1/completions", &json!({"prompt": "Hi", "max_tokens": 2}));
     assert_eq!(st, 200, "{v}");
 }
+
+/// A queued request whose client hangs up gives its place back at once, while the engine still
+/// computes another one (it used to hold it until the engine reached it: clients that queue a
+/// stream and hang up could keep the queue full). Bounded waits on /metrics.
+#[test]
+fn a_queued_request_whose_client_leaves_frees_its_place() {
+    let s = Server::start(&["--threads", "1", "--queue", "1", "--ctx", "2048"]);
+    let long = json!({
+        "prompt": "The history of", "max_tokens": 1500, "temperature": 0, "ignore_eos": true,
+        "stream": true,
+    });
+    let mut a = s.stream("/v1/completions", &long);
+    assert!(a.next_data().is_some(), "A streams");
+    let wait = |what: &str, done: &dyn Fn() -> bool| {
+        let t0 = std::time::Instant::now();
+        while !done() {
+            assert!(t0.elapsed().as_secs() < 60, "{what}: not within 60 s");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    };
+    for body in [
+        r#"{"prompt": "Hello", "max_tokens": 4, "stream": true}"#,
+        r#"{"prompt": "Hello", "max_tokens": 4}"#,
+    ] {
+        let b = support::send_only(s.addr, "POST", "/v1/completions", Some(body));
+        wait("B is queued", &|| s.metric("sparrow_queue_length") == 1.0);
+        drop(b);
+        wait("B's place is free", &|| {
+            s.metric("sparrow_queue_length") == 0.0
+        });
+        assert_eq!(s.metric("sparrow_busy"), 1.0, "A still runs");
+    }
+    drop(a);
+    let (st, body) = s.post("/v1/completions", r#"{"prompt": "Hi", "max_tokens": 2}"#);
+    assert_eq!(st, 200, "{body}");
+}

@@ -52,7 +52,7 @@ pub struct RunArgs {
     #[arg(long, short = 's', default_value_t = 0)]
     pub seed: u64,
     /// Stop when the text contains this string (repeatable).
-    #[arg(long)]
+    #[arg(long, value_parser = parse::stop_string)]
     pub stop: Vec<String>,
     /// Keep generating past end-of-sequence tokens.
     #[arg(long)]
@@ -102,26 +102,18 @@ pub fn run(mut a: RunArgs) -> Result<()> {
     let Some(user) = a.prompt.clone() else {
         bail!("give a prompt with -p \"...\", or --chat to chat interactively")
     };
-    let prompt_text = if a.chat {
+    // Chat templates write their own BOS; raw prompts get one where the model asks for it.
+    let ids = if a.chat {
         let mut msgs = Vec::new();
         if let Some(s) = &a.system {
-            msgs.push(ChatMessage {
-                role: "system".into(),
-                content: s.clone(),
-            });
+            msgs.push(ChatMessage::new("system", s.clone()));
         }
-        msgs.push(ChatMessage {
-            role: "user".into(),
-            content: user,
-        });
-        render_chat(&eng, &msgs)?
+        msgs.push(ChatMessage::new("user", user.clone()));
+        chat_ids(&eng, &msgs)?
     } else {
-        user
+        eng.tokenizer()
+            .encode(&user, eng.tokenizer().add_bos_default())?
     };
-    // Chat templates write their own BOS; raw prompts get one where the model asks for it.
-    let ids = eng
-        .tokenizer()
-        .encode(&prompt_text, !a.chat && eng.tokenizer().add_bos_default())?;
     if a.best_of > 1 {
         return best_of(&eng, &a, &ids, &req, load_s, file.path());
     }
@@ -149,7 +141,7 @@ pub fn run(mut a: RunArgs) -> Result<()> {
         report_accel_failure(&eng);
         return Ok(());
     }
-    let g = stream(&eng, &ids, &req, if a.chat { "" } else { &prompt_text })?;
+    let g = stream(&eng, &ids, &req, if a.chat { "" } else { &user })?;
     eprintln!("\n{}", figures_line(load_s, &g));
     report_accel_failure(&eng);
     Ok(())
@@ -230,19 +222,14 @@ fn figures_line(load_s: f64, g: &Generation) -> String {
     )
 }
 
-fn render_chat(eng: &Engine<'_>, msgs: &[ChatMessage]) -> Result<String> {
+/// The conversation's prompt ids: the model's chat template (ChatML when it has none), special
+/// tokens from the template only (a message's `<|im_end|>` is text), no BOS added.
+fn chat_ids(eng: &Engine<'_>, msgs: &[ChatMessage]) -> Result<Vec<u32>> {
     let tok = eng.tokenizer();
-    let piece = |id: Option<u32>| {
-        id.and_then(|i| tok.id_to_piece(i))
-            .unwrap_or("")
-            .to_string()
-    };
     if let Some(e) = tok.chat_template_error() {
         bail!("the model's chat template does not compile: {e}");
     }
-    let fallback = engine::ChatTemplate::chatml();
-    let tpl = tok.chat_template().unwrap_or(&fallback);
-    tpl.render(msgs, true, &piece(tok.bos_id()), &piece(tok.eos_id()))
+    tok.encode_chat(msgs, true)
         .context("rendering the model's chat template")
 }
 
@@ -304,7 +291,7 @@ fn chat_loop(eng: &Engine<'_>, a: &RunArgs, req: &GenerateRequest, load_s: f64) 
             role: "user".into(),
             content: line,
         });
-        let ids = eng.tokenizer().encode(&render_chat(eng, &msgs)?, false)?;
+        let ids = chat_ids(eng, &msgs)?;
         let g = stream(eng, &ids, req, "")?;
         println!();
         eprintln!("[{}]", figures_line(load_s, &g));

@@ -36,9 +36,30 @@ pub struct ServeArgs {
     /// Largest `n` (choices per request, computed one after another).
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=128))]
     pub max_n: u64,
+    /// Require this key on every endpoint but /health (`Authorization: Bearer KEY`; else 401).
+    /// Default: the environment variable SPARROW_API_KEY (better than the flag, which other users
+    /// can read in the process list). Without a key, only requests naming this server in `Host`
+    /// and `Origin` are served.
+    #[arg(long)]
+    pub api_key: Option<String>,
+    /// Turn off POST /admin/memory-budget (404).
+    #[arg(long)]
+    pub no_admin: bool,
+    /// Open connections at most; more are answered 503 and closed.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=65536))]
+    pub max_connections: u64,
+    /// Seconds a connection may take to send a request's head (from its opening or its previous
+    /// response: also the keep-alive idle timeout), and a body after its head; then it is closed
+    /// (or answered 408).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub header_timeout: u64,
+    /// Memory the requests admitted but not finished may hold together, counted from their
+    /// bodies' lengths (6 bytes per body byte + 64 KiB each); more get 429. At least 6x --max-body.
+    #[arg(long, default_value = "32M", value_parser = crate::parse::size)]
+    pub queue_memory: u64,
 }
 
-/// Loads the model and serves it until the listener fails.
+/// Loads the model and serves it until the process is stopped.
 pub fn run(mut a: ServeArgs) -> Result<()> {
     let t0 = Instant::now();
     let file = open_model(&a.model, false)?;
@@ -59,6 +80,15 @@ pub fn run(mut a: ServeArgs) -> Result<()> {
         max_body_bytes: usize::try_from(a.max_body).unwrap_or(usize::MAX),
         request_timeout: Duration::from_secs(a.timeout),
         max_n: a.max_n as usize,
+        api_key: a.api_key.clone().or_else(|| {
+            std::env::var("SPARROW_API_KEY")
+                .ok()
+                .filter(|k| !k.is_empty())
+        }),
+        admin: !a.no_admin,
+        max_connections: a.max_connections as usize,
+        header_timeout: Duration::from_secs(a.header_timeout),
+        queue_memory: a.queue_memory,
     };
     let load_s = t0.elapsed().as_secs_f64();
     let ctx = eng.options().context;
