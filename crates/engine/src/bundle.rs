@@ -48,6 +48,8 @@ pub struct ModelBundle {
     /// The profile and predictors a resident file records ([`BundleParts`]), which replace the
     /// fixed sidecar names.
     recorded: Option<(PathBuf, Option<PathBuf>)>,
+    /// Whether the model is a resident file (its profile comes from a convert, not `sparrow profile`).
+    resident: bool,
 }
 
 impl ModelBundle {
@@ -56,6 +58,7 @@ impl ModelBundle {
         ModelBundle {
             model: model.into(),
             recorded: None,
+            resident: false,
         }
     }
 
@@ -64,6 +67,7 @@ impl ModelBundle {
     pub fn of_model(model: &Model<'_>) -> Result<Self> {
         let mut b = ModelBundle::new(model.path());
         if let Some(r) = &model.config.ffn_store {
+            b.resident = true;
             let parts = BundleParts::of(model.path(), r)?;
             if parts.recorded {
                 b.recorded = Some((parts.profile, parts.predictor));
@@ -111,6 +115,16 @@ impl ModelBundle {
     /// it, e.g. "--sparse needs a profile") that says how to make one.
     pub fn existing_profile(&self, explicit: Option<&Path>, needed_by: &str) -> Result<PathBuf> {
         let path = self.profile_or(explicit);
+        if !path.exists() && self.resident {
+            // `sparrow profile` cannot run on a resident file (its FFN is in the store): the
+            // bundle's profile comes from the convert that wrote it.
+            return Err(EngineError::Request(format!(
+                "{needed_by}: {} does not exist: the resident file {}'s bundle is incomplete (convert the original model again with `sparrow convert -o {}`, which profiles it; or give --profile with the original model's profile)",
+                path.display(),
+                self.model.display(),
+                self.model.display()
+            )));
+        }
         if !path.exists() {
             return Err(EngineError::Request(format!(
                 "{needed_by}: {} does not exist (run `sparrow profile` first, or give --profile)",

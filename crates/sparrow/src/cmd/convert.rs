@@ -108,7 +108,7 @@ pub fn run(a: ConvertArgs) -> Result<()> {
     let pred = bundle.predictor_or(a.predictor.as_deref());
     let mut inputs = vec![path.clone(), profile_path.clone()];
     inputs.extend(pred.clone());
-    engine::outputs::refuse_overwrite(&[&out], &inputs)?;
+    engine::outputs::guard(&[(&out, engine::outputs::OutputKind::Gguf)], &inputs)?;
     let opts = engine::ConvertOptions {
         packing: match (a.no_pack, a.pack) {
             (true, _) | (_, Pack::None) => Some(Packing::None),

@@ -55,7 +55,8 @@ pub fn run(a: ProfileArgs) -> Result<()> {
         .unwrap_or_else(|| ModelBundle::new(eng.model().path()).profile());
     let mut inputs = vec![eng.model().path().to_path_buf()];
     inputs.extend(a.corpus.corpus.clone());
-    engine::outputs::refuse_overwrite(&[&out], &inputs)?;
+    engine::outputs::guard(&[(&out, engine::outputs::OutputKind::Profile)], &inputs)?;
+    crate::load::refuse_resident(&eng, "profile")?;
     let tokens = read_corpus(&eng, &a.corpus)?;
     // A window no longer than the context the engine holds (a short-context model's training
     // context is below the default 512).
