@@ -401,19 +401,7 @@ impl Manifest {
         if !meta.is_file() {
             return Err(bad(&path, "the manifest is not a regular file".into()));
         }
-        if meta.len() > MAX_MANIFEST_BYTES {
-            return Err(bad(
-                &path,
-                format!(
-                    "the manifest is {} bytes, more than the {MAX_MANIFEST_BYTES} a manifest may have",
-                    meta.len()
-                ),
-            ));
-        }
-        let mut bytes = Vec::new();
-        std::fs::File::open(&path)
-            .and_then(|f| f.take(MAX_MANIFEST_BYTES + 1).read_to_end(&mut bytes))
-            .map_err(|e| io(&path, e))?;
+        let bytes = atomic_out::read_bounded(&path, MAX_MANIFEST_BYTES)?;
         Manifest::parse(&path, &bytes).map(Some)
     }
 

@@ -129,11 +129,9 @@ pub fn refuse_overwrite<O: AsRef<Path>, I: AsRef<Path>>(outputs: &[O], inputs: &
     Ok(atomic_out::refuse_same_file(outputs, inputs)?)
 }
 
-/// Copies `from` to `to` atomically: `to` holds either its old bytes or all of `from`'s.
-pub fn copy_file(from: &Path, to: &Path) -> Result<()> {
-    let bytes = std::fs::read(from).map_err(|source| crate::EngineError::Io {
-        path: from.to_path_buf(),
-        source,
-    })?;
+/// Copies `from` (a regular file of at most `limit` bytes) to `to` atomically: `to` holds either its
+/// old bytes or all of `from`'s.
+pub fn copy_file(from: &Path, to: &Path, limit: u64) -> Result<()> {
+    let bytes = atomic_out::read_bounded(from, limit)?;
     Ok(atomic_out::write_atomic(to, &bytes)?)
 }

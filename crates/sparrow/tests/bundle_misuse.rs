@@ -182,3 +182,98 @@ fn a_resident_file_is_refused_by_profile_and_train_naming_it() {
     assert!(snapshot(&dir) == before, "a file changed");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Every file Sparrow reads is refused by name, at once, when it is not a regular file: a FIFO given
+/// as `perplexity -f`, `profile --corpus`, `--profile`, `--predictor`, `--plan`, `--device` or as a
+/// bundle's profile used to hang, and `/dev/zero` was read until memory ran out.
+#[test]
+fn inputs_that_are_not_regular_files_are_refused_by_name() {
+    let dir = std::env::temp_dir().join(format!("sparrow-inputs-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let model = dir.join("m.gguf");
+    std::fs::copy(fixture("tiny-llama-silu-q4_0.gguf"), &model).unwrap();
+    let (m, b) = (model.to_str().unwrap(), dir.join("b.gguf"));
+    let b = b.to_str().unwrap();
+    let out = sparrow(&["convert", "-m", m, "-o", b]);
+    assert!(out.status.success(), "convert: {}", stderr(&out));
+    let fifo = dir.join("fifo");
+    assert!(Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    let f = fifo.to_str().unwrap();
+    let mut cases: Vec<Vec<&str>> = Vec::new();
+    for input in [f, "/dev/zero"] {
+        cases.extend([
+            vec!["perplexity", "-m", m, "-f", input],
+            vec!["profile", "-m", m, "--corpus", input, "-o", "/dev/null/x"],
+            vec![
+                "run",
+                "-m",
+                m,
+                "-p",
+                "hi",
+                "-n",
+                "1",
+                "--sparse",
+                "--profile",
+                input,
+            ],
+            vec![
+                "run",
+                "-m",
+                b,
+                "-p",
+                "hi",
+                "-n",
+                "1",
+                "--sparse",
+                "--predictor",
+                input,
+            ],
+            vec!["plan", "-m", m, "--device", input, "-o", "/dev/null/x"],
+            vec!["run", "-m", m, "-p", "hi", "-n", "1", "--plan", input],
+            vec![
+                "bench", "-m", m, "-p", "4", "-n", "2", "-r", "1", "--text", input,
+            ],
+        ]);
+    }
+    for args in &cases {
+        let input = args
+            .iter()
+            .find(|a| **a == f || **a == "/dev/zero")
+            .unwrap();
+        let start = std::time::Instant::now();
+        let out = sparrow(args);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert!(
+            err.contains(input) && err.contains("not a regular file"),
+            "{args:?}: {err}"
+        );
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+        assert!(start.elapsed().as_secs() < 10, "{args:?} took too long");
+    }
+    // The bundle's own profile replaced by a FIFO.
+    let parts = engine::bundle::BundleParts::read(Path::new(b))
+        .unwrap()
+        .unwrap();
+    std::fs::remove_file(&parts.profile).unwrap();
+    assert!(Command::new("mkfifo")
+        .arg(&parts.profile)
+        .status()
+        .unwrap()
+        .success());
+    let start = std::time::Instant::now();
+    let out = sparrow(&["run", "-m", b, "-p", "hi", "-n", "1"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(parts.profile.to_str().unwrap()) && err.contains("not a regular file"),
+        "{err}"
+    );
+    assert!(start.elapsed().as_secs() < 10);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -340,7 +340,7 @@ fn write_bundle(
     let predictor = match &opts.predictor {
         None => None,
         Some(from) => {
-            crate::outputs::copy_file(from, &g.predictor)?;
+            crate::outputs::copy_file(from, &g.predictor, predictor::MAX_PREDICTOR_BYTES)?;
             fault(opts, ConvertStep::Predictor)?;
             Some(g.predictor.clone())
         }
