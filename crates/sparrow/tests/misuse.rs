@@ -296,3 +296,43 @@ fn a_full_disk_during_profile_or_train_predictor_keeps_the_earlier_output() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Ctrl-C during `sparrow profile` stops it between two windows of whatever step it is in
+/// (calibration samples, the held-out perplexities of the sparsity search, the profile): it used to
+/// finish the search first, most of a minute. Exit 1, "interrupted", nothing written.
+#[test]
+fn profile_stops_soon_after_ctrl_c() {
+    let dir = std::env::temp_dir().join(format!("sparrow-misuse-sigint-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let model = engine::fetch::ensure_default_model(|l| eprintln!("test setup: {l}")).unwrap();
+    for after in [3, 9] {
+        let out = dir.join(format!("p{after}"));
+        let child = Command::new(env!("CARGO_BIN_EXE_sparrow"))
+            .args(["profile", "-m", model.to_str().unwrap(), "-o"])
+            .arg(&out)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_secs(after));
+        let sent = Command::new("kill")
+            .args(["-INT", &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(sent.success());
+        let t = std::time::Instant::now();
+        let o = child.wait_with_output().unwrap();
+        let waited = t.elapsed();
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "after {after} s: {err}");
+        assert!(err.contains("interrupted: nothing written"), "{err}");
+        // One window of 512 tokens on a shared 2-core machine takes a second or two.
+        assert!(
+            waited.as_secs() < 8,
+            "after {after} s: stopped in {waited:?}"
+        );
+        assert!(!out.exists());
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
