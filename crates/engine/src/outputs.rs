@@ -7,7 +7,7 @@
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use crate::bundle::{BundleParts, ModelBundle};
+use crate::bundle::BundleParts;
 use crate::error::{EngineError, Result};
 
 /// What a command writes, for [`guard`]: an existing file that is recognisably of another kind is
@@ -73,16 +73,11 @@ fn kind_of(path: &Path) -> Option<(Option<OutputKind>, &'static str)> {
         .map(|&(_, k, name)| (k, name))
 }
 
-/// Every file that comes with `input`: itself, and when it is a model, its sidecars (profile,
-/// predictors) and, for a resident file, every part of its bundle.
+/// Every file that comes with `input`: itself and, for a resident file, every part of its bundle.
+/// (An ordinary model's sidecars are inputs only of the commands that read them, which name them
+/// among their inputs: `sparrow profile` rewrites the model's profile.)
 fn with_bundle(input: &Path) -> Vec<PathBuf> {
     let mut all = vec![input.to_path_buf()];
-    let b = ModelBundle::new(input);
-    all.extend(
-        [b.profile(), b.predictor()]
-            .into_iter()
-            .filter(|p| p.exists()),
-    );
     if let Ok(Some(parts)) = BundleParts::read(input) {
         all.extend(parts.all());
     }
@@ -90,11 +85,11 @@ fn with_bundle(input: &Path) -> Vec<PathBuf> {
 }
 
 /// The one output check of every command, run before any work: refuses an output that is the same
-/// file as an input, as a part of the bundle of an input model (resident file, store, manifest,
-/// profile, predictors; the sidecars of an ordinary model), or as another output; an existing
-/// output that is not a regular file; and an existing output that is recognisably a file of another
-/// kind than the one written (a model, a store, a manifest, a plan ...). Inputs that do not exist
-/// are skipped (the command names them itself).
+/// file as an input, as a part of the bundle of an input resident file (the file, store, manifest,
+/// profile, predictors), or as another output; an existing output that is not a regular file; and
+/// an existing output that is recognisably a file of another kind than the one written (a model, a
+/// store, a manifest, a plan ...). Inputs that do not exist are skipped (the command names them
+/// itself).
 pub fn guard<I: AsRef<Path>>(outputs: &[(&Path, OutputKind)], inputs: &[I]) -> Result<()> {
     let mut read: Vec<PathBuf> = Vec::new();
     for i in inputs {

@@ -152,13 +152,18 @@ pub fn reference_perplexity(
 /// layout of converts from before bundles were transactions: the resident file names only its store,
 /// `<stem>.neurons`, and the profile and predictors have the fixed sidecar names; no manifest.
 pub fn to_older_layout(resident: &std::path::Path) {
+    to_older_layout_with_store(resident, &resident.with_extension("neurons"));
+}
+
+/// [`to_older_layout`], the store renamed to `legacy_store` (in the same folder), which the resident
+/// file then names.
+pub fn to_older_layout_with_store(resident: &std::path::Path, legacy_store: &std::path::Path) {
     use engine::config::{BUNDLE_MANIFEST_KEY, BUNDLE_PREDICTOR_KEY, BUNDLE_PROFILE_KEY};
     let parts = engine::bundle::BundleParts::read(resident)
         .unwrap()
         .unwrap();
-    let legacy_store = resident.with_extension("neurons");
     let b = engine::ModelBundle::new(resident);
-    std::fs::rename(&parts.store, &legacy_store).unwrap();
+    std::fs::rename(&parts.store, legacy_store).unwrap();
     std::fs::rename(&parts.profile, b.profile()).unwrap();
     if let Some(p) = &parts.predictor {
         std::fs::rename(p, b.predictor()).unwrap();

@@ -251,3 +251,34 @@ fn a_convert_that_fills_the_disk_leaves_earlier_outputs_intact() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Converting over a bundle of an older layout switches it to this one and removes its parts; a
+/// (hostile) resident file naming another file of the folder as its store never gets that file
+/// removed.
+#[test]
+fn a_convert_over_an_older_bundle_replaces_it_and_removes_only_its_parts() {
+    let dir = tmp_dir("older");
+    let resident = dir.join("m.resident.gguf");
+    convert_with(&resident, false, ConvertOptions::default()).unwrap();
+    common::to_older_layout(&resident);
+    let old = BundleParts::read(&resident).unwrap().unwrap();
+    assert!(!old.recorded);
+    convert_with(&resident, true, ConvertOptions::default()).unwrap();
+    let new = runs(&resident);
+    assert!(new.recorded);
+    assert!(!old.store.exists() && !old.profile.exists());
+
+    // A resident file whose store is `notes.txt`: converting over it keeps the notes.
+    let notes = dir.join("notes.txt");
+    common::to_older_layout_with_store(&resident, &notes);
+    let hostile = BundleParts::read(&resident).unwrap().unwrap();
+    assert_eq!(hostile.store, notes);
+    convert_with(&resident, false, ConvertOptions::default()).unwrap();
+    runs(&resident);
+    assert!(
+        notes.exists(),
+        "a file the old resident file named was removed"
+    );
+    assert!(!hostile.profile.exists(), "its own profile is removed");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -16,10 +16,17 @@ pub fn open_model(args: &LoadArgs, quiet: bool) -> Result<ModelFile> {
 }
 
 /// What a command given `args` reads besides its own inputs, for the output guard
-/// (`engine::outputs::guard`, which adds the model's sidecars and bundle): the model at `model`,
-/// and the `--profile`, `--predictor` and `--plan` given.
+/// (`engine::outputs::guard`, which adds a resident file's bundle): the model at `model`, its
+/// profile and predictors when they exist (read under `--sparse`), and the `--profile`,
+/// `--predictor` and `--plan` given.
 pub fn model_inputs(args: &ModelArgs, model: &Path) -> Vec<PathBuf> {
     let mut v = vec![model.to_path_buf()];
+    let b = engine::ModelBundle::new(model);
+    v.extend(
+        [b.profile(), b.predictor()]
+            .into_iter()
+            .filter(|p| p.exists()),
+    );
     v.extend(args.profile.clone());
     v.extend(args.predictor.clone());
     v.extend(args.plan.clone());

@@ -495,15 +495,15 @@ fn convert_profiles_a_model_that_has_no_profile_first() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "convert: {err}");
     assert!(err.contains("profiling the model first"), "{err}");
-    for part in [
-        "m.gguf.sparrow-profile",
-        "m.resident.gguf",
-        "m.resident.neurons",
-    ] {
-        assert!(dir.join(part).exists(), "{part} missing");
+    let resident = dir.join("m.resident.gguf");
+    assert!(dir.join("m.gguf.sparrow-profile").exists());
+    let parts = engine::bundle::BundleParts::read(&resident)
+        .unwrap()
+        .unwrap();
+    for part in parts.all() {
+        assert!(part.exists(), "{} missing", part.display());
     }
     // The bundle runs with nothing else given.
-    let resident = dir.join("m.resident.gguf");
     let out = sparrow(&[
         "run",
         "-m",

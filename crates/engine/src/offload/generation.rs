@@ -101,10 +101,48 @@ pub(crate) fn name_of(p: &Path) -> String {
         .unwrap_or_default()
 }
 
+/// Whether `name` is a name a convert to the resident file `resident` gives a part: this build's
+/// (`<stem>.g<pid>-<hex>.neurons`, `<name>.g<pid>-<hex>.sparrow-{profile,predictor,manifest}`) or an
+/// older layout's (`<stem>.neurons`, `<name>.sparrow-{profile,predictor,manifest}`). Only such files are
+/// ever removed: a hostile resident file naming another file of the folder as its store cannot make a
+/// convert over it delete that file.
+fn is_part_name(resident: &Path, name: &str) -> bool {
+    let (Some(file), Some(stem)) = (
+        resident.file_name().and_then(|n| n.to_str()),
+        resident.file_stem().and_then(|n| n.to_str()),
+    ) else {
+        return false;
+    };
+    let generation = |tag: &str| {
+        tag.is_empty()
+            || tag
+                .strip_prefix(".g")
+                .and_then(|t| t.split_once('-'))
+                .is_some_and(|(pid, time)| {
+                    !pid.is_empty()
+                        && !time.is_empty()
+                        && pid.bytes().all(|b| b.is_ascii_digit())
+                        && time.bytes().all(|b| b.is_ascii_hexdigit())
+                })
+    };
+    let store = name
+        .strip_prefix(stem)
+        .and_then(|r| r.strip_suffix(".neurons"))
+        .is_some_and(generation);
+    let sidecar = [PROFILE_SUFFIX, PREDICTOR_SUFFIX, MANIFEST_SUFFIX]
+        .iter()
+        .any(|suffix| {
+            name.strip_prefix(file)
+                .and_then(|r| r.strip_suffix(suffix))
+                .is_some_and(generation)
+        });
+    store || sidecar
+}
+
 /// After the switch: removes the parts of the bundle `old` replaced (its resident file excepted,
 /// which the switch replaced), unless one is also a part of `new` or one of `keep` (the convert's
-/// inputs). Returns the paths removed; a part that cannot be removed is left (it is no longer part
-/// of any bundle).
+/// inputs), or is not named as a convert names parts ([`is_part_name`]). Returns the paths removed;
+/// a part that cannot be removed is left (it is no longer part of any bundle).
 pub(crate) fn remove_replaced(
     old: &BundleParts,
     new: &BundleParts,
@@ -113,13 +151,57 @@ pub(crate) fn remove_replaced(
     let mut removed = Vec::new();
     let newer = new.all();
     for p in old.all().into_iter().skip(1) {
+        let ours = p
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| is_part_name(&old.resident, n));
         let shared = newer
             .iter()
             .chain(keep)
             .any(|k| k == &p || atomic_out::same_file(k, &p));
-        if !shared && std::fs::symlink_metadata(&p).is_ok() && std::fs::remove_file(&p).is_ok() {
+        if ours
+            && !shared
+            && std::fs::symlink_metadata(&p).is_ok()
+            && std::fs::remove_file(&p).is_ok()
+        {
             removed.push(p);
         }
     }
     removed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_names_a_convert_gives_parts_are_parts() {
+        let r = Path::new("dir/m.resident.gguf");
+        for ok in [
+            "m.resident.neurons",
+            "m.resident.g12-18ed49dbb24fa439.neurons",
+            "m.resident.gguf.sparrow-profile",
+            "m.resident.gguf.g12-ab.sparrow-predictor",
+            "m.resident.gguf.g1-0.sparrow-manifest",
+        ] {
+            assert!(is_part_name(r, ok), "{ok}");
+        }
+        for not in [
+            "m.gguf",
+            "notes.txt",
+            "m.resident.gguf",
+            "m.resident.x.neurons",
+            "m.resident.g-1.neurons",
+            "m.resident.g1-.neurons",
+            "m.resident.gguf.g1-zz.sparrow-profile",
+            "other.neurons",
+            "m.resident.gguf.sparrow-plan",
+        ] {
+            assert!(!is_part_name(r, not), "{not}");
+        }
+        let g = Generation::new(r).unwrap();
+        for p in [&g.store, &g.profile, &g.predictor, &g.manifest] {
+            assert!(is_part_name(r, &name_of(p)), "{}", p.display());
+        }
+    }
 }

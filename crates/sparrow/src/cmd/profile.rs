@@ -77,9 +77,11 @@ pub fn run(a: ProfileArgs) -> Result<()> {
         s => bail!("--score {s}: expected output, gate or gate-norm"),
     };
     let n_layers = eng.model().config.n_layers;
-    let stop = stop_flag()?;
     let mut base =
         eng.install(|| SparseFfn::new(eng.model(), vec![0.0; n_layers], DEFAULT_DOWN_FORMAT))?;
+    // From here on Ctrl-C stops the run before the next window (before, it ends the process at
+    // once: nothing has been written).
+    let stop = stop_flag()?;
     base.score = score;
     let b = bar(a.calib_windows as u64, "calibration windows");
     let samples = engine::profile::sample_scores_until(
