@@ -8,7 +8,8 @@
 //!   the library crates for `aarch64-linux-android`.
 //! - `deploy [--serial S] --model M [--emulate [DIR]] [--out FILE] [-- BENCH-ARGS]`: builds that binary,
 //!   pushes it and the model bundle (`M` and, where they exist, `M.sparrow-profile`,
-//!   `M.sparrow-predictor` and a resident file's neuron store `M` with extension `.neurons`) to
+//!   `M.sparrow-predictor`; for a resident file, the parts it names: store, manifest, profile,
+//!   predictors; an older resident file's store `M` with extension `.neurons`) to
 //!   `/data/local/tmp/sparrow` with `adb`, runs `sparrow bench --json -m M BENCH-ARGS` there (default
 //!   bench arguments `-p 64 -n 32 -r 3`) with its standard output into `bench.json` on the device, pulls
 //!   that file (to `target/deploy/bench-<serial or emulate>.json`, or `--out`) and prints its speeds.
@@ -225,6 +226,31 @@ pub fn bundle_files(model: &Path) -> Result<Vec<PathBuf>> {
         bail!("--model {}: not a model file", model.display());
     }
     let mut files = vec![model.to_path_buf()];
+    // A resident file names its parts (the store, manifest, profile and predictors of its convert;
+    // an older one only its store), plain names in its folder.
+    if let Ok(gguf) = model_format::GgufFile::open(model) {
+        let named: Vec<String> = [
+            "sparrow.ffn_store.file",
+            "sparrow.bundle.manifest",
+            "sparrow.bundle.profile",
+            "sparrow.bundle.predictor",
+        ]
+        .iter()
+        .filter_map(|k| gguf.get(k).and_then(|v| v.as_str()).map(str::to_string))
+        .collect();
+        if named.len() > 1 {
+            for n in named
+                .iter()
+                .filter(|n| !n.contains(['/', '\\']) && *n != "..")
+            {
+                let p = model.with_file_name(n);
+                if p.is_file() {
+                    files.push(p);
+                }
+            }
+            return Ok(files);
+        }
+    }
     let mut sidecar = |p: PathBuf| {
         if p.is_file() {
             files.push(p);

@@ -29,6 +29,28 @@ pub enum AtomicError {
         /// The input it coincides with, as given.
         input: PathBuf,
     },
+    /// An input is not a regular file (a FIFO, a device, a folder): reading it could block or never end.
+    #[error("{}: not a regular file", path.display())]
+    NotRegular {
+        /// The input.
+        path: PathBuf,
+    },
+    /// An input is larger than what its kind may be.
+    #[error("{}: {len} bytes, more than the {limit} this kind of file may have", path.display())]
+    TooLarge {
+        /// The input.
+        path: PathBuf,
+        /// Its size (or what was read of it).
+        len: u64,
+        /// The limit for its kind.
+        limit: u64,
+    },
+    /// A text input is not UTF-8.
+    #[error("{}: not UTF-8 text", path.display())]
+    NotText {
+        /// The input.
+        path: PathBuf,
+    },
     /// Two outputs are the same file: the second would overwrite the first.
     #[error("refusing to write {} twice: {} is the same file", first.display(), second.display())]
     SameOutput {
@@ -43,7 +65,11 @@ impl AtomicError {
     /// The file this error concerns (for [`AtomicError::SameFile`], the output).
     pub fn path(&self) -> &Path {
         match self {
-            AtomicError::Io { path, .. } | AtomicError::NotAFileName { path } => path,
+            AtomicError::Io { path, .. }
+            | AtomicError::NotAFileName { path }
+            | AtomicError::NotRegular { path }
+            | AtomicError::TooLarge { path, .. }
+            | AtomicError::NotText { path } => path,
             AtomicError::SameFile { output, .. } => output,
             AtomicError::SameOutput { second, .. } => second,
         }

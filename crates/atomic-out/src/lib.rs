@@ -9,6 +9,10 @@
 //! its pid is dead. Before any work, [`refuse_same_file`] refuses an output that is the same file as an
 //! input ([`same_file`]: same device and inode, or the same canonical path).
 //!
+//! Inputs have their one safe read here too, as the lowest layer every reader depends on:
+//! [`read_bounded`] refuses anything but a regular file (opened without blocking, so a FIFO cannot
+//! hang it; `/dev/zero` is not read until memory runs out) and a file larger than its kind's limit.
+//!
 //! # Example
 //!
 //! ```
@@ -45,6 +49,7 @@
 
 mod error;
 mod file;
+mod input;
 mod same;
 mod temporaries;
 
@@ -53,5 +58,6 @@ pub mod testing;
 
 pub use error::{AtomicError, Result};
 pub use file::{write_atomic, AtomicFile};
+pub use input::{read_bounded, read_bounded_text, require_regular};
 pub use same::{refuse_same_file, same_file};
 pub use temporaries::{remove_stale_temporaries, temporaries};

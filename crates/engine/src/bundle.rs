@@ -5,10 +5,11 @@
 //! Names, for a model at `dir/m.gguf` ([`ModelBundle`]):
 //! - `dir/m.gguf.sparrow-profile`: its activation profile (`sparrow profile`);
 //! - `dir/m.gguf.sparrow-predictor`: its neuron predictors (`sparrow train-predictor`), optional;
-//! - `dir/m.resident.gguf`: the resident file `sparrow convert` writes by default, whose neuron store is
-//!   `dir/m.resident.neurons` ([`crate::offload::store_path_for`]) and whose own sidecars are named as
-//!   above (the profile and predictors are copied next to it: a resident file carries the fingerprint of
-//!   the model it came from, so they stay valid).
+//! - `dir/m.resident.gguf`: the resident file `sparrow convert` writes by default. It names the other
+//!   parts of its bundle, each written under a new name by every convert ([`BundleParts`]): its neuron
+//!   store, manifest, and the profile and predictors copied into the bundle (a resident file carries
+//!   the fingerprint of the model it came from, so they stay valid). An older resident file names only
+//!   its store (`dir/m.resident.neurons`) and has the sidecar names above.
 //!
 //! Invariant: a profile or predictor set is used only if its model fingerprint
 //! ([`crate::profile::model_fingerprint`]) and layer counts match the model's.
@@ -44,14 +45,35 @@ pub fn sidecar(path: &Path, suffix: &str) -> PathBuf {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ModelBundle {
     model: PathBuf,
+    /// The profile and predictors a resident file records ([`BundleParts`]), which replace the
+    /// fixed sidecar names.
+    recorded: Option<(PathBuf, Option<PathBuf>)>,
+    /// Whether the model is a resident file (its profile comes from a convert, not `sparrow profile`).
+    resident: bool,
 }
 
 impl ModelBundle {
-    /// The bundle of the model file (or HF directory) at `model`.
+    /// The bundle of the model file (or HF directory) at `model`, with the fixed sidecar names.
     pub fn new(model: impl Into<PathBuf>) -> Self {
         ModelBundle {
             model: model.into(),
+            recorded: None,
+            resident: false,
         }
+    }
+
+    /// The bundle of a loaded model: for a resident file that records its parts, its profile and
+    /// predictors are those it names; otherwise as [`ModelBundle::new`].
+    pub fn of_model(model: &Model<'_>) -> Result<Self> {
+        let mut b = ModelBundle::new(model.path());
+        if let Some(r) = &model.config.ffn_store {
+            b.resident = true;
+            let parts = BundleParts::of(model.path(), r)?;
+            if parts.recorded {
+                b.recorded = Some((parts.profile, parts.predictor));
+            }
+        }
+        Ok(b)
     }
 
     /// The model's path.
@@ -59,9 +81,12 @@ impl ModelBundle {
         &self.model
     }
 
-    /// Its profile's default path: `<model>.sparrow-profile`.
+    /// Its profile's default path: the one a resident file records, else `<model>.sparrow-profile`.
     pub fn profile(&self) -> PathBuf {
-        sidecar(&self.model, PROFILE_SUFFIX)
+        match &self.recorded {
+            Some((p, _)) => p.clone(),
+            None => sidecar(&self.model, PROFILE_SUFFIX),
+        }
     }
 
     /// Its predictors' default path: `<model>.sparrow-predictor`.
@@ -90,6 +115,16 @@ impl ModelBundle {
     /// it, e.g. "--sparse needs a profile") that says how to make one.
     pub fn existing_profile(&self, explicit: Option<&Path>, needed_by: &str) -> Result<PathBuf> {
         let path = self.profile_or(explicit);
+        if !path.exists() && self.resident {
+            // `sparrow profile` cannot run on a resident file (its FFN is in the store): the
+            // bundle's profile comes from the convert that wrote it.
+            return Err(EngineError::Request(format!(
+                "{needed_by}: {} does not exist: the resident file {}'s bundle is incomplete (convert the original model again with `sparrow convert -o {}`, which profiles it; or give --profile with the original model's profile)",
+                path.display(),
+                self.model.display(),
+                self.model.display()
+            )));
+        }
         if !path.exists() {
             return Err(EngineError::Request(format!(
                 "{needed_by}: {} does not exist (run `sparrow profile` first, or give --profile)",
@@ -102,53 +137,141 @@ impl ModelBundle {
     /// The predictor file to use: `explicit` if given (it must then exist when loaded), else the default
     /// path if that file exists, else none.
     pub fn predictor_or(&self, explicit: Option<&Path>) -> Option<PathBuf> {
-        match explicit {
-            Some(p) => Some(p.to_path_buf()),
-            None => Some(self.predictor()).filter(|p| p.exists()),
+        match (explicit, &self.recorded) {
+            (Some(p), _) => Some(p.to_path_buf()),
+            // A resident file that records its parts uses the predictors it names, or none.
+            (None, Some((_, p))) => p.clone(),
+            (None, None) => Some(self.predictor()).filter(|p| p.exists()),
         }
     }
 }
 
-impl ModelBundle {
-    /// The copies that carry this model's `profile` and `predictor` (when used) to the sidecar names
-    /// of its resident file `resident`, as (from, to) pairs: a resident file keeps the fingerprint of
-    /// the model it came from, so they stay valid next to it.
-    pub fn carried_sidecars(
-        &self,
-        resident: &Path,
-        profile: &Path,
-        predictor: Option<&Path>,
-    ) -> Vec<(PathBuf, PathBuf)> {
-        let to = ModelBundle::new(resident);
-        let mut copies = vec![(profile.to_path_buf(), to.profile())];
-        if let Some(p) = predictor {
-            copies.push((p.to_path_buf(), to.predictor()));
+/// Where the parts of a resident file's bundle are: the resident file, its neuron store, manifest,
+/// profile and predictors, all in the resident file's folder.
+///
+/// Two layouts load. Since bundles change as one transaction, a resident file records the names of
+/// all its parts (`sparrow.ffn_store.file` and `sparrow.bundle.*`), which carry a generation of their
+/// own (`m.resident.<gen>.neurons`, `m.resident.gguf.<gen>.sparrow-profile`, ...): a convert writes
+/// a whole new set beside the old one and switches by renaming the resident file. An older resident
+/// file names only its store, and its other parts have the fixed sidecar names
+/// (`<resident>.sparrow-profile`, `.sparrow-predictor`, `.sparrow-manifest`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BundleParts {
+    /// The resident file.
+    pub resident: PathBuf,
+    /// Its neuron store.
+    pub store: PathBuf,
+    /// Its manifest.
+    pub manifest: PathBuf,
+    /// Its profile.
+    pub profile: PathBuf,
+    /// Its predictors: the recorded ones, or (older layout) the sidecar when that file exists.
+    pub predictor: Option<PathBuf>,
+    /// Whether the resident file records its parts (the transactional layout).
+    pub recorded: bool,
+}
+
+impl BundleParts {
+    /// The parts of the resident file `resident` whose store reference is `r` (each name checked as
+    /// the store's is: a plain name in the folder, no link out of it). Touches no file but to check
+    /// for links and, in the older layout, whether the predictor sidecar exists.
+    pub fn of(resident: &Path, r: &crate::config::FfnStoreRef) -> Result<Self> {
+        let next = |name: &str, key: &str, what: &str| {
+            crate::config::file_next_to(resident, name, key, what)
+        };
+        let store = r.path_next_to(resident)?;
+        Ok(match &r.parts {
+            Some(n) => BundleParts {
+                resident: resident.to_path_buf(),
+                store,
+                manifest: next(
+                    &n.manifest,
+                    crate::config::BUNDLE_MANIFEST_KEY,
+                    "the manifest",
+                )?,
+                profile: next(&n.profile, crate::config::BUNDLE_PROFILE_KEY, "the profile")?,
+                predictor: match &n.predictor {
+                    Some(p) => Some(next(
+                        p,
+                        crate::config::BUNDLE_PREDICTOR_KEY,
+                        "the predictors",
+                    )?),
+                    None => None,
+                },
+                recorded: true,
+            },
+            None => {
+                let b = ModelBundle::new(resident);
+                BundleParts {
+                    resident: resident.to_path_buf(),
+                    store,
+                    manifest: crate::manifest::manifest_path(resident),
+                    profile: b.profile(),
+                    predictor: Some(b.predictor()).filter(|p| p.exists()),
+                    recorded: false,
+                }
+            }
+        })
+    }
+
+    /// The parts of the file at `path` when it is a resident file (its header is read), `None` for
+    /// an ordinary model, an HF directory, or a path that does not exist.
+    pub fn read(path: &Path) -> Result<Option<Self>> {
+        if path.is_dir() || !path.exists() {
+            return Ok(None);
         }
-        copies
+        let file = crate::model::ModelFile::open(path)?;
+        match file.config()?.ffn_store {
+            None => Ok(None),
+            Some(r) => BundleParts::of(path, &r).map(Some),
+        }
+    }
+
+    /// Every part's path: resident file, store, manifest, profile, predictors.
+    pub fn all(&self) -> Vec<PathBuf> {
+        let mut v = vec![
+            self.resident.clone(),
+            self.store.clone(),
+            self.manifest.clone(),
+            self.profile.clone(),
+        ];
+        v.extend(self.predictor.clone());
+        v
+    }
+
+    /// The path the bundle gives the part of role `role` (`None`: a bundle without predictors).
+    pub fn of_role(&self, role: PartRole) -> Option<&Path> {
+        match role {
+            PartRole::Resident => Some(&self.resident),
+            PartRole::Store => Some(&self.store),
+            PartRole::Profile => Some(&self.profile),
+            PartRole::Predictor => self.predictor.as_deref(),
+        }
     }
 }
 
 /// Writes the manifest of the bundle of the resident file `resident` (converted from a model with
-/// fingerprint `source_fingerprint`), last and atomically: the resident file, its store, and its
-/// profile and predictors when they are next to it. `sparrow convert` calls it after every part is in
-/// place.
+/// fingerprint `source_fingerprint`) at the path its layout gives ([`BundleParts`]): the resident
+/// file, its store, and its profile and predictors when they exist. `sparrow convert` seals the
+/// bundles it writes itself; this re-seals one whose parts were replaced by hand (an older layout's
+/// profile), and is what tests use.
 pub fn seal_manifest(resident: &Path, source_fingerprint: u64) -> Result<Manifest> {
-    let b = ModelBundle::new(resident);
-    let mut parts = vec![
+    let parts = BundleParts::read(resident)?.ok_or_else(|| EngineError::BadModel {
+        path: resident.to_path_buf(),
+        detail: "not a resident file (sparrow convert writes one)".into(),
+    })?;
+    let mut list = vec![
         (PartRole::Resident, resident.to_path_buf()),
-        (PartRole::Store, crate::offload::store_path_for(resident)),
+        (PartRole::Store, parts.store.clone()),
     ];
-    for (role, p) in [
-        (PartRole::Profile, b.profile()),
-        (PartRole::Predictor, b.predictor()),
-    ] {
-        if p.exists() {
-            parts.push((role, p));
-        }
+    if parts.profile.exists() {
+        list.push((PartRole::Profile, parts.profile.clone()));
     }
-    let m = Manifest::of_files(resident, source_fingerprint, &parts)?;
-    m.write(resident)?;
-    Ok(m)
+    if let Some(p) = &parts.predictor {
+        list.push((PartRole::Predictor, p.clone()));
+    }
+    let m = Manifest::of_files(resident, source_fingerprint, &list)?;
+    Ok(atomic_out::write_atomic(&parts.manifest, m.to_text().as_bytes()).map(|()| m)?)
 }
 
 /// The neuron store of a resident model (its FFN), `None` for an ordinary model: the file its
@@ -224,11 +347,15 @@ impl SparsePlan {
         offload: OffloadOptions,
     ) -> Result<Self> {
         let model = engine.model();
-        let bundle = ModelBundle::new(model.path());
-        // A resident file's parts are checked against its manifest (sizes) before any is read.
+        let bundle = ModelBundle::of_model(model)?;
+        // A resident file's parts are checked against its manifest (sizes, and that each is the
+        // bundle's own) before any is read.
         let manifest = match &model.config.ffn_store {
             None => None,
-            Some(r) => Some(crate::manifest::check_at_load(model.path(), r.fingerprint)?),
+            Some(r) => Some(crate::manifest::check_at_load(
+                &BundleParts::of(model.path(), r)?,
+                r.fingerprint,
+            )?),
         };
         let profile_path =
             bundle.existing_profile(sidecars.profile.as_deref(), "--sparse needs a profile")?;
@@ -375,14 +502,6 @@ mod tests {
             rb.predictor(),
             PathBuf::from("dir/m.resident.gguf.sparrow-predictor")
         );
-        assert_eq!(
-            b.carried_sidecars(&r, Path::new("p"), Some(Path::new("q"))),
-            [
-                (PathBuf::from("p"), rb.profile()),
-                (PathBuf::from("q"), rb.predictor())
-            ]
-        );
-        assert_eq!(b.carried_sidecars(&r, Path::new("p"), None).len(), 1);
         assert_eq!(
             ModelBundle::new("/").resident(),
             PathBuf::from("/model.resident.gguf")

@@ -64,6 +64,24 @@ pub struct FfnStoreRef {
     pub file: String,
     /// Fingerprint of the original model (profiles and predictors are checked against it).
     pub fingerprint: u64,
+    /// The bundle's other parts, as plain file names in the same folder, when the resident file
+    /// records them (`sparrow.bundle.*`, written by every convert since bundles change as one
+    /// transaction; see [`crate::bundle::BundleParts`]). `None` in an older resident file, whose
+    /// parts have the fixed sidecar names.
+    pub parts: Option<BundleNames>,
+}
+
+/// The names a resident file records for its bundle's parts (GGUF keys `sparrow.bundle.manifest`,
+/// `sparrow.bundle.profile`, `sparrow.bundle.predictor`): every convert writes its parts under new
+/// names and switches the bundle to them by renaming the resident file last.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct BundleNames {
+    /// The manifest.
+    pub manifest: String,
+    /// The activation profile.
+    pub profile: String,
+    /// The predictors, when the bundle has them.
+    pub predictor: Option<String>,
 }
 
 impl FfnStoreRef {
@@ -124,6 +142,46 @@ pub fn file_next_to(model: &Path, name: &str, key: &str, what: &str) -> Result<P
 pub const FFN_STORE_FILE_KEY: &str = "sparrow.ffn_store.file";
 /// GGUF key of a resident file holding the original model's fingerprint.
 pub const FFN_STORE_FINGERPRINT_KEY: &str = "sparrow.ffn_store.fingerprint";
+/// GGUF key of a resident file naming its bundle's manifest.
+pub const BUNDLE_MANIFEST_KEY: &str = "sparrow.bundle.manifest";
+/// GGUF key of a resident file naming its bundle's profile.
+pub const BUNDLE_PROFILE_KEY: &str = "sparrow.bundle.profile";
+/// GGUF key of a resident file naming its bundle's predictors.
+pub const BUNDLE_PREDICTOR_KEY: &str = "sparrow.bundle.predictor";
+
+/// The `sparrow.bundle.*` names of a resident file (`None` when it has none: an older layout),
+/// each a plain file name.
+fn bundle_names(file: &GgufFile) -> std::result::Result<Option<BundleNames>, String> {
+    let get = |key: &str| -> std::result::Result<Option<String>, String> {
+        match file.get(key) {
+            None => Ok(None),
+            Some(v) => match v.as_str() {
+                Some(n) if FfnStoreRef::is_plain_name(n) => Ok(Some(n.to_string())),
+                Some(n) => Err(format!(
+                    "{key} `{}` is not a plain file name in the model's folder",
+                    n.escape_debug()
+                )),
+                None => Err(format!("{key} is not a string")),
+            },
+        }
+    };
+    let (manifest, profile, predictor) = (
+        get(BUNDLE_MANIFEST_KEY)?,
+        get(BUNDLE_PROFILE_KEY)?,
+        get(BUNDLE_PREDICTOR_KEY)?,
+    );
+    match (manifest, profile) {
+        (Some(manifest), Some(profile)) => Ok(Some(BundleNames {
+            manifest,
+            profile,
+            predictor,
+        })),
+        (None, None) if predictor.is_none() => Ok(None),
+        _ => Err(format!(
+            "{BUNDLE_MANIFEST_KEY} and {BUNDLE_PROFILE_KEY} must come together"
+        )),
+    }
+}
 
 impl ModelConfig {
     /// Reads the configuration from GGUF metadata (`{arch}.*` keys, as llama.cpp writes them).
@@ -212,6 +270,7 @@ impl ModelConfig {
                 (Some(f), Some(fp)) => Some(FfnStoreRef {
                     file: f.to_string(),
                     fingerprint: fp,
+                    parts: bundle_names(file).map_err(bad)?,
                 }),
                 (None, None) => None,
                 _ => {

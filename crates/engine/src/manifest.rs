@@ -1,11 +1,15 @@
 //! A bundle's manifest: the size and FNV-1a 64 hash of every part `sparrow convert` wrote (resident
 //! file, neuron store, profile, predictors), the source model's fingerprint, a version and the
-//! manifest's own checksum. It lies next to the resident file as `<resident>.sparrow-manifest` and is
-//! written last (atomically), so a manifest describes a finished convert.
+//! manifest's own checksum. It lies next to the resident file, under the name the resident file
+//! records ([`crate::bundle::BundleParts`]; `<resident>.sparrow-manifest` in an older layout), and
+//! is complete before the resident file that names it is renamed into place.
 //!
-//! Loading a resident file checks the sizes ([`Manifest::check_sizes`], cheap: one `stat` per part);
-//! `sparrow verify` checks every hash ([`Manifest::verify`]). A bundle without a manifest (converted
-//! before manifests existed) loads with a warning ([`ManifestStatus::Missing`]).
+//! Loading a resident file checks the sizes ([`Manifest::check_sizes`], cheap: one `stat` per part)
+//! and that every part the manifest names is the bundle's own ([`Manifest::check_owner`]: the
+//! resident file being loaded, the store and sidecars it names); `sparrow verify` checks every hash
+//! too ([`Manifest::verify`]). An older bundle without a manifest (converted before manifests
+//! existed) loads with a warning ([`ManifestStatus::Missing`]); a resident file that names a
+//! manifest that is not there is an error.
 //!
 //! The text format, one field per line, parsed strictly (the file is untrusted input):
 //!
@@ -116,7 +120,8 @@ pub struct PartCheck {
     pub problem: Option<String>,
 }
 
-/// The manifest path of the resident file `resident`: `<resident>.sparrow-manifest`.
+/// The manifest path of a resident file in the older layout, which records no names for its parts:
+/// `<resident>.sparrow-manifest` (see [`crate::bundle::BundleParts`] for where a bundle's manifest is).
 pub fn manifest_path(resident: &Path) -> PathBuf {
     // As `bundle::sidecar` (not imported: `bundle` checks manifests at load).
     let mut s = resident.as_os_str().to_os_string();
@@ -170,16 +175,8 @@ impl Manifest {
         source_fingerprint: u64,
         parts: &[(PartRole, PathBuf)],
     ) -> Result<Manifest> {
-        let mut out = Vec::with_capacity(parts.len());
-        for (role, path) in parts {
-            let file = path
-                .file_name()
-                .and_then(|n| n.to_str())
-                .filter(|n| {
-                    crate::config::FfnStoreRef::is_plain_name(n) && !n.contains(char::is_whitespace)
-                })
-                .ok_or_else(|| bad(path, "not a file name a manifest can record".into()))?
-                .to_string();
+        for (_, path) in parts {
+            let file = plain_name(path)?;
             let in_folder = crate::config::file_next_to(resident, &file, "manifest part", "part")?;
             if !atomic_out::same_file(&in_folder, path) {
                 return Err(bad(
@@ -190,6 +187,26 @@ impl Manifest {
                     ),
                 ));
             }
+        }
+        Manifest::of_files_named(resident, source_fingerprint, parts)
+    }
+
+    /// As [`Manifest::of_files`], except that the resident part is recorded under `resident`'s name
+    /// whatever file its bytes are read from (a convert hashes the resident file under its temporary
+    /// name, before the rename that switches the bundle). The other parts must be plain names in
+    /// `resident`'s folder.
+    pub fn of_files_named(
+        resident: &Path,
+        source_fingerprint: u64,
+        parts: &[(PartRole, PathBuf)],
+    ) -> Result<Manifest> {
+        let mut out = Vec::with_capacity(parts.len());
+        for (role, path) in parts {
+            let file = if *role == PartRole::Resident {
+                plain_name(resident)?
+            } else {
+                plain_name(path)?
+            };
             let (hash, size) = hash_file(path, |_| {})?;
             out.push(Part {
                 role: *role,
@@ -328,6 +345,19 @@ impl Manifest {
                 ));
             }
         }
+        for (i, p) in self.parts.iter().enumerate() {
+            if let Some(q) = self.parts[..i].iter().find(|q| q.file == p.file) {
+                return Err(bad(
+                    path,
+                    format!(
+                        "parts {} and {} are the same file `{}`",
+                        q.role.name(),
+                        p.role.name(),
+                        p.file.escape_debug()
+                    ),
+                ));
+            }
+        }
         if let Some(p) = self.parts.iter().find(|p| {
             !crate::config::FfnStoreRef::is_plain_name(&p.file)
                 || p.file.contains(char::is_whitespace)
@@ -344,17 +374,25 @@ impl Manifest {
         Ok(())
     }
 
-    /// Writes the manifest of the resident file `resident` atomically (after every part).
-    pub fn write(&self, resident: &Path) -> Result<()> {
-        Ok(atomic_out::write_atomic(
-            manifest_path(resident),
-            self.to_text().as_bytes(),
-        )?)
+    /// Writes the manifest to `path` atomically.
+    pub fn write_to(&self, path: &Path) -> Result<()> {
+        Ok(atomic_out::write_atomic(path, self.to_text().as_bytes())?)
     }
 
-    /// The manifest of `resident`, `None` when it has none.
+    /// The manifest of the bundle of the resident file `resident` (at the path its layout gives,
+    /// [`crate::bundle::BundleParts`]), `None` when it has none.
     pub fn read(resident: &Path) -> Result<Option<Manifest>> {
-        let path = manifest_path(resident);
+        let path = match crate::bundle::BundleParts::read(resident)? {
+            Some(p) => p.manifest,
+            None => manifest_path(resident),
+        };
+        Manifest::read_at(&path)
+    }
+
+    /// The manifest at `path`, `None` when there is no file there. Refused: anything but a regular
+    /// file, and more than [`MAX_MANIFEST_BYTES`].
+    pub fn read_at(path: &Path) -> Result<Option<Manifest>> {
+        let path = path.to_path_buf();
         let meta = match std::fs::symlink_metadata(&path) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(io(&path, e)),
@@ -363,20 +401,76 @@ impl Manifest {
         if !meta.is_file() {
             return Err(bad(&path, "the manifest is not a regular file".into()));
         }
-        if meta.len() > MAX_MANIFEST_BYTES {
-            return Err(bad(
-                &path,
-                format!(
-                    "the manifest is {} bytes, more than the {MAX_MANIFEST_BYTES} a manifest may have",
-                    meta.len()
-                ),
-            ));
-        }
-        let mut bytes = Vec::new();
-        std::fs::File::open(&path)
-            .and_then(|f| f.take(MAX_MANIFEST_BYTES + 1).read_to_end(&mut bytes))
-            .map_err(|e| io(&path, e))?;
+        let bytes = atomic_out::read_bounded(&path, MAX_MANIFEST_BYTES)?;
         Manifest::parse(&path, &bytes).map(Some)
+    }
+
+    /// Checks that every part the manifest names is the bundle's own: the resident part is the
+    /// resident file being loaded, the store and sidecars are the ones that file names, and the
+    /// bundle's own profile and predictors are listed (a manifest naming another bundle's resident
+    /// file once passed `sparrow verify` while `run` read the other one). `None` when they are,
+    /// else what is wrong, for the role concerned.
+    pub fn owner_problem(&self, parts: &crate::bundle::BundleParts) -> Option<(PartRole, String)> {
+        for p in &self.parts {
+            let Some(want) = parts.of_role(p.role) else {
+                return Some((
+                    p.role,
+                    format!(
+                        "the manifest lists {} `{}`, but the resident file {} has no {} part",
+                        p.role.name(),
+                        p.file.escape_debug(),
+                        parts.resident.display(),
+                        p.role.name()
+                    ),
+                ));
+            };
+            let here = parts
+                .resident
+                .parent()
+                .unwrap_or(Path::new(""))
+                .join(&p.file);
+            if here != want && !atomic_out::same_file(&here, want) {
+                return Some((
+                    p.role,
+                    format!(
+                        "the manifest names {} as the {} part, but this bundle's is {}: the manifest is not this bundle's",
+                        here.display(),
+                        p.role.name(),
+                        want.display()
+                    ),
+                ));
+            }
+        }
+        if parts.recorded {
+            let listed = |r: PartRole| self.parts.iter().any(|p| p.role == r);
+            for (role, has) in [
+                (PartRole::Profile, true),
+                (PartRole::Predictor, parts.predictor.is_some()),
+            ] {
+                if has && !listed(role) {
+                    return Some((
+                        role,
+                        format!(
+                            "the resident file {} names a {} part the manifest does not list",
+                            parts.resident.display(),
+                            role.name()
+                        ),
+                    ));
+                }
+            }
+        }
+        None
+    }
+
+    /// [`Manifest::owner_problem`] as an error naming the manifest.
+    pub fn check_owner(&self, parts: &crate::bundle::BundleParts) -> Result<()> {
+        match self.owner_problem(parts) {
+            None => Ok(()),
+            Some((_, problem)) => Err(bad(
+                &parts.manifest,
+                format!("{problem} (re-run sparrow convert)"),
+            )),
+        }
     }
 
     /// Each part's path next to `resident`, checked as the store's name is (plain name, no link out).
@@ -387,10 +481,22 @@ impl Manifest {
     /// Checks that every part exists with the size the manifest gives (cheap: no data is read). The
     /// error names the part.
     pub fn check_sizes(&self, resident: &Path, fingerprint: Option<u64>) -> Result<()> {
-        let mpath = manifest_path(resident);
+        let mpath = match crate::bundle::BundleParts::read(resident)? {
+            Some(p) => p.manifest,
+            None => manifest_path(resident),
+        };
+        self.check_sizes_at(resident, &mpath, fingerprint)
+    }
+
+    fn check_sizes_at(
+        &self,
+        resident: &Path,
+        mpath: &Path,
+        fingerprint: Option<u64>,
+    ) -> Result<()> {
         if let Some(fp) = fingerprint.filter(|&f| f != self.source_fingerprint) {
             return Err(bad(
-                &mpath,
+                mpath,
                 format!(
                     "the manifest is for a conversion of model {:016x}, the resident file comes from {fp:016x} (re-run sparrow convert)",
                     self.source_fingerprint
@@ -420,11 +526,21 @@ impl Manifest {
 
     /// Reads every part and compares its size and hash; `progress(bytes)` as it reads. Returns one
     /// check per part (an unreadable part is a problem of its check, not an error).
+    /// Each part is checked to be the bundle's own first ([`Manifest::owner_problem`]) when `resident`
+    /// is a resident file.
     pub fn verify(&self, resident: &Path, mut progress: impl FnMut(u64)) -> Result<Vec<PartCheck>> {
+        let owner = match crate::bundle::BundleParts::read(resident)? {
+            Some(parts) => self.owner_problem(&parts),
+            None => None,
+        };
         let mut out = Vec::with_capacity(self.parts.len());
         for p in &self.parts {
             let path = self.part_path(resident, p)?;
-            let problem = match size_problem(&path, p) {
+            let foreign = owner
+                .as_ref()
+                .filter(|(role, _)| *role == p.role)
+                .map(|(_, s)| s.clone());
+            let problem = match foreign.or_else(|| size_problem(&path, p)) {
                 Some(s) => Some(s),
                 None => match hash_file(&path, &mut progress) {
                     Err(e) => Some(e.to_string()),
@@ -461,6 +577,17 @@ fn size_problem(path: &Path, p: &Part) -> Option<String> {
     }
 }
 
+/// The file name of `path` if a manifest can record it (a plain name without blanks).
+fn plain_name(path: &Path) -> Result<String> {
+    path.file_name()
+        .and_then(|n| n.to_str())
+        .filter(|n| {
+            crate::config::FfnStoreRef::is_plain_name(n) && !n.contains(char::is_whitespace)
+        })
+        .map(str::to_string)
+        .ok_or_else(|| bad(path, "not a file name a manifest can record".into()))
+}
+
 fn fnv(bytes: &[u8]) -> u64 {
     let mut h = predictor::Fnv1a64::default();
     h.update(bytes);
@@ -474,14 +601,26 @@ fn parse_hash(s: &str) -> Option<u64> {
         .flatten()
 }
 
-/// Checks the manifest of the resident file `resident` at load: sizes only, and the source
-/// fingerprint against the one the resident file carries.
-pub fn check_at_load(resident: &Path, fingerprint: u64) -> Result<ManifestStatus> {
-    let path = manifest_path(resident);
-    match Manifest::read(resident)? {
+/// Checks the manifest of the bundle `parts` at load: that it is there when the resident file names
+/// it, that every part it lists is the bundle's own, their sizes, and the source fingerprint against
+/// the one the resident file carries.
+pub fn check_at_load(
+    parts: &crate::bundle::BundleParts,
+    fingerprint: u64,
+) -> Result<ManifestStatus> {
+    let path = parts.manifest.clone();
+    match Manifest::read_at(&path)? {
+        None if parts.recorded => Err(bad(
+            &path,
+            format!(
+                "missing: the resident file {} names this manifest (the bundle is incomplete; re-run sparrow convert)",
+                parts.resident.display()
+            ),
+        )),
         None => Ok(ManifestStatus::Missing(path)),
         Some(m) => {
-            m.check_sizes(resident, Some(fingerprint))?;
+            m.check_owner(parts)?;
+            m.check_sizes_at(&parts.resident, &path, Some(fingerprint))?;
             Ok(ManifestStatus::SizesMatch(path))
         }
     }

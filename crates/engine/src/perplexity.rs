@@ -40,6 +40,20 @@ impl Engine<'_> {
         tokens: &[u32],
         window: usize,
         windows: usize,
+        progress: impl FnMut(usize, usize),
+    ) -> Result<PerplexityReport> {
+        let never = std::sync::atomic::AtomicBool::new(false);
+        self.perplexity_until(tokens, window, windows, &never, progress)
+    }
+
+    /// [`Engine::perplexity`], stopped between two windows when `stop` becomes true: then an error
+    /// ("interrupted").
+    pub fn perplexity_until(
+        &self,
+        tokens: &[u32],
+        window: usize,
+        windows: usize,
+        stop: &std::sync::atomic::AtomicBool,
         mut progress: impl FnMut(usize, usize),
     ) -> Result<PerplexityReport> {
         if window < 2 || windows == 0 {
@@ -57,6 +71,9 @@ impl Engine<'_> {
         let t0 = Instant::now();
         let mut window_nll = Vec::with_capacity(windows);
         for w in 0..windows {
+            if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                return Err(EngineError::Request("interrupted".into()));
+            }
             let ids = &tokens[w * window..(w + 1) * window];
             let mut cache = self.new_cache();
             let logits = self.forward(&mut cache, ids, Logits::All)?;

@@ -48,7 +48,8 @@ fn bytes(m: &tensor_types::QMatrix<'_>) -> u64 {
 pub fn model_summary(engine: &Engine<'_>, sidecars: &SparseSidecars) -> Result<ModelSummary> {
     let model = engine.model();
     let cfg = &model.config;
-    let bundle = ModelBundle::new(model.path());
+    // A resident file's own profile and predictors are the ones it names.
+    let bundle = ModelBundle::of_model(model)?;
     let profile_path = bundle.profile_or(sidecars.profile.as_deref());
     let profile = if profile_path.is_file() {
         Some(Profile::load(&profile_path)?)

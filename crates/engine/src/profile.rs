@@ -64,23 +64,44 @@ pub fn sample_scores(
     stride: usize,
     progress: impl FnMut(usize, usize),
 ) -> Result<Vec<Vec<f32>>> {
+    let never = AtomicBool::new(false);
+    sample_scores_until(
+        engine, sparse, tokens, window, windows, stride, &never, progress,
+    )
+}
+
+/// [`sample_scores`], stopped between two windows when `stop` becomes true: then an error
+/// ("interrupted"), nothing half-sampled.
+#[allow(clippy::too_many_arguments)]
+pub fn sample_scores_until(
+    engine: &Engine<'_>,
+    sparse: &SparseFfn,
+    tokens: &[u32],
+    window: usize,
+    windows: usize,
+    stride: usize,
+    stop: &AtomicBool,
+    progress: impl FnMut(usize, usize),
+) -> Result<Vec<Vec<f32>>> {
     let n_layers = engine.model().config.n_layers;
     let stride = stride.max(1);
     let mut samples = vec![Vec::new(); n_layers];
     let mut scores = Vec::new();
-    let stop = AtomicBool::new(false);
-    observe_corpus(
+    let ran = observe_corpus(
         engine,
         tokens,
         window,
         windows,
-        &stop,
+        stop,
         |s| {
             sparse.scores_into(s.layer, s.act_gate, s.up, &mut scores);
             samples[s.layer].extend(scores.iter().step_by(stride));
         },
         progress,
     )?;
+    if ran < windows {
+        return Err(EngineError::Request("interrupted".into()));
+    }
     Ok(samples)
 }
 

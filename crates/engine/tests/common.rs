@@ -147,3 +147,48 @@ pub fn reference_perplexity(
         .unwrap();
     (rep.ppl, ppl_ref["ppl"].as_f64().unwrap())
 }
+
+/// Rewrites the bundle of the resident file `resident` (written by this build's convert) into the
+/// layout of converts from before bundles were transactions: the resident file names only its store,
+/// `<stem>.neurons`, and the profile and predictors have the fixed sidecar names; no manifest.
+pub fn to_older_layout(resident: &std::path::Path) {
+    to_older_layout_with_store(resident, &resident.with_extension("neurons"));
+}
+
+/// [`to_older_layout`], the store renamed to `legacy_store` (in the same folder), which the resident
+/// file then names.
+pub fn to_older_layout_with_store(resident: &std::path::Path, legacy_store: &std::path::Path) {
+    use engine::config::{BUNDLE_MANIFEST_KEY, BUNDLE_PREDICTOR_KEY, BUNDLE_PROFILE_KEY};
+    let parts = engine::bundle::BundleParts::read(resident)
+        .unwrap()
+        .unwrap();
+    let b = engine::ModelBundle::new(resident);
+    std::fs::rename(&parts.store, legacy_store).unwrap();
+    std::fs::rename(&parts.profile, b.profile()).unwrap();
+    if let Some(p) = &parts.predictor {
+        std::fs::rename(p, b.predictor()).unwrap();
+    }
+    std::fs::remove_file(&parts.manifest).unwrap();
+    let gguf = model_format::GgufFile::open(resident).unwrap();
+    let mut out = model_format::GgufWriter::new();
+    for (k, v) in gguf.metadata() {
+        match k {
+            "general.alignment" | BUNDLE_MANIFEST_KEY | BUNDLE_PROFILE_KEY
+            | BUNDLE_PREDICTOR_KEY => {}
+            engine::config::FFN_STORE_FILE_KEY => {
+                let name = legacy_store.file_name().unwrap().to_string_lossy();
+                out.metadata(k, model_format::MetaValue::String(name.into_owned()));
+            }
+            _ => {
+                out.metadata(k, v.clone());
+            }
+        }
+    }
+    out.alignment(gguf.alignment());
+    for t in gguf.tensors() {
+        out.tensor(t.name, t.dtype, t.shape, t.data.to_vec())
+            .unwrap();
+    }
+    drop(gguf);
+    out.write(resident).unwrap();
+}

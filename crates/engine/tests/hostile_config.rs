@@ -174,6 +174,7 @@ fn a_resident_file_names_its_store_only_inside_its_folder() {
     let r = |file: &str| engine::config::FfnStoreRef {
         file: file.into(),
         fingerprint: 0,
+        parts: None,
     };
     let e = r("out.neurons")
         .path_next_to(&model)

@@ -7,7 +7,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use engine::bundle::{seal_manifest, ModelBundle, SparsePlan, SparseSidecars};
+use engine::bundle::{seal_manifest, BundleParts, ModelBundle, SparsePlan, SparseSidecars};
 use engine::manifest::{manifest_path, Manifest, ManifestStatus, PartRole};
 use engine::offload::{convert, store_path_for, ConvertOptions, OffloadOptions};
 use engine::{Engine, EngineOptions, FfnBudget, ModelFile};
@@ -32,9 +32,24 @@ fn engine(file: &ModelFile) -> Engine<'_> {
     .unwrap()
 }
 
-/// A converted bundle in its own folder (resident file, store, profile next to it), sealed unless
-/// `seal` is false. Returns the resident file's path.
+/// The manifest the bundle of `resident` has (the name the resident file records, or the older
+/// layout's `<resident>.sparrow-manifest`).
+fn mpath_of(resident: &Path) -> PathBuf {
+    BundleParts::read(resident).unwrap().unwrap().manifest
+}
+
+/// A converted bundle in its own folder (resident file, store, profile), as convert writes it
+/// (sealed). With `older`, rewritten into the layout of converts before bundles were transactions
+/// (fixed sidecar names), then sealed unless `seal` is false. Returns the resident file's path.
 fn bundle(tag: &str, seal: bool) -> PathBuf {
+    bundle_in(tag, seal, false)
+}
+
+fn older_bundle(tag: &str, seal: bool) -> PathBuf {
+    bundle_in(tag, seal, true)
+}
+
+fn bundle_in(tag: &str, seal: bool, older: bool) -> PathBuf {
     let dir = tmp_dir(tag);
     let file = ModelFile::open(
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/tiny-llama-silu-q4_0.gguf"),
@@ -50,8 +65,12 @@ fn bundle(tag: &str, seal: bool) -> PathBuf {
         |_, _| {},
     )
     .unwrap();
-    profile.save(ModelBundle::new(&resident).profile()).unwrap();
-    if seal {
+    assert!(seal || older, "convert always seals");
+    if older {
+        common::to_older_layout(&resident);
+        assert_eq!(mpath_of(&resident), manifest_path(&resident));
+    }
+    if seal && older {
         let m = seal_manifest(&resident, r.source_fingerprint).unwrap();
         assert_eq!(
             m.parts.iter().map(|p| p.role).collect::<Vec<_>>(),
@@ -88,10 +107,22 @@ fn sealed(body: &str) -> String {
 
 #[test]
 fn a_sealed_bundle_loads_and_verifies() {
-    let resident = bundle("ok", true);
+    for older in [false, true] {
+        let resident = bundle_in(&format!("ok-{older}"), true, older);
+        sealed_bundle_loads_and_verifies(&resident);
+    }
+}
+
+fn sealed_bundle_loads_and_verifies(resident: &Path) {
+    let resident = resident.to_path_buf();
+    let m = Manifest::read(&resident).unwrap().unwrap();
+    assert_eq!(
+        m.parts.iter().map(|p| p.role).collect::<Vec<_>>(),
+        [PartRole::Resident, PartRole::Store, PartRole::Profile]
+    );
     assert_eq!(
         load(&resident).unwrap(),
-        Some(ManifestStatus::SizesMatch(manifest_path(&resident)))
+        Some(ManifestStatus::SizesMatch(mpath_of(&resident)))
     );
     let m = Manifest::read(&resident).unwrap().unwrap();
     let mut seen = 0;
@@ -100,13 +131,13 @@ fn a_sealed_bundle_loads_and_verifies() {
     assert_eq!(checks.len(), 3);
     assert!(checks.iter().all(|c| c.problem.is_none()), "{checks:?}");
     // The text round-trips.
-    let text = std::fs::read(manifest_path(&resident)).unwrap();
+    let text = std::fs::read(mpath_of(&resident)).unwrap();
     assert_eq!(Manifest::parse(Path::new("m"), &text).unwrap(), m);
 }
 
 #[test]
 fn a_bundle_without_a_manifest_loads_unchecked() {
-    let resident = bundle("old", false);
+    let resident = older_bundle("old", false);
     assert_eq!(
         load(&resident).unwrap(),
         Some(ManifestStatus::Missing(manifest_path(&resident)))
@@ -131,7 +162,7 @@ fn a_part_of_another_size_is_refused_at_load_by_name() {
     );
     // A missing profile is named too.
     let resident = bundle("missing", true);
-    let profile = ModelBundle::new(&resident).profile();
+    let profile = BundleParts::read(&resident).unwrap().unwrap().profile;
     std::fs::remove_file(&profile).unwrap();
     let e = load(&resident).unwrap_err();
     assert!(e.contains("missing") && e.contains("profile part"), "{e}");
@@ -160,7 +191,7 @@ fn verify_names_a_part_whose_contents_changed() {
 #[test]
 fn damaged_or_hostile_manifests_are_errors_naming_it() {
     let resident = bundle("hostile", true);
-    let mpath = manifest_path(&resident);
+    let mpath = mpath_of(&resident);
     let good = std::fs::read_to_string(&mpath).unwrap();
     let body = &good[..good.rfind("checksum ").unwrap()];
     let store_line = body.lines().find(|l| l.starts_with("part store")).unwrap();
@@ -211,7 +242,7 @@ fn damaged_or_hostile_manifests_are_errors_naming_it() {
             "huge size",
             sealed(&body.replacen(
                 store_line,
-                "part store m.resident.neurons 99999999999999999999999 fnv1a64:0000000000000000",
+                "part store m.neurons 99999999999999999999999 fnv1a64:0000000000000000",
                 1,
             )),
             "bad part line",
@@ -259,7 +290,7 @@ fn damaged_or_hostile_manifests_are_errors_naming_it() {
 #[test]
 fn mutated_manifests_never_panic() {
     let resident = bundle("mutate", true);
-    let good = std::fs::read(manifest_path(&resident)).unwrap();
+    let good = std::fs::read(mpath_of(&resident)).unwrap();
     let mut x = 0x9e37_79b9_7f4a_7c15u64;
     let mut next = || {
         x ^= x << 13;
@@ -286,5 +317,43 @@ fn mutated_manifests_never_panic() {
         if let Err(e) = Manifest::parse(p, &b) {
             assert!(e.to_string().contains("fuzzed.sparrow-manifest"), "{e}");
         }
+    }
+}
+
+/// A manifest must describe its own bundle: one naming another resident file (a pristine copy,
+/// while the loaded one is damaged) or another store once passed `verify` while `run` read the
+/// damaged file. Now the load is refused and `verify` marks the part, in both layouts.
+#[test]
+fn a_manifest_naming_another_bundles_parts_is_refused() {
+    for older in [false, true] {
+        let resident = bundle_in(&format!("owner-{older}"), true, older);
+        let parts = BundleParts::read(&resident).unwrap().unwrap();
+        let mpath = parts.manifest.clone();
+        let good = std::fs::read_to_string(&mpath).unwrap();
+        let body = &good[..good.rfind("checksum ").unwrap()];
+        for (role, from) in [("resident", &parts.resident), ("store", &parts.store)] {
+            let name = from.file_name().unwrap().to_str().unwrap();
+            let copy = format!("copy-{name}");
+            std::fs::copy(from, resident.with_file_name(&copy)).unwrap();
+            let text = sealed(&body.replacen(
+                &format!("part {role} {name} "),
+                &format!("part {role} {copy} "),
+                1,
+            ));
+            assert_ne!(text, good);
+            std::fs::write(&mpath, &text).unwrap();
+            let e = load(&resident).expect_err(role);
+            assert!(
+                e.contains(mpath.to_str().unwrap()) && e.contains("not this bundle's"),
+                "{role}: {e}"
+            );
+            let m = Manifest::read(&resident).unwrap().unwrap();
+            let checks = m.verify(&resident, |_| {}).unwrap();
+            let bad: Vec<_> = checks.iter().filter(|c| c.problem.is_some()).collect();
+            assert_eq!(bad.len(), 1, "{checks:?}");
+            assert_eq!(bad[0].part.role.name(), role);
+        }
+        std::fs::write(&mpath, &good).unwrap();
+        assert!(load(&resident).is_ok());
     }
 }

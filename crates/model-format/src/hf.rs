@@ -124,9 +124,11 @@ struct IndexJson {
     weight_map: BTreeMap<String, String>,
 }
 
+/// The largest JSON file of an HF directory read (`config.json`, the safetensors index).
+const MAX_JSON_BYTES: u64 = 64 << 20;
+
 fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, FormatError> {
-    crate::require_regular_file(path)?;
-    let text = std::fs::read(path).map_err(|e| FormatError::io(path, e))?;
+    let text = crate::read_input(path, MAX_JSON_BYTES)?;
     serde_json::from_slice(&text).map_err(|source| FormatError::Json {
         path: path.to_path_buf(),
         source,

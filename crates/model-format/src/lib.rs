@@ -67,23 +67,37 @@ pub use tensor_types::WeightFormat as DType;
 pub use tensor_types::WeightFormat;
 pub use writer::{GgufStream, GgufWriter};
 
-/// Refuses anything but a regular file (after symlinks) before it is opened: opening a FIFO blocks
-/// until a writer comes, and a device or `/proc` file has no size to check against.
-pub(crate) fn require_regular_file(path: &Path) -> Result<(), FormatError> {
-    let meta = std::fs::metadata(path).map_err(|e| FormatError::io(path, e))?;
-    if meta.is_file() {
-        return Ok(());
+/// Opens `path` through `atomic_out::require_regular`: anything but a regular file (after symlinks)
+/// is refused, on the open file, and the open does not block (opening a FIFO waits for a writer; a
+/// device or `/proc` file has no size to check against).
+pub(crate) fn open_regular(path: &Path) -> Result<std::fs::File, FormatError> {
+    atomic_out::require_regular(path).map_err(input_error)
+}
+
+/// The bytes of the regular file `path`, at most `limit` (`atomic_out::read_bounded`).
+pub(crate) fn read_input(path: &Path, limit: u64) -> Result<Vec<u8>, FormatError> {
+    atomic_out::read_bounded(path, limit).map_err(input_error)
+}
+
+/// An `atomic-out` read failure as a [`FormatError`] naming the file.
+fn input_error(e: atomic_out::AtomicError) -> FormatError {
+    match e {
+        atomic_out::AtomicError::Io { path, source, .. } => FormatError::io(&path, source),
+        other => {
+            let path = other.path().to_path_buf();
+            let text = other.to_string();
+            let detail = text
+                .strip_prefix(&format!("{}: ", path.display()))
+                .unwrap_or(&text)
+                .to_string();
+            FormatError::Invalid { path, detail }
+        }
     }
-    Err(FormatError::Invalid {
-        path: path.to_path_buf(),
-        detail: "not a regular file".to_owned(),
-    })
 }
 
 /// Opens and memory-maps a file read-only.
 fn map_file(path: &Path) -> Result<memmap2::Mmap, FormatError> {
-    require_regular_file(path)?;
-    let file = std::fs::File::open(path).map_err(|e| FormatError::io(path, e))?;
+    let file = open_regular(path)?;
     let meta = file.metadata().map_err(|e| FormatError::io(path, e))?;
     if !meta.is_file() {
         return Err(FormatError::Invalid {

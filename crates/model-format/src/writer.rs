@@ -190,6 +190,24 @@ impl GgufWriter {
         self.stream(path)?.finish()
     }
 
+    /// As [`write`](Self::write), but the complete, synced file is left under its temporary name and
+    /// returned: nothing is at `path` until the caller commits it (`AtomicFile::commit`), and dropping
+    /// it removes it. For a file that must be renamed into place after others (a bundle's resident
+    /// file, the last step of a convert).
+    pub fn write_pending(&self, path: impl AsRef<Path>) -> Result<AtomicFile, FormatError> {
+        let path = path.as_ref();
+        if let Some(t) = self.tensors.iter().find(|t| t.data.is_none()) {
+            return Err(FormatError::Invalid {
+                path: path.to_path_buf(),
+                detail: format!(
+                    "tensor '{}' was declared without data: write it with stream()",
+                    t.name
+                ),
+            });
+        }
+        self.stream(path)?.finish_pending()
+    }
+
     /// Starts writing the file: creates a temporary in `path`'s folder
     /// (`.NAME.sparrow-tmp-PID-SEQ`, see `atomic_out`), writes the header
     /// and returns the stream that takes the tensor data, in the order the
@@ -325,7 +343,14 @@ impl GgufStream<'_> {
 
     /// Flushes and syncs the file and renames it to its final path. Fails,
     /// removing the temporary file, if a tensor is incomplete.
-    pub fn finish(mut self) -> Result<(), FormatError> {
+    pub fn finish(self) -> Result<(), FormatError> {
+        self.finish_pending()?.commit().map_err(atomic_error)
+    }
+
+    /// Flushes and syncs the file but leaves it under its temporary name, returned for the caller to
+    /// commit (see [`GgufWriter::write_pending`]). Fails, removing the temporary file, if a tensor is
+    /// incomplete.
+    pub fn finish_pending(mut self) -> Result<AtomicFile, FormatError> {
         if let Some(t) = self.tensors.get(self.next) {
             let detail = format!(
                 "finished with tensor '{}' incomplete ({} of {} bytes) and {} more after it",
@@ -343,7 +368,10 @@ impl GgufStream<'_> {
         let file = out
             .into_inner()
             .map_err(|e| FormatError::io(&self.tmp, e.into_error()))?;
-        file.commit().map_err(atomic_error)
+        file.file()
+            .sync_all()
+            .map_err(|e| FormatError::io(&self.tmp, e))?;
+        Ok(file)
     }
 
     /// Closes the stream (removing the temporary file) and returns an error.

@@ -603,10 +603,15 @@ impl Tokenizer {
     }
 }
 
+/// The largest tokenizer or configuration JSON read (the largest real `tokenizer.json` are tens of MiB).
+const MAX_JSON_BYTES: u64 = 256 << 20;
+
+/// The text of `path`: a regular file (a FIFO or device is refused before it is read) of at most
+/// [`MAX_JSON_BYTES`].
 fn read(path: &Path) -> Result<String, TokenizerError> {
-    std::fs::read_to_string(path).map_err(|source| TokenizerError::Io {
+    atomic_out::read_bounded_text(path, MAX_JSON_BYTES).map_err(|e| TokenizerError::Io {
         path: path.to_owned(),
-        source,
+        source: e.into(),
     })
 }
 

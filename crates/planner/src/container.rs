@@ -111,25 +111,20 @@ pub fn decode<T: DeserializeOwned>(
 
 /// Reads and parses the file at `path`.
 pub fn load<T: DeserializeOwned>(path: &Path, kind: &str, version: u32) -> Result<T> {
-    let meta = std::fs::metadata(path).map_err(|source| PlannerError::Io {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    if !meta.is_file() {
-        return Err(PlannerError::Corrupt {
-            path: path.to_path_buf(),
-            what: "not a regular file".into(),
-        });
-    }
-    if meta.len() > (MAX_PAYLOAD + 1024) as u64 {
-        return Err(PlannerError::Corrupt {
-            path: path.to_path_buf(),
-            what: format!("{} bytes, too large for a {kind} file", meta.len()),
-        });
-    }
-    let bytes = std::fs::read(path).map_err(|source| PlannerError::Io {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    // A regular file no larger than a payload and its header line (a FIFO or `/dev/zero` is refused
+    // before it is read).
+    let bytes =
+        atomic_out::read_bounded(path, (MAX_PAYLOAD + 1024) as u64).map_err(|e| match e {
+            atomic_out::AtomicError::Io { path, source, .. } => PlannerError::Io { path, source },
+            other => {
+                let path = other.path().to_path_buf();
+                let text = other.to_string();
+                let what = text
+                    .strip_prefix(&format!("{}: ", path.display()))
+                    .unwrap_or(&text)
+                    .to_string();
+                PlannerError::Corrupt { path, what }
+            }
+        })?;
     decode(path, kind, version, &bytes)
 }

@@ -82,17 +82,38 @@ pub(crate) fn write_atomic(
     })
 }
 
-/// Reads `path`, checks the container and returns the payload.
+/// The largest profile file read (a real one is a few MiB even for a 7B model).
+pub const MAX_PROFILE_BYTES: u64 = 1 << 30;
+/// The largest predictor file read (predictors are kept under a tenth of the FFN's bytes).
+pub const MAX_PREDICTOR_BYTES: u64 = 4 << 30;
+
+/// Reads `path` (a regular file no larger than its kind's limit), checks the container and returns
+/// the payload.
 pub(crate) fn read_checked(
     path: &Path,
     magic: &[u8; 8],
     kind: &'static str,
     version: u32,
 ) -> Result<Vec<u8>> {
-    let bytes = std::fs::read(path).map_err(|source| PredictorError::Io {
-        path: path.to_path_buf(),
-        what: "reading",
-        source,
+    // A profile is a few floats per neuron; predictors at most a tenth of the FFN's bytes.
+    let limit = if kind == "predictor" {
+        MAX_PREDICTOR_BYTES
+    } else {
+        MAX_PROFILE_BYTES
+    };
+    let bytes = atomic_out::read_bounded(path, limit).map_err(|e| match e {
+        atomic_out::AtomicError::Io { path, what, source } => {
+            PredictorError::Io { path, what, source }
+        }
+        other => {
+            let path = other.path().to_path_buf();
+            let text = other.to_string();
+            let what = text
+                .strip_prefix(&format!("{}: ", path.display()))
+                .unwrap_or(&text)
+                .to_string();
+            PredictorError::Format { path, what }
+        }
     })?;
     let bad = |what: String| PredictorError::Format {
         path: path.to_path_buf(),

@@ -60,7 +60,7 @@ pub mod mlp;
 pub mod profile;
 
 pub use error::{PredictorError, Result};
-pub use file::Fnv1a64;
+pub use file::{Fnv1a64, MAX_PREDICTOR_BYTES, MAX_PROFILE_BYTES};
 pub use mlp::{
     train, Dataset, LayerReport, Predictor, PredictorSet, Scratch, TrainConfig, TrainProgress,
 };

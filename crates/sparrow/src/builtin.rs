@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 
 /// A text the binary carries.
 pub struct Builtin {
@@ -34,6 +34,9 @@ pub enum TextSource {
     Builtin(&'static Builtin),
 }
 
+/// The largest text file read (a corpus, an evaluation text).
+pub const MAX_TEXT_BYTES: u64 = 1 << 30;
+
 impl TextSource {
     /// `file` if given, else `fallback`.
     pub fn or_builtin(file: Option<&Path>, fallback: &'static Builtin) -> Self {
@@ -46,9 +49,9 @@ impl TextSource {
     /// The text (a file is read; an error names it).
     pub fn read(&self) -> Result<String> {
         match self {
-            Self::File(p) => {
-                std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))
-            }
+            // A regular file of at most 1 GiB (a FIFO used to hang `perplexity -f`, `/dev/zero`
+            // to be read until memory ran out).
+            Self::File(p) => Ok(atomic_out::read_bounded_text(p, MAX_TEXT_BYTES)?),
             Self::Builtin(b) => Ok(b.text.to_string()),
         }
     }

@@ -15,6 +15,37 @@ pub fn open_model(args: &LoadArgs, quiet: bool) -> Result<ModelFile> {
     Ok(ModelFile::open(model_path(args.model.as_deref(), quiet)?)?)
 }
 
+/// What a command given `args` reads besides its own inputs, for the output guard
+/// (`engine::outputs::guard`, which adds a resident file's bundle): the model at `model`, its
+/// profile and predictors when they exist (read under `--sparse`), and the `--profile`,
+/// `--predictor` and `--plan` given.
+pub fn model_inputs(args: &ModelArgs, model: &Path) -> Vec<PathBuf> {
+    let mut v = vec![model.to_path_buf()];
+    let b = engine::ModelBundle::new(model);
+    v.extend(
+        [b.profile(), b.predictor()]
+            .into_iter()
+            .filter(|p| p.exists()),
+    );
+    v.extend(args.profile.clone());
+    v.extend(args.predictor.clone());
+    v.extend(args.plan.clone());
+    v
+}
+
+/// Refuses a resident file (`sparrow convert`'s output) for a command that needs the model's own FFN
+/// weights (`what`: "profile", "train-predictor"): its FFN is in the store, so the command would read
+/// empty matrices. The error names the file and says what to run instead.
+pub fn refuse_resident(eng: &Engine<'_>, what: &str) -> Result<()> {
+    if eng.model().config.ffn_store.is_some() {
+        anyhow::bail!(
+            "{}: a resident file (sparrow convert's output, its FFN in a neuron store) cannot be given to `sparrow {what}`: run it on the original model, then `sparrow convert` again to carry the result into the bundle",
+            eng.model().path().display()
+        );
+    }
+    Ok(())
+}
+
 /// The file behind `--model`: a path as given; a known model's name (`sparrow models`), fetched into
 /// the cache if absent; none: the default model.
 pub fn model_path(model: Option<&Path>, quiet: bool) -> Result<PathBuf> {

@@ -13,6 +13,8 @@ mod cli_markdown;
 mod cmd;
 mod load;
 mod parse;
+#[cfg(test)]
+mod path_flags;
 mod plot;
 mod store_accel;
 mod ui;
@@ -111,5 +113,45 @@ fn dispatch(cli: Cli) -> Result<()> {
             print!("{}", cli_markdown::render(&mut Cli::command()));
             Ok(())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::path_flags::{INPUT_FLAGS, OUTPUT_FLAGS, SCRATCH_FOLDER_FLAGS};
+
+    /// Every flag of every command that takes a path is listed as an input, an output (which the
+    /// output guard checks: `tests/misuse.rs` runs each) or a scratch folder: a new path flag fails
+    /// here until it is classified, so no output can skip the guard.
+    #[test]
+    fn every_path_flag_is_classified_and_every_output_flag_exists() {
+        use clap::CommandFactory;
+        let cli = Cli::command();
+        let mut outputs = Vec::new();
+        for sub in cli.get_subcommands() {
+            for arg in sub.get_arguments() {
+                if arg.get_value_parser().type_id() != std::any::TypeId::of::<std::path::PathBuf>()
+                {
+                    continue;
+                }
+                let (name, id) = (sub.get_name(), arg.get_id().as_str());
+                if OUTPUT_FLAGS.contains(&(name, id)) {
+                    outputs.push((name, id));
+                } else {
+                    assert!(
+                        INPUT_FLAGS.contains(&id) || SCRATCH_FOLDER_FLAGS.contains(&id),
+                        "`sparrow {name} --{id}` takes a path that path_flags.rs does not classify"
+                    );
+                }
+            }
+        }
+        outputs.sort();
+        let mut listed = OUTPUT_FLAGS.to_vec();
+        listed.sort();
+        assert_eq!(
+            outputs, listed,
+            "an output flag listed is not a path flag of its command"
+        );
     }
 }

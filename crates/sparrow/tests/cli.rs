@@ -347,10 +347,15 @@ fn convert_then_run_over_the_neuron_store() {
             && text.contains("7 neuron(s) of 1116 bytes (down columns Q5_0) per 2-page unit"),
         "{text}"
     );
+    // The parts the resident file names, each under this convert's new name.
+    let parts = engine::bundle::BundleParts::read(&resident)
+        .unwrap()
+        .unwrap();
     assert!(
-        dir.join("m.resident.neurons").exists()
-            && dir.join("m.resident.gguf.sparrow-profile").exists()
+        parts.recorded && parts.all().iter().all(|p| p.exists()),
+        "{parts:?}"
     );
+    assert!(parts.store.to_str().unwrap().ends_with(".neurons"));
 
     let v = ok_json(&[
         "run",
@@ -379,7 +384,7 @@ fn convert_then_run_over_the_neuron_store() {
     // The bundle's manifest: written by convert, checked (sizes) at load, fully by `sparrow verify`.
     let err = |o: &std::process::Output| String::from_utf8_lossy(&o.stderr).into_owned();
     let stdout = |o: &std::process::Output| String::from_utf8_lossy(&o.stdout).into_owned();
-    let manifest = dir.join("m.resident.gguf.sparrow-manifest");
+    let manifest = parts.manifest.clone();
     assert!(text.contains("manifest") && manifest.exists(), "{text}");
     let out = sparrow(&["verify", r]);
     assert!(out.status.success(), "verify: {}", err(&out));
@@ -390,7 +395,7 @@ fn convert_then_run_over_the_neuron_store() {
         "{lines}"
     );
     // A part changed in place (same size): loading passes the cheap check, verify names it.
-    let prof = dir.join("m.resident.gguf.sparrow-profile");
+    let prof = parts.profile.clone();
     let good = std::fs::read(&prof).unwrap();
     let mut flipped = good.clone();
     flipped[good.len() / 2] ^= 1;
@@ -405,7 +410,8 @@ fn convert_then_run_over_the_neuron_store() {
     );
     std::fs::write(&prof, &good).unwrap();
     // A part of another size: the load is refused, naming the part and the manifest.
-    let store = dir.join("m.resident.neurons");
+    let store = parts.store.clone();
+    let store_name = store.file_name().unwrap().to_str().unwrap();
     let len = std::fs::metadata(&store).unwrap().len();
     let f = std::fs::OpenOptions::new()
         .write(true)
@@ -415,29 +421,32 @@ fn convert_then_run_over_the_neuron_store() {
     let out = sparrow(&["run", "-m", r, "-p", "hi", "-n", "1"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(
-        err(&out).contains("m.resident.neurons") && err(&out).contains("store part does not match"),
+        err(&out).contains(store_name) && err(&out).contains("store part does not match"),
         "{}",
         err(&out)
     );
     f.set_len(len).unwrap();
-    // No manifest (an older convert): runs, with a warning; verify says there is none.
+    // The manifest the resident file names is gone: the bundle is incomplete (an older layout
+    // without a manifest loads with a warning: engine/tests/manifest.rs).
+    let kept = std::fs::read(&manifest).unwrap();
     std::fs::remove_file(&manifest).unwrap();
     let out = sparrow(&["run", "-m", r, "-p", "hi", "-n", "1"]);
-    assert!(out.status.success(), "{}", err(&out));
+    assert_eq!(out.status.code(), Some(1));
     assert!(
-        err(&out).contains("sparrow-manifest is missing"),
+        err(&out).contains(manifest.to_str().unwrap()) && err(&out).contains("incomplete"),
         "{}",
         err(&out)
     );
     let out = sparrow(&["verify", r]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(err(&out).contains("no manifest"), "{}", err(&out));
+    assert!(err(&out).contains("missing"), "{}", err(&out));
+    std::fs::write(&manifest, kept).unwrap();
 
-    std::fs::remove_file(dir.join("m.resident.neurons")).unwrap();
+    std::fs::remove_file(&store).unwrap();
     let out = sparrow(&["run", "-m", r, "-p", "hi"]);
     assert!(!out.status.success());
     assert!(
-        String::from_utf8_lossy(&out.stderr).contains("m.resident.neurons"),
+        String::from_utf8_lossy(&out.stderr).contains(store_name),
         "names the missing store: {}",
         String::from_utf8_lossy(&out.stderr)
     );
@@ -486,15 +495,15 @@ fn convert_profiles_a_model_that_has_no_profile_first() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "convert: {err}");
     assert!(err.contains("profiling the model first"), "{err}");
-    for part in [
-        "m.gguf.sparrow-profile",
-        "m.resident.gguf",
-        "m.resident.neurons",
-    ] {
-        assert!(dir.join(part).exists(), "{part} missing");
+    let resident = dir.join("m.resident.gguf");
+    assert!(dir.join("m.gguf.sparrow-profile").exists());
+    let parts = engine::bundle::BundleParts::read(&resident)
+        .unwrap()
+        .unwrap();
+    for part in parts.all() {
+        assert!(part.exists(), "{} missing", part.display());
     }
     // The bundle runs with nothing else given.
-    let resident = dir.join("m.resident.gguf");
     let out = sparrow(&[
         "run",
         "-m",

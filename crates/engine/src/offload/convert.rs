@@ -8,9 +8,15 @@ use model_format::{GgufWriter, MetaValue};
 use neuron_store::{BundleLayout, Formats, LayerInput, NeuronStore, Packing, StoreWriter};
 use ufs_io::{IoConfig, IoEngine, OpenOptions};
 
-use crate::config::{FFN_STORE_FILE_KEY, FFN_STORE_FINGERPRINT_KEY};
+use super::generation::{name_of, remove_replaced, ConvertStep, Generation};
+use crate::bundle::BundleParts;
+use crate::config::{
+    BUNDLE_MANIFEST_KEY, BUNDLE_PREDICTOR_KEY, BUNDLE_PROFILE_KEY, FFN_STORE_FILE_KEY,
+    FFN_STORE_FINGERPRINT_KEY,
+};
 use crate::error::{EngineError, Result};
 use crate::fingerprint::model_fingerprint;
+use crate::manifest::{Manifest, PartRole};
 use crate::model::{Model, ModelFile};
 use crate::transpose::TransposedDown;
 
@@ -26,6 +32,16 @@ pub struct ConvertOptions {
     pub with_predictors: bool,
     /// Neurons whose batch-1 activation frequency is at least this are marked hot in the store.
     pub hot_frequency: f32,
+    /// Predictors to carry into the bundle (copied under the bundle's name for them).
+    pub predictor: Option<PathBuf>,
+    /// Read back every unit of the new store and check it before the bundle is switched to it.
+    pub verify: bool,
+    /// Files the convert must never remove when it clears the parts of the bundle it replaces (its
+    /// inputs: the source model, profile and predictor files).
+    pub keep: Vec<PathBuf>,
+    /// Fault injection for tests: called after each step ([`ConvertStep`]); an error there fails the
+    /// convert at that point as a full disk would. `None` in real use.
+    pub fault: Option<fn(ConvertStep) -> std::io::Result<()>>,
 }
 
 impl Default for ConvertOptions {
@@ -35,6 +51,10 @@ impl Default for ConvertOptions {
             packing: Some(Packing::Page),
             with_predictors: false,
             hot_frequency: 0.5,
+            predictor: None,
+            verify: false,
+            keep: Vec::new(),
+            fault: None,
         }
     }
 }
@@ -128,18 +148,33 @@ pub struct ConvertReport {
     /// Bytes of the output projection's proxy in the resident file (0: none, it would not pay;
     /// [`crate::output_proxy`]).
     pub proxy_bytes: u64,
+    /// Every part of the new bundle.
+    pub parts: BundleParts,
+    /// The parts of the bundle it replaced that were removed.
+    pub removed: Vec<PathBuf>,
 }
 
-/// The store file written next to `resident`: `<resident stem>.neurons`.
+/// The neuron store of the resident file `resident`: the one it names when it can be read, else the
+/// name an older convert gave it, `<resident stem>.neurons`.
 pub fn store_path_for(resident: &Path) -> PathBuf {
-    resident.with_extension("neurons")
+    match BundleParts::read(resident) {
+        Ok(Some(p)) => p.store,
+        _ => resident.with_extension("neurons"),
+    }
 }
 
 /// Converts `file` (a GGUF model) and its `profile` into `resident` (a GGUF without the FFN tensors,
 /// pointing at its store) and the neuron store next to it ([`store_path_for`]). Neurons are stored in
 /// descending batch-1 activation frequency (ties by id), so a unit packs neurons of similar firing rate
-/// and a layer's hot set is its first units. Both files are written to temporary names and renamed when
-/// complete. `progress(layer, layers)` is called as layers are written.
+/// and a layer's hot set is its first units. `progress(layer, layers)` is called as layers are written.
+///
+/// The bundle changes as one transaction: the store, the profile, the predictors
+/// ([`ConvertOptions::predictor`]) and the manifest are written under new names
+/// (`<stem>.g<pid>-<time>.neurons`, `<resident>.g<pid>-<time>.sparrow-profile`, ...), each synced
+/// with its folder; the resident file, which names them, is written to a temporary and renamed over
+/// `resident` last: that one rename switches the bundle. Only then are the parts of the bundle it
+/// replaced removed. A failure (or a kill) at any step before the rename leaves the earlier bundle
+/// as it was (a failure also removes the new parts); after it, the new bundle is complete.
 pub fn convert(
     file: &ModelFile,
     profile: &predictor::Profile,
@@ -197,16 +232,73 @@ pub fn convert(
                     .into(),
         });
     }
+    // The bundle this convert replaces, if `resident` is one (its parts are removed after the switch).
+    let old = BundleParts::read(resident).ok().flatten();
+    let generation = Generation::new(resident)?;
+    let written = write_bundle(
+        &model,
+        gguf,
+        profile,
+        resident,
+        opts,
+        &generation,
+        fingerprint,
+        &mut progress,
+    );
+    let (report, pending) = match written {
+        Ok(w) => w,
+        Err(e) => {
+            generation.remove();
+            return Err(e);
+        }
+    };
+    // The switch: one rename of the resident file, which names every new part.
+    pending.commit()?;
+    fault(opts, ConvertStep::Switched)?;
+    let removed = match &old {
+        Some(old) => remove_replaced(old, &report.parts, &opts.keep),
+        None => Vec::new(),
+    };
+    Ok(ConvertReport { removed, ..report })
+}
+
+/// Runs the test's fault hook after `step`.
+fn fault(opts: &ConvertOptions, step: ConvertStep) -> Result<()> {
+    match opts.fault {
+        None => Ok(()),
+        Some(f) => f(step).map_err(|source| EngineError::Io {
+            path: PathBuf::from(format!("<injected fault after {step:?}>")),
+            source,
+        }),
+    }
+}
+
+/// Everything of [`convert`] before the switch: the new parts under `g`'s names and the resident file
+/// complete under its temporary name (returned, to be renamed into place).
+#[allow(clippy::too_many_arguments)]
+fn write_bundle(
+    model: &Model<'_>,
+    gguf: &model_format::GgufFile,
+    profile: &predictor::Profile,
+    resident: &Path,
+    opts: &ConvertOptions,
+    g: &Generation,
+    fingerprint: u64,
+    progress: &mut impl FnMut(usize, usize),
+) -> Result<(ConvertReport, atomic_out::AtomicFile)> {
+    let cfg = &model.config;
+    let first = &model.layers[0];
+    let (gate_f, up_f) = (first.gate.format(), first.up.format());
     // The transposed down rows and their norms, exactly as in-memory sparse decode has them.
-    let down_format = opts.down_format.unwrap_or_else(|| auto_down_format(&model));
-    let down = TransposedDown::of(&model, down_format)?;
-    let store_path = store_path_for(resident);
+    let down_format = opts.down_format.unwrap_or_else(|| auto_down_format(model));
+    let down = TransposedDown::of(model, down_format)?;
+    let store_path = g.store.clone();
     let formats = Formats {
         gate: gate_f,
         up: up_f,
         down: down_format,
     };
-    let source_ffn_bytes = crate::budget::ffn_weight_bytes(&model) as u64;
+    let source_ffn_bytes = crate::budget::ffn_weight_bytes(model) as u64;
     let packing = match opts.packing {
         Some(p) => p,
         None => auto_packing(cfg.d_model, formats, profile, opts.with_predictors)?,
@@ -242,6 +334,22 @@ pub fn convert(
         progress(li + 1, cfg.n_layers);
     }
     w.finish()?;
+    fault(opts, ConvertStep::Store)?;
+    profile.save(&g.profile)?;
+    fault(opts, ConvertStep::Profile)?;
+    let predictor = match &opts.predictor {
+        None => None,
+        Some(from) => {
+            crate::outputs::copy_file(from, &g.predictor, predictor::MAX_PREDICTOR_BYTES)?;
+            fault(opts, ConvertStep::Predictor)?;
+            Some(g.predictor.clone())
+        }
+    };
+    if opts.verify {
+        let io = IoEngine::new(IoConfig::default())?;
+        let store = NeuronStore::open(&io, &store_path, OpenOptions::default())?;
+        store.verify_all(&io)?;
+    }
 
     // The resident file: all metadata, every tensor but the FFN matrices, the output's proxy.
     let mut out = GgufWriter::new();
@@ -257,6 +365,11 @@ pub fn convert(
         .unwrap_or_default();
     out.metadata(FFN_STORE_FILE_KEY, MetaValue::String(store_name));
     out.metadata(FFN_STORE_FINGERPRINT_KEY, MetaValue::U64(fingerprint));
+    out.metadata(BUNDLE_MANIFEST_KEY, MetaValue::String(name_of(&g.manifest)));
+    out.metadata(BUNDLE_PROFILE_KEY, MetaValue::String(name_of(&g.profile)));
+    if let Some(p) = &predictor {
+        out.metadata(BUNDLE_PREDICTOR_KEY, MetaValue::String(name_of(p)));
+    }
     let ffn = |name: &str| {
         [".ffn_gate.weight", ".ffn_up.weight", ".ffn_down.weight"]
             .iter()
@@ -277,20 +390,30 @@ pub fn convert(
             proxy,
         )?;
     }
-    out.write(resident)?;
-    let len = |p: &Path| {
-        std::fs::metadata(p)
-            .map(|m| m.len())
-            .map_err(|source| EngineError::Io {
-                path: p.to_path_buf(),
-                source,
-            })
+    let pending = out.write_pending(resident)?;
+    fault(opts, ConvertStep::Resident)?;
+    // The manifest describes the resident file under its final name, hashed from its temporary.
+    let mut listed = vec![
+        (PartRole::Resident, pending.temp_path().to_path_buf()),
+        (PartRole::Store, store_path.clone()),
+        (PartRole::Profile, g.profile.clone()),
+    ];
+    listed.extend(predictor.iter().map(|p| (PartRole::Predictor, p.clone())));
+    let manifest = Manifest::of_files_named(resident, fingerprint, &listed)?;
+    manifest.write_to(&g.manifest)?;
+    fault(opts, ConvertStep::Manifest)?;
+    let size = |role: PartRole| {
+        manifest
+            .parts
+            .iter()
+            .find(|p| p.role == role)
+            .map_or(0, |p| p.size)
     };
-    Ok(ConvertReport {
+    let report = ConvertReport {
         resident: resident.to_path_buf(),
-        resident_bytes: len(resident)?,
-        store_bytes: len(&store_path)?,
-        store: store_path,
+        resident_bytes: size(PartRole::Resident),
+        store_bytes: size(PartRole::Store),
+        store: store_path.clone(),
         layout,
         packing,
         down_format,
@@ -298,7 +421,17 @@ pub fn convert(
         hot_neurons,
         source_fingerprint: fingerprint,
         proxy_bytes,
-    })
+        parts: BundleParts {
+            resident: resident.to_path_buf(),
+            store: store_path,
+            manifest: g.manifest.clone(),
+            profile: g.profile.clone(),
+            predictor,
+            recorded: true,
+        },
+        removed: Vec::new(),
+    };
+    Ok((report, pending))
 }
 
 /// Opens the store next to `resident` and reads and checks every unit (`sparrow convert --verify`).

@@ -35,7 +35,8 @@
 //!   prefix ([`CacheControl::reserve`]); [`crate::HybridFfn`] leaves those neurons out of the CPU's
 //!   steps.
 //!
-//! Files: `convert.rs` (offline conversion, store path, verification), `options.rs` (settings and
+//! Files: `convert.rs` (offline conversion, store path, verification), `generation.rs` (the new
+//! names a convert writes its parts under, its steps, removing the parts it replaced), `options.rs` (settings and
 //! counters), `runtime.rs` ([`Offload`]: opening, cache), `live.rs` ([`CacheControl`]: the hot
 //! prefixes behind a read-write lock, preload and live resize), `decode.rs` (one layer's
 //! decode step in named stages), `prefetch.rs` (the next layer's reads queued ahead; their state in `ahead.rs`), `prefill.rs` (one layer's prompt step, streamed), `chunk.rs` (a chunk's
@@ -47,6 +48,7 @@ mod blocks;
 mod chunk;
 mod convert;
 mod decode;
+mod generation;
 mod live;
 mod options;
 mod prefetch;
@@ -59,6 +61,7 @@ pub use convert::{
     auto_down_format, auto_packing, convert, store_ffn_bytes, store_path_for, verify,
     ConvertOptions, ConvertReport,
 };
+pub use generation::ConvertStep;
 pub use live::{CacheControl, CacheReport};
 pub use neuron_store::Packing;
 pub use options::{OffloadOptions, OffloadStats};

@@ -71,6 +71,12 @@ pub struct BenchArgs {
 /// Runs the subcommand and prints its result.
 pub fn run(mut a: BenchArgs) -> Result<()> {
     let file = open_model(&a.model, a.json)?;
+    if let Some(plot) = &a.plot {
+        let mut inputs = crate::load::model_inputs(&a.model, file.path());
+        inputs.extend(a.text.clone());
+        inputs.extend(a.offload.clone());
+        engine::outputs::guard(&[(plot, engine::outputs::OutputKind::Other)], &inputs)?;
+    }
     let plan = apply_plan(&file, &mut a.model, a.json)?;
     let overlay = build_overlay(&file, &a.model, a.json)?;
     let mut eng = Engine::new_with_overlay(&file, overlay.as_ref(), engine_options(&a.model))?;

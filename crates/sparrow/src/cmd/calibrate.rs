@@ -73,6 +73,10 @@ pub fn run(a: CalibrateArgs) -> Result<()> {
     let dir = a.dir.unwrap_or_else(engine::fetch::model_cache_dir);
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let out = a.output.unwrap_or_else(engine::default_device_path);
+    engine::outputs::guard::<&std::path::Path>(
+        &[(&out, engine::outputs::OutputKind::Device)],
+        &[],
+    )?;
     let formats = parse_formats(&a.formats)?;
     let mut opts = if a.quick {
         CalibrateOptions::quick(&dir)

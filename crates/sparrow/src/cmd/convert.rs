@@ -103,15 +103,12 @@ pub fn run(a: ConvertArgs) -> Result<()> {
     let profile = engine::Profile::load(&profile_path)?;
     let out = a.out.clone().unwrap_or_else(|| bundle.resident());
     // Nothing convert writes may be one of its inputs (`-o m.gguf` once replaced the model and
-    // truncated its profile): checked before any work starts.
+    // truncated its profile): checked before any work starts. Its new parts get new names; the
+    // resident file is the output that replaces a file.
     let pred = bundle.predictor_or(a.predictor.as_deref());
-    let carried = bundle.carried_sidecars(&out, &profile_path, pred.as_deref());
-    let mut outputs = vec![out.clone(), engine::offload::store_path_for(&out)];
-    outputs.extend(carried.iter().map(|(_, to)| to.clone()));
-    outputs.push(engine::manifest::manifest_path(&out));
     let mut inputs = vec![path.clone(), profile_path.clone()];
     inputs.extend(pred.clone());
-    engine::outputs::refuse_overwrite(&outputs, &inputs)?;
+    engine::outputs::guard(&[(&out, engine::outputs::OutputKind::Gguf)], &inputs)?;
     let opts = engine::ConvertOptions {
         packing: match (a.no_pack, a.pack) {
             (true, _) | (_, Pack::None) => Some(Packing::None),
@@ -121,6 +118,9 @@ pub fn run(a: ConvertArgs) -> Result<()> {
         },
         with_predictors: pred.is_some(),
         down_format: a.down_format.0,
+        predictor: pred.clone(),
+        verify: a.verify,
+        keep: inputs,
         ..Default::default()
     };
     let t = Instant::now();
@@ -130,19 +130,7 @@ pub fn run(a: ConvertArgs) -> Result<()> {
     })
     .with_context(|| format!("converting {}", path.display()))?;
     b.finish_and_clear();
-    // The profile and predictors travel with the resident file (same model fingerprint).
     let copied_pred = pred.is_some();
-    for (from, to) in carried {
-        engine::outputs::copy_file(&from, &to)
-            .with_context(|| format!("copying {}", from.display()))?;
-    }
-    if a.verify {
-        engine::offload::verify(&out)
-            .with_context(|| format!("verifying {}", r.store.display()))?;
-    }
-    // Last, once every part is in place: the manifest (sizes and hashes of the parts).
-    engine::bundle::seal_manifest(&out, r.source_fingerprint)
-        .with_context(|| format!("writing the manifest of {}", out.display()))?;
     let l = r.layout;
     let hot: usize = r.hot_neurons.iter().sum();
     println!(
@@ -173,10 +161,13 @@ pub fn run(a: ConvertArgs) -> Result<()> {
         hot,
         opts.hot_frequency
     );
+    for p in &r.removed {
+        println!("removed {} (part of the bundle it replaced)", p.display());
+    }
     println!(
         "profile{} copied next to it, manifest {}; converted in {:.1} s{}",
         if copied_pred { " and predictors" } else { "" },
-        engine::manifest::manifest_path(&out).display(),
+        r.parts.manifest.display(),
         t.elapsed().as_secs_f64(),
         if a.verify {
             ", every page verified"

@@ -50,8 +50,15 @@ pub fn run(a: PlanArgs) -> Result<()> {
             device_path.display()
         );
     }
-    let device = DeviceProfile::load(&device_path)?;
     let file = open_model(&a.model, a.json)?;
+    let out = a
+        .output
+        .clone()
+        .unwrap_or_else(|| engine::bundle::sidecar(file.path(), ".sparrow-plan"));
+    let mut inputs = crate::load::model_inputs(&a.model, file.path());
+    inputs.push(device_path.clone());
+    engine::outputs::guard(&[(&out, engine::outputs::OutputKind::Plan)], &inputs)?;
+    let device = DeviceProfile::load(&device_path)?;
     let mut eng = Engine::new(&file, engine_options(&a.model))?;
     eng.set_output_proxy(!a.model.offload.full_output);
     let summary = model_summary(&eng, &a.model.sidecars())?;
@@ -62,11 +69,6 @@ pub fn run(a: PlanArgs) -> Result<()> {
     };
     let plan = make_plan(&device, &summary, &c, solver)
         .with_context(|| format!("planning {}", file.path().display()))?;
-    let out = a
-        .output
-        .clone()
-        .unwrap_or_else(|| engine::bundle::sidecar(file.path(), ".sparrow-plan"));
-    engine::outputs::refuse_overwrite(&[&out], &[file.path(), device_path.as_path()])?;
     plan.save(&out)?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&plan)?);

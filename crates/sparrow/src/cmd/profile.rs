@@ -43,6 +43,15 @@ pub struct ProfileArgs {
     pub json: bool,
 }
 
+/// After Ctrl-C (`stop` set), any error of a stopped step is the interruption: nothing is written.
+fn interrupted(stop: &std::sync::atomic::AtomicBool, e: engine::EngineError) -> anyhow::Error {
+    if stop.load(Ordering::Relaxed) {
+        anyhow::anyhow!("interrupted: nothing written")
+    } else {
+        e.into()
+    }
+}
+
 /// Runs the subcommand and prints its result.
 pub fn run(a: ProfileArgs) -> Result<()> {
     use engine::sparse::{thresholds_for_sparsity, Score, SparseFfn, DEFAULT_DOWN_FORMAT};
@@ -55,7 +64,8 @@ pub fn run(a: ProfileArgs) -> Result<()> {
         .unwrap_or_else(|| ModelBundle::new(eng.model().path()).profile());
     let mut inputs = vec![eng.model().path().to_path_buf()];
     inputs.extend(a.corpus.corpus.clone());
-    engine::outputs::refuse_overwrite(&[&out], &inputs)?;
+    engine::outputs::guard(&[(&out, engine::outputs::OutputKind::Profile)], &inputs)?;
+    crate::load::refuse_resident(&eng, "profile")?;
     let tokens = read_corpus(&eng, &a.corpus)?;
     // A window no longer than the context the engine holds (a short-context model's training
     // context is below the default 512).
@@ -67,15 +77,24 @@ pub fn run(a: ProfileArgs) -> Result<()> {
         s => bail!("--score {s}: expected output, gate or gate-norm"),
     };
     let n_layers = eng.model().config.n_layers;
-    let stop = stop_flag()?;
     let mut base =
         eng.install(|| SparseFfn::new(eng.model(), vec![0.0; n_layers], DEFAULT_DOWN_FORMAT))?;
+    // From here on Ctrl-C stops the run before the next window (before, it ends the process at
+    // once: nothing has been written).
+    let stop = stop_flag()?;
     base.score = score;
     let b = bar(a.calib_windows as u64, "calibration windows");
-    let samples =
-        engine::profile::sample_scores(&eng, &base, &tokens, w, a.calib_windows, 3, |d, _| {
-            b.set_position(d as u64)
-        })?;
+    let samples = engine::profile::sample_scores_until(
+        &eng,
+        &base,
+        &tokens,
+        w,
+        a.calib_windows,
+        3,
+        &stop,
+        |d, _| b.set_position(d as u64),
+    )
+    .map_err(|e| interrupted(&stop, e))?;
     b.finish_and_clear();
     let build = |eng: &Engine<'_>, s: f32| -> Result<SparseFfn> {
         let t = thresholds_for_sparsity(&mut samples.clone(), s)?;
@@ -91,7 +110,10 @@ pub fn run(a: ProfileArgs) -> Result<()> {
             // Held-out validation windows right after the calibration windows.
             let held = &tokens[(a.calib_windows * w).min(tokens.len())..];
             let n_eval = 4;
-            let base_ppl = eng.perplexity(held, w, n_eval, |_, _| {})?.ppl;
+            let base_ppl = eng
+                .perplexity_until(held, w, n_eval, &stop, |_, _| {})
+                .map_err(|e| interrupted(&stop, e))?
+                .ppl;
             let (mut lo, mut hi) = (0.0f32, 0.95f32);
             for _ in 0..6 {
                 if stop.load(Ordering::Relaxed) {
@@ -99,7 +121,10 @@ pub fn run(a: ProfileArgs) -> Result<()> {
                 }
                 let mid = (lo + hi) / 2.0;
                 eng.set_sparse(Some(build(&eng, mid)?));
-                let p = eng.perplexity(held, w, n_eval, |_, _| {})?.ppl;
+                let p = eng
+                    .perplexity_until(held, w, n_eval, &stop, |_, _| {})
+                    .map_err(|e| interrupted(&stop, e))?
+                    .ppl;
                 eng.set_sparse(None);
                 if !a.json {
                     eprintln!("sparrow: sparsity {mid:.3}: held-out validation ppl {p:.3} (dense {base_ppl:.3}, {:+.2}%)", (p / base_ppl - 1.0) * 100.0);

@@ -52,13 +52,15 @@ pub fn run(a: TrainArgs) -> Result<()> {
     let eng = Engine::new_with_overlay(&file, overlay.as_ref(), engine_options(&a.model))?;
     let bundle = ModelBundle::new(eng.model().path());
     let profile_path = bundle.profile_or(a.profile.as_deref());
+    let out = a.out.clone().unwrap_or_else(|| bundle.predictor());
+    let mut inputs = vec![eng.model().path().to_path_buf()];
+    inputs.push(profile_path.clone());
+    inputs.extend(a.corpus.corpus.clone());
+    engine::outputs::guard(&[(&out, engine::outputs::OutputKind::Predictor)], &inputs)?;
+    crate::load::refuse_resident(&eng, "train-predictor")?;
     let profile = engine::Profile::load(&profile_path).with_context(|| {
         "train-predictor needs the model's profile: run `sparrow profile` first".to_string()
     })?;
-    let out = a.out.clone().unwrap_or_else(|| bundle.predictor());
-    let mut inputs = vec![eng.model().path().to_path_buf(), profile_path.clone()];
-    inputs.extend(a.corpus.corpus.clone());
-    engine::outputs::refuse_overwrite(&[&out], &inputs)?;
     let sp = engine::profile::sparse_from_profile(&eng, &profile, &profile_path)?;
     let tokens = read_corpus(&eng, &a.corpus)?;
     let stop = stop_flag()?;

@@ -4,23 +4,37 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Result};
 use clap::Args;
-use engine::manifest::{manifest_path, Manifest};
+use engine::bundle::BundleParts;
+use engine::manifest::Manifest;
 
 use crate::ui::{bar, mib};
 
 #[derive(Args)]
 pub struct VerifyArgs {
-    /// The resident file of the bundle (`sparrow convert`'s output); its manifest is
-    /// `<resident>.sparrow-manifest`.
+    /// The resident file of the bundle (`sparrow convert`'s output), which names its manifest
+    /// (`<resident>.sparrow-manifest` in bundles of older converts).
     pub bundle: PathBuf,
 }
 
 /// Reads every part, prints one line per part, fails if any does not match.
 pub fn run(a: VerifyArgs) -> Result<()> {
-    let Some(m) = Manifest::read(&a.bundle)? else {
+    let Some(parts) = BundleParts::read(&a.bundle)? else {
+        bail!(
+            "{}: not a resident file (`sparrow verify` checks the bundle `sparrow convert` writes)",
+            a.bundle.display()
+        );
+    };
+    let Some(m) = Manifest::read_at(&parts.manifest)? else {
+        if parts.recorded {
+            bail!(
+                "{}: missing: the resident file {} names this manifest (the bundle is incomplete; re-run sparrow convert)",
+                parts.manifest.display(),
+                a.bundle.display()
+            );
+        }
         bail!(
             "{}: no manifest (a bundle converted before manifests existed; run `sparrow convert` again to write one)",
-            manifest_path(&a.bundle).display()
+            parts.manifest.display()
         );
     };
     let b = bar(m.total_bytes(), "bytes");
