@@ -46,6 +46,7 @@ pub mod bench_batch;
 mod best_of;
 pub mod budget;
 pub mod bundle;
+pub mod bundle_parts;
 pub mod calibrate;
 mod calibrate_accel;
 mod calibrate_kernels;

@@ -1,7 +1,7 @@
 //! A bundle's manifest: the size and FNV-1a 64 hash of every part `sparrow convert` wrote (resident
 //! file, neuron store, profile, predictors), the source model's fingerprint, a version and the
 //! manifest's own checksum. It lies next to the resident file, under the name the resident file
-//! records ([`crate::bundle::BundleParts`]; `<resident>.sparrow-manifest` in an older layout), and
+//! records ([`crate::bundle_parts::BundleParts`]; `<resident>.sparrow-manifest` in an older layout), and
 //! is complete before the resident file that names it is renamed into place.
 //!
 //! Loading a resident file checks the sizes ([`Manifest::check_sizes`], cheap: one `stat` per part)
@@ -31,8 +31,7 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{EngineError, Result};
 
-/// Suffix of a resident file's manifest (appended to its file name).
-pub const MANIFEST_SUFFIX: &str = ".sparrow-manifest";
+pub use crate::bundle_parts::MANIFEST_SUFFIX;
 /// The manifest format version this build writes and reads.
 pub const MANIFEST_VERSION: u32 = 1;
 /// A manifest larger than this is refused before it is read (a real one is a few hundred bytes).
@@ -120,14 +119,7 @@ pub struct PartCheck {
     pub problem: Option<String>,
 }
 
-/// The manifest path of a resident file in the older layout, which records no names for its parts:
-/// `<resident>.sparrow-manifest` (see [`crate::bundle::BundleParts`] for where a bundle's manifest is).
-pub fn manifest_path(resident: &Path) -> PathBuf {
-    // As `bundle::sidecar` (not imported: `bundle` checks manifests at load).
-    let mut s = resident.as_os_str().to_os_string();
-    s.push(MANIFEST_SUFFIX);
-    PathBuf::from(s)
-}
+pub use crate::bundle_parts::manifest_path;
 
 fn bad(path: &Path, detail: String) -> EngineError {
     EngineError::Bundle {
@@ -380,9 +372,9 @@ impl Manifest {
     }
 
     /// The manifest of the bundle of the resident file `resident` (at the path its layout gives,
-    /// [`crate::bundle::BundleParts`]), `None` when it has none.
+    /// [`crate::bundle_parts::BundleParts`]), `None` when it has none.
     pub fn read(resident: &Path) -> Result<Option<Manifest>> {
-        let path = match crate::bundle::BundleParts::read(resident)? {
+        let path = match crate::bundle_parts::BundleParts::read(resident)? {
             Some(p) => p.manifest,
             None => manifest_path(resident),
         };
@@ -410,7 +402,10 @@ impl Manifest {
     /// bundle's own profile and predictors are listed (a manifest naming another bundle's resident
     /// file once passed `sparrow verify` while `run` read the other one). `None` when they are,
     /// else what is wrong, for the role concerned.
-    pub fn owner_problem(&self, parts: &crate::bundle::BundleParts) -> Option<(PartRole, String)> {
+    pub fn owner_problem(
+        &self,
+        parts: &crate::bundle_parts::BundleParts,
+    ) -> Option<(PartRole, String)> {
         for p in &self.parts {
             let Some(want) = parts.of_role(p.role) else {
                 return Some((
@@ -463,7 +458,7 @@ impl Manifest {
     }
 
     /// [`Manifest::owner_problem`] as an error naming the manifest.
-    pub fn check_owner(&self, parts: &crate::bundle::BundleParts) -> Result<()> {
+    pub fn check_owner(&self, parts: &crate::bundle_parts::BundleParts) -> Result<()> {
         match self.owner_problem(parts) {
             None => Ok(()),
             Some((_, problem)) => Err(bad(
@@ -481,7 +476,7 @@ impl Manifest {
     /// Checks that every part exists with the size the manifest gives (cheap: no data is read). The
     /// error names the part.
     pub fn check_sizes(&self, resident: &Path, fingerprint: Option<u64>) -> Result<()> {
-        let mpath = match crate::bundle::BundleParts::read(resident)? {
+        let mpath = match crate::bundle_parts::BundleParts::read(resident)? {
             Some(p) => p.manifest,
             None => manifest_path(resident),
         };
@@ -529,7 +524,7 @@ impl Manifest {
     /// Each part is checked to be the bundle's own first ([`Manifest::owner_problem`]) when `resident`
     /// is a resident file.
     pub fn verify(&self, resident: &Path, mut progress: impl FnMut(u64)) -> Result<Vec<PartCheck>> {
-        let owner = match crate::bundle::BundleParts::read(resident)? {
+        let owner = match crate::bundle_parts::BundleParts::read(resident)? {
             Some(parts) => self.owner_problem(&parts),
             None => None,
         };
@@ -605,7 +600,7 @@ fn parse_hash(s: &str) -> Option<u64> {
 /// it, that every part it lists is the bundle's own, their sizes, and the source fingerprint against
 /// the one the resident file carries.
 pub fn check_at_load(
-    parts: &crate::bundle::BundleParts,
+    parts: &crate::bundle_parts::BundleParts,
     fingerprint: u64,
 ) -> Result<ManifestStatus> {
     let path = parts.manifest.clone();
@@ -624,4 +619,41 @@ pub fn check_at_load(
             Ok(ManifestStatus::SizesMatch(path))
         }
     }
+}
+
+impl crate::bundle_parts::BundleParts {
+    /// The path the bundle gives the part of role `role` (`None`: a bundle without predictors).
+    pub fn of_role(&self, role: PartRole) -> Option<&Path> {
+        match role {
+            PartRole::Resident => Some(&self.resident),
+            PartRole::Store => Some(&self.store),
+            PartRole::Profile => Some(&self.profile),
+            PartRole::Predictor => self.predictor.as_deref(),
+        }
+    }
+}
+
+/// Writes the manifest of the bundle of the resident file `resident` (converted from a model with
+/// fingerprint `source_fingerprint`) at the path its layout gives ([`crate::bundle_parts::BundleParts`]): the resident
+/// file, its store, and its profile and predictors when they exist. `sparrow convert` seals the
+/// bundles it writes itself; this re-seals one whose parts were replaced by hand (an older layout's
+/// profile), and is what tests use.
+pub fn seal_manifest(resident: &Path, source_fingerprint: u64) -> Result<Manifest> {
+    let parts =
+        crate::bundle_parts::BundleParts::read(resident)?.ok_or_else(|| EngineError::BadModel {
+            path: resident.to_path_buf(),
+            detail: "not a resident file (sparrow convert writes one)".into(),
+        })?;
+    let mut list = vec![
+        (PartRole::Resident, resident.to_path_buf()),
+        (PartRole::Store, parts.store.clone()),
+    ];
+    if parts.profile.exists() {
+        list.push((PartRole::Profile, parts.profile.clone()));
+    }
+    if let Some(p) = &parts.predictor {
+        list.push((PartRole::Predictor, p.clone()));
+    }
+    let m = Manifest::of_files(resident, source_fingerprint, &list)?;
+    Ok(atomic_out::write_atomic(&parts.manifest, m.to_text().as_bytes()).map(|()| m)?)
 }

@@ -7,7 +7,7 @@
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use crate::bundle::BundleParts;
+use crate::bundle_parts::BundleParts;
 use crate::error::{EngineError, Result};
 
 /// What a command writes, for [`guard`]: an existing file that is recognisably of another kind is

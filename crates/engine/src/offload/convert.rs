@@ -9,7 +9,7 @@ use neuron_store::{BundleLayout, Formats, LayerInput, NeuronStore, Packing, Stor
 use ufs_io::{IoConfig, IoEngine, OpenOptions};
 
 use super::generation::{name_of, remove_replaced, ConvertStep, Generation};
-use crate::bundle::BundleParts;
+use crate::bundle_parts::BundleParts;
 use crate::config::{
     BUNDLE_MANIFEST_KEY, BUNDLE_PREDICTOR_KEY, BUNDLE_PROFILE_KEY, FFN_STORE_FILE_KEY,
     FFN_STORE_FINGERPRINT_KEY,

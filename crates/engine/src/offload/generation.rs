@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::bundle::{BundleParts, PREDICTOR_SUFFIX, PROFILE_SUFFIX};
+use crate::bundle_parts::{BundleParts, PREDICTOR_SUFFIX, PROFILE_SUFFIX};
 use crate::error::{EngineError, Result};
 use crate::manifest::MANIFEST_SUFFIX;
 
