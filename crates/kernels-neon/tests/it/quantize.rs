@@ -1,7 +1,7 @@
 //! Weight quantizers: round trips through `dequantize_row` stay within each format's step, re-quantizing a
 //! dequantized row reproduces it, and bad input is an error.
 
-mod common;
+use crate::common;
 
 use common::Rng;
 use kernels_neon::{

@@ -2,7 +2,7 @@
 //! (outlier choice, error bounds), validation of outlier columns, and a
 //! hand-made row through every kernel path.
 
-mod common;
+use crate::common;
 
 use common::Rng;
 use kernels_neon::*;

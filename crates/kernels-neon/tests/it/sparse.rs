@@ -2,7 +2,7 @@
 //! `gate_up_sparse`): every available path against the scalar reference,
 //! a float64 reference and the dense kernels.
 //!
-//! Tolerances are those of `tests/props.rs` (per precision, see there):
+//! Tolerances are those of `tests/it/props.rs` (per precision, see there):
 //! * Exact:  |y - ref| <= 1e-5 * Σ|w·x| + 1e-6
 //! * Fast:   + A / 65534 · 1.02   (A = Σ_j |w_j| · amax_block(j))
 //! * Int8:   + A / 254 · 1.001
@@ -12,7 +12,7 @@
 //! `axpy_rows` (f32 multiply-adds of dequantized weights) is checked against
 //! `y0 + Σ c·w` in f64 within 1e-5 · (|y0| + Σ|c·w|) + 1e-6.
 
-mod common;
+use crate::common;
 
 use common::Rng;
 use common::*;

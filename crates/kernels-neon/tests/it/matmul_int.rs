@@ -8,7 +8,7 @@
 //! same integer products in another f32 order, so within f32 rounding of `Σ|w·x|`. Their accuracy
 //! against float64 is `props.rs`'s (the Int8 and Fast bounds).
 
-mod common;
+use crate::common;
 
 use common::*;
 use kernels_neon::*;

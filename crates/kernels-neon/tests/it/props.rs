@@ -32,7 +32,7 @@
 //! Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 on AVX-512 from `INT_TILE_MIN_TOKENS` tokens their precision's
 //! bound (and all equal `matvec` in that precision: `matmul_int.rs`).
 
-mod common;
+use crate::common;
 
 use common::*;
 use kernels_neon::*;

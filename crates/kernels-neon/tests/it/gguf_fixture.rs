@@ -37,7 +37,7 @@ macro_rules! fixtures {
     ($($test:ident: $format:ident = $file:literal,)*) => {$(
         #[test]
         fn $test() {
-            check_fixture(WeightFormat::$format, include_bytes!(concat!("data/", $file)));
+            check_fixture(WeightFormat::$format, include_bytes!(concat!("../data/", $file)));
         }
     )*};
 }

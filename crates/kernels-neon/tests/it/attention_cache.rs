@@ -3,7 +3,7 @@
 //! head sizes, strides, offsets, chunk sizes and context lengths; an f32 cache gives exactly what
 //! `attend` gives on f32 slices, and the chunking never changes a bit.
 
-mod common;
+use crate::common;
 
 use common::encode_kv as encode;
 

@@ -3,7 +3,7 @@
 //! tails shorter than a SIMD step; `axpy_rows_fixed` gives the integers of `axpy_rows` then
 //! `add_fixed`.
 
-mod common;
+use crate::common;
 
 use common::{random_matrix, Rng};
 use kernels_neon::{

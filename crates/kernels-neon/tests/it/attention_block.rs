@@ -3,7 +3,7 @@
 //! head widths that take the block kernel (multiples of 16) and ones that fall back, chunk sizes
 //! that split the keys anywhere, and the errors of bad shapes.
 
-mod common;
+use crate::common;
 
 use common::encode_kv as encode;
 
