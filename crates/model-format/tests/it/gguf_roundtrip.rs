@@ -1,6 +1,6 @@
 //! GgufWriter -> GgufFile round trips.
 
-mod common;
+use crate::common;
 
 use atomic_out::testing::{child_writes, run_in_child};
 use common::TempDir;
@@ -492,7 +492,7 @@ fn failed_or_dropped_writes_leave_the_old_file_intact() {
     assert!(GgufWriter::new().alignment(3).write(&path).is_err());
 
     let r = run_in_child(
-        "failed_or_dropped_writes_leave_the_old_file_intact",
+        "gguf_roundtrip::failed_or_dropped_writes_leave_the_old_file_intact",
         &path,
         before.len() as u64 / 2,
     );

@@ -1,6 +1,6 @@
 //! Hugging Face directories: config.json + (sharded) safetensors.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::path::Path;

@@ -1,6 +1,6 @@
 //! Corrupt GGUF files: each problem gives the right error, naming the file.
 
-mod common;
+use crate::common;
 
 use common::{gguf_string, kv_u32, RawGguf, TempDir};
 use model_format::{DType, FormatError, GgufFile, GgufWriter, MetaValue};
