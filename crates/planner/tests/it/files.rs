@@ -1,7 +1,7 @@
 //! Plan and device-profile files: round trips, damage, other kinds and versions, plans for another
 //! model or device.
 
-mod common;
+use crate::common;
 
 use common::{device, model};
 use planner::{make_plan, Constraints, DeviceProfile, Plan, PlannerError, Solver};

@@ -2,7 +2,7 @@
 //! limits (a free accelerator takes every neuron, a useless one none), counts that never shrink as
 //! the batch grows, and a named error for an accelerator the device profile lacks.
 
-mod common;
+use crate::common;
 
 use common::{device, model, npu, small_case, with};
 use planner::{

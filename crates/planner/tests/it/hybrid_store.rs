@@ -2,7 +2,7 @@
 //! share of the cache, the block's memory within that share, and the limits (a free accelerator
 //! with the whole layer in memory takes every neuron, a block larger than the cache share none).
 
-mod common;
+use crate::common;
 
 use common::{device, model, npu, small_case, with};
 use planner::{

@@ -1,6 +1,6 @@
 //! The solvers against brute force on small grids, and no plan over its budget.
 
-mod common;
+use crate::common;
 
 use common::{device, model, small_case};
 use planner::{
