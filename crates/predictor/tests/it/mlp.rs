@@ -1,6 +1,6 @@
 //! Predictor training, inference and file format.
 
-mod common;
+use crate::common;
 
 use common::{corruptions, seal, tmp};
 

@@ -1,6 +1,6 @@
 //! Profile file format, accumulator and statistics.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 
@@ -85,7 +85,11 @@ fn failed_save_leaves_the_old_file_intact() {
     old.save(&path).unwrap();
     let before = std::fs::read(&path).unwrap();
     let limit = before.len() as u64 + 1000;
-    let r = run_in_child("failed_save_leaves_the_old_file_intact", &path, limit);
+    let r = run_in_child(
+        "profile::failed_save_leaves_the_old_file_intact",
+        &path,
+        limit,
+    );
     if let Some(r) = r {
         let e = r.expect_err("a profile larger than the file-size limit cannot be written");
         assert!(e.contains("failed_save.prof"), "{e}");
