@@ -1,7 +1,7 @@
 //! Failures, each named: a library that does not load, one that is not QNN, a wrong API version,
 //! and a failing QNN call at every step the wrapper makes (fault injection of the double).
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 
@@ -215,7 +215,7 @@ fn environment_variables_reach_the_double() {
         };
         let out = match cmd
             .args([
-                "environment_variables_reach_the_double",
+                "errors::environment_variables_reach_the_double",
                 "--exact",
                 "--nocapture",
                 "--test-threads=1",

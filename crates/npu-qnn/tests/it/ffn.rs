@@ -1,7 +1,7 @@
 //! FFN graphs through the QNN test double, loaded by path like libQnnHtp.so, against an f64
 //! reference: SiLU and ReLU, f32 and INT8 per-row weights, batch sizes 1, 2, 4, 8.
 
-mod common;
+use crate::common;
 
 use common::{control, double, quantize_rows, reference_ffn, Rng};
 use npu_qnn::{Backend, Context, Device, FfnActivation, FfnGraph, FfnWeights, Qnn};
