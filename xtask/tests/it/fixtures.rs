@@ -1,8 +1,6 @@
 //! The committed fixtures in `fixtures/` are exactly what `cargo xtask fixtures` writes.
 
-#[allow(dead_code)]
-#[path = "../src/fixtures.rs"]
-mod fixtures;
+use crate::src::fixtures;
 
 #[test]
 fn committed_fixtures_are_up_to_date() {

@@ -2,9 +2,7 @@
 //! docs/BENCHMARKS.md and the plots it embeds are what the committed result files generate, so they
 //! cannot drift; bad result files and documents are refused without losing anything.
 
-#[allow(dead_code)]
-#[path = "../src/bench_report.rs"]
-mod bench_report;
+use crate::src::bench_report;
 
 use std::path::{Path, PathBuf};
 

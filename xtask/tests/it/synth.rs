@@ -3,12 +3,7 @@
 //! forward pass is as sparse, the bytes depend only on the options, and bad options are refused.
 //! Never the full-size model (4.0 GB) except in an ignored test, by hand.
 
-#[allow(dead_code)]
-#[path = "../src/fixtures.rs"]
-mod fixtures;
-#[allow(dead_code)]
-#[path = "../src/synth.rs"]
-mod synth;
+use crate::src::synth;
 
 use std::path::{Path, PathBuf};
 
