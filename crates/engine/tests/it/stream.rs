@@ -2,7 +2,7 @@
 //! of the resident path, batched and step by step, on the tiny fixtures (one output chunk) and on the
 //! real default model (its output projection is several chunks).
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 

@@ -1,7 +1,7 @@
 //! The engine against an independent implementation (HF transformers, fp32) on the real model:
 //! tokenizer ids, per-position top-10 logits, greedy continuations and perplexity.
 
-mod common;
+use crate::common;
 
 use common::*;
 use engine::{Engine, EngineOptions, GenerateRequest, Logits, ModelFile, Precision};

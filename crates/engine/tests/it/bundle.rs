@@ -1,7 +1,7 @@
 //! `engine::bundle` on the tiny fixtures: sparse set-up from a model's sidecars, the fingerprint checks
 //! of profiles and predictors, and the FFN cache budget of a resident file.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 

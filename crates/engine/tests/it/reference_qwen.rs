@@ -4,7 +4,7 @@
 //! the reference generated them): every prompt decoded in the default (fast) mode, as the issue asks, and
 //! half of them in exact mode too.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 

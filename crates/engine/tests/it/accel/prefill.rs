@@ -10,9 +10,9 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::common::{convert_fixture, logits, rel_drift};
-use crate::double;
-use crate::hybrid::engine;
+use super::common::{convert_fixture, logits, rel_drift};
+use super::double;
+use super::hybrid::engine;
 use engine::accel::{open, AccelKind, QnnWeights};
 use engine::offload::{store_path_for, ConvertOptions, OffloadOptions};
 use engine::{Engine, ModelFile, SparseFfn};

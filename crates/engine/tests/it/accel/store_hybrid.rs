@@ -10,9 +10,9 @@
 
 use std::path::PathBuf;
 
-use crate::common::{logits, rel_drift};
-use crate::double;
-use crate::hybrid::engine;
+use super::common::{logits, rel_drift};
+use super::double;
+use super::hybrid::engine;
 use engine::accel::{open, AccelKind, QnnWeights};
 use engine::offload::{store_path_for, OffloadOptions};
 use engine::{HotSplit, HybridFfn, ModelFile, SparseFfn};
@@ -20,7 +20,7 @@ use engine::{HotSplit, HybridFfn, ModelFile, SparseFfn};
 const TOKENS: &[u32] = &[1, 70, 80, 90, 100, 33, 7, 250, 12, 64, 5, 99];
 
 fn converted(name: &str) -> PathBuf {
-    crate::prefill::converted_in("accel-store-hybrid", name)
+    super::prefill::converted_in("accel-store-hybrid", name)
 }
 
 /// The sparse FFN over `path`'s store with a cache budget of `budget` times the store's size (all

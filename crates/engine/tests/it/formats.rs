@@ -1,7 +1,7 @@
 //! Model files: the same weights as GGUF and as an HF safetensors directory give the same numbers,
 //! and broken files give clear errors that name the file.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

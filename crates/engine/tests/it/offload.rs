@@ -3,7 +3,7 @@
 //! budget, with and without the pipeline and the cold cache; I/O errors and damaged units are errors
 //! that leave the engine serving; a resident file refuses to run without its store.
 
-mod common;
+use crate::common;
 
 use common::rel_drift;
 

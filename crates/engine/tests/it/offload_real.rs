@@ -3,7 +3,7 @@
 //! only the summation order differs), with page-packed Q8_0 down columns and with Q5_0 down columns in
 //! multi-page units of several neurons (full packing).
 
-mod common;
+use crate::common;
 
 use common::*;
 use engine::offload::{convert, store_path_for, ConvertOptions, OffloadOptions, Packing};

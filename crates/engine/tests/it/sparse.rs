@@ -2,7 +2,7 @@
 //! FFN computes (decode and batched steps, SiLU and ReLU models), calibrated thresholds skip the share of
 //! neurons they were calibrated for, and a predictor decides which gate/up rows run.
 
-mod common;
+use crate::common;
 
 use common::rel_drift;
 use std::path::PathBuf;

@@ -3,7 +3,7 @@
 //! bundle without a manifest loads (the CLI warns); `verify` reads every part and names the one whose
 //! contents changed; a damaged or hostile manifest is an error naming it, never a panic.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 

@@ -2,7 +2,7 @@
 //! with EFBIG) is an error, and the resident file and store of an earlier convert stay byte-identical,
 //! with no temporary left behind (issue "Reliability", item 5).
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 
@@ -56,7 +56,7 @@ fn a_convert_that_fills_the_disk_leaves_earlier_outputs_intact() {
     let limit = (before.0.len().min(before.1.len()) / 2) as u64;
     assert!(limit > 0);
     let r = run_in_child(
-        "a_convert_that_fills_the_disk_leaves_earlier_outputs_intact",
+        "convert_faults::a_convert_that_fills_the_disk_leaves_earlier_outputs_intact",
         &resident,
         limit,
     )

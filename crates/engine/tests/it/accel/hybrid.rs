@@ -12,9 +12,9 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use crate::double;
+use super::double;
 
-use crate::common::{logits, rel_drift};
+use super::common::{logits, rel_drift};
 use engine::accel::{open, AccelKind, QnnWeights};
 use engine::forward::forward_with;
 use engine::{

@@ -8,7 +8,7 @@
 //! rounds are reproducible), `SPARROW_FUZZ_TARGETS` (comma-separated names; default all).
 //! `cargo xtask fuzz` runs longer rounds. Crashes found become the regression tests below.
 
-mod fuzz;
+use crate::fuzz;
 
 use std::path::{Path, PathBuf};
 

@@ -6,7 +6,7 @@
 //! fails at any step gives an error naming the library and the step: at set-up the caller stays on
 //! the CPU; during a run the layer is computed on the CPU and the failure is kept.
 
-mod common;
+use crate::common;
 #[path = "accel/hybrid.rs"]
 mod hybrid;
 #[path = "accel/prefill.rs"]

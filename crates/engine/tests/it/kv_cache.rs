@@ -4,7 +4,7 @@
 //! layers leaves it as it was, to the byte (the next step's logits are those of a cache that never
 //! saw the failed step); exact mode defaults to f32, the fast modes to f16.
 
-mod common;
+use crate::common;
 
 use common::*;
 use engine::forward::forward_with;

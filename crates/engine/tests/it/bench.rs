@@ -1,7 +1,7 @@
 //! `engine::bench::run` on a tiny fixture: which modes it measures, one figure per repetition, and the
 //! engine's sparse FFN back in place afterwards.
 
-mod common;
+use crate::common;
 
 use engine::bench::{self, BenchMode, BenchOptions};
 use engine::sparse::DEFAULT_DOWN_FORMAT;
