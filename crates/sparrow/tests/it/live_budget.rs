@@ -5,7 +5,7 @@
 //! budgets below the minimum are 400s, other machines get 403, and a model in memory has nothing to
 //! resize.
 
-mod support;
+use crate::support;
 
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -135,7 +135,7 @@ fn outputs_never_overwrite_inputs() {
     // A corpus file of its own (outside `dir`): an input that `-o` must not replace.
     let corpus =
         std::env::temp_dir().join(format!("sparrow-misuse-corpus-{}.txt", std::process::id()));
-    std::fs::write(&corpus, include_str!("../data/calibration.txt")).unwrap();
+    std::fs::write(&corpus, include_str!("../../data/calibration.txt")).unwrap();
     let c = corpus.to_str().unwrap();
     let profile = dir.join("m.gguf.sparrow-profile");
     let out = sparrow(&[
@@ -196,7 +196,7 @@ fn outputs_never_overwrite_inputs() {
     assert_eq!(names, ["m.gguf", "m.gguf.sparrow-profile"]);
     assert_eq!(
         std::fs::read_to_string(&corpus).unwrap(),
-        include_str!("../data/calibration.txt")
+        include_str!("../../data/calibration.txt")
     );
     std::fs::remove_dir_all(&dir).unwrap();
     std::fs::remove_file(&corpus).unwrap();

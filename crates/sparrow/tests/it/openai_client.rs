@@ -3,7 +3,7 @@
 //! does not skip): completion, chat, streaming, stop strings, n and seed, and errors (bad JSON, unknown
 //! model, a prompt longer than the context, a bad parameter). The checks are in `openai_client.py`.
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -62,7 +62,7 @@ fn official_openai_client_works_against_sparrow_serve() {
     let python = python_with_openai();
     let model = fixture("tiny-llama-silu-q4_0.gguf");
     let s = Server::start(&["-m", model.to_str().unwrap(), "--threads", "1"]);
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/openai_client.py");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/openai_client.py");
     let out = Command::new(&python)
         .arg(&script)
         .arg(format!("http://{}/v1", s.addr))

@@ -2,7 +2,7 @@
 //! streaming, OpenAI's error shapes and statuses, the queue bound (429), a disconnecting client
 //! cancelling its generation, and the server still serving after each failure.
 
-mod support;
+use crate::support;
 
 use serde_json::{json, Value};
 use support::{fixture, Server};
