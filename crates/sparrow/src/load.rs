@@ -478,9 +478,12 @@ pub fn read_corpus(eng: &Engine<'_>, c: &CorpusArgs) -> Result<Vec<u32>> {
     let text = src
         .read()
         .context("reading the corpus (give another with --corpus)")?;
+    // The file's name only: a folder named after tests (a checkout in `/work/tests`, say) says nothing
+    // about the split.
     if src
         .file()
-        .is_some_and(|p| p.to_string_lossy().contains("test"))
+        .and_then(|p| p.file_name())
+        .is_some_and(|n| n.to_string_lossy().contains("test"))
     {
         eprintln!(
             "sparrow: warning: {} looks like a test split; calibrate on validation data",
