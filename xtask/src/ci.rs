@@ -177,7 +177,9 @@ fn host_steps(t: &mut Timings) -> Result<()> {
     t.step("clippy (host, every target, z3)", || {
         clippy(Some(&z3), &["--workspace"])
     })?;
-    t.step("host tests (z3)", || host_tests(&z3, &["--workspace"]))?;
+    t.step("host tests (z3)", || {
+        host_tests(Some(&z3), &["--workspace"])
+    })?;
     t.step("doc tests", || doc_tests(&z3))
 }
 
@@ -315,8 +317,9 @@ fn have_nextest() -> bool {
         .is_ok_and(|o| o.status.success())
 }
 
-/// The host tests of `packages` (every target but the doc tests), with the Z3 feature.
-fn host_tests(z3: &Path, packages: &[&str]) -> Result<()> {
+/// The host tests of `packages` (every target but the doc tests), with the Z3 feature when `z3` (the
+/// library's folder) is given.
+fn host_tests(z3: Option<&Path>, packages: &[&str]) -> Result<()> {
     let mut c = cargo();
     if have_nextest() {
         c.args([
@@ -329,8 +332,11 @@ fn host_tests(z3: &Path, packages: &[&str]) -> Result<()> {
     } else {
         c.args(["test", "--profile", PROFILE, "--no-fail-fast"]);
     }
-    c.args(packages).args(["--features", Z3_FEATURES]);
-    crate::z3::env(&mut c, z3);
+    c.args(packages);
+    if let Some(lib) = z3 {
+        c.args(["--features", Z3_FEATURES]);
+        crate::z3::env(&mut c, lib);
+    }
     run(&mut c)
 }
 
@@ -459,24 +465,7 @@ fn quick_run(t: &mut Timings, base: Option<&str>) -> Result<()> {
     let z3 = z3.filter(|_| z3_applies);
     t.step("clippy (changed crates)", || clippy(z3.as_deref(), &args))?;
     t.step("host tests (changed crates)", || {
-        let mut c = cargo();
-        if have_nextest() {
-            c.args([
-                "nextest",
-                "run",
-                "--cargo-profile",
-                PROFILE,
-                "--no-fail-fast",
-            ]);
-        } else {
-            c.args(["test", "--profile", PROFILE, "--no-fail-fast"]);
-        }
-        c.args(&args);
-        if let Some(lib) = &z3 {
-            c.args(["--features", Z3_FEATURES]);
-            crate::z3::env(&mut c, lib);
-        }
-        run(&mut c)
+        host_tests(z3.as_deref(), &args)
     })
 }
 
