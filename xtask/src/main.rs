@@ -29,7 +29,7 @@
 //!   `target/synth/` (see `synth.rs`; `--help` lists the options). A dev build re-runs it as a release build
 //!   (`cargo run --release -p xtask -- synth-model ...`): unoptimized generation is about 6x slower.
 //! - `fuzz [--time S] [--cases N] [--seed X] [--targets a,b]`: a longer round of the stable fuzzer
-//!   (`crates/engine/tests/fuzz_round.rs`; CI runs a short one with the test suite) over the parsers of
+//!   (`crates/engine/tests/it/fuzz_round.rs`; CI runs a short one with the test suite) over the parsers of
 //!   untrusted files: targets `gguf`, `hf`, `tokenizer`, `chat_template`, `profile`, `predictor`,
 //!   `store`, `manifest`. Each target runs S seconds (default 30) or N cases, whichever ends first
 //!   (`--cases` alone: no time limit); `--seed` defaults to the clock, and is printed so a finding is reproduced
@@ -265,8 +265,8 @@ fn fuzz(args: &[String]) -> Result<()> {
     });
     eprintln!("xtask: fuzz seed {seed} (pass --seed {seed} to repeat this round)");
     let mut c = cargo();
-    c.args(["test", "--release", "-p", "engine", "--test", "fuzz_round"])
-        .args(["--", "fuzz_round", "--exact", "--nocapture"])
+    c.args(["test", "--release", "-p", "engine", "--test", "it"])
+        .args(["--", "fuzz_round::fuzz_round", "--exact", "--nocapture"])
         .env("SPARROW_FUZZ_TIME", time.to_string())
         .env("SPARROW_FUZZ_CASES", cases.to_string())
         .env("SPARROW_FUZZ_SEED", seed.to_string())
@@ -324,8 +324,8 @@ fn fuzz_libfuzzer(time: f64, cases: Option<u64>, targets: Option<String>) -> Res
     }
     let corpus = root().join("fuzz").join("corpus");
     run(cargo()
-        .args(["test", "--release", "-p", "engine", "--test", "fuzz_round"])
-        .args(["--", "fuzz_round", "--exact"])
+        .args(["test", "--release", "-p", "engine", "--test", "it"])
+        .args(["--", "fuzz_round::fuzz_round", "--exact"])
         .env("SPARROW_FUZZ_EXPORT", &corpus))?;
     let requests = corpus.join("server_request");
     std::fs::create_dir_all(&requests)?;
