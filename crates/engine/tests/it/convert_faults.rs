@@ -192,7 +192,7 @@ fn a_convert_killed_at_any_step_leaves_a_runnable_bundle() {
     for (k, step) in ConvertStep::ALL.into_iter().enumerate() {
         let status = std::process::Command::new(std::env::current_exe().unwrap())
             .args([
-                "a_convert_killed_at_any_step_leaves_a_runnable_bundle",
+                "convert_faults::a_convert_killed_at_any_step_leaves_a_runnable_bundle",
                 "--exact",
                 "--test-threads=1",
             ])

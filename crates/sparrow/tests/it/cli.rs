@@ -427,7 +427,7 @@ fn convert_then_run_over_the_neuron_store() {
     );
     f.set_len(len).unwrap();
     // The manifest the resident file names is gone: the bundle is incomplete (an older layout
-    // without a manifest loads with a warning: engine/tests/manifest.rs).
+    // without a manifest loads with a warning: engine/tests/it/manifest.rs).
     let kept = std::fs::read(&manifest).unwrap();
     std::fs::remove_file(&manifest).unwrap();
     let out = sparrow(&["run", "-m", r, "-p", "hi", "-n", "1"]);

@@ -4,6 +4,7 @@
 
 mod accel;
 mod anywhere;
+mod bundle_misuse;
 mod cli;
 mod cli_docs;
 mod live_budget;

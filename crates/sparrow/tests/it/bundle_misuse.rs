@@ -4,7 +4,7 @@
 //! error, and no file in the folder changes (`sparrow plan -o b.neurons` replaced a bundle's store
 //! with a plan; `sparrow bench --plot m.gguf` replaced the model with an SVG, exit 0).
 
-#[path = "../src/path_flags.rs"]
+#[path = "../../src/path_flags.rs"]
 #[allow(dead_code)]
 mod path_flags;
 
