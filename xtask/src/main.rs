@@ -82,6 +82,7 @@ mod gguf_fixtures;
 mod llama;
 mod load_test;
 mod synth;
+mod sys;
 mod z3;
 
 /// Library crates checked for Android (everything but the binaries).

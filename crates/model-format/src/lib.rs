@@ -46,6 +46,8 @@ mod gguf;
 mod hf;
 mod meta;
 mod paging;
+#[cfg(unix)]
+mod sys;
 mod tensor;
 mod writer;
 
