@@ -30,6 +30,12 @@ pub struct Metrics {
     /// Decode steps and their nanoseconds.
     pub(crate) decode_tokens: AtomicU64,
     pub(crate) decode_nanos: AtomicU64,
+    /// Speculative decoding (`--lookup`): verification steps, tokens drafted, drafted tokens kept,
+    /// tokens the steps kept in all.
+    pub(crate) spec_steps: AtomicU64,
+    pub(crate) spec_drafted: AtomicU64,
+    pub(crate) spec_accepted: AtomicU64,
+    pub(crate) spec_decoded: AtomicU64,
     /// Flash offload, when the model runs from a neuron store: units needed, found in memory, bytes
     /// read (copied from the engine's counters after each request).
     pub(crate) offload: Mutex<Option<OffloadFigures>>,
@@ -50,6 +56,37 @@ fn bump<K: Ord>(m: &Mutex<BTreeMap<K, u64>>, k: K) {
 }
 
 impl Metrics {
+    /// The speculative-decoding metrics (`--lookup`), once a request has used it.
+    fn render_spec(&self, metric: &mut impl FnMut(&str, &str, &str, Vec<(String, f64)>)) {
+        let g = |a: &AtomicU64| a.load(Relaxed);
+        let one = |v: u64| vec![(String::new(), v as f64)];
+        metric(
+            "sparrow_speculative_steps_total",
+            "counter",
+            "Verification steps of speculative decoding (--lookup).",
+            one(g(&self.spec_steps)),
+        );
+        metric(
+            "sparrow_speculative_drafted_tokens_total",
+            "counter",
+            "Tokens drafted by prompt lookup and verified.",
+            one(g(&self.spec_drafted)),
+        );
+        metric(
+            "sparrow_speculative_accepted_tokens_total",
+            "counter",
+            "Drafted tokens kept (the acceptance rate is accepted / drafted).",
+            one(g(&self.spec_accepted)),
+        );
+        let per_step = g(&self.spec_decoded) as f64 / g(&self.spec_steps).max(1) as f64;
+        metric(
+            "sparrow_speculative_tokens_per_step",
+            "gauge",
+            "Tokens kept per verification step, over all requests (1 without speculation).",
+            vec![(String::new(), per_step)],
+        );
+    }
+
     /// Counts a request to `route` answered with `status`.
     pub(crate) fn record(&self, route: &str, status: u16) {
         bump(&self.requests, route.to_string());
@@ -151,6 +188,9 @@ impl Metrics {
             "Tokens per second of decode steps, over all requests.",
             one(rate(g(&self.decode_tokens), secs(&self.decode_nanos))),
         );
+        if g(&self.spec_steps) > 0 {
+            self.render_spec(&mut metric);
+        }
         let off = *self.offload.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(o) = off {
             metric(
