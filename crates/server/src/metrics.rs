@@ -56,35 +56,42 @@ fn bump<K: Ord>(m: &Mutex<BTreeMap<K, u64>>, k: K) {
 }
 
 impl Metrics {
-    /// The speculative-decoding metrics (`--lookup`), once a request has used it.
-    fn render_spec(&self, metric: &mut impl FnMut(&str, &str, &str, Vec<(String, f64)>)) {
+    /// The speculative-decoding metrics (`--lookup`), appended to `s` once a request has used it.
+    fn render_spec(&self, s: &mut String) {
         let g = |a: &AtomicU64| a.load(Relaxed);
-        let one = |v: u64| vec![(String::new(), v as f64)];
-        metric(
-            "sparrow_speculative_steps_total",
-            "counter",
-            "Verification steps of speculative decoding (--lookup).",
-            one(g(&self.spec_steps)),
-        );
-        metric(
-            "sparrow_speculative_drafted_tokens_total",
-            "counter",
-            "Tokens drafted by prompt lookup and verified.",
-            one(g(&self.spec_drafted)),
-        );
-        metric(
-            "sparrow_speculative_accepted_tokens_total",
-            "counter",
-            "Drafted tokens kept (the acceptance rate is accepted / drafted).",
-            one(g(&self.spec_accepted)),
-        );
-        let per_step = g(&self.spec_decoded) as f64 / g(&self.spec_steps).max(1) as f64;
-        metric(
-            "sparrow_speculative_tokens_per_step",
-            "gauge",
-            "Tokens kept per verification step, over all requests (1 without speculation).",
-            vec![(String::new(), per_step)],
-        );
+        let steps = g(&self.spec_steps);
+        if steps == 0 {
+            return;
+        }
+        let per_step = g(&self.spec_decoded) as f64 / steps as f64;
+        for (name, kind, help, v) in [
+            (
+                "sparrow_speculative_steps_total",
+                "counter",
+                "Verification steps of speculative decoding (--lookup).",
+                steps as f64,
+            ),
+            (
+                "sparrow_speculative_drafted_tokens_total",
+                "counter",
+                "Tokens drafted by prompt lookup and verified.",
+                g(&self.spec_drafted) as f64,
+            ),
+            (
+                "sparrow_speculative_accepted_tokens_total",
+                "counter",
+                "Drafted tokens kept (the acceptance rate is accepted / drafted).",
+                g(&self.spec_accepted) as f64,
+            ),
+            (
+                "sparrow_speculative_tokens_per_step",
+                "gauge",
+                "Tokens kept per verification step, over all requests (1 without speculation).",
+                per_step,
+            ),
+        ] {
+            let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}");
+        }
     }
 
     /// Counts a request to `route` answered with `status`.
@@ -188,9 +195,6 @@ impl Metrics {
             "Tokens per second of decode steps, over all requests.",
             one(rate(g(&self.decode_tokens), secs(&self.decode_nanos))),
         );
-        if g(&self.spec_steps) > 0 {
-            self.render_spec(&mut metric);
-        }
         let off = *self.offload.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(o) = off {
             metric(
@@ -231,6 +235,7 @@ impl Metrics {
                 one(bytes as f64),
             );
         }
+        self.render_spec(&mut s);
         s
     }
 }
