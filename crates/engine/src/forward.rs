@@ -305,6 +305,42 @@ pub(crate) fn forward_seqs_into(
     forward_core(model, caches, step, precision, Logits::All, ffn, logits)
 }
 
+/// Speculative verification: `tokens` continue the one sequence of `cache` (positions
+/// `cache.len()..`), each computed as a one-token [`forward_with`] step would compute it (the
+/// decode kernels, [`StepKind::Decode`]: the weights read once for all the tokens, each token's
+/// products those of a decode step), so that greedy decoding with speculation gives the tokens it
+/// gives without. Returns `tokens.len() × vocab` logits; on error the cache is left as it was.
+pub(crate) fn forward_verify_into(
+    model: &Model<'_>,
+    cache: &mut KvCache,
+    tokens: &[u32],
+    precision: Precision,
+    ffn: FfnMode<'_, '_>,
+    logits: &mut Vec<f32>,
+) -> Result<()> {
+    let start = cache.len;
+    let place: Vec<Place> = (0..tokens.len())
+        .map(|t| Place {
+            seq: 0,
+            pos: start + t,
+        })
+        .collect();
+    let step = Step {
+        tokens,
+        place: &place,
+        kind: StepKind::Decode,
+    };
+    forward_core(
+        model,
+        &mut [cache],
+        step,
+        precision,
+        Logits::All,
+        ffn,
+        logits,
+    )
+}
+
 /// Where a token of a step goes: the cache of its sequence and its position there.
 #[derive(Clone, Copy)]
 struct Place {

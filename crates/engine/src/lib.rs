@@ -16,7 +16,8 @@
 //! stand-in) and [`HybridFfn`] (each layer's hot neurons on the backend, the rest sparse). The forward
 //! pass does not know which it runs. Sparse and offloaded decode share one neuron selector (predictor,
 //! thresholds, scores). [`Engine::generate_best_of`] decodes several sequences as one batch
-//! ([`forward_seqs`]).
+//! ([`forward_seqs`]). [`Engine::generate_speculative`] ([`speculate`]) drafts tokens (prompt
+//! lookup, [`Lookup`]) and verifies them in one step, the output unchanged.
 //!
 //! # Example
 //! ```no_run
@@ -43,6 +44,7 @@
 pub mod accel;
 pub mod bench;
 pub mod bench_batch;
+pub mod bench_spec;
 mod best_of;
 pub mod budget;
 pub mod bundle;
@@ -80,6 +82,7 @@ mod request;
 pub mod sampling;
 mod select_cost;
 pub mod sparse;
+pub mod speculate;
 pub mod stream;
 mod stream_source;
 pub mod sys;
@@ -115,3 +118,4 @@ pub use requant::{Overlay, Requant};
 pub use request::{Flow, GenerateRequest, Generation, StopReason, Timings};
 pub use sampling::{Sampler, SamplerConfig};
 pub use sparse::{NeuronPredictor, SparseFfn, SparseStats};
+pub use speculate::{DraftSource, Lookup, SpecOptions, SpecStats, Speculated};

@@ -74,6 +74,21 @@ impl Sampler {
     /// Chooses a token id from `logits`, given the tokens so far (`history`, for the repetition penalty).
     /// Logits are modified in place. Returns 0 for an empty slice.
     pub fn sample(&mut self, logits: &mut [f32], history: &[u32]) -> u32 {
+        match self.distribution(logits, history) {
+            Choice::Greedy(t) => t,
+            Choice::Weighted { ids, weights } => {
+                if ids.is_empty() {
+                    return 0;
+                }
+                let total: f64 = weights.iter().sum();
+                self.draw(&ids, &weights, total)
+            }
+        }
+    }
+
+    /// What [`sample`](Self::sample) chooses from: the repetition penalty, then greedy or the
+    /// tokens kept by top-k, min-p and top-p with their (unnormalized) weights, most likely first.
+    pub(crate) fn distribution(&self, logits: &mut [f32], history: &[u32]) -> Choice {
         let c = &self.cfg;
         if c.repeat_penalty != 1.0 && c.repeat_penalty > 0.0 {
             let from = history.len().saturating_sub(c.repeat_last_n);
@@ -91,7 +106,7 @@ impl Sampler {
             }
         }
         if c.temperature <= 0.0 || !c.temperature.is_finite() {
-            return argmax(logits);
+            return Choice::Greedy(argmax(logits));
         }
         // Candidates sorted by logit, cut by top-k.
         let mut idx: Vec<u32> = (0..logits.len() as u32).collect();
@@ -107,7 +122,10 @@ impl Sampler {
         }
         idx.sort_unstable_by(by_logit);
         if idx.is_empty() {
-            return 0;
+            return Choice::Weighted {
+                ids: idx,
+                weights: Vec::new(),
+            };
         }
         let max = logits[idx[0] as usize];
         let mut probs: Vec<f64> = idx
@@ -133,16 +151,70 @@ impl Sampler {
                 }
             }
         }
-        let total: f64 = probs[..keep].iter().sum();
+        idx.truncate(keep);
+        probs.truncate(keep);
+        Choice::Weighted {
+            ids: idx,
+            weights: probs,
+        }
+    }
+
+    /// One draw from `ids` with `weights` summing to `total` (`ids` not empty): a token of weight
+    /// zero is never drawn (unless every weight is zero: then the last token).
+    fn draw(&mut self, ids: &[u32], weights: &[f64], total: f64) -> u32 {
         let mut r = self.rng.next_f64() * total;
-        for (i, p) in probs[..keep].iter().enumerate() {
-            r -= p;
-            if r <= 0.0 {
-                return idx[i];
+        for (i, &p) in weights.iter().enumerate() {
+            if p > 0.0 {
+                r -= p;
+                if r <= 0.0 {
+                    return ids[i];
+                }
             }
         }
-        idx[keep - 1]
+        // Rounding left a remainder: the last token that can be drawn.
+        let last = weights.iter().rposition(|&p| p > 0.0);
+        ids[last.unwrap_or(ids.len() - 1)]
     }
+
+    /// Speculative verification of a proposed token `draft` (from a deterministic draft source,
+    /// such as n-gram lookup) against the model's `logits`: returns `(token, accepted)`. The draft
+    /// is accepted with the probability [`sample`](Self::sample) would give it; otherwise the token
+    /// is drawn from the other tokens, their weights renormalized (the standard rejection rule with
+    /// a one-hot draft distribution). So the token returned has exactly the distribution of
+    /// `sample`'s, whatever the draft. Greedy: the argmax, accepted when it is the draft.
+    pub fn verify(&mut self, logits: &mut [f32], history: &[u32], draft: u32) -> (u32, bool) {
+        match self.distribution(logits, history) {
+            Choice::Greedy(t) => (t, t == draft),
+            Choice::Weighted { ids, mut weights } => {
+                if ids.is_empty() {
+                    return (0, draft == 0);
+                }
+                let total: f64 = weights.iter().sum();
+                if let Some(at) = ids.iter().position(|&t| t == draft) {
+                    if self.rng.next_f64() * total < weights[at] {
+                        return (draft, true);
+                    }
+                    weights[at] = 0.0;
+                    let rest: f64 = weights.iter().sum();
+                    if rest <= 0.0 {
+                        // Only the draft could be chosen (it was, above, unless rounding).
+                        return (draft, true);
+                    }
+                    return (self.draw(&ids, &weights, rest), false);
+                }
+                (self.draw(&ids, &weights, total), false)
+            }
+        }
+    }
+}
+
+/// What a [`Sampler`] chooses from.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Choice {
+    /// The most likely token, always.
+    Greedy(u32),
+    /// One of `ids`, with probability proportional to its weight.
+    Weighted { ids: Vec<u32>, weights: Vec<f64> },
 }
 
 /// Index of the largest value (the first on ties; NaN never wins; the last index when every value
@@ -285,6 +357,103 @@ mod tests {
         };
         let mut s = Sampler::new(cfg);
         assert!((0..100).all(|_| s.sample(&mut [2.0, 1.0, 1.0, 1.0], &[]) == 0));
+    }
+
+    /// Chi-square statistic of `counts` against probabilities `p` (over `n` draws).
+    fn chi2(counts: &[usize], p: &[f64], n: usize) -> f64 {
+        counts
+            .iter()
+            .zip(p)
+            .map(|(&c, &p)| {
+                let e = p * n as f64;
+                (c as f64 - e).powi(2) / e
+            })
+            .sum()
+    }
+
+    #[test]
+    fn verify_keeps_the_distribution_of_sample_whatever_the_draft() {
+        let logits = [2.0f32, 1.5, 1.0, 0.2, -0.5];
+        let cfg = SamplerConfig {
+            temperature: 0.8,
+            top_k: 0,
+            top_p: 1.0,
+            min_p: 0.0,
+            ..Default::default()
+        };
+        let e: Vec<f64> = logits.iter().map(|&l| ((l / 0.8) as f64).exp()).collect();
+        let sum: f64 = e.iter().sum();
+        let p: Vec<f64> = e.iter().map(|x| x / sum).collect();
+        let n = 20_000;
+        // Draft the likeliest token, an unlikely one, and one outside the vocabulary.
+        for draft in [0u32, 3, 99] {
+            let mut counts = [0usize; 5];
+            let mut accepted = 0usize;
+            for seed in 0..n as u64 {
+                let mut s = Sampler::new(SamplerConfig {
+                    seed,
+                    ..cfg.clone()
+                });
+                let (t, ok) = s.verify(&mut logits.clone(), &[], draft);
+                assert!(!ok || t == draft, "an accepted token is the draft");
+                accepted += usize::from(ok);
+                counts[t as usize] += 1;
+            }
+            // 5 classes, 4 degrees of freedom: P(chi2 > 30) < 1e-5.
+            let x = chi2(&counts, &p, n);
+            assert!(x < 30.0, "draft {draft}: chi2 {x:.1}, counts {counts:?}");
+            let want = p.get(draft as usize).copied().unwrap_or(0.0);
+            let rate = accepted as f64 / n as f64;
+            assert!(
+                (rate - want).abs() < 0.015,
+                "draft {draft}: accepted {rate:.3}, p {want:.3}"
+            );
+        }
+        // The test can fail: always keeping the draft (no rejection rule) is far off.
+        let mut biased = [0usize; 5];
+        biased[3] = n / 2;
+        biased[0] = n / 2;
+        assert!(chi2(&biased, &p, n) > 1000.0);
+    }
+
+    #[test]
+    fn verify_greedy_accepts_exactly_the_argmax() {
+        let mut s = Sampler::new(SamplerConfig::default());
+        assert_eq!(s.verify(&mut [0.1, 3.0, -1.0], &[], 1), (1, true));
+        assert_eq!(s.verify(&mut [0.1, 3.0, -1.0], &[], 0), (1, false));
+        // The repetition penalty applies before the check, as in `sample`.
+        let mut s = Sampler::new(SamplerConfig {
+            repeat_penalty: 2.0,
+            ..Default::default()
+        });
+        assert_eq!(s.verify(&mut [0.1, 3.0, -1.0, 2.9], &[1], 3), (3, true));
+    }
+
+    #[test]
+    fn verify_never_returns_a_token_outside_the_kept_set() {
+        // top-k 2 keeps ids 3 and 4; a rejected draft among them leaves the other.
+        let cfg = SamplerConfig {
+            temperature: 1.0,
+            top_k: 2,
+            top_p: 1.0,
+            min_p: 0.0,
+            ..Default::default()
+        };
+        let logits = [1.0f32, 1.1, 0.9, 5.0, 4.9, -3.0];
+        for seed in 0..500 {
+            let mut s = Sampler::new(SamplerConfig {
+                seed,
+                ..cfg.clone()
+            });
+            let (t, ok) = s.verify(&mut logits.clone(), &[], 4);
+            assert!(if ok { t == 4 } else { t == 3 }, "seed {seed}: {t} {ok}");
+            let mut s = Sampler::new(SamplerConfig {
+                seed,
+                ..cfg.clone()
+            });
+            let (t, ok) = s.verify(&mut logits.clone(), &[], 0);
+            assert!(!ok && (t == 3 || t == 4), "seed {seed}: {t} {ok}");
+        }
     }
 
     #[test]

@@ -95,9 +95,22 @@ pub fn serve(
             smallest.div_ceil(1024)
         )));
     }
+    if opts.lookup == Some(0) {
+        return Err(ServerError::Options(
+            "--lookup needs at least one drafted token".into(),
+        ));
+    }
+    if opts.lookup.is_some() && (engine.sparse().is_some() || engine.accel().is_some()) {
+        return Err(ServerError::Options(
+            "speculative decoding (--lookup) runs the dense model in memory for now: drop --sparse \
+             and the memory budget, or drop --lookup"
+                .into(),
+        ));
+    }
     if opts.api_key.as_deref().is_some_and(str::is_empty) {
         return Err(ServerError::Options("the API key is empty".into()));
     }
+    let lookup = opts.lookup;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("sparrow-http")
@@ -146,5 +159,5 @@ pub fn serve(
     // Accept errors are waited out, so the loop and the engine's run last as long as the process.
     let _accepting = rt.spawn(accept::serve(listener, app, limits));
     on_listen(addr);
-    worker::run(engine, &jobs, &metrics)
+    worker::run(engine, &jobs, &metrics, lookup)
 }

@@ -30,6 +30,12 @@ pub struct Metrics {
     /// Decode steps and their nanoseconds.
     pub(crate) decode_tokens: AtomicU64,
     pub(crate) decode_nanos: AtomicU64,
+    /// Speculative decoding (`--lookup`): verification steps, tokens drafted, drafted tokens kept,
+    /// tokens the steps kept in all.
+    pub(crate) spec_steps: AtomicU64,
+    pub(crate) spec_drafted: AtomicU64,
+    pub(crate) spec_accepted: AtomicU64,
+    pub(crate) spec_decoded: AtomicU64,
     /// Flash offload, when the model runs from a neuron store: units needed, found in memory, bytes
     /// read (copied from the engine's counters after each request).
     pub(crate) offload: Mutex<Option<OffloadFigures>>,
@@ -50,6 +56,44 @@ fn bump<K: Ord>(m: &Mutex<BTreeMap<K, u64>>, k: K) {
 }
 
 impl Metrics {
+    /// The speculative-decoding metrics (`--lookup`), appended to `s` once a request has used it.
+    fn render_spec(&self, s: &mut String) {
+        let g = |a: &AtomicU64| a.load(Relaxed);
+        let steps = g(&self.spec_steps);
+        if steps == 0 {
+            return;
+        }
+        let per_step = g(&self.spec_decoded) as f64 / steps as f64;
+        for (name, kind, help, v) in [
+            (
+                "sparrow_speculative_steps_total",
+                "counter",
+                "Verification steps of speculative decoding (--lookup).",
+                steps as f64,
+            ),
+            (
+                "sparrow_speculative_drafted_tokens_total",
+                "counter",
+                "Tokens drafted by prompt lookup and verified.",
+                g(&self.spec_drafted) as f64,
+            ),
+            (
+                "sparrow_speculative_accepted_tokens_total",
+                "counter",
+                "Drafted tokens kept (the acceptance rate is accepted / drafted).",
+                g(&self.spec_accepted) as f64,
+            ),
+            (
+                "sparrow_speculative_tokens_per_step",
+                "gauge",
+                "Tokens kept per verification step, over all requests (1 without speculation).",
+                per_step,
+            ),
+        ] {
+            let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}");
+        }
+    }
+
     /// Counts a request to `route` answered with `status`.
     pub(crate) fn record(&self, route: &str, status: u16) {
         bump(&self.requests, route.to_string());
@@ -191,6 +235,7 @@ impl Metrics {
                 one(bytes as f64),
             );
         }
+        self.render_spec(&mut s);
         s
     }
 }

@@ -7,7 +7,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Instant;
 
-use engine::{Engine, Flow, StopReason};
+use engine::{Engine, Flow, Lookup, SpecOptions, SpecStats, StopReason};
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::admission::Ticket;
@@ -101,13 +101,26 @@ fn record(metrics: &Metrics, t: &engine::Timings, completion_tokens: usize) {
         .fetch_add(completion_tokens as u64, Relaxed);
 }
 
+/// Adds a speculative generation's counts to the metrics.
+fn record_spec(metrics: &Metrics, s: &SpecStats) {
+    metrics.spec_steps.fetch_add(s.steps as u64, Relaxed);
+    metrics.spec_drafted.fetch_add(s.drafted as u64, Relaxed);
+    metrics.spec_accepted.fetch_add(s.accepted as u64, Relaxed);
+    metrics.spec_decoded.fetch_add(s.decoded as u64, Relaxed);
+}
+
 /// Runs jobs as they come, for as long as the server runs.
-pub(crate) fn run(eng: &Engine<'_>, jobs: &JobQueue, metrics: &Metrics) -> ! {
+pub(crate) fn run(
+    eng: &Engine<'_>,
+    jobs: &JobQueue,
+    metrics: &Metrics,
+    lookup: Option<usize>,
+) -> ! {
     loop {
         let mut job = jobs.pop();
         job.ticket.leave_queue();
         metrics.busy.store(1, Relaxed);
-        run_job(eng, job, metrics);
+        run_job(eng, job, metrics, lookup);
         metrics.busy.store(0, Relaxed);
         if let Some(o) = eng.sparse().and_then(|s| s.offload()) {
             let s = o.stats();
@@ -121,7 +134,7 @@ pub(crate) fn run(eng: &Engine<'_>, jobs: &JobQueue, metrics: &Metrics) -> ! {
     }
 }
 
-fn run_job(eng: &Engine<'_>, job: Job, metrics: &Metrics) {
+fn run_job(eng: &Engine<'_>, job: Job, metrics: &Metrics, lookup: Option<usize>) {
     let Job {
         plan,
         events,
@@ -146,7 +159,7 @@ fn run_job(eng: &Engine<'_>, job: Job, metrics: &Metrics) {
         req.sampler.seed = req.sampler.seed.wrapping_add(index as u64);
         let mut late = false;
         let result = catch_unwind(AssertUnwindSafe(|| {
-            eng.generate(&plan.ids, &req, |piece| {
+            let on_text = |piece: &str| {
                 if Instant::now() >= deadline {
                     late = true;
                     return Flow::Stop;
@@ -156,7 +169,22 @@ fn run_job(eng: &Engine<'_>, job: Job, metrics: &Metrics) {
                     Ok(()) => Flow::Continue,
                     Err(_) => Flow::Stop, // the client went away
                 }
-            })
+            };
+            match lookup {
+                None => eng.generate(&plan.ids, &req, on_text),
+                Some(n) => {
+                    let opts = SpecOptions { max_draft: n };
+                    let s = eng.generate_speculative(
+                        &plan.ids,
+                        &req,
+                        &mut Lookup::default(),
+                        opts,
+                        on_text,
+                    )?;
+                    record_spec(metrics, &s.stats);
+                    Ok(s.generation)
+                }
+            }
         }));
         let Some(g) = finished(result, &events) else {
             return;

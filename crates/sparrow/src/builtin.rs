@@ -26,6 +26,13 @@ pub const EVAL: Builtin = Builtin {
     text: include_str!("../data/eval.txt"),
 };
 
+/// Code-editing prompts (`bench --lookup`): 8 small functions to return with a change, one JSON
+/// object `{"prompt": ...}` a line.
+pub const CODE_EDIT: Builtin = Builtin {
+    name: "<built-in code-editing prompts>",
+    text: include_str!("../data/code-edit-prompts.jsonl"),
+};
+
 /// A text given on the command line, or a built-in one.
 pub enum TextSource {
     /// A file the user named.

@@ -139,6 +139,11 @@ pub fn best_of(s: &str) -> Result<usize, String> {
     int_in(s, 1, 64)
 }
 
+/// Most tokens drafted per verification step of `--lookup`: 1 to 64.
+pub fn lookup(s: &str) -> Result<usize, String> {
+    int_in(s, 1, 64)
+}
+
 /// A thread count: 0 (one per core) to 1024 (more than the cores is capped with a warning at start).
 pub fn threads(s: &str) -> Result<usize, String> {
     int_in(s, 0, 1024)

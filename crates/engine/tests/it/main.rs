@@ -23,5 +23,6 @@ mod reference;
 mod reference_qwen;
 mod requant;
 mod sparse;
+mod speculate;
 mod stream;
 mod tiny_models;

@@ -66,6 +66,16 @@ pub struct BenchArgs {
     /// total decode tok/s of both and their ratio.
     #[arg(long, value_name = "N", value_parser = crate::parse::best_of, conflicts_with_all = ["budgets", "sparsities", "offload", "plot"])]
     pub best_of: Option<usize>,
+    /// Speculative decoding instead of pp/tg: each prompt of --prompts generated greedily (up to -n
+    /// tokens, chat template applied) without and with prompt lookup of up to N drafted tokens, back
+    /// to back; reports both decode tok/s, their ratio, the share of drafted tokens kept and the
+    /// tokens per verification step, and fails if the outputs differ.
+    #[arg(long, value_name = "N", value_parser = crate::parse::lookup, conflicts_with_all = ["budgets", "sparsities", "offload", "plot", "best_of"])]
+    pub lookup: Option<usize>,
+    /// With --lookup: the prompts, one JSON object `{"prompt": "..."}` a line (default: 8 built-in
+    /// code-editing prompts: take a function, return it with a change).
+    #[arg(long, value_name = "FILE.jsonl", requires = "lookup")]
+    pub prompts: Option<PathBuf>,
 }
 
 /// Runs the subcommand and prints its result.
@@ -132,6 +142,9 @@ pub fn run(mut a: BenchArgs) -> Result<()> {
     }
     if !a.sparsities.is_empty() {
         return sparsity_sweep(&a, &mut eng, &file, text.as_ref(), &tokens, &opts);
+    }
+    if let Some(n) = a.lookup {
+        return crate::cmd::bench_lookup::run(&a, &eng, n);
     }
     if let Some(n) = a.best_of {
         return best_of(&a, &eng, &tokens[..a.n_prompt.max(1)], n);

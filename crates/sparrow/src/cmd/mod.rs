@@ -1,6 +1,7 @@
 //! One module per subcommand: its arguments and `run`, which parses nothing more and prints the result.
 
 pub mod bench;
+mod bench_lookup;
 pub mod calibrate;
 pub mod convert;
 pub mod models;

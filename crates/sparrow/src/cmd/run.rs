@@ -5,7 +5,10 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use engine::{ChatMessage, Engine, Flow, GenerateRequest, Generation, SamplerConfig};
+use engine::{
+    ChatMessage, Engine, Flow, GenerateRequest, Generation, Lookup, SamplerConfig, SpecOptions,
+    SpecStats,
+};
 
 use crate::args::ModelArgs;
 use crate::load::{
@@ -64,6 +67,12 @@ pub struct RunArgs {
     /// mean log-probability, best first (needs a prompt; use --temp > 0 for different texts).
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = parse::best_of)]
     pub best_of: usize,
+    /// Speculative decoding by prompt lookup: draft up to N tokens (fewer while drafts are
+    /// rejected) by finding the latest tokens earlier in the prompt and text, and verify them in
+    /// one step. Greedy output is unchanged, sampled output keeps its distribution; dense models in
+    /// memory only (not with --sparse or a memory budget).
+    #[arg(long, value_name = "N", value_parser = parse::lookup, conflicts_with = "best_of")]
+    pub lookup: Option<usize>,
 }
 
 /// Runs the subcommand and prints its result.
@@ -118,7 +127,7 @@ pub fn run(mut a: RunArgs) -> Result<()> {
         return best_of(&eng, &a, &ids, &req, load_s, file.path());
     }
     if a.json {
-        let g = eng.generate(&ids, &req, |_| Flow::Continue)?;
+        let (g, spec) = generate(&eng, &ids, &req, a.lookup, |_| Flow::Continue)?;
         let t = &g.timings;
         let out = serde_json::json!({
             "model": file.path(),
@@ -136,13 +145,15 @@ pub fn run(mut a: RunArgs) -> Result<()> {
             "decode_s": t.decode_s,
             "decode_tok_s": t.decode_tok_s(),
             "peak_rss_bytes": engine::sys::peak_rss_bytes(),
+            "lookup": a.lookup,
+            "speculation": spec.map(spec_json),
         });
         println!("{}", serde_json::to_string(&out)?);
         report_accel_failure(&eng);
         return Ok(());
     }
-    let g = stream(&eng, &ids, &req, if a.chat { "" } else { &user })?;
-    eprintln!("\n{}", figures_line(load_s, &g));
+    let (g, spec) = stream(&eng, &ids, &req, a.lookup, if a.chat { "" } else { &user })?;
+    eprintln!("\n{}", figures_line(load_s, &g, spec.as_ref()));
     report_accel_failure(&eng);
     Ok(())
 }
@@ -209,10 +220,19 @@ fn best_of(
     Ok(())
 }
 
-fn figures_line(load_s: f64, g: &Generation) -> String {
+fn figures_line(load_s: f64, g: &Generation, spec: Option<&SpecStats>) -> String {
     let t = &g.timings;
+    let spec = spec.map_or(String::new(), |s| {
+        format!(
+            " | lookup: {} of {} drafted tokens kept ({:.0}%), {:.2} tok/step",
+            s.accepted,
+            s.drafted,
+            100.0 * s.acceptance_rate(),
+            s.tokens_per_step()
+        )
+    });
     format!(
-        "load {:.2} s | prefill {} tok, {:.1} tok/s | decode {} tok, {:.1} tok/s | peak RSS {:.1} MiB",
+        "load {:.2} s | prefill {} tok, {:.1} tok/s | decode {} tok, {:.1} tok/s{spec} | peak RSS {:.1} MiB",
         load_s,
         t.prefill_tokens,
         t.prefill_tok_s(),
@@ -220,6 +240,35 @@ fn figures_line(load_s: f64, g: &Generation) -> String {
         t.decode_tok_s(),
         mib(engine::sys::peak_rss_bytes().unwrap_or(0)),
     )
+}
+
+/// Generates with prompt lookup (`Some(n)`: up to `n` drafted tokens a step) or without.
+fn generate(
+    eng: &Engine<'_>,
+    ids: &[u32],
+    req: &GenerateRequest,
+    lookup: Option<usize>,
+    on_text: impl FnMut(&str) -> Flow,
+) -> Result<(Generation, Option<SpecStats>)> {
+    Ok(match lookup {
+        None => (eng.generate(ids, req, on_text)?, None),
+        Some(n) => {
+            let opts = SpecOptions { max_draft: n };
+            let s = eng.generate_speculative(ids, req, &mut Lookup::default(), opts, on_text)?;
+            (s.generation, Some(s.stats))
+        }
+    })
+}
+
+/// The speculation's counts in `run --json`.
+fn spec_json(s: SpecStats) -> serde_json::Value {
+    serde_json::json!({
+        "steps": s.steps,
+        "drafted": s.drafted,
+        "accepted": s.accepted,
+        "acceptance_rate": s.acceptance_rate(),
+        "tokens_per_step": s.tokens_per_step(),
+    })
 }
 
 /// The conversation's prompt ids: the model's chat template (ChatML when it has none), special
@@ -235,7 +284,13 @@ fn chat_ids(eng: &Engine<'_>, msgs: &[ChatMessage]) -> Result<Vec<u32>> {
 
 /// Streams generated text to stdout. When stdout is not a terminal and stderr is, a live line on
 /// stderr shows tokens and tok/s while the text goes to the file or pipe.
-fn stream(eng: &Engine<'_>, ids: &[u32], req: &GenerateRequest, echo: &str) -> Result<Generation> {
+fn stream(
+    eng: &Engine<'_>,
+    ids: &[u32],
+    req: &GenerateRequest,
+    lookup: Option<usize>,
+    echo: &str,
+) -> Result<(Generation, Option<SpecStats>)> {
     let mut out = std::io::stdout().lock();
     write!(out, "{echo}")?;
     out.flush()?;
@@ -250,7 +305,7 @@ fn stream(eng: &Engine<'_>, ids: &[u32], req: &GenerateRequest, echo: &str) -> R
     } else {
         None
     };
-    let g = eng.generate(ids, req, |piece| {
+    let g = generate(eng, ids, req, lookup, |piece| {
         if let Some(b) = &bar {
             b.inc(1);
         }
@@ -292,9 +347,9 @@ fn chat_loop(eng: &Engine<'_>, a: &RunArgs, req: &GenerateRequest, load_s: f64) 
             content: line,
         });
         let ids = chat_ids(eng, &msgs)?;
-        let g = stream(eng, &ids, req, "")?;
+        let (g, spec) = stream(eng, &ids, req, a.lookup, "")?;
         println!();
-        eprintln!("[{}]", figures_line(load_s, &g));
+        eprintln!("[{}]", figures_line(load_s, &g, spec.as_ref()));
         msgs.push(ChatMessage {
             role: "assistant".into(),
             content: g.text,

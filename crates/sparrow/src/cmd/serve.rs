@@ -57,6 +57,11 @@ pub struct ServeArgs {
     /// bodies' lengths (6 bytes per body byte + 64 KiB each); more get 429. At least 6x --max-body.
     #[arg(long, default_value = "32M", value_parser = crate::parse::size)]
     pub queue_memory: u64,
+    /// Speculative decoding by prompt lookup for every request of one choice (n = 1): up to N
+    /// drafted tokens verified per step, as `run --lookup N` (dense models in memory only);
+    /// statistics in /metrics.
+    #[arg(long, value_name = "N", value_parser = crate::parse::lookup)]
+    pub lookup: Option<usize>,
 }
 
 /// Loads the model and serves it until the process is stopped.
@@ -89,6 +94,7 @@ pub fn run(mut a: ServeArgs) -> Result<()> {
         max_connections: a.max_connections as usize,
         header_timeout: Duration::from_secs(a.header_timeout),
         queue_memory: a.queue_memory,
+        lookup: a.lookup,
     };
     let load_s = t0.elapsed().as_secs_f64();
     let ctx = eng.options().context;

@@ -217,6 +217,60 @@ fn best_of_ranks_candidates_that_plain_runs_with_their_seeds_reproduce() {
     assert_eq!(seeds.len(), 3, "one seed per candidate");
 }
 
+/// `run --lookup N`: greedy text of a plain run, with the speculation's counts; `bench --lookup`
+/// compares the two on the built-in prompts; a bad prompt file is named with its line.
+#[test]
+fn lookup_keeps_the_greedy_text_and_reports_its_counts() {
+    let common = [
+        "-p",
+        "def add(a, b):\n    return a + b\n\ndef add3(a, b, c):\n    return a + b + c\n\ndef add4(a, b, c, d):\n",
+        "-n",
+        "24",
+        "--threads",
+        "2",
+        "--json",
+    ];
+    let mut args = vec!["run"];
+    args.extend(common);
+    let plain = ok_json(&args);
+    args.extend(["--lookup", "6"]);
+    let spec = ok_json(&args);
+    assert_eq!(spec["generated_ids"], plain["generated_ids"], "{spec}");
+    assert_eq!(spec["lookup"], 6);
+    assert!(plain["speculation"].is_null());
+    let s = &spec["speculation"];
+    assert!(s["drafted"].as_u64().unwrap() > 0, "{s}");
+    assert!(s["accepted"].as_u64().unwrap() <= s["drafted"].as_u64().unwrap());
+    assert!(s["tokens_per_step"].as_f64().unwrap() >= 1.0, "{s}");
+    let b = ok_json(&[
+        "bench",
+        "--lookup",
+        "4",
+        "-n",
+        "6",
+        "-r",
+        "1",
+        "--threads",
+        "2",
+        "--json",
+    ]);
+    assert_eq!(b["lookup"]["differing"], 0, "{b}");
+    assert_eq!(b["lookup"]["prompts"], 8, "{b}");
+    assert!(b["ratio_mean"].as_f64().unwrap() > 0.0, "{b}");
+    let dir = std::env::temp_dir().join(format!("sparrow-lookup-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bad = dir.join("prompts.jsonl");
+    std::fs::write(&bad, "{\"prompt\": \"ok\"}\n\n{\"text\": 1}\n").unwrap();
+    let out = sparrow(&["bench", "--lookup", "2", "--prompts", bad.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("prompts.jsonl line 3: no string field \"prompt\""),
+        "{err}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn sampling_with_a_seed_is_repeatable() {
     let args = [

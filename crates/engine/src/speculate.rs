@@ -1,0 +1,375 @@
+//! Speculative decoding: a draft source guesses the next tokens, and one forward step verifies them
+//! all ([`Engine::generate_speculative`]).
+//!
+//! Each step feeds the last chosen token and up to `k` drafted tokens as one batch of one sequence
+//! (the decode kernels, the weights read once for the batch: each token's logits are those a
+//! one-token step gives, bit for bit). The tokens are then chosen from those logits in order, as
+//! plain decoding would choose them ([`Sampler::verify`]): a drafted token is kept while it is what
+//! was chosen (greedy) or passes the rejection rule (sampling); the first token that differs ends the
+//! step, and the KV cache is cut back to the tokens kept ([`KvCache::truncate`]). So greedy output is
+//! the output of [`Engine::generate`], and sampled output has the same distribution.
+//!
+//! How many tokens are drafted adapts: it doubles (up to the maximum) after a step that kept every
+//! drafted token, and falls to one more than the tokens kept after a step that did not.
+//!
+//! Draft sources implement [`DraftSource`]; [`Lookup`] (prompt lookup: the text so far is searched
+//! for the latest tokens, and what followed them is proposed) needs no second model.
+
+use std::time::{Duration, Instant};
+
+use crate::continuation::{Accepted, Continuation};
+use crate::error::{EngineError, Result};
+use crate::forward::{forward_verify_into, FfnMode, Logits};
+use crate::generate::Engine;
+use crate::request::{Flow, GenerateRequest, Generation, StopReason, Timings};
+use crate::sampling::Sampler;
+
+/// Proposes the tokens likely to come next.
+pub trait DraftSource {
+    /// Appends to `out` up to `max` tokens that may follow `history` (the prompt and the tokens
+    /// generated so far, the last one not yet run through the model). Proposing none is allowed.
+    fn draft(&mut self, history: &[u32], max: usize, out: &mut Vec<u32>);
+}
+
+/// Prompt lookup (n-gram drafting): finds the latest earlier occurrence of the last `n` tokens of
+/// the history, the longest `n` from `max_ngram` down to `min_ngram` first, and proposes the tokens
+/// that followed it. Strong where the output copies its input (editing code, quoting).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lookup {
+    /// Longest suffix searched for.
+    pub max_ngram: usize,
+    /// Shortest suffix searched for (at least 1).
+    pub min_ngram: usize,
+}
+
+impl Default for Lookup {
+    fn default() -> Self {
+        Lookup {
+            max_ngram: 4,
+            min_ngram: 1,
+        }
+    }
+}
+
+impl DraftSource for Lookup {
+    fn draft(&mut self, history: &[u32], max: usize, out: &mut Vec<u32>) {
+        let len = history.len();
+        if max == 0 {
+            return;
+        }
+        for n in (self.min_ngram.max(1)..=self.max_ngram).rev() {
+            if len <= n {
+                continue;
+            }
+            let key = &history[len - n..];
+            // The latest occurrence that ends before the history does.
+            for start in (0..len - n).rev() {
+                if &history[start..start + n] == key {
+                    let from = start + n;
+                    let take = max.min(len - from);
+                    out.extend_from_slice(&history[from..from + take]);
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Settings of [`Engine::generate_speculative`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SpecOptions {
+    /// Most tokens drafted for one verification step (at least 1).
+    pub max_draft: usize,
+}
+
+/// What speculation did in one generation.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct SpecStats {
+    /// Verification steps (forward steps after the prompt's).
+    pub steps: usize,
+    /// Tokens drafted and verified.
+    pub drafted: usize,
+    /// Drafted tokens kept.
+    pub accepted: usize,
+    /// Tokens run through verification steps (the chosen token of each step plus the drafted ones
+    /// kept): these are the tokens whose keys and values the steps added.
+    pub decoded: usize,
+}
+
+impl SpecStats {
+    /// Share of drafted tokens kept (0 when none was drafted).
+    pub fn acceptance_rate(&self) -> f64 {
+        if self.drafted == 0 {
+            0.0
+        } else {
+            self.accepted as f64 / self.drafted as f64
+        }
+    }
+
+    /// Tokens kept per verification step (1 without speculation).
+    pub fn tokens_per_step(&self) -> f64 {
+        if self.steps == 0 {
+            0.0
+        } else {
+            self.decoded as f64 / self.steps as f64
+        }
+    }
+
+    /// Adds another generation's counts.
+    pub fn add(&mut self, o: &SpecStats) {
+        self.steps += o.steps;
+        self.drafted += o.drafted;
+        self.accepted += o.accepted;
+        self.decoded += o.decoded;
+    }
+}
+
+/// A generation with speculation, and what the speculation did.
+#[derive(Debug, Clone)]
+pub struct Speculated {
+    /// Tokens, text and timings (`decode_tokens` counts the tokens the verification steps kept).
+    pub generation: Generation,
+    /// Steps, drafted and kept tokens.
+    pub stats: SpecStats,
+}
+
+/// The next draft length: doubled after a step that kept every drafted token, else one more than
+/// the tokens kept.
+fn next_draft_len(k: usize, drafted: usize, kept: usize, max: usize) -> usize {
+    if drafted > 0 && kept == drafted {
+        (k * 2).min(max)
+    } else if drafted > 0 {
+        (kept + 1).min(max)
+    } else {
+        k
+    }
+    .max(1)
+}
+
+impl Engine<'_> {
+    /// Speculative decoding is refused where verification would not compute each token as a decode
+    /// step does (only the dense FFN in memory for now).
+    fn check_speculation(&self) -> Result<()> {
+        if self.sparse().is_some() || self.accel().is_some() || self.hybrid().is_some() {
+            return Err(EngineError::Request(format!(
+                "{}: speculative decoding (--lookup) runs the dense model in memory for now; drop \
+                 --sparse / --accel / the memory budget, or drop --lookup",
+                self.model().path().display()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Generates as [`Engine::generate`] does, drafting tokens with `source` and verifying them in
+    /// one forward step each (module [`crate::speculate`]). Greedy decoding gives the tokens
+    /// `generate` gives; sampling, tokens of the same distribution (not the same tokens for a seed:
+    /// the random draws differ).
+    pub fn generate_speculative(
+        &self,
+        prompt_ids: &[u32],
+        req: &GenerateRequest,
+        source: &mut dyn DraftSource,
+        opts: SpecOptions,
+        mut on_text: impl FnMut(&str) -> Flow,
+    ) -> Result<Speculated> {
+        if prompt_ids.is_empty() {
+            return Err(EngineError::Request(
+                "the prompt is empty: give at least one token".into(),
+            ));
+        }
+        if opts.max_draft == 0 {
+            return Err(EngineError::Request(
+                "speculative decoding needs at least one drafted token (--lookup N, N >= 1)".into(),
+            ));
+        }
+        self.check_speculation()?;
+        let mut cache = self.new_cache();
+        let mut sampler = Sampler::new(req.sampler.clone());
+        let mut seq = Continuation::new(self.tokenizer(), prompt_ids, req);
+        let mut timings = Timings {
+            prefill_tokens: prompt_ids.len(),
+            ..Default::default()
+        };
+        let mut stats = SpecStats::default();
+        let t0 = Instant::now();
+        let mut logits = self.forward(&mut cache, prompt_ids, Logits::Last)?;
+        timings.prefill_s = t0.elapsed().as_secs_f64();
+        let vocab = logits.len();
+        let mut decode_time = Duration::ZERO;
+        let mut k = opts.max_draft.min(2);
+        let mut draft = Vec::new();
+        // `logits` row 0 is the distribution of the next token; rows 1.. follow `draft`'s tokens.
+        let stop_reason = 'gen: loop {
+            // Choose tokens from the rows of the last step, keeping drafted ones while they match.
+            let mut kept = 0;
+            let mut last = None;
+            let mut end = None;
+            for row in 0..=draft.len() {
+                if seq.generated.len() >= req.max_tokens {
+                    end = Some(StopReason::Length);
+                    break;
+                }
+                let l = &mut logits[row * vocab..(row + 1) * vocab];
+                let (next, ok) = match draft.get(row) {
+                    Some(&d) => sampler.verify(l, &seq.history, d),
+                    None => (sampler.sample(l, &seq.history), false),
+                };
+                kept += usize::from(ok);
+                match seq.accept(next)? {
+                    Accepted::Ended(reason) => end = Some(reason),
+                    Accepted::Going { from, to } => {
+                        if to > from && on_text(&seq.text[from..to]) == Flow::Stop {
+                            end = Some(StopReason::Cancelled);
+                        }
+                    }
+                }
+                if end.is_some() {
+                    break;
+                }
+                if !ok {
+                    last = Some(next);
+                    break;
+                }
+            }
+            if !draft.is_empty() {
+                // The cache holds the previous token and every drafted one: keep those chosen.
+                cache.truncate(cache.len() - (draft.len() - kept));
+                stats.drafted += draft.len();
+                stats.accepted += kept;
+                stats.decoded += kept;
+                k = next_draft_len(k, draft.len(), kept, opts.max_draft);
+            }
+            if let Some(reason) = end {
+                break 'gen reason;
+            }
+            let next = last.expect("a step ends on a token that was not drafted");
+            // Draft what may follow, within the context and the tokens still to generate.
+            draft.clear();
+            let room = (cache.capacity() - cache.len()).saturating_sub(1);
+            let left = req.max_tokens.saturating_sub(seq.generated.len() + 1);
+            source.draft(&seq.history, k.min(room).min(left), &mut draft);
+            draft.truncate(k.min(room).min(left));
+            let mut batch = Vec::with_capacity(draft.len() + 1);
+            batch.push(next);
+            batch.extend_from_slice(&draft);
+            let t = Instant::now();
+            self.verify_step(&mut cache, &batch, &mut logits)?;
+            decode_time += t.elapsed();
+            stats.steps += 1;
+            stats.decoded += 1;
+        };
+        if stop_reason != StopReason::Cancelled {
+            let rest = seq.finish(stop_reason);
+            if !rest.is_empty() {
+                on_text(rest);
+            }
+        }
+        timings.decode_s = decode_time.as_secs_f64();
+        timings.decode_tokens = stats.decoded;
+        Ok(Speculated {
+            generation: Generation {
+                prompt_ids: prompt_ids.to_vec(),
+                generated_ids: seq.generated,
+                text: seq.text,
+                stop_reason,
+                timings,
+            },
+            stats,
+        })
+    }
+
+    /// One verification step: `tokens` continue `cache`'s sequence, every token's logits returned.
+    fn verify_step(
+        &self,
+        cache: &mut crate::forward::KvCache,
+        tokens: &[u32],
+        logits: &mut Vec<f32>,
+    ) -> Result<()> {
+        let mode = FfnMode {
+            exec: None,
+            observer: None,
+            ffn_nanos: None,
+        };
+        let precision = self.options().precision;
+        self.install(|| forward_verify_into(self.model(), cache, tokens, precision, mode, logits))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lookup(history: &[u32], max: usize) -> Vec<u32> {
+        let mut out = Vec::new();
+        Lookup::default().draft(history, max, &mut out);
+        out
+    }
+
+    #[test]
+    fn lookup_proposes_what_followed_the_longest_latest_match() {
+        // "1 2 3" occurred followed by 4 5 6; the history ends in "1 2 3".
+        assert_eq!(lookup(&[1, 2, 3, 4, 5, 6, 9, 1, 2, 3], 2), vec![4, 5]);
+        assert_eq!(
+            lookup(&[1, 2, 3, 4, 5, 6, 9, 1, 2, 3], 10),
+            vec![4, 5, 6, 9, 1, 2, 3]
+        );
+        // The longer match (7 2 3 -> 8) wins over the later shorter one (2 3 -> 5).
+        assert_eq!(lookup(&[7, 2, 3, 8, 2, 3, 5, 7, 2, 3], 1), vec![8]);
+        // The latest of equal matches.
+        assert_eq!(lookup(&[3, 1, 3, 2, 3], 1), vec![2]);
+        // Nothing to match, nothing asked.
+        assert!(lookup(&[1, 2, 3], 4).is_empty());
+        assert!(lookup(&[1, 2, 1], 0).is_empty());
+        assert!(lookup(&[], 3).is_empty());
+    }
+
+    #[test]
+    fn a_verification_step_gives_the_logits_of_one_token_steps_bit_for_bit() {
+        use crate::{EngineOptions, KvFormat, ModelFile, Precision};
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures");
+        for name in [
+            "tiny-llama-silu-q4_0.gguf",
+            "tiny-llama-relu-q8_0.gguf",
+            "tiny-qwen2-q4_1.gguf",
+            "tiny-llama-f16.gguf",
+        ] {
+            let file = ModelFile::open(dir.join(name)).unwrap();
+            for precision in [Precision::Exact, Precision::Fast, Precision::Int8] {
+                let opts = EngineOptions {
+                    threads: 2,
+                    precision,
+                    context: 64,
+                    cache_type: Some(KvFormat::F16),
+                };
+                let eng = Engine::new(&file, opts).unwrap();
+                let mut cache = eng.new_cache();
+                eng.forward(&mut cache, &[5, 9, 77, 3], Logits::Last)
+                    .unwrap();
+                let tokens = [11u32, 200, 7, 7, 150];
+                let mut one = cache.clone();
+                let mut want = Vec::new();
+                for &t in &tokens {
+                    want.extend(eng.forward(&mut one, &[t], Logits::Last).unwrap());
+                }
+                let mut got = Vec::new();
+                eng.verify_step(&mut cache, &tokens, &mut got).unwrap();
+                assert_eq!(cache.len(), one.len());
+                let same = got
+                    .iter()
+                    .zip(&want)
+                    .all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(same && got.len() == want.len(), "{name} {precision:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn draft_length_adapts_to_what_was_kept() {
+        assert_eq!(next_draft_len(2, 2, 2, 8), 4);
+        assert_eq!(next_draft_len(8, 8, 8, 8), 8);
+        assert_eq!(next_draft_len(8, 8, 3, 8), 4);
+        assert_eq!(next_draft_len(4, 4, 0, 8), 1);
+        assert_eq!(next_draft_len(4, 0, 0, 8), 4);
+        assert_eq!(next_draft_len(2, 1, 1, 1), 1);
+    }
+}
