@@ -63,6 +63,7 @@ mod generate;
 mod hybrid;
 pub mod manifest;
 pub mod model;
+pub mod moe;
 mod neurons;
 pub mod offload;
 mod ops;
