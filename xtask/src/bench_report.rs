@@ -6,7 +6,7 @@
 //!   plots under it) and the SVGs it embeds in `docs/plots/`; the rest of the file is kept. Each file is
 //!   written whole or not at all (`atomic_out`).
 //! - `bench-report --check`: the same, compared with what is committed instead of written; fails on a
-//!   difference (xtask/tests/bench_report.rs does the same check).
+//!   difference (xtask/tests/it/bench_report.rs does the same check).
 //!
 //! Benchmark commands write result files with [`record_value`]: `load-test --record DIR`,
 //! `capped-bench --record DIR --record-id ID`, `bench-formats --record DIR`.

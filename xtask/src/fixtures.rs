@@ -1,7 +1,7 @@
 //! Test fixtures: tiny synthetic models, written deterministically as GGUF files into `fixtures/`.
 //!
-//! `cargo xtask fixtures` (re)writes them; `xtask/tests/fixtures.rs` checks that the committed files
-//! are what this code writes. The engine's `tests/tiny_models.rs` runs them against a naive f64
+//! `cargo xtask fixtures` (re)writes them; `xtask/tests/it/fixtures.rs` checks that the committed files
+//! are what this code writes. The engine's `tests/it/tiny_models.rs` runs them against a naive f64
 //! forward pass. Weights are random (clearly synthetic: `general.name` says so).
 
 use std::path::{Path, PathBuf};

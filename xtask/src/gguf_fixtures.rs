@@ -4,9 +4,9 @@
 //!
 //! A virtual environment under `target/gguf-venv` gets `gguf==0.19.0` and numpy from PyPI (once), then
 //! `crates/kernels-neon/tests/data/gen_quants.py` writes `crates/kernels-neon/tests/data/<format>.bin`
-//! (random blocks and their values, checked by that crate's `tests/gguf_fixture.rs` on every kernel path)
+//! (random blocks and their values, checked by that crate's `tests/it/gguf_fixture.rs` on every kernel path)
 //! and `fixtures/quants-gguf-python.gguf` (one tensor per format and its values, written by
-//! `gguf.GGUFWriter`, checked by `crates/engine/tests/gguf_python.rs`). Both are seeded, so a rerun with
+//! `gguf.GGUFWriter`, checked by `crates/engine/tests/it/gguf_python.rs`). Both are seeded, so a rerun with
 //! the same package versions rewrites the same bytes. `PYTHON` names the interpreter (default `python3`).
 
 use std::path::{Path, PathBuf};

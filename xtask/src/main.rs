@@ -31,7 +31,7 @@
 //!   With `--arch qwen3moe|mixtral|olmoe|qwen2moe` it writes a synthetic Mixture-of-Experts model of that
 //!   architecture's real shape in llama.cpp's layout (`synth_moe.rs`; `--arch A --help` lists its options).
 //! - `fuzz [--time S] [--cases N] [--seed X] [--targets a,b]`: a longer round of the stable fuzzer
-//!   (`crates/engine/tests/fuzz_round.rs`; CI runs a short one with the test suite) over the parsers of
+//!   (`crates/engine/tests/it/fuzz_round.rs`; CI runs a short one with the test suite) over the parsers of
 //!   untrusted files: targets `gguf`, `hf`, `tokenizer`, `chat_template`, `profile`, `predictor`,
 //!   `store`, `manifest`. Each target runs S seconds (default 30) or N cases, whichever ends first
 //!   (`--cases` alone: no time limit); `--seed` defaults to the clock, and is printed so a finding is reproduced
@@ -282,8 +282,8 @@ fn fuzz(args: &[String]) -> Result<()> {
     });
     eprintln!("xtask: fuzz seed {seed} (pass --seed {seed} to repeat this round)");
     let mut c = cargo();
-    c.args(["test", "--release", "-p", "engine", "--test", "fuzz_round"])
-        .args(["--", "fuzz_round", "--exact", "--nocapture"])
+    c.args(["test", "--release", "-p", "engine", "--test", "it"])
+        .args(["--", "fuzz_round::fuzz_round", "--exact", "--nocapture"])
         .env("SPARROW_FUZZ_TIME", time.to_string())
         .env("SPARROW_FUZZ_CASES", cases.to_string())
         .env("SPARROW_FUZZ_SEED", seed.to_string())
@@ -341,8 +341,8 @@ fn fuzz_libfuzzer(time: f64, cases: Option<u64>, targets: Option<String>) -> Res
     }
     let corpus = root().join("fuzz").join("corpus");
     run(cargo()
-        .args(["test", "--release", "-p", "engine", "--test", "fuzz_round"])
-        .args(["--", "fuzz_round", "--exact"])
+        .args(["test", "--release", "-p", "engine", "--test", "it"])
+        .args(["--", "fuzz_round::fuzz_round", "--exact"])
         .env("SPARROW_FUZZ_EXPORT", &corpus))?;
     let requests = corpus.join("server_request");
     std::fs::create_dir_all(&requests)?;

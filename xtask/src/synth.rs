@@ -40,7 +40,7 @@
 //! (10% of neurons fire per token, 90% sparsity, as in ReLU LLMs). With alpha = 1 the 20% most frequent
 //! neurons carry about 66% of the activations, 334 of 14336 fire on 90% of the tokens and the last ones on
 //! 2%; alpha = 0 makes every neuron fire 10% of the time. `ffn_down` is scaled from the planted `z_j` so the FFN
-//! adds [`EPS_FFN`] per coordinate. `xtask/tests/synth.rs` checks all of this on small models: the gate
+//! adds [`EPS_FFN`] per coordinate. `xtask/tests/it/synth.rs` checks all of this on small models: the gate
 //! pre-activations of a forward pass computed from the file's dequantized weights, and the engine's own
 //! forward pass over multi-token windows.
 //!
@@ -49,7 +49,7 @@
 //! slightly sparser. Measured in the engine (dense forward pass, 2 windows of 32 random tokens) on the
 //! full-size default model: density 0.102 in layer 0, 0.098 in layer 31, 0.0998 over all layers, and the
 //! 20% most frequent neurons of a layer carry 0.67 to 0.69 of its activations
-//! (`full_size_model_runs_in_the_engine_with_the_planted_density`, an ignored test in `xtask/tests/synth.rs`).
+//! (`full_size_model_runs_in_the_engine_with_the_planted_density`, an ignored test in `xtask/tests/it/synth.rs`).
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -695,7 +695,8 @@ pub(crate) fn stream_matrix(
 
 /// The vocabulary: byte tokens, `<|im_start|>`, `<|im_end|>`, then unused padding; with token types.
 pub(crate) fn vocabulary(vocab: usize) -> (Vec<String>, Vec<i32>) {
-    let mut tokens = crate::fixtures::byte_tokens();
+    // `super`, not `crate`: the tests (`xtask/tests/it/main.rs`) include this file in a module of their own.
+    let mut tokens = super::fixtures::byte_tokens();
     tokens.push("<|im_start|>".into());
     tokens.push("<|im_end|>".into());
     let mut types = vec![1i32; 256];

@@ -40,7 +40,8 @@ use std::time::Instant;
 use anyhow::{bail, ensure, Context, Result};
 use model_format::{DType, GgufWriter, MetaValue};
 
-use crate::synth::{
+// `super`, not `crate`: the tests (`xtask/tests/it/src.rs`) include this file in a module of their own.
+use super::synth::{
     noise, project_out, stream_matrix, vocabulary, Rng, BASE_VOCAB, CONTEXT, RMS_EPS,
 };
 

@@ -35,6 +35,8 @@ pub fn child_writes(write: impl FnOnce(&Path) -> Result<(), String>) {
 }
 
 /// Runs test `test` of this binary again in a child process, where its [`child_writes`] writes `dest`
+/// (`test` is the test's full name as the harness lists it, `module::name` for a test in a module of
+/// a merged `tests/it` binary: the child runs it with `--exact`)
 /// under a file-size limit of `limit` bytes. Returns what that write returned (`Err` with its
 /// message), or `None` when no child can be started (an emulated target without binfmt).
 pub fn run_in_child(test: &str, dest: &Path, limit: u64) -> Option<Result<(), String>> {

@@ -36,7 +36,7 @@
 //!   accelerator backend is built from (in its own formats).
 //! - A failed forward step leaves the KV cache (every cache of a batched step) as it was.
 //! - Names and shapes of every tensor are checked at load time: a model that loads runs.
-//! - No import cycles between modules (`tests/module_cycles.rs`).
+//! - No import cycles between modules (`tests/it/module_cycles.rs`).
 //! - GGUF llama files keep llama.cpp's permuted Q/K rows and use interleaved RoPE; HF files use
 //!   half-split RoPE: both give the same numbers without rewriting weights.
 

@@ -1,6 +1,6 @@
 //! Attention of one query head over a KV cache: scores `scale · q·k_j`, softmax, and the weighted sum
 //! of the values, with the dot products and the value accumulation on the SIMD path (each checked
-//! against the scalar reference, `tests/attention.rs`).
+//! against the scalar reference, `tests/it/attention.rs`).
 
 use crate::{arch, check_len, check_path, KernelError, KernelPath, KvFormat, LayoutError};
 

@@ -3,7 +3,7 @@
 //! ([`HeadCache::load`], keys transposed), then the scores and the weighted sum of each block are
 //! small matrix products ([`attend_head`], `arch::attend_block`) instead of one dot product and one
 //! axpy per key and row. Each row gets what [`crate::attend_cache`] gives it, up to f32 rounding
-//! (checked in `tests/attention_block.rs`).
+//! (checked in `tests/it/attention_block.rs`).
 
 use crate::attention::check_cache;
 use crate::{

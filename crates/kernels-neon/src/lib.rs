@@ -127,7 +127,7 @@
 //! 32 `i8` per 32 elements). Rows are written by [`kv_encode`] (one scalar encoder for every path)
 //! and read in place: AVX2 converts f16 with F16C, NEON with `fcvtl`/`fcvtl2`, and `q8_0` quants are
 //! widened to f32 and scaled once per block; the scalar reference is in `kv.rs`. An `F32` cache sums
-//! in the order of [`attend`], so it gives the same bits (`tests/attention_cache.rs`).
+//! in the order of [`attend`], so it gives the same bits (`tests/it/attention_cache.rs`).
 //!
 //! # Precision
 //!

@@ -50,7 +50,7 @@ pub fn matmul(
 /// - the 8-bit tile is faster than the f32 one from 2 tokens (1.7x at 2-16 on AVX-512), but short
 ///   prompts (chat turns, the reference's prompts of 4-16 tokens) keep the f32 tile, at least as
 ///   accurate as decode's 16-bit products: with 8-bit ones from 2 tokens one of
-///   Qwen2.5-Coder-0.5B's 32-token greedy continuations in `engine/tests/reference_qwen.rs`
+///   Qwen2.5-Coder-0.5B's 32-token greedy continuations in `engine/tests/it/reference_qwen.rs`
 ///   changed after 27 identical tokens. Where the prompt's time counts, from 32 tokens, K-quant
 ///   rows take 8 bits, as llama.cpp's prompts always do (Qwen2.5-Coder-0.5B's perplexity over 16
 ///   windows of 512 tokens of WikiText-2 test: 39.3977, against 39.3726 with 16 bits and the

@@ -1,9 +1,9 @@
 //! Quantizers of the two K-quant formats llama.cpp's Q4_K_M mix is made of, Q4_K and Q6_K, and of
 //! Q2_K (the engine's small proxy of a streamed output projection, `engine::output_proxy`), in ggml's
-//! block layouts (read back by `dequantize_row`, whose dequantization `tests/gguf_fixture.rs` checks
+//! block layouts (read back by `dequantize_row`, whose dequantization `tests/it/gguf_fixture.rs` checks
 //! against the PyPI `gguf` package). They fit each sub-block's scale (and Q4_K's min) from its range and round
 //! to nearest, without ggml's iterative search (`make_qkx2_quants`): the bytes are valid blocks of the
-//! format and the error is within one quantization step (`tests/quantize.rs`), a little above what
+//! format and the error is within one quantization step (`tests/it/quantize.rs`), a little above what
 //! llama.cpp's quantizer reaches.
 
 use half::f16;

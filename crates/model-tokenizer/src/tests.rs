@@ -1,5 +1,5 @@
 //! Crate-level tests on a tiny hand-made byte-level vocabulary. The real SmolLM2 vocabulary is
-//! checked against the reference ids by the engine's tests (`crates/engine/tests/reference.rs`).
+//! checked against the reference ids by the engine's tests (`crates/engine/tests/it/reference.rs`).
 
 use crate::*;
 

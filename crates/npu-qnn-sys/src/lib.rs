@@ -43,7 +43,7 @@
 //! # Invariants
 //! - `#[repr(C)]` on every struct and union; `tests/layout.rs` checks sizes and offsets on 64-bit
 //!   targets against the headers.
-//! - Only this crate of the workspace loads libraries (`libloading`); `xtask/tests/layering.rs`
+//! - Only this crate of the workspace loads libraries (`libloading`); `xtask/tests/it/layering.rs`
 //!   checks it.
 //! - Every pointer read from a library (provider tables, function pointers) is valid only while its
 //!   [`QnnLibrary`] is alive.

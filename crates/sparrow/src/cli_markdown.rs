@@ -14,7 +14,7 @@ pub fn render(cmd: &mut Command) -> String {
     let _ = writeln!(s, "# `{name}` command line\n");
     s.push_str(
         "Generated from the clap definitions by `cargo xtask cli-docs` (`sparrow __cli-markdown`); do not edit:\n\
-         `crates/sparrow/tests/cli_docs.rs` fails when this file and the definitions differ.\n\n",
+         `crates/sparrow/tests/it/cli_docs.rs` fails when this file and the definitions differ.\n\n",
     );
     if let Some(a) = cmd.get_long_about().or(cmd.get_about()) {
         let _ = writeln!(s, "{}\n", one_paragraph(&a.to_string()));

@@ -122,7 +122,7 @@ mod tests {
     use crate::path_flags::{INPUT_FLAGS, OUTPUT_FLAGS, SCRATCH_FOLDER_FLAGS};
 
     /// Every flag of every command that takes a path is listed as an input, an output (which the
-    /// output guard checks: `tests/misuse.rs` runs each) or a scratch folder: a new path flag fails
+    /// output guard checks: `tests/it/bundle_misuse.rs` runs each) or a scratch folder: a new path flag fails
     /// here until it is classified, so no output can skip the guard.
     #[test]
     fn every_path_flag_is_classified_and_every_output_flag_exists() {

@@ -1,5 +1,5 @@
 //! Every flag of every command that takes a path, by what the command does with it. A test walks the
-//! clap definitions and fails on a path flag missing here, and `tests/misuse.rs` (which includes this
+//! clap definitions and fails on a path flag missing here, and `tests/it/bundle_misuse.rs` (which includes this
 //! file) runs every output flag against a model and a bundle's parts: each is checked by
 //! `engine::outputs::guard` before any work.
 

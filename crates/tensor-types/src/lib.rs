@@ -32,7 +32,7 @@
 //!   sizes are llama.cpp's (unit tests).
 //! * A [`QMatrix`] always holds exactly `rows * format.row_bytes(cols)` bytes, and a hybrid one only
 //!   outlier columns `< cols`; shape and length errors are [`LayoutError`]s, never panics.
-//! * No workspace dependencies: every crate may use this one (layer 0 in `xtask/tests/layering.rs`).
+//! * No workspace dependencies: every crate may use this one (layer 0 in `xtask/tests/it/layering.rs`).
 
 mod activation;
 mod error;

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes the dequantization fixtures checked by tests/gguf_fixture.rs and engine's tests/gguf_python.rs.
+"""Writes the dequantization fixtures checked by tests/it/gguf_fixture.rs and engine's tests/it/gguf_python.rs.
 
 The independent implementation is the `gguf` Python package (llama.cpp's reference dequantizers in numpy,
 `gguf.quants.dequantize`). For every weight format Sparrow reads:

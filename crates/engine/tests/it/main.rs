@@ -1,0 +1,28 @@
+//! All of this crate's integration tests in one binary (one compile and link instead of one per
+//! file): each former `tests/<name>.rs` is the module `<name>` here; run one file's tests with
+//! `cargo test -p engine --test it <name>::`.
+
+mod accel;
+mod bench;
+mod best_of;
+mod bundle;
+mod calibrate;
+mod common;
+mod convert_faults;
+mod formats;
+mod fuzz;
+mod fuzz_round;
+mod gguf_python;
+mod hostile_config;
+mod kv_cache;
+mod manifest;
+mod module_cycles;
+mod moe_block;
+mod offload;
+mod offload_real;
+mod reference;
+mod reference_qwen;
+mod requant;
+mod sparse;
+mod stream;
+mod tiny_models;

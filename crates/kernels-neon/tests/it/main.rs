@@ -1,0 +1,18 @@
+//! All of this crate's integration tests in one binary (one compile and link instead of one per
+//! file): each former `tests/<name>.rs` is the module `<name>` here; run one file's tests with
+//! `cargo test -p kernels-neon --test it <name>::`. `matmul_t_memory` stays a binary of its own: its
+//! counting global allocator must see no other test's allocations.
+
+mod attention;
+mod attention_block;
+mod attention_cache;
+mod common;
+mod expf;
+mod fixed;
+mod gguf_fixture;
+mod hybrid;
+mod known;
+mod matmul_int;
+mod props;
+mod quantize;
+mod sparse;

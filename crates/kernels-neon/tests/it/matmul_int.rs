@@ -1,0 +1,147 @@
+//! `matmul` through the 8-bit integer tiles: Q4_K/Q5_K/Q6_K on AVX2 and AVX-512 (activations with
+//! one scale per 256, in `Int8`, and in `Fast` from `INT_TILE_MIN_TOKENS` tokens) and
+//! Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 on AVX-512 (one scale per 32, in both from `INT_TILE_MIN_TOKENS`
+//! tokens). Every token's row of the result is what `matvec` gives for that token in the precision
+//! whose activations the
+//! tile takes (`common::tile_products`), whatever the token count (register blocks and the remainders),
+//! the rows per work item and the row count: on AVX2 bit for bit; on AVX-512 the tiles sum the
+//! same integer products in another f32 order, so within f32 rounding of `Σ|w·x|`. Their accuracy
+//! against float64 is `props.rs`'s (the Int8 and Fast bounds).
+
+use crate::common;
+
+use common::*;
+use kernels_neon::*;
+use proptest::prelude::*;
+
+/// Checks `matmul` of `n` tokens in `precision` against `matvec` of each token on `path` in the
+/// precision of the tile's products (`common::tile_products`): bit for bit where `exact`, else
+/// within `1e-5 * Σ|w·x| + 1e-6`.
+#[allow(clippy::too_many_arguments)]
+fn equals_matvec(
+    path: KernelPath,
+    w: &QMatrix,
+    wf: &[Vec<f64>],
+    x: &[f32],
+    n: usize,
+    precision: Precision,
+    exact: bool,
+) -> Result<(), TestCaseError> {
+    let (rows, cols) = (w.rows(), w.cols());
+    let products = tile_products(path, w.format(), precision, n).unwrap_or_else(|| {
+        panic!(
+            "{path:?} {:?} {precision:?} n={n}: no integer tile",
+            w.format()
+        )
+    });
+    let mut y = vec![f32::NAN; rows * n];
+    matmul_with(path, w, x, n, &mut y, precision).unwrap();
+    for t in 0..n {
+        let xt = &x[t * cols..(t + 1) * cols];
+        let mut yt = vec![f32::NAN; rows];
+        matvec_with(path, w, xt, &mut yt, products).unwrap();
+        for r in 0..rows {
+            let (got, want) = (y[t * rows + r], yt[r]);
+            let what = format!(
+                "{path:?} {:?} {precision:?} n={n} t={t} r={r}: {got} vs matvec {products:?} {want}",
+                w.format()
+            );
+            if exact {
+                prop_assert_eq!(got.to_bits(), want.to_bits(), "{}", what);
+            } else {
+                let abs: f64 = wf[r]
+                    .iter()
+                    .zip(xt)
+                    .map(|(w, x)| (w * f64::from(*x)).abs())
+                    .sum();
+                let tol = 1e-5 * abs + 1e-6;
+                prop_assert!(
+                    (f64::from(got) - f64::from(want)).abs() <= tol,
+                    "{} (tolerance {})",
+                    what,
+                    tol
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    #[test]
+    fn int8_tile_equals_matvec_per_token(
+        format in prop::sample::select(vec![WeightFormat::Q4_K, WeightFormat::Q5_K, WeightFormat::Q6_K]),
+        rows in 1usize..80,
+        supers in 1usize..4,
+        n in 2usize..12,
+        chunk in prop::sample::select(vec![0usize, 1, 3, 16]),
+        seed in any::<u64>(),
+    ) {
+        let cols = 256 * supers;
+        let mut rng = Rng(seed);
+        let data = random_matrix(format, rows, cols, &mut rng);
+        let w = QMatrix::new(format, rows, cols, &data).unwrap();
+        let x = random_vec(cols * n, &mut rng);
+        let wf = dequant_f64(&w);
+        set_chunk_rows(chunk);
+        for path in available_paths().into_iter().filter(|&p| int8_tile(p, format)) {
+            equals_matvec(path, &w, &wf, &x, n, Precision::Int8, path == KernelPath::Avx2Fma)?;
+        }
+        set_chunk_rows(0);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    #[test]
+    fn long_prompts_equal_matvec_per_token(
+        format in prop::sample::select(vec![
+            WeightFormat::Q4_0, WeightFormat::Q4_1, WeightFormat::Q5_0, WeightFormat::Q5_1,
+            WeightFormat::Q8_0, WeightFormat::Q4_K, WeightFormat::Q5_K, WeightFormat::Q6_K,
+        ]),
+        rows in 1usize..80,
+        units in 1usize..12,
+        n in INT_TILE_MIN_TOKENS..INT_TILE_MIN_TOKENS + 9,
+        chunk in prop::sample::select(vec![0usize, 1, 3, 16]),
+        seed in any::<u64>(),
+    ) {
+        let cols = if format.is_k_quant() { 256 * (1 + units % 3) } else { 32 * units };
+        let mut rng = Rng(seed);
+        let data = random_matrix(format, rows, cols, &mut rng);
+        let w = QMatrix::new(format, rows, cols, &data).unwrap();
+        let x = random_vec(cols * n, &mut rng);
+        let wf = dequant_f64(&w);
+        set_chunk_rows(chunk);
+        for path in available_paths() {
+            for precision in [Precision::Fast, Precision::Int8] {
+                if int_tile(path, format, precision, n) {
+                    let exact = path == KernelPath::Avx2Fma;
+                    equals_matvec(path, &w, &wf, &x, n, precision, exact)?;
+                }
+            }
+        }
+        set_chunk_rows(0);
+    }
+}
+
+/// Which tile an Int8 prompt of a Q4_K matrix takes, on every path here: the integer tile where
+/// the tests above assume it (its result differs from the f32 tile's, `Exact`), the f32 tile
+/// elsewhere (the same).
+#[test]
+fn int8_prompts_of_k_quants_take_the_integer_tile_on_x86() {
+    let (rows, cols, n) = (8, 512, 5);
+    let mut rng = Rng(7);
+    let data = random_matrix(WeightFormat::Q4_K, rows, cols, &mut rng);
+    let w = QMatrix::new(WeightFormat::Q4_K, rows, cols, &data).unwrap();
+    let x = random_vec(cols * n, &mut rng);
+    for path in available_paths() {
+        let (mut yi, mut ye) = (vec![0f32; rows * n], vec![0f32; rows * n]);
+        matmul_with(path, &w, &x, n, &mut yi, Precision::Int8).unwrap();
+        matmul_with(path, &w, &x, n, &mut ye, Precision::Exact).unwrap();
+        let other_tile = int8_tile(path, WeightFormat::Q4_K);
+        assert_eq!(yi != ye, other_tile, "{path:?}");
+    }
+}

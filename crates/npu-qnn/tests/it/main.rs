@@ -1,0 +1,7 @@
+//! All of this crate's integration tests in one binary (one compile and link instead of one per
+//! file): each former `tests/<name>.rs` is the module `<name>` here; run one file's tests with
+//! `cargo test -p npu-qnn --test it <name>::`.
+
+mod common;
+mod errors;
+mod ffn;

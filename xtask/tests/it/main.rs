@@ -1,0 +1,13 @@
+//! All of this crate's integration tests in one binary (one compile and link instead of one per
+//! file): each former `tests/<name>.rs` is the module `<name>` here; run one file's tests with
+//! `cargo test -p xtask --test it <name>::`.
+
+/// The xtask sources under test (`src.rs`).
+mod src;
+
+mod bench_report;
+mod doc_links;
+mod fixtures;
+mod layering;
+mod synth;
+mod synth_moe;
