@@ -296,3 +296,46 @@ fn options_parse_with_real_defaults_and_bad_ones_are_refused() {
         assert!(e.contains(says), "{bad:?}: {e}");
     }
 }
+
+/// llama.cpp itself loads and runs every architecture's file (tiny shapes). Ignored: CI builds no
+/// llama.cpp. By hand, with llama.cpp's programs in `target/llama.cpp/build/bin` (as
+/// `cargo xtask capped-bench` builds them): `cargo test -p xtask --test it synth_moe:: -- --ignored`.
+/// A missing program fails the test.
+#[test]
+#[ignore = "needs llama.cpp's llama-completion in target/llama.cpp/build/bin"]
+fn every_arch_loads_and_runs_in_llama_cpp() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let bin = root.join("target/llama.cpp/build/bin/llama-completion");
+    assert!(
+        bin.is_file(),
+        "{} is missing: build llama.cpp first",
+        bin.display()
+    );
+    let dir = TempDir::new("llama");
+    for arch in [Arch::Qwen3Moe, Arch::Mixtral, Arch::Olmoe, Arch::Qwen2Moe] {
+        let o = tiny(arch);
+        let path = dir.0.join(o.file_name());
+        synth_moe::write_model(&o, &path, |_, _| {}).unwrap();
+        let out = std::process::Command::new(&bin)
+            .args(["-m"])
+            .arg(&path)
+            .args(["-p", "hi", "-n", "4", "-t", "1", "--temp", "0", "-no-cnv"])
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        let log = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success(),
+            "{arch:?}: llama-completion failed:\n{log}"
+        );
+        let arch_line = format!("arch                  = {}", arch.gguf());
+        assert!(
+            log.contains(&arch_line),
+            "{arch:?}: llama.cpp read another arch:\n{log}"
+        );
+        assert!(
+            log.contains("n_expert              = 8"),
+            "{arch:?}: no experts seen:\n{log}"
+        );
+    }
+}
