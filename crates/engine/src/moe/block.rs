@@ -6,7 +6,7 @@
 
 use kernels_neon::{Activation, Precision};
 
-use super::family::TopKNorm;
+use super::family::{MoeConfig, TopKNorm};
 use super::routing::{route, ExpertGroups, Route};
 use super::weights::{ExpertFfn, MoeLayer};
 use crate::error::{kernel, EngineError, Result};
@@ -58,6 +58,15 @@ fn grow(v: &mut Vec<f32>, len: usize) -> &mut [f32] {
 }
 
 impl MoeBlock {
+    /// The block of a model with MoE hyper-parameters `cfg` (its family's normalisation, SiLU).
+    pub fn for_config(cfg: &MoeConfig) -> MoeBlock {
+        MoeBlock {
+            n_used: cfg.n_used,
+            norm: cfg.family.top_k_norm(),
+            activation: Activation::Silu,
+        }
+    }
+
     /// `out` (`n × d`) = the layer's MoE FFN of `x` (`n × d`, token-major, already normed).
     /// `kind` says how the tokens relate, as for the dense FFN: with [`StepKind::Decode`] every
     /// token is computed as a one-token step would, bit for bit.
@@ -80,6 +89,10 @@ impl MoeBlock {
                 x.len(),
                 out.len()
             )));
+        }
+        s.routes.clear();
+        if n == 0 {
+            return Ok(());
         }
         let k = self.n_used.min(e);
         let logits = grow(&mut s.logits, n * e);

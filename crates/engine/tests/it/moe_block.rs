@@ -228,11 +228,9 @@ fn load<'f>(f: &'f GgufFile) -> (MoeConfig, MoeLayer<'f>) {
 }
 
 fn block(cfg: &MoeConfig) -> MoeBlock {
-    MoeBlock {
-        n_used: cfg.n_used,
-        norm: cfg.family.top_k_norm(),
-        activation: Activation::Silu,
-    }
+    let b = MoeBlock::for_config(cfg);
+    assert_eq!((b.n_used, b.activation), (cfg.n_used, Activation::Silu));
+    b
 }
 
 const FORMATS: [DType; 11] = [
@@ -329,6 +327,33 @@ fn a_decode_batch_is_each_token_alone_bit_for_bit_and_a_prompt_is_close() {
     let routes = s.routes().to_vec();
     // Several tokens share an expert (16 tokens x 3 of 8 experts), so the grouping is exercised.
     assert!((0..EXPERTS).any(|e| s.groups().load(e) >= 2));
+    // No tokens: nothing computed, nothing routed, nothing written.
+    let mut none = [7.0f32; 4];
+    b.forward(
+        &layer,
+        &[],
+        0,
+        &mut none,
+        Precision::Fast,
+        StepKind::Prompt,
+        &mut s,
+    )
+    .unwrap();
+    assert_eq!((none, s.routes().len()), ([7.0; 4], 0));
+    // Too few inputs for the token count: an error, not a panic.
+    let short = b.forward(
+        &layer,
+        &x[..D],
+        2,
+        &mut none,
+        Precision::Fast,
+        StepKind::Prompt,
+        &mut s,
+    );
+    assert!(short
+        .unwrap_err()
+        .to_string()
+        .contains("moe block: 2 tokens of 256"));
     let mut prompt = vec![0.0f32; n * D];
     b.forward(
         &layer,
