@@ -105,7 +105,6 @@ impl MoeBlock {
             precision,
             "moe router",
         )?;
-        s.routes.clear();
         for t in 0..n {
             let row = &s.logits[t * e..(t + 1) * e];
             route(row, k, self.norm, &mut s.probs, &mut s.token_routes);
