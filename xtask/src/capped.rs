@@ -255,7 +255,7 @@ fn run_capped(program: &Path, args: &[String], cap: u64, n: usize, log: &Path) -
     if let Some(mut out) = child.stdout.take() {
         out.read_to_string(&mut stdout).ok();
     }
-    let (status, peak_rss) = wait_with_rusage(child.id())?;
+    let (status, peak_rss) = super::sys::wait_with_rusage(child.id())?;
     let ok = libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0;
     let status = if libc::WIFSIGNALED(status) {
         format!("killed by signal {}", libc::WTERMSIG(status))
@@ -270,24 +270,6 @@ fn run_capped(program: &Path, args: &[String], cap: u64, n: usize, log: &Path) -
         cgroup_peak: cg.peak(),
         oom_kills: cg.oom_kills(),
     })
-}
-
-/// Waits for child `pid`; returns its wait status and peak RSS in bytes.
-fn wait_with_rusage(pid: u32) -> Result<(libc::c_int, u64)> {
-    let mut status = 0;
-    // SAFETY: an all-zero rusage is a valid value of this plain C struct.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    loop {
-        // SAFETY: `pid` is our unreaped child; `status` and `usage` are valid for wait4 to fill.
-        let r = unsafe { libc::wait4(pid as libc::pid_t, &mut status, 0, &mut usage) };
-        if r == pid as libc::pid_t {
-            return Ok((status, usage.ru_maxrss.max(0) as u64 * 1024));
-        }
-        let e = std::io::Error::last_os_error();
-        if e.kind() != std::io::ErrorKind::Interrupted {
-            return Err(e).context("waiting for the benchmark");
-        }
-    }
 }
 
 /// A benchmarked program: its name in the table, binary, arguments and decode tok/s from its stdout.

@@ -85,6 +85,7 @@ mod llama;
 mod load_test;
 mod synth;
 mod synth_moe;
+mod sys;
 mod z3;
 
 /// Library crates checked for Android (everything but the binaries).

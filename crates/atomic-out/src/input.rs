@@ -96,9 +96,7 @@ mod tests {
         {
             // A FIFO with no writer: refused at once, never waited on.
             let fifo = dir.join("fifo");
-            let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
-            // SAFETY: `c` is a valid NUL-terminated path that outlives the call.
-            assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+            assert!(crate::sys::mkfifo(&fifo));
             let e = read_bounded(&fifo, 10).unwrap_err().to_string();
             assert!(e.contains("not a regular file"), "{e}");
         }

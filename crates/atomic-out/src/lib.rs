@@ -51,6 +51,8 @@ mod error;
 mod file;
 mod input;
 mod same;
+#[cfg(unix)]
+mod sys;
 mod temporaries;
 
 #[cfg(feature = "testing")]

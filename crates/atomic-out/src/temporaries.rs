@@ -92,20 +92,8 @@ pub fn remove_stale_temporaries(dest: impl AsRef<Path>) -> Result<Vec<PathBuf>> 
     Ok(removed)
 }
 
-/// Whether process `pid` exists (in this pid namespace). Unknown answers count as alive.
 #[cfg(unix)]
-fn pid_alive(pid: u32) -> bool {
-    let Ok(p) = libc::pid_t::try_from(pid) else {
-        return false;
-    };
-    if p <= 0 {
-        return false; // never a writer's pid; kill() would address a process group
-    }
-    // SAFETY: signal 0 sends nothing: kill() only checks that the process exists and may be signalled;
-    // it reads no memory of ours.
-    let r = unsafe { libc::kill(p, 0) };
-    r == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
-}
+use crate::sys::pid_alive;
 
 /// Whether process `pid` exists. Without `kill(2)` every writer counts as alive (nothing is removed).
 #[cfg(not(unix))]

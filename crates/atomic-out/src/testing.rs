@@ -18,16 +18,7 @@ pub fn child_writes(write: impl FnOnce(&Path) -> Result<(), String>) {
         return;
     };
     let limit: u64 = limit.to_str().unwrap().parse().unwrap();
-    let lim = libc::rlimit {
-        rlim_cur: limit as libc::rlim_t,
-        rlim_max: limit as libc::rlim_t,
-    };
-    // SAFETY: ignoring SIGXFSZ (so an oversized write returns EFBIG instead of killing us) and
-    // lowering our own file-size limit touch no memory of ours; `lim` outlives the call.
-    let ok = unsafe {
-        libc::signal(libc::SIGXFSZ, libc::SIG_IGN) != libc::SIG_ERR
-            && libc::setrlimit(libc::RLIMIT_FSIZE, &lim) == 0
-    };
+    let ok = crate::sys::limit_file_size(limit);
     assert!(ok, "setting the file-size limit");
     let r = write(Path::new(&dest));
     println!("CHILD-RESULT {}", r.err().unwrap_or_else(|| "ok".into()));

@@ -204,7 +204,8 @@ pub fn ffn_weight_bytes(model: &Model<'_>) -> usize {
         .layers
         .iter()
         .map(|l| {
-            [&l.gate, &l.up, &l.down]
+            let f = l.ffn.gated();
+            [&f.gate, &f.up, &f.down]
                 .iter()
                 .map(|m| m.data().len())
                 .sum::<usize>()
@@ -257,7 +258,7 @@ mod tests {
 
     fn config(n_layers: usize, n_kv_heads: usize, head_dim: usize) -> ModelConfig {
         ModelConfig {
-            arch: crate::config::Arch::Llama,
+            arch: crate::config::Arch::from_gguf("llama").expect("llama is registered"),
             n_layers,
             d_model: n_kv_heads * head_dim * 3,
             d_ff: 1536,

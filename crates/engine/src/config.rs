@@ -7,14 +7,8 @@ use model_format::{GgufFile, HfConfig};
 
 use crate::error::{EngineError, Result};
 
-/// The model families the engine runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-pub enum Arch {
-    /// Llama family: RMSNorm, RoPE, grouped-query attention, gated FFN, no biases.
-    Llama,
-    /// Qwen2: Llama with biases on the q/k/v projections.
-    Qwen2,
-}
+/// A model's family ([`crate::family`]).
+pub use crate::family::Arch;
 
 /// The FFN activation of a gated FFN (the workspace's one definition, from `tensor-types`).
 pub use tensor_types::Activation;
@@ -196,15 +190,12 @@ impl ModelConfig {
             .and_then(|v| v.as_str())
             .ok_or_else(|| bad("metadata key general.architecture is missing".into()))?
             .to_string();
-        let arch = match arch_name.as_str() {
-            "llama" => Arch::Llama,
-            "qwen2" => Arch::Qwen2,
-            other => {
-                return Err(bad(format!(
-                    "architecture `{other}` is not supported (supported: llama, qwen2)"
-                )))
-            }
-        };
+        let arch = Arch::from_gguf(&arch_name).ok_or_else(|| {
+            bad(format!(
+                "architecture `{arch_name}` is not supported (supported: {})",
+                Arch::supported_gguf()
+            ))
+        })?;
         let key = |k: &str| format!("{arch_name}.{k}");
         let req_u = |k: &str| -> Result<usize> {
             let full = key(k);
@@ -249,12 +240,7 @@ impl ModelConfig {
             rms_eps: opt_f("attention.layer_norm_rms_epsilon").unwrap_or(1e-5) as f32,
             rope_base: opt_f("rope.freq_base").unwrap_or(10_000.0) as f32,
             rope_dim: opt_u("rope.dimension_count").unwrap_or(head_dim),
-            // llama.cpp's converter permutes Q/K rows of llama models so that RoPE rotates adjacent
-            // pairs; qwen2 files keep the HF order and use NEOX (half) rotation.
-            rope_style: match arch {
-                Arch::Llama => RopeStyle::Interleaved,
-                Arch::Qwen2 => RopeStyle::Half,
-            },
+            rope_style: arch.family().gguf_rope(),
             activation,
             context_length: opt_u("context_length").unwrap_or(2048),
             ffn_store: match (
@@ -330,11 +316,12 @@ impl ModelConfig {
             .cloned()
             .or_else(|| cfg.model_type.clone())
             .unwrap_or_default();
-        let arch = match arch_str.as_str() {
-            "LlamaForCausalLM" | "llama" | "MistralForCausalLM" | "mistral" => Arch::Llama,
-            "Qwen2ForCausalLM" | "qwen2" => Arch::Qwen2,
-            other => return Err(bad(format!("architecture `{other}` is not supported (supported: LlamaForCausalLM, Qwen2ForCausalLM)"))),
-        };
+        let arch = Arch::from_hf(&arch_str).ok_or_else(|| {
+            bad(format!(
+                "architecture `{arch_str}` is not supported (supported: {})",
+                Arch::supported_hf()
+            ))
+        })?;
         let activation = match cfg.hidden_act.as_deref() {
             None => Activation::Silu,
             Some(s) => Activation::from_name(s)

@@ -25,7 +25,7 @@ pub fn model_fingerprint(model: &Model<'_>) -> u64 {
         h.update(&(v as u64).to_le_bytes());
     }
     if let (Some(first), Some(last)) = (model.layers.first(), model.layers.last()) {
-        for m in [&first.gate, &last.down] {
+        for m in [&first.ffn.gated().gate, &last.ffn.gated().down] {
             let d = m.data();
             h.update(&d[..d.len().min(64 << 10)]);
         }

@@ -4,8 +4,9 @@ use kernels_neon::{KvChunks, KvFormat, Precision};
 use rayon::prelude::*;
 
 use crate::error::{kernel, EngineError, Result};
-use crate::ffn::{DenseFfn, FfnExecutor, FfnLayer, FfnScratch, ObservedFfn};
+use crate::ffn::{layer_step, DenseFfn, FfnExecutor, FfnScratch, ObservedFfn};
 pub use crate::ffn::{FfnObserver, FfnSample};
+use crate::layer::HeadShape;
 use crate::model::Model;
 use crate::ops::{mm_step, StepKind};
 use crate::prompt_attention::{attend_prompt, Heads};
@@ -196,14 +197,6 @@ fn rms_norm_rows(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
     }
 }
 
-fn add_bias(y: &mut [f32], bias: &Option<Vec<f32>>) {
-    if let Some(b) = bias {
-        for row in y.chunks_mut(b.len()) {
-            row.iter_mut().zip(b).for_each(|(a, b)| *a += b);
-        }
-    }
-}
-
 fn resident_needs_sparse(model: &Model<'_>) -> EngineError {
     EngineError::Request(format!(
         "{}: the FFN weights of this resident file are in its neuron store: run it with --sparse \
@@ -379,6 +372,12 @@ fn forward_inner(
     let (d, qd, kvd, hd) = (cfg.d_model, cfg.q_dim(), cfg.kv_dim(), cfg.head_dim);
     let group = cfg.n_heads / cfg.n_kv_heads;
     let scale = 1.0 / (hd as f32).sqrt();
+    let head_shape = HeadShape {
+        n_heads: cfg.n_heads,
+        n_kv_heads: cfg.n_kv_heads,
+        head_dim: hd,
+        rms_eps: cfg.rms_eps,
+    };
 
     let mut x = vec![0.0f32; n * d];
     for (row, &t) in x.chunks_mut(d).zip(tokens) {
@@ -464,9 +463,9 @@ fn forward_inner(
             mm_step(kind, &layer.wk, &xn, n, &mut k, precision, "attention k")?;
             mm_step(kind, &layer.wv, &xn, n, &mut v, precision, "attention v")?;
         }
-        add_bias(&mut q, &layer.bq);
-        add_bias(&mut k, &layer.bk);
-        add_bias(&mut v, &layer.bv);
+        layer
+            .attn_step
+            .before_rope(&mut q, &mut k, &mut v, &head_shape);
         for (t, angles) in rope.iter().enumerate() {
             angles.apply(&mut q[t * qd..(t + 1) * qd], cfg.n_heads, cfg.rope_style);
             angles.apply(
@@ -519,20 +518,19 @@ fn forward_inner(
         )?;
         x.iter_mut().zip(&o).for_each(|(a, b)| *a += b);
 
-        // Gated FFN.
+        // FFN.
         let ffn_t0 = ffn.ffn_nanos.map(|_| std::time::Instant::now());
         rms_norm_rows(&x, &layer.ffn_norm, cfg.rms_eps, &mut xn);
-        let at = FfnLayer {
-            index: li,
-            weights: layer,
+        layer_step(
+            &layer.ffn,
+            exec,
+            li,
             precision,
             kind,
-        };
-        if n == 1 {
-            exec.decode(at, &xn, &mut o, &mut scratch)?;
-        } else {
-            exec.batch(at, &xn, n, &mut o, &mut scratch)?;
-        }
+            (&xn, n),
+            &mut o,
+            &mut scratch,
+        )?;
         if let (Some(acc), Some(t0)) = (ffn.ffn_nanos, ffn_t0) {
             acc.fetch_add(
                 t0.elapsed().as_nanos() as u64,

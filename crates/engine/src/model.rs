@@ -2,43 +2,16 @@
 
 use std::path::{Path, PathBuf};
 
-use kernels_neon::{QMatrix, WeightFormat};
+use kernels_neon::QMatrix;
 use model_format::TensorView;
 
-use crate::config::{Arch, ModelConfig};
+use crate::config::ModelConfig;
 use crate::error::{kernel, EngineError, Result};
-use crate::file::names_of;
+use crate::family::{LayerShape, LayerTensors};
 pub use crate::file::ModelFile;
+use crate::file::{names_of, Names};
+pub use crate::layer::{GatedFfn, Layer, LayerFfn};
 use crate::requant::Overlay;
-
-/// Weights of one transformer block.
-pub struct Layer<'a> {
-    /// RMSNorm weight before attention.
-    pub attn_norm: Vec<f32>,
-    /// Query projection, `q_dim × d_model`.
-    pub wq: QMatrix<'a>,
-    /// Key projection, `kv_dim × d_model`.
-    pub wk: QMatrix<'a>,
-    /// Value projection, `kv_dim × d_model`.
-    pub wv: QMatrix<'a>,
-    /// Optional q/k/v biases (Qwen2).
-    pub bq: Option<Vec<f32>>,
-    /// Key bias.
-    pub bk: Option<Vec<f32>>,
-    /// Value bias.
-    pub bv: Option<Vec<f32>>,
-    /// Output projection, `d_model × q_dim`.
-    pub wo: QMatrix<'a>,
-    /// RMSNorm weight before the FFN.
-    pub ffn_norm: Vec<f32>,
-    /// Gate projection, `d_ff × d_model` (row i = neuron i). Gate, up and down are empty (0 × 0) in a
-    /// resident file, whose FFN lives in a neuron store ([`crate::config::FfnStoreRef`]).
-    pub gate: QMatrix<'a>,
-    /// Up projection, `d_ff × d_model`.
-    pub up: QMatrix<'a>,
-    /// Down projection, `d_model × d_ff`.
-    pub down: QMatrix<'a>,
-}
 
 /// A loaded model: configuration plus weights borrowed from a [`ModelFile`].
 pub struct Model<'a> {
@@ -139,6 +112,29 @@ impl<'f> Loader<'f> {
     }
 }
 
+/// The tensors of one layer, by logical key, for the model's family.
+struct LayerLoader<'l, 'f> {
+    ld: &'l Loader<'f>,
+    names: &'static Names,
+    index: usize,
+}
+
+impl<'f> LayerTensors<'f> for LayerLoader<'_, 'f> {
+    fn matrix(&self, key: &str, rows: usize, cols: usize) -> Result<QMatrix<'f>> {
+        self.ld
+            .matrix(&(self.names.layer)(self.index, key), rows, cols)
+    }
+
+    fn vector(&self, key: &str, len: usize) -> Result<Vec<f32>> {
+        self.ld.vector(&(self.names.layer)(self.index, key), len)
+    }
+
+    fn optional_vector(&self, key: &str, len: usize) -> Result<Option<Vec<f32>>> {
+        self.ld
+            .optional_vector(&(self.names.layer)(self.index, key), len)
+    }
+}
+
 impl<'a> Model<'a> {
     /// Loads (borrows) every weight of `file`, checking names and shapes against its configuration.
     pub fn load(file: &'a ModelFile) -> Result<Model<'a>> {
@@ -187,51 +183,29 @@ impl<'a> Model<'a> {
             None => None,
         };
         // A resident file (`sparrow convert`) has no FFN tensors: they are read from its neuron store.
-        let offloaded = config.ffn_store.is_some();
-        let empty = QMatrix::new(WeightFormat::F32, 0, 0, &[]).map_err(kernel("empty matrix"))?;
+        let shape = LayerShape {
+            d_model: d,
+            q_dim: q,
+            kv_dim: kv,
+            head_dim: config.head_dim,
+            d_ff: ff,
+            offloaded: config.ffn_store.is_some(),
+        };
         let mut layers = Vec::with_capacity(config.n_layers);
         for i in 0..config.n_layers {
-            let n = |t: &str| (names.layer)(i, t);
-            let biased = config.arch == Arch::Qwen2;
-            let bias = |t: &str, len| {
-                if biased {
-                    ld.vector(&n(t), len).map(Some)
-                } else {
-                    ld.optional_vector(&n(t), len)
-                }
+            let tensors = LayerLoader {
+                ld: &ld,
+                names,
+                index: i,
             };
-            layers.push(Layer {
-                attn_norm: ld.vector(&n("attn_norm"), d)?,
-                wq: ld.matrix(&n("q"), q, d)?,
-                wk: ld.matrix(&n("k"), kv, d)?,
-                wv: ld.matrix(&n("v"), kv, d)?,
-                bq: bias("q_bias", q)?,
-                bk: bias("k_bias", kv)?,
-                bv: bias("v_bias", kv)?,
-                wo: ld.matrix(&n("o"), d, q)?,
-                ffn_norm: ld.vector(&n("ffn_norm"), d)?,
-                gate: if offloaded {
-                    empty
-                } else {
-                    ld.matrix(&n("gate"), ff, d)?
-                },
-                up: if offloaded {
-                    empty
-                } else {
-                    ld.matrix(&n("up"), ff, d)?
-                },
-                down: if offloaded {
-                    empty
-                } else {
-                    ld.matrix(&n("down"), d, ff)?
-                },
-            });
+            layers.push(crate::family::load_layer(config.arch, &tensors, &shape)?);
         }
         let bytes = |m: &QMatrix<'_>| m.format().row_bytes(m.cols()).unwrap_or(0) * m.rows();
         let weight_bytes = layers
             .iter()
             .map(|l| {
-                [&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down]
+                let f = l.ffn.gated();
+                [&l.wq, &l.wk, &l.wv, &l.wo, &f.gate, &f.up, &f.down]
                     .into_iter()
                     .map(bytes)
                     .sum::<usize>()

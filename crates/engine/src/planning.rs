@@ -236,6 +236,7 @@ fn prompt_macs(model: &Model<'_>, layers: &[FfnLayer], offloaded: bool) -> Vec<F
             add(&fl.format, 2.0 * d * ff, false);
             add(fl.sparse_down_format(), d * ff, true);
         } else {
+            let l = l.ffn.gated();
             add(l.gate.format().name(), size(&l.gate), false);
             add(l.up.format().name(), size(&l.up), false);
             add(l.down.format().name(), size(&l.down), true);
@@ -372,6 +373,7 @@ fn memory_layers(
         .iter()
         .enumerate()
         .map(|(l, layer)| {
+            let layer = layer.ffn.gated();
             let n = layer.gate.rows();
             let order: Vec<u32> = profile
                 .and_then(|p| p.layers[l].hot_order(0))

@@ -26,7 +26,8 @@ use rayon::prelude::*;
 use crate::config::ModelConfig;
 use crate::error::{kernel, EngineError, Result};
 use crate::ffn::{DenseFfn, FfnExecutor, FfnLayer, FfnScratch, StepKind};
-use crate::model::{Layer, Model};
+use crate::layer::GatedFfn;
+use crate::model::Model;
 use crate::neurons::{
     check_thresholds, GateUpRows, NeuronSelector, Precomputed, RowCounts, SelectScratch,
 };
@@ -646,7 +647,7 @@ impl SparseFfn {
 
 /// The gate and up rows of in-memory sparse decode: the model's matrices.
 struct MatrixRows<'a, 'w> {
-    layer: &'a Layer<'w>,
+    layer: &'a GatedFfn<'w>,
     x: &'a [f32],
     precision: Precision,
     /// Every row is a candidate (no predictor): gate and up as whole matrix-vector products.

@@ -33,7 +33,7 @@ impl TransposedDown {
             .par_iter()
             .enumerate()
             .map(|(l, layer)| {
-                transpose(&layer.down, format)
+                transpose(&layer.ffn.gated().down, format)
                     .map_err(kernel(format!("transposing ffn down of layer {l}")))
             })
             .collect::<Result<Vec<_>>>()?;

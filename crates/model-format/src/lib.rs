@@ -48,6 +48,8 @@ mod gguf;
 mod hf;
 mod meta;
 mod paging;
+#[cfg(unix)]
+mod sys;
 mod tensor;
 mod writer;
 

@@ -72,6 +72,8 @@ mod error;
 mod pieces;
 mod sandbox;
 mod stream;
+#[cfg(any(target_os = "linux", target_os = "android"))]
+mod sys;
 mod tokenizer;
 
 #[cfg(test)]

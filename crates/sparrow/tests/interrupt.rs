@@ -45,9 +45,11 @@ fn profile_stops_soon_after_ctrl_c() {
             "after {after} s: {:?} {err}",
             o.status
         );
-        // One window of 512 tokens on a shared 2-core machine takes a second or two.
+        // One window of 512 tokens on a quiet 2-core machine takes a second or two; one loaded
+        // eightfold by other builds took 10 s (2026-12-02). Finishing the step instead of the
+        // window took most of a minute on a quiet machine: 20 s still tells the two apart.
         assert!(
-            waited.as_secs() < 8,
+            waited.as_secs() < 20,
             "after {after} s: stopped in {waited:?}"
         );
         assert!(!out.exists());

@@ -154,6 +154,53 @@ fn only_npu_qnn_sys_loads_libraries() {
     }
 }
 
+/// Calls into C (`libc::name(`, `extern "C"` blocks) sit in `-sys` crates or in `sys` modules: a
+/// file named `sys.rs`, a folder `sys/`, or after a `mod sys {` line. `qnn-double` is exempt: it is a
+/// C library itself (the QNN test double's exported ABI).
+#[test]
+fn ffi_calls_sit_in_sys_modules() {
+    let mut files = Vec::new();
+    for e in std::fs::read_dir(root().join("crates")).unwrap().flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.ends_with("-sys") || name == "qnn-double" {
+            continue;
+        }
+        if e.path().join("src").is_dir() {
+            rust_sources(&e.path().join("src"), &mut files);
+        }
+    }
+    rust_sources(&root().join("xtask").join("src"), &mut files);
+    let mut outside = Vec::new();
+    for f in files {
+        if f.file_name().is_some_and(|n| n == "sys.rs")
+            || f.components().any(|c| c.as_os_str() == "sys")
+        {
+            continue;
+        }
+        let text = std::fs::read_to_string(&f).unwrap();
+        let before_sys = text.split("mod sys {").next().unwrap_or("");
+        for (i, line) in before_sys.lines().enumerate() {
+            let call = line.match_indices("libc::").any(|(k, _)| {
+                let rest = &line[k + 6..];
+                let name: String = rest
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                name.starts_with(|c: char| c.is_ascii_lowercase())
+                    && rest[name.len()..].trim_start().starts_with('(')
+            });
+            if call || line.contains("extern \"C\" {") {
+                outside.push(format!("{}:{}: {}", f.display(), i + 1, line.trim()));
+            }
+        }
+    }
+    assert!(
+        outside.is_empty(),
+        "FFI outside sys modules:\n{}",
+        outside.join("\n")
+    );
+}
+
 #[test]
 fn only_the_io_crates_map_or_read_weight_files() {
     // model-format memory-maps model files; ufs-io (flash offload) does direct reads. Nobody else.

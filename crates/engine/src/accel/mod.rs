@@ -286,6 +286,7 @@ impl FfnBlock {
         neurons: Option<&[u32]>,
         activation: Activation,
     ) -> Result<FfnBlock> {
+        let layer = layer.ffn.gated();
         let (ff, d) = (layer.gate.rows(), layer.gate.cols());
         if ff == 0 {
             return Err(EngineError::Request(

@@ -22,7 +22,7 @@ pub use observed::{FfnObserver, FfnSample, ObservedFfn};
 use kernels_neon::Precision;
 
 use crate::error::Result;
-use crate::model::Layer;
+use crate::layer::{GatedFfn, LayerFfn};
 pub use crate::ops::StepKind;
 
 /// The layer an FFN step runs on.
@@ -30,8 +30,8 @@ pub use crate::ops::StepKind;
 pub struct FfnLayer<'a, 'w> {
     /// Layer index.
     pub index: usize,
-    /// The layer's weights (gate, up and down are empty for a resident file).
-    pub weights: &'a Layer<'w>,
+    /// The layer's gated FFN matrices (empty for a resident file).
+    pub weights: &'a GatedFfn<'w>,
     /// Precision of the step.
     pub precision: Precision,
     /// How the step's tokens relate: a prompt's, or one decode token of each of several sequences
@@ -90,5 +90,36 @@ pub trait FfnExecutor: Send + Sync {
     /// (a resident file has none). Default: false.
     fn owns_weights(&self) -> bool {
         false
+    }
+}
+
+/// Runs layer `index`'s FFN block on the step's `n` tokens (`x`, `out`: `n × d_model`): what the
+/// generic forward pass calls. A gated block runs through `exec` (`decode` for one token, `batch`
+/// otherwise); another kind of block ([`LayerFfn`]) gets its arm here.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn layer_step(
+    ffn: &LayerFfn<'_>,
+    exec: &dyn FfnExecutor,
+    index: usize,
+    precision: Precision,
+    kind: StepKind,
+    (x, n): (&[f32], usize),
+    out: &mut [f32],
+    scratch: &mut FfnScratch,
+) -> Result<()> {
+    match ffn {
+        LayerFfn::Gated(weights) => {
+            let at = FfnLayer {
+                index,
+                weights,
+                precision,
+                kind,
+            };
+            if n == 1 {
+                exec.decode(at, x, out, scratch)
+            } else {
+                exec.batch(at, x, n, out, scratch)
+            }
+        }
     }
 }

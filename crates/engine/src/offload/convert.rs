@@ -112,7 +112,8 @@ pub fn auto_packing(
 /// logits by about 7).
 pub fn auto_down_format(model: &Model<'_>) -> WeightFormat {
     let (bytes, weights) = model.layers.iter().fold((0usize, 0usize), |(b, w), l| {
-        (b + l.down.data().len(), w + l.down.rows() * l.down.cols())
+        let down = &l.ffn.gated().down;
+        (b + down.data().len(), w + down.rows() * down.cols())
     });
     let bits = 8.0 * bytes as f64 / weights.max(1) as f64;
     if bits < 6.0 && WeightFormat::Q5_0.row_bytes(model.config.d_model).is_some() {
@@ -219,12 +220,12 @@ pub fn convert(
     let Some(first) = model.layers.first() else {
         return Err(bad_profile("the model has no layers".into()));
     };
+    let first = first.ffn.gated();
     let (gate_f, up_f) = (first.gate.format(), first.up.format());
-    if model
-        .layers
-        .iter()
-        .any(|l| l.gate.format() != gate_f || l.up.format() != up_f)
-    {
+    if model.layers.iter().any(|l| {
+        let f = l.ffn.gated();
+        f.gate.format() != gate_f || f.up.format() != up_f
+    }) {
         return Err(EngineError::BadModel {
             path: file.path().to_path_buf(),
             detail:
@@ -287,7 +288,7 @@ fn write_bundle(
     progress: &mut impl FnMut(usize, usize),
 ) -> Result<(ConvertReport, atomic_out::AtomicFile)> {
     let cfg = &model.config;
-    let first = &model.layers[0];
+    let first = model.layers[0].ffn.gated();
     let (gate_f, up_f) = (first.gate.format(), first.up.format());
     // The transposed down rows and their norms, exactly as in-memory sparse decode has them.
     let down_format = opts.down_format.unwrap_or_else(|| auto_down_format(model));
@@ -324,8 +325,8 @@ fn write_bundle(
         let hot = freq.iter().filter(|&&f| f >= opts.hot_frequency).count();
         hot_neurons.push(hot);
         w.add_layer(LayerInput {
-            gate: layer.gate.data(),
-            up: layer.up.data(),
+            gate: layer.ffn.gated().gate.data(),
+            up: layer.ffn.gated().up.data(),
             down_t: &down.rows[li],
             order,
             hot_neurons: hot,

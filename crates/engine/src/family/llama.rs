@@ -1,0 +1,35 @@
+//! Llama: RMSNorm, RoPE, grouped-query attention, gated FFN; q/k/v biases only where a file has
+//! them. llama.cpp's converter permutes the Q/K rows of llama models so that RoPE rotates adjacent
+//! pairs.
+
+use kernels_neon::RopeStyle;
+
+use super::steps::QkvBias;
+use super::{Family, LayerShape, LayerTensors};
+use crate::error::Result;
+use crate::layer::AttnStep;
+
+/// The llama family.
+pub struct Llama;
+
+impl Family for Llama {
+    fn name(&self) -> &'static str {
+        "llama"
+    }
+
+    fn hf_names(&self) -> &'static [&'static str] {
+        &["LlamaForCausalLM", "llama", "MistralForCausalLM", "mistral"]
+    }
+
+    fn gguf_rope(&self) -> RopeStyle {
+        RopeStyle::Interleaved
+    }
+
+    fn attention(&self, t: &dyn LayerTensors<'_>, s: &LayerShape) -> Result<Box<dyn AttnStep>> {
+        Ok(Box::new(QkvBias {
+            q: t.optional_vector("q_bias", s.q_dim)?,
+            k: t.optional_vector("k_bias", s.kv_dim)?,
+            v: t.optional_vector("v_bias", s.kv_dim)?,
+        }))
+    }
+}

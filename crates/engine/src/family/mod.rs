@@ -1,0 +1,202 @@
+//! Model families: one module per family, behind the [`Family`] trait, so that the generic forward
+//! pass ([`crate::forward`]) knows none of them.
+//!
+//! A family says
+//! * its names: the GGUF `general.architecture` value (also the prefix of its `{arch}.*` config
+//!   keys) and the HF `architectures` / `model_type` values it answers to;
+//! * its RoPE pairing in GGUF files (HF files keep the checkpoint's row order: half-split for all);
+//! * its tensors beyond the common block (`attn_norm`, `q`, `k`, `v`, `o`, `ffn_norm`): it builds the
+//!   layer's attention variant ([`AttnStep`]: q/k/v biases, per-head q/k norms, ...), reading what
+//!   it needs through [`LayerTensors`];
+//! * its FFN block ([`Family::ffn`]): gated dense by default. A Mixture-of-Experts family overrides
+//!   it and returns its own [`LayerFfn`] variant (see that type: the variant and its arm in
+//!   [`crate::ffn::layer_step`] are all the MoE block adds; the forward pass does not change).
+//!
+//! [`FAMILIES`] is the registry: one line per family. Adding a family is its module, its line there,
+//! and its tests (plus, for an HF directory, the HF names of any new tensor key in `file.rs`).
+
+mod llama;
+mod qwen2;
+mod qwen3;
+mod steps;
+
+use kernels_neon::{QMatrix, RopeStyle, WeightFormat};
+
+use crate::error::{kernel, Result};
+use crate::layer::{AttnStep, GatedFfn, Layer, LayerFfn};
+
+/// Every family the engine runs, in the order errors list them.
+static FAMILIES: &[&dyn Family] = &[
+    &llama::Llama, // llama (also HF Mistral)
+    &qwen2::Qwen2, // qwen2
+    &qwen3::Qwen3, // qwen3 (dense)
+];
+
+/// The dimensions a family loads a layer's tensors with.
+#[derive(Debug, Clone, Copy)]
+pub struct LayerShape {
+    /// Hidden size.
+    pub d_model: usize,
+    /// Query width (`n_heads × head_dim`).
+    pub q_dim: usize,
+    /// Key/value width (`n_kv_heads × head_dim`).
+    pub kv_dim: usize,
+    /// Dimension of one head.
+    pub head_dim: usize,
+    /// FFN inner size.
+    pub d_ff: usize,
+    /// Whether the FFN lives in a neuron store (a resident file has no FFN tensors).
+    pub offloaded: bool,
+}
+
+/// The tensors of layer `i` of a model file, by logical key (`q`, `k_bias`, `q_norm`, ...; the
+/// file's naming maps them to GGUF or HF names). Shapes are checked; errors name the file and
+/// tensor.
+pub trait LayerTensors<'a> {
+    /// A matrix, `rows × cols`.
+    fn matrix(&self, key: &str, rows: usize, cols: usize) -> Result<QMatrix<'a>>;
+    /// A vector of `len` elements, dequantized to f32.
+    fn vector(&self, key: &str, len: usize) -> Result<Vec<f32>>;
+    /// A vector, `None` when the file does not have it.
+    fn optional_vector(&self, key: &str, len: usize) -> Result<Option<Vec<f32>>>;
+}
+
+/// One model family ([module docs](self)).
+pub trait Family: Send + Sync {
+    /// The GGUF `general.architecture` value and prefix of its config keys.
+    fn name(&self) -> &'static str;
+    /// HF `architectures[0]` (or `model_type`) values read as this family.
+    fn hf_names(&self) -> &'static [&'static str];
+    /// Which pairs RoPE rotates in this family's GGUF files.
+    fn gguf_rope(&self) -> RopeStyle;
+    /// The layer's attention variant, with the tensors it needs.
+    fn attention(&self, t: &dyn LayerTensors<'_>, s: &LayerShape) -> Result<Box<dyn AttnStep>>;
+    /// The layer's FFN block: gated dense (`gate`, `up`, `down`; empty in a resident file).
+    fn ffn<'a>(&self, t: &dyn LayerTensors<'a>, s: &LayerShape) -> Result<LayerFfn<'a>> {
+        gated_ffn(t, s).map(LayerFfn::Gated)
+    }
+}
+
+/// The gated FFN matrices of a layer (empty when the FFN lives in a neuron store).
+pub fn gated_ffn<'a>(t: &dyn LayerTensors<'a>, s: &LayerShape) -> Result<GatedFfn<'a>> {
+    if s.offloaded {
+        let empty = QMatrix::new(WeightFormat::F32, 0, 0, &[]).map_err(kernel("empty matrix"))?;
+        return Ok(GatedFfn {
+            gate: empty,
+            up: empty,
+            down: empty,
+        });
+    }
+    Ok(GatedFfn {
+        gate: t.matrix("gate", s.d_ff, s.d_model)?,
+        up: t.matrix("up", s.d_ff, s.d_model)?,
+        down: t.matrix("down", s.d_model, s.d_ff)?,
+    })
+}
+
+/// Loads one layer: the common block, the family's attention variant and its FFN.
+pub(crate) fn load_layer<'a>(
+    arch: Arch,
+    t: &dyn LayerTensors<'a>,
+    s: &LayerShape,
+) -> Result<Layer<'a>> {
+    let (d, q, kv) = (s.d_model, s.q_dim, s.kv_dim);
+    Ok(Layer {
+        attn_norm: t.vector("attn_norm", d)?,
+        wq: t.matrix("q", q, d)?,
+        wk: t.matrix("k", kv, d)?,
+        wv: t.matrix("v", kv, d)?,
+        attn_step: arch.family().attention(t, s)?,
+        wo: t.matrix("o", d, q)?,
+        ffn_norm: t.vector("ffn_norm", d)?,
+        ffn: arch.family().ffn(t, s)?,
+    })
+}
+
+/// A model's family: a handle on its entry in the registry. Compares and serializes by name.
+#[derive(Clone, Copy)]
+pub struct Arch(&'static dyn Family);
+
+impl Arch {
+    /// The family whose GGUF name is `name`.
+    pub fn from_gguf(name: &str) -> Option<Arch> {
+        FAMILIES.iter().find(|f| f.name() == name).map(|f| Arch(*f))
+    }
+
+    /// The family an HF `architectures` / `model_type` value names.
+    pub fn from_hf(name: &str) -> Option<Arch> {
+        FAMILIES
+            .iter()
+            .find(|f| f.hf_names().contains(&name))
+            .map(|f| Arch(*f))
+    }
+
+    /// The GGUF names of every family, for error messages.
+    pub fn supported_gguf() -> String {
+        FAMILIES
+            .iter()
+            .map(|f| f.name())
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    /// The first HF name of every family, for error messages.
+    pub fn supported_hf() -> String {
+        FAMILIES
+            .iter()
+            .filter_map(|f| f.hf_names().first().copied())
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    /// The family's GGUF name.
+    pub fn name(&self) -> &'static str {
+        self.0.name()
+    }
+
+    /// The family.
+    pub fn family(&self) -> &'static dyn Family {
+        self.0
+    }
+}
+
+impl PartialEq for Arch {
+    fn eq(&self, other: &Self) -> bool {
+        self.name() == other.name()
+    }
+}
+
+impl Eq for Arch {}
+
+impl std::fmt::Debug for Arch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl serde::Serialize for Arch {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_family_is_found_by_its_names_and_names_are_unique() {
+        for f in FAMILIES {
+            assert_eq!(Arch::from_gguf(f.name()).map(|a| a.name()), Some(f.name()));
+            for hf in f.hf_names() {
+                assert_eq!(Arch::from_hf(hf).map(|a| a.name()), Some(f.name()), "{hf}");
+            }
+        }
+        let mut names: Vec<_> = FAMILIES.iter().map(|f| f.name()).collect();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), FAMILIES.len());
+        assert!(Arch::from_gguf("gpt2").is_none());
+        assert!(Arch::from_hf("GPT2LMHeadModel").is_none());
+    }
+}
