@@ -121,6 +121,16 @@ fn every_arch_has_llama_cpp_names_and_loads_in_the_engine() {
             assert_eq!(layer.n_experts(), 8);
             assert_eq!(layer.shared.is_some(), arch == Arch::Qwen2Moe);
         }
+        // No MoE family is registered in the engine yet: loading the model is refused.
+        let refused = engine::ModelFile::open(&path)
+            .and_then(|m| engine::Model::load(&m).map(|_| ()))
+            .unwrap_err()
+            .to_string();
+        let why = match arch {
+            Arch::Mixtral => "missing tensor `blk.0.ffn_gate.weight`".to_string(),
+            _ => format!("architecture `{}` is not supported", arch.gguf()),
+        };
+        assert!(refused.contains(&why), "{arch:?}: {refused}");
         assert_eq!(
             std::fs::metadata(&path).unwrap().len() - f.data_offset(),
             o.data_bytes(),

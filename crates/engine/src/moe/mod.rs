@@ -11,8 +11,11 @@
 //!   the grouping of a step's tokens by expert ([`ExpertGroups`]);
 //! * `block.rs`: [`MoeBlock`], the FFN step itself on the dense kernels, batched by expert.
 //!
-//! The forward pass does not call it yet: the family modules that will (attention with the
-//! families' q/k norms, the MoE block as a layer's FFN) are still to come.
+//! The forward pass does not call it yet: no MoE family is registered in [`crate::family`]
+//! (the seam is a variant of `layer::LayerFfn` and its arm in `ffn::layer_step`), so MoE files are
+//! refused. Each [`MoeFamily`] says what its module will need: the top-k normalisation, the q/k norm
+//! ([`QkNorm`]: qwen3moe per head as dense qwen3, olmoe over the whole vector), the RoPE style and
+//! whether `output.weight` is required.
 
 mod block;
 mod family;
