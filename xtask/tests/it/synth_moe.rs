@@ -329,7 +329,9 @@ fn every_arch_loads_and_runs_in_llama_cpp() {
         let out = std::process::Command::new(&bin)
             .args(["-m"])
             .arg(&path)
-            .args(["-p", "hi", "-n", "4", "-t", "1", "--temp", "0", "-no-cnv"])
+            .args([
+                "-p", "hi", "-n", "4", "-t", "1", "--temp", "0", "-no-cnv", "-v",
+            ])
             .stdin(std::process::Stdio::null())
             .output()
             .unwrap();
