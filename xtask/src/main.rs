@@ -28,6 +28,8 @@
 //!   Q4_0, 4.0 GB) with random weights whose activations follow a planted power law, streamed to
 //!   `target/synth/` (see `synth.rs`; `--help` lists the options). A dev build re-runs it as a release build
 //!   (`cargo run --release -p xtask -- synth-model ...`): unoptimized generation is about 6x slower.
+//!   With `--arch qwen3moe|mixtral|olmoe|qwen2moe` it writes a synthetic Mixture-of-Experts model of that
+//!   architecture's real shape in llama.cpp's layout (`synth_moe.rs`; `--arch A --help` lists its options).
 //! - `fuzz [--time S] [--cases N] [--seed X] [--targets a,b]`: a longer round of the stable fuzzer
 //!   (`crates/engine/tests/it/fuzz_round.rs`; CI runs a short one with the test suite) over the parsers of
 //!   untrusted files: targets `gguf`, `hf`, `tokenizer`, `chat_template`, `profile`, `predictor`,
@@ -82,6 +84,7 @@ mod gguf_fixtures;
 mod llama;
 mod load_test;
 mod synth;
+mod synth_moe;
 mod sys;
 mod z3;
 
@@ -208,8 +211,19 @@ const SYNTH_RELEASE_ENV: &str = "SPARROW_XTASK_SYNTH_RELEASE";
 fn synth_model() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(2).collect();
     let help = args.iter().any(|a| a == "-h" || a == "--help");
+    let moe = args
+        .iter()
+        .any(|a| a == "--arch" || a.starts_with("--arch="));
+    if moe && help {
+        println!("{}", synth_moe::USAGE);
+        return Ok(());
+    }
     if cfg!(debug_assertions) && !help && std::env::var_os(SYNTH_RELEASE_ENV).is_none() {
-        synth::Options::parse(&args)?;
+        if moe {
+            synth_moe::Options::parse(&args)?;
+        } else {
+            synth::Options::parse(&args)?;
+        }
         eprintln!("xtask: synth-model runs optimized: re-running as `cargo run --release -p xtask -- synth-model`");
         // Not `cargo()`: the working directory stays, so a relative `--out` means the same.
         let mut c = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
@@ -219,6 +233,9 @@ fn synth_model() -> Result<()> {
             .args(&args)
             .env(SYNTH_RELEASE_ENV, "1");
         return run(&mut c);
+    }
+    if moe {
+        return synth_moe::main(&args, &root());
     }
     synth::main(&args, &root())
 }

@@ -83,7 +83,7 @@ pub const ROPE_BASE: f32 = 10_000.0;
 pub const CONTEXT: usize = 4096;
 
 /// Byte tokens and the two chat tokens of the vocabulary; the rest is padding.
-const BASE_VOCAB: usize = 258;
+pub(crate) const BASE_VOCAB: usize = 258;
 
 /// What to generate.
 #[derive(Debug, Clone, PartialEq)]
@@ -384,15 +384,15 @@ pub fn main(args: &[String], root: &Path) -> Result<()> {
 }
 
 /// Deterministic pseudo-random numbers (xorshift64).
-struct Rng(u64);
+pub(crate) struct Rng(u64);
 
 impl Rng {
     /// A generator for one stream, named by `tag`, of the model seeded with `seed`.
-    fn new(seed: u64, tag: u64) -> Rng {
+    pub(crate) fn new(seed: u64, tag: u64) -> Rng {
         Rng(splitmix64(seed ^ splitmix64(tag)) | 1)
     }
 
-    fn next_u64(&mut self) -> u64 {
+    pub(crate) fn next_u64(&mut self) -> u64 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;
@@ -400,14 +400,14 @@ impl Rng {
     }
 
     /// Mean 0, variance 1: the sum of two uniforms (triangular on ±√6), from the two halves of one draw.
-    fn tri(&mut self) -> f32 {
+    pub(crate) fn tri(&mut self) -> f32 {
         let x = self.next_u64();
         let s = (x >> 32) as u32 as i32 as f32 + x as u32 as i32 as f32;
         s * (6f32.sqrt() / 4_294_967_296.0)
     }
 
     /// Uniform in `0..n`.
-    fn below(&mut self, n: usize) -> usize {
+    pub(crate) fn below(&mut self, n: usize) -> usize {
         ((self.next_u64() >> 11) as f64 / (1u64 << 53) as f64 * n as f64) as usize
     }
 }
@@ -551,13 +551,13 @@ fn direction(o: &Options) -> Vec<f32> {
 }
 
 /// Removes the component of `x` along the unit vector `u`.
-fn project_out(x: &mut [f32], u: &[f32]) {
+pub(crate) fn project_out(x: &mut [f32], u: &[f32]) {
     let c: f32 = x.iter().zip(u).map(|(a, b)| a * b).sum();
     x.iter_mut().zip(u).for_each(|(a, b)| *a -= c * b);
 }
 
 /// Fills `row` with unit-variance noise from `r`, times `scale`.
-fn noise(r: &mut Rng, row: &mut [f32], scale: f32) {
+pub(crate) fn noise(r: &mut Rng, row: &mut [f32], scale: f32) {
     row.iter_mut().for_each(|x| *x = r.tri() * scale);
 }
 
@@ -645,7 +645,7 @@ fn layer_row(
 }
 
 /// Generates `rows` rows of `cols` with `gen` on every core, quantizes them and streams them out.
-fn stream_matrix(
+pub(crate) fn stream_matrix(
     out: &mut model_format::GgufStream<'_>,
     format: WeightFormat,
     rows: usize,
@@ -694,7 +694,7 @@ fn stream_matrix(
 }
 
 /// The vocabulary: byte tokens, `<|im_start|>`, `<|im_end|>`, then unused padding; with token types.
-fn vocabulary(vocab: usize) -> (Vec<String>, Vec<i32>) {
+pub(crate) fn vocabulary(vocab: usize) -> (Vec<String>, Vec<i32>) {
     // `super`, not `crate`: the tests (`xtask/tests/it/main.rs`) include this file in a module of their own.
     let mut tokens = super::fixtures::byte_tokens();
     tokens.push("<|im_start|>".into());

@@ -67,6 +67,7 @@ mod hybrid;
 pub mod layer;
 pub mod manifest;
 pub mod model;
+pub mod moe;
 mod neurons;
 pub mod offload;
 mod ops;

@@ -11,7 +11,9 @@
 //! Both readers hand out [`TensorView`]s whose `shape` is row-major,
 //! outermost first (a GGUF tensor with `ne = [576, 1536]` has shape
 //! `[1536, 576]`: 1536 rows of 576 columns). Their [`DType`] is the format
-//! table of the `tensor-types` crate. Dequantization lives elsewhere.
+//! table of the `tensor-types` crate. Dequantization lives elsewhere. A 3-D
+//! Mixture-of-Experts tensor (`[experts, rows, cols]`) gives each expert's
+//! matrix, a contiguous range of whole rows, with [`TensorView::outer_slice`].
 //!
 //! # Example
 //!

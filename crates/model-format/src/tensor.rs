@@ -43,6 +43,29 @@ impl TensorView<'_> {
     }
 }
 
+impl<'a> TensorView<'a> {
+    /// Slice `i` along the outermost dimension, as a tensor of one dimension fewer, borrowing the
+    /// same bytes: for a 3-D Mixture-of-Experts tensor of shape `[experts, rows, cols]` (ggml's
+    /// `ne = [cols, rows, experts]`, as llama.cpp writes `blk.N.ffn_{gate,up,down}_exps.weight`),
+    /// `outer_slice(e)` is expert `e`'s `[rows, cols]` matrix: rows `e * rows .. (e + 1) * rows`
+    /// of the tensor, one contiguous block of whole rows (quantization blocks never cross a row),
+    /// so it works for every format. `None` for a tensor of fewer than 2 dimensions or `i` out of
+    /// range.
+    pub fn outer_slice(&self, i: usize) -> Option<TensorView<'a>> {
+        let (&outer, inner) = self.shape.split_first()?;
+        if inner.is_empty() || i >= outer {
+            return None;
+        }
+        let len = self.data.len() / outer;
+        Some(TensorView {
+            name: self.name,
+            dtype: self.dtype,
+            shape: inner,
+            data: self.data.get(i * len..(i + 1) * len)?,
+        })
+    }
+}
+
 impl fmt::Debug for TensorView<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("TensorView")
@@ -144,6 +167,37 @@ mod tests {
         assert_eq!((v.rows(), v.cols(), v.n_elements()), (1, 7, 7));
         let v = TensorView { shape: &[], ..v };
         assert_eq!((v.rows(), v.cols(), v.n_elements()), (1, 1, 1));
+    }
+
+    #[test]
+    fn outer_slices_are_row_ranges() {
+        // 3 experts of 2 rows of 32 Q8_0 columns: 34 bytes a row, 68 an expert.
+        let data: Vec<u8> = (0..3 * 68).map(|b| b as u8).collect();
+        let v = TensorView {
+            name: "blk.0.ffn_up_exps.weight",
+            dtype: DType::Q8_0,
+            shape: &[3, 2, 32],
+            data: &data,
+        };
+        for e in 0..3 {
+            let s = v.outer_slice(e).unwrap();
+            assert_eq!((s.shape, s.rows(), s.cols()), (&[2, 32][..], 2, 32));
+            assert_eq!(s.data, &data[e * 68..(e + 1) * 68]);
+            assert_eq!(s.name, v.name);
+        }
+        assert!(v.outer_slice(3).is_none());
+        let flat = TensorView {
+            shape: &[51],
+            dtype: DType::F32,
+            ..v
+        };
+        assert!(flat.outer_slice(0).is_none());
+        let empty = TensorView {
+            shape: &[0, 2, 32],
+            data: &[],
+            ..v
+        };
+        assert!(empty.outer_slice(0).is_none());
     }
 
     #[test]

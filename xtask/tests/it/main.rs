@@ -10,3 +10,4 @@ mod doc_links;
 mod fixtures;
 mod layering;
 mod synth;
+mod synth_moe;

@@ -8,3 +8,5 @@ pub mod bench_report;
 pub mod fixtures;
 #[path = "../../src/synth.rs"]
 pub mod synth;
+#[path = "../../src/synth_moe.rs"]
+pub mod synth_moe;

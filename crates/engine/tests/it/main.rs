@@ -17,6 +17,7 @@ mod hostile_config;
 mod kv_cache;
 mod manifest;
 mod module_cycles;
+mod moe_block;
 mod offload;
 mod offload_real;
 mod reference;

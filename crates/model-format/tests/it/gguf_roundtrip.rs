@@ -557,3 +557,41 @@ fn large_arrays_are_parsed_on_demand_with_the_same_values() {
         "{e}"
     );
 }
+
+/// A Mixture-of-Experts tensor (`[experts, rows, cols]`, as llama.cpp writes
+/// `blk.N.ffn_{gate,up,down}_exps.weight`) of every format reads back with each expert's matrix a
+/// contiguous row range: `outer_slice(e)` holds exactly the bytes written for expert `e`.
+#[test]
+fn expert_tensors_of_every_format_slice_into_row_ranges() {
+    let dir = TempDir::new("experts");
+    let path = dir.join("moe.gguf");
+    let (experts, rows) = (5, 3);
+    let mut w = GgufWriter::new();
+    let mut written = Vec::new();
+    for (i, d) in DType::GGML.into_iter().enumerate() {
+        let cols = d.block_len() * 2;
+        let per_expert = rows * d.row_bytes(cols).unwrap();
+        let bytes = pattern(experts * per_expert, i as u8);
+        let name = format!("blk.0.ffn_up_exps.{}", d.name());
+        w.tensor(&name, d, &[experts, rows, cols], bytes.clone())
+            .unwrap();
+        written.push((name, d, cols, per_expert, bytes));
+    }
+    w.write(&path).unwrap();
+    let f = GgufFile::open(&path).unwrap();
+    for (name, d, cols, per_expert, bytes) in written {
+        let t = f.tensor(&name).unwrap();
+        assert_eq!(t.shape, &[experts, rows, cols], "{name}");
+        assert_eq!(t.dtype, d);
+        for e in 0..experts {
+            let s = t.outer_slice(e).unwrap();
+            assert_eq!((s.rows(), s.cols()), (rows, cols), "{name} expert {e}");
+            assert_eq!(
+                s.data,
+                &bytes[e * per_expert..(e + 1) * per_expert],
+                "{name} expert {e}"
+            );
+        }
+        assert!(t.outer_slice(experts).is_none(), "{name}");
+    }
+}

@@ -1,0 +1,208 @@
+//! [`MoeBlock`]: a Mixture-of-Experts FFN step over `n` tokens. The router's logits for every token
+//! (one product), each token's top-k experts ([`route`]), the tokens grouped by expert
+//! ([`ExpertGroups`]) so each selected expert's rows are read once for all its tokens (a prompt's
+//! matrix product, or the decode kernel for each token), the weighted sum of their outputs, then
+//! the shared expert over every token (scaled by `sigmoid(gate_inp · x)` when it has a gate).
+
+use kernels_neon::{Activation, Precision};
+
+use super::family::{MoeConfig, TopKNorm};
+use super::routing::{route, ExpertGroups, Route};
+use super::weights::{ExpertFfn, MoeLayer};
+use crate::error::{kernel, EngineError, Result};
+use crate::ops::{mm_step, StepKind};
+
+/// How a family's MoE FFN computes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MoeBlock {
+    /// Experts each token uses.
+    pub n_used: usize,
+    /// Normalisation of the selected weights.
+    pub norm: TopKNorm,
+    /// Activation of every expert (SiLU in the four families; ReLU for TurboSparse-style files).
+    pub activation: Activation,
+}
+
+/// Buffers of a step, kept between layers; after [`MoeBlock::forward`], [`routes`](Self::routes)
+/// holds the step's routing.
+#[derive(Debug, Default)]
+pub struct MoeScratch {
+    logits: Vec<f32>,
+    probs: Vec<f32>,
+    token_routes: Vec<Route>,
+    routes: Vec<Route>,
+    groups: ExpertGroups,
+    xs: Vec<f32>,
+    g: Vec<f32>,
+    u: Vec<f32>,
+    ys: Vec<f32>,
+}
+
+impl MoeScratch {
+    /// The routes of the last step: `n_used` per token, token-major, in decreasing weight order.
+    pub fn routes(&self) -> &[Route] {
+        &self.routes
+    }
+
+    /// The last step's routes grouped by expert.
+    pub fn groups(&self) -> &ExpertGroups {
+        &self.groups
+    }
+}
+
+fn grow(v: &mut Vec<f32>, len: usize) -> &mut [f32] {
+    if v.len() < len {
+        v.resize(len, 0.0);
+    }
+    &mut v[..len]
+}
+
+impl MoeBlock {
+    /// The block of a model with MoE hyper-parameters `cfg` (its family's normalisation, SiLU).
+    pub fn for_config(cfg: &MoeConfig) -> MoeBlock {
+        MoeBlock {
+            n_used: cfg.n_used,
+            norm: cfg.family.top_k_norm(),
+            activation: Activation::Silu,
+        }
+    }
+
+    /// `out` (`n × d`) = the layer's MoE FFN of `x` (`n × d`, token-major, already normed).
+    /// `kind` says how the tokens relate, as for the dense FFN: with [`StepKind::Decode`] every
+    /// token is computed as a one-token step would, bit for bit.
+    #[allow(clippy::too_many_arguments)]
+    pub fn forward(
+        &self,
+        w: &MoeLayer<'_>,
+        x: &[f32],
+        n: usize,
+        out: &mut [f32],
+        precision: Precision,
+        kind: StepKind,
+        s: &mut MoeScratch,
+    ) -> Result<()> {
+        let (e, d) = (w.n_experts(), w.router.cols());
+        if x.len() < n * d || out.len() < n * d {
+            return Err(EngineError::Request(format!(
+                "moe block: {n} tokens of {d} need {} floats in and out, got {} and {}",
+                n * d,
+                x.len(),
+                out.len()
+            )));
+        }
+        s.routes.clear();
+        if n == 0 {
+            return Ok(());
+        }
+        let k = self.n_used.min(e);
+        let logits = grow(&mut s.logits, n * e);
+        mm_step(
+            kind,
+            &w.router,
+            &x[..n * d],
+            n,
+            logits,
+            precision,
+            "moe router",
+        )?;
+        for t in 0..n {
+            let row = &s.logits[t * e..(t + 1) * e];
+            route(row, k, self.norm, &mut s.probs, &mut s.token_routes);
+            s.routes.extend_from_slice(&s.token_routes);
+        }
+        s.groups.build(&s.routes, k, e);
+        let out = &mut out[..n * d];
+        out.fill(0.0);
+        for (expert, tokens, weights) in s.groups.iter() {
+            let m = tokens.len();
+            let xs = grow(&mut s.xs, m * d);
+            for (i, &t) in tokens.iter().enumerate() {
+                let t = t as usize;
+                xs[i * d..(i + 1) * d].copy_from_slice(&x[t * d..(t + 1) * d]);
+            }
+            let ffn = &w.experts[expert];
+            let kind = if m == 1 { StepKind::Decode } else { kind };
+            self.gated(
+                ffn,
+                &s.xs[..m * d],
+                m,
+                precision,
+                kind,
+                &mut s.g,
+                &mut s.u,
+                &mut s.ys,
+            )?;
+            for (i, (&t, &wt)) in tokens.iter().zip(weights).enumerate() {
+                let t = t as usize;
+                kernels_neon::axpy_f32(wt, &s.ys[i * d..(i + 1) * d], &mut out[t * d..(t + 1) * d]);
+            }
+        }
+        if let Some(sh) = &w.shared {
+            self.gated(
+                &sh.ffn,
+                &x[..n * d],
+                n,
+                precision,
+                kind,
+                &mut s.g,
+                &mut s.u,
+                &mut s.ys,
+            )?;
+            for t in 0..n {
+                let xt = &x[t * d..(t + 1) * d];
+                let scale = match &sh.gate_inp {
+                    Some(gi) => sigmoid(kernels_neon::dot_f32(gi, xt)),
+                    None => 1.0,
+                };
+                kernels_neon::axpy_f32(
+                    scale,
+                    &s.ys[t * d..(t + 1) * d],
+                    &mut out[t * d..(t + 1) * d],
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// `ys` (`m × d`) = `down(act(gate · x) * (up · x))` for the `m` tokens of `xs`.
+    #[allow(clippy::too_many_arguments)]
+    fn gated(
+        &self,
+        f: &ExpertFfn<'_>,
+        xs: &[f32],
+        m: usize,
+        precision: Precision,
+        kind: StepKind,
+        g: &mut Vec<f32>,
+        u: &mut Vec<f32>,
+        ys: &mut Vec<f32>,
+    ) -> Result<()> {
+        let (ff, d) = (f.gate.rows(), f.down.rows());
+        let g = grow(g, m * ff);
+        if kind == StepKind::Decode {
+            kernels_neon::matvec_gated(&f.gate, &f.up, self.activation, xs, m, g, precision)
+                .map_err(kernel("moe expert gate/up"))?;
+        } else {
+            let u = grow(u, m * ff);
+            mm_step(kind, &f.gate, xs, m, g, precision, "moe expert gate")?;
+            mm_step(kind, &f.up, xs, m, u, precision, "moe expert up")?;
+            match self.activation {
+                Activation::Silu => kernels_neon::silu_mul_inplace(g, u),
+                Activation::Relu => kernels_neon::relu_mul_inplace(g, u),
+            }
+        }
+        mm_step(
+            kind,
+            &f.down,
+            g,
+            m,
+            grow(ys, m * d),
+            precision,
+            "moe expert down",
+        )
+    }
+}
+
+fn sigmoid(v: f32) -> f32 {
+    1.0 / (1.0 + (-v).exp())
+}
