@@ -38,7 +38,7 @@ const TYPE_BYTE: i32 = 6;
 /// A SentencePiece vocabulary: scores, token types and the text of every token.
 #[derive(Debug)]
 pub(crate) struct Spm {
-    /// Text to id; on duplicate strings the first id wins (as in llama.cpp).
+    /// Text to id; on duplicate strings the last id wins (llama.cpp's `token_to_id[word] = i`).
     ids: HashMap<String, u32>,
     tokens: Vec<String>,
     scores: Vec<f32>,
@@ -126,7 +126,7 @@ impl Spm {
         }
         let mut ids = HashMap::with_capacity(n);
         for (id, tok) in spec.tokens.iter().enumerate() {
-            ids.entry(tok.clone()).or_insert(id as u32);
+            ids.insert(tok.clone(), id as u32);
         }
         let mut byte_ids = [None; 256];
         for (b, slot) in byte_ids.iter_mut().enumerate() {
