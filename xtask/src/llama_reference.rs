@@ -7,7 +7,7 @@
 //!   does by default) and again with `--no-parse-special`, on every case of [`tokenizer_cases`]: lines and
 //!   paragraphs of the WikiText-2 test split and Tiny Shakespeare (`/work/shared/data`, or
 //!   `$SPARROW_DATA_DIR`) and hand-written text (unicode, whitespace runs, digits, code, special tokens),
-//!   each tokenized by its own run.
+//!   in one run per mode with the cases joined by a user-defined token (see [`SEPARATOR`]).
 //! - `perplexity.json`: `llama-perplexity -c 512 -b 512 --chunks 16` on the WikiText-2 test split: its
 //!   method, not `sparrow perplexity`'s: the whole file tokenized with BOS and special tokens read as
 //!   text, cut into 512-token chunks, each chunk's first token replaced by BOS, and only the predictions
@@ -415,20 +415,49 @@ fn llama_tokenize(bin: &Path, gguf: &Path, text: &str, parse_special: bool) -> R
     serde_json::from_str(list.trim()).with_context(|| format!("llama-tokenize's ids {list:?}"))
 }
 
+/// Joins the cases in one `llama-tokenize` run per mode (a run loads the 262,144-token vocabulary:
+/// seconds each on a busy machine). A user-defined token, cut out of the text before anything else in
+/// both modes, separates them; no case contains it, and the run must give one separator fewer than
+/// cases.
+const SEPARATOR: &str = "</iframe>";
+
 fn tokenize(root: &Path, gguf: &Path, mut header: serde_json::Value) -> Result<serde_json::Value> {
     let bin = tool(root, "llama-tokenize")?;
     let cases = tokenizer_cases(&data_dir())?;
-    let mut out = Vec::with_capacity(cases.len());
-    for (i, text) in cases.iter().enumerate() {
-        if i % 50 == 0 {
-            eprintln!("xtask: llama-tokenize case {i}/{}", cases.len());
-        }
-        let ids = llama_tokenize(&bin, gguf, text, true)?;
-        let ids_text = llama_tokenize(&bin, gguf, text, false)?;
-        out.push(serde_json::json!({"text": text, "ids": ids, "ids_text": ids_text}));
+    if let Some(c) = cases.iter().find(|c| c.contains(SEPARATOR)) {
+        bail!("the case {c:?} contains the separator {SEPARATOR:?}");
     }
-    header["command"] =
-        "llama-tokenize -m GGUF --stdin --ids --no-bos --no-escape [--no-parse-special]".into();
+    let sep = match llama_tokenize(&bin, gguf, SEPARATOR, false)?[..] {
+        [id] => id,
+        ref other => bail!("{SEPARATOR:?} is not one token of this vocabulary: {other:?}"),
+    };
+    let joined = cases.join(SEPARATOR);
+    let mut split = Vec::new();
+    for parse_special in [true, false] {
+        eprintln!(
+            "xtask: llama-tokenize on {} cases (special tokens parsed: {parse_special})",
+            cases.len()
+        );
+        let ids = llama_tokenize(&bin, gguf, &joined, parse_special)?;
+        let per_case: Vec<Vec<u32>> = ids.split(|&i| i == sep).map(<[u32]>::to_vec).collect();
+        if per_case.len() != cases.len() {
+            bail!(
+                "{} separators for {} cases",
+                per_case.len() - 1,
+                cases.len()
+            );
+        }
+        split.push(per_case);
+    }
+    let out: Vec<serde_json::Value> = cases
+        .iter()
+        .zip(split[0].iter().zip(&split[1]))
+        .map(|(text, (ids, ids_text))| serde_json::json!({"text": text, "ids": ids, "ids_text": ids_text}))
+        .collect();
+    header["command"] = format!(
+        "llama-tokenize -m GGUF --stdin --ids --no-bos --no-escape [--no-parse-special], the cases joined by {SEPARATOR:?}"
+    )
+    .into();
     header["cases"] = out.into();
     Ok(header)
 }
