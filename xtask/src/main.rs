@@ -64,6 +64,11 @@
 //!   target; its value, date, machine and command are replaced).
 //! - `cli-docs [--check]`: regenerates docs/CLI.md from the `sparrow` CLI's clap definitions
 //!   (`sparrow __cli-markdown`); `--check` fails instead of writing when it differs.
+//! - `llama-reference [--model gemma3-270m] [--gguf PATH] [--only tokenize|perplexity|completion]`: llama.cpp's
+//!   outputs on a named model (`llama-tokenize` ids of a few hundred texts, `llama-perplexity` on WikiText-2,
+//!   greedy `llama-completion` ids) written under `fixtures/<model>/` for the
+//!   tests, which never build or run llama.cpp (see `llama_reference.rs`; it needs llama.cpp already
+//!   built in `target/llama.cpp/build/bin/`).
 //!
 //! Invariant: every step that CI needs is here or in a test's own setup; `.ci/run` only calls `cargo xtask ci`.
 
@@ -82,6 +87,7 @@ mod cli_docs;
 mod fixtures;
 mod gguf_fixtures;
 mod llama;
+mod llama_reference;
 mod load_test;
 mod synth;
 mod synth_moe;
@@ -426,8 +432,11 @@ fn main() -> Result<()> {
         }
         "bench-report" => bench_report::run(&root(), &std::env::args().skip(2).collect::<Vec<_>>()),
         "cli-docs" => cli_docs::run(&root(), &std::env::args().skip(2).collect::<Vec<_>>()),
+        "llama-reference" => {
+            llama_reference::run(&root(), &std::env::args().skip(2).collect::<Vec<_>>())
+        }
         _ => {
-            eprintln!("usage: cargo xtask <ci [--quick [--base REV]] | setup | tidy | test-aarch64 | check-android | android | deploy [--serial S] --model M [--emulate] | fixtures [--no-gguf] | synth-model [--help] | fuzz [--time S] [--cases N] | load-test [--clients N] [--secs S] [--abuse] | capped-bench --model GGUF [--bundle B] [--cap 50%] | bench-formats [--rounds R] | bench-report [--check] | cli-docs [--check] | z3>");
+            eprintln!("usage: cargo xtask <ci [--quick [--base REV]] | setup | tidy | test-aarch64 | check-android | android | deploy [--serial S] --model M [--emulate] | fixtures [--no-gguf] | synth-model [--help] | fuzz [--time S] [--cases N] | load-test [--clients N] [--secs S] [--abuse] | capped-bench --model GGUF [--bundle B] [--cap 50%] | bench-formats [--rounds R] | bench-report [--check] | cli-docs [--check] | llama-reference [--model M] [--only tokenize|perplexity|completion] | z3>");
             bail!("unknown task `{task}`")
         }
     }

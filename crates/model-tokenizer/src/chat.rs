@@ -20,6 +20,12 @@ pub const RENDER_MAX_BYTES: usize = 16 << 20;
 /// The ChatML template used when a model ships none.
 const CHATML: &str = "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
 
+/// Gemma's template (Gemma 3's, as its instruction-tuned models ship it in `tokenizer_config.json`):
+/// `<start_of_turn>user\n...<end_of_turn>\n`, "assistant" written as "model", a system message put
+/// before the first user message followed by a blank line, contents trimmed; the same text as
+/// llama.cpp's built-in "gemma" format for alternating turns.
+const GEMMA: &str = "{{ bos_token }}{%- if messages[0]['role'] == 'system' -%}{%- set first_user_prefix = messages[0]['content'] + '\n\n' -%}{%- set loop_messages = messages[1:] -%}{%- else -%}{%- set first_user_prefix = '' -%}{%- set loop_messages = messages -%}{%- endif -%}{%- for message in loop_messages -%}{%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) -%}{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{%- endif -%}{%- if (message['role'] == 'assistant') -%}{%- set role = 'model' -%}{%- else -%}{%- set role = message['role'] -%}{%- endif -%}{{ '<start_of_turn>' + role + '\n' + (first_user_prefix if loop.first else '') }}{{ message['content'] | trim }}{{ '<end_of_turn>\n' }}{%- endfor -%}{%- if add_generation_prompt -%}{{ '<start_of_turn>model\n' }}{%- endif -%}";
+
 /// One message of a conversation.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChatMessage {
@@ -242,6 +248,16 @@ impl ChatTemplate {
                 "the template ran past {RENDER_FUEL} instructions (a loop without end?)"
             ))),
             Err(e) => Err(TokenizerError::Render(describe(&e))),
+        }
+    }
+
+    /// Gemma's template (see `GEMMA` in this file), the fallback for a vocabulary with
+    /// `<start_of_turn>` and `<end_of_turn>` tokens that ships no template (the Gemma 3 270M GGUF).
+    pub fn gemma() -> ChatTemplate {
+        match ChatTemplate::new(GEMMA) {
+            Ok(t) => t,
+            // The constant is a valid template (covered by tests); this arm is unreachable.
+            Err(e) => unreachable!("built-in Gemma template failed to compile: {e}"),
         }
     }
 

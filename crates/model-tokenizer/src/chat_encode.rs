@@ -23,8 +23,12 @@ impl Tokenizer {
     /// ordinary characters, not control tokens. User-defined (non-special) added tokens are still
     /// matched, as [`Tokenizer::encode`] does. No BOS is added.
     pub fn encode_text(&self, text: &str) -> Result<Vec<u32>, TokenizerError> {
+        let hf = match &self.inner {
+            crate::tokenizer::Backend::Hf(hf) => hf,
+            crate::tokenizer::Backend::Spm(spm) => return spm.encode(text, false),
+        };
         let plain = self.text_inner.get_or_init(|| {
-            let mut t = self.hf_tokenizer().clone();
+            let mut t = tokenizers::Tokenizer::clone(hf);
             t.set_encode_special_tokens(true);
             t
         });

@@ -10,9 +10,11 @@
 //! Supported GGUF vocabularies: `tokenizer.ggml.model = "gpt2"` (byte-level BPE) with
 //! pre-tokenizers "smollm"/"starcoder"/"refact" (digits split one by one), "gpt-2"/"default"
 //! (GPT-2 regex), "llama-bpe"/"llama3" and "qwen2" (their split regexes). Unknown `pre`
-//! values fall back to the GPT-2 regex. SentencePiece ("llama") vocabularies are rejected
-//! with [`TokenizerError::UnsupportedModel`] for now (a `tokenizer.json` for such a model
-//! does load through [`Tokenizer::from_tokenizer_json`]).
+//! values fall back to the GPT-2 regex. `tokenizer.ggml.model = "llama"` (SentencePiece with
+//! `tokenizer.ggml.scores`: Llama 2, Gemma) is encoded as llama.cpp's `llm_tokenizer_spm` does:
+//! special tokens cut out first, `"▁"` for spaces, pairs merged highest score first, characters
+//! outside the vocabulary as `<0xNN>` byte tokens (checked against `llama-tokenize` on Gemma 3's
+//! vocabulary by `crates/engine/tests/it/tokenize_gemma.rs`).
 //!
 //! # Example
 //!
@@ -71,11 +73,14 @@ mod chat_encode;
 mod error;
 mod pieces;
 mod sandbox;
+mod spm;
 mod stream;
 #[cfg(any(target_os = "linux", target_os = "android"))]
 mod sys;
 mod tokenizer;
 
+#[cfg(test)]
+mod spm_tests;
 #[cfg(test)]
 mod tests;
 

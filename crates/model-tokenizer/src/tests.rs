@@ -31,6 +31,8 @@ fn tiny_spec(pre: Option<&str>) -> VocabSpec {
         tokens,
         token_types,
         merges: merges.iter().map(|s| s.to_string()).collect(),
+        scores: Vec::new(),
+        add_space_prefix: None,
         bos_id: Some(1),
         eos_id: Some(2),
         unk_id: Some(0),
@@ -212,7 +214,7 @@ fn decode_matches_hf_byte_level_decoder() {
     for skip in [false, true] {
         assert_eq!(
             tok.decode(&ids, skip).unwrap(),
-            tok.hf_tokenizer().decode(&ids, skip).unwrap()
+            tok.hf_tokenizer().unwrap().decode(&ids, skip).unwrap()
         );
     }
 }
@@ -268,14 +270,14 @@ fn bad_merges_name_the_line() {
 fn bad_vocabularies_are_errors() {
     let mut spec = tiny_spec(None);
     spec.model = "llama".into();
+    // A SentencePiece vocabulary needs one score per token.
+    let err = Tokenizer::from_vocab(&spec).unwrap_err();
+    assert!(matches!(err, TokenizerError::InvalidVocab(_)), "{err}");
+    assert!(err.to_string().contains("tokenizer.ggml.scores"), "{err}");
+    spec.model = "bert".into();
     let err = Tokenizer::from_vocab(&spec).unwrap_err();
     assert!(matches!(err, TokenizerError::UnsupportedModel { .. }));
-    assert!(err.to_string().contains("SentencePiece"));
-    spec.model = "bert".into();
-    assert!(matches!(
-        Tokenizer::from_vocab(&spec),
-        Err(TokenizerError::UnsupportedModel { .. })
-    ));
+    assert!(err.to_string().contains("SentencePiece"), "{err}");
 
     let mut spec = tiny_spec(None);
     spec.token_types.pop();

@@ -11,6 +11,7 @@ use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
 use tokenizers::{AddedToken, DecoderWrapper, PreTokenizerWrapper, SplitDelimiterBehavior};
 
 use crate::pieces::Pieces;
+use crate::spm::Spm;
 use crate::stream::StreamDecoder;
 use crate::{bytes, ChatTemplate, TokenizerError};
 
@@ -29,8 +30,8 @@ pub(crate) const QWEN2_PATTERN: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L
 /// This crate does not read GGUF itself; the caller copies the metadata values in.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct VocabSpec {
-    /// `tokenizer.ggml.model`: "gpt2" (byte-level BPE) is supported; "llama"
-    /// (SentencePiece BPE) is rejected with [`TokenizerError::UnsupportedModel`] for now.
+    /// `tokenizer.ggml.model`: "gpt2" (byte-level BPE) or "llama" (SentencePiece, merged by
+    /// score as llama.cpp's `llm_tokenizer_spm` does).
     pub model: String,
     /// `tokenizer.ggml.pre`: pre-tokenizer flavour ("smollm", "gpt-2", "llama-bpe", "qwen2", ...).
     pub pre: Option<String>,
@@ -39,8 +40,14 @@ pub struct VocabSpec {
     /// `tokenizer.ggml.token_type` (1 normal, 2 unknown, 3 control, 4 user-defined, 5 unused,
     /// 6 byte); may be empty.
     pub token_types: Vec<i32>,
-    /// `tokenizer.ggml.merges`, one `"a b"` rule per entry, highest priority first.
+    /// `tokenizer.ggml.merges`, one `"a b"` rule per entry, highest priority first (gpt2).
     pub merges: Vec<String>,
+    /// `tokenizer.ggml.scores` (index = id): one per token for "llama" vocabularies, which merge
+    /// the highest-scoring pair first; unused by gpt2.
+    pub scores: Vec<f32>,
+    /// `tokenizer.ggml.add_space_prefix` ("llama" vocabularies: a space before the text and after
+    /// each special token; absent means true, as in llama.cpp; Gemma's is false).
+    pub add_space_prefix: Option<bool>,
     /// `tokenizer.ggml.bos_token_id`.
     pub bos_id: Option<u32>,
     /// `tokenizer.ggml.eos_token_id`.
@@ -57,17 +64,26 @@ pub struct VocabSpec {
     pub chat_template: Option<String>,
 }
 
-/// A text tokenizer (BPE via the `tokenizers` crate) with its special-token metadata and
-/// optional chat template. `Send + Sync + Clone`.
+/// How a [`Tokenizer`] encodes: the `tokenizers` crate (byte-level BPE from GGUF, any
+/// `tokenizer.json`) or the SentencePiece merge of [`crate::spm`].
+#[derive(Clone)]
+pub(crate) enum Backend {
+    Hf(Box<tokenizers::Tokenizer>),
+    Spm(std::sync::Arc<Spm>),
+}
+
+/// A text tokenizer (BPE via the `tokenizers` crate, or SentencePiece by score) with its
+/// special-token metadata and optional chat template. `Send + Sync + Clone`.
 #[derive(Clone)]
 pub struct Tokenizer {
-    inner: tokenizers::Tokenizer,
+    pub(crate) inner: Backend,
     /// `inner` with special-token matching off (for user text), made on first use.
     pub(crate) text_inner: std::sync::Arc<std::sync::OnceLock<tokenizers::Tokenizer>>,
     /// Raw vocabulary string of every id (`None` for holes in a tokenizer.json vocab).
     pieces: Pieces,
     special: Vec<bool>,
-    /// Whether the decoder is exactly byte-level (then decoding is done here, byte-exact).
+    /// Whether decoding is done here, byte-exact (byte-level BPE and SentencePiece), not by the
+    /// `tokenizers` decoder.
     byte_level: bool,
     bos_id: Option<u32>,
     eos_id: Option<u32>,
@@ -166,24 +182,15 @@ impl Tokenizer {
     /// `token_types` is empty, the bos/eos/eot/pad/unk tokens are treated as control tokens.
     ///
     /// A chat template that does not compile does not fail the tokenizer: it is dropped
-    /// and the error is kept in [`Tokenizer::chat_template_error`].
+    /// and the error is kept in [`Tokenizer::chat_template_error`]. Without a template, a
+    /// vocabulary with `<start_of_turn>` and `<end_of_turn>` tokens gets [`ChatTemplate::gemma`]
+    /// (other vocabularies none: [`Tokenizer::encode_chat`] then uses ChatML).
     pub fn from_vocab(spec: &VocabSpec) -> Result<Tokenizer, TokenizerError> {
-        match spec.model.as_str() {
-            "gpt2" => {}
-            "llama" => {
-                return Err(TokenizerError::UnsupportedModel {
-                    model: spec.model.clone(),
-                    reason: "SentencePiece ('llama') vocabularies are not supported yet; only \
-                             byte-level BPE ('gpt2') is"
-                        .into(),
-                })
-            }
-            _ => {
-                return Err(TokenizerError::UnsupportedModel {
-                    model: spec.model.clone(),
-                    reason: "only byte-level BPE ('gpt2') is supported".into(),
-                })
-            }
+        if !matches!(spec.model.as_str(), "gpt2" | "llama") {
+            return Err(TokenizerError::UnsupportedModel {
+                model: spec.model.clone(),
+                reason: "supported: byte-level BPE ('gpt2') and SentencePiece ('llama')".into(),
+            });
         }
         let n = spec.tokens.len();
         if n == 0 {
@@ -218,6 +225,15 @@ impl Tokenizer {
                     });
                 }
             }
+        }
+
+        if spec.model == "llama" {
+            let (spm, special) = Spm::new(spec)?;
+            return Ok(Self::with_backend(
+                spec,
+                Backend::Spm(std::sync::Arc::new(spm)),
+                special,
+            ));
         }
 
         // Vocabulary: on duplicate strings the first id wins (as in llama.cpp).
@@ -309,22 +325,36 @@ impl Tokenizer {
                 .map_err(|e| TokenizerError::backend("adding user-defined tokens", e))?;
         }
 
-        let im_end = spec
-            .tokens
-            .iter()
-            .position(|t| t == "<|im_end|>")
-            .map(|i| i as u32);
-        let stop_ids = dedup([spec.eos_id, spec.eot_id, im_end]);
+        Ok(Self::with_backend(
+            spec,
+            Backend::Hf(Box::new(inner)),
+            special,
+        ))
+    }
 
+    /// The tokenizer of a GGUF vocabulary around its encoder. Its stop ids are eos, eot and the
+    /// end-of-turn tokens llama.cpp also stops at when present (`<|im_end|>` of ChatML,
+    /// `<end_of_turn>` of Gemma).
+    fn with_backend(spec: &VocabSpec, inner: Backend, special: Vec<bool>) -> Tokenizer {
+        let find = |text: &str| spec.tokens.iter().position(|t| t == text).map(|i| i as u32);
+        let stop_ids = dedup([
+            spec.eos_id,
+            spec.eot_id,
+            find("<|im_end|>"),
+            find("<end_of_turn>"),
+        ]);
         let (chat_template, chat_template_error) = match spec.chat_template.as_deref() {
+            // Gemma's GGUF files may ship no template; their turn tokens say which one fits.
+            None if find("<start_of_turn>").is_some() && find("<end_of_turn>").is_some() => {
+                (Some(ChatTemplate::gemma()), None)
+            }
             None => (None, None),
             Some(src) => match ChatTemplate::new(src) {
                 Ok(t) => (Some(t), None),
                 Err(e) => (None, Some(e.to_string())),
             },
         };
-
-        Ok(Tokenizer {
+        Tokenizer {
             inner,
             text_inner: Default::default(),
             pieces: Pieces::new(spec.tokens.iter().map(|t| Some(t.as_str()))),
@@ -337,7 +367,7 @@ impl Tokenizer {
             stop_ids,
             chat_template,
             chat_template_error,
-        })
+        }
     }
 
     /// Loads an HF `tokenizer.json`. If a `tokenizer_config.json` lies next to it, its
@@ -442,7 +472,7 @@ impl Tokenizer {
         let stop_ids = dedup([eos_id, im_end].into_iter().chain(checked_eos));
 
         Ok(Tokenizer {
-            inner,
+            inner: Backend::Hf(Box::new(inner)),
             text_inner: Default::default(),
             pieces,
             special,
@@ -462,16 +492,19 @@ impl Tokenizer {
     /// [`Tokenizer::encode_chat`] for text a user wrote). BOS is prepended only if `add_bos` is set and the model
     /// has a BOS token; no other post-processing is applied.
     pub fn encode(&self, text: &str, add_bos: bool) -> Result<Vec<u32>, TokenizerError> {
-        let enc = self
-            .inner
-            .encode_fast(text, false)
-            .map_err(|e| TokenizerError::backend("encoding text", e))?;
-        let ids = enc.get_ids();
-        let mut out = Vec::with_capacity(ids.len() + 1);
+        let mut out = Vec::new();
         if add_bos {
             out.extend(self.bos_id);
         }
-        out.extend_from_slice(ids);
+        match &self.inner {
+            Backend::Hf(inner) => {
+                let enc = inner
+                    .encode_fast(text, false)
+                    .map_err(|e| TokenizerError::backend("encoding text", e))?;
+                out.extend_from_slice(enc.get_ids());
+            }
+            Backend::Spm(spm) => out.extend(spm.encode(text, true)?),
+        }
         Ok(out)
     }
 
@@ -488,9 +521,7 @@ impl Tokenizer {
             }
             Ok(String::from_utf8_lossy(&buf).into_owned())
         } else {
-            self.inner
-                .decode(ids, skip_special)
-                .map_err(|e| TokenizerError::backend("decoding ids", e))
+            self.hf_decode(ids, skip_special)
         }
     }
 
@@ -501,7 +532,10 @@ impl Tokenizer {
 
     /// The id of a raw vocabulary string, if present.
     pub fn piece_to_id(&self, piece: &str) -> Option<u32> {
-        self.inner.token_to_id(piece)
+        match &self.inner {
+            Backend::Hf(inner) => inner.token_to_id(piece),
+            Backend::Spm(spm) => spm.token_to_id(piece),
+        }
     }
 
     /// Number of ids (one past the largest id).
@@ -551,11 +585,20 @@ impl Tokenizer {
         self.special.get(id as usize).copied().unwrap_or(false)
     }
 
-    /// Serialises to HF `tokenizer.json` text.
+    /// Serialises to HF `tokenizer.json` text. A SentencePiece vocabulary read from GGUF has no
+    /// such form here: [`TokenizerError::UnsupportedModel`].
     pub fn to_json(&self, pretty: bool) -> Result<String, TokenizerError> {
-        self.inner
-            .to_string(pretty)
-            .map_err(|e| TokenizerError::backend("serialising to tokenizer.json", e))
+        match &self.inner {
+            Backend::Hf(inner) => inner
+                .to_string(pretty)
+                .map_err(|e| TokenizerError::backend("serialising to tokenizer.json", e)),
+            Backend::Spm(_) => Err(TokenizerError::UnsupportedModel {
+                model: "llama".into(),
+                reason: "a SentencePiece vocabulary read from GGUF cannot be written as \
+                         tokenizer.json"
+                    .into(),
+            }),
+        }
     }
 
     /// An incremental decoder for streaming output.
@@ -563,9 +606,13 @@ impl Tokenizer {
         StreamDecoder::new(self, skip_special)
     }
 
-    /// The underlying `tokenizers` tokenizer.
-    pub fn hf_tokenizer(&self) -> &tokenizers::Tokenizer {
-        &self.inner
+    /// The underlying `tokenizers` tokenizer (`None` for a SentencePiece vocabulary from GGUF,
+    /// which is encoded here).
+    pub fn hf_tokenizer(&self) -> Option<&tokenizers::Tokenizer> {
+        match &self.inner {
+            Backend::Hf(inner) => Some(inner.as_ref()),
+            Backend::Spm(_) => None,
+        }
     }
 
     pub(crate) fn check_id(&self, id: u32) -> Result<(), TokenizerError> {
@@ -587,8 +634,13 @@ impl Tokenizer {
         if skip_special && self.is_special(id) {
             return;
         }
-        if let Some(piece) = self.pieces.get(id) {
-            bytes::piece_bytes(piece, out);
+        match &self.inner {
+            Backend::Spm(spm) => spm.piece_bytes(id, out),
+            Backend::Hf(_) => {
+                if let Some(piece) = self.pieces.get(id) {
+                    bytes::piece_bytes(piece, out);
+                }
+            }
         }
     }
 
@@ -597,9 +649,18 @@ impl Tokenizer {
         ids: &[u32],
         skip_special: bool,
     ) -> Result<String, TokenizerError> {
-        self.inner
-            .decode(ids, skip_special)
-            .map_err(|e| TokenizerError::backend("decoding ids", e))
+        match &self.inner {
+            Backend::Hf(inner) => inner
+                .decode(ids, skip_special)
+                .map_err(|e| TokenizerError::backend("decoding ids", e)),
+            Backend::Spm(_) => {
+                let mut buf = Vec::new();
+                for &id in ids {
+                    self.push_token_bytes(id, skip_special, &mut buf);
+                }
+                Ok(String::from_utf8_lossy(&buf).into_owned())
+            }
+        }
     }
 }
 

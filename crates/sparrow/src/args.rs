@@ -16,7 +16,8 @@ use engine::{FfnBudget, OffloadOptions, SparseSidecars};
 #[derive(Args, Clone)]
 pub struct LoadArgs {
     /// A GGUF file, an HF directory (config.json + safetensors), or a known model's name
-    /// (`sparrow models`: smollm2-135m, qwen2.5-coder-0.5b), fetched into the model cache if absent.
+    /// (`sparrow models`: smollm2-135m, qwen2.5-coder-0.5b, gemma3-270m), fetched into the model cache
+    /// if absent.
     /// Default: smollm2-135m.
     #[arg(long, short = 'm')]
     pub model: Option<PathBuf>,

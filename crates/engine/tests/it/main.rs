@@ -27,3 +27,4 @@ mod sparse;
 mod speculate;
 mod stream;
 mod tiny_models;
+mod tokenize_gemma;

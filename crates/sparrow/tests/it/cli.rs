@@ -518,7 +518,7 @@ fn models_lists_the_known_models() {
         .iter()
         .map(|m| m["name"].as_str().unwrap())
         .collect();
-    assert_eq!(names, ["smollm2-135m", "qwen2.5-coder-0.5b"]);
+    assert_eq!(names, ["smollm2-135m", "qwen2.5-coder-0.5b", "gemma3-270m"]);
     for m in v.as_array().unwrap() {
         assert!(m["bytes"].as_u64().unwrap() > 0 && m["licence"].is_string());
         assert!(m["cached"].is_boolean());

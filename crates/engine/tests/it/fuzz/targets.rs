@@ -403,6 +403,8 @@ fn tiny_vocab() -> VocabSpec {
         tokens,
         token_types,
         merges: merges.iter().map(|s| s.to_string()).collect(),
+        scores: Vec::new(),
+        add_space_prefix: None,
         bos_id: Some(1),
         eos_id: Some(2),
         unk_id: Some(0),
