@@ -9,6 +9,9 @@ mod fixtures;
 #[allow(dead_code)]
 #[path = "../src/synth.rs"]
 mod synth;
+#[allow(dead_code)]
+#[path = "../src/synth_arch.rs"]
+mod synth_arch;
 
 use std::path::{Path, PathBuf};
 
@@ -46,6 +49,8 @@ fn small(alpha: f64, seed: u64) -> Options {
         q4_k_m: false,
         alpha,
         seed,
+        arch: synth::SynthArch::Llama,
+        head_dim: None,
     }
 }
 
@@ -560,7 +565,9 @@ fn bad_options_are_refused_with_the_reason() {
             format: DType::Q8_0,
             q4_k_m: false,
             alpha: 0.5,
-            seed: 16
+            seed: 16,
+            arch: synth::SynthArch::Llama,
+            head_dim: None,
         }
     );
     assert_eq!(Options::parse(&[]).unwrap(), Options::default());
@@ -755,4 +762,84 @@ fn two_phase_loading_reads_gate_pages_alone_and_computes_the_same() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("checksum") && err.contains("unit 0"), "{err}");
+}
+
+#[test]
+fn arch_qwen3_has_qwen3_0_6b_shape_and_flags_override_it_wherever_they_are() {
+    let args = |s: &str| s.split_whitespace().map(String::from).collect::<Vec<_>>();
+    let o = Options::parse(&args("--arch qwen3")).unwrap();
+    assert_eq!(
+        (
+            o.arch,
+            o.layers,
+            o.d,
+            o.ff,
+            o.heads,
+            o.kv_heads,
+            o.head_dim(),
+            o.vocab
+        ),
+        (synth::SynthArch::Qwen3, 28, 1024, 3072, 16, 8, 128, 151_936)
+    );
+    assert_eq!(o.q_dim(), 2048);
+    let o = Options::parse(&args("--layers 2 --head-dim 32 --arch=qwen3")).unwrap();
+    assert_eq!((o.layers, o.d, o.head_dim()), (2, 1024, 32));
+    assert_eq!(o.file_name(), "synth-qwen3-2x1024x3072-q4_0.gguf");
+    let err = Options::parse(&args("--arch gpt2"))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("llama or qwen3"), "{err}");
+}
+
+#[test]
+fn a_qwen3_file_has_its_keys_and_head_norms_and_the_engine_runs_it() {
+    let dir = TempDir::new("qwen3");
+    let o = Options {
+        arch: synth::SynthArch::Qwen3,
+        head_dim: Some(64),
+        layers: 2,
+        ..small(1.0, 7)
+    };
+    let path = write(&o, &dir);
+    let f = GgufFile::open(&path).unwrap();
+    assert_eq!(
+        f.get("general.architecture").and_then(|v| v.as_str()),
+        Some("qwen3")
+    );
+    assert_eq!(
+        f.get("qwen3.attention.key_length").and_then(|v| v.as_u64()),
+        Some(64)
+    );
+    assert!(
+        f.get("sparrow.ffn_activation").is_none(),
+        "SiLU, as llama.cpp runs it"
+    );
+    for l in 0..2 {
+        for t in ["attn_q_norm", "attn_k_norm"] {
+            let v = f.tensor(&format!("blk.{l}.{t}.weight")).unwrap();
+            assert_eq!((v.dtype, v.shape.to_vec()), (DType::F32, vec![64]));
+        }
+    }
+    assert_eq!(
+        f.tensor("blk.0.attn_q.weight").unwrap().shape.to_vec(),
+        vec![256, 128]
+    );
+    assert_eq!(
+        std::fs::metadata(&path).unwrap().len() - f.data_offset(),
+        o.data_bytes()
+    );
+    let file = engine::ModelFile::open(&path).unwrap();
+    let cfg = file.config().unwrap();
+    assert_eq!(
+        (cfg.arch.name(), cfg.head_dim, cfg.q_dim()),
+        ("qwen3", 64, 256)
+    );
+    assert_eq!(cfg.activation, engine::Activation::Silu);
+    let eng = engine::Engine::new(&file, engine::EngineOptions::default()).unwrap();
+    let mut cache = eng.new_cache();
+    let logits = eng
+        .forward(&mut cache, &[1, 2, 3], engine::Logits::All)
+        .unwrap();
+    assert_eq!(logits.len(), 3 * o.vocab);
+    assert!(logits.iter().all(|x| x.is_finite()));
 }
