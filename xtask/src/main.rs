@@ -28,6 +28,11 @@
 //!   Q4_0, 4.0 GB) with random weights whose activations follow a planted power law, streamed to
 //!   `target/synth/` (see `synth.rs`; `--help` lists the options). A dev build re-runs it as a release build
 //!   (`cargo run --release -p xtask -- synth-model ...`): unoptimized generation is about 6x slower.
+//!   `--arch qwen3` writes the qwen3 family instead (Qwen3-0.6B's shape by default, SiLU, per-head q/k
+//!   norms, `--head-dim`; see `synth_arch.rs`).
+//! - `llama-reference --model GGUF --out DIR [--text FILE] [--ctx N] [--chunks K] [-n N]`: llama.cpp's
+//!   token ids, perplexity and greedy continuations on a model, written as a reference fixture that
+//!   tests compare the engine with (see `llama_reference.rs`); llama.cpp as for `capped-bench`.
 //! - `fuzz [--time S] [--cases N] [--seed X] [--targets a,b]`: a longer round of the stable fuzzer
 //!   (`crates/engine/tests/fuzz_round.rs`; CI runs a short one with the test suite) over the parsers of
 //!   untrusted files: targets `gguf`, `hf`, `tokenizer`, `chat_template`, `profile`, `predictor`,
@@ -80,8 +85,10 @@ mod cli_docs;
 mod fixtures;
 mod gguf_fixtures;
 mod llama;
+mod llama_reference;
 mod load_test;
 mod synth;
+mod synth_arch;
 mod z3;
 
 /// Library crates checked for Android (everything but the binaries).
@@ -403,13 +410,16 @@ fn main() -> Result<()> {
         "fuzz" => fuzz(&std::env::args().skip(2).collect::<Vec<_>>()),
         "load-test" => load_test::run(&root(), &std::env::args().skip(2).collect::<Vec<_>>()),
         "capped-bench" => capped::run(&root(), &std::env::args().skip(2).collect::<Vec<_>>()),
+        "llama-reference" => {
+            llama_reference::run(&root(), &std::env::args().skip(2).collect::<Vec<_>>())
+        }
         "bench-formats" => {
             bench_formats::run(&root(), &std::env::args().skip(2).collect::<Vec<_>>())
         }
         "bench-report" => bench_report::run(&root(), &std::env::args().skip(2).collect::<Vec<_>>()),
         "cli-docs" => cli_docs::run(&root(), &std::env::args().skip(2).collect::<Vec<_>>()),
         _ => {
-            eprintln!("usage: cargo xtask <ci [--quick [--base REV]] | setup | tidy | test-aarch64 | check-android | android | deploy [--serial S] --model M [--emulate] | fixtures [--no-gguf] | synth-model [--help] | fuzz [--time S] [--cases N] | load-test [--clients N] [--secs S] [--abuse] | capped-bench --model GGUF [--bundle B] [--cap 50%] | bench-formats [--rounds R] | bench-report [--check] | cli-docs [--check] | z3>");
+            eprintln!("usage: cargo xtask <ci [--quick [--base REV]] | setup | tidy | test-aarch64 | check-android | android | deploy [--serial S] --model M [--emulate] | fixtures [--no-gguf] | synth-model [--help] | llama-reference --model GGUF --out DIR | fuzz [--time S] [--cases N] | load-test [--clients N] [--secs S] [--abuse] | capped-bench --model GGUF [--bundle B] [--cap 50%] | bench-formats [--rounds R] | bench-report [--check] | cli-docs [--check] | z3>");
             bail!("unknown task `{task}`")
         }
     }
