@@ -731,7 +731,9 @@ pub fn write_model(o: &Options, path: &Path, mut progress: impl FnMut(usize, u64
     };
     let embed_fmt = o.tensor_format(Stream::Embed, 0, d);
     w.declare_tensor("token_embd.weight", embed_fmt, &[o.vocab, d])?;
-    w.tensor("output_norm.weight", DType::F32, &[d], ones(d))?;
+    let out_norm = o.arch.output_norm(d).to_le_bytes();
+    let out_norm = out_norm.iter().copied().cycle().take(4 * d).collect();
+    w.tensor("output_norm.weight", DType::F32, &[d], out_norm)?;
     let matrices = |l: usize| {
         [
             (format!("blk.{l}.attn_q.weight"), Stream::Q, qd, d),

@@ -6,7 +6,8 @@
 //!   size 128, a 151,936-token vocabulary), SiLU FFN (no `sparrow.ffn_activation`: the activation
 //!   llama.cpp runs), `qwen3.attention.key_length` / `value_length`, and per layer the per-head
 //!   RMSNorm weights `attn_q_norm` and `attn_k_norm` (F32, `head_dim` each, fixed values between 0.5
-//!   and 1.5 so that a norm applied with the wrong weight shows). The planted power law is still
+//!   and 1.5 so that a norm applied with the wrong weight shows), and a final norm weight of `2/√d`
+//!   ([`SynthArch::output_norm`]). The planted power law is still
 //!   planted in the gate pre-activations, but SiLU does not zero the negative ones: the FFN is dense.
 
 use anyhow::{bail, Result};
@@ -89,6 +90,16 @@ impl SynthArch {
             }
         }
         Ok(())
+    }
+
+    /// The final norm's weight (every element): 1 for llama; `2/√d` for qwen3, so that its logits
+    /// (the tied embedding's rows, about `√d` long, times the normed state) spread by about 2 and its
+    /// perplexity is a moderate number rather than astronomically large.
+    pub fn output_norm(self, d: usize) -> f32 {
+        match self {
+            SynthArch::Llama => 1.0,
+            SynthArch::Qwen3 => 2.0 / (d as f32).sqrt(),
+        }
     }
 
     /// Bytes of the extra tensors of one layer.
