@@ -28,8 +28,14 @@
 //!   Q4_0, 4.0 GB) with random weights whose activations follow a planted power law, streamed to
 //!   `target/synth/` (see `synth.rs`; `--help` lists the options). A dev build re-runs it as a release build
 //!   (`cargo run --release -p xtask -- synth-model ...`): unoptimized generation is about 6x slower.
-//!   With `--arch qwen3moe|mixtral|olmoe|qwen2moe` it writes a synthetic Mixture-of-Experts model of that
-//!   architecture's real shape in llama.cpp's layout (`synth_moe.rs`; `--arch A --help` lists its options).
+//!   `--arch qwen3` writes the qwen3 family instead (Qwen3-0.6B's shape by default, SiLU, per-head q/k
+//!   norms, `--head-dim`; see `synth_arch.rs`). With `--arch qwen3moe|mixtral|olmoe|qwen2moe` it writes a
+//!   synthetic Mixture-of-Experts model of that architecture's real shape in llama.cpp's layout
+//!   (`synth_moe.rs`; `--arch A --help` lists its options).
+//! - `synth-reference --model GGUF --out DIR [--text FILE] [--ctx N] [--chunks K] [-n N]`: llama.cpp's
+//!   token ids, perplexity and greedy continuations on a synthetic model file, written as a reference
+//!   fixture that tests compare the engine with (see `synth_reference.rs`); llama.cpp as for
+//!   `capped-bench`. (`llama-reference` does the same for a named model, in its own format: to unify.)
 //! - `fuzz [--time S] [--cases N] [--seed X] [--targets a,b]`: a longer round of the stable fuzzer
 //!   (`crates/engine/tests/it/fuzz_round.rs`; CI runs a short one with the test suite) over the parsers of
 //!   untrusted files: targets `gguf`, `hf`, `tokenizer`, `chat_template`, `profile`, `predictor`,
@@ -90,7 +96,9 @@ mod llama;
 mod llama_reference;
 mod load_test;
 mod synth;
+mod synth_arch;
 mod synth_moe;
+mod synth_reference;
 mod sys;
 mod z3;
 
@@ -217,9 +225,16 @@ const SYNTH_RELEASE_ENV: &str = "SPARROW_XTASK_SYNTH_RELEASE";
 fn synth_model() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(2).collect();
     let help = args.iter().any(|a| a == "-h" || a == "--help");
-    let moe = args
+    // `--arch` names the family: the MoE ones are `synth_moe.rs`'s, the dense ones `synth.rs`'s.
+    let arch = args
         .iter()
-        .any(|a| a == "--arch" || a.starts_with("--arch="));
+        .enumerate()
+        .find_map(|(i, a)| match a.strip_prefix("--arch=") {
+            Some(v) => Some(v),
+            None if a == "--arch" => args.get(i + 1).map(|v| v.as_str()),
+            None => None,
+        });
+    let moe = arch.is_some_and(|a| synth_moe::ARCHES.contains(&a));
     if moe && help {
         println!("{}", synth_moe::USAGE);
         return Ok(());
@@ -427,16 +442,19 @@ fn main() -> Result<()> {
         "fuzz" => fuzz(&std::env::args().skip(2).collect::<Vec<_>>()),
         "load-test" => load_test::run(&root(), &std::env::args().skip(2).collect::<Vec<_>>()),
         "capped-bench" => capped::run(&root(), &std::env::args().skip(2).collect::<Vec<_>>()),
+        "llama-reference" => {
+            llama_reference::run(&root(), &std::env::args().skip(2).collect::<Vec<_>>())
+        }
+        "synth-reference" => {
+            synth_reference::run(&root(), &std::env::args().skip(2).collect::<Vec<_>>())
+        }
         "bench-formats" => {
             bench_formats::run(&root(), &std::env::args().skip(2).collect::<Vec<_>>())
         }
         "bench-report" => bench_report::run(&root(), &std::env::args().skip(2).collect::<Vec<_>>()),
         "cli-docs" => cli_docs::run(&root(), &std::env::args().skip(2).collect::<Vec<_>>()),
-        "llama-reference" => {
-            llama_reference::run(&root(), &std::env::args().skip(2).collect::<Vec<_>>())
-        }
         _ => {
-            eprintln!("usage: cargo xtask <ci [--quick [--base REV]] | setup | tidy | test-aarch64 | check-android | android | deploy [--serial S] --model M [--emulate] | fixtures [--no-gguf] | synth-model [--help] | fuzz [--time S] [--cases N] | load-test [--clients N] [--secs S] [--abuse] | capped-bench --model GGUF [--bundle B] [--cap 50%] | bench-formats [--rounds R] | bench-report [--check] | cli-docs [--check] | llama-reference [--model M] [--only tokenize|perplexity|completion] | z3>");
+            eprintln!("usage: cargo xtask <ci [--quick [--base REV]] | setup | tidy | test-aarch64 | check-android | android | deploy [--serial S] --model M [--emulate] | fixtures [--no-gguf] | synth-model [--help] | synth-reference --model GGUF --out DIR | fuzz [--time S] [--cases N] | load-test [--clients N] [--secs S] [--abuse] | capped-bench --model GGUF [--bundle B] [--cap 50%] | bench-formats [--rounds R] | bench-report [--check] | cli-docs [--check] | llama-reference [--model M] [--only tokenize|perplexity|completion] | z3>");
             bail!("unknown task `{task}`")
         }
     }

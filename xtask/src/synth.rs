@@ -58,6 +58,12 @@ use anyhow::{bail, ensure, Context, Result};
 use kernels_neon::WeightFormat;
 use model_format::{DType, GgufWriter, MetaValue};
 
+pub use super::synth_arch::SynthArch;
+
+#[path = "synth_math.rs"]
+mod math;
+use math::{phi_cdf, phi_inv, phi_pdf};
+
 /// `general.name` of every synthetic model.
 pub const GENERAL_NAME: &str =
     "SYNTHETIC sparrow synth-model (random weights, planted power law) — not a language model";
@@ -110,6 +116,10 @@ pub struct Options {
     pub alpha: f64,
     /// Seed of every random number.
     pub seed: u64,
+    /// The family written (`--arch`, `synth_arch.rs`).
+    pub arch: SynthArch,
+    /// Head size when it is not `d / heads` (`--head-dim`).
+    pub head_dim: Option<usize>,
 }
 
 impl Default for Options {
@@ -126,20 +136,33 @@ impl Default for Options {
             q4_k_m: false,
             alpha: 1.0,
             seed: 0x5EED,
+            arch: SynthArch::Llama,
+            head_dim: None,
         }
     }
 }
 
 /// The usage text.
-pub const USAGE: &str = "usage: cargo xtask synth-model [--out PATH] [--layers N] [--d D] [--ff F] [--heads H] [--kv-heads K] \
-[--vocab V] [--format q4_0|q8_0|q4_k_m|f16] [--alpha A] [--seed S]
-  defaults: 32 layers, d 4096, ff 14336, 32 heads, 8 kv heads, vocab 32000, q4_0, alpha 1.0, seed 0x5EED,
-  out target/synth/synth-<layers>x<d>x<ff>-<format>.gguf (4.0 GB at the defaults)";
+pub const USAGE: &str = "usage: cargo xtask synth-model [--arch llama|qwen3] [--out PATH] [--layers N] [--d D] [--ff F] [--heads H] [--kv-heads K] \
+[--head-dim HD] [--vocab V] [--format q4_0|q8_0|q4_k_m|f16] [--alpha A] [--seed S]
+  defaults (llama): 32 layers, d 4096, ff 14336, 32 heads, 8 kv heads, head dim d/heads, vocab 32000, q4_0, alpha 1.0,
+  seed 0x5EED, out target/synth/synth-<layers>x<d>x<ff>-<format>.gguf (4.0 GB at the defaults);
+  --arch qwen3: Qwen3-0.6B's shape (28 layers, d 1024, ff 3072, 16 heads, 8 kv heads, head dim 128, vocab 151936),
+  out target/synth/synth-qwen3-<layers>x<d>x<ff>-<format>.gguf";
 
 impl Options {
     /// Parses `--flag value` / `--flag=value` arguments (after the task name), then checks them.
     pub fn parse(args: &[String]) -> Result<Options> {
-        let mut o = Options::default();
+        // The family's defaults first, whatever the position of `--arch`: the size flags override them.
+        let mut arch = SynthArch::Llama;
+        for (i, a) in args.iter().enumerate() {
+            if let Some(v) = a.strip_prefix("--arch=") {
+                arch = SynthArch::parse(v)?;
+            } else if a == "--arch" {
+                arch = SynthArch::parse(args.get(i + 1).map_or("", |v| v.as_str()))?;
+            }
+        }
+        let mut o = arch.defaults();
         let mut it = args.iter();
         while let Some(arg) = it.next() {
             let (flag, inline) = match arg.split_once('=') {
@@ -149,7 +172,9 @@ impl Options {
             if matches!(flag, "-h" | "--help") {
                 bail!("{USAGE}");
             }
-            const FLAGS: [&str; 10] = [
+            const FLAGS: [&str; 12] = [
+                "--arch",
+                "--head-dim",
                 "--out",
                 "--layers",
                 "--d",
@@ -176,6 +201,8 @@ impl Options {
                     .with_context(|| format!("{flag} takes a whole number, not `{v}`"))
             };
             match flag {
+                "--arch" => {}
+                "--head-dim" => o.head_dim = Some(int(&value)?),
                 "--out" => o.out = Some(PathBuf::from(value)),
                 "--layers" => o.layers = int(&value)?,
                 "--d" => o.d = int(&value)?,
@@ -225,15 +252,15 @@ impl Options {
             ensure!(v >= 32 && v % 32 == 0 && v <= 1 << 20, "{name} must be a multiple of 32 in 32..=1048576 (quantization blocks are 32 wide), not {v}");
         }
         ensure!(
-            self.heads >= 1 && self.d % self.heads == 0,
-            "--heads must divide --d ({}), {} does not",
+            self.heads >= 1 && (self.head_dim.is_some() || self.d % self.heads == 0),
+            "--heads must divide --d ({}), {} does not (or give --head-dim)",
             self.d,
             self.heads
         );
-        let hd = self.d / self.heads;
+        let hd = self.head_dim();
         ensure!(
-            hd % 2 == 0,
-            "head dimension d/heads = {hd} must be even (RoPE rotates pairs)"
+            hd >= 2 && hd % 2 == 0 && self.q_dim() % 32 == 0 && self.q_dim() <= 1 << 20,
+            "head dimension {hd} must be even (RoPE rotates pairs) and heads x head dimension a multiple of 32"
         );
         ensure!(
             self.kv_heads >= 1 && self.heads % self.kv_heads == 0,
@@ -262,7 +289,11 @@ impl Options {
     /// `synth-<layers>x<d>x<ff>-<format>.gguf`.
     pub fn file_name(&self) -> String {
         format!(
-            "synth-{}x{}x{}-{}.gguf",
+            "synth-{}{}x{}x{}-{}.gguf",
+            match self.arch {
+                SynthArch::Llama => "",
+                SynthArch::Qwen3 => "qwen3-",
+            },
             self.layers,
             self.d,
             self.ff,
@@ -305,8 +336,14 @@ impl Options {
             .unwrap_or_else(|| root.join("target").join("synth").join(self.file_name()))
     }
 
-    fn head_dim(&self) -> usize {
-        self.d / self.heads
+    /// Dimension of one head: `--head-dim`, else `d / heads`.
+    pub fn head_dim(&self) -> usize {
+        self.head_dim.unwrap_or(self.d / self.heads.max(1))
+    }
+
+    /// Query width: `heads × head_dim`.
+    pub fn q_dim(&self) -> usize {
+        self.heads * self.head_dim()
     }
 
     fn kv_dim(&self) -> usize {
@@ -319,16 +356,17 @@ impl Options {
             let f = self.tensor_format(s, l, cols);
             (rows * f.row_bytes(cols).unwrap_or(0)) as u64
         };
-        let (d, ff, kv) = (self.d, self.ff, self.kv_dim());
+        let (d, ff, kv, q) = (self.d, self.ff, self.kv_dim(), self.q_dim());
         let layer = |l: usize| {
-            bytes(Stream::Q, l, d, d)
+            bytes(Stream::Q, l, q, d)
                 + bytes(Stream::K, l, kv, d)
                 + bytes(Stream::V, l, kv, d)
-                + bytes(Stream::O, l, d, d)
+                + bytes(Stream::O, l, d, q)
                 + bytes(Stream::Gate, l, ff, d)
                 + bytes(Stream::Up, l, ff, d)
                 + bytes(Stream::Down, l, d, ff)
                 + 2 * 4 * d as u64
+                + self.arch.layer_bytes(self)
         };
         bytes(Stream::Embed, 0, self.vocab, d)
             + 4 * d as u64
@@ -439,74 +477,6 @@ fn rng(o: &Options, stream: Stream, layer: usize, row: usize) -> Rng {
         o.seed,
         ((stream as u64) << 56) ^ ((layer as u64) << 36) ^ row as u64,
     )
-}
-
-/// Standard normal CDF (Abramowitz & Stegun 7.1.26 for erf, absolute error below 1.5e-7).
-fn phi_cdf(z: f64) -> f64 {
-    let x = z.abs() / std::f64::consts::SQRT_2;
-    let t = 1.0 / (1.0 + 0.327_591_1 * x);
-    let poly = t
-        * (0.254_829_592
-            + t * (-0.284_496_736
-                + t * (1.421_413_741 + t * (-1.453_152_027 + t * 1.061_405_429))));
-    let erfc = poly * (-x * x).exp();
-    if z >= 0.0 {
-        1.0 - 0.5 * erfc
-    } else {
-        0.5 * erfc
-    }
-}
-
-/// Standard normal density.
-fn phi_pdf(z: f64) -> f64 {
-    (-0.5 * z * z).exp() / (2.0 * std::f64::consts::PI).sqrt()
-}
-
-/// Inverse standard normal CDF (Acklam's rational approximation, relative error below 1.2e-9), `p` in (0, 1).
-fn phi_inv(p: f64) -> f64 {
-    const A: [f64; 6] = [
-        -3.969_683_028_665_376e1,
-        2.209_460_984_245_205e2,
-        -2.759_285_104_469_687e2,
-        1.383_577_518_672_69e2,
-        -3.066_479_806_614_716e1,
-        2.506_628_277_459_239,
-    ];
-    const B: [f64; 5] = [
-        -5.447_609_879_822_406e1,
-        1.615_858_368_580_409e2,
-        -1.556_989_798_598_866e2,
-        6.680_131_188_771_972e1,
-        -1.328_068_155_288_572e1,
-    ];
-    const C: [f64; 6] = [
-        -7.784_894_002_430_293e-3,
-        -3.223_964_580_411_365e-1,
-        -2.400_758_277_161_838,
-        -2.549_732_539_343_734,
-        4.374_664_141_464_968,
-        2.938_163_982_698_783,
-    ];
-    const D: [f64; 4] = [
-        7.784_695_709_041_462e-3,
-        3.224_671_290_700_398e-1,
-        2.445_134_137_142_996,
-        3.754_408_661_907_416,
-    ];
-    let tail = |q: f64| {
-        (((((C[0] * q + C[1]) * q + C[2]) * q + C[3]) * q + C[4]) * q + C[5])
-            / ((((D[0] * q + D[1]) * q + D[2]) * q + D[3]) * q + 1.0)
-    };
-    if p < 0.02425 {
-        tail((-2.0 * p.ln()).sqrt())
-    } else if p > 1.0 - 0.02425 {
-        -tail((-2.0 * (1.0 - p).ln()).sqrt())
-    } else {
-        let q = p - 0.5;
-        let r = q * q;
-        (((((A[0] * r + A[1]) * r + A[2]) * r + A[3]) * r + A[4]) * r + A[5]) * q
-            / (((((B[0] * r + B[1]) * r + B[2]) * r + B[3]) * r + B[4]) * r + 1.0)
-    }
 }
 
 /// The planted propensity of each rank `1..=ff`: `min(P_MAX, max(P_MIN, C·r^-alpha))` with mean [`DENSITY`].
@@ -712,9 +682,9 @@ pub(crate) fn vocabulary(vocab: usize) -> (Vec<String>, Vec<i32>) {
 /// after each layer.
 pub fn write_model(o: &Options, path: &Path, mut progress: impl FnMut(usize, u64)) -> Result<()> {
     o.check()?;
-    let (d, ff, qd, kvd) = (o.d, o.ff, o.d, o.kv_dim());
+    let (d, ff, qd, kvd) = (o.d, o.ff, o.q_dim(), o.kv_dim());
     let mut w = GgufWriter::new();
-    let a = "llama";
+    let a = o.arch.name();
     let u32v = |x: usize| MetaValue::U32(x as u32);
     w.metadata("general.architecture", MetaValue::String(a.into()));
     w.metadata("general.name", MetaValue::String(GENERAL_NAME.into()));
@@ -740,7 +710,7 @@ pub fn write_model(o: &Options, path: &Path, mut progress: impl FnMut(usize, u64
     w.metadata(&format!("{a}.rope.freq_base"), MetaValue::F32(ROPE_BASE));
     w.metadata(&format!("{a}.context_length"), u32v(CONTEXT));
     w.metadata(&format!("{a}.vocab_size"), u32v(o.vocab));
-    w.metadata("sparrow.ffn_activation", MetaValue::String("relu".into()));
+    o.arch.metadata(&mut w, o);
     let (tokens, types) = vocabulary(o.vocab);
     w.metadata("tokenizer.ggml.model", MetaValue::String("gpt2".into()));
     w.metadata("tokenizer.ggml.pre", MetaValue::String("gpt-2".into()));
@@ -762,7 +732,9 @@ pub fn write_model(o: &Options, path: &Path, mut progress: impl FnMut(usize, u64
     };
     let embed_fmt = o.tensor_format(Stream::Embed, 0, d);
     w.declare_tensor("token_embd.weight", embed_fmt, &[o.vocab, d])?;
-    w.tensor("output_norm.weight", DType::F32, &[d], ones(d))?;
+    let out_norm = o.arch.output_norm(d).to_le_bytes();
+    let out_norm = out_norm.iter().copied().cycle().take(4 * d).collect();
+    w.tensor("output_norm.weight", DType::F32, &[d], out_norm)?;
     let matrices = |l: usize| {
         [
             (format!("blk.{l}.attn_q.weight"), Stream::Q, qd, d),
@@ -781,6 +753,7 @@ pub fn write_model(o: &Options, path: &Path, mut progress: impl FnMut(usize, u64
             &[d],
             ones(d),
         )?;
+        o.arch.layer_tensors(&mut w, o, l)?;
         for (i, (name, s, rows, cols)) in matrices(l).into_iter().enumerate() {
             if i == 4 {
                 w.tensor(

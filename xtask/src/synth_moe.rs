@@ -49,6 +49,8 @@ use super::synth::{
 pub const GENERAL_NAME: &str = "SYNTHETIC sparrow synth-model --arch (random weights, synthetic routing) — not a language model";
 /// Version of this generator, written as `sparrow.synth.version`.
 pub const VERSION: u32 = 1;
+/// The `--arch` values this module writes (the dense ones are `synth.rs`'s).
+pub const ARCHES: [&str; 4] = ["qwen3moe", "mixtral", "olmoe", "qwen2moe"];
 /// Zipf exponent of the planted expert load of `--router measured` (a placeholder, see the module doc).
 pub const ZIPF_ALPHA: f64 = 1.0;
 /// Standard deviation of a router entry, times `√d` (a router logit's spread over tokens, about).

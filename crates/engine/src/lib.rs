@@ -10,6 +10,10 @@
 //! prefill and decode speed for any front end to print; [`outputs`] writes files that never replace
 //! an input and are only ever whole.
 //!
+//! Each model family (llama, qwen2, qwen3) is a module behind one trait ([`family`]): its names,
+//! its RoPE pairing, its attention variant and its FFN block fill a [`layer::Layer`]; the forward
+//! pass ([`forward`]) runs every family's layers the same way.
+//!
 //! The FFN step of every layer goes through one trait, [`FfnExecutor`] ([`ffn`]): [`DenseFfn`],
 //! [`SparseFfn`] (weights in memory or offloaded to a neuron store, [`offload`]) and
 //! [`ObservedFfn`] (profiling), [`AccelFfn`] (whole layers on an [`accel`] backend: QNN or the CPU

@@ -41,6 +41,8 @@ fn small(alpha: f64, seed: u64) -> Options {
         q4_k_m: false,
         alpha,
         seed,
+        arch: synth::SynthArch::Llama,
+        head_dim: None,
     }
 }
 
@@ -555,7 +557,9 @@ fn bad_options_are_refused_with_the_reason() {
             format: DType::Q8_0,
             q4_k_m: false,
             alpha: 0.5,
-            seed: 16
+            seed: 16,
+            arch: synth::SynthArch::Llama,
+            head_dim: None,
         }
     );
     assert_eq!(Options::parse(&[]).unwrap(), Options::default());

@@ -13,7 +13,8 @@
 //!   [`crate::ffn::layer_step`] are all the MoE block adds; the forward pass does not change).
 //!
 //! [`FAMILIES`] is the registry: one line per family. Adding a family is its module, its line there,
-//! and its tests (plus, for an HF directory, the HF names of any new tensor key in `file.rs`).
+//! and its tests, plus the GGUF and HF names of any new logical tensor key in `file.rs` (qwen3 added
+//! `q_norm` and `k_norm` there).
 
 mod llama;
 mod qwen2;
