@@ -21,6 +21,7 @@ pub const INPUT_FLAGS: &[&str] = &[
     "plan",
     "corpus",
     "text",
+    "prompts",
     "file",
     "offload",
     "device",

@@ -85,6 +85,7 @@ pub fn run(mut a: BenchArgs) -> Result<()> {
         let mut inputs = crate::load::model_inputs(&a.model, file.path());
         inputs.extend(a.text.clone());
         inputs.extend(a.offload.clone());
+        inputs.extend(a.prompts.clone());
         engine::outputs::guard(&[(plot, engine::outputs::OutputKind::Other)], &inputs)?;
     }
     let plan = apply_plan(&file, &mut a.model, a.json)?;
