@@ -35,6 +35,7 @@ pub const GROUPS: &[&str] = &[
     "Batched decode",
     "Server latency and load",
     "Perplexity costs",
+    "CI",
 ];
 
 /// One result file.
