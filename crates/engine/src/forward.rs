@@ -242,6 +242,30 @@ pub(crate) fn forward_with_into(
     ffn: FfnMode<'_, '_>,
     logits: &mut Vec<f32>,
 ) -> Result<()> {
+    one_sequence(
+        model,
+        cache,
+        tokens,
+        StepKind::Prompt,
+        precision,
+        want,
+        ffn,
+        logits,
+    )
+}
+
+/// `tokens` appended to one sequence's `cache` in one step of `kind`.
+#[allow(clippy::too_many_arguments)]
+fn one_sequence(
+    model: &Model<'_>,
+    cache: &mut KvCache,
+    tokens: &[u32],
+    kind: StepKind,
+    precision: Precision,
+    want: Logits,
+    ffn: FfnMode<'_, '_>,
+    logits: &mut Vec<f32>,
+) -> Result<()> {
     let start = cache.len;
     let place: Vec<Place> = (0..tokens.len())
         .map(|t| Place {
@@ -252,7 +276,7 @@ pub(crate) fn forward_with_into(
     let step = Step {
         tokens,
         place: &place,
-        kind: StepKind::Prompt,
+        kind,
     };
     forward_core(model, &mut [cache], step, precision, want, ffn, logits)
 }
@@ -318,22 +342,11 @@ pub(crate) fn forward_verify_into(
     ffn: FfnMode<'_, '_>,
     logits: &mut Vec<f32>,
 ) -> Result<()> {
-    let start = cache.len;
-    let place: Vec<Place> = (0..tokens.len())
-        .map(|t| Place {
-            seq: 0,
-            pos: start + t,
-        })
-        .collect();
-    let step = Step {
-        tokens,
-        place: &place,
-        kind: StepKind::Decode,
-    };
-    forward_core(
+    one_sequence(
         model,
-        &mut [cache],
-        step,
+        cache,
+        tokens,
+        StepKind::Decode,
         precision,
         Logits::All,
         ffn,
