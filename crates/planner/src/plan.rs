@@ -144,32 +144,7 @@ pub fn make_plan(
     let t1 = Tables::build(device, model, c, 0)?;
     let (choice, cost) = solve(&t1, budget, solver)?;
     let mut preds = vec![predicted(&t1, 1, &choice, &cost)];
-    for (bi, &b) in model.batch_sizes.iter().enumerate().skip(1) {
-        let tb = Tables::build(device, model, c, bi)?;
-        let mut best: Option<(Choice, Cost)> = None;
-        // Batch size 1's layers sparse, or every layer dense (the engine's dense batched step; a
-        // layer dense at batch size 1 keeps neither predictor nor transposed down rows). The
-        // engine's threads are batch size 1's (one thread pool serves every step).
-        for sparse in [choice.sparse.clone(), vec![false; model.layers.len()]] {
-            let cand = Choice {
-                sparse,
-                ..choice.clone()
-            };
-            if !tb.admits(&cand) {
-                continue;
-            }
-            let k = tb.cost(&cand);
-            if best
-                .as_ref()
-                .is_none_or(|(_, bk)| k.decode_ns < bk.decode_ns)
-            {
-                best = Some((cand, k));
-            }
-        }
-        if let Some((bc, bk)) = best {
-            preds.push(predicted(&tb, b, &bc, &bk));
-        }
-    }
+    preds.extend(further_batches(device, model, c, &choice)?);
     if let Some(min) = c.min_tok_s {
         if preds[0].tok_s < min {
             return Err(PlannerError::Infeasible(format!(
@@ -230,36 +205,86 @@ pub fn make_plan(
         ),
         // A device profile without the accelerator's rate plans no split (the run then takes the
         // profile's), rather than no plan.
-        hybrid: match c.accelerator.as_ref().filter(|a| {
-            model.layers.iter().all(|l| {
-                device
-                    .accel_rate(a, &l.format, t1.threads[choice.threads])
-                    .is_some()
-            })
-        }) {
-            Some(a) => {
-                let threads = t1.threads[choice.threads];
-                let mut h = if model.offloaded {
-                    // The engine gives every layer an equal share of the plan's cache; the block
-                    // takes its memory from there.
-                    let layers = model.layers.len().max(1) as u64;
-                    let mem = StoreMemory {
-                        cache_bytes: vec![ffn_cache_bytes / layers; model.layers.len()],
-                        block_neuron_bytes: c.accel_neuron_bytes,
-                        queue_depth: t1.queue_depths[choice.queue_depth],
-                    };
-                    hybrid_split_over_store(device, model, a, threads, &mem)?
-                } else {
-                    hybrid_split(device, model, a, threads)?
-                };
-                // Attention as planned, the predictors (hybrid decode is sparse), this FFN (over
-                // a store with its reads).
-                h.decode_ns = cost.attn_ns + t1.all_pred_ns(choice.threads) + h.ffn_ns[0];
-                Some(h)
-            }
-            None => None,
-        },
+        hybrid: plan_hybrid(device, model, c, &t1, (&choice, &cost), ffn_cache_bytes)?,
     })
+}
+
+/// Per batch size after the first, with batch size 1's placement and threads: its predicted figures
+/// with batch size 1's sparse layers or with every layer dense, whichever decodes faster.
+fn further_batches(
+    device: &DeviceProfile,
+    model: &ModelSummary,
+    c: &Constraints,
+    choice: &Choice,
+) -> Result<Vec<Predicted>> {
+    let mut out = Vec::new();
+    for (bi, &b) in model.batch_sizes.iter().enumerate().skip(1) {
+        let tb = Tables::build(device, model, c, bi)?;
+        let mut best: Option<(Choice, Cost)> = None;
+        // Batch size 1's layers sparse, or every layer dense (the engine's dense batched step; a
+        // layer dense at batch size 1 keeps neither predictor nor transposed down rows). The
+        // engine's threads are batch size 1's (one thread pool serves every step).
+        for sparse in [choice.sparse.clone(), vec![false; model.layers.len()]] {
+            let cand = Choice {
+                sparse,
+                ..choice.clone()
+            };
+            if !tb.admits(&cand) {
+                continue;
+            }
+            let k = tb.cost(&cand);
+            if best
+                .as_ref()
+                .is_none_or(|(_, bk)| k.decode_ns < bk.decode_ns)
+            {
+                best = Some((cand, k));
+            }
+        }
+        if let Some((bc, bk)) = best {
+            out.push(predicted(&tb, b, &bc, &bk));
+        }
+    }
+    Ok(out)
+}
+
+/// The accelerator's split of the FFN, as planned for the chosen configuration (`None` without an
+/// accelerator, or when the device profile lacks its rate).
+fn plan_hybrid(
+    device: &DeviceProfile,
+    model: &ModelSummary,
+    c: &Constraints,
+    t1: &Tables,
+    (choice, cost): (&Choice, &Cost),
+    ffn_cache_bytes: u64,
+) -> Result<Option<HybridSplit>> {
+    let threads = t1.threads[choice.threads];
+    // A device profile without the accelerator's rate plans no split (the run then takes the
+    // profile's), rather than no plan.
+    let Some(a) = c.accelerator.as_ref().filter(|a| {
+        model
+            .layers
+            .iter()
+            .all(|l| device.accel_rate(a, &l.format, threads).is_some())
+    }) else {
+        return Ok(None);
+    };
+    let mut h = if model.offloaded {
+        // The engine gives every layer an equal share of the plan's cache; the block takes its
+        // memory from there.
+        let layers = model.layers.len().max(1) as u64;
+        let mem = StoreMemory {
+            cache_bytes: vec![ffn_cache_bytes / layers; model.layers.len()],
+            block_neuron_bytes: c.accel_neuron_bytes,
+            queue_depth: t1.queue_depths[choice.queue_depth],
+        };
+        hybrid_split_over_store(device, model, a, threads, &mem)?
+    } else {
+        hybrid_split(device, model, a, threads)?
+    };
+    // Attention as planned, the predictors (hybrid decode is sparse), this FFN (over a store with
+    // its reads).
+    h.decode_ns = cost.attn_ns + t1.all_pred_ns(choice.threads) + h.ffn_ns[0];
+    Ok(Some(h))
 }
 
 fn mib(b: u64) -> f64 {

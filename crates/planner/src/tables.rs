@@ -280,6 +280,78 @@ pub(crate) fn dense_layer_ns(
     at(gu, &l.format) + at(whole - gu, &l.dense_down_format)
 }
 
+/// Flash read time of each layer's missing neurons, per queue depth and cache step `j` of `0..=grid`
+/// (zero when nothing is offloaded).
+fn io_table(
+    device: &DeviceProfile,
+    model: &ModelSummary,
+    batch: usize,
+    queue_depths: &[u32],
+) -> Vec<Vec<Vec<u64>>> {
+    let g = model.grid;
+    queue_depths
+        .iter()
+        .map(|&q| {
+            model
+                .layers
+                .iter()
+                .map(|l| {
+                    let curve = &l.hit[batch];
+                    let total = curve[g as usize];
+                    (0..=g)
+                        .map(|j| {
+                            if !model.offloaded {
+                                return 0;
+                            }
+                            let cached = step_neurons(l.neurons, g, j) as f64;
+                            let firing = (total - curve[j as usize]).max(0.0);
+                            layer_io_ns(
+                                device,
+                                model.predicted,
+                                l,
+                                q,
+                                (l.neurons as f64 - cached, firing),
+                            )
+                        })
+                        .collect()
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// Bytes of each layer's neuron cache at each cache step `j` of `0..=grid`.
+fn cache_table(model: &ModelSummary) -> Vec<Vec<u64>> {
+    let g = model.grid;
+    model
+        .layers
+        .iter()
+        .map(|l| {
+            (0..=g)
+                .map(|j| step_neurons(l.neurons, g, j) as u64 * l.neuron_bytes)
+                .collect()
+        })
+        .collect()
+}
+
+/// Each tensor's bytes, its read time from flash and whether it may live there.
+fn tensor_table(device: &DeviceProfile, model: &ModelSummary) -> Vec<(u64, u64, bool)> {
+    model
+        .tensors
+        .iter()
+        .map(|x| {
+            // A step reading a small part (an embedding row) makes a random read; one reading
+            // a whole matrix, or megabytes of it, streams it sequentially.
+            let on_flash = if x.touched_bytes < x.bytes.min(STREAM_READ) {
+                ns(x.touched_bytes as f64, device.io_rate(x.touched_bytes, 1))
+            } else {
+                ns(x.touched_bytes as f64, device.flash_seq_bps)
+            };
+            (x.bytes, on_flash, x.offloadable && model.offloaded)
+        })
+        .collect()
+}
+
 impl Tables {
     /// Builds the tables for batch-size index `batch` of `model` on `device` under `c`.
     pub fn build(
@@ -376,58 +448,9 @@ impl Tables {
             ffn_dense_ns.push(dense);
         }
         let g = model.grid;
-        let io_ns = queue_depths
-            .iter()
-            .map(|&q| {
-                model
-                    .layers
-                    .iter()
-                    .map(|l| {
-                        let curve = &l.hit[batch];
-                        let total = curve[g as usize];
-                        (0..=g)
-                            .map(|j| {
-                                if !model.offloaded {
-                                    return 0;
-                                }
-                                let cached = step_neurons(l.neurons, g, j) as f64;
-                                let firing = (total - curve[j as usize]).max(0.0);
-                                layer_io_ns(
-                                    device,
-                                    model.predicted,
-                                    l,
-                                    q,
-                                    (l.neurons as f64 - cached, firing),
-                                )
-                            })
-                            .collect()
-                    })
-                    .collect()
-            })
-            .collect();
-        let cache_bytes = model
-            .layers
-            .iter()
-            .map(|l| {
-                (0..=g)
-                    .map(|j| step_neurons(l.neurons, g, j) as u64 * l.neuron_bytes)
-                    .collect()
-            })
-            .collect();
-        let tensors = model
-            .tensors
-            .iter()
-            .map(|x| {
-                // A step reading a small part (an embedding row) makes a random read; one reading
-                // a whole matrix, or megabytes of it, streams it sequentially.
-                let on_flash = if x.touched_bytes < x.bytes.min(STREAM_READ) {
-                    ns(x.touched_bytes as f64, device.io_rate(x.touched_bytes, 1))
-                } else {
-                    ns(x.touched_bytes as f64, device.flash_seq_bps)
-                };
-                (x.bytes, on_flash, x.offloadable && model.offloaded)
-            })
-            .collect();
+        let io_ns = io_table(device, model, batch, &queue_depths);
+        let cache_bytes = cache_table(model);
+        let tensors = tensor_table(device, model);
         Ok(Tables {
             threads,
             queue_depths,

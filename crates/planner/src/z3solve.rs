@@ -27,10 +27,18 @@ fn in_range(x: &Int, n: usize) -> Bool {
     Bool::and(&[x.ge(Int::from_i64(0)), x.lt(Int::from_i64(n as i64))])
 }
 
-/// Solves the tables exactly with Z3: the fastest configuration within `budget`, ties broken by
-/// less memory, then by the deeper queue (the same order as `search` and `brute_force`).
-pub fn solve_z3(t: &Tables, budget: u64) -> Result<(Choice, Cost)> {
-    let opt = Optimize::new();
+/// The solver's variables: thread and queue-depth indices, and per layer its sparse flag and cache
+/// step, per tensor whether it stays in memory.
+struct Vars {
+    ti: Int,
+    qi: Int,
+    sparse: Vec<Bool>,
+    steps: Vec<Int>,
+    res: Vec<Bool>,
+}
+
+/// Declares the variables and asserts their domains.
+fn declare(opt: &Optimize, t: &Tables) -> Vars {
     let ti = Int::new_const("threads");
     let qi = Int::new_const("queue_depth");
     let sparse: Vec<Bool> = (0..t.layers())
@@ -62,39 +70,56 @@ pub fn solve_z3(t: &Tables, budget: u64) -> Result<(Choice, Cost)> {
             opt.assert(full);
         }
     }
+    Vars {
+        ti,
+        qi,
+        sparse,
+        steps,
+        res,
+    }
+}
 
+/// The sum of `terms`, zero when there are none.
+fn sum(terms: Vec<Int>) -> Int {
+    if terms.is_empty() {
+        Int::from_i64(0)
+    } else {
+        Int::add(&terms)
+    }
+}
+
+/// `T_decode`: attention (plus the streamed tensors), predictors, and the larger of FFN compute and
+/// flash reads.
+fn decode_expr(t: &Tables, v: &Vars) -> Int {
     let zero = Int::from_i64(0);
-    let stream: Vec<Int> = res
+    let stream: Vec<Int> = v
+        .res
         .iter()
         .zip(&t.tensors)
         .map(|(r, x)| r.ite(&zero, &int(x.1)))
         .collect();
-    let attn = Int::add(&[vec![lookup(&ti, &t.attn_ns)], stream].concat());
+    let attn = Int::add(&[vec![lookup(&v.ti, &t.attn_ns)], stream].concat());
     // Layer `l`'s column of a per-thread, per-layer table.
-    let column = |table: &[Vec<u64>], l: usize| table.iter().map(|v| v[l]).collect::<Vec<u64>>();
-    let sum = |terms: Vec<Int>| {
-        if terms.is_empty() {
-            Int::from_i64(0)
-        } else {
-            Int::add(&terms)
-        }
-    };
-    let pred = sum(sparse
+    let column = |table: &[Vec<u64>], l: usize| table.iter().map(|r| r[l]).collect::<Vec<u64>>();
+    let pred = sum(v
+        .sparse
         .iter()
         .enumerate()
-        .map(|(l, s)| s.ite(&lookup(&ti, &column(&t.pred_ns, l)), &zero))
+        .map(|(l, s)| s.ite(&lookup(&v.ti, &column(&t.pred_ns, l)), &zero))
         .collect());
-    let ffn = sum(sparse
+    let ffn = sum(v
+        .sparse
         .iter()
         .enumerate()
         .map(|(l, s)| {
             s.ite(
-                &lookup(&ti, &column(&t.ffn_sparse_ns, l)),
-                &lookup(&ti, &column(&t.ffn_dense_ns, l)),
+                &lookup(&v.ti, &column(&t.ffn_sparse_ns, l)),
+                &lookup(&v.ti, &column(&t.ffn_dense_ns, l)),
             )
         })
         .collect());
-    let io_terms: Vec<Int> = steps
+    let io_terms: Vec<Int> = v
+        .steps
         .iter()
         .enumerate()
         .map(|(l, s)| {
@@ -102,37 +127,81 @@ pub fn solve_z3(t: &Tables, budget: u64) -> Result<(Choice, Cost)> {
                 .map(|q| lookup(s, &t.io_ns[q][l]))
                 .collect();
             let mut e = per_q.last().expect("a queue depth").clone();
-            for (q, v) in per_q.iter().enumerate().rev().skip(1) {
-                e = qi.eq(Int::from_i64(q as i64)).ite(v, &e);
+            for (q, x) in per_q.iter().enumerate().rev().skip(1) {
+                e = v.qi.eq(Int::from_i64(q as i64)).ite(x, &e);
             }
             e
         })
         .collect();
     let io = sum(io_terms);
-    let decode = Int::add(&[attn, pred, ffn.ge(&io).ite(&ffn, &io)]);
+    Int::add(&[attn, pred, ffn.ge(&io).ite(&ffn, &io)])
+}
+
+/// Memory: the fixed bytes, the sparse layers' predictors, the resident tensors and the caches.
+fn memory_expr(t: &Tables, v: &Vars) -> Int {
+    let zero = Int::from_i64(0);
     let mut mem_terms = vec![int(t.fixed_bytes)];
     mem_terms.extend(
-        sparse
+        v.sparse
             .iter()
             .zip(&t.pred_bytes)
             .map(|(s, &b)| s.ite(&int(b), &zero)),
     );
     mem_terms.extend(
-        res.iter()
+        v.res
+            .iter()
             .zip(&t.tensors)
             .map(|(r, x)| r.ite(&int(x.0), &zero)),
     );
     mem_terms.extend(
-        steps
+        v.steps
             .iter()
             .enumerate()
             .map(|(l, s)| lookup(s, &t.cache_bytes[l])),
     );
-    let memory = Int::add(&mem_terms);
+    Int::add(&mem_terms)
+}
+
+/// The configuration Z3's model gives the variables.
+fn read_choice(model: &z3::Model, v: &Vars) -> Result<Choice> {
+    let get_bool = |x: &Bool| -> Result<bool> {
+        model
+            .eval(x, true)
+            .and_then(|b| b.as_bool())
+            .ok_or_else(|| PlannerError::Solver("a variable has no value".into()))
+    };
+    Ok(Choice {
+        threads: get_int(model, &v.ti)? as usize,
+        queue_depth: get_int(model, &v.qi)? as usize,
+        sparse: v.sparse.iter().map(get_bool).collect::<Result<_>>()?,
+        steps: v
+            .steps
+            .iter()
+            .map(|s| get_int(model, s).map(|x| x as u32))
+            .collect::<Result<_>>()?,
+        resident: v.res.iter().map(get_bool).collect::<Result<_>>()?,
+    })
+}
+
+/// The value Z3's model gives `x`.
+fn get_int(model: &z3::Model, x: &Int) -> Result<i64> {
+    model
+        .eval(x, true)
+        .and_then(|v| v.as_i64())
+        .ok_or_else(|| PlannerError::Solver("a variable has no value".into()))
+}
+
+/// Solves the tables exactly with Z3: the fastest configuration within `budget`, ties broken by
+/// less memory, then by the deeper queue (the same order as `search` and `brute_force`).
+pub fn solve_z3(t: &Tables, budget: u64) -> Result<(Choice, Cost)> {
+    let opt = Optimize::new();
+    let v = declare(&opt, t);
+    let decode = decode_expr(t, &v);
+    let memory = memory_expr(t, &v);
     opt.assert(memory.le(int(budget)));
     opt.minimize(&decode);
     opt.minimize(&memory);
-    opt.maximize(&qi);
+    opt.maximize(&v.qi);
     match opt.check(&[]) {
         SatResult::Sat => {}
         SatResult::Unsat => {
@@ -152,35 +221,14 @@ pub fn solve_z3(t: &Tables, budget: u64) -> Result<(Choice, Cost)> {
     let model = opt
         .get_model()
         .ok_or_else(|| PlannerError::Solver("no model".into()))?;
-    let get_int = |x: &Int| -> Result<i64> {
-        model
-            .eval(x, true)
-            .and_then(|v| v.as_i64())
-            .ok_or_else(|| PlannerError::Solver("a variable has no value".into()))
-    };
-    let get_bool = |x: &Bool| -> Result<bool> {
-        model
-            .eval(x, true)
-            .and_then(|v| v.as_bool())
-            .ok_or_else(|| PlannerError::Solver("a variable has no value".into()))
-    };
-    let choice = Choice {
-        threads: get_int(&ti)? as usize,
-        queue_depth: get_int(&qi)? as usize,
-        sparse: sparse.iter().map(get_bool).collect::<Result<_>>()?,
-        steps: steps
-            .iter()
-            .map(|s| get_int(s).map(|v| v as u32))
-            .collect::<Result<_>>()?,
-        resident: res.iter().map(get_bool).collect::<Result<_>>()?,
-    };
+    let choice = read_choice(&model, &v)?;
     if !t.admits(&choice) {
         return Err(PlannerError::Solver(format!(
             "answer outside the tables: {choice:?}"
         )));
     }
     let cost = t.cost(&choice);
-    if cost.decode_ns as i64 != get_int(&decode)? {
+    if cost.decode_ns as i64 != get_int(&model, &decode)? {
         return Err(PlannerError::Solver(
             "the model's cost disagrees with the tables".into(),
         ));
