@@ -3,6 +3,7 @@
 //! `cargo test -p planner --test it <name>::`.
 
 mod common;
+mod costs;
 mod files;
 mod hybrid;
 mod hybrid_store;
