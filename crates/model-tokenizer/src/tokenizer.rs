@@ -186,47 +186,7 @@ impl Tokenizer {
     /// vocabulary with `<start_of_turn>` and `<end_of_turn>` tokens gets [`ChatTemplate::gemma`]
     /// (other vocabularies none: [`Tokenizer::encode_chat`] then uses ChatML).
     pub fn from_vocab(spec: &VocabSpec) -> Result<Tokenizer, TokenizerError> {
-        if !matches!(spec.model.as_str(), "gpt2" | "llama") {
-            return Err(TokenizerError::UnsupportedModel {
-                model: spec.model.clone(),
-                reason: "supported: byte-level BPE ('gpt2') and SentencePiece ('llama')".into(),
-            });
-        }
-        let n = spec.tokens.len();
-        if n == 0 {
-            return Err(TokenizerError::InvalidVocab(
-                "tokenizer.ggml.tokens is empty".into(),
-            ));
-        }
-        if n > u32::MAX as usize {
-            return Err(TokenizerError::InvalidVocab(format!(
-                "{n} tokens is too many"
-            )));
-        }
-        if !spec.token_types.is_empty() && spec.token_types.len() != n {
-            return Err(TokenizerError::InvalidVocab(format!(
-                "tokenizer.ggml.token_type has {} entries but tokenizer.ggml.tokens has {n}",
-                spec.token_types.len()
-            )));
-        }
-        for (name, id) in [
-            ("bos", spec.bos_id),
-            ("eos", spec.eos_id),
-            ("unk", spec.unk_id),
-            ("pad", spec.pad_id),
-            ("eot", spec.eot_id),
-        ] {
-            if let Some(id) = id {
-                if id as usize >= n {
-                    return Err(TokenizerError::SpecialIdOutOfRange {
-                        name,
-                        id,
-                        vocab_size: n,
-                    });
-                }
-            }
-        }
-
+        check_spec(spec)?;
         if spec.model == "llama" {
             let (spm, special) = Spm::new(spec)?;
             return Ok(Self::with_backend(
@@ -235,96 +195,8 @@ impl Tokenizer {
                 special,
             ));
         }
-
-        // Vocabulary: on duplicate strings the first id wins (as in llama.cpp).
-        let mut vocab = Vocab::with_capacity(n);
-        for (id, tok) in spec.tokens.iter().enumerate() {
-            vocab.entry(tok.clone()).or_insert(id as u32);
-        }
-
-        let mut merges = Vec::with_capacity(spec.merges.len());
-        for (i, merge) in spec.merges.iter().enumerate() {
-            let line = i + 1;
-            let (a, b) = parse_merge(line, merge)?;
-            for part in [&a, &b] {
-                if !vocab.contains_key(part.as_str()) {
-                    return Err(TokenizerError::InvalidMerge {
-                        line,
-                        merge: merge.clone(),
-                        reason: format!("token {part:?} is not in the vocabulary"),
-                    });
-                }
-            }
-            let joined = format!("{a}{b}");
-            if !vocab.contains_key(&joined) {
-                return Err(TokenizerError::InvalidMerge {
-                    line,
-                    merge: merge.clone(),
-                    reason: format!("merged token {joined:?} is not in the vocabulary"),
-                });
-            }
-            merges.push((a, b));
-        }
-
-        let pre = spec.pre.as_deref();
-        let bpe = BPE::builder()
-            .vocab_and_merges(vocab, merges)
-            .ignore_merges(matches!(pre, Some("llama-bpe") | Some("llama3")))
-            .build()
-            .map_err(|e| TokenizerError::backend("building the BPE model", e))?;
-
-        let mut inner = tokenizers::Tokenizer::new(bpe);
-        inner.with_pre_tokenizer(Some(pre_tokenizer_for(pre)?));
-        inner.with_decoder(Some(ByteLevel::default()));
-        inner.with_post_processor(Some(ByteLevel::default().add_prefix_space(false)));
-
-        // Special / user-defined tokens.
-        let mut special = vec![false; n];
-        let mut user_defined = Vec::new();
-        if spec.token_types.is_empty() {
-            for id in [
-                spec.bos_id,
-                spec.eos_id,
-                spec.eot_id,
-                spec.pad_id,
-                spec.unk_id,
-            ]
-            .into_iter()
-            .flatten()
-            {
-                special[id as usize] = true;
-            }
-        } else {
-            for (id, &ty) in spec.token_types.iter().enumerate() {
-                match ty {
-                    TOKEN_TYPE_CONTROL => special[id] = true,
-                    TOKEN_TYPE_USER_DEFINED => user_defined.push(id),
-                    _ => {}
-                }
-            }
-        }
-        let special_tokens: Vec<AddedToken> = special
-            .iter()
-            .enumerate()
-            .filter(|(id, &s)| s && !spec.tokens[*id].is_empty())
-            .map(|(id, _)| AddedToken::from(spec.tokens[id].clone(), true).normalized(false))
-            .collect();
-        if !special_tokens.is_empty() {
-            inner
-                .add_special_tokens(special_tokens)
-                .map_err(|e| TokenizerError::backend("adding control tokens", e))?;
-        }
-        let user_tokens: Vec<AddedToken> = user_defined
-            .iter()
-            .filter(|&&id| !spec.tokens[id].is_empty())
-            .map(|&id| AddedToken::from(spec.tokens[id].clone(), false).normalized(false))
-            .collect();
-        if !user_tokens.is_empty() {
-            inner
-                .add_tokens(user_tokens)
-                .map_err(|e| TokenizerError::backend("adding user-defined tokens", e))?;
-        }
-
+        let mut inner = bpe_tokenizer(spec)?;
+        let special = add_special_tokens(&mut inner, spec)?;
         Ok(Self::with_backend(
             spec,
             Backend::Hf(Box::new(inner)),
@@ -708,4 +580,154 @@ fn template_field(config: &serde_json::Value) -> Option<&str> {
         }
         _ => None,
     }
+}
+
+/// The vocabulary's model kind, size, token types and special ids are coherent.
+fn check_spec(spec: &VocabSpec) -> Result<(), TokenizerError> {
+    if !matches!(spec.model.as_str(), "gpt2" | "llama") {
+        return Err(TokenizerError::UnsupportedModel {
+            model: spec.model.clone(),
+            reason: "supported: byte-level BPE ('gpt2') and SentencePiece ('llama')".into(),
+        });
+    }
+    let n = spec.tokens.len();
+    if n == 0 {
+        return Err(TokenizerError::InvalidVocab(
+            "tokenizer.ggml.tokens is empty".into(),
+        ));
+    }
+    if n > u32::MAX as usize {
+        return Err(TokenizerError::InvalidVocab(format!(
+            "{n} tokens is too many"
+        )));
+    }
+    if !spec.token_types.is_empty() && spec.token_types.len() != n {
+        return Err(TokenizerError::InvalidVocab(format!(
+            "tokenizer.ggml.token_type has {} entries but tokenizer.ggml.tokens has {n}",
+            spec.token_types.len()
+        )));
+    }
+    for (name, id) in [
+        ("bos", spec.bos_id),
+        ("eos", spec.eos_id),
+        ("unk", spec.unk_id),
+        ("pad", spec.pad_id),
+        ("eot", spec.eot_id),
+    ] {
+        if let Some(id) = id {
+            if id as usize >= n {
+                return Err(TokenizerError::SpecialIdOutOfRange {
+                    name,
+                    id,
+                    vocab_size: n,
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Byte-level BPE over the vocabulary and merges (each merge's parts and result in the vocabulary),
+/// with the pre-tokenizer `tokenizer.ggml.pre` names.
+fn bpe_tokenizer(spec: &VocabSpec) -> Result<tokenizers::Tokenizer, TokenizerError> {
+    let n = spec.tokens.len();
+    // Vocabulary: on duplicate strings the first id wins (as in llama.cpp).
+    let mut vocab = Vocab::with_capacity(n);
+    for (id, tok) in spec.tokens.iter().enumerate() {
+        vocab.entry(tok.clone()).or_insert(id as u32);
+    }
+
+    let mut merges = Vec::with_capacity(spec.merges.len());
+    for (i, merge) in spec.merges.iter().enumerate() {
+        let line = i + 1;
+        let (a, b) = parse_merge(line, merge)?;
+        for part in [&a, &b] {
+            if !vocab.contains_key(part.as_str()) {
+                return Err(TokenizerError::InvalidMerge {
+                    line,
+                    merge: merge.clone(),
+                    reason: format!("token {part:?} is not in the vocabulary"),
+                });
+            }
+        }
+        let joined = format!("{a}{b}");
+        if !vocab.contains_key(&joined) {
+            return Err(TokenizerError::InvalidMerge {
+                line,
+                merge: merge.clone(),
+                reason: format!("merged token {joined:?} is not in the vocabulary"),
+            });
+        }
+        merges.push((a, b));
+    }
+
+    let pre = spec.pre.as_deref();
+    let bpe = BPE::builder()
+        .vocab_and_merges(vocab, merges)
+        .ignore_merges(matches!(pre, Some("llama-bpe") | Some("llama3")))
+        .build()
+        .map_err(|e| TokenizerError::backend("building the BPE model", e))?;
+
+    let mut inner = tokenizers::Tokenizer::new(bpe);
+    inner.with_pre_tokenizer(Some(pre_tokenizer_for(pre)?));
+    inner.with_decoder(Some(ByteLevel::default()));
+    inner.with_post_processor(Some(ByteLevel::default().add_prefix_space(false)));
+
+    Ok(inner)
+}
+
+/// Adds the control tokens (special) and user-defined tokens (plain) to `inner`, matched in input
+/// text and never split; returns which ids are special.
+fn add_special_tokens(
+    inner: &mut tokenizers::Tokenizer,
+    spec: &VocabSpec,
+) -> Result<Vec<bool>, TokenizerError> {
+    let n = spec.tokens.len();
+    let mut special = vec![false; n];
+    let mut user_defined = Vec::new();
+    if spec.token_types.is_empty() {
+        for id in [
+            spec.bos_id,
+            spec.eos_id,
+            spec.eot_id,
+            spec.pad_id,
+            spec.unk_id,
+        ]
+        .into_iter()
+        .flatten()
+        {
+            special[id as usize] = true;
+        }
+    } else {
+        for (id, &ty) in spec.token_types.iter().enumerate() {
+            match ty {
+                TOKEN_TYPE_CONTROL => special[id] = true,
+                TOKEN_TYPE_USER_DEFINED => user_defined.push(id),
+                _ => {}
+            }
+        }
+    }
+    let special_tokens: Vec<AddedToken> = special
+        .iter()
+        .enumerate()
+        .filter(|(id, &s)| s && !spec.tokens[*id].is_empty())
+        .map(|(id, _)| AddedToken::from(spec.tokens[id].clone(), true).normalized(false))
+        .collect();
+    if !special_tokens.is_empty() {
+        inner
+            .add_special_tokens(special_tokens)
+            .map_err(|e| TokenizerError::backend("adding control tokens", e))?;
+    }
+    let user_tokens: Vec<AddedToken> = user_defined
+        .iter()
+        .filter(|&&id| !spec.tokens[id].is_empty())
+        .map(|&id| AddedToken::from(spec.tokens[id].clone(), false).normalized(false))
+        .collect();
+    if !user_tokens.is_empty() {
+        inner
+            .add_tokens(user_tokens)
+            .map_err(|e| TokenizerError::backend("adding user-defined tokens", e))?;
+    }
+
+    Ok(special)
 }
