@@ -450,6 +450,32 @@ fn parse(path: &Path, buf: &[u8]) -> Result<Parsed, FormatError> {
     let tensor_count = r.u64(&|| "tensor count".to_owned())?;
     let kv_count = r.u64(&|| "metadata count".to_owned())?;
 
+    let (metadata, meta_index) = read_metadata(&mut r, kv_count)?;
+    let alignment = alignment_of(&r, &metadata, &meta_index)?;
+    let (raws, tensor_index) = read_tensor_infos(&mut r, tensor_count)?;
+    let data_start = (r.pos as u64).div_ceil(alignment) * alignment;
+    let tensors = place_tensors(&r, raws, alignment, data_start)?;
+    crate::tensor::check_no_overlap(path, &tensors)?;
+
+    Ok(Parsed {
+        version,
+        alignment,
+        data_start,
+        metadata,
+        meta_index,
+        tensors,
+        tensor_index,
+    })
+}
+
+/// A metadata key and its value.
+type MetaEntry = (String, Meta);
+
+/// The metadata key/value pairs (large arrays deferred) and their index by key.
+fn read_metadata(
+    r: &mut Reader<'_>,
+    kv_count: u64,
+) -> Result<(Vec<MetaEntry>, HashMap<String, usize>), FormatError> {
     // Each key/value pair takes at least 8 (key length) + 4 (type) + 1 bytes.
     let n_kv = r.check_count(kv_count, 13, &|| "metadata count".to_owned())?;
     let mut metadata = Vec::with_capacity(n_kv);
@@ -485,7 +511,16 @@ fn parse(path: &Path, buf: &[u8]) -> Result<Parsed, FormatError> {
         metadata.push((key, value));
     }
 
-    let alignment = match meta_index.get("general.alignment") {
+    Ok((metadata, meta_index))
+}
+
+/// `general.alignment` (a power of two up to 1 GiB), or the default.
+fn alignment_of(
+    r: &Reader<'_>,
+    metadata: &[(String, Meta)],
+    meta_index: &HashMap<String, usize>,
+) -> Result<u64, FormatError> {
+    Ok(match meta_index.get("general.alignment") {
         None => GGUF_DEFAULT_ALIGNMENT,
         Some(&i) => match &metadata[i].1 {
             Meta::Parsed(v) => match v.as_u64() {
@@ -500,17 +535,25 @@ fn parse(path: &Path, buf: &[u8]) -> Result<Parsed, FormatError> {
                 )
             }
         },
-    };
+    })
+}
 
+/// A tensor's header entry, its offset relative to the data section.
+struct Raw {
+    name: String,
+    shape: Vec<usize>,
+    dtype: DType,
+    rel_offset: u64,
+    n_bytes: u64,
+}
+
+/// The tensor header entries (names unique, shapes and types known) and their index by name.
+fn read_tensor_infos(
+    r: &mut Reader<'_>,
+    tensor_count: u64,
+) -> Result<(Vec<Raw>, HashMap<String, usize>), FormatError> {
     // Each tensor info takes at least 8 (name length) + 4 + 8 + 4 + 8 bytes.
     let n_tensors = r.check_count(tensor_count, 32, &|| "tensor count".to_owned())?;
-    struct Raw {
-        name: String,
-        shape: Vec<usize>,
-        dtype: DType,
-        rel_offset: u64,
-        n_bytes: u64,
-    }
     let mut raws = Vec::with_capacity(n_tensors);
     let mut tensor_index = HashMap::with_capacity(n_tensors);
     for i in 0..n_tensors {
@@ -530,7 +573,7 @@ fn parse(path: &Path, buf: &[u8]) -> Result<Parsed, FormatError> {
                 .ok()
                 .filter(|&v| v <= i64::MAX as usize)
                 .ok_or_else(|| FormatError::ShapeMismatch {
-                    path: path.to_path_buf(),
+                    path: r.path.to_path_buf(),
                     tensor: name.clone(),
                     detail: format!("ne[{d}] = {v} is out of range"),
                 })?;
@@ -539,14 +582,14 @@ fn parse(path: &Path, buf: &[u8]) -> Result<Parsed, FormatError> {
         let ty = r.u32(&|| format!("type of {}", what_t()))?;
         let rel_offset = r.u64(&|| format!("offset of {}", what_t()))?;
         let dtype = DType::from_ggml_id(ty).ok_or_else(|| FormatError::UnsupportedType {
-            path: path.to_path_buf(),
+            path: r.path.to_path_buf(),
             tensor: name.clone(),
             type_id: ty,
         })?;
         let shape: Vec<usize> = ne.iter().rev().copied().collect();
         let n_bytes = crate::tensor::tensor_bytes(dtype, &shape).map_err(|detail| {
             FormatError::ShapeMismatch {
-                path: path.to_path_buf(),
+                path: r.path.to_path_buf(),
                 tensor: name.clone(),
                 detail: format!("{detail} (ne = {ne:?}, type {dtype})"),
             }
@@ -563,9 +606,17 @@ fn parse(path: &Path, buf: &[u8]) -> Result<Parsed, FormatError> {
         });
     }
 
-    let header_end = r.pos as u64;
-    let data_start = header_end.div_ceil(alignment) * alignment;
-    let file_len = buf.len() as u64;
+    Ok((raws, tensor_index))
+}
+
+/// The tensors at their absolute offsets, each aligned and inside the file.
+fn place_tensors(
+    r: &Reader<'_>,
+    raws: Vec<Raw>,
+    alignment: u64,
+    data_start: u64,
+) -> Result<Vec<TensorInfo>, FormatError> {
+    let file_len = r.buf.len() as u64;
     let mut tensors = Vec::with_capacity(raws.len());
     for t in raws {
         if t.rel_offset % alignment != 0 {
@@ -586,7 +637,7 @@ fn parse(path: &Path, buf: &[u8]) -> Result<Parsed, FormatError> {
             }),
             _ => {
                 return Err(FormatError::Truncated {
-                    path: path.to_path_buf(),
+                    path: r.path.to_path_buf(),
                     what: format!(
                         "data of tensor '{}' ({} bytes at data offset {}, data section at {data_start}) \
                          runs past the end of the {file_len}-byte file",
@@ -596,15 +647,5 @@ fn parse(path: &Path, buf: &[u8]) -> Result<Parsed, FormatError> {
             }
         }
     }
-    crate::tensor::check_no_overlap(path, &tensors)?;
-
-    Ok(Parsed {
-        version,
-        alignment,
-        data_start,
-        metadata,
-        meta_index,
-        tensors,
-        tensor_index,
-    })
+    Ok(tensors)
 }
