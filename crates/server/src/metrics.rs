@@ -111,132 +111,156 @@ impl Metrics {
     /// and the bytes it holds now.
     pub fn render_with(&self, cache: Option<&engine::CacheReport>) -> String {
         let mut s = String::new();
-        let g = |a: &AtomicU64| a.load(Relaxed);
-        let mut metric = |name: &str, kind: &str, help: &str, lines: Vec<(String, f64)>| {
-            let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} {kind}");
-            for (labels, v) in lines {
-                let _ = writeln!(s, "{name}{labels} {v}");
-            }
+        let by_label = |m: Vec<(String, u64)>| -> Vec<(String, f64)> {
+            m.into_iter().map(|(l, n)| (l, n as f64)).collect()
         };
-        let requests: Vec<_> = self
+        let requests = (self
             .requests
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .iter()
-            .map(|(r, n)| (format!("{{route=\"{r}\"}}"), *n as f64))
-            .collect();
+            .iter())
+        .map(|(r, n)| (format!("{{route=\"{r}\"}}"), *n))
+        .collect();
         metric(
+            &mut s,
             "sparrow_requests_total",
             "counter",
             "HTTP requests answered, by route.",
-            requests,
+            by_label(requests),
         );
-        let errors: Vec<_> = self
-            .errors
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-            .map(|(c, n)| (format!("{{status=\"{c}\"}}"), *n as f64))
+        let errors = (self.errors.lock().unwrap_or_else(|e| e.into_inner()).iter())
+            .map(|(c, n)| (format!("{{status=\"{c}\"}}"), *n))
             .collect();
         metric(
+            &mut s,
             "sparrow_request_errors_total",
             "counter",
             "Responses with an error status, by status.",
-            errors,
+            by_label(errors),
         );
-        let one = |v: f64| vec![(String::new(), v)];
-        metric(
-            "sparrow_queue_length",
-            "gauge",
-            "Requests admitted and not yet taken by the engine (being read, tokenized or queued).",
-            one(g(&self.waiting) as f64),
-        );
-        metric(
-            "sparrow_busy",
-            "gauge",
-            "1 while the engine computes a request.",
-            one(g(&self.busy) as f64),
-        );
-        metric(
-            "sparrow_cancelled_total",
-            "counter",
-            "Generations stopped because the client disconnected.",
-            one(g(&self.cancelled) as f64),
-        );
-        metric(
-            "sparrow_timed_out_total",
-            "counter",
-            "Requests stopped by the request timeout.",
-            one(g(&self.timed_out) as f64),
-        );
-        metric(
-            "sparrow_prompt_tokens_total",
-            "counter",
-            "Prompt tokens prefilled.",
-            one(g(&self.prompt_tokens) as f64),
-        );
-        metric(
-            "sparrow_completion_tokens_total",
-            "counter",
-            "Tokens generated.",
-            one(g(&self.completion_tokens) as f64),
-        );
+        for (name, kind, help, v) in self.scalars() {
+            metric(&mut s, name, kind, help, vec![(String::new(), v)]);
+        }
+        for (name, kind, help, v) in self.offload_figures(cache) {
+            metric(&mut s, name, kind, help, vec![(String::new(), v)]);
+        }
+        self.render_spec(&mut s);
+        s
+    }
+
+    /// The unlabelled figures every server has: queue, counts and speeds.
+    fn scalars(&self) -> Vec<Figure> {
+        let g = |a: &AtomicU64| a.load(Relaxed);
         let secs = |a: &AtomicU64| g(a) as f64 * 1e-9;
         let rate = |n: u64, s: f64| if s > 0.0 { n as f64 / s } else { 0.0 };
-        metric(
-            "sparrow_prefill_tokens_per_second",
-            "gauge",
-            "Prompt tokens per second of prefill, over all requests.",
-            one(rate(g(&self.prompt_tokens), secs(&self.prefill_nanos))),
-        );
-        metric(
-            "sparrow_decode_tokens_per_second",
-            "gauge",
-            "Tokens per second of decode steps, over all requests.",
-            one(rate(g(&self.decode_tokens), secs(&self.decode_nanos))),
-        );
+        vec![
+            (
+                "sparrow_queue_length",
+                "gauge",
+                "Requests admitted and not yet taken by the engine (being read, tokenized or queued).",
+                g(&self.waiting) as f64,
+            ),
+            (
+                "sparrow_busy",
+                "gauge",
+                "1 while the engine computes a request.",
+                g(&self.busy) as f64,
+            ),
+            (
+                "sparrow_cancelled_total",
+                "counter",
+                "Generations stopped because the client disconnected.",
+                g(&self.cancelled) as f64,
+            ),
+            (
+                "sparrow_timed_out_total",
+                "counter",
+                "Requests stopped by the request timeout.",
+                g(&self.timed_out) as f64,
+            ),
+            (
+                "sparrow_prompt_tokens_total",
+                "counter",
+                "Prompt tokens prefilled.",
+                g(&self.prompt_tokens) as f64,
+            ),
+            (
+                "sparrow_completion_tokens_total",
+                "counter",
+                "Tokens generated.",
+                g(&self.completion_tokens) as f64,
+            ),
+            (
+                "sparrow_prefill_tokens_per_second",
+                "gauge",
+                "Prompt tokens per second of prefill, over all requests.",
+                rate(g(&self.prompt_tokens), secs(&self.prefill_nanos)),
+            ),
+            (
+                "sparrow_decode_tokens_per_second",
+                "gauge",
+                "Tokens per second of decode steps, over all requests.",
+                rate(g(&self.decode_tokens), secs(&self.decode_nanos)),
+            ),
+        ]
+    }
+
+    /// The figures of flash offload (when the model has a neuron store) and of the live neuron
+    /// cache's budgets (`cache`).
+    fn offload_figures(&self, cache: Option<&engine::CacheReport>) -> Vec<Figure> {
+        let mut out = Vec::new();
         let off = *self.offload.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(o) = off {
-            metric(
+            out.push((
                 "sparrow_neuron_cache_hit_ratio",
                 "gauge",
                 "Share of needed FFN units found in memory (flash offload).",
-                one(o.hits as f64 / o.units.max(1) as f64),
-            );
-            metric(
+                o.hits as f64 / o.units.max(1) as f64,
+            ));
+            out.push((
                 "sparrow_flash_read_bytes_total",
                 "counter",
                 "Bytes of FFN units read from flash.",
-                one(o.bytes_read as f64),
-            );
+                o.bytes_read as f64,
+            ));
         }
         if let Some(c) = cache {
-            metric(
+            out.push((
                 "sparrow_memory_budget_bytes",
                 "gauge",
                 "The process memory budget (POST /admin/memory-budget, or at start what stays resident plus the neuron cache's budget).",
-                one(c.memory_budget as f64),
-            );
-            metric(
+                c.memory_budget as f64,
+            ));
+            out.push((
                 "sparrow_neuron_cache_budget_bytes",
                 "gauge",
                 "Bytes the neuron cache may hold (at most the whole FFN).",
-                one(c.cache_budget as f64),
-            );
+                c.cache_budget as f64,
+            ));
         }
         let resident = cache
             .map(|c| c.cache_bytes)
             .or(off.map(|o| o.resident_bytes));
         if let Some(bytes) = resident {
-            metric(
+            out.push((
                 "sparrow_neuron_cache_resident_bytes",
                 "gauge",
                 "Bytes of FFN units held in the neuron cache.",
-                one(bytes as f64),
-            );
+                bytes as f64,
+            ));
         }
-        self.render_spec(&mut s);
-        s
+        out
+    }
+}
+
+/// An unlabelled figure: name, Prometheus type, help text, value.
+type Figure = (&'static str, &'static str, &'static str, f64);
+
+/// Appends one metric family: its help and type lines, then a line per labelled value.
+fn metric(s: &mut String, name: &str, kind: &str, help: &str, lines: Vec<(String, f64)>) {
+    let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} {kind}");
+    for (labels, v) in lines {
+        let _ = writeln!(s, "{name}{labels} {v}");
     }
 }
 
