@@ -317,41 +317,8 @@ pub fn calibrate(o: &CalibrateOptions, mut progress: impl FnMut(&str)) -> Result
         o.file_bytes >> 20,
         o.dir.display()
     ));
-    let mut flash_random = Vec::new();
-    for &size in &o.read_sizes {
-        for &depth in &o.queue_depths {
-            let bps = measure_random(&scratch.0, o.file_bytes, size, depth, o.point_time)?;
-            progress(&format!(
-                "flash random {} KiB reads, depth {depth}: {:.0} MB/s",
-                size / 1024,
-                bps / 1e6
-            ));
-            flash_random.push(IoRate {
-                read_bytes: size,
-                queue_depth: depth,
-                bps,
-            });
-        }
-    }
-    let mut flash_random_busy = Vec::new();
-    for &size in &o.read_sizes {
-        for &depth in &o.queue_depths {
-            let busy = Busy::start(o.max_threads);
-            let bps = measure_random(&scratch.0, o.file_bytes, size, depth, o.point_time);
-            drop(busy);
-            let bps = bps?;
-            progress(&format!(
-                "flash random {} KiB reads, depth {depth}, cores busy: {:.0} MB/s",
-                size / 1024,
-                bps / 1e6
-            ));
-            flash_random_busy.push(IoRate {
-                read_bytes: size,
-                queue_depth: depth,
-                bps,
-            });
-        }
-    }
+    let flash_random = measure_flash_random(o, &scratch.0, false, &mut progress)?;
+    let flash_random_busy = measure_flash_random(o, &scratch.0, true, &mut progress)?;
     let flash_seq_bps = measure_sequential(&scratch.0, o.file_bytes)?;
     progress(&format!(
         "flash sequential: {:.0} MB/s",
@@ -393,6 +360,37 @@ pub fn calibrate(o: &CalibrateOptions, mut progress: impl FnMut(&str)) -> Result
         accelerators,
         llc_bytes: llc.unwrap_or(0),
     })
+}
+
+/// Random reads of each size at each queue depth from the scratch file at `path`; with `busy`, while
+/// every core computes (as reads run during decode).
+fn measure_flash_random(
+    o: &CalibrateOptions,
+    path: &Path,
+    busy: bool,
+    progress: &mut impl FnMut(&str),
+) -> Result<Vec<IoRate>> {
+    let mut rates = Vec::new();
+    for &size in &o.read_sizes {
+        for &depth in &o.queue_depths {
+            let load = busy.then(|| Busy::start(o.max_threads));
+            let bps = measure_random(path, o.file_bytes, size, depth, o.point_time);
+            drop(load);
+            let bps = bps?;
+            progress(&format!(
+                "flash random {} KiB reads, depth {depth}{}: {:.0} MB/s",
+                size / 1024,
+                if busy { ", cores busy" } else { "" },
+                bps / 1e6
+            ));
+            rates.push(IoRate {
+                read_bytes: size,
+                queue_depth: depth,
+                bps,
+            });
+        }
+    }
+    Ok(rates)
 }
 
 /// The fixed cost of one parallel kernel call per thread count: a matrix-vector product over a
