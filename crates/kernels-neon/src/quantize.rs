@@ -38,27 +38,7 @@ use crate::{KernelError, LayoutError, WeightFormat};
 /// `Q5_1`, `Q2_K`, `Q4_K`, `Q6_K`, `I4Hybrid`; `Q3_K`, `Q5_K` and the IQ4 formats give [`KernelError::Unsupported`]. Non-finite inputs give
 /// [`KernelError::NonFinite`] (a quantized block cannot represent them).
 pub fn quantize_row(format: WeightFormat, src: &[f32], dst: &mut [u8]) -> Result<(), KernelError> {
-    let expected =
-        format
-            .row_bytes(src.len())
-            .ok_or(KernelError::Layout(LayoutError::RaggedCols {
-                format,
-                cols: src.len(),
-                block_len: format.block_len(),
-            }))?;
-    if dst.len() != expected {
-        return Err(KernelError::Layout(LayoutError::DataLength {
-            what: "quantize_row dst",
-            expected,
-            actual: dst.len(),
-        }));
-    }
-    if let Some(i) = src.iter().position(|v| !v.is_finite()) {
-        return Err(KernelError::NonFinite {
-            what: "quantize_row src",
-            index: i,
-        });
-    }
+    check_row(format, src, dst)?;
     match format {
         WeightFormat::F32 => {
             for (d, v) in dst.chunks_exact_mut(4).zip(src) {
@@ -160,6 +140,32 @@ pub fn quantize_row(format: WeightFormat, src: &[f32], dst: &mut [u8]) -> Result
         WeightFormat::I4Hybrid { outliers_per_row } => {
             quantize_hybrid(usize::from(outliers_per_row), src, dst)
         }
+    }
+    Ok(())
+}
+
+/// `dst` holds exactly `format.row_bytes(src.len())` bytes and `src` is finite.
+fn check_row(format: WeightFormat, src: &[f32], dst: &[u8]) -> Result<(), KernelError> {
+    let expected =
+        format
+            .row_bytes(src.len())
+            .ok_or(KernelError::Layout(LayoutError::RaggedCols {
+                format,
+                cols: src.len(),
+                block_len: format.block_len(),
+            }))?;
+    if dst.len() != expected {
+        return Err(KernelError::Layout(LayoutError::DataLength {
+            what: "quantize_row dst",
+            expected,
+            actual: dst.len(),
+        }));
+    }
+    if let Some(i) = src.iter().position(|v| !v.is_finite()) {
+        return Err(KernelError::NonFinite {
+            what: "quantize_row src",
+            index: i,
+        });
     }
     Ok(())
 }

@@ -215,6 +215,26 @@ pub(crate) fn dequant_row(format: WeightFormat, src: &[u8], dst: &mut [f32]) {
                 }
             }
         }
+        WeightFormat::IQ4_NL => {
+            for (blk, out) in src.chunks_exact(18).zip(dst.chunks_exact_mut(32)) {
+                let d = f16_at(blk, 0);
+                for (o, q) in out.iter_mut().zip(iq4_quants(&blk[2..18])) {
+                    *o = d * f32::from(q);
+                }
+            }
+        }
+        WeightFormat::Q2_K
+        | WeightFormat::Q3_K
+        | WeightFormat::Q4_K
+        | WeightFormat::Q5_K
+        | WeightFormat::IQ4_XS
+        | WeightFormat::Q6_K => dequant_super_row(format, src, dst),
+    }
+}
+
+/// [`dequant_row`] of the formats with 256-element super-blocks.
+fn dequant_super_row(format: WeightFormat, src: &[u8], dst: &mut [f32]) {
+    match format {
         WeightFormat::Q2_K => {
             for (blk, out) in src.chunks_exact(84).zip(dst.chunks_exact_mut(256)) {
                 let (dl, ml) = q2k_scales(blk);
@@ -255,14 +275,6 @@ pub(crate) fn dequant_row(format: WeightFormat, src: &[u8], dst: &mut [f32]) {
                 }
             }
         }
-        WeightFormat::IQ4_NL => {
-            for (blk, out) in src.chunks_exact(18).zip(dst.chunks_exact_mut(32)) {
-                let d = f16_at(blk, 0);
-                for (o, q) in out.iter_mut().zip(iq4_quants(&blk[2..18])) {
-                    *o = d * f32::from(q);
-                }
-            }
-        }
         WeightFormat::IQ4_XS => {
             for (blk, out) in src.chunks_exact(136).zip(dst.chunks_exact_mut(256)) {
                 let dl = iq4xs_scales(blk);
@@ -284,6 +296,7 @@ pub(crate) fn dequant_row(format: WeightFormat, src: &[u8], dst: &mut [f32]) {
                 }
             }
         }
+        other => unreachable!("{other:?} has no 256-element super-blocks"),
     }
 }
 
