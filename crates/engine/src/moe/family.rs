@@ -118,7 +118,7 @@ impl MoeFamily {
 }
 
 /// The Mixture-of-Experts hyper-parameters of a model.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct MoeConfig {
     /// The family.
     pub family: MoeFamily,
