@@ -105,7 +105,10 @@ fn every_arch_has_llama_cpp_names_and_loads_in_the_engine() {
             assert_eq!((shared, bias), (None, None));
         }
         let has_output = f.tensor("output.weight").is_some();
-        assert_eq!(has_output, matches!(arch, Arch::Olmoe | Arch::Qwen2Moe));
+        assert!(
+            has_output,
+            "{arch:?}: the real models all have an output projection"
+        );
         let cfg = MoeConfig::from_gguf(f.path(), |k| f.get(k))
             .unwrap()
             .unwrap();
