@@ -44,18 +44,6 @@ pub struct Model<'a> {
     proxy_on: bool,
 }
 
-/// The error of a mode that does not run Mixture-of-Experts models yet: names the file, the
-/// architecture and the mode.
-pub fn moe_unsupported(path: &Path, arch: &str, mode: &str) -> EngineError {
-    EngineError::BadModel {
-        path: path.to_path_buf(),
-        detail: format!(
-            "a Mixture-of-Experts model ({arch}): {mode} does not support MoE yet \
-             (MoE models run in memory, dense)"
-        ),
-    }
-}
-
 struct Loader<'f> {
     file: &'f ModelFile,
     overlay: Option<&'f Overlay>,
@@ -272,7 +260,11 @@ impl<'a> Model<'a> {
     pub fn refuse_moe(&self, mode: &str) -> Result<()> {
         match &self.config.moe {
             None => Ok(()),
-            Some(_) => Err(moe_unsupported(&self.path, self.config.arch.name(), mode)),
+            Some(_) => Err(crate::moe::unsupported(
+                &self.path,
+                self.config.arch.name(),
+                mode,
+            )),
         }
     }
 
@@ -282,7 +274,7 @@ impl<'a> Model<'a> {
         self.layers
             .get(l)
             .and_then(|layer| layer.ffn.gated())
-            .ok_or_else(|| moe_unsupported(&self.path, self.config.arch.name(), mode))
+            .ok_or_else(|| crate::moe::unsupported(&self.path, self.config.arch.name(), mode))
     }
 
     /// Bytes of the model file before its tensor data ([`ModelFile::header_bytes`]), whose pages

@@ -124,7 +124,7 @@ impl Overlay {
     pub fn build(file: &ModelFile, requant: Requant) -> Result<Overlay> {
         let config = file.config()?;
         if config.moe.is_some() {
-            return Err(crate::model::moe_unsupported(
+            return Err(crate::moe::unsupported(
                 file.path(),
                 config.arch.name(),
                 "re-quantizing at load (--requant)",

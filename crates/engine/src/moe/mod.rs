@@ -25,7 +25,7 @@ mod routing;
 mod weights;
 
 pub use block::{MoeBlock, MoeScratch};
-pub use family::{MoeConfig, MoeFamily, QkNorm, TopKNorm, MAX_EXPERTS};
+pub use family::{unsupported, MoeConfig, MoeFamily, QkNorm, TopKNorm, MAX_EXPERTS};
 pub use ffn::MoeFfn;
 pub use routing::{route, ExpertGroups, Route, MIN_WEIGHT_SUM};
 pub use weights::{ExpertFfn, MoeLayer, SharedExpert};
