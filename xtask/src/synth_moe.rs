@@ -4,7 +4,7 @@
 //! `blk.N.ffn_gate_inp` (router, F32), `blk.N.ffn_{gate,up,down}_exps` (3-D: expert `e`'s rows are one
 //! contiguous block), `blk.N.ffn_{gate,up,down}_shexp` and `blk.N.ffn_gate_inp_shexp` for qwen2moe,
 //! `attn_q_norm`/`attn_k_norm` per head for qwen3moe and over the whole vector for olmoe, q/k/v biases
-//! for qwen2moe, `output.weight` where llama.cpp requires one (olmoe, qwen2moe)). It is for measuring
+//! for qwen2moe, `output.weight` for every arch, as the real models have). It is for measuring
 //! the engine, not a language model: `general.name` is [`GENERAL_NAME`], and
 //! `sparrow.synthetic`, `sparrow.synth.{version,seed,router}` say how it was made. The vocabulary,
 //! the seeding (xorshift64 per row), the quantizer and the streaming writer are the dense generator's
@@ -48,7 +48,7 @@ use super::synth::{
 /// `general.name` of every synthetic MoE model.
 pub const GENERAL_NAME: &str = "SYNTHETIC sparrow synth-model --arch (random weights, synthetic routing) — not a language model";
 /// Version of this generator, written as `sparrow.synth.version`.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 /// The `--arch` values this module writes (the dense ones are `synth.rs`'s).
 pub const ARCHES: [&str; 4] = ["qwen3moe", "mixtral", "olmoe", "qwen2moe"];
 /// Zipf exponent of the planted expert load of `--router measured` (a placeholder, see the module doc).
@@ -444,9 +444,13 @@ impl Options {
         head + layers
     }
 
-    /// Whether the file holds `output.weight` (llama.cpp requires it for olmoe and qwen2moe).
+    /// Whether the file holds `output.weight`: always, as the four real models do (none ties its
+    /// output to the embedding; llama.cpp requires it for olmoe and qwen2moe). A tied output would
+    /// also make the synthetic model predict the token it was given with a huge margin (the
+    /// embedding's noise dotted with itself), perplexities too large to print (version 1 did that
+    /// for qwen3moe and mixtral).
     fn has_output(&self) -> bool {
-        matches!(self.arch, Arch::Olmoe | Arch::Qwen2Moe)
+        true
     }
 }
 

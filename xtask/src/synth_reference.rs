@@ -10,7 +10,9 @@
 //!   it has the same file), `ctx`, `chunks`, the token ids `llama-tokenize --ids` gives for the text,
 //!   the `Final estimate: PPL` that `llama-perplexity -c ctx --chunks chunks` prints for it, and for
 //!   each of [`PROMPTS`] its token ids and the bytes `llama-completion` prints as its greedy
-//!   continuation of `n` tokens (`--temp 0 --special --no-display-prompt`, hex).
+//!   continuation of `n` tokens (`--temp 0 --special --no-display-prompt`, hex), and `top1`: per
+//!   window, llama.cpp's most probable token at each scored position (from the logits file
+//!   `llama-perplexity --kl-divergence-base` writes, [`top1_of_logits_file`]).
 //!
 //! `llama-perplexity` scores, in each window of `ctx` tokens, the predictions of the second half's
 //! tokens (positions `ctx/2 + 1 .. ctx`), each window on its own (BOS first where the vocabulary adds
@@ -147,15 +149,22 @@ pub fn run(root: &Path, args: &[String]) -> Result<()> {
     let text_path = a.out.join("text.txt");
     std::fs::write(&text_path, &corpus[..end])?;
     let text_tokens = tokenize(root, &a.model, &text_path)?;
-    let (ppl_out, ppl_err) = output(
+    let logits_path = a.out.join(".logits.bin");
+    let ppl_run = output(
         Command::new(super::llama::tool(root, "llama-perplexity")?)
             .arg("-m")
             .arg(&a.model)
             .arg("-f")
             .arg(&text_path)
             .args(["-c", &a.ctx.to_string(), "--chunks", &a.chunks.to_string()])
-            .args(["-b", &a.ctx.to_string(), "-t", "2"]),
-    )?;
+            .args(["-b", &a.ctx.to_string(), "-t", "2"])
+            .arg("--kl-divergence-base")
+            .arg(&logits_path),
+    );
+    let logits = std::fs::read(&logits_path);
+    let _ = std::fs::remove_file(&logits_path);
+    let (ppl_out, ppl_err) = ppl_run?;
+    let top1 = top1_of_logits_file(&logits.context("reading llama-perplexity's logits file")?)?;
     let ppl_text = String::from_utf8_lossy(&ppl_err).into_owned();
     let chunk_ppl = String::from_utf8_lossy(&ppl_out).trim().to_string();
     let ppl = final_ppl(&ppl_text).with_context(|| {
@@ -167,23 +176,37 @@ pub fn run(root: &Path, args: &[String]) -> Result<()> {
         std::fs::write(&file, p)?;
         let ids = tokenize(root, &a.model, &file);
         let _ = std::fs::remove_file(&file);
-        let (cont, _) = output(
-            Command::new(super::llama::tool(root, "llama-completion")?)
-                .arg("-m")
-                .arg(&a.model)
-                .args([
-                    "-p",
-                    p,
-                    "-n",
-                    &a.n.to_string(),
-                    "--temp",
-                    "0",
-                    "--top-k",
-                    "1",
-                ])
-                .args(["--special", "--no-display-prompt", "-no-cnv", "--seed", "1"])
-                .args(["-c", "512", "-t", "2"]),
-        )?;
+        // llama-completion ends its output with two newlines at exit; on a loaded machine a run was
+        // seen to print half its bytes and exit 0: such a run is retried, then refused.
+        let mut tries = 0;
+        let cont = loop {
+            tries += 1;
+            let (cont, _) = output(
+                Command::new(super::llama::tool(root, "llama-completion")?)
+                    .arg("-m")
+                    .arg(&a.model)
+                    .args([
+                        "-p",
+                        p,
+                        "-n",
+                        &a.n.to_string(),
+                        "--temp",
+                        "0",
+                        "--top-k",
+                        "1",
+                    ])
+                    .args(["--special", "--no-display-prompt", "-no-cnv", "--seed", "1"])
+                    .args(["-c", "512", "-t", "2"]),
+            )?;
+            if cont.ends_with(b"\n\n") {
+                break cont;
+            }
+            ensure!(
+                tries < 3,
+                "llama-completion printed an incomplete continuation of {p:?} 3 times: {}",
+                hex(&cont)
+            );
+        };
         prompts.push(serde_json::json!({
             "prompt": p,
             "tokens": ids?,
@@ -200,6 +223,7 @@ pub fn run(root: &Path, args: &[String]) -> Result<()> {
         "n_predict": a.n,
         "ppl": ppl,
         "chunk_ppl": chunk_ppl,
+        "top1": top1,
         "text_tokens": text_tokens,
         "prompts": prompts,
     });
@@ -207,6 +231,63 @@ pub fn run(root: &Path, args: &[String]) -> Result<()> {
     std::fs::write(&out, serde_json::to_string_pretty(&json)? + "\n")?;
     eprintln!("xtask synth-reference: PPL {ppl} -> {}", out.display());
     Ok(())
+}
+
+/// Per window, llama.cpp's top-1 token at each scored position (`ctx/2 .. ctx-1`, the prediction of
+/// the next token) from the file `llama-perplexity --kl-divergence-base` writes
+/// (`tools/perplexity/perplexity.cpp`): `_logits_`, `n_ctx`, `n_vocab`, `n_chunk` (i32 each), the
+/// windows' tokens (`n_chunk × n_ctx` i32), then per scored position `nv = 2⌈n_vocab/2⌉ + 4` u16:
+/// the scale and minimum (two f32) and each token's logit above the minimum in steps of the scale
+/// (rounded; the largest logit is 65535). The top-1 is the first token of the largest value.
+pub fn top1_of_logits_file(bytes: &[u8]) -> Result<Vec<Vec<u32>>> {
+    let int = |at: usize| -> Result<usize> {
+        let b = bytes
+            .get(at..at + 4)
+            .context("the logits file ends inside its header")?;
+        let v = i32::from_le_bytes(b.try_into()?);
+        usize::try_from(v).with_context(|| format!("a negative count {v} in the logits file"))
+    };
+    ensure!(
+        bytes.starts_with(b"_logits_"),
+        "not a llama-perplexity logits file"
+    );
+    let (n_ctx, n_vocab, n_chunk) = (int(8)?, int(12)?, int(16)?);
+    ensure!(
+        n_ctx >= 2 && n_vocab >= 1 && n_chunk >= 1,
+        "the logits file's header is not a model's"
+    );
+    let nv = 2 * n_vocab.div_ceil(2) + 4;
+    let scored = n_ctx - 1 - n_ctx / 2;
+    let start = 20 + 4 * n_chunk * n_ctx;
+    let rec = 2 * nv;
+    ensure!(
+        bytes.len() == start + n_chunk * scored * rec,
+        "the logits file holds {} bytes, its header says {}",
+        bytes.len(),
+        start + n_chunk * scored * rec
+    );
+    Ok((0..n_chunk)
+        .map(|c| {
+            (0..scored)
+                .map(|j| {
+                    let r = &bytes[start + (c * scored + j) * rec..][..rec];
+                    let vals = r[8..8 + 2 * n_vocab]
+                        .chunks_exact(2)
+                        .map(|b| u16::from_le_bytes([b[0], b[1]]));
+                    // The first of the largest values.
+                    vals.enumerate()
+                        .fold((0usize, 0u16), |best, (i, v)| {
+                            if v > best.1 || i == 0 {
+                                (i, v)
+                            } else {
+                                best
+                            }
+                        })
+                        .0 as u32
+                })
+                .collect()
+        })
+        .collect())
 }
 
 /// The number after `Final estimate: PPL = ` in llama-perplexity's output.

@@ -18,7 +18,7 @@ use kernels_neon::{KvFormat, WeightFormat};
 
 use crate::config::ModelConfig;
 use crate::error::{EngineError, Result};
-use crate::model::Model;
+use crate::model::{LayerFfn, Model};
 
 impl ModelConfig {
     /// Bytes of a KV cache of `format` holding `positions` positions: keys and values (a row of
@@ -203,12 +203,13 @@ pub fn ffn_weight_bytes(model: &Model<'_>) -> usize {
     model
         .layers
         .iter()
-        .map(|l| {
-            let f = l.ffn.gated();
-            [&f.gate, &f.up, &f.down]
+        .map(|l| match &l.ffn {
+            LayerFfn::Gated(f) => [&f.gate, &f.up, &f.down]
                 .iter()
                 .map(|m| m.data().len())
-                .sum::<usize>()
+                .sum::<usize>(),
+            // The router, every expert and the shared expert.
+            LayerFfn::Moe(m) => m.bytes(),
         })
         .sum()
 }
@@ -273,6 +274,7 @@ mod tests {
             activation: crate::config::Activation::Silu,
             context_length: 8192,
             ffn_store: None,
+            moe: None,
         }
     }
 

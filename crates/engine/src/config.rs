@@ -48,6 +48,9 @@ pub struct ModelConfig {
     /// Where the FFN weights are when this is a resident file written by `sparrow convert` (its FFN
     /// tensors live in a neuron store), `None` for an ordinary model file.
     pub ffn_store: Option<FfnStoreRef>,
+    /// The Mixture-of-Experts hyper-parameters (`<arch>.expert_count` and the keys beside it), `None`
+    /// for a dense model. `d_ff` stays `feed_forward_length` as the file says it.
+    pub moe: Option<crate::moe::MoeConfig>,
 }
 
 /// The neuron store a resident file points to (GGUF keys `sparrow.ffn_store.file` and
@@ -265,6 +268,7 @@ impl ModelConfig {
                     )))
                 }
             },
+            moe: crate::moe::MoeConfig::from_gguf(path, |k| file.get(k))?,
         };
         cfg.validate(path)?;
         cfg.check_layers_present(
@@ -348,6 +352,7 @@ impl ModelConfig {
             activation,
             context_length: cfg.max_position_embeddings.unwrap_or(2048),
             ffn_store: None,
+            moe: None,
         };
         out.validate(path)?;
         Ok(out)

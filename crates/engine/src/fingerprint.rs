@@ -1,7 +1,7 @@
 //! The model fingerprint that profiles, predictors and neuron stores are checked against. A leaf: it
 //! reads a loaded [`Model`] and nothing else of the engine.
 
-use crate::model::Model;
+use crate::model::{LayerFfn, Model};
 
 /// A stable id of a model's weights for profile and predictor files: FNV-1a 64 over the shapes and the
 /// first 64 KiB of the first layer's gate and last layer's down matrices (for a resident file, the
@@ -25,7 +25,15 @@ pub fn model_fingerprint(model: &Model<'_>) -> u64 {
         h.update(&(v as u64).to_le_bytes());
     }
     if let (Some(first), Some(last)) = (model.layers.first(), model.layers.last()) {
-        for m in [&first.ffn.gated().gate, &last.ffn.gated().down] {
+        let first = match &first.ffn {
+            LayerFfn::Gated(f) => &f.gate,
+            LayerFfn::Moe(m) => &m.weights.router,
+        };
+        let last = match &last.ffn {
+            LayerFfn::Gated(f) => Some(&f.down),
+            LayerFfn::Moe(m) => m.weights.experts.last().map(|e| &e.down),
+        };
+        for m in std::iter::once(first).chain(last) {
             let d = m.data();
             h.update(&d[..d.len().min(64 << 10)]);
         }

@@ -449,6 +449,10 @@ fn forward_inner(
     {
         return Err(resident_needs_sparse(model));
     }
+    // An MoE block runs on the dense kernels only: any other executor, or an observer, is refused.
+    if ffn.exec.is_some() || ffn.observer.is_some() {
+        model.refuse_moe("a sparse, offloaded, accelerated or observed FFN")?;
+    }
     let (dense, observed);
     let exec: &dyn FfnExecutor = match (ffn.exec, ffn.observer) {
         (mask, Some(obs)) => {

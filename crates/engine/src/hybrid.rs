@@ -193,6 +193,7 @@ impl HybridFfn {
         split: &HotSplit,
     ) -> Result<HybridFfn> {
         let cfg = &model.config;
+        model.refuse_moe("hybrid decode (--accel with --sparse)")?;
         if split.order.len() != cfg.n_layers || split.counts.len() != cfg.n_layers {
             return Err(EngineError::Request(format!(
                 "hybrid decode: hot neurons for {} layers, the model has {}",

@@ -1,9 +1,11 @@
 //! The weights of one transformer block, as a model family fills them ([`crate::family`]), and the
 //! two seams the generic forward pass calls through: the attention step between the q/k/v
 //! projections and RoPE ([`AttnStep`]), and the FFN block ([`LayerFfn`]). A leaf: it knows no
-//! family and no forward pass.
+//! family and no forward pass (the MoE variant's weights are [`crate::moe`]'s).
 
 use kernels_neon::QMatrix;
+
+use crate::moe::MoeFfn;
 
 /// Weights of one transformer block.
 pub struct Layer<'a> {
@@ -63,21 +65,33 @@ pub trait AttnStep: Send + Sync {
 /// [`crate::ffn::layer_step`], which dispatches on the variant: a gated block runs through the
 /// step's [`crate::FfnExecutor`] (dense, sparse, offloaded, accelerated, hybrid).
 ///
-/// The seam for other blocks: a Mixture-of-Experts family (router `ffn_gate_inp`, 3-D expert
-/// tensors `ffn_{gate,up,down}_exps`, optional shared experts) adds a variant here holding its
-/// weights, fills it from its family module, and gives the variant its arm in
-/// [`crate::ffn::layer_step`]; the forward pass does not change. The paths built on neuron rows
-/// (profiles, predictors, neuron stores, accelerator blocks) read [`LayerFfn::gated`].
+/// The seam for other blocks: a family fills a variant from its module, and the variant has its
+/// arm in [`crate::ffn::layer_step`]; the forward pass does not change. The Mixture-of-Experts
+/// variant ([`LayerFfn::Moe`]: router `ffn_gate_inp`, 3-D expert tensors `ffn_{gate,up,down}_exps`,
+/// optional shared expert) runs on the calling thread with the dense kernels, whatever the step's
+/// executor. The paths built on neuron rows (profiles, predictors, neuron stores, accelerator
+/// blocks, the planner) read [`LayerFfn::gated`], which is `None` for it: they refuse an MoE model.
 pub enum LayerFfn<'a> {
     /// `down(act(gate · x) ⊙ (up · x))`.
     Gated(GatedFfn<'a>),
+    /// A Mixture-of-Experts block ([`crate::moe`]).
+    Moe(Box<MoeFfn<'a>>),
 }
 
 impl<'a> LayerFfn<'a> {
-    /// The gated block's matrices.
-    pub fn gated(&self) -> &GatedFfn<'a> {
+    /// The gated block's matrices; `None` for a Mixture-of-Experts block.
+    pub fn gated(&self) -> Option<&GatedFfn<'a>> {
         match self {
-            LayerFfn::Gated(g) => g,
+            LayerFfn::Gated(g) => Some(g),
+            LayerFfn::Moe(_) => None,
+        }
+    }
+
+    /// The Mixture-of-Experts block; `None` for a gated one.
+    pub fn moe(&self) -> Option<&MoeFfn<'a>> {
+        match self {
+            LayerFfn::Moe(m) => Some(m),
+            LayerFfn::Gated(_) => None,
         }
     }
 }

@@ -133,6 +133,18 @@ impl<'f> LayerTensors<'f> for LayerLoader<'_, 'f> {
         self.ld
             .optional_vector(&(self.names.layer)(self.index, key), len)
     }
+
+    fn tensor(&self, name: &str) -> Option<TensorView<'f>> {
+        self.ld.file.tensor(name)
+    }
+
+    fn index(&self) -> usize {
+        self.index
+    }
+
+    fn path(&self) -> &Path {
+        &self.ld.path
+    }
 }
 
 impl<'a> Model<'a> {
@@ -162,7 +174,9 @@ impl<'a> Model<'a> {
         let (output, tied) = if file.tensor(names.output).is_some() {
             (ld.matrix(names.output, v, d)?, false)
         } else if matches!(file, ModelFile::Hf(h) if h.config().tie_word_embeddings == Some(false))
+            || config.moe.is_some_and(|m| m.family.output_required())
         {
+            // (llama.cpp requires `output.weight` of olmoe and qwen2moe files too.)
             // An HF model that says its output is not the embedding must ship it.
             return Err(EngineError::MissingTensor {
                 path: file.path().to_path_buf(),
@@ -190,6 +204,7 @@ impl<'a> Model<'a> {
             head_dim: config.head_dim,
             d_ff: ff,
             offloaded: config.ffn_store.is_some(),
+            moe: config.moe,
         };
         let mut layers = Vec::with_capacity(config.n_layers);
         for i in 0..config.n_layers {
@@ -204,8 +219,12 @@ impl<'a> Model<'a> {
         let weight_bytes = layers
             .iter()
             .map(|l| {
-                let f = l.ffn.gated();
-                [&l.wq, &l.wk, &l.wv, &l.wo, &f.gate, &f.up, &f.down]
+                let ffn = match &l.ffn {
+                    LayerFfn::Gated(f) => [&f.gate, &f.up, &f.down].into_iter().map(bytes).sum(),
+                    // A token reads the router, its experts and the shared expert.
+                    LayerFfn::Moe(m) => m.bytes_per_token(),
+                };
+                ffn + [&l.wq, &l.wk, &l.wv, &l.wo]
                     .into_iter()
                     .map(bytes)
                     .sum::<usize>()
@@ -233,6 +252,29 @@ impl<'a> Model<'a> {
     /// The file or directory the weights come from.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// `Ok` for a dense model; for a Mixture-of-Experts one, an error naming the file and saying
+    /// that `mode` (a mode built on neuron rows: `--sparse`, `convert`, `profile`, ...) does not
+    /// support MoE yet.
+    pub fn refuse_moe(&self, mode: &str) -> Result<()> {
+        match &self.config.moe {
+            None => Ok(()),
+            Some(_) => Err(crate::moe::unsupported(
+                &self.path,
+                self.config.arch.name(),
+                mode,
+            )),
+        }
+    }
+
+    /// Layer `l`'s gated FFN matrices, for `mode`; a Mixture-of-Experts model is refused as
+    /// [`Model::refuse_moe`] says.
+    pub fn gated_ffn(&self, l: usize, mode: &str) -> Result<&GatedFfn<'a>> {
+        self.layers
+            .get(l)
+            .and_then(|layer| layer.ffn.gated())
+            .ok_or_else(|| crate::moe::unsupported(&self.path, self.config.arch.name(), mode))
     }
 
     /// Bytes of the model file before its tensor data ([`ModelFile::header_bytes`]), whose pages

@@ -47,6 +47,7 @@ fn bytes(m: &tensor_types::QMatrix<'_>) -> u64 {
 /// dense model without a profile is summarized with every neuron firing).
 pub fn model_summary(engine: &Engine<'_>, sidecars: &SparseSidecars) -> Result<ModelSummary> {
     let model = engine.model();
+    model.refuse_moe("the planner (plan, --memory-budget)")?;
     let cfg = &model.config;
     // A resident file's own profile and predictors are the ones it names.
     let bundle = ModelBundle::of_model(model)?;
@@ -235,8 +236,8 @@ fn prompt_macs(model: &Model<'_>, layers: &[FfnLayer], offloaded: bool) -> Vec<F
             let ff = f64::from(fl.neurons);
             add(&fl.format, 2.0 * d * ff, false);
             add(fl.sparse_down_format(), d * ff, true);
-        } else {
-            let l = l.ffn.gated();
+        } else if let Some(l) = l.ffn.gated() {
+            // (memory_layers refused an MoE model before this runs.)
             add(l.gate.format().name(), size(&l.gate), false);
             add(l.up.format().name(), size(&l.up), false);
             add(l.down.format().name(), size(&l.down), true);
@@ -372,8 +373,8 @@ fn memory_layers(
         .layers
         .iter()
         .enumerate()
-        .map(|(l, layer)| {
-            let layer = layer.ffn.gated();
+        .map(|(l, _)| {
+            let layer = model.gated_ffn(l, "the planner (plan, --memory-budget)")?;
             let n = layer.gate.rows();
             let order: Vec<u32> = profile
                 .and_then(|p| p.layers[l].hot_order(0))

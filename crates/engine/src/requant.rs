@@ -123,6 +123,13 @@ impl Overlay {
     /// rayon pool).
     pub fn build(file: &ModelFile, requant: Requant) -> Result<Overlay> {
         let config = file.config()?;
+        if config.moe.is_some() {
+            return Err(crate::moe::unsupported(
+                file.path(),
+                config.arch.name(),
+                "re-quantizing at load (--requant)",
+            ));
+        }
         let names = names_of(file);
         let mut tensors = HashMap::new();
         for i in 0..config.n_layers {

@@ -109,6 +109,7 @@ impl SparseFfn {
     /// default [`Score::OutputNorm`] unless changed), transposing every down matrix into `down_format`.
     pub fn new(model: &Model<'_>, thresholds: Vec<f32>, down_format: WeightFormat) -> Result<Self> {
         let cfg = &model.config;
+        model.refuse_moe("activation sparsity (--sparse, profile, predictors)")?;
         check_thresholds(&thresholds, cfg.n_layers)?;
         let down = TransposedDown::of(model, down_format)?;
         Ok(SparseFfn {

@@ -32,8 +32,9 @@ impl TransposedDown {
             .layers
             .par_iter()
             .enumerate()
-            .map(|(l, layer)| {
-                transpose(&layer.ffn.gated().down, format)
+            .map(|(l, _)| {
+                let f = model.gated_ffn(l, "activation sparsity (--sparse, convert)")?;
+                transpose(&f.down, format)
                     .map_err(kernel(format!("transposing ffn down of layer {l}")))
             })
             .collect::<Result<Vec<_>>>()?;

@@ -286,7 +286,13 @@ impl FfnBlock {
         neurons: Option<&[u32]>,
         activation: Activation,
     ) -> Result<FfnBlock> {
-        let layer = layer.ffn.gated();
+        let Some(layer) = layer.ffn.gated() else {
+            return Err(EngineError::Request(
+                "an accelerator block needs a gated FFN: accelerators do not support \
+                 Mixture-of-Experts layers yet"
+                    .into(),
+            ));
+        };
         let (ff, d) = (layer.gate.rows(), layer.gate.cols());
         if ff == 0 {
             return Err(EngineError::Request(
@@ -355,6 +361,7 @@ impl FfnBlock {
         neurons: Option<&'m [Vec<u32>]>,
     ) -> impl Iterator<Item = Result<FfnBlock>> + 'm {
         model.layers.iter().enumerate().map(move |(l, layer)| {
+            model.refuse_moe("an accelerator (--accel, hybrid)")?;
             FfnBlock::from_layer(
                 layer,
                 neurons.map(|n| n[l].as_slice()),

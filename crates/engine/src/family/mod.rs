@@ -9,28 +9,40 @@
 //!   layer's attention variant ([`AttnStep`]: q/k/v biases, per-head q/k norms, ...), reading what
 //!   it needs through [`LayerTensors`];
 //! * its FFN block ([`Family::ffn`]): gated dense by default. A Mixture-of-Experts family overrides
-//!   it and returns its own [`LayerFfn`] variant (see that type: the variant and its arm in
-//!   [`crate::ffn::layer_step`] are all the MoE block adds; the forward pass does not change).
+//!   it and returns [`LayerFfn::Moe`] (built by `experts.rs` from the config's
+//!   [`MoeConfig`]; llama does so when the file has `llama.expert_count`, Mixtral); the forward pass
+//!   does not change.
 //!
 //! [`FAMILIES`] is the registry: one line per family. Adding a family is its module, its line there,
 //! and its tests, plus the GGUF and HF names of any new logical tensor key in `file.rs` (qwen3 added
 //! `q_norm` and `k_norm` there).
 
+mod experts;
 mod llama;
+mod olmoe;
 mod qwen2;
+mod qwen2moe;
 mod qwen3;
+mod qwen3moe;
 mod steps;
 
+use std::path::Path;
+
 use kernels_neon::{QMatrix, RopeStyle, WeightFormat};
+use model_format::TensorView;
 
 use crate::error::{kernel, Result};
 use crate::layer::{AttnStep, GatedFfn, Layer, LayerFfn};
+use crate::moe::MoeConfig;
 
 /// Every family the engine runs, in the order errors list them.
 static FAMILIES: &[&dyn Family] = &[
-    &llama::Llama, // llama (also HF Mistral)
-    &qwen2::Qwen2, // qwen2
-    &qwen3::Qwen3, // qwen3 (dense)
+    &llama::Llama,       // llama (also HF Mistral)
+    &qwen2::Qwen2,       // qwen2
+    &qwen3::Qwen3,       // qwen3 (dense)
+    &qwen3moe::Qwen3Moe, // qwen3moe (Mixture of Experts; Mixtral is llama with experts)
+    &olmoe::Olmoe,       // olmoe (Mixture of Experts)
+    &qwen2moe::Qwen2Moe, // qwen2moe (Mixture of Experts, shared expert)
 ];
 
 /// The dimensions a family loads a layer's tensors with.
@@ -48,6 +60,8 @@ pub struct LayerShape {
     pub d_ff: usize,
     /// Whether the FFN lives in a neuron store (a resident file has no FFN tensors).
     pub offloaded: bool,
+    /// The Mixture-of-Experts hyper-parameters, `None` for a dense model.
+    pub moe: Option<MoeConfig>,
 }
 
 /// The tensors of layer `i` of a model file, by logical key (`q`, `k_bias`, `q_norm`, ...; the
@@ -60,6 +74,14 @@ pub trait LayerTensors<'a> {
     fn vector(&self, key: &str, len: usize) -> Result<Vec<f32>>;
     /// A vector, `None` when the file does not have it.
     fn optional_vector(&self, key: &str, len: usize) -> Result<Option<Vec<f32>>>;
+    /// The tensor the file names `name` (in full, e.g. `blk.3.ffn_gate_exps.weight`) as it holds it,
+    /// dims in `shape` (any number: the 3-D expert tensors); `None` when absent. The caller checks
+    /// the shape and names [`LayerTensors::path`] in its errors.
+    fn tensor(&self, name: &str) -> Option<TensorView<'a>>;
+    /// The layer's index.
+    fn index(&self) -> usize;
+    /// The model file or directory, for errors.
+    fn path(&self) -> &Path;
 }
 
 /// One model family ([module docs](self)).

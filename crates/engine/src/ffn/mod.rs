@@ -95,7 +95,7 @@ pub trait FfnExecutor: Send + Sync {
 
 /// Runs layer `index`'s FFN block on the step's `n` tokens (`x`, `out`: `n × d_model`): what the
 /// generic forward pass calls. A gated block runs through `exec` (`decode` for one token, `batch`
-/// otherwise); another kind of block ([`LayerFfn`]) gets its arm here.
+/// otherwise); a Mixture-of-Experts block runs its own step ([`crate::moe::MoeFfn::step`]).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn layer_step(
     ffn: &LayerFfn<'_>,
@@ -121,5 +121,7 @@ pub(crate) fn layer_step(
                 exec.batch(at, x, n, out, scratch)
             }
         }
+        // The forward pass refuses an MoE model with any executor but the dense one.
+        LayerFfn::Moe(moe) => moe.step(x, n, out, precision, kind),
     }
 }

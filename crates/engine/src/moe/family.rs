@@ -117,8 +117,20 @@ impl MoeFamily {
     }
 }
 
+/// The error of a mode that does not run Mixture-of-Experts models yet: names the file, the
+/// architecture and the mode.
+pub fn unsupported(path: &Path, arch: &str, mode: &str) -> EngineError {
+    EngineError::BadModel {
+        path: path.to_path_buf(),
+        detail: format!(
+            "a Mixture-of-Experts model ({arch}): {mode} does not support MoE yet \
+             (MoE models run in memory, dense)"
+        ),
+    }
+}
+
 /// The Mixture-of-Experts hyper-parameters of a model.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct MoeConfig {
     /// The family.
     pub family: MoeFamily,

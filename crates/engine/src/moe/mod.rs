@@ -9,20 +9,23 @@
 //!   (`ffn_{gate,up,down}_shexp`, gate `ffn_gate_inp_shexp`);
 //! * `routing.rs`: softmax, top-k and normalisation of one token's router logits ([`route`]), and
 //!   the grouping of a step's tokens by expert ([`ExpertGroups`]);
-//! * `block.rs`: [`MoeBlock`], the FFN step itself on the dense kernels, batched by expert.
+//! * `block.rs`: [`MoeBlock`], the FFN step itself on the dense kernels, batched by expert;
+//! * `ffn.rs`: [`MoeFfn`], what a layer's `layer::LayerFfn::Moe` holds, and its step (buffers kept
+//!   per thread across layers and steps), which `ffn::layer_step` runs.
 //!
-//! The forward pass does not call it yet: no MoE family is registered in [`crate::family`]
-//! (the seam is a variant of `layer::LayerFfn` and its arm in `ffn::layer_step`), so MoE files are
-//! refused. Each [`MoeFamily`] says what its module will need: the top-k normalisation, the q/k norm
-//! ([`QkNorm`]: qwen3moe per head as dense qwen3, olmoe over the whole vector), the RoPE style and
-//! whether `output.weight` is required.
+//! The families' modules in [`crate::family`] (`qwen3moe`, `olmoe`, `qwen2moe`, and `llama` when
+//! the file has `llama.expert_count`) build it. Only the in-memory dense path runs it: the modes built
+//! on neuron rows (sparse, neuron stores, profiles, accelerator blocks, planner, convert) refuse an
+//! MoE model by name.
 
 mod block;
 mod family;
+mod ffn;
 mod routing;
 mod weights;
 
 pub use block::{MoeBlock, MoeScratch};
-pub use family::{MoeConfig, MoeFamily, QkNorm, TopKNorm, MAX_EXPERTS};
+pub use family::{unsupported, MoeConfig, MoeFamily, QkNorm, TopKNorm, MAX_EXPERTS};
+pub use ffn::MoeFfn;
 pub use routing::{route, ExpertGroups, Route, MIN_WEIGHT_SUM};
 pub use weights::{ExpertFfn, MoeLayer, SharedExpert};

@@ -112,8 +112,11 @@ pub fn auto_packing(
 /// logits by about 7).
 pub fn auto_down_format(model: &Model<'_>) -> WeightFormat {
     let (bytes, weights) = model.layers.iter().fold((0usize, 0usize), |(b, w), l| {
-        let down = &l.ffn.gated().down;
-        (b + down.data().len(), w + down.rows() * down.cols())
+        // (convert refuses an MoE model before choosing a format.)
+        match l.ffn.gated() {
+            Some(f) => (b + f.down.data().len(), w + f.down.rows() * f.down.cols()),
+            None => (b, w),
+        }
     });
     let bits = 8.0 * bytes as f64 / weights.max(1) as f64;
     if bits < 6.0 && WeightFormat::Q5_0.row_bytes(model.config.d_model).is_some() {
@@ -164,6 +167,9 @@ pub fn store_path_for(resident: &Path) -> PathBuf {
     }
 }
 
+/// What convert calls itself in the error refusing a Mixture-of-Experts model.
+const CONVERT: &str = "convert (to a bundle)";
+
 /// Converts `file` (a GGUF model) and its `profile` into `resident` (a GGUF without the FFN tensors,
 /// pointing at its store) and the neuron store next to it ([`store_path_for`]). Neurons are stored in
 /// descending batch-1 activation frequency (ties by id), so a unit packs neurons of similar firing rate
@@ -190,6 +196,7 @@ pub fn convert(
         )));
     };
     let model = Model::load(file)?;
+    model.refuse_moe(CONVERT)?;
     if model.config.ffn_store.is_some() {
         return Err(EngineError::Request(format!(
             "{} is already a resident file (converted)",
@@ -217,14 +224,15 @@ pub fn convert(
             "the profile's layer or neuron counts do not match the model".into(),
         ));
     }
-    let Some(first) = model.layers.first() else {
+    if model.layers.is_empty() {
         return Err(bad_profile("the model has no layers".into()));
-    };
-    let first = first.ffn.gated();
+    }
+    let first = model.gated_ffn(0, CONVERT)?;
     let (gate_f, up_f) = (first.gate.format(), first.up.format());
     if model.layers.iter().any(|l| {
-        let f = l.ffn.gated();
-        f.gate.format() != gate_f || f.up.format() != up_f
+        l.ffn
+            .gated()
+            .is_none_or(|f| f.gate.format() != gate_f || f.up.format() != up_f)
     }) {
         return Err(EngineError::BadModel {
             path: file.path().to_path_buf(),
@@ -288,7 +296,7 @@ fn write_bundle(
     progress: &mut impl FnMut(usize, usize),
 ) -> Result<(ConvertReport, atomic_out::AtomicFile)> {
     let cfg = &model.config;
-    let first = model.layers[0].ffn.gated();
+    let first = model.gated_ffn(0, CONVERT)?;
     let (gate_f, up_f) = (first.gate.format(), first.up.format());
     // The transposed down rows and their norms, exactly as in-memory sparse decode has them.
     let down_format = opts.down_format.unwrap_or_else(|| auto_down_format(model));
@@ -314,7 +322,7 @@ fn write_bundle(
     )?;
     let layout = w.layout();
     let mut hot_neurons = Vec::with_capacity(cfg.n_layers);
-    for (li, layer) in model.layers.iter().enumerate() {
+    for li in 0..model.layers.len() {
         let freq = &profile.layers[li].freq[0];
         let mut order: Vec<u32> = (0..cfg.d_ff as u32).collect();
         order.sort_by(|&a, &b| {
@@ -324,9 +332,10 @@ fn write_bundle(
         });
         let hot = freq.iter().filter(|&&f| f >= opts.hot_frequency).count();
         hot_neurons.push(hot);
+        let f = model.gated_ffn(li, CONVERT)?;
         w.add_layer(LayerInput {
-            gate: layer.ffn.gated().gate.data(),
-            up: layer.ffn.gated().up.data(),
+            gate: f.gate.data(),
+            up: f.up.data(),
             down_t: &down.rows[li],
             order,
             hot_neurons: hot,

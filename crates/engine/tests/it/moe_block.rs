@@ -504,7 +504,7 @@ fn missing_or_misshapen_tensors_are_named() {
     // The file's experts are FF wide; a config that says otherwise is refused, naming the tensor.
     let wide = MoeConfig {
         expert_ff: 2 * FF,
-        ..cfg.clone()
+        ..cfg
     };
     let e = MoeLayer::load(&wide, D, 0, f.path(), &|n| f.tensor(n))
         .unwrap_err()

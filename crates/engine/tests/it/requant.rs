@@ -67,7 +67,7 @@ fn overlay_holds_every_layer_matrix_in_the_target_format() {
         let eng = Engine::new_with_overlay(&file, Some(&o), EngineOptions::default()).unwrap();
         assert_eq!(eng.model().layers[0].wq.format(), t.format);
         assert_eq!(
-            eng.model().layers[1].ffn.gated().down.format(),
+            eng.model().layers[1].ffn.gated().unwrap().down.format(),
             o.get("blk.1.ffn_down.weight").unwrap().format
         );
         assert_eq!(eng.model().embed.format(), WeightFormat::F16);

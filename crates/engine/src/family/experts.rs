@@ -1,0 +1,31 @@
+//! The Mixture-of-Experts FFN block the MoE families share: the layer's router, experts and shared
+//! expert ([`crate::moe::MoeLayer`], llama.cpp's tensor names) and the block of the config's family.
+
+use super::{LayerShape, LayerTensors};
+use crate::error::{EngineError, Result};
+use crate::layer::LayerFfn;
+use crate::moe::{MoeBlock, MoeFfn, MoeLayer};
+
+/// The layer's MoE block; an error naming the file when the config has no experts or the file is a
+/// resident file (whose FFN would be in a neuron store: not made for MoE models).
+pub(crate) fn moe_ffn<'a>(t: &dyn LayerTensors<'a>, s: &LayerShape) -> Result<LayerFfn<'a>> {
+    let bad = |detail: &str| EngineError::BadModel {
+        path: t.path().to_path_buf(),
+        detail: detail.to_string(),
+    };
+    let Some(cfg) = s.moe else {
+        return Err(bad(
+            "a Mixture-of-Experts architecture without expert_count metadata",
+        ));
+    };
+    if s.offloaded {
+        return Err(bad(
+            "a resident file of a Mixture-of-Experts model: neuron stores do not hold experts yet",
+        ));
+    }
+    let weights = MoeLayer::load(&cfg, s.d_model, t.index(), t.path(), &|n| t.tensor(n))?;
+    Ok(LayerFfn::Moe(Box::new(MoeFfn {
+        weights,
+        block: MoeBlock::for_config(&cfg),
+    })))
+}
