@@ -38,7 +38,9 @@ pub struct LoadArgs {
     #[arg(long, default_value_t = 0)]
     pub chunk_rows: usize,
     /// Context size in tokens (0: the model's training context) [default: 4096, or the training
-    /// context if shorter].
+    /// context if shorter; with --memory-budget over a resident file, the longest of that and its
+    /// halvings, down to 256, whose KV cache takes no more of the budget than the FFN cache gets,
+    /// printed on stderr].
     #[arg(long, value_parser = parse::ctx)]
     pub ctx: Option<usize>,
     /// Re-quantize the layer weights (q, k, v, o, gate, up, down) at load time: `q4_0`, `int4`
@@ -114,7 +116,8 @@ pub struct ModelArgs {
 pub struct OffloadArgs {
     /// Memory budget for the whole process, e.g. `140M`, `1.5G`: what it holds before touching weights
     /// (code, tokenizer), the resident file, the KV cache at the whole --ctx and --cache-type and the
-    /// predictors are counted first; the FFN neuron cache gets the rest.
+    /// predictors are counted first; the FFN neuron cache gets the rest. Without --ctx, the context
+    /// is sized to what the budget leaves (see --ctx).
     #[arg(long, value_parser = parse::size, conflicts_with = "ffn_resident")]
     pub memory_budget: Option<u64>,
     /// Instead of --memory-budget: the share of the FFN kept in memory (e.g. 0.5).

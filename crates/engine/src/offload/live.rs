@@ -167,12 +167,12 @@ impl CacheControl {
 
     /// Applies `budget` live: a process budget as [`CacheControl::set_memory_budget`] does, any
     /// other as the neuron cache's size it gives ([`MemoryBudget::cache_bytes`]) over the store's
-    /// FFN.
+    /// FFN, counted as at load (the store file's size, `offload::store_ffn_bytes`).
     pub fn set_budget(&self, budget: MemoryBudget) -> Result<CacheReport> {
         if let MemoryBudget::Process(bytes) = budget {
             return self.set_memory_budget(bytes);
         }
-        let ffn = self.store.index().ffn_bytes() as u64;
+        let ffn = super::store_ffn_bytes(self.store.path())?;
         let cache = budget.cache_bytes(ffn, || 0).unwrap_or(0);
         self.set_cache_budget(usize::try_from(cache).unwrap_or(usize::MAX))?;
         Ok(self.report())
