@@ -2,7 +2,7 @@
 //! given a budget for the whole process or a share of the FFN, and the size of a KV cache (computed
 //! here and nowhere else).
 //!
-//! Under a process budget ([`FfnBudget::Process`]) what stays resident whatever the cache holds is
+//! Under a process budget ([`MemoryBudget::Process`]) what stays resident whatever the cache holds is
 //! counted first ([`Resident`]: the process before it touches weights, the resident file, the KV cache at
 //! the engine's context, the predictors); the FFN cache gets the rest. A prompt step's working memory
 //! ([`prompt_step_bytes`]) is lent by the neuron cache for the step's duration
@@ -99,9 +99,13 @@ pub fn prompt_step_bytes(
     per_token * tokens as u64 + 3 * chunk + down
 }
 
-/// How much memory the offloaded FFN (its neuron cache) may use.
+/// The memory budget, the one type that carries it from where it is given (`--memory-budget` or
+/// `--ffn-resident`, a plan's neuron cache, the server's `POST /admin/memory-budget`) to the neuron
+/// cache. [`MemoryBudget::cache_bytes`] turns it into the cache's size: the one place the memory that
+/// stays resident besides the cache is subtracted, at load ([`ffn_cache_bytes`]) and live
+/// ([`crate::CacheControl::set_budget`]).
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
-pub enum FfnBudget {
+pub enum MemoryBudget {
     /// A budget in bytes for the whole process (`--memory-budget`): what stays resident is counted
     /// first, the FFN cache gets the rest.
     Process(u64),
@@ -112,6 +116,21 @@ pub enum FfnBudget {
     /// The whole FFN may be cached.
     #[default]
     All,
+}
+
+impl MemoryBudget {
+    /// Bytes of neuron cache this budget gives over an FFN of `ffn` bytes (uncapped: a cache larger
+    /// than the FFN holds all of it), where `resident` bytes stay in memory besides the cache
+    /// (asked only for a process budget). `None`: a process budget of `resident` bytes or less,
+    /// which leaves the cache nothing.
+    pub fn cache_bytes(self, ffn: u64, resident: impl FnOnce() -> u64) -> Option<u64> {
+        match self {
+            MemoryBudget::Process(b) => b.checked_sub(resident()).filter(|&c| c > 0),
+            MemoryBudget::Share(f) => Some((f.clamp(0.0, 1.0) * ffn as f64) as u64),
+            MemoryBudget::Bytes(b) => Some(b),
+            MemoryBudget::All => Some(u64::MAX),
+        }
+    }
 }
 
 /// What stays in memory besides the FFN cache, in bytes.
@@ -155,7 +174,9 @@ pub struct BudgetSplit {
 impl BudgetSplit {
     /// Bytes left for the FFN cache.
     pub fn cache(&self) -> u64 {
-        self.budget - self.resident
+        MemoryBudget::Process(self.budget)
+            .cache_bytes(self.ffn, || self.resident)
+            .unwrap_or(0)
     }
 
     /// Percentage of the FFN the cache can hold (at most 100).
@@ -168,32 +189,33 @@ impl BudgetSplit {
 /// how it splits. `resident` is asked only for a process budget; `context` (positions) names the KV
 /// cache in the error a budget too small gives.
 pub fn ffn_cache_bytes(
-    budget: FfnBudget,
+    budget: MemoryBudget,
     ffn: u64,
     context: usize,
     resident: impl FnOnce() -> Resident,
 ) -> Result<(usize, Option<BudgetSplit>)> {
-    match budget {
-        FfnBudget::Process(b) => {
-            let fixed = resident().total();
-            if b <= fixed {
-                return Err(EngineError::Request(format!(
-                    "--memory-budget {:.1} MiB leaves nothing for the FFN: the process, the resident file, the KV cache at --ctx {} (its --cache-type) and the predictors take {:.1} MiB",
-                    mib(b),
-                    context,
-                    mib(fixed)
-                )));
-            }
-            let split = BudgetSplit {
+    let mut fixed = 0;
+    let cache = budget.cache_bytes(ffn, || {
+        fixed = resident().total();
+        fixed
+    });
+    let usize_of = |c: u64| usize::try_from(c).unwrap_or(usize::MAX);
+    match (budget, cache) {
+        (MemoryBudget::Process(b), None) => Err(EngineError::Request(format!(
+            "--memory-budget {:.1} MiB leaves nothing for the FFN: the process, the resident file, the KV cache at --ctx {} (its --cache-type) and the predictors take {:.1} MiB",
+            mib(b),
+            context,
+            mib(fixed)
+        ))),
+        (MemoryBudget::Process(b), Some(c)) => Ok((
+            usize_of(c),
+            Some(BudgetSplit {
                 budget: b,
                 resident: fixed,
                 ffn,
-            };
-            Ok((split.cache() as usize, Some(split)))
-        }
-        FfnBudget::Share(f) => Ok(((f.clamp(0.0, 1.0) * ffn as f64) as usize, None)),
-        FfnBudget::Bytes(b) => Ok((b.min(usize::MAX as u64) as usize, None)),
-        FfnBudget::All => Ok((usize::MAX, None)),
+            }),
+        )),
+        (_, c) => Ok((usize_of(c.unwrap_or(0)), None)),
     }
 }
 
@@ -344,7 +366,7 @@ mod tests {
             "at most two layers"
         );
         let (bytes, split) =
-            ffn_cache_bytes(FfnBudget::Process(100 << 20), 128 << 20, 4096, || r).unwrap();
+            ffn_cache_bytes(MemoryBudget::Process(100 << 20), 128 << 20, 4096, || r).unwrap();
         let split = split.unwrap();
         assert_eq!(bytes, 64 << 20);
         assert_eq!(split.cache(), 64 << 20);
@@ -352,7 +374,7 @@ mod tests {
         assert_eq!(split.cached_percent(), 50.0);
         // A cache larger than the FFN holds all of it.
         let (_, split) =
-            ffn_cache_bytes(FfnBudget::Process(1 << 30), 128 << 20, 4096, || r).unwrap();
+            ffn_cache_bytes(MemoryBudget::Process(1 << 30), 128 << 20, 4096, || r).unwrap();
         assert_eq!(split.unwrap().cached_percent(), 100.0);
     }
 
@@ -364,7 +386,7 @@ mod tests {
             ..Default::default()
         };
         for b in [0, 1 << 20, 40 << 20] {
-            let e = ffn_cache_bytes(FfnBudget::Process(b), 1 << 30, 512, || r)
+            let e = ffn_cache_bytes(MemoryBudget::Process(b), 1 << 30, 512, || r)
                 .unwrap_err()
                 .to_string();
             assert!(e.contains("leaves nothing for the FFN"), "{e}");
@@ -385,19 +407,19 @@ mod tests {
     fn share_and_all_ignore_what_stays_resident() {
         let never = || -> Resident { panic!("not asked without a process budget") };
         assert_eq!(
-            ffn_cache_bytes(FfnBudget::Share(0.5), 1000, 0, never).unwrap(),
+            ffn_cache_bytes(MemoryBudget::Share(0.5), 1000, 0, never).unwrap(),
             (500, None)
         );
         assert_eq!(
-            ffn_cache_bytes(FfnBudget::Share(2.0), 1000, 0, never).unwrap(),
+            ffn_cache_bytes(MemoryBudget::Share(2.0), 1000, 0, never).unwrap(),
             (1000, None)
         );
         assert_eq!(
-            ffn_cache_bytes(FfnBudget::Share(-1.0), 1000, 0, never).unwrap(),
+            ffn_cache_bytes(MemoryBudget::Share(-1.0), 1000, 0, never).unwrap(),
             (0, None)
         );
         assert_eq!(
-            ffn_cache_bytes(FfnBudget::All, 1000, 0, never).unwrap(),
+            ffn_cache_bytes(MemoryBudget::All, 1000, 0, never).unwrap(),
             (usize::MAX, None)
         );
     }

@@ -16,7 +16,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::budget::{ffn_cache_bytes, BudgetSplit, FfnBudget, Resident};
+use crate::budget::{ffn_cache_bytes, BudgetSplit, MemoryBudget, Resident};
 use crate::error::{EngineError, Result};
 use crate::generate::Engine;
 use crate::manifest::ManifestStatus;
@@ -95,13 +95,21 @@ pub struct SparsePlan {
 impl SparsePlan {
     /// Finds and loads the sidecars of `engine`'s model and, for a resident model, sets
     /// `offload.ffn_budget` from `budget` (the other fields of `offload` are kept). Under a process
-    /// budget, what the process holds now counts as resident.
+    /// budget, what the process holds now counts as resident, the KV cache at the engine's context.
     pub fn new(
         engine: &Engine<'_>,
         sidecars: &SparseSidecars,
-        budget: FfnBudget,
+        budget: MemoryBudget,
         offload: OffloadOptions,
     ) -> Result<Self> {
+        let mut plan = Self::sidecars(engine, sidecars)?;
+        plan.set_budget(engine, budget, offload, engine.options().context)?;
+        Ok(plan)
+    }
+
+    /// Finds and loads the sidecars of `engine`'s model (a resident model's manifest checked
+    /// first), with the default offload settings and no budget yet ([`SparsePlan::set_budget`]).
+    pub fn sidecars(engine: &Engine<'_>, sidecars: &SparseSidecars) -> Result<Self> {
         let model = engine.model();
         let bundle = ModelBundle::of_model(model)?;
         // A resident file's parts are checked against its manifest (sizes, and that each is the
@@ -121,91 +129,101 @@ impl SparsePlan {
         } else {
             bundle.predictor_or(sidecars.predictor.as_deref())
         };
-        let mut stream_weights = false;
-        let (offload, budget) = match ffn_store_path(model)? {
-            None => (OffloadOptions::default(), None),
-            Some(store) => {
-                let ffn = crate::offload::store_ffn_bytes(&store)?;
-                let context = engine.options().context;
-                let len = |p: &Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
-                // What stays resident besides the FFN cache, measured now: counted first under a
-                // process budget, at load or set live.
-                let resident = Resident {
-                    // Besides the model file's touched pages, which `file` counts.
-                    process: crate::sys::rss_besides(model.path())
-                        .or_else(crate::sys::rss_bytes)
-                        .unwrap_or(0),
-                    // The tensor data: the header's pages were handed back after loading; the
-                    // output's proxy is read from flash or not at all.
-                    file: len(model.path())
-                        .saturating_sub(model.header_bytes())
-                        .saturating_sub(model.output_proxy().map_or(0, |p| p.data().len() as u64)),
-                    kv_cache: model
-                        .config
-                        .kv_cache_bytes(context.max(1), engine.cache_type()),
-                    predictors: predictor.as_deref().map_or(0, len),
-                    read_ahead: 0,
-                };
-                // Without a predictor a step reads the next layer ahead: under a process budget,
-                // what that holds is counted beside the cache.
-                let reads_ahead = offload.read_ahead && predictor.is_none();
-                let with_read_ahead = |r: Resident| match (budget, reads_ahead) {
-                    (FfnBudget::Process(b), true) => Resident {
-                        read_ahead: crate::budget::read_ahead_bytes(
-                            ffn,
-                            model.config.n_layers,
-                            b.saturating_sub(r.total()),
-                        ),
-                        ..r
-                    },
-                    _ => r,
-                };
-                let mut resident = with_read_ahead(resident);
-                // The FFN cache comes before the embedding and output (crate::stream): when the
-                // budget cannot hold the whole FFN beside them, they stay on flash.
-                let whole = ffn_cache_bytes(budget, ffn, context, || resident);
-                let short = offload.stream_weights.unwrap_or_else(|| {
-                    matches!(budget, FfnBudget::Process(_))
-                        && whole.as_ref().map_or(true, |(b, _)| (*b as u64) < ffn)
-                });
-                let (ffn_budget, split) = if short {
-                    let streamed = model.streamed_bytes();
-                    resident.file = resident
-                        .file
-                        .saturating_sub(streamed)
-                        .saturating_add(streamed.min(crate::stream::STREAM_RESIDENT_BYTES));
-                    resident = with_read_ahead(Resident {
-                        read_ahead: 0,
-                        ..resident
-                    });
-                    stream_weights = true;
-                    ffn_cache_bytes(budget, ffn, context, || resident)?
-                } else {
-                    whole?
-                };
-                (
-                    OffloadOptions {
-                        ffn_budget,
-                        outside_ffn_bytes: resident.total(),
-                        read_ahead_bytes: match (budget, reads_ahead) {
-                            (FfnBudget::Process(_), true) => (resident.read_ahead / 2) as usize,
-                            _ => offload.read_ahead_bytes,
-                        },
-                        ..offload
-                    },
-                    split,
-                )
-            }
-        };
         Ok(SparsePlan {
             profile_path,
             profile,
             predictor,
-            offload,
-            budget,
+            offload: OffloadOptions::default(),
+            budget: None,
             manifest,
-            stream_weights,
+            stream_weights: false,
         })
+    }
+
+    /// For a resident model, sets the offload settings to `offload` with the FFN cache's budget
+    /// worked out from `budget`, a KV cache of `context` positions counted as resident (nothing
+    /// for an ordinary model, whose FFN is in memory). An error (a process budget that leaves
+    /// nothing) changes nothing.
+    pub fn set_budget(
+        &mut self,
+        engine: &Engine<'_>,
+        budget: MemoryBudget,
+        offload: OffloadOptions,
+        context: usize,
+    ) -> Result<()> {
+        let model = engine.model();
+        let predictor = self.predictor.as_deref();
+        let Some(store) = ffn_store_path(model)? else {
+            return Ok(());
+        };
+        let ffn = crate::offload::store_ffn_bytes(&store)?;
+        let len = |p: &Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
+        // What stays resident besides the FFN cache, measured now: counted first under a
+        // process budget, at load or set live.
+        let resident = Resident {
+            // Besides the model file's touched pages, which `file` counts.
+            process: crate::sys::rss_besides(model.path())
+                .or_else(crate::sys::rss_bytes)
+                .unwrap_or(0),
+            // The tensor data: the header's pages were handed back after loading; the
+            // output's proxy is read from flash or not at all.
+            file: len(model.path())
+                .saturating_sub(model.header_bytes())
+                .saturating_sub(model.output_proxy().map_or(0, |p| p.data().len() as u64)),
+            kv_cache: model
+                .config
+                .kv_cache_bytes(context.max(1), engine.cache_type()),
+            predictors: predictor.map_or(0, len),
+            read_ahead: 0,
+        };
+        // Without a predictor a step reads the next layer ahead: under a process budget,
+        // what that holds is counted beside the cache.
+        let reads_ahead = offload.read_ahead && predictor.is_none();
+        let with_read_ahead = |r: Resident| match (budget, reads_ahead) {
+            (MemoryBudget::Process(b), true) => Resident {
+                read_ahead: crate::budget::read_ahead_bytes(
+                    ffn,
+                    model.config.n_layers,
+                    b.saturating_sub(r.total()),
+                ),
+                ..r
+            },
+            _ => r,
+        };
+        let mut resident = with_read_ahead(resident);
+        // The FFN cache comes before the embedding and output (crate::stream): when the
+        // budget cannot hold the whole FFN beside them, they stay on flash.
+        let whole = ffn_cache_bytes(budget, ffn, context, || resident);
+        let short = offload.stream_weights.unwrap_or_else(|| {
+            matches!(budget, MemoryBudget::Process(_))
+                && whole.as_ref().map_or(true, |(b, _)| (*b as u64) < ffn)
+        });
+        let (ffn_budget, split) = if short {
+            let streamed = model.streamed_bytes();
+            resident.file = resident
+                .file
+                .saturating_sub(streamed)
+                .saturating_add(streamed.min(crate::stream::STREAM_RESIDENT_BYTES));
+            resident = with_read_ahead(Resident {
+                read_ahead: 0,
+                ..resident
+            });
+            ffn_cache_bytes(budget, ffn, context, || resident)?
+        } else {
+            whole?
+        };
+        self.stream_weights = short;
+        self.offload = OffloadOptions {
+            ffn_budget,
+            outside_ffn_bytes: resident.total(),
+            read_ahead_bytes: match (budget, reads_ahead) {
+                (MemoryBudget::Process(_), true) => (resident.read_ahead / 2) as usize,
+                _ => offload.read_ahead_bytes,
+            },
+            ..offload
+        };
+        self.budget = split;
+        Ok(())
     }
 
     /// The sparse FFN of the plan for `engine` (the one it was made for): the profile's thresholds and

@@ -218,6 +218,19 @@ impl<'a> Engine<'a> {
         &self.opts
     }
 
+    /// Sets the context as [`EngineOptions::context`] does (0 or past the training context: the
+    /// training context), for the caches made after (`new_cache`).
+    pub fn set_context(&mut self, context: usize) -> Result<()> {
+        let cfg = &self.model.config;
+        let context = match context {
+            0 => cfg.context_length,
+            c => c.min(cfg.context_length),
+        };
+        self.empty_cache = KvCache::with_format(&self.model, context, self.cache_type())?;
+        self.opts.context = context;
+        Ok(())
+    }
+
     /// An empty KV cache of the engine's format that can hold the engine's context (it allocates
     /// as positions are added).
     pub fn new_cache(&self) -> KvCache {

@@ -4,9 +4,13 @@
 //! This is the only crate that composes the others: `model-format` (file readers), `model-tokenizer`
 //! (tokenizer, chat template) and `kernels-neon` (math).
 //!
+//! A program runs a model the way `sparrow run` does through [`builder`]: an [`EngineBuilder`]
+//! (model, memory budget or plan, accelerator, threads, sparse options, context) opens the model and
+//! sets up its engine (`examples/budget.rs` runs one under a budget).
+//!
 //! Around the forward pass: [`bundle`] knows a model's sidecar files (profile, predictors, resident
 //! file and neuron store), checks they belong to it and sets up sparse decode from them; [`budget`]
-//! splits a memory budget (and is the one place the KV-cache size is computed); [`bench`](mod@bench) measures
+//! carries a memory budget ([`MemoryBudget`]) to the neuron cache and splits it (and is the one place the KV-cache size is computed); [`bench`](mod@bench) measures
 //! prefill and decode speed for any front end to print; [`outputs`] writes files that never replace
 //! an input and are only ever whole.
 //!
@@ -51,6 +55,7 @@ pub mod bench_batch;
 pub mod bench_spec;
 mod best_of;
 pub mod budget;
+pub mod builder;
 pub mod bundle;
 pub mod bundle_parts;
 pub mod calibrate;
@@ -96,7 +101,8 @@ mod transpose;
 pub use accel::{AccelKind, Accelerator, FfnBlock};
 pub use bench::{BenchMode, BenchOptions, BenchReport, ModeRuns};
 pub use best_of::{BestOf, Candidate};
-pub use budget::{parse_size, BudgetSplit, FfnBudget, Resident};
+pub use budget::{parse_size, BudgetSplit, MemoryBudget, Resident};
+pub use builder::{EngineBuilder, Level, Loaded, Plan, Solver};
 pub use bundle::{ModelBundle, SparsePlan, SparseSidecars};
 pub use calibrate::{calibrate, device_fingerprint, CalibrateOptions};
 pub use calibrate_accel::measure_accel;
@@ -114,7 +120,6 @@ pub use offload::{
     CacheControl, CacheReport, ConvertOptions, ConvertReport, OffloadOptions, OffloadStats,
 };
 pub use perplexity::{log_sum_exp, PerplexityReport};
-pub use planner;
 pub use planning::{
     accel_neuron_bytes, default_device_path, load_plan, model_summary, PlanSettings, STREAMED,
 };

@@ -4,7 +4,8 @@
 //! or `{"budget": "300M"}` (a size as `--memory-budget` takes it, at most 1 PiB in every form), the
 //! budget of the whole process; the neuron cache gets what stays
 //! after the resident file, the KV cache and the predictors, and shrinks or grows while requests are
-//! served (the engine's [`CacheControl`] applies it between two layer steps). A bad body is a 400 with
+//! served (the engine's [`CacheControl::set_budget`] applies it between two layer steps; the
+//! cache's size comes from `engine::MemoryBudget::cache_bytes`, as at load). A bad body is a 400 with
 //! one line; a budget below the model's minimum is a 400 naming the minimum.
 
 use std::net::{IpAddr, SocketAddr};
@@ -15,7 +16,7 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::{ConnectInfo, State};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use engine::{CacheControl, CacheReport, EngineError};
+use engine::{CacheControl, CacheReport, EngineError, MemoryBudget};
 use serde_json::{json, Value};
 
 use crate::routes::AppState;
@@ -104,7 +105,7 @@ pub(crate) async fn memory_budget(
         Err(e) => return ApiError::bad_request(e).into_response(),
     };
     // A grow reads hot clusters from flash, and a resize waits for the layer step in flight.
-    match tokio::task::spawn_blocking(move || ctl.set_memory_budget(bytes)).await {
+    match tokio::task::spawn_blocking(move || ctl.set_budget(MemoryBudget::Process(bytes))).await {
         Ok(Ok(r)) => {
             let mut v = report_json(&r);
             v["rss_bytes"] = json!(engine::sys::rss_bytes());

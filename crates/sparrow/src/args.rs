@@ -10,7 +10,7 @@ use clap::Args;
 
 use crate::builtin::{TextSource, CALIBRATION};
 use crate::parse;
-use engine::{FfnBudget, OffloadOptions, SparseSidecars};
+use engine::{MemoryBudget, OffloadOptions, SparseSidecars};
 
 /// The model and how it is computed: what every subcommand that loads a model takes.
 #[derive(Args, Clone)]
@@ -38,7 +38,9 @@ pub struct LoadArgs {
     #[arg(long, default_value_t = 0)]
     pub chunk_rows: usize,
     /// Context size in tokens (0: the model's training context) [default: 4096, or the training
-    /// context if shorter].
+    /// context if shorter; with --memory-budget over a resident file, the longest of that and its
+    /// halvings, down to 256, whose KV cache takes no more of the budget than the FFN cache gets,
+    /// printed on stderr].
     #[arg(long, value_parser = parse::ctx)]
     pub ctx: Option<usize>,
     /// Re-quantize the layer weights (q, k, v, o, gate, up, down) at load time: `q4_0`, `int4`
@@ -58,8 +60,9 @@ pub struct LoadArgs {
 pub const DEFAULT_IO_DEPTH: usize = 256;
 
 /// [`LoadArgs`] plus sparse decode and flash offload: the options of the subcommands that decode
-/// (`run`, `perplexity`, `bench`). Dereferences to its [`LoadArgs`], so `args.threads` and the
-/// loading helpers work on either group.
+/// (`run`, `perplexity`, `bench`, `serve`). Dereferences to its [`LoadArgs`], so `args.threads`
+/// and the loading helpers work on either group. The commands never change these: a plan applies
+/// to the engine builder's options (`load::builder`).
 #[derive(Args, Clone)]
 pub struct ModelArgs {
     #[command(flatten)]
@@ -103,15 +106,6 @@ pub struct ModelArgs {
     /// decode on the CPU alone; on a resident file the accelerator takes prompt steps only).
     #[arg(long, value_parser = parse::unit, requires = "accel")]
     pub accel_hot: Option<f64>,
-    /// Hybrid decode's split from the plan (`apply_plan`), per layer and batch size 1/2/4/8.
-    #[arg(skip)]
-    pub planned_split: Option<Vec<[u32; 4]>>,
-    /// The layers a partly sparse plan keeps dense (`apply_plan`; empty: none).
-    #[arg(skip)]
-    pub dense_layers: Vec<bool>,
-    /// Per further batch size, whether a sparse plan runs it dense (`apply_plan`; empty: none).
-    #[arg(skip)]
-    pub dense_batches: Vec<(usize, bool)>,
     #[command(flatten)]
     pub offload: OffloadArgs,
 }
@@ -122,7 +116,8 @@ pub struct ModelArgs {
 pub struct OffloadArgs {
     /// Memory budget for the whole process, e.g. `140M`, `1.5G`: what it holds before touching weights
     /// (code, tokenizer), the resident file, the KV cache at the whole --ctx and --cache-type and the
-    /// predictors are counted first; the FFN neuron cache gets the rest.
+    /// predictors are counted first; the FFN neuron cache gets the rest. Without --ctx, the context
+    /// is sized to what the budget leaves (see --ctx).
     #[arg(long, value_parser = parse::size, conflicts_with = "ffn_resident")]
     pub memory_budget: Option<u64>,
     /// Instead of --memory-budget: the share of the FFN kept in memory (e.g. 0.5).
@@ -166,12 +161,6 @@ pub struct OffloadArgs {
     /// the resident file; see docs/ARCHITECTURE.md, `output_proxy`).
     #[arg(long)]
     pub full_output: bool,
-    /// The neuron cache's size in bytes when a plan sets it (`--plan`).
-    #[arg(skip)]
-    pub ffn_cache_bytes: Option<u64>,
-    /// Whether the embedding and output projection stay on flash, where a plan decided it.
-    #[arg(skip)]
-    pub stream_weights: Option<bool>,
 }
 
 #[derive(Args)]
@@ -217,15 +206,12 @@ impl ModelArgs {
 }
 
 impl OffloadArgs {
-    /// The FFN cache budget `--memory-budget` or `--ffn-resident` gives.
-    pub fn budget(&self) -> FfnBudget {
+    /// The memory budget `--memory-budget` or `--ffn-resident` gives.
+    pub fn budget(&self) -> MemoryBudget {
         match (self.memory_budget, self.ffn_resident) {
-            (None, None) if self.ffn_cache_bytes.is_some() => {
-                FfnBudget::Bytes(self.ffn_cache_bytes.unwrap_or(0))
-            }
-            (Some(b), _) => FfnBudget::Process(b),
-            (None, Some(f)) => FfnBudget::Share(f),
-            (None, None) => FfnBudget::All,
+            (Some(b), _) => MemoryBudget::Process(b),
+            (None, Some(f)) => MemoryBudget::Share(f),
+            (None, None) => MemoryBudget::All,
         }
     }
 
@@ -241,7 +227,6 @@ impl OffloadArgs {
             read_ahead: !self.no_read_ahead,
             two_phase: self.two_phase,
             async_io: !self.io_sync,
-            stream_weights: self.stream_weights,
             ..Default::default()
         }
     }

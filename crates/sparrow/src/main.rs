@@ -16,7 +16,7 @@ mod parse;
 #[cfg(test)]
 mod path_flags;
 mod plot;
-mod store_accel;
+
 mod ui;
 
 use anyhow::Result;

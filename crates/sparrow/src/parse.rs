@@ -59,7 +59,7 @@ pub struct SweepBudget {
     /// As given on the command line.
     pub label: String,
     /// The budget.
-    pub budget: engine::FfnBudget,
+    pub budget: engine::MemoryBudget,
 }
 
 /// Parses one [`SweepBudget`]: a percentage in `(0, 100]` or a size above 0.
@@ -71,11 +71,11 @@ pub fn sweep_budget(s: &str) -> Result<SweepBudget, String> {
             if v == 0.0 {
                 return Err(format!("`{s}` must be above 0%"));
             }
-            engine::FfnBudget::Share(v / 100.0)
+            engine::MemoryBudget::Share(v / 100.0)
         }
         None => match size(t)? {
             0 => return Err(format!("`{s}` must be above 0")),
-            b => engine::FfnBudget::Process(b),
+            b => engine::MemoryBudget::Process(b),
         },
     };
     Ok(SweepBudget {
@@ -194,10 +194,10 @@ mod tests {
         let b = sweep_budget("40%").unwrap();
         assert_eq!(
             (b.label.as_str(), b.budget),
-            ("40%", engine::FfnBudget::Share(0.4))
+            ("40%", engine::MemoryBudget::Share(0.4))
         );
         let b = sweep_budget("150M").unwrap();
-        assert_eq!(b.budget, engine::FfnBudget::Process(150 << 20));
+        assert_eq!(b.budget, engine::MemoryBudget::Process(150 << 20));
         for bad in ["0%", "101%", "nan%", "0", "x", "-5%"] {
             assert!(sweep_budget(bad).is_err(), "{bad}");
         }

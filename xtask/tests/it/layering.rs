@@ -13,7 +13,7 @@ fn root() -> PathBuf {
 }
 
 /// Layer of each workspace crate. A crate may depend (normal or build dependency) only on crates of a
-/// strictly lower layer; layer 0 (foundations every crate may use: `tensor-types`, the shared
+/// strictly lower layer, and its tests (dev-dependencies) on none of a higher layer; layer 0 (foundations every crate may use: `tensor-types`, the shared
 /// vocabulary, and `atomic-out`, whole-or-nothing output files) depends on no workspace crate.
 fn layer(name: &str) -> Option<u32> {
     Some(match name {
@@ -27,7 +27,16 @@ fn layer(name: &str) -> Option<u32> {
     })
 }
 
-fn workspace_deps() -> BTreeMap<String, BTreeSet<String>> {
+/// Which dependencies [`workspace_deps`] lists.
+#[derive(Clone, Copy, PartialEq)]
+enum Kinds {
+    /// Normal and build dependencies: what the crate's library or binary is built from.
+    Built,
+    /// The dev-dependencies of its tests, examples and benches.
+    Dev,
+}
+
+fn workspace_deps(kinds: Kinds) -> BTreeMap<String, BTreeSet<String>> {
     let out = Command::new(env!("CARGO"))
         .args([
             "metadata",
@@ -58,7 +67,7 @@ fn workspace_deps() -> BTreeMap<String, BTreeSet<String>> {
                 .as_array()
                 .unwrap()
                 .iter()
-                .filter(|d| d["kind"].as_str() != Some("dev"))
+                .filter(|d| (d["kind"].as_str() == Some("dev")) == (kinds == Kinds::Dev))
                 .map(|d| d["name"].as_str().unwrap().to_string())
                 .filter(|d| names.contains(d))
                 .collect();
@@ -69,7 +78,7 @@ fn workspace_deps() -> BTreeMap<String, BTreeSet<String>> {
 
 #[test]
 fn every_crate_has_a_layer_and_depends_only_downwards() {
-    let deps = workspace_deps();
+    let deps = workspace_deps(Kinds::Built);
     assert!(
         deps.contains_key("engine") && deps.contains_key("kernels-neon"),
         "metadata lists the workspace: {deps:?}"
@@ -92,6 +101,19 @@ fn every_crate_has_a_layer_and_depends_only_downwards() {
             }
         }
     }
+    // Tests too: a test of a lower crate that reached up would hide an upward arrow (a test may
+    // use a crate of its own layer: `npu-qnn`'s load the QNN test double, `qnn-double`).
+    for (krate, ds) in &workspace_deps(Kinds::Dev) {
+        let l = layer(krate);
+        for d in ds {
+            if layer(d).is_none() || layer(d) > l {
+                errors.push(format!(
+                    "the tests of `{krate}` (layer {l:?}) depend on `{d}` (layer {:?})",
+                    layer(d)
+                ));
+            }
+        }
+    }
     assert!(
         errors.is_empty(),
         "layering violations:\n{}",
@@ -101,7 +123,9 @@ fn every_crate_has_a_layer_and_depends_only_downwards() {
 
 #[test]
 fn crates_above_engine_reach_layer_2_only_through_engine() {
-    for (krate, ds) in &workspace_deps() {
+    // What the library or binary is built from; their tests may write a lower crate's files
+    // directly (a device profile, the QNN test double), which the downward rule still checks.
+    for (krate, ds) in &workspace_deps(Kinds::Built) {
         if layer(krate).is_some_and(|l| l > 3) {
             let direct: Vec<_> = ds.iter().filter(|d| layer(d) == Some(2)).collect();
             assert!(
@@ -141,6 +165,33 @@ fn crates_using(needle: &str) -> BTreeSet<String> {
         }
     }
     found
+}
+
+/// No crate re-exports a whole workspace crate (`pub use planner;`): a crate above would reach it
+/// through the re-export, around the layering rules.
+#[test]
+fn no_crate_re_exports_a_workspace_crate_whole() {
+    let crates: Vec<String> = workspace_deps(Kinds::Built)
+        .into_keys()
+        .map(|c| c.replace('-', "_"))
+        .collect();
+    let mut files = Vec::new();
+    rust_sources(&root().join("crates"), &mut files);
+    let mut found = Vec::new();
+    for f in files {
+        for line in std::fs::read_to_string(&f).unwrap().lines() {
+            let t = line.trim();
+            let Some(rest) = t.strip_prefix("pub use ") else {
+                continue;
+            };
+            let path = rest.trim_end_matches(';');
+            let path = path.split(" as ").next().unwrap_or(path).trim();
+            if crates.iter().any(|c| path == c || path == format!("::{c}")) {
+                found.push(format!("{}: {t}", f.display()));
+            }
+        }
+    }
+    assert!(found.is_empty(), "whole-crate re-exports: {found:?}");
 }
 
 #[test]

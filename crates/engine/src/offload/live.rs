@@ -16,6 +16,7 @@ use neuron_store::NeuronStore;
 use ufs_io::IoEngine;
 
 use super::options::OffloadOptions;
+use crate::budget::MemoryBudget;
 use crate::error::{EngineError, Result};
 
 /// Each layer's hot prefix: units `first[l]..first[l] + units[l]` of layer `l` are in the pinned
@@ -153,10 +154,27 @@ impl CacheControl {
                     mib(loan.outside)
                 )));
             }
-            loan.asked = usize::try_from(bytes - loan.outside).unwrap_or(usize::MAX);
+            let ffn = self.store.index().ffn_bytes() as u64;
+            let cache = MemoryBudget::Process(bytes)
+                .cache_bytes(ffn, || loan.outside)
+                .unwrap_or(0);
+            loan.asked = usize::try_from(cache).unwrap_or(usize::MAX);
             loan.memory = Some(bytes);
             self.resize(&loan)?;
         }
+        Ok(self.report())
+    }
+
+    /// Applies `budget` live: a process budget as [`CacheControl::set_memory_budget`] does, any
+    /// other as the neuron cache's size it gives ([`MemoryBudget::cache_bytes`]) over the store's
+    /// FFN, counted as at load (the store file's size, `offload::store_ffn_bytes`).
+    pub fn set_budget(&self, budget: MemoryBudget) -> Result<CacheReport> {
+        if let MemoryBudget::Process(bytes) = budget {
+            return self.set_memory_budget(bytes);
+        }
+        let ffn = super::store_ffn_bytes(self.store.path())?;
+        let cache = budget.cache_bytes(ffn, || 0).unwrap_or(0);
+        self.set_cache_budget(usize::try_from(cache).unwrap_or(usize::MAX))?;
         Ok(self.report())
     }
 

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use engine::bundle::{load_predictors, ModelBundle, SparsePlan, SparseSidecars};
 use engine::offload::{convert, store_path_for, ConvertOptions, OffloadOptions};
-use engine::{Engine, EngineOptions, FfnBudget, ModelFile, PredictorSet};
+use engine::{Engine, EngineOptions, MemoryBudget, ModelFile, PredictorSet};
 
 fn fixture(name: &str) -> ModelFile {
     ModelFile::open(
@@ -45,8 +45,8 @@ fn with_profile(profile: PathBuf) -> SparseSidecars {
 }
 
 /// A one-core device whose flash reads 4 KiB at a time at 1 GB/s and streams at 2 GB/s.
-fn device_profile() -> engine::planner::DeviceProfile {
-    use engine::planner::{DeviceProfile, IoRate, KernelRate};
+fn device_profile() -> planner::DeviceProfile {
+    use planner::{DeviceProfile, IoRate, KernelRate};
     DeviceProfile {
         name: "test".into(),
         fingerprint: 1,
@@ -89,7 +89,7 @@ fn sparse_plan_of_an_ordinary_model_checks_the_profile_and_predictors() {
     let plan = SparsePlan::new(
         &eng,
         &with_profile(profile.clone()),
-        FfnBudget::Process(1),
+        MemoryBudget::Process(1),
         OffloadOptions::default(),
     )
     .unwrap();
@@ -107,7 +107,7 @@ fn sparse_plan_of_an_ordinary_model_checks_the_profile_and_predictors() {
     let plan = SparsePlan::new(
         &eng,
         &with_profile(other_profile),
-        FfnBudget::All,
+        MemoryBudget::All,
         OffloadOptions::default(),
     )
     .unwrap();
@@ -131,7 +131,13 @@ fn sparse_plan_of_an_ordinary_model_checks_the_profile_and_predictors() {
         predictor: Some(pred),
         ..with_profile(profile)
     };
-    let plan = SparsePlan::new(&eng, &sidecars, FfnBudget::All, OffloadOptions::default()).unwrap();
+    let plan = SparsePlan::new(
+        &eng,
+        &sidecars,
+        MemoryBudget::All,
+        OffloadOptions::default(),
+    )
+    .unwrap();
     assert!(plan.build(&eng).is_err());
     std::fs::remove_dir_all(&dir).unwrap();
 }
@@ -161,14 +167,14 @@ fn resident_file_budget_counts_what_stays_resident() {
         ..Default::default()
     };
 
-    let plan = SparsePlan::new(&eng, &none, FfnBudget::Share(0.5), opts.clone()).unwrap();
+    let plan = SparsePlan::new(&eng, &none, MemoryBudget::Share(0.5), opts.clone()).unwrap();
     assert_eq!(plan.offload.ffn_budget, (0.5 * store as f64) as usize);
     assert_eq!(plan.offload.queue_depth, 7, "the other settings are kept");
     assert!(plan.budget.is_none());
     assert!(plan.build(&eng).unwrap().offload().is_some());
 
     let big = 1u64 << 40;
-    let plan = SparsePlan::new(&eng, &none, FfnBudget::Process(big), opts.clone()).unwrap();
+    let plan = SparsePlan::new(&eng, &none, MemoryBudget::Process(big), opts.clone()).unwrap();
     let split = plan.budget.unwrap();
     let file_len = std::fs::metadata(&resident).unwrap().len();
     let kv = eng.model().config.kv_cache_bytes(64, eng.cache_type());
@@ -186,7 +192,7 @@ fn resident_file_budget_counts_what_stays_resident() {
     // threads (by tens of KiB, as much as this store), so the check is against the split this plan
     // measured: all that the resident part leaves goes to the cache.
     let short = split.resident + store - store / 8;
-    let plan = SparsePlan::new(&eng, &none, FfnBudget::Process(short), opts.clone()).unwrap();
+    let plan = SparsePlan::new(&eng, &none, MemoryBudget::Process(short), opts.clone()).unwrap();
     assert!(plan.stream_weights);
     let again = plan.budget.unwrap();
     assert_eq!(again.budget, short);
@@ -195,21 +201,21 @@ fn resident_file_budget_counts_what_stays_resident() {
         short - again.resident,
         "{again:?}"
     );
-    let plan = SparsePlan::new(&eng, &none, FfnBudget::Share(0.1), opts.clone()).unwrap();
+    let plan = SparsePlan::new(&eng, &none, MemoryBudget::Share(0.1), opts.clone()).unwrap();
     assert!(!plan.stream_weights, "only a process budget streams");
     // ... or a plan that says so, whatever the budget.
     let planned = OffloadOptions {
         stream_weights: Some(true),
         ..opts.clone()
     };
-    let plan = SparsePlan::new(&eng, &none, FfnBudget::Share(0.1), planned).unwrap();
+    let plan = SparsePlan::new(&eng, &none, MemoryBudget::Share(0.1), planned).unwrap();
     assert!(plan.stream_weights, "the plan's choice");
     // ... and a plan keeping them in memory does, under a budget that would stream them.
     let kept = OffloadOptions {
         stream_weights: Some(false),
         ..opts.clone()
     };
-    let plan = SparsePlan::new(&eng, &none, FfnBudget::Process(short), kept).unwrap();
+    let plan = SparsePlan::new(&eng, &none, MemoryBudget::Process(short), kept).unwrap();
     assert!(!plan.stream_weights, "the plan's choice");
 
     // The planner sees the embedding and output of a resident file as one tensor it may leave on
@@ -237,31 +243,27 @@ fn resident_file_budget_counts_what_stays_resident() {
         .iter()
         .all(|t| t.name == engine::STREAMED || !t.offloadable));
     let device = device_profile();
-    let roomy = engine::planner::Constraints {
+    let roomy = planner::Constraints {
         context: 64,
         ..Default::default()
     };
-    let plan =
-        engine::planner::make_plan(&device, &summary, &roomy, engine::planner::Solver::Search)
-            .unwrap();
+    let plan = planner::make_plan(&device, &summary, &roomy, planner::Solver::Search).unwrap();
     assert!(
         !engine::PlanSettings::of(&plan).stream_weights,
         "no budget: kept in memory"
     );
-    let tight = engine::planner::Constraints {
+    let tight = planner::Constraints {
         memory_budget: Some(plan.memory - streamed.bytes / 2),
         ..roomy
     };
-    let plan =
-        engine::planner::make_plan(&device, &summary, &tight, engine::planner::Solver::Search)
-            .unwrap();
+    let plan = planner::make_plan(&device, &summary, &tight, planner::Solver::Search).unwrap();
     assert!(
         engine::PlanSettings::of(&plan).stream_weights,
         "{}",
         plan.describe()
     );
 
-    let e = SparsePlan::new(&eng, &none, FfnBudget::Process(1 << 20), opts)
+    let e = SparsePlan::new(&eng, &none, MemoryBudget::Process(1 << 20), opts)
         .unwrap_err()
         .to_string();
     assert!(

@@ -12,7 +12,7 @@ use atomic_out::testing::{child_writes, run_in_child};
 use engine::bundle::{BundleParts, SparsePlan, SparseSidecars};
 use engine::manifest::Manifest;
 use engine::offload::{convert, ConvertOptions, ConvertStep, OffloadOptions, Packing};
-use engine::{Engine, EngineOptions, FfnBudget, ModelFile, Precision, PredictorSet};
+use engine::{Engine, EngineOptions, MemoryBudget, ModelFile, Precision, PredictorSet};
 
 fn fixture() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/tiny-llama-silu-q4_0.gguf")
@@ -94,7 +94,13 @@ fn runs(resident: &Path) -> BundleParts {
         no_predictor: true,
         ..Default::default()
     };
-    let plan = SparsePlan::new(&eng, &sidecars, FfnBudget::All, OffloadOptions::default()).unwrap();
+    let plan = SparsePlan::new(
+        &eng,
+        &sidecars,
+        MemoryBudget::All,
+        OffloadOptions::default(),
+    )
+    .unwrap();
     let sp = plan.build(&eng).unwrap();
     eng.set_sparse(Some(sp));
     let l = common::logits(&eng, &[1, 2, 3], false);

@@ -5,6 +5,7 @@
 mod accel;
 mod bench;
 mod best_of;
+mod builder;
 mod bundle;
 mod calibrate;
 mod common;

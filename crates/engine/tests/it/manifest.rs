@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use engine::bundle::{seal_manifest, BundleParts, ModelBundle, SparsePlan, SparseSidecars};
 use engine::manifest::{manifest_path, Manifest, ManifestStatus, PartRole};
 use engine::offload::{convert, store_path_for, ConvertOptions, OffloadOptions};
-use engine::{Engine, EngineOptions, FfnBudget, ModelFile};
+use engine::{Engine, EngineOptions, MemoryBudget, ModelFile};
 
 fn tmp_dir(name: &str) -> PathBuf {
     let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
@@ -87,7 +87,7 @@ fn load(resident: &Path) -> Result<Option<ManifestStatus>, String> {
     SparsePlan::new(
         &eng,
         &SparseSidecars::default(),
-        FfnBudget::All,
+        MemoryBudget::All,
         OffloadOptions::default(),
     )
     .map(|p| p.manifest)

@@ -6,11 +6,13 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use engine::bench::{mean_sd, quantile};
-use engine::{BenchMode, BenchOptions, BenchReport, Engine, ModeRuns, ModelFile, Overlay};
+use engine::{
+    BenchMode, BenchOptions, BenchReport, Engine, EngineBuilder, ModeRuns, ModelFile, Overlay, Plan,
+};
 
 use crate::args::ModelArgs;
 use crate::builtin::{TextSource, EVAL};
-use crate::load::{apply_plan, build_overlay, engine_options, open_model, setup_sparse};
+use crate::load::builder;
 use crate::parse::SweepBudget;
 use crate::plot::{Curve, Latencies};
 use crate::ui::{mib, precision_name};
@@ -79,19 +81,25 @@ pub struct BenchArgs {
 }
 
 /// Runs the subcommand and prints its result.
-pub fn run(mut a: BenchArgs) -> Result<()> {
-    let file = open_model(&a.model, a.json)?;
+pub fn run(a: BenchArgs) -> Result<()> {
+    let mut b = builder(&a.model, a.json);
+    let path = b.model_path()?;
     if let Some(plot) = &a.plot {
-        let mut inputs = crate::load::model_inputs(&a.model, file.path());
+        let mut inputs = crate::load::model_inputs(&a.model, &path);
         inputs.extend(a.text.clone());
         inputs.extend(a.offload.clone());
         inputs.extend(a.prompts.clone());
         engine::outputs::guard(&[(plot, engine::outputs::OutputKind::Other)], &inputs)?;
     }
-    let plan = apply_plan(&file, &mut a.model, a.json)?;
-    let overlay = build_overlay(&file, &a.model, a.json)?;
-    let mut eng = Engine::new_with_overlay(&file, overlay.as_ref(), engine_options(&a.model))?;
-    setup_sparse(&mut eng, &a.model, a.json)?;
+    b.model = Some(path);
+    let loaded = b.open()?;
+    let (file, overlay, plan, b) = (
+        loaded.file(),
+        loaded.overlay(),
+        loaded.plan(),
+        loaded.options(),
+    );
+    let mut eng = loaded.engine()?;
     let opts = BenchOptions {
         n_prompt: a.n_prompt,
         n_gen: a.n_gen,
@@ -100,7 +108,7 @@ pub fn run(mut a: BenchArgs) -> Result<()> {
     };
     let need = opts.tokens_needed();
     let text = (a.text.is_some()
-        || a.model.sparse
+        || b.sparse
         || !a.sparsities.is_empty()
         || eng.model().config.ffn_store.is_some())
     .then(|| TextSource::or_builtin(a.text.as_deref(), &EVAL));
@@ -118,18 +126,18 @@ pub fn run(mut a: BenchArgs) -> Result<()> {
     let off_file = a.offload.as_ref().map(ModelFile::open).transpose()?;
     let off_eng = match &off_file {
         Some(f) => {
-            let mut e = Engine::new(f, engine_options(&a.model))?;
+            let mut e = Engine::new(f, b.engine_options())?;
             if e.model().config.ffn_store.is_none() {
                 bail!(
                     "--offload {}: not a resident file (make one with `sparrow convert`)",
                     f.path().display()
                 );
             }
-            let mut margs = a.model.clone();
-            margs.model = Some(f.path().to_path_buf());
-            margs.profile = None;
-            margs.predictor = None;
-            setup_sparse(&mut e, &margs, a.json)?;
+            let mut ob = b.clone();
+            ob.model = Some(f.path().to_path_buf());
+            ob.sidecars.profile = None;
+            ob.sidecars.predictor = None;
+            ob.setup(&mut e)?;
             Some(e)
         }
         None => None,
@@ -139,10 +147,10 @@ pub fn run(mut a: BenchArgs) -> Result<()> {
         ..opts
     };
     if !a.budgets.is_empty() {
-        return sweep(&a, &mut eng, &file, text.as_ref(), &tokens, &opts);
+        return sweep(&a, b, &mut eng, file, text.as_ref(), &tokens, &opts);
     }
     if !a.sparsities.is_empty() {
-        return sparsity_sweep(&a, &mut eng, &file, text.as_ref(), &tokens, &opts);
+        return sparsity_sweep(&a, &mut eng, file, text.as_ref(), &tokens, &opts);
     }
     if let Some(n) = a.lookup {
         return crate::cmd::bench_lookup::run(&a, &eng, n);
@@ -181,11 +189,12 @@ pub fn run(mut a: BenchArgs) -> Result<()> {
     let out = Printed {
         a: &a,
         eng: &eng,
-        file: &file,
-        overlay: overlay.as_ref(),
+        file,
+        overlay,
         text: text.as_ref(),
         report: &report,
-        plan: plan.as_ref(),
+        plan,
+        planned_split: b.planned.split.is_some(),
     };
     if a.json {
         out.json()
@@ -235,6 +244,7 @@ fn best_of(a: &BenchArgs, eng: &Engine<'_>, prompt: &[u32], n: usize) -> Result<
 /// and the plot of decode speed against the FFN cache that each budget left.
 fn sweep(
     a: &BenchArgs,
+    b: &EngineBuilder,
     eng: &mut Engine<'_>,
     file: &ModelFile,
     text: Option<&TextSource>,
@@ -248,22 +258,14 @@ fn sweep(
         );
     }
     let mut rows = Vec::new();
-    for b in &a.budgets {
-        let mut margs = a.model.clone();
-        (margs.offload.memory_budget, margs.offload.ffn_resident) = match b.budget {
-            engine::FfnBudget::Process(bytes) => (Some(bytes), None),
-            engine::FfnBudget::Share(f) => (None, Some(f)),
-            engine::FfnBudget::Bytes(n) => {
-                margs.offload.ffn_cache_bytes = Some(n);
-                (None, None)
-            }
-            engine::FfnBudget::All => (None, None),
-        };
+    for budget in &a.budgets {
+        let bb = b.clone().budget(budget.budget);
         // The previous budget's cache is dropped before the next one is built.
         eng.set_sparse(None);
-        setup_sparse(eng, &margs, a.json).with_context(|| format!("budget {}", b.label))?;
+        bb.setup(eng)
+            .with_context(|| format!("budget {}", budget.label))?;
         let report = engine::bench::run(eng, None, tokens, opts)
-            .with_context(|| format!("budget {}", b.label))?;
+            .with_context(|| format!("budget {}", budget.label))?;
         let r = report.runs[0].clone();
         let cache_mib = r
             .offload
@@ -273,7 +275,7 @@ fn sweep(
             let (tm, ts) = mean_sd(&r.tg);
             println!(
                 "budget {:>6}: FFN cache {:>7.1} MiB | tg{:<5} {:>8.1} ± {:.1} tok/s | per token P50 {:.1} ms, {:.2} MiB read",
-                b.label,
+                budget.label,
                 cache_mib,
                 a.n_gen,
                 tm,
@@ -282,7 +284,7 @@ fn sweep(
                 r.offload.as_ref().map_or(0.0, |o| mib(o.bytes_read) / o.tokens.max(1) as f64),
             );
         }
-        rows.push((b.label.clone(), cache_mib, r));
+        rows.push((budget.label.clone(), cache_mib, r));
     }
     if let Some(path) = &a.plot {
         let latencies = rows
@@ -482,7 +484,9 @@ struct Printed<'p, 'e> {
     overlay: Option<&'p Overlay>,
     text: Option<&'p TextSource>,
     report: &'p BenchReport,
-    plan: Option<&'p engine::planner::Plan>,
+    plan: Option<&'p Plan>,
+    /// Whether hybrid decode took the plan's split.
+    planned_split: bool,
 }
 
 impl Printed<'_, '_> {
@@ -538,7 +542,7 @@ impl Printed<'_, '_> {
                 "measured_over_predicted": mean_sd(&runs[0].tg).0 / p.predicted[0].tok_s,
                 "solver": p.solver,
                 "memory": p.memory,
-                "predicted_hybrid_tg_tok_s": planned_hybrid_tok_s(p, a),
+                "predicted_hybrid_tg_tok_s": planned_hybrid_tok_s(p, self.planned_split),
             });
         }
         if runs.len() == 2 {
@@ -668,7 +672,7 @@ impl Printed<'_, '_> {
             // Hybrid decode with the plan's split (`--sparse --accel`, no `--accel-hot`): its own
             // prediction.
             let hybrid = report.modes.iter().position(|m| *m == BenchMode::Hybrid);
-            if let (Some(i), Some(pred)) = (hybrid, planned_hybrid_tok_s(p, a)) {
+            if let (Some(i), Some(pred)) = (hybrid, planned_hybrid_tok_s(p, self.planned_split)) {
                 let measured = mean_sd(&report.runs[i].tg).0;
                 println!(
                     "plan: predicted hybrid tg {pred:.1} tok/s, measured {measured:.1} tok/s ({:+.0}%)",
@@ -691,9 +695,9 @@ impl Printed<'_, '_> {
 }
 
 /// The plan's predicted hybrid decode speed, where the run took the plan's split (no `--accel-hot`).
-fn planned_hybrid_tok_s(p: &engine::planner::Plan, a: &BenchArgs) -> Option<f64> {
+fn planned_hybrid_tok_s(p: &Plan, planned_split: bool) -> Option<f64> {
     p.hybrid
         .as_ref()
-        .filter(|_| a.model.planned_split.is_some())
+        .filter(|_| planned_split)
         .and_then(|h| h.tok_s())
 }

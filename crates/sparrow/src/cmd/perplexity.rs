@@ -4,11 +4,10 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 use clap::Args;
-use engine::Engine;
 
 use crate::args::ModelArgs;
 use crate::builtin::{TextSource, EVAL};
-use crate::load::{apply_plan, build_overlay, engine_options, open_model, setup_sparse};
+use crate::load::builder;
 use crate::ui::{bar, precision_name};
 
 #[derive(Args)]
@@ -30,12 +29,10 @@ pub struct PplArgs {
 }
 
 /// Runs the subcommand and prints its result.
-pub fn run(mut a: PplArgs) -> Result<()> {
-    let file = open_model(&a.model, a.json)?;
-    let _plan = apply_plan(&file, &mut a.model, a.json)?;
-    let overlay = build_overlay(&file, &a.model, a.json)?;
-    let mut eng = Engine::new_with_overlay(&file, overlay.as_ref(), engine_options(&a.model))?;
-    setup_sparse(&mut eng, &a.model, a.json)?;
+pub fn run(a: PplArgs) -> Result<()> {
+    let loaded = builder(&a.model, a.json).open()?;
+    let (file, overlay) = (loaded.file(), loaded.overlay());
+    let eng = loaded.engine()?;
     let src = TextSource::or_builtin(a.file.as_deref(), &EVAL);
     let text = src.read()?;
     let tokens = eng.tokenizer().encode(&text, false)?;
@@ -50,9 +47,8 @@ pub fn run(mut a: PplArgs) -> Result<()> {
         v["file"] = serde_json::json!(src.name());
         v["precision"] = serde_json::json!(precision_name(eng.options().precision));
         v["sparse"] = serde_json::json!(eng.sparse().is_some());
-        v["requant"] = serde_json::json!(overlay.as_ref().map(|o| o.requant().to_string()));
-        v["requant_bits_per_weight"] =
-            serde_json::json!(overlay.as_ref().map(|o| o.bits_per_weight()));
+        v["requant"] = serde_json::json!(overlay.map(|o| o.requant().to_string()));
+        v["requant_bits_per_weight"] = serde_json::json!(overlay.map(|o| o.bits_per_weight()));
         println!("{}", serde_json::to_string(&v)?);
     } else {
         println!(
@@ -65,7 +61,7 @@ pub fn run(mut a: PplArgs) -> Result<()> {
             r.tokens_in_text,
             r.tokens_per_s,
             precision_name(eng.options().precision),
-            overlay.as_ref().map(|o| format!(", layers re-quantized to {}", o.requant())).unwrap_or_default()
+            overlay.map(|o| format!(", layers re-quantized to {}", o.requant())).unwrap_or_default()
                 + if eng.sparse().is_some() { ", sparse FFN" } else { "" }
         );
     }

@@ -5,11 +5,10 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
-use engine::planner::{make_plan, DeviceProfile, Solver};
-use engine::{model_summary, Engine};
+use engine::Solver;
 
 use crate::args::ModelArgs;
-use crate::load::{constraints, engine_options, open_model};
+use crate::load::builder;
 
 /// Which solver `sparrow plan` uses.
 #[derive(Clone, Copy, ValueEnum)]
@@ -50,7 +49,8 @@ pub fn run(a: PlanArgs) -> Result<()> {
             device_path.display()
         );
     }
-    let file = open_model(&a.model, a.json)?;
+    let b = builder(&a.model, a.json);
+    let file = engine::ModelFile::open(b.model_path()?)?;
     let out = a
         .output
         .clone()
@@ -58,16 +58,14 @@ pub fn run(a: PlanArgs) -> Result<()> {
     let mut inputs = crate::load::model_inputs(&a.model, file.path());
     inputs.push(device_path.clone());
     engine::outputs::guard(&[(&out, engine::outputs::OutputKind::Plan)], &inputs)?;
-    let device = DeviceProfile::load(&device_path)?;
-    let mut eng = Engine::new(&file, engine_options(&a.model))?;
+    let mut eng = engine::Engine::new(&file, b.engine_options())?;
     eng.set_output_proxy(!a.model.offload.full_output);
-    let summary = model_summary(&eng, &a.model.sidecars())?;
-    let c = constraints(&eng, &a.model, a.min_tok_s);
     let solver = match a.solver {
         SolverArg::Search => Solver::Search,
         SolverArg::Z3 => Solver::Z3,
     };
-    let plan = make_plan(&device, &summary, &c, solver)
+    let plan = b
+        .make_plan(&eng, &device_path, a.min_tok_s, solver)
         .with_context(|| format!("planning {}", file.path().display()))?;
     plan.save(&out)?;
     if a.json {

@@ -9,7 +9,7 @@ use clap::Args;
 use engine::{Engine, ModelBundle};
 
 use crate::args::{CorpusArgs, LoadArgs};
-use crate::load::{build_overlay, engine_options, open_model, read_corpus};
+use crate::load::{load_builder, read_corpus};
 use crate::ui::{bar, stop_flag};
 
 #[derive(Args)]
@@ -55,9 +55,8 @@ fn interrupted(stop: &std::sync::atomic::AtomicBool, e: engine::EngineError) -> 
 /// Runs the subcommand and prints its result.
 pub fn run(a: ProfileArgs) -> Result<()> {
     use engine::sparse::{thresholds_for_sparsity, Score, SparseFfn, DEFAULT_DOWN_FORMAT};
-    let file = open_model(&a.model, a.json)?;
-    let overlay = build_overlay(&file, &a.model, a.json)?;
-    let mut eng = Engine::new_with_overlay(&file, overlay.as_ref(), engine_options(&a.model))?;
+    let loaded = load_builder(&a.model, a.json).open()?;
+    let mut eng = loaded.start()?;
     let out = a
         .out
         .clone()
@@ -177,7 +176,7 @@ pub fn run(a: ProfileArgs) -> Result<()> {
     }
     println!(
         "profile of {} over {} tokens of {} (target sparsity {:.3}, {:?} score) -> {}",
-        file.path().display(),
+        loaded.file().path().display(),
         profile.tokens,
         opts.corpus,
         sparsity,

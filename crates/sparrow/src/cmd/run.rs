@@ -11,9 +11,7 @@ use engine::{
 };
 
 use crate::args::ModelArgs;
-use crate::load::{
-    apply_plan, build_overlay, engine_options, open_model, report_accel_failure, setup_sparse,
-};
+use crate::load::{builder, report_accel_failure};
 use crate::parse;
 use crate::ui::{mib, precision_name};
 
@@ -76,14 +74,13 @@ pub struct RunArgs {
 }
 
 /// Runs the subcommand and prints its result.
-pub fn run(mut a: RunArgs) -> Result<()> {
+pub fn run(a: RunArgs) -> Result<()> {
     let t0 = Instant::now();
-    let file = open_model(&a.model, a.json)?;
-    let _plan = apply_plan(&file, &mut a.model, a.json)?;
-    let overlay = build_overlay(&file, &a.model, a.json)?;
-    let mut eng = Engine::new_with_overlay(&file, overlay.as_ref(), engine_options(&a.model))
+    let loaded = builder(&a.model, a.json).open()?;
+    let file = loaded.file();
+    let eng = loaded
+        .engine()
         .with_context(|| format!("loading {}", file.path().display()))?;
-    setup_sparse(&mut eng, &a.model, a.json)?;
     let load_s = t0.elapsed().as_secs_f64();
     let req = GenerateRequest {
         max_tokens: a.n_predict,

@@ -5,10 +5,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use clap::Args;
-use engine::Engine;
 
 use crate::args::ModelArgs;
-use crate::load::{apply_plan, build_overlay, engine_options, open_model, setup_sparse};
+use crate::load::builder;
 
 #[derive(Args)]
 pub struct ServeArgs {
@@ -65,14 +64,13 @@ pub struct ServeArgs {
 }
 
 /// Loads the model and serves it until the process is stopped.
-pub fn run(mut a: ServeArgs) -> Result<()> {
+pub fn run(a: ServeArgs) -> Result<()> {
     let t0 = Instant::now();
-    let file = open_model(&a.model, false)?;
-    apply_plan(&file, &mut a.model, false)?;
-    let overlay = build_overlay(&file, &a.model, false)?;
-    let mut eng = Engine::new_with_overlay(&file, overlay.as_ref(), engine_options(&a.model))
+    let loaded = builder(&a.model, false).open()?;
+    let file = loaded.file();
+    let eng = loaded
+        .engine()
         .with_context(|| format!("loading {}", file.path().display()))?;
-    setup_sparse(&mut eng, &a.model, false)?;
     let model_id = a
         .alias
         .clone()

@@ -5,10 +5,10 @@ use std::sync::atomic::Ordering;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use engine::{Engine, ModelBundle};
+use engine::ModelBundle;
 
 use crate::args::{CorpusArgs, LoadArgs};
-use crate::load::{build_overlay, engine_options, open_model, read_corpus};
+use crate::load::{load_builder, read_corpus};
 use crate::ui::{bar, mib, stop_flag};
 
 #[derive(Args)]
@@ -47,9 +47,8 @@ pub struct TrainArgs {
 
 /// Runs the subcommand and prints its result.
 pub fn run(a: TrainArgs) -> Result<()> {
-    let file = open_model(&a.model, a.json)?;
-    let overlay = build_overlay(&file, &a.model, a.json)?;
-    let eng = Engine::new_with_overlay(&file, overlay.as_ref(), engine_options(&a.model))?;
+    let loaded = load_builder(&a.model, a.json).open()?;
+    let eng = loaded.start()?;
     let bundle = ModelBundle::new(eng.model().path());
     let profile_path = bundle.profile_or(a.profile.as_deref());
     let out = a.out.clone().unwrap_or_else(|| bundle.predictor());

@@ -435,6 +435,8 @@ fn convert_then_run_over_the_neuron_store() {
         String::from_utf8_lossy(&out.stderr)
     );
 
+    budget_sizes_the_context(r);
+
     // The bundle's manifest: written by convert, checked (sizes) at load, fully by `sparrow verify`.
     let err = |o: &std::process::Output| String::from_utf8_lossy(&o.stderr).into_owned();
     let stdout = |o: &std::process::Output| String::from_utf8_lossy(&o.stdout).into_owned();
@@ -583,4 +585,60 @@ fn convert_profiles_a_model_that_has_no_profile_first() {
     assert!(out.status.success());
     assert!(!String::from_utf8_lossy(&out.stderr).contains("profiling the model first"));
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Without `--ctx`, a budget too small for the default context's KV cache (4096 tokens, reserved
+/// whole) runs at a shorter context and says which; with `--ctx 4096` the same budget refuses,
+/// naming the context. The budget is what the resident file and the process take at 4096 tokens
+/// (as the refusal of a 1 MiB budget reports it) less half that context's KV cache.
+fn budget_sizes_the_context(resident: &str) {
+    let err = |o: &Output| String::from_utf8_lossy(&o.stderr).into_owned();
+    let base = [
+        "run",
+        "-m",
+        resident,
+        "-p",
+        "hi",
+        "-n",
+        "2",
+        "--cache-type",
+        "f16",
+    ];
+    let with = |extra: &[&str]| sparrow(&[&base[..], extra].concat());
+    let out = with(&["--ctx", "4096", "--memory-budget", "1M"]);
+    assert!(!out.status.success(), "{}", err(&out));
+    let e = err(&out);
+    let taken: f64 = e
+        .split(" take ")
+        .nth(1)
+        .and_then(|t| t.split(" MiB").next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("the refusal names what stays resident: {e}"));
+    let file = engine::ModelFile::open(resident).unwrap();
+    let cfg = engine::Model::load(&file).unwrap().config.clone();
+    let kv = cfg.kv_cache_bytes(4096, engine::KvFormat::F16) as f64;
+    let budget = format!("{:.0}K", (taken * 1048576.0 - kv / 2.0) / 1024.0);
+
+    let out = with(&["--memory-budget", &budget]);
+    let e = err(&out);
+    assert!(out.status.success(), "{e}");
+    let ctx: usize = e
+        .split("sparrow: context ")
+        .nth(1)
+        .and_then(|t| t.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("says the context it chose: {e}"));
+    assert!((256..4096).contains(&ctx), "{ctx}: {e}");
+    assert!(
+        e.contains(&format!("context {ctx} tokens, sized to --memory-budget")),
+        "{e}"
+    );
+
+    let out = with(&["--memory-budget", &budget, "--ctx", "4096"]);
+    let e = err(&out);
+    assert!(!out.status.success(), "{e}");
+    assert!(
+        e.contains("leaves nothing for the FFN") && e.contains("--ctx 4096"),
+        "{e}"
+    );
 }

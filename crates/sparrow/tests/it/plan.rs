@@ -2,7 +2,7 @@
 //! a device profile is measured and saved, a plan is made within its budget and applied, and damaged
 //! or mismatched plans are one-line errors naming the file.
 
-use engine::planner::{AccelRate, DeviceProfile};
+use planner::{AccelRate, DeviceProfile};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -337,7 +337,7 @@ fn a_partly_sparse_plan_keeps_its_dense_layers_dense() {
     ok(&[
         "plan", "-m", model, "--device", &dev, "--sparse", "--ctx", "64", "-o", &p,
     ]);
-    let mut plan = engine::planner::Plan::load(&p).unwrap();
+    let mut plan = planner::Plan::load(&p).unwrap();
     let n = plan.sparse.len();
     assert!(n >= 2);
     plan.sparse = (0..n).map(|l| l % 2 == 1).collect();

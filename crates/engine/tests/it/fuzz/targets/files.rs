@@ -229,7 +229,7 @@ fn reseal_planner(_: &str, b: &mut [u8]) {
     let fixed = format!(
         "{kind} {version} len={:0width$} fnv1a64={:016x}\n",
         payload.len(),
-        engine::planner::fnv1a64(payload)
+        planner::fnv1a64(payload)
     );
     if fixed.len() == nl + 1 {
         b[..=nl].copy_from_slice(fixed.as_bytes());
@@ -238,7 +238,7 @@ fn reseal_planner(_: &str, b: &mut [u8]) {
 
 /// A small device profile and a plan made for it (the seeds of the `plan` target).
 fn planner_seeds() -> (Vec<u8>, Vec<u8>) {
-    use engine::planner::{
+    use planner::{
         make_plan, Constraints, DeviceProfile, FfnLayer, IoRate, KernelRate, ModelSummary, Solver,
         TensorInfo,
     };
@@ -310,7 +310,7 @@ fn planner_seeds() -> (Vec<u8>, Vec<u8>) {
 }
 
 pub(super) fn plan() -> Target {
-    use engine::planner::{DeviceProfile, Plan};
+    use planner::{DeviceProfile, Plan};
     let (device, plan) = planner_seeds();
     Target {
         name: "plan",
