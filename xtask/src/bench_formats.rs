@@ -11,13 +11,23 @@
 //! per format, llama-bench (its default configuration, the fastest in memory) then sparrow bench; the
 //! table has the medians over rounds. llama.cpp is built as docs/BENCHMARKS.md says
 //! ([`crate::llama::tool`]).
+//!
+//! `--isa avx2` compares AVX2 kernels on any x86_64 machine with AVX2, AVX-512 or not: sparrow runs
+//! with `SPARROW_KERNELS=avx2` and llama-bench is the build without AVX-512
+//! (`target/llama.cpp/build-avx2`, [`crate::llama::AVX2_FLAGS`]); `--isa native` (the default)
+//! compares what each detects. `--model A.gguf,B.gguf` benches those files as they are instead of the
+//! synthetic set (a real model, or the 7B-shaped synthetic Q4_0 of `synth-model`). `--profile P`
+//! builds sparrow in cargo profile `P` (default `release`).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{bail, Context, Result};
 
-use crate::llama::{llama_speeds, median, sparrow_speeds, Speeds};
+use crate::llama::{llama_speeds, median, sparrow_speeds, Isa, Speeds};
+
+mod record;
+use record::{record, record_model};
 
 /// llama-quantize's names of the files compared, in the table's order.
 const FORMATS: [&str; 15] = [
@@ -25,9 +35,12 @@ const FORMATS: [&str; 15] = [
     "IQ4_NL", "IQ4_XS", "Q3_K_M", "Q2_K",
 ];
 
-const USAGE: &str = "usage: cargo xtask bench-formats [--rounds R] [-p N] [-n N] [--threads T] \
-[--formats F32,Q4_0,...] [--shape LAYERS,D,FF,HEADS,KV_HEADS,VOCAB] [--record DIR]
-  defaults: 1 round, -p 512, -n 32, 2 threads, every format, shape 16,1024,2816,16,4,32000";
+const USAGE: &str = "usage: cargo xtask bench-formats [--isa native|avx2] [--rounds R] [-p N] [-n N] [--threads T] \
+[--formats F32,Q4_0,...] [--shape LAYERS,D,FF,HEADS,KV_HEADS,VOCAB] [--model A.gguf,...] [--profile P] \
+[--record DIR [--record-id ID]]
+  defaults: --isa native, 1 round, -p 512, -n 32, 2 threads, every format, shape 16,1024,2816,16,4,32000,
+  --profile release; --model benches those files instead of the synthetic formats (--record then needs one
+  file and --record-id)";
 
 struct Opts {
     rounds: usize,
@@ -36,8 +49,16 @@ struct Opts {
     threads: usize,
     formats: Vec<String>,
     shape: [usize; 6],
-    /// Result files for `cargo xtask bench-report` (a run of every format only).
+    /// Result files for `cargo xtask bench-report` (a run of every format, or of one `--model`).
     record: Option<PathBuf>,
+    /// The result id of a `--model` run (`ID-decode`, `ID-prefill`).
+    record_id: Option<String>,
+    /// Which instruction sets both sides run on.
+    isa: Isa,
+    /// Files benched as they are instead of the synthetic formats.
+    models: Vec<PathBuf>,
+    /// The cargo profile sparrow is built in.
+    profile: String,
 }
 
 fn parse(args: &[String]) -> Result<Opts> {
@@ -49,6 +70,10 @@ fn parse(args: &[String]) -> Result<Opts> {
         formats: FORMATS.iter().map(|f| f.to_string()).collect(),
         shape: [16, 1024, 2816, 16, 4, 32000],
         record: None,
+        record_id: None,
+        isa: Isa::Native,
+        models: Vec::new(),
+        profile: "release".into(),
     };
     let mut it = args.iter();
     while let Some(flag) = it.next() {
@@ -74,6 +99,13 @@ fn parse(args: &[String]) -> Result<Opts> {
                 }
             }
             "--record" => o.record = Some(PathBuf::from(value)),
+            "--record-id" => o.record_id = Some(value.clone()),
+            "--isa" => {
+                o.isa = Isa::parse(value)
+                    .with_context(|| format!("--isa takes native or avx2, not `{value}`"))?
+            }
+            "--model" => o.models = value.split(',').map(PathBuf::from).collect(),
+            "--profile" => o.profile = value.clone(),
             "--shape" => {
                 let v: Vec<usize> = value.split(',').map(int).collect::<Result<_>>()?;
                 o.shape = v.try_into().map_err(|_| {
@@ -83,18 +115,26 @@ fn parse(args: &[String]) -> Result<Opts> {
             _ => bail!("unknown argument `{flag}`\n{USAGE}"),
         }
     }
+    if let Some(m) = o.models.iter().find(|m| !m.is_file()) {
+        bail!("--model {}: not a file", m.display());
+    }
+    if o.record.is_some() && !o.models.is_empty() && (o.models.len() != 1 || o.record_id.is_none())
+    {
+        bail!("--record with --model needs one file and --record-id ID");
+    }
     Ok(o)
 }
 
-/// The F16 model, written by `synth-model` (as a release build) when absent.
-fn f16_model(dir: &Path, shape: &[usize; 6]) -> Result<PathBuf> {
+/// The F16 model, written by `synth-model` (built in cargo profile `profile`) when absent.
+fn f16_model(dir: &Path, shape: &[usize; 6], profile: &str) -> Result<PathBuf> {
     let [layers, d, ff, heads, kv, vocab] = *shape;
     let path = dir.join(format!("synth-{layers}x{d}x{ff}-f16.gguf"));
     if !path.is_file() {
         let mut c = super::cargo();
         c.args([
             "run",
-            "--release",
+            "--profile",
+            profile,
             "-p",
             "xtask",
             "--",
@@ -142,10 +182,21 @@ fn quantized(quantize: &Path, f16: &Path, format: &str, threads: usize) -> Resul
     Ok(out)
 }
 
-/// Runs `program` and returns its stdout; a failed run is reported and gives no figures.
-fn bench(program: &Path, args: &[String]) -> String {
-    eprintln!("xtask: $ {} {}", program.display(), args.join(" "));
-    match Command::new(program).args(args).output() {
+/// Runs `program` (with the environment variables `env`) and returns its stdout; a failed run is
+/// reported and gives no figures.
+fn bench(program: &Path, args: &[String], env: &[(&str, &str)]) -> String {
+    let shown: Vec<String> = env.iter().map(|(k, v)| format!("{k}={v} ")).collect();
+    eprintln!(
+        "xtask: $ {}{} {}",
+        shown.concat(),
+        program.display(),
+        args.join(" ")
+    );
+    match Command::new(program)
+        .args(args)
+        .envs(env.iter().copied())
+        .output()
+    {
         Ok(out) if out.status.success() => String::from_utf8_lossy(&out.stdout).into_owned(),
         Ok(out) => {
             let err = String::from_utf8_lossy(&out.stderr);
@@ -178,18 +229,42 @@ fn ratio(s: Option<f64>, l: Option<f64>) -> String {
 /// The `cargo xtask bench-formats` task.
 pub fn run(root: &Path, args: &[String]) -> Result<()> {
     let o = parse(args)?;
-    let llama = crate::llama::tool(root, "llama-bench")?;
-    let quantize = crate::llama::tool(root, "llama-quantize")?;
-    super::run(super::cargo().args(["build", "--release", "-p", "sparrow"]))?;
-    let sparrow = root.join("target").join("release").join("sparrow");
-    let dir = root.join("target").join("synth").join("formats");
-    std::fs::create_dir_all(&dir)?;
-    let f16 = f16_model(&dir, &o.shape)?;
-    let files: Vec<(String, PathBuf)> = o
-        .formats
-        .iter()
-        .map(|f| Ok((f.clone(), quantized(&quantize, &f16, f, o.threads)?)))
-        .collect::<Result<_>>()?;
+    let llama = crate::llama::tool_for(root, o.isa, "llama-bench")?;
+    super::run(super::cargo().args(["build", "--profile", &o.profile, "-p", "sparrow"]))?;
+    // Cargo's `dev` profile builds into `debug`.
+    let out_dir = if o.profile == "dev" {
+        "debug"
+    } else {
+        &o.profile
+    };
+    let sparrow = root.join("target").join(out_dir).join("sparrow");
+    let files: Vec<(String, PathBuf)> = if o.models.is_empty() {
+        let quantize = crate::llama::tool(root, "llama-quantize")?;
+        let dir = root.join("target").join("synth").join("formats");
+        std::fs::create_dir_all(&dir)?;
+        let f16 = f16_model(&dir, &o.shape, &o.profile)?;
+        o.formats
+            .iter()
+            .map(|f| Ok((f.clone(), quantized(&quantize, &f16, f, o.threads)?)))
+            .collect::<Result<_>>()?
+    } else {
+        o.models
+            .iter()
+            .map(|m| {
+                (
+                    m.file_name()
+                        .unwrap_or_default()
+                        .to_string_lossy()
+                        .into_owned(),
+                    m.clone(),
+                )
+            })
+            .collect()
+    };
+    let env: &[(&str, &str)] = match o.isa {
+        Isa::Avx2 => &[("SPARROW_KERNELS", "avx2")],
+        Isa::Native => &[],
+    };
     let (t, p, n) = (
         o.threads.to_string(),
         o.n_prompt.to_string(),
@@ -203,7 +278,7 @@ pub fn run(root: &Path, args: &[String]) -> Result<()> {
             let la = [
                 "-m", &m, "-t", &t, "-p", &p, "-n", &n, "-r", "1", "-o", "json",
             ];
-            l.push(llama_speeds(&bench(&llama, &la.map(String::from))));
+            l.push(llama_speeds(&bench(&llama, &la.map(String::from), &[])));
             let sa = [
                 "bench",
                 "-m",
@@ -218,16 +293,28 @@ pub fn run(root: &Path, args: &[String]) -> Result<()> {
                 "1",
                 "--json",
             ];
-            s.push(sparrow_speeds(&bench(&sparrow, &sa.map(String::from))));
+            s.push(sparrow_speeds(&bench(&sparrow, &sa.map(String::from), env)));
         }
     }
     let [layers, d, ff, heads, kv, vocab] = o.shape;
+    let what = if o.models.is_empty() {
+        format!(
+            "SYNTHETIC model {layers} layers, d {d}, ff {ff}, {heads}/{kv} heads, vocab {vocab}"
+        )
+    } else {
+        "the files given".to_string()
+    };
+    let isa = match o.isa {
+        Isa::Native => "each side's own instruction sets",
+        Isa::Avx2 => "AVX2 only (sparrow SPARROW_KERNELS=avx2, llama.cpp built without AVX-512)",
+    };
     println!(
-        "SYNTHETIC model {layers} layers, d {d}, ff {ff}, {heads}/{kv} heads, vocab {vocab}; {} thread(s), medians of {} round(s)\n",
+        "{what}; {isa}; {} thread(s), medians of {} round(s)\n",
         o.threads, o.rounds
     );
     println!(
-        "| format | MiB | llama.cpp pp{p} | sparrow pp{p} | prefill ratio | llama.cpp tg{n} | sparrow tg{n} | decode ratio |"
+        "| {} | MiB | llama.cpp pp{p} | sparrow pp{p} | prefill ratio | llama.cpp tg{n} | sparrow tg{n} | decode ratio |",
+        if o.models.is_empty() { "format" } else { "file" }
     );
     println!("|---|---|---|---|---|---|---|---|");
     let mut ratios: Vec<FormatRatios> = Vec::new();
@@ -252,113 +339,13 @@ pub fn run(root: &Path, args: &[String]) -> Result<()> {
         };
         ratios.push((format.clone(), r(sp, lp), r(st, lt)));
     }
-    if let Some(dir) = &o.record {
-        record(dir, &o, args, &ratios)?;
+    match (&o.record, o.models.is_empty()) {
+        (Some(dir), true) => record(dir, &o, args, &ratios)?,
+        (Some(dir), false) => record_model(dir, &o, args, &ratios[0])?,
+        (None, _) => {}
     }
     Ok(())
 }
 
 /// A format's name, its prefill ratio and its decode ratio (sparrow / llama.cpp).
 type FormatRatios = (String, Option<f64>, Option<f64>);
-
-/// `--record DIR`: the median prefill and decode ratios over the formats, and the plot of every
-/// format's ratios, as result files for `cargo xtask bench-report`.
-fn record(dir: &Path, o: &Opts, args: &[String], ratios: &[FormatRatios]) -> Result<()> {
-    use crate::bench_report::{record_value, Measurement, Plot, PlotKind, Series};
-    if ratios.len() != FORMATS.len() || ratios.iter().any(|(_, p, t)| p.is_none() || t.is_none()) {
-        eprintln!("bench-formats: not recording: the run did not measure every format");
-        return Ok(());
-    }
-    let mut kept = Vec::new();
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        if a == "--record" {
-            it.next();
-        } else {
-            kept.push(a.as_str());
-        }
-    }
-    let command = format!("cargo xtask bench-formats {}", kept.join(" "))
-        .trim_end()
-        .to_string();
-    let [layers, d, ..] = o.shape;
-    let model = format!(
-        "{layers}-layer d {d} model in {} weight formats (llama-quantize)",
-        FORMATS.len()
-    );
-    let categories: Vec<String> = ratios.iter().map(|(f, ..)| f.clone()).collect();
-    let series = |name: &str, get: fn(&FormatRatios) -> Option<f64>| Series {
-        name: name.into(),
-        points: ratios
-            .iter()
-            .enumerate()
-            .map(|(i, r)| [i as f64, get(r).unwrap_or(0.0)])
-            .collect(),
-    };
-    let (p, n) = (o.n_prompt, o.n_gen);
-    let plot = Plot {
-        file: "formats.svg".into(),
-        title: "Speed per weight format against llama.cpp".into(),
-        kind: PlotKind::Bars,
-        x_label: "weight format".into(),
-        y_label: "sparrow / llama.cpp".into(),
-        log_y: false,
-        reference_y: Some(1.0),
-        reference_label: "parity with llama.cpp".into(),
-        legend: String::new(),
-        categories,
-        series: vec![
-            series(&format!("prefill pp{p}"), |r| r.1),
-            series(&format!("decode tg{n}"), |r| r.2),
-        ],
-    };
-    for (id, what, get, with_plot) in [
-        (
-            "mem8-formats-decode",
-            format!(
-                "decode tg{n} vs llama.cpp, median of {} weight formats",
-                FORMATS.len()
-            ),
-            (|r| r.2) as fn(&FormatRatios) -> Option<f64>,
-            true,
-        ),
-        (
-            "mem9-formats-prefill",
-            format!(
-                "prefill pp{p} vs llama.cpp, median of {} weight formats",
-                FORMATS.len()
-            ),
-            |r| r.1,
-            false,
-        ),
-    ] {
-        let mut v: Vec<(f64, &str)> = ratios
-            .iter()
-            .map(|r| (get(r).unwrap_or(0.0), r.0.as_str()))
-            .collect();
-        v.sort_by(|a, b| a.0.total_cmp(&b.0));
-        let (lo, hi) = (v[0], v[v.len() - 1]);
-        let m = Measurement {
-            id: id.into(),
-            group: "In memory against llama.cpp".into(),
-            measures: what,
-            model: model.clone(),
-            synthetic: true,
-            value: median(v.iter().map(|x| x.0).collect()),
-            unit: "x".into(),
-            target: None,
-            date: crate::bench_report::today(),
-            machine: crate::bench_report::this_machine(),
-            command: command.clone(),
-            source: "recorded by `cargo xtask bench-formats --record`".into(),
-            history: "benchmarks/dense-vs-llama.md".into(),
-            note: Some(format!(
-                "{}x ({}) to {}x ({}); medians of {} round(s)",
-                lo.0, lo.1, hi.0, hi.1, o.rounds
-            )),
-            plot: with_plot.then(|| plot.clone()),
-        };
-        record_value(dir, m)?;
-    }
-    Ok(())
-}

@@ -1,6 +1,8 @@
 //! llama.cpp as this project compares against it (docs/BENCHMARKS.md): built from the source vendored
 //! in the PyPI sdist `llama-cpp-python==0.3.36` (`cmake` from a venv when absent) into
-//! `target/llama.cpp/`, and the speeds its `llama-bench -o json` and `sparrow bench --json` print.
+//! `target/llama.cpp/build` (`GGML_NATIVE=ON`) or, for [`Isa::Avx2`], `target/llama.cpp/build-avx2`
+//! (AVX2, FMA, F16C and BMI2 without any AVX-512, as on a Haswell or a Zen 2/3), and the speeds its
+//! `llama-bench -o json` and `sparrow bench --json` print.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -72,11 +74,74 @@ pub fn median(mut v: Vec<f64>) -> Option<f64> {
     Some(v[v.len() / 2])
 }
 
+/// The instruction sets a comparison runs on: both sides on the same ones.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Isa {
+    /// Whatever this machine has: llama.cpp built with `GGML_NATIVE=ON`, sparrow's own detection.
+    Native,
+    /// AVX2 only on any x86_64 machine that has it: llama.cpp built with AVX-512 off
+    /// ([`AVX2_FLAGS`]), sparrow with `SPARROW_KERNELS=avx2`.
+    Avx2,
+}
+
+/// llama.cpp's cmake flags for [`Isa::Avx2`]: the x86 features of a Haswell or a Zen 2/3 on, every
+/// AVX-512, AVX-VNNI and AMX one off, no `-march=native`.
+pub const AVX2_FLAGS: [&str; 15] = [
+    "-DGGML_NATIVE=OFF",
+    "-DGGML_SSE42=ON",
+    "-DGGML_AVX=ON",
+    "-DGGML_AVX2=ON",
+    "-DGGML_FMA=ON",
+    "-DGGML_F16C=ON",
+    "-DGGML_BMI2=ON",
+    "-DGGML_AVX_VNNI=OFF",
+    "-DGGML_AVX512=OFF",
+    "-DGGML_AVX512_VBMI=OFF",
+    "-DGGML_AVX512_VNNI=OFF",
+    "-DGGML_AVX512_BF16=OFF",
+    "-DGGML_AMX_TILE=OFF",
+    "-DGGML_AMX_INT8=OFF",
+    "-DGGML_AMX_BF16=OFF",
+];
+
+impl Isa {
+    /// `native` or `avx2` (the `--isa` values).
+    pub fn parse(s: &str) -> Option<Isa> {
+        match s.to_ascii_lowercase().as_str() {
+            "native" => Some(Isa::Native),
+            "avx2" => Some(Isa::Avx2),
+            _ => None,
+        }
+    }
+
+    /// llama.cpp's build directory under `target/llama.cpp/`.
+    fn build_dir(self) -> &'static str {
+        match self {
+            Isa::Native => "build",
+            Isa::Avx2 => "build-avx2",
+        }
+    }
+
+    /// The cmake flags that choose the instruction sets.
+    fn cmake_flags(self) -> &'static [&'static str] {
+        match self {
+            Isa::Native => &["-DGGML_NATIVE=ON"],
+            Isa::Avx2 => &AVX2_FLAGS,
+        }
+    }
+}
+
 /// llama.cpp's program `target` (`llama-bench`, `llama-quantize`), built from the PyPI sdist when
 /// absent.
 pub fn tool(root: &Path, target: &str) -> Result<PathBuf> {
+    tool_for(root, Isa::Native, target)
+}
+
+/// [`tool`] from the build for `isa` (its own directory, built only when that program is absent).
+pub fn tool_for(root: &Path, isa: Isa, target: &str) -> Result<PathBuf> {
     let dir = root.join("target").join("llama.cpp");
-    let bin = dir.join("build").join("bin").join(target);
+    let build = dir.join(isa.build_dir());
+    let bin = build.join("bin").join(target);
     if bin.is_file() {
         return Ok(bin);
     }
@@ -124,17 +189,14 @@ open(sys.argv[1], "wb").write(data)"#
             .arg("-S")
             .arg(&llama)
             .arg("-B")
-            .arg(dir.join("build"))
-            .args([
-                "-DCMAKE_BUILD_TYPE=Release",
-                "-DGGML_NATIVE=ON",
-                "-DLLAMA_CURL=OFF",
-            ]),
+            .arg(&build)
+            .args(["-DCMAKE_BUILD_TYPE=Release", "-DLLAMA_CURL=OFF"])
+            .args(isa.cmake_flags()),
     )?;
     super::run(
         Command::new(&cmake)
             .arg("--build")
-            .arg(dir.join("build"))
+            .arg(&build)
             .args(["--target", target, "-j2"]),
     )?;
     Ok(bin)

@@ -58,10 +58,13 @@
 //!   [-p 0] [--record DIR --record-id ID] [-- SPARROW BENCH ARGS]`: llama.cpp's `llama-bench` (default, and repack off where it can) and
 //!   `sparrow bench` under the same cgroup memory limit, page cache dropped before each run, interleaved
 //!   rounds; decode ratios, peak RSS, the cgroup's peak and OOM kills (see `capped.rs`). Root, Linux.
-//! - `bench-formats [--rounds R] [-p N] [-n N] [--formats F,...] [--record DIR]`: one SYNTHETIC model in every weight format
-//!   (written in F16 by `synth-model`, the others made by llama.cpp's `llama-quantize`), `llama-bench` and
-//!   `sparrow bench` on each in turn; a table of prompt and decode tok/s and ratios (see
-//!   `bench_formats.rs`). llama.cpp is built as for `capped-bench` (`llama.rs`).
+//! - `bench-formats [--isa native|avx2] [--rounds R] [-p N] [-n N] [--formats F,...] [--model A.gguf,...]
+//!   [--profile P] [--record DIR [--record-id ID]]`: one SYNTHETIC model in every weight format
+//!   (written in F16 by `synth-model`, the others made by llama.cpp's `llama-quantize`), or the files of
+//!   `--model`, `llama-bench` and `sparrow bench` on each in turn; a table of prompt and decode tok/s and
+//!   ratios (see `bench_formats.rs`). llama.cpp is built as for `capped-bench` (`llama.rs`); with
+//!   `--isa avx2` a second build without AVX-512 (`target/llama.cpp/build-avx2`) against sparrow's AVX2
+//!   kernels (`SPARROW_KERNELS=avx2`).
 //! - `bench-report [--check]`: regenerates the table at the top of docs/BENCHMARKS.md (every target, its
 //!   latest value, date, machine and command) and the plots it embeds (`docs/plots/*.svg`) from the result
 //!   files in `docs/benchmarks/results/`; `--check` fails instead of writing when they differ (see
@@ -454,7 +457,7 @@ fn main() -> Result<()> {
         "bench-report" => bench_report::run(&root(), &std::env::args().skip(2).collect::<Vec<_>>()),
         "cli-docs" => cli_docs::run(&root(), &std::env::args().skip(2).collect::<Vec<_>>()),
         _ => {
-            eprintln!("usage: cargo xtask <ci [--quick [--base REV]] | setup | tidy | test-aarch64 | check-android | android | deploy [--serial S] --model M [--emulate] | fixtures [--no-gguf] | synth-model [--help] | synth-reference --model GGUF --out DIR | fuzz [--time S] [--cases N] | load-test [--clients N] [--secs S] [--abuse] | capped-bench --model GGUF [--bundle B] [--cap 50%] | bench-formats [--rounds R] | bench-report [--check] | cli-docs [--check] | llama-reference [--model M] [--only tokenize|perplexity|completion] | z3>");
+            eprintln!("usage: cargo xtask <ci [--quick [--base REV]] | setup | tidy | test-aarch64 | check-android | android | deploy [--serial S] --model M [--emulate] | fixtures [--no-gguf] | synth-model [--help] | synth-reference --model GGUF --out DIR | fuzz [--time S] [--cases N] | load-test [--clients N] [--secs S] [--abuse] | capped-bench --model GGUF [--bundle B] [--cap 50%] | bench-formats [--isa native|avx2] [--rounds R] | bench-report [--check] | cli-docs [--check] | llama-reference [--model M] [--only tokenize|perplexity|completion] | z3>");
             bail!("unknown task `{task}`")
         }
     }

@@ -161,3 +161,52 @@ fn a_new_value_keeps_the_row_it_replaces() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn each_instruction_set_has_its_own_table_and_neon_says_it_has_no_run() {
+    let mut avx2 = sample();
+    avx2.id = "a".into();
+    avx2.group = bench_report::AVX2_GROUP.into();
+    avx2.measures = "decode on AVX2".into();
+    let mut avx512 = sample();
+    avx512.id = "b".into();
+    avx512.group = "In memory against llama.cpp".into();
+    avx512.measures = "decode on AVX-512".into();
+    let block = bench_report::render_block(&[sample(), avx2, avx512]);
+    let at = |s: &str| {
+        block
+            .find(s)
+            .unwrap_or_else(|| panic!("`{s}` missing:\n{block}"))
+    };
+    // AVX-512, AVX2, NEON, then the other groups, each row in its own table.
+    let (t512, t2, tneon, rest) = (
+        at("**AVX-512**"),
+        at("**AVX2**"),
+        at("**NEON proxy**"),
+        at("Everything else"),
+    );
+    assert!(t512 < t2 && t2 < tneon && tneon < rest, "{block}");
+    let (r512, r2, rbest) = (
+        at("decode on AVX-512"),
+        at("decode on AVX2]"),
+        at("best-of-4"),
+    );
+    assert!(t512 < r512 && r512 < t2, "{block}");
+    assert!(t2 < r2 && r2 < tneon, "{block}");
+    assert!(rest < rbest, "{block}");
+    // The NEON table has no row: it says that no device run exists.
+    assert!(
+        block[tneon..rest].contains("No device run exists yet"),
+        "{block}"
+    );
+    // Each table names its command.
+    assert!(block[t2..r2].contains("cargo xtask bench-formats --isa avx2"));
+    // An empty table of a measured instruction set says so, not the NEON text.
+    let block = bench_report::render_block(&[sample()]);
+    let t2 = block.find("**AVX2**").unwrap();
+    let tneon = block.find("**NEON proxy**").unwrap();
+    assert!(
+        block[t2..tneon].contains("No result recorded yet."),
+        "{block}"
+    );
+}
