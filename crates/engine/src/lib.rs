@@ -14,7 +14,8 @@
 //! prefill and decode speed for any front end to print; [`outputs`] writes files that never replace
 //! an input and are only ever whole.
 //!
-//! Each model family (llama, qwen2, qwen3) is a module behind one trait ([`family`]): its names,
+//! Each model family (llama, also Mixtral with experts; qwen2, qwen3, and the Mixture-of-Experts
+//! qwen3moe, olmoe and qwen2moe, [`moe`]) is a module behind one trait ([`family`]): its names,
 //! its RoPE pairing, its attention variant and its FFN block fill a [`layer::Layer`]; the forward
 //! pass ([`forward`]) runs every family's layers the same way.
 //!
