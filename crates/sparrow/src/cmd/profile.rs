@@ -104,39 +104,15 @@ pub fn run(a: ProfileArgs) -> Result<()> {
     let mut curve = Vec::new();
     let sparsity = match (a.sparsity, a.ppl_budget) {
         (Some(s), _) => s,
-        (None, budget) => {
-            let budget = budget.unwrap_or(0.03);
-            // Held-out validation windows right after the calibration windows.
-            let held = &tokens[(a.calib_windows * w).min(tokens.len())..];
-            let n_eval = 4;
-            let base_ppl = eng
-                .perplexity_until(held, w, n_eval, &stop, |_, _| {})
-                .map_err(|e| interrupted(&stop, e))?
-                .ppl;
-            let (mut lo, mut hi) = (0.0f32, 0.95f32);
-            for _ in 0..6 {
-                if stop.load(Ordering::Relaxed) {
-                    bail!("interrupted: nothing written");
-                }
-                let mid = (lo + hi) / 2.0;
-                eng.set_sparse(Some(build(&eng, mid)?));
-                let p = eng
-                    .perplexity_until(held, w, n_eval, &stop, |_, _| {})
-                    .map_err(|e| interrupted(&stop, e))?
-                    .ppl;
-                eng.set_sparse(None);
-                if !a.json {
-                    eprintln!("sparrow: sparsity {mid:.3}: held-out validation ppl {p:.3} (dense {base_ppl:.3}, {:+.2}%)", (p / base_ppl - 1.0) * 100.0);
-                }
-                curve.push((mid, p, base_ppl));
-                if p <= base_ppl * (1.0 + budget as f64) {
-                    lo = mid;
-                } else {
-                    hi = mid;
-                }
-            }
-            lo
-        }
+        (None, budget) => search_sparsity(
+            &mut eng,
+            &build,
+            &tokens[(a.calib_windows * w).min(tokens.len())..],
+            w,
+            budget.unwrap_or(0.03),
+            (&stop, a.json),
+            &mut curve,
+        )?,
     };
     let sp = build(&eng, sparsity)?;
     let opts = engine::profile::ProfileOptions {
@@ -154,6 +130,69 @@ pub fn run(a: ProfileArgs) -> Result<()> {
         bail!("interrupted: nothing written");
     }
     profile.save(&out)?;
+    print_profile(
+        &profile,
+        &out,
+        loaded.file().path(),
+        &opts.corpus,
+        sparsity,
+        &curve,
+        a.json,
+    )
+}
+
+/// The largest sparsity (bisection over 0..0.95, six steps) whose perplexity over the held-out
+/// windows `held` stays within `budget` of the dense model's; each step is pushed onto `curve` as
+/// (sparsity, perplexity, dense perplexity).
+fn search_sparsity(
+    eng: &mut Engine<'_>,
+    build: &dyn Fn(&Engine<'_>, f32) -> Result<engine::sparse::SparseFfn>,
+    held: &[u32],
+    w: usize,
+    budget: f32,
+    (stop, json): (&std::sync::Arc<std::sync::atomic::AtomicBool>, bool),
+    curve: &mut Vec<(f32, f64, f64)>,
+) -> Result<f32> {
+    let n_eval = 4;
+    let base_ppl = eng
+        .perplexity_until(held, w, n_eval, stop, |_, _| {})
+        .map_err(|e| interrupted(stop, e))?
+        .ppl;
+    let (mut lo, mut hi) = (0.0f32, 0.95f32);
+    for _ in 0..6 {
+        if stop.load(Ordering::Relaxed) {
+            bail!("interrupted: nothing written");
+        }
+        let mid = (lo + hi) / 2.0;
+        eng.set_sparse(Some(build(eng, mid)?));
+        let p = eng
+            .perplexity_until(held, w, n_eval, stop, |_, _| {})
+            .map_err(|e| interrupted(stop, e))?
+            .ppl;
+        eng.set_sparse(None);
+        if !json {
+            eprintln!("sparrow: sparsity {mid:.3}: held-out validation ppl {p:.3} (dense {base_ppl:.3}, {:+.2}%)", (p / base_ppl - 1.0) * 100.0);
+        }
+        curve.push((mid, p, base_ppl));
+        if p <= base_ppl * (1.0 + budget as f64) {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    Ok(lo)
+}
+
+/// Prints the profile's per-layer figures, as JSON with `json`.
+fn print_profile(
+    profile: &engine::Profile,
+    out: &std::path::Path,
+    model: &std::path::Path,
+    corpus: &str,
+    sparsity: f32,
+    curve: &[(f32, f64, f64)],
+    json: bool,
+) -> Result<()> {
     let layers: Vec<_> = profile
         .layers
         .iter()
@@ -167,7 +206,7 @@ pub fn run(a: ProfileArgs) -> Result<()> {
             })
         })
         .collect();
-    if a.json {
+    if json {
         let v = serde_json::json!({"profile": out, "tokens": profile.tokens, "target_sparsity": sparsity, "score": format!("{:?}", profile.score),
             "calibration": curve.iter().map(|(s, p, b)| serde_json::json!({"sparsity": s, "ppl": p, "dense_ppl": b})).collect::<Vec<_>>(),
             "layers": layers});
@@ -176,9 +215,9 @@ pub fn run(a: ProfileArgs) -> Result<()> {
     }
     println!(
         "profile of {} over {} tokens of {} (target sparsity {:.3}, {:?} score) -> {}",
-        loaded.file().path().display(),
+        model.display(),
         profile.tokens,
-        opts.corpus,
+        corpus,
         sparsity,
         profile.score,
         out.display()
