@@ -224,9 +224,12 @@ impl ModelConfig {
                 })?,
         };
         let activation = match file.get("sparrow.ffn_activation").and_then(|v| v.as_str()) {
-            Some(s) => Activation::from_name(s)
-                .ok_or_else(|| bad(format!("sparrow.ffn_activation `{s}` is not silu or relu")))?,
-            None => Activation::Silu,
+            Some(s) => Activation::from_name(s).ok_or_else(|| {
+                bad(format!(
+                    "sparrow.ffn_activation `{s}` is not silu, relu or gelu_pytorch_tanh"
+                ))
+            })?,
+            None => arch.family().activation(),
         };
         let cfg = ModelConfig {
             arch,
