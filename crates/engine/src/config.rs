@@ -327,8 +327,11 @@ impl ModelConfig {
         })?;
         let activation = match cfg.hidden_act.as_deref() {
             None => Activation::Silu,
-            Some(s) => Activation::from_name(s)
-                .ok_or_else(|| bad(format!("hidden_act `{s}` is not supported (silu or relu)")))?,
+            Some(s) => Activation::from_name(s).ok_or_else(|| {
+                bad(format!(
+                    "hidden_act `{s}` is not supported (silu, relu or gelu_pytorch_tanh)"
+                ))
+            })?,
         };
         let head_dim = cfg.head_dim.unwrap_or(
             cfg.hidden_size
