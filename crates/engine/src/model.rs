@@ -207,7 +207,9 @@ impl<'a> Model<'a> {
                 names,
                 index: i,
             };
-            let span = family.attn_span(&keys, &config, i).map_err(bad_key)?;
+            let span = family
+                .attn_span(&keys, config.rope_base, i)
+                .map_err(bad_key)?;
             layers.push(crate::family::load_layer(
                 config.arch,
                 &tensors,
@@ -215,7 +217,7 @@ impl<'a> Model<'a> {
                 span,
             )?);
         }
-        let embed_scale = family.embedding_scale(&config);
+        let embed_scale = family.embedding_scale(config.d_model);
         let bytes = |m: &QMatrix<'_>| m.format().row_bytes(m.cols()).unwrap_or(0) * m.rows();
         let weight_bytes = layers
             .iter()

@@ -14,9 +14,9 @@ use kernels_neon::RopeStyle;
 
 use super::qwen3::QkNorm;
 use super::{ConfigKeys, Family, LayerShape, LayerTensors};
-use crate::config::{Activation, ModelConfig};
 use crate::error::Result;
 use crate::layer::{AttnSpan, AttnStep, PostNorms};
+use tensor_types::Activation;
 
 /// The gemma3 family.
 pub struct Gemma3;
@@ -56,12 +56,12 @@ impl Family for Gemma3 {
     fn attn_span(
         &self,
         keys: &dyn ConfigKeys,
-        cfg: &ModelConfig,
+        rope_base: f32,
         index: usize,
     ) -> std::result::Result<AttnSpan, String> {
         let global = AttnSpan {
             window: None,
-            rope_base: cfg.rope_base,
+            rope_base,
         };
         let window = match keys.uint("attention.sliding_window") {
             Some(w) if w > 0 => w,
@@ -97,8 +97,8 @@ impl Family for Gemma3 {
         })
     }
 
-    fn embedding_scale(&self, cfg: &ModelConfig) -> Option<f32> {
-        Some((cfg.d_model as f32).sqrt())
+    fn embedding_scale(&self, d_model: usize) -> Option<f32> {
+        Some((d_model as f32).sqrt())
     }
 
     fn activation(&self) -> Activation {
@@ -137,34 +137,16 @@ mod tests {
         }
     }
 
-    fn cfg() -> ModelConfig {
-        ModelConfig {
-            arch: crate::config::Arch::from_gguf("gemma3").expect("gemma3 is registered"),
-            n_layers: 18,
-            d_model: 640,
-            d_ff: 2048,
-            n_heads: 4,
-            n_kv_heads: 1,
-            head_dim: 256,
-            vocab_size: 262_144,
-            rms_eps: 1e-6,
-            rope_base: 1e6,
-            rope_dim: 256,
-            rope_style: RopeStyle::Half,
-            activation: Activation::GeluTanh,
-            context_length: 32_768,
-            ffn_store: None,
-        }
-    }
+    /// The file's `rope.freq_base`.
+    const BASE: f32 = 1e6;
 
     /// Layers 5, 11 and 17 of 18 are global with the file's base; the others slide over 512
     /// positions with base 10,000, as the fixture's README reads llama.cpp.
     #[test]
     fn five_layers_of_six_slide_with_their_own_rope_base() {
         let keys = Keys(HashMap::from([("attention.sliding_window", 512.0)]));
-        let c = cfg();
         for i in 0..18 {
-            let s = Gemma3.attn_span(&keys, &c, i).unwrap();
+            let s = Gemma3.attn_span(&keys, BASE, i).unwrap();
             if i % 6 == 5 {
                 assert_eq!(
                     s,
@@ -190,16 +172,16 @@ mod tests {
             ("attention.sliding_window_pattern", 2.0),
             ("rope.freq_base_swa", 500.0),
         ]));
-        assert_eq!(Gemma3.attn_span(&keys, &c, 0).unwrap().window, Some(4));
-        assert_eq!(Gemma3.attn_span(&keys, &c, 0).unwrap().rope_base, 500.0);
-        assert_eq!(Gemma3.attn_span(&keys, &c, 1).unwrap().window, None);
+        assert_eq!(Gemma3.attn_span(&keys, BASE, 0).unwrap().window, Some(4));
+        assert_eq!(Gemma3.attn_span(&keys, BASE, 0).unwrap().rope_base, 500.0);
+        assert_eq!(Gemma3.attn_span(&keys, BASE, 1).unwrap().window, None);
         // No window key: every layer global.
         let none = Keys(HashMap::new());
-        assert_eq!(Gemma3.attn_span(&none, &c, 0).unwrap().window, None);
+        assert_eq!(Gemma3.attn_span(&none, BASE, 0).unwrap().window, None);
         // A window that is not an integer is refused.
         let bad = Keys(HashMap::from([("attention.sliding_window", 0.5)]));
         assert!(Gemma3
-            .attn_span(&bad, &c, 0)
+            .attn_span(&bad, BASE, 0)
             .unwrap_err()
             .contains("sliding_window"));
     }

@@ -29,9 +29,9 @@ mod steps;
 
 use kernels_neon::{QMatrix, RopeStyle, WeightFormat};
 
-use crate::config::{Activation, ModelConfig};
 use crate::error::{kernel, Result};
 use crate::layer::{AttnSpan, AttnStep, GatedFfn, Layer, LayerFfn, PostNorms};
+use tensor_types::Activation;
 
 /// Every family the engine runs, in the order errors list them.
 static FAMILIES: &[&dyn Family] = &[
@@ -100,23 +100,23 @@ pub trait Family: Send + Sync {
         let _ = (t, s);
         Ok(PostNorms::default())
     }
-    /// Layer `index`'s attention span. Default: every position, the model's RoPE base. An error
-    /// is a one-line description of the bad key.
+    /// Layer `index`'s attention span (`rope_base`: the model's). Default: every position, the
+    /// model's RoPE base. An error is a one-line description of the bad key.
     fn attn_span(
         &self,
         keys: &dyn ConfigKeys,
-        cfg: &ModelConfig,
+        rope_base: f32,
         index: usize,
     ) -> std::result::Result<AttnSpan, String> {
         let _ = (keys, index);
         Ok(AttnSpan {
             window: None,
-            rope_base: cfg.rope_base,
+            rope_base,
         })
     }
-    /// The factor the input embeddings are multiplied by. Default: none.
-    fn embedding_scale(&self, cfg: &ModelConfig) -> Option<f32> {
-        let _ = cfg;
+    /// The factor the input embeddings (`d_model` wide) are multiplied by. Default: none.
+    fn embedding_scale(&self, d_model: usize) -> Option<f32> {
+        let _ = d_model;
         None
     }
     /// The FFN activation of a file that does not name one (`sparrow.ffn_activation`). Default:
