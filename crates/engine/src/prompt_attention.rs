@@ -1,8 +1,8 @@
 //! Attention of a prompt step (several consecutive tokens of a sequence): each sequence's keys and
 //! values of a KV head are decoded to f32 once per layer (`kernels_neon::HeadCache`), then blocks of
 //! up to [`BLOCK`] tokens × the query heads sharing that KV head go through the block kernel
-//! (`kernels_neon::attend_head_span`: each row from the first position its layer's window lets it see), in parallel. Decode steps keep the one-row kernel
-//! (`kernels_neon::attend_cache_span`).
+//! (`kernels_neon::attend_head_span`: each row from the first position its layer's window lets it
+//! see), in parallel. Decode steps keep the one-row kernel (`kernels_neon::attend_cache_span`).
 
 use kernels_neon::{attend_head_span, HeadCache, KernelError, KvChunks, KvLayout};
 
