@@ -227,9 +227,12 @@ impl ModelConfig {
                 })?,
         };
         let activation = match file.get("sparrow.ffn_activation").and_then(|v| v.as_str()) {
-            Some(s) => Activation::from_name(s)
-                .ok_or_else(|| bad(format!("sparrow.ffn_activation `{s}` is not silu or relu")))?,
-            None => Activation::Silu,
+            Some(s) => Activation::from_name(s).ok_or_else(|| {
+                bad(format!(
+                    "sparrow.ffn_activation `{s}` is not silu, relu or gelu_pytorch_tanh"
+                ))
+            })?,
+            None => arch.family().activation(),
         };
         let cfg = ModelConfig {
             arch,
@@ -328,8 +331,11 @@ impl ModelConfig {
         })?;
         let activation = match cfg.hidden_act.as_deref() {
             None => Activation::Silu,
-            Some(s) => Activation::from_name(s)
-                .ok_or_else(|| bad(format!("hidden_act `{s}` is not supported (silu or relu)")))?,
+            Some(s) => Activation::from_name(s).ok_or_else(|| {
+                bad(format!(
+                    "hidden_act `{s}` is not supported (silu, relu or gelu_pytorch_tanh)"
+                ))
+            })?,
         };
         let head_dim = cfg.head_dim.unwrap_or(
             cfg.hidden_size

@@ -7,6 +7,7 @@ use model_format::{GgufFile, HfDir, TensorView};
 
 use crate::config::ModelConfig;
 use crate::error::Result;
+use crate::family::ConfigKeys;
 
 /// An opened model file: GGUF or an HF directory. Owns the memory maps the [`Model`](crate::model::Model) borrows from.
 pub enum ModelFile {
@@ -76,11 +77,46 @@ impl ModelFile {
         Some((path.to_path_buf(), info.offset))
     }
 
+    /// The file's `{arch}.*` config keys, for the model's family ([`ConfigKeys`]).
+    pub(crate) fn config_keys<'f>(&'f self, arch: &'f str) -> FileKeys<'f> {
+        FileKeys { file: self, arch }
+    }
+
     pub(crate) fn tensor(&self, name: &str) -> Option<TensorView<'_>> {
         match self {
             ModelFile::Gguf(f) => f.tensor(name),
             ModelFile::Hf(d) => d.tensor(name),
         }
+    }
+}
+
+/// A model file's `{arch}.*` keys ([`ModelFile::config_keys`]): GGUF metadata; none in an HF
+/// directory.
+pub(crate) struct FileKeys<'f> {
+    file: &'f ModelFile,
+    arch: &'f str,
+}
+
+impl FileKeys<'_> {
+    fn get(&self, key: &str) -> Option<&model_format::MetaValue> {
+        match self.file {
+            ModelFile::Gguf(f) => f.get(&format!("{}.{key}", self.arch)),
+            ModelFile::Hf(_) => None,
+        }
+    }
+}
+
+impl ConfigKeys for FileKeys<'_> {
+    fn uint(&self, key: &str) -> Option<u64> {
+        self.get(key).and_then(|v| v.as_u64())
+    }
+
+    fn float(&self, key: &str) -> Option<f64> {
+        self.get(key).and_then(|v| v.as_f64())
+    }
+
+    fn present(&self, key: &str) -> bool {
+        self.get(key).is_some()
     }
 }
 
@@ -116,7 +152,9 @@ const GGUF_NAMES: Names = Names {
             "q_norm" => "attn_q_norm.weight",
             "k_norm" => "attn_k_norm.weight",
             "o" => "attn_output.weight",
+            "post_attention_norm" => "post_attention_norm.weight",
             "ffn_norm" => "ffn_norm.weight",
+            "post_ffw_norm" => "post_ffw_norm.weight",
             "gate" => "ffn_gate.weight",
             "up" => "ffn_up.weight",
             "down" => "ffn_down.weight",

@@ -197,6 +197,47 @@ fn rms_norm_rows(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
     }
 }
 
+/// `x += y`, or `x += rmsnorm(y, w)` where the layer norms its block's output first (`scratch`:
+/// `y.len()` floats).
+fn add_residual(x: &mut [f32], y: &[f32], norm: Option<&[f32]>, eps: f32, scratch: &mut [f32]) {
+    let y = match norm {
+        Some(w) => {
+            rms_norm_rows(y, w, eps, scratch);
+            &scratch[..]
+        }
+        None => y,
+    };
+    x.iter_mut().zip(y).for_each(|(a, b)| *a += b);
+}
+
+/// Each token's RoPE rotations for every RoPE base the model's layers use (the first the first
+/// layer's): one table per base, computed once per step.
+fn rope_tables(model: &Model<'_>, place: &[Place]) -> Vec<(f32, Vec<kernels_neon::RopeAngles>)> {
+    let cfg = &model.config;
+    let mut bases: Vec<f32> = Vec::new();
+    for l in &model.layers {
+        if !bases
+            .iter()
+            .any(|b| b.to_bits() == l.span.rope_base.to_bits())
+        {
+            bases.push(l.span.rope_base);
+        }
+    }
+    if bases.is_empty() {
+        bases.push(cfg.rope_base);
+    }
+    bases
+        .into_iter()
+        .map(|base| {
+            let angles = place
+                .iter()
+                .map(|p| kernels_neon::RopeAngles::new(cfg.head_dim, cfg.rope_dim, p.pos, base))
+                .collect();
+            (base, angles)
+        })
+        .collect()
+}
+
 fn resident_needs_sparse(model: &Model<'_>) -> EngineError {
     EngineError::Request(format!(
         "{}: the FFN weights of this resident file are in its neuron store: run it with --sparse \
@@ -476,12 +517,8 @@ fn forward_inner(
         c.grow_to(end);
     }
     let kind = step.kind;
-    // Each token's rotations, computed once for all layers.
-    let rope: Vec<kernels_neon::RopeAngles> = step
-        .place
-        .iter()
-        .map(|p| kernels_neon::RopeAngles::new(hd, cfg.rope_dim, p.pos, cfg.rope_base))
-        .collect();
+    // Each token's rotations, computed once for all layers of each RoPE base.
+    let ropes = rope_tables(model, step.place);
     // A prompt step's attention runs in blocks (`prompt_attention`): where each token goes, once.
     let prompt_place: Vec<(usize, usize)> = if kind == StepKind::Prompt && n > 1 {
         step.place.iter().map(|p| (p.seq, p.pos)).collect()
@@ -519,6 +556,10 @@ fn forward_inner(
         layer
             .attn_step
             .before_rope(&mut q, &mut k, &mut v, &head_shape);
+        let rope = ropes
+            .iter()
+            .find(|(b, _)| b.to_bits() == layer.span.rope_base.to_bits())
+            .map_or(&ropes[0].1, |(_, r)| r);
         for (t, angles) in rope.iter().enumerate() {
             angles.apply(&mut q[t * qd..(t + 1) * qd], cfg.n_heads, cfg.rope_style);
             angles.apply(
@@ -539,7 +580,7 @@ fn forward_inner(
                 head_dim: hd,
                 scale,
             };
-            attend_prompt(&q, &prompt_place, &views, heads, &mut att)
+            attend_prompt(&q, &prompt_place, &views, heads, layer.span, &mut att)
                 .map_err(kernel("attention"))?;
         } else {
             att.par_chunks_mut(hd).enumerate().try_for_each_init(
@@ -554,8 +595,10 @@ fn forward_inner(
                     let qh = &q[t * qd + h * hd..t * qd + (h + 1) * hd];
                     let p = step.place[t];
                     let (kc, vc) = views[p.seq];
-                    let ctx = p.pos + 1; // causal: positions 0..=pos of its sequence
-                    kernels_neon::attend_cache(qh, kc, vc, layout, ctx, scale, scores, out)
+                    // Causal: positions up to its own of its sequence (the last `window` of
+                    // them on a sliding-window layer).
+                    let seen = layer.span.first_seen(p.pos)..p.pos + 1;
+                    kernels_neon::attend_cache_span(qh, kc, vc, layout, seen, scale, scores, out)
                         .map_err(kernel("attention"))
                 },
             )?;
@@ -569,7 +612,13 @@ fn forward_inner(
             precision,
             "attention output",
         )?;
-        x.iter_mut().zip(&o).for_each(|(a, b)| *a += b);
+        add_residual(
+            &mut x,
+            &o,
+            layer.post_norms.attn.as_deref(),
+            cfg.rms_eps,
+            &mut xn,
+        );
 
         // FFN.
         let ffn_t0 = ffn.ffn_nanos.map(|_| std::time::Instant::now());
@@ -590,7 +639,13 @@ fn forward_inner(
                 std::sync::atomic::Ordering::Relaxed,
             );
         }
-        x.iter_mut().zip(&o).for_each(|(a, b)| *a += b);
+        add_residual(
+            &mut x,
+            &o,
+            layer.post_norms.ffn.as_deref(),
+            cfg.rms_eps,
+            &mut xn,
+        );
     }
     for (c, &end) in caches.iter_mut().zip(&ends) {
         c.len = end;

@@ -26,6 +26,38 @@ pub struct Layer<'a> {
     pub ffn_norm: Vec<f32>,
     /// The FFN block.
     pub ffn: LayerFfn<'a>,
+    /// RMSNorms of the attention output and of the FFN output before each residual add (Gemma's
+    /// `post_attention_norm`, `post_ffw_norm`); none in most families.
+    pub post_norms: PostNorms,
+    /// Which cached positions the layer's queries see, and its RoPE base.
+    pub span: AttnSpan,
+}
+
+/// RMSNorm weights (`d_model`) applied to a block's output before it is added to the residual
+/// stream; `None`: the output is added as it is.
+#[derive(Debug, Clone, Default)]
+pub struct PostNorms {
+    /// After the attention output projection.
+    pub attn: Option<Vec<f32>>,
+    /// After the FFN.
+    pub ffn: Option<Vec<f32>>,
+}
+
+/// A layer's attention reach and rotation.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AttnSpan {
+    /// Sliding window: a query at position `p` sees the positions `p0` with `p - p0 < window`
+    /// (and `p0 <= p`); `None`: every position up to its own.
+    pub window: Option<usize>,
+    /// RoPE frequency base of the layer.
+    pub rope_base: f32,
+}
+
+impl AttnSpan {
+    /// The first position a query at `pos` sees.
+    pub fn first_seen(&self, pos: usize) -> usize {
+        self.window.map_or(0, |w| (pos + 1).saturating_sub(w))
+    }
 }
 
 /// The head layout of a model, as an [`AttnStep`] sees it.

@@ -27,6 +27,8 @@ pub struct Model<'a> {
     pub output: QMatrix<'a>,
     /// Whether the output projection is the embedding.
     pub tied_embeddings: bool,
+    /// The factor every embedding row is multiplied by ([`crate::family::Family::embedding_scale`]).
+    pub embed_scale: Option<f32>,
     /// Bytes of weights the model reads per token (all matrices once).
     pub weight_bytes: usize,
     path: PathBuf,
@@ -206,6 +208,13 @@ impl<'a> Model<'a> {
             offloaded: config.ffn_store.is_some(),
             moe: config.moe,
         };
+        let family = config.arch.family();
+        let keys = file.config_keys(config.arch.name());
+        let bad_key = |detail: String| EngineError::BadModel {
+            path: file.path().to_path_buf(),
+            detail,
+        };
+        family.check_keys(&keys).map_err(bad_key)?;
         let mut layers = Vec::with_capacity(config.n_layers);
         for i in 0..config.n_layers {
             let tensors = LayerLoader {
@@ -213,8 +222,17 @@ impl<'a> Model<'a> {
                 names,
                 index: i,
             };
-            layers.push(crate::family::load_layer(config.arch, &tensors, &shape)?);
+            let span = family
+                .attn_span(&keys, config.rope_base, i)
+                .map_err(bad_key)?;
+            layers.push(crate::family::load_layer(
+                config.arch,
+                &tensors,
+                &shape,
+                span,
+            )?);
         }
+        let embed_scale = family.embedding_scale(config.d_model);
         let bytes = |m: &QMatrix<'_>| m.format().row_bytes(m.cols()).unwrap_or(0) * m.rows();
         let weight_bytes = layers
             .iter()
@@ -238,6 +256,7 @@ impl<'a> Model<'a> {
             output_norm,
             output,
             tied_embeddings: tied,
+            embed_scale,
             streamed: false,
             output_source,
             output_file: None,
@@ -370,7 +389,8 @@ impl<'a> Model<'a> {
         }
     }
 
-    /// Writes the embedding of `token` into `out` (length `d_model`).
+    /// Writes the embedding of `token` into `out` (length `d_model`), times the family's
+    /// embedding scale where it has one.
     pub fn embed_token(&self, token: u32, out: &mut [f32]) -> Result<()> {
         let t = token as usize;
         if t >= self.config.vocab_size {
@@ -380,6 +400,10 @@ impl<'a> Model<'a> {
             )));
         }
         kernels_neon::dequantize_row(self.embed.format(), self.embed.row_data(t), out)
-            .map_err(kernel("embedding"))
+            .map_err(kernel("embedding"))?;
+        if let Some(s) = self.embed_scale {
+            out.iter_mut().for_each(|x| *x *= s);
+        }
+        Ok(())
     }
 }

@@ -335,7 +335,7 @@ impl LayerRule<'_> {
     /// The activation of a gate output.
     #[inline]
     pub(crate) fn act(&self, g: f32) -> f32 {
-        self.activation.apply(g)
+        kernels_neon::act_value(self.activation, g)
     }
 
     /// Two-phase loading: whether a neuron whose gate output is `g` can still pass once its up row

@@ -1,10 +1,12 @@
 //! Attention of a prompt step (several consecutive tokens of a sequence): each sequence's keys and
 //! values of a KV head are decoded to f32 once per layer (`kernels_neon::HeadCache`), then blocks of
 //! up to [`BLOCK`] tokens × the query heads sharing that KV head go through the block kernel
-//! (`kernels_neon::attend_head`), in parallel. Decode steps keep the one-row kernel
-//! (`kernels_neon::attend_cache`).
+//! (`kernels_neon::attend_head_span`: each row from the first position its layer's window lets it
+//! see), in parallel. Decode steps keep the one-row kernel (`kernels_neon::attend_cache_span`).
 
-use kernels_neon::{attend_head, HeadCache, KernelError, KvChunks, KvLayout};
+use kernels_neon::{attend_head_span, HeadCache, KernelError, KvChunks, KvLayout};
+
+use crate::layer::AttnSpan;
 use rayon::prelude::*;
 
 /// Query tokens per block.
@@ -25,12 +27,14 @@ pub(crate) struct Heads {
 
 /// `att[t]` (the token's `n_heads` head outputs) for every token `t` of the step: sequence
 /// `place[t].0` at position `place[t].1`, seeing that sequence's positions `0..=place[t].1` in
-/// `views[seq]` (keys, values), with queries `q[t]` (`n_heads × head_dim`).
+/// `views[seq]` (keys, values), with queries `q[t]` (`n_heads × head_dim`); on a sliding-window
+/// layer (`span.window`) only the last `window` of them.
 pub(crate) fn attend_prompt(
     q: &[f32],
     place: &[(usize, usize)],
     views: &[(KvChunks<'_>, KvChunks<'_>)],
     heads: Heads,
+    span: AttnSpan,
     att: &mut [f32],
 ) -> Result<(), KernelError> {
     let Heads {
@@ -89,14 +93,19 @@ pub(crate) fn attend_prompt(
             let tokens = blocks[b].clone();
             let mut qb = Vec::with_capacity(tokens.len() * group * hd);
             let mut lens = Vec::with_capacity(tokens.len() * group);
+            // First positions seen: none without a window (every row from 0).
+            let mut starts = Vec::new();
             for t in tokens.clone() {
                 let heads = h * group..(h + 1) * group;
                 qb.extend_from_slice(&q[t * qd + heads.start * hd..t * qd + heads.end * hd]);
                 lens.extend(std::iter::repeat_n(place[t].1 + 1, group));
+                if span.window.is_some() {
+                    starts.extend(std::iter::repeat_n(span.first_seen(place[t].1), group));
+                }
             }
             let mut out = vec![0f32; qb.len()];
             let head = cache_of(place[tokens.start].0, h);
-            attend_head(&qb, &lens, head, scale, scores, &mut out)?;
+            attend_head_span(&qb, &starts, &lens, head, scale, scores, &mut out)?;
             Ok(out)
         })
         .collect::<Result<Vec<Vec<f32>>, KernelError>>()?;

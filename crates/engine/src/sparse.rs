@@ -627,8 +627,10 @@ impl SparseFfn {
         mm(&w.gate, x, n, g, l.precision, "ffn gate")?;
         mm(&w.up, x, n, u, l.precision, "ffn up")?;
         let act = self.selector.rule(li, self.score).activation;
-        g.par_chunks_mut(1024)
-            .for_each(|c| c.iter_mut().for_each(|v| *v = act.apply(*v)));
+        g.par_chunks_mut(1024).for_each(|c| {
+            c.iter_mut()
+                .for_each(|v| *v = kernels_neon::act_value(act, *v))
+        });
         self.mask(li, x, n, g, u)?;
         if let Some(skip) = skip {
             let ff = self.selector.d_ff();

@@ -249,22 +249,93 @@ pub fn attend_cache_with(
     scores: &mut Vec<f32>,
     out: &mut [f32],
 ) -> Result<(), KernelError> {
+    attend_cache_span_with(path, q, k, v, layout, 0..ctx, scale, scores, out)
+}
+
+/// [`attend_cache`] over positions `span` only (`span.start < span.end`, or an empty span giving
+/// `out = 0`): a sliding-window layer's query sees the last positions of the cache, not the
+/// first. `scores` is left holding the weights of the span's positions. Over `0..ctx` it computes
+/// what [`attend_cache`] does, bit for bit.
+#[allow(clippy::too_many_arguments)]
+pub fn attend_cache_span(
+    q: &[f32],
+    k: KvChunks<'_>,
+    v: KvChunks<'_>,
+    layout: KvLayout,
+    span: std::ops::Range<usize>,
+    scale: f32,
+    scores: &mut Vec<f32>,
+    out: &mut [f32],
+) -> Result<(), KernelError> {
+    attend_cache_span_with(
+        crate::active_path(),
+        q,
+        k,
+        v,
+        layout,
+        span,
+        scale,
+        scores,
+        out,
+    )
+}
+
+/// [`attend_cache_span`] on an explicit path (for tests and benchmarks).
+#[doc(hidden)]
+#[allow(clippy::too_many_arguments)]
+pub fn attend_cache_span_with(
+    path: KernelPath,
+    q: &[f32],
+    k: KvChunks<'_>,
+    v: KvChunks<'_>,
+    layout: KvLayout,
+    span: std::ops::Range<usize>,
+    scale: f32,
+    scores: &mut Vec<f32>,
+    out: &mut [f32],
+) -> Result<(), KernelError> {
     check_path(path)?;
     let hd = layout.head_dim;
     check_len("attend q", hd, q.len())?;
     check_len("attend out", hd, out.len())?;
+    let (lo, ctx) = (span.start, span.end);
     let (pos_bytes, off) = check_cache(&k, &v, layout, ctx)?;
     let chunk = k.chunk;
     let format = k.format;
     scores.clear();
-    scores.resize(ctx, 0.0);
-    for (kc, s) in k.chunks.iter().zip(scores.chunks_mut(chunk)) {
-        arch::kv::scores(path, format, q, kc, pos_bytes, off, scale, s);
+    scores.resize(ctx.saturating_sub(lo), 0.0);
+    // The span's positions, a run per chunk: (chunk, first byte of the run in it, its scores).
+    let runs = || {
+        (lo / chunk..ctx.div_ceil(chunk).max(lo / chunk)).map(move |c| {
+            let first = (c * chunk).max(lo);
+            let end = ((c + 1) * chunk).min(ctx);
+            (c, (first - c * chunk) * pos_bytes, first - lo..end - lo)
+        })
+    };
+    for (c, at, s) in runs() {
+        arch::kv::scores(
+            path,
+            format,
+            q,
+            &k.chunks[c][at..],
+            pos_bytes,
+            off,
+            scale,
+            &mut scores[s],
+        );
     }
     crate::softmax_inplace(scores);
     out.fill(0.0);
-    for (vc, s) in v.chunks.iter().zip(scores.chunks(chunk)) {
-        arch::kv::accumulate(path, format, s, vc, pos_bytes, off, out);
+    for (c, at, s) in runs() {
+        arch::kv::accumulate(
+            path,
+            format,
+            &scores[s],
+            &v.chunks[c][at..],
+            pos_bytes,
+            off,
+            out,
+        );
     }
     Ok(())
 }

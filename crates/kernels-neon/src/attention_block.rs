@@ -108,6 +108,45 @@ pub fn attend_head_with(
     scores: &mut Vec<f32>,
     out: &mut [f32],
 ) -> Result<(), KernelError> {
+    attend_head_span_with(path, q, &[], lens, head, scale, scores, out)
+}
+
+/// [`attend_head`] where row `i` sees keys `starts[i]..lens[i]` only (a sliding window; each
+/// start below its row's length). Empty `starts`: every row from 0, as [`attend_head`].
+pub fn attend_head_span(
+    q: &[f32],
+    starts: &[usize],
+    lens: &[usize],
+    head: &HeadCache,
+    scale: f32,
+    scores: &mut Vec<f32>,
+    out: &mut [f32],
+) -> Result<(), KernelError> {
+    attend_head_span_with(
+        crate::active_path(),
+        q,
+        starts,
+        lens,
+        head,
+        scale,
+        scores,
+        out,
+    )
+}
+
+/// [`attend_head_span`] on an explicit path (for tests and benchmarks).
+#[doc(hidden)]
+#[allow(clippy::too_many_arguments)]
+pub fn attend_head_span_with(
+    path: KernelPath,
+    q: &[f32],
+    starts: &[usize],
+    lens: &[usize],
+    head: &HeadCache,
+    scale: f32,
+    scores: &mut Vec<f32>,
+    out: &mut [f32],
+) -> Result<(), KernelError> {
     check_path(path)?;
     let hd = head.head_dim;
     check_len("attend_head q", lens.len() * hd, q.len())?;
@@ -119,6 +158,16 @@ pub fn attend_head_with(
             actual: l,
         });
     }
+    if !starts.is_empty() {
+        check_len("attend_head starts (one per row)", lens.len(), starts.len())?;
+        if let Some((&s, &l)) = starts.iter().zip(lens).find(|(s, l)| s >= l) {
+            return Err(KernelError::LengthMismatch {
+                what: "attend_head: a row's first key (below its length)",
+                expected: l,
+                actual: s,
+            });
+        }
+    }
     if lens.is_empty() || hd == 0 {
         return Ok(());
     }
@@ -129,8 +178,15 @@ pub fn attend_head_with(
             offset: 0,
             head_dim: hd,
         };
-        for ((qi, oi), &l) in q.chunks_exact(hd).zip(out.chunks_exact_mut(hd)).zip(lens) {
-            crate::attend_with(path, qi, &head.k, &head.v, layout, l, scale, scores, oi)?;
+        for (i, ((qi, oi), &l)) in q
+            .chunks_exact(hd)
+            .zip(out.chunks_exact_mut(hd))
+            .zip(lens)
+            .enumerate()
+        {
+            let st = starts.get(i).copied().unwrap_or(0);
+            let (k, v) = (&head.k[st * hd..], &head.v[st * hd..]);
+            crate::attend_with(path, qi, k, v, layout, l - st, scale, scores, oi)?;
         }
         return Ok(());
     }
@@ -138,6 +194,7 @@ pub fn attend_head_with(
         path,
         q,
         lens,
+        starts,
         hd,
         &head.k,
         head.padded,

@@ -6,14 +6,14 @@ use rayon::prelude::*;
 
 use crate::batch::{batch_chunk, Prepared};
 use crate::{
-    active_path, check_len, check_path, check_tokens, chunk_rows_setting, matvec_chunk,
-    silu_mul_inplace, Activation, KernelError, KernelPath, Precision, QMatrix,
+    active_path, check_len, check_path, check_tokens, chunk_rows_setting, matvec_chunk, Activation,
+    KernelError, KernelPath, Precision, QMatrix,
 };
 
 /// `out[t*rows + r] = act(dot(gate[r], x[t])) * dot(up[r], x[t])` for the `n` tokens of `x`
 /// (token-major rows of `gate.cols()`): each token's row bit for bit what [`crate::matvec`] (or
 /// [`crate::matvec_batch`] for several tokens) of both matrices followed by
-/// [`silu_mul_inplace`] / [`crate::relu_mul_inplace`] gives. `gate` and `up` must have the same
+/// [`crate::act_mul_inplace`] gives. `gate` and `up` must have the same
 /// shape.
 pub fn matvec_gated(
     gate: &QMatrix,
@@ -78,10 +78,7 @@ pub fn matvec_gated_with(
         ready.run(0, r0, x, &mut gs);
         ready.run(1, r0, x, &mut us);
         for (g, u) in gs.iter_mut().zip(&us) {
-            match act {
-                Activation::Silu => silu_mul_inplace(g, u),
-                Activation::Relu => crate::relu_mul_inplace(g, u),
-            }
+            crate::act_mul_inplace(act, g, u);
         }
     };
     if items.len() <= 1 {

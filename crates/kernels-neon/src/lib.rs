@@ -226,6 +226,7 @@ use std::sync::OnceLock;
 
 use rayon::prelude::*;
 
+mod act;
 mod arch;
 mod attention;
 mod attention_block;
@@ -243,8 +244,15 @@ mod rope;
 mod scalar;
 mod sparse;
 
-pub use attention::{attend, attend_cache, attend_cache_with, attend_with, KvChunks, KvLayout};
-pub use attention_block::{attend_cache_block_with, attend_head, attend_head_with, HeadCache};
+pub use act::{act_mul_inplace, act_value, gelu_mul_inplace, gelu_value};
+pub use attention::{
+    attend, attend_cache, attend_cache_span, attend_cache_span_with, attend_cache_with,
+    attend_with, KvChunks, KvLayout,
+};
+pub use attention_block::{
+    attend_cache_block_with, attend_head, attend_head_span, attend_head_span_with,
+    attend_head_with, HeadCache,
+};
 pub use batch::{matvec_batch, matvec_batch_many};
 #[doc(hidden)]
 pub use batch::{matvec_batch_many_with, matvec_batch_with};

@@ -325,7 +325,7 @@ pub fn gate_up_sparse_with(
     let mut keep = Vec::new();
     let mut pos = Vec::new();
     for (i, (o, &r)) in out.iter_mut().zip(rows).enumerate() {
-        let a = act.apply(*o);
+        let a = crate::act_value(act, *o);
         if a.abs() <= threshold {
             *o = 0.0;
         } else {

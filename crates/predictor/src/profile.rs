@@ -32,7 +32,7 @@
 //! u64      model_fingerprint  caller-computed id of the model
 //! str      corpus             e.g. "wikitext-2/valid.txt"
 //! u64      tokens             tokens profiled
-//! u8       activation         0 = ReLU, 1 = SiLU
+//! u8       activation         0 = ReLU, 1 = SiLU, 2 = GELU (tanh form)
 //! u8       score              what thresholds apply to: 0 = |act(gate)|, 1 = |act(gate)|·‖down_j‖,
 //!                             2 = |act(gate)·up|·‖down_j‖ (see ScoreKind)
 //! u32      B                  number of batch sizes
@@ -131,6 +131,7 @@ impl Profile {
         w.u8(match self.activation {
             ActivationKind::Relu => 0,
             ActivationKind::Silu => 1,
+            ActivationKind::GeluTanh => 2,
         });
         w.u8(match self.score {
             ScoreKind::Gate => 0,
@@ -168,7 +169,12 @@ impl Profile {
         let activation = match r.u8("activation")? {
             0 => ActivationKind::Relu,
             1 => ActivationKind::Silu,
-            v => return Err(r.err(format!("unknown activation code {v} (0 = ReLU, 1 = SiLU)"))),
+            2 => ActivationKind::GeluTanh,
+            v => {
+                return Err(r.err(format!(
+                    "unknown activation code {v} (0 = ReLU, 1 = SiLU, 2 = GELU)"
+                )))
+            }
         };
         let score = match r.u8("score")? {
             0 => ScoreKind::Gate,

@@ -146,10 +146,7 @@ impl Accelerator for CpuAccelerator {
         );
         kernels_neon::matvec_batch_many(&[&gw, &uw], x, n, &mut [&mut g, &mut u], Precision::Fast)
             .map_err(kernel("cpu accelerator"))?;
-        match b.activation {
-            Activation::Silu => kernels_neon::silu_mul_inplace(&mut g, &u),
-            Activation::Relu => kernels_neon::relu_mul_inplace(&mut g, &u),
-        }
+        kernels_neon::act_mul_inplace(b.activation, &mut g, &u);
         if n == 1 && !b.down_t.is_empty() {
             let down_t = matrix(FORMAT, &b.down_t[..h * b.down_t.len() / b.neurons], h, d)?;
             out.fill(0.0);
@@ -197,10 +194,7 @@ impl Accelerator for CpuAccelerator {
         let err = || kernel("cpu accelerator streamed rows");
         kernels_neon::matmul(&rows.gate, x, n, &mut g, Precision::Fast).map_err(err())?;
         kernels_neon::matmul(&rows.up, x, n, &mut u, Precision::Fast).map_err(err())?;
-        match rows.activation {
-            Activation::Silu => kernels_neon::silu_mul_inplace(&mut g, &u),
-            Activation::Relu => kernels_neon::relu_mul_inplace(&mut g, &u),
-        }
+        kernels_neon::act_mul_inplace(rows.activation, &mut g, &u);
         kernels_neon::matmul_t(&rows.down, &g, n, out, Precision::Fast).map_err(err())
     }
 

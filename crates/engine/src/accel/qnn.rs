@@ -150,7 +150,7 @@ impl QnnAccelerator {
                     gate: Weights::new(&b.gate, b.d_model, weights),
                     up: Weights::new(&b.up, b.d_model, weights),
                     down: Weights::new(&b.down, b.neurons, weights),
-                    activation: ffn_activation(b.activation),
+                    activation: ffn_activation(b.activation)?,
                 })
             })
             .collect::<Result<Vec<_>>>()?;
@@ -185,10 +185,14 @@ impl QnnAccelerator {
     }
 }
 
-fn ffn_activation(a: Activation) -> FfnActivation {
+/// QNN's activation op for `a` (its FFN graphs have SiLU and ReLU; a GELU model is refused).
+fn ffn_activation(a: Activation) -> Result<FfnActivation> {
     match a {
-        Activation::Silu => FfnActivation::Silu,
-        Activation::Relu => FfnActivation::Relu,
+        Activation::Silu => Ok(FfnActivation::Silu),
+        Activation::Relu => Ok(FfnActivation::Relu),
+        Activation::GeluTanh => Err(EngineError::Request(
+            "qnn accelerator: the FFN graphs have SiLU and ReLU, not GELU (run this model without --accel qnn)".into(),
+        )),
     }
 }
 
@@ -317,7 +321,7 @@ impl Accelerator for QnnAccelerator {
                         FfnWeights::Input,
                         FfnWeights::Input,
                         FfnWeights::Input,
-                        ffn_activation(rows.activation),
+                        ffn_activation(rows.activation)?,
                     )
                     .map_err(|e| qnn_error(&self.library, e))?,
                 ),

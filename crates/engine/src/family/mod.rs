@@ -12,12 +12,18 @@
 //!   it and returns [`LayerFfn::Moe`] (built by `experts.rs` from the config's
 //!   [`MoeConfig`]; llama does so when the file has `llama.expert_count`, Mixtral); the forward pass
 //!   does not change.
+//! * optionally (defaults: none), what the generic pass applies without knowing why: norms of a
+//!   block's output before the residual add ([`Family::post_norms`]), a layer's sliding window and
+//!   RoPE base from the family's own config keys ([`Family::attn_span`], read through
+//!   [`ConfigKeys`]), a scale of the input embeddings ([`Family::embedding_scale`]), the FFN
+//!   activation ([`Family::activation`]), and keys it refuses ([`Family::check_keys`]).
 //!
 //! [`FAMILIES`] is the registry: one line per family. Adding a family is its module, its line there,
 //! and its tests, plus the GGUF and HF names of any new logical tensor key in `file.rs` (qwen3 added
 //! `q_norm` and `k_norm` there).
 
 mod experts;
+mod gemma3;
 mod llama;
 mod olmoe;
 mod qwen2;
@@ -32,8 +38,9 @@ use kernels_neon::{QMatrix, RopeStyle, WeightFormat};
 use model_format::TensorView;
 
 use crate::error::{kernel, Result};
-use crate::layer::{AttnStep, GatedFfn, Layer, LayerFfn};
+use crate::layer::{AttnSpan, AttnStep, GatedFfn, Layer, LayerFfn, PostNorms};
 use crate::moe::MoeConfig;
+use tensor_types::Activation;
 
 /// Every family the engine runs, in the order errors list them.
 static FAMILIES: &[&dyn Family] = &[
@@ -43,6 +50,7 @@ static FAMILIES: &[&dyn Family] = &[
     &qwen3moe::Qwen3Moe, // qwen3moe (Mixture of Experts; Mixtral is llama with experts)
     &olmoe::Olmoe,       // olmoe (Mixture of Experts)
     &qwen2moe::Qwen2Moe, // qwen2moe (Mixture of Experts, shared expert)
+    &gemma3::Gemma3,     // gemma3
 ];
 
 /// The dimensions a family loads a layer's tensors with.
@@ -84,6 +92,17 @@ pub trait LayerTensors<'a> {
     fn path(&self) -> &Path;
 }
 
+/// A model file's `{arch}.*` config keys, as a family reads its own: `key` without the
+/// architecture prefix (`attention.sliding_window`). An HF directory has none.
+pub trait ConfigKeys {
+    /// An unsigned integer value.
+    fn uint(&self, key: &str) -> Option<u64>;
+    /// A number.
+    fn float(&self, key: &str) -> Option<f64>;
+    /// Whether the key is there at all (of any type).
+    fn present(&self, key: &str) -> bool;
+}
+
 /// One model family ([module docs](self)).
 pub trait Family: Send + Sync {
     /// The GGUF `general.architecture` value and prefix of its config keys.
@@ -97,6 +116,41 @@ pub trait Family: Send + Sync {
     /// The layer's FFN block: gated dense (`gate`, `up`, `down`; empty in a resident file).
     fn ffn<'a>(&self, t: &dyn LayerTensors<'a>, s: &LayerShape) -> Result<LayerFfn<'a>> {
         gated_ffn(t, s).map(LayerFfn::Gated)
+    }
+    /// Norms of the layer's attention and FFN outputs before the residual adds. Default: none.
+    fn post_norms(&self, t: &dyn LayerTensors<'_>, s: &LayerShape) -> Result<PostNorms> {
+        let _ = (t, s);
+        Ok(PostNorms::default())
+    }
+    /// Layer `index`'s attention span (`rope_base`: the model's). Default: every position, the
+    /// model's RoPE base. An error is a one-line description of the bad key.
+    fn attn_span(
+        &self,
+        keys: &dyn ConfigKeys,
+        rope_base: f32,
+        index: usize,
+    ) -> std::result::Result<AttnSpan, String> {
+        let _ = (keys, index);
+        Ok(AttnSpan {
+            window: None,
+            rope_base,
+        })
+    }
+    /// The factor the input embeddings (`d_model` wide) are multiplied by. Default: none.
+    fn embedding_scale(&self, d_model: usize) -> Option<f32> {
+        let _ = d_model;
+        None
+    }
+    /// The FFN activation of a file that does not name one (`sparrow.ffn_activation`). Default:
+    /// SiLU.
+    fn activation(&self) -> Activation {
+        Activation::Silu
+    }
+    /// Refuses a file whose config keys ask for what this engine does not compute (a one-line
+    /// description). Default: nothing refused.
+    fn check_keys(&self, keys: &dyn ConfigKeys) -> std::result::Result<(), String> {
+        let _ = keys;
+        Ok(())
     }
 }
 
@@ -117,11 +171,13 @@ pub fn gated_ffn<'a>(t: &dyn LayerTensors<'a>, s: &LayerShape) -> Result<GatedFf
     })
 }
 
-/// Loads one layer: the common block, the family's attention variant and its FFN.
+/// Loads one layer: the common block, the family's attention variant, its FFN, its post-norms,
+/// and its attention `span` (from [`Family::attn_span`]).
 pub(crate) fn load_layer<'a>(
     arch: Arch,
     t: &dyn LayerTensors<'a>,
     s: &LayerShape,
+    span: AttnSpan,
 ) -> Result<Layer<'a>> {
     let (d, q, kv) = (s.d_model, s.q_dim, s.kv_dim);
     Ok(Layer {
@@ -133,6 +189,8 @@ pub(crate) fn load_layer<'a>(
         wo: t.matrix("o", d, q)?,
         ffn_norm: t.vector("ffn_norm", d)?,
         ffn: arch.family().ffn(t, s)?,
+        post_norms: arch.family().post_norms(t, s)?,
+        span,
     })
 }
 

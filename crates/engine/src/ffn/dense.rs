@@ -17,10 +17,7 @@ impl DenseFfn {
     }
 
     fn act_mul(&self, g: &mut [f32], u: &[f32]) {
-        match self.activation {
-            Activation::Silu => kernels_neon::silu_mul_inplace(g, u),
-            Activation::Relu => kernels_neon::relu_mul_inplace(g, u),
-        }
+        kernels_neon::act_mul_inplace(self.activation, g, u);
     }
 }
 

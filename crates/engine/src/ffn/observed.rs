@@ -73,8 +73,10 @@ impl FfnExecutor for ObservedFfn<'_, '_> {
         mm(&w.gate, x, n, g, l.precision, "ffn gate")?;
         mm(&w.up, x, n, u, l.precision, "ffn up")?;
         let act = self.activation;
-        g.par_chunks_mut(1024)
-            .for_each(|c| c.iter_mut().for_each(|v| *v = act.apply(*v)));
+        g.par_chunks_mut(1024).for_each(|c| {
+            c.iter_mut()
+                .for_each(|v| *v = kernels_neon::act_value(act, *v))
+        });
         {
             let mut obs = self.observer.lock().unwrap_or_else(|e| e.into_inner());
             (*obs)(FfnSample {

@@ -189,6 +189,7 @@ impl MoeBlock {
             match self.activation {
                 Activation::Silu => kernels_neon::silu_mul_inplace(g, u),
                 Activation::Relu => kernels_neon::relu_mul_inplace(g, u),
+                Activation::GeluTanh => kernels_neon::gelu_mul_inplace(g, u),
             }
         }
         mm_step(

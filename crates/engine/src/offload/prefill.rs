@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{mpsc, PoisonError};
 use std::time::Instant;
 
-use kernels_neon::{Activation, Precision, QMatrix};
+use kernels_neon::{Precision, QMatrix};
 use rayon::prelude::*;
 use ufs_io::AlignedBuf;
 
@@ -57,10 +57,7 @@ fn select(
             };
             if rule.score == Score::OutputNorm {
                 // The score is |act(g)·u|·‖down‖: the products first, with the SIMD kernels.
-                match rule.activation {
-                    Activation::Silu => kernels_neon::silu_mul_inplace(gt, ut),
-                    Activation::Relu => kernels_neon::relu_mul_inplace(gt, ut),
-                }
+                kernels_neon::act_mul_inplace(rule.activation, gt, ut);
                 let t = rule.threshold;
                 if keep.is_none() && skip.is_none() {
                     // Branch-free, so that it vectorizes.

@@ -22,6 +22,7 @@ mod moe_block;
 mod offload;
 mod offload_real;
 mod reference;
+mod reference_gemma;
 mod reference_qwen;
 mod requant;
 mod sparse;

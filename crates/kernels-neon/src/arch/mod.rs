@@ -599,6 +599,7 @@ pub(crate) fn attend_block(
     path: KernelPath,
     q: &[f32],
     lens: &[usize],
+    starts: &[usize],
     hd: usize,
     kt: &[f32],
     nkp: usize,
@@ -611,15 +612,15 @@ pub(crate) fn attend_block(
         #[cfg(target_arch = "x86_64")]
         KernelPath::Avx2Fma => {
             // SAFETY: the path was checked available (AVX2/FMA present).
-            unsafe { x86_64::attend_block_avx2(q, lens, hd, kt, nkp, v, scale, s, out) }
+            unsafe { x86_64::attend_block_avx2(q, lens, starts, hd, kt, nkp, v, scale, s, out) }
         }
         #[cfg(target_arch = "x86_64")]
         KernelPath::Avx512 => {
             // SAFETY: the path was checked available (AVX-512F on top of AVX2/FMA).
-            unsafe { x86_64::attend_block_avx512(q, lens, hd, kt, nkp, v, scale, s, out) }
+            unsafe { x86_64::attend_block_avx512(q, lens, starts, hd, kt, nkp, v, scale, s, out) }
         }
         // NEON and FMA are baseline on aarch64: the generic code vectorizes as it is.
-        _ => attend_block::attend_block(q, lens, hd, kt, nkp, v, scale, s, out),
+        _ => attend_block::attend_block(q, lens, starts, hd, kt, nkp, v, scale, s, out),
     }
 }
 

@@ -6,9 +6,11 @@
 mod attention;
 mod attention_block;
 mod attention_cache;
+mod attention_span;
 mod common;
 mod expf;
 mod fixed;
+mod gelu;
 mod gguf_fixture;
 mod hybrid;
 mod known;

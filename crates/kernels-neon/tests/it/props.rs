@@ -155,7 +155,7 @@ proptest! {
         rows in 0usize..70,
         units in 1usize..6,
         n in 1usize..9,
-        relu in any::<bool>(),
+        act in prop::sample::select(vec![Activation::Silu, Activation::Relu, Activation::GeluTanh]),
         chunk in prop::sample::select(vec![0usize, 1, 5, 16]),
         seed in any::<u64>(),
     ) {
@@ -168,7 +168,6 @@ proptest! {
         let gate = QMatrix::new(format, rows, cols, &gd).unwrap();
         let up = QMatrix::new(up_format, rows, cols, &ud).unwrap();
         let x = random_vec(n * cols, &mut rng);
-        let act = if relu { Activation::Relu } else { Activation::Silu };
         set_chunk_rows(chunk);
         for path in available_paths() {
             for precision in PRECISIONS {
@@ -181,6 +180,7 @@ proptest! {
                 match act {
                     Activation::Silu => silu_mul_inplace(&mut want, &u),
                     Activation::Relu => relu_mul_inplace(&mut want, &u),
+                    Activation::GeluTanh => gelu_mul_inplace(&mut want, &u),
                 }
                 let same = want.iter().zip(&got).all(|(a, b)| a.to_bits() == b.to_bits());
                 prop_assert!(same, "{path:?} {format:?}/{up_format:?} {precision:?} {act:?} {rows}x{cols} n={n}: {got:?} vs {want:?}");

@@ -10,6 +10,7 @@ use crate::arch::attend_block::attend_block;
 pub(crate) unsafe fn attend_block_avx2(
     q: &[f32],
     lens: &[usize],
+    starts: &[usize],
     hd: usize,
     kt: &[f32],
     nkp: usize,
@@ -18,7 +19,7 @@ pub(crate) unsafe fn attend_block_avx2(
     s: &mut Vec<f32>,
     out: &mut [f32],
 ) {
-    attend_block(q, lens, hd, kt, nkp, v, scale, s, out)
+    attend_block(q, lens, starts, hd, kt, nkp, v, scale, s, out)
 }
 
 /// # Safety
@@ -28,6 +29,7 @@ pub(crate) unsafe fn attend_block_avx2(
 pub(crate) unsafe fn attend_block_avx512(
     q: &[f32],
     lens: &[usize],
+    starts: &[usize],
     hd: usize,
     kt: &[f32],
     nkp: usize,
@@ -36,5 +38,5 @@ pub(crate) unsafe fn attend_block_avx512(
     s: &mut Vec<f32>,
     out: &mut [f32],
 ) {
-    attend_block(q, lens, hd, kt, nkp, v, scale, s, out)
+    attend_block(q, lens, starts, hd, kt, nkp, v, scale, s, out)
 }
