@@ -150,26 +150,37 @@ pub fn run(root: &Path, args: &[String]) -> Result<()> {
     std::fs::write(&text_path, &corpus[..end])?;
     let text_tokens = tokenize(root, &a.model, &text_path)?;
     let logits_path = a.out.join(".logits.bin");
-    let ppl_run = output(
-        Command::new(super::llama::tool(root, "llama-perplexity")?)
-            .arg("-m")
-            .arg(&a.model)
-            .arg("-f")
-            .arg(&text_path)
-            .args(["-c", &a.ctx.to_string(), "--chunks", &a.chunks.to_string()])
-            .args(["-b", &a.ctx.to_string(), "-t", "2"])
-            .arg("--kl-divergence-base")
-            .arg(&logits_path),
-    );
-    let logits = std::fs::read(&logits_path);
-    let _ = std::fs::remove_file(&logits_path);
-    let (ppl_out, ppl_err) = ppl_run?;
-    let top1 = top1_of_logits_file(&logits.context("reading llama-perplexity's logits file")?)?;
-    let ppl_text = String::from_utf8_lossy(&ppl_err).into_owned();
-    let chunk_ppl = String::from_utf8_lossy(&ppl_out).trim().to_string();
-    let ppl = final_ppl(&ppl_text).with_context(|| {
-        format!("llama-perplexity printed no `Final estimate: PPL = `:\n{ppl_text}")
-    })?;
+    // llama.cpp logs from a thread of its own: on a loaded machine a run was seen to exit 0 before
+    // its last lines (the `Final estimate`) were written. Such a run is retried (10 times), then refused.
+    let mut tries = 0;
+    let (ppl, chunk_ppl, top1) = loop {
+        tries += 1;
+        let ppl_run = output(
+            Command::new(super::llama::tool(root, "llama-perplexity")?)
+                .arg("-m")
+                .arg(&a.model)
+                .arg("-f")
+                .arg(&text_path)
+                .args(["-c", &a.ctx.to_string(), "--chunks", &a.chunks.to_string()])
+                .args(["-b", &a.ctx.to_string(), "-t", "2"])
+                .arg("--kl-divergence-base")
+                .arg(&logits_path),
+        );
+        let logits = std::fs::read(&logits_path);
+        let _ = std::fs::remove_file(&logits_path);
+        let (ppl_out, ppl_err) = ppl_run?;
+        let ppl_text = String::from_utf8_lossy(&ppl_err).into_owned();
+        let Some(ppl) = final_ppl(&ppl_text) else {
+            ensure!(
+                tries < 10,
+                "llama-perplexity printed no `Final estimate: PPL = ` 10 times:\n{ppl_text}"
+            );
+            continue;
+        };
+        let top1 = top1_of_logits_file(&logits.context("reading llama-perplexity's logits file")?)?;
+        let chunk_ppl = String::from_utf8_lossy(&ppl_out).trim().to_string();
+        break (ppl, chunk_ppl, top1);
+    };
     let mut prompts = Vec::new();
     for (i, p) in PROMPTS.iter().enumerate() {
         let file = a.out.join(format!(".prompt-{i}.txt"));
@@ -177,7 +188,8 @@ pub fn run(root: &Path, args: &[String]) -> Result<()> {
         let ids = tokenize(root, &a.model, &file);
         let _ = std::fs::remove_file(&file);
         // llama-completion ends its output with two newlines at exit; on a loaded machine a run was
-        // seen to print half its bytes and exit 0: such a run is retried, then refused.
+        // seen to print half its bytes and exit 0 (its log thread not flushed): such a run is retried (10
+        // times), then refused.
         let mut tries = 0;
         let cont = loop {
             tries += 1;
@@ -202,8 +214,8 @@ pub fn run(root: &Path, args: &[String]) -> Result<()> {
                 break cont;
             }
             ensure!(
-                tries < 3,
-                "llama-completion printed an incomplete continuation of {p:?} 3 times: {}",
+                tries < 10,
+                "llama-completion printed an incomplete continuation of {p:?} 10 times: {}",
                 hex(&cont)
             );
         };
