@@ -20,7 +20,7 @@
 //!
 //! Three implementations exist behind one safe, slice-based API:
 //!
-//! * a plain scalar reference (`scalar.rs`), also the fallback;
+//! * a plain scalar reference (`scalar/`), also the fallback;
 //! * x86_64 AVX2 + FMA + F16C, chosen at run time with
 //!   `is_x86_feature_detected!` (detected once and cached);
 //! * aarch64 NEON (baseline on aarch64), with the `dotprod` extension used
@@ -218,11 +218,8 @@
 //! [`Precision::Int8`] below hold unchanged.
 //!
 //! Other block formats are meant to slot in as new
-//! [`WeightFormat`] variants with a scalar implementation in `scalar.rs` and
+//! [`WeightFormat`] variants with a scalar implementation in `scalar/` and
 //! optional SIMD versions in `arch/`.
-
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::OnceLock;
 
 use rayon::prelude::*;
 
@@ -236,6 +233,7 @@ mod kv;
 mod matmul;
 mod matmul_t;
 mod out_rows;
+mod path;
 mod quant;
 mod quantize;
 mod quantize_k;
@@ -243,6 +241,7 @@ mod requantize;
 mod rope;
 mod scalar;
 mod sparse;
+mod vector;
 
 pub use act::{act_mul_inplace, act_value, gelu_mul_inplace, gelu_value};
 pub use attention::{
@@ -268,10 +267,13 @@ pub use matmul::{fast_prompts_int8, INT_TILE_MIN_TOKENS};
 #[doc(hidden)]
 pub use matmul_t::matmul_t_with;
 pub use matmul_t::{matmul_t, matmul_t_scratch_bytes};
+pub use path::{active_path, arch_name, available_paths, set_chunk_rows, KernelPath};
+pub(crate) use path::{chunk_rows_setting, matmul_chunk, matvec_chunk};
 pub use quantize::{quantize_matrix, quantize_row};
 pub use requantize::requantize_rows;
 pub use rope::{rope_inplace, RopeAngles, RopeStyle};
 pub use sparse::*;
+pub use vector::*;
 
 use quant::QActs;
 #[doc(hidden)]
@@ -327,129 +329,6 @@ pub enum KernelError {
         /// Index of the first non-finite element.
         index: usize,
     },
-}
-
-/// Which implementation runs the kernels.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum KernelPath {
-    /// Portable scalar reference.
-    Scalar,
-    /// x86_64 AVX2 + FMA + F16C.
-    Avx2Fma,
-    /// x86_64 AVX2 + FMA + F16C kernels, with AVX-512F/BW/VNNI/BF16 ones where they exist
-    /// (prefill's f32 and bf16 tiles, the `Q4_K`, `Q5_K` and `Q6_K` integer dots).
-    Avx512,
-    /// aarch64 NEON (integer path via widening multiplies).
-    Neon,
-    /// aarch64 NEON with the `dotprod` extension (`sdot`).
-    NeonDotprod,
-}
-
-impl KernelPath {
-    /// Whether this machine can run the path.
-    pub fn is_available(self) -> bool {
-        match self {
-            KernelPath::Scalar => true,
-            KernelPath::Avx2Fma => arch::has_avx2_fma(),
-            KernelPath::Avx512 => arch::has_avx512(),
-            KernelPath::Neon => cfg!(target_arch = "aarch64"),
-            KernelPath::NeonDotprod => arch::has_dotprod(),
-        }
-    }
-
-    /// Short name ("scalar", "avx2+fma", "avx512", "neon", "neon+dotprod").
-    pub fn name(self) -> &'static str {
-        match self {
-            KernelPath::Scalar => "scalar",
-            KernelPath::Avx2Fma => "avx2+fma",
-            KernelPath::Avx512 => "avx512",
-            KernelPath::Neon => "neon",
-            KernelPath::NeonDotprod => "neon+dotprod",
-        }
-    }
-}
-
-/// All paths this machine can run, scalar first.
-pub fn available_paths() -> Vec<KernelPath> {
-    [
-        KernelPath::Scalar,
-        KernelPath::Avx2Fma,
-        KernelPath::Avx512,
-        KernelPath::Neon,
-        KernelPath::NeonDotprod,
-    ]
-    .into_iter()
-    .filter(|p| p.is_available())
-    .collect()
-}
-
-/// Whether environment variable `var` is set to `value` (any case).
-fn env_says(var: &str, value: &str) -> bool {
-    std::env::var(var).is_ok_and(|v| v.eq_ignore_ascii_case(value))
-}
-
-fn detect_path() -> KernelPath {
-    if env_says("SPARROW_KERNELS", "scalar") {
-        return KernelPath::Scalar;
-    }
-    if KernelPath::NeonDotprod.is_available() {
-        KernelPath::NeonDotprod
-    } else if KernelPath::Neon.is_available() {
-        KernelPath::Neon
-    } else if KernelPath::Avx512.is_available() && !env_says("SPARROW_KERNELS", "avx2") {
-        KernelPath::Avx512
-    } else if KernelPath::Avx2Fma.is_available() {
-        KernelPath::Avx2Fma
-    } else {
-        KernelPath::Scalar
-    }
-}
-
-/// The path used by the dispatching functions (detected once, cached).
-pub fn active_path() -> KernelPath {
-    static PATH: OnceLock<KernelPath> = OnceLock::new();
-    *PATH.get_or_init(detect_path)
-}
-
-/// Name of the path in use: "avx512", "avx2+fma", "neon", "neon+dotprod" or "scalar".
-pub fn arch_name() -> &'static str {
-    active_path().name()
-}
-
-static CHUNK_ROWS: AtomicUsize = AtomicUsize::new(0);
-
-/// Sets the number of weight rows per parallel work item of [`matvec`] and
-/// [`matmul`]. `0` restores the default (automatic: about four work items
-/// per rayon thread, never fewer than 16 rows each for `matvec`).
-pub fn set_chunk_rows(rows: usize) {
-    CHUNK_ROWS.store(rows, Ordering::Relaxed);
-}
-
-/// The [`set_chunk_rows`] setting (0 = automatic).
-fn chunk_rows_setting() -> usize {
-    CHUNK_ROWS.load(Ordering::Relaxed)
-}
-
-/// Minimum rows per `matvec` work item in automatic mode.
-const MIN_MATVEC_CHUNK: usize = 16;
-/// Default rows per `matmul` work item (dequantized tile height).
-const MATMUL_CHUNK: usize = 32;
-
-fn matvec_chunk(rows: usize) -> usize {
-    let set = chunk_rows_setting();
-    if set > 0 {
-        return set;
-    }
-    let threads = rayon::current_num_threads().max(1);
-    let per = rows.div_ceil(threads * 4);
-    per.max(MIN_MATVEC_CHUNK).next_multiple_of(4)
-}
-
-fn matmul_chunk() -> usize {
-    match CHUNK_ROWS.load(Ordering::Relaxed) {
-        0 => MATMUL_CHUNK,
-        n => n,
-    }
 }
 
 fn check_len(what: &'static str, expected: usize, actual: usize) -> Result<(), KernelError> {
@@ -748,123 +627,4 @@ pub fn quantize_acts_i8_super_with(
         });
     }
     Ok(QActs::quantize_super(path, x))
-}
-
-/// Dot product of the common prefix of `a` and `b` (SIMD).
-pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
-    let n = a.len().min(b.len());
-    arch::dot_f32(active_path(), &a[..n], &b[..n])
-}
-
-/// The scale of [`add_fixed`]'s fixed point: 2^32 (a resolution of 2.3e-10).
-pub const FIXED_SCALE: f64 = 4_294_967_296.0;
-
-/// `acc += round(x · 2^32)` (to nearest, ties to even; saturating beyond i64's range, NaN as 0)
-/// and `x = 0`, over the common prefix: f32 partial sums added in fixed point, exactly, so that a
-/// sum of them does not depend on their order (offloaded decode adds each store unit's output so).
-/// Every path gives the reference's integers (AVX-512DQ `vcvtps2qq`, else a vectorizable f64
-/// rounding where every |x| < 2^19).
-pub fn add_fixed(acc: &mut [i64], x: &mut [f32]) {
-    arch::add_fixed(active_path(), acc, x);
-}
-
-/// [`add_fixed`] on an explicit path (for tests and benchmarks).
-#[doc(hidden)]
-pub fn add_fixed_with(path: KernelPath, acc: &mut [i64], x: &mut [f32]) -> Result<(), KernelError> {
-    check_path(path)?;
-    arch::add_fixed(path, acc, x);
-    Ok(())
-}
-
-/// `y += alpha * x` over the common prefix (SIMD).
-pub fn axpy_f32(alpha: f32, x: &[f32], y: &mut [f32]) {
-    let n = x.len().min(y.len());
-    arch::axpy_f32(active_path(), alpha, &x[..n], &mut y[..n]);
-}
-
-/// `out = x / sqrt(mean(x²) + eps) * weight` over the common prefix of the
-/// three slices (the mean is over that prefix). Empty input leaves `out` as is.
-pub fn rms_norm(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
-    let n = x.len().min(weight.len()).min(out.len());
-    if n == 0 {
-        return;
-    }
-    let x = &x[..n];
-    let ss = match active_path() {
-        KernelPath::Scalar => scalar::sum_sq(x),
-        p => arch::dot_f32(p, x, x),
-    };
-    let scale = 1.0 / (ss / n as f32 + eps).sqrt();
-    for ((o, &v), &g) in out[..n].iter_mut().zip(x).zip(&weight[..n]) {
-        *o = v * scale * g;
-    }
-}
-
-/// Numerically stable softmax in place (max subtracted). Empty input is a no-op;
-/// an all `-inf` input becomes uniform. `exp` as in [`silu_mul_inplace`].
-pub fn softmax_inplace(x: &mut [f32]) {
-    softmax(active_path(), x);
-}
-
-/// [`softmax_inplace`] on an explicit path (for tests and benchmarks).
-#[doc(hidden)]
-pub fn softmax_inplace_with(path: KernelPath, x: &mut [f32]) -> Result<(), KernelError> {
-    check_path(path)?;
-    softmax(path, x);
-    Ok(())
-}
-
-/// `x = exp(x)` on an explicit path: the `exp` of [`softmax_inplace`] and [`silu_mul_inplace`]
-/// (for tests).
-#[doc(hidden)]
-pub fn exp_inplace_with(path: KernelPath, x: &mut [f32]) -> Result<(), KernelError> {
-    check_path(path)?;
-    arch::exp_sub(path, x, 0.0);
-    Ok(())
-}
-
-fn softmax(path: KernelPath, x: &mut [f32]) {
-    if x.is_empty() {
-        return;
-    }
-    let max = x.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
-    if max == f32::NEG_INFINITY {
-        let u = 1.0 / x.len() as f32;
-        x.fill(u);
-        return;
-    }
-    arch::exp_sub(path, x, max);
-    // Summed in order, as every path did before its `exp` was vectorized: the same probabilities.
-    let sum: f32 = x.iter().sum();
-    let inv = 1.0 / sum;
-    for v in x.iter_mut() {
-        *v *= inv;
-    }
-}
-
-/// `gate = silu(gate) * up` with `silu(x) = x / (1 + exp(-x))`, over the common prefix. The SIMD
-/// paths compute `exp` as glibc's `expf` does, in f64 lanes (on x86_64 with glibc, libm's own value
-/// bit for bit; the scalar path calls libm), the same for every element wherever a slice starts or
-/// ends.
-pub fn silu_mul_inplace(gate: &mut [f32], up: &[f32]) {
-    arch::silu_mul(active_path(), gate, up);
-}
-
-/// [`silu_mul_inplace`] on an explicit path (for tests and benchmarks).
-#[doc(hidden)]
-pub fn silu_mul_inplace_with(
-    path: KernelPath,
-    gate: &mut [f32],
-    up: &[f32],
-) -> Result<(), KernelError> {
-    check_path(path)?;
-    arch::silu_mul(path, gate, up);
-    Ok(())
-}
-
-/// `gate = max(gate, 0) * up`, over the common prefix.
-pub fn relu_mul_inplace(gate: &mut [f32], up: &[f32]) {
-    for (g, &u) in gate.iter_mut().zip(up) {
-        *g = g.max(0.0) * u;
-    }
 }

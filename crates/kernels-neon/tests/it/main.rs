@@ -14,6 +14,7 @@ mod gelu;
 mod gguf_fixture;
 mod hybrid;
 mod known;
+mod known_ops;
 mod matmul_int;
 mod props;
 mod quantize;

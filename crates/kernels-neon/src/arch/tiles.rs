@@ -1,0 +1,241 @@
+//! Prefill's tiles under the path's target features: the f32 tile, the bf16 tile, the integer
+//! tiles (8-bit rows as lanes, 16-bit), and which formats each path takes.
+
+use super::*;
+
+pub(crate) fn tile(
+    path: KernelPath,
+    w: &[f32],
+    nr: usize,
+    cols: usize,
+    x: &[f32],
+    n: usize,
+    out: &mut [f32],
+) {
+    match path {
+        #[cfg(target_arch = "x86_64")]
+        KernelPath::Avx2Fma => {
+            // SAFETY: the path was checked available (AVX2/FMA present).
+            unsafe { x86_64::tile(w, nr, cols, x, n, out) }
+        }
+        #[cfg(target_arch = "x86_64")]
+        KernelPath::Avx512 => {
+            // SAFETY: the path was checked available (AVX-512F on top of AVX2/FMA).
+            unsafe { x86_64::tile512(w, nr, cols, x, n, out) }
+        }
+        #[cfg(target_arch = "aarch64")]
+        KernelPath::Neon | KernelPath::NeonDotprod => {
+            // SAFETY: NEON is baseline on every aarch64 target (and the
+            // dotprod variant is only selected after run-time detection).
+            unsafe { aarch64::tile(w, nr, cols, x, n, out) }
+        }
+        _ => scalar::tile(w, nr, cols, x, n, out),
+    }
+}
+
+/// Bytes [`tile`] allocates on `path` for an `nr × cols` tile (the AVX-512 kernel packs it; the
+/// others work in place).
+pub(crate) fn tile_scratch_bytes(path: KernelPath, nr: usize, cols: usize) -> usize {
+    match path {
+        #[cfg(target_arch = "x86_64")]
+        KernelPath::Avx512 => x86_64::tile512_scratch_bytes(nr, cols),
+        _ => {
+            let _ = (nr, cols);
+            0
+        }
+    }
+}
+
+/// Activations `x` (`n` rows of `cols`) rounded for [`tile_bf16`], or `None` where the path has no
+/// bf16 tile.
+pub(crate) fn bf16_acts(path: KernelPath, x: &[f32], n: usize, cols: usize) -> Option<Vec<u16>> {
+    match path {
+        #[cfg(target_arch = "x86_64")]
+        KernelPath::Avx512 => {
+            // SAFETY: the path was checked available (AVX-512F and BF16 present).
+            Some(unsafe { x86_64::to_bf16(x, n, cols) })
+        }
+        _ => {
+            let _ = (x, n, cols);
+            None
+        }
+    }
+}
+
+/// The bf16 tile: `out[t*nr + i] ≈ dot(w[i], x[t])` with `xb` from [`bf16_acts`]; `false` (and
+/// `out` untouched) where the path has none.
+pub(crate) fn tile_bf16(
+    path: KernelPath,
+    w: &[f32],
+    nr: usize,
+    cols: usize,
+    xb: &[u16],
+    n: usize,
+    out: &mut [f32],
+) -> bool {
+    match path {
+        #[cfg(target_arch = "x86_64")]
+        KernelPath::Avx512 => {
+            // SAFETY: the path was checked available (AVX-512F and BF16 present).
+            unsafe { x86_64::tile_bf16(w, nr, cols, xb, n, out) };
+            true
+        }
+        _ => {
+            let _ = (w, nr, cols, xb, n, out);
+            false
+        }
+    }
+}
+
+/// Whether [`tile_int8`] takes weights of `format` on `path`: Q4_K, Q5_K and Q6_K on
+/// [`KernelPath::Avx2Fma`] and [`KernelPath::Avx512`] (activations with one scale per 256,
+/// `QActs::quantize_super`), and on [`KernelPath::Avx512`] also the formats of 32-element blocks of
+/// integer quants, Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 ([`tile_int8_blocks`]: one scale per 32,
+/// `QActs::quantize` with its sums of 16). `Int8` prompts and `Fast` ones from
+/// `INT_TILE_MIN_TOKENS` tokens take it (the 32-block formats only from that many in either).
+pub(crate) fn has_tile_int8(path: KernelPath, format: WeightFormat) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if matches!(path, KernelPath::Avx2Fma | KernelPath::Avx512) {
+        return matches!(
+            format,
+            WeightFormat::Q4_K | WeightFormat::Q5_K | WeightFormat::Q6_K
+        ) || tile_int8_blocks(path, format);
+    }
+    let _ = (path, format);
+    false
+}
+
+/// Whether [`tile_int8`] takes `format` on `path` with activations of one scale per 32-block
+/// (`QActs::quantize`, with [`crate::quant::QActs::with_sums16`]): the formats of 32-element
+/// blocks on [`KernelPath::Avx512`].
+pub(crate) fn tile_int8_blocks(path: KernelPath, format: WeightFormat) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if path == KernelPath::Avx512 {
+        return x86_64::has_tile512_i8(format);
+    }
+    let _ = (path, format);
+    false
+}
+
+/// Rows that [`tile_int8`] and [`tile_i16`] on `path` take together (a work item of a multiple
+/// of it wastes nothing): the AVX-512 tiles' two groups of 16 lanes, one row elsewhere.
+pub(crate) fn tile_int_rows(path: KernelPath) -> usize {
+    match path {
+        #[cfg(target_arch = "x86_64")]
+        KernelPath::Avx512 => 2 * x86_64::TILE512_LANES,
+        _ => 1,
+    }
+}
+
+/// The 8-bit prompt tile: `out[t * nr + i]` = row `r0 + i` of `w` · token `t` for every token of
+/// `acts` (quantized as `matvec` quantizes them in `Int8` for `w`'s format: by
+/// `QActs::quantize_super` for the K-quants, by `QActs::quantize` with sums of 16 for the
+/// 32-block formats): on AVX2 each bit-identical to [`matvec_int8`] of that token, on AVX-512 the
+/// same integer products summed in another f32 order. Only where [`has_tile_int8`] (else a no-op).
+pub(crate) fn tile_int8(
+    path: KernelPath,
+    w: &QMatrix<'_>,
+    r0: usize,
+    nr: usize,
+    acts: &[QActs],
+    out: &mut [f32],
+) {
+    if !has_tile_int8(path, w.format()) {
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if tile_int8_blocks(path, w.format()) {
+        // SAFETY: the path was checked available (AVX-512F/BW/VNNI and AVX2/FMA/F16C present),
+        // and the format is one the tile takes.
+        unsafe { x86_64::tile512_i8(w, r0, nr, acts, out) }
+    } else if path == KernelPath::Avx512 {
+        // SAFETY: the path was checked available (AVX-512F/BW/VNNI and AVX2/FMA/F16C present),
+        // and the format is one the tile takes.
+        unsafe { x86_64::tile512_k8(w, r0, nr, acts, out) }
+    } else {
+        // SAFETY: the path was checked available (AVX2/FMA/F16C present), and the format is one
+        // the tile takes.
+        unsafe { x86_64::tile_k8(w, r0, nr, acts, out) }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (r0, nr, acts, out);
+}
+
+/// Whether `path` has [`tile_int8_t`] (the AVX-512 path).
+pub(crate) fn has_tile_int8_t(path: KernelPath) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if path == KernelPath::Avx512 {
+        return true;
+    }
+    let _ = path;
+    false
+}
+
+/// The 8-bit tile over the transpose of `nr` columns of a matrix `W` of `rows` rows (a multiple of
+/// 32), which `fill(j0, panel)` writes 32 rows at a time into a row-major f32 panel of 32 rows of
+/// `nr` rounded up to 16 (the columns past `nr` left at zero): each column's blocks of 32 rows quantized as 8-bit activations are
+/// (`QActs::quantize`), `out[t * nr + i]` = column `i` · token `t` for every token of `acts`
+/// (quantized the same way, with sums of 16). Only where [`has_tile_int8_t`] (else a no-op).
+pub(crate) fn tile_int8_t(
+    path: KernelPath,
+    nr: usize,
+    rows: usize,
+    fill: impl FnMut(usize, &mut [f32]),
+    acts: &[QActs],
+    out: &mut [f32],
+) {
+    #[cfg(target_arch = "x86_64")]
+    if has_tile_int8_t(path) {
+        // SAFETY: the path was checked available (AVX-512F/BW/VNNI and AVX2/FMA/F16C present).
+        unsafe { x86_64::tile512_i8_t(nr, rows, fill, acts, out) };
+        return;
+    }
+    let _ = (path, nr, rows, fill, acts, out);
+}
+
+/// Bytes [`tile_int8_t`] allocates on `path` for `nr` columns of `rows` rows and `n` tokens.
+pub(crate) fn tile_int8_t_bytes(path: KernelPath, nr: usize, rows: usize, n: usize) -> usize {
+    #[cfg(target_arch = "x86_64")]
+    if has_tile_int8_t(path) {
+        return x86_64::tile512_i8_t_bytes(nr, rows, n);
+    }
+    let _ = (path, nr, rows, n);
+    0
+}
+
+/// Whether [`tile_i16`] takes weights of `format` on `path`: the AVX-512 path's formats of
+/// 32-element blocks of integer quants whose [`Precision::Fast`](crate::Precision) prompts keep 16
+/// bits, Q4_0, Q4_1 and Q5_1 (the formats of [`crate::fast_prompts_int8`] take [`tile_int8`]; the
+/// other formats' `Fast` prompts the f32 tile).
+pub(crate) fn has_tile_i16(path: KernelPath, format: WeightFormat) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if path == KernelPath::Avx512 {
+        return x86_64::has_tile512_k16(format);
+    }
+    let _ = (path, format);
+    false
+}
+
+/// The 16-bit prompt tile: `out[t * nr + i]` = row `r0 + i` of `w` · token `t` for every token of
+/// `acts` (quantized as `matvec` quantizes them in `Fast`): the integer products of
+/// [`matvec_i16`], summed in another f32 order. Only where [`has_tile_i16`] (else a no-op).
+pub(crate) fn tile_i16(
+    path: KernelPath,
+    w: &QMatrix<'_>,
+    r0: usize,
+    nr: usize,
+    acts: &[QActs16],
+    out: &mut [f32],
+) {
+    if !has_tile_i16(path, w.format()) {
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: the path was checked available (AVX-512F/BW/VNNI and AVX2/FMA/F16C present), and
+    // the format is one the tile takes.
+    unsafe {
+        x86_64::tile512_k16(w, r0, nr, acts, out)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (r0, nr, acts, out);
+}
