@@ -1,11 +1,12 @@
 //! The transformer forward pass: batched over the tokens of a step, with a KV cache.
 
-use kernels_neon::{KvChunks, KvFormat, Precision};
+use kernels_neon::{KvChunks, Precision};
 use rayon::prelude::*;
 
 use crate::error::{kernel, EngineError, Result};
 use crate::ffn::{layer_step, DenseFfn, FfnExecutor, FfnScratch, ObservedFfn};
 pub use crate::ffn::{FfnObserver, FfnSample};
+pub use crate::kv_cache::{KvCache, KV_CHUNK};
 use crate::layer::HeadShape;
 use crate::model::Model;
 use crate::ops::{mm_step, StepKind};
@@ -23,150 +24,6 @@ pub struct FfnMode<'s, 'o> {
     pub observer: Option<FfnObserver<'o>>,
     /// Nanoseconds spent in the FFN blocks are added here.
     pub ffn_nanos: Option<&'s std::sync::atomic::AtomicU64>,
-}
-
-/// Positions per chunk of a [`KvCache`]: the cache grows by one chunk of every layer's keys and
-/// values at a time (the last chunk is cut to the capacity).
-pub const KV_CHUNK: usize = 256;
-
-/// Keys and values of every layer for the positions seen so far, in the cache's [`KvFormat`]
-/// (f32, f16 or `q8_0` rows of `kv_dim` elements). Memory is allocated a chunk of [`KV_CHUNK`]
-/// positions at a time as positions are added and given back when they are forgotten, so it
-/// follows the positions held, never more than [`crate::ModelConfig::kv_cache_bytes`] at the
-/// capacity.
-#[derive(Clone)]
-pub struct KvCache {
-    format: KvFormat,
-    /// `[layer][chunk]` bytes: chunk `c` holds positions `c * KV_CHUNK..`.
-    k: Vec<Vec<Vec<u8>>>,
-    v: Vec<Vec<Vec<u8>>>,
-    len: usize,
-    capacity: usize,
-    kv_dim: usize,
-    row_bytes: usize,
-}
-
-impl KvCache {
-    /// An empty f32 cache for `model` that can hold `capacity` positions. Memory grows as positions
-    /// are added.
-    pub fn new(model: &Model<'_>, capacity: usize) -> Self {
-        let (n, kv_dim) = (model.config.n_layers, model.config.kv_dim());
-        KvCache {
-            format: KvFormat::F32,
-            k: vec![Vec::new(); n],
-            v: vec![Vec::new(); n],
-            len: 0,
-            capacity,
-            kv_dim,
-            row_bytes: kv_dim * 4,
-        }
-    }
-
-    /// An empty cache of `format` for `model` that can hold `capacity` positions. A `q8_0` cache
-    /// needs a head size that is a multiple of 32 (its blocks must not straddle heads).
-    pub fn with_format(model: &Model<'_>, capacity: usize, format: KvFormat) -> Result<Self> {
-        let cfg = &model.config;
-        let kv_dim = cfg.kv_dim();
-        let row_bytes = format
-            .row_bytes(kv_dim)
-            .filter(|_| cfg.head_dim % format.block() == 0)
-            .ok_or_else(|| {
-                EngineError::Request(format!(
-                    "{}: a {format} KV cache needs a head size that is a multiple of {} (this model's is {}): use --cache-type f16",
-                    model.path().display(),
-                    format.block(),
-                    cfg.head_dim
-                ))
-            })?;
-        let n = cfg.n_layers;
-        Ok(KvCache {
-            format,
-            k: vec![Vec::new(); n],
-            v: vec![Vec::new(); n],
-            len: 0,
-            capacity,
-            kv_dim,
-            row_bytes,
-        })
-    }
-
-    /// How keys and values are stored.
-    pub fn format(&self) -> KvFormat {
-        self.format
-    }
-
-    /// Positions held.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Whether no position is held.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// Positions the cache can hold.
-    pub fn capacity(&self) -> usize {
-        self.capacity
-    }
-
-    /// Forgets every position after the first `len`, and gives back the chunks no position held
-    /// needs any more.
-    pub fn truncate(&mut self, len: usize) {
-        self.len = len.min(self.len);
-        let chunks = self.len.div_ceil(KV_CHUNK);
-        for layer in self.k.iter_mut().chain(self.v.iter_mut()) {
-            layer.truncate(chunks);
-        }
-    }
-
-    /// Bytes held by keys and values (the chunks allocated).
-    pub fn bytes(&self) -> usize {
-        self.k
-            .iter()
-            .chain(self.v.iter())
-            .flatten()
-            .map(|c| c.len())
-            .sum()
-    }
-
-    /// Allocates the chunks that positions `..end` (at most the capacity) need in every layer.
-    fn grow_to(&mut self, end: usize) {
-        let chunks = end.div_ceil(KV_CHUNK);
-        for layer in self.k.iter_mut().chain(self.v.iter_mut()) {
-            while layer.len() < chunks {
-                let first = layer.len() * KV_CHUNK;
-                let positions = KV_CHUNK.min(self.capacity - first);
-                layer.push(vec![0u8; positions * self.row_bytes]);
-            }
-        }
-    }
-
-    /// Writes the rows of `keys` and `values` (`n × kv_dim` f32 each) of layer `layer` as positions
-    /// `start..start + n` (allocated by [`grow_to`](Self::grow_to)).
-    fn write(&mut self, layer: usize, start: usize, keys: &[f32], values: &[f32]) -> Result<()> {
-        let (f, rb, kvd) = (self.format, self.row_bytes, self.kv_dim);
-        for (chunks, rows) in [(&mut self.k[layer], keys), (&mut self.v[layer], values)] {
-            for (t, row) in rows.chunks_exact(kvd).enumerate() {
-                let pos = start + t;
-                let chunk = &mut chunks[pos / KV_CHUNK];
-                let at = (pos % KV_CHUNK) * rb;
-                kernels_neon::kv_encode(f, row, &mut chunk[at..at + rb])
-                    .map_err(kernel("kv cache write"))?;
-            }
-        }
-        Ok(())
-    }
-
-    /// Layer `layer`'s keys and values, for the attention kernel.
-    fn layer(&self, layer: usize) -> (KvChunks<'_>, KvChunks<'_>) {
-        let view = |chunks| KvChunks {
-            format: self.format,
-            chunk: KV_CHUNK,
-            chunks,
-        };
-        (view(&self.k[layer][..]), view(&self.v[layer][..]))
-    }
 }
 
 /// Which logits a forward step returns.
@@ -444,56 +301,17 @@ fn forward_inner(
     if n == 0 {
         return Err(EngineError::Request("forward pass over zero tokens".into()));
     }
-    // Positions each cache holds after the step (a sequence's tokens are consecutive from its end).
-    let mut ends: Vec<usize> = caches.iter().map(|c| c.len).collect();
-    for p in step.place {
-        ends[p.seq] = ends[p.seq].max(p.pos + 1);
-    }
-    for (c, &end) in caches.iter().zip(&ends) {
-        if end > c.capacity {
-            return Err(EngineError::Request(format!(
-                "context is full: {} positions held + {} new > {} (raise --ctx)",
-                c.len,
-                end - c.len,
-                c.capacity
-            )));
-        }
-    }
-    let (d, qd, kvd, hd) = (cfg.d_model, cfg.q_dim(), cfg.kv_dim(), cfg.head_dim);
-    let group = cfg.n_heads / cfg.n_kv_heads;
-    let scale = 1.0 / (hd as f32).sqrt();
-    let head_shape = HeadShape {
-        n_heads: cfg.n_heads,
-        n_kv_heads: cfg.n_kv_heads,
-        head_dim: hd,
-        rms_eps: cfg.rms_eps,
-    };
+    let ends = ends_after(caches, step)?;
+    let (d, qd, kvd) = (cfg.d_model, cfg.q_dim(), cfg.kv_dim());
+    let (heads, head_shape) = head_shapes(cfg);
+    let eps = cfg.rms_eps;
 
     let mut x = vec![0.0f32; n * d];
     for (row, &t) in x.chunks_mut(d).zip(tokens) {
         model.embed_token(t, row)?;
     }
-    if model.streamed() && !model.output_direct() && want != Logits::None {
-        // Its first chunk (the proxy's, where a short step reads that) is read while the layers run
-        // (direct reads start with the projection).
-        let short = want == Logits::Last || n <= crate::proxy_step::PROXY_MAX_ROWS;
-        let first = match model.output_proxy() {
-            Some(p) if short && model.output_proxy_used() => p,
-            _ => &model.output,
-        };
-        crate::stream::prefetch_output(first);
-    }
-    // The FFN executor of this step: the caller's, the dense one, or the observed dense one. A
-    // resident file has no FFN matrices: only an executor with its own weights can run it.
-    if cfg.ffn_store.is_some()
-        && (ffn.observer.is_some() || !ffn.exec.is_some_and(|e| e.owns_weights()))
-    {
-        return Err(resident_needs_sparse(model));
-    }
-    // An MoE block runs on the dense kernels only: any other executor, or an observer, is refused.
-    if ffn.exec.is_some() || ffn.observer.is_some() {
-        model.refuse_moe("a sparse, offloaded, accelerated or observed FFN")?;
-    }
+    prefetch_output(model, want, n);
+    check_ffn_mode(model, &ffn)?;
     let (dense, observed);
     let exec: &dyn FfnExecutor = match (ffn.exec, ffn.observer) {
         (mask, Some(obs)) => {
@@ -529,79 +347,21 @@ fn forward_inner(
     for (li, layer) in model.layers.iter().enumerate() {
         // Attention.
         rms_norm_rows(&x, &layer.attn_norm, cfg.rms_eps, &mut xn);
-        if n == 1 {
-            // One quantization of the normed vector and one parallel region for all three.
-            kernels_neon::matvec_many(
-                &[&layer.wq, &layer.wk, &layer.wv],
-                &xn,
-                &mut [&mut q[..], &mut k[..], &mut v[..]],
-                precision,
-            )
-            .map_err(kernel("attention q/k/v"))?;
-        } else if kind == StepKind::Decode {
-            // One decode token per sequence: as above, for every token at once.
-            kernels_neon::matvec_batch_many(
-                &[&layer.wq, &layer.wk, &layer.wv],
-                &xn,
-                n,
-                &mut [&mut q[..], &mut k[..], &mut v[..]],
-                precision,
-            )
-            .map_err(kernel("attention q/k/v"))?;
-        } else {
-            mm_step(kind, &layer.wq, &xn, n, &mut q, precision, "attention q")?;
-            mm_step(kind, &layer.wk, &xn, n, &mut k, precision, "attention k")?;
-            mm_step(kind, &layer.wv, &xn, n, &mut v, precision, "attention v")?;
-        }
+        project_qkv(layer, kind, (&xn, n), [&mut q, &mut k, &mut v], precision)?;
         layer
             .attn_step
             .before_rope(&mut q, &mut k, &mut v, &head_shape);
-        let rope = ropes
-            .iter()
-            .find(|(b, _)| b.to_bits() == layer.span.rope_base.to_bits())
-            .map_or(&ropes[0].1, |(_, r)| r);
-        for (t, angles) in rope.iter().enumerate() {
-            angles.apply(&mut q[t * qd..(t + 1) * qd], cfg.n_heads, cfg.rope_style);
-            angles.apply(
-                &mut k[t * kvd..(t + 1) * kvd],
-                cfg.n_kv_heads,
-                cfg.rope_style,
-            );
-        }
+        apply_rope(&ropes, layer.span.rope_base, cfg, &mut q, &mut k);
         for (t, p) in step.place.iter().enumerate() {
             let rows = t * kvd..(t + 1) * kvd;
             caches[p.seq].write(li, p.pos, &k[rows.clone()], &v[rows])?;
         }
         let views: Vec<_> = caches.iter().map(|c| c.layer(li)).collect();
         if !prompt_place.is_empty() {
-            let heads = Heads {
-                n_heads: cfg.n_heads,
-                n_kv_heads: cfg.n_kv_heads,
-                head_dim: hd,
-                scale,
-            };
             attend_prompt(&q, &prompt_place, &views, heads, layer.span, &mut att)
                 .map_err(kernel("attention"))?;
         } else {
-            att.par_chunks_mut(hd).enumerate().try_for_each_init(
-                Vec::new,
-                |scores, (idx, out)| {
-                    let (t, h) = (idx / cfg.n_heads, idx % cfg.n_heads);
-                    let layout = kernels_neon::KvLayout {
-                        stride: kvd,
-                        offset: (h / group) * hd,
-                        head_dim: hd,
-                    };
-                    let qh = &q[t * qd + h * hd..t * qd + (h + 1) * hd];
-                    let p = step.place[t];
-                    let (kc, vc) = views[p.seq];
-                    // Causal: positions up to its own of its sequence (the last `window` of
-                    // them on a sliding-window layer).
-                    let seen = layer.span.first_seen(p.pos)..p.pos + 1;
-                    kernels_neon::attend_cache_span(qh, kc, vc, layout, seen, scale, scores, out)
-                        .map_err(kernel("attention"))
-                },
-            )?;
+            decode_attention(&q, step.place, &views, heads, layer.span, &mut att)?;
         }
         mm_step(
             kind,
@@ -612,49 +372,153 @@ fn forward_inner(
             precision,
             "attention output",
         )?;
-        add_residual(
-            &mut x,
-            &o,
-            layer.post_norms.attn.as_deref(),
-            cfg.rms_eps,
-            &mut xn,
-        );
+        add_residual(&mut x, &o, layer.post_norms.attn.as_deref(), eps, &mut xn);
 
-        // FFN.
-        let ffn_t0 = ffn.ffn_nanos.map(|_| std::time::Instant::now());
-        rms_norm_rows(&x, &layer.ffn_norm, cfg.rms_eps, &mut xn);
-        layer_step(
-            &layer.ffn,
-            exec,
-            li,
-            precision,
-            kind,
-            (&xn, n),
-            &mut o,
-            &mut scratch,
-        )?;
-        if let (Some(acc), Some(t0)) = (ffn.ffn_nanos, ffn_t0) {
-            acc.fetch_add(
-                t0.elapsed().as_nanos() as u64,
-                std::sync::atomic::Ordering::Relaxed,
-            );
-        }
-        add_residual(
-            &mut x,
-            &o,
-            layer.post_norms.ffn.as_deref(),
-            cfg.rms_eps,
-            &mut xn,
-        );
+        // FFN (timed when asked).
+        timed(ffn.ffn_nanos, || {
+            rms_norm_rows(&x, &layer.ffn_norm, cfg.rms_eps, &mut xn);
+            let rows = (&xn[..], n);
+            layer_step(
+                &layer.ffn,
+                exec,
+                li,
+                precision,
+                kind,
+                rows,
+                &mut o,
+                &mut scratch,
+            )
+        })?;
+        add_residual(&mut x, &o, layer.post_norms.ffn.as_deref(), eps, &mut xn);
     }
     for (c, &end) in caches.iter_mut().zip(&ends) {
         c.len = end;
     }
 
+    output_logits(model, &x, n, want, kind, precision, logits)
+}
+
+/// Positions each cache holds after the step (a sequence's tokens are consecutive from its end);
+/// an error when one would pass its capacity.
+fn ends_after(caches: &[&mut KvCache], step: &Step<'_>) -> Result<Vec<usize>> {
+    let mut ends: Vec<usize> = caches.iter().map(|c| c.len).collect();
+    for p in step.place {
+        ends[p.seq] = ends[p.seq].max(p.pos + 1);
+    }
+    for (c, &end) in caches.iter().zip(&ends) {
+        if end > c.capacity {
+            return Err(EngineError::Request(format!(
+                "context is full: {} positions held + {} new > {} (raise --ctx)",
+                c.len,
+                end - c.len,
+                c.capacity
+            )));
+        }
+    }
+    Ok(ends)
+}
+
+/// Starts reading a streamed output projection while the layers run: its first chunk (the
+/// proxy's, where a short step reads that); direct reads start with the projection.
+fn prefetch_output(model: &Model<'_>, want: Logits, n: usize) {
+    if model.streamed() && !model.output_direct() && want != Logits::None {
+        let short = want == Logits::Last || n <= crate::proxy_step::PROXY_MAX_ROWS;
+        let first = match model.output_proxy() {
+            Some(p) if short && model.output_proxy_used() => p,
+            _ => &model.output,
+        };
+        crate::stream::prefetch_output(first);
+    }
+}
+
+/// The q, k and v projections of a step's `n` normed rows `xn`: one parallel region for all three
+/// when one token or one decode token per sequence, else three batched products.
+fn project_qkv(
+    layer: &crate::layer::Layer<'_>,
+    kind: StepKind,
+    (xn, n): (&[f32], usize),
+    [q, k, v]: [&mut Vec<f32>; 3],
+    precision: Precision,
+) -> Result<()> {
+    if n == 1 {
+        // One quantization of the normed vector and one parallel region for all three.
+        kernels_neon::matvec_many(
+            &[&layer.wq, &layer.wk, &layer.wv],
+            xn,
+            &mut [&mut q[..], &mut k[..], &mut v[..]],
+            precision,
+        )
+        .map_err(kernel("attention q/k/v"))?;
+    } else if kind == StepKind::Decode {
+        // One decode token per sequence: as above, for every token at once.
+        kernels_neon::matvec_batch_many(
+            &[&layer.wq, &layer.wk, &layer.wv],
+            xn,
+            n,
+            &mut [&mut q[..], &mut k[..], &mut v[..]],
+            precision,
+        )
+        .map_err(kernel("attention q/k/v"))?;
+    } else {
+        mm_step(kind, &layer.wq, xn, n, q, precision, "attention q")?;
+        mm_step(kind, &layer.wk, xn, n, k, precision, "attention k")?;
+        mm_step(kind, &layer.wv, xn, n, v, precision, "attention v")?;
+    }
+    Ok(())
+}
+
+/// A decode step's attention: each token's heads over its own sequence's cache, causal (the last
+/// `window` positions on a sliding-window layer), in parallel over (token, head).
+fn decode_attention(
+    q: &[f32],
+    place: &[Place],
+    views: &[(KvChunks<'_>, KvChunks<'_>)],
+    heads: Heads,
+    span: crate::layer::AttnSpan,
+    att: &mut [f32],
+) -> Result<()> {
+    let (hd, n_heads) = (heads.head_dim, heads.n_heads);
+    let group = heads.n_heads / heads.n_kv_heads;
+    let (qd, kvd) = (n_heads * hd, heads.n_kv_heads * hd);
+    let scale = heads.scale;
+    att.par_chunks_mut(hd)
+        .enumerate()
+        .try_for_each_init(Vec::new, |scores, (idx, out)| {
+            let (t, h) = (idx / n_heads, idx % n_heads);
+            let layout = kernels_neon::KvLayout {
+                stride: kvd,
+                offset: (h / group) * hd,
+                head_dim: hd,
+            };
+            let qh = &q[t * qd + h * hd..t * qd + (h + 1) * hd];
+            let p = place[t];
+            let (kc, vc) = views[p.seq];
+            // Causal: positions up to its own of its sequence (the last `window` of
+            // them on a sliding-window layer).
+            let seen = span.first_seen(p.pos)..p.pos + 1;
+            kernels_neon::attend_cache_span(qh, kc, vc, layout, seen, scale, scores, out)
+                .map_err(kernel("attention"))
+        })?;
+    Ok(())
+}
+
+/// The logits `want` asks for from the last hidden rows `x` (`n × d_model`): the proxy step, the
+/// streamed output projection or the one in memory.
+fn output_logits(
+    model: &Model<'_>,
+    x: &[f32],
+    n: usize,
+    want: Logits,
+    kind: StepKind,
+    precision: Precision,
+    logits: &mut Vec<f32>,
+) -> Result<()> {
+    let cfg = &model.config;
+    let d = cfg.d_model;
     let vocab = cfg.vocab_size;
     let (rows, m) = match want {
         Logits::Last => (&x[(n - 1) * d..], 1),
-        Logits::All => (&x[..], n),
+        Logits::All => (x, n),
         Logits::None => {
             logits.clear();
             return Ok(());
@@ -710,4 +574,75 @@ fn forward_inner(
         )?;
     }
     Ok(())
+}
+
+/// The head layout as the attention kernels (with the `1/sqrt(head_dim)` scale) and the
+/// families' attention steps (with the norm epsilon) see it.
+fn head_shapes(cfg: &crate::config::ModelConfig) -> (Heads, HeadShape) {
+    let hd = cfg.head_dim;
+    let scale = 1.0 / (hd as f32).sqrt();
+    let heads = Heads {
+        n_heads: cfg.n_heads,
+        n_kv_heads: cfg.n_kv_heads,
+        head_dim: hd,
+        scale,
+    };
+    let head_shape = HeadShape {
+        n_heads: cfg.n_heads,
+        n_kv_heads: cfg.n_kv_heads,
+        head_dim: hd,
+        rms_eps: cfg.rms_eps,
+    };
+    (heads, head_shape)
+}
+
+/// The FFN executor of a step must fit the model: a resident file has no FFN matrices, so only an
+/// executor with its own weights can run it; an MoE block runs on the dense kernels only.
+fn check_ffn_mode(model: &Model<'_>, ffn: &FfnMode<'_, '_>) -> Result<()> {
+    if model.config.ffn_store.is_some()
+        && (ffn.observer.is_some() || !ffn.exec.is_some_and(|e| e.owns_weights()))
+    {
+        return Err(resident_needs_sparse(model));
+    }
+    if ffn.exec.is_some() || ffn.observer.is_some() {
+        model.refuse_moe("a sparse, offloaded, accelerated or observed FFN")?;
+    }
+    Ok(())
+}
+
+/// Rotates each token's q and k rows by its angles at the layer's RoPE base (`ropes`: one table
+/// per base, the first the model's own).
+fn apply_rope(
+    ropes: &[(f32, Vec<kernels_neon::RopeAngles>)],
+    base: f32,
+    cfg: &crate::config::ModelConfig,
+    q: &mut [f32],
+    k: &mut [f32],
+) {
+    let (qd, kvd) = (cfg.q_dim(), cfg.kv_dim());
+    let rope = ropes
+        .iter()
+        .find(|(b, _)| b.to_bits() == base.to_bits())
+        .map_or(&ropes[0].1, |(_, r)| r);
+    for (t, angles) in rope.iter().enumerate() {
+        angles.apply(&mut q[t * qd..(t + 1) * qd], cfg.n_heads, cfg.rope_style);
+        angles.apply(
+            &mut k[t * kvd..(t + 1) * kvd],
+            cfg.n_kv_heads,
+            cfg.rope_style,
+        );
+    }
+}
+
+/// Runs `f`, adding the nanoseconds it took to `acc` when given.
+fn timed<T>(acc: Option<&std::sync::atomic::AtomicU64>, f: impl FnOnce() -> T) -> T {
+    let t0 = acc.map(|_| std::time::Instant::now());
+    let out = f();
+    if let (Some(acc), Some(t0)) = (acc, t0) {
+        acc.fetch_add(
+            t0.elapsed().as_nanos() as u64,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+    }
+    out
 }

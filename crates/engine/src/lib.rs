@@ -74,6 +74,7 @@ mod fingerprint;
 pub mod forward;
 mod generate;
 mod hybrid;
+mod kv_cache;
 pub mod layer;
 pub mod manifest;
 pub mod model;
