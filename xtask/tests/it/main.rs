@@ -14,3 +14,4 @@ mod qwen3_reference;
 mod qwen3_synth;
 mod synth;
 mod synth_moe;
+mod tidy;

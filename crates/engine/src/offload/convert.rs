@@ -321,28 +321,7 @@ fn write_bundle(
         packing,
     )?;
     let layout = w.layout();
-    let mut hot_neurons = Vec::with_capacity(cfg.n_layers);
-    for li in 0..model.layers.len() {
-        let freq = &profile.layers[li].freq[0];
-        let mut order: Vec<u32> = (0..cfg.d_ff as u32).collect();
-        order.sort_by(|&a, &b| {
-            freq[b as usize]
-                .total_cmp(&freq[a as usize])
-                .then(a.cmp(&b))
-        });
-        let hot = freq.iter().filter(|&&f| f >= opts.hot_frequency).count();
-        hot_neurons.push(hot);
-        let f = model.gated_ffn(li, CONVERT)?;
-        w.add_layer(LayerInput {
-            gate: f.gate.data(),
-            up: f.up.data(),
-            down_t: &down.rows[li],
-            order,
-            hot_neurons: hot,
-            down_norms: down.norms[li].clone(),
-        })?;
-        progress(li + 1, cfg.n_layers);
-    }
+    let hot_neurons = add_layers(model, profile, opts, &down, &mut w, progress)?;
     w.finish()?;
     fault(opts, ConvertStep::Store)?;
     profile.save(&g.profile)?;
@@ -361,45 +340,14 @@ fn write_bundle(
         store.verify_all(&io)?;
     }
 
-    // The resident file: all metadata, every tensor but the FFN matrices, the output's proxy.
-    let mut out = GgufWriter::new();
-    for (k, v) in gguf.metadata() {
-        if k != "general.alignment" {
-            out.metadata(k, v.clone());
-        }
-    }
-    out.alignment(gguf.alignment());
-    let store_name = store_path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    out.metadata(FFN_STORE_FILE_KEY, MetaValue::String(store_name));
-    out.metadata(FFN_STORE_FINGERPRINT_KEY, MetaValue::U64(fingerprint));
-    out.metadata(BUNDLE_MANIFEST_KEY, MetaValue::String(name_of(&g.manifest)));
-    out.metadata(BUNDLE_PROFILE_KEY, MetaValue::String(name_of(&g.profile)));
-    if let Some(p) = &predictor {
-        out.metadata(BUNDLE_PREDICTOR_KEY, MetaValue::String(name_of(p)));
-    }
-    let ffn = |name: &str| {
-        [".ffn_gate.weight", ".ffn_up.weight", ".ffn_down.weight"]
-            .iter()
-            .any(|s| name.ends_with(s))
-    };
-    for t in gguf.tensors().filter(|t| !ffn(t.name)) {
-        out.tensor(t.name, t.dtype, t.shape, t.data.to_vec())?;
-    }
-    // The output projection's 2-bit proxy, which a step streaming the output reads instead of it.
-    let mut proxy_bytes = 0;
-    if crate::output_proxy::proxy_pays(&model.output) {
-        let proxy = crate::output_proxy::build_proxy(&model.output)?;
-        proxy_bytes = proxy.len() as u64;
-        out.tensor(
-            crate::output_proxy::OUTPUT_PROXY_TENSOR,
-            crate::output_proxy::PROXY_FORMAT,
-            &[cfg.vocab_size, crate::output_proxy::proxy_cols(cfg.d_model)],
-            proxy,
-        )?;
-    }
+    let (out, proxy_bytes) = resident_file(
+        model,
+        gguf,
+        g,
+        &store_path,
+        fingerprint,
+        predictor.as_deref(),
+    )?;
     let pending = out.write_pending(resident)?;
     fault(opts, ConvertStep::Resident)?;
     // The manifest describes the resident file under its final name, hashed from its temporary.
@@ -442,6 +390,95 @@ fn write_bundle(
         removed: Vec::new(),
     };
     Ok((report, pending))
+}
+
+/// Writes every layer's FFN into the store, its neurons ordered by profiled frequency (hottest
+/// first); returns each layer's count of hot neurons.
+fn add_layers(
+    model: &Model<'_>,
+    profile: &predictor::Profile,
+    opts: &ConvertOptions,
+    down: &TransposedDown,
+    w: &mut StoreWriter,
+    progress: &mut impl FnMut(usize, usize),
+) -> Result<Vec<usize>> {
+    let cfg = &model.config;
+    let mut hot_neurons = Vec::with_capacity(cfg.n_layers);
+    for li in 0..model.layers.len() {
+        let freq = &profile.layers[li].freq[0];
+        let mut order: Vec<u32> = (0..cfg.d_ff as u32).collect();
+        order.sort_by(|&a, &b| {
+            freq[b as usize]
+                .total_cmp(&freq[a as usize])
+                .then(a.cmp(&b))
+        });
+        let hot = freq.iter().filter(|&&f| f >= opts.hot_frequency).count();
+        hot_neurons.push(hot);
+        let f = model.gated_ffn(li, CONVERT)?;
+        w.add_layer(LayerInput {
+            gate: f.gate.data(),
+            up: f.up.data(),
+            down_t: &down.rows[li],
+            order,
+            hot_neurons: hot,
+            down_norms: down.norms[li].clone(),
+        })?;
+        progress(li + 1, cfg.n_layers);
+    }
+    Ok(hot_neurons)
+}
+
+/// The resident file of a bundle, unwritten: all metadata (plus the names of the bundle's parts
+/// and the source's fingerprint), every tensor but the FFN matrices, and the output projection's
+/// proxy where it pays; with the proxy's bytes.
+fn resident_file(
+    model: &Model<'_>,
+    gguf: &model_format::GgufFile,
+    g: &Generation,
+    store_path: &Path,
+    fingerprint: u64,
+    predictor: Option<&Path>,
+) -> Result<(GgufWriter, u64)> {
+    let cfg = &model.config;
+    let mut out = GgufWriter::new();
+    for (k, v) in gguf.metadata() {
+        if k != "general.alignment" {
+            out.metadata(k, v.clone());
+        }
+    }
+    out.alignment(gguf.alignment());
+    let store_name = store_path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    out.metadata(FFN_STORE_FILE_KEY, MetaValue::String(store_name));
+    out.metadata(FFN_STORE_FINGERPRINT_KEY, MetaValue::U64(fingerprint));
+    out.metadata(BUNDLE_MANIFEST_KEY, MetaValue::String(name_of(&g.manifest)));
+    out.metadata(BUNDLE_PROFILE_KEY, MetaValue::String(name_of(&g.profile)));
+    if let Some(p) = predictor {
+        out.metadata(BUNDLE_PREDICTOR_KEY, MetaValue::String(name_of(p)));
+    }
+    let ffn = |name: &str| {
+        [".ffn_gate.weight", ".ffn_up.weight", ".ffn_down.weight"]
+            .iter()
+            .any(|s| name.ends_with(s))
+    };
+    for t in gguf.tensors().filter(|t| !ffn(t.name)) {
+        out.tensor(t.name, t.dtype, t.shape, t.data.to_vec())?;
+    }
+    // The output projection's 2-bit proxy, which a step streaming the output reads instead of it.
+    let mut proxy_bytes = 0;
+    if crate::output_proxy::proxy_pays(&model.output) {
+        let proxy = crate::output_proxy::build_proxy(&model.output)?;
+        proxy_bytes = proxy.len() as u64;
+        out.tensor(
+            crate::output_proxy::OUTPUT_PROXY_TENSOR,
+            crate::output_proxy::PROXY_FORMAT,
+            &[cfg.vocab_size, crate::output_proxy::proxy_cols(cfg.d_model)],
+            proxy,
+        )?;
+    }
+    Ok((out, proxy_bytes))
 }
 
 /// Opens the store next to `resident` and reads and checks every unit (`sparrow convert --verify`).

@@ -160,31 +160,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
     }
     let report = engine::bench::run(&mut eng, off_eng.as_ref(), &tokens, &opts)?;
     if let Some(path) = &a.plot {
-        let latencies = report
-            .runs
-            .iter()
-            .zip(&report.modes)
-            .map(|(r, &m)| Latencies {
-                name: report.mode_name(m).to_string(),
-                seconds: r.token_s.clone(),
-            })
-            .collect::<Vec<_>>();
-        let curve = (report.modes.len() > 1).then(|| Curve {
-            title: format!("Decode speed, {}", report.ratio_name()),
-            x_desc: "mode".into(),
-            categorical: true,
-            points: report
-                .runs
-                .iter()
-                .zip(&report.modes)
-                .enumerate()
-                .map(|(i, (r, &m))| (report.mode_name(m).to_string(), i as f64, mean_sd(&r.tg).0))
-                .collect(),
-        });
-        crate::plot::write(path, &crate::plot::bench_svg(&latencies, curve.as_ref())?)?;
-        if !a.json {
-            eprintln!("sparrow: plot written to {}", path.display());
-        }
+        write_plot(path, &report, a.json)?;
     }
     let out = Printed {
         a: &a,
@@ -202,6 +178,36 @@ pub fn run(a: BenchArgs) -> Result<()> {
         out.text();
         Ok(())
     }
+}
+
+/// `bench --plot`: each mode's token latencies, and its decode speed beside the others'.
+fn write_plot(path: &Path, report: &engine::BenchReport, json: bool) -> Result<()> {
+    let latencies = report
+        .runs
+        .iter()
+        .zip(&report.modes)
+        .map(|(r, &m)| Latencies {
+            name: report.mode_name(m).to_string(),
+            seconds: r.token_s.clone(),
+        })
+        .collect::<Vec<_>>();
+    let curve = (report.modes.len() > 1).then(|| Curve {
+        title: format!("Decode speed, {}", report.ratio_name()),
+        x_desc: "mode".into(),
+        categorical: true,
+        points: report
+            .runs
+            .iter()
+            .zip(&report.modes)
+            .enumerate()
+            .map(|(i, (r, &m))| (report.mode_name(m).to_string(), i as f64, mean_sd(&r.tg).0))
+            .collect(),
+    });
+    crate::plot::write(path, &crate::plot::bench_svg(&latencies, curve.as_ref())?)?;
+    if !json {
+        eprintln!("sparrow: plot written to {}", path.display());
+    }
+    Ok(())
 }
 
 /// `--best-of N`: sequential against batched decode of N sequences, printed or as JSON.
@@ -417,33 +423,7 @@ fn sparsity_sweep(
     }
     eng.set_sparse(None);
     if let Some(path) = &a.plot {
-        let name = |s: f32| {
-            if s == 0.0 {
-                "dense".to_string()
-            } else {
-                format!("sparsity {s}")
-            }
-        };
-        let latencies = rows
-            .iter()
-            .map(|(s, _, r, _)| Latencies {
-                name: name(*s),
-                seconds: r.token_s.clone(),
-            })
-            .collect::<Vec<_>>();
-        let curve = Curve {
-            title: "Sparsity / perplexity / decode speed".into(),
-            x_desc: "activation sparsity (share of FFN neurons skipped)".into(),
-            categorical: false,
-            points: rows
-                .iter()
-                .map(|(s, p, r, _)| (format!("ppl {p:.2},"), f64::from(*s), mean_sd(&r.tg).0))
-                .collect(),
-        };
-        crate::plot::write(path, &crate::plot::bench_svg(&latencies, Some(&curve))?)?;
-        if !a.json {
-            eprintln!("sparrow: plot written to {}", path.display());
-        }
+        sweep_plot(path, &rows, a.json)?;
     }
     if a.json {
         let entries: Vec<_> = rows
@@ -467,6 +447,39 @@ fn sparsity_sweep(
             "sparsity_sweep": entries, "peak_rss_bytes": engine::sys::peak_rss_bytes(),
         });
         println!("{}", serde_json::to_string(&v)?);
+    }
+    Ok(())
+}
+
+/// `bench --sparsities --plot`: each sparsity's token latencies and its decode speed against its
+/// sparsity, labelled with its perplexity.
+fn sweep_plot(path: &Path, rows: &[(f32, f64, ModeRuns, f64)], json: bool) -> Result<()> {
+    let name = |s: f32| {
+        if s == 0.0 {
+            "dense".to_string()
+        } else {
+            format!("sparsity {s}")
+        }
+    };
+    let latencies = rows
+        .iter()
+        .map(|(s, _, r, _)| Latencies {
+            name: name(*s),
+            seconds: r.token_s.clone(),
+        })
+        .collect::<Vec<_>>();
+    let curve = Curve {
+        title: "Sparsity / perplexity / decode speed".into(),
+        x_desc: "activation sparsity (share of FFN neurons skipped)".into(),
+        categorical: false,
+        points: rows
+            .iter()
+            .map(|(s, p, r, _)| (format!("ppl {p:.2},"), f64::from(*s), mean_sd(&r.tg).0))
+            .collect(),
+    };
+    crate::plot::write(path, &crate::plot::bench_svg(&latencies, Some(&curve))?)?;
+    if !json {
+        eprintln!("sparrow: plot written to {}", path.display());
     }
     Ok(())
 }
@@ -640,6 +653,23 @@ impl Printed<'_, '_> {
                 );
             }
         }
+        self.plan_lines();
+        let ratio_name = report.ratio_name();
+        if let Some((m, s)) = report.pp_ratio() {
+            println!("{ratio_name} pp: {m:.3} ± {s:.3} (per-repetition ratios)");
+        }
+        if let Some((m, s)) = report.tg_ratio() {
+            println!("{ratio_name} tg: {m:.3} ± {s:.3} (per-repetition ratios)");
+        }
+        println!(
+            "peak RSS {:.1} MiB",
+            mib(engine::sys::peak_rss_bytes().unwrap_or(0))
+        );
+    }
+
+    /// The plan's predicted speeds beside the measured ones (with `--plan`).
+    fn plan_lines(&self) {
+        let (a, report) = (self.a, self.report);
         // The run of the mode the plan chose: dense, or the sparse (or offloaded) one measured last.
         let planned = self.plan.and_then(|p| {
             let mode = if p.sparse.iter().any(|&s| s) {
@@ -680,17 +710,6 @@ impl Printed<'_, '_> {
                 );
             }
         }
-        let ratio_name = report.ratio_name();
-        if let Some((m, s)) = report.pp_ratio() {
-            println!("{ratio_name} pp: {m:.3} ± {s:.3} (per-repetition ratios)");
-        }
-        if let Some((m, s)) = report.tg_ratio() {
-            println!("{ratio_name} tg: {m:.3} ± {s:.3} (per-repetition ratios)");
-        }
-        println!(
-            "peak RSS {:.1} MiB",
-            mib(engine::sys::peak_rss_bytes().unwrap_or(0))
-        );
     }
 }
 
