@@ -116,7 +116,17 @@ fn argmax(row: &[f32]) -> u32 {
 /// The engine's perplexity over llama-perplexity's windows (scored as it scores them) and the share
 /// of scored positions whose top-1 token is llama.cpp's.
 fn perplexity_and_top1(arch: Arch, eng: &Engine<'_>, r: &serde_json::Value) -> (f64, f64) {
-    let text = std::fs::read_to_string(fixture_dir(arch).join("text.txt")).unwrap();
+    scored_against(&fixture_dir(arch), eng, r)
+}
+
+/// [`perplexity_and_top1`] against the fixture in `dir` (its `text.txt` and `reference.json`
+/// `r`): the synthetic-reference format every `*-synth` fixture shares.
+pub(crate) fn scored_against(
+    dir: &std::path::Path,
+    eng: &Engine<'_>,
+    r: &serde_json::Value,
+) -> (f64, f64) {
+    let text = std::fs::read_to_string(dir.join("text.txt")).unwrap();
     let tokens = ids(&r["text_tokens"]);
     assert_eq!(eng.tokenizer().encode(&text, false).unwrap(), tokens);
     let (ctx, chunks) = (

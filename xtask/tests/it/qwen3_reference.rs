@@ -85,36 +85,15 @@ fn engine_options() -> EngineOptions {
 }
 
 #[test]
-fn qwen3_synth_perplexity_is_llama_cpps_within_a_tenth_of_a_percent() {
+fn qwen3_synth_perplexity_is_llama_cpps_within_a_tenth_of_a_percent_and_top1_agrees() {
     let r = reference();
     let (path, _gone) = model(&r);
     let file = ModelFile::open(&path).unwrap();
     assert_eq!(file.config().unwrap().arch.name(), "qwen3");
     let eng = Engine::new(&file, engine_options()).unwrap();
-    let text = std::fs::read_to_string(fixture_dir().join("text.txt")).unwrap();
-    let tokens = ids(&r["text_tokens"]);
-    assert_eq!(eng.tokenizer().encode(&text, false).unwrap(), tokens);
-    let (ctx, chunks) = (
-        r["ctx"].as_u64().unwrap() as usize,
-        r["chunks"].as_u64().unwrap() as usize,
-    );
-    assert!(tokens.len() >= ctx * chunks, "the text holds every window");
-    let vocab = eng.model().config.vocab_size;
-    let first = ctx / 2;
-    let (mut nll, mut count) = (0.0f64, 0usize);
-    for c in 0..chunks {
-        let window = &tokens[c * ctx..(c + 1) * ctx];
-        let mut cache = eng.new_cache();
-        let logits = eng.forward(&mut cache, window, Logits::All).unwrap();
-        for j in first..ctx - 1 {
-            let row = &logits[j * vocab..(j + 1) * vocab];
-            let max = row.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x)) as f64;
-            let sum: f64 = row.iter().map(|&x| (x as f64 - max).exp()).sum();
-            nll += max + sum.ln() - row[window[j + 1] as usize] as f64;
-            count += 1;
-        }
-    }
-    let ppl = (nll / count as f64).exp();
+    let (ppl, top1) = crate::moe_reference::scored_against(&fixture_dir(), &eng, &r);
+    eprintln!("top-1 agreement with llama.cpp {:.1}%", 100.0 * top1);
+    assert!(top1 >= 0.98, "top-1 agreement {top1}");
     let want = r["ppl"].as_f64().unwrap();
     let rel = (ppl - want).abs() / want;
     eprintln!(
