@@ -58,7 +58,7 @@ fn reference(arch: Arch) -> serde_json::Value {
     serde_json::from_str(&text).unwrap()
 }
 
-fn ids(v: &serde_json::Value) -> Vec<u32> {
+pub(crate) fn ids(v: &serde_json::Value) -> Vec<u32> {
     v.as_array()
         .expect("an array of token ids")
         .iter()

@@ -43,13 +43,7 @@ fn reference() -> serde_json::Value {
     serde_json::from_str(&text).unwrap()
 }
 
-fn ids(v: &serde_json::Value) -> Vec<u32> {
-    v.as_array()
-        .expect("an array of token ids")
-        .iter()
-        .map(|x| x.as_u64().expect("a token id") as u32)
-        .collect()
-}
+use crate::moe_reference::ids;
 
 /// The regenerated model, checked to be the file llama.cpp ran.
 fn model(r: &serde_json::Value) -> (PathBuf, impl Drop) {

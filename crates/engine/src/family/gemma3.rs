@@ -40,10 +40,7 @@ impl Family for Gemma3 {
     }
 
     fn attention(&self, t: &dyn LayerTensors<'_>, s: &LayerShape) -> Result<Box<dyn AttnStep>> {
-        Ok(Box::new(QkNorm {
-            q: t.vector("q_norm", s.head_dim)?,
-            k: t.vector("k_norm", s.head_dim)?,
-        }))
+        QkNorm::per_head(t, s)
     }
 
     fn post_norms(&self, t: &dyn LayerTensors<'_>, s: &LayerShape) -> Result<PostNorms> {

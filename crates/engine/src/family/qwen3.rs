@@ -26,10 +26,7 @@ impl Family for Qwen3 {
     }
 
     fn attention(&self, t: &dyn LayerTensors<'_>, s: &LayerShape) -> Result<Box<dyn AttnStep>> {
-        Ok(Box::new(QkNorm {
-            q: t.vector("q_norm", s.head_dim)?,
-            k: t.vector("k_norm", s.head_dim)?,
-        }))
+        QkNorm::per_head(t, s)
     }
 }
 
@@ -39,6 +36,17 @@ pub(crate) struct QkNorm {
     pub(crate) q: Vec<f32>,
     /// Key head norm weight, `head_dim`.
     pub(crate) k: Vec<f32>,
+}
+
+impl QkNorm {
+    /// The per-head norm of a layer's `q_norm` and `k_norm` weights (`head_dim` long each), as
+    /// qwen3, qwen3moe and gemma3 have it.
+    pub(crate) fn per_head(t: &dyn LayerTensors<'_>, s: &LayerShape) -> Result<Box<dyn AttnStep>> {
+        Ok(Box::new(QkNorm {
+            q: t.vector("q_norm", s.head_dim)?,
+            k: t.vector("k_norm", s.head_dim)?,
+        }))
+    }
 }
 
 fn norm_heads(x: &mut [f32], w: &[f32], eps: f32) {

@@ -27,10 +27,7 @@ impl Family for Qwen3Moe {
     }
 
     fn attention(&self, t: &dyn LayerTensors<'_>, s: &LayerShape) -> Result<Box<dyn AttnStep>> {
-        Ok(Box::new(QkNorm {
-            q: t.vector("q_norm", s.head_dim)?,
-            k: t.vector("k_norm", s.head_dim)?,
-        }))
+        QkNorm::per_head(t, s)
     }
 
     fn ffn<'a>(&self, t: &dyn LayerTensors<'a>, s: &LayerShape) -> Result<LayerFfn<'a>> {
