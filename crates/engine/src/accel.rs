@@ -166,3 +166,49 @@ pub fn blocks_for_model<'m>(
         )
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `qnn` is a backend exactly when the `qnn` feature is on; without it, asking for it says so.
+    #[test]
+    fn qnn_is_a_backend_exactly_with_the_feature() {
+        assert_eq!(backends().contains(&"qnn"), cfg!(feature = "qnn"));
+        if !cfg!(feature = "qnn") {
+            let kind: AccelKind = "qnn-f32:/x/libQnnHtp.so".parse().unwrap();
+            let e = open(&kind, std::iter::empty()).err().unwrap().to_string();
+            assert!(e.contains("this build has no QNN backend"), "{e}");
+            assert!(!e.contains('\n'), "{e}");
+        }
+    }
+
+    /// A program's own backend, registered by name, is what `open` gives for that name; a block
+    /// that cannot be made fails the opening with the engine's own error.
+    #[test]
+    fn a_registered_backend_is_opened_by_name() {
+        fn open_stub(
+            kind: &AccelKind,
+            blocks: &mut dyn Iterator<Item = accel::Result<FfnBlock>>,
+        ) -> accel::Result<Box<dyn Accelerator>> {
+            assert_eq!(kind.variant(), Some("x"));
+            Ok(Box::new(CpuAccelerator::new(blocks)?))
+        }
+        register(Backend {
+            name: "stub",
+            usage: "stub-x",
+            open: open_stub,
+        });
+        assert!(backends().contains(&"stub"));
+        let kind: AccelKind = "stub-x".parse().unwrap();
+        assert_eq!(open(&kind, std::iter::empty()).unwrap().name(), "cpu");
+        let bad = [Err(EngineError::BadModel {
+            path: "m.gguf".into(),
+            detail: "no layers".into(),
+        })];
+        match open(&kind, bad) {
+            Err(EngineError::BadModel { detail, .. }) => assert_eq!(detail, "no layers"),
+            other => panic!("not the block's error: {:?}", other.err()),
+        }
+    }
+}
