@@ -26,8 +26,8 @@ fn main() -> Result<(), engine::EngineError> {
     let mut le = exact.forward(&mut ce, &ids, Logits::Last)?;
     let mut lf = fast.forward(&mut cf, &ids, Logits::Last)?;
     for step in 0..n {
-        let te = engine::sampling::argmax(&le);
-        let tf = engine::sampling::argmax(&lf);
+        let te = engine::argmax(&le);
+        let tf = engine::argmax(&lf);
         let mut sorted = le.clone();
         sorted.sort_by(|a, b| b.total_cmp(a));
         let drift = le

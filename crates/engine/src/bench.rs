@@ -290,7 +290,7 @@ fn measure(e: &Engine<'_>, tokens: &[u32], opts: &BenchOptions, r: &mut ModeRuns
             tok = if opts.teacher_forced {
                 tokens[(i + 1) % tokens.len()]
             } else {
-                crate::sampling::argmax(&logits)
+                sampling::argmax(&logits)
             };
         }
         let secs = t.elapsed().as_secs_f64();

@@ -8,7 +8,7 @@ use std::time::Instant;
 use crate::error::{EngineError, Result};
 use crate::forward::{KvCache, Logits};
 use crate::generate::Engine;
-use crate::sampling::argmax;
+use sampling::argmax;
 
 /// Total decode tokens per second of both ways, one per repetition.
 #[derive(Debug, Clone, Default, serde::Serialize)]

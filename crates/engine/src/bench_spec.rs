@@ -4,8 +4,8 @@
 
 use crate::error::Result;
 use crate::generate::Engine;
-use crate::request::{Flow, GenerateRequest};
 use crate::speculate::{Lookup, SpecOptions, SpecStats};
+use sampling::{Flow, GenerateRequest};
 
 /// What [`lookup`] measured.
 #[derive(Debug, Clone, Default, serde::Serialize)]

@@ -13,8 +13,8 @@ use crate::error::{EngineError, Result};
 use crate::forward::{KvCache, Logits};
 use crate::generate::Engine;
 use crate::perplexity::log_sum_exp;
-use crate::request::{Flow, GenerateRequest, Generation, StopReason, Timings};
-use crate::sampling::{Sampler, SamplerConfig};
+use sampling::{Flow, GenerateRequest, Generation, StopReason, Timings};
+use sampling::{Sampler, SamplerConfig};
 
 /// One candidate of [`Engine::generate_best_of`].
 #[derive(Debug, Clone, serde::Serialize)]

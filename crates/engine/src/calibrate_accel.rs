@@ -93,7 +93,7 @@ fn fit(
 /// The CPU stand-in is not measured: it runs the file's rows through the kernels already measured,
 /// which the planner costs it from (an error says so).
 pub fn measure_accel(kind: &AccelKind, point_time: Duration) -> Result<AccelRate> {
-    if *kind == AccelKind::Cpu {
+    if kind.is_cpu() {
         return Err(EngineError::Request(
             "calibrate: the cpu accelerator runs the measured CPU kernels, which the planner costs it from; measure an accelerator beside the cores (qnn, qnn:LIBRARY)".into(),
         ));
@@ -105,7 +105,7 @@ pub fn measure_accel(kind: &AccelKind, point_time: Duration) -> Result<AccelRate
     let mut out = vec![0f32; BATCH * D_MODEL];
     let mut time = |neurons: usize, n: usize| {
         per_call(point_time, || {
-            accel.ffn(0, neurons, &x[..n * D_MODEL], n, &mut out[..n * D_MODEL])
+            Ok(accel.ffn(0, neurons, &x[..n * D_MODEL], n, &mut out[..n * D_MODEL])?)
         })
     };
     let full = time(NEURONS, 1)?;

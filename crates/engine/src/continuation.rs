@@ -5,7 +5,7 @@
 use model_tokenizer::{StreamDecoder, Tokenizer};
 
 use crate::error::Result;
-use crate::request::{GenerateRequest, StopReason};
+use sampling::{GenerateRequest, StopReason};
 
 /// What accepting a token did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -77,9 +77,9 @@ pub enum EngineError {
     /// A request the engine cannot serve (context full, empty prompt, bad option).
     #[error("{0}")]
     Request(String),
-    /// Fetching the default model failed.
-    #[error("fetching the default model: {0}")]
-    Fetch(String),
+    /// Fetching a named model failed.
+    #[error(transparent)]
+    Fetch(#[from] model_fetch::FetchError),
     /// The accelerator library failed: missing, of another API version, or an error at a step
     /// (the detail names it). The engine stays on the CPU.
     #[error("accelerator {library}: {detail}")]
@@ -89,6 +89,9 @@ pub enum EngineError {
         /// What went wrong.
         detail: String,
     },
+    /// An accelerator backend failed, or none of the name asked for is in this build.
+    #[error(transparent)]
+    Accel(#[from] accel::AccelError),
     /// An I/O error on a file other than the model (a corpus, the cache folder).
     #[error("{path}: {source}")]
     Io {

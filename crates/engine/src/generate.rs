@@ -12,9 +12,9 @@ use crate::forward::{forward_with, forward_with_into, FfnMode, FfnObserver, KvCa
 use crate::hybrid::HybridFfn;
 use crate::model::{Model, ModelFile};
 use crate::requant::Overlay;
-use crate::request::{Flow, GenerateRequest, Generation, StopReason, Timings};
-use crate::sampling::Sampler;
 use crate::sparse::SparseFfn;
+use sampling::Sampler;
+use sampling::{Flow, GenerateRequest, Generation, StopReason, Timings};
 
 /// How to build an [`Engine`].
 #[derive(Debug, Clone)]

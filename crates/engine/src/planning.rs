@@ -26,7 +26,7 @@ use crate::model::Model;
 /// Where `sparrow calibrate` saves this machine's profile and `sparrow plan` looks for it: the model
 /// cache folder (the flash the models are read from), `device.sparrow-device`.
 pub fn default_device_path() -> std::path::PathBuf {
-    crate::fetch::model_cache_dir().join("device.sparrow-device")
+    model_fetch::model_cache_dir().join("device.sparrow-device")
 }
 
 /// Grid steps of the hit curves (the planner sizes each layer's cache in 1/64ths).

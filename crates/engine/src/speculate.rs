@@ -21,8 +21,8 @@ use crate::continuation::{Accepted, Continuation};
 use crate::error::{EngineError, Result};
 use crate::forward::{forward_verify_into, FfnMode, Logits};
 use crate::generate::Engine;
-use crate::request::{Flow, GenerateRequest, Generation, StopReason, Timings};
-use crate::sampling::Sampler;
+use sampling::Sampler;
+use sampling::{Flow, GenerateRequest, Generation, StopReason, Timings};
 
 /// Proposes the tokens likely to come next.
 pub trait DraftSource {

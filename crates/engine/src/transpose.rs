@@ -5,6 +5,8 @@
 use kernels_neon::{QMatrix, WeightFormat};
 use rayon::prelude::*;
 
+use accel::{dequantize_matrix, transpose_f32};
+
 use crate::error::{kernel, Result};
 use crate::model::Model;
 
@@ -65,27 +67,4 @@ fn transpose(
     let (rows, cols) = (w.rows(), w.cols());
     let t = transpose_f32(&dequantize_matrix(w)?, rows, cols);
     kernels_neon::quantize_matrix(format, &t, cols, rows)
-}
-
-/// `w`'s rows dequantized to f32, row-major (`rows × cols`).
-pub(crate) fn dequantize_matrix(
-    w: &QMatrix<'_>,
-) -> std::result::Result<Vec<f32>, kernels_neon::KernelError> {
-    let (rows, cols) = (w.rows(), w.cols());
-    let mut dense = vec![0.0f32; rows * cols];
-    for (r, out) in dense.chunks_exact_mut(cols.max(1)).enumerate().take(rows) {
-        kernels_neon::dequantize_row(w.format(), w.row_data(r), out)?;
-    }
-    Ok(dense)
-}
-
-/// `dense` (`rows × cols`, row-major) transposed into `cols × rows`.
-pub(crate) fn transpose_f32(dense: &[f32], rows: usize, cols: usize) -> Vec<f32> {
-    let mut t = vec![0.0f32; rows * cols];
-    for r in 0..rows {
-        for c in 0..cols {
-            t[c * rows + r] = dense[r * cols + c];
-        }
-    }
-    t
 }

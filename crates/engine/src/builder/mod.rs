@@ -172,11 +172,11 @@ impl EngineBuilder {
     pub fn model_path(&self) -> Result<PathBuf> {
         let log = |line: &str| self.note(line);
         let Some(p) = &self.model else {
-            return crate::fetch::ensure_default_model(log);
+            return Ok(model_fetch::ensure_default_model(log)?);
         };
         if !p.exists() {
-            if let Some(known) = p.to_str().and_then(crate::fetch::known_model) {
-                return crate::fetch::ensure_model(known, log);
+            if let Some(known) = p.to_str().and_then(model_fetch::known_model) {
+                return Ok(model_fetch::ensure_model(known, log)?);
             }
         }
         Ok(p.clone())

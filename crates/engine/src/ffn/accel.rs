@@ -6,7 +6,9 @@
 //! does not fail the step: the layer is computed on the CPU ([`DenseFfn`]), the first failure is kept
 //! for the caller to report ([`AccelFfn::failure`]), and every later step stays on the CPU.
 
-use crate::accel::{open, AccelKind, Accelerator, Failure, FfnBlock};
+use accel::Failure;
+
+use crate::accel::{blocks_for_model, open, AccelKind, Accelerator};
 use crate::config::Activation;
 use crate::error::{EngineError, Result};
 use crate::ffn::{DenseFfn, FfnExecutor, FfnLayer, FfnScratch};
@@ -46,10 +48,10 @@ impl AccelFfn {
     }
 
     /// Opens backend `kind` with every layer of `model` as its blocks. A library that cannot be
-    /// loaded or set up is an [`EngineError::Accelerator`]; the caller stays on the CPU.
+    /// loaded or set up is an [`EngineError::Accel`]; the caller stays on the CPU.
     pub fn open(kind: &AccelKind, model: &Model<'_>) -> Result<AccelFfn> {
         let cfg = &model.config;
-        let accel = open(kind, FfnBlock::for_model(model, None))?;
+        let accel = open(kind, blocks_for_model(model, None))?;
         AccelFfn::new(accel, cfg.n_layers, cfg.d_ff, cfg.activation)
     }
 

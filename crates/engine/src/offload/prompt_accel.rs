@@ -1,7 +1,9 @@
 //! [`PromptAccel`]: the accelerator of an offloaded model's prompt steps (PowerInfer-2's NPU-centric
 //! prefill) and its first failure.
 
-use crate::accel::{Accelerator, Failure, StreamedRows};
+use accel::Failure;
+
+use crate::accel::{Accelerator, StreamedRows};
 
 /// The accelerator of an offloaded model's prompt steps: each chunk of a layer, as the reader thread
 /// hands it over, runs densely there while the next chunk is read. A failing call records its

@@ -47,10 +47,8 @@ fn double() -> PathBuf {
 }
 
 fn qnn(weights: QnnWeights) -> AccelKind {
-    AccelKind::Qnn {
-        library: Some(double()),
-        weights,
-    }
+    let variant = (weights == QnnWeights::F32).then_some("f32");
+    AccelKind::new("qnn", variant, Some(double()))
 }
 
 fn engine(file: &ModelFile, precision: Precision) -> Engine<'_> {
@@ -121,7 +119,7 @@ fn int8_qnn_and_the_cpu_backend_stay_close_to_the_cpu_engine() {
         let file = fixture(name);
         let mut eng = engine(&file, Precision::Fast);
         let want = run(&eng, 4);
-        for kind in [qnn(QnnWeights::Int8), AccelKind::Cpu] {
+        for kind in [qnn(QnnWeights::Int8), AccelKind::cpu()] {
             let ffn = AccelFfn::open(&kind, eng.model()).unwrap();
             eng.set_accel(Some(ffn));
             let got = run(&eng, 4);
@@ -144,7 +142,10 @@ fn int8_qnn_and_the_cpu_backend_stay_close_to_the_cpu_engine() {
 fn one_graph_per_layer_and_batch_size() {
     let file = fixture("tiny-llama-silu-q4_0.gguf");
     let model = engine::Model::load(&file).unwrap();
-    let blocks = engine::FfnBlock::for_model(&model, None);
+    let blocks: Vec<_> = engine::accel::blocks_for_model(&model, None)
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let blocks = blocks.into_iter().map(Ok);
     let q = engine::accel::QnnAccelerator::new(Some(&double()), blocks, QnnWeights::F32).unwrap();
     let d = model.config.d_model;
     use engine::Accelerator;
@@ -177,10 +178,12 @@ fn a_prefix_of_the_block_is_the_block_of_those_neurons() {
     let first: Vec<Vec<u32>> = (0..model.config.n_layers)
         .map(|_| (0..32).collect())
         .collect();
-    for kind in [qnn(QnnWeights::F32), AccelKind::Cpu] {
-        let whole = engine::accel::open(&kind, engine::FfnBlock::for_model(&model, None)).unwrap();
+    for kind in [qnn(QnnWeights::F32), AccelKind::cpu()] {
+        let whole =
+            engine::accel::open(&kind, engine::accel::blocks_for_model(&model, None)).unwrap();
         let part =
-            engine::accel::open(&kind, engine::FfnBlock::for_model(&model, Some(&first))).unwrap();
+            engine::accel::open(&kind, engine::accel::blocks_for_model(&model, Some(&first)))
+                .unwrap();
         for n in [1usize, 3, 8] {
             let x: Vec<f32> = (0..n * d)
                 .map(|i| ((i * 7 % 13) as f32 - 6.0) * 0.05)
@@ -205,7 +208,7 @@ fn a_prefix_of_the_block_is_the_block_of_those_neurons() {
 
 fn accel_error(e: EngineError) -> String {
     match e {
-        EngineError::Accelerator { .. } => e.to_string(),
+        EngineError::Accel(engine::accel::AccelError::Library { .. }) => e.to_string(),
         other => panic!("not an accelerator error: {other}"),
     }
 }
@@ -216,10 +219,7 @@ fn a_library_that_cannot_be_used_is_a_named_error_at_set_up() {
     let eng = engine(&file, Precision::Exact);
     let open = |library: &Path| {
         AccelFfn::open(
-            &AccelKind::Qnn {
-                library: Some(library.to_path_buf()),
-                weights: QnnWeights::Int8,
-            },
+            &AccelKind::new("qnn", None, Some(library.to_path_buf())),
             eng.model(),
         )
         .map(|_| ())

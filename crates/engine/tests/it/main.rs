@@ -2,6 +2,8 @@
 //! file): each former `tests/<name>.rs` is the module `<name>` here; run one file's tests with
 //! `cargo test -p engine --test it <name>::`.
 
+// The accelerator tests run QNN through the test double: they need the `qnn` feature (default).
+#[cfg(feature = "qnn")]
 mod accel;
 mod bench;
 mod best_of;

@@ -333,9 +333,16 @@ fn sources(src: &[(&str, &str)]) -> Vec<(String, String)> {
     src.iter().map(|(m, s)| (m.to_string(), strip(s))).collect()
 }
 
-#[test]
-fn engine_modules_import_no_cycle() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+/// The crates that came out of the engine, checked like it.
+const SPLIT_CRATES: &[&str] = &["accel", "accel-qnn", "sampling", "model-fetch"];
+
+/// The module graph of crate `name`'s `src/` (a sibling of this crate's folder).
+fn crate_graph(name: &str) -> Graph {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("crates folder")
+        .join(name)
+        .join("src");
     let mut files = Vec::new();
     rs_files(&root, &mut files);
     let files: Vec<(String, String)> = files
@@ -345,7 +352,12 @@ fn engine_modules_import_no_cycle() {
             (module_of(p.strip_prefix(&root).unwrap()), strip(&src))
         })
         .collect();
-    let g = graph(&files);
+    graph(&files)
+}
+
+#[test]
+fn engine_modules_import_no_cycle() {
+    let g = crate_graph("engine");
     // The graph is not empty (the scan works): the forward pass uses the model.
     assert!(
         g.get("forward").is_some_and(|s| s.contains("model")),
@@ -354,6 +366,22 @@ fn engine_modules_import_no_cycle() {
     if let Some(c) = find_cycle(&g) {
         panic!("module import cycle: {}", c.join(" -> "));
     }
+}
+
+#[test]
+fn the_crates_split_from_the_engine_import_no_cycle() {
+    for name in SPLIT_CRATES {
+        let g = crate_graph(name);
+        if let Some(c) = find_cycle(&g) {
+            panic!("module import cycle in {name}: {}", c.join(" -> "));
+        }
+    }
+    // The scan sees their modules: accel's registry uses the CPU backend.
+    let g = crate_graph("accel");
+    assert!(
+        g.get("registry").is_some_and(|s| s.contains("cpu")),
+        "accel registry -> cpu missing: {g:?}"
+    );
 }
 
 #[test]

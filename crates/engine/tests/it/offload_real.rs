@@ -103,7 +103,7 @@ fn check(down: WeightFormat, packing: Packing, layout: (usize, usize)) {
                 .fold(0f32, |d, (x, y)| d.max((x - y).abs()))
                 / m,
         );
-        let (ga, gb) = (engine::sampling::argmax(&a), engine::sampling::argmax(&b));
+        let (ga, gb) = (engine::argmax(&a), engine::argmax(&b));
         assert_eq!(ga, gb, "greedy token differs at step {step}");
         tok = if step + 1 < prompt.len() {
             prompt[step + 1]

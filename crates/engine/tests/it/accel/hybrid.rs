@@ -15,11 +15,10 @@ use std::sync::Arc;
 use super::double;
 
 use super::common::{logits, rel_drift};
-use engine::accel::{open, AccelKind, QnnWeights};
+use engine::accel::{open, AccelKind};
 use engine::forward::forward_with;
 use engine::{
-    Engine, EngineOptions, FfnBlock, FfnMode, HotSplit, HybridFfn, Logits, ModelFile, Precision,
-    SparseFfn,
+    Engine, EngineOptions, FfnMode, HotSplit, HybridFfn, Logits, ModelFile, Precision, SparseFfn,
 };
 use kernels_neon::WeightFormat;
 
@@ -47,10 +46,7 @@ pub(crate) fn engine(file: &ModelFile) -> Engine<'_> {
 }
 
 fn qnn_f32() -> AccelKind {
-    AccelKind::Qnn {
-        library: Some(double()),
-        weights: QnnWeights::F32,
-    }
+    AccelKind::new("qnn", Some("f32"), Some(double()))
 }
 
 /// Hot sets of every layer: none, the first 16 neurons, every third one, all.
@@ -69,7 +65,11 @@ fn hot_sets(layers: usize, d_ff: usize) -> Vec<Vec<Vec<u32>>> {
 }
 
 fn hybrid(eng: &Engine<'_>, sparse: SparseFfn, kind: &AccelKind, hot: &[Vec<u32>]) -> HybridFfn {
-    let accel = open(kind, FfnBlock::for_model(eng.model(), Some(hot))).unwrap();
+    let accel = open(
+        kind,
+        engine::accel::blocks_for_model(eng.model(), Some(hot)),
+    )
+    .unwrap();
     HybridFfn::new(sparse, accel, eng.model(), &HotSplit::fixed(hot.to_vec())).unwrap()
 }
 
@@ -88,7 +88,7 @@ fn a_split_per_batch_size_runs_each_steps_share_and_is_the_dense_ffn() {
         order: vec![order; cfg.n_layers],
         counts: vec![[16, 40, 64, cfg.d_ff]; cfg.n_layers],
     };
-    for kind in [qnn_f32(), AccelKind::Cpu] {
+    for kind in [qnn_f32(), AccelKind::cpu()] {
         let sp = SparseFfn::new(eng.model(), vec![0.0; cfg.n_layers], WeightFormat::F32).unwrap();
         let accel = HybridFfn::open_blocks(&kind, eng.model(), &split).unwrap();
         let h = HybridFfn::new(sp, accel, eng.model(), &split).unwrap();
@@ -97,7 +97,7 @@ fn a_split_per_batch_size_runs_each_steps_share_and_is_the_dense_ffn() {
             (16, 64, cfg.d_ff)
         );
         eng.set_hybrid(Some(h));
-        let tol = if kind == AccelKind::Cpu { 2e-2 } else { 1e-4 };
+        let tol = if kind == AccelKind::cpu() { 2e-2 } else { 1e-4 };
         for (batched, want) in [false, true].into_iter().zip(&dense) {
             let d = rel_drift(&logits(&eng, TOKENS, batched), want);
             assert!(d < tol, "{kind:?}, batched={batched}: drift {d}");
@@ -124,7 +124,7 @@ fn a_split_per_batch_size_runs_each_steps_share_and_is_the_dense_ffn() {
             counts: vec![counts; cfg.n_layers],
         };
         let sp = SparseFfn::new(eng.model(), vec![0.0; cfg.n_layers], WeightFormat::F32).unwrap();
-        let accel = HybridFfn::open_blocks(&AccelKind::Cpu, eng.model(), &bad).unwrap();
+        let accel = HybridFfn::open_blocks(&AccelKind::cpu(), eng.model(), &bad).unwrap();
         let e = HybridFfn::new(sp, accel, eng.model(), &bad)
             .err()
             .expect("refused");
@@ -145,7 +145,7 @@ fn with_nothing_skipped_hybrid_decode_is_the_dense_ffn() {
         let cfg = eng.model().config.clone();
         let dense: Vec<Vec<f32>> = [false, true].map(|b| logits(&eng, TOKENS, b)).to_vec();
         for hot in hot_sets(cfg.n_layers, cfg.d_ff) {
-            for (kind, tol) in [(qnn_f32(), 1e-4), (AccelKind::Cpu, 2e-2)] {
+            for (kind, tol) in [(qnn_f32(), 1e-4), (AccelKind::cpu(), 2e-2)] {
                 // F32 down rows and zero thresholds: the sparse part computes every cold neuron.
                 let sp = SparseFfn::new(eng.model(), vec![0.0; cfg.n_layers], WeightFormat::F32)
                     .unwrap();
@@ -280,7 +280,7 @@ impl engine::Accelerator for Recording {
         x: &[f32],
         n: usize,
         out: &mut [f32],
-    ) -> engine::Result<()> {
+    ) -> Result<(), engine::accel::AccelError> {
         let outside = rayon::current_thread_index().is_none();
         self.calls[usize::from(outside)].fetch_add(1, Ordering::Relaxed);
         self.inner.ffn(layer, neurons, x, n, out)
@@ -304,7 +304,7 @@ impl engine::Accelerator for Recording {
         x: &[f32],
         n: usize,
         out: &mut [f32],
-    ) -> engine::Result<()> {
+    ) -> Result<(), engine::accel::AccelError> {
         self.inner.ffn_rows(rows, x, n, out)
     }
 
@@ -329,8 +329,8 @@ fn an_accelerator_beside_the_cores_waits_outside_the_compute_pool() {
         let calls: Arc<[AtomicUsize; 2]> = Arc::default();
         let rec = Recording {
             inner: open(
-                &AccelKind::Cpu,
-                FfnBlock::for_model(eng.model(), Some(&hot)),
+                &AccelKind::cpu(),
+                engine::accel::blocks_for_model(eng.model(), Some(&hot)),
             )
             .unwrap(),
             beside,

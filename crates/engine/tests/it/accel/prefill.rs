@@ -66,10 +66,7 @@ fn store_engine<'a>(
 }
 
 fn qnn_f32() -> AccelKind {
-    AccelKind::Qnn {
-        library: Some(double()),
-        weights: QnnWeights::F32,
-    }
+    AccelKind::new("qnn", Some("f32"), Some(double()))
 }
 
 #[test]
@@ -83,7 +80,7 @@ fn streamed_prompt_steps_on_an_accelerator_compute_the_dense_ffn() {
         let resident = ModelFile::open(&path).unwrap();
         let want = logits(&store_engine(&resident, &path, 40, None), TOKENS, true);
         // f32 sums in another order (QNN's; other chunk bounds): a few 1e-7 of the largest logit.
-        for kind in [qnn_f32(), AccelKind::Cpu] {
+        for kind in [qnn_f32(), AccelKind::cpu()] {
             for neurons in [7, 40] {
                 let eng = store_engine(&resident, &path, neurons, Some(&kind));
                 let got = logits(&eng, TOKENS, true);

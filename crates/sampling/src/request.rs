@@ -1,7 +1,7 @@
 //! What a generation asks for and what it gives back: [`GenerateRequest`], [`Generation`],
 //! [`StopReason`], [`Timings`], and the streaming callback's [`Flow`].
 
-use crate::sampling::SamplerConfig;
+use crate::SamplerConfig;
 
 /// What to generate.
 #[derive(Debug, Clone)]
@@ -74,7 +74,7 @@ fn rate(n: usize, s: f64) -> f64 {
     }
 }
 
-/// The result of [`crate::Engine::generate`].
+/// The result of the engine's `Engine::generate`.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Generation {
     /// Prompt token ids.
