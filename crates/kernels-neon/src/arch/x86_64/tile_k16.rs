@@ -18,8 +18,10 @@
 use std::arch::x86_64::*;
 use std::ops::Range;
 
+use super::matvec_i16::weights_i16;
+use crate::arch::tags::{block_bytes, has_min, IQ4_NL, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
 use crate::quant::QActs16;
-use crate::scalar::{f16_at, iq4_quants, q5_qh_offset, q5_quants};
+use crate::scalar::f16_at;
 use crate::{QMatrix, WeightFormat};
 
 /// Rows of a group: one per i32 lane of a 256-bit register.
@@ -42,53 +44,13 @@ pub(crate) fn has_tile_k16(format: WeightFormat) -> bool {
     matches!(format, Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | IQ4_NL)
 }
 
-/// Whether `format`'s rows add a min term.
-fn has_min(format: WeightFormat) -> bool {
-    use WeightFormat::*;
-    matches!(format, Q4_1 | Q5_1)
-}
-
-/// The 32 signed quants of block `blk` of `format` (one of [`has_tile_k16`]'s) in element order,
-/// as `matvec_i16` multiplies them (Q4_0 less 8, Q5_0 less 16, IQ4_NL's table values).
-fn quants(format: WeightFormat, blk: &[u8]) -> [i16; 32] {
-    use WeightFormat::*;
-    let mut q = [0i16; 32];
-    match format {
-        Q4_0 | Q4_1 => {
-            let (qoff, off) = if format == Q4_0 { (2, 8) } else { (4, 0) };
-            for j in 0..16 {
-                let v = blk[qoff + j];
-                q[j] = i16::from(v & 0xF) - off;
-                q[j + 16] = i16::from(v >> 4) - off;
-            }
-        }
-        Q5_0 | Q5_1 => {
-            let bias = if format == Q5_0 { 16 } else { 0 };
-            for (d, v) in q.iter_mut().zip(q5_quants(blk, q5_qh_offset(format))) {
-                *d = i16::from(v) - bias;
-            }
-        }
-        Q8_0 => {
-            for (d, &v) in q.iter_mut().zip(&blk[2..34]) {
-                *d = i16::from(v as i8);
-            }
-        }
-        _ => {
-            // IQ4_NL.
-            for (d, v) in q.iter_mut().zip(iq4_quants(&blk[2..18])) {
-                *d = i16::from(v);
-            }
-        }
-    }
-    q
-}
-
 /// A work item's rows repacked for the tile.
 struct Packed {
     /// Per group and block ([`BLOCK_I16`]): pair `k` (columns `2k, 2k + 1` of the block) at
-    /// `16k ..`, lane `j` (row `8g + j`) at `16k + 2j`; rows past the item's end are zero.
+    /// `16k ..`, lane `j` (row `8g + j`) at `16k + 2j`; lanes past the item's end hold the quants of
+    /// zero bytes (their sums are never stored).
     q: Vec<i16>,
-    /// Per group and block, each lane's scale.
+    /// Per group and block, each lane's scale (0 past the item's end).
     sc: Vec<f32>,
     /// Per group and block, each lane's min factor (empty for formats without one).
     mn: Vec<f32>,
@@ -96,37 +58,90 @@ struct Packed {
     nb: usize,
 }
 
-impl Packed {
-    /// Rows `r0 .. r0 + nr` of `w` (a [`has_tile_k16`] format with whole blocks).
-    fn new(w: &QMatrix, r0: usize, nr: usize) -> Self {
-        let format = w.format();
-        let nb = w.cols() / 32;
-        let groups = nr.div_ceil(LANES);
-        let min = has_min(format);
-        let mut p = Packed {
-            q: vec![0; groups * nb * BLOCK_I16],
-            sc: vec![0.0; groups * nb * LANES],
-            mn: vec![0.0; if min { groups * nb * LANES } else { 0 }],
-            nb,
-        };
-        for i in 0..nr {
-            let (g, lane) = (i / LANES, i % LANES);
-            let row = w.row_data(r0 + i);
-            for (b, blk) in row.chunks_exact(format.block_bytes()).take(nb).enumerate() {
-                let at = g * nb + b;
-                let q = quants(format, blk);
-                let dst = &mut p.q[at * BLOCK_I16..(at + 1) * BLOCK_I16];
-                for (k, pair) in q.chunks_exact(2).enumerate() {
-                    dst[16 * k + 2 * lane..16 * k + 2 * lane + 2].copy_from_slice(pair);
-                }
-                p.sc[at * LANES + lane] = f16_at(blk, 0);
+/// The transpose of 8 rows of 8 i32: lane `j` of result `k` is lane `k` of `r[j]`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn transpose8(r: [__m256i; 8]) -> [__m256i; 8] {
+    let t: [__m256i; 8] = std::array::from_fn(|i| {
+        let (a, b) = (r[i / 2 * 2], r[i / 2 * 2 + 1]);
+        if i % 2 == 0 {
+            _mm256_unpacklo_epi32(a, b)
+        } else {
+            _mm256_unpackhi_epi32(a, b)
+        }
+    });
+    // u[q]: columns (q % 4, q % 4 + 4) of rows 0..4 (q < 4) or 4..8.
+    let u: [__m256i; 8] = std::array::from_fn(|q| {
+        let base = if q < 4 { 0 } else { 4 };
+        let (a, b) = (t[base + (q % 4) / 2], t[base + 2 + (q % 4) / 2]);
+        if q % 2 == 0 {
+            _mm256_unpacklo_epi64(a, b)
+        } else {
+            _mm256_unpackhi_epi64(a, b)
+        }
+    });
+    std::array::from_fn(|k| {
+        if k < 4 {
+            _mm256_permute2x128_si256::<0x20>(u[k], u[k + 4])
+        } else {
+            _mm256_permute2x128_si256::<0x31>(u[k - 4], u[k])
+        }
+    })
+}
+
+/// Rows `r0 .. r0 + nr` of `w` (of format tag `F`, one of [`has_tile_k16`]'s, whole blocks)
+/// repacked: each block of 8 rows widened to i16 by `matvec_i16`'s own unpacking and transposed
+/// as 8 × 16 column pairs.
+///
+/// # Safety
+/// AVX2/FMA/F16C present; `w`'s format is `F`'s.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn pack<const F: u8>(w: &QMatrix, r0: usize, nr: usize) -> Packed {
+    let (nb, bb) = (w.cols() / 32, block_bytes(F));
+    let groups = nr.div_ceil(LANES);
+    let min = has_min(F);
+    let mut p = Packed {
+        q: vec![0; groups * nb * BLOCK_I16],
+        sc: vec![0.0; groups * nb * LANES],
+        mn: vec![0.0; if min { groups * nb * LANES } else { 0 }],
+        nb,
+    };
+    let zero = vec![0u8; nb * bb];
+    for g in 0..groups {
+        let rows: [&[u8]; LANES] = std::array::from_fn(|j| {
+            let i = g * LANES + j;
+            if i < nr {
+                w.row_data(r0 + i)
+            } else {
+                &zero
+            }
+        });
+        for b in 0..nb {
+            let at = g * nb + b;
+            let mut lo = [_mm256_setzero_si256(); LANES];
+            let mut hi = [_mm256_setzero_si256(); LANES];
+            for j in 0..LANES {
+                let blk = &rows[j][b * bb..(b + 1) * bb];
+                // SAFETY: `blk` is a whole block of `F` (sliced above, bounds-checked).
+                (lo[j], hi[j]) = unsafe { weights_i16::<F>(blk.as_ptr()) };
+                p.sc[at * LANES + j] = f16_at(blk, 0);
                 if min {
-                    p.mn[at * LANES + lane] = f16_at(blk, 2);
+                    p.mn[at * LANES + j] = f16_at(blk, 2);
+                }
+            }
+            let dst = &mut p.q[at * BLOCK_I16..(at + 1) * BLOCK_I16];
+            for (half, v) in [transpose8(lo), transpose8(hi)].iter().enumerate() {
+                for (k, pair) in v.iter().enumerate() {
+                    let o = 16 * (8 * half + k);
+                    // SAFETY: `dst` holds 16 pairs of 16 i16; pair `8 * half + k < 16`.
+                    unsafe {
+                        _mm256_storeu_si256(dst[o..o + 16].as_mut_ptr() as *mut __m256i, *pair)
+                    };
                 }
             }
         }
-        p
     }
+    p
 }
 
 /// One token's activations as the kernel reads them.
@@ -295,8 +310,20 @@ pub(crate) unsafe fn tile_k16(
             s: &a.s,
         })
         .collect();
-    let p = Packed::new(w, r0, nr);
-    let min = has_min(format);
+    use WeightFormat as W;
+    // SAFETY (each arm): AVX2/FMA/F16C present per this function's contract; the tag is the
+    // format's.
+    let p = unsafe {
+        match format {
+            W::Q4_0 => pack::<Q4_0>(w, r0, nr),
+            W::Q4_1 => pack::<Q4_1>(w, r0, nr),
+            W::Q5_0 => pack::<Q5_0>(w, r0, nr),
+            W::Q5_1 => pack::<Q5_1>(w, r0, nr),
+            W::Q8_0 => pack::<Q8_0>(w, r0, nr),
+            _ => pack::<IQ4_NL>(w, r0, nr),
+        }
+    };
+    let min = matches!(format, W::Q4_1 | W::Q5_1);
     let groups = nr.div_ceil(LANES);
     let mut g0 = 0;
     while g0 < groups {
