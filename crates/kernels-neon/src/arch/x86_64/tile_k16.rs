@@ -311,8 +311,7 @@ pub(crate) unsafe fn tile_k16(
         })
         .collect();
     use WeightFormat as W;
-    // SAFETY (each arm): AVX2/FMA/F16C present per this function's contract; the tag is the
-    // format's.
+    // SAFETY: AVX2/FMA/F16C present per this function's contract; each arm's tag is the format's.
     let p = unsafe {
         match format {
             W::Q4_0 => pack::<Q4_0>(w, r0, nr),
