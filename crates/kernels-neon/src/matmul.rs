@@ -26,8 +26,10 @@ use crate::{
 ///   `Q8_0`), from that many tokens, for `Int8` prompts and for `Fast` ones of Q5_0/Q8_0
 ///   ([`fast_prompts_int8`]). A prompt is bound by compute, where 8 bits give twice the products
 ///   per instruction of 16 (decode, bound by memory, keeps `Fast`'s 16 bits);
-/// - the 16-bit tile on the AVX-512 path, from [`INT_TILE_MIN_TOKENS`] tokens: `Fast` prompts of
-///   Q4_0/Q4_1/Q5_1 (16-bit activations, one scale per 32; `matvec`'s `Fast`).
+/// - the 16-bit tile, from [`INT_TILE_MIN_TOKENS`] tokens (16-bit activations, one scale per 32;
+///   `matvec`'s `Fast`): on the AVX-512 path `Fast` prompts of Q4_0/Q4_1/Q5_1, on the AVX2 path,
+///   which has no 8-bit tile for the 32-block formats, `Fast` prompts of every one of them
+///   (Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/IQ4_NL).
 ///
 /// Elsewhere `Fast` and `Exact` prompts take the f32 tile, and `Int8` ones the bf16 tile where the
 /// path has one.
@@ -131,7 +133,8 @@ pub fn matmul_with(
         && arch::has_tile_i16(path, w.format())
     {
         // `Fast` prompts of the 32-block formats not in `fast_prompts_int8` (`Int8` ones took the
-        // 8-bit tile above): 16-bit activations, as `matvec` quantizes them in `Fast`.
+        // 8-bit tile above), and on AVX2 of every 32-block format (no 8-bit tile there): 16-bit
+        // activations, as `matvec` quantizes them in `Fast`.
         let quantize = |x: &[f32]| QActs16::quantize(path, x);
         let tile = |w: &QMatrix, r0, nr, acts: &[QActs16], out: &mut [f32]| {
             arch::tile_i16(path, w, r0, nr, acts, out)

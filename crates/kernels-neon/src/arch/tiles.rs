@@ -118,11 +118,14 @@ pub(crate) fn tile_int8_blocks(path: KernelPath, format: WeightFormat) -> bool {
 }
 
 /// Rows that [`tile_int8`] and [`tile_i16`] on `path` take together (a work item of a multiple
-/// of it wastes nothing): the AVX-512 tiles' two groups of 16 lanes, one row elsewhere.
+/// of it wastes nothing): the AVX-512 tiles' two groups of 16 lanes, the AVX2 16-bit tile's two
+/// groups of 8, one row elsewhere.
 pub(crate) fn tile_int_rows(path: KernelPath) -> usize {
     match path {
         #[cfg(target_arch = "x86_64")]
         KernelPath::Avx512 => 2 * x86_64::TILE512_LANES,
+        #[cfg(target_arch = "x86_64")]
+        KernelPath::Avx2Fma => 2 * x86_64::TILE_K16_LANES,
         _ => 1,
     }
 }
@@ -205,20 +208,24 @@ pub(crate) fn tile_int8_t_bytes(path: KernelPath, nr: usize, rows: usize, n: usi
 
 /// Whether [`tile_i16`] takes weights of `format` on `path`: the AVX-512 path's formats of
 /// 32-element blocks of integer quants whose [`Precision::Fast`](crate::Precision) prompts keep 16
-/// bits, Q4_0, Q4_1 and Q5_1 (the formats of [`crate::fast_prompts_int8`] take [`tile_int8`]; the
-/// other formats' `Fast` prompts the f32 tile).
+/// bits, Q4_0, Q4_1 and Q5_1 (the formats of [`crate::fast_prompts_int8`] take [`tile_int8`]); on
+/// the AVX2 path, which has no 8-bit tile for them, every format of 32-element blocks of integer
+/// quants, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and IQ4_NL. The other formats' `Fast` prompts take the
+/// f32 tile.
 pub(crate) fn has_tile_i16(path: KernelPath, format: WeightFormat) -> bool {
     #[cfg(target_arch = "x86_64")]
-    if path == KernelPath::Avx512 {
-        return x86_64::has_tile512_k16(format);
+    match path {
+        KernelPath::Avx512 => return x86_64::has_tile512_k16(format),
+        KernelPath::Avx2Fma => return x86_64::has_tile_k16(format),
+        _ => {}
     }
     let _ = (path, format);
     false
 }
 
-/// The 16-bit prompt tile: `out[t * nr + i]` = row `r0 + i` of `w` · token `t` for every token of
-/// `acts` (quantized as `matvec` quantizes them in `Fast`): the integer products of
-/// [`matvec_i16`], summed in another f32 order. Only where [`has_tile_i16`] (else a no-op).
+/// The 16-bit prompt tile (AVX-512: `tile512_k16`, AVX2: `tile_k16`): `out[t * nr + i]` = row
+/// `r0 + i` of `w` · token `t` for every token of `acts` (quantized as `matvec` quantizes them in
+/// `Fast`): the integer products of [`matvec_i16`], summed in another f32 order. Only where [`has_tile_i16`] (else a no-op).
 pub(crate) fn tile_i16(
     path: KernelPath,
     w: &QMatrix<'_>,
@@ -231,10 +238,14 @@ pub(crate) fn tile_i16(
         return;
     }
     #[cfg(target_arch = "x86_64")]
-    // SAFETY: the path was checked available (AVX-512F/BW/VNNI and AVX2/FMA/F16C present), and
-    // the format is one the tile takes.
-    unsafe {
-        x86_64::tile512_k16(w, r0, nr, acts, out)
+    if path == KernelPath::Avx512 {
+        // SAFETY: the path was checked available (AVX-512F/BW/VNNI and AVX2/FMA/F16C present),
+        // and the format is one the tile takes.
+        unsafe { x86_64::tile512_k16(w, r0, nr, acts, out) }
+    } else {
+        // SAFETY: the path was checked available (AVX2/FMA/F16C present: `has_tile_i16` is false
+        // on every other path), and the format is one the tile takes.
+        unsafe { x86_64::tile_k16(w, r0, nr, acts, out) }
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = (r0, nr, acts, out);

@@ -1,10 +1,11 @@
-//! `matmul` through the 8-bit integer tiles: Q4_K/Q5_K/Q6_K on AVX2 and AVX-512 (activations with
-//! one scale per 256, in `Int8`, and in `Fast` from `INT_TILE_MIN_TOKENS` tokens) and
-//! Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 on AVX-512 (one scale per 32, in both from `INT_TILE_MIN_TOKENS`
-//! tokens). Every token's row of the result is what `matvec` gives for that token in the precision
-//! whose activations the
+//! `matmul` through the integer tiles: the 8-bit ones, Q4_K/Q5_K/Q6_K on AVX2 and AVX-512
+//! (activations with one scale per 256, in `Int8`, and in `Fast` from `INT_TILE_MIN_TOKENS` tokens)
+//! and Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 on AVX-512 (one scale per 32, in both from `INT_TILE_MIN_TOKENS`
+//! tokens); the 16-bit ones of `Fast` prompts from that many tokens (AVX-512: Q4_0/Q4_1/Q5_1;
+//! AVX2: Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/IQ4_NL). Every token's row of the result is what `matvec` gives
+//! for that token in the precision whose activations the
 //! tile takes (`common::tile_products`), whatever the token count (register blocks and the remainders),
-//! the rows per work item and the row count: on AVX2 bit for bit; on AVX-512 the tiles sum the
+//! the rows per work item and the row count: the AVX2 8-bit tile bit for bit; the others sum the
 //! same integer products in another f32 order, so within f32 rounding of `Σ|w·x|`. Their accuracy
 //! against float64 is `props.rs`'s (the Int8 and Fast bounds).
 
@@ -100,7 +101,8 @@ proptest! {
     fn long_prompts_equal_matvec_per_token(
         format in prop::sample::select(vec![
             WeightFormat::Q4_0, WeightFormat::Q4_1, WeightFormat::Q5_0, WeightFormat::Q5_1,
-            WeightFormat::Q8_0, WeightFormat::Q4_K, WeightFormat::Q5_K, WeightFormat::Q6_K,
+            WeightFormat::Q8_0, WeightFormat::IQ4_NL, WeightFormat::Q4_K, WeightFormat::Q5_K,
+            WeightFormat::Q6_K,
         ]),
         rows in 1usize..80,
         units in 1usize..12,
@@ -118,7 +120,9 @@ proptest! {
         for path in available_paths() {
             for precision in [Precision::Fast, Precision::Int8] {
                 if int_tile(path, format, precision, n) {
-                    let exact = path == KernelPath::Avx2Fma;
+                    // Bit for bit: the AVX2 8-bit K-quant tile (the 16-bit one sums in another
+                    // f32 order).
+                    let exact = path == KernelPath::Avx2Fma && int8_tile(path, format);
                     equals_matvec(path, &w, &wf, &x, n, precision, exact)?;
                 }
             }

@@ -30,7 +30,8 @@
 //! (`common::tile_products`): prompts of Q4_K/Q5_K/Q6_K on the AVX2 and AVX-512 paths get the
 //! Int8 bound (in `Int8`, and in `Fast` from `INT_TILE_MIN_TOKENS` tokens), and prompts of
 //! Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 on AVX-512 from `INT_TILE_MIN_TOKENS` tokens their precision's
-//! bound (and all equal `matvec` in that precision: `matmul_int.rs`).
+//! bound, as `Fast` prompts of Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/IQ4_NL on AVX2 from that many tokens (the
+//! 16-bit tile) get the Fast bound (and all equal `matvec` in that precision: `matmul_int.rs`).
 
 use crate::common;
 

@@ -1,6 +1,6 @@
 //! x86_64 AVX2 + FMA + F16C kernels, one file per operation family, and the AVX-512F ones that
 //! path [`crate::KernelPath::Avx512`] takes instead where they exist (`tile512`, `tile512_k8`,
-//! `tile512_k16`, `tile_bf16`, `kquant512`).
+//! `tile512_k16` (for `tile_k16`), `tile_bf16`, `kquant512`).
 //!
 //! All functions are `unsafe fn` with `#[target_feature]`: callers must have
 //! checked that AVX2, FMA and F16C are present (`arch::has_avx2_fma`). Slice
@@ -39,6 +39,7 @@ mod tile512_k16;
 mod tile512_k8;
 mod tile512_lanes;
 mod tile_bf16;
+mod tile_k16;
 mod tile_k8;
 mod vector;
 
@@ -62,5 +63,6 @@ pub(crate) use tile512_k16::{has_tile512_k16, tile512_k16};
 pub(crate) use tile512_k8::tile512_k8;
 pub(crate) use tile512_lanes::LANES as TILE512_LANES;
 pub(crate) use tile_bf16::{tile_bf16, to_bf16};
+pub(crate) use tile_k16::{has_tile_k16, tile_k16, LANES as TILE_K16_LANES};
 pub(crate) use tile_k8::tile_k8;
 pub(crate) use vector::{add_fixed, add_fixed_avx2, axpy_f32, dot_f32};

@@ -207,10 +207,14 @@ pub fn int8_block_tile(path: KernelPath, format: WeightFormat) -> bool {
 }
 
 /// Whether `matmul` of more than one token takes the 16-bit integer tile on `path` for `format` in
-/// `Fast` (AVX-512, the 32-block formats whose `Fast` prompts keep 16 bits: Q4_0, Q4_1, Q5_1),
-/// from `INT_TILE_MIN_TOKENS` tokens.
+/// `Fast` (AVX-512: the 32-block formats whose `Fast` prompts keep 16 bits, Q4_0, Q4_1, Q5_1; AVX2,
+/// which has no 8-bit tile for them: every 32-block format of integer quants, Q4_0, Q4_1, Q5_0,
+/// Q5_1, Q8_0, IQ4_NL), from `INT_TILE_MIN_TOKENS` tokens.
 pub fn i16_tile(path: KernelPath, format: WeightFormat) -> bool {
-    int8_block_tile(path, format) && !kernels_neon::fast_prompts_int8(format)
+    use WeightFormat::*;
+    (int8_block_tile(path, format) && !kernels_neon::fast_prompts_int8(format))
+        || (path == KernelPath::Avx2Fma
+            && matches!(format, Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | IQ4_NL))
 }
 
 /// The precision of `matvec` whose integer products `matmul` of `n > 1` tokens in `precision`
@@ -218,7 +222,8 @@ pub fn i16_tile(path: KernelPath, format: WeightFormat) -> bool {
 /// 8-bit tiles' `Int8` products, for the K-quants ([`int8_tile`]) in `Int8` prompts and in `Fast`
 /// ones from `INT_TILE_MIN_TOKENS` tokens, for the 32-block formats ([`int8_block_tile`]) from
 /// that many tokens in `Int8`, and in `Fast` where `fast_prompts_int8`; the 16-bit tile's `Fast`
-/// products for the other 32-block formats' `Fast` prompts from that many tokens ([`i16_tile`]).
+/// products for the other 32-block formats' `Fast` prompts from that many tokens, and on AVX2 for
+/// every 32-block format's ([`i16_tile`]).
 pub fn tile_products(
     path: KernelPath,
     format: WeightFormat,
@@ -231,9 +236,10 @@ pub fn tile_products(
         _ if int8_tile(path, format) && (long || precision == Precision::Int8) => {
             Some(Precision::Int8)
         }
-        _ if !long || !int8_block_tile(path, format) => None,
+        _ if !long => None,
         Precision::Fast if i16_tile(path, format) => Some(Precision::Fast),
-        _ => Some(Precision::Int8),
+        _ if int8_block_tile(path, format) => Some(Precision::Int8),
+        _ => None,
     }
 }
 
