@@ -10,7 +10,7 @@
 //!   it has the same file), `ctx`, `chunks`, the token ids `llama-tokenize --ids` gives for the text,
 //!   the `Final estimate: PPL` that `llama-perplexity -c ctx --chunks chunks` prints for it, and for
 //!   each of [`PROMPTS`] its token ids and the bytes `llama-completion` prints as its greedy
-//!   continuation of `n` tokens (`--temp 0 --special --no-display-prompt`, hex), and `top1`: per
+//!   continuation of `n` tokens (`--temp 0 --special --no-display-prompt`, hex; none with `-n 0`), and `top1`: per
 //!   window, llama.cpp's most probable token at each scored position (from the logits file
 //!   `llama-perplexity --kl-divergence-base` writes, [`top1_of_logits_file`]).
 //!
@@ -106,8 +106,8 @@ fn parse(root: &Path, args: &[String]) -> Result<Args> {
         "{USAGE}"
     );
     ensure!(
-        a.ctx >= 256 && a.ctx % 256 == 0 && a.chunks >= 1 && a.n >= 1,
-        "--ctx must be a multiple of 256 (llama.cpp pads a context to one), --chunks and -n at least 1"
+        a.ctx >= 256 && a.ctx % 256 == 0 && a.chunks >= 1,
+        "--ctx must be a multiple of 256 (llama.cpp pads a context to one), --chunks at least 1"
     );
     Ok(a)
 }
@@ -205,7 +205,8 @@ pub fn run(root: &Path, args: &[String]) -> Result<()> {
         break (ppl, chunk_ppl, top1);
     };
     let mut prompts = Vec::new();
-    for (i, p) in PROMPTS.iter().enumerate() {
+    // `-n 0`: no continuations (the full-shape checks compare perplexity and top-1 only).
+    for (i, p) in PROMPTS.iter().enumerate().filter(|_| a.n > 0) {
         let file = a.out.join(format!(".prompt-{i}.txt"));
         std::fs::write(&file, p)?;
         let ids = tokenize(root, &a.model, &file);
