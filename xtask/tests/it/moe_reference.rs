@@ -126,6 +126,17 @@ pub(crate) fn scored_against(
     eng: &Engine<'_>,
     r: &serde_json::Value,
 ) -> (f64, f64) {
+    let (ppl, top1, _) = scored_with_gaps(dir, eng, r);
+    (ppl, top1)
+}
+
+/// [`scored_against`], plus, at each position where the top-1 tokens differ, how far below the
+/// engine's top logit the engine puts llama.cpp's top-1 token.
+pub(crate) fn scored_with_gaps(
+    dir: &std::path::Path,
+    eng: &Engine<'_>,
+    r: &serde_json::Value,
+) -> (f64, f64, Vec<f32>) {
     let text = std::fs::read_to_string(dir.join("text.txt")).unwrap();
     let tokens = ids(&r["text_tokens"]);
     assert_eq!(eng.tokenizer().encode(&text, false).unwrap(), tokens);
@@ -141,6 +152,7 @@ pub(crate) fn scored_against(
     let vocab = eng.model().config.vocab_size;
     let first = ctx / 2;
     let (mut nll, mut count, mut agree) = (0.0f64, 0usize, 0usize);
+    let mut gaps = Vec::new();
     for c in 0..chunks {
         let theirs = ids(&top1[c]);
         assert_eq!(
@@ -157,12 +169,17 @@ pub(crate) fn scored_against(
             let sum: f64 = row.iter().map(|&x| (x as f64 - max).exp()).sum();
             nll += max + sum.ln() - row[window[j + 1] as usize] as f64;
             count += 1;
-            agree += usize::from(argmax(row) == want);
+            let top = argmax(row);
+            agree += usize::from(top == want);
+            if top != want {
+                gaps.push(row[top as usize] - row[want as usize]);
+            }
         }
     }
     (
         (nll / count as f64).exp(),
         agree as f64 / count.max(1) as f64,
+        gaps,
     )
 }
 
@@ -327,7 +344,9 @@ fn full_shape_synth_matches_llama_cpp() {
         "{model} is an MoE model"
     );
     let eng = Engine::new(&file, engine_options()).unwrap();
-    let (ppl, top1) = scored_against(dir, &eng, &r);
+    let (ppl, top1, mut gaps) = scored_with_gaps(dir, &eng, &r);
+    gaps.sort_by(f32::total_cmp);
+    eprintln!("{model}: where the top-1 tokens differ, llama.cpp's is this far below sparrow's top logit: {gaps:?}");
     let want = r["ppl"].as_f64().unwrap();
     let rel = (ppl - want).abs() / want;
     eprintln!(
