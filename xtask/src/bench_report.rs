@@ -70,6 +70,7 @@ pub const GROUPS: &[&str] = &[
     "Batched decode",
     "Server latency and load",
     "Perplexity costs",
+    "MoE against llama.cpp",
     "CI",
 ];
 

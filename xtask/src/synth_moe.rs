@@ -18,21 +18,11 @@
 //!
 //! # Routing
 //!
-//! Every token embedding is `√d·u + n_t` (as in `synth.rs`): a component along one fixed unit direction
-//! `u` that all tokens share and that no layer writes to (the rows of `attn_v`, the experts' `up` and
-//! the routers' random part are orthogonal to it), plus per-token noise `n_t ⊥ u`. After RMSNorm,
-//! `u·x ≈ √(d/2)` for every token. Router row `e` is `r_e + b_e·u`, `r_e` random (entries of standard
-//! deviation [`ROUTER_SCALE`]`/√d`, orthogonal to `u`):
-//!
-//! * `--router uniform`: `b_e = 0`. The experts' rows are identically distributed, so every expert
-//!   gets the same load in expectation, and consecutive tokens share no more experts than chance.
-//! * `--router measured` (the default): `b_e = ln(q_e)·√(2/d)`, which adds `ln q_e` to expert `e`'s
-//!   logit for every token, so its softmax probability is multiplied by `q_e`: `q` follows a Zipf law
-//!   `q ∝ rank^-`[`ZIPF_ALPHA`] over a random permutation of each layer's experts (normalised to mean
-//!   1). **These parameters are not fitted to a published measurement**: none was at hand when this
-//!   was written, so the exponent is a placeholder for a skewed load, and there is no reuse between
-//!   consecutive tokens beyond what the skew gives. Issue 48 item 5 asks for statistics that follow
-//!   cited measurements; this generator does not claim to.
+//! `--router measured` (the default) follows a law fitted to published measurements of real MoE
+//! models (uneven load per expert, reuse of experts between consecutive tokens) and `--router
+//! uniform` spreads tokens evenly with no reuse beyond chance; `synth_routing.rs` states the law,
+//! its sources and how the weights realise it (a context channel written only by planted,
+//! distance-only attention, read by the routers).
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -44,22 +34,19 @@ use model_format::{DType, GgufWriter, MetaValue};
 use super::synth::{
     noise, project_out, stream_matrix, vocabulary, Rng, BASE_VOCAB, CONTEXT, RMS_EPS,
 };
+use super::synth_routing::{self as routing, ctx_dims, LayerPlan};
 
 /// `general.name` of every synthetic MoE model.
 pub const GENERAL_NAME: &str = "SYNTHETIC sparrow synth-model --arch (random weights, synthetic routing) — not a language model";
-/// Version of this generator, written as `sparrow.synth.version`.
-pub const VERSION: u32 = 2;
+/// Version of this generator, written as `sparrow.synth.version` (3: the fitted routing law and its
+/// context channel).
+pub const VERSION: u32 = 3;
 /// The `--arch` values this module writes (the dense ones are `synth.rs`'s).
 pub const ARCHES: [&str; 4] = ["qwen3moe", "mixtral", "olmoe", "qwen2moe"];
-/// Zipf exponent of the planted expert load of `--router measured` (a placeholder, see the module doc).
-pub const ZIPF_ALPHA: f64 = 1.0;
-/// Standard deviation of a router entry, times `√d` (a router logit's spread over tokens, about).
-pub const ROUTER_SCALE: f32 = 2.0;
-/// Per-coordinate standard deviation an attention block adds to the residual stream (about).
-pub const EPS_ATTN: f32 = 0.05;
 /// Per-coordinate standard deviation an MoE block adds to the residual stream (about).
 pub const EPS_FFN: f32 = 0.1;
-/// RoPE base (Qwen's 1e6; Mixtral and OLMoE use 1e6 and 1e4, the synthetic weights do not care).
+/// RoPE base (Qwen's 1e6; Mixtral and OLMoE use 1e6 and 1e4); the planted attention kernel is made
+/// for it (`synth_routing::kernel`).
 pub const ROPE_BASE: f32 = 1_000_000.0;
 
 /// The MoE architectures.
@@ -98,9 +85,9 @@ impl Arch {
 /// How the routers spread tokens over experts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Router {
-    /// Skewed load (Zipf, see the module doc).
+    /// The law fitted to published measurements (`synth_routing.rs`).
     Measured,
-    /// Even load in expectation.
+    /// Even load in expectation, no reuse beyond chance.
     Uniform,
 }
 
@@ -361,7 +348,8 @@ impl Options {
             .unwrap_or_else(|| root.join("target").join("synth").join(self.file_name()))
     }
 
-    fn q_dim(&self) -> usize {
+    /// Width of all query heads.
+    pub fn q_dim(&self) -> usize {
         self.heads * self.head_dim
     }
 
@@ -392,12 +380,12 @@ impl Options {
                 v.push((n("attn_v.bias"), S::Bias, vec![kv]));
             }
             Arch::Qwen3Moe => {
-                v.push((n("attn_q_norm.weight"), S::Ones, vec![self.head_dim]));
-                v.push((n("attn_k_norm.weight"), S::Ones, vec![self.head_dim]));
+                v.push((n("attn_q_norm.weight"), S::QkNorm, vec![self.head_dim]));
+                v.push((n("attn_k_norm.weight"), S::QkNorm, vec![self.head_dim]));
             }
             Arch::Olmoe => {
-                v.push((n("attn_q_norm.weight"), S::Ones, vec![q]));
-                v.push((n("attn_k_norm.weight"), S::Ones, vec![kv]));
+                v.push((n("attn_q_norm.weight"), S::QkNorm, vec![q]));
+                v.push((n("attn_k_norm.weight"), S::QkNorm, vec![kv]));
             }
             Arch::Mixtral => {}
         }
@@ -479,6 +467,7 @@ enum S {
     ShexpGate,
     Bias,
     Ones,
+    QkNorm,
 }
 
 fn rng(o: &Options, s: S, layer: usize, row: usize) -> Rng {
@@ -488,66 +477,94 @@ fn rng(o: &Options, s: S, layer: usize, row: usize) -> Rng {
     )
 }
 
-/// The direction `u` every embedding carries (unit norm, random signs).
+/// The direction `u` every embedding carries (unit norm, random signs, nil on the context channel).
 fn direction(o: &Options) -> Vec<f32> {
     let mut r = rng(o, S::Direction, 0, 0);
-    let s = 1.0 / (o.d as f32).sqrt();
+    let m = ctx_dims(o.d);
+    let s = 1.0 / ((o.d - m) as f32).sqrt();
     (0..o.d)
-        .map(|_| if r.next_u64() >> 63 == 0 { s } else { -s })
+        .map(|i| match (i < m, r.next_u64() >> 63 == 0) {
+            (true, _) => 0.0,
+            (false, true) => s,
+            (false, false) => -s,
+        })
         .collect()
 }
 
 /// The planted load factor `q_e` of every expert of `layer` (mean 1): all 1 for `--router uniform`,
-/// a Zipf law over a random permutation of the experts for `--router measured`.
+/// the law's Zipf load over a random permutation of the experts for `--router measured`.
 pub fn expert_load(o: &Options, layer: usize) -> Vec<f64> {
-    if o.router == Router::Uniform {
+    let alpha = routing::law(o.arch, o.router).alpha;
+    if alpha == 0.0 {
         return vec![1.0; o.experts];
     }
-    let by_rank: Vec<f64> = (1..=o.experts)
-        .map(|r| (r as f64).powf(-ZIPF_ALPHA))
-        .collect();
-    let mean = by_rank.iter().sum::<f64>() / o.experts as f64;
-    let mut perm: Vec<usize> = (0..o.experts).collect();
-    let mut r = rng(o, S::Permutation, layer, 0);
-    for i in (1..o.experts).rev() {
-        perm.swap(i, r.below(i + 1));
-    }
-    let mut q = vec![0.0; o.experts];
-    for (rank, &e) in perm.iter().enumerate() {
-        q[e] = by_rank[rank] / mean;
-    }
-    q
+    routing::zipf_load(o.experts, alpha, &mut rng(o, S::Permutation, layer, 0))
+}
+
+/// What the rows of a layer's tensors need besides their stream and index.
+struct RowCtx<'a> {
+    u: &'a [f32],
+    load: &'a [f64],
+    plan: LayerPlan,
+    /// The planted query and key of every head, after the q/k norm.
+    head: &'a [f32],
+    /// Whether the family normalises q and k (then the rows' scale does not matter).
+    qk_norm: bool,
+    /// The q/k norm weight that gives the planted vector its scale.
+    norm_weight: f32,
 }
 
 /// Row `i` of the tensor of stream `s` in `layer` (rows of 3-D tensors counted across experts).
-fn row(o: &Options, u: &[f32], load: &[f64], s: S, layer: usize, i: usize, out: &mut [f32]) {
+fn row(o: &Options, c: &RowCtx<'_>, s: S, layer: usize, i: usize, out: &mut [f32]) {
     let mut r = rng(o, s, layer, i);
     let unit = 1.0 / (o.d as f32).sqrt();
+    let m = ctx_dims(o.d);
+    let (u, p) = (c.u, c.plan);
+    let along_u = |out: &mut [f32], b: f32| out.iter_mut().zip(u).for_each(|(x, u)| *x = b * u);
     match s {
         S::Embed => {
             noise(&mut r, out, 1.0);
+            out[..m].fill(0.0);
             project_out(out, u);
             let a = (o.d as f32).sqrt();
             out.iter_mut().zip(u).for_each(|(x, u)| *x += a * u);
         }
-        S::Output | S::Q | S::K | S::Gate => noise(&mut r, out, unit),
-        S::V | S::Up => {
+        S::Output | S::Gate => noise(&mut r, out, unit),
+        // Every head's query and key: the planted vector, read off `u`.
+        S::Q | S::K => {
+            let v = c.head[i % o.head_dim];
+            along_u(out, if c.qk_norm { v } else { v / p.ux_attn });
+        }
+        S::V => {
+            noise(&mut r, out, unit);
+            out[..m].fill(0.0);
+            project_out(out, u);
+        }
+        S::Up => {
             noise(&mut r, out, unit);
             project_out(out, u);
         }
-        // Attention's output entries have variance about 1/2 (V over κ² + V, κ = V = 1).
-        S::O => noise(&mut r, out, EPS_ATTN / (0.5 * o.q_dim() as f32).sqrt()),
-        // silu(g)·u with g and u of variance 1/2 has a second moment of about 0.1.
+        // Attention writes the context channel only.
+        S::O if i < m => noise(&mut r, out, p.o_scale),
+        S::O => out.fill(0.0),
+        // silu(g)·u with g and u of variance 1/2 has a second moment of about 0.1; nothing on `C`.
+        S::Down if i % o.d < m => out.fill(0.0),
         S::Down => noise(&mut r, out, EPS_FFN / (0.1 * out.len() as f32).sqrt()),
-        S::Router => {
-            noise(&mut r, out, ROUTER_SCALE * unit);
-            project_out(out, u);
-            let b = (load[i].ln() * (2.0 / o.d as f64).sqrt()) as f32;
+        S::Router if o.router == Router::Measured => {
+            out.fill(0.0);
+            noise(&mut r, &mut out[..m], p.router_ctx);
+            let b = c.load[i].ln() as f32 / p.ux_ffn;
             out.iter_mut().zip(u).for_each(|(x, u)| *x += b * u);
+        }
+        S::Router => {
+            noise(&mut r, out, p.router_noise);
+            out[..m].fill(0.0);
+            project_out(out, u);
         }
         S::ShexpGate => noise(&mut r, out, unit),
         S::Bias => noise(&mut r, out, 0.02),
         S::Ones => out.fill(1.0),
+        S::QkNorm => out.fill(c.norm_weight),
         S::Direction | S::Permutation => unreachable!("not a tensor"),
     }
 }
@@ -637,7 +654,7 @@ pub fn write_model(o: &Options, path: &Path, mut progress: impl FnMut(usize, u64
     if o.has_output() {
         all.push(("output.weight".into(), S::Output, vec![o.vocab, o.d]));
     }
-    let head = all.len();
+    let head_len = all.len();
     for l in 0..o.layers {
         all.extend(o.layer_tensors(l));
     }
@@ -645,25 +662,40 @@ pub fn write_model(o: &Options, path: &Path, mut progress: impl FnMut(usize, u64
         w.declare_tensor(name, o.format_of(*s, shape.len()), shape)?;
     }
     let u = direction(o);
+    let half_split = o.arch != Arch::Mixtral;
+    let kernel = routing::kernel(o.head_dim, ROPE_BASE as f64, routing::RHO);
+    let head = kernel.head_vector(o.head_dim, half_split);
     let mut out = w.stream(path)?;
     let mut bytes = 0u64;
-    let per_layer = (all.len() - head) / o.layers.max(1);
+    let per_layer = (all.len() - head_len) / o.layers.max(1);
     for (i, (name, s, shape)) in all.iter().enumerate() {
-        let layer = if i < head { 0 } else { (i - head) / per_layer };
+        let layer = if i < head_len {
+            0
+        } else {
+            (i - head_len) / per_layer
+        };
         let load = if *s == S::Router {
             expert_load(o, layer)
         } else {
             Vec::new()
+        };
+        let c = RowCtx {
+            u: &u,
+            load: &load,
+            plan: routing::layer_plan(o, &kernel, layer, EPS_FFN as f64),
+            head: &head,
+            qk_norm: matches!(o.arch, Arch::Qwen3Moe | Arch::Olmoe),
+            norm_weight: kernel.norm_weight(o.head_dim),
         };
         let cols = shape[shape.len() - 1];
         let rows: usize = shape[..shape.len() - 1].iter().product();
         let fmt = o.format_of(*s, shape.len());
         debug_assert_eq!(out.next_tensor(), Some(name.as_str()));
         stream_matrix(&mut out, fmt, rows, cols, &|r, buf| {
-            row(o, &u, &load, *s, layer, r, buf)
+            row(o, &c, *s, layer, r, buf)
         })?;
         bytes += (rows * fmt.row_bytes(cols).unwrap_or(0)) as u64;
-        let last_of_layer = i >= head && (i - head + 1) % per_layer == 0;
+        let last_of_layer = i >= head_len && (i - head_len + 1) % per_layer == 0;
         if last_of_layer {
             progress(layer, bytes);
         }
@@ -684,6 +716,17 @@ pub fn main(args: &[String], root: &Path) -> Result<()> {
          (top-{}) of {} neurons, {} heads ({} kv) of {}, vocab {}, {} -> {} ({:.2} GiB)",
         o.arch.name(), o.router, o.seed, o.layers, o.d, o.experts, o.used, o.expert_ff, o.heads, o.kv_heads,
         o.head_dim, o.vocab, o.format, path.display(), o.data_bytes() as f64 / (1u64 << 30) as f64
+    );
+    let law = routing::law(o.arch, o.router);
+    let st = routing::measure(
+        &routing::simulate(law, (o.experts, o.used), (16, 512), o.seed),
+        o.experts,
+    );
+    let ((f, share), repeat) = routing::targets(o.arch);
+    eprintln!(
+        "xtask synth-model: routing law alpha {}, rho {}: repeat {:.3} (chance {:.3}), busiest {:.0}% of experts take {:.3} \
+         (16 prompts of 512 tokens); the measured router's cited targets: repeat {repeat}, {share} (synth_routing.rs)",
+        law.alpha, law.rho, st.repeat, st.chance, 100.0 * f, st.top(f)
     );
     let t0 = Instant::now();
     write_model(&o, &path, |l, b| {

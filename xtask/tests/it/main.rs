@@ -14,4 +14,5 @@ mod qwen3_reference;
 mod qwen3_synth;
 mod synth;
 mod synth_moe;
+mod synth_routing;
 mod tidy;

@@ -4,6 +4,9 @@
 //! matrix product, or the decode kernel for each token), the weighted sum of their outputs, then
 //! the shared expert over every token (scaled by `sigmoid(gate_inp · x)` when it has a gate).
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+
 use kernels_neon::{Activation, Precision};
 
 use super::family::{MoeConfig, TopKNorm};
@@ -48,6 +51,67 @@ impl MoeScratch {
     pub fn groups(&self) -> &ExpertGroups {
         &self.groups
     }
+}
+
+/// Live [`RouteTrace`]s; while there is none, a block records nothing (one relaxed load a step).
+static TRACERS: AtomicUsize = AtomicUsize::new(0);
+/// The steps recorded while a [`RouteTrace`] is alive.
+static TRACE: Mutex<Vec<TracedStep>> = Mutex::new(Vec::new());
+
+/// One MoE block step as a [`RouteTrace`] records it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TracedStep {
+    /// The address of the layer's router weights: names the layer of a loaded model (see
+    /// [`RouteTrace::steps_of`]).
+    pub router: usize,
+    /// Experts each token selected.
+    pub k: usize,
+    /// The selected experts, `k` per token, token-major, in decreasing weight order.
+    pub experts: Vec<u32>,
+}
+
+/// Records the experts every MoE block selects while it is alive: the routing a model actually
+/// realises, for diagnostics and for the tests of the synthetic models' routing statistics. Steps
+/// of every model in the process are recorded (tests run side by side); [`RouteTrace::steps_of`]
+/// picks one layer's by its router.
+#[derive(Debug)]
+pub struct RouteTrace(());
+
+impl RouteTrace {
+    /// Starts recording (the record is shared by every live trace).
+    pub fn start() -> RouteTrace {
+        TRACERS.fetch_add(1, Ordering::SeqCst);
+        RouteTrace(())
+    }
+
+    /// The steps recorded so far whose router weights start at `router` (a layer's
+    /// `MoeLayer::router` data), in the order they ran; removed from the record.
+    pub fn steps_of(&self, router: *const u8) -> Vec<TracedStep> {
+        let mut all = TRACE.lock().unwrap_or_else(|e| e.into_inner());
+        let (mine, rest) = all.drain(..).partition(|s| s.router == router as usize);
+        *all = rest;
+        mine
+    }
+}
+
+impl Drop for RouteTrace {
+    fn drop(&mut self) {
+        if TRACERS.fetch_sub(1, Ordering::SeqCst) == 1 {
+            TRACE.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        }
+    }
+}
+
+fn record(router: *const u8, k: usize, routes: &[Route]) {
+    if TRACERS.load(Ordering::Relaxed) == 0 {
+        return;
+    }
+    let step = TracedStep {
+        router: router as usize,
+        k,
+        experts: routes.iter().map(|r| r.expert).collect(),
+    };
+    TRACE.lock().unwrap_or_else(|e| e.into_inner()).push(step);
 }
 
 fn grow(v: &mut Vec<f32>, len: usize) -> &mut [f32] {
@@ -110,6 +174,7 @@ impl MoeBlock {
             route(row, k, self.norm, &mut s.probs, &mut s.token_routes);
             s.routes.extend_from_slice(&s.token_routes);
         }
+        record(w.router.data().as_ptr(), k, &s.routes);
         s.groups.build(&s.routes, k, e);
         let out = &mut out[..n * d];
         out.fill(0.0);

@@ -9,7 +9,8 @@
 //!   (`ffn_{gate,up,down}_shexp`, gate `ffn_gate_inp_shexp`);
 //! * `routing.rs`: softmax, top-k and normalisation of one token's router logits ([`route`]), and
 //!   the grouping of a step's tokens by expert ([`ExpertGroups`]);
-//! * `block.rs`: [`MoeBlock`], the FFN step itself on the dense kernels, batched by expert;
+//! * `block.rs`: [`MoeBlock`], the FFN step itself on the dense kernels, batched by expert, and
+//!   [`RouteTrace`], which records the experts it selects (the routing a model realises);
 //! * `ffn.rs`: [`MoeFfn`], what a layer's `layer::LayerFfn::Moe` holds, and its step (buffers kept
 //!   per thread across layers and steps), which `ffn::layer_step` runs.
 //!
@@ -24,7 +25,7 @@ mod ffn;
 mod routing;
 mod weights;
 
-pub use block::{MoeBlock, MoeScratch};
+pub use block::{MoeBlock, MoeScratch, RouteTrace, TracedStep};
 pub use family::{unsupported, MoeConfig, MoeFamily, QkNorm, TopKNorm, MAX_EXPERTS};
 pub use ffn::MoeFfn;
 pub use routing::{route, ExpertGroups, Route, MIN_WEIGHT_SUM};
