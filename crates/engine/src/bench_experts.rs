@@ -36,17 +36,25 @@ impl ExpertBench {
     }
 }
 
-/// Restarts the counters and the routing trace of `e`'s expert offload, if it has one.
-pub(crate) fn start(e: &Engine<'_>) {
-    if let Some(x) = e.experts() {
-        x.take_counters();
-        x.set_trace(true);
-        x.take_trace();
-    }
+/// Restarts the counters and the routing trace of `e`'s expert offload, if it has one; returns the
+/// experts each layer holds now (the optimal cache of the bound starts with them).
+pub(crate) fn start(e: &Engine<'_>) -> Vec<Vec<u32>> {
+    let Some(x) = e.experts() else {
+        return Vec::new();
+    };
+    x.take_counters();
+    x.set_trace(true);
+    x.take_trace();
+    (0..x.cache_shares().len()).map(|l| x.resident(l)).collect()
 }
 
 /// The counters of the `tokens` decoded in `secs` since [`start`], with their bound.
-pub(crate) fn finish(e: &Engine<'_>, tokens: usize, secs: f64) -> Option<ExpertBench> {
+pub(crate) fn finish(
+    e: &Engine<'_>,
+    initial: &[Vec<u32>],
+    tokens: usize,
+    secs: f64,
+) -> Option<ExpertBench> {
     let x = e.experts()?;
     let c = x.take_counters();
     let trace = x.take_trace();
@@ -59,7 +67,8 @@ pub(crate) fn finish(e: &Engine<'_>, tokens: usize, secs: f64) -> Option<ExpertB
         .map(|(l, t)| {
             let blob = ix.blob_bytes(l);
             let cap = shares.get(l).copied().unwrap_or(0) / blob.max(1);
-            belady_misses(t, cap) as f64 * blob as f64
+            let held = initial.get(l).map_or(&[][..], Vec::as_slice);
+            belady_misses(t, cap, held) as f64 * blob as f64
         })
         .sum();
     let n = tokens.max(1) as f64;

@@ -6,7 +6,7 @@
 
 use std::path::PathBuf;
 
-use engine::offload::{belady_misses, convert_moe, ConvertOptions};
+use engine::offload::{belady_misses, convert_moe, ConvertOptions, ConvertStep};
 use engine::{Engine, EngineBuilder, EngineOptions, Logits, MemoryBudget, ModelFile, Precision};
 
 use super::moe_reference::ci_options;
@@ -119,13 +119,67 @@ fn check(arch: Arch) {
     assert!(c.lookups <= c.steps * 8);
     let trace = x.take_trace();
     let cap = 3;
-    let opt: u64 = trace.iter().map(|t| belady_misses(t, cap)).sum();
+    let opt: u64 = trace.iter().map(|t| belady_misses(t, cap, &[])).sum();
     assert!(opt > 0 && opt <= c.lookups);
     let st = x.cache_stats();
     assert!(
         st.bytes as u64 <= 3 * blob * r.experts.len() as u64,
         "{st:?}"
     );
+    drop(off);
+    drop(loaded);
+    converts_again_as_one_transaction(&file, &routing, &resident, &dir);
+}
+
+/// A convert over the bundle that fails at any step (as a full disk would) leaves the bundle as it
+/// was and no new file behind; one that succeeds replaces it and removes the old parts.
+fn converts_again_as_one_transaction(
+    file: &ModelFile,
+    routing: &engine::moe::RoutingProfile,
+    resident: &std::path::Path,
+    dir: &std::path::Path,
+) {
+    thread_local! {
+        static AT: std::cell::Cell<Option<ConvertStep>> = const { std::cell::Cell::new(None) };
+    }
+    fn full(step: ConvertStep) -> std::io::Result<()> {
+        match AT.with(|a| a.get()) {
+            Some(at) if at == step => Err(std::io::Error::other("disk full")),
+            _ => Ok(()),
+        }
+    }
+    let listing = || {
+        let mut v: Vec<_> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        v.sort();
+        v
+    };
+    let (before, bytes) = (listing(), std::fs::read(resident).unwrap());
+    for step in ConvertStep::ALL {
+        if matches!(step, ConvertStep::Predictor | ConvertStep::Switched) {
+            continue;
+        }
+        AT.with(|a| a.set(Some(step)));
+        let opts = ConvertOptions {
+            fault: Some(full),
+            ..Default::default()
+        };
+        assert!(convert_moe(file, routing, resident, &opts, |_, _| {}).is_err());
+        assert_eq!(listing(), before, "after a fault at {step:?}");
+        assert_eq!(std::fs::read(resident).unwrap(), bytes);
+    }
+    let r = convert_moe(
+        file,
+        routing,
+        resident,
+        &ConvertOptions::default(),
+        |_, _| {},
+    )
+    .unwrap();
+    assert_eq!(r.removed.len(), 3, "{:?}", r.removed);
+    assert_eq!(listing().len(), before.len());
 }
 
 #[test]
@@ -141,8 +195,11 @@ fn qwen2moe_with_a_shared_expert_from_its_expert_store_equals_in_memory() {
 #[test]
 fn belady_is_the_fewest_misses() {
     // Capacity 2 over a b c a b c: OPT misses a, b, c, then keeps two of the three.
-    assert_eq!(belady_misses(&[0, 1, 2, 0, 1, 2], 2), 4);
-    assert_eq!(belady_misses(&[0, 1, 2, 0, 1, 2], 3), 3);
-    assert_eq!(belady_misses(&[0, 0, 0], 0), 3);
-    assert_eq!(belady_misses(&[5, 6, 5, 6, 7, 5, 6], 2), 4);
+    assert_eq!(belady_misses(&[0, 1, 2, 0, 1, 2], 2, &[]), 4);
+    assert_eq!(belady_misses(&[0, 1, 2, 0, 1, 2], 3, &[]), 3);
+    assert_eq!(belady_misses(&[0, 0, 0], 0, &[]), 3);
+    assert_eq!(belady_misses(&[5, 6, 5, 6, 7, 5, 6], 2, &[]), 4);
+    // A warm start: what the cache holds is not read again (as far as it fits).
+    assert_eq!(belady_misses(&[0, 1, 2, 0, 1, 2], 3, &[0, 1, 2]), 0);
+    assert_eq!(belady_misses(&[0, 1, 0, 1], 1, &[0, 1]), 3);
 }

@@ -232,6 +232,11 @@ impl ExpertOffload {
         std::mem::replace(&mut st.trace, vec![Vec::new(); n])
     }
 
+    /// The experts of layer `layer` in the cache now.
+    pub fn resident(&self, layer: usize) -> Vec<u32> {
+        self.lock().cache.resident(layer)
+    }
+
     /// The cache's statistics.
     pub fn cache_stats(&self) -> neuron_cache::ExpertStats {
         self.lock().cache.stats()
@@ -569,8 +574,9 @@ fn dense_layer(index: usize) -> EngineError {
 }
 
 /// Misses of Belady's optimal policy on `trace` (one layer's experts in the order asked) for a
-/// cache of `capacity` experts: the fewest reads any cache of that size could have done.
-pub fn belady_misses(trace: &[u32], capacity: usize) -> u64 {
+/// cache of `capacity` experts holding `initial` at the start (as many as fit): the fewest reads any
+/// cache of that size, starting so, could have done.
+pub fn belady_misses(trace: &[u32], capacity: usize, initial: &[u32]) -> u64 {
     let n = trace.len();
     // next[i]: the next position asking for trace[i] after i (n: never).
     let mut next = vec![n; n];
@@ -580,6 +586,9 @@ pub fn belady_misses(trace: &[u32], capacity: usize) -> u64 {
         last.insert(trace[i], i);
     }
     let mut resident: std::collections::HashMap<u32, usize> = std::collections::HashMap::new();
+    for &e in initial.iter().take(capacity) {
+        resident.insert(e, trace.iter().position(|&t| t == e).unwrap_or(n));
+    }
     let mut misses = 0;
     for i in 0..n {
         let e = trace[i];
