@@ -490,11 +490,20 @@ pub(super) fn resident_file(
     Ok((out, proxy_bytes))
 }
 
-/// Opens the store next to `resident` and reads and checks every unit (`sparrow convert --verify`).
+/// Opens the store next to `resident` (a neuron store, or an expert store) and reads and checks every
+/// unit or expert (`sparrow convert --verify`).
 pub fn verify(resident: &Path) -> Result<()> {
     let io = IoEngine::new(IoConfig::default())?;
-    let store = NeuronStore::open(&io, store_path_for(resident), OpenOptions::default())?;
-    store.verify_all(&io)?;
+    let path = store_path_for(resident);
+    match NeuronStore::open(&io, &path, OpenOptions::default()) {
+        Ok(store) => store.verify_all(&io)?,
+        // A bundle of experts (an MoE model's convert) has an expert store in the store's place.
+        Err(e) => match neuron_store::expert::ExpertStore::open(&io, &path, OpenOptions::default())
+        {
+            Ok(store) => store.verify_all(&io)?,
+            Err(_) => return Err(e.into()),
+        },
+    }
     Ok(())
 }
 
