@@ -68,6 +68,8 @@ pub struct ModeRuns {
     /// Offload counters of the last repetition's prompt (its layers streamed from the store:
     /// [`OffloadStats::prefill_s`], [`OffloadStats::prefill_bytes_read`]).
     pub prompt_offload: Option<OffloadStats>,
+    /// Expert counters of the last repetition's decode (a bundle of experts).
+    pub experts: Option<crate::bench_experts::ExpertBench>,
 }
 
 /// What [`run`] measured: one [`ModeRuns`] per mode, in the order of `modes`.
@@ -280,6 +282,7 @@ fn measure(e: &Engine<'_>, tokens: &[u32], opts: &BenchOptions, r: &mut ModeRuns
             }
         }
         e.take_ffn_seconds();
+        let held = crate::bench_experts::start(e);
         let mut tok = tokens[0];
         let mut logits = Vec::new();
         let t = Instant::now();
@@ -296,6 +299,10 @@ fn measure(e: &Engine<'_>, tokens: &[u32], opts: &BenchOptions, r: &mut ModeRuns
         let secs = t.elapsed().as_secs_f64();
         r.tg.push(opts.n_gen as f64 / secs);
         r.ffn_share.push(e.take_ffn_seconds() / secs);
+        r.experts = crate::bench_experts::finish(e, &held, opts.n_gen, secs).or(r.experts);
+        if let Some(x) = &r.experts {
+            r.wait_share.push(x.wait_share);
+        }
         if let Some(sp) = e.sparse() {
             r.stats = Some(sp.stats());
             if let Some(o) = sp.offload() {

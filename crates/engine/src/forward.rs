@@ -379,7 +379,7 @@ fn forward_inner(
             rms_norm_rows(&x, &layer.ffn_norm, cfg.rms_eps, &mut xn);
             let rows = (&xn[..], n);
             layer_step(
-                &layer.ffn,
+                (&layer.ffn, model.layers.get(li + 1).map(|l| &l.ffn)),
                 exec,
                 li,
                 precision,
@@ -604,7 +604,7 @@ fn check_ffn_mode(model: &Model<'_>, ffn: &FfnMode<'_, '_>) -> Result<()> {
     {
         return Err(resident_needs_sparse(model));
     }
-    if ffn.exec.is_some() || ffn.observer.is_some() {
+    if ffn.exec.is_some_and(|e| !e.runs_experts()) || ffn.observer.is_some() {
         model.refuse_moe("a sparse, offloaded, accelerated or observed FFN")?;
     }
     Ok(())

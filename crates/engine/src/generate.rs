@@ -51,6 +51,8 @@ pub struct Engine<'a> {
     opts: EngineOptions,
     threads: usize,
     sparse: Option<SparseFfn>,
+    /// The experts of a resident MoE file, from its expert store.
+    experts: Option<crate::offload::ExpertOffload>,
     accel: Option<AccelFfn>,
     hybrid: Option<HybridFfn>,
     /// Whether `hybrid` runs the steps (else its sparse part alone).
@@ -190,6 +192,7 @@ impl<'a> Engine<'a> {
             opts,
             threads,
             sparse: None,
+            experts: None,
             accel: None,
             hybrid: None,
             hybrid_on: true,
@@ -403,6 +406,9 @@ impl<'a> Engine<'a> {
     /// The FFN executor of the engine's steps: the sparse FFN, else the accelerator's, else none
     /// (dense).
     fn executor(&self) -> Option<&dyn FfnExecutor> {
+        if let Some(x) = &self.experts {
+            return Some(x);
+        }
         if let Some(h) = &self.hybrid {
             return Some(if self.hybrid_on { h } else { h.sparse() });
         }
@@ -463,6 +469,16 @@ impl<'a> Engine<'a> {
     /// Makes the FFN sparse (`Some`) or dense (`None`) from the next step on.
     pub fn set_sparse(&mut self, sparse: Option<SparseFfn>) {
         self.sparse = sparse;
+    }
+
+    /// Runs the MoE layers with their experts from an expert store (`Some`) from the next step on.
+    pub fn set_experts(&mut self, experts: Option<crate::offload::ExpertOffload>) {
+        self.experts = experts;
+    }
+
+    /// The expert offload in use, if any.
+    pub fn experts(&self) -> Option<&crate::offload::ExpertOffload> {
+        self.experts.as_ref()
     }
 
     /// Removes the sparse FFN (the engine is dense from the next step on) and returns it.

@@ -53,6 +53,7 @@
 pub mod accel;
 pub mod bench;
 pub mod bench_batch;
+mod bench_experts;
 pub mod bench_spec;
 mod best_of;
 pub mod budget;
@@ -78,6 +79,7 @@ pub mod layer;
 pub mod manifest;
 pub mod model;
 pub mod moe;
+mod moe_profile;
 mod neurons;
 pub mod offload;
 mod ops;
@@ -109,6 +111,7 @@ pub mod fetch {
 
 pub use self::accel::{AccelKind, Accelerator, FfnBlock};
 pub use bench::{BenchMode, BenchOptions, BenchReport, ModeRuns};
+pub use bench_experts::ExpertBench;
 pub use best_of::{BestOf, Candidate};
 pub use budget::{parse_size, BudgetSplit, MemoryBudget, Resident};
 pub use builder::{EngineBuilder, Level, Loaded, Plan, Solver};
@@ -117,7 +120,9 @@ pub use calibrate::{calibrate, device_fingerprint, CalibrateOptions};
 pub use calibrate_accel::measure_accel;
 pub use config::{Activation, Arch, ModelConfig};
 pub use error::{EngineError, Result};
-pub use ffn::{AccelFfn, DenseFfn, FfnExecutor, FfnLayer, FfnScratch, ObservedFfn, StepKind};
+pub use ffn::{
+    AccelFfn, DenseFfn, FfnExecutor, FfnLayer, FfnScratch, MoeStep, ObservedFfn, StepKind,
+};
 pub use fingerprint::model_fingerprint;
 pub use forward::{forward_seqs, FfnMode, FfnSample, KvCache, Logits, KV_CHUNK};
 pub use generate::{load_tokenizer, Engine, EngineOptions};
@@ -125,6 +130,7 @@ pub use hybrid::{bucket, HotSplit, HybridFfn, BUCKETS};
 pub use kernels_neon::{set_chunk_rows, KvFormat, Precision, WeightFormat};
 pub use model::{Model, ModelFile};
 pub use model_tokenizer::{ChatMessage, ChatTemplate, Tokenizer, TokenizerError};
+pub use moe_profile::measure_routing;
 pub use offload::{
     CacheControl, CacheReport, ConvertOptions, ConvertReport, OffloadOptions, OffloadStats,
 };

@@ -78,6 +78,40 @@ pub enum CacheError {
         /// The entry.
         key: String,
     },
+    /// An expert does not fit its layer's share beside the pinned and in-use experts.
+    #[error("{key} ({needed} bytes) does not fit its layer's share of {share} bytes: {used} used, {held} pinned or in use")]
+    ExpertBudget {
+        /// The expert (or layer), e.g. `layer 3 expert 17`.
+        key: String,
+        /// Its size.
+        needed: usize,
+        /// The layer's share.
+        share: usize,
+        /// Bytes resident in the layer.
+        used: usize,
+        /// Of those, bytes that cannot be evicted.
+        held: usize,
+    },
+    /// Layer shares that do not fit the budget or do not match the layers.
+    #[error("{layers} layer shares of {total} bytes for a cache of {expected} layers and a budget of {budget} bytes")]
+    Shares {
+        /// Shares given.
+        layers: usize,
+        /// Their sum.
+        total: usize,
+        /// The budget.
+        budget: usize,
+        /// Layers of the cache.
+        expected: usize,
+    },
+    /// An expert index outside its layer.
+    #[error("{key} is outside the cache ({experts} experts in that layer)")]
+    NoSuchExpert {
+        /// The expert.
+        key: String,
+        /// Experts of its layer.
+        experts: usize,
+    },
     /// `release_fixed` of more than was reserved.
     #[error("releasing {bytes} fixed bytes, but only {reserved} are reserved")]
     FixedUnderflow {

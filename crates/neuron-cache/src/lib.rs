@@ -15,6 +15,9 @@
 //! never evicted. [`SharedNeuronCache`] puts the cache behind a `parking_lot::Mutex` for compute threads
 //! and the I/O thread, and hands out guards that unpin on drop.
 //!
+//! Beside it, [`ExpertCache`] holds whole Mixture-of-Experts experts (the unit of offload of an MoE
+//! model) under per-layer shares of a budget, evicted by frequency then recency, hot experts pinned.
+//!
 //! # Example
 //!
 //! ```
@@ -57,9 +60,11 @@
 
 mod cache;
 mod error;
+mod experts;
 mod lru;
 mod shared;
 
 pub use cache::{CacheStats, ClusterId, NeuronCache, NeuronId, RegionStats};
 pub use error::{CacheError, Region, Result};
+pub use experts::{ExpertCache, ExpertId, ExpertStats, AGE_EVERY};
 pub use shared::{ClusterGuard, NeuronGuard, SharedNeuronCache};

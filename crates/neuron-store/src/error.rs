@@ -27,6 +27,20 @@ pub enum StoreError {
         /// One past its last byte.
         end: u64,
     },
+    /// An expert's blob (read from flash) does not match the checksum recorded at conversion.
+    #[error("{path}: layer {layer}, expert {expert} (bytes {offset}..{end}) fails its checksum: the file is damaged")]
+    ExpertChecksum {
+        /// The expert store file.
+        path: PathBuf,
+        /// Layer of the expert.
+        layer: usize,
+        /// The expert.
+        expert: usize,
+        /// First byte of its blob in the file.
+        offset: u64,
+        /// One past its last byte.
+        end: u64,
+    },
     /// What the writer was given does not make a store (wrong lengths, not a permutation, …).
     #[error("invalid store input: {0}")]
     Invalid(String),

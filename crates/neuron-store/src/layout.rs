@@ -504,9 +504,9 @@ pub(crate) fn decode_header(h: &[u8], path: &Path) -> Result<Header> {
     })
 }
 
-struct Reader<'a> {
-    b: &'a [u8],
-    at: usize,
+pub(crate) struct Reader<'a> {
+    pub(crate) b: &'a [u8],
+    pub(crate) at: usize,
 }
 
 impl Reader<'_> {
@@ -515,10 +515,10 @@ impl Reader<'_> {
         self.at += N;
         s.try_into().ok()
     }
-    fn u32(&mut self) -> Option<u32> {
+    pub(crate) fn u32(&mut self) -> Option<u32> {
         self.take::<4>().map(u32::from_le_bytes)
     }
-    fn u64(&mut self) -> Option<u64> {
+    pub(crate) fn u64(&mut self) -> Option<u64> {
         self.take::<8>().map(u64::from_le_bytes)
     }
 }

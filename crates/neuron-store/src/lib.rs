@@ -9,6 +9,10 @@
 //! (two-phase loading). Writing goes to a temporary name, renamed when complete; reading goes through
 //! [`ufs_io::IoEngine`] (direct I/O, one I/O thread) and every unit read can be checked against its CRC.
 //!
+//! The module [`expert`] holds the other unit of offload, a Mixture-of-Experts model's routed
+//! experts: one expert of one layer (gate, up and down rows in the model's own formats) is one
+//! contiguous, page-aligned blob, listed in a checksummed index ([`expert::ExpertStore`]).
+//!
 //! # Example
 //!
 //! ```no_run
@@ -76,6 +80,7 @@
 //!   and lengths that are multiples of 4096.
 
 mod error;
+pub mod expert;
 mod layout;
 mod store;
 mod writer;

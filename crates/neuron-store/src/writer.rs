@@ -244,7 +244,7 @@ impl StoreWriter {
 }
 
 /// An `atomic-out` failure as a [`StoreError::Write`] naming the file it concerns.
-fn write_error(e: AtomicError) -> StoreError {
+pub(crate) fn write_error(e: AtomicError) -> StoreError {
     StoreError::Write {
         path: e.path().to_path_buf(),
         source: match e {

@@ -9,6 +9,7 @@ mod bench_report;
 mod doc_links;
 mod fixtures;
 mod layering;
+mod moe_offload;
 mod moe_reference;
 mod qwen3_reference;
 mod qwen3_synth;

@@ -14,6 +14,7 @@
 //! a quiet front end hides, and warnings (something asked for that could not be had) it shows.
 
 mod context;
+mod experts;
 mod plan;
 mod setup;
 mod store_accel;

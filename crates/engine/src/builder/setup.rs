@@ -17,6 +17,9 @@ impl EngineBuilder {
     pub fn setup(&self, eng: &mut Engine<'_>) -> Result<()> {
         self.warn_moot_options(eng);
         let offloaded = eng.model().config.ffn_store.is_some();
+        if offloaded && eng.model().config.moe.is_some() {
+            return self.setup_experts(eng);
+        }
         if let (Some(kind), false, false) = (&self.accel, self.sparse, offloaded) {
             self.setup_accel(eng, kind);
         }

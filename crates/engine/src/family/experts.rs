@@ -6,8 +6,8 @@ use crate::error::{EngineError, Result};
 use crate::layer::LayerFfn;
 use crate::moe::{MoeBlock, MoeFfn, MoeLayer};
 
-/// The layer's MoE block; an error naming the file when the config has no experts or the file is a
-/// resident file (whose FFN would be in a neuron store: not made for MoE models).
+/// The layer's MoE block (without its experts in a resident file); an error naming the file when the
+/// config has no experts.
 pub(crate) fn moe_ffn<'a>(t: &dyn LayerTensors<'a>, s: &LayerShape) -> Result<LayerFfn<'a>> {
     let bad = |detail: &str| EngineError::BadModel {
         path: t.path().to_path_buf(),
@@ -18,12 +18,14 @@ pub(crate) fn moe_ffn<'a>(t: &dyn LayerTensors<'a>, s: &LayerShape) -> Result<La
             "a Mixture-of-Experts architecture without expert_count metadata",
         ));
     };
-    if s.offloaded {
-        return Err(bad(
-            "a resident file of a Mixture-of-Experts model: neuron stores do not hold experts yet",
-        ));
-    }
-    let weights = MoeLayer::load(&cfg, s.d_model, t.index(), t.path(), &|n| t.tensor(n))?;
+    // A resident file (`sparrow convert`) keeps the router and shared expert; the experts are in
+    // its expert store.
+    let load = if s.offloaded {
+        MoeLayer::load_resident
+    } else {
+        MoeLayer::load
+    };
+    let weights = load(&cfg, s.d_model, t.index(), t.path(), &|n| t.tensor(n))?;
     Ok(LayerFfn::Moe(Box::new(MoeFfn {
         weights,
         block: MoeBlock::for_config(&cfg),

@@ -23,6 +23,7 @@ use kernels_neon::Precision;
 
 use crate::error::Result;
 use crate::layer::{GatedFfn, LayerFfn};
+use crate::moe::MoeFfn;
 pub use crate::ops::StepKind;
 
 /// The layer an FFN step runs on.
@@ -36,6 +37,21 @@ pub struct FfnLayer<'a, 'w> {
     pub precision: Precision,
     /// How the step's tokens relate: a prompt's, or one decode token of each of several sequences
     /// (then `batch` should compute each token as `decode` would; [`DenseFfn`] does, bit for bit).
+    pub kind: StepKind,
+}
+
+/// A Mixture-of-Experts layer's step handed to [`FfnExecutor::moe_step`].
+#[derive(Clone, Copy)]
+pub struct MoeStep<'a, 'w> {
+    /// Layer index.
+    pub index: usize,
+    /// The layer's block (router, shared expert; its experts may be in a store).
+    pub moe: &'a MoeFfn<'w>,
+    /// The next layer's block, if it is one (its router predicts the next layer's experts).
+    pub next: Option<&'a MoeFfn<'w>>,
+    /// Precision of the step.
+    pub precision: Precision,
+    /// How the step's tokens relate.
     pub kind: StepKind,
 }
 
@@ -91,6 +107,25 @@ pub trait FfnExecutor: Send + Sync {
     fn owns_weights(&self) -> bool {
         false
     }
+
+    /// Runs a Mixture-of-Experts layer's step over `n` tokens (`x`, `out`: `n × d_model`) when this
+    /// executor holds the experts (an expert store); `None` (the default): the block's own step.
+    fn moe_step(
+        &self,
+        step: MoeStep<'_, '_>,
+        x: &[f32],
+        n: usize,
+        out: &mut [f32],
+    ) -> Option<Result<()>> {
+        let _ = (step, x, n, out);
+        None
+    }
+
+    /// Whether [`FfnExecutor::moe_step`] runs MoE layers (an MoE model may then use this
+    /// executor). Default: false.
+    fn runs_experts(&self) -> bool {
+        false
+    }
 }
 
 /// Runs layer `index`'s FFN block on the step's `n` tokens (`x`, `out`: `n × d_model`): what the
@@ -98,7 +133,7 @@ pub trait FfnExecutor: Send + Sync {
 /// otherwise); a Mixture-of-Experts block runs its own step ([`crate::moe::MoeFfn::step`]).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn layer_step(
-    ffn: &LayerFfn<'_>,
+    (ffn, next): (&LayerFfn<'_>, Option<&LayerFfn<'_>>),
     exec: &dyn FfnExecutor,
     index: usize,
     precision: Precision,
@@ -121,7 +156,20 @@ pub(crate) fn layer_step(
                 exec.batch(at, x, n, out, scratch)
             }
         }
-        // The forward pass refuses an MoE model with any executor but the dense one.
-        LayerFfn::Moe(moe) => moe.step(x, n, out, precision, kind),
+        // The forward pass refuses an MoE model with any executor but the dense one and one that
+        // runs experts (from an expert store).
+        LayerFfn::Moe(moe) => {
+            let step = MoeStep {
+                index,
+                moe,
+                next: next.and_then(LayerFfn::moe),
+                precision,
+                kind,
+            };
+            match exec.moe_step(step, x, n, out) {
+                Some(r) => r,
+                None => moe.step(x, n, out, precision, kind),
+            }
+        }
     }
 }

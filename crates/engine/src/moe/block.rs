@@ -158,6 +158,11 @@ impl MoeBlock {
         if n == 0 {
             return Ok(());
         }
+        if w.experts.len() != e {
+            return Err(EngineError::Request(format!(
+                "moe block: the {e} experts are in an expert store: load the bundle with its store"
+            )));
+        }
         let k = self.n_used.min(e);
         let logits = grow(&mut s.logits, n * e);
         mm_step(
@@ -231,7 +236,7 @@ impl MoeBlock {
 
     /// `ys` (`m × d`) = `down(act(gate · x) * (up · x))` for the `m` tokens of `xs`.
     #[allow(clippy::too_many_arguments)]
-    fn gated(
+    pub(crate) fn gated(
         &self,
         f: &ExpertFfn<'_>,
         xs: &[f32],

@@ -38,9 +38,13 @@ impl MoeFfn<'_> {
         kind: StepKind,
     ) -> Result<()> {
         SCRATCH.with(|s| match s.try_borrow_mut() {
-            Ok(mut s) => self
-                .block
-                .forward(&self.weights, x, n, out, precision, kind, &mut s),
+            Ok(mut s) => {
+                self.block
+                    .forward(&self.weights, x, n, out, precision, kind, &mut s)?;
+                // A calibration run counts the routes (`RoutingRecorder`); nothing otherwise.
+                super::profile::note(&self.weights.router, s.routes(), self.block.n_used);
+                Ok(())
+            }
             // Not reentrant in practice; a nested call gets buffers of its own.
             Err(_) => self.block.forward(
                 &self.weights,

@@ -15,18 +15,22 @@
 //!   per thread across layers and steps), which `ffn::layer_step` runs.
 //!
 //! The families' modules in [`crate::family`] (`qwen3moe`, `olmoe`, `qwen2moe`, and `llama` when
-//! the file has `llama.expert_count`) build it. Only the in-memory dense path runs it: the modes built
-//! on neuron rows (sparse, neuron stores, profiles, accelerator blocks, planner, convert) refuse an
-//! MoE model by name.
+//! the file has `llama.expert_count`) build it. It runs in memory, or with its experts from an expert
+//! store (`crate::offload::ExpertOffload`, through [`crate::FfnExecutor::moe_step`]); the modes built
+//! on neuron rows (sparse, neuron stores, neuron profiles, accelerator blocks, planner) refuse an MoE
+//! model by name. `profile.rs`: [`RoutingProfile`], the routers' choices counted on calibration text
+//! ([`RoutingRecorder`]), which a bundle of experts carries.
 
 mod block;
 mod family;
 mod ffn;
+mod profile;
 mod routing;
 mod weights;
 
 pub use block::{MoeBlock, MoeScratch, RouteTrace, TracedStep};
 pub use family::{unsupported, MoeConfig, MoeFamily, QkNorm, TopKNorm, MAX_EXPERTS};
 pub use ffn::MoeFfn;
+pub use profile::{RoutingProfile, RoutingRecorder, MAX_ROUTING_PROFILE_BYTES};
 pub use routing::{route, ExpertGroups, Route, MIN_WEIGHT_SUM};
 pub use weights::{ExpertFfn, MoeLayer, SharedExpert};

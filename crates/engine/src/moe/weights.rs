@@ -54,6 +54,17 @@ impl<'w> MoeLayer<'w> {
         path: &Path,
         get: &dyn Fn(&str) -> Option<TensorView<'w>>,
     ) -> Result<MoeLayer<'w>> {
+        Self::load_parts(cfg, d, layer, path, get, true)
+    }
+
+    fn load_parts(
+        cfg: &MoeConfig,
+        d: usize,
+        layer: usize,
+        path: &Path,
+        get: &dyn Fn(&str) -> Option<TensorView<'w>>,
+        with_experts: bool,
+    ) -> Result<MoeLayer<'w>> {
         let name = |t: &str| format!("blk.{layer}.{t}.weight");
         let view = |n: &str| {
             get(n).ok_or_else(|| EngineError::MissingTensor {
@@ -61,29 +72,12 @@ impl<'w> MoeLayer<'w> {
                 name: n.to_string(),
             })
         };
-        let (e, ff) = (cfg.n_experts, cfg.expert_ff);
-        let router = matrix(path, view(&name("ffn_gate_inp"))?, &[e, d])?;
-        let gate = view(&name("ffn_gate_exps"))?;
-        let up = view(&name("ffn_up_exps"))?;
-        let down = view(&name("ffn_down_exps"))?;
-        check_shape(path, &gate, &[e, ff, d])?;
-        check_shape(path, &up, &[e, ff, d])?;
-        check_shape(path, &down, &[e, d, ff])?;
-        let experts = (0..e)
-            .map(|x| {
-                let slice = |t: &TensorView<'w>, rows, cols| {
-                    let s = t
-                        .outer_slice(x)
-                        .ok_or_else(|| shape_err(path, t, &[e, rows, cols]))?;
-                    matrix(path, s, &[rows, cols])
-                };
-                Ok(ExpertFfn {
-                    gate: slice(&gate, ff, d)?,
-                    up: slice(&up, ff, d)?,
-                    down: slice(&down, d, ff)?,
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
+        let router = matrix(path, view(&name("ffn_gate_inp"))?, &[cfg.n_experts, d])?;
+        let experts = if with_experts {
+            Self::experts(cfg, d, path, &|n| view(&name(n)))?
+        } else {
+            Vec::new()
+        };
         let shared = match cfg.shared_ff {
             None => None,
             Some(sff) => {
@@ -104,9 +98,52 @@ impl<'w> MoeLayer<'w> {
         })
     }
 
-    /// Experts of the layer.
+    /// Every expert of a layer, as row ranges of its 3-D tensors (`view("ffn_gate_exps")`, ...).
+    fn experts(
+        cfg: &MoeConfig,
+        d: usize,
+        path: &Path,
+        view: &dyn Fn(&str) -> Result<TensorView<'w>>,
+    ) -> Result<Vec<ExpertFfn<'w>>> {
+        let (e, ff) = (cfg.n_experts, cfg.expert_ff);
+        let gate = view("ffn_gate_exps")?;
+        let up = view("ffn_up_exps")?;
+        let down = view("ffn_down_exps")?;
+        check_shape(path, &gate, &[e, ff, d])?;
+        check_shape(path, &up, &[e, ff, d])?;
+        check_shape(path, &down, &[e, d, ff])?;
+        (0..e)
+            .map(|x| {
+                let slice = |t: &TensorView<'w>, rows, cols| {
+                    let s = t
+                        .outer_slice(x)
+                        .ok_or_else(|| shape_err(path, t, &[e, rows, cols]))?;
+                    matrix(path, s, &[rows, cols])
+                };
+                Ok(ExpertFfn {
+                    gate: slice(&gate, ff, d)?,
+                    up: slice(&up, ff, d)?,
+                    down: slice(&down, d, ff)?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()
+    }
+
+    /// Loads layer `layer` of a resident file (`sparrow convert` of an MoE model): the router and
+    /// the shared expert as [`MoeLayer::load`] does, no experts (they are in the expert store).
+    pub fn load_resident(
+        cfg: &MoeConfig,
+        d: usize,
+        layer: usize,
+        path: &Path,
+        get: &dyn Fn(&str) -> Option<TensorView<'w>>,
+    ) -> Result<MoeLayer<'w>> {
+        Self::load_parts(cfg, d, layer, path, get, false)
+    }
+
+    /// Experts of the layer (the router's rows: a resident file's layer holds none in memory).
     pub fn n_experts(&self) -> usize {
-        self.experts.len()
+        self.router.rows()
     }
 }
 

@@ -167,8 +167,8 @@ pub fn store_path_for(resident: &Path) -> PathBuf {
     }
 }
 
-/// What convert calls itself in the error refusing a Mixture-of-Experts model.
-const CONVERT: &str = "convert (to a bundle)";
+/// What convert calls itself in errors about the model.
+pub(super) const CONVERT: &str = "convert (to a bundle)";
 
 /// Converts `file` (a GGUF model) and its `profile` into `resident` (a GGUF without the FFN tensors,
 /// pointing at its store) and the neuron store next to it ([`store_path_for`]). Neurons are stored in
@@ -272,7 +272,7 @@ pub fn convert(
 }
 
 /// Runs the test's fault hook after `step`.
-fn fault(opts: &ConvertOptions, step: ConvertStep) -> Result<()> {
+pub(super) fn fault(opts: &ConvertOptions, step: ConvertStep) -> Result<()> {
     match opts.fault {
         None => Ok(()),
         Some(f) => f(step).map_err(|source| EngineError::Io {
@@ -431,7 +431,7 @@ fn add_layers(
 /// The resident file of a bundle, unwritten: all metadata (plus the names of the bundle's parts
 /// and the source's fingerprint), every tensor but the FFN matrices, and the output projection's
 /// proxy where it pays; with the proxy's bytes.
-fn resident_file(
+pub(super) fn resident_file(
     model: &Model<'_>,
     gguf: &model_format::GgufFile,
     g: &Generation,
@@ -458,10 +458,19 @@ fn resident_file(
     if let Some(p) = predictor {
         out.metadata(BUNDLE_PREDICTOR_KEY, MetaValue::String(name_of(p)));
     }
+    // The FFN matrices of a dense model, the routed experts of an MoE model (its routers and
+    // shared experts stay).
     let ffn = |name: &str| {
-        [".ffn_gate.weight", ".ffn_up.weight", ".ffn_down.weight"]
-            .iter()
-            .any(|s| name.ends_with(s))
+        [
+            ".ffn_gate.weight",
+            ".ffn_up.weight",
+            ".ffn_down.weight",
+            ".ffn_gate_exps.weight",
+            ".ffn_up_exps.weight",
+            ".ffn_down_exps.weight",
+        ]
+        .iter()
+        .any(|s| name.ends_with(s))
     };
     for t in gguf.tensors().filter(|t| !ffn(t.name)) {
         out.tensor(t.name, t.dtype, t.shape, t.data.to_vec())?;
@@ -481,11 +490,20 @@ fn resident_file(
     Ok((out, proxy_bytes))
 }
 
-/// Opens the store next to `resident` and reads and checks every unit (`sparrow convert --verify`).
+/// Opens the store next to `resident` (a neuron store, or an expert store) and reads and checks every
+/// unit or expert (`sparrow convert --verify`).
 pub fn verify(resident: &Path) -> Result<()> {
     let io = IoEngine::new(IoConfig::default())?;
-    let store = NeuronStore::open(&io, store_path_for(resident), OpenOptions::default())?;
-    store.verify_all(&io)?;
+    let path = store_path_for(resident);
+    match NeuronStore::open(&io, &path, OpenOptions::default()) {
+        Ok(store) => store.verify_all(&io)?,
+        // A bundle of experts (an MoE model's convert) has an expert store in the store's place.
+        Err(e) => match neuron_store::expert::ExpertStore::open(&io, &path, OpenOptions::default())
+        {
+            Ok(store) => store.verify_all(&io)?,
+            Err(_) => return Err(e.into()),
+        },
+    }
     Ok(())
 }
 

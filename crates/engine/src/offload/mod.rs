@@ -35,6 +35,10 @@
 //!   prefix ([`CacheControl::reserve`]); [`crate::HybridFfn`] leaves those neurons out of the CPU's
 //!   steps.
 //!
+//! * Mixture-of-Experts models (`experts.rs`, `experts_convert.rs`): the unit is a whole expert. A
+//!   convert writes an expert store and a routing profile beside the resident file; [`ExpertOffload`]
+//!   runs the MoE layers from that store through an `ExpertCache` (see its module docs).
+//!
 //! Files: `convert.rs` (offline conversion, store path, verification), `generation.rs` (the new
 //! names a convert writes its parts under, its steps, removing the parts it replaced), `options.rs` (settings and
 //! counters), `runtime.rs` ([`Offload`]: opening, cache), `live.rs` ([`CacheControl`]: the hot
@@ -48,6 +52,8 @@ mod blocks;
 mod chunk;
 mod convert;
 mod decode;
+mod experts;
+mod experts_convert;
 mod generation;
 mod live;
 mod options;
@@ -61,6 +67,8 @@ pub use convert::{
     auto_down_format, auto_packing, convert, store_ffn_bytes, store_path_for, verify,
     ConvertOptions, ConvertReport,
 };
+pub use experts::{belady_misses, ExpertCounters, ExpertOffload, ExpertOffloadOptions};
+pub use experts_convert::{convert_moe, MoeConvertReport};
 pub use generation::ConvertStep;
 pub use live::{CacheControl, CacheReport};
 pub use neuron_store::Packing;

@@ -3,6 +3,7 @@
 //! `cargo test -p neuron-cache --test it <name>::`.
 
 mod concurrent;
+mod experts;
 mod model;
 mod resize;
 mod two_queue;

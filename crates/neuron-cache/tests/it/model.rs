@@ -275,6 +275,9 @@ fn kind(e: &CacheError) -> &'static str {
         CacheError::NotPinned { .. } => "NotPinned",
         CacheError::FixedUnderflow { .. } => "FixedUnderflow",
         CacheError::InUse { .. } => "InUse",
+        CacheError::ExpertBudget { .. } => "ExpertBudget",
+        CacheError::Shares { .. } => "Shares",
+        CacheError::NoSuchExpert { .. } => "NoSuchExpert",
     }
 }
 

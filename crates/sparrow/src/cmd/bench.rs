@@ -653,6 +653,11 @@ impl Printed<'_, '_> {
                 );
             }
         }
+        for (mode, r) in report.modes.iter().zip(&report.runs) {
+            if let Some(x) = &r.experts {
+                experts_line(&format!("{}: ", report.mode_name(*mode)), x);
+            }
+        }
         self.plan_lines();
         let ratio_name = report.ratio_name();
         if let Some((m, s)) = report.pp_ratio() {
@@ -719,4 +724,20 @@ fn planned_hybrid_tok_s(p: &Plan, planned_split: bool) -> Option<f64> {
         .as_ref()
         .filter(|_| planned_split)
         .and_then(|h| h.tok_s())
+}
+
+/// The expert counters of a bundle of experts' decode, and the bound its reads are held to.
+fn experts_line(name: &str, x: &engine::ExpertBench) {
+    let c = &x.counters;
+    println!(
+        "{name}experts: hit rate {:.1}% ({} of {} needed; {} read ahead by the next layer's router) | {:.2} MiB read per token, {:.2} MiB the least an optimal cache of this size reads ({:.2}x) | waiting for flash {:.0}% of decode time",
+        100.0 * c.hit_rate(),
+        c.hits,
+        c.lookups,
+        c.ahead,
+        mib(x.bytes_per_token as u64),
+        mib(x.min_bytes_per_token as u64),
+        x.over_min(),
+        100.0 * x.wait_share
+    );
 }

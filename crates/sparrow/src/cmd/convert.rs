@@ -72,6 +72,14 @@ pub struct ConvertArgs {
     /// Read back every page of the store and check it.
     #[arg(long)]
     pub verify: bool,
+    /// Mixture-of-Experts models: the text whose routing is measured for the bundle's routing
+    /// profile (calibrate on a validation split, never a test split) [default: the built-in
+    /// calibration text].
+    #[arg(long)]
+    pub corpus: Option<PathBuf>,
+    /// Mixture-of-Experts models: tokens of that text routed.
+    #[arg(long, default_value_t = 2048)]
+    pub routing_tokens: usize,
 }
 
 /// Runs the subcommand and prints its result.
@@ -79,6 +87,11 @@ pub fn run(a: ConvertArgs) -> Result<()> {
     let path = crate::load::model_path(a.model.as_deref(), false)?;
     let file = ModelFile::open(&path)?;
     let bundle = ModelBundle::new(&path);
+    if file.config()?.moe.is_some() {
+        // A bundle of experts: no neuron profile, the routing is measured instead.
+        let out = a.out.clone().unwrap_or_else(|| bundle.resident());
+        return crate::cmd::convert_moe::run(&a, &path, &file, &out);
+    }
     if a.profile.is_none() && !bundle.profile().exists() {
         // One step from a GGUF to a bundle: the profile `sparrow profile` would make with its
         // defaults (the built-in calibration text, the sparsity that keeps +3% perplexity).

@@ -4,6 +4,7 @@ pub mod bench;
 mod bench_lookup;
 pub mod calibrate;
 pub mod convert;
+mod convert_moe;
 pub mod models;
 pub mod perplexity;
 pub mod plan;

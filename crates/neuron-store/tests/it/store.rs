@@ -346,7 +346,7 @@ fn failed_or_dropped_writer_leaves_the_old_store_intact() {
     assert!(w.finish().is_err());
 
     let r = run_in_child(
-        "failed_or_dropped_writer_leaves_the_old_store_intact",
+        "store::failed_or_dropped_writer_leaves_the_old_store_intact",
         &path,
         16 * PAGE as u64,
     );

@@ -1,0 +1,82 @@
+//! What `sparrow bench` reports about a bundle of experts: hit rate, bytes read per token, the share
+//! of decode time spent waiting for flash, and the bound those bytes are measured against: the
+//! reads Belady's optimal policy would have done on the same routing trace with the same cache
+//! (each layer's share of the cache, in experts), times the bytes of an expert.
+
+use crate::generate::Engine;
+use crate::offload::{belady_misses, ExpertCounters};
+
+/// One decode run's expert counters and the bound they are held to.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ExpertBench {
+    /// The run's counters.
+    pub counters: ExpertCounters,
+    /// Tokens decoded.
+    pub tokens: u64,
+    /// Bytes read per token.
+    pub bytes_per_token: f64,
+    /// Bytes per token an optimal (Belady) cache of the same size would have read on the same
+    /// routing: the least the routing and the cache size allow.
+    pub min_bytes_per_token: f64,
+    /// Share of decode time spent waiting for a read.
+    pub wait_share: f64,
+}
+
+impl ExpertBench {
+    /// Bytes read over the bound (1.0: as few as any cache of this size could; `NaN` without reads
+    /// to bound).
+    pub fn over_min(&self) -> f64 {
+        if self.min_bytes_per_token > 0.0 {
+            self.bytes_per_token / self.min_bytes_per_token
+        } else if self.bytes_per_token == 0.0 {
+            1.0
+        } else {
+            f64::NAN
+        }
+    }
+}
+
+/// Restarts the counters and the routing trace of `e`'s expert offload, if it has one; returns the
+/// experts each layer holds now (the optimal cache of the bound starts with them).
+pub(crate) fn start(e: &Engine<'_>) -> Vec<Vec<u32>> {
+    let Some(x) = e.experts() else {
+        return Vec::new();
+    };
+    x.take_counters();
+    x.set_trace(true);
+    x.take_trace();
+    (0..x.cache_shares().len()).map(|l| x.resident(l)).collect()
+}
+
+/// The counters of the `tokens` decoded in `secs` since [`start`], with their bound.
+pub(crate) fn finish(
+    e: &Engine<'_>,
+    initial: &[Vec<u32>],
+    tokens: usize,
+    secs: f64,
+) -> Option<ExpertBench> {
+    let x = e.experts()?;
+    let c = x.take_counters();
+    let trace = x.take_trace();
+    x.set_trace(false);
+    let shares = x.cache_shares();
+    let ix = x.store().index();
+    let min_bytes: f64 = trace
+        .iter()
+        .enumerate()
+        .map(|(l, t)| {
+            let blob = ix.blob_bytes(l);
+            let cap = shares.get(l).copied().unwrap_or(0) / blob.max(1);
+            let held = initial.get(l).map_or(&[][..], Vec::as_slice);
+            belady_misses(t, cap, held) as f64 * blob as f64
+        })
+        .sum();
+    let n = tokens.max(1) as f64;
+    Some(ExpertBench {
+        counters: c,
+        tokens: tokens as u64,
+        bytes_per_token: c.bytes_read as f64 / n,
+        min_bytes_per_token: min_bytes / n,
+        wait_share: c.wait_seconds / secs.max(1e-9),
+    })
+}

@@ -1,0 +1,613 @@
+//! [`ExpertOffload`]: the Mixture-of-Experts layers of a resident file run with their experts from an
+//! expert store (`neuron_store::expert`), through a budgeted [`ExpertCache`] and the I/O thread.
+//!
+//! A layer's step routes its tokens (the router is in the resident file), groups them by expert
+//! (so each expert is read at most once per step, however many tokens of a prompt chunk share it),
+//! looks every selected expert up in the cache and queues all the missing ones on the I/O thread at
+//! once; the cached experts are computed while those reads are in flight, the others as they arrive.
+//! Then the next layer's router is applied to this layer's input and the experts it picks that are
+//! neither cached nor in flight are queued too, so they are read while this layer finishes and the
+//! next attention computes. Every expert's output goes to a buffer of its own and the outputs are
+//! summed in expert order, exactly as the in-memory block sums them: the step's result does not
+//! depend on arrival order or cache contents, and equals the in-memory path's.
+//!
+//! Hot experts (the most selected of the bundle's routing profile) are read at start-up and pinned,
+//! up to a share of each layer's part of the cache.
+
+use std::collections::HashSet;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use kernels_neon::QMatrix;
+use neuron_cache::{ExpertCache, ExpertId};
+use neuron_store::expert::ExpertStore;
+use ufs_io::{AlignedBuf, IoConfig, IoEngine, OpenOptions};
+
+use crate::error::{EngineError, Result};
+use crate::ffn::{FfnExecutor, FfnLayer, FfnScratch, MoeStep};
+use crate::moe::{route, ExpertFfn, ExpertGroups, Route, RoutingProfile};
+use crate::ops::{mm_step, StepKind};
+
+/// Settings of an [`ExpertOffload`].
+#[derive(Debug, Clone)]
+pub struct ExpertOffloadOptions {
+    /// Bytes of expert cache (split equally between the MoE layers).
+    pub cache_bytes: usize,
+    /// Share of each layer's part of the cache given to pinned hot experts (by the routing profile).
+    pub hot_share: f64,
+    /// Queue the next layer's predicted experts (its router applied to this layer's input).
+    pub prefetch: bool,
+    /// Reads in flight at most.
+    pub queue_depth: usize,
+}
+
+impl Default for ExpertOffloadOptions {
+    fn default() -> Self {
+        ExpertOffloadOptions {
+            cache_bytes: usize::MAX,
+            hot_share: 0.5,
+            prefetch: true,
+            queue_depth: 32,
+        }
+    }
+}
+
+/// Counters of an [`ExpertOffload`] since it was opened (or [`ExpertOffload::take_counters`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ExpertCounters {
+    /// Experts a step needed (each once per layer step).
+    pub lookups: u64,
+    /// Of those, found in the cache.
+    pub hits: u64,
+    /// Of those, already in flight (queued by the previous layer's prediction).
+    pub ahead: u64,
+    /// Experts read from flash (misses and predictions).
+    pub reads: u64,
+    /// Of those, queued by a prediction.
+    pub predicted_reads: u64,
+    /// Bytes read from flash (pinned hot experts at start-up not included).
+    pub bytes_read: u64,
+    /// Seconds a step waited for a read.
+    pub wait_seconds: f64,
+    /// MoE layer steps run.
+    pub steps: u64,
+}
+
+impl ExpertCounters {
+    /// Hits over lookups.
+    pub fn hit_rate(&self) -> f64 {
+        self.hits as f64 / self.lookups.max(1) as f64
+    }
+}
+
+/// Buffers of a step, kept between steps.
+#[derive(Default)]
+struct Scratch {
+    logits: Vec<f32>,
+    probs: Vec<f32>,
+    token_routes: Vec<Route>,
+    routes: Vec<Route>,
+    groups: ExpertGroups,
+    xs: Vec<f32>,
+    g: Vec<f32>,
+    u: Vec<f32>,
+    outs: Vec<Vec<f32>>,
+}
+
+struct State {
+    cache: ExpertCache<AlignedBuf>,
+    in_flight: HashSet<u64>,
+    counters: ExpertCounters,
+    tracing: bool,
+    trace: Vec<Vec<u32>>,
+    s: Scratch,
+}
+
+/// The MoE layers' experts from an expert store (see the module docs).
+pub struct ExpertOffload {
+    store: ExpertStore,
+    io: IoEngine,
+    opts: ExpertOffloadOptions,
+    state: Mutex<State>,
+}
+
+fn tag(layer: usize, expert: usize) -> u64 {
+    ((layer as u64) << 32) | expert as u64
+}
+
+fn untag(t: u64) -> (usize, usize) {
+    ((t >> 32) as usize, (t & 0xffff_ffff) as usize)
+}
+
+fn id(layer: usize, expert: usize) -> ExpertId {
+    ExpertId {
+        layer: layer as u32,
+        expert: expert as u32,
+    }
+}
+
+fn grow(v: &mut Vec<f32>, len: usize) -> &mut [f32] {
+    if v.len() < len {
+        v.resize(len, 0.0);
+    }
+    &mut v[..len]
+}
+
+impl ExpertOffload {
+    /// Opens the expert store at `path`, checks it against the model's MoE shape (`n_experts` per
+    /// layer, 0 for a layer without experts) and pins each layer's hot experts by `profile`.
+    pub fn open(
+        path: &Path,
+        experts_per_layer: &[usize],
+        profile: Option<&RoutingProfile>,
+        opts: ExpertOffloadOptions,
+    ) -> Result<Self> {
+        let io = IoEngine::new(IoConfig {
+            queue_depth: opts.queue_depth.max(1),
+            ..IoConfig::default()
+        })?;
+        let store = ExpertStore::open(&io, path, OpenOptions::default())?;
+        let ix = store.index();
+        let shape: Vec<usize> = (0..ix.layers.len()).map(|l| ix.experts(l)).collect();
+        if shape != experts_per_layer {
+            return Err(EngineError::BadModel {
+                path: path.to_path_buf(),
+                detail: format!(
+                    "the expert store holds {shape:?} experts per layer, the model has {experts_per_layer:?}"
+                ),
+            });
+        }
+        let cache = ExpertCache::new(&shape, opts.cache_bytes);
+        let mut state = State {
+            cache,
+            in_flight: HashSet::new(),
+            counters: ExpertCounters::default(),
+            tracing: false,
+            trace: vec![Vec::new(); shape.len()],
+            s: Scratch::default(),
+        };
+        if let Some(p) = profile {
+            Self::pin_hot(&store, &io, &mut state.cache, p, opts.hot_share)?;
+        }
+        Ok(ExpertOffload {
+            store,
+            io,
+            opts,
+            state: Mutex::new(state),
+        })
+    }
+
+    /// Reads and pins each layer's most selected experts, up to `share` of the layer's cache part.
+    fn pin_hot(
+        store: &ExpertStore,
+        io: &IoEngine,
+        cache: &mut ExpertCache<AlignedBuf>,
+        p: &RoutingProfile,
+        share: f64,
+    ) -> Result<()> {
+        let shares = cache.shares();
+        for (l, &part) in shares.iter().enumerate() {
+            let blob = store.index().blob_bytes(l);
+            if blob == 0 {
+                continue;
+            }
+            let room = (part as f64 * share.clamp(0.0, 1.0)) as usize / blob;
+            for &e in p.ranked(l).iter().take(room) {
+                if p.counts[l][e as usize] == 0 || e as usize >= store.index().experts(l) {
+                    break;
+                }
+                let buf = store.read_expert(io, l, e as usize)?;
+                cache.pin(id(l, e as usize), Arc::new(buf), blob)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The store.
+    pub fn store(&self) -> &ExpertStore {
+        &self.store
+    }
+
+    /// Counters so far.
+    pub fn counters(&self) -> ExpertCounters {
+        self.lock().counters
+    }
+
+    /// Counters so far, restarting them.
+    pub fn take_counters(&self) -> ExpertCounters {
+        std::mem::take(&mut self.lock().counters)
+    }
+
+    /// Keeps (`on`) the sequence of experts each layer asks for, for [`ExpertOffload::take_trace`].
+    pub fn set_trace(&self, on: bool) {
+        self.lock().tracing = on;
+    }
+
+    /// The experts each layer asked for, in order, since the last call (while
+    /// [`ExpertOffload::set_trace`] is on).
+    pub fn take_trace(&self) -> Vec<Vec<u32>> {
+        let mut st = self.lock();
+        let n = st.trace.len();
+        std::mem::replace(&mut st.trace, vec![Vec::new(); n])
+    }
+
+    /// The experts of layer `layer` in the cache now.
+    pub fn resident(&self, layer: usize) -> Vec<u32> {
+        self.lock().cache.resident(layer)
+    }
+
+    /// The cache's statistics.
+    pub fn cache_stats(&self) -> neuron_cache::ExpertStats {
+        self.lock().cache.stats()
+    }
+
+    /// Each layer's share of the cache, in bytes.
+    pub fn cache_shares(&self) -> Vec<usize> {
+        self.lock().cache.shares()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Queues expert `e` of layer `l` unless it is in flight already.
+    fn submit(&self, st: &mut State, l: usize, e: usize, predicted: bool) -> Result<()> {
+        if !st.in_flight.insert(tag(l, e)) {
+            return Ok(());
+        }
+        let r = self.store.request(l, e, tag(l, e))?;
+        if let Err(err) = self.io.submit(r) {
+            st.in_flight.remove(&tag(l, e));
+            return Err(err.into());
+        }
+        st.counters.reads += 1;
+        st.counters.predicted_reads += u64::from(predicted);
+        st.counters.bytes_read += r.len as u64;
+        Ok(())
+    }
+
+    /// Waits for the next completion, checks it and caches it (when the layer's share takes it);
+    /// returns its layer, expert and bytes.
+    fn receive(&self, st: &mut State) -> Result<(usize, usize, Arc<AlignedBuf>)> {
+        let t0 = Instant::now();
+        let c = self
+            .io
+            .completions()
+            .recv()
+            .map_err(|_| EngineError::Flash(ufs_io::IoError::Stopped))?;
+        st.counters.wait_seconds += t0.elapsed().as_secs_f64();
+        st.in_flight.remove(&c.tag);
+        let (l, e) = untag(c.tag);
+        let buf = c.result?;
+        self.store.verify(l, e, &buf)?;
+        let len = buf.len();
+        let arc = Arc::new(buf);
+        // A share full of pinned and in-use experts refuses it: it is used once and dropped.
+        let arc = st
+            .cache
+            .insert(id(l, e), Arc::clone(&arc), len)
+            .unwrap_or(arc);
+        Ok((l, e, arc))
+    }
+
+    /// Routes the step's tokens into `st.s.routes` and `st.s.groups`.
+    fn route_step(st: &mut State, step: &MoeStep<'_, '_>, x: &[f32], n: usize) -> Result<()> {
+        let w = &step.moe.weights;
+        let (e, k) = (w.n_experts(), step.moe.block.n_used.min(w.n_experts()));
+        let s = &mut st.s;
+        let logits = grow(&mut s.logits, n * e);
+        let d = w.router.cols();
+        mm_step(
+            step.kind,
+            &w.router,
+            &x[..n * d],
+            n,
+            logits,
+            step.precision,
+            "moe router",
+        )?;
+        s.routes.clear();
+        for t in 0..n {
+            route(
+                &s.logits[t * e..(t + 1) * e],
+                k,
+                step.moe.block.norm,
+                &mut s.probs,
+                &mut s.token_routes,
+            );
+            s.routes.extend_from_slice(&s.token_routes);
+        }
+        s.groups.build(&s.routes, k, e);
+        Ok(())
+    }
+
+    /// Queues the experts the next layer's router picks for this step's input.
+    fn predict_next(
+        &self,
+        st: &mut State,
+        step: &MoeStep<'_, '_>,
+        x: &[f32],
+        n: usize,
+    ) -> Result<()> {
+        let Some(next) = step.next.filter(|_| self.opts.prefetch) else {
+            return Ok(());
+        };
+        let l = step.index + 1;
+        let w = &next.weights;
+        let (e, k) = (w.n_experts(), next.block.n_used.min(w.n_experts()));
+        let d = w.router.cols();
+        let logits = grow(&mut st.s.logits, n * e);
+        mm_step(
+            step.kind,
+            &w.router,
+            &x[..n * d],
+            n,
+            logits,
+            step.precision,
+            "moe router (next layer)",
+        )?;
+        let mut want = vec![false; e];
+        for t in 0..n {
+            let s = &mut st.s;
+            route(
+                &s.logits[t * e..(t + 1) * e],
+                k,
+                next.block.norm,
+                &mut s.probs,
+                &mut s.token_routes,
+            );
+            s.token_routes
+                .iter()
+                .for_each(|r| want[r.expert as usize] = true);
+        }
+        for ex in (0..e).filter(|&ex| want[ex]) {
+            if !st.cache.contains(id(l, ex)) {
+                self.submit(st, l, ex, true)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// One MoE layer step over `n` tokens (see the module docs).
+    fn step(&self, step: MoeStep<'_, '_>, x: &[f32], n: usize, out: &mut [f32]) -> Result<()> {
+        let w = &step.moe.weights;
+        let (l, d) = (step.index, w.router.cols());
+        if x.len() < n * d || out.len() < n * d {
+            return Err(EngineError::Request(format!(
+                "moe step: {n} tokens of {d} need {} floats in and out",
+                n * d
+            )));
+        }
+        let out = &mut out[..n * d];
+        out.fill(0.0);
+        if n == 0 {
+            return Ok(());
+        }
+        let mut guard = self.lock();
+        let st = &mut *guard;
+        st.counters.steps += 1;
+        Self::route_step(st, &step, x, n)?;
+        let needed: Vec<usize> = st.s.groups.iter().map(|(e, _, _)| e).collect();
+        let mut have: Vec<Option<Arc<AlignedBuf>>> = vec![None; needed.len()];
+        for (i, &e) in needed.iter().enumerate() {
+            st.counters.lookups += 1;
+            if st.tracing {
+                st.trace[l].push(e as u32);
+            }
+            have[i] = st.cache.get(id(l, e));
+            if have[i].is_some() {
+                st.counters.hits += 1;
+            } else if st.in_flight.contains(&tag(l, e)) {
+                st.counters.ahead += 1;
+            } else {
+                self.submit(st, l, e, false)?;
+            }
+        }
+        self.predict_next(st, &step, x, n)?;
+        if st.s.outs.len() < needed.len() {
+            st.s.outs.resize_with(needed.len(), Vec::new);
+        }
+        let mut done = vec![false; needed.len()];
+        let mut left = needed.len();
+        // Cached experts first, while the reads are in flight; then the others as they arrive.
+        for i in 0..needed.len() {
+            if let Some(b) = have[i].take() {
+                self.expert(st, &step, i, &b, x)?;
+                done[i] = true;
+                left -= 1;
+            }
+        }
+        while left > 0 {
+            let (rl, re, b) = self.receive(st)?;
+            let Some(i) = needed
+                .iter()
+                .position(|&e| e == re)
+                .filter(|&i| rl == l && !done[i])
+            else {
+                continue;
+            };
+            self.expert(st, &step, i, &b, x)?;
+            done[i] = true;
+            left -= 1;
+        }
+        // The sum, in the in-memory block's order.
+        for (i, (_, tokens, weights)) in st.s.groups.iter().enumerate() {
+            let ys = &st.s.outs[i];
+            for (j, (&t, &wt)) in tokens.iter().zip(weights).enumerate() {
+                let t = t as usize;
+                kernels_neon::axpy_f32(wt, &ys[j * d..(j + 1) * d], &mut out[t * d..(t + 1) * d]);
+            }
+        }
+        self.shared(st, &step, x, n, out)
+    }
+
+    /// Computes the `i`-th selected expert of the step from its blob `b` into `st.s.outs[i]`.
+    fn expert(
+        &self,
+        st: &mut State,
+        step: &MoeStep<'_, '_>,
+        i: usize,
+        b: &[u8],
+        x: &[f32],
+    ) -> Result<()> {
+        let l = step.index;
+        let lx = &self.store.index().layers[l];
+        let (ff, d) = (lx.shape.ff, self.store.index().d_model);
+        let f = lx.shape.formats;
+        let m = |fmt, rows, cols, r: std::ops::Range<usize>| {
+            QMatrix::new(fmt, rows, cols, &b[r])
+                .map_err(crate::error::kernel("expert from the store"))
+        };
+        let ffn = ExpertFfn {
+            gate: m(f.gate, ff, d, lx.layout.gate_range())?,
+            up: m(f.up, ff, d, lx.layout.up_range())?,
+            down: m(f.down, d, ff, lx.layout.down_range())?,
+        };
+        let s = &mut st.s;
+        let (e, tokens, _) = s.groups.iter().nth(i).expect("the step's i-th expert");
+        debug_assert!(e < lx.shape.n_experts);
+        let mm = tokens.len();
+        let xs = grow(&mut s.xs, mm * d);
+        for (j, &t) in tokens.iter().enumerate() {
+            let t = t as usize;
+            xs[j * d..(j + 1) * d].copy_from_slice(&x[t * d..(t + 1) * d]);
+        }
+        let kind = if mm == 1 { StepKind::Decode } else { step.kind };
+        step.moe.block.gated(
+            &ffn,
+            &s.xs[..mm * d],
+            mm,
+            step.precision,
+            kind,
+            &mut s.g,
+            &mut s.u,
+            &mut s.outs[i],
+        )
+    }
+
+    /// Adds the shared expert's output (as the in-memory block does).
+    fn shared(
+        &self,
+        st: &mut State,
+        step: &MoeStep<'_, '_>,
+        x: &[f32],
+        n: usize,
+        out: &mut [f32],
+    ) -> Result<()> {
+        let Some(sh) = &step.moe.weights.shared else {
+            return Ok(());
+        };
+        let d = step.moe.weights.router.cols();
+        let s = &mut st.s;
+        if s.outs.is_empty() {
+            s.outs.push(Vec::new());
+        }
+        let ys = &mut s.outs[0];
+        step.moe.block.gated(
+            &sh.ffn,
+            &x[..n * d],
+            n,
+            step.precision,
+            step.kind,
+            &mut s.g,
+            &mut s.u,
+            ys,
+        )?;
+        for t in 0..n {
+            let xt = &x[t * d..(t + 1) * d];
+            let scale = match &sh.gate_inp {
+                Some(gi) => 1.0 / (1.0 + (-kernels_neon::dot_f32(gi, xt)).exp()),
+                None => 1.0,
+            };
+            kernels_neon::axpy_f32(scale, &ys[t * d..(t + 1) * d], &mut out[t * d..(t + 1) * d]);
+        }
+        Ok(())
+    }
+}
+
+impl FfnExecutor for ExpertOffload {
+    fn decode(
+        &self,
+        layer: FfnLayer<'_, '_>,
+        _: &[f32],
+        _: &mut [f32],
+        _: &mut FfnScratch,
+    ) -> Result<()> {
+        Err(dense_layer(layer.index))
+    }
+
+    fn batch(
+        &self,
+        layer: FfnLayer<'_, '_>,
+        _: &[f32],
+        _: usize,
+        _: &mut [f32],
+        _: &mut FfnScratch,
+    ) -> Result<()> {
+        Err(dense_layer(layer.index))
+    }
+
+    fn owns_weights(&self) -> bool {
+        true
+    }
+
+    fn moe_step(
+        &self,
+        step: MoeStep<'_, '_>,
+        x: &[f32],
+        n: usize,
+        out: &mut [f32],
+    ) -> Option<Result<()>> {
+        Some(self.step(step, x, n, out))
+    }
+
+    fn runs_experts(&self) -> bool {
+        true
+    }
+}
+
+fn dense_layer(index: usize) -> EngineError {
+    EngineError::Request(format!(
+        "layer {index} is a dense FFN layer in a bundle of experts: not supported"
+    ))
+}
+
+/// Misses of Belady's optimal policy on `trace` (one layer's experts in the order asked) for a
+/// cache of `capacity` experts holding `initial` at the start (as many as fit): the fewest reads any
+/// cache of that size, starting so, could have done.
+pub fn belady_misses(trace: &[u32], capacity: usize, initial: &[u32]) -> u64 {
+    let n = trace.len();
+    // next[i]: the next position asking for trace[i] after i (n: never).
+    let mut next = vec![n; n];
+    let mut last: std::collections::HashMap<u32, usize> = std::collections::HashMap::new();
+    for i in (0..n).rev() {
+        next[i] = last.get(&trace[i]).copied().unwrap_or(n);
+        last.insert(trace[i], i);
+    }
+    let mut resident: std::collections::HashMap<u32, usize> = std::collections::HashMap::new();
+    for &e in initial.iter().take(capacity) {
+        resident.insert(e, trace.iter().position(|&t| t == e).unwrap_or(n));
+    }
+    let mut misses = 0;
+    for i in 0..n {
+        let e = trace[i];
+        if let Some(nx) = resident.get_mut(&e) {
+            *nx = next[i];
+            continue;
+        }
+        misses += 1;
+        if capacity == 0 {
+            continue;
+        }
+        if resident.len() >= capacity {
+            let (&victim, _) = resident
+                .iter()
+                .max_by_key(|(&k, &nx)| (nx, k))
+                .expect("full");
+            resident.remove(&victim);
+        }
+        resident.insert(e, next[i]);
+    }
+    misses
+}

@@ -1,0 +1,4 @@
+//! The integration tests of `neuron-store`, one module per topic.
+
+mod experts;
+mod store;

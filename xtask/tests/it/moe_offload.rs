@@ -1,0 +1,205 @@
+//! An MoE model converted to a bundle of experts (`engine::offload::convert_moe`) and run from its
+//! expert store under a budget that forces misses computes what the in-memory model computes: the
+//! same logits for a prompt and for greedy decode steps, for qwen3moe (no shared expert) and
+//! qwen2moe (a gated shared expert); the cache is hit and missed, and every expert a step needs is
+//! read at most once per step.
+
+use std::path::PathBuf;
+
+use engine::offload::{belady_misses, convert_moe, ConvertOptions, ConvertStep};
+use engine::{Engine, EngineBuilder, EngineOptions, Logits, MemoryBudget, ModelFile, Precision};
+
+use super::moe_reference::ci_options;
+use crate::src::synth_moe::{self, Arch};
+
+struct TempDir(PathBuf);
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn argmax(row: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &v) in row.iter().enumerate() {
+        if v > row[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+/// Prompt logits (every position) and then `steps` greedy decode steps' logits.
+fn run(eng: &Engine<'_>, prompt: &[u32], steps: usize) -> Vec<Vec<f32>> {
+    let mut cache = eng.new_cache();
+    let mut out = vec![eng.forward(&mut cache, prompt, Logits::All).unwrap()];
+    let vocab = out[0].len() / prompt.len();
+    let mut next = argmax(&out[0][out[0].len() - vocab..]);
+    for _ in 0..steps {
+        let l = eng.forward(&mut cache, &[next], Logits::Last).unwrap();
+        next = argmax(&l);
+        out.push(l);
+    }
+    out
+}
+
+fn check(arch: Arch) {
+    let dir = std::env::temp_dir().join(format!(
+        "sparrow-moe-offload-{}-{}",
+        arch.name(),
+        std::process::id()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let _gone = TempDir(dir.clone());
+    let path = dir.join("m.gguf");
+    synth_moe::write_model(&ci_options(arch), &path, |_, _| {}).unwrap();
+    let file = ModelFile::open(&path).unwrap();
+    let opts = EngineOptions {
+        threads: 2,
+        precision: Precision::Exact,
+        context: 256,
+        ..Default::default()
+    };
+    let mem = Engine::new(&file, opts.clone()).unwrap();
+    let tok = |s: &str| mem.tokenizer().encode(s, false).unwrap();
+    let calib = tok("Calibration text, not the evaluation text: the routers are counted here. ");
+    let routing = engine::measure_routing(&mem, &calib, 32).unwrap();
+    assert_eq!(routing.tokens, calib.len() as u64);
+    let k = ci_options(arch).used as u64;
+    assert_eq!(
+        routing.counts[0].iter().sum::<u64>(),
+        k * calib.len() as u64
+    );
+
+    let resident = dir.join("m.resident.gguf");
+    let r = convert_moe(
+        &file,
+        &routing,
+        &resident,
+        &ConvertOptions::default(),
+        |_, _| {},
+    )
+    .unwrap();
+    assert!(r.store_bytes >= r.source_expert_bytes && r.blob_bytes.iter().all(|b| b % 4096 == 0));
+    assert!(r.resident_bytes < std::fs::metadata(&path).unwrap().len());
+
+    // Three experts per layer fit the cache (one pinned hot): top-k of 8 misses often.
+    let blob = r.blob_bytes[0] as u64;
+    let loaded = EngineBuilder {
+        threads: 2,
+        precision: Precision::Exact,
+        context: Some(256),
+        budget: MemoryBudget::Bytes(3 * blob * r.experts.len() as u64),
+        ..EngineBuilder::new(&resident)
+    }
+    .open()
+    .unwrap();
+    let off = loaded.engine().unwrap();
+    let x = off
+        .experts()
+        .expect("the bundle runs from its expert store");
+    x.set_trace(true);
+    let prompt = tok("The evaluation prompt: a different sentence with other words in it.");
+    let want = run(&mem, &prompt, 6);
+    let got = run(&off, &prompt, 6);
+    assert_eq!(want.len(), got.len());
+    for (i, (a, b)) in want.iter().zip(&got).enumerate() {
+        assert_eq!(a.len(), b.len());
+        let diff = a
+            .iter()
+            .zip(b)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0.0f32, f32::max);
+        assert!(diff <= 1e-4, "{arch:?}: step {i} differs by {diff}");
+    }
+    let c = x.counters();
+    assert!(c.hits > 0 && c.reads > 0, "{arch:?}: {c:?}");
+    assert!(c.lookups == c.hits + c.ahead + (c.reads - c.predicted_reads));
+    // Each expert once per layer step: lookups are the distinct experts of each step.
+    assert!(c.lookups <= c.steps * 8);
+    let trace = x.take_trace();
+    let cap = 3;
+    let opt: u64 = trace.iter().map(|t| belady_misses(t, cap, &[])).sum();
+    assert!(opt > 0 && opt <= c.lookups);
+    let st = x.cache_stats();
+    assert!(
+        st.bytes as u64 <= 3 * blob * r.experts.len() as u64,
+        "{st:?}"
+    );
+    drop(off);
+    drop(loaded);
+    converts_again_as_one_transaction(&file, &routing, &resident, &dir);
+}
+
+/// A convert over the bundle that fails at any step (as a full disk would) leaves the bundle as it
+/// was and no new file behind; one that succeeds replaces it and removes the old parts.
+fn converts_again_as_one_transaction(
+    file: &ModelFile,
+    routing: &engine::moe::RoutingProfile,
+    resident: &std::path::Path,
+    dir: &std::path::Path,
+) {
+    thread_local! {
+        static AT: std::cell::Cell<Option<ConvertStep>> = const { std::cell::Cell::new(None) };
+    }
+    fn full(step: ConvertStep) -> std::io::Result<()> {
+        match AT.with(|a| a.get()) {
+            Some(at) if at == step => Err(std::io::Error::other("disk full")),
+            _ => Ok(()),
+        }
+    }
+    let listing = || {
+        let mut v: Vec<_> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        v.sort();
+        v
+    };
+    let (before, bytes) = (listing(), std::fs::read(resident).unwrap());
+    for step in ConvertStep::ALL {
+        if matches!(step, ConvertStep::Predictor | ConvertStep::Switched) {
+            continue;
+        }
+        AT.with(|a| a.set(Some(step)));
+        let opts = ConvertOptions {
+            fault: Some(full),
+            ..Default::default()
+        };
+        assert!(convert_moe(file, routing, resident, &opts, |_, _| {}).is_err());
+        assert_eq!(listing(), before, "after a fault at {step:?}");
+        assert_eq!(std::fs::read(resident).unwrap(), bytes);
+    }
+    let r = convert_moe(
+        file,
+        routing,
+        resident,
+        &ConvertOptions::default(),
+        |_, _| {},
+    )
+    .unwrap();
+    assert_eq!(r.removed.len(), 3, "{:?}", r.removed);
+    assert_eq!(listing().len(), before.len());
+}
+
+#[test]
+fn qwen3moe_from_its_expert_store_equals_in_memory() {
+    check(Arch::Qwen3Moe);
+}
+
+#[test]
+fn qwen2moe_with_a_shared_expert_from_its_expert_store_equals_in_memory() {
+    check(Arch::Qwen2Moe);
+}
+
+#[test]
+fn belady_is_the_fewest_misses() {
+    // Capacity 2 over a b c a b c: OPT misses a, b, c, then keeps two of the three.
+    assert_eq!(belady_misses(&[0, 1, 2, 0, 1, 2], 2, &[]), 4);
+    assert_eq!(belady_misses(&[0, 1, 2, 0, 1, 2], 3, &[]), 3);
+    assert_eq!(belady_misses(&[0, 0, 0], 0, &[]), 3);
+    assert_eq!(belady_misses(&[5, 6, 5, 6, 7, 5, 6], 2, &[]), 4);
+    // A warm start: what the cache holds is not read again (as far as it fits).
+    assert_eq!(belady_misses(&[0, 1, 2, 0, 1, 2], 3, &[0, 1, 2]), 0);
+    assert_eq!(belady_misses(&[0, 1, 0, 1], 1, &[0, 1]), 3);
+}
