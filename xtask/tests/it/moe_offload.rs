@@ -6,7 +6,9 @@
 
 use std::path::PathBuf;
 
-use engine::offload::{belady_misses, convert_moe, ConvertOptions, ConvertStep};
+use engine::offload::{
+    belady_misses, convert_moe, ConvertOptions, ConvertStep, ExpertOffload, ExpertOffloadOptions,
+};
 use engine::{Engine, EngineBuilder, EngineOptions, Logits, MemoryBudget, ModelFile, Precision};
 
 use super::moe_reference::ci_options;
@@ -114,6 +116,10 @@ fn check(arch: Arch) {
     }
     let c = x.counters();
     assert!(c.hits > 0 && c.reads > 0, "{arch:?}: {c:?}");
+    assert!(
+        c.peak_in_flight >= 1 && c.peak_in_flight <= 32,
+        "{arch:?}: {c:?}"
+    );
     assert!(c.lookups == c.hits + c.ahead + (c.reads - c.predicted_reads));
     // Each expert once per layer step: lookups are the distinct experts of each step.
     assert!(c.lookups <= c.steps * 8);
@@ -128,7 +134,55 @@ fn check(arch: Arch) {
     );
     drop(off);
     drop(loaded);
+    one_read_at_a_time(
+        &resident,
+        &r.store,
+        &r.experts,
+        3 * blob,
+        &opts,
+        &prompt,
+        &want,
+    );
     converts_again_as_one_transaction(&file, &routing, &resident, &dir);
+}
+
+/// With one read in flight at most (the rest wait their turn, as the budget's reservation for
+/// reads requires), the same logits come out.
+fn one_read_at_a_time(
+    resident: &std::path::Path,
+    store: &std::path::Path,
+    experts: &[usize],
+    cache_bytes: u64,
+    opts: &EngineOptions,
+    prompt: &[u32],
+    want: &[Vec<f32>],
+) {
+    let file = ModelFile::open(resident).unwrap();
+    let mut eng = Engine::new(&file, opts.clone()).unwrap();
+    let x = ExpertOffload::open(
+        store,
+        experts,
+        None,
+        ExpertOffloadOptions {
+            cache_bytes: cache_bytes as usize * experts.len(),
+            queue_depth: 1,
+            ..ExpertOffloadOptions::default()
+        },
+    )
+    .unwrap();
+    eng.set_experts(Some(x));
+    let got = run(&eng, prompt, 6);
+    for (i, (a, b)) in want.iter().zip(&got).enumerate() {
+        let diff = a
+            .iter()
+            .zip(b)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0.0f32, f32::max);
+        assert!(diff <= 1e-4, "queue depth 1: step {i} differs by {diff}");
+    }
+    let c = eng.experts().unwrap().counters();
+    assert!(c.reads > c.predicted_reads, "{c:?}");
+    assert_eq!(c.peak_in_flight, 1, "{c:?}");
 }
 
 /// A convert over the bundle that fails at any step (as a full disk would) leaves the bundle as it

@@ -3,8 +3,10 @@
 //!
 //! A layer's step routes its tokens (the router is in the resident file), groups them by expert
 //! (so each expert is read at most once per step, however many tokens of a prompt chunk share it),
-//! looks every selected expert up in the cache and queues all the missing ones on the I/O thread at
-//! once; the cached experts are computed while those reads are in flight, the others as they arrive.
+//! looks every selected expert up in the cache and queues all the missing ones on the I/O thread,
+//! at most [`ExpertOffloadOptions::queue_depth`] in flight (what the budget reserves for reads; the
+//! rest wait their turn, so a prompt step that selects every expert holds no more); the cached experts
+//! are computed while those reads are in flight, the others as they arrive.
 //! Then the next layer's router is applied to this layer's input and the experts it picks that are
 //! neither cached nor in flight are queued too, so they are read while this layer finishes and the
 //! next attention computes. Every expert's output goes to a buffer of its own and the outputs are
@@ -14,7 +16,7 @@
 //! Hot experts (the most selected of the bundle's routing profile) are read at start-up and pinned,
 //! up to a share of each layer's part of the cache.
 
-use std::collections::HashSet;
+use std::collections::{HashSet, VecDeque};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -38,7 +40,8 @@ pub struct ExpertOffloadOptions {
     pub hot_share: f64,
     /// Queue the next layer's predicted experts (its router applied to this layer's input).
     pub prefetch: bool,
-    /// Reads in flight at most.
+    /// Expert reads in flight at most (queued on the I/O thread or completed and not yet taken):
+    /// what the budget reserves for reads beside the cache. Further reads wait their turn.
     pub queue_depth: usize,
 }
 
@@ -72,6 +75,8 @@ pub struct ExpertCounters {
     pub wait_seconds: f64,
     /// MoE layer steps run.
     pub steps: u64,
+    /// Most expert reads in flight at once (at most [`ExpertOffloadOptions::queue_depth`]).
+    pub peak_in_flight: u64,
 }
 
 impl ExpertCounters {
@@ -98,6 +103,9 @@ struct Scratch {
 struct State {
     cache: ExpertCache<AlignedBuf>,
     in_flight: HashSet<u64>,
+    /// Reads wanted while [`ExpertOffloadOptions::queue_depth`] were in flight, in order: (layer,
+    /// expert, predicted).
+    pending: VecDeque<(usize, usize, bool)>,
     counters: ExpertCounters,
     tracing: bool,
     trace: Vec<Vec<u32>>,
@@ -162,6 +170,7 @@ impl ExpertOffload {
         let mut state = State {
             cache,
             in_flight: HashSet::new(),
+            pending: VecDeque::new(),
             counters: ExpertCounters::default(),
             tracing: false,
             trace: vec![Vec::new(); shape.len()],
@@ -251,11 +260,39 @@ impl ExpertOffload {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Queues expert `e` of layer `l` unless it is in flight already.
+    /// Queues expert `e` of layer `l` unless it is in flight already; while
+    /// [`ExpertOffloadOptions::queue_depth`] reads are in flight it waits in `pending`, so the
+    /// buffers of reads never exceed what the budget reserves for them.
     fn submit(&self, st: &mut State, l: usize, e: usize, predicted: bool) -> Result<()> {
-        if !st.in_flight.insert(tag(l, e)) {
+        if st.in_flight.contains(&tag(l, e)) {
             return Ok(());
         }
+        if st.in_flight.len() >= self.opts.queue_depth.max(1) {
+            if !st.pending.iter().any(|&(pl, pe, _)| (pl, pe) == (l, e)) {
+                st.pending.push_back((l, e, predicted));
+            }
+            return Ok(());
+        }
+        self.issue(st, l, e, predicted)
+    }
+
+    /// Issues waiting reads while fewer than the queue depth are in flight.
+    fn pump(&self, st: &mut State) -> Result<()> {
+        while st.in_flight.len() < self.opts.queue_depth.max(1) {
+            let Some((l, e, predicted)) = st.pending.pop_front() else {
+                return Ok(());
+            };
+            if !st.in_flight.contains(&tag(l, e)) && !st.cache.contains(id(l, e)) {
+                self.issue(st, l, e, predicted)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Hands the read of expert `e` of layer `l` to the I/O thread.
+    fn issue(&self, st: &mut State, l: usize, e: usize, predicted: bool) -> Result<()> {
+        st.in_flight.insert(tag(l, e));
+        st.counters.peak_in_flight = st.counters.peak_in_flight.max(st.in_flight.len() as u64);
         let r = self.store.request(l, e, tag(l, e))?;
         if let Err(err) = self.io.submit(r) {
             st.in_flight.remove(&tag(l, e));
@@ -278,6 +315,7 @@ impl ExpertOffload {
             .map_err(|_| EngineError::Flash(ufs_io::IoError::Stopped))?;
         st.counters.wait_seconds += t0.elapsed().as_secs_f64();
         st.in_flight.remove(&c.tag);
+        self.pump(st)?;
         let (l, e) = untag(c.tag);
         let buf = c.result?;
         self.store.verify(l, e, &buf)?;
@@ -388,6 +426,9 @@ impl ExpertOffload {
         let st = &mut *guard;
         st.counters.steps += 1;
         Self::route_step(st, &step, x, n)?;
+        // Predictions still waiting for their turn were for this layer or an older one: this
+        // layer's own misses come first.
+        st.pending.clear();
         let needed: Vec<usize> = st.s.groups.iter().map(|(e, _, _)| e).collect();
         let mut have: Vec<Option<Arc<AlignedBuf>>> = vec![None; needed.len()];
         for (i, &e) in needed.iter().enumerate() {
