@@ -435,15 +435,37 @@ impl StoreIndex {
     }
 }
 
-/// Encodes the fixed header.
+/// What tells one kind of store file from another in the fixed header every store kind shares (the
+/// neuron store, `crate::expert`'s expert store): magic, version and the words its errors use.
+pub(crate) struct HeaderKind {
+    /// First 8 bytes.
+    pub magic: &'static [u8; 8],
+    /// The version this crate reads and writes.
+    pub version: u32,
+    /// What the file is, in the bad-magic error ("sparrow neuron store").
+    pub name: &'static str,
+    /// What its version is called in the version error ("format version").
+    pub version_label: &'static str,
+}
+
+/// The neuron store's header kind.
+pub(crate) const NEURON_STORE: HeaderKind = HeaderKind {
+    magic: MAGIC,
+    version: VERSION,
+    name: "sparrow neuron store",
+    version_label: "format version",
+};
+
+/// Encodes the fixed header of a `kind` file.
 pub(crate) fn encode_header(
+    kind: &HeaderKind,
     index_bytes: &[u8],
     data_offset: u64,
     file_len: u64,
 ) -> [u8; HEADER_LEN] {
     let mut h = [0u8; HEADER_LEN];
-    h[..8].copy_from_slice(MAGIC);
-    h[8..12].copy_from_slice(&VERSION.to_le_bytes());
+    h[..8].copy_from_slice(kind.magic);
+    h[8..12].copy_from_slice(&kind.version.to_le_bytes());
     h[12..16].copy_from_slice(&crc32fast::hash(index_bytes).to_le_bytes());
     h[16..24].copy_from_slice(&(index_bytes.len() as u64).to_le_bytes());
     h[24..32].copy_from_slice(&data_offset.to_le_bytes());
@@ -453,15 +475,16 @@ pub(crate) fn encode_header(
     h
 }
 
-/// The fields of a header that passed its own checks: index length, index CRC, data offset.
+/// The fields of a header that passed its own checks: index length and CRC, data offset, file length.
 pub(crate) struct Header {
     pub index_len: usize,
     pub index_crc: u32,
+    pub data_offset: u64,
     pub file_len: u64,
 }
 
-/// Checks the fixed header (magic, version, its own CRC, the reserved zeros).
-pub(crate) fn decode_header(h: &[u8], path: &Path) -> Result<Header> {
+/// Checks the fixed header of a `kind` file (magic, version, its own CRC, the reserved zeros).
+pub(crate) fn decode_header(kind: &HeaderKind, h: &[u8], path: &Path) -> Result<Header> {
     let bad = |what: String| StoreError::Corrupt {
         path: path.to_path_buf(),
         what,
@@ -472,19 +495,21 @@ pub(crate) fn decode_header(h: &[u8], path: &Path) -> Result<Header> {
             h.len()
         )));
     }
-    if &h[..8] != MAGIC {
+    if &h[..8] != kind.magic {
         return Err(bad(format!(
-            "bad magic {:?} (expected {:?}): not a sparrow neuron store",
+            "bad magic {:?} (expected {:?}): not a {}",
             String::from_utf8_lossy(&h[..8]),
-            "SPRWNSTO"
+            String::from_utf8_lossy(kind.magic),
+            kind.name
         )));
     }
     let word = |i: usize| u32::from_le_bytes(h[i..i + 4].try_into().expect("4 bytes"));
     let quad = |i: usize| u64::from_le_bytes(h[i..i + 8].try_into().expect("8 bytes"));
     let version = word(8);
-    if version != VERSION {
+    if version != kind.version {
         return Err(bad(format!(
-            "format version {version}, this build reads version {VERSION}: convert the model again"
+            "{} {version}, this build reads version {}: convert the model again",
+            kind.version_label, kind.version
         )));
     }
     if crc32fast::hash(&h[..40]) != word(40) {
@@ -500,6 +525,7 @@ pub(crate) fn decode_header(h: &[u8], path: &Path) -> Result<Header> {
     Ok(Header {
         index_len,
         index_crc: word(12),
+        data_offset: quad(24),
         file_len: quad(32),
     })
 }

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use ufs_io::{AlignedBuf, FileId, IoEngine, OpenOptions, ReadRequest};
 
 use crate::error::{Result, StoreError};
-use crate::layout::{decode_header, StoreIndex, HEADER_LEN, PAGE};
+use crate::layout::{decode_header, StoreIndex, HEADER_LEN, NEURON_STORE, PAGE};
 
 /// An opened, validated store: its index in memory, its units read on demand through an [`IoEngine`].
 #[derive(Debug)]
@@ -32,7 +32,7 @@ impl NeuronStore {
             return Err(bad(format!("file is {len} bytes, smaller than one page")));
         }
         let first = io.read_at(file, 0, PAGE)?;
-        let h = decode_header(&first, &path)?;
+        let h = decode_header(&NEURON_STORE, &first, &path)?;
         // Checked: a hostile index length near usize::MAX wrapped to a small `need` and the index
         // slice below panicked (found by the fuzz round).
         let need = HEADER_LEN

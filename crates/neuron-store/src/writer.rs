@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 use atomic_out::{AtomicError, AtomicFile};
 
 use crate::error::{Result, StoreError};
-use crate::layout::{encode_header, BundleLayout, Formats, LayerIndex, Packing, StoreIndex, PAGE};
+use crate::layout::{
+    encode_header, BundleLayout, Formats, LayerIndex, Packing, StoreIndex, NEURON_STORE, PAGE,
+};
 
 /// One layer's FFN handed to [`StoreWriter::add_layer`].
 pub struct LayerInput<'a> {
@@ -225,7 +227,12 @@ impl StoreWriter {
             )));
         }
         let index = self.index.encode();
-        let header = encode_header(&index, self.index.layers[0].offset, self.index.file_len);
+        let header = encode_header(
+            &NEURON_STORE,
+            &index,
+            self.index.layers[0].offset,
+            self.index.file_len,
+        );
         let tmp = self.tmp.clone();
         let wr = |source| StoreError::Write {
             path: tmp.clone(),

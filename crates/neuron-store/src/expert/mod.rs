@@ -44,7 +44,7 @@ use std::path::Path;
 use tensor_types::WeightFormat;
 
 use crate::error::{Result, StoreError};
-use crate::layout::{format_code, format_from_code, Formats, Reader, PAGE};
+use crate::layout::{format_code, format_from_code, Formats, HeaderKind, Reader, HEADER_LEN, PAGE};
 
 pub use store::ExpertStore;
 pub use writer::{ExpertLayerInput, ExpertStoreWriter};
@@ -54,7 +54,7 @@ pub const EXPERT_MAGIC: &[u8; 8] = b"SPRWXSTO";
 /// Expert-store format version this crate reads and writes.
 pub const EXPERT_VERSION: u32 = 1;
 /// Bytes of the fixed header.
-pub const EXPERT_HEADER_LEN: usize = 48;
+pub const EXPERT_HEADER_LEN: usize = HEADER_LEN;
 
 /// The shape of one layer's experts: how many, how wide, in which formats. `formats.down` is the
 /// format of the down rows as llama.cpp stores them (`d_model` rows of `ff` columns per expert).
@@ -324,71 +324,10 @@ impl ExpertIndex {
     }
 }
 
-/// The fixed header for `index_bytes`.
-pub(crate) fn encode_header(
-    index_bytes: &[u8],
-    data_offset: u64,
-    file_len: u64,
-) -> [u8; EXPERT_HEADER_LEN] {
-    let mut h = [0u8; EXPERT_HEADER_LEN];
-    h[..8].copy_from_slice(EXPERT_MAGIC);
-    h[8..12].copy_from_slice(&EXPERT_VERSION.to_le_bytes());
-    h[12..16].copy_from_slice(&crc32fast::hash(index_bytes).to_le_bytes());
-    h[16..24].copy_from_slice(&(index_bytes.len() as u64).to_le_bytes());
-    h[24..32].copy_from_slice(&data_offset.to_le_bytes());
-    h[32..40].copy_from_slice(&file_len.to_le_bytes());
-    let crc = crc32fast::hash(&h[..40]);
-    h[40..44].copy_from_slice(&crc.to_le_bytes());
-    h
-}
-
-/// A header that passed its own checks: index length and CRC, data offset, file length.
-pub(crate) struct Header {
-    pub index_len: usize,
-    pub index_crc: u32,
-    pub data_offset: u64,
-    pub file_len: u64,
-}
-
-/// Checks the fixed header (magic, version, its own CRC, the reserved zeros).
-pub(crate) fn decode_header(h: &[u8], path: &Path) -> Result<Header> {
-    let bad = |what: String| StoreError::Corrupt {
-        path: path.to_path_buf(),
-        what,
-    };
-    if h.len() < EXPERT_HEADER_LEN {
-        return Err(bad(format!(
-            "file is {} bytes, shorter than the {EXPERT_HEADER_LEN}-byte header",
-            h.len()
-        )));
-    }
-    if &h[..8] != EXPERT_MAGIC {
-        return Err(bad(format!(
-            "bad magic {:?} (expected \"SPRWXSTO\"): not a sparrow expert store",
-            String::from_utf8_lossy(&h[..8])
-        )));
-    }
-    let word = |i: usize| u32::from_le_bytes(h[i..i + 4].try_into().expect("4 bytes"));
-    let quad = |i: usize| u64::from_le_bytes(h[i..i + 8].try_into().expect("8 bytes"));
-    let version = word(8);
-    if version != EXPERT_VERSION {
-        return Err(bad(format!(
-            "expert store version {version}, this build reads version {EXPERT_VERSION}: convert the model again"
-        )));
-    }
-    if crc32fast::hash(&h[..40]) != word(40) {
-        return Err(bad("header checksum mismatch (damaged header)".into()));
-    }
-    if h[44..EXPERT_HEADER_LEN].iter().any(|&b| b != 0) {
-        return Err(bad(
-            "reserved header bytes 44..48 are not zero (damaged header)".into(),
-        ));
-    }
-    let index_len = usize::try_from(quad(16)).map_err(|_| bad("index length overflows".into()))?;
-    Ok(Header {
-        index_len,
-        index_crc: word(12),
-        data_offset: quad(24),
-        file_len: quad(32),
-    })
-}
+/// The expert store's kind of the fixed header every store file shares (`crate::layout`).
+pub(crate) const EXPERT_STORE: HeaderKind = HeaderKind {
+    magic: EXPERT_MAGIC,
+    version: EXPERT_VERSION,
+    name: "sparrow expert store",
+    version_label: "expert store version",
+};

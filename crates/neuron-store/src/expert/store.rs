@@ -4,8 +4,9 @@ use std::path::{Path, PathBuf};
 
 use ufs_io::{AlignedBuf, FileId, IoEngine, OpenOptions, ReadRequest};
 
-use super::{decode_header, ExpertIndex, EXPERT_HEADER_LEN};
+use super::{ExpertIndex, EXPERT_HEADER_LEN, EXPERT_STORE};
 use crate::error::{Result, StoreError};
+use crate::layout::decode_header;
 use crate::layout::PAGE;
 
 /// An opened, validated expert store: its index in memory, blobs read on demand through an
@@ -31,7 +32,7 @@ impl ExpertStore {
             return Err(bad(format!("file is {len} bytes, smaller than one page")));
         }
         let first = io.read_at(file, 0, PAGE)?;
-        let h = decode_header(&first, &path)?;
+        let h = decode_header(&EXPERT_STORE, &first, &path)?;
         let need = EXPERT_HEADER_LEN
             .checked_add(h.index_len)
             .and_then(|n| n.checked_next_multiple_of(PAGE))

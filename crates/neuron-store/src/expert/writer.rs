@@ -5,8 +5,9 @@ use std::path::{Path, PathBuf};
 
 use atomic_out::AtomicFile;
 
-use super::{encode_header, ExpertIndex, ExpertLayerIndex, ExpertLayout, ExpertShape};
+use super::{ExpertIndex, ExpertLayerIndex, ExpertLayout, ExpertShape, EXPERT_STORE};
 use crate::error::{Result, StoreError};
+use crate::layout::encode_header;
 use crate::writer::write_error;
 
 /// One layer's routed experts handed to [`ExpertStoreWriter::add_layer`]: the bytes of llama.cpp's
@@ -157,6 +158,7 @@ impl ExpertStoreWriter {
         }
         let index = self.index.encode();
         let header = encode_header(
+            &EXPERT_STORE,
             &index,
             ExpertIndex::data_offset(&self.shapes),
             self.index.file_len,
