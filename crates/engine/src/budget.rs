@@ -113,6 +113,16 @@ pub enum MemoryBudget {
     Share(f64),
     /// This many bytes of FFN cache (a plan's neuron cache, `planner::Plan::ffn_cache_bytes`).
     Bytes(u64),
+    /// A process budget of `budget` bytes with the neuron cache a plan made for that budget (and
+    /// the context it was made at) sized: `cache` bytes (`planner::Plan::ffn_cache_bytes`), which
+    /// the engine takes as it is; only where what stays resident, measured at load, leaves less
+    /// (the plan's account of it was short), the cache is what the budget leaves.
+    Planned {
+        /// The whole budget, as [`MemoryBudget::Process`].
+        budget: u64,
+        /// The plan's neuron cache.
+        cache: u64,
+    },
     /// The whole FFN may be cached.
     #[default]
     All,
@@ -126,9 +136,21 @@ impl MemoryBudget {
     pub fn cache_bytes(self, ffn: u64, resident: impl FnOnce() -> u64) -> Option<u64> {
         match self {
             MemoryBudget::Process(b) => b.checked_sub(resident()).filter(|&c| c > 0),
+            MemoryBudget::Planned { budget, cache } => budget
+                .checked_sub(resident())
+                .filter(|&c| c > 0)
+                .map(|c| c.min(cache)),
             MemoryBudget::Share(f) => Some((f.clamp(0.0, 1.0) * ffn as f64) as u64),
             MemoryBudget::Bytes(b) => Some(b),
             MemoryBudget::All => Some(u64::MAX),
+        }
+    }
+
+    /// The whole process's budget, for a process budget (planned or not).
+    pub fn process(self) -> Option<u64> {
+        match self {
+            MemoryBudget::Process(b) | MemoryBudget::Planned { budget: b, .. } => Some(b),
+            _ => None,
         }
     }
 }
@@ -169,14 +191,21 @@ pub struct BudgetSplit {
     pub resident: u64,
     /// Bytes of the whole FFN (the neuron store).
     pub ffn: u64,
+    /// The neuron cache of the plan made for this budget ([`MemoryBudget::Planned`]), if any.
+    pub planned: Option<u64>,
 }
 
 impl BudgetSplit {
     /// Bytes left for the FFN cache.
     pub fn cache(&self) -> u64 {
-        MemoryBudget::Process(self.budget)
-            .cache_bytes(self.ffn, || self.resident)
-            .unwrap_or(0)
+        let asked = match self.planned {
+            Some(cache) => MemoryBudget::Planned {
+                budget: self.budget,
+                cache,
+            },
+            None => MemoryBudget::Process(self.budget),
+        };
+        asked.cache_bytes(self.ffn, || self.resident).unwrap_or(0)
     }
 
     /// Percentage of the FFN the cache can hold (at most 100).
@@ -200,19 +229,24 @@ pub fn ffn_cache_bytes(
         fixed
     });
     let usize_of = |c: u64| usize::try_from(c).unwrap_or(usize::MAX);
-    match (budget, cache) {
-        (MemoryBudget::Process(b), None) => Err(EngineError::Request(format!(
+    let planned = match budget {
+        MemoryBudget::Planned { cache, .. } => Some(cache),
+        _ => None,
+    };
+    match (budget.process(), cache) {
+        (Some(b), None) => Err(EngineError::Request(format!(
             "--memory-budget {:.1} MiB leaves nothing for the FFN: the process, the resident file, the KV cache at --ctx {} (its --cache-type) and the predictors take {:.1} MiB",
             mib(b),
             context,
             mib(fixed)
         ))),
-        (MemoryBudget::Process(b), Some(c)) => Ok((
+        (Some(b), Some(c)) => Ok((
             usize_of(c),
             Some(BudgetSplit {
                 budget: b,
                 resident: fixed,
                 ffn,
+                planned,
             }),
         )),
         (_, c) => Ok((usize_of(c.unwrap_or(0)), None)),
@@ -376,6 +410,35 @@ mod tests {
         let (_, split) =
             ffn_cache_bytes(MemoryBudget::Process(1 << 30), 128 << 20, 4096, || r).unwrap();
         assert_eq!(split.unwrap().cached_percent(), 100.0);
+    }
+
+    #[test]
+    fn a_planned_budget_takes_the_plans_cache_within_what_the_budget_leaves() {
+        let r = Resident {
+            process: 10 << 20,
+            file: 20 << 20,
+            ..Default::default()
+        };
+        let planned = |cache| MemoryBudget::Planned {
+            budget: 100 << 20,
+            cache,
+        };
+        // The plan's cache as it is, though the budget would leave 70 MiB.
+        let (bytes, split) = ffn_cache_bytes(planned(40 << 20), 128 << 20, 4096, || r).unwrap();
+        let split = split.unwrap();
+        assert_eq!((bytes, split.cache()), (40 << 20, 40 << 20));
+        assert_eq!((split.budget, split.planned), (100 << 20, Some(40 << 20)));
+        assert_eq!(planned(40 << 20).process(), Some(100 << 20));
+        // A plan whose account of what stays resident was short: what the budget leaves.
+        let (bytes, _) = ffn_cache_bytes(planned(90 << 20), 128 << 20, 4096, || r).unwrap();
+        assert_eq!(bytes, 70 << 20);
+        // A budget that leaves nothing is the process budget's error.
+        let r = Resident {
+            process: 100 << 20,
+            ..r
+        };
+        assert!(ffn_cache_bytes(planned(40 << 20), 128 << 20, 512, || r).is_err());
+        assert_eq!(MemoryBudget::Bytes(5).process(), None);
     }
 
     #[test]

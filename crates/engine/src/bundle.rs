@@ -179,8 +179,8 @@ impl SparsePlan {
         // Without a predictor a step reads the next layer ahead: under a process budget,
         // what that holds is counted beside the cache.
         let reads_ahead = offload.read_ahead && predictor.is_none();
-        let with_read_ahead = |r: Resident| match (budget, reads_ahead) {
-            (MemoryBudget::Process(b), true) => Resident {
+        let with_read_ahead = |r: Resident| match (budget.process(), reads_ahead) {
+            (Some(b), true) => Resident {
                 read_ahead: crate::budget::read_ahead_bytes(
                     ffn,
                     model.config.n_layers,
@@ -195,8 +195,7 @@ impl SparsePlan {
         // budget cannot hold the whole FFN beside them, they stay on flash.
         let whole = ffn_cache_bytes(budget, ffn, context, || resident);
         let short = offload.stream_weights.unwrap_or_else(|| {
-            matches!(budget, MemoryBudget::Process(_))
-                && whole.as_ref().map_or(true, |(b, _)| (*b as u64) < ffn)
+            budget.process().is_some() && whole.as_ref().map_or(true, |(b, _)| (*b as u64) < ffn)
         });
         let (ffn_budget, split) = if short {
             let streamed = model.streamed_bytes();
@@ -216,8 +215,8 @@ impl SparsePlan {
         self.offload = OffloadOptions {
             ffn_budget,
             outside_ffn_bytes: resident.total(),
-            read_ahead_bytes: match (budget, reads_ahead) {
-                (MemoryBudget::Process(_), true) => (resident.read_ahead / 2) as usize,
+            read_ahead_bytes: match (budget.process(), reads_ahead) {
+                (Some(_), true) => (resident.read_ahead / 2) as usize,
                 _ => offload.read_ahead_bytes,
             },
             ..offload

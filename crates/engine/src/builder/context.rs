@@ -3,7 +3,6 @@
 //! long for the budget would refuse to start though the cache only grows with the tokens held.
 
 use super::{mib, EngineBuilder};
-use crate::budget::MemoryBudget;
 use crate::bundle::SparsePlan;
 use crate::error::Result;
 use crate::generate::Engine;
@@ -29,7 +28,7 @@ impl EngineBuilder {
     /// the budget than the neuron cache gets; `eng`'s context is set to it, and a note says which.
     /// At the shortest, a budget that leaves nothing is the budget's error.
     pub(super) fn fit_context(&self, eng: &mut Engine<'_>) -> Result<SparsePlan> {
-        let MemoryBudget::Process(budget) = self.budget else {
+        let Some(budget) = self.budget.process() else {
             return SparsePlan::new(eng, &self.sidecars, self.budget, self.offload.clone());
         };
         let mut plan = SparsePlan::sidecars(eng, &self.sidecars)?;

@@ -23,7 +23,7 @@ impl EngineBuilder {
     /// set. Without `plan`, a process budget over a model that runs sparse is planned on the spot
     /// from this device's profile, when there is one. Returns the plan.
     pub(crate) fn apply_plan(&mut self, file: &ModelFile) -> Result<Option<Plan>> {
-        let budgeted = matches!(self.budget, MemoryBudget::Process(_));
+        let budgeted = self.budget.process().is_some();
         if self.plan.is_none() && !budgeted {
             return Ok(None);
         }
@@ -81,8 +81,19 @@ impl EngineBuilder {
                 ));
             }
         }
-        if resident && self.budget == MemoryBudget::All {
-            self.budget = MemoryBudget::Bytes(s.ffn_cache_bytes);
+        match self.budget {
+            MemoryBudget::All if resident => {
+                self.budget = MemoryBudget::Bytes(s.ffn_cache_bytes);
+            }
+            // A plan made for this budget: its neuron cache, at the context it was made for.
+            MemoryBudget::Process(b) if resident && plan.memory_budget == Some(b) => {
+                self.budget = MemoryBudget::Planned {
+                    budget: b,
+                    cache: s.ffn_cache_bytes,
+                };
+                self.context.get_or_insert(plan.context as usize);
+            }
+            _ => {}
         }
         if resident && !matches!(self.budget, MemoryBudget::Share(_)) {
             // Under a budget too: the plan weighed the embedding and output against the neuron
@@ -109,7 +120,7 @@ impl EngineBuilder {
     /// a note) when there is no device profile or no plan can be made (the engine's own budget
     /// split then applies), and when nothing is to be planned.
     fn auto_plan(&self, file: &ModelFile, resident: bool) -> Result<Option<Plan>> {
-        let MemoryBudget::Process(budget) = self.budget else {
+        let Some(budget) = self.budget.process() else {
             return Ok(None);
         };
         if !resident && !self.sparse {
@@ -126,6 +137,11 @@ impl EngineBuilder {
         let planned = || -> Result<Plan> {
             let mut eng = Engine::new(file, self.engine_options())?;
             eng.set_output_proxy(!self.full_output);
+            if resident && self.context.is_none() {
+                // Planned at the context the budget leaves room for (the plan's neuron cache is
+                // what the budget leaves beside the KV cache at the context it is made for).
+                self.fit_context(&mut eng)?;
+            }
             self.make_plan(&eng, &device_path, None, Solver::Search)
         };
         // A budget was asked for, not a plan: a plan that cannot be made leaves the defaults.
@@ -169,10 +185,7 @@ impl EngineBuilder {
         let context = eng.options().context as u32;
         let store = eng.model().config.ffn_store.is_some();
         Constraints {
-            memory_budget: match self.budget {
-                MemoryBudget::Process(b) => Some(b),
-                _ => None,
-            },
+            memory_budget: self.budget.process(),
             context,
             attended: context.min(512),
             min_tok_s,

@@ -26,8 +26,8 @@ impl EngineBuilder {
         if !self.sparse && !offloaded {
             return Ok(());
         }
-        let plan = match (offloaded, self.budget, self.context) {
-            (true, MemoryBudget::Process(_), None) => self.fit_context(eng)?,
+        let plan = match (offloaded, self.budget.process(), self.context) {
+            (true, Some(_), None) => self.fit_context(eng)?,
             _ => SparsePlan::new(eng, &self.sidecars, self.budget, self.offload.clone())?,
         };
         if let Some(crate::manifest::ManifestStatus::Missing(m)) = &plan.manifest {
@@ -35,8 +35,9 @@ impl EngineBuilder {
         }
         if let Some(s) = &plan.budget {
             let mib = super::mib;
-            self.note(&format!("memory budget {:.1} MiB = {:.1} MiB resident (process, file, KV cache, predictors, reads ahead) + {:.1} MiB FFN cache ({:.0}% of the {:.1} MiB FFN){}", mib(s.budget), mib(s.resident), mib(s.cache()), s.cached_percent(), mib(s.ffn),
-                if plan.stream_weights { format!("; the embedding and output projection ({:.1} MiB) stay on flash", mib(eng.model().streamed_bytes())) } else { String::new() }));
+            self.note(&format!("memory budget {:.1} MiB = {:.1} MiB resident (process, file, KV cache, predictors, reads ahead) + {:.1} MiB FFN cache ({:.0}% of the {:.1} MiB FFN){}{}", mib(s.budget), mib(s.resident), mib(s.cache()), s.cached_percent(), mib(s.ffn),
+                if plan.stream_weights { format!("; the embedding and output projection ({:.1} MiB) stay on flash", mib(eng.model().streamed_bytes())) } else { String::new() },
+                if s.planned.is_some() { "; the neuron cache is the plan's" } else { "" }));
         }
         eng.set_streamed(plan.stream_weights);
         eng.set_output_proxy(!self.full_output);
@@ -211,7 +212,7 @@ impl EngineBuilder {
         }
         if !self.sparse && cfg.ffn_store.is_none() {
             let flag = match self.budget {
-                MemoryBudget::Process(_) => "--memory-budget",
+                MemoryBudget::Process(_) | MemoryBudget::Planned { .. } => "--memory-budget",
                 MemoryBudget::Share(_) => "--ffn-resident",
                 _ => return,
             };

@@ -143,6 +143,12 @@ impl CacheControl {
     /// below [`CacheControl::minimum_memory_budget`] is an error naming the minimum, and changes
     /// nothing.
     pub fn set_memory_budget(&self, bytes: u64) -> Result<CacheReport> {
+        self.set_process_budget(bytes, MemoryBudget::Process(bytes))
+    }
+
+    /// [`CacheControl::set_memory_budget`] of `bytes`, the cache sized by `budget` (a process
+    /// budget of `bytes`, planned or not).
+    fn set_process_budget(&self, bytes: u64, budget: MemoryBudget) -> Result<CacheReport> {
         {
             let mut loan = self.loan();
             let min = loan.outside + self.store.index().layout.unit_bytes() as u64;
@@ -155,9 +161,7 @@ impl CacheControl {
                 )));
             }
             let ffn = self.store.index().ffn_bytes() as u64;
-            let cache = MemoryBudget::Process(bytes)
-                .cache_bytes(ffn, || loan.outside)
-                .unwrap_or(0);
+            let cache = budget.cache_bytes(ffn, || loan.outside).unwrap_or(0);
             loan.asked = usize::try_from(cache).unwrap_or(usize::MAX);
             loan.memory = Some(bytes);
             self.resize(&loan)?;
@@ -169,8 +173,8 @@ impl CacheControl {
     /// other as the neuron cache's size it gives ([`MemoryBudget::cache_bytes`]) over the store's
     /// FFN, counted as at load (the store file's size, `offload::store_ffn_bytes`).
     pub fn set_budget(&self, budget: MemoryBudget) -> Result<CacheReport> {
-        if let MemoryBudget::Process(bytes) = budget {
-            return self.set_memory_budget(bytes);
+        if let Some(bytes) = budget.process() {
+            return self.set_process_budget(bytes, budget);
         }
         let ffn = super::store_ffn_bytes(self.store.path())?;
         let cache = budget.cache_bytes(ffn, || 0).unwrap_or(0);

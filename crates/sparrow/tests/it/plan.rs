@@ -274,6 +274,20 @@ fn a_memory_budget_without_a_plan_is_planned_from_the_device_profile() {
         err.contains("planned with") && err.contains("device.sparrow-device"),
         "{err}"
     );
+    // The plan is made at the context the budget leaves (fitted once), and its neuron cache is the
+    // cache the engine takes, not one worked out again.
+    assert_eq!(err.matches("sized to --memory-budget").count(), 1, "{err}");
+    let mib_before = |text: &str, key: &str| -> f64 {
+        let at = text
+            .find(key)
+            .unwrap_or_else(|| panic!("no `{key}` in {text}"));
+        let head = text[..at].trim_end().trim_end_matches("MiB").trim_end();
+        head.rsplit(' ').next().unwrap().parse().unwrap()
+    };
+    let planned = &err[err.find("neuron cache: ").expect("the plan is described") + 14..];
+    let planned: f64 = planned.split(' ').next().unwrap().parse().unwrap();
+    assert_eq!(mib_before(&err, "MiB FFN cache"), planned, "{err}");
+    assert!(err.contains("the neuron cache is the plan's"), "{err}");
     // An explicit flag still wins over the plan: the run uses the thread count given.
     let mut run1 = run.to_vec();
     run1.extend(["--threads", "1", "--json"]);
