@@ -332,13 +332,40 @@ pub fn write_model(v: &Variant, path: &Path) -> Result<(), model_format::FormatE
     w.write(path)
 }
 
+/// The Mixture-of-Experts fixture's file name.
+pub const MOE_FILE: &str = "tiny-qwen3moe-q8_0.gguf";
+
+/// The Mixture-of-Experts fixture: a 2-layer, 64-wide qwen3moe of 8 experts (32 neurons each, 2
+/// per token) in Q8_0, written by `synth_moe` (its measured routing law) for the CLI's tests of a
+/// bundle of experts.
+pub fn moe_options() -> super::synth_moe::Options {
+    use super::synth_moe::{Arch, Options};
+    Options {
+        layers: 2,
+        d: 64,
+        expert_ff: 32,
+        heads: 2,
+        kv_heads: 1,
+        head_dim: 32,
+        vocab: 258,
+        experts: 8,
+        used: 2,
+        format: DType::Q8_0,
+        ..Options::defaults(Arch::Qwen3Moe)
+    }
+}
+
 /// Writes every fixture into `dir`; returns the paths.
-pub fn write_all(dir: &Path) -> Result<Vec<PathBuf>, model_format::FormatError> {
-    VARIANTS
+pub fn write_all(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    let mut paths = VARIANTS
         .iter()
         .map(|v| {
             let p = dir.join(file_name(v));
             write_model(v, &p).map(|()| p)
         })
-        .collect()
+        .collect::<Result<Vec<_>, _>>()?;
+    let moe = dir.join(MOE_FILE);
+    super::synth_moe::write_model(&moe_options(), &moe, |_, _| {})?;
+    paths.push(moe);
+    Ok(paths)
 }

@@ -529,6 +529,7 @@ impl Printed<'_, '_> {
                     "gate_frac": s.gate_frac(), "up_frac": s.up_frac(), "down_frac": s.down_frac(),
                 })),
                 "offload": offload_json(r),
+                "experts": r.experts.as_ref().map(experts_json),
                 "prompt_offload": r.prompt_offload.as_ref().map(|o| serde_json::json!({
                     "ffn_s": o.prefill_s, "ffn_time_share": o.prefill_s / prompt_s(r, a.n_prompt),
                     "mib_read": mib(o.prefill_bytes_read),
@@ -724,6 +725,19 @@ fn planned_hybrid_tok_s(p: &Plan, planned_split: bool) -> Option<f64> {
         .as_ref()
         .filter(|_| planned_split)
         .and_then(|h| h.tok_s())
+}
+
+/// [`experts_line`] as JSON: the counters of the last repetition's decode and the bound.
+fn experts_json(x: &engine::ExpertBench) -> serde_json::Value {
+    let c = &x.counters;
+    serde_json::json!({
+        "tokens": x.tokens, "lookups": c.lookups, "hits": c.hits, "hit_rate": c.hit_rate(),
+        "read_ahead": c.ahead, "reads": c.reads, "predicted_reads": c.predicted_reads,
+        "mib_read_per_token": x.bytes_per_token / (1024.0 * 1024.0),
+        "min_mib_read_per_token": x.min_bytes_per_token / (1024.0 * 1024.0),
+        "read_over_min": x.over_min(), "io_wait_share": x.wait_share,
+        "peak_reads_in_flight": c.peak_in_flight,
+    })
 }
 
 /// The expert counters of a bundle of experts' decode, and the bound its reads are held to.

@@ -9,6 +9,7 @@ mod cli;
 mod cli_docs;
 mod live_budget;
 mod misuse;
+mod moe;
 mod openai_client;
 mod plan;
 mod serve;
