@@ -121,6 +121,7 @@ const ANDROID_CRATES: &[&str] = &[
     "model-fetch",
     "accel",
     "accel-qnn",
+    "transformer",
     "engine",
     "server",
     "npu-qnn-sys",

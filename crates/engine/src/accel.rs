@@ -16,9 +16,9 @@ pub use accel::{
 #[cfg(feature = "qnn")]
 pub use accel_qnn::{QnnAccelerator, QnnWeights};
 
-use crate::config::Activation;
 use crate::error::{kernel, EngineError, Result};
-use crate::model::{Layer, Model};
+use transformer::config::Activation;
+use transformer::model::{Layer, Model};
 
 /// The process's backends: this build's, plus any [`register`]ed.
 fn registry() -> &'static RwLock<Registry> {

@@ -9,10 +9,10 @@
 use std::time::Instant;
 
 use crate::error::{EngineError, Result};
-use crate::forward::Logits;
 use crate::generate::Engine;
 use crate::offload::OffloadStats;
 use crate::sparse::SparseStats;
+use transformer::forward::Logits;
 
 /// What one column of a bench measures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

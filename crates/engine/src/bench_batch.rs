@@ -6,9 +6,9 @@
 use std::time::Instant;
 
 use crate::error::{EngineError, Result};
-use crate::forward::{KvCache, Logits};
 use crate::generate::Engine;
 use sampling::argmax;
+use transformer::forward::{KvCache, Logits};
 
 /// Total decode tokens per second of both ways, one per repetition.
 #[derive(Debug, Clone, Default, serde::Serialize)]

@@ -10,11 +10,11 @@ use std::time::Instant;
 
 use crate::continuation::{Accepted, Continuation};
 use crate::error::{EngineError, Result};
-use crate::forward::{KvCache, Logits};
 use crate::generate::Engine;
 use crate::perplexity::log_sum_exp;
 use sampling::{Flow, GenerateRequest, Generation, StopReason, Timings};
 use sampling::{Sampler, SamplerConfig};
+use transformer::forward::{KvCache, Logits};
 
 /// One candidate of [`Engine::generate_best_of`].
 #[derive(Debug, Clone, serde::Serialize)]

@@ -14,24 +14,11 @@
 //! ([`crate::KvCache`]). So a conversation that grows to the full context never takes the process
 //! past its budget.
 
-use kernels_neon::{KvFormat, WeightFormat};
+use kernels_neon::WeightFormat;
 
-use crate::config::ModelConfig;
 use crate::error::{EngineError, Result};
-use crate::model::{LayerFfn, Model};
-
-impl ModelConfig {
-    /// Bytes of a KV cache of `format` holding `positions` positions: keys and values (a row of
-    /// `kv_dim` elements each: 4 bytes an element in f32, 2 in f16, 34 bytes per 32 in `q8_0`) of
-    /// every layer. The one place the KV-cache size is computed; a [`crate::KvCache`] of capacity
-    /// `positions` never allocates more.
-    pub fn kv_cache_bytes(&self, positions: usize, format: KvFormat) -> u64 {
-        let width = self.kv_dim().next_multiple_of(format.block());
-        let row = format.row_bytes(width).unwrap_or(usize::MAX) as u64;
-        let per_position = (self.n_layers as u64 * 2).saturating_mul(row);
-        per_position.saturating_mul(positions as u64)
-    }
-}
+use transformer::config::ModelConfig;
+use transformer::model::{LayerFfn, Model};
 
 /// Most tokens per forward step of a prompt over an offloaded model: a longer prompt runs in steps
 /// of at most this many, so that its working memory ([`prompt_step_bytes`]), which the neuron cache
@@ -312,42 +299,6 @@ fn mib(bytes: u64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn config(n_layers: usize, n_kv_heads: usize, head_dim: usize) -> ModelConfig {
-        ModelConfig {
-            arch: crate::config::Arch::from_gguf("llama").expect("llama is registered"),
-            n_layers,
-            d_model: n_kv_heads * head_dim * 3,
-            d_ff: 1536,
-            n_heads: n_kv_heads * 3,
-            n_kv_heads,
-            head_dim,
-            vocab_size: 49152,
-            rms_eps: 1e-5,
-            rope_base: 10000.0,
-            rope_dim: head_dim,
-            rope_style: Default::default(),
-            activation: crate::config::Activation::Silu,
-            context_length: 8192,
-            ffn_store: None,
-            moe: None,
-        }
-    }
-
-    #[test]
-    fn kv_cache_bytes_counts_keys_and_values_of_every_layer_at_the_cache_type() {
-        // SmolLM2-135M: 30 layers, 3 KV heads of 64: 30 * 192 * 2 * 4 = 46,080 bytes per position
-        // in f32, half that in f16, and 6 blocks of 34 bytes per row in q8_0: 30 * 2 * 204.
-        let c = config(30, 3, 64);
-        assert_eq!(c.kv_cache_bytes(1, KvFormat::F32), 46_080);
-        assert_eq!(c.kv_cache_bytes(4096, KvFormat::F32), 46_080 * 4096);
-        assert_eq!(c.kv_cache_bytes(0, KvFormat::F32), 0);
-        assert_eq!(c.kv_cache_bytes(1, KvFormat::F16), 23_040);
-        assert_eq!(c.kv_cache_bytes(1000, KvFormat::Q8_0), 12_240_000);
-        // A row that is not whole blocks is counted as the blocks that would hold it.
-        let odd = config(2, 1, 40);
-        assert_eq!(odd.kv_cache_bytes(1, KvFormat::Q8_0), 2 * 2 * 2 * 34);
-    }
 
     #[test]
     fn offload_prompt_steps_shrink_to_half_the_cache_that_lends_them() {

@@ -20,10 +20,10 @@ use crate::budget::{ffn_cache_bytes, BudgetSplit, MemoryBudget, Resident};
 use crate::error::{EngineError, Result};
 use crate::generate::Engine;
 use crate::manifest::ManifestStatus;
-use crate::model::Model;
 use crate::offload::OffloadOptions;
 use crate::sparse::SparseFfn;
 use predictor::{PredictorSet, Profile};
+use transformer::model::Model;
 
 pub use crate::bundle_parts::{
     sidecar, BundleParts, ModelBundle, PREDICTOR_SUFFIX, PROFILE_SUFFIX, RESIDENT_SUFFIX,
@@ -35,7 +35,7 @@ pub use crate::manifest::seal_manifest;
 pub fn ffn_store_path(model: &Model<'_>) -> Result<Option<PathBuf>> {
     match model.config.ffn_store.as_ref() {
         None => Ok(None),
-        Some(r) => r.path_next_to(model.path()).map(Some),
+        Some(r) => Ok(Some(r.path_next_to(model.path())?)),
     }
 }
 
@@ -86,7 +86,7 @@ pub struct SparsePlan {
     /// For a resident model, what its manifest check found (sizes of every part; an error if one does
     /// not match, so only a match or a missing manifest get here).
     pub manifest: Option<ManifestStatus>,
-    /// Whether the embedding and output projection stay on flash ([`crate::stream`]): under a process
+    /// Whether the embedding and output projection stay on flash ([`transformer::stream`]): under a process
     /// budget that cannot hold the whole FFN beside them, unless a plan decided
     /// ([`OffloadOptions::stream_weights`]). Apply with [`Engine::set_streamed`].
     pub stream_weights: bool,
@@ -191,7 +191,7 @@ impl SparsePlan {
             _ => r,
         };
         let mut resident = with_read_ahead(resident);
-        // The FFN cache comes before the embedding and output (crate::stream): when the
+        // The FFN cache comes before the embedding and output (transformer::stream): when the
         // budget cannot hold the whole FFN beside them, they stay on flash.
         let whole = ffn_cache_bytes(budget, ffn, context, || resident);
         let short = offload.stream_weights.unwrap_or_else(|| {
@@ -202,7 +202,7 @@ impl SparsePlan {
             resident.file = resident
                 .file
                 .saturating_sub(streamed)
-                .saturating_add(streamed.min(crate::stream::STREAM_RESIDENT_BYTES));
+                .saturating_add(streamed.min(transformer::stream::STREAM_RESIDENT_BYTES));
             resident = with_read_ahead(Resident {
                 read_ahead: 0,
                 ..resident

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::error::{EngineError, Result};
-use crate::model::Model;
+use transformer::model::Model;
 
 /// Suffix of a resident file's manifest in the older layout (appended to its file name).
 pub const MANIFEST_SUFFIX: &str = ".sparrow-manifest";
@@ -161,9 +161,9 @@ impl BundleParts {
     /// The parts of the resident file `resident` whose store reference is `r` (each name checked as
     /// the store's is: a plain name in the folder, no link out of it). Touches no file but to check
     /// for links and, in the older layout, whether the predictor sidecar exists.
-    pub fn of(resident: &Path, r: &crate::config::FfnStoreRef) -> Result<Self> {
+    pub fn of(resident: &Path, r: &transformer::config::FfnStoreRef) -> Result<Self> {
         let next = |name: &str, key: &str, what: &str| {
-            crate::config::file_next_to(resident, name, key, what)
+            transformer::config::file_next_to(resident, name, key, what)
         };
         let store = r.path_next_to(resident)?;
         Ok(match &r.parts {
@@ -172,14 +172,18 @@ impl BundleParts {
                 store,
                 manifest: next(
                     &n.manifest,
-                    crate::config::BUNDLE_MANIFEST_KEY,
+                    transformer::config::BUNDLE_MANIFEST_KEY,
                     "the manifest",
                 )?,
-                profile: next(&n.profile, crate::config::BUNDLE_PROFILE_KEY, "the profile")?,
+                profile: next(
+                    &n.profile,
+                    transformer::config::BUNDLE_PROFILE_KEY,
+                    "the profile",
+                )?,
                 predictor: match &n.predictor {
                     Some(p) => Some(next(
                         p,
-                        crate::config::BUNDLE_PREDICTOR_KEY,
+                        transformer::config::BUNDLE_PREDICTOR_KEY,
                         "the predictors",
                     )?),
                     None => None,
@@ -206,7 +210,7 @@ impl BundleParts {
         if path.is_dir() || !path.exists() {
             return Ok(None);
         }
-        let file = crate::model::ModelFile::open(path)?;
+        let file = transformer::model::ModelFile::open(path)?;
         match file.config()?.ffn_store {
             None => Ok(None),
             Some(r) => BundleParts::of(path, &r).map(Some),

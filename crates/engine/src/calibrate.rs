@@ -229,11 +229,11 @@ fn measure_random(
 }
 
 /// Sequential reads of the whole scratch file as a streamed output projection reads its file
-/// ([`crate::stream`]): direct reads of one [`crate::stream::OUTPUT_CHUNK`] after another into a
+/// ([`transformer::stream`]): direct reads of one [`transformer::stream::OUTPUT_CHUNK`] after another into a
 /// reused buffer. Bytes per second.
 fn measure_sequential(path: &Path, file_bytes: u64) -> Result<f64> {
     let file = ufs_io::IoFile::open(path, OpenOptions::default())?;
-    let chunk = crate::stream::OUTPUT_CHUNK;
+    let chunk = transformer::stream::OUTPUT_CHUNK;
     let mut buf = ufs_io::AlignedBuf::new(chunk)?;
     let start = Instant::now();
     let mut off = 0u64;

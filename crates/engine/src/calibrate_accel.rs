@@ -13,8 +13,8 @@ use planner::AccelRate;
 
 use crate::accel::{open, AccelKind, FfnBlock, FileRows};
 use crate::calibrate_kernels::{kernel_err, per_call, XorShift};
-use crate::config::Activation;
 use crate::error::{EngineError, Result};
+use transformer::config::Activation;
 
 /// Width of the measured block.
 pub const D_MODEL: usize = 1024;

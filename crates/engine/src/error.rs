@@ -5,6 +5,9 @@ use std::path::PathBuf;
 /// Everything that can go wrong in the engine. Each variant says which file or which step failed.
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
+    /// Loading the model or its forward pass failed (the `transformer` crate's error).
+    #[error(transparent)]
+    Model(#[from] transformer::ModelError),
     /// The model file could not be read or parsed.
     #[error(transparent)]
     Format(#[from] model_format::FormatError),
@@ -112,5 +115,16 @@ pub(crate) fn kernel<E: Into<kernels_neon::KernelError>>(
     move |source| EngineError::Kernel {
         context,
         source: source.into(),
+    }
+}
+
+/// An engine error raised inside an FFN executor (whose methods return the model's error): the
+/// model's own error unwrapped, any other boxed ([`transformer::ModelError::Ffn`]).
+impl From<EngineError> for transformer::ModelError {
+    fn from(e: EngineError) -> Self {
+        match e {
+            EngineError::Model(m) => m,
+            e => transformer::ModelError::ffn(e),
+        }
     }
 }

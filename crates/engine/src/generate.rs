@@ -7,14 +7,17 @@ use model_tokenizer::{Tokenizer, VocabSpec};
 
 use crate::continuation::{Accepted, Continuation};
 use crate::error::{EngineError, Result};
-use crate::ffn::{AccelFfn, FfnExecutor};
-use crate::forward::{forward_with, forward_with_into, FfnMode, FfnObserver, KvCache, Logits};
 use crate::hybrid::HybridFfn;
-use crate::model::{Model, ModelFile};
-use crate::requant::Overlay;
 use crate::sparse::SparseFfn;
+use crate::AccelFfn;
 use sampling::Sampler;
 use sampling::{Flow, GenerateRequest, Generation, StopReason, Timings};
+use transformer::ffn::FfnExecutor;
+use transformer::forward::{
+    forward_with, forward_with_into, FfnMode, FfnObserver, KvCache, Logits,
+};
+use transformer::model::{Model, ModelFile};
+use transformer::requant::Overlay;
 
 /// How to build an [`Engine`].
 #[derive(Debug, Clone)]
@@ -148,7 +151,7 @@ impl<'a> Engine<'a> {
     }
 
     /// [`new`](Self::new) with the layer matrices of `overlay` (re-quantized at load time, see
-    /// [`crate::requant`]) in place of the file's.
+    /// [`transformer::requant`]) in place of the file's.
     pub fn new_with_overlay(
         file: &'a ModelFile,
         overlay: Option<&'a Overlay>,
@@ -281,7 +284,15 @@ impl<'a> Engine<'a> {
         let off = self.sparse().and_then(|s| s.offload());
         let Some(off) = off.filter(|_| tokens.len() > 1) else {
             return self.pool.install(|| {
-                forward_with_into(&self.model, cache, tokens, precision, want, mode, logits)
+                Ok(forward_with_into(
+                    &self.model,
+                    cache,
+                    tokens,
+                    precision,
+                    want,
+                    mode,
+                    logits,
+                )?)
             });
         };
         // Over a store, a prompt runs in steps of at most OFFLOAD_PROMPT_STEP tokens, with their
@@ -376,7 +387,14 @@ impl<'a> Engine<'a> {
         };
         let precision = self.opts.precision;
         self.pool.install(|| {
-            crate::forward::forward_seqs_into(&self.model, caches, tokens, precision, mode, logits)
+            Ok(transformer::forward::forward_seqs_into(
+                &self.model,
+                caches,
+                tokens,
+                precision,
+                mode,
+                logits,
+            )?)
         })
     }
 
@@ -393,8 +411,16 @@ impl<'a> Engine<'a> {
             observer: Some(observer),
             ffn_nanos: None,
         };
-        self.pool
-            .install(|| forward_with(&self.model, cache, tokens, self.opts.precision, want, mode))
+        self.pool.install(|| {
+            Ok(forward_with(
+                &self.model,
+                cache,
+                tokens,
+                self.opts.precision,
+                want,
+                mode,
+            )?)
+        })
     }
 
     /// Runs a closure on the engine's thread pool (for work that belongs with the engine's threads,

@@ -21,9 +21,9 @@ use accel::{AccelError, Failure};
 
 use crate::accel::{blocks_for_model, open, AccelKind, Accelerator};
 use crate::error::{EngineError, Result};
-use crate::ffn::{FfnExecutor, FfnLayer, FfnScratch};
-use crate::model::Model;
 use crate::sparse::SparseFfn;
+use transformer::ffn::{FfnExecutor, FfnLayer, FfnScratch};
+use transformer::model::Model;
 
 /// Hot blocks on an accelerator, the rest sparse on the CPU.
 pub struct HybridFfn {
@@ -343,8 +343,8 @@ impl FfnExecutor for HybridFfn {
         x: &[f32],
         out: &mut [f32],
         scratch: &mut FfnScratch,
-    ) -> Result<()> {
-        self.run(l, x, 1, out, scratch)
+    ) -> transformer::Result<()> {
+        Ok(self.run(l, x, 1, out, scratch)?)
     }
 
     fn batch(
@@ -354,8 +354,8 @@ impl FfnExecutor for HybridFfn {
         n: usize,
         out: &mut [f32],
         scratch: &mut FfnScratch,
-    ) -> Result<()> {
-        self.run(l, x, n, out, scratch)
+    ) -> transformer::Result<()> {
+        Ok(self.run(l, x, n, out, scratch)?)
     }
 }
 

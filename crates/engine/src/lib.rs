@@ -51,6 +51,7 @@
 //!   half-split RoPE: both give the same numbers without rewriting weights.
 
 pub mod accel;
+mod accel_ffn;
 pub mod bench;
 pub mod bench_batch;
 mod bench_experts;
@@ -64,40 +65,27 @@ pub mod calibrate;
 mod calibrate_accel;
 mod calibrate_kernels;
 mod calibrate_prompt;
-pub mod config;
 mod continuation;
 mod error;
-pub mod family;
-pub mod ffn;
-mod file;
-mod fingerprint;
-pub mod forward;
 mod generate;
 mod hybrid;
-mod kv_cache;
-pub mod layer;
 pub mod manifest;
-pub mod model;
-pub mod moe;
 mod moe_profile;
 mod neurons;
 pub mod offload;
-mod ops;
-pub mod output_proxy;
 pub mod outputs;
 mod perplexity;
 pub mod planning;
 pub mod profile;
-mod prompt_attention;
-mod proxy_step;
-pub mod requant;
 mod select_cost;
 pub mod sparse;
 pub mod speculate;
-pub mod stream;
-mod stream_source;
 pub mod sys;
-mod transpose;
+
+// The model side (the `transformer` crate), under the paths the CLI, the server and the tests use.
+pub use transformer::{
+    config, family, ffn, forward, layer, model, moe, output_proxy, requant, stream,
+};
 
 /// Named models and their fetching from PyPI wheels: the `model-fetch` crate's items, under the
 /// path the CLI and the tests use.
@@ -110,6 +98,7 @@ pub mod fetch {
 }
 
 pub use self::accel::{AccelKind, Accelerator, FfnBlock};
+pub use accel_ffn::AccelFfn;
 pub use bench::{BenchMode, BenchOptions, BenchReport, ModeRuns};
 pub use bench_experts::ExpertBench;
 pub use best_of::{BestOf, Candidate};
@@ -118,17 +107,10 @@ pub use builder::{EngineBuilder, Level, Loaded, Plan, Solver};
 pub use bundle::{ModelBundle, SparsePlan, SparseSidecars};
 pub use calibrate::{calibrate, device_fingerprint, CalibrateOptions};
 pub use calibrate_accel::measure_accel;
-pub use config::{Activation, Arch, ModelConfig};
 pub use error::{EngineError, Result};
-pub use ffn::{
-    AccelFfn, DenseFfn, FfnExecutor, FfnLayer, FfnScratch, MoeStep, ObservedFfn, StepKind,
-};
-pub use fingerprint::model_fingerprint;
-pub use forward::{forward_seqs, FfnMode, FfnSample, KvCache, Logits, KV_CHUNK};
 pub use generate::{load_tokenizer, Engine, EngineOptions};
 pub use hybrid::{bucket, HotSplit, HybridFfn, BUCKETS};
 pub use kernels_neon::{set_chunk_rows, KvFormat, Precision, WeightFormat};
-pub use model::{Model, ModelFile};
 pub use model_tokenizer::{ChatMessage, ChatTemplate, Tokenizer, TokenizerError};
 pub use moe_profile::measure_routing;
 pub use offload::{
@@ -139,9 +121,17 @@ pub use planning::{
     accel_neuron_bytes, default_device_path, load_plan, model_summary, PlanSettings, STREAMED,
 };
 pub use predictor::{LayerReport, PredictorSet, Profile, TrainConfig};
-pub use requant::{Overlay, Requant};
 pub use sampling::{
     argmax, Flow, GenerateRequest, Generation, Sampler, SamplerConfig, StopReason, Timings,
 };
 pub use sparse::{NeuronPredictor, SparseFfn, SparseStats};
 pub use speculate::{DraftSource, Lookup, SpecOptions, SpecStats, Speculated};
+pub use transformer::config::{Activation, Arch, ModelConfig};
+pub use transformer::ffn::{
+    DenseFfn, FfnExecutor, FfnLayer, FfnScratch, MoeStep, ObservedFfn, StepKind,
+};
+pub use transformer::fingerprint::model_fingerprint;
+pub use transformer::forward::{forward_seqs, FfnMode, FfnSample, KvCache, Logits, KV_CHUNK};
+pub use transformer::model::{Model, ModelFile};
+pub use transformer::requant::{Overlay, Requant};
+pub use transformer::ModelError;

@@ -23,7 +23,7 @@
 //! ```
 //!
 //! The checksum is the hash of every byte before its line. Part names are plain file names in the
-//! resident file's folder ([`crate::config::file_next_to`]); each role appears at most once and the
+//! resident file's folder ([`transformer::config::file_next_to`]); each role appears at most once and the
 //! resident file and store always.
 
 use std::io::Read;
@@ -169,7 +169,8 @@ impl Manifest {
     ) -> Result<Manifest> {
         for (_, path) in parts {
             let file = plain_name(path)?;
-            let in_folder = crate::config::file_next_to(resident, &file, "manifest part", "part")?;
+            let in_folder =
+                transformer::config::file_next_to(resident, &file, "manifest part", "part")?;
             if !atomic_out::same_file(&in_folder, path) {
                 return Err(bad(
                     path,
@@ -351,7 +352,7 @@ impl Manifest {
             }
         }
         if let Some(p) = self.parts.iter().find(|p| {
-            !crate::config::FfnStoreRef::is_plain_name(&p.file)
+            !transformer::config::FfnStoreRef::is_plain_name(&p.file)
                 || p.file.contains(char::is_whitespace)
         }) {
             return Err(bad(
@@ -470,7 +471,12 @@ impl Manifest {
 
     /// Each part's path next to `resident`, checked as the store's name is (plain name, no link out).
     fn part_path(&self, resident: &Path, p: &Part) -> Result<PathBuf> {
-        crate::config::file_next_to(resident, &p.file, "manifest part", p.role.name())
+        Ok(transformer::config::file_next_to(
+            resident,
+            &p.file,
+            "manifest part",
+            p.role.name(),
+        )?)
     }
 
     /// Checks that every part exists with the size the manifest gives (cheap: no data is read). The
@@ -577,7 +583,7 @@ fn plain_name(path: &Path) -> Result<String> {
     path.file_name()
         .and_then(|n| n.to_str())
         .filter(|n| {
-            crate::config::FfnStoreRef::is_plain_name(n) && !n.contains(char::is_whitespace)
+            transformer::config::FfnStoreRef::is_plain_name(n) && !n.contains(char::is_whitespace)
         })
         .map(str::to_string)
         .ok_or_else(|| bad(path, "not a file name a manifest can record".into()))

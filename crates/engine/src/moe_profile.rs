@@ -2,9 +2,9 @@
 //! windows, every router's choices counted (`sparrow convert` of an MoE model carries the result).
 
 use crate::error::Result;
-use crate::forward::Logits;
 use crate::generate::Engine;
-use crate::moe::{RoutingProfile, RoutingRecorder};
+use transformer::forward::Logits;
+use transformer::moe::{RoutingProfile, RoutingRecorder};
 
 /// Runs `engine` (an in-memory MoE model) over `tokens` in windows of at most `window` tokens (each
 /// from an empty KV cache) and returns how its routers chose.
@@ -32,7 +32,7 @@ pub fn measure_routing(
     let recorder = RoutingRecorder::start(
         routers,
         cfg.n_experts,
-        crate::fingerprint::model_fingerprint(model),
+        transformer::fingerprint::model_fingerprint(model),
     );
     let run = || -> Result<()> {
         for w in tokens.chunks(window.max(1)) {

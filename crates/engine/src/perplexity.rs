@@ -3,8 +3,8 @@
 use std::time::Instant;
 
 use crate::error::{EngineError, Result};
-use crate::forward::Logits;
 use crate::generate::Engine;
+use transformer::forward::Logits;
 
 /// The outcome of [`Engine::perplexity`].
 #[derive(Debug, Clone, serde::Serialize)]

@@ -9,7 +9,7 @@
 //!
 //! Over a resident file (an offloaded model) the embedding and the output projection are offered to
 //! the planner as one offloadable tensor ([`STREAMED`]): the engine leaves both on flash together
-//! (`crate::stream`: a step reads one embedding row and the whole output projection, in sequential
+//! (`transformer::stream`: a step reads one embedding row and the whole output projection, in sequential
 //! chunks), and the planner keeps them in memory only where that buys the most time per byte.
 
 use std::path::Path;
@@ -21,7 +21,7 @@ use predictor::Profile;
 use crate::bundle::{ffn_store_path, ModelBundle, SparseSidecars};
 use crate::error::{EngineError, Result};
 use crate::generate::Engine;
-use crate::model::Model;
+use transformer::model::Model;
 
 /// Where `sparrow calibrate` saves this machine's profile and `sparrow plan` looks for it: the model
 /// cache folder (the flash the models are read from), `device.sparrow-device`.
@@ -140,7 +140,7 @@ pub fn model_summary(engine: &Engine<'_>, sidecars: &SparseSidecars) -> Result<M
         attn_macs_per_pair: (cfg.n_layers * 2 * cfg.q_dim()) as f64,
         output_macs: (cfg.d_model * cfg.vocab_size) as f64,
         output_bytes: if model.output_proxy_enabled() {
-            crate::output_proxy::proxy_step_bytes(&model.output)
+            transformer::output_proxy::proxy_step_bytes(&model.output)
         } else {
             bytes(&model.output)
         },
@@ -263,7 +263,7 @@ fn process_bytes(model: &Model<'_>, tensors: &[TensorInfo], offloaded: bool) -> 
         + crate::budget::ffn_weight_bytes(model) as u64
         + model.output_proxy().map_or(0, |p| p.data().len() as u64);
     let streaming = if offloaded {
-        crate::stream::STREAM_RESIDENT_BYTES
+        transformer::stream::STREAM_RESIDENT_BYTES
     } else {
         0
     };
@@ -300,7 +300,7 @@ fn tensors(model: &Model<'_>, offloaded: bool) -> Vec<TensorInfo> {
         {
             Some(p) => (
                 p.format(),
-                crate::output_proxy::proxy_step_bytes(&model.output),
+                transformer::output_proxy::proxy_step_bytes(&model.output),
             ),
             None => (model.output.format(), output),
         };
@@ -382,7 +382,7 @@ fn memory_layers(
             let neuron =
                 (bytes(&layer.gate) + bytes(&layer.up) + bytes(&layer.down)) / n.max(1) as u64;
             // In-memory sparse decode reads the down columns transposed into its own format.
-            let down_format = crate::transpose::DEFAULT_DOWN_FORMAT;
+            let down_format = transformer::transpose::DEFAULT_DOWN_FORMAT;
             let down = down_format.row_bytes(layer.down.rows()).unwrap_or(0) as u64;
             FfnLayer::from_frequencies(
                 neuron.max(1),

@@ -11,13 +11,13 @@ use predictor::{
 use rayon::prelude::*;
 
 use crate::error::{EngineError, Result};
-pub use crate::fingerprint::model_fingerprint;
-use crate::forward::{FfnSample, Logits};
 use crate::generate::Engine;
 use crate::neurons::Score;
 use crate::offload::OffloadOptions;
 use crate::sparse::SparseFfn;
-use crate::transpose::DEFAULT_DOWN_FORMAT;
+pub use transformer::fingerprint::model_fingerprint;
+use transformer::forward::{FfnSample, Logits};
+use transformer::transpose::DEFAULT_DOWN_FORMAT;
 
 /// Runs `windows` windows of `window` tokens of `tokens` through the engine (dense unless a sparse FFN
 /// is set), calling `observe` with every layer's FFN activations. Stops early, returning how many

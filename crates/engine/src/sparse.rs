@@ -23,19 +23,19 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use kernels_neon::{Precision, QMatrix, WeightFormat};
 use rayon::prelude::*;
 
-use crate::config::ModelConfig;
 use crate::error::{kernel, EngineError, Result};
-use crate::ffn::{DenseFfn, FfnExecutor, FfnLayer, FfnScratch, StepKind};
-use crate::layer::GatedFfn;
-use crate::model::Model;
 use crate::neurons::{
     check_thresholds, GateUpRows, NeuronSelector, Precomputed, RowCounts, SelectScratch,
 };
 pub use crate::neurons::{NeuronPredictor, Score};
 use crate::offload::{Offload, OffloadOptions, PrefillMask};
-use crate::ops::mm;
-use crate::transpose::TransposedDown;
-pub use crate::transpose::DEFAULT_DOWN_FORMAT;
+use transformer::config::ModelConfig;
+use transformer::ffn::{DenseFfn, FfnExecutor, FfnLayer, FfnScratch, StepKind};
+use transformer::layer::GatedFfn;
+use transformer::model::Model;
+use transformer::ops::mm;
+use transformer::transpose::TransposedDown;
+pub use transformer::transpose::DEFAULT_DOWN_FORMAT;
 
 /// Counters of the work sparse decode did (neurons, summed over layers and tokens).
 #[derive(Debug, Default)]
@@ -443,11 +443,11 @@ impl FfnExecutor for SparseFfn {
         x: &[f32],
         out: &mut [f32],
         scratch: &mut FfnScratch,
-    ) -> Result<()> {
+    ) -> transformer::Result<()> {
         if self.is_dense(l.index) {
             return self.dense_ffn(l.index).decode(l, x, out, scratch);
         }
-        self.decode_except(l, x, out, None)
+        Ok(self.decode_except(l, x, out, None)?)
     }
 
     /// In memory: gate and up computed densely, the neurons sparse decode would skip masked out
@@ -463,19 +463,26 @@ impl FfnExecutor for SparseFfn {
         n: usize,
         out: &mut [f32],
         scratch: &mut FfnScratch,
-    ) -> Result<()> {
+    ) -> transformer::Result<()> {
         if self.is_dense(l.index) || (l.kind == StepKind::Decode && self.dense_batch(n)) {
             return self.dense_ffn(l.index).batch(l, x, n, out, scratch);
         }
-        self.batch_except(l, x, n, out, scratch, None)
+        Ok(self.batch_except(l, x, n, out, scratch, None)?)
     }
 
     /// A dense layer's neurons are all kept.
-    fn mask(&self, layer: usize, x: &[f32], n: usize, act: &mut [f32], up: &[f32]) -> Result<()> {
+    fn mask(
+        &self,
+        layer: usize,
+        x: &[f32],
+        n: usize,
+        act: &mut [f32],
+        up: &[f32],
+    ) -> transformer::Result<()> {
         if self.is_dense(layer) {
             return Ok(());
         }
-        self.selector.mask(self.score, layer, x, n, act, up)
+        Ok(self.selector.mask(self.score, layer, x, n, act, up)?)
     }
 
     fn owns_weights(&self) -> bool {

@@ -19,10 +19,10 @@ use std::time::{Duration, Instant};
 
 use crate::continuation::{Accepted, Continuation};
 use crate::error::{EngineError, Result};
-use crate::forward::{forward_verify_into, FfnMode, Logits};
 use crate::generate::Engine;
 use sampling::Sampler;
 use sampling::{Flow, GenerateRequest, Generation, StopReason, Timings};
+use transformer::forward::{forward_verify_into, FfnMode, Logits};
 
 /// Proposes the tokens likely to come next.
 pub trait DraftSource {
@@ -281,7 +281,7 @@ impl Engine<'_> {
     /// One verification step: `tokens` continue `cache`'s sequence, every token's logits returned.
     fn verify_step(
         &self,
-        cache: &mut crate::forward::KvCache,
+        cache: &mut transformer::forward::KvCache,
         tokens: &[u32],
         logits: &mut Vec<f32>,
     ) -> Result<()> {
@@ -291,7 +291,16 @@ impl Engine<'_> {
             ffn_nanos: None,
         };
         let precision = self.options().precision;
-        self.install(|| forward_verify_into(self.model(), cache, tokens, precision, mode, logits))
+        self.install(|| {
+            Ok(forward_verify_into(
+                self.model(),
+                cache,
+                tokens,
+                precision,
+                mode,
+                logits,
+            )?)
+        })
     }
 }
 

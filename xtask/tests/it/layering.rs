@@ -22,7 +22,7 @@ fn layer(name: &str) -> Option<u32> {
         | "sampling" | "model-fetch" => 1,
         "neuron-cache" | "neuron-store" | "predictor" | "planner" | "npu-qnn" | "qnn-double"
         | "accel" => 2,
-        "accel-qnn" => 3,
+        "accel-qnn" | "transformer" => 3,
         "engine" => 4,
         "server" => 5,
         "sparrow" | "xtask" => 6,

@@ -8,7 +8,7 @@ use crate::error::Result;
 use crate::generate::Engine;
 
 /// The shortest context a budget sizes (one chunk of the KV cache, [`crate::KV_CHUNK`]).
-pub const MIN_FITTED_CONTEXT: usize = crate::forward::KV_CHUNK;
+pub const MIN_FITTED_CONTEXT: usize = transformer::forward::KV_CHUNK;
 
 /// The longest of `longest` (the engine's context) and its halvings down to
 /// [`MIN_FITTED_CONTEXT`] (or `longest`, when shorter) for which `fits`; the shortest when none

@@ -6,8 +6,8 @@ use crate::budget::{ffn_cache_bytes, Resident};
 use crate::bundle_parts::BundleParts;
 use crate::error::{EngineError, Result};
 use crate::generate::Engine;
-use crate::moe::RoutingProfile;
 use crate::offload::{ExpertOffload, ExpertOffloadOptions};
+use transformer::moe::RoutingProfile;
 
 impl EngineBuilder {
     /// Opens the expert store of `eng`'s resident MoE file and sets the engine to run from it.

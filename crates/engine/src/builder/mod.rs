@@ -30,9 +30,9 @@ use crate::budget::MemoryBudget;
 use crate::bundle::SparseSidecars;
 use crate::error::Result;
 use crate::generate::{Engine, EngineOptions};
-use crate::model::ModelFile;
 use crate::offload::OffloadOptions;
-use crate::requant::{Overlay, Requant};
+use transformer::model::ModelFile;
+use transformer::requant::{Overlay, Requant};
 
 pub use plan::{Plan, Solver};
 

@@ -10,9 +10,9 @@ use super::EngineBuilder;
 use crate::budget::MemoryBudget;
 use crate::error::Result;
 use crate::generate::Engine;
-use crate::model::{Model, ModelFile};
 use crate::offload::OffloadOptions;
 use crate::planning::{default_device_path, load_plan, model_summary, PlanSettings};
+use transformer::model::{Model, ModelFile};
 
 pub use planner::{Plan, Solver};
 

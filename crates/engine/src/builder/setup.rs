@@ -188,7 +188,7 @@ impl EngineBuilder {
 
     /// Every layer's FFN on `kind`; one that cannot be opened is a warning and the CPU.
     fn setup_accel(&self, eng: &mut Engine<'_>, kind: &AccelKind) {
-        match eng.install(|| crate::ffn::AccelFfn::open(kind, eng.model())) {
+        match eng.install(|| crate::AccelFfn::open(kind, eng.model())) {
             Ok(ffn) => {
                 self.note(&format!(
                     "FFN on the {} accelerator",

@@ -9,8 +9,8 @@ use kernels_neon::{QMatrix, WeightFormat};
 use super::chunk::Chunk;
 use super::runtime::Offload;
 use crate::accel::{FfnBlock, FileRows, StreamedRows};
-use crate::config::Activation;
 use crate::error::{kernel, Result};
+use transformer::config::Activation;
 
 impl Offload {
     /// `share` of each layer's units (rounded, at least one when `share > 0`): what

@@ -10,15 +10,15 @@ use ufs_io::{IoConfig, IoEngine, OpenOptions};
 
 use super::generation::{name_of, remove_replaced, ConvertStep, Generation};
 use crate::bundle_parts::BundleParts;
-use crate::config::{
+use crate::error::{EngineError, Result};
+use crate::manifest::{Manifest, PartRole};
+use transformer::config::{
     BUNDLE_MANIFEST_KEY, BUNDLE_PREDICTOR_KEY, BUNDLE_PROFILE_KEY, FFN_STORE_FILE_KEY,
     FFN_STORE_FINGERPRINT_KEY,
 };
-use crate::error::{EngineError, Result};
-use crate::fingerprint::model_fingerprint;
-use crate::manifest::{Manifest, PartRole};
-use crate::model::{Model, ModelFile};
-use crate::transpose::TransposedDown;
+use transformer::fingerprint::model_fingerprint;
+use transformer::model::{Model, ModelFile};
+use transformer::transpose::TransposedDown;
 
 /// Settings of [`convert`].
 #[derive(Debug, Clone)]
@@ -47,7 +47,7 @@ pub struct ConvertOptions {
 impl Default for ConvertOptions {
     fn default() -> Self {
         ConvertOptions {
-            down_format: Some(crate::transpose::DEFAULT_DOWN_FORMAT),
+            down_format: Some(transformer::transpose::DEFAULT_DOWN_FORMAT),
             packing: Some(Packing::Page),
             with_predictors: false,
             hot_frequency: 0.5,
@@ -150,7 +150,7 @@ pub struct ConvertReport {
     /// Fingerprint of the source model (the resident file carries it).
     pub source_fingerprint: u64,
     /// Bytes of the output projection's proxy in the resident file (0: none, it would not pay;
-    /// [`crate::output_proxy`]).
+    /// [`transformer::output_proxy`]).
     pub proxy_bytes: u64,
     /// Every part of the new bundle.
     pub parts: BundleParts,
@@ -477,13 +477,16 @@ pub(super) fn resident_file(
     }
     // The output projection's 2-bit proxy, which a step streaming the output reads instead of it.
     let mut proxy_bytes = 0;
-    if crate::output_proxy::proxy_pays(&model.output) {
-        let proxy = crate::output_proxy::build_proxy(&model.output)?;
+    if transformer::output_proxy::proxy_pays(&model.output) {
+        let proxy = transformer::output_proxy::build_proxy(&model.output)?;
         proxy_bytes = proxy.len() as u64;
         out.tensor(
-            crate::output_proxy::OUTPUT_PROXY_TENSOR,
-            crate::output_proxy::PROXY_FORMAT,
-            &[cfg.vocab_size, crate::output_proxy::proxy_cols(cfg.d_model)],
+            transformer::output_proxy::OUTPUT_PROXY_TENSOR,
+            transformer::output_proxy::PROXY_FORMAT,
+            &[
+                cfg.vocab_size,
+                transformer::output_proxy::proxy_cols(cfg.d_model),
+            ],
             proxy,
         )?;
     }

@@ -27,9 +27,9 @@ use neuron_store::expert::ExpertStore;
 use ufs_io::{AlignedBuf, IoConfig, IoEngine, OpenOptions};
 
 use crate::error::{EngineError, Result};
-use crate::ffn::{FfnExecutor, FfnLayer, FfnScratch, MoeStep};
-use crate::moe::{route, ExpertFfn, ExpertGroups, Route, RoutingProfile};
-use crate::ops::{mm_step, StepKind};
+use transformer::ffn::{FfnExecutor, FfnLayer, FfnScratch, MoeStep};
+use transformer::moe::{route, ExpertFfn, ExpertGroups, Route, RoutingProfile};
+use transformer::ops::{mm_step, StepKind};
 
 /// Settings of an [`ExpertOffload`].
 #[derive(Debug, Clone)]
@@ -515,7 +515,7 @@ impl ExpertOffload {
             xs[j * d..(j + 1) * d].copy_from_slice(&x[t * d..(t + 1) * d]);
         }
         let kind = if mm == 1 { StepKind::Decode } else { step.kind };
-        step.moe.block.gated(
+        Ok(step.moe.block.gated(
             &ffn,
             &s.xs[..mm * d],
             mm,
@@ -524,7 +524,7 @@ impl ExpertOffload {
             &mut s.g,
             &mut s.u,
             &mut s.outs[i],
-        )
+        )?)
     }
 
     /// Adds the shared expert's output (as the in-memory block does).
@@ -574,8 +574,8 @@ impl FfnExecutor for ExpertOffload {
         _: &[f32],
         _: &mut [f32],
         _: &mut FfnScratch,
-    ) -> Result<()> {
-        Err(dense_layer(layer.index))
+    ) -> transformer::Result<()> {
+        Err(dense_layer(layer.index).into())
     }
 
     fn batch(
@@ -585,8 +585,8 @@ impl FfnExecutor for ExpertOffload {
         _: usize,
         _: &mut [f32],
         _: &mut FfnScratch,
-    ) -> Result<()> {
-        Err(dense_layer(layer.index))
+    ) -> transformer::Result<()> {
+        Err(dense_layer(layer.index).into())
     }
 
     fn owns_weights(&self) -> bool {
@@ -599,8 +599,8 @@ impl FfnExecutor for ExpertOffload {
         x: &[f32],
         n: usize,
         out: &mut [f32],
-    ) -> Option<Result<()>> {
-        Some(self.step(step, x, n, out))
+    ) -> Option<transformer::Result<()>> {
+        Some(self.step(step, x, n, out).map_err(Into::into))
     }
 
     fn runs_experts(&self) -> bool {

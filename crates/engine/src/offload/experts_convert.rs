@@ -14,10 +14,10 @@ use super::convert::{fault, resident_file, ConvertOptions, CONVERT};
 use super::generation::{remove_replaced, ConvertStep, Generation};
 use crate::bundle_parts::BundleParts;
 use crate::error::{EngineError, Result};
-use crate::fingerprint::model_fingerprint;
 use crate::manifest::{Manifest, PartRole};
-use crate::model::{Model, ModelFile};
-use crate::moe::RoutingProfile;
+use transformer::fingerprint::model_fingerprint;
+use transformer::model::{Model, ModelFile};
+use transformer::moe::RoutingProfile;
 
 /// What [`convert_moe`] wrote.
 #[derive(Debug, Clone)]

@@ -49,7 +49,7 @@ pub struct OffloadOptions {
     /// KV cache at the whole context, the predictors: [`crate::Resident::total`]), counted first when
     /// a process budget is set live ([`super::CacheControl::set_memory_budget`]); 0 where unknown.
     pub outside_ffn_bytes: u64,
-    /// Whether the embedding and the output projection stay on flash ([`crate::stream`]) as a plan
+    /// Whether the embedding and the output projection stay on flash ([`transformer::stream`]) as a plan
     /// decided (`sparrow plan`: `Some(true)` on flash, `Some(false)` in memory, whatever the
     /// budget). `None`: the engine's rule, on flash only under a process budget that cannot hold the
     /// whole FFN beside them.

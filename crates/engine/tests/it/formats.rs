@@ -188,7 +188,9 @@ fn gguf_and_hf_directory_give_the_same_logits() {
 }
 
 fn err_of(path: &Path) -> String {
-    match ModelFile::open(path).and_then(|f| Engine::new(&f, EngineOptions::default()).map(|_| ()))
+    match ModelFile::open(path)
+        .map_err(engine::EngineError::from)
+        .and_then(|f| Engine::new(&f, EngineOptions::default()).map(|_| ()))
     {
         Ok(()) => panic!("{} should not load", path.display()),
         Err(e) => e.to_string(),

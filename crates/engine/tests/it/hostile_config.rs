@@ -40,7 +40,9 @@ fn variant(
 }
 
 fn load_error(path: &Path) -> String {
-    match ModelFile::open(path).and_then(|f| Engine::new(&f, EngineOptions::default()).map(|_| ()))
+    match ModelFile::open(path)
+        .map_err(engine::EngineError::from)
+        .and_then(|f| Engine::new(&f, EngineOptions::default()).map(|_| ()))
     {
         Ok(()) => panic!("{} should not load", path.display()),
         Err(e) => e.to_string(),

@@ -9,8 +9,8 @@ use crate::common;
 use common::*;
 use engine::forward::forward_with;
 use engine::{
-    DenseFfn, Engine, EngineError, EngineOptions, FfnExecutor, FfnLayer, FfnMode, FfnScratch,
-    KvFormat, Logits, ModelFile, Precision, KV_CHUNK,
+    DenseFfn, Engine, EngineOptions, FfnExecutor, FfnLayer, FfnMode, FfnScratch, KvFormat, Logits,
+    ModelError, ModelFile, Precision, KV_CHUNK,
 };
 
 fn engine_for(file: &ModelFile, format: KvFormat, context: usize) -> Engine<'_> {
@@ -43,7 +43,7 @@ impl FfnExecutor for FailsAt {
         x: &[f32],
         out: &mut [f32],
         s: &mut FfnScratch,
-    ) -> engine::Result<()> {
+    ) -> Result<(), ModelError> {
         self.batch(l, x, 1, out, s)
     }
 
@@ -54,9 +54,9 @@ impl FfnExecutor for FailsAt {
         n: usize,
         out: &mut [f32],
         s: &mut FfnScratch,
-    ) -> engine::Result<()> {
+    ) -> Result<(), ModelError> {
         if l.index == self.0 {
-            return Err(EngineError::Request(format!(
+            return Err(ModelError::Request(format!(
                 "injected failure at layer {}",
                 self.0
             )));

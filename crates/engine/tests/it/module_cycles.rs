@@ -334,7 +334,13 @@ fn sources(src: &[(&str, &str)]) -> Vec<(String, String)> {
 }
 
 /// The crates that came out of the engine, checked like it.
-const SPLIT_CRATES: &[&str] = &["accel", "accel-qnn", "sampling", "model-fetch"];
+const SPLIT_CRATES: &[&str] = &[
+    "accel",
+    "accel-qnn",
+    "sampling",
+    "model-fetch",
+    "transformer",
+];
 
 /// The module graph of crate `name`'s `src/` (a sibling of this crate's folder).
 fn crate_graph(name: &str) -> Graph {

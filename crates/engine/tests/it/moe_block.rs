@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 
 use engine::moe::{MoeBlock, MoeConfig, MoeFamily, MoeLayer, MoeScratch};
-use engine::{EngineError, Precision, StepKind};
+use engine::{Precision, StepKind};
 use kernels_neon::Activation;
 use model_format::{DType, GgufFile, GgufWriter, MetaValue};
 
@@ -389,7 +389,7 @@ fn a_decode_batch_is_each_token_alone_bit_for_bit_and_a_prompt_is_close() {
     }
 }
 
-fn config_of(keys: &[(&str, MetaValue)]) -> Result<Option<MoeConfig>, EngineError> {
+fn config_of(keys: &[(&str, MetaValue)]) -> Result<Option<MoeConfig>, engine::ModelError> {
     let map: Vec<(String, MetaValue)> = keys
         .iter()
         .map(|(k, v)| (k.to_string(), v.clone()))

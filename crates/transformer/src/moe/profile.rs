@@ -14,7 +14,7 @@ use std::sync::Mutex;
 use kernels_neon::QMatrix;
 
 use super::routing::Route;
-use crate::error::{EngineError, Result};
+use crate::error::{ModelError, Result};
 
 /// Largest routing profile read (a 128-layer, 1024-expert profile is a few MiB).
 pub const MAX_ROUTING_PROFILE_BYTES: u64 = 64 << 20;
@@ -70,7 +70,7 @@ impl RoutingProfile {
 
     /// Parses a profile read from `path` (named in errors).
     pub fn parse(text: &str, path: &Path) -> Result<Self> {
-        let bad = |what: String| EngineError::BadModel {
+        let bad = |what: String| ModelError::BadModel {
             path: path.to_path_buf(),
             detail: format!("not a valid routing profile: {what}"),
         };

@@ -17,7 +17,7 @@ pub const DEFAULT_DOWN_FORMAT: WeightFormat = WeightFormat::Q8_0;
 
 /// Per layer: the down matrix transposed into `format` (`d_ff × d_model`), and the L2 norm of each
 /// neuron's row of it (the neuron's importance weight).
-pub(crate) struct TransposedDown {
+pub struct TransposedDown {
     /// Per layer, the transposed down matrix's bytes.
     pub rows: Vec<Vec<u8>>,
     /// Per layer and neuron, the norm of its down row.
@@ -27,7 +27,7 @@ pub(crate) struct TransposedDown {
 impl TransposedDown {
     /// Transposes every layer's down matrix of `model` into `format` (layers in parallel on the
     /// current rayon pool) and measures the rows.
-    pub(crate) fn of(model: &Model<'_>, format: WeightFormat) -> Result<Self> {
+    pub fn of(model: &Model<'_>, format: WeightFormat) -> Result<Self> {
         let cfg = &model.config;
         let (d, ff) = (cfg.d_model, cfg.d_ff);
         let rows = model

@@ -82,7 +82,8 @@ impl ModelFile {
         FileKeys { file: self, arch }
     }
 
-    pub(crate) fn tensor(&self, name: &str) -> Option<TensorView<'_>> {
+    /// The tensor `name` (its logical name), if the file has it.
+    pub fn tensor(&self, name: &str) -> Option<TensorView<'_>> {
         match self {
             ModelFile::Gguf(f) => f.tensor(name),
             ModelFile::Hf(d) => d.tensor(name),

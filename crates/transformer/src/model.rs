@@ -6,7 +6,7 @@ use kernels_neon::QMatrix;
 use model_format::TensorView;
 
 use crate::config::ModelConfig;
-use crate::error::{kernel, EngineError, Result};
+use crate::error::{kernel, ModelError, Result};
 use crate::family::{LayerShape, LayerTensors};
 pub use crate::file::ModelFile;
 use crate::file::{names_of, Names};
@@ -56,14 +56,14 @@ impl<'f> Loader<'f> {
     fn view(&self, name: &str) -> Result<TensorView<'f>> {
         self.file
             .tensor(name)
-            .ok_or_else(|| EngineError::MissingTensor {
+            .ok_or_else(|| ModelError::MissingTensor {
                 path: self.path.clone(),
                 name: name.to_string(),
             })
     }
 
-    fn shape_err(&self, t: &TensorView<'_>, expected: Vec<usize>) -> EngineError {
-        EngineError::TensorShape {
+    fn shape_err(&self, t: &TensorView<'_>, expected: Vec<usize>) -> ModelError {
+        ModelError::TensorShape {
             path: self.path.clone(),
             name: t.name.to_string(),
             found: t.shape.to_vec(),
@@ -74,7 +74,7 @@ impl<'f> Loader<'f> {
     fn matrix(&self, name: &str, rows: usize, cols: usize) -> Result<QMatrix<'f>> {
         if let Some(o) = self.overlay.and_then(|o| o.get(name)) {
             if o.rows != rows || o.cols != cols {
-                return Err(EngineError::TensorShape {
+                return Err(ModelError::TensorShape {
                     path: self.path.clone(),
                     name: name.to_string(),
                     found: vec![o.rows, o.cols],
@@ -180,7 +180,7 @@ impl<'a> Model<'a> {
         {
             // (llama.cpp requires `output.weight` of olmoe and qwen2moe files too.)
             // An HF model that says its output is not the embedding must ship it.
-            return Err(EngineError::MissingTensor {
+            return Err(ModelError::MissingTensor {
                 path: file.path().to_path_buf(),
                 name: names.output.to_string(),
             });
@@ -210,7 +210,7 @@ impl<'a> Model<'a> {
         };
         let family = config.arch.family();
         let keys = file.config_keys(config.arch.name());
-        let bad_key = |detail: String| EngineError::BadModel {
+        let bad_key = |detail: String| ModelError::BadModel {
             path: file.path().to_path_buf(),
             detail,
         };
@@ -394,7 +394,7 @@ impl<'a> Model<'a> {
     pub fn embed_token(&self, token: u32, out: &mut [f32]) -> Result<()> {
         let t = token as usize;
         if t >= self.config.vocab_size {
-            return Err(EngineError::Request(format!(
+            return Err(ModelError::Request(format!(
                 "token id {token} is outside the vocabulary ({})",
                 self.config.vocab_size
             )));

@@ -3,7 +3,7 @@
 use kernels_neon::{KvChunks, Precision};
 use rayon::prelude::*;
 
-use crate::error::{kernel, EngineError, Result};
+use crate::error::{kernel, ModelError, Result};
 use crate::ffn::{layer_step, DenseFfn, FfnExecutor, FfnScratch, ObservedFfn};
 pub use crate::ffn::{FfnObserver, FfnSample};
 pub use crate::kv_cache::{KvCache, KV_CHUNK};
@@ -95,8 +95,8 @@ fn rope_tables(model: &Model<'_>, place: &[Place]) -> Vec<(f32, Vec<kernels_neon
         .collect()
 }
 
-fn resident_needs_sparse(model: &Model<'_>) -> EngineError {
-    EngineError::Request(format!(
+fn resident_needs_sparse(model: &Model<'_>) -> ModelError {
+    ModelError::Request(format!(
         "{}: the FFN weights of this resident file are in its neuron store: run it with --sparse \
          (profiling and calibration need the original model)",
         model.path().display()
@@ -131,7 +131,7 @@ pub fn forward_with(
 
 /// [`forward_with`] into `logits` (resized to what the step returns), so that a decode loop reuses
 /// one buffer.
-pub(crate) fn forward_with_into(
+pub fn forward_with_into(
     model: &Model<'_>,
     cache: &mut KvCache,
     tokens: &[u32],
@@ -199,7 +199,7 @@ pub fn forward_seqs(
 
 /// [`forward_seqs`] into `logits` (resized to `tokens.len() × vocab`), so that a decode loop
 /// reuses one buffer.
-pub(crate) fn forward_seqs_into(
+pub fn forward_seqs_into(
     model: &Model<'_>,
     caches: &mut [&mut KvCache],
     tokens: &[u32],
@@ -208,7 +208,7 @@ pub(crate) fn forward_seqs_into(
     logits: &mut Vec<f32>,
 ) -> Result<()> {
     if caches.len() != tokens.len() {
-        return Err(EngineError::Request(format!(
+        return Err(ModelError::Request(format!(
             "a batched decode step needs one token per sequence: {} tokens for {} sequences",
             tokens.len(),
             caches.len()
@@ -232,7 +232,7 @@ pub(crate) fn forward_seqs_into(
 /// decode kernels, [`StepKind::Decode`]: the weights read once for all the tokens, each token's
 /// products those of a decode step), so that greedy decoding with speculation gives the tokens it
 /// gives without. Returns `tokens.len() × vocab` logits; on error the cache is left as it was.
-pub(crate) fn forward_verify_into(
+pub fn forward_verify_into(
     model: &Model<'_>,
     cache: &mut KvCache,
     tokens: &[u32],
@@ -299,7 +299,7 @@ fn forward_inner(
     let cfg = &model.config;
     let n = tokens.len();
     if n == 0 {
-        return Err(EngineError::Request("forward pass over zero tokens".into()));
+        return Err(ModelError::Request("forward pass over zero tokens".into()));
     }
     let ends = ends_after(caches, step)?;
     let (d, qd, kvd) = (cfg.d_model, cfg.q_dim(), cfg.kv_dim());
@@ -407,7 +407,7 @@ fn ends_after(caches: &[&mut KvCache], step: &Step<'_>) -> Result<Vec<usize>> {
     }
     for (c, &end) in caches.iter().zip(&ends) {
         if end > c.capacity {
-            return Err(EngineError::Request(format!(
+            return Err(ModelError::Request(format!(
                 "context is full: {} positions held + {} new > {} (raise --ctx)",
                 c.len,
                 end - c.len,

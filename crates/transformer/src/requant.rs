@@ -16,7 +16,7 @@ use std::str::FromStr;
 
 use kernels_neon::{requantize_rows, QMatrix, WeightFormat};
 
-use crate::error::{kernel, EngineError, Result};
+use crate::error::{kernel, ModelError, Result};
 use crate::file::{names_of, ModelFile};
 
 /// Target format of a re-quantization.
@@ -59,12 +59,12 @@ impl fmt::Display for Requant {
 }
 
 impl FromStr for Requant {
-    type Err = EngineError;
+    type Err = ModelError;
 
     /// `q4_0`, `int4` (per-channel), `hybrid:1%` or `hybrid:0.01` (outlier fraction per row).
     fn from_str(s: &str) -> Result<Self> {
         let bad = || {
-            EngineError::Request(format!(
+            ModelError::Request(format!(
                 "bad re-quantization `{s}`: expected q4_0, int4, or hybrid:<fraction> (e.g. hybrid:1% or hybrid:0.01)"
             ))
         };
@@ -137,7 +137,7 @@ impl Overlay {
                 let name = (names.layer)(i, kind);
                 let t = file
                     .tensor(&name)
-                    .ok_or_else(|| EngineError::MissingTensor {
+                    .ok_or_else(|| ModelError::MissingTensor {
                         path: file.path().to_path_buf(),
                         name: name.clone(),
                     })?;
@@ -147,7 +147,7 @@ impl Overlay {
                         file.path().display()
                     )
                 };
-                let bad = |detail: String| EngineError::BadModel {
+                let bad = |detail: String| ModelError::BadModel {
                     path: file.path().to_path_buf(),
                     detail,
                 };

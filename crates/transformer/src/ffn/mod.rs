@@ -2,20 +2,18 @@
 //! layer and does not know which executor it has; each kind is its own type (and file):
 //!
 //! * [`DenseFfn`] (`dense.rs`): the model's gate, up and down matrices, every neuron;
-//! * [`crate::SparseFfn`] (`sparse.rs`): activation sparsity, with its weights in memory or in a
+//! * `offload::SparseFfn` (the `offload` crate's `sparse.rs`): activation sparsity, with its weights in memory or in a
 //!   neuron store (`offload/`);
 //! * [`ObservedFfn`] (`observed.rs`): dense, showing every activation to an observer (profiling,
 //!   calibration), optionally masked as another executor would compute.
 //!
-//! * [`AccelFfn`] (`accel.rs`): every layer's block on an accelerator backend ([`crate::accel`]);
-//! * [`crate::HybridFfn`] (`hybrid.rs`, beside `sparse.rs`, which it builds on): each layer's hot
+//! * `offload::AccelFfn` (`accel_ffn.rs`): every layer's block on an accelerator backend (`accel`);
+//! * `offload::HybridFfn` (`hybrid.rs`, beside `sparse.rs`, which it builds on): each layer's hot
 //!   neurons on an accelerator, the rest sparse on the CPU, summed.
 
-mod accel;
 mod dense;
 mod observed;
 
-pub use accel::AccelFfn;
 pub use dense::DenseFfn;
 pub use observed::{FfnObserver, FfnSample, ObservedFfn};
 

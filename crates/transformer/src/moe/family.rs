@@ -6,7 +6,7 @@ use std::path::Path;
 
 use model_format::MetaValue;
 
-use crate::error::{EngineError, Result};
+use crate::error::{ModelError, Result};
 
 /// Most experts a layer may declare: real models have up to a few hundred (Qwen3-235B-A22B: 128,
 /// DeepSeek-V3: 256); a hostile file's count must not size buffers.
@@ -119,8 +119,8 @@ impl MoeFamily {
 
 /// The error of a mode that does not run Mixture-of-Experts models yet: names the file, the
 /// architecture and the mode.
-pub fn unsupported(path: &Path, arch: &str, mode: &str) -> EngineError {
-    EngineError::BadModel {
+pub fn unsupported(path: &Path, arch: &str, mode: &str) -> ModelError {
+    ModelError::BadModel {
         path: path.to_path_buf(),
         detail: format!(
             "a Mixture-of-Experts model ({arch}): {mode} does not support MoE yet \
@@ -152,7 +152,7 @@ impl MoeConfig {
         path: &Path,
         get: impl Fn(&str) -> Option<&'m MetaValue>,
     ) -> Result<Option<MoeConfig>> {
-        let bad = |detail: String| EngineError::BadModel {
+        let bad = |detail: String| ModelError::BadModel {
             path: path.to_path_buf(),
             detail,
         };

@@ -12,7 +12,7 @@ use kernels_neon::{Activation, Precision};
 use super::family::{MoeConfig, TopKNorm};
 use super::routing::{route, ExpertGroups, Route};
 use super::weights::{ExpertFfn, MoeLayer};
-use crate::error::{kernel, EngineError, Result};
+use crate::error::{kernel, ModelError, Result};
 use crate::ops::{mm_step, StepKind};
 
 /// How a family's MoE FFN computes.
@@ -147,7 +147,7 @@ impl MoeBlock {
     ) -> Result<()> {
         let (e, d) = (w.n_experts(), w.router.cols());
         if x.len() < n * d || out.len() < n * d {
-            return Err(EngineError::Request(format!(
+            return Err(ModelError::Request(format!(
                 "moe block: {n} tokens of {d} need {} floats in and out, got {} and {}",
                 n * d,
                 x.len(),
@@ -159,7 +159,7 @@ impl MoeBlock {
             return Ok(());
         }
         if w.experts.len() != e {
-            return Err(EngineError::Request(format!(
+            return Err(ModelError::Request(format!(
                 "moe block: the {e} experts are in an expert store: load the bundle with its store"
             )));
         }
@@ -236,7 +236,7 @@ impl MoeBlock {
 
     /// `ys` (`m × d`) = `down(act(gate · x) * (up · x))` for the `m` tokens of `xs`.
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn gated(
+    pub fn gated(
         &self,
         f: &ExpertFfn<'_>,
         xs: &[f32],

@@ -2,14 +2,14 @@
 //! expert ([`crate::moe::MoeLayer`], llama.cpp's tensor names) and the block of the config's family.
 
 use super::{LayerShape, LayerTensors};
-use crate::error::{EngineError, Result};
+use crate::error::{ModelError, Result};
 use crate::layer::LayerFfn;
 use crate::moe::{MoeBlock, MoeFfn, MoeLayer};
 
 /// The layer's MoE block (without its experts in a resident file); an error naming the file when the
 /// config has no experts.
 pub(crate) fn moe_ffn<'a>(t: &dyn LayerTensors<'a>, s: &LayerShape) -> Result<LayerFfn<'a>> {
-    let bad = |detail: &str| EngineError::BadModel {
+    let bad = |detail: &str| ModelError::BadModel {
         path: t.path().to_path_buf(),
         detail: detail.to_string(),
     };

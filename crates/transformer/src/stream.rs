@@ -24,7 +24,7 @@ use kernels_neon::{Precision, QMatrix};
 use model_format::{advise, Paging};
 use ufs_io::{AlignedBuf, ALIGN};
 
-use crate::error::{kernel, EngineError, Result};
+use crate::error::{kernel, ModelError, Result};
 use crate::ffn::StepKind;
 use crate::ops::mm_step;
 use crate::stream_source::StreamSource;
@@ -150,7 +150,7 @@ fn direct_logits(
             let (a0, _) = window(c);
             let (lo, hi) = ((start - a0) as usize, (end - a0) as usize);
             if got < hi {
-                return Err(EngineError::Flash(ufs_io::IoError::ShortRead {
+                return Err(ModelError::Flash(ufs_io::IoError::ShortRead {
                     path: src.file.path().to_path_buf(),
                     offset: a0,
                     wanted: hi,
@@ -210,8 +210,8 @@ impl Projection<'_, '_> {
     }
 }
 
-fn reader_stopped(src: &StreamSource) -> EngineError {
-    EngineError::Request(format!(
+fn reader_stopped(src: &StreamSource) -> ModelError {
+    ModelError::Request(format!(
         "{}: the output projection's reader stopped",
         src.file.path().display()
     ))

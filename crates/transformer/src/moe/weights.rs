@@ -9,7 +9,7 @@ use kernels_neon::QMatrix;
 use model_format::TensorView;
 
 use super::family::MoeConfig;
-use crate::error::{kernel, EngineError, Result};
+use crate::error::{kernel, ModelError, Result};
 
 /// One expert's gated FFN: `gate` and `up` are `ff × d`, `down` is `d × ff`.
 #[derive(Debug, Clone, Copy)]
@@ -67,7 +67,7 @@ impl<'w> MoeLayer<'w> {
     ) -> Result<MoeLayer<'w>> {
         let name = |t: &str| format!("blk.{layer}.{t}.weight");
         let view = |n: &str| {
-            get(n).ok_or_else(|| EngineError::MissingTensor {
+            get(n).ok_or_else(|| ModelError::MissingTensor {
                 path: path.to_path_buf(),
                 name: n.to_string(),
             })
@@ -147,8 +147,8 @@ impl<'w> MoeLayer<'w> {
     }
 }
 
-fn shape_err(path: &Path, t: &TensorView<'_>, expected: &[usize]) -> EngineError {
-    EngineError::TensorShape {
+fn shape_err(path: &Path, t: &TensorView<'_>, expected: &[usize]) -> ModelError {
+    ModelError::TensorShape {
         path: path.to_path_buf(),
         name: t.name.to_string(),
         found: t.shape.to_vec(),

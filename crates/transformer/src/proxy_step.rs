@@ -4,7 +4,7 @@
 
 use kernels_neon::{Precision, QMatrix};
 
-use crate::error::{kernel, EngineError, Result};
+use crate::error::{kernel, ModelError, Result};
 use crate::ops::{mm_step, StepKind};
 use crate::output_proxy::PROXY_CANDIDATES;
 use crate::stream::output_logits;
@@ -146,7 +146,7 @@ fn read_rows(s: &ProxySource<'_>, rb: usize, cand: &[u32], rows: &mut [u8]) -> R
                     for (w, part) in group.iter_mut() {
                         let got = s.file.file.read_into(w.start, part)?;
                         if got < part.len() {
-                            return Err(EngineError::Flash(ufs_io::IoError::ShortRead {
+                            return Err(ModelError::Flash(ufs_io::IoError::ShortRead {
                                 path: s.file.file.path().to_path_buf(),
                                 offset: w.start,
                                 wanted: part.len(),
@@ -162,7 +162,7 @@ fn read_rows(s: &ProxySource<'_>, rb: usize, cand: &[u32], rows: &mut [u8]) -> R
             .into_iter()
             .map(|h| {
                 h.join().unwrap_or_else(|_| {
-                    Err(EngineError::Request(
+                    Err(ModelError::Request(
                         "a reader of output rows panicked".into(),
                     ))
                 })

@@ -9,10 +9,10 @@
 use accel::Failure;
 
 use crate::accel::{blocks_for_model, open, AccelKind, Accelerator};
-use crate::config::Activation;
 use crate::error::{EngineError, Result};
-use crate::ffn::{DenseFfn, FfnExecutor, FfnLayer, FfnScratch};
-use crate::model::Model;
+use transformer::config::Activation;
+use transformer::ffn::{DenseFfn, FfnExecutor, FfnLayer, FfnScratch};
+use transformer::model::Model;
 
 /// The FFN of every layer on one accelerator, whose blocks hold every neuron; the CPU when it fails.
 pub struct AccelFfn {
@@ -87,9 +87,9 @@ impl AccelFfn {
             }
         }
         if n == 1 {
-            self.cpu.decode(l, x, out, scratch)
+            Ok(self.cpu.decode(l, x, out, scratch)?)
         } else {
-            self.cpu.batch(l, x, n, out, scratch)
+            Ok(self.cpu.batch(l, x, n, out, scratch)?)
         }
     }
 }
@@ -101,8 +101,8 @@ impl FfnExecutor for AccelFfn {
         x: &[f32],
         out: &mut [f32],
         scratch: &mut FfnScratch,
-    ) -> Result<()> {
-        self.run(l, x, 1, out, scratch)
+    ) -> transformer::Result<()> {
+        Ok(self.run(l, x, 1, out, scratch)?)
     }
 
     fn batch(
@@ -112,7 +112,7 @@ impl FfnExecutor for AccelFfn {
         n: usize,
         out: &mut [f32],
         scratch: &mut FfnScratch,
-    ) -> Result<()> {
-        self.run(l, x, n, out, scratch)
+    ) -> transformer::Result<()> {
+        Ok(self.run(l, x, n, out, scratch)?)
     }
 }

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use kernels_neon::RopeStyle;
 use model_format::{GgufFile, HfConfig};
 
-use crate::error::{EngineError, Result};
+use crate::error::{ModelError, Result};
 
 /// A model's family ([`crate::family`]).
 pub use crate::family::Arch;
@@ -101,7 +101,7 @@ impl FfnStoreRef {
 /// Refused, before anything opens it: a name that is not a plain file name
 /// ([`FfnStoreRef::is_plain_name`]), and a symbolic link that leads out of the folder.
 pub fn file_next_to(model: &Path, name: &str, key: &str, what: &str) -> Result<PathBuf> {
-    let bad = |detail: String| EngineError::BadModel {
+    let bad = |detail: String| ModelError::BadModel {
         path: model.to_path_buf(),
         detail,
     };
@@ -184,7 +184,7 @@ impl ModelConfig {
     /// Reads the configuration from GGUF metadata (`{arch}.*` keys, as llama.cpp writes them).
     pub fn from_gguf(file: &GgufFile) -> Result<Self> {
         let path = file.path();
-        let bad = |detail: String| EngineError::BadModel {
+        let bad = |detail: String| ModelError::BadModel {
             path: path.to_path_buf(),
             detail,
         };
@@ -299,7 +299,7 @@ impl ModelConfig {
                 continue;
             };
             if i >= self.n_layers {
-                return Err(EngineError::BadModel {
+                return Err(ModelError::BadModel {
                     path: path.to_path_buf(),
                     detail: format!(
                         "tensor {name} belongs to layer {i}, but the model declares {} layers",
@@ -313,7 +313,7 @@ impl ModelConfig {
 
     /// Reads the configuration from an HF `config.json`.
     pub fn from_hf(cfg: &HfConfig, path: &Path) -> Result<Self> {
-        let bad = |detail: String| EngineError::BadModel {
+        let bad = |detail: String| ModelError::BadModel {
             path: path.to_path_buf(),
             detail,
         };
@@ -366,7 +366,7 @@ impl ModelConfig {
 
     fn validate(&self, path: &Path) -> Result<()> {
         let bad = |detail: String| {
-            Err(EngineError::BadModel {
+            Err(ModelError::BadModel {
                 path: path.to_path_buf(),
                 detail,
             })

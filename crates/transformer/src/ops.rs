@@ -21,7 +21,7 @@ pub enum StepKind {
 
 /// `y = w · x` for `n` tokens of a prompt: a matrix-vector product for one token, a matrix product
 /// for more.
-pub(crate) fn mm(
+pub fn mm(
     w: &QMatrix<'_>,
     x: &[f32],
     n: usize,
@@ -33,7 +33,7 @@ pub(crate) fn mm(
 }
 
 /// `y = w · x` for `n` tokens of a step of `kind`.
-pub(crate) fn mm_step(
+pub fn mm_step(
     kind: StepKind,
     w: &QMatrix<'_>,
     x: &[f32],
