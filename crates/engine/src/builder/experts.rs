@@ -30,9 +30,8 @@ impl EngineBuilder {
             }
         };
         let store_bytes = crate::offload::store_ffn_bytes(&parts.store)?;
-        let context = eng.options().context;
         let len = |p: &std::path::Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
-        let resident = || Resident {
+        let resident = |context: usize| Resident {
             process: crate::sys::rss_besides(model.path())
                 .or_else(crate::sys::rss_bytes)
                 .unwrap_or(0),
@@ -44,7 +43,24 @@ impl EngineBuilder {
             // The experts of a step being read and computed, outside the cache: a queue's worth.
             read_ahead: store_bytes / experts.iter().sum::<usize>().max(1) as u64 * 32,
         };
-        let (cache, split) = ffn_cache_bytes(self.budget, store_bytes, context, resident)?;
+        let mut context = eng.options().context;
+        if let (Some(budget), None) = (self.budget.process(), self.context) {
+            // No context asked for: the longest whose KV cache takes no more of the budget than
+            // the expert cache gets (as for a neuron store, `context.rs`).
+            let format = eng.cache_type();
+            context = super::context::fitted_context(context, |ctx| {
+                ffn_cache_bytes(self.budget, store_bytes, ctx, || resident(ctx)).is_ok_and(
+                    |(cache, _)| cache as u64 >= model.config.kv_cache_bytes(ctx, format),
+                )
+            });
+            self.note(&format!(
+                "context {context} tokens, sized to --memory-budget {:.1} MiB (its KV cache {:.1} MiB; give --ctx to choose)",
+                mib(budget),
+                mib(model.config.kv_cache_bytes(context, format))
+            ));
+        }
+        let (cache, split) =
+            ffn_cache_bytes(self.budget, store_bytes, context, || resident(context))?;
         if let Some(s) = &split {
             self.note(&format!(
                 "memory budget {:.1} MiB = {:.1} MiB resident (process, file, KV cache, reads in flight) + {:.1} MiB expert cache ({:.0}% of the {:.1} MiB of experts)",
@@ -64,6 +80,9 @@ impl EngineBuilder {
                 ..ExpertOffloadOptions::default()
             },
         )?;
+        if context != eng.options().context {
+            eng.set_context(context)?;
+        }
         eng.set_experts(Some(off));
         Ok(())
     }

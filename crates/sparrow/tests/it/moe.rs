@@ -1,6 +1,7 @@
 //! A Mixture-of-Experts model through the CLI (the tiny qwen3moe fixture, `cargo xtask fixtures`):
 //! `sparrow convert` writes a bundle of experts, `sparrow run` over it under a budget that forces
-//! misses prints what the in-memory model prints, and `sparrow bench --json` reports the expert
+//! misses prints what the in-memory model prints (under a process budget without `--ctx`, at a context
+//! sized to the budget), and `sparrow bench --json` reports the expert
 //! counters (hit rate, reads, bytes per token against the optimal cache's bound).
 
 use std::path::{Path, PathBuf};
@@ -78,6 +79,14 @@ fn a_bundle_of_experts_runs_as_the_model_and_bench_reports_its_experts() {
     };
     let memory = run(model.to_str().unwrap(), &[]);
     assert_eq!(run(&resident, &["--ffn-resident", "0.3"]), memory);
+    // Under a process budget without --ctx the context is sized to it, and said.
+    let mut a = vec!["run", "-m", &resident, "-p", "To be or not", "-n", "12"];
+    a.extend(["-t", "1", "--exact", "--memory-budget", "1G"]);
+    let out = sparrow(&a);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("sized to --memory-budget 1024.0 MiB"), "{err}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), memory);
 
     // The counters of 16 decoded tokens: 2 layers x 2 experts a token looked up.
     let bench = |share: &str| -> serde_json::Value {
