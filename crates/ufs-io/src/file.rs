@@ -349,4 +349,38 @@ pub(crate) mod sys {
     pub fn pin_current_thread(_core: usize) -> io::Result<()> {
         Err(io::Error::from(io::ErrorKind::Unsupported))
     }
+
+    /// `len` bytes of fresh zeroed private memory, page-aligned (`mmap` of anonymous memory);
+    /// null when the kernel refuses.
+    #[cfg(unix)]
+    pub fn map_anon(len: usize) -> *mut u8 {
+        // SAFETY: an anonymous private mapping at an address of the kernel's choosing touches no
+        // existing memory; a failure is MAP_FAILED, turned into null here.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            std::ptr::null_mut()
+        } else {
+            p.cast()
+        }
+    }
+
+    /// Gives back a mapping [`map_anon`] made.
+    ///
+    /// # Safety
+    /// `ptr` and `len` are those of one mapping of [`map_anon`], unmapped once, no reference into
+    /// it left.
+    #[cfg(unix)]
+    pub unsafe fn unmap(ptr: *mut u8, len: usize) {
+        // SAFETY: the caller's contract: a whole mapping of ours, no longer used.
+        unsafe { libc::munmap(ptr.cast(), len) };
+    }
 }
