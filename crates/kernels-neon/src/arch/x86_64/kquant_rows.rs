@@ -10,6 +10,9 @@
 //! 16-bit shifts widen them to i16 with no shuffle (the old path spent a
 //! `cvtepu8_epi16` per 16 weights, all on one port), and `madd_epi16` with
 //! the even and the odd activations gives the exact i32 sums of the block.
+//! Where a quant has more than 4 bits (Q5_K's fifth bit, Q6_K's two high
+//! bits), both bytes of a lane are assembled first with byte masks (one
+//! mask, shift and `or` per 32 quants) and split into even and odd after.
 //! 8-bit activations ([`Precision::Int8`](crate::Precision::Int8)) come with one scale per
 //! super-block for these formats and take [`super::kquant_super`] instead.
 //!
@@ -18,7 +21,9 @@
 //! 8 activation scales at once, and the min term `(dmin*m) * s_x`
 //! accumulated as a vector. Per 32-block (Q6_K: per 16) the exact i32 sum is
 //! converted and FMA'd with `(d*sc) * d_x`, as in the scalar reference; only
-//! the f32 summation order differs (two accumulators per row).
+//! the f32 summation order differs (two accumulators per row; Q6_K four).
+//! Q6_K's quants are taken unsigned: their offset of 32 multiplies the
+//! activations' per-16 sums (computed once per call), as Q2_K/Q3_K do.
 
 use std::arch::x86_64::*;
 
@@ -179,7 +184,11 @@ unsafe fn q45k_i16_rows<const Q5: bool, const R: usize>(
     let qoff = if Q5 { 48 } else { 16 };
     assert!(rows.iter().all(|r| r.len() >= nsb * bb) && x.len() >= nsb * 256 && s.len() >= nsb * 8);
     let m4 = _mm256_set1_epi16(0x0F);
-    let b4 = _mm256_set1_epi16(0x10);
+    let (m4b, b4b, low) = (
+        _mm256_set1_epi8(0x0F),
+        _mm256_set1_epi8(0x10),
+        _mm256_set1_epi16(0xFF),
+    );
     let mut acc = [[_mm256_setzero_ps(); 2]; R];
     let mut mins = [_mm256_setzero_ps(); R];
     for sb in 0..nsb {
@@ -208,20 +217,33 @@ unsafe fn q45k_i16_rows<const Q5: bool, const R: usize>(
                     let raw = _mm256_loadu_si256(blk[i].add(qoff + 32 * g) as *const __m256i);
                     // Lane k: byte 2k (element 2k) low, byte 2k+1 high; low
                     // nibbles are sub-block 2g, high nibbles 2g + 1.
-                    let mut e0 = _mm256_and_si256(raw, m4);
-                    let mut o0 = _mm256_and_si256(_mm256_srli_epi16::<8>(raw), m4);
-                    let mut e1 = _mm256_and_si256(_mm256_srli_epi16::<4>(raw), m4);
-                    let mut o1 = _mm256_srli_epi16::<12>(raw);
-                    if Q5 {
-                        // Bit 2g (sub-block 2g) and 2g + 1 of every qh byte, to bit 4.
+                    let (e0, o0, e1, o1) = if Q5 {
+                        // Both bytes of a lane at once: the nibble, and bit 2g (sub-block 2g)
+                        // or 2g + 1 of every qh byte moved to bit 4; then split.
                         let qh = _mm256_loadu_si256(blk[i].add(16) as *const __m256i);
                         let hb = _mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * g as i32));
-                        let bit = |v: __m256i| _mm256_and_si256(v, b4);
-                        e0 = _mm256_or_si256(e0, bit(_mm256_slli_epi16::<4>(hb)));
-                        e1 = _mm256_or_si256(e1, bit(_mm256_slli_epi16::<3>(hb)));
-                        o0 = _mm256_or_si256(o0, bit(_mm256_srli_epi16::<4>(hb)));
-                        o1 = _mm256_or_si256(o1, bit(_mm256_srli_epi16::<5>(hb)));
-                    }
+                        let q0 = _mm256_or_si256(
+                            _mm256_and_si256(raw, m4b),
+                            _mm256_and_si256(_mm256_slli_epi16::<4>(hb), b4b),
+                        );
+                        let q1 = _mm256_or_si256(
+                            _mm256_and_si256(_mm256_srli_epi16::<4>(raw), m4b),
+                            _mm256_and_si256(_mm256_slli_epi16::<3>(hb), b4b),
+                        );
+                        (
+                            _mm256_and_si256(q0, low),
+                            _mm256_srli_epi16::<8>(q0),
+                            _mm256_and_si256(q1, low),
+                            _mm256_srli_epi16::<8>(q1),
+                        )
+                    } else {
+                        (
+                            _mm256_and_si256(raw, m4),
+                            _mm256_and_si256(_mm256_srli_epi16::<8>(raw), m4),
+                            _mm256_and_si256(_mm256_srli_epi16::<4>(raw), m4),
+                            _mm256_srli_epi16::<12>(raw),
+                        )
+                    };
                     // |q_w| <= 31, |q_x| <= 32767: each i32 lane sums 4 products, below 2^22.
                     let i0 =
                         _mm256_add_epi32(_mm256_madd_epi16(e0, xe0), _mm256_madd_epi16(o0, xo0));
