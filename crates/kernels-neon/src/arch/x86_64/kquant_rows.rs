@@ -149,7 +149,11 @@ fn q6k_block_scale(v: __m256, j: i32) -> __m256 {
 fn q6k_even_odd<const K: usize>(ql0: __m256i, ql1: __m256i, qh: __m256i) -> (__m256i, __m256i) {
     let ql = if K & 1 == 0 { ql0 } else { ql1 };
     // Low nibbles for K < 2, high for K >= 2; qh bits 2K..2K+2 to bits 4..6 of each byte.
-    let lo = if K < 2 { ql } else { _mm256_srli_epi16::<4>(ql) };
+    let lo = if K < 2 {
+        ql
+    } else {
+        _mm256_srli_epi16::<4>(ql)
+    };
     let hi = match K {
         0 => _mm256_slli_epi16::<4>(qh),
         1 => _mm256_slli_epi16::<2>(qh),
@@ -320,10 +324,13 @@ unsafe fn q6k_i16_rows<const R: usize>(
                             let [l0, l1, h] = ql[i];
                             let (e, o) = q6k_even_odd::<$k>(l0, l1, h);
                             // 0 <= q_w <= 63, |q_x| <= 32767: each lane below 2^23.
-                            let isum =
-                                _mm256_add_epi32(_mm256_madd_epi16(e, xe), _mm256_madd_epi16(o, xo));
+                            let isum = _mm256_add_epi32(
+                                _mm256_madd_epi16(e, xe),
+                                _mm256_madd_epi16(o, xo),
+                            );
                             let scale = q6k_block_scale(sc[i][n], j as i32);
-                            acc[i][$k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), scale, acc[i][$k]);
+                            acc[i][$k] =
+                                _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), scale, acc[i][$k]);
                         }
                     }};
                 }
