@@ -135,8 +135,11 @@ fn dup_scales(dx: __m256) -> [__m256; 2] {
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 fn q6k_block_scale(v: __m256, j: i32) -> __m256 {
-    let j = 2 * (j % 4);
-    _mm256_permutevar8x32_ps(v, _mm256_setr_epi32(j, j, j, j, j + 1, j + 1, j + 1, j + 1))
+    let j = _mm256_set1_epi32(2 * (j % 4));
+    _mm256_permutevar8x32_ps(
+        v,
+        _mm256_add_epi32(_mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1), j),
+    )
 }
 
 /// Q6_K: the unsigned quants (0..=63) of activation block `K` of half
