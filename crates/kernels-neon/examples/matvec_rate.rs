@@ -4,10 +4,18 @@
 //! a warm-up; a pool of `THREADS` threads (default 2); `SHAPES=1024x1024,...` for other shapes
 //! (`ROWSxCOLS`).
 //!
-//! `cargo run --profile ci -p kernels-neon --example matvec_rate [-- q4_0,q4_k ...]`
+//! `SPARROW_KERNELS=avx2` measures the AVX2 path only, `FAST_ONLY=1` the `Fast` precision only.
+//!
+//! `cargo run --profile ci -p kernels-neon --example matvec_rate [-- q4_0,q4_k ...]` (`q5_k`,
+//! `q2_k`, `q3_k` and `iq4_xs` take the benches' random bytes: `quantize_matrix` writes none)
 
 use kernels_neon::*;
 use std::time::Instant;
+
+// The benches' random matrices, for the formats `quantize_matrix` does not write.
+#[allow(dead_code)]
+#[path = "../benches/common/mod.rs"]
+mod common;
 
 fn main() {
     let threads = std::env::var("THREADS")
@@ -35,12 +43,20 @@ fn main() {
             "q4_k" => WeightFormat::Q4_K,
             "q5_k" => WeightFormat::Q5_K,
             "q6_k" => WeightFormat::Q6_K,
+            "q2_k" => WeightFormat::Q2_K,
+            "q3_k" => WeightFormat::Q3_K,
+            "iq4_xs" => WeightFormat::IQ4_XS,
             other => panic!("unknown format `{other}`"),
         })
         .collect();
     let paths: Vec<KernelPath> = available_paths()
         .into_iter()
         .filter(|p| *p != KernelPath::Scalar)
+        // `SPARROW_KERNELS=avx2`: the AVX2 path only.
+        .filter(|p| {
+            *p != KernelPath::Avx512
+                || !std::env::var("SPARROW_KERNELS").is_ok_and(|v| v.eq_ignore_ascii_case("avx2"))
+        })
         .collect();
     let shapes: Vec<(usize, usize)> = std::env::var("SHAPES")
         .unwrap_or_else(|_| "14336x4096,4096x14336,1024x1024".into())
@@ -55,7 +71,8 @@ fn main() {
             let src: Vec<f32> = (0..rows * cols)
                 .map(|i| ((i * 7919) % 1013) as f32 / 1013.0 - 0.5)
                 .collect();
-            let data = quantize_matrix(format, &src, rows, cols).unwrap();
+            let data = quantize_matrix(format, &src, rows, cols)
+                .unwrap_or_else(|_| common::random_matrix(format, rows, cols, 0));
             drop(src);
             let w = QMatrix::new(format, rows, cols, &data).unwrap();
             let x: Vec<f32> = (0..cols)
@@ -66,7 +83,12 @@ fn main() {
             let inner = if rows * cols <= 1 << 20 { 200 } else { 1 };
             let mut line = format!("{format:?} {rows}x{cols}:");
             for &path in &paths {
+                // `FAST_ONLY=1`: the default precision only.
+                let fast_only = std::env::var("FAST_ONLY").is_ok_and(|v| v == "1");
                 for precision in [Precision::Fast, Precision::Int8] {
+                    if fast_only && precision != Precision::Fast {
+                        continue;
+                    }
                     let mut best = f64::MAX;
                     for _ in 0..reps + 2 {
                         let t = Instant::now();

@@ -10,6 +10,9 @@
 //! 16-bit shifts widen them to i16 with no shuffle (the old path spent a
 //! `cvtepu8_epi16` per 16 weights, all on one port), and `madd_epi16` with
 //! the even and the odd activations gives the exact i32 sums of the block.
+//! Where a quant has more than 4 bits (Q5_K's fifth bit, Q6_K's two high
+//! bits), both bytes of a lane are assembled first with byte masks (one
+//! mask, shift and `or` per 32 quants) and split into even and odd after.
 //! 8-bit activations ([`Precision::Int8`](crate::Precision::Int8)) come with one scale per
 //! super-block for these formats and take [`super::kquant_super`] instead.
 //!
@@ -18,7 +21,9 @@
 //! 8 activation scales at once, and the min term `(dmin*m) * s_x`
 //! accumulated as a vector. Per 32-block (Q6_K: per 16) the exact i32 sum is
 //! converted and FMA'd with `(d*sc) * d_x`, as in the scalar reference; only
-//! the f32 summation order differs (two accumulators per row).
+//! the f32 summation order differs (two accumulators per row; Q6_K four).
+//! Q6_K's quants are taken unsigned: their offset of 32 multiplies the
+//! activations' per-16 sums (computed once per call), as Q2_K/Q3_K do.
 
 use std::arch::x86_64::*;
 
@@ -86,13 +91,15 @@ pub(super) unsafe fn q4k_scales8(p: *const u8) -> (__m256, __m256) {
 
 /// `(d * sc[2j + h]) * d_x[j]` for the 16 sub-blocks of 16 of the Q6_K
 /// super-block at `p`, as two vectors (`j < 4`, `j >= 4`) of pairs
-/// `[2j, 2j + 1]`; `dxd` holds the 8 activation scales each twice.
+/// `[2j, 2j + 1]`; `dxd` holds the 8 activation scales each twice. Also
+/// `d * sc[h]` in element order (`h < 8`, `h >= 8`), the factors of the
+/// quants' offset.
 ///
 /// # Safety
 /// AVX2/FMA/F16C present; 210 bytes readable at `p`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q6k_scales16(p: *const u8, dxd: [__m256; 2]) -> [__m256; 2] {
+unsafe fn q6k_scales16(p: *const u8, dxd: [__m256; 2]) -> ([__m256; 2], [__m256; 2]) {
     // SAFETY: bytes 192..210 readable per contract.
     let (sc, d) = unsafe {
         (
@@ -101,12 +108,15 @@ unsafe fn q6k_scales16(p: *const u8, dxd: [__m256; 2]) -> [__m256; 2] {
         )
     };
     let d = _mm256_broadcastss_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(d))));
-    let s0 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc));
-    let s1 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128::<8>(sc)));
-    [
-        _mm256_mul_ps(_mm256_mul_ps(s0, d), dxd[0]),
-        _mm256_mul_ps(_mm256_mul_ps(s1, d), dxd[1]),
-    ]
+    let s0 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc)), d);
+    let s1 = _mm256_mul_ps(
+        _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128::<8>(sc))),
+        d,
+    );
+    (
+        [_mm256_mul_ps(s0, dxd[0]), _mm256_mul_ps(s1, dxd[1])],
+        [s0, s1],
+    )
 }
 
 /// The 8 activation scales of a super-block, each twice: `[dx0, dx0, dx1,
@@ -125,39 +135,41 @@ fn dup_scales(dx: __m256) -> [__m256; 2] {
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 fn q6k_block_scale(v: __m256, j: i32) -> __m256 {
-    let j = 2 * (j % 4);
-    _mm256_permutevar8x32_ps(v, _mm256_setr_epi32(j, j, j, j, j + 1, j + 1, j + 1, j + 1))
+    let j = _mm256_set1_epi32(2 * (j % 4));
+    _mm256_permutevar8x32_ps(
+        v,
+        _mm256_add_epi32(_mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1), j),
+    )
 }
 
 /// Q6_K: the unsigned quants (0..=63) of activation block `K` of half
 /// `ql0, ql1, qh` as i16 lanes `(even, odd)` (elements `2k`, `2k + 1`).
+/// Both bytes of a lane are assembled at once (low 4 bits of `ql`, bits
+/// 4..6 from `qh`, one mask each), then split into the even (low byte) and
+/// odd (high byte) quants.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 fn q6k_even_odd<const K: usize>(ql0: __m256i, ql1: __m256i, qh: __m256i) -> (__m256i, __m256i) {
-    let m4 = _mm256_set1_epi16(0x0F);
-    let m30 = _mm256_set1_epi16(0x30);
     let ql = if K & 1 == 0 { ql0 } else { ql1 };
-    // Low nibbles for K < 2, high for K >= 2; qh bits 2K..2K+2 to bits 4..6.
-    let (e, o) = if K < 2 {
-        (
-            _mm256_and_si256(ql, m4),
-            _mm256_and_si256(_mm256_srli_epi16::<8>(ql), m4),
-        )
+    // Low nibbles for K < 2, high for K >= 2; qh bits 2K..2K+2 to bits 4..6 of each byte.
+    let lo = if K < 2 {
+        ql
     } else {
-        (
-            _mm256_and_si256(_mm256_srli_epi16::<4>(ql), m4),
-            _mm256_srli_epi16::<12>(ql),
-        )
+        _mm256_srli_epi16::<4>(ql)
     };
-    let (he, ho) = match K {
-        0 => (_mm256_slli_epi16::<4>(qh), _mm256_srli_epi16::<4>(qh)),
-        1 => (_mm256_slli_epi16::<2>(qh), _mm256_srli_epi16::<6>(qh)),
-        2 => (qh, _mm256_srli_epi16::<8>(qh)),
-        _ => (_mm256_srli_epi16::<2>(qh), _mm256_srli_epi16::<10>(qh)),
+    let hi = match K {
+        0 => _mm256_slli_epi16::<4>(qh),
+        1 => _mm256_slli_epi16::<2>(qh),
+        2 => qh,
+        _ => _mm256_srli_epi16::<2>(qh),
     };
+    let q = _mm256_or_si256(
+        _mm256_and_si256(lo, _mm256_set1_epi8(0x0F)),
+        _mm256_and_si256(hi, _mm256_set1_epi8(0x30)),
+    );
     (
-        _mm256_or_si256(e, _mm256_and_si256(he, m30)),
-        _mm256_or_si256(o, _mm256_and_si256(ho, m30)),
+        _mm256_and_si256(q, _mm256_set1_epi16(0xFF)),
+        _mm256_srli_epi16::<8>(q),
     )
 }
 
@@ -179,7 +191,11 @@ unsafe fn q45k_i16_rows<const Q5: bool, const R: usize>(
     let qoff = if Q5 { 48 } else { 16 };
     assert!(rows.iter().all(|r| r.len() >= nsb * bb) && x.len() >= nsb * 256 && s.len() >= nsb * 8);
     let m4 = _mm256_set1_epi16(0x0F);
-    let b4 = _mm256_set1_epi16(0x10);
+    let (m4b, b4b, low) = (
+        _mm256_set1_epi8(0x0F),
+        _mm256_set1_epi8(0x10),
+        _mm256_set1_epi16(0xFF),
+    );
     let mut acc = [[_mm256_setzero_ps(); 2]; R];
     let mut mins = [_mm256_setzero_ps(); R];
     for sb in 0..nsb {
@@ -208,20 +224,33 @@ unsafe fn q45k_i16_rows<const Q5: bool, const R: usize>(
                     let raw = _mm256_loadu_si256(blk[i].add(qoff + 32 * g) as *const __m256i);
                     // Lane k: byte 2k (element 2k) low, byte 2k+1 high; low
                     // nibbles are sub-block 2g, high nibbles 2g + 1.
-                    let mut e0 = _mm256_and_si256(raw, m4);
-                    let mut o0 = _mm256_and_si256(_mm256_srli_epi16::<8>(raw), m4);
-                    let mut e1 = _mm256_and_si256(_mm256_srli_epi16::<4>(raw), m4);
-                    let mut o1 = _mm256_srli_epi16::<12>(raw);
-                    if Q5 {
-                        // Bit 2g (sub-block 2g) and 2g + 1 of every qh byte, to bit 4.
+                    let (e0, o0, e1, o1) = if Q5 {
+                        // Both bytes of a lane at once: the nibble, and bit 2g (sub-block 2g)
+                        // or 2g + 1 of every qh byte moved to bit 4; then split.
                         let qh = _mm256_loadu_si256(blk[i].add(16) as *const __m256i);
                         let hb = _mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * g as i32));
-                        let bit = |v: __m256i| _mm256_and_si256(v, b4);
-                        e0 = _mm256_or_si256(e0, bit(_mm256_slli_epi16::<4>(hb)));
-                        e1 = _mm256_or_si256(e1, bit(_mm256_slli_epi16::<3>(hb)));
-                        o0 = _mm256_or_si256(o0, bit(_mm256_srli_epi16::<4>(hb)));
-                        o1 = _mm256_or_si256(o1, bit(_mm256_srli_epi16::<5>(hb)));
-                    }
+                        let q0 = _mm256_or_si256(
+                            _mm256_and_si256(raw, m4b),
+                            _mm256_and_si256(_mm256_slli_epi16::<4>(hb), b4b),
+                        );
+                        let q1 = _mm256_or_si256(
+                            _mm256_and_si256(_mm256_srli_epi16::<4>(raw), m4b),
+                            _mm256_and_si256(_mm256_slli_epi16::<3>(hb), b4b),
+                        );
+                        (
+                            _mm256_and_si256(q0, low),
+                            _mm256_srli_epi16::<8>(q0),
+                            _mm256_and_si256(q1, low),
+                            _mm256_srli_epi16::<8>(q1),
+                        )
+                    } else {
+                        (
+                            _mm256_and_si256(raw, m4),
+                            _mm256_and_si256(_mm256_srli_epi16::<8>(raw), m4),
+                            _mm256_and_si256(_mm256_srli_epi16::<4>(raw), m4),
+                            _mm256_srli_epi16::<12>(raw),
+                        )
+                    };
                     // |q_w| <= 31, |q_x| <= 32767: each i32 lane sums 4 products, below 2^22.
                     let i0 =
                         _mm256_add_epi32(_mm256_madd_epi16(e0, xe0), _mm256_madd_epi16(o0, xo0));
@@ -239,7 +268,11 @@ unsafe fn q45k_i16_rows<const Q5: bool, const R: usize>(
 }
 
 /// Q6_K dot of `R` rows with even/odd-ordered 16-bit activations `x`
-/// (scales `d`).
+/// (scales `d`; `s16`: [`sums16`](super::kquant_low::sums16) of the
+/// activations in element order). The quants are taken unsigned (0..=63);
+/// their offset of 32 multiplies the activation sums `s16`, 2 multiply-adds
+/// per row and super-block. Four accumulators per row, one per activation
+/// block of a half, keep the FMA chains short.
 ///
 /// # Safety
 /// AVX2/FMA/F16C present.
@@ -247,23 +280,34 @@ unsafe fn q45k_i16_rows<const Q5: bool, const R: usize>(
 #[allow(clippy::needless_range_loop)]
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q6k_i16_rows<const R: usize>(rows: [&[u8]; R], x: &[i16], d: &[f32]) -> [f32; R] {
+unsafe fn q6k_i16_rows<const R: usize>(
+    rows: [&[u8]; R],
+    x: &[i16],
+    d: &[f32],
+    s16: &[f32],
+) -> [f32; R] {
     let nsb = d.len() / 8;
     let bb = 210;
-    assert!(rows.iter().all(|r| r.len() >= nsb * bb) && x.len() >= nsb * 256);
-    let ones = _mm256_set1_epi16(1);
-    let mut acc = [[_mm256_setzero_ps(); 2]; R];
+    assert!(
+        rows.iter().all(|r| r.len() >= nsb * bb) && x.len() >= nsb * 256 && s16.len() >= nsb * 16
+    );
+    let mut acc = [[_mm256_setzero_ps(); 4]; R];
+    let mut offs = [_mm256_setzero_ps(); R];
     for sb in 0..nsb {
         // SAFETY: sb < nsb: super-block sb of every row (210 bytes at
-        // sb*210), activations sb*256 .. sb*256 + 256 and scales sb*8 ..
-        // sb*8 + 8 are in bounds (asserted above).
+        // sb*210), activations sb*256 .. sb*256 + 256, scales sb*8 ..
+        // sb*8 + 8 and sums sb*16 .. sb*16 + 16 are in bounds (asserted above).
         unsafe {
             let xp = x.as_ptr().add(sb * 256);
             let dxd = dup_scales(_mm256_loadu_ps(d.as_ptr().add(sb * 8)));
+            let sp = s16.as_ptr().add(sb * 16);
+            let (sx0, sx1) = (_mm256_loadu_ps(sp), _mm256_loadu_ps(sp.add(8)));
             let blk: [*const u8; R] = std::array::from_fn(|i| rows[i].as_ptr().add(sb * bb));
             let sc: [[__m256; 2]; R] = std::array::from_fn(|i| {
                 prefetch_block::<R>(blk[i], bb);
-                q6k_scales16(blk[i], dxd)
+                let (sc, [o0, o1]) = q6k_scales16(blk[i], dxd);
+                offs[i] = _mm256_fmadd_ps(o1, sx1, _mm256_fmadd_ps(o0, sx0, offs[i]));
+                sc
             });
             for n in 0..2 {
                 let ql: [[__m256i; 3]; R] = std::array::from_fn(|i| {
@@ -279,25 +323,17 @@ unsafe fn q6k_i16_rows<const R: usize>(rows: [&[u8]; R], x: &[i16], d: &[f32]) -
                         let j = 4 * n + $k;
                         let xe = _mm256_loadu_si256(xp.add(32 * j) as *const __m256i);
                         let xo = _mm256_loadu_si256(xp.add(32 * j + 16) as *const __m256i);
-                        // 32 * (sum of each lane's 4 activations): the quants' offset.
-                        let off = _mm256_slli_epi32::<5>(_mm256_add_epi32(
-                            _mm256_madd_epi16(xe, ones),
-                            _mm256_madd_epi16(xo, ones),
-                        ));
                         for i in 0..R {
                             let [l0, l1, h] = ql[i];
                             let (e, o) = q6k_even_odd::<$k>(l0, l1, h);
-                            // |q_w| <= 63, |q_x| <= 32767: each lane below 2^23.
-                            let isum = _mm256_sub_epi32(
-                                _mm256_add_epi32(
-                                    _mm256_madd_epi16(e, xe),
-                                    _mm256_madd_epi16(o, xo),
-                                ),
-                                off,
+                            // 0 <= q_w <= 63, |q_x| <= 32767: each lane below 2^23.
+                            let isum = _mm256_add_epi32(
+                                _mm256_madd_epi16(e, xe),
+                                _mm256_madd_epi16(o, xo),
                             );
                             let scale = q6k_block_scale(sc[i][n], j as i32);
-                            acc[i][$k & 1] =
-                                _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), scale, acc[i][$k & 1]);
+                            acc[i][$k] =
+                                _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), scale, acc[i][$k]);
                         }
                     }};
                 }
@@ -308,7 +344,10 @@ unsafe fn q6k_i16_rows<const R: usize>(rows: [&[u8]; R], x: &[i16], d: &[f32]) -
             }
         }
     }
-    std::array::from_fn(|i| hsum(_mm256_add_ps(acc[i][0], acc[i][1])))
+    std::array::from_fn(|i| {
+        let [a0, a1, a2, a3] = acc[i];
+        hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3))) - 32.0 * hsum(offs[i])
+    })
 }
 
 /// The multi-row K-quant kernels with 16-bit activations as a [`RowDots`]
@@ -319,6 +358,8 @@ pub(super) struct K16Dots<'a> {
     pub(super) x: &'a [i16],
     pub(super) d: &'a [f32],
     pub(super) s: &'a [f32],
+    /// Q6_K: [`sums16`](super::kquant_low::sums16) of the activations; empty for the others.
+    pub(super) s16: &'a [f32],
 }
 
 impl RowDots for K16Dots<'_> {
@@ -330,7 +371,7 @@ impl RowDots for K16Dots<'_> {
             match self.format {
                 WeightFormat::Q4_K => q45k_i16_rows::<false, N>(rows, self.x, self.d, self.s),
                 WeightFormat::Q5_K => q45k_i16_rows::<true, N>(rows, self.x, self.d, self.s),
-                _ => q6k_i16_rows::<N>(rows, self.x, self.d),
+                _ => q6k_i16_rows::<N>(rows, self.x, self.d, self.s16),
             }
         }
     }

@@ -205,11 +205,17 @@ pub(crate) unsafe fn matvec_i16(
                 // dense decode 26.9 / 25.9 tok/s with 1 row, 22.9 / 22.1 with 2,
                 // 24.2 / 20.2 with 4 (two interleaved rounds).
                 let x = even_odd(&xq.qs);
+                let s16 = if w.format() == WeightFormat::Q6_K {
+                    sums16(&xq.qs, &xq.d)
+                } else {
+                    Vec::new()
+                };
                 let k = K16Dots {
                     format: w.format(),
                     x: &x,
                     d: &xq.d,
                     s: &xq.s,
+                    s16: &s16,
                 };
                 rows_dense_or_listed(&k, w, sel, y)
             }
