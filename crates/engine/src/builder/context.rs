@@ -3,10 +3,10 @@
 //! long for the budget would refuse to start though the cache only grows with the tokens held.
 
 use super::{mib, EngineBuilder};
-use crate::budget::MemoryBudget;
 use crate::bundle::SparsePlan;
 use crate::error::Result;
 use crate::generate::Engine;
+use offload::budget::MemoryBudget;
 
 /// The shortest context a budget sizes (one chunk of the KV cache, [`crate::KV_CHUNK`]).
 pub const MIN_FITTED_CONTEXT: usize = transformer::forward::KV_CHUNK;

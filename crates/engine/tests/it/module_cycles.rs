@@ -340,6 +340,8 @@ const SPLIT_CRATES: &[&str] = &[
     "sampling",
     "model-fetch",
     "transformer",
+    "offload",
+    "model-bundle",
 ];
 
 /// The module graph of crate `name`'s `src/` (a sibling of this crate's folder).
