@@ -122,6 +122,8 @@ const ANDROID_CRATES: &[&str] = &[
     "accel",
     "accel-qnn",
     "transformer",
+    "offload",
+    "model-bundle",
     "engine",
     "server",
     "npu-qnn-sys",

@@ -10,8 +10,8 @@ use std::time::Instant;
 
 use crate::error::{EngineError, Result};
 use crate::generate::Engine;
-use crate::offload::OffloadStats;
-use crate::sparse::SparseStats;
+use offload::sparse::SparseStats;
+use offload::OffloadStats;
 use transformer::forward::Logits;
 
 /// What one column of a bench measures.

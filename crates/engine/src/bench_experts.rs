@@ -4,7 +4,7 @@
 //! (each layer's share of the cache, in experts), times the bytes of an expert.
 
 use crate::generate::Engine;
-use crate::offload::{belady_misses, ExpertCounters};
+use offload::{belady_misses, ExpertCounters};
 
 /// One decode run's expert counters and the bound they are held to.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]

@@ -16,19 +16,19 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::budget::{ffn_cache_bytes, BudgetSplit, MemoryBudget, Resident};
 use crate::error::{EngineError, Result};
 use crate::generate::Engine;
-use crate::manifest::ManifestStatus;
-use crate::offload::OffloadOptions;
-use crate::sparse::SparseFfn;
+use model_bundle::manifest::ManifestStatus;
+use offload::budget::{ffn_cache_bytes, BudgetSplit, MemoryBudget, Resident};
+use offload::sparse::SparseFfn;
+use offload::OffloadOptions;
 use predictor::{PredictorSet, Profile};
 use transformer::model::Model;
 
-pub use crate::bundle_parts::{
+pub use model_bundle::bundle_parts::{
     sidecar, BundleParts, ModelBundle, PREDICTOR_SUFFIX, PROFILE_SUFFIX, RESIDENT_SUFFIX,
 };
-pub use crate::manifest::seal_manifest;
+pub use model_bundle::manifest::seal_manifest;
 
 /// The neuron store of a resident model (its FFN), `None` for an ordinary model: the file its
 /// configuration names, relative to the model's directory.
@@ -116,7 +116,7 @@ impl SparsePlan {
         // bundle's own) before any is read.
         let manifest = match &model.config.ffn_store {
             None => None,
-            Some(r) => Some(crate::manifest::check_at_load(
+            Some(r) => Some(model_bundle::manifest::check_at_load(
                 &BundleParts::of(model.path(), r)?,
                 r.fingerprint,
             )?),
@@ -156,7 +156,7 @@ impl SparsePlan {
         let Some(store) = ffn_store_path(model)? else {
             return Ok(());
         };
-        let ffn = crate::offload::store_ffn_bytes(&store)?;
+        let ffn = offload::budget::store_ffn_bytes(&store)?;
         let len = |p: &Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
         // What stays resident besides the FFN cache, measured now: counted first under a
         // process budget, at load or set live.
@@ -181,7 +181,7 @@ impl SparsePlan {
         let reads_ahead = offload.read_ahead && predictor.is_none();
         let with_read_ahead = |r: Resident| match (budget.process(), reads_ahead) {
             (Some(b), true) => Resident {
-                read_ahead: crate::budget::read_ahead_bytes(
+                read_ahead: offload::budget::read_ahead_bytes(
                     ffn,
                     model.config.n_layers,
                     b.saturating_sub(r.total()),
@@ -263,7 +263,7 @@ mod tests {
         let r = b.resident();
         assert_eq!(r, PathBuf::from("dir/m.resident.gguf"));
         assert_eq!(
-            crate::offload::store_path_for(&r),
+            model_bundle::store_path_for(&r),
             PathBuf::from("dir/m.resident.neurons")
         );
         let rb = ModelBundle::new(&r);

@@ -20,13 +20,13 @@ use kernels_neon::{Precision, QMatrix, WeightFormat};
 use planner::{CallOverhead, DeviceProfile, IoRate};
 use ufs_io::{IoConfig, IoEngine, OpenOptions, ReadRequest};
 
-use crate::accel::AccelKind;
 use crate::calibrate_accel::measure_accel;
 use crate::calibrate_kernels::{
     dram_matrix_bytes, kernel_err, measure_kernels, per_call, pool, XorShift, ROUNDS,
 };
 use crate::calibrate_prompt::{measure_prompt, Timing, PROMPT_TOKENS};
 use crate::error::{EngineError, Result};
+use offload::accel::AccelKind;
 
 /// What to measure.
 #[derive(Debug, Clone)]

@@ -4,16 +4,16 @@
 //! whose difference gives the cost per neuron (so the multiply-add rate, in the accelerator's own
 //! form of the weights) and what is left the fixed cost of a call; and the whole block at
 //! [`BATCH`] tokens for the cost of a batch. A backend that fails to open or to run is the error of
-//! [`crate::accel::open`] or of the call, naming the library and the step.
+//! [`offload::accel::open`] or of the call, naming the library and the step.
 
 use std::time::Duration;
 
 use kernels_neon::WeightFormat;
 use planner::AccelRate;
 
-use crate::accel::{open, AccelKind, FfnBlock, FileRows};
 use crate::calibrate_kernels::{kernel_err, per_call, XorShift};
 use crate::error::{EngineError, Result};
+use offload::accel::{open, AccelKind, FfnBlock, FileRows};
 use transformer::config::Activation;
 
 /// Width of the measured block.
@@ -98,7 +98,8 @@ pub fn measure_accel(kind: &AccelKind, point_time: Duration) -> Result<AccelRate
             "calibrate: the cpu accelerator runs the measured CPU kernels, which the planner costs it from; measure an accelerator beside the cores (qnn, qnn:LIBRARY)".into(),
         ));
     }
-    let accel = open(kind, [synthetic_block(NEURONS, D_MODEL)])?;
+    let block = synthetic_block(NEURONS, D_MODEL)?;
+    let accel = open(kind, [Ok(block)])?;
     let x: Vec<f32> = (0..BATCH * D_MODEL)
         .map(|i| ((i * 37) % 101) as f32 / 101.0 - 0.5)
         .collect();

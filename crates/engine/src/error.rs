@@ -8,6 +8,13 @@ pub enum EngineError {
     /// Loading the model or its forward pass failed (the `transformer` crate's error).
     #[error(transparent)]
     Model(#[from] transformer::ModelError),
+    /// A sparse, offloaded or accelerated FFN failed, or its set-up (the `offload` crate's error).
+    #[error(transparent)]
+    Offload(#[from] offload::OffloadError),
+    /// Converting a model, a bundle's manifest or parts, or an output guard failed (the
+    /// `model-bundle` crate's error).
+    #[error(transparent)]
+    BundleFormat(#[from] model_bundle::BundleError),
     /// The model file could not be read or parsed.
     #[error(transparent)]
     Format(#[from] model_format::FormatError),
@@ -107,24 +114,3 @@ pub enum EngineError {
 
 /// Shorthand for results in this crate.
 pub type Result<T, E = EngineError> = std::result::Result<T, E>;
-
-pub(crate) fn kernel<E: Into<kernels_neon::KernelError>>(
-    context: impl Into<String>,
-) -> impl FnOnce(E) -> EngineError {
-    let context = context.into();
-    move |source| EngineError::Kernel {
-        context,
-        source: source.into(),
-    }
-}
-
-/// An engine error raised inside an FFN executor (whose methods return the model's error): the
-/// model's own error unwrapped, any other boxed ([`transformer::ModelError::Ffn`]).
-impl From<EngineError> for transformer::ModelError {
-    fn from(e: EngineError) -> Self {
-        match e {
-            EngineError::Model(m) => m,
-            e => transformer::ModelError::ffn(e),
-        }
-    }
-}

@@ -7,9 +7,9 @@ use model_tokenizer::{Tokenizer, VocabSpec};
 
 use crate::continuation::{Accepted, Continuation};
 use crate::error::{EngineError, Result};
-use crate::hybrid::HybridFfn;
-use crate::sparse::SparseFfn;
-use crate::AccelFfn;
+use offload::sparse::SparseFfn;
+use offload::AccelFfn;
+use offload::HybridFfn;
 use sampling::Sampler;
 use sampling::{Flow, GenerateRequest, Generation, StopReason, Timings};
 use transformer::ffn::FfnExecutor;
@@ -55,7 +55,7 @@ pub struct Engine<'a> {
     threads: usize,
     sparse: Option<SparseFfn>,
     /// The experts of a resident MoE file, from its expert store.
-    experts: Option<crate::offload::ExpertOffload>,
+    experts: Option<offload::ExpertOffload>,
     accel: Option<AccelFfn>,
     hybrid: Option<HybridFfn>,
     /// Whether `hybrid` runs the steps (else its sparse part alone).
@@ -265,8 +265,8 @@ impl<'a> Engine<'a> {
 
     /// [`Engine::forward`] into `logits` (resized to what the step returns): a decode loop reuses
     /// one buffer instead of allocating (and faulting in) the vocabulary's logits every token. Over
-    /// a neuron store a prompt runs in steps of at most [`crate::budget::OFFLOAD_PROMPT_STEP`]
-    /// tokens ([`crate::budget::offload_prompt_step`]), each streaming the store once, with their
+    /// a neuron store a prompt runs in steps of at most [`offload::budget::OFFLOAD_PROMPT_STEP`]
+    /// tokens ([`offload::budget::offload_prompt_step`]), each streaming the store once, with their
     /// working memory lent by the neuron cache.
     pub fn forward_into(
         &self,
@@ -300,7 +300,7 @@ impl<'a> Engine<'a> {
         // before the first.
         let ix = off.store().index();
         let step_bytes = |step: usize| {
-            crate::budget::prompt_step_bytes(
+            offload::budget::prompt_step_bytes(
                 &self.model.config,
                 tokens.len().min(step),
                 off.options().prefill_neurons,
@@ -314,7 +314,7 @@ impl<'a> Engine<'a> {
                 a.streamed_bytes(chunk, ix.d_model)
             })
         };
-        let step = crate::budget::offload_prompt_step(
+        let step = offload::budget::offload_prompt_step(
             off.cache_budget() as u64,
             ix.ffn_bytes() as u64,
             step_bytes,
@@ -498,12 +498,12 @@ impl<'a> Engine<'a> {
     }
 
     /// Runs the MoE layers with their experts from an expert store (`Some`) from the next step on.
-    pub fn set_experts(&mut self, experts: Option<crate::offload::ExpertOffload>) {
+    pub fn set_experts(&mut self, experts: Option<offload::ExpertOffload>) {
         self.experts = experts;
     }
 
     /// The expert offload in use, if any.
-    pub fn experts(&self) -> Option<&crate::offload::ExpertOffload> {
+    pub fn experts(&self) -> Option<&offload::ExpertOffload> {
         self.experts.as_ref()
     }
 

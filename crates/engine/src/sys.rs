@@ -1,5 +1,5 @@
-//! Process figures (resident memory now and at its peak), handing freed heap back to the system,
-//! and the size of the CPU's last-level cache.
+//! Process figures (resident memory now and at its peak), handing freed heap back to the system
+//! (`offload`'s, re-exported), and the size of the CPU's last-level cache.
 
 fn status_kb(key: &str) -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
@@ -54,18 +54,8 @@ fn mapped_rss(smaps: impl std::io::BufRead, file: &std::path::Path) -> u64 {
     bytes
 }
 
-/// Returns the heap's free pages to the system, so that resident memory follows a neuron cache that
-/// shrank (its units are small allocations inside the heap, which `free` keeps for reuse). glibc's
-/// `malloc_trim(0)` (it `madvise`s the free pages of every arena); a no-op elsewhere (musl's
-/// allocator returns freed memory by itself).
-pub fn release_free_memory() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: malloc_trim only walks glibc's own arenas under their locks; it takes no pointer and is
-    // safe to call from any thread at any time.
-    unsafe {
-        libc::malloc_trim(0);
-    }
-}
+/// Handing freed heap back to the system: the neuron cache's (the `offload` crate's `sys`).
+pub use offload::sys::release_free_memory;
 
 /// Bytes of the largest cache level of CPU 0 (`/sys/devices/system/cpu/cpu0/cache/index*/`: the
 /// highest `level` whose `type` holds data; `None` where sysfs does not say, as on some phones).

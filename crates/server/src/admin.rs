@@ -16,7 +16,7 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::{ConnectInfo, State};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use engine::{CacheControl, CacheReport, EngineError, MemoryBudget};
+use engine::{CacheControl, CacheReport, MemoryBudget, OffloadError};
 use serde_json::{json, Value};
 
 use crate::routes::AppState;
@@ -111,7 +111,7 @@ pub(crate) async fn memory_budget(
             v["rss_bytes"] = json!(engine::sys::rss_bytes());
             Json(v).into_response()
         }
-        Ok(Err(EngineError::Request(e))) => ApiError::bad_request(e).into_response(),
+        Ok(Err(OffloadError::Request(e))) => ApiError::bad_request(e).into_response(),
         Ok(Err(e)) => {
             ApiError::internal(format!("resizing the neuron cache failed: {e}")).into_response()
         }

@@ -19,8 +19,9 @@
 //! - GGUF llama files keep llama.cpp's permuted Q/K rows and use interleaved RoPE; HF files use
 //!   half-split RoPE: both give the same numbers without rewriting weights.
 //!
-//! It knows nothing of neuron stores, budgets, plans, accelerators' registries, tokenizers or
-//! generation: those are the crates above it.
+//! It reads no neuron store (a resident file only names its store, [`config::FfnStoreRef`]) and knows
+//! nothing of budgets, plans, accelerator backends, tokenizers or generation: those are the crates
+//! above it.
 
 pub mod config;
 pub mod error;

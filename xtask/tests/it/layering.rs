@@ -23,9 +23,11 @@ fn layer(name: &str) -> Option<u32> {
         "neuron-cache" | "neuron-store" | "predictor" | "planner" | "npu-qnn" | "qnn-double"
         | "accel" => 2,
         "accel-qnn" | "transformer" => 3,
-        "engine" => 4,
-        "server" => 5,
-        "sparrow" | "xtask" => 6,
+        "offload" => 4,
+        "model-bundle" => 5,
+        "engine" => 6,
+        "server" => 7,
+        "sparrow" | "xtask" => 8,
         _ => return None,
     })
 }

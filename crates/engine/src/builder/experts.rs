@@ -1,12 +1,12 @@
 //! A resident file of a Mixture-of-Experts model: its MoE layers run with their experts from the
-//! bundle's expert store ([`crate::offload::ExpertOffload`]), cached under the budget.
+//! bundle's expert store ([`offload::ExpertOffload`]), cached under the budget.
 
 use super::{mib, EngineBuilder};
-use crate::budget::{ffn_cache_bytes, Resident};
-use crate::bundle_parts::BundleParts;
 use crate::error::{EngineError, Result};
 use crate::generate::Engine;
-use crate::offload::{ExpertOffload, ExpertOffloadOptions};
+use model_bundle::bundle_parts::BundleParts;
+use offload::budget::{ffn_cache_bytes, Resident};
+use offload::{ExpertOffload, ExpertOffloadOptions};
 use transformer::moe::RoutingProfile;
 
 impl EngineBuilder {
@@ -29,7 +29,7 @@ impl EngineBuilder {
                 None
             }
         };
-        let store_bytes = crate::offload::store_ffn_bytes(&parts.store)?;
+        let store_bytes = offload::budget::store_ffn_bytes(&parts.store)?;
         let len = |p: &std::path::Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
         let resident = |context: usize| Resident {
             process: crate::sys::rss_besides(model.path())

@@ -25,12 +25,12 @@ use std::time::Instant;
 
 use kernels_neon::{KvFormat, Precision};
 
-use crate::accel::AccelKind;
-use crate::budget::MemoryBudget;
 use crate::bundle::SparseSidecars;
 use crate::error::Result;
 use crate::generate::{Engine, EngineOptions};
-use crate::offload::OffloadOptions;
+use offload::accel::AccelKind;
+use offload::budget::MemoryBudget;
+use offload::OffloadOptions;
 use transformer::model::ModelFile;
 use transformer::requant::{Overlay, Requant};
 

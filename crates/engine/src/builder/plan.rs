@@ -7,11 +7,11 @@ use std::path::Path;
 use planner::{Constraints, DeviceProfile};
 
 use super::EngineBuilder;
-use crate::budget::MemoryBudget;
 use crate::error::Result;
 use crate::generate::Engine;
-use crate::offload::OffloadOptions;
 use crate::planning::{default_device_path, load_plan, model_summary, PlanSettings};
+use offload::budget::MemoryBudget;
+use offload::OffloadOptions;
 use transformer::model::{Model, ModelFile};
 
 pub use planner::{Plan, Solver};

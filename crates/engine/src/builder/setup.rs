@@ -3,13 +3,13 @@
 //! on the accelerator, the rest sparse) or over a resident file's neuron store under its budget.
 
 use super::EngineBuilder;
-use crate::accel::AccelKind;
-use crate::budget::MemoryBudget;
 use crate::bundle::SparsePlan;
 use crate::error::Result;
 use crate::generate::Engine;
-use crate::hybrid::{HotSplit, HybridFfn};
-use crate::sparse::SparseFfn;
+use offload::accel::AccelKind;
+use offload::budget::MemoryBudget;
+use offload::sparse::SparseFfn;
+use offload::{HotSplit, HybridFfn};
 
 impl EngineBuilder {
     /// Sets up `eng`'s FFN as these options ask (a resident file is always sparse, over its
@@ -30,7 +30,7 @@ impl EngineBuilder {
             (true, Some(_), None) => self.fit_context(eng)?,
             _ => SparsePlan::new(eng, &self.sidecars, self.budget, self.offload.clone())?,
         };
-        if let Some(crate::manifest::ManifestStatus::Missing(m)) = &plan.manifest {
+        if let Some(model_bundle::manifest::ManifestStatus::Missing(m)) = &plan.manifest {
             self.note(&format!("warning: {} is missing: this bundle's parts are not checked (converted by an older sparrow; `sparrow convert` again writes one)", m.display()));
         }
         if let Some(s) = &plan.budget {
@@ -188,7 +188,7 @@ impl EngineBuilder {
 
     /// Every layer's FFN on `kind`; one that cannot be opened is a warning and the CPU.
     fn setup_accel(&self, eng: &mut Engine<'_>, kind: &AccelKind) {
-        match eng.install(|| crate::AccelFfn::open(kind, eng.model())) {
+        match eng.install(|| offload::AccelFfn::open(kind, eng.model())) {
             Ok(ffn) => {
                 self.note(&format!(
                     "FFN on the {} accelerator",

@@ -5,11 +5,11 @@
 //! hottest units) and flash.
 
 use super::{mib, EngineBuilder};
-use crate::accel::AccelKind;
 use crate::error::Result;
 use crate::generate::Engine;
-use crate::hybrid::{HotSplit, HybridFfn};
-use crate::sparse::SparseFfn;
+use offload::accel::AccelKind;
+use offload::sparse::SparseFfn;
+use offload::{HotSplit, HybridFfn};
 
 /// The share of each layer's units on the accelerator without `--accel-hot` or a plan.
 const DEFAULT_SHARE: f64 = 0.1;
@@ -31,7 +31,7 @@ impl EngineBuilder {
             eng.set_sparse(Some(sp));
             return Ok(());
         };
-        let prompt = match eng.install(|| crate::accel::open(kind, std::iter::empty())) {
+        let prompt = match eng.install(|| offload::accel::open(kind, std::iter::empty())) {
             Ok(a) => a,
             Err(e) => {
                 self.warn(&format!("warning: {e}; the FFN on the CPU"));
@@ -80,7 +80,8 @@ impl EngineBuilder {
         // once.
         let activation = eng.model().config.activation;
         let accel = control.reserve_with(bytes, &units, || {
-            let a = eng.install(|| crate::accel::open(kind, off.accel_blocks(&units, activation)));
+            let a =
+                eng.install(|| offload::accel::open(kind, off.accel_blocks(&units, activation)));
             // The blocks' f32 forms were freed layer by layer on the pool's threads: hand that back.
             crate::sys::release_free_memory();
             a

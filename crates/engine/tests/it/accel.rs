@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use engine::accel::{AccelKind, QnnWeights};
 use engine::forward::forward_with;
 use engine::{
-    AccelFfn, Engine, EngineError, EngineOptions, FfnMode, KvFormat, Logits, ModelFile, Precision,
+    AccelFfn, Engine, EngineOptions, FfnMode, KvFormat, Logits, ModelFile, OffloadError, Precision,
 };
 
 fn fixture(name: &str) -> ModelFile {
@@ -206,9 +206,9 @@ fn a_prefix_of_the_block_is_the_block_of_those_neurons() {
     }
 }
 
-fn accel_error(e: EngineError) -> String {
+fn accel_error(e: OffloadError) -> String {
     match e {
-        EngineError::Accel(engine::accel::AccelError::Library { .. }) => e.to_string(),
+        OffloadError::Accel(engine::accel::AccelError::Library { .. }) => e.to_string(),
         other => panic!("not an accelerator error: {other}"),
     }
 }

@@ -264,7 +264,10 @@ fn context_overflow_is_an_error_and_keeps_the_cache() {
     e.forward(&mut cache, &[504, 3575, 282], Logits::Last)
         .unwrap();
     let err = e.forward(&mut cache, &[1; 6], Logits::Last).unwrap_err();
-    assert!(matches!(err, EngineError::Request(_)), "{err}");
+    assert!(
+        matches!(err, EngineError::Model(engine::ModelError::Request(_))),
+        "{err}"
+    );
     assert_eq!(cache.len(), 3, "a refused step keeps the cache as it was");
     let bad = e
         .forward(&mut cache, &[u32::MAX], Logits::Last)

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use engine::offload::{convert, store_path_for, ConvertOptions, OffloadOptions};
 use engine::sparse::DEFAULT_DOWN_FORMAT;
-use engine::{Engine, EngineOptions, Logits, ModelFile, Precision, SparseFfn};
+use engine::{Engine, EngineOptions, Logits, ModelFile, OffloadError, Precision, SparseFfn};
 use predictor::Profile;
 use ufs_io::{Fault, FaultPlan};
 
@@ -183,7 +183,7 @@ fn neuron_store_index(resident: &Path) -> neuron_store::StoreIndex {
 struct ByInput(u32);
 
 impl engine::NeuronPredictor for ByInput {
-    fn predict(&self, layer: usize, x: &[f32], out: &mut Vec<u32>) -> engine::Result<()> {
+    fn predict(&self, layer: usize, x: &[f32], out: &mut Vec<u32>) -> Result<(), OffloadError> {
         let key = (x[0].to_bits() >> 13) as usize + layer;
         out.clear();
         out.extend((0..self.0).filter(|&j| (j as usize + key) % 3 != 0));
@@ -631,7 +631,7 @@ fn a_resident_file_needs_its_store() {
 struct OutOfRange;
 
 impl engine::NeuronPredictor for OutOfRange {
-    fn predict(&self, _layer: usize, _x: &[f32], out: &mut Vec<u32>) -> engine::Result<()> {
+    fn predict(&self, _layer: usize, _x: &[f32], out: &mut Vec<u32>) -> Result<(), OffloadError> {
         out.clear();
         out.extend([0, 1_000_000]);
         Ok(())

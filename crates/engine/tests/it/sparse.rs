@@ -136,7 +136,12 @@ fn calibrated_thresholds_skip_the_calibrated_share() {
 struct Fixed(Vec<u32>);
 
 impl NeuronPredictor for Fixed {
-    fn predict(&self, _layer: usize, _x: &[f32], out: &mut Vec<u32>) -> engine::Result<()> {
+    fn predict(
+        &self,
+        _layer: usize,
+        _x: &[f32],
+        out: &mut Vec<u32>,
+    ) -> Result<(), engine::OffloadError> {
         out.clear();
         out.extend_from_slice(&self.0);
         Ok(())

@@ -207,10 +207,14 @@ fn a_reservation_refused_or_failing_changes_nothing() {
     // Blocks that fail to build: the cache held none of the units meanwhile, and is as it was after.
     let layers = eng.model().config.n_layers;
     let e = control
-        .reserve_with(1, &vec![1; layers], || -> engine::Result<()> {
-            assert_eq!(sp.offload().unwrap().stats().resident_bytes, 0);
-            Err(engine::EngineError::Request("no blocks".into()))
-        })
+        .reserve_with(
+            1,
+            &vec![1; layers],
+            || -> Result<(), engine::OffloadError> {
+                assert_eq!(sp.offload().unwrap().stats().resident_bytes, 0);
+                Err(engine::OffloadError::Request("no blocks".into()))
+            },
+        )
         .unwrap_err();
     assert!(e.to_string().contains("no blocks"), "{e}");
     assert_eq!(control.report(), before);

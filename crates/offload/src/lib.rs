@@ -1,11 +1,28 @@
+//! Sparse and offloaded FFN execution: the executors of the `transformer` crate's [`FfnExecutor`](transformer::FfnExecutor)
+//! seam that skip neurons or read them from flash. [`SparseFfn`] (activation sparsity, weights in
+//! memory or in a neuron store; `sparse.rs`, with the one neuron selector of sparse and offloaded
+//! decode in `neurons.rs` and its cost model in `select_cost.rs`), [`AccelFfn`] (whole layers on an
+//! accelerator backend; `accel_ffn.rs`, the process's backend registry and a model's layers made
+//! into blocks in `accel.rs`), [`HybridFfn`] (each layer's hot neurons on the backend, the rest
+//! sparse; `hybrid.rs`) and [`ExpertOffload`] (an MoE model's experts from an expert store). The
+//! memory budget ([`budget`]: [`MemoryBudget`], what stays resident, the cache's share) is here
+//! because the neuron cache is.
+//!
+//! Invariants: an executor's step computes what the in-memory sparse step computes, whatever the
+//! cache holds, the read order or the thread schedule (units summed in fixed point); the cache never
+//! exceeds its budget; every error of an executor reaches the forward pass boxed in
+//! `transformer::ModelError::Ffn` ([`OffloadError`] inside). It does not know how a bundle is written
+//! (the `model-bundle` crate converts models into a resident file and a store), nor plans, devices or
+//! generation (the engine's).
+//!
 //! Flash offload (PowerInfer-2 §4): FFN weights in a neuron store on flash, read on demand through
 //! `ufs-io` into a `neuron-cache` under a byte budget, computed unit by unit as they arrive.
 //!
-//! * [`convert`] writes a model plus its activation profile as a *resident file* (a GGUF without the
+//! * A model is converted (by the `model-bundle` crate) into a *resident file* (a GGUF without the
 //!   FFN tensors, naming its store) and a *neuron store* (`neuron-store`: gate row, up row and down
 //!   column of each neuron together, hot neurons first, packed into 4 KiB units by activation
 //!   frequency).
-//! * [`Offload`] is the run-time side, used by [`crate::SparseFfn::from_store`]: at start-up the hot
+//! * [`Offload`] is the run-time side, used by [`SparseFfn::from_store`]: at start-up the hot
 //!   prefix of every layer is read sequentially into the hot region of one
 //!   [`neuron_cache::SharedNeuronCache`] (whole clusters of units, inserted pinned, so they are never
 //!   evicted and are read without the cache's lock); the rest of the budget is the cold region
@@ -32,46 +49,50 @@
 //!
 //! * Hybrid decode over the store (`blocks.rs`): an accelerator takes each layer's leading units
 //!   as its block ([`Offload::accel_blocks`]) and the cache gives it that memory and its pinned hot
-//!   prefix ([`CacheControl::reserve`]); [`crate::HybridFfn`] leaves those neurons out of the CPU's
+//!   prefix ([`CacheControl::reserve`]); [`HybridFfn`] leaves those neurons out of the CPU's
 //!   steps.
 //!
-//! * Mixture-of-Experts models (`experts.rs`, `experts_convert.rs`): the unit is a whole expert. A
-//!   convert writes an expert store and a routing profile beside the resident file; [`ExpertOffload`]
+//! * Mixture-of-Experts models (`experts.rs`): the unit is a whole expert. A
+//!   convert (`model-bundle`) writes an expert store and a routing profile beside the resident file; [`ExpertOffload`]
 //!   runs the MoE layers from that store through an `ExpertCache` (see its module docs).
 //!
-//! Files: `convert.rs` (offline conversion, store path, verification), `generation.rs` (the new
-//! names a convert writes its parts under, its steps, removing the parts it replaced), `options.rs` (settings and
+//! Files: `options.rs` (settings and
 //! counters), `runtime.rs` ([`Offload`]: opening, cache), `live.rs` ([`CacheControl`]: the hot
 //! prefixes behind a read-write lock, preload and live resize), `decode.rs` (one layer's
 //! decode step in named stages), `prefetch.rs` (the next layer's reads queued ahead; their state in `ahead.rs`), `prefill.rs` (one layer's prompt step, streamed), `chunk.rs` (a chunk's
 //! rows gathered from its units), `blocks.rs` (an accelerator's blocks from the store), `unit.rs` (what a worker does with one unit: checks, two-phase
 //! reads, compute through the shared neuron selector, `neurons.rs`).
 
+pub mod accel;
+mod accel_ffn;
 mod ahead;
 mod blocks;
+pub mod budget;
 mod chunk;
-mod convert;
 mod decode;
+pub mod error;
 mod experts;
-mod experts_convert;
-mod generation;
+mod hybrid;
 mod live;
+pub mod neurons;
 mod options;
 mod prefetch;
 mod prefill;
 mod prompt_accel;
 mod runtime;
+pub mod sparse;
+pub mod sys;
 mod unit;
 
-pub use convert::{
-    auto_down_format, auto_packing, convert, store_ffn_bytes, store_path_for, verify,
-    ConvertOptions, ConvertReport,
-};
+pub use self::accel::{AccelKind, Accelerator, FfnBlock};
+pub use accel_ffn::AccelFfn;
+pub use budget::{parse_size, BudgetSplit, MemoryBudget, Resident};
+pub use error::{OffloadError, Result};
 pub use experts::{belady_misses, ExpertCounters, ExpertOffload, ExpertOffloadOptions};
-pub use experts_convert::{convert_moe, MoeConvertReport};
-pub use generation::ConvertStep;
+pub use hybrid::{bucket, HotSplit, HybridFfn, BUCKETS};
 pub use live::{CacheControl, CacheReport};
 pub use neuron_store::Packing;
 pub use options::{OffloadOptions, OffloadStats};
 pub(crate) use prefill::PrefillMask;
 pub use runtime::Offload;
+pub use sparse::{NeuronPredictor, SparseFfn, SparseStats};

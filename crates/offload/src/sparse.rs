@@ -23,12 +23,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use kernels_neon::{Precision, QMatrix, WeightFormat};
 use rayon::prelude::*;
 
-use crate::error::{kernel, EngineError, Result};
+use crate::error::{kernel, OffloadError, Result};
 use crate::neurons::{
     check_thresholds, GateUpRows, NeuronSelector, Precomputed, RowCounts, SelectScratch,
 };
 pub use crate::neurons::{NeuronPredictor, Score};
-use crate::offload::{Offload, OffloadOptions, PrefillMask};
+use crate::{Offload, OffloadOptions, PrefillMask};
 use transformer::config::ModelConfig;
 use transformer::ffn::{DenseFfn, FfnExecutor, FfnLayer, FfnScratch, StepKind};
 use transformer::layer::GatedFfn;
@@ -100,7 +100,7 @@ enum Weights {
         down_t: Vec<Vec<u8>>,
         format: WeightFormat,
     },
-    /// A neuron store read through the flash offload ([`crate::offload`]).
+    /// A neuron store read through the flash offload ([`crate::Offload`]).
     Store(Box<Offload>),
 }
 
@@ -132,7 +132,7 @@ impl SparseFfn {
     }
 
     /// The sparse FFN of a resident model whose FFN weights are in the neuron store at `store`
-    /// ([`crate::offload`]): thresholds per layer as in [`SparseFfn::new`], weights read through an
+    /// ([`crate::Offload`]): thresholds per layer as in [`SparseFfn::new`], weights read through an
     /// [`Offload`] with `opts` (budget, I/O thread). Decode steps (one token, or one of each of
     /// several sequences) run token by token over the store; a prompt streams each layer once.
     pub fn from_store(
@@ -148,7 +148,7 @@ impl SparseFfn {
             || ix.d_model != config.d_model
             || ix.d_ff != config.d_ff
         {
-            return Err(EngineError::BadModel {
+            return Err(OffloadError::BadModel {
                 path: store.to_path_buf(),
                 detail: format!(
                     "store holds {} layers of {} neurons × {}, the model has {} × {} × {}",
@@ -209,14 +209,14 @@ impl SparseFfn {
     pub fn with_dense_layers(mut self, dense: Vec<bool>) -> Result<Self> {
         let layers = self.selector.thresholds().len();
         if dense.len() != layers {
-            return Err(EngineError::Request(format!(
+            return Err(OffloadError::Request(format!(
                 "dense layers given for {} layers, the model has {layers}",
                 dense.len()
             )));
         }
         match &mut self.weights {
             Weights::Store(_) if dense.iter().any(|&d| d) => {
-                return Err(EngineError::Request(
+                return Err(OffloadError::Request(
                     "a neuron store's layers run sparse: none can be dense".into(),
                 ))
             }
@@ -242,7 +242,7 @@ impl SparseFfn {
     /// the dense step can beat the sparse one, which runs token by token. In memory only.
     pub fn with_dense_batches(mut self, mut batches: Vec<(usize, bool)>) -> Result<Self> {
         if self.offload().is_some() && batches.iter().any(|b| b.1) {
-            return Err(EngineError::Request(
+            return Err(OffloadError::Request(
                 "a neuron store's layers run sparse: no batch can be dense".into(),
             ));
         }
@@ -719,7 +719,7 @@ impl GateUpRows for MatrixRows<'_, '_> {
 /// `samples[l]` is reordered.
 pub fn thresholds_for_sparsity(samples: &mut [Vec<f32>], sparsity: f32) -> Result<Vec<f32>> {
     if !(0.0..=1.0).contains(&sparsity) {
-        return Err(EngineError::Request(format!(
+        return Err(OffloadError::Request(format!(
             "target sparsity {sparsity} is not within 0..=1"
         )));
     }
@@ -728,7 +728,7 @@ pub fn thresholds_for_sparsity(samples: &mut [Vec<f32>], sparsity: f32) -> Resul
         .enumerate()
         .map(|(l, s)| {
             if s.is_empty() {
-                return Err(EngineError::Request(format!(
+                return Err(OffloadError::Request(format!(
                     "no activation samples for layer {l}"
                 )));
             }

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::bundle_parts::{BundleParts, PREDICTOR_SUFFIX, PROFILE_SUFFIX};
-use crate::error::{EngineError, Result};
+use crate::error::{BundleError, Result};
 use crate::manifest::MANIFEST_SUFFIX;
 
 /// The points of a convert, in order, after which a test can make it fail
@@ -56,7 +56,7 @@ impl Generation {
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .ok_or_else(|| {
-                EngineError::Request(format!("{}: not a file name", resident.display()))
+                BundleError::Request(format!("{}: not a file name", resident.display()))
             })?;
         let stem = resident
             .file_stem()
@@ -80,7 +80,7 @@ impl Generation {
                 return Ok(g);
             }
         }
-        Err(EngineError::Request(format!(
+        Err(BundleError::Request(format!(
             "{}: no free name for the new parts of the bundle",
             resident.display()
         )))

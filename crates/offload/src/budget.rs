@@ -6,24 +6,26 @@
 //! counted first ([`Resident`]: the process before it touches weights, the resident file, the KV cache at
 //! the engine's context, the predictors); the FFN cache gets the rest. A prompt step's working memory
 //! ([`prompt_step_bytes`]) is lent by the neuron cache for the step's duration
-//! ([`crate::offload::Offload`]), so it needs no reservation of its own. A budget that leaves nothing is an
+//! ([`crate::Offload`]), so it needs no reservation of its own. A budget that leaves nothing is an
 //! error naming both figures.
 //!
 //! The KV cache is reserved whole: the full `--ctx` at the engine's cache type (f32, f16 or `q8_0`),
 //! although the cache itself only allocates the chunks the positions it holds need
-//! ([`crate::KvCache`]). So a conversation that grows to the full context never takes the process
+//! ([`transformer::KvCache`]). So a conversation that grows to the full context never takes the process
 //! past its budget.
+
+use std::path::Path;
 
 use kernels_neon::WeightFormat;
 
-use crate::error::{EngineError, Result};
+use crate::error::{OffloadError, Result};
 use transformer::config::ModelConfig;
 use transformer::model::{LayerFfn, Model};
 
 /// Most tokens per forward step of a prompt over an offloaded model: a longer prompt runs in steps
 /// of at most this many, so that its working memory ([`prompt_step_bytes`]), which the neuron cache
 /// lends it, is bounded. Each step streams the layers' cold units once
-/// ([`crate::offload::Offload`]), so longer steps read less and batch more: on Qwen2.5-Coder-0.5B
+/// ([`crate::Offload`]), so longer steps read less and batch more: on Qwen2.5-Coder-0.5B
 /// at a 211 MiB budget, 512-token steps ran a 512-token prompt at 213 tok/s where 128-token steps
 /// ran it at 167 (BENCHMARKS). Where the cache is small, steps are shorter
 /// ([`offload_prompt_step`]).
@@ -221,7 +223,7 @@ pub fn ffn_cache_bytes(
         _ => None,
     };
     match (budget.process(), cache) {
-        (Some(b), None) => Err(EngineError::Request(format!(
+        (Some(b), None) => Err(OffloadError::Request(format!(
             "--memory-budget {:.1} MiB leaves nothing for the FFN: the process, the resident file, the KV cache at --ctx {} (its --cache-type) and the predictors take {:.1} MiB",
             mib(b),
             context,
@@ -238,6 +240,16 @@ pub fn ffn_cache_bytes(
         )),
         (_, c) => Ok((usize_of(c.unwrap_or(0)), None)),
     }
+}
+
+/// Bytes of the FFN units in the store at `path` (from the file length; validated on open).
+pub fn store_ffn_bytes(path: &Path) -> Result<u64> {
+    std::fs::metadata(path)
+        .map(|m| m.len())
+        .map_err(|source| OffloadError::Io {
+            path: path.to_path_buf(),
+            source,
+        })
 }
 
 /// Bytes of the FFN matrices (gate, up and down) of all of `model`'s layers, as loaded (zero for a

@@ -9,7 +9,7 @@
 use accel::Failure;
 
 use crate::accel::{blocks_for_model, open, AccelKind, Accelerator};
-use crate::error::{EngineError, Result};
+use crate::error::{OffloadError, Result};
 use transformer::config::Activation;
 use transformer::ffn::{DenseFfn, FfnExecutor, FfnLayer, FfnScratch};
 use transformer::model::Model;
@@ -32,7 +32,7 @@ impl AccelFfn {
         activation: Activation,
     ) -> Result<AccelFfn> {
         if let Some(l) = (0..layers).find(|&l| accel.block_neurons(l) != d_ff) {
-            return Err(EngineError::Request(format!(
+            return Err(OffloadError::Request(format!(
                 "the {} accelerator's block of layer {l} holds {} of the layer's {d_ff} neurons: \
                  a whole-layer FFN needs them all",
                 accel.name(),
@@ -48,7 +48,7 @@ impl AccelFfn {
     }
 
     /// Opens backend `kind` with every layer of `model` as its blocks. A library that cannot be
-    /// loaded or set up is an [`EngineError::Accel`]; the caller stays on the CPU.
+    /// loaded or set up is an [`OffloadError::Accel`]; the caller stays on the CPU.
     pub fn open(kind: &AccelKind, model: &Model<'_>) -> Result<AccelFfn> {
         let cfg = &model.config;
         let accel = open(kind, blocks_for_model(model, None))?;

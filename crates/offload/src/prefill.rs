@@ -19,7 +19,7 @@ use super::live::HotSet;
 use super::prompt_accel::PromptAccel;
 use super::runtime::Offload;
 use crate::accel::{Accelerator, StreamedRows};
-use crate::error::{kernel, EngineError, Result};
+use crate::error::{kernel, OffloadError, Result};
 use crate::neurons::{LayerRule, Score};
 
 /// Which neurons each token of a prompt step computes, besides the layer's threshold.
@@ -105,7 +105,7 @@ impl Offload {
             || mask.keep.is_some_and(|k| k.len() != n * ff)
             || mask.skip.is_some_and(|s| s.len() != ff)
         {
-            return Err(EngineError::Request(format!(
+            return Err(OffloadError::Request(format!(
                 "offloaded prefill: layer {layer}, {n} tokens of {} floats do not match the store ({} layers of width {d})",
                 x.len(),
                 ix.layers.len()
@@ -187,7 +187,7 @@ impl Offload {
     }
 
     /// Bytes the neuron cache may hold now.
-    pub(crate) fn cache_budget(&self) -> usize {
+    pub fn cache_budget(&self) -> usize {
         self.cache.stats().budget
     }
 
@@ -201,7 +201,11 @@ impl Offload {
     /// clusters dropped and their memory handed back) and afterwards grows back, reading them again.
     /// So a prompt step's working memory stays inside the process budget the cache is part of;
     /// decode keeps the whole cache. `f`'s error comes first, then one restoring the cache.
-    pub(crate) fn lend_cache<R>(&self, bytes: usize, f: impl FnOnce() -> Result<R>) -> Result<R> {
+    pub fn lend_cache<R, E: From<OffloadError>>(
+        &self,
+        bytes: usize,
+        f: impl FnOnce() -> Result<R, E>,
+    ) -> Result<R, E> {
         if bytes == 0 || !self.cache_binds() {
             return f();
         }
@@ -211,7 +215,7 @@ impl Offload {
         crate::sys::release_free_memory();
         let back = self.live.give_back(bytes);
         let out = out?;
-        back.map(|()| out)
+        Ok(back.map(|()| out)?)
     }
 
     /// Calls `f` with every unit of `layer` that is the CPU's (all but an accelerator's leading
@@ -322,7 +326,7 @@ impl Offload {
                 let (r, buf) = match ahead.take() {
                     Some(first) => first?,
                     None => rx.next().ok_or_else(|| {
-                        EngineError::Request("offloaded prompt: the reader stopped early".into())
+                        OffloadError::Request("offloaded prompt: the reader stopped early".into())
                     })??,
                 };
                 debug_assert_eq!(r, cold);

@@ -13,7 +13,7 @@ use ufs_io::{IoConfig, IoEngine, OpenOptions};
 use super::convert::{fault, resident_file, ConvertOptions, CONVERT};
 use super::generation::{remove_replaced, ConvertStep, Generation};
 use crate::bundle_parts::BundleParts;
-use crate::error::{EngineError, Result};
+use crate::error::{BundleError, Result};
 use crate::manifest::{Manifest, PartRole};
 use transformer::fingerprint::model_fingerprint;
 use transformer::model::{Model, ModelFile};
@@ -55,21 +55,21 @@ pub fn convert_moe(
     mut progress: impl FnMut(usize, usize),
 ) -> Result<MoeConvertReport> {
     let ModelFile::Gguf(gguf) = file else {
-        return Err(EngineError::Request(format!(
+        return Err(BundleError::Request(format!(
             "{}: sparrow convert reads GGUF files (convert the HF directory to GGUF first)",
             file.path().display()
         )));
     };
     let model = Model::load(file)?;
     if model.config.moe.is_none() || model.config.ffn_store.is_some() {
-        return Err(EngineError::Request(format!(
+        return Err(BundleError::Request(format!(
             "{}: {CONVERT} of experts needs a Mixture-of-Experts model that is not a resident file",
             file.path().display()
         )));
     }
     let fingerprint = model_fingerprint(&model);
     if routing.model_fingerprint != fingerprint || routing.counts.len() != model.layers.len() {
-        return Err(EngineError::BadModel {
+        return Err(BundleError::BadModel {
             path: file.path().to_path_buf(),
             detail: "the routing profile was measured on another model".into(),
         });
@@ -127,7 +127,7 @@ fn expert_tensors<'f>(
         let get = |part: &str| {
             let name = format!("blk.{l}.ffn_{part}_exps.weight");
             file.tensor(&name)
-                .ok_or_else(|| EngineError::MissingTensor {
+                .ok_or_else(|| BundleError::MissingTensor {
                     path: file.path().to_path_buf(),
                     name,
                 })
@@ -137,7 +137,7 @@ fn expert_tensors<'f>(
             .weights
             .experts
             .first()
-            .ok_or_else(|| EngineError::BadModel {
+            .ok_or_else(|| BundleError::BadModel {
                 path: file.path().to_path_buf(),
                 detail: format!("layer {l} has no experts"),
             })?;

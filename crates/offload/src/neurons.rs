@@ -6,7 +6,7 @@
 
 use rayon::prelude::*;
 
-use crate::error::{EngineError, Result};
+use crate::error::{OffloadError, Result};
 
 /// Predicts which neurons of a layer fire for an FFN input (the input after the FFN's RMSNorm).
 pub trait NeuronPredictor: Send + Sync {
@@ -17,7 +17,7 @@ pub trait NeuronPredictor: Send + Sync {
 impl NeuronPredictor for predictor::PredictorSet {
     fn predict(&self, layer: usize, x: &[f32], out: &mut Vec<u32>) -> Result<()> {
         let p = self.layers.get(layer).ok_or_else(|| {
-            EngineError::Request(format!(
+            OffloadError::Request(format!(
                 "the predictor set has {} layers; layer {layer} asked",
                 self.layers.len()
             ))
@@ -59,7 +59,7 @@ pub(crate) type RowCounts = (usize, usize, usize);
 /// Checks one finite, non-negative threshold per layer.
 pub(crate) fn check_thresholds(thresholds: &[f32], n_layers: usize) -> Result<()> {
     if thresholds.len() != n_layers {
-        return Err(EngineError::Request(format!(
+        return Err(OffloadError::Request(format!(
             "sparse FFN: {} thresholds for a model of {} layers",
             thresholds.len(),
             n_layers
@@ -70,7 +70,7 @@ pub(crate) fn check_thresholds(thresholds: &[f32], n_layers: usize) -> Result<()
         .enumerate()
         .find(|(_, t)| !t.is_finite() || **t < 0.0)
     {
-        return Err(EngineError::Request(format!(
+        return Err(OffloadError::Request(format!(
             "sparse FFN: threshold of layer {l} is {t}, not a finite value >= 0"
         )));
     }
@@ -173,7 +173,7 @@ impl NeuronSelector {
                         *v = true;
                     }
                 }
-                Ok::<(), EngineError>(())
+                Ok::<(), OffloadError>(())
             })?;
         Ok(Some(keep))
     }
@@ -258,7 +258,7 @@ impl NeuronSelector {
 
 /// Where the gate and up rows of the candidate neurons come from (the model's matrices, or one
 /// neuron-store unit). Row indices are the source's own (neuron ids, or slots in a unit).
-pub(crate) trait GateUpRows {
+pub trait GateUpRows {
     /// `g[i] = gate row rows[i] · x`.
     fn gate(&mut self, rows: &[u32], g: &mut [f32]) -> Result<()>;
     /// `u[i] = up row rows[i] · x`.
@@ -281,7 +281,7 @@ pub(crate) trait GateUpRows {
 /// Gate and up of every row of a layer for one token, computed beforehand (a batched decode step's
 /// whole-matrix products, `kernels_neon::matvec_batch_many`, bit for bit what one token's
 /// `matvec_many` gives): rows are looked up, not computed.
-pub(crate) struct Precomputed<'a> {
+pub struct Precomputed<'a> {
     /// `gate · x`, one value per row of the layer.
     pub g: &'a [f32],
     /// `up · x`.
@@ -311,7 +311,7 @@ impl GateUpRows for Precomputed<'_> {
 
 /// Reusable buffers of [`LayerRule::select`].
 #[derive(Default)]
-pub(crate) struct SelectScratch {
+pub struct SelectScratch {
     g: Vec<f32>,
     u: Vec<f32>,
     survivors: Vec<u32>,
@@ -320,7 +320,7 @@ pub(crate) struct SelectScratch {
 
 /// One layer's threshold rule under one score.
 #[derive(Clone, Copy)]
-pub(crate) struct LayerRule<'a> {
+pub struct LayerRule<'a> {
     /// The score compared with the threshold.
     pub score: Score,
     /// The layer's threshold.
@@ -355,7 +355,7 @@ impl LayerRule<'_> {
     /// * [`Score::OutputNorm`]: gate and up of every candidate, then `|act(g)·u|·‖down_j‖ > t`.
     /// * [`Score::Gate`], [`Score::GateNorm`]: two phases: gate rows, then the up rows of the neurons
     ///   whose `score(act(g))` passes; a neuron is kept when `act(g)·u` is not zero.
-    pub(crate) fn select(
+    pub fn select(
         &self,
         src: &mut impl GateUpRows,
         rows: &[u32],

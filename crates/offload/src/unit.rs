@@ -11,7 +11,7 @@ use kernels_neon::{PreparedActs, QMatrix, WeightFormat};
 use neuron_cache::NeuronId;
 
 use super::runtime::Offload;
-use crate::error::{kernel, EngineError, Result};
+use crate::error::{kernel, OffloadError, Result};
 use crate::neurons::{GateUpRows, LayerRule, RowCounts, SelectScratch};
 
 /// A wanted neuron: `(unit, slot in the unit, neuron id)`.
@@ -59,7 +59,7 @@ pub(super) struct Worker {
     unit_out: Vec<f32>,
     pub(super) counts: RowCounts,
     pub(super) wait_ns: u64,
-    pub(super) err: Option<EngineError>,
+    pub(super) err: Option<OffloadError>,
     scratch: Scratch,
 }
 
@@ -128,7 +128,7 @@ impl Job<'_> {
             .then(|| lock_pending(self.pending).remove(&u))
             .flatten();
         let Some(mut entry) = entry.filter(|e| (phase == TAG_REST) == e.head.is_some()) else {
-            w.err.get_or_insert(EngineError::Request(format!(
+            w.err.get_or_insert(OffloadError::Request(format!(
                 "offload: stray completion (tag {:#x})",
                 done.tag
             )));
@@ -151,7 +151,7 @@ impl Job<'_> {
                 let survives = off
                     .store
                     .verify_head(layer, u, &bytes)
-                    .map_err(EngineError::from)
+                    .map_err(OffloadError::from)
                     .and_then(|()| self.gate_survives(&bytes, wanted, w));
                 match survives {
                     Err(e) => {
@@ -209,7 +209,7 @@ impl Job<'_> {
             .store
             .rest_request(layer, u, tag_of(layer, u) | TAG_REST)
         else {
-            w.err.get_or_insert(EngineError::Request(format!(
+            w.err.get_or_insert(OffloadError::Request(format!(
                 "offload: unit {u} of layer {layer} has no second part"
             )));
             return;
@@ -336,7 +336,7 @@ impl<'a> UnitRows<'a> {
     ) -> Result<QMatrix<'a>> {
         let layer = self.layer;
         QMatrix::new(fmt, rows, self.d, self.bytes.get(range).unwrap_or(&[])).map_err(|e| {
-            EngineError::Kernel {
+            OffloadError::Kernel {
                 context: format!("offloaded ffn {what} (layer {layer})"),
                 source: e.into(),
             }

@@ -17,7 +17,7 @@ use ufs_io::{Completion, IoError};
 use super::live::HotSet;
 use super::runtime::Offload;
 use super::unit::{from_fixed, lock_pending, tag_of, Job, Pending, Wanted, Worker, TAG_HEAD};
-use crate::error::{EngineError, Result};
+use crate::error::{OffloadError, Result};
 use crate::neurons::{LayerRule, RowCounts};
 
 /// A cached unit's bytes: a slice of a pinned hot cluster, or a cold unit.
@@ -139,7 +139,7 @@ impl Offload {
     fn check_step(&self, layer: usize, rows: &[u32], x: &[f32], out: &[f32]) -> Result<()> {
         let ix = self.store.index();
         if layer >= ix.layers.len() || x.len() != ix.d_model || out.len() != ix.d_model {
-            return Err(EngineError::Request(format!(
+            return Err(OffloadError::Request(format!(
                 "offloaded FFN: layer {layer} / width {} does not match the store ({} layers of width {})",
                 x.len(),
                 ix.layers.len(),
@@ -147,7 +147,7 @@ impl Offload {
             )));
         }
         if let Some(&bad) = rows.iter().find(|&&n| n as usize >= ix.d_ff) {
-            return Err(EngineError::Request(format!(
+            return Err(OffloadError::Request(format!(
                 "offloaded FFN: the predictor chose neuron {bad} of layer {layer}, which has {} neurons",
                 ix.d_ff
             )));
@@ -236,11 +236,11 @@ impl Offload {
         job: &Job<'_>,
         misses: Vec<(usize, Range<usize>)>,
         main: &mut Worker,
-    ) -> Option<EngineError> {
+    ) -> Option<OffloadError> {
         let layer = job.layer;
         // Two-phase loading: a miss of a multi-page unit reads its first page (the gate rows) first.
         let two_phase = self.two_phase();
-        let mut first_err: Option<EngineError> = None;
+        let mut first_err: Option<OffloadError> = None;
         for (u, r) in misses {
             lock_pending(job.pending).insert(
                 u,

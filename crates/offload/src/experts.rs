@@ -26,7 +26,7 @@ use neuron_cache::{ExpertCache, ExpertId};
 use neuron_store::expert::ExpertStore;
 use ufs_io::{AlignedBuf, IoConfig, IoEngine, OpenOptions};
 
-use crate::error::{EngineError, Result};
+use crate::error::{OffloadError, Result};
 use transformer::ffn::{FfnExecutor, FfnLayer, FfnScratch, MoeStep};
 use transformer::moe::{route, ExpertFfn, ExpertGroups, Route, RoutingProfile};
 use transformer::ops::{mm_step, StepKind};
@@ -159,7 +159,7 @@ impl ExpertOffload {
         let ix = store.index();
         let shape: Vec<usize> = (0..ix.layers.len()).map(|l| ix.experts(l)).collect();
         if shape != experts_per_layer {
-            return Err(EngineError::BadModel {
+            return Err(OffloadError::BadModel {
                 path: path.to_path_buf(),
                 detail: format!(
                     "the expert store holds {shape:?} experts per layer, the model has {experts_per_layer:?}"
@@ -312,7 +312,7 @@ impl ExpertOffload {
             .io
             .completions()
             .recv()
-            .map_err(|_| EngineError::Flash(ufs_io::IoError::Stopped))?;
+            .map_err(|_| OffloadError::Flash(ufs_io::IoError::Stopped))?;
         st.counters.wait_seconds += t0.elapsed().as_secs_f64();
         st.in_flight.remove(&c.tag);
         self.pump(st)?;
@@ -412,7 +412,7 @@ impl ExpertOffload {
         let w = &step.moe.weights;
         let (l, d) = (step.index, w.router.cols());
         if x.len() < n * d || out.len() < n * d {
-            return Err(EngineError::Request(format!(
+            return Err(OffloadError::Request(format!(
                 "moe step: {n} tokens of {d} need {} floats in and out",
                 n * d
             )));
@@ -608,8 +608,8 @@ impl FfnExecutor for ExpertOffload {
     }
 }
 
-fn dense_layer(index: usize) -> EngineError {
-    EngineError::Request(format!(
+fn dense_layer(index: usize) -> OffloadError {
+    OffloadError::Request(format!(
         "layer {index} is a dense FFN layer in a bundle of experts: not supported"
     ))
 }

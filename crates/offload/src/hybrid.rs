@@ -13,14 +13,14 @@
 //! The hot block is computed densely (no neuron of it skipped), so the result is the sparse FFN with
 //! the hot neurons always on: with every neuron hot it is the dense FFN, with none it is the sparse
 //! one. Over a neuron store the blocks are each layer's leading units (its hottest neurons, read once
-//! at start-up, [`crate::offload::Offload::accel_blocks`]) at every batch size, and the CPU reads only
+//! at start-up, [`crate::Offload::accel_blocks`]) at every batch size, and the CPU reads only
 //! the other neurons. An accelerator that fails mid-run is reported once ([`HybridFfn::failure`]) and the CPU
 //! computes the whole layer sparsely from then on.
 
 use accel::{AccelError, Failure};
 
 use crate::accel::{blocks_for_model, open, AccelKind, Accelerator};
-use crate::error::{EngineError, Result};
+use crate::error::{OffloadError, Result};
 use crate::sparse::SparseFfn;
 use transformer::ffn::{FfnExecutor, FfnLayer, FfnScratch};
 use transformer::model::Model;
@@ -120,7 +120,7 @@ impl HotSplit {
     /// another number of layers, or whose counts shrink as the batch grows, is an error.
     pub fn planned(profile: &predictor::Profile, counts: &[[u32; BUCKETS]]) -> Result<HotSplit> {
         if counts.len() != profile.layers.len() {
-            return Err(EngineError::Request(format!(
+            return Err(OffloadError::Request(format!(
                 "the plan's hybrid split has {} layers, the profile {}",
                 counts.len(),
                 profile.layers.len()
@@ -131,7 +131,7 @@ impl HotSplit {
         let mut out = Vec::with_capacity(counts.len());
         for (l, c) in profile.layers.iter().zip(counts) {
             if c.windows(2).any(|w| w[1] < w[0]) {
-                return Err(EngineError::Request(format!(
+                return Err(OffloadError::Request(format!(
                     "the plan's hybrid split shrinks as the batch grows: {c:?}"
                 )));
             }
@@ -187,7 +187,7 @@ impl HybridFfn {
     /// The hybrid FFN of `model`: the blocks `split.order[l]` of every layer on `accel`, whose
     /// blocks must be those neurons ([`HybridFfn::open_blocks`]), of which a step of `n` tokens runs
     /// the first `split.counts[l][bucket(n)]` there; the rest on `sparse`, in memory or over a
-    /// neuron store (whose blocks come from [`crate::offload::Offload::accel_blocks`]).
+    /// neuron store (whose blocks come from [`crate::Offload::accel_blocks`]).
     pub fn new(
         sparse: SparseFfn,
         accel: Box<dyn Accelerator>,
@@ -197,21 +197,21 @@ impl HybridFfn {
         let cfg = &model.config;
         model.refuse_moe("hybrid decode (--accel with --sparse)")?;
         if split.order.len() != cfg.n_layers || split.counts.len() != cfg.n_layers {
-            return Err(EngineError::Request(format!(
+            return Err(OffloadError::Request(format!(
                 "hybrid decode: hot neurons for {} layers, the model has {}",
                 split.order.len(),
                 cfg.n_layers
             )));
         }
         if let Some(l) = (0..cfg.n_layers).find(|&l| sparse.is_dense(l)) {
-            return Err(EngineError::Request(format!(
+            return Err(OffloadError::Request(format!(
                 "hybrid decode: layer {l} of the sparse FFN runs dense (hybrid decode splits sparse layers)"
             )));
         }
         let mut hot = Vec::with_capacity(cfg.n_layers);
         for (l, (ids, counts)) in split.order.iter().zip(&split.counts).enumerate() {
             if accel.block_neurons(l) != ids.len() {
-                return Err(EngineError::Request(format!(
+                return Err(OffloadError::Request(format!(
                     "hybrid decode: the {} accelerator's block of layer {l} holds {} neurons, not \
                      the {} hot ones",
                     accel.name(),
@@ -220,13 +220,13 @@ impl HybridFfn {
                 )));
             }
             if let Some(bad) = ids.iter().find(|&&j| j as usize >= cfg.d_ff) {
-                return Err(EngineError::Request(format!(
+                return Err(OffloadError::Request(format!(
                     "hybrid decode: hot neuron {bad} of layer {l} is past the layer's {}",
                     cfg.d_ff
                 )));
             }
             if counts.iter().any(|&c| c > ids.len()) || counts.windows(2).any(|w| w[0] > w[1]) {
-                return Err(EngineError::Request(format!(
+                return Err(OffloadError::Request(format!(
                     "hybrid decode: layer {l}'s hot counts {counts:?} are not non-decreasing up to \
                      its block of {}",
                     ids.len()
@@ -251,7 +251,7 @@ impl HybridFfn {
     }
 
     /// Opens backend `kind` with `split.order[l]` of every layer of `model` as its blocks. A
-    /// library that cannot be loaded or set up is an [`EngineError::Accel`].
+    /// library that cannot be loaded or set up is an [`OffloadError::Accel`].
     pub fn open_blocks(
         kind: &AccelKind,
         model: &Model<'_>,

@@ -8,7 +8,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use crate::bundle_parts::BundleParts;
-use crate::error::{EngineError, Result};
+use crate::error::{BundleError, Result};
 
 /// What a command writes, for [`guard`]: an existing file that is recognisably of another kind is
 /// never written over (`bench --plot m.gguf` once replaced the model with an SVG).
@@ -102,7 +102,7 @@ pub fn guard<I: AsRef<Path>>(outputs: &[(&Path, OutputKind)], inputs: &[I]) -> R
             continue;
         };
         let refuse = |detail: String| {
-            EngineError::Request(format!("refusing to write {}: {detail}", out.display()))
+            BundleError::Request(format!("refusing to write {}: {detail}", out.display()))
         };
         if !meta.is_file() {
             return Err(refuse("it exists and is not a regular file".into()));

@@ -17,7 +17,7 @@ use ufs_io::IoEngine;
 
 use super::options::OffloadOptions;
 use crate::budget::MemoryBudget;
-use crate::error::{EngineError, Result};
+use crate::error::{OffloadError, Result};
 
 /// Each layer's hot prefix: units `first[l]..first[l] + units[l]` of layer `l` are in the pinned
 /// clusters `clusters[l]` (`cluster_units` units each, the last one possibly shorter). The units
@@ -153,7 +153,7 @@ impl CacheControl {
             let mut loan = self.loan();
             let min = loan.outside + self.store.index().layout.unit_bytes() as u64;
             if bytes < min {
-                return Err(EngineError::Request(format!(
+                return Err(OffloadError::Request(format!(
                     "memory budget {bytes} bytes ({:.1} MiB) is below this model's minimum of {min} bytes ({:.1} MiB): the process, the resident file, the KV cache and the predictors take {:.1} MiB, and the neuron cache must hold one unit",
                     mib(bytes),
                     mib(min),
@@ -171,12 +171,12 @@ impl CacheControl {
 
     /// Applies `budget` live: a process budget as [`CacheControl::set_memory_budget`] does, any
     /// other as the neuron cache's size it gives ([`MemoryBudget::cache_bytes`]) over the store's
-    /// FFN, counted as at load (the store file's size, `offload::store_ffn_bytes`).
+    /// FFN, counted as at load (the store file's size, `budget::store_ffn_bytes`).
     pub fn set_budget(&self, budget: MemoryBudget) -> Result<CacheReport> {
         if let Some(bytes) = budget.process() {
             return self.set_process_budget(bytes, budget);
         }
-        let ffn = super::store_ffn_bytes(self.store.path())?;
+        let ffn = crate::budget::store_ffn_bytes(self.store.path())?;
         let cache = budget.cache_bytes(ffn, || 0).unwrap_or(0);
         self.set_cache_budget(usize::try_from(cache).unwrap_or(usize::MAX))?;
         Ok(self.report())
@@ -213,7 +213,7 @@ impl CacheControl {
         let b = usize::try_from(bytes).unwrap_or(usize::MAX);
         let layers = self.store.index().layers.len();
         if b > loan.asked || first.len() != layers {
-            return Err(EngineError::Request(format!(
+            return Err(OffloadError::Request(format!(
                 "the accelerator's blocks of {} layers take {:.1} MiB, more than the neuron cache's budget of {:.1} MiB or another number of layers than the store's {layers}",
                 first.len(),
                 mib(bytes),

@@ -1,11 +1,11 @@
 //! The names of a model's sidecars and of a resident file's bundle parts ([`ModelBundle`],
 //! [`BundleParts`]), path logic only, apart from how sparse decode is
-//! set up from those files ([`crate::bundle`], which re-exports all of this), so that conversion
-//! ([`crate::offload`]) can name parts without depending on the engine.
+//! set up from those files (the engine's `bundle`, which re-exports all of this), so that conversion
+//! ([`crate::convert`]) can name parts without depending on the engine.
 
 use std::path::{Path, PathBuf};
 
-use crate::error::{EngineError, Result};
+use crate::error::{BundleError, Result};
 use transformer::model::Model;
 
 /// Suffix of a resident file's manifest in the older layout (appended to its file name).
@@ -104,7 +104,7 @@ impl ModelBundle {
         if !path.exists() && self.resident {
             // `sparrow profile` cannot run on a resident file (its FFN is in the store): the
             // bundle's profile comes from the convert that wrote it.
-            return Err(EngineError::Request(format!(
+            return Err(BundleError::Request(format!(
                 "{needed_by}: {} does not exist: the resident file {}'s bundle is incomplete (convert the original model again with `sparrow convert -o {}`, which profiles it; or give --profile with the original model's profile)",
                 path.display(),
                 self.model.display(),
@@ -112,7 +112,7 @@ impl ModelBundle {
             )));
         }
         if !path.exists() {
-            return Err(EngineError::Request(format!(
+            return Err(BundleError::Request(format!(
                 "{needed_by}: {} does not exist (run `sparrow profile` first, or give --profile)",
                 path.display()
             )));

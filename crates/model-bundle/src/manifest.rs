@@ -29,7 +29,7 @@
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use crate::error::{EngineError, Result};
+use crate::error::{BundleError, Result};
 
 pub use crate::bundle_parts::MANIFEST_SUFFIX;
 /// The manifest format version this build writes and reads.
@@ -121,15 +121,15 @@ pub struct PartCheck {
 
 pub use crate::bundle_parts::manifest_path;
 
-fn bad(path: &Path, detail: String) -> EngineError {
-    EngineError::Bundle {
+fn bad(path: &Path, detail: String) -> BundleError {
+    BundleError::Bundle {
         path: path.to_path_buf(),
         detail,
     }
 }
 
-fn io(path: &Path, source: std::io::Error) -> EngineError {
-    EngineError::Io {
+fn io(path: &Path, source: std::io::Error) -> BundleError {
+    BundleError::Io {
         path: path.to_path_buf(),
         source,
     }
@@ -646,7 +646,7 @@ impl crate::bundle_parts::BundleParts {
 /// profile), and is what tests use.
 pub fn seal_manifest(resident: &Path, source_fingerprint: u64) -> Result<Manifest> {
     let parts =
-        crate::bundle_parts::BundleParts::read(resident)?.ok_or_else(|| EngineError::BadModel {
+        crate::bundle_parts::BundleParts::read(resident)?.ok_or_else(|| BundleError::BadModel {
             path: resident.to_path_buf(),
             detail: "not a resident file (sparrow convert writes one)".into(),
         })?;

@@ -10,7 +10,7 @@ use ufs_io::{IoConfig, IoEngine, OpenOptions};
 
 use super::generation::{name_of, remove_replaced, ConvertStep, Generation};
 use crate::bundle_parts::BundleParts;
-use crate::error::{EngineError, Result};
+use crate::error::{BundleError, Result};
 use crate::manifest::{Manifest, PartRole};
 use transformer::config::{
     BUNDLE_MANIFEST_KEY, BUNDLE_PREDICTOR_KEY, BUNDLE_PROFILE_KEY, FFN_STORE_FILE_KEY,
@@ -190,7 +190,7 @@ pub fn convert(
     mut progress: impl FnMut(usize, usize),
 ) -> Result<ConvertReport> {
     let ModelFile::Gguf(gguf) = file else {
-        return Err(EngineError::Request(format!(
+        return Err(BundleError::Request(format!(
             "{}: sparrow convert reads GGUF files (convert the HF directory to GGUF first)",
             file.path().display()
         )));
@@ -198,14 +198,14 @@ pub fn convert(
     let model = Model::load(file)?;
     model.refuse_moe(CONVERT)?;
     if model.config.ffn_store.is_some() {
-        return Err(EngineError::Request(format!(
+        return Err(BundleError::Request(format!(
             "{} is already a resident file (converted)",
             file.path().display()
         )));
     }
     let cfg = &model.config;
     let fingerprint = model_fingerprint(&model);
-    let bad_profile = |detail: String| EngineError::BadModel {
+    let bad_profile = |detail: String| BundleError::BadModel {
         path: file.path().to_path_buf(),
         detail,
     };
@@ -234,7 +234,7 @@ pub fn convert(
             .gated()
             .is_none_or(|f| f.gate.format() != gate_f || f.up.format() != up_f)
     }) {
-        return Err(EngineError::BadModel {
+        return Err(BundleError::BadModel {
             path: file.path().to_path_buf(),
             detail:
                 "gate/up formats differ between layers; a neuron store needs one format per part"
@@ -275,7 +275,7 @@ pub fn convert(
 pub(super) fn fault(opts: &ConvertOptions, step: ConvertStep) -> Result<()> {
     match opts.fault {
         None => Ok(()),
-        Some(f) => f(step).map_err(|source| EngineError::Io {
+        Some(f) => f(step).map_err(|source| BundleError::Io {
             path: PathBuf::from(format!("<injected fault after {step:?}>")),
             source,
         }),
@@ -307,7 +307,7 @@ fn write_bundle(
         up: up_f,
         down: down_format,
     };
-    let source_ffn_bytes = crate::budget::ffn_weight_bytes(model) as u64;
+    let source_ffn_bytes = offload::budget::ffn_weight_bytes(model) as u64;
     let packing = match opts.packing {
         Some(p) => p,
         None => auto_packing(cfg.d_model, formats, profile, opts.with_predictors)?,
@@ -508,14 +508,4 @@ pub fn verify(resident: &Path) -> Result<()> {
         },
     }
     Ok(())
-}
-
-/// Bytes of the FFN units in the store at `path` (from the file length; validated on open).
-pub fn store_ffn_bytes(path: &Path) -> Result<u64> {
-    std::fs::metadata(path)
-        .map(|m| m.len())
-        .map_err(|source| EngineError::Io {
-            path: path.to_path_buf(),
-            source,
-        })
 }

@@ -2,7 +2,7 @@
 //! this build has (`cpu` always; `qnn` from `accel-qnn` with the `qnn` cargo feature, which is on by
 //! default), opening a backend by [`AccelKind`], and a model's layers made into [`FfnBlock`]s.
 //!
-//! [`crate::AccelFfn`] (`ffn/accel.rs`) hands whole layers to a backend; [`crate::HybridFfn`]
+//! [`crate::AccelFfn`] (`accel_ffn.rs`) hands whole layers to a backend; [`crate::HybridFfn`]
 //! (`hybrid.rs`) hands it each layer's hot neurons and keeps the rest sparse on the CPU. A library
 //! that is missing, of another API version, or failing at any step is an error naming the library
 //! and the step, and the caller stays on the CPU.
@@ -16,7 +16,7 @@ pub use accel::{
 #[cfg(feature = "qnn")]
 pub use accel_qnn::{QnnAccelerator, QnnWeights};
 
-use crate::error::{kernel, EngineError, Result};
+use crate::error::{kernel, OffloadError, Result};
 use transformer::config::Activation;
 use transformer::model::{Layer, Model};
 
@@ -56,7 +56,7 @@ pub fn open(
     kind: &AccelKind,
     blocks: impl IntoIterator<Item = Result<FfnBlock>>,
 ) -> Result<Box<dyn Accelerator>> {
-    let mut first: Option<EngineError> = None;
+    let mut first: Option<OffloadError> = None;
     let opened = {
         let blocks = blocks.into_iter().map(|b| {
             b.map_err(|e| {
@@ -67,7 +67,7 @@ pub fn open(
         });
         let r = registry()
             .read()
-            .map_err(|_| EngineError::Request("the accelerator registry is poisoned".into()))?;
+            .map_err(|_| OffloadError::Request("the accelerator registry is poisoned".into()))?;
         r.open(kind, blocks)
     };
     match (opened, first) {
@@ -85,7 +85,7 @@ pub fn block_from_layer(
     activation: Activation,
 ) -> Result<FfnBlock> {
     let Some(layer) = layer.ffn.gated() else {
-        return Err(EngineError::Request(
+        return Err(OffloadError::Request(
             "an accelerator block needs a gated FFN: accelerators do not support \
              Mixture-of-Experts layers yet"
                 .into(),
@@ -93,7 +93,7 @@ pub fn block_from_layer(
     };
     let (ff, d) = (layer.gate.rows(), layer.gate.cols());
     if ff == 0 {
-        return Err(EngineError::Request(
+        return Err(OffloadError::Request(
             "an accelerator block needs the FFN weights in memory (this is a resident file)".into(),
         ));
     }
@@ -106,7 +106,7 @@ pub fn block_from_layer(
         }
     };
     if let Some(&bad) = ids.iter().find(|&&j| j as usize >= ff) {
-        return Err(EngineError::Request(format!(
+        return Err(OffloadError::Request(format!(
             "accelerator block: neuron {bad} is past the layer's {ff}"
         )));
     }
@@ -202,12 +202,12 @@ mod tests {
         assert!(backends().contains(&"stub"));
         let kind: AccelKind = "stub-x".parse().unwrap();
         assert_eq!(open(&kind, std::iter::empty()).unwrap().name(), "cpu");
-        let bad = [Err(EngineError::BadModel {
+        let bad = [Err(OffloadError::BadModel {
             path: "m.gguf".into(),
             detail: "no layers".into(),
         })];
         match open(&kind, bad) {
-            Err(EngineError::BadModel { detail, .. }) => assert_eq!(detail, "no layers"),
+            Err(OffloadError::BadModel { detail, .. }) => assert_eq!(detail, "no layers"),
             other => panic!("not the block's error: {:?}", other.err()),
         }
     }

@@ -25,7 +25,7 @@ use super::ahead::{Prefetch, TAG_AHEAD};
 use super::live::HotSet;
 use super::runtime::Offload;
 use super::unit::{lock_pending, tag_of, Job, Pending, TAG_PHASES};
-use crate::error::EngineError;
+use crate::error::OffloadError;
 
 /// The misses of a step against what was read ahead for its layer.
 pub(super) struct Ahead {
@@ -138,13 +138,13 @@ impl Offload {
 
     /// The next completion of one of `job`'s reads: one read ahead for a later layer is kept for
     /// that layer's step (or dropped, if that is not the layer read ahead) and the next taken.
-    pub(super) fn take_own(&self, job: &Job<'_>) -> std::result::Result<Completion, EngineError> {
+    pub(super) fn take_own(&self, job: &Job<'_>) -> std::result::Result<Completion, OffloadError> {
         loop {
             let d = self
                 .io
                 .completions()
                 .recv()
-                .map_err(|_| EngineError::Flash(ufs_io::IoError::Stopped))?;
+                .map_err(|_| OffloadError::Flash(ufs_io::IoError::Stopped))?;
             let layer = ((d.tag & !TAG_PHASES & !TAG_AHEAD) >> 32) as usize;
             if d.tag & TAG_AHEAD == 0 || layer == job.layer {
                 return Ok(d);
