@@ -4,8 +4,9 @@
 //! This is the crate that composes the others: `transformer` (the model and its forward pass),
 //! `offload` (the sparse, offloaded, accelerated and hybrid FFN executors and the memory budget),
 //! `model-bundle` (conversion and the bundle format), `model-tokenizer` (tokenizer, chat template),
-//! `sampling` and `planner`. It re-exports their items and modules that the CLI, the server and the
-//! tests use under its own paths (`engine::forward`, `engine::offload::convert`, ...); its error,
+//! `sampling` and `planner`. It re-exports the items of theirs that the CLI, the server and the tests
+//! use under its own paths (`engine::forward::forward_seqs`, `engine::offload::convert`, ...; chosen
+//! items, never a lower crate's module whole); its error,
 //! [`EngineError`], wraps theirs with their messages unchanged.
 //!
 //! A program runs a model the way `sparrow run` does through [`builder`]: an [`EngineBuilder`]
@@ -20,11 +21,11 @@
 //! an input and are only ever whole.
 //!
 //! Each model family (llama, also Mixtral with experts; qwen2, qwen3, and the Mixture-of-Experts
-//! qwen3moe, olmoe and qwen2moe, [`moe`]) is a module behind one trait ([`family`]): its names,
-//! its RoPE pairing, its attention variant and its FFN block fill a [`layer::Layer`]; the forward
-//! pass ([`forward`]) runs every family's layers the same way.
+//! qwen3moe, olmoe and qwen2moe, [`moe`]) is a module behind one trait (`transformer::family`): its
+//! names, its RoPE pairing, its attention variant and its FFN block fill a `transformer::layer::Layer`;
+//! the forward pass (`transformer::forward`) runs every family's layers the same way.
 //!
-//! The FFN step of every layer goes through one trait, [`FfnExecutor`] ([`ffn`]): [`DenseFfn`],
+//! The FFN step of every layer goes through one trait, [`FfnExecutor`] (`transformer::ffn`): [`DenseFfn`],
 //! [`SparseFfn`] (weights in memory or offloaded to a neuron store, [`offload`]) and
 //! [`ObservedFfn`] (profiling), [`AccelFfn`] (whole layers on an [`accel`] backend: QNN or the CPU
 //! stand-in) and [`HybridFfn`] (each layer's hot neurons on the backend, the rest sparse). The forward
@@ -47,7 +48,7 @@
 //! # Invariants
 //! - Weights are borrowed from the memory map of the [`ModelFile`]; nothing is copied except 1-D norm
 //!   weights and biases (dequantized to f32), the layer matrices of an optional [`Overlay`]
-//!   (re-quantized at load time, [`requant`]), which the caller owns, and the FFN blocks an
+//!   (re-quantized at load time, `transformer::requant`), which the caller owns, and the FFN blocks an
 //!   accelerator backend is built from (in its own formats).
 //! - A failed forward step leaves the KV cache (every cache of a batched step) as it was.
 //! - Names and shapes of every tensor are checked at load time: a model that loads runs.
@@ -77,13 +78,76 @@ mod select_cost;
 pub mod speculate;
 pub mod sys;
 
-// The model side (the `transformer` crate), the offloaded executors (`offload`) and the bundle
-// format (`model-bundle`), under the paths the CLI, the server and the tests use.
-pub use ::offload::{accel, budget, sparse};
-pub use model_bundle::{bundle_parts, manifest, outputs};
-pub use transformer::{
-    config, family, ffn, forward, layer, model, moe, output_proxy, requant, stream,
-};
+// Chosen items of the model side (the `transformer` crate), the offloaded executors (`offload`)
+// and the bundle format (`model-bundle`), under the paths the CLI, the server and the tests use;
+// no module of a lower crate is re-exported whole.
+
+/// Accelerator backends: `offload`'s registry and blocks.
+pub mod accel {
+    pub use ::offload::accel::{
+        blocks_for_model, open, AccelError, AccelKind, Accelerator, CpuAccelerator, StreamedRows,
+    };
+    #[cfg(feature = "qnn")]
+    pub use ::offload::accel::{QnnAccelerator, QnnWeights};
+}
+
+/// Memory-budget arithmetic (`offload::budget`).
+pub mod budget {
+    pub use ::offload::budget::{ffn_weight_bytes, predictor_max_bytes};
+}
+
+/// The sparse FFN (`offload::sparse`).
+pub mod sparse {
+    pub use ::offload::sparse::{thresholds_for_sparsity, Score, SparseFfn, DEFAULT_DOWN_FORMAT};
+}
+
+/// A bundle's manifest (`model_bundle::manifest`).
+pub mod manifest {
+    pub use model_bundle::manifest::{manifest_path, Manifest, ManifestStatus, Part, PartRole};
+}
+
+/// The one output guard (`model_bundle::outputs`).
+pub mod outputs {
+    pub use model_bundle::outputs::{guard, OutputKind};
+}
+
+/// A model's configuration and the metadata keys of a bundle (`transformer::config`).
+pub mod config {
+    pub use transformer::config::{
+        FfnStoreRef, BUNDLE_MANIFEST_KEY, BUNDLE_PREDICTOR_KEY, BUNDLE_PROFILE_KEY,
+        FFN_STORE_FILE_KEY,
+    };
+}
+
+/// The forward pass (`transformer::forward`).
+pub mod forward {
+    pub use transformer::forward::{forward_seqs, forward_with};
+}
+
+/// A loaded model (`transformer::model`).
+pub mod model {
+    pub use transformer::model::Model;
+}
+
+/// Mixture-of-Experts layers and routing (`transformer::moe`).
+pub mod moe {
+    pub use transformer::moe::{
+        MoeBlock, MoeConfig, MoeFamily, MoeLayer, MoeScratch, RouteTrace, RoutingProfile,
+    };
+}
+
+/// The output projection's proxy (`transformer::output_proxy`).
+pub mod output_proxy {
+    pub use transformer::output_proxy::{
+        build_proxy, proxy_cols, proxy_pays, proxy_step_bytes, OUTPUT_PROXY_TENSOR,
+        PROXY_CANDIDATES, PROXY_FORMAT,
+    };
+}
+
+/// Weights left on flash (`transformer::stream`).
+pub mod stream {
+    pub use transformer::stream::OUTPUT_CHUNK;
+}
 
 /// Flash offload: the `offload` crate's run-time side and the `model-bundle` crate's conversion,
 /// under the path the CLI and the tests use.

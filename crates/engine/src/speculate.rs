@@ -6,7 +6,7 @@
 //! one-token step gives, bit for bit). The tokens are then chosen from those logits in order, as
 //! plain decoding would choose them ([`Sampler::verify`]): a drafted token is kept while it is what
 //! was chosen (greedy) or passes the rejection rule (sampling); the first token that differs ends the
-//! step, and the KV cache is cut back to the tokens kept ([`KvCache::truncate`]). So greedy output is
+//! step, and the KV cache is cut back to the tokens kept ([`crate::KvCache::truncate`]). So greedy output is
 //! the output of [`Engine::generate`], and sampled output has the same distribution.
 //!
 //! How many tokens are drafted adapts: it doubles (up to the maximum) after a step that kept every

@@ -203,6 +203,59 @@ fn no_crate_re_exports_a_workspace_crate_whole() {
     assert!(found.is_empty(), "whole-crate re-exports: {found:?}");
 }
 
+/// No crate re-exports a module of a workspace crate whole (`pub use transformer::forward;`,
+/// `pub use offload::{budget, sparse};`) or all of one (`pub use offload::sparse::*;`): an upper
+/// crate re-exports chosen items, so what a crate above reaches through it is a list someone chose.
+#[test]
+fn no_crate_re_exports_a_module_of_a_workspace_crate() {
+    let crates: Vec<String> = workspace_deps(Kinds::Built)
+        .into_keys()
+        .map(|c| c.replace('-', "_"))
+        .collect();
+    // A public module of the crate: `pub mod name;` or `pub mod name {` in its lib.rs.
+    let is_module = |krate: &str, name: &str| {
+        let lib = root()
+            .join("crates")
+            .join(krate.replace('_', "-"))
+            .join("src/lib.rs");
+        let lib = std::fs::read_to_string(lib).unwrap_or_default();
+        lib.lines().any(|l| {
+            let l = l.trim();
+            l == format!("pub mod {name};") || l == format!("pub mod {name} {{")
+        })
+    };
+    let mut files = Vec::new();
+    rust_sources(&root().join("crates"), &mut files);
+    let mut found = Vec::new();
+    for f in files {
+        let text = std::fs::read_to_string(&f).unwrap();
+        for (at, _) in text.match_indices("pub use ") {
+            let stmt = &text[at + 8..];
+            let stmt: String = stmt[..stmt.find(';').unwrap_or(stmt.len())]
+                .split_whitespace()
+                .collect();
+            let stmt = stmt.trim_start_matches("::");
+            let Some((krate, rest)) = stmt.split_once("::") else {
+                continue;
+            };
+            if !crates.iter().any(|c| c == krate) {
+                continue;
+            }
+            let names: Vec<&str> = match rest.strip_prefix('{') {
+                Some(list) => list.trim_end_matches('}').split(',').collect(),
+                None => vec![rest],
+            };
+            for n in names {
+                let n = n.split("as").next().unwrap_or(n);
+                if n.ends_with('*') || is_module(krate, n) {
+                    found.push(format!("{}: pub use {krate}::{n}", f.display()));
+                }
+            }
+        }
+    }
+    assert!(found.is_empty(), "modules re-exported whole: {found:?}");
+}
+
 #[test]
 fn only_npu_qnn_sys_loads_libraries() {
     for needle in ["libloading", "dlopen"] {
