@@ -23,4 +23,19 @@ pub enum Precision {
     /// `amax/127`) and integer dot products for quantized weights. Fastest,
     /// least accurate.
     Int8,
+    /// llama.cpp's roundings on its CPU path, for comparisons with it: 8-bit activations in
+    /// ggml's block type of each weight format (`block_q8_0`, its scale rounded to f16, for the
+    /// 32-element formats; `block_q8_K`, one f32 scale `1/(-127/max)` per 256, for the K-quants),
+    /// every token of a prompt as a decode step quantizes it, and (in the engine) an f16 KV cache,
+    /// attention products over f16 queries and f16 softmax weights, GELU from an f16 table. The
+    /// slowest quantized mode; not for serving.
+    Ggml,
+}
+
+impl Precision {
+    /// Whether activations are quantized to 8 bits ([`Int8`](Self::Int8) and
+    /// [`Ggml`](Self::Ggml)).
+    pub fn is_int8(self) -> bool {
+        matches!(self, Precision::Int8 | Precision::Ggml)
+    }
 }
