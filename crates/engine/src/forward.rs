@@ -68,8 +68,16 @@ fn add_residual(x: &mut [f32], y: &[f32], norm: Option<&[f32]>, eps: f32, scratc
 }
 
 /// Each token's RoPE rotations for every RoPE base the model's layers use (the first the first
-/// layer's): one table per base, computed once per step.
-fn rope_tables(model: &Model<'_>, place: &[Place]) -> Vec<(f32, Vec<kernels_neon::RopeAngles>)> {
+/// layer's): one table per base, computed once per step (as ggml computes them in `Ggml`).
+fn rope_tables(
+    model: &Model<'_>,
+    place: &[Place],
+    precision: Precision,
+) -> Vec<(f32, Vec<kernels_neon::RopeAngles>)> {
+    let angles = match precision {
+        Precision::Ggml => kernels_neon::RopeAngles::new_ggml,
+        _ => kernels_neon::RopeAngles::new,
+    };
     let cfg = &model.config;
     let mut bases: Vec<f32> = Vec::new();
     for l in &model.layers {
@@ -88,7 +96,7 @@ fn rope_tables(model: &Model<'_>, place: &[Place]) -> Vec<(f32, Vec<kernels_neon
         .map(|base| {
             let angles = place
                 .iter()
-                .map(|p| kernels_neon::RopeAngles::new(cfg.head_dim, cfg.rope_dim, p.pos, base))
+                .map(|p| angles(cfg.head_dim, cfg.rope_dim, p.pos, base))
                 .collect();
             (base, angles)
         })
@@ -336,7 +344,7 @@ fn forward_inner(
     }
     let kind = step.kind;
     // Each token's rotations, computed once for all layers of each RoPE base.
-    let ropes = rope_tables(model, step.place);
+    let ropes = rope_tables(model, step.place, precision);
     // A prompt step's attention runs in blocks (`prompt_attention`): where each token goes, once.
     let prompt_place: Vec<(usize, usize)> = if kind == StepKind::Prompt && n > 1 {
         step.place.iter().map(|p| (p.seq, p.pos)).collect()
@@ -357,11 +365,14 @@ fn forward_inner(
             caches[p.seq].write(li, p.pos, &k[rows.clone()], &v[rows])?;
         }
         let views: Vec<_> = caches.iter().map(|c| c.layer(li)).collect();
-        if !prompt_place.is_empty() {
+        if precision == Precision::Ggml {
+            // llama.cpp's attention rounds per query row; a prompt's rows as decode's.
+            decode_attention(&q, step.place, &views, heads, layer.span, &mut att, true)?;
+        } else if !prompt_place.is_empty() {
             attend_prompt(&q, &prompt_place, &views, heads, layer.span, &mut att)
                 .map_err(kernel("attention"))?;
         } else {
-            decode_attention(&q, step.place, &views, heads, layer.span, &mut att)?;
+            decode_attention(&q, step.place, &views, heads, layer.span, &mut att, false)?;
         }
         mm_step(
             kind,
@@ -468,7 +479,8 @@ fn project_qkv(
 }
 
 /// A decode step's attention: each token's heads over its own sequence's cache, causal (the last
-/// `window` positions on a sliding-window layer), in parallel over (token, head).
+/// `window` positions on a sliding-window layer), in parallel over (token, head); with llama.cpp's
+/// roundings where `ggml` ([`kernels_neon::attend_cache_span_ggml`], [`Precision::Ggml`]).
 fn decode_attention(
     q: &[f32],
     place: &[Place],
@@ -476,7 +488,12 @@ fn decode_attention(
     heads: Heads,
     span: crate::layer::AttnSpan,
     att: &mut [f32],
+    ggml: bool,
 ) -> Result<()> {
+    let attend = match ggml {
+        true => kernels_neon::attend_cache_span_ggml,
+        false => kernels_neon::attend_cache_span,
+    };
     let (hd, n_heads) = (heads.head_dim, heads.n_heads);
     let group = heads.n_heads / heads.n_kv_heads;
     let (qd, kvd) = (n_heads * hd, heads.n_kv_heads * hd);
@@ -496,8 +513,7 @@ fn decode_attention(
             // Causal: positions up to its own of its sequence (the last `window` of
             // them on a sliding-window layer).
             let seen = span.first_seen(p.pos)..p.pos + 1;
-            kernels_neon::attend_cache_span(qh, kc, vc, layout, seen, scale, scores, out)
-                .map_err(kernel("attention"))
+            attend(qh, kc, vc, layout, seen, scale, scores, out).map_err(kernel("attention"))
         })?;
     Ok(())
 }
@@ -533,7 +549,7 @@ fn output_logits(
         // scored whole.
         (m == 1 || (kind == StepKind::Decode && m <= crate::proxy_step::PROXY_MAX_ROWS))
             && model.output_proxy_used()
-            && !matches!(precision, Precision::Exact)
+            && !matches!(precision, Precision::Exact | Precision::Ggml)
     });
     if let Some(proxy) = proxy {
         let source = model
