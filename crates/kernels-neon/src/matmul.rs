@@ -32,7 +32,7 @@ use crate::{
 ///   (Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/IQ4_NL).
 ///
 /// Elsewhere `Fast` and `Exact` prompts take the f32 tile, and `Int8` ones the bf16 tile where the
-/// path has one.
+/// path has one. [`Precision::Ggml`] prompts are one `matvec` per token (llama.cpp's roundings).
 pub fn matmul(
     w: &QMatrix,
     x: &[f32],

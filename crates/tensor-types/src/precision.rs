@@ -8,7 +8,8 @@
 /// the exact f32 tile in `Exact`, and in the others an integer tile where the kernel path has one
 /// for the format, which gives each token the products of `matvec` in `Fast` or `Int8`
 /// (`kernels_neon::matmul` says which: `Fast` prompts of 32 tokens or more over Q4_K/Q5_K/Q6_K take
-/// `Int8`'s), else the f32 tile (or in `Int8` a bf16 one where the path has it).
+/// `Int8`'s), else the f32 tile (or in `Int8` a bf16 one where the path has it); in `Ggml` it is
+/// one `matvec` per token.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Precision {
     /// Weights dequantized to f32, f32 activations, f32 accumulation.
@@ -27,15 +28,8 @@ pub enum Precision {
     /// ggml's block type of each weight format (`block_q8_0`, its scale rounded to f16, for the
     /// 32-element formats; `block_q8_K`, one f32 scale `1/(-127/max)` per 256, for the K-quants),
     /// every token of a prompt as a decode step quantizes it, and (in the engine) an f16 KV cache,
-    /// attention products over f16 queries and f16 softmax weights, GELU from an f16 table. The
-    /// slowest quantized mode; not for serving.
+    /// attention products over f16 queries and f16 softmax weights, RoPE angles as ggml computes
+    /// them, GELU from an f16 table (the engine's in every mode). The slowest quantized mode; not
+    /// for serving.
     Ggml,
-}
-
-impl Precision {
-    /// Whether activations are quantized to 8 bits ([`Int8`](Self::Int8) and
-    /// [`Ggml`](Self::Ggml)).
-    pub fn is_int8(self) -> bool {
-        matches!(self, Precision::Int8 | Precision::Ggml)
-    }
 }
