@@ -40,26 +40,37 @@ pub enum Logits {
 /// Elements from which [`rms_norm_rows`] runs its rows in parallel.
 const PAR_NORM_MIN: usize = 1 << 15;
 
-fn rms_norm_rows(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
+/// RMSNorm of each row of `x` (as ggml sums the squares, in f64, in `Precision::Ggml`).
+fn rms_norm_rows(x: &[f32], w: &[f32], eps: f32, out: &mut [f32], p: Precision) {
     let d = w.len();
+    let norm = match p {
+        Precision::Ggml => kernels_neon::rms_norm_ggml,
+        _ => kernels_neon::rms_norm,
+    };
     if x.len() < PAR_NORM_MIN {
         // A decode step's few rows: waking the other threads costs more than the rows.
         out.chunks_mut(d)
             .zip(x.chunks(d))
-            .for_each(|(o, xi)| kernels_neon::rms_norm(xi, w, eps, o));
+            .for_each(|(o, xi)| norm(xi, w, eps, o));
     } else {
         out.par_chunks_mut(d)
             .zip(x.par_chunks(d))
-            .for_each(|(o, xi)| kernels_neon::rms_norm(xi, w, eps, o));
+            .for_each(|(o, xi)| norm(xi, w, eps, o));
     }
 }
 
 /// `x += y`, or `x += rmsnorm(y, w)` where the layer norms its block's output first (`scratch`:
 /// `y.len()` floats).
-fn add_residual(x: &mut [f32], y: &[f32], norm: Option<&[f32]>, eps: f32, scratch: &mut [f32]) {
+fn add_residual(
+    x: &mut [f32],
+    y: &[f32],
+    (norm, eps): (Option<&[f32]>, f32),
+    scratch: &mut [f32],
+    p: Precision,
+) {
     let y = match norm {
         Some(w) => {
-            rms_norm_rows(y, w, eps, scratch);
+            rms_norm_rows(y, w, eps, scratch, p);
             &scratch[..]
         }
         None => y,
@@ -354,7 +365,7 @@ fn forward_inner(
 
     for (li, layer) in model.layers.iter().enumerate() {
         // Attention.
-        rms_norm_rows(&x, &layer.attn_norm, cfg.rms_eps, &mut xn);
+        rms_norm_rows(&x, &layer.attn_norm, cfg.rms_eps, &mut xn, precision);
         project_qkv(layer, kind, (&xn, n), [&mut q, &mut k, &mut v], precision)?;
         layer
             .attn_step
@@ -383,11 +394,12 @@ fn forward_inner(
             precision,
             "attention output",
         )?;
-        add_residual(&mut x, &o, layer.post_norms.attn.as_deref(), eps, &mut xn);
+        let post = (layer.post_norms.attn.as_deref(), eps);
+        add_residual(&mut x, &o, post, &mut xn, precision);
 
         // FFN (timed when asked).
         timed(ffn.ffn_nanos, || {
-            rms_norm_rows(&x, &layer.ffn_norm, cfg.rms_eps, &mut xn);
+            rms_norm_rows(&x, &layer.ffn_norm, cfg.rms_eps, &mut xn, precision);
             let rows = (&xn[..], n);
             layer_step(
                 (&layer.ffn, model.layers.get(li + 1).map(|l| &l.ffn)),
@@ -400,7 +412,8 @@ fn forward_inner(
                 &mut scratch,
             )
         })?;
-        add_residual(&mut x, &o, layer.post_norms.ffn.as_deref(), eps, &mut xn);
+        let post = (layer.post_norms.ffn.as_deref(), eps);
+        add_residual(&mut x, &o, post, &mut xn, precision);
     }
     for (c, &end) in caches.iter_mut().zip(&ends) {
         c.len = end;
@@ -541,7 +554,13 @@ fn output_logits(
         }
     };
     let mut normed = vec![0.0f32; m * d];
-    rms_norm_rows(rows, &model.output_norm, cfg.rms_eps, &mut normed);
+    rms_norm_rows(
+        rows,
+        &model.output_norm,
+        cfg.rms_eps,
+        &mut normed,
+        precision,
+    );
     logits.clear();
     logits.resize(m * vocab, 0.0);
     let proxy = model.output_proxy().filter(|_| {

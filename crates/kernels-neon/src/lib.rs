@@ -181,8 +181,8 @@
 //!   `amax/127` rounded to f16, for the 32-element formats; `block_q8_K`, the f32 scale
 //!   `1/(127/amax)` per 256, for the K-quants and `IQ4_XS`) through `Int8`'s kernels, and [`matmul`]
 //!   as one `matvec` per token (llama.cpp quantizes a batch's rows as one). With it the engine
-//!   uses [`attend_cache_span_ggml`] (f16 query and softmax weights) and
-//!   [`RopeAngles::new_ggml`]. Products equal llama.cpp's up to f32 summation order; the slowest
+//!   uses [`attend_cache_span_ggml`] (f16 query and softmax weights), [`RopeAngles::new_ggml`]
+//!   and [`rms_norm_ggml`]. Products equal llama.cpp's up to f32 summation order; the slowest
 //!   quantized mode.
 //!
 //! # Example

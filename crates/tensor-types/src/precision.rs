@@ -28,8 +28,8 @@ pub enum Precision {
     /// ggml's block type of each weight format (`block_q8_0`, its scale rounded to f16, for the
     /// 32-element formats; `block_q8_K`, one f32 scale `1/(-127/max)` per 256, for the K-quants),
     /// every token of a prompt as a decode step quantizes it, and (in the engine) an f16 KV cache,
-    /// attention products over f16 queries and f16 softmax weights, RoPE angles as ggml computes
-    /// them, GELU from an f16 table (the engine's in every mode). The slowest quantized mode; not
-    /// for serving.
+    /// attention products over f16 queries and f16 softmax weights, RoPE angles and RMSNorm sums
+    /// (f64) as ggml computes them, GELU from an f16 table (the engine's in every mode). The
+    /// slowest quantized mode; not for serving.
     Ggml,
 }

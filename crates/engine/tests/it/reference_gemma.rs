@@ -143,9 +143,9 @@ fn gemma3_greedy_continuations_follow_llama_completion() {
 }
 
 /// How far below our most likely token llama.cpp's choice may score in [`Precision::Ggml`]
-/// (llama.cpp's roundings), where the two differ. Measured on the fixture: 0.026, 0.071, 0.158,
-/// 0.564 and 0.722 logits on the AVX-512 kernel path, 0.042, 0.138, 0.778 and 0.122 on the AVX2
-/// one (`SPARROW_KERNELS=avx2`): each of our paths sums its f32 products in its own order, as
+/// (llama.cpp's roundings), where the two differ. Measured on the fixture: 0.168, 0.144, 0.038,
+/// 0.893 and 0.166 logits on the AVX-512 kernel path, 0.045, 0.022 and 0.345 on the AVX2 one
+/// (`SPARROW_KERNELS=avx2`): each of our paths sums its f32 products in its own order, as
 /// llama.cpp's kernels do, and one activation rounded to the other side of an 8-bit step moves the
 /// logits that far at these low-confidence positions.
 ///
@@ -157,9 +157,9 @@ const GGML_MARGIN: f32 = 1.0;
 /// llama.cpp's up to f32 summation order (its first layer's q projection, attention and FFN input
 /// sums within 2e-6 of `llama-eval-callback`'s on the first prompt) until a value lands on the
 /// other side of a rounding step in one of them, after which the two differ as two of llama.cpp's
-/// own builds do (`--no-repack`, which changes only the order of its Q4_K sums, changes the second
-/// prompt's continuation). So the continuations are not all equal (69 of 128 tokens equal before
-/// the first difference on the AVX-512 path, 58 on AVX2; exact mode 61): each llama.cpp token is
+/// own builds do (`--no-repack`, which changes only the kernels of its Q4_K products, changes the
+/// second prompt's continuation). So the continuations are not all equal (54 of 128 tokens equal
+/// before the first difference on the AVX-512 path, 66 on AVX2; exact mode 61): each llama.cpp token is
 /// our most likely one or within [`GGML_MARGIN`] of it, and our greedy continuation equals
 /// llama.cpp's up to the first such near-tie.
 #[test]

@@ -176,3 +176,25 @@ fn ggml_attention_rounds_query_and_weights_to_f16() {
         assert!((a - b).abs() < 5e-3, "{a} vs {b}");
     }
 }
+
+/// ggml's RMSNorm: the squares summed in f64, then f32; within f32 rounding of `rms_norm`.
+#[test]
+fn ggml_rms_norm_sums_squares_in_f64() {
+    let mut rng = Rng(11);
+    let x: Vec<f32> = (0..640).map(|_| rng.f() * 40.0).collect();
+    let w: Vec<f32> = (0..640).map(|_| 1.0 + rng.f().abs() * 300.0).collect();
+    let (mut a, mut b) = (vec![0f32; 640], vec![0f32; 640]);
+    rms_norm_ggml(&x, &w, 1e-6, &mut a);
+    rms_norm(&x, &w, 1e-6, &mut b);
+    let sum: f64 = x.iter().map(|&v| f64::from(v * v)).sum();
+    let scale = 1.0 / ((sum / 640.0) as f32 + 1e-6).sqrt();
+    for i in 0..640 {
+        assert_eq!(a[i], x[i] * scale * w[i], "element {i}");
+        assert!(
+            (a[i] - b[i]).abs() <= a[i].abs() * 1e-5,
+            "{} vs {}",
+            a[i],
+            b[i]
+        );
+    }
+}
