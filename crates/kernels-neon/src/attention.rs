@@ -294,10 +294,54 @@ pub fn attend_cache_span_with(
     scores: &mut Vec<f32>,
     out: &mut [f32],
 ) -> Result<(), KernelError> {
+    let cache = (k, v, layout);
+    attend_span_inner(path, q, cache, span, scale, false, scores, out)
+}
+
+/// [`attend_cache_span`] with llama.cpp's roundings of its CPU attention without flash attention
+/// (`ggml_mul_mat` of the f16 cache and `ggml_soft_max_ext`): the query rounded to f16 before the
+/// scores, the softmax's sum in f64 and each weight `exp(s - max) * (1/sum)` rounded to f16
+/// before the weighted sum of the values. For an f16 cache that is ggml's product of f16 rows
+/// up to f32 summation order.
+#[allow(clippy::too_many_arguments)]
+pub fn attend_cache_span_ggml(
+    q: &[f32],
+    k: KvChunks<'_>,
+    v: KvChunks<'_>,
+    layout: KvLayout,
+    span: std::ops::Range<usize>,
+    scale: f32,
+    scores: &mut Vec<f32>,
+    out: &mut [f32],
+) -> Result<(), KernelError> {
+    let path = crate::active_path();
+    let cache = (k, v, layout);
+    attend_span_inner(path, q, cache, span, scale, true, scores, out)
+}
+
+/// [`attend_cache_span_with`], with llama.cpp's roundings where `ggml` ([`attend_cache_span_ggml`]).
+#[allow(clippy::too_many_arguments)]
+fn attend_span_inner(
+    path: KernelPath,
+    q: &[f32],
+    (k, v, layout): (KvChunks<'_>, KvChunks<'_>, KvLayout),
+    span: std::ops::Range<usize>,
+    scale: f32,
+    ggml: bool,
+    scores: &mut Vec<f32>,
+    out: &mut [f32],
+) -> Result<(), KernelError> {
     check_path(path)?;
     let hd = layout.head_dim;
     check_len("attend q", hd, q.len())?;
     check_len("attend out", hd, out.len())?;
+    let q16: Vec<f32>;
+    let q = if ggml {
+        q16 = q.iter().map(|&x| half::f16::from_f32(x).to_f32()).collect();
+        &q16[..]
+    } else {
+        q
+    };
     let (lo, ctx) = (span.start, span.end);
     let (pos_bytes, off) = check_cache(&k, &v, layout, ctx)?;
     let chunk = k.chunk;
@@ -324,7 +368,11 @@ pub fn attend_cache_span_with(
             &mut scores[s],
         );
     }
-    crate::softmax_inplace(scores);
+    if ggml {
+        softmax_ggml(scores);
+    } else {
+        crate::softmax_inplace(scores);
+    }
     out.fill(0.0);
     for (c, at, s) in runs() {
         arch::kv::accumulate(
@@ -338,4 +386,45 @@ pub fn attend_cache_span_with(
         );
     }
     Ok(())
+}
+
+/// ggml's `soft_max` of one row of scores, its weights rounded to f16 as its product with an f16
+/// cache rounds them: `e = exp(s - max)`, summed in f64, each weight `f16(e * f32(1/sum))`.
+fn softmax_ggml(x: &mut [f32]) {
+    let max = x.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+    if x.is_empty() || max == f32::NEG_INFINITY {
+        return crate::softmax_inplace(x);
+    }
+    let mut sum = 0f64;
+    for v in x.iter_mut() {
+        *v = (*v - max).exp();
+        sum += f64::from(*v);
+    }
+    let inv = (1.0 / sum) as f32;
+    for v in x.iter_mut() {
+        *v = half::f16::from_f32(*v * inv).to_f32();
+    }
+}
+
+#[cfg(test)]
+mod ggml_tests {
+    use super::softmax_ggml;
+
+    /// Weights are f16 values of the f32 probabilities (the f64 sum), largest where the score is.
+    #[test]
+    fn ggml_softmax_rounds_weights_to_f16() {
+        let mut x = vec![0.1f32, 2.0, -1.5, 0.7, 2.0 - 1e-3];
+        let want: Vec<f32> = {
+            let m = 2.0f32;
+            let e: Vec<f32> = x.iter().map(|v| (v - m).exp()).collect();
+            let sum: f64 = e.iter().map(|&v| f64::from(v)).sum();
+            e.iter().map(|&v| v * (1.0 / sum) as f32).collect()
+        };
+        softmax_ggml(&mut x);
+        for (got, w) in x.iter().zip(&want) {
+            assert_eq!(*got, half::f16::from_f32(*w).to_f32());
+            assert!((got - w).abs() <= w * 1e-3, "{got} vs {w}");
+        }
+        assert_ne!(x, want, "some weight is not an f16 value");
+    }
 }

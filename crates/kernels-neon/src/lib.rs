@@ -176,6 +176,14 @@
 //!   activation is off by up to `amax_block/254`: on a 576-wide model
 //!   (SmolLM2-135M, Q4_1) the decode logits drift by up to ~1.0 from f32,
 //!   which flips greedy tokens.
+//! * [`Precision::Ggml`]: llama.cpp's roundings on its CPU path, for comparisons with it: 8-bit
+//!   activations in ggml's `vec_dot_type` of each format (`block_q8_0`/`block_q8_1`, the scale
+//!   `amax/127` rounded to f16, for the 32-element formats; `block_q8_K`, the f32 scale
+//!   `1/(127/amax)` per 256, for the K-quants and `IQ4_XS`) through `Int8`'s kernels, and [`matmul`]
+//!   as one `matvec` per token (llama.cpp quantizes a batch's rows as one). With it the engine
+//!   uses [`attend_cache_span_ggml`] (f16 query and softmax weights), [`RopeAngles::new_ggml`]
+//!   and [`rms_norm_ggml`]. Products equal llama.cpp's up to f32 summation order; the slowest
+//!   quantized mode.
 //!
 //! # Example
 //!
@@ -245,8 +253,8 @@ mod vector;
 
 pub use act::{act_mul_inplace, act_value, gelu_mul_inplace, gelu_value};
 pub use attention::{
-    attend, attend_cache, attend_cache_span, attend_cache_span_with, attend_cache_with,
-    attend_with, KvChunks, KvLayout,
+    attend, attend_cache, attend_cache_span, attend_cache_span_ggml, attend_cache_span_with,
+    attend_cache_with, attend_with, KvChunks, KvLayout,
 };
 pub use attention_block::{
     attend_cache_block_with, attend_head, attend_head_span, attend_head_span_with,
@@ -555,6 +563,7 @@ impl Acts {
             Precision::Fast => Acts::I16(QActs16::quantize(path, x)),
             Precision::Int8 if super_scaled(format) => Acts::I8(QActs::quantize_super(path, x)),
             Precision::Int8 => Acts::I8(QActs::quantize(path, x)),
+            Precision::Ggml => Acts::I8(QActs::quantize_ggml(path, format, x)),
         }
     }
 
@@ -570,8 +579,9 @@ impl Acts {
             (Acts::F32, false, _)
                 | (Acts::F32, true, Precision::Exact)
                 | (Acts::I16(_), true, Precision::Fast)
-                | (Acts::I8(_), true, Precision::Int8)
+                | (Acts::I8(_), true, Precision::Int8 | Precision::Ggml)
         ) && match self {
+            Acts::I8(q) if precision == Precision::Ggml => q.per_super == quant::ggml_super(format),
             Acts::I8(q) => q.per_super == super_scaled(format),
             _ => true,
         }
@@ -627,4 +637,24 @@ pub fn quantize_acts_i8_super_with(
         });
     }
     Ok(QActs::quantize_super(path, x))
+}
+
+/// Quantizes `x` to the 8-bit activations [`Precision::Ggml`] gives weights of `format` (ggml's
+/// `vec_dot_type`), on an explicit path (for tests: every path must produce identical
+/// activations). `x.len()` must be a multiple of 32.
+#[doc(hidden)]
+pub fn quantize_acts_ggml_with(
+    path: KernelPath,
+    format: WeightFormat,
+    x: &[f32],
+) -> Result<QBlocks<i8>, KernelError> {
+    check_path(path)?;
+    if x.len() % 32 != 0 {
+        return Err(KernelError::LengthMismatch {
+            what: "quantize_acts_ggml x (multiple of 32)",
+            expected: x.len().next_multiple_of(32),
+            actual: x.len(),
+        });
+    }
+    Ok(QActs::quantize_ggml(path, format, x))
 }

@@ -32,7 +32,7 @@ use crate::{
 ///   (Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/IQ4_NL).
 ///
 /// Elsewhere `Fast` and `Exact` prompts take the f32 tile, and `Int8` ones the bf16 tile where the
-/// path has one.
+/// path has one. [`Precision::Ggml`] prompts are one `matvec` per token (llama.cpp's roundings).
 pub fn matmul(
     w: &QMatrix,
     x: &[f32],
@@ -97,6 +97,14 @@ pub fn matmul_with(
         y.fill(0.0);
         return Ok(());
     }
+    if precision == Precision::Ggml {
+        // Every token as a decode step computes it (llama.cpp quantizes a batch's rows as it
+        // quantizes one).
+        for (xt, yt) in x.chunks_exact(cols).zip(y.chunks_exact_mut(rows)).take(n) {
+            matvec_with(path, w, xt, yt, precision)?;
+        }
+        return Ok(());
+    }
     // `Fast` prompts from `INT_TILE_MIN_TOKENS` tokens take the 8-bit tile too where
     // `fast_prompts_int8` (as llama.cpp's prompts always do): a prompt is bound by compute, where
     // 8 bits give twice the products per instruction of 16; decode, bound by memory, keeps 16 bits.
@@ -106,7 +114,7 @@ pub fn matmul_with(
     let int8_tile = match precision {
         Precision::Int8 => !blocks || n >= INT_TILE_MIN_TOKENS,
         Precision::Fast => n >= INT_TILE_MIN_TOKENS && fast_prompts_int8(w.format()),
-        Precision::Exact => false,
+        Precision::Exact | Precision::Ggml => false,
     };
     if int8_tile && arch::has_tile_int8(path, w.format()) {
         debug_assert!(blocks || super_scaled(w.format()));
@@ -148,7 +156,7 @@ pub fn matmul_with(
     // 8-bit-activation precision rounds to bf16 (8 significant bits) where the path has a bf16
     // tile; Exact and Fast keep the f32 tile (bf16 prompts change greedy continuations).
     let xb = match precision {
-        Precision::Exact | Precision::Fast => None,
+        Precision::Exact | Precision::Fast | Precision::Ggml => None,
         Precision::Int8 => arch::bf16_acts(path, x, n, cols),
     };
     let work = |ci: usize| {

@@ -89,6 +89,61 @@ impl QActs {
         out
     }
 
+    /// llama.cpp's activations for weights of `format` ([`Precision::Ggml`](crate::Precision::Ggml)):
+    /// ggml's `vec_dot_type` of the format. For the K-quants (`block_q8_K`, [`ggml_super`]) the
+    /// quants of [`quantize_super`](Self::quantize_super) with ggml's scale `1/(127/amax)` (its
+    /// `iscale = -127/max` flips the sign of both the quants and the scale, which leaves every
+    /// product as it is); for the 32-element formats (`block_q8_0`, `block_q8_1`) the quants of
+    /// [`quantize`](Self::quantize) (ggml's x86 quantizer also multiplies by `127/amax`) with the
+    /// scale `amax/127` rounded to f16, and `s` that scale times the sum of the quants (for Q4_1
+    /// and Q5_1 the f16 of the f32 scale times the sum, `block_q8_1`'s).
+    pub(crate) fn quantize_ggml(
+        path: crate::KernelPath,
+        format: tensor_types::WeightFormat,
+        x: &[f32],
+    ) -> Self {
+        use half::f16;
+        let nb = x.len() / 32;
+        let amax = |xs: &[f32]| xs.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let qsum = |q: &Self, b: usize| -> i32 {
+            q.qs[b * 32..b * 32 + 32]
+                .iter()
+                .map(|&v| i32::from(v))
+                .sum()
+        };
+        if ggml_super(format) {
+            let mut q = Self::quantize_super(path, x);
+            for (g, xs) in x[..nb * 32].chunks(256).enumerate() {
+                let a = amax(xs);
+                let d = if a > 0.0 { 1.0 / (127.0 / a) } else { 0.0 };
+                for b in g * 8..(g * 8 + xs.len() / 32) {
+                    q.d[b] = d;
+                    q.s[b] = d * qsum(&q, b) as f32;
+                }
+            }
+            q
+        } else {
+            // `s` is the f16 of ggml's `block_q8_1` where the weights have a minimum (Q4_1, Q5_1: its
+            // `m · s` term); elsewhere kernels take a weight offset as `s = d · sum(q)` (ggml sums
+            // the offset quants in integers, the same products).
+            let q8_1 = matches!(
+                format,
+                tensor_types::WeightFormat::Q4_1 | tensor_types::WeightFormat::Q5_1
+            );
+            let mut q = Self::quantize(path, x);
+            for (b, xs) in x[..nb * 32].chunks_exact(32).enumerate() {
+                let d = amax(xs) / 127.0;
+                let sum = qsum(&q, b) as f32;
+                q.d[b] = f16::from_f32(d).to_f32();
+                q.s[b] = match q8_1 {
+                    true => f16::from_f32(d * sum).to_f32(),
+                    false => q.d[b] * sum,
+                };
+            }
+            q
+        }
+    }
+
     /// These activations with [`QBlocks::sum16`] filled.
     pub(crate) fn with_sums16(mut self) -> Self {
         self.sum16 = self
@@ -98,6 +153,14 @@ impl QActs {
             .collect();
         self
     }
+}
+
+/// Whether ggml quantizes the activations of weights of `format` to `block_q8_K` (one scale per
+/// 256), its `vec_dot_type` of the K-quants and `IQ4_XS`; the other block formats take
+/// `block_q8_0` or `block_q8_1` (one scale per 32).
+pub(crate) fn ggml_super(format: tensor_types::WeightFormat) -> bool {
+    use tensor_types::WeightFormat::*;
+    matches!(format, Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | IQ4_XS)
 }
 
 /// 16-bit activations (`Precision::Fast`).

@@ -56,6 +56,23 @@ impl RopeAngles {
         RopeAngles { head_dim, cs }
     }
 
+    /// The rotations as ggml's CPU `rope` computes them (`ggml_rope_cache_init` without frequency
+    /// scaling): the angle starts at the position and is multiplied, in f32, by
+    /// `powf(base, -2/rot)` from one pair to the next; `cos` and `sin` in f32.
+    pub fn new_ggml(head_dim: usize, rot_dim: usize, pos: usize, base: f32) -> RopeAngles {
+        let rot = rot_dim.min(head_dim) & !1;
+        let theta_scale = base.powf(-2.0 / rot as f32);
+        let mut theta = pos as f32;
+        let cs = (0..rot / 2)
+            .map(|_| {
+                let c = (theta.cos(), theta.sin());
+                theta *= theta_scale;
+                c
+            })
+            .collect();
+        RopeAngles { head_dim, cs }
+    }
+
     /// Rotates the first `n_heads` heads of `x` (of this table's `head_dim`, contiguous).
     pub fn apply(&self, x: &mut [f32], n_heads: usize, style: RopeStyle) {
         let half = self.cs.len();

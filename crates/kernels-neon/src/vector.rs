@@ -53,6 +53,20 @@ pub fn rms_norm(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
     }
 }
 
+/// [`rms_norm`] as ggml's CPU `rms_norm` computes it: the f32 squares summed in f64, the mean
+/// rounded to f32, `scale = 1/sqrt(mean + eps)` in f32, `out = x · scale · w`.
+pub fn rms_norm_ggml(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
+    let n = x.len().min(weight.len()).min(out.len());
+    if n == 0 {
+        return;
+    }
+    let sum: f64 = x[..n].iter().map(|&v| f64::from(v * v)).sum();
+    let scale = 1.0 / ((sum / n as f64) as f32 + eps).sqrt();
+    for ((o, &v), &g) in out[..n].iter_mut().zip(&x[..n]).zip(&weight[..n]) {
+        *o = v * scale * g;
+    }
+}
+
 /// Numerically stable softmax in place (max subtracted). Empty input is a no-op;
 /// an all `-inf` input becomes uniform. `exp` as in [`silu_mul_inplace`].
 pub fn softmax_inplace(x: &mut [f32]) {

@@ -33,6 +33,11 @@ pub struct LoadArgs {
     /// Q5_0/Q8_0 ones with AVX-512, as llama.cpp).
     #[arg(long)]
     pub int8: bool,
+    /// llama.cpp's roundings on its CPU path (for comparisons with it, not for speed): 8-bit
+    /// activations in ggml's block type of each weight format, f16 KV cache, f16 queries and
+    /// softmax weights in attention, each prompt token computed as a decode step.
+    #[arg(long, conflicts_with_all = ["exact", "int8"])]
+    pub ggml: bool,
     /// Weight rows per parallel work item of the dense kernels (0: automatic, about four items per
     /// thread; PowerInfer-2 uses 512).
     #[arg(long, default_value_t = 0)]

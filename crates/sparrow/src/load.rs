@@ -20,6 +20,8 @@ pub fn load_builder(args: &LoadArgs, quiet: bool) -> EngineBuilder {
             Precision::Exact
         } else if args.int8 {
             Precision::Int8
+        } else if args.ggml {
+            Precision::Ggml
         } else {
             Precision::Fast
         },

@@ -7,12 +7,13 @@ use std::sync::Arc;
 use anyhow::Result;
 use engine::Precision;
 
-/// The name of a precision in reports and JSON (`exact`, `fast`, `int8`).
+/// The name of a precision in reports and JSON (`exact`, `fast`, `int8`, `ggml`).
 pub fn precision_name(p: Precision) -> &'static str {
     match p {
         Precision::Exact => "exact",
         Precision::Fast => "fast",
         Precision::Int8 => "int8",
+        Precision::Ggml => "ggml",
     }
 }
 

@@ -8,7 +8,8 @@
 /// the exact f32 tile in `Exact`, and in the others an integer tile where the kernel path has one
 /// for the format, which gives each token the products of `matvec` in `Fast` or `Int8`
 /// (`kernels_neon::matmul` says which: `Fast` prompts of 32 tokens or more over Q4_K/Q5_K/Q6_K take
-/// `Int8`'s), else the f32 tile (or in `Int8` a bf16 one where the path has it).
+/// `Int8`'s), else the f32 tile (or in `Int8` a bf16 one where the path has it); in `Ggml` it is
+/// one `matvec` per token.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Precision {
     /// Weights dequantized to f32, f32 activations, f32 accumulation.
@@ -23,4 +24,12 @@ pub enum Precision {
     /// `amax/127`) and integer dot products for quantized weights. Fastest,
     /// least accurate.
     Int8,
+    /// llama.cpp's roundings on its CPU path, for comparisons with it: 8-bit activations in
+    /// ggml's block type of each weight format (`block_q8_0`, its scale rounded to f16, for the
+    /// 32-element formats; `block_q8_K`, one f32 scale `1/(-127/max)` per 256, for the K-quants),
+    /// every token of a prompt as a decode step quantizes it, and (in the engine) an f16 KV cache,
+    /// attention products over f16 queries and f16 softmax weights, RoPE angles and RMSNorm sums
+    /// (f64) as ggml computes them, GELU from an f16 table (the engine's in every mode). The
+    /// slowest quantized mode; not for serving.
+    Ggml,
 }

@@ -40,26 +40,37 @@ pub enum Logits {
 /// Elements from which [`rms_norm_rows`] runs its rows in parallel.
 const PAR_NORM_MIN: usize = 1 << 15;
 
-fn rms_norm_rows(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
+/// RMSNorm of each row of `x` (as ggml sums the squares, in f64, in `Precision::Ggml`).
+fn rms_norm_rows(x: &[f32], w: &[f32], eps: f32, out: &mut [f32], p: Precision) {
     let d = w.len();
+    let norm = match p {
+        Precision::Ggml => kernels_neon::rms_norm_ggml,
+        _ => kernels_neon::rms_norm,
+    };
     if x.len() < PAR_NORM_MIN {
         // A decode step's few rows: waking the other threads costs more than the rows.
         out.chunks_mut(d)
             .zip(x.chunks(d))
-            .for_each(|(o, xi)| kernels_neon::rms_norm(xi, w, eps, o));
+            .for_each(|(o, xi)| norm(xi, w, eps, o));
     } else {
         out.par_chunks_mut(d)
             .zip(x.par_chunks(d))
-            .for_each(|(o, xi)| kernels_neon::rms_norm(xi, w, eps, o));
+            .for_each(|(o, xi)| norm(xi, w, eps, o));
     }
 }
 
 /// `x += y`, or `x += rmsnorm(y, w)` where the layer norms its block's output first (`scratch`:
 /// `y.len()` floats).
-fn add_residual(x: &mut [f32], y: &[f32], norm: Option<&[f32]>, eps: f32, scratch: &mut [f32]) {
+fn add_residual(
+    x: &mut [f32],
+    y: &[f32],
+    (norm, eps): (Option<&[f32]>, f32),
+    scratch: &mut [f32],
+    p: Precision,
+) {
     let y = match norm {
         Some(w) => {
-            rms_norm_rows(y, w, eps, scratch);
+            rms_norm_rows(y, w, eps, scratch, p);
             &scratch[..]
         }
         None => y,
@@ -68,8 +79,16 @@ fn add_residual(x: &mut [f32], y: &[f32], norm: Option<&[f32]>, eps: f32, scratc
 }
 
 /// Each token's RoPE rotations for every RoPE base the model's layers use (the first the first
-/// layer's): one table per base, computed once per step.
-fn rope_tables(model: &Model<'_>, place: &[Place]) -> Vec<(f32, Vec<kernels_neon::RopeAngles>)> {
+/// layer's): one table per base, computed once per step (as ggml computes them in `Ggml`).
+fn rope_tables(
+    model: &Model<'_>,
+    place: &[Place],
+    precision: Precision,
+) -> Vec<(f32, Vec<kernels_neon::RopeAngles>)> {
+    let angles = match precision {
+        Precision::Ggml => kernels_neon::RopeAngles::new_ggml,
+        _ => kernels_neon::RopeAngles::new,
+    };
     let cfg = &model.config;
     let mut bases: Vec<f32> = Vec::new();
     for l in &model.layers {
@@ -88,7 +107,7 @@ fn rope_tables(model: &Model<'_>, place: &[Place]) -> Vec<(f32, Vec<kernels_neon
         .map(|base| {
             let angles = place
                 .iter()
-                .map(|p| kernels_neon::RopeAngles::new(cfg.head_dim, cfg.rope_dim, p.pos, base))
+                .map(|p| angles(cfg.head_dim, cfg.rope_dim, p.pos, base))
                 .collect();
             (base, angles)
         })
@@ -336,7 +355,7 @@ fn forward_inner(
     }
     let kind = step.kind;
     // Each token's rotations, computed once for all layers of each RoPE base.
-    let ropes = rope_tables(model, step.place);
+    let ropes = rope_tables(model, step.place, precision);
     // A prompt step's attention runs in blocks (`prompt_attention`): where each token goes, once.
     let prompt_place: Vec<(usize, usize)> = if kind == StepKind::Prompt && n > 1 {
         step.place.iter().map(|p| (p.seq, p.pos)).collect()
@@ -346,7 +365,7 @@ fn forward_inner(
 
     for (li, layer) in model.layers.iter().enumerate() {
         // Attention.
-        rms_norm_rows(&x, &layer.attn_norm, cfg.rms_eps, &mut xn);
+        rms_norm_rows(&x, &layer.attn_norm, cfg.rms_eps, &mut xn, precision);
         project_qkv(layer, kind, (&xn, n), [&mut q, &mut k, &mut v], precision)?;
         layer
             .attn_step
@@ -357,11 +376,14 @@ fn forward_inner(
             caches[p.seq].write(li, p.pos, &k[rows.clone()], &v[rows])?;
         }
         let views: Vec<_> = caches.iter().map(|c| c.layer(li)).collect();
-        if !prompt_place.is_empty() {
+        if precision == Precision::Ggml {
+            // llama.cpp's attention rounds per query row; a prompt's rows as decode's.
+            decode_attention(&q, step.place, &views, heads, layer.span, &mut att, true)?;
+        } else if !prompt_place.is_empty() {
             attend_prompt(&q, &prompt_place, &views, heads, layer.span, &mut att)
                 .map_err(kernel("attention"))?;
         } else {
-            decode_attention(&q, step.place, &views, heads, layer.span, &mut att)?;
+            decode_attention(&q, step.place, &views, heads, layer.span, &mut att, false)?;
         }
         mm_step(
             kind,
@@ -372,11 +394,12 @@ fn forward_inner(
             precision,
             "attention output",
         )?;
-        add_residual(&mut x, &o, layer.post_norms.attn.as_deref(), eps, &mut xn);
+        let post = (layer.post_norms.attn.as_deref(), eps);
+        add_residual(&mut x, &o, post, &mut xn, precision);
 
         // FFN (timed when asked).
         timed(ffn.ffn_nanos, || {
-            rms_norm_rows(&x, &layer.ffn_norm, cfg.rms_eps, &mut xn);
+            rms_norm_rows(&x, &layer.ffn_norm, cfg.rms_eps, &mut xn, precision);
             let rows = (&xn[..], n);
             layer_step(
                 (&layer.ffn, model.layers.get(li + 1).map(|l| &l.ffn)),
@@ -389,7 +412,8 @@ fn forward_inner(
                 &mut scratch,
             )
         })?;
-        add_residual(&mut x, &o, layer.post_norms.ffn.as_deref(), eps, &mut xn);
+        let post = (layer.post_norms.ffn.as_deref(), eps);
+        add_residual(&mut x, &o, post, &mut xn, precision);
     }
     for (c, &end) in caches.iter_mut().zip(&ends) {
         c.len = end;
@@ -468,7 +492,8 @@ fn project_qkv(
 }
 
 /// A decode step's attention: each token's heads over its own sequence's cache, causal (the last
-/// `window` positions on a sliding-window layer), in parallel over (token, head).
+/// `window` positions on a sliding-window layer), in parallel over (token, head); with llama.cpp's
+/// roundings where `ggml` ([`kernels_neon::attend_cache_span_ggml`], [`Precision::Ggml`]).
 fn decode_attention(
     q: &[f32],
     place: &[Place],
@@ -476,7 +501,12 @@ fn decode_attention(
     heads: Heads,
     span: crate::layer::AttnSpan,
     att: &mut [f32],
+    ggml: bool,
 ) -> Result<()> {
+    let attend = match ggml {
+        true => kernels_neon::attend_cache_span_ggml,
+        false => kernels_neon::attend_cache_span,
+    };
     let (hd, n_heads) = (heads.head_dim, heads.n_heads);
     let group = heads.n_heads / heads.n_kv_heads;
     let (qd, kvd) = (n_heads * hd, heads.n_kv_heads * hd);
@@ -496,8 +526,7 @@ fn decode_attention(
             // Causal: positions up to its own of its sequence (the last `window` of
             // them on a sliding-window layer).
             let seen = span.first_seen(p.pos)..p.pos + 1;
-            kernels_neon::attend_cache_span(qh, kc, vc, layout, seen, scale, scores, out)
-                .map_err(kernel("attention"))
+            attend(qh, kc, vc, layout, seen, scale, scores, out).map_err(kernel("attention"))
         })?;
     Ok(())
 }
@@ -525,7 +554,13 @@ fn output_logits(
         }
     };
     let mut normed = vec![0.0f32; m * d];
-    rms_norm_rows(rows, &model.output_norm, cfg.rms_eps, &mut normed);
+    rms_norm_rows(
+        rows,
+        &model.output_norm,
+        cfg.rms_eps,
+        &mut normed,
+        precision,
+    );
     logits.clear();
     logits.resize(m * vocab, 0.0);
     let proxy = model.output_proxy().filter(|_| {
@@ -533,7 +568,7 @@ fn output_logits(
         // scored whole.
         (m == 1 || (kind == StepKind::Decode && m <= crate::proxy_step::PROXY_MAX_ROWS))
             && model.output_proxy_used()
-            && !matches!(precision, Precision::Exact)
+            && !matches!(precision, Precision::Exact | Precision::Ggml)
     });
     if let Some(proxy) = proxy {
         let source = model

@@ -11,6 +11,7 @@ mod common;
 mod expf;
 mod fixed;
 mod gelu;
+mod ggml;
 mod gguf_fixture;
 mod hybrid;
 mod known;

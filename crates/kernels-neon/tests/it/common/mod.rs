@@ -264,6 +264,9 @@ pub fn check(
         Precision::Exact => {}
         Precision::Fast => tol += wamax / 65534.0 * 1.02,
         Precision::Int8 => tol += wamax / 254.0 * 1.001,
+        // Int8's rounding, and the scale rounded to f16 (ggml's `block_q8_0`): at |q| <= 127 off
+        // by at most 2^-11 of it, 127 · 2^-11 quantization steps.
+        Precision::Ggml => tol += wamax * (1.0 / 254.0 + 2f64.powi(-11)) * 1.001,
     }
     let err = (f64::from(y) - dot).abs();
     if err <= tol {
