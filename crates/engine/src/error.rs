@@ -39,14 +39,6 @@ pub enum EngineError {
     /// An output file could not be written, or would overwrite an input.
     #[error(transparent)]
     Output(#[from] atomic_out::AtomicError),
-    /// A kernel rejected its arguments (a shape bug or a malformed weight).
-    #[error("kernel error in {context}: {source}")]
-    Kernel {
-        /// What the engine was doing.
-        context: String,
-        /// The kernel's error.
-        source: kernels_neon::KernelError,
-    },
     /// The model file is readable but does not describe a model this engine can run.
     #[error("{path}: {detail}")]
     BadModel {
@@ -55,61 +47,15 @@ pub enum EngineError {
         /// What is wrong.
         detail: String,
     },
-    /// A bundle's manifest is damaged, or a part of the bundle does not match it (`path` names the
-    /// manifest or the part).
-    #[error("{path}: {detail}")]
-    Bundle {
-        /// The manifest or the part concerned.
-        path: PathBuf,
-        /// What is wrong.
-        detail: String,
-    },
-    /// A tensor the architecture needs is absent.
-    #[error("{path}: missing tensor `{name}`")]
-    MissingTensor {
-        /// The model file or directory.
-        path: PathBuf,
-        /// The tensor's name.
-        name: String,
-    },
-    /// A tensor has the wrong shape for the model's configuration.
-    #[error("{path}: tensor `{name}` has shape {found:?}, expected {expected:?}")]
-    TensorShape {
-        /// The model file or directory.
-        path: PathBuf,
-        /// The tensor's name.
-        name: String,
-        /// Its shape in the file (outermost first).
-        found: Vec<usize>,
-        /// The shape the configuration implies.
-        expected: Vec<usize>,
-    },
     /// A request the engine cannot serve (context full, empty prompt, bad option).
     #[error("{0}")]
     Request(String),
     /// Fetching a named model failed.
     #[error(transparent)]
     Fetch(#[from] model_fetch::FetchError),
-    /// The accelerator library failed: missing, of another API version, or an error at a step
-    /// (the detail names it). The engine stays on the CPU.
-    #[error("accelerator {library}: {detail}")]
-    Accelerator {
-        /// The library (or the name it was looked up by).
-        library: PathBuf,
-        /// What went wrong.
-        detail: String,
-    },
     /// An accelerator backend failed, or none of the name asked for is in this build.
     #[error(transparent)]
     Accel(#[from] accel::AccelError),
-    /// An I/O error on a file other than the model (a corpus, the cache folder).
-    #[error("{path}: {source}")]
-    Io {
-        /// The file.
-        path: PathBuf,
-        /// The cause.
-        source: std::io::Error,
-    },
 }
 
 /// Shorthand for results in this crate.
