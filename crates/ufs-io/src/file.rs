@@ -373,6 +373,17 @@ pub(crate) mod sys {
         }
     }
 
+    /// Whether the page at `addr` (page-aligned) is mapped in this process (`mincore` refuses an
+    /// unmapped one with ENOMEM).
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    #[allow(dead_code)] // for tests
+    pub fn is_mapped(addr: usize) -> bool {
+        let mut v = [0u8; 1];
+        // SAFETY: mincore only reads the page table for [addr, addr + 1 page) and writes one byte
+        // into `v`, which holds one; an unmapped range is an error, not a fault.
+        unsafe { libc::mincore(addr as *mut libc::c_void, 4096, v.as_mut_ptr().cast()) == 0 }
+    }
+
     /// Gives back a mapping [`map_anon`] made.
     ///
     /// # Safety
