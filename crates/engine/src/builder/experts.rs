@@ -31,17 +31,23 @@ impl EngineBuilder {
         };
         let store_bytes = offload::budget::store_ffn_bytes(&parts.store)?;
         let len = |p: &std::path::Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
-        let resident = |context: usize| Resident {
+        // What stays resident besides the cache, measured once; only the KV cache depends on the
+        // context tried.
+        let measured = Resident {
             process: crate::sys::rss_besides(model.path())
                 .or_else(crate::sys::rss_bytes)
                 .unwrap_or(0),
             file: len(model.path()).saturating_sub(model.header_bytes()),
-            kv_cache: model
-                .config
-                .kv_cache_bytes(context.max(1), eng.cache_type()),
+            kv_cache: 0,
             predictors: 0,
             // The experts of a step being read and computed, outside the cache: a queue's worth.
             read_ahead: store_bytes / experts.iter().sum::<usize>().max(1) as u64 * 32,
+        };
+        let resident = |context: usize| Resident {
+            kv_cache: model
+                .config
+                .kv_cache_bytes(context.max(1), eng.cache_type()),
+            ..measured
         };
         let mut context = eng.options().context;
         if let (Some(budget), None) = (self.budget.process(), self.context) {
