@@ -124,6 +124,7 @@ const ANDROID_CRATES: &[&str] = &[
     "transformer",
     "offload",
     "model-bundle",
+    "calibrate",
     "engine",
     "server",
     "npu-qnn-sys",

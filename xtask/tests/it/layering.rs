@@ -24,7 +24,7 @@ fn layer(name: &str) -> Option<u32> {
         | "accel" => 2,
         "accel-qnn" | "transformer" => 3,
         "offload" => 4,
-        "model-bundle" => 5,
+        "model-bundle" | "calibrate" => 5,
         "engine" => 6,
         "server" => 7,
         "sparrow" | "xtask" => 8,

@@ -31,7 +31,7 @@ impl EngineBuilder {
         let resident = model.config.ffn_store.is_some();
         let (plan, s) = match self.plan.clone() {
             Some(path) => {
-                let fingerprint = crate::calibrate::device_fingerprint().1;
+                let fingerprint = calibrate::device_fingerprint().1;
                 let (plan, s) = load_plan(&path, &model, Some(fingerprint))?;
                 self.note(&format!(
                     "{}: {}",

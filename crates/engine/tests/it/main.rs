@@ -9,7 +9,6 @@ mod bench;
 mod best_of;
 mod builder;
 mod bundle;
-mod calibrate;
 mod common;
 mod convert_faults;
 mod formats;

@@ -342,6 +342,7 @@ const SPLIT_CRATES: &[&str] = &[
     "transformer",
     "offload",
     "model-bundle",
+    "calibrate",
 ];
 
 /// The module graph of crate `name`'s `src/` (a sibling of this crate's folder).

@@ -1,7 +1,7 @@
-//! `engine::calibrate` on a quick run: one progress message per point its progress bar counts, and
+//! `calibrate::calibrate` on a quick run: one progress message per point its progress bar counts, and
 //! the cache-dependent rates where the machine's cache calls for them, the one-unit rates always.
 
-use engine::calibrate::{calibrate, CalibrateOptions};
+use calibrate::{calibrate, CalibrateOptions};
 
 #[test]
 fn progress_messages_match_the_counted_steps() {
@@ -19,7 +19,7 @@ fn progress_messages_match_the_counted_steps() {
     assert_eq!(profile.flash_random_busy.len(), points);
     // The last-level cache as sysfs gives it; past a cache larger than the 48 MiB matrices, each
     // format's dense rate measured again over twice the cache.
-    let llc = engine::sys::last_level_cache_bytes();
+    let llc = calibrate::last_level_cache_bytes();
     assert_eq!(profile.llc_bytes, llc.unwrap_or(0));
     let past = llc.is_some_and(|c| 2 * c > 48 << 20);
     for k in &profile.kernels {

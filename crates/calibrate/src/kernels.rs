@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use kernels_neon::{Precision, QMatrix, WeightFormat};
 use planner::KernelRate;
 
-use crate::error::{EngineError, Result};
+use crate::error::{CalibrateError, Result};
 
 /// Rounds over which every kernel point is sampled (the median is kept).
 pub(crate) const ROUNDS: usize = 5;
@@ -55,12 +55,12 @@ pub(crate) fn pool(threads: usize) -> Result<rayon::ThreadPool> {
     rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
         .build()
-        .map_err(|e| EngineError::Request(format!("thread pool: {e}")))
+        .map_err(|e| CalibrateError::Measure(format!("thread pool: {e}")))
 }
 
 /// A kernel error as a calibration failure.
-pub(crate) fn kernel_err(e: kernels_neon::KernelError) -> EngineError {
-    EngineError::Request(format!("calibration kernel: {e}"))
+pub(crate) fn kernel_err(e: kernels_neon::KernelError) -> CalibrateError {
+    CalibrateError::Measure(format!("calibration kernel: {e}"))
 }
 
 /// Deterministic noise for weights and offsets.
@@ -124,7 +124,7 @@ impl FormatBench {
         let cols = 4096usize;
         let row_bytes = format
             .row_bytes(cols)
-            .ok_or_else(|| EngineError::Request(format!("{format}: no row size")))?;
+            .ok_or_else(|| CalibrateError::Measure(format!("{format}: no row size")))?;
         let rows = (MATRIX_BYTES / row_bytes).max(256) & !63;
         let mut data = vec![0u8; rows * row_bytes];
         // Scales of random bytes may be NaN or huge; the time of the arithmetic does not depend
@@ -198,7 +198,7 @@ impl FormatBench {
         };
         let units = self.units();
         let w = QMatrix::new(self.format, rows, self.cols, data)
-            .map_err(|e| EngineError::Request(format!("calibration matrix: {e}")))?;
+            .map_err(|e| CalibrateError::Measure(format!("calibration matrix: {e}")))?;
         let (x, y, sets, per_set) = (&self.x, &mut self.y, &self.sets, self.per_set);
         let turn = &mut self.turn;
         p.install(|| match kernel {

@@ -9,8 +9,8 @@ use std::time::Duration;
 use kernels_neon::{Precision, QMatrix, WeightFormat};
 use planner::PromptRate;
 
-use crate::calibrate_kernels::{kernel_err, per_call, pool};
-use crate::error::{EngineError, Result};
+use crate::error::{CalibrateError, Result};
+use crate::kernels::{kernel_err, per_call, pool};
 
 /// Tokens of the one-rate measurement ([`PromptRates::flops`]).
 pub(crate) const PROMPT_TOKENS: usize = 64;
@@ -69,7 +69,7 @@ fn time_product(o: Timing, format: WeightFormat, n: usize, transposed: bool) -> 
         .collect();
     let data = kernels_neon::quantize_matrix(format, &src, ROWS, COLS).map_err(kernel_err)?;
     let w = QMatrix::new(format, ROWS, COLS, &data)
-        .map_err(|e| EngineError::Request(format!("calibration matrix: {e}")))?;
+        .map_err(|e| CalibrateError::Measure(format!("calibration matrix: {e}")))?;
     let (k, m) = if transposed {
         (ROWS, COLS)
     } else {

@@ -1,12 +1,12 @@
 //! `sparrow calibrate`: measures this machine for the planner ([`planner::DeviceProfile`]) in about a
 //! minute: the kernels' weight throughput per format and thread count (dense matrix-vector and
 //! row-subset products over 48 MiB matrices, and where the last-level cache is larger than that,
-//! the dense product again over twice the cache, sampled in rounds: `calibrate_kernels`), the size
+//! the dense product again over twice the cache, sampled in rounds: `kernels`), the size
 //! of that cache, DRAM read bandwidth, the cost of a
 //! batch, and flash random-read throughput by read size and queue depth with direct I/O through
 //! `ufs-io` (one I/O thread, as the engine reads), plus sequential bandwidth, the fixed cost of a
 //! parallel kernel call and sparse selection's serial cost per neuron (`select_cost`); and, when
-//! asked, an accelerator's rate (`calibrate_accel`).
+//! asked, an accelerator's rate (`accel`).
 //!
 //! The flash figures are measured on a scratch file in the folder given (the folder the models live
 //! in, so the same device), written once, read with direct I/O through `ufs-io` so the page cache is out of play,
@@ -20,12 +20,12 @@ use kernels_neon::{Precision, QMatrix, WeightFormat};
 use planner::{CallOverhead, DeviceProfile, IoRate};
 use ufs_io::{IoConfig, IoEngine, OpenOptions, ReadRequest};
 
-use crate::calibrate_accel::measure_accel;
-use crate::calibrate_kernels::{
+use crate::accel::measure_accel;
+use crate::error::{CalibrateError, Result};
+use crate::kernels::{
     dram_matrix_bytes, kernel_err, measure_kernels, per_call, pool, XorShift, ROUNDS,
 };
-use crate::calibrate_prompt::{measure_prompt, Timing, PROMPT_TOKENS};
-use crate::error::{EngineError, Result};
+use crate::prompt::{measure_prompt, Timing, PROMPT_TOKENS};
 use offload::accel::AccelKind;
 
 /// What to measure.
@@ -45,7 +45,7 @@ pub struct CalibrateOptions {
     pub read_sizes: Vec<u32>,
     /// Queue depths.
     pub queue_depths: Vec<u32>,
-    /// An accelerator to measure for hybrid decode (`calibrate_accel`), first, so that a backend
+    /// An accelerator to measure for hybrid decode (`accel`), first, so that a backend
     /// that does not open fails the run before the minute of the rest.
     pub accel: Option<AccelKind>,
 }
@@ -132,7 +132,7 @@ fn write_scratch(o: &CalibrateOptions) -> Result<Scratch> {
     let path = o
         .dir
         .join(format!(".sparrow-calibrate-{}.tmp", std::process::id()));
-    let io = |e: std::io::Error| EngineError::Request(format!("{}: {e}", path.display()));
+    let io = |e: std::io::Error| CalibrateError::Measure(format!("{}: {e}", path.display()));
     let scratch = Scratch(path.clone());
     let mut f = std::fs::File::create(&path).map_err(io)?;
     let mut rng = XorShift(0x2545_f491_4f6c_dd1d);
@@ -221,7 +221,7 @@ fn measure_random(
         let c = eng
             .completions()
             .recv()
-            .map_err(|_| EngineError::Request("the I/O thread stopped".into()))?;
+            .map_err(|_| CalibrateError::Measure("the I/O thread stopped".into()))?;
         bytes += c.result?.len() as u64;
         done += 1;
     }
@@ -271,10 +271,12 @@ pub fn calibrate(o: &CalibrateOptions, mut progress: impl FnMut(&str)) -> Result
         || o.read_sizes.is_empty()
         || o.queue_depths.is_empty()
     {
-        return Err(EngineError::Request("calibrate: nothing to measure".into()));
+        return Err(CalibrateError::Measure(
+            "calibrate: nothing to measure".into(),
+        ));
     }
     if o.read_sizes.iter().any(|s| s % 4096 != 0 || *s == 0) {
-        return Err(EngineError::Request(
+        return Err(CalibrateError::Measure(
             "calibrate: read sizes must be multiples of 4096".into(),
         ));
     }
@@ -290,7 +292,7 @@ pub fn calibrate(o: &CalibrateOptions, mut progress: impl FnMut(&str)) -> Result
         ));
         accelerators.push(a);
     }
-    let llc = crate::sys::last_level_cache_bytes();
+    let llc = crate::llc::last_level_cache_bytes();
     let (kernels, batch_cost) =
         measure_kernels(&o.formats, o.max_threads, o.point_time, llc, &mut progress)?;
     let prompt = measure_prompt(Timing {
@@ -400,11 +402,11 @@ fn measure_call_overhead(o: &CalibrateOptions) -> Result<Vec<CallOverhead>> {
     let (rows, cols, format) = (64usize, 576usize, WeightFormat::Q8_0);
     let rb = format
         .row_bytes(cols)
-        .ok_or_else(|| EngineError::Request("Q8_0: no row size".into()))?;
+        .ok_or_else(|| CalibrateError::Measure("Q8_0: no row size".into()))?;
     let mut data = vec![0u8; rows * rb];
     XorShift(0x2545_f491_4f6c_dd1d).fill(&mut data);
     let w = QMatrix::new(format, rows, cols, &data)
-        .map_err(|e| EngineError::Request(format!("calibration matrix: {e}")))?;
+        .map_err(|e| CalibrateError::Measure(format!("calibration matrix: {e}")))?;
     let x = vec![0.25f32; cols];
     let mut y = vec![0f32; rows];
     (1..=o.max_threads)

@@ -11,8 +11,8 @@ use std::time::Duration;
 use kernels_neon::WeightFormat;
 use planner::AccelRate;
 
-use crate::calibrate_kernels::{kernel_err, per_call, XorShift};
-use crate::error::{EngineError, Result};
+use crate::error::{CalibrateError, Result};
+use crate::kernels::{kernel_err, per_call, XorShift};
 use offload::accel::{open, AccelKind, FfnBlock, FileRows};
 use transformer::config::Activation;
 
@@ -94,7 +94,7 @@ fn fit(
 /// which the planner costs it from (an error says so).
 pub fn measure_accel(kind: &AccelKind, point_time: Duration) -> Result<AccelRate> {
     if kind.is_cpu() {
-        return Err(EngineError::Request(
+        return Err(CalibrateError::Measure(
             "calibrate: the cpu accelerator runs the measured CPU kernels, which the planner costs it from; measure an accelerator beside the cores (qnn, qnn:LIBRARY)".into(),
         ));
     }
@@ -114,7 +114,7 @@ pub fn measure_accel(kind: &AccelKind, point_time: Duration) -> Result<AccelRate
     let batch = time(NEURONS, BATCH)?;
     let rate = fit(kind.name(), NEURONS, D_MODEL, full, half, (batch, BATCH));
     if !(rate.macs_per_s.is_finite() && rate.macs_per_s > 0.0) {
-        return Err(EngineError::Request(format!(
+        return Err(CalibrateError::Measure(format!(
             "calibrate: the {} accelerator's timings give no rate ({full} s per block)",
             kind.name()
         )));
