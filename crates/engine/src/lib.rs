@@ -149,7 +149,7 @@ pub mod stream {
 pub mod offload {
     pub use ::offload::budget::store_ffn_bytes;
     pub use ::offload::{
-        belady_misses, CacheControl, CacheReport, ExpertCounters, ExpertOffload,
+        belady_misses, CacheControl, CacheReport, Eviction, ExpertCounters, ExpertOffload,
         ExpertOffloadOptions, Offload, OffloadOptions, OffloadStats, Packing,
     };
     pub use model_bundle::{

@@ -10,8 +10,12 @@
 //!
 //! Policy: every lookup of a layer advances that layer's clock; a hit adds one to the entry's count
 //! and stamps it with the clock. Every [`AGE_EVERY`] lookups of a layer, every count of the layer is
-//! halved (old popularity fades). The victim is the resident, unpinned, unused entry with the
-//! smallest `(count, stamp)`: least frequently used, and among those the least recently used.
+//! halved (old popularity fades). The victim is the resident, unpinned, unused entry that
+//! [`Eviction`] names: by default ([`Eviction::Recency`]) the least recently used (smallest stamp);
+//! with [`Eviction::Frequency`] the smallest `(count, stamp)`, least frequently used and among those
+//! the least recently used. Recency is the default because popularity is what the pinned experts
+//! already hold, while routers pick many of the previous token's experts again, and a frequency
+//! order evicts a just-read expert (count 1) before the next token can reuse it.
 
 use std::fmt;
 use std::sync::Arc;
@@ -20,6 +24,17 @@ use crate::{CacheError, Result};
 
 /// Lookups of a layer between two halvings of its counts.
 pub const AGE_EVERY: u64 = 256;
+
+/// Which unpinned expert an [`ExpertCache`] evicts first (see the module docs).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Eviction {
+    /// The least recently used.
+    #[default]
+    Recency,
+    /// The least frequently used (counts halved every [`AGE_EVERY`] lookups), ties to the least
+    /// recently used.
+    Frequency,
+}
 
 /// One routed expert of one layer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -95,13 +110,16 @@ impl<T> Layer<T> {
             .sum()
     }
 
-    fn victim(&self) -> Option<usize> {
+    fn victim(&self, eviction: Eviction) -> Option<usize> {
         self.slots
             .iter()
             .enumerate()
             .filter_map(|(i, s)| s.as_ref().map(|e| (i, e)))
             .filter(|(_, e)| !e.pinned && Arc::strong_count(&e.value) == 1)
-            .min_by_key(|(_, e)| (e.count, e.stamp))
+            .min_by_key(|(_, e)| match eviction {
+                Eviction::Recency => (0, e.stamp),
+                Eviction::Frequency => (e.count, e.stamp),
+            })
             .map(|(i, _)| i)
     }
 }
@@ -110,6 +128,7 @@ impl<T> Layer<T> {
 #[derive(Debug)]
 pub struct ExpertCache<T> {
     budget: usize,
+    eviction: Eviction,
     layers: Vec<Layer<T>>,
     stats: ExpertStats,
 }
@@ -130,9 +149,17 @@ impl<T> ExpertCache<T> {
             .collect();
         ExpertCache {
             budget,
+            eviction: Eviction::default(),
             layers,
             stats: ExpertStats::default(),
         }
+    }
+
+    /// The same cache evicting by `eviction` (set before it holds anything, or it applies from the
+    /// next eviction on).
+    pub fn with_eviction(mut self, eviction: Eviction) -> Self {
+        self.eviction = eviction;
+        self
     }
 
     /// The budget in bytes.
@@ -203,7 +230,7 @@ impl<T> ExpertCache<T> {
     /// Evicts unpinned, unused experts of layer `li` until it uses at most `cap` bytes (or none is left).
     fn evict_to(&mut self, li: usize, cap: usize) {
         while self.layers[li].used > cap {
-            let Some(v) = self.layers[li].victim() else {
+            let Some(v) = self.layers[li].victim(self.eviction) else {
                 return;
             };
             let e = self.layers[li].slots[v].take().expect("victim is resident");

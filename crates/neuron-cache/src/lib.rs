@@ -66,5 +66,5 @@ mod shared;
 
 pub use cache::{CacheStats, ClusterId, NeuronCache, NeuronId, RegionStats};
 pub use error::{CacheError, Region, Result};
-pub use experts::{ExpertCache, ExpertId, ExpertStats, AGE_EVERY};
+pub use experts::{Eviction, ExpertCache, ExpertId, ExpertStats, AGE_EVERY};
 pub use shared::{ClusterGuard, NeuronGuard, SharedNeuronCache};

@@ -7,8 +7,8 @@
 //! at most [`ExpertOffloadOptions::queue_depth`] in flight (what the budget reserves for reads; the
 //! rest wait their turn, so a prompt step that selects every expert holds no more); the cached experts
 //! are computed while those reads are in flight, the others as they arrive.
-//! Then the next layer's router is applied to this layer's input and the experts it picks that are
-//! neither cached nor in flight are queued too, so they are read while this layer finishes and the
+//! Then the next layer's router is applied to this layer's input and the likeliest experts it picks
+//! for each token (`prefetch_per_token`) that are neither cached nor in flight are queued too, so they are read while this layer finishes and the
 //! next attention computes. Every expert's output goes to a buffer of its own and the outputs are
 //! summed in expert order, exactly as the in-memory block sums them: the step's result does not
 //! depend on arrival order or cache contents, and equals the in-memory path's.
@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use kernels_neon::QMatrix;
-use neuron_cache::{ExpertCache, ExpertId};
+use neuron_cache::{Eviction, ExpertCache, ExpertId};
 use neuron_store::expert::ExpertStore;
 use ufs_io::{AlignedBuf, IoConfig, IoEngine, OpenOptions};
 
@@ -38,8 +38,12 @@ pub struct ExpertOffloadOptions {
     pub cache_bytes: usize,
     /// Share of each layer's part of the cache given to pinned hot experts (by the routing profile).
     pub hot_share: f64,
-    /// Queue the next layer's predicted experts (its router applied to this layer's input).
-    pub prefetch: bool,
+    /// Per token, the next layer's experts to queue before it runs: the first this many its
+    /// router picks when applied to this layer's input, in decreasing weight (0: no prediction).
+    /// A wrong guess is a read of a whole expert, so the default takes only the likeliest two.
+    pub prefetch_per_token: usize,
+    /// Which unpinned expert the cache evicts first.
+    pub eviction: Eviction,
     /// Expert reads in flight at most (queued on the I/O thread or completed and not yet taken):
     /// what the budget reserves for reads beside the cache. Further reads wait their turn.
     pub queue_depth: usize,
@@ -50,7 +54,8 @@ impl Default for ExpertOffloadOptions {
         ExpertOffloadOptions {
             cache_bytes: usize::MAX,
             hot_share: 0.5,
-            prefetch: true,
+            prefetch_per_token: 2,
+            eviction: Eviction::Recency,
             queue_depth: 32,
         }
     }
@@ -166,7 +171,7 @@ impl ExpertOffload {
                 ),
             });
         }
-        let cache = ExpertCache::new(&shape, opts.cache_bytes);
+        let cache = ExpertCache::new(&shape, opts.cache_bytes).with_eviction(opts.eviction);
         let mut state = State {
             cache,
             in_flight: HashSet::new(),
@@ -368,7 +373,7 @@ impl ExpertOffload {
         x: &[f32],
         n: usize,
     ) -> Result<()> {
-        let Some(next) = step.next.filter(|_| self.opts.prefetch) else {
+        let Some(next) = step.next.filter(|_| self.opts.prefetch_per_token > 0) else {
             return Ok(());
         };
         let l = step.index + 1;
@@ -395,8 +400,10 @@ impl ExpertOffload {
                 &mut s.probs,
                 &mut s.token_routes,
             );
+            // `route` lists a token's experts in decreasing weight.
             s.token_routes
                 .iter()
+                .take(self.opts.prefetch_per_token)
                 .for_each(|r| want[r.expert as usize] = true);
         }
         for ex in (0..e).filter(|&ex| want[ex]) {

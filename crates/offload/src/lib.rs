@@ -91,6 +91,7 @@ pub use error::{OffloadError, Result};
 pub use experts::{belady_misses, ExpertCounters, ExpertOffload, ExpertOffloadOptions};
 pub use hybrid::{bucket, HotSplit, HybridFfn, BUCKETS};
 pub use live::{CacheControl, CacheReport};
+pub use neuron_cache::Eviction;
 pub use neuron_store::Packing;
 pub use options::{OffloadOptions, OffloadStats};
 pub(crate) use prefill::PrefillMask;

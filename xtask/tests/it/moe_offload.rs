@@ -7,7 +7,8 @@
 use std::path::PathBuf;
 
 use engine::offload::{
-    belady_misses, convert_moe, ConvertOptions, ConvertStep, ExpertOffload, ExpertOffloadOptions,
+    belady_misses, convert_moe, ConvertOptions, ConvertStep, Eviction, ExpertOffload,
+    ExpertOffloadOptions,
 };
 use engine::{Engine, EngineBuilder, EngineOptions, Logits, MemoryBudget, ModelFile, Precision};
 
@@ -147,7 +148,8 @@ fn check(arch: Arch) {
 }
 
 /// With one read in flight at most (the rest wait their turn, as the budget's reservation for
-/// reads requires), the same logits come out.
+/// reads requires), with no prediction, one or every predicted expert per token queued ahead, and
+/// with either eviction order, the same logits come out; prediction reads no more than it may.
 fn one_read_at_a_time(
     resident: &std::path::Path,
     store: &std::path::Path,
@@ -158,31 +160,58 @@ fn one_read_at_a_time(
     want: &[Vec<f32>],
 ) {
     let file = ModelFile::open(resident).unwrap();
-    let mut eng = Engine::new(&file, opts.clone()).unwrap();
-    let x = ExpertOffload::open(
-        store,
-        experts,
-        None,
-        ExpertOffloadOptions {
-            cache_bytes: cache_bytes as usize * experts.len(),
-            queue_depth: 1,
-            ..ExpertOffloadOptions::default()
-        },
-    )
-    .unwrap();
-    eng.set_experts(Some(x));
-    let got = run(&eng, prompt, 6);
-    for (i, (a, b)) in want.iter().zip(&got).enumerate() {
-        let diff = a
-            .iter()
-            .zip(b)
-            .map(|(x, y)| (x - y).abs())
-            .fold(0.0f32, f32::max);
-        assert!(diff <= 1e-4, "queue depth 1: step {i} differs by {diff}");
+    let moe_layers = experts.iter().filter(|&&n| n > 0).count() as u64;
+    let most = experts.iter().copied().max().unwrap_or(0);
+    let mut predicted = Vec::new();
+    for (depth, ahead, eviction) in [
+        (1, 2, Eviction::Recency),
+        (32, 0, Eviction::Recency),
+        (32, 1, Eviction::Frequency),
+        (32, 8, Eviction::Recency),
+    ] {
+        let mut eng = Engine::new(&file, opts.clone()).unwrap();
+        let x = ExpertOffload::open(
+            store,
+            experts,
+            None,
+            ExpertOffloadOptions {
+                cache_bytes: cache_bytes as usize * experts.len(),
+                queue_depth: depth,
+                prefetch_per_token: ahead,
+                eviction,
+                ..ExpertOffloadOptions::default()
+            },
+        )
+        .unwrap();
+        eng.set_experts(Some(x));
+        let got = run(&eng, prompt, 6);
+        let case = format!("queue depth {depth}, {ahead} ahead, {eviction:?}");
+        for (i, (a, b)) in want.iter().zip(&got).enumerate() {
+            let diff = a
+                .iter()
+                .zip(b)
+                .map(|(x, y)| (x - y).abs())
+                .fold(0.0f32, f32::max);
+            assert!(diff <= 1e-4, "{case}: step {i} differs by {diff}");
+        }
+        let c = eng.experts().unwrap().counters();
+        assert!(c.reads > c.predicted_reads, "{case}: {c:?}");
+        assert!(c.peak_in_flight <= depth as u64, "{case}: {c:?}");
+        // Each token predicts at most `ahead` experts of the next MoE layer: a prompt step at most
+        // every expert, each of the 6 decode steps at most `ahead`.
+        let per_layer = (ahead * prompt.len()).min(most) + ahead * 6;
+        let bound = (moe_layers - 1) * per_layer as u64;
+        assert!(
+            c.predicted_reads <= bound,
+            "{case}: {c:?} (at most {bound})"
+        );
+        predicted.push(c.predicted_reads);
     }
-    let c = eng.experts().unwrap().counters();
-    assert!(c.reads > c.predicted_reads, "{c:?}");
-    assert_eq!(c.peak_in_flight, 1, "{c:?}");
+    assert_eq!(predicted[1], 0, "no prediction, no predicted read");
+    assert!(
+        predicted[3] > 0,
+        "every predicted expert queued: {predicted:?}"
+    );
 }
 
 /// A convert over the bundle that fails at any step (as a full disk would) leaves the bundle as it

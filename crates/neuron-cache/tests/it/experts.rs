@@ -1,12 +1,12 @@
-//! Property test of [`ExpertCache`] against a naive model of the same policy (a list per layer, linear
-//! scans): after every operation of a random sequence both agree on the outcome (ok or error), on which
-//! experts are resident and on the counters; the cache's invariants hold (within budget and shares,
+//! Property test of [`ExpertCache`] against a naive model of the same policy, under either
+//! [`Eviction`] (a list per layer, linear scans): after every operation of a random sequence both
+//! agree on the outcome (ok or error), on which experts are resident and on the counters; the cache's invariants hold (within budget and shares,
 //! pinned and in-use experts never evicted).
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use neuron_cache::{ExpertCache, ExpertId, AGE_EVERY};
+use neuron_cache::{Eviction, ExpertCache, ExpertId, AGE_EVERY};
 use proptest::prelude::*;
 
 const EXPERTS: [usize; 3] = [6, 0, 5];
@@ -44,6 +44,8 @@ struct E {
 
 #[derive(Debug)]
 struct Model {
+    /// Least frequently used first ([`Eviction::Frequency`]), else least recently used.
+    frequency: bool,
     budget: usize,
     shares: Vec<usize>,
     clocks: Vec<u64>,
@@ -55,8 +57,9 @@ struct Model {
 }
 
 impl Model {
-    fn new(budget: usize) -> Self {
+    fn new(budget: usize, frequency: bool) -> Self {
         Model {
+            frequency,
             budget,
             shares: EXPERTS
                 .iter()
@@ -87,10 +90,8 @@ impl Model {
                 if e.pinned || inuse.get(&(l, e.expert)).is_some_and(|&n| n > 0) {
                     continue;
                 }
-                let better = best.is_none_or(|b| {
-                    let o = &self.layers[l][b];
-                    (e.count, e.stamp, e.expert) < (o.count, o.stamp, o.expert)
-                });
+                let key = |x: &E| (if self.frequency { x.count } else { 0 }, x.stamp, x.expert);
+                let better = best.is_none_or(|b| key(e) < key(&self.layers[l][b]));
                 if better {
                     best = Some(i);
                 }
@@ -173,10 +174,11 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
 
     #[test]
-    fn expert_cache_matches_its_model(ops in prop::collection::vec(op(), 1..300)) {
+    fn expert_cache_matches_its_model(ops in prop::collection::vec(op(), 1..300), frequency in any::<bool>()) {
         let budget = 100;
-        let mut cache: ExpertCache<u32> = ExpertCache::new(&EXPERTS, budget);
-        let mut model = Model::new(budget);
+        let eviction = if frequency { Eviction::Frequency } else { Eviction::Recency };
+        let mut cache: ExpertCache<u32> = ExpertCache::new(&EXPERTS, budget).with_eviction(eviction);
+        let mut model = Model::new(budget, frequency);
         let mut kept: Vec<((usize, u32), Arc<u32>)> = Vec::new();
         let mut inuse: HashMap<(usize, u32), usize> = HashMap::new();
         for op in ops {
