@@ -82,6 +82,7 @@
 mod error;
 pub mod expert;
 mod layout;
+mod open;
 mod store;
 mod writer;
 

@@ -5,7 +5,8 @@ use std::path::{Path, PathBuf};
 use ufs_io::{AlignedBuf, FileId, IoEngine, OpenOptions, ReadRequest};
 
 use crate::error::{Result, StoreError};
-use crate::layout::{decode_header, StoreIndex, HEADER_LEN, NEURON_STORE, PAGE};
+use crate::layout::{StoreIndex, HEADER_LEN, NEURON_STORE, PAGE};
+use crate::open::open_checked;
 
 /// An opened, validated store: its index in memory, its units read on demand through an [`IoEngine`].
 #[derive(Debug)]
@@ -22,45 +23,9 @@ impl NeuronStore {
     /// [`NeuronStore::verify_all`].
     pub fn open(io: &IoEngine, path: impl AsRef<Path>, opts: OpenOptions) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
-        let file = io.open(&path, opts)?;
-        let len = io.file(file)?.len();
-        let bad = |what: String| StoreError::Corrupt {
-            path: path.clone(),
-            what,
-        };
-        if len < PAGE as u64 {
-            return Err(bad(format!("file is {len} bytes, smaller than one page")));
-        }
-        let first = io.read_at(file, 0, PAGE)?;
-        let h = decode_header(&NEURON_STORE, &first, &path)?;
-        // Checked: a hostile index length near usize::MAX wrapped to a small `need` and the index
-        // slice below panicked (found by the fuzz round).
-        let need = HEADER_LEN
-            .checked_add(h.index_len)
-            .and_then(|n| n.checked_next_multiple_of(PAGE))
-            .unwrap_or(usize::MAX);
-        if need as u64 > len {
-            return Err(bad(format!(
-                "index of {} bytes runs past the end of the {len}-byte file",
-                h.index_len
-            )));
-        }
-        let head = if need <= PAGE {
-            first
-        } else {
-            io.read_at(file, 0, need)?
-        };
-        let index_bytes = &head[HEADER_LEN..HEADER_LEN + h.index_len];
-        if crc32fast::hash(index_bytes) != h.index_crc {
-            return Err(bad("index checksum mismatch (damaged index)".into()));
-        }
-        if h.file_len != len {
-            return Err(bad(format!(
-                "file is {len} bytes, the header says {} (truncated or padded)",
-                h.file_len
-            )));
-        }
-        let index = StoreIndex::decode(index_bytes, len, &path)?;
+        let o = open_checked(io, &path, opts, &NEURON_STORE, HEADER_LEN, false)?;
+        let index = StoreIndex::decode(&o.index, o.len, &path)?;
+        let file = o.file;
         Ok(NeuronStore { path, file, index })
     }
 

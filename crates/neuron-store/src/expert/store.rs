@@ -6,8 +6,7 @@ use ufs_io::{AlignedBuf, FileId, IoEngine, OpenOptions, ReadRequest};
 
 use super::{ExpertIndex, EXPERT_HEADER_LEN, EXPERT_STORE};
 use crate::error::{Result, StoreError};
-use crate::layout::decode_header;
-use crate::layout::PAGE;
+use crate::open::open_checked;
 
 /// An opened, validated expert store: its index in memory, blobs read on demand through an
 /// [`IoEngine`].
@@ -22,43 +21,9 @@ impl ExpertStore {
     /// Opens `path` on `io`, reads header and index through the I/O thread and validates them.
     pub fn open(io: &IoEngine, path: impl AsRef<Path>, opts: OpenOptions) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
-        let file = io.open(&path, opts)?;
-        let len = io.file(file)?.len();
-        let bad = |what: String| StoreError::Corrupt {
-            path: path.clone(),
-            what,
-        };
-        if len < PAGE as u64 {
-            return Err(bad(format!("file is {len} bytes, smaller than one page")));
-        }
-        let first = io.read_at(file, 0, PAGE)?;
-        let h = decode_header(&EXPERT_STORE, &first, &path)?;
-        let need = EXPERT_HEADER_LEN
-            .checked_add(h.index_len)
-            .and_then(|n| n.checked_next_multiple_of(PAGE))
-            .unwrap_or(usize::MAX);
-        if need as u64 > len || need as u64 != h.data_offset {
-            return Err(bad(format!(
-                "index of {} bytes does not end where the data starts (byte {}) inside the {len}-byte file",
-                h.index_len, h.data_offset
-            )));
-        }
-        let head = if need <= PAGE {
-            first
-        } else {
-            io.read_at(file, 0, need)?
-        };
-        let index_bytes = &head[EXPERT_HEADER_LEN..EXPERT_HEADER_LEN + h.index_len];
-        if crc32fast::hash(index_bytes) != h.index_crc {
-            return Err(bad("index checksum mismatch (damaged index)".into()));
-        }
-        if h.file_len != len {
-            return Err(bad(format!(
-                "file is {len} bytes, the header says {} (truncated or padded)",
-                h.file_len
-            )));
-        }
-        let index = ExpertIndex::decode(index_bytes, len, &path)?;
+        let o = open_checked(io, &path, opts, &EXPERT_STORE, EXPERT_HEADER_LEN, true)?;
+        let index = ExpertIndex::decode(&o.index, o.len, &path)?;
+        let file = o.file;
         Ok(ExpertStore { path, file, index })
     }
 
