@@ -241,34 +241,52 @@ pub fn convert(
                     .into(),
         });
     }
-    // The bundle this convert replaces, if `resident` is one (its parts are removed after the switch).
-    let old = BundleParts::read(resident).ok().flatten();
-    let generation = Generation::new(resident)?;
-    let written = write_bundle(
-        &model,
-        gguf,
-        profile,
+    let (report, removed) = replace_bundle(
         resident,
         opts,
-        &generation,
-        fingerprint,
-        &mut progress,
-    );
-    let (report, pending) = match written {
+        |g| {
+            write_bundle(
+                &model,
+                gguf,
+                profile,
+                resident,
+                opts,
+                g,
+                fingerprint,
+                &mut progress,
+            )
+        },
+        |r: &ConvertReport| &r.parts,
+    )?;
+    Ok(ConvertReport { removed, ..report })
+}
+
+/// A convert as one transaction: `write` makes every new part under a new generation's names and
+/// returns the resident file not yet renamed (on failure the generation's parts are removed), the
+/// rename of the resident file is the switch (it names every new part), and then the parts of the
+/// bundle `resident` was, if it was one, are removed. Returns `write`'s report and what was removed.
+pub(super) fn replace_bundle<R>(
+    resident: &Path,
+    opts: &ConvertOptions,
+    write: impl FnOnce(&Generation) -> Result<(R, atomic_out::AtomicFile)>,
+    parts: impl FnOnce(&R) -> &BundleParts,
+) -> Result<(R, Vec<PathBuf>)> {
+    let old = BundleParts::read(resident).ok().flatten();
+    let generation = Generation::new(resident)?;
+    let (report, pending) = match write(&generation) {
         Ok(w) => w,
         Err(e) => {
             generation.remove();
             return Err(e);
         }
     };
-    // The switch: one rename of the resident file, which names every new part.
     pending.commit()?;
     fault(opts, ConvertStep::Switched)?;
     let removed = match &old {
-        Some(old) => remove_replaced(old, &report.parts, &opts.keep),
+        Some(old) => remove_replaced(old, parts(&report), &opts.keep),
         None => Vec::new(),
     };
-    Ok(ConvertReport { removed, ..report })
+    Ok((report, removed))
 }
 
 /// Runs the test's fault hook after `step`.

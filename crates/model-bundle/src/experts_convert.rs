@@ -10,8 +10,8 @@ use neuron_store::expert::{ExpertLayerInput, ExpertShape, ExpertStore, ExpertSto
 use neuron_store::Formats;
 use ufs_io::{IoConfig, IoEngine, OpenOptions};
 
-use super::convert::{fault, resident_file, ConvertOptions, CONVERT};
-use super::generation::{remove_replaced, ConvertStep, Generation};
+use super::convert::{fault, replace_bundle, resident_file, ConvertOptions, CONVERT};
+use super::generation::{ConvertStep, Generation};
 use crate::bundle_parts::BundleParts;
 use crate::error::{BundleError, Result};
 use crate::manifest::{Manifest, PartRole};
@@ -74,31 +74,23 @@ pub fn convert_moe(
             detail: "the routing profile was measured on another model".into(),
         });
     }
-    let old = BundleParts::read(resident).ok().flatten();
-    let g = Generation::new(resident)?;
-    let written = write_moe_bundle(
-        &model,
-        file,
-        gguf,
-        routing,
+    let (report, removed) = replace_bundle(
         resident,
         opts,
-        &g,
-        &mut progress,
-    );
-    let (report, pending) = match written {
-        Ok(w) => w,
-        Err(e) => {
-            g.remove();
-            return Err(e);
-        }
-    };
-    pending.commit()?;
-    fault(opts, ConvertStep::Switched)?;
-    let removed = match &old {
-        Some(old) => remove_replaced(old, &report.parts, &opts.keep),
-        None => Vec::new(),
-    };
+        |g| {
+            write_moe_bundle(
+                &model,
+                file,
+                gguf,
+                routing,
+                resident,
+                opts,
+                g,
+                &mut progress,
+            )
+        },
+        |r: &MoeConvertReport| &r.parts,
+    )?;
     Ok(MoeConvertReport { removed, ..report })
 }
 
