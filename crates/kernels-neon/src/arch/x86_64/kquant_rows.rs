@@ -271,25 +271,23 @@ unsafe fn q4k_i16_rows<const R: usize>(
     std::array::from_fn(|i| hsum(acc[i]) - hsum(mins[i]))
 }
 
-/// Q4_K/Q5_K dot of `R` rows with even/odd-ordered 16-bit activations `x`
-/// (scales `d`, sums `s`), per sub-block a conversion and an FMA (Q5_K; [`q4k_i16_rows`]'s
-/// reduction measured slower here: more registers live).
+/// Q5_K dot of `R` rows with even/odd-ordered 16-bit activations `x` (scales `d`, sums `s`),
+/// per sub-block a conversion and an FMA ([`q4k_i16_rows`]'s reduction measured slower here:
+/// more registers live).
 ///
 /// # Safety
 /// AVX2/FMA/F16C present.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q45k_i16_rows<const Q5: bool, const R: usize>(
+unsafe fn q5k_i16_rows<const R: usize>(
     rows: [&[u8]; R],
     x: &[i16],
     d: &[f32],
     s: &[f32],
 ) -> [f32; R] {
     let nsb = d.len() / 8;
-    let bb = if Q5 { 176 } else { 144 };
-    let qoff = if Q5 { 48 } else { 16 };
+    let (bb, qoff) = (176, 48);
     assert!(rows.iter().all(|r| r.len() >= nsb * bb) && x.len() >= nsb * 256 && s.len() >= nsb * 8);
-    let m4 = _mm256_set1_epi16(0x0F);
     let (m4b, b4b, low) = (
         _mm256_set1_epi8(0x0F),
         _mm256_set1_epi8(0x10),
@@ -323,33 +321,24 @@ unsafe fn q45k_i16_rows<const Q5: bool, const R: usize>(
                     let raw = _mm256_loadu_si256(blk[i].add(qoff + 32 * g) as *const __m256i);
                     // Lane k: byte 2k (element 2k) low, byte 2k+1 high; low
                     // nibbles are sub-block 2g, high nibbles 2g + 1.
-                    let (e0, o0, e1, o1) = if Q5 {
-                        // Both bytes of a lane at once: the nibble, and bit 2g (sub-block 2g)
-                        // or 2g + 1 of every qh byte moved to bit 4; then split.
-                        let qh = _mm256_loadu_si256(blk[i].add(16) as *const __m256i);
-                        let hb = _mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * g as i32));
-                        let q0 = _mm256_or_si256(
-                            _mm256_and_si256(raw, m4b),
-                            _mm256_and_si256(_mm256_slli_epi16::<4>(hb), b4b),
-                        );
-                        let q1 = _mm256_or_si256(
-                            _mm256_and_si256(_mm256_srli_epi16::<4>(raw), m4b),
-                            _mm256_and_si256(_mm256_slli_epi16::<3>(hb), b4b),
-                        );
-                        (
-                            _mm256_and_si256(q0, low),
-                            _mm256_srli_epi16::<8>(q0),
-                            _mm256_and_si256(q1, low),
-                            _mm256_srli_epi16::<8>(q1),
-                        )
-                    } else {
-                        (
-                            _mm256_and_si256(raw, m4),
-                            _mm256_and_si256(_mm256_srli_epi16::<8>(raw), m4),
-                            _mm256_and_si256(_mm256_srli_epi16::<4>(raw), m4),
-                            _mm256_srli_epi16::<12>(raw),
-                        )
-                    };
+                    // Both bytes of a lane at once: the nibble, and bit 2g (sub-block 2g)
+                    // or 2g + 1 of every qh byte moved to bit 4; then split.
+                    let qh = _mm256_loadu_si256(blk[i].add(16) as *const __m256i);
+                    let hb = _mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * g as i32));
+                    let q0 = _mm256_or_si256(
+                        _mm256_and_si256(raw, m4b),
+                        _mm256_and_si256(_mm256_slli_epi16::<4>(hb), b4b),
+                    );
+                    let q1 = _mm256_or_si256(
+                        _mm256_and_si256(_mm256_srli_epi16::<4>(raw), m4b),
+                        _mm256_and_si256(_mm256_slli_epi16::<3>(hb), b4b),
+                    );
+                    let (e0, o0, e1, o1) = (
+                        _mm256_and_si256(q0, low),
+                        _mm256_srli_epi16::<8>(q0),
+                        _mm256_and_si256(q1, low),
+                        _mm256_srli_epi16::<8>(q1),
+                    );
                     // |q_w| <= 31, |q_x| <= 32767: each i32 lane sums 4 products, below 2^22.
                     let i0 =
                         _mm256_add_epi32(_mm256_madd_epi16(e0, xe0), _mm256_madd_epi16(o0, xo0));
@@ -469,7 +458,7 @@ impl RowDots for K16Dots<'_> {
         unsafe {
             match self.format {
                 WeightFormat::Q4_K => q4k_i16_rows::<N>(rows, self.x, self.d, self.s),
-                WeightFormat::Q5_K => q45k_i16_rows::<true, N>(rows, self.x, self.d, self.s),
+                WeightFormat::Q5_K => q5k_i16_rows::<N>(rows, self.x, self.d, self.s),
                 _ => q6k_i16_rows::<N>(rows, self.x, self.d, self.s16),
             }
         }
