@@ -39,29 +39,55 @@ pub(super) struct Q40Acts {
 }
 
 impl Q40Acts {
-    /// The reordered activations of `xq`'s whole quads of blocks.
-    pub(super) fn new(xq: &QActs16) -> Self {
+    /// The reordered activations of `xq`'s whole quads of blocks (shuffles: a few operations per
+    /// 16 activations, as the rows of a short row list would not pay for a scalar reorder).
+    ///
+    /// # Safety
+    /// AVX2 present.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn new(xq: &QActs16) -> Self {
         let quads = xq.d.len() / 4;
+        assert!(xq.qs.len() >= quads * 128);
         let mut x = vec![0i16; quads * 128];
         let mut corr = vec![0i32; quads * 16];
-        for (p, (o, c)) in x
-            .chunks_exact_mut(64)
-            .zip(corr.chunks_exact_mut(8))
-            .enumerate()
-        {
-            for h in 0..2 {
-                let src = &xq.qs[(2 * p + h) * 32..(2 * p + h) * 32 + 32];
-                for k in 0..8 {
-                    for (v, off) in [0, 16, 1, 17].into_iter().enumerate() {
-                        o[16 * v + 8 * h + k] = src[2 * k + off];
-                    }
+        // Per 128-bit lane: its 4 even elements, then its 4 odd ones.
+        let eo = _mm256_setr_epi8(
+            0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15, 0, 1, 4, 5, 8, 9, 12, 13, 2, 3,
+            6, 7, 10, 11, 14, 15,
+        );
+        // 16 elements -> their 8 even ones, then their 8 odd ones.
+        let split = |p: *const i16| {
+            // SAFETY: 16 i16 readable at `p` (the callers' ranges are asserted above).
+            let v = unsafe { _mm256_loadu_si256(p as *const __m256i) };
+            _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_shuffle_epi8(v, eo))
+        };
+        for p in 0..quads * 2 {
+            // SAFETY: pair p < quads * 2: activations p*64..p*64 + 64 (asserted above), output
+            // x[p*64..p*64 + 64] and corr[p*8..p*8 + 8] (allocated above).
+            unsafe {
+                let src = xq.qs.as_ptr().add(64 * p);
+                // [evens | odds] of elements 0..16 and 16..32 of both blocks.
+                let (l0, h0, l1, h1) = (
+                    split(src),
+                    split(src.add(16)),
+                    split(src.add(32)),
+                    split(src.add(48)),
+                );
+                let out = [
+                    _mm256_permute2x128_si256::<0x20>(l0, l1), // elements 2k
+                    _mm256_permute2x128_si256::<0x20>(h0, h1), // 2k + 16
+                    _mm256_permute2x128_si256::<0x31>(l0, l1), // 2k + 1
+                    _mm256_permute2x128_si256::<0x31>(h0, h1), // 2k + 17
+                ];
+                let dst = x.as_mut_ptr().add(64 * p);
+                let ones = _mm256_set1_epi16(1);
+                let mut sum = _mm256_setzero_si256();
+                for (k, v) in out.into_iter().enumerate() {
+                    _mm256_storeu_si256(dst.add(16 * k) as *mut __m256i, v);
+                    sum = _mm256_add_epi32(sum, _mm256_madd_epi16(v, ones));
                 }
-            }
-            for (m, cm) in c.iter_mut().enumerate() {
-                let s: i32 = (0..4)
-                    .map(|v| i32::from(o[16 * v + 2 * m]) + i32::from(o[16 * v + 2 * m + 1]))
-                    .sum();
-                *cm = -8 * s;
+                let c = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32::<3>(sum));
+                _mm256_storeu_si256(corr.as_mut_ptr().add(8 * p) as *mut __m256i, c);
             }
         }
         let d = xq.d[..quads * 4]
@@ -296,7 +322,8 @@ unsafe fn q40_tokens<const T: usize>(row: &[u8], acts: [&Q40Acts; T]) -> [f32; T
 /// AVX2/FMA/F16C present.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn q40_batch(w: &QMatrix<'_>, r0: usize, xq: &[&QActs16], ys: &mut [&mut [f32]]) {
-    let acts: Vec<Q40Acts> = xq.iter().map(|q| Q40Acts::new(q)).collect();
+    // SAFETY: AVX2 present per contract.
+    let acts: Vec<Q40Acts> = xq.iter().map(|q| unsafe { Q40Acts::new(q) }).collect();
     let nb = xq.first().map_or(0, |q| q.d.len());
     for r in 0..ys.first().map_or(0, |y| y.len()) {
         let row = w.row_data(r0 + r);
