@@ -19,9 +19,12 @@
 //! Per row and super-block the scales and mins are decoded with vector
 //! operations (llama.cpp's `kmask` shuffle for Q4_K/Q5_K), multiplied by the
 //! 8 activation scales at once, and the min term `(dmin*m) * s_x`
-//! accumulated as a vector. Per 32-block (Q6_K: per 16) the exact i32 sum is
-//! converted and FMA'd with `(d*sc) * d_x`, as in the scalar reference; only
-//! the f32 summation order differs (two accumulators per row; Q6_K four).
+//! accumulated as a vector. Q4_K/Q5_K: the 8 sub-blocks' i32 lane sums are reduced
+//! together as they come (unpacks and adds, [`sum_pairs`], [`sum_quads`]) into one register
+//! holding each sub-block's exact sum, converted once and FMA'd with the 8 `(d*sc) * d_x`
+//! (one conversion and one FMA per super-block, against 8 of each and their broadcasts).
+//! Q6_K: per 16-block the exact i32 sum is converted and FMA'd with `(d*sc) * d_x`. Both as
+//! in the scalar reference; only the f32 summation order differs (Q6_K: four accumulators).
 //! Q6_K's quants are taken unsigned: their offset of 32 multiplies the
 //! activations' per-16 sums (computed once per call), as Q2_K/Q3_K do.
 
@@ -173,24 +176,118 @@ fn q6k_even_odd<const K: usize>(ql0: __m256i, ql1: __m256i, qh: __m256i) -> (__m
     )
 }
 
-/// Q4_K/Q5_K dot of `R` rows with even/odd-ordered 16-bit activations `x`
-/// (scales `d`, sums `s`).
+/// `[a 0+2, b 0+2, a 1+3, b 1+3 | a 4+6, b 4+6, a 5+7, b 5+7]`: two vectors' i32 lanes summed
+/// in pairs, the first step of reducing sub-blocks' lane sums together (single-operation unpacks).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn sum_pairs(a: __m256i, b: __m256i) -> __m256i {
+    _mm256_add_epi32(_mm256_unpacklo_epi32(a, b), _mm256_unpackhi_epi32(a, b))
+}
+
+/// From [`sum_pairs`] of `(a, b)` and of `(c, d)`: `[a, b, c, d]` summed over lanes 0..4, then
+/// the same over lanes 4..8.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn sum_quads(ab: __m256i, cd: __m256i) -> __m256i {
+    _mm256_add_epi32(_mm256_unpacklo_epi64(ab, cd), _mm256_unpackhi_epi64(ab, cd))
+}
+
+/// Q4_K dot of `R` rows with even/odd-ordered 16-bit activations `x` (scales `d`, sums `s`),
+/// the sub-blocks' sums reduced together (module docs).
 ///
 /// # Safety
 /// AVX2/FMA/F16C present.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q45k_i16_rows<const Q5: bool, const R: usize>(
+unsafe fn q4k_i16_rows<const R: usize>(
     rows: [&[u8]; R],
     x: &[i16],
     d: &[f32],
     s: &[f32],
 ) -> [f32; R] {
     let nsb = d.len() / 8;
-    let bb = if Q5 { 176 } else { 144 };
-    let qoff = if Q5 { 48 } else { 16 };
+    let (bb, qoff) = (144, 16);
     assert!(rows.iter().all(|r| r.len() >= nsb * bb) && x.len() >= nsb * 256 && s.len() >= nsb * 8);
     let m4 = _mm256_set1_epi16(0x0F);
+    let mut acc = [_mm256_setzero_ps(); R];
+    let mut mins = [_mm256_setzero_ps(); R];
+    for sb in 0..nsb {
+        // SAFETY: sb < nsb: super-block sb of every row (bytes sb*bb ..
+        // (sb+1)*bb), activations sb*256 .. sb*256 + 256 and scales
+        // sb*8 .. sb*8 + 8 are in bounds (asserted above).
+        unsafe {
+            let xp = x.as_ptr().add(sb * 256);
+            let dx = _mm256_loadu_ps(d.as_ptr().add(sb * 8));
+            let sx = _mm256_loadu_ps(s.as_ptr().add(sb * 8));
+            let blk: [*const u8; R] = std::array::from_fn(|i| rows[i].as_ptr().add(sb * bb));
+            let scale: [__m256; R] = std::array::from_fn(|i| {
+                prefetch_block::<R>(blk[i], bb);
+                let (dl, ml) = q4k_scales8(blk[i]);
+                mins[i] = _mm256_fmadd_ps(ml, sx, mins[i]);
+                _mm256_mul_ps(dl, dx)
+            });
+            // Per row the sub-blocks' i32 lane sums, reduced as they come: `pairs[g]` from
+            // sub-blocks 2g and 2g + 1, `quads[h]` from sub-blocks 4h..4h + 4.
+            let mut pairs = [[_mm256_setzero_si256(); 2]; R];
+            let mut quads = [[_mm256_setzero_si256(); 2]; R];
+            for g in 0..4 {
+                let xg = xp.add(64 * g);
+                let xe0 = _mm256_loadu_si256(xg as *const __m256i);
+                let xo0 = _mm256_loadu_si256(xg.add(16) as *const __m256i);
+                let xe1 = _mm256_loadu_si256(xg.add(32) as *const __m256i);
+                let xo1 = _mm256_loadu_si256(xg.add(48) as *const __m256i);
+                for i in 0..R {
+                    let raw = _mm256_loadu_si256(blk[i].add(qoff + 32 * g) as *const __m256i);
+                    // Lane k: byte 2k (element 2k) low, byte 2k+1 high; low
+                    // nibbles are sub-block 2g, high nibbles 2g + 1.
+                    let (e0, o0, e1, o1) = (
+                        _mm256_and_si256(raw, m4),
+                        _mm256_and_si256(_mm256_srli_epi16::<8>(raw), m4),
+                        _mm256_and_si256(_mm256_srli_epi16::<4>(raw), m4),
+                        _mm256_srli_epi16::<12>(raw),
+                    );
+                    // |q_w| <= 15, |q_x| <= 32767: each i32 lane sums 4 products, below 2^21.
+                    let i0 =
+                        _mm256_add_epi32(_mm256_madd_epi16(e0, xe0), _mm256_madd_epi16(o0, xo0));
+                    let i1 =
+                        _mm256_add_epi32(_mm256_madd_epi16(e1, xe1), _mm256_madd_epi16(o1, xo1));
+                    pairs[i][g % 2] = sum_pairs(i0, i1);
+                    if g % 2 == 1 {
+                        quads[i][g / 2] = sum_quads(pairs[i][0], pairs[i][1]);
+                    }
+                }
+            }
+            for i in 0..R {
+                // Lane j: sub-block j's exact sum (below 2^24), times `(d * sc_j) * d_x`.
+                let [q0, q1] = quads[i];
+                let isum = _mm256_add_epi32(
+                    _mm256_permute2x128_si256::<0x20>(q0, q1),
+                    _mm256_permute2x128_si256::<0x31>(q0, q1),
+                );
+                acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), scale[i], acc[i]);
+            }
+        }
+    }
+    std::array::from_fn(|i| hsum(acc[i]) - hsum(mins[i]))
+}
+
+/// Q5_K dot of `R` rows with even/odd-ordered 16-bit activations `x` (scales `d`, sums `s`),
+/// per sub-block a conversion and an FMA ([`q4k_i16_rows`]'s reduction measured slower here:
+/// more registers live).
+///
+/// # Safety
+/// AVX2/FMA/F16C present.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q5k_i16_rows<const R: usize>(
+    rows: [&[u8]; R],
+    x: &[i16],
+    d: &[f32],
+    s: &[f32],
+) -> [f32; R] {
+    let nsb = d.len() / 8;
+    let (bb, qoff) = (176, 48);
+    assert!(rows.iter().all(|r| r.len() >= nsb * bb) && x.len() >= nsb * 256 && s.len() >= nsb * 8);
     let (m4b, b4b, low) = (
         _mm256_set1_epi8(0x0F),
         _mm256_set1_epi8(0x10),
@@ -224,33 +321,24 @@ unsafe fn q45k_i16_rows<const Q5: bool, const R: usize>(
                     let raw = _mm256_loadu_si256(blk[i].add(qoff + 32 * g) as *const __m256i);
                     // Lane k: byte 2k (element 2k) low, byte 2k+1 high; low
                     // nibbles are sub-block 2g, high nibbles 2g + 1.
-                    let (e0, o0, e1, o1) = if Q5 {
-                        // Both bytes of a lane at once: the nibble, and bit 2g (sub-block 2g)
-                        // or 2g + 1 of every qh byte moved to bit 4; then split.
-                        let qh = _mm256_loadu_si256(blk[i].add(16) as *const __m256i);
-                        let hb = _mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * g as i32));
-                        let q0 = _mm256_or_si256(
-                            _mm256_and_si256(raw, m4b),
-                            _mm256_and_si256(_mm256_slli_epi16::<4>(hb), b4b),
-                        );
-                        let q1 = _mm256_or_si256(
-                            _mm256_and_si256(_mm256_srli_epi16::<4>(raw), m4b),
-                            _mm256_and_si256(_mm256_slli_epi16::<3>(hb), b4b),
-                        );
-                        (
-                            _mm256_and_si256(q0, low),
-                            _mm256_srli_epi16::<8>(q0),
-                            _mm256_and_si256(q1, low),
-                            _mm256_srli_epi16::<8>(q1),
-                        )
-                    } else {
-                        (
-                            _mm256_and_si256(raw, m4),
-                            _mm256_and_si256(_mm256_srli_epi16::<8>(raw), m4),
-                            _mm256_and_si256(_mm256_srli_epi16::<4>(raw), m4),
-                            _mm256_srli_epi16::<12>(raw),
-                        )
-                    };
+                    // Both bytes of a lane at once: the nibble, and bit 2g (sub-block 2g)
+                    // or 2g + 1 of every qh byte moved to bit 4; then split.
+                    let qh = _mm256_loadu_si256(blk[i].add(16) as *const __m256i);
+                    let hb = _mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * g as i32));
+                    let q0 = _mm256_or_si256(
+                        _mm256_and_si256(raw, m4b),
+                        _mm256_and_si256(_mm256_slli_epi16::<4>(hb), b4b),
+                    );
+                    let q1 = _mm256_or_si256(
+                        _mm256_and_si256(_mm256_srli_epi16::<4>(raw), m4b),
+                        _mm256_and_si256(_mm256_slli_epi16::<3>(hb), b4b),
+                    );
+                    let (e0, o0, e1, o1) = (
+                        _mm256_and_si256(q0, low),
+                        _mm256_srli_epi16::<8>(q0),
+                        _mm256_and_si256(q1, low),
+                        _mm256_srli_epi16::<8>(q1),
+                    );
                     // |q_w| <= 31, |q_x| <= 32767: each i32 lane sums 4 products, below 2^22.
                     let i0 =
                         _mm256_add_epi32(_mm256_madd_epi16(e0, xe0), _mm256_madd_epi16(o0, xo0));
@@ -369,8 +457,8 @@ impl RowDots for K16Dots<'_> {
         // kernels assert the lengths they rely on.
         unsafe {
             match self.format {
-                WeightFormat::Q4_K => q45k_i16_rows::<false, N>(rows, self.x, self.d, self.s),
-                WeightFormat::Q5_K => q45k_i16_rows::<true, N>(rows, self.x, self.d, self.s),
+                WeightFormat::Q4_K => q4k_i16_rows::<N>(rows, self.x, self.d, self.s),
+                WeightFormat::Q5_K => q5k_i16_rows::<N>(rows, self.x, self.d, self.s),
                 _ => q6k_i16_rows::<N>(rows, self.x, self.d, self.s16),
             }
         }

@@ -7,6 +7,7 @@ use super::iq4xs_rows::Iq4xsDots;
 use super::kquant512::{pairs512, K16Dots512};
 use super::kquant_low::{sums16, K23Dots};
 use super::kquant_rows::{even_odd, K16Dots};
+use super::q40_pairs::{Q40Acts, Q40Dots};
 use super::simd::{f16_at, hsum, iq4nl_values32, prefetch_distance, q5_quants32};
 use crate::arch::drivers::{rows_blocked, rows_dense_or_listed, RowDots};
 use crate::arch::tags::{
@@ -177,8 +178,19 @@ pub(crate) unsafe fn matvec_i16(
         match w.format() {
             WeightFormat::Q8_0 if dense => matvec_i16_q::<Q8_0, 1>(w, sel, xq, y),
             WeightFormat::Q8_0 => matvec_i16_q::<Q8_0, 2>(w, sel, xq, y),
-            WeightFormat::Q4_0 if dense => matvec_i16_q::<Q4_0, 1>(w, sel, xq, y),
-            WeightFormat::Q4_0 => matvec_i16_q::<Q4_0, 4>(w, sel, xq, y),
+            // The AVX2 path's own Q4_0 kernel (`q40_pairs`); the AVX-512 path keeps the one-block
+            // kernel, whose order its batch kernels (`batch512`) reproduce.
+            WeightFormat::Q4_0 if wide && dense => matvec_i16_q::<Q4_0, 1>(w, sel, xq, y),
+            WeightFormat::Q4_0 if wide => matvec_i16_q::<Q4_0, 4>(w, sel, xq, y),
+            WeightFormat::Q4_0 => {
+                let acts = Q40Acts::new(xq);
+                let k = Q40Dots { acts: &acts, xq };
+                if dense {
+                    rows_blocked::<1, _>(&k, w, sel, y)
+                } else {
+                    rows_blocked::<4, _>(&k, w, sel, y)
+                }
+            }
             WeightFormat::Q4_1 if dense => matvec_i16_q::<Q4_1, 1>(w, sel, xq, y),
             WeightFormat::Q4_1 => matvec_i16_q::<Q4_1, 4>(w, sel, xq, y),
             WeightFormat::Q5_0 if dense => matvec_i16_q::<Q5_0, 1>(w, sel, xq, y),

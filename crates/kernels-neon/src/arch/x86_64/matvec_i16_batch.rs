@@ -167,6 +167,8 @@ pub(crate) unsafe fn matvec_i16_batch(
     unsafe {
         match w.format() {
             WeightFormat::Q8_0 => batch_q::<Q8_0>(w, r0, xq, ys),
+            // The AVX2 path's Q4_0 `matvec` kernel takes its own activation order: its batch form.
+            WeightFormat::Q4_0 if !wide => super::q40_pairs::q40_batch(w, r0, xq, ys),
             WeightFormat::Q4_0 => batch_q::<Q4_0>(w, r0, xq, ys),
             WeightFormat::Q4_1 => batch_q::<Q4_1>(w, r0, xq, ys),
             WeightFormat::Q5_0 => batch_q::<Q5_0>(w, r0, xq, ys),

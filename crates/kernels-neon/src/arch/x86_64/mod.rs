@@ -30,6 +30,7 @@ mod matvec_i16;
 mod matvec_i16_batch;
 mod matvec_int8;
 mod panel_k8;
+mod q40_pairs;
 mod quantize;
 mod simd;
 mod tile;

@@ -1,0 +1,354 @@
+//! Q4_0's one-token (`matvec`) kernel with 16-bit activations
+//! ([`Precision::Fast`](crate::Precision::Fast)) on the AVX2 path: two blocks a register.
+//!
+//! The 16 quant bytes of blocks `b` and `b + 1` are loaded into the two halves of one register
+//! and read as 16-bit lanes: lane `k` of a half holds the quants of elements `2k` (bits 0..4),
+//! `2k + 16` (4..8), `2k + 1` (8..12) and `2k + 17` (12..16). A mask and three shifts widen the
+//! 64 weights to four i16 registers with no shuffle; the activations are reordered to match once
+//! per call ([`Q40Acts::new`]), with each `madd` lane's sum of activations times -8 beside them:
+//! one add per two blocks takes Q4_0's offset of 8 in exact integers. Four blocks (two such
+//! registers) are then reduced together (unpacks and adds: the four exact block sums in one
+//! register), converted once and multiplied by the four `d_w * d_x` (the four f16 scales
+//! gathered through a scalar register: one `vcvtph2ps`). The last `nb % 4` blocks go one at a
+//! time.
+//!
+//! Results: per block the exact i32 sum times `d_w * d_x` in f32, as the scalar reference; only
+//! the f32 summation order differs.
+
+use std::arch::x86_64::*;
+
+use super::matvec_i16::weights_i16;
+use super::simd::{f16_at, hsum_i32, prefetch_distance, PREFETCH};
+use crate::arch::drivers::RowDots;
+use crate::arch::tags::Q4_0;
+use crate::quant::QActs16;
+use crate::QMatrix;
+
+/// Bytes of a Q4_0 block.
+const BB: usize = 18;
+
+/// The 16-bit activations of a call in the lane order of [`q40_rows`]: per pair of blocks its
+/// four registers of 16 (elements `2k`, `2k + 16`, `2k + 1`, `2k + 17` of the first block in
+/// lanes `k < 8`, of the second in lanes `8 + k`) and 8 i32 corrections (-8 times the
+/// activations each `madd` lane of the four sums).
+pub(super) struct Q40Acts {
+    x: Vec<i16>,
+    corr: Vec<i32>,
+    /// The activation scales of quads of blocks in the order `b, b + 2, b + 1, b + 3`.
+    d: Vec<f32>,
+}
+
+impl Q40Acts {
+    /// The reordered activations of `xq`'s whole quads of blocks (shuffles: a few operations per
+    /// 16 activations, as the rows of a short row list would not pay for a scalar reorder).
+    ///
+    /// # Safety
+    /// AVX2 present.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn new(xq: &QActs16) -> Self {
+        let quads = xq.d.len() / 4;
+        assert!(xq.qs.len() >= quads * 128);
+        let mut x = vec![0i16; quads * 128];
+        let mut corr = vec![0i32; quads * 16];
+        // Per 128-bit lane: its 4 even elements, then its 4 odd ones.
+        let eo = _mm256_setr_epi8(
+            0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15, 0, 1, 4, 5, 8, 9, 12, 13, 2, 3,
+            6, 7, 10, 11, 14, 15,
+        );
+        // 16 elements -> their 8 even ones, then their 8 odd ones.
+        let split = |p: *const i16| {
+            // SAFETY: 16 i16 readable at `p` (the callers' ranges are asserted above).
+            let v = unsafe { _mm256_loadu_si256(p as *const __m256i) };
+            _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_shuffle_epi8(v, eo))
+        };
+        for p in 0..quads * 2 {
+            // SAFETY: pair p < quads * 2: activations p*64..p*64 + 64 (asserted above), output
+            // x[p*64..p*64 + 64] and corr[p*8..p*8 + 8] (allocated above).
+            unsafe {
+                let src = xq.qs.as_ptr().add(64 * p);
+                // [evens | odds] of elements 0..16 and 16..32 of both blocks.
+                let (l0, h0, l1, h1) = (
+                    split(src),
+                    split(src.add(16)),
+                    split(src.add(32)),
+                    split(src.add(48)),
+                );
+                let out = [
+                    _mm256_permute2x128_si256::<0x20>(l0, l1), // elements 2k
+                    _mm256_permute2x128_si256::<0x20>(h0, h1), // 2k + 16
+                    _mm256_permute2x128_si256::<0x31>(l0, l1), // 2k + 1
+                    _mm256_permute2x128_si256::<0x31>(h0, h1), // 2k + 17
+                ];
+                let dst = x.as_mut_ptr().add(64 * p);
+                let ones = _mm256_set1_epi16(1);
+                let mut sum = _mm256_setzero_si256();
+                for (k, v) in out.into_iter().enumerate() {
+                    _mm256_storeu_si256(dst.add(16 * k) as *mut __m256i, v);
+                    sum = _mm256_add_epi32(sum, _mm256_madd_epi16(v, ones));
+                }
+                let c = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32::<3>(sum));
+                _mm256_storeu_si256(corr.as_mut_ptr().add(8 * p) as *mut __m256i, c);
+            }
+        }
+        let d = xq.d[..quads * 4]
+            .chunks_exact(4)
+            .flat_map(|q| [q[0], q[2], q[1], q[3]])
+            .collect();
+        Q40Acts { x, corr, d }
+    }
+}
+
+/// The 64 weights of blocks `b` and `b + 1` at `p` (unsigned, 0..=15) in the lane order of
+/// [`Q40Acts`]: four i16 registers.
+///
+/// # Safety
+/// AVX2 present; two blocks readable at `p`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn pair_weights(p: *const u8) -> [__m256i; 4] {
+    // SAFETY: bytes 2..18 of both blocks, per contract.
+    let v =
+        unsafe { _mm256_loadu2_m128i(p.add(BB + 2) as *const __m128i, p.add(2) as *const __m128i) };
+    let m = _mm256_set1_epi16(0x0F);
+    [
+        _mm256_and_si256(v, m),
+        _mm256_and_si256(_mm256_srli_epi16::<4>(v), m),
+        _mm256_and_si256(_mm256_srli_epi16::<8>(v), m),
+        _mm256_srli_epi16::<12>(v),
+    ]
+}
+
+/// The exact i32 sums of the 64 products of [`pair_weights`] `q` (blocks `b` in lanes 0..4,
+/// `b + 1` in lanes 4..8) with the reordered activations at `x` (their correction at `c`).
+///
+/// # Safety
+/// AVX2 present; 64 i16 readable at `x`, 8 i32 at `c`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn pair_dot(q: &[__m256i; 4], x: *const i16, c: *const i32) -> __m256i {
+    // SAFETY: 128 bytes at x and 32 at c, per contract.
+    unsafe {
+        let xv = |k: usize| _mm256_loadu_si256(x.add(16 * k) as *const __m256i);
+        // 0 <= q_w <= 15, |q_x| <= 32767: a lane sums 8 products, below 2^23.
+        let s01 = _mm256_add_epi32(
+            _mm256_madd_epi16(q[0], xv(0)),
+            _mm256_madd_epi16(q[1], xv(1)),
+        );
+        let s23 = _mm256_add_epi32(
+            _mm256_madd_epi16(q[2], xv(2)),
+            _mm256_madd_epi16(q[3], xv(3)),
+        );
+        _mm256_add_epi32(
+            _mm256_add_epi32(s01, s23),
+            _mm256_loadu_si256(c as *const __m256i),
+        )
+    }
+}
+
+/// The exact sums of the four blocks of a quad `[b0, b2, b1, b3]` from [`pair_dot`]'s
+/// `p01 = [b0 x4 | b1 x4]` and `p23 = [b2 x4 | b3 x4]`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn quad_sums(p01: __m256i, p23: __m256i) -> __m128i {
+    // [b0 0+2, b2 0+2, b0 1+3, b2 1+3 | the same of b1, b3]
+    let s = _mm256_add_epi32(
+        _mm256_unpacklo_epi32(p01, p23),
+        _mm256_unpackhi_epi32(p01, p23),
+    );
+    // [b0, b2, _, _ | b1, b3, _, _] -> [b0, b2, b1, b3].
+    let s = _mm256_add_epi32(s, _mm256_srli_si256::<8>(s));
+    _mm256_castsi256_si128(_mm256_permute4x64_epi64::<0b1000>(s))
+}
+
+/// The sum of the four lanes of `v`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn hsum4(v: __m128) -> f32 {
+    let s = _mm_add_ps(v, _mm_movehl_ps(v, v));
+    _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps::<1>(s, s)))
+}
+
+/// The four f16 scales of the quad at `p` in the order `b, b + 2, b + 1, b + 3`, as f32.
+///
+/// # Safety
+/// F16C present; four blocks readable at `p`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn scales(p: *const u8) -> __m128 {
+    // SAFETY: the first two bytes of each of the four blocks, in bounds per contract.
+    let h = |k: usize| u64::from(unsafe { std::ptr::read_unaligned(p.add(k * BB) as *const u16) });
+    let bits = h(0) | h(2) << 16 | h(1) << 32 | h(3) << 48;
+    _mm_cvtph_ps(_mm_cvtsi64_si128(bits as i64))
+}
+
+/// Q4_0 dot of `R` rows over the whole quads of `a` (module docs); the caller adds the rest.
+///
+/// # Safety
+/// AVX2/FMA/F16C present.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q40_rows<const R: usize>(rows: [&[u8]; R], a: &Q40Acts) -> [f32; R] {
+    let quads = a.d.len() / 4;
+    assert!(
+        rows.iter().all(|r| r.len() >= quads * 4 * BB)
+            && a.x.len() >= quads * 128
+            && a.corr.len() >= quads * 16
+    );
+    let mut acc = [_mm_setzero_ps(); R];
+    let dist = prefetch_distance::<R>();
+    for q in 0..quads {
+        // SAFETY: q < quads: blocks 4q..4q + 4 of every row, activations q*128..q*128 + 128,
+        // corrections q*16..q*16 + 16 and scales q*4..q*4 + 4 are in bounds (asserted above).
+        unsafe {
+            let x = a.x.as_ptr().add(128 * q);
+            let c = a.corr.as_ptr().add(16 * q);
+            let dx = _mm_loadu_ps(a.d.as_ptr().add(4 * q));
+            for i in 0..R {
+                let p = rows[i].as_ptr().add(4 * BB * q);
+                // Prefetch hints (never fault; wrapping_add keeps them UB-free): a quad is 72
+                // bytes, two lines at most.
+                let ahead = p.wrapping_add(dist);
+                _mm_prefetch::<_MM_HINT_T0>(ahead as *const i8);
+                _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(64) as *const i8);
+                let p01 = pair_dot(&pair_weights(p), x, c);
+                let p23 = pair_dot(&pair_weights(p.add(2 * BB)), x.add(64), c.add(8));
+                let isum = quad_sums(p01, p23);
+                let f = _mm_mul_ps(scales(p), dx);
+                acc[i] = _mm_fmadd_ps(_mm_cvtepi32_ps(isum), f, acc[i]);
+            }
+        }
+    }
+    std::array::from_fn(|i| hsum4(acc[i]))
+}
+
+/// Q4_0 dot of `R` rows over blocks `from..` of `xq`, one block at a time (the blocks after the
+/// last whole quad).
+///
+/// # Safety
+/// AVX2/FMA/F16C present.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q40_tail<const R: usize>(rows: [&[u8]; R], xq: &QActs16, from: usize) -> [f32; R] {
+    let nb = xq.d.len();
+    assert!(rows.iter().all(|r| r.len() >= nb * BB) && xq.qs.len() >= nb * 32);
+    let mut y = [0f32; R];
+    for b in from..nb {
+        // SAFETY: b < nb: block b of every row and activations b*32..b*32 + 32 in bounds.
+        unsafe {
+            let xp = xq.qs.as_ptr().add(32 * b);
+            let x0 = _mm256_loadu_si256(xp as *const __m256i);
+            let x1 = _mm256_loadu_si256(xp.add(16) as *const __m256i);
+            for (yi, row) in y.iter_mut().zip(rows) {
+                let p = row.as_ptr().add(b * BB);
+                let (w0, w1) = weights_i16::<Q4_0>(p);
+                let v = _mm256_add_epi32(_mm256_madd_epi16(w0, x0), _mm256_madd_epi16(w1, x1));
+                *yi += f16_at(p) * xq.d[b] * hsum_i32(v) as f32;
+            }
+        }
+    }
+    y
+}
+
+/// [`q40_rows`] over the whole quads, [`q40_tail`] over the last `nb % 4` blocks, as the kernel
+/// of the shared row drivers.
+pub(super) struct Q40Dots<'a> {
+    pub(super) acts: &'a Q40Acts,
+    pub(super) xq: &'a QActs16,
+}
+
+impl RowDots for Q40Dots<'_> {
+    #[inline(always)]
+    unsafe fn dots<const N: usize>(&self, rows: [&[u8]; N]) -> [f32; N] {
+        let done = self.acts.d.len();
+        // SAFETY: AVX2/FMA/F16C present per this method's contract; the kernels assert the
+        // lengths they rely on.
+        unsafe {
+            let mut y = q40_rows::<N>(rows, self.acts);
+            if done < self.xq.d.len() {
+                let t = q40_tail::<N>(rows, self.xq, done);
+                for (v, t) in y.iter_mut().zip(t) {
+                    *v += t;
+                }
+            }
+            y
+        }
+    }
+}
+
+/// One row's dots with `T` tokens' activations: per quad the weights unpacked once, then per
+/// token the operations of [`q40_rows`] in its order (so each token's result is bit-identical to
+/// its own `matvec`).
+///
+/// # Safety
+/// AVX2/FMA/F16C present.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q40_tokens<const T: usize>(row: &[u8], acts: [&Q40Acts; T]) -> [f32; T] {
+    let quads = acts[0].d.len() / 4;
+    assert!(
+        row.len() >= quads * 4 * BB
+            && acts.iter().all(|a| {
+                a.d.len() == quads * 4 && a.x.len() >= quads * 128 && a.corr.len() >= quads * 16
+            })
+    );
+    let mut acc = [_mm_setzero_ps(); T];
+    for q in 0..quads {
+        // SAFETY: q < quads: blocks 4q..4q + 4 of the row and every token's activations,
+        // corrections and scales of quad q are in bounds (asserted above).
+        unsafe {
+            let p = row.as_ptr().add(4 * BB * q);
+            _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(PREFETCH) as *const i8);
+            _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(PREFETCH + 64) as *const i8);
+            let (w01, w23) = (pair_weights(p), pair_weights(p.add(2 * BB)));
+            let sc = scales(p);
+            for (t, a) in acts.iter().enumerate() {
+                let x = a.x.as_ptr().add(128 * q);
+                let c = a.corr.as_ptr().add(16 * q);
+                let isum = quad_sums(pair_dot(&w01, x, c), pair_dot(&w23, x.add(64), c.add(8)));
+                let f = _mm_mul_ps(sc, _mm_loadu_ps(a.d.as_ptr().add(4 * q)));
+                acc[t] = _mm_fmadd_ps(_mm_cvtepi32_ps(isum), f, acc[t]);
+            }
+        }
+    }
+    std::array::from_fn(|t| hsum4(acc[t]))
+}
+
+/// Q4_0 rows `r0..r0 + ys[t].len()` for every token `t` (all `ys[t]` of one length, rows in
+/// bounds): one row at a time, its tokens 4, then 2, then 1 at a time ([`q40_tokens`] over the
+/// whole quads, [`q40_tail`] per token over the rest), each token's results bit-identical to its
+/// own `matvec` on this path.
+///
+/// # Safety
+/// AVX2/FMA/F16C present.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn q40_batch(w: &QMatrix<'_>, r0: usize, xq: &[&QActs16], ys: &mut [&mut [f32]]) {
+    // SAFETY: AVX2 present per contract.
+    let acts: Vec<Q40Acts> = xq.iter().map(|q| unsafe { Q40Acts::new(q) }).collect();
+    let nb = xq.first().map_or(0, |q| q.d.len());
+    for r in 0..ys.first().map_or(0, |y| y.len()) {
+        let row = w.row_data(r0 + r);
+        let mut t = 0;
+        while t < xq.len() {
+            let a = &acts[t..];
+            // SAFETY: features present per contract; the kernels assert the lengths.
+            let (n, mut d) = unsafe {
+                match a.len() {
+                    4.. => (
+                        4,
+                        q40_tokens::<4>(row, [&a[0], &a[1], &a[2], &a[3]]).to_vec(),
+                    ),
+                    2 | 3 => (2, q40_tokens::<2>(row, [&a[0], &a[1]]).to_vec()),
+                    _ => (1, q40_tokens::<1>(row, [&a[0]]).to_vec()),
+                }
+            };
+            for (k, v) in d.iter_mut().enumerate() {
+                if a[k].d.len() < nb {
+                    // SAFETY: as above.
+                    *v += unsafe { q40_tail::<1>([row], xq[t + k], a[k].d.len()) }[0];
+                }
+                ys[t + k][r] = *v;
+            }
+            t += n;
+        }
+    }
+}
