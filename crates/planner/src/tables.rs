@@ -16,6 +16,9 @@
 //!   gate row is computed) that the cache does not hold, at the flash rate of that read size and
 //!   queue depth. The cache holds each layer's hottest neurons (a prefix in the store's order), so
 //!   a miss curve is the profile's hit curve read backwards.
+//! - MoE layers (`crate::experts`): `T_ffn` is the selected experts, whole, through the dense
+//!   kernels (no dense-or-sparse choice); `T_io` the selected experts the cache misses, one blob read
+//!   each.
 //!
 //! A batch of `b` sequences costs `1 + batch_cost * (b - 1)` times one sequence's compute (the weights
 //! are read once; `batch_cost` is measured by calibration) and fires more neurons (the profile's
@@ -23,6 +26,7 @@
 
 use crate::device::DeviceProfile;
 use crate::error::{PlannerError, Result};
+use crate::experts::{expert_io_ns, expert_layer_ns};
 use crate::model::{step_neurons, FfnLayer, ModelSummary};
 
 /// What the user asks for.
@@ -305,6 +309,9 @@ fn io_table(
                             }
                             let cached = step_neurons(l.neurons, g, j) as f64;
                             let firing = (total - curve[j as usize]).max(0.0);
+                            if l.is_experts() {
+                                return expert_io_ns(device, l, q, firing);
+                            }
                             layer_io_ns(
                                 device,
                                 model.predicted,
@@ -434,6 +441,14 @@ impl Tables {
             );
             let (mut sparse, mut dense) = (Vec::new(), Vec::new());
             for l in &model.layers {
+                if l.is_experts() {
+                    // No dense-or-sparse choice: the selected experts, whole.
+                    let e =
+                        calls(FFN_CALLS) + expert_layer_ns(device, l, (t, batch, b), model.grid);
+                    sparse.push(e);
+                    dense.push(e);
+                    continue;
+                }
                 let active = l.hit[batch][model.grid as usize];
                 let n = l.neurons as f64;
                 let mut s = calls(FFN_CALLS)
