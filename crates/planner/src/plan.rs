@@ -465,6 +465,7 @@ impl Plan {
                 "  batch {}: {} on {} threads, {:.2} tok/s in all",
                 q.batch,
                 match (q.sparse, self.sparse.iter().all(|&x| x)) {
+                    _ if self.experts.is_some() => "experts",
                     (false, _) => "dense",
                     (true, true) => "sparse",
                     (true, false) => "as batch size 1",
