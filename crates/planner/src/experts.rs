@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use crate::device::DeviceProfile;
 use crate::error::{PlannerError, Result};
 use crate::model::{step_neurons, FfnLayer, ModelSummary};
-use crate::tables::{dense_layer_ns, ns};
+use crate::tables::{dense_layer_ns, ns, STREAM_READ};
 
 /// What a layer's units are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -111,20 +111,21 @@ pub(crate) fn expert_layer_ns(
 
 /// Flash time of an MoE layer's misses at queue depth `q` (ns): `missing` selected experts a step
 /// that the cache does not hold, one blob read each, at most twice a step's selected experts in
-/// flight (a step's misses and the next layer's predicted experts).
+/// flight (a step's misses and the next layer's predicted experts). A blob of a megabyte or more
+/// is read at no less than the sequential rate, as a tensor streamed from flash is
+/// (`STREAM_READ`): the random rates are measured at a few KiB and do not scale up to it.
 pub(crate) fn expert_io_ns(device: &DeviceProfile, l: &FfnLayer, q: u32, missing: f64) -> u64 {
     if missing <= 0.0 {
         return 0;
     }
-    let depth = q.min(
-        (2.0 * l.hit[0].last().copied().unwrap_or(1.0))
-            .ceil()
-            .max(1.0) as u32,
-    );
-    ns(
-        missing * l.read_bytes as f64,
-        device.busy_io_rate(l.read_bytes, depth.max(1)),
-    )
+    let in_step = 2.0 * l.hit[0].last().copied().unwrap_or(1.0);
+    let depth = q.min(in_step.ceil().max(1.0) as u32).max(1);
+    let random = device.busy_io_rate(l.read_bytes, depth);
+    let rate = match l.read_bytes >= STREAM_READ && device.flash_seq_bps > 0.0 {
+        true => random.max(device.flash_seq_bps),
+        false => random,
+    };
+    ns(missing * l.read_bytes as f64, rate)
 }
 
 /// A plan's expert caches and what they are predicted to do (batch size 1).

@@ -110,7 +110,7 @@ pub struct Tables {
 const COALESCED_READ: u64 = 512 << 10;
 
 /// Bytes per step from which a tensor left on flash is read as a sequential stream.
-const STREAM_READ: u64 = 1 << 20;
+pub(crate) const STREAM_READ: u64 = 1 << 20;
 
 pub(crate) fn ns(bytes: f64, bps: f64) -> u64 {
     (bytes / bps * 1e9).round() as u64
@@ -237,6 +237,28 @@ pub(crate) fn layer_io_ns(
         (1.0 / (1.0 - needed).max(1e-9)).min((COALESCED_READ / l.read_bytes.max(1)).max(1) as f64);
     let size = (l.read_bytes as f64 * run) as u64;
     ns(reads * l.read_bytes as f64, device.busy_io_rate(size, q))
+}
+
+/// Sparse and dense decode's FFN time of layer `l` at `t` threads, batch-size index `batch` (batch
+/// `b`), without the per-call cost (ns). An MoE layer has no such choice: its selected experts,
+/// whole, either way.
+fn layer_ffn_ns(
+    device: &DeviceProfile,
+    model: &ModelSummary,
+    l: &FfnLayer,
+    (t, batch, b): (u32, usize, u32),
+) -> [u64; 2] {
+    if l.is_experts() {
+        let e = expert_layer_ns(device, l, (t, batch, b), model.grid);
+        return [e, e];
+    }
+    let active = l.hit[batch][model.grid as usize];
+    let n = l.neurons as f64;
+    let mut s = sparse_layer_ns(device, model.predicted, model.select_up, l, t, b, n, active);
+    if model.offloaded {
+        s += unit_extra_ns(device, model.predicted, l, t, (n, active));
+    }
+    [s, dense_layer_ns(device, l, t, b, n)]
 }
 
 /// Memory that does not depend on any decision: the process, the KV cache at the context and,
@@ -439,26 +461,11 @@ impl Tables {
                     })
                     .collect(),
             );
-            let (mut sparse, mut dense) = (Vec::new(), Vec::new());
-            for l in &model.layers {
-                if l.is_experts() {
-                    // No dense-or-sparse choice: the selected experts, whole.
-                    let e =
-                        calls(FFN_CALLS) + expert_layer_ns(device, l, (t, batch, b), model.grid);
-                    sparse.push(e);
-                    dense.push(e);
-                    continue;
-                }
-                let active = l.hit[batch][model.grid as usize];
-                let n = l.neurons as f64;
-                let mut s = calls(FFN_CALLS)
-                    + sparse_layer_ns(device, model.predicted, model.select_up, l, t, b, n, active);
-                if model.offloaded {
-                    s += unit_extra_ns(device, model.predicted, l, t, (n, active));
-                }
-                sparse.push(s);
-                dense.push(calls(FFN_CALLS) + dense_layer_ns(device, l, t, b, n));
-            }
+            let per_layer = model.layers.iter().map(|l| {
+                let call = calls(FFN_CALLS);
+                layer_ffn_ns(device, model, l, (t, batch, b)).map(|x| x + call)
+            });
+            let (sparse, dense): (Vec<u64>, Vec<u64>) = per_layer.map(|[s, d]| (s, d)).unzip();
             ffn_sparse_ns.push(sparse);
             ffn_dense_ns.push(dense);
         }
