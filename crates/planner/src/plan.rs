@@ -318,6 +318,9 @@ impl Plan {
         let p: Plan = container::load(path, PLAN_KIND, PLAN_VERSION)?;
         let n = p.sparse.len();
         let bad = p.hot_neurons.len() != n
+            || p.experts
+                .as_ref()
+                .is_some_and(|x| x.cache_bytes.len() != n || x.cached.len() != n)
             || p.threads == 0
             || p.queue_depth == 0
             || p.predicted.is_empty()

@@ -2,7 +2,8 @@
 //! `sparrow convert` writes a bundle of experts, `sparrow run` over it under a budget that forces
 //! misses prints what the in-memory model prints (under a process budget without `--ctx`, at a context
 //! sized to the budget), and `sparrow bench --json` reports the expert
-//! counters (hit rate, reads, bytes per token against the optimal cache's bound).
+//! counters (hit rate, reads, bytes per token against the optimal cache's bound); `sparrow plan` plans
+//! the bundle's per-layer expert caches, which `--plan` and `--memory-budget` then apply.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -223,6 +224,20 @@ fn a_bundle_of_experts_is_planned_and_runs_its_plans_shares() {
         "{words}"
     );
 
+    // The model in memory: every expert resident, nothing read; only threads to plan.
+    let model = fixture("tiny-qwen3moe-q8_0.gguf");
+    let mem_plan = dir.join("mem.plan");
+    let mut a = vec!["plan", "-m", model.to_str().unwrap(), "--device", dev];
+    a.extend(["-o", mem_plan.to_str().unwrap(), "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&ok(&a)).unwrap();
+    assert_eq!(v["experts"]["hit_rate"].as_f64(), Some(1.0), "{v}");
+    assert_eq!(
+        v["experts"]["read_bytes_per_token"].as_f64(),
+        Some(0.0),
+        "{v}"
+    );
+    assert!(v["io_core"].is_null(), "{v}");
+
     // `--plan`: the expert cache is the plan's, layer by layer, and the text the model's.
     let bench = |extra: &[&str]| -> serde_json::Value {
         let mut a = vec!["bench", "-m", &resident, "-p", "8", "-n", "8", "-r", "1"];
@@ -240,7 +255,6 @@ fn a_bundle_of_experts_is_planned_and_runs_its_plans_shares() {
         a.extend(extra);
         ok(&a)
     };
-    let model = fixture("tiny-qwen3moe-q8_0.gguf");
     assert_eq!(
         run(&resident, &["--plan", p]),
         run(model.to_str().unwrap(), &[])
