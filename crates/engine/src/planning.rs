@@ -5,7 +5,8 @@
 //! matrix, the embedding, whose decode step reads one row), per layer the FFN's neurons with their
 //! bytes and firing frequencies (from the activation profile, in the order the neuron cache fills:
 //! the store's order for a resident file, hottest first otherwise), the predictors' size, the KV
-//! cache per position and what the process holds before any weight.
+//! cache per position and what the process holds before any weight. An MoE model's layers are its
+//! routed experts instead (one expert-store blob each, hottest first by the routing profile).
 //!
 //! Over a resident file (an offloaded model) the embedding and the output projection are offered to
 //! the planner as one offloadable tensor ([`STREAMED`]): the engine leaves both on flash together
