@@ -299,7 +299,7 @@ fn measure(e: &Engine<'_>, tokens: &[u32], opts: &BenchOptions, r: &mut ModeRuns
         let secs = t.elapsed().as_secs_f64();
         r.tg.push(opts.n_gen as f64 / secs);
         r.ffn_share.push(e.take_ffn_seconds() / secs);
-        r.experts = crate::bench_experts::finish(e, &held, opts.n_gen, secs).or(r.experts);
+        r.experts = crate::bench_experts::finish(e, &held, opts.n_gen, secs).or(r.experts.take());
         if let Some(x) = &r.experts {
             r.wait_share.push(x.wait_share);
         }

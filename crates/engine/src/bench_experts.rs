@@ -7,7 +7,7 @@ use crate::generate::Engine;
 use offload::{belady_misses, ExpertCounters};
 
 /// One decode run's expert counters and the bound they are held to.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct ExpertBench {
     /// The run's counters.
     pub counters: ExpertCounters,
@@ -20,6 +20,8 @@ pub struct ExpertBench {
     pub min_bytes_per_token: f64,
     /// Share of decode time spent waiting for a read.
     pub wait_share: f64,
+    /// Each layer's share of the expert cache, bytes ([`offload::ExpertOffload::cache_shares`]).
+    pub cache_shares: Vec<usize>,
 }
 
 impl ExpertBench {
@@ -78,5 +80,6 @@ pub(crate) fn finish(
         bytes_per_token: c.bytes_read as f64 / n,
         min_bytes_per_token: min_bytes / n,
         wait_share: c.wait_seconds / secs.max(1e-9),
+        cache_shares: shares,
     })
 }

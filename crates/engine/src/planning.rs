@@ -5,7 +5,8 @@
 //! matrix, the embedding, whose decode step reads one row), per layer the FFN's neurons with their
 //! bytes and firing frequencies (from the activation profile, in the order the neuron cache fills:
 //! the store's order for a resident file, hottest first otherwise), the predictors' size, the KV
-//! cache per position and what the process holds before any weight.
+//! cache per position and what the process holds before any weight. An MoE model's layers are its
+//! routed experts instead (one expert-store blob each, hottest first by the routing profile).
 //!
 //! Over a resident file (an offloaded model) the embedding and the output projection are offered to
 //! the planner as one offloadable tensor ([`STREAMED`]): the engine leaves both on flash together
@@ -47,7 +48,9 @@ fn bytes(m: &tensor_types::QMatrix<'_>) -> u64 {
 /// dense model without a profile is summarized with every neuron firing).
 pub fn model_summary(engine: &Engine<'_>, sidecars: &SparseSidecars) -> Result<ModelSummary> {
     let model = engine.model();
-    model.refuse_moe("the planner (plan, --memory-budget)")?;
+    if model.config.moe.is_some() {
+        return moe_summary(engine);
+    }
     let cfg = &model.config;
     // A resident file's own profile and predictors are the ones it names.
     let bundle = ModelBundle::of_model(model)?;
@@ -403,6 +406,127 @@ fn memory_layers(
             .map_err(|e| EngineError::Request(e.to_string()))
         })
         .collect()
+}
+
+/// Expert reads the engine's budget reserves beside an expert cache (its queue of reads in
+/// flight, `builder/experts.rs`).
+pub const EXPERT_READS_RESERVED: u64 = 32;
+
+/// The planner's summary of an MoE model: per layer its routed experts (units of one blob of the
+/// expert store each, hottest first by the bundle's routing profile; uniform where there is
+/// none), and the routers and shared experts as one resident tensor. Over a resident file the
+/// experts are on flash and the plan sizes each layer's expert cache; in memory every expert is
+/// resident and only the threads are planned. Every layer must be an MoE layer.
+fn moe_summary(engine: &Engine<'_>) -> Result<ModelSummary> {
+    let model = engine.model();
+    let cfg = &model.config;
+    let refuse = |what: &str| {
+        EngineError::Request(format!("{}: the planner: {what}", model.path().display()))
+    };
+    let moes: Vec<_> = model.layers.iter().filter_map(|l| l.ffn.moe()).collect();
+    if moes.len() != model.layers.len() {
+        return Err(refuse("an MoE model with dense FFN layers is not planned"));
+    }
+    let parts = match &cfg.ffn_store {
+        Some(r) => Some(model_bundle::bundle_parts::BundleParts::of(
+            model.path(),
+            r,
+        )?),
+        None => None,
+    };
+    let to_parts = |gu: usize, down: usize, blob: usize, f: [tensor_types::WeightFormat; 2]| {
+        planner::ExpertParts {
+            blob_bytes: blob as u64,
+            gate_up_bytes: gu as u64,
+            down_bytes: down as u64,
+            format: f[0].name().into(),
+            down_format: f[1].name().into(),
+        }
+    };
+    let (experts, reserve): (Vec<planner::ExpertParts>, u64) = match &parts {
+        Some(p) => {
+            let io = ufs_io::IoEngine::new(ufs_io::IoConfig::default())?;
+            let store = neuron_store::expert::ExpertStore::open(&io, &p.store, Default::default())?;
+            let ix = store.index();
+            let all: usize = (0..ix.layers.len()).map(|l| ix.experts(l)).sum();
+            let reserve = offload::budget::store_ffn_bytes(&p.store)? / all.max(1) as u64
+                * EXPERT_READS_RESERVED;
+            let layers = ix.layers.iter().map(|li| {
+                let (y, f) = (&li.layout, li.shape.formats);
+                to_parts(
+                    y.gate_bytes + y.up_bytes,
+                    y.down_bytes,
+                    y.blob_bytes,
+                    [f.gate, f.down],
+                )
+            });
+            (layers.collect(), reserve)
+        }
+        None => {
+            let layers = moes.iter().map(|m| {
+                let e = &m.weights.experts[0];
+                let (gu, down) = (bytes(&e.gate) + bytes(&e.up), bytes(&e.down));
+                let f = [e.gate.format(), e.down.format()];
+                to_parts(gu as usize, down as usize, (gu + down) as usize, f)
+            });
+            (layers.collect(), 0)
+        }
+    };
+    if experts.len() != moes.len() {
+        return Err(refuse("the expert store's layers are not the model's"));
+    }
+    let routing = parts
+        .as_ref()
+        .and_then(|p| transformer::moe::RoutingProfile::load(&p.profile).ok())
+        .filter(|r| r.counts.len() == moes.len() && r.tokens > 0);
+    let batch_sizes = BATCH_SIZES.to_vec();
+    let layers = moes
+        .iter()
+        .zip(&experts)
+        .enumerate()
+        .map(|(l, (m, x))| {
+            let n = m.weights.n_experts();
+            let (counts, tokens) = match &routing {
+                Some(r) if r.counts[l].len() == n => (r.counts[l].clone(), r.tokens),
+                // Uniform: each expert picked by `n_used` of every `n` tokens.
+                _ => (vec![m.block.n_used as u64; n], n as u64),
+            };
+            FfnLayer::from_expert_counts(x, &counts, tokens, &batch_sizes, GRID)
+                .map_err(|e| refuse(&e.to_string()))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let mut tensors = tensors(model, false);
+    let process = process_bytes(model, &tensors, false) + reserve;
+    let moe_bytes = |m: &&transformer::moe::MoeFfn<'_>| {
+        let shared = m.weights.shared.as_ref().map_or(0, |s| {
+            bytes(&s.ffn.gate) + bytes(&s.ffn.up) + bytes(&s.ffn.down)
+        });
+        bytes(&m.weights.router) + shared
+    };
+    let routers: u64 = moes.iter().map(moe_bytes).sum();
+    tensors.push(TensorInfo {
+        name: "routers+shared experts".into(),
+        format: moes[0].weights.router.format().name().into(),
+        bytes: routers,
+        touched_bytes: routers,
+        offloadable: false,
+        computed: true,
+    });
+    Ok(ModelSummary {
+        name: model.path().file_name().map_or_else(
+            || model.path().display().to_string(),
+            |n| n.to_string_lossy().into(),
+        ),
+        fingerprint: crate::profile::model_fingerprint(model),
+        tensors,
+        layers,
+        kv_bytes_per_position: cfg.kv_cache_bytes(1, engine.cache_type()),
+        process_bytes: process,
+        batch_sizes,
+        grid: GRID,
+        offloaded: parts.is_some(),
+        ..ModelSummary::default()
+    })
 }
 
 /// The settings a plan gives the engine and the offload.

@@ -14,7 +14,7 @@
 //! depend on arrival order or cache contents, and equals the in-memory path's.
 //!
 //! Hot experts (the most selected of the bundle's routing profile) are read at start-up and pinned,
-//! up to a share of each layer's part of the cache.
+//! up to a share of each layer's part of the cache (equal parts, or the plan's per-layer shares).
 
 use std::collections::{HashSet, VecDeque};
 use std::path::Path;
@@ -34,8 +34,11 @@ use transformer::ops::{mm_step, StepKind};
 /// Settings of an [`ExpertOffload`].
 #[derive(Debug, Clone)]
 pub struct ExpertOffloadOptions {
-    /// Bytes of expert cache (split equally between the MoE layers).
+    /// Bytes of expert cache (split equally between the MoE layers, unless `shares` says).
     pub cache_bytes: usize,
+    /// Each layer's share of `cache_bytes` (a plan's per-layer expert caches; `None`: equal
+    /// shares). They must sum to at most `cache_bytes` and hold one entry per layer of the store.
+    pub shares: Option<Vec<usize>>,
     /// Share of each layer's part of the cache given to pinned hot experts (by the routing profile).
     pub hot_share: f64,
     /// Per token, the next layer's experts to queue before it runs: the first this many its
@@ -53,6 +56,7 @@ impl Default for ExpertOffloadOptions {
     fn default() -> Self {
         ExpertOffloadOptions {
             cache_bytes: usize::MAX,
+            shares: None,
             hot_share: 0.5,
             prefetch_per_token: 2,
             eviction: Eviction::Recency,
@@ -171,7 +175,10 @@ impl ExpertOffload {
                 ),
             });
         }
-        let cache = ExpertCache::new(&shape, opts.cache_bytes).with_eviction(opts.eviction);
+        let mut cache = ExpertCache::new(&shape, opts.cache_bytes).with_eviction(opts.eviction);
+        if let Some(shares) = &opts.shares {
+            cache.set_shares(shares)?;
+        }
         let mut state = State {
             cache,
             in_flight: HashSet::new(),

@@ -47,6 +47,7 @@
 mod container;
 mod device;
 mod error;
+mod experts;
 mod hybrid;
 mod hybrid_store;
 mod model;
@@ -63,6 +64,7 @@ pub use device::{
     DEVICE_VERSION,
 };
 pub use error::{PlannerError, Result};
+pub use experts::{ExpertParts, ExpertPlan, UnitKind};
 pub use hybrid::{hybrid_layer_ns, hybrid_split, whole_matrix, HybridSplit, HYBRID_BATCHES};
 pub use hybrid_store::{hybrid_split_over_store, store_layer_ns, StoreMemory};
 pub use model::{

@@ -58,6 +58,10 @@ pub struct FfnLayer {
     /// gate and up in Q4_K (or Q5_0 where rows are not whole super-blocks) and down in Q4_K or Q6_K.
     #[serde(default)]
     pub dense_down_format: String,
+    /// What the units are: neurons (summaries and plans of older builds) or routed experts
+    /// ([`FfnLayer::from_expert_counts`]).
+    #[serde(default)]
+    pub unit: crate::experts::UnitKind,
 }
 
 impl FfnLayer {
@@ -105,6 +109,7 @@ impl FfnLayer {
             down_bytes: 0,
             down_format: String::new(),
             dense_down_format: String::new(),
+            unit: crate::experts::UnitKind::Neuron,
         })
     }
 

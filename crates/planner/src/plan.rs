@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use crate::container;
 use crate::device::DeviceProfile;
 use crate::error::{PlannerError, Result};
+use crate::experts::ExpertPlan;
 use crate::hybrid::{hybrid_split, HybridSplit, HYBRID_BATCHES};
 use crate::hybrid_store::{hybrid_split_over_store, StoreMemory};
 use crate::model::{step_neurons, ModelSummary};
@@ -93,6 +94,11 @@ pub struct Plan {
     /// one count per layer within the plan's cache ([`crate::hybrid_split_over_store`]).
     #[serde(default)]
     pub hybrid: Option<HybridSplit>,
+    /// For an MoE model (its layers' units are experts): each layer's expert cache and the
+    /// predicted hit rate and bytes read (`None`: neurons; plans of older builds). `hot_neurons`
+    /// then counts experts and `ffn_cache_bytes` is the caches' sum.
+    #[serde(default)]
+    pub experts: Option<ExpertPlan>,
 }
 
 fn predicted(t: &Tables, batch: u32, c: &Choice, cost: &Cost) -> Predicted {
@@ -170,6 +176,7 @@ pub fn make_plan(
         .zip(&hot_neurons)
         .map(|(l, &n)| n as u64 * l.neuron_bytes)
         .sum();
+    let experts = ExpertPlan::of(model, &choice.steps);
     Ok(Plan {
         model: model.name.clone(),
         model_fingerprint: model.fingerprint,
@@ -185,7 +192,11 @@ pub fn make_plan(
         io_core: model.offloaded.then_some(device.cores - 1),
         queue_depth: t1.queue_depths[choice.queue_depth],
         chunk_rows: 0,
-        sparse: choice.sparse.clone(),
+        // Experts have no dense-or-sparse choice: reported dense, which the engine leaves be.
+        sparse: match experts {
+            Some(_) => vec![false; choice.sparse.len()],
+            None => choice.sparse.clone(),
+        },
         ffn_cache_bytes,
         hot_neurons,
         resident: model
@@ -205,7 +216,11 @@ pub fn make_plan(
         ),
         // A device profile without the accelerator's rate plans no split (the run then takes the
         // profile's), rather than no plan.
-        hybrid: plan_hybrid(device, model, c, &t1, (&choice, &cost), ffn_cache_bytes)?,
+        hybrid: match experts {
+            Some(_) => None,
+            None => plan_hybrid(device, model, c, &t1, (&choice, &cost), ffn_cache_bytes)?,
+        },
+        experts,
     })
 }
 
@@ -303,6 +318,9 @@ impl Plan {
         let p: Plan = container::load(path, PLAN_KIND, PLAN_VERSION)?;
         let n = p.sparse.len();
         let bad = p.hot_neurons.len() != n
+            || p.experts
+                .as_ref()
+                .is_some_and(|x| x.cache_bytes.len() != n || x.cached.len() != n)
             || p.threads == 0
             || p.queue_depth == 0
             || p.predicted.is_empty()
@@ -370,13 +388,12 @@ impl Plan {
             }
         }
         let sparse = self.sparse.iter().filter(|&&x| x).count();
-        let _ = writeln!(
-            s,
-            "  FFN: {} ({} of {} layers sparse)",
-            if sparse == 0 { "dense" } else { "sparse" },
-            sparse,
-            self.sparse.len()
-        );
+        let ffn = match (&self.experts, sparse) {
+            (Some(_), _) => format!("routed experts in {} layers", self.sparse.len()),
+            (None, 0) => format!("dense (0 of {} layers sparse)", self.sparse.len()),
+            (None, n) => format!("sparse ({n} of {} layers sparse)", self.sparse.len()),
+        };
+        let _ = writeln!(s, "  FFN: {ffn}");
         let _ = writeln!(
             s,
             "  compute threads: {}{}",
@@ -390,14 +407,18 @@ impl Plan {
             }
         );
         let total: u64 = self.hot_neurons.iter().map(|&n| n as u64).sum();
-        let _ = writeln!(
-            s,
-            "  neuron cache: {:.1} MiB, {} hottest neurons (per layer {}..{})",
-            mib(self.ffn_cache_bytes),
-            total,
-            self.hot_neurons.iter().min().unwrap_or(&0),
-            self.hot_neurons.iter().max().unwrap_or(&0)
-        );
+        if let Some(x) = &self.experts {
+            let _ = writeln!(s, "  {}", x.describe());
+        } else {
+            let _ = writeln!(
+                s,
+                "  neuron cache: {:.1} MiB, {} hottest neurons (per layer {}..{})",
+                mib(self.ffn_cache_bytes),
+                total,
+                self.hot_neurons.iter().min().unwrap_or(&0),
+                self.hot_neurons.iter().max().unwrap_or(&0)
+            );
+        }
         let flash: Vec<&str> = self
             .resident
             .iter()
@@ -447,6 +468,7 @@ impl Plan {
                 "  batch {}: {} on {} threads, {:.2} tok/s in all",
                 q.batch,
                 match (q.sparse, self.sparse.iter().all(|&x| x)) {
+                    _ if self.experts.is_some() => "experts",
                     (false, _) => "dense",
                     (true, true) => "sparse",
                     (true, false) => "as batch size 1",

@@ -16,6 +16,9 @@
 //!   gate row is computed) that the cache does not hold, at the flash rate of that read size and
 //!   queue depth. The cache holds each layer's hottest neurons (a prefix in the store's order), so
 //!   a miss curve is the profile's hit curve read backwards.
+//! - MoE layers (`crate::experts`): `T_ffn` is the selected experts, whole, through the dense
+//!   kernels (no dense-or-sparse choice); `T_io` the selected experts the cache misses, one blob read
+//!   each.
 //!
 //! A batch of `b` sequences costs `1 + batch_cost * (b - 1)` times one sequence's compute (the weights
 //! are read once; `batch_cost` is measured by calibration) and fires more neurons (the profile's
@@ -23,6 +26,7 @@
 
 use crate::device::DeviceProfile;
 use crate::error::{PlannerError, Result};
+use crate::experts::{expert_io_ns, expert_layer_ns};
 use crate::model::{step_neurons, FfnLayer, ModelSummary};
 
 /// What the user asks for.
@@ -106,7 +110,7 @@ pub struct Tables {
 const COALESCED_READ: u64 = 512 << 10;
 
 /// Bytes per step from which a tensor left on flash is read as a sequential stream.
-const STREAM_READ: u64 = 1 << 20;
+pub(crate) const STREAM_READ: u64 = 1 << 20;
 
 pub(crate) fn ns(bytes: f64, bps: f64) -> u64 {
     (bytes / bps * 1e9).round() as u64
@@ -235,6 +239,28 @@ pub(crate) fn layer_io_ns(
     ns(reads * l.read_bytes as f64, device.busy_io_rate(size, q))
 }
 
+/// Sparse and dense decode's FFN time of layer `l` at `t` threads, batch-size index `batch` (batch
+/// `b`), without the per-call cost (ns). An MoE layer has no such choice: its selected experts,
+/// whole, either way.
+fn layer_ffn_ns(
+    device: &DeviceProfile,
+    model: &ModelSummary,
+    l: &FfnLayer,
+    (t, batch, b): (u32, usize, u32),
+) -> [u64; 2] {
+    if l.is_experts() {
+        let e = expert_layer_ns(device, l, (t, batch, b), model.grid);
+        return [e, e];
+    }
+    let active = l.hit[batch][model.grid as usize];
+    let n = l.neurons as f64;
+    let mut s = sparse_layer_ns(device, model.predicted, model.select_up, l, t, b, n, active);
+    if model.offloaded {
+        s += unit_extra_ns(device, model.predicted, l, t, (n, active));
+    }
+    [s, dense_layer_ns(device, l, t, b, n)]
+}
+
 /// Memory that does not depend on any decision: the process, the KV cache at the context and,
 /// under a budget, what the engine's read-ahead holds there ([`crate::read_ahead_bytes`], with
 /// the room the budget leaves beside the tensors that must stay in memory).
@@ -305,6 +331,9 @@ fn io_table(
                             }
                             let cached = step_neurons(l.neurons, g, j) as f64;
                             let firing = (total - curve[j as usize]).max(0.0);
+                            if l.is_experts() {
+                                return expert_io_ns(device, l, q, firing);
+                            }
                             layer_io_ns(
                                 device,
                                 model.predicted,
@@ -432,18 +461,11 @@ impl Tables {
                     })
                     .collect(),
             );
-            let (mut sparse, mut dense) = (Vec::new(), Vec::new());
-            for l in &model.layers {
-                let active = l.hit[batch][model.grid as usize];
-                let n = l.neurons as f64;
-                let mut s = calls(FFN_CALLS)
-                    + sparse_layer_ns(device, model.predicted, model.select_up, l, t, b, n, active);
-                if model.offloaded {
-                    s += unit_extra_ns(device, model.predicted, l, t, (n, active));
-                }
-                sparse.push(s);
-                dense.push(calls(FFN_CALLS) + dense_layer_ns(device, l, t, b, n));
-            }
+            let per_layer = model.layers.iter().map(|l| {
+                let call = calls(FFN_CALLS);
+                layer_ffn_ns(device, model, l, (t, batch, b)).map(|x| x + call)
+            });
+            let (sparse, dense): (Vec<u64>, Vec<u64>) = per_layer.map(|[s, d]| (s, d)).unzip();
             ffn_sparse_ns.push(sparse);
             ffn_dense_ns.push(dense);
         }

@@ -108,6 +108,9 @@ impl EngineBuilder {
         if o.queue_depth == OffloadOptions::default().queue_depth {
             o.queue_depth = s.queue_depth;
         }
+        if let (Some(x), true) = (&plan.experts, resident) {
+            self.planned.expert_cache = x.cache_bytes.clone();
+        }
         if let (Some(h), Some(kind), None) = (&plan.hybrid, &self.accel, self.accel_hot) {
             if h.accelerator == kind.name() {
                 self.planned.split = Some(h.counts.clone());
@@ -140,7 +143,11 @@ impl EngineBuilder {
             if resident && self.context.is_none() {
                 // Planned at the context the budget leaves room for (the plan's neuron cache is
                 // what the budget leaves beside the KV cache at the context it is made for).
-                self.fit_context(&mut eng)?;
+                if eng.model().config.moe.is_some() {
+                    self.fit_expert_context(&mut eng)?;
+                } else {
+                    self.fit_context(&mut eng)?;
+                }
             }
             self.make_plan(&eng, &device_path, None, Solver::Search)
         };

@@ -4,6 +4,7 @@
 
 mod common;
 mod costs;
+mod experts;
 mod files;
 mod hybrid;
 mod hybrid_store;

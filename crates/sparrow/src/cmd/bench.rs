@@ -557,6 +557,9 @@ impl Printed<'_, '_> {
                 "solver": p.solver,
                 "memory": p.memory,
                 "predicted_hybrid_tg_tok_s": planned_hybrid_tok_s(p, self.planned_split),
+                "predicted_expert_hit_rate": p.experts.as_ref().map(|x| x.hit_rate),
+                "predicted_mib_read_per_token": p.experts.as_ref().map(|x| x.read_bytes_per_token / 1048576.0),
+                "expert_cache_bytes": p.experts.as_ref().map(|x| &x.cache_bytes),
             });
         }
         if runs.len() == 2 {
@@ -736,7 +739,7 @@ fn experts_json(x: &engine::ExpertBench) -> serde_json::Value {
         "mib_read_per_token": x.bytes_per_token / (1024.0 * 1024.0),
         "min_mib_read_per_token": x.min_bytes_per_token / (1024.0 * 1024.0),
         "read_over_min": x.over_min(), "io_wait_share": x.wait_share,
-        "peak_reads_in_flight": c.peak_in_flight,
+        "peak_reads_in_flight": c.peak_in_flight, "cache_shares": x.cache_shares,
     })
 }
 
