@@ -157,6 +157,57 @@ fn bench_matvec_batch(c: &mut Criterion) {
     g.finish();
 }
 
+/// A unit's sum added into offloaded decode's fixed-point accumulator (`add_fixed`), one call over
+/// `d_model` values (SmolLM2 576, Qwen2.5-0.5B 896, the 7B shape 4096), on every available path;
+/// ids `add_fixed/<path>/<n>`, elements = values.
+fn bench_add_fixed(c: &mut Criterion) {
+    let mut g = c.benchmark_group("add_fixed");
+    for n in [576, 896, 4096] {
+        g.throughput(Throughput::Elements(n as u64));
+        for path in available_paths() {
+            let mut acc = vec![0i64; n];
+            let mut x: Vec<f32> = (0..n).map(|i| ((i * 7 % 13) as f32 - 6.0) * 0.01).collect();
+            let id = BenchmarkId::new(format!("{path:?}"), n);
+            // The first call clears `x`; later ones add zeros, the same work for every value below
+            // the fast paths' limit.
+            g.bench_function(id, |b| {
+                b.iter(|| add_fixed_with(path, &mut acc, &mut x).unwrap())
+            });
+        }
+    }
+    g.finish();
+}
+
+/// A one-neuron store unit's down column (a 4096-wide Q5_0 row, the 7B shape's) added into the
+/// fixed-point accumulator: `axpy_rows` into a zeroed vector then `add_fixed` (ids
+/// `unit_down/two-step/<path>`) against the fused `axpy_rows_fixed` (`unit_down/fused/<path>`).
+fn bench_unit_down(c: &mut Criterion) {
+    let mut g = c.benchmark_group("unit_down");
+    let (rows, n) = (64, 4096);
+    let format = WeightFormat::Q5_0;
+    let data = random_matrix(format, rows, n, 3);
+    let w = QMatrix::new(format, rows, n, &data).unwrap();
+    g.throughput(Throughput::Elements(n as u64));
+    for path in available_paths() {
+        let (mut acc, mut y) = (vec![0i64; n], vec![0f32; n]);
+        let mut r = 0u32;
+        g.bench_function(BenchmarkId::new("two-step", format!("{path:?}")), |b| {
+            b.iter(|| {
+                r = (r + 1) % rows as u32;
+                axpy_rows_with(path, &w, &[r], &[0.5], &mut y).unwrap();
+                add_fixed_with(path, &mut acc, &mut y).unwrap();
+            })
+        });
+        g.bench_function(BenchmarkId::new("fused", format!("{path:?}")), |b| {
+            b.iter(|| {
+                r = (r + 1) % rows as u32;
+                axpy_rows_fixed_with(path, &w, &[r], &[0.5], &mut y, &mut acc).unwrap();
+            })
+        });
+    }
+    g.finish();
+}
+
 criterion_group!(
     benches,
     bench_matvec,
