@@ -231,7 +231,8 @@ pub fn set_batch_kquants(on: bool) {
     BATCH_KQUANTS.store(on, Ordering::Relaxed);
 }
 
-/// The [`set_batch_kquants`] setting.
+/// The [`set_batch_kquants`] setting (read by the x86_64 batch kernels only).
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub(crate) fn batch_kquants() -> bool {
     BATCH_KQUANTS.load(Ordering::Relaxed)
 }

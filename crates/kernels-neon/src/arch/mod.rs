@@ -291,6 +291,7 @@ pub(crate) struct Batch16<'a> {
 
 /// Whether the batch kernel of a format takes [`Batch16`]'s interleaved tokens (the 32-element
 /// block formats on [`KernelPath::Avx512`]); the others take each token's activations as they are.
+#[cfg(target_arch = "x86_64")]
 fn batch_interleaves(format: WeightFormat) -> bool {
     matches!(
         format,

@@ -196,8 +196,8 @@ unsafe fn tokens<const F: u8, const T: usize>(
     }
 }
 
-/// Rows `r0..r0 + ys[t].len()` of `w` (format tag `F` as in [`tokens`]) for every token `t`, one
-/// row at a time, its tokens [`GROUP`] at a time, then the rest together.
+/// Rows `r0..r0 + ys[t].len()` of `w` (format tag `F` as in [`tokens`]) for every token `t`:
+/// [`GROUP`] tokens at a time (then the rest together), each group over the rows one at a time.
 ///
 /// # Safety
 /// AVX-512F/BW/VNNI and AVX2/FMA/F16C present; `x` and `xq` one entry per token of `ys`, `x`
@@ -213,12 +213,15 @@ pub(super) unsafe fn batch_k512<const F: u8>(
     assert!(x.len() == ys.len() && xq.len() == ys.len() && !ys.is_empty());
     let n = ys[0].len();
     assert!(ys.iter().all(|y| y.len() == n) && r0 + n <= w.rows());
-    for r in 0..n {
-        let row = w.row_data(r0 + r);
-        let mut t = 0;
-        while t < ys.len() {
-            let (xt, qt) = (&x[t..], &xq[t..]);
-            let k = (ys.len() - t).min(GROUP);
+    // Tokens by groups, each group over every row of the chunk: a group's activations (up to
+    // 4 × 2 bytes × columns) are re-read for each row from the nearer caches, while all of a
+    // batch's at once (8 tokens of Qwen's 4864-column `ffn_down`: 78 KB) measured 2x slower.
+    let mut t = 0;
+    while t < ys.len() {
+        let (xt, qt) = (&x[t..], &xq[t..]);
+        let k = (ys.len() - t).min(GROUP);
+        for r in 0..n {
+            let row = w.row_data(r0 + r);
             let mut d = [0f32; GROUP];
             // SAFETY: features present per contract; the kernels assert the lengths.
             unsafe {
@@ -232,7 +235,7 @@ pub(super) unsafe fn batch_k512<const F: u8>(
             for (y, v) in ys[t..t + k].iter_mut().zip(d) {
                 y[r] = v;
             }
-            t += k;
         }
+        t += k;
     }
 }
