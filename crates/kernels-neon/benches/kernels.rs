@@ -13,7 +13,7 @@ mod common;
 use common::{pool, random_matrix};
 use kernels_neon::{
     add_fixed_with, available_paths, axpy_rows_fixed_with, axpy_rows_with, matmul, matvec,
-    matvec_batch, Precision, QMatrix, WeightFormat,
+    matvec_batch, set_batch_kquants, Precision, QMatrix, WeightFormat,
 };
 
 fn bench_matvec(c: &mut Criterion) {
@@ -108,8 +108,11 @@ fn bench_matmul(c: &mut Criterion) {
     g.finish();
 }
 
-/// Batched decode products (`matvec_batch`, Best-of-N): weight bytes per second for `n` tokens
-/// at once; ids `matvec_batch/<format>/<rows>x<cols>/<n>`.
+/// Batched decode products (`matvec_batch`, Best-of-N, speculation's verification step): weight
+/// bytes per second for `n` tokens at once; ids `matvec_batch/<format>/<rows>x<cols>/<n>`. The
+/// K-quants (Qwen2.5-Coder-0.5B's `ffn_down` shape) also as each token's `matvec` kernel over a row
+/// chunk in turn, as before their batch kernels (`set_batch_kquants(false)`), ids
+/// `matvec_batch/<format>/<rows>x<cols>/loop/<n>`, in the same run.
 fn bench_matvec_batch(c: &mut Criterion) {
     let pool = pool();
     let mut g = c.benchmark_group("matvec_batch");
@@ -118,21 +121,37 @@ fn bench_matvec_batch(c: &mut Criterion) {
         (WeightFormat::Q4_1, 576, 1536),
         (WeightFormat::Q4_1, 576, 576),
         (WeightFormat::Q8_0, 49152, 576),
+        (WeightFormat::Q4_K, 896, 4864),
+        (WeightFormat::Q6_K, 896, 4864),
     ] {
         let data = random_matrix(format, rows, cols, 0);
         let w = QMatrix::new(format, rows, cols, &data).unwrap();
         g.throughput(Throughput::Bytes(data.len() as u64));
-        for n in [1, 4, 8] {
+        let kernels: &[bool] = if format.is_k_quant() {
+            &[true, false]
+        } else {
+            &[true]
+        };
+        for n in [1, 2, 4, 8] {
             let x: Vec<f32> = (0..n * cols)
                 .map(|i| ((i * 7 % 13) as f32 - 6.0) * 0.1)
                 .collect();
             let mut y = vec![0f32; n * rows];
-            let id = BenchmarkId::new(format!("{format:?}/{rows}x{cols}"), n);
-            g.bench_function(id, |b| {
-                pool.install(|| {
-                    b.iter(|| matvec_batch(&w, &x, n, &mut y, Precision::Fast).unwrap())
-                })
-            });
+            for &batched in kernels {
+                let shape = format!("{format:?}/{rows}x{cols}");
+                let id = if batched {
+                    BenchmarkId::new(shape, n)
+                } else {
+                    BenchmarkId::new(format!("{shape}/loop"), n)
+                };
+                g.bench_function(id, |b| {
+                    set_batch_kquants(batched);
+                    pool.install(|| {
+                        b.iter(|| matvec_batch(&w, &x, n, &mut y, Precision::Fast).unwrap())
+                    });
+                    set_batch_kquants(true);
+                });
+            }
         }
     }
     g.finish();

@@ -2,12 +2,14 @@
 //! [`matvec_batch_many`]): each token's row of the result is what [`crate::matvec`] gives for it,
 //! bit for bit, while the weights are read from memory once for the batch.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use rayon::prelude::*;
 
 use crate::quant::QActs16;
 use crate::{
     active_path, arch, check_len, check_path, check_tokens, chunk_rows_setting, matvec_chunk,
-    matvec_many_with, Acts, KernelError, KernelPath, Precision, QMatrix,
+    matvec_many_with, Acts, KernelError, KernelPath, Precision, QMatrix, WeightFormat,
 };
 
 /// A small-batch product for decode steps of `n` independent sequences: `x` is `n` rows of `cols`
@@ -157,8 +159,8 @@ impl<'w> Prepared<'w> {
     }
 
     /// The activations as the kernels of `path` take them: for 16-bit activations of several
-    /// tokens, the batch kernel's layout, whose interleaved tokens are built only when one of
-    /// the form's matrices takes them.
+    /// tokens, the batch kernel's layout, whose interleaved (or reordered) tokens are built only
+    /// when one of the form's matrices takes them.
     pub(crate) fn ready(&self, path: KernelPath) -> Ready<'_> {
         let i16s = self
             .forms
@@ -175,12 +177,14 @@ impl<'w> Prepared<'w> {
                         _ => None,
                     })
                     .collect();
-                let interleave = self
+                let formats: Vec<WeightFormat> = self
                     .ws
                     .iter()
                     .zip(&self.which)
-                    .any(|(w, &wf)| wf == f && arch::batch_interleaves(w.format()));
-                qs.map(|qs| arch::Batch16::new(path, qs, interleave))
+                    .filter(|&(_, &wf)| wf == f)
+                    .map(|(w, _)| w.format())
+                    .collect();
+                qs.map(|qs| arch::Batch16::new(path, qs, &formats))
             })
             .collect();
         Ready {
@@ -214,6 +218,23 @@ impl Ready<'_> {
             }
         }
     }
+}
+
+static BATCH_KQUANTS: AtomicBool = AtomicBool::new(true);
+
+/// Whether [`matvec_batch`] (and [`matvec_batch_many`], [`crate::matvec_gated`]) run the batch
+/// kernels of `Q4_K`, `Q5_K` and `Q6_K` where the path has them (the default), or each token's
+/// `matvec` kernel over a row chunk in turn, as before they existed: for benchmarks comparing the
+/// two. Both give the same results, bit for bit.
+#[doc(hidden)]
+pub fn set_batch_kquants(on: bool) {
+    BATCH_KQUANTS.store(on, Ordering::Relaxed);
+}
+
+/// The [`set_batch_kquants`] setting (read by the x86_64 batch kernels only).
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+pub(crate) fn batch_kquants() -> bool {
+    BATCH_KQUANTS.load(Ordering::Relaxed)
 }
 
 /// Bytes of weight rows per [`matvec_batch`] work item: the batch's tokens re-read them from cache.

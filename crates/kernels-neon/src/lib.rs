@@ -262,7 +262,7 @@ pub use attention_block::{
 };
 pub use batch::{matvec_batch, matvec_batch_many};
 #[doc(hidden)]
-pub use batch::{matvec_batch_many_with, matvec_batch_with};
+pub use batch::{matvec_batch_many_with, matvec_batch_with, set_batch_kquants};
 pub use gated::matvec_gated;
 #[doc(hidden)]
 pub use gated::matvec_gated_with;

@@ -279,16 +279,20 @@ pub(crate) fn matvec_i16(
 
 /// The 16-bit activations of a batch's tokens, as the path's batch kernel takes them: on
 /// [`KernelPath::Avx512`] also interleaved in groups of up to eight (`x86_64::TokenOctet`; an odd
-/// last token stays alone), built once per batched product for all its matrices.
+/// last token stays alone) and in the order of the 512-bit K-quant kernels (`x86_64::KPairs`),
+/// built once per batched product for all its matrices.
 pub(crate) struct Batch16<'a> {
     tokens: Vec<&'a QActs16>,
     #[cfg(target_arch = "x86_64")]
     octets: Vec<x86_64::TokenOctet>,
+    #[cfg(target_arch = "x86_64")]
+    kpairs: x86_64::KPairs,
 }
 
 /// Whether the batch kernel of a format takes [`Batch16`]'s interleaved tokens (the 32-element
 /// block formats on [`KernelPath::Avx512`]); the others take each token's activations as they are.
-pub(crate) fn batch_interleaves(format: WeightFormat) -> bool {
+#[cfg(target_arch = "x86_64")]
+fn batch_interleaves(format: WeightFormat) -> bool {
     matches!(
         format,
         WeightFormat::Q4_0
@@ -301,32 +305,49 @@ pub(crate) fn batch_interleaves(format: WeightFormat) -> bool {
 }
 
 impl<'a> Batch16<'a> {
-    /// The tokens' activations, interleaved too when `interleave` (a matrix that takes them,
-    /// [`batch_interleaves`], is in the product) on a path with interleaving.
-    pub(crate) fn new(path: KernelPath, tokens: Vec<&'a QActs16>, interleave: bool) -> Self {
+    /// The tokens' activations, interleaved too where a matrix of the product (its format in
+    /// `formats`) takes them so on the path: the 32-element block formats ([`batch_interleaves`])
+    /// and, unless [`crate::set_batch_kquants`] turned it off, `Q4_K`/`Q5_K`/`Q6_K`.
+    pub(crate) fn new(
+        path: KernelPath,
+        tokens: Vec<&'a QActs16>,
+        formats: &[WeightFormat],
+    ) -> Self {
         #[cfg(target_arch = "x86_64")]
-        let octets = if path == KernelPath::Avx512 && interleave {
-            tokens[..tokens.len() / 2 * 2]
-                .chunks(x86_64::OCTET)
-                .map(x86_64::TokenOctet::new)
-                .collect()
+        let (octets, kpairs) = if path == KernelPath::Avx512 {
+            let octets = if formats.iter().any(|&f| batch_interleaves(f)) {
+                tokens[..tokens.len() / 2 * 2]
+                    .chunks(x86_64::OCTET)
+                    .map(x86_64::TokenOctet::new)
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            let kpairs = if crate::batch::batch_kquants() {
+                x86_64::KPairs::new(&tokens, formats)
+            } else {
+                x86_64::KPairs::default()
+            };
+            (octets, kpairs)
         } else {
-            Vec::new()
+            (Vec::new(), x86_64::KPairs::default())
         };
         #[cfg(not(target_arch = "x86_64"))]
-        let _ = (path, interleave);
+        let _ = (path, formats);
         Batch16 {
             tokens,
             #[cfg(target_arch = "x86_64")]
             octets,
+            #[cfg(target_arch = "x86_64")]
+            kpairs,
         }
     }
 }
 
 /// [`matvec_i16`] of rows `r0..r0 + ys[t].len()` for several tokens' activations (`xq.tokens[t]`
 /// → `ys[t]`), each token's results bit-identical to its own [`matvec_i16`]: AVX2, AVX-512 and NEON
-/// share each weight block's unpacking across tokens (32-element block formats); the scalar path
-/// runs one call per token.
+/// share each weight block's unpacking across tokens (32-element block formats), AVX-512 also each
+/// `Q4_K`/`Q5_K`/`Q6_K` super-block's; the scalar path runs one call per token.
 pub(crate) fn matvec_i16_batch(
     path: KernelPath,
     w: &QMatrix<'_>,
@@ -339,9 +360,9 @@ pub(crate) fn matvec_i16_batch(
         KernelPath::Avx2Fma | KernelPath::Avx512 => {
             let wide = path == KernelPath::Avx512;
             // SAFETY: the path was checked available (AVX2/FMA/F16C present, and AVX-512F/BW/VNNI
-            // on the Avx512 path); `xq.octets` hold `xq.tokens` but an odd last one, or are empty
-            // (`Batch16::new`).
-            unsafe { x86_64::matvec_i16_batch(w, r0, &xq.tokens, &xq.octets, ys, wide) }
+            // on the Avx512 path); `xq.octets` hold `xq.tokens` but an odd last one, or are empty,
+            // and `xq.kpairs` are built from `xq.tokens` (`Batch16::new`).
+            unsafe { x86_64::matvec_i16_batch(w, r0, &xq.tokens, &xq.octets, &xq.kpairs, ys, wide) }
         }
         #[cfg(target_arch = "aarch64")]
         KernelPath::Neon | KernelPath::NeonDotprod => {

@@ -123,7 +123,7 @@ proptest! {
         format in format_strategy(),
         rows in 1usize..70,
         units in 1usize..8,
-        n in 1usize..9,
+        n in 1usize..=9,
         chunk in prop::sample::select(vec![0usize, 1, 5, 16]),
         seed in any::<u64>(),
     ) {
@@ -143,6 +143,57 @@ proptest! {
                     let row = &got[t * rows..(t + 1) * rows];
                     let same = want.iter().zip(row).all(|(a, b)| a.to_bits() == b.to_bits());
                     prop_assert!(same, "{path:?} {format:?} {precision:?} {rows}x{cols} n={n} token {t}: {row:?} vs {want:?}");
+                }
+            }
+        }
+        set_chunk_rows(0);
+    }
+
+    #[test]
+    fn kquant_matvec_batch_equals_one_matvec_per_token(
+        format in prop::sample::select(vec![WeightFormat::Q4_K, WeightFormat::Q5_K, WeightFormat::Q6_K]),
+        other in prop::sample::select(vec![WeightFormat::Q4_K, WeightFormat::Q6_K, WeightFormat::Q5_0]),
+        rows in 1usize..40,
+        super_blocks in 1usize..5,
+        n in 1usize..=9,
+        chunk in prop::sample::select(vec![0usize, 1, 3, 16]),
+        seed in any::<u64>(),
+    ) {
+        // The K-quant batch kernels (4 tokens per unpacked super-block, then 3, 2 or 1), alone
+        // and with a second matrix of another format on the same tokens (`matvec_batch_many`:
+        // both activation orders built, or the 32-element interleaving too), against one
+        // `matvec` per token, bit for bit; odd and even rows and token counts.
+        let cols = 256 * super_blocks;
+        let mut rng = Rng(seed);
+        let data = random_matrix(format, rows, cols, &mut rng);
+        let w = QMatrix::new(format, rows, cols, &data).unwrap();
+        let data2 = random_matrix(other, rows + 1, cols, &mut rng);
+        let w2 = QMatrix::new(other, rows + 1, cols, &data2).unwrap();
+        let x = random_vec(n * cols, &mut rng);
+        set_chunk_rows(chunk);
+        for path in available_paths() {
+            for precision in [Precision::Fast, Precision::Int8] {
+                let mut got = vec![f32::NAN; n * rows];
+                matvec_batch_with(path, &w, &x, n, &mut got, precision).unwrap();
+                let mut got2 = vec![f32::NAN; n * (rows + 1)];
+                let mut many = [vec![f32::NAN; n * rows], vec![f32::NAN; n * (rows + 1)]];
+                {
+                    let mut outs: Vec<&mut [f32]> = many.iter_mut().map(|v| v.as_mut_slice()).collect();
+                    matvec_batch_many_with(path, &[&w, &w2], &x, n, &mut outs, precision).unwrap();
+                }
+                matvec_batch_with(path, &w2, &x, n, &mut got2, precision).unwrap();
+                for t in 0..n {
+                    let xt = &x[t * cols..(t + 1) * cols];
+                    for (m, out, batch) in [(&w, &got, &many[0]), (&w2, &got2, &many[1])] {
+                        let r = m.rows();
+                        let mut want = vec![f32::NAN; r];
+                        matvec_with(path, m, xt, &mut want, precision).unwrap();
+                        for (what, y) in [("batch", out), ("batch_many", batch)] {
+                            let row = &y[t * r..(t + 1) * r];
+                            let same = want.iter().zip(row).all(|(a, b)| a.to_bits() == b.to_bits());
+                            prop_assert!(same, "{path:?} {:?} {precision:?} {what} {r}x{cols} n={n} token {t}: {row:?} vs {want:?}", m.format());
+                        }
+                    }
                 }
             }
         }

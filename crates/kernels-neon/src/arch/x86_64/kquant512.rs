@@ -66,7 +66,7 @@ pub(super) fn pairs512_i8(qs: &[i8]) -> Vec<i8> {
 /// Lane indices broadcasting scale `a` to lanes 0..8 and `b` to lanes 8..16.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
-fn halves(a: i32, b: i32) -> __m512i {
+pub(super) fn halves(a: i32, b: i32) -> __m512i {
     _mm512_inserti64x4::<1>(
         _mm512_castsi256_si512(_mm256_set1_epi32(a)),
         _mm256_set1_epi32(b),
@@ -76,7 +76,7 @@ fn halves(a: i32, b: i32) -> __m512i {
 /// Lane indices broadcasting scales `a, a+1, a+2, a+3` to lanes 0..4, 4..8, 8..12, 12..16.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
-fn quarters(a: i32) -> __m512i {
+pub(super) fn quarters(a: i32) -> __m512i {
     _mm512_setr_epi32(
         a,
         a,
@@ -107,8 +107,118 @@ fn quarters(a: i32) -> __m512i {
 unsafe fn q4k_scale(blk: *const u8, dx: __m256, sx: __m256, mins: &mut __m256) -> __m512 {
     // SAFETY: 16 bytes readable at `blk` per contract.
     let (dl, ml) = unsafe { q4k_scales8(blk) };
+    q4k_token_scale(dl, ml, dx, sx, mins)
+}
+
+/// One token's part of [`q4k_scale`] from the super-block's `(d * sc, dmin * m)` (`dl`, `ml`).
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
+pub(super) fn q4k_token_scale(
+    dl: __m256,
+    ml: __m256,
+    dx: __m256,
+    sx: __m256,
+    mins: &mut __m256,
+) -> __m512 {
     *mins = _mm256_fmadd_ps(ml, sx, *mins);
     _mm512_castps256_ps512(_mm256_mul_ps(dl, dx))
+}
+
+/// The 16-bit quants of group pair `p` of the Q4_K (or, with `Q5`, Q5_K) super-block at `blk`,
+/// as the [`pairs512`]-ordered activations take them: `[e0, o0, e1, o1]`, the even and odd
+/// elements of sub-blocks `4p` (lanes 0..16) and `4p + 2` (lanes 16..32), then of `4p + 1` and
+/// `4p + 3`.
+///
+/// # Safety
+/// AVX-512F/BW and AVX2 present; a whole super-block readable at `blk`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
+pub(super) unsafe fn q4k_quants16<const Q5: bool>(blk: *const u8, p: usize) -> [__m512i; 4] {
+    let qoff = if Q5 { 48 } else { 16 };
+    let m4 = _mm512_set1_epi16(0x0F);
+    // Lanes 0..16: group 2p's bytes (low nibbles sub-block 4p, high 4p + 1); lanes 16..32: group
+    // 2p + 1's (4p + 2, 4p + 3). Lane k holds elements 2k (low byte) and 2k + 1 (high byte).
+    // SAFETY: bytes qoff + 64p .. qoff + 64p + 64 (p < 2) lie in the super-block (contract).
+    let raw = unsafe { _mm512_loadu_si512(blk.add(qoff + 64 * p) as *const __m512i) };
+    let mut e0 = _mm512_and_si512(raw, m4);
+    let mut o0 = _mm512_and_si512(_mm512_srli_epi16::<8>(raw), m4);
+    let mut e1 = _mm512_and_si512(_mm512_srli_epi16::<4>(raw), m4);
+    let mut o1 = _mm512_srli_epi16::<12>(raw);
+    if Q5 {
+        // Each lane's two bytes take their element's bit to bit 4 (AVX2's `q45k_i16_rows`, on
+        // both groups of the pair at once).
+        // SAFETY: a Q5_K super-block per contract.
+        let hq = unsafe { q5k_high(blk, p) };
+        let b4 = _mm512_set1_epi16(0x10);
+        e0 = _mm512_or_si512(e0, _mm512_and_si512(_mm512_slli_epi16::<4>(hq), b4));
+        e1 = _mm512_or_si512(e1, _mm512_and_si512(_mm512_slli_epi16::<3>(hq), b4));
+        o0 = _mm512_or_si512(o0, _mm512_and_si512(_mm512_srli_epi16::<4>(hq), b4));
+        o1 = _mm512_or_si512(o1, _mm512_and_si512(_mm512_srli_epi16::<5>(hq), b4));
+    }
+    [e0, o0, e1, o1]
+}
+
+/// The 16-bit quants (offset by -32) of half `n` of the Q6_K super-block at `blk`, as the
+/// [`pairs512`]-ordered activations take them: `[e0, o0, e1, o1]`, the even and odd elements of
+/// blocks `4n` (lanes 0..16) and `4n + 1`, then of `4n + 2` and `4n + 3`.
+///
+/// # Safety
+/// AVX-512F/BW and AVX2 present; 210 bytes readable at `blk`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
+pub(super) unsafe fn q6k_quants16(blk: *const u8, n: usize) -> [__m512i; 4] {
+    let m4 = _mm512_set1_epi16(0x0F);
+    let m30 = _mm512_set1_epi16(0x30);
+    let c32 = _mm512_set1_epi16(32);
+    // ql bytes 64n..64n+64: low nibbles are blocks 4n (lanes 0..16) and 4n + 1, high nibbles
+    // 4n + 2 and 4n + 3. Their high bits are qh's bit pairs 0, 1, 2, 3 (bytes 128 + 32n ..):
+    // `qh2` holds qh in lanes 0..16 and qh >> 2 in lanes 16..32, so that one shift serves both
+    // blocks of a pair.
+    // SAFETY: bytes 64n..64n + 64 and 128 + 32n..160 + 32n (n < 2) lie in the block (contract).
+    let (ql, qh) = unsafe {
+        (
+            _mm512_loadu_si512(blk.add(64 * n) as *const __m512i),
+            _mm256_loadu_si256(blk.add(128 + 32 * n) as *const __m256i),
+        )
+    };
+    let qh2 = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(qh), _mm256_srli_epi16::<2>(qh));
+    let w = |lo: __m512i, h: __m512i| {
+        _mm512_sub_epi16(_mm512_or_si512(lo, _mm512_and_si512(h, m30)), c32)
+    };
+    let e0 = w(_mm512_and_si512(ql, m4), _mm512_slli_epi16::<4>(qh2));
+    let o0 = w(
+        _mm512_and_si512(_mm512_srli_epi16::<8>(ql), m4),
+        _mm512_srli_epi16::<4>(qh2),
+    );
+    let e1 = w(_mm512_and_si512(_mm512_srli_epi16::<4>(ql), m4), qh2);
+    let o1 = w(_mm512_srli_epi16::<12>(ql), _mm512_srli_epi16::<8>(qh2));
+    [e0, o0, e1, o1]
+}
+
+/// One pair's step of the 16-bit K-quant kernels: the exact i32 sums of the weights `w` and the
+/// activations `x` (both `[e0, o0, e1, o1]`), converted and FMA'd with the sub-block scales `s`
+/// into `acc`. |q_w| <= 32, |q_x| <= 32767: each i32 lane sums 4 products, below 2^22.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
+pub(super) fn acc_pair(acc: &mut [__m512; 2], w: [__m512i; 4], x: [__m512i; 4], s: [__m512; 2]) {
+    let i0 = _mm512_dpwssd_epi32(_mm512_madd_epi16(w[0], x[0]), w[1], x[1]);
+    let i1 = _mm512_dpwssd_epi32(_mm512_madd_epi16(w[2], x[2]), w[3], x[3]);
+    acc[0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i0), s[0], acc[0]);
+    acc[1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i1), s[1], acc[1]);
+}
+
+/// A Q4_K/Q5_K dot from its accumulators and min terms.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
+pub(super) fn q4k_total(acc: [__m512; 2], mins: __m256) -> f32 {
+    _mm512_reduce_add_ps(_mm512_add_ps(acc[0], acc[1])) - hsum(mins)
+}
+
+/// A Q6_K dot from its accumulators.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
+pub(super) fn q6k_total(acc: [__m512; 2]) -> f32 {
+    _mm512_reduce_add_ps(_mm512_add_ps(acc[0], acc[1]))
 }
 
 /// Q5_K's fifth bits for group pair `p` of the super-block at `blk` (bit `2g` of `qh` byte `j` is
@@ -127,14 +237,14 @@ unsafe fn q5k_high(blk: *const u8, p: usize) -> __m512i {
     _mm512_inserti64x4::<1>(_mm512_castsi256_si512(shift(4 * p)), shift(4 * p + 2))
 }
 
-/// The 16 sub-block scales of the Q6_K super-block at `blk` as `(d * sc) * dxd` (`dxd`: each
-/// activation scale twice, one per sub-block of 16).
+/// The 16 sub-block scales of the Q6_K super-block at `blk` as `d * sc` (the kernels multiply
+/// them by [`q6k_dxd`]'s activation scales).
 ///
 /// # Safety
 /// AVX-512F and AVX2/F16C present; 210 bytes readable at `blk`.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
-unsafe fn q6k_scale(blk: *const u8, dxd: __m512) -> __m512 {
+pub(super) unsafe fn q6k_scale_w(blk: *const u8) -> __m512 {
     // SAFETY: bytes 192..210 readable per contract.
     let (q, dw) = unsafe {
         (
@@ -144,7 +254,19 @@ unsafe fn q6k_scale(blk: *const u8, dxd: __m512) -> __m512 {
     };
     let dw = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(dw))));
     let s = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q));
-    _mm512_mul_ps(_mm512_mul_ps(s, _mm512_set1_ps(dw)), dxd)
+    _mm512_mul_ps(s, _mm512_set1_ps(dw))
+}
+
+/// The 8 activation scales at `d` each twice (one per Q6_K sub-block of 16).
+///
+/// # Safety
+/// AVX-512F and AVX2 present; 8 floats readable at `d`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
+pub(super) unsafe fn q6k_dxd(d: *const f32) -> __m512 {
+    let dup = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    // SAFETY: 8 floats readable per contract.
+    _mm512_permutexvar_ps(dup, _mm512_castps256_ps512(unsafe { _mm256_loadu_ps(d) }))
 }
 
 /// `Q4_K` (or, with `Q5`, `Q5_K`) dot of `R` rows with [`pairs512`]-ordered 16-bit activations
@@ -161,10 +283,8 @@ unsafe fn q4k_rows<const Q5: bool, const R: usize>(
     s: &[f32],
 ) -> [f32; R] {
     let nsb = d.len() / 8;
-    let (bb, qoff) = if Q5 { (176, 48) } else { (144, 16) };
-    let b4 = _mm512_set1_epi16(0x10);
+    let bb = if Q5 { 176 } else { 144 };
     assert!(rows.iter().all(|r| r.len() >= nsb * bb) && x.len() >= nsb * 256 && s.len() >= nsb * 8);
-    let m4 = _mm512_set1_epi16(0x0F);
     // Pair p's first sums are sub-blocks 4p (lanes 0..8) and 4p + 2, its second 4p + 1 and 4p + 3.
     let idx = [halves(0, 2), halves(1, 3), halves(4, 6), halves(5, 7)];
     let mut acc = [[_mm512_setzero_ps(); 2]; R];
@@ -191,39 +311,17 @@ unsafe fn q4k_rows<const Q5: bool, const R: usize>(
                 let xo0 = _mm512_loadu_si512(xq.add(32) as *const __m512i);
                 let xe1 = _mm512_loadu_si512(xq.add(64) as *const __m512i);
                 let xo1 = _mm512_loadu_si512(xq.add(96) as *const __m512i);
+                let xs = [xe0, xo0, xe1, xo1];
                 for i in 0..R {
-                    // Lanes 0..16: group 2p's bytes (low nibbles sub-block 4p, high 4p + 1);
-                    // lanes 16..32: group 2p + 1's (4p + 2, 4p + 3). Lane k holds elements 2k
-                    // (low byte) and 2k + 1 (high byte).
-                    let raw = _mm512_loadu_si512(blk[i].add(qoff + 64 * p) as *const __m512i);
-                    let mut e0 = _mm512_and_si512(raw, m4);
-                    let mut o0 = _mm512_and_si512(_mm512_srli_epi16::<8>(raw), m4);
-                    let mut e1 = _mm512_and_si512(_mm512_srli_epi16::<4>(raw), m4);
-                    let mut o1 = _mm512_srli_epi16::<12>(raw);
-                    if Q5 {
-                        // Each lane's two bytes take their element's bit to bit 4 (AVX2's
-                        // `q45k_i16_rows`, on both groups of the pair at once).
-                        let hq = q5k_high(blk[i], p);
-                        let bit = |v: __m512i| _mm512_and_si512(v, b4);
-                        e0 = _mm512_or_si512(e0, bit(_mm512_slli_epi16::<4>(hq)));
-                        e1 = _mm512_or_si512(e1, bit(_mm512_slli_epi16::<3>(hq)));
-                        o0 = _mm512_or_si512(o0, bit(_mm512_srli_epi16::<4>(hq)));
-                        o1 = _mm512_or_si512(o1, bit(_mm512_srli_epi16::<5>(hq)));
-                    }
-                    // q_w <= 31, |q_x| <= 32767: each i32 lane sums 4 products, below 2^22.
-                    let i0 = _mm512_dpwssd_epi32(_mm512_madd_epi16(e0, xe0), o0, xo0);
-                    let i1 = _mm512_dpwssd_epi32(_mm512_madd_epi16(e1, xe1), o1, xo1);
+                    let wq = q4k_quants16::<Q5>(blk[i], p);
                     let s0 = _mm512_permutexvar_ps(idx[2 * p], scale[i]);
                     let s1 = _mm512_permutexvar_ps(idx[2 * p + 1], scale[i]);
-                    acc[i][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i0), s0, acc[i][0]);
-                    acc[i][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i1), s1, acc[i][1]);
+                    acc_pair(&mut acc[i], wq, xs, [s0, s1]);
                 }
             }
         }
     }
-    std::array::from_fn(|i| {
-        _mm512_reduce_add_ps(_mm512_add_ps(acc[i][0], acc[i][1])) - hsum(mins[i])
-    })
+    std::array::from_fn(|i| q4k_total(acc[i], mins[i]))
 }
 
 /// `Q6_K` dot of `R` rows with [`pairs512`]-ordered 16-bit activations `x` (block scales `d`).
@@ -236,11 +334,7 @@ unsafe fn q6k_rows<const R: usize>(rows: [&[u8]; R], x: &[i16], d: &[f32]) -> [f
     let nsb = d.len() / 8;
     let bb = 210;
     assert!(rows.iter().all(|r| r.len() >= nsb * bb) && x.len() >= nsb * 256);
-    let m4 = _mm512_set1_epi16(0x0F);
-    let m30 = _mm512_set1_epi16(0x30);
-    let c32 = _mm512_set1_epi16(32);
-    // Each activation scale twice (sub-blocks of 16); pair q's sums are sub-blocks 4q..4q + 4.
-    let dup = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    // Pair q's sums are sub-blocks 4q..4q + 4.
     let idx = [quarters(0), quarters(4), quarters(8), quarters(12)];
     let mut acc = [[_mm512_setzero_ps(); 2]; R];
     for sb in 0..nsb {
@@ -249,13 +343,12 @@ unsafe fn q6k_rows<const R: usize>(rows: [&[u8]; R], x: &[i16], d: &[f32]) -> [f
         // sb*8 .. sb*8 + 8 are in bounds (asserted above).
         unsafe {
             let xp = x.as_ptr().add(sb * 256);
-            let dx = _mm512_castps256_ps512(_mm256_loadu_ps(d.as_ptr().add(sb * 8)));
-            let dxd = _mm512_permutexvar_ps(dup, dx);
+            let dxd = q6k_dxd(d.as_ptr().add(sb * 8));
             let blk: [*const u8; R] = std::array::from_fn(|i| rows[i].as_ptr().add(sb * bb));
             let mut sc = [_mm512_setzero_ps(); R];
             for i in 0..R {
                 prefetch_block::<R>(blk[i], bb);
-                sc[i] = q6k_scale(blk[i], dxd);
+                sc[i] = _mm512_mul_ps(q6k_scale_w(blk[i]), dxd);
             }
             for n in 0..2 {
                 let xn = xp.add(128 * n);
@@ -263,40 +356,17 @@ unsafe fn q6k_rows<const R: usize>(rows: [&[u8]; R], x: &[i16], d: &[f32]) -> [f
                 let xo0 = _mm512_loadu_si512(xn.add(32) as *const __m512i);
                 let xe1 = _mm512_loadu_si512(xn.add(64) as *const __m512i);
                 let xo1 = _mm512_loadu_si512(xn.add(96) as *const __m512i);
+                let xs = [xe0, xo0, xe1, xo1];
                 for i in 0..R {
-                    let p = blk[i];
-                    // ql bytes 64n..64n+64: low nibbles are blocks 4n (lanes 0..16) and
-                    // 4n + 1, high nibbles 4n + 2 and 4n + 3. Their high bits are qh's bit pairs
-                    // 0, 1, 2, 3 (bytes 128 + 32n ..): `qh2` holds qh in lanes 0..16 and
-                    // qh >> 2 in lanes 16..32, so that one shift serves both blocks of a pair.
-                    let ql = _mm512_loadu_si512(p.add(64 * n) as *const __m512i);
-                    let qh = _mm256_loadu_si256(p.add(128 + 32 * n) as *const __m256i);
-                    let qh2 = _mm512_inserti64x4::<1>(
-                        _mm512_castsi256_si512(qh),
-                        _mm256_srli_epi16::<2>(qh),
-                    );
-                    let hi = |v: __m512i| _mm512_and_si512(v, m30);
-                    let w =
-                        |lo: __m512i, h: __m512i| _mm512_sub_epi16(_mm512_or_si512(lo, hi(h)), c32);
-                    let e0 = w(_mm512_and_si512(ql, m4), _mm512_slli_epi16::<4>(qh2));
-                    let o0 = w(
-                        _mm512_and_si512(_mm512_srli_epi16::<8>(ql), m4),
-                        _mm512_srli_epi16::<4>(qh2),
-                    );
-                    let e1 = w(_mm512_and_si512(_mm512_srli_epi16::<4>(ql), m4), qh2);
-                    let o1 = w(_mm512_srli_epi16::<12>(ql), _mm512_srli_epi16::<8>(qh2));
-                    // |q_w| <= 32, |q_x| <= 32767: each i32 lane sums 4 products, below 2^22.
-                    let i0 = _mm512_dpwssd_epi32(_mm512_madd_epi16(e0, xe0), o0, xo0);
-                    let i1 = _mm512_dpwssd_epi32(_mm512_madd_epi16(e1, xe1), o1, xo1);
+                    let wq = q6k_quants16(blk[i], n);
                     let s0 = _mm512_permutexvar_ps(idx[2 * n], sc[i]);
                     let s1 = _mm512_permutexvar_ps(idx[2 * n + 1], sc[i]);
-                    acc[i][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i0), s0, acc[i][0]);
-                    acc[i][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i1), s1, acc[i][1]);
+                    acc_pair(&mut acc[i], wq, xs, [s0, s1]);
                 }
             }
         }
     }
-    std::array::from_fn(|i| _mm512_reduce_add_ps(_mm512_add_ps(acc[i][0], acc[i][1])))
+    std::array::from_fn(|i| q6k_total(acc[i]))
 }
 
 /// `Q4_K` (or, with `Q5`, `Q5_K`) dot of `R` rows with [`pairs512_i8`]-ordered 8-bit activations
@@ -396,7 +466,7 @@ unsafe fn q6k_rows_i8<const R: usize>(rows: [&[u8]; R], x: &[i8], d: &[f32]) -> 
             let mut sc = [_mm512_setzero_ps(); R];
             for i in 0..R {
                 prefetch_block::<R>(blk[i], bb);
-                sc[i] = q6k_scale(blk[i], dxd);
+                sc[i] = _mm512_mul_ps(q6k_scale_w(blk[i]), dxd);
             }
             for n in 0..2 {
                 // Blocks 4n, 4n + 1 (low nibbles) and 4n + 2, 4n + 3 (high nibbles).

@@ -8,6 +8,7 @@
 use std::arch::x86_64::*;
 
 use super::batch512::{batch_octets, TokenOctet};
+use super::kquant512_batch::{batch_k512, KPairs};
 use super::matvec_i16::{matvec_i16, weights_i16};
 use super::simd::{f16_at, hsum, PREFETCH};
 use crate::arch::tags::{block_bytes, has_min, IQ4_NL, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
@@ -124,18 +125,21 @@ unsafe fn batch_q<const F: u8>(w: &QMatrix<'_>, r0: usize, xq: &[&QActs16], ys: 
 /// `ys[t][i] = dot(W[r0 + i], x_t)` for every token `t` (all `ys[t]` of one length): the
 /// 32-element block formats share each block's unpacking across 4 (or 2) tokens at a time, or,
 /// where `wide` and `octets` holds the tokens eight by eight ([`TokenOctet`]), across up to 8
-/// tokens on 512-bit registers ([`super::batch512`]); the others run [`matvec_i16`] once per token
-/// (`wide` as there).
+/// tokens on 512-bit registers ([`super::batch512`]); `Q4_K`, `Q5_K` and `Q6_K` share each
+/// super-block's unpacking across 4 tokens at a time where `wide` and `kpairs` holds the tokens in
+/// their order ([`super::kquant512_batch`]); the others run [`matvec_i16`] once per token (`wide`
+/// as there).
 ///
 /// # Safety
 /// AVX2/FMA/F16C present, and AVX-512F/BW/VNNI too where `wide`; `octets` empty or the tokens of
-/// `xq` in order but the last when their number is odd.
+/// `xq` in order but the last when their number is odd; `kpairs` empty or built from `xq`.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn matvec_i16_batch(
     w: &QMatrix<'_>,
     r0: usize,
     xq: &[&QActs16],
     octets: &[TokenOctet],
+    kpairs: &KPairs,
     ys: &mut [&mut [f32]],
     wide: bool,
 ) {
@@ -162,6 +166,18 @@ pub(crate) unsafe fn matvec_i16_batch(
                 _ => {}
             }
         }
+    }
+    if let Some(x) = kpairs.of(w.format()).filter(|_| wide) {
+        // SAFETY: AVX-512F/BW/VNNI present where `wide` (contract); `x` holds the tokens of `xq`
+        // in `w`'s format's order (`KPairs::of`); rows r0..r0+nr exist (checked above).
+        unsafe {
+            match w.format() {
+                WeightFormat::Q6_K => batch_k512::<6>(w, r0, x, xq, ys),
+                WeightFormat::Q5_K => batch_k512::<5>(w, r0, x, xq, ys),
+                _ => batch_k512::<4>(w, r0, x, xq, ys),
+            }
+        }
+        return;
     }
     // SAFETY: features present per contract; rows r0..r0+nr exist (checked above).
     unsafe {

@@ -1,6 +1,7 @@
 //! x86_64 AVX2 + FMA + F16C kernels, one file per operation family, and the AVX-512F ones that
 //! path [`crate::KernelPath::Avx512`] takes instead where they exist (`tile512`, `tile512_k8`,
-//! `tile512_k16` (for `tile_k16`), `tile_bf16`, `kquant512`).
+//! `tile512_k16` (for `tile_k16`), `tile_bf16`, `kquant512`, and the batch kernels `batch512`,
+//! `kquant512_batch`).
 //!
 //! All functions are `unsafe fn` with `#[target_feature]`: callers must have
 //! checked that AVX2, FMA and F16C are present (`arch::has_avx2_fma`). Slice
@@ -21,6 +22,7 @@ mod hybrid;
 mod iq4xs_rows;
 mod kquant;
 mod kquant512;
+mod kquant512_batch;
 mod kquant_low;
 mod kquant_rows;
 mod kquant_super;
@@ -51,6 +53,7 @@ pub(crate) use batch512::{TokenOctet, OCTET};
 pub(crate) use dequant::dequant_row;
 pub(crate) use expf::{exp_sub, silu_mul};
 pub(crate) use hybrid::axpy_hybrid;
+pub(crate) use kquant512_batch::KPairs;
 pub(crate) use kv::{kv_accumulate, kv_scores};
 pub(crate) use matvec_exact::matvec_exact;
 pub(crate) use matvec_i16::matvec_i16;
