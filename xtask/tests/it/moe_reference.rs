@@ -327,7 +327,8 @@ fn qwen2moe_synth_matches_llama_cpp() {
 /// A full-shape synthetic model against llama.cpp's outputs on it (docs/benchmarks/moe.md):
 /// `SPARROW_FULL_SHAPE=MODEL.gguf:DIR`, DIR made by `cargo xtask synth-reference --model MODEL.gguf
 /// --out DIR --ctx 512 --chunks 2`. Perplexity within 0.5% of llama-perplexity's over its windows,
-/// top-1 agreement >= 98%. Ignored: the models are gigabytes and llama.cpp's outputs on them are not
+/// top-1 agreement >= 98%; `SPARROW_FULL_SHAPE_PRECISION=ggml` runs the engine with llama.cpp's
+/// roundings (`Precision::Ggml`) instead of exact f32. Ignored: the models are gigabytes and llama.cpp's outputs on them are not
 /// committed.
 #[test]
 #[ignore = "needs SPARROW_FULL_SHAPE=MODEL.gguf:DIR (a full-shape synthetic and synth-reference's outputs on it)"]
@@ -343,15 +344,28 @@ fn full_shape_synth_matches_llama_cpp() {
         file.config().unwrap().moe.is_some(),
         "{model} is an MoE model"
     );
-    let eng = Engine::new(&file, engine_options()).unwrap();
+    // `SPARROW_FULL_SHAPE_PRECISION=ggml`: llama.cpp's roundings (`Precision::Ggml`), else exact.
+    let precision = match std::env::var("SPARROW_FULL_SHAPE_PRECISION").as_deref() {
+        Ok("ggml") => Precision::Ggml,
+        Ok("exact") | Err(_) => Precision::Exact,
+        Ok(other) => panic!("SPARROW_FULL_SHAPE_PRECISION={other}: exact or ggml"),
+    };
+    let eng = Engine::new(
+        &file,
+        EngineOptions {
+            precision,
+            ..engine_options()
+        },
+    )
+    .unwrap();
     let (ppl, top1, mut gaps) = scored_with_gaps(dir, &eng, &r);
     gaps.sort_by(f32::total_cmp);
     eprintln!("{model}: where the top-1 tokens differ, llama.cpp's is this far below sparrow's top logit: {gaps:?}");
     let want = r["ppl"].as_f64().unwrap();
     let rel = (ppl - want).abs() / want;
     eprintln!(
-        "{model}: {} windows of {} tokens: engine PPL {ppl:.4}, llama-perplexity {want:.4}: {:.3}%; \
-         top-1 agreement {:.2}%",
+        "{model} ({precision:?}): {} windows of {} tokens: engine PPL {ppl:.4}, llama-perplexity \
+         {want:.4}: {:.3}%; top-1 agreement {:.2}%",
         r["chunks"],
         r["ctx"],
         100.0 * rel,
