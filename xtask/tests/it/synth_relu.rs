@@ -3,8 +3,10 @@
 
 use crate::src::{synth_moe, synth_relu};
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
+use engine::moe::{ExpertNeurons, NeuronTrace};
+use engine::Precision;
 use engine::{Engine, EngineOptions, Logits, ModelFile};
 use kernels_neon::Activation;
 use model_format::{DType, GgufFile, MetaValue};
@@ -130,4 +132,79 @@ fn relu_is_refused_where_it_is_not_planted() {
         .map(|s| s.to_string())
         .collect();
     assert!(Options::parse(&bad).is_err());
+}
+
+/// Per layer, per expert: what the engine's MoE blocks counted over `windows` windows of `len`
+/// random tokens (in memory, exact precision).
+fn engine_neurons(path: &Path, windows: usize, len: usize) -> Vec<Vec<ExpertNeurons>> {
+    let file = ModelFile::open(path).unwrap();
+    let eng = Engine::new(
+        &file,
+        EngineOptions {
+            threads: 2,
+            precision: Precision::Exact,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let vocab = eng.model().config.vocab_size as u64;
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    let trace = NeuronTrace::start();
+    for _ in 0..windows {
+        let tokens: Vec<u32> = (0..len)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                (x % vocab) as u32
+            })
+            .collect();
+        let mut cache = eng.new_cache();
+        eng.forward(&mut cache, &tokens, Logits::Last).unwrap();
+    }
+    eng.model()
+        .layers
+        .iter()
+        .map(|l| {
+            let moe = l.ffn.moe().unwrap();
+            let gates = moe.weights.experts.iter().map(|e| e.gate.data().as_ptr());
+            gates.map(|g| trace.of(g).unwrap_or_default()).collect()
+        })
+        .collect()
+}
+
+/// Every layer of the engine's forward pass (not only layer 0, whose input the test above
+/// computes from the file) activates about the planted 10% of each selected expert's neurons,
+/// concentrated by the power law; SiLU experts are dense.
+#[test]
+fn the_engine_realises_the_planted_sparsity_in_every_layer() {
+    for relu in [true, false] {
+        let o = Options {
+            layers: 4,
+            ..small(relu)
+        };
+        let path = temp(if relu { "layers-relu" } else { "layers-silu" });
+        synth_moe::write_model(&o, &path, |_, _| {}).unwrap();
+        let counts = engine_neurons(&path, 4, 64);
+        let _ = std::fs::remove_file(&path);
+        for (l, layer) in counts.iter().enumerate() {
+            let tokens: u64 = layer.iter().map(|e| e.tokens).sum();
+            assert_eq!(
+                tokens,
+                4 * 64 * o.used as u64,
+                "layer {l}: top-2 of 256 tokens"
+            );
+            for (e, c) in layer.iter().enumerate().filter(|(_, c)| c.tokens >= 32) {
+                let (density, top) = (c.density(), c.top_share(0.2));
+                if relu {
+                    assert!(
+                        (0.06..0.15).contains(&density) && top > 0.5,
+                        "layer {l} expert {e}: density {density}, top 20% carry {top}"
+                    );
+                } else {
+                    assert!(density > 0.99, "SiLU layer {l} expert {e}: {density}");
+                }
+            }
+        }
+    }
 }
