@@ -208,3 +208,86 @@ fn the_engine_realises_the_planted_sparsity_in_every_layer() {
         }
     }
 }
+
+/// Bytes read per token from flash under a cache of `cache` bytes, for a model whose experts'
+/// active neurons `counts` measured (per layer, per expert), experts of `expert_bytes`, `used` per
+/// token, neurons read one unit of `unit` bytes each (`neuron-store`: a bundle of gate row, up row
+/// and down column, rounded up to whole pages when over one). Returns (whole experts: the most
+/// selected pinned, every other selected expert read whole; neurons: the neurons of highest
+/// expected activations per token pinned, every other active neuron of a selected expert read).
+/// Both are steady-state expectations with a static cache (no recency), not Belady bounds.
+fn bytes_model(
+    counts: &[Vec<ExpertNeurons>],
+    used: usize,
+    expert_bytes: u64,
+    unit: u64,
+    cache: u64,
+) -> (f64, f64) {
+    // Whole experts: expected selections per token of each (layer, expert), most first.
+    let mut experts: Vec<f64> = Vec::new();
+    let mut neurons: Vec<f64> = Vec::new();
+    for layer in counts {
+        let tokens: u64 = layer.iter().map(|e| e.tokens).sum();
+        for e in layer {
+            // Selections per token (summing to `used` over a layer's experts).
+            let sel = e.tokens as f64 / tokens.max(1) as f64 * used as f64;
+            experts.push(sel);
+            let t = e.tokens.max(1) as f64;
+            neurons.extend(e.active.iter().map(|&a| sel * a as f64 / t));
+        }
+    }
+    let whole = |v: &mut Vec<f64>, each: u64| {
+        v.sort_by(|a, b| b.total_cmp(a));
+        let pinned = (cache / each) as usize;
+        v.iter().skip(pinned).sum::<f64>() * each as f64
+    };
+    (whole(&mut experts, expert_bytes), whole(&mut neurons, unit))
+}
+
+/// The Mixtral-8x7B-width ReLU synthetic: `SPARROW_RELU_MOE=FILE` (`cargo xtask synth-model --arch
+/// mixtral --activation relu --layers 4`); prints each layer's realised density and the bytes per
+/// token of whole-expert and neuron-level offload at the budgets of 25% and 50% caps.
+#[test]
+#[ignore = "needs SPARROW_RELU_MOE=FILE, a Mixtral-width ReLU synthetic (3.2 GB with 4 layers)"]
+fn full_width_relu_mixtral_density_and_bytes() {
+    let path = PathBuf::from(std::env::var("SPARROW_RELU_MOE").expect("SPARROW_RELU_MOE"));
+    let counts = engine_neurons(&path, 2, 32);
+    for (l, layer) in counts.iter().enumerate() {
+        let d: Vec<String> = layer
+            .iter()
+            .map(|e| format!("{:.3}/{:.2}", e.density(), e.top_share(0.2)))
+            .collect();
+        println!(
+            "layer {l}: per expert density/top-20% share {}",
+            d.join(" ")
+        );
+    }
+    let f = GgufFile::open(&path).unwrap();
+    let file_bytes = std::fs::metadata(&path).unwrap().len();
+    let part = |n: &str| f.tensor(n).unwrap().data.len() as u64;
+    let (e, ff) = (counts[0].len() as u64, counts[0][0].active.len() as u64);
+    let expert_bytes = ["gate", "up", "down"]
+        .iter()
+        .map(|p| part(&format!("blk.0.ffn_{p}_exps.weight")))
+        .sum::<u64>()
+        / e;
+    let all_experts = expert_bytes * e * counts.len() as u64;
+    let bundle = expert_bytes / ff;
+    let unit = if bundle > 4096 {
+        bundle.next_multiple_of(4096)
+    } else {
+        bundle
+    };
+    println!("file {file_bytes} B, experts {all_experts} B, expert {expert_bytes} B, neuron bundle {bundle} B (unit {unit} B)");
+    for cap in [0.25, 0.5] {
+        let budget = (file_bytes as f64 * cap * 0.9) as u64;
+        let cache = budget.saturating_sub(file_bytes - all_experts);
+        let (whole, neuron) = bytes_model(&counts, 2, expert_bytes, unit, cache);
+        println!(
+            "cap {cap}: budget {budget} B, expert cache {cache} B: whole experts {:.1} MB/token, active neurons {:.1} MB/token ({:.1}x fewer)",
+            whole / 1e6,
+            neuron / 1e6,
+            whole / neuron.max(1.0)
+        );
+    }
+}
