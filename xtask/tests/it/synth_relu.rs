@@ -272,22 +272,29 @@ fn full_width_relu_mixtral_density_and_bytes() {
         .sum::<u64>()
         / e;
     let all_experts = expert_bytes * e * counts.len() as u64;
-    let bundle = expert_bytes / ff;
-    let unit = if bundle > 4096 {
-        bundle.next_multiple_of(4096)
-    } else {
-        bundle
-    };
-    println!("file {file_bytes} B, experts {all_experts} B, expert {expert_bytes} B, neuron bundle {bundle} B (unit {unit} B)");
-    for cap in [0.25, 0.5] {
-        let budget = (file_bytes as f64 * cap * 0.9) as u64;
-        let cache = budget.saturating_sub(file_bytes - all_experts);
-        let (whole, neuron) = bytes_model(&counts, 2, expert_bytes, unit, cache);
-        println!(
-            "cap {cap}: budget {budget} B, expert cache {cache} B: whole experts {:.1} MB/token, active neurons {:.1} MB/token ({:.1}x fewer)",
-            whole / 1e6,
-            neuron / 1e6,
-            whole / neuron.max(1.0)
-        );
+    let d = f.tensor("token_embd.weight").unwrap().shape[1] as u64;
+    // A neuron's gate and up rows as stored, and its down column transposed into Q4_0 or Q8_0
+    // (`transformer::transpose`'s default), its unit rounded up to whole pages when over one.
+    let gate_up = 2 * part("blk.0.ffn_gate_exps.weight") / e / ff;
+    println!("file {file_bytes} B, experts {all_experts} B, expert {expert_bytes} B");
+    for (down_t, col) in [("q4_0", d / 32 * 18), ("q8_0", d / 32 * 34)] {
+        let bundle = gate_up + col;
+        let unit = if bundle > 4096 {
+            bundle.next_multiple_of(4096)
+        } else {
+            bundle
+        };
+        for cap in [0.25, 0.5] {
+            let budget = (file_bytes as f64 * cap * 0.9) as u64;
+            let cache = budget.saturating_sub(file_bytes - all_experts);
+            let (whole, neuron) = bytes_model(&counts, 2, expert_bytes, unit, cache);
+            println!(
+                "down_t {down_t} (bundle {bundle} B, unit {unit} B), cap {cap}: budget {budget} B, expert cache {cache} B: \
+                 whole experts {:.1} MB/token, active neurons {:.1} MB/token ({:.1}x fewer)",
+                whole / 1e6,
+                neuron / 1e6,
+                whole / neuron.max(1.0)
+            );
+        }
     }
 }
