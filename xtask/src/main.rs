@@ -102,6 +102,7 @@ mod synth;
 mod synth_arch;
 mod synth_moe;
 mod synth_reference;
+mod synth_relu;
 mod synth_routing;
 mod sys;
 mod z3;

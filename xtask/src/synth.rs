@@ -61,7 +61,7 @@ use model_format::{DType, GgufWriter, MetaValue};
 pub use super::synth_arch::SynthArch;
 
 #[path = "synth_math.rs"]
-mod math;
+pub(crate) mod math;
 use math::{phi_cdf, phi_inv, phi_pdf};
 
 /// `general.name` of every synthetic model.

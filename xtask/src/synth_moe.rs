@@ -34,6 +34,7 @@ use model_format::{DType, GgufWriter, MetaValue};
 use super::synth::{
     noise, project_out, stream_matrix, vocabulary, Rng, BASE_VOCAB, CONTEXT, RMS_EPS,
 };
+use super::synth_relu as relu;
 use super::synth_routing::{self as routing, ctx_dims, LayerPlan};
 
 /// `general.name` of every synthetic MoE model.
@@ -124,6 +125,8 @@ pub struct Options {
     pub router: Router,
     /// Seed of every random number.
     pub seed: u64,
+    /// ReLU experts with planted neuron sparsity (`--activation relu`, `synth_relu.rs`), else SiLU.
+    pub relu: bool,
 }
 
 impl Options {
@@ -145,6 +148,7 @@ impl Options {
             format: DType::Q4_0,
             router: Router::Measured,
             seed: 0x5EED,
+            relu: false,
         };
         match arch {
             Arch::Qwen3Moe => base,
@@ -242,6 +246,13 @@ impl Options {
                         _ => bail!("--router takes measured or uniform, not `{v}`"),
                     }
                 }
+                "--activation" => {
+                    o.relu = match v.as_str() {
+                        "silu" => false,
+                        "relu" => true,
+                        _ => bail!("--activation takes silu or relu, not `{v}`"),
+                    }
+                }
                 "--seed" => {
                     let parsed = match v.strip_prefix("0x").or_else(|| v.strip_prefix("0X")) {
                         Some(hex) => u64::from_str_radix(hex, 16),
@@ -298,6 +309,10 @@ impl Options {
                 self.d
             );
         }
+        ensure!(
+            !(self.relu && self.arch == Arch::Qwen2Moe),
+            "--activation relu: qwen2moe's shared expert is not planted; use qwen3moe, mixtral or olmoe"
+        );
         if self.arch == Arch::Olmoe {
             ensure!(
                 self.kv_heads == self.heads,
@@ -323,10 +338,10 @@ impl Options {
         Ok(())
     }
 
-    /// `synth-<arch>-<layers>x<d>-<experts>e<used>x<expert_ff>-<router>-<format>.gguf`.
+    /// `synth-<arch>-<layers>x<d>-<experts>e<used>x<expert_ff>-<router>[-relu]-<format>.gguf`.
     pub fn file_name(&self) -> String {
         format!(
-            "synth-{}-{}x{}-{}e{}x{}-{}-{}.gguf",
+            "synth-{}-{}x{}-{}e{}x{}-{}{}-{}.gguf",
             self.arch.name(),
             self.layers,
             self.d,
@@ -337,6 +352,7 @@ impl Options {
                 Router::Measured => "measured",
                 Router::Uniform => "uniform",
             },
+            if self.relu { "-relu" } else { "" },
             self.format.name().to_ascii_lowercase()
         )
     }
@@ -445,9 +461,10 @@ impl Options {
 /// The usage text for `--arch`.
 pub const USAGE: &str = "usage: cargo xtask synth-model --arch qwen3moe|mixtral|olmoe|qwen2moe [--out PATH] [--layers N] [--d D] \
 [--expert-ff F (or --ff F)] [--shared-ff F] [--heads H] [--kv-heads K] [--head-dim H] [--vocab V] [--experts E] [--experts-used K] \
-[--format q4_0|q8_0|f16] [--router measured|uniform] [--seed S]
+[--format q4_0|q8_0|f16] [--router measured|uniform] [--activation silu|relu] [--seed S]
   defaults: the real shape of the architecture (qwen3moe: Qwen3-30B-A3B, mixtral: Mixtral-8x7B, olmoe: OLMoE-1B-7B,
-  qwen2moe: Qwen1.5-MoE-A2.7B), q4_0, --router measured, seed 0x5EED; out target/synth/<name>.gguf";
+  qwen2moe: Qwen1.5-MoE-A2.7B), q4_0, --router measured, SiLU experts (--activation relu: ReLU experts whose
+  neurons fire 10% of the time, power-law frequencies, TurboSparse's kind), seed 0x5EED; out target/synth/<name>.gguf";
 
 /// The random streams.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -468,6 +485,7 @@ enum S {
     Bias,
     Ones,
     QkNorm,
+    Neurons,
 }
 
 fn rng(o: &Options, s: S, layer: usize, row: usize) -> Rng {
@@ -501,6 +519,11 @@ pub fn expert_load(o: &Options, layer: usize) -> Vec<f64> {
     routing::zipf_load(o.experts, alpha, &mut rng(o, S::Permutation, layer, 0))
 }
 
+/// The planted neurons of every ReLU expert of `layer` (`synth_relu.rs`).
+pub fn relu_plans(o: &Options, plan: &LayerPlan, layer: usize) -> Vec<relu::ExpertPlan> {
+    relu::plans(o, plan, |e| rng(o, S::Neurons, layer, e))
+}
+
 /// What the rows of a layer's tensors need besides their stream and index.
 struct RowCtx<'a> {
     u: &'a [f32],
@@ -512,6 +535,8 @@ struct RowCtx<'a> {
     qk_norm: bool,
     /// The q/k norm weight that gives the planted vector its scale.
     norm_weight: f32,
+    /// The planted neurons of each ReLU expert of the layer (empty for SiLU experts).
+    relu: &'a [relu::ExpertPlan],
 }
 
 /// Row `i` of the tensor of stream `s` in `layer` (rows of 3-D tensors counted across experts).
@@ -528,6 +553,11 @@ fn row(o: &Options, c: &RowCtx<'_>, s: S, layer: usize, i: usize, out: &mut [f32
             project_out(out, u);
             let a = (o.d as f32).sqrt();
             out.iter_mut().zip(u).for_each(|(x, u)| *x += a * u);
+        }
+        S::Gate if !c.relu.is_empty() => {
+            noise(&mut r, out, unit);
+            let (e, j) = (i / o.expert_ff, i % o.expert_ff);
+            relu::gate_row(&c.relu[e], j, m, u, out);
         }
         S::Output | S::Gate => noise(&mut r, out, unit),
         // Every head's query and key: the planted vector, read off `u`.
@@ -549,6 +579,7 @@ fn row(o: &Options, c: &RowCtx<'_>, s: S, layer: usize, i: usize, out: &mut [f32
         S::O => out.fill(0.0),
         // silu(g)·u with g and u of variance 1/2 has a second moment of about 0.1; nothing on `C`.
         S::Down if i % o.d < m => out.fill(0.0),
+        S::Down if !c.relu.is_empty() => noise(&mut r, out, c.relu[i / o.d].sigma_down),
         S::Down => noise(&mut r, out, EPS_FFN / (0.1 * out.len() as f32).sqrt()),
         S::Router if o.router == Router::Measured => {
             out.fill(0.0);
@@ -565,7 +596,7 @@ fn row(o: &Options, c: &RowCtx<'_>, s: S, layer: usize, i: usize, out: &mut [f32
         S::Bias => noise(&mut r, out, 0.02),
         S::Ones => out.fill(1.0),
         S::QkNorm => out.fill(c.norm_weight),
-        S::Direction | S::Permutation => unreachable!("not a tensor"),
+        S::Direction | S::Permutation | S::Neurons => unreachable!("not a tensor"),
     }
 }
 
@@ -587,6 +618,14 @@ fn metadata(o: &Options, w: &mut GgufWriter) {
         "uniform"
     };
     w.metadata("sparrow.synth.router", MetaValue::String(router.into()));
+    if o.relu {
+        w.metadata("sparrow.ffn_activation", MetaValue::String("relu".into()));
+        w.metadata(
+            "sparrow.synth.density",
+            MetaValue::F32(relu::DENSITY as f32),
+        );
+        w.metadata("sparrow.synth.alpha", MetaValue::F32(relu::ALPHA as f32));
+    }
     let ff = match o.arch {
         Arch::Mixtral | Arch::Olmoe => o.expert_ff,
         Arch::Qwen3Moe => o.expert_ff * o.used,
@@ -679,10 +718,16 @@ pub fn write_model(o: &Options, path: &Path, mut progress: impl FnMut(usize, u64
         } else {
             Vec::new()
         };
+        let plan = routing::layer_plan(o, &kernel, layer, EPS_FFN as f64);
+        let relu = match s {
+            S::Gate | S::Down if o.relu && i >= head_len => relu_plans(o, &plan, layer),
+            _ => Vec::new(),
+        };
         let c = RowCtx {
             u: &u,
             load: &load,
-            plan: routing::layer_plan(o, &kernel, layer, EPS_FFN as f64),
+            relu: &relu,
+            plan,
             head: &head,
             qk_norm: matches!(o.arch, Arch::Qwen3Moe | Arch::Olmoe),
             norm_weight: kernel.norm_weight(o.head_dim),

@@ -340,6 +340,9 @@ pub struct LayerPlan {
     pub router_ctx: f32,
     /// Standard deviation of a uniform router entry off `C`.
     pub router_noise: f32,
+    /// Variance of the FFN input off `u` and `C`, per coordinate of the whole width (its
+    /// squared norm there over `d`).
+    pub x_off: f32,
 }
 
 /// The plan of `layer` of `o` with the kernel `k` (`eps_ffn`: what an FFN block adds per
@@ -365,5 +368,6 @@ pub fn layer_plan(o: &Options, k: &Kernel, layer: usize, eps_ffn: f64) -> LayerP
         o_scale: (o_var / o.q_dim() as f64).sqrt() as f32,
         router_ctx: (SIGMA * SIGMA / (m * x_ctx_var)).sqrt() as f32,
         router_noise: (SIGMA * SIGMA / (d * x_off_var)).sqrt() as f32,
+        x_off: x_off_var as f32,
     }
 }

@@ -127,7 +127,8 @@ pub mod model {
 /// Mixture-of-Experts layers and routing (`transformer::moe`).
 pub mod moe {
     pub use transformer::moe::{
-        MoeBlock, MoeConfig, MoeFamily, MoeLayer, MoeScratch, RouteTrace, RoutingProfile,
+        ExpertNeurons, MoeBlock, MoeConfig, MoeFamily, MoeLayer, MoeScratch, NeuronTrace,
+        RouteTrace, RoutingProfile,
     };
 }
 

@@ -408,9 +408,19 @@ fn memory_layers(
         .collect()
 }
 
-/// Expert reads the engine's budget reserves beside an expert cache (its queue of reads in
-/// flight, `builder/experts.rs`).
+/// Expert reads the engine's budget reserves beside an expert cache at most (its queue of reads
+/// in flight, `builder/experts.rs`): [`expert_reads_reserved`].
 pub const EXPERT_READS_RESERVED: u64 = 32;
+
+/// Bytes of expert reads in flight the budget reserves before it takes fewer than
+/// [`EXPERT_READS_RESERVED`] reads (Mixtral-width experts are about 100 MB each).
+pub const EXPERT_READ_BYTES_RESERVED: u64 = 96 << 20;
+
+/// Expert reads in flight (and reserved in the budget) for experts of `blob` bytes: 32, fewer
+/// where 32 would pass [`EXPERT_READ_BYTES_RESERVED`], at least one.
+pub fn expert_reads_reserved(blob: u64) -> u64 {
+    (EXPERT_READ_BYTES_RESERVED / blob.max(1)).clamp(1, EXPERT_READS_RESERVED)
+}
 
 /// The planner's summary of an MoE model: per layer its routed experts (units of one blob of the
 /// expert store each, hottest first by the bundle's routing profile; uniform where there is
@@ -449,8 +459,8 @@ fn moe_summary(engine: &Engine<'_>) -> Result<ModelSummary> {
             let store = neuron_store::expert::ExpertStore::open(&io, &p.store, Default::default())?;
             let ix = store.index();
             let all: usize = (0..ix.layers.len()).map(|l| ix.experts(l)).sum();
-            let reserve = offload::budget::store_ffn_bytes(&p.store)? / all.max(1) as u64
-                * EXPERT_READS_RESERVED;
+            let blob = offload::budget::store_ffn_bytes(&p.store)? / all.max(1) as u64;
+            let reserve = blob * expert_reads_reserved(blob);
             let layers = ix.layers.iter().map(|li| {
                 let (y, f) = (&li.layout, li.shape.formats);
                 to_parts(
@@ -598,5 +608,20 @@ impl PlanSettings {
             chunk_rows: plan.chunk_rows as usize,
             stream_weights: plan.resident.iter().any(|(n, r)| n == STREAMED && !r),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn large_experts_reserve_fewer_reads_in_flight() {
+        // Qwen3-30B-A3B width (2.53 MiB a read): the full queue.
+        assert_eq!(expert_reads_reserved(2_654_208), EXPERT_READS_RESERVED);
+        // Mixtral-8x7B width (99 MB a read): one, not 32 (3.1 GB).
+        assert_eq!(expert_reads_reserved(99_090_432), 1);
+        assert_eq!(expert_reads_reserved(40 << 20), 2);
+        assert_eq!(expert_reads_reserved(0), EXPERT_READS_RESERVED);
     }
 }

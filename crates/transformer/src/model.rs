@@ -207,6 +207,7 @@ impl<'a> Model<'a> {
             d_ff: ff,
             offloaded: config.ffn_store.is_some(),
             moe: config.moe,
+            activation: config.activation,
         };
         let family = config.arch.family();
         let keys = file.config_keys(config.arch.name());

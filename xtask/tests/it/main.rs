@@ -15,5 +15,6 @@ mod qwen3_reference;
 mod qwen3_synth;
 mod synth;
 mod synth_moe;
+mod synth_relu;
 mod synth_routing;
 mod tidy;

@@ -47,15 +47,21 @@ fn run(eng: &Engine<'_>, prompt: &[u32], steps: usize) -> Vec<Vec<f32>> {
 }
 
 fn check(arch: Arch) {
+    check_options(ci_options(arch));
+}
+
+fn check_options(o: synth_moe::Options) {
+    let arch = o.arch;
     let dir = std::env::temp_dir().join(format!(
-        "sparrow-moe-offload-{}-{}",
+        "sparrow-moe-offload-{}{}-{}",
         arch.name(),
+        if o.relu { "-relu" } else { "" },
         std::process::id()
     ));
     std::fs::create_dir_all(&dir).unwrap();
     let _gone = TempDir(dir.clone());
     let path = dir.join("m.gguf");
-    synth_moe::write_model(&ci_options(arch), &path, |_, _| {}).unwrap();
+    synth_moe::write_model(&o, &path, |_, _| {}).unwrap();
     let file = ModelFile::open(&path).unwrap();
     let opts = EngineOptions {
         threads: 2,
@@ -68,7 +74,7 @@ fn check(arch: Arch) {
     let calib = tok("Calibration text, not the evaluation text: the routers are counted here. ");
     let routing = engine::measure_routing(&mem, &calib, 32).unwrap();
     assert_eq!(routing.tokens, calib.len() as u64);
-    let k = ci_options(arch).used as u64;
+    let k = o.used as u64;
     assert_eq!(
         routing.counts[0].iter().sum::<u64>(),
         k * calib.len() as u64
@@ -273,6 +279,16 @@ fn qwen3moe_from_its_expert_store_equals_in_memory() {
 #[test]
 fn qwen2moe_with_a_shared_expert_from_its_expert_store_equals_in_memory() {
     check(Arch::Qwen2Moe);
+}
+
+/// ReLU experts (`--activation relu`): the bundle keeps the activation, so its experts from flash
+/// compute what the in-memory ReLU experts compute.
+#[test]
+fn mixtral_with_relu_experts_from_its_expert_store_equals_in_memory() {
+    check_options(synth_moe::Options {
+        relu: true,
+        ..ci_options(Arch::Mixtral)
+    });
 }
 
 #[test]

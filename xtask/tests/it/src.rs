@@ -14,6 +14,8 @@ pub mod synth_arch;
 pub mod synth_moe;
 #[path = "../../src/synth_reference.rs"]
 pub mod synth_reference;
+#[path = "../../src/synth_relu.rs"]
+pub mod synth_relu;
 #[path = "../../src/synth_routing.rs"]
 pub mod synth_routing;
 

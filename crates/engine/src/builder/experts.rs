@@ -5,7 +5,7 @@
 use super::{mib, EngineBuilder};
 use crate::error::{EngineError, Result};
 use crate::generate::Engine;
-use crate::planning::EXPERT_READS_RESERVED;
+use crate::planning::expert_reads_reserved;
 use model_bundle::bundle_parts::BundleParts;
 use offload::budget::{ffn_cache_bytes, Resident};
 use offload::{ExpertOffload, ExpertOffloadOptions};
@@ -18,6 +18,8 @@ struct ExpertBudget {
     experts: Vec<usize>,
     /// Bytes of the expert store.
     store_bytes: u64,
+    /// Bytes of one expert's read (the store's mean).
+    blob: u64,
     /// What stays resident, measured once, without the KV cache (which depends on the context).
     measured: Resident,
 }
@@ -36,6 +38,7 @@ impl ExpertBudget {
             .collect();
         let store_bytes = offload::budget::store_ffn_bytes(&parts.store)?;
         let len = |p: &std::path::Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
+        let blob = store_bytes / experts.iter().sum::<usize>().max(1) as u64;
         let measured = Resident {
             process: crate::sys::rss_besides(model.path())
                 .or_else(crate::sys::rss_bytes)
@@ -44,13 +47,13 @@ impl ExpertBudget {
             kv_cache: 0,
             predictors: 0,
             // The experts of a step being read and computed, outside the cache: a queue's worth.
-            read_ahead: store_bytes / experts.iter().sum::<usize>().max(1) as u64
-                * EXPERT_READS_RESERVED,
+            read_ahead: blob * expert_reads_reserved(blob),
         };
         Ok(ExpertBudget {
             parts,
             experts,
             store_bytes,
+            blob,
             measured,
         })
     }
@@ -134,6 +137,7 @@ impl EngineBuilder {
             ExpertOffloadOptions {
                 cache_bytes: cache,
                 shares,
+                queue_depth: expert_reads_reserved(b.blob) as usize,
                 ..ExpertOffloadOptions::default()
             },
         )?;

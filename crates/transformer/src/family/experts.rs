@@ -28,6 +28,9 @@ pub(crate) fn moe_ffn<'a>(t: &dyn LayerTensors<'a>, s: &LayerShape) -> Result<La
     let weights = load(&cfg, s.d_model, t.index(), t.path(), &|n| t.tensor(n))?;
     Ok(LayerFfn::Moe(Box::new(MoeFfn {
         weights,
-        block: MoeBlock::for_config(&cfg),
+        block: MoeBlock {
+            activation: s.activation,
+            ..MoeBlock::for_config(&cfg)
+        },
     })))
 }

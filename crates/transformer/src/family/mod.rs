@@ -70,6 +70,8 @@ pub struct LayerShape {
     pub offloaded: bool,
     /// The Mixture-of-Experts hyper-parameters, `None` for a dense model.
     pub moe: Option<MoeConfig>,
+    /// The FFN activation (of the experts too: ReLU for TurboSparse-style files).
+    pub activation: Activation,
 }
 
 /// The tensors of layer `i` of a model file, by logical key (`q`, `k_bias`, `q_norm`, ...; the

@@ -262,6 +262,7 @@ impl MoeBlock {
                 Activation::GeluTanh => kernels_neon::gelu_mul_inplace(g, u),
             }
         }
+        super::neurons::note(f.gate.data().as_ptr(), m, ff, g);
         mm_step(
             kind,
             &f.down,

@@ -11,6 +11,8 @@
 //!   the grouping of a step's tokens by expert ([`ExpertGroups`]);
 //! * `block.rs`: [`MoeBlock`], the FFN step itself on the dense kernels, batched by expert, and
 //!   [`RouteTrace`], which records the experts it selects (the routing a model realises);
+//! * `neurons.rs`: [`NeuronTrace`], the active neurons of each expert counted (a ReLU expert's
+//!   activation profile);
 //! * `ffn.rs`: [`MoeFfn`], what a layer's `layer::LayerFfn::Moe` holds, and its step (buffers kept
 //!   per thread across layers and steps), which `ffn::layer_step` runs.
 //!
@@ -24,6 +26,7 @@
 mod block;
 mod family;
 mod ffn;
+mod neurons;
 mod profile;
 mod routing;
 mod weights;
@@ -31,6 +34,7 @@ mod weights;
 pub use block::{MoeBlock, MoeScratch, RouteTrace, TracedStep};
 pub use family::{unsupported, MoeConfig, MoeFamily, QkNorm, TopKNorm, MAX_EXPERTS};
 pub use ffn::MoeFfn;
+pub use neurons::{ExpertNeurons, NeuronTrace};
 pub use profile::{RoutingProfile, RoutingRecorder, MAX_ROUTING_PROFILE_BYTES};
 pub use routing::{route, ExpertGroups, Route, MIN_WEIGHT_SUM};
 pub use weights::{ExpertFfn, MoeLayer, SharedExpert};
