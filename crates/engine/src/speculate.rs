@@ -13,7 +13,10 @@
 //! drafted token, and falls to one more than the tokens kept after a step that did not.
 //!
 //! Draft sources implement [`DraftSource`]; [`Lookup`] (prompt lookup: the text so far is searched
-//! for the latest tokens, and what followed them is proposed) needs no second model.
+//! for the latest tokens, and what followed them is proposed) needs no second model;
+//! [`crate::SelfDraft`] (the model from memory only) and [`crate::ModelDraft`] (a second model) run
+//! one. Verification runs over every FFN executor, each token as its one-token step
+//! (`Engine::verify_executor`: the executor's batch path where it is exact, else token by token).
 
 use std::time::{Duration, Instant};
 
