@@ -429,9 +429,30 @@ impl<'a> Engine<'a> {
         self.pool.install(f)
     }
 
+    /// The FFN executor of a speculative verification step, and whether each token must go
+    /// through the executor's one-token `decode` for the step to compute every token as its own
+    /// decode step does. The batch paths of the dense FFN, the MoE block, the expert offload and
+    /// the sparse FFN (in memory, or over a store with each unit read once for the step) do so;
+    /// a hybrid FFN's accelerator takes more hot neurons for larger batches, an accelerator's
+    /// arithmetic depends on the batch size, and a sparse FFN whose plan runs some batch sizes
+    /// dense computes those dense: they run token by token.
+    pub(crate) fn verify_executor(&self) -> (Option<&dyn FfnExecutor>, bool) {
+        let dense_batches = |s: &SparseFfn| (2..=64).any(|n| s.dense_batch(n));
+        let per_token = if self.experts.is_some() {
+            false
+        } else if let Some(h) = &self.hybrid {
+            self.hybrid_on || dense_batches(h.sparse())
+        } else if let Some(s) = &self.sparse {
+            dense_batches(s)
+        } else {
+            self.accel.is_some()
+        };
+        (self.executor(), per_token)
+    }
+
     /// The FFN executor of the engine's steps: the sparse FFN, else the accelerator's, else none
     /// (dense).
-    fn executor(&self) -> Option<&dyn FfnExecutor> {
+    pub(crate) fn executor(&self) -> Option<&dyn FfnExecutor> {
         if let Some(x) = &self.experts {
             return Some(x);
         }

@@ -13,7 +13,10 @@
 //! drafted token, and falls to one more than the tokens kept after a step that did not.
 //!
 //! Draft sources implement [`DraftSource`]; [`Lookup`] (prompt lookup: the text so far is searched
-//! for the latest tokens, and what followed them is proposed) needs no second model.
+//! for the latest tokens, and what followed them is proposed) needs no second model;
+//! [`crate::SelfDraft`] (the model from memory only) and [`crate::ModelDraft`] (a second model) run
+//! one. Verification runs over every FFN executor, each token as its one-token step
+//! (`Engine::verify_executor`: the executor's batch path where it is exact, else token by token).
 
 use std::time::{Duration, Instant};
 
@@ -22,13 +25,23 @@ use crate::error::{EngineError, Result};
 use crate::generate::Engine;
 use sampling::Sampler;
 use sampling::{Flow, GenerateRequest, Generation, StopReason, Timings};
-use transformer::forward::{forward_verify_into, FfnMode, Logits};
+use transformer::ffn::{FfnExecutor, FfnLayer, FfnScratch, MoeStep};
+use transformer::forward::{forward_verify_into, FfnMode, KvCache, Logits};
 
 /// Proposes the tokens likely to come next.
 pub trait DraftSource {
     /// Appends to `out` up to `max` tokens that may follow `history` (the prompt and the tokens
     /// generated so far, the last one not yet run through the model). Proposing none is allowed.
     fn draft(&mut self, history: &[u32], max: usize, out: &mut Vec<u32>);
+
+    /// Called before each [`DraftSource::draft`] with the verifying model's KV cache, which then
+    /// holds every token of the history but the last (a draft on the same model copies what it
+    /// lacks, [`crate::SelfDraft`]). An error (one the last draft met, too) ends the generation.
+    /// Default: nothing.
+    fn sync(&mut self, target: &KvCache) -> Result<()> {
+        let _ = target;
+        Ok(())
+    }
 }
 
 /// Prompt lookup (n-gram drafting): finds the latest earlier occurrence of the last `n` tokens of
@@ -147,17 +160,21 @@ fn next_draft_len(k: usize, drafted: usize, kept: usize, max: usize) -> usize {
 }
 
 impl Engine<'_> {
-    /// Speculative decoding is refused where verification would not compute each token as a decode
-    /// step does (only the dense FFN in memory for now).
-    fn check_speculation(&self) -> Result<()> {
-        if self.sparse().is_some() || self.accel().is_some() || self.hybrid().is_some() {
-            return Err(EngineError::Request(format!(
-                "{}: speculative decoding (--lookup) runs the dense model in memory for now; drop \
-                 --sparse / --accel / the memory budget, or drop --lookup",
-                self.model().path().display()
-            )));
+    /// The most tokens a verification step may draft beside its first: a streamed output
+    /// projection computes the logits of at most [`transformer::proxy_step::PROXY_MAX_ROWS`] rows
+    /// through its proxy, as one-token steps do; more would read it whole, and differ.
+    fn draft_cap(&self, max_draft: usize) -> usize {
+        let m = self.model();
+        let proxy = m.output_proxy_used()
+            && !matches!(
+                self.options().precision,
+                kernels_neon::Precision::Exact | kernels_neon::Precision::Ggml
+            );
+        if proxy {
+            max_draft.min(transformer::proxy_step::PROXY_MAX_ROWS - 1)
+        } else {
+            max_draft
         }
-        Ok(())
     }
 
     /// Generates as [`Engine::generate`] does, drafting tokens with `source` and verifying them in
@@ -182,7 +199,9 @@ impl Engine<'_> {
                 "speculative decoding needs at least one drafted token (--lookup N, N >= 1)".into(),
             ));
         }
-        self.check_speculation()?;
+        let opts = SpecOptions {
+            max_draft: self.draft_cap(opts.max_draft),
+        };
         let mut cache = self.new_cache();
         let mut sampler = Sampler::new(req.sampler.clone());
         let mut seq = Continuation::new(self.tokenizer(), prompt_ids, req);
@@ -247,6 +266,7 @@ impl Engine<'_> {
             draft.clear();
             let room = (cache.capacity() - cache.len()).saturating_sub(1);
             let left = req.max_tokens.saturating_sub(seq.generated.len() + 1);
+            source.sync(&cache)?;
             source.draft(&seq.history, k.min(room).min(left), &mut draft);
             draft.truncate(k.min(room).min(left));
             let mut batch = Vec::with_capacity(draft.len() + 1);
@@ -278,15 +298,30 @@ impl Engine<'_> {
         })
     }
 
-    /// One verification step: `tokens` continue `cache`'s sequence, every token's logits returned.
-    fn verify_step(
+    /// A verification step's logits (`tokens.len() × vocab`) after `cache`'s positions, for tests
+    /// that compare them with one-token steps.
+    #[doc(hidden)]
+    pub fn verify_logits(&self, cache: &mut KvCache, tokens: &[u32]) -> Result<Vec<f32>> {
+        let mut logits = Vec::new();
+        self.verify_step(cache, tokens, &mut logits)?;
+        Ok(logits)
+    }
+
+    /// One verification step: `tokens` continue `cache`'s sequence, every token's logits returned,
+    /// each token's those of a one-token step ([`Engine::verify_executor`]).
+    pub(crate) fn verify_step(
         &self,
-        cache: &mut transformer::forward::KvCache,
+        cache: &mut KvCache,
         tokens: &[u32],
         logits: &mut Vec<f32>,
     ) -> Result<()> {
+        let (exec, per_token) = self.verify_executor();
+        let wrapped = exec.filter(|_| per_token).map(PerToken);
         let mode = FfnMode {
-            exec: None,
+            exec: match &wrapped {
+                Some(w) => Some(w as &dyn FfnExecutor),
+                None => exec,
+            },
             observer: None,
             ffn_nanos: None,
         };
@@ -301,6 +336,72 @@ impl Engine<'_> {
                 logits,
             )?)
         })
+    }
+}
+
+/// An executor whose steps of several tokens run each token through its one-token `decode`.
+struct PerToken<'e>(&'e dyn FfnExecutor);
+
+impl FfnExecutor for PerToken<'_> {
+    fn decode(
+        &self,
+        l: FfnLayer<'_, '_>,
+        x: &[f32],
+        out: &mut [f32],
+        scratch: &mut FfnScratch,
+    ) -> transformer::Result<()> {
+        self.0.decode(l, x, out, scratch)
+    }
+
+    fn batch(
+        &self,
+        l: FfnLayer<'_, '_>,
+        x: &[f32],
+        n: usize,
+        out: &mut [f32],
+        scratch: &mut FfnScratch,
+    ) -> transformer::Result<()> {
+        let d = x.len() / n.max(1);
+        for (xt, ot) in x.chunks(d).zip(out.chunks_mut(d)).take(n) {
+            self.0.decode(l, xt, ot, scratch)?;
+        }
+        Ok(())
+    }
+
+    fn mask(
+        &self,
+        layer: usize,
+        x: &[f32],
+        n: usize,
+        act: &mut [f32],
+        up: &[f32],
+    ) -> transformer::Result<()> {
+        self.0.mask(layer, x, n, act, up)
+    }
+
+    fn owns_weights(&self) -> bool {
+        self.0.owns_weights()
+    }
+
+    fn moe_step(
+        &self,
+        step: MoeStep<'_, '_>,
+        x: &[f32],
+        n: usize,
+        out: &mut [f32],
+    ) -> Option<transformer::Result<()>> {
+        let d = x.len() / n.max(1);
+        for (xt, ot) in x.chunks(d).zip(out.chunks_mut(d)).take(n) {
+            match self.0.moe_step(step, xt, 1, ot)? {
+                Ok(()) => {}
+                Err(e) => return Some(Err(e)),
+            }
+        }
+        Some(Ok(()))
+    }
+
+    fn runs_experts(&self) -> bool {
+        self.0.runs_experts()
     }
 }
 

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
-use kernels_neon::Precision;
+use kernels_neon::{Precision, PreparedActs};
 use neuron_cache::NeuronId;
 use ufs_io::{Completion, IoError};
 
@@ -65,23 +65,43 @@ impl Offload {
         out: &mut [f32],
         precision: Precision,
     ) -> Result<RowCounts> {
+        self.decode_many(rule, layer, &[rows], x, out, precision)
+    }
+
+    /// [`Offload::decode`] of several tokens of one step at once (a speculative verification, or
+    /// one token of each of several sequences): token `t` (`x`, `out`: `n × d_model`) over
+    /// `rows[t]`. Each unit any token wants is looked up and read once for the step; each token
+    /// then computes from it the neurons it wants, as its own one-token step would (the same
+    /// entries in the same order, summed in fixed point), so every token's output is bit for bit
+    /// that of [`Offload::decode`].
+    pub(crate) fn decode_many(
+        &self,
+        rule: LayerRule<'_>,
+        layer: usize,
+        rows: &[&[u32]],
+        x: &[f32],
+        out: &mut [f32],
+        precision: Precision,
+    ) -> Result<RowCounts> {
         let t0 = Instant::now();
-        self.check_step(layer, rows, x, out)?;
+        let n = rows.len();
         let ix = self.store.index();
+        let d = ix.d_model;
+        self.check_many(layer, rows, x, out)?;
         let (wanted, groups) = self.group_by_unit(layer, rows);
+        let wants = self.token_wants(rows);
         self.counters
             .units
             .fetch_add(groups.len() as u64, Ordering::Relaxed);
         // The hot prefixes stay as they are until this step's last unit is computed (a live resize
         // waits for it).
         let hot = self.live.read_hot();
-        let (hits, misses) = self.look_up(&hot, layer, groups);
+        let (hits, misses) = self.look_up(&hot, layer, groups, true);
         self.counters
             .misses
             .fetch_add(misses.len() as u64, Ordering::Relaxed);
 
-        let acts_g = kernels_neon::prepare_acts(ix.formats.gate, x, precision);
-        let acts_u = kernels_neon::prepare_acts(ix.formats.up, x, precision);
+        let (acts_g, acts_u) = self.prepare(x, precision);
         let pending: Mutex<HashMap<usize, Pending>> =
             Mutex::new(HashMap::with_capacity(misses.len()));
         // Reads submitted whose completions nobody has taken yet.
@@ -93,11 +113,12 @@ impl Offload {
             acts_g: &acts_g,
             acts_u: &acts_u,
             wanted: &wanted,
+            wants: &wants,
             pending: &pending,
             outstanding: &outstanding,
             keep_cold: self.keeps_cold(),
         };
-        let mut main = Worker::new(ix.d_model);
+        let mut main = Worker::new(d, n);
         let ahead = self.claim_ahead(&job, misses);
         if let Some(e) = self.queue_misses(&job, ahead.to_read, &mut main) {
             main.err = Some(e);
@@ -112,7 +133,7 @@ impl Offload {
         if self.opts.read_ahead
             && !self.two_phase()
             && layers > 1
-            && rows.len() + self.accel_neurons(&hot, layer) == ix.d_ff
+            && wanted.len() + self.accel_neurons(&hot, layer) == ix.d_ff
             && main.err.is_none()
         {
             self.read_ahead(&hot, (layer + 1) % layers);
@@ -121,11 +142,96 @@ impl Offload {
         if !self.opts.pipeline {
             self.complete_all_reads(&job, &ready, &mut main);
         }
-        let others = self.compute(&job, &hits, &ready, &mut main);
+        let others = self.compute(&job, &hits, &ready, &mut main, n);
         let (counts, wait_ns) = gather(out, main, others)?;
         self.counters
             .record_layer(layer, t0.elapsed().as_nanos() as u64, wait_ns);
         Ok(counts)
+    }
+
+    /// [`Offload::decode_many`] from the units in memory only (hot, or in the cold region): the
+    /// others are skipped, nothing is read and no counter moves. Not the model's output: the draft
+    /// of speculative decoding that never waits for flash (`--self-draft`).
+    pub(crate) fn decode_resident(
+        &self,
+        rule: LayerRule<'_>,
+        layer: usize,
+        rows: &[&[u32]],
+        x: &[f32],
+        out: &mut [f32],
+        precision: Precision,
+    ) -> Result<RowCounts> {
+        let n = rows.len();
+        self.check_many(layer, rows, x, out)?;
+        let (wanted, groups) = self.group_by_unit(layer, rows);
+        let wants = self.token_wants(rows);
+        let hot = self.live.read_hot();
+        let (hits, _) = self.look_up(&hot, layer, groups, false);
+        let (acts_g, acts_u) = self.prepare(x, precision);
+        let pending = Mutex::new(HashMap::new());
+        let outstanding = AtomicUsize::new(0);
+        let job = Job {
+            off: self,
+            rule,
+            layer,
+            acts_g: &acts_g,
+            acts_u: &acts_u,
+            wanted: &wanted,
+            wants: &wants,
+            pending: &pending,
+            outstanding: &outstanding,
+            keep_cold: false,
+        };
+        let mut main = Worker::new(self.store.index().d_model, n);
+        let others = self.compute(&job, &hits, &Mutex::new(Vec::new()), &mut main, n);
+        Ok(gather(out, main, others)?.0)
+    }
+
+    /// Checks a step of `rows.len()` tokens (`x`, `out`: that many rows of the store's width).
+    fn check_many(&self, layer: usize, rows: &[&[u32]], x: &[f32], out: &[f32]) -> Result<()> {
+        let (n, d) = (rows.len(), self.store.index().d_model);
+        if n == 1 {
+            return self.check_step(layer, rows[0], x, out);
+        }
+        if n == 0 || x.len() != n * d || out.len() != n * d {
+            return Err(OffloadError::Request(format!(
+                "offloaded FFN: {n} tokens, {} inputs and {} outputs of width {d} (the store's)",
+                x.len(),
+                out.len()
+            )));
+        }
+        for (t, r) in rows.iter().enumerate() {
+            self.check_step(layer, r, &x[t * d..(t + 1) * d], &out[t * d..(t + 1) * d])?;
+        }
+        Ok(())
+    }
+
+    /// Which neurons each token wants (`n × d_ff`), where a step has several tokens (else empty).
+    fn token_wants(&self, rows: &[&[u32]]) -> Vec<bool> {
+        let ff = self.store.index().d_ff;
+        let mut wants = Vec::new();
+        if rows.len() > 1 {
+            wants = vec![false; rows.len() * ff];
+            for (t, r) in rows.iter().enumerate() {
+                r.iter().for_each(|&j| wants[t * ff + j as usize] = true);
+            }
+        }
+        wants
+    }
+
+    /// Each token's activations prepared for the gate and the up rows' formats.
+    fn prepare<'x>(
+        &self,
+        x: &'x [f32],
+        precision: Precision,
+    ) -> (Vec<PreparedActs<'x>>, Vec<PreparedActs<'x>>) {
+        let ix = self.store.index();
+        let prep = |f| -> Vec<_> {
+            x.chunks(ix.d_model)
+                .map(|xt| kernels_neon::prepare_acts(f, xt, precision))
+                .collect()
+        };
+        (prep(ix.formats.gate), prep(ix.formats.up))
     }
 
     /// Whether misses are read in two phases: asked for, and the store's units span pages with
@@ -155,23 +261,23 @@ impl Offload {
         Ok(())
     }
 
-    /// The chosen neurons as `(unit, slot, neuron)` in store order (by unit, then slot; a neuron
-    /// chosen twice counts once), and each unit's range of them. A neuron's place in the store is
+    /// The neurons chosen by any token as `(unit, slot, neuron)` in store order (by unit, then
+    /// slot; a neuron chosen twice counts once), and each unit's range of them. A neuron's place in the store is
     /// unique, so one pass over the layer's places orders them (a sort of every row of a layer, as
     /// without a predictor, was 5% of an offloaded decode's cycles).
     fn group_by_unit(
         &self,
         layer: usize,
-        rows: &[u32],
+        rows: &[&[u32]],
     ) -> (Vec<Wanted>, Vec<(usize, Range<usize>)>) {
         let ix = self.store.index();
         let k = ix.layout.neurons;
         let mut at = vec![u32::MAX; ix.units_per_layer() * k];
-        for &n in rows {
+        for &n in rows.iter().flat_map(|r| r.iter()) {
             let (u, s) = ix.unit_of(layer, n);
             at[u * k + s] = n;
         }
-        let mut wanted: Vec<Wanted> = Vec::with_capacity(rows.len());
+        let mut wanted: Vec<Wanted> = Vec::with_capacity(rows.first().map_or(0, |r| r.len()));
         let mut groups: Vec<(usize, Range<usize>)> = Vec::new();
         for (p, &n) in at.iter().enumerate() {
             if n == u32::MAX {
@@ -188,12 +294,13 @@ impl Offload {
     }
 
     /// Splits the units into cache hits (hot clusters first, then the cold LRU under one lock) and
-    /// misses.
+    /// misses; the hits counted where `count`.
     fn look_up<'h>(
         &self,
         hot: &'h HotSet,
         layer: usize,
         groups: Vec<(usize, Range<usize>)>,
+        count: bool,
     ) -> (Vec<Hit<'h>>, Vec<(usize, Range<usize>)>) {
         let c = &self.counters;
         let ub = self.store.index().layout.unit_bytes();
@@ -204,7 +311,7 @@ impl Offload {
         for (u, range) in groups {
             if let Some((cluster, at)) = hot.find(layer, u, cu, ub) {
                 // The hot region is preloaded and pinned: no LRU bookkeeping, no cache lock needed.
-                c.hot_hits.fetch_add(1, Ordering::Relaxed);
+                c.hot_hits.fetch_add(u64::from(count), Ordering::Relaxed);
                 hits.push(Hit {
                     bytes: UnitBytes::Hot(cluster),
                     at,
@@ -214,7 +321,7 @@ impl Offload {
                 layer: layer as u32,
                 neuron: u as u32,
             }) {
-                c.cold_hits.fetch_add(1, Ordering::Relaxed);
+                c.cold_hits.fetch_add(u64::from(count), Ordering::Relaxed);
                 hits.push(Hit {
                     bytes: UnitBytes::Cold(b),
                     at: 0,
@@ -325,6 +432,7 @@ impl Offload {
         hits: &[Hit<'_>],
         ready: &Mutex<Vec<Completion>>,
         main: &mut Worker,
+        n: usize,
     ) -> Vec<Worker> {
         let ix = self.store.index();
         let ub = ix.layout.unit_bytes();
@@ -380,7 +488,7 @@ impl Offload {
                 }
             }
         };
-        let mut others: Vec<Worker> = (1..workers).map(|_| Worker::new(ix.d_model)).collect();
+        let mut others: Vec<Worker> = (1..workers).map(|_| Worker::new(ix.d_model, n)).collect();
         if others.is_empty() {
             run(main);
         } else {

@@ -415,3 +415,53 @@ impl LayerRule<'_> {
         Ok(m)
     }
 }
+
+/// Calibrates one threshold per layer from samples of the neuron score ([`Score`]): the `sparsity`
+/// quantile of each layer's samples (so that a share `sparsity` of the sampled scores is at or below it).
+/// `samples[l]` is reordered.
+pub fn thresholds_for_sparsity(samples: &mut [Vec<f32>], sparsity: f32) -> Result<Vec<f32>> {
+    if !(0.0..=1.0).contains(&sparsity) {
+        return Err(OffloadError::Request(format!(
+            "target sparsity {sparsity} is not within 0..=1"
+        )));
+    }
+    samples
+        .iter_mut()
+        .enumerate()
+        .map(|(l, s)| {
+            if s.is_empty() {
+                return Err(OffloadError::Request(format!(
+                    "no activation samples for layer {l}"
+                )));
+            }
+            if sparsity == 0.0 {
+                return Ok(0.0);
+            }
+            // Round, not ceil: `0.3f32 as f64 * 100` is 30.000001, which must still mean 30 samples.
+            let k = ((s.len() as f64 * sparsity as f64).round() as usize).clamp(1, s.len()) - 1;
+            let (_, v, _) = s.select_nth_unstable_by(k, f32::total_cmp);
+            Ok(*v)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod sparsity_tests {
+    use super::*;
+
+    #[test]
+    fn threshold_is_the_quantile() {
+        let mut s = vec![
+            (1..=100).map(|v| v as f32).rev().collect::<Vec<_>>(),
+            vec![0.5; 10],
+        ];
+        let t = thresholds_for_sparsity(&mut s, 0.3).unwrap();
+        assert_eq!(t[0], 30.0);
+        assert_eq!(t[1], 0.5);
+        let mut s = vec![vec![3.0, 1.0, 2.0]];
+        assert_eq!(thresholds_for_sparsity(&mut s, 0.0).unwrap(), vec![0.0]);
+        assert_eq!(thresholds_for_sparsity(&mut s, 1.0).unwrap(), vec![3.0]);
+        assert!(thresholds_for_sparsity(&mut s, 1.5).is_err());
+        assert!(thresholds_for_sparsity(&mut [Vec::new()], 0.5).is_err());
+    }
+}

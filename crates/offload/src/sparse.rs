@@ -27,7 +27,7 @@ use crate::error::{kernel, OffloadError, Result};
 use crate::neurons::{
     check_thresholds, GateUpRows, NeuronSelector, Precomputed, RowCounts, SelectScratch,
 };
-pub use crate::neurons::{NeuronPredictor, Score};
+pub use crate::neurons::{thresholds_for_sparsity, NeuronPredictor, Score};
 use crate::{Offload, OffloadOptions, PrefillMask};
 use transformer::config::ModelConfig;
 use transformer::ffn::{DenseFfn, FfnExecutor, FfnLayer, FfnScratch, StepKind};
@@ -452,9 +452,11 @@ impl FfnExecutor for SparseFfn {
 
     /// In memory: gate and up computed densely, the neurons sparse decode would skip masked out
     /// ([`FfnExecutor::mask`]), then the transposed down rows. Offloaded, a prompt streams the
-    /// store's units once for all its tokens (`Offload::prefill`, masked the same way); decode
-    /// tokens of several sequences run token by token (in memory without a predictor, gate and up
-    /// of every token from one batched product first), or dense where
+    /// store's units once for all its tokens (`Offload::prefill`, masked the same way). Decode
+    /// tokens of one step (several sequences, or a speculative verification) are each computed
+    /// as their own decode step would: over the store with each unit read once for the step
+    /// (`Offload::decode_many`), in memory token by token (without a predictor, gate and up of
+    /// every token from one batched product first), or dense where
     /// [`SparseFfn::with_dense_batches`] says so.
     fn batch(
         &self,
@@ -624,6 +626,9 @@ impl SparseFfn {
                 }
                 return Ok(());
             }
+            if let Weights::Store(off) = &self.weights {
+                return self.decode_store_many(off, l, x, n, out, skip);
+            }
             for (xt, ot) in x.chunks(d).zip(out.chunks_mut(d)) {
                 self.decode_except(l, xt, ot, skip)?;
             }
@@ -652,6 +657,61 @@ impl SparseFfn {
             .zip(u.par_chunks(1024))
             .for_each(|(a, b)| a.iter_mut().zip(b).for_each(|(a, b)| *a *= b));
         self.down_batch(&down_t, g, n, out, l.precision)
+    }
+}
+
+impl SparseFfn {
+    /// Decode tokens of one step over the store, each unit any of them wants read once for all
+    /// ([`Offload::decode_many`]): each token's candidates (less `skip`) as its own decode step
+    /// would choose them, so each token's output is that step's, bit for bit.
+    fn decode_store_many(
+        &self,
+        off: &Offload,
+        l: FfnLayer<'_, '_>,
+        x: &[f32],
+        n: usize,
+        out: &mut [f32],
+        skip: Option<&[bool]>,
+    ) -> Result<()> {
+        let rows = self.token_rows(l.index, x, n, skip)?;
+        let refs: Vec<&[u32]> = rows.iter().map(Vec::as_slice).collect();
+        let rule = self.layer_rule(l.index);
+        let counts = off.decode_many(rule, l.index, &refs, x, out, l.precision)?;
+        self.count(l.index, counts);
+        let c = &self.counters;
+        if l.index == 0 {
+            c.tokens.fetch_add(n as u64 - 1, Ordering::Relaxed);
+        }
+        let more = (self.selector.d_ff() * (n - 1)) as u64;
+        c.neurons.fetch_add(more, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The candidates of each of the `n` tokens of `x` in layer `li` (less those `skip` marks), as
+    /// a decode step of each would choose them.
+    pub(crate) fn token_rows(
+        &self,
+        li: usize,
+        x: &[f32],
+        n: usize,
+        skip: Option<&[bool]>,
+    ) -> Result<Vec<Vec<u32>>> {
+        let d = self.selector.d_model();
+        let mut rows: Vec<Vec<u32>> = Vec::with_capacity(n);
+        for xt in x.chunks(d).take(n) {
+            let mut predicted = Vec::new();
+            let cand = self.selector.candidates(li, xt, &mut predicted)?;
+            rows.push(match skip {
+                Some(s) => cand.iter().copied().filter(|&j| !s[j as usize]).collect(),
+                None => cand.to_vec(),
+            });
+        }
+        Ok(rows)
+    }
+
+    /// Layer `li`'s selection rule (score and threshold).
+    pub(crate) fn layer_rule(&self, li: usize) -> crate::neurons::LayerRule<'_> {
+        self.selector.rule(li, self.score)
     }
 }
 
@@ -711,55 +771,5 @@ impl GateUpRows for MatrixRows<'_, '_> {
             )
             .map_err(kernel("sparse ffn gate/up")),
         )
-    }
-}
-
-/// Calibrates one threshold per layer from samples of the neuron score ([`Score`]): the `sparsity`
-/// quantile of each layer's samples (so that a share `sparsity` of the sampled scores is at or below it).
-/// `samples[l]` is reordered.
-pub fn thresholds_for_sparsity(samples: &mut [Vec<f32>], sparsity: f32) -> Result<Vec<f32>> {
-    if !(0.0..=1.0).contains(&sparsity) {
-        return Err(OffloadError::Request(format!(
-            "target sparsity {sparsity} is not within 0..=1"
-        )));
-    }
-    samples
-        .iter_mut()
-        .enumerate()
-        .map(|(l, s)| {
-            if s.is_empty() {
-                return Err(OffloadError::Request(format!(
-                    "no activation samples for layer {l}"
-                )));
-            }
-            if sparsity == 0.0 {
-                return Ok(0.0);
-            }
-            // Round, not ceil: `0.3f32 as f64 * 100` is 30.000001, which must still mean 30 samples.
-            let k = ((s.len() as f64 * sparsity as f64).round() as usize).clamp(1, s.len()) - 1;
-            let (_, v, _) = s.select_nth_unstable_by(k, f32::total_cmp);
-            Ok(*v)
-        })
-        .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn threshold_is_the_quantile() {
-        let mut s = vec![
-            (1..=100).map(|v| v as f32).rev().collect::<Vec<_>>(),
-            vec![0.5; 10],
-        ];
-        let t = thresholds_for_sparsity(&mut s, 0.3).unwrap();
-        assert_eq!(t[0], 30.0);
-        assert_eq!(t[1], 0.5);
-        let mut s = vec![vec![3.0, 1.0, 2.0]];
-        assert_eq!(thresholds_for_sparsity(&mut s, 0.0).unwrap(), vec![0.0]);
-        assert_eq!(thresholds_for_sparsity(&mut s, 1.0).unwrap(), vec![3.0]);
-        assert!(thresholds_for_sparsity(&mut s, 1.5).is_err());
-        assert!(thresholds_for_sparsity(&mut [Vec::new()], 0.5).is_err());
     }
 }

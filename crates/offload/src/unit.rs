@@ -49,7 +49,8 @@ pub(super) fn from_fixed(a: i64) -> f32 {
 
 /// One compute thread's state in [`Offload::decode`].
 pub(super) struct Worker {
-    /// The sum of what this worker computed, in fixed point (2^32): each unit (hot,
+    /// The sum of what this worker computed for each token of the step (`n × d`), in fixed point
+    /// (2^32): each unit (hot,
     /// cached cold or read from flash alike) is summed alone in f32, then added here exactly
     /// ([`Job::compute`]), so the step's sum depends neither on which worker took what, nor on the
     /// order reads completed, nor on which units were cached (f32 sums in arrival order, and later
@@ -61,17 +62,21 @@ pub(super) struct Worker {
     pub(super) wait_ns: u64,
     pub(super) err: Option<OffloadError>,
     scratch: Scratch,
+    /// A unit's wanted entries of one token of a step of several.
+    sub: Vec<Wanted>,
 }
 
 impl Worker {
-    pub(super) fn new(d: usize) -> Self {
+    /// A worker of a step of `n` tokens of width `d`.
+    pub(super) fn new(d: usize, n: usize) -> Self {
         Worker {
-            acc: vec![0; d],
+            acc: vec![0; d * n],
             unit_out: vec![0.0; d],
             counts: (0, 0, 0),
             wait_ns: 0,
             err: None,
             scratch: Scratch::default(),
+            sub: Vec::new(),
         }
     }
 }
@@ -93,9 +98,15 @@ pub(super) struct Job<'a> {
     pub(super) off: &'a Offload,
     pub(super) rule: LayerRule<'a>,
     pub(super) layer: usize,
-    pub(super) acts_g: &'a PreparedActs<'a>,
-    pub(super) acts_u: &'a PreparedActs<'a>,
+    /// Each token's activations prepared for the gate rows' format.
+    pub(super) acts_g: &'a [PreparedActs<'a>],
+    /// Each token's activations prepared for the up rows' format.
+    pub(super) acts_u: &'a [PreparedActs<'a>],
+    /// The neurons wanted by any token of the step, in store order.
     pub(super) wanted: &'a [Wanted],
+    /// In a step of several tokens, whether token `t` wants neuron `j` (`wants[t × d_ff + j]`);
+    /// empty for one token, which wants every entry of `wanted`.
+    pub(super) wants: &'a [bool],
     pub(super) pending: &'a Mutex<HashMap<usize, Pending>>,
     pub(super) outstanding: &'a AtomicUsize,
     /// Whether units read from flash are kept in the cold region ([`Offload::keeps_cold`]).
@@ -233,6 +244,45 @@ impl Job<'_> {
     /// unit skipped here would have contributed nothing: [`LayerRule::may_pass`]). Gate rows computed
     /// for a skipped unit are counted here; [`Job::compute`] counts the others.
     fn gate_survives(&self, head: &[u8], wanted: &[Wanted], w: &mut Worker) -> Result<bool> {
+        let mut sub = std::mem::take(&mut w.sub);
+        let mut any = false;
+        for t in 0..self.acts_g.len() {
+            let mine = self.token_entries(t, wanted, &mut sub);
+            if !mine.is_empty() && self.gate_survives_token(head, t, mine, w)? {
+                any = true;
+                break;
+            }
+        }
+        w.sub = sub;
+        Ok(any)
+    }
+
+    /// The entries of `wanted` token `t` wants: all of them for a step of one token, else those
+    /// `wants` marks (in `sub`).
+    fn token_entries<'s>(
+        &self,
+        t: usize,
+        wanted: &'s [Wanted],
+        sub: &'s mut Vec<Wanted>,
+    ) -> &'s [Wanted] {
+        if self.wants.is_empty() {
+            return wanted;
+        }
+        let ff = self.wants.len() / self.acts_g.len();
+        let mine = &self.wants[t * ff..(t + 1) * ff];
+        sub.clear();
+        sub.extend(wanted.iter().filter(|wn| mine[wn.2 as usize]));
+        sub
+    }
+
+    /// [`Job::gate_survives`] for token `t`.
+    fn gate_survives_token(
+        &self,
+        head: &[u8],
+        t: usize,
+        wanted: &[Wanted],
+        w: &mut Worker,
+    ) -> Result<bool> {
         let ix = self.off.store.index();
         let l = &ix.layout;
         let gate = QMatrix::new(
@@ -246,7 +296,7 @@ impl Job<'_> {
         s.slots.clear();
         s.slots.extend(wanted.iter().map(|w| w.1));
         s.g.resize(s.slots.len(), 0.0);
-        kernels_neon::matvec_rows_prepared(self.acts_g, &gate, &s.slots, &mut s.g)
+        kernels_neon::matvec_rows_prepared(&self.acts_g[t], &gate, &s.slots, &mut s.g)
             .map_err(kernel("offloaded ffn gate (first page)"))?;
         let any = wanted
             .iter()
@@ -263,6 +313,29 @@ impl Job<'_> {
     /// of [`kernels_neon::add_fixed`]: modulo 2^64, so in any order; an FFN output far below 2^31
     /// keeps the true sum inside i64). A unit none of whose neurons passes adds nothing.
     pub(super) fn compute(&self, bytes: &[u8], wanted: &[Wanted], w: &mut Worker) -> Result<()> {
+        let mut sub = std::mem::take(&mut w.sub);
+        let mut out = Ok(());
+        for t in 0..self.acts_g.len() {
+            let mine = self.token_entries(t, wanted, &mut sub);
+            if !mine.is_empty() {
+                out = self.compute_token(bytes, t, mine, w);
+                if out.is_err() {
+                    break;
+                }
+            }
+        }
+        w.sub = sub;
+        out
+    }
+
+    /// [`Job::compute`] for token `t`, into its part of `w.acc`.
+    fn compute_token(
+        &self,
+        bytes: &[u8],
+        t: usize,
+        wanted: &[Wanted],
+        w: &mut Worker,
+    ) -> Result<()> {
         let ix = self.off.store.index();
         let (l, f) = (&ix.layout, &ix.formats);
         let Scratch {
@@ -281,8 +354,8 @@ impl Job<'_> {
             k: l.neurons,
             gate: (f.gate, l.gate_range()),
             up: (f.up, l.up_range()),
-            acts_g: self.acts_g,
-            acts_u: self.acts_u,
+            acts_g: &self.acts_g[t],
+            acts_u: &self.acts_u[t],
             rows: gate_up_rows,
             out: gate_up_out,
         };
@@ -300,7 +373,9 @@ impl Job<'_> {
             coeffs,
         )?;
         if !keep.is_empty() {
-            kernels_neon::axpy_rows_fixed(&down, keep, coeffs, &mut w.unit_out, &mut w.acc)
+            let d = ix.d_model;
+            let acc = &mut w.acc[t * d..(t + 1) * d];
+            kernels_neon::axpy_rows_fixed(&down, keep, coeffs, &mut w.unit_out, acc)
                 .map_err(kernel("offloaded ffn down"))?;
         }
         w.counts.0 += slots.len();

@@ -100,13 +100,6 @@ pub fn serve(
             "--lookup needs at least one drafted token".into(),
         ));
     }
-    if opts.lookup.is_some() && (engine.sparse().is_some() || engine.accel().is_some()) {
-        return Err(ServerError::Options(
-            "speculative decoding (--lookup) runs the dense model in memory for now: drop --sparse \
-             and the memory budget, or drop --lookup"
-                .into(),
-        ));
-    }
     if opts.api_key.as_deref().is_some_and(str::is_empty) {
         return Err(ServerError::Options("the API key is empty".into()));
     }

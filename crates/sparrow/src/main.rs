@@ -16,6 +16,7 @@ mod parse;
 #[cfg(test)]
 mod path_flags;
 mod plot;
+mod spec;
 
 mod ui;
 

@@ -26,6 +26,7 @@ pub const INPUT_FLAGS: &[&str] = &[
     "offload",
     "device",
     "bundle",
+    "draft",
 ];
 
 /// Flag ids naming a folder the command writes a scratch file of its own into (never a file given).

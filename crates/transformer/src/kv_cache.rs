@@ -101,6 +101,44 @@ impl KvCache {
         }
     }
 
+    /// Makes this cache hold `from`'s positions `len()..upto` (after its own first `len()`, which
+    /// are kept): a copy of the rows, so that a cache that followed `from` for a while (a
+    /// speculative draft on the same model) is brought back in step with it. Refused, the cache
+    /// unchanged, where the two differ in layers, format or width, or `from` holds fewer than
+    /// `upto` positions or this cache cannot.
+    pub fn extend_from(&mut self, from: &KvCache, upto: usize) -> Result<()> {
+        let start = self.len;
+        if from.format != self.format
+            || from.kv_dim != self.kv_dim
+            || from.k.len() != self.k.len()
+            || upto > from.len
+            || upto > self.capacity
+        {
+            return Err(ModelError::Request(format!(
+                "a KV cache of {} positions ({} layers, {} wide, {}) cannot take positions {start}..{upto} of one of {} ({} layers, {} wide, {})",
+                self.capacity, self.k.len(), self.kv_dim, self.format, from.len, from.k.len(), from.kv_dim, from.format
+            )));
+        }
+        if upto <= start {
+            return Ok(());
+        }
+        self.grow_to(upto);
+        let rb = self.row_bytes;
+        for (dst, src) in self
+            .k
+            .iter_mut()
+            .zip(&from.k)
+            .chain(self.v.iter_mut().zip(&from.v))
+        {
+            for pos in start..upto {
+                let (c, at) = (pos / KV_CHUNK, (pos % KV_CHUNK) * rb);
+                dst[c][at..at + rb].copy_from_slice(&src[c][at..at + rb]);
+            }
+        }
+        self.len = upto;
+        Ok(())
+    }
+
     /// Bytes held by keys and values (the chunks allocated).
     pub fn bytes(&self) -> usize {
         self.k

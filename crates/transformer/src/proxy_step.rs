@@ -22,11 +22,12 @@ pub(crate) struct ProxySource<'a> {
 
 /// Most rows of logits a step computes through the proxy (a batch of sequences, each its next
 /// token): larger batches, and prompts scored whole, read the whole output projection.
-pub(crate) const PROXY_MAX_ROWS: usize = 8;
+pub const PROXY_MAX_ROWS: usize = 8;
 
 /// The rows of logits (`m × vocab`) of `normed` (`m × d_model`) through `proxy`, as
 /// [`crate::output_proxy`] says: the proxy streamed once for all rows, then the union of each row's
-/// best [`PROXY_CANDIDATES`] rows of `output` read and computed exactly for every row. Read with
+/// best [`PROXY_CANDIDATES`] rows of `output` read and computed exactly, each row's logits made exact
+/// at its own best rows only (so each row is what a one-token step of it gives). Read with
 /// direct I/O from `source` when given, else through the mapping.
 pub(crate) fn proxy_logits(
     kind: StepKind,
@@ -63,6 +64,9 @@ pub(crate) fn proxy_logits(
         });
         cand.extend_from_slice(&order[..k]);
     }
+    // Each row's own candidates (`k` each): the only rows of its logits made exact, so that a row
+    // of a batch is what its one-token step gives.
+    let own = cand.clone();
     cand.sort_unstable();
     cand.dedup();
     let (n, rb) = (cand.len(), output.row_bytes());
@@ -87,9 +91,15 @@ pub(crate) fn proxy_logits(
         precision,
         "output projection",
     )?;
-    for (row, ex) in logits.chunks_exact_mut(vocab).zip(exact.chunks_exact(n)) {
-        for (&r, &v) in cand.iter().zip(ex) {
-            row[r as usize] = v;
+    for ((row, ex), mine) in logits
+        .chunks_exact_mut(vocab)
+        .zip(exact.chunks_exact(n))
+        .zip(own.chunks_exact(k))
+    {
+        for &r in mine {
+            if let Ok(p) = cand.binary_search(&r) {
+                row[r as usize] = ex[p];
+            }
         }
     }
     Ok(())

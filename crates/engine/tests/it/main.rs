@@ -28,6 +28,7 @@ mod reference_qwen;
 mod requant;
 mod sparse;
 mod speculate;
+mod speculate_exec;
 mod stream;
 mod tiny_models;
 mod tokenize_gemma;

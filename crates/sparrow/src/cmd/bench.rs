@@ -74,10 +74,14 @@ pub struct BenchArgs {
     /// tokens per verification step, and fails if the outputs differ.
     #[arg(long, value_name = "N", value_parser = crate::parse::lookup, conflicts_with_all = ["budgets", "sparsities", "offload", "plot", "best_of"])]
     pub lookup: Option<usize>,
-    /// With --lookup: the prompts, one JSON object `{"prompt": "..."}` a line (default: 8 built-in
+    /// With --lookup, --self-draft or --draft: the prompts, one JSON object `{"prompt": "..."}` a line (default: 8 built-in
     /// code-editing prompts: take a function, return it with a change).
-    #[arg(long, value_name = "FILE.jsonl", requires = "lookup")]
+    #[arg(long, value_name = "FILE.jsonl")]
     pub prompts: Option<PathBuf>,
+    /// `--self-draft` and `--draft MODEL` measure as --lookup does (and the bytes read from flash
+    /// per token both ways, over a bundle).
+    #[command(flatten)]
+    pub spec: crate::spec::SpecArgs,
 }
 
 /// Runs the subcommand and prints its result.
@@ -152,8 +156,13 @@ pub fn run(a: BenchArgs) -> Result<()> {
     if !a.sparsities.is_empty() {
         return sparsity_sweep(&a, &mut eng, file, text.as_ref(), &tokens, &opts);
     }
-    if let Some(n) = a.lookup {
-        return crate::cmd::bench_lookup::run(&a, &eng, n);
+    let draft_file = a.spec.open_draft()?;
+    let draft_eng = draft_file
+        .as_ref()
+        .map(|f| Engine::new(f, eng.options().clone()))
+        .transpose()?;
+    if let Some(d) = crate::spec::Drafting::of(a.lookup, &a.spec, draft_eng.as_ref()) {
+        return crate::cmd::bench_lookup::run(&a, &eng, d);
     }
     if let Some(n) = a.best_of {
         return best_of(&a, &eng, &tokens[..a.n_prompt.max(1)], n);

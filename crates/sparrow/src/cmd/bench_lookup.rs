@@ -1,11 +1,13 @@
-//! `sparrow bench --lookup N`: speculative decoding by prompt lookup against plain decoding over a
-//! set of prompts (the measurement is `engine::bench_spec`; this reads the prompts and prints).
+//! `sparrow bench --lookup N` (or `--self-draft`, `--draft MODEL`): speculative decoding against
+//! plain decoding over a set of prompts (the measurement is `engine::bench_spec`; this reads the
+//! prompts and prints).
 
 use anyhow::{bail, Context, Result};
 use engine::{ChatMessage, Engine, GenerateRequest};
 
 use crate::builtin::{TextSource, CODE_EDIT};
 use crate::cmd::bench::BenchArgs;
+use crate::spec::Drafting;
 
 /// The prompts of a JSON-lines file (`{"prompt": "..."}` a line; blank lines skipped), each as the
 /// user message of the model's chat template.
@@ -36,8 +38,9 @@ fn prompts(eng: &Engine<'_>, src: &TextSource) -> Result<Vec<Vec<u32>>> {
     Ok(out)
 }
 
-/// Runs `--lookup N` and prints the report (text or JSON).
-pub fn run(a: &BenchArgs, eng: &Engine<'_>, n: usize) -> Result<()> {
+/// Runs the speculation `d` asks for and prints the report (text or JSON).
+pub fn run(a: &BenchArgs, eng: &Engine<'_>, d: Drafting<'_, '_>) -> Result<()> {
+    let n = d.max_draft();
     let src = TextSource::or_builtin(a.prompts.as_deref(), &CODE_EDIT);
     let set = prompts(eng, &src)?;
     // Greedy, up to -n tokens, stopping at the end of the answer.
@@ -45,7 +48,8 @@ pub fn run(a: &BenchArgs, eng: &Engine<'_>, n: usize) -> Result<()> {
         max_tokens: a.n_gen,
         ..Default::default()
     };
-    let r = engine::bench_spec::lookup(eng, &set, &req, n, a.reps)?;
+    let r = engine::bench_spec::compare(eng, &set, &req, n, a.reps, &mut || d.source(eng))?;
+    let (pb, sb) = (r.plain_bytes_per_token(), r.spec_bytes_per_token());
     let (ratio, sd) = r.ratio();
     let s = &r.stats;
     if a.json {
@@ -54,7 +58,10 @@ pub fn run(a: &BenchArgs, eng: &Engine<'_>, n: usize) -> Result<()> {
             "threads": eng.threads(),
             "prompts": src.name(),
             "n_gen": a.n_gen,
+            "drafting": d.name(),
             "lookup": r,
+            "plain_bytes_read_per_token": pb,
+            "spec_bytes_read_per_token": sb,
             "acceptance_rate": s.acceptance_rate(),
             "tokens_per_step": s.tokens_per_step(),
             "ratio_mean": ratio,
@@ -72,8 +79,9 @@ pub fn run(a: &BenchArgs, eng: &Engine<'_>, n: usize) -> Result<()> {
             a.n_gen,
             r.plain_tok_s.len()
         );
+        let name = d.name();
         println!(
-            "plain {:.2} tok/s | lookup {n} {:.2} tok/s | lookup/plain {:.2} +/- {:.2} | {:.0}% of {} drafted tokens kept, {:.2} tokens per verification step",
+            "plain {:.2} tok/s | {name} {n} {:.2} tok/s | {name}/plain {:.2} +/- {:.2} | {:.0}% of {} drafted tokens kept, {:.2} tokens per verification step",
             mean(&r.plain_tok_s),
             mean(&r.lookup_tok_s),
             ratio,
@@ -82,11 +90,20 @@ pub fn run(a: &BenchArgs, eng: &Engine<'_>, n: usize) -> Result<()> {
             s.drafted,
             s.tokens_per_step(),
         );
+        if r.plain_bytes_read + r.spec_bytes_read > 0 {
+            println!(
+                "read from flash per token: plain {:.1} KiB | {name} {:.1} KiB per kept token ({:.2}x fewer)",
+                pb / 1024.0,
+                sb / 1024.0,
+                pb / sb.max(1.0)
+            );
+        }
     }
     if r.differing > 0 {
         bail!(
-            "{} generations differed with and without --lookup (greedy output should be the same)",
-            r.differing
+            "{} generations differed with and without --{} (greedy output should be the same)",
+            r.differing,
+            d.name()
         );
     }
     Ok(())

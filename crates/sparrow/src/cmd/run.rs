@@ -6,13 +6,13 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use engine::{
-    ChatMessage, Engine, Flow, GenerateRequest, Generation, Lookup, SamplerConfig, SpecOptions,
-    SpecStats,
+    ChatMessage, Engine, Flow, GenerateRequest, Generation, SamplerConfig, SpecOptions, SpecStats,
 };
 
 use crate::args::ModelArgs;
 use crate::load::{builder, report_accel_failure};
 use crate::parse;
+use crate::spec::{Drafting, SpecArgs};
 use crate::ui::{mib, precision_name};
 
 #[derive(Args)]
@@ -67,10 +67,11 @@ pub struct RunArgs {
     pub best_of: usize,
     /// Speculative decoding by prompt lookup: draft up to N tokens (fewer while drafts are
     /// rejected) by finding the latest tokens earlier in the prompt and text, and verify them in
-    /// one step. Greedy output is unchanged, sampled output keeps its distribution; dense models in
-    /// memory only (not with --sparse or a memory budget).
+    /// one step. Greedy output is unchanged, sampled output keeps its distribution.
     #[arg(long, value_name = "N", value_parser = parse::lookup, conflicts_with = "best_of")]
     pub lookup: Option<usize>,
+    #[command(flatten)]
+    pub spec: SpecArgs,
 }
 
 /// Runs the subcommand and prints its result.
@@ -81,6 +82,12 @@ pub fn run(a: RunArgs) -> Result<()> {
     let eng = loaded
         .engine()
         .with_context(|| format!("loading {}", file.path().display()))?;
+    let draft_file = a.spec.open_draft()?;
+    let draft_eng = draft_file
+        .as_ref()
+        .map(|f| Engine::new(f, eng.options().clone()))
+        .transpose()?;
+    let drafting = Drafting::of(a.lookup, &a.spec, draft_eng.as_ref());
     let load_s = t0.elapsed().as_secs_f64();
     let req = GenerateRequest {
         max_tokens: a.n_predict,
@@ -103,7 +110,7 @@ pub fn run(a: RunArgs) -> Result<()> {
         if a.json {
             bail!("--json needs a prompt (-p); interactive chat streams text");
         }
-        return chat_loop(&eng, &a, &req, load_s);
+        return chat_loop(&eng, &a, &req, load_s, drafting);
     }
     let Some(user) = a.prompt.clone() else {
         bail!("give a prompt with -p \"...\", or --chat to chat interactively")
@@ -124,7 +131,7 @@ pub fn run(a: RunArgs) -> Result<()> {
         return best_of(&eng, &a, &ids, &req, load_s, file.path());
     }
     if a.json {
-        let (g, spec) = generate(&eng, &ids, &req, a.lookup, |_| Flow::Continue)?;
+        let (g, spec) = generate(&eng, &ids, &req, drafting, |_| Flow::Continue)?;
         let t = &g.timings;
         let out = serde_json::json!({
             "model": file.path(),
@@ -143,13 +150,15 @@ pub fn run(a: RunArgs) -> Result<()> {
             "decode_tok_s": t.decode_tok_s(),
             "peak_rss_bytes": engine::sys::peak_rss_bytes(),
             "lookup": a.lookup,
+            "drafting": drafting.map(|d| d.name()),
+            "max_draft": drafting.map(|d| d.max_draft()),
             "speculation": spec.map(spec_json),
         });
         println!("{}", serde_json::to_string(&out)?);
         report_accel_failure(&eng);
         return Ok(());
     }
-    let (g, spec) = stream(&eng, &ids, &req, a.lookup, if a.chat { "" } else { &user })?;
+    let (g, spec) = stream(&eng, &ids, &req, drafting, if a.chat { "" } else { &user })?;
     eprintln!("\n{}", figures_line(load_s, &g, spec.as_ref()));
     report_accel_failure(&eng);
     Ok(())
@@ -221,7 +230,7 @@ fn figures_line(load_s: f64, g: &Generation, spec: Option<&SpecStats>) -> String
     let t = &g.timings;
     let spec = spec.map_or(String::new(), |s| {
         format!(
-            " | lookup: {} of {} drafted tokens kept ({:.0}%), {:.2} tok/step",
+            " | speculation: {} of {} drafted tokens kept ({:.0}%), {:.2} tok/step",
             s.accepted,
             s.drafted,
             100.0 * s.acceptance_rate(),
@@ -239,19 +248,22 @@ fn figures_line(load_s: f64, g: &Generation, spec: Option<&SpecStats>) -> String
     )
 }
 
-/// Generates with prompt lookup (`Some(n)`: up to `n` drafted tokens a step) or without.
+/// Generates with speculative decoding (`Some`: its draft source) or without.
 fn generate(
     eng: &Engine<'_>,
     ids: &[u32],
     req: &GenerateRequest,
-    lookup: Option<usize>,
+    drafting: Option<Drafting<'_, '_>>,
     on_text: impl FnMut(&str) -> Flow,
 ) -> Result<(Generation, Option<SpecStats>)> {
-    Ok(match lookup {
+    Ok(match drafting {
         None => (eng.generate(ids, req, on_text)?, None),
-        Some(n) => {
-            let opts = SpecOptions { max_draft: n };
-            let s = eng.generate_speculative(ids, req, &mut Lookup::default(), opts, on_text)?;
+        Some(d) => {
+            let opts = SpecOptions {
+                max_draft: d.max_draft(),
+            };
+            let mut src = d.source(eng)?;
+            let s = eng.generate_speculative(ids, req, &mut *src, opts, on_text)?;
             (s.generation, Some(s.stats))
         }
     })
@@ -285,7 +297,7 @@ fn stream(
     eng: &Engine<'_>,
     ids: &[u32],
     req: &GenerateRequest,
-    lookup: Option<usize>,
+    drafting: Option<Drafting<'_, '_>>,
     echo: &str,
 ) -> Result<(Generation, Option<SpecStats>)> {
     let mut out = std::io::stdout().lock();
@@ -302,7 +314,7 @@ fn stream(
     } else {
         None
     };
-    let g = generate(eng, ids, req, lookup, |piece| {
+    let g = generate(eng, ids, req, drafting, |piece| {
         if let Some(b) = &bar {
             b.inc(1);
         }
@@ -317,7 +329,13 @@ fn stream(
     Ok(g)
 }
 
-fn chat_loop(eng: &Engine<'_>, a: &RunArgs, req: &GenerateRequest, load_s: f64) -> Result<()> {
+fn chat_loop(
+    eng: &Engine<'_>,
+    a: &RunArgs,
+    req: &GenerateRequest,
+    load_s: f64,
+    drafting: Option<Drafting<'_, '_>>,
+) -> Result<()> {
     let mut msgs: Vec<ChatMessage> = Vec::new();
     if let Some(s) = &a.system {
         msgs.push(ChatMessage {
@@ -344,7 +362,7 @@ fn chat_loop(eng: &Engine<'_>, a: &RunArgs, req: &GenerateRequest, load_s: f64) 
             content: line,
         });
         let ids = chat_ids(eng, &msgs)?;
-        let (g, spec) = stream(eng, &ids, req, a.lookup, "")?;
+        let (g, spec) = stream(eng, &ids, req, drafting, "")?;
         println!();
         eprintln!("[{}]", figures_line(load_s, &g, spec.as_ref()));
         msgs.push(ChatMessage {

@@ -57,7 +57,7 @@ pub struct ServeArgs {
     #[arg(long, default_value = "32M", value_parser = crate::parse::size)]
     pub queue_memory: u64,
     /// Speculative decoding by prompt lookup for every request of one choice (n = 1): up to N
-    /// drafted tokens verified per step, as `run --lookup N` (dense models in memory only);
+    /// drafted tokens verified per step, as `run --lookup N`;
     /// statistics in /metrics.
     #[arg(long, value_name = "N", value_parser = crate::parse::lookup)]
     pub lookup: Option<usize>,

@@ -642,3 +642,37 @@ fn budget_sizes_the_context(resident: &str) {
         "{e}"
     );
 }
+
+/// `run --draft MODEL`: the default model drafting for itself keeps the greedy text and every drafted
+/// token; `--self-draft` on a model in memory is refused with a reason.
+#[test]
+fn a_draft_model_and_self_draft_through_the_cli() {
+    let model = engine::fetch::ensure_default_model(|_| {}).unwrap();
+    let model = model.to_str().unwrap();
+    let mut args = vec![
+        "run",
+        "-p",
+        "def add(a, b):\n",
+        "-n",
+        "16",
+        "--threads",
+        "2",
+        "--json",
+        "--ignore-eos",
+    ];
+    let plain = ok_json(&args);
+    args.extend(["--draft", model, "--draft-max", "3"]);
+    let spec = ok_json(&args);
+    assert_eq!(spec["generated_ids"], plain["generated_ids"], "{spec}");
+    assert_eq!(spec["drafting"], "draft");
+    let s = &spec["speculation"];
+    assert!(s["drafted"].as_u64().unwrap() > 0, "{s}");
+    assert_eq!(s["accepted"], s["drafted"], "{s}");
+    let out = sparrow(&["run", "-p", "hi", "-n", "2", "--self-draft"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("--self-draft") && err.contains("in memory"),
+        "{err}"
+    );
+}
