@@ -123,7 +123,11 @@ pub fn plugin() -> Result<PathBuf> {
 
 /// Guest instructions `bin args` executes under `qemu-aarch64 -cpu cpu` with the plugin `lib`.
 pub fn count(lib: &Path, cpu: &str, bin: &Path, args: &[String]) -> Result<u64> {
-    let out = root().join("target").join("qemu-plugin").join("count.txt");
+    // One file per xtask process: two counts may run at once.
+    let out = root()
+        .join("target")
+        .join("qemu-plugin")
+        .join(format!("count-{}.txt", std::process::id()));
     let _ = fs::remove_file(&out);
     let mut plugin = std::ffi::OsString::from(lib);
     plugin.push(",out=");
@@ -350,7 +354,7 @@ fn record(dir: &Path, o: &Opts, args: &[String], rows: &[Row]) -> Result<()> {
             machine: format!("qemu-aarch64 -cpu {cpu} (TCG instruction count) on {}", crate::bench_report::this_machine()),
             command: format!("cargo xtask arm-count {}", kept.join(" ")).trim_end().into(),
             source: "recorded by `cargo xtask arm-count --record`".into(),
-            history: "BENCHMARKS.md".into(),
+            history: "benchmarks/neon-proxy.md".into(),
             note: Some(format!(
                 "llama.cpp's guest instructions per token over sparrow's ({:.2}M vs {:.2}M): a proxy, not a speed",
                 theirs / 1e6,
