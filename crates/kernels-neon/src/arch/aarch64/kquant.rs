@@ -4,11 +4,35 @@
 
 use std::arch::aarch64::*;
 
-use super::simd::{iq4nl_values, load_f32x4, load_u8x16, s8_to_f32, store16, u8_to_f32};
+use super::simd::{f16_at, iq4nl_values, load_f32x4, load_u8x16, s8_to_f32, store16, u8_to_f32};
 use super::vector::axpy_f32;
 use crate::arch::drivers::axpy_superblocks;
 use crate::arch::Rows;
 use crate::{QMatrix, WeightFormat};
+
+/// `Q4_K`/`Q5_K` sub-block scales and mins, `d*sc` and `dmin*m`: the scalar reference's
+/// operations, with the two f16 read by [`f16_at`] (`fcvtl`, not `half`'s software conversion).
+#[inline]
+#[target_feature(enable = "neon")]
+fn q4k_scales(blk: &[u8]) -> ([f32; 8], [f32; 8]) {
+    let (d, dmin) = (f16_at(blk, 0), f16_at(blk, 2));
+    let mut dl = [0f32; 8];
+    let mut ml = [0f32; 8];
+    for j in 0..8 {
+        let (sc, m) = crate::scalar::scale_min_k4(j, &blk[4..16]);
+        dl[j] = d * f32::from(sc);
+        ml[j] = dmin * f32::from(m);
+    }
+    (dl, ml)
+}
+
+/// `Q6_K` sub-block scales `d*sc`, as the scalar reference computes them ([`q4k_scales`]).
+#[inline]
+#[target_feature(enable = "neon")]
+fn q6k_scales(blk: &[u8]) -> [f32; 16] {
+    let d = f16_at(blk, 208);
+    std::array::from_fn(|s| d * f32::from(blk[192 + s] as i8))
+}
 
 /// The signed 6-bit quants `q - 32` of Q6_K elements `128n + 32k + 16p ..
 /// + 16` (half `n`, quarter `k`, part `p`) of super-block `blk`.
@@ -89,7 +113,7 @@ fn q45k_quants16(format: WeightFormat, blk: &[u8], j: usize, p: usize) -> uint8x
 pub(super) fn dequant_superblock(format: WeightFormat, blk: &[u8], out: &mut [f32]) {
     let out = &mut out[..256];
     if format == WeightFormat::Q4_K || format == WeightFormat::Q5_K {
-        let (dl, ml) = crate::scalar::q4k_scales(blk);
+        let (dl, ml) = q4k_scales(blk);
         for j in 0..8 {
             for part in 0..2 {
                 let q = q45k_quants16(format, blk, j, part);
@@ -133,7 +157,7 @@ pub(super) fn dequant_superblock(format: WeightFormat, blk: &[u8], out: &mut [f3
             }
         }
     } else {
-        let ds = crate::scalar::q6k_scales(blk);
+        let ds = q6k_scales(blk);
         for n in 0..2 {
             for k in 0..4 {
                 for p in 0..2 {
@@ -218,7 +242,7 @@ fn dot_k_int(
         .take(d.len() / 8)
     {
         if format == WeightFormat::Q4_K || format == WeightFormat::Q5_K {
-            let (dl, ml) = crate::scalar::q4k_scales(blk);
+            let (dl, ml) = q4k_scales(blk);
             for j in 0..8 {
                 let b = sb * 8 + j;
                 let q = |p| vreinterpretq_s8_u8(q45k_quants16(format, blk, j, p));
@@ -257,7 +281,7 @@ fn dot_k_int(
                 }
             }
         } else {
-            let ds = crate::scalar::q6k_scales(blk);
+            let ds = q6k_scales(blk);
             for n in 0..2 {
                 for p in 0..2 {
                     for k in 0..4 {
@@ -318,7 +342,7 @@ impl KRow {
         self.min.clear();
         for blk in row.chunks_exact(format.block_bytes()) {
             if format == WeightFormat::Q6_K {
-                let ds = crate::scalar::q6k_scales(blk);
+                let ds = q6k_scales(blk);
                 for n in 0..2 {
                     for k in 0..4 {
                         for p in 0..2 {
@@ -328,7 +352,7 @@ impl KRow {
                     }
                 }
             } else {
-                let (dl, ml) = crate::scalar::q4k_scales(blk);
+                let (dl, ml) = q4k_scales(blk);
                 for j in 0..8 {
                     for p in 0..2 {
                         self.q
@@ -341,39 +365,51 @@ impl KRow {
         }
     }
 
-    /// The row's dot with one token's 8-bit activations (`d`/`s`: per-32 scales and `d*sum(q)`),
-    /// `dot(q, x)` the integer sum of 16 products in 4 lanes.
+    /// The row's dots with up to 4 tokens' 8-bit activations at once (`d`/`s`: per-32 scales and
+    /// `d*sum(q)`; a shorter `xs` repeats its last token), each weight vector loaded once for all
+    /// of them; `dot(acc, q, x)` adds the integer sum of 16 products to 4 lanes.
     #[inline]
     #[target_feature(enable = "neon")]
-    pub(super) fn dot(
+    pub(super) fn dot4(
         &self,
-        xq: &crate::quant::QActs,
+        xs: &[crate::quant::QActs],
         dot: impl Fn(int32x4_t, int8x16_t, int8x16_t) -> int32x4_t,
-    ) -> f32 {
-        let x = |g: usize| {
-            let x = &xq.qs[16 * g..16 * g + 16];
-            // SAFETY: `x` has exactly 16 readable i8 (bounds-checked above).
-            unsafe { vld1q_s8(x.as_ptr()) }
+    ) -> [f32; 4] {
+        let groups = self.q.len();
+        let x: [&crate::quant::QActs; 4] = std::array::from_fn(|t| &xs[t.min(xs.len() - 1)]);
+        let qs: [&[i8]; 4] = x.map(|x| &x.qs[..16 * groups]);
+        let d: [&[f32]; 4] = x.map(|x| &x.d[..groups.div_ceil(2)]);
+        let load = |t: usize, g: usize| {
+            debug_assert!(16 * g + 16 <= qs[t].len());
+            // SAFETY: `qs[t]` holds `16 * groups` i8 (sliced above, which checks it) and
+            // `g < groups`.
+            unsafe { vld1q_s8(qs[t].as_ptr().add(16 * g)) }
         };
-        let mut acc = vdupq_n_f32(0.0);
-        let mut extra = 0f32;
+        let zero = vdupq_n_s32(0);
+        let mut acc = [vdupq_n_f32(0.0); 4];
+        let mut extra = [0f32; 4];
         if self.min.is_empty() {
             for (g, (&q, &sc)) in self.q.iter().zip(&self.scale).enumerate() {
-                let isum = dot(vdupq_n_s32(0), q, x(g));
-                acc = vfmaq_n_f32(acc, vcvtq_f32_s32(isum), sc * xq.d[g / 2]);
+                for t in 0..4 {
+                    let isum = dot(zero, q, load(t, g));
+                    acc[t] = vfmaq_n_f32(acc[t], vcvtq_f32_s32(isum), sc * d[t][g / 2]);
+                }
             }
         } else {
+            let s: [&[f32]; 4] = x.map(|x| &x.s[..groups / 2]);
             for (b, (q, (&sc, &m))) in self
                 .q
                 .chunks_exact(2)
                 .zip(self.scale.iter().zip(&self.min))
                 .enumerate()
             {
-                let isum = dot(dot(vdupq_n_s32(0), q[0], x(2 * b)), q[1], x(2 * b + 1));
-                acc = vfmaq_n_f32(acc, vcvtq_f32_s32(isum), sc * xq.d[b]);
-                extra -= m * xq.s[b];
+                for t in 0..4 {
+                    let isum = dot(dot(zero, q[0], load(t, 2 * b)), q[1], load(t, 2 * b + 1));
+                    acc[t] = vfmaq_n_f32(acc[t], vcvtq_f32_s32(isum), sc * d[t][b]);
+                    extra[t] -= m * s[t][b];
+                }
             }
         }
-        vaddvq_f32(acc) + extra
+        std::array::from_fn(|t| vaddvq_f32(acc[t]) + extra[t])
     }
 }

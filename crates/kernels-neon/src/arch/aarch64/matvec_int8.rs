@@ -168,7 +168,7 @@ pub(crate) fn has_tile_k8(format: WeightFormat) -> bool {
 }
 
 /// The 8-bit prompt tile of `Q4_K`/`Q5_K`/`Q6_K` rows with `sdot`: each row unpacked once
-/// ([`KRow`]), then its dot with every token of `acts` (one scale per 256,
+/// ([`KRow`]), then its dots with every 4 tokens of `acts` (one scale per 256,
 /// `QActs::quantize_super`): `out[t * nr + i]` = row `r0 + i` · token `t`, the integer products
 /// of [`matvec_int8`] summed in another f32 order.
 ///
@@ -188,9 +188,12 @@ pub(crate) unsafe fn tile_k8_dp(
     let mut row = KRow::new();
     for i in 0..nr {
         row.fill(w.format(), w.row_data(r0 + i));
-        for (t, xq) in acts.iter().enumerate() {
+        for (c, xs) in acts.chunks(4).enumerate() {
             // SAFETY: dotprod present per this function's contract.
-            out[t * nr + i] = row.dot(xq, |acc, a, b| unsafe { sdot(acc, a, b) });
+            let y = row.dot4(xs, |acc, a, b| unsafe { sdot(acc, a, b) });
+            for (t, &v) in y.iter().enumerate().take(xs.len()) {
+                out[(4 * c + t) * nr + i] = v;
+            }
         }
     }
 }
