@@ -28,7 +28,7 @@ pub const END: &str = "<!-- bench-report:end -->";
 
 /// The group of speeds against llama.cpp with the AVX2 kernels only (`bench-formats --isa avx2`).
 pub const AVX2_GROUP: &str = "In memory against llama.cpp, AVX2 only";
-/// The group of speeds against llama.cpp on ARM cores with NEON (none measured yet).
+/// The group of instruction counts against llama.cpp on ARM cores under qemu (`arm-count`).
 pub const NEON_GROUP: &str = "In memory against llama.cpp, NEON proxy";
 
 /// The groups of speed against llama.cpp per instruction set, each a table of its own before the
@@ -53,7 +53,11 @@ AVX-512 (`target/llama.cpp/build-avx2`); `cargo xtask bench-formats --isa avx2` 
     (
         NEON_GROUP,
         "NEON proxy",
-        "ARM cores as phones have them",
+        "ARM cores as phones have them, until a device run exists: guest instructions per token \
+under `qemu-aarch64 -cpu max` counted by a TCG plugin, llama.cpp's over sparrow's (above 1: sparrow \
+executes fewer), one thread, both static aarch64 builds (llama.cpp from the same sdist, \
+`armv8.2-a+dotprod+i8mm+fp16`); `cargo xtask arm-count`. A count, not a speed: memory stalls and \
+the cost of each instruction on a real core are not in it",
         "No device run exists yet: the NEON kernels are only checked for correctness under qemu \
 (`cargo xtask test-aarch64`), and no speed on an ARM core has been measured.",
     ),

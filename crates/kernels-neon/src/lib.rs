@@ -24,7 +24,9 @@
 //! * x86_64 AVX2 + FMA + F16C, chosen at run time with
 //!   `is_x86_feature_detected!` (detected once and cached);
 //! * aarch64 NEON (baseline on aarch64), with the `dotprod` extension used
-//!   for the integer path when `is_aarch64_feature_detected!("dotprod")`.
+//!   for the integer path when `is_aarch64_feature_detected!("dotprod")` (`sdot`, the K-quants
+//!   included), and `i8mm` where detected too (`smmla` in the 8-bit prompt tile of the 32-element
+//!   block formats, [`KernelPath::NeonI8mm`]).
 //!
 //! Where AVX-512F, BW, VNNI and BF16 are present too, the path is [`KernelPath::Avx512`]: the
 //! AVX2 kernels with AVX-512 ones where they exist (the f32 and bf16 tiles of [`matmul`], the
@@ -32,7 +34,8 @@
 //!
 //! Setting the environment variable `SPARROW_KERNELS=scalar` (read once, on
 //! first use) forces the scalar path, `SPARROW_KERNELS=avx2` the AVX2 path on a
-//! machine with AVX-512. [`arch_name`] reports the path in use.
+//! machine with AVX-512, `neon-dotprod` and `neon` the lower aarch64 paths on a core with i8mm or
+//! dotprod. [`arch_name`] reports the path in use.
 //! Tests and benchmarks can call each path explicitly with [`matvec_with`],
 //! [`matmul_with`], [`dequantize_row_with`], [`matvec_rows_with`],
 //! [`axpy_rows_with`] and [`gate_up_sparse_with`] (see [`available_paths`]).

@@ -20,6 +20,10 @@ pub enum KernelPath {
     Neon,
     /// aarch64 NEON with the `dotprod` extension (`sdot`).
     NeonDotprod,
+    /// aarch64 NEON with `dotprod` and `i8mm`: [`KernelPath::NeonDotprod`]'s kernels, and `smmla`
+    /// (two rows by two tokens per instruction) in the 8-bit prompt tile of the 32-element block
+    /// formats.
+    NeonI8mm,
 }
 
 impl KernelPath {
@@ -31,10 +35,11 @@ impl KernelPath {
             KernelPath::Avx512 => arch::has_avx512(),
             KernelPath::Neon => cfg!(target_arch = "aarch64"),
             KernelPath::NeonDotprod => arch::has_dotprod(),
+            KernelPath::NeonI8mm => arch::has_dotprod() && arch::has_i8mm(),
         }
     }
 
-    /// Short name ("scalar", "avx2+fma", "avx512", "neon", "neon+dotprod").
+    /// Short name ("scalar", "avx2+fma", "avx512", "neon", "neon+dotprod", "neon+i8mm").
     pub fn name(self) -> &'static str {
         match self {
             KernelPath::Scalar => "scalar",
@@ -42,6 +47,7 @@ impl KernelPath {
             KernelPath::Avx512 => "avx512",
             KernelPath::Neon => "neon",
             KernelPath::NeonDotprod => "neon+dotprod",
+            KernelPath::NeonI8mm => "neon+i8mm",
         }
     }
 }
@@ -54,6 +60,7 @@ pub fn available_paths() -> Vec<KernelPath> {
         KernelPath::Avx512,
         KernelPath::Neon,
         KernelPath::NeonDotprod,
+        KernelPath::NeonI8mm,
     ]
     .into_iter()
     .filter(|p| p.is_available())
@@ -69,7 +76,13 @@ pub(crate) fn detect_path() -> KernelPath {
     if env_says("SPARROW_KERNELS", "scalar") {
         return KernelPath::Scalar;
     }
-    if KernelPath::NeonDotprod.is_available() {
+    // `neon` and `neon-dotprod` force the lower aarch64 paths (to measure what a newer
+    // extension's kernels gain on the same CPU).
+    let neon_only = env_says("SPARROW_KERNELS", "neon");
+    let no_i8mm = neon_only || env_says("SPARROW_KERNELS", "neon-dotprod");
+    if KernelPath::NeonI8mm.is_available() && !no_i8mm {
+        KernelPath::NeonI8mm
+    } else if KernelPath::NeonDotprod.is_available() && !neon_only {
         KernelPath::NeonDotprod
     } else if KernelPath::Neon.is_available() {
         KernelPath::Neon
@@ -88,7 +101,8 @@ pub fn active_path() -> KernelPath {
     *PATH.get_or_init(detect_path)
 }
 
-/// Name of the path in use: "avx512", "avx2+fma", "neon", "neon+dotprod" or "scalar".
+/// Name of the path in use: "avx512", "avx2+fma", "neon", "neon+dotprod", "neon+i8mm" or
+/// "scalar".
 pub fn arch_name() -> &'static str {
     active_path().name()
 }

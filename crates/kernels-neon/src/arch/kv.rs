@@ -28,7 +28,7 @@ pub(crate) fn scores(
             unsafe { super::x86_64::kv_scores(format, q, rows, pos_bytes, off, scale, scores) }
         }
         #[cfg(target_arch = "aarch64")]
-        KernelPath::Neon | KernelPath::NeonDotprod => {
+        KernelPath::Neon | KernelPath::NeonDotprod | KernelPath::NeonI8mm => {
             // SAFETY: NEON is part of every aarch64 target this crate builds for (the path was
             // checked available); the kernel slices every row it reads (bounds-checked).
             unsafe { super::aarch64::kv_scores(format, q, rows, pos_bytes, off, scale, scores) }
@@ -62,7 +62,7 @@ pub(crate) fn accumulate(
             unsafe { super::x86_64::kv_accumulate(format, weights, rows, pos_bytes, off, out) }
         }
         #[cfg(target_arch = "aarch64")]
-        KernelPath::Neon | KernelPath::NeonDotprod => {
+        KernelPath::Neon | KernelPath::NeonDotprod | KernelPath::NeonI8mm => {
             // SAFETY: NEON is part of every aarch64 target this crate builds for (the path was
             // checked available); the kernel slices every row it reads (bounds-checked).
             unsafe { super::aarch64::kv_accumulate(format, weights, rows, pos_bytes, off, out) }

@@ -126,6 +126,20 @@ pub(crate) fn has_dotprod() -> bool {
     }
 }
 
+/// aarch64 `i8mm` extension present (`smmla`).
+pub(crate) fn has_i8mm() -> bool {
+    #[cfg(target_arch = "aarch64")]
+    {
+        use std::sync::OnceLock;
+        static HAS: OnceLock<bool> = OnceLock::new();
+        *HAS.get_or_init(|| std::arch::is_aarch64_feature_detected!("i8mm"))
+    }
+    #[cfg(not(target_arch = "aarch64"))]
+    {
+        false
+    }
+}
+
 /// Quantizes `x` to 8-bit activations with the path's SIMD quantizer;
 /// `false` (nothing written) where the path has none: the caller then runs
 /// the scalar reference, which computes the same f32 operations.
@@ -138,7 +152,9 @@ pub(crate) fn quantize_i8(path: KernelPath, x: &[f32], out: &mut QActs) -> bool 
             true
         }
         #[cfg(target_arch = "aarch64")]
-        KernelPath::Neon | KernelPath::NeonDotprod => aarch64::quantize(x, out),
+        KernelPath::Neon | KernelPath::NeonDotprod | KernelPath::NeonI8mm => {
+            aarch64::quantize(x, out)
+        }
         _ => {
             let _ = (x, out);
             false
@@ -173,7 +189,9 @@ pub(crate) fn quantize_i16(path: KernelPath, x: &[f32], out: &mut QActs16) -> bo
             true
         }
         #[cfg(target_arch = "aarch64")]
-        KernelPath::Neon | KernelPath::NeonDotprod => aarch64::quantize16(x, out),
+        KernelPath::Neon | KernelPath::NeonDotprod | KernelPath::NeonI8mm => {
+            aarch64::quantize16(x, out)
+        }
         _ => {
             let _ = (x, out);
             false
@@ -190,7 +208,7 @@ pub(crate) fn dequant_row(path: KernelPath, format: WeightFormat, src: &[u8], ds
             unsafe { x86_64::dequant_row(format, src, dst) }
         }
         #[cfg(target_arch = "aarch64")]
-        KernelPath::Neon | KernelPath::NeonDotprod => {
+        KernelPath::Neon | KernelPath::NeonDotprod | KernelPath::NeonI8mm => {
             // SAFETY: NEON is baseline on every aarch64 target (and the
             // dotprod variant is only selected after run-time detection).
             unsafe { aarch64::dequant_row(format, src, dst) }
@@ -213,7 +231,7 @@ pub(crate) fn matvec_exact(
             unsafe { x86_64::matvec_exact(w, sel, x, y) }
         }
         #[cfg(target_arch = "aarch64")]
-        KernelPath::Neon | KernelPath::NeonDotprod => {
+        KernelPath::Neon | KernelPath::NeonDotprod | KernelPath::NeonI8mm => {
             // SAFETY: NEON is baseline on every aarch64 target (and the
             // dotprod variant is only selected after run-time detection).
             unsafe { aarch64::matvec_exact(w, sel, x, y) }
@@ -243,7 +261,7 @@ pub(crate) fn matvec_int8(
             unsafe { aarch64::matvec_int8(w, sel, xq, y, false) }
         }
         #[cfg(target_arch = "aarch64")]
-        KernelPath::NeonDotprod => {
+        KernelPath::NeonDotprod | KernelPath::NeonI8mm => {
             // SAFETY: NEON is baseline on every aarch64 target, and this
             // path is only selected after run-time detection of dotprod.
             unsafe { aarch64::matvec_int8(w, sel, xq, y, true) }
@@ -268,7 +286,7 @@ pub(crate) fn matvec_i16(
             unsafe { x86_64::matvec_i16(w, sel, xq, y, path == KernelPath::Avx512) }
         }
         #[cfg(target_arch = "aarch64")]
-        KernelPath::Neon | KernelPath::NeonDotprod => {
+        KernelPath::Neon | KernelPath::NeonDotprod | KernelPath::NeonI8mm => {
             // SAFETY: NEON is baseline on every aarch64 target (the 16-bit
             // kernel uses no dotprod instruction).
             unsafe { aarch64::matvec_i16(w, sel, xq, y) }
@@ -365,7 +383,7 @@ pub(crate) fn matvec_i16_batch(
             unsafe { x86_64::matvec_i16_batch(w, r0, &xq.tokens, &xq.octets, &xq.kpairs, ys, wide) }
         }
         #[cfg(target_arch = "aarch64")]
-        KernelPath::Neon | KernelPath::NeonDotprod => {
+        KernelPath::Neon | KernelPath::NeonDotprod | KernelPath::NeonI8mm => {
             // SAFETY: NEON is baseline on every aarch64 target (the 16-bit
             // kernel uses no dotprod instruction).
             unsafe { aarch64::matvec_i16_batch(w, r0, &xq.tokens, ys) }
@@ -419,7 +437,7 @@ pub(crate) fn dot_f32(path: KernelPath, a: &[f32], b: &[f32]) -> f32 {
             unsafe { x86_64::dot_f32(a, b) }
         }
         #[cfg(target_arch = "aarch64")]
-        KernelPath::Neon | KernelPath::NeonDotprod => {
+        KernelPath::Neon | KernelPath::NeonDotprod | KernelPath::NeonI8mm => {
             // SAFETY: NEON is baseline on every aarch64 target (and the
             // dotprod variant is only selected after run-time detection).
             unsafe { aarch64::dot_f32(a, b) }
@@ -462,7 +480,7 @@ pub(crate) fn silu_mul(path: KernelPath, gate: &mut [f32], up: &[f32]) {
             unsafe { x86_64::silu_mul(gate, up) }
         }
         #[cfg(target_arch = "aarch64")]
-        KernelPath::Neon | KernelPath::NeonDotprod => {
+        KernelPath::Neon | KernelPath::NeonDotprod | KernelPath::NeonI8mm => {
             // SAFETY: NEON is baseline on every aarch64 target.
             unsafe { aarch64::silu_mul(gate, up) }
         }
@@ -479,7 +497,7 @@ pub(crate) fn exp_sub(path: KernelPath, x: &mut [f32], max: f32) {
             unsafe { x86_64::exp_sub(x, max) }
         }
         #[cfg(target_arch = "aarch64")]
-        KernelPath::Neon | KernelPath::NeonDotprod => {
+        KernelPath::Neon | KernelPath::NeonDotprod | KernelPath::NeonI8mm => {
             // SAFETY: NEON is baseline on every aarch64 target.
             unsafe { aarch64::exp_sub(x, max) }
         }
@@ -495,7 +513,7 @@ pub(crate) fn axpy_f32(path: KernelPath, alpha: f32, x: &[f32], y: &mut [f32]) {
             unsafe { x86_64::axpy_f32(alpha, x, y) }
         }
         #[cfg(target_arch = "aarch64")]
-        KernelPath::Neon | KernelPath::NeonDotprod => {
+        KernelPath::Neon | KernelPath::NeonDotprod | KernelPath::NeonI8mm => {
             // SAFETY: NEON is baseline on every aarch64 target (and the
             // dotprod variant is only selected after run-time detection).
             unsafe { aarch64::axpy_f32(alpha, x, y) }
@@ -515,7 +533,7 @@ pub(crate) fn axpy_row(path: KernelPath, format: WeightFormat, c: f32, src: &[u8
             unsafe { x86_64::axpy_row(format, c, src, y) }
         }
         #[cfg(target_arch = "aarch64")]
-        KernelPath::Neon | KernelPath::NeonDotprod => {
+        KernelPath::Neon | KernelPath::NeonDotprod | KernelPath::NeonI8mm => {
             // SAFETY: NEON is baseline on every aarch64 target (and the
             // dotprod variant is only selected after run-time detection).
             unsafe { aarch64::axpy_row(format, c, src, y) }
@@ -546,7 +564,7 @@ pub(crate) fn axpy_hybrid(
             unsafe { x86_64::axpy_hybrid(k, c, row, cols, c0, ys) }
         }
         #[cfg(target_arch = "aarch64")]
-        KernelPath::Neon | KernelPath::NeonDotprod => {
+        KernelPath::Neon | KernelPath::NeonDotprod | KernelPath::NeonI8mm => {
             // SAFETY: NEON is baseline on every aarch64 target (and the
             // dotprod variant is only selected after run-time detection).
             unsafe { aarch64::axpy_hybrid(k, c, row, cols, c0, ys) }
@@ -608,7 +626,7 @@ pub(crate) fn axpy_rows_tiled(
             }
         }
         #[cfg(target_arch = "aarch64")]
-        KernelPath::Neon | KernelPath::NeonDotprod => {
+        KernelPath::Neon | KernelPath::NeonDotprod | KernelPath::NeonI8mm => {
             aarch64::axpy_rows_tiled(w.format(), w.data(), w.row_bytes(), b0, rows, coeffs, y)
         }
         _ => {

@@ -24,7 +24,7 @@ pub(crate) fn tile(
             unsafe { x86_64::tile512(w, nr, cols, x, n, out) }
         }
         #[cfg(target_arch = "aarch64")]
-        KernelPath::Neon | KernelPath::NeonDotprod => {
+        KernelPath::Neon | KernelPath::NeonDotprod | KernelPath::NeonI8mm => {
             // SAFETY: NEON is baseline on every aarch64 target (and the
             // dotprod variant is only selected after run-time detection).
             unsafe { aarch64::tile(w, nr, cols, x, n, out) }
@@ -91,7 +91,9 @@ pub(crate) fn tile_bf16(
 /// [`KernelPath::Avx2Fma`] and [`KernelPath::Avx512`] (activations with one scale per 256,
 /// `QActs::quantize_super`), and on [`KernelPath::Avx512`] also the formats of 32-element blocks of
 /// integer quants, Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 ([`tile_int8_blocks`]: one scale per 32,
-/// `QActs::quantize` with its sums of 16). `Int8` prompts and `Fast` ones from
+/// `QActs::quantize` with its sums of 16); on [`KernelPath::NeonDotprod`] and
+/// [`KernelPath::NeonI8mm`] Q4_K, Q5_K and Q6_K (`sdot`, `aarch64::tile_k8_dp`), on
+/// [`KernelPath::NeonI8mm`] also the 32-block formats and IQ4_NL (`smmla`, `aarch64::tile_i8mm`). `Int8` prompts and `Fast` ones from
 /// `INT_TILE_MIN_TOKENS` tokens take it (the 32-block formats only from that many in either).
 pub(crate) fn has_tile_int8(path: KernelPath, format: WeightFormat) -> bool {
     #[cfg(target_arch = "x86_64")]
@@ -101,17 +103,25 @@ pub(crate) fn has_tile_int8(path: KernelPath, format: WeightFormat) -> bool {
             WeightFormat::Q4_K | WeightFormat::Q5_K | WeightFormat::Q6_K
         ) || tile_int8_blocks(path, format);
     }
+    #[cfg(target_arch = "aarch64")]
+    if matches!(path, KernelPath::NeonDotprod | KernelPath::NeonI8mm) {
+        return aarch64::has_tile_k8(format) || tile_int8_blocks(path, format);
+    }
     let _ = (path, format);
     false
 }
 
 /// Whether [`tile_int8`] takes `format` on `path` with activations of one scale per 32-block
 /// (`QActs::quantize`, with [`crate::quant::QActs::with_sums16`]): the formats of 32-element
-/// blocks on [`KernelPath::Avx512`].
+/// blocks on [`KernelPath::Avx512`] and [`KernelPath::NeonI8mm`] (`smmla`).
 pub(crate) fn tile_int8_blocks(path: KernelPath, format: WeightFormat) -> bool {
     #[cfg(target_arch = "x86_64")]
     if path == KernelPath::Avx512 {
         return x86_64::has_tile512_i8(format);
+    }
+    #[cfg(target_arch = "aarch64")]
+    if path == KernelPath::NeonI8mm {
+        return aarch64::has_tile_i8mm(format);
     }
     let _ = (path, format);
     false
@@ -119,9 +129,11 @@ pub(crate) fn tile_int8_blocks(path: KernelPath, format: WeightFormat) -> bool {
 
 /// Rows that [`tile_int8`] and [`tile_i16`] on `path` take together (a work item of a multiple
 /// of it wastes nothing): the AVX-512 tiles' two groups of 16 lanes, the AVX2 16-bit tile's two
-/// groups of 8, one row elsewhere.
+/// groups of 8, the `smmla` tile's row pairs, one row elsewhere.
 pub(crate) fn tile_int_rows(path: KernelPath) -> usize {
     match path {
+        #[cfg(target_arch = "aarch64")]
+        KernelPath::NeonI8mm => 2,
         #[cfg(target_arch = "x86_64")]
         KernelPath::Avx512 => 2 * x86_64::TILE512_LANES,
         #[cfg(target_arch = "x86_64")]
@@ -133,8 +145,8 @@ pub(crate) fn tile_int_rows(path: KernelPath) -> usize {
 /// The 8-bit prompt tile: `out[t * nr + i]` = row `r0 + i` of `w` · token `t` for every token of
 /// `acts` (quantized as `matvec` quantizes them in `Int8` for `w`'s format: by
 /// `QActs::quantize_super` for the K-quants, by `QActs::quantize` with sums of 16 for the
-/// 32-block formats): on AVX2 each bit-identical to [`matvec_int8`] of that token, on AVX-512 the
-/// same integer products summed in another f32 order. Only where [`has_tile_int8`] (else a no-op).
+/// 32-block formats): on AVX2 each bit-identical to [`matvec_int8`] of that token, on AVX-512 and
+/// with `smmla` on [`KernelPath::NeonI8mm`] the same integer products summed in another f32 order. Only where [`has_tile_int8`] (else a no-op).
 pub(crate) fn tile_int8(
     path: KernelPath,
     w: &QMatrix<'_>,
@@ -160,7 +172,18 @@ pub(crate) fn tile_int8(
         // the tile takes.
         unsafe { x86_64::tile_k8(w, r0, nr, acts, out) }
     }
-    #[cfg(not(target_arch = "x86_64"))]
+    #[cfg(target_arch = "aarch64")]
+    if tile_int8_blocks(path, w.format()) {
+        // SAFETY: only the NeonI8mm path has the `smmla` tile (`tile_int8_blocks`), and that
+        // path is only available after run-time detection of dotprod and i8mm.
+        unsafe { aarch64::tile_i8mm(w, r0, nr, acts, out) };
+    } else {
+        // SAFETY: only the NeonDotprod and NeonI8mm paths have an 8-bit tile here
+        // (`has_tile_int8` above), and both are only available after run-time detection of
+        // dotprod.
+        unsafe { aarch64::tile_k8_dp(w, r0, nr, acts, out) };
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
     let _ = (r0, nr, acts, out);
 }
 

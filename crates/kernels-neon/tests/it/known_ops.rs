@@ -57,6 +57,7 @@ fn errors_on_bad_lengths() {
         KernelPath::Avx512,
         KernelPath::Neon,
         KernelPath::NeonDotprod,
+        KernelPath::NeonI8mm,
     ] {
         if !p.is_available() {
             assert_eq!(
@@ -81,7 +82,15 @@ fn empty_shapes() {
 
 #[test]
 fn arch_name_is_known() {
-    assert!(["avx2+fma", "avx512", "neon", "neon+dotprod", "scalar"].contains(&arch_name()));
+    assert!([
+        "avx2+fma",
+        "avx512",
+        "neon",
+        "neon+dotprod",
+        "neon+i8mm",
+        "scalar"
+    ]
+    .contains(&arch_name()));
     #[cfg(target_arch = "x86_64")]
     if std::env::var("SPARROW_KERNELS").is_err()
         && is_x86_feature_detected!("avx2")

@@ -135,7 +135,7 @@ proptest! {
 /// the tests above assume it (its result differs from the f32 tile's, `Exact`), the f32 tile
 /// elsewhere (the same).
 #[test]
-fn int8_prompts_of_k_quants_take_the_integer_tile_on_x86() {
+fn int8_prompts_of_k_quants_take_the_integer_tile_on_x86_and_dotprod() {
     let (rows, cols, n) = (8, 512, 5);
     let mut rng = Rng(7);
     let data = random_matrix(WeightFormat::Q4_K, rows, cols, &mut rng);

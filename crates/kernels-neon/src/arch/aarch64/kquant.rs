@@ -4,11 +4,35 @@
 
 use std::arch::aarch64::*;
 
-use super::simd::{iq4nl_values, load_f32x4, load_u8x16, s8_to_f32, store16, u8_to_f32};
+use super::simd::{f16_at, iq4nl_values, load_f32x4, load_u8x16, s8_to_f32, store16, u8_to_f32};
 use super::vector::axpy_f32;
 use crate::arch::drivers::axpy_superblocks;
 use crate::arch::Rows;
 use crate::{QMatrix, WeightFormat};
+
+/// `Q4_K`/`Q5_K` sub-block scales and mins, `d*sc` and `dmin*m`: the scalar reference's
+/// operations, with the two f16 read by [`f16_at`] (`fcvtl`, not `half`'s software conversion).
+#[inline]
+#[target_feature(enable = "neon")]
+fn q4k_scales(blk: &[u8]) -> ([f32; 8], [f32; 8]) {
+    let (d, dmin) = (f16_at(blk, 0), f16_at(blk, 2));
+    let mut dl = [0f32; 8];
+    let mut ml = [0f32; 8];
+    for j in 0..8 {
+        let (sc, m) = crate::scalar::scale_min_k4(j, &blk[4..16]);
+        dl[j] = d * f32::from(sc);
+        ml[j] = dmin * f32::from(m);
+    }
+    (dl, ml)
+}
+
+/// `Q6_K` sub-block scales `d*sc`, as the scalar reference computes them ([`q4k_scales`]).
+#[inline]
+#[target_feature(enable = "neon")]
+fn q6k_scales(blk: &[u8]) -> [f32; 16] {
+    let d = f16_at(blk, 208);
+    std::array::from_fn(|s| d * f32::from(blk[192 + s] as i8))
+}
 
 /// The signed 6-bit quants `q - 32` of Q6_K elements `128n + 32k + 16p ..
 /// + 16` (half `n`, quarter `k`, part `p`) of super-block `blk`.
@@ -89,7 +113,7 @@ fn q45k_quants16(format: WeightFormat, blk: &[u8], j: usize, p: usize) -> uint8x
 pub(super) fn dequant_superblock(format: WeightFormat, blk: &[u8], out: &mut [f32]) {
     let out = &mut out[..256];
     if format == WeightFormat::Q4_K || format == WeightFormat::Q5_K {
-        let (dl, ml) = crate::scalar::q4k_scales(blk);
+        let (dl, ml) = q4k_scales(blk);
         for j in 0..8 {
             for part in 0..2 {
                 let q = q45k_quants16(format, blk, j, part);
@@ -133,7 +157,7 @@ pub(super) fn dequant_superblock(format: WeightFormat, blk: &[u8], out: &mut [f3
             }
         }
     } else {
-        let ds = crate::scalar::q6k_scales(blk);
+        let ds = q6k_scales(blk);
         for n in 0..2 {
             for k in 0..4 {
                 for p in 0..2 {
@@ -184,7 +208,7 @@ pub(super) fn dot_exact_k(format: WeightFormat, row: &[u8], x: &[f32]) -> f32 {
 /// activations `x`, in 4 i32 lanes (`smull`/`smlal`).
 #[inline]
 #[target_feature(enable = "neon")]
-fn dot16(w: int8x16_t, x: [int16x8_t; 2]) -> int32x4_t {
+pub(super) fn dot16(w: int8x16_t, x: [int16x8_t; 2]) -> int32x4_t {
     let w0 = vmovl_s8(vget_low_s8(w));
     let w1 = vmovl_high_s8(w);
     let s = vmull_s16(vget_low_s16(w0), vget_low_s16(x[0]));
@@ -194,23 +218,22 @@ fn dot16(w: int8x16_t, x: [int16x8_t; 2]) -> int32x4_t {
 }
 
 /// Integer dot of a K-quant row (`Q2_K`, `Q3_K`, `Q4_K`, `Q5_K`, `Q6_K` or `IQ4_XS`) with quantized
-/// activations: `xs(e)` returns the 8 activation quants at element `e`
-/// widened to i16 (8- or 16-bit activations), `d`/`s` are the per-32
-/// scales and `d*sum(q)`. Per sub-block an i32 sum (`smull`/`smlal`,
-/// |q_w| <= 63, |q_x| <= 32767: each lane sums at most 8 products, below
-/// 2^24), one convert and one FMA with `(d*sc) * d_x`; the Q4_K/Q5_K min term
-/// `(dmin*m) * s_x` is accumulated separately (see the crate docs). Q2_K's min
-/// term: the activation sum of each 16-wide sub-block (a dot with ones), FMA'd
-/// with `-(dmin*m) * d_x`.
+/// activations: `dot(q, e)` returns the sum of 16 weight quants `q` times the activation quants of
+/// elements `e..e + 16`, in 4 i32 lanes ([`dot16`] over 8- or 16-bit activations, or `sdot`),
+/// `d`/`s` are the per-32 scales and `d*sum(q)`. Per sub-block an i32 sum (|q_w| <= 63,
+/// |q_x| <= 32767: each lane sums at most 8 products, below 2^24), one convert and one FMA with
+/// `(d*sc) * d_x`; the Q4_K/Q5_K min term `(dmin*m) * s_x` is accumulated separately (see the
+/// crate docs). Q2_K's min term: the activation sum of each 16-wide sub-block (a dot with ones),
+/// FMA'd with `-(dmin*m) * d_x`.
+#[inline]
 #[target_feature(enable = "neon")]
 fn dot_k_int(
     format: WeightFormat,
     row: &[u8],
     d: &[f32],
     s: &[f32],
-    xs: impl Fn(usize) -> int16x8_t,
+    dot: impl Fn(int8x16_t, usize) -> int32x4_t,
 ) -> f32 {
-    let x16 = |e: usize| [xs(e), xs(e + 8)];
     let mut acc = vdupq_n_f32(0.0);
     let mut extra = 0f32;
     for (sb, blk) in row
@@ -219,11 +242,11 @@ fn dot_k_int(
         .take(d.len() / 8)
     {
         if format == WeightFormat::Q4_K || format == WeightFormat::Q5_K {
-            let (dl, ml) = crate::scalar::q4k_scales(blk);
+            let (dl, ml) = q4k_scales(blk);
             for j in 0..8 {
                 let b = sb * 8 + j;
                 let q = |p| vreinterpretq_s8_u8(q45k_quants16(format, blk, j, p));
-                let isum = vaddq_s32(dot16(q(0), x16(32 * b)), dot16(q(1), x16(32 * b + 16)));
+                let isum = vaddq_s32(dot(q(0), 32 * b), dot(q(1), 32 * b + 16));
                 acc = vfmaq_n_f32(acc, vcvtq_f32_s32(isum), dl[j] * d[b]);
                 extra -= ml[j] * s[b];
             }
@@ -232,7 +255,7 @@ fn dot_k_int(
             for (j, &dlj) in dl.iter().enumerate() {
                 let b = sb * 8 + j;
                 let (lo, hi) = iq4nl_values(&blk[8 + 16 * j..]);
-                let isum = vaddq_s32(dot16(lo, x16(32 * b)), dot16(hi, x16(32 * b + 16)));
+                let isum = vaddq_s32(dot(lo, 32 * b), dot(hi, 32 * b + 16));
                 acc = vfmaq_n_f32(acc, vcvtq_f32_s32(isum), dlj * d[b]);
             }
         } else if format == WeightFormat::Q2_K || format == WeightFormat::Q3_K {
@@ -247,24 +270,24 @@ fn dot_k_int(
                     let b = sb * 8 + 4 * n + k;
                     for p in 0..2 {
                         let s = 8 * n + 2 * k + p;
-                        let x = x16(32 * b + 16 * p);
-                        let isum = dot16(k23_quants16(format, blk, n, k, p), x);
+                        let e = 32 * b + 16 * p;
+                        let isum = dot(k23_quants16(format, blk, n, k, p), e);
                         acc = vfmaq_n_f32(acc, vcvtq_f32_s32(isum), dl[s] * d[b]);
                         if q2 {
-                            let xsum = dot16(vdupq_n_s8(1), x);
+                            let xsum = dot(vdupq_n_s8(1), e);
                             acc = vfmaq_n_f32(acc, vcvtq_f32_s32(xsum), -(ml[s] * d[b]));
                         }
                     }
                 }
             }
         } else {
-            let ds = crate::scalar::q6k_scales(blk);
+            let ds = q6k_scales(blk);
             for n in 0..2 {
                 for p in 0..2 {
                     for k in 0..4 {
                         let q = q6k_quants16(blk, n, k, p);
                         let b = sb * 8 + 4 * n + k;
-                        let isum = dot16(q, x16(32 * b + 16 * p));
+                        let isum = dot(q, 32 * b + 16 * p);
                         acc = vfmaq_n_f32(acc, vcvtq_f32_s32(isum), ds[8 * n + 2 * k + p] * d[b]);
                     }
                 }
@@ -275,7 +298,8 @@ fn dot_k_int(
 }
 
 /// `y[i] = dot_k_int(row sel.get(i))` for a K-quant matrix (no prefetch of
-/// listed rows), `xs`, `d` and `s` as for [`dot_k_int`].
+/// listed rows), `dot`, `d` and `s` as for [`dot_k_int`].
+#[inline]
 #[target_feature(enable = "neon")]
 pub(super) fn matvec_k_int(
     w: &QMatrix<'_>,
@@ -283,10 +307,109 @@ pub(super) fn matvec_k_int(
     d: &[f32],
     s: &[f32],
     y: &mut [f32],
-    xs: impl Fn(usize) -> int16x8_t,
+    dot: impl Fn(int8x16_t, usize) -> int32x4_t,
 ) {
     let f = w.format();
     for (i, yv) in y.iter_mut().enumerate() {
-        *yv = dot_k_int(f, w.row_data(sel.get(i)), d, s, &xs);
+        *yv = dot_k_int(f, w.row_data(sel.get(i)), d, s, &dot);
+    }
+}
+
+/// One K-quant row (`Q4_K`, `Q5_K` or `Q6_K`) unpacked for the 8-bit prompt tile: its quants,
+/// 16 to a vector, the weight scale of each 32 elements (`Q4_K`/`Q5_K`: `d*sc`) or each 16
+/// (`Q6_K`), and `Q4_K`/`Q5_K`'s min of each 32 (`dmin*m`).
+pub(super) struct KRow {
+    q: Vec<int8x16_t>,
+    scale: Vec<f32>,
+    min: Vec<f32>,
+}
+
+impl KRow {
+    /// An empty row (filled by [`KRow::fill`]).
+    pub(super) fn new() -> Self {
+        KRow {
+            q: Vec::new(),
+            scale: Vec::new(),
+            min: Vec::new(),
+        }
+    }
+
+    /// Unpacks `row` of `format` (`Q4_K`, `Q5_K` or `Q6_K`).
+    #[target_feature(enable = "neon")]
+    pub(super) fn fill(&mut self, format: WeightFormat, row: &[u8]) {
+        self.q.clear();
+        self.scale.clear();
+        self.min.clear();
+        for blk in row.chunks_exact(format.block_bytes()) {
+            if format == WeightFormat::Q6_K {
+                let ds = q6k_scales(blk);
+                for n in 0..2 {
+                    for k in 0..4 {
+                        for p in 0..2 {
+                            self.q.push(q6k_quants16(blk, n, k, p));
+                            self.scale.push(ds[8 * n + 2 * k + p]);
+                        }
+                    }
+                }
+            } else {
+                let (dl, ml) = q4k_scales(blk);
+                for j in 0..8 {
+                    for p in 0..2 {
+                        self.q
+                            .push(vreinterpretq_s8_u8(q45k_quants16(format, blk, j, p)));
+                    }
+                    self.scale.push(dl[j]);
+                    self.min.push(ml[j]);
+                }
+            }
+        }
+    }
+
+    /// The row's dots with up to 4 tokens' 8-bit activations at once (`d`/`s`: per-32 scales and
+    /// `d*sum(q)`; a shorter `xs` repeats its last token), each weight vector loaded once for all
+    /// of them; `dot(acc, q, x)` adds the integer sum of 16 products to 4 lanes.
+    #[inline]
+    #[target_feature(enable = "neon")]
+    pub(super) fn dot4(
+        &self,
+        xs: &[crate::quant::QActs],
+        dot: impl Fn(int32x4_t, int8x16_t, int8x16_t) -> int32x4_t,
+    ) -> [f32; 4] {
+        let groups = self.q.len();
+        let x: [&crate::quant::QActs; 4] = std::array::from_fn(|t| &xs[t.min(xs.len() - 1)]);
+        let qs: [&[i8]; 4] = x.map(|x| &x.qs[..16 * groups]);
+        let d: [&[f32]; 4] = x.map(|x| &x.d[..groups.div_ceil(2)]);
+        let load = |t: usize, g: usize| {
+            debug_assert!(16 * g + 16 <= qs[t].len());
+            // SAFETY: `qs[t]` holds `16 * groups` i8 (sliced above, which checks it) and
+            // `g < groups`.
+            unsafe { vld1q_s8(qs[t].as_ptr().add(16 * g)) }
+        };
+        let zero = vdupq_n_s32(0);
+        let mut acc = [vdupq_n_f32(0.0); 4];
+        let mut extra = [0f32; 4];
+        if self.min.is_empty() {
+            for (g, (&q, &sc)) in self.q.iter().zip(&self.scale).enumerate() {
+                for t in 0..4 {
+                    let isum = dot(zero, q, load(t, g));
+                    acc[t] = vfmaq_n_f32(acc[t], vcvtq_f32_s32(isum), sc * d[t][g / 2]);
+                }
+            }
+        } else {
+            let s: [&[f32]; 4] = x.map(|x| &x.s[..groups / 2]);
+            for (b, (q, (&sc, &m))) in self
+                .q
+                .chunks_exact(2)
+                .zip(self.scale.iter().zip(&self.min))
+                .enumerate()
+            {
+                for t in 0..4 {
+                    let isum = dot(dot(zero, q[0], load(t, 2 * b)), q[1], load(t, 2 * b + 1));
+                    acc[t] = vfmaq_n_f32(acc[t], vcvtq_f32_s32(isum), sc * d[t][b]);
+                    extra[t] -= m * s[t][b];
+                }
+            }
+        }
+        std::array::from_fn(|t| vaddvq_f32(acc[t]) + extra[t])
     }
 }

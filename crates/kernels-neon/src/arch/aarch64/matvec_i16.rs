@@ -4,7 +4,7 @@
 use std::arch::aarch64::*;
 
 use super::dequant::weights_i8;
-use super::kquant::matvec_k_int;
+use super::kquant::{dot16, matvec_k_int};
 use super::simd::{f16_at, load_i16x8};
 use crate::arch::drivers::{rows_blocked, RowDots};
 use crate::arch::tags::{block_bytes, has_min, IQ4_NL, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
@@ -97,9 +97,9 @@ pub(crate) fn matvec_i16(w: &QMatrix<'_>, sel: Rows<'_>, xq: &QActs16, y: &mut [
         | WeightFormat::Q4_K
         | WeightFormat::Q5_K
         | WeightFormat::Q6_K
-        | WeightFormat::IQ4_XS => {
-            matvec_k_int(w, sel, &xq.d, &xq.s, y, |e| load_i16x8(&xq.qs[e..]))
-        }
+        | WeightFormat::IQ4_XS => matvec_k_int(w, sel, &xq.d, &xq.s, y, |q, e| {
+            dot16(q, [load_i16x8(&xq.qs[e..]), load_i16x8(&xq.qs[e + 8..])])
+        }),
         // Float and hybrid formats never take the integer path: the scalar reference.
         _ => crate::scalar::matvec_i16(w, sel, xq, y),
     }

@@ -5,7 +5,7 @@ use std::arch::aarch64::*;
 use std::arch::asm;
 
 use super::dequant::weights_i8;
-use super::kquant::matvec_k_int;
+use super::kquant::{dot16, matvec_k_int, KRow};
 use super::simd::{f16_at, load_i8x8_wide};
 use crate::arch::drivers::rows_with;
 use crate::arch::tags::{block_bytes, has_min, IQ4_NL, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
@@ -84,6 +84,21 @@ unsafe fn dot_int8_row_dp<const F: u8>(row: &[u8], xq: &QActs) -> f32 {
     vaddvq_f32(sumv) + extra
 }
 
+/// The K-quant rows' integer dots with `sdot`: 16 weight quants times 16 activation quants per
+/// instruction (the same integer sums as the widening multiplies).
+///
+/// # Safety
+/// The CPU must support the `dotprod` extension.
+#[target_feature(enable = "neon,dotprod")]
+unsafe fn matvec_k_int8_dp(w: &QMatrix<'_>, sel: Rows<'_>, xq: &QActs, y: &mut [f32]) {
+    matvec_k_int(w, sel, &xq.d, &xq.s, y, |q, e| {
+        let x = &xq.qs[e..e + 16];
+        // SAFETY: `x` has exactly 16 readable i8 (bounds-checked above); dotprod present per this
+        // function's contract.
+        unsafe { sdot(vdupq_n_s32(0), q, vld1q_s8(x.as_ptr())) }
+    })
+}
+
 #[target_feature(enable = "neon")]
 fn rows_int8<const F: u8>(
     w: &QMatrix<'_>,
@@ -121,10 +136,64 @@ pub(crate) fn matvec_int8(
         | WeightFormat::Q4_K
         | WeightFormat::Q5_K
         | WeightFormat::Q6_K
-        | WeightFormat::IQ4_XS => {
-            matvec_k_int(w, sel, &xq.d, &xq.s, y, |e| load_i8x8_wide(&xq.qs[e..]))
+        | WeightFormat::IQ4_XS
+            if dotprod =>
+        {
+            // SAFETY: `dotprod` is only true for KernelPath::NeonDotprod, which is only used
+            // after is_aarch64_feature_detected!("dotprod").
+            unsafe { matvec_k_int8_dp(w, sel, xq, y) }
         }
+        WeightFormat::Q2_K
+        | WeightFormat::Q3_K
+        | WeightFormat::Q4_K
+        | WeightFormat::Q5_K
+        | WeightFormat::Q6_K
+        | WeightFormat::IQ4_XS => matvec_k_int(w, sel, &xq.d, &xq.s, y, |q, e| {
+            dot16(
+                q,
+                [load_i8x8_wide(&xq.qs[e..]), load_i8x8_wide(&xq.qs[e + 8..])],
+            )
+        }),
         // Float and hybrid formats never take the integer path: the scalar reference.
         _ => crate::scalar::matvec_int8(w, sel, xq, y),
+    }
+}
+
+/// Whether [`tile_k8_dp`] takes weights of `format`.
+pub(crate) fn has_tile_k8(format: WeightFormat) -> bool {
+    matches!(
+        format,
+        WeightFormat::Q4_K | WeightFormat::Q5_K | WeightFormat::Q6_K
+    )
+}
+
+/// The 8-bit prompt tile of `Q4_K`/`Q5_K`/`Q6_K` rows with `sdot`: each row unpacked once
+/// ([`KRow`]), then its dots with every 4 tokens of `acts` (one scale per 256,
+/// `QActs::quantize_super`): `out[t * nr + i]` = row `r0 + i` · token `t`, the integer products
+/// of [`matvec_int8`] summed in another f32 order.
+///
+/// # Safety
+/// The CPU must support the `dotprod` extension.
+#[target_feature(enable = "neon,dotprod")]
+pub(crate) unsafe fn tile_k8_dp(
+    w: &QMatrix<'_>,
+    r0: usize,
+    nr: usize,
+    acts: &[QActs],
+    out: &mut [f32],
+) {
+    if !has_tile_k8(w.format()) {
+        return;
+    }
+    let mut row = KRow::new();
+    for i in 0..nr {
+        row.fill(w.format(), w.row_data(r0 + i));
+        for (c, xs) in acts.chunks(4).enumerate() {
+            // SAFETY: dotprod present per this function's contract.
+            let y = row.dot4(xs, |acc, a, b| unsafe { sdot(acc, a, b) });
+            for (t, &v) in y.iter().enumerate().take(xs.len()) {
+                out[(4 * c + t) * nr + i] = v;
+            }
+        }
     }
 }

@@ -23,6 +23,7 @@ mod matvec_int8;
 mod quantize;
 mod simd;
 mod tile;
+mod tile_i8mm;
 mod vector;
 
 pub(crate) use axpy::axpy_row;
@@ -34,7 +35,8 @@ pub(crate) use kv::{kv_accumulate, kv_scores};
 pub(crate) use matvec_exact::matvec_exact;
 pub(crate) use matvec_i16::matvec_i16;
 pub(crate) use matvec_i16_batch::matvec_i16_batch;
-pub(crate) use matvec_int8::matvec_int8;
+pub(crate) use matvec_int8::{has_tile_k8, matvec_int8, tile_k8_dp};
 pub(crate) use quantize::{quantize, quantize16};
 pub(crate) use tile::tile;
+pub(crate) use tile_i8mm::{has_tile_i8mm, tile_i8mm};
 pub(crate) use vector::{axpy_f32, dot_f32};

@@ -188,22 +188,28 @@ pub fn cols_for(format: WeightFormat, units: usize, odd: usize) -> usize {
 }
 
 /// Whether `matmul` of more than one token in `Int8` takes the 8-bit integer tile on `path` for
-/// `format` with activations of one scale per 256 (Q4_K/Q5_K/Q6_K on AVX2 and AVX-512) rather
+/// `format` with activations of one scale per 256 (Q4_K/Q5_K/Q6_K on AVX2, AVX-512 and NEON with
+/// dotprod) rather
 /// than the f32 or bf16 one.
 pub fn int8_tile(path: KernelPath, format: WeightFormat) -> bool {
-    matches!(path, KernelPath::Avx2Fma | KernelPath::Avx512)
-        && matches!(
-            format,
-            WeightFormat::Q4_K | WeightFormat::Q5_K | WeightFormat::Q6_K
-        )
+    matches!(
+        path,
+        KernelPath::Avx2Fma | KernelPath::Avx512 | KernelPath::NeonDotprod | KernelPath::NeonI8mm
+    ) && matches!(
+        format,
+        WeightFormat::Q4_K | WeightFormat::Q5_K | WeightFormat::Q6_K
+    )
 }
 
 /// Whether `matmul` of more than one token takes the 8-bit integer tile with activations of one
 /// scale per 32 on `path` for `format` (AVX-512, the formats of 32-element integer blocks: Q4_0,
-/// Q4_1, Q5_0, Q5_1, Q8_0), from `INT_TILE_MIN_TOKENS` tokens.
+/// Q4_1, Q5_0, Q5_1, Q8_0; NEON with i8mm, `smmla`: those and IQ4_NL), from
+/// `INT_TILE_MIN_TOKENS` tokens.
 pub fn int8_block_tile(path: KernelPath, format: WeightFormat) -> bool {
     use WeightFormat::*;
-    path == KernelPath::Avx512 && matches!(format, Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0)
+    (path == KernelPath::Avx512 && matches!(format, Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0))
+        || (path == KernelPath::NeonI8mm
+            && matches!(format, Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | IQ4_NL))
 }
 
 /// Whether `matmul` of more than one token takes the 16-bit integer tile on `path` for `format` in
@@ -212,7 +218,9 @@ pub fn int8_block_tile(path: KernelPath, format: WeightFormat) -> bool {
 /// Q5_1, Q8_0, IQ4_NL), from `INT_TILE_MIN_TOKENS` tokens.
 pub fn i16_tile(path: KernelPath, format: WeightFormat) -> bool {
     use WeightFormat::*;
-    (int8_block_tile(path, format) && !kernels_neon::fast_prompts_int8(format))
+    (path == KernelPath::Avx512
+        && int8_block_tile(path, format)
+        && !kernels_neon::fast_prompts_int8(format))
         || (path == KernelPath::Avx2Fma
             && matches!(format, Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | IQ4_NL))
 }
@@ -238,6 +246,7 @@ pub fn tile_products(
         }
         _ if !long => None,
         Precision::Fast if i16_tile(path, format) => Some(Precision::Fast),
+        Precision::Fast if !kernels_neon::fast_prompts_int8(format) => None,
         _ if int8_block_tile(path, format) => Some(Precision::Int8),
         _ => None,
     }
