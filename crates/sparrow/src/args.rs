@@ -134,6 +134,8 @@ pub struct OffloadArgs {
     #[arg(long, default_value_t = 1.0, value_parser = parse::unit_f32)]
     pub hot_share: f32,
     /// Unit reads in flight on the I/O thread; the kernel gets up to this many at once (Linux AIO).
+    /// An MoE bundle's expert reads: 32 when not given (fewer for experts so large that 32 would pass
+    /// 96 MiB), else this many up to that.
     #[arg(long, default_value_t = DEFAULT_IO_DEPTH, value_parser = parse::io_depth)]
     pub io_depth: usize,
     /// Core to pin the I/O thread to.

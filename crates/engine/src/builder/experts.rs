@@ -18,14 +18,16 @@ struct ExpertBudget {
     experts: Vec<usize>,
     /// Bytes of the expert store.
     store_bytes: u64,
-    /// Bytes of one expert's read (the store's mean).
-    blob: u64,
+    /// Expert reads in flight at most (their buffers are reserved beside the cache).
+    depth: u64,
     /// What stays resident, measured once, without the KV cache (which depends on the context).
     measured: Resident,
 }
 
 impl ExpertBudget {
-    fn of(eng: &Engine<'_>) -> Result<Self> {
+    /// `limit`: expert reads in flight at most where `--io-depth` or a plan says (else
+    /// [`expert_reads_reserved`]'s for the store's experts).
+    fn of(eng: &Engine<'_>, limit: Option<usize>) -> Result<Self> {
         let model = eng.model();
         let r = model.config.ffn_store.as_ref().ok_or_else(|| {
             EngineError::Request(format!("{}: not a resident file", model.path().display()))
@@ -39,6 +41,8 @@ impl ExpertBudget {
         let store_bytes = offload::budget::store_ffn_bytes(&parts.store)?;
         let len = |p: &std::path::Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
         let blob = store_bytes / experts.iter().sum::<usize>().max(1) as u64;
+        let reserved = expert_reads_reserved(blob);
+        let depth = limit.map_or(reserved, |d| (d as u64).clamp(1, reserved));
         let measured = Resident {
             process: crate::sys::rss_besides(model.path())
                 .or_else(crate::sys::rss_bytes)
@@ -47,13 +51,13 @@ impl ExpertBudget {
             kv_cache: 0,
             predictors: 0,
             // The experts of a step being read and computed, outside the cache: a queue's worth.
-            read_ahead: blob * expert_reads_reserved(blob),
+            read_ahead: blob * depth,
         };
         Ok(ExpertBudget {
             parts,
             experts,
             store_bytes,
-            blob,
+            depth,
             measured,
         })
     }
@@ -70,6 +74,15 @@ impl ExpertBudget {
 }
 
 impl EngineBuilder {
+    /// The limit `--io-depth` or a plan's queue depth puts on expert reads in flight (`None`:
+    /// neither; [`expert_reads_reserved`] decides).
+    fn expert_queue_depth(&self) -> Option<usize> {
+        match self.offload.queue_depth {
+            d if d == offload::OffloadOptions::default().queue_depth => None,
+            d => Some(d),
+        }
+    }
+
     /// The context of `eng` under a process budget when none was asked for: the longest whose KV
     /// cache takes no more of the budget than the expert cache gets (as for a neuron store,
     /// `context.rs`), said in a note; the engine's own without a process budget or with a context.
@@ -96,7 +109,7 @@ impl EngineBuilder {
     /// what the budget leaves room for, as [`EngineBuilder::setup`] would: the context a plan for
     /// the budget is made at.
     pub(super) fn fit_expert_context(&self, eng: &mut Engine<'_>) -> Result<()> {
-        let b = ExpertBudget::of(eng)?;
+        let b = ExpertBudget::of(eng, self.expert_queue_depth())?;
         let context = self.expert_context(eng, &b);
         if context != eng.options().context {
             eng.set_context(context)?;
@@ -106,7 +119,7 @@ impl EngineBuilder {
 
     /// Opens the expert store of `eng`'s resident MoE file and sets the engine to run from it.
     pub(super) fn setup_experts(&self, eng: &mut Engine<'_>) -> Result<()> {
-        let b = ExpertBudget::of(eng)?;
+        let b = ExpertBudget::of(eng, self.expert_queue_depth())?;
         let profile = match RoutingProfile::load(&b.parts.profile) {
             Ok(p) => Some(p),
             Err(e) => {
@@ -137,7 +150,7 @@ impl EngineBuilder {
             ExpertOffloadOptions {
                 cache_bytes: cache,
                 shares,
-                queue_depth: expert_reads_reserved(b.blob) as usize,
+                queue_depth: b.depth as usize,
                 ..ExpertOffloadOptions::default()
             },
         )?;

@@ -90,26 +90,15 @@ fn a_bundle_of_experts_runs_as_the_model_and_bench_reports_its_experts() {
     assert_eq!(String::from_utf8_lossy(&out.stdout), memory);
 
     // The counters of 16 decoded tokens: 2 layers x 2 experts a token looked up.
-    let bench = |share: &str| -> serde_json::Value {
-        let out = ok(&[
-            "bench",
-            "-m",
-            &resident,
-            "--ffn-resident",
-            share,
-            "-p",
-            "16",
-            "-n",
-            "16",
-            "-r",
-            "1",
-            "-t",
-            "1",
-            "--json",
-        ]);
+    let bench_with = |share: &str, extra: &[&str]| -> serde_json::Value {
+        let mut a = vec!["bench", "-m", &resident, "--ffn-resident", share];
+        a.extend(["-p", "16", "-n", "16", "-r", "1", "-t", "1", "--json"]);
+        a.extend(extra);
+        let out = ok(&a);
         let v: serde_json::Value = serde_json::from_str(&out).expect("one JSON object");
         v["experts"].clone()
     };
+    let bench = |share: &str| bench_with(share, &[]);
     let x = bench("0.3");
     let num = |k: &str| x[k].as_f64().unwrap_or_else(|| panic!("no `{k}` in {x}"));
     assert_eq!(num("tokens"), 16.0, "{x}");
@@ -121,6 +110,10 @@ fn a_bundle_of_experts_runs_as_the_model_and_bench_reports_its_experts() {
         num("mib_read_per_token") >= num("min_mib_read_per_token"),
         "no cache reads less than the optimal one: {x}"
     );
+    // Expert reads in flight: more than one by default here, at most `--io-depth`'s when given.
+    let peak = |x: &serde_json::Value| x["peak_reads_in_flight"].as_u64().unwrap();
+    assert!(peak(&x) > 1, "{x}");
+    assert_eq!(peak(&bench_with("0.3", &["--io-depth", "1"])), 1);
     // The whole FFN cached: every lookup a hit, nothing read.
     let x = bench("1");
     assert_eq!(x["hit_rate"].as_f64(), Some(1.0), "{x}");
