@@ -6,10 +6,12 @@
 //! allows; the program joins it before `exec` (a `sh` wrapper writes its pid to `cgroup.procs`). After
 //! the run: the program's decode tok/s (llama-bench's `-o json` tg entry, `sparrow bench --json`'s
 //! `tg_tok_s`) and, with `-p N`, its prompt tok/s (the pp entry, `pp_tok_s`; the time to first token
-//! of an `N`-token prompt is `N` over it), its peak RSS (`wait4`'s `ru_maxrss`), the cgroup's peak usage (`memory.max_usage_in_bytes`
-//! / `memory.peak`) and OOM kills (`memory.oom_control` / `memory.events`). llama.cpp runs twice per
-//! round when its build can turn weight repacking off (`--repack 0`): its default (which repacks Q4_0
-//! into anonymous memory; `--no-default` skips it) and its best configuration under a cap (repack off). The ratios are
+//! of an `N`-token prompt is `N` over it), its peak RSS (`wait4`'s `ru_maxrss`), its disk reads
+//! (`ru_inblock`: page faults of the mapped file and direct reads alike; per decoded token with
+//! `-p 0`), the cgroup's peak usage (`memory.max_usage_in_bytes` / `memory.peak`) and OOM kills
+//! (`memory.oom_control` / `memory.events`). llama.cpp runs twice per round when its build can turn
+//! weight repacking off (`--repack 0`): its default (which repacks Q4_0 into anonymous memory;
+//! `--no-default` skips it) and its best configuration under a cap (repack off). The ratios are
 //! Sparrow's decode (and prompt) speed over each llama.cpp configuration's, per round and as medians.
 //!
 //! llama.cpp is built as docs/BENCHMARKS.md says, from the source vendored in the PyPI sdist
@@ -222,6 +224,9 @@ struct Outcome {
     ok: bool,
     status: String,
     peak_rss: u64,
+    /// Bytes the program's threads read from the disk (`wait4`'s `ru_inblock`, 512-byte blocks):
+    /// page faults of a mapped file and direct reads alike, the whole run (load and warm-up too).
+    disk_read: u64,
     cgroup_peak: Option<u64>,
     oom_kills: u64,
 }
@@ -255,7 +260,7 @@ fn run_capped(program: &Path, args: &[String], cap: u64, n: usize, log: &Path) -
     if let Some(mut out) = child.stdout.take() {
         out.read_to_string(&mut stdout).ok();
     }
-    let (status, peak_rss) = super::sys::wait_with_rusage(child.id())?;
+    let (status, peak_rss, disk_read) = super::sys::wait_with_rusage(child.id())?;
     let ok = libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0;
     let status = if libc::WIFSIGNALED(status) {
         format!("killed by signal {}", libc::WTERMSIG(status))
@@ -267,6 +272,7 @@ fn run_capped(program: &Path, args: &[String], cap: u64, n: usize, log: &Path) -
         ok,
         status,
         peak_rss,
+        disk_read,
         cgroup_peak: cg.peak(),
         oom_kills: cg.oom_kills(),
     })
@@ -367,16 +373,18 @@ pub fn run(root: &Path, args: &[String]) -> Result<()> {
     let mut runs: Vec<Vec<Speeds>> = vec![Vec::new(); programs.len()];
     let mut n = 0;
     println!(
-        "| round | program | tg tok/s |{} peak RSS MiB | cgroup peak MiB | OOM kills | status |",
+        "| round | program | tg tok/s |{} disk read MiB (whole run){} | peak RSS MiB | cgroup peak MiB | OOM kills | status |",
         if prompt {
             format!(" pp{0} tok/s | time to first token (pp{0}) s |", o.n_prompt)
         } else {
             String::new()
-        }
+        },
+        if prompt { "" } else { " | per decoded token" }
     );
     println!(
-        "|---|---|---|{}---|---|---|---|",
-        if prompt { "---|---|" } else { "" }
+        "|---|---|---|{}---|---|---|---|---|{}",
+        if prompt { "---|---|" } else { "" },
+        if prompt { "" } else { "---|" }
     );
     let fmt = |v: Option<f64>| v.map_or("-".into(), |t| format!("{t:.2}"));
     for round in 1..=o.rounds {
@@ -399,8 +407,16 @@ pub fn run(root: &Path, args: &[String]) -> Result<()> {
             } else {
                 String::new()
             };
+            let mib = r.disk_read as f64 / 1048576.0;
+            // Without a prompt the run decodes only: its reads over its tokens (load and warm-up
+            // included, so an upper bound for both programs).
+            let per_token = if prompt {
+                String::new()
+            } else {
+                format!(" | {:.1}", mib / o.n_gen.max(1) as f64)
+            };
             println!(
-                "| {round} | {name} | {} |{pp} {:.0} | {} | {} | {}{} |",
+                "| {round} | {name} | {} |{pp} {mib:.0}{per_token} | {:.0} | {} | {} | {}{} |",
                 fmt(sp.tg),
                 r.peak_rss as f64 / 1048576.0,
                 r.cgroup_peak

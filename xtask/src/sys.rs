@@ -3,8 +3,9 @@
 
 use anyhow::{Context, Result};
 
-/// Waits for child `pid`; returns its wait status and peak RSS in bytes.
-pub fn wait_with_rusage(pid: u32) -> Result<(libc::c_int, u64)> {
+/// Waits for child `pid`; returns its wait status, peak RSS in bytes and the bytes it read from the
+/// disk (`ru_inblock`).
+pub fn wait_with_rusage(pid: u32) -> Result<(libc::c_int, u64, u64)> {
     let mut status = 0;
     // SAFETY: an all-zero rusage is a valid value of this plain C struct.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
@@ -12,7 +13,11 @@ pub fn wait_with_rusage(pid: u32) -> Result<(libc::c_int, u64)> {
         // SAFETY: `pid` is our unreaped child; `status` and `usage` are valid for wait4 to fill.
         let r = unsafe { libc::wait4(pid as libc::pid_t, &mut status, 0, &mut usage) };
         if r == pid as libc::pid_t {
-            return Ok((status, usage.ru_maxrss.max(0) as u64 * 1024));
+            return Ok((
+                status,
+                usage.ru_maxrss.max(0) as u64 * 1024,
+                usage.ru_inblock.max(0) as u64 * 512,
+            ));
         }
         let e = std::io::Error::last_os_error();
         if e.kind() != std::io::ErrorKind::Interrupted {
