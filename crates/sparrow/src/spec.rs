@@ -1,11 +1,11 @@
-//! The draft sources of speculative decoding as `run` and `bench` take them: `--lookup N`,
+//! The draft sources of speculative decoding as `run`, `bench` and `serve` take them: `--lookup N`,
 //! `--self-draft[=N]`, `--draft MODEL` (with `--draft-max N`).
 
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::Args;
-use engine::{DraftSource, Engine, Lookup, ModelDraft, ModelFile, SelfDraft};
+use engine::{Engine, ModelFile};
 
 /// Flags choosing a draft source (at most one).
 #[derive(Args, Clone, Debug, Default)]
@@ -36,53 +36,19 @@ impl SpecArgs {
 }
 
 /// A draft source chosen by the flags, with its most drafted tokens.
-#[derive(Clone, Copy)]
-pub enum Drafting<'e, 'a> {
-    /// `--lookup N`.
-    Lookup(usize),
-    /// `--self-draft N`.
-    SelfDraft(usize),
-    /// `--draft MODEL --draft-max N`.
-    Model(&'e Engine<'a>, usize),
-}
+pub use engine::Drafting;
 
-impl<'e, 'a> Drafting<'e, 'a> {
-    /// The drafting `lookup` and `s` ask for, `draft` the engine of `s.draft` (if given).
-    pub fn of(lookup: Option<usize>, s: &SpecArgs, draft: Option<&'e Engine<'a>>) -> Option<Self> {
-        if let Some(n) = lookup {
-            return Some(Drafting::Lookup(n));
-        }
-        if let Some(n) = s.self_draft {
-            return Some(Drafting::SelfDraft(n));
-        }
-        draft.map(|d| Drafting::Model(d, s.draft_max))
+/// The drafting `lookup` and `s` ask for, `draft` the engine of `s.draft` (if given).
+pub fn drafting<'e, 'a>(
+    lookup: Option<usize>,
+    s: &SpecArgs,
+    draft: Option<&'e Engine<'a>>,
+) -> Option<Drafting<'e, 'a>> {
+    if let Some(n) = lookup {
+        return Some(Drafting::Lookup(n));
     }
-
-    /// Most tokens drafted per step.
-    pub fn max_draft(&self) -> usize {
-        match *self {
-            Drafting::Lookup(n) | Drafting::SelfDraft(n) | Drafting::Model(_, n) => n,
-        }
+    if let Some(n) = s.self_draft {
+        return Some(Drafting::SelfDraft(n));
     }
-
-    /// A new draft source for a generation of `eng`.
-    pub fn source<'s>(&self, eng: &'s Engine<'_>) -> engine::Result<Box<dyn DraftSource + 's>>
-    where
-        'e: 's,
-    {
-        Ok(match *self {
-            Drafting::Lookup(_) => Box::new(Lookup::default()),
-            Drafting::SelfDraft(_) => Box::new(SelfDraft::new(eng)?),
-            Drafting::Model(d, _) => Box::new(ModelDraft::new(eng, d)?),
-        })
-    }
-
-    /// The flag's name, for reports.
-    pub fn name(&self) -> &'static str {
-        match self {
-            Drafting::Lookup(_) => "lookup",
-            Drafting::SelfDraft(_) => "self-draft",
-            Drafting::Model(..) => "draft",
-        }
-    }
+    draft.map(|d| Drafting::Model(d, s.draft_max))
 }

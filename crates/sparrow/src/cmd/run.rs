@@ -87,7 +87,7 @@ pub fn run(a: RunArgs) -> Result<()> {
         .as_ref()
         .map(|f| Engine::new(f, eng.options().clone()))
         .transpose()?;
-    let drafting = Drafting::of(a.lookup, &a.spec, draft_eng.as_ref());
+    let drafting = crate::spec::drafting(a.lookup, &a.spec, draft_eng.as_ref());
     let load_s = t0.elapsed().as_secs_f64();
     let req = GenerateRequest {
         max_tokens: a.n_predict,
