@@ -268,6 +268,18 @@ impl<'e, 'a> Drafting<'e, 'a> {
         })
     }
 
+    /// The drafting `plan` chose (`None`: off, or a plan of an older build, which chose nothing).
+    pub fn planned(plan: &planner::Plan) -> Option<Self> {
+        let c = plan.speculation.as_ref()?;
+        let n = c.max_draft as usize;
+        match c.source {
+            _ if n == 0 => None,
+            planner::SpecSource::Off => None,
+            planner::SpecSource::Lookup => Some(Drafting::Lookup(n)),
+            planner::SpecSource::SelfDraft => Some(Drafting::SelfDraft(n)),
+        }
+    }
+
     /// The flag's name, for reports.
     pub fn name(&self) -> &'static str {
         match self {

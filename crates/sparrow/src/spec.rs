@@ -23,6 +23,11 @@ pub struct SpecArgs {
     /// With --draft: most tokens drafted per verification step.
     #[arg(long, value_name = "N", default_value_t = 4, value_parser = crate::parse::lookup, requires = "draft")]
     pub draft_max: usize,
+    /// Do not speculate where the plan (--plan, or the one made for --memory-budget) chose to
+    /// (`run` and `serve` draft as the plan says when no flag of speculation is given; `bench`
+    /// never does).
+    #[arg(long, conflicts_with_all = ["lookup", "self_draft", "draft"])]
+    pub no_speculation: bool,
 }
 
 impl SpecArgs {
@@ -51,4 +56,26 @@ pub fn drafting<'e, 'a>(
         return Some(Drafting::SelfDraft(n));
     }
     draft.map(|d| Drafting::Model(d, s.draft_max))
+}
+
+/// [`drafting`], else the plan's choice (unless `--no-speculation`), where it can work with `eng`
+/// (a self-draft needs a neuron store; otherwise the plan's choice is dropped with a note).
+pub fn drafting_or_planned<'e, 'a>(
+    lookup: Option<usize>,
+    s: &SpecArgs,
+    draft: Option<&'e Engine<'a>>,
+    plan: Option<&engine::Plan>,
+    eng: &Engine<'_>,
+) -> Option<Drafting<'e, 'a>> {
+    if let Some(d) = drafting(lookup, s, draft) {
+        return Some(d);
+    }
+    let d = Drafting::planned(plan?).filter(|_| !s.no_speculation)?;
+    match d.source(eng) {
+        Ok(_) => Some(d),
+        Err(e) => {
+            eprintln!("note: not speculating as the plan chose: {e}");
+            None
+        }
+    }
 }
