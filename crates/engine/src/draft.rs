@@ -218,3 +218,74 @@ pub fn same_vocabulary(target: &Engine<'_>, draft: &Engine<'_>) -> Result<()> {
     }
     Ok(())
 }
+
+/// A draft source chosen once (by flags, a server's options or a plan) and made anew for each
+/// generation ([`Drafting::source`]), with its most drafted tokens per verification step.
+#[derive(Clone, Copy)]
+pub enum Drafting<'e, 'a> {
+    /// Prompt lookup ([`crate::Lookup`]), up to N drafted tokens: `--lookup N`.
+    Lookup(usize),
+    /// The model from memory only ([`SelfDraft`]): `--self-draft N`.
+    SelfDraft(usize),
+    /// A second model ([`ModelDraft`]): `--draft MODEL --draft-max N`.
+    Model(&'e Engine<'a>, usize),
+}
+
+impl std::fmt::Debug for Drafting<'_, '_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}({})", self.name(), self.max_draft())
+    }
+}
+
+impl<'e, 'a> Drafting<'e, 'a> {
+    /// Most tokens drafted per step.
+    pub fn max_draft(&self) -> usize {
+        match *self {
+            Drafting::Lookup(n) | Drafting::SelfDraft(n) | Drafting::Model(_, n) => n,
+        }
+    }
+
+    /// The same source with at most `n` drafted tokens per step.
+    pub fn limited(self, n: usize) -> Self {
+        let n = n.min(self.max_draft());
+        match self {
+            Drafting::Lookup(_) => Drafting::Lookup(n),
+            Drafting::SelfDraft(_) => Drafting::SelfDraft(n),
+            Drafting::Model(d, _) => Drafting::Model(d, n),
+        }
+    }
+
+    /// A new draft source for a generation of `eng`; the refusals of [`SelfDraft::new`] and
+    /// [`ModelDraft::new`] (so calling it once at start checks that the source can work).
+    pub fn source<'s>(&self, eng: &'s Engine<'_>) -> Result<Box<dyn DraftSource + 's>>
+    where
+        'e: 's,
+    {
+        Ok(match *self {
+            Drafting::Lookup(_) => Box::new(crate::Lookup::default()),
+            Drafting::SelfDraft(_) => Box::new(SelfDraft::new(eng)?),
+            Drafting::Model(d, _) => Box::new(ModelDraft::new(eng, d)?),
+        })
+    }
+
+    /// The drafting `plan` chose (`None`: off, or a plan of an older build, which chose nothing).
+    pub fn planned(plan: &planner::Plan) -> Option<Self> {
+        let c = plan.speculation.as_ref()?;
+        let n = c.max_draft as usize;
+        match c.source {
+            _ if n == 0 => None,
+            planner::SpecSource::Off => None,
+            planner::SpecSource::Lookup => Some(Drafting::Lookup(n)),
+            planner::SpecSource::SelfDraft => Some(Drafting::SelfDraft(n)),
+        }
+    }
+
+    /// The flag's name, for reports.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Drafting::Lookup(_) => "lookup",
+            Drafting::SelfDraft(_) => "self-draft",
+            Drafting::Model(..) => "draft",
+        }
+    }
+}

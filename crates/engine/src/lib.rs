@@ -184,7 +184,7 @@ pub use best_of::{BestOf, Candidate};
 pub use builder::{EngineBuilder, Level, Loaded, Plan, Solver};
 pub use bundle::{ModelBundle, SparsePlan, SparseSidecars};
 pub use calibrate::{calibrate, device_fingerprint, measure_accel, CalibrateOptions};
-pub use draft::{same_vocabulary, ModelDraft, SelfDraft};
+pub use draft::{same_vocabulary, Drafting, ModelDraft, SelfDraft};
 pub use error::{EngineError, Result};
 pub use generate::{load_tokenizer, Engine, EngineOptions};
 pub use kernels_neon::{set_chunk_rows, KvFormat, Precision, WeightFormat};

@@ -10,7 +10,8 @@
 //! sparse per layer (in memory; over a store every layer alike), how many of each layer's hottest
 //! neurons stay in memory, and which tensors outside the FFN stay in memory (OATO: by time saved per
 //! byte). Per further batch size (2, 4, 8) the plan also says whether batch size 1's sparse layers
-//! stay sparse or every layer runs dense, with the same memory placement and threads. Where the
+//! stay sparse or every layer runs dense, with the same memory placement and threads; from those
+//! steps' costs, whether and how far to speculate ([`speculation`]). Where the
 //! constraints name an accelerator, the plan also splits each layer between it and the CPU per
 //! batch size ([`hybrid`]: hybrid decode's hot neurons).
 //!
@@ -54,6 +55,7 @@ mod model;
 mod plan;
 mod prompt;
 mod solve;
+pub mod speculation;
 pub mod tables;
 #[cfg(feature = "z3")]
 mod z3solve;
@@ -73,6 +75,7 @@ pub use model::{
 pub use plan::{make_plan, Plan, Predicted, Solver, PLAN_KIND, PLAN_VERSION};
 pub use prompt::{prompt_cost, PromptCost};
 pub use solve::{brute_force, search, Choice, Cost};
+pub use speculation::{SpecChoice, SpecSource};
 pub use tables::{Constraints, Tables};
 #[cfg(feature = "z3")]
 pub use z3solve::solve_z3;

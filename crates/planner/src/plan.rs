@@ -15,6 +15,7 @@ use crate::hybrid_store::{hybrid_split_over_store, StoreMemory};
 use crate::model::{step_neurons, ModelSummary};
 use crate::prompt::{prompt_cost, PromptCost};
 use crate::solve::{Choice, Cost};
+use crate::speculation::{self, SpecChoice};
 use crate::tables::{Constraints, Tables};
 
 /// Kind word of a plan file's header.
@@ -99,6 +100,10 @@ pub struct Plan {
     /// then counts experts and `ffn_cache_bytes` is the caches' sum.
     #[serde(default)]
     pub experts: Option<ExpertPlan>,
+    /// Speculative decoding, chosen from the steps' costs ([`crate::speculation`]); the engine
+    /// drafts so when no flag says otherwise (`None`: plans of older builds, no speculation).
+    #[serde(default)]
+    pub speculation: Option<SpecChoice>,
 }
 
 fn predicted(t: &Tables, batch: u32, c: &Choice, cost: &Cost) -> Predicted {
@@ -177,6 +182,7 @@ pub fn make_plan(
         .map(|(l, &n)| n as u64 * l.neuron_bytes)
         .sum();
     let experts = ExpertPlan::of(model, &choice.steps);
+    let speculation = plan_speculation(model, &preds, ffn_cache_bytes, experts.is_some());
     Ok(Plan {
         model: model.name.clone(),
         model_fingerprint: model.fingerprint,
@@ -221,7 +227,29 @@ pub fn make_plan(
             None => plan_hybrid(device, model, c, &t1, (&choice, &cost), ffn_cache_bytes)?,
         },
         experts,
+        speculation: Some(speculation),
     })
+}
+
+/// The plan's speculation: prompt lookup always a candidate, a self-draft over a neuron store of
+/// neurons (not experts) with some of it cached; acceptance rates the defaults.
+fn plan_speculation(
+    model: &ModelSummary,
+    preds: &[Predicted],
+    ffn_cache_bytes: u64,
+    experts: bool,
+) -> SpecChoice {
+    let mut candidates = vec![speculation::lookup(None)];
+    let ffn_bytes: u64 = model
+        .layers
+        .iter()
+        .map(|l| l.neurons as u64 * l.neuron_bytes)
+        .sum();
+    if model.offloaded && !experts && ffn_cache_bytes > 0 && ffn_bytes > ffn_cache_bytes {
+        let share = ffn_cache_bytes as f64 / ffn_bytes as f64;
+        candidates.push(speculation::self_draft(&preds[0], share, None));
+    }
+    speculation::choose(preds, &candidates)
 }
 
 /// Per batch size after the first, with batch size 1's placement and threads: its predicted figures
@@ -461,6 +489,9 @@ impl Plan {
                 h.sparse_ns[0] as f64 * 1e-6,
                 h.tok_s().unwrap_or(0.0)
             );
+        }
+        if let Some(c) = &self.speculation {
+            let _ = writeln!(s, "  {}", c.describe());
         }
         for q in &self.predicted[1..] {
             let _ = writeln!(

@@ -29,6 +29,49 @@ struct Common {
     stream_options: Option<StreamOptions>,
     /// llama-server's extension: keep generating past end-of-sequence tokens.
     ignore_eos: Option<bool>,
+    /// Speculative decoding for this request (a server started with a draft source):
+    /// `false` off, `true` as started, `{"n_max": N}` at most N drafted tokens a step (0: off).
+    speculative: Option<Speculative>,
+    /// llama-server's name for `speculative: {"n_max": N}`.
+    #[serde(rename = "speculative.n_max")]
+    speculative_n_max: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum Speculative {
+    On(bool),
+    Limits { n_max: Option<u64> },
+}
+
+/// Most drafted tokens a request may ask for (as `--lookup N` and `--draft-max N` take).
+pub(crate) const MAX_SPECULATIVE: u64 = 64;
+
+/// A request's speculation: `None` as the server was started, `Some(0)` off, `Some(n)` at most `n`
+/// drafted tokens a step.
+fn speculative(c: &Common) -> Result<Option<usize>, ApiError> {
+    let n = match (&c.speculative, c.speculative_n_max) {
+        (Some(_), Some(_)) => {
+            return Err(ApiError::bad_param(
+                "speculative",
+                "give speculative or speculative.n_max, not both",
+            ))
+        }
+        (None, None) | (Some(Speculative::On(true)), _) => return Ok(None),
+        (Some(Speculative::On(false)), _) => 0,
+        (Some(Speculative::Limits { n_max }), _) => match n_max {
+            None => return Ok(None),
+            Some(n) => *n,
+        },
+        (None, Some(n)) => n,
+    };
+    if n > MAX_SPECULATIVE {
+        return Err(ApiError::bad_param(
+            "speculative",
+            format!("speculative n_max must be between 0 (off) and {MAX_SPECULATIVE}"),
+        ));
+    }
+    Ok(Some(n as usize))
 }
 
 #[derive(Debug, Deserialize)]
@@ -96,6 +139,9 @@ pub(crate) struct Plan {
     pub(crate) n: usize,
     pub(crate) stream: bool,
     pub(crate) include_usage: bool,
+    /// Speculative decoding: `None` as the server was started, `Some(0)` off, `Some(n)` at most
+    /// `n` drafted tokens a step.
+    pub(crate) speculative: Option<usize>,
 }
 
 /// What a request is checked against.
@@ -199,6 +245,7 @@ pub(crate) fn plan(kind: Kind, body: &[u8], lim: &Limits<'_>) -> Result<Plan, Ap
             format!("n must be between 1 and {}", lim.max_n),
         ));
     }
+    let speculative = speculative(&common)?;
     let stop_strings = match common.stop {
         None => Vec::new(),
         Some(Stop::One(s)) => vec![s],
@@ -237,6 +284,7 @@ pub(crate) fn plan(kind: Kind, body: &[u8], lim: &Limits<'_>) -> Result<Plan, Ap
         n: n as usize,
         stream,
         include_usage,
+        speculative,
     })
 }
 
@@ -409,6 +457,24 @@ mod tests {
     }
 
     #[test]
+    fn the_speculative_field_turns_speculation_off_or_limits_it() {
+        let tok = tokenizer();
+        let spec = |extra: &str| {
+            let body = format!(r#"{{"prompt": "a"{extra}}}"#);
+            plan(Kind::Completion, body.as_bytes(), &lim(&tok))
+                .unwrap()
+                .speculative
+        };
+        assert_eq!(spec(""), None);
+        assert_eq!(spec(r#", "speculative": true"#), None);
+        assert_eq!(spec(r#", "speculative": {}"#), None);
+        assert_eq!(spec(r#", "speculative": false"#), Some(0));
+        assert_eq!(spec(r#", "speculative": {"n_max": 3}"#), Some(3));
+        assert_eq!(spec(r#", "speculative": {"n_max": 0}"#), Some(0));
+        assert_eq!(spec(r#", "speculative.n_max": 2"#), Some(2));
+    }
+
+    #[test]
     fn special_token_text_in_a_message_stays_text() {
         let tok = tokenizer();
         let im_end = tok
@@ -453,6 +519,15 @@ mod tests {
             (r#"{"prompt": "a", "top_p": 1.5}"#, "top_p"),
             (r#"{"prompt": "a", "temperature": -1}"#, "temperature"),
             (r#"{"prompt": ["a", "b"]}"#, "prompt"),
+            (
+                r#"{"prompt": "a", "speculative": {"n_max": 65}}"#,
+                "speculative",
+            ),
+            (r#"{"prompt": "a", "speculative.n_max": 99}"#, "speculative"),
+            (
+                r#"{"prompt": "a", "speculative": true, "speculative.n_max": 2}"#,
+                "speculative",
+            ),
         ] {
             assert_eq!(err(Kind::Completion, body).param, Some(param), "{body}");
         }

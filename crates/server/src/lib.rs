@@ -57,7 +57,7 @@ mod worker;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use engine::Engine;
+use engine::{Drafting, Engine};
 
 pub use api::check_request;
 pub use api_error::ApiError;
@@ -73,6 +73,40 @@ pub fn serve(
     opts: ServeOptions,
     on_listen: impl FnOnce(SocketAddr),
 ) -> Result<(), ServerError> {
+    serve_with(engine, None, opts, on_listen)
+}
+
+/// [`serve`] with speculative decoding: every request of one choice (`n` = 1) that does not turn
+/// it off (its `speculative` field, [`check_request`]) drafts with `drafting` and verifies the
+/// drafts in one step ([`Engine::generate_speculative`]: greedy output unchanged, sampled output of
+/// the same distribution); statistics in `/metrics`. A source that cannot work with `engine` (a
+/// self-draft of a model all in memory, a draft model of another vocabulary) or that drafts no
+/// token is refused before anything listens.
+pub fn serve_speculative(
+    engine: &Engine<'_>,
+    drafting: Drafting<'_, '_>,
+    opts: ServeOptions,
+    on_listen: impl FnOnce(SocketAddr),
+) -> Result<(), ServerError> {
+    serve_with(engine, Some(drafting), opts, on_listen)
+}
+
+fn serve_with(
+    engine: &Engine<'_>,
+    drafting: Option<Drafting<'_, '_>>,
+    opts: ServeOptions,
+    on_listen: impl FnOnce(SocketAddr),
+) -> Result<(), ServerError> {
+    if let Some(d) = drafting {
+        if d.max_draft() == 0 {
+            return Err(ServerError::Options(format!(
+                "--{} needs at least one drafted token",
+                d.name()
+            )));
+        }
+        d.source(engine)
+            .map_err(|e| ServerError::Options(e.to_string()))?;
+    }
     if opts.max_queue == 0
         || opts.max_body_bytes == 0
         || opts.max_n == 0
@@ -95,15 +129,9 @@ pub fn serve(
             smallest.div_ceil(1024)
         )));
     }
-    if opts.lookup == Some(0) {
-        return Err(ServerError::Options(
-            "--lookup needs at least one drafted token".into(),
-        ));
-    }
     if opts.api_key.as_deref().is_some_and(str::is_empty) {
         return Err(ServerError::Options("the API key is empty".into()));
     }
-    let lookup = opts.lookup;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("sparrow-http")
@@ -152,5 +180,5 @@ pub fn serve(
     // Accept errors are waited out, so the loop and the engine's run last as long as the process.
     let _accepting = rt.spawn(accept::serve(listener, app, limits));
     on_listen(addr);
-    worker::run(engine, &jobs, &metrics, lookup)
+    worker::run(engine, &jobs, &metrics, drafting)
 }

@@ -30,7 +30,8 @@ pub struct Metrics {
     /// Decode steps and their nanoseconds.
     pub(crate) decode_tokens: AtomicU64,
     pub(crate) decode_nanos: AtomicU64,
-    /// Speculative decoding (`--lookup`): verification steps, tokens drafted, drafted tokens kept,
+    /// Speculative decoding (`--lookup`, `--self-draft`, `--draft`): verification steps, tokens
+    /// drafted, drafted tokens kept,
     /// tokens the steps kept in all.
     pub(crate) spec_steps: AtomicU64,
     pub(crate) spec_drafted: AtomicU64,
@@ -56,7 +57,7 @@ fn bump<K: Ord>(m: &Mutex<BTreeMap<K, u64>>, k: K) {
 }
 
 impl Metrics {
-    /// The speculative-decoding metrics (`--lookup`), appended to `s` once a request has used it.
+    /// The speculative-decoding metrics, appended to `s` once a request has used it.
     fn render_spec(&self, s: &mut String) {
         let g = |a: &AtomicU64| a.load(Relaxed);
         let steps = g(&self.spec_steps);
@@ -68,13 +69,13 @@ impl Metrics {
             (
                 "sparrow_speculative_steps_total",
                 "counter",
-                "Verification steps of speculative decoding (--lookup).",
+                "Verification steps of speculative decoding.",
                 steps as f64,
             ),
             (
                 "sparrow_speculative_drafted_tokens_total",
                 "counter",
-                "Tokens drafted by prompt lookup and verified.",
+                "Tokens drafted (by lookup, self-draft or a draft model) and verified.",
                 g(&self.spec_drafted) as f64,
             ),
             (

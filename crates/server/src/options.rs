@@ -35,11 +35,6 @@ pub struct ServeOptions {
     /// Bytes that admitted requests (read, tokenized or queued, not yet finished) may hold
     /// together, as estimated from their bodies' lengths; a request that does not fit gets 429.
     pub queue_memory: u64,
-    /// Speculative decoding by prompt lookup for every request of one choice (`n == 1`): up to this
-    /// many drafted tokens per verification step ([`engine::Engine::generate_speculative`]; greedy
-    /// output unchanged, sampled output of the same distribution). `None`: off. The engine must
-    /// run its model dense in memory (else `serve` refuses to start).
-    pub lookup: Option<usize>,
 }
 
 impl Default for ServeOptions {
@@ -57,7 +52,6 @@ impl Default for ServeOptions {
             max_connections: 64,
             header_timeout: Duration::from_secs(10),
             queue_memory: 32 << 20,
-            lookup: None,
         }
     }
 }

@@ -7,7 +7,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Instant;
 
-use engine::{Engine, Flow, Lookup, SpecOptions, SpecStats, StopReason};
+use engine::{Drafting, Engine, Flow, SpecOptions, SpecStats, StopReason};
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::admission::Ticket;
@@ -38,6 +38,7 @@ impl Job {
                 n: 1,
                 stream: false,
                 include_usage: false,
+                speculative: None,
             },
             events,
             deadline: Instant::now(),
@@ -114,13 +115,13 @@ pub(crate) fn run(
     eng: &Engine<'_>,
     jobs: &JobQueue,
     metrics: &Metrics,
-    lookup: Option<usize>,
+    drafting: Option<Drafting<'_, '_>>,
 ) -> ! {
     loop {
         let mut job = jobs.pop();
         job.ticket.leave_queue();
         metrics.busy.store(1, Relaxed);
-        run_job(eng, job, metrics, lookup);
+        run_job(eng, job, metrics, drafting);
         metrics.busy.store(0, Relaxed);
         if let Some(o) = eng.sparse().and_then(|s| s.offload()) {
             let s = o.stats();
@@ -134,7 +135,17 @@ pub(crate) fn run(
     }
 }
 
-fn run_job(eng: &Engine<'_>, job: Job, metrics: &Metrics, lookup: Option<usize>) {
+/// The drafting a request gets: the server's, limited or turned off by the request's `speculative`.
+fn drafting_for<'e, 'a>(
+    server: Option<Drafting<'e, 'a>>,
+    asked: Option<usize>,
+) -> Option<Drafting<'e, 'a>> {
+    let d = server?;
+    let d = asked.map_or(d, |n| d.limited(n));
+    (d.max_draft() > 0).then_some(d)
+}
+
+fn run_job(eng: &Engine<'_>, job: Job, metrics: &Metrics, drafting: Option<Drafting<'_, '_>>) {
     let Job {
         plan,
         events,
@@ -149,6 +160,7 @@ fn run_job(eng: &Engine<'_>, job: Job, metrics: &Metrics, lookup: Option<usize>)
     if plan.n > 1 {
         return run_batch(eng, &plan, &events, deadline, timeout_s, metrics);
     }
+    let drafting = drafting_for(drafting, plan.speculative);
     for index in 0..plan.n {
         if Instant::now() >= deadline {
             metrics.timed_out.fetch_add(1, Relaxed);
@@ -170,17 +182,15 @@ fn run_job(eng: &Engine<'_>, job: Job, metrics: &Metrics, lookup: Option<usize>)
                     Err(_) => Flow::Stop, // the client went away
                 }
             };
-            match lookup {
+            match drafting {
                 None => eng.generate(&plan.ids, &req, on_text),
-                Some(n) => {
-                    let opts = SpecOptions { max_draft: n };
-                    let s = eng.generate_speculative(
-                        &plan.ids,
-                        &req,
-                        &mut Lookup::default(),
-                        opts,
-                        on_text,
-                    )?;
+                Some(d) => {
+                    let opts = SpecOptions {
+                        max_draft: d.max_draft(),
+                    };
+                    let mut source = d.source(eng)?;
+                    let s =
+                        eng.generate_speculative(&plan.ids, &req, source.as_mut(), opts, on_text)?;
                     record_spec(metrics, &s.stats);
                     Ok(s.generation)
                 }

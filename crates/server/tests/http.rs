@@ -387,37 +387,3 @@ fn connections_past_the_limit_are_refused_at_once_and_slots_come_back() {
     }
     drop(silent);
 }
-
-#[test]
-fn lookup_serves_the_same_greedy_text_and_counts_its_steps_in_metrics() {
-    let plain = start(opts());
-    let spec = start(ServeOptions {
-        lookup: Some(4),
-        ..opts()
-    });
-    // A prompt that repeats itself, so that lookup drafts; greedy.
-    let body = r#"{"prompt": "abcabcabcabcabcabcabc", "max_tokens": 24, "ignore_eos": true, "temperature": 0}"#;
-    let text = |addr| {
-        let (st, b) = call(addr, "POST", "/v1/completions", &[JSON], body);
-        assert_eq!(st, 200, "{b}");
-        let v: Value = serde_json::from_str(&b).unwrap();
-        v["choices"][0]["text"].as_str().unwrap().to_string()
-    };
-    assert_eq!(text(spec), text(plain));
-    let (_, m) = call(spec, "GET", "/metrics", &[], "");
-    let value = |name: &str| -> f64 {
-        let line = m
-            .lines()
-            .find(|l| l.starts_with(&format!("{name} ")))
-            .unwrap_or_else(|| panic!("{name} missing from /metrics:\n{m}"));
-        line.rsplit(' ').next().unwrap().parse().unwrap()
-    };
-    assert!(value("sparrow_speculative_steps_total") >= 1.0);
-    assert!(value("sparrow_speculative_drafted_tokens_total") >= 1.0);
-    assert!(value("sparrow_speculative_tokens_per_step") >= 1.0);
-    let (_, m) = call(plain, "GET", "/metrics", &[], "");
-    assert!(
-        !m.contains("sparrow_speculative"),
-        "no speculation, no figures"
-    );
-}

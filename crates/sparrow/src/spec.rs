@@ -1,11 +1,11 @@
-//! The draft sources of speculative decoding as `run` and `bench` take them: `--lookup N`,
+//! The draft sources of speculative decoding as `run`, `bench` and `serve` take them: `--lookup N`,
 //! `--self-draft[=N]`, `--draft MODEL` (with `--draft-max N`).
 
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::Args;
-use engine::{DraftSource, Engine, Lookup, ModelDraft, ModelFile, SelfDraft};
+use engine::{Engine, ModelFile};
 
 /// Flags choosing a draft source (at most one).
 #[derive(Args, Clone, Debug, Default)]
@@ -23,6 +23,11 @@ pub struct SpecArgs {
     /// With --draft: most tokens drafted per verification step.
     #[arg(long, value_name = "N", default_value_t = 4, value_parser = crate::parse::lookup, requires = "draft")]
     pub draft_max: usize,
+    /// Do not speculate where the plan (--plan, or the one made for --memory-budget) chose to
+    /// (`run` and `serve` draft as the plan says when no flag of speculation is given; `bench`
+    /// never does).
+    #[arg(long, conflicts_with_all = ["lookup", "self_draft", "draft"])]
+    pub no_speculation: bool,
 }
 
 impl SpecArgs {
@@ -36,53 +41,41 @@ impl SpecArgs {
 }
 
 /// A draft source chosen by the flags, with its most drafted tokens.
-#[derive(Clone, Copy)]
-pub enum Drafting<'e, 'a> {
-    /// `--lookup N`.
-    Lookup(usize),
-    /// `--self-draft N`.
-    SelfDraft(usize),
-    /// `--draft MODEL --draft-max N`.
-    Model(&'e Engine<'a>, usize),
+pub use engine::Drafting;
+
+/// The drafting `lookup` and `s` ask for, `draft` the engine of `s.draft` (if given).
+pub fn drafting<'e, 'a>(
+    lookup: Option<usize>,
+    s: &SpecArgs,
+    draft: Option<&'e Engine<'a>>,
+) -> Option<Drafting<'e, 'a>> {
+    if let Some(n) = lookup {
+        return Some(Drafting::Lookup(n));
+    }
+    if let Some(n) = s.self_draft {
+        return Some(Drafting::SelfDraft(n));
+    }
+    draft.map(|d| Drafting::Model(d, s.draft_max))
 }
 
-impl<'e, 'a> Drafting<'e, 'a> {
-    /// The drafting `lookup` and `s` ask for, `draft` the engine of `s.draft` (if given).
-    pub fn of(lookup: Option<usize>, s: &SpecArgs, draft: Option<&'e Engine<'a>>) -> Option<Self> {
-        if let Some(n) = lookup {
-            return Some(Drafting::Lookup(n));
-        }
-        if let Some(n) = s.self_draft {
-            return Some(Drafting::SelfDraft(n));
-        }
-        draft.map(|d| Drafting::Model(d, s.draft_max))
+/// [`drafting`], else the plan's choice (unless `--no-speculation`), where it can work with `eng`
+/// (a self-draft needs a neuron store; otherwise the plan's choice is dropped with a note).
+pub fn drafting_or_planned<'e, 'a>(
+    lookup: Option<usize>,
+    s: &SpecArgs,
+    draft: Option<&'e Engine<'a>>,
+    plan: Option<&engine::Plan>,
+    eng: &Engine<'_>,
+) -> Option<Drafting<'e, 'a>> {
+    if let Some(d) = drafting(lookup, s, draft) {
+        return Some(d);
     }
-
-    /// Most tokens drafted per step.
-    pub fn max_draft(&self) -> usize {
-        match *self {
-            Drafting::Lookup(n) | Drafting::SelfDraft(n) | Drafting::Model(_, n) => n,
-        }
-    }
-
-    /// A new draft source for a generation of `eng`.
-    pub fn source<'s>(&self, eng: &'s Engine<'_>) -> engine::Result<Box<dyn DraftSource + 's>>
-    where
-        'e: 's,
-    {
-        Ok(match *self {
-            Drafting::Lookup(_) => Box::new(Lookup::default()),
-            Drafting::SelfDraft(_) => Box::new(SelfDraft::new(eng)?),
-            Drafting::Model(d, _) => Box::new(ModelDraft::new(eng, d)?),
-        })
-    }
-
-    /// The flag's name, for reports.
-    pub fn name(&self) -> &'static str {
-        match self {
-            Drafting::Lookup(_) => "lookup",
-            Drafting::SelfDraft(_) => "self-draft",
-            Drafting::Model(..) => "draft",
+    let d = Drafting::planned(plan?).filter(|_| !s.no_speculation)?;
+    match d.source(eng) {
+        Ok(_) => Some(d),
+        Err(e) => {
+            eprintln!("note: not speculating as the plan chose: {e}");
+            None
         }
     }
 }

@@ -9,3 +9,4 @@ mod files;
 mod hybrid;
 mod hybrid_store;
 mod solve;
+mod speculation;

@@ -161,7 +161,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
         .as_ref()
         .map(|f| Engine::new(f, eng.options().clone()))
         .transpose()?;
-    if let Some(d) = crate::spec::Drafting::of(a.lookup, &a.spec, draft_eng.as_ref()) {
+    if let Some(d) = crate::spec::drafting(a.lookup, &a.spec, draft_eng.as_ref()) {
         return crate::cmd::bench_lookup::run(&a, &eng, d);
     }
     if let Some(n) = a.best_of {

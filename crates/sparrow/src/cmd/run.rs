@@ -87,7 +87,13 @@ pub fn run(a: RunArgs) -> Result<()> {
         .as_ref()
         .map(|f| Engine::new(f, eng.options().clone()))
         .transpose()?;
-    let drafting = Drafting::of(a.lookup, &a.spec, draft_eng.as_ref());
+    let drafting = crate::spec::drafting_or_planned(
+        a.lookup,
+        &a.spec,
+        draft_eng.as_ref(),
+        loaded.plan(),
+        &eng,
+    );
     let load_s = t0.elapsed().as_secs_f64();
     let req = GenerateRequest {
         max_tokens: a.n_predict,

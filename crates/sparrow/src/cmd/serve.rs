@@ -57,10 +57,14 @@ pub struct ServeArgs {
     #[arg(long, default_value = "32M", value_parser = crate::parse::size)]
     pub queue_memory: u64,
     /// Speculative decoding by prompt lookup for every request of one choice (n = 1): up to N
-    /// drafted tokens verified per step, as `run --lookup N`;
-    /// statistics in /metrics.
+    /// drafted tokens verified per step, as `run --lookup N`; a request's `speculative` field
+    /// turns it off or limits it (docs/SERVER.md); statistics in /metrics.
     #[arg(long, value_name = "N", value_parser = crate::parse::lookup)]
     pub lookup: Option<usize>,
+    /// `--self-draft[=N]` and `--draft MODEL --draft-max N` as `run` takes them, for every request
+    /// of one choice that does not turn speculation off.
+    #[command(flatten)]
+    pub spec: crate::spec::SpecArgs,
 }
 
 /// Loads the model and serves it until the process is stopped.
@@ -92,15 +96,30 @@ pub fn run(a: ServeArgs) -> Result<()> {
         max_connections: a.max_connections as usize,
         header_timeout: Duration::from_secs(a.header_timeout),
         queue_memory: a.queue_memory,
-        lookup: a.lookup,
     };
+    let draft_file = a.spec.open_draft()?;
+    let draft_eng = draft_file
+        .as_ref()
+        .map(|f| engine::Engine::new(f, eng.options().clone()))
+        .transpose()?;
+    let drafting = crate::spec::drafting_or_planned(
+        a.lookup,
+        &a.spec,
+        draft_eng.as_ref(),
+        loaded.plan(),
+        &eng,
+    );
     let load_s = t0.elapsed().as_secs_f64();
     let ctx = eng.options().context;
-    server::serve(&eng, opts, |addr| {
+    let on_listen = |addr| {
         eprintln!(
             "sparrow: serving `{model_id}` (context {ctx} tokens, loaded in {load_s:.1} s) on http://{addr}"
         );
-    })?;
+    };
+    match drafting {
+        Some(d) => server::serve_speculative(&eng, d, opts, on_listen)?,
+        None => server::serve(&eng, opts, on_listen)?,
+    }
     Ok(())
 }
 

@@ -668,11 +668,16 @@ fn a_draft_model_and_self_draft_through_the_cli() {
     let s = &spec["speculation"];
     assert!(s["drafted"].as_u64().unwrap() > 0, "{s}");
     assert_eq!(s["accepted"], s["drafted"], "{s}");
-    let out = sparrow(&["run", "-p", "hi", "-n", "2", "--self-draft"]);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success());
-    assert!(
-        err.contains("--self-draft") && err.contains("in memory"),
-        "{err}"
-    );
+    for args in [
+        &["run", "-p", "hi", "-n", "2", "--self-draft"][..],
+        &["serve", "--port", "0", "--self-draft", "2"],
+    ] {
+        let out = sparrow(args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success());
+        assert!(
+            err.contains("--self-draft") && err.contains("in memory"),
+            "{args:?}: {err}"
+        );
+    }
 }

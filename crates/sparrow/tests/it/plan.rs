@@ -139,6 +139,45 @@ fn calibrate_plan_and_apply() {
         "{err}"
     );
 
+    // The plan's speculation is used when no flag says otherwise; --no-speculation turns it off.
+    let mut chosen = planner::Plan::load(&plan).unwrap();
+    assert!(chosen.speculation.is_some(), "a new plan chooses");
+    chosen.speculation = Some(planner::SpecChoice {
+        source: planner::SpecSource::Lookup,
+        max_draft: 3,
+        acceptance: 0.5,
+        measured: false,
+        gain: 1.2,
+    });
+    let spec_plan = dir.join("spec.plan");
+    chosen.save(&spec_plan).unwrap();
+    let sp = spec_plan.to_str().unwrap();
+    let run = |extra: &[&str]| -> serde_json::Value {
+        let mut args = vec![
+            "run",
+            "-m",
+            &model,
+            "--plan",
+            sp,
+            "-p",
+            "abcabcabcabc",
+            "-n",
+            "8",
+            "--json",
+            "--ignore-eos",
+        ];
+        args.extend(extra);
+        serde_json::from_slice(&ok(&args).stdout).unwrap()
+    };
+    let planned = run(&[]);
+    assert_eq!(planned["drafting"], "lookup", "{planned}");
+    assert_eq!(planned["max_draft"], 3, "{planned}");
+    let plain = run(&["--no-speculation"]);
+    assert!(plain["drafting"].is_null(), "{plain}");
+    assert_eq!(planned["generated_ids"], plain["generated_ids"]);
+    let flag = run(&["--lookup", "2"]);
+    assert_eq!(flag["max_draft"], 2, "a flag overrides the plan: {flag}");
+
     // A damaged plan is refused by name, as one line.
     let mut bytes = std::fs::read(&plan).unwrap();
     let n = bytes.len();
