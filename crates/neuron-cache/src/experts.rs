@@ -1,6 +1,6 @@
 //! [`ExpertCache`]: whole MoE experts (one blob each: gate, up and down rows) in memory under one
-//! byte budget split into per-layer shares, evicted by frequency with recency as the tie-break, the
-//! most-routed experts of a calibration run pinned.
+//! byte budget split into per-layer shares, evicted in the order [`Eviction`] names, hot experts of a
+//! calibration run pinned or not.
 //!
 //! The unit here is an expert, not a neuron: an expert is read, cached and evicted whole, and a
 //! layer's experts compete only with each other for the layer's share (so a layer routed to many
