@@ -757,7 +757,7 @@ fn experts_json(x: &engine::ExpertBench) -> serde_json::Value {
 fn experts_line(name: &str, x: &engine::ExpertBench) {
     let c = &x.counters;
     println!(
-        "{name}experts: hit rate {:.1}% ({} of {} needed; {} read ahead by the next layer's router) | {:.2} MiB read per token, {:.2} MiB the least an optimal cache of this size and split reads ({:.2}x; Belady's on this routing, whole experts{}) | waiting for flash {:.0}% of decode time",
+        "{name}experts: hit rate {:.1}% ({} of {} needed; {} read ahead by the next layer's router) | {:.2} MiB read per token, {:.2} MiB the least an optimal cache of this size and split reads ({:.2}x; Belady's on this decode's routing: whole experts, each layer's share, from what the cache held when decode began{}) | waiting for flash {:.0}% of decode time",
         100.0 * c.hit_rate(),
         c.hits,
         c.lookups,
