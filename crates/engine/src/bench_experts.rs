@@ -1,7 +1,10 @@
 //! What `sparrow bench` reports about a bundle of experts: hit rate, bytes read per token, the share
 //! of decode time spent waiting for flash, and the bound those bytes are measured against: the
 //! reads Belady's optimal policy would have done on the same routing trace with the same cache
-//! (each layer's share of the cache, in experts), times the bytes of an expert.
+//! (each layer's share of the cache, in whole experts, as the run splits it; starting from what the
+//! cache held when decode began; an expert asked for may be used and not kept, as the run may do),
+//! times the bytes of an expert. Beside it, the same minimum for one pool of the same bytes shared
+//! by every layer (when every layer's expert has one size): what no split of the cache could beat.
 
 use crate::generate::Engine;
 use offload::{belady_misses, ExpertCounters};
@@ -18,6 +21,9 @@ pub struct ExpertBench {
     /// Bytes per token an optimal (Belady) cache of the same size would have read on the same
     /// routing: the least the routing and the cache size allow.
     pub min_bytes_per_token: f64,
+    /// The same minimum with the cache's bytes one pool for every layer (`None` when the layers'
+    /// experts differ in size): at most `min_bytes_per_token`.
+    pub min_bytes_per_token_one_pool: Option<f64>,
     /// Share of decode time spent waiting for a read.
     pub wait_share: f64,
     /// Each layer's share of the expert cache, bytes ([`offload::ExpertOffload::cache_shares`]).
@@ -59,6 +65,7 @@ pub(crate) fn finish(
 ) -> Option<ExpertBench> {
     let x = e.experts()?;
     let c = x.take_counters();
+    let all = x.take_trace_all();
     let trace = x.take_trace();
     x.set_trace(false);
     let shares = x.cache_shares();
@@ -74,11 +81,33 @@ pub(crate) fn finish(
         })
         .sum();
     let n = tokens.max(1) as f64;
+    let blobs: Vec<usize> = (0..trace.len())
+        .map(|l| ix.blob_bytes(l))
+        .filter(|&b| b > 0)
+        .collect();
+    let one_pool = blobs
+        .first()
+        .filter(|&&b| blobs.iter().all(|&x| x == b))
+        .map(|&blob| {
+            let held: Vec<offload::ExpertId> = initial
+                .iter()
+                .enumerate()
+                .flat_map(|(l, v)| {
+                    v.iter().map(move |&e| offload::ExpertId {
+                        layer: l as u32,
+                        expert: e,
+                    })
+                })
+                .collect();
+            let cap = shares.iter().sum::<usize>() / blob;
+            belady_misses(&all, cap, &held) as f64 * blob as f64 / n
+        });
     Some(ExpertBench {
         counters: c,
         tokens: tokens as u64,
         bytes_per_token: c.bytes_read as f64 / n,
         min_bytes_per_token: min_bytes / n,
+        min_bytes_per_token_one_pool: one_pool,
         wait_share: c.wait_seconds / secs.max(1e-9),
         cache_shares: shares,
     })

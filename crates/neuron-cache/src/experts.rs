@@ -1,6 +1,6 @@
 //! [`ExpertCache`]: whole MoE experts (one blob each: gate, up and down rows) in memory under one
-//! byte budget split into per-layer shares, evicted by frequency with recency as the tie-break, the
-//! most-routed experts of a calibration run pinned.
+//! byte budget split into per-layer shares, evicted in the order [`Eviction`] names, hot experts of a
+//! calibration run pinned or not.
 //!
 //! The unit here is an expert, not a neuron: an expert is read, cached and evicted whole, and a
 //! layer's experts compete only with each other for the layer's share (so a layer routed to many
@@ -13,9 +13,15 @@
 //! halved (old popularity fades). The victim is the resident, unpinned, unused entry that
 //! [`Eviction`] names: by default ([`Eviction::Recency`]) the least recently used (smallest stamp);
 //! with [`Eviction::Frequency`] the smallest `(count, stamp)`, least frequently used and among those
-//! the least recently used. Recency is the default because popularity is what the pinned experts
-//! already hold, while routers pick many of the previous token's experts again, and a frequency
-//! order evicts a just-read expert (count 1) before the next token can reuse it.
+//! the least recently used; with [`Eviction::Predicted`] the smallest score the caller last set for
+//! the layer ([`ExpertCache::set_scores`]: its prediction of how soon each expert is wanted, higher
+//! sooner), ties to the least recently used. Recency is the default because popularity is what the
+//! pinned experts already hold, while routers pick many of the previous token's experts again, and a
+//! frequency order evicts a just-read expert (count 1) before the next token can reuse it.
+//!
+//! Admission ([`ExpertCache::admits`]): under [`Eviction::Predicted`] an expert is worth caching
+//! only when it would evict nothing scored at least as high as itself; the caller then uses it once
+//! and drops it. Under the other orders every expert is admitted.
 
 use std::fmt;
 use std::sync::Arc;
@@ -34,6 +40,8 @@ pub enum Eviction {
     /// The least frequently used (counts halved every [`AGE_EVERY`] lookups), ties to the least
     /// recently used.
     Frequency,
+    /// The lowest score of [`ExpertCache::set_scores`], ties to the least recently used.
+    Predicted,
 }
 
 /// One routed expert of one layer.
@@ -97,6 +105,8 @@ struct Layer<T> {
     used: usize,
     clock: u64,
     slots: Vec<Option<Entry<T>>>,
+    /// [`Eviction::Predicted`]'s scores, one per expert.
+    scores: Vec<f32>,
 }
 
 impl<T> Layer<T> {
@@ -110,16 +120,35 @@ impl<T> Layer<T> {
             .sum()
     }
 
-    fn victim(&self, eviction: Eviction) -> Option<usize> {
+    /// Resident entries that eviction may take, by slot.
+    fn evictable(&self) -> impl Iterator<Item = (usize, &Entry<T>)> {
         self.slots
             .iter()
             .enumerate()
             .filter_map(|(i, s)| s.as_ref().map(|e| (i, e)))
             .filter(|(_, e)| !e.pinned && Arc::strong_count(&e.value) == 1)
-            .min_by_key(|(_, e)| match eviction {
-                Eviction::Recency => (0, e.stamp),
-                Eviction::Frequency => (e.count, e.stamp),
-            })
+    }
+
+    /// Whether slot `a` (`ea`) goes before slot `b` (`eb`) in `eviction`'s order.
+    fn before(
+        &self,
+        eviction: Eviction,
+        (a, ea): (usize, &Entry<T>),
+        (b, eb): (usize, &Entry<T>),
+    ) -> bool {
+        let ord = match eviction {
+            Eviction::Recency => ea.stamp.cmp(&eb.stamp),
+            Eviction::Frequency => (ea.count, ea.stamp).cmp(&(eb.count, eb.stamp)),
+            Eviction::Predicted => self.scores[a]
+                .total_cmp(&self.scores[b])
+                .then(ea.stamp.cmp(&eb.stamp)),
+        };
+        ord.then(a.cmp(&b)).is_lt()
+    }
+
+    fn victim(&self, eviction: Eviction) -> Option<usize> {
+        self.evictable()
+            .reduce(|x, y| if self.before(eviction, y, x) { y } else { x })
             .map(|(i, _)| i)
     }
 }
@@ -145,6 +174,7 @@ impl<T> ExpertCache<T> {
                 used: 0,
                 clock: 0,
                 slots: (0..n).map(|_| None).collect(),
+                scores: vec![0.0; n],
             })
             .collect();
         ExpertCache {
@@ -244,6 +274,49 @@ impl<T> ExpertCache<T> {
             .get(id.layer as usize)?
             .slots
             .get(id.expert as usize)
+    }
+
+    /// Sets layer `layer`'s scores of [`Eviction::Predicted`] (one per expert, higher: wanted
+    /// sooner; values past the layer's experts are ignored, experts past `scores` keep theirs).
+    pub fn set_scores(&mut self, layer: usize, scores: &[f32]) {
+        if let Some(l) = self.layers.get_mut(layer) {
+            let n = l.scores.len().min(scores.len());
+            l.scores[..n].copy_from_slice(&scores[..n]);
+        }
+    }
+
+    /// Whether inserting `id` (`bytes` long) would be worth it: always, unless the order is
+    /// [`Eviction::Predicted`] and making room would evict an expert scored at least as high as
+    /// `id` (or cannot be done). Changes nothing.
+    pub fn admits(&self, id: ExpertId, bytes: usize) -> bool {
+        let Some(l) = self.layers.get(id.layer as usize) else {
+            return false;
+        };
+        if self.eviction != Eviction::Predicted {
+            return true;
+        }
+        let Some(&own) = l.scores.get(id.expert as usize) else {
+            return false;
+        };
+        let mut victims: Vec<(usize, &Entry<T>)> = l.evictable().collect();
+        victims.sort_by(|&x, &y| {
+            if l.before(self.eviction, x, y) {
+                std::cmp::Ordering::Less
+            } else {
+                std::cmp::Ordering::Greater
+            }
+        });
+        let mut used = l.used;
+        for (i, e) in victims {
+            if used.saturating_add(bytes) <= l.share {
+                break;
+            }
+            if l.scores[i] >= own {
+                return false;
+            }
+            used -= e.bytes;
+        }
+        used.saturating_add(bytes) <= l.share
     }
 
     /// Whether `id` is resident (no statistics, no recency).

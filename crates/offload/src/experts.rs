@@ -13,8 +13,11 @@
 //! summed in expert order, exactly as the in-memory block sums them: the step's result does not
 //! depend on arrival order or cache contents, and equals the in-memory path's.
 //!
-//! Hot experts (the most selected of the bundle's routing profile) are read at start-up and pinned,
-//! up to a share of each layer's part of the cache (equal parts, or the plan's per-layer shares).
+//! Hot experts (the most selected of the bundle's routing profile) are read at start-up, up to a
+//! share of each layer's part of the cache (equal parts, or the plan's per-layer shares), pinned or
+//! (the default) as ordinary entries scored by the profile. By default the cache evicts by
+//! prediction (`Eviction::Predicted`, scores from the routers' logits: `expert_scores.rs`) and a
+//! read expert that would evict a higher-scored one is used once and not kept.
 
 use std::collections::{HashSet, VecDeque};
 use std::path::Path;
@@ -27,6 +30,7 @@ use neuron_store::expert::ExpertStore;
 use ufs_io::{AlignedBuf, IoConfig, IoEngine, OpenOptions};
 
 use crate::error::{OffloadError, Result};
+use crate::expert_scores::ExpertScores;
 use transformer::ffn::{FfnExecutor, FfnLayer, FfnScratch, MoeStep};
 use transformer::moe::{route, ExpertFfn, ExpertGroups, Route, RoutingProfile};
 use transformer::ops::{mm_step, StepKind};
@@ -43,10 +47,21 @@ pub struct ExpertOffloadOptions {
     pub hot_share: f64,
     /// Per token, the next layer's experts to queue before it runs: the first this many its
     /// router picks when applied to this layer's input, in decreasing weight (0: no prediction).
-    /// A wrong guess is a read of a whole expert, so the default takes only the likeliest two.
+    /// A wrong guess is a read of a whole expert, so the default takes only the likeliest one.
     pub prefetch_per_token: usize,
-    /// Which unpinned expert the cache evicts first.
+    /// Which unpinned expert the cache evicts first. With [`Eviction::Predicted`] an expert's score
+    /// is a moving average of its router logits over the layer's tokens, a fast or a slow one as a
+    /// duel of shadow caches decides (`expert_scores.rs`), the next layer's logits predicted ahead
+    /// standing in for its own until it runs; an expert that would evict a higher-scored one is
+    /// used once and not cached.
     pub eviction: Eviction,
+    /// [`Eviction::Predicted`]'s moving averages of logits, by their weight of the past (each
+    /// token's logits count `1 - memory`), fast to slow.
+    pub score_memory: Vec<f32>,
+    /// Whether the hot experts read at start-up are pinned (never evicted); otherwise they are
+    /// ordinary entries, and under [`Eviction::Predicted`] their scores start at the log of their
+    /// share of the profile's selections.
+    pub pin_hot: bool,
     /// Expert reads in flight at most (queued on the I/O thread or completed and not yet taken):
     /// what the budget reserves for reads beside the cache. Further reads wait their turn.
     pub queue_depth: usize,
@@ -58,8 +73,10 @@ impl Default for ExpertOffloadOptions {
             cache_bytes: usize::MAX,
             shares: None,
             hot_share: 0.5,
-            prefetch_per_token: 2,
-            eviction: Eviction::Recency,
+            prefetch_per_token: 1,
+            eviction: Eviction::Predicted,
+            score_memory: vec![0.3, 0.8, 0.99],
+            pin_hot: false,
             queue_depth: 32,
         }
     }
@@ -118,6 +135,10 @@ struct State {
     counters: ExpertCounters,
     tracing: bool,
     trace: Vec<Vec<u32>>,
+    /// Every layer's lookups in one sequence, in the order asked.
+    trace_all: Vec<ExpertId>,
+    /// [`Eviction::Predicted`]'s scores.
+    scores: ExpertScores,
     s: Scratch,
 }
 
@@ -186,10 +207,12 @@ impl ExpertOffload {
             counters: ExpertCounters::default(),
             tracing: false,
             trace: vec![Vec::new(); shape.len()],
+            trace_all: Vec::new(),
+            scores: ExpertScores::new(shape.len(), &opts.score_memory),
             s: Scratch::default(),
         };
         if let Some(p) = profile {
-            Self::pin_hot(&store, &io, &mut state.cache, p, opts.hot_share)?;
+            Self::pin_hot(&store, &io, &mut state, p, &opts)?;
         }
         Ok(ExpertOffload {
             store,
@@ -199,27 +222,42 @@ impl ExpertOffload {
         })
     }
 
-    /// Reads and pins each layer's most selected experts, up to `share` of the layer's cache part.
+    /// Reads each layer's most selected experts, up to `hot_share` of the layer's cache part, and
+    /// pins them (`pin_hot`) or scores them by the profile.
     fn pin_hot(
         store: &ExpertStore,
         io: &IoEngine,
-        cache: &mut ExpertCache<AlignedBuf>,
+        st: &mut State,
         p: &RoutingProfile,
-        share: f64,
+        opts: &ExpertOffloadOptions,
     ) -> Result<()> {
+        let cache = &mut st.cache;
         let shares = cache.shares();
         for (l, &part) in shares.iter().enumerate() {
             let blob = store.index().blob_bytes(l);
             if blob == 0 {
                 continue;
             }
-            let room = (part as f64 * share.clamp(0.0, 1.0)) as usize / blob;
+            if !opts.pin_hot {
+                let c = p.counts.get(l).map_or(&[][..], Vec::as_slice);
+                let total = c.iter().sum::<u64>().max(1) as f32;
+                let prior: Vec<f32> = (0..store.index().experts(l))
+                    .map(|e| ((c.get(e).copied().unwrap_or(0) as f32 + 0.5) / total).ln())
+                    .collect();
+                cache.set_scores(l, &prior);
+                st.scores.prior(l, &prior);
+            }
+            let room = (part as f64 * opts.hot_share.clamp(0.0, 1.0)) as usize / blob;
             for &e in p.ranked(l).iter().take(room) {
                 if p.counts[l][e as usize] == 0 || e as usize >= store.index().experts(l) {
                     break;
                 }
                 let buf = store.read_expert(io, l, e as usize)?;
-                cache.pin(id(l, e as usize), Arc::new(buf), blob)?;
+                if opts.pin_hot {
+                    cache.pin(id(l, e as usize), Arc::new(buf), blob)?;
+                } else {
+                    cache.insert(id(l, e as usize), Arc::new(buf), blob)?;
+                }
             }
         }
         Ok(())
@@ -250,7 +288,15 @@ impl ExpertOffload {
     pub fn take_trace(&self) -> Vec<Vec<u32>> {
         let mut st = self.lock();
         let n = st.trace.len();
+        st.trace_all.clear();
         std::mem::replace(&mut st.trace, vec![Vec::new(); n])
+    }
+
+    /// Every layer's lookups in one sequence, in the order asked, since the last call or
+    /// [`ExpertOffload::take_trace`] (while [`ExpertOffload::set_trace`] is on). Take it first: the
+    /// per-layer trace's call clears it.
+    pub fn take_trace_all(&self) -> Vec<ExpertId> {
+        std::mem::take(&mut self.lock().trace_all)
     }
 
     /// The experts of layer `layer` in the cache now.
@@ -333,6 +379,9 @@ impl ExpertOffload {
         self.store.verify(l, e, &buf)?;
         let len = buf.len();
         let arc = Arc::new(buf);
+        if !st.cache.admits(id(l, e), len) {
+            return Ok((l, e, arc));
+        }
         // A share full of pinned and in-use experts refuses it: it is used once and dropped.
         let arc = st
             .cache
@@ -372,6 +421,24 @@ impl ExpertOffload {
         Ok(())
     }
 
+    /// Under [`Eviction::Predicted`], folds the `n` tokens' router logits of layer `l` (in
+    /// `st.s.logits`, `e` a token, `k` picked) into the layer's scores; with `commit` false (the
+    /// next layer's logits predicted ahead) only the cache's scores take them, not the averages.
+    fn score(&self, st: &mut State, l: usize, (e, k): (usize, usize), n: usize, commit: bool) {
+        if self.opts.eviction != Eviction::Predicted || e == 0 {
+            return;
+        }
+        let logits = &st.s.logits[..n * e];
+        let scores = if commit {
+            let blob = self.store.index().blob_bytes(l).max(1);
+            let capacity = st.cache.shares().get(l).map_or(0, |s| s / blob);
+            st.scores.observe(l, logits, (e, k), n, capacity)
+        } else {
+            st.scores.ahead(l, logits, e, n)
+        };
+        st.cache.set_scores(l, &scores);
+    }
+
     /// Queues the experts the next layer's router picks for this step's input.
     fn predict_next(
         &self,
@@ -397,6 +464,7 @@ impl ExpertOffload {
             step.precision,
             "moe router (next layer)",
         )?;
+        self.score(st, l, (e, k), n, false);
         let mut want = vec![false; e];
         for t in 0..n {
             let s = &mut st.s;
@@ -440,6 +508,8 @@ impl ExpertOffload {
         let st = &mut *guard;
         st.counters.steps += 1;
         Self::route_step(st, &step, x, n)?;
+        let k = step.moe.block.n_used.min(w.n_experts());
+        self.score(st, l, (w.n_experts(), k), n, true);
         // Predictions still waiting for their turn were for this layer or an older one: this
         // layer's own misses come first.
         st.pending.clear();
@@ -449,6 +519,7 @@ impl ExpertOffload {
             st.counters.lookups += 1;
             if st.tracing {
                 st.trace[l].push(e as u32);
+                st.trace_all.push(id(l, e));
             }
             have[i] = st.cache.get(id(l, e));
             if have[i].is_some() {
@@ -628,19 +699,26 @@ fn dense_layer(index: usize) -> OffloadError {
     ))
 }
 
-/// Misses of Belady's optimal policy on `trace` (one layer's experts in the order asked) for a
-/// cache of `capacity` experts holding `initial` at the start (as many as fit): the fewest reads any
-/// cache of that size, starting so, could have done.
-pub fn belady_misses(trace: &[u32], capacity: usize, initial: &[u32]) -> u64 {
+/// Misses of Belady's optimal policy on `trace` (experts in the order asked: one layer's, or every
+/// layer's when they share one pool of experts of one size) for a cache of `capacity` experts
+/// holding `initial` at the start (as many as fit): the fewest reads any cache of that size,
+/// starting so, could have done. An expert asked for need not be kept (it is used from its read
+/// buffer), so each miss either evicts the resident expert wanted last or, when that is itself,
+/// keeps nothing.
+pub fn belady_misses<K: Copy + Eq + std::hash::Hash + Ord>(
+    trace: &[K],
+    capacity: usize,
+    initial: &[K],
+) -> u64 {
     let n = trace.len();
     // next[i]: the next position asking for trace[i] after i (n: never).
     let mut next = vec![n; n];
-    let mut last: std::collections::HashMap<u32, usize> = std::collections::HashMap::new();
+    let mut last: std::collections::HashMap<K, usize> = std::collections::HashMap::new();
     for i in (0..n).rev() {
         next[i] = last.get(&trace[i]).copied().unwrap_or(n);
         last.insert(trace[i], i);
     }
-    let mut resident: std::collections::HashMap<u32, usize> = std::collections::HashMap::new();
+    let mut resident: std::collections::HashMap<K, usize> = std::collections::HashMap::new();
     for &e in initial.iter().take(capacity) {
         resident.insert(e, trace.iter().position(|&t| t == e).unwrap_or(n));
     }
@@ -656,10 +734,15 @@ pub fn belady_misses(trace: &[u32], capacity: usize, initial: &[u32]) -> u64 {
             continue;
         }
         if resident.len() >= capacity {
-            let (&victim, _) = resident
+            let (&victim, &far) = resident
                 .iter()
                 .max_by_key(|(&k, &nx)| (nx, k))
                 .expect("full");
+            // The one asked for now may be the one wanted last: then it is used and not kept
+            // (as `ExpertCache::admits` lets the run do).
+            if (next[i], e) > (far, victim) {
+                continue;
+            }
             resident.remove(&victim);
         }
         resident.insert(e, next[i]);

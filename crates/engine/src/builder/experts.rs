@@ -143,17 +143,13 @@ impl EngineBuilder {
                 if shares.is_some() { "; the plan's share of each layer" } else { "" }
             ));
         }
-        let off = ExpertOffload::open(
-            &b.parts.store,
-            &b.experts,
-            profile.as_ref(),
-            ExpertOffloadOptions {
-                cache_bytes: cache,
-                shares,
-                queue_depth: b.depth as usize,
-                ..ExpertOffloadOptions::default()
-            },
-        )?;
+        let o = ExpertOffloadOptions {
+            cache_bytes: cache,
+            shares,
+            queue_depth: b.depth as usize,
+            ..ExpertOffloadOptions::default()
+        };
+        let off = ExpertOffload::open(&b.parts.store, &b.experts, profile.as_ref(), o)?;
         if context != eng.options().context {
             eng.set_context(context)?;
         }

@@ -1,7 +1,8 @@
-//! Property test of [`ExpertCache`] against a naive model of the same policy, under either
+//! Property test of [`ExpertCache`] against a naive model of the same policy, under each
 //! [`Eviction`] (a list per layer, linear scans): after every operation of a random sequence both
-//! agree on the outcome (ok or error), on which experts are resident and on the counters; the cache's invariants hold (within budget and shares,
-//! pinned and in-use experts never evicted).
+//! agree on the outcome (ok or error), on which experts are resident, on admission and on the
+//! counters; the cache's invariants hold (within budget and shares, pinned and in-use experts never
+//! evicted).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -19,6 +20,7 @@ enum Op {
     Release(usize),
     Shares(Vec<usize>),
     Budget(usize, Vec<f64>),
+    Scores(usize, Vec<u8>),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -30,6 +32,7 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (0usize..8).prop_map(Op::Release),
         1 => prop::collection::vec(0usize..70, 3).prop_map(Op::Shares),
         1 => (0usize..160, prop::collection::vec(0.0f64..3.0, 3)).prop_map(|(b, w)| Op::Budget(b, w)),
+        2 => (0usize..3, prop::collection::vec(0u8..4, 0..8)).prop_map(|(l, s)| Op::Scores(l, s)),
     ]
 }
 
@@ -44,8 +47,10 @@ struct E {
 
 #[derive(Debug)]
 struct Model {
-    /// Least frequently used first ([`Eviction::Frequency`]), else least recently used.
-    frequency: bool,
+    /// The order modelled.
+    eviction: Eviction,
+    /// [`Eviction::Predicted`]'s scores, per layer and expert.
+    scores: Vec<Vec<u8>>,
     budget: usize,
     shares: Vec<usize>,
     clocks: Vec<u64>,
@@ -57,9 +62,10 @@ struct Model {
 }
 
 impl Model {
-    fn new(budget: usize, frequency: bool) -> Self {
+    fn new(budget: usize, eviction: Eviction) -> Self {
         Model {
-            frequency,
+            eviction,
+            scores: EXPERTS.iter().map(|&n| vec![0; n]).collect(),
             budget,
             shares: EXPERTS
                 .iter()
@@ -90,7 +96,7 @@ impl Model {
                 if e.pinned || inuse.get(&(l, e.expert)).is_some_and(|&n| n > 0) {
                     continue;
                 }
-                let key = |x: &E| (if self.frequency { x.count } else { 0 }, x.stamp, x.expert);
+                let key = |x: &E| self.key(l, x);
                 let better = best.is_none_or(|b| key(e) < key(&self.layers[l][b]));
                 if better {
                     best = Some(i);
@@ -100,6 +106,44 @@ impl Model {
             self.layers[l].remove(b);
             self.evictions += 1;
         }
+    }
+    /// The eviction order's key of `x` in layer `l` (smallest first).
+    fn key(&self, l: usize, x: &E) -> (u64, u64, u32) {
+        match self.eviction {
+            Eviction::Recency => (0, x.stamp, x.expert),
+            Eviction::Frequency => (x.count, x.stamp, x.expert),
+            Eviction::Predicted => (
+                u64::from(self.scores[l][x.expert as usize]),
+                x.stamp,
+                x.expert,
+            ),
+        }
+    }
+    /// Whether inserting `e` of `bytes` evicts nothing scored as high as it (always, unless predicted).
+    fn admits(&self, l: usize, e: u32, bytes: usize, inuse: &HashMap<(usize, u32), usize>) -> bool {
+        if self.eviction != Eviction::Predicted {
+            return true;
+        }
+        if e as usize >= EXPERTS[l] {
+            return false;
+        }
+        let own = self.scores[l][e as usize];
+        let mut free: Vec<&E> = self.layers[l]
+            .iter()
+            .filter(|x| !x.pinned && inuse.get(&(l, x.expert)).is_none_or(|&n| n == 0))
+            .collect();
+        free.sort_by_key(|x| self.key(l, x));
+        let mut used = self.used(l);
+        for x in free {
+            if used + bytes <= self.shares[l] {
+                break;
+            }
+            if self.scores[l][x.expert as usize] >= own {
+                return false;
+            }
+            used -= x.bytes;
+        }
+        used + bytes <= self.shares[l]
     }
     fn get(&mut self, l: usize, e: u32) -> bool {
         self.clocks[l] += 1;
@@ -174,11 +218,11 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
 
     #[test]
-    fn expert_cache_matches_its_model(ops in prop::collection::vec(op(), 1..300), frequency in any::<bool>()) {
+    fn expert_cache_matches_its_model(ops in prop::collection::vec(op(), 1..300), order in 0usize..3) {
         let budget = 100;
-        let eviction = if frequency { Eviction::Frequency } else { Eviction::Recency };
+        let eviction = [Eviction::Recency, Eviction::Frequency, Eviction::Predicted][order];
         let mut cache: ExpertCache<u32> = ExpertCache::new(&EXPERTS, budget).with_eviction(eviction);
-        let mut model = Model::new(budget, frequency);
+        let mut model = Model::new(budget, eviction);
         let mut kept: Vec<((usize, u32), Arc<u32>)> = Vec::new();
         let mut inuse: HashMap<(usize, u32), usize> = HashMap::new();
         for op in ops {
@@ -197,6 +241,7 @@ proptest! {
                     let pinned = matches!(op, Op::Pin(..));
                     let keep = matches!(op, Op::Insert(_, _, _, true));
                     let v = Arc::new(e * 1000 + l as u32);
+                    prop_assert_eq!(cache.admits(id(l, e), s), model.admits(l, e, s, &inuse), "admits {}/{}", l, e);
                     let r = if pinned { cache.pin(id(l, e), v, s) } else { cache.insert(id(l, e), v, s) };
                     prop_assert_eq!(r.is_ok(), model.put(l, e, s, pinned, &inuse), "{:?}", r);
                     if let (Ok(v), true) = (r, keep) {
@@ -227,6 +272,12 @@ proptest! {
                     let ok = model.set_shares(&shares, &inuse);
                     if !ok { model.budget = old; }
                     prop_assert_eq!(cache.set_budget(b, &w).is_ok(), ok);
+                }
+                Op::Scores(l, s) => {
+                    let f: Vec<f32> = s.iter().map(|&x| f32::from(x)).collect();
+                    cache.set_scores(l, &f);
+                    let n = EXPERTS[l].min(s.len());
+                    model.scores[l][..n].copy_from_slice(&s[..n]);
                 }
             }
             cache.check_invariants();
