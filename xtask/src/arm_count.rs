@@ -22,13 +22,15 @@ use std::process::{Command, Stdio};
 use anyhow::{bail, Context, Result};
 
 use crate::android::{build_static, RELEASE};
+use crate::arm_where;
 use crate::bench_report::{record_value, Measurement, NEON_GROUP};
 use crate::{have, root, run};
 
 const USAGE: &str = "usage: cargo xtask arm-count [--model GGUF] [--cpu max[,cortex-a76,...]] [-p 64] [-n 16]
-  [--profile release] [--no-llama] [--record DIR] [-- SPARROW-BENCH-ARGS]
+  [--profile release] [--no-llama] [--record DIR] [--where K] [-- SPARROW-BENCH-ARGS]
   Guest instructions per prompt and per decoded token of sparrow and llama.cpp under qemu-aarch64 -cpu CPU
-  (one thread each), and their ratio (llama.cpp / sparrow: above 1, sparrow executes fewer).";
+  (one thread each), and their ratio (llama.cpp / sparrow: above 1, sparrow executes fewer).
+  --where K: instead, the K functions with the most instructions per decoded token, for each program.";
 
 /// The model of the proxy by default (fetched by `sparrow bench -m smollm2-135m` when absent).
 const DEFAULT_MODEL: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
@@ -43,6 +45,8 @@ struct Opts {
     llama: bool,
     record: Option<PathBuf>,
     sparrow_args: Vec<String>,
+    /// `--where K`: the top K functions per decoded token instead of the totals.
+    top: usize,
 }
 
 fn parse(args: &[String]) -> Result<Opts> {
@@ -58,6 +62,7 @@ fn parse(args: &[String]) -> Result<Opts> {
         llama: true,
         record: None,
         sparrow_args: Vec::new(),
+        top: 0,
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -73,6 +78,7 @@ fn parse(args: &[String]) -> Result<Opts> {
             "--profile" => o.profile = value()?.clone(),
             "--record" => o.record = Some(PathBuf::from(value()?)),
             "--no-llama" => o.llama = false,
+            "--where" => o.top = value()?.parse().context("arm-count: --where: a count")?,
             "--" => {
                 o.sparrow_args = it.by_ref().cloned().collect();
             }
@@ -245,35 +251,52 @@ pub fn main(args: &[String]) -> Result<()> {
     let lib = plugin()?;
     let sparrow = build_static(&o.profile)?;
     let model = o.model.display().to_string();
+    let ours_args = |p: usize, n: usize| {
+        let mut a: Vec<String> = ["bench", "-m", &model, "-t", "1", "-r", "1"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        a.extend(["-p".into(), p.to_string(), "-n".into(), n.to_string()]);
+        a.extend(o.sparrow_args.iter().cloned());
+        a
+    };
+    let theirs_args = |p: usize, n: usize| {
+        let a = [
+            "-m",
+            &model,
+            "-t",
+            "1",
+            "-r",
+            "1",
+            "--no-warmup",
+            "-o",
+            "json",
+        ];
+        let mut a: Vec<String> = a.iter().map(|s| s.to_string()).collect();
+        a.extend(["-p".into(), p.to_string(), "-n".into(), n.to_string()]);
+        a
+    };
+    if o.top > 0 {
+        let cpu = &o.cpus[0];
+        let (n, h) = (o.n_gen, o.n_gen / 2);
+        let where_ = |what: &str, bin: &Path, args: &dyn Fn(usize, usize) -> Vec<String>| {
+            let long = arm_where::profile(&lib, cpu, bin, &args(0, n))?;
+            let short = arm_where::profile(&lib, cpu, bin, &args(0, h))?;
+            arm_where::print_top(what, &long, &short, n, h, o.top);
+            anyhow::Ok(())
+        };
+        where_("sparrow", &sparrow, &ours_args)?;
+        if o.llama {
+            where_("llama.cpp", &llama_bench(cpu)?, &theirs_args)?;
+        }
+        return Ok(());
+    }
     let mut rows = Vec::new();
     for cpu in &o.cpus {
-        let ours = per_token(&o, &lib, cpu, &sparrow, |p, n| {
-            let mut a: Vec<String> = ["bench", "-m", &model, "-t", "1", "-r", "1"]
-                .iter()
-                .map(|s| s.to_string())
-                .collect();
-            a.extend(["-p".into(), p.to_string(), "-n".into(), n.to_string()]);
-            a.extend(o.sparrow_args.iter().cloned());
-            a
-        })?;
+        let ours = per_token(&o, &lib, cpu, &sparrow, ours_args)?;
         let theirs = if o.llama {
             let bin = llama_bench(cpu)?;
-            Some(per_token(&o, &lib, cpu, &bin, |p, n| {
-                let a = [
-                    "-m",
-                    &model,
-                    "-t",
-                    "1",
-                    "-r",
-                    "1",
-                    "--no-warmup",
-                    "-o",
-                    "json",
-                ];
-                let mut a: Vec<String> = a.iter().map(|s| s.to_string()).collect();
-                a.extend(["-p".into(), p.to_string(), "-n".into(), n.to_string()]);
-                a
-            })?)
+            Some(per_token(&o, &lib, cpu, &bin, theirs_args)?)
         } else {
             None
         };

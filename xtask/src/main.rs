@@ -19,10 +19,11 @@
 //!   `--emulate` does the same steps against a local folder with the binary under `qemu-aarch64`
 //!   (see `android.rs`).
 //! - `arm-count [--model GGUF] [--cpu max,cortex-a76] [-p 64] [-n 16] [--profile P] [--no-llama]
-//!   [--record DIR] [-- BENCH-ARGS]`: the NEON proxy: guest instructions per prompt and decoded token of
+//!   [--record DIR] [--where K] [-- BENCH-ARGS]`: the NEON proxy: guest instructions per prompt and decoded token of
 //!   that binary's `sparrow bench` and of llama.cpp's aarch64 `llama-bench` (cross-built statically
 //!   into `target/llama.cpp/build-aarch64*`) under `qemu-aarch64 -cpu CPU` with an instruction-counting
-//!   TCG plugin (`xtask/qemu/insn_count.c`, built with the host gcc); see `arm_count.rs`.
+//!   TCG plugin (`xtask/qemu/insn_count.c`, built with the host gcc); see `arm_count.rs`. `--where K`:
+//!   the K functions with the most instructions per decoded token, per program (`arm_where.rs`).
 //! - `fixtures [--no-gguf]`: rewrites the tiny synthetic models in `fixtures/` (see `fixtures.rs`), then the
 //!   dequantization fixtures made by the PyPI `gguf` package in a venv under `target/` (see
 //!   `gguf_fixtures.rs`; `--no-gguf` skips them, e.g. offline).
@@ -94,6 +95,7 @@ use anyhow::{bail, Context, Result};
 mod abuse;
 mod android;
 mod arm_count;
+mod arm_where;
 mod bench_formats;
 mod bench_report;
 mod capped;

@@ -171,7 +171,13 @@
 //!   (and slightly above `Int8`). Every quantized format therefore uses
 //!   the integer kernel in `Fast` (none falls back to `Exact`). The NEON
 //!   kernel (`smull`/`smlal`, 2 rows per iteration) is tested under qemu;
-//!   its speed has not been measured on a phone yet.
+//!   its speed has not been measured on a phone yet. With `dotprod`, the
+//!   32-element block formats and Q4_K/Q5_K/Q6_K take the same integer
+//!   products by `sdot`/`udot` instead: each 16-bit quant split exactly
+//!   into a signed high and an unsigned low byte (`x = 256 hi + lo`),
+//!   the weight quants unsigned, their offsets taken back per block
+//!   (`arch/aarch64/matvec_split.rs`, `kquant_split.rs`); only the f32
+//!   order of each block's lanes differs.
 //! * [`Precision::Int8`]: llama.cpp style 8-bit activations (scale
 //!   `d = amax/127`, ties to even, `s = d*sum(q)`) and 8-bit integer dot
 //!   products (`vec_dot_q4_0_q8_0` family; AVX2 `maddubs`, NEON `smull` or

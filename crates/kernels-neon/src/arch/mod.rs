@@ -287,9 +287,9 @@ pub(crate) fn matvec_i16(
         }
         #[cfg(target_arch = "aarch64")]
         KernelPath::Neon | KernelPath::NeonDotprod | KernelPath::NeonI8mm => {
-            // SAFETY: NEON is baseline on every aarch64 target (the 16-bit
-            // kernel uses no dotprod instruction).
-            unsafe { aarch64::matvec_i16(w, sel, xq, y) }
+            // SAFETY: NEON is baseline on every aarch64 target; the NeonDotprod and NeonI8mm
+            // paths are only used after run-time detection of `dotprod`.
+            unsafe { aarch64::matvec_i16(w, sel, xq, y, path != KernelPath::Neon) }
         }
         _ => scalar::matvec_i16(w, sel, xq, y),
     }
@@ -384,9 +384,9 @@ pub(crate) fn matvec_i16_batch(
         }
         #[cfg(target_arch = "aarch64")]
         KernelPath::Neon | KernelPath::NeonDotprod | KernelPath::NeonI8mm => {
-            // SAFETY: NEON is baseline on every aarch64 target (the 16-bit
-            // kernel uses no dotprod instruction).
-            unsafe { aarch64::matvec_i16_batch(w, r0, &xq.tokens, ys) }
+            // SAFETY: NEON is baseline on every aarch64 target; the NeonDotprod and NeonI8mm
+            // paths are only used after run-time detection of `dotprod`.
+            unsafe { aarch64::matvec_i16_batch(w, r0, &xq.tokens, ys, path != KernelPath::Neon) }
         }
         _ => {
             for (q, y) in xq.tokens.iter().zip(ys.iter_mut()) {

@@ -1,10 +1,13 @@
 //! `matvec` with 16-bit activations ([`Precision::Fast`](crate::Precision::Fast)):
-//! `smull`/`smlal` integer dots of two rows at once.
+//! `smull`/`smlal` integer dots of two rows at once (`sdot`/`udot` ones where the CPU has `dotprod`:
+//! `matvec_split.rs`).
 
 use std::arch::aarch64::*;
 
 use super::dequant::weights_i8;
 use super::kquant::{dot16, matvec_k_int};
+use super::kquant_split::{has_k_split, matvec_k_split};
+use super::matvec_split::{has_split, matvec_split};
 use super::simd::{f16_at, load_i16x8};
 use crate::arch::drivers::{rows_blocked, RowDots};
 use crate::arch::tags::{block_bytes, has_min, IQ4_NL, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
@@ -82,9 +85,26 @@ fn rows_i16<const F: u8>(w: &QMatrix<'_>, sel: Rows<'_>, xq: &QActs16, y: &mut [
     unsafe { rows_blocked::<2, _>(&I16Dots::<F>(xq), w, sel, y) }
 }
 
-/// Quantized weights × 16-bit activations ([`Precision::Fast`](crate::Precision::Fast)).
+/// Quantized weights × 16-bit activations ([`Precision::Fast`](crate::Precision::Fast)); with
+/// `dotprod` (the CPU has it), the 32-element block formats take [`matvec_split`]'s `sdot`/`udot`
+/// kernel (the same integer products).
 #[target_feature(enable = "neon")]
-pub(crate) fn matvec_i16(w: &QMatrix<'_>, sel: Rows<'_>, xq: &QActs16, y: &mut [f32]) {
+pub(crate) fn matvec_i16(
+    w: &QMatrix<'_>,
+    sel: Rows<'_>,
+    xq: &QActs16,
+    y: &mut [f32],
+    dotprod: bool,
+) {
+    if dotprod && has_split(w.format()) {
+        // SAFETY: `dotprod` is only true on the NeonDotprod and NeonI8mm paths, used only after
+        // run-time detection of the extension.
+        return unsafe { matvec_split(w, sel, xq, y) };
+    }
+    if dotprod && has_k_split(w.format()) {
+        // SAFETY: as above.
+        return unsafe { matvec_k_split(w, sel, xq, y) };
+    }
     match w.format() {
         WeightFormat::Q8_0 => rows_i16::<Q8_0>(w, sel, xq, y),
         WeightFormat::Q4_0 => rows_i16::<Q4_0>(w, sel, xq, y),

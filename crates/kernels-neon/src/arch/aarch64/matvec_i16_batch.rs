@@ -3,12 +3,13 @@
 //! to i16 once and dotted (`smull`/`smlal`) with every token's activations,
 //! so the unpacking is paid once per batch. Per token the operations are
 //! those of [`super::matvec_i16`]'s kernel, in the same order: the results
-//! are bit-identical.
+//! are bit-identical. (Not on `dotprod` CPUs, whose `matvec_i16` differs: one call per token.)
 
 use std::arch::aarch64::*;
 
 use super::dequant::weights_i8;
 use super::matvec_i16::matvec_i16;
+use super::matvec_split::has_split;
 use super::simd::{f16_at, load_i16x8};
 use crate::arch::tags::{block_bytes, has_min, IQ4_NL, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
 use crate::arch::Rows;
@@ -92,7 +93,13 @@ fn batch_q<const F: u8>(w: &QMatrix<'_>, r0: usize, xq: &[&QActs16], ys: &mut [&
 /// 32-element block formats share each block's unpacking across 4 (or 2) tokens at a time; the
 /// others run [`matvec_i16`] once per token.
 #[target_feature(enable = "neon")]
-pub(crate) fn matvec_i16_batch(w: &QMatrix<'_>, r0: usize, xq: &[&QActs16], ys: &mut [&mut [f32]]) {
+pub(crate) fn matvec_i16_batch(
+    w: &QMatrix<'_>,
+    r0: usize,
+    xq: &[&QActs16],
+    ys: &mut [&mut [f32]],
+    dotprod: bool,
+) {
     assert_eq!(xq.len(), ys.len());
     let nb = w.cols() / 32;
     let fits = !ys.is_empty()
@@ -103,10 +110,12 @@ pub(crate) fn matvec_i16_batch(w: &QMatrix<'_>, r0: usize, xq: &[&QActs16], ys: 
             .all(|q| q.d.len() == nb && q.qs.len() >= nb * 32 && q.s.len() >= nb);
     let per_token = |ys: &mut [&mut [f32]]| {
         for (q, y) in xq.iter().zip(ys.iter_mut()) {
-            matvec_i16(w, Rows::From(r0), q, y)
+            matvec_i16(w, Rows::From(r0), q, y, dotprod)
         }
     };
-    if !fits {
+    // With `dotprod` the 32-element formats' `matvec_i16` is `sdot`/`udot` (`matvec_split.rs`),
+    // which this batch kernel's `smull` lanes would not match bit for bit: one call per token.
+    if !fits || (dotprod && has_split(w.format())) {
         return per_token(ys);
     }
     match w.format() {

@@ -1,0 +1,325 @@
+//! `Q4_K`, `Q5_K` and `Q6_K` rows × 16-bit activations ([`Precision::Fast`](crate::Precision::Fast))
+//! with `sdot`/`udot` on `dotprod` CPUs: the integer products of `kquant::matvec_k_int`'s widening
+//! path, from the split activations of [`Split16`] (`x = 256 * hi + lo`).
+//!
+//! The weight quants are taken unsigned (`Q4_K` 0..=15, `Q5_K` 0..=31, `Q6_K` 0..=63), so each
+//! 16-product sum is `256 * sdot(q, hi) + udot(q, lo)` with no correction; `Q6_K`'s `- 32` is
+//! taken back per 16 elements as `-32 * sum(x)` ([`Split16::sum16`]), folded into the first
+//! lane. Each super-block is sliced once (no bounds check per vector) and its loops have fixed
+//! trip counts, so they unroll: the widening path spends about 100 instructions per 32 weights
+//! of `Q4_K`, this one about 25.
+
+use std::arch::aarch64::*;
+
+use super::matvec_split::{sdot, udot, Split16};
+use super::simd::{f16_at, load_f32x4};
+use crate::arch::Rows;
+use crate::quant::QActs16;
+use crate::{QMatrix, WeightFormat};
+
+/// Loads 16 bytes at `b[o..o + 16]` (`o + 16 <= N`, checked at compile time by the callers'
+/// constant offsets or here).
+#[inline(always)]
+fn ld<const N: usize>(b: &[u8; N], o: usize) -> uint8x16_t {
+    let s = &b[o..o + 16];
+    // SAFETY: `s` is exactly 16 readable bytes (bounds-checked above).
+    unsafe { vld1q_u8(s.as_ptr()) }
+}
+
+/// The split activations of elements `e..e + 16` (`hi`, `lo`).
+#[inline(always)]
+fn acts(s: &Split16, e: usize) -> (int8x16_t, uint8x16_t) {
+    let (h, l) = (&s.hi[e..e + 16], &s.lo[e..e + 16]);
+    // SAFETY: `h` and `l` are exactly 16 readable bytes (bounds-checked above).
+    unsafe { (vld1q_s8(h.as_ptr()), vld1q_u8(l.as_ptr())) }
+}
+
+/// `256 * dot(q, hi) + dot(q, lo)` of unsigned quants `q` (at most 127) and two groups of 16
+/// activations starting at `e0` and `e1`, plus `init`.
+///
+/// # Safety
+/// The CPU must support the `dotprod` extension.
+#[inline]
+#[target_feature(enable = "neon,dotprod")]
+unsafe fn dot2(
+    s: &Split16,
+    init: int32x4_t,
+    q0: uint8x16_t,
+    q1: uint8x16_t,
+    e: usize,
+) -> int32x4_t {
+    let (h0, l0) = acts(s, e);
+    let (h1, l1) = acts(s, e + 16);
+    let (s0, s1) = (vreinterpretq_s8_u8(q0), vreinterpretq_s8_u8(q1));
+    // SAFETY: dotprod present per this function's contract.
+    unsafe {
+        let hi = sdot(sdot(vdupq_n_s32(0), s0, h0), s1, h1);
+        let lo = udot(udot(init, q0, l0), q1, l1);
+        vmlaq_n_s32(lo, hi, 256)
+    }
+}
+
+/// Sub-block `J` (elements `32 J .. + 32`) of a `Q4_K` (`Q5 = false`, 144 bytes) or `Q5_K` (176
+/// bytes) super-block `blk` whose activation blocks start at `b0`: adds its integer sum times
+/// lane `J % 4` of `scale[J / 4]` (`d * sc * d_x`) to `acc`. `J` is a constant, so that the
+/// nibble half and the fifth bit are fixed at compile time.
+///
+/// # Safety
+/// The CPU must support the `dotprod` extension.
+#[inline]
+#[target_feature(enable = "neon,dotprod")]
+unsafe fn q45k_sub<const Q5: bool, const N: usize, const J: usize>(
+    blk: &[u8; N],
+    b0: usize,
+    s: &Split16,
+    scale: &[float32x4_t; 2],
+    acc: &mut float32x4_t,
+) {
+    let qoff = if Q5 { 48 } else { 16 };
+    let raw = [
+        ld(blk, qoff + 32 * (J / 2)),
+        ld(blk, qoff + 32 * (J / 2) + 16),
+    ];
+    let mut q = if J % 2 == 0 {
+        raw.map(|r| vandq_u8(r, vdupq_n_u8(0x0F)))
+    } else {
+        raw.map(|r| vshrq_n_u8::<4>(r))
+    };
+    if Q5 {
+        for (p, qp) in q.iter_mut().enumerate() {
+            // 0x10 where bit J of qh is set.
+            let set = vtstq_u8(ld(blk, 16 + 16 * p), vdupq_n_u8(1 << J));
+            *qp = vorrq_u8(*qp, vandq_u8(set, vdupq_n_u8(0x10)));
+        }
+    }
+    // SAFETY: dotprod present per this function's contract.
+    let isum = unsafe { dot2(s, vdupq_n_s32(0), q[0], q[1], 32 * (b0 + J)) };
+    let v = vcvtq_f32_s32(isum);
+    *acc = match J % 4 {
+        0 => vfmaq_laneq_f32::<0>(*acc, v, scale[J / 4]),
+        1 => vfmaq_laneq_f32::<1>(*acc, v, scale[J / 4]),
+        2 => vfmaq_laneq_f32::<2>(*acc, v, scale[J / 4]),
+        _ => vfmaq_laneq_f32::<3>(*acc, v, scale[J / 4]),
+    };
+}
+
+/// The 8 scales and 8 mins (6 bits each) of a `Q4_K`/`Q5_K` super-block (bytes 4..16), as
+/// `scale_min_k4` unpacks them, in two u8x8 (ggml's `utmp` arrangement, in four 32-bit words).
+#[inline]
+#[target_feature(enable = "neon")]
+fn q4k_scale_bytes(sc: &[u8]) -> (uint8x8_t, uint8x8_t) {
+    let sc: &[u8; 12] = sc[..12].try_into().expect("12 bytes");
+    let u0 = u32::from_le_bytes([sc[0], sc[1], sc[2], sc[3]]);
+    let u1 = u32::from_le_bytes([sc[4], sc[5], sc[6], sc[7]]);
+    let u2 = u32::from_le_bytes([sc[8], sc[9], sc[10], sc[11]]);
+    let (k1, k2, k3) = (0x3f3f_3f3f_u32, 0x0f0f_0f0f_u32, 0x0303_0303_u32);
+    let scales = u64::from(u0 & k1) | (u64::from((u2 & k2) | (((u0 >> 6) & k3) << 4)) << 32);
+    let mins = u64::from(u1 & k1) | (u64::from(((u2 >> 4) & k2) | (((u1 >> 6) & k3) << 4)) << 32);
+    (vcreate_u8(scales), vcreate_u8(mins))
+}
+
+/// u8x8 as two f32x4 (lanes 0..4, 4..8).
+#[inline]
+#[target_feature(enable = "neon")]
+fn u8x8_f32(v: uint8x8_t) -> [float32x4_t; 2] {
+    let w = vmovl_u8(v);
+    [
+        vcvtq_f32_u32(vmovl_u16(vget_low_u16(w))),
+        vcvtq_f32_u32(vmovl_high_u16(w)),
+    ]
+}
+
+/// A `Q4_K`/`Q5_K` super-block: its scales `d * sc * d_x` and mins `dmin * m * s_x` as vectors,
+/// then its 8 sub-blocks ([`q45k_sub`]); returns the min term (to subtract).
+///
+/// # Safety
+/// The CPU must support the `dotprod` extension.
+#[inline]
+#[target_feature(enable = "neon,dotprod")]
+unsafe fn q45k_block<const Q5: bool, const N: usize>(
+    blk: &[u8; N],
+    sb: usize,
+    s: &Split16,
+    xq: &QActs16,
+    acc: &mut float32x4_t,
+) -> f32 {
+    let b0 = 8 * sb;
+    let (d, dmin) = (f16_at(blk, 0), f16_at(blk, 2));
+    let (scb, mb) = q4k_scale_bytes(&blk[4..16]);
+    let (dx, sx) = (&xq.d[b0..b0 + 8], &xq.s[b0..b0 + 8]);
+    let (sc, m) = (u8x8_f32(scb), u8x8_f32(mb));
+    let scale: [float32x4_t; 2] =
+        std::array::from_fn(|i| vmulq_f32(vmulq_n_f32(sc[i], d), load_f32x4(&dx[4 * i..])));
+    let min = vfmaq_f32(
+        vmulq_f32(vmulq_n_f32(m[0], dmin), load_f32x4(&sx[0..])),
+        vmulq_n_f32(m[1], dmin),
+        load_f32x4(&sx[4..]),
+    );
+    // SAFETY: dotprod present per this function's contract.
+    unsafe {
+        q45k_sub::<Q5, N, 0>(blk, b0, s, &scale, acc);
+        q45k_sub::<Q5, N, 1>(blk, b0, s, &scale, acc);
+        q45k_sub::<Q5, N, 2>(blk, b0, s, &scale, acc);
+        q45k_sub::<Q5, N, 3>(blk, b0, s, &scale, acc);
+        q45k_sub::<Q5, N, 4>(blk, b0, s, &scale, acc);
+        q45k_sub::<Q5, N, 5>(blk, b0, s, &scale, acc);
+        q45k_sub::<Q5, N, 6>(blk, b0, s, &scale, acc);
+        q45k_sub::<Q5, N, 7>(blk, b0, s, &scale, acc);
+    }
+    vaddvq_f32(min)
+}
+
+/// Group `G = 8 n + 2 k + p` (elements `128 n + 32 k + 16 p .. + 16`, its own scale: lane
+/// `G % 4` of `scale[G / 4]`) of a `Q6_K` super-block (210 bytes) whose 16-element groups of
+/// activations start at `g0`; `G` is a constant (fixed shifts).
+///
+/// # Safety
+/// The CPU must support the `dotprod` extension.
+#[inline]
+#[target_feature(enable = "neon,dotprod")]
+unsafe fn q6k_group<const G: usize>(
+    blk: &[u8; 210],
+    g0: usize,
+    s: &Split16,
+    scale: &[float32x4_t; 4],
+    acc: &mut float32x4_t,
+) {
+    let (n, k, p) = (G / 8, (G / 2) % 4, G % 2);
+    let src = ld(blk, 64 * n + 32 * (k & 1) + 16 * p);
+    let qh = ld(blk, 128 + 32 * n + 16 * p);
+    let lo = if k < 2 {
+        vandq_u8(src, vdupq_n_u8(0x0F))
+    } else {
+        vshrq_n_u8::<4>(src)
+    };
+    // Bits 2k..2k + 2 of qh as bits 4..6.
+    let hb = match k {
+        0 => vshlq_n_u8::<4>(qh),
+        1 => vshlq_n_u8::<2>(qh),
+        2 => qh,
+        _ => vshrq_n_u8::<2>(qh),
+    };
+    let q = vorrq_u8(lo, vandq_u8(hb, vdupq_n_u8(0x30)));
+    let g = g0 + G;
+    let (h, l) = acts(s, 16 * g);
+    let init = vsetq_lane_s32::<0>(-32 * s.sum16[g], vdupq_n_s32(0));
+    // SAFETY: dotprod present per this function's contract.
+    let isum = unsafe {
+        let hi = sdot(vdupq_n_s32(0), vreinterpretq_s8_u8(q), h);
+        vmlaq_n_s32(udot(init, q, l), hi, 256)
+    };
+    let v = vcvtq_f32_s32(isum);
+    *acc = match G % 4 {
+        0 => vfmaq_laneq_f32::<0>(*acc, v, scale[G / 4]),
+        1 => vfmaq_laneq_f32::<1>(*acc, v, scale[G / 4]),
+        2 => vfmaq_laneq_f32::<2>(*acc, v, scale[G / 4]),
+        _ => vfmaq_laneq_f32::<3>(*acc, v, scale[G / 4]),
+    };
+}
+
+/// A `Q6_K` super-block: its 16 scales `d * sc * d_x` as vectors (each activation scale serves
+/// two groups), then its 16 groups ([`q6k_group`]).
+///
+/// # Safety
+/// The CPU must support the `dotprod` extension.
+#[inline]
+#[target_feature(enable = "neon,dotprod")]
+unsafe fn q6k_block(blk: &[u8; 210], sb: usize, s: &Split16, xq: &QActs16, acc: &mut float32x4_t) {
+    let g0 = 16 * sb;
+    let d = f16_at(blk, 208);
+    let sc = vreinterpretq_s8_u8(ld(blk, 192));
+    let (w0, w1) = (vmovl_s8(vget_low_s8(sc)), vmovl_high_s8(sc));
+    let scf = [
+        vmovl_s16(vget_low_s16(w0)),
+        vmovl_high_s16(w0),
+        vmovl_s16(vget_low_s16(w1)),
+        vmovl_high_s16(w1),
+    ]
+    .map(|v| vmulq_n_f32(vcvtq_f32_s32(v), d));
+    let dx = &xq.d[8 * sb..8 * sb + 8];
+    let (da, db) = (load_f32x4(&dx[0..]), load_f32x4(&dx[4..]));
+    let dxs = [
+        vzip1q_f32(da, da),
+        vzip2q_f32(da, da),
+        vzip1q_f32(db, db),
+        vzip2q_f32(db, db),
+    ];
+    let scale: [float32x4_t; 4] = std::array::from_fn(|i| vmulq_f32(scf[i], dxs[i]));
+    macro_rules! groups {
+        ($($g:literal)*) => {
+            // SAFETY: dotprod present per this function's contract.
+            unsafe { $(q6k_group::<$g>(blk, g0, s, &scale, acc);)* }
+        };
+    }
+    groups!(0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15);
+}
+
+/// The dot of one `Q4_K`/`Q5_K`/`Q6_K` row.
+///
+/// # Safety
+/// The CPU must support the `dotprod` extension.
+#[target_feature(enable = "neon,dotprod")]
+unsafe fn dot_row<const F: u8>(row: &[u8], s: &Split16, xq: &QActs16) -> f32 {
+    let mut acc = vdupq_n_f32(0.0);
+    let mut min = 0f32;
+    let nsb = xq.d.len() / 8;
+    match F {
+        4 => {
+            for (sb, blk) in row.chunks_exact(144).take(nsb).enumerate() {
+                let blk: &[u8; 144] = blk.try_into().expect("144 bytes");
+                // SAFETY: dotprod present per this function's contract.
+                min += unsafe { q45k_block::<false, 144>(blk, sb, s, xq, &mut acc) };
+            }
+        }
+        5 => {
+            for (sb, blk) in row.chunks_exact(176).take(nsb).enumerate() {
+                let blk: &[u8; 176] = blk.try_into().expect("176 bytes");
+                // SAFETY: as above.
+                min += unsafe { q45k_block::<true, 176>(blk, sb, s, xq, &mut acc) };
+            }
+        }
+        _ => {
+            for (sb, blk) in row.chunks_exact(210).take(nsb).enumerate() {
+                let blk: &[u8; 210] = blk.try_into().expect("210 bytes");
+                // SAFETY: as above.
+                unsafe { q6k_block(blk, sb, s, xq, &mut acc) };
+            }
+        }
+    }
+    vaddvq_f32(acc) - min
+}
+
+/// Whether [`matvec_k_split`] takes weights of `format`.
+pub(crate) fn has_k_split(format: WeightFormat) -> bool {
+    matches!(
+        format,
+        WeightFormat::Q4_K | WeightFormat::Q5_K | WeightFormat::Q6_K
+    )
+}
+
+#[target_feature(enable = "neon,dotprod")]
+unsafe fn rows<const F: u8>(w: &QMatrix<'_>, sel: Rows<'_>, xq: &QActs16, y: &mut [f32]) {
+    let s = Split16::new(xq);
+    for (i, yv) in y.iter_mut().enumerate() {
+        sel.prefetch(w, i + 2, 1);
+        // SAFETY: dotprod present per this function's contract.
+        *yv = unsafe { dot_row::<F>(w.row_data(sel.get(i)), &s, xq) };
+    }
+}
+
+/// `Q4_K`/`Q5_K`/`Q6_K` weights × 16-bit activations by `sdot`/`udot` (others: nothing written).
+///
+/// # Safety
+/// The CPU must support the `dotprod` extension.
+#[target_feature(enable = "neon,dotprod")]
+pub(crate) unsafe fn matvec_k_split(w: &QMatrix<'_>, sel: Rows<'_>, xq: &QActs16, y: &mut [f32]) {
+    // SAFETY: dotprod is present per this function's contract (all arms).
+    unsafe {
+        match w.format() {
+            WeightFormat::Q4_K => rows::<4>(w, sel, xq, y),
+            WeightFormat::Q5_K => rows::<5>(w, sel, xq, y),
+            WeightFormat::Q6_K => rows::<6>(w, sel, xq, y),
+            _ => {}
+        }
+    }
+}

@@ -1,0 +1,289 @@
+//! `matvec` with 16-bit activations ([`Precision::Fast`](crate::Precision::Fast)) on `dotprod`
+//! CPUs: the same integer products as [`super::matvec_i16`], by `sdot`/`udot`.
+//!
+//! Each 16-bit activation quant is split exactly as `x = 256 * hi + lo`, `hi = x >> 8` (signed,
+//! -128..=127) and `lo = x & 255` (unsigned), once per call ([`Split16`]). A weight quant `w` times
+//! `x` is then `256 * (w * hi) + w * lo`: `sdot` takes `w * hi` and `udot` takes `w * lo` with
+//! `w` as unsigned bytes: the 4- and 5-bit quants without their offset (`Q4_0`'s 8, `Q5_0`'s 16,
+//! taken back once per block as `-off * sum(x)`), `Q8_0`/`IQ4_NL` values `+ 128` (`w ^ 0x80`,
+//! taken back as `-128 * sum(lo)`), the correction folded into the accumulator's first lane.
+//! Per 32 weights and row: four dot instructions, where the widening path spends four widenings
+//! and eight multiplies; `Q5_0`/`Q5_1`'s fifth bits by a table lookup per 16 (`quants`). Each
+//! lane's i32 sum is exact (below 2^26), so a block's integer dot equals the widening path's;
+//! only the split into four lanes before the f32 conversion differs (f32 rounding of the same
+//! sum).
+
+use std::arch::aarch64::*;
+use std::arch::asm;
+
+use super::dequant::weights_i8;
+use super::simd::{f16_at, load_u8x16};
+use crate::arch::drivers::{rows_blocked, RowDots};
+use crate::arch::tags::{
+    block_bytes, has_min, quants_offset, IQ4_NL, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
+};
+use crate::arch::Rows;
+use crate::quant::QActs16;
+use crate::QMatrix;
+use crate::WeightFormat;
+
+/// The 16-bit activations split into their high (signed) and low (unsigned) bytes, with each
+/// block's `-128 * sum(lo)`.
+pub(crate) struct Split16 {
+    pub(super) hi: Vec<i8>,
+    pub(super) lo: Vec<u8>,
+    corr: Vec<i32>,
+    /// The sum of each block's 32 quants `x`.
+    sumx: Vec<i32>,
+    /// The sum of each 16 quants `x` (for `Q6_K`'s offset, `kquant_split.rs`).
+    pub(super) sum16: Vec<i32>,
+}
+
+impl Split16 {
+    /// Splits `xq`'s quants (whole 32-element blocks).
+    #[target_feature(enable = "neon")]
+    pub(crate) fn new(xq: &QActs16) -> Self {
+        let n = xq.qs.len() / 32 * 32;
+        let mut s = Split16 {
+            hi: vec![0; n],
+            lo: vec![0; n],
+            corr: vec![0; n / 32],
+            sum16: vec![0; n / 16],
+            sumx: vec![0; n / 32],
+        };
+        for (b, q) in xq.qs[..n].chunks_exact(32).enumerate() {
+            let mut sum = 0u32;
+            for k in 0..4 {
+                let v = &q[8 * k..8 * k + 8];
+                // SAFETY: `v` has exactly 8 readable i16, and `hi`/`lo` exactly 8 writable bytes
+                // at `32 b + 8 k` (both are `n` long, `b < n / 32`).
+                unsafe {
+                    let x = vld1q_s16(v.as_ptr());
+                    // `shrn #8` keeps bits 15..8: as an i8, `x >> 8` (arithmetic).
+                    let h = vshrn_n_s16::<8>(x);
+                    let l = vmovn_u16(vreinterpretq_u16_s16(x));
+                    let o = 32 * b + 8 * k;
+                    vst1_s8(s.hi[o..o + 8].as_mut_ptr(), h);
+                    vst1_u8(s.lo[o..o + 8].as_mut_ptr(), l);
+                    sum += u32::from(vaddlv_u8(l));
+                    s.sum16[2 * b + k / 2] += vaddlvq_s16(x);
+                }
+            }
+            s.corr[b] = -128 * sum as i32;
+            s.sumx[b] = s.sum16[2 * b] + s.sum16[2 * b + 1];
+        }
+        s
+    }
+}
+
+/// `acc += sdot(a, b)` (signed bytes).
+///
+/// # Safety
+/// The CPU must support the `dotprod` extension.
+#[inline]
+#[target_feature(enable = "neon,dotprod")]
+pub(super) unsafe fn sdot(mut acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x4_t {
+    // SAFETY: `sdot` only reads/writes the named vector registers; the caller guarantees the
+    // dotprod extension is present.
+    unsafe {
+        asm!(
+            "sdot {acc:v}.4s, {a:v}.16b, {b:v}.16b",
+            acc = inout(vreg) acc,
+            a = in(vreg) a,
+            b = in(vreg) b,
+            options(pure, nomem, nostack, preserves_flags)
+        );
+    }
+    acc
+}
+
+/// `acc += udot(a, b)` (unsigned bytes; the sums are below 2^31 here, so the lanes read as i32).
+///
+/// # Safety
+/// The CPU must support the `dotprod` extension.
+#[inline]
+#[target_feature(enable = "neon,dotprod")]
+pub(super) unsafe fn udot(mut acc: int32x4_t, a: uint8x16_t, b: uint8x16_t) -> int32x4_t {
+    // SAFETY: as `sdot`.
+    unsafe {
+        asm!(
+            "udot {acc:v}.4s, {a:v}.16b, {b:v}.16b",
+            acc = inout(vreg) acc,
+            a = in(vreg) a,
+            b = in(vreg) b,
+            options(pure, nomem, nostack, preserves_flags)
+        );
+    }
+    acc
+}
+
+/// The 32 quants of a 32-element block, each half as the signed bytes the `hi` dot takes and
+/// the unsigned ones the `lo` dot takes: `Q4_0` and `Q4_1` nibbles (0..=15) and `Q5_0` and
+/// `Q5_1` 5-bit quants (0..=31) both ways without their offset; `Q8_0` and `IQ4_NL` values as
+/// they are, and `+ 128` (`^ 0x80`) for `lo`. The fifth bits of `Q5_0`/`Q5_1` are spread from the four
+/// `qh` bytes by one table lookup per 16 lanes (`tbl`), then tested against each lane's bit.
+#[inline]
+#[target_feature(enable = "neon")]
+fn quants<const F: u8>(blk: &[u8]) -> ([int8x16_t; 2], [uint8x16_t; 2]) {
+    match F {
+        Q4_0 | Q4_1 | Q5_0 | Q5_1 => {
+            let o = quants_offset(F) + if F == Q5_0 || F == Q5_1 { 4 } else { 0 };
+            let raw = load_u8x16(&blk[o..]);
+            let m4 = vdupq_n_u8(0x0F);
+            let (lo, hi) = (vandq_u8(raw, m4), vshrq_n_u8::<4>(raw));
+            if F == Q5_0 || F == Q5_1 {
+                let h = &blk[quants_offset(F)..quants_offset(F) + 4];
+                let qh =
+                    vreinterpretq_u8_u32(vdupq_n_u32(u32::from_le_bytes([h[0], h[1], h[2], h[3]])));
+                let bit = vreinterpretq_u8_u64(vdupq_n_u64(0x8040_2010_0804_0201));
+                let idx0 = vcombine_u8(vdup_n_u8(0), vdup_n_u8(1));
+                let idx1 = vcombine_u8(vdup_n_u8(2), vdup_n_u8(3));
+                let fifth = |idx| vandq_u8(vtstq_u8(vqtbl1q_u8(qh, idx), bit), vdupq_n_u8(0x10));
+                let u = [vorrq_u8(lo, fifth(idx0)), vorrq_u8(hi, fifth(idx1))];
+                (u.map(|v| vreinterpretq_s8_u8(v)), u)
+            } else {
+                ([vreinterpretq_s8_u8(lo), vreinterpretq_s8_u8(hi)], [lo, hi])
+            }
+        }
+        _ => {
+            let (w0, w1) = weights_i8::<F>(blk);
+            let flip = vdupq_n_u8(0x80);
+            (
+                [w0, w1],
+                [
+                    veorq_u8(vreinterpretq_u8_s8(w0), flip),
+                    veorq_u8(vreinterpretq_u8_s8(w1), flip),
+                ],
+            )
+        }
+    }
+}
+
+/// The integer correction of a block (its `corr` and `sumx` in [`Split16`]) for the quants of
+/// [`quants`]: `-off * sum(x)` (`Q4_0`:
+/// 8, `Q5_0`: 16, their offsets), `-128 * sum(lo)` for `Q8_0`/`IQ4_NL` (the `+ 128` of the `lo`
+/// dot), 0 for the formats without an offset.
+#[inline(always)]
+fn correction<const F: u8>(corr: i32, sumx: i32) -> i32 {
+    match F {
+        Q4_0 => -8 * sumx,
+        Q5_0 => -16 * sumx,
+        Q4_1 | Q5_1 => 0,
+        _ => corr,
+    }
+}
+
+/// The dots of two rows (`r1` may equal `r0`) with the split activations: per block and row,
+/// `sdot(q, hi)` and `udot(u, lo)` of the quants ([`quants`]), `256 hi + lo`
+/// plus the block's [`correction`] (in the first lane), one convert and one FMA.
+///
+/// # Safety
+/// The CPU must support the `dotprod` extension.
+#[target_feature(enable = "neon,dotprod")]
+unsafe fn dot_split_rows2<const F: u8>(
+    r0: &[u8],
+    r1: &[u8],
+    s: &Split16,
+    xq: &QActs16,
+) -> (f32, f32) {
+    let bb = block_bytes(F);
+    let mut sumv = [vdupq_n_f32(0.0); 2];
+    let mut extra = [0f32; 2];
+    // Every slice cut to `nb` blocks up front, so that the loop's indexing needs no checks.
+    let nb = (r0.len() / bb).min(r1.len() / bb).min(xq.d.len());
+    let (r0, r1) = (&r0[..nb * bb], &r1[..nb * bb]);
+    let (his, los) = (&s.hi[..nb * 32], &s.lo[..nb * 32]);
+    let (ds, ss) = (&xq.d[..nb], &xq.s[..nb]);
+    let (corr, sumx) = (&s.corr[..nb], &s.sumx[..nb]);
+    for b in 0..nb {
+        let bs = (&r0[b * bb..b * bb + bb], &r1[b * bb..b * bb + bb]);
+        let (hs, ls) = (&his[b * 32..b * 32 + 32], &los[b * 32..b * 32 + 32]);
+        let (dx, sx) = (ds[b], ss[b]);
+        // SAFETY: `hs` and `ls` are exactly 32 bytes (cut above).
+        let (h0, h1, l0, l1) = unsafe {
+            (
+                vld1q_s8(hs.as_ptr()),
+                vld1q_s8(hs.as_ptr().add(16)),
+                vld1q_u8(ls.as_ptr()),
+                vld1q_u8(ls.as_ptr().add(16)),
+            )
+        };
+        let init = match F {
+            Q4_1 | Q5_1 => vdupq_n_s32(0),
+            _ => vsetq_lane_s32::<0>(correction::<F>(corr[b], sumx[b]), vdupq_n_s32(0)),
+        };
+        for (k, blk) in [bs.0, bs.1].into_iter().enumerate() {
+            let ([q0, q1], [u0, u1]) = quants::<F>(blk);
+            // SAFETY: dotprod present per this function's contract.
+            let (hi, lo) = unsafe {
+                (
+                    sdot(sdot(vdupq_n_s32(0), q0, h0), q1, h1),
+                    udot(udot(init, u0, l0), u1, l1),
+                )
+            };
+            let isum = vmlaq_n_s32(lo, hi, 256);
+            sumv[k] = vfmaq_n_f32(sumv[k], vcvtq_f32_s32(isum), f16_at(blk, 0) * dx);
+            if has_min(F) {
+                extra[k] += f16_at(blk, 2) * sx;
+            }
+        }
+    }
+    (
+        vaddvq_f32(sumv[0]) + extra[0],
+        vaddvq_f32(sumv[1]) + extra[1],
+    )
+}
+
+/// [`dot_split_rows2`] as the kernel of the shared row drivers.
+struct SplitDots<'a, const F: u8>(&'a Split16, &'a QActs16);
+
+impl<const F: u8> RowDots for SplitDots<'_, F> {
+    #[inline(always)]
+    unsafe fn dots<const N: usize>(&self, rows: [&[u8]; N]) -> [f32; N] {
+        const { assert!(N == 1 || N == 2) };
+        // SAFETY: dotprod is present per this method's contract (`matvec_split`'s).
+        let (a, b) = unsafe { dot_split_rows2::<F>(rows[0], rows[N - 1], self.0, self.1) };
+        std::array::from_fn(|k| if k == 0 { a } else { b })
+    }
+}
+
+#[target_feature(enable = "neon,dotprod")]
+unsafe fn rows_split<const F: u8>(w: &QMatrix<'_>, sel: Rows<'_>, xq: &QActs16, y: &mut [f32]) {
+    let s = Split16::new(xq);
+    // SAFETY: dotprod present per this function's contract.
+    unsafe { rows_blocked::<2, _>(&SplitDots::<F>(&s, xq), w, sel, y) }
+}
+
+/// Whether [`matvec_split`] takes weights of `format` (the 32-element block formats).
+pub(crate) fn has_split(format: WeightFormat) -> bool {
+    matches!(
+        format,
+        WeightFormat::Q8_0
+            | WeightFormat::Q4_0
+            | WeightFormat::Q4_1
+            | WeightFormat::Q5_0
+            | WeightFormat::Q5_1
+            | WeightFormat::IQ4_NL
+    )
+}
+
+/// Quantized weights × 16-bit activations by `sdot`/`udot`, for the formats of [`has_split`]
+/// (others: nothing written).
+///
+/// # Safety
+/// The CPU must support the `dotprod` extension.
+#[target_feature(enable = "neon,dotprod")]
+pub(crate) unsafe fn matvec_split(w: &QMatrix<'_>, sel: Rows<'_>, xq: &QActs16, y: &mut [f32]) {
+    // SAFETY: dotprod is present per this function's contract (all arms).
+    unsafe {
+        match w.format() {
+            WeightFormat::Q8_0 => rows_split::<Q8_0>(w, sel, xq, y),
+            WeightFormat::Q4_0 => rows_split::<Q4_0>(w, sel, xq, y),
+            WeightFormat::Q4_1 => rows_split::<Q4_1>(w, sel, xq, y),
+            WeightFormat::Q5_0 => rows_split::<Q5_0>(w, sel, xq, y),
+            WeightFormat::Q5_1 => rows_split::<Q5_1>(w, sel, xq, y),
+            WeightFormat::IQ4_NL => rows_split::<IQ4_NL>(w, sel, xq, y),
+            _ => {}
+        }
+    }
+}
