@@ -72,6 +72,7 @@ mod chunk;
 mod decode;
 mod draft;
 pub mod error;
+mod expert_source;
 mod experts;
 mod hybrid;
 mod live;
