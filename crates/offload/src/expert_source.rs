@@ -219,6 +219,19 @@ impl Source {
     }
 }
 
+/// Mean bytes of one expert read from the store at `path` of a model with `experts_per_layer`
+/// (a whole expert's blob, or a ReLU expert's hot prefix): what a read in flight holds.
+pub fn expert_read_bytes(path: &std::path::Path, experts_per_layer: &[usize]) -> Result<u64> {
+    let io = IoEngine::new(ufs_io::IoConfig::default())?;
+    let s = Source::open(&io, path, experts_per_layer)?;
+    let (mut sum, mut n) = (0u64, 0u64);
+    for (l, &k) in experts_per_layer.iter().enumerate() {
+        sum += (0..k).map(|e| s.bytes(l, e) as u64).sum::<u64>();
+        n += k as u64;
+    }
+    Ok(sum / n.max(1))
+}
+
 impl NeuronExperts {
     fn pseudo(&self, l: usize, e: usize) -> Result<usize> {
         match self.experts.get(l) {
