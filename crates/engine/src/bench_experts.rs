@@ -69,12 +69,11 @@ pub(crate) fn finish(
     let trace = x.take_trace();
     x.set_trace(false);
     let shares = x.cache_shares();
-    let ix = x.store().index();
     let min_bytes: f64 = trace
         .iter()
         .enumerate()
         .map(|(l, t)| {
-            let blob = ix.blob_bytes(l);
+            let blob = x.blob_bytes(l);
             let cap = shares.get(l).copied().unwrap_or(0) / blob.max(1);
             let held = initial.get(l).map_or(&[][..], Vec::as_slice);
             belady_misses(t, cap, held) as f64 * blob as f64
@@ -82,7 +81,7 @@ pub(crate) fn finish(
         .sum();
     let n = tokens.max(1) as f64;
     let blobs: Vec<usize> = (0..trace.len())
-        .map(|l| ix.blob_bytes(l))
+        .map(|l| x.blob_bytes(l))
         .filter(|&b| b > 0)
         .collect();
     let one_pool = blobs

@@ -155,8 +155,8 @@ pub mod offload {
         ExpertOffloadOptions, Offload, OffloadOptions, OffloadStats, Packing,
     };
     pub use model_bundle::{
-        auto_down_format, auto_packing, convert, convert_moe, store_path_for, verify,
-        ConvertOptions, ConvertReport, ConvertStep, MoeConvertReport,
+        auto_down_format, auto_packing, convert, convert_moe, convert_moe_with, store_path_for,
+        verify, ConvertOptions, ConvertReport, ConvertStep, MoeConvertReport, ReluExperts,
     };
 }
 
@@ -190,7 +190,7 @@ pub use generate::{load_tokenizer, Engine, EngineOptions};
 pub use kernels_neon::{set_chunk_rows, KvFormat, Precision, WeightFormat};
 pub use model_bundle::BundleError;
 pub use model_tokenizer::{ChatMessage, ChatTemplate, Tokenizer, TokenizerError};
-pub use moe_profile::measure_routing;
+pub use moe_profile::{measure_routing, measure_routing_neurons};
 pub use perplexity::{log_sum_exp, PerplexityReport};
 pub use planning::{
     accel_neuron_bytes, default_device_path, load_plan, model_summary, PlanSettings, STREAMED,

@@ -4,7 +4,7 @@
 use crate::error::Result;
 use crate::generate::Engine;
 use transformer::forward::Logits;
-use transformer::moe::{RoutingProfile, RoutingRecorder};
+use transformer::moe::{ExpertNeuronProfile, NeuronTrace, RoutingProfile, RoutingRecorder};
 
 /// Runs `engine` (an in-memory MoE model) over `tokens` in windows of at most `window` tokens (each
 /// from an empty KV cache) and returns how its routers chose.
@@ -44,4 +44,39 @@ pub fn measure_routing(
     let r = run();
     let profile = recorder.finish();
     r.map(|_| profile)
+}
+
+/// [`measure_routing`], with every expert's active neurons counted in the same run (a
+/// [`NeuronTrace`]; nothing counted for a model without ReLU experts): what `sparrow convert` of a
+/// ReLU MoE model orders its neuron-major experts by.
+pub fn measure_routing_neurons(
+    engine: &Engine<'_>,
+    tokens: &[u32],
+    window: usize,
+) -> Result<(RoutingProfile, ExpertNeuronProfile)> {
+    let relu = engine.model().layers.iter().any(|l| {
+        l.ffn
+            .moe()
+            .is_some_and(|m| m.block.activation == kernels_neon::Activation::Relu)
+    });
+    if !relu {
+        let routing = measure_routing(engine, tokens, window)?;
+        return Ok((routing, ExpertNeuronProfile::default()));
+    }
+    let trace = NeuronTrace::start();
+    let routing = measure_routing(engine, tokens, window)?;
+    let experts = engine
+        .model()
+        .layers
+        .iter()
+        .map(|l| {
+            l.ffn.moe().map_or_else(Vec::new, |m| {
+                let w = &m.weights.experts;
+                w.iter()
+                    .map(|e| trace.of(e.gate.data().as_ptr()).unwrap_or_default())
+                    .collect()
+            })
+        })
+        .collect();
+    Ok((routing, ExpertNeuronProfile { experts }))
 }

@@ -15,6 +15,7 @@ use super::generation::{ConvertStep, Generation};
 use crate::bundle_parts::BundleParts;
 use crate::error::{BundleError, Result};
 use crate::manifest::{Manifest, PartRole};
+use crate::neuron_experts::{self, ReluExperts};
 use transformer::fingerprint::model_fingerprint;
 use transformer::model::{Model, ModelFile};
 use transformer::moe::RoutingProfile;
@@ -36,6 +37,8 @@ pub struct MoeConvertReport {
     pub experts: Vec<usize>,
     /// Bytes of one expert's blob (one read), per layer.
     pub blob_bytes: Vec<usize>,
+    /// Whether the experts were written neuron-major (ReLU experts: one neuron-store layer each).
+    pub neuron_major: bool,
     /// Fingerprint of the source model.
     pub source_fingerprint: u64,
     /// Every part of the new bundle.
@@ -50,6 +53,26 @@ pub struct MoeConvertReport {
 pub fn convert_moe(
     file: &ModelFile,
     routing: &RoutingProfile,
+    resident: &Path,
+    opts: &ConvertOptions,
+    progress: impl FnMut(usize, usize),
+) -> Result<MoeConvertReport> {
+    convert_moe_with(
+        file,
+        routing,
+        &ReluExperts::default(),
+        resident,
+        opts,
+        progress,
+    )
+}
+
+/// [`convert_moe`], with the neuron profile and recall of a ReLU model's neuron-major experts
+/// (ignored for SiLU experts).
+pub fn convert_moe_with(
+    file: &ModelFile,
+    routing: &RoutingProfile,
+    relu: &ReluExperts<'_>,
     resident: &Path,
     opts: &ConvertOptions,
     mut progress: impl FnMut(usize, usize),
@@ -83,6 +106,7 @@ pub fn convert_moe(
                 file,
                 gguf,
                 routing,
+                relu,
                 resident,
                 opts,
                 g,
@@ -154,6 +178,7 @@ fn write_moe_bundle(
     file: &ModelFile,
     gguf: &model_format::GgufFile,
     routing: &RoutingProfile,
+    relu: &ReluExperts<'_>,
     resident: &Path,
     opts: &ConvertOptions,
     g: &Generation,
@@ -161,23 +186,35 @@ fn write_moe_bundle(
 ) -> Result<(MoeConvertReport, atomic_out::AtomicFile)> {
     let fingerprint = model_fingerprint(model);
     let (shapes, tensors) = expert_tensors(model, file)?;
-    let mut w = ExpertStoreWriter::create(&g.store, model.config.d_model, &shapes)?;
-    let mut source_expert_bytes = 0u64;
-    for (l, t) in tensors.iter().enumerate() {
-        let empty: &[u8] = &[];
-        let (gate, up, down) = match t {
-            Some([a, b, c]) => (a.data, b.data, c.data),
-            None => (empty, empty, empty),
-        };
-        source_expert_bytes += (gate.len() + up.len() + down.len()) as u64;
-        w.add_layer(ExpertLayerInput { gate, up, down })?;
-        progress(l + 1, tensors.len());
-    }
-    let index = w.finish()?;
+    let source_expert_bytes: u64 = tensors
+        .iter()
+        .flatten()
+        .map(|t| t.iter().map(|v| v.data.len() as u64).sum::<u64>())
+        .sum();
+    let neuron_major = neuron_experts::relu_shape(model).is_some();
+    let blob_bytes: Vec<usize> = if neuron_major {
+        let index = neuron_experts::write(model, &g.store, relu, progress)?;
+        vec![index.layer_bytes(); shapes.len()]
+    } else {
+        let mut w = ExpertStoreWriter::create(&g.store, model.config.d_model, &shapes)?;
+        for (l, t) in tensors.iter().enumerate() {
+            let empty: &[u8] = &[];
+            let (gate, up, down) = match t {
+                Some([a, b, c]) => (a.data, b.data, c.data),
+                None => (empty, empty, empty),
+            };
+            w.add_layer(ExpertLayerInput { gate, up, down })?;
+            progress(l + 1, tensors.len());
+        }
+        let index = w.finish()?;
+        (0..shapes.len()).map(|l| index.blob_bytes(l)).collect()
+    };
     fault(opts, ConvertStep::Store)?;
     routing.save(&g.profile)?;
     fault(opts, ConvertStep::Profile)?;
-    if opts.verify {
+    if opts.verify && neuron_major {
+        neuron_experts::verify(&g.store)?;
+    } else if opts.verify {
         let io = IoEngine::new(IoConfig::default())?;
         ExpertStore::open(&io, &g.store, OpenOptions::default())?.verify_all(&io)?;
     }
@@ -206,7 +243,8 @@ fn write_moe_bundle(
         store_bytes: size(PartRole::Store),
         source_expert_bytes,
         experts: shapes.iter().map(|s| s.n_experts).collect(),
-        blob_bytes: (0..shapes.len()).map(|l| index.blob_bytes(l)).collect(),
+        blob_bytes,
+        neuron_major,
         source_fingerprint: fingerprint,
         parts: BundleParts {
             resident: resident.to_path_buf(),

@@ -25,11 +25,13 @@ pub mod error;
 mod experts_convert;
 mod generation;
 pub mod manifest;
+mod neuron_experts;
 pub mod outputs;
 
 pub use convert::{
     auto_down_format, auto_packing, convert, store_path_for, verify, ConvertOptions, ConvertReport,
 };
 pub use error::{BundleError, Result};
-pub use experts_convert::{convert_moe, MoeConvertReport};
+pub use experts_convert::{convert_moe, convert_moe_with, MoeConvertReport};
 pub use generation::ConvertStep;
+pub use neuron_experts::ReluExperts;

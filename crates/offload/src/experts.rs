@@ -18,21 +18,24 @@
 //! (the default) as ordinary entries scored by the profile. By default the cache evicts by
 //! prediction (`Eviction::Predicted`, scores from the routers' logits: `expert_scores.rs`) and a
 //! read expert that would evict a higher-scored one is used once and not kept.
+//!
+//! The experts of a ReLU model converted neuron-major come from a neuron store instead, one
+//! pseudo-layer per expert, of which each read and each cache entry is the expert's hot prefix and
+//! only its neurons whose gate fires are computed (`expert_source.rs`).
 
 use std::collections::{HashSet, VecDeque};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use kernels_neon::QMatrix;
 use neuron_cache::{Eviction, ExpertCache, ExpertId};
-use neuron_store::expert::ExpertStore;
-use ufs_io::{AlignedBuf, IoConfig, IoEngine, OpenOptions};
+use ufs_io::{AlignedBuf, IoConfig, IoEngine};
 
 use crate::error::{OffloadError, Result};
 use crate::expert_scores::ExpertScores;
+use crate::expert_source::{Rows, Source};
 use transformer::ffn::{FfnExecutor, FfnLayer, FfnScratch, MoeStep};
-use transformer::moe::{route, ExpertFfn, ExpertGroups, Route, RoutingProfile};
+use transformer::moe::{route, ExpertGroups, Route, RoutingProfile};
 use transformer::ops::{mm_step, StepKind};
 
 /// Settings of an [`ExpertOffload`].
@@ -124,6 +127,7 @@ struct Scratch {
     g: Vec<f32>,
     u: Vec<f32>,
     outs: Vec<Vec<f32>>,
+    rows: Rows,
 }
 
 struct State {
@@ -144,7 +148,7 @@ struct State {
 
 /// The MoE layers' experts from an expert store (see the module docs).
 pub struct ExpertOffload {
-    store: ExpertStore,
+    store: Source,
     io: IoEngine,
     opts: ExpertOffloadOptions,
     state: Mutex<State>,
@@ -185,9 +189,8 @@ impl ExpertOffload {
             queue_depth: opts.queue_depth.max(1),
             ..IoConfig::default()
         })?;
-        let store = ExpertStore::open(&io, path, OpenOptions::default())?;
-        let ix = store.index();
-        let shape: Vec<usize> = (0..ix.layers.len()).map(|l| ix.experts(l)).collect();
+        let store = Source::open(&io, path, experts_per_layer)?;
+        let shape = store.shape();
         if shape != experts_per_layer {
             return Err(OffloadError::BadModel {
                 path: path.to_path_buf(),
@@ -225,7 +228,7 @@ impl ExpertOffload {
     /// Reads each layer's most selected experts, up to `hot_share` of the layer's cache part, and
     /// pins them (`pin_hot`) or scores them by the profile.
     fn pin_hot(
-        store: &ExpertStore,
+        store: &Source,
         io: &IoEngine,
         st: &mut State,
         p: &RoutingProfile,
@@ -233,39 +236,53 @@ impl ExpertOffload {
     ) -> Result<()> {
         let cache = &mut st.cache;
         let shares = cache.shares();
+        let shape = store.shape();
         for (l, &part) in shares.iter().enumerate() {
-            let blob = store.index().blob_bytes(l);
-            if blob == 0 {
+            if shape.get(l).copied().unwrap_or(0) == 0 {
                 continue;
             }
             if !opts.pin_hot {
                 let c = p.counts.get(l).map_or(&[][..], Vec::as_slice);
                 let total = c.iter().sum::<u64>().max(1) as f32;
-                let prior: Vec<f32> = (0..store.index().experts(l))
+                let prior: Vec<f32> = (0..shape[l])
                     .map(|e| ((c.get(e).copied().unwrap_or(0) as f32 + 0.5) / total).ln())
                     .collect();
                 cache.set_scores(l, &prior);
                 st.scores.prior(l, &prior);
             }
-            let room = (part as f64 * opts.hot_share.clamp(0.0, 1.0)) as usize / blob;
-            for &e in p.ranked(l).iter().take(room) {
-                if p.counts[l][e as usize] == 0 || e as usize >= store.index().experts(l) {
+            let mut room = (part as f64 * opts.hot_share.clamp(0.0, 1.0)) as usize;
+            for e in p.ranked(l) {
+                let e = e as usize;
+                if p.counts[l][e] == 0 || e >= shape[l] {
                     break;
                 }
-                let buf = store.read_expert(io, l, e as usize)?;
+                let blob = store.bytes(l, e);
+                if blob == 0 || blob > room {
+                    break;
+                }
+                room -= blob;
+                let buf = store.read(io, l, e)?;
                 if opts.pin_hot {
-                    cache.pin(id(l, e as usize), Arc::new(buf), blob)?;
+                    cache.pin(id(l, e), Arc::new(buf), blob)?;
                 } else {
-                    cache.insert(id(l, e as usize), Arc::new(buf), blob)?;
+                    cache.insert(id(l, e), Arc::new(buf), blob)?;
                 }
             }
         }
         Ok(())
     }
 
-    /// The store.
-    pub fn store(&self) -> &ExpertStore {
-        &self.store
+    /// The neurons computed of expert `e` of layer `l` when its experts are ReLU experts of a neuron
+    /// store (the expert's hot prefix: its most active neurons on the calibration text); `None` when
+    /// experts are computed whole.
+    pub fn computed_neurons(&self, l: usize, e: usize) -> Option<Vec<u32>> {
+        self.store.computed(l, e).map(<[u32]>::to_vec)
+    }
+
+    /// Mean bytes of one read of layer `l`'s experts (a whole expert's blob, or a ReLU expert's hot
+    /// prefix in a neuron store): what one miss costs.
+    pub fn blob_bytes(&self, l: usize) -> usize {
+        self.store.mean_bytes(l)
     }
 
     /// Counters so far.
@@ -430,7 +447,7 @@ impl ExpertOffload {
         }
         let logits = &st.s.logits[..n * e];
         let scores = if commit {
-            let blob = self.store.index().blob_bytes(l).max(1);
+            let blob = self.store.mean_bytes(l).max(1);
             let capacity = st.cache.shares().get(l).map_or(0, |s| s / blob);
             st.scores.observe(l, logits, (e, k), n, capacity)
         } else {
@@ -578,21 +595,9 @@ impl ExpertOffload {
         x: &[f32],
     ) -> Result<()> {
         let l = step.index;
-        let lx = &self.store.index().layers[l];
-        let (ff, d) = (lx.shape.ff, self.store.index().d_model);
-        let f = lx.shape.formats;
-        let m = |fmt, rows, cols, r: std::ops::Range<usize>| {
-            QMatrix::new(fmt, rows, cols, &b[r])
-                .map_err(crate::error::kernel("expert from the store"))
-        };
-        let ffn = ExpertFfn {
-            gate: m(f.gate, ff, d, lx.layout.gate_range())?,
-            up: m(f.up, ff, d, lx.layout.up_range())?,
-            down: m(f.down, d, ff, lx.layout.down_range())?,
-        };
+        let d = step.moe.weights.router.cols();
         let s = &mut st.s;
         let (e, tokens, _) = s.groups.iter().nth(i).expect("the step's i-th expert");
-        debug_assert!(e < lx.shape.n_experts);
         let mm = tokens.len();
         let xs = grow(&mut s.xs, mm * d);
         for (j, &t) in tokens.iter().enumerate() {
@@ -600,16 +605,16 @@ impl ExpertOffload {
             xs[j * d..(j + 1) * d].copy_from_slice(&x[t * d..(t + 1) * d]);
         }
         let kind = if mm == 1 { StepKind::Decode } else { step.kind };
-        Ok(step.moe.block.gated(
-            &ffn,
+        self.store.compute(
+            &step.moe.block,
+            (l, e),
+            b,
             &s.xs[..mm * d],
             mm,
-            step.precision,
-            kind,
-            &mut s.g,
-            &mut s.u,
-            &mut s.outs[i],
-        )?)
+            (step.precision, kind),
+            (&mut s.g, &mut s.u, &mut s.outs[i]),
+            &mut s.rows,
+        )
     }
 
     /// Adds the shared expert's output (as the in-memory block does).

@@ -59,8 +59,9 @@ impl TransposedDown {
     }
 }
 
-/// `w` (`rows × cols`) transposed into `cols × rows` in `format`.
-fn transpose(
+/// `w` (`rows × cols`) transposed into `cols × rows` in `format` (one expert's down matrix of a
+/// neuron-major expert store, or a layer's).
+pub fn transpose(
     w: &QMatrix<'_>,
     format: WeightFormat,
 ) -> std::result::Result<Vec<u8>, kernels_neon::KernelError> {

@@ -13,6 +13,7 @@ mod moe_offload;
 mod moe_reference;
 mod qwen3_reference;
 mod qwen3_synth;
+mod relu_experts;
 mod synth;
 mod synth_moe;
 mod synth_relu;

@@ -90,6 +90,8 @@ fn check_options(o: synth_moe::Options) {
     )
     .unwrap();
     assert!(r.store_bytes >= r.source_expert_bytes && r.blob_bytes.iter().all(|b| b % 4096 == 0));
+    // ReLU experts are written neuron-major (a neuron store), SiLU experts as blobs.
+    assert_eq!(r.neuron_major, o.relu);
     assert!(r.resident_bytes < std::fs::metadata(&path).unwrap().len());
 
     // Three experts per layer fit the cache (one pinned hot): top-k of 8 misses often.
@@ -283,12 +285,15 @@ fn qwen2moe_with_a_shared_expert_from_its_expert_store_equals_in_memory() {
     check(Arch::Qwen2Moe);
 }
 
-/// ReLU experts (`--activation relu`): the bundle keeps the activation, so its experts from flash
-/// compute what the in-memory ReLU experts compute.
+/// ReLU experts (`--activation relu`): the bundle keeps the activation and stores them neuron-major
+/// (converted without a neuron profile: every neuron of an expert computed), so its experts from
+/// flash compute what the in-memory ReLU experts compute. F16 weights, whose down matrices
+/// transpose without rounding: only the order of the down sums differs.
 #[test]
 fn mixtral_with_relu_experts_from_its_expert_store_equals_in_memory() {
     check_options(synth_moe::Options {
         relu: true,
+        format: model_format::DType::F16,
         ..ci_options(Arch::Mixtral)
     });
 }

@@ -40,7 +40,9 @@ impl ExpertBudget {
             .collect();
         let store_bytes = offload::budget::store_ffn_bytes(&parts.store)?;
         let len = |p: &std::path::Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
-        let blob = store_bytes / experts.iter().sum::<usize>().max(1) as u64;
+        // A ReLU expert's read is its hot prefix, less than its share of the store.
+        let blob = offload::expert_read_bytes(&parts.store, &experts)
+            .unwrap_or(store_bytes / experts.iter().sum::<usize>().max(1) as u64);
         let reserved = expert_reads_reserved(blob);
         let depth = limit.map_or(reserved, |d| (d as u64).clamp(1, reserved));
         let measured = Resident {

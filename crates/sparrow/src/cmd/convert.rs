@@ -80,6 +80,18 @@ pub struct ConvertArgs {
     /// Mixture-of-Experts models: tokens of that text routed.
     #[arg(long, default_value_t = 2048)]
     pub routing_tokens: usize,
+    /// ReLU Mixture-of-Experts models: share of each expert's activations (counted on the routed
+    /// tokens) that its computed neurons carry; the others are never read. 1 (the default): every
+    /// neuron, exact; below 1 reads less and changes the output (docs/benchmarks/moe.md).
+    #[arg(long, default_value_t = 1.0, value_parser = recall_in_range)]
+    pub expert_recall: f64,
+}
+
+fn recall_in_range(s: &str) -> std::result::Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v > 0.0 && v <= 1.0 => Ok(v),
+        _ => Err(format!("{s:?} is not a share in (0, 1]")),
+    }
 }
 
 /// Runs the subcommand and prints its result.

@@ -24,16 +24,20 @@ pub fn run(a: &ConvertArgs, path: &Path, file: &ModelFile, out: &Path) -> Result
         .context("reading the calibration text (give another with --corpus)")?;
     let mut tokens = eng.tokenizer().encode(&text, false)?;
     tokens.truncate(a.routing_tokens.max(1));
-    let routing = engine::measure_routing(&eng, &tokens, 256)
+    let (routing, neurons) = engine::measure_routing_neurons(&eng, &tokens, 256)
         .with_context(|| format!("measuring the routing of {}", path.display()))?;
     drop(eng);
+    let relu = engine::offload::ReluExperts {
+        profile: Some(&neurons),
+        recall: a.expert_recall,
+    };
     let opts = engine::ConvertOptions {
         verify: a.verify,
         keep: inputs,
         ..Default::default()
     };
     let b = bar(routing.counts.len() as u64, "layers");
-    let r = engine::offload::convert_moe(file, &routing, out, &opts, |done, _| {
+    let r = engine::offload::convert_moe_with(file, &routing, &relu, out, &opts, |done, _| {
         b.set_position(done as u64)
     })
     .with_context(|| format!("converting {}", path.display()))?;
@@ -53,6 +57,22 @@ pub fn run(a: &ConvertArgs, path: &Path, file: &ModelFile, out: &Path) -> Result
         r.experts.iter().sum::<usize>(),
         r.blob_bytes.iter().copied().max().unwrap_or(0) as f64 / 1024.0
     );
+    if r.neuron_major {
+        let (mut share, mut n) = (0.0, 0);
+        for (l, layer) in neurons.experts.iter().enumerate() {
+            for (e, x) in layer.iter().enumerate() {
+                let ff = x.active.len().max(1);
+                share += neurons.prefix(l, e, ff, a.expert_recall) as f64 / ff as f64;
+                n += 1;
+            }
+        }
+        println!(
+            "ReLU experts stored neuron-major (one neuron-store layer each, most active neurons first); each expert's read is the prefix carrying {:.0}% of its activations on the routed tokens: {:.1}% of its neurons on average (density {:.3})",
+            100.0 * a.expert_recall,
+            100.0 * share / n.max(1) as f64,
+            neurons.experts.iter().flatten().map(|x| x.density()).sum::<f64>() / n.max(1) as f64
+        );
+    }
     let reuse: u64 = routing.reused.iter().sum();
     let picks: u64 = routing.counts.iter().flatten().sum();
     println!(

@@ -34,7 +34,7 @@ mod weights;
 pub use block::{MoeBlock, MoeScratch, RouteTrace, TracedStep};
 pub use family::{unsupported, MoeConfig, MoeFamily, QkNorm, TopKNorm, MAX_EXPERTS};
 pub use ffn::MoeFfn;
-pub use neurons::{ExpertNeurons, NeuronTrace};
+pub use neurons::{ExpertNeuronProfile, ExpertNeurons, NeuronTrace};
 pub use profile::{RoutingProfile, RoutingRecorder, MAX_ROUTING_PROFILE_BYTES};
 pub use routing::{route, ExpertGroups, Route, MIN_WEIGHT_SUM};
 pub use weights::{ExpertFfn, MoeLayer, SharedExpert};

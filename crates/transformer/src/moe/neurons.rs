@@ -86,3 +86,49 @@ pub(crate) fn note(gate: *const u8, m: usize, ff: usize, h: &[f32]) {
         }
     }
 }
+
+/// The active neurons of every expert of a model counted on calibration text (what a
+/// [`NeuronTrace`] saw, per layer and expert): the order a neuron-major expert store writes each
+/// expert's neurons in (most active first) and how many of them a step computes.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ExpertNeuronProfile {
+    /// Per layer, per expert (none for a layer without experts).
+    pub experts: Vec<Vec<ExpertNeurons>>,
+}
+
+impl ExpertNeuronProfile {
+    /// The `ff` neurons of expert `e` of layer `l`, most often active first (ties and neurons never
+    /// counted: by id).
+    pub fn order(&self, l: usize, e: usize, ff: usize) -> Vec<u32> {
+        let counts = self.counts(l, e, ff);
+        let mut order: Vec<u32> = (0..ff as u32).collect();
+        order.sort_by_key(|&j| std::cmp::Reverse(counts[j as usize]));
+        order
+    }
+
+    /// How many neurons at the front of [`Self::order`] carry at least `recall` of the expert's
+    /// counted activations (all `ff` when `recall >= 1` or nothing was counted).
+    pub fn prefix(&self, l: usize, e: usize, ff: usize, recall: f64) -> usize {
+        let mut counts = self.counts(l, e, ff);
+        let total: u64 = counts.iter().sum();
+        if recall >= 1.0 || total == 0 {
+            return ff;
+        }
+        counts.sort_unstable_by(|a, b| b.cmp(a));
+        let mut sum = 0u64;
+        for (i, c) in counts.iter().enumerate() {
+            sum += c;
+            if sum as f64 >= recall * total as f64 {
+                return i + 1;
+            }
+        }
+        ff
+    }
+
+    fn counts(&self, l: usize, e: usize, ff: usize) -> Vec<u64> {
+        match self.experts.get(l).and_then(|x| x.get(e)) {
+            Some(x) if x.active.len() == ff => x.active.clone(),
+            _ => vec![0; ff],
+        }
+    }
+}
