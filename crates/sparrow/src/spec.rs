@@ -40,6 +40,17 @@ impl SpecArgs {
     }
 }
 
+/// The draft model's engine over `file` (opened by [`SpecArgs::open_draft`]), with the options of
+/// the engine `eng` it drafts for.
+pub fn draft_engine<'f>(
+    file: Option<&'f ModelFile>,
+    eng: &Engine<'_>,
+) -> Result<Option<Engine<'f>>> {
+    Ok(file
+        .map(|f| Engine::new(f, eng.options().clone()))
+        .transpose()?)
+}
+
 /// A draft source chosen by the flags, with its most drafted tokens.
 pub use engine::Drafting;
 

@@ -157,10 +157,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
         return sparsity_sweep(&a, &mut eng, file, text.as_ref(), &tokens, &opts);
     }
     let draft_file = a.spec.open_draft()?;
-    let draft_eng = draft_file
-        .as_ref()
-        .map(|f| Engine::new(f, eng.options().clone()))
-        .transpose()?;
+    let draft_eng = crate::spec::draft_engine(draft_file.as_ref(), &eng)?;
     if let Some(d) = crate::spec::drafting(a.lookup, &a.spec, draft_eng.as_ref()) {
         return crate::cmd::bench_lookup::run(&a, &eng, d);
     }

@@ -83,10 +83,7 @@ pub fn run(a: RunArgs) -> Result<()> {
         .engine()
         .with_context(|| format!("loading {}", file.path().display()))?;
     let draft_file = a.spec.open_draft()?;
-    let draft_eng = draft_file
-        .as_ref()
-        .map(|f| Engine::new(f, eng.options().clone()))
-        .transpose()?;
+    let draft_eng = crate::spec::draft_engine(draft_file.as_ref(), &eng)?;
     let drafting = crate::spec::drafting_or_planned(
         a.lookup,
         &a.spec,
