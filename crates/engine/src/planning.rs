@@ -455,20 +455,15 @@ fn moe_summary(engine: &Engine<'_>) -> Result<ModelSummary> {
     };
     let (experts, reserve): (Vec<planner::ExpertParts>, u64) = match &parts {
         Some(p) => {
-            let io = ufs_io::IoEngine::new(ufs_io::IoConfig::default())?;
-            let store = neuron_store::expert::ExpertStore::open(&io, &p.store, Default::default())?;
-            let ix = store.index();
-            let all: usize = (0..ix.layers.len()).map(|l| ix.experts(l)).sum();
-            let blob = offload::budget::store_ffn_bytes(&p.store)? / all.max(1) as u64;
+            // An expert store, or a neuron store of ReLU experts: the reads the run makes and the
+            // reserve its builder takes (`builder/experts.rs`) come from the same functions.
+            let per_layer: Vec<usize> = moes.iter().map(|m| m.weights.n_experts()).collect();
+            let shapes = offload::expert_layer_shapes(&p.store, &per_layer)?;
+            let blob = offload::expert_read_bytes(&p.store, &per_layer)?;
             let reserve = blob * expert_reads_reserved(blob);
-            let layers = ix.layers.iter().map(|li| {
-                let (y, f) = (&li.layout, li.shape.formats);
-                to_parts(
-                    y.gate_bytes + y.up_bytes,
-                    y.down_bytes,
-                    y.blob_bytes,
-                    [f.gate, f.down],
-                )
+            let layers = shapes.iter().map(|x| {
+                let (gu, down) = (x.gate_up_bytes as usize, x.down_bytes as usize);
+                to_parts(gu, down, x.read_bytes as usize, x.formats)
             });
             (layers.collect(), reserve)
         }

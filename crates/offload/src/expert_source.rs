@@ -232,6 +232,69 @@ pub fn expert_read_bytes(path: &std::path::Path, experts_per_layer: &[usize]) ->
     Ok(sum / n.max(1))
 }
 
+/// What the planner needs of one layer's routed experts in a store: the mean bytes of an expert's
+/// read, how they divide between gate and up rows and down rows, and the formats of gate and down.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExpertLayerShape {
+    /// Mean bytes of one expert's read (a whole blob, or a ReLU expert's hot prefix of units).
+    pub read_bytes: u64,
+    /// Of a read, the bytes of gate and up rows.
+    pub gate_up_bytes: u64,
+    /// Of a read, the bytes of down rows (down columns, for a neuron store).
+    pub down_bytes: u64,
+    /// Formats of the gate and the down rows.
+    pub formats: [kernels_neon::WeightFormat; 2],
+}
+
+/// Per layer, [`ExpertLayerShape`] of the store at `path` of a model with `experts_per_layer`:
+/// an expert store, or a neuron store of ReLU experts (whose reads are the experts' hot prefixes).
+pub fn expert_layer_shapes(
+    path: &std::path::Path,
+    experts_per_layer: &[usize],
+) -> Result<Vec<ExpertLayerShape>> {
+    let io = IoEngine::new(ufs_io::IoConfig::default())?;
+    let s = Source::open(&io, path, experts_per_layer)?;
+    if s.shape() != experts_per_layer {
+        return Err(OffloadError::BadModel {
+            path: path.to_path_buf(),
+            detail: format!(
+                "the expert store holds {:?} experts per layer, the model has {experts_per_layer:?}",
+                s.shape()
+            ),
+        });
+    }
+    let shapes = (0..experts_per_layer.len()).map(|l| match &s {
+        Source::Whole(w) => {
+            let lx = &w.index().layers[l];
+            let y = &lx.layout;
+            ExpertLayerShape {
+                read_bytes: y.blob_bytes as u64,
+                gate_up_bytes: (y.gate_bytes + y.up_bytes) as u64,
+                down_bytes: y.down_bytes as u64,
+                formats: [lx.shape.formats.gate, lx.shape.formats.down],
+            }
+        }
+        Source::Neurons(n) => {
+            let ix = n.store.index();
+            let lay = &ix.layout;
+            let read = s.mean_bytes(l) as u64;
+            // A unit's bytes are its bundles and padding: the read divides as the bundles do.
+            let share = |part: usize| read * part as u64 / lay.unit_bytes().max(1) as u64;
+            let (gu, down) = (
+                lay.gate_range().len() + lay.up_range().len(),
+                lay.down_range().len(),
+            );
+            ExpertLayerShape {
+                read_bytes: read,
+                gate_up_bytes: share(gu),
+                down_bytes: share(down),
+                formats: [ix.formats.gate, ix.formats.down],
+            }
+        }
+    });
+    Ok(shapes.collect())
+}
+
 impl NeuronExperts {
     fn pseudo(&self, l: usize, e: usize) -> Result<usize> {
         match self.experts.get(l) {

@@ -92,7 +92,7 @@ pub use accel_ffn::AccelFfn;
 pub use budget::{parse_size, BudgetSplit, MemoryBudget, Resident};
 pub use draft::ResidentOnly;
 pub use error::{OffloadError, Result};
-pub use expert_source::expert_read_bytes;
+pub use expert_source::{expert_layer_shapes, expert_read_bytes, ExpertLayerShape};
 pub use experts::{belady_misses, ExpertCounters, ExpertOffload, ExpertOffloadOptions};
 pub use hybrid::{bucket, HotSplit, HybridFfn, BUCKETS};
 pub use live::{CacheControl, CacheReport};

@@ -143,6 +143,23 @@ fn relu_experts_compute_exactly_their_hot_prefix() {
     }
     let some_left_out = computed.iter().flatten().any(|c| c.len() < ff);
     assert!(some_left_out, "recall 0.7 leaves neurons out");
+    // The planner prices what the run reads: each layer's mean prefix, not a whole expert (it
+    // opened this neuron store as an expert store and failed before).
+    let summary = engine::planning::model_summary(&eng, &Default::default()).unwrap();
+    assert_eq!(summary.layers.len(), o.layers);
+    for (l, layer) in summary.layers.iter().enumerate() {
+        assert_eq!(layer.read_bytes, x.blob_bytes(l) as u64, "layer {l}");
+        assert!(layer.read_bytes < r.blob_bytes[l] as u64, "layer {l}");
+        let parts = layer.gate_up_bytes + layer.down_bytes;
+        eprintln!(
+            "layer {l}: read {} bytes, of which bundles {parts}",
+            layer.read_bytes
+        );
+        assert!(
+            parts <= layer.read_bytes && parts * 2 >= layer.read_bytes,
+            "layer {l}"
+        );
+    }
     eng.set_experts(Some(x));
 
     let prompt = tok("The evaluation prompt: a different sentence with other words in it.");
