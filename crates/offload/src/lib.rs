@@ -66,6 +66,7 @@
 pub mod accel;
 mod accel_ffn;
 mod ahead;
+mod belady;
 mod blocks;
 pub mod budget;
 mod chunk;
@@ -89,11 +90,12 @@ mod unit;
 
 pub use self::accel::{AccelKind, Accelerator, FfnBlock};
 pub use accel_ffn::AccelFfn;
+pub use belady::belady_misses;
 pub use budget::{parse_size, BudgetSplit, MemoryBudget, Resident};
 pub use draft::ResidentOnly;
 pub use error::{OffloadError, Result};
 pub use expert_source::{expert_layer_shapes, expert_read_bytes, ExpertLayerShape};
-pub use experts::{belady_misses, ExpertCounters, ExpertOffload, ExpertOffloadOptions};
+pub use experts::{ExpertCounters, ExpertOffload, ExpertOffloadOptions};
 pub use hybrid::{bucket, HotSplit, HybridFfn, BUCKETS};
 pub use live::{CacheControl, CacheReport};
 pub use neuron_cache::{Eviction, ExpertId};
