@@ -116,6 +116,39 @@ pub struct LayerProfile {
 }
 
 impl Profile {
+    /// A profile of `n_layers` layers of `d_ff` neurons whose batch-1 frequencies are pseudo-random
+    /// (fixed by a seed) and whose thresholds are zero: it orders the neurons of a neuron store and
+    /// nothing else, for tests and for trying a store's layout without calibrating.
+    pub fn synthetic(model: &str, model_fingerprint: u64, n_layers: usize, d_ff: usize) -> Profile {
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed >> 40) as f32 / (1u64 << 24) as f32
+        };
+        Profile {
+            model: model.into(),
+            model_fingerprint,
+            corpus: "synthetic".into(),
+            tokens: 0,
+            activation: ActivationKind::Silu,
+            score: ScoreKind::OutputNorm,
+            batch_sizes: vec![1],
+            layers: (0..n_layers)
+                .map(|_| LayerProfile {
+                    n_neurons: d_ff as u32,
+                    threshold: 0.0,
+                    freq: vec![(0..d_ff).map(|_| next()).collect()],
+                    mean_abs: vec![0.0; d_ff],
+                    max_abs: vec![0.0; d_ff],
+                    coact_gate_up: vec![1.0; d_ff],
+                    coact_gate_down: vec![1.0; d_ff],
+                })
+                .collect(),
+        }
+    }
+
     /// Writes the profile atomically (a temporary in the same folder, fsync, rename). Fails if the per-layer vectors do not
     /// match `n_neurons` and `batch_sizes`.
     pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {

@@ -50,36 +50,9 @@ pub fn floats(v: &serde_json::Value) -> Vec<f64> {
 /// neuron store), with zero thresholds: enough for `engine::offload::convert`.
 #[allow(dead_code)]
 pub fn synthetic_profile(model: &engine::Model<'_>) -> predictor::Profile {
-    use predictor::{ActivationKind, LayerProfile, Profile, ScoreKind};
     let cfg = &model.config;
-    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-    let mut next = || {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        (seed >> 40) as f32 / (1u64 << 24) as f32
-    };
-    let ff = cfg.d_ff;
-    Profile {
-        model: "synthetic".into(),
-        model_fingerprint: engine::profile::model_fingerprint(model),
-        corpus: "synthetic".into(),
-        tokens: 0,
-        activation: ActivationKind::Silu,
-        score: ScoreKind::OutputNorm,
-        batch_sizes: vec![1],
-        layers: (0..cfg.n_layers)
-            .map(|_| LayerProfile {
-                n_neurons: ff as u32,
-                threshold: 0.0,
-                freq: vec![(0..ff).map(|_| next()).collect()],
-                mean_abs: vec![0.0; ff],
-                max_abs: vec![0.0; ff],
-                coact_gate_up: vec![1.0; ff],
-                coact_gate_down: vec![1.0; ff],
-            })
-            .collect(),
-    }
+    let fingerprint = engine::profile::model_fingerprint(model);
+    predictor::Profile::synthetic("synthetic", fingerprint, cfg.n_layers, cfg.d_ff)
 }
 
 /// Logits of every position of `tokens`: one decode step per token (`batched == false`) or one batched step.
