@@ -32,7 +32,7 @@ use crate::WeightFormat;
 pub(crate) struct Split16 {
     pub(super) hi: Vec<i8>,
     pub(super) lo: Vec<u8>,
-    corr: Vec<i32>,
+    pub(super) corr: Vec<i32>,
     /// The sum of each block's 32 quants `x`.
     sumx: Vec<i32>,
     /// The sum of each 16 quants `x` (for `Q6_K`'s offset, `kquant_split.rs`).
