@@ -26,7 +26,9 @@
 //! * aarch64 NEON (baseline on aarch64), with the `dotprod` extension used
 //!   for the integer path when `is_aarch64_feature_detected!("dotprod")` (`sdot`, the K-quants
 //!   included), and `i8mm` where detected too (`smmla` in the 8-bit prompt tile of the 32-element
-//!   block formats, [`KernelPath::NeonI8mm`]).
+//!   block formats, [`KernelPath::NeonI8mm`]). SVE is detected and reported
+//!   ([`cpu_features`]) but not used: phones' cores run it 128 bits wide, NEON's width, with the
+//!   same dot-product instructions.
 //!
 //! Where AVX-512F, BW, VNNI and BF16 are present too, the path is [`KernelPath::Avx512`]: the
 //! AVX2 kernels with AVX-512 ones where they exist (the f32 and bf16 tiles of [`matmul`], the
@@ -284,7 +286,7 @@ pub use matmul::{fast_prompts_int8, INT_TILE_MIN_TOKENS};
 #[doc(hidden)]
 pub use matmul_t::matmul_t_with;
 pub use matmul_t::{matmul_t, matmul_t_scratch_bytes};
-pub use path::{active_path, arch_name, available_paths, set_chunk_rows, KernelPath};
+pub use path::{active_path, arch_name, available_paths, cpu_features, set_chunk_rows, KernelPath};
 pub(crate) use path::{chunk_rows_setting, matmul_chunk, matvec_chunk};
 pub use quantize::{quantize_matrix, quantize_row};
 pub use requantize::requantize_rows;

@@ -140,6 +140,51 @@ pub(crate) fn has_i8mm() -> bool {
     }
 }
 
+/// The aarch64 SVE vector length in bits where SVE is present (no kernel uses SVE:
+/// `aarch64/sve.rs` says why).
+#[cfg(target_arch = "aarch64")]
+pub(crate) fn sve_bits() -> Option<usize> {
+    use std::sync::OnceLock;
+    static BITS: OnceLock<Option<usize>> = OnceLock::new();
+    *BITS.get_or_init(|| {
+        std::arch::is_aarch64_feature_detected!("sve").then(|| {
+            // SAFETY: SVE was detected just above.
+            unsafe { aarch64::sve_bits() }
+        })
+    })
+}
+
+/// The SIMD extensions of this CPU that the kernels look for, in [`crate::cpu_features`]'s words.
+pub(crate) fn cpu_features() -> Vec<String> {
+    let mut f: Vec<String> = Vec::new();
+    #[cfg(target_arch = "x86_64")]
+    {
+        macro_rules! x86 {
+            ($($name:tt)*) => {
+                $(if is_x86_feature_detected!($name) { f.push($name.into()); })*
+            };
+        }
+        x86!("avx2" "fma" "f16c" "avx512f" "avx512bw" "avx512vnni" "avx512bf16");
+    }
+    #[cfg(target_arch = "aarch64")]
+    {
+        f.push("neon".into());
+        if has_dotprod() {
+            f.push("dotprod".into());
+        }
+        if has_i8mm() {
+            f.push("i8mm".into());
+        }
+        if let Some(bits) = sve_bits() {
+            f.push(format!("sve({bits}-bit)"));
+        }
+        if std::arch::is_aarch64_feature_detected!("sve2") {
+            f.push("sve2".into());
+        }
+    }
+    f
+}
+
 /// Quantizes `x` to 8-bit activations with the path's SIMD quantizer;
 /// `false` (nothing written) where the path has none: the caller then runs
 /// the scalar reference, which computes the same f32 operations.
