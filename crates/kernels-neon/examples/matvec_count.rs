@@ -5,8 +5,10 @@
 //! has them), the activations fixed.
 //!
 //! `cargo build --profile ci --target aarch64-unknown-linux-gnu -p kernels-neon --example
-//! matvec_count`, then `matvec_count FORMAT PATH ROWSxCOLS CALLS [fast|int8]` (`PATH`: a
-//! `KernelPath` name, `neon`, `neon+dotprod`, `neon+i8mm`, `scalar`, ...).
+//! matvec_count`, then `matvec_count FORMAT PATH ROWSxCOLS CALLS [fast|int8] [rows]` (`PATH`: a
+//! `KernelPath` name, `neon`, `neon+dotprod`, `neon+i8mm`, `scalar`, ...). With `rows`, each call
+//! is the sparse FFN's: activations prepared once (`prepare_acts`, on the active path), then one
+//! `matvec_rows_prepared` per row (a neuron store's one-row units).
 
 use kernels_neon::*;
 
@@ -55,9 +57,17 @@ fn main() {
         .build()
         .unwrap();
     let mut sum = 0f64;
+    let per_row = args.get(5).is_some_and(|a| a == "rows");
     pool.install(|| {
         for _ in 0..calls {
-            matvec_with(path, &w, &x, &mut y, precision).unwrap();
+            if per_row {
+                let acts = prepare_acts(format, &x, precision);
+                for (r, yr) in y.chunks_mut(1).enumerate() {
+                    matvec_rows_prepared(&acts, &w, &[r as u32], yr).unwrap();
+                }
+            } else {
+                matvec_with(path, &w, &x, &mut y, precision).unwrap();
+            }
             sum += f64::from(y[rows / 2]);
         }
     });

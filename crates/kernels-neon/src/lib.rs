@@ -552,8 +552,9 @@ fn super_scaled(format: WeightFormat) -> bool {
 pub(crate) enum Acts {
     /// f32 as given (exact path, and float weight formats).
     F32,
-    /// 16-bit quantized ([`Precision::Fast`]).
-    I16(QActs16),
+    /// 16-bit quantized ([`Precision::Fast`]), and what the path derives from them once
+    /// (`arch::Prep16`).
+    I16(QActs16, arch::Prep16),
     /// 8-bit quantized ([`Precision::Int8`]).
     I8(QActs),
 }
@@ -571,7 +572,7 @@ impl Acts {
             // crate docs).
             _ if !format.is_quantized() || format.is_hybrid() => Acts::F32,
             Precision::Exact => Acts::F32,
-            Precision::Fast => Acts::I16(QActs16::quantize(path, x)),
+            Precision::Fast => Acts::I16(QActs16::quantize(path, x), arch::Prep16::default()),
             Precision::Int8 if super_scaled(format) => Acts::I8(QActs::quantize_super(path, x)),
             Precision::Int8 => Acts::I8(QActs::quantize(path, x)),
             Precision::Ggml => Acts::I8(QActs::quantize_ggml(path, format, x)),
@@ -589,7 +590,7 @@ impl Acts {
             ),
             (Acts::F32, false, _)
                 | (Acts::F32, true, Precision::Exact)
-                | (Acts::I16(_), true, Precision::Fast)
+                | (Acts::I16(..), true, Precision::Fast)
                 | (Acts::I8(_), true, Precision::Int8 | Precision::Ggml)
         ) && match self {
             Acts::I8(q) if precision == Precision::Ggml => q.per_super == quant::ggml_super(format),
@@ -609,7 +610,7 @@ impl Acts {
     ) {
         match self {
             Acts::F32 => arch::matvec_exact(path, w, sel, x, ys),
-            Acts::I16(q) => arch::matvec_i16(path, w, sel, q, ys),
+            Acts::I16(q, prep) => arch::matvec_i16(path, w, sel, q, prep, ys),
             Acts::I8(q) => arch::matvec_int8(path, w, sel, q, ys),
         }
     }

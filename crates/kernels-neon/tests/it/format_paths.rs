@@ -1,5 +1,6 @@
 //! Every integer weight format on every path this machine has, in both integer precisions, for
-//! dense rows (`matvec`) and listed rows (`matvec_rows`, the sparse FFN's gate/up rows): each
+//! dense rows (`matvec`) and listed rows (`matvec_rows`, and `matvec_rows_prepared` with one
+//! preparation for several calls: the sparse FFN's gate/up rows): each
 //! result against the scalar path's on the same quantized activations (f32 summation order only:
 //! 1e-5 · Σ|w·x| + 1e-6, as `props::integer_paths_match_scalar`). Fixed seeds, several shapes, and
 //! every mismatch listed (not only the first), so that one run names every broken kernel. Under
@@ -63,6 +64,26 @@ fn mismatches(
                     "{what} {path:?} {format:?} {precision:?} {rows}x{cols} row {r}: {v} vs scalar {}",
                     want[r]
                 ));
+            }
+        }
+    }
+    // The sparse FFN's way on the active path: activations prepared once, then several calls
+    // (a neuron store's units) reusing them, each against the scalar path.
+    let acts = prepare_acts(format, &x, precision);
+    for chunk in list.chunks(3).chain([&list[..]]) {
+        let mut ys = vec![f32::NAN; chunk.len()];
+        matvec_rows_prepared(&acts, &w, chunk, &mut ys).unwrap();
+        for (&r, &v) in chunk.iter().zip(&ys) {
+            let r = r as usize;
+            let (_, abs, _) = reference(&wf[r], &x);
+            let ok = (v - want[r]).abs() as f64 <= 1e-5 * abs + 1e-6;
+            if !ok {
+                let path = active_path();
+                bad.push(format!(
+                    "matvec_rows_prepared {path:?} {format:?} {precision:?} {rows}x{cols} row {r}: {v} vs scalar {}",
+                    want[r]
+                ));
+                break;
             }
         }
     }

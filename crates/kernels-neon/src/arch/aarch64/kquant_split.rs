@@ -336,30 +336,42 @@ pub(crate) fn has_k_split(format: WeightFormat) -> bool {
 }
 
 #[target_feature(enable = "neon,dotprod")]
-unsafe fn rows<const F: u8>(w: &QMatrix<'_>, sel: Rows<'_>, xq: &QActs16, y: &mut [f32]) {
-    let s = Split16::new(xq);
+unsafe fn rows<const F: u8>(
+    w: &QMatrix<'_>,
+    sel: Rows<'_>,
+    xq: &QActs16,
+    s: &Split16,
+    y: &mut [f32],
+) {
     for (i, yv) in y.iter_mut().enumerate() {
         sel.prefetch(w, i + 2, 1);
         // SAFETY: dotprod present per this function's contract.
-        *yv = unsafe { dot_row::<F>(w.row_data(sel.get(i)), &s, xq) };
+        *yv = unsafe { dot_row::<F>(w.row_data(sel.get(i)), s, xq) };
     }
 }
 
-/// K-quant and `IQ4_XS` weights × 16-bit activations by `sdot`/`udot` (others: nothing written).
+/// K-quant and `IQ4_XS` weights × 16-bit activations by `sdot`/`udot` (others: nothing written);
+/// `s` is `xq` split ([`Split16::new`]).
 ///
 /// # Safety
 /// The CPU must support the `dotprod` extension.
 #[target_feature(enable = "neon,dotprod")]
-pub(crate) unsafe fn matvec_k_split(w: &QMatrix<'_>, sel: Rows<'_>, xq: &QActs16, y: &mut [f32]) {
+pub(crate) unsafe fn matvec_k_split(
+    w: &QMatrix<'_>,
+    sel: Rows<'_>,
+    xq: &QActs16,
+    s: &Split16,
+    y: &mut [f32],
+) {
     // SAFETY: dotprod is present per this function's contract (all arms).
     unsafe {
         match w.format() {
-            WeightFormat::Q2_K => rows::<2>(w, sel, xq, y),
-            WeightFormat::Q3_K => rows::<3>(w, sel, xq, y),
-            WeightFormat::Q4_K => rows::<4>(w, sel, xq, y),
-            WeightFormat::Q5_K => rows::<5>(w, sel, xq, y),
-            WeightFormat::Q6_K => rows::<6>(w, sel, xq, y),
-            WeightFormat::IQ4_XS => rows::<IQ4XS>(w, sel, xq, y),
+            WeightFormat::Q2_K => rows::<2>(w, sel, xq, s, y),
+            WeightFormat::Q3_K => rows::<3>(w, sel, xq, s, y),
+            WeightFormat::Q4_K => rows::<4>(w, sel, xq, s, y),
+            WeightFormat::Q5_K => rows::<5>(w, sel, xq, s, y),
+            WeightFormat::Q6_K => rows::<6>(w, sel, xq, s, y),
+            WeightFormat::IQ4_XS => rows::<IQ4XS>(w, sel, xq, s, y),
             _ => {}
         }
     }
