@@ -26,7 +26,9 @@
 //! * aarch64 NEON (baseline on aarch64), with the `dotprod` extension used
 //!   for the integer path when `is_aarch64_feature_detected!("dotprod")` (`sdot`, the K-quants
 //!   included), and `i8mm` where detected too (`smmla` in the 8-bit prompt tile of the 32-element
-//!   block formats, [`KernelPath::NeonI8mm`]).
+//!   block formats, [`KernelPath::NeonI8mm`]). SVE is detected and reported
+//!   ([`cpu_features`]) but not used: phones' cores run it 128 bits wide, NEON's width, with the
+//!   same dot-product instructions.
 //!
 //! Where AVX-512F, BW, VNNI and BF16 are present too, the path is [`KernelPath::Avx512`]: the
 //! AVX2 kernels with AVX-512 ones where they exist (the f32 and bf16 tiles of [`matmul`], the
@@ -284,7 +286,7 @@ pub use matmul::{fast_prompts_int8, INT_TILE_MIN_TOKENS};
 #[doc(hidden)]
 pub use matmul_t::matmul_t_with;
 pub use matmul_t::{matmul_t, matmul_t_scratch_bytes};
-pub use path::{active_path, arch_name, available_paths, set_chunk_rows, KernelPath};
+pub use path::{active_path, arch_name, available_paths, cpu_features, set_chunk_rows, KernelPath};
 pub(crate) use path::{chunk_rows_setting, matmul_chunk, matvec_chunk};
 pub use quantize::{quantize_matrix, quantize_row};
 pub use requantize::requantize_rows;
@@ -550,8 +552,9 @@ fn super_scaled(format: WeightFormat) -> bool {
 pub(crate) enum Acts {
     /// f32 as given (exact path, and float weight formats).
     F32,
-    /// 16-bit quantized ([`Precision::Fast`]).
-    I16(QActs16),
+    /// 16-bit quantized ([`Precision::Fast`]), and what the path derives from them once
+    /// (`arch::Prep16`).
+    I16(QActs16, arch::Prep16),
     /// 8-bit quantized ([`Precision::Int8`]).
     I8(QActs),
 }
@@ -569,7 +572,7 @@ impl Acts {
             // crate docs).
             _ if !format.is_quantized() || format.is_hybrid() => Acts::F32,
             Precision::Exact => Acts::F32,
-            Precision::Fast => Acts::I16(QActs16::quantize(path, x)),
+            Precision::Fast => Acts::I16(QActs16::quantize(path, x), arch::Prep16::default()),
             Precision::Int8 if super_scaled(format) => Acts::I8(QActs::quantize_super(path, x)),
             Precision::Int8 => Acts::I8(QActs::quantize(path, x)),
             Precision::Ggml => Acts::I8(QActs::quantize_ggml(path, format, x)),
@@ -587,7 +590,7 @@ impl Acts {
             ),
             (Acts::F32, false, _)
                 | (Acts::F32, true, Precision::Exact)
-                | (Acts::I16(_), true, Precision::Fast)
+                | (Acts::I16(..), true, Precision::Fast)
                 | (Acts::I8(_), true, Precision::Int8 | Precision::Ggml)
         ) && match self {
             Acts::I8(q) if precision == Precision::Ggml => q.per_super == quant::ggml_super(format),
@@ -607,7 +610,7 @@ impl Acts {
     ) {
         match self {
             Acts::F32 => arch::matvec_exact(path, w, sel, x, ys),
-            Acts::I16(q) => arch::matvec_i16(path, w, sel, q, ys),
+            Acts::I16(q, prep) => arch::matvec_i16(path, w, sel, q, prep, ys),
             Acts::I8(q) => arch::matvec_int8(path, w, sel, q, ys),
         }
     }

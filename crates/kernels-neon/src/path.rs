@@ -107,6 +107,14 @@ pub fn arch_name() -> &'static str {
     active_path().name()
 }
 
+/// The SIMD extensions this CPU has among those the kernels look for, space-separated: on aarch64
+/// `neon`, `dotprod`, `i8mm`, `sve(N-bit)` (with its vector length) and `sve2`; on x86_64 `avx2`,
+/// `fma`, `f16c` and the AVX-512 ones. SVE is reported, not used: no kernel gains from it on the
+/// 128-bit SVE of phones' cores (see the crate docs). Detected whatever `SPARROW_KERNELS` forces.
+pub fn cpu_features() -> String {
+    arch::cpu_features().join(" ")
+}
+
 static CHUNK_ROWS: AtomicUsize = AtomicUsize::new(0);
 
 /// Sets the number of weight rows per parallel work item of [`matvec`](crate::matvec) and

@@ -140,6 +140,51 @@ pub(crate) fn has_i8mm() -> bool {
     }
 }
 
+/// The aarch64 SVE vector length in bits where SVE is present (no kernel uses SVE:
+/// `aarch64/sve.rs` says why).
+#[cfg(target_arch = "aarch64")]
+pub(crate) fn sve_bits() -> Option<usize> {
+    use std::sync::OnceLock;
+    static BITS: OnceLock<Option<usize>> = OnceLock::new();
+    *BITS.get_or_init(|| {
+        std::arch::is_aarch64_feature_detected!("sve").then(|| {
+            // SAFETY: SVE was detected just above.
+            unsafe { aarch64::sve_bits() }
+        })
+    })
+}
+
+/// The SIMD extensions of this CPU that the kernels look for, in [`crate::cpu_features`]'s words.
+pub(crate) fn cpu_features() -> Vec<String> {
+    let mut f: Vec<String> = Vec::new();
+    #[cfg(target_arch = "x86_64")]
+    {
+        macro_rules! x86 {
+            ($($name:tt)*) => {
+                $(if is_x86_feature_detected!($name) { f.push($name.into()); })*
+            };
+        }
+        x86!("avx2" "fma" "f16c" "avx512f" "avx512bw" "avx512vnni" "avx512bf16");
+    }
+    #[cfg(target_arch = "aarch64")]
+    {
+        f.push("neon".into());
+        if has_dotprod() {
+            f.push("dotprod".into());
+        }
+        if has_i8mm() {
+            f.push("i8mm".into());
+        }
+        if let Some(bits) = sve_bits() {
+            f.push(format!("sve({bits}-bit)"));
+        }
+        if std::arch::is_aarch64_feature_detected!("sve2") {
+            f.push("sve2".into());
+        }
+    }
+    f
+}
+
 /// Quantizes `x` to 8-bit activations with the path's SIMD quantizer;
 /// `false` (nothing written) where the path has none: the caller then runs
 /// the scalar reference, which computes the same f32 operations.
@@ -270,12 +315,25 @@ pub(crate) fn matvec_int8(
     }
 }
 
-/// Quantized weights × 16-bit activations ([`Precision::Fast`](crate::Precision::Fast)).
+/// What a path derives from one token's 16-bit activations for its kernels, made at most once per
+/// [`crate::Acts`] (on its first use) and shared by every work item and call that uses them: on
+/// aarch64 with `dotprod`, the split of `aarch64::Split16` (else each work item of a `matvec`, and
+/// each call of `matvec_rows_prepared` on a neuron store's small units, would split the whole
+/// vector again). Empty elsewhere.
+#[derive(Default)]
+pub(crate) struct Prep16 {
+    #[cfg(target_arch = "aarch64")]
+    split: std::sync::OnceLock<aarch64::Split16>,
+}
+
+/// Quantized weights × 16-bit activations ([`Precision::Fast`](crate::Precision::Fast)); `prep`
+/// belongs to `xq` (made for it, or new).
 pub(crate) fn matvec_i16(
     path: KernelPath,
     w: &QMatrix<'_>,
     sel: Rows<'_>,
     xq: &QActs16,
+    prep: &Prep16,
     y: &mut [f32],
 ) {
     match path {
@@ -287,11 +345,20 @@ pub(crate) fn matvec_i16(
         }
         #[cfg(target_arch = "aarch64")]
         KernelPath::Neon | KernelPath::NeonDotprod | KernelPath::NeonI8mm => {
+            let dotprod = path != KernelPath::Neon;
+            let split = (dotprod && aarch64::takes_split(w.format())).then(|| {
+                // SAFETY: NEON, all `Split16::new` needs, is baseline on aarch64.
+                prep.split
+                    .get_or_init(|| unsafe { aarch64::Split16::new(xq) })
+            });
             // SAFETY: NEON is baseline on every aarch64 target; the NeonDotprod and NeonI8mm
             // paths are only used after run-time detection of `dotprod`.
-            unsafe { aarch64::matvec_i16(w, sel, xq, y, path != KernelPath::Neon) }
+            unsafe { aarch64::matvec_i16(w, sel, xq, y, dotprod, split) }
         }
-        _ => scalar::matvec_i16(w, sel, xq, y),
+        _ => {
+            let _ = prep;
+            scalar::matvec_i16(w, sel, xq, y)
+        }
     }
 }
 
@@ -390,7 +457,7 @@ pub(crate) fn matvec_i16_batch(
         }
         _ => {
             for (q, y) in xq.tokens.iter().zip(ys.iter_mut()) {
-                matvec_i16(path, w, Rows::From(r0), q, y);
+                matvec_i16(path, w, Rows::From(r0), q, &Prep16::default(), y);
             }
         }
     }

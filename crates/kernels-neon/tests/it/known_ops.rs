@@ -109,6 +109,46 @@ fn arch_name_is_known() {
     }
 }
 
+/// `cpu_features` names what the paths detect: `dotprod` exactly where the `neon+dotprod` path is
+/// available, `i8mm` where `neon+i8mm` is, SVE with a vector length SVE allows (a multiple of 128
+/// bits up to 2048); AVX2 and AVX-512F where their paths are.
+#[test]
+fn cpu_features_agree_with_the_paths() {
+    let f = cpu_features();
+    println!("cpu features: {f}");
+    let has = |name: &str| f.split(' ').any(|w| w == name);
+    assert_eq!(
+        has("dotprod"),
+        KernelPath::NeonDotprod.is_available(),
+        "{f}"
+    );
+    assert_eq!(has("i8mm"), KernelPath::NeonI8mm.is_available(), "{f}");
+    assert_eq!(has("neon"), KernelPath::Neon.is_available(), "{f}");
+    assert_eq!(
+        has("avx2") && has("fma") && has("f16c"),
+        KernelPath::Avx2Fma.is_available(),
+        "{f}"
+    );
+    if KernelPath::Avx512.is_available() {
+        assert!(has("avx512f") && has("avx512vnni"), "{f}");
+    }
+    #[cfg(target_arch = "aarch64")]
+    {
+        let sve = f
+            .split(' ')
+            .find_map(|w| w.strip_prefix("sve(")?.strip_suffix("-bit)"));
+        assert_eq!(
+            sve.is_some(),
+            std::arch::is_aarch64_feature_detected!("sve"),
+            "{f}"
+        );
+        if let Some(bits) = sve {
+            let bits: usize = bits.parse().expect("a number of bits");
+            assert!(bits % 128 == 0 && (128..=2048).contains(&bits), "{f}");
+        }
+    }
+}
+
 #[test]
 fn rms_norm_known() {
     let x = [1.0f32, 2.0, 3.0, 4.0];

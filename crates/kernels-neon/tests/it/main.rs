@@ -10,6 +10,7 @@ mod attention_span;
 mod common;
 mod expf;
 mod fixed;
+mod format_paths;
 mod gelu;
 mod ggml;
 mod gguf_fixture;

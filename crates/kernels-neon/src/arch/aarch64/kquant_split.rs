@@ -7,10 +7,12 @@
 //! taken back per 16 elements as `-32 * sum(x)` ([`Split16::sum16`]), folded into the first
 //! lane. Each super-block is sliced once (no bounds check per vector) and its loops have fixed
 //! trip counts, so they unroll: the widening path spends about 100 instructions per 32 weights
-//! of `Q4_K`, this one about 25.
+//! of `Q4_K`, this one about 25. `Q2_K`, `Q3_K` and `IQ4_XS` super-blocks the same way:
+//! `kquant_low_split.rs`.
 
 use std::arch::aarch64::*;
 
+use super::kquant_low_split as low;
 use super::matvec_split::{sdot, udot, Split16};
 use super::simd::{f16_at, load_f32x4};
 use crate::arch::Rows;
@@ -20,7 +22,7 @@ use crate::{QMatrix, WeightFormat};
 /// Loads 16 bytes at `b[o..o + 16]` (`o + 16 <= N`, checked at compile time by the callers'
 /// constant offsets or here).
 #[inline(always)]
-fn ld<const N: usize>(b: &[u8; N], o: usize) -> uint8x16_t {
+pub(super) fn ld<const N: usize>(b: &[u8; N], o: usize) -> uint8x16_t {
     let s = &b[o..o + 16];
     // SAFETY: `s` is exactly 16 readable bytes (bounds-checked above).
     unsafe { vld1q_u8(s.as_ptr()) }
@@ -28,10 +30,27 @@ fn ld<const N: usize>(b: &[u8; N], o: usize) -> uint8x16_t {
 
 /// The split activations of elements `e..e + 16` (`hi`, `lo`).
 #[inline(always)]
-fn acts(s: &Split16, e: usize) -> (int8x16_t, uint8x16_t) {
+pub(super) fn acts(s: &Split16, e: usize) -> (int8x16_t, uint8x16_t) {
     let (h, l) = (&s.hi[e..e + 16], &s.lo[e..e + 16]);
     // SAFETY: `h` and `l` are exactly 16 readable bytes (bounds-checked above).
     unsafe { (vld1q_s8(h.as_ptr()), vld1q_u8(l.as_ptr())) }
+}
+
+/// `acc + v * scale[lane]` (`lane` < 4, a constant at every call, so the match folds).
+#[inline]
+#[target_feature(enable = "neon")]
+pub(super) fn fma_lane(
+    acc: float32x4_t,
+    v: float32x4_t,
+    scale: float32x4_t,
+    lane: usize,
+) -> float32x4_t {
+    match lane {
+        0 => vfmaq_laneq_f32::<0>(acc, v, scale),
+        1 => vfmaq_laneq_f32::<1>(acc, v, scale),
+        2 => vfmaq_laneq_f32::<2>(acc, v, scale),
+        _ => vfmaq_laneq_f32::<3>(acc, v, scale),
+    }
 }
 
 /// `256 * dot(q, hi) + dot(q, lo)` of unsigned quants `q` (at most 127) and two groups of 16
@@ -95,12 +114,7 @@ unsafe fn q45k_sub<const Q5: bool, const N: usize, const J: usize>(
     // SAFETY: dotprod present per this function's contract.
     let isum = unsafe { dot2(s, vdupq_n_s32(0), q[0], q[1], 32 * (b0 + J)) };
     let v = vcvtq_f32_s32(isum);
-    *acc = match J % 4 {
-        0 => vfmaq_laneq_f32::<0>(*acc, v, scale[J / 4]),
-        1 => vfmaq_laneq_f32::<1>(*acc, v, scale[J / 4]),
-        2 => vfmaq_laneq_f32::<2>(*acc, v, scale[J / 4]),
-        _ => vfmaq_laneq_f32::<3>(*acc, v, scale[J / 4]),
-    };
+    *acc = fma_lane(*acc, v, scale[J / 4], J % 4);
 }
 
 /// The 8 scales and 8 mins (6 bits each) of a `Q4_K`/`Q5_K` super-block (bytes 4..16), as
@@ -209,12 +223,7 @@ unsafe fn q6k_group<const G: usize>(
         vmlaq_n_s32(udot(init, q, l), hi, 256)
     };
     let v = vcvtq_f32_s32(isum);
-    *acc = match G % 4 {
-        0 => vfmaq_laneq_f32::<0>(*acc, v, scale[G / 4]),
-        1 => vfmaq_laneq_f32::<1>(*acc, v, scale[G / 4]),
-        2 => vfmaq_laneq_f32::<2>(*acc, v, scale[G / 4]),
-        _ => vfmaq_laneq_f32::<3>(*acc, v, scale[G / 4]),
-    };
+    *acc = fma_lane(*acc, v, scale[G / 4], G % 4);
 }
 
 /// A `Q6_K` super-block: its 16 scales `d * sc * d_x` as vectors (each activation scale serves
@@ -254,7 +263,10 @@ unsafe fn q6k_block(blk: &[u8; 210], sb: usize, s: &Split16, xq: &QActs16, acc: 
     groups!(0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15);
 }
 
-/// The dot of one `Q4_K`/`Q5_K`/`Q6_K` row.
+/// [`dot_row`]'s format tag of `IQ4_XS` (the others: the K-quant's digit).
+const IQ4XS: u8 = 7;
+
+/// The dot of one K-quant or `IQ4_XS` row (`F`: 2..=6 or [`IQ4XS`]).
 ///
 /// # Safety
 /// The CPU must support the `dotprod` extension.
@@ -278,6 +290,27 @@ unsafe fn dot_row<const F: u8>(row: &[u8], s: &Split16, xq: &QActs16) -> f32 {
                 min += unsafe { q45k_block::<true, 176>(blk, sb, s, xq, &mut acc) };
             }
         }
+        2 => {
+            for (sb, blk) in row.chunks_exact(84).take(nsb).enumerate() {
+                let blk: &[u8; 84] = blk.try_into().expect("84 bytes");
+                // SAFETY: as above.
+                min += unsafe { low::q2k_block(blk, sb, s, xq, &mut acc) };
+            }
+        }
+        3 => {
+            for (sb, blk) in row.chunks_exact(110).take(nsb).enumerate() {
+                let blk: &[u8; 110] = blk.try_into().expect("110 bytes");
+                // SAFETY: as above.
+                unsafe { low::q3k_block(blk, sb, s, xq, &mut acc) };
+            }
+        }
+        IQ4XS => {
+            for (sb, blk) in row.chunks_exact(136).take(nsb).enumerate() {
+                let blk: &[u8; 136] = blk.try_into().expect("136 bytes");
+                // SAFETY: as above.
+                unsafe { low::iq4xs_block(blk, sb, s, xq, &mut acc) };
+            }
+        }
         _ => {
             for (sb, blk) in row.chunks_exact(210).take(nsb).enumerate() {
                 let blk: &[u8; 210] = blk.try_into().expect("210 bytes");
@@ -293,32 +326,52 @@ unsafe fn dot_row<const F: u8>(row: &[u8], s: &Split16, xq: &QActs16) -> f32 {
 pub(crate) fn has_k_split(format: WeightFormat) -> bool {
     matches!(
         format,
-        WeightFormat::Q4_K | WeightFormat::Q5_K | WeightFormat::Q6_K
+        WeightFormat::Q2_K
+            | WeightFormat::Q3_K
+            | WeightFormat::Q4_K
+            | WeightFormat::Q5_K
+            | WeightFormat::Q6_K
+            | WeightFormat::IQ4_XS
     )
 }
 
 #[target_feature(enable = "neon,dotprod")]
-unsafe fn rows<const F: u8>(w: &QMatrix<'_>, sel: Rows<'_>, xq: &QActs16, y: &mut [f32]) {
-    let s = Split16::new(xq);
+unsafe fn rows<const F: u8>(
+    w: &QMatrix<'_>,
+    sel: Rows<'_>,
+    xq: &QActs16,
+    s: &Split16,
+    y: &mut [f32],
+) {
     for (i, yv) in y.iter_mut().enumerate() {
         sel.prefetch(w, i + 2, 1);
         // SAFETY: dotprod present per this function's contract.
-        *yv = unsafe { dot_row::<F>(w.row_data(sel.get(i)), &s, xq) };
+        *yv = unsafe { dot_row::<F>(w.row_data(sel.get(i)), s, xq) };
     }
 }
 
-/// `Q4_K`/`Q5_K`/`Q6_K` weights × 16-bit activations by `sdot`/`udot` (others: nothing written).
+/// K-quant and `IQ4_XS` weights × 16-bit activations by `sdot`/`udot` (others: nothing written);
+/// `s` is `xq` split ([`Split16::new`]).
 ///
 /// # Safety
 /// The CPU must support the `dotprod` extension.
 #[target_feature(enable = "neon,dotprod")]
-pub(crate) unsafe fn matvec_k_split(w: &QMatrix<'_>, sel: Rows<'_>, xq: &QActs16, y: &mut [f32]) {
+pub(crate) unsafe fn matvec_k_split(
+    w: &QMatrix<'_>,
+    sel: Rows<'_>,
+    xq: &QActs16,
+    s: &Split16,
+    y: &mut [f32],
+) {
     // SAFETY: dotprod is present per this function's contract (all arms).
     unsafe {
         match w.format() {
-            WeightFormat::Q4_K => rows::<4>(w, sel, xq, y),
-            WeightFormat::Q5_K => rows::<5>(w, sel, xq, y),
-            WeightFormat::Q6_K => rows::<6>(w, sel, xq, y),
+            WeightFormat::Q2_K => rows::<2>(w, sel, xq, s, y),
+            WeightFormat::Q3_K => rows::<3>(w, sel, xq, s, y),
+            WeightFormat::Q4_K => rows::<4>(w, sel, xq, s, y),
+            WeightFormat::Q5_K => rows::<5>(w, sel, xq, s, y),
+            WeightFormat::Q6_K => rows::<6>(w, sel, xq, s, y),
+            WeightFormat::IQ4_XS => rows::<IQ4XS>(w, sel, xq, s, y),
             _ => {}
         }
     }

@@ -7,7 +7,7 @@ use std::arch::aarch64::*;
 use super::dequant::weights_i8;
 use super::kquant::{dot16, matvec_k_int};
 use super::kquant_split::{has_k_split, matvec_k_split};
-use super::matvec_split::{has_split, matvec_split};
+use super::matvec_split::{has_split, matvec_split, Split16};
 use super::simd::{f16_at, load_i16x8};
 use crate::arch::drivers::{rows_blocked, RowDots};
 use crate::arch::tags::{block_bytes, has_min, IQ4_NL, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
@@ -85,9 +85,16 @@ fn rows_i16<const F: u8>(w: &QMatrix<'_>, sel: Rows<'_>, xq: &QActs16, y: &mut [
     unsafe { rows_blocked::<2, _>(&I16Dots::<F>(xq), w, sel, y) }
 }
 
+/// Whether [`matvec_i16`] with `dotprod` takes `format` by `sdot`/`udot` from split activations
+/// ([`Split16`]).
+pub(crate) fn takes_split(format: WeightFormat) -> bool {
+    has_split(format) || has_k_split(format)
+}
+
 /// Quantized weights × 16-bit activations ([`Precision::Fast`](crate::Precision::Fast)); with
-/// `dotprod` (the CPU has it), the 32-element block formats take [`matvec_split`]'s `sdot`/`udot`
-/// kernel (the same integer products).
+/// `dotprod` (the CPU has it), the formats of [`takes_split`] take the `sdot`/`udot` kernels of
+/// [`matvec_split`] and [`matvec_k_split`] (the same integer products), from `split` (`xq` split
+/// once per token by the caller) or, where it is `None`, from a split made here.
 #[target_feature(enable = "neon")]
 pub(crate) fn matvec_i16(
     w: &QMatrix<'_>,
@@ -95,15 +102,26 @@ pub(crate) fn matvec_i16(
     xq: &QActs16,
     y: &mut [f32],
     dotprod: bool,
+    split: Option<&Split16>,
 ) {
-    if dotprod && has_split(w.format()) {
+    if dotprod && takes_split(w.format()) {
+        let owned;
+        let s = match split {
+            Some(s) => s,
+            None => {
+                owned = Split16::new(xq);
+                &owned
+            }
+        };
         // SAFETY: `dotprod` is only true on the NeonDotprod and NeonI8mm paths, used only after
         // run-time detection of the extension.
-        return unsafe { matvec_split(w, sel, xq, y) };
-    }
-    if dotprod && has_k_split(w.format()) {
-        // SAFETY: as above.
-        return unsafe { matvec_k_split(w, sel, xq, y) };
+        return unsafe {
+            if has_split(w.format()) {
+                matvec_split(w, sel, xq, s, y)
+            } else {
+                matvec_k_split(w, sel, xq, s, y)
+            }
+        };
     }
     match w.format() {
         WeightFormat::Q8_0 => rows_i16::<Q8_0>(w, sel, xq, y),

@@ -110,7 +110,7 @@ pub(crate) fn matvec_i16_batch(
             .all(|q| q.d.len() == nb && q.qs.len() >= nb * 32 && q.s.len() >= nb);
     let per_token = |ys: &mut [&mut [f32]]| {
         for (q, y) in xq.iter().zip(ys.iter_mut()) {
-            matvec_i16(w, Rows::From(r0), q, y, dotprod)
+            matvec_i16(w, Rows::From(r0), q, y, dotprod, None)
         }
     };
     // With `dotprod` the 32-element formats' `matvec_i16` is `sdot`/`udot` (`matvec_split.rs`),

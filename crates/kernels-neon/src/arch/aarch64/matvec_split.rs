@@ -32,7 +32,7 @@ use crate::WeightFormat;
 pub(crate) struct Split16 {
     pub(super) hi: Vec<i8>,
     pub(super) lo: Vec<u8>,
-    corr: Vec<i32>,
+    pub(super) corr: Vec<i32>,
     /// The sum of each block's 32 quants `x`.
     sumx: Vec<i32>,
     /// The sum of each 16 quants `x` (for `Q6_K`'s offset, `kquant_split.rs`).
@@ -248,10 +248,15 @@ impl<const F: u8> RowDots for SplitDots<'_, F> {
 }
 
 #[target_feature(enable = "neon,dotprod")]
-unsafe fn rows_split<const F: u8>(w: &QMatrix<'_>, sel: Rows<'_>, xq: &QActs16, y: &mut [f32]) {
-    let s = Split16::new(xq);
+unsafe fn rows_split<const F: u8>(
+    w: &QMatrix<'_>,
+    sel: Rows<'_>,
+    xq: &QActs16,
+    s: &Split16,
+    y: &mut [f32],
+) {
     // SAFETY: dotprod present per this function's contract.
-    unsafe { rows_blocked::<2, _>(&SplitDots::<F>(&s, xq), w, sel, y) }
+    unsafe { rows_blocked::<2, _>(&SplitDots::<F>(s, xq), w, sel, y) }
 }
 
 /// Whether [`matvec_split`] takes weights of `format` (the 32-element block formats).
@@ -268,21 +273,27 @@ pub(crate) fn has_split(format: WeightFormat) -> bool {
 }
 
 /// Quantized weights × 16-bit activations by `sdot`/`udot`, for the formats of [`has_split`]
-/// (others: nothing written).
+/// (others: nothing written); `s` is `xq` split ([`Split16::new`]).
 ///
 /// # Safety
 /// The CPU must support the `dotprod` extension.
 #[target_feature(enable = "neon,dotprod")]
-pub(crate) unsafe fn matvec_split(w: &QMatrix<'_>, sel: Rows<'_>, xq: &QActs16, y: &mut [f32]) {
+pub(crate) unsafe fn matvec_split(
+    w: &QMatrix<'_>,
+    sel: Rows<'_>,
+    xq: &QActs16,
+    s: &Split16,
+    y: &mut [f32],
+) {
     // SAFETY: dotprod is present per this function's contract (all arms).
     unsafe {
         match w.format() {
-            WeightFormat::Q8_0 => rows_split::<Q8_0>(w, sel, xq, y),
-            WeightFormat::Q4_0 => rows_split::<Q4_0>(w, sel, xq, y),
-            WeightFormat::Q4_1 => rows_split::<Q4_1>(w, sel, xq, y),
-            WeightFormat::Q5_0 => rows_split::<Q5_0>(w, sel, xq, y),
-            WeightFormat::Q5_1 => rows_split::<Q5_1>(w, sel, xq, y),
-            WeightFormat::IQ4_NL => rows_split::<IQ4_NL>(w, sel, xq, y),
+            WeightFormat::Q8_0 => rows_split::<Q8_0>(w, sel, xq, s, y),
+            WeightFormat::Q4_0 => rows_split::<Q4_0>(w, sel, xq, s, y),
+            WeightFormat::Q4_1 => rows_split::<Q4_1>(w, sel, xq, s, y),
+            WeightFormat::Q5_0 => rows_split::<Q5_0>(w, sel, xq, s, y),
+            WeightFormat::Q5_1 => rows_split::<Q5_1>(w, sel, xq, s, y),
+            WeightFormat::IQ4_NL => rows_split::<IQ4_NL>(w, sel, xq, s, y),
             _ => {}
         }
     }

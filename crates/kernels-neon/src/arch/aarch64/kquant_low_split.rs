@@ -1,0 +1,256 @@
+//! `Q2_K`, `Q3_K` and `IQ4_XS` super-blocks × 16-bit activations
+//! ([`Precision::Fast`](crate::Precision::Fast)) with `sdot`/`udot` on `dotprod` CPUs, as
+//! `kquant_split.rs` does `Q4_K`/`Q5_K`/`Q6_K` (`x = 256 * hi + lo`, [`Split16`]): the integer
+//! products of `kquant::dot_k_int`'s widening path, summed in another f32 order.
+//!
+//! - `Q2_K` quants (0..=3) are unsigned as they are; the min term `dmin * m * d_x * sum(x)` of each
+//!   16 elements is taken once per super-block by vector from [`Split16::sum16`].
+//! - `Q3_K` quants (-4..=3) are taken as `q + 4` (0..=7, the high bit set where `hmask`'s bit is),
+//!   the `- 4` back as `-4 * sum(x)` of the 16 elements in the first lane.
+//! - `IQ4_XS` values (-127..=113, signed) go as they are into the `hi` dot and `+ 128` (`^ 0x80`)
+//!   into the unsigned `lo` one, the `+ 128` taken back by the block's `-128 * sum(lo)`
+//!   (`IQ4_NL`'s way in `matvec_split.rs`).
+//!
+//! Each group of 16 (32 for `IQ4_XS`) is a function of a constant group index (fixed shifts, no
+//! bounds checks in the super-block); the scales are unpacked by vector (`Q2_K`, `Q3_K`) or as the
+//! scalar reference does (`IQ4_XS`, 8 per super-block).
+
+use std::arch::aarch64::*;
+
+use super::kquant_split::{acts, fma_lane, ld};
+use super::matvec_split::{sdot, udot, Split16};
+use super::simd::{f16_at, iq4nl_values, load_f32x4};
+use crate::quant::QActs16;
+
+/// `256 * sdot(q, hi) + udot(q, lo)` of unsigned quants `q` (at most 127) with the 16 split
+/// activations from element `e`, plus `init`.
+///
+/// # Safety
+/// The CPU must support the `dotprod` extension.
+#[inline]
+#[target_feature(enable = "neon,dotprod")]
+unsafe fn dot16u(s: &Split16, init: int32x4_t, q: uint8x16_t, e: usize) -> int32x4_t {
+    let (h, l) = acts(s, e);
+    // SAFETY: dotprod present per this function's contract.
+    unsafe {
+        let hi = sdot(vdupq_n_s32(0), vreinterpretq_s8_u8(q), h);
+        vmlaq_n_s32(udot(init, q, l), hi, 256)
+    }
+}
+
+/// The per-16 activation scales of a super-block's 8 per-32 ones (`dx`), each twice, as 4
+/// vectors (group `G` in lane `G % 4` of vector `G / 4`).
+#[inline]
+#[target_feature(enable = "neon")]
+fn dx16(dx: &[f32]) -> [float32x4_t; 4] {
+    let (da, db) = (load_f32x4(&dx[0..]), load_f32x4(&dx[4..]));
+    [
+        vzip1q_f32(da, da),
+        vzip2q_f32(da, da),
+        vzip1q_f32(db, db),
+        vzip2q_f32(db, db),
+    ]
+}
+
+/// u8x16 as four f32x4 (lanes 0..4, .., 12..16).
+#[inline]
+#[target_feature(enable = "neon")]
+fn u8x16_f32(v: uint8x16_t) -> [float32x4_t; 4] {
+    let (a, b) = (vmovl_u8(vget_low_u8(v)), vmovl_high_u8(v));
+    [
+        vcvtq_f32_u32(vmovl_u16(vget_low_u16(a))),
+        vcvtq_f32_u32(vmovl_high_u16(a)),
+        vcvtq_f32_u32(vmovl_u16(vget_low_u16(b))),
+        vcvtq_f32_u32(vmovl_high_u16(b)),
+    ]
+}
+
+/// Group `G = 8 n + 2 k + p` (elements `16 G .. + 16`) of a `Q2_K` (`Q3 = false`, 84 bytes) or
+/// `Q3_K` (110 bytes) super-block whose groups of activations start at `g0`: bits `2k..2k + 2` of
+/// `qs[32 n + 16 p..]` (byte 16, or 32 for `Q3_K`), `Q3_K`'s bit `4 n + k` of `hmask[16 p..]` as
+/// bit 2. Adds the integer sum times lane `G % 4` of `scale[G / 4]` to `acc`.
+///
+/// # Safety
+/// The CPU must support the `dotprod` extension.
+#[inline]
+#[target_feature(enable = "neon,dotprod")]
+unsafe fn k23_group<const Q3: bool, const N: usize, const G: usize>(
+    blk: &[u8; N],
+    g0: usize,
+    s: &Split16,
+    scale: &[float32x4_t; 4],
+    acc: &mut float32x4_t,
+) {
+    let (n, k, p) = (G / 8, (G / 2) % 4, G % 2);
+    let qoff = if Q3 { 32 } else { 16 };
+    let qs = ld(blk, qoff + 32 * n + 16 * p);
+    let mut q = vandq_u8(vshlq_u8(qs, vdupq_n_s8(-2 * k as i8)), vdupq_n_u8(3));
+    let g = g0 + G;
+    let mut init = vdupq_n_s32(0);
+    if Q3 {
+        let hm = ld(blk, 16 * p);
+        // Bit 4n + k of hmask to bit 2.
+        let hb = vshlq_u8(hm, vdupq_n_s8(2 - (4 * n + k) as i8));
+        q = vorrq_u8(q, vandq_u8(hb, vdupq_n_u8(4)));
+        init = vsetq_lane_s32::<0>(-4 * s.sum16[g], init);
+    }
+    // SAFETY: dotprod present per this function's contract.
+    let isum = unsafe { dot16u(s, init, q, 16 * g) };
+    *acc = fma_lane(*acc, vcvtq_f32_s32(isum), scale[G / 4], G % 4);
+}
+
+/// Runs [`k23_group`] for the 16 groups of a super-block.
+macro_rules! k23_groups {
+    ($q3:literal, $blk:expr, $g0:expr, $s:expr, $scale:expr, $acc:expr; $($g:literal)*) => {
+        // SAFETY: dotprod present per the enclosing function's contract.
+        unsafe { $(k23_group::<$q3, _, $g>($blk, $g0, $s, $scale, $acc);)* }
+    };
+}
+
+/// A `Q2_K` super-block (84 bytes: 16 scale bytes, 64 quant bytes, `d`, `dmin`): its 16 scales
+/// `d * sc * d_x` as vectors, then its groups; returns the min term `sum(dmin * m * d_x * sum(x))`
+/// (to subtract).
+///
+/// # Safety
+/// The CPU must support the `dotprod` extension.
+#[inline]
+#[target_feature(enable = "neon,dotprod")]
+pub(super) unsafe fn q2k_block(
+    blk: &[u8; 84],
+    sb: usize,
+    s: &Split16,
+    xq: &QActs16,
+    acc: &mut float32x4_t,
+) -> f32 {
+    let g0 = 16 * sb;
+    let (d, dmin) = (f16_at(blk, 80), f16_at(blk, 82));
+    let sc = ld(blk, 0);
+    let scf = u8x16_f32(vandq_u8(sc, vdupq_n_u8(0x0F)));
+    let mf = u8x16_f32(vshrq_n_u8::<4>(sc));
+    let dxs = dx16(&xq.d[8 * sb..8 * sb + 8]);
+    let scale: [float32x4_t; 4] =
+        std::array::from_fn(|i| vmulq_f32(vmulq_n_f32(scf[i], d), dxs[i]));
+    let sums = &s.sum16[g0..g0 + 16];
+    let mut min = vdupq_n_f32(0.0);
+    for i in 0..4 {
+        // SAFETY: `sums[4 i..4 i + 4]` is 4 readable i32 (bounds-checked by the slice).
+        let x = unsafe { vcvtq_f32_s32(vld1q_s32(sums[4 * i..4 * i + 4].as_ptr())) };
+        min = vfmaq_f32(min, vmulq_f32(vmulq_n_f32(mf[i], dmin), dxs[i]), x);
+    }
+    k23_groups!(false, blk, g0, s, &scale, acc; 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15);
+    vaddvq_f32(min)
+}
+
+/// `Q3_K`'s 16 signed 6-bit scales `ls - 32` (bytes 96..108), unpacked as
+/// `scalar::q3k_scales`: low 4 bits in nibble `s / 8` of byte `s % 8`, high 2 bits at bit
+/// `2 (s / 4)` of byte `8 + s % 4`.
+#[inline]
+#[target_feature(enable = "neon")]
+fn q3k_scales(blk: &[u8; 110]) -> int8x16_t {
+    let lo8 = u64::from_le_bytes(blk[96..104].try_into().expect("8 bytes"));
+    let lo = vcreate_u8(lo8);
+    let lo = vcombine_u8(vand_u8(lo, vdup_n_u8(0x0F)), vshr_n_u8::<4>(lo));
+    let hi4 = u32::from_le_bytes(blk[104..108].try_into().expect("4 bytes"));
+    let rep = vreinterpretq_u8_u32(vdupq_n_u32(hi4));
+    // Lane s shifted right by 2 (s / 4).
+    const SH: [i8; 16] = [0, 0, 0, 0, -2, -2, -2, -2, -4, -4, -4, -4, -6, -6, -6, -6];
+    // SAFETY: `SH` is exactly 16 readable i8.
+    let shifts = unsafe { vld1q_s8(SH.as_ptr()) };
+    let hi = vandq_u8(vshlq_u8(rep, shifts), vdupq_n_u8(3));
+    let ls = vorrq_u8(lo, vshlq_n_u8::<4>(hi));
+    vsubq_s8(vreinterpretq_s8_u8(ls), vdupq_n_s8(32))
+}
+
+/// A `Q3_K` super-block (110 bytes: `hmask` 32, `qs` 64, scales 12, `d`): its 16 scales
+/// `d * (ls - 32) * d_x` as vectors, then its groups.
+///
+/// # Safety
+/// The CPU must support the `dotprod` extension.
+#[inline]
+#[target_feature(enable = "neon,dotprod")]
+pub(super) unsafe fn q3k_block(
+    blk: &[u8; 110],
+    sb: usize,
+    s: &Split16,
+    xq: &QActs16,
+    acc: &mut float32x4_t,
+) {
+    let g0 = 16 * sb;
+    let d = f16_at(blk, 108);
+    let ls = q3k_scales(blk);
+    let (w0, w1) = (vmovl_s8(vget_low_s8(ls)), vmovl_high_s8(ls));
+    let scf = [
+        vmovl_s16(vget_low_s16(w0)),
+        vmovl_high_s16(w0),
+        vmovl_s16(vget_low_s16(w1)),
+        vmovl_high_s16(w1),
+    ]
+    .map(|v| vmulq_n_f32(vcvtq_f32_s32(v), d));
+    let dxs = dx16(&xq.d[8 * sb..8 * sb + 8]);
+    let scale: [float32x4_t; 4] = std::array::from_fn(|i| vmulq_f32(scf[i], dxs[i]));
+    k23_groups!(true, blk, g0, s, &scale, acc; 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15);
+}
+
+/// Sub-block `J` (elements `32 J .. + 32`, 16 nibble bytes at `8 + 16 J`) of an `IQ4_XS`
+/// super-block whose activation blocks start at `b0`.
+///
+/// # Safety
+/// The CPU must support the `dotprod` extension.
+#[inline]
+#[target_feature(enable = "neon,dotprod")]
+unsafe fn iq4xs_sub<const J: usize>(
+    blk: &[u8; 136],
+    b0: usize,
+    s: &Split16,
+    scale: &[float32x4_t; 2],
+    acc: &mut float32x4_t,
+) {
+    let (v0, v1) = iq4nl_values(&blk[8 + 16 * J..8 + 16 * J + 16]);
+    let b = b0 + J;
+    let (h0, l0) = acts(s, 32 * b);
+    let (h1, l1) = acts(s, 32 * b + 16);
+    let flip = vdupq_n_u8(0x80);
+    let (u0, u1) = (
+        veorq_u8(vreinterpretq_u8_s8(v0), flip),
+        veorq_u8(vreinterpretq_u8_s8(v1), flip),
+    );
+    let init = vsetq_lane_s32::<0>(s.corr[b], vdupq_n_s32(0));
+    // SAFETY: dotprod present per this function's contract.
+    let isum = unsafe {
+        let hi = sdot(sdot(vdupq_n_s32(0), v0, h0), v1, h1);
+        vmlaq_n_s32(udot(udot(init, u0, l0), u1, l1), hi, 256)
+    };
+    *acc = fma_lane(*acc, vcvtq_f32_s32(isum), scale[J / 4], J % 4);
+}
+
+/// An `IQ4_XS` super-block (136 bytes: `d`, `scales_h`, `scales_l` 4, nibbles 128): its 8 scales
+/// `d * (ls - 32) * d_x` (as the scalar reference unpacks them), then its 8 sub-blocks.
+///
+/// # Safety
+/// The CPU must support the `dotprod` extension.
+#[inline]
+#[target_feature(enable = "neon,dotprod")]
+pub(super) unsafe fn iq4xs_block(
+    blk: &[u8; 136],
+    sb: usize,
+    s: &Split16,
+    xq: &QActs16,
+    acc: &mut float32x4_t,
+) {
+    let b0 = 8 * sb;
+    let dl = crate::scalar::iq4xs_scales(blk);
+    let dx = &xq.d[b0..b0 + 8];
+    let scale: [float32x4_t; 2] =
+        std::array::from_fn(|i| vmulq_f32(load_f32x4(&dl[4 * i..]), load_f32x4(&dx[4 * i..])));
+    // SAFETY: dotprod present per this function's contract.
+    unsafe {
+        iq4xs_sub::<0>(blk, b0, s, &scale, acc);
+        iq4xs_sub::<1>(blk, b0, s, &scale, acc);
+        iq4xs_sub::<2>(blk, b0, s, &scale, acc);
+        iq4xs_sub::<3>(blk, b0, s, &scale, acc);
+        iq4xs_sub::<4>(blk, b0, s, &scale, acc);
+        iq4xs_sub::<5>(blk, b0, s, &scale, acc);
+        iq4xs_sub::<6>(blk, b0, s, &scale, acc);
+        iq4xs_sub::<7>(blk, b0, s, &scale, acc);
+    }
+}
