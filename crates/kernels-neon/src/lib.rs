@@ -245,12 +245,14 @@ mod arch;
 mod attention;
 mod attention_block;
 mod batch;
+mod experts;
 mod gated;
 mod kv;
 mod matmul;
 mod matmul_t;
 mod out_rows;
 mod path;
+mod product;
 mod quant;
 mod quantize;
 mod quantize_k;
@@ -272,6 +274,9 @@ pub use attention_block::{
 pub use batch::{matvec_batch, matvec_batch_many};
 #[doc(hidden)]
 pub use batch::{matvec_batch_many_with, matvec_batch_with, set_batch_kquants};
+pub use experts::{experts_ffn, ExpertJob, ExpertsScratch};
+#[doc(hidden)]
+pub use experts::experts_ffn_with;
 pub use gated::matvec_gated;
 #[doc(hidden)]
 pub use gated::matvec_gated_with;
