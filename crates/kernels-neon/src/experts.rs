@@ -2,8 +2,11 @@
 //! parallel regions, work split by (expert, row chunk): the gate and up products of every expert
 //! with their activation, then the down products of every expert, then each token's weighted sum
 //! in the experts' order. Each expert's products are those of [`crate::matvec_gated`] /
-//! [`crate::matmul`] / [`crate::matvec`] run one expert at a time, bit for bit; only the
-//! scheduling differs (no fork and join per expert and matrix).
+//! [`crate::matmul`] / [`crate::matvec`] run one expert at a time, bit for bit (the scheduling
+//! differs: no fork and join per expert and matrix), but that a prompt's group of fewer than
+//! [`crate::INT_TILE_MIN_TOKENS`] tokens in [`Precision::Fast`] takes the decode kernels, as a
+//! batched decode step does ([`crate::matvec_batch`]: 16-bit activations, each block's weights
+//! unpacked once for the group) rather than `matmul`'s f32 tile, unless `SPARROW_MOE_GROUPS=tile`.
 
 use rayon::prelude::*;
 
@@ -49,7 +52,8 @@ fn grow(v: &mut Vec<f32>, len: usize) -> &mut [f32] {
 /// order and every token `t = tokens_j[i]`: an MoE layer's routed (and shared) experts over the `n`
 /// tokens of `x` (`n × d`, token-major). `decode` says the tokens are independent decode steps
 /// (each computed as [`crate::matvec`] computes one token); otherwise a group of several tokens
-/// takes [`crate::matmul`]'s kernels. `on_gated(j, g)` sees each job's activations (`m × ff`,
+/// takes [`crate::matmul`]'s kernels (a group smaller than [`crate::INT_TILE_MIN_TOKENS`] in
+/// [`Precision::Fast`], the decode kernels). `on_gated(j, g)` sees each job's activations (`m × ff`,
 /// token-major) before the down products.
 #[allow(clippy::too_many_arguments)]
 pub fn experts_ffn(
@@ -98,7 +102,11 @@ pub fn experts_ffn_with(
     };
     let ms: Vec<usize> = jobs.iter().map(|j| j.tokens.len()).collect();
     let ffs: Vec<usize> = jobs.iter().map(|j| j.gate.rows()).collect();
-    let xs = split(grow(&mut scratch.xs, ms.iter().sum::<usize>() * d), &ms, |_| d);
+    let xs = split(
+        grow(&mut scratch.xs, ms.iter().sum::<usize>() * d),
+        &ms,
+        |_| d,
+    );
     let g_len: usize = ms.iter().zip(&ffs).map(|(m, f)| m * f).sum();
     let mut gs = split(grow(&mut scratch.g, g_len), &ms, |j| ffs[j]);
     // The tokens of each job gathered and prepared for its gate (and up, if of another form).
@@ -117,13 +125,26 @@ pub fn experts_ffn_with(
             (pg, pu)
         })
         .collect();
+    let batches: Vec<_> = jobs
+        .iter()
+        .zip(&prepared)
+        .map(|(job, (pg, pu))| {
+            let formats = [job.gate.format(), job.up.format()];
+            (
+                pg.batch(path, &formats),
+                pu.as_ref().and_then(|p| p.batch(path, &formats)),
+            )
+        })
+        .collect();
     let xs = &scratch.xs;
     let x_off = offsets(&ms, |_| d);
     // Gate and up of every job, by (job, row chunk), the activation applied per work item.
     let mut items = Vec::new();
     for (j, job) in jobs.iter().enumerate().filter(|&(j, _)| ms[j] > 0) {
         let chunk = prepared[j].0.chunk(path, job.gate).max(1);
-        items.extend((0..ffs[j].div_ceil(chunk)).map(|c| (j, c * chunk, chunk.min(ffs[j] - c * chunk))));
+        items.extend(
+            (0..ffs[j].div_ceil(chunk)).map(|c| (j, c * chunk, chunk.min(ffs[j] - c * chunk))),
+        );
     }
     let g_ptrs: Vec<OutPtr> = gs.iter_mut().map(|g| OutPtr(g.as_mut_ptr())).collect();
     let gated = |&(j, r0, nr): &(usize, usize, usize)| {
@@ -132,16 +153,19 @@ pub fn experts_ffn_with(
         let mut g = vec![0f32; m * nr];
         let mut u = vec![0f32; m * nr];
         let (pg, pu) = &prepared[j];
-        pg.run(path, job.gate, xj, m, r0, &mut g);
-        pu.as_ref()
-            .unwrap_or(pg)
-            .run(path, job.up, xj, m, r0, &mut u);
+        let (bg, bu) = &batches[j];
+        pg.run(path, job.gate, xj, m, r0, &mut g, bg.as_ref());
+        match pu {
+            Some(pu) => pu.run(path, job.up, xj, m, r0, &mut u, bu.as_ref()),
+            None => pg.run(path, job.up, xj, m, r0, &mut u, bg.as_ref()),
+        }
         act_mul_inplace(act, &mut g, &u);
         // SAFETY: job `j`'s buffer holds `m * ff` elements and stays mutably borrowed (`gs`) until
         // this region ends; this work item alone writes its rows `r0 .. r0 + nr`.
         unsafe { g_ptrs[j].write_rows(&g, m, ffs[j], r0, nr) };
     };
     run_items(&items, gated);
+    drop(batches);
     drop(prepared);
     for (j, g) in gs.iter().enumerate() {
         on_gated(j, g);
@@ -169,7 +193,11 @@ fn check_jobs(
     check_len("experts_ffn out", n * d, out.len())?;
     for j in jobs {
         check_len("experts_ffn gate columns", d, j.gate.cols())?;
-        check_len("experts_ffn up rows (as gate's)", j.gate.rows(), j.up.rows())?;
+        check_len(
+            "experts_ffn up rows (as gate's)",
+            j.gate.rows(),
+            j.up.rows(),
+        )?;
         check_len("experts_ffn up columns", d, j.up.cols())?;
         check_len("experts_ffn down rows", d, j.down.rows())?;
         check_len("experts_ffn down columns", j.gate.rows(), j.down.cols())?;
@@ -206,6 +234,11 @@ fn down_products(
                 .then(|| Product::new(path, job.down, g, m, precision, decode))
         })
         .collect();
+    let batches: Vec<_> = jobs
+        .iter()
+        .zip(&prepared)
+        .map(|(job, p)| p.as_ref().and_then(|p| p.batch(path, &[job.down.format()])))
+        .collect();
     let mut items = Vec::new();
     for (j, job) in jobs.iter().enumerate() {
         match &prepared[j] {
@@ -213,7 +246,9 @@ fn down_products(
             None => ys[j].fill(0.0),
             Some(p) => {
                 let chunk = p.chunk(path, job.down).max(1);
-                items.extend((0..d.div_ceil(chunk)).map(|c| (j, c * chunk, chunk.min(d - c * chunk))));
+                items.extend(
+                    (0..d.div_ceil(chunk)).map(|c| (j, c * chunk, chunk.min(d - c * chunk))),
+                );
             }
         }
     }
@@ -222,7 +257,15 @@ fn down_products(
         let m = ms[j];
         let mut y = vec![0f32; m * nr];
         if let Some(p) = &prepared[j] {
-            p.run(path, jobs[j].down, gs[j], m, r0, &mut y);
+            p.run(
+                path,
+                jobs[j].down,
+                gs[j],
+                m,
+                r0,
+                &mut y,
+                batches[j].as_ref(),
+            );
         }
         // SAFETY: job `j`'s output holds `m * d` elements and stays mutably borrowed (`ys`) until
         // this region ends; this work item alone writes its rows `r0 .. r0 + nr`.

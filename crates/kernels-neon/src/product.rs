@@ -8,8 +8,8 @@ use crate::arch;
 use crate::matmul::INT_ITEM_BYTES;
 use crate::quant::{QActs, QActs16};
 use crate::{
-    fast_prompts_int8, matmul_chunk, matvec_chunk, Acts, KernelPath, Precision,
-    QMatrix, WeightFormat, INT_TILE_MIN_TOKENS,
+    fast_prompts_int8, matmul_chunk, matvec_chunk, Acts, KernelPath, Precision, QMatrix,
+    WeightFormat, INT_TILE_MIN_TOKENS,
 };
 
 /// A product's activations, in the form its kernel takes.
@@ -39,7 +39,9 @@ impl Product {
     ) -> Product {
         let (format, cols) = (w.format(), w.cols());
         let tokens = || x.chunks_exact(cols).take(m);
-        if m == 1 || decode || precision == Precision::Ggml {
+        let small =
+            precision == Precision::Fast && m < INT_TILE_MIN_TOKENS && small_groups_batched();
+        if m == 1 || decode || precision == Precision::Ggml || small {
             return Product::PerToken(
                 tokens()
                     .map(|xt| Acts::new(path, format, xt, precision))
@@ -78,6 +80,30 @@ impl Product {
         })
     }
 
+    /// The batch kernel's view of a [`Product::PerToken`] of several tokens' 16-bit activations
+    /// (as [`crate::matvec_batch`] builds it: each token's products bit for bit `matvec`'s, the
+    /// weights unpacked once for all), for matrices of `formats`.
+    pub(crate) fn batch(
+        &self,
+        path: KernelPath,
+        formats: &[WeightFormat],
+    ) -> Option<arch::Batch16<'_>> {
+        let Product::PerToken(acts) = self else {
+            return None;
+        };
+        if acts.len() < 2 {
+            return None;
+        }
+        let qs: Option<Vec<&QActs16>> = acts
+            .iter()
+            .map(|a| match a {
+                Acts::I16(q) => Some(q),
+                _ => None,
+            })
+            .collect();
+        qs.map(|qs| arch::Batch16::new(path, qs, formats))
+    }
+
     /// Rows per work item: those of the entry point that would run this product alone, so each
     /// row chunk (and so each output) is cut as it cuts them.
     pub(crate) fn chunk(&self, path: KernelPath, w: &QMatrix) -> usize {
@@ -100,7 +126,8 @@ impl Product {
     }
 
     /// `out[t * nr + i]` = row `r0 + i` of `w` · token `t` of `x` (the tokens this product was
-    /// prepared for), for `nr = out.len() / m` rows.
+    /// prepared for), for `nr = out.len() / m` rows; `batch` is [`Product::batch`]'s view.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn run(
         &self,
         path: KernelPath,
@@ -109,11 +136,22 @@ impl Product {
         m: usize,
         r0: usize,
         out: &mut [f32],
+        batch: Option<&arch::Batch16<'_>>,
     ) {
         let (cols, nr) = (w.cols(), out.len() / m.max(1));
         match self {
+            Product::PerToken(_) if batch.is_some() => {
+                let mut outs: Vec<&mut [f32]> = out.chunks_mut(nr).collect();
+                if let Some(b) = batch {
+                    arch::matvec_i16_batch(path, w, r0, b, &mut outs);
+                }
+            }
             Product::PerToken(acts) => {
-                for ((a, xt), ys) in acts.iter().zip(x.chunks_exact(cols)).zip(out.chunks_mut(nr)) {
+                for ((a, xt), ys) in acts
+                    .iter()
+                    .zip(x.chunks_exact(cols))
+                    .zip(out.chunks_mut(nr))
+                {
                     a.run(path, w, arch::Rows::From(r0), xt, ys);
                 }
             }
@@ -140,4 +178,12 @@ impl Product {
             }
         }
     }
+}
+
+/// Whether a prompt's groups of fewer than [`INT_TILE_MIN_TOKENS`] tokens in [`Precision::Fast`]
+/// take the decode kernels (16-bit activations, [`crate::matvec_batch`]'s kernel) rather than
+/// [`crate::matmul`]'s f32 tile: unless `SPARROW_MOE_GROUPS=tile` (read once).
+fn small_groups_batched() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| !crate::path::env_says("SPARROW_MOE_GROUPS", "tile"))
 }

@@ -1,8 +1,9 @@
 //! `experts_ffn` (all experts of an MoE layer in two parallel regions) against the same experts run
 //! one at a time through the public kernels, as the MoE block ran them before: `matvec_gated` for
 //! one token or a decode batch, else `matmul` of gate and up and `act_mul_inplace`; the down product
-//! by `matvec`, `matvec_batch` or `matmul`; `axpy_f32` of each token's output in the jobs' order.
-//! Bit for bit, on every path, in every precision, for token groups of every kernel's size.
+//! by `matvec`, `matvec_batch` or `matmul`; `axpy_f32` of each token's output in the jobs' order
+//! (except that a prompt's groups of fewer than `INT_TILE_MIN_TOKENS` tokens in `Fast` take the
+//! decode kernels, 16-bit activations, rather than `matmul`'s f32 tile). Bit for bit, on every path, in every precision, for token groups of every kernel's size.
 
 use crate::common::{random_matrix, random_vec, Rng};
 use kernels_neon::*;
@@ -34,6 +35,9 @@ fn one_at_a_time(
             .iter()
             .flat_map(|&t| x[t as usize * d..(t as usize + 1) * d].to_vec())
             .collect();
+        // A prompt's groups of fewer than `INT_TILE_MIN_TOKENS` tokens in `Fast` take the decode
+        // kernels (16-bit activations) rather than `matmul`'s f32 tile.
+        let decode = decode || (precision == Precision::Fast && m < INT_TILE_MIN_TOKENS);
         let mut g = vec![0f32; m * ff];
         if decode || m == 1 {
             matvec_gated_with(path, job.gate, job.up, act, &xs, m, &mut g, precision).unwrap();
@@ -82,7 +86,11 @@ fn routes(rng: &mut Rng, n: usize, experts: usize, k: usize) -> Vec<(usize, Vec<
         .filter(|(_, g)| !g.0.is_empty())
         .map(|(e, (t, w))| (e, t, w))
         .collect();
-    jobs.push((experts, (0..n as u32).collect(), (0..n).map(|_| rng.f()).collect()));
+    jobs.push((
+        experts,
+        (0..n as u32).collect(),
+        (0..n).map(|_| rng.f()).collect(),
+    ));
     jobs
 }
 
@@ -105,7 +113,11 @@ fn experts_ffn_equals_one_expert_at_a_time() {
     for path in available_paths() {
         for format in formats {
             // K-quant rows are multiples of 256 wide (the down rows are `ff` wide).
-            let ff = if format == WeightFormat::Q4_K { 256 } else { 160 };
+            let ff = if format == WeightFormat::Q4_K {
+                256
+            } else {
+                160
+            };
             // The last expert stands for a shared one, wider.
             let experts: Vec<Expert> = (0..=n_experts)
                 .map(|e| {
@@ -145,7 +157,8 @@ fn experts_ffn_equals_one_expert_at_a_time() {
                     .collect();
                 for precision in precisions {
                     for decode in [false, true] {
-                        let what = format!("{path:?} {format:?} {precision:?} n={n} decode={decode}");
+                        let what =
+                            format!("{path:?} {format:?} {precision:?} n={n} decode={decode}");
                         let (want, want_g) =
                             one_at_a_time(path, &jobs, Activation::Silu, &x, n, precision, decode);
                         let mut got = vec![0f32; n * d];

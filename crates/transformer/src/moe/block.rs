@@ -1,8 +1,10 @@
 //! [`MoeBlock`]: a Mixture-of-Experts FFN step over `n` tokens. The router's logits for every token
 //! (one product), each token's top-k experts ([`route`]), the tokens grouped by expert
-//! ([`ExpertGroups`]) so each selected expert's rows are read once for all its tokens (a prompt's
-//! matrix product, or the decode kernel for each token), the weighted sum of their outputs, then
-//! the shared expert over every token (scaled by `sigmoid(gate_inp · x)` when it has a gate).
+//! ([`ExpertGroups`]) so each selected expert's rows are read once for all its tokens, then every
+//! selected expert and the shared expert (every token, scaled by `sigmoid(gate_inp · x)` when it
+//! has a gate) in one call of [`kernels_neon::experts_ffn`]: two parallel regions a layer, work
+//! split by (expert, row chunk), not one fork and join per expert and matrix; each token's outputs
+//! summed in the experts' order, the shared expert last.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
