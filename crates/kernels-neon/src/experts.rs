@@ -41,6 +41,10 @@ pub struct ExpertsScratch {
     ys: Vec<f32>,
 }
 
+/// At most this many (token, expert) pairs are prepared (gathered, quantized) on the calling
+/// thread rather than in a parallel region of their own.
+const SERIAL_PAIRS: usize = 16;
+
 fn grow(v: &mut Vec<f32>, len: usize) -> &mut [f32] {
     if v.len() < len {
         v.resize(len, 0.0);
@@ -110,21 +114,27 @@ pub fn experts_ffn_with(
     let g_len: usize = ms.iter().zip(&ffs).map(|(m, f)| m * f).sum();
     let mut gs = split(grow(&mut scratch.g, g_len), &ms, |j| ffs[j]);
     // The tokens of each job gathered and prepared for its gate (and up, if of another form).
-    let prepared: Vec<(Product, Option<Product>)> = jobs
-        .par_iter()
-        .zip(xs.into_par_iter())
-        .map(|(job, xs)| {
-            for (dst, &t) in xs.chunks_exact_mut(d).zip(job.tokens) {
-                let t = t as usize;
-                dst.copy_from_slice(&x[t * d..(t + 1) * d]);
-            }
-            let m = job.tokens.len();
-            let pg = Product::new(path, job.gate, xs, m, precision, decode);
-            let pu = (job.up.format() != job.gate.format())
-                .then(|| Product::new(path, job.up, xs, m, precision, decode));
-            (pg, pu)
-        })
-        .collect();
+    let prepare = |(job, xs): (&ExpertJob<'_>, &mut [f32])| {
+        for (dst, &t) in xs.chunks_exact_mut(d).zip(job.tokens) {
+            let t = t as usize;
+            dst.copy_from_slice(&x[t * d..(t + 1) * d]);
+        }
+        let m = job.tokens.len();
+        let pg = Product::new(path, job.gate, xs, m, precision, decode);
+        let pu = (job.up.format() != job.gate.format())
+            .then(|| Product::new(path, job.up, xs, m, precision, decode));
+        (pg, pu)
+    };
+    let pairs: usize = ms.iter().sum();
+    // A decode step's few tokens are quantized on this thread: a parallel region costs more.
+    let prepared: Vec<(Product, Option<Product>)> = if pairs <= SERIAL_PAIRS {
+        jobs.iter().zip(xs).map(prepare).collect()
+    } else {
+        jobs.par_iter()
+            .zip(xs.into_par_iter())
+            .map(prepare)
+            .collect()
+    };
     let batches: Vec<_> = jobs
         .iter()
         .zip(&prepared)
@@ -225,15 +235,19 @@ fn down_products(
     precision: Precision,
     decode: bool,
 ) {
-    let prepared: Vec<Option<Product>> = jobs
-        .par_iter()
-        .zip(gs.par_iter())
-        .zip(ms.par_iter())
-        .map(|((job, g), &m)| {
-            (job.down.cols() > 0 && m > 0)
-                .then(|| Product::new(path, job.down, g, m, precision, decode))
-        })
-        .collect();
+    let prepare = |((job, g), &m): ((&ExpertJob<'_>, &&[f32]), &usize)| {
+        (job.down.cols() > 0 && m > 0)
+            .then(|| Product::new(path, job.down, g, m, precision, decode))
+    };
+    let prepared: Vec<Option<Product>> = if ms.iter().sum::<usize>() <= SERIAL_PAIRS {
+        jobs.iter().zip(gs).zip(ms).map(prepare).collect()
+    } else {
+        jobs.par_iter()
+            .zip(gs.par_iter())
+            .zip(ms.par_iter())
+            .map(prepare)
+            .collect()
+    };
     let batches: Vec<_> = jobs
         .iter()
         .zip(&prepared)
