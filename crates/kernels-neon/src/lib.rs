@@ -44,7 +44,9 @@
 //!
 //! [`matvec_many`] runs several matrices of one input vector (a decode
 //! step's q/k/v, or gate/up) with one activation quantization and one
-//! parallel region, bit-identical to one [`matvec`] each.
+//! parallel region, bit-identical to one [`matvec`] each. [`experts_ffn`] runs the routed experts
+//! of a Mixture-of-Experts layer (each over its tokens) in two parallel regions split by (expert,
+//! row chunk), each expert's products those of [`matvec_gated`], [`matvec_batch`] or [`matmul`].
 //!
 //! SIMD coverage: `matvec`, `matvec_many` and `matvec_rows` (all precisions), `axpy_rows`,
 //! `matmul`, `dequantize_row`,
@@ -247,12 +249,14 @@ mod arch;
 mod attention;
 mod attention_block;
 mod batch;
+mod experts;
 mod gated;
 mod kv;
 mod matmul;
 mod matmul_t;
 mod out_rows;
 mod path;
+mod product;
 mod quant;
 mod quantize;
 mod quantize_k;
@@ -274,6 +278,9 @@ pub use attention_block::{
 pub use batch::{matvec_batch, matvec_batch_many};
 #[doc(hidden)]
 pub use batch::{matvec_batch_many_with, matvec_batch_with, set_batch_kquants};
+#[doc(hidden)]
+pub use experts::experts_ffn_with;
+pub use experts::{experts_ffn, ExpertJob, ExpertsScratch};
 pub use gated::matvec_gated;
 #[doc(hidden)]
 pub use gated::matvec_gated_with;

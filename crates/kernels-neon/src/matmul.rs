@@ -187,7 +187,7 @@ pub fn matmul_with(
 
 /// Weight bytes of one work item of [`matmul_int`]: its rows stay in L2 while every group of
 /// tokens passes over them.
-const INT_ITEM_BYTES: usize = 96 * 1024;
+pub(crate) const INT_ITEM_BYTES: usize = 96 * 1024;
 
 /// [`matmul`] through an integer tile (`arch::tile_int8` or `arch::tile_i16`, which the caller
 /// checked the path has for `w`'s format): every token quantized once by `quantize` as `matvec`

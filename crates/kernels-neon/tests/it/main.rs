@@ -8,6 +8,7 @@ mod attention_block;
 mod attention_cache;
 mod attention_span;
 mod common;
+mod experts;
 mod expf;
 mod fixed;
 mod format_paths;

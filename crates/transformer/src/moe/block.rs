@@ -1,13 +1,15 @@
 //! [`MoeBlock`]: a Mixture-of-Experts FFN step over `n` tokens. The router's logits for every token
 //! (one product), each token's top-k experts ([`route`]), the tokens grouped by expert
-//! ([`ExpertGroups`]) so each selected expert's rows are read once for all its tokens (a prompt's
-//! matrix product, or the decode kernel for each token), the weighted sum of their outputs, then
-//! the shared expert over every token (scaled by `sigmoid(gate_inp · x)` when it has a gate).
+//! ([`ExpertGroups`]) so each selected expert's rows are read once for all its tokens, then every
+//! selected expert and the shared expert (every token, scaled by `sigmoid(gate_inp · x)` when it
+//! has a gate) in one call of [`kernels_neon::experts_ffn`]: two parallel regions a layer, work
+//! split by (expert, row chunk), not one fork and join per expert and matrix; each token's outputs
+//! summed in the experts' order, the shared expert last.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-use kernels_neon::{Activation, Precision};
+use kernels_neon::{Activation, ExpertJob, ExpertsScratch, Precision};
 
 use super::family::{MoeConfig, TopKNorm};
 use super::routing::{route, ExpertGroups, Route};
@@ -35,10 +37,9 @@ pub struct MoeScratch {
     token_routes: Vec<Route>,
     routes: Vec<Route>,
     groups: ExpertGroups,
-    xs: Vec<f32>,
-    g: Vec<f32>,
-    u: Vec<f32>,
-    ys: Vec<f32>,
+    all_tokens: Vec<u32>,
+    shared_w: Vec<f32>,
+    experts: ExpertsScratch,
 }
 
 impl MoeScratch {
@@ -183,55 +184,38 @@ impl MoeBlock {
         s.groups.build(&s.routes, k, e);
         let out = &mut out[..n * d];
         out.fill(0.0);
-        for (expert, tokens, weights) in s.groups.iter() {
-            let m = tokens.len();
-            let xs = grow(&mut s.xs, m * d);
-            for (i, &t) in tokens.iter().enumerate() {
-                let t = t as usize;
-                xs[i * d..(i + 1) * d].copy_from_slice(&x[t * d..(t + 1) * d]);
-            }
-            let ffn = &w.experts[expert];
-            let kind = if m == 1 { StepKind::Decode } else { kind };
-            self.gated(
-                ffn,
-                &s.xs[..m * d],
-                m,
-                precision,
-                kind,
-                &mut s.g,
-                &mut s.u,
-                &mut s.ys,
-            )?;
-            for (i, (&t, &wt)) in tokens.iter().zip(weights).enumerate() {
-                let t = t as usize;
-                kernels_neon::axpy_f32(wt, &s.ys[i * d..(i + 1) * d], &mut out[t * d..(t + 1) * d]);
-            }
-        }
+        let mut jobs: Vec<ExpertJob<'_>> = s
+            .groups
+            .iter()
+            .map(|(e, tokens, weights)| job(&w.experts[e], tokens, weights))
+            .collect();
         if let Some(sh) = &w.shared {
-            self.gated(
-                &sh.ffn,
-                &x[..n * d],
-                n,
-                precision,
-                kind,
-                &mut s.g,
-                &mut s.u,
-                &mut s.ys,
-            )?;
-            for t in 0..n {
-                let xt = &x[t * d..(t + 1) * d];
-                let scale = match &sh.gate_inp {
-                    Some(gi) => sigmoid(kernels_neon::dot_f32(gi, xt)),
-                    None => 1.0,
-                };
-                kernels_neon::axpy_f32(
-                    scale,
-                    &s.ys[t * d..(t + 1) * d],
-                    &mut out[t * d..(t + 1) * d],
-                );
-            }
+            // The shared expert is the last job: every token, weighted by its gate.
+            s.all_tokens.clear();
+            s.all_tokens.extend(0..n as u32);
+            s.shared_w.clear();
+            s.shared_w.extend((0..n).map(|t| match &sh.gate_inp {
+                Some(gi) => sigmoid(kernels_neon::dot_f32(gi, &x[t * d..(t + 1) * d])),
+                None => 1.0,
+            }));
+            jobs.push(job(&sh.ffn, &s.all_tokens, &s.shared_w));
         }
-        Ok(())
+        let mut note = |j: usize, g: &[f32]| {
+            let f = &jobs[j];
+            super::neurons::note(f.gate.data().as_ptr(), f.tokens.len(), f.gate.rows(), g);
+        };
+        kernels_neon::experts_ffn(
+            &jobs,
+            self.activation,
+            &x[..n * d],
+            n,
+            out,
+            precision,
+            kind == StepKind::Decode,
+            &mut s.experts,
+            &mut note,
+        )
+        .map_err(kernel("moe experts"))
     }
 
     /// `ys` (`m × d`) = `down(act(gate · x) * (up · x))` for the `m` tokens of `xs`.
@@ -272,6 +256,17 @@ impl MoeBlock {
             precision,
             "moe expert down",
         )
+    }
+}
+
+/// The job of expert `f` over `tokens`, weighted by `weights`.
+fn job<'a>(f: &'a ExpertFfn<'a>, tokens: &'a [u32], weights: &'a [f32]) -> ExpertJob<'a> {
+    ExpertJob {
+        gate: &f.gate,
+        up: &f.up,
+        down: &f.down,
+        tokens,
+        weights,
     }
 }
 

@@ -1,0 +1,189 @@
+//! [`Product`]: one matrix product of a step with its activations prepared once, run by row chunks
+//! from any work item: what [`crate::matvec`], [`crate::matvec_batch`] and [`crate::matmul`] do
+//! inside their own parallel region, taken apart so that one region can run the row chunks of
+//! many products ([`crate::experts_ffn`]). Each row chunk gives what those entry points give for
+//! it, bit for bit, when it is cut as they cut it ([`Product::chunk`]).
+
+use crate::arch;
+use crate::matmul::INT_ITEM_BYTES;
+use crate::quant::{QActs, QActs16};
+use crate::{
+    fast_prompts_int8, matmul_chunk, matvec_chunk, Acts, KernelPath, Precision, QMatrix,
+    WeightFormat, INT_TILE_MIN_TOKENS,
+};
+
+/// A product's activations, in the form its kernel takes.
+pub(crate) enum Product {
+    /// Each token by the decode kernel (`matvec` of one token; a batched decode step, whose
+    /// `matvec_batch` gives each token `matvec`'s bits; `Ggml` prompts).
+    PerToken(Vec<Acts>),
+    /// The 8-bit prompt tile (`arch::tile_int8`).
+    Int8(Vec<QActs>),
+    /// The 16-bit prompt tile (`arch::tile_i16`).
+    I16(Vec<QActs16>),
+    /// The f32 tile of dequantized rows (`arch::tile`), or the bf16 one with these activations.
+    F32(Option<Vec<u16>>),
+}
+
+impl Product {
+    /// The product of `w` with the `m` tokens of `x` (token-major rows of `w.cols()`), prepared as
+    /// [`crate::matvec`] (one token), [`crate::matvec_batch`] (`decode`) or [`crate::matmul`]
+    /// (a prompt's tokens) prepares it. `w` must have at least one column.
+    pub(crate) fn new(
+        path: KernelPath,
+        w: &QMatrix,
+        x: &[f32],
+        m: usize,
+        precision: Precision,
+        decode: bool,
+    ) -> Product {
+        let (format, cols) = (w.format(), w.cols());
+        let tokens = || x.chunks_exact(cols).take(m);
+        let small =
+            precision == Precision::Fast && m < INT_TILE_MIN_TOKENS && small_groups_batched();
+        if m == 1 || decode || precision == Precision::Ggml || small {
+            return Product::PerToken(
+                tokens()
+                    .map(|xt| Acts::new(path, format, xt, precision))
+                    .collect(),
+            );
+        }
+        // `matmul_with`'s choice of tile, in its order.
+        let blocks = arch::tile_int8_blocks(path, format);
+        let int8_tile = match precision {
+            Precision::Int8 => !blocks || m >= INT_TILE_MIN_TOKENS,
+            Precision::Fast => m >= INT_TILE_MIN_TOKENS && fast_prompts_int8(format),
+            Precision::Exact | Precision::Ggml => false,
+        };
+        if int8_tile && arch::has_tile_int8(path, format) {
+            let q6 = format == WeightFormat::Q6_K;
+            let quantize = |xt: &[f32]| {
+                if blocks {
+                    QActs::quantize(path, xt).with_sums16()
+                } else if q6 {
+                    QActs::quantize_super(path, xt).with_sums16()
+                } else {
+                    QActs::quantize_super(path, xt)
+                }
+            };
+            return Product::Int8(tokens().map(quantize).collect());
+        }
+        if precision == Precision::Fast
+            && m >= INT_TILE_MIN_TOKENS
+            && arch::has_tile_i16(path, format)
+        {
+            return Product::I16(tokens().map(|xt| QActs16::quantize(path, xt)).collect());
+        }
+        Product::F32(match precision {
+            Precision::Int8 => arch::bf16_acts(path, x, m, cols),
+            _ => None,
+        })
+    }
+
+    /// The batch kernel's view of a [`Product::PerToken`] of several tokens' 16-bit activations
+    /// (as [`crate::matvec_batch`] builds it: each token's products bit for bit `matvec`'s, the
+    /// weights unpacked once for all), for matrices of `formats`.
+    pub(crate) fn batch(
+        &self,
+        path: KernelPath,
+        formats: &[WeightFormat],
+    ) -> Option<arch::Batch16<'_>> {
+        let Product::PerToken(acts) = self else {
+            return None;
+        };
+        if acts.len() < 2 {
+            return None;
+        }
+        let qs: Option<Vec<&QActs16>> = acts
+            .iter()
+            .map(|a| match a {
+                Acts::I16(q) => Some(q),
+                _ => None,
+            })
+            .collect();
+        qs.map(|qs| arch::Batch16::new(path, qs, formats))
+    }
+
+    /// Rows per work item: those of the entry point that would run this product alone, so each
+    /// row chunk (and so each output) is cut as it cuts them.
+    pub(crate) fn chunk(&self, path: KernelPath, w: &QMatrix) -> usize {
+        let rows = w.rows().max(1);
+        match self {
+            Product::PerToken(_) => matvec_chunk(rows),
+            Product::F32(_) => matmul_chunk(),
+            Product::Int8(_) | Product::I16(_) => {
+                let row_bytes = w.row_data(0).len().max(1);
+                let threads = rayon::current_num_threads().max(1);
+                match crate::chunk_rows_setting() {
+                    0 => (INT_ITEM_BYTES / row_bytes)
+                        .min(rows.div_ceil(threads * 4))
+                        .max(1),
+                    n => n,
+                }
+                .next_multiple_of(arch::tile_int_rows(path))
+            }
+        }
+    }
+
+    /// `out[t * nr + i]` = row `r0 + i` of `w` · token `t` of `x` (the tokens this product was
+    /// prepared for), for `nr = out.len() / m` rows; `batch` is [`Product::batch`]'s view.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn run(
+        &self,
+        path: KernelPath,
+        w: &QMatrix,
+        x: &[f32],
+        m: usize,
+        r0: usize,
+        out: &mut [f32],
+        batch: Option<&arch::Batch16<'_>>,
+    ) {
+        let (cols, nr) = (w.cols(), out.len() / m.max(1));
+        match self {
+            Product::PerToken(_) if batch.is_some() => {
+                let mut outs: Vec<&mut [f32]> = out.chunks_mut(nr).collect();
+                if let Some(b) = batch {
+                    arch::matvec_i16_batch(path, w, r0, b, &mut outs);
+                }
+            }
+            Product::PerToken(acts) => {
+                for ((a, xt), ys) in acts
+                    .iter()
+                    .zip(x.chunks_exact(cols))
+                    .zip(out.chunks_mut(nr))
+                {
+                    a.run(path, w, arch::Rows::From(r0), xt, ys);
+                }
+            }
+            Product::Int8(acts) => {
+                out.fill(0.0);
+                arch::tile_int8(path, w, r0, nr, acts, out)
+            }
+            Product::I16(acts) => {
+                out.fill(0.0);
+                arch::tile_i16(path, w, r0, nr, acts, out)
+            }
+            Product::F32(xb) => {
+                out.fill(0.0);
+                let mut tile = vec![0f32; nr * cols];
+                for (i, dst) in tile.chunks_exact_mut(cols).enumerate() {
+                    arch::dequant_row(path, w.format(), w.row_data(r0 + i), dst);
+                }
+                let done = xb
+                    .as_ref()
+                    .is_some_and(|xb| arch::tile_bf16(path, &tile, nr, cols, xb, m, out));
+                if !done {
+                    arch::tile(path, &tile, nr, cols, &x[..m * cols], m, out);
+                }
+            }
+        }
+    }
+}
+
+/// Whether a prompt's groups of fewer than [`INT_TILE_MIN_TOKENS`] tokens in [`Precision::Fast`]
+/// take the decode kernels (16-bit activations, [`crate::matvec_batch`]'s kernel) rather than
+/// [`crate::matmul`]'s f32 tile: unless `SPARROW_MOE_GROUPS=tile` (read once).
+fn small_groups_batched() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| !crate::path::env_says("SPARROW_MOE_GROUPS", "tile"))
+}
