@@ -9,7 +9,8 @@
 //! step, and the KV cache is cut back to the tokens kept ([`crate::KvCache::truncate`]). So greedy output is
 //! the output of [`Engine::generate`], and sampled output has the same distribution.
 //!
-//! How many tokens are drafted adapts (unless the source sizes its drafts itself, as [`Lookup`] does, [`DraftSource::draft_len`]): it doubles (up to the maximum) after a step that kept every
+//! How many tokens are drafted adapts (unless the source sizes its drafts itself, as [`Lookup`]
+//! does: [`DraftSource::draft_len`]): it doubles (up to the maximum) after a step that kept every
 //! drafted token, and falls to one more than the tokens kept after a step that did not.
 //!
 //! Draft sources implement [`DraftSource`]; [`Lookup`] (prompt lookup: the text so far is searched
