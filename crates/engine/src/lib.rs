@@ -67,10 +67,12 @@ mod continuation;
 mod draft;
 mod error;
 mod generate;
+mod lookup;
 mod moe_profile;
 mod perplexity;
 pub mod planning;
 pub mod profile;
+pub mod spec_trace;
 pub mod speculate;
 pub mod sys;
 

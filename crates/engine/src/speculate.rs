@@ -9,11 +9,12 @@
 //! step, and the KV cache is cut back to the tokens kept ([`crate::KvCache::truncate`]). So greedy output is
 //! the output of [`Engine::generate`], and sampled output has the same distribution.
 //!
-//! How many tokens are drafted adapts: it doubles (up to the maximum) after a step that kept every
+//! How many tokens are drafted adapts (unless the source sizes its drafts itself, as [`Lookup`]
+//! does: [`DraftSource::draft_len`]): it doubles (up to the maximum) after a step that kept every
 //! drafted token, and falls to one more than the tokens kept after a step that did not.
 //!
 //! Draft sources implement [`DraftSource`]; [`Lookup`] (prompt lookup: the text so far is searched
-//! for the latest tokens, and what followed them is proposed) needs no second model;
+//! for the latest tokens, and what followed them is proposed, `crate::lookup`) needs no second model;
 //! [`crate::SelfDraft`] (the model from memory only) and [`crate::ModelDraft`] (a second model) run
 //! one. Verification runs over every FFN executor, each token as its one-token step
 //! (`Engine::verify_executor`: the executor's batch path where it is exact, else token by token).
@@ -23,6 +24,7 @@ use std::time::{Duration, Instant};
 use crate::continuation::{Accepted, Continuation};
 use crate::error::{EngineError, Result};
 use crate::generate::Engine;
+pub use crate::lookup::Lookup;
 use sampling::Sampler;
 use sampling::{Flow, GenerateRequest, Generation, StopReason, Timings};
 use transformer::ffn::{FfnExecutor, FfnLayer, FfnScratch, MoeStep};
@@ -42,49 +44,13 @@ pub trait DraftSource {
         let _ = target;
         Ok(())
     }
-}
 
-/// Prompt lookup (n-gram drafting): finds the latest earlier occurrence of the last `n` tokens of
-/// the history, the longest `n` from `max_ngram` down to `min_ngram` first, and proposes the tokens
-/// that followed it. Strong where the output copies its input (editing code, quoting).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Lookup {
-    /// Longest suffix searched for.
-    pub max_ngram: usize,
-    /// Shortest suffix searched for (at least 1).
-    pub min_ngram: usize,
-}
-
-impl Default for Lookup {
-    fn default() -> Self {
-        Lookup {
-            max_ngram: 4,
-            min_ngram: 1,
-        }
-    }
-}
-
-impl DraftSource for Lookup {
-    fn draft(&mut self, history: &[u32], max: usize, out: &mut Vec<u32>) {
-        let len = history.len();
-        if max == 0 {
-            return;
-        }
-        for n in (self.min_ngram.max(1)..=self.max_ngram).rev() {
-            if len <= n {
-                continue;
-            }
-            let key = &history[len - n..];
-            // The latest occurrence that ends before the history does.
-            for start in (0..len - n).rev() {
-                if &history[start..start + n] == key {
-                    let from = start + n;
-                    let take = max.min(len - from);
-                    out.extend_from_slice(&history[from..from + take]);
-                    return;
-                }
-            }
-        }
+    /// How many tokens to ask for at most in the next step, given `adapted` (the length the engine
+    /// adapts to what the last steps kept) and `max` ([`SpecOptions::max_draft`]). Default:
+    /// `adapted`; a source that sizes its own drafts ([`Lookup`]) asks for `max`.
+    fn draft_len(&self, adapted: usize, max: usize) -> usize {
+        let _ = max;
+        adapted
     }
 }
 
@@ -144,6 +110,23 @@ pub struct Speculated {
     pub generation: Generation,
     /// Steps, drafted and kept tokens.
     pub stats: SpecStats,
+}
+
+/// `source`'s draft of up to `max` tokens after `history` (whose last token `cache` does not hold
+/// yet) into `draft`, within the context.
+fn draft_into(
+    source: &mut dyn DraftSource,
+    cache: &KvCache,
+    history: &[u32],
+    max: usize,
+    draft: &mut Vec<u32>,
+) -> Result<()> {
+    draft.clear();
+    let room = (cache.capacity() - cache.len()).saturating_sub(1);
+    source.sync(cache)?;
+    source.draft(history, max.min(room), draft);
+    draft.truncate(max.min(room));
+    Ok(())
 }
 
 /// The next draft length: doubled after a step that kept every drafted token, else one more than
@@ -217,12 +200,14 @@ impl Engine<'_> {
         let mut decode_time = Duration::ZERO;
         let mut k = opts.max_draft.min(2);
         let mut draft = Vec::new();
+        let mut trace = crate::spec_trace::Trace::from_env(self.tokenizer());
         // `logits` row 0 is the distribution of the next token; rows 1.. follow `draft`'s tokens.
         let stop_reason = 'gen: loop {
             // Choose tokens from the rows of the last step, keeping drafted ones while they match.
             let mut kept = 0;
             let mut last = None;
             let mut end = None;
+            let before = seq.generated.len();
             for row in 0..=draft.len() {
                 if seq.generated.len() >= req.max_tokens {
                     end = Some(StopReason::Length);
@@ -250,6 +235,7 @@ impl Engine<'_> {
                     break;
                 }
             }
+            trace.step(&draft, &seq.generated[before..]);
             if !draft.is_empty() {
                 // The cache holds the previous token and every drafted one: keep those chosen.
                 cache.truncate(cache.len() - (draft.len() - kept));
@@ -263,12 +249,9 @@ impl Engine<'_> {
             }
             let next = last.expect("a step ends on a token that was not drafted");
             // Draft what may follow, within the context and the tokens still to generate.
-            draft.clear();
-            let room = (cache.capacity() - cache.len()).saturating_sub(1);
             let left = req.max_tokens.saturating_sub(seq.generated.len() + 1);
-            source.sync(&cache)?;
-            source.draft(&seq.history, k.min(room).min(left), &mut draft);
-            draft.truncate(k.min(room).min(left));
+            let want = source.draft_len(k, opts.max_draft);
+            draft_into(source, &cache, &seq.history, want.min(left), &mut draft)?;
             let mut batch = Vec::with_capacity(draft.len() + 1);
             batch.push(next);
             batch.extend_from_slice(&draft);
@@ -286,6 +269,7 @@ impl Engine<'_> {
         }
         timings.decode_s = decode_time.as_secs_f64();
         timings.decode_tokens = stats.decoded;
+        trace.finish(&stats, prompt_ids, &seq.generated);
         Ok(Speculated {
             generation: Generation {
                 prompt_ids: prompt_ids.to_vec(),
@@ -408,30 +392,6 @@ impl FfnExecutor for PerToken<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn lookup(history: &[u32], max: usize) -> Vec<u32> {
-        let mut out = Vec::new();
-        Lookup::default().draft(history, max, &mut out);
-        out
-    }
-
-    #[test]
-    fn lookup_proposes_what_followed_the_longest_latest_match() {
-        // "1 2 3" occurred followed by 4 5 6; the history ends in "1 2 3".
-        assert_eq!(lookup(&[1, 2, 3, 4, 5, 6, 9, 1, 2, 3], 2), vec![4, 5]);
-        assert_eq!(
-            lookup(&[1, 2, 3, 4, 5, 6, 9, 1, 2, 3], 10),
-            vec![4, 5, 6, 9, 1, 2, 3]
-        );
-        // The longer match (7 2 3 -> 8) wins over the later shorter one (2 3 -> 5).
-        assert_eq!(lookup(&[7, 2, 3, 8, 2, 3, 5, 7, 2, 3], 1), vec![8]);
-        // The latest of equal matches.
-        assert_eq!(lookup(&[3, 1, 3, 2, 3], 1), vec![2]);
-        // Nothing to match, nothing asked.
-        assert!(lookup(&[1, 2, 3], 4).is_empty());
-        assert!(lookup(&[1, 2, 1], 0).is_empty());
-        assert!(lookup(&[], 3).is_empty());
-    }
 
     #[test]
     fn a_verification_step_gives_the_logits_of_one_token_steps_bit_for_bit() {
