@@ -20,7 +20,7 @@ use crate::{
 /// quantized as `matvec` quantizes them in some precision, and the weights as stored, so each
 /// token's row of `y` is what `matvec` in that precision gives for it up to f32 summation order:
 /// - the 8-bit tiles, `matvec`'s [`Precision::Int8`] products: Q4_K/Q5_K/Q6_K weights on the AVX2
-///   path (Q6_K bit for bit) and the AVX-512 one (one activation scale per 256, llama.cpp's `Q8_K`), for
+///   path and the AVX-512 one (one activation scale per 256, llama.cpp's `Q8_K`), for
 ///   `Int8` prompts and for [`Precision::Fast`] ones from [`INT_TILE_MIN_TOKENS`] tokens; the
 ///   32-block formats Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 on the AVX-512 path and those but Q8_0 on the AVX2
 ///   one (one scale per 32, llama.cpp's `Q8_0`), from that many tokens, for `Int8` prompts and for `Fast` ones of Q5_0/Q8_0

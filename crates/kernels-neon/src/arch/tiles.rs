@@ -148,10 +148,9 @@ pub(crate) fn tile_int_rows(path: KernelPath) -> usize {
 /// The 8-bit prompt tile: `out[t * nr + i]` = row `r0 + i` of `w` · token `t` for every token of
 /// `acts` (quantized as `matvec` quantizes them in `Int8` for `w`'s format: by
 /// `QActs::quantize_super` for the K-quants, by `QActs::quantize` with sums of 16 for the
-/// 32-block formats): on AVX2 Q6_K's bit-identical to [`matvec_int8`] of that token (`tile_k8`),
-/// there Q4_K/Q5_K's (`tile_k8_lanes`, rows in the lanes) and the 32-block formats' (`tile_i8`), on
-/// AVX-512 and with `smmla` on [`KernelPath::NeonI8mm`] the same integer products summed in another
-/// f32 order. Only where [`has_tile_int8`] (else a no-op).
+/// 32-block formats): on AVX2 the K-quants' (`tile_k8_lanes`, rows in the lanes) and the 32-block
+/// formats' (`tile_i8`), on AVX-512 and with `smmla` on [`KernelPath::NeonI8mm`], the same integer
+/// products as [`matvec_int8`] of that token summed in another f32 order. Only where [`has_tile_int8`] (else a no-op).
 pub(crate) fn tile_int8(
     path: KernelPath,
     w: &QMatrix<'_>,
@@ -176,7 +175,10 @@ pub(crate) fn tile_int8(
         // SAFETY: the path was checked available (AVX-512F/BW/VNNI and AVX2/FMA/F16C present),
         // and the format is one the tile takes.
         unsafe { x86_64::tile512_k8(w, r0, nr, acts, out) }
-    } else if matches!(w.format(), WeightFormat::Q4_K | WeightFormat::Q5_K) {
+    } else if matches!(
+        w.format(),
+        WeightFormat::Q4_K | WeightFormat::Q5_K | WeightFormat::Q6_K
+    ) {
         // SAFETY: the path was checked available (AVX2/FMA/F16C present), and the format is one
         // the tile takes.
         unsafe { x86_64::tile_k8_lanes(w, r0, nr, acts, out) }
