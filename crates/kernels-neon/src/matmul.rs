@@ -20,16 +20,15 @@ use crate::{
 /// quantized as `matvec` quantizes them in some precision, and the weights as stored, so each
 /// token's row of `y` is what `matvec` in that precision gives for it up to f32 summation order:
 /// - the 8-bit tiles, `matvec`'s [`Precision::Int8`] products: Q4_K/Q5_K/Q6_K weights on the AVX2
-///   path (bit for bit) and the AVX-512 one (one activation scale per 256, llama.cpp's `Q8_K`), for
+///   path and the AVX-512 one (one activation scale per 256, llama.cpp's `Q8_K`), for
 ///   `Int8` prompts and for [`Precision::Fast`] ones from [`INT_TILE_MIN_TOKENS`] tokens; the
-///   32-block formats Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 on the AVX-512 path (one scale per 32, llama.cpp's
-///   `Q8_0`), from that many tokens, for `Int8` prompts and for `Fast` ones of Q5_0/Q8_0
+///   32-block formats Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 on the AVX-512 path and those but Q8_0 on the AVX2
+///   one (one scale per 32, llama.cpp's `Q8_0`), from that many tokens, for `Int8` prompts and for `Fast` ones of Q5_0/Q8_0
 ///   ([`fast_prompts_int8`]). A prompt is bound by compute, where 8 bits give twice the products
 ///   per instruction of 16 (decode, bound by memory, keeps `Fast`'s 16 bits);
 /// - the 16-bit tile, from [`INT_TILE_MIN_TOKENS`] tokens (16-bit activations, one scale per 32;
-///   `matvec`'s `Fast`): on the AVX-512 path `Fast` prompts of Q4_0/Q4_1/Q5_1, on the AVX2 path,
-///   which has no 8-bit tile for the 32-block formats, `Fast` prompts of every one of them
-///   (Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/IQ4_NL).
+///   `matvec`'s `Fast`): on the AVX-512 path `Fast` prompts of Q4_0/Q4_1/Q5_1, on the AVX2 path
+///   those and Q8_0's and IQ4_NL's (no 8-bit tile for them there).
 ///
 /// Elsewhere `Fast` and `Exact` prompts take the f32 tile, and `Int8` ones the bf16 tile where the
 /// path has one. [`Precision::Ggml`] prompts are one `matvec` per token (llama.cpp's roundings).
@@ -141,7 +140,7 @@ pub fn matmul_with(
         && arch::has_tile_i16(path, w.format())
     {
         // `Fast` prompts of the 32-block formats not in `fast_prompts_int8` (`Int8` ones took the
-        // 8-bit tile above), and on AVX2 of every 32-block format (no 8-bit tile there): 16-bit
+        // 8-bit tile above), on AVX2 also Q8_0's and IQ4_NL's (no 8-bit tile there): 16-bit
         // activations, as `matvec` quantizes them in `Fast`.
         let quantize = |x: &[f32]| QActs16::quantize(path, x);
         let tile = |w: &QMatrix, r0, nr, acts: &[QActs16], out: &mut [f32]| {

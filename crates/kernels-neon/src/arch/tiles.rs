@@ -89,9 +89,9 @@ pub(crate) fn tile_bf16(
 
 /// Whether [`tile_int8`] takes weights of `format` on `path`: Q4_K, Q5_K and Q6_K on
 /// [`KernelPath::Avx2Fma`] and [`KernelPath::Avx512`] (activations with one scale per 256,
-/// `QActs::quantize_super`), and on [`KernelPath::Avx512`] also the formats of 32-element blocks of
-/// integer quants, Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 ([`tile_int8_blocks`]: one scale per 32,
-/// `QActs::quantize` with its sums of 16); on [`KernelPath::NeonDotprod`] and
+/// `QActs::quantize_super`), and on both also the formats of 32-element blocks of integer quants,
+/// Q4_0, Q4_1, Q5_0, Q5_1, and on AVX-512 Q8_0 ([`tile_int8_blocks`]: one scale per 32,
+/// `QActs::quantize` with its sums of 16; AVX-512 `tile512_i8`, AVX2 `tile_i8`); on [`KernelPath::NeonDotprod`] and
 /// [`KernelPath::NeonI8mm`] Q4_K, Q5_K and Q6_K (`sdot`, `aarch64::tile_k8_dp`), on
 /// [`KernelPath::NeonI8mm`] also the 32-block formats and IQ4_NL (`smmla`, `aarch64::tile_i8mm`). `Int8` prompts and `Fast` ones from
 /// `INT_TILE_MIN_TOKENS` tokens take it (the 32-block formats only from that many in either).
@@ -113,11 +113,14 @@ pub(crate) fn has_tile_int8(path: KernelPath, format: WeightFormat) -> bool {
 
 /// Whether [`tile_int8`] takes `format` on `path` with activations of one scale per 32-block
 /// (`QActs::quantize`, with [`crate::quant::QActs::with_sums16`]): the formats of 32-element
-/// blocks on [`KernelPath::Avx512`] and [`KernelPath::NeonI8mm`] (`smmla`).
+/// blocks on [`KernelPath::Avx512`], [`KernelPath::Avx2Fma`] and [`KernelPath::NeonI8mm`]
+/// (`smmla`).
 pub(crate) fn tile_int8_blocks(path: KernelPath, format: WeightFormat) -> bool {
     #[cfg(target_arch = "x86_64")]
-    if path == KernelPath::Avx512 {
-        return x86_64::has_tile512_i8(format);
+    match path {
+        KernelPath::Avx512 => return x86_64::has_tile512_i8(format),
+        KernelPath::Avx2Fma => return x86_64::has_tile_i8(format),
+        _ => {}
     }
     #[cfg(target_arch = "aarch64")]
     if path == KernelPath::NeonI8mm {
@@ -145,8 +148,9 @@ pub(crate) fn tile_int_rows(path: KernelPath) -> usize {
 /// The 8-bit prompt tile: `out[t * nr + i]` = row `r0 + i` of `w` · token `t` for every token of
 /// `acts` (quantized as `matvec` quantizes them in `Int8` for `w`'s format: by
 /// `QActs::quantize_super` for the K-quants, by `QActs::quantize` with sums of 16 for the
-/// 32-block formats): on AVX2 each bit-identical to [`matvec_int8`] of that token, on AVX-512 and
-/// with `smmla` on [`KernelPath::NeonI8mm`] the same integer products summed in another f32 order. Only where [`has_tile_int8`] (else a no-op).
+/// 32-block formats): on AVX2 the K-quants' (`tile_k8_lanes`, rows in the lanes) and the 32-block
+/// formats' (`tile_i8`), on AVX-512 and with `smmla` on [`KernelPath::NeonI8mm`], the same integer
+/// products as [`matvec_int8`] of that token summed in another f32 order. Only where [`has_tile_int8`] (else a no-op).
 pub(crate) fn tile_int8(
     path: KernelPath,
     w: &QMatrix<'_>,
@@ -159,14 +163,25 @@ pub(crate) fn tile_int8(
         return;
     }
     #[cfg(target_arch = "x86_64")]
-    if tile_int8_blocks(path, w.format()) {
+    if tile_int8_blocks(path, w.format()) && path == KernelPath::Avx512 {
         // SAFETY: the path was checked available (AVX-512F/BW/VNNI and AVX2/FMA/F16C present),
         // and the format is one the tile takes.
         unsafe { x86_64::tile512_i8(w, r0, nr, acts, out) }
+    } else if tile_int8_blocks(path, w.format()) {
+        // SAFETY: the path was checked available (AVX2/FMA/F16C present: only it and AVX-512
+        // have this tile), and the format is one the tile takes.
+        unsafe { x86_64::tile_i8(w, r0, nr, acts, out) }
     } else if path == KernelPath::Avx512 {
         // SAFETY: the path was checked available (AVX-512F/BW/VNNI and AVX2/FMA/F16C present),
         // and the format is one the tile takes.
         unsafe { x86_64::tile512_k8(w, r0, nr, acts, out) }
+    } else if matches!(
+        w.format(),
+        WeightFormat::Q4_K | WeightFormat::Q5_K | WeightFormat::Q6_K
+    ) {
+        // SAFETY: the path was checked available (AVX2/FMA/F16C present), and the format is one
+        // the tile takes.
+        unsafe { x86_64::tile_k8_lanes(w, r0, nr, acts, out) }
     } else {
         // SAFETY: the path was checked available (AVX2/FMA/F16C present), and the format is one
         // the tile takes.
@@ -232,9 +247,9 @@ pub(crate) fn tile_int8_t_bytes(path: KernelPath, nr: usize, rows: usize, n: usi
 /// Whether [`tile_i16`] takes weights of `format` on `path`: the AVX-512 path's formats of
 /// 32-element blocks of integer quants whose [`Precision::Fast`](crate::Precision) prompts keep 16
 /// bits, Q4_0, Q4_1 and Q5_1 (the formats of [`crate::fast_prompts_int8`] take [`tile_int8`]); on
-/// the AVX2 path, which has no 8-bit tile for them, every format of 32-element blocks of integer
-/// quants, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and IQ4_NL. The other formats' `Fast` prompts take the
-/// f32 tile.
+/// the AVX2 path every format of 32-element blocks of integer quants, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0
+/// and IQ4_NL, of which `matmul` gives it those whose `Fast` prompts keep 16 bits (Q5_0 takes
+/// [`tile_int8`] first). The other formats' `Fast` prompts take the f32 tile.
 pub(crate) fn has_tile_i16(path: KernelPath, format: WeightFormat) -> bool {
     #[cfg(target_arch = "x86_64")]
     match path {

@@ -1,5 +1,6 @@
-//! The 8-bit prompt tile of Q4_K/Q5_K/Q6_K weights on AVX2 ([`Precision::Int8`](crate::Precision)
-//! prompts): `panel_k8.rs`'s kernels over blocks of [`ROWS`] rows × [`TOKENS`] tokens, so a
+//! The AVX2 8-bit prompt tile of Q4_K/Q5_K/Q6_K weights that `matmul` no longer takes (it takes
+//! `tile_k8_lanes.rs`: 1.9x this one's rate for Q4_K, 1.6x for Q6_K), kept as the bit-identical
+//! form (each result equal to `matvec_int8`'s): `panel_k8.rs`'s kernels over blocks of [`ROWS`] rows × [`TOKENS`] tokens, so a
 //! super-block's activations of the tokens (4 KiB) stay in L1 while every row of the block passes
 //! over them, and the work item's rows stay in L2 while every token block passes over them.
 

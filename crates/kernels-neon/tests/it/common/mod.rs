@@ -203,26 +203,26 @@ pub fn int8_tile(path: KernelPath, format: WeightFormat) -> bool {
 
 /// Whether `matmul` of more than one token takes the 8-bit integer tile with activations of one
 /// scale per 32 on `path` for `format` (AVX-512, the formats of 32-element integer blocks: Q4_0,
-/// Q4_1, Q5_0, Q5_1, Q8_0; NEON with i8mm, `smmla`: those and IQ4_NL), from
+/// Q4_1, Q5_0, Q5_1, Q8_0; AVX2 those but Q8_0; NEON with i8mm, `smmla`: those and IQ4_NL), from
 /// `INT_TILE_MIN_TOKENS` tokens.
 pub fn int8_block_tile(path: KernelPath, format: WeightFormat) -> bool {
     use WeightFormat::*;
     (path == KernelPath::Avx512 && matches!(format, Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0))
+        || (path == KernelPath::Avx2Fma && matches!(format, Q4_0 | Q4_1 | Q5_0 | Q5_1))
         || (path == KernelPath::NeonI8mm
             && matches!(format, Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | IQ4_NL))
 }
 
 /// Whether `matmul` of more than one token takes the 16-bit integer tile on `path` for `format` in
-/// `Fast` (AVX-512: the 32-block formats whose `Fast` prompts keep 16 bits, Q4_0, Q4_1, Q5_1; AVX2,
-/// which has no 8-bit tile for them: every 32-block format of integer quants, Q4_0, Q4_1, Q5_0,
-/// Q5_1, Q8_0, IQ4_NL), from `INT_TILE_MIN_TOKENS` tokens.
+/// `Fast` (AVX-512 and AVX2: the 32-block formats whose `Fast` prompts keep 16 bits, Q4_0, Q4_1,
+/// Q5_1; AVX2 also Q8_0 and IQ4_NL, which have no 8-bit tile there), from `INT_TILE_MIN_TOKENS`
+/// tokens.
 pub fn i16_tile(path: KernelPath, format: WeightFormat) -> bool {
     use WeightFormat::*;
-    (path == KernelPath::Avx512
+    (matches!(path, KernelPath::Avx512 | KernelPath::Avx2Fma)
         && int8_block_tile(path, format)
         && !kernels_neon::fast_prompts_int8(format))
-        || (path == KernelPath::Avx2Fma
-            && matches!(format, Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | IQ4_NL))
+        || (path == KernelPath::Avx2Fma && matches!(format, Q8_0 | IQ4_NL))
 }
 
 /// The precision of `matvec` whose integer products `matmul` of `n > 1` tokens in `precision`
