@@ -97,7 +97,7 @@ impl Product {
         let qs: Option<Vec<&QActs16>> = acts
             .iter()
             .map(|a| match a {
-                Acts::I16(q) => Some(q),
+                Acts::I16(q, _) => Some(q),
                 _ => None,
             })
             .collect();
