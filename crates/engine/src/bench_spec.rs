@@ -6,7 +6,9 @@
 
 use crate::error::Result;
 use crate::generate::Engine;
-use crate::speculate::{DraftSource, Lookup, SpecOptions, SpecStats};
+use crate::lookup::Lookup;
+use crate::spec_stats::SpecStats;
+use crate::speculate::{DraftSource, SpecOptions};
 use sampling::{Flow, GenerateRequest};
 
 /// What [`lookup`] measured.

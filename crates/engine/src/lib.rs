@@ -72,6 +72,7 @@ mod moe_profile;
 mod perplexity;
 pub mod planning;
 pub mod profile;
+mod spec_stats;
 pub mod spec_trace;
 pub mod speculate;
 pub mod sys;
@@ -190,6 +191,7 @@ pub use draft::{same_vocabulary, Drafting, ModelDraft, SelfDraft};
 pub use error::{EngineError, Result};
 pub use generate::{load_tokenizer, Engine, EngineOptions};
 pub use kernels_neon::{set_chunk_rows, KvFormat, Precision, WeightFormat};
+pub use lookup::Lookup;
 pub use model_bundle::BundleError;
 pub use model_tokenizer::{ChatMessage, ChatTemplate, Tokenizer, TokenizerError};
 pub use moe_profile::{measure_routing, measure_routing_neurons};
@@ -201,7 +203,8 @@ pub use predictor::{LayerReport, PredictorSet, Profile, TrainConfig};
 pub use sampling::{
     argmax, Flow, GenerateRequest, Generation, Sampler, SamplerConfig, StopReason, Timings,
 };
-pub use speculate::{DraftSource, Lookup, SpecOptions, SpecStats, Speculated};
+pub use spec_stats::SpecStats;
+pub use speculate::{DraftSource, SpecOptions, Speculated};
 pub use transformer::config::{Activation, Arch, ModelConfig};
 pub use transformer::ffn::{
     DenseFfn, FfnExecutor, FfnLayer, FfnScratch, MoeStep, ObservedFfn, StepKind,

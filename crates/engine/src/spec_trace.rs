@@ -10,7 +10,7 @@
 
 use model_tokenizer::Tokenizer;
 
-use crate::speculate::SpecStats;
+use crate::spec_stats::SpecStats;
 
 /// The environment variable that turns the trace on (any value but empty or `0`).
 pub const TRACE_ENV: &str = "SPARROW_SPEC_TRACE";

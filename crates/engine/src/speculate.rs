@@ -9,11 +9,11 @@
 //! step, and the KV cache is cut back to the tokens kept ([`crate::KvCache::truncate`]). So greedy output is
 //! the output of [`Engine::generate`], and sampled output has the same distribution.
 //!
-//! How many tokens are drafted adapts (unless the source sizes its drafts itself, as [`Lookup`]
+//! How many tokens are drafted adapts (unless the source sizes its drafts itself, as [`crate::Lookup`]
 //! does: [`DraftSource::draft_len`]): it doubles (up to the maximum) after a step that kept every
 //! drafted token, and falls to one more than the tokens kept after a step that did not.
 //!
-//! Draft sources implement [`DraftSource`]; [`Lookup`] (prompt lookup: the text so far is searched
+//! Draft sources implement [`DraftSource`]; [`crate::Lookup`] (prompt lookup: the text so far is searched
 //! for the latest tokens, and what followed them is proposed, `crate::lookup`) needs no second model;
 //! [`crate::SelfDraft`] (the model from memory only) and [`crate::ModelDraft`] (a second model) run
 //! one. Verification runs over every FFN executor, each token as its one-token step
@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use crate::continuation::{Accepted, Continuation};
 use crate::error::{EngineError, Result};
 use crate::generate::Engine;
-pub use crate::lookup::Lookup;
+use crate::spec_stats::SpecStats;
 use sampling::Sampler;
 use sampling::{Flow, GenerateRequest, Generation, StopReason, Timings};
 use transformer::ffn::{FfnExecutor, FfnLayer, FfnScratch, MoeStep};
@@ -47,7 +47,7 @@ pub trait DraftSource {
 
     /// How many tokens to ask for at most in the next step, given `adapted` (the length the engine
     /// adapts to what the last steps kept) and `max` ([`SpecOptions::max_draft`]). Default:
-    /// `adapted`; a source that sizes its own drafts ([`Lookup`]) asks for `max`.
+    /// `adapted`; a source that sizes its own drafts ([`crate::Lookup`]) asks for `max`.
     fn draft_len(&self, adapted: usize, max: usize) -> usize {
         let _ = max;
         adapted
@@ -59,48 +59,6 @@ pub trait DraftSource {
 pub struct SpecOptions {
     /// Most tokens drafted for one verification step (at least 1).
     pub max_draft: usize,
-}
-
-/// What speculation did in one generation.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
-pub struct SpecStats {
-    /// Verification steps (forward steps after the prompt's).
-    pub steps: usize,
-    /// Tokens drafted and verified.
-    pub drafted: usize,
-    /// Drafted tokens kept.
-    pub accepted: usize,
-    /// Tokens run through verification steps (the chosen token of each step plus the drafted ones
-    /// kept): these are the tokens whose keys and values the steps added.
-    pub decoded: usize,
-}
-
-impl SpecStats {
-    /// Share of drafted tokens kept (0 when none was drafted).
-    pub fn acceptance_rate(&self) -> f64 {
-        if self.drafted == 0 {
-            0.0
-        } else {
-            self.accepted as f64 / self.drafted as f64
-        }
-    }
-
-    /// Tokens kept per verification step (1 without speculation).
-    pub fn tokens_per_step(&self) -> f64 {
-        if self.steps == 0 {
-            0.0
-        } else {
-            self.decoded as f64 / self.steps as f64
-        }
-    }
-
-    /// Adds another generation's counts.
-    pub fn add(&mut self, o: &SpecStats) {
-        self.steps += o.steps;
-        self.drafted += o.drafted;
-        self.accepted += o.accepted;
-        self.decoded += o.decoded;
-    }
 }
 
 /// A generation with speculation, and what the speculation did.
