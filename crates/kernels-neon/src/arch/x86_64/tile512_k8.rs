@@ -10,7 +10,8 @@
 //!
 //! The activations are `QActs::quantize_super`'s (one scale per 256), as `matvec_int8` takes them
 //! for these formats, and the integer products are the decode kernels'; only the f32 summation
-//! order differs from `matvec_int8` (the AVX2 tile, `tile_k8.rs`, is bit-identical to it).
+//! order differs from `matvec_int8`, as it does in the AVX2 tiles of Q4_K-Q6_K (`tile_k8_lanes.rs`;
+//! the AVX2 tile of the other K-quants, `tile_k8.rs`, is bit-identical to it).
 
 use std::arch::x86_64::*;
 use std::ops::Range;
