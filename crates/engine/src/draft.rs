@@ -6,11 +6,13 @@ use crate::error::{EngineError, Result};
 use crate::generate::Engine;
 use crate::speculate::DraftSource;
 use sampling::argmax;
+use transformer::ffn::FfnExecutor;
 use transformer::forward::{forward_with_into, FfnMode, KvCache, Logits};
 
 /// The verifying model drafting from memory only: over a neuron store, each draft step computes
 /// the units the cache holds (hot and cold) and skips the rest, so drafting never waits for flash
-/// ([`offload::ResidentOnly`]). Its KV cache copies the verifying model's positions (every token kept
+/// ([`offload::ResidentOnly`]); over an expert store, each token's cached experts
+/// ([`offload::ExpertResidentOnly`]). Its KV cache copies the verifying model's positions (every token kept
 /// so far, [`KvCache::extend_from`]) before each draft, and holds its own only for the drafted
 /// tokens, which the next draft forgets.
 pub struct SelfDraft<'e, 'a> {
@@ -22,21 +24,17 @@ pub struct SelfDraft<'e, 'a> {
 }
 
 impl<'e, 'a> SelfDraft<'e, 'a> {
-    /// A self-draft on `eng`, whose FFN must be over a neuron store (a bundle under a memory
-    /// budget): a model in memory has no part cheaper than itself to draft with.
+    /// A self-draft on `eng`, whose FFN must be over a neuron or expert store (a bundle under a
+    /// memory budget): a model in memory has no part cheaper than itself to draft with.
     pub fn new(eng: &'e Engine<'a>) -> Result<Self> {
         let over_store = eng.sparse().and_then(|s| s.resident_only()).is_some();
-        if !over_store || eng.experts().is_some() {
+        if !over_store && eng.experts().is_none() {
             return Err(EngineError::Request(format!(
                 "{}: --self-draft drafts with the part of the model in memory, so it needs a \
-                 bundle's neuron store (a resident file from `sparrow convert`, under a memory \
-                 budget); {}: use --lookup N or --draft MODEL",
+                 bundle's neuron or expert store (a resident file from `sparrow convert`, under a \
+                 memory budget); this model's FFN is all in memory, as cheap as any part of it: \
+                 use --lookup N or --draft MODEL",
                 eng.model().path().display(),
-                if eng.experts().is_some() {
-                    "a bundle of experts is not supported yet"
-                } else {
-                    "this model's FFN is all in memory, as cheap as any part of it"
-                }
             )));
         }
         Ok(SelfDraft {
@@ -49,10 +47,23 @@ impl<'e, 'a> SelfDraft<'e, 'a> {
 
     fn step(&mut self, token: u32) -> Result<u32> {
         let eng = self.eng;
-        let sparse = eng.sparse().expect("checked in new");
-        let exec = sparse.resident_only().expect("checked in new");
+        // The cached experts of a bundle of experts, else the units in memory of a neuron store.
+        let experts = eng.experts().map(|x| x.resident_only());
+        let units = match &experts {
+            Some(_) => None,
+            None => eng.sparse().and_then(|s| s.resident_only()),
+        };
+        let exec: &dyn FfnExecutor = match (&experts, &units) {
+            (Some(x), _) => x,
+            (None, Some(u)) => u,
+            (None, None) => {
+                return Err(EngineError::Request(
+                    "--self-draft: the model's FFN is no longer over a store".into(),
+                ))
+            }
+        };
         let mode = FfnMode {
-            exec: Some(&exec),
+            exec: Some(exec),
             observer: None,
             ffn_nanos: None,
         };

@@ -324,6 +324,14 @@ impl<T> ExpertCache<T> {
         self.slot(id).is_some_and(Option::is_some)
     }
 
+    /// The value of `id` if resident, with no statistics and no recency (a draft's look, which must
+    /// not change what the cache keeps).
+    pub fn peek(&self, id: ExpertId) -> Option<Arc<T>> {
+        self.slot(id)
+            .and_then(Option::as_ref)
+            .map(|e| Arc::clone(&e.value))
+    }
+
     /// Looks `id` up: a hit counts, stamps and returns the value (in use while the `Arc` is held).
     pub fn get(&mut self, id: ExpertId) -> Option<Arc<T>> {
         let l = self.layers.get_mut(id.layer as usize)?;

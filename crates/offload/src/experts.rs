@@ -38,6 +38,10 @@ use transformer::ffn::{FfnExecutor, FfnLayer, FfnScratch, MoeStep};
 use transformer::moe::{route, ExpertGroups, Route, RoutingProfile};
 use transformer::ops::{mm_step, StepKind};
 
+mod draft;
+
+pub use draft::ExpertResidentOnly;
+
 /// Settings of an [`ExpertOffload`].
 #[derive(Debug, Clone)]
 pub struct ExpertOffloadOptions {

@@ -95,7 +95,7 @@ pub use budget::{parse_size, BudgetSplit, MemoryBudget, Resident};
 pub use draft::ResidentOnly;
 pub use error::{OffloadError, Result};
 pub use expert_source::{expert_layer_shapes, expert_read_bytes, ExpertLayerShape};
-pub use experts::{ExpertCounters, ExpertOffload, ExpertOffloadOptions};
+pub use experts::{ExpertCounters, ExpertOffload, ExpertOffloadOptions, ExpertResidentOnly};
 pub use hybrid::{bucket, HotSplit, HybridFfn, BUCKETS};
 pub use live::{CacheControl, CacheReport};
 pub use neuron_cache::{Eviction, ExpertId};

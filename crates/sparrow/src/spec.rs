@@ -11,8 +11,8 @@ use engine::{Engine, ModelFile};
 #[derive(Args, Clone, Debug, Default)]
 pub struct SpecArgs {
     /// Speculative decoding with the model itself as the draft, from the part of it in memory
-    /// only (hot and cached neurons of a bundle under a memory budget; nothing read from flash
-    /// while drafting): draft up to N tokens (default 4) greedily, verify them in one step. Greedy
+    /// only (hot and cached neurons, or cached experts, of a bundle under a memory budget; nothing
+    /// read from flash while drafting): draft up to N tokens (default 4) greedily, verify them in one step. Greedy
     /// output is unchanged. Refused for a model all in memory.
     #[arg(long, value_name = "N", num_args = 0..=1, default_missing_value = "4", value_parser = crate::parse::lookup, conflicts_with_all = ["lookup", "draft"])]
     pub self_draft: Option<usize>,

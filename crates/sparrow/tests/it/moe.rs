@@ -118,6 +118,25 @@ fn a_bundle_of_experts_runs_as_the_model_and_bench_reports_its_experts() {
     let peak = |x: &serde_json::Value| x["peak_reads_in_flight"].as_u64().unwrap();
     assert!(peak(&x) > 1, "{x}");
     assert_eq!(peak(&bench_with("0.3", &["--io-depth", "1"])), 1);
+    // A self-draft from the cached experts: the text is the model's (greedy), drafts are made
+    // and some kept (`bench` fails when an output differs, and says so).
+    assert_eq!(
+        run(&resident, &["--ffn-resident", "0.3", "--self-draft", "3"]),
+        memory
+    );
+    let spec = |extra: &[&str]| -> serde_json::Value {
+        let mut a = vec!["bench", "-m", &resident, "--ffn-resident", "0.5"];
+        a.extend(["-n", "24", "-r", "1", "-t", "1", "--exact", "--json"]);
+        a.extend(extra);
+        serde_json::from_str(&ok(&a)).expect("one JSON object")
+    };
+    let v = spec(&["--self-draft", "3"]);
+    let s = &v["lookup"];
+    assert_eq!(v["drafting"], "self-draft", "{v}");
+    assert!(s["stats"]["drafted"].as_u64().unwrap() > 0, "{v}");
+    assert!(s["stats"]["accepted"].as_u64().unwrap() > 0, "{v}");
+    assert_eq!(s["differing"].as_u64(), Some(0), "{v}");
+
     // The whole FFN cached: every lookup a hit, nothing read.
     let x = bench("1");
     assert_eq!(x["hit_rate"].as_f64(), Some(1.0), "{x}");
