@@ -514,14 +514,7 @@ impl ExpertOffload {
     fn step(&self, step: MoeStep<'_, '_>, x: &[f32], n: usize, out: &mut [f32]) -> Result<()> {
         let w = &step.moe.weights;
         let (l, d) = (step.index, w.router.cols());
-        if x.len() < n * d || out.len() < n * d {
-            return Err(OffloadError::Request(format!(
-                "moe step: {n} tokens of {d} need {} floats in and out",
-                n * d
-            )));
-        }
-        let out = &mut out[..n * d];
-        out.fill(0.0);
+        let out = step_output(&step, x, n, out)?;
         if n == 0 {
             return Ok(());
         }
@@ -700,6 +693,26 @@ impl FfnExecutor for ExpertOffload {
     fn runs_experts(&self) -> bool {
         true
     }
+}
+
+/// The first `n × d` floats of `out`, zeroed, once `x` and `out` are checked to hold `n` tokens
+/// of the step's width `d` (a step of the run or of a draft).
+fn step_output<'o>(
+    step: &MoeStep<'_, '_>,
+    x: &[f32],
+    n: usize,
+    out: &'o mut [f32],
+) -> Result<&'o mut [f32]> {
+    let d = step.moe.weights.router.cols();
+    if x.len() < n * d || out.len() < n * d {
+        return Err(OffloadError::Request(format!(
+            "moe step: {n} tokens of {d} need {} floats in and out",
+            n * d
+        )));
+    }
+    let out = &mut out[..n * d];
+    out.fill(0.0);
+    Ok(out)
 }
 
 fn dense_layer(index: usize) -> OffloadError {

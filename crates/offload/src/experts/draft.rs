@@ -7,8 +7,8 @@
 
 use transformer::ffn::{FfnExecutor, FfnLayer, FfnScratch, MoeStep};
 
-use super::{dense_layer, id, ExpertOffload};
-use crate::error::{OffloadError, Result};
+use super::{dense_layer, id, step_output, ExpertOffload};
+use crate::error::Result;
 
 /// An [`ExpertOffload`] computing from its cached experts only ([`ExpertOffload::resident_only`]).
 pub struct ExpertResidentOnly<'x> {
@@ -30,14 +30,7 @@ impl ExpertOffload {
         out: &mut [f32],
     ) -> Result<()> {
         let (l, d) = (step.index, step.moe.weights.router.cols());
-        if x.len() < n * d || out.len() < n * d {
-            return Err(OffloadError::Request(format!(
-                "moe draft step: {n} tokens of {d} need {} floats in and out",
-                n * d
-            )));
-        }
-        let out = &mut out[..n * d];
-        out.fill(0.0);
+        let out = step_output(&step, x, n, out)?;
         if n == 0 {
             return Ok(());
         }
