@@ -49,6 +49,11 @@ impl<'t> Continuation<'t> {
         }
     }
 
+    /// Whether `id` ends the sequence (an end-of-sequence token it stops at).
+    pub fn ends_at(&self, id: u32) -> bool {
+        self.stop_ids.contains(&id)
+    }
+
     /// Takes the next token: ends the sequence at an end-of-sequence token, a stop string or
     /// `max_tokens`, else says which text became final.
     pub fn accept(&mut self, next: u32) -> Result<Accepted> {

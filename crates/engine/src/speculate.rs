@@ -210,6 +210,10 @@ impl Engine<'_> {
             let left = req.max_tokens.saturating_sub(seq.generated.len() + 1);
             let want = source.draft_len(k, opts.max_draft);
             draft_into(source, &cache, &seq.history, want.min(left), &mut draft)?;
+            // Nothing follows a token that ends the sequence: verifying more would be wasted.
+            if let Some(end) = draft.iter().position(|&t| seq.ends_at(t)) {
+                draft.truncate(end + 1);
+            }
             let mut batch = Vec::with_capacity(draft.len() + 1);
             batch.push(next);
             batch.extend_from_slice(&draft);

@@ -312,3 +312,43 @@ fn greedy_lookup_gives_the_tokens_of_plain_decoding_on_smollm2() {
     let s = same_greedy(&eng, &prompt, &greedy(48), 6);
     assert!(s.drafted > 0 && s.accepted > 0, "{s:?}");
 }
+
+#[test]
+fn a_draft_is_cut_after_a_token_that_ends_the_sequence() {
+    /// Proposes an end-of-sequence token followed by more tokens, every step.
+    struct PastTheEnd(u32);
+    impl DraftSource for PastTheEnd {
+        fn draft(&mut self, _: &[u32], max: usize, out: &mut Vec<u32>) {
+            out.push(self.0);
+            out.extend((1..max as u32).map(|i| 7 + i));
+        }
+        fn draft_len(&self, _: usize, max: usize) -> usize {
+            max
+        }
+    }
+    let file = fixture("tiny-qwen2-q4_1.gguf");
+    let eng = engine(&file, Precision::Fast, KvFormat::F32, 128);
+    let eos = eng.tokenizer().stop_ids()[0];
+    let prompt = repetitive_prompt();
+    let req = GenerateRequest {
+        max_tokens: 30,
+        stop_at_eos: true,
+        ..Default::default()
+    };
+    let plain = eng.generate(&prompt, &req, |_| Flow::Continue).unwrap();
+    let spec = eng
+        .generate_speculative(
+            &prompt,
+            &req,
+            &mut PastTheEnd(eos),
+            SpecOptions { max_draft: 4 },
+            |_| Flow::Continue,
+        )
+        .unwrap();
+    assert_eq!(spec.generation.generated_ids, plain.generated_ids);
+    let s = spec.stats;
+    assert!(s.steps > 0, "{s:?}");
+    // Each step verifies the end token alone, not the three after it (the last step, at the token
+    // limit, drafts nothing).
+    assert!(s.drafted <= s.steps && s.drafted + 1 >= s.steps, "{s:?}");
+}
