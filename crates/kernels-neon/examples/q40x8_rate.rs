@@ -26,14 +26,23 @@ fn main() {
         eprintln!("no AVX2 on this machine");
         return;
     }
-    let shapes = [(14336usize, 4096usize), (4096, 14336), (4096, 4096), (512, 1024)];
+    let shapes = [
+        (14336usize, 4096usize),
+        (4096, 14336),
+        (4096, 4096),
+        (512, 1024),
+    ];
     let mats: Vec<(Vec<u8>, usize, usize)> = shapes
         .iter()
         .map(|&(rows, cols)| {
             let x: Vec<f32> = (0..rows * cols)
                 .map(|i| ((i * 7919 % 1000) as f32 - 500.0) * 1e-3)
                 .collect();
-            (quantize_matrix(WeightFormat::Q4_0, rows, cols, &x).unwrap(), rows, cols)
+            (
+                quantize_matrix(WeightFormat::Q4_0, &x, rows, cols).unwrap(),
+                rows,
+                cols,
+            )
         })
         .collect();
     for round in 0..rounds {

@@ -17,7 +17,9 @@ fn check_all_paths(w: &QMatrix, x: &[f32]) -> Result<(), String> {
     let wf = dequant_f64(w);
     for path in available_paths() {
         let mut y = vec![f32::NAN; w.rows()];
-        packed.matvec_with(path, x, &mut y).map_err(|e| e.to_string())?;
+        packed
+            .matvec_with(path, x, &mut y)
+            .map_err(|e| e.to_string())?;
         for (r, &v) in y.iter().enumerate() {
             check(v, reference(&wf[r], x), Precision::Fast)
                 .map_err(|e| format!("{path:?} row {r}: {e}"))?;
@@ -68,7 +70,9 @@ fn q40x8_extreme_quants_and_activations() {
         for x in [
             vec![1.0f32; cols],
             vec![-1.0f32; cols],
-            (0..cols).map(|i| if i % 2 == 0 { 1.0 } else { -1.0 }).collect(),
+            (0..cols)
+                .map(|i| if i % 2 == 0 { 1.0 } else { -1.0 })
+                .collect(),
         ] {
             check_all_paths(&w, &x).unwrap_or_else(|e| panic!("fill {fill:#x}: {e}"));
         }
