@@ -49,12 +49,41 @@ unsafe fn block_sums(gp: *const u8, x: *const i16, corr: i32) -> __m256i {
             let a = _mm256_madd_epi16(_mm256_and_si256(v, m0), pair(4 * k));
             let d = _mm256_madd_epi16(_mm256_srli_epi16::<12>(v), pair(4 * k + 3));
             s1 = _mm256_add_epi32(s1, _mm256_add_epi32(a, d));
-            s2 = _mm256_add_epi32(s2, _mm256_madd_epi16(_mm256_and_si256(v, m1), pair(4 * k + 1)));
-            s3 = _mm256_add_epi32(s3, _mm256_madd_epi16(_mm256_and_si256(v, m2), pair(4 * k + 2)));
+            s2 = _mm256_add_epi32(
+                s2,
+                _mm256_madd_epi16(_mm256_and_si256(v, m1), pair(4 * k + 1)),
+            );
+            s3 = _mm256_add_epi32(
+                s3,
+                _mm256_madd_epi16(_mm256_and_si256(v, m2), pair(4 * k + 2)),
+            );
         }
         // s3 = 256 T3 and s2 + s3 / 16 = 16 (T2 + T3): both shifts are exact.
         let t = _mm256_srai_epi32::<4>(_mm256_add_epi32(s2, _mm256_srai_epi32::<4>(s3)));
         _mm256_add_epi32(s1, t)
+    }
+}
+
+/// `acc` plus group block `b`'s 8 exact sums times `d_w * d_x` (one FMA).
+///
+/// # Safety
+/// AVX2/FMA/F16C present; `b` below the blocks of `group` (144 bytes each), of `xq` and of `corr`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn block_fma(group: &[u8], xq: &QActs16, corr: &[i32], b: usize, acc: __m256) -> __m256 {
+    // SAFETY: group block b (bytes b*144..b*144 + 144), activations b*32..b*32 + 32, d[b] and
+    // corr[b] are in bounds per contract.
+    unsafe {
+        let gp = group.as_ptr().add(b * GROUP_BLOCK);
+        // Prefetch hints (never fault; wrapping_add keeps them UB-free).
+        let ahead = gp.wrapping_add(PREFETCH);
+        _mm_prefetch::<_MM_HINT_T0>(ahead as *const i8);
+        _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(64) as *const i8);
+        _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(128) as *const i8);
+        let isum = block_sums(gp, xq.qs.as_ptr().add(b * 32), *corr.get_unchecked(b));
+        let dw = _mm256_cvtph_ps(_mm_loadu_si128(gp as *const __m128i));
+        let f = _mm256_mul_ps(dw, _mm256_set1_ps(*xq.d.get_unchecked(b)));
+        _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), f, acc)
     }
 }
 
@@ -74,29 +103,17 @@ pub(crate) unsafe fn q40x8_group(group: &[u8], xq: &QActs16, corr: &[i32]) -> [f
     );
     let mut acc = [_mm256_setzero_ps(); 4];
     for q in 0..nb / 4 {
-        // Block 4q + j into accumulator j (a constant index: the loop is unrolled).
-        for (j, a) in acc.iter_mut().enumerate() {
-            let b = 4 * q + j;
-            // SAFETY: b < nb: group block b (bytes b*144..b*144 + 144), activations b*32..b*32 +
-            // 32 (as 16 i32 pairs), d[b] and corr[b] are in bounds (asserted above).
-            unsafe {
-                let gp = group.as_ptr().add(b * GROUP_BLOCK);
-                // Prefetch hints (never fault; wrapping_add keeps them UB-free).
-                let ahead = gp.wrapping_add(PREFETCH);
-                _mm_prefetch::<_MM_HINT_T0>(ahead as *const i8);
-                _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(64) as *const i8);
-                _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(128) as *const i8);
-                let isum = block_sums(gp, xq.qs.as_ptr().add(b * 32), *corr.get_unchecked(b));
-                let dw = _mm256_cvtph_ps(_mm_loadu_si128(gp as *const __m128i));
-                let f = _mm256_mul_ps(dw, _mm256_set1_ps(*xq.d.get_unchecked(b)));
-                *a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), f, *a);
-            }
+        // Block 4q + j into accumulator j, written out so that the four stay in registers.
+        // SAFETY: q < nb / 4, so blocks 4q..4q + 4 < nb: in bounds (asserted above).
+        unsafe {
+            let [a0, a1, a2, a3] = &mut acc;
+            *a0 = block_fma(group, xq, corr, 4 * q, *a0);
+            *a1 = block_fma(group, xq, corr, 4 * q + 1, *a1);
+            *a2 = block_fma(group, xq, corr, 4 * q + 2, *a2);
+            *a3 = block_fma(group, xq, corr, 4 * q + 3, *a3);
         }
     }
-    let s = _mm256_add_ps(
-        _mm256_add_ps(acc[0], acc[1]),
-        _mm256_add_ps(acc[2], acc[3]),
-    );
+    let s = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
     let mut y = [0f32; 8];
     // SAFETY: 8 f32 written to an 8-element array.
     unsafe { _mm256_storeu_ps(y.as_mut_ptr(), s) };
