@@ -20,5 +20,6 @@ mod known;
 mod known_ops;
 mod matmul_int;
 mod props;
+mod props_q40x8;
 mod quantize;
 mod sparse;

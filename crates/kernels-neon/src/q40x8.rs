@@ -1,0 +1,162 @@
+//! Q4_0 rows repacked eight at a time, for the one-token product ([`crate::Precision::Fast`]) on the
+//! AVX2 path: a group block holds the 8 rows' f16 scales together, then their quants interleaved
+//! so that one 32-byte load feeds the same weights of all 8 rows (layout in
+//! `arch/x86_64/q40x8.rs`). The same 18 bytes a block as Q4_0: a copy made once, whose
+//! [`Q40x8::bytes`] the caller counts against its memory budget.
+//!
+//! [`Q40x8::matvec_with`] gives, bit for bit, what [`crate::matvec_with`] gives on the
+//! [`KernelPath::Avx2Fma`] path for the original matrix in [`crate::Precision::Fast`]; other paths take a
+//! scalar loop over the same layout (the scalar reference's per-block products, its tolerance).
+
+use rayon::prelude::*;
+
+use crate::path::matvec_chunk;
+use crate::quant::QActs16;
+use crate::{check_len, check_path, KernelError, KernelPath, QMatrix, WeightFormat};
+
+/// Rows of a group.
+const GROUP: usize = 8;
+/// Bytes of a group block: 8 f16 scales and 8 blocks' 16 quant bytes.
+const GROUP_BLOCK: usize = 144;
+/// Bytes of a Q4_0 block.
+const BB: usize = 18;
+
+/// A Q4_0 matrix repacked eight rows at a time (module docs).
+pub struct Q40x8 {
+    data: Vec<u8>,
+    rows: usize,
+    cols: usize,
+}
+
+/// The 4-bit quant of weight `e` (0..32) of the Q4_0 block `blk`.
+fn nibble(blk: &[u8], e: usize) -> u8 {
+    if e < 16 {
+        blk[2 + e] & 0x0F
+    } else {
+        blk[2 + e - 16] >> 4
+    }
+}
+
+impl Q40x8 {
+    /// `w` repacked, or `None` where the layout does not apply: a format other than Q4_0, rows
+    /// not a multiple of 8, or blocks a row not a multiple of 4.
+    pub fn repack(w: &QMatrix<'_>) -> Option<Self> {
+        let (rows, cols) = (w.rows(), w.cols());
+        let nb = cols / 32;
+        if w.format() != WeightFormat::Q4_0 || rows % GROUP != 0 || nb % 4 != 0 || nb == 0 {
+            return None;
+        }
+        let mut data = vec![0u8; rows / GROUP * nb * GROUP_BLOCK];
+        for (g, out) in data.chunks_exact_mut(nb * GROUP_BLOCK).enumerate() {
+            let src: Vec<&[u8]> = (0..GROUP).map(|r| w.row_data(GROUP * g + r)).collect();
+            for (b, gb) in out.chunks_exact_mut(GROUP_BLOCK).enumerate() {
+                for (r, row) in src.iter().enumerate() {
+                    let blk = &row[b * BB..(b + 1) * BB];
+                    gb[2 * r..2 * r + 2].copy_from_slice(&blk[..2]);
+                    for k in 0..4 {
+                        for h in 0..2 {
+                            let v = (0..4).fold(0u16, |v, m| {
+                                v | u16::from(nibble(blk, 8 * k + 2 * m + h)) << (4 * m)
+                            });
+                            let at = 16 + 32 * k + 4 * r + 2 * h;
+                            gb[at..at + 2].copy_from_slice(&v.to_le_bytes());
+                        }
+                    }
+                }
+            }
+        }
+        Some(Q40x8 { data, rows, cols })
+    }
+
+    /// Bytes held (the copy's size, for the memory budget).
+    pub fn bytes(&self) -> usize {
+        self.data.len()
+    }
+
+    /// Rows of the matrix.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Columns of the matrix.
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// `y = W x` in [`crate::Precision::Fast`] on the active path.
+    pub fn matvec(&self, x: &[f32], y: &mut [f32]) -> Result<(), KernelError> {
+        self.matvec_with(crate::active_path(), x, y)
+    }
+
+    /// [`Q40x8::matvec`] on an explicit path (module docs: bit for bit the original's
+    /// [`crate::matvec_with`] on [`KernelPath::Avx2Fma`]).
+    pub fn matvec_with(
+        &self,
+        path: KernelPath,
+        x: &[f32],
+        y: &mut [f32],
+    ) -> Result<(), KernelError> {
+        check_path(path)?;
+        check_len("q40x8 matvec x", self.cols, x.len())?;
+        check_len("q40x8 matvec y", self.rows, y.len())?;
+        let xq = QActs16::quantize(path, x);
+        let corr: Vec<i32> = xq
+            .qs
+            .chunks_exact(32)
+            .map(|q| -8 * q.iter().map(|&v| i32::from(v)).sum::<i32>())
+            .collect();
+        let nb = self.cols / 32;
+        let chunk = matvec_chunk(self.rows).next_multiple_of(GROUP);
+        let run = |i: usize, ys: &mut [f32]| {
+            for (j, yg) in ys.chunks_exact_mut(GROUP).enumerate() {
+                let g = i * chunk / GROUP + j;
+                let group = &self.data[g * nb * GROUP_BLOCK..(g + 1) * nb * GROUP_BLOCK];
+                yg.copy_from_slice(&group_dots(path, group, &xq, &corr));
+            }
+        };
+        if self.rows <= chunk {
+            run(0, y);
+        } else {
+            y.par_chunks_mut(chunk)
+                .enumerate()
+                .for_each(|(i, ys)| run(i, ys));
+        }
+        Ok(())
+    }
+}
+
+/// The 8 dots of one group on `path`.
+fn group_dots(path: KernelPath, group: &[u8], xq: &QActs16, corr: &[i32]) -> [f32; GROUP] {
+    #[cfg(target_arch = "x86_64")]
+    if matches!(path, KernelPath::Avx2Fma | KernelPath::Avx512) {
+        // SAFETY: the path was checked available: AVX2/FMA/F16C present.
+        return unsafe { crate::arch::q40x8_group(group, xq, corr) };
+    }
+    let _ = path;
+    group_dots_scalar(group, xq, corr)
+}
+
+/// [`group_dots`] in scalar code: per row, the exact block sums times `d_w * d_x`, in block
+/// order.
+fn group_dots_scalar(group: &[u8], xq: &QActs16, corr: &[i32]) -> [f32; GROUP] {
+    let mut y = [0f32; GROUP];
+    for (b, gb) in group.chunks_exact(GROUP_BLOCK).enumerate() {
+        let x = &xq.qs[b * 32..b * 32 + 32];
+        for (r, yr) in y.iter_mut().enumerate() {
+            let dw = half::f16::from_le_bytes([gb[2 * r], gb[2 * r + 1]]).to_f32();
+            let mut isum = corr[b];
+            for k in 0..4 {
+                for h in 0..2 {
+                    let at = 16 + 32 * k + 4 * r + 2 * h;
+                    let v = u16::from_le_bytes([gb[at], gb[at + 1]]);
+                    for m in 0..4 {
+                        let q = i32::from((v >> (4 * m)) & 0x0F);
+                        isum += q * i32::from(x[8 * k + 2 * m + h]);
+                    }
+                }
+            }
+            *yr += dw * xq.d[b] * isum as f32;
+        }
+    }
+    y
+}

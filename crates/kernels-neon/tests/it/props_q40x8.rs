@@ -1,0 +1,103 @@
+//! `Q40x8` (Q4_0 rows repacked eight at a time): against the f64 reference within the `Fast`
+//! bound (props.rs) on every path, and bit for bit [`matvec_with`] of the original matrix on the
+//! AVX2 path, whose one-row kernel's order it keeps.
+
+use crate::common;
+
+use common::*;
+use kernels_neon::*;
+use proptest::prelude::*;
+
+/// `Q40x8::matvec_with` on every path against the reference, and against `matvec_with` on AVX2.
+fn check_all_paths(w: &QMatrix, x: &[f32]) -> Result<(), String> {
+    let packed = Q40x8::repack(w).ok_or("not repacked")?;
+    if packed.bytes() != w.rows() * w.cols() / 32 * 18 {
+        return Err(format!("{} bytes", packed.bytes()));
+    }
+    let wf = dequant_f64(w);
+    for path in available_paths() {
+        let mut y = vec![f32::NAN; w.rows()];
+        packed
+            .matvec_with(path, x, &mut y)
+            .map_err(|e| e.to_string())?;
+        for (r, &v) in y.iter().enumerate() {
+            check(v, reference(&wf[r], x), Precision::Fast)
+                .map_err(|e| format!("{path:?} row {r}: {e}"))?;
+        }
+        if path == KernelPath::Avx2Fma {
+            let mut want = vec![f32::NAN; w.rows()];
+            matvec_with(path, w, x, &mut want, Precision::Fast).map_err(|e| e.to_string())?;
+            if want.iter().zip(&y).any(|(a, b)| a.to_bits() != b.to_bits()) {
+                return Err(format!("{path:?}: {y:?} vs matvec {want:?}"));
+            }
+        }
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
+
+    #[test]
+    fn q40x8_matches_f64_and_avx2_matvec(
+        groups in 1usize..7,
+        quads in 1usize..5,
+        chunk in prop::sample::select(vec![0usize, 1, 5, 16]),
+        seed in any::<u64>(),
+    ) {
+        let (rows, cols) = (8 * groups, 128 * quads);
+        let mut rng = Rng(seed);
+        let data = random_matrix(WeightFormat::Q4_0, rows, cols, &mut rng);
+        let w = QMatrix::new(WeightFormat::Q4_0, rows, cols, &data).unwrap();
+        let x = random_vec(cols, &mut rng);
+        set_chunk_rows(chunk);
+        let res = check_all_paths(&w, &x);
+        set_chunk_rows(0);
+        prop_assert!(res.is_ok(), "{rows}x{cols}: {}", res.unwrap_err());
+    }
+}
+
+/// The largest sums the kernel's i32 lanes hold: every quant 15 (and every quant 0) against
+/// activations all at +32767 and all at -32767, and alternating.
+#[test]
+fn q40x8_extreme_quants_and_activations() {
+    let (rows, cols) = (16, 256);
+    let scale = half::f16::from_f32(0.01).to_le_bytes();
+    for fill in [0xFFu8, 0x00, 0xF0, 0x0F] {
+        let block: Vec<u8> = scale.iter().copied().chain([fill; 16]).collect();
+        let data = block.repeat(rows * cols / 32);
+        let w = QMatrix::new(WeightFormat::Q4_0, rows, cols, &data).unwrap();
+        for x in [
+            vec![1.0f32; cols],
+            vec![-1.0f32; cols],
+            (0..cols)
+                .map(|i| if i % 2 == 0 { 1.0 } else { -1.0 })
+                .collect(),
+        ] {
+            check_all_paths(&w, &x).unwrap_or_else(|e| panic!("fill {fill:#x}: {e}"));
+        }
+    }
+}
+
+/// Only Q4_0 with rows a multiple of 8 and blocks a multiple of 4 is repacked.
+#[test]
+fn q40x8_repacks_only_its_shapes() {
+    let mut rng = Rng(7);
+    for (format, rows, cols, ok) in [
+        (WeightFormat::Q4_0, 8, 128, true),
+        (WeightFormat::Q4_0, 12, 128, false),
+        (WeightFormat::Q4_0, 8, 96, false),
+        (WeightFormat::Q4_1, 8, 128, false),
+        (WeightFormat::Q8_0, 8, 128, false),
+    ] {
+        let data = random_matrix(format, rows, cols, &mut rng);
+        let w = QMatrix::new(format, rows, cols, &data).unwrap();
+        assert_eq!(Q40x8::repack(&w).is_some(), ok, "{format:?} {rows}x{cols}");
+    }
+    let data = random_matrix(WeightFormat::Q4_0, 8, 128, &mut rng);
+    let w = QMatrix::new(WeightFormat::Q4_0, 8, 128, &data).unwrap();
+    let p = Q40x8::repack(&w).unwrap();
+    let mut y = vec![0f32; 8];
+    assert!(p.matvec(&[0f32; 96], &mut y).is_err());
+    assert!(p.matvec(&[0f32; 128], &mut y[..7]).is_err());
+}
