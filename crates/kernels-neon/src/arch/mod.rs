@@ -324,6 +324,9 @@ pub(crate) fn matvec_int8(
 pub(crate) struct Prep16 {
     #[cfg(target_arch = "aarch64")]
     split: std::sync::OnceLock<aarch64::Split16>,
+    /// The activations in the order of [`KernelPath::Avx512`]'s Q4_0 kernel.
+    #[cfg(target_arch = "x86_64")]
+    q40: std::sync::OnceLock<x86_64::Q40Wide>,
 }
 
 /// Quantized weights × 16-bit activations ([`Precision::Fast`](crate::Precision::Fast)); `prep`
@@ -339,9 +342,12 @@ pub(crate) fn matvec_i16(
     match path {
         #[cfg(target_arch = "x86_64")]
         KernelPath::Avx2Fma | KernelPath::Avx512 => {
+            let wide = path == KernelPath::Avx512;
+            let q40 = (wide && w.format() == WeightFormat::Q4_0)
+                .then(|| prep.q40.get_or_init(|| x86_64::Q40Wide::new(xq)));
             // SAFETY: the path was checked available (AVX2/FMA/F16C present, and AVX-512F/BW/VNNI
-            // on the Avx512 path).
-            unsafe { x86_64::matvec_i16(w, sel, xq, y, path == KernelPath::Avx512) }
+            // on the Avx512 path); `q40` is made from `xq`.
+            unsafe { x86_64::matvec_i16(w, sel, xq, y, wide, q40) }
         }
         #[cfg(target_arch = "aarch64")]
         KernelPath::Neon | KernelPath::NeonDotprod | KernelPath::NeonI8mm => {
@@ -372,16 +378,19 @@ pub(crate) struct Batch16<'a> {
     octets: Vec<x86_64::TokenOctet>,
     #[cfg(target_arch = "x86_64")]
     kpairs: x86_64::KPairs,
+    /// On [`KernelPath::Avx512`] with a Q4_0 matrix, each token in the order of its Q4_0 kernel.
+    #[cfg(target_arch = "x86_64")]
+    q40: Vec<x86_64::Q40Wide>,
 }
 
 /// Whether the batch kernel of a format takes [`Batch16`]'s interleaved tokens (the 32-element
-/// block formats on [`KernelPath::Avx512`]); the others take each token's activations as they are.
+/// block formats but Q4_0, whose kernel takes its own order, on [`KernelPath::Avx512`]); the
+/// others take each token's activations as they are.
 #[cfg(target_arch = "x86_64")]
 fn batch_interleaves(format: WeightFormat) -> bool {
     matches!(
         format,
-        WeightFormat::Q4_0
-            | WeightFormat::Q4_1
+        WeightFormat::Q4_1
             | WeightFormat::Q5_0
             | WeightFormat::Q5_1
             | WeightFormat::Q8_0
@@ -398,6 +407,12 @@ impl<'a> Batch16<'a> {
         tokens: Vec<&'a QActs16>,
         formats: &[WeightFormat],
     ) -> Self {
+        #[cfg(target_arch = "x86_64")]
+        let q40 = if path == KernelPath::Avx512 && formats.contains(&WeightFormat::Q4_0) {
+            tokens.iter().map(|q| x86_64::Q40Wide::new(q)).collect()
+        } else {
+            Vec::new()
+        };
         #[cfg(target_arch = "x86_64")]
         let (octets, kpairs) = if path == KernelPath::Avx512 {
             let octets = if formats.iter().any(|&f| batch_interleaves(f)) {
@@ -425,6 +440,8 @@ impl<'a> Batch16<'a> {
             octets,
             #[cfg(target_arch = "x86_64")]
             kpairs,
+            #[cfg(target_arch = "x86_64")]
+            q40,
         }
     }
 }
@@ -446,8 +463,12 @@ pub(crate) fn matvec_i16_batch(
             let wide = path == KernelPath::Avx512;
             // SAFETY: the path was checked available (AVX2/FMA/F16C present, and AVX-512F/BW/VNNI
             // on the Avx512 path); `xq.octets` hold `xq.tokens` but an odd last one, or are empty,
-            // and `xq.kpairs` are built from `xq.tokens` (`Batch16::new`).
-            unsafe { x86_64::matvec_i16_batch(w, r0, &xq.tokens, &xq.octets, &xq.kpairs, ys, wide) }
+            // and `xq.kpairs` and `xq.q40` are built from `xq.tokens` (`Batch16::new`).
+            unsafe {
+                x86_64::matvec_i16_batch(
+                    w, r0, &xq.tokens, &xq.octets, &xq.kpairs, &xq.q40, ys, wide,
+                )
+            }
         }
         #[cfg(target_arch = "aarch64")]
         KernelPath::Neon | KernelPath::NeonDotprod | KernelPath::NeonI8mm => {

@@ -20,5 +20,6 @@ mod known;
 mod known_ops;
 mod matmul_int;
 mod props;
+mod q40_512;
 mod quantize;
 mod sparse;
