@@ -378,19 +378,16 @@ pub(crate) struct Batch16<'a> {
     octets: Vec<x86_64::TokenOctet>,
     #[cfg(target_arch = "x86_64")]
     kpairs: x86_64::KPairs,
-    /// On [`KernelPath::Avx512`] with a Q4_0 matrix, each token in the order of its Q4_0 kernel.
-    #[cfg(target_arch = "x86_64")]
-    q40: Vec<x86_64::Q40Wide>,
 }
 
 /// Whether the batch kernel of a format takes [`Batch16`]'s interleaved tokens (the 32-element
-/// block formats but Q4_0, whose kernel takes its own order, on [`KernelPath::Avx512`]); the
-/// others take each token's activations as they are.
+/// block formats on [`KernelPath::Avx512`]); the others take each token's activations as they are.
 #[cfg(target_arch = "x86_64")]
 fn batch_interleaves(format: WeightFormat) -> bool {
     matches!(
         format,
-        WeightFormat::Q4_1
+        WeightFormat::Q4_0
+            | WeightFormat::Q4_1
             | WeightFormat::Q5_0
             | WeightFormat::Q5_1
             | WeightFormat::Q8_0
@@ -407,12 +404,6 @@ impl<'a> Batch16<'a> {
         tokens: Vec<&'a QActs16>,
         formats: &[WeightFormat],
     ) -> Self {
-        #[cfg(target_arch = "x86_64")]
-        let q40 = if path == KernelPath::Avx512 && formats.contains(&WeightFormat::Q4_0) {
-            tokens.iter().map(|q| x86_64::Q40Wide::new(q)).collect()
-        } else {
-            Vec::new()
-        };
         #[cfg(target_arch = "x86_64")]
         let (octets, kpairs) = if path == KernelPath::Avx512 {
             let octets = if formats.iter().any(|&f| batch_interleaves(f)) {
@@ -440,8 +431,6 @@ impl<'a> Batch16<'a> {
             octets,
             #[cfg(target_arch = "x86_64")]
             kpairs,
-            #[cfg(target_arch = "x86_64")]
-            q40,
         }
     }
 }
@@ -463,12 +452,8 @@ pub(crate) fn matvec_i16_batch(
             let wide = path == KernelPath::Avx512;
             // SAFETY: the path was checked available (AVX2/FMA/F16C present, and AVX-512F/BW/VNNI
             // on the Avx512 path); `xq.octets` hold `xq.tokens` but an odd last one, or are empty,
-            // and `xq.kpairs` and `xq.q40` are built from `xq.tokens` (`Batch16::new`).
-            unsafe {
-                x86_64::matvec_i16_batch(
-                    w, r0, &xq.tokens, &xq.octets, &xq.kpairs, &xq.q40, ys, wide,
-                )
-            }
+            // and `xq.kpairs` are built from `xq.tokens` (`Batch16::new`).
+            unsafe { x86_64::matvec_i16_batch(w, r0, &xq.tokens, &xq.octets, &xq.kpairs, ys, wide) }
         }
         #[cfg(target_arch = "aarch64")]
         KernelPath::Neon | KernelPath::NeonDotprod | KernelPath::NeonI8mm => {

@@ -10,9 +10,8 @@ use std::arch::x86_64::*;
 use super::batch512::{batch_octets, TokenOctet};
 use super::kquant512_batch::{batch_k512, KPairs};
 use super::matvec_i16::{matvec_i16, weights_i16};
-use super::q40_512::Q40Wide;
 use super::simd::{f16_at, hsum, PREFETCH};
-use crate::arch::tags::{block_bytes, has_min, IQ4_NL, Q4_1, Q5_0, Q5_1, Q8_0};
+use crate::arch::tags::{block_bytes, has_min, IQ4_NL, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
 use crate::arch::Rows;
 use crate::quant::QActs16;
 use crate::QMatrix;
@@ -123,9 +122,8 @@ unsafe fn batch_q<const F: u8>(w: &QMatrix<'_>, r0: usize, xq: &[&QActs16], ys: 
     }
 }
 
-/// `ys[t][i] = dot(W[r0 + i], x_t)` for every token `t` (all `ys[t]` of one length): where `wide`,
-/// `Q4_0` on [`super::q40_512`]'s batch kernel (on `q40`, the tokens of `xq` reordered, if it
-/// holds them all); the other 32-element block formats share each block's unpacking across 4 (or 2) tokens at a time, or,
+/// `ys[t][i] = dot(W[r0 + i], x_t)` for every token `t` (all `ys[t]` of one length): the
+/// 32-element block formats share each block's unpacking across 4 (or 2) tokens at a time, or,
 /// where `wide` and `octets` holds the tokens eight by eight ([`TokenOctet`]), across up to 8
 /// tokens on 512-bit registers ([`super::batch512`]); `Q4_K`, `Q5_K` and `Q6_K` share each
 /// super-block's unpacking across 4 tokens at a time where `wide` and `kpairs` holds the tokens in
@@ -134,9 +132,7 @@ unsafe fn batch_q<const F: u8>(w: &QMatrix<'_>, r0: usize, xq: &[&QActs16], ys: 
 ///
 /// # Safety
 /// AVX2/FMA/F16C present, and AVX-512F/BW/VNNI too where `wide`; `octets` empty or the tokens of
-/// `xq` in order but the last when their number is odd; `kpairs` empty or built from `xq`; `q40`
-/// empty or built from `xq`, in order.
-#[allow(clippy::too_many_arguments)]
+/// `xq` in order but the last when their number is odd; `kpairs` empty or built from `xq`.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn matvec_i16_batch(
     w: &QMatrix<'_>,
@@ -144,31 +140,15 @@ pub(crate) unsafe fn matvec_i16_batch(
     xq: &[&QActs16],
     octets: &[TokenOctet],
     kpairs: &KPairs,
-    q40: &[Q40Wide],
     ys: &mut [&mut [f32]],
     wide: bool,
 ) {
     assert_eq!(xq.len(), ys.len());
     if ys.is_empty() || ys.iter().any(|y| y.len() != ys[0].len()) || r0 + ys[0].len() > w.rows() {
-        for (t, (q, y)) in xq.iter().zip(ys.iter_mut()).enumerate() {
+        for (q, y) in xq.iter().zip(ys.iter_mut()) {
             // SAFETY: features present per contract.
-            unsafe { matvec_i16(w, Rows::From(r0), q, y, wide, q40.get(t)) }
+            unsafe { matvec_i16(w, Rows::From(r0), q, y, wide, None) }
         }
-        return;
-    }
-    if wide && w.format() == WeightFormat::Q4_0 {
-        // The AVX-512 path's Q4_0 kernel, in its batch form, on the tokens reordered once per
-        // product (`q40`) or here.
-        let own: Vec<Q40Wide>;
-        let xs: Vec<&Q40Wide> = if q40.len() == xq.len() {
-            q40.iter().collect()
-        } else {
-            own = xq.iter().map(|q| Q40Wide::new(q)).collect();
-            own.iter().collect()
-        };
-        // SAFETY: AVX-512F/BW/VNNI present where `wide` (contract); rows r0..r0+nr exist
-        // (checked above).
-        unsafe { super::q40_512::batch(w, r0, &xs, ys) };
         return;
     }
     if wide && !octets.is_empty() {
@@ -178,6 +158,7 @@ pub(crate) unsafe fn matvec_i16_batch(
         unsafe {
             match w.format() {
                 WeightFormat::Q8_0 => return batch_octets::<Q8_0>(w, r0, octets, single, ys),
+                WeightFormat::Q4_0 => return batch_octets::<Q4_0>(w, r0, octets, single, ys),
                 WeightFormat::Q4_1 => return batch_octets::<Q4_1>(w, r0, octets, single, ys),
                 WeightFormat::Q5_0 => return batch_octets::<Q5_0>(w, r0, octets, single, ys),
                 WeightFormat::Q5_1 => return batch_octets::<Q5_1>(w, r0, octets, single, ys),
@@ -203,7 +184,7 @@ pub(crate) unsafe fn matvec_i16_batch(
         match w.format() {
             WeightFormat::Q8_0 => batch_q::<Q8_0>(w, r0, xq, ys),
             // The AVX2 path's Q4_0 `matvec` kernel takes its own activation order: its batch form.
-            WeightFormat::Q4_0 => super::q40_pairs::q40_batch(w, r0, xq, ys),
+            WeightFormat::Q4_0 if !wide => super::q40_pairs::q40_batch(w, r0, xq, ys),
             WeightFormat::Q4_1 => batch_q::<Q4_1>(w, r0, xq, ys),
             WeightFormat::Q5_0 => batch_q::<Q5_0>(w, r0, xq, ys),
             WeightFormat::Q5_1 => batch_q::<Q5_1>(w, r0, xq, ys),

@@ -1,6 +1,7 @@
 //! Q4_0 × 16-bit activations ([`Precision::Fast`](crate::Precision::Fast)) on 512-bit registers,
-//! for [`KernelPath::Avx512`](crate::KernelPath::Avx512): the one-token kernel (`matvec`) and its
-//! batch form, which gives each token the one-token kernel's result bit for bit.
+//! for [`KernelPath::Avx512`](crate::KernelPath::Avx512): the one-token kernel (`matvec`). Its
+//! batch form, which gives each token its result bit for bit, is [`super::batch512`]'s (two tokens
+//! a register, one block at a time, even and odd blocks in accumulators of their own).
 //!
 //! Two blocks a register: the 16 quant bytes of blocks `b` and `b + 1` widened to 32 u16 lanes,
 //! one mask and one shift give their low nibbles (elements 0..16 of each) and high nibbles
@@ -271,50 +272,6 @@ impl crate::arch::drivers::RowDots for Q40WideDots<'_> {
         // Avx512 path only); `dots` asserts the lengths.
         let d = unsafe { dots::<N, 1>(rows, [self.0]) };
         std::array::from_fn(|i| d[i][0])
-    }
-}
-
-/// Rows `r0..r0 + ys[t].len()` for every token `t` (`xs[t]` → `ys[t]`, all of one length), one row
-/// at a time, its tokens 8, 4, 2 or 1 at a time over the once-unpacked weights: each token's
-/// results those of its own one-token call, bit for bit.
-///
-/// # Safety
-/// AVX2/FMA/F16C and AVX-512F/BW/VNNI present; rows `r0..r0 + len` in `w` (asserted).
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
-pub(super) unsafe fn batch(w: &QMatrix<'_>, r0: usize, xs: &[&Q40Wide], ys: &mut [&mut [f32]]) {
-    assert_eq!(xs.len(), ys.len());
-    let n = ys.first().map_or(0, |y| y.len());
-    assert!(ys.iter().all(|y| y.len() == n) && r0 + n <= w.rows());
-    // `r` indexes every token's output.
-    #[allow(clippy::needless_range_loop)]
-    for r in 0..n {
-        let row = w.row_data(r0 + r);
-        let mut t = 0;
-        while t < xs.len() {
-            let left = xs.len() - t;
-            let x = &xs[t..];
-            // SAFETY: features present per contract; `dots` asserts the lengths.
-            let done = unsafe {
-                if left >= 8 {
-                    let [d] = dots::<1, 8>([row], std::array::from_fn(|k| x[k]));
-                    ys[t..t + 8].iter_mut().zip(d).for_each(|(y, v)| y[r] = v);
-                    8
-                } else if left >= 4 {
-                    let [d] = dots::<1, 4>([row], std::array::from_fn(|k| x[k]));
-                    ys[t..t + 4].iter_mut().zip(d).for_each(|(y, v)| y[r] = v);
-                    4
-                } else if left >= 2 {
-                    let [d] = dots::<1, 2>([row], [x[0], x[1]]);
-                    ys[t..t + 2].iter_mut().zip(d).for_each(|(y, v)| y[r] = v);
-                    2
-                } else {
-                    let [[v]] = dots::<1, 1>([row], [x[0]]);
-                    ys[t][r] = v;
-                    1
-                }
-            };
-            t += done;
-        }
     }
 }
 
