@@ -326,6 +326,9 @@ pub(crate) fn matvec_int8(
 pub(crate) struct Prep16 {
     #[cfg(target_arch = "aarch64")]
     split: std::sync::OnceLock<aarch64::Split16>,
+    /// The activations in the order of [`KernelPath::Avx512`]'s Q4_0 kernel.
+    #[cfg(target_arch = "x86_64")]
+    q40: std::sync::OnceLock<x86_64::Q40Wide>,
 }
 
 /// Quantized weights × 16-bit activations ([`Precision::Fast`](crate::Precision::Fast)); `prep`
@@ -341,9 +344,12 @@ pub(crate) fn matvec_i16(
     match path {
         #[cfg(target_arch = "x86_64")]
         KernelPath::Avx2Fma | KernelPath::Avx512 => {
+            let wide = path == KernelPath::Avx512;
+            let q40 = (wide && w.format() == WeightFormat::Q4_0)
+                .then(|| prep.q40.get_or_init(|| x86_64::Q40Wide::new(xq)));
             // SAFETY: the path was checked available (AVX2/FMA/F16C present, and AVX-512F/BW/VNNI
-            // on the Avx512 path).
-            unsafe { x86_64::matvec_i16(w, sel, xq, y, path == KernelPath::Avx512) }
+            // on the Avx512 path); `q40` is made from `xq`.
+            unsafe { x86_64::matvec_i16(w, sel, xq, y, wide, q40) }
         }
         #[cfg(target_arch = "aarch64")]
         KernelPath::Neon | KernelPath::NeonDotprod | KernelPath::NeonI8mm => {

@@ -21,5 +21,6 @@ mod known_ops;
 mod matmul_int;
 mod props;
 mod props_q40x8;
+mod q40_512;
 mod quantize;
 mod sparse;

@@ -8,7 +8,9 @@
 //! Each half does exactly what [`super::matvec_i16`] does for its token (the same i32 block sums,
 //! converted, scaled by the same `d_w * d_x` product and FMA'd into eight lanes in block order,
 //! the `m` term summed apart in block order, then the same horizontal sum): results are
-//! bit-identical to one token at a time. With the weights unpacked once per batch, the per-token
+//! bit-identical to one token at a time. For Q4_0 that kernel is [`super::q40_512`]'s, which keeps
+//! even and odd blocks in lanes of their own and adds them before the horizontal sum: here two
+//! accumulators per pair of tokens, by block parity, then the same sums. With the weights unpacked once per batch, the per-token
 //! part (the integer dots, the conversion and the FMA) is what a batched step spends its time on;
 //! pairing halves it.
 
@@ -16,6 +18,7 @@ use std::arch::x86_64::*;
 
 use super::matvec_i16::weights_i16;
 use super::matvec_i16_batch::dot_i16_tokens;
+use super::q40_512;
 use super::simd::{f16_at, hsum, STREAM_PREFETCH};
 use crate::arch::tags::{block_bytes, has_min, Q4_0, Q4_1, Q8_0};
 use crate::quant::QActs16;
@@ -121,6 +124,52 @@ unsafe fn weights_broadcast<const F: u8>(p: *const u8) -> (__m512i, __m512i) {
     }
 }
 
+/// Block `b` of `row` with the `P` token pairs of `o`, FMA'd into `acc` (the `m` terms into
+/// `extra`): [`dot_octet`]'s loop body.
+///
+/// # Safety
+/// AVX2/FMA/F16C and AVX-512F/BW/VNNI present; block `b` in bounds of `row` and `o`.
+#[inline(always)]
+unsafe fn octet_block<const F: u8, const P: usize>(
+    row: &[u8],
+    o: &TokenOctet,
+    b: usize,
+    pick: &[__m512i; P],
+    acc: &mut [__m512; P],
+    extra: &mut __m256,
+) {
+    let bb = block_bytes(F);
+    // SAFETY: block b of the row and of the octet are in bounds (contract); the features are
+    // present (contract).
+    unsafe {
+        let p = row.as_ptr().add(b * bb);
+        // Prefetch hint (never faults; wrapping_add keeps it UB-free).
+        _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(STREAM_PREFETCH) as *const i8);
+        let (w0, w1) = weights_broadcast::<F>(p);
+        // d and m are adjacent f16s for the formats with a minimum: one conversion for both.
+        let dw = if has_min(F) {
+            let dm = _mm_cvtph_ps(_mm_cvtsi32_si128(std::ptr::read_unaligned(p as *const i32)));
+            // Each token's `m * s` added in block order, as one token's kernel adds it.
+            let mw = _mm256_broadcastss_ps(_mm_movehdup_ps(dm));
+            let s = _mm256_loadu_ps(o.s.get_unchecked(b).as_ptr());
+            *extra = _mm256_add_ps(*extra, _mm256_mul_ps(mw, s));
+            _mm_cvtss_f32(dm)
+        } else {
+            f16_at(p)
+        };
+        let dx = _mm256_loadu_ps(o.d.get_unchecked(b).as_ptr());
+        let scales = _mm512_castps256_ps512(_mm256_mul_ps(_mm256_set1_ps(dw), dx));
+        let xp = o.qs.as_ptr().add(b * P * 64);
+        for j in 0..P {
+            let x0 = _mm512_loadu_si512(xp.add(j * 64) as *const _);
+            let x1 = _mm512_loadu_si512(xp.add(j * 64 + 32) as *const _);
+            let isum = _mm512_dpwssd_epi32(_mm512_madd_epi16(w0, x0), w1, x1);
+            let scale = _mm512_permutexvar_ps(pick[j], scales);
+            acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale, acc[j]);
+        }
+    }
+}
+
 /// Dots of one row with the `P` token pairs of `o` (`P == o.pairs`): per block the row's weights
 /// are widened once and broadcast to both halves of a register, every token's `d_w * d_x` (and
 /// `m * s`) comes from one 8-lane multiply, and each pair takes its two scales from it by a
@@ -144,53 +193,50 @@ unsafe fn dot_octet<const F: u8, const P: usize>(row: &[u8], o: &TokenOctet) -> 
         pick
     };
     let mut acc = [_mm512_setzero_ps(); P];
+    // Q4_0: odd blocks in accumulators of their own, as `q40_512`'s one-token kernel keeps them.
+    let mut odd = [_mm512_setzero_ps(); P];
     let mut extra = _mm256_setzero_ps();
-    for b in 0..nb {
-        // SAFETY: b < nb: the row's block b (bytes b*bb..(b+1)*bb) and the octet's block b
-        // (qs[b*P*64..(b+1)*P*64], d[b], s[b]) are in bounds (asserted above).
+    let mut b = 0;
+    while b < nb {
+        // SAFETY: b < nb (and b + 1 < nb where taken): the row's blocks (bytes b*bb..(b+1)*bb)
+        // and the octet's (qs[b*P*64..(b+1)*P*64], d[b], s[b]) are in bounds (asserted above).
         unsafe {
-            let p = row.as_ptr().add(b * bb);
-            // Prefetch hint (never faults; wrapping_add keeps it UB-free).
-            _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(STREAM_PREFETCH) as *const i8);
-            let (w0, w1) = weights_broadcast::<F>(p);
-            // d and m are adjacent f16s for the formats with a minimum: one conversion for both.
-            let dw = if has_min(F) {
-                let dm = _mm_cvtph_ps(_mm_cvtsi32_si128(std::ptr::read_unaligned(p as *const i32)));
-                // Each token's `m * s` added in block order, as one token's kernel adds it.
-                let mw = _mm256_broadcastss_ps(_mm_movehdup_ps(dm));
-                let s = _mm256_loadu_ps(o.s.get_unchecked(b).as_ptr());
-                extra = _mm256_add_ps(extra, _mm256_mul_ps(mw, s));
-                _mm_cvtss_f32(dm)
-            } else {
-                f16_at(p)
-            };
-            let dx = _mm256_loadu_ps(o.d.get_unchecked(b).as_ptr());
-            let scales = _mm512_castps256_ps512(_mm256_mul_ps(_mm256_set1_ps(dw), dx));
-            let xp = o.qs.as_ptr().add(b * P * 64);
-            for j in 0..P {
-                let x0 = _mm512_loadu_si512(xp.add(j * 64) as *const _);
-                let x1 = _mm512_loadu_si512(xp.add(j * 64 + 32) as *const _);
-                let isum = _mm512_dpwssd_epi32(_mm512_madd_epi16(w0, x0), w1, x1);
-                let scale = _mm512_permutexvar_ps(pick[j], scales);
-                acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale, acc[j]);
+            octet_block::<F, P>(row, o, b, &pick, &mut acc, &mut extra);
+            if F == Q4_0 && b + 1 < nb {
+                octet_block::<F, P>(row, o, b + 1, &pick, &mut odd, &mut extra);
+                b += 1;
             }
         }
+        b += 1;
     }
     let mut e = [0f32; OCTET];
     // SAFETY: `e` holds 8 floats.
     unsafe { _mm256_storeu_ps(e.as_mut_ptr(), extra) };
     let mut out = [0f32; OCTET];
+    let halves = |v: __m512| {
+        (
+            _mm512_castps512_ps256(v),
+            _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v))),
+        )
+    };
     for j in 0..P {
-        let lo = _mm512_castps512_ps256(acc[j]);
-        let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(acc[j])));
-        out[2 * j] = hsum(lo) + e[2 * j];
-        out[2 * j + 1] = hsum(hi) + e[2 * j + 1];
+        let (lo, hi) = halves(acc[j]);
+        if F == Q4_0 {
+            // Even blocks' lanes plus odd blocks' lanes, then the horizontal sum: `q40_512`.
+            let (olo, ohi) = halves(odd[j]);
+            out[2 * j] = hsum(_mm256_add_ps(lo, olo));
+            out[2 * j + 1] = hsum(_mm256_add_ps(hi, ohi));
+        } else {
+            out[2 * j] = hsum(lo) + e[2 * j];
+            out[2 * j + 1] = hsum(hi) + e[2 * j + 1];
+        }
     }
     out
 }
 
 /// Rows `r0..r0 + ys[t].len()` for every token `t`, one row at a time: each octet's tokens on
-/// [`dot_octet`], and a last unpaired token (`single`) on the 256-bit kernel.
+/// [`dot_octet`], and a last unpaired token (`single`) on the one-token kernel (256-bit; Q4_0's
+/// `q40_512`).
 ///
 /// # Safety
 /// AVX2/FMA/F16C and AVX-512F/BW/VNNI present; `F` a 32-element block format; `octets` and
@@ -208,6 +254,7 @@ pub(super) unsafe fn batch_octets<const F: u8>(
     assert_eq!(ys.len(), paired + usize::from(single.is_some()));
     let n = ys[0].len();
     assert!(ys.iter().all(|y| y.len() == n) && r0 + n <= w.rows());
+    let single40 = single.filter(|_| F == Q4_0).map(q40_512::Q40Wide::new);
     // `r` indexes every token's output, not only `ys[0]`.
     #[allow(clippy::needless_range_loop)]
     for r in 0..n {
@@ -229,9 +276,15 @@ pub(super) unsafe fn batch_octets<const F: u8>(
             t0 += 2 * o.pairs;
         }
         if let Some(q) = single {
-            // SAFETY: features present per contract; the kernel asserts the lengths.
-            let [[v]] = unsafe { dot_i16_tokens::<F, 1, 1>([row], [q]) };
-            ys[t0][r] = v;
+            ys[t0][r] = if F == Q4_0 {
+                // SAFETY: as above.
+                let [[v]] = unsafe { q40_512::dots::<1, 1>([row], [single40.as_ref().unwrap()]) };
+                v
+            } else {
+                // SAFETY: features present per contract; the kernel asserts the lengths.
+                let [[v]] = unsafe { dot_i16_tokens::<F, 1, 1>([row], [q]) };
+                v
+            };
         }
     }
 }

@@ -7,6 +7,7 @@ use super::iq4xs_rows::Iq4xsDots;
 use super::kquant512::{pairs512, K16Dots512};
 use super::kquant_low::{sums16, K23Dots};
 use super::kquant_rows::{even_odd, K16Dots};
+use super::q40_512::Q40Wide;
 use super::q40_pairs::{Q40Acts, Q40Dots};
 use super::simd::{f16_at, hsum, iq4nl_values32, prefetch_distance, q5_quants32};
 use crate::arch::drivers::{rows_blocked, rows_dense_or_listed, RowDots};
@@ -151,7 +152,8 @@ unsafe fn matvec_i16_q<const F: u8, const R: usize>(
 }
 
 /// Quantized weights × 16-bit activations ([`Precision::Fast`](crate::Precision::Fast)); `wide`
-/// takes the 512-bit kernels where they exist (`Q4_K`, `Q5_K`, `Q6_K`: [`super::kquant512`]).
+/// takes the 512-bit kernels where they exist (`Q4_K`, `Q5_K`, `Q6_K`: [`super::kquant512`];
+/// `Q4_0`: [`super::q40_512`], on `q40` if given, else on `xq` reordered here).
 ///
 /// # Safety
 /// AVX2/FMA/F16C present, and AVX-512F/BW/VNNI too where `wide`.
@@ -162,6 +164,7 @@ pub(crate) unsafe fn matvec_i16(
     xq: &QActs16,
     y: &mut [f32],
     wide: bool,
+    q40: Option<&Q40Wide>,
 ) {
     // Rows per step (see `matvec_i16_q`): dense rows stream from memory, where fewer concurrent
     // row streams per thread measured faster end to end; listed rows are scattered, where more rows
@@ -178,10 +181,21 @@ pub(crate) unsafe fn matvec_i16(
         match w.format() {
             WeightFormat::Q8_0 if dense => matvec_i16_q::<Q8_0, 1>(w, sel, xq, y),
             WeightFormat::Q8_0 => matvec_i16_q::<Q8_0, 2>(w, sel, xq, y),
-            // The AVX2 path's own Q4_0 kernel (`q40_pairs`); the AVX-512 path keeps the one-block
-            // kernel, whose order its batch kernels (`batch512`) reproduce.
-            WeightFormat::Q4_0 if wide && dense => matvec_i16_q::<Q4_0, 1>(w, sel, xq, y),
-            WeightFormat::Q4_0 if wide => matvec_i16_q::<Q4_0, 4>(w, sel, xq, y),
+            // The AVX-512 path's own Q4_0 kernel (`q40_512`, two blocks a register; its batch
+            // form gives the same bits), on activations reordered once per token where the
+            // caller kept them (`q40`).
+            WeightFormat::Q4_0 if wide => {
+                let own;
+                let x = match q40 {
+                    Some(x) => x,
+                    None => {
+                        own = Q40Wide::new(xq);
+                        &own
+                    }
+                };
+                super::q40_512::matvec(w, sel, x, y)
+            }
+            // The AVX2 path's own Q4_0 kernel (`q40_pairs`).
             WeightFormat::Q4_0 => {
                 let acts = Q40Acts::new(xq);
                 let k = Q40Dots { acts: &acts, xq };

@@ -147,7 +147,7 @@ pub(crate) unsafe fn matvec_i16_batch(
     if ys.is_empty() || ys.iter().any(|y| y.len() != ys[0].len()) || r0 + ys[0].len() > w.rows() {
         for (q, y) in xq.iter().zip(ys.iter_mut()) {
             // SAFETY: features present per contract.
-            unsafe { matvec_i16(w, Rows::From(r0), q, y, wide) }
+            unsafe { matvec_i16(w, Rows::From(r0), q, y, wide, None) }
         }
         return;
     }
@@ -185,14 +185,13 @@ pub(crate) unsafe fn matvec_i16_batch(
             WeightFormat::Q8_0 => batch_q::<Q8_0>(w, r0, xq, ys),
             // The AVX2 path's Q4_0 `matvec` kernel takes its own activation order: its batch form.
             WeightFormat::Q4_0 if !wide => super::q40_pairs::q40_batch(w, r0, xq, ys),
-            WeightFormat::Q4_0 => batch_q::<Q4_0>(w, r0, xq, ys),
             WeightFormat::Q4_1 => batch_q::<Q4_1>(w, r0, xq, ys),
             WeightFormat::Q5_0 => batch_q::<Q5_0>(w, r0, xq, ys),
             WeightFormat::Q5_1 => batch_q::<Q5_1>(w, r0, xq, ys),
             WeightFormat::IQ4_NL => batch_q::<IQ4_NL>(w, r0, xq, ys),
             _ => {
                 for (q, y) in xq.iter().zip(ys.iter_mut()) {
-                    matvec_i16(w, Rows::From(r0), q, y, wide)
+                    matvec_i16(w, Rows::From(r0), q, y, wide, None)
                 }
             }
         }

@@ -1,0 +1,300 @@
+//! Q4_0 × 16-bit activations ([`Precision::Fast`](crate::Precision::Fast)) on 512-bit registers,
+//! for [`KernelPath::Avx512`](crate::KernelPath::Avx512): the one-token kernel (`matvec`). Its
+//! batch form, which gives each token its result bit for bit, is [`super::batch512`]'s (two tokens
+//! a register, one block at a time, even and odd blocks in accumulators of their own).
+//!
+//! Two blocks a register: the 16 quant bytes of blocks `b` and `b + 1` widened to 32 u16 lanes,
+//! one mask and one shift give their low nibbles (elements 0..16 of each) and high nibbles
+//! (16..32), and two `vpdpwssd` dot them with the activations, reordered once per token to match
+//! ([`Q40Wide`]), starting from -8 times each lane's activations (Q4_0's offset, in exact
+//! integers). Lanes 0..8 of the i32 sums are block `b`'s, 8..16 block `b + 1`'s: per lane the sums
+//! of the 256-bit kernel (`matvec_i16`), four products each. The eight f16 scales of eight blocks
+//! come from two 64-byte loads and one word permutation, one conversion and one multiply by the
+//! activations' scales; each pair of blocks takes its two from them by a permutation. Each lane's
+//! sums are converted and FMA'd into 16 f32 lanes (even blocks in lanes 0..8, odd in 8..16, in
+//! block order); a last odd block goes into lanes 0..8 after the loop; then the two halves are
+//! added and summed horizontally.
+//!
+//! Against the 256-bit one-block kernel: about 6 instructions a block instead of 16 (no per-block
+//! f16 conversion, broadcast or offset subtraction).
+
+use std::arch::x86_64::*;
+
+use super::simd::{f16_at, hsum, prefetch_distance};
+use crate::quant::QActs16;
+use crate::QMatrix;
+
+/// Bytes of a Q4_0 block.
+const BB: usize = 18;
+
+/// One token's 16-bit activations in the order of [`dots`].
+pub(crate) struct Q40Wide {
+    /// Per pair of blocks `(b, b + 1)`: `b`'s elements 0..16, `b + 1`'s 0..16, `b`'s 16..32,
+    /// `b + 1`'s 16..32 (zeros for a missing last block).
+    x: Vec<i16>,
+    /// Per pair: each i32 lane's -8 times the sum of the four activations it multiplies.
+    c: Vec<i32>,
+    /// The activations' block scales, zero-padded to a multiple of 8.
+    d: Vec<f32>,
+    /// Blocks.
+    blocks: usize,
+}
+
+impl Q40Wide {
+    /// `xq` reordered for [`dots`].
+    pub(crate) fn new(xq: &QActs16) -> Q40Wide {
+        let nb = xq.d.len();
+        assert!(xq.qs.len() >= nb * 32);
+        let pairs = nb.div_ceil(2);
+        let mut x = vec![0i16; pairs * 64];
+        let mut c = vec![0i32; pairs * 16];
+        for b in 0..nb {
+            let (p, h) = (b / 2, b % 2);
+            let q = &xq.qs[b * 32..b * 32 + 32];
+            x[p * 64 + h * 16..p * 64 + h * 16 + 16].copy_from_slice(&q[..16]);
+            x[p * 64 + 32 + h * 16..p * 64 + 32 + h * 16 + 16].copy_from_slice(&q[16..]);
+            for l in 0..8 {
+                let sum: i32 = [2 * l, 2 * l + 1, 16 + 2 * l, 17 + 2 * l]
+                    .iter()
+                    .map(|&e| i32::from(q[e]))
+                    .sum();
+                c[p * 16 + h * 8 + l] = -8 * sum;
+            }
+        }
+        let mut d = xq.d.clone();
+        d.resize(nb.next_multiple_of(8), 0.0);
+        Q40Wide {
+            x,
+            c,
+            d,
+            blocks: nb,
+        }
+    }
+}
+
+/// The low and high nibbles of blocks `b` (lanes 0..16) and `b + 1` (16..32) at `p`.
+///
+/// # Safety
+/// AVX-512F/BW present; two whole blocks readable at `p`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw")]
+unsafe fn nibbles_pair(p: *const u8) -> (__m512i, __m512i) {
+    // SAFETY: bytes 2..18 and 20..36 of the two blocks at `p` are readable (contract).
+    unsafe {
+        let raw = _mm256_inserti128_si256::<1>(
+            _mm256_castsi128_si256(_mm_loadu_si128(p.add(2) as *const __m128i)),
+            _mm_loadu_si128(p.add(BB + 2) as *const __m128i),
+        );
+        let wide = _mm512_cvtepu8_epi16(raw);
+        (
+            _mm512_and_si512(wide, _mm512_set1_epi16(0x0F)),
+            _mm512_srli_epi16::<4>(wide),
+        )
+    }
+}
+
+/// The eight weight scales of the eight blocks at `p`, as f32.
+///
+/// # Safety
+/// AVX-512F/BW present; eight whole blocks readable at `p` (the loads read its first 128 bytes).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw")]
+unsafe fn scales8(p: *const u8) -> __m256 {
+    // SAFETY: 8 blocks are 144 bytes; the two loads read the first 128 (contract).
+    unsafe {
+        let a = _mm512_loadu_si512(p as *const _);
+        let b = _mm512_loadu_si512(p.add(64) as *const _);
+        // Word k of the result: the f16 at byte 18k (words 0, 9, ..., 63 of the 128 bytes).
+        let idx = _mm512_setr_epi32(
+            9 << 16,
+            (27 << 16) | 18,
+            (45 << 16) | 36,
+            (63 << 16) | 54,
+            0,
+            0,
+            0,
+            0,
+            0,
+            0,
+            0,
+            0,
+            0,
+            0,
+            0,
+            0,
+        );
+        let h = _mm512_permutex2var_epi16(a, idx, b);
+        _mm256_cvtph_ps(_mm512_castsi512_si128(h))
+    }
+}
+
+/// Lanes 0..8 take element `2j` of eight scales, 8..16 element `2j + 1`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw")]
+fn pick(j: i32) -> __m512i {
+    let (a, b) = (2 * j, 2 * j + 1);
+    _mm512_setr_epi32(a, a, a, a, a, a, a, a, b, b, b, b, b, b, b, b)
+}
+
+/// The dots of `R` rows with `T` tokens' activations: `out[i][t]` = row `i` · token `t`, the same
+/// operations for every `(i, t)` whatever `R` and `T`.
+///
+/// # Safety
+/// AVX2/FMA/F16C and AVX-512F/BW/VNNI present; lengths as asserted.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
+pub(super) unsafe fn dots<const R: usize, const T: usize>(
+    rows: [&[u8]; R],
+    xs: [&Q40Wide; T],
+) -> [[f32; T]; R] {
+    let nb = xs[0].blocks;
+    assert!(
+        rows.iter().all(|r| r.len() >= nb * BB)
+            && xs.iter().all(|x| x.blocks == nb
+                && x.x.len() >= nb.div_ceil(2) * 64
+                && x.c.len() >= nb.div_ceil(2) * 16
+                && x.d.len() >= nb.next_multiple_of(8))
+    );
+    let picks = [pick(0), pick(1), pick(2), pick(3)];
+    let mut acc = [[_mm512_setzero_ps(); T]; R];
+    let groups = nb / 8;
+    // SAFETY: every block index read below is below `nb`, every pair below `nb / 2` (whole
+    // pairs) and every scale group below `nb / 8`, inside the asserted lengths.
+    unsafe {
+        for g in 0..groups {
+            let mut s = [[_mm256_setzero_ps(); T]; R];
+            for i in 0..R {
+                let dw = scales8(rows[i].as_ptr().add(g * 8 * BB));
+                for t in 0..T {
+                    s[i][t] = _mm256_mul_ps(dw, _mm256_loadu_ps(xs[t].d.as_ptr().add(g * 8)));
+                }
+            }
+            for (j, pk) in picks.iter().enumerate() {
+                let pair = g * 4 + j;
+                for i in 0..R {
+                    let p = rows[i].as_ptr().add(pair * 2 * BB);
+                    // Prefetch hint (never faults; wrapping_add keeps it UB-free).
+                    _mm_prefetch::<_MM_HINT_T0>(
+                        p.wrapping_add(prefetch_distance::<R>()) as *const i8
+                    );
+                    let (lo, hi) = nibbles_pair(p);
+                    for t in 0..T {
+                        let isum = pair_sum(xs[t], pair, lo, hi);
+                        let scale = _mm512_permutexvar_ps(*pk, _mm512_castps256_ps512(s[i][t]));
+                        acc[i][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale, acc[i][t]);
+                    }
+                }
+            }
+        }
+        for pair in groups * 4..nb / 2 {
+            for i in 0..R {
+                let p = rows[i].as_ptr().add(pair * 2 * BB);
+                let (lo, hi) = nibbles_pair(p);
+                let (d0, d1) = (f16_at(p), f16_at(p.add(BB)));
+                for t in 0..T {
+                    let dx = xs[t].d.as_ptr().add(2 * pair);
+                    let s = _mm_setr_ps(d0 * *dx, d1 * *dx.add(1), 0.0, 0.0);
+                    let scale = _mm512_permutexvar_ps(picks[0], _mm512_castps128_ps512(s));
+                    let isum = pair_sum(xs[t], pair, lo, hi);
+                    acc[i][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale, acc[i][t]);
+                }
+            }
+        }
+    }
+    let mut out = [[0f32; T]; R];
+    for i in 0..R {
+        for t in 0..T {
+            let a = acc[i][t];
+            let mut lo = _mm512_castps512_ps256(a);
+            let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(a)));
+            if nb % 2 == 1 {
+                // SAFETY: block nb - 1 of row i and of token t is in bounds (asserted above).
+                lo = unsafe { last_block(rows[i], xs[t], lo) };
+            }
+            out[i][t] = hsum(_mm256_add_ps(lo, hi));
+        }
+    }
+    out
+}
+
+/// The i32 lane sums of pair `pair` of `x` with the nibbles `lo`, `hi` of its two blocks.
+///
+/// # Safety
+/// AVX-512F/BW/VNNI present; `pair < x.blocks.div_ceil(2)`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
+unsafe fn pair_sum(x: &Q40Wide, pair: usize, lo: __m512i, hi: __m512i) -> __m512i {
+    // SAFETY: pair `pair` of `x.x` (64 i16) and `x.c` (16 i32) is in bounds (contract).
+    unsafe {
+        let xp = x.x.as_ptr().add(pair * 64);
+        let c = _mm512_loadu_si512(x.c.as_ptr().add(pair * 16) as *const _);
+        let xlo = _mm512_loadu_si512(xp as *const _);
+        let xhi = _mm512_loadu_si512(xp.add(32) as *const _);
+        _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(c, lo, xlo), hi, xhi)
+    }
+}
+
+/// `lo` plus the last block (`x.blocks - 1`, odd count) of `row` · `x`, as lanes 0..8 of a pair.
+///
+/// # Safety
+/// AVX2/FMA/F16C present; the block in bounds of `row` and `x`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn last_block(row: &[u8], x: &Q40Wide, lo: __m256) -> __m256 {
+    let b = x.blocks - 1;
+    // SAFETY: block b of the row and pair b / 2's first half of `x` are in bounds (contract).
+    unsafe {
+        let p = row.as_ptr().add(b * BB);
+        let raw = _mm_loadu_si128(p.add(2) as *const __m128i);
+        let wide = _mm256_cvtepu8_epi16(raw);
+        let wlo = _mm256_and_si256(wide, _mm256_set1_epi16(0x0F));
+        let whi = _mm256_srli_epi16::<4>(wide);
+        let xp = x.x.as_ptr().add(b / 2 * 64);
+        let c = _mm256_loadu_si256(x.c.as_ptr().add(b / 2 * 16) as *const __m256i);
+        let xlo = _mm256_loadu_si256(xp as *const __m256i);
+        let xhi = _mm256_loadu_si256(xp.add(32) as *const __m256i);
+        let isum = _mm256_add_epi32(
+            _mm256_add_epi32(c, _mm256_madd_epi16(wlo, xlo)),
+            _mm256_madd_epi16(whi, xhi),
+        );
+        let s = f16_at(p) * *x.d.get_unchecked(b);
+        _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(s), lo)
+    }
+}
+
+/// [`dots`] of one token as the kernel of the shared row drivers.
+pub(super) struct Q40WideDots<'a>(pub(super) &'a Q40Wide);
+
+impl crate::arch::drivers::RowDots for Q40WideDots<'_> {
+    #[inline(always)]
+    unsafe fn dots<const N: usize>(&self, rows: [&[u8]; N]) -> [f32; N] {
+        // SAFETY: AVX-512F/BW/VNNI present per this method's contract (the kernel is used on the
+        // Avx512 path only); `dots` asserts the lengths.
+        let d = unsafe { dots::<N, 1>(rows, [self.0]) };
+        std::array::from_fn(|i| d[i][0])
+    }
+}
+
+/// `y[i] = dot(W[sel.get(i)], x)`: one row a step for a dense matrix, four for listed rows (as
+/// the 256-bit kernels step, `super::matvec_i16`).
+///
+/// # Safety
+/// AVX2/FMA/F16C and AVX-512F/BW/VNNI present.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
+pub(super) unsafe fn matvec(
+    w: &QMatrix<'_>,
+    sel: crate::arch::Rows<'_>,
+    x: &Q40Wide,
+    y: &mut [f32],
+) {
+    use crate::arch::drivers::rows_blocked;
+    let k = Q40WideDots(x);
+    // SAFETY: features present per contract, all the kernel needs.
+    unsafe {
+        if matches!(sel, crate::arch::Rows::From(_)) {
+            rows_blocked::<1, _>(&k, w, sel, y)
+        } else {
+            rows_blocked::<4, _>(&k, w, sel, y)
+        }
+    }
+}
