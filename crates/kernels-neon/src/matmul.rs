@@ -7,8 +7,8 @@ use rayon::prelude::*;
 use crate::out_rows::OutPtr;
 use crate::quant::{QActs, QActs16};
 use crate::{
-    active_path, arch, check_path, check_tokens, matmul_chunk, matvec_with, super_scaled,
-    KernelError, KernelPath, Precision, QMatrix, WeightFormat,
+    active_path, arch, check_path, check_tokens, matmul_chunk, matvec_with, KernelError,
+    KernelPath, Precision, QMatrix, WeightFormat,
 };
 
 /// Batched product: `x` is `n` rows of `cols` (token-major), `y` is `n` rows
@@ -70,7 +70,7 @@ pub const INT_TILE_MIN_TOKENS: usize = 32;
 #[doc(hidden)]
 pub fn fast_prompts_int8(format: WeightFormat) -> bool {
     use WeightFormat::*;
-    matches!(format, Q4_K | Q5_K | Q6_K | Q5_0 | Q8_0)
+    matches!(format, Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | Q5_0 | Q8_0)
 }
 
 /// [`matmul`] on an explicit path (for tests and benchmarks).
@@ -116,22 +116,10 @@ pub fn matmul_with(
         Precision::Exact | Precision::Ggml => false,
     };
     if int8_tile && arch::has_tile_int8(path, w.format()) {
-        debug_assert!(blocks || super_scaled(w.format()));
         let tile = |w: &QMatrix, r0, nr, acts: &[QActs], out: &mut [f32]| {
             arch::tile_int8(path, w, r0, nr, acts, out)
         };
-        // Sums of 16 once per token, not once per work item: Q6_K's offset of 32, and the
-        // 32-block formats' offsets.
-        let q6 = w.format() == WeightFormat::Q6_K;
-        let quantize = |x: &[f32]| {
-            if blocks {
-                QActs::quantize(path, x).with_sums16()
-            } else if q6 {
-                QActs::quantize_super(path, x).with_sums16()
-            } else {
-                QActs::quantize_super(path, x)
-            }
-        };
+        let quantize = |x: &[f32]| arch::tile_int8_acts(path, w.format(), x);
         matmul_int(path, w, x, n, y, quantize, tile);
         return Ok(());
     }

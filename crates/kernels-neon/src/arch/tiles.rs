@@ -101,7 +101,8 @@ pub(crate) fn has_tile_int8(path: KernelPath, format: WeightFormat) -> bool {
         return matches!(
             format,
             WeightFormat::Q4_K | WeightFormat::Q5_K | WeightFormat::Q6_K
-        ) || tile_int8_blocks(path, format);
+        ) || tile_int8_blocks(path, format)
+            || (path == KernelPath::Avx2Fma && k23(format));
     }
     #[cfg(target_arch = "aarch64")]
     if matches!(path, KernelPath::NeonDotprod | KernelPath::NeonI8mm) {
@@ -175,6 +176,10 @@ pub(crate) fn tile_int8(
         // SAFETY: the path was checked available (AVX-512F/BW/VNNI and AVX2/FMA/F16C present),
         // and the format is one the tile takes.
         unsafe { x86_64::tile512_k8(w, r0, nr, acts, out) }
+    } else if k23(w.format()) {
+        // SAFETY: the path was checked available (AVX2/FMA/F16C present: only AVX2 takes these
+        // formats here), and the format is one the tile takes.
+        unsafe { x86_64::tile_k23(w, r0, nr, acts, out) }
     } else if matches!(
         w.format(),
         WeightFormat::Q4_K | WeightFormat::Q5_K | WeightFormat::Q6_K
@@ -200,6 +205,26 @@ pub(crate) fn tile_int8(
     }
     #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
     let _ = (r0, nr, acts, out);
+}
+
+/// Q2_K and Q3_K: the formats whose 8-bit tile (AVX2 `tile_k23`) takes activations of one scale
+/// per 32 with sums of 16, as their `matvec_int8` does, from any token count.
+fn k23(format: WeightFormat) -> bool {
+    matches!(format, WeightFormat::Q2_K | WeightFormat::Q3_K)
+}
+
+/// One token's activations `x` quantized for [`tile_int8`] on `path` over weights of `format`, as
+/// `matvec` quantizes them in `Int8`: one scale per 32 with the sums of 16 for the 32-block
+/// formats, Q2_K and Q3_K; one per 256 for Q4_K/Q5_K/Q6_K, with the sums of 16 for Q6_K's offset.
+/// (Sums of 16 once per token, not once per work item.)
+pub(crate) fn tile_int8_acts(path: KernelPath, format: WeightFormat, x: &[f32]) -> QActs {
+    if tile_int8_blocks(path, format) || k23(format) {
+        QActs::quantize(path, x).with_sums16()
+    } else if format == WeightFormat::Q6_K {
+        QActs::quantize_super(path, x).with_sums16()
+    } else {
+        QActs::quantize_super(path, x)
+    }
 }
 
 /// Whether `path` has [`tile_int8_t`] (the AVX-512 path).
