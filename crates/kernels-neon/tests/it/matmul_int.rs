@@ -107,7 +107,8 @@ proptest! {
     fn long_prompts_equal_matvec_per_token(
         format in prop::sample::select(vec![
             WeightFormat::Q4_0, WeightFormat::Q4_1, WeightFormat::Q5_0, WeightFormat::Q5_1,
-            WeightFormat::Q8_0, WeightFormat::IQ4_NL, WeightFormat::Q2_K, WeightFormat::Q3_K,
+            WeightFormat::Q8_0, WeightFormat::IQ4_NL, WeightFormat::IQ4_XS, WeightFormat::Q2_K,
+            WeightFormat::Q3_K,
             WeightFormat::Q4_K, WeightFormat::Q5_K, WeightFormat::Q6_K,
         ]),
         rows in 1usize..80,
