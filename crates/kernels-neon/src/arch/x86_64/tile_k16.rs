@@ -90,12 +90,12 @@ fn transpose8(r: [__m256i; 8]) -> [__m256i; 8] {
 }
 
 /// Block `b` of an IQ4_XS row `row` as an IQ4_NL block (its 16 quant bytes after two bytes of
-/// scale, which [`weights_i16`] does not read) and its scale `d * (ls - 32)`.
-fn iq4xs_block(row: &[u8], b: usize) -> ([u8; 18], f32) {
-    let sb = &row[(b / 8) * 136..(b / 8 + 1) * 136];
+/// scale, which [`weights_i16`] does not read).
+fn iq4xs_block(row: &[u8], b: usize) -> [u8; 18] {
+    let at = (b / 8) * 136 + 8 + 16 * (b % 8);
     let mut nl = [0u8; 18];
-    nl[2..].copy_from_slice(&sb[8 + 16 * (b % 8)..8 + 16 * (b % 8) + 16]);
-    (nl, crate::scalar::iq4xs_scales(sb)[b % 8])
+    nl[2..].copy_from_slice(&row[at..at + 16]);
+    nl
 }
 
 /// Rows `r0 .. r0 + nr` of `w` (of format tag `F`, one of [`has_tile_k16`]'s, whole blocks;
@@ -126,16 +126,21 @@ unsafe fn pack<const F: u8, const XS: bool>(w: &QMatrix, r0: usize, nr: usize) -
                 &zero
             }
         });
+        let mut xs_sc = [[0f32; 8]; LANES];
         for b in 0..nb {
             let at = g * nb + b;
             let mut lo = [_mm256_setzero_si256(); LANES];
             let mut hi = [_mm256_setzero_si256(); LANES];
             for j in 0..LANES {
                 if XS {
-                    let (nl, sc) = iq4xs_block(rows[j], b);
+                    if b % 8 == 0 {
+                        // Each lane's 8 scales `d * (ls - 32)` once per super-block.
+                        xs_sc[j] = crate::scalar::iq4xs_scales(&rows[j][b / 8 * 136..]);
+                    }
+                    let nl = iq4xs_block(rows[j], b);
                     // SAFETY: `nl` is a whole IQ4_NL block (`F` is IQ4_NL's tag with `XS`).
                     (lo[j], hi[j]) = unsafe { weights_i16::<F>(nl.as_ptr()) };
-                    p.sc[at * LANES + j] = sc;
+                    p.sc[at * LANES + j] = xs_sc[j][b % 8];
                     continue;
                 }
                 let blk = &rows[j][b * bb..(b + 1) * bb];
