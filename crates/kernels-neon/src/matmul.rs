@@ -7,8 +7,8 @@ use rayon::prelude::*;
 use crate::out_rows::OutPtr;
 use crate::quant::{QActs, QActs16};
 use crate::{
-    active_path, arch, check_path, check_tokens, matmul_chunk, matvec_with, super_scaled,
-    KernelError, KernelPath, Precision, QMatrix, WeightFormat,
+    active_path, arch, check_path, check_tokens, matmul_chunk, matvec_with, KernelError,
+    KernelPath, Precision, QMatrix, WeightFormat,
 };
 
 /// Batched product: `x` is `n` rows of `cols` (token-major), `y` is `n` rows
@@ -20,7 +20,8 @@ use crate::{
 /// quantized as `matvec` quantizes them in some precision, and the weights as stored, so each
 /// token's row of `y` is what `matvec` in that precision gives for it up to f32 summation order:
 /// - the 8-bit tiles, `matvec`'s [`Precision::Int8`] products: Q4_K/Q5_K/Q6_K weights on the AVX2
-///   path and the AVX-512 one (one activation scale per 256, llama.cpp's `Q8_K`), for
+///   path and the AVX-512 one (one activation scale per 256, llama.cpp's `Q8_K`), and Q2_K/Q3_K
+///   on the AVX2 one (one per 32, as their `matvec_int8`), for
 ///   `Int8` prompts and for [`Precision::Fast`] ones from [`INT_TILE_MIN_TOKENS`] tokens; the
 ///   32-block formats Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 on the AVX-512 path and those but Q8_0 on the AVX2
 ///   one (one scale per 32, llama.cpp's `Q8_0`), from that many tokens, for `Int8` prompts and for `Fast` ones of Q5_0/Q8_0
@@ -28,7 +29,7 @@ use crate::{
 ///   per instruction of 16 (decode, bound by memory, keeps `Fast`'s 16 bits);
 /// - the 16-bit tile, from [`INT_TILE_MIN_TOKENS`] tokens (16-bit activations, one scale per 32;
 ///   `matvec`'s `Fast`): on the AVX-512 path `Fast` prompts of Q4_0/Q4_1/Q5_1, on the AVX2 path
-///   those and Q8_0's and IQ4_NL's (no 8-bit tile for them there).
+///   those and Q8_0's, IQ4_NL's and IQ4_XS's (no 8-bit tile for them there).
 ///
 /// Elsewhere `Fast` and `Exact` prompts take the f32 tile, and `Int8` ones the bf16 tile where the
 /// path has one. [`Precision::Ggml`] prompts are one `matvec` per token (llama.cpp's roundings).
@@ -66,11 +67,13 @@ pub const INT_TILE_MIN_TOKENS: usize = 32;
 /// (Qwen2.5-Coder-0.5B Q4_K_M: 39.3949 against the reference's 39.3745 and 39.3726 with 16 bits;
 /// SmolLM2-135M's Q8_0 embedding, its output projection: 29.6336 against 29.6018 and 29.6020).
 /// Not Q4_1: SmolLM2-135M's Q4_1 tensors took it to 29.6974, so Q4_1 and Q5_1 keep 16 bits, and
-/// Q4_0, measured on no real model, too.
+/// Q4_0, measured on no real model, too. Q2_K and Q3_K (an 8-bit tile on AVX2 only) follow the
+/// other K-quants and llama.cpp, whose prompts of every K-quant take 8 bits; no real model's
+/// perplexity was measured for them.
 #[doc(hidden)]
 pub fn fast_prompts_int8(format: WeightFormat) -> bool {
     use WeightFormat::*;
-    matches!(format, Q4_K | Q5_K | Q6_K | Q5_0 | Q8_0)
+    matches!(format, Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | Q5_0 | Q8_0)
 }
 
 /// [`matmul`] on an explicit path (for tests and benchmarks).
@@ -116,22 +119,10 @@ pub fn matmul_with(
         Precision::Exact | Precision::Ggml => false,
     };
     if int8_tile && arch::has_tile_int8(path, w.format()) {
-        debug_assert!(blocks || super_scaled(w.format()));
         let tile = |w: &QMatrix, r0, nr, acts: &[QActs], out: &mut [f32]| {
             arch::tile_int8(path, w, r0, nr, acts, out)
         };
-        // Sums of 16 once per token, not once per work item: Q6_K's offset of 32, and the
-        // 32-block formats' offsets.
-        let q6 = w.format() == WeightFormat::Q6_K;
-        let quantize = |x: &[f32]| {
-            if blocks {
-                QActs::quantize(path, x).with_sums16()
-            } else if q6 {
-                QActs::quantize_super(path, x).with_sums16()
-            } else {
-                QActs::quantize_super(path, x)
-            }
-        };
+        let quantize = |x: &[f32]| arch::tile_int8_acts(path, w.format(), x);
         matmul_int(path, w, x, n, y, quantize, tile);
         return Ok(());
     }

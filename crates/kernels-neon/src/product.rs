@@ -56,16 +56,7 @@ impl Product {
             Precision::Exact | Precision::Ggml => false,
         };
         if int8_tile && arch::has_tile_int8(path, format) {
-            let q6 = format == WeightFormat::Q6_K;
-            let quantize = |xt: &[f32]| {
-                if blocks {
-                    QActs::quantize(path, xt).with_sums16()
-                } else if q6 {
-                    QActs::quantize_super(path, xt).with_sums16()
-                } else {
-                    QActs::quantize_super(path, xt)
-                }
-            };
+            let quantize = |xt: &[f32]| arch::tile_int8_acts(path, format, xt);
             return Product::Int8(tokens().map(quantize).collect());
         }
         if precision == Precision::Fast

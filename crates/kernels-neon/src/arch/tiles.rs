@@ -89,7 +89,8 @@ pub(crate) fn tile_bf16(
 
 /// Whether [`tile_int8`] takes weights of `format` on `path`: Q4_K, Q5_K and Q6_K on
 /// [`KernelPath::Avx2Fma`] and [`KernelPath::Avx512`] (activations with one scale per 256,
-/// `QActs::quantize_super`), and on both also the formats of 32-element blocks of integer quants,
+/// `QActs::quantize_super`), Q2_K and Q3_K on [`KernelPath::Avx2Fma`] (one scale per 32, as
+/// their `matvec_int8`; `tile_k23`), and on both also the formats of 32-element blocks of integer quants,
 /// Q4_0, Q4_1, Q5_0, Q5_1, and on AVX-512 Q8_0 ([`tile_int8_blocks`]: one scale per 32,
 /// `QActs::quantize` with its sums of 16; AVX-512 `tile512_i8`, AVX2 `tile_i8`); on [`KernelPath::NeonDotprod`] and
 /// [`KernelPath::NeonI8mm`] Q4_K, Q5_K and Q6_K (`sdot`, `aarch64::tile_k8_dp`), on
@@ -101,7 +102,8 @@ pub(crate) fn has_tile_int8(path: KernelPath, format: WeightFormat) -> bool {
         return matches!(
             format,
             WeightFormat::Q4_K | WeightFormat::Q5_K | WeightFormat::Q6_K
-        ) || tile_int8_blocks(path, format);
+        ) || tile_int8_blocks(path, format)
+            || (path == KernelPath::Avx2Fma && k23(format));
     }
     #[cfg(target_arch = "aarch64")]
     if matches!(path, KernelPath::NeonDotprod | KernelPath::NeonI8mm) {
@@ -147,9 +149,9 @@ pub(crate) fn tile_int_rows(path: KernelPath) -> usize {
 
 /// The 8-bit prompt tile: `out[t * nr + i]` = row `r0 + i` of `w` · token `t` for every token of
 /// `acts` (quantized as `matvec` quantizes them in `Int8` for `w`'s format: by
-/// `QActs::quantize_super` for the K-quants, by `QActs::quantize` with sums of 16 for the
-/// 32-block formats): on AVX2 the K-quants' (`tile_k8_lanes`, rows in the lanes) and the 32-block
-/// formats' (`tile_i8`), on AVX-512 and with `smmla` on [`KernelPath::NeonI8mm`], the same integer
+/// `QActs::quantize_super` for Q4_K/Q5_K/Q6_K, by `QActs::quantize` with sums of 16 for the
+/// 32-block formats, Q2_K and Q3_K; [`tile_int8_acts`]): on AVX2 the K-quants' (`tile_k8_lanes`,
+/// `tile_k23`: rows in the lanes) and the 32-block formats' (`tile_i8`), on AVX-512 and with `smmla` on [`KernelPath::NeonI8mm`], the same integer
 /// products as [`matvec_int8`] of that token summed in another f32 order. Only where [`has_tile_int8`] (else a no-op).
 pub(crate) fn tile_int8(
     path: KernelPath,
@@ -175,6 +177,10 @@ pub(crate) fn tile_int8(
         // SAFETY: the path was checked available (AVX-512F/BW/VNNI and AVX2/FMA/F16C present),
         // and the format is one the tile takes.
         unsafe { x86_64::tile512_k8(w, r0, nr, acts, out) }
+    } else if k23(w.format()) {
+        // SAFETY: the path was checked available (AVX2/FMA/F16C present: only AVX2 takes these
+        // formats here), and the format is one the tile takes.
+        unsafe { x86_64::tile_k23(w, r0, nr, acts, out) }
     } else if matches!(
         w.format(),
         WeightFormat::Q4_K | WeightFormat::Q5_K | WeightFormat::Q6_K
@@ -200,6 +206,26 @@ pub(crate) fn tile_int8(
     }
     #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
     let _ = (r0, nr, acts, out);
+}
+
+/// Q2_K and Q3_K: the formats whose 8-bit tile (AVX2 `tile_k23`) takes activations of one scale
+/// per 32 with sums of 16, as their `matvec_int8` does, from any token count.
+fn k23(format: WeightFormat) -> bool {
+    matches!(format, WeightFormat::Q2_K | WeightFormat::Q3_K)
+}
+
+/// One token's activations `x` quantized for [`tile_int8`] on `path` over weights of `format`, as
+/// `matvec` quantizes them in `Int8`: one scale per 32 with the sums of 16 for the 32-block
+/// formats, Q2_K and Q3_K; one per 256 for Q4_K/Q5_K/Q6_K, with the sums of 16 for Q6_K's offset.
+/// (Sums of 16 once per token, not once per work item.)
+pub(crate) fn tile_int8_acts(path: KernelPath, format: WeightFormat, x: &[f32]) -> QActs {
+    if tile_int8_blocks(path, format) || k23(format) {
+        QActs::quantize(path, x).with_sums16()
+    } else if format == WeightFormat::Q6_K {
+        QActs::quantize_super(path, x).with_sums16()
+    } else {
+        QActs::quantize_super(path, x)
+    }
 }
 
 /// Whether `path` has [`tile_int8_t`] (the AVX-512 path).
@@ -248,8 +274,8 @@ pub(crate) fn tile_int8_t_bytes(path: KernelPath, nr: usize, rows: usize, n: usi
 /// 32-element blocks of integer quants whose [`Precision::Fast`](crate::Precision) prompts keep 16
 /// bits, Q4_0, Q4_1 and Q5_1 (the formats of [`crate::fast_prompts_int8`] take [`tile_int8`]); on
 /// the AVX2 path every format of 32-element blocks of integer quants, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0
-/// and IQ4_NL, of which `matmul` gives it those whose `Fast` prompts keep 16 bits (Q5_0 takes
-/// [`tile_int8`] first). The other formats' `Fast` prompts take the f32 tile.
+/// and IQ4_NL, and IQ4_XS, of which `matmul` gives it those whose `Fast` prompts keep 16 bits
+/// (Q5_0 takes [`tile_int8`] first). The other formats' `Fast` prompts take the f32 tile.
 pub(crate) fn has_tile_i16(path: KernelPath, format: WeightFormat) -> bool {
     #[cfg(target_arch = "x86_64")]
     match path {

@@ -1,5 +1,6 @@
 //! `matmul` through the integer tiles: the 8-bit ones, Q4_K/Q5_K/Q6_K on AVX2 and AVX-512
 //! (activations with one scale per 256, in `Int8`, and in `Fast` from `INT_TILE_MIN_TOKENS` tokens)
+//! and Q2_K/Q3_K on AVX2 (one scale per 32, the same token counts)
 //! and Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 on AVX-512, those but Q8_0 on AVX2 (one scale per 32, in both from
 //! `INT_TILE_MIN_TOKENS` tokens); the 16-bit ones of `Fast` prompts from that many tokens (AVX-512:
 //! Q4_0/Q4_1/Q5_1; AVX2: those, Q8_0 and IQ4_NL). Every token's row of the result is what `matvec` gives
@@ -73,7 +74,10 @@ proptest! {
 
     #[test]
     fn int8_tile_equals_matvec_per_token(
-        format in prop::sample::select(vec![WeightFormat::Q4_K, WeightFormat::Q5_K, WeightFormat::Q6_K]),
+        format in prop::sample::select(vec![
+            WeightFormat::Q2_K, WeightFormat::Q3_K, WeightFormat::Q4_K, WeightFormat::Q5_K,
+            WeightFormat::Q6_K,
+        ]),
         rows in 1usize..80,
         supers in 1usize..4,
         n in 2usize..12,
@@ -103,8 +107,9 @@ proptest! {
     fn long_prompts_equal_matvec_per_token(
         format in prop::sample::select(vec![
             WeightFormat::Q4_0, WeightFormat::Q4_1, WeightFormat::Q5_0, WeightFormat::Q5_1,
-            WeightFormat::Q8_0, WeightFormat::IQ4_NL, WeightFormat::Q4_K, WeightFormat::Q5_K,
-            WeightFormat::Q6_K,
+            WeightFormat::Q8_0, WeightFormat::IQ4_NL, WeightFormat::IQ4_XS, WeightFormat::Q2_K,
+            WeightFormat::Q3_K,
+            WeightFormat::Q4_K, WeightFormat::Q5_K, WeightFormat::Q6_K,
         ]),
         rows in 1usize..80,
         units in 1usize..12,

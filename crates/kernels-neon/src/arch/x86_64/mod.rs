@@ -46,8 +46,10 @@ mod tile512_lanes;
 mod tile_bf16;
 mod tile_i8;
 mod tile_k16;
+mod tile_k23;
 mod tile_k8;
 mod tile_k8_lanes;
+mod tile_lanes;
 mod vector;
 
 pub(crate) use attend::{attend_block_avx2, attend_block_avx512};
@@ -75,6 +77,7 @@ pub(crate) use tile512_lanes::LANES as TILE512_LANES;
 pub(crate) use tile_bf16::{tile_bf16, to_bf16};
 pub(crate) use tile_i8::{has_tile_i8, tile_i8};
 pub(crate) use tile_k16::{has_tile_k16, tile_k16, LANES as TILE_K16_LANES};
+pub(crate) use tile_k23::tile_k23;
 pub(crate) use tile_k8::tile_k8;
 pub(crate) use tile_k8_lanes::tile_k8_lanes;
 pub(crate) use vector::{add_fixed, add_fixed_avx2, axpy_f32, dot_f32};

@@ -26,26 +26,20 @@
 //! `matvec_int8`; only the f32 summation order differs.
 
 use std::arch::x86_64::*;
+use std::marker::PhantomData;
 use std::ops::Range;
 
+use super::tile_lanes::{drive, LaneTile, LANES};
 use crate::arch::tags::{block_bytes, has_min, quants_offset, Q4_0, Q4_1, Q5_0, Q5_1};
 use crate::quant::QActs;
 use crate::scalar::f16_at;
 use crate::{QMatrix, WeightFormat};
 
-/// Rows of a group: one per i32 lane of a 256-bit register.
-const LANES: usize = 8;
 /// Bytes of one group's 32-element block: 8 column quads × 8 lanes × 4.
 const BLOCK_U8: usize = 32 * LANES;
-/// Blocks of a column panel: [`G_MAX`] groups' quants of a panel (16 KiB) stay in L1 while every
-/// token passes over them.
+/// Blocks of a column panel: two groups' quants of a panel (16 KiB) stay in L1 while every token
+/// passes over them.
 const PANEL_BLOCKS: usize = 32;
-/// Groups per register block.
-const G_MAX: usize = 2;
-/// Tokens per register block: `G_MAX * T_MAX` i16 and as many i32 sums, `G_MAX` weight vectors
-/// and one broadcast activation quad fill the 16 registers (the f32 sums, touched once a block,
-/// may live in memory).
-const T_MAX: usize = 3;
 
 /// Whether [`tile_i8`] takes weights of `format`.
 pub(crate) fn has_tile_i8(format: WeightFormat) -> bool {
@@ -274,95 +268,38 @@ unsafe fn block<const G: usize, const T: usize, const F: u8>(
     acc
 }
 
-/// One register block (groups `g0 .. g0 + G`, tokens `t0 .. t0 + T`) over the blocks `units`:
-/// its sums so far read from `out` (zero for the first panel), the panel's added, written back.
-///
-/// # Safety
-/// AVX2/FMA present; the groups exist in `p` and start below `nr`; `units` within the row; the
-/// tokens exist in `toks` and cover the row's columns; `out` holds `(t0 + T) * nr` floats.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn panel_step<const G: usize, const T: usize, const F: u8>(
-    p: &Packed,
-    toks: &[Tok],
-    (g0, t0): (usize, usize),
-    units: Range<usize>,
-    nr: usize,
-    out: &mut [f32],
-) {
-    assert!(out.len() >= (t0 + T) * nr && toks.len() >= t0 + T);
-    let mut acc = [[_mm256_setzero_ps(); T]; G];
-    if units.start > 0 {
-        for (g, row) in acc.iter_mut().enumerate() {
-            let (first, m) = lanes(g0 + g, nr);
-            for (t, v) in row.iter_mut().enumerate() {
-                let mut buf = [0f32; LANES];
-                let at = (t0 + t) * nr + first;
-                buf[..m].copy_from_slice(&out[at..at + m]);
-                // SAFETY: `buf` holds 8 floats.
-                *v = unsafe { _mm256_loadu_ps(buf.as_ptr()) };
-            }
-        }
+/// A work item's rows packed for format tag `F`, as [`drive`] runs them.
+struct Tile<'a, const F: u8>(Packed, PhantomData<Tok<'a>>);
+
+impl<'a, const F: u8> LaneTile for Tile<'a, F> {
+    type Tok = Tok<'a>;
+    const PANEL: usize = PANEL_BLOCKS;
+    fn units(&self) -> usize {
+        self.0.nb
     }
-    let tk: [Tok; T] = std::array::from_fn(|t| toks[t0 + t]);
-    // SAFETY: per this function's contract.
-    let acc = unsafe { block::<G, T, F>(p, g0, tk, units, acc) };
-    for (g, row) in acc.iter().enumerate() {
-        let (first, m) = lanes(g0 + g, nr);
-        for (t, v) in row.iter().enumerate() {
-            let mut buf = [0f32; LANES];
-            // SAFETY: `buf` holds 8 floats.
-            unsafe { _mm256_storeu_ps(buf.as_mut_ptr(), *v) };
-            let at = (t0 + t) * nr + first;
-            out[at..at + m].copy_from_slice(&buf[..m]);
-        }
+    #[inline(always)]
+    unsafe fn block<const G: usize, const T: usize>(
+        &self,
+        g0: usize,
+        toks: [Tok<'a>; T],
+        units: Range<usize>,
+        acc: [[__m256; T]; G],
+    ) -> [[__m256; T]; G] {
+        // SAFETY: per the trait method's contract.
+        unsafe { block::<G, T, F>(&self.0, g0, toks, units, acc) }
     }
 }
 
-/// Group `g`'s first row and how many of its lanes are below `nr`.
-fn lanes(g: usize, nr: usize) -> (usize, usize) {
-    let first = g * LANES;
-    (first, (nr - first).min(LANES))
-}
-
-/// [`tile_i8`] for format tag `F`: per [`G_MAX`] groups, column panel by column panel, every
-/// token's sums of a panel added to those of the panels before it, kept in `out`.
+/// [`tile_i8`] for format tag `F`: its rows packed, then [`drive`]n.
 ///
 /// # Safety
 /// AVX2/FMA/F16C present; `w`'s format is `F`'s; the lengths checked by [`tile_i8`].
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn tile_f<const F: u8>(w: &QMatrix, r0: usize, nr: usize, toks: &[Tok], out: &mut [f32]) {
-    let n = toks.len();
     // SAFETY: AVX2/FMA/F16C present and the format `F`'s per this function's contract.
-    let p = unsafe { pack::<F>(w, r0, nr) };
-    let groups = nr.div_ceil(LANES);
-    let mut g0 = 0;
-    while g0 < groups {
-        let gn = (groups - g0).min(G_MAX);
-        for lo in (0..p.nb).step_by(PANEL_BLOCKS) {
-            let u = lo..(lo + PANEL_BLOCKS).min(p.nb);
-            let mut t0 = 0;
-            while t0 < n {
-                let tn = (n - t0).min(T_MAX);
-                let at = (g0, t0);
-                // SAFETY: AVX2/FMA present per this function's contract; groups `g0 .. g0 + gn`
-                // exist in `p` and start below `nr`; tokens `t0 .. t0 + tn` exist and cover the
-                // columns; blocks `u` lie within the row; `out` holds `n * nr` floats.
-                unsafe {
-                    match (gn, tn) {
-                        (2, 3) => panel_step::<2, 3, F>(&p, toks, at, u.clone(), nr, out),
-                        (2, 2) => panel_step::<2, 2, F>(&p, toks, at, u.clone(), nr, out),
-                        (2, _) => panel_step::<2, 1, F>(&p, toks, at, u.clone(), nr, out),
-                        (_, 3) => panel_step::<1, 3, F>(&p, toks, at, u.clone(), nr, out),
-                        (_, 2) => panel_step::<1, 2, F>(&p, toks, at, u.clone(), nr, out),
-                        _ => panel_step::<1, 1, F>(&p, toks, at, u.clone(), nr, out),
-                    }
-                }
-                t0 += tn;
-            }
-        }
-        g0 += gn;
-    }
+    let k = Tile::<F>(unsafe { pack::<F>(w, r0, nr) }, PhantomData);
+    // SAFETY: as above; `k` holds `nr.div_ceil(LANES)` groups; the tokens cover the columns.
+    unsafe { drive(&k, nr, toks, out) }
 }
 
 /// `out[t * nr + i]` = row `r0 + i` of `w` · token `t` (activations `acts[t]`, quantized by

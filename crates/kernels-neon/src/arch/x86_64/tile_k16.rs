@@ -1,8 +1,11 @@
 //! The 16-bit prompt tile on AVX2 ([`Precision::Fast`](crate::Precision) prompts on
 //! [`KernelPath::Avx2Fma`](crate::KernelPath)) for the formats of 32-element blocks of integer
-//! quants ([`has_tile_k16`]: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL): the AVX2 form of
-//! `tile512_k16.rs`. The AVX2 path has no 8-bit tile for these formats, so their `Fast` prompts
-//! all keep 16 bits here (without it they took the f32 tile of dequantized weights).
+//! quants ([`has_tile_k16`]: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL) and IQ4_XS (whose sub-blocks of
+//! 32 are IQ4_NL blocks with the scale `d * (ls - 32)`): the AVX2 form of `tile512_k16.rs`, driven
+//! by `tile_lanes.rs`. The `Fast` prompts of these formats but Q5_0 (8-bit, `tile_i8.rs`) keep 16
+//! bits here (without it they took the f32 tile of dequantized weights). The signed quants of
+//! Q8_0, IQ4_NL and IQ4_XS take no fewer instructions a product with `maddubs` (its sign trick, a
+//! `vpsign` and a widening per 32 products) than here, so they have no 8-bit tile on AVX2.
 //!
 //! A work item's rows are repacked once into groups of [`LANES`] rows, each quant widened to i16,
 //! so that each 32-bit lane holds one row's two quants of the same two columns. One `vpmaddwd`
@@ -16,32 +19,29 @@
 //! there: |q_w| <= 128 and |q_x| <= 32767, so a block's i32 sum stays below 2^28.
 
 use std::arch::x86_64::*;
+use std::marker::PhantomData;
 use std::ops::Range;
 
 use super::matvec_i16::weights_i16;
+use super::tile_lanes::{drive, LaneTile};
 use crate::arch::tags::{block_bytes, has_min, IQ4_NL, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
 use crate::quant::QActs16;
 use crate::scalar::f16_at;
 use crate::{QMatrix, WeightFormat};
 
 /// Rows of a group: one per i32 lane of a 256-bit register.
-pub(crate) const LANES: usize = 8;
+pub(crate) const LANES: usize = super::tile_lanes::LANES;
 /// i16 quants of one group's 32-element block: 16 column pairs × 8 lanes × 2.
 const BLOCK_I16: usize = 32 * LANES;
-/// Blocks of a column panel: [`G_MAX`] groups' quants of a panel (16 KiB) stay in L1 while every
-/// token passes over them.
+/// Blocks of a column panel: two groups' quants of a panel (16 KiB) stay in L1 while every token
+/// passes over them.
 const PANEL_BLOCKS: usize = 16;
-/// Groups per register block.
-const G_MAX: usize = 2;
-/// Tokens per register block: `G_MAX * T_MAX` i32 sums, as many f32 sums, `G_MAX` weight vectors
-/// and one broadcast activation pair fill the 16 registers.
-const T_MAX: usize = 3;
 
 /// Whether [`tile_k16`] takes weights of `format`: the formats of 32-element blocks of integer
-/// quants.
+/// quants, and IQ4_XS.
 pub(crate) fn has_tile_k16(format: WeightFormat) -> bool {
     use WeightFormat::*;
-    matches!(format, Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | IQ4_NL)
+    matches!(format, Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | IQ4_NL | IQ4_XS)
 }
 
 /// A work item's rows repacked for the tile.
@@ -89,15 +89,25 @@ fn transpose8(r: [__m256i; 8]) -> [__m256i; 8] {
     })
 }
 
-/// Rows `r0 .. r0 + nr` of `w` (of format tag `F`, one of [`has_tile_k16`]'s, whole blocks)
-/// repacked: each block of 8 rows widened to i16 by `matvec_i16`'s own unpacking and transposed
-/// as 8 × 16 column pairs.
+/// Block `b` of an IQ4_XS row `row` as an IQ4_NL block (its 16 quant bytes after two bytes of
+/// scale, which [`weights_i16`] does not read).
+fn iq4xs_block(row: &[u8], b: usize) -> [u8; 18] {
+    let at = (b / 8) * 136 + 8 + 16 * (b % 8);
+    let mut nl = [0u8; 18];
+    nl[2..].copy_from_slice(&row[at..at + 16]);
+    nl
+}
+
+/// Rows `r0 .. r0 + nr` of `w` (of format tag `F`, one of [`has_tile_k16`]'s, whole blocks;
+/// IQ4_XS where `XS`, with `F` IQ4_NL's) repacked: each block of 8 rows widened to i16 by
+/// `matvec_i16`'s own unpacking and transposed as 8 × 16 column pairs.
 ///
 /// # Safety
-/// AVX2/FMA/F16C present; `w`'s format is `F`'s.
+/// AVX2/FMA/F16C present; `w`'s format is `F`'s (IQ4_XS where `XS`).
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn pack<const F: u8>(w: &QMatrix, r0: usize, nr: usize) -> Packed {
-    let (nb, bb) = (w.cols() / 32, block_bytes(F));
+unsafe fn pack<const F: u8, const XS: bool>(w: &QMatrix, r0: usize, nr: usize) -> Packed {
+    // IQ4_XS: 136 bytes per 8 blocks, so that the zero row below is as long as a row.
+    let (nb, bb) = (w.cols() / 32, if XS { 17 } else { block_bytes(F) });
     let groups = nr.div_ceil(LANES);
     let min = has_min(F);
     let mut p = Packed {
@@ -116,11 +126,23 @@ unsafe fn pack<const F: u8>(w: &QMatrix, r0: usize, nr: usize) -> Packed {
                 &zero
             }
         });
+        let mut xs_sc = [[0f32; 8]; LANES];
         for b in 0..nb {
             let at = g * nb + b;
             let mut lo = [_mm256_setzero_si256(); LANES];
             let mut hi = [_mm256_setzero_si256(); LANES];
             for j in 0..LANES {
+                if XS {
+                    if b % 8 == 0 {
+                        // Each lane's 8 scales `d * (ls - 32)` once per super-block.
+                        xs_sc[j] = crate::scalar::iq4xs_scales(&rows[j][b / 8 * 136..]);
+                    }
+                    let nl = iq4xs_block(rows[j], b);
+                    // SAFETY: `nl` is a whole IQ4_NL block (`F` is IQ4_NL's tag with `XS`).
+                    (lo[j], hi[j]) = unsafe { weights_i16::<F>(nl.as_ptr()) };
+                    p.sc[at * LANES + j] = xs_sc[j][b % 8];
+                    continue;
+                }
                 let blk = &rows[j][b * bb..(b + 1) * bb];
                 // SAFETY: `blk` is a whole block of `F` (sliced above, bounds-checked).
                 (lo[j], hi[j]) = unsafe { weights_i16::<F>(blk.as_ptr()) };
@@ -220,68 +242,30 @@ unsafe fn block<const G: usize, const T: usize, const MIN: bool>(
     acc
 }
 
-/// One register block (groups `g0 .. g0 + G`, tokens `t0 .. t0 + T`) over the blocks `units`:
-/// its sums so far read from `out` (zero for the first panel), the panel's added, written back.
-///
-/// # Safety
-/// AVX2/FMA present; the groups exist in `p` and start below `nr`; `units` within the row; the
-/// tokens exist in `toks` and cover the row's columns; `out` holds `(t0 + T) * nr` floats.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn panel_step<const G: usize, const T: usize>(
-    p: &Packed,
-    min: bool,
-    toks: &[Tok],
-    (g0, t0): (usize, usize),
-    units: Range<usize>,
-    nr: usize,
-    out: &mut [f32],
-) {
-    assert!(out.len() >= (t0 + T) * nr && toks.len() >= t0 + T);
-    let mut acc = [[_mm256_setzero_ps(); T]; G];
-    if units.start > 0 {
-        for (g, row) in acc.iter_mut().enumerate() {
-            let (first, m) = lanes(g0 + g, nr);
-            for (t, v) in row.iter_mut().enumerate() {
-                let mut buf = [0f32; LANES];
-                let at = (t0 + t) * nr + first;
-                buf[..m].copy_from_slice(&out[at..at + m]);
-                // SAFETY: `buf` holds 8 floats.
-                *v = unsafe { _mm256_loadu_ps(buf.as_ptr()) };
-            }
-        }
-    }
-    let tk: [Tok; T] = std::array::from_fn(|t| toks[t0 + t]);
-    // SAFETY: per this function's contract.
-    let acc = unsafe {
-        if min {
-            block::<G, T, true>(p, g0, tk, units, acc)
-        } else {
-            block::<G, T, false>(p, g0, tk, units, acc)
-        }
-    };
-    for (g, row) in acc.iter().enumerate() {
-        let (first, m) = lanes(g0 + g, nr);
-        for (t, v) in row.iter().enumerate() {
-            let mut buf = [0f32; LANES];
-            // SAFETY: `buf` holds 8 floats.
-            unsafe { _mm256_storeu_ps(buf.as_mut_ptr(), *v) };
-            let at = (t0 + t) * nr + first;
-            out[at..at + m].copy_from_slice(&buf[..m]);
-        }
-    }
-}
+/// A work item's rows packed (formats with a min where `MIN`), as [`drive`] runs them.
+struct Tile<'a, const MIN: bool>(Packed, PhantomData<Tok<'a>>);
 
-/// Group `g`'s first row and how many of its lanes are below `nr`.
-fn lanes(g: usize, nr: usize) -> (usize, usize) {
-    let first = g * LANES;
-    (first, (nr - first).min(LANES))
+impl<'a, const MIN: bool> LaneTile for Tile<'a, MIN> {
+    type Tok = Tok<'a>;
+    const PANEL: usize = PANEL_BLOCKS;
+    fn units(&self) -> usize {
+        self.0.nb
+    }
+    #[inline(always)]
+    unsafe fn block<const G: usize, const T: usize>(
+        &self,
+        g0: usize,
+        toks: [Tok<'a>; T],
+        units: Range<usize>,
+        acc: [[__m256; T]; G],
+    ) -> [[__m256; T]; G] {
+        // SAFETY: per the trait method's contract.
+        unsafe { block::<G, T, MIN>(&self.0, g0, toks, units, acc) }
+    }
 }
 
 /// `out[t * nr + i]` = row `r0 + i` of `w` · token `t` (activations `acts[t]`, quantized as
-/// `matvec` quantizes them in [`Precision::Fast`](crate::Precision)): per [`G_MAX`] groups,
-/// column panel by column panel, every token's sums of a panel added to those of the panels
-/// before it, kept in `out`.
+/// `matvec` quantizes them in [`Precision::Fast`](crate::Precision)), through [`drive`].
 ///
 /// # Safety
 /// AVX2/FMA/F16C present; `w`'s format is one of [`has_tile_k16`]'s.
@@ -295,7 +279,13 @@ pub(crate) unsafe fn tile_k16(
 ) {
     let (n, cols, format) = (acts.len(), w.cols(), w.format());
     assert!(has_tile_k16(format) && out.len() >= n * nr && r0 + nr <= w.rows());
-    assert!(cols % 32 == 0);
+    assert!(
+        cols % if format == WeightFormat::IQ4_XS {
+            256
+        } else {
+            32
+        } == 0
+    );
     assert!(acts
         .iter()
         .all(|a| a.qs.len() >= cols && a.d.len() >= cols / 32 && a.s.len() >= cols / 32));
@@ -314,42 +304,23 @@ pub(crate) unsafe fn tile_k16(
     // SAFETY: AVX2/FMA/F16C present per this function's contract; each arm's tag is the format's.
     let p = unsafe {
         match format {
-            W::Q4_0 => pack::<Q4_0>(w, r0, nr),
-            W::Q4_1 => pack::<Q4_1>(w, r0, nr),
-            W::Q5_0 => pack::<Q5_0>(w, r0, nr),
-            W::Q5_1 => pack::<Q5_1>(w, r0, nr),
-            W::Q8_0 => pack::<Q8_0>(w, r0, nr),
-            _ => pack::<IQ4_NL>(w, r0, nr),
+            W::Q4_0 => pack::<Q4_0, false>(w, r0, nr),
+            W::Q4_1 => pack::<Q4_1, false>(w, r0, nr),
+            W::Q5_0 => pack::<Q5_0, false>(w, r0, nr),
+            W::Q5_1 => pack::<Q5_1, false>(w, r0, nr),
+            W::Q8_0 => pack::<Q8_0, false>(w, r0, nr),
+            W::IQ4_XS => pack::<IQ4_NL, true>(w, r0, nr),
+            _ => pack::<IQ4_NL, false>(w, r0, nr),
         }
     };
-    let min = matches!(format, W::Q4_1 | W::Q5_1);
-    let groups = nr.div_ceil(LANES);
-    let mut g0 = 0;
-    while g0 < groups {
-        let gn = (groups - g0).min(G_MAX);
-        for lo in (0..p.nb).step_by(PANEL_BLOCKS) {
-            let u = lo..(lo + PANEL_BLOCKS).min(p.nb);
-            let mut t0 = 0;
-            while t0 < n {
-                let tn = (n - t0).min(T_MAX);
-                let at = (g0, t0);
-                // SAFETY: AVX2/FMA present per this function's contract; groups `g0 .. g0 + gn`
-                // exist in `p` (`g0 + gn <= groups`) and start below `nr`; tokens
-                // `t0 .. t0 + tn` exist and cover the columns (asserted above); blocks `u` lie
-                // within the row; `out` holds `n * nr` floats (asserted above).
-                unsafe {
-                    match (gn, tn) {
-                        (2, 3) => panel_step::<2, 3>(&p, min, &toks, at, u.clone(), nr, out),
-                        (2, 2) => panel_step::<2, 2>(&p, min, &toks, at, u.clone(), nr, out),
-                        (2, _) => panel_step::<2, 1>(&p, min, &toks, at, u.clone(), nr, out),
-                        (_, 3) => panel_step::<1, 3>(&p, min, &toks, at, u.clone(), nr, out),
-                        (_, 2) => panel_step::<1, 2>(&p, min, &toks, at, u.clone(), nr, out),
-                        _ => panel_step::<1, 1>(&p, min, &toks, at, u.clone(), nr, out),
-                    }
-                }
-                t0 += tn;
-            }
+    // SAFETY: AVX2/FMA/F16C present per this function's contract; `p` holds
+    // `nr.div_ceil(LANES)` groups; the tokens cover the columns (asserted above); `out` holds
+    // `n * nr` floats (asserted above).
+    unsafe {
+        if matches!(format, W::Q4_1 | W::Q5_1) {
+            drive(&Tile::<true>(p, PhantomData), nr, &toks, out)
+        } else {
+            drive(&Tile::<false>(p, PhantomData), nr, &toks, out)
         }
-        g0 += gn;
     }
 }

@@ -18,25 +18,20 @@
 //! Q6_K), summed in another f32 order.
 
 use std::arch::x86_64::*;
+use std::marker::PhantomData;
 use std::ops::Range;
 
 use super::kquant::q45k_pair;
 use super::kquant_super::q4k_scales_int;
+use super::tile_lanes::{drive, LaneTile, LANES};
 use crate::quant::QActs;
 use crate::{QMatrix, WeightFormat};
 
-/// Rows of a group: one per i32 lane of a 256-bit register.
-const LANES: usize = 8;
 /// Bytes of one group's super-block: 64 column quads × 8 lanes × 4.
 const SB_U8: usize = 256 * LANES;
-/// Super-blocks of a column panel: [`G_MAX`] groups' quants of a panel (16 KiB) stay in L1 while
-/// every token passes over them.
+/// Super-blocks of a column panel: two groups' quants of a panel (16 KiB) stay in L1 while every
+/// token passes over them.
 const PANEL_SB: usize = 4;
-/// Groups per register block.
-const G_MAX: usize = 2;
-/// Tokens per register block: `G_MAX * T_MAX` i16 and as many i32 sums, `G_MAX` weight vectors
-/// and one broadcast activation quad fill the 16 registers.
-const T_MAX: usize = 3;
 
 /// A work item's rows repacked for the tile.
 struct Packed {
@@ -290,96 +285,39 @@ unsafe fn block<const G: usize, const T: usize, const K: u8>(
     acc
 }
 
-/// One register block (groups `g0 .. g0 + G`, tokens `t0 .. t0 + T`) over the super-blocks
-/// `units`: its sums so far read from `out` (zero for the first panel), the panel's added, written
-/// back.
-///
-/// # Safety
-/// AVX2/FMA present; the groups exist in `p` and start below `nr`; `units` within the row; the
-/// tokens exist in `toks` and cover the row's columns; `out` holds `(t0 + T) * nr` floats.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn panel_step<const G: usize, const T: usize, const K: u8>(
-    p: &Packed,
-    toks: &[Tok],
-    (g0, t0): (usize, usize),
-    units: Range<usize>,
-    nr: usize,
-    out: &mut [f32],
-) {
-    assert!(out.len() >= (t0 + T) * nr && toks.len() >= t0 + T);
-    let mut acc = [[_mm256_setzero_ps(); T]; G];
-    if units.start > 0 {
-        for (g, row) in acc.iter_mut().enumerate() {
-            let (first, m) = lanes(g0 + g, nr);
-            for (t, v) in row.iter_mut().enumerate() {
-                let mut buf = [0f32; LANES];
-                let at = (t0 + t) * nr + first;
-                buf[..m].copy_from_slice(&out[at..at + m]);
-                // SAFETY: `buf` holds 8 floats.
-                *v = unsafe { _mm256_loadu_ps(buf.as_ptr()) };
-            }
-        }
+/// A work item's rows packed for kind `K`, as [`drive`] runs them.
+struct Tile<'a, const K: u8>(Packed, PhantomData<Tok<'a>>);
+
+impl<'a, const K: u8> LaneTile for Tile<'a, K> {
+    type Tok = Tok<'a>;
+    const PANEL: usize = PANEL_SB;
+    fn units(&self) -> usize {
+        self.0.nsb
     }
-    let tk: [Tok; T] = std::array::from_fn(|t| toks[t0 + t]);
-    // SAFETY: per this function's contract.
-    let acc = unsafe { block::<G, T, K>(p, g0, tk, units, acc) };
-    for (g, row) in acc.iter().enumerate() {
-        let (first, m) = lanes(g0 + g, nr);
-        for (t, v) in row.iter().enumerate() {
-            let mut buf = [0f32; LANES];
-            // SAFETY: `buf` holds 8 floats.
-            unsafe { _mm256_storeu_ps(buf.as_mut_ptr(), *v) };
-            let at = (t0 + t) * nr + first;
-            out[at..at + m].copy_from_slice(&buf[..m]);
-        }
+    #[inline(always)]
+    unsafe fn block<const G: usize, const T: usize>(
+        &self,
+        g0: usize,
+        toks: [Tok<'a>; T],
+        units: Range<usize>,
+        acc: [[__m256; T]; G],
+    ) -> [[__m256; T]; G] {
+        // SAFETY: per the trait method's contract.
+        unsafe { block::<G, T, K>(&self.0, g0, toks, units, acc) }
     }
 }
 
-/// Group `g`'s first row and how many of its lanes are below `nr`.
-fn lanes(g: usize, nr: usize) -> (usize, usize) {
-    let first = g * LANES;
-    (first, (nr - first).min(LANES))
-}
-
-/// [`tile_k8_lanes`] for kind `K`.
+/// [`tile_k8_lanes`] for kind `K`: its rows packed, then [`drive`]n.
 ///
 /// # Safety
 /// AVX2/FMA/F16C present; `w`'s format is the one `K` names; the lengths checked by
 /// [`tile_k8_lanes`].
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn tile_q<const K: u8>(w: &QMatrix, r0: usize, nr: usize, toks: &[Tok], out: &mut [f32]) {
-    let n = toks.len();
     // SAFETY: AVX2/FMA/F16C present and the format `K`'s per this function's contract.
-    let p = unsafe { pack::<K>(w, r0, nr) };
-    let groups = nr.div_ceil(LANES);
-    let mut g0 = 0;
-    while g0 < groups {
-        let gn = (groups - g0).min(G_MAX);
-        for lo in (0..p.nsb).step_by(PANEL_SB) {
-            let u = lo..(lo + PANEL_SB).min(p.nsb);
-            let mut t0 = 0;
-            while t0 < n {
-                let tn = (n - t0).min(T_MAX);
-                let at = (g0, t0);
-                // SAFETY: AVX2/FMA present per this function's contract; groups `g0 .. g0 + gn`
-                // exist in `p` and start below `nr`; tokens `t0 .. t0 + tn` exist and cover the
-                // columns; super-blocks `u` lie within the row; `out` holds `n * nr` floats.
-                unsafe {
-                    match (gn, tn) {
-                        (2, 3) => panel_step::<2, 3, K>(&p, toks, at, u.clone(), nr, out),
-                        (2, 2) => panel_step::<2, 2, K>(&p, toks, at, u.clone(), nr, out),
-                        (2, _) => panel_step::<2, 1, K>(&p, toks, at, u.clone(), nr, out),
-                        (_, 3) => panel_step::<1, 3, K>(&p, toks, at, u.clone(), nr, out),
-                        (_, 2) => panel_step::<1, 2, K>(&p, toks, at, u.clone(), nr, out),
-                        _ => panel_step::<1, 1, K>(&p, toks, at, u.clone(), nr, out),
-                    }
-                }
-                t0 += tn;
-            }
-        }
-        g0 += gn;
-    }
+    let k = Tile::<K>(unsafe { pack::<K>(w, r0, nr) }, PhantomData);
+    // SAFETY: as above; `k` holds `nr.div_ceil(LANES)` groups; the tokens cover the columns.
+    unsafe { drive(&k, nr, toks, out) }
 }
 
 /// `out[t * nr + i]` = row `r0 + i` of `w` (Q4_K or Q5_K) · token `t` (activations `acts[t]`,

@@ -187,18 +187,16 @@ pub fn cols_for(format: WeightFormat, units: usize, odd: usize) -> usize {
     }
 }
 
-/// Whether `matmul` of more than one token in `Int8` takes the 8-bit integer tile on `path` for
-/// `format` with activations of one scale per 256 (Q4_K/Q5_K/Q6_K on AVX2, AVX-512 and NEON with
-/// dotprod) rather
-/// than the f32 or bf16 one.
+/// Whether `matmul` of more than one token in `Int8` takes an 8-bit integer tile on `path` for
+/// the K-quant `format` (Q4_K/Q5_K/Q6_K on AVX2, AVX-512 and NEON with dotprod, activations of
+/// one scale per 256; Q2_K/Q3_K on AVX2, one scale per 32) rather than the f32 or bf16 one.
 pub fn int8_tile(path: KernelPath, format: WeightFormat) -> bool {
-    matches!(
+    use WeightFormat::*;
+    (matches!(
         path,
         KernelPath::Avx2Fma | KernelPath::Avx512 | KernelPath::NeonDotprod | KernelPath::NeonI8mm
-    ) && matches!(
-        format,
-        WeightFormat::Q4_K | WeightFormat::Q5_K | WeightFormat::Q6_K
-    )
+    ) && matches!(format, Q4_K | Q5_K | Q6_K))
+        || (path == KernelPath::Avx2Fma && matches!(format, Q2_K | Q3_K))
 }
 
 /// Whether `matmul` of more than one token takes the 8-bit integer tile with activations of one
@@ -215,14 +213,14 @@ pub fn int8_block_tile(path: KernelPath, format: WeightFormat) -> bool {
 
 /// Whether `matmul` of more than one token takes the 16-bit integer tile on `path` for `format` in
 /// `Fast` (AVX-512 and AVX2: the 32-block formats whose `Fast` prompts keep 16 bits, Q4_0, Q4_1,
-/// Q5_1; AVX2 also Q8_0 and IQ4_NL, which have no 8-bit tile there), from `INT_TILE_MIN_TOKENS`
-/// tokens.
+/// Q5_1; AVX2 also Q8_0, IQ4_NL and IQ4_XS, which have no 8-bit tile there), from
+/// `INT_TILE_MIN_TOKENS` tokens.
 pub fn i16_tile(path: KernelPath, format: WeightFormat) -> bool {
     use WeightFormat::*;
     (matches!(path, KernelPath::Avx512 | KernelPath::Avx2Fma)
         && int8_block_tile(path, format)
         && !kernels_neon::fast_prompts_int8(format))
-        || (path == KernelPath::Avx2Fma && matches!(format, Q8_0 | IQ4_NL))
+        || (path == KernelPath::Avx2Fma && matches!(format, Q8_0 | IQ4_NL | IQ4_XS))
 }
 
 /// The precision of `matvec` whose integer products `matmul` of `n > 1` tokens in `precision`

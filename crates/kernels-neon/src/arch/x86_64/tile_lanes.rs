@@ -1,0 +1,134 @@
+//! The register-block driving shared by the AVX2 8-bit prompt tiles with the rows in the lanes
+//! (`tile_i8.rs`: Q4_0/Q4_1/Q5_0/Q5_1, `tile_k8_lanes.rs`: Q4_K/Q5_K/Q6_K, `tile_k23.rs`:
+//! Q2_K/Q3_K). Each packs a work item's rows into groups of [`LANES`] rows (one per i32 lane) and
+//! gives a [`LaneTile`]: the sums of a few groups against a few tokens over a range of column
+//! units (blocks of 32, super-blocks of 256). [`drive`] runs it per [`G_MAX`] groups, column
+//! panel by column panel (a panel of the groups' quants stays in L1 while every token passes over
+//! it), [`T_MAX`] tokens at a time, each token's sums of a panel added to those of the panels
+//! before it, kept in `out`.
+
+use std::arch::x86_64::*;
+use std::ops::Range;
+
+/// Rows of a group: one per i32 lane of a 256-bit register.
+pub(super) const LANES: usize = 8;
+/// Groups per register block.
+const G_MAX: usize = 2;
+/// Tokens per register block: `G_MAX * T_MAX` i16 and as many i32 sums, `G_MAX` weight vectors
+/// and one broadcast activation quad fill the 16 registers (the f32 sums, touched once a unit,
+/// may live in memory).
+const T_MAX: usize = 3;
+
+/// A format's kernel over a work item's packed rows.
+pub(super) trait LaneTile {
+    /// One token's activations as the kernel reads them.
+    type Tok: Copy;
+    /// Column units of a panel.
+    const PANEL: usize;
+    /// Column units in a row.
+    fn units(&self) -> usize;
+    /// Groups `g0 .. g0 + G` against tokens `toks` over the units `units`: per group and token,
+    /// each lane's (row's) dot added to `acc`.
+    ///
+    /// # Safety
+    /// AVX2/FMA/F16C present; the groups exist in the packed rows; `units` within the row
+    /// (`end <= self.units()`); each token's activations cover the row's columns.
+    unsafe fn block<const G: usize, const T: usize>(
+        &self,
+        g0: usize,
+        toks: [Self::Tok; T],
+        units: Range<usize>,
+        acc: [[__m256; T]; G],
+    ) -> [[__m256; T]; G];
+}
+
+/// Group `g`'s first row and how many of its lanes are below `nr`.
+fn lanes(g: usize, nr: usize) -> (usize, usize) {
+    let first = g * LANES;
+    (first, (nr - first).min(LANES))
+}
+
+/// One register block (groups `g0 .. g0 + G`, tokens `t0 .. t0 + T`) over the units `units`: its
+/// sums so far read from `out` (zero for the first panel), the panel's added, written back.
+///
+/// # Safety
+/// AVX2/FMA/F16C present; the groups exist in `k`'s rows and start below `nr`; `units` within the
+/// row; the tokens exist in `toks` and cover the row's columns; `out` holds `(t0 + T) * nr` floats.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn panel_step<K: LaneTile, const G: usize, const T: usize>(
+    k: &K,
+    toks: &[K::Tok],
+    (g0, t0): (usize, usize),
+    units: Range<usize>,
+    nr: usize,
+    out: &mut [f32],
+) {
+    assert!(out.len() >= (t0 + T) * nr && toks.len() >= t0 + T);
+    let mut acc = [[_mm256_setzero_ps(); T]; G];
+    if units.start > 0 {
+        for (g, row) in acc.iter_mut().enumerate() {
+            let (first, m) = lanes(g0 + g, nr);
+            for (t, v) in row.iter_mut().enumerate() {
+                let mut buf = [0f32; LANES];
+                let at = (t0 + t) * nr + first;
+                buf[..m].copy_from_slice(&out[at..at + m]);
+                // SAFETY: `buf` holds 8 floats.
+                *v = unsafe { _mm256_loadu_ps(buf.as_ptr()) };
+            }
+        }
+    }
+    let tk: [K::Tok; T] = std::array::from_fn(|t| toks[t0 + t]);
+    // SAFETY: per this function's contract.
+    let acc = unsafe { k.block::<G, T>(g0, tk, units, acc) };
+    for (g, row) in acc.iter().enumerate() {
+        let (first, m) = lanes(g0 + g, nr);
+        for (t, v) in row.iter().enumerate() {
+            let mut buf = [0f32; LANES];
+            // SAFETY: `buf` holds 8 floats.
+            unsafe { _mm256_storeu_ps(buf.as_mut_ptr(), *v) };
+            let at = (t0 + t) * nr + first;
+            out[at..at + m].copy_from_slice(&buf[..m]);
+        }
+    }
+}
+
+/// `out[t * nr + i]` = the dot of packed row `i` (of `nr`) with token `t` of `toks`, for every
+/// token: per [`G_MAX`] groups, column panel by column panel ([`LaneTile::PANEL`] units), every
+/// token's sums of a panel added to those of the panels before it.
+///
+/// # Safety
+/// AVX2/FMA/F16C present; `k` holds `nr.div_ceil(LANES)` groups; every token covers the row's
+/// columns; `out` holds `toks.len() * nr` floats (asserted per register block).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn drive<K: LaneTile>(k: &K, nr: usize, toks: &[K::Tok], out: &mut [f32]) {
+    let (n, nu) = (toks.len(), k.units());
+    let groups = nr.div_ceil(LANES);
+    let mut g0 = 0;
+    while g0 < groups {
+        let gn = (groups - g0).min(G_MAX);
+        for lo in (0..nu).step_by(K::PANEL) {
+            let u = lo..(lo + K::PANEL).min(nu);
+            let mut t0 = 0;
+            while t0 < n {
+                let tn = (n - t0).min(T_MAX);
+                let at = (g0, t0);
+                // SAFETY: AVX2/FMA/F16C present per this function's contract; groups
+                // `g0 .. g0 + gn` exist and start below `nr`; tokens `t0 .. t0 + tn` exist and
+                // cover the columns; units `u` lie within the row; `out` is checked per step.
+                unsafe {
+                    match (gn, tn) {
+                        (2, 3) => panel_step::<K, 2, 3>(k, toks, at, u.clone(), nr, out),
+                        (2, 2) => panel_step::<K, 2, 2>(k, toks, at, u.clone(), nr, out),
+                        (2, _) => panel_step::<K, 2, 1>(k, toks, at, u.clone(), nr, out),
+                        (_, 3) => panel_step::<K, 1, 3>(k, toks, at, u.clone(), nr, out),
+                        (_, 2) => panel_step::<K, 1, 2>(k, toks, at, u.clone(), nr, out),
+                        _ => panel_step::<K, 1, 1>(k, toks, at, u.clone(), nr, out),
+                    }
+                }
+                t0 += tn;
+            }
+        }
+        g0 += gn;
+    }
+}
