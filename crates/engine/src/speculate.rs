@@ -70,20 +70,24 @@ pub struct Speculated {
     pub stats: SpecStats,
 }
 
-/// `source`'s draft of up to `max` tokens after `history` (whose last token `cache` does not hold
-/// yet) into `draft`, within the context.
+/// `source`'s draft of up to `max` tokens after `seq`'s history (whose last token `cache` does not
+/// hold yet) into `draft`, within the context, and cut after a token that ends the sequence
+/// (nothing follows it: verifying more would be wasted).
 fn draft_into(
     source: &mut dyn DraftSource,
     cache: &KvCache,
-    history: &[u32],
+    seq: &Continuation<'_>,
     max: usize,
     draft: &mut Vec<u32>,
 ) -> Result<()> {
     draft.clear();
     let room = (cache.capacity() - cache.len()).saturating_sub(1);
     source.sync(cache)?;
-    source.draft(history, max.min(room), draft);
+    source.draft(&seq.history, max.min(room), draft);
     draft.truncate(max.min(room));
+    if let Some(end) = draft.iter().position(|&t| seq.ends_at(t)) {
+        draft.truncate(end + 1);
+    }
     Ok(())
 }
 
@@ -209,11 +213,7 @@ impl Engine<'_> {
             // Draft what may follow, within the context and the tokens still to generate.
             let left = req.max_tokens.saturating_sub(seq.generated.len() + 1);
             let want = source.draft_len(k, opts.max_draft);
-            draft_into(source, &cache, &seq.history, want.min(left), &mut draft)?;
-            // Nothing follows a token that ends the sequence: verifying more would be wasted.
-            if let Some(end) = draft.iter().position(|&t| seq.ends_at(t)) {
-                draft.truncate(end + 1);
-            }
+            draft_into(source, &cache, &seq, want.min(left), &mut draft)?;
             let mut batch = Vec::with_capacity(draft.len() + 1);
             batch.push(next);
             batch.extend_from_slice(&draft);
