@@ -23,7 +23,7 @@
 
 use std::arch::x86_64::*;
 
-use super::kquant_rows::{prefetch_block, sum_pairs, sum_quads};
+use super::kquant_rows::{prefetch_block, sub_block_sums, sum_pairs, sum_quads};
 use super::simd::{acts_block32, hsum, iq4nl_values32};
 use crate::arch::drivers::RowDots;
 
@@ -187,11 +187,7 @@ unsafe fn iq4xs_i16_rows<const R: usize>(
             }
             for i in 0..R {
                 // Lane j: sub-block j's exact sum (below 2^27), times `(d * (ls_j - 32)) * d_x`.
-                let [q0, q1] = quads[i];
-                let isum = _mm256_add_epi32(
-                    _mm256_permute2x128_si256::<0x20>(q0, q1),
-                    _mm256_permute2x128_si256::<0x31>(q0, q1),
-                );
+                let isum = sub_block_sums(quads[i]);
                 acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), scale[i], acc[i]);
             }
         }

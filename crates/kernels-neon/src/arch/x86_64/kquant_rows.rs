@@ -192,6 +192,16 @@ pub(super) fn sum_quads(ab: __m256i, cd: __m256i) -> __m256i {
     _mm256_add_epi32(_mm256_unpacklo_epi64(ab, cd), _mm256_unpackhi_epi64(ab, cd))
 }
 
+/// From the [`sum_quads`] of a super-block's two halves: lane `j` holds sub-block `j`'s sum.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn sub_block_sums([q0, q1]: [__m256i; 2]) -> __m256i {
+    _mm256_add_epi32(
+        _mm256_permute2x128_si256::<0x20>(q0, q1),
+        _mm256_permute2x128_si256::<0x31>(q0, q1),
+    )
+}
+
 /// Q4_K dot of `R` rows with even/odd-ordered 16-bit activations `x` (scales `d`, sums `s`),
 /// the sub-blocks' sums reduced together (module docs).
 ///
@@ -259,11 +269,7 @@ unsafe fn q4k_i16_rows<const R: usize>(
             }
             for i in 0..R {
                 // Lane j: sub-block j's exact sum (below 2^24), times `(d * sc_j) * d_x`.
-                let [q0, q1] = quads[i];
-                let isum = _mm256_add_epi32(
-                    _mm256_permute2x128_si256::<0x20>(q0, q1),
-                    _mm256_permute2x128_si256::<0x31>(q0, q1),
-                );
+                let isum = sub_block_sums(quads[i]);
                 acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), scale[i], acc[i]);
             }
         }
