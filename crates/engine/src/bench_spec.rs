@@ -116,6 +116,26 @@ pub fn lookup(
     })
 }
 
+/// The counts of prompt lookup (up to `max_draft` tokens a step) generating every prompt of
+/// `prompts` with `req`, with no run without speculation: the share of drafts kept that `sparrow
+/// plan --measure-speculation` plans with.
+pub fn lookup_acceptance(
+    eng: &Engine<'_>,
+    prompts: &[Vec<u32>],
+    req: &GenerateRequest,
+    max_draft: usize,
+) -> Result<SpecStats> {
+    let mut stats = SpecStats::default();
+    for p in prompts {
+        let mut src = Lookup::default();
+        let s = eng.generate_speculative(p, req, &mut src, SpecOptions { max_draft }, |_| {
+            Flow::Continue
+        })?;
+        stats.add(&s.stats);
+    }
+    Ok(stats)
+}
+
 /// A new draft source for each speculative generation.
 pub type MakeSource<'s> = dyn FnMut() -> Result<Box<dyn DraftSource + 's>> + 's;
 

@@ -184,7 +184,7 @@ pub use ::offload::{
 pub use bench::{BenchMode, BenchOptions, BenchReport, ModeRuns};
 pub use bench_experts::ExpertBench;
 pub use best_of::{BestOf, Candidate};
-pub use builder::{EngineBuilder, Level, Loaded, Plan, Solver};
+pub use builder::{EngineBuilder, Level, Loaded, Plan, PlanInputs, Solver, SpecAcceptance};
 pub use bundle::{ModelBundle, SparsePlan, SparseSidecars};
 pub use calibrate::{calibrate, device_fingerprint, measure_accel, CalibrateOptions};
 pub use draft::{same_vocabulary, Drafting, ModelDraft, SelfDraft};

@@ -77,7 +77,8 @@ pub fn model_summary(engine: &Engine<'_>, sidecars: &SparseSidecars) -> Result<M
             .copied()
             .filter(|b| p.batch_sizes.contains(b))
             .collect(),
-        None => vec![1],
+        // Every neuron fires at every batch size: batched (verification) steps priced dense.
+        None => BATCH_SIZES.to_vec(),
     };
     if batch_sizes.first() != Some(&1) {
         return Err(EngineError::Request(format!(

@@ -76,6 +76,6 @@ pub use plan::{make_plan, Plan, Predicted, Solver, PLAN_KIND, PLAN_VERSION};
 pub use prompt::{prompt_cost, PromptCost};
 pub use solve::{brute_force, search, Choice, Cost};
 pub use speculation::{SpecChoice, SpecSource};
-pub use tables::{Constraints, Tables};
+pub use tables::{Constraints, SpecAcceptance, Tables};
 #[cfg(feature = "z3")]
 pub use z3solve::solve_z3;

@@ -182,7 +182,7 @@ pub fn make_plan(
         .map(|(l, &n)| n as u64 * l.neuron_bytes)
         .sum();
     let experts = ExpertPlan::of(model, &choice.steps);
-    let speculation = plan_speculation(model, &preds, ffn_cache_bytes, experts.is_some());
+    let speculation = plan_speculation(model, &preds, ffn_cache_bytes, experts.is_some(), c);
     Ok(Plan {
         model: model.name.clone(),
         model_fingerprint: model.fingerprint,
@@ -232,14 +232,17 @@ pub fn make_plan(
 }
 
 /// The plan's speculation: prompt lookup always a candidate, a self-draft over a neuron store of
-/// neurons (not experts) with some of it cached; acceptance rates the defaults.
+/// neurons (not experts) with some of it cached; acceptance rates measured ones where `c` has them,
+/// else the defaults.
 fn plan_speculation(
     model: &ModelSummary,
     preds: &[Predicted],
     ffn_cache_bytes: u64,
     experts: bool,
+    c: &Constraints,
 ) -> SpecChoice {
-    let mut candidates = vec![speculation::lookup(None)];
+    let measured = c.spec_acceptance;
+    let mut candidates = vec![speculation::lookup(measured.lookup)];
     let ffn_bytes: u64 = model
         .layers
         .iter()
@@ -247,7 +250,11 @@ fn plan_speculation(
         .sum();
     if model.offloaded && !experts && ffn_cache_bytes > 0 && ffn_bytes > ffn_cache_bytes {
         let share = ffn_cache_bytes as f64 / ffn_bytes as f64;
-        candidates.push(speculation::self_draft(&preds[0], share, None));
+        candidates.push(speculation::self_draft(
+            &preds[0],
+            share,
+            measured.self_draft,
+        ));
     }
     speculation::choose(preds, &candidates)
 }

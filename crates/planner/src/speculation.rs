@@ -114,9 +114,10 @@ pub fn choose(predicted: &[Predicted], candidates: &[Candidate]) -> SpecChoice {
 pub fn self_draft(one: &Predicted, cached_share: f64, acceptance: Option<f64>) -> Candidate {
     let share = cached_share.clamp(0.0, 1.0);
     let draft = one.attn_s + one.pred_s + one.ffn_s * share;
+    let acceptance = acceptance.filter(|a| a.is_finite());
     Candidate {
         source: SpecSource::SelfDraft,
-        acceptance: acceptance.unwrap_or(share),
+        acceptance: acceptance.map_or(share, |a| a.clamp(0.0, 1.0)),
         measured: acceptance.is_some(),
         draft_cost: if one.decode_s > 0.0 {
             draft / one.decode_s
@@ -128,9 +129,10 @@ pub fn self_draft(one: &Predicted, cached_share: f64, acceptance: Option<f64>) -
 
 /// Prompt lookup's candidate: drafting is free.
 pub fn lookup(acceptance: Option<f64>) -> Candidate {
+    let acceptance = acceptance.filter(|a| a.is_finite());
     Candidate {
         source: SpecSource::Lookup,
-        acceptance: acceptance.unwrap_or(LOOKUP_ACCEPTANCE),
+        acceptance: acceptance.map_or(LOOKUP_ACCEPTANCE, |a| a.clamp(0.0, 1.0)),
         measured: acceptance.is_some(),
         draft_cost: 0.0,
     }

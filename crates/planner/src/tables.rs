@@ -29,6 +29,17 @@ use crate::error::{PlannerError, Result};
 use crate::experts::{expert_io_ns, expert_layer_ns};
 use crate::model::{step_neurons, FfnLayer, ModelSummary};
 
+/// Shares of drafted tokens kept, as measured on the user's prompts (`sparrow plan
+/// --measure-speculation`), per source; `None` where not measured (the defaults of
+/// [`crate::speculation`] apply). Values outside `0..=1` are clamped.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct SpecAcceptance {
+    /// Prompt lookup's.
+    pub lookup: Option<f64>,
+    /// The self-draft's.
+    pub self_draft: Option<f64>,
+}
+
 /// What the user asks for.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Constraints {
@@ -48,6 +59,8 @@ pub struct Constraints {
     /// Bytes the accelerator holds in memory per neuron of its block (over a neuron store the block
     /// takes them from the neuron cache; `None`: the store's bytes per neuron).
     pub accel_neuron_bytes: Option<u64>,
+    /// Measured acceptance of the draft sources (the plan's speculation; none: the defaults).
+    pub spec_acceptance: SpecAcceptance,
 }
 
 impl Default for Constraints {
@@ -60,6 +73,7 @@ impl Default for Constraints {
             max_threads: None,
             accelerator: None,
             accel_neuron_bytes: None,
+            spec_acceptance: SpecAcceptance::default(),
         }
     }
 }

@@ -134,6 +134,11 @@ pub fn tokens(s: &str) -> Result<usize, String> {
     int_in(s, 0, 1 << 20)
 }
 
+/// A token count of at least one: 1 to 1,048,576.
+pub fn some_tokens(s: &str) -> Result<usize, String> {
+    int_in(s, 1, 1 << 20)
+}
+
 /// Sequences decoded as one batch by `--best-of`: 1 to 64.
 pub fn best_of(s: &str) -> Result<usize, String> {
     int_in(s, 1, 64)

@@ -34,7 +34,7 @@ use offload::OffloadOptions;
 use transformer::model::ModelFile;
 use transformer::requant::{Overlay, Requant};
 
-pub use plan::{Plan, Solver};
+pub use plan::{Plan, PlanInputs, Solver, SpecAcceptance};
 
 /// The context without an explicit one (the engine caps it at the model's training context).
 pub const DEFAULT_CONTEXT: usize = 4096;
@@ -102,6 +102,9 @@ pub struct EngineBuilder {
     pub offload: OffloadOptions,
     /// Read a streamed output projection whole instead of through its proxy.
     pub full_output: bool,
+    /// Measured acceptance of the draft sources, for the plan's speculation (`sparrow plan
+    /// --measure-speculation`; none: the planner's defaults).
+    pub spec_acceptance: SpecAcceptance,
     /// What a plan decided (filled by [`EngineBuilder::open`]).
     pub planned: Planned,
     /// Where the builder's lines go (none by default; [`EngineBuilder::log`]).
@@ -126,6 +129,7 @@ impl Default for EngineBuilder {
             budget: MemoryBudget::All,
             offload: OffloadOptions::default(),
             full_output: false,
+            spec_acceptance: SpecAcceptance::default(),
             planned: Planned::default(),
             log: Arc::new(|_, _| {}),
         }

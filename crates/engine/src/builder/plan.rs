@@ -14,7 +14,13 @@ use offload::budget::MemoryBudget;
 use offload::OffloadOptions;
 use transformer::model::{Model, ModelFile};
 
-pub use planner::{Plan, Solver};
+pub use planner::{Plan, Solver, SpecAcceptance};
+
+/// The device profile and the model's summary a plan is made from ([`EngineBuilder::plan_inputs`]).
+pub struct PlanInputs {
+    device: DeviceProfile,
+    summary: planner::ModelSummary,
+}
 
 impl EngineBuilder {
     /// Applies the plan (checked against the model in `file` and this machine) to these options:
@@ -181,10 +187,35 @@ impl EngineBuilder {
         min_tok_s: Option<f64>,
         solver: Solver,
     ) -> Result<Plan> {
-        let device = DeviceProfile::load(device)?;
-        let summary = model_summary(eng, &self.sidecars)?;
+        let inputs = self.plan_inputs(eng, device)?;
+        self.plan_with(eng, &inputs, min_tok_s, solver)
+    }
+
+    /// What [`Self::make_plan`] reads from the device profile at `device` and from `eng`, the
+    /// process's memory included: read it before anything runs on `eng` whose buffers the plan
+    /// must not count (`sparrow plan --measure-speculation` generates text in between).
+    pub fn plan_inputs(&self, eng: &Engine<'_>, device: &Path) -> Result<PlanInputs> {
+        Ok(PlanInputs {
+            device: DeviceProfile::load(device)?,
+            summary: model_summary(eng, &self.sidecars)?,
+        })
+    }
+
+    /// [`Self::make_plan`] from `inputs` read before ([`Self::plan_inputs`]).
+    pub fn plan_with(
+        &self,
+        eng: &Engine<'_>,
+        inputs: &PlanInputs,
+        min_tok_s: Option<f64>,
+        solver: Solver,
+    ) -> Result<Plan> {
         let c = self.constraints(eng, min_tok_s);
-        Ok(planner::make_plan(&device, &summary, &c, solver)?)
+        Ok(planner::make_plan(
+            &inputs.device,
+            &inputs.summary,
+            &c,
+            solver,
+        )?)
     }
 
     /// The planner's constraints for `eng` under these options' memory budget and thread limit.
@@ -210,6 +241,7 @@ impl EngineBuilder {
                     .flatten(),
                 _ => None,
             },
+            spec_acceptance: self.spec_acceptance,
         }
     }
 }

@@ -6,7 +6,8 @@ use crate::common;
 use common::{device, model};
 use planner::speculation::{choose, expected_tokens, lookup, self_draft, Candidate};
 use planner::{
-    make_plan, Constraints, Plan, Predicted, Solver, SpecSource, PLAN_KIND, PLAN_VERSION,
+    make_plan, Constraints, Plan, Predicted, Solver, SpecAcceptance, SpecSource, PLAN_KIND,
+    PLAN_VERSION,
 };
 
 /// Batch size 1's step takes 10 ms (attention 2, FFN 3, I/O 8); a step of `b` tokens `cost(b)`
@@ -88,6 +89,46 @@ fn a_self_draft_pays_for_its_draft_steps() {
     // Lookup, drafting for free at the same acceptance, wins over it.
     let both = choose(&cheap, &[sd, lookup(Some(0.5))]);
     assert_eq!(both.source, SpecSource::Lookup);
+}
+
+#[test]
+fn a_measured_acceptance_decides_the_plans_speculation() {
+    let m = model(2, 32, 4, 1.0, true);
+    let plan = |lookup: Option<f64>| {
+        let c = Constraints {
+            memory_budget: Some(64 << 20),
+            context: 256,
+            spec_acceptance: SpecAcceptance {
+                lookup,
+                self_draft: None,
+            },
+            ..Constraints::default()
+        };
+        make_plan(&device(2, 1.0), &m, &c, Solver::Search).unwrap()
+    };
+    let default = plan(None).speculation.unwrap();
+    assert!(!default.measured, "{default:?}");
+    // Drafts nearly always kept: lookup, as far as the priced batch sizes go, marked measured.
+    let p = plan(Some(0.95));
+    let good = p.speculation.clone().unwrap();
+    assert_eq!(good.source, SpecSource::Lookup, "{good:?}");
+    assert!(
+        good.measured && (good.acceptance - 0.95).abs() < 1e-12,
+        "{good:?}"
+    );
+    assert_eq!(good, choose(&p.predicted, &[lookup(Some(0.95))]));
+    assert!(good.gain > default.gain, "{good:?} {default:?}");
+    assert!(
+        p.describe().contains("95% of drafts kept, measured"),
+        "{}",
+        p.describe()
+    );
+    // Drafts never kept: no speculation pays.
+    let never = plan(Some(0.0)).speculation.unwrap();
+    assert_eq!(never.source, SpecSource::Off, "{never:?}");
+    // Not a number: the default, unmeasured.
+    let nan = plan(Some(f64::NAN)).speculation.unwrap();
+    assert_eq!(nan, default);
 }
 
 #[test]

@@ -11,7 +11,7 @@ use crate::spec::Drafting;
 
 /// The prompts of a JSON-lines file (`{"prompt": "..."}` a line; blank lines skipped), each as the
 /// user message of the model's chat template.
-fn prompts(eng: &Engine<'_>, src: &TextSource) -> Result<Vec<Vec<u32>>> {
+pub(crate) fn prompts(eng: &Engine<'_>, src: &TextSource) -> Result<Vec<Vec<u32>>> {
     let text = src
         .read()
         .context("give another prompt set with --prompts")?;

@@ -116,6 +116,74 @@ fn calibrate_plan_and_apply() {
     assert!(v["predicted"][0]["tok_s"].as_f64().unwrap() > 0.0);
     assert!(v["model_fingerprint"].as_u64().is_some());
 
+    assert_eq!(v["speculation"]["measured"], false, "{v}");
+
+    // --measure-speculation: prompt lookup's share of drafts kept, measured on the prompts given,
+    // printed, and planned with (marked measured) where speculation pays.
+    let prompts = dir.join("prompts.jsonl");
+    std::fs::write(
+        &prompts,
+        "{\"prompt\": \"abc abc abc abc abc abc abc abc\"}\n{\"prompt\": \"one two one two one two\"}\n",
+    )
+    .unwrap();
+    let measured = dir.join("measured.plan");
+    let out = ok(&[
+        "plan",
+        "-m",
+        &model,
+        "--device",
+        dev,
+        "--memory-budget",
+        "64M",
+        "--ctx",
+        "512",
+        "-o",
+        measured.to_str().unwrap(),
+        "--json",
+        "--measure-speculation",
+        prompts.to_str().unwrap(),
+        "--measure-tokens",
+        "16",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    let line = err
+        .lines()
+        .find(|l| l.contains("prompt lookup on ") && l.contains("(2 of 2 prompts fit the context)"))
+        .unwrap_or_else(|| panic!("{err}"));
+    let pct: f64 = line
+        .split("): ")
+        .nth(1)
+        .unwrap()
+        .split('%')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let m: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let spec = &m["speculation"];
+    if spec["source"] != "off" {
+        assert_eq!(spec["source"], "lookup", "{spec}");
+        assert_eq!(spec["measured"], true, "{spec}");
+        let a = spec["acceptance"].as_f64().unwrap();
+        assert!((100.0 * a - pct).abs() <= 0.5, "{line} {spec}");
+    }
+    // The prompts are an input: never an output.
+    let out = sparrow(&[
+        "plan",
+        "-m",
+        &model,
+        "--device",
+        dev,
+        "-o",
+        prompts.to_str().unwrap(),
+        "--measure-speculation",
+        prompts.to_str().unwrap(),
+    ]);
+    assert!(!out.status.success());
+    assert!(std::fs::read_to_string(&prompts)
+        .unwrap()
+        .starts_with("{\"prompt\""));
+
     // Applied: bench prints the prediction next to the measurement.
     let out = ok(&[
         "bench", "-m", &model, "--plan", p, "-p", "4", "-n", "4", "-r", "1", "--json",

@@ -301,6 +301,7 @@ fn planner_seeds() -> (Vec<u8>, Vec<u8>) {
         max_threads: None,
         accelerator: None,
         accel_neuron_bytes: None,
+        spec_acceptance: Default::default(),
     };
     let plan = make_plan(&device, &model, &c, Solver::Search).unwrap();
     (
