@@ -74,8 +74,6 @@ fn main() -> Result<(), engine::EngineError> {
     let x: Vec<f32> = (0..nmax * 4 * cfg.d_ff.max(d))
         .map(|i| ((i * 7919 % 1000) as f32 / 500.0 - 1.0) * 0.5)
         .collect();
-    let p = Precision::Fast;
-    let kernel = |r: Result<(), kernels_neon::KernelError>| r.expect("kernel");
     // Scratch outputs, big enough for any part at `nmax` tokens.
     let out = std::cell::RefCell::new(vec![0f32; nmax * vocab.max(4 * cfg.d_ff)]);
     // The whole step after `pos` positions of a prompt, cut back after each step.
@@ -84,9 +82,37 @@ fn main() -> Result<(), engine::EngineError> {
     engine.forward(&mut cache, &prompt, engine::Logits::None)?;
     let cache = std::cell::RefCell::new(cache);
     let mut parts: Vec<Part<'_>> = Vec::new();
+    parts.extend(kernel_parts(&engine, &x, &out));
+    parts.push((
+        "whole step",
+        Box::new(|n| {
+            let mut c = cache.borrow_mut();
+            let toks: Vec<u32> = (0..n as u32).map(|i| 200 + i).collect();
+            let l = engine.verify_logits(&mut c, &toks).expect("step");
+            std::hint::black_box(&l);
+            c.truncate(pos);
+        }),
+    ));
+    report(&parts, &ns, rounds);
+    Ok(())
+}
+
+/// The products of every layer, the output projection and the argmax, on `engine`'s pool with
+/// `x`'s made-up activations, into `out`.
+fn kernel_parts<'a>(
+    engine: &'a Engine<'_>,
+    x: &'a [f32],
+    out: &'a std::cell::RefCell<Vec<f32>>,
+) -> Vec<Part<'a>> {
+    let m = engine.model();
+    let cfg = &m.config;
+    let (d, vocab) = (cfg.d_model, cfg.vocab_size);
+    let p = Precision::Fast;
+    let kernel = |r: Result<(), kernels_neon::KernelError>| r.expect("kernel");
+    let mut parts: Vec<Part<'a>> = Vec::new();
     parts.push((
         "q/k/v",
-        Box::new(|n| {
+        Box::new(move |n| {
             let mut o = out.borrow_mut();
             for l in &m.layers {
                 let (a, rest) = o.split_at_mut(n * l.wq.rows());
@@ -101,7 +127,7 @@ fn main() -> Result<(), engine::EngineError> {
     ));
     parts.push((
         "attn out",
-        Box::new(|n| {
+        Box::new(move |n| {
             let mut o = out.borrow_mut();
             for l in &m.layers {
                 let y = &mut o[..n * l.wo.rows()];
@@ -112,7 +138,7 @@ fn main() -> Result<(), engine::EngineError> {
     ));
     parts.push((
         "gate/up",
-        Box::new(|n| {
+        Box::new(move |n| {
             let mut o = out.borrow_mut();
             for l in &m.layers {
                 let g = l.ffn.gated().unwrap();
@@ -134,7 +160,7 @@ fn main() -> Result<(), engine::EngineError> {
     ));
     parts.push((
         "down",
-        Box::new(|n| {
+        Box::new(move |n| {
             let mut o = out.borrow_mut();
             for l in &m.layers {
                 let g = l.ffn.gated().unwrap();
@@ -146,7 +172,7 @@ fn main() -> Result<(), engine::EngineError> {
     ));
     parts.push((
         "output",
-        Box::new(|n| {
+        Box::new(move |n| {
             let mut o = out.borrow_mut();
             let y = &mut o[..n * vocab];
             let xs = &x[..n * d];
@@ -155,7 +181,7 @@ fn main() -> Result<(), engine::EngineError> {
     ));
     parts.push((
         "argmax",
-        Box::new(|n| {
+        Box::new(move |n| {
             let o = out.borrow();
             let mut s = 0usize;
             for row in o[..n * vocab].chunks(vocab) {
@@ -164,21 +190,17 @@ fn main() -> Result<(), engine::EngineError> {
             std::hint::black_box(s);
         }),
     ));
-    parts.push((
-        "whole step",
-        Box::new(|n| {
-            let mut c = cache.borrow_mut();
-            let toks: Vec<u32> = (0..n as u32).map(|i| 200 + i).collect();
-            let l = engine.verify_logits(&mut c, &toks).expect("step");
-            std::hint::black_box(&l);
-            c.truncate(pos);
-        }),
-    ));
+    parts
+}
+
+/// Times every part at one token and at `ns` tokens, `rounds` rounds interleaved, and prints the
+/// medians (the last part is the whole step).
+fn report(parts: &[Part<'_>], ns: &[usize], rounds: usize) {
     let mut sizes = vec![1];
     sizes.extend(ns.iter().copied().filter(|&n| n > 1));
     // times[part][size] = one sample per round.
     let mut times = vec![vec![Vec::with_capacity(rounds); sizes.len()]; parts.len()];
-    for (_, f) in &parts {
+    for (_, f) in parts {
         for &n in &sizes {
             f(n);
         }
@@ -224,5 +246,4 @@ fn main() -> Result<(), engine::EngineError> {
     println!(
         "(extra: the part's time per extra token over the whole one-token step's {step1:.3} ms)"
     );
-    Ok(())
 }
