@@ -20,7 +20,7 @@ use super::matvec_i16::weights_i16;
 use super::matvec_i16_batch::dot_i16_tokens;
 use super::q40_512;
 use super::simd::{f16_at, hsum, STREAM_PREFETCH};
-use crate::arch::tags::{block_bytes, has_min, Q4_0, Q4_1, Q8_0};
+use crate::arch::tags::{block_bytes, has_min, quants_offset, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
 use crate::quant::QActs16;
 use crate::QMatrix;
 
@@ -39,6 +39,8 @@ pub(crate) struct TokenOctet {
     d: Vec<[f32; OCTET]>,
     /// Per block: each token's `d * sum(q)` (unused lanes 0).
     s: Vec<[f32; OCTET]>,
+    /// No activations: [`dot_octet`]'s lone token where it has none.
+    empty: QActs16,
 }
 
 impl TokenOctet {
@@ -69,6 +71,7 @@ impl TokenOctet {
             qs,
             d,
             s,
+            empty: QActs16::default(),
         }
     }
 
@@ -80,7 +83,7 @@ impl TokenOctet {
 /// The 32 weights of the quantized block at `p` as two i16x32 vectors, elements 0..16 in both
 /// halves of the first and 16..32 in both halves of the second: the values of
 /// [`weights_i16`] broadcast to 512 bits, unpacked from broadcast loads where that takes fewer
-/// instructions (`Q4_0`, `Q4_1`, `Q8_0`).
+/// instructions (`Q4_0`, `Q4_1`, `Q5_0`, `Q5_1`, `Q8_0`).
 ///
 /// # Safety
 /// AVX2/FMA/F16C and AVX-512F/BW present; a full block of `block_bytes(F)` bytes readable at `p`.
@@ -88,7 +91,8 @@ impl TokenOctet {
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw")]
 unsafe fn weights_broadcast<const F: u8>(p: *const u8) -> (__m512i, __m512i) {
     // SAFETY: the caller guarantees a full block at `p`; the loads read bytes 2..34 (Q8_0),
-    // 2..18 (Q4_0) or 4..20 (Q4_1), inside it, and `weights_i16` reads within the block.
+    // 2..18 (Q4_0), 4..20 (Q4_1), 2..22 (Q5_0) or 4..24 (Q5_1), inside it, and `weights_i16`
+    // reads within the block.
     unsafe {
         match F {
             Q4_0 | Q4_1 => {
@@ -108,6 +112,32 @@ unsafe fn weights_broadcast<const F: u8>(p: *const u8) -> (__m512i, __m512i) {
                     (lo, hi)
                 }
             }
+            Q5_0 | Q5_1 => {
+                // The nibbles as Q4_0's; each element's fifth bit (bit i of `qh` for element i)
+                // from a mask register: both halves of the first vector take bits 0..16, both
+                // of the second bits 16..32. Q5_0's elements without it are the nibble - 16, with
+                // it the nibble itself; Q5_1's the nibble + 16 with it.
+                let q = p.add(quants_offset(F));
+                let qh = std::ptr::read_unaligned(q as *const u32);
+                let raw = _mm256_broadcastsi128_si256(_mm_loadu_si128(q.add(4) as *const __m128i));
+                let wide = _mm512_cvtepu8_epi16(raw);
+                let lo = _mm512_and_si512(wide, _mm512_set1_epi16(0x0F));
+                let hi = _mm512_srli_epi16::<4>(wide);
+                let (l, h) = (qh & 0xFFFF, qh >> 16);
+                let (m0, m1): (__mmask32, __mmask32) = (l | (l << 16), h | (h << 16));
+                let sixteen = _mm512_set1_epi16(16);
+                if F == Q5_0 {
+                    (
+                        _mm512_mask_sub_epi16(lo, !m0, lo, sixteen),
+                        _mm512_mask_sub_epi16(hi, !m1, hi, sixteen),
+                    )
+                } else {
+                    (
+                        _mm512_mask_add_epi16(lo, m0, lo, sixteen),
+                        _mm512_mask_add_epi16(hi, m1, hi, sixteen),
+                    )
+                }
+            }
             Q8_0 => (
                 _mm512_cvtepi8_epi16(_mm256_broadcastsi128_si256(_mm_loadu_si128(
                     p.add(2) as *const __m128i
@@ -124,38 +154,50 @@ unsafe fn weights_broadcast<const F: u8>(p: *const u8) -> (__m512i, __m512i) {
     }
 }
 
+/// A last unpaired token of a batch ([`dot_octet`] with `S`): its activations, and its 8-lane
+/// accumulator and `m` terms as the one-token kernel (`matvec_i16`'s) keeps them, so that its
+/// products take the weights the octet has unpacked (the lower halves of the broadcast vectors
+/// are the one-token kernel's vectors) with that kernel's 256-bit operations, in its order.
+struct Lone<'q> {
+    q: &'q QActs16,
+    acc: __m256,
+    extra: f32,
+}
+
 /// Block `b` of `row` with the `P` token pairs of `o`, FMA'd into `acc` (the `m` terms into
-/// `extra`): [`dot_octet`]'s loop body.
+/// `extra`), and with `lone` where `S`: [`dot_octet`]'s loop body.
 ///
 /// # Safety
-/// AVX2/FMA/F16C and AVX-512F/BW/VNNI present; block `b` in bounds of `row` and `o`.
+/// AVX2/FMA/F16C and AVX-512F/BW/VNNI present; block `b` in bounds of `row`, `o` and, where `S`,
+/// `lone.q`.
 #[inline(always)]
-unsafe fn octet_block<const F: u8, const P: usize>(
+unsafe fn octet_block<const F: u8, const P: usize, const S: bool>(
     row: &[u8],
     o: &TokenOctet,
     b: usize,
     pick: &[__m512i; P],
     acc: &mut [__m512; P],
     extra: &mut __m256,
+    lone: &mut Lone<'_>,
 ) {
     let bb = block_bytes(F);
-    // SAFETY: block b of the row and of the octet are in bounds (contract); the features are
-    // present (contract).
+    // SAFETY: block b of the row, of the octet and (where S) of the lone token are in bounds
+    // (contract); the features are present (contract).
     unsafe {
         let p = row.as_ptr().add(b * bb);
         // Prefetch hint (never faults; wrapping_add keeps it UB-free).
         _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(STREAM_PREFETCH) as *const i8);
         let (w0, w1) = weights_broadcast::<F>(p);
         // d and m are adjacent f16s for the formats with a minimum: one conversion for both.
-        let dw = if has_min(F) {
+        let (dw, mw) = if has_min(F) {
             let dm = _mm_cvtph_ps(_mm_cvtsi32_si128(std::ptr::read_unaligned(p as *const i32)));
             // Each token's `m * s` added in block order, as one token's kernel adds it.
-            let mw = _mm256_broadcastss_ps(_mm_movehdup_ps(dm));
+            let mw = _mm_movehdup_ps(dm);
             let s = _mm256_loadu_ps(o.s.get_unchecked(b).as_ptr());
-            *extra = _mm256_add_ps(*extra, _mm256_mul_ps(mw, s));
-            _mm_cvtss_f32(dm)
+            *extra = _mm256_add_ps(*extra, _mm256_mul_ps(_mm256_broadcastss_ps(mw), s));
+            (_mm_cvtss_f32(dm), _mm_cvtss_f32(mw))
         } else {
-            f16_at(p)
+            (f16_at(p), 0.0)
         };
         let dx = _mm256_loadu_ps(o.d.get_unchecked(b).as_ptr());
         let scales = _mm512_castps256_ps512(_mm256_mul_ps(_mm256_set1_ps(dw), dx));
@@ -167,22 +209,54 @@ unsafe fn octet_block<const F: u8, const P: usize>(
             let scale = _mm512_permutexvar_ps(pick[j], scales);
             acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale, acc[j]);
         }
+        if S {
+            // `dot_i16_rows`'s block, on the lower halves of the unpacked weights.
+            let q = lone.q;
+            let xp = q.qs.as_ptr().add(b * 32);
+            let x0 = _mm256_loadu_si256(xp as *const __m256i);
+            let x1 = _mm256_loadu_si256(xp.add(16) as *const __m256i);
+            let (dx, sx) = (*q.d.get_unchecked(b), *q.s.get_unchecked(b));
+            let isum = _mm256_add_epi32(
+                _mm256_madd_epi16(_mm512_castsi512_si256(w0), x0),
+                _mm256_madd_epi16(_mm512_castsi512_si256(w1), x1),
+            );
+            if has_min(F) {
+                lone.extra += mw * sx;
+            }
+            lone.acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(dw * dx), lone.acc);
+        }
     }
 }
 
-/// Dots of one row with the `P` token pairs of `o` (`P == o.pairs`): per block the row's weights
-/// are widened once and broadcast to both halves of a register, every token's `d_w * d_x` (and
-/// `m * s`) comes from one 8-lane multiply, and each pair takes its two scales from it by a
-/// permutation. Token `t`'s result is element `t` of the array.
+/// Dots of one row with the `P` token pairs of `o` (`P == o.pairs`), and with `lone` where `S`
+/// (not `Q4_0`): per block the row's weights are widened once and broadcast to both halves of a
+/// register, every token's `d_w * d_x` (and `m * s`) comes from one 8-lane multiply, and each pair
+/// takes its two scales from it by a permutation. Token `t`'s result is element `t` of the array;
+/// the lone token's is the second value.
 ///
 /// # Safety
 /// AVX2/FMA/F16C and AVX-512F/BW/VNNI present; lengths as asserted.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
-unsafe fn dot_octet<const F: u8, const P: usize>(row: &[u8], o: &TokenOctet) -> [f32; OCTET] {
+unsafe fn dot_octet<const F: u8, const P: usize, const S: bool>(
+    row: &[u8],
+    o: &TokenOctet,
+    lone: Option<&QActs16>,
+) -> ([f32; OCTET], f32) {
     let nb = o.blocks();
     let bb = block_bytes(F);
     assert!(o.pairs == P && row.len() >= nb * bb && o.qs.len() >= nb * P * 64 && o.s.len() >= nb);
+    // The lone token (a dummy, never read, without `S`).
+    let q = lone.unwrap_or(&o.empty);
+    assert!(
+        !S || (F != Q4_0 && q.d.len() == nb && q.qs.len() >= nb * 32 && q.s.len() >= nb),
+        "a lone token of the octet's length (not Q4_0)"
+    );
+    let mut lone = Lone {
+        q,
+        acc: _mm256_setzero_ps(),
+        extra: 0.0,
+    };
     // Lanes 0..8 take token 2j's scale, lanes 8..16 token 2j + 1's.
     let pick: [__m512i; P] = {
         let mut pick = [_mm512_setzero_si512(); P];
@@ -198,12 +272,13 @@ unsafe fn dot_octet<const F: u8, const P: usize>(row: &[u8], o: &TokenOctet) -> 
     let mut extra = _mm256_setzero_ps();
     let mut b = 0;
     while b < nb {
-        // SAFETY: b < nb (and b + 1 < nb where taken): the row's blocks (bytes b*bb..(b+1)*bb)
-        // and the octet's (qs[b*P*64..(b+1)*P*64], d[b], s[b]) are in bounds (asserted above).
+        // SAFETY: b < nb (and b + 1 < nb where taken): the row's blocks (bytes b*bb..(b+1)*bb),
+        // the octet's (qs[b*P*64..(b+1)*P*64], d[b], s[b]) and, where S, the lone token's are in
+        // bounds (asserted above).
         unsafe {
-            octet_block::<F, P>(row, o, b, &pick, &mut acc, &mut extra);
+            octet_block::<F, P, S>(row, o, b, &pick, &mut acc, &mut extra, &mut lone);
             if F == Q4_0 && b + 1 < nb {
-                octet_block::<F, P>(row, o, b + 1, &pick, &mut odd, &mut extra);
+                octet_block::<F, P, S>(row, o, b + 1, &pick, &mut odd, &mut extra, &mut lone);
                 b += 1;
             }
         }
@@ -231,12 +306,13 @@ unsafe fn dot_octet<const F: u8, const P: usize>(row: &[u8], o: &TokenOctet) -> 
             out[2 * j + 1] = hsum(hi) + e[2 * j + 1];
         }
     }
-    out
+    let single = if S { hsum(lone.acc) + lone.extra } else { 0.0 };
+    (out, single)
 }
 
 /// Rows `r0..r0 + ys[t].len()` for every token `t`, one row at a time: each octet's tokens on
-/// [`dot_octet`], and a last unpaired token (`single`) on the one-token kernel (256-bit; Q4_0's
-/// `q40_512`).
+/// [`dot_octet`], and a last unpaired token (`single`) with the last octet's (on the weights it
+/// unpacks, in the one-token kernel's operations), or, for Q4_0, on `q40_512`'s one-token kernel.
 ///
 /// # Safety
 /// AVX2/FMA/F16C and AVX-512F/BW/VNNI present; `F` a 32-element block format; `octets` and
@@ -255,25 +331,38 @@ pub(super) unsafe fn batch_octets<const F: u8>(
     let n = ys[0].len();
     assert!(ys.iter().all(|y| y.len() == n) && r0 + n <= w.rows());
     let single40 = single.filter(|_| F == Q4_0).map(q40_512::Q40Wide::new);
+    // The lone token rides with the last octet (not Q4_0, whose one-token kernel differs).
+    let lone = single.filter(|_| F != Q4_0 && !octets.is_empty());
     // `r` indexes every token's output, not only `ys[0]`.
     #[allow(clippy::needless_range_loop)]
     for r in 0..n {
         let row = w.row_data(r0 + r);
         let mut t0 = 0;
-        for o in octets {
+        for (k, o) in octets.iter().enumerate() {
+            let with = lone.filter(|_| k + 1 == octets.len());
             // SAFETY: features present per contract; the kernel asserts the lengths.
-            let d = unsafe {
-                match o.pairs {
-                    4 => dot_octet::<F, 4>(row, o),
-                    3 => dot_octet::<F, 3>(row, o),
-                    2 => dot_octet::<F, 2>(row, o),
-                    _ => dot_octet::<F, 1>(row, o),
+            let (d, v) = unsafe {
+                match (o.pairs, with.is_some()) {
+                    (4, false) => dot_octet::<F, 4, false>(row, o, None),
+                    (3, false) => dot_octet::<F, 3, false>(row, o, None),
+                    (2, false) => dot_octet::<F, 2, false>(row, o, None),
+                    (_, false) => dot_octet::<F, 1, false>(row, o, None),
+                    (4, true) => dot_octet::<F, 4, true>(row, o, with),
+                    (3, true) => dot_octet::<F, 3, true>(row, o, with),
+                    (2, true) => dot_octet::<F, 2, true>(row, o, with),
+                    (_, true) => dot_octet::<F, 1, true>(row, o, with),
                 }
             };
             for (k, v) in d.iter().take(2 * o.pairs).enumerate() {
                 ys[t0 + k][r] = *v;
             }
             t0 += 2 * o.pairs;
+            if with.is_some() {
+                ys[t0][r] = v;
+            }
+        }
+        if lone.is_some() {
+            continue;
         }
         if let Some(q) = single {
             ys[t0][r] = if F == Q4_0 {
