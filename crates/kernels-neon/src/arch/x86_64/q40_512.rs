@@ -245,7 +245,20 @@ unsafe fn pair_sum(x: &Q40Wide, pair: usize, lo: __m512i, hi: __m512i) -> __m512
         let c = _mm512_loadu_si512(x.c.as_ptr().add(pair * 16) as *const _);
         let xlo = _mm512_loadu_si512(xp as *const _);
         let xhi = _mm512_loadu_si512(xp.add(32) as *const _);
-        _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(c, lo, xlo), hi, xhi)
+        // Two chained `vpdpwssd` as written: LLVM would turn the second into `vpmaddwd` and
+        // `vpaddd` (one more instruction a pair; the kernel is bound by their count).
+        let mut acc = c;
+        std::arch::asm!(
+            "vpdpwssd {acc}, {lo}, {xlo}",
+            "vpdpwssd {acc}, {hi}, {xhi}",
+            acc = inout(zmm_reg) acc,
+            lo = in(zmm_reg) lo,
+            xlo = in(zmm_reg) xlo,
+            hi = in(zmm_reg) hi,
+            xhi = in(zmm_reg) xhi,
+            options(pure, nomem, nostack, preserves_flags),
+        );
+        acc
     }
 }
 
