@@ -245,21 +245,31 @@ unsafe fn pair_sum(x: &Q40Wide, pair: usize, lo: __m512i, hi: __m512i) -> __m512
         let c = _mm512_loadu_si512(x.c.as_ptr().add(pair * 16) as *const _);
         let xlo = _mm512_loadu_si512(xp as *const _);
         let xhi = _mm512_loadu_si512(xp.add(32) as *const _);
-        // Two chained `vpdpwssd` as written: LLVM would turn the second into `vpmaddwd` and
-        // `vpaddd` (one more instruction a pair; the kernel is bound by their count).
-        let mut acc = c;
+        dpwssd(dpwssd(c, lo, xlo), hi, xhi)
+    }
+}
+
+/// `vpdpwssd`: `acc` plus the sums of adjacent products of `a` and `b`'s i16 lanes, as written
+/// (inline asm): LLVM turns a chained `_mm512_dpwssd_epi32` into `vpmaddwd` and `vpaddd`, one
+/// more instruction, in loops bound by their count (the same exact i32 sums either way).
+///
+/// # Safety
+/// AVX-512F and AVX-512VNNI present.
+#[inline]
+#[target_feature(enable = "avx512f,avx512vnni")]
+pub(super) unsafe fn dpwssd(acc: __m512i, a: __m512i, b: __m512i) -> __m512i {
+    let mut acc = acc;
+    // SAFETY: `vpdpwssd` on registers only (no memory, stack or flags), present per contract.
+    unsafe {
         std::arch::asm!(
-            "vpdpwssd {acc}, {lo}, {xlo}",
-            "vpdpwssd {acc}, {hi}, {xhi}",
+            "vpdpwssd {acc}, {a}, {b}",
             acc = inout(zmm_reg) acc,
-            lo = in(zmm_reg) lo,
-            xlo = in(zmm_reg) xlo,
-            hi = in(zmm_reg) hi,
-            xhi = in(zmm_reg) xhi,
+            a = in(zmm_reg) a,
+            b = in(zmm_reg) b,
             options(pure, nomem, nostack, preserves_flags),
         );
-        acc
     }
+    acc
 }
 
 /// `lo` plus the last block (`x.blocks - 1`, odd count) of `row` · `x`, as lanes 0..8 of a pair.
