@@ -435,6 +435,11 @@ impl<'a> Batch16<'a> {
             kpairs,
         }
     }
+
+    /// Tokens (outputs [`matvec_i16_batch`] writes).
+    pub(crate) fn len(&self) -> usize {
+        self.tokens.len()
+    }
 }
 
 /// [`matvec_i16`] of rows `r0..r0 + ys[t].len()` for several tokens' activations (`xq.tokens[t]`

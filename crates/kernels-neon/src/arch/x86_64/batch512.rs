@@ -205,7 +205,7 @@ unsafe fn octet_block<const F: u8, const P: usize, const S: bool>(
         for j in 0..P {
             let x0 = _mm512_loadu_si512(xp.add(j * 64) as *const _);
             let x1 = _mm512_loadu_si512(xp.add(j * 64 + 32) as *const _);
-            let isum = _mm512_dpwssd_epi32(_mm512_madd_epi16(w0, x0), w1, x1);
+            let isum = q40_512::dpwssd(_mm512_madd_epi16(w0, x0), w1, x1);
             let scale = _mm512_permutexvar_ps(pick[j], scales);
             acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale, acc[j]);
         }

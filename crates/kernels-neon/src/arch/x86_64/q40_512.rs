@@ -137,7 +137,8 @@ fn pick(j: i32) -> __m512i {
 }
 
 /// The dots of `R` rows with `T` tokens' activations: `out[i][t]` = row `i` · token `t`, the same
-/// operations for every `(i, t)` whatever `R` and `T`.
+/// operations for every `(i, t)` whatever `R` and `T`; each row prefetched
+/// [`prefetch_distance`] bytes ahead.
 ///
 /// # Safety
 /// AVX2/FMA/F16C and AVX-512F/BW/VNNI present; lengths as asserted.
@@ -146,6 +147,22 @@ fn pick(j: i32) -> __m512i {
 pub(super) unsafe fn dots<const R: usize, const T: usize>(
     rows: [&[u8]; R],
     xs: [&Q40Wide; T],
+) -> [[f32; T]; R] {
+    // SAFETY: this function's contract is `dots_ahead`'s.
+    unsafe { dots_ahead(rows, xs, prefetch_distance::<R>()) }
+}
+
+/// [`dots`] prefetching each row `ahead` bytes past the pair it reads (a hint: any distance is
+/// safe).
+///
+/// # Safety
+/// As [`dots`].
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
+unsafe fn dots_ahead<const R: usize, const T: usize>(
+    rows: [&[u8]; R],
+    xs: [&Q40Wide; T],
+    ahead: usize,
 ) -> [[f32; T]; R] {
     let nb = xs[0].blocks;
     assert!(
@@ -174,9 +191,7 @@ pub(super) unsafe fn dots<const R: usize, const T: usize>(
                 for i in 0..R {
                     let p = rows[i].as_ptr().add(pair * 2 * BB);
                     // Prefetch hint (never faults; wrapping_add keeps it UB-free).
-                    _mm_prefetch::<_MM_HINT_T0>(
-                        p.wrapping_add(prefetch_distance::<R>()) as *const i8
-                    );
+                    _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(ahead) as *const i8);
                     let (lo, hi) = nibbles_pair(p);
                     for t in 0..T {
                         let isum = pair_sum(xs[t], pair, lo, hi);
@@ -230,8 +245,31 @@ unsafe fn pair_sum(x: &Q40Wide, pair: usize, lo: __m512i, hi: __m512i) -> __m512
         let c = _mm512_loadu_si512(x.c.as_ptr().add(pair * 16) as *const _);
         let xlo = _mm512_loadu_si512(xp as *const _);
         let xhi = _mm512_loadu_si512(xp.add(32) as *const _);
-        _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(c, lo, xlo), hi, xhi)
+        dpwssd(dpwssd(c, lo, xlo), hi, xhi)
     }
+}
+
+/// `vpdpwssd`: `acc` plus the sums of adjacent products of `a` and `b`'s i16 lanes, as written
+/// (inline asm): LLVM turns a chained `_mm512_dpwssd_epi32` into `vpmaddwd` and `vpaddd`, one
+/// more instruction, in loops bound by their count (the same exact i32 sums either way).
+///
+/// # Safety
+/// AVX-512F and AVX-512VNNI present.
+#[inline]
+#[target_feature(enable = "avx512f,avx512vnni")]
+pub(super) unsafe fn dpwssd(acc: __m512i, a: __m512i, b: __m512i) -> __m512i {
+    let mut acc = acc;
+    // SAFETY: `vpdpwssd` on registers only (no memory, stack or flags), present per contract.
+    unsafe {
+        std::arch::asm!(
+            "vpdpwssd {acc}, {a}, {b}",
+            acc = inout(zmm_reg) acc,
+            a = in(zmm_reg) a,
+            b = in(zmm_reg) b,
+            options(pure, nomem, nostack, preserves_flags),
+        );
+    }
+    acc
 }
 
 /// `lo` plus the last block (`x.blocks - 1`, odd count) of `row` · `x`, as lanes 0..8 of a pair.
@@ -275,8 +313,24 @@ impl crate::arch::drivers::RowDots for Q40WideDots<'_> {
     }
 }
 
-/// `y[i] = dot(W[sel.get(i)], x)`: one row a step for a dense matrix, four for listed rows (as
-/// the 256-bit kernels step, `super::matvec_i16`).
+/// [`dots`] of one token over the rows of a dense matrix, `R` adjacent rows a step, each row
+/// prefetched at the same place `R` rows on (the next step's row), not [`prefetch_distance`]
+/// ahead: with four rows a step that would fall inside the four rows being read.
+struct Q40DenseDots<'a>(&'a Q40Wide);
+
+impl crate::arch::drivers::RowDots for Q40DenseDots<'_> {
+    #[inline(always)]
+    unsafe fn dots<const N: usize>(&self, rows: [&[u8]; N]) -> [f32; N] {
+        let ahead = N * self.0.blocks * BB;
+        // SAFETY: as `Q40WideDots::dots`.
+        let d = unsafe { dots_ahead::<N, 1>(rows, [self.0], ahead) };
+        std::array::from_fn(|i| d[i][0])
+    }
+}
+
+/// `y[i] = dot(W[sel.get(i)], x)`: four rows a step, sharing the activations' loads (for a dense
+/// matrix the four adjacent rows of [`Q40DenseDots`]); each row's result does not depend on the
+/// step.
 ///
 /// # Safety
 /// AVX2/FMA/F16C and AVX-512F/BW/VNNI present.
@@ -288,13 +342,12 @@ pub(super) unsafe fn matvec(
     y: &mut [f32],
 ) {
     use crate::arch::drivers::rows_blocked;
-    let k = Q40WideDots(x);
     // SAFETY: features present per contract, all the kernel needs.
     unsafe {
         if matches!(sel, crate::arch::Rows::From(_)) {
-            rows_blocked::<1, _>(&k, w, sel, y)
+            rows_blocked::<4, _>(&Q40DenseDots(x), w, sel, y)
         } else {
-            rows_blocked::<4, _>(&k, w, sel, y)
+            rows_blocked::<4, _>(&Q40WideDots(x), w, sel, y)
         }
     }
 }
