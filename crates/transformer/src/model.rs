@@ -46,6 +46,8 @@ pub struct Model<'a> {
     proxy_on: bool,
     /// Repacked copies for one-token decode on the AVX2 path ([`Model::pack_q40x8`]).
     packed: Option<crate::packed::Packed>,
+    /// Whether every matrix is a slice of a GGUF file's mapping (no overlay).
+    mapped: bool,
 }
 
 struct Loader<'f> {
@@ -266,6 +268,7 @@ impl<'a> Model<'a> {
             output_proxy,
             proxy_on: true,
             packed: None,
+            mapped: overlay.is_none() && matches!(file, ModelFile::Gguf(_)),
             weight_bytes,
             path: ld.path,
             header_bytes: file.header_bytes(),
@@ -308,7 +311,7 @@ impl<'a> Model<'a> {
         if !crate::packed::applies(precision) || self.streamed {
             return (0, 0);
         }
-        let p = crate::packed::Packed::new(&self.layers, &self.output, ffn);
+        let p = crate::packed::Packed::new(&self.layers, &self.output, ffn, self.mapped);
         let done = (p.count(), p.bytes());
         self.packed = (done.0 > 0).then_some(p);
         done

@@ -5,6 +5,7 @@
 //! [`Packed::bytes`], for whoever counts the process's memory.
 
 use kernels_neon::{KernelPath, Precision, Q40x8, QMatrix};
+use model_format::{advise, Paging};
 
 use crate::layer::{Layer, LayerFfn};
 
@@ -31,16 +32,26 @@ pub struct Packed {
 
 impl Packed {
     /// The repacked copies of `layers` and `output`: every Q4_0 matrix whose shape the layout takes
-    /// ([`Q40x8::repack`]); the FFN of gated layers only (`ffn`).
-    pub fn new(layers: &[Layer<'_>], output: &QMatrix<'_>, ffn: bool) -> Packed {
+    /// ([`Q40x8::repack`]); the FFN of gated layers only (`ffn`). Where `mapped` (every matrix a
+    /// slice of the file's mapping), each original's pages leave the process's memory once copied
+    /// ([`Paging::Drop`]: they stay in the page cache, and a prompt step that reads them faults
+    /// them back in), so that the copies do not double what the process holds.
+    pub fn new(layers: &[Layer<'_>], output: &QMatrix<'_>, ffn: bool, mapped: bool) -> Packed {
+        let repack = |m: &QMatrix<'_>| {
+            let p = Q40x8::repack(m);
+            if mapped && p.is_some() {
+                advise(m.data(), Paging::Drop);
+            }
+            p
+        };
         let layers = layers
             .iter()
             .map(|l| {
-                let qkv = [&l.wq, &l.wk, &l.wv].map(Q40x8::repack);
+                let qkv = [&l.wq, &l.wk, &l.wv].map(repack);
                 let (gate_up, down) = match (&l.ffn, ffn) {
                     (LayerFfn::Gated(f), true) => {
-                        let [g, u] = [&f.gate, &f.up].map(Q40x8::repack);
-                        (g.zip(u).map(|(g, u)| [g, u]), Q40x8::repack(&f.down))
+                        let [g, u] = [&f.gate, &f.up].map(repack);
+                        (g.zip(u).map(|(g, u)| [g, u]), repack(&f.down))
                     }
                     _ => (None, None),
                 };
@@ -49,7 +60,7 @@ impl Packed {
                         [Some(q), Some(k), Some(v)] => Some([q, k, v]),
                         _ => None,
                     },
-                    wo: Q40x8::repack(&l.wo),
+                    wo: repack(&l.wo),
                     gate_up,
                     down,
                 }
@@ -57,7 +68,7 @@ impl Packed {
             .collect();
         Packed {
             layers,
-            output: Q40x8::repack(output),
+            output: repack(output),
         }
     }
 
