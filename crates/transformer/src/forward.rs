@@ -395,20 +395,8 @@ fn forward_inner(
         } else {
             decode_attention(&q, step.place, &views, heads, layer.span, &mut att, false)?;
         }
-        match packed.and_then(|p| p.wo.as_ref()) {
-            Some(wo) => wo
-                .matvec(&att, &mut o)
-                .map_err(kernel("attention output"))?,
-            None => mm_step(
-                kind,
-                &layer.wo,
-                &att,
-                n,
-                &mut o,
-                precision,
-                "attention output",
-            )?,
-        }
+        let wo = (&layer.wo, packed.and_then(|p| p.wo.as_ref()));
+        project_out(wo, kind, (&att, n), &mut o, precision)?;
         let post = (layer.post_norms.attn.as_deref(), eps);
         add_residual(&mut x, &o, post, &mut xn, precision);
 
@@ -467,6 +455,21 @@ fn prefetch_output(model: &Model<'_>, want: Logits, n: usize) {
             _ => &model.output,
         };
         crate::stream::prefetch_output(first);
+    }
+}
+
+/// The attention output projection of a step's `n` rows `att`, over its repacked copy where given
+/// (one token).
+fn project_out(
+    (wo, packed): (&kernels_neon::QMatrix<'_>, Option<&kernels_neon::Q40x8>),
+    kind: StepKind,
+    (att, n): (&[f32], usize),
+    o: &mut [f32],
+    precision: Precision,
+) -> Result<()> {
+    match packed {
+        Some(p) if n == 1 => p.matvec(att, o).map_err(kernel("attention output")),
+        _ => mm_step(kind, wo, att, n, o, precision, "attention output"),
     }
 }
 
