@@ -490,6 +490,15 @@ impl<'a> Engine<'a> {
         self.accel = accel;
     }
 
+    /// Repacks the model's dense Q4_0 matrices for one-token decode where the AVX2 path and the
+    /// engine's precision take them ([`Model::pack_q40x8`]; the FFN's too where `ffn`: a dense FFN
+    /// in memory), on the engine's threads; returns the matrices repacked and the copies' bytes.
+    pub fn pack_q40x8(&mut self, ffn: bool) -> (usize, usize) {
+        let precision = self.opts.precision;
+        let model = &mut self.model;
+        self.pool.install(|| model.pack_q40x8(precision, ffn))
+    }
+
     /// The accelerator FFN in use, if any.
     pub fn accel(&self) -> Option<&AccelFfn> {
         self.accel.as_ref()

@@ -258,6 +258,7 @@ mod out_rows;
 mod path;
 mod product;
 mod q40x8;
+mod q40x8_many;
 mod quant;
 mod quantize;
 mod quantize_k;

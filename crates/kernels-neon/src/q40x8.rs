@@ -39,15 +39,16 @@ fn nibble(blk: &[u8], e: usize) -> u8 {
 
 impl Q40x8 {
     /// `w` repacked, or `None` where the layout does not apply: a format other than Q4_0, rows
-    /// not a multiple of 8, or blocks a row not a multiple of 4.
+    /// not a multiple of 8, or no columns.
     pub fn repack(w: &QMatrix<'_>) -> Option<Self> {
         let (rows, cols) = (w.rows(), w.cols());
         let nb = cols / 32;
-        if w.format() != WeightFormat::Q4_0 || rows % GROUP != 0 || nb % 4 != 0 || nb == 0 {
+        if w.format() != WeightFormat::Q4_0 || rows % GROUP != 0 || nb == 0 {
             return None;
         }
         let mut data = vec![0u8; rows / GROUP * nb * GROUP_BLOCK];
-        for (g, out) in data.chunks_exact_mut(nb * GROUP_BLOCK).enumerate() {
+        // In parallel over groups (a model's matrices are repacked at load).
+        let pack = |(g, out): (usize, &mut [u8])| {
             let src: Vec<&[u8]> = (0..GROUP).map(|r| w.row_data(GROUP * g + r)).collect();
             for (b, gb) in out.chunks_exact_mut(GROUP_BLOCK).enumerate() {
                 for (r, row) in src.iter().enumerate() {
@@ -64,7 +65,10 @@ impl Q40x8 {
                     }
                 }
             }
-        }
+        };
+        data.par_chunks_exact_mut(nb * GROUP_BLOCK)
+            .enumerate()
+            .for_each(pack);
         Some(Q40x8 { data, rows, cols })
     }
 
@@ -99,29 +103,44 @@ impl Q40x8 {
         check_path(path)?;
         check_len("q40x8 matvec x", self.cols, x.len())?;
         check_len("q40x8 matvec y", self.rows, y.len())?;
+        let acts = Acts8::new(path, x);
+        let chunk = matvec_chunk(self.rows).next_multiple_of(GROUP);
+        if self.rows <= chunk {
+            self.run_rows(path, &acts, 0, y);
+        } else {
+            y.par_chunks_mut(chunk)
+                .enumerate()
+                .for_each(|(i, ys)| self.run_rows(path, &acts, i * chunk, ys));
+        }
+        Ok(())
+    }
+
+    /// `ys` = rows `r0..r0 + ys.len()` of `W x` (`r0` and the length multiples of 8).
+    pub(crate) fn run_rows(&self, path: KernelPath, acts: &Acts8, r0: usize, ys: &mut [f32]) {
+        let gb = self.cols / 32 * GROUP_BLOCK;
+        for (j, yg) in ys.chunks_exact_mut(GROUP).enumerate() {
+            let g = r0 / GROUP + j;
+            let group = &self.data[g * gb..(g + 1) * gb];
+            yg.copy_from_slice(&group_dots(path, group, &acts.xq, &acts.corr));
+        }
+    }
+}
+
+/// A vector's 16-bit activations and each block's `-8 * sum(q_x)`, made once per vector.
+pub(crate) struct Acts8 {
+    xq: QActs16,
+    corr: Vec<i32>,
+}
+
+impl Acts8 {
+    pub(crate) fn new(path: KernelPath, x: &[f32]) -> Self {
         let xq = QActs16::quantize(path, x);
         let corr: Vec<i32> = xq
             .qs
             .chunks_exact(32)
             .map(|q| -8 * q.iter().map(|&v| i32::from(v)).sum::<i32>())
             .collect();
-        let nb = self.cols / 32;
-        let chunk = matvec_chunk(self.rows).next_multiple_of(GROUP);
-        let run = |i: usize, ys: &mut [f32]| {
-            for (j, yg) in ys.chunks_exact_mut(GROUP).enumerate() {
-                let g = i * chunk / GROUP + j;
-                let group = &self.data[g * nb * GROUP_BLOCK..(g + 1) * nb * GROUP_BLOCK];
-                yg.copy_from_slice(&group_dots(path, group, &xq, &corr));
-            }
-        };
-        if self.rows <= chunk {
-            run(0, y);
-        } else {
-            y.par_chunks_mut(chunk)
-                .enumerate()
-                .for_each(|(i, ys)| run(i, ys));
-        }
-        Ok(())
+        Acts8 { xq, corr }
     }
 }
 

@@ -14,6 +14,9 @@ pub enum Paging {
     /// Not needed for a while: drop it from memory (`MADV_PAGEOUT`, or `MADV_DONTNEED` where the kernel
     /// lacks it).
     Release,
+    /// Out of this process's memory (its resident set) but left in the page cache: a later access
+    /// faults the page back in without reading the file (`MADV_DONTNEED`).
+    Drop,
 }
 
 /// Gives `advice` for the pages that `bytes` (a slice of a read-only file mapping, such as a tensor's

@@ -36,5 +36,8 @@ pub(crate) fn advise(bytes: &[u8], advice: Paging) {
             }
             run(libc::MADV_DONTNEED);
         }
+        Paging::Drop => {
+            run(libc::MADV_DONTNEED);
+        }
     }
 }

@@ -364,9 +364,19 @@ fn forward_inner(
     };
 
     for (li, layer) in model.layers.iter().enumerate() {
+        // The repacked copies one token's products take, where the model has them.
+        let packed = packed_layer(model, li, n, precision);
         // Attention.
         rms_norm_rows(&x, &layer.attn_norm, cfg.rms_eps, &mut xn, precision);
-        project_qkv(layer, kind, (&xn, n), [&mut q, &mut k, &mut v], precision)?;
+        let qkv = packed.and_then(|p| p.qkv.as_ref());
+        project_qkv(
+            layer,
+            qkv,
+            kind,
+            (&xn, n),
+            [&mut q, &mut k, &mut v],
+            precision,
+        )?;
         layer
             .attn_step
             .before_rope(&mut q, &mut k, &mut v, &head_shape);
@@ -385,15 +395,8 @@ fn forward_inner(
         } else {
             decode_attention(&q, step.place, &views, heads, layer.span, &mut att, false)?;
         }
-        mm_step(
-            kind,
-            &layer.wo,
-            &att,
-            n,
-            &mut o,
-            precision,
-            "attention output",
-        )?;
+        let wo = (&layer.wo, packed.and_then(|p| p.wo.as_ref()));
+        project_out(wo, kind, (&att, n), &mut o, precision)?;
         let post = (layer.post_norms.attn.as_deref(), eps);
         add_residual(&mut x, &o, post, &mut xn, precision);
 
@@ -402,7 +405,7 @@ fn forward_inner(
             rms_norm_rows(&x, &layer.ffn_norm, cfg.rms_eps, &mut xn, precision);
             let rows = (&xn[..], n);
             layer_step(
-                (&layer.ffn, model.layers.get(li + 1).map(|l| &l.ffn)),
+                (&layer.ffn, model.layers.get(li + 1).map(|l| &l.ffn), packed),
                 exec,
                 li,
                 precision,
@@ -455,16 +458,54 @@ fn prefetch_output(model: &Model<'_>, want: Logits, n: usize) {
     }
 }
 
+/// The attention output projection of a step's `n` rows `att`, over its repacked copy where given
+/// (one token).
+fn project_out(
+    (wo, packed): (&kernels_neon::QMatrix<'_>, Option<&kernels_neon::Q40x8>),
+    kind: StepKind,
+    (att, n): (&[f32], usize),
+    o: &mut [f32],
+    precision: Precision,
+) -> Result<()> {
+    match packed {
+        Some(p) if n == 1 => p.matvec(att, o).map_err(kernel("attention output")),
+        _ => mm_step(kind, wo, att, n, o, precision, "attention output"),
+    }
+}
+
+/// Layer `li`'s repacked copies ([`crate::packed`]) for a step of `n` tokens in `precision`: only
+/// one token's products take them.
+fn packed_layer<'m>(
+    model: &'m Model<'_>,
+    li: usize,
+    n: usize,
+    precision: Precision,
+) -> Option<&'m crate::packed::PackedLayer> {
+    (n == 1)
+        .then(|| model.packed(precision))
+        .flatten()
+        .and_then(|p| p.layers.get(li))
+}
+
 /// The q, k and v projections of a step's `n` normed rows `xn`: one parallel region for all three
-/// when one token or one decode token per sequence, else three batched products.
+/// when one token (over the repacked copies `packed` where given) or one decode token per
+/// sequence, else three batched products.
 fn project_qkv(
     layer: &crate::layer::Layer<'_>,
+    packed: Option<&[kernels_neon::Q40x8; 3]>,
     kind: StepKind,
     (xn, n): (&[f32], usize),
     [q, k, v]: [&mut Vec<f32>; 3],
     precision: Precision,
 ) -> Result<()> {
-    if n == 1 {
+    if let (1, Some([wq, wk, wv])) = (n, packed) {
+        kernels_neon::Q40x8::matvec_many(
+            &[wq, wk, wv],
+            xn,
+            &mut [&mut q[..], &mut k[..], &mut v[..]],
+        )
+        .map_err(kernel("attention q/k/v"))?;
+    } else if n == 1 {
         // One quantization of the normed vector and one parallel region for all three.
         kernels_neon::matvec_many(
             &[&layer.wq, &layer.wk, &layer.wv],
@@ -597,6 +638,13 @@ fn output_logits(
             logits,
             precision,
         )?;
+    } else if let Some(out) = model
+        .packed(precision)
+        .and_then(|p| p.output.as_ref())
+        .filter(|_| m == 1)
+    {
+        out.matvec(&normed, logits)
+            .map_err(kernel("output projection"))?;
     } else {
         mm_step(
             kind,

@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use kernels_neon::QMatrix;
+use kernels_neon::{Precision, QMatrix};
 use model_format::TensorView;
 
 use crate::config::ModelConfig;
@@ -44,6 +44,10 @@ pub struct Model<'a> {
     output_proxy: Option<(QMatrix<'a>, Option<(PathBuf, u64)>)>,
     /// Whether a streamed one-token step may use the proxy ([`Model::set_output_proxy`]).
     proxy_on: bool,
+    /// Repacked copies for one-token decode on the AVX2 path ([`Model::pack_q40x8`]).
+    packed: Option<crate::packed::Packed>,
+    /// Whether every matrix is a slice of a GGUF file's mapping (no overlay).
+    mapped: bool,
 }
 
 struct Loader<'f> {
@@ -263,6 +267,8 @@ impl<'a> Model<'a> {
             output_file: None,
             output_proxy,
             proxy_on: true,
+            packed: None,
+            mapped: overlay.is_none() && matches!(file, ModelFile::Gguf(_)),
             weight_bytes,
             path: ld.path,
             header_bytes: file.header_bytes(),
@@ -297,6 +303,32 @@ impl<'a> Model<'a> {
             .ok_or_else(|| crate::moe::unsupported(&self.path, self.config.arch.name(), mode))
     }
 
+    /// Makes the repacked copies of [`crate::packed`] (the FFN's too where `ffn`: a dense FFN in
+    /// memory) when they apply to `precision` ([`crate::packed::applies`]); returns the matrices
+    /// repacked and their bytes. Nothing where they do not apply or the model is streamed.
+    pub fn pack_q40x8(&mut self, precision: Precision, ffn: bool) -> (usize, usize) {
+        self.packed = None;
+        if !crate::packed::applies(precision) || self.streamed {
+            return (0, 0);
+        }
+        let p = crate::packed::Packed::new(&self.layers, &self.output, ffn, self.mapped);
+        let done = (p.count(), p.bytes());
+        self.packed = (done.0 > 0).then_some(p);
+        done
+    }
+
+    /// The repacked copies a one-token step in `precision` takes, if any.
+    pub fn packed(&self, precision: Precision) -> Option<&crate::packed::Packed> {
+        self.packed
+            .as_ref()
+            .filter(|_| precision == Precision::Fast)
+    }
+
+    /// Bytes of the repacked copies held ([`Model::pack_q40x8`]).
+    pub fn packed_bytes(&self) -> usize {
+        self.packed.as_ref().map_or(0, crate::packed::Packed::bytes)
+    }
+
     /// Bytes of the model file before its tensor data ([`ModelFile::header_bytes`]), whose pages
     /// the engine hands back once loaded: what a memory budget leaves out of the file's size.
     pub fn header_bytes(&self) -> u64 {
@@ -307,6 +339,10 @@ impl<'a> Model<'a> {
     /// them as any mapping (the default).
     pub fn set_streamed(&mut self, on: bool) {
         self.streamed = on;
+        if let (true, Some(p)) = (on, self.packed.as_mut()) {
+            // A streamed output projection is read from flash, not from a copy in memory.
+            p.output = None;
+        }
         // The output projection is read with direct I/O into the step's own buffers where the file
         // allows it (no page cache, no page faults); through the mapping otherwise.
         self.output_file = match (&self.output_source, on) {

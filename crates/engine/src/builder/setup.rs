@@ -24,6 +24,14 @@ impl EngineBuilder {
             self.setup_accel(eng, kind);
         }
         if !self.sparse && !offloaded {
+            // Dense in memory: one-token decode may read repacked copies (AVX2, `Fast`).
+            let (n, bytes) = eng.pack_q40x8(eng.accel().is_none());
+            if n > 0 {
+                self.note(&format!(
+                    "{n} Q4_0 matrices repacked eight rows at a time for decode ({:.1} MiB in memory beside the mapped file)",
+                    super::mib(bytes as u64)
+                ));
+            }
             return Ok(());
         }
         let plan = match (offloaded, self.budget.process(), self.context) {

@@ -22,6 +22,7 @@ mod module_cycles;
 mod moe_block;
 mod offload;
 mod offload_real;
+mod q40x8;
 mod reference;
 mod reference_gemma;
 mod reference_qwen;

@@ -41,11 +41,12 @@ proptest! {
     #[test]
     fn q40x8_matches_f64_and_avx2_matvec(
         groups in 1usize..7,
-        quads in 1usize..5,
+        blocks in 1usize..19,
         chunk in prop::sample::select(vec![0usize, 1, 5, 16]),
         seed in any::<u64>(),
     ) {
-        let (rows, cols) = (8 * groups, 128 * quads);
+        // Whole quads of blocks and a tail of 1-3 blocks.
+        let (rows, cols) = (8 * groups, 32 * blocks);
         let mut rng = Rng(seed);
         let data = random_matrix(WeightFormat::Q4_0, rows, cols, &mut rng);
         let w = QMatrix::new(WeightFormat::Q4_0, rows, cols, &data).unwrap();
@@ -61,7 +62,12 @@ proptest! {
 /// activations all at +32767 and all at -32767, and alternating.
 #[test]
 fn q40x8_extreme_quants_and_activations() {
-    let (rows, cols) = (16, 256);
+    for (rows, cols) in [(16, 256), (16, 224)] {
+        extreme(rows, cols);
+    }
+}
+
+fn extreme(rows: usize, cols: usize) {
     let scale = half::f16::from_f32(0.01).to_le_bytes();
     for fill in [0xFFu8, 0x00, 0xF0, 0x0F] {
         let block: Vec<u8> = scale.iter().copied().chain([fill; 16]).collect();
@@ -86,7 +92,8 @@ fn q40x8_repacks_only_its_shapes() {
     for (format, rows, cols, ok) in [
         (WeightFormat::Q4_0, 8, 128, true),
         (WeightFormat::Q4_0, 12, 128, false),
-        (WeightFormat::Q4_0, 8, 96, false),
+        (WeightFormat::Q4_0, 8, 96, true),
+        (WeightFormat::Q4_0, 8, 0, false),
         (WeightFormat::Q4_1, 8, 128, false),
         (WeightFormat::Q8_0, 8, 128, false),
     ] {
@@ -99,5 +106,79 @@ fn q40x8_repacks_only_its_shapes() {
     let p = Q40x8::repack(&w).unwrap();
     let mut y = vec![0f32; 8];
     assert!(p.matvec(&[0f32; 96], &mut y).is_err());
+    assert!(p.matvec(&[0f32; 160], &mut y).is_err());
     assert!(p.matvec(&[0f32; 128], &mut y[..7]).is_err());
+}
+
+/// `Q40x8::matvec_many` and `Q40x8::matvec_gated` on every path: bit for bit one
+/// `Q40x8::matvec_with` per matrix (and `act_mul_inplace` after the gated pair), whatever the
+/// row chunks; on AVX2 so bit for bit `matvec_many_with` and `matvec_gated_with` of the originals.
+fn check_many_and_gated(ws: &[QMatrix; 3], x: &[f32], act: Activation) -> Result<(), String> {
+    let packed: Vec<Q40x8> = ws.iter().map(|w| Q40x8::repack(w).unwrap()).collect();
+    let same = |a: &[f32], b: &[f32]| a.iter().zip(b).all(|(a, b)| a.to_bits() == b.to_bits());
+    for path in available_paths() {
+        let one: Vec<Vec<f32>> = packed
+            .iter()
+            .map(|p| {
+                let mut y = vec![f32::NAN; p.rows()];
+                p.matvec_with(path, x, &mut y).unwrap();
+                y
+            })
+            .collect();
+        let mut ys: Vec<Vec<f32>> = packed.iter().map(|p| vec![f32::NAN; p.rows()]).collect();
+        let mut outs: Vec<&mut [f32]> = ys.iter_mut().map(|y| &mut y[..]).collect();
+        let refs: Vec<&Q40x8> = packed.iter().collect();
+        Q40x8::matvec_many_with(path, &refs, x, &mut outs).map_err(|e| e.to_string())?;
+        if !ys.iter().zip(&one).all(|(a, b)| same(a, b)) {
+            return Err(format!("{path:?}: matvec_many {ys:?} vs matvec {one:?}"));
+        }
+        let mut g = vec![f32::NAN; packed[0].rows()];
+        Q40x8::matvec_gated_with(path, &packed[0], &packed[1], act, x, &mut g)
+            .map_err(|e| e.to_string())?;
+        let mut want = one[0].clone();
+        act_mul_inplace(act, &mut want, &one[1]);
+        if !same(&g, &want) {
+            return Err(format!("{path:?}: matvec_gated {g:?} vs {want:?}"));
+        }
+        if path == KernelPath::Avx2Fma {
+            let mut orig: Vec<Vec<f32>> = ws.iter().map(|w| vec![f32::NAN; w.rows()]).collect();
+            let mut outs: Vec<&mut [f32]> = orig.iter_mut().map(|y| &mut y[..]).collect();
+            let refs: Vec<&QMatrix> = ws.iter().collect();
+            matvec_many_with(path, &refs, x, &mut outs, Precision::Fast).unwrap();
+            let mut og = vec![f32::NAN; ws[0].rows()];
+            matvec_gated_with(path, &ws[0], &ws[1], act, x, 1, &mut og, Precision::Fast).unwrap();
+            if !ys.iter().zip(&orig).all(|(a, b)| same(a, b)) || !same(&g, &og) {
+                return Err(format!(
+                    "{path:?}: differs from the original matrices' products"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
+
+    #[test]
+    fn q40x8_many_and_gated_match_matvec(
+        groups in prop::array::uniform3(1usize..7),
+        blocks in 1usize..15,
+        chunk in prop::sample::select(vec![0usize, 1, 5, 16]),
+        act in prop::sample::select(vec![Activation::Silu, Activation::Relu, Activation::GeluTanh]),
+        seed in any::<u64>(),
+    ) {
+        let cols = 32 * blocks;
+        // Gate and up (0 and 1) of one shape; the third of its own.
+        let rows = [8 * groups[0], 8 * groups[0], 8 * groups[2]];
+        let mut rng = Rng(seed);
+        let data: Vec<Vec<u8>> =
+            rows.iter().map(|&r| random_matrix(WeightFormat::Q4_0, r, cols, &mut rng)).collect();
+        let ws = [0, 1, 2].map(|i| QMatrix::new(WeightFormat::Q4_0, rows[i], cols, &data[i]).unwrap());
+        let x = random_vec(cols, &mut rng);
+        set_chunk_rows(chunk);
+        let res = check_many_and_gated(&ws, &x, act);
+        set_chunk_rows(0);
+        prop_assert!(res.is_ok(), "{rows:?}x{cols}: {}", res.unwrap_err());
+    }
 }

@@ -4,6 +4,8 @@ use crate::config::Activation;
 use crate::error::{kernel, Result};
 use crate::ffn::{FfnExecutor, FfnLayer, FfnScratch};
 use crate::ops::{mm, mm_step, StepKind};
+use crate::packed::PackedLayer;
+use kernels_neon::Q40x8;
 
 /// The dense FFN: gate and up of every neuron, the activation fused with the product, down.
 pub struct DenseFfn {
@@ -19,6 +21,30 @@ impl DenseFfn {
     fn act_mul(&self, g: &mut [f32], u: &[f32]) {
         kernels_neon::act_mul_inplace(self.activation, g, u);
     }
+
+    /// [`FfnExecutor::decode`] over the layer's repacked copies where it has them (bit for bit
+    /// the same results); `g` is the gate buffer.
+    fn decode_packed(
+        &self,
+        l: FfnLayer<'_, '_>,
+        p: &PackedLayer,
+        x: &[f32],
+        g: &mut [f32],
+        out: &mut [f32],
+    ) -> Result<()> {
+        let w = l.weights;
+        match &p.gate_up {
+            Some([gate, up]) => Q40x8::matvec_gated(gate, up, self.activation, x, g),
+            None => {
+                kernels_neon::matvec_gated(&w.gate, &w.up, self.activation, x, 1, g, l.precision)
+            }
+        }
+        .map_err(kernel("ffn gate/up"))?;
+        match &p.down {
+            Some(down) => down.matvec(g, out).map_err(kernel("ffn down")),
+            None => mm(&w.down, g, 1, out, l.precision, "ffn down"),
+        }
+    }
 }
 
 impl FfnExecutor for DenseFfn {
@@ -31,6 +57,9 @@ impl FfnExecutor for DenseFfn {
     ) -> Result<()> {
         let w = l.weights;
         let (g, _) = scratch.gate_up(w.gate.rows());
+        if let Some(p) = l.packed {
+            return self.decode_packed(l, p, x, g, out);
+        }
         // One quantization of the normed vector and one parallel region for gate, up and the
         // activation.
         kernels_neon::matvec_gated(&w.gate, &w.up, self.activation, x, 1, g, l.precision)

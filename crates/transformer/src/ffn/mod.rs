@@ -23,6 +23,7 @@ use crate::error::Result;
 use crate::layer::{GatedFfn, LayerFfn};
 use crate::moe::MoeFfn;
 pub use crate::ops::StepKind;
+use crate::packed::PackedLayer;
 
 /// The layer an FFN step runs on.
 #[derive(Clone, Copy)]
@@ -36,6 +37,9 @@ pub struct FfnLayer<'a, 'w> {
     /// How the step's tokens relate: a prompt's, or one decode token of each of several sequences
     /// (then `batch` should compute each token as `decode` would; [`DenseFfn`] does, bit for bit).
     pub kind: StepKind,
+    /// The layer's repacked copies ([`crate::packed`]), for a one-token step in `Fast` where the
+    /// model has them: [`DenseFfn::decode`] takes them (bit for bit the same results).
+    pub packed: Option<&'a PackedLayer>,
 }
 
 /// A Mixture-of-Experts layer's step handed to [`FfnExecutor::moe_step`].
@@ -131,7 +135,7 @@ pub trait FfnExecutor: Send + Sync {
 /// otherwise); a Mixture-of-Experts block runs its own step ([`crate::moe::MoeFfn::step`]).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn layer_step(
-    (ffn, next): (&LayerFfn<'_>, Option<&LayerFfn<'_>>),
+    (ffn, next, packed): (&LayerFfn<'_>, Option<&LayerFfn<'_>>, Option<&PackedLayer>),
     exec: &dyn FfnExecutor,
     index: usize,
     precision: Precision,
@@ -147,6 +151,7 @@ pub(crate) fn layer_step(
                 weights,
                 precision,
                 kind,
+                packed,
             };
             if n == 1 {
                 exec.decode(at, x, out, scratch)

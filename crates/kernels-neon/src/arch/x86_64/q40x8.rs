@@ -11,7 +11,7 @@
 //!
 //! Results: per row and block the exact i32 sum times `d_w * d_x`, accumulated in the order of
 //! the one-row kernel of this path (`q40_pairs`: blocks `b % 4` in four lanes, `(A0 + A1) + (A2 +
-//! A3)` at the end), so bit for bit its result.
+//! A3)` at the end, then the last `nb % 4` blocks' sum added), so bit for bit its result.
 
 use std::arch::x86_64::*;
 
@@ -95,12 +95,7 @@ unsafe fn block_fma(group: &[u8], xq: &QActs16, corr: &[i32], b: usize, acc: __m
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn q40x8_group(group: &[u8], xq: &QActs16, corr: &[i32]) -> [f32; 8] {
     let nb = xq.d.len();
-    assert!(
-        nb % 4 == 0
-            && group.len() >= nb * GROUP_BLOCK
-            && xq.qs.len() >= nb * 32
-            && corr.len() >= nb
-    );
+    assert!(group.len() >= nb * GROUP_BLOCK && xq.qs.len() >= nb * 32 && corr.len() >= nb);
     let mut acc = [_mm256_setzero_ps(); 4];
     for q in 0..nb / 4 {
         // Block 4q + j into accumulator j, written out so that the four stay in registers.
@@ -113,7 +108,24 @@ pub(crate) unsafe fn q40x8_group(group: &[u8], xq: &QActs16, corr: &[i32]) -> [f
             *a3 = block_fma(group, xq, corr, 4 * q + 3, *a3);
         }
     }
-    let s = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
+    let mut s = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
+    if nb % 4 != 0 {
+        // The last `nb % 4` blocks as the one-row kernel's tail (`q40_tail`): per block
+        // `(d_w * d_x) * sum` (no FMA) summed from zero, added to the quads' sum at the end.
+        let mut t = _mm256_setzero_ps();
+        for b in nb - nb % 4..nb {
+            // SAFETY: b < nb: group block b, activations b*32..b*32 + 32, d[b] and corr[b] in
+            // bounds (asserted above).
+            unsafe {
+                let gp = group.as_ptr().add(b * GROUP_BLOCK);
+                let isum = block_sums(gp, xq.qs.as_ptr().add(b * 32), *corr.get_unchecked(b));
+                let dw = _mm256_cvtph_ps(_mm_loadu_si128(gp as *const __m128i));
+                let f = _mm256_mul_ps(dw, _mm256_set1_ps(*xq.d.get_unchecked(b)));
+                t = _mm256_add_ps(t, _mm256_mul_ps(f, _mm256_cvtepi32_ps(isum)));
+            }
+        }
+        s = _mm256_add_ps(s, t);
+    }
     let mut y = [0f32; 8];
     // SAFETY: 8 f32 written to an 8-element array.
     unsafe { _mm256_storeu_ps(y.as_mut_ptr(), s) };

@@ -1,0 +1,112 @@
+//! Copies of a model's dense Q4_0 matrices repacked eight rows at a time ([`Q40x8`]), made once at
+//! load for one-token decode on the AVX2 path (`Precision::Fast`), whose results they give bit for
+//! bit. The forward pass takes a copy where one exists for a step of one token in `Fast`; prompts,
+//! batched decode and every other path keep reading the file's layout. The copies' bytes are
+//! [`Packed::bytes`], for whoever counts the process's memory.
+
+use kernels_neon::{KernelPath, Precision, Q40x8, QMatrix};
+use model_format::{advise, Paging};
+
+use crate::layer::{Layer, LayerFfn};
+
+/// A layer's repacked matrices (`None`: that matrix keeps the file's layout).
+#[derive(Default)]
+pub struct PackedLayer {
+    /// The q, k and v projections, taken together only when all three are repacked.
+    pub qkv: Option<[Q40x8; 3]>,
+    /// The attention output projection.
+    pub wo: Option<Q40x8>,
+    /// A gated FFN's gate and up, taken together only when both are repacked.
+    pub gate_up: Option<[Q40x8; 2]>,
+    /// A gated FFN's down projection.
+    pub down: Option<Q40x8>,
+}
+
+/// Every layer's repacked matrices and the output projection's.
+pub struct Packed {
+    /// Per layer, in order.
+    pub layers: Vec<PackedLayer>,
+    /// The output projection (not taken while it is streamed).
+    pub output: Option<Q40x8>,
+}
+
+impl Packed {
+    /// The repacked copies of `layers` and `output`: every Q4_0 matrix whose shape the layout takes
+    /// ([`Q40x8::repack`]); the FFN of gated layers only (`ffn`). Where `mapped` (every matrix a
+    /// slice of the file's mapping), each original's pages leave the process's memory once copied
+    /// ([`Paging::Drop`]: they stay in the page cache, and a prompt step that reads them faults
+    /// them back in), so that the copies do not double what the process holds.
+    pub fn new(layers: &[Layer<'_>], output: &QMatrix<'_>, ffn: bool, mapped: bool) -> Packed {
+        let repack = |m: &QMatrix<'_>| {
+            let p = Q40x8::repack(m);
+            if mapped && p.is_some() {
+                advise(m.data(), Paging::Drop);
+            }
+            p
+        };
+        let layers = layers
+            .iter()
+            .map(|l| {
+                let qkv = [&l.wq, &l.wk, &l.wv].map(repack);
+                let (gate_up, down) = match (&l.ffn, ffn) {
+                    (LayerFfn::Gated(f), true) => {
+                        let [g, u] = [&f.gate, &f.up].map(repack);
+                        (g.zip(u).map(|(g, u)| [g, u]), repack(&f.down))
+                    }
+                    _ => (None, None),
+                };
+                PackedLayer {
+                    qkv: match qkv {
+                        [Some(q), Some(k), Some(v)] => Some([q, k, v]),
+                        _ => None,
+                    },
+                    wo: repack(&l.wo),
+                    gate_up,
+                    down,
+                }
+            })
+            .collect();
+        Packed {
+            layers,
+            output: repack(output),
+        }
+    }
+
+    /// Bytes of every copy.
+    pub fn bytes(&self) -> usize {
+        let opt = |m: &Option<Q40x8>| m.as_ref().map_or(0, Q40x8::bytes);
+        self.layers
+            .iter()
+            .map(|l| {
+                let sum = |ms: &[Q40x8]| ms.iter().map(Q40x8::bytes).sum::<usize>();
+                l.qkv.as_ref().map_or(0, |m| sum(m))
+                    + l.gate_up.as_ref().map_or(0, |m| sum(m))
+                    + opt(&l.wo)
+                    + opt(&l.down)
+            })
+            .sum::<usize>()
+            + opt(&self.output)
+    }
+
+    /// Matrices repacked.
+    pub fn count(&self) -> usize {
+        self.layers
+            .iter()
+            .map(|l| {
+                3 * usize::from(l.qkv.is_some())
+                    + 2 * usize::from(l.gate_up.is_some())
+                    + usize::from(l.wo.is_some())
+                    + usize::from(l.down.is_some())
+            })
+            .sum::<usize>()
+            + usize::from(self.output.is_some())
+    }
+}
+
+/// Whether repacked copies would be taken: the AVX2 path, `precision` `Fast`, and not turned off
+/// (`SPARROW_Q40X8=off`, for comparisons).
+pub fn applies(precision: Precision) -> bool {
+    precision == Precision::Fast
+        && kernels_neon::active_path() == KernelPath::Avx2Fma
+        && std::env::var("SPARROW_Q40X8").map_or(true, |v| v != "off")
+}
