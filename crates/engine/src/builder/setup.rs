@@ -24,7 +24,11 @@ impl EngineBuilder {
             self.setup_accel(eng, kind);
         }
         if !self.sparse && !offloaded {
-            // Dense in memory: one-token decode may read repacked copies (AVX2, `Fast`).
+            // Dense in memory with no budget: one-token decode may read repacked copies (AVX2,
+            // `Fast`); under a budget the copies' bytes are not planned for, so none is made.
+            if self.budget.process().is_some() {
+                return Ok(());
+            }
             let (n, bytes) = eng.pack_q40x8(eng.accel().is_none());
             if n > 0 {
                 self.note(&format!(
