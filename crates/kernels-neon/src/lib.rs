@@ -181,9 +181,9 @@
 //!   into a signed high and an unsigned low byte (`x = 256 hi + lo`),
 //!   the weight quants unsigned, their offsets taken back per block
 //!   (`arch/aarch64/matvec_split.rs`, `kquant_split.rs`); only the f32
-//!   order of each block's lanes differs. Exception: on the [`KernelPath::Avx2Fma`] path the
-//!   K-quants and `IQ4_XS` decode with `Int8`'s 8-bit products in `Fast` too
-//!   ([`fast_decode_int8`]), as their long prompts already did.
+//!   order of each block's lanes differs. Exception: on the [`KernelPath::Avx2Fma`] path `Q2_K`,
+//!   `Q3_K` and `IQ4_XS` decode with `Int8`'s 8-bit products in `Fast` too
+//!   ([`fast_decode_int8`]).
 //! * [`Precision::Int8`]: llama.cpp style 8-bit activations (scale
 //!   `d = amax/127`, ties to even, `s = d*sum(q)`) and 8-bit integer dot
 //!   products (`vec_dot_q4_0_q8_0` family; AVX2 `maddubs`, NEON `smull` or
@@ -563,16 +563,18 @@ fn super_scaled(format: WeightFormat) -> bool {
 }
 
 /// Whether [`Precision::Fast`] decode (`matvec`, and so `matvec_batch`, whose tokens each get
-/// `matvec`'s bits) of `format` takes `Int8`'s 8-bit activations on `path`: the K-quants and IQ4_XS
+/// `matvec`'s bits) of `format` takes `Int8`'s 8-bit activations on `path`: Q2_K, Q3_K and IQ4_XS
 /// on the AVX2 path, as llama.cpp's decode does (`vpmaddubsw`, 32 products an instruction, against
-/// 16 for the 16-bit `vpmaddwd`). Their `Fast` prompts of 32 tokens or more already took these
-/// products ([`fast_prompts_int8`]): Qwen2.5-Coder-0.5B Q4_K_M's perplexity 39.3949 against
-/// 39.3711 with 16 bits and the reference's 39.3745 (docs/benchmarks/quality.md,
-/// docs/benchmarks/dense-vs-llama.md).
+/// 16 for the 16-bit `vpmaddwd`; one activation scale per 32, as their `Int8`). Their decode on
+/// SYNTHETIC files took 1.5-1.8x less time so (docs/benchmarks/dense-vs-llama.md, 2026-12-03); no
+/// real model in these formats was measured for perplexity or greedy text. Not Q4_K/Q5_K/Q6_K: with
+/// 8 bits for them, one of Qwen2.5-Coder-0.5B Q4_K_M's 8 reference greedy continuations changed at
+/// its 9th token on this path (16 bits keep all 8, as `Fast` promises), and their decode was no
+/// faster (the 16-bit Q6_K rows are as fast as the 8-bit ones).
 #[doc(hidden)]
 pub fn fast_decode_int8(path: KernelPath, format: WeightFormat) -> bool {
     use WeightFormat::*;
-    path == KernelPath::Avx2Fma && matches!(format, Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | IQ4_XS)
+    path == KernelPath::Avx2Fma && matches!(format, Q2_K | Q3_K | IQ4_XS)
 }
 
 /// The precision of `matvec`'s products for weights of `format` on `path` in `precision`:
