@@ -134,10 +134,10 @@ impl<'w> Prepared<'w> {
         let mut forms: Vec<Vec<Acts>> = Vec::new();
         let mut which = Vec::with_capacity(ws.len());
         for w in ws {
-            match forms
-                .iter()
-                .position(|f| f.first().is_some_and(|a| a.fits(w.format(), precision)))
-            {
+            match forms.iter().position(|f| {
+                f.first()
+                    .is_some_and(|a| a.fits(path, w.format(), precision))
+            }) {
                 Some(i) => which.push(i),
                 None => {
                     which.push(forms.len());

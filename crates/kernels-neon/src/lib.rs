@@ -181,7 +181,9 @@
 //!   into a signed high and an unsigned low byte (`x = 256 hi + lo`),
 //!   the weight quants unsigned, their offsets taken back per block
 //!   (`arch/aarch64/matvec_split.rs`, `kquant_split.rs`); only the f32
-//!   order of each block's lanes differs.
+//!   order of each block's lanes differs. Exception: on the [`KernelPath::Avx2Fma`] path `Q2_K`,
+//!   `Q3_K` and `IQ4_XS` decode with `Int8`'s 8-bit products in `Fast` too
+//!   ([`fast_decode_int8`]).
 //! * [`Precision::Int8`]: llama.cpp style 8-bit activations (scale
 //!   `d = amax/127`, ties to even, `s = d*sum(q)`) and 8-bit integer dot
 //!   products (`vec_dot_q4_0_q8_0` family; AVX2 `maddubs`, NEON `smull` or
@@ -515,7 +517,10 @@ pub fn matvec_many_with(
     let mut acts: Vec<Acts> = Vec::new();
     let mut which = Vec::with_capacity(ws.len());
     for w in ws {
-        match acts.iter().position(|a| a.fits(w.format(), precision)) {
+        match acts
+            .iter()
+            .position(|a| a.fits(path, w.format(), precision))
+        {
             Some(i) => which.push(i),
             None => {
                 which.push(acts.len());
@@ -558,6 +563,31 @@ fn super_scaled(format: WeightFormat) -> bool {
     )
 }
 
+/// Whether [`Precision::Fast`] decode (`matvec`, and so `matvec_batch`, whose tokens each get
+/// `matvec`'s bits) of `format` takes `Int8`'s 8-bit activations on `path`: Q2_K, Q3_K and IQ4_XS
+/// on the AVX2 path, as llama.cpp's decode does (`vpmaddubsw`, 32 products an instruction, against
+/// 16 for the 16-bit `vpmaddwd`; one activation scale per 32, as their `Int8`). Their decode on
+/// SYNTHETIC files took 1.5-1.8x less time so (docs/benchmarks/dense-vs-llama.md, 2026-12-03); no
+/// real model in these formats was measured for perplexity or greedy text. Not Q4_K/Q5_K/Q6_K: with
+/// 8 bits for them, one of Qwen2.5-Coder-0.5B Q4_K_M's 8 reference greedy continuations changed at
+/// its 9th token on this path (16 bits keep all 8, as `Fast` promises), and their decode was no
+/// faster (the 16-bit Q6_K rows are as fast as the 8-bit ones).
+#[doc(hidden)]
+pub fn fast_decode_int8(path: KernelPath, format: WeightFormat) -> bool {
+    use WeightFormat::*;
+    path == KernelPath::Avx2Fma && matches!(format, Q2_K | Q3_K | IQ4_XS)
+}
+
+/// The precision of `matvec`'s products for weights of `format` on `path` in `precision`:
+/// `Int8` for the `Fast` ones of [`fast_decode_int8`], else `precision`.
+#[doc(hidden)]
+pub fn matvec_precision(path: KernelPath, format: WeightFormat, precision: Precision) -> Precision {
+    match precision {
+        Precision::Fast if fast_decode_int8(path, format) => Precision::Int8,
+        p => p,
+    }
+}
+
 /// Activations of one `matvec` call in the form its kernel needs.
 pub(crate) enum Acts {
     /// f32 as given (exact path, and float weight formats).
@@ -577,7 +607,7 @@ impl Acts {
         x: &[f32],
         precision: Precision,
     ) -> Self {
-        match precision {
+        match matvec_precision(path, format, precision) {
             // Hybrid rows take the f32 path in every precision (see the
             // crate docs).
             _ if !format.is_quantized() || format.is_hybrid() => Acts::F32,
@@ -591,7 +621,13 @@ impl Acts {
 
     /// Whether these activations suit weights of `format` in `precision`
     /// (so a second matrix can reuse them).
-    pub(crate) fn fits(&self, format: WeightFormat, precision: Precision) -> bool {
+    pub(crate) fn fits(
+        &self,
+        path: KernelPath,
+        format: WeightFormat,
+        precision: Precision,
+    ) -> bool {
+        let precision = matvec_precision(path, format, precision);
         matches!(
             (
                 self,

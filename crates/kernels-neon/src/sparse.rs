@@ -339,7 +339,7 @@ pub fn gate_up_sparse_with(
     }
     // Phase 2: up rows of the surviving neurons only.
     let owned;
-    let acts_u = if acts_g.fits(up.format(), precision) {
+    let acts_u = if acts_g.fits(path, up.format(), precision) {
         &acts_g
     } else {
         owned = Acts::new(path, up.format(), x, precision);
@@ -395,7 +395,7 @@ pub fn matvec_rows_prepared(
     rows: &[u32],
     y: &mut [f32],
 ) -> Result<(), KernelError> {
-    if !acts.acts.fits(w.format(), acts.precision) {
+    if !acts.acts.fits(acts.path, w.format(), acts.precision) {
         return Err(KernelError::Unsupported {
             what: "matvec_rows_prepared (activations prepared for another format)",
             format: w.format(),

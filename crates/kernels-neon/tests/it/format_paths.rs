@@ -41,10 +41,17 @@ fn mismatches(
     let wf = dequant_f64(&w);
     // Every other row, backwards: a sparse FFN's unordered subset.
     let list: Vec<u32> = (0..rows as u32).rev().step_by(2).collect();
-    let mut want = vec![0f32; rows];
-    matvec_with(KernelPath::Scalar, &w, &x, &mut want, precision).unwrap();
+    // The scalar path's products in the precision `path` takes for them (`Fast` decode on AVX2
+    // takes `Int8`'s for some formats: `matvec_precision`).
+    let scalar = |path: KernelPath| {
+        let mut want = vec![0f32; rows];
+        let p = matvec_precision(path, format, precision);
+        matvec_with(KernelPath::Scalar, &w, &x, &mut want, p).unwrap();
+        want
+    };
     let mut bad = Vec::new();
     for path in available_paths() {
+        let want = scalar(path);
         let mut y = vec![f32::NAN; rows];
         matvec_with(path, &w, &x, &mut y, precision).unwrap();
         let mut ys = vec![f32::NAN; list.len()];
@@ -70,6 +77,7 @@ fn mismatches(
     // The sparse FFN's way on the active path: activations prepared once, then several calls
     // (a neuron store's units) reusing them, each against the scalar path.
     let acts = prepare_acts(format, &x, precision);
+    let want = scalar(active_path());
     for chunk in list.chunks(3).chain([&list[..]]) {
         let mut ys = vec![f32::NAN; chunk.len()];
         matvec_rows_prepared(&acts, &w, chunk, &mut ys).unwrap();

@@ -66,7 +66,7 @@ proptest! {
             for precision in PRECISIONS {
                 let mut y = vec![f32::NAN; rows];
                 matvec_with(path, &w, &x, &mut y, precision).unwrap();
-                let eff = if format.is_quantized() { precision } else { Precision::Exact };
+                let eff = if format.is_quantized() { matvec_precision(path, format, precision) } else { Precision::Exact };
                 for r in 0..rows {
                     if let Err(e) = check(y[r], reference(&wf[r], &x), eff) {
                         prop_assert!(false, "{path:?} {format:?} {precision:?} {rows}x{cols} row {r}: {e}");
@@ -300,9 +300,11 @@ proptest! {
         let w = QMatrix::new(format, rows, cols, &data).unwrap();
         let x = random_vec(cols, &mut rng);
         let wf = dequant_f64(&w);
-        let mut ys = vec![0f32; rows];
-        matvec_with(KernelPath::Scalar, &w, &x, &mut ys, precision).unwrap();
         for path in available_paths() {
+            // The scalar path's products in the precision `path` takes for them.
+            let mut ys = vec![0f32; rows];
+            let p = matvec_precision(path, format, precision);
+            matvec_with(KernelPath::Scalar, &w, &x, &mut ys, p).unwrap();
             let mut y = vec![f32::NAN; rows];
             matvec_with(path, &w, &x, &mut y, precision).unwrap();
             for r in 0..rows {
@@ -340,7 +342,7 @@ proptest! {
                 let products = if n > 1 { tile_products(path, format, precision, n) } else { None };
                 let int_tile = products.is_some();
                 let eff = if n == 1 && format.is_quantized() {
-                    precision
+                    matvec_precision(path, format, precision)
                 } else {
                     products.unwrap_or(Precision::Exact)
                 };

@@ -69,9 +69,13 @@ proptest! {
         let wf = dequant_f64(&w);
         set_chunk_rows(chunk);
         for precision in PRECISIONS {
-            let eff = if format.is_quantized() { precision } else { Precision::Exact };
-            let mut ys = vec![f32::NAN; rows.len()];
-            matvec_rows_with(KernelPath::Scalar, &w, &rows, &x, &mut ys, precision).unwrap();
+            let eff = |path| if format.is_quantized() { matvec_precision(path, format, precision) } else { Precision::Exact };
+            // The scalar path's products in the precision `path` takes for them.
+            let scalar = |path| {
+                let mut ys = vec![f32::NAN; rows.len()];
+                matvec_rows_with(KernelPath::Scalar, &w, &rows, &x, &mut ys, eff(path)).unwrap();
+                ys
+            };
             // Prepared once, on the active path: bit-identical to matvec_rows.
             let (mut yp, mut ya) = (vec![f32::NAN; rows.len()], vec![f32::NAN; rows.len()]);
             matvec_rows_prepared(&prepare_acts(format, &x, precision), &w, &rows, &mut yp).unwrap();
@@ -79,11 +83,12 @@ proptest! {
             prop_assert_eq!(yp.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), ya.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
                 "prepared {:?} {:?}", format, precision);
             for path in available_paths() {
+                let ys = scalar(path);
                 let mut y = vec![f32::NAN; rows.len()];
                 matvec_rows_with(path, &w, &rows, &x, &mut y, precision).unwrap();
                 for (i, &r) in rows.iter().enumerate() {
                     let refv = reference(&wf[r as usize], &x);
-                    if let Err(e) = check(y[i], refv, eff) {
+                    if let Err(e) = check(y[i], refv, eff(path)) {
                         prop_assert!(false, "{path:?} {format:?} {precision:?} {nrows}x{cols} i={i} row {r}: {e}");
                     }
                     prop_assert!((y[i] - ys[i]).abs() as f64 <= 1e-5 * refv.1 + 1e-6,

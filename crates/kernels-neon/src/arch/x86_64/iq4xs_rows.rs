@@ -17,22 +17,22 @@
 //! they come ([`sum_pairs`], [`sum_quads`], as Q4_K): one conversion and one FMA per
 //! super-block and row instead of 8 of each and their broadcasts.
 //!
-//! 8-bit activations ([`Precision::Int8`](crate::Precision::Int8)), [`iq4xs_rows`]: in element
-//! order, into `maddubs_epi16` as llama.cpp does: `|v|` unsigned, the activations carrying `v`'s
-//! sign.
+//! 8-bit activations ([`Precision::Int8`](crate::Precision::Int8), and `Fast` decode on AVX2),
+//! [`iq4xs_rows`]: in element order, the same loads and reductions, the products by
+//! `maddubs_epi16` as llama.cpp does: `|v|` unsigned, the activations carrying `v`'s sign.
 
 use std::arch::x86_64::*;
 
 use super::kquant_rows::{prefetch_block, sub_block_sums, sum_pairs, sum_quads};
-use super::simd::{acts_block32, hsum, iq4nl_values32};
+use super::simd::hsum;
 use crate::arch::drivers::RowDots;
 
-/// IQ4_XS dot of `R` rows with 8-bit activations at `x` in element order and scales `d`.
+/// IQ4_XS dot of `R` rows with 8-bit activations at `x` in element order and scales `d`: as
+/// [`iq4xs_i16_rows`], two sub-blocks per load and their sums reduced together, the products by
+/// `maddubs` (`|v|` unsigned, the activations carrying `v`'s sign, as llama.cpp does).
 ///
 /// # Safety
 /// AVX2/FMA/F16C present; `x` points at `x_len` readable activation quants.
-// `i` indexes several per-row arrays at once.
-#[allow(clippy::needless_range_loop)]
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn iq4xs_rows<const R: usize>(
@@ -44,42 +44,59 @@ unsafe fn iq4xs_rows<const R: usize>(
     let nsb = d.len() / 8;
     let bb = 136;
     assert!(rows.iter().all(|r| r.len() >= nsb * bb) && x_len >= nsb * 256);
-    let ones = _mm256_set1_epi16(1);
-    let mut acc = [[_mm256_setzero_ps(); 2]; R];
+    // SAFETY: the table is 16 readable bytes.
+    let kv = unsafe { _mm_loadu_si128(tensor_types::IQ4NL_VALUES.as_ptr() as *const __m128i) };
+    let (tab, m4, ones) = (
+        _mm256_broadcastsi128_si256(kv),
+        _mm256_set1_epi8(0x0F),
+        _mm256_set1_epi16(1),
+    );
+    let mut acc = [_mm256_setzero_ps(); R];
     for sb in 0..nsb {
-        let mut blk = [&rows[0][..0]; R];
-        let mut scale = [[0f32; 8]; R];
-        // SAFETY: sb < nsb: super-block sb of every row (bb bytes at sb*bb)
-        // and scales sb*8 .. sb*8 + 8 are in bounds (asserted above).
+        // SAFETY: sb < nsb: super-block sb of every row (bytes sb*bb .. (sb+1)*bb; the nibbles
+        // of sub-blocks 2g, 2g + 1 are bytes 8 + 32g .. 40 + 32g <= 136), activations
+        // sb*256 .. sb*256 + 256 <= x_len and scales sb*8 .. sb*8 + 8 are in bounds (asserted).
         unsafe {
+            let xp = x.add(sb * 256);
             let dx = _mm256_loadu_ps(d.as_ptr().add(sb * 8));
-            for i in 0..R {
-                blk[i] = &rows[i][sb * bb..(sb + 1) * bb];
-                prefetch_block::<R>(blk[i].as_ptr(), bb);
-                let dl = crate::scalar::iq4xs_scales(blk[i]);
-                let f = _mm256_mul_ps(_mm256_loadu_ps(dl.as_ptr()), dx);
-                _mm256_storeu_ps(scale[i].as_mut_ptr(), f);
-            }
-        }
-        for j in 0..8 {
-            let e = sb * 256 + 32 * j;
-            // SAFETY: the nibbles of sub-block j are bytes 8+16j .. 24+16j
-            // <= 136 = bb of each block; activation elements e .. e + 32 <=
-            // nsb*256 <= x_len (asserted above).
-            unsafe {
-                let (x0, _) = acts_block32::<true>(x, e);
+            let blk: [*const u8; R] = std::array::from_fn(|i| rows[i].as_ptr().add(sb * bb));
+            let scale: [__m256; R] = std::array::from_fn(|i| {
+                prefetch_block::<R>(blk[i], bb);
+                iq4xs_scales8(blk[i], dx)
+            });
+            let mut pairs = [[_mm256_setzero_si256(); 2]; R];
+            let mut quads = [[_mm256_setzero_si256(); 2]; R];
+            for g in 0..4 {
+                let x0 = _mm256_loadu_si256(xp.add(64 * g) as *const __m256i);
+                let x1 = _mm256_loadu_si256(xp.add(64 * g + 32) as *const __m256i);
                 for i in 0..R {
-                    let v = iq4nl_values32(blk[i].as_ptr().add(8 + 16 * j));
+                    let raw = _mm256_loadu_si256(blk[i].add(8 + 32 * g) as *const __m256i);
+                    let (lo, hi) = (
+                        _mm256_and_si256(raw, m4),
+                        _mm256_and_si256(_mm256_srli_epi16::<4>(raw), m4),
+                    );
+                    let va = _mm256_shuffle_epi8(tab, _mm256_permute2x128_si256::<0x20>(lo, hi));
+                    let vb = _mm256_shuffle_epi8(tab, _mm256_permute2x128_si256::<0x31>(lo, hi));
                     // |v|, |q_x| <= 127: a maddubs pair is at most 32258, below 2^15.
-                    let p = _mm256_maddubs_epi16(_mm256_abs_epi8(v), _mm256_sign_epi8(x0, v));
-                    let isum = _mm256_madd_epi16(p, ones);
-                    let f = _mm256_broadcast_ss(&scale[i][j]);
-                    acc[i][j & 1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), f, acc[i][j & 1]);
+                    let pa =
+                        _mm256_maddubs_epi16(_mm256_sign_epi8(va, va), _mm256_sign_epi8(x0, va));
+                    let pb =
+                        _mm256_maddubs_epi16(_mm256_sign_epi8(vb, vb), _mm256_sign_epi8(x1, vb));
+                    let (pa, pb) = (_mm256_madd_epi16(pa, ones), _mm256_madd_epi16(pb, ones));
+                    pairs[i][g % 2] = sum_pairs(pa, pb);
+                    if g % 2 == 1 {
+                        quads[i][g / 2] = sum_quads(pairs[i][0], pairs[i][1]);
+                    }
                 }
+            }
+            for i in 0..R {
+                // Lane j: sub-block j's exact sum (below 2^21), times `(d * (ls_j - 32)) * d_x`.
+                let isum = sub_block_sums(quads[i]);
+                acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), scale[i], acc[i]);
             }
         }
     }
-    std::array::from_fn(|i| hsum(_mm256_add_ps(acc[i][0], acc[i][1])))
+    std::array::from_fn(|i| hsum(acc[i]))
 }
 
 /// `(d * (ls_j - 32)) * d_x[j]` for the 8 sub-blocks of the IQ4_XS super-block at `p` (the
