@@ -22,6 +22,7 @@ pub const INPUT_FLAGS: &[&str] = &[
     "corpus",
     "text",
     "prompts",
+    "measure_speculation",
     "file",
     "offload",
     "device",

@@ -127,38 +127,19 @@ fn calibrate_plan_and_apply() {
     )
     .unwrap();
     let measured = dir.join("measured.plan");
-    let out = ok(&[
-        "plan",
-        "-m",
-        &model,
-        "--device",
-        dev,
-        "--memory-budget",
-        "64M",
-        "--ctx",
-        "512",
-        "-o",
-        measured.to_str().unwrap(),
-        "--json",
-        "--measure-speculation",
-        prompts.to_str().unwrap(),
-        "--measure-tokens",
-        "16",
-    ]);
+    let args = format!(
+        "plan -m {model} --device {dev} --memory-budget 64M --ctx 512 -o {} --json --measure-speculation {} --measure-tokens 16",
+        measured.display(),
+        prompts.display()
+    );
+    let out = ok(&args.split(' ').collect::<Vec<_>>());
     let err = String::from_utf8_lossy(&out.stderr);
     let line = err
         .lines()
         .find(|l| l.contains("prompt lookup on ") && l.contains("(2 of 2 prompts fit the context)"))
         .unwrap_or_else(|| panic!("{err}"));
-    let pct: f64 = line
-        .split("): ")
-        .nth(1)
-        .unwrap()
-        .split('%')
-        .next()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let pct = line.split("): ").nth(1).and_then(|r| r.split('%').next());
+    let pct: f64 = pct.unwrap().parse().unwrap();
     let m: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let spec = &m["speculation"];
     if spec["source"] != "off" {
@@ -168,6 +149,7 @@ fn calibrate_plan_and_apply() {
         assert!((100.0 * a - pct).abs() <= 0.5, "{line} {spec}");
     }
     // The prompts are an input: never an output.
+    let p_in = prompts.to_str().unwrap();
     let out = sparrow(&[
         "plan",
         "-m",
@@ -175,9 +157,9 @@ fn calibrate_plan_and_apply() {
         "--device",
         dev,
         "-o",
-        prompts.to_str().unwrap(),
+        p_in,
         "--measure-speculation",
-        prompts.to_str().unwrap(),
+        p_in,
     ]);
     assert!(!out.status.success());
     assert!(std::fs::read_to_string(&prompts)
