@@ -2,7 +2,8 @@
 //! eight blocks, its pairs after them and an odd last block (`arch/x86_64/q40_512.rs`; every path
 //! runs them): `matvec` within the Fast bound of `props.rs` against float64, listed rows
 //! (`matvec_rows`) and batched tokens (`matvec_batch`, 1 to 19 tokens: the batch kernel's 8, 4, 2
-//! and 1 at a time) bit for bit `matvec`'s.
+//! and 1 at a time) bit for bit `matvec`'s. Rows of 126-131 blocks as well: a dense matrix's rows
+//! of 128 blocks or more go four a step.
 
 use crate::common;
 
@@ -16,7 +17,7 @@ proptest! {
     #[test]
     fn q4_0_fast_decode_long_rows_batch_and_lists_equal_matvec(
         rows in 1usize..24,
-        blocks in 1usize..40,
+        blocks in prop_oneof![1usize..40, 126usize..132],
         n in 1usize..20,
         list_seed in any::<u64>(),
         seed in any::<u64>(),
