@@ -46,6 +46,9 @@ fn main() {
             "q2_k" => WeightFormat::Q2_K,
             "q3_k" => WeightFormat::Q3_K,
             "iq4_xs" => WeightFormat::IQ4_XS,
+            "f16" => WeightFormat::F16,
+            "f32" => WeightFormat::F32,
+            "bf16" => WeightFormat::BF16,
             other => panic!("unknown format `{other}`"),
         })
         .collect();
