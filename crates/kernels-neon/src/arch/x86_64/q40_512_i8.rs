@@ -77,15 +77,22 @@ impl Q40Bytes {
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw")]
 unsafe fn nibbles_quad(p: *const u8) -> (__m512i, __m512i) {
-    // SAFETY: bytes 2..18 of each of the four blocks at `p` are readable (contract).
+    let v: __m512i;
+    // SAFETY: bytes 2..18 of each of the four blocks at `p` are readable (contract); AVX-512F
+    // present. Written out (inline asm): LLVM turns the intrinsics' loads and inserts into eight
+    // 8-byte loads and their shuffles.
     unsafe {
-        let at = |h: usize| _mm_loadu_si128(p.add(h * BB + 2) as *const __m128i);
-        let v = _mm512_castsi128_si512(at(0));
-        let v = _mm512_inserti32x4::<1>(v, at(1));
-        let v = _mm512_inserti32x4::<2>(v, at(2));
-        let v = _mm512_inserti32x4::<3>(v, at(3));
-        split(v)
+        std::arch::asm!(
+            "vmovdqu {v:x}, xmmword ptr [{p} + 2]",
+            "vinserti32x4 {v}, {v}, xmmword ptr [{p} + 20], 1",
+            "vinserti32x4 {v}, {v}, xmmword ptr [{p} + 38], 2",
+            "vinserti32x4 {v}, {v}, xmmword ptr [{p} + 56], 3",
+            p = in(reg) p,
+            v = out(zmm_reg) v,
+            options(pure, readonly, nostack, preserves_flags),
+        );
     }
+    split(v)
 }
 
 /// [`nibbles_quad`] of the `k < 4` blocks at `p` (zeros for the others).
