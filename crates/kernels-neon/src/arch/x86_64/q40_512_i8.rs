@@ -18,6 +18,7 @@
 
 use std::arch::x86_64::*;
 
+use super::q40_512::scales8;
 use super::simd::{f16_at, hsum, prefetch_distance};
 use crate::quant::QActs;
 use crate::QMatrix;
@@ -123,67 +124,6 @@ fn split(v: __m512i) -> (__m512i, __m512i) {
     )
 }
 
-/// Word indices into two registers of 32 words each (`vpermt2w`) of the quants of four blocks of a
-/// group of eight (144 bytes, 72 words; block `h`'s 16 quant bytes are its words `9h + 1 .. 9h +
-/// 9`): blocks 0..4 from words 0..64 of the group, blocks 4..8 from words 32..64 and 40..72.
-const fn quant_words(first: usize) -> [u16; 32] {
-    let mut out = [0u16; 32];
-    let mut k = 0;
-    while k < 32 {
-        let w = 9 * (first + k / 8) + 1 + k % 8;
-        out[k] = if first == 0 {
-            w
-        } else if w < 64 {
-            w - 32
-        } else {
-            w - 8
-        } as u16;
-        k += 1;
-    }
-    out
-}
-
-/// [`quant_words`] of blocks 0..4 and 4..8.
-const QUAD0: [u16; 32] = quant_words(0);
-const QUAD1: [u16; 32] = quant_words(4);
-/// Words 0, 9, .., 63 (the eight f16 scales of a group), then anything.
-const SCALES: [u16; 32] = {
-    let mut out = [0u16; 32];
-    let mut k = 0;
-    while k < 8 {
-        out[k] = 9 * k as u16;
-        k += 1;
-    }
-    out
-};
-
-/// The eight scales (f32) of the group of eight blocks at `p`, and the quant bytes of its blocks
-/// 0..4 and 4..8 (block `h` of each in 128-bit lane `h`): three 64-byte loads (bytes 0..128 and
-/// 80..144) and three word permutations (`words`: [`QUAD0`], [`QUAD1`], [`SCALES`]), against
-/// eight loads and six inserts.
-///
-/// # Safety
-/// AVX-512F/BW present; eight whole blocks (144 bytes) readable at `p`.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw")]
-unsafe fn group8(p: *const u8, words: &[__m512i; 3]) -> (__m256, [__m512i; 2]) {
-    // SAFETY: the loads read bytes 0..144 at `p` (contract).
-    unsafe {
-        let a = _mm512_loadu_si512(p as *const _);
-        let b = _mm512_loadu_si512(p.add(64) as *const _);
-        let c = _mm512_loadu_si512(p.add(80) as *const _);
-        let h = _mm512_permutex2var_epi16(a, words[2], b);
-        let dw = _mm256_cvtph_ps(_mm512_castsi512_si128(h));
-        (
-            dw,
-            [
-                _mm512_permutex2var_epi16(a, words[0], b),
-                _mm512_permutex2var_epi16(b, words[1], c),
-            ],
-        )
-    }
-}
-
 /// Lane `l` takes element `4j + l / 4` of eight scales.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw")]
@@ -253,25 +193,15 @@ unsafe fn dots_ahead<const R: usize, const T: usize>(
                 && x.d.len() >= nb.next_multiple_of(8))
     );
     let picks = [pick(0), pick(1)];
-    // SAFETY: the three arrays are 64 bytes each.
-    let words =
-        unsafe { [QUAD0, QUAD1, SCALES].map(|w| _mm512_loadu_si512(w.as_ptr() as *const _)) };
-    // Two accumulators a row and token, even and odd fours of blocks: two FMA chains.
-    let mut acc = [[[_mm512_setzero_ps(); 2]; T]; R];
+    let mut acc = [[_mm512_setzero_ps(); T]; R];
     let groups = nb / 8;
     // SAFETY: every block read below is below `nb`, every four blocks' activations below
     // `nb.div_ceil(4)` and every scale group below `nb / 8`, inside the asserted lengths.
     unsafe {
         for g in 0..groups {
             let mut s = [[_mm256_setzero_ps(); T]; R];
-            let mut q = [[_mm512_setzero_si512(); 2]; R];
             for i in 0..R {
-                let p = rows[i].as_ptr().add(g * 8 * BB);
-                // Prefetch hint (never faults; wrapping_add keeps it UB-free).
-                _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(ahead) as *const i8);
-                _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(ahead + 64) as *const i8);
-                let (dw, qi) = group8(p, &words);
-                q[i] = qi;
+                let dw = scales8(rows[i].as_ptr().add(g * 8 * BB));
                 for t in 0..T {
                     s[i][t] = _mm256_mul_ps(dw, _mm256_loadu_ps(xs[t].d.as_ptr().add(g * 8)));
                 }
@@ -279,12 +209,14 @@ unsafe fn dots_ahead<const R: usize, const T: usize>(
             for (j, pk) in picks.iter().enumerate() {
                 let quad = g * 2 + j;
                 for i in 0..R {
-                    let (lo, hi) = split(q[i][j]);
+                    let p = rows[i].as_ptr().add(quad * 4 * BB);
+                    // Prefetch hint (never faults; wrapping_add keeps it UB-free).
+                    _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(ahead) as *const i8);
+                    let (lo, hi) = nibbles_quad(p);
                     for t in 0..T {
                         let isum = quad_sum(xs[t], quad, lo, hi);
                         let scale = _mm512_permutexvar_ps(*pk, _mm512_castps256_ps512(s[i][t]));
-                        let a = &mut acc[i][t][j];
-                        *a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale, *a);
+                        acc[i][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale, acc[i][t]);
                     }
                 }
             }
@@ -307,8 +239,7 @@ unsafe fn dots_ahead<const R: usize, const T: usize>(
                     }
                     let isum = quad_sum(xs[t], b / 4, lo, hi);
                     let scale = _mm512_loadu_ps(sc.as_ptr());
-                    let a = &mut acc[i][t][b / 4 % 2];
-                    *a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale, *a);
+                    acc[i][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale, acc[i][t]);
                 }
             }
             b += k;
@@ -316,7 +247,7 @@ unsafe fn dots_ahead<const R: usize, const T: usize>(
     }
     std::array::from_fn(|i| {
         std::array::from_fn(|t| {
-            let a = _mm512_add_ps(acc[i][t][0], acc[i][t][1]);
+            let a = acc[i][t];
             let lo = _mm512_castps512_ps256(a);
             let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(a)));
             hsum(_mm256_add_ps(lo, hi))
