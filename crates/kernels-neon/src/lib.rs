@@ -573,8 +573,8 @@ fn super_scaled(format: WeightFormat) -> bool {
 /// its 9th token on this path (16 bits keep all 8, as `Fast` promises), and their decode was no
 /// faster (the 16-bit Q6_K rows are as fast as the 8-bit ones). And Q4_0 on the AVX-512 path
 /// (`vpdpbusd`, 64 products an instruction, against 32 for `vpdpwssd`): the SYNTHETIC
-/// OLMoE-shaped 4-layer decode at 2 threads ran 1.1-1.6x faster (docs/benchmarks/moe.md,
-/// 2026-12-03), the 7B-shaped one 0.9-1.0x; no real Q4_0 model was checked for greedy text.
+/// OLMoE-shaped 4-layer decode ran 1.3-1.5x faster in the quieter rounds (docs/benchmarks/moe.md,
+/// 2026-12-03), the 7B-shaped one 0.97-1.28x; no real Q4_0 model was checked for greedy text.
 #[doc(hidden)]
 pub fn fast_decode_int8(path: KernelPath, format: WeightFormat) -> bool {
     use WeightFormat::*;
