@@ -210,12 +210,14 @@ impl Ready<'_> {
         let (w, f, cols) = (self.p.ws[i], self.p.which[i], self.p.cols);
         match &self.i16s[f] {
             Some(qs) => arch::matvec_i16_batch(self.path, w, r0, qs, outs),
-            None => {
-                for (t, ys) in outs.iter_mut().enumerate() {
-                    let xt = &x[t * cols..(t + 1) * cols];
-                    self.p.forms[f][t].run(self.path, w, arch::Rows::From(r0), xt, ys);
-                }
-            }
+            None => Acts::run_tokens(
+                &self.p.forms[f],
+                self.path,
+                w,
+                r0,
+                &x[..outs.len() * cols],
+                outs,
+            ),
         }
     }
 }

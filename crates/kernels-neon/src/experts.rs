@@ -5,8 +5,9 @@
 //! [`crate::matmul`] / [`crate::matvec`] run one expert at a time, bit for bit (the scheduling
 //! differs: no fork and join per expert and matrix), but that a prompt's group of fewer than
 //! [`crate::INT_TILE_MIN_TOKENS`] tokens in [`Precision::Fast`] takes the decode kernels, as a
-//! batched decode step does ([`crate::matvec_batch`]: 16-bit activations, each block's weights
-//! unpacked once for the group) rather than `matmul`'s f32 tile, unless `SPARROW_MOE_GROUPS=tile`.
+//! batched decode step does ([`crate::matvec_batch`]: `Fast` decode's activations, each block's
+//! weights unpacked once for the group) rather than `matmul`'s f32 tile, unless
+//! `SPARROW_MOE_GROUPS=tile`.
 
 use rayon::prelude::*;
 

@@ -182,8 +182,8 @@
 //!   the weight quants unsigned, their offsets taken back per block
 //!   (`arch/aarch64/matvec_split.rs`, `kquant_split.rs`); only the f32
 //!   order of each block's lanes differs. Exception: on the [`KernelPath::Avx2Fma`] path `Q2_K`,
-//!   `Q3_K` and `IQ4_XS` decode with `Int8`'s 8-bit products in `Fast` too
-//!   ([`fast_decode_int8`]).
+//!   `Q3_K` and `IQ4_XS`, and on [`KernelPath::Avx512`] `Q4_0`, decode with `Int8`'s 8-bit
+//!   products in `Fast` too ([`fast_decode_int8`]).
 //! * [`Precision::Int8`]: llama.cpp style 8-bit activations (scale
 //!   `d = amax/127`, ties to even, `s = d*sum(q)`) and 8-bit integer dot
 //!   products (`vec_dot_q4_0_q8_0` family; AVX2 `maddubs`, NEON `smull` or
@@ -571,11 +571,15 @@ fn super_scaled(format: WeightFormat) -> bool {
 /// real model in these formats was measured for perplexity or greedy text. Not Q4_K/Q5_K/Q6_K: with
 /// 8 bits for them, one of Qwen2.5-Coder-0.5B Q4_K_M's 8 reference greedy continuations changed at
 /// its 9th token on this path (16 bits keep all 8, as `Fast` promises), and their decode was no
-/// faster (the 16-bit Q6_K rows are as fast as the 8-bit ones).
+/// faster (the 16-bit Q6_K rows are as fast as the 8-bit ones). And Q4_0 on the AVX-512 path
+/// (`vpdpbusd`, 64 products an instruction, against 32 for `vpdpwssd`): the SYNTHETIC
+/// OLMoE-shaped 4-layer decode ran 1.3-1.5x faster in the quieter rounds (docs/benchmarks/moe.md,
+/// 2026-12-03), the 7B-shaped one 0.97-1.28x; no real Q4_0 model was checked for greedy text.
 #[doc(hidden)]
 pub fn fast_decode_int8(path: KernelPath, format: WeightFormat) -> bool {
     use WeightFormat::*;
-    path == KernelPath::Avx2Fma && matches!(format, Q2_K | Q3_K | IQ4_XS)
+    (path == KernelPath::Avx2Fma && matches!(format, Q2_K | Q3_K | IQ4_XS))
+        || (path == KernelPath::Avx512 && format == Q4_0)
 }
 
 /// The precision of `matvec`'s products for weights of `format` on `path` in `precision`:
@@ -595,8 +599,9 @@ pub(crate) enum Acts {
     /// 16-bit quantized ([`Precision::Fast`]), and what the path derives from them once
     /// (`arch::Prep16`).
     I16(QActs16, arch::Prep16),
-    /// 8-bit quantized ([`Precision::Int8`]).
-    I8(QActs),
+    /// 8-bit quantized ([`Precision::Int8`]), and what the path derives from them once
+    /// (`arch::Prep8`).
+    I8(QActs, arch::Prep8),
 }
 
 impl Acts {
@@ -613,9 +618,14 @@ impl Acts {
             _ if !format.is_quantized() || format.is_hybrid() => Acts::F32,
             Precision::Exact => Acts::F32,
             Precision::Fast => Acts::I16(QActs16::quantize(path, x), arch::Prep16::default()),
-            Precision::Int8 if super_scaled(format) => Acts::I8(QActs::quantize_super(path, x)),
-            Precision::Int8 => Acts::I8(QActs::quantize(path, x)),
-            Precision::Ggml => Acts::I8(QActs::quantize_ggml(path, format, x)),
+            Precision::Int8 if super_scaled(format) => {
+                Acts::I8(QActs::quantize_super(path, x), arch::Prep8::default())
+            }
+            Precision::Int8 => Acts::I8(QActs::quantize(path, x), arch::Prep8::default()),
+            Precision::Ggml => Acts::I8(
+                QActs::quantize_ggml(path, format, x),
+                arch::Prep8::default(),
+            ),
         }
     }
 
@@ -637,10 +647,12 @@ impl Acts {
             (Acts::F32, false, _)
                 | (Acts::F32, true, Precision::Exact)
                 | (Acts::I16(..), true, Precision::Fast)
-                | (Acts::I8(_), true, Precision::Int8 | Precision::Ggml)
+                | (Acts::I8(..), true, Precision::Int8 | Precision::Ggml)
         ) && match self {
-            Acts::I8(q) if precision == Precision::Ggml => q.per_super == quant::ggml_super(format),
-            Acts::I8(q) => q.per_super == super_scaled(format),
+            Acts::I8(q, _) if precision == Precision::Ggml => {
+                q.per_super == quant::ggml_super(format)
+            }
+            Acts::I8(q, _) => q.per_super == super_scaled(format),
             _ => true,
         }
     }
@@ -657,7 +669,42 @@ impl Acts {
         match self {
             Acts::F32 => arch::matvec_exact(path, w, sel, x, ys),
             Acts::I16(q, prep) => arch::matvec_i16(path, w, sel, q, prep, ys),
-            Acts::I8(q) => arch::matvec_int8(path, w, sel, q, ys),
+            Acts::I8(q, prep) => arch::matvec_int8(path, w, sel, q, prep, ys),
+        }
+    }
+
+    /// `outs[t][i] = dot(W[r0 + i], x_t)` for the tokens' activations `acts` (`x` their f32
+    /// activations, token-major): the path's 8-bit batch kernel where it has one for `w`
+    /// (`arch::matvec_int8_batch`, each token bit for bit [`Acts::run`]'s), else `run` per token.
+    pub(crate) fn run_tokens(
+        acts: &[Acts],
+        path: KernelPath,
+        w: &QMatrix,
+        r0: usize,
+        x: &[f32],
+        outs: &mut [&mut [f32]],
+    ) {
+        let i8s: Option<Vec<(&QActs, &arch::Prep8)>> = acts
+            .iter()
+            .map(|a| match a {
+                Acts::I8(q, p) => Some((q, p)),
+                _ => None,
+            })
+            .collect();
+        if let Some(q) = i8s.filter(|q| q.len() > 1) {
+            if arch::matvec_int8_batch(path, w, r0, &q, outs) {
+                return;
+            }
+        }
+        let cols = w.cols();
+        for (t, (a, ys)) in acts.iter().zip(outs.iter_mut()).enumerate() {
+            a.run(
+                path,
+                w,
+                arch::Rows::From(r0),
+                &x[t * cols..(t + 1) * cols],
+                ys,
+            );
         }
     }
 }

@@ -149,13 +149,8 @@ impl Product {
                 }
             }
             Product::PerToken(acts) => {
-                for ((a, xt), ys) in acts
-                    .iter()
-                    .zip(x.chunks_exact(cols))
-                    .zip(out.chunks_mut(nr))
-                {
-                    a.run(path, w, arch::Rows::From(r0), xt, ys);
-                }
+                let mut outs: Vec<&mut [f32]> = out.chunks_mut(nr).collect();
+                Acts::run_tokens(acts, path, w, r0, x, &mut outs);
             }
             Product::Int8(acts) => {
                 out.fill(0.0);
@@ -198,7 +193,7 @@ fn pad_odd(path: KernelPath, formats: &[WeightFormat], n: usize) -> bool {
 }
 
 /// Whether a prompt's groups of fewer than [`INT_TILE_MIN_TOKENS`] tokens in [`Precision::Fast`]
-/// take the decode kernels (16-bit activations, [`crate::matvec_batch`]'s kernel) rather than
+/// take the decode kernels (`Fast` decode's activations, [`crate::matvec_batch`]'s kernel) rather than
 /// [`crate::matmul`]'s f32 tile: unless `SPARROW_MOE_GROUPS=tile` (read once).
 fn small_groups_batched() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();

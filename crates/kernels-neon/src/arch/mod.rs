@@ -287,20 +287,34 @@ pub(crate) fn matvec_exact(
     }
 }
 
-/// Quantized weights × 8-bit activations ([`Precision::Int8`](crate::Precision::Int8)).
+/// What a path derives from one token's 8-bit activations for its kernels, made at most once per
+/// [`crate::Acts`] (on its first use) and shared by every work item and call that uses them: on
+/// x86_64, the activations in the order of [`KernelPath::Avx512`]'s Q4_0 kernel. Empty elsewhere.
+#[derive(Default)]
+pub(crate) struct Prep8 {
+    #[cfg(target_arch = "x86_64")]
+    q40: std::sync::OnceLock<x86_64::Q40Bytes>,
+}
+
+/// Quantized weights × 8-bit activations ([`Precision::Int8`](crate::Precision::Int8)); `prep`
+/// belongs to `xq` (made for it, or new).
 pub(crate) fn matvec_int8(
     path: KernelPath,
     w: &QMatrix<'_>,
     sel: Rows<'_>,
     xq: &QActs,
+    prep: &Prep8,
     y: &mut [f32],
 ) {
     match path {
         #[cfg(target_arch = "x86_64")]
         KernelPath::Avx2Fma | KernelPath::Avx512 => {
+            let wide = path == KernelPath::Avx512;
+            let q40 = (wide && w.format() == WeightFormat::Q4_0 && !xq.per_super)
+                .then(|| prep.q40.get_or_init(|| x86_64::Q40Bytes::new(xq)));
             // SAFETY: the path was checked available (AVX2/FMA/F16C present, and AVX-512F/BW/VNNI
-            // on the Avx512 path).
-            unsafe { x86_64::matvec_int8(w, sel, xq, y, path == KernelPath::Avx512) }
+            // on the Avx512 path); `q40` is made from `xq`.
+            unsafe { x86_64::matvec_int8(w, sel, xq, y, wide, q40) }
         }
         #[cfg(target_arch = "aarch64")]
         KernelPath::Neon => {
@@ -313,8 +327,39 @@ pub(crate) fn matvec_int8(
             // path is only selected after run-time detection of dotprod.
             unsafe { aarch64::matvec_int8(w, sel, xq, y, true) }
         }
-        _ => scalar::matvec_int8(w, sel, xq, y),
+        _ => {
+            let _ = prep;
+            scalar::matvec_int8(w, sel, xq, y)
+        }
     }
+}
+
+/// Rows `r0 .. r0 + ys[t].len()` of `w` times each token's 8-bit activations `xqs[t]` (with its
+/// [`Prep8`]) by a batch kernel that reads each row once for several tokens, each token's result
+/// bit for bit [`matvec_int8`]'s: `false` (nothing done) where the path has none for `w`'s format
+/// (it has one for Q4_0 on [`KernelPath::Avx512`]).
+pub(crate) fn matvec_int8_batch(
+    path: KernelPath,
+    w: &QMatrix<'_>,
+    r0: usize,
+    xqs: &[(&QActs, &Prep8)],
+    ys: &mut [&mut [f32]],
+) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if path == KernelPath::Avx512
+        && w.format() == WeightFormat::Q4_0
+        && xqs.iter().all(|(q, _)| !q.per_super)
+    {
+        let xs: Vec<&x86_64::Q40Bytes> = xqs
+            .iter()
+            .map(|(q, p)| p.q40.get_or_init(|| x86_64::Q40Bytes::new(q)))
+            .collect();
+        // SAFETY: the path was checked available (AVX2/FMA/F16C and AVX-512F/BW/VNNI present).
+        unsafe { x86_64::q40_int8_batch(w, r0, &xs, ys) };
+        return true;
+    }
+    let _ = (path, w, r0, xqs, ys);
+    false
 }
 
 /// What a path derives from one token's 16-bit activations for its kernels, made at most once per

@@ -1,9 +1,11 @@
-//! Q4_0 decode products in `Fast` over rows long enough for the AVX-512 kernel's whole groups of
-//! eight blocks, its pairs after them and an odd last block (`arch/x86_64/q40_512.rs`; every path
-//! runs them): `matvec` within the Fast bound of `props.rs` against float64, listed rows
-//! (`matvec_rows`) and batched tokens (`matvec_batch`, 1 to 19 tokens: the batch kernel's 8, 4, 2
-//! and 1 at a time) bit for bit `matvec`'s. Rows of 126-131 blocks as well: a dense matrix's rows
-//! of 128 blocks or more go four a step.
+//! Q4_0 decode products in `Fast` and `Int8` over rows long enough for the AVX-512 kernels' whole
+//! groups of eight blocks, their pairs or fours after them and odd last blocks
+//! (`arch/x86_64/q40_512.rs`, 16-bit activations, and `q40_512_i8.rs`, 8-bit ones, which `Fast`
+//! decode takes on that path: `matvec_precision`; every path runs them): `matvec` within the
+//! bound of `props.rs` for the precision it takes against float64, listed rows (`matvec_rows`)
+//! and batched tokens (`matvec_batch`, 1 to 19 tokens: the 16-bit batch kernel's 8, 4, 2 and 1 at
+//! a time) bit for bit `matvec`'s. Rows of 126-131 blocks as well: a dense matrix's rows of 128
+//! blocks or more go four a step in the 16-bit kernel.
 
 use crate::common;
 
@@ -15,7 +17,7 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
 
     #[test]
-    fn q4_0_fast_decode_long_rows_batch_and_lists_equal_matvec(
+    fn q4_0_fast_and_int8_decode_long_rows_batch_and_lists_equal_matvec(
         rows in 1usize..24,
         blocks in prop_oneof![1usize..40, 126usize..132],
         n in 1usize..20,
@@ -31,25 +33,26 @@ proptest! {
         let x = random_vec(n * cols, &mut rng);
         let mut lr = Rng(list_seed);
         let list: Vec<u32> = (0..rows + 3).map(|_| (lr.f().abs() * rows as f32) as u32 % rows as u32).collect();
-        for path in available_paths() {
+        for (path, precision) in available_paths().into_iter().flat_map(|p| [(p, Precision::Fast), (p, Precision::Int8)]) {
+            let eff = matvec_precision(path, format, precision);
             let mut got = vec![f32::NAN; n * rows];
-            matvec_batch_with(path, &w, &x, n, &mut got, Precision::Fast).unwrap();
+            matvec_batch_with(path, &w, &x, n, &mut got, precision).unwrap();
             for t in 0..n {
                 let xt = &x[t * cols..(t + 1) * cols];
                 let mut want = vec![f32::NAN; rows];
-                matvec_with(path, &w, xt, &mut want, Precision::Fast).unwrap();
+                matvec_with(path, &w, xt, &mut want, precision).unwrap();
                 for (r, &y) in want.iter().enumerate() {
-                    let (dot, abs, qerr) = reference(&wf[r], xt);
-                    let bound = qerr / 65534.0 * 1.02 + 1e-5 * abs + 1e-6;
-                    prop_assert!((f64::from(y) - dot).abs() <= bound, "{path:?} {rows}x{cols} row {r}: {y} vs {dot}");
+                    if let Err(e) = check(y, reference(&wf[r], xt), eff) {
+                        prop_assert!(false, "{path:?} {precision:?} {rows}x{cols} row {r}: {e}");
+                    }
                 }
                 let row = &got[t * rows..(t + 1) * rows];
                 let same = want.iter().zip(row).all(|(a, b)| a.to_bits() == b.to_bits());
-                prop_assert!(same, "{path:?} batch {rows}x{cols} n={n} token {t}: {row:?} vs {want:?}");
+                prop_assert!(same, "{path:?} {precision:?} batch {rows}x{cols} n={n} token {t}: {row:?} vs {want:?}");
                 let mut listed = vec![f32::NAN; list.len()];
-                matvec_rows_with(path, &w, &list, xt, &mut listed, Precision::Fast).unwrap();
+                matvec_rows_with(path, &w, &list, xt, &mut listed, precision).unwrap();
                 let same = list.iter().zip(&listed).all(|(&r, v)| v.to_bits() == want[r as usize].to_bits());
-                prop_assert!(same, "{path:?} listed {rows}x{cols}: {listed:?} vs {want:?}");
+                prop_assert!(same, "{path:?} {precision:?} listed {rows}x{cols}: {listed:?} vs {want:?}");
             }
         }
     }

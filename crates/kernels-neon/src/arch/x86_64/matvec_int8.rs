@@ -151,10 +151,13 @@ unsafe fn matvec_int8_q<const F: u8, const R: usize>(
     unsafe { rows_blocked::<R, _>(&Int8Dots::<F>(xq), w, sel, y) }
 }
 
-/// `wide` takes the 512-bit kernels where they exist (`Q4_K`, `Q5_K`, `Q6_K`: [`super::kquant512`]).
+/// `wide` takes the 512-bit kernels where they exist (`Q4_K`, `Q5_K`, `Q6_K`: [`super::kquant512`]),
+/// and `q40` (the activations reordered, given for Q4_0 weights on the wide path) Q4_0's
+/// ([`super::q40_512_i8`]).
 ///
 /// # Safety
-/// AVX2/FMA/F16C present, and AVX-512F/BW/VNNI too where `wide`.
+/// AVX2/FMA/F16C present, and AVX-512F/BW/VNNI too where `wide` or `q40` is given; `q40` made
+/// from `xq`.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn matvec_int8(
     w: &QMatrix<'_>,
@@ -162,7 +165,12 @@ pub(crate) unsafe fn matvec_int8(
     xq: &QActs,
     y: &mut [f32],
     wide: bool,
+    q40: Option<&super::Q40Bytes>,
 ) {
+    if let (Some(x), WeightFormat::Q4_0) = (q40, w.format()) {
+        // SAFETY: AVX-512F/BW/VNNI present per contract where `q40` is given.
+        return unsafe { super::q40_512_i8::matvec(w, sel, x, y) };
+    }
     // Rows per step (see `matvec_i16_q`): dense rows stream from memory, where fewer concurrent
     // row streams per thread measured faster end to end; listed rows are scattered, where more rows
     // in flight hide their latency. One row for dense Q4_0, Q4_1 and Q5_0, as for 16-bit

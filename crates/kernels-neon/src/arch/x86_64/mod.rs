@@ -1,6 +1,6 @@
 //! x86_64 AVX2 + FMA + F16C kernels, one file per operation family, and the AVX-512F ones that
 //! path [`crate::KernelPath::Avx512`] takes instead where they exist (`tile512`, `tile512_k8`,
-//! `tile512_k16` (for `tile_k16`), `tile_bf16`, `kquant512`, Q4_0's decode kernels `q40_512`, and
+//! `tile512_k16` (for `tile_k16`), `tile_bf16`, `kquant512`, Q4_0's decode kernels `q40_512` and `q40_512_i8`, and
 //! the batch kernels `batch512`, `kquant512_batch`).
 //!
 //! All functions are `unsafe fn` with `#[target_feature]`: callers must have
@@ -33,6 +33,7 @@ mod matvec_i16_batch;
 mod matvec_int8;
 mod panel_k8;
 mod q40_512;
+mod q40_512_i8;
 mod q40_pairs;
 mod q40x8;
 mod quantize;
@@ -66,6 +67,7 @@ pub(crate) use matvec_i16::matvec_i16;
 pub(crate) use matvec_i16_batch::matvec_i16_batch;
 pub(crate) use matvec_int8::matvec_int8;
 pub(crate) use q40_512::Q40Wide;
+pub(crate) use q40_512_i8::{matvec_batch as q40_int8_batch, Q40Bytes};
 pub(crate) use q40x8::q40x8_group;
 pub(crate) use quantize::{quantize, quantize16, quantize_super};
 pub(crate) use tile::tile;

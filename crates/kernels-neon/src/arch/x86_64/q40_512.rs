@@ -99,7 +99,7 @@ unsafe fn nibbles_pair(p: *const u8) -> (__m512i, __m512i) {
 /// AVX-512F/BW present; eight whole blocks readable at `p` (the loads read its first 128 bytes).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw")]
-unsafe fn scales8(p: *const u8) -> __m256 {
+pub(super) unsafe fn scales8(p: *const u8) -> __m256 {
     // SAFETY: 8 blocks are 144 bytes; the two loads read the first 128 (contract).
     unsafe {
         let a = _mm512_loadu_si512(p as *const _);
