@@ -182,8 +182,8 @@
 //!   the weight quants unsigned, their offsets taken back per block
 //!   (`arch/aarch64/matvec_split.rs`, `kquant_split.rs`); only the f32
 //!   order of each block's lanes differs. Exception: on the [`KernelPath::Avx2Fma`] path `Q2_K`,
-//!   `Q3_K` and `IQ4_XS`, and on [`KernelPath::Avx512`] `Q4_0`, decode with `Int8`'s 8-bit
-//!   products in `Fast` too ([`fast_decode_int8`]).
+//!   `Q3_K` and `IQ4_XS` decode with `Int8`'s 8-bit products in `Fast` too
+//!   ([`fast_decode_int8`]).
 //! * [`Precision::Int8`]: llama.cpp style 8-bit activations (scale
 //!   `d = amax/127`, ties to even, `s = d*sum(q)`) and 8-bit integer dot
 //!   products (`vec_dot_q4_0_q8_0` family; AVX2 `maddubs`, NEON `smull` or
@@ -571,15 +571,15 @@ fn super_scaled(format: WeightFormat) -> bool {
 /// real model in these formats was measured for perplexity or greedy text. Not Q4_K/Q5_K/Q6_K: with
 /// 8 bits for them, one of Qwen2.5-Coder-0.5B Q4_K_M's 8 reference greedy continuations changed at
 /// its 9th token on this path (16 bits keep all 8, as `Fast` promises), and their decode was no
-/// faster (the 16-bit Q6_K rows are as fast as the 8-bit ones). And Q4_0 on the AVX-512 path
-/// (`vpdpbusd`, 64 products an instruction, against 32 for `vpdpwssd`): the SYNTHETIC
-/// OLMoE-shaped 4-layer decode ran 1.3-1.5x faster in the quieter rounds (docs/benchmarks/moe.md,
-/// 2026-12-03), the 7B-shaped one 0.97-1.28x; no real Q4_0 model was checked for greedy text.
+/// faster (the 16-bit Q6_K rows are as fast as the 8-bit ones). Nor Q4_0 on the AVX-512 path,
+/// although its `Int8` kernel (`vpdpbusd`, 64 products an instruction) decodes the SYNTHETIC
+/// OLMoE-shaped model 1.3x faster than `Fast`'s: with it, 3 of 7 greedy continuations of
+/// SmolLM2-135M re-quantized to Q4_0 (`--requant q4_0`) left exact mode's text, where 16 bits keep
+/// all 7 (docs/benchmarks/moe.md, 2026-12-03); `--int8` takes it.
 #[doc(hidden)]
 pub fn fast_decode_int8(path: KernelPath, format: WeightFormat) -> bool {
     use WeightFormat::*;
-    (path == KernelPath::Avx2Fma && matches!(format, Q2_K | Q3_K | IQ4_XS))
-        || (path == KernelPath::Avx512 && format == Q4_0)
+    path == KernelPath::Avx2Fma && matches!(format, Q2_K | Q3_K | IQ4_XS)
 }
 
 /// The precision of `matvec`'s products for weights of `format` on `path` in `precision`:
