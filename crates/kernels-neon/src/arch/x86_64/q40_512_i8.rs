@@ -1,8 +1,8 @@
-//! Q4_0 × 8-bit activations ([`Precision::Int8`](crate::Precision::Int8), and
-//! [`Precision::Fast`](crate::Precision::Fast) decode: `crate::fast_decode_int8`) on 512-bit
+//! Q4_0 × 8-bit activations ([`Precision::Int8`](crate::Precision::Int8), and `Ggml`'s (one
+//! scale per 32 for Q4_0 too); not `Fast`: `crate::fast_decode_int8`) on 512-bit
 //! registers, for [`KernelPath::Avx512`](crate::KernelPath::Avx512): the one-token kernel
-//! (`matvec`, dense and listed rows). A batch of tokens runs it once per token, so each gets
-//! `matvec`'s bits.
+//! (`matvec`, dense and listed rows) and a batch kernel (`matvec_batch`: each row read once for
+//! up to four tokens, each token's result `matvec`'s bits).
 //!
 //! Four blocks a register (two pairs): the 16 quant bytes of blocks `b .. b + 4` in the four
 //! 128-bit lanes, one mask gives their low nibbles (elements 0..16 of each), one shift and mask
