@@ -39,7 +39,7 @@ fn equals_matvec(
     let mut y = vec![f32::NAN; rows * n];
     matmul_with(path, w, x, n, &mut y, precision).unwrap();
     // `matvec` of `path` where it takes the tile's products; the scalar path's where `path`'s
-    // decode takes others (`Fast` decode of IQ4_XS on AVX2 takes `Int8`'s: `matvec_precision`).
+    // decode takes others (`Fast` decode of Q2_K on AVX2 takes `Int8`'s: `matvec_precision`).
     let mpath = if matvec_precision(path, w.format(), products) == products {
         path
     } else {
