@@ -255,25 +255,16 @@ unsafe fn dots_ahead<const R: usize, const T: usize>(
     })
 }
 
-/// [`dots_ahead`] of one token as the kernel of the shared row drivers: rows prefetched
-/// [`prefetch_distance`] ahead, but several dense rows a step at the same place `N` rows on (the
-/// next step's row, as `q40_512`'s).
-struct Q40ByteDots<'a> {
-    x: &'a Q40Bytes,
-    dense: bool,
-}
+/// [`dots_ahead`] of one token as the kernel of the shared row drivers, rows prefetched
+/// [`prefetch_distance`] ahead.
+struct Q40ByteDots<'a>(&'a Q40Bytes);
 
 impl crate::arch::drivers::RowDots for Q40ByteDots<'_> {
     #[inline(always)]
     unsafe fn dots<const N: usize>(&self, rows: [&[u8]; N]) -> [f32; N] {
-        let ahead = if self.dense && N > 1 {
-            N * self.x.blocks * BB
-        } else {
-            prefetch_distance::<N>()
-        };
         // SAFETY: AVX-512F/BW/VNNI present per this method's contract (the kernel is used on the
         // Avx512 path only); `dots_ahead` asserts the lengths.
-        let d = unsafe { dots_ahead::<N, 1>(rows, [self.x], ahead) };
+        let d = unsafe { dots_ahead::<N, 1>(rows, [self.0], prefetch_distance::<N>()) };
         std::array::from_fn(|i| d[i][0])
     }
 }
@@ -291,11 +282,10 @@ pub(super) unsafe fn matvec(
     y: &mut [f32],
 ) {
     use crate::arch::drivers::rows_blocked;
-    let dense = matches!(sel, crate::arch::Rows::From(_));
-    let k = Q40ByteDots { x, dense };
+    let k = Q40ByteDots(x);
     // SAFETY: features present per contract, all the kernel needs.
     unsafe {
-        if dense {
+        if matches!(sel, crate::arch::Rows::From(_)) {
             rows_blocked::<1, _>(&k, w, sel, y)
         } else {
             rows_blocked::<4, _>(&k, w, sel, y)
