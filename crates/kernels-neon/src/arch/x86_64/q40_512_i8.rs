@@ -80,10 +80,12 @@ unsafe fn nibbles_quad(p: *const u8) -> (__m512i, __m512i) {
     let v: __m512i;
     // SAFETY: bytes 2..18 of each of the four blocks at `p` are readable (contract); AVX-512F
     // present. Written out (inline asm): LLVM turns the intrinsics' loads and inserts into eight
-    // 8-byte loads and their shuffles.
+    // 8-byte loads and their shuffles. The first block is broadcast to every lane (lanes 1-3 are
+    // then overwritten): a `vmovdqu` into `{v:x}` did not assemble at opt-level 3 (`release`, the
+    // operand printed as a byte register, `r9b`), so no operand modifier is used.
     unsafe {
         std::arch::asm!(
-            "vmovdqu {v:x}, xmmword ptr [{p} + 2]",
+            "vbroadcasti32x4 {v}, xmmword ptr [{p} + 2]",
             "vinserti32x4 {v}, {v}, xmmword ptr [{p} + 20], 1",
             "vinserti32x4 {v}, {v}, xmmword ptr [{p} + 38], 2",
             "vinserti32x4 {v}, {v}, xmmword ptr [{p} + 56], 3",
