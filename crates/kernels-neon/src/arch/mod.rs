@@ -371,7 +371,7 @@ pub(crate) fn matvec_int8_batch(
 pub(crate) struct Prep16 {
     #[cfg(target_arch = "aarch64")]
     split: std::sync::OnceLock<aarch64::Split16>,
-    /// The activations in the order of [`KernelPath::Avx512`]'s Q4_0 kernel.
+    /// The activations in the order of [`KernelPath::Avx512`]'s Q4_0 and Q5_0 kernel.
     #[cfg(target_arch = "x86_64")]
     q40: std::sync::OnceLock<x86_64::Q40Wide>,
 }
@@ -390,7 +390,7 @@ pub(crate) fn matvec_i16(
         #[cfg(target_arch = "x86_64")]
         KernelPath::Avx2Fma | KernelPath::Avx512 => {
             let wide = path == KernelPath::Avx512;
-            let q40 = (wide && w.format() == WeightFormat::Q4_0)
+            let q40 = (wide && matches!(w.format(), WeightFormat::Q4_0 | WeightFormat::Q5_0))
                 .then(|| prep.q40.get_or_init(|| x86_64::Q40Wide::new(xq)));
             // SAFETY: the path was checked available (AVX2/FMA/F16C present, and AVX-512F/BW/VNNI
             // on the Avx512 path); `q40` is made from `xq`.

@@ -181,10 +181,10 @@ pub(crate) unsafe fn matvec_i16(
         match w.format() {
             WeightFormat::Q8_0 if dense => matvec_i16_q::<Q8_0, 1>(w, sel, xq, y),
             WeightFormat::Q8_0 => matvec_i16_q::<Q8_0, 2>(w, sel, xq, y),
-            // The AVX-512 path's own Q4_0 kernel (`q40_512`, two blocks a register; its batch
-            // form gives the same bits), on activations reordered once per token where the
-            // caller kept them (`q40`).
-            WeightFormat::Q4_0 if wide => {
+            // The AVX-512 path's own Q4_0 and Q5_0 kernel (`q40_512`, two blocks a register;
+            // its batch form gives the same bits), on activations reordered once per token where
+            // the caller kept them (`q40`).
+            WeightFormat::Q4_0 | WeightFormat::Q5_0 if wide => {
                 let own;
                 let x = match q40 {
                     Some(x) => x,
@@ -193,7 +193,11 @@ pub(crate) unsafe fn matvec_i16(
                         &own
                     }
                 };
-                super::q40_512::matvec(w, sel, x, y)
+                if w.format() == WeightFormat::Q4_0 {
+                    super::q40_512::matvec::<Q4_0>(w, sel, x, y)
+                } else {
+                    super::q40_512::matvec::<Q5_0>(w, sel, x, y)
+                }
             }
             // The AVX2 path's own Q4_0 kernel (`q40_pairs`).
             WeightFormat::Q4_0 => {

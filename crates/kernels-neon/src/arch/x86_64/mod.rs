@@ -1,6 +1,6 @@
 //! x86_64 AVX2 + FMA + F16C kernels, one file per operation family, and the AVX-512F ones that
 //! path [`crate::KernelPath::Avx512`] takes instead where they exist (`tile512`, `tile512_k8`,
-//! `tile512_k16` (for `tile_k16`), `tile_bf16`, `kquant512`, Q4_0's decode kernels `q40_512` and `q40_512_i8`, and
+//! `tile512_k16` (for `tile_k16`), `tile_bf16`, `kquant512`, Q4_0's decode kernels `q40_512` (Q5_0's too) and `q40_512_i8`, and
 //! the batch kernels `batch512`, `kquant512_batch`).
 //!
 //! All functions are `unsafe fn` with `#[target_feature]`: callers must have

@@ -1,4 +1,4 @@
-//! Q4_0 × 16-bit activations ([`Precision::Fast`](crate::Precision::Fast)) on 512-bit registers,
+//! Q4_0 and Q5_0 × 16-bit activations ([`Precision::Fast`](crate::Precision::Fast)) on 512-bit registers,
 //! for [`KernelPath::Avx512`](crate::KernelPath::Avx512): the one-token kernel (`matvec`). Its
 //! batch form, which gives each token its result bit for bit, is [`super::batch512`]'s (two tokens
 //! a register, one block at a time, even and odd blocks in accumulators of their own).
@@ -17,15 +17,23 @@
 //!
 //! Against the 256-bit one-block kernel: about 6 instructions a block instead of 16 (no per-block
 //! f16 conversion, broadcast or offset subtraction).
+//!
+//! Q5_0 takes the same kernel (`F`): its fifth bits come from the two blocks' `qh` words as two
+//! mask registers, which add 16 to the lanes whose bit is set, and its offset is -16 (the
+//! activations' -8 sums doubled); its scales are read one by one (22-byte blocks).
 
 use std::arch::x86_64::*;
 
 use super::simd::{f16_at, hsum, prefetch_distance};
+use crate::arch::tags::{block_bytes, Q4_0, Q5_0};
 use crate::quant::QActs16;
 use crate::QMatrix;
 
-/// Bytes of a Q4_0 block.
-const BB: usize = 18;
+/// Whether format `F` takes this module's kernel (Q4_0, Q5_0): its one-token products and the
+/// batch kernel's (`batch512`) keep even and odd blocks apart as this kernel does.
+pub(crate) const fn takes(f: u8) -> bool {
+    matches!(f, Q4_0 | Q5_0)
+}
 
 /// One token's 16-bit activations in the order of [`dots`].
 pub(crate) struct Q40Wide {
@@ -72,24 +80,69 @@ impl Q40Wide {
     }
 }
 
-/// The low and high nibbles of blocks `b` (lanes 0..16) and `b + 1` (16..32) at `p`.
+/// The unsigned quants of blocks `b` (lanes 0..16) and `b + 1` (16..32) at `p`: elements 0..16 of
+/// each in the first vector, 16..32 in the second (Q4_0's nibbles; Q5_0's with the fifth bit).
 ///
 /// # Safety
-/// AVX-512F/BW present; two whole blocks readable at `p`.
+/// AVX-512F/BW present; `F` Q4_0 or Q5_0; two whole blocks readable at `p`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw")]
-unsafe fn nibbles_pair(p: *const u8) -> (__m512i, __m512i) {
-    // SAFETY: bytes 2..18 and 20..36 of the two blocks at `p` are readable (contract).
+unsafe fn nibbles_pair<const F: u8>(p: *const u8) -> (__m512i, __m512i) {
+    let bb = block_bytes(F);
+    // Q5_0: `d`, then `qh` (4 bytes), then the 16 quant bytes.
+    let q = if F == Q5_0 { 6 } else { 2 };
+    // SAFETY: bytes q..q + 16 (and 2..6 for Q5_0) of the two blocks at `p` are readable
+    // (contract).
     unsafe {
         let raw = _mm256_inserti128_si256::<1>(
-            _mm256_castsi128_si256(_mm_loadu_si128(p.add(2) as *const __m128i)),
-            _mm_loadu_si128(p.add(BB + 2) as *const __m128i),
+            _mm256_castsi128_si256(_mm_loadu_si128(p.add(q) as *const __m128i)),
+            _mm_loadu_si128(p.add(bb + q) as *const __m128i),
         );
         let wide = _mm512_cvtepu8_epi16(raw);
+        let lo = _mm512_and_si512(wide, _mm512_set1_epi16(0x0F));
+        let hi = _mm512_srli_epi16::<4>(wide);
+        if F != Q5_0 {
+            return (lo, hi);
+        }
+        // Bit e of a block's `qh` is element e's fifth bit: elements 0..16 of both blocks are
+        // `lo`'s lanes, 16..32 `hi`'s.
+        let h0 = std::ptr::read_unaligned(p.add(2) as *const u32);
+        let h1 = std::ptr::read_unaligned(p.add(bb + 2) as *const u32);
+        let (mlo, mhi): (__mmask32, __mmask32) =
+            ((h0 & 0xFFFF) | (h1 << 16), (h0 >> 16) | (h1 & 0xFFFF_0000));
+        let sixteen = _mm512_set1_epi16(16);
         (
-            _mm512_and_si512(wide, _mm512_set1_epi16(0x0F)),
-            _mm512_srli_epi16::<4>(wide),
+            _mm512_mask_add_epi16(lo, mlo, lo, sixteen),
+            _mm512_mask_add_epi16(hi, mhi, hi, sixteen),
         )
+    }
+}
+
+/// The eight weight scales of the eight blocks at `p`, as f32 ([`scales8`] for Q4_0; Q5_0's read
+/// one by one).
+///
+/// # Safety
+/// As [`scales8`], for blocks of format `F`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw")]
+unsafe fn scales8_of<const F: u8>(p: *const u8) -> __m256 {
+    // SAFETY: eight whole blocks at `p` (contract): each block's first two bytes.
+    unsafe {
+        if F == Q4_0 {
+            return scales8(p);
+        }
+        let bb = block_bytes(F);
+        let h = |k: usize| std::ptr::read_unaligned(p.add(k * bb) as *const i16);
+        _mm256_cvtph_ps(_mm_setr_epi16(
+            h(0),
+            h(1),
+            h(2),
+            h(3),
+            h(4),
+            h(5),
+            h(6),
+            h(7),
+        ))
     }
 }
 
@@ -136,20 +189,20 @@ fn pick(j: i32) -> __m512i {
     _mm512_setr_epi32(a, a, a, a, a, a, a, a, b, b, b, b, b, b, b, b)
 }
 
-/// The dots of `R` rows with `T` tokens' activations: `out[i][t]` = row `i` · token `t`, the same
-/// operations for every `(i, t)` whatever `R` and `T`; each row prefetched
-/// [`prefetch_distance`] bytes ahead.
+/// The dots of `R` rows of format `F` (Q4_0 or Q5_0, [`takes`]) with `T` tokens' activations:
+/// `out[i][t]` = row `i` · token `t`, the same operations for every `(i, t)` whatever `R` and
+/// `T`; each row prefetched [`prefetch_distance`] bytes ahead.
 ///
 /// # Safety
 /// AVX2/FMA/F16C and AVX-512F/BW/VNNI present; lengths as asserted.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
-pub(super) unsafe fn dots<const R: usize, const T: usize>(
+pub(super) unsafe fn dots<const F: u8, const R: usize, const T: usize>(
     rows: [&[u8]; R],
     xs: [&Q40Wide; T],
 ) -> [[f32; T]; R] {
     // SAFETY: this function's contract is `dots_ahead`'s.
-    unsafe { dots_ahead(rows, xs, prefetch_distance::<R>()) }
+    unsafe { dots_ahead::<F, R, T>(rows, xs, prefetch_distance::<R>()) }
 }
 
 /// [`dots`] prefetching each row `ahead` bytes past the pair it reads (a hint: any distance is
@@ -159,14 +212,16 @@ pub(super) unsafe fn dots<const R: usize, const T: usize>(
 /// As [`dots`].
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
-unsafe fn dots_ahead<const R: usize, const T: usize>(
+unsafe fn dots_ahead<const F: u8, const R: usize, const T: usize>(
     rows: [&[u8]; R],
     xs: [&Q40Wide; T],
     ahead: usize,
 ) -> [[f32; T]; R] {
     let nb = xs[0].blocks;
+    let bb = block_bytes(F);
     assert!(
-        rows.iter().all(|r| r.len() >= nb * BB)
+        takes(F)
+            && rows.iter().all(|r| r.len() >= nb * bb)
             && xs.iter().all(|x| x.blocks == nb
                 && x.x.len() >= nb.div_ceil(2) * 64
                 && x.c.len() >= nb.div_ceil(2) * 16
@@ -181,7 +236,7 @@ unsafe fn dots_ahead<const R: usize, const T: usize>(
         for g in 0..groups {
             let mut s = [[_mm256_setzero_ps(); T]; R];
             for i in 0..R {
-                let dw = scales8(rows[i].as_ptr().add(g * 8 * BB));
+                let dw = scales8_of::<F>(rows[i].as_ptr().add(g * 8 * bb));
                 for t in 0..T {
                     s[i][t] = _mm256_mul_ps(dw, _mm256_loadu_ps(xs[t].d.as_ptr().add(g * 8)));
                 }
@@ -189,12 +244,12 @@ unsafe fn dots_ahead<const R: usize, const T: usize>(
             for (j, pk) in picks.iter().enumerate() {
                 let pair = g * 4 + j;
                 for i in 0..R {
-                    let p = rows[i].as_ptr().add(pair * 2 * BB);
+                    let p = rows[i].as_ptr().add(pair * 2 * bb);
                     // Prefetch hint (never faults; wrapping_add keeps it UB-free).
                     _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(ahead) as *const i8);
-                    let (lo, hi) = nibbles_pair(p);
+                    let (lo, hi) = nibbles_pair::<F>(p);
                     for t in 0..T {
-                        let isum = pair_sum(xs[t], pair, lo, hi);
+                        let isum = pair_sum::<F>(xs[t], pair, lo, hi);
                         let scale = _mm512_permutexvar_ps(*pk, _mm512_castps256_ps512(s[i][t]));
                         acc[i][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale, acc[i][t]);
                     }
@@ -203,14 +258,14 @@ unsafe fn dots_ahead<const R: usize, const T: usize>(
         }
         for pair in groups * 4..nb / 2 {
             for i in 0..R {
-                let p = rows[i].as_ptr().add(pair * 2 * BB);
-                let (lo, hi) = nibbles_pair(p);
-                let (d0, d1) = (f16_at(p), f16_at(p.add(BB)));
+                let p = rows[i].as_ptr().add(pair * 2 * bb);
+                let (lo, hi) = nibbles_pair::<F>(p);
+                let (d0, d1) = (f16_at(p), f16_at(p.add(bb)));
                 for t in 0..T {
                     let dx = xs[t].d.as_ptr().add(2 * pair);
                     let s = _mm_setr_ps(d0 * *dx, d1 * *dx.add(1), 0.0, 0.0);
                     let scale = _mm512_permutexvar_ps(picks[0], _mm512_castps128_ps512(s));
-                    let isum = pair_sum(xs[t], pair, lo, hi);
+                    let isum = pair_sum::<F>(xs[t], pair, lo, hi);
                     acc[i][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale, acc[i][t]);
                 }
             }
@@ -224,7 +279,7 @@ unsafe fn dots_ahead<const R: usize, const T: usize>(
             let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(a)));
             if nb % 2 == 1 {
                 // SAFETY: block nb - 1 of row i and of token t is in bounds (asserted above).
-                lo = unsafe { last_block(rows[i], xs[t], lo) };
+                lo = unsafe { last_block::<F>(rows[i], xs[t], lo) };
             }
             out[i][t] = hsum(_mm256_add_ps(lo, hi));
         }
@@ -232,17 +287,21 @@ unsafe fn dots_ahead<const R: usize, const T: usize>(
     out
 }
 
-/// The i32 lane sums of pair `pair` of `x` with the nibbles `lo`, `hi` of its two blocks.
+/// The i32 lane sums of pair `pair` of `x` with the unsigned quants `lo`, `hi` of its two blocks
+/// of format `F`, from the format's offset (-8 times the activations, -16 for Q5_0).
 ///
 /// # Safety
 /// AVX-512F/BW/VNNI present; `pair < x.blocks.div_ceil(2)`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
-unsafe fn pair_sum(x: &Q40Wide, pair: usize, lo: __m512i, hi: __m512i) -> __m512i {
+unsafe fn pair_sum<const F: u8>(x: &Q40Wide, pair: usize, lo: __m512i, hi: __m512i) -> __m512i {
     // SAFETY: pair `pair` of `x.x` (64 i16) and `x.c` (16 i32) is in bounds (contract).
     unsafe {
         let xp = x.x.as_ptr().add(pair * 64);
-        let c = _mm512_loadu_si512(x.c.as_ptr().add(pair * 16) as *const _);
+        let mut c = _mm512_loadu_si512(x.c.as_ptr().add(pair * 16) as *const _);
+        if F == Q5_0 {
+            c = _mm512_add_epi32(c, c);
+        }
         let xlo = _mm512_loadu_si512(xp as *const _);
         let xhi = _mm512_loadu_si512(xp.add(32) as *const _);
         dpwssd(dpwssd(c, lo, xlo), hi, xhi)
@@ -272,23 +331,54 @@ pub(super) unsafe fn dpwssd(acc: __m512i, a: __m512i, b: __m512i) -> __m512i {
     acc
 }
 
-/// `lo` plus the last block (`x.blocks - 1`, odd count) of `row` · `x`, as lanes 0..8 of a pair.
+/// `lo` plus the last block (`x.blocks - 1`, odd count) of `row` (format `F`) · `x`, as lanes 0..8
+/// of a pair.
 ///
 /// # Safety
 /// AVX2/FMA/F16C present; the block in bounds of `row` and `x`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn last_block(row: &[u8], x: &Q40Wide, lo: __m256) -> __m256 {
+unsafe fn last_block<const F: u8>(row: &[u8], x: &Q40Wide, lo: __m256) -> __m256 {
     let b = x.blocks - 1;
+    let q = if F == Q5_0 { 6 } else { 2 };
     // SAFETY: block b of the row and pair b / 2's first half of `x` are in bounds (contract).
     unsafe {
-        let p = row.as_ptr().add(b * BB);
-        let raw = _mm_loadu_si128(p.add(2) as *const __m128i);
+        let p = row.as_ptr().add(b * block_bytes(F));
+        let raw = _mm_loadu_si128(p.add(q) as *const __m128i);
         let wide = _mm256_cvtepu8_epi16(raw);
-        let wlo = _mm256_and_si256(wide, _mm256_set1_epi16(0x0F));
-        let whi = _mm256_srli_epi16::<4>(wide);
+        let mut wlo = _mm256_and_si256(wide, _mm256_set1_epi16(0x0F));
+        let mut whi = _mm256_srli_epi16::<4>(wide);
+        let mut c = _mm256_loadu_si256(x.c.as_ptr().add(b / 2 * 16) as *const __m256i);
+        if F == Q5_0 {
+            // Element e's fifth bit (bit e of `qh`) adds 16: lanes whose bit is set, by compare.
+            let qh = std::ptr::read_unaligned(p.add(2) as *const u32);
+            let bits = _mm256_setr_epi16(
+                1,
+                2,
+                4,
+                8,
+                16,
+                32,
+                64,
+                128,
+                256,
+                512,
+                1024,
+                2048,
+                4096,
+                8192,
+                16384,
+                i16::MIN,
+            );
+            let fifth = |h: u32| {
+                let set = _mm256_and_si256(_mm256_set1_epi16(h as u16 as i16), bits);
+                _mm256_and_si256(_mm256_cmpeq_epi16(set, bits), _mm256_set1_epi16(16))
+            };
+            wlo = _mm256_add_epi16(wlo, fifth(qh & 0xFFFF));
+            whi = _mm256_add_epi16(whi, fifth(qh >> 16));
+            c = _mm256_add_epi32(c, c);
+        }
         let xp = x.x.as_ptr().add(b / 2 * 64);
-        let c = _mm256_loadu_si256(x.c.as_ptr().add(b / 2 * 16) as *const __m256i);
         let xlo = _mm256_loadu_si256(xp as *const __m256i);
         let xhi = _mm256_loadu_si256(xp.add(32) as *const __m256i);
         let isum = _mm256_add_epi32(
@@ -300,15 +390,15 @@ unsafe fn last_block(row: &[u8], x: &Q40Wide, lo: __m256) -> __m256 {
     }
 }
 
-/// [`dots`] of one token as the kernel of the shared row drivers.
-pub(super) struct Q40WideDots<'a>(pub(super) &'a Q40Wide);
+/// [`dots`] of one token over rows of format `F` as the kernel of the shared row drivers.
+pub(super) struct Q40WideDots<'a, const F: u8>(pub(super) &'a Q40Wide);
 
-impl crate::arch::drivers::RowDots for Q40WideDots<'_> {
+impl<const F: u8> crate::arch::drivers::RowDots for Q40WideDots<'_, F> {
     #[inline(always)]
     unsafe fn dots<const N: usize>(&self, rows: [&[u8]; N]) -> [f32; N] {
         // SAFETY: AVX-512F/BW/VNNI present per this method's contract (the kernel is used on the
         // Avx512 path only); `dots` asserts the lengths.
-        let d = unsafe { dots::<N, 1>(rows, [self.0]) };
+        let d = unsafe { dots::<F, N, 1>(rows, [self.0]) };
         std::array::from_fn(|i| d[i][0])
     }
 }
@@ -316,14 +406,14 @@ impl crate::arch::drivers::RowDots for Q40WideDots<'_> {
 /// [`dots`] of one token over the rows of a dense matrix, `R` adjacent rows a step, each row
 /// prefetched at the same place `R` rows on (the next step's row), not [`prefetch_distance`]
 /// ahead: with four rows a step that would fall inside the four rows being read.
-struct Q40DenseDots<'a>(&'a Q40Wide);
+struct Q40DenseDots<'a, const F: u8>(&'a Q40Wide);
 
-impl crate::arch::drivers::RowDots for Q40DenseDots<'_> {
+impl<const F: u8> crate::arch::drivers::RowDots for Q40DenseDots<'_, F> {
     #[inline(always)]
     unsafe fn dots<const N: usize>(&self, rows: [&[u8]; N]) -> [f32; N] {
-        let ahead = N * self.0.blocks * BB;
+        let ahead = N * self.0.blocks * block_bytes(F);
         // SAFETY: as `Q40WideDots::dots`.
-        let d = unsafe { dots_ahead::<N, 1>(rows, [self.0], ahead) };
+        let d = unsafe { dots_ahead::<F, N, 1>(rows, [self.0], ahead) };
         std::array::from_fn(|i| d[i][0])
     }
 }
@@ -335,14 +425,14 @@ impl crate::arch::drivers::RowDots for Q40DenseDots<'_> {
 /// against 33.0/39.0.
 pub(crate) const FOUR_ROW_BLOCKS: usize = 128;
 
-/// `y[i] = dot(W[sel.get(i)], x)`: listed rows four a step, sharing the activations' loads; a
+/// `y[i] = dot(W[sel.get(i)], x)` for a matrix of format `F` ([`takes`]): listed rows four a step, sharing the activations' loads; a
 /// dense matrix's rows four adjacent rows a step ([`Q40DenseDots`]) when they have at least
 /// [`FOUR_ROW_BLOCKS`] blocks, else one a step; each row's result does not depend on the step.
 ///
 /// # Safety
 /// AVX2/FMA/F16C and AVX-512F/BW/VNNI present.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
-pub(super) unsafe fn matvec(
+pub(super) unsafe fn matvec<const F: u8>(
     w: &QMatrix<'_>,
     sel: crate::arch::Rows<'_>,
     x: &Q40Wide,
@@ -352,11 +442,11 @@ pub(super) unsafe fn matvec(
     // SAFETY: features present per contract, all the kernel needs.
     unsafe {
         if !matches!(sel, crate::arch::Rows::From(_)) {
-            rows_blocked::<4, _>(&Q40WideDots(x), w, sel, y)
+            rows_blocked::<4, _>(&Q40WideDots::<F>(x), w, sel, y)
         } else if x.blocks >= FOUR_ROW_BLOCKS {
-            rows_blocked::<4, _>(&Q40DenseDots(x), w, sel, y)
+            rows_blocked::<4, _>(&Q40DenseDots::<F>(x), w, sel, y)
         } else {
-            rows_blocked::<1, _>(&Q40WideDots(x), w, sel, y)
+            rows_blocked::<1, _>(&Q40WideDots::<F>(x), w, sel, y)
         }
     }
 }
