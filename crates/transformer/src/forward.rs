@@ -459,7 +459,7 @@ fn prefetch_output(model: &Model<'_>, want: Logits, n: usize) {
 }
 
 /// The attention output projection of a step's `n` rows `att`, over its repacked copy where given
-/// (one token).
+/// (one token: [`packed_layer`] gives copies to one-token steps only).
 fn project_out(
     (wo, packed): (&kernels_neon::QMatrix<'_>, Option<&kernels_neon::Q40x8>),
     kind: StepKind,
@@ -468,8 +468,8 @@ fn project_out(
     precision: Precision,
 ) -> Result<()> {
     match packed {
-        Some(p) if n == 1 => p.matvec(att, o).map_err(kernel("attention output")),
-        _ => mm_step(kind, wo, att, n, o, precision, "attention output"),
+        Some(p) => p.matvec(att, o).map_err(kernel("attention output")),
+        None => mm_step(kind, wo, att, n, o, precision, "attention output"),
     }
 }
 
