@@ -6,13 +6,13 @@
 //! `d_w * d_x` and `m` terms take one 8-lane multiply for the group.
 //!
 //! Each half does exactly what [`super::matvec_i16`] does for its token (the same i32 block sums,
-//! converted, scaled by the same `d_w * d_x` product and FMA'd into eight lanes in block order,
-//! the `m` term summed apart in block order, then the same horizontal sum): results are
-//! bit-identical to one token at a time. For Q4_0 and Q5_0 that kernel is [`super::q40_512`]'s, which keeps
-//! even and odd blocks in lanes of their own and adds them before the horizontal sum: here two
-//! accumulators per pair of tokens, by block parity, then the same sums. With the weights unpacked once per batch, the per-token
-//! part (the integer dots, the conversion and the FMA) is what a batched step spends its time on;
-//! pairing halves it.
+//! converted, scaled by the same `d_w * d_x` product and FMA'd into eight lanes in block order, the
+//! `m` term summed apart in block order, then the same horizontal sum): results are bit-identical
+//! to one token at a time. For Q4_0 and Q5_0 that kernel is [`super::q40_512`]'s, which keeps even
+//! and odd blocks in lanes of their own and adds them before the horizontal sum: here two
+//! accumulators per pair of tokens, by block parity, then the same sums. With the weights unpacked
+//! once per batch, the per-token part (the integer dots, the conversion and the FMA) is what a
+//! batched step spends its time on; pairing halves it.
 
 use std::arch::x86_64::*;
 
@@ -228,8 +228,8 @@ unsafe fn octet_block<const F: u8, const P: usize, const S: bool>(
     }
 }
 
-/// Dots of one row with the `P` token pairs of `o` (`P == o.pairs`), and with `lone` where `S`
-/// (not `Q4_0`/`Q5_0`): per block the row's weights are widened once and broadcast to both halves of a
+/// Dots of one row with the `P` token pairs of `o` (`P == o.pairs`), and with `lone` where `S` (not
+/// `Q4_0`/`Q5_0`): per block the row's weights are widened once and broadcast to both halves of a
 /// register, every token's `d_w * d_x` (and `m * s`) comes from one 8-lane multiply, and each pair
 /// takes its two scales from it by a permutation. Token `t`'s result is element `t` of the array;
 /// the lone token's is the second value.
@@ -313,7 +313,8 @@ unsafe fn dot_octet<const F: u8, const P: usize, const S: bool>(
 
 /// Rows `r0..r0 + ys[t].len()` for every token `t`, one row at a time: each octet's tokens on
 /// [`dot_octet`], and a last unpaired token (`single`) with the last octet's (on the weights it
-/// unpacks, in the one-token kernel's operations), or, for Q4_0 and Q5_0, on `q40_512`'s one-token kernel.
+/// unpacks, in the one-token kernel's operations), or, for Q4_0 and Q5_0, on `q40_512`'s one-token
+/// kernel.
 ///
 /// # Safety
 /// AVX2/FMA/F16C and AVX-512F/BW/VNNI present; `F` a 32-element block format; `octets` and

@@ -1,7 +1,8 @@
-//! Q4_0 and Q5_0 × 16-bit activations ([`Precision::Fast`](crate::Precision::Fast)) on 512-bit registers,
-//! for [`KernelPath::Avx512`](crate::KernelPath::Avx512): the one-token kernel (`matvec`). Its
-//! batch form, which gives each token its result bit for bit, is [`super::batch512`]'s (two tokens
-//! a register, one block at a time, even and odd blocks in accumulators of their own).
+//! Q4_0 and Q5_0 × 16-bit activations ([`Precision::Fast`](crate::Precision::Fast)) on 512-bit
+//! registers, for [`KernelPath::Avx512`](crate::KernelPath::Avx512): the one-token kernel
+//! (`matvec`). Its batch form, which gives each token its result bit for bit, is
+//! [`super::batch512`]'s (two tokens a register, one block at a time, even and odd blocks in
+//! accumulators of their own).
 //!
 //! Two blocks a register: the 16 quant bytes of blocks `b` and `b + 1` widened to 32 u16 lanes,
 //! one mask and one shift give their low nibbles (elements 0..16 of each) and high nibbles
@@ -425,9 +426,10 @@ impl<const F: u8> crate::arch::drivers::RowDots for Q40DenseDots<'_, F> {
 /// against 33.0/39.0.
 pub(crate) const FOUR_ROW_BLOCKS: usize = 128;
 
-/// `y[i] = dot(W[sel.get(i)], x)` for a matrix of format `F` ([`takes`]): listed rows four a step, sharing the activations' loads; a
-/// dense matrix's rows four adjacent rows a step ([`Q40DenseDots`]) when they have at least
-/// [`FOUR_ROW_BLOCKS`] blocks, else one a step; each row's result does not depend on the step.
+/// `y[i] = dot(W[sel.get(i)], x)` for a matrix of format `F` ([`takes`]): listed rows four a step,
+/// sharing the activations' loads; a dense matrix's rows four adjacent rows a step
+/// ([`Q40DenseDots`]) when they have at least [`FOUR_ROW_BLOCKS`] blocks, else one a step; each
+/// row's result does not depend on the step.
 ///
 /// # Safety
 /// AVX2/FMA/F16C and AVX-512F/BW/VNNI present.
