@@ -1,7 +1,8 @@
 //! Greedy-decodes a prompt in exact mode and, at every step, reports how far fast-mode logits are from
 //! exact ones and the exact top-2 margin (a step whose margin is below the drift can flip in fast mode).
 //!
-//! `cargo run --release -p engine --example drift -- "The capital of France is" 32`
+//! `cargo run --release -p engine --example drift -- "The capital of France is" 32 [MODEL.gguf]`
+//! (the default model unless a GGUF file is given).
 
 use engine::{Engine, EngineOptions, Logits, ModelFile, Precision};
 
@@ -11,7 +12,10 @@ fn main() -> Result<(), engine::EngineError> {
         .next()
         .unwrap_or_else(|| "The capital of France is".into());
     let n: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(32);
-    let path = engine::fetch::ensure_default_model(|l| eprintln!("{l}"))?;
+    let path = match args.next() {
+        Some(p) => p.into(),
+        None => engine::fetch::ensure_default_model(|l| eprintln!("{l}"))?,
+    };
     let file = ModelFile::open(path)?;
     let opts = |precision| EngineOptions {
         threads: 0,

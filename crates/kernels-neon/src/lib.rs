@@ -181,8 +181,7 @@
 //!   into a signed high and an unsigned low byte (`x = 256 hi + lo`),
 //!   the weight quants unsigned, their offsets taken back per block
 //!   (`arch/aarch64/matvec_split.rs`, `kquant_split.rs`); only the f32
-//!   order of each block's lanes differs. Exception: on the [`KernelPath::Avx2Fma`] path `Q2_K`
-//!   and `Q3_K` decode with `Int8`'s 8-bit products in `Fast` too ([`fast_decode_int8`]).
+//!   order of each block's lanes differs.
 //! * [`Precision::Int8`]: llama.cpp style 8-bit activations (scale
 //!   `d = amax/127`, ties to even, `s = d*sum(q)`) and 8-bit integer dot
 //!   products (`vec_dot_q4_0_q8_0` family; AVX2 `maddubs`, NEON `smull` or
@@ -563,24 +562,21 @@ fn super_scaled(format: WeightFormat) -> bool {
 }
 
 /// Whether [`Precision::Fast`] decode (`matvec`, and so `matvec_batch`, whose tokens each get
-/// `matvec`'s bits) of `format` takes `Int8`'s 8-bit activations on `path`: Q2_K and Q3_K on the
-/// AVX2 path, as llama.cpp's decode does (`vpmaddubsw`, 32 products an instruction, against 16 for
-/// the 16-bit `vpmaddwd`; one activation scale per 32, as their `Int8`). Their decode on SYNTHETIC
-/// files took 1.5x less time so (docs/benchmarks/dense-vs-llama.md, 2026-12-03); SmolLM2-135M
-/// re-quantized (`llama-quantize --allow-requantize`) to Q3_K_M kept exact mode's greedy text on 7
-/// of 7 prompts with 8 bits, to Q2_K printed the same text with 8 and with 16 bits on all 7 (exact
-/// mode's on 3 only, where a build from before 2026-12-03 gave exact mode's on all 7: not the 8
-/// bits; cause not found). `Fast` promises exact mode's greedy text, so not the
-/// formats where 8 bits lost it and 16 keep it: IQ4_XS on AVX2 (SmolLM2 re-quantized: 5 of 7
-/// prompts kept exact mode's text with 8 bits, 7 with 16), Q4_K/Q5_K/Q6_K on AVX2 (one of
-/// Qwen2.5-Coder-0.5B Q4_K_M's 8 reference continuations changed at its 9th token; nor were they
-/// faster) and Q4_0 on AVX-512, although its `Int8` kernel (`vpdpbusd`) decodes the SYNTHETIC
-/// OLMoE-shaped model 1.3x faster (SmolLM2 re-quantized by `--requant q4_0`: 4 of 7 kept;
-/// docs/benchmarks/moe.md, 2026-12-03). `--int8` takes the 8-bit kernels for all of them.
+/// `matvec`'s bits) of `format` takes `Int8`'s 8-bit activations on `path`: on no path and for no
+/// format now. `Fast` promises exact mode's greedy text, and every format tried with 8 bits in
+/// `Fast` decode lost it where 16 bits keep it, on SmolLM2-135M-Instruct re-quantized by
+/// `llama-quantize --allow-requantize` (7 prompts, AVX2 unless said): Q3_K (the `ffn_down` of the
+/// `Q2_K` mix, whose other tensors fall back to Q4_0: 576 columns are no multiple of 256) 3 of 7
+/// with 8 bits, 7 with 16 (max |dlogit| against exact mode 0.15-0.59 against 0.004-0.011 over 24
+/// steps); Q2_K (`--tensor-type ffn_down=q2_k`) 3 of 7 against 7; IQ4_XS 5 of 7 against 7;
+/// Q4_K/Q5_K/Q6_K one of Qwen2.5-Coder-0.5B Q4_K_M's 8 reference continuations changed; Q4_0 on
+/// AVX-512 (`--requant q4_0`) 4 of 7 against 7. The 8-bit kernels were faster for Q2_K/Q3_K on
+/// AVX2 (1.5x less decode time on SYNTHETIC files) and Q4_0 on AVX-512 (1.3x on the SYNTHETIC
+/// OLMoE-shaped model; docs/benchmarks/dense-vs-llama.md and moe.md, 2026-12-03); `--int8` takes
+/// them. Kept as the one place a format would be switched back.
 #[doc(hidden)]
-pub fn fast_decode_int8(path: KernelPath, format: WeightFormat) -> bool {
-    use WeightFormat::*;
-    path == KernelPath::Avx2Fma && matches!(format, Q2_K | Q3_K)
+pub fn fast_decode_int8(_path: KernelPath, _format: WeightFormat) -> bool {
+    false
 }
 
 /// The precision of `matvec`'s products for weights of `format` on `path` in `precision`:

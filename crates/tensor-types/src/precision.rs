@@ -18,8 +18,8 @@ pub enum Precision {
     /// `amax/32767`) and integer dot products for quantized weights. The
     /// activation rounding error is 256 times smaller than [`Int8`](Self::Int8)'s,
     /// small enough to keep greedy decoding identical to f32. Long prompts over
-    /// K-quant weights take `Int8`'s products, as llama.cpp's do, and so does decode over
-    /// Q2_K and Q3_K weights on the AVX2 path (`kernels_neon::fast_decode_int8`).
+    /// K-quant weights take `Int8`'s products, as llama.cpp's do; decode keeps 16 bits for every
+    /// format (`kernels_neon::fast_decode_int8`).
     Fast,
     /// llama.cpp-style 8-bit quantized activations (per 32-block scale
     /// `amax/127`) and integer dot products for quantized weights. Fastest,

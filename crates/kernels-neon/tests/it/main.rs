@@ -10,6 +10,7 @@ mod attention_span;
 mod common;
 mod experts;
 mod expf;
+mod fast_decode;
 mod fixed;
 mod format_paths;
 mod gelu;
