@@ -25,6 +25,7 @@
 
 use std::arch::x86_64::*;
 
+use super::matvec_i16::weights_i16;
 use super::simd::{f16_at, hsum, prefetch_distance};
 use crate::arch::tags::{block_bytes, Q4_0, Q5_0};
 use crate::quant::QActs16;
@@ -333,7 +334,8 @@ pub(super) unsafe fn dpwssd(acc: __m512i, a: __m512i, b: __m512i) -> __m512i {
 }
 
 /// `lo` plus the last block (`x.blocks - 1`, odd count) of `row` (format `F`) · `x`, as lanes 0..8
-/// of a pair.
+/// of a pair: the block's signed weights from the 256-bit kernel's unpacking (`weights_i16`,
+/// offset included), so the i32 sums equal the offset-and-unsigned sums of a pair's lanes.
 ///
 /// # Safety
 /// AVX2/FMA/F16C present; the block in bounds of `row` and `x`.
@@ -341,51 +343,14 @@ pub(super) unsafe fn dpwssd(acc: __m512i, a: __m512i, b: __m512i) -> __m512i {
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn last_block<const F: u8>(row: &[u8], x: &Q40Wide, lo: __m256) -> __m256 {
     let b = x.blocks - 1;
-    let q = if F == Q5_0 { 6 } else { 2 };
     // SAFETY: block b of the row and pair b / 2's first half of `x` are in bounds (contract).
     unsafe {
         let p = row.as_ptr().add(b * block_bytes(F));
-        let raw = _mm_loadu_si128(p.add(q) as *const __m128i);
-        let wide = _mm256_cvtepu8_epi16(raw);
-        let mut wlo = _mm256_and_si256(wide, _mm256_set1_epi16(0x0F));
-        let mut whi = _mm256_srli_epi16::<4>(wide);
-        let mut c = _mm256_loadu_si256(x.c.as_ptr().add(b / 2 * 16) as *const __m256i);
-        if F == Q5_0 {
-            // Element e's fifth bit (bit e of `qh`) adds 16: lanes whose bit is set, by compare.
-            let qh = std::ptr::read_unaligned(p.add(2) as *const u32);
-            let bits = _mm256_setr_epi16(
-                1,
-                2,
-                4,
-                8,
-                16,
-                32,
-                64,
-                128,
-                256,
-                512,
-                1024,
-                2048,
-                4096,
-                8192,
-                16384,
-                i16::MIN,
-            );
-            let fifth = |h: u32| {
-                let set = _mm256_and_si256(_mm256_set1_epi16(h as u16 as i16), bits);
-                _mm256_and_si256(_mm256_cmpeq_epi16(set, bits), _mm256_set1_epi16(16))
-            };
-            wlo = _mm256_add_epi16(wlo, fifth(qh & 0xFFFF));
-            whi = _mm256_add_epi16(whi, fifth(qh >> 16));
-            c = _mm256_add_epi32(c, c);
-        }
+        let (w0, w1) = weights_i16::<F>(p);
         let xp = x.x.as_ptr().add(b / 2 * 64);
         let xlo = _mm256_loadu_si256(xp as *const __m256i);
         let xhi = _mm256_loadu_si256(xp.add(32) as *const __m256i);
-        let isum = _mm256_add_epi32(
-            _mm256_add_epi32(c, _mm256_madd_epi16(wlo, xlo)),
-            _mm256_madd_epi16(whi, xhi),
-        );
+        let isum = _mm256_add_epi32(_mm256_madd_epi16(w0, xlo), _mm256_madd_epi16(w1, xhi));
         let s = f16_at(p) * *x.d.get_unchecked(b);
         _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(s), lo)
     }
