@@ -4,6 +4,28 @@
 use half::{bf16, f16};
 use kernels_neon::{dequantize_row_with, KernelPath, Precision, QMatrix, WeightFormat};
 
+/// The quantized formats with integer kernels (every block format; no float or I4Hybrid).
+pub const INT_FORMATS: [WeightFormat; 12] = [
+    WeightFormat::Q8_0,
+    WeightFormat::Q4_0,
+    WeightFormat::Q4_1,
+    WeightFormat::Q5_0,
+    WeightFormat::Q5_1,
+    WeightFormat::IQ4_NL,
+    WeightFormat::Q2_K,
+    WeightFormat::Q3_K,
+    WeightFormat::Q4_K,
+    WeightFormat::Q5_K,
+    WeightFormat::Q6_K,
+    WeightFormat::IQ4_XS,
+];
+
+/// Whether `v` equals `want` up to f32 summation order (`abs`: the row's Σ|w·x|): 1e-5 · abs +
+/// 1e-6. A NaN (a row not written) is not.
+pub fn order_close(v: f32, want: f32, abs: f64) -> bool {
+    f64::from((v - want).abs()) <= 1e-5 * abs + 1e-6
+}
+
 pub const FORMATS: [WeightFormat; 18] = [
     WeightFormat::F32,
     WeightFormat::F16,
