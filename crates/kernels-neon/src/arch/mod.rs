@@ -416,68 +416,34 @@ pub(crate) fn matvec_i16(
 }
 
 /// The 16-bit activations of a batch's tokens, as the path's batch kernel takes them: on
-/// [`KernelPath::Avx512`] also interleaved in groups of up to eight (`x86_64::TokenOctet`; an odd
-/// last token stays alone) and in the order of the 512-bit K-quant kernels (`x86_64::KPairs`),
-/// built once per batched product for all its matrices.
+/// [`KernelPath::Avx512`] also in the orders of its batch kernels (`x86_64::Interleaved`), built
+/// once per batched product for all its matrices.
 pub(crate) struct Batch16<'a> {
     tokens: Vec<&'a QActs16>,
     #[cfg(target_arch = "x86_64")]
-    octets: Vec<x86_64::TokenOctet>,
-    #[cfg(target_arch = "x86_64")]
-    kpairs: x86_64::KPairs,
-}
-
-/// Whether the batch kernel of a format takes [`Batch16`]'s interleaved tokens (the 32-element
-/// block formats on [`KernelPath::Avx512`]); the others take each token's activations as they are.
-#[cfg(target_arch = "x86_64")]
-fn batch_interleaves(format: WeightFormat) -> bool {
-    matches!(
-        format,
-        WeightFormat::Q4_0
-            | WeightFormat::Q4_1
-            | WeightFormat::Q5_0
-            | WeightFormat::Q5_1
-            | WeightFormat::Q8_0
-            | WeightFormat::IQ4_NL
-    )
+    wide: x86_64::Interleaved,
 }
 
 impl<'a> Batch16<'a> {
-    /// The tokens' activations, interleaved too where a matrix of the product (its format in
-    /// `formats`) takes them so on the path: the 32-element block formats ([`batch_interleaves`])
-    /// and, unless [`crate::set_batch_kquants`] turned it off, `Q4_K`/`Q5_K`/`Q6_K`.
+    /// The tokens' activations, in the orders the path's batch kernels take for the formats of
+    /// the product's matrices (`formats`).
     pub(crate) fn new(
         path: KernelPath,
         tokens: Vec<&'a QActs16>,
         formats: &[WeightFormat],
     ) -> Self {
         #[cfg(target_arch = "x86_64")]
-        let (octets, kpairs) = if path == KernelPath::Avx512 {
-            let octets = if formats.iter().any(|&f| batch_interleaves(f)) {
-                tokens[..tokens.len() / 2 * 2]
-                    .chunks(x86_64::OCTET)
-                    .map(x86_64::TokenOctet::new)
-                    .collect()
-            } else {
-                Vec::new()
-            };
-            let kpairs = if crate::batch::batch_kquants() {
-                x86_64::KPairs::new(&tokens, formats)
-            } else {
-                x86_64::KPairs::default()
-            };
-            (octets, kpairs)
+        let wide = if path == KernelPath::Avx512 {
+            x86_64::Interleaved::new(&tokens, formats)
         } else {
-            (Vec::new(), x86_64::KPairs::default())
+            x86_64::Interleaved::default()
         };
         #[cfg(not(target_arch = "x86_64"))]
         let _ = (path, formats);
         Batch16 {
             tokens,
             #[cfg(target_arch = "x86_64")]
-            octets,
-            #[cfg(target_arch = "x86_64")]
-            kpairs,
+            wide,
         }
     }
 
@@ -503,9 +469,8 @@ pub(crate) fn matvec_i16_batch(
         KernelPath::Avx2Fma | KernelPath::Avx512 => {
             let wide = path == KernelPath::Avx512;
             // SAFETY: the path was checked available (AVX2/FMA/F16C present, and AVX-512F/BW/VNNI
-            // on the Avx512 path); `xq.octets` hold `xq.tokens` but an odd last one, or are empty,
-            // and `xq.kpairs` are built from `xq.tokens` (`Batch16::new`).
-            unsafe { x86_64::matvec_i16_batch(w, r0, &xq.tokens, &xq.octets, &xq.kpairs, ys, wide) }
+            // on the Avx512 path); `xq.wide` is built from `xq.tokens` (`Batch16::new`).
+            unsafe { x86_64::matvec_i16_batch(w, r0, &xq.tokens, &xq.wide, ys, wide) }
         }
         #[cfg(target_arch = "aarch64")]
         KernelPath::Neon | KernelPath::NeonDotprod | KernelPath::NeonI8mm => {

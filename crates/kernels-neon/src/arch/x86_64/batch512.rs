@@ -8,11 +8,10 @@
 //! Each half does exactly what [`super::matvec_i16`] does for its token (the same i32 block sums,
 //! converted, scaled by the same `d_w * d_x` product and FMA'd into eight lanes in block order, the
 //! `m` term summed apart in block order, then the same horizontal sum): results are bit-identical
-//! to one token at a time. For Q4_0 and Q5_0 that kernel is [`super::q40_512`]'s, which keeps even
-//! and odd blocks in lanes of their own and adds them before the horizontal sum: here two
-//! accumulators per pair of tokens, by block parity, then the same sums. With the weights unpacked
-//! once per batch, the per-token part (the integer dots, the conversion and the FMA) is what a
-//! batched step spends its time on; pairing halves it.
+//! to one token at a time. Q4_0 and Q5_0, whose one-token kernel on this path is
+//! [`super::q40_512`]'s, take that module's batch form instead. With the weights unpacked once per
+//! batch, the per-token part (the integer dots, the conversion and the FMA) is what a batched step
+//! spends its time on; pairing halves it.
 
 use std::arch::x86_64::*;
 
@@ -228,8 +227,8 @@ unsafe fn octet_block<const F: u8, const P: usize, const S: bool>(
     }
 }
 
-/// Dots of one row with the `P` token pairs of `o` (`P == o.pairs`), and with `lone` where `S` (not
-/// `Q4_0`/`Q5_0`): per block the row's weights are widened once and broadcast to both halves of a
+/// Dots of one row with the `P` token pairs of `o` (`P == o.pairs`), and with `lone` where `S`: per
+/// block the row's weights are widened once and broadcast to both halves of a
 /// register, every token's `d_w * d_x` (and `m * s`) comes from one 8-lane multiply, and each pair
 /// takes its two scales from it by a permutation. Token `t`'s result is element `t` of the array;
 /// the lone token's is the second value.
@@ -249,8 +248,8 @@ unsafe fn dot_octet<const F: u8, const P: usize, const S: bool>(
     // The lone token (a dummy, never read, without `S`).
     let q = lone.unwrap_or(&o.empty);
     assert!(
-        !S || (!q40_512::takes(F) && q.d.len() == nb && q.qs.len() >= nb * 32 && q.s.len() >= nb),
-        "a lone token of the octet's length (not Q4_0/Q5_0)"
+        !S || (q.d.len() == nb && q.qs.len() >= nb * 32 && q.s.len() >= nb),
+        "a lone token of the octet's length"
     );
     let mut lone = Lone {
         q,
@@ -267,23 +266,12 @@ unsafe fn dot_octet<const F: u8, const P: usize, const S: bool>(
         pick
     };
     let mut acc = [_mm512_setzero_ps(); P];
-    // Q4_0/Q5_0: odd blocks in accumulators of their own, as `q40_512`'s one-token kernel keeps
-    // them.
-    let mut odd = [_mm512_setzero_ps(); P];
     let mut extra = _mm256_setzero_ps();
-    let mut b = 0;
-    while b < nb {
-        // SAFETY: b < nb (and b + 1 < nb where taken): the row's blocks (bytes b*bb..(b+1)*bb),
-        // the octet's (qs[b*P*64..(b+1)*P*64], d[b], s[b]) and, where S, the lone token's are in
-        // bounds (asserted above).
-        unsafe {
-            octet_block::<F, P, S>(row, o, b, &pick, &mut acc, &mut extra, &mut lone);
-            if q40_512::takes(F) && b + 1 < nb {
-                octet_block::<F, P, S>(row, o, b + 1, &pick, &mut odd, &mut extra, &mut lone);
-                b += 1;
-            }
-        }
-        b += 1;
+    for b in 0..nb {
+        // SAFETY: b < nb: the row's block (bytes b*bb..(b+1)*bb), the octet's
+        // (qs[b*P*64..(b+1)*P*64], d[b], s[b]) and, where S, the lone token's are in bounds
+        // (asserted above).
+        unsafe { octet_block::<F, P, S>(row, o, b, &pick, &mut acc, &mut extra, &mut lone) };
     }
     let mut e = [0f32; OCTET];
     // SAFETY: `e` holds 8 floats.
@@ -297,15 +285,8 @@ unsafe fn dot_octet<const F: u8, const P: usize, const S: bool>(
     };
     for j in 0..P {
         let (lo, hi) = halves(acc[j]);
-        if q40_512::takes(F) {
-            // Even blocks' lanes plus odd blocks' lanes, then the horizontal sum: `q40_512`.
-            let (olo, ohi) = halves(odd[j]);
-            out[2 * j] = hsum(_mm256_add_ps(lo, olo));
-            out[2 * j + 1] = hsum(_mm256_add_ps(hi, ohi));
-        } else {
-            out[2 * j] = hsum(lo) + e[2 * j];
-            out[2 * j + 1] = hsum(hi) + e[2 * j + 1];
-        }
+        out[2 * j] = hsum(lo) + e[2 * j];
+        out[2 * j + 1] = hsum(hi) + e[2 * j + 1];
     }
     let single = if S { hsum(lone.acc) + lone.extra } else { 0.0 };
     (out, single)
@@ -313,11 +294,11 @@ unsafe fn dot_octet<const F: u8, const P: usize, const S: bool>(
 
 /// Rows `r0..r0 + ys[t].len()` for every token `t`, one row at a time: each octet's tokens on
 /// [`dot_octet`], and a last unpaired token (`single`) with the last octet's (on the weights it
-/// unpacks, in the one-token kernel's operations), or, for Q4_0 and Q5_0, on `q40_512`'s one-token
-/// kernel.
+/// unpacks, in the one-token kernel's operations).
 ///
 /// # Safety
-/// AVX2/FMA/F16C and AVX-512F/BW/VNNI present; `F` a 32-element block format; `octets` and
+/// AVX2/FMA/F16C and AVX-512F/BW/VNNI present; `F` a 32-element block format other than Q4_0 and
+/// Q5_0 ([`q40_512::takes`]: their one-token kernel differs); `octets` and
 /// `single` the tokens of `ys` in order, every `ys[t]` of one length with rows `r0..r0 + len` in
 /// `w`.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
@@ -331,12 +312,9 @@ pub(super) unsafe fn batch_octets<const F: u8>(
     let paired: usize = octets.iter().map(|o| 2 * o.pairs).sum();
     assert_eq!(ys.len(), paired + usize::from(single.is_some()));
     let n = ys[0].len();
-    assert!(ys.iter().all(|y| y.len() == n) && r0 + n <= w.rows());
-    let single40 = single
-        .filter(|_| q40_512::takes(F))
-        .map(q40_512::Q40Wide::new);
-    // The lone token rides with the last octet (not Q4_0/Q5_0, whose one-token kernel differs).
-    let lone = single.filter(|_| !q40_512::takes(F) && !octets.is_empty());
+    assert!(!q40_512::takes(F) && ys.iter().all(|y| y.len() == n) && r0 + n <= w.rows());
+    // The lone token rides with the last octet.
+    let lone = single.filter(|_| !octets.is_empty());
     // `r` indexes every token's output, not only `ys[0]`.
     #[allow(clippy::needless_range_loop)]
     for r in 0..n {
@@ -369,16 +347,9 @@ pub(super) unsafe fn batch_octets<const F: u8>(
             continue;
         }
         if let Some(q) = single {
-            ys[t0][r] = if q40_512::takes(F) {
-                // SAFETY: as above.
-                let [[v]] =
-                    unsafe { q40_512::dots::<F, 1, 1>([row], [single40.as_ref().unwrap()]) };
-                v
-            } else {
-                // SAFETY: features present per contract; the kernel asserts the lengths.
-                let [[v]] = unsafe { dot_i16_tokens::<F, 1, 1>([row], [q]) };
-                v
-            };
+            // SAFETY: features present per contract; the kernel asserts the lengths.
+            let [[v]] = unsafe { dot_i16_tokens::<F, 1, 1>([row], [q]) };
+            ys[t0][r] = v;
         }
     }
 }

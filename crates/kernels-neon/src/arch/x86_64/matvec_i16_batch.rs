@@ -7,9 +7,10 @@
 
 use std::arch::x86_64::*;
 
-use super::batch512::{batch_octets, TokenOctet};
+use super::batch512::{batch_octets, TokenOctet, OCTET};
 use super::kquant512_batch::{batch_k512, KPairs};
 use super::matvec_i16::{matvec_i16, weights_i16};
+use super::q40_512::{self, Q40Wide};
 use super::simd::{f16_at, hsum, PREFETCH};
 use crate::arch::tags::{block_bytes, has_min, IQ4_NL, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
 use crate::arch::Rows;
@@ -122,24 +123,72 @@ unsafe fn batch_q<const F: u8>(w: &QMatrix<'_>, r0: usize, xq: &[&QActs16], ys: 
     }
 }
 
+/// A batch's tokens in the orders of the 512-bit batch kernels, each made only where a format of
+/// the product takes it: interleaved in groups of up to eight ([`TokenOctet`]; an odd last token
+/// stays alone) for `Q4_1`, `Q5_1`, `Q8_0` and `IQ4_NL`; each token in the order of `Q4_0`/`Q5_0`'s
+/// kernel ([`Q40Wide`]); the K-quants' ([`KPairs`]) unless [`crate::set_batch_kquants`] turned
+/// them off.
+#[derive(Default)]
+pub(crate) struct Interleaved {
+    octets: Vec<TokenOctet>,
+    kpairs: KPairs,
+    q40: Vec<Q40Wide>,
+}
+
+impl Interleaved {
+    /// `tokens` in the orders the formats in `formats` take.
+    pub(crate) fn new(tokens: &[&QActs16], formats: &[WeightFormat]) -> Interleaved {
+        let any = |f: fn(WeightFormat) -> bool| formats.iter().any(|&w| f(w));
+        let octets = if any(|f| {
+            matches!(
+                f,
+                WeightFormat::Q4_1 | WeightFormat::Q5_1 | WeightFormat::Q8_0 | WeightFormat::IQ4_NL
+            )
+        }) {
+            tokens[..tokens.len() / 2 * 2]
+                .chunks(OCTET)
+                .map(TokenOctet::new)
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let q40 = if any(|f| matches!(f, WeightFormat::Q4_0 | WeightFormat::Q5_0)) {
+            tokens.iter().map(|q| Q40Wide::new(q)).collect()
+        } else {
+            Vec::new()
+        };
+        let kpairs = if crate::batch::batch_kquants() {
+            KPairs::new(tokens, formats)
+        } else {
+            KPairs::default()
+        };
+        Interleaved {
+            octets,
+            kpairs,
+            q40,
+        }
+    }
+}
+
 /// `ys[t][i] = dot(W[r0 + i], x_t)` for every token `t` (all `ys[t]` of one length): the
 /// 32-element block formats share each block's unpacking across 4 (or 2) tokens at a time, or,
 /// where `wide` and `octets` holds the tokens eight by eight ([`TokenOctet`]), across up to 8
 /// tokens on 512-bit registers ([`super::batch512`]); `Q4_K`, `Q5_K` and `Q6_K` share each
 /// super-block's unpacking across 4 tokens at a time where `wide` and `kpairs` holds the tokens in
-/// their order ([`super::kquant512_batch`]); the others run [`matvec_i16`] once per token (`wide`
+/// their order ([`super::kquant512_batch`]); `Q4_0` and `Q5_0` share each pair of blocks'
+/// unpacking across up to 4 tokens where `wide` and `q40` holds the tokens in their order
+/// ([`super::q40_512::batch`]); the others run [`matvec_i16`] once per token (`wide`
 /// as there).
 ///
 /// # Safety
-/// AVX2/FMA/F16C present, and AVX-512F/BW/VNNI too where `wide`; `octets` empty or the tokens of
-/// `xq` in order but the last when their number is odd; `kpairs` empty or built from `xq`.
+/// AVX2/FMA/F16C present, and AVX-512F/BW/VNNI too where `wide`; `il` built from `xq`
+/// ([`Interleaved::new`]) or empty.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn matvec_i16_batch(
     w: &QMatrix<'_>,
     r0: usize,
     xq: &[&QActs16],
-    octets: &[TokenOctet],
-    kpairs: &KPairs,
+    il: &Interleaved,
     ys: &mut [&mut [f32]],
     wide: bool,
 ) {
@@ -151,6 +200,26 @@ pub(crate) unsafe fn matvec_i16_batch(
         }
         return;
     }
+    if wide && matches!(w.format(), WeightFormat::Q4_0 | WeightFormat::Q5_0) {
+        let own: Vec<Q40Wide>;
+        let q40 = if il.q40.len() == xq.len() {
+            &il.q40
+        } else {
+            own = xq.iter().map(|q| Q40Wide::new(q)).collect();
+            &own
+        };
+        // SAFETY: AVX-512F/BW/VNNI present where `wide` (contract); `q40` holds `xq`'s tokens
+        // (contract, or made here); rows r0..r0+nr exist (checked above).
+        unsafe {
+            if w.format() == WeightFormat::Q4_0 {
+                q40_512::batch::<Q4_0>(w, r0, q40, ys)
+            } else {
+                q40_512::batch::<Q5_0>(w, r0, q40, ys)
+            }
+        }
+        return;
+    }
+    let octets = &il.octets;
     if wide && !octets.is_empty() {
         let single = (xq.len() % 2 == 1).then(|| xq[xq.len() - 1]);
         // SAFETY: AVX-512F/BW/VNNI present where `wide` (contract); `octets` hold `xq`'s tokens
@@ -158,16 +227,14 @@ pub(crate) unsafe fn matvec_i16_batch(
         unsafe {
             match w.format() {
                 WeightFormat::Q8_0 => return batch_octets::<Q8_0>(w, r0, octets, single, ys),
-                WeightFormat::Q4_0 => return batch_octets::<Q4_0>(w, r0, octets, single, ys),
                 WeightFormat::Q4_1 => return batch_octets::<Q4_1>(w, r0, octets, single, ys),
-                WeightFormat::Q5_0 => return batch_octets::<Q5_0>(w, r0, octets, single, ys),
                 WeightFormat::Q5_1 => return batch_octets::<Q5_1>(w, r0, octets, single, ys),
                 WeightFormat::IQ4_NL => return batch_octets::<IQ4_NL>(w, r0, octets, single, ys),
                 _ => {}
             }
         }
     }
-    if let Some(x) = kpairs.of(w.format()).filter(|_| wide) {
+    if let Some(x) = il.kpairs.of(w.format()).filter(|_| wide) {
         // SAFETY: AVX-512F/BW/VNNI present where `wide` (contract); `x` holds the tokens of `xq`
         // in `w`'s format's order (`KPairs::of`); rows r0..r0+nr exist (checked above).
         unsafe {

@@ -42,7 +42,8 @@ pub(crate) struct Q40Wide {
     /// Per pair of blocks `(b, b + 1)`: `b`'s elements 0..16, `b + 1`'s 0..16, `b`'s 16..32,
     /// `b + 1`'s 16..32 (zeros for a missing last block).
     x: Vec<i16>,
-    /// Per pair: each i32 lane's -8 times the sum of the four activations it multiplies.
+    /// Per pair: each i32 lane's -8 times the sum of the four activations it multiplies (Q4_0's
+    /// offset, for the one-token kernel's unsigned weights).
     c: Vec<i32>,
     /// The activations' block scales, zero-padded to a multiple of 8.
     d: Vec<f32>,
@@ -82,14 +83,15 @@ impl Q40Wide {
     }
 }
 
-/// The unsigned quants of blocks `b` (lanes 0..16) and `b + 1` (16..32) at `p`: elements 0..16 of
-/// each in the first vector, 16..32 in the second (Q4_0's nibbles; Q5_0's with the fifth bit).
+/// The quants of blocks `b` (lanes 0..16) and `b + 1` (16..32) at `p`: elements 0..16 of each in
+/// the first vector, 16..32 in the second (Q4_0's nibbles; Q5_0's with the fifth bit); unsigned,
+/// or with the format's offset subtracted where `SIGNED` (always for Q5_0).
 ///
 /// # Safety
 /// AVX-512F/BW present; `F` Q4_0 or Q5_0; two whole blocks readable at `p`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw")]
-unsafe fn nibbles_pair<const F: u8>(p: *const u8) -> (__m512i, __m512i) {
+unsafe fn nibbles_pair<const F: u8, const SIGNED: bool>(p: *const u8) -> (__m512i, __m512i) {
     let bb = block_bytes(F);
     // Q5_0: `d`, then `qh` (4 bytes), then the 16 quant bytes.
     let q = if F == Q5_0 { 6 } else { 2 };
@@ -104,18 +106,22 @@ unsafe fn nibbles_pair<const F: u8>(p: *const u8) -> (__m512i, __m512i) {
         let lo = _mm512_and_si512(wide, _mm512_set1_epi16(0x0F));
         let hi = _mm512_srli_epi16::<4>(wide);
         if F != Q5_0 {
-            return (lo, hi);
+            if !SIGNED {
+                return (lo, hi);
+            }
+            let eight = _mm512_set1_epi16(8);
+            return (_mm512_sub_epi16(lo, eight), _mm512_sub_epi16(hi, eight));
         }
         // Bit e of a block's `qh` is element e's fifth bit: elements 0..16 of both blocks are
-        // `lo`'s lanes, 16..32 `hi`'s.
+        // `lo`'s lanes, 16..32 `hi`'s. An element without it is its nibble - 16.
         let h0 = std::ptr::read_unaligned(p.add(2) as *const u32);
         let h1 = std::ptr::read_unaligned(p.add(bb + 2) as *const u32);
         let (mlo, mhi): (__mmask32, __mmask32) =
             ((h0 & 0xFFFF) | (h1 << 16), (h0 >> 16) | (h1 & 0xFFFF_0000));
         let sixteen = _mm512_set1_epi16(16);
         (
-            _mm512_mask_add_epi16(lo, mlo, lo, sixteen),
-            _mm512_mask_add_epi16(hi, mhi, hi, sixteen),
+            _mm512_mask_sub_epi16(lo, !mlo, lo, sixteen),
+            _mm512_mask_sub_epi16(hi, !mhi, hi, sixteen),
         )
     }
 }
@@ -219,6 +225,29 @@ unsafe fn dots_ahead<const F: u8, const R: usize, const T: usize>(
     xs: [&Q40Wide; T],
     ahead: usize,
 ) -> [[f32; T]; R] {
+    // SAFETY: as this function's (SIGNED for Q5_0).
+    unsafe {
+        if T > 1 || F == Q5_0 {
+            dots_signed::<F, R, T, true>(rows, xs, ahead)
+        } else {
+            dots_signed::<F, R, T, false>(rows, xs, ahead)
+        }
+    }
+}
+
+/// [`dots_ahead`] with the weights signed ([`nibbles_pair`]) where `SIGNED`: one fewer operation
+/// per token and pair of blocks (no offset sums to add), two more per pair of blocks (Q4_0's
+/// offset subtracted); the same i32 sums either way.
+///
+/// # Safety
+/// As [`dots`]; `SIGNED` where `F` is Q5_0.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
+unsafe fn dots_signed<const F: u8, const R: usize, const T: usize, const SIGNED: bool>(
+    rows: [&[u8]; R],
+    xs: [&Q40Wide; T],
+    ahead: usize,
+) -> [[f32; T]; R] {
     let nb = xs[0].blocks;
     let bb = block_bytes(F);
     assert!(
@@ -249,9 +278,9 @@ unsafe fn dots_ahead<const F: u8, const R: usize, const T: usize>(
                     let p = rows[i].as_ptr().add(pair * 2 * bb);
                     // Prefetch hint (never faults; wrapping_add keeps it UB-free).
                     _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(ahead) as *const i8);
-                    let (lo, hi) = nibbles_pair::<F>(p);
+                    let (lo, hi) = nibbles_pair::<F, SIGNED>(p);
                     for t in 0..T {
-                        let isum = pair_sum::<F>(xs[t], pair, lo, hi);
+                        let isum = pair_sum::<SIGNED>(xs[t], pair, lo, hi);
                         let scale = _mm512_permutexvar_ps(*pk, _mm512_castps256_ps512(s[i][t]));
                         acc[i][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale, acc[i][t]);
                     }
@@ -261,13 +290,13 @@ unsafe fn dots_ahead<const F: u8, const R: usize, const T: usize>(
         for pair in groups * 4..nb / 2 {
             for i in 0..R {
                 let p = rows[i].as_ptr().add(pair * 2 * bb);
-                let (lo, hi) = nibbles_pair::<F>(p);
+                let (lo, hi) = nibbles_pair::<F, SIGNED>(p);
                 let (d0, d1) = (f16_at(p), f16_at(p.add(bb)));
                 for t in 0..T {
                     let dx = xs[t].d.as_ptr().add(2 * pair);
                     let s = _mm_setr_ps(d0 * *dx, d1 * *dx.add(1), 0.0, 0.0);
                     let scale = _mm512_permutexvar_ps(picks[0], _mm512_castps128_ps512(s));
-                    let isum = pair_sum::<F>(xs[t], pair, lo, hi);
+                    let isum = pair_sum::<SIGNED>(xs[t], pair, lo, hi);
                     acc[i][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale, acc[i][t]);
                 }
             }
@@ -289,23 +318,29 @@ unsafe fn dots_ahead<const F: u8, const R: usize, const T: usize>(
     out
 }
 
-/// The i32 lane sums of pair `pair` of `x` with the unsigned quants `lo`, `hi` of its two blocks
-/// of format `F`, from the format's offset (-8 times the activations, -16 for Q5_0).
+/// The i32 lane sums of pair `pair` of `x` with the quants `lo`, `hi` of its two blocks from
+/// [`nibbles_pair`] with `SIGNED`: signed, or unsigned (Q4_0) from the offset's sums (-8 times the
+/// activations). Either way the same exact integers.
 ///
 /// # Safety
-/// AVX-512F/BW/VNNI present; `pair < x.blocks.div_ceil(2)`.
+/// AVX-512F/BW/VNNI present; `pair < x.blocks.div_ceil(2)`; `SIGNED` where `F` is Q5_0.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
-unsafe fn pair_sum<const F: u8>(x: &Q40Wide, pair: usize, lo: __m512i, hi: __m512i) -> __m512i {
+unsafe fn pair_sum<const SIGNED: bool>(
+    x: &Q40Wide,
+    pair: usize,
+    lo: __m512i,
+    hi: __m512i,
+) -> __m512i {
     // SAFETY: pair `pair` of `x.x` (64 i16) and `x.c` (16 i32) is in bounds (contract).
     unsafe {
         let xp = x.x.as_ptr().add(pair * 64);
-        let mut c = _mm512_loadu_si512(x.c.as_ptr().add(pair * 16) as *const _);
-        if F == Q5_0 {
-            c = _mm512_add_epi32(c, c);
-        }
         let xlo = _mm512_loadu_si512(xp as *const _);
         let xhi = _mm512_loadu_si512(xp.add(32) as *const _);
+        if SIGNED {
+            return dpwssd(_mm512_madd_epi16(lo, xlo), hi, xhi);
+        }
+        let c = _mm512_loadu_si512(x.c.as_ptr().add(pair * 16) as *const _);
         dpwssd(dpwssd(c, lo, xlo), hi, xhi)
     }
 }
@@ -353,6 +388,54 @@ unsafe fn last_block<const F: u8>(row: &[u8], x: &Q40Wide, lo: __m256) -> __m256
         let isum = _mm256_add_epi32(_mm256_madd_epi16(w0, xlo), _mm256_madd_epi16(w1, xhi));
         let s = f16_at(p) * *x.d.get_unchecked(b);
         _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(s), lo)
+    }
+}
+
+/// Tokens per [`dots`] call in [`batch`]: each row's pairs of blocks are unpacked once for up to
+/// this many tokens.
+pub(crate) const GROUP: usize = 8;
+
+/// Rows `r0..r0 + ys[t].len()` of a matrix of format `F` ([`takes`]) for every token `t` of `xs`
+/// (`ys[t]` from `xs[t]`, all of one length): a row at a time, its blocks unpacked once for up to
+/// [`GROUP`] tokens ([`dots`] with `T` tokens), so each token's result is its one-token
+/// [`matvec`]'s bit for bit, whatever the number of tokens (odd ones included).
+///
+/// # Safety
+/// AVX2/FMA/F16C and AVX-512F/BW/VNNI present; rows `r0..r0 + ys[0].len()` in `w`.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
+pub(super) unsafe fn batch<const F: u8>(
+    w: &QMatrix<'_>,
+    r0: usize,
+    xs: &[Q40Wide],
+    ys: &mut [&mut [f32]],
+) {
+    assert!(xs.len() == ys.len() && !ys.is_empty());
+    let n = ys[0].len();
+    assert!(ys.iter().all(|y| y.len() == n) && r0 + n <= w.rows());
+    for r in 0..n {
+        let row = w.row_data(r0 + r);
+        for (k, x) in xs.chunks(GROUP).enumerate() {
+            let out = &mut ys[k * GROUP..k * GROUP + x.len()];
+            macro_rules! group {
+                ($t:literal) => {{
+                    // SAFETY: features present per contract; `dots` asserts the lengths.
+                    let [d] = unsafe { dots::<F, 1, $t>([row], std::array::from_fn(|j| &x[j])) };
+                    for (y, v) in out.iter_mut().zip(d) {
+                        y[r] = v;
+                    }
+                }};
+            }
+            match x.len() {
+                1 => group!(1),
+                2 => group!(2),
+                3 => group!(3),
+                4 => group!(4),
+                5 => group!(5),
+                6 => group!(6),
+                7 => group!(7),
+                _ => group!(8),
+            }
+        }
     }
 }
 
