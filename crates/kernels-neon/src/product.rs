@@ -92,12 +92,7 @@ impl Product {
                 _ => None,
             })
             .collect();
-        qs.map(|mut qs| {
-            if pad_odd(path, formats, qs.len()) {
-                qs.push(qs[qs.len() - 1]);
-            }
-            arch::Batch16::new(path, qs, formats)
-        })
+        qs.map(|qs| arch::Batch16::new(path, qs, formats))
     }
 
     /// Rows per work item: those of the entry point that would run this product alone, so each
@@ -138,13 +133,7 @@ impl Product {
         match self {
             Product::PerToken(_) if batch.is_some() => {
                 let mut outs: Vec<&mut [f32]> = out.chunks_mut(nr).collect();
-                // The output of a padding token ([`pad_odd`]), thrown away.
-                let mut pad = Vec::new();
                 if let Some(b) = batch {
-                    if b.len() > outs.len() {
-                        pad.resize(nr, 0.0);
-                        outs.push(&mut pad);
-                    }
                     arch::matvec_i16_batch(path, w, r0, b, &mut outs);
                 }
             }
@@ -175,21 +164,6 @@ impl Product {
             }
         }
     }
-}
-
-/// Whether an odd number `n` of tokens' batch takes its last token twice, the copy's outputs
-/// thrown away: on the AVX-512 path a Q4_0 batch runs its tokens in pairs, two to a register
-/// (`arch/x86_64/batch512.rs`, each pair's halves bit for bit the one-token kernel), and an
-/// unpaired last token alone on the one-token kernel, which unpacks every weight block again for
-/// it and costs about twice a pair's half (`experts_rate`'s prompt layer: 64 tokens, top-8 of 64
-/// experts, so half the groups odd). Not where the pair would open an octet of its own (`n` one
-/// more than a multiple of 8, the octet size: a whole unpacking for one pair, dearer than the
-/// one-token kernel).
-fn pad_odd(path: KernelPath, formats: &[WeightFormat], n: usize) -> bool {
-    path == KernelPath::Avx512
-        && n % 2 == 1
-        && n % 8 != 1
-        && formats.iter().all(|&f| f == WeightFormat::Q4_0)
 }
 
 /// Whether a prompt's groups of fewer than [`INT_TILE_MIN_TOKENS`] tokens in [`Precision::Fast`]

@@ -390,7 +390,7 @@ pub(crate) fn matvec_i16(
         #[cfg(target_arch = "x86_64")]
         KernelPath::Avx2Fma | KernelPath::Avx512 => {
             let wide = path == KernelPath::Avx512;
-            let q40 = (wide && matches!(w.format(), WeightFormat::Q4_0 | WeightFormat::Q5_0))
+            let q40 = (wide && x86_64::q40_takes_matrix(w.format(), w.cols()))
                 .then(|| prep.q40.get_or_init(|| x86_64::Q40Wide::new(xq)));
             // SAFETY: the path was checked available (AVX2/FMA/F16C present, and AVX-512F/BW/VNNI
             // on the Avx512 path); `q40` is made from `xq`.
@@ -434,7 +434,8 @@ impl<'a> Batch16<'a> {
     ) -> Self {
         #[cfg(target_arch = "x86_64")]
         let wide = if path == KernelPath::Avx512 {
-            x86_64::Interleaved::new(&tokens, formats)
+            // SAFETY: the path was checked available (AVX2/FMA/F16C present on Avx512).
+            unsafe { x86_64::Interleaved::new(&tokens, formats) }
         } else {
             x86_64::Interleaved::default()
         };
@@ -445,11 +446,6 @@ impl<'a> Batch16<'a> {
             #[cfg(target_arch = "x86_64")]
             wide,
         }
-    }
-
-    /// Tokens (outputs [`matvec_i16_batch`] writes).
-    pub(crate) fn len(&self) -> usize {
-        self.tokens.len()
     }
 }
 

@@ -153,7 +153,8 @@ unsafe fn matvec_i16_q<const F: u8, const R: usize>(
 
 /// Quantized weights × 16-bit activations ([`Precision::Fast`](crate::Precision::Fast)); `wide`
 /// takes the 512-bit kernels where they exist (`Q4_K`, `Q5_K`, `Q6_K`: [`super::kquant512`];
-/// `Q4_0`: [`super::q40_512`], on `q40` if given, else on `xq` reordered here).
+/// `Q5_0` and long-row `Q4_0`: [`super::q40_512`], on `q40` if given, else on `xq` reordered
+/// here).
 ///
 /// # Safety
 /// AVX2/FMA/F16C present, and AVX-512F/BW/VNNI too where `wide`.
@@ -181,10 +182,12 @@ pub(crate) unsafe fn matvec_i16(
         match w.format() {
             WeightFormat::Q8_0 if dense => matvec_i16_q::<Q8_0, 1>(w, sel, xq, y),
             WeightFormat::Q8_0 => matvec_i16_q::<Q8_0, 2>(w, sel, xq, y),
-            // The AVX-512 path's own Q4_0 and Q5_0 kernel (`q40_512`, two blocks a register;
-            // its batch form gives the same bits), on activations reordered once per token where
-            // the caller kept them (`q40`).
-            WeightFormat::Q4_0 | WeightFormat::Q5_0 if wide => {
+            // The AVX-512 path's own Q4_0 (long rows) and Q5_0 kernel (`q40_512`, two blocks a
+            // register; its batch form gives the same bits), on activations reordered once per
+            // token where the caller kept them (`q40`).
+            WeightFormat::Q4_0 | WeightFormat::Q5_0
+                if wide && super::q40_512::takes_matrix(w.format(), w.cols()) =>
+            {
                 let own;
                 let x = match q40 {
                     Some(x) => x,
@@ -199,7 +202,8 @@ pub(crate) unsafe fn matvec_i16(
                     super::q40_512::matvec::<Q5_0>(w, sel, x, y)
                 }
             }
-            // The AVX2 path's own Q4_0 kernel (`q40_pairs`).
+            // The AVX2 path's own Q4_0 kernel (`q40_pairs`), and the AVX-512 path's for short
+            // rows (`q40_512::takes_matrix`).
             WeightFormat::Q4_0 => {
                 let acts = Q40Acts::new(xq);
                 let k = Q40Dots { acts: &acts, xq };

@@ -11,6 +11,7 @@ use super::batch512::{batch_octets, TokenOctet, OCTET};
 use super::kquant512_batch::{batch_k512, KPairs};
 use super::matvec_i16::{matvec_i16, weights_i16};
 use super::q40_512::{self, Q40Wide};
+use super::q40_pairs512::Q40Batch;
 use super::simd::{f16_at, hsum, PREFETCH};
 use crate::arch::tags::{block_bytes, has_min, IQ4_NL, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
 use crate::arch::Rows;
@@ -133,11 +134,17 @@ pub(crate) struct Interleaved {
     octets: Vec<TokenOctet>,
     kpairs: KPairs,
     q40: Vec<Q40Wide>,
+    /// The order of short-row Q4_0's batch kernel ([`super::q40_pairs512`]).
+    q40p: Option<Q40Batch>,
 }
 
 impl Interleaved {
     /// `tokens` in the orders the formats in `formats` take.
-    pub(crate) fn new(tokens: &[&QActs16], formats: &[WeightFormat]) -> Interleaved {
+    ///
+    /// # Safety
+    /// AVX2/FMA/F16C present.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(crate) unsafe fn new(tokens: &[&QActs16], formats: &[WeightFormat]) -> Interleaved {
         let any = |f: fn(WeightFormat) -> bool| formats.iter().any(|&w| f(w));
         let octets = if any(|f| {
             matches!(
@@ -152,11 +159,18 @@ impl Interleaved {
         } else {
             Vec::new()
         };
-        let q40 = if any(|f| matches!(f, WeightFormat::Q4_0 | WeightFormat::Q5_0)) {
+        let cols = tokens.first().map_or(0, |q| q.d.len() * 32);
+        let q40 = if any(|f| f == WeightFormat::Q5_0)
+            || q40_512::takes_matrix(WeightFormat::Q4_0, cols) && any(|f| f == WeightFormat::Q4_0)
+        {
             tokens.iter().map(|q| Q40Wide::new(q)).collect()
         } else {
             Vec::new()
         };
+        let q40p = (any(|f| f == WeightFormat::Q4_0)
+            && !q40_512::takes_matrix(WeightFormat::Q4_0, cols))
+        // SAFETY: AVX2 is present on the paths that build this (AVX-512's).
+        .then(|| unsafe { Q40Batch::new(tokens) });
         let kpairs = if crate::batch::batch_kquants() {
             KPairs::new(tokens, formats)
         } else {
@@ -166,6 +180,7 @@ impl Interleaved {
             octets,
             kpairs,
             q40,
+            q40p,
         }
     }
 }
@@ -175,9 +190,9 @@ impl Interleaved {
 /// where `wide` and `octets` holds the tokens eight by eight ([`TokenOctet`]), across up to 8
 /// tokens on 512-bit registers ([`super::batch512`]); `Q4_K`, `Q5_K` and `Q6_K` share each
 /// super-block's unpacking across 4 tokens at a time where `wide` and `kpairs` holds the tokens in
-/// their order ([`super::kquant512_batch`]); `Q4_0` and `Q5_0` share each pair of blocks'
-/// unpacking across up to 4 tokens where `wide` and `q40` holds the tokens in their order
-/// ([`super::q40_512::batch`]); the others run [`matvec_i16`] once per token (`wide`
+/// their order ([`super::kquant512_batch`]); `Q5_0` and long-row `Q4_0` share each pair of
+/// blocks' unpacking across up to 8 tokens where `wide` ([`super::q40_512::batch`]); the others
+/// run [`matvec_i16`] once per token (`wide`
 /// as there).
 ///
 /// # Safety
@@ -200,7 +215,7 @@ pub(crate) unsafe fn matvec_i16_batch(
         }
         return;
     }
-    if wide && matches!(w.format(), WeightFormat::Q4_0 | WeightFormat::Q5_0) {
+    if wide && q40_512::takes_matrix(w.format(), w.cols()) {
         let own: Vec<Q40Wide>;
         let q40 = if il.q40.len() == xq.len() {
             &il.q40
@@ -250,8 +265,20 @@ pub(crate) unsafe fn matvec_i16_batch(
     unsafe {
         match w.format() {
             WeightFormat::Q8_0 => batch_q::<Q8_0>(w, r0, xq, ys),
-            // The AVX2 path's Q4_0 `matvec` kernel takes its own activation order: its batch form.
-            WeightFormat::Q4_0 if !wide => super::q40_pairs::q40_batch(w, r0, xq, ys),
+            // `q40_pairs`, the Q4_0 `matvec` kernel of the AVX2 path and of short rows on the
+            // AVX-512 path, takes its own activation order: its batch forms.
+            WeightFormat::Q4_0 if wide => {
+                let own;
+                let b = match &il.q40p {
+                    Some(b) if b.len() == xq.len() => b,
+                    _ => {
+                        own = Q40Batch::new(xq);
+                        &own
+                    }
+                };
+                super::q40_pairs512::q40_batch512(w, r0, b, xq, ys)
+            }
+            WeightFormat::Q4_0 => super::q40_pairs::q40_batch(w, r0, xq, ys),
             WeightFormat::Q4_1 => batch_q::<Q4_1>(w, r0, xq, ys),
             WeightFormat::Q5_0 => batch_q::<Q5_0>(w, r0, xq, ys),
             WeightFormat::Q5_1 => batch_q::<Q5_1>(w, r0, xq, ys),

@@ -37,6 +37,23 @@ pub(crate) const fn takes(f: u8) -> bool {
     matches!(f, Q4_0 | Q5_0)
 }
 
+/// Whether a matrix of `format` with `cols` columns takes this module's kernels on the AVX-512
+/// path ([`matvec`], [`batch`]): Q5_0 always; Q4_0 when its rows have at least
+/// [`FOUR_ROW_BLOCKS`] blocks (four rows a step). Shorter Q4_0 rows take the AVX2 path's
+/// `q40_pairs` kernel (four blocks' exact sums reduced in integers, one conversion for the four),
+/// which streams them faster: 2026-12-04, quiet, `matvec_rate` one thread 14-16 against 8-10 GB/s
+/// at 4864x896 and 15-17 against 12-13 at 50304x2048, two threads 17.5-32.5 against 14-24 at
+/// 50304x2048; the 4096-column rows the other way (two threads 25.6 against 32.0 GB/s at
+/// 11008x4096); OLMoE-shaped 4-layer synthetic decode (2048 columns) 107.5/107.2 against
+/// 83.3/89.4 tok/s (`sparrow bench -t 2 -p 0 -n 32 -r 2`, interleaved).
+pub(crate) fn takes_matrix(format: crate::WeightFormat, cols: usize) -> bool {
+    match format {
+        crate::WeightFormat::Q5_0 => true,
+        crate::WeightFormat::Q4_0 => cols / 32 >= FOUR_ROW_BLOCKS,
+        _ => false,
+    }
+}
+
 /// One token's 16-bit activations in the order of [`dots`].
 pub(crate) struct Q40Wide {
     /// Per pair of blocks `(b, b + 1)`: `b`'s elements 0..16, `b + 1`'s 0..16, `b`'s 16..32,

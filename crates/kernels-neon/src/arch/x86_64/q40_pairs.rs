@@ -25,17 +25,17 @@ use crate::quant::QActs16;
 use crate::QMatrix;
 
 /// Bytes of a Q4_0 block.
-const BB: usize = 18;
+pub(super) const BB: usize = 18;
 
 /// The 16-bit activations of a call in the lane order of [`q40_rows`]: per pair of blocks its
 /// four registers of 16 (elements `2k`, `2k + 16`, `2k + 1`, `2k + 17` of the first block in
 /// lanes `k < 8`, of the second in lanes `8 + k`) and 8 i32 corrections (-8 times the
 /// activations each `madd` lane of the four sums).
 pub(super) struct Q40Acts {
-    x: Vec<i16>,
-    corr: Vec<i32>,
+    pub(super) x: Vec<i16>,
+    pub(super) corr: Vec<i32>,
     /// The activation scales of quads of blocks in the order `b, b + 2, b + 1, b + 3`.
-    d: Vec<f32>,
+    pub(super) d: Vec<f32>,
 }
 
 impl Q40Acts {
@@ -105,7 +105,7 @@ impl Q40Acts {
 /// AVX2 present; two blocks readable at `p`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn pair_weights(p: *const u8) -> [__m256i; 4] {
+pub(super) unsafe fn pair_weights(p: *const u8) -> [__m256i; 4] {
     // SAFETY: bytes 2..18 of both blocks, per contract.
     let v =
         unsafe { _mm256_loadu2_m128i(p.add(BB + 2) as *const __m128i, p.add(2) as *const __m128i) };
@@ -125,7 +125,7 @@ unsafe fn pair_weights(p: *const u8) -> [__m256i; 4] {
 /// AVX2 present; 64 i16 readable at `x`, 8 i32 at `c`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn pair_dot(q: &[__m256i; 4], x: *const i16, c: *const i32) -> __m256i {
+pub(super) unsafe fn pair_dot(q: &[__m256i; 4], x: *const i16, c: *const i32) -> __m256i {
     // SAFETY: 128 bytes at x and 32 at c, per contract.
     unsafe {
         let xv = |k: usize| _mm256_loadu_si256(x.add(16 * k) as *const __m256i);
@@ -149,7 +149,7 @@ unsafe fn pair_dot(q: &[__m256i; 4], x: *const i16, c: *const i32) -> __m256i {
 /// `p01 = [b0 x4 | b1 x4]` and `p23 = [b2 x4 | b3 x4]`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn quad_sums(p01: __m256i, p23: __m256i) -> __m128i {
+pub(super) fn quad_sums(p01: __m256i, p23: __m256i) -> __m128i {
     // [b0 0+2, b2 0+2, b0 1+3, b2 1+3 | the same of b1, b3]
     let s = _mm256_add_epi32(
         _mm256_unpacklo_epi32(p01, p23),
@@ -163,7 +163,7 @@ fn quad_sums(p01: __m256i, p23: __m256i) -> __m128i {
 /// The sum of the four lanes of `v`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn hsum4(v: __m128) -> f32 {
+pub(super) fn hsum4(v: __m128) -> f32 {
     let s = _mm_add_ps(v, _mm_movehl_ps(v, v));
     _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps::<1>(s, s)))
 }
@@ -174,7 +174,7 @@ fn hsum4(v: __m128) -> f32 {
 /// F16C present; four blocks readable at `p`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn scales(p: *const u8) -> __m128 {
+pub(super) unsafe fn scales(p: *const u8) -> __m128 {
     // SAFETY: the first two bytes of each of the four blocks, in bounds per contract.
     let h = |k: usize| u64::from(unsafe { std::ptr::read_unaligned(p.add(k * BB) as *const u16) });
     let bits = h(0) | h(2) << 16 | h(1) << 32 | h(3) << 48;
@@ -228,7 +228,11 @@ unsafe fn q40_rows<const R: usize>(rows: [&[u8]; R], a: &Q40Acts) -> [f32; R] {
 /// AVX2/FMA/F16C present.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q40_tail<const R: usize>(rows: [&[u8]; R], xq: &QActs16, from: usize) -> [f32; R] {
+pub(super) unsafe fn q40_tail<const R: usize>(
+    rows: [&[u8]; R],
+    xq: &QActs16,
+    from: usize,
+) -> [f32; R] {
     let nb = xq.d.len();
     assert!(rows.iter().all(|r| r.len() >= nb * BB) && xq.qs.len() >= nb * 32);
     let mut y = [0f32; R];
