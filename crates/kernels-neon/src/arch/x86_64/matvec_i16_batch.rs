@@ -126,9 +126,9 @@ unsafe fn batch_q<const F: u8>(w: &QMatrix<'_>, r0: usize, xq: &[&QActs16], ys: 
 
 /// A batch's tokens in the orders of the 512-bit batch kernels, each made only where a format of
 /// the product takes it: interleaved in groups of up to eight ([`TokenOctet`]; an odd last token
-/// stays alone) for `Q4_1`, `Q5_1`, `Q8_0` and `IQ4_NL`; each token in the order of `Q4_0`/`Q5_0`'s
-/// kernel ([`Q40Wide`]); the K-quants' ([`KPairs`]) unless [`crate::set_batch_kquants`] turned
-/// them off.
+/// stays alone) for `Q4_1`, `Q5_1`, `Q8_0` and `IQ4_NL`; each token in the order of `q40_512`
+/// ([`Q40Wide`]: `Q5_0`, long-row `Q4_0`) or of `q40_pairs` paired ([`Q40Batch`]: short-row
+/// `Q4_0`); the K-quants' ([`KPairs`]) unless [`crate::set_batch_kquants`] turned them off.
 #[derive(Default)]
 pub(crate) struct Interleaved {
     octets: Vec<TokenOctet>,
@@ -169,7 +169,7 @@ impl Interleaved {
         };
         let q40p = (any(|f| f == WeightFormat::Q4_0)
             && !q40_512::takes_matrix(WeightFormat::Q4_0, cols))
-        // SAFETY: AVX2 is present on the paths that build this (AVX-512's).
+        // SAFETY: AVX2 present per contract.
         .then(|| unsafe { Q40Batch::new(tokens) });
         let kpairs = if crate::batch::batch_kquants() {
             KPairs::new(tokens, formats)

@@ -1,8 +1,8 @@
 //! Q4_0 and Q5_0 × 16-bit activations ([`Precision::Fast`](crate::Precision::Fast)) on 512-bit
-//! registers, for [`KernelPath::Avx512`](crate::KernelPath::Avx512): the one-token kernel
-//! (`matvec`). Its batch form, which gives each token its result bit for bit, is
-//! [`super::batch512`]'s (two tokens a register, one block at a time, even and odd blocks in
-//! accumulators of their own).
+//! registers, for [`KernelPath::Avx512`](crate::KernelPath::Avx512) (Q5_0, and Q4_0 with long rows:
+//! [`takes_matrix`]): the one-token kernel ([`matvec`]) and its batch form ([`batch`]: the same
+//! [`dots`] with up to 8 tokens a row, each pair of blocks unpacked once, so each token's result
+//! bit for bit its `matvec`'s).
 //!
 //! Two blocks a register: the 16 quant bytes of blocks `b` and `b + 1` widened to 32 u16 lanes,
 //! one mask and one shift give their low nibbles (elements 0..16 of each) and high nibbles
