@@ -206,7 +206,17 @@ pub(crate) unsafe fn matvec_i16(
             // rows (`q40_512::takes_matrix`).
             WeightFormat::Q4_0 => {
                 let acts = Q40Acts::new(xq);
-                let k = Q40Dots { acts: &acts, xq };
+                let k = Q40Dots::<Q4_0> { acts: &acts, xq };
+                if dense {
+                    rows_blocked::<1, _>(&k, w, sel, y)
+                } else {
+                    rows_blocked::<4, _>(&k, w, sel, y)
+                }
+            }
+            // IQ4_NL on the same kernel (its blocks are Q4_0's with a table for the nibbles).
+            WeightFormat::IQ4_NL => {
+                let acts = Q40Acts::new(xq);
+                let k = Q40Dots::<IQ4_NL> { acts: &acts, xq };
                 if dense {
                     rows_blocked::<1, _>(&k, w, sel, y)
                 } else {
@@ -219,8 +229,6 @@ pub(crate) unsafe fn matvec_i16(
             WeightFormat::Q5_0 => matvec_i16_q::<Q5_0, 4>(w, sel, xq, y),
             WeightFormat::Q5_1 if dense => matvec_i16_q::<Q5_1, 1>(w, sel, xq, y),
             WeightFormat::Q5_1 => matvec_i16_q::<Q5_1, 4>(w, sel, xq, y),
-            WeightFormat::IQ4_NL if dense => matvec_i16_q::<IQ4_NL, 1>(w, sel, xq, y),
-            WeightFormat::IQ4_NL => matvec_i16_q::<IQ4_NL, 4>(w, sel, xq, y),
             WeightFormat::Q4_K | WeightFormat::Q5_K | WeightFormat::Q6_K if wide => {
                 let x = pairs512(&xq.qs, w.format());
                 let k = K16Dots512 {

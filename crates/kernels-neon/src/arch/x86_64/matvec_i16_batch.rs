@@ -126,15 +126,16 @@ unsafe fn batch_q<const F: u8>(w: &QMatrix<'_>, r0: usize, xq: &[&QActs16], ys: 
 
 /// A batch's tokens in the orders of the 512-bit batch kernels, each made only where a format of
 /// the product takes it: interleaved in groups of up to eight ([`TokenOctet`]; an odd last token
-/// stays alone) for `Q4_1`, `Q5_1`, `Q8_0` and `IQ4_NL`; each token in the order of `q40_512`
+/// stays alone) for `Q4_1`, `Q5_1` and `Q8_0`; each token in the order of `q40_512`
 /// ([`Q40Wide`]: `Q5_0`, long-row `Q4_0`) or of `q40_pairs` paired ([`Q40Batch`]: short-row
-/// `Q4_0`); the K-quants' ([`KPairs`]) unless [`crate::set_batch_kquants`] turned them off.
+/// `Q4_0`, `IQ4_NL`); the K-quants' ([`KPairs`]) unless [`crate::set_batch_kquants`] turned them
+/// off.
 #[derive(Default)]
 pub(crate) struct Interleaved {
     octets: Vec<TokenOctet>,
     kpairs: KPairs,
     q40: Vec<Q40Wide>,
-    /// The order of short-row Q4_0's batch kernel ([`super::q40_pairs512`]).
+    /// The order of short-row Q4_0's and IQ4_NL's batch kernel ([`super::q40_pairs512`]).
     q40p: Option<Q40Batch>,
 }
 
@@ -149,7 +150,7 @@ impl Interleaved {
         let octets = if any(|f| {
             matches!(
                 f,
-                WeightFormat::Q4_1 | WeightFormat::Q5_1 | WeightFormat::Q8_0 | WeightFormat::IQ4_NL
+                WeightFormat::Q4_1 | WeightFormat::Q5_1 | WeightFormat::Q8_0
             )
         }) {
             tokens[..tokens.len() / 2 * 2]
@@ -167,8 +168,9 @@ impl Interleaved {
         } else {
             Vec::new()
         };
-        let q40p = (any(|f| f == WeightFormat::Q4_0)
-            && !q40_512::takes_matrix(WeightFormat::Q4_0, cols))
+        let q40p = (any(|f| f == WeightFormat::IQ4_NL)
+            || any(|f| f == WeightFormat::Q4_0)
+                && !q40_512::takes_matrix(WeightFormat::Q4_0, cols))
         // SAFETY: AVX2 present per contract.
         .then(|| unsafe { Q40Batch::new(tokens) });
         let kpairs = if crate::batch::batch_kquants() {
@@ -244,7 +246,6 @@ pub(crate) unsafe fn matvec_i16_batch(
                 WeightFormat::Q8_0 => return batch_octets::<Q8_0>(w, r0, octets, single, ys),
                 WeightFormat::Q4_1 => return batch_octets::<Q4_1>(w, r0, octets, single, ys),
                 WeightFormat::Q5_1 => return batch_octets::<Q5_1>(w, r0, octets, single, ys),
-                WeightFormat::IQ4_NL => return batch_octets::<IQ4_NL>(w, r0, octets, single, ys),
                 _ => {}
             }
         }
@@ -267,7 +268,7 @@ pub(crate) unsafe fn matvec_i16_batch(
             WeightFormat::Q8_0 => batch_q::<Q8_0>(w, r0, xq, ys),
             // `q40_pairs`, the Q4_0 `matvec` kernel of the AVX2 path and of short rows on the
             // AVX-512 path, takes its own activation order: its batch forms.
-            WeightFormat::Q4_0 if wide => {
+            WeightFormat::Q4_0 | WeightFormat::IQ4_NL if wide => {
                 let own;
                 let b = match &il.q40p {
                     Some(b) if b.len() == xq.len() => b,
@@ -276,13 +277,17 @@ pub(crate) unsafe fn matvec_i16_batch(
                         &own
                     }
                 };
-                super::q40_pairs512::q40_batch512(w, r0, b, xq, ys)
+                if w.format() == WeightFormat::Q4_0 {
+                    super::q40_pairs512::q40_batch512::<Q4_0>(w, r0, b, xq, ys)
+                } else {
+                    super::q40_pairs512::q40_batch512::<IQ4_NL>(w, r0, b, xq, ys)
+                }
             }
-            WeightFormat::Q4_0 => super::q40_pairs::q40_batch(w, r0, xq, ys),
+            WeightFormat::Q4_0 => super::q40_pairs::q40_batch::<Q4_0>(w, r0, xq, ys),
+            WeightFormat::IQ4_NL => super::q40_pairs::q40_batch::<IQ4_NL>(w, r0, xq, ys),
             WeightFormat::Q4_1 => batch_q::<Q4_1>(w, r0, xq, ys),
             WeightFormat::Q5_0 => batch_q::<Q5_0>(w, r0, xq, ys),
             WeightFormat::Q5_1 => batch_q::<Q5_1>(w, r0, xq, ys),
-            WeightFormat::IQ4_NL => batch_q::<IQ4_NL>(w, r0, xq, ys),
             _ => {
                 for (q, y) in xq.iter().zip(ys.iter_mut()) {
                     matvec_i16(w, Rows::From(r0), q, y, wide, None)

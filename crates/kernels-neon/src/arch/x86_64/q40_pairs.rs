@@ -1,4 +1,4 @@
-//! Q4_0's one-token (`matvec`) kernel with 16-bit activations
+//! Q4_0's (and IQ4_NL's) one-token (`matvec`) kernel with 16-bit activations
 //! ([`Precision::Fast`](crate::Precision::Fast)) on the AVX2 path: two blocks a register.
 //!
 //! The 16 quant bytes of blocks `b` and `b + 1` are loaded into the two halves of one register
@@ -12,6 +12,10 @@
 //! gathered through a scalar register: one `vcvtph2ps`). The last `nb % 4` blocks go one at a
 //! time.
 //!
+//! IQ4_NL takes the same kernel (`F`): its blocks are Q4_0's (an f16 scale, 32 nibbles), its
+//! nibbles indices into a table of 16 signed values, looked up by byte (`vpshufb`) and sign-extended
+//! into the same lanes; signed, they need no correction.
+//!
 //! Results: per block the exact i32 sum times `d_w * d_x` in f32, as the scalar reference; only
 //! the f32 summation order differs.
 
@@ -20,7 +24,7 @@ use std::arch::x86_64::*;
 use super::matvec_i16::weights_i16;
 use super::simd::{f16_at, hsum_i32, prefetch_distance, PREFETCH};
 use crate::arch::drivers::RowDots;
-use crate::arch::tags::Q4_0;
+use crate::arch::tags::{IQ4_NL, Q4_0};
 use crate::quant::QActs16;
 use crate::QMatrix;
 
@@ -98,17 +102,44 @@ impl Q40Acts {
     }
 }
 
-/// The 64 weights of blocks `b` and `b + 1` at `p` (unsigned, 0..=15) in the lane order of
-/// [`Q40Acts`]: four i16 registers.
+/// Whether format `F` takes this module's kernels: Q4_0, and IQ4_NL (the same 18-byte blocks of a
+/// scale and 32 nibbles, the nibbles indices into `IQ4NL_VALUES`).
+pub(crate) const fn takes(f: u8) -> bool {
+    matches!(f, Q4_0 | IQ4_NL)
+}
+
+/// The 64 weights of blocks `b` and `b + 1` at `p` in the lane order of [`Q40Acts`]: four i16
+/// registers. Q4_0's unsigned (0..=15: its offset is the activations' correction, [`pair_dot`]);
+/// IQ4_NL's the table's signed values (two `vpshufb` on the bytes' low and high nibbles, then
+/// each byte sign-extended into its lane).
 ///
 /// # Safety
-/// AVX2 present; two blocks readable at `p`.
+/// AVX2 present; `F` Q4_0 or IQ4_NL ([`takes`]); two blocks readable at `p`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn pair_weights(p: *const u8) -> [__m256i; 4] {
+pub(super) unsafe fn pair_weights<const F: u8>(p: *const u8) -> [__m256i; 4] {
     // SAFETY: bytes 2..18 of both blocks, per contract.
     let v =
         unsafe { _mm256_loadu2_m128i(p.add(BB + 2) as *const __m128i, p.add(2) as *const __m128i) };
+    if F == IQ4_NL {
+        // SAFETY: the table holds 16 bytes.
+        let kv = unsafe {
+            _mm256_broadcastsi128_si256(_mm_loadu_si128(
+                tensor_types::IQ4NL_VALUES.as_ptr() as *const __m128i
+            ))
+        };
+        let m = _mm256_set1_epi8(0x0F);
+        // Byte 2k of a lane's pair: element 2k's value (low nibbles) or 2k + 16's (high);
+        // byte 2k + 1: element 2k + 1's or 2k + 17's.
+        let lo = _mm256_shuffle_epi8(kv, _mm256_and_si256(v, m));
+        let hi = _mm256_shuffle_epi8(kv, _mm256_and_si256(_mm256_srli_epi16::<4>(v), m));
+        return [
+            _mm256_srai_epi16::<8>(_mm256_slli_epi16::<8>(lo)),
+            _mm256_srai_epi16::<8>(_mm256_slli_epi16::<8>(hi)),
+            _mm256_srai_epi16::<8>(lo),
+            _mm256_srai_epi16::<8>(hi),
+        ];
+    }
     let m = _mm256_set1_epi16(0x0F);
     [
         _mm256_and_si256(v, m),
@@ -118,18 +149,24 @@ pub(super) unsafe fn pair_weights(p: *const u8) -> [__m256i; 4] {
     ]
 }
 
-/// The exact i32 sums of the 64 products of [`pair_weights`] `q` (blocks `b` in lanes 0..4,
-/// `b + 1` in lanes 4..8) with the reordered activations at `x` (their correction at `c`).
+/// The exact i32 sums of the 64 products of [`pair_weights`] `q` of format `F` (blocks `b` in
+/// lanes 0..4, `b + 1` in lanes 4..8) with the reordered activations at `x` (their correction at
+/// `c`, added for Q4_0, whose weights are unsigned).
 ///
 /// # Safety
 /// AVX2 present; 64 i16 readable at `x`, 8 i32 at `c`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn pair_dot(q: &[__m256i; 4], x: *const i16, c: *const i32) -> __m256i {
+pub(super) unsafe fn pair_dot<const F: u8>(
+    q: &[__m256i; 4],
+    x: *const i16,
+    c: *const i32,
+) -> __m256i {
     // SAFETY: 128 bytes at x and 32 at c, per contract.
     unsafe {
         let xv = |k: usize| _mm256_loadu_si256(x.add(16 * k) as *const __m256i);
-        // 0 <= q_w <= 15, |q_x| <= 32767: a lane sums 8 products, below 2^23.
+        // |q_w| <= 127, |q_x| <= 32767: a lane sums 8 products, below 2^26 (and the correction,
+        // 8 * 8 * 32767).
         let s01 = _mm256_add_epi32(
             _mm256_madd_epi16(q[0], xv(0)),
             _mm256_madd_epi16(q[1], xv(1)),
@@ -138,10 +175,11 @@ pub(super) unsafe fn pair_dot(q: &[__m256i; 4], x: *const i16, c: *const i32) ->
             _mm256_madd_epi16(q[2], xv(2)),
             _mm256_madd_epi16(q[3], xv(3)),
         );
-        _mm256_add_epi32(
-            _mm256_add_epi32(s01, s23),
-            _mm256_loadu_si256(c as *const __m256i),
-        )
+        let s = _mm256_add_epi32(s01, s23);
+        if F != Q4_0 {
+            return s;
+        }
+        _mm256_add_epi32(s, _mm256_loadu_si256(c as *const __m256i))
     }
 }
 
@@ -187,10 +225,11 @@ pub(super) unsafe fn scales(p: *const u8) -> __m128 {
 /// AVX2/FMA/F16C present.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q40_rows<const R: usize>(rows: [&[u8]; R], a: &Q40Acts) -> [f32; R] {
+unsafe fn q40_rows<const F: u8, const R: usize>(rows: [&[u8]; R], a: &Q40Acts) -> [f32; R] {
     let quads = a.d.len() / 4;
     assert!(
-        rows.iter().all(|r| r.len() >= quads * 4 * BB)
+        takes(F)
+            && rows.iter().all(|r| r.len() >= quads * 4 * BB)
             && a.x.len() >= quads * 128
             && a.corr.len() >= quads * 16
     );
@@ -210,8 +249,8 @@ unsafe fn q40_rows<const R: usize>(rows: [&[u8]; R], a: &Q40Acts) -> [f32; R] {
                 let ahead = p.wrapping_add(dist);
                 _mm_prefetch::<_MM_HINT_T0>(ahead as *const i8);
                 _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(64) as *const i8);
-                let p01 = pair_dot(&pair_weights(p), x, c);
-                let p23 = pair_dot(&pair_weights(p.add(2 * BB)), x.add(64), c.add(8));
+                let p01 = pair_dot::<F>(&pair_weights::<F>(p), x, c);
+                let p23 = pair_dot::<F>(&pair_weights::<F>(p.add(2 * BB)), x.add(64), c.add(8));
                 let isum = quad_sums(p01, p23);
                 let f = _mm_mul_ps(scales(p), dx);
                 acc[i] = _mm_fmadd_ps(_mm_cvtepi32_ps(isum), f, acc[i]);
@@ -228,7 +267,7 @@ unsafe fn q40_rows<const R: usize>(rows: [&[u8]; R], a: &Q40Acts) -> [f32; R] {
 /// AVX2/FMA/F16C present.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn q40_tail<const R: usize>(
+pub(super) unsafe fn q40_tail<const F: u8, const R: usize>(
     rows: [&[u8]; R],
     xq: &QActs16,
     from: usize,
@@ -244,7 +283,7 @@ pub(super) unsafe fn q40_tail<const R: usize>(
             let x1 = _mm256_loadu_si256(xp.add(16) as *const __m256i);
             for (yi, row) in y.iter_mut().zip(rows) {
                 let p = row.as_ptr().add(b * BB);
-                let (w0, w1) = weights_i16::<Q4_0>(p);
+                let (w0, w1) = weights_i16::<F>(p);
                 let v = _mm256_add_epi32(_mm256_madd_epi16(w0, x0), _mm256_madd_epi16(w1, x1));
                 *yi += f16_at(p) * xq.d[b] * hsum_i32(v) as f32;
             }
@@ -255,21 +294,21 @@ pub(super) unsafe fn q40_tail<const R: usize>(
 
 /// [`q40_rows`] over the whole quads, [`q40_tail`] over the last `nb % 4` blocks, as the kernel
 /// of the shared row drivers.
-pub(super) struct Q40Dots<'a> {
+pub(super) struct Q40Dots<'a, const F: u8> {
     pub(super) acts: &'a Q40Acts,
     pub(super) xq: &'a QActs16,
 }
 
-impl RowDots for Q40Dots<'_> {
+impl<const F: u8> RowDots for Q40Dots<'_, F> {
     #[inline(always)]
     unsafe fn dots<const N: usize>(&self, rows: [&[u8]; N]) -> [f32; N] {
         let done = self.acts.d.len();
         // SAFETY: AVX2/FMA/F16C present per this method's contract; the kernels assert the
         // lengths they rely on.
         unsafe {
-            let mut y = q40_rows::<N>(rows, self.acts);
+            let mut y = q40_rows::<F, N>(rows, self.acts);
             if done < self.xq.d.len() {
-                let t = q40_tail::<N>(rows, self.xq, done);
+                let t = q40_tail::<F, N>(rows, self.xq, done);
                 for (v, t) in y.iter_mut().zip(t) {
                     *v += t;
                 }
@@ -287,10 +326,11 @@ impl RowDots for Q40Dots<'_> {
 /// AVX2/FMA/F16C present.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q40_tokens<const T: usize>(row: &[u8], acts: [&Q40Acts; T]) -> [f32; T] {
+unsafe fn q40_tokens<const F: u8, const T: usize>(row: &[u8], acts: [&Q40Acts; T]) -> [f32; T] {
     let quads = acts[0].d.len() / 4;
     assert!(
-        row.len() >= quads * 4 * BB
+        takes(F)
+            && row.len() >= quads * 4 * BB
             && acts.iter().all(|a| {
                 a.d.len() == quads * 4 && a.x.len() >= quads * 128 && a.corr.len() >= quads * 16
             })
@@ -303,12 +343,15 @@ unsafe fn q40_tokens<const T: usize>(row: &[u8], acts: [&Q40Acts; T]) -> [f32; T
             let p = row.as_ptr().add(4 * BB * q);
             _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(PREFETCH) as *const i8);
             _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(PREFETCH + 64) as *const i8);
-            let (w01, w23) = (pair_weights(p), pair_weights(p.add(2 * BB)));
+            let (w01, w23) = (pair_weights::<F>(p), pair_weights::<F>(p.add(2 * BB)));
             let sc = scales(p);
             for (t, a) in acts.iter().enumerate() {
                 let x = a.x.as_ptr().add(128 * q);
                 let c = a.corr.as_ptr().add(16 * q);
-                let isum = quad_sums(pair_dot(&w01, x, c), pair_dot(&w23, x.add(64), c.add(8)));
+                let isum = quad_sums(
+                    pair_dot::<F>(&w01, x, c),
+                    pair_dot::<F>(&w23, x.add(64), c.add(8)),
+                );
                 let f = _mm_mul_ps(sc, _mm_loadu_ps(a.d.as_ptr().add(4 * q)));
                 acc[t] = _mm_fmadd_ps(_mm_cvtepi32_ps(isum), f, acc[t]);
             }
@@ -325,7 +368,12 @@ unsafe fn q40_tokens<const T: usize>(row: &[u8], acts: [&Q40Acts; T]) -> [f32; T
 /// # Safety
 /// AVX2/FMA/F16C present.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn q40_batch(w: &QMatrix<'_>, r0: usize, xq: &[&QActs16], ys: &mut [&mut [f32]]) {
+pub(super) unsafe fn q40_batch<const F: u8>(
+    w: &QMatrix<'_>,
+    r0: usize,
+    xq: &[&QActs16],
+    ys: &mut [&mut [f32]],
+) {
     // SAFETY: AVX2 present per contract.
     let acts: Vec<Q40Acts> = xq.iter().map(|q| unsafe { Q40Acts::new(q) }).collect();
     let nb = xq.first().map_or(0, |q| q.d.len());
@@ -339,16 +387,16 @@ pub(super) unsafe fn q40_batch(w: &QMatrix<'_>, r0: usize, xq: &[&QActs16], ys: 
                 match a.len() {
                     4.. => (
                         4,
-                        q40_tokens::<4>(row, [&a[0], &a[1], &a[2], &a[3]]).to_vec(),
+                        q40_tokens::<F, 4>(row, [&a[0], &a[1], &a[2], &a[3]]).to_vec(),
                     ),
-                    2 | 3 => (2, q40_tokens::<2>(row, [&a[0], &a[1]]).to_vec()),
-                    _ => (1, q40_tokens::<1>(row, [&a[0]]).to_vec()),
+                    2 | 3 => (2, q40_tokens::<F, 2>(row, [&a[0], &a[1]]).to_vec()),
+                    _ => (1, q40_tokens::<F, 1>(row, [&a[0]]).to_vec()),
                 }
             };
             for (k, v) in d.iter_mut().enumerate() {
                 if a[k].d.len() < nb {
                     // SAFETY: as above.
-                    *v += unsafe { q40_tail::<1>([row], xq[t + k], a[k].d.len()) }[0];
+                    *v += unsafe { q40_tail::<F, 1>([row], xq[t + k], a[k].d.len()) }[0];
                 }
                 ys[t + k][r] = *v;
             }

@@ -14,6 +14,7 @@ use std::arch::x86_64::*;
 use super::q40_512::dpwssd;
 use super::q40_pairs::{hsum4, pair_dot, pair_weights, q40_tail, quad_sums, scales, Q40Acts, BB};
 use super::simd::PREFETCH;
+use crate::arch::tags::Q4_0;
 use crate::quant::QActs16;
 use crate::QMatrix;
 
@@ -61,11 +62,16 @@ impl Q40Two {
 /// AVX-512F/BW/VNNI present; 128 i16 readable at `x`, 16 i32 at `c`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
-unsafe fn pair_dot2(q: &[__m512i; 4], x: *const i16, c: *const i32) -> __m512i {
+unsafe fn pair_dot2<const F: u8>(q: &[__m512i; 4], x: *const i16, c: *const i32) -> __m512i {
     // SAFETY: 256 bytes at x and 64 at c, per contract.
     unsafe {
         let xv = |k: usize| _mm512_loadu_si512(x.add(32 * k) as *const _);
-        let s = _mm512_loadu_si512(c as *const _);
+        // Q4_0's correction (its weights are unsigned); IQ4_NL's are signed.
+        let s = if F == Q4_0 {
+            _mm512_loadu_si512(c as *const _)
+        } else {
+            _mm512_setzero_si512()
+        };
         dpwssd(
             dpwssd(dpwssd(dpwssd(s, q[0], xv(0)), q[1], xv(1)), q[2], xv(2)),
             q[3],
@@ -98,7 +104,7 @@ fn quad_sums2(p01: __m512i, p23: __m512i) -> __m256i {
 /// AVX2/FMA/F16C and AVX-512F/BW/VNNI present; lengths as asserted.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
-unsafe fn row_pairs<const P: usize, const S: bool>(
+unsafe fn row_pairs<const F: u8, const P: usize, const S: bool>(
     row: &[u8],
     two: &[Q40Two],
     lone: Option<&Q40Acts>,
@@ -109,7 +115,8 @@ unsafe fn row_pairs<const P: usize, const S: bool>(
         (None, None) => 0,
     };
     assert!(
-        two.len() == P
+        super::q40_pairs::takes(F)
+            && two.len() == P
             && row.len() >= quads * 4 * BB
             && two.iter().all(|t| t.quads() == quads
                 && t.x.len() >= quads * 256
@@ -130,7 +137,7 @@ unsafe fn row_pairs<const P: usize, const S: bool>(
             // Prefetch hints (never fault; wrapping_add keeps them UB-free).
             _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(PREFETCH) as *const i8);
             _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(PREFETCH + 64) as *const i8);
-            let (w01, w23) = (pair_weights(p), pair_weights(p.add(2 * BB)));
+            let (w01, w23) = (pair_weights::<F>(p), pair_weights::<F>(p.add(2 * BB)));
             let sc = scales(p);
             if P > 0 {
                 let (v01, v23) = (
@@ -143,8 +150,8 @@ unsafe fn row_pairs<const P: usize, const S: bool>(
                     let x = t.x.as_ptr().add(256 * q);
                     let c = t.corr.as_ptr().add(32 * q);
                     let isum = quad_sums2(
-                        pair_dot2(&v01, x, c),
-                        pair_dot2(&v23, x.add(128), c.add(16)),
+                        pair_dot2::<F>(&v01, x, c),
+                        pair_dot2::<F>(&v23, x.add(128), c.add(16)),
                     );
                     let f = _mm256_mul_ps(sc2, _mm256_loadu_ps(t.d.as_ptr().add(8 * q)));
                     acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), f, acc[j]);
@@ -154,7 +161,10 @@ unsafe fn row_pairs<const P: usize, const S: bool>(
                 // `q40_tokens`'s body for one token.
                 let x = a.x.as_ptr().add(128 * q);
                 let c = a.corr.as_ptr().add(16 * q);
-                let isum = quad_sums(pair_dot(&w01, x, c), pair_dot(&w23, x.add(64), c.add(8)));
+                let isum = quad_sums(
+                    pair_dot::<F>(&w01, x, c),
+                    pair_dot::<F>(&w23, x.add(64), c.add(8)),
+                );
                 let f = _mm_mul_ps(sc, _mm_loadu_ps(a.d.as_ptr().add(4 * q)));
                 one = _mm_fmadd_ps(_mm_cvtepi32_ps(isum), f, one);
             }
@@ -209,7 +219,7 @@ impl Q40Batch {
 /// AVX2/FMA/F16C and AVX-512F/BW/VNNI present; `b` made from `xq`; rows `r0..r0 + ys[0].len()` in
 /// `w`.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
-pub(super) unsafe fn q40_batch512(
+pub(super) unsafe fn q40_batch512<const F: u8>(
     w: &QMatrix<'_>,
     r0: usize,
     b: &Q40Batch,
@@ -233,7 +243,7 @@ pub(super) unsafe fn q40_batch512(
             macro_rules! step {
                 ($p:literal, $s:literal) => {{
                     // SAFETY: features present per contract; `row_pairs` asserts the lengths.
-                    let (d, v) = unsafe { row_pairs::<$p, $s>(row, group, with) };
+                    let (d, v) = unsafe { row_pairs::<F, $p, $s>(row, group, with) };
                     for (j, pair) in d.iter().enumerate() {
                         ys[2 * (s * PAIRS + j)][r] = pair[0];
                         ys[2 * (s * PAIRS + j) + 1][r] = pair[1];
@@ -258,7 +268,7 @@ pub(super) unsafe fn q40_batch512(
         for (t, a) in acts.iter().enumerate() {
             if a.d.len() < nb {
                 // SAFETY: AVX2/FMA/F16C present per contract; `q40_tail` asserts the lengths.
-                ys[t][r] += unsafe { q40_tail::<1>([row], xq[t], a.d.len()) }[0];
+                ys[t][r] += unsafe { q40_tail::<F, 1>([row], xq[t], a.d.len()) }[0];
             }
         }
     }
