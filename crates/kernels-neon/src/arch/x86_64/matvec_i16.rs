@@ -8,7 +8,7 @@ use super::kquant512::{pairs512, K16Dots512};
 use super::kquant_low::{sums16, K23Dots};
 use super::kquant_rows::{even_odd, K16Dots};
 use super::q40_512::Q40Wide;
-use super::q40_pairs::{Q40Acts, Q40Dots};
+use super::q40_pairs;
 use super::simd::{f16_at, hsum, iq4nl_values32, prefetch_distance, q5_quants32};
 use crate::arch::drivers::{rows_blocked, rows_dense_or_listed, RowDots};
 use crate::arch::tags::{
@@ -203,26 +203,10 @@ pub(crate) unsafe fn matvec_i16(
                 }
             }
             // The AVX2 path's own Q4_0 kernel (`q40_pairs`), and the AVX-512 path's for short
-            // rows (`q40_512::takes_matrix`).
-            WeightFormat::Q4_0 => {
-                let acts = Q40Acts::new(xq);
-                let k = Q40Dots::<Q4_0> { acts: &acts, xq };
-                if dense {
-                    rows_blocked::<1, _>(&k, w, sel, y)
-                } else {
-                    rows_blocked::<4, _>(&k, w, sel, y)
-                }
-            }
-            // IQ4_NL on the same kernel (its blocks are Q4_0's with a table for the nibbles).
-            WeightFormat::IQ4_NL => {
-                let acts = Q40Acts::new(xq);
-                let k = Q40Dots::<IQ4_NL> { acts: &acts, xq };
-                if dense {
-                    rows_blocked::<1, _>(&k, w, sel, y)
-                } else {
-                    rows_blocked::<4, _>(&k, w, sel, y)
-                }
-            }
+            // rows (`q40_512::takes_matrix`); IQ4_NL on the same kernel (its blocks are Q4_0's
+            // with a table for the nibbles).
+            WeightFormat::Q4_0 => q40_pairs::matvec::<Q4_0>(w, sel, xq, y),
+            WeightFormat::IQ4_NL => q40_pairs::matvec::<IQ4_NL>(w, sel, xq, y),
             WeightFormat::Q4_1 if dense => matvec_i16_q::<Q4_1, 1>(w, sel, xq, y),
             WeightFormat::Q4_1 => matvec_i16_q::<Q4_1, 4>(w, sel, xq, y),
             WeightFormat::Q5_0 if dense => matvec_i16_q::<Q5_0, 1>(w, sel, xq, y),

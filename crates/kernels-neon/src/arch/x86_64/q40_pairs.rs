@@ -294,9 +294,9 @@ pub(super) unsafe fn q40_tail<const F: u8, const R: usize>(
 
 /// [`q40_rows`] over the whole quads, [`q40_tail`] over the last `nb % 4` blocks, as the kernel
 /// of the shared row drivers.
-pub(super) struct Q40Dots<'a, const F: u8> {
-    pub(super) acts: &'a Q40Acts,
-    pub(super) xq: &'a QActs16,
+struct Q40Dots<'a, const F: u8> {
+    acts: &'a Q40Acts,
+    xq: &'a QActs16,
 }
 
 impl<const F: u8> RowDots for Q40Dots<'_, F> {
@@ -314,6 +314,33 @@ impl<const F: u8> RowDots for Q40Dots<'_, F> {
                 }
             }
             y
+        }
+    }
+}
+
+/// `y[i] = dot(W[sel.get(i)], x)` for a matrix of format `F` ([`takes`]) on this module's kernel
+/// ([`Q40Dots`]): dense rows one a step (they stream), listed rows four a step (more in flight
+/// hide their scattered reads).
+///
+/// # Safety
+/// AVX2/FMA/F16C present.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn matvec<const F: u8>(
+    w: &QMatrix<'_>,
+    sel: crate::arch::Rows<'_>,
+    xq: &QActs16,
+    y: &mut [f32],
+) {
+    use crate::arch::drivers::rows_blocked;
+    // SAFETY: AVX2 present per contract.
+    let acts = unsafe { Q40Acts::new(xq) };
+    let k = Q40Dots::<F> { acts: &acts, xq };
+    // SAFETY: AVX2/FMA/F16C present per contract, all the kernel needs.
+    unsafe {
+        if matches!(sel, crate::arch::Rows::From(_)) {
+            rows_blocked::<1, _>(&k, w, sel, y)
+        } else {
+            rows_blocked::<4, _>(&k, w, sel, y)
         }
     }
 }
