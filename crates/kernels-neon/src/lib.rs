@@ -570,7 +570,10 @@ fn super_scaled(format: WeightFormat) -> bool {
 /// with 8 bits, 7 with 16 (max |dlogit| against exact mode 0.15-0.59 against 0.004-0.011 over 24
 /// steps); Q2_K (`--tensor-type ffn_down=q2_k`) 3 of 7 against 7; IQ4_XS 5 of 7 against 7;
 /// Q4_K/Q5_K/Q6_K one of Qwen2.5-Coder-0.5B Q4_K_M's 8 reference continuations changed; Q4_0 on
-/// AVX-512 (`--requant q4_0`) 4 of 7 against 7. The 8-bit kernels were faster for Q2_K/Q3_K on
+/// AVX-512 (`--requant q4_0`) 4 of 7 against 7. Eight bits for the FFN's gate and up alone (their
+/// input is RMS-normed; down kept 16 bits) lost it too (2026-12-04, 9 prompts, 48 tokens: SmolLM2
+/// Q4_1 7 of 9 on AVX-512 and 6 of 9 on AVX2, `--requant q4_0` 6 of 9, against 9 and 8 of 9 with 16
+/// bits), so no per-matrix split either. The 8-bit kernels were faster for Q2_K/Q3_K on
 /// AVX2 (1.5x less decode time on SYNTHETIC files) and Q4_0 on AVX-512 (1.3x on the SYNTHETIC
 /// OLMoE-shaped model; docs/benchmarks/dense-vs-llama.md and moe.md, 2026-12-03); `--int8` takes
 /// them. Kept as the one place a format would be switched back.
