@@ -38,6 +38,57 @@ use transformer::ffn::{FfnExecutor, FfnLayer, FfnScratch, MoeStep};
 use transformer::moe::{route, ExpertGroups, Route, RoutingProfile};
 use transformer::ops::{mm_step, StepKind};
 
+/// `FfnExecutor` for an executor of a bundle of experts: its MoE steps run `$step(self, step, x, n,
+/// out)`, it owns the weights, and a dense FFN layer is refused ([`dense_layer`]), written once for
+/// [`ExpertOffload`] and [`ExpertResidentOnly`] (the names it uses must be in scope where it is
+/// used).
+macro_rules! experts_only_executor {
+    ($ty:ty, $step:expr) => {
+        impl FfnExecutor for $ty {
+            fn decode(
+                &self,
+                layer: FfnLayer<'_, '_>,
+                _: &[f32],
+                _: &mut [f32],
+                _: &mut FfnScratch,
+            ) -> transformer::Result<()> {
+                Err(dense_layer(layer.index).into())
+            }
+
+            fn batch(
+                &self,
+                layer: FfnLayer<'_, '_>,
+                _: &[f32],
+                _: usize,
+                _: &mut [f32],
+                _: &mut FfnScratch,
+            ) -> transformer::Result<()> {
+                Err(dense_layer(layer.index).into())
+            }
+
+            fn owns_weights(&self) -> bool {
+                true
+            }
+
+            fn moe_step(
+                &self,
+                step: MoeStep<'_, '_>,
+                x: &[f32],
+                n: usize,
+                out: &mut [f32],
+            ) -> Option<transformer::Result<()>> {
+                let run: fn(&Self, MoeStep<'_, '_>, &[f32], usize, &mut [f32]) -> Result<()> =
+                    $step;
+                Some(run(self, step, x, n, out).map_err(Into::into))
+            }
+
+            fn runs_experts(&self) -> bool {
+                true
+            }
+        }
+    };
+}
+
 mod draft;
 
 pub use draft::ExpertResidentOnly;
@@ -654,46 +705,7 @@ impl ExpertOffload {
     }
 }
 
-impl FfnExecutor for ExpertOffload {
-    fn decode(
-        &self,
-        layer: FfnLayer<'_, '_>,
-        _: &[f32],
-        _: &mut [f32],
-        _: &mut FfnScratch,
-    ) -> transformer::Result<()> {
-        Err(dense_layer(layer.index).into())
-    }
-
-    fn batch(
-        &self,
-        layer: FfnLayer<'_, '_>,
-        _: &[f32],
-        _: usize,
-        _: &mut [f32],
-        _: &mut FfnScratch,
-    ) -> transformer::Result<()> {
-        Err(dense_layer(layer.index).into())
-    }
-
-    fn owns_weights(&self) -> bool {
-        true
-    }
-
-    fn moe_step(
-        &self,
-        step: MoeStep<'_, '_>,
-        x: &[f32],
-        n: usize,
-        out: &mut [f32],
-    ) -> Option<transformer::Result<()>> {
-        Some(self.step(step, x, n, out).map_err(Into::into))
-    }
-
-    fn runs_experts(&self) -> bool {
-        true
-    }
-}
+experts_only_executor!(ExpertOffload, |s, step, x, n, out| s.step(step, x, n, out));
 
 /// The first `n × d` floats of `out`, zeroed, once `x` and `out` are checked to hold `n` tokens
 /// of the step's width `d` (a step of the run or of a draft).

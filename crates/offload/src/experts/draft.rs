@@ -74,43 +74,6 @@ impl ExpertOffload {
     }
 }
 
-impl FfnExecutor for ExpertResidentOnly<'_> {
-    fn decode(
-        &self,
-        layer: FfnLayer<'_, '_>,
-        _: &[f32],
-        _: &mut [f32],
-        _: &mut FfnScratch,
-    ) -> transformer::Result<()> {
-        Err(dense_layer(layer.index).into())
-    }
-
-    fn batch(
-        &self,
-        layer: FfnLayer<'_, '_>,
-        _: &[f32],
-        _: usize,
-        _: &mut [f32],
-        _: &mut FfnScratch,
-    ) -> transformer::Result<()> {
-        Err(dense_layer(layer.index).into())
-    }
-
-    fn owns_weights(&self) -> bool {
-        true
-    }
-
-    fn moe_step(
-        &self,
-        step: MoeStep<'_, '_>,
-        x: &[f32],
-        n: usize,
-        out: &mut [f32],
-    ) -> Option<transformer::Result<()>> {
-        Some(self.x.step_resident(step, x, n, out).map_err(Into::into))
-    }
-
-    fn runs_experts(&self) -> bool {
-        true
-    }
-}
+experts_only_executor!(ExpertResidentOnly<'_>, |s, step, x, n, out| s
+    .x
+    .step_resident(step, x, n, out));
