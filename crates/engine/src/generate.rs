@@ -490,8 +490,8 @@ impl<'a> Engine<'a> {
         self.accel = accel;
     }
 
-    /// Repacks the model's dense Q4_0 matrices for one-token decode where the AVX2 path and the
-    /// engine's precision take them ([`Model::pack_q40x8`]; the FFN's too where `ffn`: a dense FFN
+    /// Repacks the model's dense Q4_0 matrices for one-token decode where the AVX2 or AVX-512 path
+    /// and the engine's precision take them ([`Model::pack_q40x8`]; the FFN's too where `ffn`: a dense FFN
     /// in memory), on the engine's threads; returns the matrices repacked and the copies' bytes.
     pub fn pack_q40x8(&mut self, ffn: bool) -> (usize, usize) {
         let precision = self.opts.precision;

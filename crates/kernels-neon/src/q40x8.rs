@@ -1,12 +1,12 @@
 //! Q4_0 rows repacked eight at a time, for the one-token product ([`crate::Precision::Fast`]) on the
-//! AVX2 path: a group block holds the 8 rows' f16 scales together, then their quants interleaved
+//! AVX2 and AVX-512 paths: a group block holds the 8 rows' f16 scales together, then their quants interleaved
 //! so that one 32-byte load feeds the same weights of all 8 rows (layout in
 //! `arch/x86_64/q40x8.rs`). The same 18 bytes a block as Q4_0: a copy made once, whose
 //! [`Q40x8::bytes`] the caller counts against its memory budget.
 //!
 //! [`Q40x8::matvec_with`] gives, bit for bit, what [`crate::matvec_with`] gives on the
-//! [`KernelPath::Avx2Fma`] path for the original matrix in [`crate::Precision::Fast`]; other paths take a
-//! scalar loop over the same layout (the scalar reference's per-block products, its tolerance).
+//! [`KernelPath::Avx2Fma`] and [`KernelPath::Avx512`] paths (the same `q40_pairs` kernel) for the
+//! original matrix in [`crate::Precision::Fast`]; other paths take a scalar loop over the same layout (the scalar reference's per-block products, its tolerance).
 
 use rayon::prelude::*;
 
@@ -93,7 +93,7 @@ impl Q40x8 {
     }
 
     /// [`Q40x8::matvec`] on an explicit path (module docs: bit for bit the original's
-    /// [`crate::matvec_with`] on [`KernelPath::Avx2Fma`]).
+    /// [`crate::matvec_with`] on [`KernelPath::Avx2Fma`] and [`KernelPath::Avx512`]).
     pub fn matvec_with(
         &self,
         path: KernelPath,

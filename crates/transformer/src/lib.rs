@@ -13,7 +13,7 @@
 //! - Weights are borrowed from the memory map of the [`ModelFile`]; nothing is copied except 1-D norm
 //!   weights and biases (dequantized to f32) and the layer matrices of an optional [`Overlay`]
 //!   (re-quantized at load time, [`requant`]), which the caller owns, and the Q4_0 matrices the
-//!   AVX2 path repacks for one-token decode when asked ([`Model::pack_q40x8`], [`packed`]).
+//!   AVX2 and AVX-512 paths repack for one-token decode when asked ([`Model::pack_q40x8`], [`packed`]).
 //! - Names and shapes of every tensor are checked at load time: a model that loads runs.
 //! - The forward pass branches on no family; a failed forward step leaves the KV cache (every cache
 //!   of a batched step) as it was.

@@ -44,7 +44,7 @@ pub struct Model<'a> {
     output_proxy: Option<(QMatrix<'a>, Option<(PathBuf, u64)>)>,
     /// Whether a streamed one-token step may use the proxy ([`Model::set_output_proxy`]).
     proxy_on: bool,
-    /// Repacked copies for one-token decode on the AVX2 path ([`Model::pack_q40x8`]).
+    /// Repacked copies for one-token decode on the AVX2 and AVX-512 paths ([`Model::pack_q40x8`]).
     packed: Option<crate::packed::Packed>,
     /// Whether every matrix is a slice of a GGUF file's mapping (no overlay).
     mapped: bool,

@@ -1,6 +1,6 @@
 //! Copies of a model's dense Q4_0 matrices repacked eight rows at a time ([`Q40x8`]), made once at
-//! load for one-token decode on the AVX2 path (`Precision::Fast`), whose results they give bit for
-//! bit. The forward pass takes a copy where one exists for a step of one token in `Fast`; prompts,
+//! load for one-token decode on the AVX2 and AVX-512 paths (`Precision::Fast`), whose results they
+//! give bit for bit. The forward pass takes a copy where one exists for a step of one token in `Fast`; prompts,
 //! batched decode and every other path keep reading the file's layout. The copies' bytes are
 //! [`Packed::bytes`], for whoever counts the process's memory.
 
@@ -103,10 +103,13 @@ impl Packed {
     }
 }
 
-/// Whether repacked copies would be taken: the AVX2 path, `precision` `Fast`, and not turned off
-/// (`SPARROW_Q40X8=off`, for comparisons).
+/// Whether repacked copies would be taken: the AVX2 or AVX-512 path, `precision` `Fast`, and not
+/// turned off (`SPARROW_Q40X8=off`, for comparisons).
 pub fn applies(precision: Precision) -> bool {
     precision == Precision::Fast
-        && kernels_neon::active_path() == KernelPath::Avx2Fma
+        && matches!(
+            kernels_neon::active_path(),
+            KernelPath::Avx2Fma | KernelPath::Avx512
+        )
         && std::env::var("SPARROW_Q40X8").map_or(true, |v| v != "off")
 }

@@ -24,8 +24,8 @@ impl EngineBuilder {
             self.setup_accel(eng, kind);
         }
         if !self.sparse && !offloaded {
-            // Dense in memory with no budget: one-token decode may read repacked copies (AVX2,
-            // `Fast`); under a budget the copies' bytes are not planned for, so none is made.
+            // Dense in memory with no budget: one-token decode may read repacked copies (AVX2 or
+            // AVX-512, `Fast`); under a budget the copies' bytes are not planned for, so none is made.
             if self.budget.process().is_some() {
                 return Ok(());
             }

@@ -1,7 +1,8 @@
-//! The repacked Q4_0 copies of one-token decode ([`Engine::pack_q40x8`]: the AVX2 path in `Fast`):
-//! a prompt and then decode steps give bit for bit the logits of an engine without them. Repacks
-//! only where the active path is AVX2, as under `SPARROW_KERNELS=avx2 cargo test -p engine --test
-//! it -- q40x8`; elsewhere it checks that nothing is repacked.
+//! The repacked Q4_0 copies of one-token decode ([`Engine::pack_q40x8`]: the AVX2 and AVX-512 paths
+//! in `Fast`): a prompt and then decode steps give bit for bit the logits of an engine without
+//! them. Repacks only where the active path is one of those (on an AVX-512 machine both, as under
+//! `SPARROW_KERNELS=avx2 cargo test -p engine --test it -- q40x8`); elsewhere it checks that
+//! nothing is repacked.
 
 use engine::{Engine, EngineOptions, Logits, ModelFile, Precision};
 use kernels_neon::{active_path, KernelPath};
@@ -32,7 +33,8 @@ fn q40x8_repacked_decode_gives_the_same_logits() {
     let mut packed = Engine::new(&file, opts).unwrap();
     let (n, bytes) = packed.pack_q40x8(true);
     assert_eq!(bytes, packed.model().packed_bytes());
-    if active_path() == KernelPath::Avx2Fma && std::env::var("SPARROW_Q40X8").is_err() {
+    let x86 = matches!(active_path(), KernelPath::Avx2Fma | KernelPath::Avx512);
+    if x86 && std::env::var("SPARROW_Q40X8").is_err() {
         // q, k, v, o, gate, up and down of every layer (the fixture's output projection has a
         // vocabulary of rows not a multiple of 8).
         let layers = packed.model().config.n_layers;

@@ -390,7 +390,7 @@ pub(crate) fn matvec_i16(
         #[cfg(target_arch = "x86_64")]
         KernelPath::Avx2Fma | KernelPath::Avx512 => {
             let wide = path == KernelPath::Avx512;
-            let q40 = (wide && x86_64::q40_takes_matrix(w.format(), w.cols()))
+            let q40 = (wide && x86_64::q40_takes_matrix(w.format()))
                 .then(|| prep.q40.get_or_init(|| x86_64::Q40Wide::new(xq)));
             // SAFETY: the path was checked available (AVX2/FMA/F16C present, and AVX-512F/BW/VNNI
             // on the Avx512 path); `q40` is made from `xq`.

@@ -1,6 +1,6 @@
 //! `Q40x8` (Q4_0 rows repacked eight at a time): against the f64 reference within the `Fast`
 //! bound (props.rs) on every path, and bit for bit [`matvec_with`] of the original matrix on the
-//! AVX2 path, whose one-row kernel's order it keeps.
+//! AVX2 and AVX-512 paths, whose one-row kernel's (`q40_pairs`) order it keeps.
 
 use crate::common;
 
@@ -8,7 +8,8 @@ use common::*;
 use kernels_neon::*;
 use proptest::prelude::*;
 
-/// `Q40x8::matvec_with` on every path against the reference, and against `matvec_with` on AVX2.
+/// `Q40x8::matvec_with` on every path against the reference, and against `matvec_with` on AVX2 and
+/// AVX-512.
 fn check_all_paths(w: &QMatrix, x: &[f32]) -> Result<(), String> {
     let packed = Q40x8::repack(w).ok_or("not repacked")?;
     if packed.bytes() != w.rows() * w.cols() / 32 * 18 {
@@ -24,7 +25,7 @@ fn check_all_paths(w: &QMatrix, x: &[f32]) -> Result<(), String> {
             check(v, reference(&wf[r], x), Precision::Fast)
                 .map_err(|e| format!("{path:?} row {r}: {e}"))?;
         }
-        if path == KernelPath::Avx2Fma {
+        if matches!(path, KernelPath::Avx2Fma | KernelPath::Avx512) {
             let mut want = vec![f32::NAN; w.rows()];
             matvec_with(path, w, x, &mut want, Precision::Fast).map_err(|e| e.to_string())?;
             if want.iter().zip(&y).any(|(a, b)| a.to_bits() != b.to_bits()) {
@@ -55,6 +56,22 @@ proptest! {
         let res = check_all_paths(&w, &x);
         set_chunk_rows(0);
         prop_assert!(res.is_ok(), "{rows}x{cols}: {}", res.unwrap_err());
+    }
+}
+
+/// Rows of 128 blocks and more (the AVX-512 path's one-token kernel for them was `q40_512` until
+/// 2026-12-04): bit for bit `matvec_with` there too, with a tail of one block.
+#[test]
+fn q40x8_long_rows_match_matvec() {
+    for (seed, blocks) in [(1u64, 128usize), (2, 129), (3, 448)] {
+        let (rows, cols) = (16, 32 * blocks);
+        let mut rng = Rng(seed);
+        let data = random_matrix(WeightFormat::Q4_0, rows, cols, &mut rng);
+        let w = QMatrix::new(WeightFormat::Q4_0, rows, cols, &data).unwrap();
+        let x = random_vec(cols, &mut rng);
+        if let Err(e) = check_all_paths(&w, &x) {
+            panic!("{rows}x{cols}: {e}");
+        }
     }
 }
 
@@ -140,7 +157,7 @@ fn check_many_and_gated(ws: &[QMatrix; 3], x: &[f32], act: Activation) -> Result
         if !same(&g, &want) {
             return Err(format!("{path:?}: matvec_gated {g:?} vs {want:?}"));
         }
-        if path == KernelPath::Avx2Fma {
+        if matches!(path, KernelPath::Avx2Fma | KernelPath::Avx512) {
             let mut orig: Vec<Vec<f32>> = ws.iter().map(|w| vec![f32::NAN; w.rows()]).collect();
             let mut outs: Vec<&mut [f32]> = orig.iter_mut().map(|y| &mut y[..]).collect();
             let refs: Vec<&QMatrix> = ws.iter().collect();

@@ -1,11 +1,10 @@
-//! Q4_0 decode products in `Fast` and `Int8` over rows long enough for the AVX-512 kernels' whole
-//! groups of eight blocks, their pairs or fours after them and odd last blocks
-//! (`arch/x86_64/q40_512.rs`, 16-bit activations, and `q40_512_i8.rs`, 8-bit ones, which `Int8`
-//! takes on that path; every path runs them): `matvec` within the bound of `props.rs` for the
-//! precision it takes (`matvec_precision`) against float64, listed rows (`matvec_rows`)
-//! and batched tokens (`matvec_batch`, 1 to 19 tokens: the 16-bit batch kernel's 8, 4, 2 and 1 at
-//! a time) bit for bit `matvec`'s. Rows of 126-131 blocks as well: a dense matrix's rows of 128
-//! blocks or more go four a step in the 16-bit kernel.
+//! Q4_0 decode products in `Fast` and `Int8` over long rows: whole groups of eight blocks, their
+//! pairs or fours after them and odd last blocks (`arch/x86_64/q40_512_i8.rs`, 8-bit activations,
+//! which `Int8` takes on the AVX-512 path; 16-bit ones take `q40_pairs` on both x86 paths, whose
+//! rows of 128 blocks or more went to `q40_512` until 2026-12-04; every path runs them): `matvec`
+//! within the bound of `props.rs` for the precision it takes (`matvec_precision`) against
+//! float64, listed rows (`matvec_rows`) and batched tokens (`matvec_batch`, 1 to 19 tokens) bit for
+//! bit `matvec`'s. Rows of 126-131 blocks as well.
 
 use crate::common;
 

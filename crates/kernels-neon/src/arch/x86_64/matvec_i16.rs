@@ -153,7 +153,7 @@ unsafe fn matvec_i16_q<const F: u8, const R: usize>(
 
 /// Quantized weights × 16-bit activations ([`Precision::Fast`](crate::Precision::Fast)); `wide`
 /// takes the 512-bit kernels where they exist (`Q4_K`, `Q5_K`, `Q6_K`: [`super::kquant512`];
-/// `Q5_0` and long-row `Q4_0`: [`super::q40_512`], on `q40` if given, else on `xq` reordered
+/// `Q5_0`: [`super::q40_512`], on `q40` if given, else on `xq` reordered
 /// here).
 ///
 /// # Safety
@@ -182,12 +182,10 @@ pub(crate) unsafe fn matvec_i16(
         match w.format() {
             WeightFormat::Q8_0 if dense => matvec_i16_q::<Q8_0, 1>(w, sel, xq, y),
             WeightFormat::Q8_0 => matvec_i16_q::<Q8_0, 2>(w, sel, xq, y),
-            // The AVX-512 path's own Q4_0 (long rows) and Q5_0 kernel (`q40_512`, two blocks a
-            // register; its batch form gives the same bits), on activations reordered once per
-            // token where the caller kept them (`q40`).
-            WeightFormat::Q4_0 | WeightFormat::Q5_0
-                if wide && super::q40_512::takes_matrix(w.format(), w.cols()) =>
-            {
+            // The AVX-512 path's own Q5_0 kernel (`q40_512`, two blocks a register; its batch form
+            // gives the same bits), on activations reordered once per token where the caller kept
+            // them (`q40`).
+            WeightFormat::Q5_0 if wide && super::q40_512::takes_matrix(w.format()) => {
                 let own;
                 let x = match q40 {
                     Some(x) => x,
@@ -196,14 +194,10 @@ pub(crate) unsafe fn matvec_i16(
                         &own
                     }
                 };
-                if w.format() == WeightFormat::Q4_0 {
-                    super::q40_512::matvec::<Q4_0>(w, sel, x, y)
-                } else {
-                    super::q40_512::matvec::<Q5_0>(w, sel, x, y)
-                }
+                super::q40_512::matvec::<Q5_0>(w, sel, x, y)
             }
-            // The AVX2 path's own Q4_0 kernel (`q40_pairs`), and the AVX-512 path's for short
-            // rows (`q40_512::takes_matrix`); IQ4_NL on the same kernel (its blocks are Q4_0's
+            // Q4_0's kernel on both paths (`q40_pairs`, whose bits the repacked `Q40x8` copies
+            // give); IQ4_NL on the same kernel (its blocks are Q4_0's
             // with a table for the nibbles).
             WeightFormat::Q4_0 => q40_pairs::matvec::<Q4_0>(w, sel, xq, y),
             WeightFormat::IQ4_NL => q40_pairs::matvec::<IQ4_NL>(w, sel, xq, y),

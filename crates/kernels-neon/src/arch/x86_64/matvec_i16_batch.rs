@@ -127,15 +127,14 @@ unsafe fn batch_q<const F: u8>(w: &QMatrix<'_>, r0: usize, xq: &[&QActs16], ys: 
 /// A batch's tokens in the orders of the 512-bit batch kernels, each made only where a format of
 /// the product takes it: interleaved in groups of up to eight ([`TokenOctet`]; an odd last token
 /// stays alone) for `Q4_1`, `Q5_1` and `Q8_0`; each token in the order of `q40_512`
-/// ([`Q40Wide`]: `Q5_0`, long-row `Q4_0`) or of `q40_pairs` paired ([`Q40Batch`]: short-row
-/// `Q4_0`, `IQ4_NL`); the K-quants' ([`KPairs`]) unless [`crate::set_batch_kquants`] turned them
+/// ([`Q40Wide`]: `Q5_0`) or of `q40_pairs` paired ([`Q40Batch`]: `Q4_0`, `IQ4_NL`); the K-quants' ([`KPairs`]) unless [`crate::set_batch_kquants`] turned them
 /// off.
 #[derive(Default)]
 pub(crate) struct Interleaved {
     octets: Vec<TokenOctet>,
     kpairs: KPairs,
     q40: Vec<Q40Wide>,
-    /// The order of short-row Q4_0's and IQ4_NL's batch kernel ([`super::q40_pairs512`]).
+    /// The order of Q4_0's and IQ4_NL's batch kernel ([`super::q40_pairs512`]).
     q40p: Option<Q40Batch>,
 }
 
@@ -160,19 +159,14 @@ impl Interleaved {
         } else {
             Vec::new()
         };
-        let cols = tokens.first().map_or(0, |q| q.d.len() * 32);
-        let q40 = if any(|f| f == WeightFormat::Q5_0)
-            || q40_512::takes_matrix(WeightFormat::Q4_0, cols) && any(|f| f == WeightFormat::Q4_0)
-        {
+        let q40 = if any(|f| f == WeightFormat::Q5_0) {
             tokens.iter().map(|q| Q40Wide::new(q)).collect()
         } else {
             Vec::new()
         };
-        let q40p = (any(|f| f == WeightFormat::IQ4_NL)
-            || any(|f| f == WeightFormat::Q4_0)
-                && !q40_512::takes_matrix(WeightFormat::Q4_0, cols))
-        // SAFETY: AVX2 present per contract.
-        .then(|| unsafe { Q40Batch::new(tokens) });
+        let q40p = (any(|f| f == WeightFormat::IQ4_NL) || any(|f| f == WeightFormat::Q4_0))
+            // SAFETY: AVX2 present per contract.
+            .then(|| unsafe { Q40Batch::new(tokens) });
         let kpairs = if crate::batch::batch_kquants() {
             KPairs::new(tokens, formats)
         } else {
@@ -192,7 +186,7 @@ impl Interleaved {
 /// where `wide` and `octets` holds the tokens eight by eight ([`TokenOctet`]), across up to 8
 /// tokens on 512-bit registers ([`super::batch512`]); `Q4_K`, `Q5_K` and `Q6_K` share each
 /// super-block's unpacking across 4 tokens at a time where `wide` and `kpairs` holds the tokens in
-/// their order ([`super::kquant512_batch`]); `Q5_0` and long-row `Q4_0` share each pair of
+/// their order ([`super::kquant512_batch`]); `Q5_0` shares each pair of
 /// blocks' unpacking across up to 8 tokens where `wide` ([`super::q40_512::batch`]); the others
 /// run [`matvec_i16`] once per token (`wide`
 /// as there).
@@ -217,7 +211,7 @@ pub(crate) unsafe fn matvec_i16_batch(
         }
         return;
     }
-    if wide && q40_512::takes_matrix(w.format(), w.cols()) {
+    if wide && q40_512::takes_matrix(w.format()) {
         let own: Vec<Q40Wide>;
         let q40 = if il.q40.len() == xq.len() {
             &il.q40
@@ -227,13 +221,7 @@ pub(crate) unsafe fn matvec_i16_batch(
         };
         // SAFETY: AVX-512F/BW/VNNI present where `wide` (contract); `q40` holds `xq`'s tokens
         // (contract, or made here); rows r0..r0+nr exist (checked above).
-        unsafe {
-            if w.format() == WeightFormat::Q4_0 {
-                q40_512::batch::<Q4_0>(w, r0, q40, ys)
-            } else {
-                q40_512::batch::<Q5_0>(w, r0, q40, ys)
-            }
-        }
+        unsafe { q40_512::batch::<Q5_0>(w, r0, q40, ys) }
         return;
     }
     let octets = &il.octets;
@@ -266,8 +254,8 @@ pub(crate) unsafe fn matvec_i16_batch(
     unsafe {
         match w.format() {
             WeightFormat::Q8_0 => batch_q::<Q8_0>(w, r0, xq, ys),
-            // `q40_pairs`, the Q4_0 `matvec` kernel of the AVX2 path and of short rows on the
-            // AVX-512 path, takes its own activation order: its batch forms.
+            // `q40_pairs`, the Q4_0 `matvec` kernel of both paths, takes its own activation order:
+            // its batch forms.
             WeightFormat::Q4_0 | WeightFormat::IQ4_NL if wide => {
                 let own;
                 let b = match &il.q40p {

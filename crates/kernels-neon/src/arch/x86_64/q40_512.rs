@@ -1,6 +1,5 @@
 //! Q4_0 and Q5_0 × 16-bit activations ([`Precision::Fast`](crate::Precision::Fast)) on 512-bit
-//! registers, for [`KernelPath::Avx512`](crate::KernelPath::Avx512) (Q5_0, and Q4_0 with long rows:
-//! [`takes_matrix`]): the one-token kernel ([`matvec`]) and its batch form ([`batch`]: the same
+//! registers, for [`KernelPath::Avx512`](crate::KernelPath::Avx512) (Q5_0 only now: [`takes_matrix`]): the one-token kernel ([`matvec`]) and its batch form ([`batch`]: the same
 //! [`dots`] with up to 8 tokens a row, each pair of blocks unpacked once, so each token's result
 //! bit for bit its `matvec`'s).
 //!
@@ -37,21 +36,16 @@ pub(crate) const fn takes(f: u8) -> bool {
     matches!(f, Q4_0 | Q5_0)
 }
 
-/// Whether a matrix of `format` with `cols` columns takes this module's kernels on the AVX-512
-/// path ([`matvec`], [`batch`]): Q5_0 always; Q4_0 when its rows have at least
-/// [`FOUR_ROW_BLOCKS`] blocks (four rows a step). Shorter Q4_0 rows take the AVX2 path's
-/// `q40_pairs` kernel (four blocks' exact sums reduced in integers, one conversion for the four),
-/// which streams them faster: 2026-12-04, quiet, `matvec_rate` one thread 14-16 against 8-10 GB/s
-/// at 4864x896 and 15-17 against 12-13 at 50304x2048, two threads 17.5-32.5 against 14-24 at
-/// 50304x2048; the 4096-column rows the other way (two threads 25.6 against 32.0 GB/s at
-/// 11008x4096); OLMoE-shaped 4-layer synthetic decode (2048 columns) 107.5/107.2 against
-/// 83.3/89.4 tok/s (`sparrow bench -t 2 -p 0 -n 32 -r 2`, interleaved).
-pub(crate) fn takes_matrix(format: crate::WeightFormat, cols: usize) -> bool {
-    match format {
-        crate::WeightFormat::Q5_0 => true,
-        crate::WeightFormat::Q4_0 => cols / 32 >= FOUR_ROW_BLOCKS,
-        _ => false,
-    }
+/// Whether a matrix of `format` takes this module's kernels on the AVX-512 path ([`matvec`],
+/// [`batch`]): Q5_0. Q4_0 takes the AVX2 path's `q40_pairs` kernels at every row length, whose bits
+/// the repacked `Q40x8` copies give, so the AVX-512 path's one-token decode takes those copies as the
+/// AVX2 path's does (2026-12-04, `sparrow bench -p 0 -n 16 -r 2`, two rounds, SYNTHETIC files:
+/// 7B-shaped Q4_0 one thread 3.5/3.5 -> 5.1/4.8 tok/s, two threads 6.2/5.8 -> 7.9/6.7; d 1024
+/// Q4_0 one thread 114/108/106 -> 151/142/126, two threads 157/149/163 -> 219/229/249; OLMoE-shaped
+/// 4 layers within noise). Without the copies `q40_pairs` alone measured 6.0 -> 6.4 tok/s on the
+/// 7B file (two threads): this kernel's Q4_0 form (`F`) is kept but no longer dispatched.
+pub(crate) fn takes_matrix(format: crate::WeightFormat) -> bool {
+    format == crate::WeightFormat::Q5_0
 }
 
 /// One token's 16-bit activations in the order of [`dots`].

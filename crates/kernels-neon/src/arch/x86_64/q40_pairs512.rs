@@ -1,5 +1,5 @@
 //! The batch form of [`super::q40_pairs`] (Q4_0's one-token kernel with 16-bit activations on the
-//! AVX2 path, and on the AVX-512 path for short rows: `q40_512::takes_matrix`) on 512-bit
+//! AVX2 and AVX-512 paths: `q40_512::takes_matrix` takes only Q5_0) on 512-bit
 //! registers: two tokens a register. A quad's weights are unpacked once as `q40_pairs` unpacks them
 //! and broadcast to both halves; the two tokens' reordered activations ([`Q40Acts`]) are
 //! interleaved sixteen by sixteen ([`Q40Two`]), so one `vpdpwssd` chain gives both tokens' exact
