@@ -95,6 +95,16 @@ pub fn run(a: BenchArgs) -> Result<()> {
         inputs.extend(a.prompts.clone());
         engine::outputs::guard(&[(plot, engine::outputs::OutputKind::Other)], &inputs)?;
     }
+    // A given text is read first: a bad file is refused in one line before the model loads (and
+    // before the engine's notes on stderr).
+    let mut given_text = match &a.text {
+        Some(p) => Some(
+            TextSource::or_builtin(Some(p), &EVAL)
+                .read()
+                .context("give another text with --text")?,
+        ),
+        None => None,
+    };
     b.model = Some(path);
     let loaded = b.open()?;
     let (file, overlay, plan, b) = (
@@ -118,7 +128,10 @@ pub fn run(a: BenchArgs) -> Result<()> {
     .then(|| TextSource::or_builtin(a.text.as_deref(), &EVAL));
     let tokens: Vec<u32> = match &text {
         Some(src) => {
-            let t = src.read().context("give another text with --text")?;
+            let t = match given_text.take() {
+                Some(t) => t,
+                None => src.read().context("give another text with --text")?,
+            };
             engine::bench::text_tokens(&eng, &t, Path::new(&src.name()), need)?
         }
         None => engine::bench::synthetic_tokens(need, eng.model().config.vocab_size as u32),

@@ -30,11 +30,13 @@ pub struct PplArgs {
 
 /// Runs the subcommand and prints its result.
 pub fn run(a: PplArgs) -> Result<()> {
+    // The text first: a bad file is refused before the model is loaded (and before the engine's
+    // notes on stderr), in one line.
+    let src = TextSource::or_builtin(a.file.as_deref(), &EVAL);
+    let text = src.read()?;
     let loaded = builder(&a.model, a.json).open()?;
     let (file, overlay) = (loaded.file(), loaded.overlay());
     let eng = loaded.engine()?;
-    let src = TextSource::or_builtin(a.file.as_deref(), &EVAL);
-    let text = src.read()?;
     let tokens = eng.tokenizer().encode(&text, false)?;
     let bar = bar(a.windows as u64, "windows");
     let r = eng.perplexity(&tokens, a.window, a.windows, |done, _| {
