@@ -102,6 +102,9 @@ pub struct EngineBuilder {
     pub offload: OffloadOptions,
     /// Read a streamed output projection whole instead of through its proxy.
     pub full_output: bool,
+    /// The engine runs prompts only (perplexity): no repacked copies for one-token decode, which
+    /// prompts never read (`Engine::pack_q40x8`).
+    pub prompts_only: bool,
     /// Measured acceptance of the draft sources, for the plan's speculation (`sparrow plan
     /// --measure-speculation`; none: the planner's defaults).
     pub spec_acceptance: SpecAcceptance,
@@ -129,6 +132,7 @@ impl Default for EngineBuilder {
             budget: MemoryBudget::All,
             offload: OffloadOptions::default(),
             full_output: false,
+            prompts_only: false,
             spec_acceptance: SpecAcceptance::default(),
             planned: Planned::default(),
             log: Arc::new(|_, _| {}),

@@ -25,8 +25,9 @@ impl EngineBuilder {
         }
         if !self.sparse && !offloaded {
             // Dense in memory with no budget: one-token decode may read repacked copies (AVX2 or
-            // AVX-512, `Fast`); under a budget the copies' bytes are not planned for, so none is made.
-            if self.budget.process().is_some() {
+            // AVX-512, `Fast`); under a budget the copies' bytes are not planned for, so none is
+            // made, nor for an engine of prompts only.
+            if self.budget.process().is_some() || self.prompts_only {
                 return Ok(());
             }
             let (n, bytes) = eng.pack_q40x8(eng.accel().is_none());

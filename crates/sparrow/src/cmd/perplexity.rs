@@ -34,7 +34,11 @@ pub fn run(a: PplArgs) -> Result<()> {
     // notes on stderr), in one line.
     let src = TextSource::or_builtin(a.file.as_deref(), &EVAL);
     let text = src.read()?;
-    let loaded = builder(&a.model, a.json).open()?;
+    let loaded = engine::EngineBuilder {
+        prompts_only: true,
+        ..builder(&a.model, a.json)
+    }
+    .open()?;
     let (file, overlay) = (loaded.file(), loaded.overlay());
     let eng = loaded.engine()?;
     let tokens = eng.tokenizer().encode(&text, false)?;

@@ -681,3 +681,44 @@ fn a_draft_model_and_self_draft_through_the_cli() {
         );
     }
 }
+
+/// `perplexity` runs prompts only, so it makes none of the repacked Q4_0 copies of one-token decode
+/// (which `run` makes for a dense Q4_0 model in memory on the x86 paths, and says so on stderr).
+#[test]
+fn perplexity_makes_no_decode_copies() {
+    let model = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../fixtures/tiny-llama-silu-q4_0.gguf"
+    );
+    let text = std::env::temp_dir().join(format!("sparrow-cli-ppl-q40-{}.txt", std::process::id()));
+    std::fs::write(
+        &text,
+        "one two three four five six seven eight. ".repeat(20),
+    )
+    .unwrap();
+    let out = sparrow(&[
+        "perplexity",
+        "-m",
+        model,
+        "-f",
+        text.to_str().unwrap(),
+        "--window",
+        "16",
+        "--windows",
+        "1",
+    ]);
+    std::fs::remove_file(&text).unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(!err.contains("repacked"), "perplexity repacked: {err}");
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("avx2")
+        && std::is_x86_feature_detected!("fma")
+        && std::env::var_os("SPARROW_KERNELS").is_none()
+        && std::env::var_os("SPARROW_Q40X8").is_none()
+    {
+        let out = sparrow(&["run", "-m", model, "-p", "hi", "-n", "1"]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("repacked"), "run made no copies: {err}");
+    }
+}
