@@ -1,7 +1,8 @@
 //! x86_64 AVX2 + FMA + F16C kernels, one file per operation family, and the AVX-512F ones that
 //! path [`crate::KernelPath::Avx512`] takes instead where they exist (`tile512`, `tile512_k8`,
-//! `tile512_k16` (for `tile_k16`), `tile_bf16`, `kquant512`, Q4_0's decode kernels `q40_512` (Q5_0's too) and `q40_512_i8`, and
-//! the batch kernels `batch512`, `kquant512_batch`).
+//! `tile512_k16` (for `tile_k16`), `tile_bf16`, `kquant512`, Q5_0's decode kernel `q40_512`, Q4_0's
+//! 8-bit one `q40_512_i8` (16-bit Q4_0 takes `q40_pairs` on both paths), and the batch kernels
+//! `batch512`, `kquant512_batch`, `q40_pairs512`).
 //!
 //! All functions are `unsafe fn` with `#[target_feature]`: callers must have
 //! checked that AVX2, FMA and F16C are present (`arch::has_avx2_fma`). Slice
