@@ -127,8 +127,8 @@ unsafe fn batch_q<const F: u8>(w: &QMatrix<'_>, r0: usize, xq: &[&QActs16], ys: 
 /// A batch's tokens in the orders of the 512-bit batch kernels, each made only where a format of
 /// the product takes it: interleaved in groups of up to eight ([`TokenOctet`]; an odd last token
 /// stays alone) for `Q4_1`, `Q5_1` and `Q8_0`; each token in the order of `q40_512`
-/// ([`Q40Wide`]: `Q5_0`) or of `q40_pairs` paired ([`Q40Batch`]: `Q4_0`, `IQ4_NL`); the K-quants' ([`KPairs`]) unless [`crate::set_batch_kquants`] turned them
-/// off.
+/// ([`Q40Wide`]: `Q5_0`) or of `q40_pairs` paired ([`Q40Batch`]: `Q4_0`, `IQ4_NL`); the
+/// K-quants' ([`KPairs`]) unless [`crate::set_batch_kquants`] turned them off.
 #[derive(Default)]
 pub(crate) struct Interleaved {
     octets: Vec<TokenOctet>,

@@ -1,5 +1,6 @@
 //! Q4_0 and Q5_0 × 16-bit activations ([`Precision::Fast`](crate::Precision::Fast)) on 512-bit
-//! registers, for [`KernelPath::Avx512`](crate::KernelPath::Avx512) (Q5_0 only now: [`takes_matrix`]): the one-token kernel ([`matvec`]) and its batch form ([`batch`]: the same
+//! registers, for [`KernelPath::Avx512`](crate::KernelPath::Avx512) (Q5_0 only now:
+//! [`takes_matrix`]): the one-token kernel ([`matvec`]) and its batch form ([`batch`]: the same
 //! [`dots`] with up to 8 tokens a row, each pair of blocks unpacked once, so each token's result
 //! bit for bit its `matvec`'s).
 //!
