@@ -297,8 +297,8 @@ unsafe fn dot_octet<const F: u8, const P: usize, const S: bool>(
 /// unpacks, in the one-token kernel's operations).
 ///
 /// # Safety
-/// AVX2/FMA/F16C and AVX-512F/BW/VNNI present; `F` a 32-element block format other than Q4_0 and
-/// Q5_0 ([`q40_512::takes`]: their one-token kernel differs); `octets` and
+/// AVX2/FMA/F16C and AVX-512F/BW/VNNI present; `F` a 32-element block format other than Q4_0
+/// (`q40_pairs`) and Q5_0 ([`q40_512::takes`]): their one-token kernels differ; `octets` and
 /// `single` the tokens of `ys` in order, every `ys[t]` of one length with rows `r0..r0 + len` in
 /// `w`.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
@@ -312,7 +312,9 @@ pub(super) unsafe fn batch_octets<const F: u8>(
     let paired: usize = octets.iter().map(|o| 2 * o.pairs).sum();
     assert_eq!(ys.len(), paired + usize::from(single.is_some()));
     let n = ys[0].len();
-    assert!(!q40_512::takes(F) && ys.iter().all(|y| y.len() == n) && r0 + n <= w.rows());
+    assert!(
+        !q40_512::takes(F) && F != Q4_0 && ys.iter().all(|y| y.len() == n) && r0 + n <= w.rows()
+    );
     // The lone token rides with the last octet.
     let lone = single.filter(|_| !octets.is_empty());
     // `r` indexes every token's output, not only `ys[0]`.

@@ -1,40 +1,38 @@
-//! Q4_0 and Q5_0 × 16-bit activations ([`Precision::Fast`](crate::Precision::Fast)) on 512-bit
-//! registers, for [`KernelPath::Avx512`](crate::KernelPath::Avx512) (Q5_0 only now:
-//! [`takes_matrix`]): the one-token kernel ([`matvec`]) and its batch form ([`batch`]: the same
-//! [`dots`] with up to 8 tokens a row, each pair of blocks unpacked once, so each token's result
-//! bit for bit its `matvec`'s).
+//! Q5_0 × 16-bit activations ([`Precision::Fast`](crate::Precision::Fast)) on 512-bit registers,
+//! for [`KernelPath::Avx512`](crate::KernelPath::Avx512) ([`takes_matrix`]; Q4_0 takes `q40_pairs`
+//! on both paths since 2026-12-04): the one-token kernel ([`matvec`]) and its batch form ([`batch`]:
+//! the same [`dots`] with up to 8 tokens a row, each pair of blocks unpacked once, so each token's
+//! result bit for bit its `matvec`'s).
 //!
 //! Two blocks a register: the 16 quant bytes of blocks `b` and `b + 1` widened to 32 u16 lanes,
 //! one mask and one shift give their low nibbles (elements 0..16 of each) and high nibbles
-//! (16..32), and two `vpdpwssd` dot them with the activations, reordered once per token to match
-//! ([`Q40Wide`]), starting from -8 times each lane's activations (Q4_0's offset, in exact
-//! integers). Lanes 0..8 of the i32 sums are block `b`'s, 8..16 block `b + 1`'s: per lane the sums
-//! of the 256-bit kernel (`matvec_i16`), four products each. The eight f16 scales of eight blocks
-//! come from two 64-byte loads and one word permutation, one conversion and one multiply by the
-//! activations' scales; each pair of blocks takes its two from them by a permutation. Each lane's
-//! sums are converted and FMA'd into 16 f32 lanes (even blocks in lanes 0..8, odd in 8..16, in
-//! block order); a last odd block goes into lanes 0..8 after the loop; then the two halves are
-//! added and summed horizontally.
+//! (16..32); the fifth bits come from the two blocks' `qh` words as two mask registers, and the
+//! lanes without theirs take 16 off (the format's offset), so the weights are signed. Two
+//! `vpdpwssd` dot them with the activations, reordered once per token to match ([`Q40Wide`]).
+//! Lanes 0..8 of the i32 sums are block `b`'s, 8..16 block `b + 1`'s: per lane the sums of the
+//! 256-bit kernel (`matvec_i16`), four products each. The eight f16 scales of eight blocks (read
+//! one by one: 22-byte blocks) take one conversion and one multiply by the activations' scales;
+//! each pair of blocks takes its two from them by a permutation. Each lane's sums are converted and
+//! FMA'd into 16 f32 lanes (even blocks in lanes 0..8, odd in 8..16, in block order); a last odd
+//! block goes into lanes 0..8 after the loop; then the two halves are added and summed
+//! horizontally.
 //!
 //! Against the 256-bit one-block kernel: about 6 instructions a block instead of 16 (no per-block
-//! f16 conversion, broadcast or offset subtraction).
-//!
-//! Q5_0 takes the same kernel (`F`): its fifth bits come from the two blocks' `qh` words as two
-//! mask registers, which add 16 to the lanes whose bit is set, and its offset is -16 (the
-//! activations' -8 sums doubled); its scales are read one by one (22-byte blocks).
+//! f16 conversion or broadcast). [`scales8`] (Q4_0's eight scales from two loads) serves
+//! `q40_512_i8`.
 
 use std::arch::x86_64::*;
 
 use super::matvec_i16::weights_i16;
 use super::simd::{f16_at, hsum, prefetch_distance};
-use crate::arch::tags::{block_bytes, Q4_0, Q5_0};
+use crate::arch::tags::{block_bytes, Q5_0};
 use crate::quant::QActs16;
 use crate::QMatrix;
 
-/// Whether format `F` takes this module's kernel (Q4_0, Q5_0): its one-token products and the
-/// batch kernel's (`batch512`) keep even and odd blocks apart as this kernel does.
+/// Whether format `F` takes this module's kernel (Q5_0): its one-token products and the batch
+/// kernel's (`batch512`) keep even and odd blocks apart as this kernel does.
 pub(crate) const fn takes(f: u8) -> bool {
-    matches!(f, Q4_0 | Q5_0)
+    f == Q5_0
 }
 
 /// Whether a matrix of `format` takes this module's kernels on the AVX-512 path ([`matvec`],
@@ -44,7 +42,7 @@ pub(crate) const fn takes(f: u8) -> bool {
 /// 7B-shaped Q4_0 one thread 3.5/3.5 -> 5.1/4.8 tok/s, two threads 6.2/5.8 -> 7.9/6.7; d 1024
 /// Q4_0 one thread 114/108/106 -> 151/142/126, two threads 157/149/163 -> 219/229/249; OLMoE-shaped
 /// 4 layers within noise). Without the copies `q40_pairs` alone measured 6.0 -> 6.4 tok/s on the
-/// 7B file (two threads): this kernel's Q4_0 form (`F`) is kept but no longer dispatched.
+/// 7B file (two threads).
 pub(crate) fn takes_matrix(format: crate::WeightFormat) -> bool {
     format == crate::WeightFormat::Q5_0
 }
@@ -54,9 +52,6 @@ pub(crate) struct Q40Wide {
     /// Per pair of blocks `(b, b + 1)`: `b`'s elements 0..16, `b + 1`'s 0..16, `b`'s 16..32,
     /// `b + 1`'s 16..32 (zeros for a missing last block).
     x: Vec<i16>,
-    /// Per pair: each i32 lane's -8 times the sum of the four activations it multiplies (Q4_0's
-    /// offset, for the one-token kernel's unsigned weights).
-    c: Vec<i32>,
     /// The activations' block scales, zero-padded to a multiple of 8.
     d: Vec<f32>,
     /// Blocks.
@@ -70,45 +65,30 @@ impl Q40Wide {
         assert!(xq.qs.len() >= nb * 32);
         let pairs = nb.div_ceil(2);
         let mut x = vec![0i16; pairs * 64];
-        let mut c = vec![0i32; pairs * 16];
         for b in 0..nb {
             let (p, h) = (b / 2, b % 2);
             let q = &xq.qs[b * 32..b * 32 + 32];
             x[p * 64 + h * 16..p * 64 + h * 16 + 16].copy_from_slice(&q[..16]);
             x[p * 64 + 32 + h * 16..p * 64 + 32 + h * 16 + 16].copy_from_slice(&q[16..]);
-            for l in 0..8 {
-                let sum: i32 = [2 * l, 2 * l + 1, 16 + 2 * l, 17 + 2 * l]
-                    .iter()
-                    .map(|&e| i32::from(q[e]))
-                    .sum();
-                c[p * 16 + h * 8 + l] = -8 * sum;
-            }
         }
         let mut d = xq.d.clone();
         d.resize(nb.next_multiple_of(8), 0.0);
-        Q40Wide {
-            x,
-            c,
-            d,
-            blocks: nb,
-        }
+        Q40Wide { x, d, blocks: nb }
     }
 }
 
 /// The quants of blocks `b` (lanes 0..16) and `b + 1` (16..32) at `p`: elements 0..16 of each in
-/// the first vector, 16..32 in the second (Q4_0's nibbles; Q5_0's with the fifth bit); unsigned,
-/// or with the format's offset subtracted where `SIGNED` (always for Q5_0).
+/// the first vector, 16..32 in the second, with the fifth bit and the offset: signed.
 ///
 /// # Safety
-/// AVX-512F/BW present; `F` Q4_0 or Q5_0; two whole blocks readable at `p`.
+/// AVX-512F/BW present; `F` Q5_0 ([`takes`]); two whole blocks readable at `p`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw")]
-unsafe fn nibbles_pair<const F: u8, const SIGNED: bool>(p: *const u8) -> (__m512i, __m512i) {
+unsafe fn nibbles_pair<const F: u8>(p: *const u8) -> (__m512i, __m512i) {
     let bb = block_bytes(F);
     // Q5_0: `d`, then `qh` (4 bytes), then the 16 quant bytes.
-    let q = if F == Q5_0 { 6 } else { 2 };
-    // SAFETY: bytes q..q + 16 (and 2..6 for Q5_0) of the two blocks at `p` are readable
-    // (contract).
+    let q = 6;
+    // SAFETY: bytes 2..22 of the two blocks at `p` are readable (contract).
     unsafe {
         let raw = _mm256_inserti128_si256::<1>(
             _mm256_castsi128_si256(_mm_loadu_si128(p.add(q) as *const __m128i)),
@@ -117,13 +97,6 @@ unsafe fn nibbles_pair<const F: u8, const SIGNED: bool>(p: *const u8) -> (__m512
         let wide = _mm512_cvtepu8_epi16(raw);
         let lo = _mm512_and_si512(wide, _mm512_set1_epi16(0x0F));
         let hi = _mm512_srli_epi16::<4>(wide);
-        if F != Q5_0 {
-            if !SIGNED {
-                return (lo, hi);
-            }
-            let eight = _mm512_set1_epi16(8);
-            return (_mm512_sub_epi16(lo, eight), _mm512_sub_epi16(hi, eight));
-        }
         // Bit e of a block's `qh` is element e's fifth bit: elements 0..16 of both blocks are
         // `lo`'s lanes, 16..32 `hi`'s. An element without it is its nibble - 16.
         let h0 = std::ptr::read_unaligned(p.add(2) as *const u32);
@@ -138,8 +111,7 @@ unsafe fn nibbles_pair<const F: u8, const SIGNED: bool>(p: *const u8) -> (__m512
     }
 }
 
-/// The eight weight scales of the eight blocks at `p`, as f32 ([`scales8`] for Q4_0; Q5_0's read
-/// one by one).
+/// The eight weight scales of the eight blocks of format `F` at `p`, as f32, read one by one.
 ///
 /// # Safety
 /// As [`scales8`], for blocks of format `F`.
@@ -148,9 +120,6 @@ unsafe fn nibbles_pair<const F: u8, const SIGNED: bool>(p: *const u8) -> (__m512
 unsafe fn scales8_of<const F: u8>(p: *const u8) -> __m256 {
     // SAFETY: eight whole blocks at `p` (contract): each block's first two bytes.
     unsafe {
-        if F == Q4_0 {
-            return scales8(p);
-        }
         let bb = block_bytes(F);
         let h = |k: usize| std::ptr::read_unaligned(p.add(k * bb) as *const i16);
         _mm256_cvtph_ps(_mm_setr_epi16(
@@ -166,7 +135,7 @@ unsafe fn scales8_of<const F: u8>(p: *const u8) -> __m256 {
     }
 }
 
-/// The eight weight scales of the eight blocks at `p`, as f32.
+/// The eight weight scales of the eight Q4_0 blocks at `p`, as f32 (for `q40_512_i8`).
 ///
 /// # Safety
 /// AVX-512F/BW present; eight whole blocks readable at `p` (the loads read its first 128 bytes).
@@ -209,7 +178,7 @@ fn pick(j: i32) -> __m512i {
     _mm512_setr_epi32(a, a, a, a, a, a, a, a, b, b, b, b, b, b, b, b)
 }
 
-/// The dots of `R` rows of format `F` (Q4_0 or Q5_0, [`takes`]) with `T` tokens' activations:
+/// The dots of `R` rows of format `F` (Q5_0, [`takes`]) with `T` tokens' activations:
 /// `out[i][t]` = row `i` · token `t`, the same operations for every `(i, t)` whatever `R` and
 /// `T`; each row prefetched [`prefetch_distance`] bytes ahead.
 ///
@@ -237,29 +206,6 @@ unsafe fn dots_ahead<const F: u8, const R: usize, const T: usize>(
     xs: [&Q40Wide; T],
     ahead: usize,
 ) -> [[f32; T]; R] {
-    // SAFETY: as this function's (SIGNED for Q5_0).
-    unsafe {
-        if T > 1 || F == Q5_0 {
-            dots_signed::<F, R, T, true>(rows, xs, ahead)
-        } else {
-            dots_signed::<F, R, T, false>(rows, xs, ahead)
-        }
-    }
-}
-
-/// [`dots_ahead`] with the weights signed ([`nibbles_pair`]) where `SIGNED`: one fewer operation
-/// per token and pair of blocks (no offset sums to add), two more per pair of blocks (Q4_0's
-/// offset subtracted); the same i32 sums either way.
-///
-/// # Safety
-/// As [`dots`]; `SIGNED` where `F` is Q5_0.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
-unsafe fn dots_signed<const F: u8, const R: usize, const T: usize, const SIGNED: bool>(
-    rows: [&[u8]; R],
-    xs: [&Q40Wide; T],
-    ahead: usize,
-) -> [[f32; T]; R] {
     let nb = xs[0].blocks;
     let bb = block_bytes(F);
     assert!(
@@ -267,7 +213,6 @@ unsafe fn dots_signed<const F: u8, const R: usize, const T: usize, const SIGNED:
             && rows.iter().all(|r| r.len() >= nb * bb)
             && xs.iter().all(|x| x.blocks == nb
                 && x.x.len() >= nb.div_ceil(2) * 64
-                && x.c.len() >= nb.div_ceil(2) * 16
                 && x.d.len() >= nb.next_multiple_of(8))
     );
     let picks = [pick(0), pick(1), pick(2), pick(3)];
@@ -290,9 +235,9 @@ unsafe fn dots_signed<const F: u8, const R: usize, const T: usize, const SIGNED:
                     let p = rows[i].as_ptr().add(pair * 2 * bb);
                     // Prefetch hint (never faults; wrapping_add keeps it UB-free).
                     _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(ahead) as *const i8);
-                    let (lo, hi) = nibbles_pair::<F, SIGNED>(p);
+                    let (lo, hi) = nibbles_pair::<F>(p);
                     for t in 0..T {
-                        let isum = pair_sum::<SIGNED>(xs[t], pair, lo, hi);
+                        let isum = pair_sum(xs[t], pair, lo, hi);
                         let scale = _mm512_permutexvar_ps(*pk, _mm512_castps256_ps512(s[i][t]));
                         acc[i][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale, acc[i][t]);
                     }
@@ -302,13 +247,13 @@ unsafe fn dots_signed<const F: u8, const R: usize, const T: usize, const SIGNED:
         for pair in groups * 4..nb / 2 {
             for i in 0..R {
                 let p = rows[i].as_ptr().add(pair * 2 * bb);
-                let (lo, hi) = nibbles_pair::<F, SIGNED>(p);
+                let (lo, hi) = nibbles_pair::<F>(p);
                 let (d0, d1) = (f16_at(p), f16_at(p.add(bb)));
                 for t in 0..T {
                     let dx = xs[t].d.as_ptr().add(2 * pair);
                     let s = _mm_setr_ps(d0 * *dx, d1 * *dx.add(1), 0.0, 0.0);
                     let scale = _mm512_permutexvar_ps(picks[0], _mm512_castps128_ps512(s));
-                    let isum = pair_sum::<SIGNED>(xs[t], pair, lo, hi);
+                    let isum = pair_sum(xs[t], pair, lo, hi);
                     acc[i][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale, acc[i][t]);
                 }
             }
@@ -330,30 +275,20 @@ unsafe fn dots_signed<const F: u8, const R: usize, const T: usize, const SIGNED:
     out
 }
 
-/// The i32 lane sums of pair `pair` of `x` with the quants `lo`, `hi` of its two blocks from
-/// [`nibbles_pair`] with `SIGNED`: signed, or unsigned (Q4_0) from the offset's sums (-8 times the
-/// activations). Either way the same exact integers.
+/// The i32 lane sums of pair `pair` of `x` with the signed quants `lo`, `hi` of its two blocks
+/// from [`nibbles_pair`].
 ///
 /// # Safety
-/// AVX-512F/BW/VNNI present; `pair < x.blocks.div_ceil(2)`; `SIGNED` where `F` is Q5_0.
+/// AVX-512F/BW/VNNI present; `pair < x.blocks.div_ceil(2)`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
-unsafe fn pair_sum<const SIGNED: bool>(
-    x: &Q40Wide,
-    pair: usize,
-    lo: __m512i,
-    hi: __m512i,
-) -> __m512i {
-    // SAFETY: pair `pair` of `x.x` (64 i16) and `x.c` (16 i32) is in bounds (contract).
+unsafe fn pair_sum(x: &Q40Wide, pair: usize, lo: __m512i, hi: __m512i) -> __m512i {
+    // SAFETY: pair `pair` of `x.x` (64 i16) is in bounds (contract).
     unsafe {
         let xp = x.x.as_ptr().add(pair * 64);
         let xlo = _mm512_loadu_si512(xp as *const _);
         let xhi = _mm512_loadu_si512(xp.add(32) as *const _);
-        if SIGNED {
-            return dpwssd(_mm512_madd_epi16(lo, xlo), hi, xhi);
-        }
-        let c = _mm512_loadu_si512(x.c.as_ptr().add(pair * 16) as *const _);
-        dpwssd(dpwssd(c, lo, xlo), hi, xhi)
+        dpwssd(_mm512_madd_epi16(lo, xlo), hi, xhi)
     }
 }
 
@@ -382,7 +317,7 @@ pub(super) unsafe fn dpwssd(acc: __m512i, a: __m512i, b: __m512i) -> __m512i {
 
 /// `lo` plus the last block (`x.blocks - 1`, odd count) of `row` (format `F`) · `x`, as lanes 0..8
 /// of a pair: the block's signed weights from the 256-bit kernel's unpacking (`weights_i16`,
-/// offset included), so the i32 sums equal the offset-and-unsigned sums of a pair's lanes.
+/// offset included), so the i32 sums equal those of a pair's lanes.
 ///
 /// # Safety
 /// AVX2/FMA/F16C present; the block in bounds of `row` and `x`.
