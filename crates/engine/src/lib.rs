@@ -132,7 +132,7 @@ pub mod model {
 pub mod moe {
     pub use transformer::moe::{
         ExpertNeurons, MoeBlock, MoeConfig, MoeFamily, MoeLayer, MoeScratch, NeuronTrace,
-        RouteTrace, RoutingProfile,
+        PackedExperts, RouteTrace, RoutingProfile,
     };
 }
 

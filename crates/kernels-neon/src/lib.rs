@@ -47,6 +47,8 @@
 //! parallel region, bit-identical to one [`matvec`] each. [`experts_ffn`] runs the routed experts
 //! of a Mixture-of-Experts layer (each over its tokens) in two parallel regions split by (expert,
 //! row chunk), each expert's products those of [`matvec_gated`], [`matvec_batch`] or [`matmul`].
+//! [`experts_ffn_packed`] runs one token's experts over their [`Q40x8`] copies, bit for bit
+//! [`experts_ffn`] over the originals.
 //!
 //! SIMD coverage: `matvec`, `matvec_many` and `matvec_rows` (all precisions), `axpy_rows`,
 //! `matmul`, `dequantize_row`,
@@ -250,6 +252,7 @@ mod attention;
 mod attention_block;
 mod batch;
 mod experts;
+mod experts_packed;
 mod gated;
 mod kv;
 mod matmul;
@@ -283,6 +286,9 @@ pub use batch::{matvec_batch_many_with, matvec_batch_with, set_batch_kquants};
 #[doc(hidden)]
 pub use experts::experts_ffn_with;
 pub use experts::{experts_ffn, ExpertJob, ExpertsScratch};
+#[doc(hidden)]
+pub use experts_packed::experts_ffn_packed_with;
+pub use experts_packed::{experts_ffn_packed, PackedExpertJob};
 pub use gated::matvec_gated;
 #[doc(hidden)]
 pub use gated::matvec_gated_with;

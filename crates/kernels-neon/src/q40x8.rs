@@ -28,24 +28,25 @@ pub struct Q40x8 {
     cols: usize,
 }
 
-/// The 4-bit quant of weight `e` (0..32) of the Q4_0 block `blk`.
-fn nibble(blk: &[u8], e: usize) -> u8 {
-    if e < 16 {
-        blk[2 + e] & 0x0F
-    } else {
-        blk[2 + e - 16] >> 4
-    }
+/// The four 4-bit quants of the bytes 0, 2, 4 and 6 of `x` (little-endian), their low nibbles or
+/// (`high`) their high ones, packed into one u16 (byte 0's quant in bits 0-3, byte 6's in 12-15).
+fn four_nibbles(x: u64, high: bool) -> u16 {
+    let y = x & 0x00FF_00FF_00FF_00FF;
+    let y = if high { y >> 4 } else { y } & 0x000F_000F_000F_000F;
+    // Quants at bits 0, 16, 32, 48 -> 0-7 and 32-39 -> 0-15.
+    let z = y | (y >> 12);
+    ((z & 0xFF) | ((z >> 24) & 0xFF00)) as u16
 }
 
 impl Q40x8 {
     /// `w` repacked, or `None` where the layout does not apply: a format other than Q4_0, rows
     /// not a multiple of 8, or no columns.
     pub fn repack(w: &QMatrix<'_>) -> Option<Self> {
-        let (rows, cols) = (w.rows(), w.cols());
-        let nb = cols / 32;
-        if w.format() != WeightFormat::Q4_0 || rows % GROUP != 0 || nb == 0 {
+        if !Self::fits(w) {
             return None;
         }
+        let (rows, cols) = (w.rows(), w.cols());
+        let nb = cols / 32;
         let mut data = vec![0u8; rows / GROUP * nb * GROUP_BLOCK];
         // In parallel over groups (a model's matrices are repacked at load).
         let pack = |(g, out): (usize, &mut [u8])| {
@@ -54,11 +55,16 @@ impl Q40x8 {
                 for (r, row) in src.iter().enumerate() {
                     let blk = &row[b * BB..(b + 1) * BB];
                     gb[2 * r..2 * r + 2].copy_from_slice(&blk[..2]);
+                    // Weight e < 16 is the low nibble of quant byte e, e >= 16 the high one of
+                    // byte e - 16: weights 8k + 2m + h (m < 4) are bytes 8(k % 2) + h + 2m.
+                    let half = |i: usize| {
+                        let at = 2 + 8 * i;
+                        u64::from_le_bytes(blk[at..at + 8].try_into().expect("8 bytes"))
+                    };
+                    let halves = [half(0), half(1)];
                     for k in 0..4 {
                         for h in 0..2 {
-                            let v = (0..4).fold(0u16, |v, m| {
-                                v | u16::from(nibble(blk, 8 * k + 2 * m + h)) << (4 * m)
-                            });
+                            let v = four_nibbles(halves[k % 2] >> (8 * h), k >= 2);
                             let at = 16 + 32 * k + 4 * r + 2 * h;
                             gb[at..at + 2].copy_from_slice(&v.to_le_bytes());
                         }
@@ -70,6 +76,12 @@ impl Q40x8 {
             .enumerate()
             .for_each(pack);
         Some(Q40x8 { data, rows, cols })
+    }
+
+    /// Whether `w` repacks ([`Q40x8::repack`]): Q4_0, rows a multiple of 8, at least one block a
+    /// row.
+    pub fn fits(w: &QMatrix<'_>) -> bool {
+        w.format() == WeightFormat::Q4_0 && w.rows() % GROUP == 0 && w.cols() >= 32
     }
 
     /// Bytes held (the copy's size, for the memory budget).

@@ -303,7 +303,7 @@ impl<'a> Model<'a> {
             .ok_or_else(|| crate::moe::unsupported(&self.path, self.config.arch.name(), mode))
     }
 
-    /// Makes the repacked copies of [`crate::packed`] (the FFN's too where `ffn`: a dense FFN in
+    /// Makes the repacked copies of [`crate::packed`] (the FFN's too where `ffn`: a dense FFN or experts in
     /// memory) when they apply to `precision` ([`crate::packed::applies`]); returns the matrices
     /// repacked and their bytes. Nothing where they do not apply or the model is streamed.
     pub fn pack_q40x8(&mut self, precision: Precision, ffn: bool) -> (usize, usize) {

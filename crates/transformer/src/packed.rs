@@ -1,4 +1,5 @@
-//! Copies of a model's dense Q4_0 matrices repacked eight rows at a time ([`Q40x8`]), made once at
+//! Copies of a model's Q4_0 matrices (attention, output, a dense FFN, a Mixture-of-Experts layer's
+//! experts: [`PackedExperts`]) repacked eight rows at a time ([`Q40x8`]), made once at
 //! load for one-token decode on the AVX2 and AVX-512 paths (`Precision::Fast`), whose results they
 //! give bit for bit. The forward pass takes a copy where one exists for a step of one token in `Fast`; prompts,
 //! batched decode and every other path keep reading the file's layout. The copies' bytes are
@@ -8,6 +9,7 @@ use kernels_neon::{KernelPath, Precision, Q40x8, QMatrix};
 use model_format::{advise, Paging};
 
 use crate::layer::{Layer, LayerFfn};
+use crate::moe::PackedExperts;
 
 /// A layer's repacked matrices (`None`: that matrix keeps the file's layout).
 #[derive(Default)]
@@ -20,6 +22,8 @@ pub struct PackedLayer {
     pub gate_up: Option<[Q40x8; 2]>,
     /// A gated FFN's down projection.
     pub down: Option<Q40x8>,
+    /// A Mixture-of-Experts FFN's experts.
+    pub experts: Option<PackedExperts>,
 }
 
 /// Every layer's repacked matrices and the output projection's.
@@ -32,7 +36,8 @@ pub struct Packed {
 
 impl Packed {
     /// The repacked copies of `layers` and `output`: every Q4_0 matrix whose shape the layout takes
-    /// ([`Q40x8::repack`]); the FFN of gated layers only (`ffn`). Where `mapped` (every matrix a
+    /// ([`Q40x8::repack`]); the FFN's too where `ffn` (a gated FFN's matrices, a Mixture-of-Experts
+    /// layer's experts when all of them repack: [`PackedExperts`]). Where `mapped` (every matrix a
     /// slice of the file's mapping), each original's pages leave the process's memory once copied
     /// ([`Paging::Drop`]: they stay in the page cache, and a prompt step that reads them faults
     /// them back in), so that the copies do not double what the process holds.
@@ -55,6 +60,10 @@ impl Packed {
                     }
                     _ => (None, None),
                 };
+                let experts = match (&l.ffn, ffn) {
+                    (LayerFfn::Moe(m), true) => PackedExperts::new(&m.weights, &repack),
+                    _ => None,
+                };
                 PackedLayer {
                     qkv: match qkv {
                         [Some(q), Some(k), Some(v)] => Some([q, k, v]),
@@ -63,6 +72,7 @@ impl Packed {
                     wo: repack(&l.wo),
                     gate_up,
                     down,
+                    experts,
                 }
             })
             .collect();
@@ -83,6 +93,7 @@ impl Packed {
                     + l.gate_up.as_ref().map_or(0, |m| sum(m))
                     + opt(&l.wo)
                     + opt(&l.down)
+                    + l.experts.as_ref().map_or(0, PackedExperts::bytes)
             })
             .sum::<usize>()
             + opt(&self.output)
@@ -97,6 +108,7 @@ impl Packed {
                     + 2 * usize::from(l.gate_up.is_some())
                     + usize::from(l.wo.is_some())
                     + usize::from(l.down.is_some())
+                    + l.experts.as_ref().map_or(0, PackedExperts::count)
             })
             .sum::<usize>()
             + usize::from(self.output.is_some())

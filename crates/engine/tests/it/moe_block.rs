@@ -532,3 +532,58 @@ fn missing_or_misshapen_tensors_are_named() {
         "{e}"
     );
 }
+
+/// One token over the layer's repacked experts (`MoeBlock::forward_packed`, what a one-token decode
+/// step takes when the model's Q4_0 experts were repacked at load) routes as `forward` does and
+/// gives its outputs bit for bit on the AVX2 and AVX-512 paths (scalar elsewhere: close), with the
+/// qwen2moe shared expert and its gate.
+#[test]
+fn one_token_over_repacked_experts_is_the_originals_bit_for_bit() {
+    use engine::moe::PackedExperts;
+    use kernels_neon::{active_path, KernelPath, Q40x8};
+    let dir = TempDir::new("packed");
+    let path = dir.0.join("q.gguf");
+    write_layer(&path, MoeFamily::Qwen2Moe, DType::Q4_0, 0x5EED);
+    let f = GgufFile::open(&path).unwrap();
+    let (cfg, layer) = load(&f);
+    let b = block(&cfg);
+    let packed = PackedExperts::new(&layer, &|m| Q40x8::repack(m)).expect("every expert repacks");
+    assert_eq!(packed.count(), 3 * (EXPERTS + 1));
+    assert_eq!(packed.bytes(), 3 * D * (EXPERTS * FF + SHARED_FF) / 32 * 18);
+    let x86 = matches!(active_path(), KernelPath::Avx2Fma | KernelPath::Avx512);
+    let mut s = MoeScratch::default();
+    for t in 0..8 {
+        let x = Rng(200 + t).vec(D, 1.0);
+        let mut want = vec![0.0f32; D];
+        b.forward(
+            &layer,
+            &x,
+            1,
+            &mut want,
+            Precision::Fast,
+            StepKind::Decode,
+            &mut s,
+        )
+        .unwrap();
+        let routes = s.routes().to_vec();
+        let mut got = vec![f32::NAN; D];
+        b.forward_packed(&layer, &packed, &x, &mut got, &mut s)
+            .unwrap();
+        assert_eq!(s.routes(), &routes[..], "token {t}");
+        if x86 {
+            let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&got), bits(&want), "token {t}");
+        } else {
+            let scale = want.iter().map(|v| v.abs()).fold(0.0f32, f32::max);
+            for (g, w) in got.iter().zip(&want) {
+                assert!((g - w).abs() <= 1e-2 * scale, "token {t}: {g} vs {w}");
+            }
+        }
+    }
+    // A layer whose experts are not all Q4_0 has no copies.
+    let q8 = dir.0.join("q8.gguf");
+    write_layer(&q8, MoeFamily::Qwen2Moe, DType::Q8_0, 0x5EED);
+    let f8 = GgufFile::open(&q8).unwrap();
+    let (_, layer8) = load(&f8);
+    assert!(PackedExperts::new(&layer8, &|m| Q40x8::repack(m)).is_none());
+}

@@ -48,3 +48,73 @@ fn q40x8_repacked_decode_gives_the_same_logits() {
         "repacked decode changed the logits"
     );
 }
+
+/// The tiny qwen3moe fixture with its experts (`ffn_*_exps`) re-quantized to Q4_0, written to
+/// `out`; every other tensor as it is (Q8_0: no copies of them).
+fn moe_with_q4_0_experts(out: &std::path::Path) {
+    use kernels_neon::{dequantize_row, quantize_row};
+    use model_format::{DType, GgufFile, GgufWriter};
+    let src = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fixtures/tiny-qwen3moe-q8_0.gguf");
+    let gguf = GgufFile::open(&src).unwrap();
+    let mut w = GgufWriter::new();
+    for (k, v) in gguf.metadata() {
+        if k != "general.alignment" {
+            w.metadata(k, v.clone());
+        }
+    }
+    w.alignment(gguf.alignment());
+    for t in gguf.tensors() {
+        if !t.name.ends_with("_exps.weight") {
+            w.tensor(t.name, t.dtype, t.shape, t.data.to_vec()).unwrap();
+            continue;
+        }
+        let cols = *t.shape.last().unwrap();
+        let (src_rb, dst_rb) = (
+            t.dtype.row_bytes(cols).unwrap(),
+            DType::Q4_0.row_bytes(cols).unwrap(),
+        );
+        let mut row = vec![0f32; cols];
+        let mut q = Vec::new();
+        for r in t.data.chunks_exact(src_rb) {
+            dequantize_row(t.dtype, r, &mut row).unwrap();
+            let mut dst = vec![0u8; dst_rb];
+            quantize_row(DType::Q4_0, &row, &mut dst).unwrap();
+            q.extend(dst);
+        }
+        w.tensor(t.name, DType::Q4_0, t.shape, q).unwrap();
+    }
+    w.write(out).unwrap();
+}
+
+#[test]
+fn moe_experts_repacked_decode_gives_the_same_logits() {
+    let dir = std::env::temp_dir().join(format!("sparrow-q40x8-moe-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("moe-q4_0.gguf");
+    moe_with_q4_0_experts(&path);
+    let file = ModelFile::open(&path).unwrap();
+    let opts = EngineOptions {
+        threads: 2,
+        precision: Precision::Fast,
+        context: 16,
+        ..Default::default()
+    };
+    let plain = Engine::new(&file, opts.clone()).unwrap();
+    let want = logit_bits(&plain);
+    let mut packed = Engine::new(&file, opts).unwrap();
+    let (n, bytes) = packed.pack_q40x8(true);
+    let x86 = matches!(active_path(), KernelPath::Avx2Fma | KernelPath::Avx512);
+    if x86 && std::env::var("SPARROW_Q40X8").is_err() {
+        // Gate, up and down of every expert of every layer; nothing else is Q4_0.
+        let cfg = &packed.model().config;
+        let experts = cfg.moe.as_ref().expect("an MoE model").n_experts;
+        assert_eq!(n, 3 * experts * cfg.n_layers, "matrices repacked");
+        assert_eq!(bytes, packed.model().packed_bytes());
+    } else {
+        assert_eq!((n, bytes), (0, 0));
+    }
+    let got = logit_bits(&packed);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(got == want, "repacked experts changed the logits");
+}

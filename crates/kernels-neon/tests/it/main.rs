@@ -9,6 +9,7 @@ mod attention_cache;
 mod attention_span;
 mod common;
 mod experts;
+mod experts_packed;
 mod expf;
 mod fast_decode;
 mod fixed;

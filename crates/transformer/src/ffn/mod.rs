@@ -171,7 +171,14 @@ pub(crate) fn layer_step(
             };
             match exec.moe_step(step, x, n, out) {
                 Some(r) => r,
-                None => moe.step(x, n, out, precision, kind),
+                None => moe.step(
+                    x,
+                    n,
+                    out,
+                    precision,
+                    kind,
+                    packed.and_then(|p| p.experts.as_ref()),
+                ),
             }
         }
     }

@@ -13,7 +13,7 @@ use kernels_neon::{Activation, ExpertJob, ExpertsScratch, Precision};
 
 use super::family::{MoeConfig, TopKNorm};
 use super::routing::{route, ExpertGroups, Route};
-use super::weights::{ExpertFfn, MoeLayer};
+use super::weights::{ExpertFfn, MoeLayer, SharedExpert};
 use crate::error::{kernel, ModelError, Result};
 use crate::ops::{mm_step, StepKind};
 
@@ -146,19 +146,61 @@ impl MoeBlock {
         kind: StepKind,
         s: &mut MoeScratch,
     ) -> Result<()> {
-        let (e, d) = (w.n_experts(), w.router.cols());
-        if x.len() < n * d || out.len() < n * d {
-            return Err(ModelError::Request(format!(
-                "moe block: {n} tokens of {d} need {} floats in and out, got {} and {}",
-                n * d,
-                x.len(),
-                out.len()
-            )));
-        }
-        s.routes.clear();
+        let d = w.router.cols();
+        check_lens(d, x, n, out)?;
         if n == 0 {
+            s.routes.clear();
             return Ok(());
         }
+        self.route_step(w, x, n, precision, kind, s)?;
+        let out = &mut out[..n * d];
+        out.fill(0.0);
+        let mut jobs: Vec<ExpertJob<'_>> = s
+            .groups
+            .iter()
+            .map(|(e, tokens, weights)| job(&w.experts[e], tokens, weights))
+            .collect();
+        if let Some(sh) = &w.shared {
+            // The shared expert is the last job: every token, weighted by its gate.
+            s.all_tokens.clear();
+            s.all_tokens.extend(0..n as u32);
+            s.shared_w.clear();
+            s.shared_w
+                .extend((0..n).map(|t| shared_weight(sh, &x[t * d..(t + 1) * d])));
+            jobs.push(job(&sh.ffn, &s.all_tokens, &s.shared_w));
+        }
+        let mut note = |j: usize, g: &[f32]| {
+            let f = &jobs[j];
+            super::neurons::note(f.gate.data().as_ptr(), f.tokens.len(), f.gate.rows(), g);
+        };
+        kernels_neon::experts_ffn(
+            &jobs,
+            self.activation,
+            &x[..n * d],
+            n,
+            out,
+            precision,
+            kind == StepKind::Decode,
+            &mut s.experts,
+            &mut note,
+        )
+        .map_err(kernel("moe experts"))
+    }
+
+    /// The routing of a step's `n` tokens: the router's logits, each token's top-k
+    /// ([`MoeScratch::routes`]) and the tokens grouped by expert ([`MoeScratch::groups`]) (`x`
+    /// checked by [`check_lens`]); an error when the experts are in a store.
+    pub(super) fn route_step(
+        &self,
+        w: &MoeLayer<'_>,
+        x: &[f32],
+        n: usize,
+        precision: Precision,
+        kind: StepKind,
+        s: &mut MoeScratch,
+    ) -> Result<()> {
+        let (e, d) = (w.n_experts(), w.router.cols());
+        s.routes.clear();
         if w.experts.len() != e {
             return Err(ModelError::Request(format!(
                 "moe block: the {e} experts are in an expert store: load the bundle with its store"
@@ -182,40 +224,7 @@ impl MoeBlock {
         }
         record(w.router.data().as_ptr(), k, &s.routes);
         s.groups.build(&s.routes, k, e);
-        let out = &mut out[..n * d];
-        out.fill(0.0);
-        let mut jobs: Vec<ExpertJob<'_>> = s
-            .groups
-            .iter()
-            .map(|(e, tokens, weights)| job(&w.experts[e], tokens, weights))
-            .collect();
-        if let Some(sh) = &w.shared {
-            // The shared expert is the last job: every token, weighted by its gate.
-            s.all_tokens.clear();
-            s.all_tokens.extend(0..n as u32);
-            s.shared_w.clear();
-            s.shared_w.extend((0..n).map(|t| match &sh.gate_inp {
-                Some(gi) => sigmoid(kernels_neon::dot_f32(gi, &x[t * d..(t + 1) * d])),
-                None => 1.0,
-            }));
-            jobs.push(job(&sh.ffn, &s.all_tokens, &s.shared_w));
-        }
-        let mut note = |j: usize, g: &[f32]| {
-            let f = &jobs[j];
-            super::neurons::note(f.gate.data().as_ptr(), f.tokens.len(), f.gate.rows(), g);
-        };
-        kernels_neon::experts_ffn(
-            &jobs,
-            self.activation,
-            &x[..n * d],
-            n,
-            out,
-            precision,
-            kind == StepKind::Decode,
-            &mut s.experts,
-            &mut note,
-        )
-        .map_err(kernel("moe experts"))
+        Ok(())
     }
 
     /// `ys` (`m × d`) = `down(act(gate · x) * (up · x))` for the `m` tokens of `xs`.
@@ -267,6 +276,28 @@ fn job<'a>(f: &'a ExpertFfn<'a>, tokens: &'a [u32], weights: &'a [f32]) -> Exper
         down: &f.down,
         tokens,
         weights,
+    }
+}
+
+/// Errors unless `x` and `out` hold `n` tokens of `d` floats.
+pub(super) fn check_lens(d: usize, x: &[f32], n: usize, out: &[f32]) -> Result<()> {
+    if x.len() < n * d || out.len() < n * d {
+        return Err(ModelError::Request(format!(
+            "moe block: {n} tokens of {d} need {} floats in and out, got {} and {}",
+            n * d,
+            x.len(),
+            out.len()
+        )));
+    }
+    Ok(())
+}
+
+/// The weight of the shared expert `sh`'s output for the token `x`: `sigmoid(gate_inp · x)`, 1
+/// without a gate.
+pub(super) fn shared_weight(sh: &SharedExpert<'_>, x: &[f32]) -> f32 {
+    match &sh.gate_inp {
+        Some(gi) => sigmoid(kernels_neon::dot_f32(gi, x)),
+        None => 1.0,
     }
 }
 

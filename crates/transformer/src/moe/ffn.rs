@@ -7,6 +7,7 @@ use std::cell::RefCell;
 use kernels_neon::Precision;
 
 use super::block::{MoeBlock, MoeScratch};
+use super::packed::PackedExperts;
 use super::weights::MoeLayer;
 use crate::error::Result;
 use crate::ops::StepKind;
@@ -28,7 +29,8 @@ thread_local! {
 
 impl MoeFfn<'_> {
     /// `out` (`n × d`) = the block over the step's `n` tokens `x` (`n × d`, already normed), batched
-    /// by expert ([`MoeBlock::forward`]).
+    /// by expert ([`MoeBlock::forward`]); one token in `Fast` over the experts' repacked copies
+    /// `packed` where given ([`MoeBlock::forward_packed`], the same bits).
     pub fn step(
         &self,
         x: &[f32],
@@ -36,11 +38,20 @@ impl MoeFfn<'_> {
         out: &mut [f32],
         precision: Precision,
         kind: StepKind,
+        packed: Option<&PackedExperts>,
     ) -> Result<()> {
+        let packed = packed.filter(|_| n == 1 && precision == Precision::Fast);
         SCRATCH.with(|s| match s.try_borrow_mut() {
             Ok(mut s) => {
-                self.block
-                    .forward(&self.weights, x, n, out, precision, kind, &mut s)?;
+                match packed {
+                    Some(p) => self
+                        .block
+                        .forward_packed(&self.weights, p, x, out, &mut s)?,
+                    None => {
+                        self.block
+                            .forward(&self.weights, x, n, out, precision, kind, &mut s)?
+                    }
+                }
                 // A calibration run counts the routes (`RoutingRecorder`); nothing otherwise.
                 super::profile::note(&self.weights.router, s.routes(), self.block.n_used);
                 Ok(())

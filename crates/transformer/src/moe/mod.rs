@@ -11,6 +11,8 @@
 //!   the grouping of a step's tokens by expert ([`ExpertGroups`]);
 //! * `block.rs`: [`MoeBlock`], the FFN step itself on the dense kernels, batched by expert, and
 //!   [`RouteTrace`], which records the experts it selects (the routing a model realises);
+//! * `packed.rs`: [`PackedExperts`], a layer's Q4_0 experts repacked eight rows at a time (made at
+//!   load with the dense matrices' copies, `crate::packed`), and the one-token step over them;
 //! * `neurons.rs`: [`NeuronTrace`], the active neurons of each expert counted (a ReLU expert's
 //!   activation profile);
 //! * `ffn.rs`: [`MoeFfn`], what a layer's `layer::LayerFfn::Moe` holds, and its step (buffers kept
@@ -27,6 +29,7 @@ mod block;
 mod family;
 mod ffn;
 mod neurons;
+mod packed;
 mod profile;
 mod routing;
 mod weights;
@@ -35,6 +38,7 @@ pub use block::{MoeBlock, MoeScratch, RouteTrace, TracedStep};
 pub use family::{unsupported, MoeConfig, MoeFamily, QkNorm, TopKNorm, MAX_EXPERTS};
 pub use ffn::MoeFfn;
 pub use neurons::{ExpertNeuronProfile, ExpertNeurons, NeuronTrace};
+pub use packed::PackedExperts;
 pub use profile::{RoutingProfile, RoutingRecorder, MAX_ROUTING_PROFILE_BYTES};
 pub use routing::{route, ExpertGroups, Route, MIN_WEIGHT_SUM};
 pub use weights::{ExpertFfn, MoeLayer, SharedExpert};

@@ -1,0 +1,186 @@
+//! `experts_ffn_packed` (one token's experts over their `Q40x8` copies) against `experts_ffn` over
+//! the original Q4_0 matrices in `Fast`: bit for bit on the AVX2 and AVX-512 paths (the copies keep
+//! `q40_pairs`' order), within `Fast`'s reach of them on the others; the activations each job shows
+//! too; and its refusals.
+
+use crate::common::{random_matrix, random_vec, Rng};
+use kernels_neon::*;
+
+struct Expert {
+    mats: [Vec<u8>; 3],
+    ff: usize,
+}
+
+impl Expert {
+    fn new(rng: &mut Rng, d: usize, ff: usize) -> Expert {
+        let q = |rows, cols, rng: &mut Rng| random_matrix(WeightFormat::Q4_0, rows, cols, rng);
+        Expert {
+            mats: [q(ff, d, rng), q(ff, d, rng), q(d, ff, rng)],
+            ff,
+        }
+    }
+
+    fn matrices(&self, d: usize) -> [QMatrix<'_>; 3] {
+        let m = |i: usize, rows, cols| QMatrix::new(WeightFormat::Q4_0, rows, cols, &self.mats[i]);
+        [
+            m(0, self.ff, d).unwrap(),
+            m(1, self.ff, d).unwrap(),
+            m(2, d, self.ff).unwrap(),
+        ]
+    }
+}
+
+type Run = (Vec<f32>, Vec<Vec<f32>>);
+
+/// `experts_ffn` of the one token `x` over the original matrices of `picked` (expert, weight),
+/// added to `init`.
+fn original(
+    path: KernelPath,
+    mats: &[[QMatrix; 3]],
+    picked: &[(usize, f32)],
+    x: &[f32],
+    init: &[f32],
+) -> Run {
+    let ws: Vec<[f32; 1]> = picked.iter().map(|&(_, w)| [w]).collect();
+    let jobs: Vec<ExpertJob> = picked
+        .iter()
+        .zip(&ws)
+        .map(|(&(e, _), w)| ExpertJob {
+            gate: &mats[e][0],
+            up: &mats[e][1],
+            down: &mats[e][2],
+            tokens: &[0],
+            weights: w,
+        })
+        .collect();
+    let mut out = init.to_vec();
+    let mut seen = Vec::new();
+    experts_ffn_with(
+        path,
+        &jobs,
+        Activation::Silu,
+        x,
+        1,
+        &mut out,
+        Precision::Fast,
+        true,
+        &mut ExpertsScratch::default(),
+        &mut |_, g| seen.push(g.to_vec()),
+    )
+    .unwrap();
+    (out, seen)
+}
+
+/// `experts_ffn_packed` of `x` over the copies of `picked`, added to `init`.
+fn packed(
+    path: KernelPath,
+    copies: &[[Q40x8; 3]],
+    picked: &[(usize, f32)],
+    x: &[f32],
+    init: &[f32],
+) -> Run {
+    let jobs: Vec<PackedExpertJob> = picked
+        .iter()
+        .map(|&(e, weight)| PackedExpertJob {
+            gate: &copies[e][0],
+            up: &copies[e][1],
+            down: &copies[e][2],
+            weight,
+        })
+        .collect();
+    let mut out = init.to_vec();
+    let mut seen = Vec::new();
+    experts_ffn_packed_with(path, &jobs, Activation::Silu, x, &mut out, &mut |_, g| {
+        seen.push(g.to_vec())
+    })
+    .unwrap();
+    (out, seen)
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|f| f.to_bits()).collect()
+}
+
+#[test]
+fn experts_ffn_packed_equals_experts_ffn_over_the_originals() {
+    let mut rng = Rng(31);
+    // Hidden sizes of 2, 8 and 9 blocks, experts of 4-20 groups of rows (the last, wider, stands
+    // for a shared expert).
+    for (d, ff) in [(64usize, 32usize), (256, 96), (288, 160)] {
+        let experts: Vec<Expert> = (0..6)
+            .map(|e| Expert::new(&mut rng, d, if e == 5 { 2 * ff } else { ff }))
+            .collect();
+        let mats: Vec<[QMatrix; 3]> = experts.iter().map(|e| e.matrices(d)).collect();
+        let copies: Vec<[Q40x8; 3]> = mats
+            .iter()
+            .map(|m| m.each_ref().map(|m| Q40x8::repack(m).unwrap()))
+            .collect();
+        for chunk in [0, 8, 24] {
+            set_chunk_rows(chunk);
+            for picked in [
+                vec![(2, 0.7)],
+                vec![(4, 0.25), (0, 0.5), (1, 0.25), (5, 1.0)],
+            ] {
+                let x = random_vec(d, &mut rng);
+                let init = random_vec(d, &mut rng);
+                for path in available_paths() {
+                    let what = format!("{path:?} d={d} ff={ff} chunk={chunk} {picked:?}");
+                    let (want, want_g) = original(path, &mats, &picked, &x, &init);
+                    let (got, got_g) = packed(path, &copies, &picked, &x, &init);
+                    assert_eq!(got_g.len(), picked.len(), "{what}");
+                    if matches!(path, KernelPath::Avx2Fma | KernelPath::Avx512) {
+                        assert_eq!(bits(&got), bits(&want), "{what}: outputs");
+                        for (a, b) in got_g.iter().zip(&want_g) {
+                            assert_eq!(bits(a), bits(b), "{what}: activations");
+                        }
+                    } else {
+                        // Other paths take a scalar loop over the copies: `Fast`'s reach.
+                        let scale = want.iter().fold(1f32, |m, v| m.max(v.abs()));
+                        for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+                            assert!((a - b).abs() <= 2e-2 * scale, "{what}: [{i}] {a} vs {b}");
+                        }
+                    }
+                }
+            }
+        }
+        set_chunk_rows(0);
+    }
+}
+
+#[test]
+fn experts_ffn_packed_refuses_bad_shapes() {
+    let mut rng = Rng(5);
+    let (d, ff) = (64, 32);
+    let a = Expert::new(&mut rng, d, ff);
+    let b = Expert::new(&mut rng, 2 * d, ff);
+    let copy = |e: &Expert, d| e.matrices(d).each_ref().map(|m| Q40x8::repack(m).unwrap());
+    let (ca, cb) = (copy(&a, d), copy(&b, 2 * d));
+    fn job(c: &[Q40x8; 3]) -> PackedExpertJob<'_> {
+        PackedExpertJob {
+            gate: &c[0],
+            up: &c[1],
+            down: &c[2],
+            weight: 1.0,
+        }
+    }
+    let x = random_vec(d, &mut rng);
+    let run = |jobs: &[PackedExpertJob], out: &mut [f32]| {
+        experts_ffn_packed(jobs, Activation::Silu, &x, out, &mut |_, _| {})
+    };
+    assert!(run(&[job(&ca)], &mut vec![0.0; d]).is_ok());
+    // An expert of another hidden size, an output of the wrong length.
+    assert!(matches!(
+        run(&[job(&ca), job(&cb)], &mut vec![0.0; d]),
+        Err(KernelError::LengthMismatch { .. })
+    ));
+    assert!(matches!(
+        run(&[job(&ca)], &mut vec![0.0; d + 1]),
+        Err(KernelError::LengthMismatch { .. })
+    ));
+    // Up of another width than gate.
+    let mixed = PackedExpertJob {
+        up: &cb[1],
+        ..job(&ca)
+    };
+    assert!(run(&[mixed], &mut vec![0.0; d]).is_err());
+}
