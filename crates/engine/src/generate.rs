@@ -490,9 +490,14 @@ impl<'a> Engine<'a> {
         self.accel = accel;
     }
 
-    /// Repacks the model's dense Q4_0 matrices for one-token decode where the AVX2 or AVX-512 path
+    /// At most the bytes [`Engine::pack_q40x8`] would make ([`Model::q40x8_planned_bytes`]).
+    pub fn q40x8_planned_bytes(&self, ffn: bool) -> usize {
+        self.model.q40x8_planned_bytes(self.opts.precision, ffn)
+    }
+
+    /// Repacks the model's Q4_0 matrices for one-token decode where the AVX2 or AVX-512 path
     /// and the engine's precision take them ([`Model::pack_q40x8`]; the FFN's too where `ffn`: a dense FFN
-    /// in memory), on the engine's threads; returns the matrices repacked and the copies' bytes.
+    /// or experts in memory), on the engine's threads; returns the matrices repacked and the copies' bytes.
     pub fn pack_q40x8(&mut self, ffn: bool) -> (usize, usize) {
         let precision = self.opts.precision;
         let model = &mut self.model;

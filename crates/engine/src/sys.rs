@@ -1,4 +1,4 @@
-//! Process figures (resident memory now and at its peak), handing freed heap back to the system
+//! Process figures (resident memory now and at its peak, the memory still available to it), handing freed heap back to the system
 //! (`offload`'s, re-exported), and the size of the CPU's last-level cache (`calibrate`'s, re-exported).
 
 fn status_kb(key: &str) -> Option<u64> {
@@ -54,6 +54,65 @@ fn mapped_rss(smaps: impl std::io::BufRead, file: &std::path::Path) -> u64 {
     bytes
 }
 
+/// Bytes this process may still take: the system's `MemAvailable` (`/proc/meminfo`), or less where
+/// its memory cgroup allows less (v2 `memory.max` less `memory.current`, v1 `memory.limit_in_bytes`
+/// less `memory.usage_in_bytes`); `SPARROW_MEMORY_ROOM` (a size, as `--memory-budget` takes)
+/// overrides both. `None` where unknown (no `/proc`).
+pub fn memory_room() -> Option<u64> {
+    if let Ok(v) = std::env::var("SPARROW_MEMORY_ROOM") {
+        return offload::budget::parse_size(&v).ok();
+    }
+    let system = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|t| meminfo_available(&t));
+    let group = std::fs::read_to_string("/proc/self/cgroup")
+        .ok()
+        .and_then(|t| cgroup_files(&t))
+        .and_then(|[max, current]| {
+            let read = |f: &std::path::Path| std::fs::read_to_string(f).ok();
+            cgroup_room(&read(&max)?, &read(&current)?)
+        });
+    match (system, group) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// `MemAvailable` of a `/proc/meminfo` text, in bytes.
+fn meminfo_available(text: &str) -> Option<u64> {
+    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+/// Room left under a cgroup's `memory.max` (`max`: no limit, `None`) given its `memory.current`.
+fn cgroup_room(max: &str, current: &str) -> Option<u64> {
+    let max: u64 = max.trim().parse().ok()?;
+    let current: u64 = current.trim().parse().ok()?;
+    Some(max.saturating_sub(current))
+}
+
+/// The limit and usage files of this process's memory cgroup, from its `/proc/self/cgroup` text:
+/// the v1 memory controller's (`N:memory:/PATH`) where it has one, else the v2 group's (`0::/PATH`).
+fn cgroup_files(text: &str) -> Option<[std::path::PathBuf; 2]> {
+    let root = std::path::Path::new("/sys/fs/cgroup");
+    let v1 = text.lines().find_map(|l| {
+        let mut parts = l.splitn(3, ':');
+        let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+        controllers
+            .split(',')
+            .any(|c| c == "memory")
+            .then_some(path)
+    });
+    if let Some(rel) = v1 {
+        let dir = root.join("memory").join(rel.trim_start_matches('/'));
+        return Some(["memory.limit_in_bytes", "memory.usage_in_bytes"].map(|f| dir.join(f)));
+    }
+    let rel = text.lines().find_map(|l| l.strip_prefix("0::"))?;
+    let dir = root.join(rel.trim_start_matches('/'));
+    Some(["memory.max", "memory.current"].map(|f| dir.join(f)))
+}
+
 /// Handing freed heap back to the system: the neuron cache's (the `offload` crate's `sys`).
 pub use offload::sys::release_free_memory;
 
@@ -62,6 +121,33 @@ pub use calibrate::last_level_cache_bytes;
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn memory_room_reads_meminfo_and_the_cgroup_s_limit() {
+        let meminfo =
+            "MemTotal:       24000000 kB\nMemFree:  100 kB\nMemAvailable:   20000000 kB\n";
+        assert_eq!(super::meminfo_available(meminfo), Some(20_000_000 * 1024));
+        assert_eq!(super::meminfo_available("MemTotal: 5 kB\n"), None);
+        assert_eq!(super::cgroup_room("1000\n", "400\n"), Some(600));
+        assert_eq!(super::cgroup_room("1000", "1400"), Some(0));
+        assert_eq!(super::cgroup_room("max\n", "400\n"), None);
+        let v1 = "5:devices:/\n4:memory:/jobs/a\n0::/\n";
+        let [max, cur] = super::cgroup_files(v1).unwrap();
+        assert_eq!(
+            max.to_str(),
+            Some("/sys/fs/cgroup/memory/jobs/a/memory.limit_in_bytes")
+        );
+        assert_eq!(
+            cur.to_str(),
+            Some("/sys/fs/cgroup/memory/jobs/a/memory.usage_in_bytes")
+        );
+        let [max, cur] = super::cgroup_files("0::/user.slice/x\n").unwrap();
+        assert_eq!(max.to_str(), Some("/sys/fs/cgroup/user.slice/x/memory.max"));
+        assert_eq!(
+            cur.to_str(),
+            Some("/sys/fs/cgroup/user.slice/x/memory.current")
+        );
+    }
+
     #[test]
     fn mapped_rss_sums_the_file_s_mappings_only() {
         let smaps = "\

@@ -317,6 +317,14 @@ impl<'a> Model<'a> {
         done
     }
 
+    /// At most the bytes [`Model::pack_q40x8`] would make now (0 where the copies do not apply).
+    pub fn q40x8_planned_bytes(&self, precision: Precision, ffn: bool) -> usize {
+        if !crate::packed::applies(precision) || self.streamed {
+            return 0;
+        }
+        crate::packed::Packed::planned_bytes(&self.layers, &self.output, ffn)
+    }
+
     /// The repacked copies a one-token step in `precision` takes, if any.
     pub fn packed(&self, precision: Precision) -> Option<&crate::packed::Packed> {
         self.packed

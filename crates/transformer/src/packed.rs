@@ -82,6 +82,29 @@ impl Packed {
         }
     }
 
+    /// At most the bytes [`Packed::new`] would make for these arguments (a copy is as large as its
+    /// original: every matrix that repacks counted, before any is made).
+    pub fn planned_bytes(layers: &[Layer<'_>], output: &QMatrix<'_>, ffn: bool) -> usize {
+        let fits = |ms: &[&QMatrix<'_>]| -> usize {
+            ms.iter()
+                .filter(|m| Q40x8::fits(m))
+                .map(|m| m.data().len())
+                .sum()
+        };
+        let expert = |f: &crate::moe::ExpertFfn<'_>| fits(&[&f.gate, &f.up, &f.down]);
+        let ffn_bytes = |l: &Layer<'_>| match (&l.ffn, ffn) {
+            (LayerFfn::Gated(f), true) => fits(&[&f.gate, &f.up, &f.down]),
+            (LayerFfn::Moe(m), true) => {
+                let w = &m.weights;
+                w.experts.iter().map(expert).sum::<usize>()
+                    + w.shared.as_ref().map_or(0, |s| expert(&s.ffn))
+            }
+            _ => 0,
+        };
+        let layer = |l: &Layer<'_>| fits(&[&l.wq, &l.wk, &l.wv, &l.wo]) + ffn_bytes(l);
+        layers.iter().map(layer).sum::<usize>() + fits(&[output])
+    }
+
     /// Bytes of every copy.
     pub fn bytes(&self) -> usize {
         let opt = |m: &Option<Q40x8>| m.as_ref().map_or(0, Q40x8::bytes);

@@ -30,7 +30,12 @@ impl EngineBuilder {
             if self.budget.process().is_some() || self.prompts_only {
                 return Ok(());
             }
-            let (n, bytes) = eng.pack_q40x8(eng.accel().is_none());
+            let ffn = eng.accel().is_none();
+            if let Some(short) = copies_short_of_memory(eng, ffn) {
+                self.note(&short);
+                return Ok(());
+            }
+            let (n, bytes) = eng.pack_q40x8(ffn);
             if n > 0 {
                 self.note(&format!(
                     "{n} Q4_0 matrices repacked eight rows at a time for decode ({:.1} MiB in memory beside the mapped file)",
@@ -232,4 +237,26 @@ impl EngineBuilder {
             self.note(&format!("warning: {flag} applies to a resident file (`sparrow convert`) or with --sparse; ignored for this dense model"));
         }
     }
+}
+
+/// Why no repacked copies are made, when the copies and the model file together would need more
+/// than the memory this process may still take ([`crate::sys::memory_room`]): without a budget the
+/// copies are held beside the mapped file, whose pages a prompt reads back, so both must fit (on a
+/// phone a model of half its memory would not).
+fn copies_short_of_memory(eng: &Engine<'_>, ffn: bool) -> Option<String> {
+    let copies = eng.q40x8_planned_bytes(ffn) as u64;
+    if copies == 0 {
+        return None;
+    }
+    let room = crate::sys::memory_room()?;
+    let file = std::fs::metadata(eng.model().path()).map_or(0, |m| m.len());
+    let mib = super::mib;
+    (copies + file > room).then(|| {
+        format!(
+            "Q4_0 matrices not repacked for decode: {:.1} MiB of copies beside the {:.1} MiB file would pass the {:.1} MiB of memory available",
+            mib(copies),
+            mib(file),
+            mib(room)
+        )
+    })
 }

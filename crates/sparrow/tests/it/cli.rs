@@ -719,6 +719,22 @@ fn perplexity_makes_no_decode_copies() {
     {
         let out = sparrow(&["run", "-m", model, "-p", "hi", "-n", "1"]);
         let err = String::from_utf8_lossy(&out.stderr);
-        assert!(err.contains("repacked"), "run made no copies: {err}");
+        assert!(
+            err.contains("repacked eight rows"),
+            "run made no copies: {err}"
+        );
+        // Where the copies and the file would not fit in the memory left, none is made, and the
+        // note says so (`SPARROW_MEMORY_ROOM` stands for a small machine).
+        let out = Command::new(env!("CARGO_BIN_EXE_sparrow"))
+            .args(["run", "-m", model, "-p", "hi", "-n", "1"])
+            .env("SPARROW_MEMORY_ROOM", "64K")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{err}");
+        assert!(
+            err.contains("not repacked for decode") && !err.contains("repacked eight rows"),
+            "copies made with no memory left: {err}"
+        );
     }
 }
