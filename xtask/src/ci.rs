@@ -5,9 +5,10 @@
 //! folded in (`sparrow/z3`, the PyPI wheel's library from [`crate::z3`]), so the planner's Z3 tests need
 //! no build of their own. The host tests run under `cargo nextest` when it is installed (every test in a
 //! process of its own, two at a time) and `cargo test` otherwise. Beside those host steps, on a thread of
-//! their own, in `target/cross` and the lighter `ci-cross` profile, run the aarch64 steps: the tests of
-//! the crates with target-specific code under qemu, the static Android binary benched under qemu
-//! (`deploy --emulate`) and `cargo check` for aarch64-linux-android; their log is
+//! their own, in `target/cross`, run the aarch64 steps: the tests of the crates with target-specific
+//! code under qemu (the lighter `ci-cross` profile), the static Android binary benched under qemu
+//! (`deploy --emulate`) and `cargo check` for aarch64-linux-android (both in `ci-android`, unoptimised
+//! but for the kernels); their log is
 //! `target/ci-logs/cross.log`. Each step's minutes are printed at the end, with a loud warning past
 //! [`WARN_MINUTES`] (a warning, not a failure: these hosts vary twofold in speed from day to day).
 //!
@@ -26,8 +27,10 @@ use crate::{android, cargo, root, run};
 
 /// The cargo profile of CI's host builds (clippy, the tests).
 pub const PROFILE: &str = "ci";
-/// The cargo profile of CI's aarch64 builds (`Cargo.toml` says why it differs).
+/// The cargo profile of CI's aarch64 test builds (`Cargo.toml` says why it differs).
 pub const CROSS_PROFILE: &str = "ci-cross";
+/// The cargo profile of CI's static Android binary and Android check: unoptimised but for the kernels.
+pub const ANDROID_PROFILE: &str = "ci-android";
 /// A whole run longer than this prints a warning.
 pub const WARN_MINUTES: f64 = 25.0;
 /// The host build's features: the planner's Z3 solver, through the CLI that exposes it.
@@ -268,12 +271,12 @@ impl Cross {
     }
 }
 
-/// The aarch64 tests under qemu, the static Android binary benched under qemu, the Android check: each a
-/// command, in [`CROSS_PROFILE`].
+/// The aarch64 tests under qemu (in [`CROSS_PROFILE`]), the static Android binary benched under qemu
+/// and the Android check (in [`ANDROID_PROFILE`]): each a command.
 fn cross_steps() -> Result<Vec<(String, Command)>> {
     let mut deploy = Command::new(std::env::current_exe().context("the xtask binary")?);
     deploy
-        .args(["ci-deploy-fixture", CROSS_PROFILE])
+        .args(["ci-deploy-fixture", ANDROID_PROFILE])
         .current_dir(root());
     Ok(vec![
         (
@@ -286,7 +289,7 @@ fn cross_steps() -> Result<Vec<(String, Command)>> {
         ),
         (
             "check for aarch64-linux-android".to_string(),
-            android_check(CROSS_PROFILE),
+            android_check(ANDROID_PROFILE),
         ),
     ])
 }
@@ -317,8 +320,9 @@ fn have_nextest() -> bool {
         .is_ok_and(|o| o.status.success())
 }
 
-/// The host tests of `packages` (every target but the doc tests), with the Z3 feature when `z3` (the
-/// library's folder) is given.
+/// The host tests of `packages` (libraries, binaries and integration tests; the doc tests run apart),
+/// with the Z3 feature when `z3` (the library's folder) is given. Examples are not built here (clippy
+/// has checked them; building them for `cargo test` took a minute of CI's two cores).
 fn host_tests(z3: Option<&Path>, packages: &[&str]) -> Result<()> {
     let mut c = cargo();
     if have_nextest() {
@@ -332,7 +336,7 @@ fn host_tests(z3: Option<&Path>, packages: &[&str]) -> Result<()> {
     } else {
         c.args(["test", "--profile", PROFILE, "--no-fail-fast"]);
     }
-    c.args(packages);
+    c.args(packages).args(["--lib", "--bins", "--tests"]);
     if let Some(lib) = z3 {
         c.args(["--features", Z3_FEATURES]);
         crate::z3::env(&mut c, lib);
@@ -384,7 +388,7 @@ fn aarch64_tests(profile: &str) -> Command {
 /// `cargo xtask check-android`: `cargo check` of the library crates for `aarch64-linux-android` (no
 /// NDK: nothing is linked).
 pub fn check_android() -> Result<()> {
-    run(&mut android_check(CROSS_PROFILE))
+    run(&mut android_check(ANDROID_PROFILE))
 }
 
 fn android_check(profile: &str) -> Command {

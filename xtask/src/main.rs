@@ -4,8 +4,8 @@
 //!   `cargo fmt --check`, clippy and the host tests with the planner's Z3 feature folded in, the doc tests
 //!   (the `ci` profile); beside them, on a thread of their own, the aarch64 tests of the crates with
 //!   target-specific code under qemu, the static aarch64 `sparrow` benched on a fixture model under qemu
-//!   (`deploy --emulate`) and `cargo check` of the library crates for aarch64-linux-android (the `ci-cross`
-//!   profile, in `target/cross`); then the minutes each step took, and a warning past 25. `--quick`: fmt,
+//!   (`deploy --emulate`) and `cargo check` of the library crates for aarch64-linux-android (the
+//!   `ci-cross` and `ci-android` profiles, in `target/cross`); then the minutes each step took, and a warning past 25. `--quick`: fmt,
 //!   clippy and host tests of the crates a change touches (see `ci.rs`).
 //! - `tidy`: `cargo fmt --check` and `cargo clippy --workspace --all-targets -- -D warnings` (ci profile).
 //! - `setup`: installs what the tests need (rustup targets; Debian's aarch64 cross toolchain and qemu).
