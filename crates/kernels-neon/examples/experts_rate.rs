@@ -3,7 +3,8 @@
 //! products as one `matvec` call each (the fork and join per product `experts_ffn` saves), one
 //! large `matvec` of as many bytes (the rate the products would have with no per-expert cost),
 //! the output projection's shape (50304 x 2048) and an attention projection (2048 x 2048); and a
-//! prompt's layer (`experts_ffn` of `PROMPT` tokens, default 64, routed top-8 at random). Rates in
+//! prompt's layer (`experts_ffn` of `PROMPT` tokens, default 64, routed top-8 at random; for Q4_0
+//! also over the experts' `Q40x8` copies). Rates in
 //! GB/s of weight bytes; best of `REPS` (default 20) after a warm-up, on a pool of `THREADS`
 //! (default 2), on the active path (`SPARROW_KERNELS` to force one). The 64 experts (226 MB)
 //! exceed the last-level cache, and each call picks 8 at random, as decode does.
@@ -136,6 +137,7 @@ fn main() {
                 down: &ms[e][2],
                 tokens: &tok,
                 weights: &wt,
+                copies: None,
             })
             .collect();
         let (a, p) = (Activation::Silu, Precision::Fast);
@@ -204,35 +206,55 @@ fn main() {
         }
         let weights: Vec<Vec<f32>> = tokens.iter().map(|t| vec![0.125; t.len()]).collect();
         let mut out = vec![0f32; D * prompt];
-        let s = best(&pool, reps.min(5), || {
-            let jobs: Vec<ExpertJob> = (0..EXPERTS)
-                .filter(|&e| !tokens[e].is_empty())
-                .map(|e| ExpertJob {
-                    gate: &ms[e][0],
-                    up: &ms[e][1],
-                    down: &ms[e][2],
-                    tokens: &tokens[e],
-                    weights: &weights[e],
-                })
-                .collect();
-            let (a, p) = (Activation::Silu, Precision::Fast);
-            experts_ffn(
-                &jobs,
-                a,
-                &x,
-                prompt,
-                &mut out,
-                p,
-                false,
-                &mut scratch,
-                &mut |_, _| {},
-            )
-            .unwrap();
-        });
-        println!(
-            "experts_ffn prompt of {prompt} tokens: {:.0} us, {:.0} tokens/s of one layer's experts",
-            s * 1e6,
-            prompt as f64 / s
-        );
+        // The experts' Q40x8 copies, where the format repacks (Q4_0).
+        let copies: Vec<[Q40x8; 3]> = ms
+            .iter()
+            .filter_map(|m| {
+                let [g, u, d] = m.each_ref().map(Q40x8::repack);
+                Some([g?, u?, d?])
+            })
+            .collect();
+        let over: &[Option<&[[Q40x8; 3]]>] = match copies.len() {
+            EXPERTS => &[None, Some(&copies)],
+            _ => &[None],
+        };
+        for &c in over {
+            let s = best(&pool, reps.min(5), || {
+                let jobs: Vec<ExpertJob> = (0..EXPERTS)
+                    .filter(|&e| !tokens[e].is_empty())
+                    .map(|e| ExpertJob {
+                        gate: &ms[e][0],
+                        up: &ms[e][1],
+                        down: &ms[e][2],
+                        tokens: &tokens[e],
+                        weights: &weights[e],
+                        copies: c.map(|c| ExpertCopies {
+                            gate: &c[e][0],
+                            up: &c[e][1],
+                            down: &c[e][2],
+                        }),
+                    })
+                    .collect();
+                let (a, p) = (Activation::Silu, Precision::Fast);
+                experts_ffn(
+                    &jobs,
+                    a,
+                    &x,
+                    prompt,
+                    &mut out,
+                    p,
+                    false,
+                    &mut scratch,
+                    &mut |_, _| {},
+                )
+                .unwrap();
+            });
+            println!(
+                "experts_ffn prompt of {prompt} tokens{}: {:.0} us, {:.0} tokens/s of one layer's experts",
+                if c.is_some() { " over the Q40x8 copies" } else { "" },
+                s * 1e6,
+                prompt as f64 / s
+            );
+        }
     }
 }

@@ -7,15 +7,18 @@
 //! [`crate::INT_TILE_MIN_TOKENS`] tokens in [`Precision::Fast`] takes the decode kernels, as a
 //! batched decode step does ([`crate::matvec_batch`]: `Fast` decode's activations, each block's
 //! weights unpacked once for the group) rather than `matmul`'s f32 tile, unless
-//! `SPARROW_MOE_GROUPS=tile`.
+//! `SPARROW_MOE_GROUPS=tile`. A job that brings its matrices' [`Q40x8`] copies
+//! ([`ExpertJob::copies`]) runs those decode kernels' products over the copies on the AVX2 and
+//! AVX-512 paths, with the same bits (each copy's rows are the original's `matvec` bits).
 
 use rayon::prelude::*;
 
 use crate::out_rows::OutPtr;
 use crate::product::Product;
+use crate::q40x8::Acts8;
 use crate::{
-    act_mul_inplace, active_path, check_len, check_path, Activation, KernelError, KernelPath,
-    Precision, QMatrix,
+    act_mul_inplace, active_path, check_len, check_path, matvec_chunk, matvec_precision,
+    Activation, KernelError, KernelPath, Precision, Q40x8, QMatrix, WeightFormat,
 };
 
 /// One expert's share of an MoE step: its gated FFN (`gate` and `up` are `ff × d`, `down` is
@@ -32,6 +35,61 @@ pub struct ExpertJob<'a> {
     pub tokens: &'a [u32],
     /// The weight of each of those tokens' outputs.
     pub weights: &'a [f32],
+    /// The three matrices repacked eight rows at a time, where the caller made copies: the
+    /// products that would run the decode kernels (one token, a decode step, a `Fast` prompt's
+    /// small group) read them instead, with the same bits.
+    pub copies: Option<ExpertCopies<'a>>,
+}
+
+/// An expert's gate, up and down repacked ([`Q40x8`]), each of its original's shape.
+#[derive(Clone, Copy)]
+pub struct ExpertCopies<'a> {
+    /// Gate rows.
+    pub gate: &'a Q40x8,
+    /// Up rows.
+    pub up: &'a Q40x8,
+    /// Down rows.
+    pub down: &'a Q40x8,
+}
+
+impl std::fmt::Debug for ExpertCopies<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let shape = |m: &Q40x8| (m.rows(), m.cols());
+        f.debug_struct("ExpertCopies")
+            .field("gate", &shape(self.gate))
+            .field("up", &shape(self.up))
+            .field("down", &shape(self.down))
+            .finish()
+    }
+}
+
+/// A job's activations, prepared once: products over its matrices, or each token's for the
+/// copies.
+enum Prepared {
+    /// Gate's product, and up's where its format differs.
+    Products(Product, Option<Product>),
+    /// Each token's 16-bit activations, for the copies.
+    Copies(Vec<Acts8>),
+}
+
+/// Rows of a [`Q40x8`] group: a copy's work items start and end on multiples of it.
+const GROUP: usize = 8;
+
+/// Whether job `job`'s `m` tokens take its copies: it has them, and its products would run the
+/// decode kernels of `Fast` (bit for bit the copies' on the x86 paths).
+fn takes_copies(
+    path: KernelPath,
+    job: &ExpertJob<'_>,
+    m: usize,
+    precision: Precision,
+    decode: bool,
+) -> bool {
+    job.copies.is_some()
+        && m > 0
+        && matches!(path, KernelPath::Avx2Fma | KernelPath::Avx512)
+        && precision == Precision::Fast
+        && matvec_precision(path, WeightFormat::Q4_0, precision) == Precision::Fast
+        && Product::per_token(m, precision, decode)
 }
 
 /// Buffers of [`experts_ffn`], kept by the caller between steps.
@@ -114,37 +172,50 @@ pub fn experts_ffn_with(
     );
     let g_len: usize = ms.iter().zip(&ffs).map(|(m, f)| m * f).sum();
     let mut gs = split(grow(&mut scratch.g, g_len), &ms, |j| ffs[j]);
-    // The tokens of each job gathered and prepared for its gate (and up, if of another form).
-    let prepare = |(job, xs): (&ExpertJob<'_>, &mut [f32])| {
+    let copies: Vec<bool> = jobs
+        .iter()
+        .zip(&ms)
+        .map(|(job, &m)| takes_copies(path, job, m, precision, decode))
+        .collect();
+    // The tokens of each job gathered and prepared for its gate (and up, if of another form), or
+    // for its copies.
+    let prepare = |(j, (job, xs)): (usize, (&ExpertJob<'_>, &mut [f32]))| {
         for (dst, &t) in xs.chunks_exact_mut(d).zip(job.tokens) {
             let t = t as usize;
             dst.copy_from_slice(&x[t * d..(t + 1) * d]);
+        }
+        if copies[j] {
+            return Prepared::Copies(xs.chunks_exact(d).map(|xt| Acts8::new(path, xt)).collect());
         }
         let m = job.tokens.len();
         let pg = Product::new(path, job.gate, xs, m, precision, decode);
         let pu = (job.up.format() != job.gate.format())
             .then(|| Product::new(path, job.up, xs, m, precision, decode));
-        (pg, pu)
+        Prepared::Products(pg, pu)
     };
     let pairs: usize = ms.iter().sum();
     // A decode step's few tokens are quantized on this thread: a parallel region costs more.
-    let prepared: Vec<(Product, Option<Product>)> = if pairs <= SERIAL_PAIRS {
-        jobs.iter().zip(xs).map(prepare).collect()
+    let prepared: Vec<Prepared> = if pairs <= SERIAL_PAIRS {
+        jobs.iter().zip(xs).enumerate().map(prepare).collect()
     } else {
         jobs.par_iter()
             .zip(xs.into_par_iter())
+            .enumerate()
             .map(prepare)
             .collect()
     };
     let batches: Vec<_> = jobs
         .iter()
         .zip(&prepared)
-        .map(|(job, (pg, pu))| {
-            let formats = [job.gate.format(), job.up.format()];
-            (
-                pg.batch(path, &formats),
-                pu.as_ref().and_then(|p| p.batch(path, &formats)),
-            )
+        .map(|(job, p)| match p {
+            Prepared::Products(pg, pu) => {
+                let formats = [job.gate.format(), job.up.format()];
+                (
+                    pg.batch(path, &formats),
+                    pu.as_ref().and_then(|p| p.batch(path, &formats)),
+                )
+            }
+            Prepared::Copies(_) => (None, None),
         })
         .collect();
     let xs = &scratch.xs;
@@ -152,7 +223,10 @@ pub fn experts_ffn_with(
     // Gate and up of every job, by (job, row chunk), the activation applied per work item.
     let mut items = Vec::new();
     for (j, job) in jobs.iter().enumerate().filter(|&(j, _)| ms[j] > 0) {
-        let chunk = prepared[j].0.chunk(path, job.gate).max(1);
+        let chunk = match &prepared[j] {
+            Prepared::Products(pg, _) => pg.chunk(path, job.gate).max(1),
+            Prepared::Copies(_) => matvec_chunk(ffs[j]).next_multiple_of(GROUP),
+        };
         items.extend(
             (0..ffs[j].div_ceil(chunk)).map(|c| (j, c * chunk, chunk.min(ffs[j] - c * chunk))),
         );
@@ -163,12 +237,19 @@ pub fn experts_ffn_with(
         let xj = &xs[x_off[j]..x_off[j] + m * d];
         let mut g = vec![0f32; m * nr];
         let mut u = vec![0f32; m * nr];
-        let (pg, pu) = &prepared[j];
-        let (bg, bu) = &batches[j];
-        pg.run(path, job.gate, xj, m, r0, &mut g, bg.as_ref());
-        match pu {
-            Some(pu) => pu.run(path, job.up, xj, m, r0, &mut u, bu.as_ref()),
-            None => pg.run(path, job.up, xj, m, r0, &mut u, bg.as_ref()),
+        match (&prepared[j], &batches[j], job.copies) {
+            (Prepared::Copies(acts), _, Some(c)) => {
+                c.gate.run_rows_tokens(path, acts, r0, &mut g);
+                c.up.run_rows_tokens(path, acts, r0, &mut u);
+            }
+            (Prepared::Products(pg, pu), (bg, bu), _) => {
+                pg.run(path, job.gate, xj, m, r0, &mut g, bg.as_ref());
+                match pu {
+                    Some(pu) => pu.run(path, job.up, xj, m, r0, &mut u, bu.as_ref()),
+                    None => pg.run(path, job.up, xj, m, r0, &mut u, bg.as_ref()),
+                }
+            }
+            (Prepared::Copies(_), _, None) => unreachable!("copies prepared for a job without"),
         }
         act_mul_inplace(act, &mut g, &u);
         // SAFETY: job `j`'s buffer holds `m * ff` elements and stays mutably borrowed (`gs`) until
@@ -184,7 +265,7 @@ pub fn experts_ffn_with(
     let gs: Vec<&[f32]> = gs.into_iter().map(|g| &*g).collect();
     let ys_len = ms.iter().sum::<usize>() * d;
     let mut ys = split(grow(&mut scratch.ys, ys_len), &ms, |_| d);
-    down_products(path, jobs, &ms, &gs, &mut ys, d, precision, decode);
+    down_products(path, jobs, &ms, &copies, &gs, &mut ys, d, precision, decode);
     accumulate(jobs, &ys, n, d, out);
     Ok(())
 }
@@ -213,6 +294,31 @@ fn check_jobs(
         check_len("experts_ffn down rows", d, j.down.rows())?;
         check_len("experts_ffn down columns", j.gate.rows(), j.down.cols())?;
         check_len("experts_ffn weights", j.tokens.len(), j.weights.len())?;
+        if let Some(c) = &j.copies {
+            for (rows, cols, copy, m) in [
+                (
+                    "experts_ffn gate copy rows",
+                    "experts_ffn gate copy columns",
+                    c.gate,
+                    j.gate,
+                ),
+                (
+                    "experts_ffn up copy rows",
+                    "experts_ffn up copy columns",
+                    c.up,
+                    j.up,
+                ),
+                (
+                    "experts_ffn down copy rows",
+                    "experts_ffn down copy columns",
+                    c.down,
+                    j.down,
+                ),
+            ] {
+                check_len(rows, m.rows(), copy.rows())?;
+                check_len(cols, m.cols(), copy.cols())?;
+            }
+        }
         if let Some(&t) = j.tokens.iter().find(|&&t| t as usize >= n) {
             return Err(KernelError::RowOutOfRange {
                 what: "experts_ffn tokens",
@@ -224,55 +330,74 @@ fn check_jobs(
     Ok((d > 0 && n > 0).then_some(d))
 }
 
-/// The down products of every job, by (job, row chunk): `ys[j]` (`m × d`) from `gs[j]` (`m × ff`).
+/// The down products of every job, by (job, row chunk): `ys[j]` (`m × d`) from `gs[j]` (`m × ff`),
+/// over the job's copies where `copies[j]`.
 #[allow(clippy::too_many_arguments)]
 fn down_products(
     path: KernelPath,
     jobs: &[ExpertJob<'_>],
     ms: &[usize],
+    copies: &[bool],
     gs: &[&[f32]],
     ys: &mut [&mut [f32]],
     d: usize,
     precision: Precision,
     decode: bool,
 ) {
-    let prepare = |((job, g), &m): ((&ExpertJob<'_>, &&[f32]), &usize)| {
-        (job.down.cols() > 0 && m > 0)
-            .then(|| Product::new(path, job.down, g, m, precision, decode))
+    let prepare = |(j, ((job, g), &m)): (usize, ((&ExpertJob<'_>, &&[f32]), &usize))| {
+        let ff = job.down.cols();
+        (ff > 0 && m > 0).then(|| match copies[j] {
+            true => Prepared::Copies(g.chunks_exact(ff).map(|gt| Acts8::new(path, gt)).collect()),
+            false => {
+                Prepared::Products(Product::new(path, job.down, g, m, precision, decode), None)
+            }
+        })
     };
-    let prepared: Vec<Option<Product>> = if ms.iter().sum::<usize>() <= SERIAL_PAIRS {
-        jobs.iter().zip(gs).zip(ms).map(prepare).collect()
+    let prepared: Vec<Option<Prepared>> = if ms.iter().sum::<usize>() <= SERIAL_PAIRS {
+        jobs.iter()
+            .zip(gs)
+            .zip(ms)
+            .enumerate()
+            .map(prepare)
+            .collect()
     } else {
         jobs.par_iter()
             .zip(gs.par_iter())
             .zip(ms.par_iter())
+            .enumerate()
             .map(prepare)
             .collect()
     };
     let batches: Vec<_> = jobs
         .iter()
         .zip(&prepared)
-        .map(|(job, p)| p.as_ref().and_then(|p| p.batch(path, &[job.down.format()])))
+        .map(|(job, p)| match p {
+            Some(Prepared::Products(p, _)) => p.batch(path, &[job.down.format()]),
+            _ => None,
+        })
         .collect();
     let mut items = Vec::new();
     for (j, job) in jobs.iter().enumerate() {
-        match &prepared[j] {
+        let chunk = match &prepared[j] {
             // No columns: the products are zero.
-            None => ys[j].fill(0.0),
-            Some(p) => {
-                let chunk = p.chunk(path, job.down).max(1);
-                items.extend(
-                    (0..d.div_ceil(chunk)).map(|c| (j, c * chunk, chunk.min(d - c * chunk))),
-                );
+            None => {
+                ys[j].fill(0.0);
+                continue;
             }
-        }
+            Some(Prepared::Products(p, _)) => p.chunk(path, job.down).max(1),
+            Some(Prepared::Copies(_)) => matvec_chunk(d).next_multiple_of(GROUP),
+        };
+        items.extend((0..d.div_ceil(chunk)).map(|c| (j, c * chunk, chunk.min(d - c * chunk))));
     }
     let y_ptrs: Vec<OutPtr> = ys.iter_mut().map(|y| OutPtr(y.as_mut_ptr())).collect();
     let down = |&(j, r0, nr): &(usize, usize, usize)| {
         let m = ms[j];
         let mut y = vec![0f32; m * nr];
-        if let Some(p) = &prepared[j] {
-            p.run(
+        match (&prepared[j], jobs[j].copies) {
+            (Some(Prepared::Copies(acts)), Some(c)) => {
+                c.down.run_rows_tokens(path, acts, r0, &mut y)
+            }
+            (Some(Prepared::Products(p, _)), _) => p.run(
                 path,
                 jobs[j].down,
                 gs[j],
@@ -280,7 +405,8 @@ fn down_products(
                 r0,
                 &mut y,
                 batches[j].as_ref(),
-            );
+            ),
+            _ => {}
         }
         // SAFETY: job `j`'s output holds `m * d` elements and stays mutably borrowed (`ys`) until
         // this region ends; this work item alone writes its rows `r0 .. r0 + nr`.

@@ -285,7 +285,7 @@ pub use batch::{matvec_batch, matvec_batch_many};
 pub use batch::{matvec_batch_many_with, matvec_batch_with, set_batch_kquants};
 #[doc(hidden)]
 pub use experts::experts_ffn_with;
-pub use experts::{experts_ffn, ExpertJob, ExpertsScratch};
+pub use experts::{experts_ffn, ExpertCopies, ExpertJob, ExpertsScratch};
 #[doc(hidden)]
 pub use experts_packed::experts_ffn_packed_with;
 pub use experts_packed::{experts_ffn_packed, PackedExpertJob};

@@ -39,9 +39,7 @@ impl Product {
     ) -> Product {
         let (format, cols) = (w.format(), w.cols());
         let tokens = || x.chunks_exact(cols).take(m);
-        let small =
-            precision == Precision::Fast && m < INT_TILE_MIN_TOKENS && small_groups_batched();
-        if m == 1 || decode || precision == Precision::Ggml || small {
+        if Self::per_token(m, precision, decode) {
             return Product::PerToken(
                 tokens()
                     .map(|xt| Acts::new(path, format, xt, precision))
@@ -69,6 +67,15 @@ impl Product {
             Precision::Int8 => arch::bf16_acts(path, x, m, cols),
             _ => None,
         })
+    }
+
+    /// Whether the product of `m` tokens is a [`Product::PerToken`] (the decode kernels): one
+    /// token, a decode step, `Ggml`, or a `Fast` prompt's group of fewer than
+    /// [`INT_TILE_MIN_TOKENS`].
+    pub(crate) fn per_token(m: usize, precision: Precision, decode: bool) -> bool {
+        let small =
+            precision == Precision::Fast && m < INT_TILE_MIN_TOKENS && small_groups_batched();
+        m == 1 || decode || precision == Precision::Ggml || small
     }
 
     /// The batch kernel's view of a [`Product::PerToken`] of several tokens' 16-bit activations

@@ -133,7 +133,39 @@ impl Q40x8 {
         for (j, yg) in ys.chunks_exact_mut(GROUP).enumerate() {
             let g = r0 / GROUP + j;
             let group = &self.data[g * gb..(g + 1) * gb];
-            yg.copy_from_slice(&group_dots(path, group, &acts.xq, &acts.corr));
+            yg.copy_from_slice(&group_dots(path, group, [&acts.xq], [&acts.corr])[0]);
+        }
+    }
+
+    /// `out[t * nr + i]` = row `r0 + i` of `W x_t` for every token's `acts[t]` (`nr = out.len() /
+    /// acts.len()`; `r0` and `nr` multiples of 8): each group's quants read and unpacked once for
+    /// two tokens at a time (four were slower: registers spill), each token's results
+    /// [`Q40x8::run_rows`]'s bits.
+    pub(crate) fn run_rows_tokens(
+        &self,
+        path: KernelPath,
+        acts: &[Acts8],
+        r0: usize,
+        out: &mut [f32],
+    ) {
+        let nr = out.len() / acts.len().max(1);
+        let gb = self.cols / 32 * GROUP_BLOCK;
+        for j in 0..nr / GROUP {
+            let g = r0 / GROUP + j;
+            let group = &self.data[g * gb..(g + 1) * gb];
+            let mut put = |t: usize, y: &[f32; GROUP]| {
+                out[t * nr + j * GROUP..t * nr + (j + 1) * GROUP].copy_from_slice(y);
+            };
+            let mut pairs = acts.chunks_exact(2);
+            let mut t = 0;
+            for a in &mut pairs {
+                let ys = group_dots(path, group, [&a[0].xq, &a[1].xq], [&a[0].corr, &a[1].corr]);
+                ys.iter().enumerate().for_each(|(k, y)| put(t + k, y));
+                t += 2;
+            }
+            if let [a] = pairs.remainder() {
+                put(t, &group_dots(path, group, [&a.xq], [&a.corr])[0]);
+            }
         }
     }
 }
@@ -156,15 +188,20 @@ impl Acts8 {
     }
 }
 
-/// The 8 dots of one group on `path`.
-fn group_dots(path: KernelPath, group: &[u8], xq: &QActs16, corr: &[i32]) -> [f32; GROUP] {
+/// The 8 dots of one group with each of `T` tokens on `path`.
+fn group_dots<const T: usize>(
+    path: KernelPath,
+    group: &[u8],
+    xq: [&QActs16; T],
+    corr: [&[i32]; T],
+) -> [[f32; GROUP]; T] {
     #[cfg(target_arch = "x86_64")]
     if matches!(path, KernelPath::Avx2Fma | KernelPath::Avx512) {
         // SAFETY: the path was checked available: AVX2/FMA/F16C present.
-        return unsafe { crate::arch::q40x8_group(group, xq, corr) };
+        return unsafe { crate::arch::q40x8_group::<T>(group, xq, corr) };
     }
     let _ = path;
-    group_dots_scalar(group, xq, corr)
+    std::array::from_fn(|t| group_dots_scalar(group, xq[t], corr[t]))
 }
 
 /// [`group_dots`] in scalar code: per row, the exact block sums times `d_w * d_x`, in block

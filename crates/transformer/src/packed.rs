@@ -1,8 +1,10 @@
 //! Copies of a model's Q4_0 matrices (attention, output, a dense FFN, a Mixture-of-Experts layer's
 //! experts: [`PackedExperts`]) repacked eight rows at a time ([`Q40x8`]), made once at
 //! load for one-token decode on the AVX2 and AVX-512 paths (`Precision::Fast`), whose results they
-//! give bit for bit. The forward pass takes a copy where one exists for a step of one token in `Fast`; prompts,
-//! batched decode and every other path keep reading the file's layout. The copies' bytes are
+//! give bit for bit. The forward pass takes a copy where one exists for a step of one token in `Fast`,
+//! and an MoE layer's experts' copies for every product of a step that runs the decode kernels
+//! (a batched decode step, a prompt's small expert groups); other prompts, dense batched decode and
+//! every other path keep reading the file's layout. The copies' bytes are
 //! [`Packed::bytes`], for whoever counts the process's memory.
 
 use kernels_neon::{KernelPath, Precision, Q40x8, QMatrix};

@@ -1,6 +1,6 @@
 //! The repacked Q4_0 copies of one-token decode ([`Engine::pack_q40x8`]: the AVX2 and AVX-512 paths
-//! in `Fast`): a prompt and then decode steps give bit for bit the logits of an engine without
-//! them. Repacks only where the active path is one of those (on an AVX-512 machine both, as under
+//! in `Fast`): a prompt (whose MoE expert groups of a few tokens read the experts' copies too) and
+//! then decode steps give bit for bit the logits of an engine without them. Repacks only where the active path is one of those (on an AVX-512 machine both, as under
 //! `SPARROW_KERNELS=avx2 cargo test -p engine --test it -- q40x8`); elsewhere it checks that
 //! nothing is repacked.
 

@@ -64,7 +64,12 @@ fn one_at_a_time(
 
 /// Each of `n` tokens routed to `k` of `experts` experts (random weights), grouped by expert in
 /// the experts' order, tokens ascending; then one job of every token (a shared expert).
-fn routes(rng: &mut Rng, n: usize, experts: usize, k: usize) -> Vec<(usize, Vec<u32>, Vec<f32>)> {
+pub(crate) fn routes(
+    rng: &mut Rng,
+    n: usize,
+    experts: usize,
+    k: usize,
+) -> Vec<(usize, Vec<u32>, Vec<f32>)> {
     let mut groups: Vec<(Vec<u32>, Vec<f32>)> = vec![(Vec::new(), Vec::new()); experts];
     for t in 0..n {
         let mut picked = Vec::new();
@@ -153,6 +158,7 @@ fn experts_ffn_equals_one_expert_at_a_time() {
                         down: &mats[*e][2],
                         tokens,
                         weights,
+                        copies: None,
                     })
                     .collect();
                 for precision in precisions {
@@ -206,6 +212,7 @@ fn experts_ffn_refuses_bad_jobs() {
             down: &down,
             tokens,
             weights,
+            copies: None,
         };
         let mut out = vec![0f32; 2 * d];
         experts_ffn(

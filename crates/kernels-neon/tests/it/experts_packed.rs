@@ -1,7 +1,8 @@
 //! `experts_ffn_packed` (one token's experts over their `Q40x8` copies) against `experts_ffn` over
 //! the original Q4_0 matrices in `Fast`: bit for bit on the AVX2 and AVX-512 paths (the copies keep
 //! `q40_pairs`' order), within `Fast`'s reach of them on the others; the activations each job shows
-//! too; and its refusals.
+//! too; and its refusals. `experts_ffn` with each job's copies: the originals' bits, the copies read
+//! wherever the decode kernels run in `Fast` on those paths.
 
 use crate::common::{random_matrix, random_vec, Rng};
 use kernels_neon::*;
@@ -51,6 +52,7 @@ fn original(
             down: &mats[e][2],
             tokens: &[0],
             weights: w,
+            copies: None,
         })
         .collect();
     let mut out = init.to_vec();
@@ -183,4 +185,105 @@ fn experts_ffn_packed_refuses_bad_shapes() {
         ..job(&ca)
     };
     assert!(run(&[mixed], &mut vec![0.0; d]).is_err());
+}
+
+/// `experts_ffn` of `n` tokens over `mats` routed as `routed`, each job with its copies where
+/// `copies` is given.
+#[allow(clippy::too_many_arguments)]
+fn routed_run(
+    path: KernelPath,
+    mats: &[[QMatrix; 3]],
+    copies: Option<&[[Q40x8; 3]]>,
+    routed: &[(usize, Vec<u32>, Vec<f32>)],
+    x: &[f32],
+    n: usize,
+    precision: Precision,
+    decode: bool,
+) -> Run {
+    let jobs: Vec<ExpertJob> = routed
+        .iter()
+        .map(|(e, tokens, weights)| ExpertJob {
+            gate: &mats[*e][0],
+            up: &mats[*e][1],
+            down: &mats[*e][2],
+            tokens,
+            weights,
+            copies: copies.map(|c| ExpertCopies {
+                gate: &c[*e][0],
+                up: &c[*e][1],
+                down: &c[*e][2],
+            }),
+        })
+        .collect();
+    let d = mats[0][0].cols();
+    let mut out = vec![0f32; n * d];
+    let mut seen = Vec::new();
+    experts_ffn_with(
+        path,
+        &jobs,
+        Activation::Silu,
+        x,
+        n,
+        &mut out,
+        precision,
+        decode,
+        &mut ExpertsScratch::default(),
+        &mut |_, g| seen.push(g.to_vec()),
+    )
+    .unwrap();
+    (out, seen)
+}
+
+#[test]
+fn copies_in_experts_ffn_give_the_originals_bits_and_are_read_where_they_apply() {
+    let mut rng = Rng(77);
+    let (d, ff, n_experts) = (288, 96, 6);
+    // The last expert stands for a shared one, wider, every token routed to it.
+    let experts: Vec<Expert> = (0..=n_experts)
+        .map(|e| Expert::new(&mut rng, d, if e == n_experts { 2 * ff } else { ff }))
+        .collect();
+    let mats: Vec<[QMatrix; 3]> = experts.iter().map(|e| e.matrices(d)).collect();
+    let copies: Vec<[Q40x8; 3]> = mats
+        .iter()
+        .map(|m| m.each_ref().map(|m| Q40x8::repack(m).unwrap()))
+        .collect();
+    // Wrong copies of the right shapes: expert 0's gate copy is expert 1's.
+    let wrong: Vec<[Q40x8; 3]> = mats
+        .iter()
+        .enumerate()
+        .map(|(e, m)| {
+            let gate = if e == 0 { &mats[1][0] } else { &m[0] };
+            [gate, &m[1], &m[2]].map(|m| Q40x8::repack(m).unwrap())
+        })
+        .collect();
+    // One token; groups of 1-4 tokens (the decode kernels); groups from 32 (the tiles) but for
+    // the shared expert's.
+    for n in [1usize, 7, 70] {
+        let x = random_vec(n * d, &mut rng);
+        let routed = crate::experts::routes(&mut rng, n, n_experts, 3);
+        for path in available_paths() {
+            for precision in [Precision::Fast, Precision::Exact] {
+                for decode in [false, true] {
+                    let what = format!("{path:?} n={n} {precision:?} decode={decode}");
+                    let run = |c| routed_run(path, &mats, c, &routed, &x, n, precision, decode);
+                    let (want, want_g) = run(None);
+                    let (got, got_g) = run(Some(&copies));
+                    assert_eq!(bits(&got), bits(&want), "{what}: outputs");
+                    for (a, b) in got_g.iter().zip(&want_g) {
+                        assert_eq!(bits(a), bits(b), "{what}: activations");
+                    }
+                    // Where expert 0's products run the decode kernels (a decode step, or a
+                    // group of fewer than 32 tokens) in `Fast` on the x86 paths, they read its
+                    // copies (the wrong one shows); nowhere else.
+                    let m = routed.iter().find(|r| r.0 == 0).map_or(0, |r| r.1.len());
+                    let reads = m > 0
+                        && (decode || m < 32)
+                        && precision == Precision::Fast
+                        && matches!(path, KernelPath::Avx2Fma | KernelPath::Avx512);
+                    let (odd, _) = run(Some(&wrong));
+                    assert_eq!(bits(&odd) != bits(&want), reads, "{what}: copies read");
+                }
+            }
+        }
+    }
 }

@@ -131,8 +131,9 @@ pub trait FfnExecutor: Send + Sync {
 }
 
 /// Runs layer `index`'s FFN block on the step's `n` tokens (`x`, `out`: `n × d_model`): what the
-/// generic forward pass calls. A gated block runs through `exec` (`decode` for one token, `batch`
-/// otherwise); a Mixture-of-Experts block runs its own step ([`crate::moe::MoeFfn::step`]).
+/// generic forward pass calls. A gated block runs through `exec` (`decode` for one token, over the
+/// layer's copies `packed` where given; `batch` otherwise); a Mixture-of-Experts block runs its own
+/// step ([`crate::moe::MoeFfn::step`], over the experts' copies for any `n`).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn layer_step(
     (ffn, next, packed): (&LayerFfn<'_>, Option<&LayerFfn<'_>>, Option<&PackedLayer>),
@@ -151,7 +152,7 @@ pub(crate) fn layer_step(
                 weights,
                 precision,
                 kind,
-                packed,
+                packed: packed.filter(|_| n == 1),
             };
             if n == 1 {
                 exec.decode(at, x, out, scratch)

@@ -9,8 +9,9 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-use kernels_neon::{Activation, ExpertJob, ExpertsScratch, Precision};
+use kernels_neon::{Activation, ExpertCopies, ExpertJob, ExpertsScratch, Precision, Q40x8};
 
+use super::copies::PackedExperts;
 use super::family::{MoeConfig, TopKNorm};
 use super::routing::{route, ExpertGroups, Route};
 use super::weights::{ExpertFfn, MoeLayer, SharedExpert};
@@ -146,6 +147,24 @@ impl MoeBlock {
         kind: StepKind,
         s: &mut MoeScratch,
     ) -> Result<()> {
+        self.forward_over(w, None, x, n, out, precision, kind, s)
+    }
+
+    /// [`MoeBlock::forward`], the products that run the decode kernels (one token, a decode step,
+    /// a `Fast` prompt's small groups) over the experts' copies `packed` where given: the same
+    /// bits ([`kernels_neon::ExpertJob::copies`]).
+    #[allow(clippy::too_many_arguments)]
+    pub fn forward_over(
+        &self,
+        w: &MoeLayer<'_>,
+        packed: Option<&PackedExperts>,
+        x: &[f32],
+        n: usize,
+        out: &mut [f32],
+        precision: Precision,
+        kind: StepKind,
+        s: &mut MoeScratch,
+    ) -> Result<()> {
         let d = w.router.cols();
         check_lens(d, x, n, out)?;
         if n == 0 {
@@ -158,7 +177,10 @@ impl MoeBlock {
         let mut jobs: Vec<ExpertJob<'_>> = s
             .groups
             .iter()
-            .map(|(e, tokens, weights)| job(&w.experts[e], tokens, weights))
+            .map(|(e, tokens, weights)| {
+                let copies = packed.map(|p| &p.experts[e]);
+                job(&w.experts[e], copies, tokens, weights)
+            })
             .collect();
         if let Some(sh) = &w.shared {
             // The shared expert is the last job: every token, weighted by its gate.
@@ -167,7 +189,8 @@ impl MoeBlock {
             s.shared_w.clear();
             s.shared_w
                 .extend((0..n).map(|t| shared_weight(sh, &x[t * d..(t + 1) * d])));
-            jobs.push(job(&sh.ffn, &s.all_tokens, &s.shared_w));
+            let copies = packed.and_then(|p| p.shared.as_ref());
+            jobs.push(job(&sh.ffn, copies, &s.all_tokens, &s.shared_w));
         }
         let mut note = |j: usize, g: &[f32]| {
             let f = &jobs[j];
@@ -268,14 +291,20 @@ impl MoeBlock {
     }
 }
 
-/// The job of expert `f` over `tokens`, weighted by `weights`.
-fn job<'a>(f: &'a ExpertFfn<'a>, tokens: &'a [u32], weights: &'a [f32]) -> ExpertJob<'a> {
+/// The job of expert `f` (with its copies, where made) over `tokens`, weighted by `weights`.
+fn job<'a>(
+    f: &'a ExpertFfn<'a>,
+    copies: Option<&'a [Q40x8; 3]>,
+    tokens: &'a [u32],
+    weights: &'a [f32],
+) -> ExpertJob<'a> {
     ExpertJob {
         gate: &f.gate,
         up: &f.up,
         down: &f.down,
         tokens,
         weights,
+        copies: copies.map(|[gate, up, down]| ExpertCopies { gate, up, down }),
     }
 }
 

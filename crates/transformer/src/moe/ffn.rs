@@ -7,7 +7,7 @@ use std::cell::RefCell;
 use kernels_neon::Precision;
 
 use super::block::{MoeBlock, MoeScratch};
-use super::packed::PackedExperts;
+use super::copies::PackedExperts;
 use super::weights::MoeLayer;
 use crate::error::Result;
 use crate::ops::StepKind;
@@ -29,8 +29,9 @@ thread_local! {
 
 impl MoeFfn<'_> {
     /// `out` (`n × d`) = the block over the step's `n` tokens `x` (`n × d`, already normed), batched
-    /// by expert ([`MoeBlock::forward`]); one token in `Fast` over the experts' repacked copies
-    /// `packed` where given ([`MoeBlock::forward_packed`], the same bits).
+    /// by expert ([`MoeBlock::forward`]), over the experts' repacked copies `packed` where given
+    /// (the same bits): one token in `Fast` by [`MoeBlock::forward_packed`], several by
+    /// [`MoeBlock::forward_over`] (the products that run the decode kernels read the copies).
     pub fn step(
         &self,
         x: &[f32],
@@ -40,17 +41,24 @@ impl MoeFfn<'_> {
         kind: StepKind,
         packed: Option<&PackedExperts>,
     ) -> Result<()> {
-        let packed = packed.filter(|_| n == 1 && precision == Precision::Fast);
+        let one = n == 1 && precision == Precision::Fast;
         SCRATCH.with(|s| match s.try_borrow_mut() {
             Ok(mut s) => {
                 match packed {
-                    Some(p) => self
-                        .block
-                        .forward_packed(&self.weights, p, x, out, &mut s)?,
-                    None => {
+                    Some(p) if one => {
                         self.block
-                            .forward(&self.weights, x, n, out, precision, kind, &mut s)?
+                            .forward_packed(&self.weights, p, x, out, &mut s)?
                     }
+                    _ => self.block.forward_over(
+                        &self.weights,
+                        packed,
+                        x,
+                        n,
+                        out,
+                        precision,
+                        kind,
+                        &mut s,
+                    )?,
                 }
                 // A calibration run counts the routes (`RoutingRecorder`); nothing otherwise.
                 super::profile::note(&self.weights.router, s.routes(), self.block.n_used);

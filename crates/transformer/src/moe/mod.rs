@@ -11,8 +11,9 @@
 //!   the grouping of a step's tokens by expert ([`ExpertGroups`]);
 //! * `block.rs`: [`MoeBlock`], the FFN step itself on the dense kernels, batched by expert, and
 //!   [`RouteTrace`], which records the experts it selects (the routing a model realises);
-//! * `packed.rs`: [`PackedExperts`], a layer's Q4_0 experts repacked eight rows at a time (made at
-//!   load with the dense matrices' copies, `crate::packed`), and the one-token step over them;
+//! * `copies.rs`: [`PackedExperts`], a layer's Q4_0 experts repacked eight rows at a time (made at
+//!   load with the dense matrices' copies, `crate::packed`), which every product of a step that runs
+//!   the decode kernels reads; `packed.rs`: the one-token step over them;
 //! * `neurons.rs`: [`NeuronTrace`], the active neurons of each expert counted (a ReLU expert's
 //!   activation profile);
 //! * `ffn.rs`: [`MoeFfn`], what a layer's `layer::LayerFfn::Moe` holds, and its step (buffers kept
@@ -26,6 +27,7 @@
 //! ([`RoutingRecorder`]), which a bundle of experts carries.
 
 mod block;
+mod copies;
 mod family;
 mod ffn;
 mod neurons;
@@ -35,10 +37,10 @@ mod routing;
 mod weights;
 
 pub use block::{MoeBlock, MoeScratch, RouteTrace, TracedStep};
+pub use copies::PackedExperts;
 pub use family::{unsupported, MoeConfig, MoeFamily, QkNorm, TopKNorm, MAX_EXPERTS};
 pub use ffn::MoeFfn;
 pub use neurons::{ExpertNeuronProfile, ExpertNeurons, NeuronTrace};
-pub use packed::PackedExperts;
 pub use profile::{RoutingProfile, RoutingRecorder, MAX_ROUTING_PROFILE_BYTES};
 pub use routing::{route, ExpertGroups, Route, MIN_WEIGHT_SUM};
 pub use weights::{ExpertFfn, MoeLayer, SharedExpert};

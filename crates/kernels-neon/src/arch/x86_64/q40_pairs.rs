@@ -410,22 +410,26 @@ pub(super) unsafe fn q40_batch<const F: u8>(
         while t < xq.len() {
             let a = &acts[t..];
             // SAFETY: features present per contract; the kernels assert the lengths.
-            let (n, mut d) = unsafe {
+            let (n, d) = unsafe {
                 match a.len() {
-                    4.. => (
-                        4,
-                        q40_tokens::<F, 4>(row, [&a[0], &a[1], &a[2], &a[3]]).to_vec(),
-                    ),
-                    2 | 3 => (2, q40_tokens::<F, 2>(row, [&a[0], &a[1]]).to_vec()),
-                    _ => (1, q40_tokens::<F, 1>(row, [&a[0]]).to_vec()),
+                    4.. => (4, q40_tokens::<F, 4>(row, [&a[0], &a[1], &a[2], &a[3]])),
+                    2 | 3 => {
+                        let [d0, d1] = q40_tokens::<F, 2>(row, [&a[0], &a[1]]);
+                        (2, [d0, d1, 0.0, 0.0])
+                    }
+                    _ => {
+                        let [d0] = q40_tokens::<F, 1>(row, [&a[0]]);
+                        (1, [d0, 0.0, 0.0, 0.0])
+                    }
                 }
             };
-            for (k, v) in d.iter_mut().enumerate() {
+            for (k, &v) in d[..n].iter().enumerate() {
+                let mut v = v;
                 if a[k].d.len() < nb {
                     // SAFETY: as above.
-                    *v += unsafe { q40_tail::<F, 1>([row], xq[t + k], a[k].d.len()) }[0];
+                    v += unsafe { q40_tail::<F, 1>([row], xq[t + k], a[k].d.len()) }[0];
                 }
-                ys[t + k][r] = *v;
+                ys[t + k][r] = v;
             }
             t += n;
         }
