@@ -45,9 +45,9 @@ pub const ISA_TABLES: [(&str, &str, &str, &str); 3] = [
     (
         AVX2_GROUP,
         "AVX2",
-        "the AVX2 path forced (`SPARROW_KERNELS=avx2`) on an AVX-512 machine, llama.cpp built without \
-AVX-512 (`target/llama.cpp/build-avx2`); `cargo xtask bench-formats --isa avx2` for every weight format, \
-`--model FILE` for one file",
+        "the AVX2 path forced (`SPARROW_KERNELS=avx2`) on an AVX-512 machine, or a machine without \
+AVX-512 (the machine column says which), llama.cpp built without AVX-512 (`target/llama.cpp/build-avx2`); \
+`cargo xtask bench-formats --isa avx2` for every weight format, `--model FILE` for one file",
         "No result recorded yet.",
     ),
     (

@@ -204,20 +204,7 @@ pub fn experts_ffn_with(
             .map(prepare)
             .collect()
     };
-    let batches: Vec<_> = jobs
-        .iter()
-        .zip(&prepared)
-        .map(|(job, p)| match p {
-            Prepared::Products(pg, pu) => {
-                let formats = [job.gate.format(), job.up.format()];
-                (
-                    pg.batch(path, &formats),
-                    pu.as_ref().and_then(|p| p.batch(path, &formats)),
-                )
-            }
-            Prepared::Copies(_) => (None, None),
-        })
-        .collect();
+    let batches = gate_up_batches(path, jobs, &prepared);
     let xs = &scratch.xs;
     let x_off = offsets(&ms, |_| d);
     // Gate and up of every job, by (job, row chunk), the activation applied per work item.
@@ -268,6 +255,34 @@ pub fn experts_ffn_with(
     down_products(path, jobs, &ms, &copies, &gs, &mut ys, d, precision, decode);
     accumulate(jobs, &ys, n, d, out);
     Ok(())
+}
+
+/// Per job, the batch kernels' views of its gate and up products.
+type GateUpBatches<'p> = Vec<(
+    Option<crate::arch::Batch16<'p>>,
+    Option<crate::arch::Batch16<'p>>,
+)>;
+
+/// The batch kernels' views of each job's gate and up products ([`Product::batch`]; none for
+/// copies).
+fn gate_up_batches<'p>(
+    path: KernelPath,
+    jobs: &[ExpertJob<'_>],
+    prepared: &'p [Prepared],
+) -> GateUpBatches<'p> {
+    jobs.iter()
+        .zip(prepared)
+        .map(|(job, p)| match p {
+            Prepared::Products(pg, pu) => {
+                let formats = [job.gate.format(), job.up.format()];
+                (
+                    pg.batch(path, &formats),
+                    pu.as_ref().and_then(|p| p.batch(path, &formats)),
+                )
+            }
+            Prepared::Copies(_) => (None, None),
+        })
+        .collect()
 }
 
 /// Checks the shapes; the hidden size `d`, or `None` when there is nothing to do.

@@ -133,7 +133,7 @@ impl Q40x8 {
         for (j, yg) in ys.chunks_exact_mut(GROUP).enumerate() {
             let g = r0 / GROUP + j;
             let group = &self.data[g * gb..(g + 1) * gb];
-            yg.copy_from_slice(&group_dots(path, group, [&acts.xq], [&acts.corr])[0]);
+            yg.copy_from_slice(&group_dots(path, group, &acts.xq, &acts.corr));
         }
     }
 
@@ -159,12 +159,13 @@ impl Q40x8 {
             let mut pairs = acts.chunks_exact(2);
             let mut t = 0;
             for a in &mut pairs {
-                let ys = group_dots(path, group, [&a[0].xq, &a[1].xq], [&a[0].corr, &a[1].corr]);
+                let ys =
+                    group_dots_tokens(path, group, [&a[0].xq, &a[1].xq], [&a[0].corr, &a[1].corr]);
                 ys.iter().enumerate().for_each(|(k, y)| put(t + k, y));
                 t += 2;
             }
             if let [a] = pairs.remainder() {
-                put(t, &group_dots(path, group, [&a.xq], [&a.corr])[0]);
+                put(t, &group_dots(path, group, &a.xq, &a.corr));
             }
         }
     }
@@ -188,8 +189,19 @@ impl Acts8 {
     }
 }
 
-/// The 8 dots of one group with each of `T` tokens on `path`.
-fn group_dots<const T: usize>(
+/// The 8 dots of one group on `path`.
+fn group_dots(path: KernelPath, group: &[u8], xq: &QActs16, corr: &[i32]) -> [f32; GROUP] {
+    #[cfg(target_arch = "x86_64")]
+    if matches!(path, KernelPath::Avx2Fma | KernelPath::Avx512) {
+        // SAFETY: the path was checked available: AVX2/FMA/F16C present.
+        return unsafe { crate::arch::q40x8_group(group, xq, corr) };
+    }
+    let _ = path;
+    group_dots_scalar(group, xq, corr)
+}
+
+/// [`group_dots`] of each of `T` tokens, the group read once for all on the x86 paths.
+fn group_dots_tokens<const T: usize>(
     path: KernelPath,
     group: &[u8],
     xq: [&QActs16; T],
@@ -198,10 +210,9 @@ fn group_dots<const T: usize>(
     #[cfg(target_arch = "x86_64")]
     if matches!(path, KernelPath::Avx2Fma | KernelPath::Avx512) {
         // SAFETY: the path was checked available: AVX2/FMA/F16C present.
-        return unsafe { crate::arch::q40x8_group::<T>(group, xq, corr) };
+        return unsafe { crate::arch::q40x8_group_tokens::<T>(group, xq, corr) };
     }
-    let _ = path;
-    std::array::from_fn(|t| group_dots_scalar(group, xq[t], corr[t]))
+    std::array::from_fn(|t| group_dots(path, group, xq[t], corr[t]))
 }
 
 /// [`group_dots`] in scalar code: per row, the exact block sums times `d_w * d_x`, in block

@@ -364,11 +364,9 @@ fn forward_inner(
     };
 
     for (li, layer) in model.layers.iter().enumerate() {
-        // The repacked copies one token's products take, where the model has them.
+        // The repacked copies one token's products take; its FFN step's for any `n` (`layer_step`).
         let packed = packed_layer(model, li, n, precision);
-        // The layer's copies for its FFN step: a dense FFN takes them for one token only
-        // (`layer_step`), experts for every product that runs the decode kernels.
-        let ffn_copies = packed_layer(model, li, 1, precision);
+        let copies = packed_layer(model, li, 1, precision);
         // Attention.
         rms_norm_rows(&x, &layer.attn_norm, cfg.rms_eps, &mut xn, precision);
         let qkv = packed.and_then(|p| p.qkv.as_ref());
@@ -408,11 +406,7 @@ fn forward_inner(
             rms_norm_rows(&x, &layer.ffn_norm, cfg.rms_eps, &mut xn, precision);
             let rows = (&xn[..], n);
             layer_step(
-                (
-                    &layer.ffn,
-                    model.layers.get(li + 1).map(|l| &l.ffn),
-                    ffn_copies,
-                ),
+                (&layer.ffn, model.layers.get(li + 1).map(|l| &l.ffn), copies),
                 exec,
                 li,
                 precision,

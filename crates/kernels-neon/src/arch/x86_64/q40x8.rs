@@ -22,13 +22,122 @@ use crate::quant::QActs16;
 /// Bytes of a group block: 8 f16 scales and 128 quant bytes (8 Q4_0 blocks' worth).
 pub(crate) const GROUP_BLOCK: usize = 144;
 
-/// The exact i32 sums of one group block's 8 rows (quants at `gp + 16`) with each token's 32
-/// activations at `x[t]`, plus its `corr[t]`: the block's quants are loaded and unpacked once for
-/// the `T` tokens. One token takes nibbles 1 and 2 by a mask alone (16 and 256 times the weight,
-/// into sums of their own, shifted back once); several take every nibble down to 0..=15 (two more
-/// operations a register, shared by the tokens) into one sum a token: fewer registers and adds a
-/// token (one thread, a prompt's OLMoE-shaped expert layer: 1.05x the masked form for two tokens).
-/// The sums are exact integers either way, so the results do not depend on `T`.
+/// The exact i32 sums of one group block's 8 rows (quants at `gp + 16`) with the 32
+/// activations at `x`, plus `corr`.
+///
+/// # Safety
+/// AVX2 present; a group block readable at `gp`, 32 i16 at `x`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn block_sums(gp: *const u8, x: *const i16, corr: i32) -> __m256i {
+    let (m0, m1, m2) = (
+        _mm256_set1_epi16(0x000F),
+        _mm256_set1_epi16(0x00F0),
+        _mm256_set1_epi16(0x0F00),
+    );
+    let xp = x as *const i32;
+    // SAFETY: 16 i32 pairs at `xp` and 128 quant bytes at `gp + 16`, per contract.
+    unsafe {
+        let pair = |j: usize| _mm256_set1_epi32(std::ptr::read_unaligned(xp.add(j)));
+        // 0 <= w <= 15 (x1, x16, x256 in s1, s2, s3), |q_x| <= 32767: s3 sums 8 products of at
+        // most 3840 * 32767 a lane (1.01e9 < 2^31), s1 16 of 15 * 32767 and the correction
+        // (8 * 32 * 32767).
+        let mut s1 = _mm256_set1_epi32(corr);
+        let mut s2 = _mm256_setzero_si256();
+        let mut s3 = _mm256_setzero_si256();
+        for k in 0..4 {
+            let v = _mm256_loadu_si256(gp.add(16 + 32 * k) as *const __m256i);
+            let a = _mm256_madd_epi16(_mm256_and_si256(v, m0), pair(4 * k));
+            let d = _mm256_madd_epi16(_mm256_srli_epi16::<12>(v), pair(4 * k + 3));
+            s1 = _mm256_add_epi32(s1, _mm256_add_epi32(a, d));
+            s2 = _mm256_add_epi32(
+                s2,
+                _mm256_madd_epi16(_mm256_and_si256(v, m1), pair(4 * k + 1)),
+            );
+            s3 = _mm256_add_epi32(
+                s3,
+                _mm256_madd_epi16(_mm256_and_si256(v, m2), pair(4 * k + 2)),
+            );
+        }
+        // s3 = 256 T3 and s2 + s3 / 16 = 16 (T2 + T3): both shifts are exact.
+        let t = _mm256_srai_epi32::<4>(_mm256_add_epi32(s2, _mm256_srai_epi32::<4>(s3)));
+        _mm256_add_epi32(s1, t)
+    }
+}
+
+/// `acc` plus group block `b`'s 8 exact sums times `d_w * d_x` (one FMA).
+///
+/// # Safety
+/// AVX2/FMA/F16C present; `b` below the blocks of `group` (144 bytes each), of `xq` and of `corr`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn block_fma(group: &[u8], xq: &QActs16, corr: &[i32], b: usize, acc: __m256) -> __m256 {
+    // SAFETY: group block b (bytes b*144..b*144 + 144), activations b*32..b*32 + 32, d[b] and
+    // corr[b] are in bounds per contract.
+    unsafe {
+        let gp = group.as_ptr().add(b * GROUP_BLOCK);
+        // Prefetch hints (never fault; wrapping_add keeps them UB-free).
+        let ahead = gp.wrapping_add(PREFETCH);
+        _mm_prefetch::<_MM_HINT_T0>(ahead as *const i8);
+        _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(64) as *const i8);
+        _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(128) as *const i8);
+        let isum = block_sums(gp, xq.qs.as_ptr().add(b * 32), *corr.get_unchecked(b));
+        let dw = _mm256_cvtph_ps(_mm_loadu_si128(gp as *const __m128i));
+        let f = _mm256_mul_ps(dw, _mm256_set1_ps(*xq.d.get_unchecked(b)));
+        _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), f, acc)
+    }
+}
+
+/// The dots of the 8 rows of one group (`nb` group blocks at `group`) with `xq`, whose blocks'
+/// `-8 * sum(q_x)` are `corr`.
+///
+/// # Safety
+/// AVX2/FMA/F16C present.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn q40x8_group(group: &[u8], xq: &QActs16, corr: &[i32]) -> [f32; 8] {
+    let nb = xq.d.len();
+    assert!(group.len() >= nb * GROUP_BLOCK && xq.qs.len() >= nb * 32 && corr.len() >= nb);
+    let mut acc = [_mm256_setzero_ps(); 4];
+    for q in 0..nb / 4 {
+        // Block 4q + j into accumulator j, written out so that the four stay in registers.
+        // SAFETY: q < nb / 4, so blocks 4q..4q + 4 < nb: in bounds (asserted above).
+        unsafe {
+            let [a0, a1, a2, a3] = &mut acc;
+            *a0 = block_fma(group, xq, corr, 4 * q, *a0);
+            *a1 = block_fma(group, xq, corr, 4 * q + 1, *a1);
+            *a2 = block_fma(group, xq, corr, 4 * q + 2, *a2);
+            *a3 = block_fma(group, xq, corr, 4 * q + 3, *a3);
+        }
+    }
+    let mut s = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
+    if nb % 4 != 0 {
+        // The last `nb % 4` blocks as the one-row kernel's tail (`q40_tail`): per block
+        // `(d_w * d_x) * sum` (no FMA) summed from zero, added to the quads' sum at the end.
+        let mut t = _mm256_setzero_ps();
+        for b in nb - nb % 4..nb {
+            // SAFETY: b < nb: group block b, activations b*32..b*32 + 32, d[b] and corr[b] in
+            // bounds (asserted above).
+            unsafe {
+                let gp = group.as_ptr().add(b * GROUP_BLOCK);
+                let isum = block_sums(gp, xq.qs.as_ptr().add(b * 32), *corr.get_unchecked(b));
+                let dw = _mm256_cvtph_ps(_mm_loadu_si128(gp as *const __m128i));
+                let f = _mm256_mul_ps(dw, _mm256_set1_ps(*xq.d.get_unchecked(b)));
+                t = _mm256_add_ps(t, _mm256_mul_ps(f, _mm256_cvtepi32_ps(isum)));
+            }
+        }
+        s = _mm256_add_ps(s, t);
+    }
+    let mut y = [0f32; 8];
+    // SAFETY: 8 f32 written to an 8-element array.
+    unsafe { _mm256_storeu_ps(y.as_mut_ptr(), s) };
+    y
+}
+
+/// [`block_sums`] for each of `T` tokens (`x[t]`, `corr[t]`), the block's quants loaded and
+/// unpacked once for all: every nibble is taken down to 0..=15 (two more operations a register
+/// than the one-token masks, shared by the tokens) into one sum a token, which needs fewer
+/// registers and adds a token (one thread, a prompt's OLMoE-shaped expert layer: 1.05x the masked
+/// form for two tokens). The sums are exact integers, so each token's are [`block_sums`]'s.
 ///
 /// # Safety
 /// AVX2 present; a group block readable at `gp`, 32 i16 at each `x[t]`. Always inlined, into
@@ -36,7 +145,7 @@ pub(crate) const GROUP_BLOCK: usize = 144;
 // The token index `t` reaches several arrays at once (loops over the const `T`, unrolled).
 #[allow(clippy::needless_range_loop)]
 #[inline(always)]
-unsafe fn block_sums<const T: usize>(
+unsafe fn block_sums_t<const T: usize>(
     gp: *const u8,
     x: [*const i16; T],
     corr: [i32; T],
@@ -44,11 +153,7 @@ unsafe fn block_sums<const T: usize>(
     // SAFETY: AVX2 present, 16 i32 pairs at each `x[t]` and 128 quant bytes at `gp + 16`, per
     // contract.
     unsafe {
-        let (m0, m1, m2) = (
-            _mm256_set1_epi16(0x000F),
-            _mm256_set1_epi16(0x00F0),
-            _mm256_set1_epi16(0x0F00),
-        );
+        let m0 = _mm256_set1_epi16(0x000F);
         let pair = |t: usize, j: usize| {
             _mm256_set1_epi32(std::ptr::read_unaligned((x[t] as *const i32).add(j)))
         };
@@ -56,56 +161,27 @@ unsafe fn block_sums<const T: usize>(
         for t in 0..T {
             s1[t] = _mm256_set1_epi32(corr[t]);
         }
-        if T > 1 {
-            // 0 <= w <= 15, |q_x| <= 32767: 16 madds of at most 2 * 15 * 32767 a lane and the
-            // correction (8 * 32 * 32767): below 2^25.
-            for k in 0..4 {
-                let v = _mm256_loadu_si256(gp.add(16 + 32 * k) as *const __m256i);
-                let w = [
-                    _mm256_and_si256(v, m0),
-                    _mm256_and_si256(_mm256_srli_epi16::<4>(v), m0),
-                    _mm256_and_si256(_mm256_srli_epi16::<8>(v), m0),
-                    _mm256_srli_epi16::<12>(v),
-                ];
-                for t in 0..T {
-                    let a = _mm256_add_epi32(
-                        _mm256_madd_epi16(w[0], pair(t, 4 * k)),
-                        _mm256_madd_epi16(w[1], pair(t, 4 * k + 1)),
-                    );
-                    let b = _mm256_add_epi32(
-                        _mm256_madd_epi16(w[2], pair(t, 4 * k + 2)),
-                        _mm256_madd_epi16(w[3], pair(t, 4 * k + 3)),
-                    );
-                    s1[t] = _mm256_add_epi32(s1[t], _mm256_add_epi32(a, b));
-                }
-            }
-            return s1;
-        }
-        // 0 <= w <= 15 (x1, x16, x256 in s1, s2, s3), |q_x| <= 32767: s3 sums 8 products of at
-        // most 3840 * 32767 a lane (1.01e9 < 2^31), s1 16 of 15 * 32767 and the correction
-        // (8 * 32 * 32767).
-        let mut s2 = [_mm256_setzero_si256(); T];
-        let mut s3 = [_mm256_setzero_si256(); T];
+        // 0 <= w <= 15, |q_x| <= 32767: 16 madds of at most 2 * 15 * 32767 a lane and the
+        // correction (8 * 32 * 32767): below 2^25.
         for k in 0..4 {
             let v = _mm256_loadu_si256(gp.add(16 + 32 * k) as *const __m256i);
-            let (w0, w1, w2, w3) = (
+            let w = [
                 _mm256_and_si256(v, m0),
-                _mm256_and_si256(v, m1),
-                _mm256_and_si256(v, m2),
+                _mm256_and_si256(_mm256_srli_epi16::<4>(v), m0),
+                _mm256_and_si256(_mm256_srli_epi16::<8>(v), m0),
                 _mm256_srli_epi16::<12>(v),
-            );
+            ];
             for t in 0..T {
-                let a = _mm256_madd_epi16(w0, pair(t, 4 * k));
-                let d = _mm256_madd_epi16(w3, pair(t, 4 * k + 3));
-                s1[t] = _mm256_add_epi32(s1[t], _mm256_add_epi32(a, d));
-                s2[t] = _mm256_add_epi32(s2[t], _mm256_madd_epi16(w1, pair(t, 4 * k + 1)));
-                s3[t] = _mm256_add_epi32(s3[t], _mm256_madd_epi16(w2, pair(t, 4 * k + 2)));
+                let a = _mm256_add_epi32(
+                    _mm256_madd_epi16(w[0], pair(t, 4 * k)),
+                    _mm256_madd_epi16(w[1], pair(t, 4 * k + 1)),
+                );
+                let b = _mm256_add_epi32(
+                    _mm256_madd_epi16(w[2], pair(t, 4 * k + 2)),
+                    _mm256_madd_epi16(w[3], pair(t, 4 * k + 3)),
+                );
+                s1[t] = _mm256_add_epi32(s1[t], _mm256_add_epi32(a, b));
             }
-        }
-        // s3 = 256 T3 and s2 + s3 / 16 = 16 (T2 + T3): both shifts are exact.
-        for t in 0..T {
-            let u = _mm256_srai_epi32::<4>(_mm256_add_epi32(s2[t], _mm256_srai_epi32::<4>(s3[t])));
-            s1[t] = _mm256_add_epi32(s1[t], u);
         }
         s1
     }
@@ -116,11 +192,11 @@ unsafe fn block_sums<const T: usize>(
 ///
 /// # Safety
 /// AVX2/FMA/F16C present; `b` below the blocks of `group` (144 bytes each) and of each token's
-/// `xq` and `corr`. Always inlined, as [`block_sums`].
+/// `xq` and `corr`. Always inlined, as [`block_sums_t`].
 // The token index `t` reaches several arrays at once (loops over the const `T`, unrolled).
 #[allow(clippy::needless_range_loop)]
 #[inline(always)]
-unsafe fn block_fma<const T: usize, const TAIL: bool>(
+unsafe fn block_fma_t<const T: usize, const TAIL: bool>(
     group: &[u8],
     xq: [&QActs16; T],
     corr: [&[i32]; T],
@@ -144,7 +220,7 @@ unsafe fn block_fma<const T: usize, const TAIL: bool>(
             x[t] = xq[t].qs.as_ptr().add(b * 32);
             c[t] = *corr[t].get_unchecked(b);
         }
-        let isum = block_sums::<T>(gp, x, c);
+        let isum = block_sums_t::<T>(gp, x, c);
         let dw = _mm256_cvtph_ps(_mm_loadu_si128(gp as *const __m128i));
         let mut acc = acc;
         for t in 0..T {
@@ -159,16 +235,16 @@ unsafe fn block_fma<const T: usize, const TAIL: bool>(
     }
 }
 
-/// The dots of the 8 rows of one group (`nb` group blocks at `group`) with each token's `xq[t]`,
-/// whose blocks' `-8 * sum(q_x)` are `corr[t]`: each token's the one-token kernel's bits (its
-/// f32 operations are per token, in the order below, whatever `T`).
+/// [`q40x8_group`] for each of `T` tokens (`xq[t]`, `corr[t]`; two for a prompt's small MoE
+/// groups), the group blocks loaded and unpacked once for all: each token's f32 operations are
+/// [`q40x8_group`]'s in its order, so each token's results its bits.
 ///
 /// # Safety
 /// AVX2/FMA/F16C present.
 // The token index `t` reaches several arrays at once (loops over the const `T`, unrolled).
 #[allow(clippy::needless_range_loop)]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn q40x8_group<const T: usize>(
+pub(crate) unsafe fn q40x8_group_tokens<const T: usize>(
     group: &[u8],
     xq: [&QActs16; T],
     corr: [&[i32]; T],
@@ -185,10 +261,10 @@ pub(crate) unsafe fn q40x8_group<const T: usize>(
         // SAFETY: q < nb / 4, so blocks 4q..4q + 4 < nb: in bounds (asserted above).
         unsafe {
             let [a0, a1, a2, a3] = &mut acc;
-            *a0 = block_fma::<T, false>(group, xq, corr, 4 * q, *a0);
-            *a1 = block_fma::<T, false>(group, xq, corr, 4 * q + 1, *a1);
-            *a2 = block_fma::<T, false>(group, xq, corr, 4 * q + 2, *a2);
-            *a3 = block_fma::<T, false>(group, xq, corr, 4 * q + 3, *a3);
+            *a0 = block_fma_t::<T, false>(group, xq, corr, 4 * q, *a0);
+            *a1 = block_fma_t::<T, false>(group, xq, corr, 4 * q + 1, *a1);
+            *a2 = block_fma_t::<T, false>(group, xq, corr, 4 * q + 2, *a2);
+            *a3 = block_fma_t::<T, false>(group, xq, corr, 4 * q + 3, *a3);
         }
     }
     let mut s = [_mm256_setzero_ps(); T];
@@ -204,7 +280,7 @@ pub(crate) unsafe fn q40x8_group<const T: usize>(
         let mut tail = [_mm256_setzero_ps(); T];
         for b in nb - nb % 4..nb {
             // SAFETY: b < nb: in bounds (asserted above).
-            tail = unsafe { block_fma::<T, true>(group, xq, corr, b, tail) };
+            tail = unsafe { block_fma_t::<T, true>(group, xq, corr, b, tail) };
         }
         for t in 0..T {
             s[t] = _mm256_add_ps(s[t], tail[t]);
