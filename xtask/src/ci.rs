@@ -320,9 +320,10 @@ fn have_nextest() -> bool {
         .is_ok_and(|o| o.status.success())
 }
 
-/// The host tests of `packages` (libraries, binaries and integration tests; the doc tests run apart),
-/// with the Z3 feature when `z3` (the library's folder) is given. Examples are not built here (clippy
-/// has checked them; building them for `cargo test` took a minute of CI's two cores).
+/// The host tests of `packages` (`--tests`: the libraries' and binaries' unit tests and the
+/// integration tests; the doc tests run apart), with the Z3 feature when `z3` (the library's folder)
+/// is given. Examples are not built here (clippy has checked them; building them for `cargo test`
+/// took a minute of CI's two cores).
 fn host_tests(z3: Option<&Path>, packages: &[&str]) -> Result<()> {
     let mut c = cargo();
     if have_nextest() {
@@ -336,7 +337,7 @@ fn host_tests(z3: Option<&Path>, packages: &[&str]) -> Result<()> {
     } else {
         c.args(["test", "--profile", PROFILE, "--no-fail-fast"]);
     }
-    c.args(packages).args(["--lib", "--bins", "--tests"]);
+    c.args(packages).arg("--tests");
     if let Some(lib) = z3 {
         c.args(["--features", Z3_FEATURES]);
         crate::z3::env(&mut c, lib);
