@@ -63,33 +63,34 @@ impl std::fmt::Debug for ExpertCopies<'_> {
     }
 }
 
-/// A job's activations, prepared once: products over its matrices, or each token's for the
-/// copies.
-enum Prepared {
+/// A job's activations, prepared once: products over its matrices, or each token's for its
+/// copies (held beside them).
+enum Prepared<'a> {
     /// Gate's product, and up's where its format differs.
     Products(Product, Option<Product>),
-    /// Each token's 16-bit activations, for the copies.
-    Copies(Vec<Acts8>),
+    /// Each token's 16-bit activations, and the copies they are for.
+    Copies(Vec<Acts8>, ExpertCopies<'a>),
 }
 
 /// Rows of a [`Q40x8`] group: a copy's work items start and end on multiples of it.
 const GROUP: usize = 8;
 
-/// Whether job `job`'s `m` tokens take its copies: it has them, and its products would run the
-/// decode kernels of `Fast` (bit for bit the copies' on the x86 paths).
-fn takes_copies(
+/// Job `job`'s copies where its `m` tokens take them: it has them, and its products would run
+/// the decode kernels of `Fast` (bit for bit the copies' on the x86 paths).
+fn takes_copies<'a>(
     path: KernelPath,
-    job: &ExpertJob<'_>,
+    job: &ExpertJob<'a>,
     m: usize,
     precision: Precision,
     decode: bool,
-) -> bool {
-    job.copies.is_some()
-        && m > 0
-        && matches!(path, KernelPath::Avx2Fma | KernelPath::Avx512)
-        && precision == Precision::Fast
-        && matvec_precision(path, WeightFormat::Q4_0, precision) == Precision::Fast
-        && Product::per_token(m, precision, decode)
+) -> Option<ExpertCopies<'a>> {
+    job.copies.filter(|_| {
+        m > 0
+            && matches!(path, KernelPath::Avx2Fma | KernelPath::Avx512)
+            && precision == Precision::Fast
+            && matvec_precision(path, WeightFormat::Q4_0, precision) == Precision::Fast
+            && Product::per_token(m, precision, decode)
+    })
 }
 
 /// Buffers of [`experts_ffn`], kept by the caller between steps.
@@ -172,7 +173,7 @@ pub fn experts_ffn_with(
     );
     let g_len: usize = ms.iter().zip(&ffs).map(|(m, f)| m * f).sum();
     let mut gs = split(grow(&mut scratch.g, g_len), &ms, |j| ffs[j]);
-    let copies: Vec<bool> = jobs
+    let copies: Vec<Option<ExpertCopies>> = jobs
         .iter()
         .zip(&ms)
         .map(|(job, &m)| takes_copies(path, job, m, precision, decode))
@@ -184,8 +185,9 @@ pub fn experts_ffn_with(
             let t = t as usize;
             dst.copy_from_slice(&x[t * d..(t + 1) * d]);
         }
-        if copies[j] {
-            return Prepared::Copies(xs.chunks_exact(d).map(|xt| Acts8::new(path, xt)).collect());
+        if let Some(c) = copies[j] {
+            let acts = xs.chunks_exact(d).map(|xt| Acts8::new(path, xt)).collect();
+            return Prepared::Copies(acts, c);
         }
         let m = job.tokens.len();
         let pg = Product::new(path, job.gate, xs, m, precision, decode);
@@ -212,7 +214,7 @@ pub fn experts_ffn_with(
     for (j, job) in jobs.iter().enumerate().filter(|&(j, _)| ms[j] > 0) {
         let chunk = match &prepared[j] {
             Prepared::Products(pg, _) => pg.chunk(path, job.gate).max(1),
-            Prepared::Copies(_) => matvec_chunk(ffs[j]).next_multiple_of(GROUP),
+            Prepared::Copies(..) => matvec_chunk(ffs[j]).next_multiple_of(GROUP),
         };
         items.extend(
             (0..ffs[j].div_ceil(chunk)).map(|c| (j, c * chunk, chunk.min(ffs[j] - c * chunk))),
@@ -224,19 +226,18 @@ pub fn experts_ffn_with(
         let xj = &xs[x_off[j]..x_off[j] + m * d];
         let mut g = vec![0f32; m * nr];
         let mut u = vec![0f32; m * nr];
-        match (&prepared[j], &batches[j], job.copies) {
-            (Prepared::Copies(acts), _, Some(c)) => {
+        match (&prepared[j], &batches[j]) {
+            (Prepared::Copies(acts, c), _) => {
                 c.gate.run_rows_tokens(path, acts, r0, &mut g);
                 c.up.run_rows_tokens(path, acts, r0, &mut u);
             }
-            (Prepared::Products(pg, pu), (bg, bu), _) => {
+            (Prepared::Products(pg, pu), (bg, bu)) => {
                 pg.run(path, job.gate, xj, m, r0, &mut g, bg.as_ref());
                 match pu {
                     Some(pu) => pu.run(path, job.up, xj, m, r0, &mut u, bu.as_ref()),
                     None => pg.run(path, job.up, xj, m, r0, &mut u, bg.as_ref()),
                 }
             }
-            (Prepared::Copies(_), _, None) => unreachable!("copies prepared for a job without"),
         }
         act_mul_inplace(act, &mut g, &u);
         // SAFETY: job `j`'s buffer holds `m * ff` elements and stays mutably borrowed (`gs`) until
@@ -268,7 +269,7 @@ type GateUpBatches<'p> = Vec<(
 fn gate_up_batches<'p>(
     path: KernelPath,
     jobs: &[ExpertJob<'_>],
-    prepared: &'p [Prepared],
+    prepared: &'p [Prepared<'_>],
 ) -> GateUpBatches<'p> {
     jobs.iter()
         .zip(prepared)
@@ -280,7 +281,7 @@ fn gate_up_batches<'p>(
                     pu.as_ref().and_then(|p| p.batch(path, &formats)),
                 )
             }
-            Prepared::Copies(_) => (None, None),
+            Prepared::Copies(..) => (None, None),
         })
         .collect()
 }
@@ -346,13 +347,13 @@ fn check_jobs(
 }
 
 /// The down products of every job, by (job, row chunk): `ys[j]` (`m × d`) from `gs[j]` (`m × ff`),
-/// over the job's copies where `copies[j]`.
+/// over the job's copies where `copies[j]` holds them.
 #[allow(clippy::too_many_arguments)]
 fn down_products(
     path: KernelPath,
     jobs: &[ExpertJob<'_>],
     ms: &[usize],
-    copies: &[bool],
+    copies: &[Option<ExpertCopies<'_>>],
     gs: &[&[f32]],
     ys: &mut [&mut [f32]],
     d: usize,
@@ -362,10 +363,11 @@ fn down_products(
     let prepare = |(j, ((job, g), &m)): (usize, ((&ExpertJob<'_>, &&[f32]), &usize))| {
         let ff = job.down.cols();
         (ff > 0 && m > 0).then(|| match copies[j] {
-            true => Prepared::Copies(g.chunks_exact(ff).map(|gt| Acts8::new(path, gt)).collect()),
-            false => {
-                Prepared::Products(Product::new(path, job.down, g, m, precision, decode), None)
-            }
+            Some(c) => Prepared::Copies(
+                g.chunks_exact(ff).map(|gt| Acts8::new(path, gt)).collect(),
+                c,
+            ),
+            None => Prepared::Products(Product::new(path, job.down, g, m, precision, decode), None),
         })
     };
     let prepared: Vec<Option<Prepared>> = if ms.iter().sum::<usize>() <= SERIAL_PAIRS {
@@ -400,7 +402,7 @@ fn down_products(
                 continue;
             }
             Some(Prepared::Products(p, _)) => p.chunk(path, job.down).max(1),
-            Some(Prepared::Copies(_)) => matvec_chunk(d).next_multiple_of(GROUP),
+            Some(Prepared::Copies(..)) => matvec_chunk(d).next_multiple_of(GROUP),
         };
         items.extend((0..d.div_ceil(chunk)).map(|c| (j, c * chunk, chunk.min(d - c * chunk))));
     }
@@ -408,11 +410,9 @@ fn down_products(
     let down = |&(j, r0, nr): &(usize, usize, usize)| {
         let m = ms[j];
         let mut y = vec![0f32; m * nr];
-        match (&prepared[j], jobs[j].copies) {
-            (Some(Prepared::Copies(acts)), Some(c)) => {
-                c.down.run_rows_tokens(path, acts, r0, &mut y)
-            }
-            (Some(Prepared::Products(p, _)), _) => p.run(
+        match &prepared[j] {
+            Some(Prepared::Copies(acts, c)) => c.down.run_rows_tokens(path, acts, r0, &mut y),
+            Some(Prepared::Products(p, _)) => p.run(
                 path,
                 jobs[j].down,
                 gs[j],
@@ -421,7 +421,7 @@ fn down_products(
                 &mut y,
                 batches[j].as_ref(),
             ),
-            _ => {}
+            None => {}
         }
         // SAFETY: job `j`'s output holds `m * d` elements and stays mutably borrowed (`ys`) until
         // this region ends; this work item alone writes its rows `r0 .. r0 + nr`.
