@@ -201,10 +201,14 @@ pub(crate) unsafe fn matvec_i16(
             // with a table for the nibbles).
             WeightFormat::Q4_0 => q40_pairs::matvec::<Q4_0>(w, sel, xq, y),
             WeightFormat::IQ4_NL => q40_pairs::matvec::<IQ4_NL>(w, sel, xq, y),
+            // Q5_0 on Q4_0's kernel too, each register's fifth bits or'ed in; Q4_1 and Q5_1 with
+            // their mins' term beside, on the AVX2 path (the AVX-512 path's batch kernels of these
+            // two, `batch512`, give the bits of `matvec_i16_q`).
+            WeightFormat::Q5_0 => q40_pairs::matvec::<Q5_0>(w, sel, xq, y),
+            WeightFormat::Q4_1 if !wide => q40_pairs::matvec::<Q4_1>(w, sel, xq, y),
+            WeightFormat::Q5_1 if !wide => q40_pairs::matvec::<Q5_1>(w, sel, xq, y),
             WeightFormat::Q4_1 if dense => matvec_i16_q::<Q4_1, 1>(w, sel, xq, y),
             WeightFormat::Q4_1 => matvec_i16_q::<Q4_1, 4>(w, sel, xq, y),
-            WeightFormat::Q5_0 if dense => matvec_i16_q::<Q5_0, 1>(w, sel, xq, y),
-            WeightFormat::Q5_0 => matvec_i16_q::<Q5_0, 4>(w, sel, xq, y),
             WeightFormat::Q5_1 if dense => matvec_i16_q::<Q5_1, 1>(w, sel, xq, y),
             WeightFormat::Q5_1 => matvec_i16_q::<Q5_1, 4>(w, sel, xq, y),
             WeightFormat::Q4_K | WeightFormat::Q5_K | WeightFormat::Q6_K if wide => {

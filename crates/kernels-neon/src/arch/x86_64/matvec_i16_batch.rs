@@ -273,8 +273,12 @@ pub(crate) unsafe fn matvec_i16_batch(
             }
             WeightFormat::Q4_0 => super::q40_pairs::q40_batch::<Q4_0>(w, r0, xq, ys),
             WeightFormat::IQ4_NL => super::q40_pairs::q40_batch::<IQ4_NL>(w, r0, xq, ys),
+            // Q5_0 takes `q40_pairs` on the AVX2 path and where the AVX-512 one has no kernel of
+            // its own (`q40_512::takes_matrix`), Q4_1 and Q5_1 on the AVX2 path, as `matvec_i16`.
+            WeightFormat::Q5_0 => super::q40_pairs::q40_batch::<Q5_0>(w, r0, xq, ys),
+            WeightFormat::Q4_1 if !wide => super::q40_pairs::q40_batch::<Q4_1>(w, r0, xq, ys),
+            WeightFormat::Q5_1 if !wide => super::q40_pairs::q40_batch::<Q5_1>(w, r0, xq, ys),
             WeightFormat::Q4_1 => batch_q::<Q4_1>(w, r0, xq, ys),
-            WeightFormat::Q5_0 => batch_q::<Q5_0>(w, r0, xq, ys),
             WeightFormat::Q5_1 => batch_q::<Q5_1>(w, r0, xq, ys),
             _ => {
                 for (q, y) in xq.iter().zip(ys.iter_mut()) {

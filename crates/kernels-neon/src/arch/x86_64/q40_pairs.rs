@@ -1,5 +1,6 @@
-//! Q4_0's (and IQ4_NL's) one-token (`matvec`) kernel with 16-bit activations
-//! ([`Precision::Fast`](crate::Precision::Fast)) on the AVX2 path: two blocks a register.
+//! Q4_0's (and IQ4_NL's, Q5_0's, and on the AVX2 path Q4_1's and Q5_1's) one-token (`matvec`)
+//! kernel with 16-bit activations ([`Precision::Fast`](crate::Precision::Fast)): two blocks a
+//! register.
 //!
 //! The 16 quant bytes of blocks `b` and `b + 1` are loaded into the two halves of one register
 //! and read as 16-bit lanes: lane `k` of a half holds the quants of elements `2k` (bits 0..4),
@@ -16,6 +17,15 @@
 //! nibbles indices into a table of 16 signed values, looked up by byte (`vpshufb`) and sign-extended
 //! into the same lanes; signed, they need no correction.
 //!
+//! Q5_0 and Q5_1 (a 4-byte `qh` of fifth bits before the nibbles): the nibble bytes' low and high
+//! nibbles are masked as bytes, each byte `or`ed with its element's fifth bit (llama.cpp's
+//! `bytes_from_bits_32` per block, [`fifth_bits`]), and the two resulting registers split into
+//! their lanes' low and high bytes: four registers as Q4_0's. Q5_0's offset of 16 is the
+//! correction taken twice. Q4_1 and Q5_1 (unsigned, a min `m` after the scale): no correction;
+//! per quad the four mins, gathered as the scales, times the four activation sums (`QActs16::s`)
+//! in one more FMA. The AVX-512 path keeps its own kernels for Q5_0 (`q40_512`), Q4_1 and Q5_1
+//! (`matvec_i16`'s, whose bits its batch kernels give).
+//!
 //! Results: per block the exact i32 sum times `d_w * d_x` in f32, as the scalar reference; only
 //! the f32 summation order differs.
 
@@ -24,11 +34,11 @@ use std::arch::x86_64::*;
 use super::matvec_i16::weights_i16;
 use super::simd::{f16_at, hsum_i32, prefetch_distance, PREFETCH};
 use crate::arch::drivers::RowDots;
-use crate::arch::tags::{IQ4_NL, Q4_0};
+use crate::arch::tags::{block_bytes, has_min, quants_offset, IQ4_NL, Q4_0, Q4_1, Q5_0, Q5_1};
 use crate::quant::QActs16;
 use crate::QMatrix;
 
-/// Bytes of a Q4_0 block.
+/// Bytes of a Q4_0 (and IQ4_NL) block.
 pub(super) const BB: usize = 18;
 
 /// The 16-bit activations of a call in the lane order of [`q40_rows`]: per pair of blocks its
@@ -40,6 +50,9 @@ pub(super) struct Q40Acts {
     pub(super) corr: Vec<i32>,
     /// The activation scales of quads of blocks in the order `b, b + 2, b + 1, b + 3`.
     pub(super) d: Vec<f32>,
+    /// The activation sums (`QActs16::s`) in the order of `d`: the factors of the mins of
+    /// Q4_1 and Q5_1.
+    pub(super) s: Vec<f32>,
 }
 
 impl Q40Acts {
@@ -94,33 +107,64 @@ impl Q40Acts {
                 _mm256_storeu_si256(corr.as_mut_ptr().add(8 * p) as *mut __m256i, c);
             }
         }
-        let d = xq.d[..quads * 4]
-            .chunks_exact(4)
-            .flat_map(|q| [q[0], q[2], q[1], q[3]])
-            .collect();
-        Q40Acts { x, corr, d }
+        let quad_order = |v: &[f32]| {
+            v[..quads * 4]
+                .chunks_exact(4)
+                .flat_map(|q| [q[0], q[2], q[1], q[3]])
+                .collect()
+        };
+        Q40Acts {
+            x,
+            corr,
+            d: quad_order(&xq.d),
+            s: quad_order(&xq.s),
+        }
     }
 }
 
-/// Whether format `F` takes this module's kernels: Q4_0, and IQ4_NL (the same 18-byte blocks of a
-/// scale and 32 nibbles, the nibbles indices into `IQ4NL_VALUES`).
+/// Whether format `F` takes this module's kernels and their 512-bit batch form
+/// ([`super::q40_pairs512`]): Q4_0, and IQ4_NL (the same 18-byte blocks of a scale and 32
+/// nibbles, the nibbles indices into `IQ4NL_VALUES`).
 pub(crate) const fn takes(f: u8) -> bool {
     matches!(f, Q4_0 | IQ4_NL)
 }
 
+/// Whether format `F` takes this module's AVX2 kernels: [`takes`]'s, Q5_0, Q4_1 and Q5_1
+/// (module docs).
+pub(crate) const fn takes_avx2(f: u8) -> bool {
+    takes(f) || matches!(f, Q5_0 | Q4_1 | Q5_1)
+}
+
+/// Offset of the 16 nibble bytes in a block of format `F` (after the scale, the min and `qh`
+/// where it has them).
+const fn nibbles_offset(f: u8) -> usize {
+    quants_offset(f) + if has_fifth_bits(f) { 4 } else { 0 }
+}
+
+/// Whether blocks of format `F` carry a fifth bit per element (`qh`, at [`quants_offset`]).
+const fn has_fifth_bits(f: u8) -> bool {
+    matches!(f, Q5_0 | Q5_1)
+}
+
 /// The 64 weights of blocks `b` and `b + 1` at `p` in the lane order of [`Q40Acts`]: four i16
 /// registers. Q4_0's unsigned (0..=15: its offset is the activations' correction, [`pair_dot`]);
-/// IQ4_NL's the table's signed values (two `vpshufb` on the bytes' low and high nibbles, then
-/// each byte sign-extended into its lane).
+/// Q5_0's likewise (0..=31, with the fifth bits of [`fifth_bits`]); Q4_1's and Q5_1's unsigned
+/// (their mins' term apart); IQ4_NL's the table's signed values (two `vpshufb` on the bytes' low
+/// and high nibbles, then each byte sign-extended into its lane).
 ///
 /// # Safety
-/// AVX2 present; `F` Q4_0 or IQ4_NL ([`takes`]); two blocks readable at `p`.
+/// AVX2 present; `F` one of [`takes_avx2`]; two blocks readable at `p`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn pair_weights<const F: u8>(p: *const u8) -> [__m256i; 4] {
-    // SAFETY: bytes 2..18 of both blocks, per contract.
-    let v =
-        unsafe { _mm256_loadu2_m128i(p.add(BB + 2) as *const __m128i, p.add(2) as *const __m128i) };
+    let (bb, qoff) = (block_bytes(F), nibbles_offset(F));
+    // SAFETY: the 16 nibble bytes of both blocks (`qoff..qoff + 16`), per contract.
+    let v = unsafe {
+        _mm256_loadu2_m128i(
+            p.add(bb + qoff) as *const __m128i,
+            p.add(qoff) as *const __m128i,
+        )
+    };
     if F == IQ4_NL {
         // SAFETY: the table holds 16 bytes.
         let kv = unsafe {
@@ -140,6 +184,22 @@ pub(super) unsafe fn pair_weights<const F: u8>(p: *const u8) -> [__m256i; 4] {
             _mm256_srai_epi16::<8>(hi),
         ];
     }
+    if has_fifth_bits(F) {
+        // SAFETY: the `qh` bytes of both blocks, per contract.
+        let (h, h16) = unsafe { fifth_bits(p.add(quants_offset(F)), p.add(bb + quants_offset(F))) };
+        // Bytes of the low nibbles (elements 2k, 2k + 1 of a lane k) and of the high ones (2k + 16,
+        // 2k + 17), each with its fifth bit, then split into the lanes' low and high bytes.
+        let m = _mm256_set1_epi8(0x0F);
+        let lo = _mm256_or_si256(_mm256_and_si256(v, m), h);
+        let hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(v), m), h16);
+        let low = _mm256_set1_epi16(0xFF);
+        return [
+            _mm256_and_si256(lo, low),
+            _mm256_and_si256(hi, low),
+            _mm256_srli_epi16::<8>(lo),
+            _mm256_srli_epi16::<8>(hi),
+        ];
+    }
     let m = _mm256_set1_epi16(0x0F);
     [
         _mm256_and_si256(v, m),
@@ -149,9 +209,48 @@ pub(super) unsafe fn pair_weights<const F: u8>(p: *const u8) -> [__m256i; 4] {
     ]
 }
 
+/// The fifth bits (16 or 0 in each byte) of the Q5_0/Q5_1 blocks whose `qh` is at `p0` (bytes 0..16) and `p1`
+/// (16..32) in the byte order of the blocks' nibble bytes: byte `j` of a half holds bit `j` of
+/// `qh` (element `j`, the low nibble of nibble byte `j`) in the first vector, bit `16 + j` (the
+/// high nibble's element) in the second. llama.cpp's `bytes_from_bits_32`: each `qh` byte spread
+/// over 8 bytes, `or` with all bits but the byte's own, `cmpeq` with all ones.
+///
+/// # Safety
+/// AVX2 present; the 4 `qh` bytes at `p0` and at `p1` readable.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn fifth_bits(p0: *const u8, p1: *const u8) -> (__m256i, __m256i) {
+    // SAFETY: per contract.
+    let (h0, h1) = unsafe {
+        (
+            std::ptr::read_unaligned(p0 as *const i32),
+            std::ptr::read_unaligned(p1 as *const i32),
+        )
+    };
+    let qh = _mm256_set_m128i(_mm_set1_epi32(h1), _mm_set1_epi32(h0));
+    let others = _mm256_set1_epi64x(0x7fbf_dfef_f7fb_fdfe);
+    let bits = |spread: __m256i| {
+        let set = _mm256_cmpeq_epi8(
+            _mm256_or_si256(_mm256_shuffle_epi8(qh, spread), others),
+            _mm256_set1_epi8(-1),
+        );
+        _mm256_and_si256(set, _mm256_set1_epi8(16))
+    };
+    let (b0, b1, b2, b3) = (
+        0,
+        0x0101_0101_0101_0101,
+        0x0202_0202_0202_0202,
+        0x0303_0303_0303_0303,
+    );
+    (
+        bits(_mm256_set_epi64x(b1, b0, b1, b0)),
+        bits(_mm256_set_epi64x(b3, b2, b3, b2)),
+    )
+}
+
 /// The exact i32 sums of the 64 products of [`pair_weights`] `q` of format `F` (blocks `b` in
 /// lanes 0..4, `b + 1` in lanes 4..8) with the reordered activations at `x` (their correction at
-/// `c`, added for Q4_0, whose weights are unsigned).
+/// `c`, added for Q4_0 and twice for Q5_0, whose weights are unsigned).
 ///
 /// # Safety
 /// AVX2 present; 64 i16 readable at `x`, 8 i32 at `c`.
@@ -166,7 +265,7 @@ pub(super) unsafe fn pair_dot<const F: u8>(
     unsafe {
         let xv = |k: usize| _mm256_loadu_si256(x.add(16 * k) as *const __m256i);
         // |q_w| <= 127, |q_x| <= 32767: a lane sums 8 products, below 2^26 (and the correction,
-        // 8 * 8 * 32767).
+        // 8 * 8 * 32767, twice for Q5_0).
         let s01 = _mm256_add_epi32(
             _mm256_madd_epi16(q[0], xv(0)),
             _mm256_madd_epi16(q[1], xv(1)),
@@ -176,10 +275,14 @@ pub(super) unsafe fn pair_dot<const F: u8>(
             _mm256_madd_epi16(q[3], xv(3)),
         );
         let s = _mm256_add_epi32(s01, s23);
-        if F != Q4_0 {
-            return s;
+        match F {
+            Q4_0 => _mm256_add_epi32(s, _mm256_loadu_si256(c as *const __m256i)),
+            Q5_0 => {
+                let c = _mm256_loadu_si256(c as *const __m256i);
+                _mm256_add_epi32(s, _mm256_add_epi32(c, c))
+            }
+            _ => s,
         }
-        _mm256_add_epi32(s, _mm256_loadu_si256(c as *const __m256i))
     }
 }
 
@@ -206,15 +309,17 @@ pub(super) fn hsum4(v: __m128) -> f32 {
     _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps::<1>(s, s)))
 }
 
-/// The four f16 scales of the quad at `p` in the order `b, b + 2, b + 1, b + 3`, as f32.
+/// The four f16 scales of the quad of format `F` at `p` in the order `b, b + 2, b + 1, b + 3`, as
+/// f32.
 ///
 /// # Safety
 /// F16C present; four blocks readable at `p`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn scales(p: *const u8) -> __m128 {
+pub(super) unsafe fn scales<const F: u8>(p: *const u8) -> __m128 {
+    let bb = block_bytes(F);
     // SAFETY: the first two bytes of each of the four blocks, in bounds per contract.
-    let h = |k: usize| u64::from(unsafe { std::ptr::read_unaligned(p.add(k * BB) as *const u16) });
+    let h = |k: usize| u64::from(unsafe { std::ptr::read_unaligned(p.add(k * bb) as *const u16) });
     let bits = h(0) | h(2) << 16 | h(1) << 32 | h(3) << 48;
     _mm_cvtph_ps(_mm_cvtsi64_si128(bits as i64))
 }
@@ -226,12 +331,13 @@ pub(super) unsafe fn scales(p: *const u8) -> __m128 {
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q40_rows<const F: u8, const R: usize>(rows: [&[u8]; R], a: &Q40Acts) -> [f32; R] {
-    let quads = a.d.len() / 4;
+    let (quads, bb) = (a.d.len() / 4, block_bytes(F));
     assert!(
-        takes(F)
-            && rows.iter().all(|r| r.len() >= quads * 4 * BB)
+        takes_avx2(F)
+            && rows.iter().all(|r| r.len() >= quads * 4 * bb)
             && a.x.len() >= quads * 128
             && a.corr.len() >= quads * 16
+            && a.s.len() >= quads * 4
     );
     let mut acc = [_mm_setzero_ps(); R];
     let dist = prefetch_distance::<R>();
@@ -243,17 +349,22 @@ unsafe fn q40_rows<const F: u8, const R: usize>(rows: [&[u8]; R], a: &Q40Acts) -
             let c = a.corr.as_ptr().add(16 * q);
             let dx = _mm_loadu_ps(a.d.as_ptr().add(4 * q));
             for i in 0..R {
-                let p = rows[i].as_ptr().add(4 * BB * q);
+                let p = rows[i].as_ptr().add(4 * bb * q);
                 // Prefetch hints (never fault; wrapping_add keeps them UB-free): a quad is 72
-                // bytes, two lines at most.
+                // bytes (Q5_0's 88), two lines at most.
                 let ahead = p.wrapping_add(dist);
                 _mm_prefetch::<_MM_HINT_T0>(ahead as *const i8);
                 _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(64) as *const i8);
                 let p01 = pair_dot::<F>(&pair_weights::<F>(p), x, c);
-                let p23 = pair_dot::<F>(&pair_weights::<F>(p.add(2 * BB)), x.add(64), c.add(8));
+                let p23 = pair_dot::<F>(&pair_weights::<F>(p.add(2 * bb)), x.add(64), c.add(8));
                 let isum = quad_sums(p01, p23);
-                let f = _mm_mul_ps(scales(p), dx);
+                let f = _mm_mul_ps(scales::<F>(p), dx);
                 acc[i] = _mm_fmadd_ps(_mm_cvtepi32_ps(isum), f, acc[i]);
+                if has_min(F) {
+                    // The mins (the f16s after the scales) times the activation sums.
+                    let s = _mm_loadu_ps(a.s.as_ptr().add(4 * q));
+                    acc[i] = _mm_fmadd_ps(scales::<F>(p.add(2)), s, acc[i]);
+                }
             }
         }
     }
@@ -272,8 +383,8 @@ pub(super) unsafe fn q40_tail<const F: u8, const R: usize>(
     xq: &QActs16,
     from: usize,
 ) -> [f32; R] {
-    let nb = xq.d.len();
-    assert!(rows.iter().all(|r| r.len() >= nb * BB) && xq.qs.len() >= nb * 32);
+    let (nb, bb) = (xq.d.len(), block_bytes(F));
+    assert!(rows.iter().all(|r| r.len() >= nb * bb) && xq.qs.len() >= nb * 32 && xq.s.len() >= nb);
     let mut y = [0f32; R];
     for b in from..nb {
         // SAFETY: b < nb: block b of every row and activations b*32..b*32 + 32 in bounds.
@@ -282,10 +393,13 @@ pub(super) unsafe fn q40_tail<const F: u8, const R: usize>(
             let x0 = _mm256_loadu_si256(xp as *const __m256i);
             let x1 = _mm256_loadu_si256(xp.add(16) as *const __m256i);
             for (yi, row) in y.iter_mut().zip(rows) {
-                let p = row.as_ptr().add(b * BB);
+                let p = row.as_ptr().add(b * bb);
                 let (w0, w1) = weights_i16::<F>(p);
                 let v = _mm256_add_epi32(_mm256_madd_epi16(w0, x0), _mm256_madd_epi16(w1, x1));
                 *yi += f16_at(p) * xq.d[b] * hsum_i32(v) as f32;
+                if has_min(F) {
+                    *yi += f16_at(p.add(2)) * xq.s[b];
+                }
             }
         }
     }
@@ -354,12 +468,15 @@ pub(super) unsafe fn matvec<const F: u8>(
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q40_tokens<const F: u8, const T: usize>(row: &[u8], acts: [&Q40Acts; T]) -> [f32; T] {
-    let quads = acts[0].d.len() / 4;
+    let (quads, bb) = (acts[0].d.len() / 4, block_bytes(F));
     assert!(
-        takes(F)
-            && row.len() >= quads * 4 * BB
+        takes_avx2(F)
+            && row.len() >= quads * 4 * bb
             && acts.iter().all(|a| {
-                a.d.len() == quads * 4 && a.x.len() >= quads * 128 && a.corr.len() >= quads * 16
+                a.d.len() == quads * 4
+                    && a.s.len() == quads * 4
+                    && a.x.len() >= quads * 128
+                    && a.corr.len() >= quads * 16
             })
     );
     let mut acc = [_mm_setzero_ps(); T];
@@ -367,11 +484,17 @@ unsafe fn q40_tokens<const F: u8, const T: usize>(row: &[u8], acts: [&Q40Acts; T
         // SAFETY: q < quads: blocks 4q..4q + 4 of the row and every token's activations,
         // corrections and scales of quad q are in bounds (asserted above).
         unsafe {
-            let p = row.as_ptr().add(4 * BB * q);
+            let p = row.as_ptr().add(4 * bb * q);
             _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(PREFETCH) as *const i8);
             _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(PREFETCH + 64) as *const i8);
-            let (w01, w23) = (pair_weights::<F>(p), pair_weights::<F>(p.add(2 * BB)));
-            let sc = scales(p);
+            let (w01, w23) = (pair_weights::<F>(p), pair_weights::<F>(p.add(2 * bb)));
+            let sc = scales::<F>(p);
+            // The mins (Q4_1, Q5_1: the f16s after the scales), read where the format has them.
+            let mins = if has_min(F) {
+                scales::<F>(p.add(2))
+            } else {
+                _mm_setzero_ps()
+            };
             for (t, a) in acts.iter().enumerate() {
                 let x = a.x.as_ptr().add(128 * q);
                 let c = a.corr.as_ptr().add(16 * q);
@@ -381,6 +504,10 @@ unsafe fn q40_tokens<const F: u8, const T: usize>(row: &[u8], acts: [&Q40Acts; T
                 );
                 let f = _mm_mul_ps(sc, _mm_loadu_ps(a.d.as_ptr().add(4 * q)));
                 acc[t] = _mm_fmadd_ps(_mm_cvtepi32_ps(isum), f, acc[t]);
+                if has_min(F) {
+                    let s = _mm_loadu_ps(a.s.as_ptr().add(4 * q));
+                    acc[t] = _mm_fmadd_ps(mins, s, acc[t]);
+                }
             }
         }
     }

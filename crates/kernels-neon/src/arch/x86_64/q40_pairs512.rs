@@ -138,7 +138,7 @@ unsafe fn row_pairs<const F: u8, const P: usize, const S: bool>(
             _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(PREFETCH) as *const i8);
             _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(PREFETCH + 64) as *const i8);
             let (w01, w23) = (pair_weights::<F>(p), pair_weights::<F>(p.add(2 * BB)));
-            let sc = scales(p);
+            let sc = scales::<F>(p);
             if P > 0 {
                 let (v01, v23) = (
                     w01.map(|v| _mm512_broadcast_i64x4(v)),
