@@ -374,6 +374,10 @@ pub(crate) struct Prep16 {
     /// The activations in the order of [`KernelPath::Avx512`]'s Q4_0 and Q5_0 kernel.
     #[cfg(target_arch = "x86_64")]
     q40: std::sync::OnceLock<x86_64::Q40Wide>,
+    /// The AVX2 K-quant kernels' activation order (`even_odd`), and the per-16 sums the Q2_K,
+    /// Q3_K and Q6_K ones take (`sums16`).
+    #[cfg(target_arch = "x86_64")]
+    k16: x86_64::K16Prep,
 }
 
 /// Quantized weights × 16-bit activations ([`Precision::Fast`](crate::Precision::Fast)); `prep`
@@ -393,8 +397,8 @@ pub(crate) fn matvec_i16(
             let q40 = (wide && x86_64::q40_takes_matrix(w.format()))
                 .then(|| prep.q40.get_or_init(|| x86_64::Q40Wide::new(xq)));
             // SAFETY: the path was checked available (AVX2/FMA/F16C present, and AVX-512F/BW/VNNI
-            // on the Avx512 path); `q40` is made from `xq`.
-            unsafe { x86_64::matvec_i16(w, sel, xq, y, wide, q40) }
+            // on the Avx512 path); `q40` and `prep.k16` belong to `xq`.
+            unsafe { x86_64::matvec_i16(w, sel, xq, y, wide, q40, &prep.k16) }
         }
         #[cfg(target_arch = "aarch64")]
         KernelPath::Neon | KernelPath::NeonDotprod | KernelPath::NeonI8mm => {
@@ -422,6 +426,10 @@ pub(crate) struct Batch16<'a> {
     tokens: Vec<&'a QActs16>,
     #[cfg(target_arch = "x86_64")]
     wide: x86_64::Interleaved,
+    /// Per token, the AVX2 K-quant kernels' orders, made on first use and shared by every work
+    /// item of the product.
+    #[cfg(target_arch = "x86_64")]
+    k16: Vec<x86_64::K16Prep>,
 }
 
 impl<'a> Batch16<'a> {
@@ -442,6 +450,8 @@ impl<'a> Batch16<'a> {
         #[cfg(not(target_arch = "x86_64"))]
         let _ = (path, formats);
         Batch16 {
+            #[cfg(target_arch = "x86_64")]
+            k16: tokens.iter().map(|_| x86_64::K16Prep::default()).collect(),
             tokens,
             #[cfg(target_arch = "x86_64")]
             wide,
@@ -452,7 +462,8 @@ impl<'a> Batch16<'a> {
 /// [`matvec_i16`] of rows `r0..r0 + ys[t].len()` for several tokens' activations (`xq.tokens[t]`
 /// → `ys[t]`), each token's results bit-identical to its own [`matvec_i16`]: AVX2, AVX-512 and NEON
 /// share each weight block's unpacking across tokens (32-element block formats), AVX-512 also each
-/// `Q4_K`/`Q5_K`/`Q6_K` super-block's; the scalar path runs one call per token.
+/// `Q4_K`/`Q5_K`/`Q6_K` super-block's and AVX2 each `Q4_K`/`Q6_K` one's; the scalar path runs one
+/// call per token.
 pub(crate) fn matvec_i16_batch(
     path: KernelPath,
     w: &QMatrix<'_>,
@@ -466,7 +477,7 @@ pub(crate) fn matvec_i16_batch(
             let wide = path == KernelPath::Avx512;
             // SAFETY: the path was checked available (AVX2/FMA/F16C present, and AVX-512F/BW/VNNI
             // on the Avx512 path); `xq.wide` is built from `xq.tokens` (`Batch16::new`).
-            unsafe { x86_64::matvec_i16_batch(w, r0, &xq.tokens, &xq.wide, ys, wide) }
+            unsafe { x86_64::matvec_i16_batch(w, r0, &xq.tokens, &xq.wide, &xq.k16, ys, wide) }
         }
         #[cfg(target_arch = "aarch64")]
         KernelPath::Neon | KernelPath::NeonDotprod | KernelPath::NeonI8mm => {

@@ -34,6 +34,29 @@ use super::simd::{hsum, prefetch_distance};
 use crate::arch::drivers::RowDots;
 use crate::WeightFormat;
 
+/// One token's 16-bit activations in the orders of this path's K-quant kernels ([`even_odd`],
+/// and the per-16 sums of [`sums16`](super::kquant_low::sums16)), each made on first use and
+/// shared by every work item and call that uses them (else each work item of a `matvec` reorders
+/// the whole vector again).
+#[derive(Default)]
+pub(crate) struct K16Prep {
+    eo: std::sync::OnceLock<Vec<i16>>,
+    s16: std::sync::OnceLock<Vec<f32>>,
+}
+
+impl K16Prep {
+    /// [`even_odd`] of `xq`'s quants (`xq` the activations this belongs to).
+    pub(super) fn even_odd(&self, xq: &crate::quant::QActs16) -> &[i16] {
+        self.eo.get_or_init(|| even_odd(&xq.qs))
+    }
+
+    /// [`sums16`](super::kquant_low::sums16) of `xq` (`xq` the activations this belongs to).
+    pub(super) fn sums16(&self, xq: &crate::quant::QActs16) -> &[f32] {
+        self.s16
+            .get_or_init(|| super::kquant_low::sums16(&xq.qs, &xq.d))
+    }
+}
+
 /// The 16-bit activation quants reordered per 32-block: its 16 even
 /// elements, then its 16 odd ones. `qs.len()` is a multiple of 32 (as
 /// `QActs16` guarantees).
@@ -103,6 +126,22 @@ pub(super) unsafe fn q4k_scales8(p: *const u8) -> (__m256, __m256) {
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q6k_scales16(p: *const u8, dxd: [__m256; 2]) -> ([__m256; 2], [__m256; 2]) {
+    // SAFETY: 210 bytes readable per contract.
+    let [s0, s1] = unsafe { q6k_row_scales16(p) };
+    (
+        [_mm256_mul_ps(s0, dxd[0]), _mm256_mul_ps(s1, dxd[1])],
+        [s0, s1],
+    )
+}
+
+/// `d * sc[h]` for the 16 sub-blocks of the Q6_K super-block at `p` in element order (`h < 8`,
+/// `h >= 8`): [`q6k_scales16`]'s part that does not depend on the activations.
+///
+/// # Safety
+/// AVX2/FMA/F16C present; 210 bytes readable at `p`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn q6k_row_scales16(p: *const u8) -> [__m256; 2] {
     // SAFETY: bytes 192..210 readable per contract.
     let (sc, d) = unsafe {
         (
@@ -116,17 +155,14 @@ unsafe fn q6k_scales16(p: *const u8, dxd: [__m256; 2]) -> ([__m256; 2], [__m256;
         _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128::<8>(sc))),
         d,
     );
-    (
-        [_mm256_mul_ps(s0, dxd[0]), _mm256_mul_ps(s1, dxd[1])],
-        [s0, s1],
-    )
+    [s0, s1]
 }
 
 /// The 8 activation scales of a super-block, each twice: `[dx0, dx0, dx1,
 /// dx1, ..]` for `j < 4` and for `j >= 4`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn dup_scales(dx: __m256) -> [__m256; 2] {
+pub(super) fn dup_scales(dx: __m256) -> [__m256; 2] {
     [
         _mm256_permutevar8x32_ps(dx, _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3)),
         _mm256_permutevar8x32_ps(dx, _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7)),
@@ -137,7 +173,7 @@ fn dup_scales(dx: __m256) -> [__m256; 2] {
 /// vector: lanes 0..4 (sub-block `2j`) and 4..8 (`2j + 1`).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn q6k_block_scale(v: __m256, j: i32) -> __m256 {
+pub(super) fn q6k_block_scale(v: __m256, j: i32) -> __m256 {
     let j = _mm256_set1_epi32(2 * (j % 4));
     _mm256_permutevar8x32_ps(
         v,
@@ -152,7 +188,11 @@ fn q6k_block_scale(v: __m256, j: i32) -> __m256 {
 /// odd (high byte) quants.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn q6k_even_odd<const K: usize>(ql0: __m256i, ql1: __m256i, qh: __m256i) -> (__m256i, __m256i) {
+pub(super) fn q6k_even_odd<const K: usize>(
+    ql0: __m256i,
+    ql1: __m256i,
+    qh: __m256i,
+) -> (__m256i, __m256i) {
     let ql = if K & 1 == 0 { ql0 } else { ql1 };
     // Low nibbles for K < 2, high for K >= 2; qh bits 2K..2K+2 to bits 4..6 of each byte.
     let lo = if K < 2 {

@@ -5,8 +5,8 @@ use std::arch::x86_64::*;
 
 use super::iq4xs_rows::Iq4xsDots;
 use super::kquant512::{pairs512, K16Dots512};
-use super::kquant_low::{sums16, K23Dots};
-use super::kquant_rows::{even_odd, K16Dots};
+use super::kquant_low::K23Dots;
+use super::kquant_rows::{K16Dots, K16Prep};
 use super::q40_512::Q40Wide;
 use super::q40_pairs;
 use super::simd::{f16_at, hsum, iq4nl_values32, prefetch_distance, q5_quants32};
@@ -154,10 +154,11 @@ unsafe fn matvec_i16_q<const F: u8, const R: usize>(
 /// Quantized weights × 16-bit activations ([`Precision::Fast`](crate::Precision::Fast)); `wide`
 /// takes the 512-bit kernels where they exist (`Q4_K`, `Q5_K`, `Q6_K`: [`super::kquant512`];
 /// `Q5_0`: [`super::q40_512`], on `q40` if given, else on `xq` reordered
-/// here).
+/// here); the AVX2 K-quant kernels take `xq` in the orders `k16` keeps (made there on first use).
 ///
 /// # Safety
-/// AVX2/FMA/F16C present, and AVX-512F/BW/VNNI too where `wide`.
+/// AVX2/FMA/F16C present, and AVX-512F/BW/VNNI too where `wide`; `k16` belongs to `xq` (made for
+/// it, or new).
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn matvec_i16(
     w: &QMatrix<'_>,
@@ -166,6 +167,7 @@ pub(crate) unsafe fn matvec_i16(
     y: &mut [f32],
     wide: bool,
     q40: Option<&Q40Wide>,
+    k16: &K16Prep,
 ) {
     // Rows per step (see `matvec_i16_q`): dense rows stream from memory, where fewer concurrent
     // row streams per thread measured faster end to end; listed rows are scattered, where more rows
@@ -228,37 +230,37 @@ pub(crate) unsafe fn matvec_i16(
                 // (2 threads, `sparrow bench`, 2026-11-25, shared 2-core machine):
                 // dense decode 26.9 / 25.9 tok/s with 1 row, 22.9 / 22.1 with 2,
                 // 24.2 / 20.2 with 4 (two interleaved rounds).
-                let x = even_odd(&xq.qs);
+                let x = k16.even_odd(xq);
                 let s16 = if w.format() == WeightFormat::Q6_K {
-                    sums16(&xq.qs, &xq.d)
+                    k16.sums16(xq)
                 } else {
-                    Vec::new()
+                    &[]
                 };
                 let k = K16Dots {
                     format: w.format(),
-                    x: &x,
+                    x,
                     d: &xq.d,
                     s: &xq.s,
-                    s16: &s16,
+                    s16,
                 };
                 rows_dense_or_listed(&k, w, sel, y)
             }
             WeightFormat::Q2_K | WeightFormat::Q3_K => {
                 // Rows per step as for the other K-quants: 1 dense, 4 listed.
-                let s16 = sums16(&xq.qs, &xq.d);
-                let x = even_odd(&xq.qs);
                 let k = K23Dots {
                     q3: w.format() == WeightFormat::Q3_K,
-                    x: &x,
+                    x: k16.even_odd(xq),
                     d: &xq.d,
-                    s16: &s16,
+                    s16: k16.sums16(xq),
                 };
                 rows_dense_or_listed(&k, w, sel, y)
             }
             WeightFormat::IQ4_XS => {
                 // Rows per step as for the other K-quants: 1 dense, 4 listed.
-                let x = even_odd(&xq.qs);
-                let k = Iq4xsDots { x: &x, d: &xq.d };
+                let k = Iq4xsDots {
+                    x: k16.even_odd(xq),
+                    d: &xq.d,
+                };
                 rows_dense_or_listed(&k, w, sel, y)
             }
             // Float and hybrid formats never take the integer path: the scalar reference.

@@ -9,6 +9,7 @@ use std::arch::x86_64::*;
 
 use super::batch512::{batch_octets, TokenOctet, OCTET};
 use super::kquant512_batch::{batch_k512, KPairs};
+use super::kquant_rows::K16Prep;
 use super::matvec_i16::{matvec_i16, weights_i16};
 use super::q40_512::{self, Q40Wide};
 use super::q40_pairs512::Q40Batch;
@@ -186,28 +187,38 @@ impl Interleaved {
 /// where `wide` and `octets` holds the tokens eight by eight ([`TokenOctet`]), across up to 8
 /// tokens on 512-bit registers ([`super::batch512`]); `Q4_K`, `Q5_K` and `Q6_K` share each
 /// super-block's unpacking across 4 tokens at a time where `wide` and `kpairs` holds the tokens in
-/// their order ([`super::kquant512_batch`]); `Q5_0` shares each pair of
+/// their order ([`super::kquant512_batch`]), `Q4_K` and `Q6_K` up to 4 where not `wide`
+/// ([`super::kquant_rows_batch`]); `Q5_0` shares each pair of
 /// blocks' unpacking across up to 8 tokens where `wide` ([`super::q40_512::batch`]); the others
-/// run [`matvec_i16`] once per token (`wide`
-/// as there).
+/// run [`matvec_i16`] once per token (`wide` as there). `k16[t]` keeps token `t`'s K-quant orders
+/// (made on first use, shared by the product's work items; new ones here where `k16` is not one
+/// per token).
 ///
 /// # Safety
 /// AVX2/FMA/F16C present, and AVX-512F/BW/VNNI too where `wide`; `il` built from `xq`
-/// ([`Interleaved::new`]) or empty.
+/// ([`Interleaved::new`]) or empty; `k16[t]` belongs to `xq[t]`.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn matvec_i16_batch(
     w: &QMatrix<'_>,
     r0: usize,
     xq: &[&QActs16],
     il: &Interleaved,
+    k16: &[K16Prep],
     ys: &mut [&mut [f32]],
     wide: bool,
 ) {
     assert_eq!(xq.len(), ys.len());
+    let own: Vec<K16Prep>;
+    let k16 = if k16.len() == xq.len() {
+        k16
+    } else {
+        own = xq.iter().map(|_| K16Prep::default()).collect();
+        &own
+    };
     if ys.is_empty() || ys.iter().any(|y| y.len() != ys[0].len()) || r0 + ys[0].len() > w.rows() {
-        for (q, y) in xq.iter().zip(ys.iter_mut()) {
-            // SAFETY: features present per contract.
-            unsafe { matvec_i16(w, Rows::From(r0), q, y, wide, None) }
+        for (t, (q, y)) in xq.iter().zip(ys.iter_mut()).enumerate() {
+            // SAFETY: features present per contract; `k16[t]` belongs to `q`.
+            unsafe { matvec_i16(w, Rows::From(r0), q, y, wide, None, &k16[t]) }
         }
         return;
     }
@@ -280,9 +291,14 @@ pub(crate) unsafe fn matvec_i16_batch(
             WeightFormat::Q5_1 if !wide => super::q40_pairs::q40_batch::<Q5_1>(w, r0, xq, ys),
             WeightFormat::Q4_1 => batch_q::<Q4_1>(w, r0, xq, ys),
             WeightFormat::Q5_1 => batch_q::<Q5_1>(w, r0, xq, ys),
+            // Q4_K and Q6_K on the AVX2 path (the AVX-512 path's one-token kernels are
+            // `kquant512`'s, whose batch form is above).
+            f if !wide && super::kquant_rows_batch::takes(f) => {
+                super::kquant_rows_batch::batch(w, r0, xq, k16, ys)
+            }
             _ => {
-                for (q, y) in xq.iter().zip(ys.iter_mut()) {
-                    matvec_i16(w, Rows::From(r0), q, y, wide, None)
+                for (t, (q, y)) in xq.iter().zip(ys.iter_mut()).enumerate() {
+                    matvec_i16(w, Rows::From(r0), q, y, wide, None, &k16[t])
                 }
             }
         }

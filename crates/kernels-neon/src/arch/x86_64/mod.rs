@@ -26,6 +26,7 @@ mod kquant512;
 mod kquant512_batch;
 mod kquant_low;
 mod kquant_rows;
+mod kquant_rows_batch;
 mod kquant_super;
 mod kv;
 mod matvec_exact;
@@ -61,6 +62,7 @@ pub(crate) use axpy_tiled::{axpy_rows_fixed, axpy_rows_fixed_dq, axpy_rows_tiled
 pub(crate) use dequant::dequant_row;
 pub(crate) use expf::{exp_sub, silu_mul};
 pub(crate) use hybrid::axpy_hybrid;
+pub(crate) use kquant_rows::K16Prep;
 pub(crate) use kv::{kv_accumulate, kv_scores};
 pub(crate) use matvec_exact::matvec_exact;
 pub(crate) use matvec_i16::matvec_i16;
