@@ -170,9 +170,9 @@ pub(super) fn takes(format: WeightFormat) -> bool {
 }
 
 /// `ys[t][i] = dot(W[r0 + i], x_t)` for a Q4_K or Q6_K matrix ([`takes`]) and every token `t`
-/// (all `ys[t]` of one length, rows in bounds): one row at a time, its tokens 4, then 2, then 1 at
-/// a time, each token's results bit-identical to its own `matvec` on the AVX2 path; `k16[t]`
-/// keeps token `t`'s orders.
+/// (all `ys[t]` of one length, rows in bounds): one row at a time, its tokens 4 at a time, then
+/// the 3, 2 or 1 left, each token's results bit-identical to its own `matvec` on the AVX2 path;
+/// `k16[t]` keeps token `t`'s orders.
 ///
 /// # Safety
 /// AVX2/FMA/F16C present; `k16[t]` belongs to `xq[t]`.
@@ -205,7 +205,9 @@ pub(super) unsafe fn batch(
             let n = unsafe {
                 if a.len() >= 4 {
                     put(ys, t, r, tokens::<4>(q6, row, [&a[0], &a[1], &a[2], &a[3]]))
-                } else if a.len() >= 2 {
+                } else if a.len() == 3 {
+                    put(ys, t, r, tokens::<3>(q6, row, [&a[0], &a[1], &a[2]]))
+                } else if a.len() == 2 {
                     put(ys, t, r, tokens::<2>(q6, row, [&a[0], &a[1]]))
                 } else {
                     put(ys, t, r, tokens::<1>(q6, row, [&a[0]]))

@@ -514,10 +514,10 @@ unsafe fn q40_tokens<const F: u8, const T: usize>(row: &[u8], acts: [&Q40Acts; T
     std::array::from_fn(|t| hsum4(acc[t]))
 }
 
-/// Q4_0 rows `r0..r0 + ys[t].len()` for every token `t` (all `ys[t]` of one length, rows in
-/// bounds): one row at a time, its tokens 4, then 2, then 1 at a time ([`q40_tokens`] over the
-/// whole quads, [`q40_tail`] per token over the rest), each token's results bit-identical to its
-/// own `matvec` on this path.
+/// Rows `r0..r0 + ys[t].len()` of a matrix of format `F` ([`takes_avx2`]) for every token `t` (all
+/// `ys[t]` of one length, rows in bounds): one row at a time, its tokens 4 at a time, then the 3, 2
+/// or 1 left ([`q40_tokens`] over the whole quads, [`q40_tail`] per token over the rest), each
+/// token's results bit-identical to its own `matvec` on this path.
 ///
 /// # Safety
 /// AVX2/FMA/F16C present.
@@ -540,7 +540,13 @@ pub(super) unsafe fn q40_batch<const F: u8>(
             let (n, d) = unsafe {
                 match a.len() {
                     4.. => (4, q40_tokens::<F, 4>(row, [&a[0], &a[1], &a[2], &a[3]])),
-                    2 | 3 => {
+                    // Three at once (a verification step of the chosen token and two drafts):
+                    // else the third would unpack every quad again alone.
+                    3 => {
+                        let [d0, d1, d2] = q40_tokens::<F, 3>(row, [&a[0], &a[1], &a[2]]);
+                        (3, [d0, d1, d2, 0.0])
+                    }
+                    2 => {
                         let [d0, d1] = q40_tokens::<F, 2>(row, [&a[0], &a[1]]);
                         (2, [d0, d1, 0.0, 0.0])
                     }
