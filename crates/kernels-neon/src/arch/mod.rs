@@ -462,8 +462,7 @@ impl<'a> Batch16<'a> {
 /// [`matvec_i16`] of rows `r0..r0 + ys[t].len()` for several tokens' activations (`xq.tokens[t]`
 /// → `ys[t]`), each token's results bit-identical to its own [`matvec_i16`]: AVX2, AVX-512 and NEON
 /// share each weight block's unpacking across tokens (32-element block formats), AVX-512 also each
-/// `Q4_K`/`Q5_K`/`Q6_K` super-block's and AVX2 each `Q4_K`/`Q6_K` one's; the scalar path runs one
-/// call per token.
+/// `Q4_K`/`Q5_K`/`Q6_K` super-block's (on AVX2 too); the scalar path runs one call per token.
 pub(crate) fn matvec_i16_batch(
     path: KernelPath,
     w: &QMatrix<'_>,

@@ -1,4 +1,4 @@
-//! The batch form of [`super::kquant_rows`]' `Q4_K` and `Q6_K` kernels on the AVX2 path (16-bit
+//! The batch form of [`super::kquant_rows`]' `Q4_K`, `Q5_K` and `Q6_K` kernels on the AVX2 path (16-bit
 //! activations, several tokens: batched decode, best-of-N, verification of drafted tokens): each
 //! super-block's quants unpacked and its scales decoded once per row for up to four tokens, then per
 //! token the operations of the one-token kernel in its order, so each token's result is bit for bit
@@ -92,6 +92,82 @@ unsafe fn q4k_tokens<const T: usize>(row: &[u8], a: [&KActs<'_>; T]) -> [f32; T]
     std::array::from_fn(|t| hsum(acc[t]) - hsum(mins[t]))
 }
 
+/// Q5_K dots of one row with `T` tokens: `q5k_i16_rows` of one row per token, the quants' and
+/// fifth bits' unpacking and the row's scales shared.
+///
+/// # Safety
+/// AVX2/FMA/F16C present.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q5k_tokens<const T: usize>(row: &[u8], a: [&KActs<'_>; T]) -> [f32; T] {
+    let nsb = a[0].d.len() / 8;
+    let (bb, qoff) = (176, 48);
+    assert!(
+        row.len() >= nsb * bb
+            && a.iter().all(|a| {
+                a.d.len() == nsb * 8 && a.x.len() >= nsb * 256 && a.s.len() >= nsb * 8
+            })
+    );
+    let (m4b, b4b, low) = (
+        _mm256_set1_epi8(0x0F),
+        _mm256_set1_epi8(0x10),
+        _mm256_set1_epi16(0xFF),
+    );
+    let mut acc = [[_mm256_setzero_ps(); 2]; T];
+    let mut mins = [_mm256_setzero_ps(); T];
+    for sb in 0..nsb {
+        // SAFETY: sb < nsb: super-block sb of the row (bytes sb*bb .. (sb+1)*bb), every token's
+        // activations sb*256 .. sb*256 + 256 and scales sb*8 .. sb*8 + 8 (asserted above).
+        unsafe {
+            let blk = row.as_ptr().add(sb * bb);
+            prefetch_block::<1>(blk, bb);
+            let (dl, ml) = q4k_scales8(blk);
+            let mut scale = [[0f32; 8]; T];
+            for t in 0..T {
+                let dx = _mm256_loadu_ps(a[t].d.as_ptr().add(sb * 8));
+                let sx = _mm256_loadu_ps(a[t].s.as_ptr().add(sb * 8));
+                _mm256_storeu_ps(scale[t].as_mut_ptr(), _mm256_mul_ps(dl, dx));
+                mins[t] = _mm256_fmadd_ps(ml, sx, mins[t]);
+            }
+            for g in 0..4 {
+                let raw = _mm256_loadu_si256(blk.add(qoff + 32 * g) as *const __m256i);
+                let qh = _mm256_loadu_si256(blk.add(16) as *const __m256i);
+                let hb = _mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * g as i32));
+                let q0 = _mm256_or_si256(
+                    _mm256_and_si256(raw, m4b),
+                    _mm256_and_si256(_mm256_slli_epi16::<4>(hb), b4b),
+                );
+                let q1 = _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi16::<4>(raw), m4b),
+                    _mm256_and_si256(_mm256_slli_epi16::<3>(hb), b4b),
+                );
+                let (e0, o0, e1, o1) = (
+                    _mm256_and_si256(q0, low),
+                    _mm256_srli_epi16::<8>(q0),
+                    _mm256_and_si256(q1, low),
+                    _mm256_srli_epi16::<8>(q1),
+                );
+                for t in 0..T {
+                    let xg = a[t].x.as_ptr().add(sb * 256 + 64 * g);
+                    let xe0 = _mm256_loadu_si256(xg as *const __m256i);
+                    let xo0 = _mm256_loadu_si256(xg.add(16) as *const __m256i);
+                    let xe1 = _mm256_loadu_si256(xg.add(32) as *const __m256i);
+                    let xo1 = _mm256_loadu_si256(xg.add(48) as *const __m256i);
+                    let i0 =
+                        _mm256_add_epi32(_mm256_madd_epi16(e0, xe0), _mm256_madd_epi16(o0, xo0));
+                    let i1 =
+                        _mm256_add_epi32(_mm256_madd_epi16(e1, xe1), _mm256_madd_epi16(o1, xo1));
+                    let s0 = _mm256_broadcast_ss(&scale[t][2 * g]);
+                    let s1 = _mm256_broadcast_ss(&scale[t][2 * g + 1]);
+                    acc[t][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i0), s0, acc[t][0]);
+                    acc[t][1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i1), s1, acc[t][1]);
+                }
+            }
+        }
+    }
+    std::array::from_fn(|t| hsum(_mm256_add_ps(acc[t][0], acc[t][1])) - hsum(mins[t]))
+}
+
 /// Q6_K dots of one row with `T` tokens: `q6k_i16_rows` of one row per token, the quants' loads
 /// and unpacking and the row's scales shared.
 ///
@@ -166,10 +242,13 @@ unsafe fn q6k_tokens<const T: usize>(row: &[u8], a: [&KActs<'_>; T]) -> [f32; T]
 
 /// Whether [`batch`] takes matrices of `format`.
 pub(super) fn takes(format: WeightFormat) -> bool {
-    matches!(format, WeightFormat::Q4_K | WeightFormat::Q6_K)
+    matches!(
+        format,
+        WeightFormat::Q4_K | WeightFormat::Q5_K | WeightFormat::Q6_K
+    )
 }
 
-/// `ys[t][i] = dot(W[r0 + i], x_t)` for a Q4_K or Q6_K matrix ([`takes`]) and every token `t`
+/// `ys[t][i] = dot(W[r0 + i], x_t)` for a Q4_K, Q5_K or Q6_K matrix ([`takes`]) and every token `t`
 /// (all `ys[t]` of one length, rows in bounds): one row at a time, its tokens 4 at a time, then
 /// the 3, 2 or 1 left, each token's results bit-identical to its own `matvec` on the AVX2 path;
 /// `k16[t]` keeps token `t`'s orders.
@@ -184,7 +263,8 @@ pub(super) unsafe fn batch(
     k16: &[K16Prep],
     ys: &mut [&mut [f32]],
 ) {
-    let q6 = w.format() == WeightFormat::Q6_K;
+    let format = w.format();
+    let q6 = format == WeightFormat::Q6_K;
     assert!(takes(w.format()) && xq.len() == ys.len() && k16.len() == xq.len());
     let acts: Vec<KActs<'_>> = xq
         .iter()
@@ -204,13 +284,18 @@ pub(super) unsafe fn batch(
             // SAFETY: features present per contract; the kernels assert the lengths.
             let n = unsafe {
                 if a.len() >= 4 {
-                    put(ys, t, r, tokens::<4>(q6, row, [&a[0], &a[1], &a[2], &a[3]]))
+                    put(
+                        ys,
+                        t,
+                        r,
+                        tokens::<4>(format, row, [&a[0], &a[1], &a[2], &a[3]]),
+                    )
                 } else if a.len() == 3 {
-                    put(ys, t, r, tokens::<3>(q6, row, [&a[0], &a[1], &a[2]]))
+                    put(ys, t, r, tokens::<3>(format, row, [&a[0], &a[1], &a[2]]))
                 } else if a.len() == 2 {
-                    put(ys, t, r, tokens::<2>(q6, row, [&a[0], &a[1]]))
+                    put(ys, t, r, tokens::<2>(format, row, [&a[0], &a[1]]))
                 } else {
-                    put(ys, t, r, tokens::<1>(q6, row, [&a[0]]))
+                    put(ys, t, r, tokens::<1>(format, row, [&a[0]]))
                 }
             };
             t += n;
@@ -218,19 +303,19 @@ pub(super) unsafe fn batch(
     }
 }
 
-/// [`q6k_tokens`] or [`q4k_tokens`].
+/// [`q4k_tokens`], [`q5k_tokens`] or [`q6k_tokens`] for a matrix of `format` ([`takes`]).
 ///
 /// # Safety
 /// AVX2/FMA/F16C present.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn tokens<const T: usize>(q6: bool, row: &[u8], a: [&KActs<'_>; T]) -> [f32; T] {
+unsafe fn tokens<const T: usize>(format: WeightFormat, row: &[u8], a: [&KActs<'_>; T]) -> [f32; T] {
     // SAFETY: features present per contract; the kernels assert the lengths.
     unsafe {
-        if q6 {
-            q6k_tokens::<T>(row, a)
-        } else {
-            q4k_tokens::<T>(row, a)
+        match format {
+            WeightFormat::Q6_K => q6k_tokens::<T>(row, a),
+            WeightFormat::Q5_K => q5k_tokens::<T>(row, a),
+            _ => q4k_tokens::<T>(row, a),
         }
     }
 }

@@ -193,7 +193,7 @@ impl Interleaved {
 /// where `wide` and `octets` holds the tokens eight by eight ([`TokenOctet`]), across up to 8
 /// tokens on 512-bit registers ([`super::batch512`]); `Q4_K`, `Q5_K` and `Q6_K` share each
 /// super-block's unpacking across 4 tokens at a time where `wide` and `kpairs` holds the tokens in
-/// their order ([`super::kquant512_batch`]), `Q4_K` and `Q6_K` up to 4 where not `wide`
+/// their order ([`super::kquant512_batch`]), and up to 4 where not `wide`
 /// ([`super::kquant_rows_batch`]); `Q5_0` shares each pair of
 /// blocks' unpacking across up to 8 tokens where `wide` ([`super::q40_512::batch`]); the others
 /// run [`matvec_i16`] once per token (`wide` as there). `k16[t]` keeps token `t`'s K-quant orders
@@ -297,7 +297,7 @@ pub(crate) unsafe fn matvec_i16_batch(
             WeightFormat::Q5_1 if !wide => super::q40_pairs::q40_batch::<Q5_1>(w, r0, xq, ys),
             WeightFormat::Q4_1 => batch_q::<Q4_1>(w, r0, xq, ys),
             WeightFormat::Q5_1 => batch_q::<Q5_1>(w, r0, xq, ys),
-            // Q4_K and Q6_K on the AVX2 path (the AVX-512 path's one-token kernels are
+            // Q4_K, Q5_K and Q6_K on the AVX2 path (the AVX-512 path's one-token kernels are
             // `kquant512`'s, whose batch form is above).
             f if !wide && super::kquant_rows_batch::takes(f) => {
                 super::kquant_rows_batch::batch(w, r0, xq, k16, ys)

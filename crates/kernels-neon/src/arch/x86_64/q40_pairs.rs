@@ -209,11 +209,11 @@ pub(super) unsafe fn pair_weights<const F: u8>(p: *const u8) -> [__m256i; 4] {
     ]
 }
 
-/// The fifth bits (16 or 0 in each byte) of the Q5_0/Q5_1 blocks whose `qh` is at `p0` (bytes 0..16) and `p1`
-/// (16..32) in the byte order of the blocks' nibble bytes: byte `j` of a half holds bit `j` of
-/// `qh` (element `j`, the low nibble of nibble byte `j`) in the first vector, bit `16 + j` (the
-/// high nibble's element) in the second. llama.cpp's `bytes_from_bits_32`: each `qh` byte spread
-/// over 8 bytes, `or` with all bits but the byte's own, `cmpeq` with all ones.
+/// The fifth bits (16 or 0 in each byte) of the Q5_0/Q5_1 blocks whose `qh` is at `p0` (bytes
+/// 0..16) and `p1` (16..32) in the byte order of the blocks' nibble bytes: byte `j` of a half holds
+/// bit `j` of `qh` (element `j`, the low nibble of nibble byte `j`) in the first vector, bit
+/// `16 + j` (the high nibble's element) in the second. llama.cpp's `bytes_from_bits_32`: each `qh`
+/// byte spread over 8 bytes, `or` with all bits but the byte's own, `cmpeq` with all ones.
 ///
 /// # Safety
 /// AVX2 present; the 4 `qh` bytes at `p0` and at `p1` readable.
@@ -324,7 +324,8 @@ pub(super) unsafe fn scales<const F: u8>(p: *const u8) -> __m128 {
     _mm_cvtph_ps(_mm_cvtsi64_si128(bits as i64))
 }
 
-/// Q4_0 dot of `R` rows over the whole quads of `a` (module docs); the caller adds the rest.
+/// Dot of `R` rows of format `F` ([`takes_avx2`]) over the whole quads of `a` (module docs); the
+/// caller adds the rest.
 ///
 /// # Safety
 /// AVX2/FMA/F16C present.
@@ -371,8 +372,8 @@ unsafe fn q40_rows<const F: u8, const R: usize>(rows: [&[u8]; R], a: &Q40Acts) -
     std::array::from_fn(|i| hsum4(acc[i]))
 }
 
-/// Q4_0 dot of `R` rows over blocks `from..` of `xq`, one block at a time (the blocks after the
-/// last whole quad).
+/// Dot of `R` rows of format `F` ([`takes_avx2`]) over blocks `from..` of `xq`, one block at a
+/// time (the blocks after the last whole quad), with the mins' term of Q4_1 and Q5_1.
 ///
 /// # Safety
 /// AVX2/FMA/F16C present.
