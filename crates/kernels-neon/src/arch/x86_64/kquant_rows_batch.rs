@@ -1,10 +1,11 @@
-//! The batch form of [`super::kquant_rows`]' `Q4_K`, `Q5_K` and `Q6_K` kernels on the AVX2 path (16-bit
-//! activations, several tokens: batched decode, best-of-N, verification of drafted tokens): each
-//! super-block's quants unpacked and its scales decoded once per row for up to four tokens, then per
-//! token the operations of the one-token kernel in its order, so each token's result is bit for bit
-//! its own `matvec` on this path (the one-token kernels run one row a step over dense matrices, and
-//! a row's operations do not depend on the rows beside it). Before, the AVX2 path ran one `matvec`
-//! per token: every quant unpacked, and every row chunk's activations reordered, once per token.
+//! The batch form of [`super::kquant_rows`]' `Q4_K`, `Q5_K` and `Q6_K` kernels on the AVX2 path
+//! (16-bit activations, several tokens: batched decode, best-of-N, verification of drafted tokens):
+//! each super-block's quants unpacked and its scales decoded once per row for up to four tokens,
+//! then per token the operations of the one-token kernel in its order, so each token's result is
+//! bit for bit its own `matvec` on this path (the one-token kernels run one row a step over dense
+//! matrices, and a row's operations do not depend on the rows beside it). Before, the AVX2 path ran
+//! one `matvec` per token: every quant unpacked, and every row chunk's activations reordered, once
+//! per token.
 
 use std::arch::x86_64::*;
 
@@ -265,7 +266,7 @@ pub(super) unsafe fn batch(
 ) {
     let format = w.format();
     let q6 = format == WeightFormat::Q6_K;
-    assert!(takes(w.format()) && xq.len() == ys.len() && k16.len() == xq.len());
+    assert!(takes(format) && xq.len() == ys.len() && k16.len() == xq.len());
     let acts: Vec<KActs<'_>> = xq
         .iter()
         .zip(k16)
