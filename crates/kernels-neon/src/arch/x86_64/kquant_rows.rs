@@ -216,6 +216,72 @@ pub(super) fn q6k_even_odd<const K: usize>(
     )
 }
 
+/// The even and odd quants of sub-blocks `2g` (low nibbles) and `2g + 1` (high nibbles) from 32
+/// Q4_K quant bytes `raw` read as i16 lanes (lane `k`: byte `2k`, element `2k`, low; byte `2k + 1`
+/// high): `[e0, o0, e1, o1]`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn q4k_quants(raw: __m256i) -> [__m256i; 4] {
+    let m4 = _mm256_set1_epi16(0x0F);
+    [
+        _mm256_and_si256(raw, m4),
+        _mm256_and_si256(_mm256_srli_epi16::<8>(raw), m4),
+        _mm256_and_si256(_mm256_srli_epi16::<4>(raw), m4),
+        _mm256_srli_epi16::<12>(raw),
+    ]
+}
+
+/// [`q4k_quants`] for Q5_K, with bit `2g` (sub-block `2g`) or `2g + 1` of every `qh` byte as bit 4:
+/// both bytes of a lane at once (the nibble and its fifth bit), then split.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn q5k_quants(raw: __m256i, qh: __m256i, g: usize) -> [__m256i; 4] {
+    let (m4b, b4b, low) = (
+        _mm256_set1_epi8(0x0F),
+        _mm256_set1_epi8(0x10),
+        _mm256_set1_epi16(0xFF),
+    );
+    let hb = _mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * g as i32));
+    let q0 = _mm256_or_si256(
+        _mm256_and_si256(raw, m4b),
+        _mm256_and_si256(_mm256_slli_epi16::<4>(hb), b4b),
+    );
+    let q1 = _mm256_or_si256(
+        _mm256_and_si256(_mm256_srli_epi16::<4>(raw), m4b),
+        _mm256_and_si256(_mm256_slli_epi16::<3>(hb), b4b),
+    );
+    [
+        _mm256_and_si256(q0, low),
+        _mm256_srli_epi16::<8>(q0),
+        _mm256_and_si256(q1, low),
+        _mm256_srli_epi16::<8>(q1),
+    ]
+}
+
+/// The four activation registers of sub-blocks `2g` and `2g + 1` at `xg` (even then odd elements of
+/// each, [`even_odd`] order).
+///
+/// # Safety
+/// AVX2 present; 64 i16 readable at `xg`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn acts64(xg: *const i16) -> [__m256i; 4] {
+    // SAFETY: 64 i16 readable per contract.
+    std::array::from_fn(|k| unsafe { _mm256_loadu_si256(xg.add(16 * k) as *const __m256i) })
+}
+
+/// The i32 lane sums of sub-blocks `2g` and `2g + 1`: quants `[e0, o0, e1, o1]` ([`q4k_quants`],
+/// [`q5k_quants`]) with the activations of [`acts64`]. |q_w| <= 31, |q_x| <= 32767: each lane
+/// sums 4 products, below 2^22.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn sub_pair_sums(q: &[__m256i; 4], x: &[__m256i; 4]) -> (__m256i, __m256i) {
+    (
+        _mm256_add_epi32(_mm256_madd_epi16(q[0], x[0]), _mm256_madd_epi16(q[1], x[1])),
+        _mm256_add_epi32(_mm256_madd_epi16(q[2], x[2]), _mm256_madd_epi16(q[3], x[3])),
+    )
+}
+
 /// `[a 0+2, b 0+2, a 1+3, b 1+3 | a 4+6, b 4+6, a 5+7, b 5+7]`: two vectors' i32 lanes summed
 /// in pairs, the first step of reducing sub-blocks' lane sums together (single-operation unpacks).
 #[inline]
@@ -258,7 +324,6 @@ unsafe fn q4k_i16_rows<const R: usize>(
     let nsb = d.len() / 8;
     let (bb, qoff) = (144, 16);
     assert!(rows.iter().all(|r| r.len() >= nsb * bb) && x.len() >= nsb * 256 && s.len() >= nsb * 8);
-    let m4 = _mm256_set1_epi16(0x0F);
     let mut acc = [_mm256_setzero_ps(); R];
     let mut mins = [_mm256_setzero_ps(); R];
     for sb in 0..nsb {
@@ -281,26 +346,10 @@ unsafe fn q4k_i16_rows<const R: usize>(
             let mut pairs = [[_mm256_setzero_si256(); 2]; R];
             let mut quads = [[_mm256_setzero_si256(); 2]; R];
             for g in 0..4 {
-                let xg = xp.add(64 * g);
-                let xe0 = _mm256_loadu_si256(xg as *const __m256i);
-                let xo0 = _mm256_loadu_si256(xg.add(16) as *const __m256i);
-                let xe1 = _mm256_loadu_si256(xg.add(32) as *const __m256i);
-                let xo1 = _mm256_loadu_si256(xg.add(48) as *const __m256i);
+                let x = acts64(xp.add(64 * g));
                 for i in 0..R {
                     let raw = _mm256_loadu_si256(blk[i].add(qoff + 32 * g) as *const __m256i);
-                    // Lane k: byte 2k (element 2k) low, byte 2k+1 high; low
-                    // nibbles are sub-block 2g, high nibbles 2g + 1.
-                    let (e0, o0, e1, o1) = (
-                        _mm256_and_si256(raw, m4),
-                        _mm256_and_si256(_mm256_srli_epi16::<8>(raw), m4),
-                        _mm256_and_si256(_mm256_srli_epi16::<4>(raw), m4),
-                        _mm256_srli_epi16::<12>(raw),
-                    );
-                    // |q_w| <= 15, |q_x| <= 32767: each i32 lane sums 4 products, below 2^21.
-                    let i0 =
-                        _mm256_add_epi32(_mm256_madd_epi16(e0, xe0), _mm256_madd_epi16(o0, xo0));
-                    let i1 =
-                        _mm256_add_epi32(_mm256_madd_epi16(e1, xe1), _mm256_madd_epi16(o1, xo1));
+                    let (i0, i1) = sub_pair_sums(&q4k_quants(raw), &x);
                     pairs[i][g % 2] = sum_pairs(i0, i1);
                     if g % 2 == 1 {
                         quads[i][g / 2] = sum_quads(pairs[i][0], pairs[i][1]);
@@ -334,11 +383,6 @@ unsafe fn q5k_i16_rows<const R: usize>(
     let nsb = d.len() / 8;
     let (bb, qoff) = (176, 48);
     assert!(rows.iter().all(|r| r.len() >= nsb * bb) && x.len() >= nsb * 256 && s.len() >= nsb * 8);
-    let (m4b, b4b, low) = (
-        _mm256_set1_epi8(0x0F),
-        _mm256_set1_epi8(0x10),
-        _mm256_set1_epi16(0xFF),
-    );
     let mut acc = [[_mm256_setzero_ps(); 2]; R];
     let mut mins = [_mm256_setzero_ps(); R];
     for sb in 0..nsb {
@@ -358,38 +402,11 @@ unsafe fn q5k_i16_rows<const R: usize>(
                 mins[i] = _mm256_fmadd_ps(ml, sx, mins[i]);
             }
             for g in 0..4 {
-                let xg = xp.add(64 * g);
-                let xe0 = _mm256_loadu_si256(xg as *const __m256i);
-                let xo0 = _mm256_loadu_si256(xg.add(16) as *const __m256i);
-                let xe1 = _mm256_loadu_si256(xg.add(32) as *const __m256i);
-                let xo1 = _mm256_loadu_si256(xg.add(48) as *const __m256i);
+                let x = acts64(xp.add(64 * g));
                 for i in 0..R {
                     let raw = _mm256_loadu_si256(blk[i].add(qoff + 32 * g) as *const __m256i);
-                    // Lane k: byte 2k (element 2k) low, byte 2k+1 high; low
-                    // nibbles are sub-block 2g, high nibbles 2g + 1.
-                    // Both bytes of a lane at once: the nibble, and bit 2g (sub-block 2g)
-                    // or 2g + 1 of every qh byte moved to bit 4; then split.
                     let qh = _mm256_loadu_si256(blk[i].add(16) as *const __m256i);
-                    let hb = _mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * g as i32));
-                    let q0 = _mm256_or_si256(
-                        _mm256_and_si256(raw, m4b),
-                        _mm256_and_si256(_mm256_slli_epi16::<4>(hb), b4b),
-                    );
-                    let q1 = _mm256_or_si256(
-                        _mm256_and_si256(_mm256_srli_epi16::<4>(raw), m4b),
-                        _mm256_and_si256(_mm256_slli_epi16::<3>(hb), b4b),
-                    );
-                    let (e0, o0, e1, o1) = (
-                        _mm256_and_si256(q0, low),
-                        _mm256_srli_epi16::<8>(q0),
-                        _mm256_and_si256(q1, low),
-                        _mm256_srli_epi16::<8>(q1),
-                    );
-                    // |q_w| <= 31, |q_x| <= 32767: each i32 lane sums 4 products, below 2^22.
-                    let i0 =
-                        _mm256_add_epi32(_mm256_madd_epi16(e0, xe0), _mm256_madd_epi16(o0, xo0));
-                    let i1 =
-                        _mm256_add_epi32(_mm256_madd_epi16(e1, xe1), _mm256_madd_epi16(o1, xo1));
+                    let (i0, i1) = sub_pair_sums(&q5k_quants(raw, qh, g), &x);
                     let s0 = _mm256_broadcast_ss(&scale[i][2 * g]);
                     let s1 = _mm256_broadcast_ss(&scale[i][2 * g + 1]);
                     acc[i][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i0), s0, acc[i][0]);

@@ -10,8 +10,8 @@
 use std::arch::x86_64::*;
 
 use super::kquant_rows::{
-    dup_scales, prefetch_block, q4k_scales8, q6k_block_scale, q6k_even_odd, q6k_row_scales16,
-    sub_block_sums, sum_pairs, sum_quads, K16Prep,
+    acts64, dup_scales, prefetch_block, q4k_quants, q4k_scales8, q5k_quants, q6k_block_scale,
+    q6k_even_odd, q6k_row_scales16, sub_block_sums, sub_pair_sums, sum_pairs, sum_quads, K16Prep,
 };
 use super::simd::hsum;
 use crate::quant::QActs16;
@@ -42,7 +42,6 @@ unsafe fn q4k_tokens<const T: usize>(row: &[u8], a: [&KActs<'_>; T]) -> [f32; T]
                 a.d.len() == nsb * 8 && a.x.len() >= nsb * 256 && a.s.len() >= nsb * 8
             })
     );
-    let m4 = _mm256_set1_epi16(0x0F);
     let mut acc = [_mm256_setzero_ps(); T];
     let mut mins = [_mm256_setzero_ps(); T];
     for sb in 0..nsb {
@@ -61,23 +60,10 @@ unsafe fn q4k_tokens<const T: usize>(row: &[u8], a: [&KActs<'_>; T]) -> [f32; T]
             let mut pairs = [[_mm256_setzero_si256(); 2]; T];
             let mut quads = [[_mm256_setzero_si256(); 2]; T];
             for g in 0..4 {
-                let raw = _mm256_loadu_si256(blk.add(qoff + 32 * g) as *const __m256i);
-                let (e0, o0, e1, o1) = (
-                    _mm256_and_si256(raw, m4),
-                    _mm256_and_si256(_mm256_srli_epi16::<8>(raw), m4),
-                    _mm256_and_si256(_mm256_srli_epi16::<4>(raw), m4),
-                    _mm256_srli_epi16::<12>(raw),
-                );
+                let q = q4k_quants(_mm256_loadu_si256(blk.add(qoff + 32 * g) as *const __m256i));
                 for t in 0..T {
-                    let xg = a[t].x.as_ptr().add(sb * 256 + 64 * g);
-                    let xe0 = _mm256_loadu_si256(xg as *const __m256i);
-                    let xo0 = _mm256_loadu_si256(xg.add(16) as *const __m256i);
-                    let xe1 = _mm256_loadu_si256(xg.add(32) as *const __m256i);
-                    let xo1 = _mm256_loadu_si256(xg.add(48) as *const __m256i);
-                    let i0 =
-                        _mm256_add_epi32(_mm256_madd_epi16(e0, xe0), _mm256_madd_epi16(o0, xo0));
-                    let i1 =
-                        _mm256_add_epi32(_mm256_madd_epi16(e1, xe1), _mm256_madd_epi16(o1, xo1));
+                    let x = acts64(a[t].x.as_ptr().add(sb * 256 + 64 * g));
+                    let (i0, i1) = sub_pair_sums(&q, &x);
                     pairs[t][g % 2] = sum_pairs(i0, i1);
                     if g % 2 == 1 {
                         quads[t][g / 2] = sum_quads(pairs[t][0], pairs[t][1]);
@@ -109,11 +95,6 @@ unsafe fn q5k_tokens<const T: usize>(row: &[u8], a: [&KActs<'_>; T]) -> [f32; T]
                 a.d.len() == nsb * 8 && a.x.len() >= nsb * 256 && a.s.len() >= nsb * 8
             })
     );
-    let (m4b, b4b, low) = (
-        _mm256_set1_epi8(0x0F),
-        _mm256_set1_epi8(0x10),
-        _mm256_set1_epi16(0xFF),
-    );
     let mut acc = [[_mm256_setzero_ps(); 2]; T];
     let mut mins = [_mm256_setzero_ps(); T];
     for sb in 0..nsb {
@@ -133,31 +114,10 @@ unsafe fn q5k_tokens<const T: usize>(row: &[u8], a: [&KActs<'_>; T]) -> [f32; T]
             for g in 0..4 {
                 let raw = _mm256_loadu_si256(blk.add(qoff + 32 * g) as *const __m256i);
                 let qh = _mm256_loadu_si256(blk.add(16) as *const __m256i);
-                let hb = _mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * g as i32));
-                let q0 = _mm256_or_si256(
-                    _mm256_and_si256(raw, m4b),
-                    _mm256_and_si256(_mm256_slli_epi16::<4>(hb), b4b),
-                );
-                let q1 = _mm256_or_si256(
-                    _mm256_and_si256(_mm256_srli_epi16::<4>(raw), m4b),
-                    _mm256_and_si256(_mm256_slli_epi16::<3>(hb), b4b),
-                );
-                let (e0, o0, e1, o1) = (
-                    _mm256_and_si256(q0, low),
-                    _mm256_srli_epi16::<8>(q0),
-                    _mm256_and_si256(q1, low),
-                    _mm256_srli_epi16::<8>(q1),
-                );
+                let q = q5k_quants(raw, qh, g);
                 for t in 0..T {
-                    let xg = a[t].x.as_ptr().add(sb * 256 + 64 * g);
-                    let xe0 = _mm256_loadu_si256(xg as *const __m256i);
-                    let xo0 = _mm256_loadu_si256(xg.add(16) as *const __m256i);
-                    let xe1 = _mm256_loadu_si256(xg.add(32) as *const __m256i);
-                    let xo1 = _mm256_loadu_si256(xg.add(48) as *const __m256i);
-                    let i0 =
-                        _mm256_add_epi32(_mm256_madd_epi16(e0, xe0), _mm256_madd_epi16(o0, xo0));
-                    let i1 =
-                        _mm256_add_epi32(_mm256_madd_epi16(e1, xe1), _mm256_madd_epi16(o1, xo1));
+                    let x = acts64(a[t].x.as_ptr().add(sb * 256 + 64 * g));
+                    let (i0, i1) = sub_pair_sums(&q, &x);
                     let s0 = _mm256_broadcast_ss(&scale[t][2 * g]);
                     let s1 = _mm256_broadcast_ss(&scale[t][2 * g + 1]);
                     acc[t][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i0), s0, acc[t][0]);
