@@ -6,7 +6,8 @@
 //! - `Q2_K` quants (0..=3) are unsigned as they are; the min term `dmin * m * d_x * sum(x)` of each
 //!   16 elements is taken once per super-block by vector from [`Split16::sum16`].
 //! - `Q3_K` quants (-4..=3) are taken as `q + 4` (0..=7, the high bit set where `hmask`'s bit is),
-//!   the `- 4` back as `-4 * sum(x)` of the 16 elements in the first lane.
+//!   the `- 4` back once per super-block by vector: `4 * sum(d * sc * d_x * sum(x))` over its 16
+//!   groups ([`offset_term`]).
 //! - `IQ4_XS` values (-127..=113, signed) go as they are into the `hi` dot and `+ 128` (`^ 0x80`)
 //!   into the unsigned `lo` one, the `+ 128` taken back by the block's `-128 * sum(lo)`
 //!   (`IQ4_NL`'s way in `matvec_split.rs`).
@@ -17,24 +18,23 @@
 
 use std::arch::aarch64::*;
 
-use super::kquant_split::{acts, fma_lane, ld};
-use super::matvec_split::{sdot, udot, Split16};
+use super::kquant_split::{acts, fma_lane, ld, offset_term, SbActs};
+use super::matvec_split::{sdot, udot};
 use super::simd::{f16_at, iq4nl_values, load_f32x4};
-use crate::quant::QActs16;
 
 /// `256 * sdot(q, hi) + udot(q, lo)` of unsigned quants `q` (at most 127) with the 16 split
-/// activations from element `e`, plus `init`.
+/// activations from the super-block's element `e`.
 ///
 /// # Safety
 /// The CPU must support the `dotprod` extension.
 #[inline]
 #[target_feature(enable = "neon,dotprod")]
-unsafe fn dot16u(s: &Split16, init: int32x4_t, q: uint8x16_t, e: usize) -> int32x4_t {
-    let (h, l) = acts(s, e);
+unsafe fn dot16u(a: &SbActs<'_>, q: uint8x16_t, e: usize) -> int32x4_t {
+    let (h, l) = acts(a, e);
     // SAFETY: dotprod present per this function's contract.
     unsafe {
         let hi = sdot(vdupq_n_s32(0), vreinterpretq_s8_u8(q), h);
-        vmlaq_n_s32(udot(init, q, l), hi, 256)
+        udot(vshlq_n_s32::<8>(hi), q, l)
     }
 }
 
@@ -66,7 +66,7 @@ fn u8x16_f32(v: uint8x16_t) -> [float32x4_t; 4] {
 }
 
 /// Group `G = 8 n + 2 k + p` (elements `16 G .. + 16`) of a `Q2_K` (`Q3 = false`, 84 bytes) or
-/// `Q3_K` (110 bytes) super-block whose groups of activations start at `g0`: bits `2k..2k + 2` of
+/// `Q3_K` (110 bytes) super-block with its activations `a`: bits `2k..2k + 2` of
 /// `qs[32 n + 16 p..]` (byte 16, or 32 for `Q3_K`), `Q3_K`'s bit `4 n + k` of `hmask[16 p..]` as
 /// bit 2. Adds the integer sum times lane `G % 4` of `scale[G / 4]` to `acc`.
 ///
@@ -76,8 +76,7 @@ fn u8x16_f32(v: uint8x16_t) -> [float32x4_t; 4] {
 #[target_feature(enable = "neon,dotprod")]
 unsafe fn k23_group<const Q3: bool, const N: usize, const G: usize>(
     blk: &[u8; N],
-    g0: usize,
-    s: &Split16,
+    a: &SbActs<'_>,
     scale: &[float32x4_t; 4],
     acc: &mut float32x4_t,
 ) {
@@ -85,25 +84,22 @@ unsafe fn k23_group<const Q3: bool, const N: usize, const G: usize>(
     let qoff = if Q3 { 32 } else { 16 };
     let qs = ld(blk, qoff + 32 * n + 16 * p);
     let mut q = vandq_u8(vshlq_u8(qs, vdupq_n_s8(-2 * k as i8)), vdupq_n_u8(3));
-    let g = g0 + G;
-    let mut init = vdupq_n_s32(0);
     if Q3 {
         let hm = ld(blk, 16 * p);
         // Bit 4n + k of hmask to bit 2.
         let hb = vshlq_u8(hm, vdupq_n_s8(2 - (4 * n + k) as i8));
         q = vorrq_u8(q, vandq_u8(hb, vdupq_n_u8(4)));
-        init = vsetq_lane_s32::<0>(-4 * s.sum16[g], init);
     }
     // SAFETY: dotprod present per this function's contract.
-    let isum = unsafe { dot16u(s, init, q, 16 * g) };
+    let isum = unsafe { dot16u(a, q, 16 * G) };
     *acc = fma_lane(*acc, vcvtq_f32_s32(isum), scale[G / 4], G % 4);
 }
 
 /// Runs [`k23_group`] for the 16 groups of a super-block.
 macro_rules! k23_groups {
-    ($q3:literal, $blk:expr, $g0:expr, $s:expr, $scale:expr, $acc:expr; $($g:literal)*) => {
+    ($q3:literal, $blk:expr, $a:expr, $scale:expr, $acc:expr; $($g:literal)*) => {
         // SAFETY: dotprod present per the enclosing function's contract.
-        unsafe { $(k23_group::<$q3, _, $g>($blk, $g0, $s, $scale, $acc);)* }
+        unsafe { $(k23_group::<$q3, _, $g>($blk, $a, $scale, $acc);)* }
     };
 }
 
@@ -115,29 +111,22 @@ macro_rules! k23_groups {
 /// The CPU must support the `dotprod` extension.
 #[inline]
 #[target_feature(enable = "neon,dotprod")]
-pub(super) unsafe fn q2k_block(
-    blk: &[u8; 84],
-    sb: usize,
-    s: &Split16,
-    xq: &QActs16,
-    acc: &mut float32x4_t,
-) -> f32 {
-    let g0 = 16 * sb;
+pub(super) unsafe fn q2k_block(blk: &[u8; 84], a: &SbActs<'_>, acc: &mut float32x4_t) -> f32 {
     let (d, dmin) = (f16_at(blk, 80), f16_at(blk, 82));
     let sc = ld(blk, 0);
     let scf = u8x16_f32(vandq_u8(sc, vdupq_n_u8(0x0F)));
     let mf = u8x16_f32(vshrq_n_u8::<4>(sc));
-    let dxs = dx16(&xq.d[8 * sb..8 * sb + 8]);
+    let dxs = dx16(a.d);
     let scale: [float32x4_t; 4] =
         std::array::from_fn(|i| vmulq_f32(vmulq_n_f32(scf[i], d), dxs[i]));
-    let sums = &s.sum16[g0..g0 + 16];
+    let sums = a.sum16;
     let mut min = vdupq_n_f32(0.0);
     for i in 0..4 {
         // SAFETY: `sums[4 i..4 i + 4]` is 4 readable i32 (bounds-checked by the slice).
         let x = unsafe { vcvtq_f32_s32(vld1q_s32(sums[4 * i..4 * i + 4].as_ptr())) };
         min = vfmaq_f32(min, vmulq_f32(vmulq_n_f32(mf[i], dmin), dxs[i]), x);
     }
-    k23_groups!(false, blk, g0, s, &scale, acc; 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15);
+    k23_groups!(false, blk, a, &scale, acc; 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15);
     vaddvq_f32(min)
 }
 
@@ -162,20 +151,13 @@ fn q3k_scales(blk: &[u8; 110]) -> int8x16_t {
 }
 
 /// A `Q3_K` super-block (110 bytes: `hmask` 32, `qs` 64, scales 12, `d`): its 16 scales
-/// `d * (ls - 32) * d_x` as vectors, then its groups.
+/// `d * (ls - 32) * d_x` as vectors, then its groups; returns the offset term (to subtract).
 ///
 /// # Safety
 /// The CPU must support the `dotprod` extension.
 #[inline]
 #[target_feature(enable = "neon,dotprod")]
-pub(super) unsafe fn q3k_block(
-    blk: &[u8; 110],
-    sb: usize,
-    s: &Split16,
-    xq: &QActs16,
-    acc: &mut float32x4_t,
-) {
-    let g0 = 16 * sb;
+pub(super) unsafe fn q3k_block(blk: &[u8; 110], a: &SbActs<'_>, acc: &mut float32x4_t) -> f32 {
     let d = f16_at(blk, 108);
     let ls = q3k_scales(blk);
     let (w0, w1) = (vmovl_s8(vget_low_s8(ls)), vmovl_high_s8(ls));
@@ -186,13 +168,14 @@ pub(super) unsafe fn q3k_block(
         vmovl_high_s16(w1),
     ]
     .map(|v| vmulq_n_f32(vcvtq_f32_s32(v), d));
-    let dxs = dx16(&xq.d[8 * sb..8 * sb + 8]);
+    let dxs = dx16(a.d);
     let scale: [float32x4_t; 4] = std::array::from_fn(|i| vmulq_f32(scf[i], dxs[i]));
-    k23_groups!(true, blk, g0, s, &scale, acc; 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15);
+    k23_groups!(true, blk, a, &scale, acc; 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15);
+    4.0 * offset_term(&scale, a.sum16)
 }
 
 /// Sub-block `J` (elements `32 J .. + 32`, 16 nibble bytes at `8 + 16 J`) of an `IQ4_XS`
-/// super-block whose activation blocks start at `b0`.
+/// super-block with its activations `a`.
 ///
 /// # Safety
 /// The CPU must support the `dotprod` extension.
@@ -200,25 +183,24 @@ pub(super) unsafe fn q3k_block(
 #[target_feature(enable = "neon,dotprod")]
 unsafe fn iq4xs_sub<const J: usize>(
     blk: &[u8; 136],
-    b0: usize,
-    s: &Split16,
+    a: &SbActs<'_>,
     scale: &[float32x4_t; 2],
     acc: &mut float32x4_t,
 ) {
     let (v0, v1) = iq4nl_values(&blk[8 + 16 * J..8 + 16 * J + 16]);
-    let b = b0 + J;
-    let (h0, l0) = acts(s, 32 * b);
-    let (h1, l1) = acts(s, 32 * b + 16);
+    let (h0, l0) = acts(a, 32 * J);
+    let (h1, l1) = acts(a, 32 * J + 16);
     let flip = vdupq_n_u8(0x80);
     let (u0, u1) = (
         veorq_u8(vreinterpretq_u8_s8(v0), flip),
         veorq_u8(vreinterpretq_u8_s8(v1), flip),
     );
-    let init = vsetq_lane_s32::<0>(s.corr[b], vdupq_n_s32(0));
+    // SAFETY: `a.corr[J]` is 4 readable i32.
+    let init = unsafe { vld1q_s32(a.corr[J].as_ptr()) };
     // SAFETY: dotprod present per this function's contract.
     let isum = unsafe {
         let hi = sdot(sdot(vdupq_n_s32(0), v0, h0), v1, h1);
-        vmlaq_n_s32(udot(udot(init, u0, l0), u1, l1), hi, 256)
+        udot(udot(vaddq_s32(vshlq_n_s32::<8>(hi), init), u0, l0), u1, l1)
     };
     *acc = fma_lane(*acc, vcvtq_f32_s32(isum), scale[J / 4], J % 4);
 }
@@ -230,27 +212,20 @@ unsafe fn iq4xs_sub<const J: usize>(
 /// The CPU must support the `dotprod` extension.
 #[inline]
 #[target_feature(enable = "neon,dotprod")]
-pub(super) unsafe fn iq4xs_block(
-    blk: &[u8; 136],
-    sb: usize,
-    s: &Split16,
-    xq: &QActs16,
-    acc: &mut float32x4_t,
-) {
-    let b0 = 8 * sb;
+pub(super) unsafe fn iq4xs_block(blk: &[u8; 136], a: &SbActs<'_>, acc: &mut float32x4_t) {
     let dl = crate::scalar::iq4xs_scales(blk);
-    let dx = &xq.d[b0..b0 + 8];
+    let dx = a.d;
     let scale: [float32x4_t; 2] =
         std::array::from_fn(|i| vmulq_f32(load_f32x4(&dl[4 * i..]), load_f32x4(&dx[4 * i..])));
     // SAFETY: dotprod present per this function's contract.
     unsafe {
-        iq4xs_sub::<0>(blk, b0, s, &scale, acc);
-        iq4xs_sub::<1>(blk, b0, s, &scale, acc);
-        iq4xs_sub::<2>(blk, b0, s, &scale, acc);
-        iq4xs_sub::<3>(blk, b0, s, &scale, acc);
-        iq4xs_sub::<4>(blk, b0, s, &scale, acc);
-        iq4xs_sub::<5>(blk, b0, s, &scale, acc);
-        iq4xs_sub::<6>(blk, b0, s, &scale, acc);
-        iq4xs_sub::<7>(blk, b0, s, &scale, acc);
+        iq4xs_sub::<0>(blk, a, &scale, acc);
+        iq4xs_sub::<1>(blk, a, &scale, acc);
+        iq4xs_sub::<2>(blk, a, &scale, acc);
+        iq4xs_sub::<3>(blk, a, &scale, acc);
+        iq4xs_sub::<4>(blk, a, &scale, acc);
+        iq4xs_sub::<5>(blk, a, &scale, acc);
+        iq4xs_sub::<6>(blk, a, &scale, acc);
+        iq4xs_sub::<7>(blk, a, &scale, acc);
     }
 }

@@ -3,17 +3,18 @@
 //! path, from the split activations of [`Split16`] (`x = 256 * hi + lo`).
 //!
 //! The weight quants are taken unsigned (`Q4_K` 0..=15, `Q5_K` 0..=31, `Q6_K` 0..=63), so each
-//! 16-product sum is `256 * sdot(q, hi) + udot(q, lo)` with no correction; `Q6_K`'s `- 32` is
-//! taken back per 16 elements as `-32 * sum(x)` ([`Split16::sum16`]), folded into the first
-//! lane. Each super-block is sliced once (no bounds check per vector) and its loops have fixed
-//! trip counts, so they unroll: the widening path spends about 100 instructions per 32 weights
-//! of `Q4_K`, this one about 25. `Q2_K`, `Q3_K` and `IQ4_XS` super-blocks the same way:
+//! 16-product sum is `256 * sdot(q, hi) + udot(q, lo)` with no correction (the `hi` sum shifted
+//! left by 8 starts the `lo` one); `Q6_K`'s `- 32` is taken back once per super-block by vector,
+//! `32 * sum(d * sc * d_x * sum16)` ([`offset_term`], [`Split16::sum16`]). Each super-block and
+//! its activations are sliced once ([`SbActs`]: no bounds check per vector) and its loops have
+//! fixed trip counts, so they unroll: about 22 instructions per 32 weights of `Q4_K` (the
+//! widening path about 75). `Q2_K`, `Q3_K` and `IQ4_XS` super-blocks the same way:
 //! `kquant_low_split.rs`.
 
 use std::arch::aarch64::*;
 
 use super::kquant_low_split as low;
-use super::matvec_split::{sdot, udot, Split16};
+use super::matvec_split::{sdot, udot, Corr, Split16};
 use super::simd::{f16_at, load_f32x4};
 use crate::arch::Rows;
 use crate::quant::QActs16;
@@ -28,10 +29,44 @@ pub(super) fn ld<const N: usize>(b: &[u8; N], o: usize) -> uint8x16_t {
     unsafe { vld1q_u8(s.as_ptr()) }
 }
 
-/// The split activations of elements `e..e + 16` (`hi`, `lo`).
+/// One super-block's share of the split activations ([`Split16`]) and of their scales
+/// ([`QActs16`]): elements `256 sb .. + 256`, blocks `8 sb .. + 8`. Fixed-size arrays, so that the
+/// kernels' constant offsets into them need no bounds check (with slices of the whole vector,
+/// each 16-element load paid two compares and branches: a quarter of `Q6_K`'s instructions).
+pub(super) struct SbActs<'a> {
+    pub(super) hi: &'a [i8; 256],
+    pub(super) lo: &'a [u8; 256],
+    /// Each block's `-128 * sum(lo)` (in lane 0).
+    pub(super) corr: &'a [Corr; 8],
+    /// Each 16 quants' sum.
+    pub(super) sum16: &'a [i32; 16],
+    /// Each block's scale `d_x` and sum `s_x`.
+    pub(super) d: &'a [f32; 8],
+    pub(super) s: &'a [f32; 8],
+}
+
+impl<'a> SbActs<'a> {
+    /// Super-block `sb` of `s` (split from `xq`); panics where they hold less.
+    #[inline(always)]
+    pub(super) fn new(s: &'a Split16, xq: &'a QActs16, sb: usize) -> Self {
+        fn at<T, const N: usize>(v: &[T], i: usize) -> &[T; N] {
+            v[N * i..N * i + N].try_into().expect("N elements")
+        }
+        SbActs {
+            hi: at(&s.hi, sb),
+            lo: at(&s.lo, sb),
+            corr: at(&s.corr, sb),
+            sum16: at(&s.sum16, sb),
+            d: at(&xq.d, sb),
+            s: at(&xq.s, sb),
+        }
+    }
+}
+
+/// The split activations of the super-block's elements `e..e + 16` (`hi`, `lo`).
 #[inline(always)]
-pub(super) fn acts(s: &Split16, e: usize) -> (int8x16_t, uint8x16_t) {
-    let (h, l) = (&s.hi[e..e + 16], &s.lo[e..e + 16]);
+pub(super) fn acts(a: &SbActs<'_>, e: usize) -> (int8x16_t, uint8x16_t) {
+    let (h, l) = (&a.hi[e..e + 16], &a.lo[e..e + 16]);
     // SAFETY: `h` and `l` are exactly 16 readable bytes (bounds-checked above).
     unsafe { (vld1q_s8(h.as_ptr()), vld1q_u8(l.as_ptr())) }
 }
@@ -61,25 +96,24 @@ pub(super) fn fma_lane(
 #[inline]
 #[target_feature(enable = "neon,dotprod")]
 unsafe fn dot2(
-    s: &Split16,
+    a: &SbActs<'_>,
     init: int32x4_t,
     q0: uint8x16_t,
     q1: uint8x16_t,
     e: usize,
 ) -> int32x4_t {
-    let (h0, l0) = acts(s, e);
-    let (h1, l1) = acts(s, e + 16);
+    let (h0, l0) = acts(a, e);
+    let (h1, l1) = acts(a, e + 16);
     let (s0, s1) = (vreinterpretq_s8_u8(q0), vreinterpretq_s8_u8(q1));
     // SAFETY: dotprod present per this function's contract.
     unsafe {
         let hi = sdot(sdot(vdupq_n_s32(0), s0, h0), s1, h1);
-        let lo = udot(udot(init, q0, l0), q1, l1);
-        vmlaq_n_s32(lo, hi, 256)
+        udot(udot(vaddq_s32(vshlq_n_s32::<8>(hi), init), q0, l0), q1, l1)
     }
 }
 
 /// Sub-block `J` (elements `32 J .. + 32`) of a `Q4_K` (`Q5 = false`, 144 bytes) or `Q5_K` (176
-/// bytes) super-block `blk` whose activation blocks start at `b0`: adds its integer sum times
+/// bytes) super-block `blk` with its activations `a`: adds its integer sum times
 /// lane `J % 4` of `scale[J / 4]` (`d * sc * d_x`) to `acc`. `J` is a constant, so that the
 /// nibble half and the fifth bit are fixed at compile time.
 ///
@@ -89,8 +123,7 @@ unsafe fn dot2(
 #[target_feature(enable = "neon,dotprod")]
 unsafe fn q45k_sub<const Q5: bool, const N: usize, const J: usize>(
     blk: &[u8; N],
-    b0: usize,
-    s: &Split16,
+    a: &SbActs<'_>,
     scale: &[float32x4_t; 2],
     acc: &mut float32x4_t,
 ) {
@@ -112,7 +145,7 @@ unsafe fn q45k_sub<const Q5: bool, const N: usize, const J: usize>(
         }
     }
     // SAFETY: dotprod present per this function's contract.
-    let isum = unsafe { dot2(s, vdupq_n_s32(0), q[0], q[1], 32 * (b0 + J)) };
+    let isum = unsafe { dot2(a, vdupq_n_s32(0), q[0], q[1], 32 * J) };
     let v = vcvtq_f32_s32(isum);
     *acc = fma_lane(*acc, v, scale[J / 4], J % 4);
 }
@@ -152,15 +185,12 @@ fn u8x8_f32(v: uint8x8_t) -> [float32x4_t; 2] {
 #[target_feature(enable = "neon,dotprod")]
 unsafe fn q45k_block<const Q5: bool, const N: usize>(
     blk: &[u8; N],
-    sb: usize,
-    s: &Split16,
-    xq: &QActs16,
+    a: &SbActs<'_>,
     acc: &mut float32x4_t,
 ) -> f32 {
-    let b0 = 8 * sb;
     let (d, dmin) = (f16_at(blk, 0), f16_at(blk, 2));
     let (scb, mb) = q4k_scale_bytes(&blk[4..16]);
-    let (dx, sx) = (&xq.d[b0..b0 + 8], &xq.s[b0..b0 + 8]);
+    let (dx, sx) = (a.d, a.s);
     let (sc, m) = (u8x8_f32(scb), u8x8_f32(mb));
     let scale: [float32x4_t; 2] =
         std::array::from_fn(|i| vmulq_f32(vmulq_n_f32(sc[i], d), load_f32x4(&dx[4 * i..])));
@@ -171,21 +201,21 @@ unsafe fn q45k_block<const Q5: bool, const N: usize>(
     );
     // SAFETY: dotprod present per this function's contract.
     unsafe {
-        q45k_sub::<Q5, N, 0>(blk, b0, s, &scale, acc);
-        q45k_sub::<Q5, N, 1>(blk, b0, s, &scale, acc);
-        q45k_sub::<Q5, N, 2>(blk, b0, s, &scale, acc);
-        q45k_sub::<Q5, N, 3>(blk, b0, s, &scale, acc);
-        q45k_sub::<Q5, N, 4>(blk, b0, s, &scale, acc);
-        q45k_sub::<Q5, N, 5>(blk, b0, s, &scale, acc);
-        q45k_sub::<Q5, N, 6>(blk, b0, s, &scale, acc);
-        q45k_sub::<Q5, N, 7>(blk, b0, s, &scale, acc);
+        q45k_sub::<Q5, N, 0>(blk, a, &scale, acc);
+        q45k_sub::<Q5, N, 1>(blk, a, &scale, acc);
+        q45k_sub::<Q5, N, 2>(blk, a, &scale, acc);
+        q45k_sub::<Q5, N, 3>(blk, a, &scale, acc);
+        q45k_sub::<Q5, N, 4>(blk, a, &scale, acc);
+        q45k_sub::<Q5, N, 5>(blk, a, &scale, acc);
+        q45k_sub::<Q5, N, 6>(blk, a, &scale, acc);
+        q45k_sub::<Q5, N, 7>(blk, a, &scale, acc);
     }
     vaddvq_f32(min)
 }
 
 /// Group `G = 8 n + 2 k + p` (elements `128 n + 32 k + 16 p .. + 16`, its own scale: lane
-/// `G % 4` of `scale[G / 4]`) of a `Q6_K` super-block (210 bytes) whose 16-element groups of
-/// activations start at `g0`; `G` is a constant (fixed shifts).
+/// `G % 4` of `scale[G / 4]`) of a `Q6_K` super-block (210 bytes) with its activations `a`; `G`
+/// is a constant (fixed shifts).
 ///
 /// # Safety
 /// The CPU must support the `dotprod` extension.
@@ -193,8 +223,7 @@ unsafe fn q45k_block<const Q5: bool, const N: usize>(
 #[target_feature(enable = "neon,dotprod")]
 unsafe fn q6k_group<const G: usize>(
     blk: &[u8; 210],
-    g0: usize,
-    s: &Split16,
+    a: &SbActs<'_>,
     scale: &[float32x4_t; 4],
     acc: &mut float32x4_t,
 ) {
@@ -214,27 +243,40 @@ unsafe fn q6k_group<const G: usize>(
         _ => vshrq_n_u8::<2>(qh),
     };
     let q = vorrq_u8(lo, vandq_u8(hb, vdupq_n_u8(0x30)));
-    let g = g0 + G;
-    let (h, l) = acts(s, 16 * g);
-    let init = vsetq_lane_s32::<0>(-32 * s.sum16[g], vdupq_n_s32(0));
+    let (h, l) = acts(a, 16 * G);
     // SAFETY: dotprod present per this function's contract.
     let isum = unsafe {
         let hi = sdot(vdupq_n_s32(0), vreinterpretq_s8_u8(q), h);
-        vmlaq_n_s32(udot(init, q, l), hi, 256)
+        udot(vshlq_n_s32::<8>(hi), q, l)
     };
     let v = vcvtq_f32_s32(isum);
     *acc = fma_lane(*acc, v, scale[G / 4], G % 4);
 }
 
+/// `sum(scale_g * sum16_g)` over a super-block's 16 groups (`scale` as [`q6k_block`] lays it
+/// out): what an offset of the unsigned quants (`Q6_K`'s 32, `Q3_K`'s 4) takes back, once per
+/// super-block by vector rather than per group in the integer sums (as the x86 kernels do).
+#[inline]
+#[target_feature(enable = "neon")]
+pub(super) fn offset_term(scale: &[float32x4_t; 4], sum16: &[i32; 16]) -> f32 {
+    let mut t = vdupq_n_f32(0.0);
+    for (i, sc) in scale.iter().enumerate() {
+        let x = &sum16[4 * i..4 * i + 4];
+        // SAFETY: `x` is exactly 4 readable i32 (bounds-checked above).
+        t = vfmaq_f32(t, *sc, vcvtq_f32_s32(unsafe { vld1q_s32(x.as_ptr()) }));
+    }
+    vaddvq_f32(t)
+}
+
 /// A `Q6_K` super-block: its 16 scales `d * sc * d_x` as vectors (each activation scale serves
-/// two groups), then its 16 groups ([`q6k_group`]).
+/// two groups), then its 16 groups ([`q6k_group`]); returns the offset term `32 * sum(scale *
+/// sum16)` (to subtract, [`offset_term`]).
 ///
 /// # Safety
 /// The CPU must support the `dotprod` extension.
 #[inline]
 #[target_feature(enable = "neon,dotprod")]
-unsafe fn q6k_block(blk: &[u8; 210], sb: usize, s: &Split16, xq: &QActs16, acc: &mut float32x4_t) {
-    let g0 = 16 * sb;
+unsafe fn q6k_block(blk: &[u8; 210], a: &SbActs<'_>, acc: &mut float32x4_t) -> f32 {
     let d = f16_at(blk, 208);
     let sc = vreinterpretq_s8_u8(ld(blk, 192));
     let (w0, w1) = (vmovl_s8(vget_low_s8(sc)), vmovl_high_s8(sc));
@@ -245,8 +287,7 @@ unsafe fn q6k_block(blk: &[u8; 210], sb: usize, s: &Split16, xq: &QActs16, acc: 
         vmovl_high_s16(w1),
     ]
     .map(|v| vmulq_n_f32(vcvtq_f32_s32(v), d));
-    let dx = &xq.d[8 * sb..8 * sb + 8];
-    let (da, db) = (load_f32x4(&dx[0..]), load_f32x4(&dx[4..]));
+    let (da, db) = (load_f32x4(&a.d[0..]), load_f32x4(&a.d[4..]));
     let dxs = [
         vzip1q_f32(da, da),
         vzip2q_f32(da, da),
@@ -257,10 +298,11 @@ unsafe fn q6k_block(blk: &[u8; 210], sb: usize, s: &Split16, xq: &QActs16, acc: 
     macro_rules! groups {
         ($($g:literal)*) => {
             // SAFETY: dotprod present per this function's contract.
-            unsafe { $(q6k_group::<$g>(blk, g0, s, &scale, acc);)* }
+            unsafe { $(q6k_group::<$g>(blk, a, &scale, acc);)* }
         };
     }
     groups!(0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15);
+    32.0 * offset_term(&scale, a.sum16)
 }
 
 /// [`dot_row`]'s format tag of `IQ4_XS` (the others: the K-quant's digit).
@@ -280,42 +322,42 @@ unsafe fn dot_row<const F: u8>(row: &[u8], s: &Split16, xq: &QActs16) -> f32 {
             for (sb, blk) in row.chunks_exact(144).take(nsb).enumerate() {
                 let blk: &[u8; 144] = blk.try_into().expect("144 bytes");
                 // SAFETY: dotprod present per this function's contract.
-                min += unsafe { q45k_block::<false, 144>(blk, sb, s, xq, &mut acc) };
+                min += unsafe { q45k_block::<false, 144>(blk, &SbActs::new(s, xq, sb), &mut acc) };
             }
         }
         5 => {
             for (sb, blk) in row.chunks_exact(176).take(nsb).enumerate() {
                 let blk: &[u8; 176] = blk.try_into().expect("176 bytes");
                 // SAFETY: as above.
-                min += unsafe { q45k_block::<true, 176>(blk, sb, s, xq, &mut acc) };
+                min += unsafe { q45k_block::<true, 176>(blk, &SbActs::new(s, xq, sb), &mut acc) };
             }
         }
         2 => {
             for (sb, blk) in row.chunks_exact(84).take(nsb).enumerate() {
                 let blk: &[u8; 84] = blk.try_into().expect("84 bytes");
                 // SAFETY: as above.
-                min += unsafe { low::q2k_block(blk, sb, s, xq, &mut acc) };
+                min += unsafe { low::q2k_block(blk, &SbActs::new(s, xq, sb), &mut acc) };
             }
         }
         3 => {
             for (sb, blk) in row.chunks_exact(110).take(nsb).enumerate() {
                 let blk: &[u8; 110] = blk.try_into().expect("110 bytes");
                 // SAFETY: as above.
-                unsafe { low::q3k_block(blk, sb, s, xq, &mut acc) };
+                min += unsafe { low::q3k_block(blk, &SbActs::new(s, xq, sb), &mut acc) };
             }
         }
         IQ4XS => {
             for (sb, blk) in row.chunks_exact(136).take(nsb).enumerate() {
                 let blk: &[u8; 136] = blk.try_into().expect("136 bytes");
                 // SAFETY: as above.
-                unsafe { low::iq4xs_block(blk, sb, s, xq, &mut acc) };
+                unsafe { low::iq4xs_block(blk, &SbActs::new(s, xq, sb), &mut acc) };
             }
         }
         _ => {
             for (sb, blk) in row.chunks_exact(210).take(nsb).enumerate() {
                 let blk: &[u8; 210] = blk.try_into().expect("210 bytes");
                 // SAFETY: as above.
-                unsafe { q6k_block(blk, sb, s, xq, &mut acc) };
+                min += unsafe { q6k_block(blk, &SbActs::new(s, xq, sb), &mut acc) };
             }
         }
     }

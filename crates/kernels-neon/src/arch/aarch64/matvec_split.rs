@@ -27,14 +27,20 @@ use crate::quant::QActs16;
 use crate::QMatrix;
 use crate::WeightFormat;
 
+/// A block's integer correction as the first lane of a vector whose other lanes are 0: what
+/// starts its dot, loaded whole (one load, where a scalar put into a zeroed vector took three
+/// instructions).
+pub(crate) type Corr = [i32; 4];
+
 /// The 16-bit activations split into their high (signed) and low (unsigned) bytes, with each
 /// block's `-128 * sum(lo)`.
 pub(crate) struct Split16 {
     pub(super) hi: Vec<i8>,
     pub(super) lo: Vec<u8>,
-    pub(super) corr: Vec<i32>,
-    /// The sum of each block's 32 quants `x`.
-    sumx: Vec<i32>,
+    pub(super) corr: Vec<Corr>,
+    /// Each block's `-8 * sum(x)` and `-16 * sum(x)` (`Q4_0`'s and `Q5_0`'s offsets taken back).
+    off8: Vec<Corr>,
+    off16: Vec<Corr>,
     /// The sum of each 16 quants `x` (for `Q6_K`'s offset, `kquant_split.rs`).
     pub(super) sum16: Vec<i32>,
 }
@@ -47,9 +53,10 @@ impl Split16 {
         let mut s = Split16 {
             hi: vec![0; n],
             lo: vec![0; n],
-            corr: vec![0; n / 32],
+            corr: vec![[0; 4]; n / 32],
             sum16: vec![0; n / 16],
-            sumx: vec![0; n / 32],
+            off8: vec![[0; 4]; n / 32],
+            off16: vec![[0; 4]; n / 32],
         };
         for (b, q) in xq.qs[..n].chunks_exact(32).enumerate() {
             let mut sum = 0u32;
@@ -69,8 +76,9 @@ impl Split16 {
                     s.sum16[2 * b + k / 2] += vaddlvq_s16(x);
                 }
             }
-            s.corr[b] = -128 * sum as i32;
-            s.sumx[b] = s.sum16[2 * b] + s.sum16[2 * b + 1];
+            s.corr[b][0] = -128 * sum as i32;
+            let sumx = s.sum16[2 * b] + s.sum16[2 * b + 1];
+            (s.off8[b][0], s.off16[b][0]) = (-8 * sumx, -16 * sumx);
         }
         s
     }
@@ -117,6 +125,29 @@ pub(super) unsafe fn udot(mut acc: int32x4_t, a: uint8x16_t, b: uint8x16_t) -> i
     acc
 }
 
+/// `nib` with bit 4 set in the lanes where `v & bit` is not zero (`cmtst`, then `bit` inserts
+/// that lane's bit 4; written out because LLVM turns the intrinsics' test into `and`, `cmeq` and
+/// `bic`, and the insert into `and` and `orr`: five instructions for these two).
+#[inline(always)]
+fn insert_bit4(nib: uint8x16_t, v: uint8x16_t, bit: uint8x16_t) -> uint8x16_t {
+    let out: uint8x16_t;
+    // SAFETY: `cmtst` and `bit` only read and write the named vector registers (NEON is
+    // baseline on aarch64).
+    unsafe {
+        asm!(
+            "cmtst {t:v}.16b, {v:v}.16b, {b:v}.16b",
+            "bit {n:v}.16b, {t:v}.16b, {m:v}.16b",
+            n = inout(vreg) nib => out,
+            t = out(vreg) _,
+            v = in(vreg) v,
+            b = in(vreg) bit,
+            m = in(vreg) vdupq_n_u8(0x10),
+            options(pure, nomem, nostack, preserves_flags)
+        );
+    }
+    out
+}
+
 /// The 32 quants of a 32-element block, each half as the signed bytes the `hi` dot takes and
 /// the unsigned ones the `lo` dot takes: `Q4_0` and `Q4_1` nibbles (0..=15) and `Q5_0` and
 /// `Q5_1` 5-bit quants (0..=31) both ways without their offset; `Q8_0` and `IQ4_NL` values as
@@ -138,8 +169,10 @@ fn quants<const F: u8>(blk: &[u8]) -> ([int8x16_t; 2], [uint8x16_t; 2]) {
                 let bit = vreinterpretq_u8_u64(vdupq_n_u64(0x8040_2010_0804_0201));
                 let idx0 = vcombine_u8(vdup_n_u8(0), vdup_n_u8(1));
                 let idx1 = vcombine_u8(vdup_n_u8(2), vdup_n_u8(3));
-                let fifth = |idx| vandq_u8(vtstq_u8(vqtbl1q_u8(qh, idx), bit), vdupq_n_u8(0x10));
-                let u = [vorrq_u8(lo, fifth(idx0)), vorrq_u8(hi, fifth(idx1))];
+                let u = [
+                    insert_bit4(lo, vqtbl1q_u8(qh, idx0), bit),
+                    insert_bit4(hi, vqtbl1q_u8(qh, idx1), bit),
+                ];
                 (u.map(|v| vreinterpretq_s8_u8(v)), u)
             } else {
                 ([vreinterpretq_s8_u8(lo), vreinterpretq_s8_u8(hi)], [lo, hi])
@@ -159,23 +192,23 @@ fn quants<const F: u8>(blk: &[u8]) -> ([int8x16_t; 2], [uint8x16_t; 2]) {
     }
 }
 
-/// The integer correction of a block (its `corr` and `sumx` in [`Split16`]) for the quants of
-/// [`quants`]: `-off * sum(x)` (`Q4_0`:
-/// 8, `Q5_0`: 16, their offsets), `-128 * sum(lo)` for `Q8_0`/`IQ4_NL` (the `+ 128` of the `lo`
-/// dot), 0 for the formats without an offset.
+/// The integer corrections of each block in [`Split16`] for the quants of [`quants`]:
+/// `-off * sum(x)` (`Q4_0`: 8, `Q5_0`: 16, their offsets), `-128 * sum(lo)` for
+/// `Q8_0`/`IQ4_NL` (the `+ 128` of the `lo` dot); `None` for the formats without an offset.
 #[inline(always)]
-fn correction<const F: u8>(corr: i32, sumx: i32) -> i32 {
+fn corrections<const F: u8>(s: &Split16) -> Option<&[Corr]> {
     match F {
-        Q4_0 => -8 * sumx,
-        Q5_0 => -16 * sumx,
-        Q4_1 | Q5_1 => 0,
-        _ => corr,
+        Q4_0 => Some(&s.off8),
+        Q5_0 => Some(&s.off16),
+        Q4_1 | Q5_1 => None,
+        _ => Some(&s.corr),
     }
 }
 
 /// The dots of two rows (`r1` may equal `r0`) with the split activations: per block and row,
-/// `sdot(q, hi)` and `udot(u, lo)` of the quants ([`quants`]), `256 hi + lo`
-/// plus the block's [`correction`] (in the first lane), one convert and one FMA.
+/// `sdot(q, hi)` and `udot(u, lo)` of the quants ([`quants`]): the `hi` sum shifted left by 8
+/// (plus the block's correction in the first lane: [`corrections`]) starts the `lo` sum; one
+/// convert and one FMA.
 ///
 /// # Safety
 /// The CPU must support the `dotprod` extension.
@@ -194,7 +227,7 @@ unsafe fn dot_split_rows2<const F: u8>(
     let (r0, r1) = (&r0[..nb * bb], &r1[..nb * bb]);
     let (his, los) = (&s.hi[..nb * 32], &s.lo[..nb * 32]);
     let (ds, ss) = (&xq.d[..nb], &xq.s[..nb]);
-    let (corr, sumx) = (&s.corr[..nb], &s.sumx[..nb]);
+    let corr = corrections::<F>(s).map(|c| &c[..nb]);
     for b in 0..nb {
         let bs = (&r0[b * bb..b * bb + bb], &r1[b * bb..b * bb + bb]);
         let (hs, ls) = (&his[b * 32..b * 32 + 32], &los[b * 32..b * 32 + 32]);
@@ -208,20 +241,19 @@ unsafe fn dot_split_rows2<const F: u8>(
                 vld1q_u8(ls.as_ptr().add(16)),
             )
         };
-        let init = match F {
-            Q4_1 | Q5_1 => vdupq_n_s32(0),
-            _ => vsetq_lane_s32::<0>(correction::<F>(corr[b], sumx[b]), vdupq_n_s32(0)),
-        };
+        // SAFETY: `c[b]` is 4 readable i32.
+        let init = corr.map(|c| unsafe { vld1q_s32(c[b].as_ptr()) });
         for (k, blk) in [bs.0, bs.1].into_iter().enumerate() {
             let ([q0, q1], [u0, u1]) = quants::<F>(blk);
             // SAFETY: dotprod present per this function's contract.
-            let (hi, lo) = unsafe {
-                (
-                    sdot(sdot(vdupq_n_s32(0), q0, h0), q1, h1),
-                    udot(udot(init, u0, l0), u1, l1),
-                )
+            let isum = unsafe {
+                let hi = vshlq_n_s32::<8>(sdot(sdot(vdupq_n_s32(0), q0, h0), q1, h1));
+                let start = match init {
+                    Some(c) => vaddq_s32(hi, c),
+                    None => hi,
+                };
+                udot(udot(start, u0, l0), u1, l1)
             };
-            let isum = vmlaq_n_s32(lo, hi, 256);
             sumv[k] = vfmaq_n_f32(sumv[k], vcvtq_f32_s32(isum), f16_at(blk, 0) * dx);
             if has_min(F) {
                 extra[k] += f16_at(blk, 2) * sx;
