@@ -218,21 +218,24 @@ pub(super) fn dot16(w: int8x16_t, x: [int16x8_t; 2]) -> int32x4_t {
 }
 
 /// Integer dot of a K-quant row (`Q2_K`, `Q3_K`, `Q4_K`, `Q5_K`, `Q6_K` or `IQ4_XS`) with quantized
-/// activations: `dot(q, e)` returns the sum of 16 weight quants `q` times the activation quants of
-/// elements `e..e + 16`, in 4 i32 lanes ([`dot16`] over 8- or 16-bit activations, or `sdot`),
-/// `d`/`s` are the per-32 scales and `d*sum(q)`. Per sub-block an i32 sum (|q_w| <= 63,
-/// |q_x| <= 32767: each lane sums at most 8 products, below 2^24), one convert and one FMA with
-/// `(d*sc) * d_x`; the Q4_K/Q5_K min term `(dmin*m) * s_x` is accumulated separately (see the
-/// crate docs). Q2_K's min term: the activation sum of each 16-wide sub-block (a dot with ones),
-/// FMA'd with `-(dmin*m) * d_x`.
+/// activations `qs` (8- or 16-bit): `dot(q, x, e)` returns the sum of 16 weight quants `q` times
+/// the activation quants `x[e..e + 16]` of the super-block's 256 (`x`), in 4 i32 lanes ([`dot16`]
+/// or `sdot`); `d`/`s` are the per-32 scales and `d*sum(q)`. The activations and scales are cut
+/// per super-block into fixed-size arrays, so that `dot`'s loads at offsets below 256 need no
+/// bounds check (with slices of the whole vector each paid its compares and branches). Per
+/// sub-block an i32 sum (|q_w| <= 63, |q_x| <= 32767: each lane sums at most 8 products, below
+/// 2^24), one convert and one FMA with `(d*sc) * d_x`; the Q4_K/Q5_K min term `(dmin*m) * s_x` is
+/// accumulated separately (see the crate docs). Q2_K's min term: the activation sum of each
+/// 16-wide sub-block (a dot with ones), FMA'd with `-(dmin*m) * d_x`.
 #[inline]
 #[target_feature(enable = "neon")]
-fn dot_k_int(
+fn dot_k_int<T>(
     format: WeightFormat,
     row: &[u8],
+    qs: &[T],
     d: &[f32],
     s: &[f32],
-    dot: impl Fn(int8x16_t, usize) -> int32x4_t,
+    dot: impl Fn(int8x16_t, &[T; 256], usize) -> int32x4_t,
 ) -> f32 {
     let mut acc = vdupq_n_f32(0.0);
     let mut extra = 0f32;
@@ -241,22 +244,23 @@ fn dot_k_int(
         .enumerate()
         .take(d.len() / 8)
     {
+        let x: &[T; 256] = qs[256 * sb..256 * sb + 256].try_into().expect("256 quants");
+        let d: &[f32; 8] = d[8 * sb..8 * sb + 8].try_into().expect("8 scales");
+        let s: &[f32; 8] = s[8 * sb..8 * sb + 8].try_into().expect("8 sums");
         if format == WeightFormat::Q4_K || format == WeightFormat::Q5_K {
             let (dl, ml) = q4k_scales(blk);
             for j in 0..8 {
-                let b = sb * 8 + j;
                 let q = |p| vreinterpretq_s8_u8(q45k_quants16(format, blk, j, p));
-                let isum = vaddq_s32(dot(q(0), 32 * b), dot(q(1), 32 * b + 16));
-                acc = vfmaq_n_f32(acc, vcvtq_f32_s32(isum), dl[j] * d[b]);
-                extra -= ml[j] * s[b];
+                let isum = vaddq_s32(dot(q(0), x, 32 * j), dot(q(1), x, 32 * j + 16));
+                acc = vfmaq_n_f32(acc, vcvtq_f32_s32(isum), dl[j] * d[j]);
+                extra -= ml[j] * s[j];
             }
         } else if format == WeightFormat::IQ4_XS {
             let dl = crate::scalar::iq4xs_scales(blk);
             for (j, &dlj) in dl.iter().enumerate() {
-                let b = sb * 8 + j;
                 let (lo, hi) = iq4nl_values(&blk[8 + 16 * j..]);
-                let isum = vaddq_s32(dot(lo, 32 * b), dot(hi, 32 * b + 16));
-                acc = vfmaq_n_f32(acc, vcvtq_f32_s32(isum), dlj * d[b]);
+                let isum = vaddq_s32(dot(lo, x, 32 * j), dot(hi, x, 32 * j + 16));
+                acc = vfmaq_n_f32(acc, vcvtq_f32_s32(isum), dlj * d[j]);
             }
         } else if format == WeightFormat::Q2_K || format == WeightFormat::Q3_K {
             let q2 = format == WeightFormat::Q2_K;
@@ -267,15 +271,15 @@ fn dot_k_int(
             };
             for n in 0..2 {
                 for k in 0..4 {
-                    let b = sb * 8 + 4 * n + k;
+                    let b = 4 * n + k;
                     for p in 0..2 {
-                        let s = 8 * n + 2 * k + p;
+                        let g = 8 * n + 2 * k + p;
                         let e = 32 * b + 16 * p;
-                        let isum = dot(k23_quants16(format, blk, n, k, p), e);
-                        acc = vfmaq_n_f32(acc, vcvtq_f32_s32(isum), dl[s] * d[b]);
+                        let isum = dot(k23_quants16(format, blk, n, k, p), x, e);
+                        acc = vfmaq_n_f32(acc, vcvtq_f32_s32(isum), dl[g] * d[b]);
                         if q2 {
-                            let xsum = dot(vdupq_n_s8(1), e);
-                            acc = vfmaq_n_f32(acc, vcvtq_f32_s32(xsum), -(ml[s] * d[b]));
+                            let xsum = dot(vdupq_n_s8(1), x, e);
+                            acc = vfmaq_n_f32(acc, vcvtq_f32_s32(xsum), -(ml[g] * d[b]));
                         }
                     }
                 }
@@ -286,8 +290,8 @@ fn dot_k_int(
                 for p in 0..2 {
                     for k in 0..4 {
                         let q = q6k_quants16(blk, n, k, p);
-                        let b = sb * 8 + 4 * n + k;
-                        let isum = dot(q, 32 * b + 16 * p);
+                        let b = 4 * n + k;
+                        let isum = dot(q, x, 32 * b + 16 * p);
                         acc = vfmaq_n_f32(acc, vcvtq_f32_s32(isum), ds[8 * n + 2 * k + p] * d[b]);
                     }
                 }
@@ -298,20 +302,21 @@ fn dot_k_int(
 }
 
 /// `y[i] = dot_k_int(row sel.get(i))` for a K-quant matrix (no prefetch of
-/// listed rows), `dot`, `d` and `s` as for [`dot_k_int`].
+/// listed rows), `qs`, `dot`, `d` and `s` as for [`dot_k_int`].
 #[inline]
 #[target_feature(enable = "neon")]
-pub(super) fn matvec_k_int(
+pub(super) fn matvec_k_int<T>(
     w: &QMatrix<'_>,
     sel: Rows<'_>,
+    qs: &[T],
     d: &[f32],
     s: &[f32],
     y: &mut [f32],
-    dot: impl Fn(int8x16_t, usize) -> int32x4_t,
+    dot: impl Fn(int8x16_t, &[T; 256], usize) -> int32x4_t,
 ) {
     let f = w.format();
     for (i, yv) in y.iter_mut().enumerate() {
-        *yv = dot_k_int(f, w.row_data(sel.get(i)), d, s, &dot);
+        *yv = dot_k_int(f, w.row_data(sel.get(i)), qs, d, s, &dot);
     }
 }
 

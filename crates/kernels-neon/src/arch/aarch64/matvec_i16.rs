@@ -135,8 +135,8 @@ pub(crate) fn matvec_i16(
         | WeightFormat::Q4_K
         | WeightFormat::Q5_K
         | WeightFormat::Q6_K
-        | WeightFormat::IQ4_XS => matvec_k_int(w, sel, &xq.d, &xq.s, y, |q, e| {
-            dot16(q, [load_i16x8(&xq.qs[e..]), load_i16x8(&xq.qs[e + 8..])])
+        | WeightFormat::IQ4_XS => matvec_k_int(w, sel, &xq.qs, &xq.d, &xq.s, y, |q, x, e| {
+            dot16(q, [load_i16x8(&x[e..]), load_i16x8(&x[e + 8..])])
         }),
         // Float and hybrid formats never take the integer path: the scalar reference.
         _ => crate::scalar::matvec_i16(w, sel, xq, y),

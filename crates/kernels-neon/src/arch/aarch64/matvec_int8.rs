@@ -91,8 +91,8 @@ unsafe fn dot_int8_row_dp<const F: u8>(row: &[u8], xq: &QActs) -> f32 {
 /// The CPU must support the `dotprod` extension.
 #[target_feature(enable = "neon,dotprod")]
 unsafe fn matvec_k_int8_dp(w: &QMatrix<'_>, sel: Rows<'_>, xq: &QActs, y: &mut [f32]) {
-    matvec_k_int(w, sel, &xq.d, &xq.s, y, |q, e| {
-        let x = &xq.qs[e..e + 16];
+    matvec_k_int(w, sel, &xq.qs, &xq.d, &xq.s, y, |q, x, e| {
+        let x = &x[e..e + 16];
         // SAFETY: `x` has exactly 16 readable i8 (bounds-checked above); dotprod present per this
         // function's contract.
         unsafe { sdot(vdupq_n_s32(0), q, vld1q_s8(x.as_ptr())) }
@@ -148,11 +148,8 @@ pub(crate) fn matvec_int8(
         | WeightFormat::Q4_K
         | WeightFormat::Q5_K
         | WeightFormat::Q6_K
-        | WeightFormat::IQ4_XS => matvec_k_int(w, sel, &xq.d, &xq.s, y, |q, e| {
-            dot16(
-                q,
-                [load_i8x8_wide(&xq.qs[e..]), load_i8x8_wide(&xq.qs[e + 8..])],
-            )
+        | WeightFormat::IQ4_XS => matvec_k_int(w, sel, &xq.qs, &xq.d, &xq.s, y, |q, x, e| {
+            dot16(q, [load_i8x8_wide(&x[e..]), load_i8x8_wide(&x[e + 8..])])
         }),
         // Float and hybrid formats never take the integer path: the scalar reference.
         _ => crate::scalar::matvec_int8(w, sel, xq, y),
