@@ -11,7 +11,13 @@ use std::arch::aarch64::*;
 #[target_feature(enable = "neon")]
 pub(super) fn f16_at(b: &[u8], i: usize) -> f32 {
     let bits = u16::from_le_bytes([b[i], b[i + 1]]);
-    let h = vdup_n_u16(bits);
+    vgetq_lane_f32::<0>(f16x4(vdup_n_u16(bits)))
+}
+
+/// Four f16 (their bits) as f32, by one `fcvtl` (exact).
+#[inline]
+#[target_feature(enable = "neon")]
+pub(super) fn f16x4(h: uint16x4_t) -> float32x4_t {
     let out: float32x4_t;
     // SAFETY: `fcvtl` only reads and writes the named vector registers (NEON is baseline).
     unsafe {
@@ -22,7 +28,7 @@ pub(super) fn f16_at(b: &[u8], i: usize) -> f32 {
             options(pure, nomem, nostack, preserves_flags)
         );
     }
-    vgetq_lane_f32::<0>(out)
+    out
 }
 
 #[inline]
