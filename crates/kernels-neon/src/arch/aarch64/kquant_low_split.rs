@@ -18,25 +18,9 @@
 
 use std::arch::aarch64::*;
 
-use super::kquant_split::{acts, fma_lane, ld, offset_term, SbActs};
-use super::matvec_split::{sdot, udot};
+use super::kquant_acts::SbDot;
+use super::kquant_split::{fma_lane, ld, offset_term};
 use super::simd::{f16_at, iq4nl_values, load_f32x4};
-
-/// `256 * sdot(q, hi) + udot(q, lo)` of unsigned quants `q` (at most 127) with the 16 split
-/// activations from the super-block's element `e`.
-///
-/// # Safety
-/// The CPU must support the `dotprod` extension.
-#[inline]
-#[target_feature(enable = "neon,dotprod")]
-unsafe fn dot16u(a: &SbActs<'_>, q: uint8x16_t, e: usize) -> int32x4_t {
-    let (h, l) = acts(a, e);
-    // SAFETY: dotprod present per this function's contract.
-    unsafe {
-        let hi = sdot(vdupq_n_s32(0), vreinterpretq_s8_u8(q), h);
-        udot(vshlq_n_s32::<8>(hi), q, l)
-    }
-}
 
 /// The per-16 activation scales of a super-block's 8 per-32 ones (`dx`), each twice, as 4
 /// vectors (group `G` in lane `G % 4` of vector `G / 4`).
@@ -74,9 +58,9 @@ fn u8x16_f32(v: uint8x16_t) -> [float32x4_t; 4] {
 /// The CPU must support the `dotprod` extension.
 #[inline]
 #[target_feature(enable = "neon,dotprod")]
-unsafe fn k23_group<const Q3: bool, const N: usize, const G: usize>(
+unsafe fn k23_group<const Q3: bool, const N: usize, const G: usize, A: SbDot>(
     blk: &[u8; N],
-    a: &SbActs<'_>,
+    a: &A,
     scale: &[float32x4_t; 4],
     acc: &mut float32x4_t,
 ) {
@@ -91,7 +75,7 @@ unsafe fn k23_group<const Q3: bool, const N: usize, const G: usize>(
         q = vorrq_u8(q, vandq_u8(hb, vdupq_n_u8(4)));
     }
     // SAFETY: dotprod present per this function's contract.
-    let isum = unsafe { dot16u(a, q, 16 * G) };
+    let isum = unsafe { a.dot16(q, 16 * G) };
     *acc = fma_lane(*acc, vcvtq_f32_s32(isum), scale[G / 4], G % 4);
 }
 
@@ -99,7 +83,7 @@ unsafe fn k23_group<const Q3: bool, const N: usize, const G: usize>(
 macro_rules! k23_groups {
     ($q3:literal, $blk:expr, $a:expr, $scale:expr, $acc:expr; $($g:literal)*) => {
         // SAFETY: dotprod present per the enclosing function's contract.
-        unsafe { $(k23_group::<$q3, _, $g>($blk, $a, $scale, $acc);)* }
+        unsafe { $(k23_group::<$q3, _, $g, _>($blk, $a, $scale, $acc);)* }
     };
 }
 
@@ -111,15 +95,15 @@ macro_rules! k23_groups {
 /// The CPU must support the `dotprod` extension.
 #[inline]
 #[target_feature(enable = "neon,dotprod")]
-pub(super) unsafe fn q2k_block(blk: &[u8; 84], a: &SbActs<'_>, acc: &mut float32x4_t) -> f32 {
+pub(super) unsafe fn q2k_block<A: SbDot>(blk: &[u8; 84], a: &A, acc: &mut float32x4_t) -> f32 {
     let (d, dmin) = (f16_at(blk, 80), f16_at(blk, 82));
     let sc = ld(blk, 0);
     let scf = u8x16_f32(vandq_u8(sc, vdupq_n_u8(0x0F)));
     let mf = u8x16_f32(vshrq_n_u8::<4>(sc));
-    let dxs = dx16(a.d);
+    let dxs = dx16(a.d());
     let scale: [float32x4_t; 4] =
         std::array::from_fn(|i| vmulq_f32(vmulq_n_f32(scf[i], d), dxs[i]));
-    let sums = a.sum16;
+    let sums = a.sum16();
     let mut min = vdupq_n_f32(0.0);
     for i in 0..4 {
         // SAFETY: `sums[4 i..4 i + 4]` is 4 readable i32 (bounds-checked by the slice).
@@ -157,7 +141,7 @@ fn q3k_scales(blk: &[u8; 110]) -> int8x16_t {
 /// The CPU must support the `dotprod` extension.
 #[inline]
 #[target_feature(enable = "neon,dotprod")]
-pub(super) unsafe fn q3k_block(blk: &[u8; 110], a: &SbActs<'_>, acc: &mut float32x4_t) -> f32 {
+pub(super) unsafe fn q3k_block<A: SbDot>(blk: &[u8; 110], a: &A, acc: &mut float32x4_t) -> f32 {
     let d = f16_at(blk, 108);
     let ls = q3k_scales(blk);
     let (w0, w1) = (vmovl_s8(vget_low_s8(ls)), vmovl_high_s8(ls));
@@ -168,10 +152,10 @@ pub(super) unsafe fn q3k_block(blk: &[u8; 110], a: &SbActs<'_>, acc: &mut float3
         vmovl_high_s16(w1),
     ]
     .map(|v| vmulq_n_f32(vcvtq_f32_s32(v), d));
-    let dxs = dx16(a.d);
+    let dxs = dx16(a.d());
     let scale: [float32x4_t; 4] = std::array::from_fn(|i| vmulq_f32(scf[i], dxs[i]));
     k23_groups!(true, blk, a, &scale, acc; 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15);
-    4.0 * offset_term(&scale, a.sum16)
+    4.0 * offset_term(&scale, a.sum16())
 }
 
 /// Sub-block `J` (elements `32 J .. + 32`, 16 nibble bytes at `8 + 16 J`) of an `IQ4_XS`
@@ -181,27 +165,15 @@ pub(super) unsafe fn q3k_block(blk: &[u8; 110], a: &SbActs<'_>, acc: &mut float3
 /// The CPU must support the `dotprod` extension.
 #[inline]
 #[target_feature(enable = "neon,dotprod")]
-unsafe fn iq4xs_sub<const J: usize>(
+unsafe fn iq4xs_sub<const J: usize, A: SbDot>(
     blk: &[u8; 136],
-    a: &SbActs<'_>,
+    a: &A,
     scale: &[float32x4_t; 2],
     acc: &mut float32x4_t,
 ) {
     let (v0, v1) = iq4nl_values(&blk[8 + 16 * J..8 + 16 * J + 16]);
-    let (h0, l0) = acts(a, 32 * J);
-    let (h1, l1) = acts(a, 32 * J + 16);
-    let flip = vdupq_n_u8(0x80);
-    let (u0, u1) = (
-        veorq_u8(vreinterpretq_u8_s8(v0), flip),
-        veorq_u8(vreinterpretq_u8_s8(v1), flip),
-    );
-    // SAFETY: `a.corr[J]` is 4 readable i32.
-    let init = unsafe { vld1q_s32(a.corr[J].as_ptr()) };
     // SAFETY: dotprod present per this function's contract.
-    let isum = unsafe {
-        let hi = sdot(sdot(vdupq_n_s32(0), v0, h0), v1, h1);
-        udot(udot(vaddq_s32(vshlq_n_s32::<8>(hi), init), u0, l0), u1, l1)
-    };
+    let isum = unsafe { a.dot32s(v0, v1, J) };
     *acc = fma_lane(*acc, vcvtq_f32_s32(isum), scale[J / 4], J % 4);
 }
 
@@ -212,20 +184,20 @@ unsafe fn iq4xs_sub<const J: usize>(
 /// The CPU must support the `dotprod` extension.
 #[inline]
 #[target_feature(enable = "neon,dotprod")]
-pub(super) unsafe fn iq4xs_block(blk: &[u8; 136], a: &SbActs<'_>, acc: &mut float32x4_t) {
+pub(super) unsafe fn iq4xs_block<A: SbDot>(blk: &[u8; 136], a: &A, acc: &mut float32x4_t) {
     let dl = crate::scalar::iq4xs_scales(blk);
-    let dx = a.d;
+    let dx = a.d();
     let scale: [float32x4_t; 2] =
         std::array::from_fn(|i| vmulq_f32(load_f32x4(&dl[4 * i..]), load_f32x4(&dx[4 * i..])));
     // SAFETY: dotprod present per this function's contract.
     unsafe {
-        iq4xs_sub::<0>(blk, a, &scale, acc);
-        iq4xs_sub::<1>(blk, a, &scale, acc);
-        iq4xs_sub::<2>(blk, a, &scale, acc);
-        iq4xs_sub::<3>(blk, a, &scale, acc);
-        iq4xs_sub::<4>(blk, a, &scale, acc);
-        iq4xs_sub::<5>(blk, a, &scale, acc);
-        iq4xs_sub::<6>(blk, a, &scale, acc);
-        iq4xs_sub::<7>(blk, a, &scale, acc);
+        iq4xs_sub::<0, A>(blk, a, &scale, acc);
+        iq4xs_sub::<1, A>(blk, a, &scale, acc);
+        iq4xs_sub::<2, A>(blk, a, &scale, acc);
+        iq4xs_sub::<3, A>(blk, a, &scale, acc);
+        iq4xs_sub::<4, A>(blk, a, &scale, acc);
+        iq4xs_sub::<5, A>(blk, a, &scale, acc);
+        iq4xs_sub::<6, A>(blk, a, &scale, acc);
+        iq4xs_sub::<7, A>(blk, a, &scale, acc);
     }
 }

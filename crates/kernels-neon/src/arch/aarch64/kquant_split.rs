@@ -13,11 +13,12 @@
 
 use std::arch::aarch64::*;
 
+use super::kquant_acts::{I8Slices, SbDot, SplitSlices};
 use super::kquant_low_split as low;
-use super::matvec_split::{sdot, udot, Corr, Split16};
+use super::matvec_split::Split16;
 use super::simd::{f16_at, load_f32x4};
 use crate::arch::Rows;
-use crate::quant::QActs16;
+use crate::quant::{QActs, QActs16};
 use crate::{QMatrix, WeightFormat};
 
 /// Loads 16 bytes at `b[o..o + 16]` (`o + 16 <= N`, checked at compile time by the callers'
@@ -27,48 +28,6 @@ pub(super) fn ld<const N: usize>(b: &[u8; N], o: usize) -> uint8x16_t {
     let s = &b[o..o + 16];
     // SAFETY: `s` is exactly 16 readable bytes (bounds-checked above).
     unsafe { vld1q_u8(s.as_ptr()) }
-}
-
-/// One super-block's share of the split activations ([`Split16`]) and of their scales
-/// ([`QActs16`]): elements `256 sb .. + 256`, blocks `8 sb .. + 8`. Fixed-size arrays, so that the
-/// kernels' constant offsets into them need no bounds check (with slices of the whole vector,
-/// each 16-element load paid two compares and branches: a quarter of `Q6_K`'s instructions).
-pub(super) struct SbActs<'a> {
-    pub(super) hi: &'a [i8; 256],
-    pub(super) lo: &'a [u8; 256],
-    /// Each block's `-128 * sum(lo)` (in lane 0).
-    pub(super) corr: &'a [Corr; 8],
-    /// Each 16 quants' sum.
-    pub(super) sum16: &'a [i32; 16],
-    /// Each block's scale `d_x` and sum `s_x`.
-    pub(super) d: &'a [f32; 8],
-    pub(super) s: &'a [f32; 8],
-}
-
-impl<'a> SbActs<'a> {
-    /// Super-block `sb` of `s` (split from `xq`); panics where they hold less.
-    #[inline(always)]
-    pub(super) fn new(s: &'a Split16, xq: &'a QActs16, sb: usize) -> Self {
-        fn at<T, const N: usize>(v: &[T], i: usize) -> &[T; N] {
-            v[N * i..N * i + N].try_into().expect("N elements")
-        }
-        SbActs {
-            hi: at(&s.hi, sb),
-            lo: at(&s.lo, sb),
-            corr: at(&s.corr, sb),
-            sum16: at(&s.sum16, sb),
-            d: at(&xq.d, sb),
-            s: at(&xq.s, sb),
-        }
-    }
-}
-
-/// The split activations of the super-block's elements `e..e + 16` (`hi`, `lo`).
-#[inline(always)]
-pub(super) fn acts(a: &SbActs<'_>, e: usize) -> (int8x16_t, uint8x16_t) {
-    let (h, l) = (&a.hi[e..e + 16], &a.lo[e..e + 16]);
-    // SAFETY: `h` and `l` are exactly 16 readable bytes (bounds-checked above).
-    unsafe { (vld1q_s8(h.as_ptr()), vld1q_u8(l.as_ptr())) }
 }
 
 /// `acc + v * scale[lane]` (`lane` < 4, a constant at every call, so the match folds).
@@ -88,30 +47,6 @@ pub(super) fn fma_lane(
     }
 }
 
-/// `256 * dot(q, hi) + dot(q, lo)` of unsigned quants `q` (at most 127) and two groups of 16
-/// activations starting at `e0` and `e1`, plus `init`.
-///
-/// # Safety
-/// The CPU must support the `dotprod` extension.
-#[inline]
-#[target_feature(enable = "neon,dotprod")]
-unsafe fn dot2(
-    a: &SbActs<'_>,
-    init: int32x4_t,
-    q0: uint8x16_t,
-    q1: uint8x16_t,
-    e: usize,
-) -> int32x4_t {
-    let (h0, l0) = acts(a, e);
-    let (h1, l1) = acts(a, e + 16);
-    let (s0, s1) = (vreinterpretq_s8_u8(q0), vreinterpretq_s8_u8(q1));
-    // SAFETY: dotprod present per this function's contract.
-    unsafe {
-        let hi = sdot(sdot(vdupq_n_s32(0), s0, h0), s1, h1);
-        udot(udot(vaddq_s32(vshlq_n_s32::<8>(hi), init), q0, l0), q1, l1)
-    }
-}
-
 /// Sub-block `J` (elements `32 J .. + 32`) of a `Q4_K` (`Q5 = false`, 144 bytes) or `Q5_K` (176
 /// bytes) super-block `blk` with its activations `a`: adds its integer sum times
 /// lane `J % 4` of `scale[J / 4]` (`d * sc * d_x`) to `acc`. `J` is a constant, so that the
@@ -121,9 +56,9 @@ unsafe fn dot2(
 /// The CPU must support the `dotprod` extension.
 #[inline]
 #[target_feature(enable = "neon,dotprod")]
-unsafe fn q45k_sub<const Q5: bool, const N: usize, const J: usize>(
+unsafe fn q45k_sub<const Q5: bool, const N: usize, const J: usize, A: SbDot>(
     blk: &[u8; N],
-    a: &SbActs<'_>,
+    a: &A,
     scale: &[float32x4_t; 2],
     acc: &mut float32x4_t,
 ) {
@@ -145,7 +80,7 @@ unsafe fn q45k_sub<const Q5: bool, const N: usize, const J: usize>(
         }
     }
     // SAFETY: dotprod present per this function's contract.
-    let isum = unsafe { dot2(a, vdupq_n_s32(0), q[0], q[1], 32 * J) };
+    let isum = unsafe { a.dot32(q[0], q[1], 32 * J) };
     let v = vcvtq_f32_s32(isum);
     *acc = fma_lane(*acc, v, scale[J / 4], J % 4);
 }
@@ -183,14 +118,14 @@ fn u8x8_f32(v: uint8x8_t) -> [float32x4_t; 2] {
 /// The CPU must support the `dotprod` extension.
 #[inline]
 #[target_feature(enable = "neon,dotprod")]
-unsafe fn q45k_block<const Q5: bool, const N: usize>(
+unsafe fn q45k_block<const Q5: bool, const N: usize, A: SbDot>(
     blk: &[u8; N],
-    a: &SbActs<'_>,
+    a: &A,
     acc: &mut float32x4_t,
 ) -> f32 {
     let (d, dmin) = (f16_at(blk, 0), f16_at(blk, 2));
     let (scb, mb) = q4k_scale_bytes(&blk[4..16]);
-    let (dx, sx) = (a.d, a.s);
+    let (dx, sx) = (a.d(), a.s());
     let (sc, m) = (u8x8_f32(scb), u8x8_f32(mb));
     let scale: [float32x4_t; 2] =
         std::array::from_fn(|i| vmulq_f32(vmulq_n_f32(sc[i], d), load_f32x4(&dx[4 * i..])));
@@ -201,14 +136,14 @@ unsafe fn q45k_block<const Q5: bool, const N: usize>(
     );
     // SAFETY: dotprod present per this function's contract.
     unsafe {
-        q45k_sub::<Q5, N, 0>(blk, a, &scale, acc);
-        q45k_sub::<Q5, N, 1>(blk, a, &scale, acc);
-        q45k_sub::<Q5, N, 2>(blk, a, &scale, acc);
-        q45k_sub::<Q5, N, 3>(blk, a, &scale, acc);
-        q45k_sub::<Q5, N, 4>(blk, a, &scale, acc);
-        q45k_sub::<Q5, N, 5>(blk, a, &scale, acc);
-        q45k_sub::<Q5, N, 6>(blk, a, &scale, acc);
-        q45k_sub::<Q5, N, 7>(blk, a, &scale, acc);
+        q45k_sub::<Q5, N, 0, A>(blk, a, &scale, acc);
+        q45k_sub::<Q5, N, 1, A>(blk, a, &scale, acc);
+        q45k_sub::<Q5, N, 2, A>(blk, a, &scale, acc);
+        q45k_sub::<Q5, N, 3, A>(blk, a, &scale, acc);
+        q45k_sub::<Q5, N, 4, A>(blk, a, &scale, acc);
+        q45k_sub::<Q5, N, 5, A>(blk, a, &scale, acc);
+        q45k_sub::<Q5, N, 6, A>(blk, a, &scale, acc);
+        q45k_sub::<Q5, N, 7, A>(blk, a, &scale, acc);
     }
     vaddvq_f32(min)
 }
@@ -221,9 +156,9 @@ unsafe fn q45k_block<const Q5: bool, const N: usize>(
 /// The CPU must support the `dotprod` extension.
 #[inline]
 #[target_feature(enable = "neon,dotprod")]
-unsafe fn q6k_group<const G: usize>(
+unsafe fn q6k_group<const G: usize, A: SbDot>(
     blk: &[u8; 210],
-    a: &SbActs<'_>,
+    a: &A,
     scale: &[float32x4_t; 4],
     acc: &mut float32x4_t,
 ) {
@@ -243,12 +178,8 @@ unsafe fn q6k_group<const G: usize>(
         _ => vshrq_n_u8::<2>(qh),
     };
     let q = vorrq_u8(lo, vandq_u8(hb, vdupq_n_u8(0x30)));
-    let (h, l) = acts(a, 16 * G);
     // SAFETY: dotprod present per this function's contract.
-    let isum = unsafe {
-        let hi = sdot(vdupq_n_s32(0), vreinterpretq_s8_u8(q), h);
-        udot(vshlq_n_s32::<8>(hi), q, l)
-    };
+    let isum = unsafe { a.dot16(q, 16 * G) };
     let v = vcvtq_f32_s32(isum);
     *acc = fma_lane(*acc, v, scale[G / 4], G % 4);
 }
@@ -276,7 +207,7 @@ pub(super) fn offset_term(scale: &[float32x4_t; 4], sum16: &[i32; 16]) -> f32 {
 /// The CPU must support the `dotprod` extension.
 #[inline]
 #[target_feature(enable = "neon,dotprod")]
-unsafe fn q6k_block(blk: &[u8; 210], a: &SbActs<'_>, acc: &mut float32x4_t) -> f32 {
+unsafe fn q6k_block<A: SbDot>(blk: &[u8; 210], a: &A, acc: &mut float32x4_t) -> f32 {
     let d = f16_at(blk, 208);
     let sc = vreinterpretq_s8_u8(ld(blk, 192));
     let (w0, w1) = (vmovl_s8(vget_low_s8(sc)), vmovl_high_s8(sc));
@@ -287,7 +218,7 @@ unsafe fn q6k_block(blk: &[u8; 210], a: &SbActs<'_>, acc: &mut float32x4_t) -> f
         vmovl_high_s16(w1),
     ]
     .map(|v| vmulq_n_f32(vcvtq_f32_s32(v), d));
-    let (da, db) = (load_f32x4(&a.d[0..]), load_f32x4(&a.d[4..]));
+    let (da, db) = (load_f32x4(&a.d()[0..]), load_f32x4(&a.d()[4..]));
     let dxs = [
         vzip1q_f32(da, da),
         vzip2q_f32(da, da),
@@ -298,66 +229,66 @@ unsafe fn q6k_block(blk: &[u8; 210], a: &SbActs<'_>, acc: &mut float32x4_t) -> f
     macro_rules! groups {
         ($($g:literal)*) => {
             // SAFETY: dotprod present per this function's contract.
-            unsafe { $(q6k_group::<$g>(blk, a, &scale, acc);)* }
+            unsafe { $(q6k_group::<$g, A>(blk, a, &scale, acc);)* }
         };
     }
     groups!(0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15);
-    32.0 * offset_term(&scale, a.sum16)
+    32.0 * offset_term(&scale, a.sum16())
 }
 
 /// [`dot_row`]'s format tag of `IQ4_XS` (the others: the K-quant's digit).
 const IQ4XS: u8 = 7;
 
-/// The dot of one K-quant or `IQ4_XS` row (`F`: 2..=6 or [`IQ4XS`]).
+/// The dot of one K-quant or `IQ4_XS` row (`F`: 2..=6 or [`IQ4XS`]) with `nsb` super-blocks of
+/// activations (`acts(sb)`: super-block `sb`'s).
 ///
 /// # Safety
 /// The CPU must support the `dotprod` extension.
 #[target_feature(enable = "neon,dotprod")]
-unsafe fn dot_row<const F: u8>(row: &[u8], s: &Split16, xq: &QActs16) -> f32 {
+unsafe fn dot_row<const F: u8, A: SbDot>(row: &[u8], nsb: usize, acts: impl Fn(usize) -> A) -> f32 {
     let mut acc = vdupq_n_f32(0.0);
     let mut min = 0f32;
-    let nsb = xq.d.len() / 8;
     match F {
         4 => {
             for (sb, blk) in row.chunks_exact(144).take(nsb).enumerate() {
                 let blk: &[u8; 144] = blk.try_into().expect("144 bytes");
                 // SAFETY: dotprod present per this function's contract.
-                min += unsafe { q45k_block::<false, 144>(blk, &SbActs::new(s, xq, sb), &mut acc) };
+                min += unsafe { q45k_block::<false, 144, A>(blk, &acts(sb), &mut acc) };
             }
         }
         5 => {
             for (sb, blk) in row.chunks_exact(176).take(nsb).enumerate() {
                 let blk: &[u8; 176] = blk.try_into().expect("176 bytes");
                 // SAFETY: as above.
-                min += unsafe { q45k_block::<true, 176>(blk, &SbActs::new(s, xq, sb), &mut acc) };
+                min += unsafe { q45k_block::<true, 176, A>(blk, &acts(sb), &mut acc) };
             }
         }
         2 => {
             for (sb, blk) in row.chunks_exact(84).take(nsb).enumerate() {
                 let blk: &[u8; 84] = blk.try_into().expect("84 bytes");
                 // SAFETY: as above.
-                min += unsafe { low::q2k_block(blk, &SbActs::new(s, xq, sb), &mut acc) };
+                min += unsafe { low::q2k_block(blk, &acts(sb), &mut acc) };
             }
         }
         3 => {
             for (sb, blk) in row.chunks_exact(110).take(nsb).enumerate() {
                 let blk: &[u8; 110] = blk.try_into().expect("110 bytes");
                 // SAFETY: as above.
-                min += unsafe { low::q3k_block(blk, &SbActs::new(s, xq, sb), &mut acc) };
+                min += unsafe { low::q3k_block(blk, &acts(sb), &mut acc) };
             }
         }
         IQ4XS => {
             for (sb, blk) in row.chunks_exact(136).take(nsb).enumerate() {
                 let blk: &[u8; 136] = blk.try_into().expect("136 bytes");
                 // SAFETY: as above.
-                unsafe { low::iq4xs_block(blk, &SbActs::new(s, xq, sb), &mut acc) };
+                unsafe { low::iq4xs_block(blk, &acts(sb), &mut acc) };
             }
         }
         _ => {
             for (sb, blk) in row.chunks_exact(210).take(nsb).enumerate() {
                 let blk: &[u8; 210] = blk.try_into().expect("210 bytes");
                 // SAFETY: as above.
-                min += unsafe { q6k_block(blk, &SbActs::new(s, xq, sb), &mut acc) };
+                min += unsafe { q6k_block(blk, &acts(sb), &mut acc) };
             }
         }
     }
@@ -377,18 +308,45 @@ pub(crate) fn has_k_split(format: WeightFormat) -> bool {
     )
 }
 
+/// `y[i]` = the dot of row `sel.get(i)` with `nsb` super-blocks of activations (`acts(sb)`).
 #[target_feature(enable = "neon,dotprod")]
-unsafe fn rows<const F: u8>(
+unsafe fn rows<const F: u8, A: SbDot>(
     w: &QMatrix<'_>,
     sel: Rows<'_>,
-    xq: &QActs16,
-    s: &Split16,
+    nsb: usize,
+    acts: impl Fn(usize) -> A,
     y: &mut [f32],
 ) {
     for (i, yv) in y.iter_mut().enumerate() {
         sel.prefetch(w, i + 2, 1);
         // SAFETY: dotprod present per this function's contract.
-        *yv = unsafe { dot_row::<F>(w.row_data(sel.get(i)), s, xq) };
+        *yv = unsafe { dot_row::<F, A>(w.row_data(sel.get(i)), nsb, &acts) };
+    }
+}
+
+/// [`rows`] for the format of `w` (K-quants and `IQ4_XS`; others: nothing written).
+///
+/// # Safety
+/// The CPU must support the `dotprod` extension.
+#[target_feature(enable = "neon,dotprod")]
+unsafe fn rows_of<A: SbDot>(
+    w: &QMatrix<'_>,
+    sel: Rows<'_>,
+    nsb: usize,
+    acts: impl Fn(usize) -> A,
+    y: &mut [f32],
+) {
+    // SAFETY: dotprod is present per this function's contract (all arms).
+    unsafe {
+        match w.format() {
+            WeightFormat::Q2_K => rows::<2, A>(w, sel, nsb, acts, y),
+            WeightFormat::Q3_K => rows::<3, A>(w, sel, nsb, acts, y),
+            WeightFormat::Q4_K => rows::<4, A>(w, sel, nsb, acts, y),
+            WeightFormat::Q5_K => rows::<5, A>(w, sel, nsb, acts, y),
+            WeightFormat::Q6_K => rows::<6, A>(w, sel, nsb, acts, y),
+            WeightFormat::IQ4_XS => rows::<IQ4XS, A>(w, sel, nsb, acts, y),
+            _ => {}
+        }
     }
 }
 
@@ -405,16 +363,37 @@ pub(crate) unsafe fn matvec_k_split(
     s: &Split16,
     y: &mut [f32],
 ) {
-    // SAFETY: dotprod is present per this function's contract (all arms).
-    unsafe {
-        match w.format() {
-            WeightFormat::Q2_K => rows::<2>(w, sel, xq, s, y),
-            WeightFormat::Q3_K => rows::<3>(w, sel, xq, s, y),
-            WeightFormat::Q4_K => rows::<4>(w, sel, xq, s, y),
-            WeightFormat::Q5_K => rows::<5>(w, sel, xq, s, y),
-            WeightFormat::Q6_K => rows::<6>(w, sel, xq, s, y),
-            WeightFormat::IQ4_XS => rows::<IQ4XS>(w, sel, xq, s, y),
-            _ => {}
-        }
-    }
+    let a = SplitSlices::new(s, xq);
+    // SAFETY: dotprod is present per this function's contract.
+    unsafe { rows_of(w, sel, xq.d.len() / 8, move |sb| a.sb(sb), y) }
+}
+
+/// K-quant and `IQ4_XS` weights × 8-bit activations (`Precision::Int8`) by `sdot`, with the
+/// super-block kernels of the split path (others: nothing written). The per-16 sums of the
+/// quants (the offsets of `Q6_K`/`Q3_K`, `Q2_K`'s mins) are made here when `xq` has none.
+///
+/// # Safety
+/// The CPU must support the `dotprod` extension.
+#[target_feature(enable = "neon,dotprod")]
+pub(crate) unsafe fn matvec_k_int8_split(
+    w: &QMatrix<'_>,
+    sel: Rows<'_>,
+    xq: &QActs,
+    y: &mut [f32],
+) {
+    let nsb = xq.d.len() / 8;
+    let made;
+    let sum16: &[i32] = if xq.sum16.len() >= 16 * nsb {
+        &xq.sum16
+    } else {
+        made = xq
+            .qs
+            .chunks_exact(16)
+            .map(|c| c.iter().map(|&v| i32::from(v)).sum())
+            .collect::<Vec<i32>>();
+        &made
+    };
+    let a = I8Slices::new(xq, sum16);
+    // SAFETY: dotprod is present per this function's contract.
+    unsafe { rows_of(w, sel, nsb, move |sb| a.sb(sb), y) }
 }

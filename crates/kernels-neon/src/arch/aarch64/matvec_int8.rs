@@ -6,6 +6,7 @@ use std::arch::asm;
 
 use super::dequant::weights_i8;
 use super::kquant::{dot16, matvec_k_int, KRow};
+use super::kquant_split::matvec_k_int8_split;
 use super::simd::{f16_at, load_i8x8_wide};
 use crate::arch::drivers::rows_with;
 use crate::arch::tags::{block_bytes, has_min, IQ4_NL, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
@@ -84,21 +85,6 @@ unsafe fn dot_int8_row_dp<const F: u8>(row: &[u8], xq: &QActs) -> f32 {
     vaddvq_f32(sumv) + extra
 }
 
-/// The K-quant rows' integer dots with `sdot`: 16 weight quants times 16 activation quants per
-/// instruction (the same integer sums as the widening multiplies).
-///
-/// # Safety
-/// The CPU must support the `dotprod` extension.
-#[target_feature(enable = "neon,dotprod")]
-unsafe fn matvec_k_int8_dp(w: &QMatrix<'_>, sel: Rows<'_>, xq: &QActs, y: &mut [f32]) {
-    matvec_k_int(w, sel, &xq.qs, &xq.d, &xq.s, y, |q, x, e| {
-        let x = &x[e..e + 16];
-        // SAFETY: `x` has exactly 16 readable i8 (bounds-checked above); dotprod present per this
-        // function's contract.
-        unsafe { sdot(vdupq_n_s32(0), q, vld1q_s8(x.as_ptr())) }
-    })
-}
-
 #[target_feature(enable = "neon")]
 fn rows_int8<const F: u8>(
     w: &QMatrix<'_>,
@@ -141,7 +127,7 @@ pub(crate) fn matvec_int8(
         {
             // SAFETY: `dotprod` is only true for KernelPath::NeonDotprod, which is only used
             // after is_aarch64_feature_detected!("dotprod").
-            unsafe { matvec_k_int8_dp(w, sel, xq, y) }
+            unsafe { matvec_k_int8_split(w, sel, xq, y) }
         }
         WeightFormat::Q2_K
         | WeightFormat::Q3_K

@@ -15,6 +15,7 @@ mod dequant;
 mod expf;
 mod hybrid;
 mod kquant;
+mod kquant_acts;
 mod kquant_low_split;
 mod kquant_split;
 mod kv;
