@@ -8,7 +8,8 @@
 //! taken back once per block as `-off * sum(x)`), `Q8_0`/`IQ4_NL` values `+ 128` (`w ^ 0x80`,
 //! taken back as `-128 * sum(lo)`), the correction folded into the accumulator's first lane.
 //! Per 32 weights and row: four dot instructions, where the widening path spends four widenings
-//! and eight multiplies; `Q5_0`/`Q5_1`'s fifth bits by a table lookup per 16 (`quants`). Each
+//! and eight multiplies; `Q5_0`/`Q5_1`'s fifth bits by a table lookup per 16 (`quants`). Four
+//! rows a pass share the activation loads, corrections and scale conversions. Each
 //! lane's i32 sum is exact (below 2^26), so a block's integer dot equals the widening path's;
 //! only the split into four lanes before the f32 conversion differs (f32 rounding of the same
 //! sum).
