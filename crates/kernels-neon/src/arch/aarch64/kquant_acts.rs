@@ -44,8 +44,8 @@ fn at<T, const N: usize>(v: &[T], i: usize) -> &[T; N] {
     v[N * i..N * i + N].try_into().expect("N elements")
 }
 
-/// 16 bytes of `v` from `e` as a vector (`e + 16 <= 256`: a constant offset at every call, so
-/// the check folds).
+/// A pointer to the 16 elements of `v` from `e`, bounds-checked (`e` is a constant offset at
+/// every call, so the check folds away).
 #[inline(always)]
 fn ld16<T>(v: &[T; 256], e: usize) -> *const T {
     v[e..e + 16].as_ptr()

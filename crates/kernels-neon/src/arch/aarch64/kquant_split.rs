@@ -1,14 +1,16 @@
 //! `Q4_K`, `Q5_K` and `Q6_K` rows × 16-bit activations ([`Precision::Fast`](crate::Precision::Fast))
 //! with `sdot`/`udot` on `dotprod` CPUs: the integer products of `kquant::matvec_k_int`'s widening
-//! path, from the split activations of [`Split16`] (`x = 256 * hi + lo`).
+//! path, from the split activations of [`Split16`] (`x = 256 * hi + lo`); the same super-block
+//! kernels take 8-bit activations ([`Precision::Int8`](crate::Precision::Int8)) with one `sdot`
+//! per 16 products ([`SbDot`]: `kquant_acts.rs`).
 //!
 //! The weight quants are taken unsigned (`Q4_K` 0..=15, `Q5_K` 0..=31, `Q6_K` 0..=63), so each
 //! 16-product sum is `256 * sdot(q, hi) + udot(q, lo)` with no correction (the `hi` sum shifted
 //! left by 8 starts the `lo` one); `Q6_K`'s `- 32` is taken back once per super-block by vector,
 //! `32 * sum(d * sc * d_x * sum16)` ([`offset_term`], [`Split16::sum16`]). Each super-block and
-//! its activations are sliced once ([`SbActs`]: no bounds check per vector) and its loops have
-//! fixed trip counts, so they unroll: about 22 instructions per 32 weights of `Q4_K` (the
-//! widening path about 75). `Q2_K`, `Q3_K` and `IQ4_XS` super-blocks the same way:
+//! its activations are sliced once (fixed-size arrays: no bounds check per vector) and its loops
+//! have fixed trip counts, so they unroll: about 23 instructions per 32 weights of `Q4_K` (the
+//! widening path about 80). `Q2_K`, `Q3_K` and `IQ4_XS` super-blocks the same way:
 //! `kquant_low_split.rs`.
 
 use std::arch::aarch64::*;
