@@ -146,12 +146,16 @@ impl QActs {
 
     /// These activations with [`QBlocks::sum16`] filled.
     pub(crate) fn with_sums16(mut self) -> Self {
-        self.sum16 = self
-            .qs
+        self.sum16 = self.sums16();
+        self
+    }
+
+    /// The sum of each 16 quants (what [`QActs::with_sums16`] keeps).
+    pub(crate) fn sums16(&self) -> Vec<i32> {
+        self.qs
             .chunks_exact(16)
             .map(|c| c.iter().map(|&v| i32::from(v)).sum())
-            .collect();
-        self
+            .collect()
     }
 }
 

@@ -289,11 +289,27 @@ pub(crate) fn matvec_exact(
 
 /// What a path derives from one token's 8-bit activations for its kernels, made at most once per
 /// [`crate::Acts`] (on its first use) and shared by every work item and call that uses them: on
-/// x86_64, the activations in the order of [`KernelPath::Avx512`]'s Q4_0 kernel. Empty elsewhere.
+/// x86_64, the activations in the order of [`KernelPath::Avx512`]'s Q4_0 kernel; on aarch64, the
+/// sum of each 16 quants for the `dotprod` K-quant rows (where the activations carry none).
 #[derive(Default)]
 pub(crate) struct Prep8 {
     #[cfg(target_arch = "x86_64")]
     q40: std::sync::OnceLock<x86_64::Q40Bytes>,
+    #[cfg(target_arch = "aarch64")]
+    sum16: std::sync::OnceLock<Vec<i32>>,
+}
+
+#[cfg(target_arch = "aarch64")]
+impl Prep8 {
+    /// The sum of each 16 quants of `xq` (which `self` belongs to): its own where it has them,
+    /// else made once here.
+    fn sums16<'a>(&'a self, xq: &'a QActs) -> &'a [i32] {
+        if xq.sum16.len() * 16 >= xq.qs.len() {
+            &xq.sum16
+        } else {
+            self.sum16.get_or_init(|| xq.sums16())
+        }
+    }
 }
 
 /// Quantized weights × 8-bit activations ([`Precision::Int8`](crate::Precision::Int8)); `prep`
@@ -319,13 +335,15 @@ pub(crate) fn matvec_int8(
         #[cfg(target_arch = "aarch64")]
         KernelPath::Neon => {
             // SAFETY: NEON is baseline on every aarch64 target.
-            unsafe { aarch64::matvec_int8(w, sel, xq, y, false) }
+            unsafe { aarch64::matvec_int8(w, sel, xq, y, false, None) }
         }
         #[cfg(target_arch = "aarch64")]
         KernelPath::NeonDotprod | KernelPath::NeonI8mm => {
+            // The K-quant rows with `dotprod` (`aarch64::has_k_split`) need each 16 quants' sum.
+            let sum16 = aarch64::has_k_split(w.format()).then(|| prep.sums16(xq));
             // SAFETY: NEON is baseline on every aarch64 target, and this
             // path is only selected after run-time detection of dotprod.
-            unsafe { aarch64::matvec_int8(w, sel, xq, y, true) }
+            unsafe { aarch64::matvec_int8(w, sel, xq, y, true, sum16) }
         }
         _ => {
             let _ = prep;

@@ -371,8 +371,8 @@ pub(crate) unsafe fn matvec_k_split(
 }
 
 /// K-quant and `IQ4_XS` weights × 8-bit activations (`Precision::Int8`) by `sdot`, with the
-/// super-block kernels of the split path (others: nothing written). The per-16 sums of the
-/// quants (the offsets of `Q6_K`/`Q3_K`, `Q2_K`'s mins) are made here when `xq` has none.
+/// super-block kernels of the split path (others: nothing written); `sum16` is the sum of each 16
+/// quants of `xq` (the offsets of `Q6_K`/`Q3_K`, `Q2_K`'s mins).
 ///
 /// # Safety
 /// The CPU must support the `dotprod` extension.
@@ -381,21 +381,10 @@ pub(crate) unsafe fn matvec_k_int8_split(
     w: &QMatrix<'_>,
     sel: Rows<'_>,
     xq: &QActs,
+    sum16: &[i32],
     y: &mut [f32],
 ) {
-    let nsb = xq.d.len() / 8;
-    let made;
-    let sum16: &[i32] = if xq.sum16.len() >= 16 * nsb {
-        &xq.sum16
-    } else {
-        made = xq
-            .qs
-            .chunks_exact(16)
-            .map(|c| c.iter().map(|&v| i32::from(v)).sum())
-            .collect::<Vec<i32>>();
-        &made
-    };
     let a = I8Slices::new(xq, sum16);
     // SAFETY: dotprod is present per this function's contract.
-    unsafe { rows_of(w, sel, nsb, move |sb| a.sb(sb), y) }
+    unsafe { rows_of(w, sel, xq.d.len() / 8, move |sb| a.sb(sb), y) }
 }

@@ -6,7 +6,7 @@ use std::arch::asm;
 
 use super::dequant::weights_i8;
 use super::kquant::{dot16, matvec_k_int, KRow};
-use super::kquant_split::matvec_k_int8_split;
+use super::kquant_split::{has_k_split, matvec_k_int8_split};
 use super::simd::{f16_at, load_i8x8_wide};
 use crate::arch::drivers::rows_with;
 use crate::arch::tags::{block_bytes, has_min, IQ4_NL, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
@@ -109,6 +109,7 @@ pub(crate) fn matvec_int8(
     xq: &QActs,
     y: &mut [f32],
     dotprod: bool,
+    sum16: Option<&[i32]>,
 ) {
     match w.format() {
         WeightFormat::Q8_0 => rows_int8::<Q8_0>(w, sel, xq, y, dotprod),
@@ -117,17 +118,11 @@ pub(crate) fn matvec_int8(
         WeightFormat::Q5_0 => rows_int8::<Q5_0>(w, sel, xq, y, dotprod),
         WeightFormat::Q5_1 => rows_int8::<Q5_1>(w, sel, xq, y, dotprod),
         WeightFormat::IQ4_NL => rows_int8::<IQ4_NL>(w, sel, xq, y, dotprod),
-        WeightFormat::Q2_K
-        | WeightFormat::Q3_K
-        | WeightFormat::Q4_K
-        | WeightFormat::Q5_K
-        | WeightFormat::Q6_K
-        | WeightFormat::IQ4_XS
-            if dotprod =>
-        {
+        f if dotprod && has_k_split(f) => {
+            let sum16 = sum16.expect("the per-16 sums of the K-quant rows' 8-bit activations");
             // SAFETY: `dotprod` is only true for KernelPath::NeonDotprod, which is only used
             // after is_aarch64_feature_detected!("dotprod").
-            unsafe { matvec_k_int8_split(w, sel, xq, y) }
+            unsafe { matvec_k_int8_split(w, sel, xq, sum16, y) }
         }
         WeightFormat::Q2_K
         | WeightFormat::Q3_K

@@ -36,6 +36,7 @@ pub(crate) use axpy_tiled::axpy_rows_tiled;
 pub(crate) use dequant::dequant_row;
 pub(crate) use expf::{exp_sub, silu_mul};
 pub(crate) use hybrid::axpy_hybrid;
+pub(crate) use kquant_split::has_k_split;
 pub(crate) use kv::{kv_accumulate, kv_scores};
 pub(crate) use matvec_exact::matvec_exact;
 pub(crate) use matvec_i16::{matvec_i16, takes_split};
