@@ -30,12 +30,50 @@ pub(super) trait SbDot {
     /// # Safety
     /// As [`SbDot::dot16`].
     unsafe fn dot32s(&self, v0: int8x16_t, v1: int8x16_t, j: usize) -> int32x4_t;
+    /// The super-block's scales and sums.
+    fn sums(&self) -> &SbSums<'_>;
     /// Each block's scale `d_x`.
-    fn d(&self) -> &[f32; 8];
+    #[inline(always)]
+    fn d(&self) -> &[f32; 8] {
+        self.sums().d
+    }
     /// Each block's `d_x * sum(x)`.
-    fn s(&self) -> &[f32; 8];
+    #[inline(always)]
+    fn s(&self) -> &[f32; 8] {
+        self.sums().s
+    }
     /// Each 16 quants' sum.
-    fn sum16(&self) -> &[i32; 16];
+    #[inline(always)]
+    fn sum16(&self) -> &[i32; 16] {
+        self.sums().sum16
+    }
+}
+
+/// A super-block's activation scales and sums, which both kinds of activations carry.
+pub(super) struct SbSums<'a> {
+    d: &'a [f32; 8],
+    s: &'a [f32; 8],
+    sum16: &'a [i32; 16],
+}
+
+/// The slices [`SbSums`] cuts (for [`SplitSlices`] and [`I8Slices`]).
+#[derive(Clone, Copy)]
+struct SumSlices<'a> {
+    d: &'a [f32],
+    s: &'a [f32],
+    sum16: &'a [i32],
+}
+
+impl<'a> SumSlices<'a> {
+    /// Super-block `sb`; panics where the slices hold less.
+    #[inline(always)]
+    fn sb(self, sb: usize) -> SbSums<'a> {
+        SbSums {
+            d: at(self.d, sb),
+            s: at(self.s, sb),
+            sum16: at(self.sum16, sb),
+        }
+    }
 }
 
 /// Elements `N i .. N i + N` of `v`; panics where it holds less.
@@ -58,9 +96,7 @@ pub(super) struct SbActs<'a> {
     lo: &'a [u8; 256],
     /// Each block's `-128 * sum(lo)` (in lane 0).
     corr: &'a [Corr; 8],
-    sum16: &'a [i32; 16],
-    d: &'a [f32; 8],
-    s: &'a [f32; 8],
+    sums: SbSums<'a>,
 }
 
 /// The slices of [`Split16`] and its [`QActs16`] that [`SbActs`] cuts, copied out once per
@@ -71,9 +107,7 @@ pub(super) struct SplitSlices<'a> {
     hi: &'a [i8],
     lo: &'a [u8],
     corr: &'a [Corr],
-    sum16: &'a [i32],
-    d: &'a [f32],
-    s: &'a [f32],
+    sums: SumSlices<'a>,
 }
 
 impl<'a> SplitSlices<'a> {
@@ -82,9 +116,11 @@ impl<'a> SplitSlices<'a> {
             hi: &s.hi,
             lo: &s.lo,
             corr: &s.corr,
-            sum16: &s.sum16,
-            d: &xq.d,
-            s: &xq.s,
+            sums: SumSlices {
+                d: &xq.d,
+                s: &xq.s,
+                sum16: &s.sum16,
+            },
         }
     }
 
@@ -95,9 +131,7 @@ impl<'a> SplitSlices<'a> {
             hi: at(self.hi, sb),
             lo: at(self.lo, sb),
             corr: at(self.corr, sb),
-            sum16: at(self.sum16, sb),
-            d: at(self.d, sb),
-            s: at(self.s, sb),
+            sums: self.sums.sb(sb),
         }
     }
 }
@@ -153,45 +187,33 @@ impl SbDot for SbActs<'_> {
     }
 
     #[inline(always)]
-    fn d(&self) -> &[f32; 8] {
-        self.d
-    }
-
-    #[inline(always)]
-    fn s(&self) -> &[f32; 8] {
-        self.s
-    }
-
-    #[inline(always)]
-    fn sum16(&self) -> &[i32; 16] {
-        self.sum16
+    fn sums(&self) -> &SbSums<'_> {
+        &self.sums
     }
 }
 
 /// One super-block's share of 8-bit activations ([`QActs`]) and their per-16 sums.
 pub(super) struct SbI8<'a> {
     x: &'a [i8; 256],
-    sum16: &'a [i32; 16],
-    d: &'a [f32; 8],
-    s: &'a [f32; 8],
+    sums: SbSums<'a>,
 }
 
 /// The slices of [`QActs`] (and the per-16 sums) that [`SbI8`] cuts, as [`SplitSlices`].
 #[derive(Clone, Copy)]
 pub(super) struct I8Slices<'a> {
     x: &'a [i8],
-    sum16: &'a [i32],
-    d: &'a [f32],
-    s: &'a [f32],
+    sums: SumSlices<'a>,
 }
 
 impl<'a> I8Slices<'a> {
     pub(super) fn new(xq: &'a QActs, sum16: &'a [i32]) -> Self {
         I8Slices {
             x: &xq.qs,
-            sum16,
-            d: &xq.d,
-            s: &xq.s,
+            sums: SumSlices {
+                d: &xq.d,
+                s: &xq.s,
+                sum16,
+            },
         }
     }
 
@@ -200,9 +222,7 @@ impl<'a> I8Slices<'a> {
     pub(super) fn sb(self, sb: usize) -> SbI8<'a> {
         SbI8 {
             x: at(self.x, sb),
-            sum16: at(self.sum16, sb),
-            d: at(self.d, sb),
-            s: at(self.s, sb),
+            sums: self.sums.sb(sb),
         }
     }
 }
@@ -244,17 +264,7 @@ impl SbDot for SbI8<'_> {
     }
 
     #[inline(always)]
-    fn d(&self) -> &[f32; 8] {
-        self.d
-    }
-
-    #[inline(always)]
-    fn s(&self) -> &[f32; 8] {
-        self.s
-    }
-
-    #[inline(always)]
-    fn sum16(&self) -> &[i32; 16] {
-        self.sum16
+    fn sums(&self) -> &SbSums<'_> {
+        &self.sums
     }
 }
