@@ -420,15 +420,14 @@ pub(crate) fn matvec_i16(
         }
         #[cfg(target_arch = "aarch64")]
         KernelPath::Neon | KernelPath::NeonDotprod | KernelPath::NeonI8mm => {
-            let dotprod = path != KernelPath::Neon;
-            let split = (dotprod && aarch64::takes_split(w.format())).then(|| {
+            let split = (path != KernelPath::Neon && aarch64::takes_split(w.format())).then(|| {
                 // SAFETY: NEON, all `Split16::new` needs, is baseline on aarch64.
                 prep.split
                     .get_or_init(|| unsafe { aarch64::Split16::new(xq) })
             });
             // SAFETY: NEON is baseline on every aarch64 target; the NeonDotprod and NeonI8mm
-            // paths are only used after run-time detection of `dotprod`.
-            unsafe { aarch64::matvec_i16(w, sel, xq, y, dotprod, split) }
+            // paths are only used after run-time detection of `dotprod` (and `i8mm`).
+            unsafe { aarch64::matvec_i16(w, sel, xq, y, path, split) }
         }
         _ => {
             let _ = prep;
@@ -500,7 +499,7 @@ pub(crate) fn matvec_i16_batch(
         KernelPath::Neon | KernelPath::NeonDotprod | KernelPath::NeonI8mm => {
             // SAFETY: NEON is baseline on every aarch64 target; the NeonDotprod and NeonI8mm
             // paths are only used after run-time detection of `dotprod`.
-            unsafe { aarch64::matvec_i16_batch(w, r0, &xq.tokens, ys, path != KernelPath::Neon) }
+            unsafe { aarch64::matvec_i16_batch(w, r0, &xq.tokens, ys, path) }
         }
         _ => {
             for (q, y) in xq.tokens.iter().zip(ys.iter_mut()) {

@@ -13,8 +13,8 @@ use crate::arch::drivers::{rows_blocked, RowDots};
 use crate::arch::tags::{block_bytes, has_min, IQ4_NL, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
 use crate::arch::Rows;
 use crate::quant::QActs16;
-use crate::QMatrix;
 use crate::WeightFormat;
+use crate::{KernelPath, QMatrix};
 
 /// Integer dot of two rows with the 16-bit activations: weights widened to
 /// i16 (`vmovl_s8`), `vmull_s16`/`vmlal_high_s16` into i32 lanes (|q_w| <=
@@ -91,19 +91,21 @@ pub(crate) fn takes_split(format: WeightFormat) -> bool {
     has_split(format) || has_k_split(format)
 }
 
-/// Quantized weights × 16-bit activations ([`Precision::Fast`](crate::Precision::Fast)); with
-/// `dotprod` (the CPU has it), the formats of [`takes_split`] take the `sdot`/`udot` kernels of
-/// [`matvec_split`] and [`matvec_k_split`] (the same integer products), from `split` (`xq` split
-/// once per token by the caller) or, where it is `None`, from a split made here.
+/// Quantized weights × 16-bit activations ([`Precision::Fast`](crate::Precision::Fast)) on
+/// `path` (a NEON path: `Neon`, `NeonDotprod` or `NeonI8mm`); with `dotprod`, the formats of
+/// [`takes_split`] take the `sdot`/`udot` kernels of [`matvec_split`] and [`matvec_k_split`] (the
+/// same integer products; `usdot` too with `i8mm`), from `split` (`xq` split once per token by the
+/// caller) or, where it is `None`, from a split made here.
 #[target_feature(enable = "neon")]
 pub(crate) fn matvec_i16(
     w: &QMatrix<'_>,
     sel: Rows<'_>,
     xq: &QActs16,
     y: &mut [f32],
-    dotprod: bool,
+    path: KernelPath,
     split: Option<&Split16>,
 ) {
+    let dotprod = path != KernelPath::Neon;
     if dotprod && takes_split(w.format()) {
         let owned;
         let s = match split {
@@ -113,11 +115,11 @@ pub(crate) fn matvec_i16(
                 &owned
             }
         };
-        // SAFETY: `dotprod` is only true on the NeonDotprod and NeonI8mm paths, used only after
-        // run-time detection of the extension.
+        // SAFETY: `dotprod` is only true on the NeonDotprod and NeonI8mm paths, and the latter
+        // is `i8mm`, both used only after run-time detection of their extensions.
         return unsafe {
             if has_split(w.format()) {
-                matvec_split(w, sel, xq, s, y)
+                matvec_split(w, sel, xq, s, y, path == KernelPath::NeonI8mm)
             } else {
                 matvec_k_split(w, sel, xq, s, y)
             }

@@ -14,8 +14,8 @@ use super::simd::{f16_at, load_i16x8};
 use crate::arch::tags::{block_bytes, has_min, IQ4_NL, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
 use crate::arch::Rows;
 use crate::quant::QActs16;
-use crate::QMatrix;
 use crate::WeightFormat;
+use crate::{KernelPath, QMatrix};
 
 /// Dots of one row with the activations of `T` tokens.
 #[target_feature(enable = "neon")]
@@ -98,8 +98,9 @@ pub(crate) fn matvec_i16_batch(
     r0: usize,
     xq: &[&QActs16],
     ys: &mut [&mut [f32]],
-    dotprod: bool,
+    path: KernelPath,
 ) {
+    let dotprod = path != KernelPath::Neon;
     assert_eq!(xq.len(), ys.len());
     let nb = w.cols() / 32;
     let fits = !ys.is_empty()
@@ -110,7 +111,7 @@ pub(crate) fn matvec_i16_batch(
             .all(|q| q.d.len() == nb && q.qs.len() >= nb * 32 && q.s.len() >= nb);
     let per_token = |ys: &mut [&mut [f32]]| {
         for (q, y) in xq.iter().zip(ys.iter_mut()) {
-            matvec_i16(w, Rows::From(r0), q, y, dotprod, None)
+            matvec_i16(w, Rows::From(r0), q, y, path, None)
         }
     };
     // With `dotprod` the 32-element formats' `matvec_i16` is `sdot`/`udot` (`matvec_split.rs`),

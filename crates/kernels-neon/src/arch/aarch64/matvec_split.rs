@@ -137,6 +137,34 @@ pub(super) unsafe fn udot(mut acc: int32x4_t, a: uint8x16_t, b: uint8x16_t) -> i
     acc
 }
 
+/// `acc += usdot(a, b)` (`a` unsigned bytes, `b` signed; `i8mm`'s mixed-sign dot).
+///
+/// # Safety
+/// The CPU must support the `i8mm` extension.
+#[inline]
+#[target_feature(enable = "neon,dotprod,i8mm")]
+unsafe fn usdot(mut acc: int32x4_t, a: uint8x16_t, b: int8x16_t) -> int32x4_t {
+    // SAFETY: as `sdot`; the caller guarantees the i8mm extension is present.
+    unsafe {
+        asm!(
+            "usdot {acc:v}.4s, {a:v}.16b, {b:v}.16b",
+            acc = inout(vreg) acc,
+            a = in(vreg) a,
+            b = in(vreg) b,
+            options(pure, nomem, nostack, preserves_flags)
+        );
+    }
+    acc
+}
+
+/// Whether, with `i8mm` (`MM`), format `F`'s `lo` dot takes its signed quants by `usdot`:
+/// `Q8_0` and `IQ4_NL` (else their `+ 128` and its correction, three instructions a block and
+/// row). `Q5_0` would need its fifth bits tested the other way round (one more instruction
+/// for the one saved); the unsigned formats need nothing.
+const fn signed_lo<const F: u8, const MM: bool>() -> bool {
+    MM && matches!(F, Q8_0 | IQ4_NL)
+}
+
 /// `nib` with bit 4 set in the lanes where `v & bit` is not zero (`cmtst`, then `bit` inserts
 /// that lane's bit 4; written out because LLVM turns the intrinsics' test into `and`, `cmeq` and
 /// `bic`, and the insert into `and` and `orr`: five instructions for these two).
@@ -167,7 +195,7 @@ fn insert_bit4(nib: uint8x16_t, v: uint8x16_t, bit: uint8x16_t) -> uint8x16_t {
 /// `qh` bytes by one table lookup per 16 lanes (`tbl`), then tested against each lane's bit.
 #[inline]
 #[target_feature(enable = "neon")]
-fn quants<const F: u8>(blk: &[u8]) -> ([int8x16_t; 2], [uint8x16_t; 2]) {
+fn quants<const F: u8, const MM: bool>(blk: &[u8]) -> ([int8x16_t; 2], [uint8x16_t; 2]) {
     match F {
         Q4_0 | Q4_1 | Q5_0 | Q5_1 => {
             let o = quants_offset(F) + if F == Q5_0 || F == Q5_1 { 4 } else { 0 };
@@ -190,6 +218,11 @@ fn quants<const F: u8>(blk: &[u8]) -> ([int8x16_t; 2], [uint8x16_t; 2]) {
                 ([vreinterpretq_s8_u8(lo), vreinterpretq_s8_u8(hi)], [lo, hi])
             }
         }
+        _ if signed_lo::<F, MM>() => {
+            // `usdot` takes the signed values as they are (the `lo` operands unused).
+            let (w0, w1) = weights_i8::<F>(blk);
+            ([w0, w1], [vreinterpretq_u8_s8(w0), vreinterpretq_u8_s8(w1)])
+        }
         _ => {
             let (w0, w1) = weights_i8::<F>(blk);
             let flip = vdupq_n_u8(0x80);
@@ -208,7 +241,10 @@ fn quants<const F: u8>(blk: &[u8]) -> ([int8x16_t; 2], [uint8x16_t; 2]) {
 /// `-off * sum(x)` (`Q4_0`: 8, `Q5_0`: 16, their offsets), `-128 * sum(lo)` for
 /// `Q8_0`/`IQ4_NL` (the `+ 128` of the `lo` dot); `None` for the formats without an offset.
 #[inline(always)]
-fn corrections<const F: u8>(s: &Split16) -> Option<&[Corr]> {
+fn corrections<const F: u8, const MM: bool>(s: &Split16) -> Option<&[Corr]> {
+    if signed_lo::<F, MM>() {
+        return None;
+    }
     match F {
         Q4_0 => Some(&s.off8),
         Q5_0 => Some(&s.off16),
@@ -225,10 +261,15 @@ fn corrections<const F: u8>(s: &Split16) -> Option<&[Corr]> {
 /// the activation scale (and sum) in one vector multiply; the mins' products add up in lanes of
 /// their own.
 ///
+/// With `i8mm` (`MM`), `Q8_0` and `IQ4_NL` take their `lo` dot by `usdot` on the signed values
+/// ([`signed_lo`]): no `+ 128`, no correction; the same exact integer per block, in other lanes.
+///
 /// # Safety
-/// The CPU must support the `dotprod` extension.
+/// The CPU must support the `dotprod` extension, and `i8mm` where `MM` (whose `usdot` inlines
+/// where this body is inlined: [`dot_split_rows_mm`]).
+#[inline]
 #[target_feature(enable = "neon,dotprod")]
-unsafe fn dot_split_rows<const F: u8, const R: usize>(
+unsafe fn dot_split_body<const F: u8, const R: usize, const MM: bool>(
     rows: [&[u8]; R],
     s: &Split16,
     xq: &QActs16,
@@ -246,7 +287,7 @@ unsafe fn dot_split_rows<const F: u8, const R: usize>(
     let rows = rows.map(|r| &r[..nb * bb]);
     let (his, los) = (&s.hi[..nb * 32], &s.lo[..nb * 32]);
     let (ds, ds2) = (&xq.d[..nb], &s.ds2[..nb]);
-    let corr = corrections::<F>(s).map(|c| &c[..nb]);
+    let corr = corrections::<F, MM>(s).map(|c| &c[..nb]);
     for b in 0..nb {
         let bs: [&[u8]; R] = std::array::from_fn(|i| &rows[i][b * bb..b * bb + bb]);
         let (hs, ls) = (&his[b * 32..b * 32 + 32], &los[b * 32..b * 32 + 32]);
@@ -264,7 +305,7 @@ unsafe fn dot_split_rows<const F: u8, const R: usize>(
         // A plain loop: a closure here was not inlined for Q5_0/Q5_1 (2.3x the instructions).
         let mut isum = [vdupq_n_f32(0.0); R];
         for (k, blk) in bs.into_iter().enumerate() {
-            let ([q0, q1], [u0, u1]) = quants::<F>(blk);
+            let ([q0, q1], [u0, u1]) = quants::<F, MM>(blk);
             // SAFETY: dotprod present per this function's contract.
             isum[k] = unsafe {
                 let hi = vshlq_n_s32::<8>(sdot(sdot(vdupq_n_s32(0), q0, h0), q1, h1));
@@ -272,7 +313,11 @@ unsafe fn dot_split_rows<const F: u8, const R: usize>(
                     Some(c) => vaddq_s32(hi, c),
                     None => hi,
                 };
-                vcvtq_f32_s32(udot(udot(start, u0, l0), u1, l1))
+                if signed_lo::<F, MM>() {
+                    vcvtq_f32_s32(usdot(usdot(start, l0, q0), l1, q1))
+                } else {
+                    vcvtq_f32_s32(udot(udot(start, u0, l0), u1, l1))
+                }
             };
         }
         if has_min(F) {
@@ -322,14 +367,50 @@ unsafe fn dot_split_rows<const F: u8, const R: usize>(
     })
 }
 
-/// [`dot_split_rows`] as the kernel of the shared row drivers.
-struct SplitDots<'a, const F: u8>(&'a Split16, &'a QActs16);
+/// [`dot_split_body`] on `dotprod` CPUs.
+///
+/// # Safety
+/// The CPU must support the `dotprod` extension.
+#[target_feature(enable = "neon,dotprod")]
+unsafe fn dot_split_rows<const F: u8, const R: usize>(
+    rows: [&[u8]; R],
+    s: &Split16,
+    xq: &QActs16,
+) -> [f32; R] {
+    // SAFETY: dotprod present per this function's contract.
+    unsafe { dot_split_body::<F, R, false>(rows, s, xq) }
+}
 
-impl<const F: u8> RowDots for SplitDots<'_, F> {
+/// [`dot_split_body`] on `i8mm` CPUs.
+///
+/// # Safety
+/// The CPU must support the `dotprod` and `i8mm` extensions.
+#[target_feature(enable = "neon,dotprod,i8mm")]
+unsafe fn dot_split_rows_mm<const F: u8, const R: usize>(
+    rows: [&[u8]; R],
+    s: &Split16,
+    xq: &QActs16,
+) -> [f32; R] {
+    // SAFETY: dotprod and i8mm present per this function's contract.
+    unsafe { dot_split_body::<F, R, true>(rows, s, xq) }
+}
+
+/// [`dot_split_rows`] (or with `MM`, [`dot_split_rows_mm`]) as the kernel of the shared row
+/// drivers.
+struct SplitDots<'a, const F: u8, const MM: bool>(&'a Split16, &'a QActs16);
+
+impl<const F: u8, const MM: bool> RowDots for SplitDots<'_, F, MM> {
     #[inline(always)]
     unsafe fn dots<const N: usize>(&self, rows: [&[u8]; N]) -> [f32; N] {
-        // SAFETY: dotprod is present per this method's contract (`matvec_split`'s).
-        unsafe { dot_split_rows::<F, N>(rows, self.0, self.1) }
+        // SAFETY: dotprod is present per this method's contract (`matvec_split`'s), and i8mm
+        // where `MM`.
+        unsafe {
+            if MM {
+                dot_split_rows_mm::<F, N>(rows, self.0, self.1)
+            } else {
+                dot_split_rows::<F, N>(rows, self.0, self.1)
+            }
+        }
     }
 }
 
@@ -344,7 +425,20 @@ unsafe fn rows_split<const F: u8>(
     // Four rows a step: the activation loads, the block's correction and scale serve all four
     // (two rows a step executed 6-10% more instructions on Q5_0, Q4_0 and Q8_0).
     // SAFETY: dotprod present per this function's contract.
-    unsafe { rows_blocked::<4, _>(&SplitDots::<F>(s, xq), w, sel, y) }
+    unsafe { rows_blocked::<4, _>(&SplitDots::<F, false>(s, xq), w, sel, y) }
+}
+
+/// [`rows_split`] on `i8mm` CPUs (its kernel inlined under the same features).
+#[target_feature(enable = "neon,dotprod,i8mm")]
+unsafe fn rows_split_mm<const F: u8>(
+    w: &QMatrix<'_>,
+    sel: Rows<'_>,
+    xq: &QActs16,
+    s: &Split16,
+    y: &mut [f32],
+) {
+    // SAFETY: dotprod and i8mm present per this function's contract.
+    unsafe { rows_blocked::<4, _>(&SplitDots::<F, true>(s, xq), w, sel, y) }
 }
 
 /// Whether [`matvec_split`] takes weights of `format` (the 32-element block formats).
@@ -360,11 +454,11 @@ pub(crate) fn has_split(format: WeightFormat) -> bool {
     )
 }
 
-/// Quantized weights × 16-bit activations by `sdot`/`udot`, for the formats of [`has_split`]
-/// (others: nothing written); `s` is `xq` split ([`Split16::new`]).
+/// Quantized weights × 16-bit activations by `sdot`/`udot` (and `usdot` where `i8mm`), for the
+/// formats of [`has_split`] (others: nothing written); `s` is `xq` split ([`Split16::new`]).
 ///
 /// # Safety
-/// The CPU must support the `dotprod` extension.
+/// The CPU must support the `dotprod` extension, and `i8mm` where `i8mm`.
 #[target_feature(enable = "neon,dotprod")]
 pub(crate) unsafe fn matvec_split(
     w: &QMatrix<'_>,
@@ -372,16 +466,19 @@ pub(crate) unsafe fn matvec_split(
     xq: &QActs16,
     s: &Split16,
     y: &mut [f32],
+    i8mm: bool,
 ) {
-    // SAFETY: dotprod is present per this function's contract (all arms).
+    // SAFETY: dotprod is present per this function's contract (all arms), and i8mm where taken.
     unsafe {
-        match w.format() {
-            WeightFormat::Q8_0 => rows_split::<Q8_0>(w, sel, xq, s, y),
-            WeightFormat::Q4_0 => rows_split::<Q4_0>(w, sel, xq, s, y),
-            WeightFormat::Q4_1 => rows_split::<Q4_1>(w, sel, xq, s, y),
-            WeightFormat::Q5_0 => rows_split::<Q5_0>(w, sel, xq, s, y),
-            WeightFormat::Q5_1 => rows_split::<Q5_1>(w, sel, xq, s, y),
-            WeightFormat::IQ4_NL => rows_split::<IQ4_NL>(w, sel, xq, s, y),
+        match (w.format(), i8mm) {
+            (WeightFormat::Q8_0, true) => rows_split_mm::<Q8_0>(w, sel, xq, s, y),
+            (WeightFormat::IQ4_NL, true) => rows_split_mm::<IQ4_NL>(w, sel, xq, s, y),
+            (WeightFormat::Q8_0, false) => rows_split::<Q8_0>(w, sel, xq, s, y),
+            (WeightFormat::IQ4_NL, false) => rows_split::<IQ4_NL>(w, sel, xq, s, y),
+            (WeightFormat::Q4_0, _) => rows_split::<Q4_0>(w, sel, xq, s, y),
+            (WeightFormat::Q4_1, _) => rows_split::<Q4_1>(w, sel, xq, s, y),
+            (WeightFormat::Q5_0, _) => rows_split::<Q5_0>(w, sel, xq, s, y),
+            (WeightFormat::Q5_1, _) => rows_split::<Q5_1>(w, sel, xq, s, y),
             _ => {}
         }
     }
