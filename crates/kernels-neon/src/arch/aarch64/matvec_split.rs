@@ -7,18 +7,17 @@
 //! `w` as unsigned bytes: the 4- and 5-bit quants without their offset (`Q4_0`'s 8, `Q5_0`'s 16,
 //! taken back once per block as `-off * sum(x)`), `Q8_0`/`IQ4_NL` values `+ 128` (`w ^ 0x80`,
 //! taken back as `-128 * sum(lo)`), the correction folded into the accumulator's first lane.
-//! Per 32 weights and row: four dot instructions, where the widening path spends four widenings
-//! and eight multiplies; `Q5_0`/`Q5_1`'s fifth bits by a table lookup per 16 (`quants`). Four
-//! rows a pass share the activation loads, corrections and scale conversions. Each
-//! lane's i32 sum is exact (below 2^26), so a block's integer dot equals the widening path's;
-//! only the split into four lanes before the f32 conversion differs (f32 rounding of the same
-//! sum).
+//! With `i8mm`, `usdot` (unsigned `lo` × signed `w`) takes `Q8_0`, `IQ4_NL` and `Q5_0` signed,
+//! with no offset to take back. Per 32 weights and row: four dot instructions, where the
+//! widening path spends four widenings and eight multiplies; `Q5_0`/`Q5_1`'s fifth bits by a
+//! table lookup per 16 (`quants`). Four rows a pass share the activation loads, corrections and
+//! scale conversions. Each lane's i32 sum is exact (below 2^26), so a block's integer dot equals
+//! the widening path's; only the f32 rounding differs (one row: the four lanes converted apart).
 
 use std::arch::aarch64::*;
 use std::arch::asm;
 
 use super::dequant::weights_i8;
-use super::kquant_split::fma_lane;
 use super::simd::{f16x4, load_u8x16};
 use crate::arch::drivers::{rows_blocked, RowDots};
 use crate::arch::tags::{
@@ -159,10 +158,41 @@ unsafe fn usdot(mut acc: int32x4_t, a: uint8x16_t, b: int8x16_t) -> int32x4_t {
 
 /// Whether, with `i8mm` (`MM`), format `F`'s `lo` dot takes its signed quants by `usdot`:
 /// `Q8_0` and `IQ4_NL` (else their `+ 128` and its correction, three instructions a block and
-/// row). `Q5_0` would need its fifth bits tested the other way round (one more instruction
-/// for the one saved); the unsigned formats need nothing.
+/// row) and `Q5_0` (its quants made signed in fewer instructions than unsigned ones,
+/// [`signed5`], and no correction); the unsigned formats need nothing.
 const fn signed_lo<const F: u8, const MM: bool>() -> bool {
-    MM && matches!(F, Q8_0 | IQ4_NL)
+    MM && matches!(F, Q8_0 | IQ4_NL | Q5_0)
+}
+
+/// The signed `Q5_0` quants (`q - 16`, -16..=15) of the 16 nibble bytes `raw`: elements `j`
+/// (low nibbles) and `16 + j` (high ones), from `nv` and `nv16`, the inverted fifth bits spread
+/// one `qh` byte per lane (as [`quants`] spreads them) and `bit`, each lane's bit. A lane whose
+/// fifth bit is clear is its nibble minus 16, that is, the nibble with the high four bits set:
+/// `cmtst` of the inverted bits gives that lane's mask, into whose low four bits `bit` inserts the
+/// low nibble (`sri #4` shifts in the high one). Two instructions a half, where the unsigned
+/// quants take three (a mask or shift, `cmtst`, `bit`).
+#[inline(always)]
+fn signed5(raw: uint8x16_t, nv: uint8x16_t, nv16: uint8x16_t, bit: uint8x16_t) -> [int8x16_t; 2] {
+    let (lo, hi): (uint8x16_t, uint8x16_t);
+    // SAFETY: `cmtst`, `bit` and `sri` only read and write the named vector registers; NEON (the
+    // reinterprets') is baseline on aarch64.
+    unsafe {
+        asm!(
+            "cmtst {l:v}.16b, {nv:v}.16b, {b:v}.16b",
+            "cmtst {h:v}.16b, {nv16:v}.16b, {b:v}.16b",
+            "bit {l:v}.16b, {r:v}.16b, {m:v}.16b",
+            "sri {h:v}.16b, {r:v}.16b, #4",
+            l = out(vreg) lo,
+            h = out(vreg) hi,
+            nv = in(vreg) nv,
+            nv16 = in(vreg) nv16,
+            b = in(vreg) bit,
+            r = in(vreg) raw,
+            m = in(vreg) vdupq_n_u8(0x0F),
+            options(pure, nomem, nostack, preserves_flags)
+        );
+        [vreinterpretq_s8_u8(lo), vreinterpretq_s8_u8(hi)]
+    }
 }
 
 /// `nib` with bit 4 set in the lanes where `v & bit` is not zero (`cmtst`, then `bit` inserts
@@ -200,8 +230,6 @@ fn quants<const F: u8, const MM: bool>(blk: &[u8]) -> ([int8x16_t; 2], [uint8x16
         Q4_0 | Q4_1 | Q5_0 | Q5_1 => {
             let o = quants_offset(F) + if F == Q5_0 || F == Q5_1 { 4 } else { 0 };
             let raw = load_u8x16(&blk[o..]);
-            let m4 = vdupq_n_u8(0x0F);
-            let (lo, hi) = (vandq_u8(raw, m4), vshrq_n_u8::<4>(raw));
             if F == Q5_0 || F == Q5_1 {
                 let h = &blk[quants_offset(F)..quants_offset(F) + 4];
                 let qh =
@@ -209,12 +237,31 @@ fn quants<const F: u8, const MM: bool>(blk: &[u8]) -> ([int8x16_t; 2], [uint8x16
                 let bit = vreinterpretq_u8_u64(vdupq_n_u64(0x8040_2010_0804_0201));
                 let idx0 = vcombine_u8(vdup_n_u8(0), vdup_n_u8(1));
                 let idx1 = vcombine_u8(vdup_n_u8(2), vdup_n_u8(3));
+                if signed_lo::<F, MM>() {
+                    let nq: uint8x16_t;
+                    // SAFETY: `mvn` only reads and writes the named vector registers. Written out:
+                    // LLVM moved the intrinsic's `mvn` before the broadcast, where the load could
+                    // no longer broadcast (`ldr`, `mvn`, `dup` against `ld1r`, `mvn`).
+                    unsafe {
+                        asm!(
+                            "mvn {n:v}.16b, {q:v}.16b",
+                            n = lateout(vreg) nq,
+                            q = in(vreg) qh,
+                            options(pure, nomem, nostack, preserves_flags)
+                        )
+                    };
+                    let q = signed5(raw, vqtbl1q_u8(nq, idx0), vqtbl1q_u8(nq, idx1), bit);
+                    // `usdot` takes the signed quants (the `lo` operands unused).
+                    return (q, q.map(|v| vreinterpretq_u8_s8(v)));
+                }
+                let (lo, hi) = (vandq_u8(raw, vdupq_n_u8(0x0F)), vshrq_n_u8::<4>(raw));
                 let u = [
                     insert_bit4(lo, vqtbl1q_u8(qh, idx0), bit),
                     insert_bit4(hi, vqtbl1q_u8(qh, idx1), bit),
                 ];
                 (u.map(|v| vreinterpretq_s8_u8(v)), u)
             } else {
+                let (lo, hi) = (vandq_u8(raw, vdupq_n_u8(0x0F)), vshrq_n_u8::<4>(raw));
                 ([vreinterpretq_s8_u8(lo), vreinterpretq_s8_u8(hi)], [lo, hi])
             }
         }
@@ -256,13 +303,15 @@ fn corrections<const F: u8, const MM: bool>(s: &Split16) -> Option<&[Corr]> {
 /// The dots of `R` rows (1, 2 or 4) with the split activations: per block and
 /// row, `sdot(q, hi)` and `udot(u, lo)` of the quants ([`quants`]): the `hi` sum shifted left by
 /// 8 (plus the block's correction in the first lane: [`corrections`]) starts the `lo` sum; one
-/// convert and one FMA. The activation loads serve every row. The rows' block scales are
-/// converted by one `fcvtl` (`Q4_1`/`Q5_1`: each pair's scales and mins by one) and multiplied by
-/// the activation scale (and sum) in one vector multiply; the mins' products add up in lanes of
-/// their own.
+/// convert and one FMA (four rows: their four lanes each summed by two `addp` into one vector of
+/// the rows' exact block sums, one convert and one FMA for all four). The activation loads serve
+/// every row. The rows' block scales are converted by one `fcvtl` (`Q4_1`/`Q5_1`: each pair's
+/// scales and mins by one, or four rows' scales by one and their mins by another) and multiplied
+/// by the activation scale (and sum) in one vector multiply; the mins' products add up in lanes
+/// of their own.
 ///
-/// With `i8mm` (`MM`), `Q8_0` and `IQ4_NL` take their `lo` dot by `usdot` on the signed values
-/// ([`signed_lo`]): no `+ 128`, no correction; the same exact integer per block, in other lanes.
+/// With `i8mm` (`MM`), `Q8_0`, `IQ4_NL` and `Q5_0` take their `lo` dot by `usdot` on the signed
+/// values ([`signed_lo`]): no `+ 128`, no correction; the same exact integer per block.
 ///
 /// # Safety
 /// The CPU must support the `dotprod` extension, and `i8mm` where `MM` (whose `usdot` inlines
@@ -276,9 +325,8 @@ unsafe fn dot_split_body<const F: u8, const R: usize, const MM: bool>(
 ) -> [f32; R] {
     const { assert!(R == 1 || R == 2 || R == 4) };
     let bb = block_bytes(F);
-    let mut sumv = [vdupq_n_f32(0.0); R];
-    // Per pair of rows, lanes 1 and 3: the two rows' sums of `m * s_x` (`Q4_1`/`Q5_1`).
-    let mut mins = [vdupq_n_f32(0.0); 2];
+    // Lane `k`: row `k`'s dot (one row: `acc1`) and its sum of `m * s_x` (`Q4_1`/`Q5_1`).
+    let (mut acc, mut acc1, mut mins) = (vdupq_n_f32(0.0), 0f32, vdupq_n_f32(0.0));
     // Every slice cut to `nb` blocks up front, so that the loop's indexing needs no checks.
     let nb = rows
         .iter()
@@ -303,7 +351,7 @@ unsafe fn dot_split_body<const F: u8, const R: usize, const MM: bool>(
         // SAFETY: `c[b]` is 4 readable i32.
         let init = corr.map(|c| unsafe { vld1q_s32(c[b].as_ptr()) });
         // A plain loop: a closure here was not inlined for Q5_0/Q5_1 (2.3x the instructions).
-        let mut isum = [vdupq_n_f32(0.0); R];
+        let mut isum = [vdupq_n_s32(0); R];
         for (k, blk) in bs.into_iter().enumerate() {
             let ([q0, q1], [u0, u1]) = quants::<F, MM>(blk);
             // SAFETY: dotprod present per this function's contract.
@@ -314,33 +362,33 @@ unsafe fn dot_split_body<const F: u8, const R: usize, const MM: bool>(
                     None => hi,
                 };
                 if signed_lo::<F, MM>() {
-                    vcvtq_f32_s32(usdot(usdot(start, l0, q0), l1, q1))
+                    usdot(usdot(start, l0, q0), l1, q1)
                 } else {
-                    vcvtq_f32_s32(udot(udot(start, u0, l0), u1, l1))
+                    udot(udot(start, u0, l0), u1, l1)
                 }
             };
         }
-        if has_min(F) {
-            for p in 0..R.div_ceil(2) {
-                // [d0, m0, d1, m1] * [d_x, s_x, d_x, s_x]: each row's d and m as one 32-bit word
-                // (one row alone: its own twice).
-                let dm = |blk: &[u8]| u32::from_le_bytes([blk[0], blk[1], blk[2], blk[3]]);
+        // Lane `k`: row `k`'s `d * d_x` (and its `m * s_x`).
+        let d = if has_min(F) {
+            // Per pair of rows [d0, m0, d1, m1] * [d_x, s_x, d_x, s_x] (each row's d and m as one
+            // 32-bit word; one row alone: its own twice), then the scales and the mins apart.
+            let dm = |blk: &[u8]| u32::from_le_bytes([blk[0], blk[1], blk[2], blk[3]]);
+            // SAFETY: `ds2[b]` is 4 readable f32.
+            let dsx = unsafe { vld1q_f32(ds2[b].as_ptr()) };
+            // A plain loop: a closure here was not inlined (2.5x the instructions).
+            let mut f = [dsx; 2];
+            for (p, f) in f.iter_mut().enumerate().take(R.div_ceil(2)) {
                 let h = vdup_n_u32(dm(bs[2 * p]));
                 let h = if R > 1 {
                     vset_lane_u32::<1>(dm(bs[2 * p + 1]), h)
                 } else {
                     h
                 };
-                // SAFETY: `ds2[b]` is 4 readable f32.
-                let f = vmulq_f32(f16x4(vreinterpret_u16_u32(h)), unsafe {
-                    vld1q_f32(ds2[b].as_ptr())
-                });
-                sumv[2 * p] = vfmaq_laneq_f32::<0>(sumv[2 * p], isum[2 * p], f);
-                if R > 1 {
-                    sumv[2 * p + 1] = vfmaq_laneq_f32::<2>(sumv[2 * p + 1], isum[2 * p + 1], f);
-                }
-                mins[p] = vaddq_f32(mins[p], f);
+                *f = vmulq_f32(f16x4(vreinterpret_u16_u32(h)), dsx);
             }
+            let f1 = if R == 4 { f[1] } else { f[0] };
+            mins = vaddq_f32(mins, vuzp2q_f32(f[0], f1));
+            vuzp1q_f32(f[0], f1)
         } else {
             // [d0, d1, ..] * d_x.
             let d = |blk: &[u8]| u16::from_le_bytes([blk[0], blk[1]]);
@@ -351,20 +399,33 @@ unsafe fn dot_split_body<const F: u8, const R: usize, const MM: bool>(
             if R == 4 {
                 h = vset_lane_u16::<3>(d(bs[R - 1]), vset_lane_u16::<2>(d(bs[R - 2]), h));
             }
-            let f = vmulq_n_f32(f16x4(h), ds[b]);
-            for (k, acc) in sumv.iter_mut().enumerate() {
-                *acc = fma_lane(*acc, isum[k], f, k);
-            }
+            vmulq_n_f32(f16x4(h), ds[b])
+        };
+        // Each row's exact block sum (its four lanes added: `addp`, or `addv` for one row),
+        // converted once and multiplied by its scale in one FMA: the same operations on each row
+        // however many rows a pass takes, so `matvec_rows` gives `matvec`'s bits.
+        if R == 1 {
+            acc1 = (vaddvq_s32(isum[0]) as f32).mul_add(vgetq_lane_f32::<0>(d), acc1);
+        } else {
+            let t = if R == 4 {
+                vpaddq_s32(vpaddq_s32(isum[0], isum[1]), vpaddq_s32(isum[2], isum[3]))
+            } else {
+                let p = vpaddq_s32(isum[0], isum[R - 1]);
+                vpaddq_s32(p, p)
+            };
+            acc = vfmaq_f32(acc, vcvtq_f32_s32(t), d);
         }
     }
-    std::array::from_fn(|k| {
-        let extra = match (has_min(F), k % 2) {
-            (false, _) => 0.0,
-            (true, 0) => vgetq_lane_f32::<1>(mins[k / 2]),
-            (true, _) => vgetq_lane_f32::<3>(mins[k / 2]),
-        };
-        vaddvq_f32(sumv[k]) + extra
-    })
+    if R == 1 {
+        acc = vsetq_lane_f32::<0>(acc1, acc);
+    }
+    if has_min(F) {
+        acc = vaddq_f32(acc, mins);
+    }
+    let mut y = [0f32; 4];
+    // SAFETY: `y` holds 4 writable f32.
+    unsafe { vst1q_f32(y.as_mut_ptr(), acc) };
+    std::array::from_fn(|k| y[k])
 }
 
 /// [`dot_split_body`] on `dotprod` CPUs.
@@ -473,11 +534,12 @@ pub(crate) unsafe fn matvec_split(
         match (w.format(), i8mm) {
             (WeightFormat::Q8_0, true) => rows_split_mm::<Q8_0>(w, sel, xq, s, y),
             (WeightFormat::IQ4_NL, true) => rows_split_mm::<IQ4_NL>(w, sel, xq, s, y),
+            (WeightFormat::Q5_0, true) => rows_split_mm::<Q5_0>(w, sel, xq, s, y),
             (WeightFormat::Q8_0, false) => rows_split::<Q8_0>(w, sel, xq, s, y),
             (WeightFormat::IQ4_NL, false) => rows_split::<IQ4_NL>(w, sel, xq, s, y),
             (WeightFormat::Q4_0, _) => rows_split::<Q4_0>(w, sel, xq, s, y),
             (WeightFormat::Q4_1, _) => rows_split::<Q4_1>(w, sel, xq, s, y),
-            (WeightFormat::Q5_0, _) => rows_split::<Q5_0>(w, sel, xq, s, y),
+            (WeightFormat::Q5_0, false) => rows_split::<Q5_0>(w, sel, xq, s, y),
             (WeightFormat::Q5_1, _) => rows_split::<Q5_1>(w, sel, xq, s, y),
             _ => {}
         }
