@@ -325,7 +325,8 @@ unsafe fn dot_split_body<const F: u8, const R: usize, const MM: bool>(
 ) -> [f32; R] {
     const { assert!(R == 1 || R == 2 || R == 4) };
     let bb = block_bytes(F);
-    // Lane `k`: row `k`'s dot (one row: `acc1`) and its sum of `m * s_x` (`Q4_1`/`Q5_1`).
+    // Lane `k`: row `k`'s dot (one row: `acc1`) and, with four rows, its sum of `m * s_x`
+    // (`Q4_1`/`Q5_1`; fewer rows: lane `2k + 1`).
     let (mut acc, mut acc1, mut mins) = (vdupq_n_f32(0.0), 0f32, vdupq_n_f32(0.0));
     // Every slice cut to `nb` blocks up front, so that the loop's indexing needs no checks.
     let nb = rows
@@ -386,9 +387,18 @@ unsafe fn dot_split_body<const F: u8, const R: usize, const MM: bool>(
                 };
                 *f = vmulq_f32(f16x4(vreinterpret_u16_u32(h)), dsx);
             }
-            let f1 = if R == 4 { f[1] } else { f[0] };
-            mins = vaddq_f32(mins, vuzp2q_f32(f[0], f1));
-            vuzp1q_f32(f[0], f1)
+            if R == 4 {
+                mins = vaddq_f32(mins, vuzp2q_f32(f[0], f[1]));
+                vuzp1q_f32(f[0], f[1])
+            } else {
+                // Fewer rows: row `k`'s mins in lane `2k + 1` (taken apart once, at the end).
+                mins = vaddq_f32(mins, f[0]);
+                if R == 2 {
+                    vuzp1q_f32(f[0], f[0])
+                } else {
+                    f[0]
+                }
+            }
         } else {
             // [d0, d1, ..] * d_x.
             let d = |blk: &[u8]| u16::from_le_bytes([blk[0], blk[1]]);
@@ -420,7 +430,7 @@ unsafe fn dot_split_body<const F: u8, const R: usize, const MM: bool>(
         acc = vsetq_lane_f32::<0>(acc1, acc);
     }
     if has_min(F) {
-        acc = vaddq_f32(acc, mins);
+        acc = vaddq_f32(acc, if R == 4 { mins } else { vuzp2q_f32(mins, mins) });
     }
     let mut y = [0f32; 4];
     // SAFETY: `y` holds 4 writable f32.
