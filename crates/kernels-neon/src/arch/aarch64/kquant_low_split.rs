@@ -19,7 +19,7 @@
 use std::arch::aarch64::*;
 
 use super::kquant_acts::SbDot;
-use super::kquant_split::{fma_lane, ld, offset_term};
+use super::kquant_split::{fma_sums4, ld, offset_term};
 use super::simd::{f16_at, iq4nl_values, load_f32x4};
 
 /// The per-16 activation scales of a super-block's 8 per-32 ones (`dx`), each twice, as 4
@@ -52,7 +52,7 @@ fn u8x16_f32(v: uint8x16_t) -> [float32x4_t; 4] {
 /// Group `G = 8 n + 2 k + p` (elements `16 G .. + 16`) of a `Q2_K` (`Q3 = false`, 84 bytes) or
 /// `Q3_K` (110 bytes) super-block with its activations `a`: bits `2k..2k + 2` of
 /// `qs[32 n + 16 p..]` (byte 16, or 32 for `Q3_K`), `Q3_K`'s bit `4 n + k` of `hmask[16 p..]` as
-/// bit 2. Adds the integer sum times lane `G % 4` of `scale[G / 4]` to `acc`.
+/// bit 2. Its integer dot (four lanes; its scale is lane `G % 4` of the block's `scale[G / 4]`).
 ///
 /// # Safety
 /// The CPU must support the `dotprod` extension.
@@ -61,9 +61,7 @@ fn u8x16_f32(v: uint8x16_t) -> [float32x4_t; 4] {
 unsafe fn k23_group<const Q3: bool, const N: usize, const G: usize, A: SbDot>(
     blk: &[u8; N],
     a: &A,
-    scale: &[float32x4_t; 4],
-    acc: &mut float32x4_t,
-) {
+) -> int32x4_t {
     let (n, k, p) = (G / 8, (G / 2) % 4, G % 2);
     let qoff = if Q3 { 32 } else { 16 };
     let qs = ld(blk, qoff + 32 * n + 16 * p);
@@ -75,15 +73,24 @@ unsafe fn k23_group<const Q3: bool, const N: usize, const G: usize, A: SbDot>(
         q = vorrq_u8(q, vandq_u8(hb, vdupq_n_u8(4)));
     }
     // SAFETY: dotprod present per this function's contract.
-    let isum = unsafe { a.dot16(q, 16 * G) };
-    *acc = fma_lane(*acc, vcvtq_f32_s32(isum), scale[G / 4], G % 4);
+    unsafe { a.dot16(q, 16 * G) }
 }
 
-/// Runs [`k23_group`] for the 16 groups of a super-block.
+/// Runs [`k23_group`] for the 16 groups of a super-block, four at a time: their exact sums in one
+/// vector, one conversion and one FMA with their four scales ([`fma_sums4`]).
 macro_rules! k23_groups {
-    ($q3:literal, $blk:expr, $a:expr, $scale:expr, $acc:expr; $($g:literal)*) => {
+    ($q3:literal, $blk:expr, $a:expr, $scale:expr, $acc:expr;
+     $($i:literal: $g0:literal $g1:literal $g2:literal $g3:literal);*) => {
         // SAFETY: dotprod present per the enclosing function's contract.
-        unsafe { $(k23_group::<$q3, _, $g, _>($blk, $a, $scale, $acc);)* }
+        unsafe {$(
+            let s = [
+                k23_group::<$q3, _, $g0, _>($blk, $a),
+                k23_group::<$q3, _, $g1, _>($blk, $a),
+                k23_group::<$q3, _, $g2, _>($blk, $a),
+                k23_group::<$q3, _, $g3, _>($blk, $a),
+            ];
+            *$acc = fma_sums4(*$acc, s, $scale[$i]);
+        )*}
     };
 }
 
@@ -110,7 +117,7 @@ pub(super) unsafe fn q2k_block<A: SbDot>(blk: &[u8; 84], a: &A, acc: &mut float3
         let x = unsafe { vcvtq_f32_s32(vld1q_s32(sums[4 * i..4 * i + 4].as_ptr())) };
         min = vfmaq_f32(min, vmulq_f32(vmulq_n_f32(mf[i], dmin), dxs[i]), x);
     }
-    k23_groups!(false, blk, a, &scale, acc; 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15);
+    k23_groups!(false, blk, a, scale, acc; 0: 0 1 2 3; 1: 4 5 6 7; 2: 8 9 10 11; 3: 12 13 14 15);
     vaddvq_f32(min)
 }
 
@@ -154,27 +161,21 @@ pub(super) unsafe fn q3k_block<A: SbDot>(blk: &[u8; 110], a: &A, acc: &mut float
     .map(|v| vmulq_n_f32(vcvtq_f32_s32(v), d));
     let dxs = dx16(a.d());
     let scale: [float32x4_t; 4] = std::array::from_fn(|i| vmulq_f32(scf[i], dxs[i]));
-    k23_groups!(true, blk, a, &scale, acc; 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15);
+    k23_groups!(true, blk, a, scale, acc; 0: 0 1 2 3; 1: 4 5 6 7; 2: 8 9 10 11; 3: 12 13 14 15);
     4.0 * offset_term(&scale, a.sum16())
 }
 
-/// Sub-block `J` (elements `32 J .. + 32`, 16 nibble bytes at `8 + 16 J`) of an `IQ4_XS`
-/// super-block with its activations `a`.
+/// The integer dot (four lanes) of sub-block `J` (elements `32 J .. + 32`, 16 nibble bytes at
+/// `8 + 16 J`) of an `IQ4_XS` super-block with its activations `a`.
 ///
 /// # Safety
 /// The CPU must support the `dotprod` extension.
 #[inline]
 #[target_feature(enable = "neon,dotprod")]
-unsafe fn iq4xs_sub<const J: usize, A: SbDot>(
-    blk: &[u8; 136],
-    a: &A,
-    scale: &[float32x4_t; 2],
-    acc: &mut float32x4_t,
-) {
+unsafe fn iq4xs_sub<const J: usize, A: SbDot>(blk: &[u8; 136], a: &A) -> int32x4_t {
     let (v0, v1) = iq4nl_values(&blk[8 + 16 * J..8 + 16 * J + 16]);
     // SAFETY: dotprod present per this function's contract.
-    let isum = unsafe { a.dot32s(v0, v1, J) };
-    *acc = fma_lane(*acc, vcvtq_f32_s32(isum), scale[J / 4], J % 4);
+    unsafe { a.dot32s(v0, v1, J) }
 }
 
 /// An `IQ4_XS` super-block (136 bytes: `d`, `scales_h`, `scales_l` 4, nibbles 128): its 8 scales
@@ -189,15 +190,22 @@ pub(super) unsafe fn iq4xs_block<A: SbDot>(blk: &[u8; 136], a: &A, acc: &mut flo
     let dx = a.d();
     let scale: [float32x4_t; 2] =
         std::array::from_fn(|i| vmulq_f32(load_f32x4(&dl[4 * i..]), load_f32x4(&dx[4 * i..])));
+    // Four sub-blocks at a time: their exact sums in one vector, one conversion and one FMA.
     // SAFETY: dotprod present per this function's contract.
     unsafe {
-        iq4xs_sub::<0, A>(blk, a, &scale, acc);
-        iq4xs_sub::<1, A>(blk, a, &scale, acc);
-        iq4xs_sub::<2, A>(blk, a, &scale, acc);
-        iq4xs_sub::<3, A>(blk, a, &scale, acc);
-        iq4xs_sub::<4, A>(blk, a, &scale, acc);
-        iq4xs_sub::<5, A>(blk, a, &scale, acc);
-        iq4xs_sub::<6, A>(blk, a, &scale, acc);
-        iq4xs_sub::<7, A>(blk, a, &scale, acc);
+        let s = [
+            iq4xs_sub::<0, A>(blk, a),
+            iq4xs_sub::<1, A>(blk, a),
+            iq4xs_sub::<2, A>(blk, a),
+            iq4xs_sub::<3, A>(blk, a),
+        ];
+        *acc = fma_sums4(*acc, s, scale[0]);
+        let s = [
+            iq4xs_sub::<4, A>(blk, a),
+            iq4xs_sub::<5, A>(blk, a),
+            iq4xs_sub::<6, A>(blk, a),
+            iq4xs_sub::<7, A>(blk, a),
+        ];
+        *acc = fma_sums4(*acc, s, scale[1]);
     }
 }

@@ -32,27 +32,19 @@ pub(super) fn ld<const N: usize>(b: &[u8; N], o: usize) -> uint8x16_t {
     unsafe { vld1q_u8(s.as_ptr()) }
 }
 
-/// `acc + v * scale[lane]` (`lane` < 4, a constant at every call, so the match folds).
+/// `acc + sums * scale`, `sums` lane `j` the exact sum of `isum[j]`'s four lanes (two `addp`):
+/// four groups' integer dots converted once and multiplied by their four scales in one FMA.
 #[inline]
 #[target_feature(enable = "neon")]
-pub(super) fn fma_lane(
-    acc: float32x4_t,
-    v: float32x4_t,
-    scale: float32x4_t,
-    lane: usize,
-) -> float32x4_t {
-    match lane {
-        0 => vfmaq_laneq_f32::<0>(acc, v, scale),
-        1 => vfmaq_laneq_f32::<1>(acc, v, scale),
-        2 => vfmaq_laneq_f32::<2>(acc, v, scale),
-        _ => vfmaq_laneq_f32::<3>(acc, v, scale),
-    }
+pub(super) fn fma_sums4(acc: float32x4_t, isum: [int32x4_t; 4], scale: float32x4_t) -> float32x4_t {
+    let t = vpaddq_s32(vpaddq_s32(isum[0], isum[1]), vpaddq_s32(isum[2], isum[3]));
+    vfmaq_f32(acc, vcvtq_f32_s32(t), scale)
 }
 
 /// Sub-block `J` (elements `32 J .. + 32`) of a `Q4_K` (`Q5 = false`, 144 bytes) or `Q5_K` (176
-/// bytes) super-block `blk` with its activations `a`: adds its integer sum times
-/// lane `J % 4` of `scale[J / 4]` (`d * sc * d_x`) to `acc`. `J` is a constant, so that the
-/// nibble half and the fifth bit are fixed at compile time.
+/// bytes) super-block `blk` with its activations `a`: its integer dot (four lanes; its scale is
+/// lane `J % 4` of [`q45k_block`]'s `scale[J / 4]`). `J` is a constant, so that the nibble half
+/// and the fifth bit are fixed at compile time.
 ///
 /// # Safety
 /// The CPU must support the `dotprod` extension.
@@ -61,9 +53,7 @@ pub(super) fn fma_lane(
 unsafe fn q45k_sub<const Q5: bool, const N: usize, const J: usize, A: SbDot>(
     blk: &[u8; N],
     a: &A,
-    scale: &[float32x4_t; 2],
-    acc: &mut float32x4_t,
-) {
+) -> int32x4_t {
     let qoff = if Q5 { 48 } else { 16 };
     let raw = [
         ld(blk, qoff + 32 * (J / 2)),
@@ -82,9 +72,7 @@ unsafe fn q45k_sub<const Q5: bool, const N: usize, const J: usize, A: SbDot>(
         }
     }
     // SAFETY: dotprod present per this function's contract.
-    let isum = unsafe { a.dot32(q[0], q[1], 32 * J) };
-    let v = vcvtq_f32_s32(isum);
-    *acc = fma_lane(*acc, v, scale[J / 4], J % 4);
+    unsafe { a.dot32(q[0], q[1], 32 * J) }
 }
 
 /// The 8 scales and 8 mins (6 bits each) of a `Q4_K`/`Q5_K` super-block (bytes 4..16), as
@@ -136,34 +124,36 @@ unsafe fn q45k_block<const Q5: bool, const N: usize, A: SbDot>(
         vmulq_n_f32(m[1], dmin),
         load_f32x4(&sx[4..]),
     );
+    // Four sub-blocks at a time: their exact sums in one vector, one conversion and one FMA.
     // SAFETY: dotprod present per this function's contract.
     unsafe {
-        q45k_sub::<Q5, N, 0, A>(blk, a, &scale, acc);
-        q45k_sub::<Q5, N, 1, A>(blk, a, &scale, acc);
-        q45k_sub::<Q5, N, 2, A>(blk, a, &scale, acc);
-        q45k_sub::<Q5, N, 3, A>(blk, a, &scale, acc);
-        q45k_sub::<Q5, N, 4, A>(blk, a, &scale, acc);
-        q45k_sub::<Q5, N, 5, A>(blk, a, &scale, acc);
-        q45k_sub::<Q5, N, 6, A>(blk, a, &scale, acc);
-        q45k_sub::<Q5, N, 7, A>(blk, a, &scale, acc);
+        let s = [
+            q45k_sub::<Q5, N, 0, A>(blk, a),
+            q45k_sub::<Q5, N, 1, A>(blk, a),
+            q45k_sub::<Q5, N, 2, A>(blk, a),
+            q45k_sub::<Q5, N, 3, A>(blk, a),
+        ];
+        *acc = fma_sums4(*acc, s, scale[0]);
+        let s = [
+            q45k_sub::<Q5, N, 4, A>(blk, a),
+            q45k_sub::<Q5, N, 5, A>(blk, a),
+            q45k_sub::<Q5, N, 6, A>(blk, a),
+            q45k_sub::<Q5, N, 7, A>(blk, a),
+        ];
+        *acc = fma_sums4(*acc, s, scale[1]);
     }
     vaddvq_f32(min)
 }
 
-/// Group `G = 8 n + 2 k + p` (elements `128 n + 32 k + 16 p .. + 16`, its own scale: lane
-/// `G % 4` of `scale[G / 4]`) of a `Q6_K` super-block (210 bytes) with its activations `a`; `G`
-/// is a constant (fixed shifts).
+/// The integer dot (four lanes) of group `G = 8 n + 2 k + p` (elements `128 n + 32 k + 16 p ..
+/// + 16`, its own scale: lane `G % 4` of [`q6k_block`]'s `scale[G / 4]`) of a `Q6_K` super-block
+/// (210 bytes) with its activations `a`; `G` is a constant (fixed shifts).
 ///
 /// # Safety
 /// The CPU must support the `dotprod` extension.
 #[inline]
 #[target_feature(enable = "neon,dotprod")]
-unsafe fn q6k_group<const G: usize, A: SbDot>(
-    blk: &[u8; 210],
-    a: &A,
-    scale: &[float32x4_t; 4],
-    acc: &mut float32x4_t,
-) {
+unsafe fn q6k_group<const G: usize, A: SbDot>(blk: &[u8; 210], a: &A) -> int32x4_t {
     let (n, k, p) = (G / 8, (G / 2) % 4, G % 2);
     let src = ld(blk, 64 * n + 32 * (k & 1) + 16 * p);
     let qh = ld(blk, 128 + 32 * n + 16 * p);
@@ -181,9 +171,7 @@ unsafe fn q6k_group<const G: usize, A: SbDot>(
     };
     let q = vorrq_u8(lo, vandq_u8(hb, vdupq_n_u8(0x30)));
     // SAFETY: dotprod present per this function's contract.
-    let isum = unsafe { a.dot16(q, 16 * G) };
-    let v = vcvtq_f32_s32(isum);
-    *acc = fma_lane(*acc, v, scale[G / 4], G % 4);
+    unsafe { a.dot16(q, 16 * G) }
 }
 
 /// `sum(scale_g * sum16_g)` over a super-block's 16 groups (`scale` as [`q6k_block`] lays it
@@ -228,13 +216,22 @@ unsafe fn q6k_block<A: SbDot>(blk: &[u8; 210], a: &A, acc: &mut float32x4_t) -> 
         vzip2q_f32(db, db),
     ];
     let scale: [float32x4_t; 4] = std::array::from_fn(|i| vmulq_f32(scf[i], dxs[i]));
+    // Four groups at a time: their exact sums in one vector, one conversion and one FMA.
     macro_rules! groups {
-        ($($g:literal)*) => {
+        ($($i:literal: $g0:literal $g1:literal $g2:literal $g3:literal);*) => {
             // SAFETY: dotprod present per this function's contract.
-            unsafe { $(q6k_group::<$g, A>(blk, a, &scale, acc);)* }
+            unsafe {$(
+                let s = [
+                    q6k_group::<$g0, A>(blk, a),
+                    q6k_group::<$g1, A>(blk, a),
+                    q6k_group::<$g2, A>(blk, a),
+                    q6k_group::<$g3, A>(blk, a),
+                ];
+                *acc = fma_sums4(*acc, s, scale[$i]);
+            )*}
         };
     }
-    groups!(0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15);
+    groups!(0: 0 1 2 3; 1: 4 5 6 7; 2: 8 9 10 11; 3: 12 13 14 15);
     32.0 * offset_term(&scale, a.sum16())
 }
 
