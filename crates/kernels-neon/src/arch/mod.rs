@@ -339,8 +339,8 @@ pub(crate) fn matvec_int8(
         }
         #[cfg(target_arch = "aarch64")]
         KernelPath::NeonDotprod | KernelPath::NeonI8mm => {
-            // The K-quant rows with `dotprod` (`aarch64::has_k_split`) need each 16 quants' sum.
-            let sum16 = aarch64::has_k_split(w.format()).then(|| prep.sums16(xq));
+            // The K-quant and Q4_0 rows with `dotprod` need each 16 quants' sum.
+            let sum16 = aarch64::int8_sums16(w.format()).then(|| prep.sums16(xq));
             // SAFETY: NEON is baseline on every aarch64 target, and this
             // path is only selected after run-time detection of dotprod.
             unsafe { aarch64::matvec_int8(w, sel, xq, y, true, sum16) }

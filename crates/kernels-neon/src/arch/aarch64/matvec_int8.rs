@@ -2,11 +2,12 @@
 //! widening-multiply integer dots, or `sdot` where `dotprod` was detected.
 
 use std::arch::aarch64::*;
-use std::arch::asm;
 
 use super::dequant::weights_i8;
 use super::kquant::{dot16, matvec_k_int, KRow};
 use super::kquant_split::{has_k_split, matvec_k_int8_split};
+use super::matvec_int8_rows::{has_int8_rows, matvec_int8_rows};
+use super::matvec_split::sdot;
 use super::simd::{f16_at, load_i8x8_wide};
 use crate::arch::drivers::rows_with;
 use crate::arch::tags::{block_bytes, has_min, IQ4_NL, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
@@ -43,65 +44,15 @@ fn dot_int8_row<const F: u8>(row: &[u8], xq: &QActs) -> f32 {
     vaddvq_f32(sumv) + extra
 }
 
-/// `acc += sdot(a, b)` (4 lanes, each the dot of 4 i8 pairs).
-///
-/// # Safety
-/// The CPU must support the `dotprod` extension.
-#[inline]
-#[target_feature(enable = "neon,dotprod")]
-unsafe fn sdot(mut acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x4_t {
-    // SAFETY: `sdot` only reads/writes the named vector registers; the
-    // caller guarantees the dotprod extension is present.
-    unsafe {
-        asm!(
-            "sdot {acc:v}.4s, {a:v}.16b, {b:v}.16b",
-            acc = inout(vreg) acc,
-            a = in(vreg) a,
-            b = in(vreg) b,
-            options(pure, nomem, nostack, preserves_flags)
-        );
-    }
-    acc
+/// Whether [`matvec_int8`] with `dotprod` reads each 16 quants' sum (`sum16`): the K-quant rows'
+/// offsets and `Q4_0`'s.
+pub(crate) fn int8_sums16(format: WeightFormat) -> bool {
+    has_k_split(format) || format == WeightFormat::Q4_0
 }
 
-/// Integer dot of one row with `sdot`.
-///
-/// # Safety
-/// The CPU must support the `dotprod` extension.
-#[target_feature(enable = "neon,dotprod")]
-unsafe fn dot_int8_row_dp<const F: u8>(row: &[u8], xq: &QActs) -> f32 {
-    let mut sumv = vdupq_n_f32(0.0);
-    let mut extra = 0f32;
-    for (b, blk) in row.chunks_exact(block_bytes(F)).enumerate() {
-        let (w0, w1) = weights_i8::<F>(blk);
-        let (x0, x1) = acts_i8(&xq.qs[b * 32..]);
-        // SAFETY: dotprod present per this function's contract.
-        let s = unsafe { sdot(sdot(vdupq_n_s32(0), w0, x0), w1, x1) };
-        sumv = vfmaq_n_f32(sumv, vcvtq_f32_s32(s), f16_at(blk, 0) * xq.d[b]);
-        if has_min(F) {
-            extra += f16_at(blk, 2) * xq.s[b];
-        }
-    }
-    vaddvq_f32(sumv) + extra
-}
-
-#[target_feature(enable = "neon")]
-fn rows_int8<const F: u8>(
-    w: &QMatrix<'_>,
-    sel: Rows<'_>,
-    xq: &QActs,
-    y: &mut [f32],
-    dotprod: bool,
-) {
-    if dotprod {
-        // SAFETY: `dotprod` is only true for KernelPath::NeonDotprod,
-        // which is only used after is_aarch64_feature_detected!("dotprod").
-        rows_with(w, sel, y, |r| unsafe { dot_int8_row_dp::<F>(r, xq) })
-    } else {
-        rows_with(w, sel, y, |r| dot_int8_row::<F>(r, xq))
-    }
-}
-
+/// Quantized weights × 8-bit activations; with `dotprod`, the 32-element block formats four rows
+/// a step ([`matvec_int8_rows`]) and the K-quants by super-blocks ([`matvec_k_int8_split`]),
+/// `sum16` given for the formats of [`int8_sums16`].
 #[target_feature(enable = "neon")]
 pub(crate) fn matvec_int8(
     w: &QMatrix<'_>,
@@ -112,12 +63,22 @@ pub(crate) fn matvec_int8(
     sum16: Option<&[i32]>,
 ) {
     match w.format() {
-        WeightFormat::Q8_0 => rows_int8::<Q8_0>(w, sel, xq, y, dotprod),
-        WeightFormat::Q4_0 => rows_int8::<Q4_0>(w, sel, xq, y, dotprod),
-        WeightFormat::Q4_1 => rows_int8::<Q4_1>(w, sel, xq, y, dotprod),
-        WeightFormat::Q5_0 => rows_int8::<Q5_0>(w, sel, xq, y, dotprod),
-        WeightFormat::Q5_1 => rows_int8::<Q5_1>(w, sel, xq, y, dotprod),
-        WeightFormat::IQ4_NL => rows_int8::<IQ4_NL>(w, sel, xq, y, dotprod),
+        f if dotprod && has_int8_rows(f) => {
+            let sum16 = if int8_sums16(f) {
+                sum16.expect("the per-16 sums of Q4_0 rows' 8-bit activations")
+            } else {
+                &[]
+            };
+            // SAFETY: `dotprod` is only true for the NeonDotprod and NeonI8mm paths, which are
+            // only used after is_aarch64_feature_detected!("dotprod").
+            unsafe { matvec_int8_rows(w, sel, xq, sum16, y) }
+        }
+        WeightFormat::Q8_0 => rows_with(w, sel, y, |r| dot_int8_row::<Q8_0>(r, xq)),
+        WeightFormat::Q4_0 => rows_with(w, sel, y, |r| dot_int8_row::<Q4_0>(r, xq)),
+        WeightFormat::Q4_1 => rows_with(w, sel, y, |r| dot_int8_row::<Q4_1>(r, xq)),
+        WeightFormat::Q5_0 => rows_with(w, sel, y, |r| dot_int8_row::<Q5_0>(r, xq)),
+        WeightFormat::Q5_1 => rows_with(w, sel, y, |r| dot_int8_row::<Q5_1>(r, xq)),
+        WeightFormat::IQ4_NL => rows_with(w, sel, y, |r| dot_int8_row::<IQ4_NL>(r, xq)),
         f if dotprod && has_k_split(f) => {
             let sum16 = sum16.expect("the per-16 sums of the K-quant rows' 8-bit activations");
             // SAFETY: `dotprod` is only true for KernelPath::NeonDotprod, which is only used

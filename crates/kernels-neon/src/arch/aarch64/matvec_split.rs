@@ -18,11 +18,10 @@ use std::arch::aarch64::*;
 use std::arch::asm;
 
 use super::dequant::weights_i8;
-use super::simd::{f16x4, load_u8x16};
+use super::rows_acc::RowsAcc;
+use super::simd::load_u8x16;
 use crate::arch::drivers::{rows_blocked, RowDots};
-use crate::arch::tags::{
-    block_bytes, has_min, quants_offset, IQ4_NL, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
-};
+use crate::arch::tags::{block_bytes, quants_offset, IQ4_NL, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
 use crate::arch::Rows;
 use crate::quant::QActs16;
 use crate::QMatrix;
@@ -225,7 +224,7 @@ fn insert_bit4(nib: uint8x16_t, v: uint8x16_t, bit: uint8x16_t) -> uint8x16_t {
 /// `qh` bytes by one table lookup per 16 lanes (`tbl`), then tested against each lane's bit.
 #[inline]
 #[target_feature(enable = "neon")]
-fn quants<const F: u8, const MM: bool>(blk: &[u8]) -> ([int8x16_t; 2], [uint8x16_t; 2]) {
+pub(super) fn quants<const F: u8, const MM: bool>(blk: &[u8]) -> ([int8x16_t; 2], [uint8x16_t; 2]) {
     match F {
         Q4_0 | Q4_1 | Q5_0 | Q5_1 => {
             let o = quants_offset(F) + if F == Q5_0 || F == Q5_1 { 4 } else { 0 };
@@ -325,9 +324,7 @@ unsafe fn dot_split_body<const F: u8, const R: usize, const MM: bool>(
 ) -> [f32; R] {
     const { assert!(R == 1 || R == 2 || R == 4) };
     let bb = block_bytes(F);
-    // Lane `k`: row `k`'s dot (one row: `acc1`) and, with four rows, its sum of `m * s_x`
-    // (`Q4_1`/`Q5_1`; fewer rows: lane `2k + 1`).
-    let (mut acc, mut acc1, mut mins) = (vdupq_n_f32(0.0), 0f32, vdupq_n_f32(0.0));
+    let mut sums = RowsAcc::<F, R>::new();
     // Every slice cut to `nb` blocks up front, so that the loop's indexing needs no checks.
     let nb = rows
         .iter()
@@ -369,73 +366,9 @@ unsafe fn dot_split_body<const F: u8, const R: usize, const MM: bool>(
                 }
             };
         }
-        // Lane `k`: row `k`'s `d * d_x` (and its `m * s_x`).
-        let d = if has_min(F) {
-            // Per pair of rows [d0, m0, d1, m1] * [d_x, s_x, d_x, s_x] (each row's d and m as one
-            // 32-bit word; one row alone: its own twice), then the scales and the mins apart.
-            let dm = |blk: &[u8]| u32::from_le_bytes([blk[0], blk[1], blk[2], blk[3]]);
-            // SAFETY: `ds2[b]` is 4 readable f32.
-            let dsx = unsafe { vld1q_f32(ds2[b].as_ptr()) };
-            // A plain loop: a closure here was not inlined (2.5x the instructions).
-            let mut f = [dsx; 2];
-            for (p, f) in f.iter_mut().enumerate().take(R.div_ceil(2)) {
-                let h = vdup_n_u32(dm(bs[2 * p]));
-                let h = if R > 1 {
-                    vset_lane_u32::<1>(dm(bs[2 * p + 1]), h)
-                } else {
-                    h
-                };
-                *f = vmulq_f32(f16x4(vreinterpret_u16_u32(h)), dsx);
-            }
-            if R == 4 {
-                mins = vaddq_f32(mins, vuzp2q_f32(f[0], f[1]));
-                vuzp1q_f32(f[0], f[1])
-            } else {
-                // Fewer rows: row `k`'s mins in lane `2k + 1` (taken apart once, at the end).
-                mins = vaddq_f32(mins, f[0]);
-                if R == 2 {
-                    vuzp1q_f32(f[0], f[0])
-                } else {
-                    f[0]
-                }
-            }
-        } else {
-            // [d0, d1, ..] * d_x.
-            let d = |blk: &[u8]| u16::from_le_bytes([blk[0], blk[1]]);
-            let mut h = vdup_n_u16(d(bs[0]));
-            if R > 1 {
-                h = vset_lane_u16::<1>(d(bs[1]), h);
-            }
-            if R == 4 {
-                h = vset_lane_u16::<3>(d(bs[R - 1]), vset_lane_u16::<2>(d(bs[R - 2]), h));
-            }
-            vmulq_n_f32(f16x4(h), ds[b])
-        };
-        // Each row's exact block sum (its four lanes added: `addp`, or `addv` for one row),
-        // converted once and multiplied by its scale in one FMA: the same operations on each row
-        // however many rows a pass takes, so `matvec_rows` gives `matvec`'s bits.
-        if R == 1 {
-            acc1 = (vaddvq_s32(isum[0]) as f32).mul_add(vgetq_lane_f32::<0>(d), acc1);
-        } else {
-            let t = if R == 4 {
-                vpaddq_s32(vpaddq_s32(isum[0], isum[1]), vpaddq_s32(isum[2], isum[3]))
-            } else {
-                let p = vpaddq_s32(isum[0], isum[R - 1]);
-                vpaddq_s32(p, p)
-            };
-            acc = vfmaq_f32(acc, vcvtq_f32_s32(t), d);
-        }
+        sums.add(&isum, &bs, ds[b], &ds2[b]);
     }
-    if R == 1 {
-        acc = vsetq_lane_f32::<0>(acc1, acc);
-    }
-    if has_min(F) {
-        acc = vaddq_f32(acc, if R == 4 { mins } else { vuzp2q_f32(mins, mins) });
-    }
-    let mut y = [0f32; 4];
-    // SAFETY: `y` holds 4 writable f32.
-    unsafe { vst1q_f32(y.as_mut_ptr(), acc) };
-    std::array::from_fn(|k| y[k])
+    sums.finish()
 }
 
 /// [`dot_split_body`] on `dotprod` CPUs.
