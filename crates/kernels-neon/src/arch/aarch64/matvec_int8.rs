@@ -6,8 +6,8 @@ use std::arch::aarch64::*;
 use super::dequant::weights_i8;
 use super::kquant::{dot16, matvec_k_int, KRow};
 use super::kquant_split::{has_k_split, matvec_k_int8_split};
-use super::matvec_int8_rows::{has_int8_rows, matvec_int8_rows};
-use super::matvec_split::sdot;
+use super::matvec_int8_rows::matvec_int8_rows;
+use super::matvec_split::{has_split, sdot};
 use super::simd::{f16_at, load_i8x8_wide};
 use crate::arch::drivers::rows_with;
 use crate::arch::tags::{block_bytes, has_min, IQ4_NL, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
@@ -63,7 +63,7 @@ pub(crate) fn matvec_int8(
     sum16: Option<&[i32]>,
 ) {
     match w.format() {
-        f if dotprod && has_int8_rows(f) => {
+        f if dotprod && has_split(f) => {
             let sum16 = if int8_sums16(f) {
                 sum16.expect("the per-16 sums of Q4_0 rows' 8-bit activations")
             } else {

@@ -95,21 +95,8 @@ unsafe fn rows_i8<const F: u8>(
     unsafe { rows_blocked::<4, _>(&I8Rows::<F> { xq, sum16 }, w, sel, y) }
 }
 
-/// Whether [`matvec_int8_rows`] takes weights of `format`: the 32-element block formats.
-pub(super) fn has_int8_rows(format: WeightFormat) -> bool {
-    matches!(
-        format,
-        WeightFormat::Q8_0
-            | WeightFormat::Q4_0
-            | WeightFormat::Q4_1
-            | WeightFormat::Q5_0
-            | WeightFormat::Q5_1
-            | WeightFormat::IQ4_NL
-    )
-}
-
-/// Quantized weights × 8-bit activations by `sdot`, four rows a step, for the formats of
-/// [`has_int8_rows`] (others: nothing written); `sum16` the sum of each 16 quants of `xq` (read
+/// Quantized weights × 8-bit activations by `sdot`, four rows a step, for the 32-element block
+/// formats (`matvec_split::has_split`'s; others: nothing written); `sum16` the sum of each 16 quants of `xq` (read
 /// for `Q4_0`).
 ///
 /// # Safety
