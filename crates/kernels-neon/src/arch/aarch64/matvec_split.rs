@@ -12,7 +12,8 @@
 //! widening path spends four widenings and eight multiplies; `Q5_0`/`Q5_1`'s fifth bits by a
 //! table lookup per 16 (`quants`). Four rows a pass share the activation loads, corrections and
 //! scale conversions. Each lane's i32 sum is exact (below 2^26), so a block's integer dot equals
-//! the widening path's; only the f32 rounding differs (one row: the four lanes converted apart).
+//! the widening path's; only the f32 rounding differs (here each block's exact sum is converted
+//! once, there its four lanes apart).
 
 use std::arch::aarch64::*;
 use std::arch::asm;
@@ -301,13 +302,9 @@ fn corrections<const F: u8, const MM: bool>(s: &Split16) -> Option<&[Corr]> {
 
 /// The dots of `R` rows (1, 2 or 4) with the split activations: per block and
 /// row, `sdot(q, hi)` and `udot(u, lo)` of the quants ([`quants`]): the `hi` sum shifted left by
-/// 8 (plus the block's correction in the first lane: [`corrections`]) starts the `lo` sum; one
-/// convert and one FMA (four rows: their four lanes each summed by two `addp` into one vector of
-/// the rows' exact block sums, one convert and one FMA for all four). The activation loads serve
-/// every row. The rows' block scales are converted by one `fcvtl` (`Q4_1`/`Q5_1`: each pair's
-/// scales and mins by one, or four rows' scales by one and their mins by another) and multiplied
-/// by the activation scale (and sum) in one vector multiply; the mins' products add up in lanes
-/// of their own.
+/// 8 (plus the block's correction in the first lane: [`corrections`]) starts the `lo` sum. The
+/// activation loads serve every row; the rows' exact block sums, scales and mins are summed by
+/// [`RowsAcc`] (for up to four rows one conversion and one FMA a block).
 ///
 /// With `i8mm` (`MM`), `Q8_0`, `IQ4_NL` and `Q5_0` take their `lo` dot by `usdot` on the signed
 /// values ([`signed_lo`]): no `+ 128`, no correction; the same exact integer per block.
