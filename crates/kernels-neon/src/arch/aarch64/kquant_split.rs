@@ -18,7 +18,7 @@ use std::arch::aarch64::*;
 use super::kquant_acts::{I8Slices, SbDot, SplitSlices};
 use super::kquant_low_split as low;
 use super::matvec_split::Split16;
-use super::simd::{f16_at, load_f32x4};
+use super::simd::{f16_at, fma_sums4, load_f32x4};
 use crate::arch::Rows;
 use crate::quant::{QActs, QActs16};
 use crate::{QMatrix, WeightFormat};
@@ -30,15 +30,6 @@ pub(super) fn ld<const N: usize>(b: &[u8; N], o: usize) -> uint8x16_t {
     let s = &b[o..o + 16];
     // SAFETY: `s` is exactly 16 readable bytes (bounds-checked above).
     unsafe { vld1q_u8(s.as_ptr()) }
-}
-
-/// `acc + sums * scale`, `sums` lane `j` the exact sum of `isum[j]`'s four lanes (two `addp`):
-/// four groups' integer dots converted once and multiplied by their four scales in one FMA.
-#[inline]
-#[target_feature(enable = "neon")]
-pub(super) fn fma_sums4(acc: float32x4_t, isum: [int32x4_t; 4], scale: float32x4_t) -> float32x4_t {
-    let t = vpaddq_s32(vpaddq_s32(isum[0], isum[1]), vpaddq_s32(isum[2], isum[3]));
-    vfmaq_f32(acc, vcvtq_f32_s32(t), scale)
 }
 
 /// Sub-block `J` (elements `32 J .. + 32`) of a `Q4_K` (`Q5 = false`, 144 bytes) or `Q5_K` (176

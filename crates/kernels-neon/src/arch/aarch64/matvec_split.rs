@@ -222,7 +222,9 @@ fn insert_bit4(nib: uint8x16_t, v: uint8x16_t, bit: uint8x16_t) -> uint8x16_t {
 /// the unsigned ones the `lo` dot takes: `Q4_0` and `Q4_1` nibbles (0..=15) and `Q5_0` and
 /// `Q5_1` 5-bit quants (0..=31) both ways without their offset; `Q8_0` and `IQ4_NL` values as
 /// they are, and `+ 128` (`^ 0x80`) for `lo`. The fifth bits of `Q5_0`/`Q5_1` are spread from the four
-/// `qh` bytes by one table lookup per 16 lanes (`tbl`), then tested against each lane's bit.
+/// `qh` bytes by one table lookup per 16 lanes (`tbl`), then tested against each lane's bit. With
+/// `MM` ([`signed_lo`]: `usdot` takes the `lo` dot), `Q8_0`/`IQ4_NL` values and `Q5_0`'s `q - 16`
+/// ([`signed5`]) come signed both ways.
 #[inline]
 #[target_feature(enable = "neon")]
 pub(super) fn quants<const F: u8, const MM: bool>(blk: &[u8]) -> ([int8x16_t; 2], [uint8x16_t; 2]) {

@@ -7,7 +7,7 @@
 
 use std::arch::aarch64::*;
 
-use super::simd::f16x4;
+use super::simd::{f16x4, fma_sums4};
 use crate::arch::tags::has_min;
 
 /// The dots of `R` rows of format `F` so far (module docs).
@@ -83,13 +83,13 @@ impl<const F: u8, const R: usize> RowsAcc<F, R> {
         if R == 1 {
             self.one = (vaddvq_s32(isum[0]) as f32).mul_add(vgetq_lane_f32::<0>(d), self.one);
         } else {
-            let t = if R == 4 {
-                vpaddq_s32(vpaddq_s32(isum[0], isum[1]), vpaddq_s32(isum[2], isum[3]))
+            // Two rows: the four-row sum with each row twice (lanes 0, 1 the rows').
+            let s = if R == 4 {
+                [isum[0], isum[1], isum[2], isum[3]]
             } else {
-                let p = vpaddq_s32(isum[0], isum[R - 1]);
-                vpaddq_s32(p, p)
+                [isum[0], isum[R - 1], isum[0], isum[R - 1]]
             };
-            self.acc = vfmaq_f32(self.acc, vcvtq_f32_s32(t), d);
+            self.acc = fma_sums4(self.acc, s, d);
         }
     }
 

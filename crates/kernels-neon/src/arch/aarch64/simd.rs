@@ -138,3 +138,12 @@ pub(super) fn q5_quants(q: &[u8]) -> (uint8x16_t, uint8x16_t) {
         vorrq_u8(vshrq_n_u8::<4>(raw), fifth(q[2], q[3])),
     )
 }
+
+/// `acc + sums * scale`, `sums` lane `j` the exact sum of `isum[j]`'s four lanes (two `addp`):
+/// four groups' integer dots converted once and multiplied by their four scales in one FMA.
+#[inline]
+#[target_feature(enable = "neon")]
+pub(super) fn fma_sums4(acc: float32x4_t, isum: [int32x4_t; 4], scale: float32x4_t) -> float32x4_t {
+    let t = vpaddq_s32(vpaddq_s32(isum[0], isum[1]), vpaddq_s32(isum[2], isum[3]));
+    vfmaq_f32(acc, vcvtq_f32_s32(t), scale)
+}
