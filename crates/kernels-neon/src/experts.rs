@@ -18,7 +18,7 @@ use crate::product::Product;
 use crate::q40x8::Acts8;
 use crate::{
     act_mul_inplace, active_path, check_len, check_path, matvec_chunk, matvec_precision,
-    Activation, KernelError, KernelPath, Precision, Q40x8, QMatrix, WeightFormat,
+    Activation, KernelError, KernelPath, Precision, Q40x8, QMatrix,
 };
 
 /// One expert's share of an MoE step: its gated FFN (`gate` and `up` are `ff × d`, `down` is
@@ -75,8 +75,9 @@ enum Prepared<'a> {
 /// Rows of a [`Q40x8`] group: a copy's work items start and end on multiples of it.
 const GROUP: usize = 8;
 
-/// Job `job`'s copies where its `m` tokens take them: it has them, and its products would run
-/// the decode kernels of `Fast` (bit for bit the copies' on the x86 paths).
+/// Job `job`'s copies where its `m` tokens take them: it has them, its products would run the
+/// decode kernels of `Fast`, and the copies give those kernels' bits on `path`
+/// ([`Q40x8::exact_on`]).
 fn takes_copies<'a>(
     path: KernelPath,
     job: &ExpertJob<'a>,
@@ -84,11 +85,13 @@ fn takes_copies<'a>(
     precision: Precision,
     decode: bool,
 ) -> Option<ExpertCopies<'a>> {
-    job.copies.filter(|_| {
+    job.copies.filter(|c| {
         m > 0
-            && matches!(path, KernelPath::Avx2Fma | KernelPath::Avx512)
             && precision == Precision::Fast
-            && matvec_precision(path, WeightFormat::Q4_0, precision) == Precision::Fast
+            && [c.gate, c.up, c.down].iter().all(|w| {
+                Q40x8::exact_on(path, w.format())
+                    && matvec_precision(path, w.format(), precision) == Precision::Fast
+            })
             && Product::per_token(m, precision, decode)
     })
 }

@@ -1,29 +1,80 @@
-//! Q4_0 rows repacked eight at a time, for the one-token product ([`crate::Precision::Fast`]) on the
-//! AVX2 and AVX-512 paths: a group block holds the 8 rows' f16 scales together, then their quants interleaved
-//! so that one 32-byte load feeds the same weights of all 8 rows (layout in
-//! `arch/x86_64/q40x8.rs`). The same 18 bytes a block as Q4_0: a copy made once, whose
-//! [`Q40x8::bytes`] the caller counts against its memory budget.
+//! Q4_0-class rows (Q4_0, IQ4_NL, Q5_0: an f16 scale and 32 nibbles a block, Q5_0's fifth bits
+//! beside) repacked eight at a time, for the one-token product ([`crate::Precision::Fast`]) on the
+//! AVX2 and AVX-512 paths: a group block holds the 8 rows' f16 scales together, then their quants
+//! interleaved so that one 32-byte load feeds the same weights of all 8 rows, then (Q5_0) their
+//! fifth bits in the kernel's order (layout in `arch/x86_64/q40x8.rs`). The same bytes a block as
+//! the file's: a copy made once, whose [`Q40x8::bytes`] the caller counts against its memory budget.
 //!
-//! [`Q40x8::matvec_with`] gives, bit for bit, what [`crate::matvec_with`] gives on the
-//! [`KernelPath::Avx2Fma`] and [`KernelPath::Avx512`] paths (the same `q40_pairs` kernel) for the
-//! original matrix in [`crate::Precision::Fast`]; other paths take a scalar loop over the same layout (the scalar reference's per-block products, its tolerance).
+//! [`Q40x8::matvec_with`] gives, bit for bit, what [`crate::matvec_with`] gives for the original
+//! matrix in [`crate::Precision::Fast`] on the paths [`Q40x8::exact_on`] names (the same
+//! `q40_pairs` kernel's order: [`KernelPath::Avx2Fma`] and [`KernelPath::Avx512`], and for Q5_0 the
+//! first only); other paths take a scalar loop over the same layout (the scalar reference's
+//! per-block products, its tolerance).
 
 use rayon::prelude::*;
 
+use crate::arch::tags;
 use crate::path::matvec_chunk;
 use crate::quant::QActs16;
 use crate::{check_len, check_path, KernelError, KernelPath, QMatrix, WeightFormat};
 
 /// Rows of a group.
 const GROUP: usize = 8;
-/// Bytes of a group block: 8 f16 scales and 8 blocks' 16 quant bytes.
-const GROUP_BLOCK: usize = 144;
-/// Bytes of a Q4_0 block.
-const BB: usize = 18;
+/// Offset of the quants in a group block (after the 8 f16 scales).
+pub(crate) const QUANTS: usize = 16;
 
-/// A Q4_0 matrix repacked eight rows at a time (module docs).
+/// Bytes of a group block of format tag `f`: 8 f16 scales, the 8 rows' 16 quant bytes, and for
+/// Q5_0 their 4 bytes of fifth bits (8 blocks of the format).
+pub(crate) const fn group_block(f: u8) -> usize {
+    if f == tags::Q5_0 {
+        QUANTS + 128 + 32
+    } else {
+        QUANTS + 128
+    }
+}
+
+/// How many times a block's `-8 * sum(q_x)` the kernels add for format tag `f`, whose weights they
+/// take unsigned: Q4_0's offset 8, Q5_0's 16, IQ4_NL's 128 ([`IQ4NL_BIASED`]).
+pub(crate) const fn corr_factor(f: u8) -> i32 {
+    match f {
+        tags::Q5_0 => 2,
+        tags::IQ4_NL => 16,
+        _ => 1,
+    }
+}
+
+/// IQ4_NL's values plus 128: unsigned bytes (1..=241) the kernels multiply, the offset taken back
+/// with the activations' sums.
+pub(crate) const IQ4NL_BIASED: [u8; 16] = {
+    let mut t = [0u8; 16];
+    let mut i = 0;
+    while i < 16 {
+        t[i] = (tensor_types::IQ4NL_VALUES[i] as i16 + 128) as u8;
+        i += 1;
+    }
+    t
+};
+
+/// The format tag of a format this layout takes.
+fn tag(f: WeightFormat) -> u8 {
+    match f {
+        WeightFormat::IQ4_NL => tags::IQ4_NL,
+        WeightFormat::Q5_0 => tags::Q5_0,
+        _ => tags::Q4_0,
+    }
+}
+
+/// Where in a Q5_0 group block's u32 of a row the fifth bit of weight `e` goes: `16h + 4s + k`
+/// for `e = 8k + 2m + h`, `s` = 1, 2, 3, 0 for `m` = 0..4 (`arch/x86_64/q40x8.rs`).
+const fn fifth_bit_at(e: usize) -> usize {
+    let (k, m, h) = (e / 8, (e % 8) / 2, e % 2);
+    16 * h + 4 * ((m + 1) % 4) + k
+}
+
+/// A Q4_0, IQ4_NL or Q5_0 matrix repacked eight rows at a time (module docs).
 pub struct Q40x8 {
     data: Vec<u8>,
+    format: WeightFormat,
     rows: usize,
     cols: usize,
 }
@@ -39,49 +90,88 @@ fn four_nibbles(x: u64, high: bool) -> u16 {
 }
 
 impl Q40x8 {
-    /// `w` repacked, or `None` where the layout does not apply: a format other than Q4_0, rows
-    /// not a multiple of 8, or no columns.
+    /// `w` repacked, or `None` where the layout does not apply ([`Q40x8::fits`]).
     pub fn repack(w: &QMatrix<'_>) -> Option<Self> {
         if !Self::fits(w) {
             return None;
         }
-        let (rows, cols) = (w.rows(), w.cols());
-        let nb = cols / 32;
-        let mut data = vec![0u8; rows / GROUP * nb * GROUP_BLOCK];
+        let (rows, cols, format) = (w.rows(), w.cols(), w.format());
+        let (nb, gbb, bb) = (cols / 32, group_block(tag(format)), format.block_bytes());
+        // The nibbles after the scale (and Q5_0's 4 bytes of fifth bits).
+        let nib = if format == WeightFormat::Q5_0 { 6 } else { 2 };
+        let mut data = vec![0u8; rows / GROUP * nb * gbb];
         // In parallel over groups (a model's matrices are repacked at load).
         let pack = |(g, out): (usize, &mut [u8])| {
             let src: Vec<&[u8]> = (0..GROUP).map(|r| w.row_data(GROUP * g + r)).collect();
-            for (b, gb) in out.chunks_exact_mut(GROUP_BLOCK).enumerate() {
+            for (b, gb) in out.chunks_exact_mut(gbb).enumerate() {
                 for (r, row) in src.iter().enumerate() {
-                    let blk = &row[b * BB..(b + 1) * BB];
+                    let blk = &row[b * bb..(b + 1) * bb];
                     gb[2 * r..2 * r + 2].copy_from_slice(&blk[..2]);
                     // Weight e < 16 is the low nibble of quant byte e, e >= 16 the high one of
                     // byte e - 16: weights 8k + 2m + h (m < 4) are bytes 8(k % 2) + h + 2m.
                     let half = |i: usize| {
-                        let at = 2 + 8 * i;
+                        let at = nib + 8 * i;
                         u64::from_le_bytes(blk[at..at + 8].try_into().expect("8 bytes"))
                     };
                     let halves = [half(0), half(1)];
                     for k in 0..4 {
                         for h in 0..2 {
                             let v = four_nibbles(halves[k % 2] >> (8 * h), k >= 2);
-                            let at = 16 + 32 * k + 4 * r + 2 * h;
+                            let at = QUANTS + 32 * k + 4 * r + 2 * h;
                             gb[at..at + 2].copy_from_slice(&v.to_le_bytes());
                         }
+                    }
+                    if format == WeightFormat::Q5_0 {
+                        let qh = u32::from_le_bytes(blk[2..6].try_into().expect("4 bytes"));
+                        let bits = (0..32)
+                            .filter(|&e| qh >> e & 1 == 1)
+                            .fold(0u32, |h, e| h | 1 << fifth_bit_at(e));
+                        let at = QUANTS + 128 + 4 * r;
+                        gb[at..at + 4].copy_from_slice(&bits.to_le_bytes());
                     }
                 }
             }
         };
-        data.par_chunks_exact_mut(nb * GROUP_BLOCK)
+        data.par_chunks_exact_mut(nb * gbb)
             .enumerate()
             .for_each(pack);
-        Some(Q40x8 { data, rows, cols })
+        Some(Q40x8 {
+            data,
+            format,
+            rows,
+            cols,
+        })
     }
 
-    /// Whether `w` repacks ([`Q40x8::repack`]): Q4_0, rows a multiple of 8, at least one block a
-    /// row.
+    /// Whether `w` repacks ([`Q40x8::repack`]): Q4_0, IQ4_NL or Q5_0, rows a multiple of 8, at
+    /// least one block a row.
     pub fn fits(w: &QMatrix<'_>) -> bool {
-        w.format() == WeightFormat::Q4_0 && w.rows() % GROUP == 0 && w.cols() >= 32
+        matches!(
+            w.format(),
+            WeightFormat::Q4_0 | WeightFormat::IQ4_NL | WeightFormat::Q5_0
+        ) && w.rows() % GROUP == 0
+            && w.cols() >= 32
+    }
+
+    /// Whether a copy of a `format` matrix gives on `path` bit for bit what [`crate::matvec_with`]
+    /// gives for the original in [`crate::Precision::Fast`] (both take `q40_pairs`'s order): Q4_0
+    /// and IQ4_NL on [`KernelPath::Avx2Fma`] and [`KernelPath::Avx512`], Q5_0 on the first (the
+    /// second's Q5_0 kernel is `q40_512`, of another order). Elsewhere a copy's results are within
+    /// the `Fast` tolerance only, so a forward pass that must agree with the batched kernels
+    /// (speculation's verification) takes copies where this holds.
+    pub fn exact_on(path: KernelPath, format: WeightFormat) -> bool {
+        match format {
+            WeightFormat::Q4_0 | WeightFormat::IQ4_NL => {
+                matches!(path, KernelPath::Avx2Fma | KernelPath::Avx512)
+            }
+            WeightFormat::Q5_0 => path == KernelPath::Avx2Fma,
+            _ => false,
+        }
+    }
+
+    /// The original's format.
+    pub fn format(&self) -> WeightFormat {
+        self.format
     }
 
     /// Bytes held (the copy's size, for the memory budget).
@@ -105,7 +195,7 @@ impl Q40x8 {
     }
 
     /// [`Q40x8::matvec`] on an explicit path (module docs: bit for bit the original's
-    /// [`crate::matvec_with`] on [`KernelPath::Avx2Fma`] and [`KernelPath::Avx512`]).
+    /// [`crate::matvec_with`] where [`Q40x8::exact_on`] says so).
     pub fn matvec_with(
         &self,
         path: KernelPath,
@@ -129,11 +219,11 @@ impl Q40x8 {
 
     /// `ys` = rows `r0..r0 + ys.len()` of `W x` (`r0` and the length multiples of 8).
     pub(crate) fn run_rows(&self, path: KernelPath, acts: &Acts8, r0: usize, ys: &mut [f32]) {
-        let gb = self.cols / 32 * GROUP_BLOCK;
+        let gb = self.cols / 32 * group_block(tag(self.format));
         for (j, yg) in ys.chunks_exact_mut(GROUP).enumerate() {
             let g = r0 / GROUP + j;
             let group = &self.data[g * gb..(g + 1) * gb];
-            yg.copy_from_slice(&group_dots(path, group, &acts.xq, &acts.corr));
+            yg.copy_from_slice(&group_dots(path, self.format, group, &acts.xq, &acts.corr));
         }
     }
 
@@ -149,7 +239,8 @@ impl Q40x8 {
         out: &mut [f32],
     ) {
         let nr = out.len() / acts.len().max(1);
-        let gb = self.cols / 32 * GROUP_BLOCK;
+        let gb = self.cols / 32 * group_block(tag(self.format));
+        let f = self.format;
         for j in 0..nr / GROUP {
             let g = r0 / GROUP + j;
             let group = &self.data[g * gb..(g + 1) * gb];
@@ -159,13 +250,13 @@ impl Q40x8 {
             let mut pairs = acts.chunks_exact(2);
             let mut t = 0;
             for a in &mut pairs {
-                let ys =
-                    group_dots_tokens(path, group, [&a[0].xq, &a[1].xq], [&a[0].corr, &a[1].corr]);
+                let (xq, corr) = ([&a[0].xq, &a[1].xq], [&a[0].corr[..], &a[1].corr[..]]);
+                let ys = group_dots_tokens(path, f, group, xq, corr);
                 ys.iter().enumerate().for_each(|(k, y)| put(t + k, y));
                 t += 2;
             }
             if let [a] = pairs.remainder() {
-                put(t, &group_dots(path, group, &a.xq, &a.corr));
+                put(t, &group_dots(path, f, group, &a.xq, &a.corr));
             }
         }
     }
@@ -189,48 +280,80 @@ impl Acts8 {
     }
 }
 
-/// The 8 dots of one group on `path`.
-fn group_dots(path: KernelPath, group: &[u8], xq: &QActs16, corr: &[i32]) -> [f32; GROUP] {
+/// The 8 dots of one group of a `format` copy on `path`.
+fn group_dots(
+    path: KernelPath,
+    format: WeightFormat,
+    group: &[u8],
+    xq: &QActs16,
+    corr: &[i32],
+) -> [f32; GROUP] {
     #[cfg(target_arch = "x86_64")]
     if matches!(path, KernelPath::Avx2Fma | KernelPath::Avx512) {
+        use crate::arch::q40x8_group;
         // SAFETY: the path was checked available: AVX2/FMA/F16C present.
-        return unsafe { crate::arch::q40x8_group(group, xq, corr) };
+        return unsafe {
+            match tag(format) {
+                tags::IQ4_NL => q40x8_group::<{ tags::IQ4_NL }>(group, xq, corr),
+                tags::Q5_0 => q40x8_group::<{ tags::Q5_0 }>(group, xq, corr),
+                _ => q40x8_group::<{ tags::Q4_0 }>(group, xq, corr),
+            }
+        };
     }
     let _ = path;
-    group_dots_scalar(group, xq, corr)
+    group_dots_scalar(tag(format), group, xq, corr)
 }
 
 /// [`group_dots`] of each of `T` tokens, the group read once for all on the x86 paths.
 fn group_dots_tokens<const T: usize>(
     path: KernelPath,
+    format: WeightFormat,
     group: &[u8],
     xq: [&QActs16; T],
     corr: [&[i32]; T],
 ) -> [[f32; GROUP]; T] {
     #[cfg(target_arch = "x86_64")]
     if matches!(path, KernelPath::Avx2Fma | KernelPath::Avx512) {
+        use crate::arch::q40x8_group_tokens;
         // SAFETY: the path was checked available: AVX2/FMA/F16C present.
-        return unsafe { crate::arch::q40x8_group_tokens::<T>(group, xq, corr) };
+        return unsafe {
+            match tag(format) {
+                tags::IQ4_NL => q40x8_group_tokens::<{ tags::IQ4_NL }, T>(group, xq, corr),
+                tags::Q5_0 => q40x8_group_tokens::<{ tags::Q5_0 }, T>(group, xq, corr),
+                _ => q40x8_group_tokens::<{ tags::Q4_0 }, T>(group, xq, corr),
+            }
+        };
     }
-    std::array::from_fn(|t| group_dots(path, group, xq[t], corr[t]))
+    std::array::from_fn(|t| group_dots(path, format, group, xq[t], corr[t]))
 }
 
-/// [`group_dots`] in scalar code: per row, the exact block sums times `d_w * d_x`, in block
-/// order.
-fn group_dots_scalar(group: &[u8], xq: &QActs16, corr: &[i32]) -> [f32; GROUP] {
+/// [`group_dots`] in scalar code (format tag `f`): per row, the exact block sums times
+/// `d_w * d_x`, in block order.
+fn group_dots_scalar(f: u8, group: &[u8], xq: &QActs16, corr: &[i32]) -> [f32; GROUP] {
     let mut y = [0f32; GROUP];
-    for (b, gb) in group.chunks_exact(GROUP_BLOCK).enumerate() {
+    for (b, gb) in group.chunks_exact(group_block(f)).enumerate() {
         let x = &xq.qs[b * 32..b * 32 + 32];
         for (r, yr) in y.iter_mut().enumerate() {
             let dw = half::f16::from_le_bytes([gb[2 * r], gb[2 * r + 1]]).to_f32();
-            let mut isum = corr[b];
+            let at = QUANTS + 128 + 4 * r;
+            let fifth = if f == tags::Q5_0 {
+                u32::from_le_bytes(gb[at..at + 4].try_into().expect("4 bytes"))
+            } else {
+                0
+            };
+            let mut isum = corr[b] * corr_factor(f);
             for k in 0..4 {
                 for h in 0..2 {
-                    let at = 16 + 32 * k + 4 * r + 2 * h;
+                    let at = QUANTS + 32 * k + 4 * r + 2 * h;
                     let v = u16::from_le_bytes([gb[at], gb[at + 1]]);
                     for m in 0..4 {
-                        let q = i32::from((v >> (4 * m)) & 0x0F);
-                        isum += q * i32::from(x[8 * k + 2 * m + h]);
+                        let e = 8 * k + 2 * m + h;
+                        let n = usize::from((v >> (4 * m)) & 0x0F);
+                        let q = match f {
+                            tags::IQ4_NL => i32::from(IQ4NL_BIASED[n]),
+                            _ => (n | (((fifth >> fifth_bit_at(e)) & 1) << 4) as usize) as i32,
+                        };
+                        isum += q * i32::from(x[e]);
                     }
                 }
             }

@@ -1,7 +1,7 @@
-//! Copies of a model's Q4_0 matrices (attention, output, a dense FFN, a Mixture-of-Experts layer's
-//! experts: [`PackedExperts`]) repacked eight rows at a time ([`Q40x8`]), made once at
-//! load for one-token decode on the AVX2 and AVX-512 paths (`Precision::Fast`), whose results they
-//! give bit for bit. The forward pass takes a copy where one exists for a step of one token in `Fast`,
+//! Copies of a model's Q4_0, IQ4_NL and Q5_0 matrices (attention, output, a dense FFN, a
+//! Mixture-of-Experts layer's experts: [`PackedExperts`]) repacked eight rows at a time ([`Q40x8`]),
+//! made once at load for one-token decode on the AVX2 and AVX-512 paths (`Precision::Fast`), where
+//! they give its results bit for bit ([`Q40x8::exact_on`]: Q5_0 on the AVX2 path only). The forward pass takes a copy where one exists for a step of one token in `Fast`,
 //! and an MoE layer's experts' copies for every product of a step that runs the decode kernels
 //! (a batched decode step, a prompt's small expert groups); other prompts, dense batched decode and
 //! every other path keep reading the file's layout. The copies' bytes are
@@ -37,15 +37,15 @@ pub struct Packed {
 }
 
 impl Packed {
-    /// The repacked copies of `layers` and `output`: every Q4_0 matrix whose shape the layout takes
-    /// ([`Q40x8::repack`]); the FFN's too where `ffn` (a gated FFN's matrices, a Mixture-of-Experts
+    /// The repacked copies of `layers` and `output`: every matrix whose format and shape the layout
+    /// takes ([`Q40x8::repack`]) where the copy is exact on the active path ([`takes`]); the FFN's too where `ffn` (a gated FFN's matrices, a Mixture-of-Experts
     /// layer's experts when all of them repack: [`PackedExperts`]). Where `mapped` (every matrix a
     /// slice of the file's mapping), each original's pages leave the process's memory once copied
     /// ([`Paging::Drop`]: they stay in the page cache, and a prompt step that reads them faults
     /// them back in), so that the copies do not double what the process holds.
     pub fn new(layers: &[Layer<'_>], output: &QMatrix<'_>, ffn: bool, mapped: bool) -> Packed {
         let repack = |m: &QMatrix<'_>| {
-            let p = Q40x8::repack(m);
+            let p = takes(m).then(|| Q40x8::repack(m)).flatten();
             if mapped && p.is_some() {
                 advise(m.data(), Paging::Drop);
             }
@@ -63,7 +63,7 @@ impl Packed {
                     _ => (None, None),
                 };
                 let experts = match (&l.ffn, ffn) {
-                    (LayerFfn::Moe(m), true) => PackedExperts::new(&m.weights, &repack),
+                    (LayerFfn::Moe(m), true) => PackedExperts::new(&m.weights, &takes, &repack),
                     _ => None,
                 };
                 PackedLayer {
@@ -88,10 +88,7 @@ impl Packed {
     /// original: every matrix that repacks counted, before any is made).
     pub fn planned_bytes(layers: &[Layer<'_>], output: &QMatrix<'_>, ffn: bool) -> usize {
         let fits = |ms: &[&QMatrix<'_>]| -> usize {
-            ms.iter()
-                .filter(|m| Q40x8::fits(m))
-                .map(|m| m.data().len())
-                .sum()
+            ms.iter().filter(|m| takes(m)).map(|m| m.data().len()).sum()
         };
         let expert = |f: &crate::moe::ExpertFfn<'_>| fits(&[&f.gate, &f.up, &f.down]);
         let ffn_bytes = |l: &Layer<'_>| match (&l.ffn, ffn) {
@@ -138,6 +135,13 @@ impl Packed {
             .sum::<usize>()
             + usize::from(self.output.is_some())
     }
+}
+
+/// Whether `m` is copied: its format and shape repack ([`Q40x8::fits`]) and the copy gives on the
+/// active path the bits of the original's products ([`Q40x8::exact_on`]), which the batched steps
+/// (speculation's verification, a prompt's groups) that read the original must agree with.
+pub fn takes(m: &QMatrix<'_>) -> bool {
+    Q40x8::fits(m) && Q40x8::exact_on(kernels_neon::active_path(), m.format())
 }
 
 /// Whether repacked copies would be taken: the AVX2 or AVX-512 path, `precision` `Fast`, and not

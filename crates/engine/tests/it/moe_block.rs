@@ -547,7 +547,8 @@ fn one_token_over_repacked_experts_is_the_originals_bit_for_bit() {
     let f = GgufFile::open(&path).unwrap();
     let (cfg, layer) = load(&f);
     let b = block(&cfg);
-    let packed = PackedExperts::new(&layer, &|m| Q40x8::repack(m)).expect("every expert repacks");
+    let packed = PackedExperts::new(&layer, &Q40x8::fits, &|m| Q40x8::repack(m))
+        .expect("every expert repacks");
     assert_eq!(packed.count(), 3 * (EXPERTS + 1));
     assert_eq!(packed.bytes(), 3 * D * (EXPERTS * FF + SHARED_FF) / 32 * 18);
     let x86 = matches!(active_path(), KernelPath::Avx2Fma | KernelPath::Avx512);
@@ -580,10 +581,10 @@ fn one_token_over_repacked_experts_is_the_originals_bit_for_bit() {
             }
         }
     }
-    // A layer whose experts are not all Q4_0 has no copies.
+    // A layer whose experts are not all of a format the copies take (Q8_0) has none.
     let q8 = dir.0.join("q8.gguf");
     write_layer(&q8, MoeFamily::Qwen2Moe, DType::Q8_0, 0x5EED);
     let f8 = GgufFile::open(&q8).unwrap();
     let (_, layer8) = load(&f8);
-    assert!(PackedExperts::new(&layer8, &|m| Q40x8::repack(m)).is_none());
+    assert!(PackedExperts::new(&layer8, &Q40x8::fits, &|m| Q40x8::repack(m)).is_none());
 }

@@ -27,7 +27,7 @@ mod drivers;
 mod expf_consts;
 pub(crate) mod kv;
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
-mod tags;
+pub(crate) mod tags;
 mod tiles;
 #[cfg(target_arch = "x86_64")]
 mod x86_64;

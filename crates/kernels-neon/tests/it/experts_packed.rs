@@ -1,28 +1,37 @@
 //! `experts_ffn_packed` (one token's experts over their `Q40x8` copies) against `experts_ffn` over
-//! the original Q4_0 matrices in `Fast`: bit for bit on the AVX2 and AVX-512 paths (the copies keep
-//! `q40_pairs`' order), within `Fast`'s reach of them on the others; the activations each job shows
-//! too; and its refusals. `experts_ffn` with each job's copies: the originals' bits, the copies read
-//! wherever the decode kernels run in `Fast` on those paths.
+//! the original Q4_0, IQ4_NL and Q5_0 matrices in `Fast`: bit for bit where `Q40x8::exact_on` holds
+//! (the copies keep `q40_pairs`' order), within `Fast`'s reach of them elsewhere; the activations
+//! each job shows too; and its refusals. `experts_ffn` with each job's copies: the originals' bits,
+//! the copies read wherever the decode kernels run in `Fast` on the paths where they are exact.
 
 use crate::common::{random_matrix, random_vec, Rng};
 use kernels_neon::*;
 
+/// The formats the copies take.
+const FORMATS: [WeightFormat; 3] = [WeightFormat::Q4_0, WeightFormat::IQ4_NL, WeightFormat::Q5_0];
+
 struct Expert {
     mats: [Vec<u8>; 3],
     ff: usize,
+    format: WeightFormat,
 }
 
 impl Expert {
     fn new(rng: &mut Rng, d: usize, ff: usize) -> Expert {
-        let q = |rows, cols, rng: &mut Rng| random_matrix(WeightFormat::Q4_0, rows, cols, rng);
+        Expert::of(WeightFormat::Q4_0, rng, d, ff)
+    }
+
+    fn of(format: WeightFormat, rng: &mut Rng, d: usize, ff: usize) -> Expert {
+        let q = |rows, cols, rng: &mut Rng| random_matrix(format, rows, cols, rng);
         Expert {
             mats: [q(ff, d, rng), q(ff, d, rng), q(d, ff, rng)],
             ff,
+            format,
         }
     }
 
     fn matrices(&self, d: usize) -> [QMatrix<'_>; 3] {
-        let m = |i: usize, rows, cols| QMatrix::new(WeightFormat::Q4_0, rows, cols, &self.mats[i]);
+        let m = |i: usize, rows, cols| QMatrix::new(self.format, rows, cols, &self.mats[i]);
         [
             m(0, self.ff, d).unwrap(),
             m(1, self.ff, d).unwrap(),
@@ -108,9 +117,10 @@ fn experts_ffn_packed_equals_experts_ffn_over_the_originals() {
     let mut rng = Rng(31);
     // Hidden sizes of 2, 8 and 9 blocks, experts of 4-20 groups of rows (the last, wider, stands
     // for a shared expert).
-    for (d, ff) in [(64usize, 32usize), (256, 96), (288, 160)] {
+    let shapes = [(64usize, 32usize), (256, 96), (288, 160)];
+    for (format, (d, ff)) in FORMATS.into_iter().flat_map(|f| shapes.map(|s| (f, s))) {
         let experts: Vec<Expert> = (0..6)
-            .map(|e| Expert::new(&mut rng, d, if e == 5 { 2 * ff } else { ff }))
+            .map(|e| Expert::of(format, &mut rng, d, if e == 5 { 2 * ff } else { ff }))
             .collect();
         let mats: Vec<[QMatrix; 3]> = experts.iter().map(|e| e.matrices(d)).collect();
         let copies: Vec<[Q40x8; 3]> = mats
@@ -126,17 +136,19 @@ fn experts_ffn_packed_equals_experts_ffn_over_the_originals() {
                 let x = random_vec(d, &mut rng);
                 let init = random_vec(d, &mut rng);
                 for path in available_paths() {
-                    let what = format!("{path:?} d={d} ff={ff} chunk={chunk} {picked:?}");
+                    let what =
+                        format!("{format:?} {path:?} d={d} ff={ff} chunk={chunk} {picked:?}");
                     let (want, want_g) = original(path, &mats, &picked, &x, &init);
                     let (got, got_g) = packed(path, &copies, &picked, &x, &init);
                     assert_eq!(got_g.len(), picked.len(), "{what}");
-                    if matches!(path, KernelPath::Avx2Fma | KernelPath::Avx512) {
+                    if Q40x8::exact_on(path, format) {
                         assert_eq!(bits(&got), bits(&want), "{what}: outputs");
                         for (a, b) in got_g.iter().zip(&want_g) {
                             assert_eq!(bits(a), bits(b), "{what}: activations");
                         }
                     } else {
-                        // Other paths take a scalar loop over the copies: `Fast`'s reach.
+                        // Other paths take a scalar loop over the copies, AVX-512 its own Q5_0
+                        // kernel for the originals: `Fast`'s reach.
                         let scale = want.iter().fold(1f32, |m, v| m.max(v.abs()));
                         for (i, (a, b)) in got.iter().zip(&want).enumerate() {
                             assert!((a - b).abs() <= 2e-2 * scale, "{what}: [{i}] {a} vs {b}");
@@ -236,11 +248,24 @@ fn routed_run(
 
 #[test]
 fn copies_in_experts_ffn_give_the_originals_bits_and_are_read_where_they_apply() {
+    for format in FORMATS {
+        copies_read_where_they_apply(format);
+    }
+}
+
+fn copies_read_where_they_apply(format: WeightFormat) {
     let mut rng = Rng(77);
     let (d, ff, n_experts) = (288, 96, 6);
     // The last expert stands for a shared one, wider, every token routed to it.
     let experts: Vec<Expert> = (0..=n_experts)
-        .map(|e| Expert::new(&mut rng, d, if e == n_experts { 2 * ff } else { ff }))
+        .map(|e| {
+            Expert::of(
+                format,
+                &mut rng,
+                d,
+                if e == n_experts { 2 * ff } else { ff },
+            )
+        })
         .collect();
     let mats: Vec<[QMatrix; 3]> = experts.iter().map(|e| e.matrices(d)).collect();
     let copies: Vec<[Q40x8; 3]> = mats
@@ -264,7 +289,7 @@ fn copies_in_experts_ffn_give_the_originals_bits_and_are_read_where_they_apply()
         for path in available_paths() {
             for precision in [Precision::Fast, Precision::Exact] {
                 for decode in [false, true] {
-                    let what = format!("{path:?} n={n} {precision:?} decode={decode}");
+                    let what = format!("{format:?} {path:?} n={n} {precision:?} decode={decode}");
                     let run = |c| routed_run(path, &mats, c, &routed, &x, n, precision, decode);
                     let (want, want_g) = run(None);
                     let (got, got_g) = run(Some(&copies));
@@ -273,13 +298,13 @@ fn copies_in_experts_ffn_give_the_originals_bits_and_are_read_where_they_apply()
                         assert_eq!(bits(a), bits(b), "{what}: activations");
                     }
                     // Where expert 0's products run the decode kernels (a decode step, or a
-                    // group of fewer than 32 tokens) in `Fast` on the x86 paths, they read its
-                    // copies (the wrong one shows); nowhere else.
+                    // group of fewer than 32 tokens) in `Fast` on the paths where the copies
+                    // are exact, they read its copies (the wrong one shows); nowhere else.
                     let m = routed.iter().find(|r| r.0 == 0).map_or(0, |r| r.1.len());
                     let reads = m > 0
                         && (decode || m < 32)
                         && precision == Precision::Fast
-                        && matches!(path, KernelPath::Avx2Fma | KernelPath::Avx512);
+                        && Q40x8::exact_on(path, format);
                     let (odd, _) = run(Some(&wrong));
                     assert_eq!(bits(&odd) != bits(&want), reads, "{what}: copies read");
                 }

@@ -1,6 +1,7 @@
-//! `Q40x8` (Q4_0 rows repacked eight at a time): against the f64 reference within the `Fast`
-//! bound (props.rs) on every path, and bit for bit [`matvec_with`] of the original matrix on the
-//! AVX2 and AVX-512 paths, whose one-row kernel's (`q40_pairs`) order it keeps.
+//! `Q40x8` (Q4_0, IQ4_NL and Q5_0 rows repacked eight at a time): against the f64 reference within
+//! the `Fast` bound (props.rs) on every path, and bit for bit [`matvec_with`] of the original
+//! matrix where `Q40x8::exact_on` says so (the AVX2 path, and AVX-512's for Q4_0 and IQ4_NL), whose
+//! one-row kernel's (`q40_pairs`) order it keeps.
 
 use crate::common;
 
@@ -8,11 +9,16 @@ use common::*;
 use kernels_neon::*;
 use proptest::prelude::*;
 
-/// `Q40x8::matvec_with` on every path against the reference, and against `matvec_with` on AVX2 and
-/// AVX-512.
+/// The formats the layout takes.
+const FORMATS: [WeightFormat; 3] = [WeightFormat::Q4_0, WeightFormat::IQ4_NL, WeightFormat::Q5_0];
+
+/// `Q40x8::matvec_with` on every path against the reference, and against `matvec_with` where
+/// `Q40x8::exact_on` holds (at least on AVX2, where the machine has it).
 fn check_all_paths(w: &QMatrix, x: &[f32]) -> Result<(), String> {
     let packed = Q40x8::repack(w).ok_or("not repacked")?;
-    if packed.bytes() != w.rows() * w.cols() / 32 * 18 {
+    if packed.bytes() != w.rows() * w.cols() / 32 * w.format().block_bytes()
+        || packed.format() != w.format()
+    {
         return Err(format!("{} bytes", packed.bytes()));
     }
     let wf = dequant_f64(w);
@@ -25,7 +31,10 @@ fn check_all_paths(w: &QMatrix, x: &[f32]) -> Result<(), String> {
             check(v, reference(&wf[r], x), Precision::Fast)
                 .map_err(|e| format!("{path:?} row {r}: {e}"))?;
         }
-        if matches!(path, KernelPath::Avx2Fma | KernelPath::Avx512) {
+        if path == KernelPath::Avx2Fma && !Q40x8::exact_on(path, w.format()) {
+            return Err(format!("{:?} not exact on AVX2", w.format()));
+        }
+        if Q40x8::exact_on(path, w.format()) {
             let mut want = vec![f32::NAN; w.rows()];
             matvec_with(path, w, x, &mut want, Precision::Fast).map_err(|e| e.to_string())?;
             if want.iter().zip(&y).any(|(a, b)| a.to_bits() != b.to_bits()) {
@@ -41,6 +50,7 @@ proptest! {
 
     #[test]
     fn q40x8_matches_f64_and_avx2_matvec(
+        format in prop::sample::select(FORMATS.to_vec()),
         groups in 1usize..7,
         blocks in 1usize..19,
         chunk in prop::sample::select(vec![0usize, 1, 5, 16]),
@@ -49,13 +59,13 @@ proptest! {
         // Whole quads of blocks and a tail of 1-3 blocks.
         let (rows, cols) = (8 * groups, 32 * blocks);
         let mut rng = Rng(seed);
-        let data = random_matrix(WeightFormat::Q4_0, rows, cols, &mut rng);
-        let w = QMatrix::new(WeightFormat::Q4_0, rows, cols, &data).unwrap();
+        let data = random_matrix(format, rows, cols, &mut rng);
+        let w = QMatrix::new(format, rows, cols, &data).unwrap();
         let x = random_vec(cols, &mut rng);
         set_chunk_rows(chunk);
         let res = check_all_paths(&w, &x);
         set_chunk_rows(0);
-        prop_assert!(res.is_ok(), "{rows}x{cols}: {}", res.unwrap_err());
+        prop_assert!(res.is_ok(), "{format:?} {rows}x{cols}: {}", res.unwrap_err());
     }
 }
 
@@ -63,20 +73,22 @@ proptest! {
 /// 2026-12-04): bit for bit `matvec_with` there too, with a tail of one block.
 #[test]
 fn q40x8_long_rows_match_matvec() {
-    for (seed, blocks) in [(1u64, 128usize), (2, 129), (3, 448)] {
-        let (rows, cols) = (16, 32 * blocks);
-        let mut rng = Rng(seed);
-        let data = random_matrix(WeightFormat::Q4_0, rows, cols, &mut rng);
-        let w = QMatrix::new(WeightFormat::Q4_0, rows, cols, &data).unwrap();
-        let x = random_vec(cols, &mut rng);
-        if let Err(e) = check_all_paths(&w, &x) {
-            panic!("{rows}x{cols}: {e}");
+    for format in FORMATS {
+        for (seed, blocks) in [(1u64, 128usize), (2, 129), (3, 448)] {
+            let (rows, cols) = (16, 32 * blocks);
+            let mut rng = Rng(seed);
+            let data = random_matrix(format, rows, cols, &mut rng);
+            let w = QMatrix::new(format, rows, cols, &data).unwrap();
+            let x = random_vec(cols, &mut rng);
+            if let Err(e) = check_all_paths(&w, &x) {
+                panic!("{format:?} {rows}x{cols}: {e}");
+            }
         }
     }
 }
 
-/// The largest sums the kernel's i32 lanes hold: every quant 15 (and every quant 0) against
-/// activations all at +32767 and all at -32767, and alternating.
+/// The largest sums the kernel's i32 lanes hold: every quant 15 (Q5_0 31, IQ4_NL the table's last;
+/// and every quant 0) against activations all at +32767 and all at -32767, and alternating.
 #[test]
 fn q40x8_extreme_quants_and_activations() {
     for (rows, cols) in [(16, 256), (16, 224)] {
@@ -86,10 +98,14 @@ fn q40x8_extreme_quants_and_activations() {
 
 fn extreme(rows: usize, cols: usize) {
     let scale = half::f16::from_f32(0.01).to_le_bytes();
-    for fill in [0xFFu8, 0x00, 0xF0, 0x0F] {
-        let block: Vec<u8> = scale.iter().copied().chain([fill; 16]).collect();
+    for (format, fill) in FORMATS
+        .into_iter()
+        .flat_map(|f| [0xFFu8, 0x00, 0xF0, 0x0F, 0x5A].map(|b| (f, b)))
+    {
+        let quants = format.block_bytes() - 2;
+        let block: Vec<u8> = scale.iter().copied().chain(vec![fill; quants]).collect();
         let data = block.repeat(rows * cols / 32);
-        let w = QMatrix::new(WeightFormat::Q4_0, rows, cols, &data).unwrap();
+        let w = QMatrix::new(format, rows, cols, &data).unwrap();
         for x in [
             vec![1.0f32; cols],
             vec![-1.0f32; cols],
@@ -97,12 +113,12 @@ fn extreme(rows: usize, cols: usize) {
                 .map(|i| if i % 2 == 0 { 1.0 } else { -1.0 })
                 .collect(),
         ] {
-            check_all_paths(&w, &x).unwrap_or_else(|e| panic!("fill {fill:#x}: {e}"));
+            check_all_paths(&w, &x).unwrap_or_else(|e| panic!("{format:?} fill {fill:#x}: {e}"));
         }
     }
 }
 
-/// Only Q4_0 with rows a multiple of 8 and blocks a multiple of 4 is repacked.
+/// Only Q4_0, IQ4_NL and Q5_0 with rows a multiple of 8 and at least one block a row repack.
 #[test]
 fn q40x8_repacks_only_its_shapes() {
     let mut rng = Rng(7);
@@ -111,7 +127,12 @@ fn q40x8_repacks_only_its_shapes() {
         (WeightFormat::Q4_0, 12, 128, false),
         (WeightFormat::Q4_0, 8, 96, true),
         (WeightFormat::Q4_0, 8, 0, false),
+        (WeightFormat::IQ4_NL, 8, 64, true),
+        (WeightFormat::IQ4_NL, 4, 64, false),
+        (WeightFormat::Q5_0, 16, 32, true),
+        (WeightFormat::Q5_0, 9, 32, false),
         (WeightFormat::Q4_1, 8, 128, false),
+        (WeightFormat::Q5_1, 8, 128, false),
         (WeightFormat::Q8_0, 8, 128, false),
     ] {
         let data = random_matrix(format, rows, cols, &mut rng);
@@ -157,7 +178,7 @@ fn check_many_and_gated(ws: &[QMatrix; 3], x: &[f32], act: Activation) -> Result
         if !same(&g, &want) {
             return Err(format!("{path:?}: matvec_gated {g:?} vs {want:?}"));
         }
-        if matches!(path, KernelPath::Avx2Fma | KernelPath::Avx512) {
+        if Q40x8::exact_on(path, ws[0].format()) {
             let mut orig: Vec<Vec<f32>> = ws.iter().map(|w| vec![f32::NAN; w.rows()]).collect();
             let mut outs: Vec<&mut [f32]> = orig.iter_mut().map(|y| &mut y[..]).collect();
             let refs: Vec<&QMatrix> = ws.iter().collect();
@@ -179,6 +200,7 @@ proptest! {
 
     #[test]
     fn q40x8_many_and_gated_match_matvec(
+        format in prop::sample::select(FORMATS.to_vec()),
         groups in prop::array::uniform3(1usize..7),
         blocks in 1usize..15,
         chunk in prop::sample::select(vec![0usize, 1, 5, 16]),
@@ -190,12 +212,12 @@ proptest! {
         let rows = [8 * groups[0], 8 * groups[0], 8 * groups[2]];
         let mut rng = Rng(seed);
         let data: Vec<Vec<u8>> =
-            rows.iter().map(|&r| random_matrix(WeightFormat::Q4_0, r, cols, &mut rng)).collect();
-        let ws = [0, 1, 2].map(|i| QMatrix::new(WeightFormat::Q4_0, rows[i], cols, &data[i]).unwrap());
+            rows.iter().map(|&r| random_matrix(format, r, cols, &mut rng)).collect();
+        let ws = [0, 1, 2].map(|i| QMatrix::new(format, rows[i], cols, &data[i]).unwrap());
         let x = random_vec(cols, &mut rng);
         set_chunk_rows(chunk);
         let res = check_many_and_gated(&ws, &x, act);
         set_chunk_rows(0);
-        prop_assert!(res.is_ok(), "{rows:?}x{cols}: {}", res.unwrap_err());
+        prop_assert!(res.is_ok(), "{format:?} {rows:?}x{cols}: {}", res.unwrap_err());
     }
 }

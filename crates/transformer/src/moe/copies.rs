@@ -1,4 +1,4 @@
-//! [`PackedExperts`]: a Mixture-of-Experts layer's Q4_0 experts repacked eight rows at a time
+//! [`PackedExperts`]: a Mixture-of-Experts layer's Q4_0 (IQ4_NL, Q5_0) experts repacked eight rows at a time
 //! ([`Q40x8`], made at load with the dense matrices' copies, `crate::packed`). Steps read them
 //! wherever their products run the decode kernels: one token ([`MoeBlock::forward_packed`],
 //! `packed.rs`), a decode step or a `Fast` prompt's groups of fewer than 32 tokens
@@ -20,12 +20,13 @@ pub struct PackedExperts {
 
 impl PackedExperts {
     /// The copies of `w`'s experts made by `repack`, or `None` when the layer holds no experts (a
-    /// resident file's) or one of its matrices does not repack.
+    /// resident file's) or one of its matrices is not taken (`takes`).
     pub fn new(
         w: &MoeLayer<'_>,
+        takes: &dyn Fn(&QMatrix<'_>) -> bool,
         repack: &dyn Fn(&QMatrix<'_>) -> Option<Q40x8>,
     ) -> Option<PackedExperts> {
-        let fits = |f: &ExpertFfn<'_>| [&f.gate, &f.up, &f.down].into_iter().all(Q40x8::fits);
+        let fits = |f: &ExpertFfn<'_>| [&f.gate, &f.up, &f.down].into_iter().all(takes);
         let shared_fits = w.shared.as_ref().is_none_or(|s| fits(&s.ffn));
         if w.experts.is_empty() || !w.experts.iter().all(fits) || !shared_fits {
             return None;

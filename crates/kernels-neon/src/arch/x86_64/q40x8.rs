@@ -1,6 +1,7 @@
-//! The kernel of Q4_0 rows repacked eight at a time ([`crate::Q40x8`]), 16-bit activations
-//! ([`Precision::Fast`](crate::Precision::Fast)), AVX2: one token (decode), or two at a time with
-//! each group block loaded and unpacked once (a prompt's small MoE expert groups).
+//! The kernel of Q4_0-class rows (Q4_0, IQ4_NL, Q5_0) repacked eight at a time ([`crate::Q40x8`]),
+//! 16-bit activations ([`Precision::Fast`](crate::Precision::Fast)), AVX2: one token (decode), or
+//! two at a time with each group block loaded and unpacked once (a prompt's small MoE expert
+//! groups).
 //!
 //! A group block holds the f16 scales of its 8 rows (16 bytes), then four registers of quants:
 //! in register `k`, 32-bit lane `r` is row `r`, its low u16 the nibbles of weights `8k + 2m`
@@ -10,6 +11,14 @@
 //! per 8 rows. For one token, nibbles 1 and 2 are taken by a mask alone (16 and 256 times the
 //! weight) into sums of their own, divided back by exact shifts once per block ([`block_sums`]).
 //!
+//! Q5_0 blocks end with the 8 rows' fifth bits, one u32 a row (lane `r`), laid out for these
+//! masks: the bit of weight `8k + 2m + h` at `16h + 4s + k` with `s` = 1, 2, 3, 0 for `m` = 0..4,
+//! so that after a shift by `k` one mask a nibble puts it just above that nibble (bits 4, 8 and
+//! 12 of each u16; bit 0 shifted to 4 for the nibble taken by a shift). The weights are then
+//! Q5_0's unsigned quants (0..=31), whose offset of 16 is the activations' correction taken twice.
+//! IQ4_NL's nibbles index a table of 16 signed values: looked up by byte (`vpshufb`) in the table
+//! plus 128 (unsigned, 1..=241), whose offset of 128 is the correction taken 16 times.
+//!
 //! Results: per row, token and block the exact i32 sum times `d_w * d_x`, accumulated in the order
 //! of the one-row kernel of this path (`q40_pairs`: blocks `b % 4` in four lanes, `(A0 + A1) + (A2
 //! + A3)` at the end, then the last `nb % 4` blocks' sum added), so bit for bit its result.
@@ -17,47 +26,159 @@
 use std::arch::x86_64::*;
 
 use super::simd::STREAM_PREFETCH as PREFETCH;
+use crate::arch::tags::{IQ4_NL, Q5_0};
+use crate::q40x8::{corr_factor, group_block, IQ4NL_BIASED, QUANTS};
 use crate::quant::QActs16;
 
-/// Bytes of a group block: 8 f16 scales and 128 quant bytes (8 Q4_0 blocks' worth).
-pub(crate) const GROUP_BLOCK: usize = 144;
-
-/// The exact i32 sums of one group block's 8 rows (quants at `gp + 16`) with the 32
-/// activations at `x`, plus `corr`.
+/// Group block `gp`'s fifth bits (Q5_0; zero for the other formats) shifted down by `k`: the bits
+/// of register `k`'s weights at 0, 4, 8 and 12 of each u16 (module docs).
 ///
 /// # Safety
-/// AVX2 present; a group block readable at `gp`, 32 i16 at `x`.
+/// AVX2 present; a group block of format `F` readable at `gp`.
+#[inline(always)]
+unsafe fn fifth_bits<const F: u8>(gp: *const u8) -> __m256i {
+    if F == Q5_0 {
+        // SAFETY: the 32 bytes of fifth bits after the quants, per contract.
+        unsafe { _mm256_loadu_si256(gp.add(QUANTS + 128) as *const __m256i) }
+    } else {
+        // SAFETY: AVX2 present per contract.
+        unsafe { _mm256_setzero_si256() }
+    }
+}
+
+/// [`fifth_bits`] of register `k` (`h` shifted down by `k`).
+#[inline(always)]
+unsafe fn fifth_of(h: __m256i, k: usize) -> __m256i {
+    // SAFETY: AVX2 present per the callers' contracts (inlined into AVX2 functions).
+    unsafe {
+        match k {
+            0 => h,
+            1 => _mm256_srli_epi32::<1>(h),
+            2 => _mm256_srli_epi32::<2>(h),
+            _ => _mm256_srli_epi32::<3>(h),
+        }
+    }
+}
+
+/// IQ4_NL's values plus 128 in both 128-bit lanes.
+///
+/// # Safety
+/// AVX2 present.
+#[inline(always)]
+unsafe fn biased_table() -> __m256i {
+    // SAFETY: the table holds 16 bytes; AVX2 present per contract.
+    unsafe { _mm256_broadcastsi128_si256(_mm_loadu_si128(IQ4NL_BIASED.as_ptr() as *const __m128i)) }
+}
+
+/// The four weight registers of quant register `v` (fifth bits `hk` from [`fifth_of`]) as their
+/// values: nibble `m` of every u16 in lane `m`'s register (Q4_0 0..=15, Q5_0 0..=31 with its
+/// fifth bit, IQ4_NL the table's value plus 128).
+///
+/// # Safety
+/// AVX2 present.
+#[inline(always)]
+unsafe fn unpack<const F: u8>(v: __m256i, hk: __m256i) -> [__m256i; 4] {
+    // SAFETY: AVX2 present per contract (inlined into AVX2 functions).
+    unsafe {
+        let m0 = _mm256_set1_epi16(0x000F);
+        if F == IQ4_NL {
+            let (t, mb) = (biased_table(), _mm256_set1_epi8(0x0F));
+            // Byte 0 of each u16: nibble 0 (then 1), byte 1: nibble 2 (then 3).
+            let lo = _mm256_shuffle_epi8(t, _mm256_and_si256(v, mb));
+            let hi = _mm256_shuffle_epi8(t, _mm256_and_si256(_mm256_srli_epi16::<4>(v), mb));
+            let low = _mm256_set1_epi16(0x00FF);
+            return [
+                _mm256_and_si256(lo, low),
+                _mm256_and_si256(hi, low),
+                _mm256_srli_epi16::<8>(lo),
+                _mm256_srli_epi16::<8>(hi),
+            ];
+        }
+        let w = [
+            _mm256_and_si256(v, m0),
+            _mm256_and_si256(_mm256_srli_epi16::<4>(v), m0),
+            _mm256_and_si256(_mm256_srli_epi16::<8>(v), m0),
+            _mm256_srli_epi16::<12>(v),
+        ];
+        if F != Q5_0 {
+            return w;
+        }
+        let b4 = _mm256_set1_epi16(0x0010);
+        [
+            _mm256_or_si256(w[0], _mm256_and_si256(hk, b4)),
+            _mm256_or_si256(w[1], _mm256_and_si256(_mm256_srli_epi16::<4>(hk), b4)),
+            _mm256_or_si256(w[2], _mm256_and_si256(_mm256_srli_epi16::<8>(hk), b4)),
+            _mm256_or_si256(w[3], _mm256_and_si256(_mm256_slli_epi16::<4>(hk), b4)),
+        ]
+    }
+}
+
+/// The exact i32 sums of one group block's 8 rows (format `F`, at `gp`) with the 32 activations
+/// at `x`, plus `corr` (the activations' `-8 * sum(q_x)`, taken [`corr_factor`] times).
+///
+/// # Safety
+/// AVX2 present; a group block of format `F` readable at `gp`, 32 i16 at `x`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn block_sums(gp: *const u8, x: *const i16, corr: i32) -> __m256i {
-    let (m0, m1, m2) = (
-        _mm256_set1_epi16(0x000F),
-        _mm256_set1_epi16(0x00F0),
-        _mm256_set1_epi16(0x0F00),
-    );
+unsafe fn block_sums<const F: u8>(gp: *const u8, x: *const i16, corr: i32) -> __m256i {
     let xp = x as *const i32;
-    // SAFETY: 16 i32 pairs at `xp` and 128 quant bytes at `gp + 16`, per contract.
+    let corr = corr * corr_factor(F);
+    // SAFETY: 16 i32 pairs at `xp`, the group block at `gp`, per contract.
     unsafe {
         let pair = |j: usize| _mm256_set1_epi32(std::ptr::read_unaligned(xp.add(j)));
-        // 0 <= w <= 15 (x1, x16, x256 in s1, s2, s3), |q_x| <= 32767: s3 sums 8 products of at
-        // most 3840 * 32767 a lane (1.01e9 < 2^31), s1 16 of 15 * 32767 and the correction
-        // (8 * 32 * 32767).
+        if F == IQ4_NL {
+            // 0 < w <= 241, |q_x| <= 32767: 16 madds of at most 2 * 241 * 32767 a lane and the
+            // correction (128 * 32 * 32767): below 2^28.
+            let mut s = _mm256_set1_epi32(corr);
+            for k in 0..4 {
+                let v = _mm256_loadu_si256(gp.add(QUANTS + 32 * k) as *const __m256i);
+                let w = unpack::<F>(v, _mm256_setzero_si256());
+                let a = _mm256_add_epi32(
+                    _mm256_madd_epi16(w[0], pair(4 * k)),
+                    _mm256_madd_epi16(w[1], pair(4 * k + 1)),
+                );
+                let b = _mm256_add_epi32(
+                    _mm256_madd_epi16(w[2], pair(4 * k + 2)),
+                    _mm256_madd_epi16(w[3], pair(4 * k + 3)),
+                );
+                s = _mm256_add_epi32(s, _mm256_add_epi32(a, b));
+            }
+            return s;
+        }
+        let (m0, m1, m2) = (
+            _mm256_set1_epi16(0x000F),
+            _mm256_set1_epi16(0x00F0),
+            _mm256_set1_epi16(0x0F00),
+        );
+        let h = fifth_bits::<F>(gp);
+        // 0 <= w <= 31 (x1, x16, x256 in s1, s2, s3; Q4_0 up to 15), |q_x| <= 32767: s3 sums 8
+        // products of at most 7936 * 32767 a lane (2.08e9 < 2^31), s1 16 of 31 * 32767 and the
+        // correction (16 * 32 * 32767).
         let mut s1 = _mm256_set1_epi32(corr);
         let mut s2 = _mm256_setzero_si256();
         let mut s3 = _mm256_setzero_si256();
         for k in 0..4 {
-            let v = _mm256_loadu_si256(gp.add(16 + 32 * k) as *const __m256i);
-            let a = _mm256_madd_epi16(_mm256_and_si256(v, m0), pair(4 * k));
-            let d = _mm256_madd_epi16(_mm256_srli_epi16::<12>(v), pair(4 * k + 3));
+            let v = _mm256_loadu_si256(gp.add(QUANTS + 32 * k) as *const __m256i);
+            let (mut w0, mut w1, mut w2) = (
+                _mm256_and_si256(v, m0),
+                _mm256_and_si256(v, m1),
+                _mm256_and_si256(v, m2),
+            );
+            let mut w3 = _mm256_srli_epi16::<12>(v);
+            if F == Q5_0 {
+                // Each fifth bit just above its nibble (module docs).
+                let hk = fifth_of(h, k);
+                w0 = _mm256_or_si256(w0, _mm256_and_si256(hk, _mm256_set1_epi16(0x0010)));
+                w1 = _mm256_or_si256(w1, _mm256_and_si256(hk, _mm256_set1_epi16(0x0100)));
+                w2 = _mm256_or_si256(w2, _mm256_and_si256(hk, _mm256_set1_epi16(0x1000)));
+                let b3 = _mm256_and_si256(_mm256_slli_epi16::<4>(hk), _mm256_set1_epi16(0x0010));
+                w3 = _mm256_or_si256(w3, b3);
+            }
+            let a = _mm256_madd_epi16(w0, pair(4 * k));
+            let d = _mm256_madd_epi16(w3, pair(4 * k + 3));
             s1 = _mm256_add_epi32(s1, _mm256_add_epi32(a, d));
-            s2 = _mm256_add_epi32(
-                s2,
-                _mm256_madd_epi16(_mm256_and_si256(v, m1), pair(4 * k + 1)),
-            );
-            s3 = _mm256_add_epi32(
-                s3,
-                _mm256_madd_epi16(_mm256_and_si256(v, m2), pair(4 * k + 2)),
-            );
+            s2 = _mm256_add_epi32(s2, _mm256_madd_epi16(w1, pair(4 * k + 1)));
+            s3 = _mm256_add_epi32(s3, _mm256_madd_epi16(w2, pair(4 * k + 2)));
         }
         // s3 = 256 T3 and s2 + s3 / 16 = 16 (T2 + T3): both shifts are exact.
         let t = _mm256_srai_epi32::<4>(_mm256_add_epi32(s2, _mm256_srai_epi32::<4>(s3)));
@@ -68,45 +189,55 @@ unsafe fn block_sums(gp: *const u8, x: *const i16, corr: i32) -> __m256i {
 /// `acc` plus group block `b`'s 8 exact sums times `d_w * d_x` (one FMA).
 ///
 /// # Safety
-/// AVX2/FMA/F16C present; `b` below the blocks of `group` (144 bytes each), of `xq` and of `corr`.
+/// AVX2/FMA/F16C present; `b` below the blocks of `group` (of format `F`), of `xq` and of `corr`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn block_fma(group: &[u8], xq: &QActs16, corr: &[i32], b: usize, acc: __m256) -> __m256 {
-    // SAFETY: group block b (bytes b*144..b*144 + 144), activations b*32..b*32 + 32, d[b] and
-    // corr[b] are in bounds per contract.
+unsafe fn block_fma<const F: u8>(
+    group: &[u8],
+    xq: &QActs16,
+    corr: &[i32],
+    b: usize,
+    acc: __m256,
+) -> __m256 {
+    // SAFETY: group block b, activations b*32..b*32 + 32, d[b] and corr[b] are in bounds per
+    // contract.
     unsafe {
-        let gp = group.as_ptr().add(b * GROUP_BLOCK);
+        let gp = group.as_ptr().add(b * group_block(F));
         // Prefetch hints (never fault; wrapping_add keeps them UB-free).
         let ahead = gp.wrapping_add(PREFETCH);
         _mm_prefetch::<_MM_HINT_T0>(ahead as *const i8);
         _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(64) as *const i8);
         _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(128) as *const i8);
-        let isum = block_sums(gp, xq.qs.as_ptr().add(b * 32), *corr.get_unchecked(b));
+        let isum = block_sums::<F>(gp, xq.qs.as_ptr().add(b * 32), *corr.get_unchecked(b));
         let dw = _mm256_cvtph_ps(_mm_loadu_si128(gp as *const __m128i));
         let f = _mm256_mul_ps(dw, _mm256_set1_ps(*xq.d.get_unchecked(b)));
         _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), f, acc)
     }
 }
 
-/// The dots of the 8 rows of one group (`nb` group blocks at `group`) with `xq`, whose blocks'
-/// `-8 * sum(q_x)` are `corr`.
+/// The dots of the 8 rows of one group of format `F` (`nb` group blocks at `group`) with `xq`,
+/// whose blocks' `-8 * sum(q_x)` are `corr`.
 ///
 /// # Safety
 /// AVX2/FMA/F16C present.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn q40x8_group(group: &[u8], xq: &QActs16, corr: &[i32]) -> [f32; 8] {
+pub(crate) unsafe fn q40x8_group<const F: u8>(
+    group: &[u8],
+    xq: &QActs16,
+    corr: &[i32],
+) -> [f32; 8] {
     let nb = xq.d.len();
-    assert!(group.len() >= nb * GROUP_BLOCK && xq.qs.len() >= nb * 32 && corr.len() >= nb);
+    assert!(group.len() >= nb * group_block(F) && xq.qs.len() >= nb * 32 && corr.len() >= nb);
     let mut acc = [_mm256_setzero_ps(); 4];
     for q in 0..nb / 4 {
         // Block 4q + j into accumulator j, written out so that the four stay in registers.
         // SAFETY: q < nb / 4, so blocks 4q..4q + 4 < nb: in bounds (asserted above).
         unsafe {
             let [a0, a1, a2, a3] = &mut acc;
-            *a0 = block_fma(group, xq, corr, 4 * q, *a0);
-            *a1 = block_fma(group, xq, corr, 4 * q + 1, *a1);
-            *a2 = block_fma(group, xq, corr, 4 * q + 2, *a2);
-            *a3 = block_fma(group, xq, corr, 4 * q + 3, *a3);
+            *a0 = block_fma::<F>(group, xq, corr, 4 * q, *a0);
+            *a1 = block_fma::<F>(group, xq, corr, 4 * q + 1, *a1);
+            *a2 = block_fma::<F>(group, xq, corr, 4 * q + 2, *a2);
+            *a3 = block_fma::<F>(group, xq, corr, 4 * q + 3, *a3);
         }
     }
     let mut s = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
@@ -118,8 +249,8 @@ pub(crate) unsafe fn q40x8_group(group: &[u8], xq: &QActs16, corr: &[i32]) -> [f
             // SAFETY: b < nb: group block b, activations b*32..b*32 + 32, d[b] and corr[b] in
             // bounds (asserted above).
             unsafe {
-                let gp = group.as_ptr().add(b * GROUP_BLOCK);
-                let isum = block_sums(gp, xq.qs.as_ptr().add(b * 32), *corr.get_unchecked(b));
+                let gp = group.as_ptr().add(b * group_block(F));
+                let isum = block_sums::<F>(gp, xq.qs.as_ptr().add(b * 32), *corr.get_unchecked(b));
                 let dw = _mm256_cvtph_ps(_mm_loadu_si128(gp as *const __m128i));
                 let f = _mm256_mul_ps(dw, _mm256_set1_ps(*xq.d.get_unchecked(b)));
                 t = _mm256_add_ps(t, _mm256_mul_ps(f, _mm256_cvtepi32_ps(isum)));
@@ -134,43 +265,39 @@ pub(crate) unsafe fn q40x8_group(group: &[u8], xq: &QActs16, corr: &[i32]) -> [f
 }
 
 /// [`block_sums`] for each of `T` tokens (`x[t]`, `corr[t]`), the block's quants loaded and
-/// unpacked once for all: every nibble is taken down to 0..=15 (two more operations a register
-/// than the one-token masks, shared by the tokens) into one sum a token, which needs fewer
-/// registers and adds a token (one thread, a prompt's OLMoE-shaped expert layer: 1.05x the masked
-/// form for two tokens). The sums are exact integers, so each token's are [`block_sums`]'s.
+/// unpacked once for all: every nibble is taken down to its value ([`unpack`]; two more operations
+/// a register than the one-token masks, shared by the tokens) into one sum a token, which needs
+/// fewer registers and adds a token (one thread, a prompt's OLMoE-shaped expert layer: 1.05x the
+/// masked form for two tokens). The sums are exact integers, so each token's are [`block_sums`]'s.
 ///
 /// # Safety
-/// AVX2 present; a group block readable at `gp`, 32 i16 at each `x[t]`. Always inlined, into
-/// callers that enable AVX2/FMA/F16C (a call per block cost a third of the kernel's time).
+/// AVX2 present; a group block of format `F` readable at `gp`, 32 i16 at each `x[t]`. Always
+/// inlined, into callers that enable AVX2/FMA/F16C (a call per block cost a third of the kernel's
+/// time).
 // The token index `t` reaches several arrays at once (loops over the const `T`, unrolled).
 #[allow(clippy::needless_range_loop)]
 #[inline(always)]
-unsafe fn block_sums_t<const T: usize>(
+unsafe fn block_sums_t<const F: u8, const T: usize>(
     gp: *const u8,
     x: [*const i16; T],
     corr: [i32; T],
 ) -> [__m256i; T] {
-    // SAFETY: AVX2 present, 16 i32 pairs at each `x[t]` and 128 quant bytes at `gp + 16`, per
+    // SAFETY: AVX2 present, 16 i32 pairs at each `x[t]` and the group block at `gp`, per
     // contract.
     unsafe {
-        let m0 = _mm256_set1_epi16(0x000F);
         let pair = |t: usize, j: usize| {
             _mm256_set1_epi32(std::ptr::read_unaligned((x[t] as *const i32).add(j)))
         };
         let mut s1 = [_mm256_setzero_si256(); T];
         for t in 0..T {
-            s1[t] = _mm256_set1_epi32(corr[t]);
+            s1[t] = _mm256_set1_epi32(corr[t] * corr_factor(F));
         }
-        // 0 <= w <= 15, |q_x| <= 32767: 16 madds of at most 2 * 15 * 32767 a lane and the
-        // correction (8 * 32 * 32767): below 2^25.
+        let h = fifth_bits::<F>(gp);
+        // 0 <= w <= 241, |q_x| <= 32767: 16 madds of at most 2 * 241 * 32767 a lane and the
+        // correction (128 * 32 * 32767): below 2^28.
         for k in 0..4 {
-            let v = _mm256_loadu_si256(gp.add(16 + 32 * k) as *const __m256i);
-            let w = [
-                _mm256_and_si256(v, m0),
-                _mm256_and_si256(_mm256_srli_epi16::<4>(v), m0),
-                _mm256_and_si256(_mm256_srli_epi16::<8>(v), m0),
-                _mm256_srli_epi16::<12>(v),
-            ];
+            let v = _mm256_loadu_si256(gp.add(QUANTS + 32 * k) as *const __m256i);
+            let w = unpack::<F>(v, fifth_of(h, k));
             for t in 0..T {
                 let a = _mm256_add_epi32(
                     _mm256_madd_epi16(w[0], pair(t, 4 * k)),
@@ -191,22 +318,22 @@ unsafe fn block_sums_t<const T: usize>(
 /// with `TAIL`, `acc[t]` plus that product rounded apart (no FMA; the one-row kernel's tail).
 ///
 /// # Safety
-/// AVX2/FMA/F16C present; `b` below the blocks of `group` (144 bytes each) and of each token's
+/// AVX2/FMA/F16C present; `b` below the blocks of `group` (of format `F`) and of each token's
 /// `xq` and `corr`. Always inlined, as [`block_sums_t`].
 // The token index `t` reaches several arrays at once (loops over the const `T`, unrolled).
 #[allow(clippy::needless_range_loop)]
 #[inline(always)]
-unsafe fn block_fma_t<const T: usize, const TAIL: bool>(
+unsafe fn block_fma_t<const F: u8, const T: usize, const TAIL: bool>(
     group: &[u8],
     xq: [&QActs16; T],
     corr: [&[i32]; T],
     b: usize,
     acc: [__m256; T],
 ) -> [__m256; T] {
-    // SAFETY: group block b (bytes b*144..b*144 + 144), each token's activations b*32..b*32 + 32,
-    // d[b] and corr[b] are in bounds per contract.
+    // SAFETY: group block b, each token's activations b*32..b*32 + 32, d[b] and corr[b] are in
+    // bounds per contract.
     unsafe {
-        let gp = group.as_ptr().add(b * GROUP_BLOCK);
+        let gp = group.as_ptr().add(b * group_block(F));
         if !TAIL {
             // Prefetch hints (never fault; wrapping_add keeps them UB-free).
             let ahead = gp.wrapping_add(PREFETCH);
@@ -220,7 +347,7 @@ unsafe fn block_fma_t<const T: usize, const TAIL: bool>(
             x[t] = xq[t].qs.as_ptr().add(b * 32);
             c[t] = *corr[t].get_unchecked(b);
         }
-        let isum = block_sums_t::<T>(gp, x, c);
+        let isum = block_sums_t::<F, T>(gp, x, c);
         let dw = _mm256_cvtph_ps(_mm_loadu_si128(gp as *const __m128i));
         let mut acc = acc;
         for t in 0..T {
@@ -244,14 +371,14 @@ unsafe fn block_fma_t<const T: usize, const TAIL: bool>(
 // The token index `t` reaches several arrays at once (loops over the const `T`, unrolled).
 #[allow(clippy::needless_range_loop)]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn q40x8_group_tokens<const T: usize>(
+pub(crate) unsafe fn q40x8_group_tokens<const F: u8, const T: usize>(
     group: &[u8],
     xq: [&QActs16; T],
     corr: [&[i32]; T],
 ) -> [[f32; 8]; T] {
     let nb = xq.first().map_or(0, |q| q.d.len());
     assert!(
-        group.len() >= nb * GROUP_BLOCK
+        group.len() >= nb * group_block(F)
             && xq.iter().all(|q| q.d.len() == nb && q.qs.len() >= nb * 32)
             && corr.iter().all(|c| c.len() >= nb)
     );
@@ -261,10 +388,10 @@ pub(crate) unsafe fn q40x8_group_tokens<const T: usize>(
         // SAFETY: q < nb / 4, so blocks 4q..4q + 4 < nb: in bounds (asserted above).
         unsafe {
             let [a0, a1, a2, a3] = &mut acc;
-            *a0 = block_fma_t::<T, false>(group, xq, corr, 4 * q, *a0);
-            *a1 = block_fma_t::<T, false>(group, xq, corr, 4 * q + 1, *a1);
-            *a2 = block_fma_t::<T, false>(group, xq, corr, 4 * q + 2, *a2);
-            *a3 = block_fma_t::<T, false>(group, xq, corr, 4 * q + 3, *a3);
+            *a0 = block_fma_t::<F, T, false>(group, xq, corr, 4 * q, *a0);
+            *a1 = block_fma_t::<F, T, false>(group, xq, corr, 4 * q + 1, *a1);
+            *a2 = block_fma_t::<F, T, false>(group, xq, corr, 4 * q + 2, *a2);
+            *a3 = block_fma_t::<F, T, false>(group, xq, corr, 4 * q + 3, *a3);
         }
     }
     let mut s = [_mm256_setzero_ps(); T];
@@ -280,7 +407,7 @@ pub(crate) unsafe fn q40x8_group_tokens<const T: usize>(
         let mut tail = [_mm256_setzero_ps(); T];
         for b in nb - nb % 4..nb {
             // SAFETY: b < nb: in bounds (asserted above).
-            tail = unsafe { block_fma_t::<T, true>(group, xq, corr, b, tail) };
+            tail = unsafe { block_fma_t::<F, T, true>(group, xq, corr, b, tail) };
         }
         for t in 0..T {
             s[t] = _mm256_add_ps(s[t], tail[t]);
