@@ -1,14 +1,15 @@
-//! Q4_0-class rows (Q4_0, IQ4_NL, Q5_0: an f16 scale and 32 nibbles a block, Q5_0's fifth bits
-//! beside) repacked eight at a time, for the one-token product ([`crate::Precision::Fast`]) on the
-//! AVX2 and AVX-512 paths: a group block holds the 8 rows' f16 scales together, then their quants
-//! interleaved so that one 32-byte load feeds the same weights of all 8 rows, then (Q5_0) their
-//! fifth bits in the kernel's order (layout in `arch/x86_64/q40x8.rs`). The same bytes a block as
+//! Rows of the 32-element nibble formats (Q4_0, IQ4_NL, Q5_0, Q4_1, Q5_1: an f16 scale, a min for
+//! the last two, 32 nibbles a block, the fifth bits of the Q5s beside) repacked eight at a time,
+//! for the one-token product ([`crate::Precision::Fast`]) on the AVX2 and AVX-512 paths: a group
+//! block holds the 8 rows' f16 scales together (and their mins), then their quants interleaved so
+//! that one 32-byte load feeds the same weights of all 8 rows, then (Q5_0, Q5_1) their fifth bits
+//! in the kernel's order (layout in `arch/x86_64/q40x8.rs`). The same bytes a block as
 //! the file's: a copy made once, whose [`Q40x8::bytes`] the caller counts against its memory budget.
 //!
 //! [`Q40x8::matvec_with`] gives, bit for bit, what [`crate::matvec_with`] gives for the original
 //! matrix in [`crate::Precision::Fast`] on the paths [`Q40x8::exact_on`] names (the same
-//! `q40_pairs` kernel's order: [`KernelPath::Avx2Fma`] and [`KernelPath::Avx512`], and for Q5_0 the
-//! first only); other paths take a scalar loop over the same layout (the scalar reference's
+//! `q40_pairs` kernel's order: [`KernelPath::Avx2Fma`] and [`KernelPath::Avx512`], and for Q5_0,
+//! Q4_1 and Q5_1 the first only); other paths take a scalar loop over the same layout (the scalar reference's
 //! per-block products, its tolerance).
 
 use rayon::prelude::*;
@@ -20,26 +21,42 @@ use crate::{check_len, check_path, KernelError, KernelPath, QMatrix, WeightForma
 
 /// Rows of a group.
 const GROUP: usize = 8;
-/// Offset of the quants in a group block (after the 8 f16 scales).
-pub(crate) const QUANTS: usize = 16;
+/// Whether blocks of format tag `f` carry a min (Q4_1, Q5_1): its group blocks hold the 8 rows'
+/// f16 mins after their scales.
+pub(crate) const fn has_min(f: u8) -> bool {
+    tags::has_min(f)
+}
 
-/// Bytes of a group block of format tag `f`: 8 f16 scales, the 8 rows' 16 quant bytes, and for
-/// Q5_0 their 4 bytes of fifth bits (8 blocks of the format).
-pub(crate) const fn group_block(f: u8) -> usize {
-    if f == tags::Q5_0 {
-        QUANTS + 128 + 32
+/// Whether blocks of format tag `f` carry fifth bits (Q5_0, Q5_1): its group blocks hold the 8
+/// rows' after the quants.
+pub(crate) const fn has_fifth(f: u8) -> bool {
+    matches!(f, tags::Q5_0 | tags::Q5_1)
+}
+
+/// Offset of the quants in a group block of format tag `f`: after the 8 f16 scales (and mins).
+pub(crate) const fn quants_at(f: u8) -> usize {
+    if has_min(f) {
+        32
     } else {
-        QUANTS + 128
+        16
     }
 }
 
+/// Bytes of a group block of format tag `f`: 8 f16 scales (and 8 mins), the 8 rows' 16 quant
+/// bytes, and for Q5_0 and Q5_1 their 4 bytes of fifth bits (8 blocks of the format).
+pub(crate) const fn group_block(f: u8) -> usize {
+    quants_at(f) + 128 + if has_fifth(f) { 32 } else { 0 }
+}
+
 /// How many times a block's `-8 * sum(q_x)` the kernels add for format tag `f`, whose weights they
-/// take unsigned: Q4_0's offset 8, Q5_0's 16, IQ4_NL's 128 ([`IQ4NL_BIASED`]).
+/// take unsigned: Q4_0's offset 8, Q5_0's 16, IQ4_NL's 128 ([`IQ4NL_BIASED`]); none for the
+/// formats with a min (their term apart).
 pub(crate) const fn corr_factor(f: u8) -> i32 {
     match f {
+        tags::Q4_0 => 1,
         tags::Q5_0 => 2,
         tags::IQ4_NL => 16,
-        _ => 1,
+        _ => 0,
     }
 }
 
@@ -60,18 +77,20 @@ fn tag(f: WeightFormat) -> u8 {
     match f {
         WeightFormat::IQ4_NL => tags::IQ4_NL,
         WeightFormat::Q5_0 => tags::Q5_0,
+        WeightFormat::Q4_1 => tags::Q4_1,
+        WeightFormat::Q5_1 => tags::Q5_1,
         _ => tags::Q4_0,
     }
 }
 
-/// Where in a Q5_0 group block's u32 of a row the fifth bit of weight `e` goes: `16h + 4s + k`
+/// Where in a Q5_0 (Q5_1) group block's u32 of a row the fifth bit of weight `e` goes: `16h + 4s + k`
 /// for `e = 8k + 2m + h`, `s` = 1, 2, 3, 0 for `m` = 0..4 (`arch/x86_64/q40x8.rs`).
 const fn fifth_bit_at(e: usize) -> usize {
     let (k, m, h) = (e / 8, (e % 8) / 2, e % 2);
     16 * h + 4 * ((m + 1) % 4) + k
 }
 
-/// A Q4_0, IQ4_NL or Q5_0 matrix repacked eight rows at a time (module docs).
+/// A Q4_0, IQ4_NL, Q5_0, Q4_1 or Q5_1 matrix repacked eight rows at a time (module docs).
 pub struct Q40x8 {
     data: Vec<u8>,
     format: WeightFormat,
@@ -95,10 +114,12 @@ impl Q40x8 {
         if !Self::fits(w) {
             return None;
         }
-        let (rows, cols, format) = (w.rows(), w.cols(), w.format());
-        let (nb, gbb, bb) = (cols / 32, group_block(tag(format)), format.block_bytes());
-        // The nibbles after the scale (and Q5_0's 4 bytes of fifth bits).
-        let nib = if format == WeightFormat::Q5_0 { 6 } else { 2 };
+        let (rows, cols, format, f) = (w.rows(), w.cols(), w.format(), tag(w.format()));
+        let (nb, gbb, bb) = (cols / 32, group_block(f), format.block_bytes());
+        // The file's blocks: the scale, the min, the fifth bits, then the nibbles.
+        let fifth = tags::quants_offset(f);
+        let nib = fifth + if has_fifth(f) { 4 } else { 0 };
+        let quants = quants_at(f);
         let mut data = vec![0u8; rows / GROUP * nb * gbb];
         // In parallel over groups (a model's matrices are repacked at load).
         let pack = |(g, out): (usize, &mut [u8])| {
@@ -107,6 +128,9 @@ impl Q40x8 {
                 for (r, row) in src.iter().enumerate() {
                     let blk = &row[b * bb..(b + 1) * bb];
                     gb[2 * r..2 * r + 2].copy_from_slice(&blk[..2]);
+                    if has_min(f) {
+                        gb[16 + 2 * r..18 + 2 * r].copy_from_slice(&blk[2..4]);
+                    }
                     // Weight e < 16 is the low nibble of quant byte e, e >= 16 the high one of
                     // byte e - 16: weights 8k + 2m + h (m < 4) are bytes 8(k % 2) + h + 2m.
                     let half = |i: usize| {
@@ -117,16 +141,17 @@ impl Q40x8 {
                     for k in 0..4 {
                         for h in 0..2 {
                             let v = four_nibbles(halves[k % 2] >> (8 * h), k >= 2);
-                            let at = QUANTS + 32 * k + 4 * r + 2 * h;
+                            let at = quants + 32 * k + 4 * r + 2 * h;
                             gb[at..at + 2].copy_from_slice(&v.to_le_bytes());
                         }
                     }
-                    if format == WeightFormat::Q5_0 {
-                        let qh = u32::from_le_bytes(blk[2..6].try_into().expect("4 bytes"));
+                    if has_fifth(f) {
+                        let qh = &blk[fifth..fifth + 4];
+                        let qh = u32::from_le_bytes(qh.try_into().expect("4 bytes"));
                         let bits = (0..32)
                             .filter(|&e| qh >> e & 1 == 1)
                             .fold(0u32, |h, e| h | 1 << fifth_bit_at(e));
-                        let at = QUANTS + 128 + 4 * r;
+                        let at = quants + 128 + 4 * r;
                         gb[at..at + 4].copy_from_slice(&bits.to_le_bytes());
                     }
                 }
@@ -143,20 +168,25 @@ impl Q40x8 {
         })
     }
 
-    /// Whether `w` repacks ([`Q40x8::repack`]): Q4_0, IQ4_NL or Q5_0, rows a multiple of 8, at
-    /// least one block a row.
+    /// Whether `w` repacks ([`Q40x8::repack`]): Q4_0, IQ4_NL, Q5_0, Q4_1 or Q5_1, rows a multiple
+    /// of 8, at least one block a row.
     pub fn fits(w: &QMatrix<'_>) -> bool {
         matches!(
             w.format(),
-            WeightFormat::Q4_0 | WeightFormat::IQ4_NL | WeightFormat::Q5_0
+            WeightFormat::Q4_0
+                | WeightFormat::IQ4_NL
+                | WeightFormat::Q5_0
+                | WeightFormat::Q4_1
+                | WeightFormat::Q5_1
         ) && w.rows() % GROUP == 0
             && w.cols() >= 32
     }
 
     /// Whether a copy of a `format` matrix gives on `path` bit for bit what [`crate::matvec_with`]
     /// gives for the original in [`crate::Precision::Fast`] (both take `q40_pairs`'s order): Q4_0
-    /// and IQ4_NL on [`KernelPath::Avx2Fma`] and [`KernelPath::Avx512`], Q5_0 on the first (the
-    /// second's Q5_0 kernel is `q40_512`, of another order). Elsewhere a copy's results are within
+    /// and IQ4_NL on [`KernelPath::Avx2Fma`] and [`KernelPath::Avx512`], Q5_0, Q4_1 and Q5_1 on the
+    /// first (the second's kernels of these are `q40_512`'s and `matvec_i16`'s, of another order).
+    /// Elsewhere a copy's results are within
     /// the `Fast` tolerance only, so a forward pass that must agree with the batched kernels
     /// (speculation's verification) takes copies where this holds.
     pub fn exact_on(path: KernelPath, format: WeightFormat) -> bool {
@@ -164,7 +194,9 @@ impl Q40x8 {
             WeightFormat::Q4_0 | WeightFormat::IQ4_NL => {
                 matches!(path, KernelPath::Avx2Fma | KernelPath::Avx512)
             }
-            WeightFormat::Q5_0 => path == KernelPath::Avx2Fma,
+            WeightFormat::Q5_0 | WeightFormat::Q4_1 | WeightFormat::Q5_1 => {
+                path == KernelPath::Avx2Fma
+            }
             _ => false,
         }
     }
@@ -296,6 +328,8 @@ fn group_dots(
             match tag(format) {
                 tags::IQ4_NL => q40x8_group::<{ tags::IQ4_NL }>(group, xq, corr),
                 tags::Q5_0 => q40x8_group::<{ tags::Q5_0 }>(group, xq, corr),
+                tags::Q4_1 => q40x8_group::<{ tags::Q4_1 }>(group, xq, corr),
+                tags::Q5_1 => q40x8_group::<{ tags::Q5_1 }>(group, xq, corr),
                 _ => q40x8_group::<{ tags::Q4_0 }>(group, xq, corr),
             }
         };
@@ -320,6 +354,8 @@ fn group_dots_tokens<const T: usize>(
             match tag(format) {
                 tags::IQ4_NL => q40x8_group_tokens::<{ tags::IQ4_NL }, T>(group, xq, corr),
                 tags::Q5_0 => q40x8_group_tokens::<{ tags::Q5_0 }, T>(group, xq, corr),
+                tags::Q4_1 => q40x8_group_tokens::<{ tags::Q4_1 }, T>(group, xq, corr),
+                tags::Q5_1 => q40x8_group_tokens::<{ tags::Q5_1 }, T>(group, xq, corr),
                 _ => q40x8_group_tokens::<{ tags::Q4_0 }, T>(group, xq, corr),
             }
         };
@@ -328,15 +364,17 @@ fn group_dots_tokens<const T: usize>(
 }
 
 /// [`group_dots`] in scalar code (format tag `f`): per row, the exact block sums times
-/// `d_w * d_x`, in block order.
+/// `d_w * d_x` (and the min times the activations' sum), in block order.
 fn group_dots_scalar(f: u8, group: &[u8], xq: &QActs16, corr: &[i32]) -> [f32; GROUP] {
     let mut y = [0f32; GROUP];
+    let quants = quants_at(f);
+    let f16_at = |gb: &[u8], at: usize| half::f16::from_le_bytes([gb[at], gb[at + 1]]).to_f32();
     for (b, gb) in group.chunks_exact(group_block(f)).enumerate() {
         let x = &xq.qs[b * 32..b * 32 + 32];
         for (r, yr) in y.iter_mut().enumerate() {
-            let dw = half::f16::from_le_bytes([gb[2 * r], gb[2 * r + 1]]).to_f32();
-            let at = QUANTS + 128 + 4 * r;
-            let fifth = if f == tags::Q5_0 {
+            let dw = f16_at(gb, 2 * r);
+            let at = quants + 128 + 4 * r;
+            let fifth = if has_fifth(f) {
                 u32::from_le_bytes(gb[at..at + 4].try_into().expect("4 bytes"))
             } else {
                 0
@@ -344,7 +382,7 @@ fn group_dots_scalar(f: u8, group: &[u8], xq: &QActs16, corr: &[i32]) -> [f32; G
             let mut isum = corr[b] * corr_factor(f);
             for k in 0..4 {
                 for h in 0..2 {
-                    let at = QUANTS + 32 * k + 4 * r + 2 * h;
+                    let at = quants + 32 * k + 4 * r + 2 * h;
                     let v = u16::from_le_bytes([gb[at], gb[at + 1]]);
                     for m in 0..4 {
                         let e = 8 * k + 2 * m + h;
@@ -358,6 +396,9 @@ fn group_dots_scalar(f: u8, group: &[u8], xq: &QActs16, corr: &[i32]) -> [f32; G
                 }
             }
             *yr += dw * xq.d[b] * isum as f32;
+            if has_min(f) {
+                *yr += f16_at(gb, 16 + 2 * r) * xq.s[b];
+            }
         }
     }
     y

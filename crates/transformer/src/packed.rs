@@ -1,10 +1,11 @@
-//! Copies of a model's Q4_0, IQ4_NL and Q5_0 matrices (attention, output, a dense FFN, a
-//! Mixture-of-Experts layer's experts: [`PackedExperts`]) repacked eight rows at a time ([`Q40x8`]),
-//! made once at load for one-token decode on the AVX2 and AVX-512 paths (`Precision::Fast`), where
-//! they give its results bit for bit ([`Q40x8::exact_on`]: Q5_0 on the AVX2 path only). The forward pass takes a copy where one exists for a step of one token in `Fast`,
-//! and an MoE layer's experts' copies for every product of a step that runs the decode kernels
-//! (a batched decode step, a prompt's small expert groups); other prompts, dense batched decode and
-//! every other path keep reading the file's layout. The copies' bytes are
+//! Copies of a model's Q4_0, Q4_1, Q5_0, Q5_1 and IQ4_NL matrices (attention, output, a dense FFN,
+//! a Mixture-of-Experts layer's experts: [`PackedExperts`]) repacked eight rows at a time
+//! ([`Q40x8`]), made once at load for one-token decode on the AVX2 and AVX-512 paths
+//! (`Precision::Fast`), where they give its results bit for bit ([`Q40x8::exact_on`]: Q4_1, Q5_0
+//! and Q5_1 on the AVX2 path only). The forward pass takes a copy where one exists for a step of
+//! one token in `Fast`, and an MoE layer's experts' copies for every product of a step that runs
+//! the decode kernels (a batched decode step, a prompt's small expert groups); other prompts, dense
+//! batched decode and every other path keep reading the file's layout. The copies' bytes are
 //! [`Packed::bytes`], for whoever counts the process's memory.
 
 use kernels_neon::{KernelPath, Precision, Q40x8, QMatrix};

@@ -1,5 +1,5 @@
 //! `experts_ffn_packed` (one token's experts over their `Q40x8` copies) against `experts_ffn` over
-//! the original Q4_0, IQ4_NL and Q5_0 matrices in `Fast`: bit for bit where `Q40x8::exact_on` holds
+//! the original Q4_0, IQ4_NL, Q5_0, Q4_1 and Q5_1 matrices in `Fast`: bit for bit where `Q40x8::exact_on` holds
 //! (the copies keep `q40_pairs`' order), within `Fast`'s reach of them elsewhere; the activations
 //! each job shows too; and its refusals. `experts_ffn` with each job's copies: the originals' bits,
 //! the copies read wherever the decode kernels run in `Fast` on the paths where they are exact.
@@ -8,7 +8,13 @@ use crate::common::{random_matrix, random_vec, Rng};
 use kernels_neon::*;
 
 /// The formats the copies take.
-const FORMATS: [WeightFormat; 3] = [WeightFormat::Q4_0, WeightFormat::IQ4_NL, WeightFormat::Q5_0];
+const FORMATS: [WeightFormat; 5] = [
+    WeightFormat::Q4_0,
+    WeightFormat::IQ4_NL,
+    WeightFormat::Q5_0,
+    WeightFormat::Q4_1,
+    WeightFormat::Q5_1,
+];
 
 struct Expert {
     mats: [Vec<u8>; 3],

@@ -1,7 +1,7 @@
-//! `Q40x8` (Q4_0, IQ4_NL and Q5_0 rows repacked eight at a time): against the f64 reference within
-//! the `Fast` bound (props.rs) on every path, and bit for bit [`matvec_with`] of the original
-//! matrix where `Q40x8::exact_on` says so (the AVX2 path, and AVX-512's for Q4_0 and IQ4_NL), whose
-//! one-row kernel's (`q40_pairs`) order it keeps.
+//! `Q40x8` (Q4_0, IQ4_NL, Q5_0, Q4_1 and Q5_1 rows repacked eight at a time): against the f64
+//! reference within the `Fast` bound (props.rs) on every path, and bit for bit [`matvec_with`] of
+//! the original matrix where `Q40x8::exact_on` says so (the AVX2 path, and AVX-512's for Q4_0 and
+//! IQ4_NL), whose one-row kernel's (`q40_pairs`) order it keeps.
 
 use crate::common;
 
@@ -10,7 +10,13 @@ use kernels_neon::*;
 use proptest::prelude::*;
 
 /// The formats the layout takes.
-const FORMATS: [WeightFormat; 3] = [WeightFormat::Q4_0, WeightFormat::IQ4_NL, WeightFormat::Q5_0];
+const FORMATS: [WeightFormat; 5] = [
+    WeightFormat::Q4_0,
+    WeightFormat::IQ4_NL,
+    WeightFormat::Q5_0,
+    WeightFormat::Q4_1,
+    WeightFormat::Q5_1,
+];
 
 /// `Q40x8::matvec_with` on every path against the reference, and against `matvec_with` where
 /// `Q40x8::exact_on` holds (at least on AVX2, where the machine has it).
@@ -87,7 +93,7 @@ fn q40x8_long_rows_match_matvec() {
     }
 }
 
-/// The largest sums the kernel's i32 lanes hold: every quant 15 (Q5_0 31, IQ4_NL the table's last;
+/// The largest sums the kernel's i32 lanes hold: every quant 15 (the Q5s 31, IQ4_NL the table's last;
 /// and every quant 0) against activations all at +32767 and all at -32767, and alternating.
 #[test]
 fn q40x8_extreme_quants_and_activations() {
@@ -98,12 +104,18 @@ fn q40x8_extreme_quants_and_activations() {
 
 fn extreme(rows: usize, cols: usize) {
     let scale = half::f16::from_f32(0.01).to_le_bytes();
+    let min = half::f16::from_f32(-0.01).to_le_bytes();
     for (format, fill) in FORMATS
         .into_iter()
         .flat_map(|f| [0xFFu8, 0x00, 0xF0, 0x0F, 0x5A].map(|b| (f, b)))
     {
-        let quants = format.block_bytes() - 2;
-        let block: Vec<u8> = scale.iter().copied().chain(vec![fill; quants]).collect();
+        // The scale (and the min: -0.01) from the pattern, the rest of the block filled.
+        let head: Vec<u8> = match format {
+            WeightFormat::Q4_1 | WeightFormat::Q5_1 => [scale, min].concat(),
+            _ => scale.to_vec(),
+        };
+        let quants = format.block_bytes() - head.len();
+        let block: Vec<u8> = head.into_iter().chain(vec![fill; quants]).collect();
         let data = block.repeat(rows * cols / 32);
         let w = QMatrix::new(format, rows, cols, &data).unwrap();
         for x in [
@@ -118,7 +130,8 @@ fn extreme(rows: usize, cols: usize) {
     }
 }
 
-/// Only Q4_0, IQ4_NL and Q5_0 with rows a multiple of 8 and at least one block a row repack.
+/// Only the nibble formats (Q4_0, IQ4_NL, Q5_0, Q4_1, Q5_1) with rows a multiple of 8 and at least
+/// one block a row repack.
 #[test]
 fn q40x8_repacks_only_its_shapes() {
     let mut rng = Rng(7);
@@ -131,8 +144,9 @@ fn q40x8_repacks_only_its_shapes() {
         (WeightFormat::IQ4_NL, 4, 64, false),
         (WeightFormat::Q5_0, 16, 32, true),
         (WeightFormat::Q5_0, 9, 32, false),
-        (WeightFormat::Q4_1, 8, 128, false),
-        (WeightFormat::Q5_1, 8, 128, false),
+        (WeightFormat::Q4_1, 8, 128, true),
+        (WeightFormat::Q5_1, 24, 32, true),
+        (WeightFormat::Q5_1, 20, 32, false),
         (WeightFormat::Q8_0, 8, 128, false),
     ] {
         let data = random_matrix(format, rows, cols, &mut rng);

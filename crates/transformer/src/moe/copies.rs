@@ -1,4 +1,4 @@
-//! [`PackedExperts`]: a Mixture-of-Experts layer's Q4_0 (IQ4_NL, Q5_0) experts repacked eight rows at a time
+//! [`PackedExperts`]: a Mixture-of-Experts layer's Q4_0 (Q4_1, Q5_0, Q5_1, IQ4_NL) experts repacked eight rows at a time
 //! ([`Q40x8`], made at load with the dense matrices' copies, `crate::packed`). Steps read them
 //! wherever their products run the decode kernels: one token ([`MoeBlock::forward_packed`],
 //! `packed.rs`), a decode step or a `Fast` prompt's groups of fewer than 32 tokens

@@ -1,9 +1,11 @@
-//! The kernel of Q4_0-class rows (Q4_0, IQ4_NL, Q5_0) repacked eight at a time ([`crate::Q40x8`]),
+//! The kernel of nibble rows (Q4_0, IQ4_NL, Q5_0, Q4_1, Q5_1) repacked eight at a time ([`crate::Q40x8`]),
 //! 16-bit activations ([`Precision::Fast`](crate::Precision::Fast)), AVX2: one token (decode), or
 //! two at a time with each group block loaded and unpacked once (a prompt's small MoE expert
 //! groups).
 //!
-//! A group block holds the f16 scales of its 8 rows (16 bytes), then four registers of quants:
+//! A group block holds the f16 scales of its 8 rows (16 bytes; Q4_1 and Q5_1 then their f16 mins,
+//! whose term, the min times the block's activation sum, is one more FMA per block), then four
+//! registers of quants:
 //! in register `k`, 32-bit lane `r` is row `r`, its low u16 the nibbles of weights `8k + 2m`
 //! (bits `4m`, `m < 4`) and its high u16 those of `8k + 2m + 1`. Nibble `m` of every u16 (a mask,
 //! or a shift) times the activation pair `8k + 2m, 8k + 2m + 1` broadcast to all lanes is one
@@ -11,11 +13,12 @@
 //! per 8 rows. For one token, nibbles 1 and 2 are taken by a mask alone (16 and 256 times the
 //! weight) into sums of their own, divided back by exact shifts once per block ([`block_sums`]).
 //!
-//! Q5_0 blocks end with the 8 rows' fifth bits, one u32 a row (lane `r`), laid out for these
+//! Q5_0 (and Q5_1) blocks end with the 8 rows' fifth bits, one u32 a row (lane `r`), laid out for these
 //! masks: the bit of weight `8k + 2m + h` at `16h + 4s + k` with `s` = 1, 2, 3, 0 for `m` = 0..4,
 //! so that after a shift by `k` one mask a nibble puts it just above that nibble (bits 4, 8 and
 //! 12 of each u16; bit 0 shifted to 4 for the nibble taken by a shift). The weights are then
-//! Q5_0's unsigned quants (0..=31), whose offset of 16 is the activations' correction taken twice.
+//! Q5_0's unsigned quants (0..=31), whose offset of 16 is the activations' correction taken twice
+//! (Q5_1's, as Q4_1's, are unsigned in the file: no correction).
 //! IQ4_NL's nibbles index a table of 16 signed values: looked up by byte (`vpshufb`) in the table
 //! plus 128 (unsigned, 1..=241), whose offset of 128 is the correction taken 16 times.
 //!
@@ -26,20 +29,20 @@
 use std::arch::x86_64::*;
 
 use super::simd::STREAM_PREFETCH as PREFETCH;
-use crate::arch::tags::{IQ4_NL, Q5_0};
-use crate::q40x8::{corr_factor, group_block, IQ4NL_BIASED, QUANTS};
+use crate::arch::tags::IQ4_NL;
+use crate::q40x8::{corr_factor, group_block, has_fifth, has_min, quants_at, IQ4NL_BIASED};
 use crate::quant::QActs16;
 
-/// Group block `gp`'s fifth bits (Q5_0; zero for the other formats) shifted down by `k`: the bits
+/// Group block `gp`'s fifth bits (Q5_0, Q5_1; zero for the other formats) shifted down by `k`: the bits
 /// of register `k`'s weights at 0, 4, 8 and 12 of each u16 (module docs).
 ///
 /// # Safety
 /// AVX2 present; a group block of format `F` readable at `gp`.
 #[inline(always)]
 unsafe fn fifth_bits<const F: u8>(gp: *const u8) -> __m256i {
-    if F == Q5_0 {
+    if has_fifth(F) {
         // SAFETY: the 32 bytes of fifth bits after the quants, per contract.
-        unsafe { _mm256_loadu_si256(gp.add(QUANTS + 128) as *const __m256i) }
+        unsafe { _mm256_loadu_si256(gp.add(quants_at(F) + 128) as *const __m256i) }
     } else {
         // SAFETY: AVX2 present per contract.
         unsafe { _mm256_setzero_si256() }
@@ -71,8 +74,8 @@ unsafe fn biased_table() -> __m256i {
 }
 
 /// The four weight registers of quant register `v` (fifth bits `hk` from [`fifth_of`]) as their
-/// values: nibble `m` of every u16 in lane `m`'s register (Q4_0 0..=15, Q5_0 0..=31 with its
-/// fifth bit, IQ4_NL the table's value plus 128).
+/// values: nibble `m` of every u16 in lane `m`'s register (Q4_0 and Q4_1 0..=15, Q5_0 and Q5_1
+/// 0..=31 with its fifth bit, IQ4_NL the table's value plus 128).
 ///
 /// # Safety
 /// AVX2 present.
@@ -100,7 +103,7 @@ unsafe fn unpack<const F: u8>(v: __m256i, hk: __m256i) -> [__m256i; 4] {
             _mm256_and_si256(_mm256_srli_epi16::<8>(v), m0),
             _mm256_srli_epi16::<12>(v),
         ];
-        if F != Q5_0 {
+        if !has_fifth(F) {
             return w;
         }
         let b4 = _mm256_set1_epi16(0x0010);
@@ -114,7 +117,8 @@ unsafe fn unpack<const F: u8>(v: __m256i, hk: __m256i) -> [__m256i; 4] {
 }
 
 /// The exact i32 sums of one group block's 8 rows (format `F`, at `gp`) with the 32 activations
-/// at `x`, plus `corr` (the activations' `-8 * sum(q_x)`, taken [`corr_factor`] times).
+/// at `x`, plus `corr` (the activations' `-8 * sum(q_x)`, taken [`corr_factor`] times; the mins'
+/// term of Q4_1 and Q5_1 is apart).
 ///
 /// # Safety
 /// AVX2 present; a group block of format `F` readable at `gp`, 32 i16 at `x`.
@@ -131,7 +135,7 @@ unsafe fn block_sums<const F: u8>(gp: *const u8, x: *const i16, corr: i32) -> __
             // correction (128 * 32 * 32767): below 2^28.
             let mut s = _mm256_set1_epi32(corr);
             for k in 0..4 {
-                let v = _mm256_loadu_si256(gp.add(QUANTS + 32 * k) as *const __m256i);
+                let v = _mm256_loadu_si256(gp.add(quants_at(F) + 32 * k) as *const __m256i);
                 let w = unpack::<F>(v, _mm256_setzero_si256());
                 let a = _mm256_add_epi32(
                     _mm256_madd_epi16(w[0], pair(4 * k)),
@@ -158,14 +162,14 @@ unsafe fn block_sums<const F: u8>(gp: *const u8, x: *const i16, corr: i32) -> __
         let mut s2 = _mm256_setzero_si256();
         let mut s3 = _mm256_setzero_si256();
         for k in 0..4 {
-            let v = _mm256_loadu_si256(gp.add(QUANTS + 32 * k) as *const __m256i);
+            let v = _mm256_loadu_si256(gp.add(quants_at(F) + 32 * k) as *const __m256i);
             let (mut w0, mut w1, mut w2) = (
                 _mm256_and_si256(v, m0),
                 _mm256_and_si256(v, m1),
                 _mm256_and_si256(v, m2),
             );
             let mut w3 = _mm256_srli_epi16::<12>(v);
-            if F == Q5_0 {
+            if has_fifth(F) {
                 // Each fifth bit just above its nibble (module docs).
                 let hk = fifth_of(h, k);
                 w0 = _mm256_or_si256(w0, _mm256_and_si256(hk, _mm256_set1_epi16(0x0010)));
@@ -211,7 +215,14 @@ unsafe fn block_fma<const F: u8>(
         let isum = block_sums::<F>(gp, xq.qs.as_ptr().add(b * 32), *corr.get_unchecked(b));
         let dw = _mm256_cvtph_ps(_mm_loadu_si128(gp as *const __m128i));
         let f = _mm256_mul_ps(dw, _mm256_set1_ps(*xq.d.get_unchecked(b)));
-        _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), f, acc)
+        let acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), f, acc);
+        if has_min(F) {
+            // The mins times the block's activation sum, as the one-row kernel's second FMA.
+            let m = _mm256_cvtph_ps(_mm_loadu_si128(gp.add(16) as *const __m128i));
+            _mm256_fmadd_ps(m, _mm256_set1_ps(*xq.s.get_unchecked(b)), acc)
+        } else {
+            acc
+        }
     }
 }
 
@@ -254,6 +265,10 @@ pub(crate) unsafe fn q40x8_group<const F: u8>(
                 let dw = _mm256_cvtph_ps(_mm_loadu_si128(gp as *const __m128i));
                 let f = _mm256_mul_ps(dw, _mm256_set1_ps(*xq.d.get_unchecked(b)));
                 t = _mm256_add_ps(t, _mm256_mul_ps(f, _mm256_cvtepi32_ps(isum)));
+                if has_min(F) {
+                    let m = _mm256_cvtph_ps(_mm_loadu_si128(gp.add(16) as *const __m128i));
+                    t = _mm256_add_ps(t, _mm256_mul_ps(m, _mm256_set1_ps(*xq.s.get_unchecked(b))));
+                }
             }
         }
         s = _mm256_add_ps(s, t);
@@ -296,7 +311,7 @@ unsafe fn block_sums_t<const F: u8, const T: usize>(
         // 0 <= w <= 241, |q_x| <= 32767: 16 madds of at most 2 * 241 * 32767 a lane and the
         // correction (128 * 32 * 32767): below 2^28.
         for k in 0..4 {
-            let v = _mm256_loadu_si256(gp.add(QUANTS + 32 * k) as *const __m256i);
+            let v = _mm256_loadu_si256(gp.add(quants_at(F) + 32 * k) as *const __m256i);
             let w = unpack::<F>(v, fifth_of(h, k));
             for t in 0..T {
                 let a = _mm256_add_epi32(
@@ -349,6 +364,11 @@ unsafe fn block_fma_t<const F: u8, const T: usize, const TAIL: bool>(
         }
         let isum = block_sums_t::<F, T>(gp, x, c);
         let dw = _mm256_cvtph_ps(_mm_loadu_si128(gp as *const __m128i));
+        let m = if has_min(F) {
+            _mm256_cvtph_ps(_mm_loadu_si128(gp.add(16) as *const __m128i))
+        } else {
+            _mm256_setzero_ps()
+        };
         let mut acc = acc;
         for t in 0..T {
             let f = _mm256_mul_ps(dw, _mm256_set1_ps(*xq[t].d.get_unchecked(b)));
@@ -357,6 +377,15 @@ unsafe fn block_fma_t<const F: u8, const T: usize, const TAIL: bool>(
             } else {
                 _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), f, acc[t])
             };
+            if has_min(F) {
+                // The mins' term as [`block_fma`] (or its tail) takes it.
+                let s = _mm256_set1_ps(*xq[t].s.get_unchecked(b));
+                acc[t] = if TAIL {
+                    _mm256_add_ps(acc[t], _mm256_mul_ps(m, s))
+                } else {
+                    _mm256_fmadd_ps(m, s, acc[t])
+                };
+            }
         }
         acc
     }
