@@ -33,6 +33,9 @@ pub(crate) const fn has_fifth(f: u8) -> bool {
     matches!(f, tags::Q5_0 | tags::Q5_1)
 }
 
+/// Bytes of a Q4_K group super-block (256 columns of 8 rows, as the file's 8 blocks).
+const Q4K_GROUP_SB: usize = 1152;
+
 /// Offset of the quants in a group block of format tag `f`: after the 8 f16 scales (and mins).
 pub(crate) const fn quants_at(f: u8) -> usize {
     if has_min(f) {
@@ -114,6 +117,9 @@ impl Q40x8 {
         if !Self::fits(w) {
             return None;
         }
+        if w.format() == WeightFormat::Q4_K {
+            return Some(Self::repack_q4k(w));
+        }
         let (rows, cols, format, f) = (w.rows(), w.cols(), w.format(), tag(w.format()));
         let (nb, gbb, bb) = (cols / 32, group_block(f), format.block_bytes());
         // The file's blocks: the scale, the min, the fifth bits, then the nibbles.
@@ -168,8 +174,52 @@ impl Q40x8 {
         })
     }
 
-    /// Whether `w` repacks ([`Q40x8::repack`]): Q4_0, IQ4_NL, Q5_0, Q4_1 or Q5_1, rows a multiple
-    /// of 8, at least one block a row.
+    /// [`Q40x8::repack`] of a Q4_K matrix: per group super-block the rows' `d`, their `dmin`,
+    /// the three u32 words of their packed scales (each word of the 8 rows together), then per
+    /// sub-block of 32 their nibbles as a Q4_0 group block's (`arch/x86_64/q4kx8.rs`).
+    fn repack_q4k(w: &QMatrix<'_>) -> Self {
+        let (rows, cols) = (w.rows(), w.cols());
+        let nsb = cols / 256;
+        let mut data = vec![0u8; rows / GROUP * nsb * Q4K_GROUP_SB];
+        let pack = |(g, out): (usize, &mut [u8])| {
+            let src: Vec<&[u8]> = (0..GROUP).map(|r| w.row_data(GROUP * g + r)).collect();
+            for (sb, gs) in out.chunks_exact_mut(Q4K_GROUP_SB).enumerate() {
+                for (r, row) in src.iter().enumerate() {
+                    let blk = &row[sb * 144..(sb + 1) * 144];
+                    gs[2 * r..2 * r + 2].copy_from_slice(&blk[..2]);
+                    gs[16 + 2 * r..18 + 2 * r].copy_from_slice(&blk[2..4]);
+                    for i in 0..3 {
+                        let at = 32 + 32 * i + 4 * r;
+                        gs[at..at + 4].copy_from_slice(&blk[4 + 4 * i..8 + 4 * i]);
+                    }
+                    // Sub-block j: the low (j even) or high nibbles of bytes 32(j / 2)..+32.
+                    for j in 0..8 {
+                        for k in 0..4 {
+                            for h in 0..2 {
+                                let at = 16 + 32 * (j / 2) + 8 * k;
+                                let x = u64::from_le_bytes(blk[at..at + 8].try_into().expect("8"));
+                                let v = four_nibbles(x >> (8 * h), j % 2 == 1);
+                                let to = 128 + 128 * j + 32 * k + 4 * r + 2 * h;
+                                gs[to..to + 2].copy_from_slice(&v.to_le_bytes());
+                            }
+                        }
+                    }
+                }
+            }
+        };
+        data.par_chunks_exact_mut(nsb * Q4K_GROUP_SB)
+            .enumerate()
+            .for_each(pack);
+        Q40x8 {
+            data,
+            format: WeightFormat::Q4_K,
+            rows,
+            cols,
+        }
+    }
+
+    /// Whether `w` repacks ([`Q40x8::repack`]): Q4_0, IQ4_NL, Q5_0, Q4_1, Q5_1 or Q4_K, rows a
+    /// multiple of 8, at least one block a row.
     pub fn fits(w: &QMatrix<'_>) -> bool {
         matches!(
             w.format(),
@@ -178,14 +228,16 @@ impl Q40x8 {
                 | WeightFormat::Q5_0
                 | WeightFormat::Q4_1
                 | WeightFormat::Q5_1
+                | WeightFormat::Q4_K
         ) && w.rows() % GROUP == 0
             && w.cols() >= 32
     }
 
     /// Whether a copy of a `format` matrix gives on `path` bit for bit what [`crate::matvec_with`]
     /// gives for the original in [`crate::Precision::Fast`] (both take `q40_pairs`'s order): Q4_0
-    /// and IQ4_NL on [`KernelPath::Avx2Fma`] and [`KernelPath::Avx512`], Q5_0, Q4_1 and Q5_1 on the
-    /// first (the second's kernels of these are `q40_512`'s and `matvec_i16`'s, of another order).
+    /// and IQ4_NL on [`KernelPath::Avx2Fma`] and [`KernelPath::Avx512`], Q5_0, Q4_1, Q5_1 and Q4_K
+    /// (`q4k_i16_rows`' order) on the first (the second's kernels of these are `q40_512`'s,
+    /// `matvec_i16`'s and `kquant512`'s, of other orders).
     /// Elsewhere a copy's results are within
     /// the `Fast` tolerance only, so a forward pass that must agree with the batched kernels
     /// (speculation's verification) takes copies where this holds.
@@ -194,7 +246,7 @@ impl Q40x8 {
             WeightFormat::Q4_0 | WeightFormat::IQ4_NL => {
                 matches!(path, KernelPath::Avx2Fma | KernelPath::Avx512)
             }
-            WeightFormat::Q5_0 | WeightFormat::Q4_1 | WeightFormat::Q5_1 => {
+            WeightFormat::Q5_0 | WeightFormat::Q4_1 | WeightFormat::Q5_1 | WeightFormat::Q4_K => {
                 path == KernelPath::Avx2Fma
             }
             _ => false,
@@ -204,6 +256,15 @@ impl Q40x8 {
     /// The original's format.
     pub fn format(&self) -> WeightFormat {
         self.format
+    }
+
+    /// Bytes of one group of 8 rows.
+    fn group_bytes(&self) -> usize {
+        if self.format == WeightFormat::Q4_K {
+            self.cols / 256 * Q4K_GROUP_SB
+        } else {
+            self.cols / 32 * group_block(tag(self.format))
+        }
     }
 
     /// Bytes held (the copy's size, for the memory budget).
@@ -251,7 +312,7 @@ impl Q40x8 {
 
     /// `ys` = rows `r0..r0 + ys.len()` of `W x` (`r0` and the length multiples of 8).
     pub(crate) fn run_rows(&self, path: KernelPath, acts: &Acts8, r0: usize, ys: &mut [f32]) {
-        let gb = self.cols / 32 * group_block(tag(self.format));
+        let gb = self.group_bytes();
         for (j, yg) in ys.chunks_exact_mut(GROUP).enumerate() {
             let g = r0 / GROUP + j;
             let group = &self.data[g * gb..(g + 1) * gb];
@@ -271,7 +332,7 @@ impl Q40x8 {
         out: &mut [f32],
     ) {
         let nr = out.len() / acts.len().max(1);
-        let gb = self.cols / 32 * group_block(tag(self.format));
+        let gb = self.group_bytes();
         let f = self.format;
         for j in 0..nr / GROUP {
             let g = r0 / GROUP + j;
@@ -320,8 +381,18 @@ fn group_dots(
     xq: &QActs16,
     corr: &[i32],
 ) -> [f32; GROUP] {
+    let x86 =
+        cfg!(target_arch = "x86_64") && matches!(path, KernelPath::Avx2Fma | KernelPath::Avx512);
+    if format == WeightFormat::Q4_K {
+        #[cfg(target_arch = "x86_64")]
+        if x86 {
+            // SAFETY: the path was checked available: AVX2/FMA/F16C present.
+            return unsafe { crate::arch::q4kx8_group(group, xq) };
+        }
+        return q4k_group_scalar(group, xq);
+    }
     #[cfg(target_arch = "x86_64")]
-    if matches!(path, KernelPath::Avx2Fma | KernelPath::Avx512) {
+    if x86 {
         use crate::arch::q40x8_group;
         // SAFETY: the path was checked available: AVX2/FMA/F16C present.
         return unsafe {
@@ -347,7 +418,7 @@ fn group_dots_tokens<const T: usize>(
     corr: [&[i32]; T],
 ) -> [[f32; GROUP]; T] {
     #[cfg(target_arch = "x86_64")]
-    if matches!(path, KernelPath::Avx2Fma | KernelPath::Avx512) {
+    if matches!(path, KernelPath::Avx2Fma | KernelPath::Avx512) && format != WeightFormat::Q4_K {
         use crate::arch::q40x8_group_tokens;
         // SAFETY: the path was checked available: AVX2/FMA/F16C present.
         return unsafe {
@@ -398,6 +469,49 @@ fn group_dots_scalar(f: u8, group: &[u8], xq: &QActs16, corr: &[i32]) -> [f32; G
             *yr += dw * xq.d[b] * isum as f32;
             if has_min(f) {
                 *yr += f16_at(gb, 16 + 2 * r) * xq.s[b];
+            }
+        }
+    }
+    y
+}
+
+/// A Q4_K group's 8 dots in scalar code: per row and super-block, per sub-block `j` the exact sum
+/// times `(d * sc_j) * d_x` less `(dmin * m_j) * s_x`, in order.
+fn q4k_group_scalar(group: &[u8], xq: &QActs16) -> [f32; GROUP] {
+    let mut y = [0f32; GROUP];
+    let f16_at = |gs: &[u8], at: usize| half::f16::from_le_bytes([gs[at], gs[at + 1]]).to_f32();
+    for (sb, gs) in group.chunks_exact(Q4K_GROUP_SB).enumerate() {
+        for (r, yr) in y.iter_mut().enumerate() {
+            let (d, dmin) = (f16_at(gs, 2 * r), f16_at(gs, 16 + 2 * r));
+            let mut packed = [0u8; 12];
+            for i in 0..3 {
+                let at = 32 + 32 * i + 4 * r;
+                packed[4 * i..4 * i + 4].copy_from_slice(&gs[at..at + 4]);
+            }
+            for j in 0..8 {
+                // llama.cpp's `get_scale_min_k4`.
+                let (sc, m) = if j < 4 {
+                    (packed[j] & 63, packed[j + 4] & 63)
+                } else {
+                    (
+                        (packed[j + 4] & 0x0F) | ((packed[j - 4] >> 6) << 4),
+                        (packed[j + 4] >> 4) | ((packed[j] >> 6) << 4),
+                    )
+                };
+                let b = sb * 8 + j;
+                let x = &xq.qs[b * 32..b * 32 + 32];
+                let mut isum = 0i32;
+                for k in 0..4 {
+                    for h in 0..2 {
+                        let at = 128 + 128 * j + 32 * k + 4 * r + 2 * h;
+                        let v = u16::from_le_bytes([gs[at], gs[at + 1]]);
+                        for mm in 0..4 {
+                            isum += i32::from((v >> (4 * mm)) & 0x0F)
+                                * i32::from(x[8 * k + 2 * mm + h]);
+                        }
+                    }
+                }
+                *yr += f32::from(sc) * d * xq.d[b] * isum as f32 - f32::from(m) * dmin * xq.s[b];
             }
         }
     }

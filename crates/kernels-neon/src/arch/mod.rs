@@ -32,7 +32,7 @@ mod tiles;
 #[cfg(target_arch = "x86_64")]
 mod x86_64;
 #[cfg(target_arch = "x86_64")]
-pub(crate) use x86_64::{q40x8_group, q40x8_group_tokens};
+pub(crate) use x86_64::{q40x8_group, q40x8_group_tokens, q4kx8_group};
 
 /// Which weight rows a matvec work item computes: `y[i]` gets row
 /// `sel.get(i)`. Dense `matvec` passes contiguous chunks, the sparse

@@ -22,9 +22,7 @@ const FORMATS: [WeightFormat; 5] = [
 /// `Q40x8::exact_on` holds (at least on AVX2, where the machine has it).
 fn check_all_paths(w: &QMatrix, x: &[f32]) -> Result<(), String> {
     let packed = Q40x8::repack(w).ok_or("not repacked")?;
-    if packed.bytes() != w.rows() * w.cols() / 32 * w.format().block_bytes()
-        || packed.format() != w.format()
-    {
+    if packed.bytes() != w.data().len() || packed.format() != w.format() {
         return Err(format!("{} bytes", packed.bytes()));
     }
     let wf = dequant_f64(w);
@@ -130,8 +128,8 @@ fn extreme(rows: usize, cols: usize) {
     }
 }
 
-/// Only the nibble formats (Q4_0, IQ4_NL, Q5_0, Q4_1, Q5_1) with rows a multiple of 8 and at least
-/// one block a row repack.
+/// Only the nibble formats (Q4_0, IQ4_NL, Q5_0, Q4_1, Q5_1) and Q4_K with rows a multiple of 8 and
+/// at least one block a row repack.
 #[test]
 fn q40x8_repacks_only_its_shapes() {
     let mut rng = Rng(7);
@@ -147,6 +145,10 @@ fn q40x8_repacks_only_its_shapes() {
         (WeightFormat::Q4_1, 8, 128, true),
         (WeightFormat::Q5_1, 24, 32, true),
         (WeightFormat::Q5_1, 20, 32, false),
+        (WeightFormat::Q4_K, 8, 256, true),
+        (WeightFormat::Q4_K, 12, 256, false),
+        (WeightFormat::Q5_K, 8, 256, false),
+        (WeightFormat::Q6_K, 8, 256, false),
         (WeightFormat::Q8_0, 8, 128, false),
     ] {
         let data = random_matrix(format, rows, cols, &mut rng);
@@ -233,5 +235,56 @@ proptest! {
         let res = check_many_and_gated(&ws, &x, act);
         set_chunk_rows(0);
         prop_assert!(res.is_ok(), "{format:?} {rows:?}x{cols}: {}", res.unwrap_err());
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
+
+    /// Q4_K rows (super-blocks of 256): the same checks, bit for bit `q4k_i16_rows` on AVX2.
+    #[test]
+    fn q4k_x8_matches_f64_and_avx2_matvec(
+        groups in 1usize..5,
+        sbs in 1usize..5,
+        chunk in prop::sample::select(vec![0usize, 1, 5, 16]),
+        act in prop::sample::select(vec![Activation::Silu, Activation::Relu]),
+        seed in any::<u64>(),
+    ) {
+        let (rows, cols) = (8 * groups, 256 * sbs);
+        let mut rng = Rng(seed);
+        let data: Vec<Vec<u8>> = (0..3)
+            .map(|_| random_matrix(WeightFormat::Q4_K, rows, cols, &mut rng))
+            .collect();
+        let ws = [0, 1, 2].map(|i| QMatrix::new(WeightFormat::Q4_K, rows, cols, &data[i]).unwrap());
+        let x = random_vec(cols, &mut rng);
+        set_chunk_rows(chunk);
+        let res = check_all_paths(&ws[0], &x).and_then(|_| check_many_and_gated(&ws, &x, act));
+        set_chunk_rows(0);
+        prop_assert!(res.is_ok(), "Q4_K {rows}x{cols}: {}", res.unwrap_err());
+    }
+}
+
+/// Q4_K's largest sums: every quant 15 with every scale and min 63 (and the other fills) against
+/// activations at the extremes.
+#[test]
+fn q4k_x8_extreme_quants_and_activations() {
+    let (rows, cols) = (16, 512);
+    let head: Vec<u8> = [0.01f32, -0.01]
+        .iter()
+        .flat_map(|&v| half::f16::from_f32(v).to_le_bytes())
+        .collect();
+    for fill in [0xFFu8, 0x00, 0xF0, 0x0F, 0x5A] {
+        let block: Vec<u8> = head.iter().copied().chain(vec![fill; 140]).collect();
+        let data = block.repeat(rows * cols / 256);
+        let w = QMatrix::new(WeightFormat::Q4_K, rows, cols, &data).unwrap();
+        for x in [
+            vec![1.0f32; cols],
+            vec![-1.0f32; cols],
+            (0..cols)
+                .map(|i| if i % 2 == 0 { 1.0 } else { -1.0 })
+                .collect(),
+        ] {
+            check_all_paths(&w, &x).unwrap_or_else(|e| panic!("Q4_K fill {fill:#x}: {e}"));
+        }
     }
 }

@@ -149,12 +149,34 @@ unsafe fn block_sums<const F: u8>(gp: *const u8, x: *const i16, corr: i32) -> __
             }
             return s;
         }
+        masked_sums::<F>(gp.add(quants_at(F)), fifth_bits::<F>(gp), x, corr)
+    }
+}
+
+/// The exact i32 sums of 8 rows' 32 unsigned nibbles (four registers at `q` in the layout of the
+/// module docs; Q5_0 and Q5_1 with the fifth bits `h` of [`fifth_bits`]) with the 32 activations at
+/// `x`, plus `corr`: nibbles 1 and 2 taken in place by a mask (16 and 256 times the weight) into
+/// sums of their own, divided back by exact shifts.
+///
+/// # Safety
+/// AVX2 present; 128 bytes readable at `q`, 32 i16 at `x`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn masked_sums<const F: u8>(
+    q: *const u8,
+    h: __m256i,
+    x: *const i16,
+    corr: i32,
+) -> __m256i {
+    let xp = x as *const i32;
+    // SAFETY: 16 i32 pairs at `xp` and 128 bytes at `q`, per contract.
+    unsafe {
+        let pair = |j: usize| _mm256_set1_epi32(std::ptr::read_unaligned(xp.add(j)));
         let (m0, m1, m2) = (
             _mm256_set1_epi16(0x000F),
             _mm256_set1_epi16(0x00F0),
             _mm256_set1_epi16(0x0F00),
         );
-        let h = fifth_bits::<F>(gp);
         // 0 <= w <= 31 (x1, x16, x256 in s1, s2, s3; Q4_0 up to 15), |q_x| <= 32767: s3 sums 8
         // products of at most 7936 * 32767 a lane (2.08e9 < 2^31), s1 16 of 31 * 32767 and the
         // correction (16 * 32 * 32767).
@@ -162,7 +184,7 @@ unsafe fn block_sums<const F: u8>(gp: *const u8, x: *const i16, corr: i32) -> __
         let mut s2 = _mm256_setzero_si256();
         let mut s3 = _mm256_setzero_si256();
         for k in 0..4 {
-            let v = _mm256_loadu_si256(gp.add(quants_at(F) + 32 * k) as *const __m256i);
+            let v = _mm256_loadu_si256(q.add(32 * k) as *const __m256i);
             let (mut w0, mut w1, mut w2) = (
                 _mm256_and_si256(v, m0),
                 _mm256_and_si256(v, m1),

@@ -1,0 +1,107 @@
+//! The kernel of Q4_K rows repacked eight at a time ([`crate::Q40x8`]), 16-bit activations
+//! ([`Precision::Fast`](crate::Precision::Fast)), AVX2, one token.
+//!
+//! A group super-block (256 columns of 8 rows, 1152 bytes as the file's 8 blocks) holds the rows'
+//! f16 `d`, then their f16 `dmin` (16 bytes each), then the three u32 words of their packed 6-bit
+//! scales and mins (`scales[0..4]`, `[4..8]`, `[8..12]` of each row; 32 bytes each, lane `r` row
+//! `r`), then per sub-block of 32 its 8 rows' nibbles as a Q4_0 group block's (`q40x8.rs`). The
+//! scales unpack for all 8 rows at once (llama.cpp's `kmask` operations on 32-bit lanes) and a
+//! sub-block's 8 exact sums come from `q40x8`'s masked kernel.
+//!
+//! Results: `q4k_i16_rows`'s (`kquant_rows.rs`) bit for bit. That kernel keeps per row one lane a
+//! sub-block index `j` of `(d * sc_j) * d_x` FMAs and one of `(dmin * m_j) * s_x`, summed across
+//! the lanes at the end; here lane `r` of accumulator `j` is row `r`'s lane `j`, the same products
+//! in the same order, and the lanes' last sum is its tree of vertical adds.
+
+use std::arch::x86_64::*;
+
+use super::q40x8::masked_sums;
+use super::simd::STREAM_PREFETCH as PREFETCH;
+use crate::arch::tags::Q4_0;
+use crate::quant::QActs16;
+
+/// Bytes of a group super-block.
+pub(crate) const GROUP_SB: usize = 1152;
+/// Offset of the packed scales in a group super-block.
+const SCALES: usize = 32;
+/// Offset of the first sub-block's nibbles.
+const NIBBLES: usize = 128;
+
+/// The dots of the 8 rows of one Q4_K group (`group`: its super-blocks) with `xq`.
+///
+/// # Safety
+/// AVX2/FMA/F16C present.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn q4kx8_group(group: &[u8], xq: &QActs16) -> [f32; 8] {
+    let nsb = xq.d.len() / 8;
+    assert!(group.len() >= nsb * GROUP_SB && xq.qs.len() >= nsb * 256 && xq.s.len() >= nsb * 8);
+    let (k1, k2, k3) = (
+        _mm256_set1_epi32(0x3f3f_3f3f),
+        _mm256_set1_epi32(0x0f0f_0f0f),
+        _mm256_set1_epi32(0x0303_0303),
+    );
+    let byte = _mm256_set1_epi32(0xFF);
+    // Per sub-block index j, lane r: row r's `(d * sc_j) * d_x` sums and `(dmin * m_j) * s_x` ones.
+    let mut acc = [_mm256_setzero_ps(); 8];
+    let mut mins = [_mm256_setzero_ps(); 8];
+    for sb in 0..nsb {
+        // SAFETY: sb < nsb: group super-block sb, activations sb*256..sb*256 + 256 and their
+        // scales and sums sb*8..sb*8 + 8 are in bounds (asserted above).
+        unsafe {
+            let gp = group.as_ptr().add(sb * GROUP_SB);
+            let ahead = gp.wrapping_add(PREFETCH);
+            let mut off = 0;
+            while off < GROUP_SB {
+                // Prefetch hints (never fault; wrapping_add keeps them UB-free).
+                _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(off) as *const i8);
+                off += 64;
+            }
+            let d = _mm256_cvtph_ps(_mm_loadu_si128(gp as *const __m128i));
+            let dmin = _mm256_cvtph_ps(_mm_loadu_si128(gp.add(16) as *const __m128i));
+            let u = |i: usize| _mm256_loadu_si256(gp.add(SCALES + 32 * i) as *const __m256i);
+            let (u0, u1, u2) = (u(0), u(1), u(2));
+            // llama.cpp's kmask unpacking, each row's in its lane: the bytes of `sc[0]` hold the
+            // scales of sub-blocks 0..4, of `sc[1]` those of 4..8; `mn` the mins likewise.
+            let high = |lo: __m256i, top: __m256i| {
+                _mm256_or_si256(
+                    lo,
+                    _mm256_slli_epi32::<4>(_mm256_and_si256(_mm256_srli_epi32::<6>(top), k3)),
+                )
+            };
+            let sc = [_mm256_and_si256(u0, k1), high(_mm256_and_si256(u2, k2), u0)];
+            let mn = [
+                _mm256_and_si256(u1, k1),
+                high(_mm256_and_si256(_mm256_srli_epi32::<4>(u2), k2), u1),
+            ];
+            let xp = xq.qs.as_ptr().add(sb * 256);
+            for j in 0..8 {
+                let lane = |v: __m256i| {
+                    let b = match j % 4 {
+                        0 => v,
+                        1 => _mm256_srli_epi32::<8>(v),
+                        2 => _mm256_srli_epi32::<16>(v),
+                        _ => _mm256_srli_epi32::<24>(v),
+                    };
+                    _mm256_cvtepi32_ps(_mm256_and_si256(b, byte))
+                };
+                let dx = _mm256_set1_ps(*xq.d.get_unchecked(sb * 8 + j));
+                let sx = _mm256_set1_ps(*xq.s.get_unchecked(sb * 8 + j));
+                let scale = _mm256_mul_ps(_mm256_mul_ps(lane(sc[j / 4]), d), dx);
+                mins[j] = _mm256_fmadd_ps(_mm256_mul_ps(lane(mn[j / 4]), dmin), sx, mins[j]);
+                let q = gp.add(NIBBLES + 128 * j);
+                let isum = masked_sums::<Q4_0>(q, _mm256_setzero_si256(), xp.add(32 * j), 0);
+                acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), scale, acc[j]);
+            }
+        }
+    }
+    // `hsum`'s tree over the lanes j: (0 + 4) + (2 + 6), (1 + 5) + (3 + 7), then their sum.
+    let tree = |v: &[__m256; 8]| {
+        let t: [__m256; 4] = std::array::from_fn(|j| _mm256_add_ps(v[j], v[j + 4]));
+        _mm256_add_ps(_mm256_add_ps(t[0], t[2]), _mm256_add_ps(t[1], t[3]))
+    };
+    let y = _mm256_sub_ps(tree(&acc), tree(&mins));
+    let mut out = [0f32; 8];
+    // SAFETY: 8 f32 written to an 8-element array.
+    unsafe { _mm256_storeu_ps(out.as_mut_ptr(), y) };
+    out
+}
