@@ -381,8 +381,7 @@ fn group_dots(
     xq: &QActs16,
     corr: &[i32],
 ) -> [f32; GROUP] {
-    let x86 =
-        cfg!(target_arch = "x86_64") && matches!(path, KernelPath::Avx2Fma | KernelPath::Avx512);
+    let x86 = matches!(path, KernelPath::Avx2Fma | KernelPath::Avx512);
     if format == WeightFormat::Q4_K {
         #[cfg(target_arch = "x86_64")]
         if x86 {
@@ -391,6 +390,9 @@ fn group_dots(
         }
         return q4k_group_scalar(group, xq);
     }
+    // (Only the x86 paths read `x86`.)
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = x86;
     #[cfg(target_arch = "x86_64")]
     if x86 {
         use crate::arch::q40x8_group;

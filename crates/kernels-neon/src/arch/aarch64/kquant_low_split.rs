@@ -19,8 +19,7 @@
 use std::arch::aarch64::*;
 
 use super::kquant_acts::SbDot;
-use super::kquant_split::{ld, offset_term};
-use super::simd::{f16_at, fma_sums4, iq4nl_values, load_f32x4};
+use super::simd::{f16_at, fma_sums4, iq4nl_values, ld, load_f32x4, offset_term};
 
 /// The per-16 activation scales of a super-block's 8 per-32 ones (`dx`), each twice, as 4
 /// vectors (group `G` in lane `G % 4` of vector `G / 4`).

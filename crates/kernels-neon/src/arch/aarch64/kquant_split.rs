@@ -18,19 +18,10 @@ use std::arch::aarch64::*;
 use super::kquant_acts::{I8Slices, SbDot, SplitSlices};
 use super::kquant_low_split as low;
 use super::matvec_split::Split16;
-use super::simd::{f16_at, fma_sums4, load_f32x4};
+use super::simd::{f16_at, fma_sums4, ld, load_f32x4, offset_term};
 use crate::arch::Rows;
 use crate::quant::{QActs, QActs16};
 use crate::{QMatrix, WeightFormat};
-
-/// Loads 16 bytes at `b[o..o + 16]` (`o + 16 <= N`, checked at compile time by the callers'
-/// constant offsets or here).
-#[inline(always)]
-pub(super) fn ld<const N: usize>(b: &[u8; N], o: usize) -> uint8x16_t {
-    let s = &b[o..o + 16];
-    // SAFETY: `s` is exactly 16 readable bytes (bounds-checked above).
-    unsafe { vld1q_u8(s.as_ptr()) }
-}
 
 /// Sub-block `J` (elements `32 J .. + 32`) of a `Q4_K` (`Q5 = false`, 144 bytes) or `Q5_K` (176
 /// bytes) super-block `blk` with its activations `a`: its integer dot (four lanes; its scale is
@@ -163,21 +154,6 @@ unsafe fn q6k_group<const G: usize, A: SbDot>(blk: &[u8; 210], a: &A) -> int32x4
     let q = vorrq_u8(lo, vandq_u8(hb, vdupq_n_u8(0x30)));
     // SAFETY: dotprod present per this function's contract.
     unsafe { a.dot16(q, 16 * G) }
-}
-
-/// `sum(scale_g * sum16_g)` over a super-block's 16 groups (`scale` as [`q6k_block`] lays it
-/// out): what an offset of the unsigned quants (`Q6_K`'s 32, `Q3_K`'s 4) takes back, once per
-/// super-block by vector rather than per group in the integer sums (as the x86 kernels do).
-#[inline]
-#[target_feature(enable = "neon")]
-pub(super) fn offset_term(scale: &[float32x4_t; 4], sum16: &[i32; 16]) -> f32 {
-    let mut t = vdupq_n_f32(0.0);
-    for (i, sc) in scale.iter().enumerate() {
-        let x = &sum16[4 * i..4 * i + 4];
-        // SAFETY: `x` is exactly 4 readable i32 (bounds-checked above).
-        t = vfmaq_f32(t, *sc, vcvtq_f32_s32(unsafe { vld1q_s32(x.as_ptr()) }));
-    }
-    vaddvq_f32(t)
 }
 
 /// A `Q6_K` super-block: its 16 scales `d * sc * d_x` as vectors (each activation scale serves

@@ -147,3 +147,28 @@ pub(super) fn fma_sums4(acc: float32x4_t, isum: [int32x4_t; 4], scale: float32x4
     let t = vpaddq_s32(vpaddq_s32(isum[0], isum[1]), vpaddq_s32(isum[2], isum[3]));
     vfmaq_f32(acc, vcvtq_f32_s32(t), scale)
 }
+
+/// Loads 16 bytes at `b[o..o + 16]` (`o + 16 <= N`, checked at compile time by the callers'
+/// constant offsets or here).
+#[inline(always)]
+pub(super) fn ld<const N: usize>(b: &[u8; N], o: usize) -> uint8x16_t {
+    let s = &b[o..o + 16];
+    // SAFETY: `s` is exactly 16 readable bytes (bounds-checked above).
+    unsafe { vld1q_u8(s.as_ptr()) }
+}
+
+/// `sum(scale_g * sum16_g)` over a super-block's 16 groups (`scale` as `kquant_split::q6k_block`
+/// lays it out): what an offset of the unsigned quants (`Q6_K`'s 32, `Q3_K`'s 4) takes back, once
+/// per super-block by vector rather than per group in the integer sums (as the x86 kernels do).
+/// Here, beside the loads, for `kquant_split` and `kquant_low_split` both.
+#[inline]
+#[target_feature(enable = "neon")]
+pub(super) fn offset_term(scale: &[float32x4_t; 4], sum16: &[i32; 16]) -> f32 {
+    let mut t = vdupq_n_f32(0.0);
+    for (i, sc) in scale.iter().enumerate() {
+        let x = &sum16[4 * i..4 * i + 4];
+        // SAFETY: `x` is exactly 4 readable i32 (bounds-checked above).
+        t = vfmaq_f32(t, *sc, vcvtq_f32_s32(unsafe { vld1q_s32(x.as_ptr()) }));
+    }
+    vaddvq_f32(t)
+}
