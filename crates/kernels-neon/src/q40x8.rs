@@ -1,16 +1,18 @@
 //! Rows of the 32-element nibble formats (Q4_0, IQ4_NL, Q5_0, Q4_1, Q5_1: an f16 scale, a min for
-//! the last two, 32 nibbles a block, the fifth bits of the Q5s beside) repacked eight at a time,
-//! for the one-token product ([`crate::Precision::Fast`]) on the AVX2 and AVX-512 paths: a group
-//! block holds the 8 rows' f16 scales together (and their mins), then their quants interleaved so
-//! that one 32-byte load feeds the same weights of all 8 rows, then (Q5_0, Q5_1) their fifth bits
-//! in the kernel's order (layout in `arch/x86_64/q40x8.rs`). The same bytes a block as
-//! the file's: a copy made once, whose [`Q40x8::bytes`] the caller counts against its memory budget.
+//! the last two, 32 nibbles a block, the fifth bits of the Q5s beside) and of Q4_K repacked eight
+//! at a time, for the one-token product ([`crate::Precision::Fast`]) on the AVX2 and AVX-512 paths,
+//! and for several tokens' ([`Q40x8::matvec_batch`]): a group block holds the 8 rows' f16 scales
+//! together (and their mins), then their quants interleaved so that one 32-byte load feeds the same
+//! weights of all 8 rows, then (Q5_0, Q5_1) their fifth bits in the kernel's order (layout in
+//! `arch/x86_64/q40x8.rs`; Q4_K's group super-blocks in `arch/x86_64/q4kx8.rs`). The same bytes
+//! as the file's: a copy made once, whose [`Q40x8::bytes`] the caller counts against its memory
+//! budget.
 //!
 //! [`Q40x8::matvec_with`] gives, bit for bit, what [`crate::matvec_with`] gives for the original
-//! matrix in [`crate::Precision::Fast`] on the paths [`Q40x8::exact_on`] names (the same
-//! `q40_pairs` kernel's order: [`KernelPath::Avx2Fma`] and [`KernelPath::Avx512`], and for Q5_0,
-//! Q4_1 and Q5_1 the first only); other paths take a scalar loop over the same layout (the scalar reference's
-//! per-block products, its tolerance).
+//! matrix in [`crate::Precision::Fast`] on the paths [`Q40x8::exact_on`] names (the order of the
+//! original's one-row kernel, `q40_pairs` or Q4_K's `q4k_i16_rows`: [`KernelPath::Avx2Fma`], and
+//! for Q4_0 and IQ4_NL [`KernelPath::Avx512`] too); other paths take a scalar loop over the same
+//! layout (the scalar reference's per-block products, its tolerance).
 
 use rayon::prelude::*;
 
@@ -86,8 +88,8 @@ fn tag(f: WeightFormat) -> u8 {
     }
 }
 
-/// Where in a Q5_0 (Q5_1) group block's u32 of a row the fifth bit of weight `e` goes: `16h + 4s + k`
-/// for `e = 8k + 2m + h`, `s` = 1, 2, 3, 0 for `m` = 0..4 (`arch/x86_64/q40x8.rs`).
+/// Where in a Q5_0 (Q5_1) group block's u32 of a row the fifth bit of weight `e` goes:
+/// `16h + 4s + k` for `e = 8k + 2m + h`, `s` = 1, 2, 3, 0 for `m` = 0..4 (`arch/x86_64/q40x8.rs`).
 const fn fifth_bit_at(e: usize) -> usize {
     let (k, m, h) = (e / 8, (e % 8) / 2, e % 2);
     16 * h + 4 * ((m + 1) % 4) + k
@@ -306,6 +308,58 @@ impl Q40x8 {
             y.par_chunks_mut(chunk)
                 .enumerate()
                 .for_each(|(i, ys)| self.run_rows(path, &acts, i * chunk, ys));
+        }
+        Ok(())
+    }
+
+    /// Whether products of several tokens ([`Q40x8::matvec_batch`]) read each group block once for
+    /// two tokens: every format but Q4_K, whose copies take one token at a time.
+    pub fn batches(&self) -> bool {
+        self.format != WeightFormat::Q4_K
+    }
+
+    /// `y[t] = W x[t]` for the `n` tokens of `x` (`n × cols`; `y`: `n × rows`, token-major) in
+    /// [`crate::Precision::Fast`] on the active path: each token's results [`Q40x8::matvec`]'s
+    /// bits.
+    pub fn matvec_batch(&self, x: &[f32], n: usize, y: &mut [f32]) -> Result<(), KernelError> {
+        self.matvec_batch_with(crate::active_path(), x, n, y)
+    }
+
+    /// [`Q40x8::matvec_batch`] on an explicit path.
+    pub fn matvec_batch_with(
+        &self,
+        path: KernelPath,
+        x: &[f32],
+        n: usize,
+        y: &mut [f32],
+    ) -> Result<(), KernelError> {
+        check_path(path)?;
+        check_len("q40x8 matvec_batch x", n * self.cols, x.len())?;
+        check_len("q40x8 matvec_batch y", n * self.rows, y.len())?;
+        if n == 0 {
+            return Ok(());
+        }
+        let acts: Vec<Acts8> = x
+            .chunks_exact(self.cols)
+            .map(|t| Acts8::new(path, t))
+            .collect();
+        let chunk = matvec_chunk(self.rows).next_multiple_of(GROUP);
+        // Per row chunk, every token's rows (token-major within the chunk), then put in place.
+        let parts: Vec<(usize, Vec<f32>)> = (0..self.rows.div_ceil(chunk))
+            .into_par_iter()
+            .map(|c| {
+                let r0 = c * chunk;
+                let nr = chunk.min(self.rows - r0);
+                let mut out = vec![0f32; n * nr];
+                self.run_rows_tokens(path, &acts, r0, &mut out);
+                (r0, out)
+            })
+            .collect();
+        for (r0, out) in parts {
+            let nr = out.len() / n;
+            for (t, o) in out.chunks_exact(nr).enumerate() {
+                y[t * self.rows + r0..t * self.rows + r0 + nr].copy_from_slice(o);
+            }
         }
         Ok(())
     }

@@ -364,9 +364,11 @@ fn forward_inner(
     };
 
     for (li, layer) in model.layers.iter().enumerate() {
-        // The repacked copies one token's products take; its FFN step's for any `n` (`layer_step`).
-        let packed = packed_layer(model, li, n, precision);
-        let copies = packed_layer(model, li, 1, precision);
+        // The repacked copies a one-token step's products take, and a decode step's of several
+        // tokens (each token's bits its one-token step's); its FFN step's for any `n`
+        // (`layer_step`).
+        let packed = packed_layer(model, li, n, kind, precision);
+        let copies = packed_layer(model, li, 1, kind, precision);
         // Attention.
         rms_norm_rows(&x, &layer.attn_norm, cfg.rms_eps, &mut xn, precision);
         let qkv = packed.and_then(|p| p.qkv.as_ref());
@@ -460,7 +462,7 @@ fn prefetch_output(model: &Model<'_>, want: Logits, n: usize) {
 }
 
 /// The attention output projection of a step's `n` rows `att`, over its repacked copy where given
-/// (one token: [`packed_layer`] gives copies to one-token steps only).
+/// ([`packed_layer`]: one token, or a decode step's tokens where the copy batches them).
 fn project_out(
     (wo, packed): (&kernels_neon::QMatrix<'_>, Option<&kernels_neon::Q40x8>),
     kind: StepKind,
@@ -469,20 +471,27 @@ fn project_out(
     precision: Precision,
 ) -> Result<()> {
     match packed {
-        Some(p) => p.matvec(att, o).map_err(kernel("attention output")),
-        None => mm_step(kind, wo, att, n, o, precision, "attention output"),
+        Some(p) if n == 1 => p.matvec(att, o).map_err(kernel("attention output")),
+        Some(p) if p.batches() => p
+            .matvec_batch(att, n, o)
+            .map_err(kernel("attention output")),
+        _ => mm_step(kind, wo, att, n, o, precision, "attention output"),
     }
 }
 
-/// Layer `li`'s repacked copies ([`crate::packed`]) for a step of `n` tokens in `precision`: only
-/// one token's products take them.
+/// Layer `li`'s repacked copies ([`crate::packed`]) for a step of `n` tokens of `kind` in
+/// `precision`: a one-token step's products take them, and a decode step's of several tokens
+/// (speculation's verification, one token of several sequences) where a copy batches
+/// ([`kernels_neon::Q40x8::batches`]): each token's results are its one-token step's bits, as the
+/// file layout's batched kernels give them.
 fn packed_layer<'m>(
     model: &'m Model<'_>,
     li: usize,
     n: usize,
+    kind: StepKind,
     precision: Precision,
 ) -> Option<&'m crate::packed::PackedLayer> {
-    (n == 1)
+    (n == 1 || kind == StepKind::Decode)
         .then(|| model.packed(precision))
         .flatten()
         .and_then(|p| p.layers.get(li))
@@ -499,6 +508,7 @@ fn project_qkv(
     [q, k, v]: [&mut Vec<f32>; 3],
     precision: Precision,
 ) -> Result<()> {
+    let batched = packed.filter(|ws| n > 1 && ws.iter().all(kernels_neon::Q40x8::batches));
     if let (1, Some([wq, wk, wv])) = (n, packed) {
         kernels_neon::Q40x8::matvec_many(
             &[wq, wk, wv],
@@ -506,6 +516,12 @@ fn project_qkv(
             &mut [&mut q[..], &mut k[..], &mut v[..]],
         )
         .map_err(kernel("attention q/k/v"))?;
+    } else if let Some([wq, wk, wv]) = batched {
+        // A decode step's tokens over the copies ([`packed_layer`]).
+        for (w, y) in [(wq, q), (wk, k), (wv, v)] {
+            w.matvec_batch(xn, n, y)
+                .map_err(kernel("attention q/k/v"))?;
+        }
     } else if n == 1 {
         // One quantization of the normed vector and one parallel region for all three.
         kernels_neon::matvec_many(
@@ -642,10 +658,14 @@ fn output_logits(
     } else if let Some(out) = model
         .packed(precision)
         .and_then(|p| p.output.as_ref())
-        .filter(|_| m == 1)
+        .filter(|o| m == 1 || (kind == StepKind::Decode && o.batches()))
     {
-        out.matvec(&normed, logits)
-            .map_err(kernel("output projection"))?;
+        // One token, or a decode step's tokens (each its one-token step's bits).
+        match m {
+            1 => out.matvec(&normed, logits),
+            _ => out.matvec_batch(&normed, m, logits),
+        }
+        .map_err(kernel("output projection"))?;
     } else {
         mm_step(
             kind,

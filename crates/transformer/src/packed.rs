@@ -1,11 +1,12 @@
-//! Copies of a model's Q4_0, Q4_1, Q5_0, Q5_1 and IQ4_NL matrices (attention, output, a dense FFN,
-//! a Mixture-of-Experts layer's experts: [`PackedExperts`]) repacked eight rows at a time
-//! ([`Q40x8`]), made once at load for one-token decode on the AVX2 and AVX-512 paths
-//! (`Precision::Fast`), where they give its results bit for bit ([`Q40x8::exact_on`]: Q4_1, Q5_0
-//! and Q5_1 on the AVX2 path only). The forward pass takes a copy where one exists for a step of
-//! one token in `Fast`, and an MoE layer's experts' copies for every product of a step that runs
-//! the decode kernels (a batched decode step, a prompt's small expert groups); other prompts, dense
-//! batched decode and every other path keep reading the file's layout. The copies' bytes are
+//! Copies of a model's Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL and Q4_K matrices (attention, output, a dense
+//! FFN, a Mixture-of-Experts layer's experts: [`PackedExperts`]) repacked eight rows at a time
+//! ([`Q40x8`]), made once at load for decode on the AVX2 and AVX-512 paths (`Precision::Fast`),
+//! where they give its results bit for bit ([`Q40x8::exact_on`]: Q4_1, Q5_0, Q5_1 and Q4_K on the
+//! AVX2 path only). The forward pass takes a copy where one exists for a step of one token in
+//! `Fast`, and for a decode step of several tokens where the copy batches them
+//! ([`Q40x8::batches`]); an MoE layer's experts' copies for every product of a step that runs the
+//! decode kernels (a batched decode step, a prompt's small expert groups); prompts and every other
+//! path keep reading the file's layout. The copies' bytes are
 //! [`Packed::bytes`], for whoever counts the process's memory.
 
 use kernels_neon::{KernelPath, Precision, Q40x8, QMatrix};
@@ -39,8 +40,9 @@ pub struct Packed {
 
 impl Packed {
     /// The repacked copies of `layers` and `output`: every matrix whose format and shape the layout
-    /// takes ([`Q40x8::repack`]) where the copy is exact on the active path ([`takes`]); the FFN's too where `ffn` (a gated FFN's matrices, a Mixture-of-Experts
-    /// layer's experts when all of them repack: [`PackedExperts`]). Where `mapped` (every matrix a
+    /// takes ([`Q40x8::repack`]) where the copy is exact on the active path ([`takes`]); the FFN's
+    /// too where `ffn` (a gated FFN's matrices, a Mixture-of-Experts layer's experts when all of
+    /// them repack: [`PackedExperts`]). Where `mapped` (every matrix a
     /// slice of the file's mapping), each original's pages leave the process's memory once copied
     /// ([`Paging::Drop`]: they stay in the page cache, and a prompt step that reads them faults
     /// them back in), so that the copies do not double what the process holds.

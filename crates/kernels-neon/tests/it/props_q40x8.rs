@@ -91,8 +91,8 @@ fn q40x8_long_rows_match_matvec() {
     }
 }
 
-/// The largest sums the kernel's i32 lanes hold: every quant 15 (the Q5s 31, IQ4_NL the table's last;
-/// and every quant 0) against activations all at +32767 and all at -32767, and alternating.
+/// The largest sums the kernel's i32 lanes hold: every quant 15 (the Q5s 31, IQ4_NL the table's
+/// last; and every quant 0) against activations all at +32767 and all at -32767, and alternating.
 #[test]
 fn q40x8_extreme_quants_and_activations() {
     for (rows, cols) in [(16, 256), (16, 224)] {
@@ -286,5 +286,52 @@ fn q4k_x8_extreme_quants_and_activations() {
         ] {
             check_all_paths(&w, &x).unwrap_or_else(|e| panic!("Q4_K fill {fill:#x}: {e}"));
         }
+    }
+}
+
+/// `Q40x8::matvec_batch` on every path: each token's results bit for bit its own
+/// `Q40x8::matvec_with`, for 1-5 tokens (pairs and a single one), every format, Q4_K too.
+#[test]
+fn q40x8_batch_is_each_tokens_matvec() {
+    let mut rng = Rng(91);
+    let shapes = FORMATS
+        .into_iter()
+        .map(|f| (f, 24, 96))
+        .chain([(WeightFormat::Q4_K, 16, 512)]);
+    for (format, rows, cols) in shapes {
+        let data = random_matrix(format, rows, cols, &mut rng);
+        let w = QMatrix::new(format, rows, cols, &data).unwrap();
+        let p = Q40x8::repack(&w).unwrap();
+        assert_eq!(p.batches(), format != WeightFormat::Q4_K);
+        for n in 1..=5 {
+            let x = random_vec(n * cols, &mut rng);
+            for path in available_paths() {
+                for chunk in [0, 8] {
+                    set_chunk_rows(chunk);
+                    let mut y = vec![f32::NAN; n * rows];
+                    p.matvec_batch_with(path, &x, n, &mut y).unwrap();
+                    set_chunk_rows(0);
+                    for t in 0..n {
+                        let mut one = vec![f32::NAN; rows];
+                        p.matvec_with(path, &x[t * cols..(t + 1) * cols], &mut one)
+                            .unwrap();
+                        let got = &y[t * rows..(t + 1) * rows];
+                        assert!(
+                            got.iter()
+                                .zip(&one)
+                                .all(|(a, b)| a.to_bits() == b.to_bits()),
+                            "{format:?} {path:?} n={n} token {t}: {got:?} vs {one:?}"
+                        );
+                    }
+                }
+            }
+        }
+        let mut y = vec![0f32; 2 * rows];
+        assert!(p
+            .matvec_batch(&vec![0f32; 2 * cols + 1], 2, &mut y)
+            .is_err());
+        assert!(p
+            .matvec_batch(&vec![0f32; 2 * cols], 2, &mut y[1..])
+            .is_err());
     }
 }

@@ -77,6 +77,16 @@ impl FfnExecutor for DenseFfn {
     ) -> Result<()> {
         let w = l.weights;
         let (g, u) = scratch.gate_up(n * w.gate.rows());
+        let copies = l.packed.filter(|_| l.kind == StepKind::Decode);
+        if let Some(Some([gate, up])) = copies.map(|p| p.gate_up.as_ref()) {
+            if gate.batches() && up.batches() {
+                // Each token as `decode` over the copies computes it.
+                gate.matvec_batch(x, n, g).map_err(kernel("ffn gate"))?;
+                up.matvec_batch(x, n, u).map_err(kernel("ffn up"))?;
+                self.act_mul(g, u);
+                return self.batch_down(l, g, n, out);
+            }
+        }
         if l.kind == StepKind::Decode {
             // One quantization of each token and one parallel region for gate, up and the
             // activation.
@@ -87,6 +97,18 @@ impl FfnExecutor for DenseFfn {
             mm_step(l.kind, &w.up, x, n, u, l.precision, "ffn up")?;
             self.act_mul(g, u);
         }
-        mm_step(l.kind, &w.down, g, n, out, l.precision, "ffn down")
+        self.batch_down(l, g, n, out)
+    }
+}
+
+impl DenseFfn {
+    /// The down projection of a batch's `n` activations `g`: over the layer's copy in a decode
+    /// step where it batches.
+    fn batch_down(&self, l: FfnLayer<'_, '_>, g: &[f32], n: usize, out: &mut [f32]) -> Result<()> {
+        let copy = l.packed.filter(|_| l.kind == StepKind::Decode);
+        match copy.and_then(|p| p.down.as_ref()).filter(|d| d.batches()) {
+            Some(down) => down.matvec_batch(g, n, out).map_err(kernel("ffn down")),
+            None => mm_step(l.kind, &l.weights.down, g, n, out, l.precision, "ffn down"),
+        }
     }
 }

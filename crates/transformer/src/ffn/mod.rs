@@ -37,8 +37,9 @@ pub struct FfnLayer<'a, 'w> {
     /// How the step's tokens relate: a prompt's, or one decode token of each of several sequences
     /// (then `batch` should compute each token as `decode` would; [`DenseFfn`] does, bit for bit).
     pub kind: StepKind,
-    /// The layer's repacked copies ([`crate::packed`]), for a one-token step in `Fast` where the
-    /// model has them: [`DenseFfn::decode`] takes them (bit for bit the same results).
+    /// The layer's repacked copies ([`crate::packed`]), for a one-token step or a decode step of
+    /// several tokens in `Fast` where the model has them: [`DenseFfn`] takes them (bit for bit
+    /// the same results).
     pub packed: Option<&'a PackedLayer>,
 }
 
@@ -152,7 +153,7 @@ pub(crate) fn layer_step(
                 weights,
                 precision,
                 kind,
-                packed: packed.filter(|_| n == 1),
+                packed: packed.filter(|_| n == 1 || kind == StepKind::Decode),
             };
             if n == 1 {
                 exec.decode(at, x, out, scratch)

@@ -1,8 +1,9 @@
-//! [`PackedExperts`]: a Mixture-of-Experts layer's Q4_0 (Q4_1, Q5_0, Q5_1, IQ4_NL) experts repacked eight rows at a time
-//! ([`Q40x8`], made at load with the dense matrices' copies, `crate::packed`). Steps read them
-//! wherever their products run the decode kernels: one token ([`MoeBlock::forward_packed`],
-//! `packed.rs`), a decode step or a `Fast` prompt's groups of fewer than 32 tokens
-//! ([`MoeBlock::forward_over`]): bit for bit [`MoeBlock::forward`] over the originals.
+//! [`PackedExperts`]: a Mixture-of-Experts layer's experts repacked eight rows at a time
+//! ([`Q40x8`]: Q4_0 and the other formats it takes; made at load with the dense matrices' copies,
+//! `crate::packed`). Steps read them wherever their products run the decode kernels: one token
+//! ([`MoeBlock::forward_packed`], `packed.rs`), a decode step or a `Fast` prompt's groups of fewer
+//! than 32 tokens ([`MoeBlock::forward_over`]): bit for bit [`MoeBlock::forward`] over the
+//! originals.
 
 use kernels_neon::{Q40x8, QMatrix};
 

@@ -11,9 +11,9 @@
 //!   the grouping of a step's tokens by expert ([`ExpertGroups`]);
 //! * `block.rs`: [`MoeBlock`], the FFN step itself on the dense kernels, batched by expert, and
 //!   [`RouteTrace`], which records the experts it selects (the routing a model realises);
-//! * `copies.rs`: [`PackedExperts`], a layer's Q4_0 (Q4_1, Q5_0, Q5_1, IQ4_NL) experts repacked eight rows at a time (made at
-//!   load with the dense matrices' copies, `crate::packed`), which every product of a step that runs
-//!   the decode kernels reads; `packed.rs`: the one-token step over them;
+//! * `copies.rs`: [`PackedExperts`], a layer's experts repacked eight rows at a time (`Q40x8`;
+//!   made at load with the dense matrices' copies, `crate::packed`), which every product of a step
+//!   that runs the decode kernels reads; `packed.rs`: the one-token step over them;
 //! * `neurons.rs`: [`NeuronTrace`], the active neurons of each expert counted (a ReLU expert's
 //!   activation profile);
 //! * `ffn.rs`: [`MoeFfn`], what a layer's `layer::LayerFfn::Moe` holds, and its step (buffers kept
