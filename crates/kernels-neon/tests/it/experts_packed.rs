@@ -7,14 +7,8 @@
 use crate::common::{random_matrix, random_vec, Rng};
 use kernels_neon::*;
 
-/// The formats the copies take.
-const FORMATS: [WeightFormat; 5] = [
-    WeightFormat::Q4_0,
-    WeightFormat::IQ4_NL,
-    WeightFormat::Q5_0,
-    WeightFormat::Q4_1,
-    WeightFormat::Q5_1,
-];
+/// The formats the copies take block by block.
+const FORMATS: [WeightFormat; 5] = crate::common::Q40X8_FORMATS;
 
 struct Expert {
     mats: [Vec<u8>; 3],

@@ -9,14 +9,8 @@ use common::*;
 use kernels_neon::*;
 use proptest::prelude::*;
 
-/// The formats the layout takes.
-const FORMATS: [WeightFormat; 5] = [
-    WeightFormat::Q4_0,
-    WeightFormat::IQ4_NL,
-    WeightFormat::Q5_0,
-    WeightFormat::Q4_1,
-    WeightFormat::Q5_1,
-];
+/// The formats the layout takes block by block.
+const FORMATS: [WeightFormat; 5] = crate::common::Q40X8_FORMATS;
 
 /// `Q40x8::matvec_with` on every path against the reference, and against `matvec_with` where
 /// `Q40x8::exact_on` holds (at least on AVX2, where the machine has it).
@@ -116,13 +110,7 @@ fn extreme(rows: usize, cols: usize) {
         let block: Vec<u8> = head.into_iter().chain(vec![fill; quants]).collect();
         let data = block.repeat(rows * cols / 32);
         let w = QMatrix::new(format, rows, cols, &data).unwrap();
-        for x in [
-            vec![1.0f32; cols],
-            vec![-1.0f32; cols],
-            (0..cols)
-                .map(|i| if i % 2 == 0 { 1.0 } else { -1.0 })
-                .collect(),
-        ] {
+        for x in extreme_vecs(cols) {
             check_all_paths(&w, &x).unwrap_or_else(|e| panic!("{format:?} fill {fill:#x}: {e}"));
         }
     }
@@ -277,13 +265,7 @@ fn q4k_x8_extreme_quants_and_activations() {
         let block: Vec<u8> = head.iter().copied().chain(vec![fill; 140]).collect();
         let data = block.repeat(rows * cols / 256);
         let w = QMatrix::new(WeightFormat::Q4_K, rows, cols, &data).unwrap();
-        for x in [
-            vec![1.0f32; cols],
-            vec![-1.0f32; cols],
-            (0..cols)
-                .map(|i| if i % 2 == 0 { 1.0 } else { -1.0 })
-                .collect(),
-        ] {
+        for x in extreme_vecs(cols) {
             check_all_paths(&w, &x).unwrap_or_else(|e| panic!("Q4_K fill {fill:#x}: {e}"));
         }
     }

@@ -342,3 +342,23 @@ pub fn encode_kv(
         })
         .collect()
 }
+
+/// The formats `Q40x8` copies block by block (Q4_K, by super-block, apart).
+pub const Q40X8_FORMATS: [WeightFormat; 5] = [
+    WeightFormat::Q4_0,
+    WeightFormat::IQ4_NL,
+    WeightFormat::Q5_0,
+    WeightFormat::Q4_1,
+    WeightFormat::Q5_1,
+];
+
+/// Activations at the extremes of their 16-bit quants: all +1, all -1, alternating.
+pub fn extreme_vecs(n: usize) -> [Vec<f32>; 3] {
+    [
+        vec![1.0f32; n],
+        vec![-1.0f32; n],
+        (0..n)
+            .map(|i| if i % 2 == 0 { 1.0 } else { -1.0 })
+            .collect(),
+    ]
+}
