@@ -95,7 +95,7 @@ const fn fifth_bit_at(e: usize) -> usize {
     16 * h + 4 * ((m + 1) % 4) + k
 }
 
-/// A Q4_0, IQ4_NL, Q5_0, Q4_1 or Q5_1 matrix repacked eight rows at a time (module docs).
+/// A Q4_0, IQ4_NL, Q5_0, Q4_1, Q5_1 or Q4_K matrix repacked eight rows at a time (module docs).
 pub struct Q40x8 {
     data: Vec<u8>,
     format: WeightFormat,
@@ -236,11 +236,10 @@ impl Q40x8 {
     }
 
     /// Whether a copy of a `format` matrix gives on `path` bit for bit what [`crate::matvec_with`]
-    /// gives for the original in [`crate::Precision::Fast`] (both take `q40_pairs`'s order): Q4_0
-    /// and IQ4_NL on [`KernelPath::Avx2Fma`] and [`KernelPath::Avx512`], Q5_0, Q4_1, Q5_1 and Q4_K
-    /// (`q4k_i16_rows`' order) on the first (the second's kernels of these are `q40_512`'s,
-    /// `matvec_i16`'s and `kquant512`'s, of other orders).
-    /// Elsewhere a copy's results are within
+    /// gives for the original in [`crate::Precision::Fast`] (both take `q40_pairs`'s order, Q4_K
+    /// `q4k_i16_rows`'): Q4_0 and IQ4_NL on [`KernelPath::Avx2Fma`] and [`KernelPath::Avx512`];
+    /// Q5_0, Q4_1, Q5_1 and Q4_K on the first (the second's kernels of these are `q40_512`'s,
+    /// `matvec_i16`'s and `kquant512`'s, of other orders). Elsewhere a copy's results are within
     /// the `Fast` tolerance only, so a forward pass that must agree with the batched kernels
     /// (speculation's verification) takes copies where this holds.
     pub fn exact_on(path: KernelPath, format: WeightFormat) -> bool {

@@ -364,9 +364,7 @@ fn forward_inner(
     };
 
     for (li, layer) in model.layers.iter().enumerate() {
-        // The repacked copies a one-token step's products take, and a decode step's of several
-        // tokens (each token's bits its one-token step's); its FFN step's for any `n`
-        // (`layer_step`).
+        // The copies this step's products take (`packed_layer`); its FFN's for any `n`.
         let packed = packed_layer(model, li, n, kind, precision);
         let copies = packed_layer(model, li, 1, kind, precision);
         // Attention.

@@ -1,26 +1,26 @@
-//! The kernel of nibble rows (Q4_0, IQ4_NL, Q5_0, Q4_1, Q5_1) repacked eight at a time ([`crate::Q40x8`]),
-//! 16-bit activations ([`Precision::Fast`](crate::Precision::Fast)), AVX2: one token (decode), or
-//! two at a time with each group block loaded and unpacked once (a prompt's small MoE expert
-//! groups).
+//! The kernel of nibble rows (Q4_0, IQ4_NL, Q5_0, Q4_1, Q5_1) repacked eight at a time
+//! ([`crate::Q40x8`]), 16-bit activations ([`Precision::Fast`](crate::Precision::Fast)), AVX2: one
+//! token (decode), or two at a time with each group block loaded and unpacked once (a prompt's
+//! small MoE expert groups, a decode step's tokens).
 //!
 //! A group block holds the f16 scales of its 8 rows (16 bytes; Q4_1 and Q5_1 then their f16 mins,
 //! whose term, the min times the block's activation sum, is one more FMA per block), then four
-//! registers of quants:
-//! in register `k`, 32-bit lane `r` is row `r`, its low u16 the nibbles of weights `8k + 2m`
-//! (bits `4m`, `m < 4`) and its high u16 those of `8k + 2m + 1`. Nibble `m` of every u16 (a mask,
-//! or a shift) times the activation pair `8k + 2m, 8k + 2m + 1` broadcast to all lanes is one
-//! `vpmaddwd` for 8 rows: the lanes are the rows, so no horizontal sum and one scale conversion
-//! per 8 rows. For one token, nibbles 1 and 2 are taken by a mask alone (16 and 256 times the
-//! weight) into sums of their own, divided back by exact shifts once per block ([`block_sums`]).
+//! registers of quants: in register `k`, 32-bit lane `r` is row `r`, its low u16 the nibbles of
+//! weights `8k + 2m` (bits `4m`, `m < 4`) and its high u16 those of `8k + 2m + 1`. Nibble `m` of
+//! every u16 (a mask, or a shift) times the activation pair `8k + 2m, 8k + 2m + 1` broadcast to
+//! all lanes is one `vpmaddwd` for 8 rows: the lanes are the rows, so no horizontal sum and one
+//! scale conversion per 8 rows. For one token, nibbles 1 and 2 are taken by a mask alone (16 and
+//! 256 times the weight) into sums of their own, divided back by exact shifts once per block
+//! ([`masked_sums`]).
 //!
-//! Q5_0 (and Q5_1) blocks end with the 8 rows' fifth bits, one u32 a row (lane `r`), laid out for these
-//! masks: the bit of weight `8k + 2m + h` at `16h + 4s + k` with `s` = 1, 2, 3, 0 for `m` = 0..4,
-//! so that after a shift by `k` one mask a nibble puts it just above that nibble (bits 4, 8 and
-//! 12 of each u16; bit 0 shifted to 4 for the nibble taken by a shift). The weights are then
-//! Q5_0's unsigned quants (0..=31), whose offset of 16 is the activations' correction taken twice
-//! (Q5_1's, as Q4_1's, are unsigned in the file: no correction).
-//! IQ4_NL's nibbles index a table of 16 signed values: looked up by byte (`vpshufb`) in the table
-//! plus 128 (unsigned, 1..=241), whose offset of 128 is the correction taken 16 times.
+//! Q5_0 (and Q5_1) blocks end with the 8 rows' fifth bits, one u32 a row (lane `r`), laid out for
+//! these masks: the bit of weight `8k + 2m + h` at `16h + 4s + k` with `s` = 1, 2, 3, 0 for
+//! `m` = 0..4, so that after a shift by `k` one mask a nibble puts it just above that nibble (bits
+//! 4, 8 and 12 of each u16; bit 0 shifted to 4 for the nibble taken by a shift). The weights are
+//! then Q5_0's unsigned quants (0..=31), whose offset of 16 is the activations' correction taken
+//! twice (Q5_1's, as Q4_1's, are unsigned in the file: no correction). IQ4_NL's nibbles index a
+//! table of 16 signed values: looked up by byte (`vpshufb`) in the table plus 128 (unsigned,
+//! 1..=241), whose offset of 128 is the correction taken 16 times.
 //!
 //! Results: per row, token and block the exact i32 sum times `d_w * d_x`, accumulated in the order
 //! of the one-row kernel of this path (`q40_pairs`: blocks `b % 4` in four lanes, `(A0 + A1) + (A2
@@ -33,8 +33,8 @@ use crate::arch::tags::IQ4_NL;
 use crate::q40x8::{corr_factor, group_block, has_fifth, has_min, quants_at, IQ4NL_BIASED};
 use crate::quant::QActs16;
 
-/// Group block `gp`'s fifth bits (Q5_0, Q5_1; zero for the other formats) shifted down by `k`: the bits
-/// of register `k`'s weights at 0, 4, 8 and 12 of each u16 (module docs).
+/// Group block `gp`'s fifth bits (Q5_0, Q5_1; zero for the other formats), which [`fifth_of`]
+/// shifts down by `k` to put register `k`'s at bits 0, 4, 8 and 12 of each u16 (module docs).
 ///
 /// # Safety
 /// AVX2 present; a group block of format `F` readable at `gp`.
