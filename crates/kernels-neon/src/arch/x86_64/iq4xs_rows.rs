@@ -17,8 +17,8 @@
 //! they come ([`sum_pairs`], [`sum_quads`], as Q4_K): one conversion and one FMA per
 //! super-block and row instead of 8 of each and their broadcasts.
 //!
-//! 8-bit activations ([`Precision::Int8`](crate::Precision::Int8), and `Fast` decode on AVX2),
-//! [`iq4xs_rows`]: in element order, the same loads and reductions, the products by
+//! 8-bit activations ([`Precision::Int8`](crate::Precision::Int8); `Fast` decode keeps 16 bits,
+//! `crate::fast_decode_int8`), [`iq4xs_rows`]: in element order, the same loads and reductions, the products by
 //! `maddubs_epi16` as llama.cpp does: `|v|` unsigned, the activations carrying `v`'s sign.
 
 use std::arch::x86_64::*;
