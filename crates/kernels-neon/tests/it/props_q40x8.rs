@@ -1,7 +1,8 @@
-//! `Q40x8` (Q4_0, IQ4_NL, Q5_0, Q4_1 and Q5_1 rows repacked eight at a time): against the f64
-//! reference within the `Fast` bound (props.rs) on every path, and bit for bit [`matvec_with`] of
-//! the original matrix where `Q40x8::exact_on` says so (the AVX2 path, and AVX-512's for Q4_0 and
-//! IQ4_NL), whose one-row kernel's (`q40_pairs`) order it keeps.
+//! `Q40x8` (Q4_0, IQ4_NL, Q5_0, Q4_1, Q5_1 and Q4_K rows repacked eight at a time): against the
+//! f64 reference within the `Fast` bound (props.rs) on every path, and bit for bit [`matvec_with`]
+//! of the original matrix where `Q40x8::exact_on` says so (the AVX2 path, and AVX-512's for Q4_0
+//! and IQ4_NL), whose one-row kernel's (`q40_pairs`, Q4_K's `q4k_i16_rows`) order it keeps; each
+//! token of `Q40x8::matvec_batch` bit for bit its own product.
 
 use crate::common;
 
