@@ -16,19 +16,13 @@
 
 use rayon::prelude::*;
 
-use crate::arch::tags;
+use crate::arch::tags::{self, has_min};
 use crate::path::matvec_chunk;
 use crate::quant::QActs16;
 use crate::{check_len, check_path, KernelError, KernelPath, QMatrix, WeightFormat};
 
 /// Rows of a group.
 const GROUP: usize = 8;
-/// Whether blocks of format tag `f` carry a min (Q4_1, Q5_1): its group blocks hold the 8 rows'
-/// f16 mins after their scales.
-pub(crate) const fn has_min(f: u8) -> bool {
-    tags::has_min(f)
-}
-
 /// Whether blocks of format tag `f` carry fifth bits (Q5_0, Q5_1): its group blocks hold the 8
 /// rows' after the quants.
 pub(crate) const fn has_fifth(f: u8) -> bool {

@@ -45,6 +45,16 @@ impl DenseFfn {
             None => mm(&w.down, g, 1, out, l.precision, "ffn down"),
         }
     }
+
+    /// The down projection of a batch's `n` activations `g`: over the layer's copy in a decode
+    /// step where it batches.
+    fn batch_down(&self, l: FfnLayer<'_, '_>, g: &[f32], n: usize, out: &mut [f32]) -> Result<()> {
+        let copy = l.packed.filter(|_| l.kind == StepKind::Decode);
+        match copy.and_then(|p| p.down.as_ref()).filter(|d| d.batches()) {
+            Some(down) => down.matvec_batch(g, n, out).map_err(kernel("ffn down")),
+            None => mm_step(l.kind, &l.weights.down, g, n, out, l.precision, "ffn down"),
+        }
+    }
 }
 
 impl FfnExecutor for DenseFfn {
@@ -98,17 +108,5 @@ impl FfnExecutor for DenseFfn {
             self.act_mul(g, u);
         }
         self.batch_down(l, g, n, out)
-    }
-}
-
-impl DenseFfn {
-    /// The down projection of a batch's `n` activations `g`: over the layer's copy in a decode
-    /// step where it batches.
-    fn batch_down(&self, l: FfnLayer<'_, '_>, g: &[f32], n: usize, out: &mut [f32]) -> Result<()> {
-        let copy = l.packed.filter(|_| l.kind == StepKind::Decode);
-        match copy.and_then(|p| p.down.as_ref()).filter(|d| d.batches()) {
-            Some(down) => down.matvec_batch(g, n, out).map_err(kernel("ffn down")),
-            None => mm_step(l.kind, &l.weights.down, g, n, out, l.precision, "ffn down"),
-        }
     }
 }

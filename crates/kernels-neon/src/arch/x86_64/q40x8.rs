@@ -29,8 +29,8 @@
 use std::arch::x86_64::*;
 
 use super::simd::STREAM_PREFETCH as PREFETCH;
-use crate::arch::tags::IQ4_NL;
-use crate::q40x8::{corr_factor, group_block, has_fifth, has_min, quants_at, IQ4NL_BIASED};
+use crate::arch::tags::{has_min, IQ4_NL};
+use crate::q40x8::{corr_factor, group_block, has_fifth, quants_at, IQ4NL_BIASED};
 use crate::quant::QActs16;
 
 /// Group block `gp`'s fifth bits (Q5_0, Q5_1; zero for the other formats), which [`fifth_of`]
