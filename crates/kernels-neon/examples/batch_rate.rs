@@ -1,4 +1,5 @@
-//! `matvec_batch`'s cost per extra token on the AVX-512 path: for each format and shape, the best
+//! `matvec_batch`'s cost per extra token on the AVX-512 path (`AVX2=1`: the AVX2 path; `COPIES=1`:
+//! on the matrix's eight-row copies, `Q40x8::matvec_batch`): for each format and shape, the best
 //! time of one token's `matvec` and of `matvec_batch` over `n` tokens, and the cost of each extra
 //! token relative to one token, `(T(n) - T(1)) / ((n - 1) T(1))` (what a speculative verification
 //! step of `n` tokens pays). Sizes interleaved rep by rep; best of `REPS`; `THREADS` (default 1).
@@ -17,6 +18,12 @@ fn main() {
             .unwrap_or(d)
     };
     let (threads, reps) = (env("THREADS", 1), env("REPS", 30));
+    let path = if env("AVX2", 0) == 1 {
+        KernelPath::Avx2Fma
+    } else {
+        KernelPath::Avx512
+    };
+    let copies = env("COPIES", 0) == 1;
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
         .build()
@@ -58,6 +65,7 @@ fn main() {
                 .collect();
             let data = quantize_matrix(format, &src, rows, cols).unwrap();
             let w = QMatrix::new(format, rows, cols, &data).unwrap();
+            let packed = copies.then(|| Q40x8::repack(&w).expect("a format the copies take"));
             let x: Vec<f32> = (0..nmax * cols)
                 .map(|i| ((i * 31) % 61) as f32 / 61.0 - 0.5)
                 .collect();
@@ -70,8 +78,11 @@ fn main() {
                     let t = Instant::now();
                     pool.install(|| {
                         let (xs, ys) = (&x[..n * cols], &mut y[..n * rows]);
-                        matvec_batch_with(KernelPath::Avx512, &w, xs, n, ys, Precision::Fast)
-                            .unwrap()
+                        match &packed {
+                            Some(p) => p.matvec_batch_with(path, xs, n, ys),
+                            None => matvec_batch_with(path, &w, xs, n, ys, Precision::Fast),
+                        }
+                        .unwrap()
                     });
                     best[i] = best[i].min(t.elapsed().as_secs_f64());
                 }

@@ -369,7 +369,8 @@ impl Q40x8 {
 
     /// `out[t * nr + i]` = row `r0 + i` of `W x_t` for every token's `acts[t]` (`nr = out.len() /
     /// acts.len()`; `r0` and `nr` multiples of 8): each group's quants read and unpacked once for
-    /// two tokens at a time (four were slower: registers spill), each token's results
+    /// two tokens at a time, or three where that many are left (an odd count: the last pair and
+    /// the odd token; four at once were slower, their accumulators spilled), each token's results
     /// [`Q40x8::run_rows`]'s bits.
     pub(crate) fn run_rows_tokens(
         &self,
@@ -387,19 +388,36 @@ impl Q40x8 {
             let mut put = |t: usize, y: &[f32; GROUP]| {
                 out[t * nr + j * GROUP..t * nr + (j + 1) * GROUP].copy_from_slice(y);
             };
-            let mut pairs = acts.chunks_exact(2);
+            // Pairs, and an odd token's group read with the last pair (three at once), not again.
             let mut t = 0;
-            for a in &mut pairs {
-                let (xq, corr) = ([&a[0].xq, &a[1].xq], [&a[0].corr[..], &a[1].corr[..]]);
-                let ys = group_dots_tokens(path, f, group, xq, corr);
-                ys.iter().enumerate().for_each(|(k, y)| put(t + k, y));
-                t += 2;
-            }
-            if let [a] = pairs.remainder() {
-                put(t, &group_dots(path, f, group, &a.xq, &a.corr));
+            while t < acts.len() {
+                let a = &acts[t..];
+                let take = if a.len() == 3 { 3 } else { a.len().min(2) };
+                match take {
+                    1 => put(t, &group_dots(path, f, group, &a[0].xq, &a[0].corr)),
+                    2 => {
+                        let ys = group_dots_tokens::<2>(path, f, group, xqs(a), corrs(a));
+                        ys.iter().enumerate().for_each(|(k, y)| put(t + k, y));
+                    }
+                    _ => {
+                        let ys = group_dots_tokens::<3>(path, f, group, xqs(a), corrs(a));
+                        ys.iter().enumerate().for_each(|(k, y)| put(t + k, y));
+                    }
+                }
+                t += take;
             }
         }
     }
+}
+
+/// The first `T` tokens' activations of `a` (at least `T`).
+fn xqs<const T: usize>(a: &[Acts8]) -> [&QActs16; T] {
+    std::array::from_fn(|k| &a[k].xq)
+}
+
+/// The first `T` tokens' block corrections of `a` (at least `T`).
+fn corrs<const T: usize>(a: &[Acts8]) -> [&[i32]; T] {
+    std::array::from_fn(|k| &a[k].corr[..])
 }
 
 /// A vector's 16-bit activations and each block's `-8 * sum(q_x)`, made once per vector.

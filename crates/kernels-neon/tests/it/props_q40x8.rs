@@ -273,13 +273,14 @@ fn q4k_x8_extreme_quants_and_activations() {
 }
 
 /// `Q40x8::matvec_batch` on every path: each token's results bit for bit its own
-/// `Q40x8::matvec_with`, for 1-5 tokens (pairs and a single one), every format, Q4_K too.
+/// `Q40x8::matvec_with`, for 1-5 tokens (pairs, three at once and a single one), every format,
+/// Q4_K too (seven blocks a row: a quad of blocks and the tail of three).
 #[test]
 fn q40x8_batch_is_each_tokens_matvec() {
     let mut rng = Rng(91);
     let shapes = FORMATS
         .into_iter()
-        .map(|f| (f, 24, 96))
+        .map(|f| (f, 24, 224))
         .chain([(WeightFormat::Q4_K, 16, 512)]);
     for (format, rows, cols) in shapes {
         let data = random_matrix(format, rows, cols, &mut rng);
