@@ -42,9 +42,10 @@ pub(crate) const fn quants_at(f: u8) -> usize {
 }
 
 /// Bytes of a group block of format tag `f`: 8 f16 scales (and 8 mins), the 8 rows' 16 quant
-/// bytes, and for Q5_0 and Q5_1 their 4 bytes of fifth bits (8 blocks of the format).
+/// bytes (Q8_0: 32), and for Q5_0 and Q5_1 their 4 bytes of fifth bits (8 blocks of the format).
 pub(crate) const fn group_block(f: u8) -> usize {
-    quants_at(f) + 128 + if has_fifth(f) { 32 } else { 0 }
+    let quants = if f == tags::Q8_0 { 256 } else { 128 };
+    quants_at(f) + quants + if has_fifth(f) { 32 } else { 0 }
 }
 
 /// How many times a block's `-8 * sum(q_x)` the kernels add for format tag `f`, whose weights they
@@ -78,6 +79,7 @@ fn tag(f: WeightFormat) -> u8 {
         WeightFormat::Q5_0 => tags::Q5_0,
         WeightFormat::Q4_1 => tags::Q4_1,
         WeightFormat::Q5_1 => tags::Q5_1,
+        WeightFormat::Q8_0 => tags::Q8_0,
         _ => tags::Q4_0,
     }
 }
@@ -115,6 +117,9 @@ impl Q40x8 {
         }
         if w.format() == WeightFormat::Q4_K {
             return Some(Self::repack_q4k(w));
+        }
+        if w.format() == WeightFormat::Q8_0 {
+            return Some(Self::repack_q80(w));
         }
         let (rows, cols, format, f) = (w.rows(), w.cols(), w.format(), tag(w.format()));
         let (nb, gbb, bb) = (cols / 32, group_block(f), format.block_bytes());
@@ -214,8 +219,39 @@ impl Q40x8 {
         }
     }
 
-    /// Whether `w` repacks ([`Q40x8::repack`]): Q4_0, IQ4_NL, Q5_0, Q4_1, Q5_1 or Q4_K, rows a
-    /// multiple of 8, at least one block a row.
+    /// [`Q40x8::repack`] of a Q8_0 matrix: per group block the rows' `d`, then two quads of rows,
+    /// each 8 registers of 16 bytes, register `k` of quad `q` holding weights `4k..4k + 4` of row
+    /// `4q + r` at byte `4r` (`arch/aarch64/q80x8.rs`).
+    fn repack_q80(w: &QMatrix<'_>) -> Self {
+        let (rows, cols) = (w.rows(), w.cols());
+        let (nb, gbb) = (cols / 32, group_block(tags::Q8_0));
+        let mut data = vec![0u8; rows / GROUP * nb * gbb];
+        let pack = |(g, out): (usize, &mut [u8])| {
+            let src: Vec<&[u8]> = (0..GROUP).map(|r| w.row_data(GROUP * g + r)).collect();
+            for (b, gb) in out.chunks_exact_mut(gbb).enumerate() {
+                for (r, row) in src.iter().enumerate() {
+                    let blk = &row[b * 34..(b + 1) * 34];
+                    gb[2 * r..2 * r + 2].copy_from_slice(&blk[..2]);
+                    for k in 0..8 {
+                        let at = 16 + 128 * (r / 4) + 16 * k + 4 * (r % 4);
+                        gb[at..at + 4].copy_from_slice(&blk[2 + 4 * k..6 + 4 * k]);
+                    }
+                }
+            }
+        };
+        data.par_chunks_exact_mut(nb * gbb)
+            .enumerate()
+            .for_each(pack);
+        Q40x8 {
+            data,
+            format: WeightFormat::Q8_0,
+            rows,
+            cols,
+        }
+    }
+
+    /// Whether `w` repacks ([`Q40x8::repack`]): Q4_0, IQ4_NL, Q5_0, Q4_1, Q5_1, Q4_K or Q8_0,
+    /// rows a multiple of 8, at least one block a row.
     pub fn fits(w: &QMatrix<'_>) -> bool {
         matches!(
             w.format(),
@@ -225,6 +261,7 @@ impl Q40x8 {
                 | WeightFormat::Q4_1
                 | WeightFormat::Q5_1
                 | WeightFormat::Q4_K
+                | WeightFormat::Q8_0
         ) && w.rows() % GROUP == 0
             && w.cols() >= 32
     }
@@ -233,11 +270,13 @@ impl Q40x8 {
     /// gives for the original in [`crate::Precision::Fast`] (both take `q40_pairs`'s order, Q4_K
     /// `q4k_i16_rows`'): Q4_0 and IQ4_NL on [`KernelPath::Avx2Fma`] and [`KernelPath::Avx512`];
     /// Q5_0, Q4_1, Q5_1 and Q4_K on the first (the second's kernels of these are `q40_512`'s,
-    /// `matvec_i16`'s and `kquant512`'s, of other orders). Elsewhere a copy's results are within
-    /// the `Fast` tolerance only, so a forward pass that must agree with the batched kernels
-    /// (speculation's verification) takes copies where this holds.
+    /// `matvec_i16`'s and `kquant512`'s, of other orders); Q8_0 on [`KernelPath::NeonDotprod`]
+    /// and [`KernelPath::NeonI8mm`] (the split rows' order, `arch/aarch64/q80x8.rs`). Elsewhere a
+    /// copy's results are within the `Fast` tolerance only, so a forward pass that must agree with
+    /// the batched kernels (speculation's verification) takes copies where this holds.
     pub fn exact_on(path: KernelPath, format: WeightFormat) -> bool {
         match format {
+            WeightFormat::Q8_0 => matches!(path, KernelPath::NeonDotprod | KernelPath::NeonI8mm),
             WeightFormat::Q4_0 | WeightFormat::IQ4_NL => {
                 matches!(path, KernelPath::Avx2Fma | KernelPath::Avx512)
             }
@@ -306,9 +345,9 @@ impl Q40x8 {
     }
 
     /// Whether products of several tokens ([`Q40x8::matvec_batch`]) read each group block once for
-    /// two tokens: every format but Q4_K, whose copies take one token at a time.
+    /// two tokens: every format but Q4_K and Q8_0, whose copies take one token at a time.
     pub fn batches(&self) -> bool {
-        self.format != WeightFormat::Q4_K
+        !matches!(self.format, WeightFormat::Q4_K | WeightFormat::Q8_0)
     }
 
     /// `y[t] = W x[t]` for the `n` tokens of `x` (`n × cols`; `y`: `n × rows`, token-major) in
@@ -363,7 +402,7 @@ impl Q40x8 {
         for (j, yg) in ys.chunks_exact_mut(GROUP).enumerate() {
             let g = r0 / GROUP + j;
             let group = &self.data[g * gb..(g + 1) * gb];
-            yg.copy_from_slice(&group_dots(path, self.format, group, &acts.xq, &acts.corr));
+            yg.copy_from_slice(&group_dots(path, self.format, group, acts));
         }
     }
 
@@ -394,13 +433,13 @@ impl Q40x8 {
                 let a = &acts[t..];
                 let take = if a.len() == 3 { 3 } else { a.len().min(2) };
                 match take {
-                    1 => put(t, &group_dots(path, f, group, &a[0].xq, &a[0].corr)),
+                    1 => put(t, &group_dots(path, f, group, &a[0])),
                     2 => {
-                        let ys = group_dots_tokens::<2>(path, f, group, xqs(a), corrs(a));
+                        let ys = group_dots_tokens::<2>(path, f, group, a);
                         ys.iter().enumerate().for_each(|(k, y)| put(t + k, y));
                     }
                     _ => {
-                        let ys = group_dots_tokens::<3>(path, f, group, xqs(a), corrs(a));
+                        let ys = group_dots_tokens::<3>(path, f, group, a);
                         ys.iter().enumerate().for_each(|(k, y)| put(t + k, y));
                     }
                 }
@@ -411,19 +450,24 @@ impl Q40x8 {
 }
 
 /// The first `T` tokens' activations of `a` (at least `T`).
+#[cfg(target_arch = "x86_64")]
 fn xqs<const T: usize>(a: &[Acts8]) -> [&QActs16; T] {
     std::array::from_fn(|k| &a[k].xq)
 }
 
 /// The first `T` tokens' block corrections of `a` (at least `T`).
+#[cfg(target_arch = "x86_64")]
 fn corrs<const T: usize>(a: &[Acts8]) -> [&[i32]; T] {
     std::array::from_fn(|k| &a[k].corr[..])
 }
 
-/// A vector's 16-bit activations and each block's `-8 * sum(q_x)`, made once per vector.
+/// A vector's 16-bit activations and each block's `-8 * sum(q_x)`, made once per vector; on
+/// aarch64 their split for the Q8_0 kernel, made on first use.
 pub(crate) struct Acts8 {
     xq: QActs16,
     corr: Vec<i32>,
+    #[cfg(target_arch = "aarch64")]
+    split: std::sync::OnceLock<crate::arch::Split16>,
 }
 
 impl Acts8 {
@@ -434,19 +478,32 @@ impl Acts8 {
             .chunks_exact(32)
             .map(|q| -8 * q.iter().map(|&v| i32::from(v)).sum::<i32>())
             .collect();
-        Acts8 { xq, corr }
+        Acts8 {
+            xq,
+            corr,
+            #[cfg(target_arch = "aarch64")]
+            split: std::sync::OnceLock::new(),
+        }
     }
 }
 
-/// The 8 dots of one group of a `format` copy on `path`.
-fn group_dots(
-    path: KernelPath,
-    format: WeightFormat,
-    group: &[u8],
-    xq: &QActs16,
-    corr: &[i32],
-) -> [f32; GROUP] {
+/// The 8 dots of one group of a `format` copy on `path` with `acts`.
+fn group_dots(path: KernelPath, format: WeightFormat, group: &[u8], acts: &Acts8) -> [f32; GROUP] {
+    let (xq, corr) = (&acts.xq, &acts.corr[..]);
     let x86 = matches!(path, KernelPath::Avx2Fma | KernelPath::Avx512);
+    if format == WeightFormat::Q8_0 {
+        #[cfg(target_arch = "aarch64")]
+        if matches!(path, KernelPath::NeonDotprod | KernelPath::NeonI8mm) {
+            // SAFETY: NEON, all `Split16::new` needs, is baseline on aarch64.
+            let split = acts
+                .split
+                .get_or_init(|| unsafe { crate::arch::Split16::new(xq) });
+            let i8mm = path == KernelPath::NeonI8mm;
+            // SAFETY: the path was checked available: dotprod present, and i8mm on its path.
+            return unsafe { crate::arch::q80x8_group(group, split, xq, i8mm) };
+        }
+        return q80_group_scalar(group, xq);
+    }
     if format == WeightFormat::Q4_K {
         #[cfg(target_arch = "x86_64")]
         if x86 {
@@ -476,17 +533,19 @@ fn group_dots(
     group_dots_scalar(tag(format), group, xq, corr)
 }
 
-/// [`group_dots`] of each of `T` tokens, the group read once for all on the x86 paths.
+/// [`group_dots`] of each of the first `T` tokens of `a`, the group read once for all on the x86
+/// paths (the nibble formats).
 fn group_dots_tokens<const T: usize>(
     path: KernelPath,
     format: WeightFormat,
     group: &[u8],
-    xq: [&QActs16; T],
-    corr: [&[i32]; T],
+    a: &[Acts8],
 ) -> [[f32; GROUP]; T] {
+    let nibbles = !matches!(format, WeightFormat::Q4_K | WeightFormat::Q8_0);
     #[cfg(target_arch = "x86_64")]
-    if matches!(path, KernelPath::Avx2Fma | KernelPath::Avx512) && format != WeightFormat::Q4_K {
+    if matches!(path, KernelPath::Avx2Fma | KernelPath::Avx512) && nibbles {
         use crate::arch::q40x8_group_tokens;
+        let (xq, corr) = (xqs::<T>(a), corrs::<T>(a));
         // SAFETY: the path was checked available: AVX2/FMA/F16C present.
         return unsafe {
             match tag(format) {
@@ -498,7 +557,8 @@ fn group_dots_tokens<const T: usize>(
             }
         };
     }
-    std::array::from_fn(|t| group_dots(path, format, group, xq[t], corr[t]))
+    let _ = nibbles;
+    std::array::from_fn(|t| group_dots(path, format, group, &a[t]))
 }
 
 /// [`group_dots`] in scalar code (format tag `f`): per row, the exact block sums times
@@ -537,6 +597,26 @@ fn group_dots_scalar(f: u8, group: &[u8], xq: &QActs16, corr: &[i32]) -> [f32; G
             if has_min(f) {
                 *yr += f16_at(gb, 16 + 2 * r) * xq.s[b];
             }
+        }
+    }
+    y
+}
+
+/// A Q8_0 group's 8 dots in scalar code: per row, the exact block sums times `d_w * d_x`, in block
+/// order (register `k` of quad `q` holds weights `4k..4k + 4` of row `4q + r` at `4r`).
+fn q80_group_scalar(group: &[u8], xq: &QActs16) -> [f32; GROUP] {
+    let mut y = [0f32; GROUP];
+    for (b, gb) in group.chunks_exact(group_block(tags::Q8_0)).enumerate() {
+        let x = &xq.qs[b * 32..b * 32 + 32];
+        for (r, yr) in y.iter_mut().enumerate() {
+            let dw = half::f16::from_le_bytes([gb[2 * r], gb[2 * r + 1]]).to_f32();
+            let isum: i32 = (0..32)
+                .map(|e| {
+                    let at = 16 + 128 * (r / 4) + 16 * (e / 4) + 4 * (r % 4) + e % 4;
+                    i32::from(gb[at] as i8) * i32::from(x[e])
+                })
+                .sum();
+            *yr += dw * xq.d[b] * isum as f32;
         }
     }
     y

@@ -1,8 +1,8 @@
-//! Copies of a model's Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL and Q4_K matrices (attention, output, a dense
-//! FFN, a Mixture-of-Experts layer's experts: [`PackedExperts`]) repacked eight rows at a time
-//! ([`Q40x8`]), made once at load for decode on the AVX2 and AVX-512 paths (`Precision::Fast`),
-//! where they give its results bit for bit ([`Q40x8::exact_on`]: Q4_1, Q5_0, Q5_1 and Q4_K on the
-//! AVX2 path only). The forward pass takes a copy where one exists for a step of one token in
+//! Copies of a model's Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q4_K and Q8_0 matrices (attention, output, a
+//! dense FFN, a Mixture-of-Experts layer's experts: [`PackedExperts`]) repacked eight rows at a time
+//! ([`Q40x8`]), made once at load for decode (`Precision::Fast`) where they give its results bit
+//! for bit ([`Q40x8::exact_on`]: the nibble formats and Q4_K on the AVX2 path, Q4_0 and IQ4_NL on
+//! the AVX-512 one too; Q8_0 on the aarch64 paths with `dotprod`). The forward pass takes a copy where one exists for a step of one token in
 //! `Fast`, and for a decode step of several tokens where the copy batches them
 //! ([`Q40x8::batches`]); an MoE layer's experts' copies for every product of a step that runs the
 //! decode kernels (a batched decode step, a prompt's small expert groups); prompts and every other
@@ -54,13 +54,23 @@ impl Packed {
             }
             p
         };
+        // Matrices taken together (q, k, v; gate, up) are copied only when all of them are.
+        let all = |ms: &[&QMatrix<'_>]| ms.iter().all(|m| takes(m));
         let layers = layers
             .iter()
             .map(|l| {
-                let qkv = [&l.wq, &l.wk, &l.wv].map(repack);
+                let qkv = if all(&[&l.wq, &l.wk, &l.wv]) {
+                    [&l.wq, &l.wk, &l.wv].map(repack)
+                } else {
+                    [None, None, None]
+                };
                 let (gate_up, down) = match (&l.ffn, ffn) {
                     (LayerFfn::Gated(f), true) => {
-                        let [g, u] = [&f.gate, &f.up].map(repack);
+                        let [g, u] = if all(&[&f.gate, &f.up]) {
+                            [&f.gate, &f.up].map(repack)
+                        } else {
+                            [None, None]
+                        };
                         (g.zip(u).map(|(g, u)| [g, u]), repack(&f.down))
                     }
                     _ => (None, None),
@@ -93,9 +103,17 @@ impl Packed {
         let fits = |ms: &[&QMatrix<'_>]| -> usize {
             ms.iter().filter(|m| takes(m)).map(|m| m.data().len()).sum()
         };
+        // q, k and v (gate and up) only together, as [`Packed::new`] takes them.
+        let together = |ms: &[&QMatrix<'_>]| -> usize {
+            if ms.iter().all(|m| takes(m)) {
+                fits(ms)
+            } else {
+                0
+            }
+        };
         let expert = |f: &crate::moe::ExpertFfn<'_>| fits(&[&f.gate, &f.up, &f.down]);
         let ffn_bytes = |l: &Layer<'_>| match (&l.ffn, ffn) {
-            (LayerFfn::Gated(f), true) => fits(&[&f.gate, &f.up, &f.down]),
+            (LayerFfn::Gated(f), true) => together(&[&f.gate, &f.up]) + fits(&[&f.down]),
             (LayerFfn::Moe(m), true) => {
                 let w = &m.weights;
                 w.experts.iter().map(expert).sum::<usize>()
@@ -103,7 +121,8 @@ impl Packed {
             }
             _ => 0,
         };
-        let layer = |l: &Layer<'_>| fits(&[&l.wq, &l.wk, &l.wv, &l.wo]) + ffn_bytes(l);
+        let layer =
+            |l: &Layer<'_>| together(&[&l.wq, &l.wk, &l.wv]) + fits(&[&l.wo]) + ffn_bytes(l);
         layers.iter().map(layer).sum::<usize>() + fits(&[output])
     }
 
@@ -147,13 +166,16 @@ pub fn takes(m: &QMatrix<'_>) -> bool {
     Q40x8::fits(m) && Q40x8::exact_on(kernels_neon::active_path(), m.format())
 }
 
-/// Whether repacked copies would be taken: the AVX2 or AVX-512 path, `precision` `Fast`, and not
-/// turned off (`SPARROW_Q40X8=off`, for comparisons).
+/// Whether repacked copies would be taken: the AVX2 or AVX-512 path, or an aarch64 one with
+/// `dotprod`, `precision` `Fast`, and not turned off (`SPARROW_Q40X8=off`, for comparisons).
 pub fn applies(precision: Precision) -> bool {
     precision == Precision::Fast
         && matches!(
             kernels_neon::active_path(),
-            KernelPath::Avx2Fma | KernelPath::Avx512
+            KernelPath::Avx2Fma
+                | KernelPath::Avx512
+                | KernelPath::NeonDotprod
+                | KernelPath::NeonI8mm
         )
         && std::env::var("SPARROW_Q40X8").map_or(true, |v| v != "off")
 }

@@ -1,8 +1,10 @@
-//! The repacked Q4_0 copies of one-token decode ([`Engine::pack_q40x8`]: the AVX2 and AVX-512 paths
-//! in `Fast`): a prompt (whose MoE expert groups of a few tokens read the experts' copies too) and
-//! then decode steps give bit for bit the logits of an engine without them. Repacks only where the active path is one of those (on an AVX-512 machine both, as under
-//! `SPARROW_KERNELS=avx2 cargo test -p engine --test it -- q40x8`); elsewhere it checks that
-//! nothing is repacked.
+//! The repacked copies of one-token decode ([`Engine::pack_q40x8`]: Q4_0 on the AVX2 and AVX-512
+//! paths, Q8_0 on the aarch64 ones with `dotprod`, in `Fast`): a prompt (whose MoE expert groups of
+//! a few tokens read the experts' copies too) and then decode steps give bit for bit the logits of
+//! an engine without them. Repacks only where the active path is one of those (on an AVX-512
+//! machine both x86 paths, as under `SPARROW_KERNELS=avx2 cargo test -p engine --test it --
+//! q40x8`; on aarch64 under qemu as `cargo test --target aarch64-unknown-linux-gnu -p engine
+//! --test it -- q40x8`); elsewhere it checks that nothing is repacked.
 
 use engine::{Engine, EngineOptions, Logits, ModelFile, Precision};
 use kernels_neon::{active_path, KernelPath};
@@ -18,10 +20,12 @@ fn logit_bits(eng: &Engine<'_>) -> Vec<u32> {
 }
 
 /// Decodes `path` with and without the copies: the logits must be bit for bit the same, and where
-/// the copies apply, `expected(model)` matrices repacked (their bytes counted by the model).
+/// the copies apply, `x86(model)` matrices repacked on the x86 paths and `arm(model)` on aarch64's
+/// with `dotprod` (their bytes counted by the model).
 fn repacked_gives_the_same_logits(
     path: &std::path::Path,
-    expected: impl Fn(&engine::Model) -> usize,
+    x86: impl Fn(&engine::Model) -> usize,
+    arm: impl Fn(&engine::Model) -> usize,
 ) {
     let file = ModelFile::open(path).unwrap();
     let opts = EngineOptions {
@@ -35,9 +39,13 @@ fn repacked_gives_the_same_logits(
     let mut packed = Engine::new(&file, opts).unwrap();
     let (n, bytes) = packed.pack_q40x8(true);
     assert_eq!(bytes, packed.model().packed_bytes());
-    let x86 = matches!(active_path(), KernelPath::Avx2Fma | KernelPath::Avx512);
-    if x86 && std::env::var("SPARROW_Q40X8").is_err() {
-        assert_eq!(n, expected(packed.model()), "matrices repacked");
+    let expected = match active_path() {
+        KernelPath::Avx2Fma | KernelPath::Avx512 => x86(packed.model()),
+        KernelPath::NeonDotprod | KernelPath::NeonI8mm => arm(packed.model()),
+        _ => 0,
+    };
+    if expected > 0 && std::env::var("SPARROW_Q40X8").is_err() {
+        assert_eq!(n, expected, "matrices repacked");
         assert!(bytes > 0 && bytes <= packed.q40x8_planned_bytes(true));
     } else {
         assert_eq!((n, bytes), (0, 0));
@@ -53,8 +61,8 @@ fn q40x8_repacked_decode_gives_the_same_logits() {
     let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../../fixtures/tiny-llama-silu-q4_0.gguf");
     // q, k, v, o, gate, up and down of every layer (the fixture's output projection has a
-    // vocabulary of rows not a multiple of 8).
-    repacked_gives_the_same_logits(&path, |m| 7 * m.config.n_layers);
+    // vocabulary of rows not a multiple of 8); on aarch64 nothing (no Q8_0).
+    repacked_gives_the_same_logits(&path, |m| 7 * m.config.n_layers, |_| 0);
 }
 
 /// The tiny qwen3moe fixture with its experts (`ffn_*_exps`) re-quantized to Q4_0, written to
@@ -101,12 +109,15 @@ fn moe_experts_repacked_decode_gives_the_same_logits() {
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("moe-q4_0.gguf");
     moe_with_q4_0_experts(&path);
-    // Gate, up and down of every expert of every layer; nothing else is Q4_0.
+    // Gate, up and down of every expert of every layer; nothing else is Q4_0 (the x86 paths).
     let experts = |m: &engine::Model| {
         let n = m.config.moe.as_ref().expect("an MoE model").n_experts;
         3 * n * m.config.n_layers
     };
-    let run = std::panic::catch_unwind(|| repacked_gives_the_same_logits(&path, experts));
+    // On aarch64 (Q8_0's copies) q, k, v and o of every layer; the experts are not repacked there.
+    let attention = |m: &engine::Model| 4 * m.config.n_layers;
+    let run =
+        std::panic::catch_unwind(|| repacked_gives_the_same_logits(&path, experts, attention));
     let _ = std::fs::remove_dir_all(&dir);
     if let Err(e) = run {
         std::panic::resume_unwind(e);

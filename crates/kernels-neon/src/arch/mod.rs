@@ -31,6 +31,8 @@ pub(crate) mod tags;
 mod tiles;
 #[cfg(target_arch = "x86_64")]
 mod x86_64;
+#[cfg(target_arch = "aarch64")]
+pub(crate) use aarch64::{q80x8_group, Split16};
 #[cfg(target_arch = "x86_64")]
 pub(crate) use x86_64::{q40x8_group, q40x8_group_tokens, q4kx8_group};
 

@@ -1,8 +1,9 @@
-//! `Q40x8` (Q4_0, IQ4_NL, Q5_0, Q4_1, Q5_1 and Q4_K rows repacked eight at a time): against the
-//! f64 reference within the `Fast` bound (props.rs) on every path, and bit for bit [`matvec_with`]
-//! of the original matrix where `Q40x8::exact_on` says so (the AVX2 path, and AVX-512's for Q4_0
-//! and IQ4_NL), whose one-row kernel's (`q40_pairs`, Q4_K's `q4k_i16_rows`) order it keeps; each
-//! token of `Q40x8::matvec_batch` bit for bit its own product.
+//! `Q40x8` (Q4_0, IQ4_NL, Q5_0, Q4_1, Q5_1, Q4_K and Q8_0 rows repacked eight at a time): against
+//! the f64 reference within the `Fast` bound (props.rs) on every path, and bit for bit
+//! [`matvec_with`] of the original matrix where `Q40x8::exact_on` says so (the AVX2 path, and
+//! AVX-512's for Q4_0 and IQ4_NL; Q8_0 on the aarch64 `dotprod` and `i8mm` paths), whose one-row
+//! kernel's (`q40_pairs`, Q4_K's `q4k_i16_rows`, Q8_0's split rows) order it keeps; each token of
+//! `Q40x8::matvec_batch` bit for bit its own product.
 
 use crate::common;
 
@@ -10,8 +11,11 @@ use common::*;
 use kernels_neon::*;
 use proptest::prelude::*;
 
-/// The formats the layout takes block by block.
-const FORMATS: [WeightFormat; 5] = crate::common::Q40X8_FORMATS;
+/// The formats the layout takes block by block: the nibble formats and Q8_0.
+const FORMATS: [WeightFormat; 6] = {
+    let n = crate::common::Q40X8_FORMATS;
+    [n[0], n[1], n[2], n[3], n[4], WeightFormat::Q8_0]
+};
 
 /// `Q40x8::matvec_with` on every path against the reference, and against `matvec_with` where
 /// `Q40x8::exact_on` holds (at least on AVX2, where the machine has it).
@@ -30,8 +34,16 @@ fn check_all_paths(w: &QMatrix, x: &[f32]) -> Result<(), String> {
             check(v, reference(&wf[r], x), Precision::Fast)
                 .map_err(|e| format!("{path:?} row {r}: {e}"))?;
         }
-        if path == KernelPath::Avx2Fma && !Q40x8::exact_on(path, w.format()) {
-            return Err(format!("{:?} not exact on AVX2", w.format()));
+        // Where each format's copies must be exact: the nibble formats and Q4_K on AVX2, Q8_0 on
+        // the aarch64 paths with `dotprod`.
+        let must = match w.format() {
+            WeightFormat::Q8_0 => {
+                matches!(path, KernelPath::NeonDotprod | KernelPath::NeonI8mm)
+            }
+            _ => path == KernelPath::Avx2Fma,
+        };
+        if must && !Q40x8::exact_on(path, w.format()) {
+            return Err(format!("{:?} not exact on {path:?}", w.format()));
         }
         if Q40x8::exact_on(path, w.format()) {
             let mut want = vec![f32::NAN; w.rows()];
@@ -87,7 +99,8 @@ fn q40x8_long_rows_match_matvec() {
 }
 
 /// The largest sums the kernel's i32 lanes hold: every quant 15 (the Q5s 31, IQ4_NL the table's
-/// last; and every quant 0) against activations all at +32767 and all at -32767, and alternating.
+/// last, Q8_0 -128 and 127; and every quant 0) against activations all at +32767 and all at
+/// -32767, and alternating.
 #[test]
 fn q40x8_extreme_quants_and_activations() {
     for (rows, cols) in [(16, 256), (16, 224)] {
@@ -100,7 +113,7 @@ fn extreme(rows: usize, cols: usize) {
     let min = half::f16::from_f32(-0.01).to_le_bytes();
     for (format, fill) in FORMATS
         .into_iter()
-        .flat_map(|f| [0xFFu8, 0x00, 0xF0, 0x0F, 0x5A].map(|b| (f, b)))
+        .flat_map(|f| [0xFFu8, 0x00, 0xF0, 0x0F, 0x5A, 0x80, 0x7F].map(|b| (f, b)))
     {
         // The scale (and the min: -0.01) from the pattern, the rest of the block filled.
         let head: Vec<u8> = match format {
@@ -117,8 +130,8 @@ fn extreme(rows: usize, cols: usize) {
     }
 }
 
-/// Only the nibble formats (Q4_0, IQ4_NL, Q5_0, Q4_1, Q5_1) and Q4_K with rows a multiple of 8 and
-/// at least one block a row repack.
+/// Only the nibble formats (Q4_0, IQ4_NL, Q5_0, Q4_1, Q5_1), Q4_K and Q8_0 with rows a multiple of
+/// 8 and at least one block a row repack.
 #[test]
 fn q40x8_repacks_only_its_shapes() {
     let mut rng = Rng(7);
@@ -136,9 +149,10 @@ fn q40x8_repacks_only_its_shapes() {
         (WeightFormat::Q5_1, 20, 32, false),
         (WeightFormat::Q4_K, 8, 256, true),
         (WeightFormat::Q4_K, 12, 256, false),
+        (WeightFormat::Q8_0, 8, 64, true),
+        (WeightFormat::Q8_0, 12, 64, false),
         (WeightFormat::Q5_K, 8, 256, false),
         (WeightFormat::Q6_K, 8, 256, false),
-        (WeightFormat::Q8_0, 8, 128, false),
     ] {
         let data = random_matrix(format, rows, cols, &mut rng);
         let w = QMatrix::new(format, rows, cols, &data).unwrap();
@@ -286,7 +300,8 @@ fn q40x8_batch_is_each_tokens_matvec() {
         let data = random_matrix(format, rows, cols, &mut rng);
         let w = QMatrix::new(format, rows, cols, &data).unwrap();
         let p = Q40x8::repack(&w).unwrap();
-        assert_eq!(p.batches(), format != WeightFormat::Q4_K);
+        let one_token = matches!(format, WeightFormat::Q4_K | WeightFormat::Q8_0);
+        assert_eq!(p.batches(), !one_token);
         for n in 1..=5 {
             let x = random_vec(n * cols, &mut rng);
             for path in available_paths() {

@@ -1,0 +1,204 @@
+//! The kernel of Q8_0 rows repacked eight at a time ([`crate::Q40x8`]) on `dotprod` CPUs, 16-bit
+//! activations ([`Precision::Fast`](crate::Precision::Fast)) split as [`Split16`] splits them
+//! (`x = 256 * hi + lo`), one token.
+//!
+//! A group block holds the 8 rows' f16 scales (16 bytes), then two quads of rows, each as 8
+//! registers of 16 bytes: in register `k` of quad `q`, bytes `4r..4r + 4` are weights `4k..4k + 4`
+//! of row `4q + r`. The by-element form of `sdot` (`sdot v.4s, w.16b, x.4b[i]`) multiplies each
+//! row's four bytes by the same four activation bytes, so each i32 lane gathers one row's dot: per
+//! 32 weights of four rows, 8 `sdot` on `hi` and 8 `sudot` (`i8mm`: signed weights, unsigned
+//! `lo`) or 8 `udot` (weights `+ 128`, `-128 * sum(lo)` taken back, as [`super::matvec_split`]'s
+//! rows do) with no horizontal sum, one conversion and one FMA for four rows. The lanes' integers
+//! are the block's exact dots, and per row the f32 operations are [`super::rows_acc`]'s (`d * d_x`
+//! from the f16 scale, one FMA a block from zero, in block order): bit for bit the split rows'
+//! result.
+
+use std::arch::aarch64::*;
+use std::arch::asm;
+
+use super::matvec_split::Split16;
+use super::simd::f16x4;
+use crate::arch::tags::Q8_0;
+use crate::q40x8::group_block;
+use crate::quant::QActs16;
+
+/// Bytes of a Q8_0 group block: 8 f16 scales and 8 rows of 32 quants.
+const Q80_GROUP_BLOCK: usize = group_block(Q8_0);
+
+/// `acc += w · x.4b[I]` by lanes: lane `r` gains bytes `4r..4r + 4` of `w` times bytes
+/// `4I..4I + 4` of `x`, both signed (`sdot`, by element).
+///
+/// # Safety
+/// The CPU must support the `dotprod` extension.
+#[inline]
+#[target_feature(enable = "neon,dotprod")]
+unsafe fn sdot_at<const I: i32>(mut acc: int32x4_t, w: int8x16_t, x: int8x16_t) -> int32x4_t {
+    // SAFETY: `sdot` only reads and writes the named vector registers; dotprod present per
+    // contract.
+    unsafe {
+        asm!(
+            "sdot {acc:v}.4s, {w:v}.16b, {x:v}.4b[{i}]",
+            acc = inout(vreg) acc,
+            w = in(vreg) w,
+            x = in(vreg) x,
+            i = const I,
+            options(pure, nomem, nostack, preserves_flags)
+        );
+    }
+    acc
+}
+
+/// [`sdot_at`] with both operands unsigned (`udot`, by element; the sums here stay below 2^31).
+///
+/// # Safety
+/// The CPU must support the `dotprod` extension.
+#[inline]
+#[target_feature(enable = "neon,dotprod")]
+unsafe fn udot_at<const I: i32>(mut acc: int32x4_t, w: uint8x16_t, x: uint8x16_t) -> int32x4_t {
+    // SAFETY: as `sdot_at`.
+    unsafe {
+        asm!(
+            "udot {acc:v}.4s, {w:v}.16b, {x:v}.4b[{i}]",
+            acc = inout(vreg) acc,
+            w = in(vreg) w,
+            x = in(vreg) x,
+            i = const I,
+            options(pure, nomem, nostack, preserves_flags)
+        );
+    }
+    acc
+}
+
+/// [`sdot_at`] with signed `w` and unsigned `x` (`sudot`, by element: `i8mm`).
+///
+/// # Safety
+/// The CPU must support the `i8mm` extension.
+#[inline]
+#[target_feature(enable = "neon,dotprod,i8mm")]
+unsafe fn sudot_at<const I: i32>(mut acc: int32x4_t, w: int8x16_t, x: uint8x16_t) -> int32x4_t {
+    // SAFETY: as `sdot_at`; i8mm present per contract.
+    unsafe {
+        asm!(
+            "sudot {acc:v}.4s, {w:v}.16b, {x:v}.4b[{i}]",
+            acc = inout(vreg) acc,
+            w = in(vreg) w,
+            x = in(vreg) x,
+            i = const I,
+            options(pure, nomem, nostack, preserves_flags)
+        );
+    }
+    acc
+}
+
+/// The four rows' exact dots of one quad's block (8 registers `w`) with the block's split
+/// activations `h` and `l`; `corr` the block's `-128 * sum(lo)` (used without `MM`).
+///
+/// # Safety
+/// `dotprod` present, and `i8mm` where `MM`. Always inlined into callers with those features.
+#[inline(always)]
+unsafe fn quad_sums<const MM: bool>(
+    w: [int8x16_t; 8],
+    h: [int8x16_t; 2],
+    l: [uint8x16_t; 2],
+    corr: i32,
+) -> int32x4_t {
+    // SAFETY: dotprod (and i8mm where MM) present per contract.
+    unsafe {
+        let z = vdupq_n_s32(0);
+        let a = sdot_at::<1>(sdot_at::<0>(z, w[0], h[0]), w[1], h[0]);
+        let a = sdot_at::<3>(sdot_at::<2>(a, w[2], h[0]), w[3], h[0]);
+        let a = sdot_at::<1>(sdot_at::<0>(a, w[4], h[1]), w[5], h[1]);
+        let a = sdot_at::<3>(sdot_at::<2>(a, w[6], h[1]), w[7], h[1]);
+        let s = vshlq_n_s32::<8>(a);
+        if MM {
+            let s = sudot_at::<1>(sudot_at::<0>(s, w[0], l[0]), w[1], l[0]);
+            let s = sudot_at::<3>(sudot_at::<2>(s, w[2], l[0]), w[3], l[0]);
+            let s = sudot_at::<1>(sudot_at::<0>(s, w[4], l[1]), w[5], l[1]);
+            sudot_at::<3>(sudot_at::<2>(s, w[6], l[1]), w[7], l[1])
+        } else {
+            let f = vdupq_n_u8(0x80);
+            let u = w.map(|v| veorq_u8(vreinterpretq_u8_s8(v), f));
+            let s = vaddq_s32(s, vdupq_n_s32(corr));
+            let s = udot_at::<1>(udot_at::<0>(s, u[0], l[0]), u[1], l[0]);
+            let s = udot_at::<3>(udot_at::<2>(s, u[2], l[0]), u[3], l[0]);
+            let s = udot_at::<1>(udot_at::<0>(s, u[4], l[1]), u[5], l[1]);
+            udot_at::<3>(udot_at::<2>(s, u[6], l[1]), u[7], l[1])
+        }
+    }
+}
+
+/// The dots of one Q8_0 group's 8 rows (module docs) with `xq`, split as `s`.
+///
+/// # Safety
+/// `dotprod` present, and `i8mm` where `MM`. Always inlined into [`q80x8_group`]'s two forms.
+#[inline(always)]
+unsafe fn group_body<const MM: bool>(group: &[u8], s: &Split16, xq: &QActs16) -> [f32; 8] {
+    let nb = xq.d.len();
+    assert!(
+        group.len() >= nb * Q80_GROUP_BLOCK
+            && s.hi.len() >= nb * 32
+            && s.lo.len() >= nb * 32
+            && s.corr.len() >= nb
+    );
+    // SAFETY: NEON is baseline on aarch64.
+    let mut acc = unsafe { [vdupq_n_f32(0.0); 2] };
+    for b in 0..nb {
+        // SAFETY: b < nb: group block b (272 bytes at 272 b), the split bytes 32b..32b + 32, d[b]
+        // and corr[b] are in bounds (asserted above); dotprod (and i8mm) per contract.
+        unsafe {
+            let gp = group.as_ptr().add(b * Q80_GROUP_BLOCK);
+            let (hp, lp) = (s.hi.as_ptr().add(32 * b), s.lo.as_ptr().add(32 * b));
+            let h = [vld1q_s8(hp), vld1q_s8(hp.add(16))];
+            let l = [vld1q_u8(lp), vld1q_u8(lp.add(16))];
+            let dx = *xq.d.get_unchecked(b);
+            let corr = s.corr.get_unchecked(b)[0];
+            let dh = vld1q_u16(gp as *const u16);
+            let d = [
+                vmulq_n_f32(f16x4(vget_low_u16(dh)), dx),
+                vmulq_n_f32(f16x4(vget_high_u16(dh)), dx),
+            ];
+            for (q, (a, dq)) in acc.iter_mut().zip(d).enumerate() {
+                let wp = gp.add(16 + 128 * q) as *const i8;
+                let (w0, w1) = (vld1q_s8_x4(wp), vld1q_s8_x4(wp.add(64)));
+                let w = [w0.0, w0.1, w0.2, w0.3, w1.0, w1.1, w1.2, w1.3];
+                let isum = quad_sums::<MM>(w, h, l, corr);
+                *a = vfmaq_f32(*a, vcvtq_f32_s32(isum), dq);
+            }
+        }
+    }
+    let mut y = [0f32; 8];
+    // SAFETY: 8 writable f32 in `y`.
+    unsafe {
+        vst1q_f32(y.as_mut_ptr(), acc[0]);
+        vst1q_f32(y.as_mut_ptr().add(4), acc[1]);
+    }
+    y
+}
+
+#[target_feature(enable = "neon,dotprod")]
+unsafe fn group_dp(group: &[u8], s: &Split16, xq: &QActs16) -> [f32; 8] {
+    // SAFETY: dotprod present per this function's contract.
+    unsafe { group_body::<false>(group, s, xq) }
+}
+
+#[target_feature(enable = "neon,dotprod,i8mm")]
+unsafe fn group_mm(group: &[u8], s: &Split16, xq: &QActs16) -> [f32; 8] {
+    // SAFETY: dotprod and i8mm present per this function's contract.
+    unsafe { group_body::<true>(group, s, xq) }
+}
+
+/// The dots of the 8 rows of one Q8_0 group (`xq.d.len()` group blocks at `group`) with `xq`,
+/// split as `s` ([`Split16::new`] of `xq`); `i8mm`: by `sudot`.
+///
+/// # Safety
+/// The CPU must support `dotprod`, and `i8mm` where `i8mm`.
+pub(crate) unsafe fn q80x8_group(group: &[u8], s: &Split16, xq: &QActs16, i8mm: bool) -> [f32; 8] {
+    // SAFETY: the extensions are present per this function's contract.
+    unsafe {
+        if i8mm {
+            group_mm(group, s, xq)
+        } else {
+            group_dp(group, s, xq)
+        }
+    }
+}
