@@ -1,18 +1,21 @@
 //! Rows of the 32-element nibble formats (Q4_0, IQ4_NL, Q5_0, Q4_1, Q5_1: an f16 scale, a min for
-//! the last two, 32 nibbles a block, the fifth bits of the Q5s beside) and of Q4_K repacked eight
-//! at a time, for the one-token product ([`crate::Precision::Fast`]) on the AVX2 and AVX-512 paths,
-//! and for several tokens' ([`Q40x8::matvec_batch`]): a group block holds the 8 rows' f16 scales
-//! together (and their mins), then their quants interleaved so that one 32-byte load feeds the same
-//! weights of all 8 rows, then (Q5_0, Q5_1) their fifth bits in the kernel's order (layout in
-//! `arch/x86_64/q40x8.rs`; Q4_K's group super-blocks in `arch/x86_64/q4kx8.rs`). The same bytes
-//! as the file's: a copy made once, whose [`Q40x8::bytes`] the caller counts against its memory
-//! budget.
+//! the last two, 32 nibbles a block, the fifth bits of the Q5s beside), of Q4_K and of Q8_0
+//! repacked eight at a time, for the one-token product ([`crate::Precision::Fast`]) on the AVX2
+//! and AVX-512 paths and the aarch64 ones with `dotprod`, and for several tokens'
+//! ([`Q40x8::matvec_batch`]): a group block holds the 8 rows' f16 scales together (and their
+//! mins), then their quants interleaved so that one load feeds the same weights of several rows,
+//! then (Q5_0, Q5_1) their fifth bits in the kernel's order (layout in `arch/x86_64/q40x8.rs`,
+//! which `arch/aarch64/q40x8.rs` reads too; Q4_K's group super-blocks in `arch/x86_64/q4kx8.rs`;
+//! Q8_0's quads of rows in `arch/aarch64/q80x8.rs`). The same bytes as the file's: a copy made
+//! once, whose [`Q40x8::bytes`] the caller counts against its memory budget.
 //!
 //! [`Q40x8::matvec_with`] gives, bit for bit, what [`crate::matvec_with`] gives for the original
 //! matrix in [`crate::Precision::Fast`] on the paths [`Q40x8::exact_on`] names (the order of the
-//! original's one-row kernel, `q40_pairs` or Q4_K's `q4k_i16_rows`: [`KernelPath::Avx2Fma`], and
-//! for Q4_0 and IQ4_NL [`KernelPath::Avx512`] too); other paths take a scalar loop over the same
-//! layout (the scalar reference's per-block products, its tolerance).
+//! original's one-row kernel: `q40_pairs` or Q4_K's `q4k_i16_rows` on [`KernelPath::Avx2Fma`], and
+//! for Q4_0 and IQ4_NL [`KernelPath::Avx512`] too; the split rows of `arch/aarch64/matvec_split.rs`
+//! for Q8_0, Q4_0, Q4_1 and IQ4_NL on [`KernelPath::NeonDotprod`] and [`KernelPath::NeonI8mm`]);
+//! other paths take a scalar loop over the same layout (the scalar reference's per-block products,
+//! its tolerance).
 
 use rayon::prelude::*;
 
@@ -91,7 +94,8 @@ const fn fifth_bit_at(e: usize) -> usize {
     16 * h + 4 * ((m + 1) % 4) + k
 }
 
-/// A Q4_0, IQ4_NL, Q5_0, Q4_1, Q5_1 or Q4_K matrix repacked eight rows at a time (module docs).
+/// A Q4_0, IQ4_NL, Q5_0, Q4_1, Q5_1, Q4_K or Q8_0 matrix repacked eight rows at a time (module
+/// docs).
 pub struct Q40x8 {
     data: Vec<u8>,
     format: WeightFormat,
@@ -270,17 +274,25 @@ impl Q40x8 {
     /// gives for the original in [`crate::Precision::Fast`] (both take `q40_pairs`'s order, Q4_K
     /// `q4k_i16_rows`'): Q4_0 and IQ4_NL on [`KernelPath::Avx2Fma`] and [`KernelPath::Avx512`];
     /// Q5_0, Q4_1, Q5_1 and Q4_K on the first (the second's kernels of these are `q40_512`'s,
-    /// `matvec_i16`'s and `kquant512`'s, of other orders); Q8_0 on [`KernelPath::NeonDotprod`]
-    /// and [`KernelPath::NeonI8mm`] (the split rows' order, `arch/aarch64/q80x8.rs`). Elsewhere a
+    /// `matvec_i16`'s and `kquant512`'s, of other orders); Q8_0, Q4_0, Q4_1 and IQ4_NL on
+    /// [`KernelPath::NeonDotprod`] and [`KernelPath::NeonI8mm`] (the split rows' order). Elsewhere a
     /// copy's results are within the `Fast` tolerance only, so a forward pass that must agree with
     /// the batched kernels (speculation's verification) takes copies where this holds.
     pub fn exact_on(path: KernelPath, format: WeightFormat) -> bool {
         match format {
             WeightFormat::Q8_0 => matches!(path, KernelPath::NeonDotprod | KernelPath::NeonI8mm),
-            WeightFormat::Q4_0 | WeightFormat::IQ4_NL => {
-                matches!(path, KernelPath::Avx2Fma | KernelPath::Avx512)
-            }
-            WeightFormat::Q5_0 | WeightFormat::Q4_1 | WeightFormat::Q5_1 | WeightFormat::Q4_K => {
+            WeightFormat::Q4_0 | WeightFormat::IQ4_NL => matches!(
+                path,
+                KernelPath::Avx2Fma
+                    | KernelPath::Avx512
+                    | KernelPath::NeonDotprod
+                    | KernelPath::NeonI8mm
+            ),
+            WeightFormat::Q4_1 => matches!(
+                path,
+                KernelPath::Avx2Fma | KernelPath::NeonDotprod | KernelPath::NeonI8mm
+            ),
+            WeightFormat::Q5_0 | WeightFormat::Q5_1 | WeightFormat::Q4_K => {
                 path == KernelPath::Avx2Fma
             }
             _ => false,
@@ -345,7 +357,8 @@ impl Q40x8 {
     }
 
     /// Whether products of several tokens ([`Q40x8::matvec_batch`]) read each group block once for
-    /// two tokens: every format but Q4_K and Q8_0, whose copies take one token at a time.
+    /// two or three tokens on the x86 paths: every format but Q4_K and Q8_0, whose copies take one
+    /// token at a time (as every format does on aarch64).
     pub fn batches(&self) -> bool {
         !matches!(self.format, WeightFormat::Q4_K | WeightFormat::Q8_0)
     }
@@ -462,12 +475,15 @@ fn corrs<const T: usize>(a: &[Acts8]) -> [&[i32]; T] {
 }
 
 /// A vector's 16-bit activations and each block's `-8 * sum(q_x)`, made once per vector; on
-/// aarch64 their split for the Q8_0 kernel, made on first use.
+/// aarch64 their split (and its reordering) for the kernels there, made on first use.
 pub(crate) struct Acts8 {
     xq: QActs16,
     corr: Vec<i32>,
     #[cfg(target_arch = "aarch64")]
     split: std::sync::OnceLock<crate::arch::Split16>,
+    /// The split in the order of the nibble formats' aarch64 kernel.
+    #[cfg(target_arch = "aarch64")]
+    perm: std::sync::OnceLock<crate::arch::Perm8>,
 }
 
 impl Acts8 {
@@ -483,6 +499,8 @@ impl Acts8 {
             corr,
             #[cfg(target_arch = "aarch64")]
             split: std::sync::OnceLock::new(),
+            #[cfg(target_arch = "aarch64")]
+            perm: std::sync::OnceLock::new(),
         }
     }
 }
@@ -491,17 +509,11 @@ impl Acts8 {
 fn group_dots(path: KernelPath, format: WeightFormat, group: &[u8], acts: &Acts8) -> [f32; GROUP] {
     let (xq, corr) = (&acts.xq, &acts.corr[..]);
     let x86 = matches!(path, KernelPath::Avx2Fma | KernelPath::Avx512);
+    #[cfg(target_arch = "aarch64")]
+    if let Some(y) = group_dots_neon(path, format, group, acts) {
+        return y;
+    }
     if format == WeightFormat::Q8_0 {
-        #[cfg(target_arch = "aarch64")]
-        if matches!(path, KernelPath::NeonDotprod | KernelPath::NeonI8mm) {
-            // SAFETY: NEON, all `Split16::new` needs, is baseline on aarch64.
-            let split = acts
-                .split
-                .get_or_init(|| unsafe { crate::arch::Split16::new(xq) });
-            let i8mm = path == KernelPath::NeonI8mm;
-            // SAFETY: the path was checked available: dotprod present, and i8mm on its path.
-            return unsafe { crate::arch::q80x8_group(group, split, xq, i8mm) };
-        }
         return q80_group_scalar(group, xq);
     }
     if format == WeightFormat::Q4_K {
@@ -531,6 +543,42 @@ fn group_dots(path: KernelPath, format: WeightFormat, group: &[u8], acts: &Acts8
     }
     let _ = path;
     group_dots_scalar(tag(format), group, xq, corr)
+}
+
+/// [`group_dots`] on the aarch64 paths with `dotprod` for the formats they take (Q8_0, Q4_0, Q4_1,
+/// IQ4_NL; `arch/aarch64/q80x8.rs`, `arch/aarch64/q40x8.rs`); `None` elsewhere.
+#[cfg(target_arch = "aarch64")]
+fn group_dots_neon(
+    path: KernelPath,
+    format: WeightFormat,
+    group: &[u8],
+    acts: &Acts8,
+) -> Option<[f32; GROUP]> {
+    use crate::arch::{q40x8_group_neon, q80x8_group, Perm8, Split16};
+    if !matches!(path, KernelPath::NeonDotprod | KernelPath::NeonI8mm) {
+        return None;
+    }
+    let xq = &acts.xq;
+    // SAFETY: NEON, all `Split16::new` needs, is baseline on aarch64.
+    let split = acts.split.get_or_init(|| unsafe { Split16::new(xq) });
+    let i8mm = path == KernelPath::NeonI8mm;
+    let perm = || acts.perm.get_or_init(|| Perm8::new(split));
+    // SAFETY: the path was checked available: dotprod present, and i8mm on its path.
+    unsafe {
+        Some(match format {
+            WeightFormat::Q8_0 => q80x8_group(group, split, xq, i8mm),
+            WeightFormat::Q4_0 => {
+                q40x8_group_neon::<{ tags::Q4_0 }>(group, split, perm(), xq, i8mm)
+            }
+            WeightFormat::Q4_1 => {
+                q40x8_group_neon::<{ tags::Q4_1 }>(group, split, perm(), xq, i8mm)
+            }
+            WeightFormat::IQ4_NL => {
+                q40x8_group_neon::<{ tags::IQ4_NL }>(group, split, perm(), xq, i8mm)
+            }
+            _ => return None,
+        })
+    }
 }
 
 /// [`group_dots`] of each of the first `T` tokens of `a`, the group read once for all on the x86

@@ -1,5 +1,5 @@
 //! The repacked copies of one-token decode ([`Engine::pack_q40x8`]: Q4_0 on the AVX2 and AVX-512
-//! paths, Q8_0 on the aarch64 ones with `dotprod`, in `Fast`): a prompt (whose MoE expert groups of
+//! paths, Q4_0 and Q8_0 on the aarch64 ones with `dotprod`, in `Fast`): a prompt (whose MoE expert groups of
 //! a few tokens read the experts' copies too) and then decode steps give bit for bit the logits of
 //! an engine without them. Repacks only where the active path is one of those (on an AVX-512
 //! machine both x86 paths, as under `SPARROW_KERNELS=avx2 cargo test -p engine --test it --
@@ -61,8 +61,9 @@ fn q40x8_repacked_decode_gives_the_same_logits() {
     let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../../fixtures/tiny-llama-silu-q4_0.gguf");
     // q, k, v, o, gate, up and down of every layer (the fixture's output projection has a
-    // vocabulary of rows not a multiple of 8); on aarch64 nothing (no Q8_0).
-    repacked_gives_the_same_logits(&path, |m| 7 * m.config.n_layers, |_| 0);
+    // vocabulary of rows not a multiple of 8), on both.
+    let every = |m: &engine::Model| 7 * m.config.n_layers;
+    repacked_gives_the_same_logits(&path, every, every);
 }
 
 /// The tiny qwen3moe fixture with its experts (`ffn_*_exps`) re-quantized to Q4_0, written to
@@ -114,10 +115,9 @@ fn moe_experts_repacked_decode_gives_the_same_logits() {
         let n = m.config.moe.as_ref().expect("an MoE model").n_experts;
         3 * n * m.config.n_layers
     };
-    // On aarch64 (Q8_0's copies) q, k, v and o of every layer; the experts are not repacked there.
-    let attention = |m: &engine::Model| 4 * m.config.n_layers;
-    let run =
-        std::panic::catch_unwind(|| repacked_gives_the_same_logits(&path, experts, attention));
+    // On aarch64, where Q8_0 repacks too, also q, k, v and o of every layer.
+    let arm = |m: &engine::Model| experts(m) + 4 * m.config.n_layers;
+    let run = std::panic::catch_unwind(|| repacked_gives_the_same_logits(&path, experts, arm));
     let _ = std::fs::remove_dir_all(&dir);
     if let Err(e) = run {
         std::panic::resume_unwind(e);

@@ -32,7 +32,11 @@ const Q80_GROUP_BLOCK: usize = group_block(Q8_0);
 /// The CPU must support the `dotprod` extension.
 #[inline]
 #[target_feature(enable = "neon,dotprod")]
-unsafe fn sdot_at<const I: i32>(mut acc: int32x4_t, w: int8x16_t, x: int8x16_t) -> int32x4_t {
+pub(super) unsafe fn sdot_at<const I: i32>(
+    mut acc: int32x4_t,
+    w: int8x16_t,
+    x: int8x16_t,
+) -> int32x4_t {
     // SAFETY: `sdot` only reads and writes the named vector registers; dotprod present per
     // contract.
     unsafe {
@@ -54,7 +58,11 @@ unsafe fn sdot_at<const I: i32>(mut acc: int32x4_t, w: int8x16_t, x: int8x16_t) 
 /// The CPU must support the `dotprod` extension.
 #[inline]
 #[target_feature(enable = "neon,dotprod")]
-unsafe fn udot_at<const I: i32>(mut acc: int32x4_t, w: uint8x16_t, x: uint8x16_t) -> int32x4_t {
+pub(super) unsafe fn udot_at<const I: i32>(
+    mut acc: int32x4_t,
+    w: uint8x16_t,
+    x: uint8x16_t,
+) -> int32x4_t {
     // SAFETY: as `sdot_at`.
     unsafe {
         asm!(
@@ -75,7 +83,11 @@ unsafe fn udot_at<const I: i32>(mut acc: int32x4_t, w: uint8x16_t, x: uint8x16_t
 /// The CPU must support the `i8mm` extension.
 #[inline]
 #[target_feature(enable = "neon,dotprod,i8mm")]
-unsafe fn sudot_at<const I: i32>(mut acc: int32x4_t, w: int8x16_t, x: uint8x16_t) -> int32x4_t {
+pub(super) unsafe fn sudot_at<const I: i32>(
+    mut acc: int32x4_t,
+    w: int8x16_t,
+    x: uint8x16_t,
+) -> int32x4_t {
     // SAFETY: as `sdot_at`; i8mm present per contract.
     unsafe {
         asm!(

@@ -1,0 +1,216 @@
+//! The kernel of Q4_0, Q4_1 and IQ4_NL rows repacked eight at a time ([`crate::Q40x8`], in the
+//! layout the x86 kernel reads: `arch/x86_64/q40x8.rs`) on `dotprod` CPUs, 16-bit activations
+//! ([`Precision::Fast`](crate::Precision::Fast)) split as [`Split16`] splits them, one token.
+//!
+//! Register `k` of a group block (32 bytes) holds in bytes `4r..4r + 4` row `r`'s weights
+//! `8k..8k + 8` as nibbles: byte 0 weights `8k` (low) and `8k + 2`, byte 1 `8k + 4` and `8k + 6`,
+//! byte 2 `8k + 1` and `8k + 3`, byte 3 `8k + 5` and `8k + 7`. Its first 16 bytes are rows 0-3,
+//! the last 16 rows 4-7. A mask and a shift give each row four weights a byte lane (`8k, 8k + 4,
+//! 8k + 1, 8k + 5` and `8k + 2, 8k + 6, 8k + 3, 8k + 7`), which the by-element dots
+//! ([`super::q80x8`]'s) multiply by the activations in that order ([`Perm8`], made once per
+//! vector): each i32 lane gathers one row's exact block dot, as [`super::q80x8`] does for Q8_0.
+//! Q4_0's nibbles go in unsigned with its offset taken back (`-8 * sum(x)`), Q4_1's as they are
+//! (its mins' term summed apart and added at the end), IQ4_NL's looked up in its table (`tbl`),
+//! then signed (`sudot` with `i8mm`) or `+ 128` (`udot`, `-128 * sum(lo)` taken back). Per row
+//! the f32 operations are [`super::rows_acc`]'s: bit for bit the split rows' results.
+
+use std::arch::aarch64::*;
+
+use super::matvec_split::Split16;
+use super::q80x8::{sdot_at, sudot_at, udot_at};
+use super::simd::f16x4;
+use crate::arch::tags::{has_min, Q4_0};
+use crate::q40x8::{group_block, quants_at};
+use crate::quant::QActs16;
+
+/// The split activations in the order the unpacked weights take them: per 8 elements `8k..8k +
+/// 8`, `[0, 4, 1, 5, 2, 6, 3, 7]`.
+pub(crate) struct Perm8 {
+    hi: Vec<i8>,
+    lo: Vec<u8>,
+}
+
+impl Perm8 {
+    /// `s` reordered (whole 32-element blocks).
+    pub(crate) fn new(s: &Split16) -> Perm8 {
+        const ORDER: [usize; 8] = [0, 4, 1, 5, 2, 6, 3, 7];
+        let n = s.hi.len().min(s.lo.len()) / 32 * 32;
+        let perm = |i: usize| i / 8 * 8 + ORDER[i % 8];
+        Perm8 {
+            hi: (0..n).map(|i| s.hi[perm(i)]).collect(),
+            lo: (0..n).map(|i| s.lo[perm(i)]).collect(),
+        }
+    }
+}
+
+/// The two weight vectors of the 16 bytes `v` (four rows' lanes): nibbles at bits 0-3 and 4-7 of
+/// each byte as values (Q4_0, Q4_1: 0..=15; IQ4_NL: its table's, signed).
+#[inline(always)]
+fn weights<const F: u8>(v: uint8x16_t, table: int8x16_t) -> [int8x16_t; 2] {
+    // SAFETY: NEON is baseline on aarch64.
+    unsafe {
+        let (a, b) = (vandq_u8(v, vdupq_n_u8(0x0F)), vshrq_n_u8::<4>(v));
+        if F == crate::arch::tags::IQ4_NL {
+            [vqtbl1q_s8(table, a), vqtbl1q_s8(table, b)]
+        } else {
+            [vreinterpretq_s8_u8(a), vreinterpretq_s8_u8(b)]
+        }
+    }
+}
+
+/// One quad's block: the four rows' exact dots from its 8 weight vectors `w` (register `k`'s pair
+/// at `2k`, `2k + 1`), the permuted `h` and `l`, and `corr` added to every lane.
+///
+/// # Safety
+/// `dotprod` present, and `i8mm` where `MM`. Always inlined into callers with those features.
+#[inline(always)]
+unsafe fn quad_sums<const F: u8, const MM: bool>(
+    w: [int8x16_t; 8],
+    h: [int8x16_t; 2],
+    l: [uint8x16_t; 2],
+    corr: int32x4_t,
+) -> int32x4_t {
+    // SAFETY: dotprod (and i8mm where MM) present per contract.
+    unsafe {
+        let z = vdupq_n_s32(0);
+        let a = sdot_at::<1>(sdot_at::<0>(z, w[0], h[0]), w[1], h[0]);
+        let a = sdot_at::<3>(sdot_at::<2>(a, w[2], h[0]), w[3], h[0]);
+        let a = sdot_at::<1>(sdot_at::<0>(a, w[4], h[1]), w[5], h[1]);
+        let a = sdot_at::<3>(sdot_at::<2>(a, w[6], h[1]), w[7], h[1]);
+        let s = vaddq_s32(vshlq_n_s32::<8>(a), corr);
+        if F == crate::arch::tags::IQ4_NL && MM {
+            let s = sudot_at::<1>(sudot_at::<0>(s, w[0], l[0]), w[1], l[0]);
+            let s = sudot_at::<3>(sudot_at::<2>(s, w[2], l[0]), w[3], l[0]);
+            let s = sudot_at::<1>(sudot_at::<0>(s, w[4], l[1]), w[5], l[1]);
+            return sudot_at::<3>(sudot_at::<2>(s, w[6], l[1]), w[7], l[1]);
+        }
+        let u = if F == crate::arch::tags::IQ4_NL {
+            let f = vdupq_n_u8(0x80);
+            w.map(|v| veorq_u8(vreinterpretq_u8_s8(v), f))
+        } else {
+            w.map(|v| vreinterpretq_u8_s8(v))
+        };
+        let s = udot_at::<1>(udot_at::<0>(s, u[0], l[0]), u[1], l[0]);
+        let s = udot_at::<3>(udot_at::<2>(s, u[2], l[0]), u[3], l[0]);
+        let s = udot_at::<1>(udot_at::<0>(s, u[4], l[1]), u[5], l[1]);
+        udot_at::<3>(udot_at::<2>(s, u[6], l[1]), u[7], l[1])
+    }
+}
+
+/// The dots of one group's 8 rows of format `F` (module docs) with `xq`, split as `s` and
+/// permuted as `p`.
+///
+/// # Safety
+/// `dotprod` present, and `i8mm` where `MM`. Always inlined into [`q40x8_group_neon`]'s forms.
+#[inline(always)]
+unsafe fn group_body<const F: u8, const MM: bool>(
+    group: &[u8],
+    s: &Split16,
+    p: &Perm8,
+    xq: &QActs16,
+) -> [f32; 8] {
+    let nb = xq.d.len();
+    let gbb = group_block(F);
+    assert!(
+        group.len() >= nb * gbb
+            && p.hi.len() >= nb * 32
+            && p.lo.len() >= nb * 32
+            && s.corr.len() >= nb
+            && s.sum16.len() >= 2 * nb
+            && xq.s.len() >= nb
+    );
+    // SAFETY: NEON is baseline on aarch64; the table is exactly 16 readable i8.
+    let (mut acc, mut mins, table) = unsafe {
+        (
+            [vdupq_n_f32(0.0); 2],
+            [vdupq_n_f32(0.0); 2],
+            vld1q_s8(tensor_types::IQ4NL_VALUES.as_ptr()),
+        )
+    };
+    for b in 0..nb {
+        // SAFETY: b < nb: group block b (gbb bytes at gbb b), the permuted bytes 32b..32b + 32,
+        // d[b], s[b], corr[b] and sum16[2b..2b + 2] are in bounds (asserted above); dotprod (and
+        // i8mm) per contract.
+        unsafe {
+            let gp = group.as_ptr().add(b * gbb);
+            let (hp, lp) = (p.hi.as_ptr().add(32 * b), p.lo.as_ptr().add(32 * b));
+            let h = [vld1q_s8(hp), vld1q_s8(hp.add(16))];
+            let l = [vld1q_u8(lp), vld1q_u8(lp.add(16))];
+            let corr = vdupq_n_s32(if F == Q4_0 {
+                -8 * (s.sum16.get_unchecked(2 * b) + s.sum16.get_unchecked(2 * b + 1))
+            } else if F == crate::arch::tags::IQ4_NL && !MM {
+                s.corr.get_unchecked(b)[0]
+            } else {
+                0
+            });
+            let dx = *xq.d.get_unchecked(b);
+            let dh = vld1q_u16(gp as *const u16);
+            let d = [
+                vmulq_n_f32(f16x4(vget_low_u16(dh)), dx),
+                vmulq_n_f32(f16x4(vget_high_u16(dh)), dx),
+            ];
+            let q = gp.add(quants_at(F));
+            for quad in 0..2 {
+                let mut w = [vdupq_n_s8(0); 8];
+                for k in 0..4 {
+                    let v = vld1q_u8(q.add(32 * k + 16 * quad));
+                    [w[2 * k], w[2 * k + 1]] = weights::<F>(v, table);
+                }
+                let isum = quad_sums::<F, MM>(w, h, l, corr);
+                acc[quad] = vfmaq_f32(acc[quad], vcvtq_f32_s32(isum), d[quad]);
+            }
+            if has_min(F) {
+                // The mins times the activations' sum, summed apart (`RowsAcc`'s order).
+                let mh = vld1q_u16(gp.add(16) as *const u16);
+                let sx = *xq.s.get_unchecked(b);
+                mins[0] = vaddq_f32(mins[0], vmulq_n_f32(f16x4(vget_low_u16(mh)), sx));
+                mins[1] = vaddq_f32(mins[1], vmulq_n_f32(f16x4(vget_high_u16(mh)), sx));
+            }
+        }
+    }
+    let mut y = [0f32; 8];
+    // SAFETY: 8 writable f32 in `y`; NEON is baseline.
+    unsafe {
+        if has_min(F) {
+            acc = [vaddq_f32(acc[0], mins[0]), vaddq_f32(acc[1], mins[1])];
+        }
+        vst1q_f32(y.as_mut_ptr(), acc[0]);
+        vst1q_f32(y.as_mut_ptr().add(4), acc[1]);
+    }
+    y
+}
+
+#[target_feature(enable = "neon,dotprod")]
+unsafe fn group_dp<const F: u8>(group: &[u8], s: &Split16, p: &Perm8, xq: &QActs16) -> [f32; 8] {
+    // SAFETY: dotprod present per this function's contract.
+    unsafe { group_body::<F, false>(group, s, p, xq) }
+}
+
+#[target_feature(enable = "neon,dotprod,i8mm")]
+unsafe fn group_mm<const F: u8>(group: &[u8], s: &Split16, p: &Perm8, xq: &QActs16) -> [f32; 8] {
+    // SAFETY: dotprod and i8mm present per this function's contract.
+    unsafe { group_body::<F, true>(group, s, p, xq) }
+}
+
+/// The dots of the 8 rows of one group of format `F` (Q4_0, Q4_1 or IQ4_NL; `xq.d.len()` group
+/// blocks at `group`) with `xq`, split as `s` ([`Split16::new`] of `xq`) and permuted as `p`
+/// ([`Perm8::new`] of `s`); `i8mm`: IQ4_NL's `lo` dot by `sudot`.
+///
+/// # Safety
+/// The CPU must support `dotprod`, and `i8mm` where `i8mm`.
+pub(crate) unsafe fn q40x8_group_neon<const F: u8>(
+    group: &[u8],
+    s: &Split16,
+    p: &Perm8,
+    xq: &QActs16,
+    i8mm: bool,
+) -> [f32; 8] {
+    // SAFETY: the extensions are present per this function's contract.
+    unsafe {
+        if i8mm {
+            group_mm::<F>(group, s, p, xq)
+        } else {
+            group_dp::<F>(group, s, p, xq)
+        }
+    }
+}
