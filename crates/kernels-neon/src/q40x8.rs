@@ -13,7 +13,7 @@
 //! matrix in [`crate::Precision::Fast`] on the paths [`Q40x8::exact_on`] names (the order of the
 //! original's one-row kernel: `q40_pairs` or Q4_K's `q4k_i16_rows` on [`KernelPath::Avx2Fma`], and
 //! for Q4_0 and IQ4_NL [`KernelPath::Avx512`] too; the split rows of `arch/aarch64/matvec_split.rs`
-//! for Q8_0, Q4_0, Q4_1 and IQ4_NL on [`KernelPath::NeonDotprod`] and [`KernelPath::NeonI8mm`]);
+//! for Q8_0 and the nibble formats on [`KernelPath::NeonDotprod`] and [`KernelPath::NeonI8mm`]);
 //! other paths take a scalar loop over the same layout (the scalar reference's per-block products,
 //! its tolerance).
 
@@ -274,7 +274,7 @@ impl Q40x8 {
     /// gives for the original in [`crate::Precision::Fast`] (both take `q40_pairs`'s order, Q4_K
     /// `q4k_i16_rows`'): Q4_0 and IQ4_NL on [`KernelPath::Avx2Fma`] and [`KernelPath::Avx512`];
     /// Q5_0, Q4_1, Q5_1 and Q4_K on the first (the second's kernels of these are `q40_512`'s,
-    /// `matvec_i16`'s and `kquant512`'s, of other orders); Q8_0, Q4_0, Q4_1 and IQ4_NL on
+    /// `matvec_i16`'s and `kquant512`'s, of other orders); Q8_0 and the nibble formats on
     /// [`KernelPath::NeonDotprod`] and [`KernelPath::NeonI8mm`] (the split rows' order). Elsewhere a
     /// copy's results are within the `Fast` tolerance only, so a forward pass that must agree with
     /// the batched kernels (speculation's verification) takes copies where this holds.
@@ -288,13 +288,11 @@ impl Q40x8 {
                     | KernelPath::NeonDotprod
                     | KernelPath::NeonI8mm
             ),
-            WeightFormat::Q4_1 => matches!(
+            WeightFormat::Q5_0 | WeightFormat::Q4_1 | WeightFormat::Q5_1 => matches!(
                 path,
                 KernelPath::Avx2Fma | KernelPath::NeonDotprod | KernelPath::NeonI8mm
             ),
-            WeightFormat::Q5_0 | WeightFormat::Q5_1 | WeightFormat::Q4_K => {
-                path == KernelPath::Avx2Fma
-            }
+            WeightFormat::Q4_K => path == KernelPath::Avx2Fma,
             _ => false,
         }
     }
@@ -545,8 +543,8 @@ fn group_dots(path: KernelPath, format: WeightFormat, group: &[u8], acts: &Acts8
     group_dots_scalar(tag(format), group, xq, corr)
 }
 
-/// [`group_dots`] on the aarch64 paths with `dotprod` for the formats they take (Q8_0, Q4_0, Q4_1,
-/// IQ4_NL; `arch/aarch64/q80x8.rs`, `arch/aarch64/q40x8.rs`); `None` elsewhere.
+/// [`group_dots`] on the aarch64 paths with `dotprod` for the formats they take (Q8_0 and the
+/// nibble formats; `arch/aarch64/q80x8.rs`, `arch/aarch64/q40x8.rs`); `None` elsewhere.
 #[cfg(target_arch = "aarch64")]
 fn group_dots_neon(
     path: KernelPath,
@@ -565,17 +563,20 @@ fn group_dots_neon(
     let perm = || acts.perm.get_or_init(|| Perm8::new(split));
     // SAFETY: the path was checked available: dotprod present, and i8mm on its path.
     unsafe {
+        let nibbles = |f: u8| match f {
+            tags::Q4_0 => q40x8_group_neon::<{ tags::Q4_0 }>(group, split, perm(), xq, i8mm),
+            tags::Q4_1 => q40x8_group_neon::<{ tags::Q4_1 }>(group, split, perm(), xq, i8mm),
+            tags::Q5_0 => q40x8_group_neon::<{ tags::Q5_0 }>(group, split, perm(), xq, i8mm),
+            tags::Q5_1 => q40x8_group_neon::<{ tags::Q5_1 }>(group, split, perm(), xq, i8mm),
+            _ => q40x8_group_neon::<{ tags::IQ4_NL }>(group, split, perm(), xq, i8mm),
+        };
         Some(match format {
             WeightFormat::Q8_0 => q80x8_group(group, split, xq, i8mm),
-            WeightFormat::Q4_0 => {
-                q40x8_group_neon::<{ tags::Q4_0 }>(group, split, perm(), xq, i8mm)
-            }
-            WeightFormat::Q4_1 => {
-                q40x8_group_neon::<{ tags::Q4_1 }>(group, split, perm(), xq, i8mm)
-            }
-            WeightFormat::IQ4_NL => {
-                q40x8_group_neon::<{ tags::IQ4_NL }>(group, split, perm(), xq, i8mm)
-            }
+            WeightFormat::Q4_0
+            | WeightFormat::Q4_1
+            | WeightFormat::Q5_0
+            | WeightFormat::Q5_1
+            | WeightFormat::IQ4_NL => nibbles(tag(format)),
             _ => return None,
         })
     }

@@ -2,7 +2,7 @@
 //! dense FFN, a Mixture-of-Experts layer's experts: [`PackedExperts`]) repacked eight rows at a time
 //! ([`Q40x8`]), made once at load for decode (`Precision::Fast`) where they give its results bit
 //! for bit ([`Q40x8::exact_on`]: the nibble formats and Q4_K on the AVX2 path, Q4_0 and IQ4_NL on
-//! the AVX-512 one too; Q8_0, Q4_0, Q4_1 and IQ4_NL on the aarch64 paths with `dotprod`). The
+//! the AVX-512 one too; Q8_0 and the nibble formats on the aarch64 paths with `dotprod`). The
 //! forward pass takes a copy where one exists for a step of one token in
 //! `Fast`, and for a decode step of several tokens where the copy batches them
 //! ([`Q40x8::batches`]); an MoE layer's experts' copies for every product of a step that runs the

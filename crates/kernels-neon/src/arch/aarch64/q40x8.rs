@@ -1,4 +1,4 @@
-//! The kernel of Q4_0, Q4_1 and IQ4_NL rows repacked eight at a time ([`crate::Q40x8`], in the
+//! The kernel of Q4_0, Q4_1, Q5_0, Q5_1 and IQ4_NL rows repacked eight at a time ([`crate::Q40x8`], in the
 //! layout the x86 kernel reads: `arch/x86_64/q40x8.rs`) on `dotprod` CPUs, 16-bit activations
 //! ([`Precision::Fast`](crate::Precision::Fast)) split as [`Split16`] splits them, one token.
 //!
@@ -10,7 +10,10 @@
 //! ([`super::q80x8`]'s) multiply by the activations in that order ([`Perm8`], made once per
 //! vector): each i32 lane gathers one row's exact block dot, as [`super::q80x8`] does for Q8_0.
 //! Q4_0's nibbles go in unsigned with its offset taken back (`-8 * sum(x)`), Q4_1's as they are
-//! (its mins' term summed apart and added at the end), IQ4_NL's looked up in its table (`tbl`),
+//! (its mins' term summed apart and added at the end), Q5_0's and Q5_1's likewise (offset 16) with
+//! each fifth bit put at bit 4 of its byte (row `r`'s u32 of fifth bits after the quants, shifted
+//! down by `k`: bits 4, 12, 20, 28 are the first vector's, and rotated by 4 in each u16 the
+//! second's; the x86 layout's order, `crate::q40x8`), IQ4_NL's looked up in its table (`tbl`),
 //! then signed (`sudot` with `i8mm`) or `+ 128` (`udot`, `-128 * sum(lo)` taken back). Per row
 //! the f32 operations are [`super::rows_acc`]'s: bit for bit the split rows' results.
 
@@ -19,8 +22,8 @@ use std::arch::aarch64::*;
 use super::matvec_split::Split16;
 use super::q80x8::{sdot_at, sudot_at, udot_at};
 use super::simd::f16x4;
-use crate::arch::tags::{has_min, Q4_0};
-use crate::q40x8::{group_block, quants_at};
+use crate::arch::tags::{has_min, IQ4_NL, Q4_0, Q5_0};
+use crate::q40x8::{group_block, has_fifth, quants_at};
 use crate::quant::QActs16;
 
 /// The split activations in the order the unpacked weights take them: per 8 elements `8k..8k +
@@ -44,16 +47,43 @@ impl Perm8 {
 }
 
 /// The two weight vectors of the 16 bytes `v` (four rows' lanes): nibbles at bits 0-3 and 4-7 of
-/// each byte as values (Q4_0, Q4_1: 0..=15; IQ4_NL: its table's, signed).
+/// each byte as values (Q4_0, Q4_1: 0..=15; Q5_0, Q5_1: 0..=31 with the fifth bits of `hk`, the
+/// rows' u32 of fifth bits shifted down by `k`; IQ4_NL: its table's, signed).
 #[inline(always)]
-fn weights<const F: u8>(v: uint8x16_t, table: int8x16_t) -> [int8x16_t; 2] {
+fn weights<const F: u8>(v: uint8x16_t, hk: uint32x4_t, table: int8x16_t) -> [int8x16_t; 2] {
     // SAFETY: NEON is baseline on aarch64.
     unsafe {
         let (a, b) = (vandq_u8(v, vdupq_n_u8(0x0F)), vshrq_n_u8::<4>(v));
-        if F == crate::arch::tags::IQ4_NL {
-            [vqtbl1q_s8(table, a), vqtbl1q_s8(table, b)]
-        } else {
-            [vreinterpretq_s8_u8(a), vreinterpretq_s8_u8(b)]
+        if F == IQ4_NL {
+            return [vqtbl1q_s8(table, a), vqtbl1q_s8(table, b)];
+        }
+        if has_fifth(F) {
+            // The first vector's bits at 4, 12, 20 and 28; the second's there once each u16 is
+            // rotated right by 4 (`shl` 12, then `sri` 4).
+            let bit = vdupq_n_u8(0x10);
+            let h16 = vreinterpretq_u16_u32(hk);
+            let rot = vsriq_n_u16::<4>(vshlq_n_u16::<12>(h16), h16);
+            let ha = vandq_u8(vreinterpretq_u8_u32(hk), bit);
+            let hb = vandq_u8(vreinterpretq_u8_u16(rot), bit);
+            return [
+                vreinterpretq_s8_u8(vorrq_u8(a, ha)),
+                vreinterpretq_s8_u8(vorrq_u8(b, hb)),
+            ];
+        }
+        [vreinterpretq_s8_u8(a), vreinterpretq_s8_u8(b)]
+    }
+}
+
+/// Row lanes' u32 of fifth bits `h` shifted down by `k` (0..4).
+#[inline(always)]
+fn fifth_of(h: uint32x4_t, k: usize) -> uint32x4_t {
+    // SAFETY: NEON is baseline on aarch64.
+    unsafe {
+        match k {
+            0 => h,
+            1 => vshrq_n_u32::<1>(h),
+            2 => vshrq_n_u32::<2>(h),
+            _ => vshrq_n_u32::<3>(h),
         }
     }
 }
@@ -78,13 +108,13 @@ unsafe fn quad_sums<const F: u8, const MM: bool>(
         let a = sdot_at::<1>(sdot_at::<0>(a, w[4], h[1]), w[5], h[1]);
         let a = sdot_at::<3>(sdot_at::<2>(a, w[6], h[1]), w[7], h[1]);
         let s = vaddq_s32(vshlq_n_s32::<8>(a), corr);
-        if F == crate::arch::tags::IQ4_NL && MM {
+        if F == IQ4_NL && MM {
             let s = sudot_at::<1>(sudot_at::<0>(s, w[0], l[0]), w[1], l[0]);
             let s = sudot_at::<3>(sudot_at::<2>(s, w[2], l[0]), w[3], l[0]);
             let s = sudot_at::<1>(sudot_at::<0>(s, w[4], l[1]), w[5], l[1]);
             return sudot_at::<3>(sudot_at::<2>(s, w[6], l[1]), w[7], l[1]);
         }
-        let u = if F == crate::arch::tags::IQ4_NL {
+        let u = if F == IQ4_NL {
             let f = vdupq_n_u8(0x80);
             w.map(|v| veorq_u8(vreinterpretq_u8_s8(v), f))
         } else {
@@ -136,9 +166,12 @@ unsafe fn group_body<const F: u8, const MM: bool>(
             let (hp, lp) = (p.hi.as_ptr().add(32 * b), p.lo.as_ptr().add(32 * b));
             let h = [vld1q_s8(hp), vld1q_s8(hp.add(16))];
             let l = [vld1q_u8(lp), vld1q_u8(lp.add(16))];
+            let sumx = || s.sum16.get_unchecked(2 * b) + s.sum16.get_unchecked(2 * b + 1);
             let corr = vdupq_n_s32(if F == Q4_0 {
-                -8 * (s.sum16.get_unchecked(2 * b) + s.sum16.get_unchecked(2 * b + 1))
-            } else if F == crate::arch::tags::IQ4_NL && !MM {
+                -8 * sumx()
+            } else if F == Q5_0 {
+                -16 * sumx()
+            } else if F == IQ4_NL && !MM {
                 s.corr.get_unchecked(b)[0]
             } else {
                 0
@@ -151,10 +184,15 @@ unsafe fn group_body<const F: u8, const MM: bool>(
             ];
             let q = gp.add(quants_at(F));
             for quad in 0..2 {
+                let h5 = if has_fifth(F) {
+                    vld1q_u32(q.add(128 + 16 * quad) as *const u32)
+                } else {
+                    vdupq_n_u32(0)
+                };
                 let mut w = [vdupq_n_s8(0); 8];
                 for k in 0..4 {
                     let v = vld1q_u8(q.add(32 * k + 16 * quad));
-                    [w[2 * k], w[2 * k + 1]] = weights::<F>(v, table);
+                    [w[2 * k], w[2 * k + 1]] = weights::<F>(v, fifth_of(h5, k), table);
                 }
                 let isum = quad_sums::<F, MM>(w, h, l, corr);
                 acc[quad] = vfmaq_f32(acc[quad], vcvtq_f32_s32(isum), d[quad]);
@@ -192,7 +230,7 @@ unsafe fn group_mm<const F: u8>(group: &[u8], s: &Split16, p: &Perm8, xq: &QActs
     unsafe { group_body::<F, true>(group, s, p, xq) }
 }
 
-/// The dots of the 8 rows of one group of format `F` (Q4_0, Q4_1 or IQ4_NL; `xq.d.len()` group
+/// The dots of the 8 rows of one group of format `F` (Q4_0, Q4_1, Q5_0, Q5_1 or IQ4_NL; `xq.d.len()` group
 /// blocks at `group`) with `xq`, split as `s` ([`Split16::new`] of `xq`) and permuted as `p`
 /// ([`Perm8::new`] of `s`); `i8mm`: IQ4_NL's `lo` dot by `sudot`.
 ///
