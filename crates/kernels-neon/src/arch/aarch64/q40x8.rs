@@ -20,7 +20,7 @@
 use std::arch::aarch64::*;
 
 use super::matvec_split::Split16;
-use super::q80x8::{sdot_at, sudot_at, udot_at};
+use super::q80x8::quad_sums;
 use super::simd::f16x4;
 use crate::arch::tags::{has_min, IQ4_NL, Q4_0, Q5_0};
 use crate::q40x8::{group_block, has_fifth, quants_at};
@@ -85,45 +85,6 @@ fn fifth_of(h: uint32x4_t, k: usize) -> uint32x4_t {
             2 => vshrq_n_u32::<2>(h),
             _ => vshrq_n_u32::<3>(h),
         }
-    }
-}
-
-/// One quad's block: the four rows' exact dots from its 8 weight vectors `w` (register `k`'s pair
-/// at `2k`, `2k + 1`), the permuted `h` and `l`, and `corr` added to every lane.
-///
-/// # Safety
-/// `dotprod` present, and `i8mm` where `MM`. Always inlined into callers with those features.
-#[inline(always)]
-unsafe fn quad_sums<const F: u8, const MM: bool>(
-    w: [int8x16_t; 8],
-    h: [int8x16_t; 2],
-    l: [uint8x16_t; 2],
-    corr: int32x4_t,
-) -> int32x4_t {
-    // SAFETY: dotprod (and i8mm where MM) present per contract.
-    unsafe {
-        let z = vdupq_n_s32(0);
-        let a = sdot_at::<1>(sdot_at::<0>(z, w[0], h[0]), w[1], h[0]);
-        let a = sdot_at::<3>(sdot_at::<2>(a, w[2], h[0]), w[3], h[0]);
-        let a = sdot_at::<1>(sdot_at::<0>(a, w[4], h[1]), w[5], h[1]);
-        let a = sdot_at::<3>(sdot_at::<2>(a, w[6], h[1]), w[7], h[1]);
-        let s = vaddq_s32(vshlq_n_s32::<8>(a), corr);
-        if F == IQ4_NL && MM {
-            let s = sudot_at::<1>(sudot_at::<0>(s, w[0], l[0]), w[1], l[0]);
-            let s = sudot_at::<3>(sudot_at::<2>(s, w[2], l[0]), w[3], l[0]);
-            let s = sudot_at::<1>(sudot_at::<0>(s, w[4], l[1]), w[5], l[1]);
-            return sudot_at::<3>(sudot_at::<2>(s, w[6], l[1]), w[7], l[1]);
-        }
-        let u = if F == IQ4_NL {
-            let f = vdupq_n_u8(0x80);
-            w.map(|v| veorq_u8(vreinterpretq_u8_s8(v), f))
-        } else {
-            w.map(|v| vreinterpretq_u8_s8(v))
-        };
-        let s = udot_at::<1>(udot_at::<0>(s, u[0], l[0]), u[1], l[0]);
-        let s = udot_at::<3>(udot_at::<2>(s, u[2], l[0]), u[3], l[0]);
-        let s = udot_at::<1>(udot_at::<0>(s, u[4], l[1]), u[5], l[1]);
-        udot_at::<3>(udot_at::<2>(s, u[6], l[1]), u[7], l[1])
     }
 }
 
@@ -194,7 +155,11 @@ unsafe fn group_body<const F: u8, const MM: bool>(
                     let v = vld1q_u8(q.add(32 * k + 16 * quad));
                     [w[2 * k], w[2 * k + 1]] = weights::<F>(v, fifth_of(h5, k), table);
                 }
-                let isum = quad_sums::<F, MM>(w, h, l, corr);
+                let isum = if F == IQ4_NL {
+                    quad_sums::<true, MM>(w, h, l, corr)
+                } else {
+                    quad_sums::<false, MM>(w, h, l, corr)
+                };
                 acc[quad] = vfmaq_f32(acc[quad], vcvtq_f32_s32(isum), d[quad]);
             }
             if has_min(F) {

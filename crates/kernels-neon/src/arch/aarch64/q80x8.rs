@@ -25,94 +25,61 @@ use crate::quant::QActs16;
 /// Bytes of a Q8_0 group block: 8 f16 scales and 8 rows of 32 quants.
 const Q80_GROUP_BLOCK: usize = group_block(Q8_0);
 
-/// `acc += w · x.4b[I]` by lanes: lane `r` gains bytes `4r..4r + 4` of `w` times bytes
-/// `4I..4I + 4` of `x`, both signed (`sdot`, by element).
-///
-/// # Safety
-/// The CPU must support the `dotprod` extension.
-#[inline]
-#[target_feature(enable = "neon,dotprod")]
-pub(super) unsafe fn sdot_at<const I: i32>(
-    mut acc: int32x4_t,
-    w: int8x16_t,
-    x: int8x16_t,
-) -> int32x4_t {
-    // SAFETY: `sdot` only reads and writes the named vector registers; dotprod present per
-    // contract.
-    unsafe {
-        asm!(
-            "sdot {acc:v}.4s, {w:v}.16b, {x:v}.4b[{i}]",
-            acc = inout(vreg) acc,
-            w = in(vreg) w,
-            x = in(vreg) x,
-            i = const I,
-            options(pure, nomem, nostack, preserves_flags)
-        );
-    }
-    acc
+/// A by-element dot: `acc += w · x.4b[I]` by lanes, lane `r` gaining bytes `4r..4r + 4` of `w`
+/// times bytes `4I..4I + 4` of `x` (the sums here stay below 2^31).
+macro_rules! dot_at {
+    ($(#[$doc:meta])* $name:ident, $insn:literal, $features:literal, $w:ty, $x:ty) => {
+        $(#[$doc])*
+        ///
+        /// # Safety
+        /// The CPU must support the extensions of this function's features.
+        #[inline]
+        #[target_feature(enable = $features)]
+        pub(super) unsafe fn $name<const I: i32>(mut acc: int32x4_t, w: $w, x: $x) -> int32x4_t {
+            // SAFETY: the instruction only reads and writes the named vector registers; its
+            // extension is present per contract.
+            unsafe {
+                asm!(
+                    concat!($insn, " {acc:v}.4s, {w:v}.16b, {x:v}.4b[{i}]"),
+                    acc = inout(vreg) acc,
+                    w = in(vreg) w,
+                    x = in(vreg) x,
+                    i = const I,
+                    options(pure, nomem, nostack, preserves_flags)
+                );
+            }
+            acc
+        }
+    };
 }
 
-/// [`sdot_at`] with both operands unsigned (`udot`, by element; the sums here stay below 2^31).
-///
-/// # Safety
-/// The CPU must support the `dotprod` extension.
-#[inline]
-#[target_feature(enable = "neon,dotprod")]
-pub(super) unsafe fn udot_at<const I: i32>(
-    mut acc: int32x4_t,
-    w: uint8x16_t,
-    x: uint8x16_t,
-) -> int32x4_t {
-    // SAFETY: as `sdot_at`.
-    unsafe {
-        asm!(
-            "udot {acc:v}.4s, {w:v}.16b, {x:v}.4b[{i}]",
-            acc = inout(vreg) acc,
-            w = in(vreg) w,
-            x = in(vreg) x,
-            i = const I,
-            options(pure, nomem, nostack, preserves_flags)
-        );
-    }
-    acc
-}
+dot_at!(
+    /// Both signed (`sdot`; `dotprod`).
+    sdot_at, "sdot", "neon,dotprod", int8x16_t, int8x16_t
+);
+dot_at!(
+    /// Both unsigned (`udot`; `dotprod`).
+    udot_at, "udot", "neon,dotprod", uint8x16_t, uint8x16_t
+);
+dot_at!(
+    /// Signed `w`, unsigned `x` (`sudot`; `i8mm`).
+    sudot_at, "sudot", "neon,dotprod,i8mm", int8x16_t, uint8x16_t
+);
 
-/// [`sdot_at`] with signed `w` and unsigned `x` (`sudot`, by element: `i8mm`).
-///
-/// # Safety
-/// The CPU must support the `i8mm` extension.
-#[inline]
-#[target_feature(enable = "neon,dotprod,i8mm")]
-pub(super) unsafe fn sudot_at<const I: i32>(
-    mut acc: int32x4_t,
-    w: int8x16_t,
-    x: uint8x16_t,
-) -> int32x4_t {
-    // SAFETY: as `sdot_at`; i8mm present per contract.
-    unsafe {
-        asm!(
-            "sudot {acc:v}.4s, {w:v}.16b, {x:v}.4b[{i}]",
-            acc = inout(vreg) acc,
-            w = in(vreg) w,
-            x = in(vreg) x,
-            i = const I,
-            options(pure, nomem, nostack, preserves_flags)
-        );
-    }
-    acc
-}
-
-/// The four rows' exact dots of one quad's block (8 registers `w`) with the block's split
-/// activations `h` and `l`; `corr` the block's `-128 * sum(lo)` (used without `MM`).
+/// The four rows' exact dots of one quad's block (8 weight vectors `w`, paired with the four-byte
+/// elements of `h` and `l` in order: `w[2i]`, `w[2i + 1]` with elements `2(i % 2)`, `2(i % 2) + 1`
+/// of register `i / 2`) with the split activations `h` and `l`, `corr` added to every lane before
+/// the `lo` dots. Weights signed where `SIGNED` (Q8_0, IQ4_NL: by `sudot` where `MM`, else `+ 128`
+/// by `udot`, whose `-128 * sum(lo)` the caller puts in `corr`), else unsigned (by `udot`).
 ///
 /// # Safety
 /// `dotprod` present, and `i8mm` where `MM`. Always inlined into callers with those features.
 #[inline(always)]
-unsafe fn quad_sums<const MM: bool>(
+pub(super) unsafe fn quad_sums<const SIGNED: bool, const MM: bool>(
     w: [int8x16_t; 8],
     h: [int8x16_t; 2],
     l: [uint8x16_t; 2],
-    corr: i32,
+    corr: int32x4_t,
 ) -> int32x4_t {
     // SAFETY: dotprod (and i8mm where MM) present per contract.
     unsafe {
@@ -121,21 +88,23 @@ unsafe fn quad_sums<const MM: bool>(
         let a = sdot_at::<3>(sdot_at::<2>(a, w[2], h[0]), w[3], h[0]);
         let a = sdot_at::<1>(sdot_at::<0>(a, w[4], h[1]), w[5], h[1]);
         let a = sdot_at::<3>(sdot_at::<2>(a, w[6], h[1]), w[7], h[1]);
-        let s = vshlq_n_s32::<8>(a);
-        if MM {
+        let s = vaddq_s32(vshlq_n_s32::<8>(a), corr);
+        if SIGNED && MM {
             let s = sudot_at::<1>(sudot_at::<0>(s, w[0], l[0]), w[1], l[0]);
             let s = sudot_at::<3>(sudot_at::<2>(s, w[2], l[0]), w[3], l[0]);
             let s = sudot_at::<1>(sudot_at::<0>(s, w[4], l[1]), w[5], l[1]);
-            sudot_at::<3>(sudot_at::<2>(s, w[6], l[1]), w[7], l[1])
-        } else {
-            let f = vdupq_n_u8(0x80);
-            let u = w.map(|v| veorq_u8(vreinterpretq_u8_s8(v), f));
-            let s = vaddq_s32(s, vdupq_n_s32(corr));
-            let s = udot_at::<1>(udot_at::<0>(s, u[0], l[0]), u[1], l[0]);
-            let s = udot_at::<3>(udot_at::<2>(s, u[2], l[0]), u[3], l[0]);
-            let s = udot_at::<1>(udot_at::<0>(s, u[4], l[1]), u[5], l[1]);
-            udot_at::<3>(udot_at::<2>(s, u[6], l[1]), u[7], l[1])
+            return sudot_at::<3>(sudot_at::<2>(s, w[6], l[1]), w[7], l[1]);
         }
+        let u = if SIGNED {
+            let f = vdupq_n_u8(0x80);
+            w.map(|v| veorq_u8(vreinterpretq_u8_s8(v), f))
+        } else {
+            w.map(|v| vreinterpretq_u8_s8(v))
+        };
+        let s = udot_at::<1>(udot_at::<0>(s, u[0], l[0]), u[1], l[0]);
+        let s = udot_at::<3>(udot_at::<2>(s, u[2], l[0]), u[3], l[0]);
+        let s = udot_at::<1>(udot_at::<0>(s, u[4], l[1]), u[5], l[1]);
+        udot_at::<3>(udot_at::<2>(s, u[6], l[1]), u[7], l[1])
     }
 }
 
@@ -163,7 +132,7 @@ unsafe fn group_body<const MM: bool>(group: &[u8], s: &Split16, xq: &QActs16) ->
             let h = [vld1q_s8(hp), vld1q_s8(hp.add(16))];
             let l = [vld1q_u8(lp), vld1q_u8(lp.add(16))];
             let dx = *xq.d.get_unchecked(b);
-            let corr = s.corr.get_unchecked(b)[0];
+            let corr = vdupq_n_s32(if MM { 0 } else { s.corr.get_unchecked(b)[0] });
             let dh = vld1q_u16(gp as *const u16);
             let d = [
                 vmulq_n_f32(f16x4(vget_low_u16(dh)), dx),
@@ -173,7 +142,7 @@ unsafe fn group_body<const MM: bool>(group: &[u8], s: &Split16, xq: &QActs16) ->
                 let wp = gp.add(16 + 128 * q) as *const i8;
                 let (w0, w1) = (vld1q_s8_x4(wp), vld1q_s8_x4(wp.add(64)));
                 let w = [w0.0, w0.1, w0.2, w0.3, w1.0, w1.1, w1.2, w1.3];
-                let isum = quad_sums::<MM>(w, h, l, corr);
+                let isum = quad_sums::<true, MM>(w, h, l, corr);
                 *a = vfmaq_f32(*a, vcvtq_f32_s32(isum), dq);
             }
         }
