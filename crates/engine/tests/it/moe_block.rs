@@ -535,12 +535,13 @@ fn missing_or_misshapen_tensors_are_named() {
 
 /// One token over the layer's repacked experts (`MoeBlock::forward_packed`, what a one-token decode
 /// step takes when the model's Q4_0 experts were repacked at load) routes as `forward` does and
-/// gives its outputs bit for bit on the AVX2 and AVX-512 paths (scalar elsewhere: close), with the
-/// qwen2moe shared expert and its gate.
+/// gives its outputs bit for bit where the copies are exact (`Q40x8::exact_on`: the AVX2 and
+/// AVX-512 paths, aarch64's with `dotprod`; scalar elsewhere: close), with the qwen2moe shared
+/// expert and its gate.
 #[test]
 fn one_token_over_repacked_experts_is_the_originals_bit_for_bit() {
     use engine::moe::PackedExperts;
-    use kernels_neon::{active_path, KernelPath, Q40x8};
+    use kernels_neon::{active_path, Q40x8};
     let dir = TempDir::new("packed");
     let path = dir.0.join("q.gguf");
     write_layer(&path, MoeFamily::Qwen2Moe, DType::Q4_0, 0x5EED);
@@ -551,7 +552,7 @@ fn one_token_over_repacked_experts_is_the_originals_bit_for_bit() {
         .expect("every expert repacks");
     assert_eq!(packed.count(), 3 * (EXPERTS + 1));
     assert_eq!(packed.bytes(), 3 * D * (EXPERTS * FF + SHARED_FF) / 32 * 18);
-    let x86 = matches!(active_path(), KernelPath::Avx2Fma | KernelPath::Avx512);
+    let exact = Q40x8::exact_on(active_path(), kernels_neon::WeightFormat::Q4_0);
     let mut s = MoeScratch::default();
     for t in 0..8 {
         let x = Rng(200 + t).vec(D, 1.0);
@@ -571,7 +572,7 @@ fn one_token_over_repacked_experts_is_the_originals_bit_for_bit() {
         b.forward_packed(&layer, &packed, &x, &mut got, &mut s)
             .unwrap();
         assert_eq!(s.routes(), &routes[..], "token {t}");
-        if x86 {
+        if exact {
             let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
             assert_eq!(bits(&got), bits(&want), "token {t}");
         } else {
@@ -581,9 +582,9 @@ fn one_token_over_repacked_experts_is_the_originals_bit_for_bit() {
             }
         }
     }
-    // A layer whose experts are not all of a format the copies take (Q8_0) has none.
-    let q8 = dir.0.join("q8.gguf");
-    write_layer(&q8, MoeFamily::Qwen2Moe, DType::Q8_0, 0x5EED);
+    // A layer whose experts are not all of a format the copies take (F16) has none.
+    let q8 = dir.0.join("f16.gguf");
+    write_layer(&q8, MoeFamily::Qwen2Moe, DType::F16, 0x5EED);
     let f8 = GgufFile::open(&q8).unwrap();
     let (_, layer8) = load(&f8);
     assert!(PackedExperts::new(&layer8, &Q40x8::fits, &|m| Q40x8::repack(m)).is_none());

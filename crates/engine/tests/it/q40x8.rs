@@ -67,7 +67,7 @@ fn q40x8_repacked_decode_gives_the_same_logits() {
 }
 
 /// The tiny qwen3moe fixture with its experts (`ffn_*_exps`) re-quantized to Q4_0, written to
-/// `out`; every other tensor as it is (Q8_0: no copies of them).
+/// `out`; every other tensor as it is (Q8_0: copied on aarch64 only).
 fn moe_with_q4_0_experts(out: &std::path::Path) {
     use kernels_neon::{dequantize_row, quantize_row};
     use model_format::{DType, GgufFile, GgufWriter};
