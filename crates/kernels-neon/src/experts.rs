@@ -76,8 +76,9 @@ enum Prepared<'a> {
 const GROUP: usize = 8;
 
 /// Job `job`'s copies where its `m` tokens take them: it has them, its products would run the
-/// decode kernels of `Fast`, and the copies give those kernels' bits on `path`
-/// ([`Q40x8::exact_on`]).
+/// decode kernels of `Fast`, the copies give those kernels' bits on `path`
+/// ([`Q40x8::exact_on`]), and, off x86, one token: there the copies take one token at a time
+/// ([`Q40x8::batches`]), where the originals' batch kernels unpack each block once for all.
 fn takes_copies<'a>(
     path: KernelPath,
     job: &ExpertJob<'a>,
@@ -93,6 +94,7 @@ fn takes_copies<'a>(
                     && matvec_precision(path, w.format(), precision) == Precision::Fast
             })
             && Product::per_token(m, precision, decode)
+            && (m == 1 || cfg!(target_arch = "x86_64"))
     })
 }
 

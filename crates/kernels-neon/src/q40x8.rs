@@ -355,10 +355,12 @@ impl Q40x8 {
     }
 
     /// Whether products of several tokens ([`Q40x8::matvec_batch`]) read each group block once for
-    /// two or three tokens on the x86 paths: every format but Q4_K and Q8_0, whose copies take one
-    /// token at a time (as every format does on aarch64).
+    /// two or three tokens: on x86 every format but Q4_K and Q8_0, whose copies take one token at
+    /// a time, as every format does on aarch64 (where a step of several tokens had better read the
+    /// originals once with the batch kernels than the copies once a token).
     pub fn batches(&self) -> bool {
-        !matches!(self.format, WeightFormat::Q4_K | WeightFormat::Q8_0)
+        cfg!(target_arch = "x86_64")
+            && !matches!(self.format, WeightFormat::Q4_K | WeightFormat::Q8_0)
     }
 
     /// `y[t] = W x[t]` for the `n` tokens of `x` (`n × cols`; `y`: `n × rows`, token-major) in
