@@ -125,133 +125,108 @@ impl Q40x8 {
         if w.format() == WeightFormat::Q8_0 {
             return Some(Self::repack_q80(w));
         }
-        let (rows, cols, format, f) = (w.rows(), w.cols(), w.format(), tag(w.format()));
-        let (nb, gbb, bb) = (cols / 32, group_block(f), format.block_bytes());
+        let f = tag(w.format());
         // The file's blocks: the scale, the min, the fifth bits, then the nibbles.
         let fifth = tags::quants_offset(f);
         let nib = fifth + if has_fifth(f) { 4 } else { 0 };
         let quants = quants_at(f);
-        let mut data = vec![0u8; rows / GROUP * nb * gbb];
-        // In parallel over groups (a model's matrices are repacked at load).
-        let pack = |(g, out): (usize, &mut [u8])| {
-            let src: Vec<&[u8]> = (0..GROUP).map(|r| w.row_data(GROUP * g + r)).collect();
-            for (b, gb) in out.chunks_exact_mut(gbb).enumerate() {
-                for (r, row) in src.iter().enumerate() {
-                    let blk = &row[b * bb..(b + 1) * bb];
-                    gb[2 * r..2 * r + 2].copy_from_slice(&blk[..2]);
-                    if has_min(f) {
-                        gb[16 + 2 * r..18 + 2 * r].copy_from_slice(&blk[2..4]);
-                    }
-                    // Weight e < 16 is the low nibble of quant byte e, e >= 16 the high one of
-                    // byte e - 16: weights 8k + 2m + h (m < 4) are bytes 8(k % 2) + h + 2m.
-                    let half = |i: usize| {
-                        let at = nib + 8 * i;
-                        u64::from_le_bytes(blk[at..at + 8].try_into().expect("8 bytes"))
-                    };
-                    let halves = [half(0), half(1)];
-                    for k in 0..4 {
-                        for h in 0..2 {
-                            let v = four_nibbles(halves[k % 2] >> (8 * h), k >= 2);
-                            let at = quants + 32 * k + 4 * r + 2 * h;
-                            gb[at..at + 2].copy_from_slice(&v.to_le_bytes());
-                        }
-                    }
-                    if has_fifth(f) {
-                        let qh = &blk[fifth..fifth + 4];
-                        let qh = u32::from_le_bytes(qh.try_into().expect("4 bytes"));
-                        let bits = (0..32)
-                            .filter(|&e| qh >> e & 1 == 1)
-                            .fold(0u32, |h, e| h | 1 << fifth_bit_at(e));
-                        let at = quants + 128 + 4 * r;
-                        gb[at..at + 4].copy_from_slice(&bits.to_le_bytes());
-                    }
+        Some(Self::pack_groups(w, group_block(f), |r, blk, gb| {
+            gb[2 * r..2 * r + 2].copy_from_slice(&blk[..2]);
+            if has_min(f) {
+                gb[16 + 2 * r..18 + 2 * r].copy_from_slice(&blk[2..4]);
+            }
+            // Weight e < 16 is the low nibble of quant byte e, e >= 16 the high one of byte
+            // e - 16: weights 8k + 2m + h (m < 4) are bytes 8(k % 2) + h + 2m.
+            let half = |i: usize| {
+                let at = nib + 8 * i;
+                u64::from_le_bytes(blk[at..at + 8].try_into().expect("8 bytes"))
+            };
+            let halves = [half(0), half(1)];
+            for k in 0..4 {
+                for h in 0..2 {
+                    let v = four_nibbles(halves[k % 2] >> (8 * h), k >= 2);
+                    let at = quants + 32 * k + 4 * r + 2 * h;
+                    gb[at..at + 2].copy_from_slice(&v.to_le_bytes());
                 }
             }
-        };
-        data.par_chunks_exact_mut(nb * gbb)
+            if has_fifth(f) {
+                let qh = &blk[fifth..fifth + 4];
+                let qh = u32::from_le_bytes(qh.try_into().expect("4 bytes"));
+                let bits = (0..32)
+                    .filter(|&e| qh >> e & 1 == 1)
+                    .fold(0u32, |h, e| h | 1 << fifth_bit_at(e));
+                let at = quants + 128 + 4 * r;
+                gb[at..at + 4].copy_from_slice(&bits.to_le_bytes());
+            }
+        }))
+    }
+
+    /// `w` repacked a group of 8 rows at a time, in parallel over groups (a model's matrices are
+    /// repacked at load): each block of the file (Q4_K: each super-block) becomes `out` bytes of
+    /// its group's, into which `put(r, block, group_block)` writes row `r`'s block.
+    fn pack_groups(
+        w: &QMatrix<'_>,
+        out: usize,
+        put: impl Fn(usize, &[u8], &mut [u8]) + Sync,
+    ) -> Self {
+        let (rows, cols, format) = (w.rows(), w.cols(), w.format());
+        let (nb, bb) = (cols / format.block_len(), format.block_bytes());
+        let mut data = vec![0u8; rows / GROUP * nb * out];
+        data.par_chunks_exact_mut(nb * out)
             .enumerate()
-            .for_each(pack);
-        Some(Q40x8 {
+            .for_each(|(g, group)| {
+                let src: Vec<&[u8]> = (0..GROUP).map(|r| w.row_data(GROUP * g + r)).collect();
+                for (b, gb) in group.chunks_exact_mut(out).enumerate() {
+                    for (r, row) in src.iter().enumerate() {
+                        put(r, &row[b * bb..(b + 1) * bb], gb);
+                    }
+                }
+            });
+        Q40x8 {
             data,
             format,
             rows,
             cols,
-        })
+        }
     }
 
     /// [`Q40x8::repack`] of a Q4_K matrix: per group super-block the rows' `d`, their `dmin`,
     /// the three u32 words of their packed scales (each word of the 8 rows together), then per
     /// sub-block of 32 their nibbles as a Q4_0 group block's (`arch/x86_64/q4kx8.rs`).
     fn repack_q4k(w: &QMatrix<'_>) -> Self {
-        let (rows, cols) = (w.rows(), w.cols());
-        let nsb = cols / 256;
-        let mut data = vec![0u8; rows / GROUP * nsb * Q4K_GROUP_SB];
-        let pack = |(g, out): (usize, &mut [u8])| {
-            let src: Vec<&[u8]> = (0..GROUP).map(|r| w.row_data(GROUP * g + r)).collect();
-            for (sb, gs) in out.chunks_exact_mut(Q4K_GROUP_SB).enumerate() {
-                for (r, row) in src.iter().enumerate() {
-                    let blk = &row[sb * 144..(sb + 1) * 144];
-                    gs[2 * r..2 * r + 2].copy_from_slice(&blk[..2]);
-                    gs[16 + 2 * r..18 + 2 * r].copy_from_slice(&blk[2..4]);
-                    for i in 0..3 {
-                        let at = 32 + 32 * i + 4 * r;
-                        gs[at..at + 4].copy_from_slice(&blk[4 + 4 * i..8 + 4 * i]);
-                    }
-                    // Sub-block j: the low (j even) or high nibbles of bytes 32(j / 2)..+32.
-                    for j in 0..8 {
-                        for k in 0..4 {
-                            for h in 0..2 {
-                                let at = 16 + 32 * (j / 2) + 8 * k;
-                                let x = u64::from_le_bytes(blk[at..at + 8].try_into().expect("8"));
-                                let v = four_nibbles(x >> (8 * h), j % 2 == 1);
-                                let to = 128 + 128 * j + 32 * k + 4 * r + 2 * h;
-                                gs[to..to + 2].copy_from_slice(&v.to_le_bytes());
-                            }
-                        }
+        Self::pack_groups(w, Q4K_GROUP_SB, |r, blk, gs| {
+            gs[2 * r..2 * r + 2].copy_from_slice(&blk[..2]);
+            gs[16 + 2 * r..18 + 2 * r].copy_from_slice(&blk[2..4]);
+            for i in 0..3 {
+                let at = 32 + 32 * i + 4 * r;
+                gs[at..at + 4].copy_from_slice(&blk[4 + 4 * i..8 + 4 * i]);
+            }
+            // Sub-block j: the low (j even) or high nibbles of bytes 32(j / 2)..+32.
+            for j in 0..8 {
+                for k in 0..4 {
+                    for h in 0..2 {
+                        let at = 16 + 32 * (j / 2) + 8 * k;
+                        let x = u64::from_le_bytes(blk[at..at + 8].try_into().expect("8"));
+                        let v = four_nibbles(x >> (8 * h), j % 2 == 1);
+                        let to = 128 + 128 * j + 32 * k + 4 * r + 2 * h;
+                        gs[to..to + 2].copy_from_slice(&v.to_le_bytes());
                     }
                 }
             }
-        };
-        data.par_chunks_exact_mut(nsb * Q4K_GROUP_SB)
-            .enumerate()
-            .for_each(pack);
-        Q40x8 {
-            data,
-            format: WeightFormat::Q4_K,
-            rows,
-            cols,
-        }
+        })
     }
 
     /// [`Q40x8::repack`] of a Q8_0 matrix: per group block the rows' `d`, then two quads of rows,
     /// each 8 registers of 16 bytes, register `k` of quad `q` holding weights `4k..4k + 4` of row
     /// `4q + r` at byte `4r` (`arch/aarch64/q80x8.rs`).
     fn repack_q80(w: &QMatrix<'_>) -> Self {
-        let (rows, cols) = (w.rows(), w.cols());
-        let (nb, gbb) = (cols / 32, group_block(tags::Q8_0));
-        let mut data = vec![0u8; rows / GROUP * nb * gbb];
-        let pack = |(g, out): (usize, &mut [u8])| {
-            let src: Vec<&[u8]> = (0..GROUP).map(|r| w.row_data(GROUP * g + r)).collect();
-            for (b, gb) in out.chunks_exact_mut(gbb).enumerate() {
-                for (r, row) in src.iter().enumerate() {
-                    let blk = &row[b * 34..(b + 1) * 34];
-                    gb[2 * r..2 * r + 2].copy_from_slice(&blk[..2]);
-                    for k in 0..8 {
-                        let at = 16 + 128 * (r / 4) + 16 * k + 4 * (r % 4);
-                        gb[at..at + 4].copy_from_slice(&blk[2 + 4 * k..6 + 4 * k]);
-                    }
-                }
+        Self::pack_groups(w, group_block(tags::Q8_0), |r, blk, gb| {
+            gb[2 * r..2 * r + 2].copy_from_slice(&blk[..2]);
+            for k in 0..8 {
+                let at = 16 + 128 * (r / 4) + 16 * k + 4 * (r % 4);
+                gb[at..at + 4].copy_from_slice(&blk[2 + 4 * k..6 + 4 * k]);
             }
-        };
-        data.par_chunks_exact_mut(nb * gbb)
-            .enumerate()
-            .for_each(pack);
-        Q40x8 {
-            data,
-            format: WeightFormat::Q8_0,
-            rows,
-            cols,
-        }
+        })
     }
 
     /// Whether `w` repacks ([`Q40x8::repack`]): Q4_0, IQ4_NL, Q5_0, Q4_1, Q5_1, Q4_K or Q8_0,
