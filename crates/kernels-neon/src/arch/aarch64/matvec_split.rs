@@ -290,7 +290,7 @@ pub(super) fn quants<const F: u8, const MM: bool>(blk: &[u8]) -> ([int8x16_t; 2]
 /// `-off * sum(x)` (`Q4_0`: 8, `Q5_0`: 16, their offsets), `-128 * sum(lo)` for
 /// `Q8_0`/`IQ4_NL` (the `+ 128` of the `lo` dot); `None` for the formats without an offset.
 #[inline(always)]
-fn corrections<const F: u8, const MM: bool>(s: &Split16) -> Option<&[Corr]> {
+pub(super) fn corrections<const F: u8, const MM: bool>(s: &Split16) -> Option<&[Corr]> {
     if signed_lo::<F, MM>() {
         return None;
     }

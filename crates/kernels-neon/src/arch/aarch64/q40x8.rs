@@ -19,10 +19,10 @@
 
 use std::arch::aarch64::*;
 
-use super::matvec_split::Split16;
+use super::matvec_split::{corrections, Split16};
 use super::q80x8::quad_sums;
-use super::simd::f16x4;
-use crate::arch::tags::{has_min, IQ4_NL, Q4_0, Q5_0};
+use super::simd::{f16x8_times, split_block};
+use crate::arch::tags::{has_min, IQ4_NL};
 use crate::q40x8::{group_block, has_fifth, quants_at};
 use crate::quant::QActs16;
 
@@ -106,10 +106,16 @@ unsafe fn group_body<const F: u8, const MM: bool>(
         group.len() >= nb * gbb
             && p.hi.len() >= nb * 32
             && p.lo.len() >= nb * 32
-            && s.corr.len() >= nb
-            && s.sum16.len() >= 2 * nb
             && xq.s.len() >= nb
     );
+    // Each block's offset taken back: the unsigned nibbles' (Q4_0's 8, Q5_0's 16, also with i8mm:
+    // this kernel takes Q5_0 unsigned), IQ4_NL's `+ 128` without i8mm; as the split rows take them.
+    let corr = if F == IQ4_NL {
+        corrections::<F, MM>(s)
+    } else {
+        corrections::<F, false>(s)
+    };
+    assert!(corr.is_none_or(|c| c.len() >= nb));
     // SAFETY: NEON is baseline on aarch64; the table is exactly 16 readable i8.
     let (mut acc, mut mins, table) = unsafe {
         (
@@ -120,29 +126,13 @@ unsafe fn group_body<const F: u8, const MM: bool>(
     };
     for b in 0..nb {
         // SAFETY: b < nb: group block b (gbb bytes at gbb b), the permuted bytes 32b..32b + 32,
-        // d[b], s[b], corr[b] and sum16[2b..2b + 2] are in bounds (asserted above); dotprod (and
+        // d[b], s[b] and the corrections' entry b are in bounds (asserted above); dotprod (and
         // i8mm) per contract.
         unsafe {
             let gp = group.as_ptr().add(b * gbb);
-            let (hp, lp) = (p.hi.as_ptr().add(32 * b), p.lo.as_ptr().add(32 * b));
-            let h = [vld1q_s8(hp), vld1q_s8(hp.add(16))];
-            let l = [vld1q_u8(lp), vld1q_u8(lp.add(16))];
-            let sumx = || s.sum16.get_unchecked(2 * b) + s.sum16.get_unchecked(2 * b + 1);
-            let corr = vdupq_n_s32(if F == Q4_0 {
-                -8 * sumx()
-            } else if F == Q5_0 {
-                -16 * sumx()
-            } else if F == IQ4_NL && !MM {
-                s.corr.get_unchecked(b)[0]
-            } else {
-                0
-            });
-            let dx = *xq.d.get_unchecked(b);
-            let dh = vld1q_u16(gp as *const u16);
-            let d = [
-                vmulq_n_f32(f16x4(vget_low_u16(dh)), dx),
-                vmulq_n_f32(f16x4(vget_high_u16(dh)), dx),
-            ];
+            let (h, l) = split_block(p.hi.as_ptr().add(32 * b), p.lo.as_ptr().add(32 * b));
+            let corr = vdupq_n_s32(corr.map_or(0, |c| c.get_unchecked(b)[0]));
+            let d = f16x8_times(gp, *xq.d.get_unchecked(b));
             let q = gp.add(quants_at(F));
             for quad in 0..2 {
                 let h5 = if has_fifth(F) {
@@ -164,10 +154,8 @@ unsafe fn group_body<const F: u8, const MM: bool>(
             }
             if has_min(F) {
                 // The mins times the activations' sum, summed apart (`RowsAcc`'s order).
-                let mh = vld1q_u16(gp.add(16) as *const u16);
-                let sx = *xq.s.get_unchecked(b);
-                mins[0] = vaddq_f32(mins[0], vmulq_n_f32(f16x4(vget_low_u16(mh)), sx));
-                mins[1] = vaddq_f32(mins[1], vmulq_n_f32(f16x4(vget_high_u16(mh)), sx));
+                let m = f16x8_times(gp.add(16), *xq.s.get_unchecked(b));
+                mins = [vaddq_f32(mins[0], m[0]), vaddq_f32(mins[1], m[1])];
             }
         }
     }

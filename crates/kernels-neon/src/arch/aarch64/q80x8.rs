@@ -16,8 +16,8 @@
 use std::arch::aarch64::*;
 use std::arch::asm;
 
-use super::matvec_split::Split16;
-use super::simd::f16x4;
+use super::matvec_split::{corrections, Split16};
+use super::simd::{f16x8_times, split_block};
 use crate::arch::tags::Q8_0;
 use crate::q40x8::group_block;
 use crate::quant::QActs16;
@@ -115,12 +115,9 @@ pub(super) unsafe fn quad_sums<const SIGNED: bool, const MM: bool>(
 #[inline(always)]
 unsafe fn group_body<const MM: bool>(group: &[u8], s: &Split16, xq: &QActs16) -> [f32; 8] {
     let nb = xq.d.len();
-    assert!(
-        group.len() >= nb * Q80_GROUP_BLOCK
-            && s.hi.len() >= nb * 32
-            && s.lo.len() >= nb * 32
-            && s.corr.len() >= nb
-    );
+    assert!(group.len() >= nb * Q80_GROUP_BLOCK && s.hi.len() >= nb * 32 && s.lo.len() >= nb * 32);
+    let corr = corrections::<Q8_0, MM>(s);
+    assert!(corr.is_none_or(|c| c.len() >= nb));
     // SAFETY: NEON is baseline on aarch64.
     let mut acc = unsafe { [vdupq_n_f32(0.0); 2] };
     for b in 0..nb {
@@ -128,16 +125,9 @@ unsafe fn group_body<const MM: bool>(group: &[u8], s: &Split16, xq: &QActs16) ->
         // and corr[b] are in bounds (asserted above); dotprod (and i8mm) per contract.
         unsafe {
             let gp = group.as_ptr().add(b * Q80_GROUP_BLOCK);
-            let (hp, lp) = (s.hi.as_ptr().add(32 * b), s.lo.as_ptr().add(32 * b));
-            let h = [vld1q_s8(hp), vld1q_s8(hp.add(16))];
-            let l = [vld1q_u8(lp), vld1q_u8(lp.add(16))];
-            let dx = *xq.d.get_unchecked(b);
-            let corr = vdupq_n_s32(if MM { 0 } else { s.corr.get_unchecked(b)[0] });
-            let dh = vld1q_u16(gp as *const u16);
-            let d = [
-                vmulq_n_f32(f16x4(vget_low_u16(dh)), dx),
-                vmulq_n_f32(f16x4(vget_high_u16(dh)), dx),
-            ];
+            let (h, l) = split_block(s.hi.as_ptr().add(32 * b), s.lo.as_ptr().add(32 * b));
+            let corr = vdupq_n_s32(corr.map_or(0, |c| c.get_unchecked(b)[0]));
+            let d = f16x8_times(gp, *xq.d.get_unchecked(b));
             for (q, (a, dq)) in acc.iter_mut().zip(d).enumerate() {
                 let wp = gp.add(16 + 128 * q) as *const i8;
                 let (w0, w1) = (vld1q_s8_x4(wp), vld1q_s8_x4(wp.add(64)));

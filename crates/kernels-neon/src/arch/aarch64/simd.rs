@@ -148,6 +148,42 @@ pub(super) fn fma_sums4(acc: float32x4_t, isum: [int32x4_t; 4], scale: float32x4
     vfmaq_f32(acc, vcvtq_f32_s32(t), scale)
 }
 
+/// The 8 f16 at `p` (a repacked group's 8 rows' scales or mins) as f32, each times `by`: rows
+/// 0-3, rows 4-7 (`fcvtl`, then one multiply each, as [`super::rows_acc`] scales its rows).
+///
+/// # Safety
+/// 16 bytes readable at `p`.
+#[inline(always)]
+pub(super) unsafe fn f16x8_times(p: *const u8, by: f32) -> [float32x4_t; 2] {
+    // SAFETY: 16 bytes readable per contract; NEON is baseline on aarch64.
+    unsafe {
+        let h = vld1q_u16(p as *const u16);
+        [
+            vmulq_n_f32(f16x4(vget_low_u16(h)), by),
+            vmulq_n_f32(f16x4(vget_high_u16(h)), by),
+        ]
+    }
+}
+
+/// One block's split activations (the high bytes at `hi`, the low ones at `lo`, 32 each) as two
+/// registers each.
+///
+/// # Safety
+/// 32 bytes readable at each of `hi` and `lo`.
+#[inline(always)]
+pub(super) unsafe fn split_block(
+    hi: *const i8,
+    lo: *const u8,
+) -> ([int8x16_t; 2], [uint8x16_t; 2]) {
+    // SAFETY: 32 bytes readable at each per contract; NEON is baseline on aarch64.
+    unsafe {
+        (
+            [vld1q_s8(hi), vld1q_s8(hi.add(16))],
+            [vld1q_u8(lo), vld1q_u8(lo.add(16))],
+        )
+    }
+}
+
 /// Loads 16 bytes at `b[o..o + 16]` (`o + 16 <= N`, checked at compile time by the callers'
 /// constant offsets or here).
 #[inline(always)]
