@@ -567,9 +567,10 @@ fn group_dots_tokens<const T: usize>(
     group: &[u8],
     a: &[Acts8],
 ) -> [[f32; GROUP]; T] {
-    let nibbles = !matches!(format, WeightFormat::Q4_K | WeightFormat::Q8_0);
     #[cfg(target_arch = "x86_64")]
-    if matches!(path, KernelPath::Avx2Fma | KernelPath::Avx512) && nibbles {
+    if matches!(path, KernelPath::Avx2Fma | KernelPath::Avx512)
+        && !matches!(format, WeightFormat::Q4_K | WeightFormat::Q8_0)
+    {
         use crate::arch::q40x8_group_tokens;
         let (xq, corr) = (xqs::<T>(a), corrs::<T>(a));
         // SAFETY: the path was checked available: AVX2/FMA/F16C present.
@@ -583,7 +584,6 @@ fn group_dots_tokens<const T: usize>(
             }
         };
     }
-    let _ = nibbles;
     std::array::from_fn(|t| group_dots(path, format, group, &a[t]))
 }
 

@@ -56,18 +56,17 @@ impl Packed {
             p
         };
         // Matrices taken together (q, k, v; gate, up) are copied only when all of them are.
-        let all = |ms: &[&QMatrix<'_>]| ms.iter().all(|m| takes(m));
         let layers = layers
             .iter()
             .map(|l| {
-                let qkv = if all(&[&l.wq, &l.wk, &l.wv]) {
+                let qkv = if takes_all(&[&l.wq, &l.wk, &l.wv]) {
                     [&l.wq, &l.wk, &l.wv].map(repack)
                 } else {
                     [None, None, None]
                 };
                 let (gate_up, down) = match (&l.ffn, ffn) {
                     (LayerFfn::Gated(f), true) => {
-                        let [g, u] = if all(&[&f.gate, &f.up]) {
+                        let [g, u] = if takes_all(&[&f.gate, &f.up]) {
                             [&f.gate, &f.up].map(repack)
                         } else {
                             [None, None]
@@ -105,13 +104,7 @@ impl Packed {
             ms.iter().filter(|m| takes(m)).map(|m| m.data().len()).sum()
         };
         // q, k and v (gate and up) only together, as [`Packed::new`] takes them.
-        let together = |ms: &[&QMatrix<'_>]| -> usize {
-            if ms.iter().all(|m| takes(m)) {
-                fits(ms)
-            } else {
-                0
-            }
-        };
+        let together = |ms: &[&QMatrix<'_>]| if takes_all(ms) { fits(ms) } else { 0 };
         let expert = |f: &crate::moe::ExpertFfn<'_>| fits(&[&f.gate, &f.up, &f.down]);
         let ffn_bytes = |l: &Layer<'_>| match (&l.ffn, ffn) {
             (LayerFfn::Gated(f), true) => together(&[&f.gate, &f.up]) + fits(&[&f.down]),
@@ -165,6 +158,11 @@ impl Packed {
 /// (speculation's verification, a prompt's groups) that read the original must agree with.
 pub fn takes(m: &QMatrix<'_>) -> bool {
     Q40x8::fits(m) && Q40x8::exact_on(kernels_neon::active_path(), m.format())
+}
+
+/// Whether every one of `ms` is copied ([`takes`]): matrices taken together are copied only then.
+fn takes_all(ms: &[&QMatrix<'_>]) -> bool {
+    ms.iter().all(|m| takes(m))
 }
 
 /// Whether repacked copies would be taken: the AVX2 or AVX-512 path, or an aarch64 one with
