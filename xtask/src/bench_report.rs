@@ -38,7 +38,7 @@ pub const ISA_TABLES: [(&str, &str, &str, &str); 3] = [
     (
         "In memory against llama.cpp",
         "AVX-512",
-        "x86_64 machines with AVX-512: sparrow's AVX-512 path, llama.cpp built with `GGML_NATIVE=ON`; \
+        "x86_64 machines with AVX-512: sparrow's AVX-512 path, llama.cpp built with `GGML_NATIVE=ON`, AMX off; \
 `cargo xtask bench-formats` for every weight format",
         "No result recorded yet.",
     ),

@@ -1,6 +1,6 @@
 //! llama.cpp as this project compares against it (docs/BENCHMARKS.md): built from the source vendored
 //! in the PyPI sdist `llama-cpp-python==0.3.36` (`cmake` from a venv when absent) into
-//! `target/llama.cpp/build` (`GGML_NATIVE=ON`) or, for [`Isa::Avx2`], `target/llama.cpp/build-avx2`
+//! `target/llama.cpp/build` (`GGML_NATIVE=ON`, AMX off) or, for [`Isa::Avx2`], `target/llama.cpp/build-avx2`
 //! (AVX2, FMA, F16C and BMI2 without any AVX-512, as on a Haswell or a Zen 2/3), and the speeds its
 //! `llama-bench -o json` and `sparrow bench --json` print.
 
@@ -77,7 +77,8 @@ pub fn median(mut v: Vec<f64>) -> Option<f64> {
 /// The instruction sets a comparison runs on: both sides on the same ones.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Isa {
-    /// Whatever this machine has: llama.cpp built with `GGML_NATIVE=ON`, sparrow's own detection.
+    /// Whatever this machine has: llama.cpp built with `GGML_NATIVE=ON` less AMX ([`NATIVE_FLAGS`]),
+    /// sparrow's own detection.
     Native,
     /// AVX2 only on any x86_64 machine that has it: llama.cpp built with AVX-512 off
     /// ([`AVX2_FLAGS`]), sparrow with `SPARROW_KERNELS=avx2`.
@@ -104,6 +105,16 @@ pub const AVX2_FLAGS: [&str; 15] = [
     "-DGGML_AMX_BF16=OFF",
 ];
 
+/// llama.cpp's cmake flags for [`Isa::Native`]: `-march=native` with AMX's tiles off (GCC's explicit
+/// `-mno-*` win over `-march`'s). A VM may list AMX and the kernel grant its tile state while the
+/// hypervisor traps the instructions: on the 2026-12-05 Intel Xeon VM llama.cpp's AMX kernels died
+/// (SIGILL at `tilezero`, or SIGSEGV) on every model. Sparrow has no AMX kernel either.
+pub const NATIVE_FLAGS: [&str; 3] = [
+    "-DGGML_NATIVE=ON",
+    "-DCMAKE_C_FLAGS=-mno-amx-tile -mno-amx-int8 -mno-amx-bf16",
+    "-DCMAKE_CXX_FLAGS=-mno-amx-tile -mno-amx-int8 -mno-amx-bf16",
+];
+
 impl Isa {
     /// `native` or `avx2` (the `--isa` values).
     pub fn parse(s: &str) -> Option<Isa> {
@@ -125,7 +136,7 @@ impl Isa {
     /// The cmake flags that choose the instruction sets.
     fn cmake_flags(self) -> &'static [&'static str] {
         match self {
-            Isa::Native => &["-DGGML_NATIVE=ON"],
+            Isa::Native => &NATIVE_FLAGS,
             Isa::Avx2 => &AVX2_FLAGS,
         }
     }
