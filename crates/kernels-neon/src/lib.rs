@@ -30,7 +30,7 @@
 //!   ([`cpu_features`]) but not used: phones' cores run it 128 bits wide, NEON's width, with the
 //!   same dot-product instructions.
 //!
-//! Where AVX-512F, BW, VNNI and BF16 are present too, the path is [`KernelPath::Avx512`]: the
+//! Where AVX-512F, BW, VL, VNNI and BF16 are present too, the path is [`KernelPath::Avx512`]: the
 //! AVX2 kernels with AVX-512 ones where they exist (the f32 and bf16 tiles of [`matmul`], the
 //! `Q4_K`, `Q5_K` and `Q6_K` integer dots).
 //!

@@ -13,7 +13,7 @@ pub enum KernelPath {
     Scalar,
     /// x86_64 AVX2 + FMA + F16C.
     Avx2Fma,
-    /// x86_64 AVX2 + FMA + F16C kernels, with AVX-512F/BW/VNNI/BF16 ones where they exist
+    /// x86_64 AVX2 + FMA + F16C kernels, with AVX-512F/BW/VL/VNNI/BF16 ones where they exist
     /// (prefill's f32 and bf16 tiles, the `Q4_K`, `Q5_K` and `Q6_K` integer dots).
     Avx512,
     /// aarch64 NEON (integer path via widening multiplies).

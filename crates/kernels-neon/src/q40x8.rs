@@ -398,7 +398,8 @@ impl Q40x8 {
     /// acts.len()`; `r0` and `nr` multiples of 8): each group's quants read and unpacked once for
     /// two tokens at a time, or three where that many are left (an odd count: the last pair and
     /// the odd token; four at once were slower, their accumulators spilled), each token's results
-    /// [`Q40x8::run_rows`]'s bits.
+    /// [`Q40x8::run_rows`]'s bits. On the AVX-512 path, whose 32 registers hold four tokens'
+    /// accumulators, four at a time (an OLMoE-shaped prompt layer over the copies: 1.17x pairs).
     pub(crate) fn run_rows_tokens(
         &self,
         path: KernelPath,
@@ -415,15 +416,24 @@ impl Q40x8 {
             let mut put = |t: usize, y: &[f32; GROUP]| {
                 out[t * nr + j * GROUP..t * nr + (j + 1) * GROUP].copy_from_slice(y);
             };
-            // Pairs, and an odd token's group read with the last pair (three at once), not again.
+            // Pairs (fours on AVX-512), and an odd token's group read with the last pair (three at
+            // once), not again.
             let mut t = 0;
             while t < acts.len() {
                 let a = &acts[t..];
-                let take = if a.len() == 3 { 3 } else { a.len().min(2) };
+                let take = match a.len() {
+                    3 => 3,
+                    n if path == KernelPath::Avx512 => n.min(4),
+                    n => n.min(2),
+                };
                 match take {
                     1 => put(t, &group_dots(path, f, group, &a[0])),
                     2 => {
                         let ys = group_dots_tokens::<2>(path, f, group, a);
+                        ys.iter().enumerate().for_each(|(k, y)| put(t + k, y));
+                    }
+                    4 => {
+                        let ys = group_dots_tokens::<4>(path, f, group, a);
                         ys.iter().enumerate().for_each(|(k, y)| put(t + k, y));
                     }
                     _ => {
@@ -494,8 +504,15 @@ fn group_dots(path: KernelPath, format: WeightFormat, group: &[u8], acts: &Acts8
     if format == WeightFormat::Q4_K {
         #[cfg(target_arch = "x86_64")]
         if x86 {
-            // SAFETY: the path was checked available: AVX2/FMA/F16C present.
-            return unsafe { crate::arch::q4kx8_group(group, xq) };
+            // SAFETY: the path was checked available: AVX2/FMA/F16C present, and on the AVX-512
+            // path AVX-512 VNNI and VL.
+            return unsafe {
+                if path == KernelPath::Avx512 {
+                    crate::arch::q4kx8_group_vnni(group, xq)
+                } else {
+                    crate::arch::q4kx8_group(group, xq)
+                }
+            };
         }
         return q4k_group_scalar(group, xq);
     }
@@ -504,15 +521,25 @@ fn group_dots(path: KernelPath, format: WeightFormat, group: &[u8], acts: &Acts8
     let _ = x86;
     #[cfg(target_arch = "x86_64")]
     if x86 {
-        use crate::arch::q40x8_group;
-        // SAFETY: the path was checked available: AVX2/FMA/F16C present.
+        use crate::arch::{q40x8_group as avx2, q40x8_group_vnni as vnni};
+        macro_rules! by_format {
+            ($k:ident) => {
+                match tag(format) {
+                    tags::IQ4_NL => $k::<{ tags::IQ4_NL }>(group, xq, corr),
+                    tags::Q5_0 => $k::<{ tags::Q5_0 }>(group, xq, corr),
+                    tags::Q4_1 => $k::<{ tags::Q4_1 }>(group, xq, corr),
+                    tags::Q5_1 => $k::<{ tags::Q5_1 }>(group, xq, corr),
+                    _ => $k::<{ tags::Q4_0 }>(group, xq, corr),
+                }
+            };
+        }
+        // SAFETY: the path was checked available: AVX2/FMA/F16C present, and on the AVX-512 path
+        // AVX-512 VNNI and VL.
         return unsafe {
-            match tag(format) {
-                tags::IQ4_NL => q40x8_group::<{ tags::IQ4_NL }>(group, xq, corr),
-                tags::Q5_0 => q40x8_group::<{ tags::Q5_0 }>(group, xq, corr),
-                tags::Q4_1 => q40x8_group::<{ tags::Q4_1 }>(group, xq, corr),
-                tags::Q5_1 => q40x8_group::<{ tags::Q5_1 }>(group, xq, corr),
-                _ => q40x8_group::<{ tags::Q4_0 }>(group, xq, corr),
+            if path == KernelPath::Avx512 {
+                by_format!(vnni)
+            } else {
+                by_format!(avx2)
             }
         };
     }
@@ -571,16 +598,26 @@ fn group_dots_tokens<const T: usize>(
     if matches!(path, KernelPath::Avx2Fma | KernelPath::Avx512)
         && !matches!(format, WeightFormat::Q4_K | WeightFormat::Q8_0)
     {
-        use crate::arch::q40x8_group_tokens;
+        use crate::arch::{q40x8_group_tokens as avx2, q40x8_group_tokens_vnni as vnni};
         let (xq, corr) = (xqs::<T>(a), corrs::<T>(a));
-        // SAFETY: the path was checked available: AVX2/FMA/F16C present.
+        macro_rules! by_format {
+            ($k:ident) => {
+                match tag(format) {
+                    tags::IQ4_NL => $k::<{ tags::IQ4_NL }, T>(group, xq, corr),
+                    tags::Q5_0 => $k::<{ tags::Q5_0 }, T>(group, xq, corr),
+                    tags::Q4_1 => $k::<{ tags::Q4_1 }, T>(group, xq, corr),
+                    tags::Q5_1 => $k::<{ tags::Q5_1 }, T>(group, xq, corr),
+                    _ => $k::<{ tags::Q4_0 }, T>(group, xq, corr),
+                }
+            };
+        }
+        // SAFETY: the path was checked available: AVX2/FMA/F16C present, and on the AVX-512 path
+        // AVX-512 VNNI and VL.
         return unsafe {
-            match tag(format) {
-                tags::IQ4_NL => q40x8_group_tokens::<{ tags::IQ4_NL }, T>(group, xq, corr),
-                tags::Q5_0 => q40x8_group_tokens::<{ tags::Q5_0 }, T>(group, xq, corr),
-                tags::Q4_1 => q40x8_group_tokens::<{ tags::Q4_1 }, T>(group, xq, corr),
-                tags::Q5_1 => q40x8_group_tokens::<{ tags::Q5_1 }, T>(group, xq, corr),
-                _ => q40x8_group_tokens::<{ tags::Q4_0 }, T>(group, xq, corr),
+            if path == KernelPath::Avx512 {
+                by_format!(vnni)
+            } else {
+                by_format!(avx2)
             }
         };
     }

@@ -34,7 +34,10 @@ mod x86_64;
 #[cfg(target_arch = "aarch64")]
 pub(crate) use aarch64::{q40x8_group_neon, q80x8_group, Perm8, Split16};
 #[cfg(target_arch = "x86_64")]
-pub(crate) use x86_64::{q40x8_group, q40x8_group_tokens, q4kx8_group};
+pub(crate) use x86_64::{
+    q40x8_group, q40x8_group_tokens, q40x8_group_tokens_vnni, q40x8_group_vnni, q4kx8_group,
+    q4kx8_group_vnni,
+};
 
 /// Which weight rows a matvec work item computes: `y[i]` gets row
 /// `sel.get(i)`. Dense `matvec` passes contiguous chunks, the sparse
@@ -96,7 +99,7 @@ pub(crate) fn has_avx2_fma() -> bool {
     }
 }
 
-/// x86_64 AVX-512F, BW, VNNI and BF16 present, on top of [`has_avx2_fma`].
+/// x86_64 AVX-512F, BW, VL, VNNI and BF16 present, on top of [`has_avx2_fma`].
 pub(crate) fn has_avx512() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
@@ -106,6 +109,7 @@ pub(crate) fn has_avx512() -> bool {
             has_avx2_fma()
                 && is_x86_feature_detected!("avx512f")
                 && is_x86_feature_detected!("avx512bw")
+                && is_x86_feature_detected!("avx512vl")
                 && is_x86_feature_detected!("avx512vnni")
                 && is_x86_feature_detected!("avx512bf16")
         })

@@ -52,6 +52,17 @@ fn check_all_paths(w: &QMatrix, x: &[f32]) -> Result<(), String> {
                 return Err(format!("{path:?}: {y:?} vs matvec {want:?}"));
             }
         }
+        // The AVX-512 path runs the AVX2 path's kernels with `vpdpwssd` for `vpmaddwd` and
+        // `vpaddd`: the same exact integer sums, so the same bits.
+        if path == KernelPath::Avx512 {
+            let mut avx2 = vec![f32::NAN; w.rows()];
+            packed
+                .matvec_with(KernelPath::Avx2Fma, x, &mut avx2)
+                .map_err(|e| e.to_string())?;
+            if avx2.iter().zip(&y).any(|(a, b)| a.to_bits() != b.to_bits()) {
+                return Err(format!("AVX-512 {y:?} vs AVX2 {avx2:?}"));
+            }
+        }
     }
     Ok(())
 }

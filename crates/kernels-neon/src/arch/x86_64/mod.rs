@@ -71,8 +71,10 @@ pub(crate) use matvec_i16_batch::{matvec_i16_batch, Interleaved};
 pub(crate) use matvec_int8::matvec_int8;
 pub(crate) use q40_512::{takes_matrix as q40_takes_matrix, Q40Wide};
 pub(crate) use q40_512_i8::{matvec_batch as q40_int8_batch, Q40Bytes};
-pub(crate) use q40x8::{q40x8_group, q40x8_group_tokens};
-pub(crate) use q4kx8::q4kx8_group;
+pub(crate) use q40x8::{
+    q40x8_group, q40x8_group_tokens, q40x8_group_tokens_vnni, q40x8_group_vnni,
+};
+pub(crate) use q4kx8::{q4kx8_group, q4kx8_group_vnni};
 pub(crate) use quantize::{quantize, quantize16, quantize_super};
 pub(crate) use tile::tile;
 pub(crate) use tile512::{tile as tile512, tile_scratch_bytes as tile512_scratch_bytes};

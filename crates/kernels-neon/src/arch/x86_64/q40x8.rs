@@ -63,6 +63,47 @@ unsafe fn fifth_of(h: __m256i, k: usize) -> __m256i {
     }
 }
 
+/// `acc` plus the 8 lanes' `vpmaddwd` of `w` and `x` (pairs of i16 products summed into i32):
+/// `vpdpwssd` with `V` (AVX-512 VNNI, one instruction in place of two), `vpmaddwd` and `vpaddd`
+/// without. Both wrap the same exact sums (no lane of these kernels' sums overflows), so `V`
+/// changes no bit of any result.
+///
+/// # Safety
+/// AVX2 present, and AVX-512 VNNI and VL with `V`. Always inlined, into callers that enable them.
+#[inline(always)]
+unsafe fn dot_acc<const V: bool>(acc: __m256i, w: __m256i, x: __m256i) -> __m256i {
+    // SAFETY: the features are present per contract.
+    unsafe {
+        if V {
+            _mm256_dpwssd_epi32(acc, w, x)
+        } else {
+            _mm256_add_epi32(acc, _mm256_madd_epi16(w, x))
+        }
+    }
+}
+
+/// `acc` plus the [`dot_acc`] sums of the four weight registers `w` with the four activation pairs
+/// `x` (without `V` in `((w0 x0 + w1 x1) + (w2 x2 + w3 x3))`'s order, one dependency on `acc`).
+///
+/// # Safety
+/// As [`dot_acc`].
+#[inline(always)]
+unsafe fn four_dots<const V: bool>(acc: __m256i, w: [__m256i; 4], x: [__m256i; 4]) -> __m256i {
+    // SAFETY: the features are present per contract.
+    unsafe {
+        if V {
+            let acc = dot_acc::<V>(acc, w[0], x[0]);
+            let acc = dot_acc::<V>(acc, w[1], x[1]);
+            let acc = dot_acc::<V>(acc, w[2], x[2]);
+            dot_acc::<V>(acc, w[3], x[3])
+        } else {
+            let a = _mm256_add_epi32(_mm256_madd_epi16(w[0], x[0]), _mm256_madd_epi16(w[1], x[1]));
+            let b = _mm256_add_epi32(_mm256_madd_epi16(w[2], x[2]), _mm256_madd_epi16(w[3], x[3]));
+            _mm256_add_epi32(acc, _mm256_add_epi32(a, b))
+        }
+    }
+}
+
 /// IQ4_NL's values plus 128 in both 128-bit lanes.
 ///
 /// # Safety
@@ -121,10 +162,14 @@ unsafe fn unpack<const F: u8>(v: __m256i, hk: __m256i) -> [__m256i; 4] {
 /// term of Q4_1 and Q5_1 is apart).
 ///
 /// # Safety
-/// AVX2 present; a group block of format `F` readable at `gp`, 32 i16 at `x`.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn block_sums<const F: u8>(gp: *const u8, x: *const i16, corr: i32) -> __m256i {
+/// AVX2 present (AVX-512 VNNI and VL with `V`, [`dot_acc`]); a group block of format `F` readable
+/// at `gp`, 32 i16 at `x`. Always inlined, into callers that enable them.
+#[inline(always)]
+unsafe fn block_sums<const F: u8, const V: bool>(
+    gp: *const u8,
+    x: *const i16,
+    corr: i32,
+) -> __m256i {
     let xp = x as *const i32;
     let corr = corr * corr_factor(F);
     // SAFETY: 16 i32 pairs at `xp`, the group block at `gp`, per contract.
@@ -137,19 +182,11 @@ unsafe fn block_sums<const F: u8>(gp: *const u8, x: *const i16, corr: i32) -> __
             for k in 0..4 {
                 let v = _mm256_loadu_si256(gp.add(quants_at(F) + 32 * k) as *const __m256i);
                 let w = unpack::<F>(v, _mm256_setzero_si256());
-                let a = _mm256_add_epi32(
-                    _mm256_madd_epi16(w[0], pair(4 * k)),
-                    _mm256_madd_epi16(w[1], pair(4 * k + 1)),
-                );
-                let b = _mm256_add_epi32(
-                    _mm256_madd_epi16(w[2], pair(4 * k + 2)),
-                    _mm256_madd_epi16(w[3], pair(4 * k + 3)),
-                );
-                s = _mm256_add_epi32(s, _mm256_add_epi32(a, b));
+                s = four_dots::<V>(s, w, [0, 1, 2, 3].map(|m| pair(4 * k + m)));
             }
             return s;
         }
-        masked_sums::<F>(gp.add(quants_at(F)), fifth_bits::<F>(gp), x, corr)
+        masked_sums::<F, V>(gp.add(quants_at(F)), fifth_bits::<F>(gp), x, corr)
     }
 }
 
@@ -159,10 +196,10 @@ unsafe fn block_sums<const F: u8>(gp: *const u8, x: *const i16, corr: i32) -> __
 /// sums of their own, divided back by exact shifts.
 ///
 /// # Safety
-/// AVX2 present; 128 bytes readable at `q`, 32 i16 at `x`.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn masked_sums<const F: u8>(
+/// AVX2 present (AVX-512 VNNI and VL with `V`, [`dot_acc`]); 128 bytes readable at `q`, 32 i16 at
+/// `x`. Always inlined, into callers that enable them.
+#[inline(always)]
+pub(super) unsafe fn masked_sums<const F: u8, const V: bool>(
     q: *const u8,
     h: __m256i,
     x: *const i16,
@@ -200,11 +237,15 @@ pub(super) unsafe fn masked_sums<const F: u8>(
                 let b3 = _mm256_and_si256(_mm256_slli_epi16::<4>(hk), _mm256_set1_epi16(0x0010));
                 w3 = _mm256_or_si256(w3, b3);
             }
-            let a = _mm256_madd_epi16(w0, pair(4 * k));
-            let d = _mm256_madd_epi16(w3, pair(4 * k + 3));
-            s1 = _mm256_add_epi32(s1, _mm256_add_epi32(a, d));
-            s2 = _mm256_add_epi32(s2, _mm256_madd_epi16(w1, pair(4 * k + 1)));
-            s3 = _mm256_add_epi32(s3, _mm256_madd_epi16(w2, pair(4 * k + 2)));
+            if V {
+                s1 = dot_acc::<V>(dot_acc::<V>(s1, w0, pair(4 * k)), w3, pair(4 * k + 3));
+            } else {
+                let a = _mm256_madd_epi16(w0, pair(4 * k));
+                let d = _mm256_madd_epi16(w3, pair(4 * k + 3));
+                s1 = _mm256_add_epi32(s1, _mm256_add_epi32(a, d));
+            }
+            s2 = dot_acc::<V>(s2, w1, pair(4 * k + 1));
+            s3 = dot_acc::<V>(s3, w2, pair(4 * k + 2));
         }
         // s3 = 256 T3 and s2 + s3 / 16 = 16 (T2 + T3): both shifts are exact.
         let t = _mm256_srai_epi32::<4>(_mm256_add_epi32(s2, _mm256_srai_epi32::<4>(s3)));
@@ -215,10 +256,10 @@ pub(super) unsafe fn masked_sums<const F: u8>(
 /// `acc` plus group block `b`'s 8 exact sums times `d_w * d_x` (one FMA).
 ///
 /// # Safety
-/// AVX2/FMA/F16C present; `b` below the blocks of `group` (of format `F`), of `xq` and of `corr`.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn block_fma<const F: u8>(
+/// AVX2/FMA/F16C present (AVX-512 VNNI and VL with `V`); `b` below the blocks of `group` (of format
+/// `F`), of `xq` and of `corr`. Always inlined, into callers that enable them.
+#[inline(always)]
+unsafe fn block_fma<const F: u8, const V: bool>(
     group: &[u8],
     xq: &QActs16,
     corr: &[i32],
@@ -234,7 +275,7 @@ unsafe fn block_fma<const F: u8>(
         _mm_prefetch::<_MM_HINT_T0>(ahead as *const i8);
         _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(64) as *const i8);
         _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(128) as *const i8);
-        let isum = block_sums::<F>(gp, xq.qs.as_ptr().add(b * 32), *corr.get_unchecked(b));
+        let isum = block_sums::<F, V>(gp, xq.qs.as_ptr().add(b * 32), *corr.get_unchecked(b));
         let dw = _mm256_cvtph_ps(_mm_loadu_si128(gp as *const __m128i));
         let f = _mm256_mul_ps(dw, _mm256_set1_ps(*xq.d.get_unchecked(b)));
         let acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), f, acc);
@@ -259,31 +300,58 @@ pub(crate) unsafe fn q40x8_group<const F: u8>(
     xq: &QActs16,
     corr: &[i32],
 ) -> [f32; 8] {
+    // SAFETY: AVX2/FMA/F16C present per contract, enabled here.
+    unsafe { group_body::<F, false>(group, xq, corr) }
+}
+
+/// [`q40x8_group`] with AVX-512 VNNI's `vpdpwssd` ([`dot_acc`]): the same bits.
+///
+/// # Safety
+/// AVX2/FMA/F16C and AVX-512 VNNI and VL present.
+#[target_feature(enable = "avx2,fma,f16c,avx512vnni,avx512vl")]
+pub(crate) unsafe fn q40x8_group_vnni<const F: u8>(
+    group: &[u8],
+    xq: &QActs16,
+    corr: &[i32],
+) -> [f32; 8] {
+    // SAFETY: AVX2/FMA/F16C and AVX-512 VNNI and VL present per contract, enabled here.
+    unsafe { group_body::<F, true>(group, xq, corr) }
+}
+
+/// [`q40x8_group`]'s body, `V` as [`dot_acc`]'s.
+///
+/// # Safety
+/// As [`q40x8_group_vnni`] with `V`, [`q40x8_group`] without; always inlined into them.
+#[inline(always)]
+unsafe fn group_body<const F: u8, const V: bool>(
+    group: &[u8],
+    xq: &QActs16,
+    corr: &[i32],
+) -> [f32; 8] {
     let nb = xq.d.len();
     assert!(group.len() >= nb * group_block(F) && xq.qs.len() >= nb * 32 && corr.len() >= nb);
-    let mut acc = [_mm256_setzero_ps(); 4];
-    for q in 0..nb / 4 {
-        // Block 4q + j into accumulator j, written out so that the four stay in registers.
-        // SAFETY: q < nb / 4, so blocks 4q..4q + 4 < nb: in bounds (asserted above).
-        unsafe {
+    // SAFETY: the features per contract; every block index below is under `nb`, so group block
+    // b, activations b*32..b*32 + 32, d[b] and corr[b] are in bounds (asserted above); 8 f32 are
+    // written to an 8-element array.
+    unsafe {
+        let mut acc = [_mm256_setzero_ps(); 4];
+        for q in 0..nb / 4 {
+            // Block 4q + j into accumulator j, written out so that the four stay in registers.
             let [a0, a1, a2, a3] = &mut acc;
-            *a0 = block_fma::<F>(group, xq, corr, 4 * q, *a0);
-            *a1 = block_fma::<F>(group, xq, corr, 4 * q + 1, *a1);
-            *a2 = block_fma::<F>(group, xq, corr, 4 * q + 2, *a2);
-            *a3 = block_fma::<F>(group, xq, corr, 4 * q + 3, *a3);
+            *a0 = block_fma::<F, V>(group, xq, corr, 4 * q, *a0);
+            *a1 = block_fma::<F, V>(group, xq, corr, 4 * q + 1, *a1);
+            *a2 = block_fma::<F, V>(group, xq, corr, 4 * q + 2, *a2);
+            *a3 = block_fma::<F, V>(group, xq, corr, 4 * q + 3, *a3);
         }
-    }
-    let mut s = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
-    if nb % 4 != 0 {
-        // The last `nb % 4` blocks as the one-row kernel's tail (`q40_tail`): per block
-        // `(d_w * d_x) * sum` (no FMA) summed from zero, added to the quads' sum at the end.
-        let mut t = _mm256_setzero_ps();
-        for b in nb - nb % 4..nb {
-            // SAFETY: b < nb: group block b, activations b*32..b*32 + 32, d[b] and corr[b] in
-            // bounds (asserted above).
-            unsafe {
+        let mut s = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
+        if nb % 4 != 0 {
+            // The last `nb % 4` blocks as the one-row kernel's tail (`q40_tail`): per block
+            // `(d_w * d_x) * sum` (no FMA) summed from zero, added to the quads' sum at the end.
+            let mut t = _mm256_setzero_ps();
+            for b in nb - nb % 4..nb {
                 let gp = group.as_ptr().add(b * group_block(F));
-                let isum = block_sums::<F>(gp, xq.qs.as_ptr().add(b * 32), *corr.get_unchecked(b));
+                let x = xq.qs.as_ptr().add(b * 32);
+                let isum = block_sums::<F, V>(gp, x, *corr.get_unchecked(b));
                 let dw = _mm256_cvtph_ps(_mm_loadu_si128(gp as *const __m128i));
                 let f = _mm256_mul_ps(dw, _mm256_set1_ps(*xq.d.get_unchecked(b)));
                 t = _mm256_add_ps(t, _mm256_mul_ps(f, _mm256_cvtepi32_ps(isum)));
@@ -292,13 +360,12 @@ pub(crate) unsafe fn q40x8_group<const F: u8>(
                     t = _mm256_add_ps(t, _mm256_mul_ps(m, _mm256_set1_ps(*xq.s.get_unchecked(b))));
                 }
             }
+            s = _mm256_add_ps(s, t);
         }
-        s = _mm256_add_ps(s, t);
+        let mut y = [0f32; 8];
+        _mm256_storeu_ps(y.as_mut_ptr(), s);
+        y
     }
-    let mut y = [0f32; 8];
-    // SAFETY: 8 f32 written to an 8-element array.
-    unsafe { _mm256_storeu_ps(y.as_mut_ptr(), s) };
-    y
 }
 
 /// [`block_sums`] for each of `T` tokens (`x[t]`, `corr[t]`), the block's quants loaded and
@@ -308,13 +375,13 @@ pub(crate) unsafe fn q40x8_group<const F: u8>(
 /// masked form for two tokens). The sums are exact integers, so each token's are [`block_sums`]'s.
 ///
 /// # Safety
-/// AVX2 present; a group block of format `F` readable at `gp`, 32 i16 at each `x[t]`. Always
-/// inlined, into callers that enable AVX2/FMA/F16C (a call per block cost a third of the kernel's
-/// time).
+/// AVX2 present (AVX-512 VNNI and VL with `V`, [`dot_acc`]); a group block of format `F` readable
+/// at `gp`, 32 i16 at each `x[t]`. Always inlined, into callers that enable them (a call per block
+/// cost a third of the kernel's time).
 // The token index `t` reaches several arrays at once (loops over the const `T`, unrolled).
 #[allow(clippy::needless_range_loop)]
 #[inline(always)]
-unsafe fn block_sums_t<const F: u8, const T: usize>(
+unsafe fn block_sums_t<const F: u8, const T: usize, const V: bool>(
     gp: *const u8,
     x: [*const i16; T],
     corr: [i32; T],
@@ -336,15 +403,7 @@ unsafe fn block_sums_t<const F: u8, const T: usize>(
             let v = _mm256_loadu_si256(gp.add(quants_at(F) + 32 * k) as *const __m256i);
             let w = unpack::<F>(v, fifth_of(h, k));
             for t in 0..T {
-                let a = _mm256_add_epi32(
-                    _mm256_madd_epi16(w[0], pair(t, 4 * k)),
-                    _mm256_madd_epi16(w[1], pair(t, 4 * k + 1)),
-                );
-                let b = _mm256_add_epi32(
-                    _mm256_madd_epi16(w[2], pair(t, 4 * k + 2)),
-                    _mm256_madd_epi16(w[3], pair(t, 4 * k + 3)),
-                );
-                s1[t] = _mm256_add_epi32(s1[t], _mm256_add_epi32(a, b));
+                s1[t] = four_dots::<V>(s1[t], w, [0, 1, 2, 3].map(|m| pair(t, 4 * k + m)));
             }
         }
         s1
@@ -360,7 +419,7 @@ unsafe fn block_sums_t<const F: u8, const T: usize>(
 // The token index `t` reaches several arrays at once (loops over the const `T`, unrolled).
 #[allow(clippy::needless_range_loop)]
 #[inline(always)]
-unsafe fn block_fma_t<const F: u8, const T: usize, const TAIL: bool>(
+unsafe fn block_fma_t<const F: u8, const T: usize, const TAIL: bool, const V: bool>(
     group: &[u8],
     xq: [&QActs16; T],
     corr: [&[i32]; T],
@@ -384,7 +443,7 @@ unsafe fn block_fma_t<const F: u8, const T: usize, const TAIL: bool>(
             x[t] = xq[t].qs.as_ptr().add(b * 32);
             c[t] = *corr[t].get_unchecked(b);
         }
-        let isum = block_sums_t::<F, T>(gp, x, c);
+        let isum = block_sums_t::<F, T, V>(gp, x, c);
         let dw = _mm256_cvtph_ps(_mm_loadu_si128(gp as *const __m128i));
         let m = if has_min(F) {
             _mm256_cvtph_ps(_mm_loadu_si128(gp.add(16) as *const __m128i))
@@ -419,10 +478,39 @@ unsafe fn block_fma_t<const F: u8, const T: usize, const TAIL: bool>(
 ///
 /// # Safety
 /// AVX2/FMA/F16C present.
-// The token index `t` reaches several arrays at once (loops over the const `T`, unrolled).
-#[allow(clippy::needless_range_loop)]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn q40x8_group_tokens<const F: u8, const T: usize>(
+    group: &[u8],
+    xq: [&QActs16; T],
+    corr: [&[i32]; T],
+) -> [[f32; 8]; T] {
+    // SAFETY: AVX2/FMA/F16C present per contract, enabled here.
+    unsafe { tokens_body::<F, T, false>(group, xq, corr) }
+}
+
+/// [`q40x8_group_tokens`] with AVX-512 VNNI's `vpdpwssd` ([`dot_acc`]): the same bits.
+///
+/// # Safety
+/// AVX2/FMA/F16C and AVX-512 VNNI and VL present.
+#[target_feature(enable = "avx2,fma,f16c,avx512vnni,avx512vl")]
+pub(crate) unsafe fn q40x8_group_tokens_vnni<const F: u8, const T: usize>(
+    group: &[u8],
+    xq: [&QActs16; T],
+    corr: [&[i32]; T],
+) -> [[f32; 8]; T] {
+    // SAFETY: AVX2/FMA/F16C and AVX-512 VNNI and VL present per contract, enabled here.
+    unsafe { tokens_body::<F, T, true>(group, xq, corr) }
+}
+
+/// [`q40x8_group_tokens`]'s body, `V` as [`dot_acc`]'s.
+///
+/// # Safety
+/// As [`q40x8_group_tokens_vnni`] with `V`, [`q40x8_group_tokens`] without; always inlined into
+/// them.
+// The token index `t` reaches several arrays at once (loops over the const `T`, unrolled).
+#[allow(clippy::needless_range_loop)]
+#[inline(always)]
+unsafe fn tokens_body<const F: u8, const T: usize, const V: bool>(
     group: &[u8],
     xq: [&QActs16; T],
     corr: [&[i32]; T],
@@ -433,41 +521,40 @@ pub(crate) unsafe fn q40x8_group_tokens<const F: u8, const T: usize>(
             && xq.iter().all(|q| q.d.len() == nb && q.qs.len() >= nb * 32)
             && corr.iter().all(|c| c.len() >= nb)
     );
-    let mut acc = [[_mm256_setzero_ps(); T]; 4];
-    for q in 0..nb / 4 {
-        // Block 4q + j into accumulator j, written out so that the four stay in registers.
-        // SAFETY: q < nb / 4, so blocks 4q..4q + 4 < nb: in bounds (asserted above).
-        unsafe {
+    // SAFETY: the features per contract; every block index below is under `nb`, so in bounds
+    // (asserted above); 8 f32 are written to each 8-element array.
+    unsafe {
+        let mut acc = [[_mm256_setzero_ps(); T]; 4];
+        for q in 0..nb / 4 {
+            // Block 4q + j into accumulator j, written out so that the four stay in registers.
             let [a0, a1, a2, a3] = &mut acc;
-            *a0 = block_fma_t::<F, T, false>(group, xq, corr, 4 * q, *a0);
-            *a1 = block_fma_t::<F, T, false>(group, xq, corr, 4 * q + 1, *a1);
-            *a2 = block_fma_t::<F, T, false>(group, xq, corr, 4 * q + 2, *a2);
-            *a3 = block_fma_t::<F, T, false>(group, xq, corr, 4 * q + 3, *a3);
+            *a0 = block_fma_t::<F, T, false, V>(group, xq, corr, 4 * q, *a0);
+            *a1 = block_fma_t::<F, T, false, V>(group, xq, corr, 4 * q + 1, *a1);
+            *a2 = block_fma_t::<F, T, false, V>(group, xq, corr, 4 * q + 2, *a2);
+            *a3 = block_fma_t::<F, T, false, V>(group, xq, corr, 4 * q + 3, *a3);
         }
-    }
-    let mut s = [_mm256_setzero_ps(); T];
-    for t in 0..T {
-        s[t] = _mm256_add_ps(
-            _mm256_add_ps(acc[0][t], acc[1][t]),
-            _mm256_add_ps(acc[2][t], acc[3][t]),
-        );
-    }
-    if nb % 4 != 0 {
-        // The last `nb % 4` blocks as the one-row kernel's tail (`q40_tail`): per block
-        // `(d_w * d_x) * sum` (no FMA) summed from zero, added to the quads' sum at the end.
-        let mut tail = [_mm256_setzero_ps(); T];
-        for b in nb - nb % 4..nb {
-            // SAFETY: b < nb: in bounds (asserted above).
-            tail = unsafe { block_fma_t::<F, T, true>(group, xq, corr, b, tail) };
-        }
+        let mut s = [_mm256_setzero_ps(); T];
         for t in 0..T {
-            s[t] = _mm256_add_ps(s[t], tail[t]);
+            s[t] = _mm256_add_ps(
+                _mm256_add_ps(acc[0][t], acc[1][t]),
+                _mm256_add_ps(acc[2][t], acc[3][t]),
+            );
         }
+        if nb % 4 != 0 {
+            // The last `nb % 4` blocks as the one-row kernel's tail (`q40_tail`): per block
+            // `(d_w * d_x) * sum` (no FMA) summed from zero, added to the quads' sum at the end.
+            let mut tail = [_mm256_setzero_ps(); T];
+            for b in nb - nb % 4..nb {
+                tail = block_fma_t::<F, T, true, V>(group, xq, corr, b, tail);
+            }
+            for t in 0..T {
+                s[t] = _mm256_add_ps(s[t], tail[t]);
+            }
+        }
+        let mut y = [[0f32; 8]; T];
+        for (yt, st) in y.iter_mut().zip(s) {
+            _mm256_storeu_ps(yt.as_mut_ptr(), st);
+        }
+        y
     }
-    let mut y = [[0f32; 8]; T];
-    for (yt, st) in y.iter_mut().zip(s) {
-        // SAFETY: 8 f32 written to an 8-element array.
-        unsafe { _mm256_storeu_ps(yt.as_mut_ptr(), st) };
-    }
-    y
 }

@@ -33,17 +33,40 @@ const NIBBLES: usize = 128;
 /// AVX2/FMA/F16C present.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn q4kx8_group(group: &[u8], xq: &QActs16) -> [f32; 8] {
+    // SAFETY: AVX2/FMA/F16C present per contract, enabled here.
+    unsafe { group_body::<false>(group, xq) }
+}
+
+/// [`q4kx8_group`] with AVX-512 VNNI's `vpdpwssd` (`q40x8`'s `dot_acc`): the same bits.
+///
+/// # Safety
+/// AVX2/FMA/F16C and AVX-512 VNNI and VL present.
+#[target_feature(enable = "avx2,fma,f16c,avx512vnni,avx512vl")]
+pub(crate) unsafe fn q4kx8_group_vnni(group: &[u8], xq: &QActs16) -> [f32; 8] {
+    // SAFETY: AVX2/FMA/F16C and AVX-512 VNNI and VL present per contract, enabled here.
+    unsafe { group_body::<true>(group, xq) }
+}
+
+/// [`q4kx8_group`]'s body, `V` as `q40x8`'s `dot_acc`.
+///
+/// # Safety
+/// As [`q4kx8_group_vnni`] with `V`, [`q4kx8_group`] without; always inlined into them.
+#[inline(always)]
+unsafe fn group_body<const V: bool>(group: &[u8], xq: &QActs16) -> [f32; 8] {
     let nsb = xq.d.len() / 8;
     assert!(group.len() >= nsb * GROUP_SB && xq.qs.len() >= nsb * 256 && xq.s.len() >= nsb * 8);
-    let (k1, k2, k3) = (
-        _mm256_set1_epi32(0x3f3f_3f3f),
-        _mm256_set1_epi32(0x0f0f_0f0f),
-        _mm256_set1_epi32(0x0303_0303),
-    );
-    let byte = _mm256_set1_epi32(0xFF);
+    // SAFETY: the features per contract.
+    let (k1, k2, k3, byte) = unsafe {
+        (
+            _mm256_set1_epi32(0x3f3f_3f3f),
+            _mm256_set1_epi32(0x0f0f_0f0f),
+            _mm256_set1_epi32(0x0303_0303),
+            _mm256_set1_epi32(0xFF),
+        )
+    };
     // Per sub-block index j, lane r: row r's `(d * sc_j) * d_x` sums and `(dmin * m_j) * s_x` ones.
-    let mut acc = [_mm256_setzero_ps(); 8];
-    let mut mins = [_mm256_setzero_ps(); 8];
+    // SAFETY: the features per contract.
+    let (mut acc, mut mins) = unsafe { ([_mm256_setzero_ps(); 8], [_mm256_setzero_ps(); 8]) };
     for sb in 0..nsb {
         // SAFETY: sb < nsb: group super-block sb, activations sb*256..sb*256 + 256 and their
         // scales and sums sb*8..sb*8 + 8 are in bounds (asserted above).
@@ -89,19 +112,21 @@ pub(crate) unsafe fn q4kx8_group(group: &[u8], xq: &QActs16) -> [f32; 8] {
                 let scale = _mm256_mul_ps(_mm256_mul_ps(lane(sc[j / 4]), d), dx);
                 mins[j] = _mm256_fmadd_ps(_mm256_mul_ps(lane(mn[j / 4]), dmin), sx, mins[j]);
                 let q = gp.add(NIBBLES + 128 * j);
-                let isum = masked_sums::<Q4_0>(q, _mm256_setzero_si256(), xp.add(32 * j), 0);
+                let isum = masked_sums::<Q4_0, V>(q, _mm256_setzero_si256(), xp.add(32 * j), 0);
                 acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), scale, acc[j]);
             }
         }
     }
     // `hsum`'s tree over the lanes j: (0 + 4) + (2 + 6), (1 + 5) + (3 + 7), then their sum.
-    let tree = |v: &[__m256; 8]| {
-        let t: [__m256; 4] = std::array::from_fn(|j| _mm256_add_ps(v[j], v[j + 4]));
-        _mm256_add_ps(_mm256_add_ps(t[0], t[2]), _mm256_add_ps(t[1], t[3]))
-    };
-    let y = _mm256_sub_ps(tree(&acc), tree(&mins));
-    let mut out = [0f32; 8];
-    // SAFETY: 8 f32 written to an 8-element array.
-    unsafe { _mm256_storeu_ps(out.as_mut_ptr(), y) };
-    out
+    // SAFETY: the features per contract; 8 f32 written to an 8-element array.
+    unsafe {
+        let tree = |v: &[__m256; 8]| {
+            let t: [__m256; 4] = std::array::from_fn(|j| _mm256_add_ps(v[j], v[j + 4]));
+            _mm256_add_ps(_mm256_add_ps(t[0], t[2]), _mm256_add_ps(t[1], t[3]))
+        };
+        let y = _mm256_sub_ps(tree(&acc), tree(&mins));
+        let mut out = [0f32; 8];
+        _mm256_storeu_ps(out.as_mut_ptr(), y);
+        out
+    }
 }
