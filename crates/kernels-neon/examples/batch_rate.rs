@@ -24,6 +24,7 @@ fn main() {
         KernelPath::Avx512
     };
     let copies = env("COPIES", 0) == 1;
+    let tile = env("MATMUL", 0) == 1;
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
         .build()
@@ -40,6 +41,13 @@ fn main() {
             "q5_1" => WeightFormat::Q5_1,
             "q8_0" => WeightFormat::Q8_0,
             "iq4_nl" => WeightFormat::IQ4_NL,
+            "q4_k" => WeightFormat::Q4_K,
+            "q5_k" => WeightFormat::Q5_K,
+            "q6_k" => WeightFormat::Q6_K,
+            "q2_k" => WeightFormat::Q2_K,
+            "q3_k" => WeightFormat::Q3_K,
+            "iq4_xs" => WeightFormat::IQ4_XS,
+            "f16" => WeightFormat::F16,
             other => panic!("unknown format `{other}`"),
         })
         .collect();
@@ -80,6 +88,7 @@ fn main() {
                         let (xs, ys) = (&x[..n * cols], &mut y[..n * rows]);
                         match &packed {
                             Some(p) => p.matvec_batch_with(path, xs, n, ys),
+                            None if tile => kernels_neon::matmul(&w, xs, n, ys, Precision::Fast),
                             None => matvec_batch_with(path, &w, xs, n, ys, Precision::Fast),
                         }
                         .unwrap()

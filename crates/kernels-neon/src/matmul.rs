@@ -7,8 +7,8 @@ use rayon::prelude::*;
 use crate::out_rows::OutPtr;
 use crate::quant::{QActs, QActs16};
 use crate::{
-    active_path, arch, check_path, check_tokens, matmul_chunk, matvec_with, KernelError,
-    KernelPath, Precision, QMatrix, WeightFormat,
+    active_path, arch, check_path, check_tokens, matmul_chunk, matvec_batch_with, matvec_with,
+    KernelError, KernelPath, Precision, QMatrix, WeightFormat,
 };
 
 /// Batched product: `x` is `n` rows of `cols` (token-major), `y` is `n` rows
@@ -31,8 +31,10 @@ use crate::{
 ///   `matvec`'s `Fast`): on the AVX-512 path `Fast` prompts of Q4_0/Q4_1/Q5_1, on the AVX2 path
 ///   those and Q8_0's, IQ4_NL's and IQ4_XS's (no 8-bit tile for them there).
 ///
-/// Elsewhere `Fast` and `Exact` prompts take the f32 tile, and `Int8` ones the bf16 tile where the
-/// path has one. [`Precision::Ggml`] prompts are one `matvec` per token (llama.cpp's roundings).
+/// Below [`INT_TILE_MIN_TOKENS`] tokens, `Fast` prompts of the quantized formats are a decode
+/// step's products ([`crate::matvec_batch`], each token's `matvec` bits). Elsewhere `Fast` and
+/// `Exact` prompts take the f32 tile, and `Int8` ones the bf16 tile where the path has one.
+/// [`Precision::Ggml`] prompts are one `matvec` per token (llama.cpp's roundings).
 pub fn matmul(
     w: &QMatrix,
     x: &[f32],
@@ -45,16 +47,18 @@ pub fn matmul(
 
 /// Fewest tokens for which [`matmul`] takes the 16-bit integer tile (`arch::tile_i16`) and the
 /// 32-block formats' 8-bit one, and for which `Fast` prompts of the K-quants take the 8-bit one
-/// (`arch::tile_int8`):
+/// (`arch::tile_int8`); below it `Fast` prompts of the quantized formats run the decode kernels
+/// ([`crate::matvec_batch`]: 2-8 tokens 3-9x the f32 tile's rate, 31 tokens 1.1-1.4x, every
+/// 32-block format and Q4_K/Q6_K, AVX-512 and AVX2, 2 threads, 2026-12-05, `examples/batch_rate.rs`
+/// with `MATMUL=1`; the f32 tile dequantizes the whole matrix for any token count):
 /// - below it, repacking the rows for the 16-bit tile costs more than the tile saves (K-quant rows
 ///   in that tile were 0.6-0.9x of the f32 tile's rate at 2-32 tokens, 1.1-1.5x from 64, one
 ///   2-thread run of `examples/tile_n.rs`);
 /// - the 8-bit tile is faster than the f32 one from 2 tokens (1.7x at 2-16 on AVX-512), but short
-///   prompts (chat turns, the reference's prompts of 4-16 tokens) keep the f32 tile, at least as
-///   accurate as decode's 16-bit products: with 8-bit ones from 2 tokens one of
-///   Qwen2.5-Coder-0.5B's 32-token greedy continuations in `engine/tests/it/reference_qwen.rs`
-///   changed after 27 identical tokens. Where the prompt's time counts, from 32 tokens, K-quant
-///   rows take 8 bits, as llama.cpp's prompts always do (Qwen2.5-Coder-0.5B's perplexity over 16
+///   prompts (chat turns, the reference's prompts of 4-16 tokens) keep 16-bit products, decode's:
+///   with 8-bit ones from 2 tokens one of Qwen2.5-Coder-0.5B's 32-token greedy continuations in
+///   `engine/tests/it/reference_qwen.rs` changed after 27 identical tokens. Where the prompt's
+///   time counts, from 32 tokens, K-quant rows take 8 bits, as llama.cpp's prompts always do (Qwen2.5-Coder-0.5B's perplexity over 16
 ///   windows of 512 tokens of WikiText-2 test: 39.3977, against 39.3726 with 16 bits and the
 ///   reference's 39.3745; docs/BENCHMARKS.md).
 #[doc(hidden)]
@@ -107,6 +111,12 @@ pub fn matmul_with(
             matvec_with(path, w, xt, yt, precision)?;
         }
         return Ok(());
+    }
+    if precision == Precision::Fast && n < INT_TILE_MIN_TOKENS && w.format().is_quantized() {
+        // A short prompt's tokens as a decode step of as many computes them (`matvec_batch`: each
+        // block read once for every token, `matvec`'s products): the f32 tile dequantizes the
+        // whole matrix whatever the token count.
+        return matvec_batch_with(path, w, x, n, y, precision);
     }
     // `Fast` prompts from `INT_TILE_MIN_TOKENS` tokens take the 8-bit tile too where
     // `fast_prompts_int8` (as llama.cpp's prompts always do): a prompt is bound by compute, where

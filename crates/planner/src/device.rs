@@ -130,7 +130,8 @@ pub struct DeviceProfile {
     #[serde(default)]
     pub prompt_rates: Vec<PromptRate>,
     /// The rate of a short prompt's product (fewer tokens than `prompt_tile_min_tokens`, which
-    /// take the f32 tile); 0 in profiles of older builds: the long prompts' rates.
+    /// run the decode kernels, each block read once for all tokens; the f32 tile in builds before
+    /// 2026-12-05); 0 in profiles of older builds: the long prompts' rates.
     #[serde(default)]
     pub prompt_short_flops: f64,
     /// Fewest tokens from which a prompt's products take the integer tiles (`prompt_rates`).

@@ -1,5 +1,5 @@
 //! What a prompt costs under a plan: the time to first token from the device's prompt tile rates
-//! (per weight format, [`crate::DeviceProfile::prompt_rate`], and for short prompts the f32 tile's
+//! (per weight format, [`crate::DeviceProfile::prompt_rate`], and for short prompts the measured
 //! [`crate::DeviceProfile::prompt_short_flops`]), the model's multiply-adds by format, and, for an
 //! offloaded model, the FFN bytes each prompt step streams from flash while it computes.
 
@@ -104,7 +104,7 @@ pub fn prompt_cost(
             })
             .sum();
     }
-    // A short step's products (the f32 tile, transposed ones too) at the one short rate.
+    // A short step's products, transposed ones too, at the one short rate.
     let short_token_s = match device.prompt_short_flops > 0.0 {
         true => 2.0 * model.prompt_macs_per_token / device.prompt_short_flops,
         false => 0.0,

@@ -336,12 +336,14 @@ proptest! {
             for precision in PRECISIONS {
                 let mut y = vec![f32::NAN; rows * n];
                 matmul_with(path, &w, &x, n, &mut y, precision).unwrap();
-                // n == 1 goes through matvec (integer path in Fast/Int8 mode); n > 1 is the f32
+                // n == 1 goes through matvec (integer path in Fast/Int8 mode), and so do short
+                // Fast prompts of quantized weights (`matvec_batch`); n > 1 is otherwise the f32
                 // tile, or in Int8 mode on a path with a bf16 tile, the bf16 one, or an integer
                 // tile (`int_tile`).
                 let products = if n > 1 { tile_products(path, format, precision, n) } else { None };
                 let int_tile = products.is_some();
-                let eff = if n == 1 && format.is_quantized() {
+                let short = precision == Precision::Fast && n < INT_TILE_MIN_TOKENS;
+                let eff = if (n == 1 || short) && format.is_quantized() {
                     matvec_precision(path, format, precision)
                 } else {
                     products.unwrap_or(Precision::Exact)

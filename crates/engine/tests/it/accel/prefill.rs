@@ -79,7 +79,9 @@ fn streamed_prompt_steps_on_an_accelerator_compute_the_dense_ffn() {
         let path = converted(name);
         let resident = ModelFile::open(&path).unwrap();
         let want = logits(&store_engine(&resident, &path, 40, None), TOKENS, true);
-        // f32 sums in another order (QNN's; other chunk bounds): a few 1e-7 of the largest logit.
+        // f32 sums in another order (QNN's; other chunk bounds) and, below 32 tokens, the CPU's
+        // 16-bit activations (its short `Fast` prompts run decode's products) where QNN's f32
+        // graph has none: a few 1e-5 of the largest logit.
         for kind in [qnn_f32(), AccelKind::cpu()] {
             for neurons in [7, 40] {
                 let eng = store_engine(&resident, &path, neurons, Some(&kind));
@@ -89,7 +91,7 @@ fn streamed_prompt_steps_on_an_accelerator_compute_the_dense_ffn() {
                 assert_eq!(off.prompt_accel_failure(), None, "{name}");
                 let d = rel_drift(&got, &want);
                 assert!(
-                    d < 5e-6,
+                    d < 1e-4,
                     "{name} on {} in chunks of {neurons}: drift {d}",
                     kind.name()
                 );
@@ -156,8 +158,9 @@ fn streamed_rows_on_qnn_equal_the_cpu_backend() {
         let (mut a, mut b) = (vec![f32::NAN; n * d], vec![f32::NAN; n * d]);
         qnn.ffn_rows(&rows, &x, n, &mut a).unwrap();
         cpu.ffn_rows(&rows, &x, n, &mut b).unwrap();
+        // The CPU's 13 tokens take 16-bit activations (decode's products), QNN's graph f32.
         let drift = rel_drift(&a, &b);
-        assert!(drift < 1e-5, "chunk {salt}: drift {drift}");
+        assert!(drift < 1e-4, "chunk {salt}: drift {drift}");
         assert!(b.iter().any(|v| v.abs() > 1e-4), "degenerate test data");
         assert_eq!(
             qnn.streamed_graphs(),
