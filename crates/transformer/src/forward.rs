@@ -460,7 +460,8 @@ fn prefetch_output(model: &Model<'_>, want: Logits, n: usize) {
 }
 
 /// The attention output projection of a step's `n` rows `att`, over its repacked copy where given
-/// ([`packed_layer`]: one token, or a decode step's tokens where the copy batches them).
+/// ([`packed_layer`]: one token, or a decode step's or short prompt's tokens where the copy
+/// batches them).
 fn project_out(
     (wo, packed): (&kernels_neon::QMatrix<'_>, Option<&kernels_neon::Q40x8>),
     kind: StepKind,
@@ -479,9 +480,9 @@ fn project_out(
 
 /// Layer `li`'s repacked copies ([`crate::packed`]) for a step of `n` tokens of `kind` in
 /// `precision`: a one-token step's products take them, and a decode step's of several tokens
-/// (speculation's verification, one token of several sequences) where a copy batches
-/// ([`kernels_neon::Q40x8::batches`]): each token's results are its one-token step's bits, as the
-/// file layout's batched kernels give them.
+/// (speculation's verification, one token of several sequences) or a short prompt's
+/// ([`crate::packed::step_takes`]) where a copy batches ([`kernels_neon::Q40x8::batches`]): each
+/// token's results are its one-token step's bits, as the file layout's batched kernels give them.
 fn packed_layer<'m>(
     model: &'m Model<'_>,
     li: usize,
@@ -489,7 +490,7 @@ fn packed_layer<'m>(
     kind: StepKind,
     precision: Precision,
 ) -> Option<&'m crate::packed::PackedLayer> {
-    (n == 1 || kind == StepKind::Decode)
+    crate::packed::step_takes(kind, n, precision)
         .then(|| model.packed(precision))
         .flatten()
         .and_then(|p| p.layers.get(li))
@@ -515,7 +516,7 @@ fn project_qkv(
         )
         .map_err(kernel("attention q/k/v"))?;
     } else if let Some([wq, wk, wv]) = batched {
-        // A decode step's tokens over the copies ([`packed_layer`]).
+        // A decode step's or short prompt's tokens over the copies ([`packed_layer`]).
         for (w, y) in [(wq, q), (wk, k), (wv, v)] {
             w.matvec_batch(xn, n, y)
                 .map_err(kernel("attention q/k/v"))?;
@@ -656,9 +657,9 @@ fn output_logits(
     } else if let Some(out) = model
         .packed(precision)
         .and_then(|p| p.output.as_ref())
-        .filter(|o| m == 1 || (kind == StepKind::Decode && o.batches()))
+        .filter(|o| m == 1 || (crate::packed::step_takes(kind, m, precision) && o.batches()))
     {
-        // One token, or a decode step's tokens (each its one-token step's bits).
+        // One token, or a decode step's or short prompt's tokens (each its one-token step's bits).
         match m {
             1 => out.matvec(&normed, logits),
             _ => out.matvec_batch(&normed, m, logits),

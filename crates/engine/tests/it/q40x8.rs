@@ -1,10 +1,11 @@
 //! The repacked copies of one-token decode ([`Engine::pack_q40x8`]: Q4_0 on the AVX2 and AVX-512
-//! paths, Q4_0 and Q8_0 on the aarch64 ones with `dotprod`, in `Fast`): a prompt (whose MoE expert groups of
-//! a few tokens read the experts' copies too) and then decode steps give bit for bit the logits of
-//! an engine without them. Repacks only where the active path is one of those (on an AVX-512
-//! machine both x86 paths, as under `SPARROW_KERNELS=avx2 cargo test -p engine --test it --
-//! q40x8`; on aarch64 under qemu as `cargo test --target aarch64-unknown-linux-gnu -p engine
-//! --test it -- q40x8`); elsewhere it checks that nothing is repacked.
+//! paths, Q4_0 and Q8_0 on the aarch64 ones with `dotprod`, in `Fast`): a prompt (fewer than 32
+//! tokens: on x86 over the copies too, as its MoE expert groups of a few tokens) and then decode
+//! steps give bit for bit the logits of an engine without them. Repacks only where the active
+//! path is one of those (on an AVX-512 machine both x86 paths, as under `SPARROW_KERNELS=avx2
+//! cargo test -p engine --test it -- q40x8`; on aarch64 under qemu as `cargo test --target
+//! aarch64-unknown-linux-gnu -p engine --test it -- q40x8`); elsewhere it checks that nothing is
+//! repacked.
 
 use engine::{Engine, EngineOptions, Logits, ModelFile, Precision};
 use kernels_neon::{active_path, KernelPath};

@@ -46,11 +46,14 @@ impl DenseFfn {
         }
     }
 
-    /// The down projection of a batch's `n` activations `g`: over the layer's copy in a decode
-    /// step where it batches.
+    /// The down projection of a batch's `n` activations `g`: over the layer's copy where the step
+    /// takes it (`packed::step_takes`) and it batches.
     fn batch_down(&self, l: FfnLayer<'_, '_>, g: &[f32], n: usize, out: &mut [f32]) -> Result<()> {
-        let copy = l.packed.filter(|_| l.kind == StepKind::Decode);
-        match copy.and_then(|p| p.down.as_ref()).filter(|d| d.batches()) {
+        match l
+            .packed
+            .and_then(|p| p.down.as_ref())
+            .filter(|d| d.batches())
+        {
             Some(down) => down.matvec_batch(g, n, out).map_err(kernel("ffn down")),
             None => mm_step(l.kind, &l.weights.down, g, n, out, l.precision, "ffn down"),
         }
@@ -87,8 +90,7 @@ impl FfnExecutor for DenseFfn {
     ) -> Result<()> {
         let w = l.weights;
         let (g, u) = scratch.gate_up(n * w.gate.rows());
-        let copies = l.packed.filter(|_| l.kind == StepKind::Decode);
-        if let Some(Some([gate, up])) = copies.map(|p| p.gate_up.as_ref()) {
+        if let Some(Some([gate, up])) = l.packed.map(|p| p.gate_up.as_ref()) {
             if gate.batches() && up.batches() {
                 // Each token as `decode` over the copies computes it.
                 gate.matvec_batch(x, n, g).map_err(kernel("ffn gate"))?;
