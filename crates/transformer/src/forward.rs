@@ -364,9 +364,8 @@ fn forward_inner(
     };
 
     for (li, layer) in model.layers.iter().enumerate() {
-        // The copies this step's products take (`packed_layer`); its FFN's for any `n`.
-        let packed = packed_layer(model, li, n, kind, precision);
-        let copies = packed_layer(model, li, 1, kind, precision);
+        // The layer's copies, each product taking its own where the step does (`packed::step_reads`).
+        let packed = packed_layer(model, li, precision);
         // Attention.
         rms_norm_rows(&x, &layer.attn_norm, cfg.rms_eps, &mut xn, precision);
         let qkv = packed.and_then(|p| p.qkv.as_ref());
@@ -406,7 +405,7 @@ fn forward_inner(
             rms_norm_rows(&x, &layer.ffn_norm, cfg.rms_eps, &mut xn, precision);
             let rows = (&xn[..], n);
             layer_step(
-                (&layer.ffn, model.layers.get(li + 1).map(|l| &l.ffn), copies),
+                (&layer.ffn, model.layers.get(li + 1).map(|l| &l.ffn), packed),
                 exec,
                 li,
                 precision,
@@ -460,8 +459,7 @@ fn prefetch_output(model: &Model<'_>, want: Logits, n: usize) {
 }
 
 /// The attention output projection of a step's `n` rows `att`, over its repacked copy where given
-/// ([`packed_layer`]: one token, or a decode step's or short prompt's tokens where the copy
-/// batches them).
+/// and the step takes it ([`crate::packed::step_reads`]).
 fn project_out(
     (wo, packed): (&kernels_neon::QMatrix<'_>, Option<&kernels_neon::Q40x8>),
     kind: StepKind,
@@ -471,29 +469,23 @@ fn project_out(
 ) -> Result<()> {
     match packed {
         Some(p) if n == 1 => p.matvec(att, o).map_err(kernel("attention output")),
-        Some(p) if p.batches() => p
+        Some(p) if crate::packed::step_reads(p, kind, n) => p
             .matvec_batch(att, n, o)
             .map_err(kernel("attention output")),
         _ => mm_step(kind, wo, att, n, o, precision, "attention output"),
     }
 }
 
-/// Layer `li`'s repacked copies ([`crate::packed`]) for a step of `n` tokens of `kind` in
-/// `precision`: a one-token step's products take them, and a decode step's of several tokens
-/// (speculation's verification, one token of several sequences) or a short prompt's
-/// ([`crate::packed::step_takes`]) where a copy batches ([`kernels_neon::Q40x8::batches`]): each
-/// token's results are its one-token step's bits, as the file layout's batched kernels give them.
+/// Layer `li`'s repacked copies ([`crate::packed`]) in `precision`; each product takes its copy
+/// where the step does ([`crate::packed::step_reads`]: one token, a decode step's tokens (speculation's
+/// verification, one token of several sequences) where the copy batches them, a prompt's where
+/// the copy beats the prompt tile).
 fn packed_layer<'m>(
     model: &'m Model<'_>,
     li: usize,
-    n: usize,
-    kind: StepKind,
     precision: Precision,
 ) -> Option<&'m crate::packed::PackedLayer> {
-    crate::packed::step_takes(kind, n, precision)
-        .then(|| model.packed(precision))
-        .flatten()
-        .and_then(|p| p.layers.get(li))
+    model.packed(precision).and_then(|p| p.layers.get(li))
 }
 
 /// The q, k and v projections of a step's `n` normed rows `xn`: one parallel region for all three
@@ -507,7 +499,8 @@ fn project_qkv(
     [q, k, v]: [&mut Vec<f32>; 3],
     precision: Precision,
 ) -> Result<()> {
-    let batched = packed.filter(|ws| n > 1 && ws.iter().all(kernels_neon::Q40x8::batches));
+    let batched =
+        packed.filter(|ws| n > 1 && ws.iter().all(|w| crate::packed::step_reads(w, kind, n)));
     if let (1, Some([wq, wk, wv])) = (n, packed) {
         kernels_neon::Q40x8::matvec_many(
             &[wq, wk, wv],
@@ -516,7 +509,7 @@ fn project_qkv(
         )
         .map_err(kernel("attention q/k/v"))?;
     } else if let Some([wq, wk, wv]) = batched {
-        // A decode step's or short prompt's tokens over the copies ([`packed_layer`]).
+        // A decode step's or prompt's tokens over the copies ([`crate::packed::step_reads`]).
         for (w, y) in [(wq, q), (wk, k), (wv, v)] {
             w.matvec_batch(xn, n, y)
                 .map_err(kernel("attention q/k/v"))?;
@@ -657,7 +650,7 @@ fn output_logits(
     } else if let Some(out) = model
         .packed(precision)
         .and_then(|p| p.output.as_ref())
-        .filter(|o| m == 1 || (crate::packed::step_takes(kind, m, precision) && o.batches()))
+        .filter(|o| crate::packed::step_reads(o, kind, m))
     {
         // One token, or a decode step's or short prompt's tokens (each its one-token step's bits).
         match m {

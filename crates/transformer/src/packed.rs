@@ -3,12 +3,13 @@
 //! ([`Q40x8`]), made once at load for decode (`Precision::Fast`) where they give its results bit
 //! for bit ([`Q40x8::exact_on`]: the nibble formats and Q4_K on the AVX2 path, Q4_0 and IQ4_NL on
 //! the AVX-512 one too; Q8_0 and the nibble formats on the aarch64 paths with `dotprod`). The
-//! forward pass takes a copy where one exists for a step of one token in
-//! `Fast`, and for a decode step or a prompt of fewer than 32 tokens (both run the decode kernels:
-//! [`step_takes`]) where the copy batches them ([`Q40x8::batches`]); an MoE layer's experts'
-//! copies for every product of a step that runs the decode kernels (a batched decode step, a
-//! prompt's small expert groups); longer prompts and every other path keep reading the file's
-//! layout. The copies' bytes are
+//! forward pass takes a copy where one exists for a step of one token in `Fast`, for a decode step
+//! of several tokens where the copy batches them ([`Q40x8::batches`]), and for a prompt where the
+//! copy's batch beats the original's prompt tile ([`Q40x8::takes_prompt`]: below 32 tokens, whose
+//! products are decode's, and on AVX-512 Q4_0 and Q4_1 up to 64): [`step_reads`]; an MoE layer's
+//! experts' copies for every product of a step that runs the decode kernels (a batched decode
+//! step, a prompt's small expert groups); longer prompts and every other path keep reading the
+//! file's layout. The copies' bytes are
 //! [`Packed::bytes`], for whoever counts the process's memory.
 
 use kernels_neon::{KernelPath, Precision, Q40x8, QMatrix};
@@ -18,15 +19,17 @@ use crate::layer::{Layer, LayerFfn};
 use crate::moe::PackedExperts;
 use crate::ops::StepKind;
 
-/// Whether a step of `n` tokens of `kind` in `precision` reads the copies: one token, a decode
-/// step's tokens, and a `Fast` prompt of fewer than [`kernels_neon::INT_TILE_MIN_TOKENS`] tokens,
-/// whose products are decode's ([`kernels_neon::matmul`]); the copies' kernels read each group
-/// once for two to four tokens (prompts of 8 to 31 tokens over Q4_0, AVX-512: 1.2-1.5x the file
-/// layout's batch). Longer prompts take the integer tiles over the file's layout.
-pub(crate) fn step_takes(kind: StepKind, n: usize, precision: Precision) -> bool {
+/// Whether a `Fast` step of `n` tokens of `kind` reads copy `p` (each token's results then its
+/// one-token step's bits where the copy is exact, [`Q40x8::exact_on`]): one token; a decode step's
+/// tokens where the copy batches them; a prompt's where [`Q40x8::takes_prompt`] (the copies'
+/// kernels read each group once for two to four tokens: prompts of 8 to 31 tokens over Q4_0,
+/// AVX-512, 1.2-1.5x the file layout's batch).
+pub(crate) fn step_reads(p: &Q40x8, kind: StepKind, n: usize) -> bool {
     n == 1
-        || kind == StepKind::Decode
-        || (precision == Precision::Fast && n < kernels_neon::INT_TILE_MIN_TOKENS)
+        || match kind {
+            StepKind::Decode => p.batches(),
+            StepKind::Prompt => p.takes_prompt(n),
+        }
 }
 
 /// A layer's repacked matrices (`None`: that matrix keeps the file's layout).

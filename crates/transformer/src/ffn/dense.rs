@@ -47,12 +47,12 @@ impl DenseFfn {
     }
 
     /// The down projection of a batch's `n` activations `g`: over the layer's copy where the step
-    /// takes it (`packed::step_takes`) and it batches.
+    /// takes it (`packed::step_reads`).
     fn batch_down(&self, l: FfnLayer<'_, '_>, g: &[f32], n: usize, out: &mut [f32]) -> Result<()> {
         match l
             .packed
             .and_then(|p| p.down.as_ref())
-            .filter(|d| d.batches())
+            .filter(|d| crate::packed::step_reads(d, l.kind, n))
         {
             Some(down) => down.matvec_batch(g, n, out).map_err(kernel("ffn down")),
             None => mm_step(l.kind, &l.weights.down, g, n, out, l.precision, "ffn down"),
@@ -91,7 +91,10 @@ impl FfnExecutor for DenseFfn {
         let w = l.weights;
         let (g, u) = scratch.gate_up(n * w.gate.rows());
         if let Some(Some([gate, up])) = l.packed.map(|p| p.gate_up.as_ref()) {
-            if gate.batches() && up.batches() {
+            if [gate, up]
+                .iter()
+                .all(|w| crate::packed::step_reads(w, l.kind, n))
+            {
                 // Each token as `decode` over the copies computes it.
                 gate.matvec_batch(x, n, g).map_err(kernel("ffn gate"))?;
                 up.matvec_batch(x, n, u).map_err(kernel("ffn up"))?;

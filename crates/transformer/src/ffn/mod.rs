@@ -37,9 +37,9 @@ pub struct FfnLayer<'a, 'w> {
     /// How the step's tokens relate: a prompt's, or one decode token of each of several sequences
     /// (then `batch` should compute each token as `decode` would; [`DenseFfn`] does, bit for bit).
     pub kind: StepKind,
-    /// The layer's repacked copies ([`crate::packed`]), for a one-token step, a decode step of
-    /// several tokens or a short prompt in `Fast` (`packed::step_takes`) where the model has them:
-    /// [`DenseFfn`] takes them (bit for bit the same results).
+    /// The layer's repacked copies ([`crate::packed`]) in `Fast` where the model has them:
+    /// [`DenseFfn`] takes each where the step does (`packed::step_reads`; bit for bit the same results
+    /// where the copy is exact).
     pub packed: Option<&'a PackedLayer>,
 }
 
@@ -153,7 +153,7 @@ pub(crate) fn layer_step(
                 weights,
                 precision,
                 kind,
-                packed: packed.filter(|_| crate::packed::step_takes(kind, n, precision)),
+                packed,
             };
             if n == 1 {
                 exec.decode(at, x, out, scratch)
