@@ -58,9 +58,9 @@ pub fn matmul(
 ///   prompts (chat turns, the reference's prompts of 4-16 tokens) keep 16-bit products, decode's:
 ///   with 8-bit ones from 2 tokens one of Qwen2.5-Coder-0.5B's 32-token greedy continuations in
 ///   `engine/tests/it/reference_qwen.rs` changed after 27 identical tokens. Where the prompt's
-///   time counts, from 32 tokens, K-quant rows take 8 bits, as llama.cpp's prompts always do (Qwen2.5-Coder-0.5B's perplexity over 16
-///   windows of 512 tokens of WikiText-2 test: 39.3977, against 39.3726 with 16 bits and the
-///   reference's 39.3745; docs/BENCHMARKS.md).
+///   time counts, from 32 tokens, K-quant rows take 8 bits, as llama.cpp's prompts always do
+///   (Qwen2.5-Coder-0.5B's perplexity over 16 windows of 512 tokens of WikiText-2 test: 39.3977,
+///   against 39.3726 with 16 bits and the reference's 39.3745; docs/BENCHMARKS.md).
 #[doc(hidden)]
 pub const INT_TILE_MIN_TOKENS: usize = 32;
 

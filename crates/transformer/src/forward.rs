@@ -364,7 +364,8 @@ fn forward_inner(
     };
 
     for (li, layer) in model.layers.iter().enumerate() {
-        // The layer's copies, each product taking its own where the step does (`packed::step_reads`).
+        // The layer's copies, each product taking its own where the step does
+        // (`packed::step_reads`).
         let packed = packed_layer(model, li, precision);
         // Attention.
         rms_norm_rows(&x, &layer.attn_norm, cfg.rms_eps, &mut xn, precision);
@@ -477,9 +478,9 @@ fn project_out(
 }
 
 /// Layer `li`'s repacked copies ([`crate::packed`]) in `precision`; each product takes its copy
-/// where the step does ([`crate::packed::step_reads`]: one token, a decode step's tokens (speculation's
-/// verification, one token of several sequences) where the copy batches them, a prompt's where
-/// the copy beats the prompt tile).
+/// where the step does ([`crate::packed::step_reads`]: one token, a decode step's tokens
+/// (speculation's verification, one token of several sequences) where the copy batches them, a
+/// prompt's where the copy beats the prompt tile).
 fn packed_layer<'m>(
     model: &'m Model<'_>,
     li: usize,

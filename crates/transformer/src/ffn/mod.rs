@@ -38,8 +38,8 @@ pub struct FfnLayer<'a, 'w> {
     /// (then `batch` should compute each token as `decode` would; [`DenseFfn`] does, bit for bit).
     pub kind: StepKind,
     /// The layer's repacked copies ([`crate::packed`]) in `Fast` where the model has them:
-    /// [`DenseFfn`] takes each where the step does (`packed::step_reads`; bit for bit the same results
-    /// where the copy is exact).
+    /// [`DenseFfn`] takes each where the step does (`packed::step_reads`; bit for bit the same
+    /// results where the copy is exact).
     pub packed: Option<&'a PackedLayer>,
 }
 
