@@ -1,6 +1,7 @@
 //! The kernel of nibble rows (Q4_0, IQ4_NL, Q5_0, Q4_1, Q5_1) repacked eight at a time
-//! ([`crate::Q40x8`]), 16-bit activations ([`Precision::Fast`](crate::Precision::Fast)), AVX2: one
-//! token (decode), or two at a time with each group block loaded and unpacked once (a prompt's
+//! ([`crate::Q40x8`]), 16-bit activations ([`Precision::Fast`](crate::Precision::Fast)), AVX2 (on
+//! the AVX-512 path the same kernels with `vpdpwssd`, [`dot_acc`]): one token (decode), or two to
+//! four at a time with each group block loaded and unpacked once (a short prompt's products, its
 //! small MoE expert groups, a decode step's tokens).
 //!
 //! A group block holds the f16 scales of its 8 rows (16 bytes; Q4_1 and Q5_1 then their f16 mins,

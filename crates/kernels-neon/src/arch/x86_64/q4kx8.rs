@@ -1,5 +1,6 @@
 //! The kernel of Q4_K rows repacked eight at a time ([`crate::Q40x8`]), 16-bit activations
-//! ([`Precision::Fast`](crate::Precision::Fast)), AVX2, one token.
+//! ([`Precision::Fast`](crate::Precision::Fast)), AVX2 (on the AVX-512 path with `vpdpwssd`,
+//! [`q4kx8_group_vnni`]), one token.
 //!
 //! A group super-block (256 columns of 8 rows, 1152 bytes as the file's 8 blocks) holds the rows'
 //! f16 `d`, then their f16 `dmin` (16 bytes each), then the three u32 words of their packed 6-bit
