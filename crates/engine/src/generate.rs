@@ -495,9 +495,10 @@ impl<'a> Engine<'a> {
         self.model.q40x8_planned_bytes(self.opts.precision, ffn)
     }
 
-    /// Repacks the model's Q4_0 matrices for one-token decode where the AVX2 or AVX-512 path
-    /// and the engine's precision take them ([`Model::pack_q40x8`]; the FFN's too where `ffn`: a dense FFN
-    /// or experts in memory), on the engine's threads; returns the matrices repacked and the copies' bytes.
+    /// Repacks the model's Q4_0 matrices for decode and short prompts where the AVX2 or AVX-512
+    /// path and the engine's precision take them ([`Model::pack_q40x8`]; the FFN's too where `ffn`:
+    /// a dense FFN or experts in memory), on the engine's threads; returns the matrices repacked and
+    /// the copies' bytes.
     pub fn pack_q40x8(&mut self, ffn: bool) -> (usize, usize) {
         let precision = self.opts.precision;
         let model = &mut self.model;

@@ -102,8 +102,9 @@ pub struct EngineBuilder {
     pub offload: OffloadOptions,
     /// Read a streamed output projection whole instead of through its proxy.
     pub full_output: bool,
-    /// The engine runs prompts only (perplexity): no repacked copies for one-token decode, which
-    /// prompts never read (`Engine::pack_q40x8`).
+    /// The engine runs prompts only (perplexity): no repacked copies for decode, which its long
+    /// windows do not read (only prompts of fewer than 32 tokens, or 64 on AVX-512, would;
+    /// `Engine::pack_q40x8`).
     pub prompts_only: bool,
     /// Measured acceptance of the draft sources, for the plan's speculation (`sparrow plan
     /// --measure-speculation`; none: the planner's defaults).

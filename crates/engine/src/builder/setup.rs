@@ -24,9 +24,9 @@ impl EngineBuilder {
             self.setup_accel(eng, kind);
         }
         if !self.sparse && !offloaded {
-            // Dense in memory with no budget: one-token decode may read repacked copies (AVX2 or
-            // AVX-512, `Fast`); under a budget the copies' bytes are not planned for, so none is
-            // made, nor for an engine of prompts only.
+            // Dense in memory with no budget: decode and short prompts may read repacked copies
+            // (AVX2 or AVX-512, `Fast`); under a budget the copies' bytes are not planned for, so
+            // none is made, nor for an engine of prompts only.
             if self.budget.process().is_some() || self.prompts_only {
                 return Ok(());
             }
