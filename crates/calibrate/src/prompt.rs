@@ -1,9 +1,9 @@
 //! The prompt's batched products for `sparrow calibrate` ([`measure_prompt`]): the one rate older
 //! plans read (a Q4_0 matrix over 64 tokens), the product with a matrix stored transposed, each
 //! weight format's rate over a long prompt (whichever tile the format takes there) and a short
-//! prompt's (the decode kernels, `matvec_batch`). Matrices of 1024 × 4096 (like a layer's chunk of
-//! a prompt step), quantized from smooth values (no subnormals to slow the arithmetic), at the most
-//! threads.
+//! prompt's (on x86 the decode kernels, `matvec_batch`; elsewhere the f32 tile). Matrices of
+//! 1024 × 4096 (like a layer's chunk of a prompt step), quantized from smooth values (no subnormals
+//! to slow the arithmetic), at the most threads.
 
 use std::time::Duration;
 

@@ -297,7 +297,7 @@ pub use matmul::matmul;
 #[doc(hidden)]
 pub use matmul::matmul_with;
 #[doc(hidden)]
-pub use matmul::{fast_prompts_int8, INT_TILE_MIN_TOKENS};
+pub use matmul::{fast_prompts_int8, short_prompt_tokens, INT_TILE_MIN_TOKENS};
 #[doc(hidden)]
 pub use matmul_t::matmul_t_with;
 pub use matmul_t::{matmul_t, matmul_t_scratch_bytes};

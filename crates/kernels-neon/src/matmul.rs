@@ -31,10 +31,10 @@ use crate::{
 ///   `matvec`'s `Fast`): on the AVX-512 path `Fast` prompts of Q4_0/Q4_1/Q5_1, on the AVX2 path
 ///   those and Q8_0's, IQ4_NL's and IQ4_XS's (no 8-bit tile for them there).
 ///
-/// Below [`INT_TILE_MIN_TOKENS`] tokens, `Fast` prompts of the quantized formats are a decode
-/// step's products ([`crate::matvec_batch`], each token's `matvec` bits). Elsewhere `Fast` and
-/// `Exact` prompts take the f32 tile, and `Int8` ones the bf16 tile where the path has one.
-/// [`Precision::Ggml`] prompts are one `matvec` per token (llama.cpp's roundings).
+/// Below [`short_prompt_tokens`] tokens (32 on x86, 8 elsewhere), `Fast` prompts of the quantized
+/// formats are a decode step's products ([`crate::matvec_batch`], each token's `matvec` bits).
+/// Elsewhere `Fast` and `Exact` prompts take the f32 tile, and `Int8` ones the bf16 tile where the
+/// path has one. [`Precision::Ggml`] prompts are one `matvec` per token (llama.cpp's roundings).
 pub fn matmul(
     w: &QMatrix,
     x: &[f32],
@@ -47,10 +47,11 @@ pub fn matmul(
 
 /// Fewest tokens for which [`matmul`] takes the 16-bit integer tile (`arch::tile_i16`) and the
 /// 32-block formats' 8-bit one, and for which `Fast` prompts of the K-quants take the 8-bit one
-/// (`arch::tile_int8`); below it `Fast` prompts of the quantized formats run the decode kernels
-/// ([`crate::matvec_batch`]: 2-8 tokens 3-9x the f32 tile's rate, 31 tokens 1.1-1.4x, every
-/// 32-block format and Q4_K/Q6_K, AVX-512 and AVX2, 2 threads, 2026-12-05, `examples/batch_rate.rs`
-/// with `MATMUL=1`; the f32 tile dequantizes the whole matrix for any token count):
+/// (`arch::tile_int8`); below it `Fast` prompts of the quantized formats run the decode kernels on
+/// x86 ([`short_prompt_tokens`], [`crate::matvec_batch`]: 2-8 tokens 3-9x the f32 tile's rate, 31
+/// tokens 1.1-1.4x, every 32-block format and Q4_K/Q6_K, AVX-512 and AVX2, 2 threads, 2026-12-05,
+/// `examples/batch_rate.rs` with `MATMUL=1`; the f32 tile dequantizes the whole matrix for any
+/// token count):
 /// - below it, repacking the rows for the 16-bit tile costs more than the tile saves (K-quant rows
 ///   in that tile were 0.6-0.9x of the f32 tile's rate at 2-32 tokens, 1.1-1.5x from 64, one
 ///   2-thread run of `examples/tile_n.rs`);
@@ -63,6 +64,22 @@ pub fn matmul(
 ///   against 39.3726 with 16 bits and the reference's 39.3745; docs/BENCHMARKS.md).
 #[doc(hidden)]
 pub const INT_TILE_MIN_TOKENS: usize = 32;
+
+/// Fewest tokens of a [`Precision::Fast`] prompt of quantized weights that [`matmul`] runs on a
+/// tile on `path`; shorter ones are a decode step's products ([`crate::matvec_batch`]). On x86
+/// [`INT_TILE_MIN_TOKENS`]; elsewhere 8: on aarch64 the decode kernels execute as many
+/// instructions a token in a batch as alone, and the f32 tile's cost of dequantizing the matrix
+/// is paid back from about 8 tokens (SmolLM2-135M, one thread, guest instructions under
+/// `qemu-aarch64 -cpu max` beyond a 1-token prompt's, f32 tile against decode's products: 2
+/// tokens 295M against 107M, 4 374M against 257M, 8 576M against 561M, 10 698M against 710M, 16
+/// 980M against 1161M; `-cpu cortex-a76` alike, 2026-12-05).
+#[doc(hidden)]
+pub fn short_prompt_tokens(path: KernelPath) -> usize {
+    match path {
+        KernelPath::Avx2Fma | KernelPath::Avx512 => INT_TILE_MIN_TOKENS,
+        _ => 8,
+    }
+}
 
 /// Whether [`Precision::Fast`] prompts of `format` from [`INT_TILE_MIN_TOKENS`] tokens take 8-bit
 /// activations (`matvec`'s `Int8` products) where the path has an 8-bit tile for it: the formats
@@ -112,7 +129,7 @@ pub fn matmul_with(
         }
         return Ok(());
     }
-    if precision == Precision::Fast && n < INT_TILE_MIN_TOKENS && w.format().is_quantized() {
+    if precision == Precision::Fast && n < short_prompt_tokens(path) && w.format().is_quantized() {
         // A short prompt's tokens as a decode step of as many computes them (`matvec_batch`: each
         // block read once for every token, `matvec`'s products): the f32 tile dequantizes the
         // whole matrix whatever the token count.

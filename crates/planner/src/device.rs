@@ -129,9 +129,10 @@ pub struct DeviceProfile {
     /// profiles of older builds: `prompt_flops` for every format.
     #[serde(default)]
     pub prompt_rates: Vec<PromptRate>,
-    /// The rate of a short prompt's product (fewer tokens than `prompt_tile_min_tokens`, which
-    /// run the decode kernels, each block read once for all tokens; the f32 tile in builds before
-    /// 2026-12-05); 0 in profiles of older builds: the long prompts' rates.
+    /// The rate of a short prompt's product (fewer tokens than `prompt_tile_min_tokens`: on x86
+    /// the decode kernels, each block read once for all tokens, elsewhere the f32 tile from 8
+    /// tokens; the f32 tile in builds before 2026-12-05); 0 in profiles of older builds: the long
+    /// prompts' rates.
     #[serde(default)]
     pub prompt_short_flops: f64,
     /// Fewest tokens from which a prompt's products take the integer tiles (`prompt_rates`).

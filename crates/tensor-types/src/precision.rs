@@ -8,7 +8,8 @@
 /// the exact f32 tile in `Exact`, and in the others an integer tile where the kernel path has one
 /// for the format, which gives each token the products of `matvec` in `Fast` or `Int8`
 /// (`kernels_neon::matmul` says which: `Fast` prompts of 32 tokens or more over Q4_K/Q5_K/Q6_K take
-/// `Int8`'s; shorter `Fast` prompts of quantized weights are `matvec`'s products), else the f32
+/// `Int8`'s; `Fast` prompts of quantized weights below 32 tokens on x86, 8 elsewhere, are
+/// `matvec`'s products), else the f32
 /// tile (or in `Int8` a bf16 one where the path has it); in `Ggml` it is one `matvec` per token.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Precision {

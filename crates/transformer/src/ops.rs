@@ -11,7 +11,8 @@ pub enum StepKind {
     /// Consecutive tokens of one sequence (a prompt): a matrix product, over an f32 tile in `Exact`
     /// (prompts scored exactly), over an integer tile in `Fast` and `Int8` where the kernel path has
     /// one (each token's integer products those of a decode step, in `Int8` for prompts of 32
-    /// tokens or more over K-quants; in `Fast` below 32 tokens the decode kernels themselves), else
+    /// tokens or more over K-quants; in `Fast` below 32 tokens on x86, 8 elsewhere, the decode
+    /// kernels themselves), else
     /// the f32 or bf16 tile ([`kernels_neon::matmul`]).
     #[default]
     Prompt,

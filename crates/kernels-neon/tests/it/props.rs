@@ -342,7 +342,7 @@ proptest! {
                 // tile (`int_tile`).
                 let products = if n > 1 { tile_products(path, format, precision, n) } else { None };
                 let int_tile = products.is_some();
-                let short = precision == Precision::Fast && n < INT_TILE_MIN_TOKENS;
+                let short = precision == Precision::Fast && n < short_prompt_tokens(path);
                 let eff = if (n == 1 || short) && format.is_quantized() {
                     matvec_precision(path, format, precision)
                 } else {
