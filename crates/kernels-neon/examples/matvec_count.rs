@@ -20,21 +20,11 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let usage = "matvec_count FORMAT PATH ROWSxCOLS CALLS [fast|int8]";
     assert!(args.len() >= 4, "{usage}");
-    let format = match args[0].to_ascii_lowercase().as_str() {
-        "q4_0" => WeightFormat::Q4_0,
-        "q4_1" => WeightFormat::Q4_1,
-        "q5_0" => WeightFormat::Q5_0,
-        "q5_1" => WeightFormat::Q5_1,
-        "q8_0" => WeightFormat::Q8_0,
-        "iq4_nl" => WeightFormat::IQ4_NL,
-        "q2_k" => WeightFormat::Q2_K,
-        "q3_k" => WeightFormat::Q3_K,
-        "q4_k" => WeightFormat::Q4_K,
-        "q5_k" => WeightFormat::Q5_K,
-        "q6_k" => WeightFormat::Q6_K,
-        "iq4_xs" => WeightFormat::IQ4_XS,
-        other => panic!("unknown format `{other}` ({usage})"),
-    };
+    let name = &args[0];
+    let format = WeightFormat::GGML
+        .into_iter()
+        .find(|f| f.name().eq_ignore_ascii_case(name))
+        .unwrap_or_else(|| panic!("unknown format `{name}` ({usage})"));
     let path = available_paths()
         .into_iter()
         .find(|p| p.name() == args[1])

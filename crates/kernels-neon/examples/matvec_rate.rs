@@ -33,23 +33,11 @@ fn main() {
     let names = std::env::args().nth(1).unwrap_or_else(|| "q4_0".into());
     let formats: Vec<WeightFormat> = names
         .split(',')
-        .map(|n| match n.to_ascii_lowercase().as_str() {
-            "q4_0" => WeightFormat::Q4_0,
-            "q4_1" => WeightFormat::Q4_1,
-            "q5_0" => WeightFormat::Q5_0,
-            "q5_1" => WeightFormat::Q5_1,
-            "q8_0" => WeightFormat::Q8_0,
-            "iq4_nl" => WeightFormat::IQ4_NL,
-            "q4_k" => WeightFormat::Q4_K,
-            "q5_k" => WeightFormat::Q5_K,
-            "q6_k" => WeightFormat::Q6_K,
-            "q2_k" => WeightFormat::Q2_K,
-            "q3_k" => WeightFormat::Q3_K,
-            "iq4_xs" => WeightFormat::IQ4_XS,
-            "f16" => WeightFormat::F16,
-            "f32" => WeightFormat::F32,
-            "bf16" => WeightFormat::BF16,
-            other => panic!("unknown format `{other}`"),
+        .map(|n| {
+            WeightFormat::GGML
+                .into_iter()
+                .find(|f| f.name().eq_ignore_ascii_case(n))
+                .unwrap_or_else(|| panic!("unknown format `{n}`"))
         })
         .collect();
     let paths: Vec<KernelPath> = available_paths()
