@@ -340,18 +340,17 @@ impl Q40x8 {
 
     /// Whether a [`crate::Precision::Fast`] prompt of `n` tokens had better read this copy
     /// ([`Q40x8::matvec_batch`]) than the original's prompt tile ([`crate::matmul`]): where the
-    /// copy batches, below [`crate::INT_TILE_MIN_TOKENS`] tokens (such prompts run decode's
-    /// products), and on the AVX-512 path up to 64 tokens for Q4_0, whose prompts take the 16-bit
+    /// copy batches, below [`crate::short_prompt_tokens`] (such prompts run decode's products),
+    /// and on the AVX-512 path up to 64 tokens for Q4_0, whose prompts take the 16-bit
     /// tile there: the same products in another order, where the tile repacks its rows every call
     /// (2 threads, `examples/batch_rate.rs`, 2026-12-05: 2048 x 2048 at 64 tokens 2.22-2.28 ms
     /// against the tile's 3.08-3.19, at 128 4.22-4.38 against 4.04-4.14). (Q4_1 measured alike,
     /// 4864 x 896 at 64 tokens 2.13 against 2.45, but the engine copies it on AVX2 only, where the
     /// copy is exact.)
     pub fn takes_prompt(&self, n: usize) -> bool {
-        let wide = n <= 64
-            && crate::active_path() == KernelPath::Avx512
-            && self.format == WeightFormat::Q4_0;
-        self.batches() && (n < crate::INT_TILE_MIN_TOKENS || wide)
+        let path = crate::active_path();
+        let wide = n <= 64 && path == KernelPath::Avx512 && self.format == WeightFormat::Q4_0;
+        self.batches() && (n < crate::short_prompt_tokens(path) || wide)
     }
 
     /// `y[t] = W x[t]` for the `n` tokens of `x` (`n × cols`; `y`: `n × rows`, token-major) in
