@@ -21,7 +21,7 @@ use crate::{
 /// token's row of `y` is what `matvec` in that precision gives for it up to f32 summation order:
 /// - the 8-bit tiles, `matvec`'s [`Precision::Int8`] products: Q4_K/Q5_K/Q6_K weights on the AVX2
 ///   path and the AVX-512 one (one activation scale per 256, llama.cpp's `Q8_K`), and Q2_K/Q3_K
-///   on the AVX2 one (one per 32, as their `matvec_int8`), for
+///   on both (one per 32, as their `matvec_int8`), for
 ///   `Int8` prompts and for [`Precision::Fast`] ones from [`INT_TILE_MIN_TOKENS`] tokens; the
 ///   32-block formats Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 on the AVX-512 path and those but Q8_0 on the AVX2
 ///   one (one scale per 32, llama.cpp's `Q8_0`), from that many tokens, for `Int8` prompts and for `Fast` ones of Q5_0/Q8_0
@@ -90,7 +90,7 @@ pub fn short_prompt_tokens(path: KernelPath) -> usize {
 /// Not Q4_1: SmolLM2-135M's Q4_1 tensors took it to 29.6974, so Q4_1 and Q5_1 keep 16 bits; nor
 /// Q4_0: SmolLM2-135M re-quantized to it (`--requant q4_0`) measured 34.5047 with 8-bit prompts
 /// against 34.4358 with 16 bits and exact mode's 34.3975 (2026-12-04). Q2_K and Q3_K (an 8-bit
-/// tile on AVX2 only) follow the other K-quants and llama.cpp, whose prompts of every K-quant take
+/// tile on x86 only) follow the other K-quants and llama.cpp, whose prompts of every K-quant take
 /// 8 bits; no real model's perplexity was measured for them.
 #[doc(hidden)]
 pub fn fast_prompts_int8(format: WeightFormat) -> bool {

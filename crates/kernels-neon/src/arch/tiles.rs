@@ -89,8 +89,8 @@ pub(crate) fn tile_bf16(
 
 /// Whether [`tile_int8`] takes weights of `format` on `path`: Q4_K, Q5_K and Q6_K on
 /// [`KernelPath::Avx2Fma`] and [`KernelPath::Avx512`] (activations with one scale per 256,
-/// `QActs::quantize_super`), Q2_K and Q3_K on [`KernelPath::Avx2Fma`] (one scale per 32, as
-/// their `matvec_int8`; `tile_k23`), and on both also the formats of 32-element blocks of integer quants,
+/// `QActs::quantize_super`), Q2_K and Q3_K on both (one scale per 32, as their `matvec_int8`,
+/// which both paths share; AVX2 `tile_k23`, AVX-512 `tile512_k23`), and on both also the formats of 32-element blocks of integer quants,
 /// Q4_0, Q4_1, Q5_0, Q5_1, and on AVX-512 Q8_0 ([`tile_int8_blocks`]: one scale per 32,
 /// `QActs::quantize` with its sums of 16; AVX-512 `tile512_i8`, AVX2 `tile_i8`); on [`KernelPath::NeonDotprod`] and
 /// [`KernelPath::NeonI8mm`] Q4_K, Q5_K and Q6_K (`sdot`, `aarch64::tile_k8_dp`), on
@@ -103,7 +103,7 @@ pub(crate) fn has_tile_int8(path: KernelPath, format: WeightFormat) -> bool {
             format,
             WeightFormat::Q4_K | WeightFormat::Q5_K | WeightFormat::Q6_K
         ) || tile_int8_blocks(path, format)
-            || (path == KernelPath::Avx2Fma && k23(format));
+            || k23(format);
     }
     #[cfg(target_arch = "aarch64")]
     if matches!(path, KernelPath::NeonDotprod | KernelPath::NeonI8mm) {
@@ -173,14 +173,18 @@ pub(crate) fn tile_int8(
         // SAFETY: the path was checked available (AVX2/FMA/F16C present: only it and AVX-512
         // have this tile), and the format is one the tile takes.
         unsafe { x86_64::tile_i8(w, r0, nr, acts, out) }
+    } else if k23(w.format()) && path == KernelPath::Avx512 {
+        // SAFETY: the path was checked available (AVX-512F/BW/VNNI and AVX2/FMA/F16C present),
+        // and the format is one the tile takes.
+        unsafe { x86_64::tile512_k23(w, r0, nr, acts, out) }
+    } else if k23(w.format()) {
+        // SAFETY: the path was checked available (AVX2/FMA/F16C present), and the format is one
+        // the tile takes.
+        unsafe { x86_64::tile_k23(w, r0, nr, acts, out) }
     } else if path == KernelPath::Avx512 {
         // SAFETY: the path was checked available (AVX-512F/BW/VNNI and AVX2/FMA/F16C present),
         // and the format is one the tile takes.
         unsafe { x86_64::tile512_k8(w, r0, nr, acts, out) }
-    } else if k23(w.format()) {
-        // SAFETY: the path was checked available (AVX2/FMA/F16C present: only AVX2 takes these
-        // formats here), and the format is one the tile takes.
-        unsafe { x86_64::tile_k23(w, r0, nr, acts, out) }
     } else if matches!(
         w.format(),
         WeightFormat::Q4_K | WeightFormat::Q5_K | WeightFormat::Q6_K
@@ -208,7 +212,7 @@ pub(crate) fn tile_int8(
     let _ = (r0, nr, acts, out);
 }
 
-/// Q2_K and Q3_K: the formats whose 8-bit tile (AVX2 `tile_k23`) takes activations of one scale
+/// Q2_K and Q3_K: the formats whose 8-bit tile (AVX2 `tile_k23`, AVX-512 `tile512_k23`) takes activations of one scale
 /// per 32 with sums of 16, as their `matvec_int8` does, from any token count.
 fn k23(format: WeightFormat) -> bool {
     matches!(format, WeightFormat::Q2_K | WeightFormat::Q3_K)

@@ -1,6 +1,6 @@
 //! x86_64 AVX2 + FMA + F16C kernels, one file per operation family, and the AVX-512F ones that
 //! path [`crate::KernelPath::Avx512`] takes instead where they exist (`tile512`, `tile512_k8`,
-//! `tile512_k16` (for `tile_k16`), `tile_bf16`, `kquant512`, Q5_0's decode kernel `q40_512`, Q4_0's
+//! `tile512_k23` (for `tile_k23`), `tile512_k16` (for `tile_k16`), `tile_bf16`, `kquant512`, Q5_0's decode kernel `q40_512`, Q4_0's
 //! 8-bit one `q40_512_i8` (16-bit Q4_0 takes `q40_pairs` on both paths), and the batch kernels
 //! `batch512`, `kquant512_batch`, `q40_pairs512`).
 //!
@@ -46,6 +46,7 @@ mod tile;
 mod tile512;
 mod tile512_i8;
 mod tile512_k16;
+mod tile512_k23;
 mod tile512_k8;
 mod tile512_lanes;
 mod tile_bf16;
@@ -80,6 +81,7 @@ pub(crate) use tile::tile;
 pub(crate) use tile512::{tile as tile512, tile_scratch_bytes as tile512_scratch_bytes};
 pub(crate) use tile512_i8::{has_tile512_i8, tile512_i8, tile512_i8_t, tile512_i8_t_bytes};
 pub(crate) use tile512_k16::{has_tile512_k16, tile512_k16};
+pub(crate) use tile512_k23::tile512_k23;
 pub(crate) use tile512_k8::tile512_k8;
 pub(crate) use tile512_lanes::LANES as TILE512_LANES;
 pub(crate) use tile_bf16::{tile_bf16, to_bf16};

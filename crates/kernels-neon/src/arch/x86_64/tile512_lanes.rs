@@ -1,10 +1,10 @@
-//! What the AVX-512 integer prompt tiles (`tile512_k8.rs`, `tile512_k16.rs`) share: rows repacked
-//! in groups of [`LANES`], one row per 32-bit lane, so that a register block's sums need no
-//! horizontal adds; the loop over register blocks of `G` groups × `T` tokens and its remainders,
-//! column panel by column panel (a panel's quants stay in L1 while every token passes over them;
-//! without panels the 16-bit tile ran Q6_K rows of 4864 columns over 512 tokens at about 100
-//! GFLOP/s against 178 with them, one run of `examples/tile_n.rs` on a shared machine); the masked
-//! loads and stores of a block's sums.
+//! What the AVX-512 integer prompt tiles (`tile512_k8.rs`, `tile512_k23.rs`, `tile512_k16.rs`)
+//! share: rows repacked in groups of [`LANES`], one row per 32-bit lane, so that a register
+//! block's sums need no horizontal adds; the loop over register blocks of `G` groups × `T`
+//! tokens and its remainders, column panel by column panel (a panel's quants stay in L1 while
+//! every token passes over them; without panels the 16-bit tile ran Q6_K rows of 4864 columns over
+//! 512 tokens at about 100 GFLOP/s against 178 with them, one run of `examples/tile_n.rs` on a
+//! shared machine); the masked loads and stores of a block's sums.
 
 use std::arch::x86_64::*;
 use std::ops::Range;

@@ -55,7 +55,7 @@ struct Packed {
 /// AVX2 present.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn quants<const Q3: bool>(blk: &[u8], b: usize) -> __m256i {
+pub(super) unsafe fn quants<const Q3: bool>(blk: &[u8], b: usize) -> __m256i {
     let (bb, qoff) = if Q3 { (110, 32) } else { (84, 16) };
     assert!(blk.len() >= bb && b < 8);
     // SAFETY: bytes `qoff + 32 (b / 4) .. + 32` (at most 96) and the hmask's 0..32 lie in the
@@ -82,7 +82,7 @@ unsafe fn quants<const Q3: bool>(blk: &[u8], b: usize) -> __m256i {
 }
 
 /// A super-block's 16 sub-block scales, the coefficients of the activation sums and `d`.
-fn scales<const Q3: bool>(blk: &[u8]) -> ([i16; 16], [f32; 16], f32) {
+pub(super) fn scales<const Q3: bool>(blk: &[u8]) -> ([i16; 16], [f32; 16], f32) {
     if Q3 {
         let sc = &blk[96..108];
         let d = f16_at(blk, 108);
@@ -143,15 +143,37 @@ unsafe fn pack<const Q3: bool>(w: &QMatrix, r0: usize, nr: usize) -> Packed {
     p
 }
 
-/// One token's activations as the kernel reads them.
+/// One token's activations as the kernel (and `tile512_k23.rs`'s) reads them.
 #[derive(Clone, Copy)]
-struct Tok<'a> {
+pub(super) struct Tok<'a> {
     /// Quants in element order.
-    x: &'a [i8],
+    pub(super) x: &'a [i8],
     /// Scale per 32-block.
-    d: &'a [f32],
+    pub(super) d: &'a [f32],
     /// Per 16 quants, `d_x * sum(q)` of their 32-block's scale.
-    s16: &'a [f32],
+    pub(super) s16: &'a [f32],
+}
+
+/// Per token, `d_x * sum(q)` of each 16 of its first `cols` quants ([`Tok::s16`]).
+pub(super) fn sums16(acts: &[QActs], cols: usize) -> Vec<Vec<f32>> {
+    acts.iter()
+        .map(|a| {
+            let s = a.sum16[..cols / 16].iter().enumerate();
+            s.map(|(h, &v)| a.d[h / 2] * v as f32).collect()
+        })
+        .collect()
+}
+
+/// The tokens `acts` as the kernels read them, with their [`sums16`] `s16`.
+pub(super) fn toks<'a>(acts: &'a [QActs], s16: &'a [Vec<f32>]) -> Vec<Tok<'a>> {
+    acts.iter()
+        .zip(s16)
+        .map(|(a, s16)| Tok {
+            x: &a.qs,
+            d: &a.d,
+            s16,
+        })
+        .collect()
 }
 
 /// The i32 sums of 32-block `b` of super-block `sb` of groups `at` (their super-block indices in
@@ -314,22 +336,8 @@ pub(crate) unsafe fn tile_k23(w: &QMatrix, r0: usize, nr: usize, acts: &[QActs],
     if n == 0 || nr == 0 {
         return;
     }
-    let s16: Vec<Vec<f32>> = acts
-        .iter()
-        .map(|a| {
-            let s = a.sum16[..cols / 16].iter().enumerate();
-            s.map(|(h, &v)| a.d[h / 2] * v as f32).collect()
-        })
-        .collect();
-    let toks: Vec<Tok> = acts
-        .iter()
-        .zip(&s16)
-        .map(|(a, s16)| Tok {
-            x: &a.qs,
-            d: &a.d,
-            s16,
-        })
-        .collect();
+    let s16 = sums16(acts, cols);
+    let toks = toks(acts, &s16);
     // SAFETY: AVX2/FMA/F16C present per this function's contract; the format checked; the
     // lengths asserted above.
     unsafe {

@@ -211,14 +211,15 @@ pub fn cols_for(format: WeightFormat, units: usize, odd: usize) -> usize {
 
 /// Whether `matmul` of more than one token in `Int8` takes an 8-bit integer tile on `path` for
 /// the K-quant `format` (Q4_K/Q5_K/Q6_K on AVX2, AVX-512 and NEON with dotprod, activations of
-/// one scale per 256; Q2_K/Q3_K on AVX2, one scale per 32) rather than the f32 or bf16 one.
+/// one scale per 256; Q2_K/Q3_K on AVX2 and AVX-512, one scale per 32) rather than the f32 or bf16 one.
 pub fn int8_tile(path: KernelPath, format: WeightFormat) -> bool {
     use WeightFormat::*;
     (matches!(
         path,
         KernelPath::Avx2Fma | KernelPath::Avx512 | KernelPath::NeonDotprod | KernelPath::NeonI8mm
     ) && matches!(format, Q4_K | Q5_K | Q6_K))
-        || (path == KernelPath::Avx2Fma && matches!(format, Q2_K | Q3_K))
+        || (matches!(path, KernelPath::Avx2Fma | KernelPath::Avx512)
+            && matches!(format, Q2_K | Q3_K))
 }
 
 /// Whether `matmul` of more than one token takes the 8-bit integer tile with activations of one
