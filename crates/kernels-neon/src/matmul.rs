@@ -28,8 +28,8 @@ use crate::{
 ///   ([`fast_prompts_int8`]). A prompt is bound by compute, where 8 bits give twice the products
 ///   per instruction of 16 (decode, bound by memory, keeps `Fast`'s 16 bits);
 /// - the 16-bit tile, from [`INT_TILE_MIN_TOKENS`] tokens (16-bit activations, one scale per 32;
-///   `matvec`'s `Fast`): on the AVX-512 path `Fast` prompts of Q4_0/Q4_1/Q5_1, on the AVX2 path
-///   those and Q8_0's, IQ4_NL's and IQ4_XS's (no 8-bit tile for them there).
+///   `matvec`'s `Fast`): on the AVX-512 path `Fast` prompts of Q4_0/Q4_1/Q5_1/IQ4_NL/IQ4_XS, on
+///   the AVX2 path those and Q8_0's (no 8-bit tile for it there).
 ///
 /// Below [`short_prompt_tokens`] tokens (32 on x86, 8 elsewhere), `Fast` prompts of the quantized
 /// formats are a decode step's products ([`crate::matvec_batch`], each token's `matvec` bits).

@@ -277,18 +277,14 @@ pub(crate) fn tile_int8_t_bytes(path: KernelPath, nr: usize, rows: usize, n: usi
 /// Whether [`tile_i16`] takes weights of `format` on `path`: the AVX-512 path's formats of
 /// 32-element blocks of integer quants whose [`Precision::Fast`](crate::Precision) prompts keep 16
 /// bits, Q4_0, Q4_1 and Q5_1 (the formats of [`crate::fast_prompts_int8`] take [`tile_int8`]), and
-/// IQ4_NL and IQ4_XS, which have no AVX-512 tile and take the AVX2 one (prompts of 512 tokens of
-/// the 16-layer synthetic files 1.04-1.09x the f32 tile's, 2 threads, 2026-12-05); on the AVX2
+/// IQ4_NL and IQ4_XS (`tile512_k16` on all five); on the AVX2
 /// path every format of 32-element blocks of integer quants, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and
 /// IQ4_NL, and IQ4_XS, of which `matmul` gives it those whose `Fast` prompts keep 16 bits (Q5_0
 /// takes [`tile_int8`] first). The other formats' `Fast` prompts take the f32 tile.
 pub(crate) fn has_tile_i16(path: KernelPath, format: WeightFormat) -> bool {
     #[cfg(target_arch = "x86_64")]
     match path {
-        KernelPath::Avx512 => {
-            return x86_64::has_tile512_k16(format)
-                || matches!(format, WeightFormat::IQ4_NL | WeightFormat::IQ4_XS)
-        }
+        KernelPath::Avx512 => return x86_64::has_tile512_k16(format),
         KernelPath::Avx2Fma => return x86_64::has_tile_k16(format),
         _ => {}
     }
@@ -316,9 +312,9 @@ pub(crate) fn tile_i16(
         // and the format is one the tile takes.
         unsafe { x86_64::tile512_k16(w, r0, nr, acts, out) }
     } else {
-        // SAFETY: the path was checked available (AVX2/FMA/F16C present on both x86 paths:
-        // `has_tile_i16` is false on every other path), and the format is one the tile takes
-        // (`has_tile_i16`'s AVX-512 formats without `tile512_k16` are `tile_k16`'s).
+        // SAFETY: the path was checked available (AVX2/FMA/F16C present: `has_tile_i16` is false
+        // on every path but the two x86 ones, and on AVX-512 every format it takes is
+        // `tile512_k16`'s), and the format is one the tile takes.
         unsafe { x86_64::tile_k16(w, r0, nr, acts, out) }
     }
     #[cfg(not(target_arch = "x86_64"))]

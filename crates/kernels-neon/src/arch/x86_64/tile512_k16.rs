@@ -18,8 +18,9 @@ use std::ops::Range;
 
 use super::tile512_lanes::{drive, step, Lanes, LANES};
 use crate::quant::QActs16;
-use crate::scalar::{f16_at, q5_quants};
+use crate::scalar::{f16_at, iq4xs_scales, q5_quants};
 use crate::{QMatrix, WeightFormat};
+use tensor_types::IQ4NL_VALUES;
 
 /// i16 quants of one group's 32-element block: 16 column pairs × 16 lanes × 2.
 const BLOCK_I16: usize = 32 * LANES;
@@ -28,10 +29,13 @@ const BLOCK_I16: usize = 32 * LANES;
 const PANEL_BLOCKS: usize = 16;
 
 /// Whether [`tile512_k16`] takes weights of `format`: the 32-block formats not in
-/// [`crate::fast_prompts_int8`].
+/// [`crate::fast_prompts_int8`], and IQ4_NL and IQ4_XS (their values from the table, IQ4_XS's
+/// sub-blocks of 32 as blocks with the scale `d * (ls - 32)`), which took AVX2's `tile_k16` on
+/// this path (pp512 of the 16-layer SYNTHETIC files 0.9x / 0.85x of llama.cpp's native build's,
+/// 2 threads, 2026-12-06), and before it the f32 tile.
 pub(crate) fn has_tile512_k16(format: WeightFormat) -> bool {
     use WeightFormat::*;
-    matches!(format, Q4_0 | Q4_1 | Q5_1)
+    matches!(format, Q4_0 | Q4_1 | Q5_1 | IQ4_NL | IQ4_XS)
 }
 
 /// One row's quants, scales and mins, in element order.
@@ -56,6 +60,22 @@ impl Unpacked {
     /// Unpacks `row` of `format` (one of [`has_tile512_k16`]'s).
     fn fill(&mut self, format: WeightFormat, row: &[u8]) {
         use WeightFormat::*;
+        if format == IQ4_XS {
+            // Super-blocks of 256: `d`, the scales' high and low bits, then 8 sub-blocks of 16
+            // bytes of nibbles as IQ4_NL's.
+            for (sb, blk) in row.chunks_exact(136).enumerate() {
+                let sc = iq4xs_scales(blk);
+                for j in 0..8 {
+                    let b = 8 * sb + j;
+                    self.sc[b] = sc[j];
+                    iq4nl_quants(
+                        &blk[8 + 16 * j..24 + 16 * j],
+                        &mut self.q[32 * b..32 * b + 32],
+                    );
+                }
+            }
+            return;
+        }
         let bb = format.block_bytes();
         for (b, blk) in row.chunks_exact(bb).enumerate() {
             let q = &mut self.q[32 * b..32 * b + 32];
@@ -69,6 +89,7 @@ impl Unpacked {
                         q[j + 16] = i16::from(v >> 4) - off;
                     }
                 }
+                IQ4_NL => iq4nl_quants(&blk[2..18], q),
                 _ => {
                     // Q5_1.
                     for (d, v) in q.iter_mut().zip(q5_quants(blk, 4)) {
@@ -80,6 +101,15 @@ impl Unpacked {
                 self.mn[b] = f16_at(blk, 2);
             }
         }
+    }
+}
+
+/// The 32 values of an IQ4_NL block's 16 bytes of nibbles `qs` (low nibbles the first 16, high the
+/// last) into `q`.
+fn iq4nl_quants(qs: &[u8], q: &mut [i16]) {
+    for (j, &v) in qs.iter().enumerate().take(16) {
+        q[j] = i16::from(IQ4NL_VALUES[usize::from(v & 0xF)]);
+        q[j + 16] = i16::from(IQ4NL_VALUES[usize::from(v >> 4)]);
     }
 }
 
@@ -269,7 +299,13 @@ pub(crate) unsafe fn tile512_k16(
 ) {
     let (n, cols, format) = (acts.len(), w.cols(), w.format());
     assert!(has_tile512_k16(format) && out.len() >= n * nr && r0 + nr <= w.rows());
-    assert!(cols % 32 == 0);
+    assert!(
+        cols % if format == WeightFormat::IQ4_XS {
+            256
+        } else {
+            32
+        } == 0
+    );
     assert!(acts
         .iter()
         .all(|a| a.qs.len() >= cols && a.d.len() >= cols / 32 && a.s.len() >= cols / 32));

@@ -236,7 +236,7 @@ pub fn int8_block_tile(path: KernelPath, format: WeightFormat) -> bool {
 
 /// Whether `matmul` of more than one token takes the 16-bit integer tile on `path` for `format` in
 /// `Fast` (AVX-512 and AVX2: the 32-block formats whose `Fast` prompts keep 16 bits, Q4_0, Q4_1,
-/// Q5_1, and IQ4_NL and IQ4_XS (AVX2's tile on both); AVX2 also Q8_0, which has no 8-bit tile
+/// Q5_1, and IQ4_NL and IQ4_XS; AVX2 also Q8_0, which has no 8-bit tile
 /// there), from `INT_TILE_MIN_TOKENS` tokens.
 pub fn i16_tile(path: KernelPath, format: WeightFormat) -> bool {
     use WeightFormat::*;
