@@ -23,6 +23,9 @@ use crate::arch::tags::{self, has_min};
 use crate::path::matvec_chunk;
 use crate::quant::QActs16;
 use crate::{check_len, check_path, KernelError, KernelPath, QMatrix, WeightFormat};
+use tokens::{group_dots_tokens, pair_dots_tokens, pairs_take};
+
+mod tokens;
 
 /// Rows of a group.
 const GROUP: usize = 8;
@@ -414,7 +417,10 @@ impl Q40x8 {
     /// two tokens at a time, or three where that many are left (an odd count: the last pair and
     /// the odd token; four at once were slower, their accumulators spilled), each token's results
     /// [`Q40x8::run_rows`]'s bits. On the AVX-512 path, whose 32 registers hold four tokens'
-    /// accumulators, four at a time (an OLMoE-shaped prompt layer over the copies: 1.17x pairs).
+    /// accumulators, four at a time (an OLMoE-shaped prompt layer over the copies: 1.17x pairs),
+    /// and two groups at once in 512-bit registers for two tokens or more (`q40x8_pair_tokens`:
+    /// pp64 of the SYNTHETIC OLMoE-shaped 4-layer Q4_0 file 1.07-1.11x one group at a time, 2
+    /// threads, 2026-12-06).
     pub(crate) fn run_rows_tokens(
         &self,
         path: KernelPath,
@@ -425,11 +431,17 @@ impl Q40x8 {
         let nr = out.len() / acts.len().max(1);
         let gb = self.group_bytes();
         let f = self.format;
-        for j in 0..nr / GROUP {
+        let groups = nr / GROUP;
+        // On AVX-512 two groups at once for two or more tokens (`q40x8_pair_tokens`).
+        let pairs = path == KernelPath::Avx512 && pairs_take(f);
+        let mut j = 0;
+        while j < groups {
+            let two = pairs && j + 1 < groups;
             let g = r0 / GROUP + j;
-            let group = &self.data[g * gb..(g + 1) * gb];
-            let mut put = |t: usize, y: &[f32; GROUP]| {
-                out[t * nr + j * GROUP..t * nr + (j + 1) * GROUP].copy_from_slice(y);
+            let group = |k: usize| &self.data[(g + k) * gb..(g + k + 1) * gb];
+            let mut put = |t: usize, k: usize, y: &[f32]| {
+                let at = t * nr + (j + k) * GROUP;
+                out[at..at + GROUP].copy_from_slice(&y[..GROUP]);
             };
             // Pairs (fours on AVX-512), and an odd token's group read with the last pair (three at
             // once), not again.
@@ -441,37 +453,45 @@ impl Q40x8 {
                     n if path == KernelPath::Avx512 => n.min(4),
                     n => n.min(2),
                 };
-                match take {
-                    1 => put(t, &group_dots(path, f, group, &a[0])),
-                    2 => {
-                        let ys = group_dots_tokens::<2>(path, f, group, a);
-                        ys.iter().enumerate().for_each(|(k, y)| put(t + k, y));
+                if two && take > 1 {
+                    let gs = [group(0), group(1)];
+                    let mut put2 = |ys: &[[f32; 2 * GROUP]]| {
+                        for (k, y) in ys.iter().enumerate() {
+                            put(t + k, 0, &y[..GROUP]);
+                            put(t + k, 1, &y[GROUP..]);
+                        }
+                    };
+                    match take {
+                        2 => put2(&pair_dots_tokens::<2>(f, gs, a)),
+                        3 => put2(&pair_dots_tokens::<3>(f, gs, a)),
+                        _ => put2(&pair_dots_tokens::<4>(f, gs, a)),
                     }
-                    4 => {
-                        let ys = group_dots_tokens::<4>(path, f, group, a);
-                        ys.iter().enumerate().for_each(|(k, y)| put(t + k, y));
-                    }
-                    _ => {
-                        let ys = group_dots_tokens::<3>(path, f, group, a);
-                        ys.iter().enumerate().for_each(|(k, y)| put(t + k, y));
+                    t += take;
+                    continue;
+                }
+                for k in 0..1 + usize::from(two) {
+                    let gk = group(k);
+                    match take {
+                        1 => put(t, k, &group_dots(path, f, gk, &a[0])),
+                        2 => {
+                            let ys = group_dots_tokens::<2>(path, f, gk, a);
+                            ys.iter().enumerate().for_each(|(i, y)| put(t + i, k, y));
+                        }
+                        4 => {
+                            let ys = group_dots_tokens::<4>(path, f, gk, a);
+                            ys.iter().enumerate().for_each(|(i, y)| put(t + i, k, y));
+                        }
+                        _ => {
+                            let ys = group_dots_tokens::<3>(path, f, gk, a);
+                            ys.iter().enumerate().for_each(|(i, y)| put(t + i, k, y));
+                        }
                     }
                 }
                 t += take;
             }
+            j += 1 + usize::from(two);
         }
     }
-}
-
-/// The first `T` tokens' activations of `a` (at least `T`).
-#[cfg(target_arch = "x86_64")]
-fn xqs<const T: usize>(a: &[Acts8]) -> [&QActs16; T] {
-    std::array::from_fn(|k| &a[k].xq)
-}
-
-/// The first `T` tokens' block corrections of `a` (at least `T`).
-#[cfg(target_arch = "x86_64")]
-fn corrs<const T: usize>(a: &[Acts8]) -> [&[i32]; T] {
-    std::array::from_fn(|k| &a[k].corr[..])
 }
 
 /// A vector's 16-bit activations and each block's `-8 * sum(q_x)`, made once per vector; on
@@ -599,44 +619,6 @@ fn group_dots_neon(
             _ => return None,
         })
     }
-}
-
-/// [`group_dots`] of each of the first `T` tokens of `a`, the group read once for all on the x86
-/// paths (the nibble formats).
-fn group_dots_tokens<const T: usize>(
-    path: KernelPath,
-    format: WeightFormat,
-    group: &[u8],
-    a: &[Acts8],
-) -> [[f32; GROUP]; T] {
-    #[cfg(target_arch = "x86_64")]
-    if matches!(path, KernelPath::Avx2Fma | KernelPath::Avx512)
-        && !matches!(format, WeightFormat::Q4_K | WeightFormat::Q8_0)
-    {
-        use crate::arch::{q40x8_group_tokens as avx2, q40x8_group_tokens_vnni as vnni};
-        let (xq, corr) = (xqs::<T>(a), corrs::<T>(a));
-        macro_rules! by_format {
-            ($k:ident) => {
-                match tag(format) {
-                    tags::IQ4_NL => $k::<{ tags::IQ4_NL }, T>(group, xq, corr),
-                    tags::Q5_0 => $k::<{ tags::Q5_0 }, T>(group, xq, corr),
-                    tags::Q4_1 => $k::<{ tags::Q4_1 }, T>(group, xq, corr),
-                    tags::Q5_1 => $k::<{ tags::Q5_1 }, T>(group, xq, corr),
-                    _ => $k::<{ tags::Q4_0 }, T>(group, xq, corr),
-                }
-            };
-        }
-        // SAFETY: the path was checked available: AVX2/FMA/F16C present, and on the AVX-512 path
-        // AVX-512 VNNI and VL.
-        return unsafe {
-            if path == KernelPath::Avx512 {
-                by_format!(vnni)
-            } else {
-                by_format!(avx2)
-            }
-        };
-    }
-    std::array::from_fn(|t| group_dots(path, format, group, &a[t]))
 }
 
 /// [`group_dots`] in scalar code (format tag `f`): per row, the exact block sums times

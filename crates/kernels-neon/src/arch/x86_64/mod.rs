@@ -39,6 +39,7 @@ mod q40_512_i8;
 mod q40_pairs;
 mod q40_pairs512;
 mod q40x8;
+mod q40x8_pair512;
 mod q4kx8;
 mod quantize;
 mod simd;
@@ -75,6 +76,7 @@ pub(crate) use q40_512_i8::{matvec_batch as q40_int8_batch, Q40Bytes};
 pub(crate) use q40x8::{
     q40x8_group, q40x8_group_tokens, q40x8_group_tokens_vnni, q40x8_group_vnni,
 };
+pub(crate) use q40x8_pair512::q40x8_pair_tokens;
 pub(crate) use q4kx8::{q4kx8_group, q4kx8_group_vnni};
 pub(crate) use quantize::{quantize, quantize16, quantize_super};
 pub(crate) use tile::tile;

@@ -40,7 +40,7 @@ use crate::quant::QActs16;
 /// # Safety
 /// AVX2 present; a group block of format `F` readable at `gp`.
 #[inline(always)]
-unsafe fn fifth_bits<const F: u8>(gp: *const u8) -> __m256i {
+pub(super) unsafe fn fifth_bits<const F: u8>(gp: *const u8) -> __m256i {
     if has_fifth(F) {
         // SAFETY: the 32 bytes of fifth bits after the quants, per contract.
         unsafe { _mm256_loadu_si256(gp.add(quants_at(F) + 128) as *const __m256i) }
@@ -52,7 +52,7 @@ unsafe fn fifth_bits<const F: u8>(gp: *const u8) -> __m256i {
 
 /// [`fifth_bits`] of register `k` (`h` shifted down by `k`).
 #[inline(always)]
-unsafe fn fifth_of(h: __m256i, k: usize) -> __m256i {
+pub(super) unsafe fn fifth_of(h: __m256i, k: usize) -> __m256i {
     // SAFETY: AVX2 present per the callers' contracts (inlined into AVX2 functions).
     unsafe {
         match k {
@@ -122,7 +122,7 @@ unsafe fn biased_table() -> __m256i {
 /// # Safety
 /// AVX2 present.
 #[inline(always)]
-unsafe fn unpack<const F: u8>(v: __m256i, hk: __m256i) -> [__m256i; 4] {
+pub(super) unsafe fn unpack<const F: u8>(v: __m256i, hk: __m256i) -> [__m256i; 4] {
     // SAFETY: AVX2 present per contract (inlined into AVX2 functions).
     unsafe {
         let m0 = _mm256_set1_epi16(0x000F);

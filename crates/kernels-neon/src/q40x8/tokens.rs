@@ -1,0 +1,98 @@
+//! [`Q40x8`](super::Q40x8)'s kernels over several tokens at once, which
+//! [`Q40x8::run_rows_tokens`](super::Q40x8) calls: one group against two to four tokens
+//! (`q40x8_group_tokens`), and on AVX-512 two groups at once (`q40x8_pair_tokens`).
+
+#[cfg(target_arch = "x86_64")]
+use super::tag;
+use super::{group_dots, Acts8, GROUP};
+#[cfg(target_arch = "x86_64")]
+use crate::arch::tags;
+#[cfg(target_arch = "x86_64")]
+use crate::quant::QActs16;
+use crate::{KernelPath, WeightFormat};
+
+/// The first `T` tokens' activations of `a` (at least `T`).
+#[cfg(target_arch = "x86_64")]
+fn xqs<const T: usize>(a: &[Acts8]) -> [&QActs16; T] {
+    std::array::from_fn(|k| &a[k].xq)
+}
+
+/// The first `T` tokens' block corrections of `a` (at least `T`).
+#[cfg(target_arch = "x86_64")]
+fn corrs<const T: usize>(a: &[Acts8]) -> [&[i32]; T] {
+    std::array::from_fn(|k| &a[k].corr[..])
+}
+
+/// [`group_dots`] of each of the first `T` tokens of `a`, the group read once for all on the x86
+/// paths (the nibble formats).
+pub(super) fn group_dots_tokens<const T: usize>(
+    path: KernelPath,
+    format: WeightFormat,
+    group: &[u8],
+    a: &[Acts8],
+) -> [[f32; GROUP]; T] {
+    #[cfg(target_arch = "x86_64")]
+    if matches!(path, KernelPath::Avx2Fma | KernelPath::Avx512)
+        && !matches!(format, WeightFormat::Q4_K | WeightFormat::Q8_0)
+    {
+        use crate::arch::{q40x8_group_tokens as avx2, q40x8_group_tokens_vnni as vnni};
+        let (xq, corr) = (xqs::<T>(a), corrs::<T>(a));
+        macro_rules! by_format {
+            ($k:ident) => {
+                match tag(format) {
+                    tags::IQ4_NL => $k::<{ tags::IQ4_NL }, T>(group, xq, corr),
+                    tags::Q5_0 => $k::<{ tags::Q5_0 }, T>(group, xq, corr),
+                    tags::Q4_1 => $k::<{ tags::Q4_1 }, T>(group, xq, corr),
+                    tags::Q5_1 => $k::<{ tags::Q5_1 }, T>(group, xq, corr),
+                    _ => $k::<{ tags::Q4_0 }, T>(group, xq, corr),
+                }
+            };
+        }
+        // SAFETY: the path was checked available: AVX2/FMA/F16C present, and on the AVX-512 path
+        // AVX-512 VNNI and VL.
+        return unsafe {
+            if path == KernelPath::Avx512 {
+                by_format!(vnni)
+            } else {
+                by_format!(avx2)
+            }
+        };
+    }
+    std::array::from_fn(|t| group_dots(path, format, group, &a[t]))
+}
+
+/// Whether [`pair_dots_tokens`] takes format `f` (the nibble formats of `q40x8_group_tokens`).
+pub(super) fn pairs_take(f: WeightFormat) -> bool {
+    cfg!(target_arch = "x86_64") && !matches!(f, WeightFormat::Q4_K | WeightFormat::Q8_0)
+}
+
+/// [`group_dots_tokens`] of two groups at once on the AVX-512 path (only there: the caller
+/// checks): per token, the first group's 8 rows then the second's, each row's bits.
+pub(super) fn pair_dots_tokens<const T: usize>(
+    format: WeightFormat,
+    groups: [&[u8]; 2],
+    a: &[Acts8],
+) -> [[f32; 2 * GROUP]; T] {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use crate::arch::q40x8_pair_tokens as k;
+        let (xq, corr) = (xqs::<T>(a), corrs::<T>(a));
+        // SAFETY: the caller runs this on the AVX-512 path only, checked available (AVX2/FMA/F16C
+        // and AVX-512F/VNNI/VL present); the format is a nibble format (`pairs_take`).
+        unsafe {
+            match tag(format) {
+                tags::IQ4_NL => k::<{ tags::IQ4_NL }, T>(groups, xq, corr),
+                tags::Q5_0 => k::<{ tags::Q5_0 }, T>(groups, xq, corr),
+                tags::Q4_1 => k::<{ tags::Q4_1 }, T>(groups, xq, corr),
+                tags::Q5_1 => k::<{ tags::Q5_1 }, T>(groups, xq, corr),
+                _ => k::<{ tags::Q4_0 }, T>(groups, xq, corr),
+            }
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    unreachable!(
+        "pair_dots_tokens: {format:?} {:?} {}",
+        groups.len(),
+        a.len()
+    )
+}
