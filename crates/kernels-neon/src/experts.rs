@@ -77,8 +77,9 @@ const GROUP: usize = 8;
 
 /// Job `job`'s copies where its `m` tokens take them: it has them, its products would run the
 /// decode kernels of `Fast`, the copies give those kernels' bits on `path`
-/// ([`Q40x8::exact_on`]), and, off x86, one token: there the copies take one token at a time
-/// ([`Q40x8::batches`]), where the originals' batch kernels unpack each block once for all.
+/// ([`Q40x8::exact_on`]), and one token where the copies take one token at a time (not
+/// [`Q40x8::batches`]: off x86, and Q4_K's and Q8_0's on x86, as a dense decode step's), where
+/// the originals' batch kernels unpack each block once for all.
 fn takes_copies<'a>(
     path: KernelPath,
     job: &ExpertJob<'a>,
@@ -92,9 +93,9 @@ fn takes_copies<'a>(
             && [c.gate, c.up, c.down].iter().all(|w| {
                 Q40x8::exact_on(path, w.format())
                     && matvec_precision(path, w.format(), precision) == Precision::Fast
+                    && (m == 1 || w.batches())
             })
             && Product::per_token(m, precision, decode)
-            && (m == 1 || cfg!(target_arch = "x86_64"))
     })
 }
 

@@ -299,12 +299,13 @@ fn copies_read_where_they_apply(format: WeightFormat) {
                     }
                     // Where expert 0's products run the decode kernels (a decode step, or a
                     // group of fewer than 32 tokens) in `Fast` on the paths where the copies
-                    // are exact, they read its copies (the wrong one shows); nowhere else. Off
-                    // x86 for one token only (the copies take one token at a time there).
+                    // are exact, they read its copies (the wrong one shows); nowhere else. For
+                    // one token only where the copies take one token at a time (`batches`: off
+                    // x86).
                     let m = routed.iter().find(|r| r.0 == 0).map_or(0, |r| r.1.len());
                     let reads = m > 0
                         && (decode || m < 32)
-                        && (m == 1 || cfg!(target_arch = "x86_64"))
+                        && (m == 1 || copies[0][0].batches())
                         && precision == Precision::Fast
                         && Q40x8::exact_on(path, format);
                     let (odd, _) = run(Some(&wrong));
