@@ -90,8 +90,8 @@ pub(crate) fn tile_bf16(
 /// Whether [`tile_int8`] takes weights of `format` on `path`: Q4_K, Q5_K and Q6_K on
 /// [`KernelPath::Avx2Fma`] and [`KernelPath::Avx512`] (activations with one scale per 256,
 /// `QActs::quantize_super`), Q2_K and Q3_K on both (one scale per 32, as their `matvec_int8`,
-/// which both paths share; AVX2 `tile_k23`, AVX-512 `tile512_k23`), and on both also the formats of 32-element blocks of integer quants,
-/// Q4_0, Q4_1, Q5_0, Q5_1, and on AVX-512 Q8_0 ([`tile_int8_blocks`]: one scale per 32,
+/// which both paths share; AVX2 `tile_k23`, AVX-512 `tile512_k23`), and on both also the formats
+/// of 32-element blocks of integer quants, Q4_0, Q4_1, Q5_0, Q5_1, and on AVX-512 Q8_0 ([`tile_int8_blocks`]: one scale per 32,
 /// `QActs::quantize` with its sums of 16; AVX-512 `tile512_i8`, AVX2 `tile_i8`); on [`KernelPath::NeonDotprod`] and
 /// [`KernelPath::NeonI8mm`] Q4_K, Q5_K and Q6_K (`sdot`, `aarch64::tile_k8_dp`), on
 /// [`KernelPath::NeonI8mm`] also the 32-block formats and IQ4_NL (`smmla`, `aarch64::tile_i8mm`). `Int8` prompts and `Fast` ones from
@@ -212,8 +212,9 @@ pub(crate) fn tile_int8(
     let _ = (r0, nr, acts, out);
 }
 
-/// Q2_K and Q3_K: the formats whose 8-bit tile (AVX2 `tile_k23`, AVX-512 `tile512_k23`) takes activations of one scale
-/// per 32 with sums of 16, as their `matvec_int8` does, from any token count.
+/// Q2_K and Q3_K: the formats whose 8-bit tile (AVX2 `tile_k23`, AVX-512 `tile512_k23`) takes
+/// activations of one scale per 32 with sums of 16, as their `matvec_int8` does, from any token
+/// count.
 fn k23(format: WeightFormat) -> bool {
     matches!(format, WeightFormat::Q2_K | WeightFormat::Q3_K)
 }

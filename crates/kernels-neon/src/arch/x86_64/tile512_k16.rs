@@ -1,7 +1,8 @@
 //! The 16-bit prompt tile on AVX-512 VNNI ([`Precision::Fast`](crate::Precision) prompts on
 //! [`KernelPath::Avx512`](crate::KernelPath)) for the formats of 32-element blocks of integer
-//! quants whose `Fast` prompts keep 16 bits ([`has_tile512_k16`]: Q4_0, Q4_1, Q5_1; the others'
-//! prompts take the 8-bit tiles, `tile512_i8.rs` and `tile512_k8.rs`).
+//! quants whose `Fast` prompts keep 16 bits ([`has_tile512_k16`]: Q4_0, Q4_1, Q5_1, IQ4_NL, and
+//! IQ4_XS's sub-blocks of 32 as IQ4_NL blocks; the others' prompts take the 8-bit tiles,
+//! `tile512_i8.rs`, `tile512_k8.rs` and `tile512_k23.rs`).
 //!
 //! A work item's rows are repacked once into groups of [`LANES`] rows (`tile512_lanes.rs`), each
 //! quant widened to i16, so that each 32-bit lane holds one row's two quants of the same two
@@ -31,8 +32,8 @@ const PANEL_BLOCKS: usize = 16;
 /// Whether [`tile512_k16`] takes weights of `format`: the 32-block formats not in
 /// [`crate::fast_prompts_int8`], and IQ4_NL and IQ4_XS (their values from the table, IQ4_XS's
 /// sub-blocks of 32 as blocks with the scale `d * (ls - 32)`), which took AVX2's `tile_k16` on
-/// this path (pp512 of the 16-layer SYNTHETIC files 0.9x / 0.85x of llama.cpp's native build's,
-/// 2 threads, 2026-12-06), and before it the f32 tile.
+/// this path before (pp512 of the 16-layer SYNTHETIC files 513-526 and 502-521 tok/s, this tile
+/// 778-816 and 782-792; 2 threads, 2026-12-06).
 pub(crate) fn has_tile512_k16(format: WeightFormat) -> bool {
     use WeightFormat::*;
     matches!(format, Q4_0 | Q4_1 | Q5_1 | IQ4_NL | IQ4_XS)
