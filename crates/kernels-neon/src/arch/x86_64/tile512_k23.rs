@@ -1,7 +1,8 @@
 //! The 8-bit prompt tile of Q2_K/Q3_K weights on AVX-512 VNNI: `tile_k23.rs`'s products with
-//! [`LANES`] rows to a group (`tile512_lanes.rs`, as `tile512_k8.rs` for Q4_K..Q6_K). Without it
-//! these prompts took AVX2's 8-row tile on this path (pp512 of the 16-layer SYNTHETIC Q2_K file
-//! 0.82-0.87x llama.cpp's native build, 2 threads), and before that the f32 tile (0.6-0.7x).
+//! [`LANES`] rows to a group (`tile512_lanes.rs`, as `tile512_k8.rs` for Q4_K..Q6_K). Before it
+//! these prompts took the f32 tile on this path (pp512 of the 16-layer SYNTHETIC Q2_K file about
+//! 0.65x llama.cpp's native build, 2 threads); AVX2's 8-row tile, tried on the way, about 0.85x;
+//! this one 1.2x (docs/benchmarks/dense-vs-llama.md, 2026-12-06).
 //!
 //! Each 32-bit lane holds one row's four unsigned quants of the same four columns (Q2_K 0..=3,
 //! Q3_K `low | h << 2` in 0..=7, its offset of 4 left out), so one `vpdpbusd` against a token's
