@@ -23,7 +23,7 @@ use crate::arch::tags::{self, has_min};
 use crate::path::matvec_chunk;
 use crate::quant::QActs16;
 use crate::{check_len, check_path, KernelError, KernelPath, QMatrix, WeightFormat};
-use tokens::{group_dots_tokens, pair_dots_tokens, pairs_take};
+use tokens::{group_dots_tokens, pair_dots_tokens};
 
 mod tokens;
 
@@ -433,7 +433,7 @@ impl Q40x8 {
         let f = self.format;
         let groups = nr / GROUP;
         // On AVX-512 two groups at once for two or more tokens (`q40x8_pair_tokens`).
-        let pairs = path == KernelPath::Avx512 && pairs_take(f);
+        let pairs = path == KernelPath::Avx512 && self.batches();
         let mut j = 0;
         while j < groups {
             let two = pairs && j + 1 < groups;

@@ -61,13 +61,9 @@ pub(super) fn group_dots_tokens<const T: usize>(
     std::array::from_fn(|t| group_dots(path, format, group, &a[t]))
 }
 
-/// Whether [`pair_dots_tokens`] takes format `f` (the nibble formats of `q40x8_group_tokens`).
-pub(super) fn pairs_take(f: WeightFormat) -> bool {
-    cfg!(target_arch = "x86_64") && !matches!(f, WeightFormat::Q4_K | WeightFormat::Q8_0)
-}
-
-/// [`group_dots_tokens`] of two groups at once on the AVX-512 path (only there: the caller
-/// checks): per token, the first group's 8 rows then the second's, each row's bits.
+/// [`group_dots_tokens`] of two groups at once on the AVX-512 path for a copy that batches (only
+/// there: the caller checks): per token, the first group's 8 rows then the second's, each row's
+/// bits.
 pub(super) fn pair_dots_tokens<const T: usize>(
     format: WeightFormat,
     groups: [&[u8]; 2],
@@ -78,7 +74,8 @@ pub(super) fn pair_dots_tokens<const T: usize>(
         use crate::arch::q40x8_pair_tokens as k;
         let (xq, corr) = (xqs::<T>(a), corrs::<T>(a));
         // SAFETY: the caller runs this on the AVX-512 path only, checked available (AVX2/FMA/F16C
-        // and AVX-512F/VNNI/VL present); the format is a nibble format (`pairs_take`).
+        // and AVX-512F/VNNI/VL present), for a copy that batches (`Q40x8::batches`): a nibble
+        // format.
         unsafe {
             match tag(format) {
                 tags::IQ4_NL => k::<{ tags::IQ4_NL }, T>(groups, xq, corr),
