@@ -20,7 +20,7 @@ use std::ops::Range;
 use super::tile512_lanes::{drive, step, Lanes, LANES};
 use super::tile_k23::{quants, scales, Tok};
 use crate::quant::QActs;
-use crate::{QMatrix, WeightFormat};
+use crate::QMatrix;
 
 /// Bytes of one group's super-block of quants: 64 quads of 16 lanes × 4 bytes.
 const SB_BYTES: usize = 64 * LANES * 4;
@@ -184,7 +184,8 @@ impl Lanes for K23<'_> {
         let mut tk = [self.toks[t0]; T];
         tk.copy_from_slice(&self.toks[t0..t0 + T]);
         // SAFETY: per this method's contract (groups `g0 .. g0 + G` in `p`, super-blocks `units`
-        // within the row), and every token covers the row's columns (asserted in `tile512_k23`).
+        // within the row), and every token covers the row's columns (`tile_k23::checked` in
+        // `tile512_k23`).
         unsafe { block::<G, T>(&self.p, g0, tk, units, acc) }
     }
 }
@@ -203,20 +204,10 @@ pub(crate) unsafe fn tile512_k23(
     acts: &[QActs],
     out: &mut [f32],
 ) {
-    let (n, cols, format) = (acts.len(), w.cols(), w.format());
-    let q3 = match format {
-        WeightFormat::Q2_K => false,
-        WeightFormat::Q3_K => true,
-        _ => panic!("tile512_k23: {format:?}"),
-    };
-    assert!(out.len() >= n * nr && r0 + nr <= w.rows() && cols % 256 == 0);
-    assert!(acts.iter().all(|a| !a.per_super
-        && a.qs.len() >= cols
-        && a.d.len() >= cols / 32
-        && a.sum16.len() >= cols / 16));
-    if n == 0 || nr == 0 {
+    let Some(q3) = super::tile_k23::checked("tile512_k23", w, r0, nr, acts, out) else {
         return;
-    }
+    };
+    let (n, cols) = (acts.len(), w.cols());
     let s16 = super::tile_k23::sums16(acts, cols);
     let toks = super::tile_k23::toks(acts, &s16);
     // SAFETY: AVX2/FMA/F16C present per this function's contract; the format checked.
@@ -229,6 +220,6 @@ pub(crate) unsafe fn tile512_k23(
     };
     let k = K23 { p, toks };
     // SAFETY: features present per this function's contract; `k.p` holds `nr` rows, every token
-    // covers the columns (asserted above).
+    // covers the columns (`checked`).
     unsafe { drive(&k, nr, n, out) };
 }

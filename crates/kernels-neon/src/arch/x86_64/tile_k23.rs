@@ -154,6 +154,31 @@ pub(super) struct Tok<'a> {
     pub(super) s16: &'a [f32],
 }
 
+/// Checks the arguments of a Q2_K/Q3_K tile (`tile`: its name), panicking where they break its
+/// contract (another format, short activations or output, rows past the matrix, columns not a
+/// multiple of 256): whether `w` is Q3_K, or `None` where there is nothing to compute.
+pub(super) fn checked(
+    tile: &str,
+    w: &QMatrix,
+    r0: usize,
+    nr: usize,
+    acts: &[QActs],
+    out: &[f32],
+) -> Option<bool> {
+    let (n, cols, format) = (acts.len(), w.cols(), w.format());
+    let q3 = match format {
+        WeightFormat::Q2_K => false,
+        WeightFormat::Q3_K => true,
+        _ => panic!("{tile}: {format:?}"),
+    };
+    assert!(out.len() >= n * nr && r0 + nr <= w.rows() && cols % 256 == 0);
+    assert!(acts.iter().all(|a| !a.per_super
+        && a.qs.len() >= cols
+        && a.d.len() >= cols / 32
+        && a.sum16.len() >= cols / 16));
+    (n > 0 && nr > 0).then_some(q3)
+}
+
 /// Per token, `d_x * sum(q)` of each 16 of its first `cols` quants ([`Tok::s16`]).
 pub(super) fn sums16(acts: &[QActs], cols: usize) -> Vec<Vec<f32>> {
     acts.iter()
@@ -322,24 +347,14 @@ unsafe fn tile_q<const Q3: bool>(w: &QMatrix, r0: usize, nr: usize, toks: &[Tok]
 /// AVX2/FMA/F16C present.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn tile_k23(w: &QMatrix, r0: usize, nr: usize, acts: &[QActs], out: &mut [f32]) {
-    let (n, cols, format) = (acts.len(), w.cols(), w.format());
-    let q3 = match format {
-        WeightFormat::Q2_K => false,
-        WeightFormat::Q3_K => true,
-        _ => panic!("tile_k23: {format:?}"),
-    };
-    assert!(out.len() >= n * nr && r0 + nr <= w.rows() && cols % 256 == 0);
-    assert!(acts.iter().all(|a| !a.per_super
-        && a.qs.len() >= cols
-        && a.d.len() >= cols / 32
-        && a.sum16.len() >= cols / 16));
-    if n == 0 || nr == 0 {
+    let Some(q3) = checked("tile_k23", w, r0, nr, acts, out) else {
         return;
-    }
+    };
+    let cols = w.cols();
     let s16 = sums16(acts, cols);
     let toks = toks(acts, &s16);
-    // SAFETY: AVX2/FMA/F16C present per this function's contract; the format checked; the
-    // lengths asserted above.
+    // SAFETY: AVX2/FMA/F16C present per this function's contract; the format and the lengths
+    // checked by `checked`.
     unsafe {
         if q3 {
             tile_q::<true>(w, r0, nr, &toks, out)
