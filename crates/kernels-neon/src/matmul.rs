@@ -23,7 +23,8 @@ use crate::{
 ///   path and the AVX-512 one (one activation scale per 256, llama.cpp's `Q8_K`), and Q2_K/Q3_K
 ///   on both (one per 32, as their `matvec_int8`), for
 ///   `Int8` prompts and for [`Precision::Fast`] ones from [`INT_TILE_MIN_TOKENS`] tokens; the
-///   32-block formats Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 on the AVX-512 path and those but Q8_0 on the AVX2
+///   32-block formats Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/IQ4_NL (and IQ4_XS's sub-blocks of 32) on the
+///   AVX-512 path and Q4_0/Q4_1/Q5_0/Q5_1 on the AVX2
 ///   one (one scale per 32, llama.cpp's `Q8_0`), from that many tokens, for `Int8` prompts and for `Fast` ones of Q5_0/Q8_0
 ///   ([`fast_prompts_int8`]). A prompt is bound by compute, where 8 bits give twice the products
 ///   per instruction of 16 (decode, bound by memory, keeps `Fast`'s 16 bits);
@@ -89,9 +90,17 @@ pub fn short_prompt_tokens(path: KernelPath) -> usize {
 /// SmolLM2-135M's Q8_0 embedding, its output projection: 29.6336 against 29.6018 and 29.6020).
 /// Not Q4_1: SmolLM2-135M's Q4_1 tensors took it to 29.6974, so Q4_1 and Q5_1 keep 16 bits; nor
 /// Q4_0: SmolLM2-135M re-quantized to it (`--requant q4_0`) measured 34.5047 with 8-bit prompts
-/// against 34.4358 with 16 bits and exact mode's 34.3975 (2026-12-04). Q2_K and Q3_K (an 8-bit
-/// tile on x86 only) follow the other K-quants and llama.cpp, whose prompts of every K-quant take
-/// 8 bits; no real model's perplexity was measured for them.
+/// against 34.4358 with 16 bits and exact mode's 34.3975 (2026-12-04); nor IQ4_NL and IQ4_XS
+/// (AVX-512's 8-bit tile takes them in `Int8`): SmolLM2-135M and Qwen2.5-Coder-0.5B re-quantized
+/// to them (`llama-quantize --allow-requantize --tensor-type ffn_down=iq4_xs --tensor-type
+/// attn_v=iq4_nl ... IQ4_XS`: IQ4_NL where the columns are no multiple of 256) measured 35.8563
+/// with 8-bit prompts against 35.7903 with 16 bits and exact mode's 35.7606 (SmolLM2), and 40.9685
+/// against 41.0111 and 41.0316 (Qwen; 2026-12-06). Q2_K and Q3_K (an 8-bit tile on x86 only)
+/// follow the other K-quants and llama.cpp, whose prompts of every K-quant take 8 bits, and were
+/// measured on x86 with their `ffn_down` re-quantized to them (`--token-embedding-type f16
+/// --tensor-type ffn_down=q3_k ... IQ4_NL`, whose other tensors keep 16 bits): SmolLM2-135M's Q3_K
+/// 39.5002 against exact mode's 39.4576; Qwen2.5-Coder-0.5B's Q2_K 45.3051 against 45.2892
+/// (SmolLM2's Q2_K, 187.2357 against 186.3798, is a broken model: 35.76 with IQ4 weights).
 #[doc(hidden)]
 pub fn fast_prompts_int8(format: WeightFormat) -> bool {
     use WeightFormat::*;

@@ -1,10 +1,10 @@
 //! `matmul` through the integer tiles: the 8-bit ones, Q4_K/Q5_K/Q6_K on AVX2 and AVX-512
 //! (activations with one scale per 256, in `Int8`, and in `Fast` from `INT_TILE_MIN_TOKENS` tokens)
-//! and Q2_K/Q3_K on AVX2 and AVX-512 (one scale per 32, the same token counts)
-//! and Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 on AVX-512, those but Q8_0 on AVX2 (one scale per 32, in both from
-//! `INT_TILE_MIN_TOKENS` tokens); the 16-bit ones of `Fast` prompts from that many tokens (AVX-512:
-//! Q4_0/Q4_1/Q5_1; AVX2: those, Q8_0 and IQ4_NL). Every token's row of the result is what `matvec` gives
-//! for that token in the precision whose activations the
+//! and Q2_K/Q3_K on AVX2 and AVX-512 (one scale per 32, the same token counts) and
+//! Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/IQ4_NL/IQ4_XS on AVX-512, Q4_0/Q4_1/Q5_0/Q5_1 on AVX2 (one scale per
+//! 32, in both from `INT_TILE_MIN_TOKENS` tokens); the 16-bit ones of `Fast` prompts from that many
+//! tokens (AVX-512: Q4_0/Q4_1/Q5_1/IQ4_NL/IQ4_XS; AVX2: those and Q8_0). Every token's row of the
+//! result is what `matvec` gives for that token in the precision whose activations the
 //! tile takes (`common::tile_products`), whatever the token count (register blocks and the remainders),
 //! the rows per work item and the row count: each sums the same integer products in another f32
 //! order, so within f32 rounding of `Σ|w·x|`. Their accuracy

@@ -1,11 +1,12 @@
 //! The 8-bit prompt tile on AVX-512 VNNI for the formats of 32-element blocks of integer quants
-//! ([`has_tile512_i8`]: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0), as llama.cpp's prompts multiply them: their
+//! ([`has_tile512_i8`]: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, and IQ4_XS with its sub-blocks of 32
+//! as blocks), as llama.cpp's prompts multiply them: their
 //! `Int8` prompts, and `Fast` ones from `INT_TILE_MIN_TOKENS` tokens (the K-quants' 8-bit tile is
 //! `tile512_k8.rs`).
 //!
 //! A work item's rows are repacked once into groups of [`LANES`] rows (`tile512_lanes.rs`) as
 //! unsigned bytes (the format's quants as stored: Q4_0/Q4_1 0..=15, Q5_0/Q5_1 0..=31, Q8_0 moved
-//! up by 128 to 1..=255), so that each 32-bit lane holds one row's four quants of the same four
+//! up by 128 to 1..=255, IQ4's table values moved up by 128 to 1..=241), so that each 32-bit lane holds one row's four quants of the same four
 //! columns. One `vpdpbusd` against four 8-bit activations broadcast to every lane adds 64
 //! products of 16 rows. Each lane's i32 sum over a block, less the format's offset (8, 16 or 128)
 //! times the token's sum of the block's quants, is one row's integer dot, exactly; it is converted
@@ -21,7 +22,7 @@ use std::ops::Range;
 
 use super::tile512_lanes::{drive, step, Lanes, LANES};
 use crate::quant::QActs;
-use crate::scalar::f16_at;
+use crate::scalar::{f16_at, iq4xs_scales};
 use crate::{QMatrix, WeightFormat};
 
 /// Bytes of one group's 32-element block: 8 column quads × 16 lanes × 4.
@@ -33,7 +34,7 @@ const PANEL_BLOCKS: usize = 32;
 /// Whether [`tile512_i8`] takes weights of `format`.
 pub(crate) fn has_tile512_i8(format: WeightFormat) -> bool {
     use WeightFormat::*;
-    matches!(format, Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0)
+    matches!(format, Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | IQ4_NL | IQ4_XS)
 }
 
 /// What the unsigned quants of `format` exceed its signed ones by (0 for the formats with a min).
@@ -42,7 +43,7 @@ fn offset(format: WeightFormat) -> i32 {
     match format {
         Q4_0 => 8,
         Q5_0 => 16,
-        Q8_0 => 128,
+        Q8_0 | IQ4_NL | IQ4_XS => 128,
         _ => 0,
     }
 }
@@ -53,9 +54,63 @@ fn has_min(format: WeightFormat) -> bool {
     matches!(format, Q4_1 | Q5_1)
 }
 
+/// The low nibbles of the 16 bytes `qs` as elements 0..16, the high ones as 16..32.
+///
+/// # Safety
+/// AVX2 present.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn nibbles(qs: &[u8]) -> __m256i {
+    let qs: &[u8; 16] = qs.try_into().expect("16 bytes of quants");
+    // SAFETY: `qs` holds 16 bytes.
+    let v = unsafe { _mm_loadu_si128(qs.as_ptr().cast()) };
+    let m = _mm_set1_epi8(0x0F);
+    let lo = _mm_and_si128(v, m);
+    let hi = _mm_and_si128(_mm_srli_epi16(v, 4), m);
+    _mm256_set_m128i(hi, lo)
+}
+
+/// IQ4's table values of the 32 indices `idx` (0..=15 each), moved up by 128 (1..=241).
+///
+/// # Safety
+/// AVX2 present.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn iq4_quants(idx: __m256i) -> __m256i {
+    // SAFETY: the table holds 16 bytes.
+    let kv = unsafe { _mm_loadu_si128(tensor_types::IQ4NL_VALUES.as_ptr().cast()) };
+    let kv = _mm256_broadcastsi128_si256(_mm_xor_si128(kv, _mm_set1_epi8(i8::MIN)));
+    _mm256_shuffle_epi8(kv, idx)
+}
+
+/// Block `b` (elements `32b .. 32b + 32`) of a row `row` of `format` (one of
+/// [`has_tile512_i8`]'s): its 32 unsigned quants in element order ([`quants`]), its scale, and its
+/// min (0 for the formats without one). IQ4_XS's blocks are its super-blocks' sub-blocks of 32,
+/// with the scale `d * (ls - 32)`.
+///
+/// # Safety
+/// AVX2 present.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn block_of(format: WeightFormat, row: &[u8], b: usize) -> (__m256i, f32, f32) {
+    if format == WeightFormat::IQ4_XS {
+        let sb = &row[136 * (b / 8)..136 * (b / 8 + 1)];
+        let at = 8 + 16 * (b % 8);
+        // SAFETY: AVX2 present per this function's contract.
+        let q = unsafe { iq4_quants(nibbles(&sb[at..at + 16])) };
+        return (q, iq4xs_scales(sb)[b % 8], 0.0);
+    }
+    let bb = format.block_bytes();
+    let blk = &row[bb * b..bb * (b + 1)];
+    let mn = if has_min(format) { f16_at(blk, 2) } else { 0.0 };
+    // SAFETY: AVX2 present per this function's contract; `blk` is one whole block of `format`.
+    (unsafe { quants(format, blk) }, f16_at(blk, 0), mn)
+}
+
 /// The 32 unsigned quants of one block `blk` of `format` (one of [`has_tile512_i8`]'s), in element
 /// order: nibbles split as `scalar.rs` reads them, Q5's fifth bits expanded from their 32-bit mask
-/// (bit `e` of byte `e / 8`, compared per byte), Q8_0's signed bytes moved up by 128.
+/// (bit `e` of byte `e / 8`, compared per byte), Q8_0's signed bytes and IQ4_NL's table values
+/// moved up by 128.
 ///
 /// # Safety
 /// AVX2 present; `blk` is one whole block of `format`.
@@ -64,15 +119,10 @@ fn has_min(format: WeightFormat) -> bool {
 unsafe fn quants(format: WeightFormat, blk: &[u8]) -> __m256i {
     use WeightFormat::*;
     assert!(blk.len() >= format.block_bytes());
-    // Low nibbles of the 16 bytes at `at` as elements 0..16, high ones as 16..32.
-    let nibbles = |at: usize| {
-        // SAFETY: 16 bytes at `at` lie in the block (its quants end it).
-        let v = unsafe { _mm_loadu_si128(blk.as_ptr().add(at).cast()) };
-        let m = _mm_set1_epi8(0x0F);
-        let lo = _mm_and_si128(v, m);
-        let hi = _mm_and_si128(_mm_srli_epi16(v, 4), m);
-        _mm256_set_m128i(hi, lo)
-    };
+    // Low nibbles of the 16 bytes at `at` as elements 0..16, high ones as 16..32 (the quants end
+    // the block).
+    // SAFETY: AVX2 present per this function's contract.
+    let nibbles = |at: usize| unsafe { nibbles(&blk[at..at + 16]) };
     match format {
         // SAFETY: the 32 quants at byte 2 lie in the block.
         Q8_0 => unsafe {
@@ -81,6 +131,8 @@ unsafe fn quants(format: WeightFormat, blk: &[u8]) -> __m256i {
         },
         Q4_0 => nibbles(2),
         Q4_1 => nibbles(4),
+        // SAFETY: AVX2 present per this function's contract.
+        IQ4_NL => unsafe { iq4_quants(nibbles(2)) },
         _ => {
             let off = if format == Q5_0 { 2 } else { 4 };
             let qh = u32::from_le_bytes([blk[off], blk[off + 1], blk[off + 2], blk[off + 3]]);
@@ -122,7 +174,7 @@ impl Packed {
     /// AVX2 present.
     unsafe fn new(w: &QMatrix, r0: usize, nr: usize) -> Self {
         let (format, cols) = (w.format(), w.cols());
-        let (nb, bb) = (cols / 32, format.block_bytes());
+        let nb = cols / 32;
         let groups = nr.div_ceil(LANES);
         let min = has_min(format);
         let mut p = Packed {
@@ -133,20 +185,22 @@ impl Packed {
         };
         for i in 0..nr {
             let (g, lane) = (i / LANES, i % LANES);
-            for (b, blk) in w.row_data(r0 + i).chunks_exact(bb).enumerate() {
+            let row = w.row_data(r0 + i);
+            for b in 0..nb {
                 let at = g * nb + b;
                 let dst = &mut p.q[at * BLOCK_U8..(at + 1) * BLOCK_U8];
+                // SAFETY: AVX2 present per this function's contract.
+                let (q, sc, mn) = unsafe { block_of(format, row, b) };
                 let mut quads = [0u32; 8];
-                // SAFETY: AVX2 present per this function's contract; `blk` is one whole block of
-                // `format`; 32 bytes written to `quads`.
-                unsafe { _mm256_storeu_si256(quads.as_mut_ptr().cast(), quants(format, blk)) };
+                // SAFETY: AVX2 present; 32 bytes written to `quads`.
+                unsafe { _mm256_storeu_si256(quads.as_mut_ptr().cast(), q) };
                 for (k, quad) in quads.iter().enumerate() {
                     dst[64 * k + 4 * lane..64 * k + 4 * lane + 4]
                         .copy_from_slice(&quad.to_ne_bytes());
                 }
-                p.sc[at * LANES + lane] = f16_at(blk, 0);
+                p.sc[at * LANES + lane] = sc;
                 if min {
-                    p.mn[at * LANES + lane] = f16_at(blk, 2);
+                    p.mn[at * LANES + lane] = mn;
                 }
             }
         }

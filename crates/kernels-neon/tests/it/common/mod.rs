@@ -224,28 +224,26 @@ pub fn int8_tile(path: KernelPath, format: WeightFormat) -> bool {
 
 /// Whether `matmul` of more than one token takes the 8-bit integer tile with activations of one
 /// scale per 32 on `path` for `format` (AVX-512, the formats of 32-element integer blocks: Q4_0,
-/// Q4_1, Q5_0, Q5_1, Q8_0; AVX2 those but Q8_0; NEON with i8mm, `smmla`: those and IQ4_NL), from
-/// `INT_TILE_MIN_TOKENS` tokens.
+/// Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, and IQ4_XS's sub-blocks of 32; AVX2 Q4_0, Q4_1, Q5_0, Q5_1;
+/// NEON with i8mm, `smmla`: those, Q8_0 and IQ4_NL), from `INT_TILE_MIN_TOKENS` tokens.
 pub fn int8_block_tile(path: KernelPath, format: WeightFormat) -> bool {
     use WeightFormat::*;
-    (path == KernelPath::Avx512 && matches!(format, Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0))
+    (path == KernelPath::Avx512
+        && matches!(format, Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | IQ4_NL | IQ4_XS))
         || (path == KernelPath::Avx2Fma && matches!(format, Q4_0 | Q4_1 | Q5_0 | Q5_1))
         || (path == KernelPath::NeonI8mm
             && matches!(format, Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | IQ4_NL))
 }
 
 /// Whether `matmul` of more than one token takes the 16-bit integer tile on `path` for `format` in
-/// `Fast` (AVX-512 and AVX2: the 32-block formats whose `Fast` prompts keep 16 bits, Q4_0, Q4_1,
-/// Q5_1, and IQ4_NL and IQ4_XS; AVX2 also Q8_0, which has no 8-bit tile
-/// there), from `INT_TILE_MIN_TOKENS` tokens.
+/// `Fast` (AVX-512 and AVX2: the formats of 32-element blocks, and IQ4_XS, whose `Fast` prompts do
+/// not take an 8-bit tile: those not in `fast_prompts_int8`, and on AVX2 also Q8_0, IQ4_NL and
+/// IQ4_XS, which have no 8-bit tile there), from `INT_TILE_MIN_TOKENS` tokens.
 pub fn i16_tile(path: KernelPath, format: WeightFormat) -> bool {
     use WeightFormat::*;
-    (matches!(path, KernelPath::Avx512 | KernelPath::Avx2Fma)
-        && int8_block_tile(path, format)
-        && !kernels_neon::fast_prompts_int8(format))
-        || (path == KernelPath::Avx2Fma && format == Q8_0)
-        || (matches!(path, KernelPath::Avx512 | KernelPath::Avx2Fma)
-            && matches!(format, IQ4_NL | IQ4_XS))
+    matches!(path, KernelPath::Avx512 | KernelPath::Avx2Fma)
+        && matches!(format, Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | IQ4_NL | IQ4_XS)
+        && !(int8_block_tile(path, format) && kernels_neon::fast_prompts_int8(format))
 }
 
 /// The precision of `matvec` whose integer products `matmul` of `n > 1` tokens in `precision`
