@@ -158,15 +158,21 @@ impl Product {
             }
             Product::F32(xb) => {
                 out.fill(0.0);
-                let mut tile = vec![0f32; nr * cols];
-                for (i, dst) in tile.chunks_exact_mut(cols).enumerate() {
+                let row = |i: usize, dst: &mut [f32]| {
                     arch::dequant_row(path, w.format(), w.row_data(r0 + i), dst);
-                }
-                let done = xb
-                    .as_ref()
-                    .is_some_and(|xb| arch::tile_bf16(path, &tile, nr, cols, xb, m, out));
-                if !done {
-                    arch::tile(path, &tile, nr, cols, &x[..m * cols], m, out);
+                };
+                let x = &x[..m * cols];
+                match xb {
+                    Some(xb) => {
+                        let mut tile = vec![0f32; nr * cols];
+                        for (i, dst) in tile.chunks_exact_mut(cols).enumerate() {
+                            row(i, dst);
+                        }
+                        if !arch::tile_bf16(path, &tile, nr, cols, xb, m, out) {
+                            arch::tile(path, &tile, nr, cols, x, m, out);
+                        }
+                    }
+                    None => arch::tile_rows(path, nr, cols, row, x, m, out),
                 }
             }
         }

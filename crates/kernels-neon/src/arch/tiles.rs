@@ -33,6 +33,31 @@ pub(crate) fn tile(
     }
 }
 
+/// [`tile`] of the `nr` rows of `cols` that `row(i, dst)` writes: on [`KernelPath::Avx512`], whose
+/// tile packs its rows, each row goes from a one-row buffer into the packed panels (no `nr × cols`
+/// tile written and read again); elsewhere into a tile that [`tile`] then takes.
+pub(crate) fn tile_rows(
+    path: KernelPath,
+    nr: usize,
+    cols: usize,
+    mut row: impl FnMut(usize, &mut [f32]),
+    x: &[f32],
+    n: usize,
+    out: &mut [f32],
+) {
+    #[cfg(target_arch = "x86_64")]
+    if path == KernelPath::Avx512 {
+        // SAFETY: the path was checked available (AVX-512F on top of AVX2/FMA).
+        unsafe { x86_64::tile512_rows(nr, cols, row, x, n, out) };
+        return;
+    }
+    let mut w = vec![0f32; nr * cols];
+    for (i, dst) in w.chunks_exact_mut(cols).enumerate() {
+        row(i, dst);
+    }
+    tile(path, &w, nr, cols, x, n, out);
+}
+
 /// Bytes [`tile`] allocates on `path` for an `nr × cols` tile (the AVX-512 kernel packs it; the
 /// others work in place).
 pub(crate) fn tile_scratch_bytes(path: KernelPath, nr: usize, cols: usize) -> usize {

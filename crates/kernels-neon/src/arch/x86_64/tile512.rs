@@ -122,34 +122,86 @@ pub(crate) fn tile_scratch_bytes(nr: usize, cols: usize) -> usize {
     packed + groups * std::mem::size_of::<usize>() + groups * R * T * 64
 }
 
+/// A tile packed by row group, then 16-column step, then row: a row group's panel is one
+/// contiguous stream (zeros past `cols`).
+struct Packed {
+    /// The packed rows.
+    w: Vec<f32>,
+    /// Where each row group starts in `w`.
+    gbase: Vec<usize>,
+}
+
+impl Packed {
+    /// Room for `nr` rows of `cols`, zeroed.
+    fn new(nr: usize, cols: usize) -> Self {
+        let groups = nr.div_ceil(R);
+        let steps = cols.div_ceil(16);
+        let gbase = (0..groups).map(|g| g * R * steps * 16).collect();
+        Packed {
+            w: vec![0f32; groups * R * steps * 16],
+            gbase,
+        }
+    }
+
+    /// Row `i` of the tile (`cols` floats) into its place.
+    fn put(&mut self, nr: usize, i: usize, row: &[f32]) {
+        let (g, r) = (i / R, i % R);
+        let rr = R.min(nr - g * R);
+        let base = self.gbase[g];
+        for (s, src) in row.chunks(16).enumerate() {
+            let at = base + s * rr * 16 + r * 16;
+            self.w[at..at + src.len()].copy_from_slice(src);
+        }
+    }
+}
+
 /// `out[t*nr + i] = dot(w[i], x[t])` for an f32 tile `w` (nr × cols).
 ///
 /// # Safety
 /// AVX-512F, AVX2, FMA present.
 #[target_feature(enable = "avx512f,avx2,fma,f16c")]
 pub(crate) unsafe fn tile(w: &[f32], nr: usize, cols: usize, x: &[f32], n: usize, out: &mut [f32]) {
-    assert!(w.len() >= nr * cols && x.len() >= n * cols && out.len() >= n * nr);
-    let groups = nr.div_ceil(R);
-    let steps = cols.div_ceil(16);
-    // The tile packed by row group, then 16-column step, then row: a row group's panel is one
-    // contiguous stream (zeros past `cols`).
-    let mut packed = vec![0f32; groups * R * steps * 16];
-    let mut gbase = vec![0usize; groups];
-    let mut off = 0;
-    for (g, base) in gbase.iter_mut().enumerate() {
-        *base = off;
-        let i0 = g * R;
-        let rr = R.min(nr - i0);
-        for s in 0..steps {
-            for r in 0..rr {
-                let k = s * 16;
-                let e = (k + 16).min(cols);
-                let src = &w[(i0 + r) * cols + k..(i0 + r) * cols + e];
-                packed[off + r * 16..off + r * 16 + src.len()].copy_from_slice(src);
-            }
-            off += rr * 16;
-        }
+    assert!(w.len() >= nr * cols);
+    let mut p = Packed::new(nr, cols);
+    for (i, row) in w.chunks_exact(cols).take(nr).enumerate() {
+        p.put(nr, i, row);
     }
+    // SAFETY: features present per this function's contract.
+    unsafe { products(&p, nr, cols, x, n, out) }
+}
+
+/// [`tile`] of the `nr` rows that `row(i, dst)` writes (`cols` floats each) one at a time, with no
+/// `nr × cols` tile in between: each row lands in the packed panels from a buffer of one row.
+///
+/// # Safety
+/// AVX-512F, AVX2, FMA present.
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+pub(crate) unsafe fn tile_rows(
+    nr: usize,
+    cols: usize,
+    mut row: impl FnMut(usize, &mut [f32]),
+    x: &[f32],
+    n: usize,
+    out: &mut [f32],
+) {
+    let mut p = Packed::new(nr, cols);
+    let mut buf = vec![0f32; cols];
+    for i in 0..nr {
+        row(i, &mut buf);
+        p.put(nr, i, &buf);
+    }
+    // SAFETY: features present per this function's contract.
+    unsafe { products(&p, nr, cols, x, n, out) }
+}
+
+/// The products of [`tile`] over the packed rows `p` (`nr` of `cols`).
+///
+/// # Safety
+/// AVX-512F, AVX2, FMA present.
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+unsafe fn products(p: &Packed, nr: usize, cols: usize, x: &[f32], n: usize, out: &mut [f32]) {
+    assert!(x.len() >= n * cols && out.len() >= n * nr);
+    let groups = nr.div_ceil(R);
     let mut acc = vec![_mm512_setzero_ps(); groups * R * T];
     let mut t0 = 0;
     while t0 < n {
@@ -160,16 +212,16 @@ pub(crate) unsafe fn tile(w: &[f32], nr: usize, cols: usize, x: &[f32], n: usize
             let k1 = (k0 + KC).min(cols);
             for (g, a) in acc.chunks_exact_mut(R * T).enumerate() {
                 let rr = R.min(nr - g * R);
-                let p = &packed[gbase[g] + k0 / 16 * rr * 16..];
+                let w = &p.w[p.gbase[g] + k0 / 16 * rr * 16..];
                 // SAFETY: features present per contract; `micro` checks bounds.
                 unsafe {
                     match tt {
-                        6 => rows::<6>(rr, p, x, cols, t0, k0, k1, a),
-                        5 => rows::<5>(rr, p, x, cols, t0, k0, k1, a),
-                        4 => rows::<4>(rr, p, x, cols, t0, k0, k1, a),
-                        3 => rows::<3>(rr, p, x, cols, t0, k0, k1, a),
-                        2 => rows::<2>(rr, p, x, cols, t0, k0, k1, a),
-                        _ => rows::<1>(rr, p, x, cols, t0, k0, k1, a),
+                        6 => rows::<6>(rr, w, x, cols, t0, k0, k1, a),
+                        5 => rows::<5>(rr, w, x, cols, t0, k0, k1, a),
+                        4 => rows::<4>(rr, w, x, cols, t0, k0, k1, a),
+                        3 => rows::<3>(rr, w, x, cols, t0, k0, k1, a),
+                        2 => rows::<2>(rr, w, x, cols, t0, k0, k1, a),
+                        _ => rows::<1>(rr, w, x, cols, t0, k0, k1, a),
                     }
                 }
             }
