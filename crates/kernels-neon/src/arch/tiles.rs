@@ -140,8 +140,8 @@ pub(crate) fn has_tile_int8(path: KernelPath, format: WeightFormat) -> bool {
 
 /// Whether [`tile_int8`] takes `format` on `path` with activations of one scale per 32-block
 /// (`QActs::quantize`, with [`crate::quant::QActs::with_sums16`]): the formats of 32-element
-/// blocks (and on [`KernelPath::Avx512`] IQ4_XS's sub-blocks of 32) on [`KernelPath::Avx512`], [`KernelPath::Avx2Fma`] and [`KernelPath::NeonI8mm`]
-/// (`smmla`).
+/// blocks on [`KernelPath::Avx512`] (and IQ4_XS's sub-blocks of 32 there),
+/// [`KernelPath::Avx2Fma`] and [`KernelPath::NeonI8mm`] (`smmla`).
 pub(crate) fn tile_int8_blocks(path: KernelPath, format: WeightFormat) -> bool {
     #[cfg(target_arch = "x86_64")]
     match path {

@@ -1,17 +1,18 @@
 //! The 8-bit prompt tile on AVX-512 VNNI for the formats of 32-element blocks of integer quants
 //! ([`has_tile512_i8`]: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, and IQ4_XS with its sub-blocks of 32
-//! as blocks), as llama.cpp's prompts multiply them: their
-//! `Int8` prompts, and `Fast` ones from `INT_TILE_MIN_TOKENS` tokens (the K-quants' 8-bit tile is
+//! as blocks), as llama.cpp's prompts multiply them: their `Int8` prompts, and `Fast` ones from
+//! `INT_TILE_MIN_TOKENS` tokens of the formats in `fast_prompts_int8` (the K-quants' 8-bit tile is
 //! `tile512_k8.rs`).
 //!
 //! A work item's rows are repacked once into groups of [`LANES`] rows (`tile512_lanes.rs`) as
 //! unsigned bytes (the format's quants as stored: Q4_0/Q4_1 0..=15, Q5_0/Q5_1 0..=31, Q8_0 moved
-//! up by 128 to 1..=255, IQ4's table values moved up by 128 to 1..=241), so that each 32-bit lane holds one row's four quants of the same four
-//! columns. One `vpdpbusd` against four 8-bit activations broadcast to every lane adds 64
-//! products of 16 rows. Each lane's i32 sum over a block, less the format's offset (8, 16 or 128)
-//! times the token's sum of the block's quants, is one row's integer dot, exactly; it is converted
-//! and weighted by the row's scale and the token's in f32, and a block's min term (Q4_1, Q5_1) is
-//! added as `m * s` with the token's `s = d * sum(q)`.
+//! up by 128 to 1..=255, IQ4's table values moved up by 128 to 1..=241), so that each 32-bit lane
+//! holds one row's four quants of the same four columns. One `vpdpbusd` against four 8-bit
+//! activations broadcast to every lane adds 64 products of 16 rows. Each lane's i32 sum over a
+//! block, less the format's offset (8, 16 or 128) times the token's sum of the block's quants, is
+//! one row's integer dot, exactly; it is converted and weighted by the row's scale and the token's
+//! in f32, and a block's min term (Q4_1, Q5_1) is added as `m * s` with the token's
+//! `s = d * sum(q)`.
 //!
 //! The activations are `matvec`'s in [`Precision::Int8`](crate::Precision) for these formats
 //! (`QActs::quantize`: one scale per 32, with each 16 quants' sum, `QActs::with_sums16`), so the
