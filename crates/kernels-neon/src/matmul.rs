@@ -193,18 +193,7 @@ pub fn matmul_with(
             arch::dequant_row(path, w.format(), w.row_data(r0 + i), dst);
         };
         let mut local = vec![0f32; n * nr];
-        match &xb {
-            Some(xb) => {
-                let mut tile = vec![0f32; nr * cols];
-                for (i, dst) in tile.chunks_exact_mut(cols).enumerate() {
-                    row(i, dst);
-                }
-                if !arch::tile_bf16(path, &tile, nr, cols, xb, n, &mut local) {
-                    arch::tile(path, &tile, nr, cols, x, n, &mut local);
-                }
-            }
-            None => arch::tile_rows(path, nr, cols, row, x, n, &mut local),
-        }
+        arch::tile_dequant(path, nr, cols, row, xb.as_deref(), x, n, &mut local);
         // SAFETY: `y` has `n * rows` elements (checked above) and stays mutably borrowed until
         // the parallel loop ends; this work item alone writes rows `r0 .. r0 + nr`.
         unsafe { out.write_rows(&local, n, rows, r0, nr) };

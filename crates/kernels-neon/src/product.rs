@@ -161,19 +161,8 @@ impl Product {
                 let row = |i: usize, dst: &mut [f32]| {
                     arch::dequant_row(path, w.format(), w.row_data(r0 + i), dst);
                 };
-                let x = &x[..m * cols];
-                match xb {
-                    Some(xb) => {
-                        let mut tile = vec![0f32; nr * cols];
-                        for (i, dst) in tile.chunks_exact_mut(cols).enumerate() {
-                            row(i, dst);
-                        }
-                        if !arch::tile_bf16(path, &tile, nr, cols, xb, m, out) {
-                            arch::tile(path, &tile, nr, cols, x, m, out);
-                        }
-                    }
-                    None => arch::tile_rows(path, nr, cols, row, x, m, out),
-                }
+                let (xb, x) = (xb.as_deref(), &x[..m * cols]);
+                arch::tile_dequant(path, nr, cols, row, xb, x, m, out);
             }
         }
     }

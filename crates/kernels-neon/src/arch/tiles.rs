@@ -58,6 +58,32 @@ pub(crate) fn tile_rows(
     tile(path, &w, nr, cols, x, n, out);
 }
 
+/// The products of the `nr` rows of `cols` that `row(i, dst)` writes (the weights dequantized) with
+/// `n` tokens: with bf16 activations `xb` (`Int8`'s, where the path has a bf16 tile) on
+/// [`tile_bf16`], else on [`tile_rows`] with the f32 activations `x`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn tile_dequant(
+    path: KernelPath,
+    nr: usize,
+    cols: usize,
+    mut row: impl FnMut(usize, &mut [f32]),
+    xb: Option<&[u16]>,
+    x: &[f32],
+    n: usize,
+    out: &mut [f32],
+) {
+    let Some(xb) = xb else {
+        return tile_rows(path, nr, cols, row, x, n, out);
+    };
+    let mut w = vec![0f32; nr * cols];
+    for (i, dst) in w.chunks_exact_mut(cols).enumerate() {
+        row(i, dst);
+    }
+    if !tile_bf16(path, &w, nr, cols, xb, n, out) {
+        tile(path, &w, nr, cols, x, n, out);
+    }
+}
+
 /// Bytes [`tile`] allocates on `path` for an `nr × cols` tile (the AVX-512 kernel packs it; the
 /// others work in place).
 pub(crate) fn tile_scratch_bytes(path: KernelPath, nr: usize, cols: usize) -> usize {
