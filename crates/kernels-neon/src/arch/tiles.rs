@@ -40,7 +40,7 @@ pub(crate) fn tile_rows(
     path: KernelPath,
     nr: usize,
     cols: usize,
-    mut row: impl FnMut(usize, &mut [f32]),
+    row: impl FnMut(usize, &mut [f32]),
     x: &[f32],
     n: usize,
     out: &mut [f32],
@@ -51,11 +51,16 @@ pub(crate) fn tile_rows(
         unsafe { x86_64::tile512_rows(nr, cols, row, x, n, out) };
         return;
     }
+    tile(path, &rows_tile(nr, cols, row), nr, cols, x, n, out);
+}
+
+/// The `nr × cols` tile of the rows that `row(i, dst)` writes.
+fn rows_tile(nr: usize, cols: usize, mut row: impl FnMut(usize, &mut [f32])) -> Vec<f32> {
     let mut w = vec![0f32; nr * cols];
     for (i, dst) in w.chunks_exact_mut(cols).enumerate() {
         row(i, dst);
     }
-    tile(path, &w, nr, cols, x, n, out);
+    w
 }
 
 /// The products of the `nr` rows of `cols` that `row(i, dst)` writes (the weights dequantized) with
@@ -66,7 +71,7 @@ pub(crate) fn tile_dequant(
     path: KernelPath,
     nr: usize,
     cols: usize,
-    mut row: impl FnMut(usize, &mut [f32]),
+    row: impl FnMut(usize, &mut [f32]),
     xb: Option<&[u16]>,
     x: &[f32],
     n: usize,
@@ -75,10 +80,7 @@ pub(crate) fn tile_dequant(
     let Some(xb) = xb else {
         return tile_rows(path, nr, cols, row, x, n, out);
     };
-    let mut w = vec![0f32; nr * cols];
-    for (i, dst) in w.chunks_exact_mut(cols).enumerate() {
-        row(i, dst);
-    }
+    let w = rows_tile(nr, cols, row);
     if !tile_bf16(path, &w, nr, cols, xb, n, out) {
         tile(path, &w, nr, cols, x, n, out);
     }

@@ -114,12 +114,11 @@ unsafe fn rows<const TT: usize>(
     }
 }
 
-/// Bytes [`tile`] allocates for an `nr × cols` tile: the packed panels, their offsets and the
-/// accumulators.
+/// Bytes [`tile`] allocates for an `nr × cols` tile: the packed panels and the accumulators.
 pub(crate) fn tile_scratch_bytes(nr: usize, cols: usize) -> usize {
     let groups = nr.div_ceil(R);
     let packed = 4 * groups * R * cols.div_ceil(16) * 16;
-    packed + groups * std::mem::size_of::<usize>() + groups * R * T * 64
+    packed + groups * R * T * 64
 }
 
 /// A tile packed by row group, then 16-column step, then row: a row group's panel is one
@@ -127,27 +126,30 @@ pub(crate) fn tile_scratch_bytes(nr: usize, cols: usize) -> usize {
 struct Packed {
     /// The packed rows.
     w: Vec<f32>,
-    /// Where each row group starts in `w`.
-    gbase: Vec<usize>,
+    /// 16-column steps of a row.
+    steps: usize,
 }
 
 impl Packed {
     /// Room for `nr` rows of `cols`, zeroed.
     fn new(nr: usize, cols: usize) -> Self {
-        let groups = nr.div_ceil(R);
         let steps = cols.div_ceil(16);
-        let gbase = (0..groups).map(|g| g * R * steps * 16).collect();
         Packed {
-            w: vec![0f32; groups * R * steps * 16],
-            gbase,
+            w: vec![0f32; nr.div_ceil(R) * R * steps * 16],
+            steps,
         }
+    }
+
+    /// Where row group `g` starts in `w` (every group before it has `R` rows).
+    fn base(&self, g: usize) -> usize {
+        g * R * self.steps * 16
     }
 
     /// Row `i` of the tile (`cols` floats) into its place.
     fn put(&mut self, nr: usize, i: usize, row: &[f32]) {
         let (g, r) = (i / R, i % R);
         let rr = R.min(nr - g * R);
-        let base = self.gbase[g];
+        let base = self.base(g);
         for (s, src) in row.chunks(16).enumerate() {
             let at = base + s * rr * 16 + r * 16;
             self.w[at..at + src.len()].copy_from_slice(src);
@@ -212,7 +214,7 @@ unsafe fn products(p: &Packed, nr: usize, cols: usize, x: &[f32], n: usize, out:
             let k1 = (k0 + KC).min(cols);
             for (g, a) in acc.chunks_exact_mut(R * T).enumerate() {
                 let rr = R.min(nr - g * R);
-                let w = &p.w[p.gbase[g] + k0 / 16 * rr * 16..];
+                let w = &p.w[p.base(g) + k0 / 16 * rr * 16..];
                 // SAFETY: features present per contract; `micro` checks bounds.
                 unsafe {
                     match tt {
