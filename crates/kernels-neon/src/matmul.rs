@@ -172,8 +172,8 @@ pub fn matmul_with(
         && arch::has_tile_i16(path, w.format())
     {
         // `Fast` prompts of the 32-block formats not in `fast_prompts_int8` (`Int8` ones took the
-        // 8-bit tile above), on AVX2 also Q8_0's and IQ4_NL's (no 8-bit tile there): 16-bit
-        // activations, as `matvec` quantizes them in `Fast`.
+        // 8-bit tile above; AVX-512, AVX2, NEON with i8mm), on AVX2 also Q8_0's and IQ4_NL's (no
+        // 8-bit tile there): 16-bit activations, as `matvec` quantizes them in `Fast`.
         let quantize = |x: &[f32]| QActs16::quantize(path, x);
         let tile = |w: &QMatrix, r0, nr, acts: &[QActs16], out: &mut [f32]| {
             arch::tile_i16(path, w, r0, nr, acts, out)

@@ -334,7 +334,9 @@ pub(crate) fn tile_int8_t_bytes(path: KernelPath, nr: usize, rows: usize, n: usi
 /// IQ4_NL and IQ4_XS (`tile512_k16` on all five); on the AVX2
 /// path every format of 32-element blocks of integer quants, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and
 /// IQ4_NL, and IQ4_XS, of which `matmul` gives it those whose `Fast` prompts keep 16 bits (Q5_0
-/// takes [`tile_int8`] first). The other formats' `Fast` prompts take the f32 tile.
+/// takes [`tile_int8`] first); on [`KernelPath::NeonI8mm`] the same as AVX2 (`tile_i16mm`: the
+/// activations split into bytes for `smmla` and `usmmla`), of which Q5_0 and Q8_0 take
+/// [`tile_int8`] first. The other formats' `Fast` prompts take the f32 tile.
 pub(crate) fn has_tile_i16(path: KernelPath, format: WeightFormat) -> bool {
     #[cfg(target_arch = "x86_64")]
     match path {
@@ -342,11 +344,16 @@ pub(crate) fn has_tile_i16(path: KernelPath, format: WeightFormat) -> bool {
         KernelPath::Avx2Fma => return x86_64::has_tile_k16(format),
         _ => {}
     }
+    #[cfg(target_arch = "aarch64")]
+    if path == KernelPath::NeonI8mm {
+        return aarch64::has_tile_i16mm(format);
+    }
     let _ = (path, format);
     false
 }
 
-/// The 16-bit prompt tile (AVX-512: `tile512_k16`, AVX2: `tile_k16`): `out[t * nr + i]` = row
+/// The 16-bit prompt tile (AVX-512: `tile512_k16`, AVX2: `tile_k16`, NEON with i8mm:
+/// `tile_i16mm`): `out[t * nr + i]` = row
 /// `r0 + i` of `w` · token `t` for every token of `acts` (quantized as `matvec` quantizes them in
 /// `Fast`): the integer products of [`matvec_i16`], summed in another f32 order. Only where [`has_tile_i16`] (else a no-op).
 pub(crate) fn tile_i16(
@@ -371,6 +378,12 @@ pub(crate) fn tile_i16(
         // `tile512_k16`'s), and the format is one the tile takes.
         unsafe { x86_64::tile_k16(w, r0, nr, acts, out) }
     }
-    #[cfg(not(target_arch = "x86_64"))]
+    #[cfg(target_arch = "aarch64")]
+    // SAFETY: only the NeonI8mm path has this tile here (`has_tile_i16` above), and that path is
+    // only available after run-time detection of i8mm.
+    unsafe {
+        aarch64::tile_i16mm(w, r0, nr, acts, out)
+    };
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
     let _ = (r0, nr, acts, out);
 }

@@ -32,6 +32,7 @@ mod rows_acc;
 mod simd;
 mod sve;
 mod tile;
+mod tile_i16mm;
 mod tile_i8mm;
 mod vector;
 
@@ -51,5 +52,6 @@ pub(crate) use q80x8::q80x8_group;
 pub(crate) use quantize::{quantize, quantize16};
 pub(crate) use sve::sve_bits;
 pub(crate) use tile::tile;
+pub(crate) use tile_i16mm::{has_tile_i16mm, tile_i16mm};
 pub(crate) use tile_i8mm::{has_tile_i8mm, tile_i8mm};
 pub(crate) use vector::{axpy_f32, dot_f32};

@@ -28,7 +28,7 @@ pub(crate) fn has_tile_i8mm(format: WeightFormat) -> bool {
 /// The CPU must support the `i8mm` extension.
 #[inline]
 #[target_feature(enable = "neon,i8mm")]
-unsafe fn smmla(mut acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x4_t {
+pub(super) unsafe fn smmla(mut acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x4_t {
     // SAFETY: `smmla` only reads/writes the named vector registers; the caller guarantees the
     // i8mm extension is present.
     unsafe {
@@ -47,7 +47,7 @@ unsafe fn smmla(mut acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x4_t {
 /// 8 elements `8c..8c + 8`, `p`'s then `q`'s.
 #[inline]
 #[target_feature(enable = "neon")]
-fn interleave(p: (int8x16_t, int8x16_t), q: (int8x16_t, int8x16_t)) -> [int8x16_t; 4] {
+pub(super) fn interleave(p: (int8x16_t, int8x16_t), q: (int8x16_t, int8x16_t)) -> [int8x16_t; 4] {
     let z = |a: int8x16_t, b: int8x16_t| {
         let (a, b) = (vreinterpretq_s64_s8(a), vreinterpretq_s64_s8(b));
         (

@@ -236,13 +236,15 @@ pub fn int8_block_tile(path: KernelPath, format: WeightFormat) -> bool {
 }
 
 /// Whether `matmul` of more than one token takes the 16-bit integer tile on `path` for `format` in
-/// `Fast` (AVX-512 and AVX2: the formats of 32-element blocks, and IQ4_XS, whose `Fast` prompts do
-/// not take an 8-bit tile: those not in `fast_prompts_int8`, and on AVX2 also Q8_0, IQ4_NL and
-/// IQ4_XS, which have no 8-bit tile there), from `INT_TILE_MIN_TOKENS` tokens.
+/// `Fast` (AVX-512, AVX2 and NEON with i8mm: the formats of 32-element blocks, and IQ4_XS, whose
+/// `Fast` prompts do not take an 8-bit tile: those not in `fast_prompts_int8`, and on AVX2 also
+/// Q8_0, IQ4_NL and IQ4_XS, which have no 8-bit tile there), from `INT_TILE_MIN_TOKENS` tokens.
 pub fn i16_tile(path: KernelPath, format: WeightFormat) -> bool {
     use WeightFormat::*;
-    matches!(path, KernelPath::Avx512 | KernelPath::Avx2Fma)
-        && matches!(format, Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | IQ4_NL | IQ4_XS)
+    matches!(
+        path,
+        KernelPath::Avx512 | KernelPath::Avx2Fma | KernelPath::NeonI8mm
+    ) && matches!(format, Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | IQ4_NL | IQ4_XS)
         && !(int8_block_tile(path, format) && kernels_neon::fast_prompts_int8(format))
 }
 
