@@ -27,10 +27,11 @@ use crate::bench_report::{record_value, Measurement, NEON_GROUP};
 use crate::{have, root, run};
 
 const USAGE: &str = "usage: cargo xtask arm-count [--model GGUF] [--cpu max[,cortex-a76,...]] [-p 64] [-n 16]
-  [--profile release] [--no-llama] [--record DIR] [--where K] [-- SPARROW-BENCH-ARGS]
+  [--profile release] [--no-llama] [--record DIR] [--where K | --where-prompt K] [-- SPARROW-BENCH-ARGS]
   Guest instructions per prompt and per decoded token of sparrow and llama.cpp under qemu-aarch64 -cpu CPU
   (one thread each), and their ratio (llama.cpp / sparrow: above 1, sparrow executes fewer).
-  --where K: instead, the K functions with the most instructions per decoded token, for each program.";
+  --where K: instead, the K functions with the most instructions per decoded token, for each program;
+  --where-prompt K: the same per prompt token (a prompt of -p tokens against one of half as many).";
 
 /// The model of the proxy by default (fetched by `sparrow bench -m smollm2-135m` when absent).
 const DEFAULT_MODEL: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
@@ -47,6 +48,8 @@ struct Opts {
     sparrow_args: Vec<String>,
     /// `--where K`: the top K functions per decoded token instead of the totals.
     top: usize,
+    /// `--where-prompt K`: [`Opts::top`] per prompt token instead.
+    where_prompt: bool,
 }
 
 fn parse(args: &[String]) -> Result<Opts> {
@@ -63,6 +66,7 @@ fn parse(args: &[String]) -> Result<Opts> {
         record: None,
         sparrow_args: Vec::new(),
         top: 0,
+        where_prompt: false,
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -79,6 +83,12 @@ fn parse(args: &[String]) -> Result<Opts> {
             "--record" => o.record = Some(PathBuf::from(value()?)),
             "--no-llama" => o.llama = false,
             "--where" => o.top = value()?.parse().context("arm-count: --where: a count")?,
+            "--where-prompt" => {
+                o.top = value()?
+                    .parse()
+                    .context("arm-count: --where-prompt: a count")?;
+                o.where_prompt = true;
+            }
             "--" => {
                 o.sparrow_args = it.by_ref().cloned().collect();
             }
@@ -278,11 +288,22 @@ pub fn main(args: &[String]) -> Result<()> {
     };
     if o.top > 0 {
         let cpu = &o.cpus[0];
-        let (n, h) = (o.n_gen, o.n_gen / 2);
+        let (n, h, unit) = if o.where_prompt {
+            (o.n_prompt, o.n_prompt / 2, "prompt token")
+        } else {
+            (o.n_gen, o.n_gen / 2, "decoded token")
+        };
         let where_ = |what: &str, bin: &Path, args: &dyn Fn(usize, usize) -> Vec<String>| {
-            let long = arm_where::profile(&lib, cpu, bin, &args(0, n))?;
-            let short = arm_where::profile(&lib, cpu, bin, &args(0, h))?;
-            arm_where::print_top(what, &long, &short, n, h, o.top);
+            let run = |len: usize| {
+                if o.where_prompt {
+                    args(len, 0)
+                } else {
+                    args(0, len)
+                }
+            };
+            let long = arm_where::profile(&lib, cpu, bin, &run(n))?;
+            let short = arm_where::profile(&lib, cpu, bin, &run(h))?;
+            arm_where::print_top(what, unit, &long, &short, (n, h), o.top);
             anyhow::Ok(())
         };
         where_("sparrow", &sparrow, &ours_args)?;

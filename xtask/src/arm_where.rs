@@ -1,4 +1,5 @@
-//! `cargo xtask arm-count --where K`: where a decoded token's guest instructions go, by function.
+//! `cargo xtask arm-count --where K`: where a decoded token's guest instructions go, by function
+//! (`--where-prompt K`: a prompt token's).
 //!
 //! The plugin's `tbs=FILE` mode (`xtask/qemu/insn_count.c`) writes each translated block's guest
 //! address, instruction count and executions; the blocks are mapped to the binary's symbols (`nm
@@ -150,9 +151,16 @@ fn elf_entry(bin: &Path) -> Result<u64> {
     Ok(u64::from_le_bytes(b.try_into().expect("8 bytes")))
 }
 
-/// Prints the `top` functions by instructions per decoded token of one program: `long` and `short`
-/// are the profiles of decodes of `n` and `n_half` tokens.
-pub fn print_top(what: &str, long: &Profile, short: &Profile, n: usize, n_half: usize, top: usize) {
+/// Prints the `top` functions by instructions per token of one program: `long` and `short` are the
+/// profiles of runs of `n` and `n_half` tokens, each a `unit` ("decoded token" or "prompt token").
+pub fn print_top(
+    what: &str,
+    unit: &str,
+    long: &Profile,
+    short: &Profile,
+    (n, n_half): (usize, usize),
+    top: usize,
+) {
     let tokens = (n - n_half) as f64;
     let mut rows: Vec<(String, f64)> = long
         .iter()
@@ -166,7 +174,7 @@ pub fn print_top(what: &str, long: &Profile, short: &Profile, n: usize, n_half: 
     rows.sort_by(|a, b| b.1.total_cmp(&a.1));
     let total: f64 = rows.iter().map(|r| r.1).sum();
     println!(
-        "{what}: {:.2}M guest instructions per decoded token ({n} vs {n_half} tokens), top {top} functions:",
+        "{what}: {:.2}M guest instructions per {unit} ({n} vs {n_half} tokens), top {top} functions:",
         total / 1e6
     );
     println!("| function | M insns/token | share |");
