@@ -26,7 +26,8 @@
 //! * aarch64 NEON (baseline on aarch64), with the `dotprod` extension used
 //!   for the integer path when `is_aarch64_feature_detected!("dotprod")` (`sdot`, the K-quants
 //!   included), and `i8mm` where detected too (`smmla` in the 8-bit prompt tile of the 32-element
-//!   block formats, [`KernelPath::NeonI8mm`]). SVE is detected and reported
+//!   block formats, `smmla` and `usmmla` on split 16-bit activations in their 16-bit one,
+//!   [`KernelPath::NeonI8mm`]). SVE is detected and reported
 //!   ([`cpu_features`]) but not used: phones' cores run it 128 bits wide, NEON's width, with the
 //!   same dot-product instructions.
 //!
