@@ -28,9 +28,10 @@ use crate::{
 ///   one (one scale per 32, llama.cpp's `Q8_0`), from that many tokens, for `Int8` prompts and for `Fast` ones of Q5_0/Q8_0
 ///   ([`fast_prompts_int8`]). A prompt is bound by compute, where 8 bits give twice the products
 ///   per instruction of 16 (decode, bound by memory, keeps `Fast`'s 16 bits);
-/// - the 16-bit tile, from [`INT_TILE_MIN_TOKENS`] tokens (16-bit activations, one scale per 32;
+/// - the 16-bit tile, from [`short_prompt_tokens`] tokens (16-bit activations, one scale per 32;
 ///   `matvec`'s `Fast`): on the AVX-512 path `Fast` prompts of Q4_0/Q4_1/Q5_1/IQ4_NL/IQ4_XS, on
-///   the AVX2 path those and Q8_0's (no 8-bit tile for it there).
+///   the AVX2 path those and Q8_0's (no 8-bit tile for it there), on
+///   [`KernelPath::NeonI8mm`] those and, below [`INT_TILE_MIN_TOKENS`], Q5_0's and Q8_0's.
 ///
 /// Below [`short_prompt_tokens`] tokens (32 on x86, 8 elsewhere), `Fast` prompts of the quantized
 /// formats are a decode step's products ([`crate::matvec_batch`], each token's `matvec` bits).
@@ -168,12 +169,14 @@ pub fn matmul_with(
         return Ok(());
     }
     if precision == Precision::Fast
-        && n >= INT_TILE_MIN_TOKENS
+        && n >= short_prompt_tokens(path)
         && arch::has_tile_i16(path, w.format())
     {
         // `Fast` prompts of the 32-block formats not in `fast_prompts_int8` (`Int8` ones took the
         // 8-bit tile above; AVX-512, AVX2, NEON with i8mm), on AVX2 also Q8_0's and IQ4_NL's (no
-        // 8-bit tile there): 16-bit activations, as `matvec` quantizes them in `Fast`.
+        // 8-bit tile there): 16-bit activations, as `matvec` quantizes them in `Fast`. With i8mm
+        // from `short_prompt_tokens` (8), where `fast_prompts_int8`'s formats take it too below
+        // `INT_TILE_MIN_TOKENS`: the products of decode's precision, which the f32 tile took there.
         let quantize = |x: &[f32]| QActs16::quantize(path, x);
         let tile = |w: &QMatrix, r0, nr, acts: &[QActs16], out: &mut [f32]| {
             arch::tile_i16(path, w, r0, nr, acts, out)

@@ -248,13 +248,23 @@ pub fn i16_tile(path: KernelPath, format: WeightFormat) -> bool {
         && !(int8_block_tile(path, format) && kernels_neon::fast_prompts_int8(format))
 }
 
+/// Whether a `Fast` prompt of `n` tokens, fewer than `INT_TILE_MIN_TOKENS`, takes the 16-bit tile
+/// on `path` for `format`: with i8mm from `short_prompt_tokens` (8), every 32-block format and
+/// IQ4_XS (`fast_prompts_int8`'s take 8 bits only from `INT_TILE_MIN_TOKENS`).
+pub fn short_i16_tile(path: KernelPath, format: WeightFormat, n: usize) -> bool {
+    use WeightFormat::*;
+    path == KernelPath::NeonI8mm
+        && n >= kernels_neon::short_prompt_tokens(path)
+        && matches!(format, Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | IQ4_NL | IQ4_XS)
+}
+
 /// The precision of `matvec` whose integer products `matmul` of `n > 1` tokens in `precision`
 /// gives each token on `path` for `format`, or `None` where it takes the f32 or bf16 tile: the
 /// 8-bit tiles' `Int8` products, for the K-quants ([`int8_tile`]) in `Int8` prompts and in `Fast`
 /// ones from `INT_TILE_MIN_TOKENS` tokens, for the 32-block formats ([`int8_block_tile`]) from
 /// that many tokens in `Int8`, and in `Fast` where `fast_prompts_int8`; the 16-bit tile's `Fast`
 /// products for the other 32-block formats' `Fast` prompts from that many tokens, and on AVX2 for
-/// every 32-block format's ([`i16_tile`]).
+/// every 32-block format's ([`i16_tile`]), and with i8mm below that many ([`short_i16_tile`]).
 pub fn tile_products(
     path: KernelPath,
     format: WeightFormat,
@@ -267,6 +277,7 @@ pub fn tile_products(
         _ if int8_tile(path, format) && (long || precision == Precision::Int8) => {
             Some(Precision::Int8)
         }
+        Precision::Fast if !long && short_i16_tile(path, format, n) => Some(Precision::Fast),
         _ if !long => None,
         Precision::Fast if i16_tile(path, format) => Some(Precision::Fast),
         Precision::Fast if !kernels_neon::fast_prompts_int8(format) => None,
