@@ -34,6 +34,7 @@ mod sve;
 mod tile;
 mod tile_i16mm;
 mod tile_i8mm;
+mod tile_mm;
 mod vector;
 
 pub(crate) use axpy::axpy_row;

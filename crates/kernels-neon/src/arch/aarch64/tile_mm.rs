@@ -1,0 +1,238 @@
+//! The driver shared by the prompt tiles with `i8mm` ([`KernelPath::NeonI8mm`](crate::KernelPath)):
+//! the 8-bit one (`tile_i8mm.rs`) and the 16-bit one (`tile_i16mm.rs`). One `smmla` (or `usmmla`)
+//! multiplies a 2×8 block of two tokens by an 8×2 block of two weight rows into four i32 sums, so
+//! two rows by two tokens take four matrix multiplies per 32-element block (and per byte of the
+//! activations) where `sdot` takes eight.
+//!
+//! A work item's rows are unpacked two at a time ([`row_pair`]: the quants as i8, interleaved as
+//! the multiplies read them, with the rows' scales and mins), every token pair's activations once
+//! per work item ([`TokenBlock`]: each tile's own split), and every token pair passes over a row
+//! pair, two token pairs at a time so that each weight load feeds four tokens. Each block's four
+//! exact integer sums get one convert and one FMA with the four `d_w * d_x`, and for Q4_1/Q5_1 one
+//! more FMA with `m_w * s_x` (`s` = `d * sum(q)`). Lanes: `[t0 · r0, t0 · r1, t1 · r0, t1 · r1]`,
+//! the tokens being the multiplies' first operand.
+
+use std::arch::aarch64::*;
+use std::arch::asm;
+
+use super::dequant::weights_i8;
+use super::simd::f16_at;
+use crate::arch::tags::{block_bytes, has_min, IQ4_NL};
+use crate::QMatrix;
+
+/// `acc += a · bᵀ` for `a`, `b` two 2×8 i8 matrices (row-major in the 16 lanes): lanes
+/// `[a0·b0, a0·b1, a1·b0, a1·b1]`.
+///
+/// # Safety
+/// The CPU must support the `i8mm` extension.
+#[inline]
+#[target_feature(enable = "neon,i8mm")]
+pub(super) unsafe fn smmla(mut acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x4_t {
+    // SAFETY: `smmla` only reads/writes the named vector registers; the caller guarantees the
+    // i8mm extension is present.
+    unsafe {
+        asm!(
+            "smmla {acc:v}.4s, {a:v}.16b, {b:v}.16b",
+            acc = inout(vreg) acc,
+            a = in(vreg) a,
+            b = in(vreg) b,
+            options(pure, nomem, nostack, preserves_flags)
+        );
+    }
+    acc
+}
+
+/// Two 32-element blocks (`p` and `q`, each as two halves of 16) as the multiplies' operands: for
+/// each 8 elements `8c..8c + 8`, `p`'s then `q`'s.
+#[inline]
+#[target_feature(enable = "neon")]
+pub(super) fn interleave(p: (int8x16_t, int8x16_t), q: (int8x16_t, int8x16_t)) -> [int8x16_t; 4] {
+    let z = |a: int8x16_t, b: int8x16_t| {
+        let (a, b) = (vreinterpretq_s64_s8(a), vreinterpretq_s64_s8(b));
+        (
+            vreinterpretq_s8_s64(vzip1q_s64(a, b)),
+            vreinterpretq_s8_s64(vzip2q_s64(a, b)),
+        )
+    };
+    let (c0, c1) = z(p.0, q.0);
+    let (c2, c3) = z(p.1, q.1);
+    [c0, c1, c2, c3]
+}
+
+/// Lanes `[u, u, v, v]`: a token pair's per-block factors in the lanes' order.
+#[inline]
+#[target_feature(enable = "neon")]
+pub(super) fn token_lanes(u: f32, v: f32) -> float32x4_t {
+    vcombine_f32(vdup_n_f32(u), vdup_n_f32(v))
+}
+
+/// One block of a token pair's activations, as a tile reads them.
+pub(super) trait TokenBlock: Copy {
+    /// The block's exact integer dots with the interleaved quants `w` of a row pair, lanes as the
+    /// module docs say.
+    ///
+    /// # Safety
+    /// The CPU must support the `i8mm` extension.
+    unsafe fn dots(&self, w: &[int8x16_t; 4]) -> int32x4_t;
+    /// The scales `[d0, d0, d1, d1]`.
+    fn d(&self) -> float32x4_t;
+    /// `[s0, s0, s1, s1]`, `s = d * sum(q)` (the min term's).
+    fn s(&self) -> float32x4_t;
+}
+
+/// One block of rows `i` and `j` (`j` may equal `i`) unpacked: the quants interleaved, the scales
+/// `[d_i, d_j, d_i, d_j]` and, for Q4_1/Q5_1, the mins likewise (else zero).
+#[derive(Clone, Copy)]
+struct RowBlock {
+    q: [int8x16_t; 4],
+    d: float32x4_t,
+    m: float32x4_t,
+}
+
+/// The blocks of two rows of format tag `F` (IQ4_XS where `XS`, with `F` IQ4_NL's: its sub-blocks
+/// of 32 are IQ4_NL blocks with the scale `d * (ls - 32)`).
+#[target_feature(enable = "neon")]
+fn row_pair<const F: u8, const XS: bool>(ri: &[u8], rj: &[u8]) -> Vec<RowBlock> {
+    let both = |u: f32, v: f32| {
+        let uv = vset_lane_f32::<1>(v, vdup_n_f32(u));
+        vcombine_f32(uv, uv)
+    };
+    let mut p = Vec::new();
+    if XS {
+        for (si, sj) in ri.chunks_exact(136).zip(rj.chunks_exact(136)) {
+            let (di, dj) = (
+                crate::scalar::iq4xs_scales(si),
+                crate::scalar::iq4xs_scales(sj),
+            );
+            for b in 0..8 {
+                // Sub-block `b` as an IQ4_NL block: its 16 quant bytes after two of scale, which
+                // `weights_i8` does not read.
+                let nl = |s: &[u8]| {
+                    let mut nl = [0u8; 18];
+                    nl[2..].copy_from_slice(&s[8 + 16 * b..8 + 16 * b + 16]);
+                    nl
+                };
+                p.push(RowBlock {
+                    q: interleave(weights_i8::<IQ4_NL>(&nl(si)), weights_i8::<IQ4_NL>(&nl(sj))),
+                    d: both(di[b], dj[b]),
+                    m: vdupq_n_f32(0.0),
+                });
+            }
+        }
+        return p;
+    }
+    let bb = block_bytes(F);
+    for (bi, bj) in ri.chunks_exact(bb).zip(rj.chunks_exact(bb)) {
+        p.push(RowBlock {
+            q: interleave(weights_i8::<F>(bi), weights_i8::<F>(bj)),
+            d: both(f16_at(bi, 0), f16_at(bj, 0)),
+            m: if has_min(F) {
+                both(f16_at(bi, 2), f16_at(bj, 2))
+            } else {
+                vdupq_n_f32(0.0)
+            },
+        });
+    }
+    p
+}
+
+/// The sums of a row pair's blocks `rp` with `T` token pairs' (`toks`), lanes as the module docs
+/// say; the min term where `MIN`.
+///
+/// # Safety
+/// The CPU must support the `i8mm` extension; every token pair has as many blocks as `rp`.
+#[inline]
+#[target_feature(enable = "neon,i8mm")]
+unsafe fn sums<K: TokenBlock, const T: usize, const MIN: bool>(
+    rp: &[RowBlock],
+    toks: [&[K]; T],
+) -> [float32x4_t; T] {
+    let mut acc = [vdupq_n_f32(0.0); T];
+    for (b, w) in rp.iter().enumerate() {
+        for t in 0..T {
+            // SAFETY: `b < rp.len()`, which every token pair's length equals (the contract).
+            let x = unsafe { toks[t].get_unchecked(b) };
+            // SAFETY: i8mm present per this function's contract.
+            let s = unsafe { x.dots(&w.q) };
+            acc[t] = vfmaq_f32(acc[t], vcvtq_f32_s32(s), vmulq_f32(w.d, x.d()));
+            if MIN {
+                acc[t] = vfmaq_f32(acc[t], w.m, x.s());
+            }
+        }
+    }
+    acc
+}
+
+/// Row pair `(i, j)`'s sums with token pairs `p0 .. p0 + T` of `pairs`, written to `out`.
+///
+/// # Safety
+/// The CPU must support the `i8mm` extension; the row pair and every token pair have the same
+/// number of blocks.
+#[inline]
+#[target_feature(enable = "neon,i8mm")]
+unsafe fn step<K: TokenBlock, const T: usize, const MIN: bool>(
+    rp: &[RowBlock],
+    pairs: &[Vec<K>],
+    p0: usize,
+    (i, j, nr, n): (usize, usize, usize, usize),
+    out: &mut [f32],
+) {
+    let toks: [&[K]; T] = std::array::from_fn(|t| pairs[p0 + t].as_slice());
+    // SAFETY: per this function's contract.
+    let acc = unsafe { sums::<K, T, MIN>(rp, toks) };
+    for (t, v) in acc.iter().enumerate() {
+        let mut lanes = [0f32; 4];
+        // SAFETY: `lanes` is 4 writable f32.
+        unsafe { vst1q_f32(lanes.as_mut_ptr(), *v) };
+        let (t0, t1) = (2 * (p0 + t), 2 * (p0 + t) + 1);
+        out[t0 * nr + i] = lanes[0];
+        if j != i {
+            out[t0 * nr + j] = lanes[1];
+        }
+        if t1 < n {
+            out[t1 * nr + i] = lanes[2];
+            if j != i {
+                out[t1 * nr + j] = lanes[3];
+            }
+        }
+    }
+}
+
+/// `out[t * nr + i]` = row `r0 + i` of `w` (format tag `F`; IQ4_XS where `XS`, with `F` IQ4_NL's)
+/// · token `t`, for the `n` tokens whose pairs' blocks are `pairs` (pair `p`: tokens `2p` and `2p +
+/// 1`, the last alone repeated when `n` is odd).
+///
+/// # Safety
+/// The CPU must support the `i8mm` extension.
+#[target_feature(enable = "neon,i8mm")]
+pub(super) unsafe fn drive<K: TokenBlock, const F: u8, const XS: bool>(
+    w: &QMatrix<'_>,
+    (r0, nr): (usize, usize),
+    pairs: &[Vec<K>],
+    n: usize,
+    out: &mut [f32],
+) {
+    let nb = w.cols() / 32;
+    assert!(pairs.len() == n.div_ceil(2) && pairs.iter().all(|p| p.len() == nb));
+    assert!(out.len() >= n * nr && r0 + nr <= w.rows());
+    for i in (0..nr).step_by(2) {
+        let j = (i + 1).min(nr - 1);
+        let rp = row_pair::<F, XS>(w.row_data(r0 + i), w.row_data(r0 + j));
+        assert_eq!(rp.len(), nb);
+        let at = (i, j, nr, n);
+        let mut p = 0;
+        while p < pairs.len() {
+            // SAFETY: i8mm present per this function's contract; the row pair and the token
+            // pairs have `nb` blocks each (asserted).
+            unsafe {
+                match (pairs.len() - p >= 2, has_min(F)) {
+                    (true, true) => step::<K, 2, true>(&rp, pairs, p, at, out),
+                    (true, false) => step::<K, 2, false>(&rp, pairs, p, at, out),
+                    (false, true) => step::<K, 1, true>(&rp, pairs, p, at, out),
+                    (false, false) => step::<K, 1, false>(&rp, pairs, p, at, out),
+                }
+            }
+            p += 2;
+        }
+    }
+}
