@@ -255,6 +255,9 @@ pub(crate) fn tile_int8(
         // SAFETY: only the NeonI8mm path has the `smmla` tile (`tile_int8_blocks`), and that
         // path is only available after run-time detection of dotprod and i8mm.
         unsafe { aarch64::tile_i8mm(w, r0, nr, acts, out) };
+    } else if path == KernelPath::NeonI8mm && aarch64::has_tile_k8mm(w.format()) {
+        // SAFETY: the NeonI8mm path is only available after run-time detection of i8mm.
+        unsafe { aarch64::tile_k8mm(w, r0, nr, acts, out) };
     } else {
         // SAFETY: only the NeonDotprod and NeonI8mm paths have an 8-bit tile here
         // (`has_tile_int8` above), and both are only available after run-time detection of

@@ -14,7 +14,7 @@ use crate::{QMatrix, WeightFormat};
 /// operations, with the two f16 read by [`f16_at`] (`fcvtl`, not `half`'s software conversion).
 #[inline]
 #[target_feature(enable = "neon")]
-fn q4k_scales(blk: &[u8]) -> ([f32; 8], [f32; 8]) {
+pub(super) fn q4k_scales(blk: &[u8]) -> ([f32; 8], [f32; 8]) {
     let (d, dmin) = (f16_at(blk, 0), f16_at(blk, 2));
     let mut dl = [0f32; 8];
     let mut ml = [0f32; 8];
@@ -86,7 +86,7 @@ fn k23_quants16(format: WeightFormat, blk: &[u8], n: usize, k: usize, p: usize) 
 /// `qh[16p..16p + 16]` (byte 16) as bit 4.
 #[inline]
 #[target_feature(enable = "neon")]
-fn q45k_quants16(format: WeightFormat, blk: &[u8], j: usize, p: usize) -> uint8x16_t {
+pub(super) fn q45k_quants16(format: WeightFormat, blk: &[u8], j: usize, p: usize) -> uint8x16_t {
     let q5 = format == WeightFormat::Q5_K;
     let qoff = if q5 { 48 } else { 16 };
     let raw = load_u8x16(&blk[qoff + 32 * (j / 2) + 16 * p..]);

@@ -54,5 +54,5 @@ pub(crate) use quantize::{quantize, quantize16};
 pub(crate) use sve::sve_bits;
 pub(crate) use tile::tile;
 pub(crate) use tile_i16mm::{has_tile_i16mm, tile_i16mm};
-pub(crate) use tile_i8mm::{has_tile_i8mm, tile_i8mm};
+pub(crate) use tile_i8mm::{has_tile_i8mm, has_tile_k8mm, tile_i8mm, tile_k8mm};
 pub(crate) use vector::{axpy_f32, dot_f32};

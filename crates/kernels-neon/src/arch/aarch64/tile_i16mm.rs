@@ -15,7 +15,7 @@
 use std::arch::aarch64::*;
 use std::arch::asm;
 
-use super::tile_mm::{drive, smmla, token_lanes, TokenBlock};
+use super::tile_mm::{drive, row_pair, smmla, token_lanes, TokenBlock};
 use crate::arch::tags::{IQ4_NL, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
 use crate::quant::QActs16;
 use crate::{QMatrix, WeightFormat};
@@ -143,13 +143,27 @@ pub(crate) unsafe fn tile_i16mm(
     // SAFETY: i8mm present per this function's contract; each arm's tag is the format's.
     unsafe {
         match w.format() {
-            WeightFormat::Q4_0 => drive::<Tok16, Q4_0, false>(w, at, &pairs, n, out),
-            WeightFormat::Q4_1 => drive::<Tok16, Q4_1, false>(w, at, &pairs, n, out),
-            WeightFormat::Q5_0 => drive::<Tok16, Q5_0, false>(w, at, &pairs, n, out),
-            WeightFormat::Q5_1 => drive::<Tok16, Q5_1, false>(w, at, &pairs, n, out),
-            WeightFormat::Q8_0 => drive::<Tok16, Q8_0, false>(w, at, &pairs, n, out),
-            WeightFormat::IQ4_XS => drive::<Tok16, IQ4_NL, true>(w, at, &pairs, n, out),
-            _ => drive::<Tok16, IQ4_NL, false>(w, at, &pairs, n, out),
+            WeightFormat::Q4_0 => {
+                drive::<Tok16, false>(w, at, &pairs, n, out, |a, b| row_pair::<Q4_0, false>(a, b))
+            }
+            WeightFormat::Q4_1 => {
+                drive::<Tok16, true>(w, at, &pairs, n, out, |a, b| row_pair::<Q4_1, false>(a, b))
+            }
+            WeightFormat::Q5_0 => {
+                drive::<Tok16, false>(w, at, &pairs, n, out, |a, b| row_pair::<Q5_0, false>(a, b))
+            }
+            WeightFormat::Q5_1 => {
+                drive::<Tok16, true>(w, at, &pairs, n, out, |a, b| row_pair::<Q5_1, false>(a, b))
+            }
+            WeightFormat::Q8_0 => {
+                drive::<Tok16, false>(w, at, &pairs, n, out, |a, b| row_pair::<Q8_0, false>(a, b))
+            }
+            WeightFormat::IQ4_XS => {
+                drive::<Tok16, false>(w, at, &pairs, n, out, |a, b| row_pair::<IQ4_NL, true>(a, b))
+            }
+            _ => drive::<Tok16, false>(w, at, &pairs, n, out, |a, b| {
+                row_pair::<IQ4_NL, false>(a, b)
+            }),
         }
     }
 }

@@ -5,7 +5,7 @@
 
 use std::arch::aarch64::*;
 
-use super::tile_mm::{drive, interleave, smmla, token_lanes, TokenBlock};
+use super::tile_mm::{drive, interleave, k_row_pair, row_pair, smmla, token_lanes, TokenBlock};
 use crate::arch::tags::{IQ4_NL, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
 use crate::quant::QActs;
 use crate::{QMatrix, WeightFormat};
@@ -95,12 +95,59 @@ pub(crate) unsafe fn tile_i8mm(
     // SAFETY: i8mm present per this function's contract; each arm's tag is the format's.
     unsafe {
         match w.format() {
-            WeightFormat::Q4_0 => drive::<Tok8, Q4_0, false>(w, at, &pairs, n, out),
-            WeightFormat::Q4_1 => drive::<Tok8, Q4_1, false>(w, at, &pairs, n, out),
-            WeightFormat::Q5_0 => drive::<Tok8, Q5_0, false>(w, at, &pairs, n, out),
-            WeightFormat::Q5_1 => drive::<Tok8, Q5_1, false>(w, at, &pairs, n, out),
-            WeightFormat::Q8_0 => drive::<Tok8, Q8_0, false>(w, at, &pairs, n, out),
-            _ => drive::<Tok8, IQ4_NL, false>(w, at, &pairs, n, out),
+            WeightFormat::Q4_0 => {
+                drive::<Tok8, false>(w, at, &pairs, n, out, |a, b| row_pair::<Q4_0, false>(a, b))
+            }
+            WeightFormat::Q4_1 => {
+                drive::<Tok8, true>(w, at, &pairs, n, out, |a, b| row_pair::<Q4_1, false>(a, b))
+            }
+            WeightFormat::Q5_0 => {
+                drive::<Tok8, false>(w, at, &pairs, n, out, |a, b| row_pair::<Q5_0, false>(a, b))
+            }
+            WeightFormat::Q5_1 => {
+                drive::<Tok8, true>(w, at, &pairs, n, out, |a, b| row_pair::<Q5_1, false>(a, b))
+            }
+            WeightFormat::Q8_0 => {
+                drive::<Tok8, false>(w, at, &pairs, n, out, |a, b| row_pair::<Q8_0, false>(a, b))
+            }
+            _ => drive::<Tok8, false>(w, at, &pairs, n, out, |a, b| {
+                row_pair::<IQ4_NL, false>(a, b)
+            }),
         }
     }
+}
+
+/// Whether [`tile_k8mm`] takes weights of `format`: Q4_K and Q5_K.
+pub(crate) fn has_tile_k8mm(format: WeightFormat) -> bool {
+    matches!(format, WeightFormat::Q4_K | WeightFormat::Q5_K)
+}
+
+/// The 8-bit prompt tile of Q4_K and Q5_K rows with `smmla`: `out[t * nr + i]` = row `r0 + i` of
+/// `w` · token `t` for every token of `acts` (8-bit activations with one scale per 256,
+/// `QActs::quantize_super`, its `d` and `s` kept per 32): per sub-block of 32 the exact dots of
+/// the unsigned quants, weighted by `d * sc * d_x`, less `dmin * m * s_x`, as `matvec_int8`'s
+/// products summed in another f32 order. Formats other than [`has_tile_k8mm`]'s are left to the
+/// caller (Q6_K: `tile_k8_dp`).
+///
+/// # Safety
+/// The CPU must support the `i8mm` extension.
+#[target_feature(enable = "neon,i8mm")]
+pub(crate) unsafe fn tile_k8mm(
+    w: &QMatrix<'_>,
+    r0: usize,
+    nr: usize,
+    acts: &[QActs],
+    out: &mut [f32],
+) {
+    let (n, format) = (acts.len(), w.format());
+    if n == 0 || nr == 0 || !has_tile_k8mm(format) {
+        return;
+    }
+    let nb = w.cols() / 32;
+    let pairs: Vec<Vec<Tok8>> = (0..n.div_ceil(2))
+        .map(|p| token_pair(&acts[2 * p], &acts[(2 * p + 1).min(n - 1)], nb))
+        .collect();
+    // SAFETY: i8mm present per this function's contract; Q4_K and Q5_K rows unpack by
+    // `k_row_pair` into `nb` blocks of 32.
+    unsafe { drive::<Tok8, true>(w, (r0, nr), &pairs, n, out, |a, b| k_row_pair(format, a, b)) }
 }

@@ -16,9 +16,10 @@ use std::arch::aarch64::*;
 use std::arch::asm;
 
 use super::dequant::weights_i8;
+use super::kquant::{q45k_quants16, q4k_scales};
 use super::simd::f16_at;
 use crate::arch::tags::{block_bytes, has_min, IQ4_NL};
-use crate::QMatrix;
+use crate::{QMatrix, WeightFormat};
 
 /// `acc += a · bᵀ` for `a`, `b` two 2×8 i8 matrices (row-major in the 16 lanes): lanes
 /// `[a0·b0, a0·b1, a1·b0, a1·b1]`.
@@ -81,22 +82,28 @@ pub(super) trait TokenBlock: Copy {
 }
 
 /// One block of rows `i` and `j` (`j` may equal `i`) unpacked: the quants interleaved, the scales
-/// `[d_i, d_j, d_i, d_j]` and, for Q4_1/Q5_1, the mins likewise (else zero).
+/// `[d_i, d_j, d_i, d_j]` and, for Q4_1/Q5_1, the mins likewise (Q4_K/Q5_K: `-dmin * m`, the
+/// min term being subtracted there; else zero).
 #[derive(Clone, Copy)]
-struct RowBlock {
+pub(super) struct RowBlock {
     q: [int8x16_t; 4],
     d: float32x4_t,
     m: float32x4_t,
 }
 
+/// `[u, v, u, v]`: a row pair's per-block factors in the lanes' order.
+#[inline]
+#[target_feature(enable = "neon")]
+fn row_lanes(u: f32, v: f32) -> float32x4_t {
+    let uv = vset_lane_f32::<1>(v, vdup_n_f32(u));
+    vcombine_f32(uv, uv)
+}
+
 /// The blocks of two rows of format tag `F` (IQ4_XS where `XS`, with `F` IQ4_NL's: its sub-blocks
 /// of 32 are IQ4_NL blocks with the scale `d * (ls - 32)`).
 #[target_feature(enable = "neon")]
-fn row_pair<const F: u8, const XS: bool>(ri: &[u8], rj: &[u8]) -> Vec<RowBlock> {
-    let both = |u: f32, v: f32| {
-        let uv = vset_lane_f32::<1>(v, vdup_n_f32(u));
-        vcombine_f32(uv, uv)
-    };
+pub(super) fn row_pair<const F: u8, const XS: bool>(ri: &[u8], rj: &[u8]) -> Vec<RowBlock> {
+    let both = row_lanes;
     let mut p = Vec::new();
     if XS {
         for (si, sj) in ri.chunks_exact(136).zip(rj.chunks_exact(136)) {
@@ -132,6 +139,29 @@ fn row_pair<const F: u8, const XS: bool>(ri: &[u8], rj: &[u8]) -> Vec<RowBlock> 
                 vdupq_n_f32(0.0)
             },
         });
+    }
+    p
+}
+
+/// The blocks of two rows of Q4_K or Q5_K (`format`), one per sub-block of 32: the quants
+/// unsigned (0..=15, Q5_K 0..=31), the scales `d * sc`, the mins `-dmin * m`.
+#[target_feature(enable = "neon")]
+pub(super) fn k_row_pair(format: WeightFormat, ri: &[u8], rj: &[u8]) -> Vec<RowBlock> {
+    let bb = format.block_bytes();
+    let mut p = Vec::with_capacity(ri.len() / bb * 8);
+    for (bi, bj) in ri.chunks_exact(bb).zip(rj.chunks_exact(bb)) {
+        let ((di, mi), (dj, mj)) = (q4k_scales(bi), q4k_scales(bj));
+        let quants = |blk: &[u8], j: usize| {
+            let q = |h: usize| vreinterpretq_s8_u8(q45k_quants16(format, blk, j, h));
+            (q(0), q(1))
+        };
+        for j in 0..8 {
+            p.push(RowBlock {
+                q: interleave(quants(bi, j), quants(bj, j)),
+                d: row_lanes(di[j], dj[j]),
+                m: row_lanes(-mi[j], -mj[j]),
+            });
+        }
     }
     p
 }
@@ -198,26 +228,27 @@ unsafe fn step<K: TokenBlock, const T: usize, const MIN: bool>(
     }
 }
 
-/// `out[t * nr + i]` = row `r0 + i` of `w` (format tag `F`; IQ4_XS where `XS`, with `F` IQ4_NL's)
-/// · token `t`, for the `n` tokens whose pairs' blocks are `pairs` (pair `p`: tokens `2p` and `2p +
-/// 1`, the last alone repeated when `n` is odd).
+/// `out[t * nr + i]` = row `r0 + i` of `w` · token `t`, for the `n` tokens whose pairs' blocks are
+/// `pairs` (pair `p`: tokens `2p` and `2p + 1`, the last alone repeated when `n` is odd), the rows
+/// unpacked two at a time by `unpack` (as many blocks as a token pair), a min term where `MIN`.
 ///
 /// # Safety
 /// The CPU must support the `i8mm` extension.
 #[target_feature(enable = "neon,i8mm")]
-pub(super) unsafe fn drive<K: TokenBlock, const F: u8, const XS: bool>(
+pub(super) unsafe fn drive<K: TokenBlock, const MIN: bool>(
     w: &QMatrix<'_>,
     (r0, nr): (usize, usize),
     pairs: &[Vec<K>],
     n: usize,
     out: &mut [f32],
+    unpack: impl Fn(&[u8], &[u8]) -> Vec<RowBlock>,
 ) {
-    let nb = w.cols() / 32;
-    assert!(pairs.len() == n.div_ceil(2) && pairs.iter().all(|p| p.len() == nb));
-    assert!(out.len() >= n * nr && r0 + nr <= w.rows());
+    assert!(pairs.len() == n.div_ceil(2) && out.len() >= n * nr && r0 + nr <= w.rows());
+    let nb = pairs.first().map_or(0, Vec::len);
+    assert!(pairs.iter().all(|p| p.len() == nb));
     for i in (0..nr).step_by(2) {
         let j = (i + 1).min(nr - 1);
-        let rp = row_pair::<F, XS>(w.row_data(r0 + i), w.row_data(r0 + j));
+        let rp = unpack(w.row_data(r0 + i), w.row_data(r0 + j));
         assert_eq!(rp.len(), nb);
         let at = (i, j, nr, n);
         let mut p = 0;
@@ -225,11 +256,10 @@ pub(super) unsafe fn drive<K: TokenBlock, const F: u8, const XS: bool>(
             // SAFETY: i8mm present per this function's contract; the row pair and the token
             // pairs have `nb` blocks each (asserted).
             unsafe {
-                match (pairs.len() - p >= 2, has_min(F)) {
-                    (true, true) => step::<K, 2, true>(&rp, pairs, p, at, out),
-                    (true, false) => step::<K, 2, false>(&rp, pairs, p, at, out),
-                    (false, true) => step::<K, 1, true>(&rp, pairs, p, at, out),
-                    (false, false) => step::<K, 1, false>(&rp, pairs, p, at, out),
+                if pairs.len() - p >= 2 {
+                    step::<K, 2, MIN>(&rp, pairs, p, at, out)
+                } else {
+                    step::<K, 1, MIN>(&rp, pairs, p, at, out)
                 }
             }
             p += 2;
