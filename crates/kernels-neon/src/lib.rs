@@ -25,9 +25,9 @@
 //!   `is_x86_feature_detected!` (detected once and cached);
 //! * aarch64 NEON (baseline on aarch64), with the `dotprod` extension used
 //!   for the integer path when `is_aarch64_feature_detected!("dotprod")` (`sdot`, the K-quants
-//!   included), and `i8mm` where detected too (`smmla` in the 8-bit prompt tile of the 32-element
-//!   block formats, `smmla` and `usmmla` on split 16-bit activations in their 16-bit one,
-//!   [`KernelPath::NeonI8mm`]). SVE is detected and reported
+//!   included), and `i8mm` where detected too (`smmla` in the 8-bit prompt tiles of the 32-element
+//!   block formats and of Q4_K/Q5_K, `smmla` and `usmmla` on split 16-bit activations in the
+//!   16-bit one, [`KernelPath::NeonI8mm`]). SVE is detected and reported
 //!   ([`cpu_features`]) but not used: phones' cores run it 128 bits wide, NEON's width, with the
 //!   same dot-product instructions.
 //!
