@@ -26,7 +26,7 @@
 //! * aarch64 NEON (baseline on aarch64), with the `dotprod` extension used
 //!   for the integer path when `is_aarch64_feature_detected!("dotprod")` (`sdot`, the K-quants
 //!   included), and `i8mm` where detected too (`smmla` in the 8-bit prompt tiles of the 32-element
-//!   block formats and of Q4_K/Q5_K, `smmla` and `usmmla` on split 16-bit activations in the
+//!   block formats and of the K-quants Q4_K/Q5_K/Q6_K, `smmla` and `usmmla` on split 16-bit activations in the
 //!   16-bit one, [`KernelPath::NeonI8mm`]). SVE is detected and reported
 //!   ([`cpu_features`]) but not used: phones' cores run it 128 bits wide, NEON's width, with the
 //!   same dot-product instructions.

@@ -27,7 +27,7 @@ use crate::{
 ///   AVX-512 path and Q4_0/Q4_1/Q5_0/Q5_1 on the AVX2
 ///   one (one scale per 32, llama.cpp's `Q8_0`), from that many tokens, for `Int8` prompts and for `Fast` ones of Q5_0/Q8_0
 ///   ([`fast_prompts_int8`]); on aarch64 with dotprod the K-quants' (`sdot`), with i8mm the
-///   32-block formats' and Q4_K/Q5_K's (`smmla`). A prompt is bound by compute, where 8 bits give
+///   32-block formats' and those (`smmla`). A prompt is bound by compute, where 8 bits give
 ///   twice the products per instruction of 16 (decode, bound by memory, keeps `Fast`'s 16 bits);
 /// - the 16-bit tile, from [`short_prompt_tokens`] tokens (16-bit activations, one scale per 32;
 ///   `matvec`'s `Fast`): on the AVX-512 path `Fast` prompts of Q4_0/Q4_1/Q5_1/IQ4_NL/IQ4_XS, on

@@ -146,8 +146,8 @@ pub(crate) fn tile_bf16(
 /// which both paths share; AVX2 `tile_k23`, AVX-512 `tile512_k23`), and on both also the formats
 /// of 32-element blocks of integer quants, Q4_0, Q4_1, Q5_0, Q5_1, and on AVX-512 Q8_0 ([`tile_int8_blocks`]: one scale per 32,
 /// `QActs::quantize` with its sums of 16; AVX-512 `tile512_i8`, AVX2 `tile_i8`); on [`KernelPath::NeonDotprod`] and
-/// [`KernelPath::NeonI8mm`] Q4_K, Q5_K and Q6_K (`sdot`, `aarch64::tile_k8_dp`; with i8mm Q4_K
-/// and Q5_K `smmla`, `aarch64::tile_k8mm`), on
+/// [`KernelPath::NeonI8mm`] Q4_K, Q5_K and Q6_K (`sdot`, `aarch64::tile_k8_dp`; with i8mm
+/// `smmla`, `aarch64::tile_k8mm`), on
 /// [`KernelPath::NeonI8mm`] also the 32-block formats and IQ4_NL (`smmla`, `aarch64::tile_i8mm`). `Int8` prompts and `Fast` ones from
 /// `INT_TILE_MIN_TOKENS` tokens take it (the 32-block formats only from that many in either).
 pub(crate) fn has_tile_int8(path: KernelPath, format: WeightFormat) -> bool {

@@ -38,7 +38,7 @@ fn q6k_scales(blk: &[u8]) -> [f32; 16] {
 /// + 16` (half `n`, quarter `k`, part `p`) of super-block `blk`.
 #[inline]
 #[target_feature(enable = "neon")]
-fn q6k_quants16(blk: &[u8], n: usize, k: usize, p: usize) -> int8x16_t {
+pub(super) fn q6k_quants16(blk: &[u8], n: usize, k: usize, p: usize) -> int8x16_t {
     let src = load_u8x16(&blk[64 * n + 32 * (k & 1) + 16 * p..]);
     let qh = load_u8x16(&blk[128 + 32 * n + 16 * p..]);
     let m4 = vdupq_n_u8(0x0F);

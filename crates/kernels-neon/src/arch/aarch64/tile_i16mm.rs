@@ -77,6 +77,19 @@ impl TokenBlock for Tok16 {
         }
     }
     #[inline(always)]
+    unsafe fn dots_halves(&self, w: &[int8x16_t; 4]) -> (int32x4_t, int32x4_t) {
+        // SAFETY: i8mm present per this method's contract.
+        unsafe {
+            let half = |c: usize| {
+                let h = smmla(vdupq_n_s32(0), self.hi[c], w[c]);
+                let h = smmla(h, self.hi[c + 1], w[c + 1]);
+                let s = usmmla(vshlq_n_s32::<8>(h), self.lo[c], w[c]);
+                usmmla(s, self.lo[c + 1], w[c + 1])
+            };
+            (half(0), half(2))
+        }
+    }
+    #[inline(always)]
     fn d(&self) -> float32x4_t {
         self.d
     }
@@ -143,25 +156,25 @@ pub(crate) unsafe fn tile_i16mm(
     // SAFETY: i8mm present per this function's contract; each arm's tag is the format's.
     unsafe {
         match w.format() {
-            WeightFormat::Q4_0 => {
-                drive::<Tok16, false>(w, at, &pairs, n, out, |a, b| row_pair::<Q4_0, false>(a, b))
-            }
-            WeightFormat::Q4_1 => {
-                drive::<Tok16, true>(w, at, &pairs, n, out, |a, b| row_pair::<Q4_1, false>(a, b))
-            }
-            WeightFormat::Q5_0 => {
-                drive::<Tok16, false>(w, at, &pairs, n, out, |a, b| row_pair::<Q5_0, false>(a, b))
-            }
-            WeightFormat::Q5_1 => {
-                drive::<Tok16, true>(w, at, &pairs, n, out, |a, b| row_pair::<Q5_1, false>(a, b))
-            }
-            WeightFormat::Q8_0 => {
-                drive::<Tok16, false>(w, at, &pairs, n, out, |a, b| row_pair::<Q8_0, false>(a, b))
-            }
-            WeightFormat::IQ4_XS => {
-                drive::<Tok16, false>(w, at, &pairs, n, out, |a, b| row_pair::<IQ4_NL, true>(a, b))
-            }
-            _ => drive::<Tok16, false>(w, at, &pairs, n, out, |a, b| {
+            WeightFormat::Q4_0 => drive::<Tok16, false, false>(w, at, &pairs, n, out, |a, b| {
+                row_pair::<Q4_0, false>(a, b)
+            }),
+            WeightFormat::Q4_1 => drive::<Tok16, true, false>(w, at, &pairs, n, out, |a, b| {
+                row_pair::<Q4_1, false>(a, b)
+            }),
+            WeightFormat::Q5_0 => drive::<Tok16, false, false>(w, at, &pairs, n, out, |a, b| {
+                row_pair::<Q5_0, false>(a, b)
+            }),
+            WeightFormat::Q5_1 => drive::<Tok16, true, false>(w, at, &pairs, n, out, |a, b| {
+                row_pair::<Q5_1, false>(a, b)
+            }),
+            WeightFormat::Q8_0 => drive::<Tok16, false, false>(w, at, &pairs, n, out, |a, b| {
+                row_pair::<Q8_0, false>(a, b)
+            }),
+            WeightFormat::IQ4_XS => drive::<Tok16, false, false>(w, at, &pairs, n, out, |a, b| {
+                row_pair::<IQ4_NL, true>(a, b)
+            }),
+            _ => drive::<Tok16, false, false>(w, at, &pairs, n, out, |a, b| {
                 row_pair::<IQ4_NL, false>(a, b)
             }),
         }

@@ -5,7 +5,9 @@
 
 use std::arch::aarch64::*;
 
-use super::tile_mm::{drive, interleave, k_row_pair, row_pair, smmla, token_lanes, TokenBlock};
+use super::tile_mm::{
+    drive, interleave, k_row_pair, q6k_row_pair, row_pair, smmla, token_lanes, TokenBlock,
+};
 use crate::arch::tags::{IQ4_NL, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
 use crate::quant::QActs;
 use crate::{QMatrix, WeightFormat};
@@ -35,6 +37,17 @@ impl TokenBlock for Tok8 {
             let s = smmla(s, self.q[1], w[1]);
             let s = smmla(s, self.q[2], w[2]);
             smmla(s, self.q[3], w[3])
+        }
+    }
+    #[inline(always)]
+    unsafe fn dots_halves(&self, w: &[int8x16_t; 4]) -> (int32x4_t, int32x4_t) {
+        // SAFETY: i8mm present per this method's contract.
+        unsafe {
+            let zero = vdupq_n_s32(0);
+            (
+                smmla(smmla(zero, self.q[0], w[0]), self.q[1], w[1]),
+                smmla(smmla(zero, self.q[2], w[2]), self.q[3], w[3]),
+            )
         }
     }
     #[inline(always)]
@@ -95,39 +108,43 @@ pub(crate) unsafe fn tile_i8mm(
     // SAFETY: i8mm present per this function's contract; each arm's tag is the format's.
     unsafe {
         match w.format() {
-            WeightFormat::Q4_0 => {
-                drive::<Tok8, false>(w, at, &pairs, n, out, |a, b| row_pair::<Q4_0, false>(a, b))
-            }
-            WeightFormat::Q4_1 => {
-                drive::<Tok8, true>(w, at, &pairs, n, out, |a, b| row_pair::<Q4_1, false>(a, b))
-            }
-            WeightFormat::Q5_0 => {
-                drive::<Tok8, false>(w, at, &pairs, n, out, |a, b| row_pair::<Q5_0, false>(a, b))
-            }
-            WeightFormat::Q5_1 => {
-                drive::<Tok8, true>(w, at, &pairs, n, out, |a, b| row_pair::<Q5_1, false>(a, b))
-            }
-            WeightFormat::Q8_0 => {
-                drive::<Tok8, false>(w, at, &pairs, n, out, |a, b| row_pair::<Q8_0, false>(a, b))
-            }
-            _ => drive::<Tok8, false>(w, at, &pairs, n, out, |a, b| {
+            WeightFormat::Q4_0 => drive::<Tok8, false, false>(w, at, &pairs, n, out, |a, b| {
+                row_pair::<Q4_0, false>(a, b)
+            }),
+            WeightFormat::Q4_1 => drive::<Tok8, true, false>(w, at, &pairs, n, out, |a, b| {
+                row_pair::<Q4_1, false>(a, b)
+            }),
+            WeightFormat::Q5_0 => drive::<Tok8, false, false>(w, at, &pairs, n, out, |a, b| {
+                row_pair::<Q5_0, false>(a, b)
+            }),
+            WeightFormat::Q5_1 => drive::<Tok8, true, false>(w, at, &pairs, n, out, |a, b| {
+                row_pair::<Q5_1, false>(a, b)
+            }),
+            WeightFormat::Q8_0 => drive::<Tok8, false, false>(w, at, &pairs, n, out, |a, b| {
+                row_pair::<Q8_0, false>(a, b)
+            }),
+            _ => drive::<Tok8, false, false>(w, at, &pairs, n, out, |a, b| {
                 row_pair::<IQ4_NL, false>(a, b)
             }),
         }
     }
 }
 
-/// Whether [`tile_k8mm`] takes weights of `format`: Q4_K and Q5_K.
+/// Whether [`tile_k8mm`] takes weights of `format`: Q4_K, Q5_K and Q6_K.
 pub(crate) fn has_tile_k8mm(format: WeightFormat) -> bool {
-    matches!(format, WeightFormat::Q4_K | WeightFormat::Q5_K)
+    matches!(
+        format,
+        WeightFormat::Q4_K | WeightFormat::Q5_K | WeightFormat::Q6_K
+    )
 }
 
-/// The 8-bit prompt tile of Q4_K and Q5_K rows with `smmla`: `out[t * nr + i]` = row `r0 + i` of
-/// `w` · token `t` for every token of `acts` (8-bit activations with one scale per 256,
-/// `QActs::quantize_super`, its `d` and `s` kept per 32): per sub-block of 32 the exact dots of
-/// the unsigned quants, weighted by `d * sc * d_x`, less `dmin * m * s_x`, as `matvec_int8`'s
-/// products summed in another f32 order. Formats other than [`has_tile_k8mm`]'s are left to the
-/// caller (Q6_K: `tile_k8_dp`).
+/// The 8-bit prompt tile of Q4_K, Q5_K and Q6_K rows with `smmla`: `out[t * nr + i]` = row `r0 +
+/// i` of `w` · token `t` for every token of `acts` (8-bit activations with one scale per 256,
+/// `QActs::quantize_super`, its `d` and `s` kept per 32): Q4_K/Q5_K per sub-block of 32 the exact
+/// dots of the unsigned quants, weighted by `d * sc * d_x`, less `dmin * m * s_x`; Q6_K per 32
+/// the exact dots of `q - 32` of each half (16) times its integer scale, summed, weighted by `d *
+/// d_x`: `matvec_int8`'s integer products, summed in another order. Formats other than
+/// [`has_tile_k8mm`]'s are left to the caller.
 ///
 /// # Safety
 /// The CPU must support the `i8mm` extension.
@@ -148,6 +165,12 @@ pub(crate) unsafe fn tile_k8mm(
         .map(|p| token_pair(&acts[2 * p], &acts[(2 * p + 1).min(n - 1)], nb))
         .collect();
     // SAFETY: i8mm present per this function's contract; Q4_K and Q5_K rows unpack by
-    // `k_row_pair` into `nb` blocks of 32.
-    unsafe { drive::<Tok8, true>(w, (r0, nr), &pairs, n, out, |a, b| k_row_pair(format, a, b)) }
+    // `k_row_pair`, Q6_K ones by `q6k_row_pair`, into `nb` blocks of 32.
+    unsafe {
+        if format == WeightFormat::Q6_K {
+            drive::<Tok8, false, true>(w, (r0, nr), &pairs, n, out, |a, b| q6k_row_pair(a, b))
+        } else {
+            drive::<Tok8, true, false>(w, (r0, nr), &pairs, n, out, |a, b| k_row_pair(format, a, b))
+        }
+    }
 }

@@ -16,7 +16,7 @@ use std::arch::aarch64::*;
 use std::arch::asm;
 
 use super::dequant::weights_i8;
-use super::kquant::{q45k_quants16, q4k_scales};
+use super::kquant::{q45k_quants16, q4k_scales, q6k_quants16};
 use super::simd::f16_at;
 use crate::arch::tags::{block_bytes, has_min, IQ4_NL};
 use crate::{QMatrix, WeightFormat};
@@ -75,6 +75,11 @@ pub(super) trait TokenBlock: Copy {
     /// # Safety
     /// The CPU must support the `i8mm` extension.
     unsafe fn dots(&self, w: &[int8x16_t; 4]) -> int32x4_t;
+    /// [`TokenBlock::dots`] of the block's two halves apart (elements 0..16, 16..32).
+    ///
+    /// # Safety
+    /// The CPU must support the `i8mm` extension.
+    unsafe fn dots_halves(&self, w: &[int8x16_t; 4]) -> (int32x4_t, int32x4_t);
     /// The scales `[d0, d0, d1, d1]`.
     fn d(&self) -> float32x4_t;
     /// `[s0, s0, s1, s1]`, `s = d * sum(q)` (the min term's).
@@ -83,12 +88,15 @@ pub(super) trait TokenBlock: Copy {
 
 /// One block of rows `i` and `j` (`j` may equal `i`) unpacked: the quants interleaved, the scales
 /// `[d_i, d_j, d_i, d_j]` and, for Q4_1/Q5_1, the mins likewise (Q4_K/Q5_K: `-dmin * m`, the
-/// min term being subtracted there; else zero).
+/// min term being subtracted there; else zero); Q6_K: the integer scales of the block's halves
+/// (`sa`, `sb`, lanes as `d`'s; else zero).
 #[derive(Clone, Copy)]
 pub(super) struct RowBlock {
     q: [int8x16_t; 4],
     d: float32x4_t,
     m: float32x4_t,
+    sa: int32x4_t,
+    sb: int32x4_t,
 }
 
 /// `[u, v, u, v]`: a row pair's per-block factors in the lanes' order.
@@ -123,6 +131,8 @@ pub(super) fn row_pair<const F: u8, const XS: bool>(ri: &[u8], rj: &[u8]) -> Vec
                     q: interleave(weights_i8::<IQ4_NL>(&nl(si)), weights_i8::<IQ4_NL>(&nl(sj))),
                     d: both(di[b], dj[b]),
                     m: vdupq_n_f32(0.0),
+                    sa: vdupq_n_s32(0),
+                    sb: vdupq_n_s32(0),
                 });
             }
         }
@@ -138,6 +148,8 @@ pub(super) fn row_pair<const F: u8, const XS: bool>(ri: &[u8], rj: &[u8]) -> Vec
             } else {
                 vdupq_n_f32(0.0)
             },
+            sa: vdupq_n_s32(0),
+            sb: vdupq_n_s32(0),
         });
     }
     p
@@ -160,20 +172,51 @@ pub(super) fn k_row_pair(format: WeightFormat, ri: &[u8], rj: &[u8]) -> Vec<RowB
                 q: interleave(quants(bi, j), quants(bj, j)),
                 d: row_lanes(di[j], dj[j]),
                 m: row_lanes(-mi[j], -mj[j]),
+                sa: vdupq_n_s32(0),
+                sb: vdupq_n_s32(0),
             });
         }
     }
     p
 }
 
+/// The blocks of two Q6_K rows, one per 32 elements: the quants `q - 32`, the integer scales of
+/// each half (16 elements), and `d`.
+#[target_feature(enable = "neon")]
+pub(super) fn q6k_row_pair(ri: &[u8], rj: &[u8]) -> Vec<RowBlock> {
+    let mut p = Vec::with_capacity(ri.len() / 210 * 8);
+    for (bi, bj) in ri.chunks_exact(210).zip(rj.chunks_exact(210)) {
+        let sc = |s: usize| {
+            let (u, v) = (i32::from(bi[192 + s] as i8), i32::from(bj[192 + s] as i8));
+            let uv = vset_lane_s32::<1>(v, vdup_n_s32(u));
+            vcombine_s32(uv, uv)
+        };
+        let d = row_lanes(f16_at(bi, 208), f16_at(bj, 208));
+        for n in 0..2 {
+            for k in 0..4 {
+                let quants = |b: &[u8]| (q6k_quants16(b, n, k, 0), q6k_quants16(b, n, k, 1));
+                p.push(RowBlock {
+                    q: interleave(quants(bi), quants(bj)),
+                    d,
+                    m: vdupq_n_f32(0.0),
+                    sa: sc(8 * n + 2 * k),
+                    sb: sc(8 * n + 2 * k + 1),
+                });
+            }
+        }
+    }
+    p
+}
+
 /// The sums of a row pair's blocks `rp` with `T` token pairs' (`toks`), lanes as the module docs
-/// say; the min term where `MIN`.
+/// say; the min term where `MIN`; each half of a block weighted by its integer scale where
+/// `HALVES` (Q6_K).
 ///
 /// # Safety
 /// The CPU must support the `i8mm` extension; every token pair has as many blocks as `rp`.
 #[inline]
 #[target_feature(enable = "neon,i8mm")]
-unsafe fn sums<K: TokenBlock, const T: usize, const MIN: bool>(
+unsafe fn sums<K: TokenBlock, const T: usize, const MIN: bool, const HALVES: bool>(
     rp: &[RowBlock],
     toks: [&[K]; T],
 ) -> [float32x4_t; T] {
@@ -183,7 +226,15 @@ unsafe fn sums<K: TokenBlock, const T: usize, const MIN: bool>(
             // SAFETY: `b < rp.len()`, which every token pair's length equals (the contract).
             let x = unsafe { toks[t].get_unchecked(b) };
             // SAFETY: i8mm present per this function's contract.
-            let s = unsafe { x.dots(&w.q) };
+            let s = unsafe {
+                if HALVES {
+                    // Each half's sum times its integer scale: |sum| < 16 * 32 * 128, |sc| <= 128.
+                    let (ha, hb) = x.dots_halves(&w.q);
+                    vmlaq_s32(vmulq_s32(ha, w.sa), hb, w.sb)
+                } else {
+                    x.dots(&w.q)
+                }
+            };
             acc[t] = vfmaq_f32(acc[t], vcvtq_f32_s32(s), vmulq_f32(w.d, x.d()));
             if MIN {
                 acc[t] = vfmaq_f32(acc[t], w.m, x.s());
@@ -200,7 +251,7 @@ unsafe fn sums<K: TokenBlock, const T: usize, const MIN: bool>(
 /// number of blocks.
 #[inline]
 #[target_feature(enable = "neon,i8mm")]
-unsafe fn step<K: TokenBlock, const T: usize, const MIN: bool>(
+unsafe fn step<K: TokenBlock, const T: usize, const MIN: bool, const HALVES: bool>(
     rp: &[RowBlock],
     pairs: &[Vec<K>],
     p0: usize,
@@ -209,7 +260,7 @@ unsafe fn step<K: TokenBlock, const T: usize, const MIN: bool>(
 ) {
     let toks: [&[K]; T] = std::array::from_fn(|t| pairs[p0 + t].as_slice());
     // SAFETY: per this function's contract.
-    let acc = unsafe { sums::<K, T, MIN>(rp, toks) };
+    let acc = unsafe { sums::<K, T, MIN, HALVES>(rp, toks) };
     for (t, v) in acc.iter().enumerate() {
         let mut lanes = [0f32; 4];
         // SAFETY: `lanes` is 4 writable f32.
@@ -230,12 +281,13 @@ unsafe fn step<K: TokenBlock, const T: usize, const MIN: bool>(
 
 /// `out[t * nr + i]` = row `r0 + i` of `w` · token `t`, for the `n` tokens whose pairs' blocks are
 /// `pairs` (pair `p`: tokens `2p` and `2p + 1`, the last alone repeated when `n` is odd), the rows
-/// unpacked two at a time by `unpack` (as many blocks as a token pair), a min term where `MIN`.
+/// unpacked two at a time by `unpack` (as many blocks as a token pair), a min term where `MIN`,
+/// the halves of each block apart where `HALVES` ([`sums`]).
 ///
 /// # Safety
 /// The CPU must support the `i8mm` extension.
 #[target_feature(enable = "neon,i8mm")]
-pub(super) unsafe fn drive<K: TokenBlock, const MIN: bool>(
+pub(super) unsafe fn drive<K: TokenBlock, const MIN: bool, const HALVES: bool>(
     w: &QMatrix<'_>,
     (r0, nr): (usize, usize),
     pairs: &[Vec<K>],
@@ -257,9 +309,9 @@ pub(super) unsafe fn drive<K: TokenBlock, const MIN: bool>(
             // pairs have `nb` blocks each (asserted).
             unsafe {
                 if pairs.len() - p >= 2 {
-                    step::<K, 2, MIN>(&rp, pairs, p, at, out)
+                    step::<K, 2, MIN, HALVES>(&rp, pairs, p, at, out)
                 } else {
-                    step::<K, 1, MIN>(&rp, pairs, p, at, out)
+                    step::<K, 1, MIN, HALVES>(&rp, pairs, p, at, out)
                 }
             }
             p += 2;
