@@ -2,8 +2,9 @@
 //! driven by `tile_mm.rs`: [`Precision::Fast`](crate::Precision) prompts of the 32-element block
 //! formats (those of `fast_prompts_int8`, Q5_0 and Q8_0, only below `INT_TILE_MIN_TOKENS`, where
 //! they keep 16 bits) and of IQ4_XS (its sub-blocks of 32 are IQ4_NL blocks with the scale `d *
-//! (ls - 32)`). Without it these prompts took the f32 tile of dequantized weights: 32 `fmla` per
-//! 128 products against 8 matrix multiplies here.
+//! (ls - 32)`), and below that many tokens of Q4_K and Q5_K (sub-blocks of 32 as blocks,
+//! `tile_mm`'s `k_row_pair`). Without it these prompts took the f32 tile of dequantized weights:
+//! 32 `fmla` per 128 products against 8 matrix multiplies here.
 //!
 //! Each 16-bit activation is split into its high byte, signed, and its low byte, unsigned: `x =
 //! 256 * hi + lo`, exactly. Per 32-element block, two weight rows by two tokens: four `smmla` sum
@@ -15,16 +16,21 @@
 use std::arch::aarch64::*;
 use std::arch::asm;
 
-use super::tile_mm::{drive, row_pair, smmla, token_lanes, TokenBlock};
+use super::tile_mm::{drive, k_row_pair, row_pair, smmla, token_lanes, TokenBlock};
 use crate::arch::tags::{IQ4_NL, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
 use crate::quant::QActs16;
 use crate::{QMatrix, WeightFormat};
 
 /// Whether [`tile_i16mm`] takes weights of `format`: the formats of 32-element blocks of integer
-/// quants, and IQ4_XS.
+/// quants, IQ4_XS, and Q4_K and Q5_K (whose `Fast` prompts take 8 bits from
+/// `INT_TILE_MIN_TOKENS`: this tile serves their shorter ones). Not Q6_K: the sum of a block's
+/// two halves, each times its scale, could pass 2^31 with 16-bit activations.
 pub(crate) fn has_tile_i16mm(format: WeightFormat) -> bool {
     use WeightFormat::*;
-    matches!(format, Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | IQ4_NL | IQ4_XS)
+    matches!(
+        format,
+        Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | IQ4_NL | IQ4_XS | Q4_K | Q5_K
+    )
 }
 
 /// `acc += a · bᵀ` for `a` a 2×8 u8 matrix and `b` a 2×8 i8 matrix (row-major in the 16 lanes):
@@ -171,6 +177,11 @@ pub(crate) unsafe fn tile_i16mm(
             WeightFormat::Q8_0 => drive::<Tok16, false, false>(w, at, &pairs, n, out, |a, b| {
                 row_pair::<Q8_0, false>(a, b)
             }),
+            WeightFormat::Q4_K | WeightFormat::Q5_K => {
+                drive::<Tok16, true, false>(w, at, &pairs, n, out, |a, b| {
+                    k_row_pair(w.format(), a, b)
+                })
+            }
             WeightFormat::IQ4_XS => drive::<Tok16, false, false>(w, at, &pairs, n, out, |a, b| {
                 row_pair::<IQ4_NL, true>(a, b)
             }),

@@ -249,13 +249,16 @@ pub fn i16_tile(path: KernelPath, format: WeightFormat) -> bool {
 }
 
 /// Whether a `Fast` prompt of `n` tokens, fewer than `INT_TILE_MIN_TOKENS`, takes the 16-bit tile
-/// on `path` for `format`: with i8mm from `short_prompt_tokens` (8), every 32-block format and
-/// IQ4_XS (`fast_prompts_int8`'s take 8 bits only from `INT_TILE_MIN_TOKENS`).
+/// on `path` for `format`: with i8mm from `short_prompt_tokens` (8), every 32-block format,
+/// IQ4_XS, Q4_K and Q5_K (`fast_prompts_int8`'s take 8 bits only from `INT_TILE_MIN_TOKENS`).
 pub fn short_i16_tile(path: KernelPath, format: WeightFormat, n: usize) -> bool {
     use WeightFormat::*;
     path == KernelPath::NeonI8mm
         && n >= kernels_neon::short_prompt_tokens(path)
-        && matches!(format, Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | IQ4_NL | IQ4_XS)
+        && matches!(
+            format,
+            Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | IQ4_NL | IQ4_XS | Q4_K | Q5_K
+        )
 }
 
 /// The precision of `matvec` whose integer products `matmul` of `n > 1` tokens in `precision`
