@@ -338,9 +338,10 @@ pub(crate) fn tile_int8_t_bytes(path: KernelPath, nr: usize, rows: usize, n: usi
 /// IQ4_NL and IQ4_XS (`tile512_k16` on all five); on the AVX2
 /// path every format of 32-element blocks of integer quants, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and
 /// IQ4_NL, and IQ4_XS, of which `matmul` gives it those whose `Fast` prompts keep 16 bits (Q5_0
-/// takes [`tile_int8`] first); on [`KernelPath::NeonI8mm`] the same as AVX2 (`tile_i16mm`: the
-/// activations split into bytes for `smmla` and `usmmla`), of which Q5_0 and Q8_0 take
-/// [`tile_int8`] first. The other formats' `Fast` prompts take the f32 tile.
+/// takes [`tile_int8`] first); on [`KernelPath::NeonI8mm`] those and Q4_K/Q5_K (`tile_i16mm`: the
+/// activations split into bytes for `smmla` and `usmmla`), of which Q5_0, Q8_0, Q4_K and Q5_K
+/// take [`tile_int8`] first from `INT_TILE_MIN_TOKENS` tokens. The other formats' `Fast` prompts
+/// take the f32 tile.
 pub(crate) fn has_tile_i16(path: KernelPath, format: WeightFormat) -> bool {
     #[cfg(target_arch = "x86_64")]
     match path {
