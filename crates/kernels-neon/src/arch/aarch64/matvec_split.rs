@@ -95,66 +95,20 @@ impl Split16 {
     }
 }
 
-/// `acc += sdot(a, b)` (signed bytes).
-///
-/// # Safety
-/// The CPU must support the `dotprod` extension.
-#[inline]
-#[target_feature(enable = "neon,dotprod")]
-pub(super) unsafe fn sdot(mut acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x4_t {
-    // SAFETY: `sdot` only reads/writes the named vector registers; the caller guarantees the
-    // dotprod extension is present.
-    unsafe {
-        asm!(
-            "sdot {acc:v}.4s, {a:v}.16b, {b:v}.16b",
-            acc = inout(vreg) acc,
-            a = in(vreg) a,
-            b = in(vreg) b,
-            options(pure, nomem, nostack, preserves_flags)
-        );
-    }
-    acc
-}
+super::simd::acc_insn!(
+    /// `acc += sdot(a, b)` (signed bytes).
+    pub(super) sdot, "sdot", int8x16_t, int8x16_t, "neon,dotprod"
+);
 
-/// `acc += udot(a, b)` (unsigned bytes; the sums are below 2^31 here, so the lanes read as i32).
-///
-/// # Safety
-/// The CPU must support the `dotprod` extension.
-#[inline]
-#[target_feature(enable = "neon,dotprod")]
-pub(super) unsafe fn udot(mut acc: int32x4_t, a: uint8x16_t, b: uint8x16_t) -> int32x4_t {
-    // SAFETY: as `sdot`.
-    unsafe {
-        asm!(
-            "udot {acc:v}.4s, {a:v}.16b, {b:v}.16b",
-            acc = inout(vreg) acc,
-            a = in(vreg) a,
-            b = in(vreg) b,
-            options(pure, nomem, nostack, preserves_flags)
-        );
-    }
-    acc
-}
+super::simd::acc_insn!(
+    /// `acc += udot(a, b)` (unsigned bytes; the sums are below 2^31 here, so the lanes read as i32).
+    pub(super) udot, "udot", uint8x16_t, uint8x16_t, "neon,dotprod"
+);
 
-/// `acc += usdot(a, b)` (`a` unsigned bytes, `b` signed; `i8mm`'s mixed-sign dot).
-///
-/// # Safety
-/// The CPU must support the `i8mm` extension.
-#[inline]
-#[target_feature(enable = "neon,dotprod,i8mm")]
-unsafe fn usdot(mut acc: int32x4_t, a: uint8x16_t, b: int8x16_t) -> int32x4_t {
-    // SAFETY: as `sdot`; the caller guarantees the i8mm extension is present.
-    unsafe {
-        asm!(
-            "usdot {acc:v}.4s, {a:v}.16b, {b:v}.16b",
-            acc = inout(vreg) acc,
-            a = in(vreg) a,
-            b = in(vreg) b,
-            options(pure, nomem, nostack, preserves_flags)
-        );
-    }
-    acc
-}
+super::simd::acc_insn!(
+    /// `acc += usdot(a, b)` (`a` unsigned bytes, `b` signed; `i8mm`'s mixed-sign dot).
+    usdot, "usdot", uint8x16_t, int8x16_t, "neon,dotprod,i8mm"
+);
 
 /// Whether, with `i8mm` (`MM`), format `F`'s `lo` dot takes its signed quants by `usdot`:
 /// `Q8_0` and `IQ4_NL` (else their `+ 128` and its correction, three instructions a block and

@@ -208,3 +208,33 @@ pub(super) fn offset_term(scale: &[float32x4_t; 4], sum16: &[i32; 16]) -> f32 {
     }
     vaddvq_f32(t)
 }
+
+/// Defines `unsafe fn $name(acc: int32x4_t, a: $a, b: $b) -> int32x4_t`: `acc` plus the
+/// accumulating dot or matrix instruction `$insn` (`$insn acc.4s, a.16b, b.16b`), enabled with
+/// `$features`. The dot products (`sdot`, `udot`, `usdot`) and the matrix multiplies (`smmla`,
+/// `usmmla`) are all this one shape.
+macro_rules! acc_insn {
+    ($(#[$doc:meta])* $vis:vis $name:ident, $insn:literal, $a:ty, $b:ty, $features:literal) => {
+        $(#[$doc])*
+        ///
+        /// # Safety
+        /// The CPU must support the extensions the instruction needs (its `target_feature`).
+        #[inline]
+        #[target_feature(enable = $features)]
+        $vis unsafe fn $name(mut acc: int32x4_t, a: $a, b: $b) -> int32x4_t {
+            // SAFETY: the instruction only reads and writes the named vector registers; the
+            // caller guarantees its extension is present.
+            unsafe {
+                std::arch::asm!(
+                    concat!($insn, " {acc:v}.4s, {a:v}.16b, {b:v}.16b"),
+                    acc = inout(vreg) acc,
+                    a = in(vreg) a,
+                    b = in(vreg) b,
+                    options(pure, nomem, nostack, preserves_flags)
+                );
+            }
+            acc
+        }
+    };
+}
+pub(super) use acc_insn;

@@ -14,10 +14,8 @@
 //! <= 32767: a block's sum below 2^28); only the f32 summation order differs from `matvec`'s.
 
 use std::arch::aarch64::*;
-use std::arch::asm;
 
-use super::tile_mm::{drive, k_row_pair, row_pair, smmla, token_lanes, TokenBlock};
-use crate::arch::tags::{IQ4_NL, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
+use super::tile_mm::{drive, drive_blocks, k_row_pair, smmla, token_lanes, TokenBlock};
 use crate::quant::QActs16;
 use crate::{QMatrix, WeightFormat};
 
@@ -33,27 +31,11 @@ pub(crate) fn has_tile_i16mm(format: WeightFormat) -> bool {
     )
 }
 
-/// `acc += a · bᵀ` for `a` a 2×8 u8 matrix and `b` a 2×8 i8 matrix (row-major in the 16 lanes):
-/// lanes `[a0·b0, a0·b1, a1·b0, a1·b1]`.
-///
-/// # Safety
-/// The CPU must support the `i8mm` extension.
-#[inline]
-#[target_feature(enable = "neon,i8mm")]
-unsafe fn usmmla(mut acc: int32x4_t, a: uint8x16_t, b: int8x16_t) -> int32x4_t {
-    // SAFETY: `usmmla` only reads/writes the named vector registers; the caller guarantees the
-    // i8mm extension is present.
-    unsafe {
-        asm!(
-            "usmmla {acc:v}.4s, {a:v}.16b, {b:v}.16b",
-            acc = inout(vreg) acc,
-            a = in(vreg) a,
-            b = in(vreg) b,
-            options(pure, nomem, nostack, preserves_flags)
-        );
-    }
-    acc
-}
+super::simd::acc_insn!(
+    /// `acc += a · bᵀ` for `a` a 2×8 u8 matrix and `b` a 2×8 i8 matrix (row-major in the 16
+    /// lanes): lanes `[a0·b0, a0·b1, a1·b0, a1·b1]`.
+    usmmla, "usmmla", uint8x16_t, int8x16_t, "neon,i8mm"
+);
 
 /// One block of a token pair's 16-bit activations split and interleaved (for each 8 elements
 /// `8c..8c + 8`, the first token's then the second's), with its factors.
@@ -158,36 +140,15 @@ pub(crate) unsafe fn tile_i16mm(
     let pairs: Vec<Vec<Tok16>> = (0..n.div_ceil(2))
         .map(|p| token_pair(&acts[2 * p], &acts[(2 * p + 1).min(n - 1)], nb))
         .collect();
-    let at = (r0, nr);
-    // SAFETY: i8mm present per this function's contract; each arm's tag is the format's.
+    // SAFETY: i8mm present per this function's contract; Q4_K and Q5_K rows unpack by
+    // `k_row_pair` into `nb` blocks of 32.
     unsafe {
-        match w.format() {
-            WeightFormat::Q4_0 => drive::<Tok16, false, false>(w, at, &pairs, n, out, |a, b| {
-                row_pair::<Q4_0, false>(a, b)
-            }),
-            WeightFormat::Q4_1 => drive::<Tok16, true, false>(w, at, &pairs, n, out, |a, b| {
-                row_pair::<Q4_1, false>(a, b)
-            }),
-            WeightFormat::Q5_0 => drive::<Tok16, false, false>(w, at, &pairs, n, out, |a, b| {
-                row_pair::<Q5_0, false>(a, b)
-            }),
-            WeightFormat::Q5_1 => drive::<Tok16, true, false>(w, at, &pairs, n, out, |a, b| {
-                row_pair::<Q5_1, false>(a, b)
-            }),
-            WeightFormat::Q8_0 => drive::<Tok16, false, false>(w, at, &pairs, n, out, |a, b| {
-                row_pair::<Q8_0, false>(a, b)
-            }),
-            WeightFormat::Q4_K | WeightFormat::Q5_K => {
-                drive::<Tok16, true, false>(w, at, &pairs, n, out, |a, b| {
-                    k_row_pair(w.format(), a, b)
-                })
-            }
-            WeightFormat::IQ4_XS => drive::<Tok16, false, false>(w, at, &pairs, n, out, |a, b| {
-                row_pair::<IQ4_NL, true>(a, b)
-            }),
-            _ => drive::<Tok16, false, false>(w, at, &pairs, n, out, |a, b| {
-                row_pair::<IQ4_NL, false>(a, b)
-            }),
+        if matches!(w.format(), WeightFormat::Q4_K | WeightFormat::Q5_K) {
+            drive::<Tok16, true, false>(w, (r0, nr), &pairs, n, out, |a, b| {
+                k_row_pair(w.format(), a, b)
+            })
+        } else {
+            drive_blocks::<Tok16>(w, (r0, nr), &pairs, n, out)
         }
     }
 }

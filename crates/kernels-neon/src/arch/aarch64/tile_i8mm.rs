@@ -6,9 +6,8 @@
 use std::arch::aarch64::*;
 
 use super::tile_mm::{
-    drive, interleave, k_row_pair, q6k_row_pair, row_pair, smmla, token_lanes, TokenBlock,
+    drive, drive_blocks, interleave, k_row_pair, q6k_row_pair, smmla, token_lanes, TokenBlock,
 };
-use crate::arch::tags::{IQ4_NL, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
 use crate::quant::QActs;
 use crate::{QMatrix, WeightFormat};
 
@@ -104,30 +103,8 @@ pub(crate) unsafe fn tile_i8mm(
     let pairs: Vec<Vec<Tok8>> = (0..n.div_ceil(2))
         .map(|p| token_pair(&acts[2 * p], &acts[(2 * p + 1).min(n - 1)], nb))
         .collect();
-    let at = (r0, nr);
-    // SAFETY: i8mm present per this function's contract; each arm's tag is the format's.
-    unsafe {
-        match w.format() {
-            WeightFormat::Q4_0 => drive::<Tok8, false, false>(w, at, &pairs, n, out, |a, b| {
-                row_pair::<Q4_0, false>(a, b)
-            }),
-            WeightFormat::Q4_1 => drive::<Tok8, true, false>(w, at, &pairs, n, out, |a, b| {
-                row_pair::<Q4_1, false>(a, b)
-            }),
-            WeightFormat::Q5_0 => drive::<Tok8, false, false>(w, at, &pairs, n, out, |a, b| {
-                row_pair::<Q5_0, false>(a, b)
-            }),
-            WeightFormat::Q5_1 => drive::<Tok8, true, false>(w, at, &pairs, n, out, |a, b| {
-                row_pair::<Q5_1, false>(a, b)
-            }),
-            WeightFormat::Q8_0 => drive::<Tok8, false, false>(w, at, &pairs, n, out, |a, b| {
-                row_pair::<Q8_0, false>(a, b)
-            }),
-            _ => drive::<Tok8, false, false>(w, at, &pairs, n, out, |a, b| {
-                row_pair::<IQ4_NL, false>(a, b)
-            }),
-        }
-    }
+    // SAFETY: i8mm present per this function's contract.
+    unsafe { drive_blocks::<Tok8>(w, (r0, nr), &pairs, n, out) }
 }
 
 /// Whether [`tile_k8mm`] takes weights of `format`: Q4_K, Q5_K and Q6_K.

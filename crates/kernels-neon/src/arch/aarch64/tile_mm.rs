@@ -13,35 +13,18 @@
 //! the tokens being the multiplies' first operand.
 
 use std::arch::aarch64::*;
-use std::arch::asm;
 
 use super::dequant::weights_i8;
 use super::kquant::{q45k_quants16, q4k_scales, q6k_quants16};
 use super::simd::f16_at;
-use crate::arch::tags::{block_bytes, has_min, IQ4_NL};
+use crate::arch::tags::{block_bytes, has_min, IQ4_NL, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
 use crate::{QMatrix, WeightFormat};
 
-/// `acc += a · bᵀ` for `a`, `b` two 2×8 i8 matrices (row-major in the 16 lanes): lanes
-/// `[a0·b0, a0·b1, a1·b0, a1·b1]`.
-///
-/// # Safety
-/// The CPU must support the `i8mm` extension.
-#[inline]
-#[target_feature(enable = "neon,i8mm")]
-pub(super) unsafe fn smmla(mut acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x4_t {
-    // SAFETY: `smmla` only reads/writes the named vector registers; the caller guarantees the
-    // i8mm extension is present.
-    unsafe {
-        asm!(
-            "smmla {acc:v}.4s, {a:v}.16b, {b:v}.16b",
-            acc = inout(vreg) acc,
-            a = in(vreg) a,
-            b = in(vreg) b,
-            options(pure, nomem, nostack, preserves_flags)
-        );
-    }
-    acc
-}
+super::simd::acc_insn!(
+    /// `acc += a · bᵀ` for `a`, `b` two 2×8 i8 matrices (row-major in the 16 lanes): lanes
+    /// `[a0·b0, a0·b1, a1·b0, a1·b1]`.
+    pub(super) smmla, "smmla", int8x16_t, int8x16_t, "neon,i8mm"
+);
 
 /// Two 32-element blocks (`p` and `q`, each as two halves of 16) as the multiplies' operands: for
 /// each 8 elements `8c..8c + 8`, `p`'s then `q`'s.
@@ -110,7 +93,7 @@ fn row_lanes(u: f32, v: f32) -> float32x4_t {
 /// The blocks of two rows of format tag `F` (IQ4_XS where `XS`, with `F` IQ4_NL's: its sub-blocks
 /// of 32 are IQ4_NL blocks with the scale `d * (ls - 32)`).
 #[target_feature(enable = "neon")]
-pub(super) fn row_pair<const F: u8, const XS: bool>(ri: &[u8], rj: &[u8]) -> Vec<RowBlock> {
+fn row_pair<const F: u8, const XS: bool>(ri: &[u8], rj: &[u8]) -> Vec<RowBlock> {
     let both = row_lanes;
     let mut p = Vec::new();
     if XS {
@@ -315,6 +298,47 @@ pub(super) unsafe fn drive<K: TokenBlock, const MIN: bool, const HALVES: bool>(
                 }
             }
             p += 2;
+        }
+    }
+}
+
+/// [`drive`] over the rows of a 32-element block format, or IQ4_XS (`w`'s format; IQ4_NL for any
+/// other), each with its own row pairs ([`row_pair`]) and min term.
+///
+/// # Safety
+/// The CPU must support the `i8mm` extension.
+#[target_feature(enable = "neon,i8mm")]
+pub(super) unsafe fn drive_blocks<K: TokenBlock>(
+    w: &QMatrix<'_>,
+    at: (usize, usize),
+    pairs: &[Vec<K>],
+    n: usize,
+    out: &mut [f32],
+) {
+    // SAFETY: i8mm present per this function's contract; each arm's tag is the format's.
+    unsafe {
+        match w.format() {
+            WeightFormat::Q4_0 => {
+                drive::<K, false, false>(w, at, pairs, n, out, |a, b| row_pair::<Q4_0, false>(a, b))
+            }
+            WeightFormat::Q4_1 => {
+                drive::<K, true, false>(w, at, pairs, n, out, |a, b| row_pair::<Q4_1, false>(a, b))
+            }
+            WeightFormat::Q5_0 => {
+                drive::<K, false, false>(w, at, pairs, n, out, |a, b| row_pair::<Q5_0, false>(a, b))
+            }
+            WeightFormat::Q5_1 => {
+                drive::<K, true, false>(w, at, pairs, n, out, |a, b| row_pair::<Q5_1, false>(a, b))
+            }
+            WeightFormat::Q8_0 => {
+                drive::<K, false, false>(w, at, pairs, n, out, |a, b| row_pair::<Q8_0, false>(a, b))
+            }
+            WeightFormat::IQ4_XS => drive::<K, false, false>(w, at, pairs, n, out, |a, b| {
+                row_pair::<IQ4_NL, true>(a, b)
+            }),
+            _ => drive::<K, false, false>(w, at, pairs, n, out, |a, b| {
+                row_pair::<IQ4_NL, false>(a, b)
+            }),
         }
     }
 }
