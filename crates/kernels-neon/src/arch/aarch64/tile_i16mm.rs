@@ -15,7 +15,9 @@
 
 use std::arch::aarch64::*;
 
-use super::tile_mm::{drive, drive_blocks, k_row_pair, smmla, token_lanes, TokenBlock};
+use super::tile_mm::{
+    drive, drive_blocks, k_row_pair, smmla, token_lanes, token_pairs, TokenBlock,
+};
 use crate::quant::QActs16;
 use crate::{QMatrix, WeightFormat};
 
@@ -137,9 +139,7 @@ pub(crate) unsafe fn tile_i16mm(
         return;
     }
     let nb = w.cols() / 32;
-    let pairs: Vec<Vec<Tok16>> = (0..n.div_ceil(2))
-        .map(|p| token_pair(&acts[2 * p], &acts[(2 * p + 1).min(n - 1)], nb))
-        .collect();
+    let pairs = token_pairs(acts, |a, b| token_pair(a, b, nb));
     // SAFETY: i8mm present per this function's contract; Q4_K and Q5_K rows unpack by
     // `k_row_pair` into `nb` blocks of 32.
     unsafe {

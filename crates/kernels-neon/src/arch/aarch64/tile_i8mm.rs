@@ -6,7 +6,8 @@
 use std::arch::aarch64::*;
 
 use super::tile_mm::{
-    drive, drive_blocks, interleave, k_row_pair, q6k_row_pair, smmla, token_lanes, TokenBlock,
+    drive, drive_blocks, interleave, k_row_pair, q6k_row_pair, smmla, token_lanes, token_pairs,
+    TokenBlock,
 };
 use crate::quant::QActs;
 use crate::{QMatrix, WeightFormat};
@@ -100,9 +101,7 @@ pub(crate) unsafe fn tile_i8mm(
         return;
     }
     let nb = w.cols() / 32;
-    let pairs: Vec<Vec<Tok8>> = (0..n.div_ceil(2))
-        .map(|p| token_pair(&acts[2 * p], &acts[(2 * p + 1).min(n - 1)], nb))
-        .collect();
+    let pairs = token_pairs(acts, |a, b| token_pair(a, b, nb));
     // SAFETY: i8mm present per this function's contract.
     unsafe { drive_blocks::<Tok8>(w, (r0, nr), &pairs, n, out) }
 }
@@ -138,9 +137,7 @@ pub(crate) unsafe fn tile_k8mm(
         return;
     }
     let nb = w.cols() / 32;
-    let pairs: Vec<Vec<Tok8>> = (0..n.div_ceil(2))
-        .map(|p| token_pair(&acts[2 * p], &acts[(2 * p + 1).min(n - 1)], nb))
-        .collect();
+    let pairs = token_pairs(acts, |a, b| token_pair(a, b, nb));
     // SAFETY: i8mm present per this function's contract; Q4_K and Q5_K rows unpack by
     // `k_row_pair`, Q6_K ones by `q6k_row_pair`, into `nb` blocks of 32.
     unsafe {

@@ -50,6 +50,15 @@ pub(super) fn token_lanes(u: f32, v: f32) -> float32x4_t {
     vcombine_f32(vdup_n_f32(u), vdup_n_f32(v))
 }
 
+/// The token pairs of `acts` (pair `p`: tokens `2p` and `2p + 1`, the last token alone repeated
+/// when their count is odd), each made by `pair`.
+pub(super) fn token_pairs<A, K>(acts: &[A], pair: impl Fn(&A, &A) -> Vec<K>) -> Vec<Vec<K>> {
+    let n = acts.len();
+    (0..n.div_ceil(2))
+        .map(|p| pair(&acts[2 * p], &acts[(2 * p + 1).min(n - 1)]))
+        .collect()
+}
+
 /// One block of a token pair's activations, as a tile reads them.
 pub(super) trait TokenBlock: Copy {
     /// The block's exact integer dots with the interleaved quants `w` of a row pair, lanes as the
