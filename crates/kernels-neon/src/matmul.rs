@@ -32,7 +32,8 @@ use crate::{
 /// - the 16-bit tile, from [`short_prompt_tokens`] tokens (16-bit activations, one scale per 32;
 ///   `matvec`'s `Fast`): on the AVX-512 path `Fast` prompts of Q4_0/Q4_1/Q5_1/IQ4_NL/IQ4_XS, on
 ///   the AVX2 path those and Q8_0's (no 8-bit tile for it there), on
-///   [`KernelPath::NeonI8mm`] those and, below [`INT_TILE_MIN_TOKENS`], Q5_0's and Q8_0's.
+///   [`KernelPath::NeonI8mm`] those and, below [`INT_TILE_MIN_TOKENS`], Q5_0's, Q8_0's, Q4_K's
+///   and Q5_K's.
 ///
 /// Below [`short_prompt_tokens`] tokens (32 on x86, 8 elsewhere), `Fast` prompts of the quantized
 /// formats are a decode step's products ([`crate::matvec_batch`], each token's `matvec` bits).

@@ -9,8 +9,10 @@
 //! per work item ([`TokenBlock`]: each tile's own split), and every token pair passes over a row
 //! pair, two token pairs at a time so that each weight load feeds four tokens. Each block's four
 //! exact integer sums get one convert and one FMA with the four `d_w * d_x`, and for Q4_1/Q5_1 one
-//! more FMA with `m_w * s_x` (`s` = `d * sum(q)`). Lanes: `[t0 · r0, t0 · r1, t1 · r0, t1 · r1]`,
-//! the tokens being the multiplies' first operand.
+//! more FMA with `m_w * s_x` (`s` = `d * sum(q)`; Q4_K/Q5_K, whose sub-blocks of 32 are the
+//! blocks, subtract theirs: `m_w` is `-dmin * m`). Q6_K's blocks multiply each half's sums by its
+//! integer scale in i32 first. Lanes: `[t0 · r0, t0 · r1, t1 · r0, t1 · r1]`, the tokens being the
+//! multiplies' first operand.
 
 use std::arch::aarch64::*;
 
