@@ -15,9 +15,7 @@
 
 use std::arch::aarch64::*;
 
-use super::tile_mm::{
-    drive, drive_blocks, k_row_pair, smmla, token_lanes, token_pairs, TokenBlock,
-};
+use super::tile_mm::{drive, drive_blocks, k_row_pair, smmla, token_pairs, TokenQuants};
 use crate::quant::QActs16;
 use crate::{QMatrix, WeightFormat};
 
@@ -39,19 +37,16 @@ super::simd::acc_insn!(
     usmmla, "usmmla", uint8x16_t, int8x16_t, "neon,i8mm"
 );
 
-/// One block of a token pair's 16-bit activations split and interleaved (for each 8 elements
-/// `8c..8c + 8`, the first token's then the second's), with its factors.
+/// A token pair's 16-bit quants of one block, split and interleaved.
 #[derive(Clone, Copy)]
 struct Tok16 {
     /// The high bytes (signed).
     hi: [int8x16_t; 4],
     /// The low bytes (unsigned).
     lo: [uint8x16_t; 4],
-    d: float32x4_t,
-    s: float32x4_t,
 }
 
-impl TokenBlock for Tok16 {
+impl TokenQuants for Tok16 {
     #[inline(always)]
     unsafe fn dots(&self, w: &[int8x16_t; 4]) -> int32x4_t {
         // SAFETY: i8mm present per this method's contract.
@@ -79,44 +74,29 @@ impl TokenBlock for Tok16 {
             (half(0), half(2))
         }
     }
-    #[inline(always)]
-    fn d(&self) -> float32x4_t {
-        self.d
-    }
-    #[inline(always)]
-    fn s(&self) -> float32x4_t {
-        self.s
-    }
 }
 
-/// The blocks of tokens `a` and `b` (`b` may be `a`).
+/// Two tokens' 32 quants of a block (`a`, `b`) split as [`Tok16`].
 #[target_feature(enable = "neon")]
-fn token_pair(a: &QActs16, b: &QActs16, nb: usize) -> Vec<Tok16> {
-    let eight = |x: &QActs16, e: usize| {
-        let q = &x.qs[e..e + 8];
+fn tok16(a: &[i16], b: &[i16]) -> Tok16 {
+    let eight = |x: &[i16], e: usize| {
+        let q = &x[e..e + 8];
         // SAFETY: `q` has exactly 8 readable i16 (bounds-checked above).
         unsafe { vld1q_s16(q.as_ptr()) }
     };
-    (0..nb)
-        .map(|blk| {
-            let mut t = Tok16 {
-                hi: [vdupq_n_s8(0); 4],
-                lo: [vdupq_n_u8(0); 4],
-                d: token_lanes(a.d[blk], b.d[blk]),
-                s: token_lanes(a.s[blk], b.s[blk]),
-            };
-            for c in 0..4 {
-                let e = 32 * blk + 8 * c;
-                let (p, q) = (eight(a, e), eight(b, e));
-                t.hi[c] = vcombine_s8(vshrn_n_s16::<8>(p), vshrn_n_s16::<8>(q));
-                t.lo[c] = vcombine_u8(
-                    vmovn_u16(vreinterpretq_u16_s16(p)),
-                    vmovn_u16(vreinterpretq_u16_s16(q)),
-                );
-            }
-            t
-        })
-        .collect()
+    let mut t = Tok16 {
+        hi: [vdupq_n_s8(0); 4],
+        lo: [vdupq_n_u8(0); 4],
+    };
+    for c in 0..4 {
+        let (p, q) = (eight(a, 8 * c), eight(b, 8 * c));
+        t.hi[c] = vcombine_s8(vshrn_n_s16::<8>(p), vshrn_n_s16::<8>(q));
+        t.lo[c] = vcombine_u8(
+            vmovn_u16(vreinterpretq_u16_s16(p)),
+            vmovn_u16(vreinterpretq_u16_s16(q)),
+        );
+    }
+    t
 }
 
 /// The 16-bit prompt tile with `i8mm`: `out[t * nr + i]` = row `r0 + i` of `w` · token `t` for
@@ -139,7 +119,7 @@ pub(crate) unsafe fn tile_i16mm(
         return;
     }
     let nb = w.cols() / 32;
-    let pairs = token_pairs(acts, |a, b| token_pair(a, b, nb));
+    let pairs = token_pairs(acts, nb, |a, b| tok16(a, b));
     // SAFETY: i8mm present per this function's contract; Q4_K and Q5_K rows unpack by
     // `k_row_pair` into `nb` blocks of 32.
     unsafe {

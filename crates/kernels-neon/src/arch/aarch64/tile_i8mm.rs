@@ -6,8 +6,7 @@
 use std::arch::aarch64::*;
 
 use super::tile_mm::{
-    drive, drive_blocks, interleave, k_row_pair, q6k_row_pair, smmla, token_lanes, token_pairs,
-    TokenBlock,
+    drive, drive_blocks, interleave, k_row_pair, q6k_row_pair, smmla, token_pairs, TokenQuants,
 };
 use crate::quant::QActs;
 use crate::{QMatrix, WeightFormat};
@@ -19,16 +18,13 @@ pub(crate) fn has_tile_i8mm(format: WeightFormat) -> bool {
     matches!(format, Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | IQ4_NL)
 }
 
-/// One block of a token pair's 8-bit activations, interleaved (for each 8 elements `8c..8c + 8`,
-/// the first token's then the second's), with its factors.
+/// A token pair's 8-bit quants of one block, interleaved.
 #[derive(Clone, Copy)]
 struct Tok8 {
     q: [int8x16_t; 4],
-    d: float32x4_t,
-    s: float32x4_t,
 }
 
-impl TokenBlock for Tok8 {
+impl TokenQuants for Tok8 {
     #[inline(always)]
     unsafe fn dots(&self, w: &[int8x16_t; 4]) -> int32x4_t {
         // SAFETY: i8mm present per this method's contract.
@@ -50,35 +46,19 @@ impl TokenBlock for Tok8 {
             )
         }
     }
-    #[inline(always)]
-    fn d(&self) -> float32x4_t {
-        self.d
-    }
-    #[inline(always)]
-    fn s(&self) -> float32x4_t {
-        self.s
-    }
 }
 
-/// The blocks of tokens `a` and `b` (`b` may be `a`).
+/// Two tokens' 32 quants of a block (`a`, `b`) as [`Tok8`].
 #[target_feature(enable = "neon")]
-fn token_pair(a: &QActs, b: &QActs, nb: usize) -> Vec<Tok8> {
-    let half = |x: &QActs, e: usize| {
-        let q = &x.qs[e..e + 16];
+fn tok8(a: &[i8], b: &[i8]) -> Tok8 {
+    let half = |x: &[i8], e: usize| {
+        let q = &x[e..e + 16];
         // SAFETY: `q` has exactly 16 readable i8 (bounds-checked above).
         unsafe { vld1q_s8(q.as_ptr()) }
     };
-    (0..nb)
-        .map(|blk| {
-            let e = 32 * blk;
-            let (pa, pb) = ((half(a, e), half(a, e + 16)), (half(b, e), half(b, e + 16)));
-            Tok8 {
-                q: interleave(pa, pb),
-                d: token_lanes(a.d[blk], b.d[blk]),
-                s: token_lanes(a.s[blk], b.s[blk]),
-            }
-        })
-        .collect()
+    Tok8 {
+        q: interleave((half(a, 0), half(a, 16)), (half(b, 0), half(b, 16))),
+    }
 }
 
 /// The 8-bit prompt tile with `smmla`: `out[t * nr + i]` = row `r0 + i` of `w` · token `t` for
@@ -101,7 +81,7 @@ pub(crate) unsafe fn tile_i8mm(
         return;
     }
     let nb = w.cols() / 32;
-    let pairs = token_pairs(acts, |a, b| token_pair(a, b, nb));
+    let pairs = token_pairs(acts, nb, |a, b| tok8(a, b));
     // SAFETY: i8mm present per this function's contract.
     unsafe { drive_blocks::<Tok8>(w, (r0, nr), &pairs, n, out) }
 }
@@ -137,7 +117,7 @@ pub(crate) unsafe fn tile_k8mm(
         return;
     }
     let nb = w.cols() / 32;
-    let pairs = token_pairs(acts, |a, b| token_pair(a, b, nb));
+    let pairs = token_pairs(acts, nb, |a, b| tok8(a, b));
     // SAFETY: i8mm present per this function's contract; Q4_K and Q5_K rows unpack by
     // `k_row_pair`, Q6_K ones by `q6k_row_pair`, into `nb` blocks of 32.
     unsafe {

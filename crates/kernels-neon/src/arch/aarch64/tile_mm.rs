@@ -6,7 +6,7 @@
 //!
 //! A work item's rows are unpacked two at a time ([`row_pair`]: the quants as i8, interleaved as
 //! the multiplies read them, with the rows' scales and mins), every token pair's activations once
-//! per work item ([`TokenBlock`]: each tile's own split), and every token pair passes over a row
+//! per work item ([`token_pairs`]: each tile's own split, [`TokenQuants`]), and every token pair passes over a row
 //! pair, two token pairs at a time so that each weight load feeds four tokens. Each block's four
 //! exact integer sums get one convert and one FMA with the four `d_w * d_x`, and for Q4_1/Q5_1 one
 //! more FMA with `m_w * s_x` (`s` = `d * sum(q)`; Q4_K/Q5_K, whose sub-blocks of 32 are the
@@ -20,6 +20,7 @@ use super::dequant::weights_i8;
 use super::kquant::{q45k_quants16, q4k_scales, q6k_quants16};
 use super::simd::f16_at;
 use crate::arch::tags::{block_bytes, has_min, IQ4_NL, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
+use crate::quant::QBlocks;
 use crate::{QMatrix, WeightFormat};
 
 super::simd::acc_insn!(
@@ -45,39 +46,57 @@ pub(super) fn interleave(p: (int8x16_t, int8x16_t), q: (int8x16_t, int8x16_t)) -
     [c0, c1, c2, c3]
 }
 
-/// Lanes `[u, u, v, v]`: a token pair's per-block factors in the lanes' order.
-#[inline]
-#[target_feature(enable = "neon")]
-pub(super) fn token_lanes(u: f32, v: f32) -> float32x4_t {
-    vcombine_f32(vdup_n_f32(u), vdup_n_f32(v))
-}
-
-/// The token pairs of `acts` (pair `p`: tokens `2p` and `2p + 1`, the last token alone repeated
-/// when their count is odd), each made by `pair`.
-pub(super) fn token_pairs<A, K>(acts: &[A], pair: impl Fn(&A, &A) -> Vec<K>) -> Vec<Vec<K>> {
-    let n = acts.len();
-    (0..n.div_ceil(2))
-        .map(|p| pair(&acts[2 * p], &acts[(2 * p + 1).min(n - 1)]))
-        .collect()
-}
-
-/// One block of a token pair's activations, as a tile reads them.
-pub(super) trait TokenBlock: Copy {
+/// A token pair's quants of one block in a tile's own form (for each 8 elements `8c..8c + 8`, the
+/// first token's then the second's), as the multiplies read them.
+pub(super) trait TokenQuants: Copy {
     /// The block's exact integer dots with the interleaved quants `w` of a row pair, lanes as the
     /// module docs say.
     ///
     /// # Safety
     /// The CPU must support the `i8mm` extension.
     unsafe fn dots(&self, w: &[int8x16_t; 4]) -> int32x4_t;
-    /// [`TokenBlock::dots`] of the block's two halves apart (elements 0..16, 16..32).
+    /// [`TokenQuants::dots`] of the block's two halves apart (elements 0..16, 16..32).
     ///
     /// # Safety
     /// The CPU must support the `i8mm` extension.
     unsafe fn dots_halves(&self, w: &[int8x16_t; 4]) -> (int32x4_t, int32x4_t);
-    /// The scales `[d0, d0, d1, d1]`.
-    fn d(&self) -> float32x4_t;
-    /// `[s0, s0, s1, s1]`, `s = d * sum(q)` (the min term's).
-    fn s(&self) -> float32x4_t;
+}
+
+/// One block of a token pair: its quants `q`, the scales `[d0, d0, d1, d1]` and `[s0, s0, s1,
+/// s1]` (`s = d * sum(q)`, the min term's).
+#[derive(Clone, Copy)]
+pub(super) struct TokenBlock<Q> {
+    q: Q,
+    d: float32x4_t,
+    s: float32x4_t,
+}
+
+/// The token pairs of `acts` over `nb` blocks (pair `p`: tokens `2p` and `2p + 1`, the last token
+/// alone repeated when their count is odd): per block, `quants` of the two tokens' 32 quants, and
+/// their factors.
+#[target_feature(enable = "neon")]
+pub(super) fn token_pairs<E, Q: TokenQuants>(
+    acts: &[QBlocks<E>],
+    nb: usize,
+    quants: impl Fn(&[E], &[E]) -> Q,
+) -> Vec<Vec<TokenBlock<Q>>> {
+    let n = acts.len();
+    let lanes = |u: f32, v: f32| vcombine_f32(vdup_n_f32(u), vdup_n_f32(v));
+    let pair = |a: &QBlocks<E>, b: &QBlocks<E>| {
+        (0..nb)
+            .map(|blk| {
+                let e = 32 * blk..32 * blk + 32;
+                TokenBlock {
+                    q: quants(&a.qs[e.clone()], &b.qs[e]),
+                    d: lanes(a.d[blk], b.d[blk]),
+                    s: lanes(a.s[blk], b.s[blk]),
+                }
+            })
+            .collect()
+    };
+    (0..n.div_ceil(2))
+        .map(|p| pair(&acts[2 * p], &acts[(2 * p + 1).min(n - 1)]))
+        .collect()
 }
 
 /// One block of rows `i` and `j` (`j` may equal `i`) unpacked: the quants interleaved, the scales
@@ -210,9 +229,9 @@ pub(super) fn q6k_row_pair(ri: &[u8], rj: &[u8]) -> Vec<RowBlock> {
 /// The CPU must support the `i8mm` extension; every token pair has as many blocks as `rp`.
 #[inline]
 #[target_feature(enable = "neon,i8mm")]
-unsafe fn sums<K: TokenBlock, const T: usize, const MIN: bool, const HALVES: bool>(
+unsafe fn sums<Q: TokenQuants, const T: usize, const MIN: bool, const HALVES: bool>(
     rp: &[RowBlock],
-    toks: [&[K]; T],
+    toks: [&[TokenBlock<Q>]; T],
 ) -> [float32x4_t; T] {
     let mut acc = [vdupq_n_f32(0.0); T];
     for (b, w) in rp.iter().enumerate() {
@@ -223,15 +242,15 @@ unsafe fn sums<K: TokenBlock, const T: usize, const MIN: bool, const HALVES: boo
             let s = unsafe {
                 if HALVES {
                     // Each half's sum times its integer scale: |sum| < 16 * 32 * 128, |sc| <= 128.
-                    let (ha, hb) = x.dots_halves(&w.q);
+                    let (ha, hb) = x.q.dots_halves(&w.q);
                     vmlaq_s32(vmulq_s32(ha, w.sa), hb, w.sb)
                 } else {
-                    x.dots(&w.q)
+                    x.q.dots(&w.q)
                 }
             };
-            acc[t] = vfmaq_f32(acc[t], vcvtq_f32_s32(s), vmulq_f32(w.d, x.d()));
+            acc[t] = vfmaq_f32(acc[t], vcvtq_f32_s32(s), vmulq_f32(w.d, x.d));
             if MIN {
-                acc[t] = vfmaq_f32(acc[t], w.m, x.s());
+                acc[t] = vfmaq_f32(acc[t], w.m, x.s);
             }
         }
     }
@@ -245,16 +264,16 @@ unsafe fn sums<K: TokenBlock, const T: usize, const MIN: bool, const HALVES: boo
 /// number of blocks.
 #[inline]
 #[target_feature(enable = "neon,i8mm")]
-unsafe fn step<K: TokenBlock, const T: usize, const MIN: bool, const HALVES: bool>(
+unsafe fn step<Q: TokenQuants, const T: usize, const MIN: bool, const HALVES: bool>(
     rp: &[RowBlock],
-    pairs: &[Vec<K>],
+    pairs: &[Vec<TokenBlock<Q>>],
     p0: usize,
     (i, j, nr, n): (usize, usize, usize, usize),
     out: &mut [f32],
 ) {
-    let toks: [&[K]; T] = std::array::from_fn(|t| pairs[p0 + t].as_slice());
+    let toks: [&[TokenBlock<Q>]; T] = std::array::from_fn(|t| pairs[p0 + t].as_slice());
     // SAFETY: per this function's contract.
-    let acc = unsafe { sums::<K, T, MIN, HALVES>(rp, toks) };
+    let acc = unsafe { sums::<Q, T, MIN, HALVES>(rp, toks) };
     for (t, v) in acc.iter().enumerate() {
         let mut lanes = [0f32; 4];
         // SAFETY: `lanes` is 4 writable f32.
@@ -281,10 +300,10 @@ unsafe fn step<K: TokenBlock, const T: usize, const MIN: bool, const HALVES: boo
 /// # Safety
 /// The CPU must support the `i8mm` extension.
 #[target_feature(enable = "neon,i8mm")]
-pub(super) unsafe fn drive<K: TokenBlock, const MIN: bool, const HALVES: bool>(
+pub(super) unsafe fn drive<Q: TokenQuants, const MIN: bool, const HALVES: bool>(
     w: &QMatrix<'_>,
     (r0, nr): (usize, usize),
-    pairs: &[Vec<K>],
+    pairs: &[Vec<TokenBlock<Q>>],
     n: usize,
     out: &mut [f32],
     unpack: impl Fn(&[u8], &[u8]) -> Vec<RowBlock>,
@@ -303,9 +322,9 @@ pub(super) unsafe fn drive<K: TokenBlock, const MIN: bool, const HALVES: bool>(
             // pairs have `nb` blocks each (asserted).
             unsafe {
                 if pairs.len() - p >= 2 {
-                    step::<K, 2, MIN, HALVES>(&rp, pairs, p, at, out)
+                    step::<Q, 2, MIN, HALVES>(&rp, pairs, p, at, out)
                 } else {
-                    step::<K, 1, MIN, HALVES>(&rp, pairs, p, at, out)
+                    step::<Q, 1, MIN, HALVES>(&rp, pairs, p, at, out)
                 }
             }
             p += 2;
@@ -319,10 +338,10 @@ pub(super) unsafe fn drive<K: TokenBlock, const MIN: bool, const HALVES: bool>(
 /// # Safety
 /// The CPU must support the `i8mm` extension.
 #[target_feature(enable = "neon,i8mm")]
-pub(super) unsafe fn drive_blocks<K: TokenBlock>(
+pub(super) unsafe fn drive_blocks<Q: TokenQuants>(
     w: &QMatrix<'_>,
     at: (usize, usize),
-    pairs: &[Vec<K>],
+    pairs: &[Vec<TokenBlock<Q>>],
     n: usize,
     out: &mut [f32],
 ) {
@@ -330,24 +349,24 @@ pub(super) unsafe fn drive_blocks<K: TokenBlock>(
     unsafe {
         match w.format() {
             WeightFormat::Q4_0 => {
-                drive::<K, false, false>(w, at, pairs, n, out, |a, b| row_pair::<Q4_0, false>(a, b))
+                drive::<Q, false, false>(w, at, pairs, n, out, |a, b| row_pair::<Q4_0, false>(a, b))
             }
             WeightFormat::Q4_1 => {
-                drive::<K, true, false>(w, at, pairs, n, out, |a, b| row_pair::<Q4_1, false>(a, b))
+                drive::<Q, true, false>(w, at, pairs, n, out, |a, b| row_pair::<Q4_1, false>(a, b))
             }
             WeightFormat::Q5_0 => {
-                drive::<K, false, false>(w, at, pairs, n, out, |a, b| row_pair::<Q5_0, false>(a, b))
+                drive::<Q, false, false>(w, at, pairs, n, out, |a, b| row_pair::<Q5_0, false>(a, b))
             }
             WeightFormat::Q5_1 => {
-                drive::<K, true, false>(w, at, pairs, n, out, |a, b| row_pair::<Q5_1, false>(a, b))
+                drive::<Q, true, false>(w, at, pairs, n, out, |a, b| row_pair::<Q5_1, false>(a, b))
             }
             WeightFormat::Q8_0 => {
-                drive::<K, false, false>(w, at, pairs, n, out, |a, b| row_pair::<Q8_0, false>(a, b))
+                drive::<Q, false, false>(w, at, pairs, n, out, |a, b| row_pair::<Q8_0, false>(a, b))
             }
-            WeightFormat::IQ4_XS => drive::<K, false, false>(w, at, pairs, n, out, |a, b| {
+            WeightFormat::IQ4_XS => drive::<Q, false, false>(w, at, pairs, n, out, |a, b| {
                 row_pair::<IQ4_NL, true>(a, b)
             }),
-            _ => drive::<K, false, false>(w, at, pairs, n, out, |a, b| {
+            _ => drive::<Q, false, false>(w, at, pairs, n, out, |a, b| {
                 row_pair::<IQ4_NL, false>(a, b)
             }),
         }
