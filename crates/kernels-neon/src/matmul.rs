@@ -26,14 +26,15 @@ use crate::{
 ///   32-block formats Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/IQ4_NL (and IQ4_XS's sub-blocks of 32) on the
 ///   AVX-512 path and Q4_0/Q4_1/Q5_0/Q5_1 on the AVX2
 ///   one (one scale per 32, llama.cpp's `Q8_0`), from that many tokens, for `Int8` prompts and for `Fast` ones of Q5_0/Q8_0
-///   ([`fast_prompts_int8`]); on aarch64 with dotprod the K-quants' (`sdot`), with i8mm the
-///   32-block formats' and those (`smmla`). A prompt is bound by compute, where 8 bits give
-///   twice the products per instruction of 16 (decode, bound by memory, keeps `Fast`'s 16 bits);
+///   ([`fast_prompts_int8`]); on aarch64 the K-quants' and the 32-block formats' (with dotprod
+///   `sdot`, rows in the lanes; with i8mm `smmla`). A prompt is bound by compute, where 8 bits
+///   give twice the products per instruction of 16 (decode, bound by memory, keeps `Fast`'s 16
+///   bits);
 /// - the 16-bit tile, from [`short_prompt_tokens`] tokens (16-bit activations, one scale per 32;
 ///   `matvec`'s `Fast`): on the AVX-512 path `Fast` prompts of Q4_0/Q4_1/Q5_1/IQ4_NL/IQ4_XS, on
 ///   the AVX2 path those and Q8_0's (no 8-bit tile for it there), on
-///   [`KernelPath::NeonI8mm`] those and, below [`INT_TILE_MIN_TOKENS`], Q5_0's, Q8_0's, Q4_K's
-///   and Q5_K's.
+///   [`KernelPath::NeonDotprod`] and [`KernelPath::NeonI8mm`] those and, below
+///   [`INT_TILE_MIN_TOKENS`], Q5_0's, Q8_0's, Q4_K's and Q5_K's.
 ///
 /// Below [`short_prompt_tokens`] tokens (32 on x86, 8 elsewhere), `Fast` prompts of the quantized
 /// formats are a decode step's products ([`crate::matvec_batch`], each token's `matvec` bits).

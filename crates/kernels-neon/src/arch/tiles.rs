@@ -145,10 +145,10 @@ pub(crate) fn tile_bf16(
 /// `QActs::quantize_super`), Q2_K and Q3_K on both (one scale per 32, as their `matvec_int8`,
 /// which both paths share; AVX2 `tile_k23`, AVX-512 `tile512_k23`), and on both also the formats
 /// of 32-element blocks of integer quants, Q4_0, Q4_1, Q5_0, Q5_1, and on AVX-512 Q8_0 ([`tile_int8_blocks`]: one scale per 32,
-/// `QActs::quantize` with its sums of 16; AVX-512 `tile512_i8`, AVX2 `tile_i8`); on [`KernelPath::NeonDotprod`] and
-/// [`KernelPath::NeonI8mm`] Q4_K, Q5_K and Q6_K (`sdot`, `aarch64::tile_k8_dp`; with i8mm
-/// `smmla`, `aarch64::tile_k8mm`), on
-/// [`KernelPath::NeonI8mm`] also the 32-block formats and IQ4_NL (`smmla`, `aarch64::tile_i8mm`). `Int8` prompts and `Fast` ones from
+/// `QActs::quantize` with its sums of 16; AVX-512 `tile512_i8`, AVX2 `tile_i8`); on
+/// [`KernelPath::NeonDotprod`] and [`KernelPath::NeonI8mm`] Q4_K, Q5_K and Q6_K and the 32-block
+/// formats with IQ4_NL (`sdot` by element, rows in the lanes, `aarch64::tile_i8dp`; with i8mm
+/// `smmla`, `aarch64::tile_k8mm` and `aarch64::tile_i8mm`). `Int8` prompts and `Fast` ones from
 /// `INT_TILE_MIN_TOKENS` tokens take it (the 32-block formats only from that many in either).
 pub(crate) fn has_tile_int8(path: KernelPath, format: WeightFormat) -> bool {
     #[cfg(target_arch = "x86_64")]
@@ -161,7 +161,10 @@ pub(crate) fn has_tile_int8(path: KernelPath, format: WeightFormat) -> bool {
     }
     #[cfg(target_arch = "aarch64")]
     if matches!(path, KernelPath::NeonDotprod | KernelPath::NeonI8mm) {
-        return aarch64::has_tile_k8(format) || tile_int8_blocks(path, format);
+        return matches!(
+            format,
+            WeightFormat::Q4_K | WeightFormat::Q5_K | WeightFormat::Q6_K
+        ) || tile_int8_blocks(path, format);
     }
     let _ = (path, format);
     false
@@ -170,7 +173,8 @@ pub(crate) fn has_tile_int8(path: KernelPath, format: WeightFormat) -> bool {
 /// Whether [`tile_int8`] takes `format` on `path` with activations of one scale per 32-block
 /// (`QActs::quantize`, with [`crate::quant::QActs::with_sums16`]): the formats of 32-element
 /// blocks on [`KernelPath::Avx512`] (and IQ4_XS's sub-blocks of 32 there),
-/// [`KernelPath::Avx2Fma`] and [`KernelPath::NeonI8mm`] (`smmla`).
+/// [`KernelPath::Avx2Fma`], [`KernelPath::NeonDotprod`] (`sdot`) and [`KernelPath::NeonI8mm`]
+/// (`smmla`).
 pub(crate) fn tile_int8_blocks(path: KernelPath, format: WeightFormat) -> bool {
     #[cfg(target_arch = "x86_64")]
     match path {
@@ -179,7 +183,7 @@ pub(crate) fn tile_int8_blocks(path: KernelPath, format: WeightFormat) -> bool {
         _ => {}
     }
     #[cfg(target_arch = "aarch64")]
-    if path == KernelPath::NeonI8mm {
+    if matches!(path, KernelPath::NeonDotprod | KernelPath::NeonI8mm) {
         return aarch64::has_tile_i8mm(format);
     }
     let _ = (path, format);
@@ -188,11 +192,13 @@ pub(crate) fn tile_int8_blocks(path: KernelPath, format: WeightFormat) -> bool {
 
 /// Rows that [`tile_int8`] and [`tile_i16`] on `path` take together (a work item of a multiple
 /// of it wastes nothing): the AVX-512 tiles' two groups of 16 lanes, the AVX2 16-bit tile's two
-/// groups of 8, the `smmla` tile's row pairs, one row elsewhere.
+/// groups of 8, the `smmla` tiles' row pairs, the `sdot` tiles' row quads, one row elsewhere.
 pub(crate) fn tile_int_rows(path: KernelPath) -> usize {
     match path {
         #[cfg(target_arch = "aarch64")]
         KernelPath::NeonI8mm => 2,
+        #[cfg(target_arch = "aarch64")]
+        KernelPath::NeonDotprod => 4,
         #[cfg(target_arch = "x86_64")]
         KernelPath::Avx512 => 2 * x86_64::TILE512_LANES,
         #[cfg(target_arch = "x86_64")]
@@ -205,7 +211,8 @@ pub(crate) fn tile_int_rows(path: KernelPath) -> usize {
 /// `acts` (quantized as `matvec` quantizes them in `Int8` for `w`'s format: by
 /// `QActs::quantize_super` for Q4_K/Q5_K/Q6_K, by `QActs::quantize` with sums of 16 for the
 /// 32-block formats, Q2_K and Q3_K; [`tile_int8_acts`]): on AVX2 the K-quants' (`tile_k8_lanes`,
-/// `tile_k23`: rows in the lanes) and the 32-block formats' (`tile_i8`), on AVX-512 and with `smmla` on [`KernelPath::NeonI8mm`], the same integer
+/// `tile_k23`: rows in the lanes) and the 32-block formats' (`tile_i8`), on AVX-512, with `sdot`
+/// on [`KernelPath::NeonDotprod`] and with `smmla` on [`KernelPath::NeonI8mm`], the same integer
 /// products as [`matvec_int8`] of that token summed in another f32 order. Only where [`has_tile_int8`] (else a no-op).
 pub(crate) fn tile_int8(
     path: KernelPath,
@@ -252,9 +259,9 @@ pub(crate) fn tile_int8(
         unsafe { x86_64::tile_k8(w, r0, nr, acts, out) }
     }
     #[cfg(target_arch = "aarch64")]
-    if tile_int8_blocks(path, w.format()) {
-        // SAFETY: only the NeonI8mm path has the `smmla` tile (`tile_int8_blocks`), and that
-        // path is only available after run-time detection of dotprod and i8mm.
+    if path == KernelPath::NeonI8mm && tile_int8_blocks(path, w.format()) {
+        // SAFETY: the NeonI8mm path is only available after run-time detection of dotprod and
+        // i8mm.
         unsafe { aarch64::tile_i8mm(w, r0, nr, acts, out) };
     } else if path == KernelPath::NeonI8mm && aarch64::has_tile_k8mm(w.format()) {
         // SAFETY: the NeonI8mm path is only available after run-time detection of i8mm.
@@ -263,7 +270,7 @@ pub(crate) fn tile_int8(
         // SAFETY: only the NeonDotprod and NeonI8mm paths have an 8-bit tile here
         // (`has_tile_int8` above), and both are only available after run-time detection of
         // dotprod.
-        unsafe { aarch64::tile_k8_dp(w, r0, nr, acts, out) };
+        unsafe { aarch64::tile_i8dp(w, r0, nr, acts, out) };
     }
     #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
     let _ = (r0, nr, acts, out);
@@ -339,8 +346,9 @@ pub(crate) fn tile_int8_t_bytes(path: KernelPath, nr: usize, rows: usize, n: usi
 /// path every format of 32-element blocks of integer quants, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and
 /// IQ4_NL, and IQ4_XS, of which `matmul` gives it those whose `Fast` prompts keep 16 bits (Q5_0
 /// takes [`tile_int8`] first); on [`KernelPath::NeonI8mm`] those and Q4_K/Q5_K (`tile_i16mm`: the
-/// activations split into bytes for `smmla` and `usmmla`), of which Q5_0, Q8_0, Q4_K and Q5_K
-/// take [`tile_int8`] first from `INT_TILE_MIN_TOKENS` tokens. The other formats' `Fast` prompts
+/// activations split into bytes for `smmla` and `usmmla`), on [`KernelPath::NeonDotprod`] the
+/// same (`tile_i16dp`: split for `sdot` by element, the low bytes less 128), of which Q5_0, Q8_0,
+/// Q4_K and Q5_K take [`tile_int8`] first from `INT_TILE_MIN_TOKENS` tokens. The other formats' `Fast` prompts
 /// take the f32 tile.
 pub(crate) fn has_tile_i16(path: KernelPath, format: WeightFormat) -> bool {
     #[cfg(target_arch = "x86_64")]
@@ -350,15 +358,17 @@ pub(crate) fn has_tile_i16(path: KernelPath, format: WeightFormat) -> bool {
         _ => {}
     }
     #[cfg(target_arch = "aarch64")]
-    if path == KernelPath::NeonI8mm {
-        return aarch64::has_tile_i16mm(format);
+    match path {
+        KernelPath::NeonI8mm => return aarch64::has_tile_i16mm(format),
+        KernelPath::NeonDotprod => return aarch64::has_tile_i16dp(format),
+        _ => {}
     }
     let _ = (path, format);
     false
 }
 
 /// The 16-bit prompt tile (AVX-512: `tile512_k16`, AVX2: `tile_k16`, NEON with i8mm:
-/// `tile_i16mm`): `out[t * nr + i]` = row
+/// `tile_i16mm`, with dotprod: `tile_i16dp`): `out[t * nr + i]` = row
 /// `r0 + i` of `w` · token `t` for every token of `acts` (quantized as `matvec` quantizes them in
 /// `Fast`): the integer products of [`matvec_i16`], summed in another f32 order. Only where [`has_tile_i16`] (else a no-op).
 pub(crate) fn tile_i16(
@@ -384,11 +394,14 @@ pub(crate) fn tile_i16(
         unsafe { x86_64::tile_k16(w, r0, nr, acts, out) }
     }
     #[cfg(target_arch = "aarch64")]
-    // SAFETY: only the NeonI8mm path has this tile here (`has_tile_i16` above), and that path is
-    // only available after run-time detection of i8mm.
-    unsafe {
-        aarch64::tile_i16mm(w, r0, nr, acts, out)
-    };
+    if path == KernelPath::NeonI8mm {
+        // SAFETY: the NeonI8mm path is only available after run-time detection of i8mm.
+        unsafe { aarch64::tile_i16mm(w, r0, nr, acts, out) };
+    } else {
+        // SAFETY: only the NeonDotprod and NeonI8mm paths have this tile here (`has_tile_i16`
+        // above), and both are only available after run-time detection of dotprod.
+        unsafe { aarch64::tile_i16dp(w, r0, nr, acts, out) };
+    }
     #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
     let _ = (r0, nr, acts, out);
 }

@@ -4,10 +4,10 @@
 use std::arch::aarch64::*;
 
 use super::dequant::weights_i8;
-use super::kquant::{dot16, matvec_k_int, KRow};
+use super::kquant::{dot16, matvec_k_int};
 use super::kquant_split::{has_k_split, matvec_k_int8_split};
 use super::matvec_int8_rows::matvec_int8_rows;
-use super::matvec_split::{has_split, sdot};
+use super::matvec_split::has_split;
 use super::simd::{f16_at, load_i8x8_wide};
 use crate::arch::drivers::rows_with;
 use crate::arch::tags::{block_bytes, has_min, IQ4_NL, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
@@ -95,44 +95,5 @@ pub(crate) fn matvec_int8(
         }),
         // Float and hybrid formats never take the integer path: the scalar reference.
         _ => crate::scalar::matvec_int8(w, sel, xq, y),
-    }
-}
-
-/// Whether [`tile_k8_dp`] takes weights of `format`.
-pub(crate) fn has_tile_k8(format: WeightFormat) -> bool {
-    matches!(
-        format,
-        WeightFormat::Q4_K | WeightFormat::Q5_K | WeightFormat::Q6_K
-    )
-}
-
-/// The 8-bit prompt tile of `Q4_K`/`Q5_K`/`Q6_K` rows with `sdot`: each row unpacked once
-/// ([`KRow`]), then its dots with every 4 tokens of `acts` (one scale per 256,
-/// `QActs::quantize_super`): `out[t * nr + i]` = row `r0 + i` · token `t`, the integer products
-/// of [`matvec_int8`] summed in another f32 order.
-///
-/// # Safety
-/// The CPU must support the `dotprod` extension.
-#[target_feature(enable = "neon,dotprod")]
-pub(crate) unsafe fn tile_k8_dp(
-    w: &QMatrix<'_>,
-    r0: usize,
-    nr: usize,
-    acts: &[QActs],
-    out: &mut [f32],
-) {
-    if !has_tile_k8(w.format()) {
-        return;
-    }
-    let mut row = KRow::new();
-    for i in 0..nr {
-        row.fill(w.format(), w.row_data(r0 + i));
-        for (c, xs) in acts.chunks(4).enumerate() {
-            // SAFETY: dotprod present per this function's contract.
-            let y = row.dot4(xs, |acc, a, b| unsafe { sdot(acc, a, b) });
-            for (t, &v) in y.iter().enumerate().take(xs.len()) {
-                out[(4 * c + t) * nr + i] = v;
-            }
-        }
     }
 }

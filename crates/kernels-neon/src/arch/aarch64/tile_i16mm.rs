@@ -3,7 +3,7 @@
 //! formats (those of `fast_prompts_int8`, Q5_0 and Q8_0, only below `INT_TILE_MIN_TOKENS`, where
 //! they keep 16 bits) and of IQ4_XS (its sub-blocks of 32 are IQ4_NL blocks with the scale `d *
 //! (ls - 32)`), and below that many tokens of Q4_K and Q5_K (sub-blocks of 32 as blocks,
-//! `tile_mm`'s `k_row_pair`). Without it these prompts took the f32 tile of dequantized weights:
+//! `row_blocks`). Without it these prompts took the f32 tile of dequantized weights:
 //! 32 `fmla` per 128 products against 8 matrix multiplies here.
 //!
 //! Each 16-bit activation is split into its high byte, signed, and its low byte, unsigned: `x =
@@ -15,7 +15,7 @@
 
 use std::arch::aarch64::*;
 
-use super::tile_mm::{drive, drive_blocks, k_row_pair, smmla, token_pairs, TokenQuants};
+use super::tile_mm::{drive, smmla, token_pairs, TokenQuants};
 use crate::quant::QActs16;
 use crate::{QMatrix, WeightFormat};
 
@@ -120,15 +120,6 @@ pub(crate) unsafe fn tile_i16mm(
     }
     let nb = w.cols() / 32;
     let pairs = token_pairs(acts, nb, |a, b| tok16(a, b));
-    // SAFETY: i8mm present per this function's contract; Q4_K and Q5_K rows unpack by
-    // `k_row_pair` into `nb` blocks of 32.
-    unsafe {
-        if matches!(w.format(), WeightFormat::Q4_K | WeightFormat::Q5_K) {
-            drive::<Tok16, true, false>(w, (r0, nr), &pairs, n, out, |a, b| {
-                k_row_pair(w.format(), a, b)
-            })
-        } else {
-            drive_blocks::<Tok16>(w, (r0, nr), &pairs, n, out)
-        }
-    }
+    // SAFETY: i8mm present per this function's contract; the format is one `row_blocks` takes.
+    unsafe { drive::<Tok16>(w, (r0, nr), &pairs, n, out) }
 }

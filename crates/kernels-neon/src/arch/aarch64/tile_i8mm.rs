@@ -5,9 +5,7 @@
 
 use std::arch::aarch64::*;
 
-use super::tile_mm::{
-    drive, drive_blocks, interleave, k_row_pair, q6k_row_pair, smmla, token_pairs, TokenQuants,
-};
+use super::tile_mm::{drive, interleave, smmla, token_pairs, TokenQuants};
 use crate::quant::QActs;
 use crate::{QMatrix, WeightFormat};
 
@@ -82,8 +80,8 @@ pub(crate) unsafe fn tile_i8mm(
     }
     let nb = w.cols() / 32;
     let pairs = token_pairs(acts, nb, |a, b| tok8(a, b));
-    // SAFETY: i8mm present per this function's contract.
-    unsafe { drive_blocks::<Tok8>(w, (r0, nr), &pairs, n, out) }
+    // SAFETY: i8mm present per this function's contract; the format is one `row_blocks` takes.
+    unsafe { drive::<Tok8>(w, (r0, nr), &pairs, n, out) }
 }
 
 /// Whether [`tile_k8mm`] takes weights of `format`: Q4_K, Q5_K and Q6_K.
@@ -118,13 +116,6 @@ pub(crate) unsafe fn tile_k8mm(
     }
     let nb = w.cols() / 32;
     let pairs = token_pairs(acts, nb, |a, b| tok8(a, b));
-    // SAFETY: i8mm present per this function's contract; Q4_K and Q5_K rows unpack by
-    // `k_row_pair`, Q6_K ones by `q6k_row_pair`, into `nb` blocks of 32.
-    unsafe {
-        if format == WeightFormat::Q6_K {
-            drive::<Tok8, false, true>(w, (r0, nr), &pairs, n, out, |a, b| q6k_row_pair(a, b))
-        } else {
-            drive::<Tok8, true, false>(w, (r0, nr), &pairs, n, out, |a, b| k_row_pair(format, a, b))
-        }
-    }
+    // SAFETY: i8mm present per this function's contract; the format is one `row_blocks` takes.
+    unsafe { drive::<Tok8>(w, (r0, nr), &pairs, n, out) }
 }

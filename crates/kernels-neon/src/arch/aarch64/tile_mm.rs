@@ -4,8 +4,9 @@
 //! two rows by two tokens take four matrix multiplies per 32-element block (and per byte of the
 //! activations) where `sdot` takes eight.
 //!
-//! A work item's rows are unpacked two at a time ([`row_pair`]: the quants as i8, interleaved as
-//! the multiplies read them, with the rows' scales and mins), every token pair's activations once
+//! A work item's rows are unpacked two at a time (`row_blocks.rs`, then [`row_pair`]: the quants
+//! as i8, interleaved as the multiplies read them, with the rows' scales and mins), every token
+//! pair's activations once
 //! per work item ([`token_pairs`]: each tile's own split, [`TokenQuants`]), and every token pair passes over a row
 //! pair, two token pairs at a time so that each weight load feeds four tokens. Each block's four
 //! exact integer sums get one convert and one FMA with the four `d_w * d_x`, and for Q4_1/Q5_1 one
@@ -16,10 +17,7 @@
 
 use std::arch::aarch64::*;
 
-use super::dequant::weights_i8;
-use super::kquant::{q45k_quants16, q4k_scales, q6k_quants16};
-use super::simd::f16_at;
-use crate::arch::tags::{block_bytes, has_min, IQ4_NL, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
+use super::row_blocks::{row_blocks, takes_min, Blk};
 use crate::quant::QBlocks;
 use crate::{QMatrix, WeightFormat};
 
@@ -120,105 +118,22 @@ fn row_lanes(u: f32, v: f32) -> float32x4_t {
     vcombine_f32(uv, uv)
 }
 
-/// The blocks of two rows of format tag `F` (IQ4_XS where `XS`, with `F` IQ4_NL's: its sub-blocks
-/// of 32 are IQ4_NL blocks with the scale `d * (ls - 32)`).
+/// Two rows' blocks `a` and `b` (`row_blocks`) as the multiplies read them, into `out`.
 #[target_feature(enable = "neon")]
-fn row_pair<const F: u8, const XS: bool>(ri: &[u8], rj: &[u8]) -> Vec<RowBlock> {
-    let both = row_lanes;
-    let mut p = Vec::new();
-    if XS {
-        for (si, sj) in ri.chunks_exact(136).zip(rj.chunks_exact(136)) {
-            let (di, dj) = (
-                crate::scalar::iq4xs_scales(si),
-                crate::scalar::iq4xs_scales(sj),
-            );
-            for b in 0..8 {
-                // Sub-block `b` as an IQ4_NL block: its 16 quant bytes after two of scale, which
-                // `weights_i8` does not read.
-                let nl = |s: &[u8]| {
-                    let mut nl = [0u8; 18];
-                    nl[2..].copy_from_slice(&s[8 + 16 * b..8 + 16 * b + 16]);
-                    nl
-                };
-                p.push(RowBlock {
-                    q: interleave(weights_i8::<IQ4_NL>(&nl(si)), weights_i8::<IQ4_NL>(&nl(sj))),
-                    d: both(di[b], dj[b]),
-                    m: vdupq_n_f32(0.0),
-                    sa: vdupq_n_s32(0),
-                    sb: vdupq_n_s32(0),
-                });
-            }
+fn row_pair(a: &[Blk], b: &[Blk], out: &mut Vec<RowBlock>) {
+    out.clear();
+    out.extend(a.iter().zip(b).map(|(a, b)| {
+        let uv = vset_lane_s32::<1>(b.sa, vdup_n_s32(a.sa));
+        let sa = vcombine_s32(uv, uv);
+        let uv = vset_lane_s32::<1>(b.sb, vdup_n_s32(a.sb));
+        RowBlock {
+            q: interleave(a.q, b.q),
+            d: row_lanes(a.d, b.d),
+            m: row_lanes(a.m, b.m),
+            sa,
+            sb: vcombine_s32(uv, uv),
         }
-        return p;
-    }
-    let bb = block_bytes(F);
-    for (bi, bj) in ri.chunks_exact(bb).zip(rj.chunks_exact(bb)) {
-        p.push(RowBlock {
-            q: interleave(weights_i8::<F>(bi), weights_i8::<F>(bj)),
-            d: both(f16_at(bi, 0), f16_at(bj, 0)),
-            m: if has_min(F) {
-                both(f16_at(bi, 2), f16_at(bj, 2))
-            } else {
-                vdupq_n_f32(0.0)
-            },
-            sa: vdupq_n_s32(0),
-            sb: vdupq_n_s32(0),
-        });
-    }
-    p
-}
-
-/// The blocks of two rows of Q4_K or Q5_K (`format`), one per sub-block of 32: the quants
-/// unsigned (0..=15, Q5_K 0..=31), the scales `d * sc`, the mins `-dmin * m`.
-#[target_feature(enable = "neon")]
-pub(super) fn k_row_pair(format: WeightFormat, ri: &[u8], rj: &[u8]) -> Vec<RowBlock> {
-    let bb = format.block_bytes();
-    let mut p = Vec::with_capacity(ri.len() / bb * 8);
-    for (bi, bj) in ri.chunks_exact(bb).zip(rj.chunks_exact(bb)) {
-        let ((di, mi), (dj, mj)) = (q4k_scales(bi), q4k_scales(bj));
-        let quants = |blk: &[u8], j: usize| {
-            let q = |h: usize| vreinterpretq_s8_u8(q45k_quants16(format, blk, j, h));
-            (q(0), q(1))
-        };
-        for j in 0..8 {
-            p.push(RowBlock {
-                q: interleave(quants(bi, j), quants(bj, j)),
-                d: row_lanes(di[j], dj[j]),
-                m: row_lanes(-mi[j], -mj[j]),
-                sa: vdupq_n_s32(0),
-                sb: vdupq_n_s32(0),
-            });
-        }
-    }
-    p
-}
-
-/// The blocks of two Q6_K rows, one per 32 elements: the quants `q - 32`, the integer scales of
-/// each half (16 elements), and `d`.
-#[target_feature(enable = "neon")]
-pub(super) fn q6k_row_pair(ri: &[u8], rj: &[u8]) -> Vec<RowBlock> {
-    let mut p = Vec::with_capacity(ri.len() / 210 * 8);
-    for (bi, bj) in ri.chunks_exact(210).zip(rj.chunks_exact(210)) {
-        let sc = |s: usize| {
-            let (u, v) = (i32::from(bi[192 + s] as i8), i32::from(bj[192 + s] as i8));
-            let uv = vset_lane_s32::<1>(v, vdup_n_s32(u));
-            vcombine_s32(uv, uv)
-        };
-        let d = row_lanes(f16_at(bi, 208), f16_at(bj, 208));
-        for n in 0..2 {
-            for k in 0..4 {
-                let quants = |b: &[u8]| (q6k_quants16(b, n, k, 0), q6k_quants16(b, n, k, 1));
-                p.push(RowBlock {
-                    q: interleave(quants(bi), quants(bj)),
-                    d,
-                    m: vdupq_n_f32(0.0),
-                    sa: sc(8 * n + 2 * k),
-                    sb: sc(8 * n + 2 * k + 1),
-                });
-            }
-        }
-    }
-    p
+    }));
 }
 
 /// The sums of a row pair's blocks `rp` with `T` token pairs' (`toks`), lanes as the module docs
@@ -294,26 +209,56 @@ unsafe fn step<Q: TokenQuants, const T: usize, const MIN: bool, const HALVES: bo
 
 /// `out[t * nr + i]` = row `r0 + i` of `w` · token `t`, for the `n` tokens whose pairs' blocks are
 /// `pairs` (pair `p`: tokens `2p` and `2p + 1`, the last alone repeated when `n` is odd), the rows
-/// unpacked two at a time by `unpack` (as many blocks as a token pair), a min term where `MIN`,
-/// the halves of each block apart where `HALVES` ([`sums`]).
+/// unpacked two at a time (`row_blocks`: as many blocks as a token pair), with the min term for
+/// the formats that have one and Q6_K's halves apart ([`sums`]). `w`'s format is one of
+/// `has_row_blocks`'s.
 ///
 /// # Safety
 /// The CPU must support the `i8mm` extension.
 #[target_feature(enable = "neon,i8mm")]
-pub(super) unsafe fn drive<Q: TokenQuants, const MIN: bool, const HALVES: bool>(
+pub(super) unsafe fn drive<Q: TokenQuants>(
+    w: &QMatrix<'_>,
+    at: (usize, usize),
+    pairs: &[Vec<TokenBlock<Q>>],
+    n: usize,
+    out: &mut [f32],
+) {
+    let format = w.format();
+    // SAFETY: i8mm present per this function's contract.
+    unsafe {
+        if takes_min(format) {
+            drive_with::<Q, true, false>(w, at, pairs, n, out)
+        } else if format == WeightFormat::Q6_K {
+            drive_with::<Q, false, true>(w, at, pairs, n, out)
+        } else {
+            drive_with::<Q, false, false>(w, at, pairs, n, out)
+        }
+    }
+}
+
+/// [`drive`] with the min term where `MIN` and the halves apart where `HALVES`.
+///
+/// # Safety
+/// The CPU must support the `i8mm` extension.
+#[target_feature(enable = "neon,i8mm")]
+unsafe fn drive_with<Q: TokenQuants, const MIN: bool, const HALVES: bool>(
     w: &QMatrix<'_>,
     (r0, nr): (usize, usize),
     pairs: &[Vec<TokenBlock<Q>>],
     n: usize,
     out: &mut [f32],
-    unpack: impl Fn(&[u8], &[u8]) -> Vec<RowBlock>,
 ) {
     assert!(pairs.len() == n.div_ceil(2) && out.len() >= n * nr && r0 + nr <= w.rows());
     let nb = pairs.first().map_or(0, Vec::len);
     assert!(pairs.iter().all(|p| p.len() == nb));
+    let (mut bi, mut bj, mut rp) = (Vec::new(), Vec::new(), Vec::new());
     for i in (0..nr).step_by(2) {
         let j = (i + 1).min(nr - 1);
-        let rp = unpack(w.row_data(r0 + i), w.row_data(r0 + j));
+        bi.clear();
+        bj.clear();
+        row_blocks(w.format(), w.row_data(r0 + i), &mut bi);
+        row_blocks(w.format(), w.row_data(r0 + j), &mut bj);
+        row_pair(&bi, &bj, &mut rp);
         assert_eq!(rp.len(), nb);
         let at = (i, j, nr, n);
         let mut p = 0;
@@ -328,47 +273,6 @@ pub(super) unsafe fn drive<Q: TokenQuants, const MIN: bool, const HALVES: bool>(
                 }
             }
             p += 2;
-        }
-    }
-}
-
-/// [`drive`] over the rows of a 32-element block format, or IQ4_XS (`w`'s format; IQ4_NL for any
-/// other), each with its own row pairs ([`row_pair`]) and min term.
-///
-/// # Safety
-/// The CPU must support the `i8mm` extension.
-#[target_feature(enable = "neon,i8mm")]
-pub(super) unsafe fn drive_blocks<Q: TokenQuants>(
-    w: &QMatrix<'_>,
-    at: (usize, usize),
-    pairs: &[Vec<TokenBlock<Q>>],
-    n: usize,
-    out: &mut [f32],
-) {
-    // SAFETY: i8mm present per this function's contract; each arm's tag is the format's.
-    unsafe {
-        match w.format() {
-            WeightFormat::Q4_0 => {
-                drive::<Q, false, false>(w, at, pairs, n, out, |a, b| row_pair::<Q4_0, false>(a, b))
-            }
-            WeightFormat::Q4_1 => {
-                drive::<Q, true, false>(w, at, pairs, n, out, |a, b| row_pair::<Q4_1, false>(a, b))
-            }
-            WeightFormat::Q5_0 => {
-                drive::<Q, false, false>(w, at, pairs, n, out, |a, b| row_pair::<Q5_0, false>(a, b))
-            }
-            WeightFormat::Q5_1 => {
-                drive::<Q, true, false>(w, at, pairs, n, out, |a, b| row_pair::<Q5_1, false>(a, b))
-            }
-            WeightFormat::Q8_0 => {
-                drive::<Q, false, false>(w, at, pairs, n, out, |a, b| row_pair::<Q8_0, false>(a, b))
-            }
-            WeightFormat::IQ4_XS => drive::<Q, false, false>(w, at, pairs, n, out, |a, b| {
-                row_pair::<IQ4_NL, true>(a, b)
-            }),
-            _ => drive::<Q, false, false>(w, at, pairs, n, out, |a, b| {
-                row_pair::<IQ4_NL, false>(a, b)
-            }),
         }
     }
 }

@@ -225,35 +225,38 @@ pub fn int8_tile(path: KernelPath, format: WeightFormat) -> bool {
 /// Whether `matmul` of more than one token takes the 8-bit integer tile with activations of one
 /// scale per 32 on `path` for `format` (AVX-512, the formats of 32-element integer blocks: Q4_0,
 /// Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, and IQ4_XS's sub-blocks of 32; AVX2 Q4_0, Q4_1, Q5_0, Q5_1;
-/// NEON with i8mm, `smmla`: those, Q8_0 and IQ4_NL), from `INT_TILE_MIN_TOKENS` tokens.
+/// NEON with dotprod, `sdot`, and with i8mm, `smmla`: those, Q8_0 and IQ4_NL), from
+/// `INT_TILE_MIN_TOKENS` tokens.
 pub fn int8_block_tile(path: KernelPath, format: WeightFormat) -> bool {
     use WeightFormat::*;
     (path == KernelPath::Avx512
         && matches!(format, Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | IQ4_NL | IQ4_XS))
         || (path == KernelPath::Avx2Fma && matches!(format, Q4_0 | Q4_1 | Q5_0 | Q5_1))
-        || (path == KernelPath::NeonI8mm
+        || (matches!(path, KernelPath::NeonDotprod | KernelPath::NeonI8mm)
             && matches!(format, Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | IQ4_NL))
 }
 
 /// Whether `matmul` of more than one token takes the 16-bit integer tile on `path` for `format` in
-/// `Fast` (AVX-512, AVX2 and NEON with i8mm: the formats of 32-element blocks, and IQ4_XS, whose
-/// `Fast` prompts do not take an 8-bit tile: those not in `fast_prompts_int8`, and on AVX2 also
-/// Q8_0, IQ4_NL and IQ4_XS, which have no 8-bit tile there), from `INT_TILE_MIN_TOKENS` tokens.
+/// `Fast` (AVX-512, AVX2 and NEON with dotprod or i8mm: the formats of 32-element blocks, and
+/// IQ4_XS, whose `Fast` prompts do not take an 8-bit tile: those not in `fast_prompts_int8`, and
+/// on AVX2 also Q8_0, IQ4_NL and IQ4_XS, which have no 8-bit tile there), from
+/// `INT_TILE_MIN_TOKENS` tokens.
 pub fn i16_tile(path: KernelPath, format: WeightFormat) -> bool {
     use WeightFormat::*;
     matches!(
         path,
-        KernelPath::Avx512 | KernelPath::Avx2Fma | KernelPath::NeonI8mm
+        KernelPath::Avx512 | KernelPath::Avx2Fma | KernelPath::NeonDotprod | KernelPath::NeonI8mm
     ) && matches!(format, Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | IQ4_NL | IQ4_XS)
         && !(int8_block_tile(path, format) && kernels_neon::fast_prompts_int8(format))
 }
 
 /// Whether a `Fast` prompt of `n` tokens, fewer than `INT_TILE_MIN_TOKENS`, takes the 16-bit tile
-/// on `path` for `format`: with i8mm from `short_prompt_tokens` (8), every 32-block format,
-/// IQ4_XS, Q4_K and Q5_K (`fast_prompts_int8`'s take 8 bits only from `INT_TILE_MIN_TOKENS`).
+/// on `path` for `format`: with dotprod or i8mm from `short_prompt_tokens` (8), every 32-block
+/// format, IQ4_XS, Q4_K and Q5_K (`fast_prompts_int8`'s take 8 bits only from
+/// `INT_TILE_MIN_TOKENS`).
 pub fn short_i16_tile(path: KernelPath, format: WeightFormat, n: usize) -> bool {
     use WeightFormat::*;
-    path == KernelPath::NeonI8mm
+    matches!(path, KernelPath::NeonDotprod | KernelPath::NeonI8mm)
         && n >= kernels_neon::short_prompt_tokens(path)
         && matches!(
             format,

@@ -1,0 +1,503 @@
+//! The integer prompt tiles with `dotprod` and no `i8mm`
+//! ([`KernelPath::NeonDotprod`](crate::KernelPath::NeonDotprod)): the rows in the lanes. A
+//! work item's rows are unpacked four at a time ([`quad`]: per block of 32, eight vectors, vector
+//! `c` holding elements `4c..4c + 4` of each row, row `r` in bytes `4r..4r + 4`), and one `sdot`
+//! by element (`sdot acc.4s, w.16b, x.4b[l]`) adds four elements of one token to the four rows'
+//! sums: eight `sdot` per block of 32, row quad and token for 8-bit activations ([`Dp8`]),
+//! sixteen for 16-bit ones ([`Dp16`]), where the f32 tile of dequantized weights took 32 `fmla`.
+//!
+//! 16-bit activations are split exactly as `x = 256 * hi + lo`, `hi = x >> 8` (signed) and `lo =
+//! x & 255` (unsigned). Without `i8mm` there is no unsigned-by-signed dot, so `lo` is taken as
+//! `lo - 128` (signed), and each row's `128 * sum(q_w)` over the block ([`QuadBlock`]'s `w128`,
+//! one more pass of `sdot` per block and row quad when the rows are unpacked) starts the low
+//! bytes' sum: the i32 lanes are the block's exact dots `sum(q_w * q_x)`, the integer products of
+//! `matvec_i16` (|q_w| <= 128, |q_x| <= 32767: below 2^28). Each block's sums get one convert,
+//! one multiply by the rows' scales and one FMA by the token's, and for the formats with a min
+//! one more FMA (`m_w * s_x`); Q6_K's halves (8-bit only) are multiplied by their integer scales
+//! in i32 first, as `tile_mm.rs` does. Tokens go four at a time, each weight load feeding four.
+
+use std::arch::aarch64::*;
+
+use super::row_blocks::{has_row_blocks, row_blocks, takes_min, Blk};
+use crate::quant::{QActs, QActs16, QBlocks};
+use crate::{QMatrix, WeightFormat};
+
+/// `acc + w · x[L]`: lane `r` of `acc` plus the dot of bytes `4r..4r + 4` of `w` with bytes
+/// `4L..4L + 4` of `x` (`sdot` by element).
+///
+/// # Safety
+/// The CPU must support the `dotprod` extension.
+#[inline]
+#[target_feature(enable = "neon,dotprod")]
+unsafe fn sdot_lane<const L: i32>(mut acc: int32x4_t, w: int8x16_t, x: int8x16_t) -> int32x4_t {
+    // SAFETY: `sdot` only reads and writes the named vector registers; dotprod is present per
+    // this function's contract.
+    unsafe {
+        std::arch::asm!(
+            "sdot {acc:v}.4s, {w:v}.16b, {x:v}.4b[{l}]",
+            acc = inout(vreg) acc,
+            w = in(vreg) w,
+            x = in(vreg) x,
+            l = const L,
+            options(pure, nomem, nostack, preserves_flags)
+        );
+    }
+    acc
+}
+
+/// `acc` plus the dots of the eight quad vectors `w[c0..c0 + 4]` with the four groups of four
+/// bytes of `x` (elements `4c0..4c0 + 16` of a token).
+///
+/// # Safety
+/// The CPU must support the `dotprod` extension.
+#[inline]
+#[target_feature(enable = "neon,dotprod")]
+unsafe fn dots16(acc: int32x4_t, w: &[int8x16_t], x: int8x16_t) -> int32x4_t {
+    // SAFETY: dotprod present per this function's contract.
+    unsafe {
+        let a = sdot_lane::<0>(acc, w[0], x);
+        let a = sdot_lane::<1>(a, w[1], x);
+        let a = sdot_lane::<2>(a, w[2], x);
+        sdot_lane::<3>(a, w[3], x)
+    }
+}
+
+/// A block of 32 of four rows: the quants as [`quad`] lays them out, the rows' scales `d`, min
+/// factors `m` and (Q6_K) halves' integer scales `sa`, `sb`, one per lane, and each row's `128 *
+/// sum(q)` over the block (`w128`, the 16-bit tile's offset of its low bytes).
+#[derive(Clone, Copy)]
+struct QuadBlock {
+    q: [int8x16_t; 8],
+    d: float32x4_t,
+    m: float32x4_t,
+    sa: int32x4_t,
+    sb: int32x4_t,
+    w128: int32x4_t,
+}
+
+/// The 4×4 transpose of four vectors' 32-bit lanes: vector `c` of the result holds lane `c` of
+/// `a`, `b`, `c`, `d` in that order.
+#[inline]
+#[target_feature(enable = "neon")]
+fn transpose4(v: [int8x16_t; 4]) -> [int8x16_t; 4] {
+    let [a, b, c, d] = v.map(|x| vreinterpretq_u32_s8(x));
+    let (t0, t1) = (vtrn1q_u32(a, b), vtrn2q_u32(a, b));
+    let (t2, t3) = (vtrn1q_u32(c, d), vtrn2q_u32(c, d));
+    let z1 = |x: uint32x4_t, y: uint32x4_t| {
+        vreinterpretq_s8_u64(vzip1q_u64(
+            vreinterpretq_u64_u32(x),
+            vreinterpretq_u64_u32(y),
+        ))
+    };
+    let z2 = |x: uint32x4_t, y: uint32x4_t| {
+        vreinterpretq_s8_u64(vzip2q_u64(
+            vreinterpretq_u64_u32(x),
+            vreinterpretq_u64_u32(y),
+        ))
+    };
+    [z1(t0, t2), z1(t1, t3), z2(t0, t2), z2(t1, t3)]
+}
+
+/// Four rows' blocks (`row_blocks`) as [`QuadBlock`]s, into `out`.
+///
+/// # Safety
+/// The CPU must support the `dotprod` extension.
+#[target_feature(enable = "neon,dotprod")]
+unsafe fn quad(rows: [&[Blk]; 4], out: &mut Vec<QuadBlock>) {
+    out.clear();
+    let nb = rows[0].len();
+    assert!(rows.iter().all(|r| r.len() == nb));
+    let blocks = rows[0].iter().zip(rows[1]).zip(rows[2]).zip(rows[3]);
+    for (((a, b), c), d) in blocks {
+        let k = [a, b, c, d];
+        let f = |v: [f32; 4]| {
+            // SAFETY: `v` is 4 readable f32.
+            unsafe { vld1q_f32(v.as_ptr()) }
+        };
+        let i = |v: [i32; 4]| {
+            // SAFETY: `v` is 4 readable i32.
+            unsafe { vld1q_s32(v.as_ptr()) }
+        };
+        let lo = transpose4(k.map(|k| k.q.0));
+        let hi = transpose4(k.map(|k| k.q.1));
+        let q = [lo[0], lo[1], lo[2], lo[3], hi[0], hi[1], hi[2], hi[3]];
+        let ones = vdupq_n_s8(1);
+        // SAFETY: dotprod present per this function's contract.
+        let sum = unsafe { dots16(dots16(vdupq_n_s32(0), &q[..4], ones), &q[4..], ones) };
+        out.push(QuadBlock {
+            q,
+            d: f(k.map(|k| k.d)),
+            m: f(k.map(|k| k.m)),
+            sa: i(k.map(|k| k.sa)),
+            sb: i(k.map(|k| k.sb)),
+            w128: vshlq_n_s32::<7>(sum),
+        });
+    }
+}
+
+/// A token's quants of one block in a tile's own form.
+trait DpQuants: Copy {
+    /// The block's exact integer dots with the four rows of `w`, one per lane.
+    ///
+    /// # Safety
+    /// The CPU must support the `dotprod` extension.
+    unsafe fn dots(&self, w: &QuadBlock) -> int32x4_t;
+    /// [`DpQuants::dots`] of the block's two halves apart (elements 0..16, 16..32).
+    ///
+    /// # Safety
+    /// The CPU must support the `dotprod` extension.
+    unsafe fn dots_halves(&self, w: &QuadBlock) -> (int32x4_t, int32x4_t);
+}
+
+/// A token's 8-bit quants of one block.
+#[derive(Clone, Copy)]
+struct Dp8 {
+    q: [int8x16_t; 2],
+}
+
+impl DpQuants for Dp8 {
+    #[inline(always)]
+    unsafe fn dots(&self, w: &QuadBlock) -> int32x4_t {
+        // SAFETY: dotprod present per this method's contract.
+        unsafe {
+            dots16(
+                dots16(vdupq_n_s32(0), &w.q[..4], self.q[0]),
+                &w.q[4..],
+                self.q[1],
+            )
+        }
+    }
+    #[inline(always)]
+    unsafe fn dots_halves(&self, w: &QuadBlock) -> (int32x4_t, int32x4_t) {
+        // SAFETY: dotprod present per this method's contract (NEON is baseline).
+        unsafe {
+            let zero = vdupq_n_s32(0);
+            (
+                dots16(zero, &w.q[..4], self.q[0]),
+                dots16(zero, &w.q[4..], self.q[1]),
+            )
+        }
+    }
+}
+
+/// A token's 16-bit quants of one block, split: the high bytes and the low ones less 128.
+#[derive(Clone, Copy)]
+struct Dp16 {
+    hi: [int8x16_t; 2],
+    lo: [int8x16_t; 2],
+}
+
+impl DpQuants for Dp16 {
+    #[inline(always)]
+    unsafe fn dots(&self, w: &QuadBlock) -> int32x4_t {
+        // SAFETY: dotprod present per this method's contract.
+        unsafe {
+            let h = dots16(vdupq_n_s32(0), &w.q[..4], self.hi[0]);
+            let h = dots16(h, &w.q[4..], self.hi[1]);
+            let l = dots16(w.w128, &w.q[..4], self.lo[0]);
+            let l = dots16(l, &w.q[4..], self.lo[1]);
+            vmlaq_n_s32(l, h, 256)
+        }
+    }
+    #[inline(always)]
+    unsafe fn dots_halves(&self, _: &QuadBlock) -> (int32x4_t, int32x4_t) {
+        unreachable!("Q6_K takes no 16-bit tile")
+    }
+}
+
+/// One block of four tokens: each one's quants, their scales `d` and sums `s` (`d * sum(q)`),
+/// one per lane.
+#[derive(Clone, Copy)]
+struct TokQuad<Q> {
+    q: [Q; 4],
+    d: float32x4_t,
+    s: float32x4_t,
+}
+
+/// The tokens of `acts` four at a time over `nb` blocks (the last group's missing tokens the
+/// last one repeated), each token's block by `quants`.
+#[target_feature(enable = "neon")]
+fn token_quads<E, Q: DpQuants>(
+    acts: &[QBlocks<E>],
+    nb: usize,
+    quants: impl Fn(&[E]) -> Q,
+) -> Vec<Vec<TokQuad<Q>>> {
+    let n = acts.len();
+    (0..n.div_ceil(4))
+        .map(|g| {
+            let a: [&QBlocks<E>; 4] = std::array::from_fn(|t| &acts[(4 * g + t).min(n - 1)]);
+            (0..nb)
+                .map(|b| {
+                    let f = |v: [f32; 4]| {
+                        // SAFETY: `v` is 4 readable f32.
+                        unsafe { vld1q_f32(v.as_ptr()) }
+                    };
+                    TokQuad {
+                        q: a.map(|x| quants(&x.qs[32 * b..32 * b + 32])),
+                        d: f(a.map(|x| x.d[b])),
+                        s: f(a.map(|x| x.s[b])),
+                    }
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// `acc` plus token `L`'s (of the group's block `x`) products with the row quad's block `w`:
+/// the block's exact dots, times the rows' scales and the token's; the min term where `MIN`; each
+/// half of the block weighted by its integer scale where `HALVES` (Q6_K).
+///
+/// # Safety
+/// The CPU must support the `dotprod` extension.
+#[inline]
+#[target_feature(enable = "neon,dotprod")]
+unsafe fn token<Q: DpQuants, const L: i32, const MIN: bool, const HALVES: bool>(
+    acc: float32x4_t,
+    w: &QuadBlock,
+    x: &TokQuad<Q>,
+) -> float32x4_t {
+    let q = &x.q[L as usize];
+    // SAFETY: dotprod present per this function's contract.
+    let s = unsafe {
+        if HALVES {
+            // Each half's sum times its integer scale: |sum| < 16 * 32 * 128, |sc| <= 128.
+            let (ha, hb) = q.dots_halves(w);
+            vmlaq_s32(vmulq_s32(ha, w.sa), hb, w.sb)
+        } else {
+            q.dots(w)
+        }
+    };
+    let acc = vfmaq_laneq_f32::<L>(acc, vmulq_f32(vcvtq_f32_s32(s), w.d), x.d);
+    if MIN {
+        vfmaq_laneq_f32::<L>(acc, w.m, x.s)
+    } else {
+        acc
+    }
+}
+
+/// The sums of a row quad's blocks `rq` with the first `T` tokens of a group's blocks `g`, one
+/// vector per token, lanes the rows ([`token`]; each token written out, not a loop the compiler
+/// might keep).
+///
+/// # Safety
+/// The CPU must support the `dotprod` extension; `g` has as many blocks as `rq`.
+#[inline]
+#[target_feature(enable = "neon,dotprod")]
+unsafe fn sums<Q: DpQuants, const T: usize, const MIN: bool, const HALVES: bool>(
+    rq: &[QuadBlock],
+    g: &[TokQuad<Q>],
+) -> [float32x4_t; T] {
+    let mut acc = [vdupq_n_f32(0.0); T];
+    for (b, w) in rq.iter().enumerate() {
+        // SAFETY: `b < rq.len()`, which `g`'s length equals (the contract).
+        let x = unsafe { g.get_unchecked(b) };
+        // SAFETY: dotprod present per this function's contract.
+        unsafe {
+            acc[0] = token::<Q, 0, MIN, HALVES>(acc[0], w, x);
+            if T > 1 {
+                acc[1] = token::<Q, 1, MIN, HALVES>(acc[1], w, x);
+            }
+            if T > 2 {
+                acc[2] = token::<Q, 2, MIN, HALVES>(acc[2], w, x);
+            }
+            if T > 3 {
+                acc[3] = token::<Q, 3, MIN, HALVES>(acc[3], w, x);
+            }
+        }
+    }
+    acc
+}
+
+/// Row quad `i..i + k` (`k` <= 4 real rows) against token group `gi`, written to `out` (`nr`
+/// rows a token, `n` tokens).
+///
+/// # Safety
+/// The CPU must support the `dotprod` extension; the group has as many blocks as `rq`.
+#[inline]
+#[target_feature(enable = "neon,dotprod")]
+unsafe fn step<Q: DpQuants, const T: usize, const MIN: bool, const HALVES: bool>(
+    rq: &[QuadBlock],
+    g: &[TokQuad<Q>],
+    (gi, i, k, nr): (usize, usize, usize, usize),
+    out: &mut [f32],
+) {
+    // SAFETY: per this function's contract.
+    let acc = unsafe { sums::<Q, T, MIN, HALVES>(rq, g) };
+    for (t, v) in acc.iter().enumerate() {
+        let o = (4 * gi + t) * nr + i;
+        if k == 4 {
+            let dst = &mut out[o..o + 4];
+            // SAFETY: `dst` is exactly 4 writable f32.
+            unsafe { vst1q_f32(dst.as_mut_ptr(), *v) };
+        } else {
+            let mut lanes = [0f32; 4];
+            // SAFETY: `lanes` is 4 writable f32.
+            unsafe { vst1q_f32(lanes.as_mut_ptr(), *v) };
+            out[o..o + k].copy_from_slice(&lanes[..k]);
+        }
+    }
+}
+
+/// `out[t * nr + i]` = row `r0 + i` of `w` · token `t` for the `n` tokens whose groups' blocks
+/// are `groups`, the rows unpacked four at a time, with the min term where `MIN` and Q6_K's
+/// halves apart where `HALVES`.
+///
+/// # Safety
+/// The CPU must support the `dotprod` extension; `w`'s format is one of `has_row_blocks`'s.
+#[target_feature(enable = "neon,dotprod")]
+unsafe fn drive_with<Q: DpQuants, const MIN: bool, const HALVES: bool>(
+    w: &QMatrix<'_>,
+    (r0, nr): (usize, usize),
+    groups: &[Vec<TokQuad<Q>>],
+    n: usize,
+    out: &mut [f32],
+) {
+    assert!(groups.len() == n.div_ceil(4) && out.len() >= n * nr && r0 + nr <= w.rows());
+    let nb = groups.first().map_or(0, Vec::len);
+    assert!(groups.iter().all(|g| g.len() == nb));
+    let mut rows: [Vec<Blk>; 4] = std::array::from_fn(|_| Vec::new());
+    let mut rq = Vec::new();
+    for i in (0..nr).step_by(4) {
+        let k = 4.min(nr - i);
+        for (r, b) in rows.iter_mut().enumerate().take(k) {
+            b.clear();
+            row_blocks(w.format(), w.row_data(r0 + i + r), b);
+        }
+        let last = k - 1;
+        // SAFETY: dotprod present per this function's contract.
+        unsafe {
+            quad(
+                std::array::from_fn(|r| rows[r.min(last)].as_slice()),
+                &mut rq,
+            )
+        };
+        assert_eq!(rq.len(), nb);
+        for (gi, g) in groups.iter().enumerate() {
+            let at = (gi, i, k, nr);
+            // SAFETY: dotprod present per this function's contract; the quad and the group
+            // have `nb` blocks each (asserted).
+            unsafe {
+                match n - 4 * gi {
+                    1 => step::<Q, 1, MIN, HALVES>(&rq, g, at, out),
+                    2 => step::<Q, 2, MIN, HALVES>(&rq, g, at, out),
+                    3 => step::<Q, 3, MIN, HALVES>(&rq, g, at, out),
+                    _ => step::<Q, 4, MIN, HALVES>(&rq, g, at, out),
+                }
+            }
+        }
+    }
+}
+
+/// [`drive_with`] with the min term and halves of `w`'s format.
+///
+/// # Safety
+/// The CPU must support the `dotprod` extension; `w`'s format is one of `has_row_blocks`'s.
+#[target_feature(enable = "neon,dotprod")]
+unsafe fn drive<Q: DpQuants>(
+    w: &QMatrix<'_>,
+    at: (usize, usize),
+    groups: &[Vec<TokQuad<Q>>],
+    n: usize,
+    out: &mut [f32],
+) {
+    let format = w.format();
+    // SAFETY: per this function's contract.
+    unsafe {
+        if takes_min(format) {
+            drive_with::<Q, true, false>(w, at, groups, n, out)
+        } else if format == WeightFormat::Q6_K {
+            drive_with::<Q, false, true>(w, at, groups, n, out)
+        } else {
+            drive_with::<Q, false, false>(w, at, groups, n, out)
+        }
+    }
+}
+
+/// Whether [`tile_i16dp`] takes weights of `format`: the formats of 32-element blocks of integer
+/// quants, IQ4_XS, Q4_K and Q5_K (not Q6_K: the sum of a block's two halves, each times its
+/// scale, could pass 2^31 with 16-bit activations).
+pub(crate) fn has_tile_i16dp(format: WeightFormat) -> bool {
+    has_row_blocks(format) && format != WeightFormat::Q6_K
+}
+
+/// The 16-bit prompt tile with `dotprod`: `out[t * nr + i]` = row `r0 + i` of `w` · token `t`
+/// for every token of `acts` (16-bit activations with one scale per 32, as `matvec` quantizes
+/// them in `Fast`): the integer products of `matvec_i16`, summed in another f32 order. Formats
+/// other than [`has_tile_i16dp`]'s are left to the caller.
+///
+/// # Safety
+/// The CPU must support the `dotprod` extension.
+#[target_feature(enable = "neon,dotprod")]
+pub(crate) unsafe fn tile_i16dp(
+    w: &QMatrix<'_>,
+    r0: usize,
+    nr: usize,
+    acts: &[QActs16],
+    out: &mut [f32],
+) {
+    let n = acts.len();
+    if n == 0 || nr == 0 || !has_tile_i16dp(w.format()) {
+        return;
+    }
+    let groups = token_quads(acts, w.cols() / 32, |x: &[i16]| {
+        let split = |e: usize| {
+            let q = &x[e..e + 16];
+            // SAFETY: `q` has exactly 16 readable i16 (bounds-checked above).
+            let (a, b) = unsafe { (vld1q_s16(q.as_ptr()), vld1q_s16(q.as_ptr().add(8))) };
+            let hi = vcombine_s8(vshrn_n_s16::<8>(a), vshrn_n_s16::<8>(b));
+            let lo = vcombine_u8(
+                vmovn_u16(vreinterpretq_u16_s16(a)),
+                vmovn_u16(vreinterpretq_u16_s16(b)),
+            );
+            (hi, vreinterpretq_s8_u8(veorq_u8(lo, vdupq_n_u8(0x80))))
+        };
+        let ((h0, l0), (h1, l1)) = (split(0), split(16));
+        Dp16 {
+            hi: [h0, h1],
+            lo: [l0, l1],
+        }
+    });
+    // SAFETY: dotprod present per this function's contract; the format is one `row_blocks`
+    // takes.
+    unsafe { drive::<Dp16>(w, (r0, nr), &groups, n, out) }
+}
+
+/// Whether [`tile_i8dp`] takes weights of `format`: every format of `row_blocks`.
+pub(crate) fn has_tile_i8dp(format: WeightFormat) -> bool {
+    has_row_blocks(format)
+}
+
+/// The 8-bit prompt tile with `dotprod`: `out[t * nr + i]` = row `r0 + i` of `w` · token `t` for
+/// every token of `acts` (8-bit activations as `matvec` quantizes them in `Int8` for `w`'s
+/// format: one scale per 32, or per 256 for Q4_K/Q5_K/Q6_K with `d` and `s` kept per 32): the
+/// integer products of `matvec_int8`, summed in another f32 order. Formats other than
+/// [`has_tile_i8dp`]'s are left to the caller.
+///
+/// # Safety
+/// The CPU must support the `dotprod` extension.
+#[target_feature(enable = "neon,dotprod")]
+pub(crate) unsafe fn tile_i8dp(
+    w: &QMatrix<'_>,
+    r0: usize,
+    nr: usize,
+    acts: &[QActs],
+    out: &mut [f32],
+) {
+    let n = acts.len();
+    if n == 0 || nr == 0 || !has_tile_i8dp(w.format()) {
+        return;
+    }
+    let groups = token_quads(acts, w.cols() / 32, |x: &[i8]| {
+        let half = |e: usize| {
+            let q = &x[e..e + 16];
+            // SAFETY: `q` has exactly 16 readable i8 (bounds-checked above).
+            unsafe { vld1q_s8(q.as_ptr()) }
+        };
+        Dp8 {
+            q: [half(0), half(16)],
+        }
+    });
+    // SAFETY: dotprod present per this function's contract; the format is one `row_blocks`
+    // takes.
+    unsafe { drive::<Dp8>(w, (r0, nr), &groups, n, out) }
+}
