@@ -5,7 +5,7 @@
 use rayon::prelude::*;
 
 use crate::out_rows::OutPtr;
-use crate::quant::{QActs, QActs16};
+use crate::quant::QActs16;
 use crate::{
     active_path, arch, check_path, check_tokens, matmul_chunk, matvec_batch_with, matvec_with,
     KernelError, KernelPath, Precision, QMatrix, WeightFormat,
@@ -164,11 +164,12 @@ pub fn matmul_with(
         Precision::Exact | Precision::Ggml => false,
     };
     if int8_tile && arch::has_tile_int8(path, w.format()) {
-        let tile = |w: &QMatrix, r0, nr, acts: &[QActs], out: &mut [f32]| {
+        let quantize = |x: &[f32]| arch::tile_int8_acts(path, w.format(), x);
+        let prepare = |acts| arch::TileActs8::new(path, acts);
+        let tile = |w: &QMatrix, r0, nr, acts: &arch::TileActs8, out: &mut [f32]| {
             arch::tile_int8(path, w, r0, nr, acts, out)
         };
-        let quantize = |x: &[f32]| arch::tile_int8_acts(path, w.format(), x);
-        matmul_int(path, w, x, n, y, quantize, tile);
+        matmul_int(path, w, x, n, y, (quantize, prepare), tile);
         return Ok(());
     }
     if precision == Precision::Fast
@@ -181,10 +182,11 @@ pub fn matmul_with(
         // from `short_prompt_tokens` (8), where `fast_prompts_int8`'s formats take it too below
         // `INT_TILE_MIN_TOKENS`: the products of decode's precision, which the f32 tile took there.
         let quantize = |x: &[f32]| QActs16::quantize(path, x);
-        let tile = |w: &QMatrix, r0, nr, acts: &[QActs16], out: &mut [f32]| {
+        let prepare = |acts| arch::TileActs16::new(path, acts);
+        let tile = |w: &QMatrix, r0, nr, acts: &arch::TileActs16, out: &mut [f32]| {
             arch::tile_i16(path, w, r0, nr, acts, out)
         };
-        matmul_int(path, w, x, n, y, quantize, tile);
+        matmul_int(path, w, x, n, y, (quantize, prepare), tile);
         return Ok(());
     }
     let chunk = matmul_chunk();
@@ -223,17 +225,17 @@ pub(crate) const INT_ITEM_BYTES: usize = 96 * 1024;
 /// [`matmul`] through an integer tile (`arch::tile_int8` or `arch::tile_i16`, which the caller
 /// checked the path has for `w`'s format): every token quantized once by `quantize` as `matvec`
 /// quantizes it, then work items of a few rows each.
-fn matmul_int<A: Send + Sync>(
+fn matmul_int<A: Send + Sync, P: Sync>(
     path: KernelPath,
     w: &QMatrix,
     x: &[f32],
     n: usize,
     y: &mut [f32],
-    quantize: impl Fn(&[f32]) -> A + Sync + Send,
-    tile: impl Fn(&QMatrix, usize, usize, &[A], &mut [f32]) + Sync + Send,
+    (quantize, prepare): (impl Fn(&[f32]) -> A + Sync + Send, impl FnOnce(Vec<A>) -> P),
+    tile: impl Fn(&QMatrix, usize, usize, &P, &mut [f32]) + Sync + Send,
 ) {
     let (rows, cols) = (w.rows(), w.cols());
-    let acts: Vec<A> = x.par_chunks_exact(cols).take(n).map(quantize).collect();
+    let acts = prepare(x.par_chunks_exact(cols).take(n).map(quantize).collect());
     let row_bytes = w.row_data(0).len().max(1);
     let threads = rayon::current_num_threads().max(1);
     let chunk = match crate::chunk_rows_setting() {

@@ -6,7 +6,7 @@
 
 use crate::arch;
 use crate::matmul::INT_ITEM_BYTES;
-use crate::quant::{QActs, QActs16};
+use crate::quant::QActs16;
 use crate::{
     fast_prompts_int8, matmul_chunk, matvec_chunk, Acts, KernelPath, Precision, QMatrix,
     WeightFormat, INT_TILE_MIN_TOKENS,
@@ -18,9 +18,9 @@ pub(crate) enum Product {
     /// `matvec_batch` gives each token `matvec`'s bits; `Ggml` prompts).
     PerToken(Vec<Acts>),
     /// The 8-bit prompt tile (`arch::tile_int8`).
-    Int8(Vec<QActs>),
+    Int8(arch::TileActs8),
     /// The 16-bit prompt tile (`arch::tile_i16`).
-    I16(Vec<QActs16>),
+    I16(arch::TileActs16),
     /// The f32 tile of dequantized rows (`arch::tile`), or the bf16 one with these activations.
     F32(Option<Vec<u16>>),
 }
@@ -55,13 +55,14 @@ impl Product {
         };
         if int8_tile && arch::has_tile_int8(path, format) {
             let quantize = |xt: &[f32]| arch::tile_int8_acts(path, format, xt);
-            return Product::Int8(tokens().map(quantize).collect());
+            return Product::Int8(arch::TileActs8::new(path, tokens().map(quantize).collect()));
         }
         if precision == Precision::Fast
             && m >= INT_TILE_MIN_TOKENS
             && arch::has_tile_i16(path, format)
         {
-            return Product::I16(tokens().map(|xt| QActs16::quantize(path, xt)).collect());
+            let acts = tokens().map(|xt| QActs16::quantize(path, xt)).collect();
+            return Product::I16(arch::TileActs16::new(path, acts));
         }
         Product::F32(match precision {
             Precision::Int8 => arch::bf16_acts(path, x, m, cols),

@@ -219,12 +219,14 @@ pub(crate) fn tile_int8(
     w: &QMatrix<'_>,
     r0: usize,
     nr: usize,
-    acts: &[QActs],
+    acts: &TileActs8,
     out: &mut [f32],
 ) {
     if !has_tile_int8(path, w.format()) {
         return;
     }
+    #[cfg(target_arch = "x86_64")]
+    let acts = acts.acts.as_slice();
     #[cfg(target_arch = "x86_64")]
     if tile_int8_blocks(path, w.format()) && path == KernelPath::Avx512 {
         // SAFETY: the path was checked available (AVX-512F/BW/VNNI and AVX2/FMA/F16C present),
@@ -259,18 +261,8 @@ pub(crate) fn tile_int8(
         unsafe { x86_64::tile_k8(w, r0, nr, acts, out) }
     }
     #[cfg(target_arch = "aarch64")]
-    if path == KernelPath::NeonI8mm && tile_int8_blocks(path, w.format()) {
-        // SAFETY: the NeonI8mm path is only available after run-time detection of dotprod and
-        // i8mm.
-        unsafe { aarch64::tile_i8mm(w, r0, nr, acts, out) };
-    } else if path == KernelPath::NeonI8mm && aarch64::has_tile_k8mm(w.format()) {
-        // SAFETY: the NeonI8mm path is only available after run-time detection of i8mm.
-        unsafe { aarch64::tile_k8mm(w, r0, nr, acts, out) };
-    } else {
-        // SAFETY: only the NeonDotprod and NeonI8mm paths have an 8-bit tile here
-        // (`has_tile_int8` above), and both are only available after run-time detection of
-        // dotprod.
-        unsafe { aarch64::tile_i8dp(w, r0, nr, acts, out) };
+    if let Some(a) = &acts.arm {
+        a.tile(w, r0, nr, out);
     }
     #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
     let _ = (r0, nr, acts, out);
@@ -376,12 +368,14 @@ pub(crate) fn tile_i16(
     w: &QMatrix<'_>,
     r0: usize,
     nr: usize,
-    acts: &[QActs16],
+    acts: &TileActs16,
     out: &mut [f32],
 ) {
     if !has_tile_i16(path, w.format()) {
         return;
     }
+    #[cfg(target_arch = "x86_64")]
+    let acts = acts.acts.as_slice();
     #[cfg(target_arch = "x86_64")]
     if path == KernelPath::Avx512 && x86_64::has_tile512_k16(w.format()) {
         // SAFETY: the path was checked available (AVX-512F/BW/VNNI and AVX2/FMA/F16C present),
@@ -394,14 +388,58 @@ pub(crate) fn tile_i16(
         unsafe { x86_64::tile_k16(w, r0, nr, acts, out) }
     }
     #[cfg(target_arch = "aarch64")]
-    if path == KernelPath::NeonI8mm {
-        // SAFETY: the NeonI8mm path is only available after run-time detection of i8mm.
-        unsafe { aarch64::tile_i16mm(w, r0, nr, acts, out) };
-    } else {
-        // SAFETY: only the NeonDotprod and NeonI8mm paths have this tile here (`has_tile_i16`
-        // above), and both are only available after run-time detection of dotprod.
-        unsafe { aarch64::tile_i16dp(w, r0, nr, acts, out) };
+    if let Some(a) = &acts.arm {
+        a.tile(w, r0, nr, out);
     }
     #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
     let _ = (r0, nr, acts, out);
+}
+
+/// A prompt's 8-bit activations ([`tile_int8_acts`]) as `path`'s [`tile_int8`] reads them,
+/// prepared once per product rather than once per work item: on aarch64 the `smmla` tiles' token
+/// pairs or the `sdot` tile's token quads, on x86 the activations themselves.
+pub(crate) struct TileActs8 {
+    #[cfg(not(target_arch = "aarch64"))]
+    acts: Vec<QActs>,
+    #[cfg(target_arch = "aarch64")]
+    arm: Option<aarch64::Acts8>,
+}
+
+impl TileActs8 {
+    /// `acts` (a prompt's tokens, quantized) for `path`.
+    pub(crate) fn new(path: KernelPath, acts: Vec<QActs>) -> Self {
+        #[cfg(target_arch = "aarch64")]
+        return TileActs8 {
+            arm: aarch64::Acts8::new(path, &acts),
+        };
+        #[cfg(not(target_arch = "aarch64"))]
+        {
+            let _ = path;
+            TileActs8 { acts }
+        }
+    }
+}
+
+/// A prompt's 16-bit activations (`QActs16::quantize`) as `path`'s [`tile_i16`] reads them, as
+/// [`TileActs8`].
+pub(crate) struct TileActs16 {
+    #[cfg(not(target_arch = "aarch64"))]
+    acts: Vec<QActs16>,
+    #[cfg(target_arch = "aarch64")]
+    arm: Option<aarch64::Acts16>,
+}
+
+impl TileActs16 {
+    /// `acts` (a prompt's tokens, quantized) for `path`.
+    pub(crate) fn new(path: KernelPath, acts: Vec<QActs16>) -> Self {
+        #[cfg(target_arch = "aarch64")]
+        return TileActs16 {
+            arm: aarch64::Acts16::new(path, &acts),
+        };
+        #[cfg(not(target_arch = "aarch64"))]
+        {
+            let _ = path;
+            TileActs16 { acts }
+        }
+    }
 }

@@ -151,7 +151,7 @@ trait DpQuants: Copy {
 
 /// A token's 8-bit quants of one block.
 #[derive(Clone, Copy)]
-struct Dp8 {
+pub(crate) struct Dp8 {
     q: [int8x16_t; 2],
 }
 
@@ -182,7 +182,7 @@ impl DpQuants for Dp8 {
 
 /// A token's 16-bit quants of one block, split: the high bytes and the low ones less 128.
 #[derive(Clone, Copy)]
-struct Dp16 {
+pub(crate) struct Dp16 {
     hi: [int8x16_t; 2],
     lo: [int8x16_t; 2],
 }
@@ -214,16 +214,21 @@ struct TokQuad<Q> {
     s: float32x4_t,
 }
 
-/// The tokens of `acts` four at a time over `nb` blocks (the last group's missing tokens the
-/// last one repeated), each token's block by `quants`.
+/// A prompt's tokens as a `dotprod` tile reads them, built once per product ([`token_quads`]):
+/// group `g` (tokens `4g..4g + 4`, the last group's missing ones the last token repeated), per
+/// block each token's quants in the tile's form and the four tokens' factors.
+pub(crate) struct TokenQuads<Q> {
+    groups: Vec<Vec<TokQuad<Q>>>,
+    n: usize,
+}
+
+/// The token groups of `acts` (whole blocks of 32), each token's quants of a block by `quants`
+/// of its 32 quants.
 #[target_feature(enable = "neon")]
-fn token_quads<E, Q: DpQuants>(
-    acts: &[QBlocks<E>],
-    nb: usize,
-    quants: impl Fn(&[E]) -> Q,
-) -> Vec<Vec<TokQuad<Q>>> {
+fn token_quads<E, Q: DpQuants>(acts: &[QBlocks<E>], quants: impl Fn(&[E]) -> Q) -> TokenQuads<Q> {
     let n = acts.len();
-    (0..n.div_ceil(4))
+    let nb = acts.first().map_or(0, |a| a.qs.len() / 32);
+    let groups = (0..n.div_ceil(4))
         .map(|g| {
             let a: [&QBlocks<E>; 4] = std::array::from_fn(|t| &acts[(4 * g + t).min(n - 1)]);
             (0..nb)
@@ -240,7 +245,8 @@ fn token_quads<E, Q: DpQuants>(
                 })
                 .collect()
         })
-        .collect()
+        .collect();
+    TokenQuads { groups, n }
 }
 
 /// `acc` plus token `L`'s (of the group's block `x`) products with the row quad's block `w`:
@@ -338,8 +344,8 @@ unsafe fn step<Q: DpQuants, const T: usize, const MIN: bool, const HALVES: bool>
     }
 }
 
-/// `out[t * nr + i]` = row `r0 + i` of `w` · token `t` for the `n` tokens whose groups' blocks
-/// are `groups`, the rows unpacked four at a time, with the min term where `MIN` and Q6_K's
+/// `out[t * nr + i]` = row `r0 + i` of `w` · token `t` for the tokens of `toks`, the rows
+/// unpacked four at a time, with the min term where `MIN` and Q6_K's
 /// halves apart where `HALVES`.
 ///
 /// # Safety
@@ -348,10 +354,10 @@ unsafe fn step<Q: DpQuants, const T: usize, const MIN: bool, const HALVES: bool>
 unsafe fn drive_with<Q: DpQuants, const MIN: bool, const HALVES: bool>(
     w: &QMatrix<'_>,
     (r0, nr): (usize, usize),
-    groups: &[Vec<TokQuad<Q>>],
-    n: usize,
+    toks: &TokenQuads<Q>,
     out: &mut [f32],
 ) {
+    let (groups, n) = (toks.groups.as_slice(), toks.n);
     assert!(groups.len() == n.div_ceil(4) && out.len() >= n * nr && r0 + nr <= w.rows());
     let nb = groups.first().map_or(0, Vec::len);
     assert!(groups.iter().all(|g| g.len() == nb));
@@ -396,19 +402,18 @@ unsafe fn drive_with<Q: DpQuants, const MIN: bool, const HALVES: bool>(
 unsafe fn drive<Q: DpQuants>(
     w: &QMatrix<'_>,
     at: (usize, usize),
-    groups: &[Vec<TokQuad<Q>>],
-    n: usize,
+    toks: &TokenQuads<Q>,
     out: &mut [f32],
 ) {
     let format = w.format();
     // SAFETY: per this function's contract.
     unsafe {
         if takes_min(format) {
-            drive_with::<Q, true, false>(w, at, groups, n, out)
+            drive_with::<Q, true, false>(w, at, toks, out)
         } else if format == WeightFormat::Q6_K {
-            drive_with::<Q, false, true>(w, at, groups, n, out)
+            drive_with::<Q, false, true>(w, at, toks, out)
         } else {
-            drive_with::<Q, false, false>(w, at, groups, n, out)
+            drive_with::<Q, false, false>(w, at, toks, out)
         }
     }
 }
@@ -420,26 +425,11 @@ pub(crate) fn has_tile_i16dp(format: WeightFormat) -> bool {
     has_row_blocks(format) && format != WeightFormat::Q6_K
 }
 
-/// The 16-bit prompt tile with `dotprod`: `out[t * nr + i]` = row `r0 + i` of `w` · token `t`
-/// for every token of `acts` (16-bit activations with one scale per 32, as `matvec` quantizes
-/// them in `Fast`): the integer products of `matvec_i16`, summed in another f32 order. Formats
-/// other than [`has_tile_i16dp`]'s are left to the caller.
-///
-/// # Safety
-/// The CPU must support the `dotprod` extension.
-#[target_feature(enable = "neon,dotprod")]
-pub(crate) unsafe fn tile_i16dp(
-    w: &QMatrix<'_>,
-    r0: usize,
-    nr: usize,
-    acts: &[QActs16],
-    out: &mut [f32],
-) {
-    let n = acts.len();
-    if n == 0 || nr == 0 || !has_tile_i16dp(w.format()) {
-        return;
-    }
-    let groups = token_quads(acts, w.cols() / 32, |x: &[i16]| {
+/// A prompt's 16-bit activations as [`tile_i16dp`] reads them (once per product): each block's
+/// high bytes and low bytes less 128.
+#[target_feature(enable = "neon")]
+pub(crate) fn quads16(acts: &[QActs16]) -> TokenQuads<Dp16> {
+    token_quads(acts, |x: &[i16]| {
         let split = |e: usize| {
             let q = &x[e..e + 16];
             // SAFETY: `q` has exactly 16 readable i16 (bounds-checked above).
@@ -456,10 +446,30 @@ pub(crate) unsafe fn tile_i16dp(
             hi: [h0, h1],
             lo: [l0, l1],
         }
-    });
+    })
+}
+
+/// The 16-bit prompt tile with `dotprod`: `out[t * nr + i]` = row `r0 + i` of `w` · token `t`
+/// for every token of `toks` (16-bit activations with one scale per 32, as `matvec` quantizes
+/// them in `Fast`, by [`quads16`]): the integer products of `matvec_i16`, summed in another f32
+/// order. Formats other than [`has_tile_i16dp`]'s are left to the caller.
+///
+/// # Safety
+/// The CPU must support the `dotprod` extension.
+#[target_feature(enable = "neon,dotprod")]
+pub(crate) unsafe fn tile_i16dp(
+    w: &QMatrix<'_>,
+    r0: usize,
+    nr: usize,
+    toks: &TokenQuads<Dp16>,
+    out: &mut [f32],
+) {
+    if nr == 0 || !has_tile_i16dp(w.format()) {
+        return;
+    }
     // SAFETY: dotprod present per this function's contract; the format is one `row_blocks`
     // takes.
-    unsafe { drive::<Dp16>(w, (r0, nr), &groups, n, out) }
+    unsafe { drive::<Dp16>(w, (r0, nr), toks, out) }
 }
 
 /// Whether [`tile_i8dp`] takes weights of `format`: every format of `row_blocks`.
@@ -467,27 +477,10 @@ pub(crate) fn has_tile_i8dp(format: WeightFormat) -> bool {
     has_row_blocks(format)
 }
 
-/// The 8-bit prompt tile with `dotprod`: `out[t * nr + i]` = row `r0 + i` of `w` · token `t` for
-/// every token of `acts` (8-bit activations as `matvec` quantizes them in `Int8` for `w`'s
-/// format: one scale per 32, or per 256 for Q4_K/Q5_K/Q6_K with `d` and `s` kept per 32): the
-/// integer products of `matvec_int8`, summed in another f32 order. Formats other than
-/// [`has_tile_i8dp`]'s are left to the caller.
-///
-/// # Safety
-/// The CPU must support the `dotprod` extension.
-#[target_feature(enable = "neon,dotprod")]
-pub(crate) unsafe fn tile_i8dp(
-    w: &QMatrix<'_>,
-    r0: usize,
-    nr: usize,
-    acts: &[QActs],
-    out: &mut [f32],
-) {
-    let n = acts.len();
-    if n == 0 || nr == 0 || !has_tile_i8dp(w.format()) {
-        return;
-    }
-    let groups = token_quads(acts, w.cols() / 32, |x: &[i8]| {
+/// A prompt's 8-bit activations as [`tile_i8dp`] reads them (once per product).
+#[target_feature(enable = "neon")]
+pub(crate) fn quads8(acts: &[QActs]) -> TokenQuads<Dp8> {
+    token_quads(acts, |x: &[i8]| {
         let half = |e: usize| {
             let q = &x[e..e + 16];
             // SAFETY: `q` has exactly 16 readable i8 (bounds-checked above).
@@ -496,8 +489,29 @@ pub(crate) unsafe fn tile_i8dp(
         Dp8 {
             q: [half(0), half(16)],
         }
-    });
+    })
+}
+
+/// The 8-bit prompt tile with `dotprod`: `out[t * nr + i]` = row `r0 + i` of `w` · token `t` for
+/// every token of `toks` (8-bit activations as `matvec` quantizes them in `Int8` for `w`'s
+/// format, by [`quads8`]: one scale per 32, or per 256 for Q4_K/Q5_K/Q6_K with `d` and `s` kept
+/// per 32): the integer products of `matvec_int8`, summed in another f32 order. Formats other
+/// than [`has_tile_i8dp`]'s are left to the caller.
+///
+/// # Safety
+/// The CPU must support the `dotprod` extension.
+#[target_feature(enable = "neon,dotprod")]
+pub(crate) unsafe fn tile_i8dp(
+    w: &QMatrix<'_>,
+    r0: usize,
+    nr: usize,
+    toks: &TokenQuads<Dp8>,
+    out: &mut [f32],
+) {
+    if nr == 0 || !has_tile_i8dp(w.format()) {
+        return;
+    }
     // SAFETY: dotprod present per this function's contract; the format is one `row_blocks`
     // takes.
-    unsafe { drive::<Dp8>(w, (r0, nr), &groups, n, out) }
+    unsafe { drive::<Dp8>(w, (r0, nr), toks, out) }
 }

@@ -15,7 +15,7 @@
 
 use std::arch::aarch64::*;
 
-use super::tile_mm::{drive, smmla, token_pairs, TokenQuants};
+use super::tile_mm::{drive, smmla, token_pairs, TokenPairs, TokenQuants};
 use crate::quant::QActs16;
 use crate::{QMatrix, WeightFormat};
 
@@ -39,7 +39,7 @@ super::simd::acc_insn!(
 
 /// A token pair's 16-bit quants of one block, split and interleaved.
 #[derive(Clone, Copy)]
-struct Tok16 {
+pub(crate) struct Tok16 {
     /// The high bytes (signed).
     hi: [int8x16_t; 4],
     /// The low bytes (unsigned).
@@ -99,10 +99,16 @@ fn tok16(a: &[i16], b: &[i16]) -> Tok16 {
     t
 }
 
+/// A prompt's 16-bit activations as [`tile_i16mm`] reads them (once per product).
+#[target_feature(enable = "neon")]
+pub(crate) fn pairs16(acts: &[QActs16]) -> TokenPairs<Tok16> {
+    token_pairs(acts, |a, b| tok16(a, b))
+}
+
 /// The 16-bit prompt tile with `i8mm`: `out[t * nr + i]` = row `r0 + i` of `w` · token `t` for
-/// every token of `acts` (16-bit activations with one scale per 32, as `matvec` quantizes them in
-/// `Fast`): the integer products of `matvec_i16`, summed in another f32 order. Formats other than
-/// [`has_tile_i16mm`]'s are left to the caller.
+/// every token of `toks` (16-bit activations with one scale per 32, as `matvec` quantizes them in
+/// `Fast`, by [`pairs16`]): the integer products of `matvec_i16`, summed in another f32 order.
+/// Formats other than [`has_tile_i16mm`]'s are left to the caller.
 ///
 /// # Safety
 /// The CPU must support the `i8mm` extension.
@@ -111,15 +117,12 @@ pub(crate) unsafe fn tile_i16mm(
     w: &QMatrix<'_>,
     r0: usize,
     nr: usize,
-    acts: &[QActs16],
+    toks: &TokenPairs<Tok16>,
     out: &mut [f32],
 ) {
-    let n = acts.len();
-    if n == 0 || nr == 0 || !has_tile_i16mm(w.format()) {
+    if nr == 0 || !has_tile_i16mm(w.format()) {
         return;
     }
-    let nb = w.cols() / 32;
-    let pairs = token_pairs(acts, nb, |a, b| tok16(a, b));
     // SAFETY: i8mm present per this function's contract; the format is one `row_blocks` takes.
-    unsafe { drive::<Tok16>(w, (r0, nr), &pairs, n, out) }
+    unsafe { drive::<Tok16>(w, (r0, nr), toks, out) }
 }

@@ -5,7 +5,7 @@
 
 use std::arch::aarch64::*;
 
-use super::tile_mm::{drive, interleave, smmla, token_pairs, TokenQuants};
+use super::tile_mm::{drive, interleave, smmla, token_pairs, TokenPairs, TokenQuants};
 use crate::quant::QActs;
 use crate::{QMatrix, WeightFormat};
 
@@ -18,7 +18,7 @@ pub(crate) fn has_tile_i8mm(format: WeightFormat) -> bool {
 
 /// A token pair's 8-bit quants of one block, interleaved.
 #[derive(Clone, Copy)]
-struct Tok8 {
+pub(crate) struct Tok8 {
     q: [int8x16_t; 4],
 }
 
@@ -59,8 +59,15 @@ fn tok8(a: &[i8], b: &[i8]) -> Tok8 {
     }
 }
 
+/// A prompt's 8-bit activations as [`tile_i8mm`] and [`tile_k8mm`] read them (once per product).
+#[target_feature(enable = "neon")]
+pub(crate) fn pairs8(acts: &[QActs]) -> TokenPairs<Tok8> {
+    token_pairs(acts, |a, b| tok8(a, b))
+}
+
 /// The 8-bit prompt tile with `smmla`: `out[t * nr + i]` = row `r0 + i` of `w` · token `t` for
-/// every token of `acts` (8-bit activations with one scale per 32, `QActs::quantize`): the
+/// every token of `toks` (8-bit activations with one scale per 32, `QActs::quantize`, by
+/// [`pairs8`]): the
 /// integer products of [`matvec_int8`](super::matvec_int8), summed in another f32 order. Formats
 /// other than [`has_tile_i8mm`]'s are left to the caller.
 ///
@@ -71,17 +78,14 @@ pub(crate) unsafe fn tile_i8mm(
     w: &QMatrix<'_>,
     r0: usize,
     nr: usize,
-    acts: &[QActs],
+    toks: &TokenPairs<Tok8>,
     out: &mut [f32],
 ) {
-    let n = acts.len();
-    if n == 0 || nr == 0 || !has_tile_i8mm(w.format()) {
+    if nr == 0 || !has_tile_i8mm(w.format()) {
         return;
     }
-    let nb = w.cols() / 32;
-    let pairs = token_pairs(acts, nb, |a, b| tok8(a, b));
     // SAFETY: i8mm present per this function's contract; the format is one `row_blocks` takes.
-    unsafe { drive::<Tok8>(w, (r0, nr), &pairs, n, out) }
+    unsafe { drive::<Tok8>(w, (r0, nr), toks, out) }
 }
 
 /// Whether [`tile_k8mm`] takes weights of `format`: Q4_K, Q5_K and Q6_K.
@@ -93,7 +97,7 @@ pub(crate) fn has_tile_k8mm(format: WeightFormat) -> bool {
 }
 
 /// The 8-bit prompt tile of Q4_K, Q5_K and Q6_K rows with `smmla`: `out[t * nr + i]` = row `r0 +
-/// i` of `w` · token `t` for every token of `acts` (8-bit activations with one scale per 256,
+/// i` of `w` · token `t` for every token of `toks` (8-bit activations with one scale per 256,
 /// `QActs::quantize_super`, its `d` and `s` kept per 32): Q4_K/Q5_K per sub-block of 32 the exact
 /// dots of the unsigned quants, weighted by `d * sc * d_x`, less `dmin * m * s_x`; Q6_K per 32
 /// the exact dots of `q - 32` of each half (16) times its integer scale, summed, weighted by `d *
@@ -107,15 +111,12 @@ pub(crate) unsafe fn tile_k8mm(
     w: &QMatrix<'_>,
     r0: usize,
     nr: usize,
-    acts: &[QActs],
+    toks: &TokenPairs<Tok8>,
     out: &mut [f32],
 ) {
-    let (n, format) = (acts.len(), w.format());
-    if n == 0 || nr == 0 || !has_tile_k8mm(format) {
+    if nr == 0 || !has_tile_k8mm(w.format()) {
         return;
     }
-    let nb = w.cols() / 32;
-    let pairs = token_pairs(acts, nb, |a, b| tok8(a, b));
     // SAFETY: i8mm present per this function's contract; the format is one `row_blocks` takes.
-    unsafe { drive::<Tok8>(w, (r0, nr), &pairs, n, out) }
+    unsafe { drive::<Tok8>(w, (r0, nr), toks, out) }
 }

@@ -69,16 +69,23 @@ pub(super) struct TokenBlock<Q> {
     s: float32x4_t,
 }
 
-/// The token pairs of `acts` over `nb` blocks (pair `p`: tokens `2p` and `2p + 1`, the last token
-/// alone repeated when their count is odd): per block, `quants` of the two tokens' 32 quants, and
-/// their factors.
+/// A prompt's tokens as an `i8mm` tile reads them, built once per product ([`token_pairs`]):
+/// pair `p` (tokens `2p` and `2p + 1`, the last token alone repeated when their count is odd),
+/// per block its quants in the tile's form and its factors.
+pub(crate) struct TokenPairs<Q> {
+    pairs: Vec<Vec<TokenBlock<Q>>>,
+    n: usize,
+}
+
+/// The token pairs of `acts` (whole blocks of 32), each pair's quants of a block by `quants` of
+/// the two tokens' 32 quants.
 #[target_feature(enable = "neon")]
 pub(super) fn token_pairs<E, Q: TokenQuants>(
     acts: &[QBlocks<E>],
-    nb: usize,
     quants: impl Fn(&[E], &[E]) -> Q,
-) -> Vec<Vec<TokenBlock<Q>>> {
+) -> TokenPairs<Q> {
     let n = acts.len();
+    let nb = acts.first().map_or(0, |a| a.qs.len() / 32);
     let lanes = |u: f32, v: f32| vcombine_f32(vdup_n_f32(u), vdup_n_f32(v));
     let pair = |a: &QBlocks<E>, b: &QBlocks<E>| {
         (0..nb)
@@ -92,9 +99,10 @@ pub(super) fn token_pairs<E, Q: TokenQuants>(
             })
             .collect()
     };
-    (0..n.div_ceil(2))
+    let pairs = (0..n.div_ceil(2))
         .map(|p| pair(&acts[2 * p], &acts[(2 * p + 1).min(n - 1)]))
-        .collect()
+        .collect();
+    TokenPairs { pairs, n }
 }
 
 /// One block of rows `i` and `j` (`j` may equal `i`) unpacked: the quants interleaved, the scales
@@ -207,8 +215,7 @@ unsafe fn step<Q: TokenQuants, const T: usize, const MIN: bool, const HALVES: bo
     }
 }
 
-/// `out[t * nr + i]` = row `r0 + i` of `w` · token `t`, for the `n` tokens whose pairs' blocks are
-/// `pairs` (pair `p`: tokens `2p` and `2p + 1`, the last alone repeated when `n` is odd), the rows
+/// `out[t * nr + i]` = row `r0 + i` of `w` · token `t`, for the tokens of `toks`, the rows
 /// unpacked two at a time (`row_blocks`: as many blocks as a token pair), with the min term for
 /// the formats that have one and Q6_K's halves apart ([`sums`]). `w`'s format is one of
 /// `has_row_blocks`'s.
@@ -219,11 +226,10 @@ unsafe fn step<Q: TokenQuants, const T: usize, const MIN: bool, const HALVES: bo
 pub(super) unsafe fn drive<Q: TokenQuants>(
     w: &QMatrix<'_>,
     at: (usize, usize),
-    pairs: &[Vec<TokenBlock<Q>>],
-    n: usize,
+    toks: &TokenPairs<Q>,
     out: &mut [f32],
 ) {
-    let format = w.format();
+    let (format, pairs, n) = (w.format(), toks.pairs.as_slice(), toks.n);
     // SAFETY: i8mm present per this function's contract.
     unsafe {
         if takes_min(format) {
