@@ -27,14 +27,14 @@ use crate::{
 ///   AVX-512 path and Q4_0/Q4_1/Q5_0/Q5_1 on the AVX2
 ///   one (one scale per 32, llama.cpp's `Q8_0`), from that many tokens, for `Int8` prompts and for `Fast` ones of Q5_0/Q8_0
 ///   ([`fast_prompts_int8`]); on aarch64 the K-quants' and the 32-block formats' (with dotprod
-///   `sdot`, rows in the lanes; with i8mm `smmla`). A prompt is bound by compute, where 8 bits
+///   `sdot`, rows in the lanes; with i8mm `smmla`, and `sdot` for Q2_K/Q3_K). A prompt is bound by compute, where 8 bits
 ///   give twice the products per instruction of 16 (decode, bound by memory, keeps `Fast`'s 16
 ///   bits);
 /// - the 16-bit tile, from [`short_prompt_tokens`] tokens (16-bit activations, one scale per 32;
 ///   `matvec`'s `Fast`): on the AVX-512 path `Fast` prompts of Q4_0/Q4_1/Q5_1/IQ4_NL/IQ4_XS, on
 ///   the AVX2 path those and Q8_0's (no 8-bit tile for it there), on
 ///   [`KernelPath::NeonDotprod`] and [`KernelPath::NeonI8mm`] those and, below
-///   [`INT_TILE_MIN_TOKENS`], Q5_0's, Q8_0's, Q4_K's and Q5_K's.
+///   [`INT_TILE_MIN_TOKENS`], Q5_0's, Q8_0's and those of Q2_K..Q5_K.
 ///
 /// Below [`short_prompt_tokens`] tokens (32 on x86, 8 elsewhere), `Fast` prompts of the quantized
 /// formats are a decode step's products ([`crate::matvec_batch`], each token's `matvec` bits).
@@ -99,8 +99,8 @@ pub fn short_prompt_tokens(path: KernelPath) -> usize {
 /// to them (`llama-quantize --allow-requantize --tensor-type ffn_down=iq4_xs --tensor-type
 /// attn_v=iq4_nl ... IQ4_XS`: IQ4_NL where the columns are no multiple of 256) measured 35.8563
 /// with 8-bit prompts against 35.7903 with 16 bits and exact mode's 35.7606 (SmolLM2), and 40.9685
-/// against 41.0111 and 41.0316 (Qwen; 2026-12-06). Q2_K and Q3_K (an 8-bit tile on x86 only)
-/// follow the other K-quants and llama.cpp, whose prompts of every K-quant take 8 bits, and were
+/// against 41.0111 and 41.0316 (Qwen; 2026-12-06). Q2_K and Q3_K (an 8-bit tile on x86, and on
+/// aarch64 with dotprod since stop 79) follow the other K-quants and llama.cpp, whose prompts of every K-quant take 8 bits, and were
 /// measured on x86 with their `ffn_down` re-quantized to them (`--token-embedding-type f16
 /// --tensor-type ffn_down=q3_k ... IQ4_NL`, whose other tensors keep 16 bits): SmolLM2-135M's Q3_K
 /// 39.5002 against exact mode's 39.4576; Qwen2.5-Coder-0.5B's Q2_K 45.3051 against 45.2892
@@ -165,7 +165,7 @@ pub fn matmul_with(
     };
     if int8_tile && arch::has_tile_int8(path, w.format()) {
         let quantize = |x: &[f32]| arch::tile_int8_acts(path, w.format(), x);
-        let prepare = |acts| arch::TileActs8::new(path, acts);
+        let prepare = |acts| arch::TileActs8::new(path, w.format(), acts);
         let tile = |w: &QMatrix, r0, nr, acts: &arch::TileActs8, out: &mut [f32]| {
             arch::tile_int8(path, w, r0, nr, acts, out)
         };
@@ -182,7 +182,7 @@ pub fn matmul_with(
         // from `short_prompt_tokens` (8), where `fast_prompts_int8`'s formats take it too below
         // `INT_TILE_MIN_TOKENS`: the products of decode's precision, which the f32 tile took there.
         let quantize = |x: &[f32]| QActs16::quantize(path, x);
-        let prepare = |acts| arch::TileActs16::new(path, acts);
+        let prepare = |acts| arch::TileActs16::new(path, w.format(), acts);
         let tile = |w: &QMatrix, r0, nr, acts: &arch::TileActs16, out: &mut [f32]| {
             arch::tile_i16(path, w, r0, nr, acts, out)
         };

@@ -55,14 +55,18 @@ impl Product {
         };
         if int8_tile && arch::has_tile_int8(path, format) {
             let quantize = |xt: &[f32]| arch::tile_int8_acts(path, format, xt);
-            return Product::Int8(arch::TileActs8::new(path, tokens().map(quantize).collect()));
+            return Product::Int8(arch::TileActs8::new(
+                path,
+                format,
+                tokens().map(quantize).collect(),
+            ));
         }
         if precision == Precision::Fast
             && m >= INT_TILE_MIN_TOKENS
             && arch::has_tile_i16(path, format)
         {
             let acts = tokens().map(|xt| QActs16::quantize(path, xt)).collect();
-            return Product::I16(arch::TileActs16::new(path, acts));
+            return Product::I16(arch::TileActs16::new(path, format, acts));
         }
         Product::F32(match precision {
             Precision::Int8 => arch::bf16_acts(path, x, m, cols),

@@ -148,7 +148,8 @@ pub(crate) fn tile_bf16(
 /// `QActs::quantize` with its sums of 16; AVX-512 `tile512_i8`, AVX2 `tile_i8`); on
 /// [`KernelPath::NeonDotprod`] and [`KernelPath::NeonI8mm`] Q4_K, Q5_K and Q6_K and the 32-block
 /// formats with IQ4_NL (`sdot` by element, rows in the lanes, `aarch64::tile_i8dp`; with i8mm
-/// `smmla`, `aarch64::tile_k8mm` and `aarch64::tile_i8mm`). `Int8` prompts and `Fast` ones from
+/// `smmla`, `aarch64::tile_k8mm` and `aarch64::tile_i8mm`), and Q2_K and Q3_K (`sdot` on both;
+/// one scale per 32, as on x86). `Int8` prompts and `Fast` ones from
 /// `INT_TILE_MIN_TOKENS` tokens take it (the 32-block formats only from that many in either).
 pub(crate) fn has_tile_int8(path: KernelPath, format: WeightFormat) -> bool {
     #[cfg(target_arch = "x86_64")]
@@ -164,7 +165,8 @@ pub(crate) fn has_tile_int8(path: KernelPath, format: WeightFormat) -> bool {
         return matches!(
             format,
             WeightFormat::Q4_K | WeightFormat::Q5_K | WeightFormat::Q6_K
-        ) || tile_int8_blocks(path, format);
+        ) || tile_int8_blocks(path, format)
+            || k23(format);
     }
     let _ = (path, format);
     false
@@ -268,9 +270,9 @@ pub(crate) fn tile_int8(
     let _ = (r0, nr, acts, out);
 }
 
-/// Q2_K and Q3_K: the formats whose 8-bit tile (AVX2 `tile_k23`, AVX-512 `tile512_k23`) takes
-/// activations of one scale per 32 with sums of 16, as their `matvec_int8` does, from any token
-/// count.
+/// Q2_K and Q3_K: the formats whose 8-bit tile (AVX2 `tile_k23`, AVX-512 `tile512_k23`, aarch64
+/// `tile_i8dp`) takes activations of one scale per 32 with sums of 16, as their `matvec_int8`
+/// does, from any token count.
 fn k23(format: WeightFormat) -> bool {
     matches!(format, WeightFormat::Q2_K | WeightFormat::Q3_K)
 }
@@ -339,8 +341,9 @@ pub(crate) fn tile_int8_t_bytes(path: KernelPath, nr: usize, rows: usize, n: usi
 /// IQ4_NL, and IQ4_XS, of which `matmul` gives it those whose `Fast` prompts keep 16 bits (Q5_0
 /// takes [`tile_int8`] first); on [`KernelPath::NeonI8mm`] those and Q4_K/Q5_K (`tile_i16mm`: the
 /// activations split into bytes for `smmla` and `usmmla`), on [`KernelPath::NeonDotprod`] the
-/// same (`tile_i16dp`: split for `sdot` by element, the low bytes less 128), of which Q5_0, Q8_0,
-/// Q4_K and Q5_K take [`tile_int8`] first from `INT_TILE_MIN_TOKENS` tokens. The other formats' `Fast` prompts
+/// same (`tile_i16dp`: split for `sdot` by element, the low bytes less 128), and on both Q2_K and
+/// Q3_K (`tile_i16dp`), of which Q5_0, Q8_0 and the K-quants take [`tile_int8`] first from
+/// `INT_TILE_MIN_TOKENS` tokens. The other formats' `Fast` prompts
 /// take the f32 tile.
 pub(crate) fn has_tile_i16(path: KernelPath, format: WeightFormat) -> bool {
     #[cfg(target_arch = "x86_64")]
@@ -351,7 +354,7 @@ pub(crate) fn has_tile_i16(path: KernelPath, format: WeightFormat) -> bool {
     }
     #[cfg(target_arch = "aarch64")]
     match path {
-        KernelPath::NeonI8mm => return aarch64::has_tile_i16mm(format),
+        KernelPath::NeonI8mm => return aarch64::has_tile_i16mm(format) || k23(format),
         KernelPath::NeonDotprod => return aarch64::has_tile_i16dp(format),
         _ => {}
     }
@@ -406,15 +409,15 @@ pub(crate) struct TileActs8 {
 }
 
 impl TileActs8 {
-    /// `acts` (a prompt's tokens, quantized) for `path`.
-    pub(crate) fn new(path: KernelPath, acts: Vec<QActs>) -> Self {
+    /// `acts` (a prompt's tokens, quantized) for `path`'s tile over weights of `format`.
+    pub(crate) fn new(path: KernelPath, format: WeightFormat, acts: Vec<QActs>) -> Self {
         #[cfg(target_arch = "aarch64")]
         return TileActs8 {
-            arm: aarch64::Acts8::new(path, &acts),
+            arm: aarch64::Acts8::new(path, format, &acts),
         };
         #[cfg(not(target_arch = "aarch64"))]
         {
-            let _ = path;
+            let _ = (path, format);
             TileActs8 { acts }
         }
     }
@@ -430,15 +433,15 @@ pub(crate) struct TileActs16 {
 }
 
 impl TileActs16 {
-    /// `acts` (a prompt's tokens, quantized) for `path`.
-    pub(crate) fn new(path: KernelPath, acts: Vec<QActs16>) -> Self {
+    /// `acts` (a prompt's tokens, quantized) for `path`'s tile over weights of `format`.
+    pub(crate) fn new(path: KernelPath, format: WeightFormat, acts: Vec<QActs16>) -> Self {
         #[cfg(target_arch = "aarch64")]
         return TileActs16 {
-            arm: aarch64::Acts16::new(path, &acts),
+            arm: aarch64::Acts16::new(path, format, &acts),
         };
         #[cfg(not(target_arch = "aarch64"))]
         {
-            let _ = path;
+            let _ = (path, format);
             TileActs16 { acts }
         }
     }

@@ -1,25 +1,26 @@
 //! One weight row's blocks of 32 as the integer prompt tiles read them ([`row_blocks`]): the
-//! quants as i8, the block's scale, its min term's factor and, for Q6_K, the integer scales of
-//! its two halves. The `i8mm` tiles (`tile_mm.rs`) interleave two rows' blocks, the `dotprod`
+//! quants as i8, the block's scale, its min term's factors and, for Q2_K, Q3_K and Q6_K (whose
+//! scales are per 16), the integer scales of its two halves. The `i8mm` tiles (`tile_mm.rs`) interleave two rows' blocks, the `dotprod`
 //! tiles (`tile_dp.rs`) four.
 
 use std::arch::aarch64::*;
 
 use super::dequant::weights_i8;
 use super::kquant::{q45k_quants16, q4k_scales, q6k_quants16};
-use super::simd::f16_at;
+use super::simd::{f16_at, load_u8x16};
 use crate::arch::tags::{block_bytes, has_min, IQ4_NL, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
 use crate::WeightFormat;
 
 /// One row's block of 32: its quants as i8 (elements 0..16, 16..32), the scale `d` (Q4_K/Q5_K
 /// `d * sc`, IQ4_XS `d * (ls - 32)`), the min term's factor `m` (Q4_1/Q5_1 the block's min,
-/// Q4_K/Q5_K `-dmin * m`; else zero) and, for Q6_K, the integer scales `sa`, `sb` of the halves
-/// (else zero).
+/// Q4_K/Q5_K `-dmin * m`, Q2_K the first half's `-dmin * m` and `m2` the second's; else zero)
+/// and, for Q2_K, Q3_K and Q6_K, the integer scales `sa`, `sb` of the halves (else zero).
 #[derive(Clone, Copy)]
 pub(super) struct Blk {
     pub(super) q: (int8x16_t, int8x16_t),
     pub(super) d: f32,
     pub(super) m: f32,
+    pub(super) m2: f32,
     pub(super) sa: i32,
     pub(super) sb: i32,
 }
@@ -29,20 +30,28 @@ pub(super) fn has_row_blocks(format: WeightFormat) -> bool {
     use WeightFormat::*;
     matches!(
         format,
-        Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | IQ4_NL | IQ4_XS | Q4_K | Q5_K | Q6_K
+        Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | IQ4_NL | IQ4_XS | Q2_K | Q3_K | Q4_K | Q5_K | Q6_K
     )
 }
 
-/// Whether a tile adds the min term `m * s_x` for blocks of `format`.
+/// Whether a tile adds the min term `m * s_x` for blocks of `format` (Q2_K: `m * s_x + m2 *
+/// s2_x` over the halves).
 pub(super) fn takes_min(format: WeightFormat) -> bool {
     use WeightFormat::*;
-    matches!(format, Q4_1 | Q5_1 | Q4_K | Q5_K)
+    matches!(format, Q4_1 | Q5_1 | Q2_K | Q4_K | Q5_K)
+}
+
+/// Whether a tile weights each half of a block of `format` by its integer scale.
+pub(super) fn takes_halves(format: WeightFormat) -> bool {
+    use WeightFormat::*;
+    matches!(format, Q2_K | Q3_K | Q6_K)
 }
 
 /// `row`'s blocks of 32 (a row of `format`, one of [`has_row_blocks`]'s), appended to `out`:
 /// the quants of the 32-element block formats as `weights_i8` gives them (Q4_0/Q5_0 less their
 /// offset, Q4_1/Q5_1 unsigned, IQ4_NL its table's values), IQ4_XS's sub-blocks as IQ4_NL blocks,
-/// Q4_K/Q5_K's sub-blocks unsigned (0..=15, 0..=31), Q6_K's 32s as `q - 32`.
+/// Q4_K/Q5_K's sub-blocks unsigned (0..=15, 0..=31), Q6_K's 32s as `q - 32`, Q2_K's unsigned
+/// (0..=3), Q3_K's signed (-4..=3).
 #[target_feature(enable = "neon")]
 pub(super) fn row_blocks(format: WeightFormat, row: &[u8], out: &mut Vec<Blk>) {
     match format {
@@ -55,6 +64,8 @@ pub(super) fn row_blocks(format: WeightFormat, row: &[u8], out: &mut Vec<Blk>) {
         WeightFormat::IQ4_XS => iq4xs_blocks(row, out),
         WeightFormat::Q4_K | WeightFormat::Q5_K => k_blocks(format, row, out),
         WeightFormat::Q6_K => q6k_blocks(row, out),
+        WeightFormat::Q2_K => k23_blocks::<false>(row, out),
+        WeightFormat::Q3_K => k23_blocks::<true>(row, out),
         _ => panic!("row_blocks: {format:?} has no integer prompt tile"),
     }
 }
@@ -66,6 +77,7 @@ fn blocks<const F: u8>(row: &[u8], out: &mut Vec<Blk>) {
         q: weights_i8::<F>(b),
         d: f16_at(b, 0),
         m: if has_min(F) { f16_at(b, 2) } else { 0.0 },
+        m2: 0.0,
         sa: 0,
         sb: 0,
     }));
@@ -85,6 +97,7 @@ fn iq4xs_blocks(row: &[u8], out: &mut Vec<Blk>) {
                 q: weights_i8::<IQ4_NL>(&nl),
                 d,
                 m: 0.0,
+                m2: 0.0,
                 sa: 0,
                 sb: 0,
             });
@@ -104,6 +117,7 @@ fn k_blocks(format: WeightFormat, row: &[u8], out: &mut Vec<Blk>) {
                 q: (q(0), q(1)),
                 d: d[j],
                 m: -m[j],
+                m2: 0.0,
                 sa: 0,
                 sb: 0,
             });
@@ -123,10 +137,63 @@ fn q6k_blocks(row: &[u8], out: &mut Vec<Blk>) {
                     q: (q6k_quants16(b, n, k, 0), q6k_quants16(b, n, k, 1)),
                     d,
                     m: 0.0,
+                    m2: 0.0,
                     sa: sc(8 * n + 2 * k),
                     sb: sc(8 * n + 2 * k + 1),
                 });
             }
+        }
+    }
+}
+
+/// Q2_K (`Q3` false, 84 bytes a super-block) or Q3_K (110): one block per 32 elements `32j..`
+/// (`j = 4n + k`: bits `2k..2k + 2` of `qs[32n..32n + 32]`, byte 16 or 32; Q3_K's bit `j` of
+/// `hmask[0..32]` as bit 2, less 4), the integer scales of its halves (Q2_K `sc`, Q3_K `ls - 32`),
+/// `d`, and Q2_K's `-dmin * m` of each half.
+#[target_feature(enable = "neon")]
+fn k23_blocks<const Q3: bool>(row: &[u8], out: &mut Vec<Blk>) {
+    let bb = if Q3 { 110 } else { 84 };
+    for b in row.chunks_exact(bb) {
+        let (d, dmin) = if Q3 {
+            (f16_at(b, 108), 0.0)
+        } else {
+            (f16_at(b, 80), f16_at(b, 82))
+        };
+        // Sub-block `s`'s (16 elements) integer scale and, for Q2_K, its `-dmin * m`.
+        let sc = |s: usize| -> (i32, f32) {
+            if Q3 {
+                let sc = &b[96..108];
+                let lo = (sc[s % 8] >> (4 * (s / 8))) & 0xF;
+                let hi = (sc[8 + s % 4] >> (2 * (s / 4))) & 3;
+                (i32::from(lo | hi << 4) - 32, 0.0)
+            } else {
+                (i32::from(b[s] & 0xF), -dmin * f32::from(b[s] >> 4))
+            }
+        };
+        let qoff = if Q3 { 32 } else { 16 };
+        for j in 0..8 {
+            let (n, k) = (j / 4, j % 4);
+            let half = |p: usize| {
+                let qs = load_u8x16(&b[qoff + 32 * n + 16 * p..]);
+                let mut q = vandq_u8(vshlq_u8(qs, vdupq_n_s8(-2 * k as i8)), vdupq_n_u8(3));
+                if Q3 {
+                    // Bit `j` of hmask to bit 2; the quant less 4.
+                    let hm = load_u8x16(&b[16 * p..]);
+                    let hb = vshlq_u8(hm, vdupq_n_s8(2 - j as i8));
+                    q = vorrq_u8(q, vandq_u8(hb, vdupq_n_u8(4)));
+                    return vsubq_s8(vreinterpretq_s8_u8(q), vdupq_n_s8(4));
+                }
+                vreinterpretq_s8_u8(q)
+            };
+            let ((sa, ma), (sb, mb)) = (sc(2 * j), sc(2 * j + 1));
+            out.push(Blk {
+                q: (half(0), half(1)),
+                d,
+                m: ma,
+                m2: mb,
+                sa,
+                sb,
+            });
         }
     }
 }

@@ -1,6 +1,6 @@
 //! A prompt's activations as the aarch64 integer tiles read them, built once per product (every
 //! work item of a matrix, and every matrix of a product, reads the same): the `i8mm` tiles'
-//! token pairs, the `dotprod` tiles' token quads.
+//! token pairs, the `dotprod` tiles' token quads (on either path for Q2_K and Q3_K).
 
 use super::tile_dp::{quads16, quads8, tile_i16dp, tile_i8dp, Dp16, Dp8, TokenQuads};
 use super::tile_i16mm::{pairs16, tile_i16mm, Tok16};
@@ -10,16 +10,20 @@ use crate::quant::{QActs, QActs16};
 use crate::{KernelPath, QMatrix, WeightFormat};
 
 /// 16-bit activations for `tile_i16mm` (pairs, built only on [`KernelPath::NeonI8mm`]) or
-/// `tile_i16dp` (quads, built only on [`KernelPath::NeonDotprod`]).
+/// `tile_i16dp` (quads, built only on [`KernelPath::NeonDotprod`] and `NeonI8mm`).
 pub(crate) enum Acts16 {
     Pairs(TokenPairs<Tok16>),
     Quads(TokenQuads<Dp16>),
 }
 
 impl Acts16 {
-    /// `acts` for `path`'s 16-bit tile; `None` where it has none.
-    pub(crate) fn new(path: KernelPath, acts: &[QActs16]) -> Option<Self> {
+    /// `acts` for `path`'s 16-bit tile over weights of `format`; `None` where it has none. Q2_K
+    /// and Q3_K (scales per 16, Q2_K's mins too) take the quads on either path (an `i8mm` CPU has
+    /// `dotprod`).
+    pub(crate) fn new(path: KernelPath, format: WeightFormat, acts: &[QActs16]) -> Option<Self> {
         match path {
+            // SAFETY: NEON is baseline on every aarch64 target.
+            KernelPath::NeonI8mm if k23(format) => Some(Acts16::Quads(unsafe { quads16(acts) })),
             // SAFETY: NEON is baseline on every aarch64 target.
             KernelPath::NeonI8mm => Some(Acts16::Pairs(unsafe { pairs16(acts) })),
             // SAFETY: as above.
@@ -35,24 +39,27 @@ impl Acts16 {
             // SAFETY: pairs are built only on the NeonI8mm path, which is only available after
             // run-time detection of i8mm.
             Acts16::Pairs(p) => unsafe { tile_i16mm(w, r0, nr, p, out) },
-            // SAFETY: quads are built only on the NeonDotprod path, which is only available
-            // after run-time detection of dotprod.
+            // SAFETY: quads are built only on the NeonDotprod and NeonI8mm paths, which are only
+            // available after run-time detection of dotprod.
             Acts16::Quads(q) => unsafe { tile_i16dp(w, r0, nr, q, out) },
         }
     }
 }
 
 /// 8-bit activations for `tile_i8mm`/`tile_k8mm` (pairs, built only on
-/// [`KernelPath::NeonI8mm`]) or `tile_i8dp` (quads, built only on [`KernelPath::NeonDotprod`]).
+/// [`KernelPath::NeonI8mm`]) or `tile_i8dp` (quads, built only on [`KernelPath::NeonDotprod`] and
+/// `NeonI8mm`).
 pub(crate) enum Acts8 {
     Pairs(TokenPairs<Tok8>),
     Quads(TokenQuads<Dp8>),
 }
 
 impl Acts8 {
-    /// `acts` for `path`'s 8-bit tile; `None` where it has none.
-    pub(crate) fn new(path: KernelPath, acts: &[QActs]) -> Option<Self> {
+    /// `acts` for `path`'s 8-bit tile over weights of `format`, as [`Acts16::new`].
+    pub(crate) fn new(path: KernelPath, format: WeightFormat, acts: &[QActs]) -> Option<Self> {
         match path {
+            // SAFETY: NEON is baseline on every aarch64 target.
+            KernelPath::NeonI8mm if k23(format) => Some(Acts8::Quads(unsafe { quads8(acts) })),
             // SAFETY: NEON is baseline on every aarch64 target.
             KernelPath::NeonI8mm => Some(Acts8::Pairs(unsafe { pairs8(acts) })),
             // SAFETY: as above.
@@ -73,9 +80,14 @@ impl Acts8 {
             Acts8::Pairs(p) if k => unsafe { tile_k8mm(w, r0, nr, p, out) },
             // SAFETY: as above.
             Acts8::Pairs(p) => unsafe { tile_i8mm(w, r0, nr, p, out) },
-            // SAFETY: quads are built only on the NeonDotprod path, which is only available
-            // after run-time detection of dotprod.
+            // SAFETY: quads are built only on the NeonDotprod and NeonI8mm paths, which are only
+            // available after run-time detection of dotprod.
             Acts8::Quads(q) => unsafe { tile_i8dp(w, r0, nr, q, out) },
         }
     }
+}
+
+/// Q2_K and Q3_K: the formats only the `dotprod` tiles take.
+fn k23(format: WeightFormat) -> bool {
+    matches!(format, WeightFormat::Q2_K | WeightFormat::Q3_K)
 }

@@ -13,12 +13,14 @@
 //! bytes' sum: the i32 lanes are the block's exact dots `sum(q_w * q_x)`, the integer products of
 //! `matvec_i16` (|q_w| <= 128, |q_x| <= 32767: below 2^28). Each block's sums get one convert,
 //! one multiply by the rows' scales and one FMA by the token's, and for the formats with a min
-//! one more FMA (`m_w * s_x`); Q6_K's halves (8-bit only) are multiplied by their integer scales
-//! in i32 first, as `tile_mm.rs` does. Tokens go four at a time, each weight load feeding four.
+//! one more FMA (`m_w * s_x`); the halves of Q2_K, Q3_K and Q6_K (8-bit only), whose scales are
+//! per 16, are multiplied by their integer scales in i32 first, as `tile_mm.rs` does Q6_K's, and
+//! Q2_K's min term takes each half's (`m_w * s_x` of elements 0..16 and 16..32). Tokens go four
+//! at a time, each weight load feeding four.
 
 use std::arch::aarch64::*;
 
-use super::row_blocks::{has_row_blocks, row_blocks, takes_min, Blk};
+use super::row_blocks::{has_row_blocks, row_blocks, takes_halves, takes_min, Blk};
 use crate::quant::{QActs, QActs16, QBlocks};
 use crate::{QMatrix, WeightFormat};
 
@@ -63,16 +65,20 @@ unsafe fn dots16(acc: int32x4_t, w: &[int8x16_t], x: int8x16_t) -> int32x4_t {
 }
 
 /// A block of 32 of four rows: the quants as [`quad`] lays them out, the rows' scales `d`, min
-/// factors `m` and (Q6_K) halves' integer scales `sa`, `sb`, one per lane, and each row's `128 *
-/// sum(q)` over the block (`w128`, the 16-bit tile's offset of its low bytes).
+/// factors `m` (Q2_K: `m` and `m2`, one per half) and (Q2_K, Q3_K, Q6_K) halves' integer scales
+/// `sa`, `sb`, one per lane, and each row's `128 * sum(q)` over the block and over each half
+/// (`w128`, `w128a`, `w128b`: the 16-bit tile's offset of its low bytes).
 #[derive(Clone, Copy)]
 struct QuadBlock {
     q: [int8x16_t; 8],
     d: float32x4_t,
     m: float32x4_t,
+    m2: float32x4_t,
     sa: int32x4_t,
     sb: int32x4_t,
     w128: int32x4_t,
+    w128a: int32x4_t,
+    w128b: int32x4_t,
 }
 
 /// The 4×4 transpose of four vectors' 32-bit lanes: vector `c` of the result holds lane `c` of
@@ -123,14 +129,22 @@ unsafe fn quad(rows: [&[Blk]; 4], out: &mut Vec<QuadBlock>) {
         let q = [lo[0], lo[1], lo[2], lo[3], hi[0], hi[1], hi[2], hi[3]];
         let ones = vdupq_n_s8(1);
         // SAFETY: dotprod present per this function's contract.
-        let sum = unsafe { dots16(dots16(vdupq_n_s32(0), &q[..4], ones), &q[4..], ones) };
+        let (a, b) = unsafe {
+            (
+                dots16(vdupq_n_s32(0), &q[..4], ones),
+                dots16(vdupq_n_s32(0), &q[4..], ones),
+            )
+        };
         out.push(QuadBlock {
             q,
             d: f(k.map(|k| k.d)),
             m: f(k.map(|k| k.m)),
+            m2: f(k.map(|k| k.m2)),
             sa: i(k.map(|k| k.sa)),
             sb: i(k.map(|k| k.sb)),
-            w128: vshlq_n_s32::<7>(sum),
+            w128: vshlq_n_s32::<7>(vaddq_s32(a, b)),
+            w128a: vshlq_n_s32::<7>(a),
+            w128b: vshlq_n_s32::<7>(b),
         });
     }
 }
@@ -200,18 +214,29 @@ impl DpQuants for Dp16 {
         }
     }
     #[inline(always)]
-    unsafe fn dots_halves(&self, _: &QuadBlock) -> (int32x4_t, int32x4_t) {
-        unreachable!("Q6_K takes no 16-bit tile")
+    unsafe fn dots_halves(&self, w: &QuadBlock) -> (int32x4_t, int32x4_t) {
+        // SAFETY: dotprod present per this method's contract.
+        unsafe {
+            let zero = vdupq_n_s32(0);
+            let ha = dots16(zero, &w.q[..4], self.hi[0]);
+            let hb = dots16(zero, &w.q[4..], self.hi[1]);
+            let la = dots16(w.w128a, &w.q[..4], self.lo[0]);
+            let lb = dots16(w.w128b, &w.q[4..], self.lo[1]);
+            (vmlaq_n_s32(la, ha, 256), vmlaq_n_s32(lb, hb, 256))
+        }
     }
 }
 
 /// One block of four tokens: each one's quants, their scales `d` and sums `s` (`d * sum(q)`),
-/// one per lane.
+/// and the sums of each half (`sa`, `sb`: `d * sum(q)` over elements 0..16 and 16..32, Q2_K's
+/// min terms), one per lane.
 #[derive(Clone, Copy)]
 struct TokQuad<Q> {
     q: [Q; 4],
     d: float32x4_t,
     s: float32x4_t,
+    sa: float32x4_t,
+    sb: float32x4_t,
 }
 
 /// A prompt's tokens as a `dotprod` tile reads them, built once per product ([`token_quads`]):
@@ -225,7 +250,10 @@ pub(crate) struct TokenQuads<Q> {
 /// The token groups of `acts` (whole blocks of 32), each token's quants of a block by `quants`
 /// of its 32 quants.
 #[target_feature(enable = "neon")]
-fn token_quads<E, Q: DpQuants>(acts: &[QBlocks<E>], quants: impl Fn(&[E]) -> Q) -> TokenQuads<Q> {
+fn token_quads<E: Copy + Into<i32>, Q: DpQuants>(
+    acts: &[QBlocks<E>],
+    quants: impl Fn(&[E]) -> Q,
+) -> TokenQuads<Q> {
     let n = acts.len();
     let nb = acts.first().map_or(0, |a| a.qs.len() / 32);
     let groups = (0..n.div_ceil(4))
@@ -237,10 +265,16 @@ fn token_quads<E, Q: DpQuants>(acts: &[QBlocks<E>], quants: impl Fn(&[E]) -> Q) 
                         // SAFETY: `v` is 4 readable f32.
                         unsafe { vld1q_f32(v.as_ptr()) }
                     };
+                    let half = |x: &QBlocks<E>, h: usize| {
+                        let q = &x.qs[32 * b + 16 * h..32 * b + 16 * h + 16];
+                        x.d[b] * q.iter().map(|&v| v.into()).sum::<i32>() as f32
+                    };
                     TokQuad {
                         q: a.map(|x| quants(&x.qs[32 * b..32 * b + 32])),
                         d: f(a.map(|x| x.d[b])),
                         s: f(a.map(|x| x.s[b])),
+                        sa: f(a.map(|x| half(x, 0))),
+                        sb: f(a.map(|x| half(x, 1))),
                     }
                 })
                 .collect()
@@ -251,7 +285,8 @@ fn token_quads<E, Q: DpQuants>(acts: &[QBlocks<E>], quants: impl Fn(&[E]) -> Q) 
 
 /// `acc` plus token `L`'s (of the group's block `x`) products with the row quad's block `w`:
 /// the block's exact dots, times the rows' scales and the token's; the min term where `MIN`; each
-/// half of the block weighted by its integer scale where `HALVES` (Q6_K).
+/// half of the block weighted by its integer scale where `HALVES` (Q2_K, Q3_K, Q6_K), and the
+/// min term of each half where both (Q2_K).
 ///
 /// # Safety
 /// The CPU must support the `dotprod` extension.
@@ -266,7 +301,8 @@ unsafe fn token<Q: DpQuants, const L: i32, const MIN: bool, const HALVES: bool>(
     // SAFETY: dotprod present per this function's contract.
     let s = unsafe {
         if HALVES {
-            // Each half's sum times its integer scale: |sum| < 16 * 32 * 128, |sc| <= 128.
+            // Each half's sum times its integer scale: 8-bit, |sum| < 16 * 32 * 128 and |sc| <=
+            // 128 (Q6_K); 16-bit, |sum| <= 16 * 4 * 32768 and |sc| <= 32 (Q3_K; Q2_K less).
             let (ha, hb) = q.dots_halves(w);
             vmlaq_s32(vmulq_s32(ha, w.sa), hb, w.sb)
         } else {
@@ -274,7 +310,10 @@ unsafe fn token<Q: DpQuants, const L: i32, const MIN: bool, const HALVES: bool>(
         }
     };
     let acc = vfmaq_laneq_f32::<L>(acc, vmulq_f32(vcvtq_f32_s32(s), w.d), x.d);
-    if MIN {
+    if MIN && HALVES {
+        let acc = vfmaq_laneq_f32::<L>(acc, w.m, x.sa);
+        vfmaq_laneq_f32::<L>(acc, w.m2, x.sb)
+    } else if MIN {
         vfmaq_laneq_f32::<L>(acc, w.m, x.s)
     } else {
         acc
@@ -408,19 +447,18 @@ unsafe fn drive<Q: DpQuants>(
     let format = w.format();
     // SAFETY: per this function's contract.
     unsafe {
-        if takes_min(format) {
-            drive_with::<Q, true, false>(w, at, toks, out)
-        } else if format == WeightFormat::Q6_K {
-            drive_with::<Q, false, true>(w, at, toks, out)
-        } else {
-            drive_with::<Q, false, false>(w, at, toks, out)
+        match (takes_min(format), takes_halves(format)) {
+            (true, true) => drive_with::<Q, true, true>(w, at, toks, out),
+            (true, false) => drive_with::<Q, true, false>(w, at, toks, out),
+            (false, true) => drive_with::<Q, false, true>(w, at, toks, out),
+            (false, false) => drive_with::<Q, false, false>(w, at, toks, out),
         }
     }
 }
 
 /// Whether [`tile_i16dp`] takes weights of `format`: the formats of 32-element blocks of integer
-/// quants, IQ4_XS, Q4_K and Q5_K (not Q6_K: the sum of a block's two halves, each times its
-/// scale, could pass 2^31 with 16-bit activations).
+/// quants, IQ4_XS, Q2_K, Q3_K, Q4_K and Q5_K (not Q6_K: the sum of a block's two halves, each
+/// times its scale, could pass 2^31 with 16-bit activations).
 pub(crate) fn has_tile_i16dp(format: WeightFormat) -> bool {
     has_row_blocks(format) && format != WeightFormat::Q6_K
 }

@@ -211,15 +211,13 @@ pub fn cols_for(format: WeightFormat, units: usize, odd: usize) -> usize {
 
 /// Whether `matmul` of more than one token in `Int8` takes an 8-bit integer tile on `path` for
 /// the K-quant `format` (Q4_K/Q5_K/Q6_K on AVX2, AVX-512 and NEON with dotprod, activations of
-/// one scale per 256; Q2_K/Q3_K on AVX2 and AVX-512, one scale per 32) rather than the f32 or bf16 one.
+/// one scale per 256; Q2_K/Q3_K there too, one scale per 32) rather than the f32 or bf16 one.
 pub fn int8_tile(path: KernelPath, format: WeightFormat) -> bool {
     use WeightFormat::*;
-    (matches!(
+    matches!(
         path,
         KernelPath::Avx2Fma | KernelPath::Avx512 | KernelPath::NeonDotprod | KernelPath::NeonI8mm
-    ) && matches!(format, Q4_K | Q5_K | Q6_K))
-        || (matches!(path, KernelPath::Avx2Fma | KernelPath::Avx512)
-            && matches!(format, Q2_K | Q3_K))
+    ) && matches!(format, Q2_K | Q3_K | Q4_K | Q5_K | Q6_K)
 }
 
 /// Whether `matmul` of more than one token takes the 8-bit integer tile with activations of one
@@ -252,7 +250,7 @@ pub fn i16_tile(path: KernelPath, format: WeightFormat) -> bool {
 
 /// Whether a `Fast` prompt of `n` tokens, fewer than `INT_TILE_MIN_TOKENS`, takes the 16-bit tile
 /// on `path` for `format`: with dotprod or i8mm from `short_prompt_tokens` (8), every 32-block
-/// format, IQ4_XS, Q4_K and Q5_K (`fast_prompts_int8`'s take 8 bits only from
+/// format, IQ4_XS, Q2_K, Q3_K, Q4_K and Q5_K (`fast_prompts_int8`'s take 8 bits only from
 /// `INT_TILE_MIN_TOKENS`).
 pub fn short_i16_tile(path: KernelPath, format: WeightFormat, n: usize) -> bool {
     use WeightFormat::*;
@@ -260,7 +258,7 @@ pub fn short_i16_tile(path: KernelPath, format: WeightFormat, n: usize) -> bool 
         && n >= kernels_neon::short_prompt_tokens(path)
         && matches!(
             format,
-            Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | IQ4_NL | IQ4_XS | Q4_K | Q5_K
+            Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | IQ4_NL | IQ4_XS | Q2_K | Q3_K | Q4_K | Q5_K
         )
 }
 
