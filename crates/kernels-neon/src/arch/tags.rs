@@ -20,11 +20,17 @@ pub(crate) const Q5_1: u8 = 7;
 pub(crate) const IQ4_NL: u8 = 8;
 /// `WeightFormat::F32`.
 pub(crate) const F32: u8 = 3;
-/// `WeightFormat::F16` (the NEON kernels convert float rows without tags).
-#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+/// `WeightFormat::F16`.
+#[cfg_attr(
+    not(any(target_arch = "x86_64", target_arch = "aarch64")),
+    allow(dead_code)
+)]
 pub(crate) const F16: u8 = 4;
-/// `WeightFormat::BF16` (the NEON kernels convert float rows without tags).
-#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+/// `WeightFormat::BF16`.
+#[cfg_attr(
+    not(any(target_arch = "x86_64", target_arch = "aarch64")),
+    allow(dead_code)
+)]
 pub(crate) const BF16: u8 = 5;
 
 /// Whether blocks of format `f` carry a min `m` (f16 after `d`) whose term

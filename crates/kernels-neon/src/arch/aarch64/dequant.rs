@@ -3,15 +3,62 @@
 
 use std::arch::aarch64::*;
 
-use half::bf16;
-
 use super::hybrid::dequant_hybrid;
 use super::kquant::dequant_superblock;
-use super::simd::{f16_at, iq4nl_values, load_u8x16, q5_quants, s8_to_f32, u8_to_f32};
+use super::simd::{f16_at, f16x4, iq4nl_values, load_u8x16, q5_quants, s8_to_f32, u8_to_f32};
 use crate::arch::tags::{
-    block_bytes, has_min, quants_offset, IQ4_NL, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
+    block_bytes, has_min, quants_offset, BF16, F16, F32, IQ4_NL, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
 };
 use crate::WeightFormat;
+
+/// Eight elements of a float-format row of tag `F` (`c`: their 32, 16 or 16 bytes of F32, F16 or
+/// BF16) as two f32x4, exactly (F16 by `fcvtl`, BF16 shifted into the high half of each f32).
+#[inline]
+#[target_feature(enable = "neon")]
+pub(super) fn float8<const F: u8>(c: &[u8]) -> [float32x4_t; 2] {
+    match F {
+        F32 => [
+            vreinterpretq_f32_u8(load_u8x16(&c[..16])),
+            vreinterpretq_f32_u8(load_u8x16(&c[16..32])),
+        ],
+        F16 => {
+            let v = vreinterpretq_u16_u8(load_u8x16(c));
+            [f16x4(vget_low_u16(v)), f16x4(vget_high_u16(v))]
+        }
+        _ => {
+            let v = vreinterpretq_u16_u8(load_u8x16(c));
+            [
+                vreinterpretq_f32_u32(vshll_n_u16::<16>(vget_low_u16(v))),
+                vreinterpretq_f32_u32(vshll_high_n_u16::<16>(v)),
+            ]
+        }
+    }
+}
+
+/// A float-format row (tag `F`) into `dst`: eight elements at a time by [`float8`], the rest by
+/// the scalar reference (the same exact values).
+#[target_feature(enable = "neon")]
+fn dequant_float<const F: u8>(src: &[u8], dst: &mut [f32]) {
+    let eb = block_bytes(F);
+    let n8 = dst.len() / 8 * 8;
+    for (c, o) in src[..n8 * eb]
+        .chunks_exact(8 * eb)
+        .zip(dst.chunks_exact_mut(8))
+    {
+        let [lo, hi] = float8::<F>(c);
+        // SAFETY: `o` is exactly 8 writable f32.
+        unsafe {
+            vst1q_f32(o.as_mut_ptr(), lo);
+            vst1q_f32(o.as_mut_ptr().add(4), hi);
+        }
+    }
+    let format = match F {
+        F32 => WeightFormat::F32,
+        F16 => WeightFormat::F16,
+        _ => WeightFormat::BF16,
+    };
+    crate::scalar::dequant_row(format, &src[n8 * eb..], &mut dst[n8..]);
+}
 
 /// Dequantizes one block (`blk` starts at the block) into 8 × f32x4.
 #[inline]
@@ -139,22 +186,9 @@ pub(crate) fn dequant_row(format: WeightFormat, src: &[u8], dst: &mut [f32]) {
         WeightFormat::Q5_0 => dequant_q::<Q5_0>(src, dst),
         WeightFormat::Q5_1 => dequant_q::<Q5_1>(src, dst),
         WeightFormat::IQ4_NL => dequant_q::<IQ4_NL>(src, dst),
-        WeightFormat::BF16 => {
-            let n8 = dst.len() / 8 * 8;
-            for (c, o) in src[..n8 * 2].chunks_exact(16).zip(dst.chunks_exact_mut(8)) {
-                let v = vreinterpretq_u16_u8(load_u8x16(c));
-                let lo = vreinterpretq_f32_u32(vshll_n_u16::<16>(vget_low_u16(v)));
-                let hi = vreinterpretq_f32_u32(vshll_high_n_u16::<16>(v));
-                // SAFETY: `o` is exactly 8 writable f32.
-                unsafe {
-                    vst1q_f32(o.as_mut_ptr(), lo);
-                    vst1q_f32(o.as_mut_ptr().add(4), hi);
-                }
-            }
-            for (j, o) in dst.iter_mut().enumerate().skip(n8) {
-                *o = bf16::from_le_bytes([src[2 * j], src[2 * j + 1]]).to_f32();
-            }
-        }
+        WeightFormat::F32 => dequant_float::<F32>(src, dst),
+        WeightFormat::F16 => dequant_float::<F16>(src, dst),
+        WeightFormat::BF16 => dequant_float::<BF16>(src, dst),
         WeightFormat::Q2_K
         | WeightFormat::Q3_K
         | WeightFormat::Q4_K
@@ -171,6 +205,5 @@ pub(crate) fn dequant_row(format: WeightFormat, src: &[u8], dst: &mut [f32]) {
         WeightFormat::I4Hybrid { outliers_per_row } => {
             dequant_hybrid(usize::from(outliers_per_row), src, dst)
         }
-        WeightFormat::F32 | WeightFormat::F16 => crate::scalar::dequant_row(format, src, dst),
     }
 }
