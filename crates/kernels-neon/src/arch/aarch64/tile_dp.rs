@@ -20,32 +20,10 @@
 
 use std::arch::aarch64::*;
 
+use super::q80x8::sdot_at;
 use super::row_blocks::{has_row_blocks, row_blocks, takes_halves, takes_min, Blk};
 use crate::quant::{QActs, QActs16, QBlocks};
 use crate::{QMatrix, WeightFormat};
-
-/// `acc + w · x[L]`: lane `r` of `acc` plus the dot of bytes `4r..4r + 4` of `w` with bytes
-/// `4L..4L + 4` of `x` (`sdot` by element).
-///
-/// # Safety
-/// The CPU must support the `dotprod` extension.
-#[inline]
-#[target_feature(enable = "neon,dotprod")]
-unsafe fn sdot_lane<const L: i32>(mut acc: int32x4_t, w: int8x16_t, x: int8x16_t) -> int32x4_t {
-    // SAFETY: `sdot` only reads and writes the named vector registers; dotprod is present per
-    // this function's contract.
-    unsafe {
-        std::arch::asm!(
-            "sdot {acc:v}.4s, {w:v}.16b, {x:v}.4b[{l}]",
-            acc = inout(vreg) acc,
-            w = in(vreg) w,
-            x = in(vreg) x,
-            l = const L,
-            options(pure, nomem, nostack, preserves_flags)
-        );
-    }
-    acc
-}
 
 /// `acc` plus the dots of the eight quad vectors `w[c0..c0 + 4]` with the four groups of four
 /// bytes of `x` (elements `4c0..4c0 + 16` of a token).
@@ -57,10 +35,10 @@ unsafe fn sdot_lane<const L: i32>(mut acc: int32x4_t, w: int8x16_t, x: int8x16_t
 unsafe fn dots16(acc: int32x4_t, w: &[int8x16_t], x: int8x16_t) -> int32x4_t {
     // SAFETY: dotprod present per this function's contract.
     unsafe {
-        let a = sdot_lane::<0>(acc, w[0], x);
-        let a = sdot_lane::<1>(a, w[1], x);
-        let a = sdot_lane::<2>(a, w[2], x);
-        sdot_lane::<3>(a, w[3], x)
+        let a = sdot_at::<0>(acc, w[0], x);
+        let a = sdot_at::<1>(a, w[1], x);
+        let a = sdot_at::<2>(a, w[2], x);
+        sdot_at::<3>(a, w[3], x)
     }
 }
 
@@ -353,8 +331,8 @@ unsafe fn sums<Q: DpQuants, const T: usize, const MIN: bool, const HALVES: bool>
     acc
 }
 
-/// Row quad `i..i + k` (`k` <= 4 real rows) against token group `gi`, written to `out` (`nr`
-/// rows a token, `n` tokens).
+/// Row quad `i..i + k` (`k` <= 4 real rows) against the first `T` tokens of group `gi`, written
+/// to `out` (`nr` rows a token).
 ///
 /// # Safety
 /// The CPU must support the `dotprod` extension; the group has as many blocks as `rq`.
@@ -384,8 +362,8 @@ unsafe fn step<Q: DpQuants, const T: usize, const MIN: bool, const HALVES: bool>
 }
 
 /// `out[t * nr + i]` = row `r0 + i` of `w` · token `t` for the tokens of `toks`, the rows
-/// unpacked four at a time, with the min term where `MIN` and Q6_K's
-/// halves apart where `HALVES`.
+/// unpacked four at a time, with the min term where `MIN` and the halves apart where `HALVES`
+/// (Q2_K, Q3_K, Q6_K).
 ///
 /// # Safety
 /// The CPU must support the `dotprod` extension; `w`'s format is one of `has_row_blocks`'s.
