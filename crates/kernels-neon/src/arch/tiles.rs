@@ -272,8 +272,8 @@ pub(crate) fn tile_int8(
 
 /// Q2_K and Q3_K: the formats whose 8-bit tile (AVX2 `tile_k23`, AVX-512 `tile512_k23`, aarch64
 /// `tile_i8dp`) takes activations of one scale per 32 with sums of 16, as their `matvec_int8`
-/// does, from any token count.
-fn k23(format: WeightFormat) -> bool {
+/// does, from any token count (and whose prompts take the `dotprod` tiles on both aarch64 paths).
+pub(crate) fn k23(format: WeightFormat) -> bool {
     matches!(format, WeightFormat::Q2_K | WeightFormat::Q3_K)
 }
 

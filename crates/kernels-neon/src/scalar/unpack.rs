@@ -37,12 +37,17 @@ pub(crate) fn q2k_quant(blk: &[u8], i: usize) -> u8 {
 #[inline(always)]
 pub(crate) fn q3k_scales(blk: &[u8]) -> [f32; 16] {
     let d = f16_at(blk, 108);
+    std::array::from_fn(|s| d * q3k_scale(blk, s) as f32)
+}
+
+/// Q3_K: the signed integer scale `ls - 32` of sub-block `s` (0..16), unpacked as
+/// [`q3k_scales`] says.
+#[inline(always)]
+pub(crate) fn q3k_scale(blk: &[u8], s: usize) -> i32 {
     let sc = &blk[96..108];
-    std::array::from_fn(|s| {
-        let lo = (sc[s % 8] >> (4 * (s / 8))) & 0xF;
-        let hi = (sc[8 + s % 4] >> (2 * (s / 4))) & 3;
-        d * (i32::from(lo | hi << 4) - 32) as f32
-    })
+    let lo = (sc[s % 8] >> (4 * (s / 8))) & 0xF;
+    let hi = (sc[8 + s % 4] >> (2 * (s / 4))) & 3;
+    i32::from(lo | hi << 4) - 32
 }
 
 /// Q3_K: the signed 3-bit quant (-4..=3) of element `i` (0..256) of a

@@ -38,7 +38,7 @@ pub(super) fn float8<const F: u8>(c: &[u8]) -> [float32x4_t; 2] {
 /// A float-format row (tag `F`) into `dst`: eight elements at a time by [`float8`], the rest by
 /// the scalar reference (the same exact values).
 #[target_feature(enable = "neon")]
-fn dequant_float<const F: u8>(src: &[u8], dst: &mut [f32]) {
+pub(super) fn dequant_float<const F: u8>(src: &[u8], dst: &mut [f32]) {
     let eb = block_bytes(F);
     let n8 = dst.len() / 8 * 8;
     for (c, o) in src[..n8 * eb]

@@ -48,10 +48,30 @@ fn u8x16_f32(v: uint8x16_t) -> [float32x4_t; 4] {
     ]
 }
 
+/// The quants of elements `128 n + 32 k + 16 p .. + 16` of a `Q2_K` (`Q3 = false`, 84 bytes) or
+/// `Q3_K` (110 bytes) super-block, unsigned: bits `2k..2k + 2` of `qs[32 n + 16 p..]` (byte 16, or
+/// 32 for `Q3_K`), `Q3_K`'s bit `4 n + k` of `hmask[16 p..]` as bit 2 (its quant plus 4).
+#[inline]
+#[target_feature(enable = "neon")]
+pub(super) fn k23_quants16<const Q3: bool, const N: usize>(
+    blk: &[u8; N],
+    (n, k, p): (usize, usize, usize),
+) -> uint8x16_t {
+    let qoff = if Q3 { 32 } else { 16 };
+    let qs = ld(blk, qoff + 32 * n + 16 * p);
+    let q = vandq_u8(vshlq_u8(qs, vdupq_n_s8(-2 * k as i8)), vdupq_n_u8(3));
+    if !Q3 {
+        return q;
+    }
+    let hm = ld(blk, 16 * p);
+    // Bit 4n + k of hmask to bit 2.
+    let hb = vshlq_u8(hm, vdupq_n_s8(2 - (4 * n + k) as i8));
+    vorrq_u8(q, vandq_u8(hb, vdupq_n_u8(4)))
+}
+
 /// Group `G = 8 n + 2 k + p` (elements `16 G .. + 16`) of a `Q2_K` (`Q3 = false`, 84 bytes) or
-/// `Q3_K` (110 bytes) super-block with its activations `a`: bits `2k..2k + 2` of
-/// `qs[32 n + 16 p..]` (byte 16, or 32 for `Q3_K`), `Q3_K`'s bit `4 n + k` of `hmask[16 p..]` as
-/// bit 2. Its integer dot (four lanes; its scale is lane `G % 4` of the block's `scale[G / 4]`).
+/// `Q3_K` (110 bytes) super-block with its activations `a`: its quants by [`k23_quants16`], and
+/// its integer dot (four lanes; its scale is lane `G % 4` of the block's `scale[G / 4]`).
 ///
 /// # Safety
 /// The CPU must support the `dotprod` extension.
@@ -61,16 +81,7 @@ unsafe fn k23_group<const Q3: bool, const N: usize, const G: usize, A: SbDot>(
     blk: &[u8; N],
     a: &A,
 ) -> int32x4_t {
-    let (n, k, p) = (G / 8, (G / 2) % 4, G % 2);
-    let qoff = if Q3 { 32 } else { 16 };
-    let qs = ld(blk, qoff + 32 * n + 16 * p);
-    let mut q = vandq_u8(vshlq_u8(qs, vdupq_n_s8(-2 * k as i8)), vdupq_n_u8(3));
-    if Q3 {
-        let hm = ld(blk, 16 * p);
-        // Bit 4n + k of hmask to bit 2.
-        let hb = vshlq_u8(hm, vdupq_n_s8(2 - (4 * n + k) as i8));
-        q = vorrq_u8(q, vandq_u8(hb, vdupq_n_u8(4)));
-    }
+    let q = k23_quants16::<Q3, N>(blk, (G / 8, (G / 2) % 4, G % 2));
     // SAFETY: dotprod present per this function's contract.
     unsafe { a.dot16(q, 16 * G) }
 }

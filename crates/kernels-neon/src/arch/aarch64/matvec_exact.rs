@@ -3,7 +3,7 @@
 
 use std::arch::aarch64::*;
 
-use super::dequant::{dequant_block, dequant_row, float8};
+use super::dequant::{dequant_block, dequant_float, float8};
 use super::hybrid::dot_exact_hybrid;
 use super::kquant::dot_exact_k;
 use super::simd::load_f32x4;
@@ -29,7 +29,7 @@ fn dot_exact_q<const F: u8>(row: &[u8], x: &[f32]) -> f32 {
 }
 
 /// Float-format rows (tag `F`): 32 elements at a time converted to f32 in registers
-/// ([`float8`]), then FMA into four accumulators (a shorter last group through `dequant_row`).
+/// ([`float8`]), then FMA into four accumulators (a shorter last group through `dequant_float`).
 #[target_feature(enable = "neon")]
 fn dot_exact_float<const F: u8>(row: &[u8], x: &[f32]) -> f32 {
     let eb = block_bytes(F);
@@ -48,12 +48,7 @@ fn dot_exact_float<const F: u8>(row: &[u8], x: &[f32]) -> f32 {
     }
     let n = x.len() - n32;
     let mut buf = [0f32; 32];
-    let format = match F {
-        F32 => WeightFormat::F32,
-        F16 => WeightFormat::F16,
-        _ => WeightFormat::BF16,
-    };
-    dequant_row(format, &row[n32 * eb..], &mut buf[..n]);
+    dequant_float::<F>(&row[n32 * eb..], &mut buf[..n]);
     let (xs, n4) = (&x[n32..], n / 4 * 4);
     for i in (0..n4).step_by(4) {
         let a = &mut acc[(i / 4) & 3];

@@ -7,7 +7,8 @@ use std::arch::aarch64::*;
 
 use super::dequant::weights_i8;
 use super::kquant::{q45k_quants16, q4k_scales, q6k_quants16};
-use super::simd::{f16_at, load_u8x16};
+use super::kquant_low_split::k23_quants16;
+use super::simd::f16_at;
 use crate::arch::tags::{block_bytes, has_min, IQ4_NL, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
 use crate::WeightFormat;
 
@@ -64,8 +65,8 @@ pub(super) fn row_blocks(format: WeightFormat, row: &[u8], out: &mut Vec<Blk>) {
         WeightFormat::IQ4_XS => iq4xs_blocks(row, out),
         WeightFormat::Q4_K | WeightFormat::Q5_K => k_blocks(format, row, out),
         WeightFormat::Q6_K => q6k_blocks(row, out),
-        WeightFormat::Q2_K => k23_blocks::<false>(row, out),
-        WeightFormat::Q3_K => k23_blocks::<true>(row, out),
+        WeightFormat::Q2_K => k23_blocks::<false, 84>(row, out),
+        WeightFormat::Q3_K => k23_blocks::<true, 110>(row, out),
         _ => panic!("row_blocks: {format:?} has no integer prompt tile"),
     }
 }
@@ -146,14 +147,13 @@ fn q6k_blocks(row: &[u8], out: &mut Vec<Blk>) {
     }
 }
 
-/// Q2_K (`Q3` false, 84 bytes a super-block) or Q3_K (110): one block per 32 elements `32j..`
-/// (`j = 4n + k`: bits `2k..2k + 2` of `qs[32n..32n + 32]`, byte 16 or 32; Q3_K's bit `j` of
-/// `hmask[0..32]` as bit 2, less 4), the integer scales of its halves (Q2_K `sc`, Q3_K `ls - 32`),
-/// `d`, and Q2_K's `-dmin * m` of each half.
+/// Q2_K (`Q3` false, `N` = 84 bytes a super-block) or Q3_K (110): one block per 32 elements
+/// `32j..` (`j = 4n + k`, each half's quants by `k23_quants16`, Q3_K's less 4), the integer scales
+/// of its halves (Q2_K `sc`, Q3_K `ls - 32`), `d`, and Q2_K's `-dmin * m` of each half.
 #[target_feature(enable = "neon")]
-fn k23_blocks<const Q3: bool>(row: &[u8], out: &mut Vec<Blk>) {
-    let bb = if Q3 { 110 } else { 84 };
-    for b in row.chunks_exact(bb) {
+fn k23_blocks<const Q3: bool, const N: usize>(row: &[u8], out: &mut Vec<Blk>) {
+    for b in row.chunks_exact(N) {
+        let b: &[u8; N] = b.try_into().expect("a whole super-block");
         let (d, dmin) = if Q3 {
             (f16_at(b, 108), 0.0)
         } else {
@@ -162,28 +162,19 @@ fn k23_blocks<const Q3: bool>(row: &[u8], out: &mut Vec<Blk>) {
         // Sub-block `s`'s (16 elements) integer scale and, for Q2_K, its `-dmin * m`.
         let sc = |s: usize| -> (i32, f32) {
             if Q3 {
-                let sc = &b[96..108];
-                let lo = (sc[s % 8] >> (4 * (s / 8))) & 0xF;
-                let hi = (sc[8 + s % 4] >> (2 * (s / 4))) & 3;
-                (i32::from(lo | hi << 4) - 32, 0.0)
+                (crate::scalar::q3k_scale(b, s), 0.0)
             } else {
                 (i32::from(b[s] & 0xF), -dmin * f32::from(b[s] >> 4))
             }
         };
-        let qoff = if Q3 { 32 } else { 16 };
         for j in 0..8 {
-            let (n, k) = (j / 4, j % 4);
             let half = |p: usize| {
-                let qs = load_u8x16(&b[qoff + 32 * n + 16 * p..]);
-                let mut q = vandq_u8(vshlq_u8(qs, vdupq_n_s8(-2 * k as i8)), vdupq_n_u8(3));
+                let q = vreinterpretq_s8_u8(k23_quants16::<Q3, N>(b, (j / 4, j % 4, p)));
                 if Q3 {
-                    // Bit `j` of hmask to bit 2; the quant less 4.
-                    let hm = load_u8x16(&b[16 * p..]);
-                    let hb = vshlq_u8(hm, vdupq_n_s8(2 - j as i8));
-                    q = vorrq_u8(q, vandq_u8(hb, vdupq_n_u8(4)));
-                    return vsubq_s8(vreinterpretq_s8_u8(q), vdupq_n_s8(4));
+                    vsubq_s8(q, vdupq_n_s8(4))
+                } else {
+                    q
                 }
-                vreinterpretq_s8_u8(q)
             };
             let ((sa, ma), (sb, mb)) = (sc(2 * j), sc(2 * j + 1));
             out.push(Blk {
