@@ -6,6 +6,7 @@ use super::tile_dp::{quads16, quads8, tile_i16dp, tile_i8dp, Dp16, Dp8, TokenQua
 use super::tile_i16mm::{pairs16, tile_i16mm, Tok16};
 use super::tile_i8mm::{pairs8, tile_i8mm, tile_k8mm, Tok8};
 use super::tile_mm::TokenPairs;
+use crate::arch::k23;
 use crate::quant::{QActs, QActs16};
 use crate::{KernelPath, QMatrix, WeightFormat};
 
@@ -22,12 +23,14 @@ impl Acts16 {
     /// `dotprod`).
     pub(crate) fn new(path: KernelPath, format: WeightFormat, acts: &[QActs16]) -> Option<Self> {
         match path {
-            // SAFETY: NEON is baseline on every aarch64 target.
-            KernelPath::NeonI8mm if k23(format) => Some(Acts16::Quads(unsafe { quads16(acts) })),
+            KernelPath::NeonI8mm if k23(format) => {
+                // SAFETY: NEON is baseline on every aarch64 target.
+                Some(Acts16::Quads(unsafe { quads16(acts, format) }))
+            }
             // SAFETY: NEON is baseline on every aarch64 target.
             KernelPath::NeonI8mm => Some(Acts16::Pairs(unsafe { pairs16(acts) })),
             // SAFETY: as above.
-            KernelPath::NeonDotprod => Some(Acts16::Quads(unsafe { quads16(acts) })),
+            KernelPath::NeonDotprod => Some(Acts16::Quads(unsafe { quads16(acts, format) })),
             _ => None,
         }
     }
@@ -58,12 +61,14 @@ impl Acts8 {
     /// `acts` for `path`'s 8-bit tile over weights of `format`, as [`Acts16::new`].
     pub(crate) fn new(path: KernelPath, format: WeightFormat, acts: &[QActs]) -> Option<Self> {
         match path {
-            // SAFETY: NEON is baseline on every aarch64 target.
-            KernelPath::NeonI8mm if k23(format) => Some(Acts8::Quads(unsafe { quads8(acts) })),
+            KernelPath::NeonI8mm if k23(format) => {
+                // SAFETY: NEON is baseline on every aarch64 target.
+                Some(Acts8::Quads(unsafe { quads8(acts, format) }))
+            }
             // SAFETY: NEON is baseline on every aarch64 target.
             KernelPath::NeonI8mm => Some(Acts8::Pairs(unsafe { pairs8(acts) })),
             // SAFETY: as above.
-            KernelPath::NeonDotprod => Some(Acts8::Quads(unsafe { quads8(acts) })),
+            KernelPath::NeonDotprod => Some(Acts8::Quads(unsafe { quads8(acts, format) })),
             _ => None,
         }
     }
@@ -85,9 +90,4 @@ impl Acts8 {
             Acts8::Quads(q) => unsafe { tile_i8dp(w, r0, nr, q, out) },
         }
     }
-}
-
-/// Q2_K and Q3_K: the formats only the `dotprod` tiles take.
-fn k23(format: WeightFormat) -> bool {
-    matches!(format, WeightFormat::Q2_K | WeightFormat::Q3_K)
 }

@@ -82,12 +82,13 @@ fn transpose4(v: [int8x16_t; 4]) -> [int8x16_t; 4] {
     [z1(t0, t2), z1(t1, t3), z2(t0, t2), z2(t1, t3)]
 }
 
-/// Four rows' blocks (`row_blocks`) as [`QuadBlock`]s, into `out`.
+/// Four rows' blocks (`row_blocks`) as [`QuadBlock`]s, into `out`; the low bytes' offsets
+/// (`w128`, `w128a`, `w128b`) only where `offsets` (the 16-bit tile's), else zero.
 ///
 /// # Safety
 /// The CPU must support the `dotprod` extension.
 #[target_feature(enable = "neon,dotprod")]
-unsafe fn quad(rows: [&[Blk]; 4], out: &mut Vec<QuadBlock>) {
+unsafe fn quad(rows: [&[Blk]; 4], offsets: bool, out: &mut Vec<QuadBlock>) {
     out.clear();
     let nb = rows[0].len();
     assert!(rows.iter().all(|r| r.len() == nb));
@@ -105,13 +106,12 @@ unsafe fn quad(rows: [&[Blk]; 4], out: &mut Vec<QuadBlock>) {
         let lo = transpose4(k.map(|k| k.q.0));
         let hi = transpose4(k.map(|k| k.q.1));
         let q = [lo[0], lo[1], lo[2], lo[3], hi[0], hi[1], hi[2], hi[3]];
-        let ones = vdupq_n_s8(1);
-        // SAFETY: dotprod present per this function's contract.
-        let (a, b) = unsafe {
-            (
-                dots16(vdupq_n_s32(0), &q[..4], ones),
-                dots16(vdupq_n_s32(0), &q[4..], ones),
-            )
+        let (ones, zero) = (vdupq_n_s8(1), vdupq_n_s32(0));
+        let (a, b) = if offsets {
+            // SAFETY: dotprod present per this function's contract.
+            unsafe { (dots16(zero, &q[..4], ones), dots16(zero, &q[4..], ones)) }
+        } else {
+            (zero, zero)
         };
         out.push(QuadBlock {
             q,
@@ -129,6 +129,8 @@ unsafe fn quad(rows: [&[Blk]; 4], out: &mut Vec<QuadBlock>) {
 
 /// A token's quants of one block in a tile's own form.
 trait DpQuants: Copy {
+    /// Whether the rows' blocks need the low bytes' offsets (`QuadBlock::w128`).
+    const OFFSETS: bool;
     /// The block's exact integer dots with the four rows of `w`, one per lane.
     ///
     /// # Safety
@@ -148,6 +150,7 @@ pub(crate) struct Dp8 {
 }
 
 impl DpQuants for Dp8 {
+    const OFFSETS: bool = false;
     #[inline(always)]
     unsafe fn dots(&self, w: &QuadBlock) -> int32x4_t {
         // SAFETY: dotprod present per this method's contract.
@@ -180,6 +183,7 @@ pub(crate) struct Dp16 {
 }
 
 impl DpQuants for Dp16 {
+    const OFFSETS: bool = true;
     #[inline(always)]
     unsafe fn dots(&self, w: &QuadBlock) -> int32x4_t {
         // SAFETY: dotprod present per this method's contract.
@@ -207,7 +211,7 @@ impl DpQuants for Dp16 {
 
 /// One block of four tokens: each one's quants, their scales `d` and sums `s` (`d * sum(q)`),
 /// and the sums of each half (`sa`, `sb`: `d * sum(q)` over elements 0..16 and 16..32, Q2_K's
-/// min terms), one per lane.
+/// min terms; zero for the other formats), one per lane.
 #[derive(Clone, Copy)]
 struct TokQuad<Q> {
     q: [Q; 4],
@@ -225,13 +229,16 @@ pub(crate) struct TokenQuads<Q> {
     n: usize,
 }
 
-/// The token groups of `acts` (whole blocks of 32), each token's quants of a block by `quants`
-/// of its 32 quants.
+/// The token groups of `acts` (whole blocks of 32) for a tile over weights of `format`, each
+/// token's quants of a block by `quants` of its 32 quants; the sums of each half only where the
+/// format's min term takes them (Q2_K), else zero.
 #[target_feature(enable = "neon")]
 fn token_quads<E: Copy + Into<i32>, Q: DpQuants>(
     acts: &[QBlocks<E>],
+    format: WeightFormat,
     quants: impl Fn(&[E]) -> Q,
 ) -> TokenQuads<Q> {
+    let halves = takes_min(format) && takes_halves(format);
     let n = acts.len();
     let nb = acts.first().map_or(0, |a| a.qs.len() / 32);
     let groups = (0..n.div_ceil(4))
@@ -244,6 +251,9 @@ fn token_quads<E: Copy + Into<i32>, Q: DpQuants>(
                         unsafe { vld1q_f32(v.as_ptr()) }
                     };
                     let half = |x: &QBlocks<E>, h: usize| {
+                        if !halves {
+                            return 0.0;
+                        }
                         let q = &x.qs[32 * b + 16 * h..32 * b + 16 * h + 16];
                         x.d[b] * q.iter().map(|&v| v.into()).sum::<i32>() as f32
                     };
@@ -391,6 +401,7 @@ unsafe fn drive_with<Q: DpQuants, const MIN: bool, const HALVES: bool>(
         unsafe {
             quad(
                 std::array::from_fn(|r| rows[r.min(last)].as_slice()),
+                Q::OFFSETS,
                 &mut rq,
             )
         };
@@ -441,11 +452,11 @@ pub(crate) fn has_tile_i16dp(format: WeightFormat) -> bool {
     has_row_blocks(format) && format != WeightFormat::Q6_K
 }
 
-/// A prompt's 16-bit activations as [`tile_i16dp`] reads them (once per product): each block's
-/// high bytes and low bytes less 128.
+/// A prompt's 16-bit activations as [`tile_i16dp`] reads them over weights of `format` (once per
+/// product): each block's high bytes and low bytes less 128.
 #[target_feature(enable = "neon")]
-pub(crate) fn quads16(acts: &[QActs16]) -> TokenQuads<Dp16> {
-    token_quads(acts, |x: &[i16]| {
+pub(crate) fn quads16(acts: &[QActs16], format: WeightFormat) -> TokenQuads<Dp16> {
+    token_quads(acts, format, |x: &[i16]| {
         let split = |e: usize| {
             let q = &x[e..e + 16];
             // SAFETY: `q` has exactly 16 readable i16 (bounds-checked above).
@@ -493,10 +504,11 @@ pub(crate) fn has_tile_i8dp(format: WeightFormat) -> bool {
     has_row_blocks(format)
 }
 
-/// A prompt's 8-bit activations as [`tile_i8dp`] reads them (once per product).
+/// A prompt's 8-bit activations as [`tile_i8dp`] reads them over weights of `format` (once per
+/// product).
 #[target_feature(enable = "neon")]
-pub(crate) fn quads8(acts: &[QActs]) -> TokenQuads<Dp8> {
-    token_quads(acts, |x: &[i8]| {
+pub(crate) fn quads8(acts: &[QActs], format: WeightFormat) -> TokenQuads<Dp8> {
+    token_quads(acts, format, |x: &[i8]| {
         let half = |e: usize| {
             let q = &x[e..e + 16];
             // SAFETY: `q` has exactly 16 readable i8 (bounds-checked above).
