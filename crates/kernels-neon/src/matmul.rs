@@ -201,11 +201,8 @@ pub fn matmul_with(
     let work = |ci: usize| {
         let r0 = ci * chunk;
         let nr = chunk.min(rows - r0);
-        let row = |i: usize, dst: &mut [f32]| {
-            arch::dequant_row(path, w.format(), w.row_data(r0 + i), dst);
-        };
         let mut local = vec![0f32; n * nr];
-        arch::tile_dequant(path, nr, cols, row, xb.as_deref(), x, n, &mut local);
+        crate::product::tile_f32(path, (w, r0, nr), xb.as_deref(), x, n, &mut local);
         // SAFETY: `y` has `n * rows` elements (checked above) and stays mutably borrowed until
         // the parallel loop ends; this work item alone writes rows `r0 .. r0 + nr`.
         unsafe { out.write_rows(&local, n, rows, r0, nr) };

@@ -57,7 +57,7 @@ fn int8(path: KernelPath, format: WeightFormat, n: usize, precision: Precision) 
 /// over `n` tokens in `precision` with `threads` work items at a time (the pool's threads),
 /// besides `x` and `y`: per band in flight, its output (`n` tokens of its columns, f32, until
 /// copied into `y`), its tile (the band's columns of every row, transposed, f32),
-/// [`T_ROWS`] rows of the band and what the tile kernel allocates; a hybrid matrix is also
+/// [`T_ROWS`] rows of the band (the tile kernels allocate nothing); a hybrid matrix is also
 /// dequantized whole (`rows × cols` f32) first. On the 8-bit tile instead, the tokens quantized
 /// once (rows padded to whole blocks of 32), and per band in flight 32 of its rows in f32 and its
 /// columns quantized and packed.
@@ -85,13 +85,11 @@ pub fn matmul_t_scratch_bytes(
         let per_band = 4 * n * nc + arch::tile_int8_t_bytes(path, nc, rows_p, n);
         return (acts + flying * per_band) as u64;
     }
-    let kernel = arch::tile_scratch_bytes(path, band.min(cols), rows) as u64;
     let flying = flying as u64;
     let flying_cols = (flying * band as u64).min(cols as u64);
     let (rows, cols, n) = (rows as u64, cols as u64, n as u64);
     let whole = if format.is_hybrid() { rows * cols } else { 0 };
     4 * (n * flying_cols + flying_cols * rows + flying * (T_ROWS * band) as u64 + whole)
-        + flying * kernel
 }
 
 /// `y[t*cols + c] = Σ_j x[t*rows + j] · W[j][c]` for `n` tokens (`x`: `n × rows`, `y`: `n × cols`,

@@ -86,19 +86,6 @@ pub(crate) fn tile_dequant(
     }
 }
 
-/// Bytes [`tile`] allocates on `path` for an `nr × cols` tile (the AVX-512 kernel packs it; the
-/// others work in place).
-pub(crate) fn tile_scratch_bytes(path: KernelPath, nr: usize, cols: usize) -> usize {
-    match path {
-        #[cfg(target_arch = "x86_64")]
-        KernelPath::Avx512 => x86_64::tile512_scratch_bytes(nr, cols),
-        _ => {
-            let _ = (nr, cols);
-            0
-        }
-    }
-}
-
 /// Activations `x` (`n` rows of `cols`) rounded for [`tile_bf16`], or `None` where the path has no
 /// bf16 tile.
 pub(crate) fn bf16_acts(path: KernelPath, x: &[f32], n: usize, cols: usize) -> Option<Vec<u16>> {

@@ -80,9 +80,7 @@ pub(crate) use q40x8_pair512::q40x8_pair_tokens;
 pub(crate) use q4kx8::{q4kx8_group, q4kx8_group_vnni};
 pub(crate) use quantize::{quantize, quantize16, quantize_super};
 pub(crate) use tile::tile;
-pub(crate) use tile512::{
-    tile as tile512, tile_rows as tile512_rows, tile_scratch_bytes as tile512_scratch_bytes,
-};
+pub(crate) use tile512::{tile as tile512, tile_rows as tile512_rows};
 pub(crate) use tile512_i8::{has_tile512_i8, tile512_i8, tile512_i8_t, tile512_i8_t_bytes};
 pub(crate) use tile512_k16::{has_tile512_k16, tile512_k16};
 pub(crate) use tile512_k23::tile512_k23;
