@@ -89,7 +89,7 @@ proptest! {
         rows in 1usize..80,
         supers in 1usize..4,
         n in 2usize..12,
-        chunk in prop::sample::select(vec![0usize, 1, 3, 16]),
+        chunk in prop::sample::select(vec![0usize, 1, 3, 16, 48]),
         seed in any::<u64>(),
     ) {
         let cols = 256 * supers;
@@ -122,7 +122,7 @@ proptest! {
         rows in 1usize..80,
         units in 1usize..12,
         n in 8..INT_TILE_MIN_TOKENS + 9,
-        chunk in prop::sample::select(vec![0usize, 1, 3, 16]),
+        chunk in prop::sample::select(vec![0usize, 1, 3, 16, 48]),
         seed in any::<u64>(),
     ) {
         let cols = if format.is_k_quant() { 256 * (1 + units % 3) } else { 32 * units };

@@ -296,10 +296,13 @@ impl<'a, const F: u8> LaneTile for Tile<'a, F> {
 /// AVX2/FMA/F16C present; `w`'s format is `F`'s; the lengths checked by [`tile_i8`].
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn tile_f<const F: u8>(w: &QMatrix, r0: usize, nr: usize, toks: &[Tok], out: &mut [f32]) {
-    // SAFETY: AVX2/FMA/F16C present and the format `F`'s per this function's contract.
-    let k = Tile::<F>(unsafe { pack::<F>(w, r0, nr) }, PhantomData);
-    // SAFETY: as above; `k` holds `nr.div_ceil(LANES)` groups; the tokens cover the columns.
-    unsafe { drive(&k, nr, toks, out) }
+    // SAFETY: AVX2/FMA/F16C present and the format `F`'s per this function's contract; each chunk
+    // packed holds its rows' groups; the tokens cover the columns.
+    unsafe {
+        drive(nr, toks, out, |first, count| {
+            Tile::<F>(pack::<F>(w, r0 + first, count), PhantomData)
+        })
+    }
 }
 
 /// `out[t * nr + i]` = row `r0 + i` of `w` · token `t` (activations `acts[t]`, quantized by

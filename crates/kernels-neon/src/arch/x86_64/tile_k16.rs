@@ -302,25 +302,28 @@ pub(crate) unsafe fn tile_k16(
         .collect();
     use WeightFormat as W;
     // SAFETY: AVX2/FMA/F16C present per this function's contract; each arm's tag is the format's.
-    let p = unsafe {
+    let pack = |first: usize, count: usize| unsafe {
+        let r = r0 + first;
         match format {
-            W::Q4_0 => pack::<Q4_0, false>(w, r0, nr),
-            W::Q4_1 => pack::<Q4_1, false>(w, r0, nr),
-            W::Q5_0 => pack::<Q5_0, false>(w, r0, nr),
-            W::Q5_1 => pack::<Q5_1, false>(w, r0, nr),
-            W::Q8_0 => pack::<Q8_0, false>(w, r0, nr),
-            W::IQ4_XS => pack::<IQ4_NL, true>(w, r0, nr),
-            _ => pack::<IQ4_NL, false>(w, r0, nr),
+            W::Q4_0 => pack::<Q4_0, false>(w, r, count),
+            W::Q4_1 => pack::<Q4_1, false>(w, r, count),
+            W::Q5_0 => pack::<Q5_0, false>(w, r, count),
+            W::Q5_1 => pack::<Q5_1, false>(w, r, count),
+            W::Q8_0 => pack::<Q8_0, false>(w, r, count),
+            W::IQ4_XS => pack::<IQ4_NL, true>(w, r, count),
+            _ => pack::<IQ4_NL, false>(w, r, count),
         }
     };
-    // SAFETY: AVX2/FMA/F16C present per this function's contract; `p` holds
-    // `nr.div_ceil(LANES)` groups; the tokens cover the columns (asserted above); `out` holds
-    // `n * nr` floats (asserted above).
+    // SAFETY: AVX2/FMA/F16C present per this function's contract; each chunk packed holds its
+    // rows' groups; the tokens cover the columns (asserted above); `out` holds `n * nr` floats
+    // (asserted above).
     unsafe {
         if matches!(format, W::Q4_1 | W::Q5_1) {
-            drive(&Tile::<true>(p, PhantomData), nr, &toks, out)
+            drive(nr, &toks, out, |f, c| Tile::<true>(pack(f, c), PhantomData))
         } else {
-            drive(&Tile::<false>(p, PhantomData), nr, &toks, out)
+            drive(nr, &toks, out, |f, c| {
+                Tile::<false>(pack(f, c), PhantomData)
+            })
         }
     }
 }

@@ -333,10 +333,13 @@ impl<'a, const Q3: bool> LaneTile for Tile<'a, Q3> {
 /// [`tile_k23`].
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn tile_q<const Q3: bool>(w: &QMatrix, r0: usize, nr: usize, toks: &[Tok], out: &mut [f32]) {
-    // SAFETY: AVX2/FMA/F16C present and the format `Q3`'s per this function's contract.
-    let k = Tile::<Q3>(unsafe { pack::<Q3>(w, r0, nr) }, PhantomData);
-    // SAFETY: as above; `k` holds `nr.div_ceil(LANES)` groups; the tokens cover the columns.
-    unsafe { drive(&k, nr, toks, out) }
+    // SAFETY: AVX2/FMA/F16C present and the format `Q3`'s per this function's contract; each chunk
+    // packed holds its rows' groups; the tokens cover the columns.
+    unsafe {
+        drive(nr, toks, out, |first, count| {
+            Tile::<Q3>(pack::<Q3>(w, r0 + first, count), PhantomData)
+        })
+    }
 }
 
 /// `out[t * nr + i]` = row `r0 + i` of `w` (Q2_K or Q3_K) · token `t` (activations `acts[t]`,

@@ -314,10 +314,13 @@ impl<'a, const K: u8> LaneTile for Tile<'a, K> {
 /// [`tile_k8_lanes`].
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn tile_q<const K: u8>(w: &QMatrix, r0: usize, nr: usize, toks: &[Tok], out: &mut [f32]) {
-    // SAFETY: AVX2/FMA/F16C present and the format `K`'s per this function's contract.
-    let k = Tile::<K>(unsafe { pack::<K>(w, r0, nr) }, PhantomData);
-    // SAFETY: as above; `k` holds `nr.div_ceil(LANES)` groups; the tokens cover the columns.
-    unsafe { drive(&k, nr, toks, out) }
+    // SAFETY: AVX2/FMA/F16C present and the format `K`'s per this function's contract; each chunk
+    // packed holds its rows' groups; the tokens cover the columns.
+    unsafe {
+        drive(nr, toks, out, |first, count| {
+            Tile::<K>(pack::<K>(w, r0 + first, count), PhantomData)
+        })
+    }
 }
 
 /// `out[t * nr + i]` = row `r0 + i` of `w` (Q4_K or Q5_K) · token `t` (activations `acts[t]`,
