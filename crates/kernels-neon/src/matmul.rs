@@ -202,7 +202,7 @@ pub fn matmul_with(
         let r0 = ci * chunk;
         let nr = chunk.min(rows - r0);
         let mut local = vec![0f32; n * nr];
-        crate::product::tile_f32(path, (w, r0, nr), xb.as_deref(), x, n, &mut local);
+        arch::tile_f32(path, (w, r0, nr), xb.as_deref(), x, n, &mut local);
         // SAFETY: `y` has `n * rows` elements (checked above) and stays mutably borrowed until
         // the parallel loop ends; this work item alone writes rows `r0 .. r0 + nr`.
         unsafe { out.write_rows(&local, n, rows, r0, nr) };

@@ -163,45 +163,10 @@ impl Product {
             }
             Product::F32(xb) => {
                 out.fill(0.0);
-                tile_f32(path, (w, r0, nr), xb.as_deref(), &x[..m * cols], m, out);
+                arch::tile_f32(path, (w, r0, nr), xb.as_deref(), &x[..m * cols], m, out);
             }
         }
     }
-}
-
-/// `out[t * nr + i]` = row `r0 + i` of `w` · token `t` of `x` on the f32 tile ([`arch::tile_dequant`]:
-/// with bf16 activations `xb` where given), each row dequantized; an F32 matrix's rows read in
-/// place where its bytes are aligned for floats (no copy of every row: 9% of an F32 prompt's time,
-/// SYNTHETIC 16x1024x2816 F32, AVX-512, 2026-12-06).
-pub(crate) fn tile_f32(
-    path: KernelPath,
-    (w, r0, nr): (&QMatrix, usize, usize),
-    xb: Option<&[u16]>,
-    x: &[f32],
-    n: usize,
-    out: &mut [f32],
-) {
-    let cols = w.cols();
-    if let (None, Some(rows)) = (xb, f32_rows(w, r0, nr)) {
-        return arch::tile(path, rows, nr, cols, x, n, out);
-    }
-    let row = |i: usize, dst: &mut [f32]| {
-        arch::dequant_row(path, w.format(), w.row_data(r0 + i), dst);
-    };
-    arch::tile_dequant(path, nr, cols, row, xb, x, n, out);
-}
-
-/// Rows `r0 .. r0 + nr` of an F32 matrix `w` as the floats they hold, where its bytes are aligned
-/// for them (GGUF aligns its tensors to 32 bytes); `None` for other formats, or unaligned bytes.
-fn f32_rows<'a>(w: &QMatrix<'a>, r0: usize, nr: usize) -> Option<&'a [f32]> {
-    if w.format() != WeightFormat::F32 || cfg!(target_endian = "big") {
-        return None;
-    }
-    let bytes = &w.data()[r0 * w.row_bytes()..(r0 + nr) * w.row_bytes()];
-    // SAFETY: every bit pattern is an f32, and `align_to` puts in the middle only whole,
-    // aligned floats; the file's little-endian floats are the target's (big-endian excluded above).
-    let (head, floats, tail) = unsafe { bytes.align_to::<f32>() };
-    (head.is_empty() && tail.is_empty()).then_some(floats)
 }
 
 /// Whether a prompt's groups of fewer than [`INT_TILE_MIN_TOKENS`] tokens in [`Precision::Fast`]
