@@ -7,7 +7,7 @@ use super::dequant::{dequant_block, dequant_float, float8};
 use super::hybrid::dot_exact_hybrid;
 use super::kquant::dot_exact_k;
 use super::simd::load_f32x4;
-use crate::arch::drivers::rows_with;
+use crate::arch::drivers::{rows_blocked, rows_with, RowDots};
 use crate::arch::tags::{block_bytes, BF16, F16, F32, IQ4_NL, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
 use crate::arch::Rows;
 use crate::QMatrix;
@@ -46,6 +46,54 @@ fn dot_exact_float<const F: u8>(row: &[u8], x: &[f32]) -> f32 {
             acc[b] = vfmaq_f32(acc[b], hi, load_f32x4(&xs[8 * i + 4..]));
         }
     }
+    float_tail::<F>(acc, row, x)
+}
+
+/// Four float-format rows at once, each summed exactly as [`dot_exact_float`] sums it alone (its
+/// own four accumulators, the same order), the activations loaded once for the four.
+#[target_feature(enable = "neon")]
+fn dot4_exact_float<const F: u8>(rows: [&[u8]; 4], x: &[f32]) -> [f32; 4] {
+    let eb = block_bytes(F);
+    let n32 = x.len() / 32 * 32;
+    let (mut a0, mut a1, mut a2, mut a3) = (
+        [vdupq_n_f32(0.0); 4],
+        [vdupq_n_f32(0.0); 4],
+        [vdupq_n_f32(0.0); 4],
+        [vdupq_n_f32(0.0); 4],
+    );
+    let g = |r: usize| rows[r][..n32 * eb].chunks_exact(32 * eb);
+    for ((((g0, g1), g2), g3), xs) in g(0)
+        .zip(g(1))
+        .zip(g(2))
+        .zip(g(3))
+        .zip(x[..n32].chunks_exact(32))
+    {
+        for i in 0..4 {
+            let (xl, xh) = (load_f32x4(&xs[8 * i..]), load_f32x4(&xs[8 * i + 4..]));
+            let (a, b) = ((2 * i) & 3, (2 * i + 1) & 3);
+            let at = 8 * eb * i..8 * eb * (i + 1);
+            for (acc, g) in [(&mut a0, g0), (&mut a1, g1), (&mut a2, g2), (&mut a3, g3)] {
+                let [lo, hi] = float8::<F>(&g[at.clone()]);
+                acc[a] = vfmaq_f32(acc[a], lo, xl);
+                acc[b] = vfmaq_f32(acc[b], hi, xh);
+            }
+        }
+    }
+    [
+        float_tail::<F>(a0, rows[0], x),
+        float_tail::<F>(a1, rows[1], x),
+        float_tail::<F>(a2, rows[2], x),
+        float_tail::<F>(a3, rows[3], x),
+    ]
+}
+
+/// A float row's sum from its four accumulators over the whole groups of 32, with its last
+/// `x.len() % 32` elements added (through `dequant_float`).
+#[inline]
+#[target_feature(enable = "neon")]
+fn float_tail<const F: u8>(mut acc: [float32x4_t; 4], row: &[u8], x: &[f32]) -> f32 {
+    let eb = block_bytes(F);
+    let n32 = x.len() / 32 * 32;
     let n = x.len() - n32;
     let mut buf = [0f32; 32];
     dequant_float::<F>(&row[n32 * eb..], &mut buf[..n]);
@@ -59,6 +107,28 @@ fn dot_exact_float<const F: u8>(row: &[u8], x: &[f32]) -> f32 {
         vaddq_f32(acc[0], acc[1]),
         vaddq_f32(acc[2], acc[3]),
     )) + tail
+}
+
+/// [`dot4_exact_float`] four rows at a time, [`dot_exact_float`] the rest.
+struct FloatDots<'a, const F: u8>(&'a [f32]);
+
+impl<const F: u8> RowDots for FloatDots<'_, F> {
+    #[inline]
+    #[target_feature(enable = "neon")]
+    unsafe fn dots<const N: usize>(&self, rows: [&[u8]; N]) -> [f32; N] {
+        if N == 4 {
+            let s = dot4_exact_float::<F>(std::array::from_fn(|r| rows[r]), self.0);
+            return std::array::from_fn(|r| s[r]);
+        }
+        rows.map(|r| dot_exact_float::<F>(r, self.0))
+    }
+}
+
+/// The rows `sel` of `w` (float format tag `F`), four at a time.
+#[target_feature(enable = "neon")]
+fn float_rows<const F: u8>(w: &QMatrix<'_>, sel: Rows<'_>, x: &[f32], y: &mut [f32]) {
+    // SAFETY: NEON is baseline on aarch64.
+    unsafe { rows_blocked::<4, _>(&FloatDots::<F>(x), w, sel, y) }
 }
 
 #[target_feature(enable = "neon")]
@@ -81,8 +151,8 @@ pub(crate) fn matvec_exact(w: &QMatrix<'_>, sel: Rows<'_>, x: &[f32], y: &mut [f
             let k = usize::from(outliers_per_row);
             rows_with(w, sel, y, |r| dot_exact_hybrid(k, r, x))
         }
-        WeightFormat::F32 => rows_with(w, sel, y, |r| dot_exact_float::<F32>(r, x)),
-        WeightFormat::F16 => rows_with(w, sel, y, |r| dot_exact_float::<F16>(r, x)),
-        WeightFormat::BF16 => rows_with(w, sel, y, |r| dot_exact_float::<BF16>(r, x)),
+        WeightFormat::F32 => float_rows::<F32>(w, sel, x, y),
+        WeightFormat::F16 => float_rows::<F16>(w, sel, x, y),
+        WeightFormat::BF16 => float_rows::<BF16>(w, sel, x, y),
     }
 }
