@@ -141,11 +141,11 @@ struct Packed {
 }
 
 impl Packed {
-    /// Room for [`BLOCK_ROWS`] rows of `cols`, zeroed.
-    fn new(cols: usize) -> Self {
+    /// Room for `rows` rows (at most a block's) of `cols`, zeroed.
+    fn new(rows: usize, cols: usize) -> Self {
         let steps = cols.div_ceil(16);
         Packed {
-            w: vec![0f32; BLOCK_ROWS * steps * 16],
+            w: vec![0f32; rows.min(BLOCK_ROWS).div_ceil(R) * R * steps * 16],
             steps,
         }
     }
@@ -197,7 +197,7 @@ pub(crate) unsafe fn tile_rows(
     n: usize,
     out: &mut [f32],
 ) {
-    let mut p = Packed::new(cols);
+    let mut p = Packed::new(nr, cols);
     let mut buf = vec![0f32; cols];
     for i0 in (0..nr).step_by(BLOCK_ROWS) {
         let rows = BLOCK_ROWS.min(nr - i0);

@@ -302,7 +302,7 @@ pub(crate) unsafe fn tile_k16(
         .collect();
     use WeightFormat as W;
     // SAFETY: AVX2/FMA/F16C present per this function's contract; each arm's tag is the format's.
-    let pack = |first: usize, count: usize| unsafe {
+    let pack_rows = |first: usize, count: usize| unsafe {
         let r = r0 + first;
         match format {
             W::Q4_0 => pack::<Q4_0, false>(w, r, count),
@@ -319,10 +319,12 @@ pub(crate) unsafe fn tile_k16(
     // (asserted above).
     unsafe {
         if matches!(format, W::Q4_1 | W::Q5_1) {
-            drive(nr, &toks, out, |f, c| Tile::<true>(pack(f, c), PhantomData))
+            drive(nr, &toks, out, |f, c| {
+                Tile::<true>(pack_rows(f, c), PhantomData)
+            })
         } else {
             drive(nr, &toks, out, |f, c| {
-                Tile::<false>(pack(f, c), PhantomData)
+                Tile::<false>(pack_rows(f, c), PhantomData)
             })
         }
     }

@@ -25,7 +25,7 @@ const T_MAX: usize = 3;
 /// are 3.6 times their bytes). SYNTHETIC 16x1024x2816, AVX2 path, one thread, pp64, two
 /// interleaved rounds (2026-12-06): IQ4_XS 234-240 -> 253 tok/s, Q2_K 297 -> 297-307, Q4_0 and
 /// Q4_K_M within the noise.
-pub(super) const CHUNK_ROWS: usize = G_MAX * LANES;
+const CHUNK_ROWS: usize = G_MAX * LANES;
 
 /// A format's kernel over a work item's packed rows.
 pub(super) trait LaneTile {
