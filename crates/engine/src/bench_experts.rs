@@ -5,9 +5,12 @@
 //! cache held when decode began; an expert asked for may be used and not kept, as the run may do),
 //! times the bytes of an expert. Beside it, the same minimum for one pool of the same bytes shared
 //! by every layer (when every layer's expert has one size): what no split of the cache could beat.
+//! And a reference that is not a bound: the reads of the best fixed set of experts of each layer's
+//! share ([`offload::fixed_set_misses`]), a cache told how often each expert is asked for but not
+//! when, which is what an online policy can reach when the routing has no order to follow.
 
 use crate::generate::Engine;
-use offload::{belady_misses, ExpertCounters};
+use offload::{belady_misses, fixed_set_misses, ExpertCounters};
 
 /// One decode run's expert counters and the bound they are held to.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -24,6 +27,9 @@ pub struct ExpertBench {
     /// The same minimum with the cache's bytes one pool for every layer (`None` when the layers'
     /// experts differ in size): at most `min_bytes_per_token`.
     pub min_bytes_per_token_one_pool: Option<f64>,
+    /// Bytes per token of the best fixed set of experts of each layer's share on the same routing
+    /// ([`offload::fixed_set_misses`]): a reference, at least `min_bytes_per_token`.
+    pub fixed_set_bytes_per_token: f64,
     /// Share of decode time spent waiting for a read.
     pub wait_share: f64,
     /// Each layer's share of the expert cache, bytes ([`offload::ExpertOffload::cache_shares`]).
@@ -69,16 +75,21 @@ pub(crate) fn finish(
     let trace = x.take_trace();
     x.set_trace(false);
     let shares = x.cache_shares();
-    let min_bytes: f64 = trace
-        .iter()
-        .enumerate()
-        .map(|(l, t)| {
-            let blob = x.blob_bytes(l);
-            let cap = shares.get(l).copied().unwrap_or(0) / blob.max(1);
-            let held = initial.get(l).map_or(&[][..], Vec::as_slice);
-            belady_misses(t, cap, held) as f64 * blob as f64
-        })
-        .sum();
+    // Each layer's misses by `count` (its trace, its share in whole experts, what it held) in bytes.
+    let layer_bytes = |count: fn(&[u32], usize, &[u32]) -> u64| -> f64 {
+        trace
+            .iter()
+            .enumerate()
+            .map(|(l, t)| {
+                let blob = x.blob_bytes(l);
+                let cap = shares.get(l).copied().unwrap_or(0) / blob.max(1);
+                let held = initial.get(l).map_or(&[][..], Vec::as_slice);
+                count(t, cap, held) as f64 * blob as f64
+            })
+            .sum()
+    };
+    let min_bytes = layer_bytes(belady_misses::<u32>);
+    let fixed_bytes = layer_bytes(fixed_set_misses::<u32>);
     let n = tokens.max(1) as f64;
     let blobs: Vec<usize> = (0..trace.len())
         .map(|l| x.blob_bytes(l))
@@ -107,6 +118,7 @@ pub(crate) fn finish(
         bytes_per_token: c.bytes_read as f64 / n,
         min_bytes_per_token: min_bytes / n,
         min_bytes_per_token_one_pool: one_pool,
+        fixed_set_bytes_per_token: fixed_bytes / n,
         wait_share: c.wait_seconds / secs.max(1e-9),
         cache_shares: shares,
     })

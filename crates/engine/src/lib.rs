@@ -154,8 +154,8 @@ pub mod stream {
 pub mod offload {
     pub use ::offload::budget::store_ffn_bytes;
     pub use ::offload::{
-        belady_misses, CacheControl, CacheReport, Eviction, ExpertCounters, ExpertOffload,
-        ExpertOffloadOptions, Offload, OffloadOptions, OffloadStats, Packing,
+        belady_misses, fixed_set_misses, CacheControl, CacheReport, Eviction, ExpertCounters,
+        ExpertOffload, ExpertOffloadOptions, Offload, OffloadOptions, OffloadStats, Packing,
     };
     pub use model_bundle::{
         auto_down_format, auto_packing, convert, convert_moe, convert_moe_with, store_path_for,

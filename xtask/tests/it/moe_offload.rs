@@ -7,8 +7,8 @@
 use std::path::PathBuf;
 
 use engine::offload::{
-    belady_misses, convert_moe, ConvertOptions, ConvertStep, Eviction, ExpertOffload,
-    ExpertOffloadOptions,
+    belady_misses, convert_moe, fixed_set_misses, ConvertOptions, ConvertStep, Eviction,
+    ExpertOffload, ExpertOffloadOptions,
 };
 use engine::{Engine, EngineBuilder, EngineOptions, Logits, MemoryBudget, ModelFile, Precision};
 
@@ -378,5 +378,64 @@ fn belady_equals_an_exhaustive_search() {
             want,
             "case {case}: {trace:?}, capacity {cap}, holding {initial_set:?}"
         );
+    }
+}
+
+/// The best fixed set's reads: the set's loads and every request outside it, never fewer than
+/// Belady's; on traces whose order matters it reads more.
+#[test]
+fn fixed_set_reads_at_least_belady() {
+    // Capacity 1 over 0 1 0 1 2 0: the set {0} (asked for three times): its load, then 1, 1, 2.
+    assert_eq!(fixed_set_misses(&[0, 1, 0, 1, 2, 0], 1, &[]), 4);
+    // Order matters: 0 0 0 then 1 1 1; a fixed set keeps one of them, Belady's cache both in turn.
+    assert_eq!(fixed_set_misses(&[0, 0, 0, 1, 1, 1], 1, &[]), 4);
+    assert_eq!(belady_misses(&[0, 0, 0, 1, 1, 1], 1, &[]), 2);
+    // What the cache holds counts: 1 is held, so keeping it saves its two reads where 0's load
+    // would save one of three; 0 is then read each time (capacity 1).
+    assert_eq!(fixed_set_misses(&[0, 1, 0, 1, 0], 1, &[1]), 3);
+    // Nothing kept with no room.
+    assert_eq!(fixed_set_misses(&[0, 0, 1], 0, &[0]), 3);
+    // Warm and whole: nothing read.
+    assert_eq!(fixed_set_misses(&[0, 1, 2, 0, 1, 2], 3, &[0, 1, 2]), 0);
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = |m: u64| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        (x % m) as u32
+    };
+    for case in 0..500 {
+        let len = 1 + next(40) as usize;
+        let alphabet = 1 + u64::from(next(12));
+        let trace: Vec<u32> = (0..len).map(|_| next(alphabet)).collect();
+        let cap = next(6) as usize;
+        let mut initial: Vec<u32> = (0..next(5)).map(|_| next(alphabet)).collect();
+        initial.sort_unstable();
+        initial.dedup();
+        let fixed = fixed_set_misses(&trace, cap, &initial);
+        let opt = belady_misses(&trace, cap, &initial);
+        assert!(
+            opt <= fixed && fixed <= len as u64,
+            "case {case}: {trace:?}, capacity {cap}, holding {initial:?}: fixed {fixed}, opt {opt}"
+        );
+        // From a cold cache, no fixed set of `cap` experts reads less (every set tried).
+        let cold = fixed_set_misses(&trace, cap, &[]);
+        let best = (0u32..1 << alphabet)
+            .filter(|set| set.count_ones() as usize <= cap)
+            .map(|set| {
+                let asked = |e: u32| trace.contains(&e);
+                let loads = (0..alphabet as u32)
+                    .filter(|&e| set >> e & 1 == 1 && asked(e))
+                    .count();
+                let outside = trace.iter().filter(|&&e| set >> e & 1 == 0).count();
+                (loads + outside) as u64
+            })
+            .min()
+            .unwrap();
+        assert_eq!(cold, best, "case {case}: {trace:?}, capacity {cap}");
+        if cap >= alphabet as usize {
+            // Room for every expert: each is read at most once, as Belady's.
+            assert_eq!(fixed, opt, "case {case}: {trace:?}, capacity {cap}");
+        }
     }
 }

@@ -759,6 +759,7 @@ fn experts_json(x: &engine::ExpertBench) -> serde_json::Value {
         "min_mib_read_per_token": x.min_bytes_per_token / (1024.0 * 1024.0),
         "read_over_min": x.over_min(), "io_wait_share": x.wait_share,
         "min_mib_read_per_token_one_pool": x.min_bytes_per_token_one_pool.map(|b| b / (1024.0 * 1024.0)),
+        "fixed_set_mib_read_per_token": x.fixed_set_bytes_per_token / (1024.0 * 1024.0),
         "peak_reads_in_flight": c.peak_in_flight, "cache_shares": x.cache_shares,
     })
 }
@@ -767,7 +768,7 @@ fn experts_json(x: &engine::ExpertBench) -> serde_json::Value {
 fn experts_line(name: &str, x: &engine::ExpertBench) {
     let c = &x.counters;
     println!(
-        "{name}experts: hit rate {:.1}% ({} of {} needed; {} read ahead by the next layer's router) | {:.2} MiB read per token, {:.2} MiB the least an optimal cache of this size and split reads ({:.2}x; Belady's on this decode's routing: whole experts, each layer's share, from what the cache held when decode began{}) | waiting for flash {:.0}% of decode time",
+        "{name}experts: hit rate {:.1}% ({} of {} needed; {} read ahead by the next layer's router) | {:.2} MiB read per token, {:.2} MiB the least an optimal cache of this size and split reads ({:.2}x; Belady's on this decode's routing: whole experts, each layer's share, from what the cache held when decode began{}; {:.2} MiB the best fixed set of each share, told how often but not when each expert is asked for) | waiting for flash {:.0}% of decode time",
         100.0 * c.hit_rate(),
         c.hits,
         c.lookups,
@@ -779,6 +780,7 @@ fn experts_line(name: &str, x: &engine::ExpertBench) {
             "; {:.2} MiB with one pool for all layers",
             mib(b as u64)
         )),
+        mib(x.fixed_set_bytes_per_token as u64),
         100.0 * x.wait_share
     );
 }

@@ -114,6 +114,10 @@ fn a_bundle_of_experts_runs_as_the_model_and_bench_reports_its_experts() {
         num("min_mib_read_per_token_one_pool") <= num("min_mib_read_per_token") + 1e-9,
         "one pool for all layers needs no more than any split of it: {x}"
     );
+    assert!(
+        num("fixed_set_mib_read_per_token") >= num("min_mib_read_per_token") - 1e-9,
+        "no fixed set reads less than the optimal cache: {x}"
+    );
     // Expert reads in flight: more than one by default here, at most `--io-depth`'s when given.
     let peak = |x: &serde_json::Value| x["peak_reads_in_flight"].as_u64().unwrap();
     assert!(peak(&x) > 1, "{x}");
