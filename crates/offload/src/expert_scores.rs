@@ -6,18 +6,35 @@
 //! pick many of the previous token's experts again, and those ranked just below the chosen ones) to
 //! slow (popular experts); each token's logits count `1 - memory` in an average. A further candidate
 //! ranks each expert by its better rank in the fastest and the slowest average (the cache then holds
-//! half of each one's top, as ARC keeps a recent and a frequent list). Which candidate the cache is
+//! half of each one's top, as ARC keeps a recent and a frequent list), and a last one counts how
+//! often each expert was picked (a slowly decaying count: what a fixed set of the experts asked for
+//! most would keep, when the routing has no order to follow). Which candidate the cache is
 //! given is decided per layer by a duel of shadow caches: before a token's logits are folded in,
 //! each candidate's top `capacity` experts (as many as the layer's share of the cache holds) are
 //! counted against the experts the token picked, and the candidate with the most hits lately (a
 //! decaying tally) wins. The averages start from the routing profile's log shares when there is one.
 
-/// One layer's averages and tallies, one per memory, then the union candidate's tally.
+/// One layer's averages and pick counts, and the candidates' tallies: one per memory, then the
+/// union's, then the counts'.
 #[derive(Debug, Clone, Default)]
 struct Layer {
     avgs: Vec<Vec<f32>>,
+    /// How often each expert was picked, each token's picks counting one and the past decaying by
+    /// [`PICKS_KEEP`] a token.
+    picks: Vec<f32>,
     /// Decaying count of each candidate's shadow hits.
     tally: Vec<f32>,
+}
+
+/// Which candidate a layer's duel picks.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Candidate {
+    /// An average, by its index.
+    Avg(usize),
+    /// The union of the fastest and the slowest average.
+    Union,
+    /// The pick counts.
+    Picks,
 }
 
 impl Layer {
@@ -42,6 +59,12 @@ impl Layer {
 /// Weight of the past in the duel's tallies, per token.
 const TALLY_KEEP: f32 = 0.9;
 
+/// Weight of the past in the pick counts, per token (a memory of about a thousand tokens).
+const PICKS_KEEP: f32 = 0.999;
+
+/// The picks the routing profile's shares stand for at the start (those of 32 tokens of 8 picks).
+const PRIOR_PICKS: f32 = 256.0;
+
 /// Every layer's scores (see the module docs).
 #[derive(Debug, Clone)]
 pub(crate) struct ExpertScores {
@@ -64,7 +87,8 @@ impl ExpertScores {
         let memory: Vec<f32> = memory.iter().map(|m| m.clamp(0.0, 1.0)).collect();
         let layer = Layer {
             avgs: vec![Vec::new(); memory.len()],
-            tally: vec![0.0; memory.len() + 1],
+            picks: Vec::new(),
+            tally: vec![0.0; memory.len() + 2],
         };
         ExpertScores {
             layers: vec![layer; layers],
@@ -72,26 +96,37 @@ impl ExpertScores {
         }
     }
 
-    /// Starts layer `l`'s averages at `prior`.
+    /// Starts layer `l`'s averages at `prior` (the log of each expert's share of the profile's
+    /// picks), and its pick counts at those shares of [`PRIOR_PICKS`].
     pub(crate) fn prior(&mut self, l: usize, prior: &[f32]) {
         if let Some(x) = self.layers.get_mut(l) {
             x.avgs.iter_mut().for_each(|a| *a = prior.to_vec());
+            x.picks = prior.iter().map(|&p| PRIOR_PICKS * p.exp()).collect();
         }
     }
 
-    /// The candidate the duel picks for layer `l`: an average and its memory, or `None` for the
-    /// union (or without averages).
-    fn chosen(&self, l: usize) -> Option<(&[f32], f32)> {
+    /// The candidate the duel picks for layer `l` (the first of the best tallies; `None` without
+    /// layer `l`).
+    fn chosen(&self, l: usize) -> Option<Candidate> {
         let x = self.layers.get(l)?;
         let best = (0..x.tally.len()).reduce(|a, b| if x.tally[b] > x.tally[a] { b } else { a })?;
-        Some((x.avgs.get(best)?, self.memory[best]))
+        let n = x.avgs.len();
+        Some(match best {
+            i if i < n => Candidate::Avg(i),
+            i if i == n => Candidate::Union,
+            _ => Candidate::Picks,
+        })
     }
 
     /// Layer `l`'s scores by the candidate the duel picks.
     fn scores(&self, l: usize) -> Vec<f32> {
+        let Some(x) = self.layers.get(l) else {
+            return Vec::new();
+        };
         match self.chosen(l) {
-            Some((a, _)) => a.to_vec(),
-            None => self.layers.get(l).map_or_else(Vec::new, Layer::union),
+            Some(Candidate::Avg(i)) => x.avgs[i].clone(),
+            Some(Candidate::Picks) => x.picks.clone(),
+            _ => x.union(),
         }
     }
 
@@ -116,9 +151,18 @@ impl ExpertScores {
                 picked.iter().filter(|p| held.contains(p)).count() as f32
             };
             let union = x.union();
+            let n_avgs = x.avgs.len();
             if union.len() == e {
-                let last = x.tally.len() - 1;
-                x.tally[last] = TALLY_KEEP * x.tally[last] + hits(&union);
+                x.tally[n_avgs] = TALLY_KEEP * x.tally[n_avgs] + hits(&union);
+            }
+            if x.picks.len() == e {
+                x.tally[n_avgs + 1] = TALLY_KEEP * x.tally[n_avgs + 1] + hits(&x.picks);
+            } else {
+                x.picks = vec![0.0; e];
+            }
+            x.picks.iter_mut().for_each(|p| *p *= PICKS_KEEP);
+            for &p in &picked {
+                x.picks[p] += 1.0;
             }
             for ((avg, tally), &keep) in x.avgs.iter_mut().zip(&mut x.tally).zip(&self.memory) {
                 if avg.len() != e {
@@ -141,25 +185,38 @@ impl ExpertScores {
             return Vec::new();
         }
         let row = &logits[(n - 1) * e..n * e];
+        let Some(x) = self.layers.get(l) else {
+            return row.to_vec();
+        };
+        // The union and the counts: the predicted token's picks first, then the candidate's order.
+        let first = |u: &[f32], top_score: f32| {
+            let picked = top(row, (e / 16).max(1));
+            u.iter()
+                .enumerate()
+                .map(|(i, &s)| if picked.contains(&i) { top_score } else { s })
+                .collect()
+        };
         match self.chosen(l) {
-            Some((avg, keep)) if avg.len() == e => avg
-                .iter()
-                .zip(row)
-                .map(|(&a, &v)| keep * a + (1.0 - keep) * v)
-                .collect(),
-            Some(_) => row.to_vec(),
-            // The union: the predicted token's picks first, then the union's order.
-            None => {
-                let u = self.layers.get(l).map_or_else(Vec::new, Layer::union);
+            Some(Candidate::Avg(i)) if x.avgs[i].len() == e => {
+                let keep = self.memory[i];
+                x.avgs[i]
+                    .iter()
+                    .zip(row)
+                    .map(|(&a, &v)| keep * a + (1.0 - keep) * v)
+                    .collect()
+            }
+            Some(Candidate::Union) => {
+                let u = x.union();
                 if u.len() != e {
                     return row.to_vec();
                 }
-                let picked = top(row, (e / 16).max(1));
-                u.iter()
-                    .enumerate()
-                    .map(|(i, &s)| if picked.contains(&i) { 1.0 } else { s })
-                    .collect()
+                first(&u, 1.0)
             }
+            Some(Candidate::Picks) if x.picks.len() == e => {
+                let most = x.picks.iter().copied().fold(0.0f32, f32::max);
+                first(&x.picks, most + 1.0)
+            }
+            _ => row.to_vec(),
         }
     }
 }
@@ -191,7 +248,7 @@ mod tests {
             s = sc.observe(0, &row(&[a, (a + 1) % 8]), (8, 2), 1, 2);
         }
         assert_eq!(top2(&s), vec![1, 2], "{s:?}");
-        assert_eq!(sc.chosen(0).map(|(_, m)| m), Some(0.3));
+        assert_eq!(sc.chosen(0), Some(Candidate::Avg(0)));
     }
 
     #[test]
@@ -210,7 +267,26 @@ mod tests {
         }
         // The last token picked two others: the fast average would hold them now.
         assert_eq!(top2(&s), vec![0, 1], "{s:?}");
-        assert!(sc.chosen(0).is_none_or(|(_, m)| m > 0.3));
+        assert_ne!(sc.chosen(0), Some(Candidate::Avg(0)));
+    }
+
+    #[test]
+    fn the_duel_takes_the_pick_counts_where_the_logits_mislead() {
+        let mut sc = ExpertScores::new(1, &[0.3, 0.8, 0.99]);
+        let mut s = Vec::new();
+        // Expert 6 is picked on four tokens of five with a small lead; expert 1 on the fifth with
+        // a huge one, which every average of the logits ranks first for many tokens after.
+        for t in 0..60 {
+            let mut r = vec![0.0; 8];
+            if t % 5 == 4 {
+                r[1] = 100.0;
+            } else {
+                r[6] = 1.0;
+            }
+            s = sc.observe(0, &r, (8, 1), 1, 1);
+        }
+        assert_eq!(sc.chosen(0), Some(Candidate::Picks));
+        assert_eq!(top(&s, 1), vec![6], "{s:?}");
     }
 
     #[test]
