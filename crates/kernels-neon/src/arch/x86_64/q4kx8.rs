@@ -17,12 +17,19 @@
 use std::arch::x86_64::*;
 
 use super::q40x8::masked_sums;
-use super::simd::STREAM_PREFETCH as PREFETCH;
 use crate::arch::tags::Q4_0;
 use crate::quant::QActs16;
 
 /// Bytes of a group super-block.
 pub(crate) const GROUP_SB: usize = 1152;
+/// How far ahead the kernel prefetches, bytes: the 18 lines of the super-block this far on are
+/// asked for two a sub-block (the last sub-block four), not all at the super-block's start, where
+/// the burst of 18 `prefetcht0` stalled the loop (60% of its samples in `perf annotate`). Measured
+/// 2026-12-06 on the SYNTHETIC 16-layer d 1024 Q4_K_M file (`SPARROW_KERNELS=avx2 sparrow bench -p
+/// 0 -n 32 -r 2`, three interleaved rounds, Intel Xeon): 18 at once 4096 bytes ahead 58.3-59.4
+/// tok/s with one thread and 108-110 with two; spread out 4096 ahead 59.9-60.5 / 114-115, 1024
+/// ahead 57.1-57.9 / 106-109, 2048 ahead 62.5-63.0 / 119-125, 3072 ahead 62.7-63.5 / 121-123.
+const AHEAD: usize = 2048;
 /// Offset of the packed scales in a group super-block.
 const SCALES: usize = 32;
 /// Offset of the first sub-block's nibbles.
@@ -73,13 +80,7 @@ unsafe fn group_body<const V: bool>(group: &[u8], xq: &QActs16) -> [f32; 8] {
         // scales and sums sb*8..sb*8 + 8 are in bounds (asserted above).
         unsafe {
             let gp = group.as_ptr().add(sb * GROUP_SB);
-            let ahead = gp.wrapping_add(PREFETCH);
-            let mut off = 0;
-            while off < GROUP_SB {
-                // Prefetch hints (never fault; wrapping_add keeps them UB-free).
-                _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(off) as *const i8);
-                off += 64;
-            }
+            let ahead = gp.wrapping_add(AHEAD);
             let d = _mm256_cvtph_ps(_mm_loadu_si128(gp as *const __m128i));
             let dmin = _mm256_cvtph_ps(_mm_loadu_si128(gp.add(16) as *const __m128i));
             let u = |i: usize| _mm256_loadu_si256(gp.add(SCALES + 32 * i) as *const __m256i);
@@ -112,6 +113,14 @@ unsafe fn group_body<const V: bool>(group: &[u8], xq: &QActs16) -> [f32; 8] {
                 let sx = _mm256_set1_ps(*xq.s.get_unchecked(sb * 8 + j));
                 let scale = _mm256_mul_ps(_mm256_mul_ps(lane(sc[j / 4]), d), dx);
                 mins[j] = _mm256_fmadd_ps(_mm256_mul_ps(lane(mn[j / 4]), dmin), sx, mins[j]);
+                // Prefetch hints (never fault; wrapping_add keeps them UB-free): the super-block
+                // `AHEAD` bytes on, two lines a sub-block and the last two with the last one.
+                _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(128 * j) as *const i8);
+                _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(128 * j + 64) as *const i8);
+                if j == 7 {
+                    _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(1024) as *const i8);
+                    _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(1088) as *const i8);
+                }
                 let q = gp.add(NIBBLES + 128 * j);
                 let isum = masked_sums::<Q4_0, V>(q, _mm256_setzero_si256(), xp.add(32 * j), 0);
                 acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), scale, acc[j]);
