@@ -85,6 +85,11 @@ unsafe fn dot_i16_rows<const F: u8, const R: usize>(rows: [&[u8]; R], xq: &QActs
     assert!(rows.iter().all(|r| r.len() >= nb * bb) && xq.qs.len() >= nb * 32 && xq.s.len() >= nb);
     let mut acc = [_mm256_setzero_ps(); R];
     let mut extra = [0f32; R];
+    let ahead = if F == Q8_0 && R == 1 {
+        Q80_AHEAD
+    } else {
+        prefetch_distance::<R>()
+    };
     for b in 0..nb {
         // SAFETY: b < nb: block b of every row (bytes b*bb..(b+1)*bb) and
         // activation block b (qs[b*32..b*32+32], d[b], s[b]) are in bounds
@@ -97,7 +102,7 @@ unsafe fn dot_i16_rows<const F: u8, const R: usize>(rows: [&[u8]; R], xq: &QActs
             for i in 0..R {
                 let p = rows[i].as_ptr().add(b * bb);
                 // Prefetch hint (never faults; wrapping_add keeps it UB-free).
-                _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(prefetch_distance::<R>()) as *const i8);
+                _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(ahead) as *const i8);
                 let (w0, w1) = weights_i16::<F>(p);
                 let isum = _mm256_add_epi32(_mm256_madd_epi16(w0, x0), _mm256_madd_epi16(w1, x1));
                 let dw = if has_min(F) {
@@ -115,6 +120,15 @@ unsafe fn dot_i16_rows<const F: u8, const R: usize>(rows: [&[u8]; R], xq: &QActs
     }
     std::array::from_fn(|i| hsum(acc[i]) + extra[i])
 }
+
+/// How far ahead the one-row Q8_0 kernel prefetches, bytes (other kernels: `prefetch_distance`'s
+/// 4096). Measured 2026-12-06 on the SYNTHETIC 16-layer d 1024 Q8_0 file on the Intel Xeon VM
+/// (`sparrow bench -p 0 -n 32 -r 2`, the builds alternating): two threads 64.9-66.4 -> 73.6-75.4
+/// tok/s with AVX2 forced and 64.7-65.5 -> 72.6-76.4 on the AVX-512 path; one thread unchanged
+/// (36.8-40.9 against 38.1-38.4). A first probe with every one-row kernel's distance at 1024, 2048,
+/// 4096, 8192, 16384, 32768 and 65536 bytes put 16384 first for Q8_0; for all of them together it
+/// measured mixed (Q6_K and BF16 lost 2-4% with two threads), so the distance is Q8_0's alone.
+const Q80_AHEAD: usize = 16384;
 
 /// [`dot_i16_rows`] as the kernel of the shared row drivers.
 struct I16Dots<'a, const F: u8>(&'a QActs16);
