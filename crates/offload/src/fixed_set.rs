@@ -6,8 +6,8 @@
 //! likeliest experts is the best any policy that knows only the past can do on average (the
 //! independent reference model's optimal replacement keeps the most probable pages), and the set
 //! chosen from the trace's own counts is that set told the future counts: the gap between Belady's
-//! count and this one is then the price of not knowing the order of the requests, which no online
-//! policy pays less of. Where consecutive tokens share experts (locality), a policy that follows
+//! count and this one is then about the price of not knowing the order of the requests, which an
+//! online policy pays too. Where consecutive tokens share experts (locality), a policy that follows
 //! the order can beat any fixed set, so this is a reference, not a bound.
 
 use std::collections::{HashMap, HashSet};
