@@ -353,17 +353,21 @@ fn fewest_misses(trace: &[u32], capacity: usize, initial: &[u32]) -> u64 {
     go(0, held, trace, capacity, &mut HashMap::new())
 }
 
-/// Belady's count is the true minimum (exhaustive search over every policy, keeping or not keeping
-/// each expert read) on pseudo-random traces, warm and cold, over one layer's or one pool's keys.
-#[test]
-fn belady_equals_an_exhaustive_search() {
-    let mut x = 0x2545_f491_4f6c_dd1du64;
-    let mut next = |m: u64| {
+/// A xorshift generator from `seed`: each call a number below its argument.
+fn xorshift(mut x: u64) -> impl FnMut(u64) -> u32 {
+    move |m: u64| {
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
         (x % m) as u32
-    };
+    }
+}
+
+/// Belady's count is the true minimum (exhaustive search over every policy, keeping or not keeping
+/// each expert read) on pseudo-random traces, warm and cold, over one layer's or one pool's keys.
+#[test]
+fn belady_equals_an_exhaustive_search() {
+    let mut next = xorshift(0x2545_f491_4f6c_dd1d);
     for case in 0..300 {
         let len = 4 + next(9) as usize;
         let alphabet = 2 + u64::from(next(4));
@@ -397,13 +401,7 @@ fn fixed_set_reads_at_least_belady() {
     assert_eq!(fixed_set_misses(&[0, 0, 1], 0, &[0]), 3);
     // Warm and whole: nothing read.
     assert_eq!(fixed_set_misses(&[0, 1, 2, 0, 1, 2], 3, &[0, 1, 2]), 0);
-    let mut x = 0x9e37_79b9_7f4a_7c15u64;
-    let mut next = |m: u64| {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        (x % m) as u32
-    };
+    let mut next = xorshift(0x9e37_79b9_7f4a_7c15);
     for case in 0..500 {
         let len = 1 + next(40) as usize;
         let alphabet = 1 + u64::from(next(12));
