@@ -349,10 +349,25 @@ impl Q40x8 {
     /// (2 threads, `examples/batch_rate.rs`, 2026-12-05: 2048 x 2048 at 64 tokens 2.22-2.28 ms
     /// against the tile's 3.08-3.19, at 128 4.22-4.38 against 4.04-4.14). (Q4_1 measured alike,
     /// 4864 x 896 at 64 tokens 2.13 against 2.45, but the engine copies it on AVX2 only, where the
-    /// copy is exact.)
+    /// copy is exact.) On the AVX2 path up to 64 tokens for Q4_0 and Q4_1 too (SYNTHETIC 16-layer
+    /// d 1024 files, `SPARROW_KERNELS=avx2 sparrow bench -p 64 -n 0 -r 3`, 2026-12-06, Intel Xeon,
+    /// alternating: Q4_0 215.6-218.9 -> 239.2-239.7 tok/s with one thread, 394.3-398.1 ->
+    /// 418.2-425.6 with two; Q4_1 210.0-210.8 -> 226.5-227.4 and 374.8-375.4 -> 406.0-408.4); not
+    /// for Q5_1 (-20%) or IQ4_NL (-5%, stop 80's probe).
     pub fn takes_prompt(&self, n: usize) -> bool {
-        let path = crate::active_path();
-        let wide = n <= 64 && path == KernelPath::Avx512 && self.format == WeightFormat::Q4_0;
+        self.takes_prompt_on(crate::active_path(), n)
+    }
+
+    /// [`Q40x8::takes_prompt`] on an explicit path.
+    pub fn takes_prompt_on(&self, path: KernelPath, n: usize) -> bool {
+        let wide = n <= 64
+            && match path {
+                KernelPath::Avx512 => self.format == WeightFormat::Q4_0,
+                KernelPath::Avx2Fma => {
+                    matches!(self.format, WeightFormat::Q4_0 | WeightFormat::Q4_1)
+                }
+                _ => false,
+            };
         self.batches() && (n < crate::short_prompt_tokens(path) || wide)
     }
 

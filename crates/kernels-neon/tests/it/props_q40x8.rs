@@ -144,12 +144,12 @@ fn extreme(rows: usize, cols: usize) {
 /// Only the nibble formats (Q4_0, IQ4_NL, Q5_0, Q4_1, Q5_1), Q4_K and Q8_0 with rows a multiple of
 /// 8 and at least one block a row repack.
 /// Which prompts read a copy (`Q40x8::takes_prompt`): where it batches, those below
-/// `INT_TILE_MIN_TOKENS` tokens (decode's products), and on the AVX-512 path Q4_0's up to 64
-/// tokens (the 16-bit tile's products); never where the copy takes one token at a time.
+/// `INT_TILE_MIN_TOKENS` tokens (decode's products), and up to 64 tokens Q4_0's on the AVX-512
+/// path and Q4_0's and Q4_1's on the AVX2 path (the 16-bit tile's products); never where the copy
+/// takes one token at a time.
 #[test]
 fn q40x8_prompts_read_copies_where_their_batch_beats_the_tile() {
     let mut rng = Rng(17);
-    let avx512 = active_path() == KernelPath::Avx512;
     for format in [
         WeightFormat::Q4_0,
         WeightFormat::Q4_1,
@@ -164,15 +164,25 @@ fn q40x8_prompts_read_copies_where_their_batch_beats_the_tile() {
         };
         let data = random_matrix(format, 8, cols, &mut rng);
         let p = Q40x8::repack(&QMatrix::new(format, 8, cols, &data).unwrap()).unwrap();
-        let wide = avx512 && format == WeightFormat::Q4_0;
-        for (n, want) in [
-            (2, true),
-            (INT_TILE_MIN_TOKENS - 1, true),
-            (INT_TILE_MIN_TOKENS, wide),
-            (64, wide),
-            (65, false),
-        ] {
-            assert_eq!(p.takes_prompt(n), want && p.batches(), "{format:?} n={n}");
+        // The x86 paths' rule, whichever path this machine runs (a pure function of the path).
+        for path in [KernelPath::Avx512, KernelPath::Avx2Fma] {
+            let wide = match path {
+                KernelPath::Avx512 => format == WeightFormat::Q4_0,
+                _ => matches!(format, WeightFormat::Q4_0 | WeightFormat::Q4_1),
+            };
+            for (n, want) in [
+                (2, true),
+                (INT_TILE_MIN_TOKENS - 1, true),
+                (INT_TILE_MIN_TOKENS, wide),
+                (64, wide),
+                (65, false),
+            ] {
+                let got = p.takes_prompt_on(path, n);
+                assert_eq!(got, want && p.batches(), "{path:?} {format:?} n={n}");
+            }
+        }
+        for n in [2, INT_TILE_MIN_TOKENS, 64, 65] {
+            assert_eq!(p.takes_prompt(n), p.takes_prompt_on(active_path(), n));
         }
     }
 }
