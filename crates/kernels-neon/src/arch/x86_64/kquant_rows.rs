@@ -30,7 +30,7 @@
 
 use std::arch::x86_64::*;
 
-use super::simd::{hsum, prefetch_distance};
+use super::simd::{hsum, prefetch_distance, STREAM_PREFETCH};
 use crate::arch::drivers::RowDots;
 use crate::WeightFormat;
 
@@ -418,6 +418,20 @@ unsafe fn q5k_i16_rows<const R: usize>(
     std::array::from_fn(|i| hsum(_mm256_add_ps(acc[i][0], acc[i][1])) - hsum(mins[i]))
 }
 
+/// The prefetches of one dense Q6_K row, spread over its super-block's steps: at block `K` (0
+/// or 2) of half `n`, line `2n + K / 2` of the super-block [`STREAM_PREFETCH`] bytes on, and
+/// at the last the fifth line that a super-block of 210 bytes may reach.
+#[inline(always)]
+fn spread_prefetch<const K: usize>(p: *const u8, n: usize) {
+    let at = p.wrapping_add(STREAM_PREFETCH + 64 * (2 * n + K / 2));
+    // SAFETY: a prefetch is a hint and never faults.
+    unsafe { _mm_prefetch::<_MM_HINT_T0>(at as *const i8) };
+    if n == 1 && K == 2 {
+        // SAFETY: as above.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(64) as *const i8) };
+    }
+}
+
 /// Q6_K dot of `R` rows with even/odd-ordered 16-bit activations `x`
 /// (scales `d`; `s16`: [`sums16`](super::kquant_low::sums16) of the
 /// activations in element order). The quants are taken unsigned (0..=63);
@@ -455,7 +469,9 @@ unsafe fn q6k_i16_rows<const R: usize>(
             let (sx0, sx1) = (_mm256_loadu_ps(sp), _mm256_loadu_ps(sp.add(8)));
             let blk: [*const u8; R] = std::array::from_fn(|i| rows[i].as_ptr().add(sb * bb));
             let sc: [[__m256; 2]; R] = std::array::from_fn(|i| {
-                prefetch_block::<R>(blk[i], bb);
+                if R > 1 {
+                    prefetch_block::<R>(blk[i], bb);
+                }
                 let (sc, [o0, o1]) = q6k_scales16(blk[i], dxd);
                 offs[i] = _mm256_fmadd_ps(o1, sx1, _mm256_fmadd_ps(o0, sx0, offs[i]));
                 sc
@@ -474,6 +490,10 @@ unsafe fn q6k_i16_rows<const R: usize>(
                         let j = 4 * n + $k;
                         let xe = _mm256_loadu_si256(xp.add(32 * j) as *const __m256i);
                         let xo = _mm256_loadu_si256(xp.add(32 * j + 16) as *const __m256i);
+                        if R == 1 && $k % 2 == 0 {
+                            // One line ahead every other block (see `spread_prefetch`).
+                            spread_prefetch::<$k>(blk[0], n);
+                        }
                         for i in 0..R {
                             let [l0, l1, h] = ql[i];
                             let (e, o) = q6k_even_odd::<$k>(l0, l1, h);
