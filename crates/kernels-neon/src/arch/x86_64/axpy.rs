@@ -23,7 +23,7 @@ unsafe fn axpy_q<const F: u8>(c: f32, row: &[u8], y: &mut [f32]) {
         // SAFETY: b < nb: block b lies inside `row` (asserted) and
         // y[b*32..b*32+32] inside `y`.
         unsafe {
-            _mm_prefetch::<_MM_HINT_T0>(row.as_ptr().wrapping_add(b * bb + PREFETCH) as *const i8);
+            _mm_prefetch::<_MM_HINT_T1>(row.as_ptr().wrapping_add(b * bb + PREFETCH) as *const i8);
             let w = dequant_block::<F>(row.as_ptr().add(b * bb));
             let yp = y.as_mut_ptr().add(b * 32);
             for (i, wv) in w.iter().enumerate() {

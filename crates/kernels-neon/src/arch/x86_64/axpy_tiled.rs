@@ -268,19 +268,19 @@ unsafe fn axpy_tiles<const F: u8>(
                     let mut o = 0;
                     while o < nb * bb {
                         // SAFETY: a prefetch never faults.
-                        unsafe { _mm_prefetch::<_MM_HINT_T0>(q.wrapping_add(o) as *const i8) };
+                        unsafe { _mm_prefetch::<_MM_HINT_T1>(q.wrapping_add(o) as *const i8) };
                         o += 64;
                     }
                     // SAFETY: a prefetch never faults.
                     unsafe {
-                        _mm_prefetch::<_MM_HINT_T0>(q.wrapping_add(nb * bb - 1) as *const i8)
+                        _mm_prefetch::<_MM_HINT_T1>(q.wrapping_add(nb * bb - 1) as *const i8)
                     };
                 } else {
                     let q = base.wrapping_add(next as usize * row_bytes + off);
                     // SAFETY: a prefetch never faults.
                     unsafe {
-                        _mm_prefetch::<_MM_HINT_T0>(q as *const i8);
-                        _mm_prefetch::<_MM_HINT_T0>(q.wrapping_add(span - 1) as *const i8);
+                        _mm_prefetch::<_MM_HINT_T1>(q as *const i8);
+                        _mm_prefetch::<_MM_HINT_T1>(q.wrapping_add(span - 1) as *const i8);
                     }
                 }
             }

@@ -185,7 +185,7 @@ unsafe fn octet_block<const F: u8, const P: usize, const S: bool>(
     unsafe {
         let p = row.as_ptr().add(b * bb);
         // Prefetch hint (never faults; wrapping_add keeps it UB-free).
-        _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(STREAM_PREFETCH) as *const i8);
+        _mm_prefetch::<_MM_HINT_T1>(p.wrapping_add(STREAM_PREFETCH) as *const i8);
         let (w0, w1) = weights_broadcast::<F>(p);
         // d and m are adjacent f16s for the formats with a minimum: one conversion for both.
         let (dw, mw) = if has_min(F) {

@@ -107,7 +107,7 @@ pub(crate) unsafe fn axpy_hybrid(
         // ys[32b..32b+32] are in bounds.
         unsafe {
             // Prefetch hint (never faults; wrapping_add keeps it UB-free).
-            _mm_prefetch::<_MM_HINT_T0>(nib.as_ptr().wrapping_add(16 * b + PREFETCH) as *const i8);
+            _mm_prefetch::<_MM_HINT_T1>(nib.as_ptr().wrapping_add(16 * b + PREFETCH) as *const i8);
             let w = hybrid_group(nib.as_ptr().add(16 * b));
             let yp = ys.as_mut_ptr().add(32 * b);
             for (i, wv) in w.iter().enumerate() {

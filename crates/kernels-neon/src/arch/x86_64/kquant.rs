@@ -314,7 +314,7 @@ pub(super) unsafe fn dot_exact_k(format: WeightFormat, row: &[u8], x: &[f32]) ->
     let mut acc = [_mm256_setzero_ps(); 4];
     for (blk, xs) in row.chunks_exact(bb).zip(x.chunks_exact(256)) {
         // Prefetch hint (never faults; wrapping_add keeps it UB-free).
-        _mm_prefetch::<_MM_HINT_T0>(blk.as_ptr().wrapping_add(PREFETCH) as *const i8);
+        _mm_prefetch::<_MM_HINT_T1>(blk.as_ptr().wrapping_add(PREFETCH) as *const i8);
         // SAFETY: features present per contract.
         unsafe { dequant_superblock(format, blk, &mut buf) };
         for j in (0..256).step_by(32) {

@@ -80,7 +80,7 @@ pub(super) fn prefetch_block<const R: usize>(p: *const u8, bb: usize) {
     let mut off = 0;
     while off < bb {
         // SAFETY: a prefetch is a hint and never faults.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(dist + off) as *const i8) };
+        unsafe { _mm_prefetch::<_MM_HINT_T1>(p.wrapping_add(dist + off) as *const i8) };
         off += 64;
     }
 }
@@ -425,10 +425,10 @@ unsafe fn q5k_i16_rows<const R: usize>(
 fn spread_prefetch<const K: usize>(p: *const u8, n: usize) {
     let at = p.wrapping_add(STREAM_PREFETCH + 64 * (2 * n + K / 2));
     // SAFETY: a prefetch is a hint and never faults.
-    unsafe { _mm_prefetch::<_MM_HINT_T0>(at as *const i8) };
+    unsafe { _mm_prefetch::<_MM_HINT_T1>(at as *const i8) };
     if n == 1 && K == 2 {
         // SAFETY: as above.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(64) as *const i8) };
+        unsafe { _mm_prefetch::<_MM_HINT_T1>(at.wrapping_add(64) as *const i8) };
     }
 }
 

@@ -28,7 +28,7 @@ unsafe fn dot_exact_q<const F: u8>(row: &[u8], x: &[f32]) -> f32 {
         // x[b*32..b*32+32] inside `x`.
         unsafe {
             // Prefetch hint (never faults; wrapping_add keeps it UB-free).
-            _mm_prefetch::<_MM_HINT_T0>(row.as_ptr().wrapping_add(b * bb + PREFETCH) as *const i8);
+            _mm_prefetch::<_MM_HINT_T1>(row.as_ptr().wrapping_add(b * bb + PREFETCH) as *const i8);
             let w = dequant_block::<F>(row.as_ptr().add(b * bb));
             let xp = x.as_ptr().add(b * 32);
             for i in 0..4 {
@@ -69,7 +69,7 @@ unsafe fn dot_exact_float<const F: u8, const N: usize>(rows: [&[u8]; N], x: &[f3
                 let ahead = row
                     .as_ptr()
                     .wrapping_add(j * eb + line + prefetch_distance::<N>());
-                _mm_prefetch::<_MM_HINT_T0>(ahead as *const i8);
+                _mm_prefetch::<_MM_HINT_T1>(ahead as *const i8);
             }
         }
         for i in 0..4 {

@@ -102,7 +102,7 @@ unsafe fn dot_i16_rows<const F: u8, const R: usize>(rows: [&[u8]; R], xq: &QActs
             for i in 0..R {
                 let p = rows[i].as_ptr().add(b * bb);
                 // Prefetch hint (never faults; wrapping_add keeps it UB-free).
-                _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(ahead) as *const i8);
+                _mm_prefetch::<_MM_HINT_T1>(p.wrapping_add(ahead) as *const i8);
                 let (w0, w1) = weights_i16::<F>(p);
                 let isum = _mm256_add_epi32(_mm256_madd_epi16(w0, x0), _mm256_madd_epi16(w1, x1));
                 let dw = if has_min(F) {

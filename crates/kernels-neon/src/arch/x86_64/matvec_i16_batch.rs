@@ -52,7 +52,7 @@ pub(super) unsafe fn dot_i16_tokens<const F: u8, const R: usize, const T: usize>
             for i in 0..R {
                 let p = rows[i].as_ptr().add(b * bb);
                 // Prefetch hint (never faults; wrapping_add keeps it UB-free).
-                _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(PREFETCH) as *const i8);
+                _mm_prefetch::<_MM_HINT_T1>(p.wrapping_add(PREFETCH) as *const i8);
                 w[i] = weights_i16::<F>(p);
                 if has_min(F) {
                     // d and m are adjacent f16s: one conversion for both.

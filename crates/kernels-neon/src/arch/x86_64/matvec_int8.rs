@@ -114,7 +114,7 @@ unsafe fn dot_int8_rows<const F: u8, const R: usize>(rows: [&[u8]; R], xq: &QAct
                 let p = rows[i].as_ptr().add(b * bb);
                 // Prefetch ahead of each weight stream (a hint: never faults,
                 // so an address past the row is harmless; wrapping_add avoids UB).
-                _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(prefetch_distance::<R>()) as *const i8);
+                _mm_prefetch::<_MM_HINT_T1>(p.wrapping_add(prefetch_distance::<R>()) as *const i8);
                 acc[i] = block_fast::<F>(p, xp, dx, sx, acc[i], &mut extra[i]);
             }
         }

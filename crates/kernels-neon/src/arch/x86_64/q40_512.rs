@@ -234,7 +234,7 @@ unsafe fn dots_ahead<const F: u8, const R: usize, const T: usize>(
                 for i in 0..R {
                     let p = rows[i].as_ptr().add(pair * 2 * bb);
                     // Prefetch hint (never faults; wrapping_add keeps it UB-free).
-                    _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(ahead) as *const i8);
+                    _mm_prefetch::<_MM_HINT_T1>(p.wrapping_add(ahead) as *const i8);
                     let (lo, hi) = nibbles_pair::<F>(p);
                     for t in 0..T {
                         let isum = pair_sum(xs[t], pair, lo, hi);

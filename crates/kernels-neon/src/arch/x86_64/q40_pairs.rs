@@ -354,8 +354,8 @@ unsafe fn q40_rows<const F: u8, const R: usize>(rows: [&[u8]; R], a: &Q40Acts) -
                 // Prefetch hints (never fault; wrapping_add keeps them UB-free): a quad is 72
                 // bytes (Q5_0's 88), two lines at most.
                 let ahead = p.wrapping_add(dist);
-                _mm_prefetch::<_MM_HINT_T0>(ahead as *const i8);
-                _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(64) as *const i8);
+                _mm_prefetch::<_MM_HINT_T1>(ahead as *const i8);
+                _mm_prefetch::<_MM_HINT_T1>(ahead.wrapping_add(64) as *const i8);
                 let p01 = pair_dot::<F>(&pair_weights::<F>(p), x, c);
                 let p23 = pair_dot::<F>(&pair_weights::<F>(p.add(2 * bb)), x.add(64), c.add(8));
                 let isum = quad_sums(p01, p23);
@@ -486,8 +486,8 @@ unsafe fn q40_tokens<const F: u8, const T: usize>(row: &[u8], acts: [&Q40Acts; T
         // corrections and scales of quad q are in bounds (asserted above).
         unsafe {
             let p = row.as_ptr().add(4 * bb * q);
-            _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(PREFETCH) as *const i8);
-            _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(PREFETCH + 64) as *const i8);
+            _mm_prefetch::<_MM_HINT_T1>(p.wrapping_add(PREFETCH) as *const i8);
+            _mm_prefetch::<_MM_HINT_T1>(p.wrapping_add(PREFETCH + 64) as *const i8);
             let (w01, w23) = (pair_weights::<F>(p), pair_weights::<F>(p.add(2 * bb)));
             let sc = scales::<F>(p);
             // The mins (Q4_1, Q5_1: the f16s after the scales), read where the format has them.

@@ -135,8 +135,8 @@ unsafe fn row_pairs<const F: u8, const P: usize, const S: bool>(
         unsafe {
             let p = row.as_ptr().add(4 * BB * q);
             // Prefetch hints (never fault; wrapping_add keeps them UB-free).
-            _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(PREFETCH) as *const i8);
-            _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(PREFETCH + 64) as *const i8);
+            _mm_prefetch::<_MM_HINT_T1>(p.wrapping_add(PREFETCH) as *const i8);
+            _mm_prefetch::<_MM_HINT_T1>(p.wrapping_add(PREFETCH + 64) as *const i8);
             let (w01, w23) = (pair_weights::<F>(p), pair_weights::<F>(p.add(2 * BB)));
             let sc = scales::<F>(p);
             if P > 0 {

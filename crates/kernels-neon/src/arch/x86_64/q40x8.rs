@@ -273,9 +273,9 @@ unsafe fn block_fma<const F: u8, const V: bool>(
         let gp = group.as_ptr().add(b * group_block(F));
         // Prefetch hints (never fault; wrapping_add keeps them UB-free).
         let ahead = gp.wrapping_add(PREFETCH);
-        _mm_prefetch::<_MM_HINT_T0>(ahead as *const i8);
-        _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(64) as *const i8);
-        _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(128) as *const i8);
+        _mm_prefetch::<_MM_HINT_T1>(ahead as *const i8);
+        _mm_prefetch::<_MM_HINT_T1>(ahead.wrapping_add(64) as *const i8);
+        _mm_prefetch::<_MM_HINT_T1>(ahead.wrapping_add(128) as *const i8);
         let isum = block_sums::<F, V>(gp, xq.qs.as_ptr().add(b * 32), *corr.get_unchecked(b));
         let dw = _mm256_cvtph_ps(_mm_loadu_si128(gp as *const __m128i));
         let f = _mm256_mul_ps(dw, _mm256_set1_ps(*xq.d.get_unchecked(b)));
@@ -434,9 +434,9 @@ unsafe fn block_fma_t<const F: u8, const T: usize, const TAIL: bool, const V: bo
         if !TAIL {
             // Prefetch hints (never fault; wrapping_add keeps them UB-free).
             let ahead = gp.wrapping_add(PREFETCH);
-            _mm_prefetch::<_MM_HINT_T0>(ahead as *const i8);
-            _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(64) as *const i8);
-            _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(128) as *const i8);
+            _mm_prefetch::<_MM_HINT_T1>(ahead as *const i8);
+            _mm_prefetch::<_MM_HINT_T1>(ahead.wrapping_add(64) as *const i8);
+            _mm_prefetch::<_MM_HINT_T1>(ahead.wrapping_add(128) as *const i8);
         }
         let mut x = [std::ptr::null::<i16>(); T];
         let mut c = [0i32; T];

@@ -92,9 +92,9 @@ unsafe fn block_fma<const F: u8, const T: usize, const TAIL: bool>(
             // Prefetch hints (never fault; wrapping_add keeps them UB-free).
             for p in gp {
                 let ahead = p.wrapping_add(PREFETCH);
-                _mm_prefetch::<_MM_HINT_T0>(ahead as *const i8);
-                _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(64) as *const i8);
-                _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(128) as *const i8);
+                _mm_prefetch::<_MM_HINT_T1>(ahead as *const i8);
+                _mm_prefetch::<_MM_HINT_T1>(ahead.wrapping_add(64) as *const i8);
+                _mm_prefetch::<_MM_HINT_T1>(ahead.wrapping_add(128) as *const i8);
             }
         }
         let mut x = [std::ptr::null::<i16>(); T];

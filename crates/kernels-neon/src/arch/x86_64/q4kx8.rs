@@ -115,11 +115,11 @@ unsafe fn group_body<const V: bool>(group: &[u8], xq: &QActs16) -> [f32; 8] {
                 mins[j] = _mm256_fmadd_ps(_mm256_mul_ps(lane(mn[j / 4]), dmin), sx, mins[j]);
                 // Prefetch hints (never fault; wrapping_add keeps them UB-free): the super-block
                 // `AHEAD` bytes on, two lines a sub-block and the last two with the last one.
-                _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(128 * j) as *const i8);
-                _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(128 * j + 64) as *const i8);
+                _mm_prefetch::<_MM_HINT_T1>(ahead.wrapping_add(128 * j) as *const i8);
+                _mm_prefetch::<_MM_HINT_T1>(ahead.wrapping_add(128 * j + 64) as *const i8);
                 if j == 7 {
-                    _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(1024) as *const i8);
-                    _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(1088) as *const i8);
+                    _mm_prefetch::<_MM_HINT_T1>(ahead.wrapping_add(1024) as *const i8);
+                    _mm_prefetch::<_MM_HINT_T1>(ahead.wrapping_add(1088) as *const i8);
                 }
                 let q = gp.add(NIBBLES + 128 * j);
                 let isum = masked_sums::<Q4_0, V>(q, _mm256_setzero_si256(), xp.add(32 * j), 0);
