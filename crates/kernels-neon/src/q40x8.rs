@@ -6,13 +6,15 @@
 //! mins), then their quants interleaved so that one load feeds the same weights of several rows,
 //! then (Q5_0, Q5_1) their fifth bits in the kernel's order (layout in `arch/x86_64/q40x8.rs`,
 //! which `arch/aarch64/q40x8.rs` reads too; Q4_K's group super-blocks in `arch/x86_64/q4kx8.rs`;
-//! Q8_0's quads of rows in `arch/aarch64/q80x8.rs`). The same bytes as the file's: a copy made
+//! Q8_0's quads of rows in `arch/aarch64/q80x8.rs`, which `arch/x86_64/q80x8.rs` reads too). The
+//! same bytes as the file's: a copy made
 //! once, whose [`Q40x8::bytes`] the caller counts against its memory budget.
 //!
 //! [`Q40x8::matvec_with`] gives, bit for bit, what [`crate::matvec_with`] gives for the original
 //! matrix in [`crate::Precision::Fast`] on the paths [`Q40x8::exact_on`] names (the order of the
 //! original's one-row kernel: `q40_pairs` or Q4_K's `q4k_i16_rows` on [`KernelPath::Avx2Fma`], and
-//! for Q4_0 and IQ4_NL [`KernelPath::Avx512`] too; the split rows of `arch/aarch64/matvec_split.rs`
+//! for Q4_0 and IQ4_NL [`KernelPath::Avx512`] too; Q8_0's `dot_i16_rows` on both x86 paths; the
+//! split rows of `arch/aarch64/matvec_split.rs`
 //! for Q8_0 and the nibble formats on [`KernelPath::NeonDotprod`] and [`KernelPath::NeonI8mm`]);
 //! other paths take a scalar loop over the same layout (the scalar reference's per-block products,
 //! its tolerance).
@@ -250,16 +252,16 @@ impl Q40x8 {
 
     /// Whether a copy of a `format` matrix gives on `path` bit for bit what [`crate::matvec_with`]
     /// gives for the original in [`crate::Precision::Fast`] (both take `q40_pairs`'s order, Q4_K
-    /// `q4k_i16_rows`'): Q4_0 and IQ4_NL on [`KernelPath::Avx2Fma`] and [`KernelPath::Avx512`];
+    /// `q4k_i16_rows`', Q8_0 `dot_i16_rows`'): Q4_0, IQ4_NL and Q8_0 on [`KernelPath::Avx2Fma`]
+    /// and [`KernelPath::Avx512`];
     /// Q5_0, Q4_1, Q5_1 and Q4_K on the first (the second's kernels of these are `q40_512`'s,
-    /// `matvec_i16`'s and `kquant512`'s, of other orders); Q8_0 and the nibble formats on
+    /// `matvec_i16`'s and `kquant512`'s, of other orders); Q8_0 and the nibble formats also on
     /// [`KernelPath::NeonDotprod`] and [`KernelPath::NeonI8mm`] (the split rows' order). Elsewhere a
     /// copy's results are within the `Fast` tolerance only, so a forward pass that must agree with
     /// the batched kernels (speculation's verification) takes copies where this holds.
     pub fn exact_on(path: KernelPath, format: WeightFormat) -> bool {
         match format {
-            WeightFormat::Q8_0 => matches!(path, KernelPath::NeonDotprod | KernelPath::NeonI8mm),
-            WeightFormat::Q4_0 | WeightFormat::IQ4_NL => matches!(
+            WeightFormat::Q8_0 | WeightFormat::Q4_0 | WeightFormat::IQ4_NL => matches!(
                 path,
                 KernelPath::Avx2Fma
                     | KernelPath::Avx512
@@ -549,6 +551,11 @@ fn group_dots(path: KernelPath, format: WeightFormat, group: &[u8], acts: &Acts8
         return y;
     }
     if format == WeightFormat::Q8_0 {
+        #[cfg(target_arch = "x86_64")]
+        if x86 {
+            // SAFETY: the path was checked available: AVX2/FMA/F16C present.
+            return unsafe { crate::arch::q80x8_group(group, xq) };
+        }
         return q80_group_scalar(group, xq);
     }
     if format == WeightFormat::Q4_K {

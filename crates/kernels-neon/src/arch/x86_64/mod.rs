@@ -41,6 +41,7 @@ mod q40_pairs512;
 mod q40x8;
 mod q40x8_pair512;
 mod q4kx8;
+mod q80x8;
 mod quantize;
 mod simd;
 mod tile;
@@ -78,6 +79,7 @@ pub(crate) use q40x8::{
 };
 pub(crate) use q40x8_pair512::q40x8_pair_tokens;
 pub(crate) use q4kx8::{q4kx8_group, q4kx8_group_vnni};
+pub(crate) use q80x8::q80x8_group;
 pub(crate) use quantize::{quantize, quantize16, quantize_super};
 pub(crate) use tile::tile;
 pub(crate) use tile512::{tile as tile512, tile_rows as tile512_rows};
