@@ -43,6 +43,7 @@
 //! Memory-mapped files must not be modified or truncated by other processes
 //! while they are open (see [`memmap2::Mmap`]).
 
+mod anon;
 mod error;
 mod gguf;
 mod hf;
@@ -55,6 +56,7 @@ mod writer;
 
 use std::path::Path;
 
+pub use anon::AnonPages;
 pub use error::FormatError;
 pub use gguf::{
     GgufFile, GGUF_DEFAULT_ALIGNMENT, GGUF_DEFERRED_ARRAY_MIN, GGUF_MAGIC, GGUF_MAX_DIMS,
