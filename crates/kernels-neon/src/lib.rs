@@ -304,7 +304,7 @@ pub use matmul_t::matmul_t_with;
 pub use matmul_t::{matmul_t, matmul_t_scratch_bytes};
 pub use path::{active_path, arch_name, available_paths, cpu_features, set_chunk_rows, KernelPath};
 pub(crate) use path::{chunk_rows_setting, matmul_chunk, matvec_chunk};
-pub use q40x8::{CopyBytes, Q40x8, ZeroedBytes};
+pub use q40x8::{CopiedRows, CopyBytes, Q40x8, ZeroedBytes};
 pub use quantize::{quantize_matrix, quantize_row};
 pub use requantize::requantize_rows;
 pub use rope::{rope_inplace, RopeAngles, RopeStyle};

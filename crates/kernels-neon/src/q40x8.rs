@@ -109,6 +109,14 @@ impl<T: std::ops::DerefMut<Target = [u8]> + Send + Sync> CopyBytes for T {}
 /// An allocator of [`CopyBytes`]: `len` zeroed bytes.
 pub type ZeroedBytes<'a> = &'a (dyn Fn(usize) -> Box<dyn CopyBytes> + Sync);
 
+/// What [`Q40x8::repack_in`] tells of each run of the original's rows once they are copied (their
+/// bytes), from the threads that copy them: a caller may let their pages go.
+pub type CopiedRows<'a> = &'a (dyn Fn(&[u8]) + Sync);
+
+/// Bytes of the original a run of groups covers, at most, where the matrix has enough groups for
+/// eight runs or more ([`Q40x8::repack_in`] tells of each once copied).
+const RUN_BYTES: usize = 1 << 20;
+
 /// A Q4_0, IQ4_NL, Q5_0, Q4_1, Q5_1, Q4_K or Q8_0 matrix repacked eight rows at a time (module
 /// docs).
 pub struct Q40x8 {
@@ -131,59 +139,62 @@ fn four_nibbles(x: u64, high: bool) -> u16 {
 impl Q40x8 {
     /// `w` repacked, or `None` where the layout does not apply ([`Q40x8::fits`]).
     pub fn repack(w: &QMatrix<'_>) -> Option<Self> {
-        Self::repack_in(w, &|len| Box::new(vec![0u8; len]))
+        Self::repack_in(w, &|len| Box::new(vec![0u8; len]), &|_| {})
     }
 
-    /// [`Q40x8::repack`] into memory from `zeroed` (called once, for the copy's bytes).
-    pub fn repack_in(w: &QMatrix<'_>, zeroed: ZeroedBytes<'_>) -> Option<Self> {
+    /// [`Q40x8::repack`] into memory from `zeroed` (called once, for the copy's bytes), telling
+    /// `copied` of each run of the original's rows (about [`RUN_BYTES`], whole groups) once it is
+    /// copied: a caller that lets their pages go holds at most a few runs of the original beside
+    /// the copy, not the whole matrix.
+    pub fn repack_in(
+        w: &QMatrix<'_>,
+        zeroed: ZeroedBytes<'_>,
+        copied: CopiedRows<'_>,
+    ) -> Option<Self> {
         if !Self::fits(w) {
             return None;
         }
+        let mem = (zeroed, copied);
         if w.format() == WeightFormat::Q4_K {
-            return Some(Self::repack_q4k(w, zeroed));
+            return Some(Self::repack_q4k(w, mem));
         }
         if w.format() == WeightFormat::Q8_0 {
-            return Some(Self::repack_q80(w, zeroed));
+            return Some(Self::repack_q80(w, mem));
         }
         let f = tag(w.format());
         // The file's blocks: the scale, the min, the fifth bits, then the nibbles.
         let fifth = tags::quants_offset(f);
         let nib = fifth + if has_fifth(f) { 4 } else { 0 };
         let quants = quants_at(f);
-        Some(Self::pack_groups(
-            w,
-            group_block(f),
-            zeroed,
-            |r, blk, gb| {
-                gb[2 * r..2 * r + 2].copy_from_slice(&blk[..2]);
-                if has_min(f) {
-                    gb[16 + 2 * r..18 + 2 * r].copy_from_slice(&blk[2..4]);
+        Some(Self::pack_groups(w, group_block(f), mem, |r, blk, gb| {
+            gb[2 * r..2 * r + 2].copy_from_slice(&blk[..2]);
+            if has_min(f) {
+                gb[16 + 2 * r..18 + 2 * r].copy_from_slice(&blk[2..4]);
+            }
+            // Weight e < 16 is the low nibble of quant byte e, e >= 16 the high one of byte
+            // e - 16: weights 8k + 2m + h (m < 4) are bytes 8(k % 2) + h + 2m.
+            let half = |i: usize| {
+                let at = nib + 8 * i;
+                u64::from_le_bytes(blk[at..at + 8].try_into().expect("8 bytes"))
+            };
+            let halves = [half(0), half(1)];
+            for k in 0..4 {
+                for h in 0..2 {
+                    let v = four_nibbles(halves[k % 2] >> (8 * h), k >= 2);
+                    let at = quants + 32 * k + 4 * r + 2 * h;
+                    gb[at..at + 2].copy_from_slice(&v.to_le_bytes());
                 }
-                // Weight e < 16 is the low nibble of quant byte e, e >= 16 the high one of byte
-                // e - 16: weights 8k + 2m + h (m < 4) are bytes 8(k % 2) + h + 2m.
-                let half = |i: usize| {
-                    let at = nib + 8 * i;
-                    u64::from_le_bytes(blk[at..at + 8].try_into().expect("8 bytes"))
-                };
-                let halves = [half(0), half(1)];
-                for k in 0..4 {
-                    for h in 0..2 {
-                        let v = four_nibbles(halves[k % 2] >> (8 * h), k >= 2);
-                        let at = quants + 32 * k + 4 * r + 2 * h;
-                        gb[at..at + 2].copy_from_slice(&v.to_le_bytes());
-                    }
-                }
-                if has_fifth(f) {
-                    let qh = &blk[fifth..fifth + 4];
-                    let qh = u32::from_le_bytes(qh.try_into().expect("4 bytes"));
-                    let bits = (0..32)
-                        .filter(|&e| qh >> e & 1 == 1)
-                        .fold(0u32, |h, e| h | 1 << fifth_bit_at(e));
-                    let at = quants + 128 + 4 * r;
-                    gb[at..at + 4].copy_from_slice(&bits.to_le_bytes());
-                }
-            },
-        ))
+            }
+            if has_fifth(f) {
+                let qh = &blk[fifth..fifth + 4];
+                let qh = u32::from_le_bytes(qh.try_into().expect("4 bytes"));
+                let bits = (0..32)
+                    .filter(|&e| qh >> e & 1 == 1)
+                    .fold(0u32, |h, e| h | 1 << fifth_bit_at(e));
+                let at = quants + 128 + 4 * r;
+                gb[at..at + 4].copy_from_slice(&bits.to_le_bytes());
+            }
+        }))
     }
 
     /// `w` repacked a group of 8 rows at a time, in parallel over groups (a model's matrices are
@@ -192,21 +203,30 @@ impl Q40x8 {
     fn pack_groups(
         w: &QMatrix<'_>,
         out: usize,
-        zeroed: ZeroedBytes<'_>,
+        (zeroed, copied): (ZeroedBytes<'_>, CopiedRows<'_>),
         put: impl Fn(usize, &[u8], &mut [u8]) + Sync,
     ) -> Self {
         let (rows, cols, format) = (w.rows(), w.cols(), w.format());
         let (nb, bb) = (cols / format.block_len(), format.block_bytes());
         let mut data = zeroed(rows / GROUP * nb * out);
-        data.par_chunks_exact_mut(nb * out)
+        // Groups a run: about `RUN_BYTES` of the original, and eight runs at least.
+        let group_src = GROUP * w.row_bytes();
+        let run = (RUN_BYTES / group_src).clamp(1, (rows / GROUP).div_ceil(8).max(1));
+        data.par_chunks_mut(nb * out * run)
             .enumerate()
-            .for_each(|(g, group)| {
-                let src: Vec<&[u8]> = (0..GROUP).map(|r| w.row_data(GROUP * g + r)).collect();
-                for (b, gb) in group.chunks_exact_mut(out).enumerate() {
-                    for (r, row) in src.iter().enumerate() {
-                        put(r, &row[b * bb..(b + 1) * bb], gb);
+            .for_each(|(c, groups)| {
+                let g0 = c * run;
+                for (i, group) in groups.chunks_exact_mut(nb * out).enumerate() {
+                    let g = g0 + i;
+                    let src: Vec<&[u8]> = (0..GROUP).map(|r| w.row_data(GROUP * g + r)).collect();
+                    for (b, gb) in group.chunks_exact_mut(out).enumerate() {
+                        for (r, row) in src.iter().enumerate() {
+                            put(r, &row[b * bb..(b + 1) * bb], gb);
+                        }
                     }
                 }
+                let n = groups.len() / (nb * out);
+                copied(&w.data()[g0 * group_src..(g0 + n) * group_src]);
             });
         Q40x8 {
             data,
@@ -219,8 +239,8 @@ impl Q40x8 {
     /// [`Q40x8::repack`] of a Q4_K matrix: per group super-block the rows' `d`, their `dmin`,
     /// the three u32 words of their packed scales (each word of the 8 rows together), then per
     /// sub-block of 32 their nibbles as a Q4_0 group block's (`arch/x86_64/q4kx8.rs`).
-    fn repack_q4k(w: &QMatrix<'_>, zeroed: ZeroedBytes<'_>) -> Self {
-        Self::pack_groups(w, Q4K_GROUP_SB, zeroed, |r, blk, gs| {
+    fn repack_q4k(w: &QMatrix<'_>, mem: (ZeroedBytes<'_>, CopiedRows<'_>)) -> Self {
+        Self::pack_groups(w, Q4K_GROUP_SB, mem, |r, blk, gs| {
             gs[2 * r..2 * r + 2].copy_from_slice(&blk[..2]);
             gs[16 + 2 * r..18 + 2 * r].copy_from_slice(&blk[2..4]);
             for i in 0..3 {
@@ -245,8 +265,8 @@ impl Q40x8 {
     /// [`Q40x8::repack`] of a Q8_0 matrix: per group block the rows' `d`, then two quads of rows,
     /// each 8 registers of 16 bytes, register `k` of quad `q` holding weights `4k..4k + 4` of row
     /// `4q + r` at byte `4r` (`arch/aarch64/q80x8.rs`).
-    fn repack_q80(w: &QMatrix<'_>, zeroed: ZeroedBytes<'_>) -> Self {
-        Self::pack_groups(w, group_block(tags::Q8_0), zeroed, |r, blk, gb| {
+    fn repack_q80(w: &QMatrix<'_>, mem: (ZeroedBytes<'_>, CopiedRows<'_>)) -> Self {
+        Self::pack_groups(w, group_block(tags::Q8_0), mem, |r, blk, gb| {
             gb[2 * r..2 * r + 2].copy_from_slice(&blk[..2]);
             for k in 0..8 {
                 let at = 16 + 128 * (r / 4) + 16 * k + 4 * (r % 4);

@@ -64,8 +64,17 @@ impl Packed {
     /// ([`Paging::Drop`]: they stay in the page cache, and a prompt step that reads them faults
     /// them back in), so that the copies do not double what the process holds.
     pub fn new(layers: &[Layer<'_>], output: &QMatrix<'_>, ffn: bool, mapped: bool) -> Packed {
+        // Each run of an original's rows leaves as soon as it is copied (so that a large matrix,
+        // an output projection, is never held twice whole), and the whole original once copied.
+        let drop_rows = |rows: &[u8]| {
+            if mapped {
+                advise(rows, Paging::Drop);
+            }
+        };
         let repack = |m: &QMatrix<'_>| {
-            let p = takes(m).then(|| Q40x8::repack_in(m, &copy_bytes)).flatten();
+            let p = takes(m)
+                .then(|| Q40x8::repack_in(m, &copy_bytes, &drop_rows))
+                .flatten();
             if mapped && p.is_some() {
                 advise(m.data(), Paging::Drop);
             }
@@ -238,7 +247,13 @@ mod tests {
         let m = QMatrix::new(kernels_neon::WeightFormat::Q8_0, rows, cols, &data).unwrap();
         assert!(data.len() >= HUGE_PAGE);
         let heap = Q40x8::repack(&m).unwrap();
-        let own = Q40x8::repack_in(&m, &copy_bytes).unwrap();
+        let runs = std::sync::atomic::AtomicUsize::new(0);
+        let count = |rows: &[u8]| {
+            runs.fetch_add(rows.len(), std::sync::atomic::Ordering::Relaxed);
+        };
+        let own = Q40x8::repack_in(&m, &copy_bytes, &count).unwrap();
+        // Every row told of once.
+        assert_eq!(runs.into_inner(), data.len());
         assert_eq!(own.bytes(), heap.bytes());
         let x: Vec<f32> = (0..cols)
             .map(|i| ((i * 37 % 101) as f32 - 50.0) / 25.0)
