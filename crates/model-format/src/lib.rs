@@ -56,7 +56,7 @@ mod writer;
 
 use std::path::Path;
 
-pub use anon::AnonPages;
+pub use anon::{AnonArena, AnonPages, AnonPiece};
 pub use error::FormatError;
 pub use gguf::{
     GgufFile, GGUF_DEFAULT_ALIGNMENT, GGUF_DEFERRED_ARRAY_MIN, GGUF_MAGIC, GGUF_MAX_DIMS,

@@ -12,11 +12,11 @@
 //! file's layout. The copies' bytes are
 //! [`Packed::bytes`], for whoever counts the process's memory.
 
-use kernels_neon::{CopyBytes, KernelPath, Precision, Q40x8, QMatrix};
-use model_format::{advise, AnonPages, Paging};
+use kernels_neon::{CopyBytes, KernelPath, Precision, Q40x8, QMatrix, ZeroedBytes};
+use model_format::{advise, AnonArena, AnonPages, Paging};
 
 use crate::layer::{Layer, LayerFfn};
-use crate::moe::PackedExperts;
+use crate::moe::{MoeLayer, PackedExperts};
 use crate::ops::StepKind;
 
 /// Whether a `Fast` step of `n` tokens of `kind` reads copy `p` (each token's results then its
@@ -71,15 +71,16 @@ impl Packed {
                 advise(rows, Paging::Drop);
             }
         };
-        let repack = |m: &QMatrix<'_>| {
+        let repack_in = |m: &QMatrix<'_>, zeroed: ZeroedBytes<'_>| {
             let p = takes(m)
-                .then(|| Q40x8::repack_in(m, &copy_bytes, &drop_rows))
+                .then(|| Q40x8::repack_in(m, zeroed, &drop_rows))
                 .flatten();
             if mapped && p.is_some() {
                 advise(m.data(), Paging::Drop);
             }
             p
         };
+        let repack = |m: &QMatrix<'_>| repack_in(m, &copy_bytes);
         // Matrices taken together (q, k, v; gate, up) are copied only when all of them are.
         let layers = layers
             .iter()
@@ -101,7 +102,19 @@ impl Packed {
                     _ => (None, None),
                 };
                 let experts = match (&l.ffn, ffn) {
-                    (LayerFfn::Moe(m), true) => PackedExperts::new(&m.weights, &takes, &repack),
+                    (LayerFfn::Moe(m), true) => {
+                        // The layer's experts in one mapping (each below a huge page, together
+                        // many), a copy that does not fit in it on its own.
+                        let arena = experts_arena(&m.weights);
+                        let zeroed = |len: usize| -> Box<dyn CopyBytes> {
+                            match arena.as_ref().and_then(|a| a.take(len)) {
+                                Some(p) => Box::new(p),
+                                None => copy_bytes(len),
+                            }
+                        };
+                        let repack = |m: &QMatrix<'_>| repack_in(m, &zeroed);
+                        PackedExperts::new(&m.weights, &takes, &repack)
+                    }
                     _ => None,
                 };
                 PackedLayer {
@@ -199,6 +212,24 @@ fn copy_bytes(len: usize) -> Box<dyn CopyBytes> {
     Box::new(vec![0u8; len])
 }
 
+/// One mapping for the copies of `w`'s experts (and its shared expert) where they repack and come
+/// to [`HUGE_PAGE`] or more: each expert's matrices are below a huge page (Qwen3-30B-A3B's 0.9
+/// MiB, OLMoE's 1.2 MiB as Q4_0) and could have none in mappings of their own.
+fn experts_arena(w: &MoeLayer<'_>) -> Option<AnonArena> {
+    let shared = w.shared.as_ref().map(|s| &s.ffn);
+    let lens = w
+        .experts
+        .iter()
+        .chain(shared)
+        .flat_map(|f| [&f.gate, &f.up, &f.down])
+        .filter(|m| takes(m))
+        .map(|m| m.data().len());
+    let bytes = AnonArena::bytes_for(lens);
+    (bytes >= HUGE_PAGE)
+        .then(|| AnonArena::zeroed(bytes).ok())
+        .flatten()
+}
+
 /// Whether `m` is copied: its format and shape repack ([`Q40x8::fits`]) and the copy gives on the
 /// active path the bits of the original's products ([`Q40x8::exact_on`]), which the batched steps
 /// (speculation's verification, a prompt's groups) that read the original must agree with.
@@ -229,14 +260,11 @@ pub fn applies(precision: Precision) -> bool {
 mod tests {
     use super::*;
 
-    /// A copy of [`HUGE_PAGE`] bytes and more lives in [`AnonPages`] and gives the bits of one in
-    /// the heap.
-    #[test]
-    fn a_large_copy_in_its_own_pages_gives_the_heap_copys_bits() {
-        let (rows, cols) = (2048, 1024);
-        // Q8_0 blocks: an f16 scale of 1/64, then 32 quants from a running pattern.
+    /// `rows x cols` Q8_0 blocks: an f16 scale of 1/64, then 32 quants from a running pattern
+    /// started at `seed`.
+    fn q8_0_data(rows: usize, cols: usize, seed: u32) -> Vec<u8> {
         let mut data = Vec::with_capacity(rows * cols / 32 * 34);
-        let mut v = 1u32;
+        let mut v = seed;
         for _ in 0..rows * cols / 32 {
             data.extend_from_slice(&0x2400u16.to_le_bytes());
             for _ in 0..32 {
@@ -244,6 +272,52 @@ mod tests {
                 data.push((v >> 16) as u8);
             }
         }
+        data
+    }
+
+    /// `W x` through `p` against `q`: bit for bit, and not all zero.
+    fn same_products(p: &Q40x8, q: &Q40x8) {
+        let x: Vec<f32> = (0..p.cols())
+            .map(|i| ((i * 37 % 101) as f32 - 50.0) / 25.0)
+            .collect();
+        let (mut a, mut b) = (vec![0f32; p.rows()], vec![1f32; p.rows()]);
+        p.matvec(&x, &mut a).unwrap();
+        q.matvec(&x, &mut b).unwrap();
+        assert!(a.iter().zip(&b).all(|(p, q)| p.to_bits() == q.to_bits()));
+        assert!(a.iter().any(|&y| y != 0.0));
+    }
+
+    /// Many copies below a huge page in one [`AnonArena`] (as an MoE layer's experts): each gives
+    /// the bits of its copy in the heap.
+    #[test]
+    fn small_copies_in_one_arena_give_the_heap_copies_bits() {
+        let (rows, cols) = (64, 1024);
+        let datas: Vec<Vec<u8>> = (0..40).map(|i| q8_0_data(rows, cols, i + 1)).collect();
+        let ms: Vec<QMatrix<'_>> = datas
+            .iter()
+            .map(|d| QMatrix::new(kernels_neon::WeightFormat::Q8_0, rows, cols, d).unwrap())
+            .collect();
+        let bytes = AnonArena::bytes_for(datas.iter().map(Vec::len));
+        assert!(bytes >= HUGE_PAGE);
+        let arena = AnonArena::zeroed(bytes).unwrap();
+        let zeroed = |len: usize| -> Box<dyn CopyBytes> { Box::new(arena.take(len).unwrap()) };
+        let own: Vec<Q40x8> = ms
+            .iter()
+            .map(|m| Q40x8::repack_in(m, &zeroed, &|_| {}).unwrap())
+            .collect();
+        assert!(arena.take(1).is_none(), "the arena is used up");
+        drop(arena);
+        for (m, o) in ms.iter().zip(&own) {
+            same_products(o, &Q40x8::repack(m).unwrap());
+        }
+    }
+
+    /// A copy of [`HUGE_PAGE`] bytes and more lives in [`AnonPages`] and gives the bits of one in
+    /// the heap.
+    #[test]
+    fn a_large_copy_in_its_own_pages_gives_the_heap_copys_bits() {
+        let (rows, cols) = (2048, 1024);
+        let data = q8_0_data(rows, cols, 1);
         let m = QMatrix::new(kernels_neon::WeightFormat::Q8_0, rows, cols, &data).unwrap();
         assert!(data.len() >= HUGE_PAGE);
         let heap = Q40x8::repack(&m).unwrap();
@@ -255,13 +329,6 @@ mod tests {
         // Every row told of once.
         assert_eq!(runs.into_inner(), data.len());
         assert_eq!(own.bytes(), heap.bytes());
-        let x: Vec<f32> = (0..cols)
-            .map(|i| ((i * 37 % 101) as f32 - 50.0) / 25.0)
-            .collect();
-        let (mut a, mut b) = (vec![0f32; rows], vec![1f32; rows]);
-        heap.matvec(&x, &mut a).unwrap();
-        own.matvec(&x, &mut b).unwrap();
-        assert!(a.iter().zip(&b).all(|(p, q)| p.to_bits() == q.to_bits()));
-        assert!(a.iter().any(|&y| y != 0.0));
+        same_products(&own, &heap);
     }
 }
