@@ -174,12 +174,13 @@ pub(super) fn float_at<const F: u8>(row: &[u8], j: usize) -> f32 {
 /// Every weight prefetch of this path's kernels asks for the line into L2 (`_MM_HINT_T1`), not L1
 /// (`_MM_HINT_T0`): the loads that follow a few hundred cycles later find it there, and the L1's
 /// few fill buffers stay free for them. (The sparse kernels' prefetch of the next listed rows,
-/// `arch::prefetch`, one row ahead of their use, still asks for L1; not measured with L2.) Measured 2026-12-06 on the SYNTHETIC 16-layer d 1024 files
-/// (`sparrow bench -p 0 -n 16 -r 2`, both hints' builds alternating, two rounds, Intel Xeon, both
-/// x86 paths): with one thread F16 decode 25.6-26.7 -> 30.4-30.9 tok/s, BF16 23.2-23.9 -> 31.3-31.6,
-/// Q8_0 39.4-40.6 -> 44.3-45.8, Q4_0 64.8-67.8 -> 80.9-84.5, IQ4_NL 60.1-61.2 -> 75.2-76.4; with
-/// two F16 43 -> 51-53, BF16 38-39 -> 51-53; no format measured slower beyond the noise (docs:
-/// BENCHMARKS' dense-vs-llama history, stop 82).
+/// `arch::prefetch`, one row ahead of their use, still asks for L1; not measured with L2.)
+/// Measured 2026-12-06 on the SYNTHETIC 16-layer d 1024 files (`sparrow bench -p 0 -n 16 -r 2`,
+/// both hints' builds alternating, two rounds, Intel Xeon, both x86 paths): with one thread F16
+/// decode 25.6-26.7 -> 30.4-30.9 tok/s, BF16 23.2-23.9 -> 31.3-31.6, Q8_0 39.4-40.6 -> 44.3-45.8,
+/// Q4_0 64.8-67.8 -> 80.9-84.5, IQ4_NL 60.1-61.2 -> 75.2-76.4; with two F16 43 -> 51-53, BF16
+/// 38-39 -> 51-53; no format measured slower beyond the noise (docs: BENCHMARKS' dense-vs-llama
+/// history, stop 82).
 pub(super) const PREFETCH: usize = 512;
 
 /// Prefetch distance of the kernels that take one row at a time (dense matrices, whose rows lie
