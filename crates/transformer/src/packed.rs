@@ -103,8 +103,8 @@ impl Packed {
                 };
                 let experts = match (&l.ffn, ffn) {
                     (LayerFfn::Moe(m), true) => {
-                        // The layer's experts in one mapping (each below a huge page, together
-                        // many), a copy that does not fit in it on its own.
+                        // The layer's experts share one mapping (each is below a huge page, all
+                        // together are not); a copy the arena has no room for gets its own.
                         let arena = experts_arena(&m.weights);
                         let zeroed = |len: usize| -> Box<dyn CopyBytes> {
                             match arena.as_ref().and_then(|a| a.take(len)) {
