@@ -15,7 +15,7 @@
 
 use std::arch::x86_64::*;
 
-use super::simd::STREAM_PREFETCH;
+use super::kquant_rows::prefetch_block;
 use crate::quant::QActs16;
 
 /// Bytes of a group block: 8 f16 scales and 8 rows of 32 quants.
@@ -44,13 +44,8 @@ pub(crate) unsafe fn q80x8_group(group: &[u8], xq: &QActs16) -> [f32; 8] {
         unsafe {
             let gp = group.as_ptr().add(b * GROUP_BLOCK);
             let xp = xq.qs.as_ptr().add(b * 32);
-            // Prefetch hints (never fault; wrapping_add keeps them UB-free): the block's five
-            // lines `STREAM_PREFETCH` bytes on.
-            for line in 0..5 {
-                _mm_prefetch::<_MM_HINT_T1>(
-                    gp.wrapping_add(STREAM_PREFETCH + 64 * line) as *const i8
-                );
-            }
+            // The block's five lines a dense row's distance on (`STREAM_PREFETCH`).
+            prefetch_block::<1>(gp, GROUP_BLOCK);
             let d = _mm256_mul_ps(
                 _mm256_cvtph_ps(_mm_loadu_si128(gp as *const __m128i)),
                 _mm256_set1_ps(*xq.d.get_unchecked(b)),
