@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use rayon::prelude::*;
 
+use crate::out_rows::OutPtr;
 use crate::quant::QActs16;
 use crate::{
     active_path, arch, check_len, check_path, check_tokens, chunk_rows_setting, matvec_chunk,
@@ -81,10 +82,12 @@ pub fn matvec_batch_many_with(
     let cols = ws[0].cols();
     let prepared = Prepared::new(path, ws, x, n, precision);
     let ready = prepared.ready(path);
-    // Work items: (matrix, first row, that row chunk of every token's output).
-    let mut items: Vec<(usize, usize, Vec<&mut [f32]>)> = Vec::new();
+    // Work items: (matrix, first row, rows), each writing that row chunk of every token's output.
+    let mut items: Vec<(usize, usize, usize)> = Vec::new();
+    let mut outs: Vec<(OutPtr, usize)> = Vec::with_capacity(ys.len());
     for (i, y) in ys.iter_mut().enumerate() {
         let rows = ws[i].rows();
+        outs.push((OutPtr(y.as_mut_ptr()), rows));
         if rows == 0 {
             continue;
         }
@@ -93,19 +96,20 @@ pub fn matvec_batch_many_with(
             continue;
         }
         let chunk = batch_chunk(ws[i]);
-        let base = items.len();
-        items.extend((0..rows.div_ceil(chunk)).map(|c| (i, c * chunk, Vec::with_capacity(n))));
-        for yt in y.chunks_mut(rows) {
-            for (c, part) in yt.chunks_mut(chunk).enumerate() {
-                items[base + c].2.push(part);
-            }
-        }
+        items
+            .extend((0..rows.div_ceil(chunk)).map(|c| (i, c * chunk, chunk.min(rows - c * chunk))));
     }
-    let run = |(i, r0, mut outs): (usize, usize, Vec<&mut [f32]>)| ready.run(i, r0, x, &mut outs);
+    let run = |&(i, r0, nr): &(usize, usize, usize)| {
+        let (out, rows) = outs[i];
+        // SAFETY: `ys[i]` holds `n * rows` elements (checked) and stays mutably borrowed (`ys`)
+        // until the items are done; this item alone covers rows `r0 .. r0 + nr` of matrix `i`.
+        let mut ts = unsafe { out.token_rows(n, rows, r0, nr) };
+        ready.run(i, r0, x, &mut ts);
+    };
     if items.len() <= 1 {
-        items.into_iter().for_each(run);
+        items.iter().for_each(run);
     } else {
-        items.into_par_iter().for_each(run);
+        items.par_iter().for_each(run);
     }
     Ok(())
 }

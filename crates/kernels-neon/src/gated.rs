@@ -5,6 +5,7 @@
 use rayon::prelude::*;
 
 use crate::batch::{batch_chunk, Prepared};
+use crate::out_rows::OutPtr;
 use crate::{
     active_path, check_len, check_path, check_tokens, chunk_rows_setting, matvec_chunk, Activation,
     KernelError, KernelPath, Precision, QMatrix,
@@ -61,20 +62,18 @@ pub fn matvec_gated_with(
     let prepared = Prepared::new(path, &ws, x, n, precision);
     let ready = prepared.ready(path);
     let chunk = gated_chunk(gate, n);
-    // The up products, in the output's layout.
-    let mut ups = vec![0f32; out.len()];
-    // Work items: (first row, that row chunk of every token's output, and of its up products).
-    type Item<'o> = (usize, Vec<&'o mut [f32]>, Vec<&'o mut [f32]>);
-    let mut items: Vec<Item<'_>> = (0..rows.div_ceil(chunk))
-        .map(|c| (c * chunk, Vec::with_capacity(n), Vec::with_capacity(n)))
+    let out_ptr = OutPtr(out.as_mut_ptr());
+    // Work items: the first row and the rows of a chunk, of every token's output; each item's up
+    // products in a buffer of its own (made and freed on the thread that runs it).
+    let items: Vec<(usize, usize)> = (0..rows.div_ceil(chunk))
+        .map(|c| (c * chunk, chunk.min(rows - c * chunk)))
         .collect();
-    for (gt, ut) in out.chunks_mut(rows).zip(ups.chunks_mut(rows)) {
-        for (c, (g, u)) in gt.chunks_mut(chunk).zip(ut.chunks_mut(chunk)).enumerate() {
-            items[c].1.push(g);
-            items[c].2.push(u);
-        }
-    }
-    let run = |(r0, mut gs, mut us): Item<'_>| {
+    let run = |&(r0, nr): &(usize, usize)| {
+        // SAFETY: `out` holds `n * rows` elements (checked) and stays mutably borrowed until the
+        // items are done; this item alone covers rows `r0 .. r0 + nr`.
+        let mut gs = unsafe { out_ptr.token_rows(n, rows, r0, nr) };
+        let mut ups = vec![0f32; n * nr];
+        let mut us: Vec<&mut [f32]> = ups.chunks_mut(nr).collect();
         ready.run(0, r0, x, &mut gs);
         ready.run(1, r0, x, &mut us);
         for (g, u) in gs.iter_mut().zip(&us) {
@@ -82,9 +81,9 @@ pub fn matvec_gated_with(
         }
     };
     if items.len() <= 1 {
-        items.into_iter().for_each(run);
+        items.iter().for_each(run);
     } else {
-        items.into_par_iter().for_each(run);
+        items.par_iter().for_each(run);
     }
     Ok(())
 }
