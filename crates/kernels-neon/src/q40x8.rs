@@ -22,6 +22,7 @@
 use rayon::prelude::*;
 
 use crate::arch::tags::{self, has_min};
+use crate::out_rows::OutPtr;
 use crate::path::matvec_chunk;
 use crate::quant::QActs16;
 use crate::{check_len, check_path, KernelError, KernelPath, QMatrix, WeightFormat};
@@ -440,23 +441,20 @@ impl Q40x8 {
             .map(|t| Acts8::new(path, t))
             .collect();
         let chunk = matvec_chunk(self.rows).next_multiple_of(GROUP);
-        // Per row chunk, every token's rows (token-major within the chunk), then put in place.
-        let parts: Vec<(usize, Vec<f32>)> = (0..self.rows.div_ceil(chunk))
+        // Per row chunk, every token's rows (token-major within the chunk), put in place by the
+        // work item (its buffer made and freed on one thread).
+        let y_ptr = OutPtr(y.as_mut_ptr());
+        (0..self.rows.div_ceil(chunk))
             .into_par_iter()
-            .map(|c| {
+            .for_each(|c| {
                 let r0 = c * chunk;
                 let nr = chunk.min(self.rows - r0);
                 let mut out = vec![0f32; n * nr];
                 self.run_rows_tokens(path, &acts, r0, &mut out);
-                (r0, out)
-            })
-            .collect();
-        for (r0, out) in parts {
-            let nr = out.len() / n;
-            for (t, o) in out.chunks_exact(nr).enumerate() {
-                y[t * self.rows + r0..t * self.rows + r0 + nr].copy_from_slice(o);
-            }
-        }
+                // SAFETY: `y` holds `n * rows` elements (checked) and stays mutably borrowed
+                // until the items are done; this item alone writes rows `r0 .. r0 + nr`.
+                unsafe { y_ptr.write_rows(&out, n, self.rows, r0, nr) };
+            });
         Ok(())
     }
 
