@@ -2,7 +2,8 @@
 //! token-major output.
 
 /// Raw output pointer shared by the work items of a batched product ([`crate::matmul`],
-/// [`crate::matmul_t`]), each writing a disjoint set of elements.
+/// [`crate::matmul_t`], [`crate::matvec_batch`], [`crate::matvec_gated`], [`crate::Q40x8`]'s),
+/// each writing a disjoint set of elements.
 #[derive(Clone, Copy)]
 pub(crate) struct OutPtr(pub(crate) *mut f32);
 // SAFETY: only used to write disjoint ranges from different threads while
