@@ -57,7 +57,7 @@ fn int8(path: KernelPath, format: WeightFormat, n: usize, precision: Precision) 
 /// over `n` tokens in `precision` with `threads` work items at a time (the pool's threads),
 /// besides `x` and `y`: per band in flight, its output (`n` tokens of its columns, f32, until
 /// copied into `y`), its tile (the band's columns of every row, transposed, f32),
-/// [`T_ROWS`] rows of the band (the tile kernels allocate nothing); a hybrid matrix is also
+/// `T_ROWS` rows of the band (the tile kernels allocate nothing); a hybrid matrix is also
 /// dequantized whole (`rows × cols` f32) first. On the 8-bit tile instead, the tokens quantized
 /// once (rows padded to whole blocks of 32), and per band in flight 32 of its rows in f32 and its
 /// columns quantized and packed.

@@ -144,7 +144,7 @@ impl Q40x8 {
     }
 
     /// [`Q40x8::repack`] into memory from `zeroed` (called once, for the copy's bytes), telling
-    /// `copied` of each run of the original's rows (about [`RUN_BYTES`], whole groups) once it is
+    /// `copied` of each run of the original's rows (about `RUN_BYTES`, whole groups) once it is
     /// copied: a caller that lets their pages go holds at most a few runs of the original beside
     /// the copy, not the whole matrix.
     pub fn repack_in(
