@@ -5,7 +5,8 @@
 //! ([`Q40x8::matvec_batch`]): a group block holds the 8 rows' f16 scales together (and their
 //! mins), then their quants interleaved so that one load feeds the same weights of several rows,
 //! then (Q5_0, Q5_1) their fifth bits in the kernel's order (layout in `arch/x86_64/q40x8.rs`,
-//! which `arch/aarch64/q40x8.rs` reads too; Q4_K's group super-blocks in `arch/x86_64/q4kx8.rs`;
+//! which `arch/aarch64/q40x8.rs` reads too; Q4_K's group super-blocks in `arch/x86_64/q4kx8.rs`,
+//! which `arch/aarch64/q4kx8.rs` reads too;
 //! Q8_0's quads of rows in `arch/aarch64/q80x8.rs`, which `arch/x86_64/q80x8.rs` reads too). The
 //! same bytes as the file's: a copy made once, whose [`Q40x8::bytes`] the caller counts against its
 //! memory budget.
@@ -14,8 +15,9 @@
 //! matrix in [`crate::Precision::Fast`] on the paths [`Q40x8::exact_on`] names (the order of the
 //! original's one-row kernel: `q40_pairs` or Q4_K's `q4k_i16_rows` on [`KernelPath::Avx2Fma`], and
 //! for Q4_0 and IQ4_NL [`KernelPath::Avx512`] too; Q8_0's `dot_i16_rows` on both x86 paths; the
-//! split rows of `arch/aarch64/matvec_split.rs` for Q8_0 and the nibble formats on
-//! [`KernelPath::NeonDotprod`] and [`KernelPath::NeonI8mm`]);
+//! split rows of `arch/aarch64/matvec_split.rs` for Q8_0 and the nibble formats, of
+//! `arch/aarch64/kquant_split.rs` for Q4_K, on [`KernelPath::NeonDotprod`] and
+//! [`KernelPath::NeonI8mm`]);
 //! other paths take a scalar loop over the same layout (the scalar reference's per-block products,
 //! its tolerance).
 
@@ -297,7 +299,7 @@ impl Q40x8 {
     /// `q4k_i16_rows`', Q8_0 `dot_i16_rows`'): Q4_0, IQ4_NL and Q8_0 on [`KernelPath::Avx2Fma`]
     /// and [`KernelPath::Avx512`];
     /// Q5_0, Q4_1, Q5_1 and Q4_K on the first (the second's kernels of these are `q40_512`'s,
-    /// `matvec_i16`'s and `kquant512`'s, of other orders); Q8_0 and the nibble formats also on
+    /// `matvec_i16`'s and `kquant512`'s, of other orders); Q8_0, the nibble formats and Q4_K also on
     /// [`KernelPath::NeonDotprod`] and [`KernelPath::NeonI8mm`] (the split rows' order). Elsewhere a
     /// copy's results are within the `Fast` tolerance only, so a forward pass that must agree with
     /// the batched kernels (speculation's verification) takes copies where this holds.
@@ -314,7 +316,10 @@ impl Q40x8 {
                 path,
                 KernelPath::Avx2Fma | KernelPath::NeonDotprod | KernelPath::NeonI8mm
             ),
-            WeightFormat::Q4_K => path == KernelPath::Avx2Fma,
+            WeightFormat::Q4_K => matches!(
+                path,
+                KernelPath::Avx2Fma | KernelPath::NeonDotprod | KernelPath::NeonI8mm
+            ),
             _ => false,
         }
     }
@@ -643,8 +648,8 @@ fn group_dots(path: KernelPath, format: WeightFormat, group: &[u8], acts: &Acts8
     group_dots_scalar(tag(format), group, xq, corr)
 }
 
-/// [`group_dots`] on the aarch64 paths with `dotprod` for the formats they take (Q8_0 and the
-/// nibble formats; `arch/aarch64/q80x8.rs`, `arch/aarch64/q40x8.rs`); `None` elsewhere.
+/// [`group_dots`] on the aarch64 paths with `dotprod` for the formats they take (Q8_0, the nibble
+/// formats and Q4_K; `arch/aarch64/q80x8.rs`, `q40x8.rs`, `q4kx8.rs`); `None` elsewhere.
 #[cfg(target_arch = "aarch64")]
 fn group_dots_neon(
     path: KernelPath,
@@ -652,7 +657,7 @@ fn group_dots_neon(
     group: &[u8],
     acts: &Acts8,
 ) -> Option<[f32; GROUP]> {
-    use crate::arch::{q40x8_group_neon, q80x8_group, Perm8, Split16};
+    use crate::arch::{q40x8_group_neon, q4kx8_group_neon, q80x8_group, Perm8, Split16};
     if !matches!(path, KernelPath::NeonDotprod | KernelPath::NeonI8mm) {
         return None;
     }
@@ -672,6 +677,7 @@ fn group_dots_neon(
         };
         Some(match format {
             WeightFormat::Q8_0 => q80x8_group(group, split, xq, i8mm),
+            WeightFormat::Q4_K => q4kx8_group_neon(group, perm(), xq),
             WeightFormat::Q4_0
             | WeightFormat::Q4_1
             | WeightFormat::Q5_0

@@ -1,7 +1,7 @@
 //! `Q40x8` (Q4_0, IQ4_NL, Q5_0, Q4_1, Q5_1, Q4_K and Q8_0 rows repacked eight at a time): against
 //! the f64 reference within the `Fast` bound (props.rs) on every path, and bit for bit
 //! [`matvec_with`] of the original matrix where `Q40x8::exact_on` says so (the AVX2 path, and
-//! AVX-512's for Q4_0, IQ4_NL and Q8_0; all but Q4_K on the aarch64 `dotprod` and `i8mm` paths),
+//! AVX-512's for Q4_0, IQ4_NL and Q8_0; every format on the aarch64 `dotprod` and `i8mm` paths),
 //! whose one-row kernel's (`q40_pairs`, Q4_K's `q4k_i16_rows`, Q8_0's `dot_i16_rows`, the split
 //! rows on aarch64) order it keeps;
 //! each token of `Q40x8::matvec_batch` bit for bit its own product.
@@ -36,11 +36,10 @@ fn check_all_paths(w: &QMatrix, x: &[f32]) -> Result<(), String> {
                 .map_err(|e| format!("{path:?} row {r}: {e}"))?;
         }
         // Where each format's copies must be exact: the nibble formats and Q4_K on AVX2, Q8_0 on
-        // both x86 paths, all but Q4_K on the aarch64 paths with `dotprod`.
+        // both x86 paths, all of them on the aarch64 paths with `dotprod`.
         let neon = matches!(path, KernelPath::NeonDotprod | KernelPath::NeonI8mm);
         let must = match w.format() {
             WeightFormat::Q8_0 => neon || matches!(path, KernelPath::Avx2Fma | KernelPath::Avx512),
-            WeightFormat::Q4_K => path == KernelPath::Avx2Fma,
             _ => neon || path == KernelPath::Avx2Fma,
         };
         if must && !Q40x8::exact_on(path, w.format()) {
@@ -300,7 +299,8 @@ proptest! {
 proptest! {
     #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
 
-    /// Q4_K rows (super-blocks of 256): the same checks, bit for bit `q4k_i16_rows` on AVX2.
+    /// Q4_K rows (super-blocks of 256): the same checks, bit for bit `q4k_i16_rows` on AVX2 and the
+    /// split rows on aarch64 with `dotprod`.
     #[test]
     fn q4k_x8_matches_f64_and_avx2_matvec(
         groups in 1usize..5,

@@ -29,8 +29,8 @@ use crate::quant::QActs16;
 /// The split activations in the order the unpacked weights take them: per 8 elements `8k..8k +
 /// 8`, `[0, 4, 1, 5, 2, 6, 3, 7]`.
 pub(crate) struct Perm8 {
-    hi: Vec<i8>,
-    lo: Vec<u8>,
+    pub(super) hi: Vec<i8>,
+    pub(super) lo: Vec<u8>,
 }
 
 impl Perm8 {

@@ -1,0 +1,179 @@
+//! The kernel of Q4_K rows repacked eight at a time ([`crate::Q40x8`], the group super-blocks of
+//! `arch/x86_64/q4kx8.rs`) on `dotprod` CPUs, 16-bit activations
+//! ([`Precision::Fast`](crate::Precision::Fast)) split as [`Split16`](super::matvec_split::Split16) splits them, one token.
+//!
+//! A group super-block (1152 bytes) holds the 8 rows' f16 `d`, their f16 `dmin`, the three u32
+//! words of each row's packed 6-bit scales and mins (word `i` of row `r` at `32 + 32 i + 4 r`), then
+//! per sub-block of 32 its 8 rows' nibbles as a Q4_0 group block's, which [`super::q40x8`]'s
+//! unpacking and by-element dots turn into one exact sum a row lane. The scales unpack for four
+//! rows at once (llama.cpp's `kmask` operations on the rows' 32-bit lanes).
+//!
+//! Results: the split rows' (`kquant_split.rs`'s `q45k_block` and `dot_row`) bit for bit. Those
+//! keep per row four lanes `j` of `(d * sc_J) * d_x` FMAs (sub-block `J = j`, then `J = j + 4`, in
+//! each super-block), add the lanes pairwise at the end (`(a0 + a1) + (a2 + a3)`) and subtract the
+//! min term, summed over super-blocks from each super-block's `fma((m_k * dmin) * s_x, m_{k+4} *
+//! dmin, s_x)` lanes added pairwise; here each of those lanes is a register whose lanes are rows,
+//! the same operations in the same order.
+
+use std::arch::aarch64::*;
+
+use super::q40x8::Perm8;
+use super::q80x8::quad_sums;
+use super::simd::{f16x4, split_block};
+use crate::quant::QActs16;
+
+/// Bytes of a group super-block.
+const GROUP_SB: usize = 1152;
+/// Offset of the packed scales in a group super-block.
+const SCALES: usize = 32;
+/// Offset of the first sub-block's nibbles.
+const NIBBLES: usize = 128;
+
+/// Byte `J % 4` of each u32 lane of `v` (a scale or min of sub-block `J`), as f32.
+#[inline(always)]
+fn byte_of<const J: usize>(v: uint32x4_t) -> float32x4_t {
+    // SAFETY: NEON is baseline on aarch64.
+    unsafe {
+        let b = match J % 4 {
+            0 => vandq_u32(v, vdupq_n_u32(0xFF)),
+            1 => vandq_u32(vshrq_n_u32::<8>(v), vdupq_n_u32(0xFF)),
+            2 => vandq_u32(vshrq_n_u32::<16>(v), vdupq_n_u32(0xFF)),
+            _ => vshrq_n_u32::<24>(v),
+        };
+        vcvtq_f32_u32(b)
+    }
+}
+
+/// Four rows' 6-bit scales and mins (their packed words `u0`, `u1`, `u2`): scales of sub-blocks
+/// 0-3 and 4-7, mins of 0-3 and 4-7, a byte each per row lane (`scale_min_k4`).
+#[inline(always)]
+fn unpack(u0: uint32x4_t, u1: uint32x4_t, u2: uint32x4_t) -> [uint32x4_t; 4] {
+    // SAFETY: NEON is baseline on aarch64.
+    unsafe {
+        let (k1, k2, k3) = (
+            vdupq_n_u32(0x3f3f_3f3f),
+            vdupq_n_u32(0x0f0f_0f0f),
+            vdupq_n_u32(0x0303_0303),
+        );
+        let top = |u: uint32x4_t| vshlq_n_u32::<4>(vandq_u32(vshrq_n_u32::<6>(u), k3));
+        [
+            vandq_u32(u0, k1),
+            vorrq_u32(vandq_u32(u2, k2), top(u0)),
+            vandq_u32(u1, k1),
+            vorrq_u32(vandq_u32(vshrq_n_u32::<4>(u2), k2), top(u1)),
+        ]
+    }
+}
+
+/// The dots of one Q4_K group's 8 rows (module docs) with `xq`, split as `s` and permuted as `p`.
+///
+/// # Safety
+/// `dotprod` present. Always inlined into [`q4kx8_group_neon`]'s form.
+#[inline(always)]
+unsafe fn group_body(group: &[u8], p: &Perm8, xq: &QActs16) -> [f32; 8] {
+    let nsb = xq.d.len() / 8;
+    assert!(
+        group.len() >= nsb * GROUP_SB
+            && p.hi.len() >= nsb * 256
+            && p.lo.len() >= nsb * 256
+            && xq.s.len() >= nsb * 8
+    );
+    // SAFETY: NEON is baseline on aarch64.
+    let (mut acc, mut min) = unsafe { ([[vdupq_n_f32(0.0); 2]; 4], [vdupq_n_f32(0.0); 2]) };
+    for sb in 0..nsb {
+        // SAFETY: sb < nsb: group super-block sb (1152 bytes at 1152 sb), the permuted bytes and
+        // the activations' scales and sums of blocks 8 sb..8 sb + 8 are in bounds (asserted
+        // above); dotprod per contract.
+        unsafe {
+            let gs = group.as_ptr().add(sb * GROUP_SB);
+            let (dx, sx) = (xq.d.as_ptr().add(8 * sb), xq.s.as_ptr().add(8 * sb));
+            let dh = vld1q_u16(gs as *const u16);
+            let mh = vld1q_u16(gs.add(16) as *const u16);
+            let d = [f16x4(vget_low_u16(dh)), f16x4(vget_high_u16(dh))];
+            let dmin = [f16x4(vget_low_u16(mh)), f16x4(vget_high_u16(mh))];
+            // Per half (rows 0-3, 4-7): the scales and mins of the sub-blocks, a byte a row lane.
+            let packed: [[uint32x4_t; 4]; 2] = std::array::from_fn(|h| {
+                let w = |i: usize| vld1q_u32(gs.add(SCALES + 32 * i + 16 * h) as *const u32);
+                unpack(w(0), w(1), w(2))
+            });
+            // The min term, lanes k = 0..4 of the split rows' vector, then added pairwise.
+            for h in 0..2 {
+                let [_, _, m_lo, m_hi] = packed[h];
+                let m = [
+                    byte_of::<0>(m_lo),
+                    byte_of::<1>(m_lo),
+                    byte_of::<2>(m_lo),
+                    byte_of::<3>(m_lo),
+                    byte_of::<0>(m_hi),
+                    byte_of::<1>(m_hi),
+                    byte_of::<2>(m_hi),
+                    byte_of::<3>(m_hi),
+                ];
+                let v: [float32x4_t; 4] = std::array::from_fn(|k| {
+                    vfmaq_f32(
+                        vmulq_n_f32(vmulq_f32(m[k], dmin[h]), *sx.add(k)),
+                        vmulq_f32(m[k + 4], dmin[h]),
+                        vdupq_n_f32(*sx.add(k + 4)),
+                    )
+                });
+                let t = vaddq_f32(vaddq_f32(v[0], v[1]), vaddq_f32(v[2], v[3]));
+                min[h] = vaddq_f32(min[h], t);
+            }
+            macro_rules! sub {
+                ($j:literal) => {{
+                    let b = 8 * sb + $j;
+                    let (hv, lv) =
+                        split_block(p.hi.as_ptr().add(32 * b), p.lo.as_ptr().add(32 * b));
+                    let q = gs.add(NIBBLES + 128 * $j);
+                    for h in 0..2 {
+                        let mut w = [vdupq_n_s8(0); 8];
+                        for k in 0..4 {
+                            let v = vld1q_u8(q.add(32 * k + 16 * h));
+                            w[2 * k] = vreinterpretq_s8_u8(vandq_u8(v, vdupq_n_u8(0x0F)));
+                            w[2 * k + 1] = vreinterpretq_s8_u8(vshrq_n_u8::<4>(v));
+                        }
+                        let isum = quad_sums::<false, false>(w, hv, lv, vdupq_n_s32(0));
+                        let sc = if $j < 4 { packed[h][0] } else { packed[h][1] };
+                        let scale = vmulq_n_f32(vmulq_f32(byte_of::<$j>(sc), d[h]), *dx.add($j));
+                        acc[$j % 4][h] = vfmaq_f32(acc[$j % 4][h], vcvtq_f32_s32(isum), scale);
+                    }
+                }};
+            }
+            sub!(0);
+            sub!(1);
+            sub!(2);
+            sub!(3);
+            sub!(4);
+            sub!(5);
+            sub!(6);
+            sub!(7);
+        }
+    }
+    let mut y = [0f32; 8];
+    for h in 0..2 {
+        // SAFETY: 4 writable f32 at `y[4 h..]`; NEON is baseline.
+        unsafe {
+            let a = &acc;
+            let s = vaddq_f32(vaddq_f32(a[0][h], a[1][h]), vaddq_f32(a[2][h], a[3][h]));
+            vst1q_f32(y.as_mut_ptr().add(4 * h), vsubq_f32(s, min[h]));
+        }
+    }
+    y
+}
+
+#[target_feature(enable = "neon,dotprod")]
+unsafe fn group_dp(group: &[u8], p: &Perm8, xq: &QActs16) -> [f32; 8] {
+    // SAFETY: dotprod present per this function's contract.
+    unsafe { group_body(group, p, xq) }
+}
+
+/// The dots of the 8 rows of one Q4_K group (`xq.d.len() / 8` group super-blocks at `group`) with
+/// `xq`, whose split ([`Split16::new`](super::matvec_split::Split16::new)) is permuted as `p` ([`Perm8::new`]). The weights are
+/// unsigned and the `lo` dot `udot`, so `i8mm` adds nothing here.
+///
+/// # Safety
+/// The CPU must support `dotprod`.
+pub(crate) unsafe fn q4kx8_group_neon(group: &[u8], p: &Perm8, xq: &QActs16) -> [f32; 8] {
+    // SAFETY: dotprod is present per this function's contract.
+    unsafe { group_dp(group, p, xq) }
+}
