@@ -78,7 +78,7 @@ const GROUP: usize = 8;
 /// Job `job`'s copies where its `m` tokens take them: it has them, its products would run the
 /// decode kernels of `Fast`, the copies give those kernels' bits on `path`
 /// ([`Q40x8::exact_on`]), and one token where the copies take one token at a time (not
-/// [`Q40x8::batches`]: off x86, and Q4_K's and Q8_0's on x86, as a dense decode step's), where
+/// [`Q40x8::batches`]: off x86, and Q4_K's, Q6_K's and Q8_0's on x86, as a dense decode step's), where
 /// the originals' batch kernels unpack each block once for all.
 fn takes_copies<'a>(
     path: KernelPath,

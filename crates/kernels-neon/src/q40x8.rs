@@ -1,12 +1,12 @@
 //! Rows of the 32-element nibble formats (Q4_0, IQ4_NL, Q5_0, Q4_1, Q5_1: an f16 scale, a min for
-//! the last two, 32 nibbles a block, the fifth bits of the Q5s beside), of Q4_K and of Q8_0
+//! the last two, 32 nibbles a block, the fifth bits of the Q5s beside), of Q4_K, Q6_K and of Q8_0
 //! repacked eight at a time, for the one-token product ([`crate::Precision::Fast`]) on the AVX2
 //! and AVX-512 paths and the aarch64 ones with `dotprod`, and for several tokens'
 //! ([`Q40x8::matvec_batch`]): a group block holds the 8 rows' f16 scales together (and their
 //! mins), then their quants interleaved so that one load feeds the same weights of several rows,
 //! then (Q5_0, Q5_1) their fifth bits in the kernel's order (layout in `arch/x86_64/q40x8.rs`,
 //! which `arch/aarch64/q40x8.rs` reads too; Q4_K's group super-blocks in `arch/x86_64/q4kx8.rs`,
-//! which `arch/aarch64/q4kx8.rs` reads too;
+//! which `arch/aarch64/q4kx8.rs` reads too; Q6_K's in `q40x8/q6k.rs`, for `arch/aarch64/q6kx8.rs`;
 //! Q8_0's quads of rows in `arch/aarch64/q80x8.rs`, which `arch/x86_64/q80x8.rs` reads too). The
 //! same bytes as the file's: a copy made once, whose [`Q40x8::bytes`] the caller counts against its
 //! memory budget.
@@ -16,7 +16,7 @@
 //! original's one-row kernel: `q40_pairs` or Q4_K's `q4k_i16_rows` on [`KernelPath::Avx2Fma`], and
 //! for Q4_0 and IQ4_NL [`KernelPath::Avx512`] too; Q8_0's `dot_i16_rows` on both x86 paths; the
 //! split rows of `arch/aarch64/matvec_split.rs` for Q8_0 and the nibble formats, of
-//! `arch/aarch64/kquant_split.rs` for Q4_K, on [`KernelPath::NeonDotprod`] and
+//! `arch/aarch64/kquant_split.rs` for Q4_K and Q6_K, on [`KernelPath::NeonDotprod`] and
 //! [`KernelPath::NeonI8mm`]);
 //! other paths take a scalar loop over the same layout (the scalar reference's per-block products,
 //! its tolerance).
@@ -30,6 +30,7 @@ use crate::quant::QActs16;
 use crate::{check_len, check_path, KernelError, KernelPath, QMatrix, WeightFormat};
 use tokens::{group_dots_tokens, pair_dots_tokens};
 
+pub(crate) mod q6k;
 mod tokens;
 
 /// Rows of a group.
@@ -120,7 +121,7 @@ pub type CopiedRows<'a> = &'a (dyn Fn(&[u8]) + Sync);
 /// eight runs or more ([`Q40x8::repack_in`] tells of each once copied).
 const RUN_BYTES: usize = 1 << 20;
 
-/// A Q4_0, IQ4_NL, Q5_0, Q4_1, Q5_1, Q4_K or Q8_0 matrix repacked eight rows at a time (module
+/// A Q4_0, IQ4_NL, Q5_0, Q4_1, Q5_1, Q4_K, Q6_K or Q8_0 matrix repacked eight rows at a time (module
 /// docs).
 pub struct Q40x8 {
     data: Box<dyn CopyBytes>,
@@ -163,6 +164,9 @@ impl Q40x8 {
         }
         if w.format() == WeightFormat::Q8_0 {
             return Some(Self::repack_q80(w, mem));
+        }
+        if w.format() == WeightFormat::Q6_K {
+            return Some(q6k::repack(w, mem));
         }
         let f = tag(w.format());
         // The file's blocks: the scale, the min, the fifth bits, then the nibbles.
@@ -278,7 +282,7 @@ impl Q40x8 {
         })
     }
 
-    /// Whether `w` repacks ([`Q40x8::repack`]): Q4_0, IQ4_NL, Q5_0, Q4_1, Q5_1, Q4_K or Q8_0,
+    /// Whether `w` repacks ([`Q40x8::repack`]): Q4_0, IQ4_NL, Q5_0, Q4_1, Q5_1, Q4_K, Q6_K or Q8_0,
     /// rows a multiple of 8, at least one block a row.
     pub fn fits(w: &QMatrix<'_>) -> bool {
         matches!(
@@ -289,6 +293,7 @@ impl Q40x8 {
                 | WeightFormat::Q4_1
                 | WeightFormat::Q5_1
                 | WeightFormat::Q4_K
+                | WeightFormat::Q6_K
                 | WeightFormat::Q8_0
         ) && w.rows() % GROUP == 0
             && w.cols() >= 32
@@ -300,7 +305,8 @@ impl Q40x8 {
     /// and [`KernelPath::Avx512`];
     /// Q5_0, Q4_1, Q5_1 and Q4_K on the first (the second's kernels of these are `q40_512`'s,
     /// `matvec_i16`'s and `kquant512`'s, of other orders); Q8_0, the nibble formats and Q4_K also on
-    /// [`KernelPath::NeonDotprod`] and [`KernelPath::NeonI8mm`] (the split rows' order). Elsewhere a
+    /// [`KernelPath::NeonDotprod`] and [`KernelPath::NeonI8mm`] (the split rows' order), and Q6_K
+    /// only there (no x86 kernel reads its copies). Elsewhere a
     /// copy's results are within the `Fast` tolerance only, so a forward pass that must agree with
     /// the batched kernels (speculation's verification) takes copies where this holds.
     pub fn exact_on(path: KernelPath, format: WeightFormat) -> bool {
@@ -320,6 +326,7 @@ impl Q40x8 {
                 path,
                 KernelPath::Avx2Fma | KernelPath::NeonDotprod | KernelPath::NeonI8mm
             ),
+            WeightFormat::Q6_K => matches!(path, KernelPath::NeonDotprod | KernelPath::NeonI8mm),
             _ => false,
         }
     }
@@ -333,6 +340,8 @@ impl Q40x8 {
     fn group_bytes(&self) -> usize {
         if self.format == WeightFormat::Q4_K {
             self.cols / 256 * Q4K_GROUP_SB
+        } else if self.format == WeightFormat::Q6_K {
+            self.cols / 256 * q6k::GROUP_SB
         } else {
             self.cols / 32 * group_block(tag(self.format))
         }
@@ -382,12 +391,15 @@ impl Q40x8 {
     }
 
     /// Whether products of several tokens ([`Q40x8::matvec_batch`]) read each group block once for
-    /// two to four tokens: on x86 every format but Q4_K and Q8_0, whose copies take one token at
+    /// two to four tokens: on x86 every format but Q4_K, Q6_K and Q8_0, whose copies take one token at
     /// a time, as every format does on aarch64 (where a step of several tokens had better read the
     /// originals once with the batch kernels than the copies once a token).
     pub fn batches(&self) -> bool {
         cfg!(target_arch = "x86_64")
-            && !matches!(self.format, WeightFormat::Q4_K | WeightFormat::Q8_0)
+            && !matches!(
+                self.format,
+                WeightFormat::Q4_K | WeightFormat::Q6_K | WeightFormat::Q8_0
+            )
     }
 
     /// Whether a [`crate::Precision::Fast`] prompt of `n` tokens had better read this copy
@@ -617,6 +629,9 @@ fn group_dots(path: KernelPath, format: WeightFormat, group: &[u8], acts: &Acts8
         }
         return q4k_group_scalar(group, xq);
     }
+    if format == WeightFormat::Q6_K {
+        return q6k::group_scalar(group, xq);
+    }
     // (Only the x86 paths read `x86`.)
     #[cfg(not(target_arch = "x86_64"))]
     let _ = x86;
@@ -649,7 +664,8 @@ fn group_dots(path: KernelPath, format: WeightFormat, group: &[u8], acts: &Acts8
 }
 
 /// [`group_dots`] on the aarch64 paths with `dotprod` for the formats they take (Q8_0, the nibble
-/// formats and Q4_K; `arch/aarch64/q80x8.rs`, `q40x8.rs`, `q4kx8.rs`); `None` elsewhere.
+/// formats, Q4_K and Q6_K; `arch/aarch64/q80x8.rs`, `q40x8.rs`, `q4kx8.rs`, `q6kx8.rs`); `None`
+/// elsewhere.
 #[cfg(target_arch = "aarch64")]
 fn group_dots_neon(
     path: KernelPath,
@@ -657,7 +673,9 @@ fn group_dots_neon(
     group: &[u8],
     acts: &Acts8,
 ) -> Option<[f32; GROUP]> {
-    use crate::arch::{q40x8_group_neon, q4kx8_group_neon, q80x8_group, Perm8, Split16};
+    use crate::arch::{
+        q40x8_group_neon, q4kx8_group_neon, q6kx8_group_neon, q80x8_group, Perm8, Split16,
+    };
     if !matches!(path, KernelPath::NeonDotprod | KernelPath::NeonI8mm) {
         return None;
     }
@@ -678,6 +696,7 @@ fn group_dots_neon(
         Some(match format {
             WeightFormat::Q8_0 => q80x8_group(group, split, xq, i8mm),
             WeightFormat::Q4_K => q4kx8_group_neon(group, perm(), xq),
+            WeightFormat::Q6_K => q6kx8_group_neon(group, split, perm(), xq),
             WeightFormat::Q4_0
             | WeightFormat::Q4_1
             | WeightFormat::Q5_0

@@ -32,7 +32,9 @@ mod tiles;
 #[cfg(target_arch = "x86_64")]
 mod x86_64;
 #[cfg(target_arch = "aarch64")]
-pub(crate) use aarch64::{q40x8_group_neon, q4kx8_group_neon, q80x8_group, Perm8, Split16};
+pub(crate) use aarch64::{
+    q40x8_group_neon, q4kx8_group_neon, q6kx8_group_neon, q80x8_group, Perm8, Split16,
+};
 #[cfg(target_arch = "x86_64")]
 pub(crate) use x86_64::{
     q40x8_group, q40x8_group_tokens, q40x8_group_tokens_vnni, q40x8_group_vnni, q40x8_pair_tokens,

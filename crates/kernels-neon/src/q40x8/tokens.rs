@@ -33,7 +33,10 @@ pub(super) fn group_dots_tokens<const T: usize>(
 ) -> [[f32; GROUP]; T] {
     #[cfg(target_arch = "x86_64")]
     if matches!(path, KernelPath::Avx2Fma | KernelPath::Avx512)
-        && !matches!(format, WeightFormat::Q4_K | WeightFormat::Q8_0)
+        && !matches!(
+            format,
+            WeightFormat::Q4_K | WeightFormat::Q6_K | WeightFormat::Q8_0
+        )
     {
         use crate::arch::{q40x8_group_tokens as avx2, q40x8_group_tokens_vnni as vnni};
         let (xq, corr) = (xqs::<T>(a), corrs::<T>(a));

@@ -1,7 +1,7 @@
-//! `Q40x8` (Q4_0, IQ4_NL, Q5_0, Q4_1, Q5_1, Q4_K and Q8_0 rows repacked eight at a time): against
-//! the f64 reference within the `Fast` bound (props.rs) on every path, and bit for bit
-//! [`matvec_with`] of the original matrix where `Q40x8::exact_on` says so (the AVX2 path, and
-//! AVX-512's for Q4_0, IQ4_NL and Q8_0; every format on the aarch64 `dotprod` and `i8mm` paths),
+//! `Q40x8` (Q4_0, IQ4_NL, Q5_0, Q4_1, Q5_1, Q4_K, Q6_K and Q8_0 rows repacked eight at a time):
+//! against the f64 reference within the `Fast` bound (props.rs) on every path, and bit for bit
+//! [`matvec_with`] of the original matrix where `Q40x8::exact_on` says so (the AVX2 path but for
+//! Q6_K, AVX-512's for Q4_0, IQ4_NL and Q8_0; every format on the aarch64 `dotprod` and `i8mm` paths),
 //! whose one-row kernel's (`q40_pairs`, Q4_K's `q4k_i16_rows`, Q8_0's `dot_i16_rows`, the split
 //! rows on aarch64) order it keeps;
 //! each token of `Q40x8::matvec_batch` bit for bit its own product.
@@ -36,10 +36,11 @@ fn check_all_paths(w: &QMatrix, x: &[f32]) -> Result<(), String> {
                 .map_err(|e| format!("{path:?} row {r}: {e}"))?;
         }
         // Where each format's copies must be exact: the nibble formats and Q4_K on AVX2, Q8_0 on
-        // both x86 paths, all of them on the aarch64 paths with `dotprod`.
+        // both x86 paths, all of them and Q6_K on the aarch64 paths with `dotprod`.
         let neon = matches!(path, KernelPath::NeonDotprod | KernelPath::NeonI8mm);
         let must = match w.format() {
             WeightFormat::Q8_0 => neon || matches!(path, KernelPath::Avx2Fma | KernelPath::Avx512),
+            WeightFormat::Q6_K => neon,
             _ => neon || path == KernelPath::Avx2Fma,
         };
         if must && !Q40x8::exact_on(path, w.format()) {
@@ -141,8 +142,6 @@ fn extreme(rows: usize, cols: usize) {
     }
 }
 
-/// Only the nibble formats (Q4_0, IQ4_NL, Q5_0, Q4_1, Q5_1), Q4_K and Q8_0 with rows a multiple of
-/// 8 and at least one block a row repack.
 /// Which prompts read a copy (`Q40x8::takes_prompt`): where it batches, those below
 /// `INT_TILE_MIN_TOKENS` tokens (decode's products), and up to 64 tokens Q4_0's on the AVX-512
 /// path and Q4_0's and Q4_1's on the AVX2 path (the 16-bit tile's products); never where the copy
@@ -187,6 +186,8 @@ fn q40x8_prompts_read_copies_where_their_batch_beats_the_tile() {
     }
 }
 
+/// Only the nibble formats (Q4_0, IQ4_NL, Q5_0, Q4_1, Q5_1), Q4_K, Q6_K and Q8_0 with rows a
+/// multiple of 8 and at least one block a row repack.
 #[test]
 fn q40x8_repacks_only_its_shapes() {
     let mut rng = Rng(7);
@@ -207,7 +208,9 @@ fn q40x8_repacks_only_its_shapes() {
         (WeightFormat::Q8_0, 8, 64, true),
         (WeightFormat::Q8_0, 12, 64, false),
         (WeightFormat::Q5_K, 8, 256, false),
-        (WeightFormat::Q6_K, 8, 256, false),
+        (WeightFormat::Q6_K, 8, 256, true),
+        (WeightFormat::Q6_K, 16, 512, true),
+        (WeightFormat::Q6_K, 12, 256, false),
     ] {
         let data = random_matrix(format, rows, cols, &mut rng);
         let w = QMatrix::new(format, rows, cols, &data).unwrap();
@@ -299,10 +302,11 @@ proptest! {
 proptest! {
     #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
 
-    /// Q4_K rows (super-blocks of 256): the same checks, bit for bit `q4k_i16_rows` on AVX2 and the
-    /// split rows on aarch64 with `dotprod`.
+    /// Q4_K and Q6_K rows (super-blocks of 256): the same checks, bit for bit `q4k_i16_rows` on
+    /// AVX2 (Q4_K) and the split rows on aarch64 with `dotprod` (both).
     #[test]
-    fn q4k_x8_matches_f64_and_avx2_matvec(
+    fn q4k_q6k_x8_match_f64_and_matvec(
+        format in prop::sample::select(vec![WeightFormat::Q4_K, WeightFormat::Q6_K]),
         groups in 1usize..5,
         sbs in 1usize..5,
         chunk in prop::sample::select(vec![0usize, 1, 5, 16]),
@@ -312,14 +316,14 @@ proptest! {
         let (rows, cols) = (8 * groups, 256 * sbs);
         let mut rng = Rng(seed);
         let data: Vec<Vec<u8>> = (0..3)
-            .map(|_| random_matrix(WeightFormat::Q4_K, rows, cols, &mut rng))
+            .map(|_| random_matrix(format, rows, cols, &mut rng))
             .collect();
-        let ws = [0, 1, 2].map(|i| QMatrix::new(WeightFormat::Q4_K, rows, cols, &data[i]).unwrap());
+        let ws = [0, 1, 2].map(|i| QMatrix::new(format, rows, cols, &data[i]).unwrap());
         let x = random_vec(cols, &mut rng);
         set_chunk_rows(chunk);
         let res = check_all_paths(&ws[0], &x).and_then(|_| check_many_and_gated(&ws, &x, act));
         set_chunk_rows(0);
-        prop_assert!(res.is_ok(), "Q4_K {rows}x{cols}: {}", res.unwrap_err());
+        prop_assert!(res.is_ok(), "{format:?} {rows}x{cols}: {}", res.unwrap_err());
     }
 }
 
@@ -342,21 +346,40 @@ fn q4k_x8_extreme_quants_and_activations() {
     }
 }
 
+/// Q6_K's largest sums: every quant 63 (and the other fills, whose scales are the same bytes:
+/// -1, 0, -16, 15, 90) against activations at the extremes.
+#[test]
+fn q6k_x8_extreme_quants_and_activations() {
+    let (rows, cols) = (16, 512);
+    let d = half::f16::from_f32(0.01).to_le_bytes();
+    for fill in [0xFFu8, 0x00, 0xF0, 0x0F, 0x5A] {
+        let block: Vec<u8> = vec![fill; 208].into_iter().chain(d).collect();
+        let data = block.repeat(rows * cols / 256);
+        let w = QMatrix::new(WeightFormat::Q6_K, rows, cols, &data).unwrap();
+        for x in extreme_vecs(cols) {
+            check_all_paths(&w, &x).unwrap_or_else(|e| panic!("Q6_K fill {fill:#x}: {e}"));
+        }
+    }
+}
+
 /// `Q40x8::matvec_batch` on every path: each token's results bit for bit its own
 /// `Q40x8::matvec_with`, for 1-5 tokens (pairs, three at once and a single one), every format,
-/// Q4_K too (seven blocks a row: a quad of blocks and the tail of three).
+/// Q4_K and Q6_K too (two super-blocks a row).
 #[test]
 fn q40x8_batch_is_each_tokens_matvec() {
     let mut rng = Rng(91);
     let shapes = FORMATS
         .into_iter()
         .map(|f| (f, 24, 224))
-        .chain([(WeightFormat::Q4_K, 16, 512)]);
+        .chain([(WeightFormat::Q4_K, 16, 512), (WeightFormat::Q6_K, 16, 512)]);
     for (format, rows, cols) in shapes {
         let data = random_matrix(format, rows, cols, &mut rng);
         let w = QMatrix::new(format, rows, cols, &data).unwrap();
         let p = Q40x8::repack(&w).unwrap();
-        let one_token = matches!(format, WeightFormat::Q4_K | WeightFormat::Q8_0);
+        let one_token = matches!(
+            format,
+            WeightFormat::Q4_K | WeightFormat::Q6_K | WeightFormat::Q8_0
+        );
         assert_eq!(p.batches(), cfg!(target_arch = "x86_64") && !one_token);
         for n in 1..=5 {
             let x = random_vec(n * cols, &mut rng);
