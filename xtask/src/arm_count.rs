@@ -358,8 +358,25 @@ fn print_table(o: &Opts, rows: &[Row]) {
     }
 }
 
-/// `--record DIR`: the prompt and decode ratios of the first CPU model as results of the NEON
-/// proxy group.
+/// The short name of a model file in the results' ids: its first word, less a version after a dot
+/// (`qwen2.5-coder-0.5b-...` -> `qwen`, `SmolLM2-135M-...` -> `smollm2`, `gemma-3-270m-...` ->
+/// `gemma`).
+fn short_name(file: &str) -> String {
+    let word = file.split('-').next().unwrap_or(file).to_lowercase();
+    match word.split_once('.') {
+        Some((head, _)) => head
+            .trim_end_matches(|c: char| c.is_ascii_digit())
+            .to_string(),
+        None => word,
+    }
+}
+
+/// The fewest prompt tokens whose count is recorded as a prefill figure: shorter prompts run
+/// decode's kernels (a 2-token prompt against a 1-token one measures those).
+const MIN_RECORDED_PROMPT: usize = 16;
+
+/// `--record DIR`: the decode ratio of the first CPU model, and its prompt ratio where the prompt
+/// has [`MIN_RECORDED_PROMPT`] tokens or more, as results of the NEON proxy group.
 fn record(dir: &Path, o: &Opts, args: &[String], rows: &[Row]) -> Result<()> {
     let Some((cpu, s, Some(l))) = rows.first() else {
         eprintln!("arm-count: not recording: no llama.cpp count");
@@ -380,11 +397,14 @@ fn record(dir: &Path, o: &Opts, args: &[String], rows: &[Row]) -> Result<()> {
         .map(|f| f.to_string_lossy().to_string())
         .unwrap_or_default();
     let name = stem.trim_end_matches(".gguf");
-    let short = name.split(['-', '.']).next().unwrap_or(name).to_lowercase();
+    let short = short_name(name);
     for (what, ours, theirs, n) in [
         ("decode", s.decode, l.decode, o.n_gen),
         ("prefill", s.prompt, l.prompt, o.n_prompt),
     ] {
+        if what == "prefill" && n < MIN_RECORDED_PROMPT {
+            continue;
+        }
         let m = Measurement {
             id: format!("neon-{short}-{what}"),
             group: NEON_GROUP.into(),
@@ -409,4 +429,21 @@ fn record(dir: &Path, o: &Opts, args: &[String], rows: &[Row]) -> Result<()> {
         record_value(dir, m)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::short_name;
+
+    #[test]
+    fn short_names_are_the_results_ids() {
+        for (file, want) in [
+            ("qwen2.5-coder-0.5b-instruct-q4_k_m", "qwen"),
+            ("SmolLM2-135M-Instruct.Q4_1", "smollm2"),
+            ("gemma-3-270m-q4_k_m", "gemma"),
+            ("model", "model"),
+        ] {
+            assert_eq!(short_name(file), want, "{file}");
+        }
+    }
 }
