@@ -30,6 +30,7 @@ use crate::quant::QActs16;
 use crate::{check_len, check_path, KernelError, KernelPath, QMatrix, WeightFormat};
 use tokens::{group_dots_tokens, pair_dots_tokens};
 
+mod q4k;
 pub(crate) mod q6k;
 mod tokens;
 
@@ -40,9 +41,6 @@ const GROUP: usize = 8;
 pub(crate) const fn has_fifth(f: u8) -> bool {
     matches!(f, tags::Q5_0 | tags::Q5_1)
 }
-
-/// Bytes of a Q4_K group super-block (256 columns of 8 rows, as the file's 8 blocks).
-const Q4K_GROUP_SB: usize = 1152;
 
 /// Offset of the quants in a group block of format tag `f`: after the 8 f16 scales (and mins).
 pub(crate) const fn quants_at(f: u8) -> usize {
@@ -160,7 +158,7 @@ impl Q40x8 {
         }
         let mem = (zeroed, copied);
         if w.format() == WeightFormat::Q4_K {
-            return Some(Self::repack_q4k(w, mem));
+            return Some(q4k::repack(w, mem));
         }
         if w.format() == WeightFormat::Q8_0 {
             return Some(Self::repack_q80(w, mem));
@@ -243,32 +241,6 @@ impl Q40x8 {
         }
     }
 
-    /// [`Q40x8::repack`] of a Q4_K matrix: per group super-block the rows' `d`, their `dmin`,
-    /// the three u32 words of their packed scales (each word of the 8 rows together), then per
-    /// sub-block of 32 their nibbles as a Q4_0 group block's (`arch/x86_64/q4kx8.rs`).
-    fn repack_q4k(w: &QMatrix<'_>, mem: (ZeroedBytes<'_>, CopiedRows<'_>)) -> Self {
-        Self::pack_groups(w, Q4K_GROUP_SB, mem, |r, blk, gs| {
-            gs[2 * r..2 * r + 2].copy_from_slice(&blk[..2]);
-            gs[16 + 2 * r..18 + 2 * r].copy_from_slice(&blk[2..4]);
-            for i in 0..3 {
-                let at = 32 + 32 * i + 4 * r;
-                gs[at..at + 4].copy_from_slice(&blk[4 + 4 * i..8 + 4 * i]);
-            }
-            // Sub-block j: the low (j even) or high nibbles of bytes 32(j / 2)..+32.
-            for j in 0..8 {
-                for k in 0..4 {
-                    for h in 0..2 {
-                        let at = 16 + 32 * (j / 2) + 8 * k;
-                        let x = u64::from_le_bytes(blk[at..at + 8].try_into().expect("8"));
-                        let v = four_nibbles(x >> (8 * h), j % 2 == 1);
-                        let to = 128 + 128 * j + 32 * k + 4 * r + 2 * h;
-                        gs[to..to + 2].copy_from_slice(&v.to_le_bytes());
-                    }
-                }
-            }
-        })
-    }
-
     /// [`Q40x8::repack`] of a Q8_0 matrix: per group block the rows' `d`, then two quads of rows,
     /// each 8 registers of 16 bytes, register `k` of quad `q` holding weights `4k..4k + 4` of row
     /// `4q + r` at byte `4r` (`arch/aarch64/q80x8.rs`).
@@ -339,7 +311,7 @@ impl Q40x8 {
     /// Bytes of one group of 8 rows.
     fn group_bytes(&self) -> usize {
         if self.format == WeightFormat::Q4_K {
-            self.cols / 256 * Q4K_GROUP_SB
+            self.cols / 256 * q4k::GROUP_SB
         } else if self.format == WeightFormat::Q6_K {
             self.cols / 256 * q6k::GROUP_SB
         } else {
@@ -627,7 +599,7 @@ fn group_dots(path: KernelPath, format: WeightFormat, group: &[u8], acts: &Acts8
                 }
             };
         }
-        return q4k_group_scalar(group, xq);
+        return q4k::group_scalar(group, xq);
     }
     if format == WeightFormat::Q6_K {
         return q6k::group_scalar(group, xq);
@@ -763,49 +735,6 @@ fn q80_group_scalar(group: &[u8], xq: &QActs16) -> [f32; GROUP] {
                 })
                 .sum();
             *yr += dw * xq.d[b] * isum as f32;
-        }
-    }
-    y
-}
-
-/// A Q4_K group's 8 dots in scalar code: per row and super-block, per sub-block `j` the exact sum
-/// times `(d * sc_j) * d_x` less `(dmin * m_j) * s_x`, in order.
-fn q4k_group_scalar(group: &[u8], xq: &QActs16) -> [f32; GROUP] {
-    let mut y = [0f32; GROUP];
-    let f16_at = |gs: &[u8], at: usize| half::f16::from_le_bytes([gs[at], gs[at + 1]]).to_f32();
-    for (sb, gs) in group.chunks_exact(Q4K_GROUP_SB).enumerate() {
-        for (r, yr) in y.iter_mut().enumerate() {
-            let (d, dmin) = (f16_at(gs, 2 * r), f16_at(gs, 16 + 2 * r));
-            let mut packed = [0u8; 12];
-            for i in 0..3 {
-                let at = 32 + 32 * i + 4 * r;
-                packed[4 * i..4 * i + 4].copy_from_slice(&gs[at..at + 4]);
-            }
-            for j in 0..8 {
-                // llama.cpp's `get_scale_min_k4`.
-                let (sc, m) = if j < 4 {
-                    (packed[j] & 63, packed[j + 4] & 63)
-                } else {
-                    (
-                        (packed[j + 4] & 0x0F) | ((packed[j - 4] >> 6) << 4),
-                        (packed[j + 4] >> 4) | ((packed[j] >> 6) << 4),
-                    )
-                };
-                let b = sb * 8 + j;
-                let x = &xq.qs[b * 32..b * 32 + 32];
-                let mut isum = 0i32;
-                for k in 0..4 {
-                    for h in 0..2 {
-                        let at = 128 + 128 * j + 32 * k + 4 * r + 2 * h;
-                        let v = u16::from_le_bytes([gs[at], gs[at + 1]]);
-                        for mm in 0..4 {
-                            isum += i32::from((v >> (4 * mm)) & 0x0F)
-                                * i32::from(x[8 * k + 2 * mm + h]);
-                        }
-                    }
-                }
-                *yr += f32::from(sc) * d * xq.d[b] * isum as f32 - f32::from(m) * dmin * xq.s[b];
-            }
         }
     }
     y
