@@ -12,8 +12,9 @@
 //! Q4_0's nibbles go in unsigned with its offset taken back (`-8 * sum(x)`), Q4_1's as they are
 //! (its mins' term summed apart and added at the end), Q5_0's and Q5_1's likewise (offset 16) with
 //! each fifth bit put at bit 4 of its byte (row `r`'s u32 of fifth bits after the quants, shifted
-//! down by `k`: bits 4, 12, 20, 28 are the first vector's, and rotated by 4 in each u16 the
-//! second's; the x86 layout's order, `crate::q40x8`), IQ4_NL's looked up in its table (`tbl`),
+//! down by `k`: bits 4, 12, 20, 28 are the first vector's, and with each u16's bytes swapped and
+//! shifted up by 4 once a quad the second's; the x86 layout's order, `crate::q40x8`; one bit
+//! select a vector puts them in), IQ4_NL's looked up in its table (`tbl`),
 //! then signed (`sudot` with `i8mm`) or `+ 128` (`udot`, `-128 * sum(lo)` taken back). Per row
 //! the f32 operations are [`super::rows_acc`]'s: bit for bit the split rows' results.
 
@@ -64,10 +65,14 @@ unsafe fn permute(src: *const u8, dst: *mut u8, n: usize) {
 }
 
 /// The two weight vectors of the 16 bytes `v` (four rows' lanes): nibbles at bits 0-3 and 4-7 of
-/// each byte as values (Q4_0, Q4_1: 0..=15; Q5_0, Q5_1: 0..=31 with the fifth bits of `hk`, the
-/// rows' u32 of fifth bits shifted down by `k`; IQ4_NL: its table's, signed).
+/// each byte as values (Q4_0, Q4_1: 0..=15; Q5_0, Q5_1: 0..=31 with the fifth bits at bit 4 of
+/// each byte of `ha` and `hb`, [`Fifth::of`]; IQ4_NL: its table's, signed).
 #[inline(always)]
-fn weights<const F: u8>(v: uint8x16_t, hk: uint32x4_t, table: int8x16_t) -> [int8x16_t; 2] {
+fn weights<const F: u8>(
+    v: uint8x16_t,
+    [ha, hb]: [uint8x16_t; 2],
+    table: int8x16_t,
+) -> [int8x16_t; 2] {
     // SAFETY: NEON is baseline on aarch64.
     unsafe {
         let (a, b) = (vandq_u8(v, vdupq_n_u8(0x0F)), vshrq_n_u8::<4>(v));
@@ -75,23 +80,50 @@ fn weights<const F: u8>(v: uint8x16_t, hk: uint32x4_t, table: int8x16_t) -> [int
             return [vqtbl1q_s8(table, a), vqtbl1q_s8(table, b)];
         }
         if has_fifth(F) {
-            // The first vector's bits at 4, 12, 20 and 28; the second's there once each u16 is
-            // rotated right by 4 (`shl` 12, then `sri` 4).
+            // Bit 4 of each byte from `ha` and `hb`, the rest from the nibbles (whose bit 4 is 0).
             let bit = vdupq_n_u8(0x10);
-            let h16 = vreinterpretq_u16_u32(hk);
-            let rot = vsriq_n_u16::<4>(vshlq_n_u16::<12>(h16), h16);
-            let ha = vandq_u8(vreinterpretq_u8_u32(hk), bit);
-            let hb = vandq_u8(vreinterpretq_u8_u16(rot), bit);
             return [
-                vreinterpretq_s8_u8(vorrq_u8(a, ha)),
-                vreinterpretq_s8_u8(vorrq_u8(b, hb)),
+                vreinterpretq_s8_u8(vbslq_u8(bit, ha, a)),
+                vreinterpretq_s8_u8(vbslq_u8(bit, hb, b)),
             ];
         }
         [vreinterpretq_s8_u8(a), vreinterpretq_s8_u8(b)]
     }
 }
 
-/// Row lanes' u32 of fifth bits `h` shifted down by `k` (0..4).
+/// A quad's rows' u32 of fifth bits (`h`) and the same with each u16's bytes swapped and shifted
+/// up by 4 (`r`), made once a quad: for register `k` the first vector's bits are `h`'s at `4 + k,
+/// 12 + k, 20 + k, 28 + k`, the second's `h`'s at `8 + k, k, 24 + k, 16 + k` (the x86 layout's
+/// order), which `r` holds at `4 + k, 12 + k, 20 + k, 28 + k`.
+struct Fifth {
+    h: uint32x4_t,
+    r: uint32x4_t,
+}
+
+impl Fifth {
+    #[inline(always)]
+    fn new(h: uint32x4_t) -> Fifth {
+        // SAFETY: NEON is baseline on aarch64.
+        unsafe {
+            let swapped = vrev16q_u8(vreinterpretq_u8_u32(h));
+            let r = vshlq_n_u16::<4>(vreinterpretq_u16_u8(swapped));
+            Fifth {
+                h,
+                r: vreinterpretq_u32_u16(r),
+            }
+        }
+    }
+
+    /// Register `k`'s fifth bits at bit 4 of each byte (and others elsewhere): the first vector's,
+    /// the second's.
+    #[inline(always)]
+    fn of(&self, k: usize) -> [uint8x16_t; 2] {
+        // SAFETY: NEON is baseline on aarch64.
+        unsafe { [self.h, self.r].map(|v| vreinterpretq_u8_u32(fifth_of(v, k))) }
+    }
+}
+
+/// Row lanes' u32 `h` shifted down by `k` (0..4).
 #[inline(always)]
 fn fifth_of(h: uint32x4_t, k: usize) -> uint32x4_t {
     // SAFETY: NEON is baseline on aarch64.
@@ -152,15 +184,15 @@ unsafe fn group_body<const F: u8, const MM: bool>(
             let d = f16x8_times(gp, *xq.d.get_unchecked(b));
             let q = gp.add(quants_at(F));
             for quad in 0..2 {
-                let h5 = if has_fifth(F) {
+                let h5 = Fifth::new(if has_fifth(F) {
                     vld1q_u32(q.add(128 + 16 * quad) as *const u32)
                 } else {
                     vdupq_n_u32(0)
-                };
+                });
                 let mut w = [vdupq_n_s8(0); 8];
                 for k in 0..4 {
                     let v = vld1q_u8(q.add(32 * k + 16 * quad));
-                    [w[2 * k], w[2 * k + 1]] = weights::<F>(v, fifth_of(h5, k), table);
+                    [w[2 * k], w[2 * k + 1]] = weights::<F>(v, h5.of(k), table);
                 }
                 let isum = if F == IQ4_NL {
                     quad_sums::<true, MM>(w, h, l, corr)
