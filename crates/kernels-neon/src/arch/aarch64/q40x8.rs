@@ -13,8 +13,8 @@
 //! (its mins' term summed apart and added at the end), Q5_0's and Q5_1's likewise (offset 16) with
 //! each fifth bit put at bit 4 of its byte (row `r`'s u32 of fifth bits after the quants, shifted
 //! down by `k`: bits 4, 12, 20, 28 are the first vector's, and with each u16's bytes swapped and
-//! shifted up by 4 once a quad the second's; the x86 layout's order, `crate::q40x8`; one bit
-//! select a vector puts them in), IQ4_NL's looked up in its table (`tbl`),
+//! shifted up by 4 once a quad the second's, where each register `k` rotated its own before; the
+//! x86 layout's order, `crate::q40x8`), IQ4_NL's looked up in its table (`tbl`),
 //! then signed (`sudot` with `i8mm`) or `+ 128` (`udot`, `-128 * sum(lo)` taken back). Per row
 //! the f32 operations are [`super::rows_acc`]'s: bit for bit the split rows' results.
 
