@@ -77,9 +77,9 @@ const GROUP: usize = 8;
 
 /// Job `job`'s copies where its `m` tokens take them: it has them, its products would run the
 /// decode kernels of `Fast`, the copies give those kernels' bits on `path`
-/// ([`Q40x8::exact_on`]), and one token where the copies take one token at a time (not
-/// [`Q40x8::batches`]: off x86, and Q4_K's, Q6_K's and Q8_0's on x86, as a dense decode step's), where
-/// the originals' batch kernels unpack each block once for all.
+/// ([`Q40x8::exact_on`]), and one token where the copies do not serve steps of several
+/// ([`Q40x8::serves_steps_on`]: Q4_K's and Q8_0's on x86, as a dense decode step's), where the
+/// originals' batch kernels unpack each block once for all.
 fn takes_copies<'a>(
     path: KernelPath,
     job: &ExpertJob<'a>,
@@ -93,7 +93,7 @@ fn takes_copies<'a>(
             && [c.gate, c.up, c.down].iter().all(|w| {
                 Q40x8::exact_on(path, w.format())
                     && matvec_precision(path, w.format(), precision) == Precision::Fast
-                    && (m == 1 || w.batches())
+                    && (m == 1 || w.serves_steps_on(path))
             })
             && Product::per_token(m, precision, decode)
     })

@@ -364,8 +364,7 @@ impl Q40x8 {
 
     /// Whether products of several tokens ([`Q40x8::matvec_batch`]) read each group block once for
     /// two to four tokens: on x86 every format but Q4_K, Q6_K and Q8_0, whose copies take one token at
-    /// a time, as every format does on aarch64 (where a step of several tokens had better read the
-    /// originals once with the batch kernels than the copies once a token).
+    /// a time, as every format does on aarch64 (each group's tokens in turn, the group in cache).
     pub fn batches(&self) -> bool {
         cfg!(target_arch = "x86_64")
             && !matches!(
@@ -374,9 +373,27 @@ impl Q40x8 {
             )
     }
 
+    /// Whether a step of several tokens that runs the decode kernels (a batched decode step,
+    /// speculation's verification, an MoE step's expert groups) had better read this copy
+    /// ([`Q40x8::matvec_batch`]) than the original on the active path: where the copy batches
+    /// ([`Q40x8::batches`]), and on the aarch64 paths with `dotprod` wherever the copy is exact
+    /// there ([`Q40x8::exact_on`]), because the original's batch runs one product a token too
+    /// (its split rows), which the copy gives bit for bit in fewer instructions.
+    pub fn serves_steps(&self) -> bool {
+        self.serves_steps_on(crate::active_path())
+    }
+
+    /// [`Q40x8::serves_steps`] on an explicit path.
+    pub fn serves_steps_on(&self, path: KernelPath) -> bool {
+        self.batches()
+            || (matches!(path, KernelPath::NeonDotprod | KernelPath::NeonI8mm)
+                && Self::exact_on(path, self.format))
+    }
+
     /// Whether a [`crate::Precision::Fast`] prompt of `n` tokens had better read this copy
     /// ([`Q40x8::matvec_batch`]) than the original's prompt tile ([`crate::matmul`]): where the
-    /// copy batches, below [`crate::short_prompt_tokens`] (such prompts run decode's products),
+    /// copy serves steps of several tokens ([`Q40x8::serves_steps`]), below
+    /// [`crate::short_prompt_tokens`] (such prompts run decode's products),
     /// and on the AVX-512 path up to 64 tokens for Q4_0, whose prompts take the 16-bit
     /// tile there: the same products in another order, where the tile repacks its rows every call
     /// (2 threads, `examples/batch_rate.rs`, 2026-12-05: 2048 x 2048 at 64 tokens 2.22-2.28 ms
@@ -401,7 +418,7 @@ impl Q40x8 {
                 }
                 _ => false,
             };
-        self.batches() && (n < crate::short_prompt_tokens(path) || wide)
+        self.serves_steps_on(path) && (n < crate::short_prompt_tokens(path) || wide)
     }
 
     /// `y[t] = W x[t]` for the `n` tokens of `x` (`n × cols`; `y`: `n × rows`, token-major) in

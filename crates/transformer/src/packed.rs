@@ -5,7 +5,7 @@
 //! Q8_0 on both x86 paths; Q8_0, the nibble formats, Q4_K and Q6_K on the aarch64 paths with
 //! `dotprod`). The
 //! forward pass takes a copy where one exists for a step of one token in `Fast`, for a decode step
-//! of several tokens where the copy batches them ([`Q40x8::batches`]), and for a prompt where the
+//! of several tokens where the copy serves it ([`Q40x8::serves_steps`]), and for a prompt where the
 //! copy's batch beats the original's prompt tile ([`Q40x8::takes_prompt`]: below 32 tokens, whose
 //! products are decode's, and up to 64 Q4_0 on AVX-512, Q4_0 and Q4_1 on AVX2): [`step_reads`]; an MoE layer's
 //! experts' copies for every product of a step that runs the decode kernels (a batched decode
@@ -22,13 +22,15 @@ use crate::ops::StepKind;
 
 /// Whether a `Fast` step of `n` tokens of `kind` reads copy `p` (each token's results then its
 /// one-token step's bits where the copy is exact, [`Q40x8::exact_on`]): one token; a decode step's
-/// tokens where the copy batches them; a prompt's where [`Q40x8::takes_prompt`] (the copies'
+/// tokens where the copy serves such steps ([`Q40x8::serves_steps`]: it batches them, or on aarch64
+/// with `dotprod` the original's batch runs a product a token too); a prompt's where
+/// [`Q40x8::takes_prompt`] (the copies'
 /// kernels read each group once for two to four tokens: prompts of 8 to 31 tokens over Q4_0,
 /// AVX-512, 1.2-1.5x the file layout's batch).
 pub(crate) fn step_reads(p: &Q40x8, kind: StepKind, n: usize) -> bool {
     n == 1
         || match kind {
-            StepKind::Decode => p.batches(),
+            StepKind::Decode => p.serves_steps(),
             StepKind::Prompt => p.takes_prompt(n),
         }
 }

@@ -300,12 +300,12 @@ fn copies_read_where_they_apply(format: WeightFormat) {
                     // Where expert 0's products run the decode kernels (a decode step, or a
                     // group of fewer than 32 tokens) in `Fast` on the paths where the copies
                     // are exact, they read its copies (the wrong one shows); nowhere else. For
-                    // one token only where the copies take one token at a time (`batches`: off
-                    // x86).
+                    // one token only where the copies do not serve steps of several
+                    // (`serves_steps_on`: Q4_K's and Q8_0's on x86).
                     let m = routed.iter().find(|r| r.0 == 0).map_or(0, |r| r.1.len());
                     let reads = m > 0
                         && (decode || m < 32)
-                        && (m == 1 || copies[0][0].batches())
+                        && (m == 1 || copies[0][0].serves_steps_on(path))
                         && precision == Precision::Fast
                         && Q40x8::exact_on(path, format);
                     let (odd, _) = run(Some(&wrong));

@@ -178,10 +178,30 @@ fn q40x8_prompts_read_copies_where_their_batch_beats_the_tile() {
             ] {
                 let got = p.takes_prompt_on(path, n);
                 assert_eq!(got, want && p.batches(), "{path:?} {format:?} n={n}");
+                assert_eq!(p.serves_steps_on(path), p.batches(), "{path:?} {format:?}");
             }
         }
         for n in [2, INT_TILE_MIN_TOKENS, 64, 65] {
             assert_eq!(p.takes_prompt(n), p.takes_prompt_on(active_path(), n));
+        }
+        // On aarch64 with `dotprod` every copy serves the decode kernels' steps of several
+        // tokens (the originals' batch runs a product a token there), so prompts below
+        // `INT_TILE_MIN_TOKENS` tokens read it; on plain NEON none.
+        for (path, serves) in [(KernelPath::NeonDotprod, true), (KernelPath::Neon, false)] {
+            assert_eq!(
+                p.serves_steps_on(path),
+                serves || p.batches(),
+                "{path:?} {format:?}"
+            );
+            assert_eq!(
+                p.takes_prompt_on(path, 2),
+                serves || p.batches(),
+                "{path:?} {format:?}"
+            );
+            assert!(
+                !p.takes_prompt_on(path, INT_TILE_MIN_TOKENS),
+                "{path:?} {format:?}"
+            );
         }
     }
 }
