@@ -363,14 +363,14 @@ impl Q40x8 {
     }
 
     /// Whether products of several tokens ([`Q40x8::matvec_batch`]) read each group block once for
-    /// two to four tokens: on x86 every format but Q4_K, Q6_K and Q8_0, whose copies take one token at
-    /// a time, as every format does on aarch64 (each group's tokens in turn, the group in cache).
+    /// two to four tokens (the x86 paths and the aarch64 ones with `dotprod`): every format but
+    /// Q4_K, Q6_K and Q8_0, whose copies take one token at a time (each group's tokens in turn,
+    /// the group in cache).
     pub fn batches(&self) -> bool {
-        cfg!(target_arch = "x86_64")
-            && !matches!(
-                self.format,
-                WeightFormat::Q4_K | WeightFormat::Q6_K | WeightFormat::Q8_0
-            )
+        !matches!(
+            self.format,
+            WeightFormat::Q4_K | WeightFormat::Q6_K | WeightFormat::Q8_0
+        )
     }
 
     /// Whether a step of several tokens that runs the decode kernels (a batched decode step,
@@ -585,6 +585,21 @@ impl Acts8 {
             perm: std::sync::OnceLock::new(),
         }
     }
+
+    /// The split activations (made on first use).
+    #[cfg(target_arch = "aarch64")]
+    pub(crate) fn split(&self) -> &crate::arch::Split16 {
+        // SAFETY: NEON, all `Split16::new` needs, is baseline on aarch64.
+        self.split
+            .get_or_init(|| unsafe { crate::arch::Split16::new(&self.xq) })
+    }
+
+    /// The split in the nibble formats' aarch64 order (made on first use).
+    #[cfg(target_arch = "aarch64")]
+    pub(crate) fn perm(&self) -> &crate::arch::Perm8 {
+        self.perm
+            .get_or_init(|| crate::arch::Perm8::new(self.split()))
+    }
 }
 
 /// The 8 dots of one group of a `format` copy on `path` with `acts`.
@@ -662,17 +677,14 @@ fn group_dots_neon(
     group: &[u8],
     acts: &Acts8,
 ) -> Option<[f32; GROUP]> {
-    use crate::arch::{
-        q40x8_group_neon, q4kx8_group_neon, q6kx8_group_neon, q80x8_group, Perm8, Split16,
-    };
+    use crate::arch::{q40x8_group_neon, q4kx8_group_neon, q6kx8_group_neon, q80x8_group};
     if !matches!(path, KernelPath::NeonDotprod | KernelPath::NeonI8mm) {
         return None;
     }
     let xq = &acts.xq;
-    // SAFETY: NEON, all `Split16::new` needs, is baseline on aarch64.
-    let split = acts.split.get_or_init(|| unsafe { Split16::new(xq) });
+    let split = acts.split();
     let i8mm = path == KernelPath::NeonI8mm;
-    let perm = || acts.perm.get_or_init(|| Perm8::new(split));
+    let perm = || acts.perm();
     // SAFETY: the path was checked available: dotprod present, and i8mm on its path.
     unsafe {
         let nibbles = |f: u8| match f {

@@ -2,10 +2,10 @@
 //! [`Q40x8::run_rows_tokens`](super::Q40x8) calls: one group against two to four tokens
 //! (`q40x8_group_tokens`), and on AVX-512 two groups at once (`q40x8_pair_tokens`).
 
-#[cfg(target_arch = "x86_64")]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 use super::tag;
 use super::{group_dots, Acts8, GROUP};
-#[cfg(target_arch = "x86_64")]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 use crate::arch::tags;
 #[cfg(target_arch = "x86_64")]
 use crate::quant::QActs16;
@@ -24,7 +24,7 @@ fn corrs<const T: usize>(a: &[Acts8]) -> [&[i32]; T] {
 }
 
 /// [`group_dots`] of each of the first `T` tokens of `a`, the group read once for all on the x86
-/// paths (the nibble formats).
+/// paths and the aarch64 ones with `dotprod` (the nibble formats).
 pub(super) fn group_dots_tokens<const T: usize>(
     path: KernelPath,
     format: WeightFormat,
@@ -58,6 +58,29 @@ pub(super) fn group_dots_tokens<const T: usize>(
                 by_format!(vnni)
             } else {
                 by_format!(avx2)
+            }
+        };
+    }
+    #[cfg(target_arch = "aarch64")]
+    if matches!(path, KernelPath::NeonDotprod | KernelPath::NeonI8mm)
+        && !matches!(
+            format,
+            WeightFormat::Q4_K | WeightFormat::Q6_K | WeightFormat::Q8_0
+        )
+    {
+        use crate::arch::q40x8_group_neon_tokens as k;
+        let s = std::array::from_fn(|t| a[t].split());
+        let p = std::array::from_fn(|t| a[t].perm());
+        let xq = std::array::from_fn(|t| &a[t].xq);
+        let i8mm = path == KernelPath::NeonI8mm;
+        // SAFETY: the path was checked available: dotprod present, and i8mm on its path.
+        return unsafe {
+            match tag(format) {
+                tags::IQ4_NL => k::<{ tags::IQ4_NL }, T>(group, s, p, xq, i8mm),
+                tags::Q5_0 => k::<{ tags::Q5_0 }, T>(group, s, p, xq, i8mm),
+                tags::Q4_1 => k::<{ tags::Q4_1 }, T>(group, s, p, xq, i8mm),
+                tags::Q5_1 => k::<{ tags::Q5_1 }, T>(group, s, p, xq, i8mm),
+                _ => k::<{ tags::Q4_0 }, T>(group, s, p, xq, i8mm),
             }
         };
     }

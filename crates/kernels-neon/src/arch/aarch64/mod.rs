@@ -53,7 +53,7 @@ pub(crate) use matvec_i16::{matvec_i16, takes_split};
 pub(crate) use matvec_i16_batch::matvec_i16_batch;
 pub(crate) use matvec_int8::{int8_sums16, matvec_int8};
 pub(crate) use matvec_split::Split16;
-pub(crate) use q40x8::{q40x8_group_neon, Perm8};
+pub(crate) use q40x8::{q40x8_group_neon, q40x8_group_neon_tokens, Perm8};
 pub(crate) use q4kx8::q4kx8_group_neon;
 pub(crate) use q6kx8::q6kx8_group_neon;
 pub(crate) use q80x8::q80x8_group;

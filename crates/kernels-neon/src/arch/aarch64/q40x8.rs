@@ -137,51 +137,61 @@ fn fifth_of(h: uint32x4_t, k: usize) -> uint32x4_t {
     }
 }
 
-/// The dots of one group's 8 rows of format `F` (module docs) with `xq`, split as `s` and
-/// permuted as `p`.
+/// The dots of one group's 8 rows of format `F` (module docs) with each of `T` tokens' `xq`,
+/// split as `s` and permuted as `p`: each quad's weights unpacked once for the `T` tokens, each
+/// token's operations those of one token alone (the same bits).
 ///
 /// # Safety
-/// `dotprod` present, and `i8mm` where `MM`. Always inlined into [`q40x8_group_neon`]'s forms.
+/// `dotprod` present, and `i8mm` where `MM`. Always inlined into [`q40x8_group_neon`]'s and
+/// [`q40x8_group_neon_tokens`]'s forms.
 #[inline(always)]
-unsafe fn group_body<const F: u8, const MM: bool>(
+unsafe fn group_body<const F: u8, const MM: bool, const T: usize>(
     group: &[u8],
-    s: &Split16,
-    p: &Perm8,
-    xq: &QActs16,
-) -> [f32; 8] {
-    let nb = xq.d.len();
+    s: [&Split16; T],
+    p: [&Perm8; T],
+    xq: [&QActs16; T],
+) -> [[f32; 8]; T] {
+    let nb = xq[0].d.len();
     let gbb = group_block(F);
-    assert!(
-        group.len() >= nb * gbb
-            && p.hi.len() >= nb * 32
-            && p.lo.len() >= nb * 32
-            && xq.s.len() >= nb
-    );
+    assert!(group.len() >= nb * gbb);
+    for t in 0..T {
+        assert!(
+            xq[t].d.len() == nb
+                && p[t].hi.len() >= nb * 32
+                && p[t].lo.len() >= nb * 32
+                && xq[t].s.len() >= nb
+        );
+    }
     // Each block's offset taken back: the unsigned nibbles' (Q4_0's 8, Q5_0's 16, also with i8mm:
     // this kernel takes Q5_0 unsigned), IQ4_NL's `+ 128` without i8mm; as the split rows take them.
-    let corr = if F == IQ4_NL {
-        corrections::<F, MM>(s)
-    } else {
-        corrections::<F, false>(s)
-    };
-    assert!(corr.is_none_or(|c| c.len() >= nb));
+    let corr: [Option<&[_]>; T] = std::array::from_fn(|t| {
+        if F == IQ4_NL {
+            corrections::<F, MM>(s[t])
+        } else {
+            corrections::<F, false>(s[t])
+        }
+    });
+    assert!(corr.iter().all(|c| c.is_none_or(|c| c.len() >= nb)));
     // SAFETY: NEON is baseline on aarch64; the table is exactly 16 readable i8.
     let (mut acc, mut mins, table) = unsafe {
         (
-            [vdupq_n_f32(0.0); 2],
-            [vdupq_n_f32(0.0); 2],
+            [[vdupq_n_f32(0.0); 2]; T],
+            [[vdupq_n_f32(0.0); 2]; T],
             vld1q_s8(tensor_types::IQ4NL_VALUES.as_ptr()),
         )
     };
     for b in 0..nb {
-        // SAFETY: b < nb: group block b (gbb bytes at gbb b), the permuted bytes 32b..32b + 32,
-        // d[b], s[b] and the corrections' entry b are in bounds (asserted above); dotprod (and
-        // i8mm) per contract.
+        // SAFETY: b < nb: group block b (gbb bytes at gbb b), each token's permuted bytes 32b..32b
+        // + 32, d[b], s[b] and the corrections' entry b are in bounds (asserted above); dotprod
+        // (and i8mm) per contract.
         unsafe {
             let gp = group.as_ptr().add(b * gbb);
-            let (h, l) = split_block(p.hi.as_ptr().add(32 * b), p.lo.as_ptr().add(32 * b));
-            let corr = vdupq_n_s32(corr.map_or(0, |c| c.get_unchecked(b)[0]));
-            let d = f16x8_times(gp, *xq.d.get_unchecked(b));
+            let hl: [_; T] = std::array::from_fn(|t| {
+                split_block(p[t].hi.as_ptr().add(32 * b), p[t].lo.as_ptr().add(32 * b))
+            });
+            let corr: [_; T] =
+                std::array::from_fn(|t| vdupq_n_s32(corr[t].map_or(0, |c| c.get_unchecked(b)[0])));
+            let d: [_; T] = std::array::from_fn(|t| f16x8_times(gp, *xq[t].d.get_unchecked(b)));
             let q = gp.add(quants_at(F));
             for quad in 0..2 {
                 let h5 = Fifth::new(if has_fifth(F) {
@@ -194,42 +204,60 @@ unsafe fn group_body<const F: u8, const MM: bool>(
                     let v = vld1q_u8(q.add(32 * k + 16 * quad));
                     [w[2 * k], w[2 * k + 1]] = weights::<F>(v, h5.of(k), table);
                 }
-                let isum = if F == IQ4_NL {
-                    quad_sums::<true, MM>(w, h, l, corr)
-                } else {
-                    quad_sums::<false, MM>(w, h, l, corr)
-                };
-                acc[quad] = vfmaq_f32(acc[quad], vcvtq_f32_s32(isum), d[quad]);
+                for t in 0..T {
+                    let (h, l) = hl[t];
+                    let isum = if F == IQ4_NL {
+                        quad_sums::<true, MM>(w, h, l, corr[t])
+                    } else {
+                        quad_sums::<false, MM>(w, h, l, corr[t])
+                    };
+                    acc[t][quad] = vfmaq_f32(acc[t][quad], vcvtq_f32_s32(isum), d[t][quad]);
+                }
             }
             if has_min(F) {
                 // The mins times the activations' sum, summed apart (`RowsAcc`'s order).
-                let m = f16x8_times(gp.add(16), *xq.s.get_unchecked(b));
-                mins = [vaddq_f32(mins[0], m[0]), vaddq_f32(mins[1], m[1])];
+                for t in 0..T {
+                    let m = f16x8_times(gp.add(16), *xq[t].s.get_unchecked(b));
+                    mins[t] = [vaddq_f32(mins[t][0], m[0]), vaddq_f32(mins[t][1], m[1])];
+                }
             }
         }
     }
-    let mut y = [0f32; 8];
-    // SAFETY: 8 writable f32 in `y`; NEON is baseline.
-    unsafe {
-        if has_min(F) {
-            acc = [vaddq_f32(acc[0], mins[0]), vaddq_f32(acc[1], mins[1])];
+    let mut y = [[0f32; 8]; T];
+    for t in 0..T {
+        // SAFETY: 8 writable f32 in `y[t]`; NEON is baseline.
+        unsafe {
+            let mut a = acc[t];
+            if has_min(F) {
+                a = [vaddq_f32(a[0], mins[t][0]), vaddq_f32(a[1], mins[t][1])];
+            }
+            vst1q_f32(y[t].as_mut_ptr(), a[0]);
+            vst1q_f32(y[t].as_mut_ptr().add(4), a[1]);
         }
-        vst1q_f32(y.as_mut_ptr(), acc[0]);
-        vst1q_f32(y.as_mut_ptr().add(4), acc[1]);
     }
     y
 }
 
 #[target_feature(enable = "neon,dotprod")]
-unsafe fn group_dp<const F: u8>(group: &[u8], s: &Split16, p: &Perm8, xq: &QActs16) -> [f32; 8] {
+unsafe fn group_dp<const F: u8, const T: usize>(
+    group: &[u8],
+    s: [&Split16; T],
+    p: [&Perm8; T],
+    xq: [&QActs16; T],
+) -> [[f32; 8]; T] {
     // SAFETY: dotprod present per this function's contract.
-    unsafe { group_body::<F, false>(group, s, p, xq) }
+    unsafe { group_body::<F, false, T>(group, s, p, xq) }
 }
 
 #[target_feature(enable = "neon,dotprod,i8mm")]
-unsafe fn group_mm<const F: u8>(group: &[u8], s: &Split16, p: &Perm8, xq: &QActs16) -> [f32; 8] {
+unsafe fn group_mm<const F: u8, const T: usize>(
+    group: &[u8],
+    s: [&Split16; T],
+    p: [&Perm8; T],
+    xq: [&QActs16; T],
+) -> [[f32; 8]; T] {
     // SAFETY: dotprod and i8mm present per this function's contract.
-    unsafe { group_body::<F, true>(group, s, p, xq) }
+    unsafe { group_body::<F, true, T>(group, s, p, xq) }
 }
 
 /// The dots of the 8 rows of one group of format `F` (Q4_0, Q4_1, Q5_0, Q5_1 or IQ4_NL; `xq.d.len()` group
@@ -246,11 +274,28 @@ pub(crate) unsafe fn q40x8_group_neon<const F: u8>(
     i8mm: bool,
 ) -> [f32; 8] {
     // SAFETY: the extensions are present per this function's contract.
+    let [y] = unsafe { q40x8_group_neon_tokens::<F, 1>(group, [s], [p], [xq], i8mm) };
+    y
+}
+
+/// [`q40x8_group_neon`] for `T` tokens at once, each quad of the group unpacked once for all:
+/// each token's results its own call's bits.
+///
+/// # Safety
+/// The CPU must support `dotprod`, and `i8mm` where `i8mm`.
+pub(crate) unsafe fn q40x8_group_neon_tokens<const F: u8, const T: usize>(
+    group: &[u8],
+    s: [&Split16; T],
+    p: [&Perm8; T],
+    xq: [&QActs16; T],
+    i8mm: bool,
+) -> [[f32; 8]; T] {
+    // SAFETY: the extensions are present per this function's contract.
     unsafe {
         if i8mm {
-            group_mm::<F>(group, s, p, xq)
+            group_mm::<F, T>(group, s, p, xq)
         } else {
-            group_dp::<F>(group, s, p, xq)
+            group_dp::<F, T>(group, s, p, xq)
         }
     }
 }
