@@ -1,6 +1,7 @@
 //! [`Q40x8`](super::Q40x8)'s kernels over several tokens at once, which
 //! [`Q40x8::run_rows_tokens`](super::Q40x8) calls: one group against two to four tokens
-//! (`q40x8_group_tokens`), and on AVX-512 two groups at once (`q40x8_pair_tokens`).
+//! (`q40x8_group_tokens` on x86, `q40x8_group_neon_tokens` on aarch64 with `dotprod`), and on
+//! AVX-512 two groups at once (`q40x8_pair_tokens`).
 
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 use super::tag;
