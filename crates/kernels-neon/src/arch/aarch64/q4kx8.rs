@@ -19,7 +19,7 @@ use std::arch::aarch64::*;
 
 use super::q40x8::Perm8;
 use super::q80x8::quad_sums;
-use super::simd::{f16x4, split_block};
+use super::simd::{add_pairwise, f16x4, rows_less, split_block};
 use crate::quant::QActs16;
 
 /// Bytes of a group super-block.
@@ -116,8 +116,7 @@ unsafe fn group_body(group: &[u8], p: &Perm8, xq: &QActs16) -> [f32; 8] {
                         vdupq_n_f32(*sx.add(k + 4)),
                     )
                 });
-                let t = vaddq_f32(vaddq_f32(v[0], v[1]), vaddq_f32(v[2], v[3]));
-                min[h] = vaddq_f32(min[h], t);
+                min[h] = vaddq_f32(min[h], add_pairwise(v));
             }
             macro_rules! sub {
                 ($j:literal) => {{
@@ -149,16 +148,7 @@ unsafe fn group_body(group: &[u8], p: &Perm8, xq: &QActs16) -> [f32; 8] {
             sub!(7);
         }
     }
-    let mut y = [0f32; 8];
-    for h in 0..2 {
-        // SAFETY: 4 writable f32 at `y[4 h..]`; NEON is baseline.
-        unsafe {
-            let a = &acc;
-            let s = vaddq_f32(vaddq_f32(a[0][h], a[1][h]), vaddq_f32(a[2][h], a[3][h]));
-            vst1q_f32(y.as_mut_ptr().add(4 * h), vsubq_f32(s, min[h]));
-        }
-    }
-    y
+    rows_less(&acc, min)
 }
 
 #[target_feature(enable = "neon,dotprod")]

@@ -18,7 +18,7 @@ use std::arch::aarch64::*;
 use super::matvec_split::Split16;
 use super::q40x8::Perm8;
 use super::q80x8::{sdot_at, udot_at};
-use super::simd::{f16x4, split_block};
+use super::simd::{add_pairwise, f16x4, rows_less, split_block};
 use crate::q40x8::q6k::{GROUP_SB, SUB, SUBS};
 use crate::quant::QActs16;
 
@@ -123,21 +123,12 @@ unsafe fn group_body(group: &[u8], s: &Split16, p: &Perm8, xq: &QActs16) -> [f32
                 }
             }
             for h in 0..2 {
-                let sum = vaddq_f32(vaddq_f32(t[0][h], t[1][h]), vaddq_f32(t[2][h], t[3][h]));
+                let sum = add_pairwise([t[0][h], t[1][h], t[2][h], t[3][h]]);
                 off[h] = vaddq_f32(off[h], vmulq_n_f32(sum, 32.0));
             }
         }
     }
-    let mut y = [0f32; 8];
-    for h in 0..2 {
-        // SAFETY: 4 writable f32 at `y[4 h..]`; NEON is baseline.
-        unsafe {
-            let a = &acc;
-            let s = vaddq_f32(vaddq_f32(a[0][h], a[1][h]), vaddq_f32(a[2][h], a[3][h]));
-            vst1q_f32(y.as_mut_ptr().add(4 * h), vsubq_f32(s, off[h]));
-        }
-    }
-    y
+    rows_less(&acc, off)
 }
 
 #[target_feature(enable = "neon,dotprod")]

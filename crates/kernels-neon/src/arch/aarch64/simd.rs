@@ -238,3 +238,26 @@ macro_rules! acc_insn {
     };
 }
 pub(super) use acc_insn;
+
+/// `(v[0] + v[1]) + (v[2] + v[3])`: `vaddvq_f32`'s order across four registers, so that kernels
+/// keeping a row's lanes as registers of rows (the eight-row copies) add them as the one-row
+/// kernels add their lanes.
+#[inline(always)]
+pub(super) fn add_pairwise(v: [float32x4_t; 4]) -> float32x4_t {
+    // SAFETY: NEON is baseline on aarch64.
+    unsafe { vaddq_f32(vaddq_f32(v[0], v[1]), vaddq_f32(v[2], v[3])) }
+}
+
+/// The 8 rows' results of an eight-row copy's kernel: per half (rows 0-3, 4-7) its four lane
+/// registers added as [`add_pairwise`] adds them, less `less` (the split rows' `vaddvq_f32(acc) -
+/// min`).
+#[inline(always)]
+pub(super) fn rows_less(acc: &[[float32x4_t; 2]; 4], less: [float32x4_t; 2]) -> [f32; 8] {
+    let mut y = [0f32; 8];
+    for (h, l) in less.into_iter().enumerate() {
+        let s = add_pairwise([acc[0][h], acc[1][h], acc[2][h], acc[3][h]]);
+        // SAFETY: 4 writable f32 at `y[4 h..]` (h < 2); NEON is baseline on aarch64.
+        unsafe { vst1q_f32(y.as_mut_ptr().add(4 * h), vsubq_f32(s, l)) };
+    }
+    y
+}
