@@ -84,10 +84,10 @@ pub fn matvec_batch_many_with(
     let ready = prepared.ready(path);
     // Work items: (matrix, first row, rows), each writing that row chunk of every token's output.
     let mut items: Vec<(usize, usize, usize)> = Vec::new();
-    let mut outs: Vec<(OutPtr, usize)> = Vec::with_capacity(ys.len());
+    let mut outs: Vec<OutPtr> = Vec::with_capacity(ys.len());
     for (i, y) in ys.iter_mut().enumerate() {
         let rows = ws[i].rows();
-        outs.push((OutPtr(y.as_mut_ptr()), rows));
+        outs.push(OutPtr(y.as_mut_ptr()));
         if rows == 0 {
             continue;
         }
@@ -100,10 +100,9 @@ pub fn matvec_batch_many_with(
             .extend((0..rows.div_ceil(chunk)).map(|c| (i, c * chunk, chunk.min(rows - c * chunk))));
     }
     let run = |&(i, r0, nr): &(usize, usize, usize)| {
-        let (out, rows) = outs[i];
         // SAFETY: `ys[i]` holds `n * rows` elements (checked) and stays mutably borrowed (`ys`)
         // until the items are done; this item alone covers rows `r0 .. r0 + nr` of matrix `i`.
-        let mut ts = unsafe { out.token_rows(n, rows, r0, nr) };
+        let mut ts = unsafe { outs[i].token_rows(n, ws[i].rows(), r0, nr) };
         ready.run(i, r0, x, &mut ts);
     };
     if items.len() <= 1 {
