@@ -1,22 +1,23 @@
 //! Rows of the 32-element nibble formats (Q4_0, IQ4_NL, Q5_0, Q4_1, Q5_1: an f16 scale, a min for
-//! the last two, 32 nibbles a block, the fifth bits of the Q5s beside), of Q4_K, Q6_K and of Q8_0
-//! repacked eight at a time, for the one-token product ([`crate::Precision::Fast`]) on the AVX2
+//! the last two, 32 nibbles a block, the fifth bits of the Q5s beside), of Q4_K, Q5_K, Q6_K and of
+//! Q8_0 repacked eight at a time, for the one-token product ([`crate::Precision::Fast`]) on the AVX2
 //! and AVX-512 paths and the aarch64 ones with `dotprod`, and for several tokens'
 //! ([`Q40x8::matvec_batch`]): a group block holds the 8 rows' f16 scales together (and their
 //! mins), then their quants interleaved so that one load feeds the same weights of several rows,
 //! then (Q5_0, Q5_1) their fifth bits in the kernel's order (layout in `arch/x86_64/q40x8.rs`,
-//! which `arch/aarch64/q40x8.rs` reads too; Q4_K's group super-blocks in `arch/x86_64/q4kx8.rs`,
-//! which `arch/aarch64/q4kx8.rs` reads too; Q6_K's in `q40x8/q6k.rs`, for `arch/aarch64/q6kx8.rs`;
+//! which `arch/aarch64/q40x8.rs` reads too; Q4_K's and Q5_K's group super-blocks in `q40x8/q4k.rs`,
+//! which `arch/x86_64/q4kx8.rs` and `arch/aarch64/q4kx8.rs` read; Q6_K's in `q40x8/q6k.rs`, for `arch/aarch64/q6kx8.rs`;
 //! Q8_0's quads of rows in `arch/aarch64/q80x8.rs`, which `arch/x86_64/q80x8.rs` reads too). The
 //! same bytes as the file's: a copy made once, whose [`Q40x8::bytes`] the caller counts against its
 //! memory budget.
 //!
 //! [`Q40x8::matvec_with`] gives, bit for bit, what [`crate::matvec_with`] gives for the original
 //! matrix in [`crate::Precision::Fast`] on the paths [`Q40x8::exact_on`] names (the order of the
-//! original's one-row kernel: `q40_pairs` or Q4_K's `q4k_i16_rows` on [`KernelPath::Avx2Fma`], and
+//! original's one-row kernel: `q40_pairs` or Q4_K's and Q5_K's `q4k_i16_rows` on
+//! [`KernelPath::Avx2Fma`], and
 //! for Q4_0 and IQ4_NL [`KernelPath::Avx512`] too; Q8_0's `dot_i16_rows` on both x86 paths; the
 //! split rows of `arch/aarch64/matvec_split.rs` for Q8_0 and the nibble formats, of
-//! `arch/aarch64/kquant_split.rs` for Q4_K and Q6_K, on [`KernelPath::NeonDotprod`] and
+//! `arch/aarch64/kquant_split.rs` for Q4_K, Q5_K and Q6_K, on [`KernelPath::NeonDotprod`] and
 //! [`KernelPath::NeonI8mm`]);
 //! other paths take a scalar loop over the same layout (the scalar reference's per-block products,
 //! its tolerance).
@@ -30,7 +31,7 @@ use crate::quant::QActs16;
 use crate::{check_len, check_path, KernelError, KernelPath, QMatrix, WeightFormat};
 use tokens::{group_dots_tokens, pair_dots_tokens};
 
-mod q4k;
+pub(crate) mod q4k;
 pub(crate) mod q6k;
 mod tokens;
 
@@ -94,11 +95,27 @@ fn tag(f: WeightFormat) -> u8 {
     }
 }
 
+/// Whether the copies of `format` take a step's tokens one at a time (Q4_K, Q5_K, Q6_K, Q8_0:
+/// [`Q40x8::batches`]).
+fn one_token(format: WeightFormat) -> bool {
+    matches!(
+        format,
+        WeightFormat::Q4_K | WeightFormat::Q5_K | WeightFormat::Q6_K | WeightFormat::Q8_0
+    )
+}
+
 /// Where in a Q5_0 (Q5_1) group block's u32 of a row the fifth bit of weight `e` goes:
 /// `16h + 4s + k` for `e = 8k + 2m + h`, `s` = 1, 2, 3, 0 for `m` = 0..4 (`arch/x86_64/q40x8.rs`).
 const fn fifth_bit_at(e: usize) -> usize {
     let (k, m, h) = (e / 8, (e % 8) / 2, e % 2);
     16 * h + 4 * ((m + 1) % 4) + k
+}
+
+/// A row's u32 of fifth bits in the layout of [`fifth_bit_at`], from `bit(e)` (0 or 1) of each
+/// weight `e < 32` (no branch on the bits: a branch a bit mispredicted on random weights and
+/// made the repacking of a Q5_K model a third of a short run's time).
+fn fifth_bits(bit: impl Fn(usize) -> u32) -> u32 {
+    (0..32).fold(0u32, |h, e| h | bit(e) << fifth_bit_at(e))
 }
 
 /// Memory a copy's bytes live in: a `Vec<u8>` for [`Q40x8::repack`], or what the caller's
@@ -119,7 +136,7 @@ pub type CopiedRows<'a> = &'a (dyn Fn(&[u8]) + Sync);
 /// eight runs or more ([`Q40x8::repack_in`] tells of each once copied).
 const RUN_BYTES: usize = 1 << 20;
 
-/// A Q4_0, IQ4_NL, Q5_0, Q4_1, Q5_1, Q4_K, Q6_K or Q8_0 matrix repacked eight rows at a time (module
+/// A Q4_0, IQ4_NL, Q5_0, Q4_1, Q5_1, Q4_K, Q5_K, Q6_K or Q8_0 matrix repacked eight rows at a time (module
 /// docs).
 pub struct Q40x8 {
     data: Box<dyn CopyBytes>,
@@ -157,7 +174,7 @@ impl Q40x8 {
             return None;
         }
         let mem = (zeroed, copied);
-        if w.format() == WeightFormat::Q4_K {
+        if matches!(w.format(), WeightFormat::Q4_K | WeightFormat::Q5_K) {
             return Some(q4k::repack(w, mem));
         }
         if w.format() == WeightFormat::Q8_0 {
@@ -193,9 +210,7 @@ impl Q40x8 {
             if has_fifth(f) {
                 let qh = &blk[fifth..fifth + 4];
                 let qh = u32::from_le_bytes(qh.try_into().expect("4 bytes"));
-                let bits = (0..32)
-                    .filter(|&e| qh >> e & 1 == 1)
-                    .fold(0u32, |h, e| h | 1 << fifth_bit_at(e));
+                let bits = fifth_bits(|e| qh >> e & 1);
                 let at = quants + 128 + 4 * r;
                 gb[at..at + 4].copy_from_slice(&bits.to_le_bytes());
             }
@@ -254,7 +269,8 @@ impl Q40x8 {
         })
     }
 
-    /// Whether `w` repacks ([`Q40x8::repack`]): Q4_0, IQ4_NL, Q5_0, Q4_1, Q5_1, Q4_K, Q6_K or Q8_0,
+    /// Whether `w` repacks ([`Q40x8::repack`]): Q4_0, IQ4_NL, Q5_0, Q4_1, Q5_1, Q4_K, Q5_K, Q6_K or
+    /// Q8_0,
     /// rows a multiple of 8, at least one block a row.
     pub fn fits(w: &QMatrix<'_>) -> bool {
         matches!(
@@ -265,6 +281,7 @@ impl Q40x8 {
                 | WeightFormat::Q4_1
                 | WeightFormat::Q5_1
                 | WeightFormat::Q4_K
+                | WeightFormat::Q5_K
                 | WeightFormat::Q6_K
                 | WeightFormat::Q8_0
         ) && w.rows() % GROUP == 0
@@ -273,12 +290,12 @@ impl Q40x8 {
 
     /// Whether a copy of a `format` matrix gives on `path` bit for bit what [`crate::matvec_with`]
     /// gives for the original in [`crate::Precision::Fast`] (both take `q40_pairs`'s order, Q4_K
-    /// `q4k_i16_rows`', Q8_0 `dot_i16_rows`'): Q4_0, IQ4_NL and Q8_0 on [`KernelPath::Avx2Fma`]
-    /// and [`KernelPath::Avx512`];
-    /// Q5_0, Q4_1, Q5_1 and Q4_K on the first (the second's kernels of these are `q40_512`'s,
-    /// `matvec_i16`'s and `kquant512`'s, of other orders); Q8_0, the nibble formats and Q4_K also on
-    /// [`KernelPath::NeonDotprod`] and [`KernelPath::NeonI8mm`] (the split rows' order), and Q6_K
-    /// only there (no x86 kernel reads its copies). Elsewhere a
+    /// and Q5_K `q4k_i16_rows`', Q8_0 `dot_i16_rows`'): Q4_0, IQ4_NL and Q8_0 on
+    /// [`KernelPath::Avx2Fma`] and [`KernelPath::Avx512`];
+    /// Q5_0, Q4_1, Q5_1, Q4_K and Q5_K on the first (the second's kernels of these are
+    /// `q40_512`'s, `matvec_i16`'s and `kquant512`'s, of other orders); Q8_0, the nibble formats,
+    /// Q4_K and Q5_K also on [`KernelPath::NeonDotprod`] and [`KernelPath::NeonI8mm`] (the split
+    /// rows' order), and Q6_K only there (no x86 kernel reads its copies). Elsewhere a
     /// copy's results are within the `Fast` tolerance only, so a forward pass that must agree with
     /// the batched kernels (speculation's verification) takes copies where this holds.
     pub fn exact_on(path: KernelPath, format: WeightFormat) -> bool {
@@ -294,7 +311,7 @@ impl Q40x8 {
                 path,
                 KernelPath::Avx2Fma | KernelPath::NeonDotprod | KernelPath::NeonI8mm
             ),
-            WeightFormat::Q4_K => matches!(
+            WeightFormat::Q4_K | WeightFormat::Q5_K => matches!(
                 path,
                 KernelPath::Avx2Fma | KernelPath::NeonDotprod | KernelPath::NeonI8mm
             ),
@@ -310,8 +327,8 @@ impl Q40x8 {
 
     /// Bytes of one group of 8 rows.
     fn group_bytes(&self) -> usize {
-        if self.format == WeightFormat::Q4_K {
-            self.cols / 256 * q4k::GROUP_SB
+        if matches!(self.format, WeightFormat::Q4_K | WeightFormat::Q5_K) {
+            self.cols / 256 * q4k::group_sb(self.format == WeightFormat::Q5_K)
         } else if self.format == WeightFormat::Q6_K {
             self.cols / 256 * q6k::GROUP_SB
         } else {
@@ -364,13 +381,10 @@ impl Q40x8 {
 
     /// Whether products of several tokens ([`Q40x8::matvec_batch`]) read each group block once for
     /// two to four tokens (the x86 paths and the aarch64 ones with `dotprod`): every format but
-    /// Q4_K, Q6_K and Q8_0, whose copies take one token at a time (each group's tokens in turn,
+    /// Q4_K, Q5_K, Q6_K and Q8_0, whose copies take one token at a time (each group's tokens in turn,
     /// the group in cache).
     pub fn batches(&self) -> bool {
-        !matches!(
-            self.format,
-            WeightFormat::Q4_K | WeightFormat::Q6_K | WeightFormat::Q8_0
-        )
+        !one_token(self.format)
     }
 
     /// Whether a step of several tokens that runs the decode kernels (a batched decode step,
@@ -618,20 +632,23 @@ fn group_dots(path: KernelPath, format: WeightFormat, group: &[u8], acts: &Acts8
         }
         return q80_group_scalar(group, xq);
     }
-    if format == WeightFormat::Q4_K {
+    if matches!(format, WeightFormat::Q4_K | WeightFormat::Q5_K) {
+        let five = format == WeightFormat::Q5_K;
         #[cfg(target_arch = "x86_64")]
         if x86 {
+            use crate::arch::{q4kx8_group as avx2, q4kx8_group_vnni as vnni};
             // SAFETY: the path was checked available: AVX2/FMA/F16C present, and on the AVX-512
             // path AVX-512 VNNI and VL.
             return unsafe {
-                if path == KernelPath::Avx512 {
-                    crate::arch::q4kx8_group_vnni(group, xq)
-                } else {
-                    crate::arch::q4kx8_group(group, xq)
+                match (path == KernelPath::Avx512, five) {
+                    (true, true) => vnni::<true>(group, xq),
+                    (true, false) => vnni::<false>(group, xq),
+                    (false, true) => avx2::<true>(group, xq),
+                    (false, false) => avx2::<false>(group, xq),
                 }
             };
         }
-        return q4k::group_scalar(group, xq);
+        return q4k::group_scalar(group, xq, five);
     }
     if format == WeightFormat::Q6_K {
         return q6k::group_scalar(group, xq);
@@ -668,7 +685,7 @@ fn group_dots(path: KernelPath, format: WeightFormat, group: &[u8], acts: &Acts8
 }
 
 /// [`group_dots`] on the aarch64 paths with `dotprod` for the formats they take (Q8_0, the nibble
-/// formats, Q4_K and Q6_K; `arch/aarch64/q80x8.rs`, `q40x8.rs`, `q4kx8.rs`, `q6kx8.rs`); `None`
+/// formats, Q4_K, Q5_K and Q6_K; `arch/aarch64/q80x8.rs`, `q40x8.rs`, `q4kx8.rs`, `q6kx8.rs`); `None`
 /// elsewhere.
 #[cfg(target_arch = "aarch64")]
 fn group_dots_neon(
@@ -696,7 +713,8 @@ fn group_dots_neon(
         };
         Some(match format {
             WeightFormat::Q8_0 => q80x8_group(group, split, xq, i8mm),
-            WeightFormat::Q4_K => q4kx8_group_neon(group, perm(), xq),
+            WeightFormat::Q4_K => q4kx8_group_neon::<false>(group, perm(), xq),
+            WeightFormat::Q5_K => q4kx8_group_neon::<true>(group, perm(), xq),
             WeightFormat::Q6_K => q6kx8_group_neon(group, split, perm(), xq),
             WeightFormat::Q4_0
             | WeightFormat::Q4_1

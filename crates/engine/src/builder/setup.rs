@@ -38,7 +38,7 @@ impl EngineBuilder {
             let (n, bytes) = eng.pack_q40x8(ffn);
             if n > 0 {
                 self.note(&format!(
-                    "{n} Q4_0/Q4_1/Q5_0/Q5_1/IQ4_NL/Q4_K/Q6_K/Q8_0 matrices repacked eight rows at a time for decode ({:.1} MiB in memory beside the mapped file)",
+                    "{n} Q4_0/Q4_1/Q5_0/Q5_1/IQ4_NL/Q4_K/Q5_K/Q6_K/Q8_0 matrices repacked eight rows at a time for decode ({:.1} MiB in memory beside the mapped file)",
                     super::mib(bytes as u64)
                 ));
             }
@@ -253,7 +253,7 @@ fn copies_short_of_memory(eng: &Engine<'_>, ffn: bool) -> Option<String> {
     let mib = super::mib;
     (copies + file > room).then(|| {
         format!(
-            "Q4_0/Q4_1/Q5_0/Q5_1/IQ4_NL/Q4_K/Q6_K/Q8_0 matrices not repacked for decode: {:.1} MiB of copies beside the {:.1} MiB file would pass the {:.1} MiB of memory available",
+            "Q4_0/Q4_1/Q5_0/Q5_1/IQ4_NL/Q4_K/Q5_K/Q6_K/Q8_0 matrices not repacked for decode: {:.1} MiB of copies beside the {:.1} MiB file would pass the {:.1} MiB of memory available",
             mib(copies),
             mib(file),
             mib(room)

@@ -33,12 +33,7 @@ pub(super) fn group_dots_tokens<const T: usize>(
     a: &[Acts8],
 ) -> [[f32; GROUP]; T] {
     #[cfg(target_arch = "x86_64")]
-    if matches!(path, KernelPath::Avx2Fma | KernelPath::Avx512)
-        && !matches!(
-            format,
-            WeightFormat::Q4_K | WeightFormat::Q6_K | WeightFormat::Q8_0
-        )
-    {
+    if matches!(path, KernelPath::Avx2Fma | KernelPath::Avx512) && !super::one_token(format) {
         use crate::arch::{q40x8_group_tokens as avx2, q40x8_group_tokens_vnni as vnni};
         let (xq, corr) = (xqs::<T>(a), corrs::<T>(a));
         macro_rules! by_format {
@@ -63,12 +58,7 @@ pub(super) fn group_dots_tokens<const T: usize>(
         };
     }
     #[cfg(target_arch = "aarch64")]
-    if matches!(path, KernelPath::NeonDotprod | KernelPath::NeonI8mm)
-        && !matches!(
-            format,
-            WeightFormat::Q4_K | WeightFormat::Q6_K | WeightFormat::Q8_0
-        )
-    {
+    if matches!(path, KernelPath::NeonDotprod | KernelPath::NeonI8mm) && !super::one_token(format) {
         use crate::arch::q40x8_group_neon_tokens as k;
         let s = std::array::from_fn(|t| a[t].split());
         let p = std::array::from_fn(|t| a[t].perm());

@@ -1,9 +1,9 @@
-//! `Q40x8` (Q4_0, IQ4_NL, Q5_0, Q4_1, Q5_1, Q4_K, Q6_K and Q8_0 rows repacked eight at a time):
-//! against the f64 reference within the `Fast` bound (props.rs) on every path, and bit for bit
-//! [`matvec_with`] of the original matrix where `Q40x8::exact_on` says so (the AVX2 path but for
-//! Q6_K, AVX-512's for Q4_0, IQ4_NL and Q8_0; every format on the aarch64 `dotprod` and `i8mm` paths),
-//! whose one-row kernel's (`q40_pairs`, Q4_K's `q4k_i16_rows`, Q8_0's `dot_i16_rows`, the split
-//! rows on aarch64) order it keeps;
+//! `Q40x8` (Q4_0, IQ4_NL, Q5_0, Q4_1, Q5_1, Q4_K, Q5_K, Q6_K and Q8_0 rows repacked eight at a
+//! time): against the f64 reference within the `Fast` bound (props.rs) on every path, and bit for
+//! bit [`matvec_with`] of the original matrix where `Q40x8::exact_on` says so (the AVX2 path but
+//! for Q6_K, AVX-512's for Q4_0, IQ4_NL and Q8_0; every format on the aarch64 `dotprod` and `i8mm`
+//! paths), whose one-row kernel's (`q40_pairs`, Q4_K's and Q5_K's `q4k_i16_rows`, Q8_0's
+//! `dot_i16_rows`, the split rows on aarch64) order it keeps;
 //! each token of `Q40x8::matvec_batch` bit for bit its own product.
 
 use crate::common;
@@ -35,7 +35,7 @@ fn check_all_paths(w: &QMatrix, x: &[f32]) -> Result<(), String> {
             check(v, reference(&wf[r], x), Precision::Fast)
                 .map_err(|e| format!("{path:?} row {r}: {e}"))?;
         }
-        // Where each format's copies must be exact: the nibble formats and Q4_K on AVX2, Q8_0 on
+        // Where each format's copies must be exact: the nibble formats, Q4_K and Q5_K on AVX2, Q8_0 on
         // both x86 paths, all of them and Q6_K on the aarch64 paths with `dotprod`.
         let neon = matches!(path, KernelPath::NeonDotprod | KernelPath::NeonI8mm);
         let must = match w.format() {
@@ -155,8 +155,9 @@ fn q40x8_prompts_read_copies_where_their_batch_beats_the_tile() {
         WeightFormat::Q5_0,
         WeightFormat::Q8_0,
         WeightFormat::Q4_K,
+        WeightFormat::Q5_K,
     ] {
-        let cols = if format == WeightFormat::Q4_K {
+        let cols = if matches!(format, WeightFormat::Q4_K | WeightFormat::Q5_K) {
             256
         } else {
             64
@@ -207,7 +208,7 @@ fn q40x8_prompts_read_copies_where_their_batch_beats_the_tile() {
     }
 }
 
-/// Only the nibble formats (Q4_0, IQ4_NL, Q5_0, Q4_1, Q5_1), Q4_K, Q6_K and Q8_0 with rows a
+/// Only the nibble formats (Q4_0, IQ4_NL, Q5_0, Q4_1, Q5_1), Q4_K, Q5_K, Q6_K and Q8_0 with rows a
 /// multiple of 8 and at least one block a row repack.
 #[test]
 fn q40x8_repacks_only_its_shapes() {
@@ -228,7 +229,9 @@ fn q40x8_repacks_only_its_shapes() {
         (WeightFormat::Q4_K, 12, 256, false),
         (WeightFormat::Q8_0, 8, 64, true),
         (WeightFormat::Q8_0, 12, 64, false),
-        (WeightFormat::Q5_K, 8, 256, false),
+        (WeightFormat::Q5_K, 8, 256, true),
+        (WeightFormat::Q5_K, 12, 256, false),
+        (WeightFormat::Q3_K, 8, 256, false),
         (WeightFormat::Q6_K, 8, 256, true),
         (WeightFormat::Q6_K, 16, 512, true),
         (WeightFormat::Q6_K, 12, 256, false),
@@ -323,11 +326,11 @@ proptest! {
 proptest! {
     #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
 
-    /// Q4_K and Q6_K rows (super-blocks of 256): the same checks, bit for bit `q4k_i16_rows` on
-    /// AVX2 (Q4_K) and the split rows on aarch64 with `dotprod` (both).
+    /// Q4_K, Q5_K and Q6_K rows (super-blocks of 256): the same checks, bit for bit
+    /// `q4k_i16_rows` on AVX2 (Q4_K, Q5_K) and the split rows on aarch64 with `dotprod` (all).
     #[test]
     fn q4k_q6k_x8_match_f64_and_matvec(
-        format in prop::sample::select(vec![WeightFormat::Q4_K, WeightFormat::Q6_K]),
+        format in prop::sample::select(vec![WeightFormat::Q4_K, WeightFormat::Q5_K, WeightFormat::Q6_K]),
         groups in 1usize..5,
         sbs in 1usize..5,
         chunk in prop::sample::select(vec![0usize, 1, 5, 16]),
@@ -348,8 +351,8 @@ proptest! {
     }
 }
 
-/// Q4_K's largest sums: every quant 15 with every scale and min 63 (and the other fills) against
-/// activations at the extremes.
+/// Q4_K's and Q5_K's largest sums: every quant 15 (Q5_K 31) with every scale and min 63 (and the
+/// other fills) against activations at the extremes.
 #[test]
 fn q4k_x8_extreme_quants_and_activations() {
     let (rows, cols) = (16, 512);
@@ -357,12 +360,16 @@ fn q4k_x8_extreme_quants_and_activations() {
         .iter()
         .flat_map(|&v| half::f16::from_f32(v).to_le_bytes())
         .collect();
-    for fill in [0xFFu8, 0x00, 0xF0, 0x0F, 0x5A] {
-        let block: Vec<u8> = head.iter().copied().chain(vec![fill; 140]).collect();
-        let data = block.repeat(rows * cols / 256);
-        let w = QMatrix::new(WeightFormat::Q4_K, rows, cols, &data).unwrap();
-        for x in extreme_vecs(cols) {
-            check_all_paths(&w, &x).unwrap_or_else(|e| panic!("Q4_K fill {fill:#x}: {e}"));
+    for format in [WeightFormat::Q4_K, WeightFormat::Q5_K] {
+        for fill in [0xFFu8, 0x00, 0xF0, 0x0F, 0x5A] {
+            let rest = vec![fill; format.block_bytes() - 4];
+            let block: Vec<u8> = head.iter().copied().chain(rest).collect();
+            let data = block.repeat(rows * cols / 256);
+            let w = QMatrix::new(format, rows, cols, &data).unwrap();
+            for x in extreme_vecs(cols) {
+                check_all_paths(&w, &x)
+                    .unwrap_or_else(|e| panic!("{format:?} fill {fill:#x}: {e}"));
+            }
         }
     }
 }
@@ -385,21 +392,22 @@ fn q6k_x8_extreme_quants_and_activations() {
 
 /// `Q40x8::matvec_batch` on every path: each token's results bit for bit its own
 /// `Q40x8::matvec_with`, for 1-5 tokens (pairs, three at once and a single one), every format,
-/// Q4_K and Q6_K too (two super-blocks a row).
+/// Q4_K, Q5_K and Q6_K too (two super-blocks a row).
 #[test]
 fn q40x8_batch_is_each_tokens_matvec() {
     let mut rng = Rng(91);
-    let shapes = FORMATS
-        .into_iter()
-        .map(|f| (f, 24, 224))
-        .chain([(WeightFormat::Q4_K, 16, 512), (WeightFormat::Q6_K, 16, 512)]);
+    let shapes = FORMATS.into_iter().map(|f| (f, 24, 224)).chain([
+        (WeightFormat::Q4_K, 16, 512),
+        (WeightFormat::Q5_K, 16, 512),
+        (WeightFormat::Q6_K, 16, 512),
+    ]);
     for (format, rows, cols) in shapes {
         let data = random_matrix(format, rows, cols, &mut rng);
         let w = QMatrix::new(format, rows, cols, &data).unwrap();
         let p = Q40x8::repack(&w).unwrap();
         let one_token = matches!(
             format,
-            WeightFormat::Q4_K | WeightFormat::Q6_K | WeightFormat::Q8_0
+            WeightFormat::Q4_K | WeightFormat::Q5_K | WeightFormat::Q6_K | WeightFormat::Q8_0
         );
         assert_eq!(p.batches(), !one_token);
         for n in 1..=5 {

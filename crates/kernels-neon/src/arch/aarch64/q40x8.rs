@@ -68,7 +68,7 @@ unsafe fn permute(src: *const u8, dst: *mut u8, n: usize) {
 /// each byte as values (Q4_0, Q4_1: 0..=15; Q5_0, Q5_1: 0..=31 with the fifth bits at bit 4 of
 /// each byte of `ha` and `hb`, [`Fifth::of`]; IQ4_NL: its table's, signed).
 #[inline(always)]
-fn weights<const F: u8>(
+pub(super) fn weights<const F: u8>(
     v: uint8x16_t,
     [ha, hb]: [uint8x16_t; 2],
     table: int8x16_t,
@@ -95,14 +95,14 @@ fn weights<const F: u8>(
 /// up by 4 (`r`), made once a quad: for register `k` the first vector's bits are `h`'s at `4 + k,
 /// 12 + k, 20 + k, 28 + k`, the second's `h`'s at `8 + k, k, 24 + k, 16 + k` (the x86 layout's
 /// order), which `r` holds at `4 + k, 12 + k, 20 + k, 28 + k`.
-struct Fifth {
+pub(super) struct Fifth {
     h: uint32x4_t,
     r: uint32x4_t,
 }
 
 impl Fifth {
     #[inline(always)]
-    fn new(h: uint32x4_t) -> Fifth {
+    pub(super) fn new(h: uint32x4_t) -> Fifth {
         // SAFETY: NEON is baseline on aarch64.
         unsafe {
             let swapped = vrev16q_u8(vreinterpretq_u8_u32(h));
@@ -117,7 +117,7 @@ impl Fifth {
     /// Register `k`'s fifth bits at bit 4 of each byte (and others elsewhere): the first vector's,
     /// the second's.
     #[inline(always)]
-    fn of(&self, k: usize) -> [uint8x16_t; 2] {
+    pub(super) fn of(&self, k: usize) -> [uint8x16_t; 2] {
         // SAFETY: NEON is baseline on aarch64.
         unsafe { [self.h, self.r].map(|v| vreinterpretq_u8_u32(fifth_of(v, k))) }
     }

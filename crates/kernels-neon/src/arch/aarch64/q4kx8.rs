@@ -1,12 +1,13 @@
-//! The kernel of Q4_K rows repacked eight at a time ([`crate::Q40x8`], the group super-blocks of
-//! `arch/x86_64/q4kx8.rs`) on `dotprod` CPUs, 16-bit activations
+//! The kernel of Q4_K and Q5_K rows repacked eight at a time ([`crate::Q40x8`], the group
+//! super-blocks of `q40x8/q4k.rs`) on `dotprod` CPUs, 16-bit activations
 //! ([`Precision::Fast`](crate::Precision::Fast)) split as [`Split16`](super::matvec_split::Split16) splits them, one token.
 //!
-//! A group super-block (1152 bytes) holds the 8 rows' f16 `d`, their f16 `dmin`, the three u32
-//! words of each row's packed 6-bit scales and mins (word `i` of row `r` at `32 + 32 i + 4 r`), then
-//! per sub-block of 32 its 8 rows' nibbles as a Q4_0 group block's, which [`super::q40x8`]'s
-//! unpacking and by-element dots turn into one exact sum a row lane. The scales unpack for four
-//! rows at once (llama.cpp's `kmask` operations on the rows' 32-bit lanes).
+//! A group super-block holds the 8 rows' f16 `d`, their f16 `dmin`, the three u32 words of each
+//! row's packed 6-bit scales and mins (word `i` of row `r` at `32 + 32 i + 4 r`), then per
+//! sub-block of 32 its 8 rows' nibbles as a Q4_0 group block's (Q5_K: then their fifth bits as a
+//! Q5_0 group block's), which [`super::q40x8`]'s unpacking and by-element dots turn into one exact
+//! sum a row lane. The scales unpack for four rows at once (llama.cpp's `kmask` operations on the
+//! rows' 32-bit lanes).
 //!
 //! Results: the split rows' (`kquant_split.rs`'s `q45k_block` and `dot_row`) bit for bit. Those
 //! keep per row four lanes `j` of `(d * sc_J) * d_x` FMAs (sub-block `J = j`, then `J = j + 4`, in
@@ -17,17 +18,15 @@
 
 use std::arch::aarch64::*;
 
-use super::q40x8::Perm8;
+use super::q40x8::{weights, Fifth, Perm8};
 use super::q80x8::quad_sums;
 use super::simd::{add_pairwise, f16x4, rows_less, split_block};
+use crate::arch::tags::{Q4_0, Q5_0};
+use crate::q40x8::q4k::{group_sb, sub_bytes, SUBS};
 use crate::quant::QActs16;
 
-/// Bytes of a group super-block.
-const GROUP_SB: usize = 1152;
 /// Offset of the packed scales in a group super-block.
 const SCALES: usize = 32;
-/// Offset of the first sub-block's nibbles.
-const NIBBLES: usize = 128;
 
 /// Byte `J % 4` of each u32 lane of `v` (a scale or min of sub-block `J`), as f32.
 #[inline(always)]
@@ -65,15 +64,17 @@ fn unpack(u0: uint32x4_t, u1: uint32x4_t, u2: uint32x4_t) -> [uint32x4_t; 4] {
     }
 }
 
-/// The dots of one Q4_K group's 8 rows (module docs) with `xq`, split as `s` and permuted as `p`.
+/// The dots of one Q4_K (Q5_K: `FIVE`) group's 8 rows (module docs) with `xq`, whose split is
+/// permuted as `p`.
 ///
 /// # Safety
 /// `dotprod` present. Always inlined into [`q4kx8_group_neon`]'s form.
 #[inline(always)]
-unsafe fn group_body(group: &[u8], p: &Perm8, xq: &QActs16) -> [f32; 8] {
+unsafe fn group_body<const FIVE: bool>(group: &[u8], p: &Perm8, xq: &QActs16) -> [f32; 8] {
     let nsb = xq.d.len() / 8;
+    let (gsb, sub) = (group_sb(FIVE), sub_bytes(FIVE));
     assert!(
-        group.len() >= nsb * GROUP_SB
+        group.len() >= nsb * gsb
             && p.hi.len() >= nsb * 256
             && p.lo.len() >= nsb * 256
             && xq.s.len() >= nsb * 8
@@ -81,11 +82,11 @@ unsafe fn group_body(group: &[u8], p: &Perm8, xq: &QActs16) -> [f32; 8] {
     // SAFETY: NEON is baseline on aarch64.
     let (mut acc, mut min) = unsafe { ([[vdupq_n_f32(0.0); 2]; 4], [vdupq_n_f32(0.0); 2]) };
     for sb in 0..nsb {
-        // SAFETY: sb < nsb: group super-block sb (1152 bytes at 1152 sb), the permuted bytes and
+        // SAFETY: sb < nsb: group super-block sb (`gsb` bytes at `gsb sb`), the permuted bytes and
         // the activations' scales and sums of blocks 8 sb..8 sb + 8 are in bounds (asserted
         // above); dotprod per contract.
         unsafe {
-            let gs = group.as_ptr().add(sb * GROUP_SB);
+            let gs = group.as_ptr().add(sb * gsb);
             let (dx, sx) = (xq.d.as_ptr().add(8 * sb), xq.s.as_ptr().add(8 * sb));
             let dh = vld1q_u16(gs as *const u16);
             let mh = vld1q_u16(gs.add(16) as *const u16);
@@ -123,13 +124,22 @@ unsafe fn group_body(group: &[u8], p: &Perm8, xq: &QActs16) -> [f32; 8] {
                     let b = 8 * sb + $j;
                     let (hv, lv) =
                         split_block(p.hi.as_ptr().add(32 * b), p.lo.as_ptr().add(32 * b));
-                    let q = gs.add(NIBBLES + 128 * $j);
+                    let q = gs.add(SUBS + sub * $j);
                     for h in 0..2 {
                         let mut w = [vdupq_n_s8(0); 8];
-                        for k in 0..4 {
-                            let v = vld1q_u8(q.add(32 * k + 16 * h));
-                            w[2 * k] = vreinterpretq_s8_u8(vandq_u8(v, vdupq_n_u8(0x0F)));
-                            w[2 * k + 1] = vreinterpretq_s8_u8(vshrq_n_u8::<4>(v));
+                        let none = vdupq_n_s8(0);
+                        if FIVE {
+                            let h5 = Fifth::new(vld1q_u32(q.add(128 + 16 * h) as *const u32));
+                            for k in 0..4 {
+                                let v = vld1q_u8(q.add(32 * k + 16 * h));
+                                [w[2 * k], w[2 * k + 1]] = weights::<Q5_0>(v, h5.of(k), none);
+                            }
+                        } else {
+                            let zero = [vdupq_n_u8(0); 2];
+                            for k in 0..4 {
+                                let v = vld1q_u8(q.add(32 * k + 16 * h));
+                                [w[2 * k], w[2 * k + 1]] = weights::<Q4_0>(v, zero, none);
+                            }
                         }
                         let isum = quad_sums::<false, false>(w, hv, lv, vdupq_n_s32(0));
                         let sc = if $j < 4 { packed[h][0] } else { packed[h][1] };
@@ -152,18 +162,23 @@ unsafe fn group_body(group: &[u8], p: &Perm8, xq: &QActs16) -> [f32; 8] {
 }
 
 #[target_feature(enable = "neon,dotprod")]
-unsafe fn group_dp(group: &[u8], p: &Perm8, xq: &QActs16) -> [f32; 8] {
+unsafe fn group_dp<const FIVE: bool>(group: &[u8], p: &Perm8, xq: &QActs16) -> [f32; 8] {
     // SAFETY: dotprod present per this function's contract.
-    unsafe { group_body(group, p, xq) }
+    unsafe { group_body::<FIVE>(group, p, xq) }
 }
 
-/// The dots of the 8 rows of one Q4_K group (`xq.d.len() / 8` group super-blocks at `group`) with
+/// The dots of the 8 rows of one Q4_K group (Q5_K where `FIVE`; `xq.d.len() / 8` group
+/// super-blocks at `group`) with
 /// `xq`, whose split ([`Split16::new`](super::matvec_split::Split16::new)) is permuted as `p` ([`Perm8::new`]). The weights are
 /// unsigned and the `lo` dot `udot`, so `i8mm` adds nothing here.
 ///
 /// # Safety
 /// The CPU must support `dotprod`.
-pub(crate) unsafe fn q4kx8_group_neon(group: &[u8], p: &Perm8, xq: &QActs16) -> [f32; 8] {
+pub(crate) unsafe fn q4kx8_group_neon<const FIVE: bool>(
+    group: &[u8],
+    p: &Perm8,
+    xq: &QActs16,
+) -> [f32; 8] {
     // SAFETY: dotprod is present per this function's contract.
-    unsafe { group_dp(group, p, xq) }
+    unsafe { group_dp::<FIVE>(group, p, xq) }
 }

@@ -22,7 +22,11 @@
 //! accumulated as a vector. Q4_K/Q5_K: the 8 sub-blocks' i32 lane sums are reduced
 //! together as they come (unpacks and adds, [`sum_pairs`], [`sum_quads`]) into one register
 //! holding each sub-block's exact sum, converted once and FMA'd with the 8 `(d*sc) * d_x`
-//! (one conversion and one FMA per super-block, against 8 of each and their broadcasts).
+//! (one conversion and one FMA per super-block, against 8 of each and their broadcasts). Q5_K
+//! took a conversion and an FMA per sub-block pair until 2026-12-07, when its copies
+//! (`q40x8/q4k.rs`) needed this order: the SYNTHETIC 16-layer d 1024 Q5_K_M file with its copies
+//! off (`SPARROW_Q40X8=off SPARROW_KERNELS=avx2 sparrow bench -t 1 -p 0 -n 32 -r 2`, three
+//! alternated rounds, Intel Xeon) decoded at 53.3-56.5 tok/s before and 57.8-58.6 after.
 //! Q6_K: per 16-block the exact i32 sum is converted and FMA'd with `(d*sc) * d_x`. Both as
 //! in the scalar reference; only the f32 summation order differs (Q6_K: four accumulators).
 //! Q6_K's quants are taken unsigned: their offset of 32 multiplies the
@@ -308,21 +312,21 @@ pub(super) fn sub_block_sums([q0, q1]: [__m256i; 2]) -> __m256i {
     )
 }
 
-/// Q4_K dot of `R` rows with even/odd-ordered 16-bit activations `x` (scales `d`, sums `s`),
-/// the sub-blocks' sums reduced together (module docs).
+/// Q4_K (Q5_K where `FIVE`) dot of `R` rows with even/odd-ordered 16-bit activations `x` (scales
+/// `d`, sums `s`), the sub-blocks' sums reduced together (module docs).
 ///
 /// # Safety
 /// AVX2/FMA/F16C present.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q4k_i16_rows<const R: usize>(
+unsafe fn q4k_i16_rows<const FIVE: bool, const R: usize>(
     rows: [&[u8]; R],
     x: &[i16],
     d: &[f32],
     s: &[f32],
 ) -> [f32; R] {
     let nsb = d.len() / 8;
-    let (bb, qoff) = (144, 16);
+    let (bb, qoff) = if FIVE { (176, 48) } else { (144, 16) };
     assert!(rows.iter().all(|r| r.len() >= nsb * bb) && x.len() >= nsb * 256 && s.len() >= nsb * 8);
     let mut acc = [_mm256_setzero_ps(); R];
     let mut mins = [_mm256_setzero_ps(); R];
@@ -349,7 +353,13 @@ unsafe fn q4k_i16_rows<const R: usize>(
                 let x = acts64(xp.add(64 * g));
                 for i in 0..R {
                     let raw = _mm256_loadu_si256(blk[i].add(qoff + 32 * g) as *const __m256i);
-                    let (i0, i1) = sub_pair_sums(&q4k_quants(raw), &x);
+                    let q = if FIVE {
+                        let qh = _mm256_loadu_si256(blk[i].add(16) as *const __m256i);
+                        q5k_quants(raw, qh, g)
+                    } else {
+                        q4k_quants(raw)
+                    };
+                    let (i0, i1) = sub_pair_sums(&q, &x);
                     pairs[i][g % 2] = sum_pairs(i0, i1);
                     if g % 2 == 1 {
                         quads[i][g / 2] = sum_quads(pairs[i][0], pairs[i][1]);
@@ -364,58 +374,6 @@ unsafe fn q4k_i16_rows<const R: usize>(
         }
     }
     std::array::from_fn(|i| hsum(acc[i]) - hsum(mins[i]))
-}
-
-/// Q5_K dot of `R` rows with even/odd-ordered 16-bit activations `x` (scales `d`, sums `s`),
-/// per sub-block a conversion and an FMA ([`q4k_i16_rows`]'s reduction measured slower here:
-/// more registers live).
-///
-/// # Safety
-/// AVX2/FMA/F16C present.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q5k_i16_rows<const R: usize>(
-    rows: [&[u8]; R],
-    x: &[i16],
-    d: &[f32],
-    s: &[f32],
-) -> [f32; R] {
-    let nsb = d.len() / 8;
-    let (bb, qoff) = (176, 48);
-    assert!(rows.iter().all(|r| r.len() >= nsb * bb) && x.len() >= nsb * 256 && s.len() >= nsb * 8);
-    let mut acc = [[_mm256_setzero_ps(); 2]; R];
-    let mut mins = [_mm256_setzero_ps(); R];
-    for sb in 0..nsb {
-        // SAFETY: sb < nsb: super-block sb of every row (bytes sb*bb ..
-        // (sb+1)*bb), activations sb*256 .. sb*256 + 256 and scales
-        // sb*8 .. sb*8 + 8 are in bounds (asserted above).
-        unsafe {
-            let xp = x.as_ptr().add(sb * 256);
-            let dx = _mm256_loadu_ps(d.as_ptr().add(sb * 8));
-            let sx = _mm256_loadu_ps(s.as_ptr().add(sb * 8));
-            let blk: [*const u8; R] = std::array::from_fn(|i| rows[i].as_ptr().add(sb * bb));
-            let mut scale = [[0f32; 8]; R];
-            for i in 0..R {
-                prefetch_block::<R>(blk[i], bb);
-                let (dl, ml) = q4k_scales8(blk[i]);
-                _mm256_storeu_ps(scale[i].as_mut_ptr(), _mm256_mul_ps(dl, dx));
-                mins[i] = _mm256_fmadd_ps(ml, sx, mins[i]);
-            }
-            for g in 0..4 {
-                let x = acts64(xp.add(64 * g));
-                for i in 0..R {
-                    let raw = _mm256_loadu_si256(blk[i].add(qoff + 32 * g) as *const __m256i);
-                    let qh = _mm256_loadu_si256(blk[i].add(16) as *const __m256i);
-                    let (i0, i1) = sub_pair_sums(&q5k_quants(raw, qh, g), &x);
-                    let s0 = _mm256_broadcast_ss(&scale[i][2 * g]);
-                    let s1 = _mm256_broadcast_ss(&scale[i][2 * g + 1]);
-                    acc[i][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i0), s0, acc[i][0]);
-                    acc[i][1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i1), s1, acc[i][1]);
-                }
-            }
-        }
-    }
-    std::array::from_fn(|i| hsum(_mm256_add_ps(acc[i][0], acc[i][1])) - hsum(mins[i]))
 }
 
 /// The prefetches of one dense Q6_K row, spread over its super-block's steps: at block `K` (0
@@ -540,8 +498,8 @@ impl RowDots for K16Dots<'_> {
         // kernels assert the lengths they rely on.
         unsafe {
             match self.format {
-                WeightFormat::Q4_K => q4k_i16_rows::<N>(rows, self.x, self.d, self.s),
-                WeightFormat::Q5_K => q5k_i16_rows::<N>(rows, self.x, self.d, self.s),
+                WeightFormat::Q4_K => q4k_i16_rows::<false, N>(rows, self.x, self.d, self.s),
+                WeightFormat::Q5_K => q4k_i16_rows::<true, N>(rows, self.x, self.d, self.s),
                 _ => q6k_i16_rows::<N>(rows, self.x, self.d, self.s16),
             }
         }

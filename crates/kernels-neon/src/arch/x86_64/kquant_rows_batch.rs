@@ -26,16 +26,17 @@ struct KActs<'a> {
     s16: &'a [f32],
 }
 
-/// Q4_K dots of one row with `T` tokens: [`super::kquant_rows`]' `q4k_i16_rows` of one row per
-/// token, the unpacking of the quants and the decoding of the scales shared.
+/// Q4_K (Q5_K where `FIVE`) dots of one row with `T` tokens: [`super::kquant_rows`]'
+/// `q4k_i16_rows` of one row per token, the unpacking of the quants (and fifth bits) and the
+/// decoding of the scales shared.
 ///
 /// # Safety
 /// AVX2/FMA/F16C present.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q4k_tokens<const T: usize>(row: &[u8], a: [&KActs<'_>; T]) -> [f32; T] {
+unsafe fn q4k_tokens<const FIVE: bool, const T: usize>(row: &[u8], a: [&KActs<'_>; T]) -> [f32; T] {
     let nsb = a[0].d.len() / 8;
-    let (bb, qoff) = (144, 16);
+    let (bb, qoff) = if FIVE { (176, 48) } else { (144, 16) };
     assert!(
         row.len() >= nsb * bb
             && a.iter().all(|a| {
@@ -60,7 +61,12 @@ unsafe fn q4k_tokens<const T: usize>(row: &[u8], a: [&KActs<'_>; T]) -> [f32; T]
             let mut pairs = [[_mm256_setzero_si256(); 2]; T];
             let mut quads = [[_mm256_setzero_si256(); 2]; T];
             for g in 0..4 {
-                let q = q4k_quants(_mm256_loadu_si256(blk.add(qoff + 32 * g) as *const __m256i));
+                let raw = _mm256_loadu_si256(blk.add(qoff + 32 * g) as *const __m256i);
+                let q = if FIVE {
+                    q5k_quants(raw, _mm256_loadu_si256(blk.add(16) as *const __m256i), g)
+                } else {
+                    q4k_quants(raw)
+                };
                 for t in 0..T {
                     let x = acts64(a[t].x.as_ptr().add(sb * 256 + 64 * g));
                     let (i0, i1) = sub_pair_sums(&q, &x);
@@ -77,56 +83,6 @@ unsafe fn q4k_tokens<const T: usize>(row: &[u8], a: [&KActs<'_>; T]) -> [f32; T]
         }
     }
     std::array::from_fn(|t| hsum(acc[t]) - hsum(mins[t]))
-}
-
-/// Q5_K dots of one row with `T` tokens: `q5k_i16_rows` of one row per token, the quants' and
-/// fifth bits' unpacking and the row's scales shared.
-///
-/// # Safety
-/// AVX2/FMA/F16C present.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q5k_tokens<const T: usize>(row: &[u8], a: [&KActs<'_>; T]) -> [f32; T] {
-    let nsb = a[0].d.len() / 8;
-    let (bb, qoff) = (176, 48);
-    assert!(
-        row.len() >= nsb * bb
-            && a.iter().all(|a| {
-                a.d.len() == nsb * 8 && a.x.len() >= nsb * 256 && a.s.len() >= nsb * 8
-            })
-    );
-    let mut acc = [[_mm256_setzero_ps(); 2]; T];
-    let mut mins = [_mm256_setzero_ps(); T];
-    for sb in 0..nsb {
-        // SAFETY: sb < nsb: super-block sb of the row (bytes sb*bb .. (sb+1)*bb), every token's
-        // activations sb*256 .. sb*256 + 256 and scales sb*8 .. sb*8 + 8 (asserted above).
-        unsafe {
-            let blk = row.as_ptr().add(sb * bb);
-            prefetch_block::<1>(blk, bb);
-            let (dl, ml) = q4k_scales8(blk);
-            let mut scale = [[0f32; 8]; T];
-            for t in 0..T {
-                let dx = _mm256_loadu_ps(a[t].d.as_ptr().add(sb * 8));
-                let sx = _mm256_loadu_ps(a[t].s.as_ptr().add(sb * 8));
-                _mm256_storeu_ps(scale[t].as_mut_ptr(), _mm256_mul_ps(dl, dx));
-                mins[t] = _mm256_fmadd_ps(ml, sx, mins[t]);
-            }
-            for g in 0..4 {
-                let raw = _mm256_loadu_si256(blk.add(qoff + 32 * g) as *const __m256i);
-                let qh = _mm256_loadu_si256(blk.add(16) as *const __m256i);
-                let q = q5k_quants(raw, qh, g);
-                for t in 0..T {
-                    let x = acts64(a[t].x.as_ptr().add(sb * 256 + 64 * g));
-                    let (i0, i1) = sub_pair_sums(&q, &x);
-                    let s0 = _mm256_broadcast_ss(&scale[t][2 * g]);
-                    let s1 = _mm256_broadcast_ss(&scale[t][2 * g + 1]);
-                    acc[t][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i0), s0, acc[t][0]);
-                    acc[t][1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i1), s1, acc[t][1]);
-                }
-            }
-        }
-    }
-    std::array::from_fn(|t| hsum(_mm256_add_ps(acc[t][0], acc[t][1])) - hsum(mins[t]))
 }
 
 /// Q6_K dots of one row with `T` tokens: `q6k_i16_rows` of one row per token, the quants' loads
@@ -264,7 +220,7 @@ pub(super) unsafe fn batch(
     }
 }
 
-/// [`q4k_tokens`], [`q5k_tokens`] or [`q6k_tokens`] for a matrix of `format` ([`takes`]).
+/// [`q4k_tokens`] (Q4_K, Q5_K) or [`q6k_tokens`] for a matrix of `format` ([`takes`]).
 ///
 /// # Safety
 /// AVX2/FMA/F16C present.
@@ -275,8 +231,8 @@ unsafe fn tokens<const T: usize>(format: WeightFormat, row: &[u8], a: [&KActs<'_
     unsafe {
         match format {
             WeightFormat::Q6_K => q6k_tokens::<T>(row, a),
-            WeightFormat::Q5_K => q5k_tokens::<T>(row, a),
-            _ => q4k_tokens::<T>(row, a),
+            WeightFormat::Q5_K => q4k_tokens::<true, T>(row, a),
+            _ => q4k_tokens::<false, T>(row, a),
         }
     }
 }
