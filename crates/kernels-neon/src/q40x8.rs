@@ -95,13 +95,15 @@ fn tag(f: WeightFormat) -> u8 {
     }
 }
 
-/// Whether the copies of `format` take a step's tokens one at a time (Q4_K, Q5_K, Q6_K, Q8_0:
-/// [`Q40x8::batches`]).
-fn one_token(format: WeightFormat) -> bool {
-    matches!(
-        format,
-        WeightFormat::Q4_K | WeightFormat::Q5_K | WeightFormat::Q6_K | WeightFormat::Q8_0
-    )
+/// Whether the copies of `format` take a step's tokens one at a time on `path` (Q8_0, and off
+/// the aarch64 paths with `dotprod` Q4_K, Q5_K and Q6_K: [`Q40x8::batches`]).
+fn one_token_on(path: KernelPath, format: WeightFormat) -> bool {
+    let neon = matches!(path, KernelPath::NeonDotprod | KernelPath::NeonI8mm);
+    match format {
+        WeightFormat::Q8_0 => true,
+        WeightFormat::Q4_K | WeightFormat::Q5_K | WeightFormat::Q6_K => !neon,
+        _ => false,
+    }
 }
 
 /// Where in a Q5_0 (Q5_1) group block's u32 of a row the fifth bit of weight `e` goes:
@@ -380,11 +382,16 @@ impl Q40x8 {
     }
 
     /// Whether products of several tokens ([`Q40x8::matvec_batch`]) read each group block once for
-    /// two to four tokens (the x86 paths and the aarch64 ones with `dotprod`): every format but
-    /// Q4_K, Q5_K, Q6_K and Q8_0, whose copies take one token at a time (each group's tokens in turn,
-    /// the group in cache).
+    /// two to four tokens on the active path (the x86 paths and the aarch64 ones with `dotprod`):
+    /// every format but Q8_0, and on x86 Q4_K, Q5_K and Q6_K, whose copies take one token at a
+    /// time (each group's tokens in turn, the group in cache).
     pub fn batches(&self) -> bool {
-        !one_token(self.format)
+        self.batches_on(crate::active_path())
+    }
+
+    /// [`Q40x8::batches`] on an explicit path.
+    pub fn batches_on(&self, path: KernelPath) -> bool {
+        !one_token_on(path, self.format)
     }
 
     /// Whether a step of several tokens that runs the decode kernels (a batched decode step,
@@ -399,7 +406,7 @@ impl Q40x8 {
 
     /// [`Q40x8::serves_steps`] on an explicit path.
     pub fn serves_steps_on(&self, path: KernelPath) -> bool {
-        self.batches()
+        self.batches_on(path)
             || (matches!(path, KernelPath::NeonDotprod | KernelPath::NeonI8mm)
                 && Self::exact_on(path, self.format))
     }
@@ -509,7 +516,7 @@ impl Q40x8 {
         let f = self.format;
         let groups = nr / GROUP;
         // On AVX-512 two groups at once for two or more tokens (`q40x8_pair_tokens`).
-        let pairs = path == KernelPath::Avx512 && self.batches();
+        let pairs = path == KernelPath::Avx512 && self.batches_on(path);
         let mut j = 0;
         while j < groups {
             let two = pairs && j + 1 < groups;

@@ -33,8 +33,8 @@ mod tiles;
 mod x86_64;
 #[cfg(target_arch = "aarch64")]
 pub(crate) use aarch64::{
-    q40x8_group_neon, q40x8_group_neon_tokens, q4kx8_group_neon, q6kx8_group_neon, q80x8_group,
-    Perm8, Split16,
+    q40x8_group_neon, q40x8_group_neon_tokens, q4kx8_group_neon, q4kx8_group_neon_tokens,
+    q6kx8_group_neon, q6kx8_group_neon_tokens, q80x8_group, Perm8, Split16,
 };
 #[cfg(target_arch = "x86_64")]
 pub(crate) use x86_64::{

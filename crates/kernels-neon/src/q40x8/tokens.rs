@@ -25,7 +25,7 @@ fn corrs<const T: usize>(a: &[Acts8]) -> [&[i32]; T] {
 }
 
 /// [`group_dots`] of each of the first `T` tokens of `a`, the group read once for all on the x86
-/// paths and the aarch64 ones with `dotprod` (the nibble formats).
+/// paths (the nibble formats) and the aarch64 ones with `dotprod` (those and the K-quants).
 pub(super) fn group_dots_tokens<const T: usize>(
     path: KernelPath,
     format: WeightFormat,
@@ -33,7 +33,9 @@ pub(super) fn group_dots_tokens<const T: usize>(
     a: &[Acts8],
 ) -> [[f32; GROUP]; T] {
     #[cfg(target_arch = "x86_64")]
-    if matches!(path, KernelPath::Avx2Fma | KernelPath::Avx512) && !super::one_token(format) {
+    if matches!(path, KernelPath::Avx2Fma | KernelPath::Avx512)
+        && !super::one_token_on(path, format)
+    {
         use crate::arch::{q40x8_group_tokens as avx2, q40x8_group_tokens_vnni as vnni};
         let (xq, corr) = (xqs::<T>(a), corrs::<T>(a));
         macro_rules! by_format {
@@ -58,7 +60,27 @@ pub(super) fn group_dots_tokens<const T: usize>(
         };
     }
     #[cfg(target_arch = "aarch64")]
-    if matches!(path, KernelPath::NeonDotprod | KernelPath::NeonI8mm) && !super::one_token(format) {
+    if matches!(
+        format,
+        WeightFormat::Q4_K | WeightFormat::Q5_K | WeightFormat::Q6_K
+    ) && matches!(path, KernelPath::NeonDotprod | KernelPath::NeonI8mm)
+    {
+        use crate::arch::{q4kx8_group_neon_tokens as k, q6kx8_group_neon_tokens as k6};
+        let p = std::array::from_fn(|t| a[t].perm());
+        let xq = std::array::from_fn(|t| &a[t].xq);
+        // SAFETY: the path was checked available: dotprod present.
+        return unsafe {
+            match format {
+                WeightFormat::Q5_K => k::<true, T>(group, p, xq),
+                WeightFormat::Q4_K => k::<false, T>(group, p, xq),
+                _ => k6::<T>(group, std::array::from_fn(|t| a[t].split()), p, xq),
+            }
+        };
+    }
+    #[cfg(target_arch = "aarch64")]
+    if matches!(path, KernelPath::NeonDotprod | KernelPath::NeonI8mm)
+        && !super::one_token_on(path, format)
+    {
         use crate::arch::q40x8_group_neon_tokens as k;
         let s = std::array::from_fn(|t| a[t].split());
         let p = std::array::from_fn(|t| a[t].perm());

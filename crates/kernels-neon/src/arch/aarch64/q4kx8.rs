@@ -64,30 +64,40 @@ fn unpack(u0: uint32x4_t, u1: uint32x4_t, u2: uint32x4_t) -> [uint32x4_t; 4] {
     }
 }
 
-/// The dots of one Q4_K (Q5_K: `FIVE`) group's 8 rows (module docs) with `xq`, whose split is
-/// permuted as `p`.
+/// The dots of one Q4_K (Q5_K: `FIVE`) group's 8 rows (module docs) with each of `T` tokens'
+/// `xq`, whose splits are permuted as `p`: each sub-block's weights unpacked and the scales
+/// decoded once for the `T` tokens, each token's operations those of one token alone (the same
+/// bits).
 ///
 /// # Safety
-/// `dotprod` present. Always inlined into [`q4kx8_group_neon`]'s form.
+/// `dotprod` present. Always inlined into [`q4kx8_group_neon_tokens`]'s form.
 #[inline(always)]
-unsafe fn group_body<const FIVE: bool>(group: &[u8], p: &Perm8, xq: &QActs16) -> [f32; 8] {
-    let nsb = xq.d.len() / 8;
+unsafe fn group_body<const FIVE: bool, const T: usize>(
+    group: &[u8],
+    p: [&Perm8; T],
+    xq: [&QActs16; T],
+) -> [[f32; 8]; T] {
+    let nsb = xq[0].d.len() / 8;
     let (gsb, sub) = (group_sb(FIVE), sub_bytes(FIVE));
-    assert!(
-        group.len() >= nsb * gsb
-            && p.hi.len() >= nsb * 256
-            && p.lo.len() >= nsb * 256
-            && xq.s.len() >= nsb * 8
-    );
+    assert!(group.len() >= nsb * gsb);
+    for t in 0..T {
+        assert!(
+            xq[t].d.len() == 8 * nsb
+                && p[t].hi.len() >= nsb * 256
+                && p[t].lo.len() >= nsb * 256
+                && xq[t].s.len() >= nsb * 8
+        );
+    }
     // SAFETY: NEON is baseline on aarch64.
-    let (mut acc, mut min) = unsafe { ([[vdupq_n_f32(0.0); 2]; 4], [vdupq_n_f32(0.0); 2]) };
+    let (mut acc, mut min) =
+        unsafe { ([[[vdupq_n_f32(0.0); 2]; 4]; T], [[vdupq_n_f32(0.0); 2]; T]) };
     for sb in 0..nsb {
-        // SAFETY: sb < nsb: group super-block sb (`gsb` bytes at `gsb sb`), the permuted bytes and
-        // the activations' scales and sums of blocks 8 sb..8 sb + 8 are in bounds (asserted
-        // above); dotprod per contract.
+        // SAFETY: sb < nsb: group super-block sb (`gsb` bytes at `gsb sb`), each token's permuted
+        // bytes and its activations' scales and sums of blocks 8 sb..8 sb + 8 are in bounds
+        // (asserted above); dotprod per contract.
         unsafe {
             let gs = group.as_ptr().add(sb * gsb);
-            let (dx, sx) = (xq.d.as_ptr().add(8 * sb), xq.s.as_ptr().add(8 * sb));
+            let dx: [_; T] = std::array::from_fn(|t| xq[t].d.as_ptr().add(8 * sb));
             let dh = vld1q_u16(gs as *const u16);
             let mh = vld1q_u16(gs.add(16) as *const u16);
             let d = [f16x4(vget_low_u16(dh)), f16x4(vget_high_u16(dh))];
@@ -110,21 +120,26 @@ unsafe fn group_body<const FIVE: bool>(group: &[u8], p: &Perm8, xq: &QActs16) ->
                     byte_of::<2>(m_hi),
                     byte_of::<3>(m_hi),
                 ];
-                let v: [float32x4_t; 4] = std::array::from_fn(|k| {
-                    vfmaq_f32(
-                        vmulq_n_f32(vmulq_f32(m[k], dmin[h]), *sx.add(k)),
-                        vmulq_f32(m[k + 4], dmin[h]),
-                        vdupq_n_f32(*sx.add(k + 4)),
-                    )
-                });
-                min[h] = vaddq_f32(min[h], add_pairwise(v));
+                for t in 0..T {
+                    let sx = xq[t].s.as_ptr().add(8 * sb);
+                    let v: [float32x4_t; 4] = std::array::from_fn(|k| {
+                        vfmaq_f32(
+                            vmulq_n_f32(vmulq_f32(m[k], dmin[h]), *sx.add(k)),
+                            vmulq_f32(m[k + 4], dmin[h]),
+                            vdupq_n_f32(*sx.add(k + 4)),
+                        )
+                    });
+                    min[t][h] = vaddq_f32(min[t][h], add_pairwise(v));
+                }
             }
             macro_rules! sub {
                 ($j:literal) => {{
                     let b = 8 * sb + $j;
-                    let (hv, lv) =
-                        split_block(p.hi.as_ptr().add(32 * b), p.lo.as_ptr().add(32 * b));
+                    let hl: [_; T] = std::array::from_fn(|t| {
+                        split_block(p[t].hi.as_ptr().add(32 * b), p[t].lo.as_ptr().add(32 * b))
+                    });
                     let q = gs.add(SUBS + sub * $j);
+                    let dxj: [f32; T] = std::array::from_fn(|t| *dx[t].add($j));
                     for h in 0..2 {
                         let mut w = [vdupq_n_s8(0); 8];
                         let none = vdupq_n_s8(0);
@@ -141,10 +156,15 @@ unsafe fn group_body<const FIVE: bool>(group: &[u8], p: &Perm8, xq: &QActs16) ->
                                 [w[2 * k], w[2 * k + 1]] = weights::<Q4_0>(v, zero, none);
                             }
                         }
-                        let isum = quad_sums::<false, false>(w, hv, lv, vdupq_n_s32(0));
                         let sc = if $j < 4 { packed[h][0] } else { packed[h][1] };
-                        let scale = vmulq_n_f32(vmulq_f32(byte_of::<$j>(sc), d[h]), *dx.add($j));
-                        acc[$j % 4][h] = vfmaq_f32(acc[$j % 4][h], vcvtq_f32_s32(isum), scale);
+                        let dsc = vmulq_f32(byte_of::<$j>(sc), d[h]);
+                        for t in 0..T {
+                            let (hv, lv) = hl[t];
+                            let isum = quad_sums::<false, false>(w, hv, lv, vdupq_n_s32(0));
+                            let scale = vmulq_n_f32(dsc, dxj[t]);
+                            let a = &mut acc[t][$j % 4][h];
+                            *a = vfmaq_f32(*a, vcvtq_f32_s32(isum), scale);
+                        }
                     }
                 }};
             }
@@ -158,19 +178,23 @@ unsafe fn group_body<const FIVE: bool>(group: &[u8], p: &Perm8, xq: &QActs16) ->
             sub!(7);
         }
     }
-    rows_less(&acc, min)
+    std::array::from_fn(|t| rows_less(&acc[t], min[t]))
 }
 
 #[target_feature(enable = "neon,dotprod")]
-unsafe fn group_dp<const FIVE: bool>(group: &[u8], p: &Perm8, xq: &QActs16) -> [f32; 8] {
+unsafe fn group_dp<const FIVE: bool, const T: usize>(
+    group: &[u8],
+    p: [&Perm8; T],
+    xq: [&QActs16; T],
+) -> [[f32; 8]; T] {
     // SAFETY: dotprod present per this function's contract.
-    unsafe { group_body::<FIVE>(group, p, xq) }
+    unsafe { group_body::<FIVE, T>(group, p, xq) }
 }
 
 /// The dots of the 8 rows of one Q4_K group (Q5_K where `FIVE`; `xq.d.len() / 8` group
-/// super-blocks at `group`) with
-/// `xq`, whose split ([`Split16::new`](super::matvec_split::Split16::new)) is permuted as `p` ([`Perm8::new`]). The weights are
-/// unsigned and the `lo` dot `udot`, so `i8mm` adds nothing here.
+/// super-blocks at `group`) with `xq`, whose split
+/// ([`Split16::new`](super::matvec_split::Split16::new)) is permuted as `p` ([`Perm8::new`]). The
+/// weights are unsigned and the `lo` dot `udot`, so `i8mm` adds nothing here.
 ///
 /// # Safety
 /// The CPU must support `dotprod`.
@@ -180,5 +204,19 @@ pub(crate) unsafe fn q4kx8_group_neon<const FIVE: bool>(
     xq: &QActs16,
 ) -> [f32; 8] {
     // SAFETY: dotprod is present per this function's contract.
-    unsafe { group_dp::<FIVE>(group, p, xq) }
+    unsafe { group_dp::<FIVE, 1>(group, [p], [xq])[0] }
+}
+
+/// [`q4kx8_group_neon`] of each of `T` tokens, the group read and unpacked once for all: each
+/// token's results its own call's bits.
+///
+/// # Safety
+/// The CPU must support `dotprod`.
+pub(crate) unsafe fn q4kx8_group_neon_tokens<const FIVE: bool, const T: usize>(
+    group: &[u8],
+    p: [&Perm8; T],
+    xq: [&QActs16; T],
+) -> [[f32; 8]; T] {
+    // SAFETY: dotprod is present per this function's contract.
+    unsafe { group_dp::<FIVE, T>(group, p, xq) }
 }

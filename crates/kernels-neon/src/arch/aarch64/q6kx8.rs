@@ -67,74 +67,101 @@ unsafe fn weights(q: *const u8, h: usize) -> [uint8x16_t; 8] {
     }
 }
 
-/// The dots of one Q6_K group's 8 rows (module docs) with `xq`, split as `s` and permuted as `p`.
+/// The dots of one Q6_K group's 8 rows (module docs) with each of `T` tokens' `xq`, split as `s`
+/// and permuted as `p`: each half sub-block's weights unpacked once for the `T` tokens, each
+/// token's operations those of one token alone (the same bits).
 ///
 /// # Safety
-/// `dotprod` present. Always inlined into [`q6kx8_group_neon`]'s form.
+/// `dotprod` present. Always inlined into [`q6kx8_group_neon_tokens`]'s form.
 #[inline(always)]
-unsafe fn group_body(group: &[u8], s: &Split16, p: &Perm8, xq: &QActs16) -> [f32; 8] {
-    let nsb = xq.d.len() / 8;
-    assert!(
-        group.len() >= nsb * GROUP_SB
-            && p.hi.len() >= nsb * 256
-            && p.lo.len() >= nsb * 256
-            && s.sum16.len() >= nsb * 16
-    );
-    // Per lane `G % 4` and half: the scaled sums, and the offset's terms.
+unsafe fn group_body<const T: usize>(
+    group: &[u8],
+    s: [&Split16; T],
+    p: [&Perm8; T],
+    xq: [&QActs16; T],
+) -> [[f32; 8]; T] {
+    let nsb = xq[0].d.len() / 8;
+    assert!(group.len() >= nsb * GROUP_SB);
+    for t in 0..T {
+        assert!(
+            xq[t].d.len() == 8 * nsb
+                && p[t].hi.len() >= nsb * 256
+                && p[t].lo.len() >= nsb * 256
+                && s[t].sum16.len() >= nsb * 16
+        );
+    }
+    // Per token, lane `G % 4` and half: the scaled sums, and the offset's terms.
     // SAFETY: NEON is baseline on aarch64.
-    let (mut acc, mut off) = unsafe { ([[vdupq_n_f32(0.0); 2]; 4], [vdupq_n_f32(0.0); 2]) };
+    let (mut acc, mut off) =
+        unsafe { ([[[vdupq_n_f32(0.0); 2]; 4]; T], [[vdupq_n_f32(0.0); 2]; T]) };
     for sb in 0..nsb {
-        // SAFETY: sb < nsb: group super-block sb ([`GROUP_SB`] bytes at `GROUP_SB sb`), the
-        // permuted bytes of blocks 8 sb..8 sb + 8, their scales and the sums of 16 of groups
-        // 16 sb..16 sb + 16 are in bounds (asserted above); dotprod per contract.
+        // SAFETY: sb < nsb: group super-block sb ([`GROUP_SB`] bytes at `GROUP_SB sb`), each
+        // token's permuted bytes of blocks 8 sb..8 sb + 8, their scales and the sums of 16 of
+        // groups 16 sb..16 sb + 16 are in bounds (asserted above); dotprod per contract.
         unsafe {
             let gs = group.as_ptr().add(sb * GROUP_SB);
             let dh = vld1q_u16(gs as *const u16);
             let d = [f16x4(vget_low_u16(dh)), f16x4(vget_high_u16(dh))];
-            let sum16 = s.sum16.as_ptr().add(16 * sb);
-            let mut t = [[vdupq_n_f32(0.0); 2]; 4];
-            for j in 0..8 {
-                let b = 8 * sb + j;
-                let (hv, lv) = split_block(p.hi.as_ptr().add(32 * b), p.lo.as_ptr().add(32 * b));
-                let dx = *xq.d.get_unchecked(b);
-                let q = gs.add(SUBS + SUB * j);
-                // The two groups' scales, rows 0-3 and 4-7: `d * sc`.
-                let scf: [[float32x4_t; 2]; 2] = std::array::from_fn(|g| {
-                    let sc = vmovl_s8(vld1_s8(gs.add(16 + 8 * (2 * j + g)) as *const i8));
-                    [
-                        vmulq_f32(vcvtq_f32_s32(vmovl_s16(vget_low_s16(sc))), d[0]),
-                        vmulq_f32(vcvtq_f32_s32(vmovl_high_s16(sc)), d[1]),
-                    ]
-                });
-                for h in 0..2 {
-                    let w = weights(q, h);
-                    for g in 0..2 {
-                        let lane = (2 * j + g) % 4;
-                        let isum = group_sums(
-                            [w[4 * g], w[4 * g + 1], w[4 * g + 2], w[4 * g + 3]],
-                            hv[g],
-                            lv[g],
-                        );
-                        let scale = vmulq_n_f32(scf[g][h], dx);
-                        acc[lane][h] = vfmaq_f32(acc[lane][h], vcvtq_f32_s32(isum), scale);
-                        let x16 = vdupq_n_f32(*sum16.add(2 * j + g) as f32);
-                        t[lane][h] = vfmaq_f32(t[lane][h], scale, x16);
+            let sum16: [_; T] = std::array::from_fn(|t| s[t].sum16.as_ptr().add(16 * sb));
+            let mut tt = [[[vdupq_n_f32(0.0); 2]; 4]; T];
+            // Sub-blocks in pairs, so that each group's lane (`(2 j + g) % 4 = 2 o + g`) is a
+            // constant of the unrolled inner loop, as in the one-token kernel.
+            for j2 in (0..8).step_by(2) {
+                for o in 0..2 {
+                    let j = j2 + o;
+                    let b = 8 * sb + j;
+                    let hl: [_; T] = std::array::from_fn(|t| {
+                        split_block(p[t].hi.as_ptr().add(32 * b), p[t].lo.as_ptr().add(32 * b))
+                    });
+                    let q = gs.add(SUBS + SUB * j);
+                    let dx: [f32; T] = std::array::from_fn(|t| *xq[t].d.get_unchecked(b));
+                    // The two groups' scales, rows 0-3 and 4-7: `d * sc`.
+                    let scf: [[float32x4_t; 2]; 2] = std::array::from_fn(|g| {
+                        let sc = vmovl_s8(vld1_s8(gs.add(16 + 8 * (2 * j + g)) as *const i8));
+                        [
+                            vmulq_f32(vcvtq_f32_s32(vmovl_s16(vget_low_s16(sc))), d[0]),
+                            vmulq_f32(vcvtq_f32_s32(vmovl_high_s16(sc)), d[1]),
+                        ]
+                    });
+                    for h in 0..2 {
+                        let w = weights(q, h);
+                        for g in 0..2 {
+                            let lane = 2 * o + g;
+                            let wg = [w[4 * g], w[4 * g + 1], w[4 * g + 2], w[4 * g + 3]];
+                            for t in 0..T {
+                                let (hv, lv) = hl[t];
+                                let isum = group_sums(wg, hv[g], lv[g]);
+                                let scale = vmulq_n_f32(scf[g][h], dx[t]);
+                                let a = &mut acc[t][lane][h];
+                                *a = vfmaq_f32(*a, vcvtq_f32_s32(isum), scale);
+                                let x16 = vdupq_n_f32(*sum16[t].add(2 * j + g) as f32);
+                                tt[t][lane][h] = vfmaq_f32(tt[t][lane][h], scale, x16);
+                            }
+                        }
                     }
                 }
             }
-            for h in 0..2 {
-                let sum = add_pairwise([t[0][h], t[1][h], t[2][h], t[3][h]]);
-                off[h] = vaddq_f32(off[h], vmulq_n_f32(sum, 32.0));
+            for t in 0..T {
+                for h in 0..2 {
+                    let v = tt[t];
+                    let sum = add_pairwise([v[0][h], v[1][h], v[2][h], v[3][h]]);
+                    off[t][h] = vaddq_f32(off[t][h], vmulq_n_f32(sum, 32.0));
+                }
             }
         }
     }
-    rows_less(&acc, off)
+    std::array::from_fn(|t| rows_less(&acc[t], off[t]))
 }
 
 #[target_feature(enable = "neon,dotprod")]
-unsafe fn group_dp(group: &[u8], s: &Split16, p: &Perm8, xq: &QActs16) -> [f32; 8] {
+unsafe fn group_dp<const T: usize>(
+    group: &[u8],
+    s: [&Split16; T],
+    p: [&Perm8; T],
+    xq: [&QActs16; T],
+) -> [[f32; 8]; T] {
     // SAFETY: dotprod present per this function's contract.
-    unsafe { group_body(group, s, p, xq) }
+    unsafe { group_body::<T>(group, s, p, xq) }
 }
 
 /// The dots of the 8 rows of one Q6_K group (`xq.d.len() / 8` group super-blocks at `group`) with
@@ -150,5 +177,20 @@ pub(crate) unsafe fn q6kx8_group_neon(
     xq: &QActs16,
 ) -> [f32; 8] {
     // SAFETY: dotprod is present per this function's contract.
-    unsafe { group_dp(group, s, p, xq) }
+    unsafe { group_dp::<1>(group, [s], [p], [xq])[0] }
+}
+
+/// [`q6kx8_group_neon`] of each of `T` tokens, the group read and unpacked once for all: each
+/// token's results its own call's bits.
+///
+/// # Safety
+/// The CPU must support `dotprod`.
+pub(crate) unsafe fn q6kx8_group_neon_tokens<const T: usize>(
+    group: &[u8],
+    s: [&Split16; T],
+    p: [&Perm8; T],
+    xq: [&QActs16; T],
+) -> [[f32; 8]; T] {
+    // SAFETY: dotprod is present per this function's contract.
+    unsafe { group_dp::<T>(group, s, p, xq) }
 }
