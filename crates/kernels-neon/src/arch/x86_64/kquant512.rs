@@ -16,7 +16,7 @@
 use std::arch::x86_64::*;
 
 use super::kquant_rows::{prefetch_block, q4k_scales8};
-use super::simd::hsum;
+use super::simd::{hsum, STREAM_PREFETCH};
 use crate::arch::drivers::RowDots;
 use crate::WeightFormat;
 
@@ -347,10 +347,22 @@ unsafe fn q6k_rows<const R: usize>(rows: [&[u8]; R], x: &[i16], d: &[f32]) -> [f
             let blk: [*const u8; R] = std::array::from_fn(|i| rows[i].as_ptr().add(sb * bb));
             let mut sc = [_mm512_setzero_ps(); R];
             for i in 0..R {
-                prefetch_block::<R>(blk[i], bb);
+                if R > 1 {
+                    prefetch_block::<R>(blk[i], bb);
+                }
                 sc[i] = _mm512_mul_ps(q6k_scale_w(blk[i]), dxd);
             }
             for n in 0..2 {
+                if R == 1 {
+                    // One row: its lines `STREAM_PREFETCH` bytes on, two a half (the fifth line a
+                    // 210-byte super-block may reach with the second), not all at the start.
+                    let ahead = blk[0].wrapping_add(STREAM_PREFETCH + 128 * n);
+                    _mm_prefetch::<_MM_HINT_T1>(ahead as *const i8);
+                    _mm_prefetch::<_MM_HINT_T1>(ahead.wrapping_add(64) as *const i8);
+                    if n == 1 {
+                        _mm_prefetch::<_MM_HINT_T1>(ahead.wrapping_add(128) as *const i8);
+                    }
+                }
                 let xn = xp.add(128 * n);
                 let xe0 = _mm512_loadu_si512(xn as *const __m512i);
                 let xo0 = _mm512_loadu_si512(xn.add(32) as *const __m512i);
