@@ -78,8 +78,8 @@ const GROUP: usize = 8;
 /// Job `job`'s copies where its `m` tokens take them: it has them, its products would run the
 /// decode kernels of `Fast`, the copies give those kernels' bits on `path`
 /// ([`Q40x8::exact_on`]), and one token where the copies do not serve steps of several
-/// ([`Q40x8::serves_steps_on`]: Q4_K's, Q5_K's and Q8_0's on x86, as a dense decode step's), where the
-/// originals' batch kernels unpack each block once for all.
+/// ([`Q40x8::serves_steps_on`]: Q4_K's, Q5_K's and Q8_0's on x86, as a dense decode step's),
+/// where the originals' batch kernels unpack each block once for all.
 fn takes_copies<'a>(
     path: KernelPath,
     job: &ExpertJob<'a>,

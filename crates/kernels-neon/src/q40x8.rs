@@ -1,21 +1,20 @@
 //! Rows of the 32-element nibble formats (Q4_0, IQ4_NL, Q5_0, Q4_1, Q5_1: an f16 scale, a min for
 //! the last two, 32 nibbles a block, the fifth bits of the Q5s beside), of Q4_K, Q5_K, Q6_K and of
-//! Q8_0 repacked eight at a time, for the one-token product ([`crate::Precision::Fast`]) on the AVX2
-//! and AVX-512 paths and the aarch64 ones with `dotprod`, and for several tokens'
+//! Q8_0 repacked eight at a time, for the one-token product ([`crate::Precision::Fast`]) on the
+//! AVX2 and AVX-512 paths and the aarch64 ones with `dotprod`, and for several tokens'
 //! ([`Q40x8::matvec_batch`]): a group block holds the 8 rows' f16 scales together (and their
 //! mins), then their quants interleaved so that one load feeds the same weights of several rows,
 //! then (Q5_0, Q5_1) their fifth bits in the kernel's order (layout in `arch/x86_64/q40x8.rs`,
-//! which `arch/aarch64/q40x8.rs` reads too; Q4_K's and Q5_K's group super-blocks in `q40x8/q4k.rs`,
-//! which `arch/x86_64/q4kx8.rs` and `arch/aarch64/q4kx8.rs` read; Q6_K's in `q40x8/q6k.rs`, for `arch/aarch64/q6kx8.rs`;
-//! Q8_0's quads of rows in `arch/aarch64/q80x8.rs`, which `arch/x86_64/q80x8.rs` reads too). The
+//! which `arch/aarch64/q40x8.rs` reads too; Q4_K's and Q5_K's group super-blocks in
+//! `q40x8/q4k.rs`, which `arch/x86_64/q4kx8.rs` and `arch/aarch64/q4kx8.rs` read; Q6_K's in
+//! `q40x8/q6k.rs`, for `arch/aarch64/q6kx8.rs`; Q8_0's quads of rows in `arch/aarch64/q80x8.rs`, which `arch/x86_64/q80x8.rs` reads too). The
 //! same bytes as the file's: a copy made once, whose [`Q40x8::bytes`] the caller counts against its
 //! memory budget.
 //!
 //! [`Q40x8::matvec_with`] gives, bit for bit, what [`crate::matvec_with`] gives for the original
 //! matrix in [`crate::Precision::Fast`] on the paths [`Q40x8::exact_on`] names (the order of the
 //! original's one-row kernel: `q40_pairs` or Q4_K's and Q5_K's `q4k_i16_rows` on
-//! [`KernelPath::Avx2Fma`], and
-//! for Q4_0 and IQ4_NL [`KernelPath::Avx512`] too; Q8_0's `dot_i16_rows` on both x86 paths; the
+//! [`KernelPath::Avx2Fma`], and for Q4_0 and IQ4_NL [`KernelPath::Avx512`] too; Q8_0's `dot_i16_rows` on both x86 paths; the
 //! split rows of `arch/aarch64/matvec_split.rs` for Q8_0 and the nibble formats, of
 //! `arch/aarch64/kquant_split.rs` for Q4_K, Q5_K and Q6_K, on [`KernelPath::NeonDotprod`] and
 //! [`KernelPath::NeonI8mm`]);
@@ -138,8 +137,8 @@ pub type CopiedRows<'a> = &'a (dyn Fn(&[u8]) + Sync);
 /// eight runs or more ([`Q40x8::repack_in`] tells of each once copied).
 const RUN_BYTES: usize = 1 << 20;
 
-/// A Q4_0, IQ4_NL, Q5_0, Q4_1, Q5_1, Q4_K, Q5_K, Q6_K or Q8_0 matrix repacked eight rows at a time (module
-/// docs).
+/// A Q4_0, IQ4_NL, Q5_0, Q4_1, Q5_1, Q4_K, Q5_K, Q6_K or Q8_0 matrix repacked eight rows at a
+/// time (module docs).
 pub struct Q40x8 {
     data: Box<dyn CopyBytes>,
     format: WeightFormat,
@@ -272,8 +271,7 @@ impl Q40x8 {
     }
 
     /// Whether `w` repacks ([`Q40x8::repack`]): Q4_0, IQ4_NL, Q5_0, Q4_1, Q5_1, Q4_K, Q5_K, Q6_K or
-    /// Q8_0,
-    /// rows a multiple of 8, at least one block a row.
+    /// Q8_0, rows a multiple of 8, at least one block a row.
     pub fn fits(w: &QMatrix<'_>) -> bool {
         matches!(
             w.format(),
@@ -412,7 +410,7 @@ impl Q40x8 {
     }
 
     /// Whether a [`crate::Precision::Fast`] prompt of `n` tokens had better read this copy
-    /// ([`Q40x8::matvec_batch`]) than the original's prompt tile ([`crate::matmul`]): where the
+    /// ([`Q40x8::matvec_batch`]) than the original's prompt tile ([`crate::matmul()`]): where the
     /// copy serves steps of several tokens ([`Q40x8::serves_steps`]), below
     /// [`crate::short_prompt_tokens`] (such prompts run decode's products),
     /// and on the AVX-512 path up to 64 tokens for Q4_0, whose prompts take the 16-bit
@@ -692,8 +690,8 @@ fn group_dots(path: KernelPath, format: WeightFormat, group: &[u8], acts: &Acts8
 }
 
 /// [`group_dots`] on the aarch64 paths with `dotprod` for the formats they take (Q8_0, the nibble
-/// formats, Q4_K, Q5_K and Q6_K; `arch/aarch64/q80x8.rs`, `q40x8.rs`, `q4kx8.rs`, `q6kx8.rs`); `None`
-/// elsewhere.
+/// formats, Q4_K, Q5_K and Q6_K; `arch/aarch64/q80x8.rs`, `q40x8.rs`, `q4kx8.rs`, `q6kx8.rs`);
+/// `None` elsewhere.
 #[cfg(target_arch = "aarch64")]
 fn group_dots_neon(
     path: KernelPath,

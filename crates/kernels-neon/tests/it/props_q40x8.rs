@@ -35,8 +35,8 @@ fn check_all_paths(w: &QMatrix, x: &[f32]) -> Result<(), String> {
             check(v, reference(&wf[r], x), Precision::Fast)
                 .map_err(|e| format!("{path:?} row {r}: {e}"))?;
         }
-        // Where each format's copies must be exact: the nibble formats, Q4_K and Q5_K on AVX2, Q8_0 on
-        // both x86 paths, all of them and Q6_K on the aarch64 paths with `dotprod`.
+        // Where each format's copies must be exact: the nibble formats, Q4_K and Q5_K on AVX2, Q8_0
+        // on both x86 paths, all of them and Q6_K on the aarch64 paths with `dotprod`.
         let neon = matches!(path, KernelPath::NeonDotprod | KernelPath::NeonI8mm);
         let must = match w.format() {
             WeightFormat::Q8_0 => neon || matches!(path, KernelPath::Avx2Fma | KernelPath::Avx512),
@@ -337,7 +337,9 @@ proptest! {
     /// `q4k_i16_rows` on AVX2 (Q4_K, Q5_K) and the split rows on aarch64 with `dotprod` (all).
     #[test]
     fn q4k_q6k_x8_match_f64_and_matvec(
-        format in prop::sample::select(vec![WeightFormat::Q4_K, WeightFormat::Q5_K, WeightFormat::Q6_K]),
+        format in prop::sample::select(
+            vec![WeightFormat::Q4_K, WeightFormat::Q5_K, WeightFormat::Q6_K]
+        ),
         groups in 1usize..5,
         sbs in 1usize..5,
         chunk in prop::sample::select(vec![0usize, 1, 5, 16]),

@@ -1,6 +1,8 @@
 //! The kernel of Q4_K and Q5_K rows repacked eight at a time ([`crate::Q40x8`], the group
 //! super-blocks of `q40x8/q4k.rs`) on `dotprod` CPUs, 16-bit activations
-//! ([`Precision::Fast`](crate::Precision::Fast)) split as [`Split16`](super::matvec_split::Split16) splits them, one token.
+//! ([`Precision::Fast`](crate::Precision::Fast)) split as
+//! [`Split16`](super::matvec_split::Split16) splits them, one token or several (each sub-block
+//! unpacked once for all).
 //!
 //! A group super-block holds the 8 rows' f16 `d`, their f16 `dmin`, the three u32 words of each
 //! row's packed 6-bit scales and mins (word `i` of row `r` at `32 + 32 i + 4 r`), then per
