@@ -72,7 +72,7 @@ fn unpack(u0: uint32x4_t, u1: uint32x4_t, u2: uint32x4_t) -> [uint32x4_t; 4] {
 /// bits).
 ///
 /// # Safety
-/// `dotprod` present. Always inlined into [`q4kx8_group_neon_tokens`]'s form.
+/// `dotprod` present. Always inlined into `group_dp`, which both public forms call.
 #[inline(always)]
 unsafe fn group_body<const FIVE: bool, const T: usize>(
     group: &[u8],

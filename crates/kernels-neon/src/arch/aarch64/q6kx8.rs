@@ -72,7 +72,7 @@ unsafe fn weights(q: *const u8, h: usize) -> [uint8x16_t; 8] {
 /// token's operations those of one token alone (the same bits).
 ///
 /// # Safety
-/// `dotprod` present. Always inlined into [`q6kx8_group_neon_tokens`]'s form.
+/// `dotprod` present. Always inlined into `group_dp`, which both public forms call.
 #[inline(always)]
 unsafe fn group_body<const T: usize>(
     group: &[u8],
