@@ -360,8 +360,12 @@ fn print_table(o: &Opts, rows: &[Row]) {
 
 /// The short name of a model file in the results' ids: its first word, less a version after a dot
 /// (`qwen2.5-coder-0.5b-...` -> `qwen`, `SmolLM2-135M-...` -> `smollm2`, `gemma-3-270m-...` ->
-/// `gemma`).
+/// `gemma`); for `bench-formats`' synthetic files (`synth-16x1024x2816-q5_k_m`) their format
+/// (`q5km`), which tells one from another.
 fn short_name(file: &str) -> String {
+    if let Some(rest) = file.to_lowercase().strip_prefix("synth-") {
+        return rest.rsplit('-').next().unwrap_or(rest).replace('_', "");
+    }
     let word = file.split('-').next().unwrap_or(file).to_lowercase();
     match word.split_once('.') {
         Some((head, _)) => head
@@ -398,9 +402,9 @@ fn record(dir: &Path, o: &Opts, args: &[String], rows: &[Row]) -> Result<()> {
         .unwrap_or_default();
     let name = stem.trim_end_matches(".gguf");
     let short = short_name(name);
-    for (what, ours, theirs, n) in [
-        ("decode", s.decode, l.decode, o.n_gen),
-        ("prefill", s.prompt, l.prompt, o.n_prompt),
+    for (what, ours, theirs, n, run) in [
+        ("decode", s.decode, l.decode, o.n_gen, "decode"),
+        ("prefill", s.prompt, l.prompt, o.n_prompt, "prompts"),
     ] {
         if what == "prefill" && n < MIN_RECORDED_PROMPT {
             continue;
@@ -408,9 +412,12 @@ fn record(dir: &Path, o: &Opts, args: &[String], rows: &[Row]) -> Result<()> {
         let m = Measurement {
             id: format!("neon-{short}-{what}"),
             group: NEON_GROUP.into(),
-            measures: format!("{what} instructions per token vs llama.cpp (qemu -cpu {cpu}, {n} tokens)"),
+            measures: format!(
+                "{what} instructions per token vs llama.cpp (qemu -cpu {cpu}, {run} of {n} vs {} tokens)",
+                n / 2
+            ),
             model: name.replace(".Q", " Q"),
-            synthetic: false,
+            synthetic: name.to_lowercase().starts_with("synth-"),
             value: Some((theirs / ours * 100.0).round() / 100.0),
             unit: "x".into(),
             target: None,
@@ -441,6 +448,8 @@ mod tests {
             ("qwen2.5-coder-0.5b-instruct-q4_k_m", "qwen"),
             ("SmolLM2-135M-Instruct.Q4_1", "smollm2"),
             ("gemma-3-270m-q4_k_m", "gemma"),
+            ("synth-16x1024x2816-q5_k_m", "q5km"),
+            ("synth-16x1024x2816-iq4_xs", "iq4xs"),
             ("model", "model"),
         ] {
             assert_eq!(short_name(file), want, "{file}");
