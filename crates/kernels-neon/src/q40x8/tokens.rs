@@ -60,40 +60,29 @@ pub(super) fn group_dots_tokens<const T: usize>(
         };
     }
     #[cfg(target_arch = "aarch64")]
-    if matches!(
-        format,
-        WeightFormat::Q4_K | WeightFormat::Q5_K | WeightFormat::Q6_K
-    ) && matches!(path, KernelPath::NeonDotprod | KernelPath::NeonI8mm)
-    {
-        use crate::arch::{q4kx8_group_neon_tokens as k, q6kx8_group_neon_tokens as k6};
-        let p = std::array::from_fn(|t| a[t].perm());
-        let xq = std::array::from_fn(|t| &a[t].xq);
-        // SAFETY: the path was checked available: dotprod present.
-        return unsafe {
-            match format {
-                WeightFormat::Q5_K => k::<true, T>(group, p, xq),
-                WeightFormat::Q4_K => k::<false, T>(group, p, xq),
-                _ => k6::<T>(group, std::array::from_fn(|t| a[t].split()), p, xq),
-            }
-        };
-    }
-    #[cfg(target_arch = "aarch64")]
     if matches!(path, KernelPath::NeonDotprod | KernelPath::NeonI8mm)
         && !super::one_token_on(path, format)
     {
-        use crate::arch::q40x8_group_neon_tokens as k;
+        use crate::arch::q6kx8_group_neon_tokens as k6;
+        use crate::arch::{q40x8_group_neon_tokens as k, q4kx8_group_neon_tokens as k45};
+        // (`perm` is made from `split`, so taking both costs nothing more.)
         let s = std::array::from_fn(|t| a[t].split());
         let p = std::array::from_fn(|t| a[t].perm());
         let xq = std::array::from_fn(|t| &a[t].xq);
         let i8mm = path == KernelPath::NeonI8mm;
         // SAFETY: the path was checked available: dotprod present, and i8mm on its path.
         return unsafe {
-            match tag(format) {
-                tags::IQ4_NL => k::<{ tags::IQ4_NL }, T>(group, s, p, xq, i8mm),
-                tags::Q5_0 => k::<{ tags::Q5_0 }, T>(group, s, p, xq, i8mm),
-                tags::Q4_1 => k::<{ tags::Q4_1 }, T>(group, s, p, xq, i8mm),
-                tags::Q5_1 => k::<{ tags::Q5_1 }, T>(group, s, p, xq, i8mm),
-                _ => k::<{ tags::Q4_0 }, T>(group, s, p, xq, i8mm),
+            match format {
+                WeightFormat::Q4_K => k45::<false, T>(group, p, xq),
+                WeightFormat::Q5_K => k45::<true, T>(group, p, xq),
+                WeightFormat::Q6_K => k6::<T>(group, s, p, xq),
+                _ => match tag(format) {
+                    tags::IQ4_NL => k::<{ tags::IQ4_NL }, T>(group, s, p, xq, i8mm),
+                    tags::Q5_0 => k::<{ tags::Q5_0 }, T>(group, s, p, xq, i8mm),
+                    tags::Q4_1 => k::<{ tags::Q4_1 }, T>(group, s, p, xq, i8mm),
+                    tags::Q5_1 => k::<{ tags::Q5_1 }, T>(group, s, p, xq, i8mm),
+                    _ => k::<{ tags::Q4_0 }, T>(group, s, p, xq, i8mm),
+                },
             }
         };
     }

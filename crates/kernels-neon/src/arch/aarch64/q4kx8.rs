@@ -145,18 +145,19 @@ unsafe fn group_body<const FIVE: bool, const T: usize>(
                     for h in 0..2 {
                         let mut w = [vdupq_n_s8(0); 8];
                         let none = vdupq_n_s8(0);
-                        if FIVE {
-                            let h5 = Fifth::new(vld1q_u32(q.add(128 + 16 * h) as *const u32));
-                            for k in 0..4 {
-                                let v = vld1q_u8(q.add(32 * k + 16 * h));
-                                [w[2 * k], w[2 * k + 1]] = weights::<Q5_0>(v, h5.of(k), none);
-                            }
+                        // Q4_K's weights take no fifth bits (its unused shifts are dropped).
+                        let h5 = Fifth::new(if FIVE {
+                            vld1q_u32(q.add(128 + 16 * h) as *const u32)
                         } else {
-                            let zero = [vdupq_n_u8(0); 2];
-                            for k in 0..4 {
-                                let v = vld1q_u8(q.add(32 * k + 16 * h));
-                                [w[2 * k], w[2 * k + 1]] = weights::<Q4_0>(v, zero, none);
-                            }
+                            vdupq_n_u32(0)
+                        });
+                        for k in 0..4 {
+                            let v = vld1q_u8(q.add(32 * k + 16 * h));
+                            [w[2 * k], w[2 * k + 1]] = if FIVE {
+                                weights::<Q5_0>(v, h5.of(k), none)
+                            } else {
+                                weights::<Q4_0>(v, h5.of(k), none)
+                            };
                         }
                         let sc = if $j < 4 { packed[h][0] } else { packed[h][1] };
                         let dsc = vmulq_f32(byte_of::<$j>(sc), d[h]);
