@@ -143,8 +143,12 @@
 //!
 //! [`Precision`] only affects [`matvec`] on the block-quantized formats
 //! (`Q8_0`, `Q4_0`, `Q4_1`, `Q5_0`, `Q5_1`, `IQ4_NL`, `Q2_K`, `Q3_K`, `Q4_K`, `Q5_K`, `Q6_K`,
-//! `IQ4_XS`). Float weights (`F32`, `F16`, `BF16`)
-//! and `I4Hybrid` use the exact f32 path in every precision. [`matmul`] (a
+//! `IQ4_XS`), and for `F16` weights: outside `Exact` their activations are rounded to f16 once per
+//! call (as llama.cpp's CPU backend takes them for F16 weights), each product then exact and
+//! summed in f32, on every path; where the CPU multiplies f16 (aarch64 with FEAT_FHM: `fmlal`,
+//! `arch/aarch64/matvec_half.rs`) that halves a row's arithmetic, elsewhere the float kernel runs
+//! on the rounded values (the same bits on aarch64). Activations past f16's range (±65504) stay
+//! f32. `F32`, `BF16` and `I4Hybrid` use the exact f32 path in every precision. [`matmul`] (a
 //! prompt, `n > 1`) uses the dequantized f32 tile with a register-blocked FMA
 //! microkernel in `Exact`, and in `Fast` and `Int8` an integer tile where the
 //! path has one for the format, which gives each token the integer products of
@@ -255,6 +259,7 @@ mod batch;
 mod experts;
 mod experts_packed;
 mod gated;
+mod half_acts;
 mod kv;
 mod matmul;
 mod matmul_t;
@@ -311,6 +316,7 @@ pub use rope::{rope_inplace, RopeAngles, RopeStyle};
 pub use sparse::*;
 pub use vector::*;
 
+pub(crate) use half_acts::HalfActs;
 use quant::QActs;
 #[doc(hidden)]
 pub use quant::{QActs16, QBlocks};
@@ -599,10 +605,22 @@ pub fn matvec_precision(path: KernelPath, format: WeightFormat, precision: Preci
     }
 }
 
+/// Whether `path` multiplies f16 activations directly ([`HalfActs`]'s bits): the aarch64 paths
+/// where the CPU has FEAT_FHM.
+pub(crate) fn half_kernel(path: KernelPath) -> bool {
+    matches!(
+        path,
+        KernelPath::Neon | KernelPath::NeonDotprod | KernelPath::NeonI8mm
+    ) && arch::has_fhm()
+}
+
 /// Activations of one `matvec` call in the form its kernel needs.
 pub(crate) enum Acts {
     /// f32 as given (exact path, and float weight formats).
     F32,
+    /// Rounded to f16, for F16 weights outside [`Precision::Exact`] (`None`: some value past
+    /// f16's range, the f32 as given instead).
+    F16(Option<HalfActs>),
     /// 16-bit quantized ([`Precision::Fast`]), and what the path derives from them once
     /// (`arch::Prep16`).
     I16(QActs16, arch::Prep16),
@@ -620,10 +638,11 @@ impl Acts {
         precision: Precision,
     ) -> Self {
         match matvec_precision(path, format, precision) {
+            Precision::Exact => Acts::F32,
+            _ if format == WeightFormat::F16 => Acts::F16(HalfActs::new(x, half_kernel(path))),
             // Hybrid rows take the f32 path in every precision (see the
             // crate docs).
             _ if !format.is_quantized() || format.is_hybrid() => Acts::F32,
-            Precision::Exact => Acts::F32,
             Precision::Fast => Acts::I16(QActs16::quantize(path, x), arch::Prep16::default()),
             Precision::Int8 if super_scaled(format) => {
                 Acts::I8(QActs::quantize_super(path, x), arch::Prep8::default())
@@ -645,6 +664,9 @@ impl Acts {
         precision: Precision,
     ) -> bool {
         let precision = matvec_precision(path, format, precision);
+        if format == WeightFormat::F16 && precision != Precision::Exact {
+            return matches!(self, Acts::F16(_));
+        }
         matches!(
             (
                 self,
@@ -674,7 +696,8 @@ impl Acts {
         ys: &mut [f32],
     ) {
         match self {
-            Acts::F32 => arch::matvec_exact(path, w, sel, x, ys),
+            Acts::F32 | Acts::F16(None) => arch::matvec_exact(path, w, sel, x, ys),
+            Acts::F16(Some(h)) => arch::matvec_half(path, w, sel, h, ys),
             Acts::I16(q, prep) => arch::matvec_i16(path, w, sel, q, prep, ys),
             Acts::I8(q, prep) => arch::matvec_int8(path, w, sel, q, prep, ys),
         }

@@ -37,7 +37,7 @@ use crate::{
 ///   [`INT_TILE_MIN_TOKENS`], Q5_0's, Q8_0's and those of Q2_K..Q5_K.
 ///
 /// Below [`short_prompt_tokens`] tokens (32 on x86, 8 elsewhere), `Fast` prompts of the quantized
-/// formats are a decode step's products ([`crate::matvec_batch`], each token's `matvec` bits).
+/// formats (and of F16 on aarch64 with FEAT_FHM) are a decode step's products ([`crate::matvec_batch`], each token's `matvec` bits).
 /// Elsewhere `Fast` and `Exact` prompts take the f32 tile, and `Int8` ones the bf16 tile where the
 /// path has one. [`Precision::Ggml`] prompts are one `matvec` per token (llama.cpp's roundings).
 pub fn matmul(
@@ -146,10 +146,13 @@ pub fn matmul_with(
         }
         return Ok(());
     }
-    if precision == Precision::Fast && n < short_prompt_tokens(path) && w.format().is_quantized() {
+    let decode_kernels =
+        w.format().is_quantized() || (w.format() == WeightFormat::F16 && crate::half_kernel(path));
+    if precision == Precision::Fast && n < short_prompt_tokens(path) && decode_kernels {
         // A short prompt's tokens as a decode step of as many computes them (`matvec_batch`: each
         // block read once for every token, `matvec`'s products): the f32 tile dequantizes the
-        // whole matrix whatever the token count.
+        // whole matrix whatever the token count. F16 rows too where the path multiplies f16
+        // (`fmlal`: a token costs half the tile's conversions of the whole matrix).
         return matvec_batch_with(path, w, x, n, y, precision);
     }
     // `Fast` prompts from `INT_TILE_MIN_TOKENS` tokens take the 8-bit tile too where

@@ -4,7 +4,8 @@
 /// error bounds and measurements).
 ///
 /// `matvec` (and `matmul` with `n == 1`, which is `matvec`) depends on it for
-/// the block-quantized formats (float weights always use the f32 path). `matmul` of a prompt uses
+/// the block-quantized formats and F16 (activations rounded to f16 outside `Exact`; `F32` and
+/// `BF16` weights always use the f32 path). `matmul` of a prompt uses
 /// the exact f32 tile in `Exact`, and in the others an integer tile where the kernel path has one
 /// for the format, which gives each token the products of `matvec` in `Fast` or `Int8`
 /// (`kernels_neon::matmul` says which: `Fast` prompts of 32 tokens or more over Q4_K/Q5_K/Q6_K take
@@ -20,7 +21,7 @@ pub enum Precision {
     /// activation rounding error is 256 times smaller than [`Int8`](Self::Int8)'s,
     /// small enough to keep greedy decoding identical to f32. Long prompts over
     /// K-quant weights take `Int8`'s products, as llama.cpp's do; decode keeps 16 bits for every
-    /// format (`kernels_neon::fast_decode_int8`).
+    /// format (`kernels_neon::fast_decode_int8`). F16 weights take the activations rounded to f16.
     Fast,
     /// llama.cpp-style 8-bit quantized activations (per 32-block scale
     /// `amax/127`) and integer dot products for quantized weights. Fastest,

@@ -16,11 +16,13 @@
 use crate::quant::{QActs, QActs16};
 use crate::{scalar, KernelPath, QMatrix, WeightFormat};
 
+pub(crate) use detect::*;
 pub(crate) use tiles::*;
 
 #[cfg(target_arch = "aarch64")]
 mod aarch64;
 mod attend_block;
+mod detect;
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 mod drivers;
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
@@ -83,118 +85,6 @@ impl Rows<'_> {
 /// Bytes at the start of each upcoming listed row that [`Rows::prefetch`]
 /// requests.
 const PREFETCH_HEAD: usize = 512;
-
-/// AVX2 + FMA + F16C present (detected once, cached by std).
-pub(crate) fn has_avx2_fma() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::sync::OnceLock;
-        static HAS: OnceLock<bool> = OnceLock::new();
-        *HAS.get_or_init(|| {
-            is_x86_feature_detected!("avx2")
-                && is_x86_feature_detected!("fma")
-                && is_x86_feature_detected!("f16c")
-        })
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
-}
-
-/// x86_64 AVX-512F, BW, VL, VNNI and BF16 present, on top of [`has_avx2_fma`].
-pub(crate) fn has_avx512() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::sync::OnceLock;
-        static HAS: OnceLock<bool> = OnceLock::new();
-        *HAS.get_or_init(|| {
-            has_avx2_fma()
-                && is_x86_feature_detected!("avx512f")
-                && is_x86_feature_detected!("avx512bw")
-                && is_x86_feature_detected!("avx512vl")
-                && is_x86_feature_detected!("avx512vnni")
-                && is_x86_feature_detected!("avx512bf16")
-        })
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
-}
-
-/// aarch64 `dotprod` extension present.
-pub(crate) fn has_dotprod() -> bool {
-    #[cfg(target_arch = "aarch64")]
-    {
-        use std::sync::OnceLock;
-        static HAS: OnceLock<bool> = OnceLock::new();
-        *HAS.get_or_init(|| std::arch::is_aarch64_feature_detected!("dotprod"))
-    }
-    #[cfg(not(target_arch = "aarch64"))]
-    {
-        false
-    }
-}
-
-/// aarch64 `i8mm` extension present (`smmla`).
-pub(crate) fn has_i8mm() -> bool {
-    #[cfg(target_arch = "aarch64")]
-    {
-        use std::sync::OnceLock;
-        static HAS: OnceLock<bool> = OnceLock::new();
-        *HAS.get_or_init(|| std::arch::is_aarch64_feature_detected!("i8mm"))
-    }
-    #[cfg(not(target_arch = "aarch64"))]
-    {
-        false
-    }
-}
-
-/// The aarch64 SVE vector length in bits where SVE is present (no kernel uses SVE:
-/// `aarch64/sve.rs` says why).
-#[cfg(target_arch = "aarch64")]
-pub(crate) fn sve_bits() -> Option<usize> {
-    use std::sync::OnceLock;
-    static BITS: OnceLock<Option<usize>> = OnceLock::new();
-    *BITS.get_or_init(|| {
-        std::arch::is_aarch64_feature_detected!("sve").then(|| {
-            // SAFETY: SVE was detected just above.
-            unsafe { aarch64::sve_bits() }
-        })
-    })
-}
-
-/// The SIMD extensions of this CPU that the kernels look for, in [`crate::cpu_features`]'s words.
-pub(crate) fn cpu_features() -> Vec<String> {
-    let mut f: Vec<String> = Vec::new();
-    #[cfg(target_arch = "x86_64")]
-    {
-        macro_rules! x86 {
-            ($($name:tt)*) => {
-                $(if is_x86_feature_detected!($name) { f.push($name.into()); })*
-            };
-        }
-        x86!("avx2" "fma" "f16c" "avx512f" "avx512bw" "avx512vnni" "avx512bf16");
-    }
-    #[cfg(target_arch = "aarch64")]
-    {
-        f.push("neon".into());
-        if has_dotprod() {
-            f.push("dotprod".into());
-        }
-        if has_i8mm() {
-            f.push("i8mm".into());
-        }
-        if let Some(bits) = sve_bits() {
-            f.push(format!("sve({bits}-bit)"));
-        }
-        if std::arch::is_aarch64_feature_detected!("sve2") {
-            f.push("sve2".into());
-        }
-    }
-    f
-}
 
 /// Quantizes `x` to 8-bit activations with the path's SIMD quantizer;
 /// `false` (nothing written) where the path has none: the caller then runs
@@ -294,6 +184,30 @@ pub(crate) fn matvec_exact(
         }
         _ => scalar::matvec_exact(w, sel, x, y),
     }
+}
+
+/// F16 rows `sel` of `w` times activations rounded to f16 ([`crate::HalfActs`]): the aarch64
+/// paths' `fmlal` kernel where the CPU has FEAT_FHM, else [`matvec_exact`] on the rounded f32
+/// (the same bits on aarch64: `aarch64/matvec_half.rs`).
+pub(crate) fn matvec_half(
+    path: KernelPath,
+    w: &QMatrix<'_>,
+    sel: Rows<'_>,
+    h: &crate::HalfActs,
+    y: &mut [f32],
+) {
+    #[cfg(target_arch = "aarch64")]
+    if let Some(bits) = h.bits() {
+        if matches!(
+            path,
+            KernelPath::Neon | KernelPath::NeonDotprod | KernelPath::NeonI8mm
+        ) {
+            // SAFETY: `bits` are only made where `has_fhm` detected FEAT_FHM.
+            unsafe { aarch64::matvec_half(w, sel, bits, h.rounded(), y) };
+            return;
+        }
+    }
+    matvec_exact(path, w, sel, h.rounded(), y)
 }
 
 /// What a path derives from one token's 8-bit activations for its kernels, made at most once per

@@ -17,6 +17,7 @@ mod format_paths;
 mod gelu;
 mod ggml;
 mod gguf_fixture;
+mod half_acts;
 mod hybrid;
 mod known;
 mod known_ops;

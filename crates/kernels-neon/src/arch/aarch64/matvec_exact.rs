@@ -31,7 +31,7 @@ fn dot_exact_q<const F: u8>(row: &[u8], x: &[f32]) -> f32 {
 /// Float-format rows (tag `F`): 32 elements at a time converted to f32 in registers
 /// ([`float8`]), then FMA into four accumulators (a shorter last group through `dequant_float`).
 #[target_feature(enable = "neon")]
-fn dot_exact_float<const F: u8>(row: &[u8], x: &[f32]) -> f32 {
+pub(super) fn dot_exact_float<const F: u8>(row: &[u8], x: &[f32]) -> f32 {
     let eb = block_bytes(F);
     let n32 = x.len() / 32 * 32;
     let mut acc = [vdupq_n_f32(0.0); 4];
@@ -91,18 +91,23 @@ fn dot4_exact_float<const F: u8>(rows: [&[u8]; 4], x: &[f32]) -> [f32; 4] {
 /// `x.len() % 32` elements added (through `dequant_float`).
 #[inline]
 #[target_feature(enable = "neon")]
-fn float_tail<const F: u8>(mut acc: [float32x4_t; 4], row: &[u8], x: &[f32]) -> f32 {
+pub(super) fn float_tail<const F: u8>(mut acc: [float32x4_t; 4], row: &[u8], x: &[f32]) -> f32 {
     let eb = block_bytes(F);
     let n32 = x.len() / 32 * 32;
     let n = x.len() - n32;
-    let mut buf = [0f32; 32];
-    dequant_float::<F>(&row[n32 * eb..], &mut buf[..n]);
-    let (xs, n4) = (&x[n32..], n / 4 * 4);
-    for i in (0..n4).step_by(4) {
-        let a = &mut acc[(i / 4) & 3];
-        *a = vfmaq_f32(*a, load_f32x4(&buf[i..]), load_f32x4(&xs[i..]));
-    }
-    let tail: f32 = (n4..n).map(|i| buf[i] * xs[i]).sum();
+    // (A row without a tail skips the buffer and the call: most rows, at ~90 instructions each.)
+    let tail: f32 = if n == 0 {
+        [0f32; 0].iter().sum()
+    } else {
+        let mut buf = [0f32; 32];
+        dequant_float::<F>(&row[n32 * eb..], &mut buf[..n]);
+        let (xs, n4) = (&x[n32..], n / 4 * 4);
+        for i in (0..n4).step_by(4) {
+            let a = &mut acc[(i / 4) & 3];
+            *a = vfmaq_f32(*a, load_f32x4(&buf[i..]), load_f32x4(&xs[i..]));
+        }
+        (n4..n).map(|i| buf[i] * xs[i]).sum()
+    };
     vaddvq_f32(vaddq_f32(
         vaddq_f32(acc[0], acc[1]),
         vaddq_f32(acc[2], acc[3]),

@@ -168,6 +168,21 @@ pub fn random_vec(n: usize, rng: &mut Rng) -> Vec<f32> {
     (0..n).map(|_| rng.f() * 2.0).collect()
 }
 
+/// The activations `matvec` multiplies weights of `format` by in `precision`, as f32: F16 weights
+/// outside `Exact` take `x` rounded to f16 (unless a value leaves f16's range), every other case
+/// `x` itself (integer activations are `check`'s bounds).
+pub fn matvec_acts(format: WeightFormat, precision: Precision, x: &[f32]) -> Vec<f32> {
+    let rounded: Vec<f32> = x.iter().map(|&v| f16::from_f32(v).to_f32()).collect();
+    if format == WeightFormat::F16
+        && precision != Precision::Exact
+        && rounded.iter().all(|v| v.is_finite())
+    {
+        rounded
+    } else {
+        x.to_vec()
+    }
+}
+
 /// Dequantized matrix (scalar path) as f64 rows.
 pub fn dequant_f64(w: &QMatrix) -> Vec<Vec<f64>> {
     (0..w.rows())
