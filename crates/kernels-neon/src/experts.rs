@@ -7,7 +7,8 @@
 //! [`crate::INT_TILE_MIN_TOKENS`] tokens in [`Precision::Fast`] takes the decode kernels, as a
 //! batched decode step does ([`crate::matvec_batch`]: `Fast` decode's activations, each block's
 //! weights unpacked once for the group) rather than `matmul`'s f32 tile, unless
-//! `SPARROW_MOE_GROUPS=tile`. A job that brings its matrices' [`Q40x8`] copies
+//! `SPARROW_MOE_GROUPS=tile` or `matmul` takes its 16-bit tile for the group (on aarch64 with
+//! `dotprod`, from [`crate::short_prompt_tokens`] tokens). A job that brings its matrices' [`Q40x8`] copies
 //! ([`ExpertJob::copies`]) runs those decode kernels' products over the copies on the AVX2 and
 //! AVX-512 paths, with the same bits (each copy's rows are the original's `matvec` bits).
 
@@ -95,7 +96,9 @@ fn takes_copies<'a>(
                     && matvec_precision(path, w.format(), precision) == Precision::Fast
                     && (m == 1 || w.serves_steps_on(path))
             })
-            && Product::per_token(m, precision, decode)
+            && [c.gate, c.up, c.down]
+                .iter()
+                .all(|w| Product::per_token(path, w.format(), m, precision, decode))
     })
 }
 

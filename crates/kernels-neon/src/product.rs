@@ -39,7 +39,7 @@ impl Product {
     ) -> Product {
         let (format, cols) = (w.format(), w.cols());
         let tokens = || x.chunks_exact(cols).take(m);
-        if Self::per_token(m, precision, decode) {
+        if Self::per_token(path, format, m, precision, decode) {
             return Product::PerToken(
                 tokens()
                     .map(|xt| Acts::new(path, format, xt, precision))
@@ -62,7 +62,7 @@ impl Product {
             ));
         }
         if precision == Precision::Fast
-            && m >= INT_TILE_MIN_TOKENS
+            && m >= crate::short_prompt_tokens(path)
             && arch::has_tile_i16(path, format)
         {
             let acts = tokens().map(|xt| QActs16::quantize(path, xt)).collect();
@@ -74,12 +74,24 @@ impl Product {
         })
     }
 
-    /// Whether the product of `m` tokens is a [`Product::PerToken`] (the decode kernels): one
-    /// token, a decode step, `Ggml`, or a `Fast` prompt's group of fewer than
-    /// [`INT_TILE_MIN_TOKENS`].
-    pub(crate) fn per_token(m: usize, precision: Precision, decode: bool) -> bool {
-        let small =
-            precision == Precision::Fast && m < INT_TILE_MIN_TOKENS && small_groups_batched();
+    /// Whether the product of `m` tokens with weights of `format` is a [`Product::PerToken`] (the
+    /// decode kernels): one token, a decode step, `Ggml`, or a `Fast` prompt's group of fewer than
+    /// [`INT_TILE_MIN_TOKENS`] where [`crate::matmul`] would not take its 16-bit tile (on aarch64
+    /// with `dotprod` it does from [`crate::short_prompt_tokens`], 8: the SYNTHETIC OLMoE-shaped
+    /// 4-layer Q4_0 file's prompt, 64 vs 32 tokens, about 8 tokens an expert, counted 79.82M ->
+    /// 65.60M guest instructions a token under `qemu-aarch64 -cpu max`, 2026-12-07).
+    pub(crate) fn per_token(
+        path: KernelPath,
+        format: WeightFormat,
+        m: usize,
+        precision: Precision,
+        decode: bool,
+    ) -> bool {
+        let tile16 = m >= crate::short_prompt_tokens(path) && arch::has_tile_i16(path, format);
+        let small = precision == Precision::Fast
+            && m < INT_TILE_MIN_TOKENS
+            && !tile16
+            && small_groups_batched();
         m == 1 || decode || precision == Precision::Ggml || small
     }
 
@@ -170,7 +182,7 @@ impl Product {
 }
 
 /// Whether a prompt's groups of fewer than [`INT_TILE_MIN_TOKENS`] tokens in [`Precision::Fast`]
-/// take the decode kernels (`Fast` decode's activations, [`crate::matvec_batch`]'s kernel) rather than
+/// (and no 16-bit tile: [`Product::per_token`]) take the decode kernels (`Fast` decode's activations, [`crate::matvec_batch`]'s kernel) rather than
 /// [`crate::matmul`]'s f32 tile: unless `SPARROW_MOE_GROUPS=tile` (read once). The bound is 32 on
 /// every path, where a dense prompt's is 8 off x86 ([`crate::short_prompt_tokens`]): on aarch64 an
 /// expert group's decode kernels executed fewer instructions than the tile up to about 16 tokens

@@ -3,9 +3,10 @@
 //! one token or a decode batch, else `matmul` of gate and up and `act_mul_inplace`; the down product
 //! by `matvec`, `matvec_batch` or `matmul`; `axpy_f32` of each token's output in the jobs' order
 //! (except that a prompt's groups of fewer than `INT_TILE_MIN_TOKENS` tokens in `Fast` take the
-//! decode kernels, 16-bit activations, rather than `matmul`'s f32 tile). Bit for bit, on every path, in every precision, for token groups of every kernel's size.
+//! decode kernels, 16-bit activations, rather than `matmul`'s f32 tile, where `matmul` takes no
+//! 16-bit tile). Bit for bit, on every path, in every precision, for token groups of every kernel's size.
 
-use crate::common::{random_matrix, random_vec, Rng};
+use crate::common::{random_matrix, random_vec, short_i16_tile, Rng};
 use kernels_neon::*;
 
 struct Expert {
@@ -36,8 +37,12 @@ fn one_at_a_time(
             .flat_map(|&t| x[t as usize * d..(t as usize + 1) * d].to_vec())
             .collect();
         // A prompt's groups of fewer than `INT_TILE_MIN_TOKENS` tokens in `Fast` take the decode
-        // kernels (16-bit activations) rather than `matmul`'s f32 tile.
-        let decode = decode || (precision == Precision::Fast && m < INT_TILE_MIN_TOKENS);
+        // kernels (16-bit activations) rather than `matmul`'s f32 tile, but where `matmul` takes
+        // the 16-bit tile (aarch64 with dotprod, from `short_prompt_tokens`).
+        let decode = decode
+            || (precision == Precision::Fast
+                && m < INT_TILE_MIN_TOKENS
+                && !short_i16_tile(path, job.gate.format(), m));
         let mut g = vec![0f32; m * ff];
         if decode || m == 1 {
             matvec_gated_with(path, job.gate, job.up, act, &xs, m, &mut g, precision).unwrap();
