@@ -8,9 +8,10 @@
 //! batched decode step does ([`crate::matvec_batch`]: `Fast` decode's activations, each block's
 //! weights unpacked once for the group) rather than `matmul`'s f32 tile, unless
 //! `SPARROW_MOE_GROUPS=tile` or `matmul` takes its 16-bit tile for the group (on aarch64 with
-//! `dotprod`, from [`crate::short_prompt_tokens`] tokens). A job that brings its matrices' [`Q40x8`] copies
-//! ([`ExpertJob::copies`]) runs those decode kernels' products over the copies on the AVX2 and
-//! AVX-512 paths, with the same bits (each copy's rows are the original's `matvec` bits).
+//! `dotprod`, from [`crate::short_prompt_tokens`] tokens). A job that brings its matrices'
+//! [`Q40x8`] copies ([`ExpertJob::copies`]) runs those decode kernels' products over the copies
+//! on the AVX2 and AVX-512 paths, with the same bits (each copy's rows are the original's `matvec`
+//! bits).
 
 use rayon::prelude::*;
 

@@ -37,7 +37,8 @@ use crate::{
 ///   [`INT_TILE_MIN_TOKENS`], Q5_0's, Q8_0's and those of Q2_K..Q5_K.
 ///
 /// Below [`short_prompt_tokens`] tokens (32 on x86, 8 elsewhere), `Fast` prompts of the quantized
-/// formats (and of F16 on aarch64 with FEAT_FHM) are a decode step's products ([`crate::matvec_batch`], each token's `matvec` bits).
+/// formats (and of F16 on aarch64 with FEAT_FHM) are a decode step's products
+/// ([`crate::matvec_batch`], each token's `matvec` bits).
 /// Elsewhere `Fast` and `Exact` prompts take the f32 tile, and `Int8` ones the bf16 tile where the
 /// path has one. [`Precision::Ggml`] prompts are one `matvec` per token (llama.cpp's roundings).
 pub fn matmul(

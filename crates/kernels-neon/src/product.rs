@@ -182,9 +182,10 @@ impl Product {
 }
 
 /// Whether a prompt's groups of fewer than [`INT_TILE_MIN_TOKENS`] tokens in [`Precision::Fast`]
-/// (and no 16-bit tile: [`Product::per_token`]) take the decode kernels (`Fast` decode's activations, [`crate::matvec_batch`]'s kernel) rather than
-/// [`crate::matmul`]'s f32 tile: unless `SPARROW_MOE_GROUPS=tile` (read once). The bound is 32 on
-/// every path, where a dense prompt's is 8 off x86 ([`crate::short_prompt_tokens`]): on aarch64 an
+/// (where `matmul` takes no 16-bit tile for them: [`Product::per_token`]) take the decode kernels
+/// (`Fast` decode's activations, [`crate::matvec_batch`]'s kernel) rather than [`crate::matmul`]'s
+/// f32 tile: unless `SPARROW_MOE_GROUPS=tile` (read once). That bound is 32 on every path, where a
+/// dense prompt's is 8 off x86 ([`crate::short_prompt_tokens`]): on aarch64 an
 /// expert group's decode kernels executed fewer instructions than the tile up to about 16 tokens
 /// a group (a prompt's guest instructions beyond one token's under `qemu-aarch64 -cpu max`, one
 /// thread, the SYNTHETIC OLMoE-shaped one-layer Q4_0 file, 64 experts, top 8; prompts of 16, 32,

@@ -4,7 +4,8 @@
 //! by `matvec`, `matvec_batch` or `matmul`; `axpy_f32` of each token's output in the jobs' order
 //! (except that a prompt's groups of fewer than `INT_TILE_MIN_TOKENS` tokens in `Fast` take the
 //! decode kernels, 16-bit activations, rather than `matmul`'s f32 tile, where `matmul` takes no
-//! 16-bit tile). Bit for bit, on every path, in every precision, for token groups of every kernel's size.
+//! 16-bit tile). Bit for bit, on every path, in every precision, for token groups of every
+//! kernel's size.
 
 use crate::common::{random_matrix, random_vec, short_i16_tile, Rng};
 use kernels_neon::*;
