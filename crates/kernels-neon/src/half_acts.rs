@@ -4,7 +4,7 @@
 //! directly (aarch64 with FEAT_FHM: `fmlal`) that halves a row's arithmetic; elsewhere the float
 //! kernel runs on the rounded values, with the same bits.
 
-use half::{f16, slice::HalfFloatSliceExt};
+use half::{f16, slice::HalfFloatSliceExt, vec::HalfFloatVecExt};
 
 /// `x` rounded to f16 (to nearest, ties to even): as f32 for the float kernels and, where the
 /// CPU has `fmlal`, as f16 bits.
@@ -28,7 +28,7 @@ impl HalfActs {
         h.convert_to_f32_slice(&mut rounded);
         Some(HalfActs {
             rounded,
-            bits: with_bits.then(|| h.reinterpret_cast().to_vec()),
+            bits: with_bits.then(|| h.reinterpret_into()),
         })
     }
 

@@ -87,6 +87,13 @@ pub fn short_prompt_tokens(path: KernelPath) -> usize {
     }
 }
 
+/// Whether a [`Precision::Fast`] product of `n` tokens with weights of `format` on `path` may take
+/// the 16-bit tile (`arch::tile_i16`): from [`short_prompt_tokens`] tokens, where the path has it
+/// for the format ([`matmul_with`] after its 8-bit tile; an MoE prompt's expert groups too).
+pub(crate) fn takes_tile_i16(path: KernelPath, format: WeightFormat, n: usize) -> bool {
+    n >= short_prompt_tokens(path) && arch::has_tile_i16(path, format)
+}
+
 /// Whether [`Precision::Fast`] prompts of `format` from [`INT_TILE_MIN_TOKENS`] tokens take 8-bit
 /// activations (`matvec`'s `Int8` products) where the path has an 8-bit tile for it: the formats
 /// for which that kept a real model's perplexity within 0.05 of the reference's (16 windows of
@@ -176,10 +183,7 @@ pub fn matmul_with(
         matmul_int(path, w, x, n, y, (quantize, prepare), tile);
         return Ok(());
     }
-    if precision == Precision::Fast
-        && n >= short_prompt_tokens(path)
-        && arch::has_tile_i16(path, w.format())
-    {
+    if precision == Precision::Fast && takes_tile_i16(path, w.format(), n) {
         // `Fast` prompts of the 32-block formats not in `fast_prompts_int8` (`Int8` ones took the
         // 8-bit tile above; AVX-512, AVX2, NEON with i8mm), on AVX2 also Q8_0's and IQ4_NL's (no
         // 8-bit tile there): 16-bit activations, as `matvec` quantizes them in `Fast`. With i8mm

@@ -5,7 +5,7 @@
 //! it, bit for bit, when it is cut as they cut it ([`Product::chunk`]).
 
 use crate::arch;
-use crate::matmul::INT_ITEM_BYTES;
+use crate::matmul::{takes_tile_i16, INT_ITEM_BYTES};
 use crate::quant::QActs16;
 use crate::{
     fast_prompts_int8, matmul_chunk, matvec_chunk, Acts, KernelPath, Precision, QMatrix,
@@ -61,10 +61,7 @@ impl Product {
                 tokens().map(quantize).collect(),
             ));
         }
-        if precision == Precision::Fast
-            && m >= crate::short_prompt_tokens(path)
-            && arch::has_tile_i16(path, format)
-        {
+        if precision == Precision::Fast && takes_tile_i16(path, format, m) {
             let acts = tokens().map(|xt| QActs16::quantize(path, xt)).collect();
             return Product::I16(arch::TileActs16::new(path, format, acts));
         }
@@ -87,10 +84,9 @@ impl Product {
         precision: Precision,
         decode: bool,
     ) -> bool {
-        let tile16 = m >= crate::short_prompt_tokens(path) && arch::has_tile_i16(path, format);
         let small = precision == Precision::Fast
             && m < INT_TILE_MIN_TOKENS
-            && !tile16
+            && !takes_tile_i16(path, format, m)
             && small_groups_batched();
         m == 1 || decode || precision == Precision::Ggml || small
     }
