@@ -358,20 +358,30 @@ fn print_table(o: &Opts, rows: &[Row]) {
     }
 }
 
-/// The short name of a model file in the results' ids: its first word, less a version after a dot
+/// The short name of a model file in the results' ids. Sparrow's named models (`model_fetch::
+/// KNOWN_MODELS`, by file name and size) by their first word, less a version after a dot
 /// (`qwen2.5-coder-0.5b-...` -> `qwen`, `SmolLM2-135M-...` -> `smollm2`, `gemma-3-270m-...` ->
-/// `gemma`); for `bench-formats`' synthetic files (`synth-16x1024x2816-q5_k_m`) their format
-/// (`q5km`), which tells one from another.
-fn short_name(file: &str) -> String {
-    if let Some(rest) = file.to_lowercase().strip_prefix("synth-") {
+/// `gemma`); `bench-formats`' synthetic files (`synth-16x1024x2816-q5_k_m`) by their format
+/// (`q5km`), which tells one from another; any other file by its whole name, lowercased, dots as
+/// dashes, less underscores (`olmoe-4l`, `smollm2-f16`): a file made from a named model (re-quantized,
+/// renamed) never takes that model's id, whose results it would overwrite.
+fn short_name(file: &str, bytes: Option<u64>) -> String {
+    let lower = file.to_lowercase();
+    if let Some(rest) = lower.strip_prefix("synth-") {
         return rest.rsplit('-').next().unwrap_or(rest).replace('_', "");
     }
-    let word = file.split('-').next().unwrap_or(file).to_lowercase();
+    let known = model_fetch::KNOWN_MODELS
+        .iter()
+        .any(|k| k.file.strip_suffix(".gguf") == Some(file) && bytes == Some(k.bytes));
+    if !known {
+        return lower.replace('.', "-").replace('_', "");
+    }
+    let word = lower.split('-').next().unwrap_or(&lower);
     match word.split_once('.') {
         Some((head, _)) => head
             .trim_end_matches(|c: char| c.is_ascii_digit())
             .to_string(),
-        None => word,
+        None => word.to_string(),
     }
 }
 
@@ -401,7 +411,8 @@ fn record(dir: &Path, o: &Opts, args: &[String], rows: &[Row]) -> Result<()> {
         .map(|f| f.to_string_lossy().to_string())
         .unwrap_or_default();
     let name = stem.trim_end_matches(".gguf");
-    let short = short_name(name);
+    let bytes = std::fs::metadata(&o.model).ok().map(|m| m.len());
+    let short = short_name(name, bytes);
     for (what, ours, theirs, n, run) in [
         ("decode", s.decode, l.decode, o.n_gen, "decode"),
         ("prefill", s.prompt, l.prompt, o.n_prompt, "prompts"),
@@ -444,6 +455,12 @@ mod tests {
 
     #[test]
     fn short_names_are_the_results_ids() {
+        let size = |f: &str| {
+            let k = model_fetch::KNOWN_MODELS
+                .iter()
+                .find(|k| k.file == format!("{f}.gguf"));
+            Some(k.map_or(1, |k| k.bytes))
+        };
         for (file, want) in [
             ("qwen2.5-coder-0.5b-instruct-q4_k_m", "qwen"),
             ("SmolLM2-135M-Instruct.Q4_1", "smollm2"),
@@ -451,8 +468,15 @@ mod tests {
             ("synth-16x1024x2816-q5_k_m", "q5km"),
             ("synth-16x1024x2816-iq4_xs", "iq4xs"),
             ("model", "model"),
+            ("olmoe-4l", "olmoe-4l"),
+            // Made from a named model: their own ids, not the model's.
+            ("smollm2-f16", "smollm2-f16"),
+            ("SmolLM2-135M-Instruct.Q8_0", "smollm2-135m-instruct-q80"),
         ] {
-            assert_eq!(short_name(file), want, "{file}");
+            assert_eq!(short_name(file, size(file)), want, "{file}");
         }
+        // A named model's file name on another file (re-quantized and renamed): not its id.
+        let renamed = short_name("SmolLM2-135M-Instruct.Q4_1", Some(1));
+        assert_eq!(renamed, "smollm2-135m-instruct-q41");
     }
 }
