@@ -299,7 +299,7 @@ unsafe fn tile_f<const F: u8>(w: &QMatrix, r0: usize, nr: usize, toks: &[Tok], o
     // SAFETY: AVX2/FMA/F16C present and the format `F`'s per this function's contract; each chunk
     // packed holds its rows' groups; the tokens cover the columns.
     unsafe {
-        drive(nr, toks, out, |first, count| {
+        drive((w, r0), nr, toks, out, |first, count| {
             Tile::<F>(pack::<F>(w, r0 + first, count), PhantomData)
         })
     }

@@ -319,11 +319,11 @@ pub(crate) unsafe fn tile_k16(
     // (asserted above).
     unsafe {
         if matches!(format, W::Q4_1 | W::Q5_1) {
-            drive(nr, &toks, out, |f, c| {
+            drive((w, r0), nr, &toks, out, |f, c| {
                 Tile::<true>(pack_rows(f, c), PhantomData)
             })
         } else {
-            drive(nr, &toks, out, |f, c| {
+            drive((w, r0), nr, &toks, out, |f, c| {
                 Tile::<false>(pack_rows(f, c), PhantomData)
             })
         }

@@ -336,7 +336,7 @@ unsafe fn tile_q<const Q3: bool>(w: &QMatrix, r0: usize, nr: usize, toks: &[Tok]
     // SAFETY: AVX2/FMA/F16C present and the format `Q3`'s per this function's contract; each chunk
     // packed holds its rows' groups; the tokens cover the columns.
     unsafe {
-        drive(nr, toks, out, |first, count| {
+        drive((w, r0), nr, toks, out, |first, count| {
             Tile::<Q3>(pack::<Q3>(w, r0 + first, count), PhantomData)
         })
     }
