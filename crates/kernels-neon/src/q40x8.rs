@@ -579,7 +579,10 @@ impl Q40x8 {
 /// aarch64 their split (and its reordering) for the kernels there, made on first use.
 pub(crate) struct Acts8 {
     xq: QActs16,
-    corr: Vec<i32>,
+    /// Per block of 32, `-8` times the sum of its quants (made on first use: the nibble formats'
+    /// x86 kernels and the scalar ones read it, the aarch64 `dotprod` kernels and Q8_0's and the
+    /// K-quants' do not).
+    corr: std::sync::OnceLock<Vec<i32>>,
     #[cfg(target_arch = "aarch64")]
     split: std::sync::OnceLock<crate::arch::Split16>,
     /// The split in the order of the nibble formats' aarch64 kernel.
@@ -589,20 +592,23 @@ pub(crate) struct Acts8 {
 
 impl Acts8 {
     pub(crate) fn new(path: KernelPath, x: &[f32]) -> Self {
-        let xq = QActs16::quantize(path, x);
-        let corr: Vec<i32> = xq
-            .qs
-            .chunks_exact(32)
-            .map(|q| -8 * q.iter().map(|&v| i32::from(v)).sum::<i32>())
-            .collect();
         Acts8 {
-            xq,
-            corr,
+            xq: QActs16::quantize(path, x),
+            corr: std::sync::OnceLock::new(),
             #[cfg(target_arch = "aarch64")]
             split: std::sync::OnceLock::new(),
             #[cfg(target_arch = "aarch64")]
             perm: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Per block of 32, `-8` times the sum of its quants (computed on first use).
+    pub(super) fn corr(&self) -> &[i32] {
+        self.corr.get_or_init(|| {
+            let qs = self.xq.qs.chunks_exact(32);
+            qs.map(|q| -8 * q.iter().map(|&v| i32::from(v)).sum::<i32>())
+                .collect()
+        })
     }
 
     /// The split activations (made on first use).
@@ -623,7 +629,7 @@ impl Acts8 {
 
 /// The 8 dots of one group of a `format` copy on `path` with `acts`.
 fn group_dots(path: KernelPath, format: WeightFormat, group: &[u8], acts: &Acts8) -> [f32; GROUP] {
-    let (xq, corr) = (&acts.xq, &acts.corr[..]);
+    let xq = &acts.xq;
     let x86 = matches!(path, KernelPath::Avx2Fma | KernelPath::Avx512);
     #[cfg(target_arch = "aarch64")]
     if let Some(y) = group_dots_neon(path, format, group, acts) {
@@ -658,6 +664,7 @@ fn group_dots(path: KernelPath, format: WeightFormat, group: &[u8], acts: &Acts8
     if format == WeightFormat::Q6_K {
         return q6k::group_scalar(group, xq);
     }
+    let corr = acts.corr();
     // (Only the x86 paths read `x86`.)
     #[cfg(not(target_arch = "x86_64"))]
     let _ = x86;

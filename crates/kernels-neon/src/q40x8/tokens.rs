@@ -21,7 +21,7 @@ fn xqs<const T: usize>(a: &[Acts8]) -> [&QActs16; T] {
 /// The first `T` tokens' block corrections of `a` (at least `T`).
 #[cfg(target_arch = "x86_64")]
 fn corrs<const T: usize>(a: &[Acts8]) -> [&[i32]; T] {
-    std::array::from_fn(|k| &a[k].corr[..])
+    std::array::from_fn(|k| a[k].corr())
 }
 
 /// [`group_dots`] of each of the first `T` tokens of `a`, the group read once for all on the x86
