@@ -145,14 +145,10 @@ impl Packed {
         };
         // q, k and v (gate and up) only together, as [`Packed::new`] takes them.
         let together = |ms: &[&QMatrix<'_>]| if takes_all(ms) { fits(ms) } else { 0 };
-        let expert = |f: &crate::moe::ExpertFfn<'_>| fits(&[&f.gate, &f.up, &f.down]);
         let ffn_bytes = |l: &Layer<'_>| match (&l.ffn, ffn) {
             (LayerFfn::Gated(f), true) => together(&[&f.gate, &f.up]) + fits(&[&f.down]),
-            (LayerFfn::Moe(m), true) => {
-                let w = &m.weights;
-                w.experts.iter().map(expert).sum::<usize>()
-                    + w.shared.as_ref().map_or(0, |s| expert(&s.ffn))
-            }
+            // All of a layer's experts or none, as [`PackedExperts::new`] takes them.
+            (LayerFfn::Moe(m), true) => together(&m.weights.expert_matrices().collect::<Vec<_>>()),
             _ => 0,
         };
         let layer =
@@ -218,12 +214,8 @@ fn copy_bytes(len: usize) -> Box<dyn CopyBytes> {
 /// to [`HUGE_PAGE`] or more: each expert's matrices are below a huge page (Qwen3-30B-A3B's 0.9
 /// MiB, OLMoE's 1.2 MiB as Q4_0) and could have none in mappings of their own.
 fn experts_arena(w: &MoeLayer<'_>) -> Option<AnonArena> {
-    let shared = w.shared.as_ref().map(|s| &s.ffn);
     let lens = w
-        .experts
-        .iter()
-        .chain(shared)
-        .flat_map(|f| [&f.gate, &f.up, &f.down])
+        .expert_matrices()
         .filter(|m| takes(m))
         .map(|m| m.data().len());
     let bytes = AnonArena::bytes_for(lens);

@@ -27,9 +27,7 @@ impl PackedExperts {
         takes: &dyn Fn(&QMatrix<'_>) -> bool,
         repack: &dyn Fn(&QMatrix<'_>) -> Option<Q40x8>,
     ) -> Option<PackedExperts> {
-        let fits = |f: &ExpertFfn<'_>| [&f.gate, &f.up, &f.down].into_iter().all(takes);
-        let shared_fits = w.shared.as_ref().is_none_or(|s| fits(&s.ffn));
-        if w.experts.is_empty() || !w.experts.iter().all(fits) || !shared_fits {
+        if w.experts.is_empty() || !w.expert_matrices().all(takes) {
             return None;
         }
         let three = |f: &ExpertFfn<'_>| -> Option<[Q40x8; 3]> {

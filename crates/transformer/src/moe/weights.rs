@@ -57,6 +57,14 @@ impl<'w> MoeLayer<'w> {
         Self::load_parts(cfg, d, layer, path, get, true)
     }
 
+    /// Gate, up and down of every expert in order, then of the shared expert: the matrices whose
+    /// copies [`crate::packed`] makes for the layer.
+    pub fn expert_matrices(&self) -> impl Iterator<Item = &QMatrix<'w>> {
+        let shared = self.shared.as_ref().map(|s| &s.ffn);
+        let experts = self.experts.iter().chain(shared);
+        experts.flat_map(|f| [&f.gate, &f.up, &f.down])
+    }
+
     fn load_parts(
         cfg: &MoeConfig,
         d: usize,
