@@ -18,7 +18,7 @@ use crate::{
 /// the same as [`crate::matvec`] gives for it, bit for bit (same activation quantization, same kernels).
 /// Each parallel work item takes a chunk of weight rows small enough to stay in cache and runs
 /// every token over it, so the weights are read from memory once for the whole batch: decode of
-/// `n` sequences costs about one token's weight traffic. [`crate::matmul`], by contrast, runs a
+/// `n` sequences costs about one token's weight traffic. [`crate::matmul()`], by contrast, runs a
 /// prompt's tokens through a tile (f32, or integer where the path has one) whose sums are not
 /// always `matvec`'s bit for bit.
 pub fn matvec_batch(

@@ -2,7 +2,7 @@
 //! parallel regions, work split by (expert, row chunk): the gate and up products of every expert
 //! with their activation, then the down products of every expert, then each token's weighted sum
 //! in the experts' order. Each expert's products are those of [`crate::matvec_gated`] /
-//! [`crate::matmul`] / [`crate::matvec`] run one expert at a time, bit for bit (the scheduling
+//! [`crate::matmul()`] / [`crate::matvec`] run one expert at a time, bit for bit (the scheduling
 //! differs: no fork and join per expert and matrix), but that a prompt's group of fewer than
 //! [`crate::INT_TILE_MIN_TOKENS`] tokens in [`Precision::Fast`] takes the decode kernels, as a
 //! batched decode step does ([`crate::matvec_batch`]: `Fast` decode's activations, each block's
@@ -126,7 +126,7 @@ fn grow(v: &mut Vec<f32>, len: usize) -> &mut [f32] {
 /// order and every token `t = tokens_j[i]`: an MoE layer's routed (and shared) experts over the `n`
 /// tokens of `x` (`n × d`, token-major). `decode` says the tokens are independent decode steps
 /// (each computed as [`crate::matvec`] computes one token); otherwise a group of several tokens
-/// takes [`crate::matmul`]'s kernels (a group smaller than [`crate::INT_TILE_MIN_TOKENS`] in
+/// takes [`crate::matmul()`]'s kernels (a group smaller than [`crate::INT_TILE_MIN_TOKENS`] in
 /// [`Precision::Fast`], the decode kernels). `on_gated(j, g)` sees each job's activations (`m × ff`,
 /// token-major) before the down products.
 #[allow(clippy::too_many_arguments)]

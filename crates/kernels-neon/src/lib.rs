@@ -32,7 +32,7 @@
 //!   same dot-product instructions.
 //!
 //! Where AVX-512F, BW, VL, VNNI and BF16 are present too, the path is [`KernelPath::Avx512`]: the
-//! AVX2 kernels with AVX-512 ones where they exist (the f32 and bf16 tiles of [`matmul`], the
+//! AVX2 kernels with AVX-512 ones where they exist (the f32 and bf16 tiles of [`matmul()`], the
 //! `Q4_K`, `Q5_K` and `Q6_K` integer dots).
 //!
 //! Setting the environment variable `SPARROW_KERNELS=scalar` (read once, on
@@ -47,7 +47,7 @@
 //! step's q/k/v, or gate/up) with one activation quantization and one
 //! parallel region, bit-identical to one [`matvec`] each. [`experts_ffn`] runs the routed experts
 //! of a Mixture-of-Experts layer (each over its tokens) in two parallel regions split by (expert,
-//! row chunk), each expert's products those of [`matvec_gated`], [`matvec_batch`] or [`matmul`].
+//! row chunk), each expert's products those of [`matvec_gated`], [`matvec_batch`] or [`matmul()`].
 //! [`experts_ffn_packed`] runs one token's experts over their [`Q40x8`] copies, bit for bit
 //! [`experts_ffn`] over the originals.
 //!
@@ -148,7 +148,7 @@
 //! summed in f32, on every path; where the CPU multiplies f16 (aarch64 with FEAT_FHM: `fmlal`,
 //! `arch/aarch64/matvec_half.rs`) that halves a row's arithmetic, elsewhere the float kernel runs
 //! on the rounded values (the same bits on aarch64). Activations past f16's range (±65504) stay
-//! f32. `F32`, `BF16` and `I4Hybrid` use the exact f32 path in every precision. [`matmul`] (a
+//! f32. `F32`, `BF16` and `I4Hybrid` use the exact f32 path in every precision. [`matmul()`] (a
 //! prompt, `n > 1`) uses the dequantized f32 tile with a register-blocked FMA
 //! microkernel in `Exact`, and in `Fast` and `Int8` an integer tile where the
 //! path has one for the format, which gives each token the integer products of
@@ -199,7 +199,7 @@
 //! * [`Precision::Ggml`]: llama.cpp's roundings on its CPU path, for comparisons with it: 8-bit
 //!   activations in ggml's `vec_dot_type` of each format (`block_q8_0`/`block_q8_1`, the scale
 //!   `amax/127` rounded to f16, for the 32-element formats; `block_q8_K`, the f32 scale
-//!   `1/(127/amax)` per 256, for the K-quants and `IQ4_XS`) through `Int8`'s kernels, and [`matmul`]
+//!   `1/(127/amax)` per 256, for the K-quants and `IQ4_XS`) through `Int8`'s kernels, and [`matmul()`]
 //!   as one `matvec` per token (llama.cpp quantizes a batch's rows as one). With it the engine
 //!   uses [`attend_cache_span_ggml`] (f16 query and softmax weights), [`RopeAngles::new_ggml`]
 //!   and [`rms_norm_ggml`]. Products equal llama.cpp's up to f32 summation order; the slowest

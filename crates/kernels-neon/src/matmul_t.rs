@@ -2,8 +2,8 @@
 //!
 //! A neuron store keeps each neuron's down column as a row (`W` is `neurons × d_model`), so a
 //! prompt's down projection over a chunk of neurons contracts over the rows of `W`, not its columns
-//! as [`crate::matmul`] does. Each work item takes a band of output columns (whole blocks of the
-//! format), dequantizes those blocks of every row into the same f32 tile [`crate::matmul`] uses,
+//! as [`crate::matmul()`] does. Each work item takes a band of output columns (whole blocks of the
+//! format), dequantizes those blocks of every row into the same f32 tile [`crate::matmul()`] uses,
 //! transposed, and runs the same register-blocked microkernel over the tokens. Where the path
 //! has an 8-bit tile over a transposed matrix (`arch::tile_int8_t`, AVX-512), `Fast` and `Int8`
 //! products of at least `INT_TILE_MIN_TOKENS` tokens instead quantize the band's columns to 8 bits

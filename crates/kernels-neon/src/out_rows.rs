@@ -1,8 +1,8 @@
 //! [`OutPtr`]: where the parallel work items of a batched product write their parts of the
 //! token-major output.
 
-/// Raw output pointer shared by the work items of a batched product ([`crate::matmul`],
-/// [`crate::matmul_t`], [`crate::matvec_batch`], [`crate::matvec_gated`], [`crate::Q40x8`]'s),
+/// Raw output pointer shared by the work items of a batched product ([`crate::matmul()`],
+/// [`crate::matmul_t()`], [`crate::matvec_batch`], [`crate::matvec_gated`], [`crate::Q40x8`]'s),
 /// each writing a disjoint set of elements.
 #[derive(Clone, Copy)]
 pub(crate) struct OutPtr(pub(crate) *mut f32);

@@ -118,7 +118,7 @@ pub fn cpu_features() -> String {
 static CHUNK_ROWS: AtomicUsize = AtomicUsize::new(0);
 
 /// Sets the number of weight rows per parallel work item of [`matvec`](crate::matvec) and
-/// [`matmul`](crate::matmul). `0` restores the default (automatic: about four work items
+/// [`matmul`](crate::matmul()). `0` restores the default (automatic: about four work items
 /// per rayon thread, never fewer than 16 rows each for `matvec`).
 pub fn set_chunk_rows(rows: usize) {
     CHUNK_ROWS.store(rows, Ordering::Relaxed);

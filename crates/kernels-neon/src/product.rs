@@ -1,5 +1,5 @@
 //! [`Product`]: one matrix product of a step with its activations prepared once, run by row chunks
-//! from any work item: what [`crate::matvec`], [`crate::matvec_batch`] and [`crate::matmul`] do
+//! from any work item: what [`crate::matvec`], [`crate::matvec_batch`] and [`crate::matmul()`] do
 //! inside their own parallel region, taken apart so that one region can run the row chunks of
 //! many products ([`crate::experts_ffn`]). Each row chunk gives what those entry points give for
 //! it, bit for bit, when it is cut as they cut it ([`Product::chunk`]).
@@ -27,7 +27,7 @@ pub(crate) enum Product {
 
 impl Product {
     /// The product of `w` with the `m` tokens of `x` (token-major rows of `w.cols()`), prepared as
-    /// [`crate::matvec`] (one token), [`crate::matvec_batch`] (`decode`) or [`crate::matmul`]
+    /// [`crate::matvec`] (one token), [`crate::matvec_batch`] (`decode`) or [`crate::matmul()`]
     /// (a prompt's tokens) prepares it. `w` must have at least one column.
     pub(crate) fn new(
         path: KernelPath,
@@ -73,7 +73,7 @@ impl Product {
 
     /// Whether the product of `m` tokens with weights of `format` is a [`Product::PerToken`] (the
     /// decode kernels): one token, a decode step, `Ggml`, or a `Fast` prompt's group of fewer than
-    /// [`INT_TILE_MIN_TOKENS`] where [`crate::matmul`] would not take its 16-bit tile (on aarch64
+    /// [`INT_TILE_MIN_TOKENS`] where [`crate::matmul()`] would not take its 16-bit tile (on aarch64
     /// with `dotprod` it does from [`crate::short_prompt_tokens`], 8: the SYNTHETIC OLMoE-shaped
     /// 4-layer Q4_0 file's prompt, 64 vs 32 tokens, about 8 tokens an expert, counted 79.82M ->
     /// 65.60M guest instructions a token under `qemu-aarch64 -cpu max`, 2026-12-07).
@@ -179,7 +179,7 @@ impl Product {
 
 /// Whether a prompt's groups of fewer than [`INT_TILE_MIN_TOKENS`] tokens in [`Precision::Fast`]
 /// (where `matmul` takes no 16-bit tile for them: [`Product::per_token`]) take the decode kernels
-/// (`Fast` decode's activations, [`crate::matvec_batch`]'s kernel) rather than [`crate::matmul`]'s
+/// (`Fast` decode's activations, [`crate::matvec_batch`]'s kernel) rather than [`crate::matmul()`]'s
 /// f32 tile: unless `SPARROW_MOE_GROUPS=tile` (read once). That bound is 32 on every path, where a
 /// dense prompt's is 8 off x86 ([`crate::short_prompt_tokens`]): on aarch64 an
 /// expert group's decode kernels executed fewer instructions than the tile up to about 16 tokens

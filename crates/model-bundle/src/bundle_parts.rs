@@ -1,7 +1,7 @@
 //! The names of a model's sidecars and of a resident file's bundle parts ([`ModelBundle`],
 //! [`BundleParts`]), path logic only, apart from how sparse decode is
 //! set up from those files (the engine's `bundle`, which re-exports all of this), so that conversion
-//! ([`crate::convert`]) can name parts without depending on the engine.
+//! ([`crate::convert()`]) can name parts without depending on the engine.
 
 use std::path::{Path, PathBuf};
 

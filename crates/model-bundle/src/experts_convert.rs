@@ -2,7 +2,7 @@
 //! (`neuron_store::expert`: every routed expert one aligned blob), the routing profile measured on
 //! calibration text ([`RoutingProfile`]), the manifest, and the resident file (the model without its
 //! routed experts: attention, norms, routers, shared experts), which names them and is renamed into
-//! place last, as the dense [`super::convert`] does.
+//! place last, as the dense [`super::convert()`] does.
 
 use std::path::{Path, PathBuf};
 

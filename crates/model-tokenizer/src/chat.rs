@@ -187,7 +187,7 @@ impl ChatTemplate {
     /// The template sees `messages` (list of `{role, content}`), `add_generation_prompt`,
     /// `bos_token` and `eos_token`, like `transformers`' `apply_chat_template`.
     ///
-    /// Rendering is bounded: at most [`RENDER_FUEL`] template instructions, [`RENDER_MAX_BYTES`] of
+    /// Rendering is bounded: at most `RENDER_FUEL` template instructions, `RENDER_MAX_BYTES` of
     /// output, and (on Linux and Android, where it runs in a child process)
     /// [`crate::RENDER_MAX_MEMORY`] of memory and [`crate::RENDER_TIMEOUT`] of time, past which it
     /// fails with [`TokenizerError::Render`] (a template from a model file is untrusted input).

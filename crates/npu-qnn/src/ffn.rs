@@ -26,8 +26,8 @@ pub enum FfnWeights<'a> {
     Input,
     /// f32 values.
     F32(&'a [f32]),
-    /// INT8 values with one scale per row (symmetric, per output channel): `w[r][c] = values[r*cols + c]
-    /// * scales[r]`.
+    /// INT8 values with one scale per row (symmetric, per output channel):
+    /// `w[r][c] = values[r*cols + c] * scales[r]`.
     Int8 {
         /// `rows * cols` quantized values.
         values: &'a [i8],

@@ -40,7 +40,7 @@
 //!   Each part is checked against its own checksum (the store records the first page's CRC too).
 //!   Opt-in ([`OffloadOptions::two_phase`]): the second read is in series with the first.
 //!
-//! * A prompt step ([`Offload::prefill`], `prefill.rs`) streams each layer's units instead: the hot
+//! * A prompt step (`Offload::prefill`, `prefill.rs`) streams each layer's units instead: the hot
 //!   prefix from memory, the rest in sequential reads of about `OffloadOptions::prefill_neurons` neurons that a reader
 //!   thread issues one chunk ahead of the batched products (gate and up over the chunk's rows, then
 //!   its down rows transposed, `kernels_neon::matmul_t`), so a prompt reads each unit once.

@@ -171,7 +171,7 @@ impl Offload {
     }
 
     /// Runs prompt steps on `accel` from the next step on (`None`: on the CPU): every chunk of
-    /// every layer dense there, with the hybrid prompt steps' exception (see [`PromptAccel`]).
+    /// every layer dense there, with the hybrid prompt steps' exception (see `PromptAccel`).
     pub fn set_prompt_accel(&mut self, accel: Option<Box<dyn Accelerator>>) {
         self.prompt_accel = accel.map(PromptAccel::new);
     }

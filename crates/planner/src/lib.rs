@@ -13,7 +13,7 @@
 //! stay sparse or every layer runs dense, with the same memory placement and threads; from those
 //! steps' costs, whether and how far to speculate ([`speculation`]). Where the
 //! constraints name an accelerator, the plan also splits each layer between it and the CPU per
-//! batch size ([`hybrid`]: hybrid decode's hot neurons).
+//! batch size (`hybrid`: hybrid decode's hot neurons).
 //!
 //! Solvers: [`search`] (always built: exhaustive over the discrete settings, memory by benefit per
 //! byte), [`brute_force`] (every combination; the reference in tests) and, with the cargo feature

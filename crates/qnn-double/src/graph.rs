@@ -135,8 +135,8 @@ impl GraphObj {
         Ok(())
     }
 
-    /// FullyConnected: in[0] `[.., in]` (flattened to rows of `in`), in[1] `[out, in]` static or
-    /// a graph input, optional in[2] `[out]` static; out `[rows, out]`.
+    /// FullyConnected: `in[0]` `[.., in]` (flattened to rows of `in`), `in[1]` `[out, in]` static or
+    /// a graph input, optional `in[2]` `[out]` static; out `[rows, out]`.
     fn fc_shapes(&self, inputs: &[u32], output: u32) -> bool {
         if !(2..=3).contains(&inputs.len()) {
             return false;

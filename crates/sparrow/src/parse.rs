@@ -25,7 +25,7 @@ pub fn unit(s: &str) -> Result<f64, String> {
     ranged(s, 0.0, 1.0)
 }
 
-/// [`unit`] as f32.
+/// [`unit()`] as f32.
 pub fn unit_f32(s: &str) -> Result<f32, String> {
     unit(s).map(|v| v as f32)
 }

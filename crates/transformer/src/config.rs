@@ -63,7 +63,7 @@ pub struct FfnStoreRef {
     pub fingerprint: u64,
     /// The bundle's other parts, as plain file names in the same folder, when the resident file
     /// records them (`sparrow.bundle.*`, written by every convert since bundles change as one
-    /// transaction; see [`crate::bundle::BundleParts`]). `None` in an older resident file, whose
+    /// transaction; see `model_bundle::BundleParts`). `None` in an older resident file, whose
     /// parts have the fixed sidecar names.
     pub parts: Option<BundleNames>,
 }

@@ -15,10 +15,10 @@ use crate::prompt_attention::{attend_prompt, Heads};
 /// How the FFN runs in a forward step.
 #[derive(Default)]
 pub struct FfnMode<'s, 'o> {
-    /// The FFN executor of every layer (dense from the model's matrices when `None`). A
-    /// [`crate::SparseFfn`] computes only active neurons in decode steps and masks the same neurons
-    /// out of a dense computation in batched steps (over a neuron store, a prompt's layer streamed
-    /// once for all its tokens).
+    /// The FFN executor of every layer (dense from the model's matrices when `None`). A sparse
+    /// executor (`offload::sparse::SparseFfn`) computes only active neurons in decode steps and
+    /// masks the same neurons out of a dense computation in batched steps (over a neuron store,
+    /// a prompt's layer streamed once for all its tokens).
     pub exec: Option<&'s dyn FfnExecutor>,
     /// Sees every layer's FFN activations (forces the dense path, then masks as `exec` says).
     pub observer: Option<FfnObserver<'o>>,
@@ -202,7 +202,7 @@ fn one_sequence(
 /// sequence whose cache is `caches[i]`, at position `caches[i].len()`. Each token is computed as a
 /// one-token [`forward_with`] step on its own cache would compute it (the same kernels; only the
 /// weights are read once for the batch, [`kernels_neon::matvec_batch`]), and the FFN executor's
-/// `batch` is told so ([`FfnLayer::kind`]). Returns `tokens.len() × vocab` logits, the sequences'
+/// `batch` is told so ([`crate::ffn::FfnLayer::kind`]). Returns `tokens.len() × vocab` logits, the sequences'
 /// in order. On error every cache is left as it was.
 pub fn forward_seqs(
     model: &Model<'_>,

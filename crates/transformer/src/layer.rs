@@ -94,11 +94,11 @@ pub trait AttnStep: Send + Sync {
 }
 
 /// The FFN block of a layer. The generic forward pass hands it to
-/// [`crate::ffn::layer_step`], which dispatches on the variant: a gated block runs through the
+/// `crate::ffn::layer_step`, which dispatches on the variant: a gated block runs through the
 /// step's [`crate::FfnExecutor`] (dense, sparse, offloaded, accelerated, hybrid).
 ///
 /// The seam for other blocks: a family fills a variant from its module, and the variant has its
-/// arm in [`crate::ffn::layer_step`]; the forward pass does not change. The Mixture-of-Experts
+/// arm in `crate::ffn::layer_step`; the forward pass does not change. The Mixture-of-Experts
 /// variant ([`LayerFfn::Moe`]: router `ffn_gate_inp`, 3-D expert tensors `ffn_{gate,up,down}_exps`,
 /// optional shared expert) runs on the calling thread with the dense kernels, whatever the step's
 /// executor. The paths built on neuron rows (profiles, predictors, neuron stores, accelerator

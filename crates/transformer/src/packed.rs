@@ -7,7 +7,7 @@
 //! exists for a step of one token in `Fast`, for a decode step of several tokens where the copy
 //! serves it ([`Q40x8::serves_steps`]), and for a prompt where the copy's batch beats the
 //! original's prompt tile ([`Q40x8::takes_prompt`]: below 32 tokens, whose products are decode's,
-//! and up to 64 Q4_0 on AVX-512, Q4_0 and Q4_1 on AVX2): [`step_reads`]; an MoE layer's experts'
+//! and up to 64 Q4_0 on AVX-512, Q4_0 and Q4_1 on AVX2): `step_reads`; an MoE layer's experts'
 //! copies for every product of a step that runs the decode kernels (a batched decode step, a
 //! prompt's small expert groups); longer prompts and every other path keep reading the file's
 //! layout. The copies' bytes are [`Packed::bytes`], for whoever counts the process's memory.

@@ -6,9 +6,9 @@
 //! - the embedding without read-ahead (`MADV_RANDOM`, set by `Model::set_streamed`): a token faults in
 //!   the one page of its row, not a 128 KiB window of its neighbours';
 //! - the output projection (or, where the resident file carries one, its proxy for steps of a few
-//!   tokens: [`crate::output_proxy`]) [`OUTPUT_CHUNK`] bytes at a time ([`output_logits`]), the next chunk read
+//!   tokens: [`crate::output_proxy`]) [`OUTPUT_CHUNK`] bytes at a time (`output_logits`), the next chunk read
 //!   while this one is multiplied, so at most two chunks of it are resident at a time, read in large
-//!   sequential requests. Where the file opens for direct I/O ([`StreamSource`]) a reader thread
+//!   sequential requests. Where the file opens for direct I/O (`StreamSource`) a reader thread
 //!   reads each chunk into one of two buffers of the step's own: no page cache (which a memory cap
 //!   counts) and no page faults. Otherwise the chunk is asked for in the mapping (`MADV_WILLNEED`,
 //!   read-ahead the kernel starts at once) and handed back once used (`MADV_PAGEOUT`, or

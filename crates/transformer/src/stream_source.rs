@@ -1,4 +1,4 @@
-//! [`StreamSource`]: a model file opened for direct reads of its output projection, which the
+//! `StreamSource`: a model file opened for direct reads of its output projection, which the
 //! `stream` module reads chunk by chunk when the output is left on flash. A leaf: the model holds
 //! one while streamed.
 

@@ -559,14 +559,14 @@ pub(crate) fn dot_k<T: Copy + Into<i32>>(
     acc
 }
 
-/// y[i] = dot(W[sel.get(i)], x), exact.
+/// `y[i] = dot(W[sel.get(i)], x)`, exact.
 pub(crate) fn matvec_exact(w: &QMatrix<'_>, sel: Rows<'_>, x: &[f32], y: &mut [f32]) {
     for (i, yv) in y.iter_mut().enumerate() {
         *yv = dot_exact(w.format(), w.row_data(sel.get(i)), x);
     }
 }
 
-/// y[i] = dot(W[sel.get(i)], xq), 8-bit activation integer path.
+/// `y[i] = dot(W[sel.get(i)], xq)`, 8-bit activation integer path.
 pub(crate) fn matvec_int8(w: &QMatrix<'_>, sel: Rows<'_>, xq: &QActs, y: &mut [f32]) {
     for (i, yv) in y.iter_mut().enumerate() {
         *yv = dot_int8(w.format(), w.row_data(sel.get(i)), xq);
@@ -627,14 +627,14 @@ pub(crate) fn dot_i16(format: WeightFormat, row: &[u8], xq: &QActs16) -> f32 {
     acc
 }
 
-/// y[i] = dot(W[sel.get(i)], xq), 16-bit activation integer path.
+/// `y[i] = dot(W[sel.get(i)], xq)`, 16-bit activation integer path.
 pub(crate) fn matvec_i16(w: &QMatrix<'_>, sel: Rows<'_>, xq: &QActs16, y: &mut [f32]) {
     for (i, yv) in y.iter_mut().enumerate() {
         *yv = dot_i16(w.format(), w.row_data(sel.get(i)), xq);
     }
 }
 
-/// out[t * nr + i] = dot(w[i], x[t]) for a dequantized tile `w` (nr × cols).
+/// `out[t * nr + i] = dot(w[i], x[t])` for a dequantized tile `w` (nr × cols).
 pub(crate) fn tile(w: &[f32], nr: usize, cols: usize, x: &[f32], n: usize, out: &mut [f32]) {
     for t in 0..n {
         let xt = &x[t * cols..(t + 1) * cols];

@@ -2,7 +2,7 @@
 //! `sigmoid(W2 · relu(W1 · x + b1) + b2)` from the FFN input `x` (after the FFN RMSNorm, `d_in` floats) to
 //! "which of the `n_out` FFN neurons fire".
 //!
-//! # Training ([`train`])
+//! # Training ([`train()`])
 //!
 //! 1. The [`Dataset`] is split into a training part and a held-out part ([`Dataset::split`], seeded).
 //! 2. Inputs are standardized per dimension (mean/std of the training part, std floored at 5% of the

@@ -66,7 +66,7 @@ pub struct LayerReport {
     pub threshold: f32,
 }
 
-/// Progress events of [`train`].
+/// Progress events of [`train()`].
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum TrainProgress {
     /// An epoch of a candidate finished.

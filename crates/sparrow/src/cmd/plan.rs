@@ -33,7 +33,7 @@ pub struct PlanArgs {
     /// Refuse plans slower than this many tokens per second.
     #[arg(long, value_parser = crate::parse::positive_f64)]
     pub min_tok_s: Option<f64>,
-    /// Where to save the plan [default: `<model>.sparrow-plan`].
+    /// Where to save the plan (default: `<model>.sparrow-plan`).
     #[arg(long, short = 'o')]
     pub output: Option<PathBuf>,
     /// Print the plan as JSON on stdout instead of words.

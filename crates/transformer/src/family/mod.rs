@@ -18,7 +18,7 @@
 //!   [`ConfigKeys`]), a scale of the input embeddings ([`Family::embedding_scale`]), the FFN
 //!   activation ([`Family::activation`]), and keys it refuses ([`Family::check_keys`]).
 //!
-//! [`FAMILIES`] is the registry: one line per family. Adding a family is its module, its line there,
+//! `FAMILIES` is the registry: one line per family. Adding a family is its module, its line there,
 //! and its tests, plus the GGUF and HF names of any new logical tensor key in `file.rs` (qwen3 added
 //! `q_norm` and `k_norm` there).
 

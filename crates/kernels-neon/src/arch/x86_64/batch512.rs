@@ -5,7 +5,7 @@
 //! tokens go in groups of up to eight ([`TokenOctet`]), whose per-block scale products
 //! `d_w * d_x` and `m` terms take one 8-lane multiply for the group.
 //!
-//! Each half does exactly what [`super::matvec_i16`] does for its token (the same i32 block sums,
+//! Each half does exactly what [`super::matvec_i16()`] does for its token (the same i32 block sums,
 //! converted, scaled by the same `d_w * d_x` product and FMA'd into eight lanes in block order, the
 //! `m` term summed apart in block order, then the same horizontal sum): results are bit-identical
 //! to one token at a time. Q4_0 and Q5_0, whose one-token kernel on this path is

@@ -3,7 +3,7 @@
 //! to i16 once and `madd_epi16`-dotted with every token's activations, so
 //! the unpacking (the cost of a decode step with the weights in cache) is
 //! paid once per batch. Per token the operations are those of
-//! [`super::matvec_i16`], in the same order: the results are bit-identical.
+//! [`super::matvec_i16()`], in the same order: the results are bit-identical.
 
 use std::arch::x86_64::*;
 
