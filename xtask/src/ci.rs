@@ -1,6 +1,7 @@
 //! `cargo xtask ci` (everything CI checks) and `cargo xtask ci --quick` (the inner loop).
 //!
-//! The whole run builds the workspace once per target: clippy, the host tests and the doc tests use the
+//! The whole run builds the workspace once per target: clippy, rustdoc (every crate with its private
+//! items, warnings as errors), the host tests and the doc tests use the
 //! `ci` profile of the workspace's `Cargo.toml` (no LTO, no debug info), with the planner's `z3` feature
 //! folded in (`sparrow/z3`, the PyPI wheel's library from [`crate::z3`]), so the planner's Z3 tests need
 //! no build of their own. The host tests run under `cargo nextest` when it is installed (every test in a
@@ -180,6 +181,7 @@ fn host_steps(t: &mut Timings) -> Result<()> {
     t.step("clippy (host, every target, z3)", || {
         clippy(Some(&z3), &["--workspace"])
     })?;
+    t.step("rustdoc (host, private items)", || rustdoc(&z3))?;
     t.step("host tests (z3)", || {
         host_tests(Some(&z3), &["--workspace"])
     })?;
@@ -310,6 +312,18 @@ pub fn clippy(z3: Option<&Path>, packages: &[&str]) -> Result<()> {
         crate::z3::env(&mut c, lib);
     }
     c.args(["--", "-D", "warnings"]);
+    run(&mut c)
+}
+
+/// `cargo doc` of every workspace crate with its private items in the ci profile and clippy's
+/// features (so that it reuses clippy's checked dependencies: seconds), rustdoc's warnings as
+/// errors: a broken or ambiguous link, or public documentation naming a private item.
+pub fn rustdoc(z3: &Path) -> Result<()> {
+    let mut c = cargo();
+    c.args(["doc", "--profile", PROFILE, "--workspace", "--no-deps"])
+        .args(["--document-private-items", "--features", Z3_FEATURES])
+        .env("RUSTDOCFLAGS", "-D warnings");
+    crate::z3::env(&mut c, z3);
     run(&mut c)
 }
 
