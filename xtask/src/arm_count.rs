@@ -4,7 +4,8 @@
 //!
 //! - The counter is a qemu TCG plugin (`xtask/qemu/insn_count.c`, built with the host `gcc -shared`
 //!   into `target/qemu-plugin/libinsn_count.so`): one inline add per translated block executed.
-//! - sparrow: the static binary of `cargo xtask android` ([`crate::android::build_static`], `--profile`).
+//! - sparrow: the static binary of `cargo xtask android` ([`crate::android::build_static`],
+//!   `--profile`).
 //! - llama.cpp: `llama-bench` cross-built statically with Debian's `aarch64-linux-gnu-gcc/g++` from
 //!   the same unpacked PyPI sdist as the x86 build (`llama.rs`), into
 //!   `target/llama.cpp/build-aarch64` (`armv8.2-a+dotprod+i8mm+fp16`, for `-cpu max`) or

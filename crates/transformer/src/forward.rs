@@ -202,8 +202,8 @@ fn one_sequence(
 /// sequence whose cache is `caches[i]`, at position `caches[i].len()`. Each token is computed as a
 /// one-token [`forward_with`] step on its own cache would compute it (the same kernels; only the
 /// weights are read once for the batch, [`kernels_neon::matvec_batch`]), and the FFN executor's
-/// `batch` is told so ([`crate::ffn::FfnLayer::kind`]). Returns `tokens.len() × vocab` logits, the sequences'
-/// in order. On error every cache is left as it was.
+/// `batch` is told so ([`crate::ffn::FfnLayer::kind`]). Returns `tokens.len() × vocab` logits,
+/// the sequences' in order. On error every cache is left as it was.
 pub fn forward_seqs(
     model: &Model<'_>,
     caches: &mut [&mut KvCache],

@@ -1,5 +1,5 @@
-//! The math of [`crate::attend_cache_block_with`] once the head's keys and values are f32: scores as a
-//! small matrix product of 4 query rows × 16 keys per register block (keys transposed, so each
+//! The math of [`crate::attend_cache_block_with`] once the head's keys and values are f32: scores
+//! as a small matrix product of 4 query rows × 16 keys per register block (keys transposed, so each
 //! step is one broadcast of a query element times 16 keys, no horizontal sums), a softmax per row,
 //! and the weighted sum of the values as 4 rows × 16 dimensions per block. Written once, generic
 //! and `#[inline(always)]`: each kernel path instantiates it under its target features
@@ -12,8 +12,8 @@ pub(crate) const LANES: usize = 16;
 
 /// The attention of `m` query rows of `hd` elements (`q`, row-major) over keys `kt` (transposed:
 /// `kt[d * nkp + j]`, `nkp` a multiple of [`LANES`], zero past the keys) and values `v`
-/// (`v[j * hd + d]`): row `i` sees keys `starts[i]..lens[i]` (at least one; `starts` empty: all from 0). `s`
-/// is scratch (`m × nkp` scores, then weights); `out` gets `m × hd`.
+/// (`v[j * hd + d]`): row `i` sees keys `starts[i]..lens[i]` (at least one; `starts` empty: all
+/// from 0). `s` is scratch (`m × nkp` scores, then weights); `out` gets `m × hd`.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn attend_block(
