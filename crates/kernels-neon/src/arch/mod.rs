@@ -678,15 +678,7 @@ pub(crate) fn axpy_rows_tiled(
 #[inline]
 pub(crate) fn prefetch(bytes: &[u8]) {
     #[cfg(target_arch = "x86_64")]
-    for off in (0..bytes.len()).step_by(64) {
-        // SAFETY: `off < bytes.len()`, so the address is inside the slice;
-        // a prefetch is only a hint (never faults, no architectural read)
-        // and SSE is baseline on x86_64.
-        unsafe {
-            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-            _mm_prefetch::<_MM_HINT_T0>(bytes.as_ptr().add(off) as *const i8);
-        }
-    }
+    prefetch_x86::<{ std::arch::x86_64::_MM_HINT_T0 }>(bytes);
     #[cfg(target_arch = "aarch64")]
     for off in (0..bytes.len()).step_by(64) {
         // SAFETY: `off < bytes.len()`, so the address is inside the slice;
@@ -702,4 +694,24 @@ pub(crate) fn prefetch(bytes: &[u8]) {
     }
     #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
     let _ = bytes;
+}
+
+/// [`prefetch`] into L2 only (x86's T1 hint): for data wanted after the work in hand, whose
+/// cache lines in L1 a fetch to every level would push out.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+pub(crate) fn prefetch_l2(bytes: &[u8]) {
+    prefetch_x86::<{ std::arch::x86_64::_MM_HINT_T1 }>(bytes);
+}
+
+/// Every cache line of `bytes` asked for with `_mm_prefetch`'s hint `HINT`.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+fn prefetch_x86<const HINT: i32>(bytes: &[u8]) {
+    for off in (0..bytes.len()).step_by(64) {
+        // SAFETY: `off < bytes.len()`, so the address is inside the slice;
+        // a prefetch is only a hint (never faults, no architectural read)
+        // and SSE is baseline on x86_64.
+        unsafe { std::arch::x86_64::_mm_prefetch::<HINT>(bytes.as_ptr().add(off) as *const i8) };
+    }
 }

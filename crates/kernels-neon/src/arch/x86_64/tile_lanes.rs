@@ -175,12 +175,7 @@ pub(super) unsafe fn drive<K: LaneTile>(
 /// Asks for every cache line of rows `rows` of `w` to be brought into L2.
 fn prefetch_rows(w: &QMatrix, rows: Range<usize>) {
     for r in rows {
-        let data = w.row_data(r);
-        for at in (0..data.len()).step_by(64) {
-            // SAFETY: SSE is baseline on x86_64; a prefetch of an address inside `data` reads
-            // nothing and cannot fault.
-            unsafe { _mm_prefetch::<_MM_HINT_T1>(data.as_ptr().add(at).cast()) };
-        }
+        crate::arch::prefetch_l2(w.row_data(r));
     }
 }
 
