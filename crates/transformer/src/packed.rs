@@ -1,9 +1,9 @@
 //! Copies of a model's Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q4_K, Q5_K, Q6_K and Q8_0 matrices
 //! (attention, output, a dense FFN, a Mixture-of-Experts layer's experts: [`PackedExperts`])
 //! repacked eight rows at a time ([`Q40x8`]), made once at load for decode (`Precision::Fast`)
-//! where they give its results bit for bit ([`Q40x8::exact_on`]: the nibble formats, Q4_K and
-//! Q5_K on the AVX2 path, Q4_0, IQ4_NL and Q8_0 on both x86 paths; Q8_0, the nibble formats, Q4_K,
-//! Q5_K and Q6_K on the aarch64 paths with `dotprod`). The forward pass takes a copy where one
+//! where they give its results bit for bit ([`Q40x8::exact_on`]: the nibble formats, Q4_K, Q5_K
+//! and Q6_K on the AVX2 path, Q4_0, IQ4_NL and Q8_0 on both x86 paths; Q8_0, the nibble formats,
+//! Q4_K, Q5_K and Q6_K on the aarch64 paths with `dotprod`). The forward pass takes a copy where one
 //! exists for a step of one token in `Fast`, for a decode step of several tokens where the copy
 //! serves it ([`Q40x8::serves_steps`]), and for a prompt where the copy's batch beats the
 //! original's prompt tile ([`Q40x8::takes_prompt`]: below 32 tokens, whose products are decode's,

@@ -41,7 +41,7 @@ pub(crate) use aarch64::{
 #[cfg(target_arch = "x86_64")]
 pub(crate) use x86_64::{
     q40x8_group, q40x8_group_tokens, q40x8_group_tokens_vnni, q40x8_group_vnni, q40x8_pair_tokens,
-    q4kx8_group, q4kx8_group_vnni, q80x8_group,
+    q4kx8_group, q4kx8_group_vnni, q6k_corr, q6kx8_group, q80x8_group,
 };
 
 /// Which weight rows a matvec work item computes: `y[i]` gets row

@@ -1,5 +1,5 @@
-//! Q6_K rows repacked eight at a time: the layout ([`repack`]), which `arch/aarch64/q6kx8.rs`
-//! reads, and its scalar reference ([`group_scalar`]) for the other paths.
+//! Q6_K rows repacked eight at a time: the layout ([`repack`]), which `arch/x86_64/q6kx8.rs` and
+//! `arch/aarch64/q6kx8.rs` read, and its scalar reference ([`group_scalar`]) for the other paths.
 //!
 //! A group super-block (256 columns of 8 rows, [`GROUP_SB`] bytes as the file's 8 blocks) holds
 //! the rows' f16 `d` (16 bytes), then per group `G` of 16 columns the 8 rows' signed scales (8

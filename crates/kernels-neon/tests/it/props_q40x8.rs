@@ -1,9 +1,9 @@
 //! `Q40x8` (Q4_0, IQ4_NL, Q5_0, Q4_1, Q5_1, Q4_K, Q5_K, Q6_K and Q8_0 rows repacked eight at a
 //! time): against the f64 reference within the `Fast` bound (props.rs) on every path, and bit for
-//! bit [`matvec_with`] of the original matrix where `Q40x8::exact_on` says so (the AVX2 path but
-//! for Q6_K, AVX-512's for Q4_0, IQ4_NL and Q8_0; every format on the aarch64 `dotprod` and `i8mm`
-//! paths), whose one-row kernel's (`q40_pairs`, Q4_K's and Q5_K's `q4k_i16_rows`, Q8_0's
-//! `dot_i16_rows`, the split rows on aarch64) order it keeps;
+//! bit [`matvec_with`] of the original matrix where `Q40x8::exact_on` says so (the AVX2 path,
+//! AVX-512's for Q4_0, IQ4_NL and Q8_0; every format on the aarch64 `dotprod` and `i8mm` paths),
+//! whose one-row kernel's (`q40_pairs`, Q4_K's and Q5_K's `q4k_i16_rows`, Q6_K's `q6k_i16_rows`,
+//! Q8_0's `dot_i16_rows`, the split rows on aarch64) order it keeps;
 //! each token of `Q40x8::matvec_batch` bit for bit its own product.
 
 use crate::common;
@@ -35,12 +35,11 @@ fn check_all_paths(w: &QMatrix, x: &[f32]) -> Result<(), String> {
             check(v, reference(&wf[r], x), Precision::Fast)
                 .map_err(|e| format!("{path:?} row {r}: {e}"))?;
         }
-        // Where each format's copies must be exact: the nibble formats, Q4_K and Q5_K on AVX2, Q8_0
-        // on both x86 paths, all of them and Q6_K on the aarch64 paths with `dotprod`.
+        // Where each format's copies must be exact: every format on AVX2 and on the aarch64
+        // paths with `dotprod`, Q8_0 on AVX-512 too.
         let neon = matches!(path, KernelPath::NeonDotprod | KernelPath::NeonI8mm);
         let must = match w.format() {
             WeightFormat::Q8_0 => neon || matches!(path, KernelPath::Avx2Fma | KernelPath::Avx512),
-            WeightFormat::Q6_K => neon,
             _ => neon || path == KernelPath::Avx2Fma,
         };
         if must && !Q40x8::exact_on(path, w.format()) {

@@ -27,10 +27,10 @@
 //! (`q40x8/q4k.rs`) needed this order: the SYNTHETIC 16-layer d 1024 Q5_K_M file with its copies
 //! off (`SPARROW_Q40X8=off SPARROW_KERNELS=avx2 sparrow bench -t 1 -p 0 -n 32 -r 2`, three
 //! alternated rounds, Intel Xeon) decoded at 53.3-56.5 tok/s before and 57.8-58.6 after.
-//! Q6_K: per 16-block the exact i32 sum is converted and FMA'd with `(d*sc) * d_x`. Both as
-//! in the scalar reference; only the f32 summation order differs (Q6_K: four accumulators).
-//! Q6_K's quants are taken unsigned: their offset of 32 multiplies the
-//! activations' per-16 sums (computed once per call), as Q2_K/Q3_K do.
+//! Q6_K: per half super-block its 8 groups of 16 reduced together into their exact sums, the
+//! quants taken unsigned and their offset of 32 added as the activations' per-16 sums times -32
+//! (integers, once per call: [`q6k_corr`]), converted once and FMA'd with the 8 `(d*sc) * d_x`.
+//! Both as in the scalar reference; only the f32 summation order differs.
 
 use std::arch::x86_64::*;
 
@@ -39,13 +39,15 @@ use crate::arch::drivers::RowDots;
 use crate::WeightFormat;
 
 /// One token's 16-bit activations in the orders of this path's K-quant kernels ([`even_odd`],
-/// and the per-16 sums of [`sums16`](super::kquant_low::sums16)), each made on first use and
+/// the per-16 sums of [`sums16`](super::kquant_low::sums16), Q6_K's offsets [`q6k_corr`]), each
+/// made on first use and
 /// shared by every work item and call that uses them (else each work item of a `matvec` reorders
 /// the whole vector again).
 #[derive(Default)]
 pub(crate) struct K16Prep {
     eo: std::sync::OnceLock<Vec<i16>>,
     s16: std::sync::OnceLock<Vec<f32>>,
+    c6: std::sync::OnceLock<Vec<i32>>,
 }
 
 impl K16Prep {
@@ -58,6 +60,11 @@ impl K16Prep {
     pub(super) fn sums16(&self, xq: &crate::quant::QActs16) -> &[f32] {
         self.s16
             .get_or_init(|| super::kquant_low::sums16(&xq.qs, &xq.d))
+    }
+
+    /// [`q6k_corr`] of `xq` (`xq` the activations this belongs to).
+    pub(super) fn q6k_corr(&self, xq: &crate::quant::QActs16) -> &[i32] {
+        self.c6.get_or_init(|| q6k_corr(&xq.qs))
     }
 }
 
@@ -119,33 +126,38 @@ pub(super) unsafe fn q4k_scales8(p: *const u8) -> (__m256, __m256) {
     (_mm256_mul_ps(f(sc), d), _mm256_mul_ps(f(mn), dmin))
 }
 
-/// `(d * sc[2j + h]) * d_x[j]` for the 16 sub-blocks of 16 of the Q6_K
-/// super-block at `p`, as two vectors (`j < 4`, `j >= 4`) of pairs
-/// `[2j, 2j + 1]`; `dxd` holds the 8 activation scales each twice. Also
-/// `d * sc[h]` in element order (`h < 8`, `h >= 8`), the factors of the
-/// quants' offset.
-///
-/// # Safety
-/// AVX2/FMA/F16C present; 210 bytes readable at `p`.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q6k_scales16(p: *const u8, dxd: [__m256; 2]) -> ([__m256; 2], [__m256; 2]) {
-    // SAFETY: 210 bytes readable per contract.
-    let [s0, s1] = unsafe { q6k_row_scales16(p) };
-    (
-        [_mm256_mul_ps(s0, dxd[0]), _mm256_mul_ps(s1, dxd[1])],
-        [s0, s1],
-    )
+/// Group `G` (of 16 columns) of a Q6_K super-block whose sum lane `L` of half `n`'s register
+/// holds in the Q6_K kernels of this path: `8 n + 2 (L % 4) + L / 4` (what [`sum_pairs`] and
+/// [`sum_quads`] make of a half's four block sums, whose lanes 0-3 are group `2 j`'s and 4-7 group
+/// `2 j + 1`'s); the repacked rows' kernel (`q6kx8.rs`) keeps this order.
+pub(crate) const fn q6k_group_of(n: usize, l: usize) -> usize {
+    8 * n + 2 * (l % 4) + l / 4
 }
 
-/// `d * sc[h]` for the 16 sub-blocks of the Q6_K super-block at `p` in element order (`h < 8`,
-/// `h >= 8`): [`q6k_scales16`]'s part that does not depend on the activations.
+/// Per super-block of `qs` (the 16-bit activation quants, element order), its 16 groups' `-32 *
+/// sum(q_x)` in the order of [`q6k_group_of`] (half 0's 8 lanes, then half 1's): the quants'
+/// offset of 32, added to the exact sums as integers.
+pub(crate) fn q6k_corr(qs: &[i16]) -> Vec<i32> {
+    let mut out = Vec::with_capacity(qs.len() / 16);
+    for sb in qs.chunks_exact(256) {
+        for n in 0..2 {
+            for l in 0..8 {
+                let g = &sb[16 * q6k_group_of(n, l)..][..16];
+                out.push(-32 * g.iter().map(|&v| i32::from(v)).sum::<i32>());
+            }
+        }
+    }
+    out
+}
+
+/// `d * sc[G]` of the Q6_K super-block at `p` for the groups of half `n` in the lanes of
+/// [`q6k_group_of`]: one register a half.
 ///
 /// # Safety
 /// AVX2/FMA/F16C present; 210 bytes readable at `p`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn q6k_row_scales16(p: *const u8) -> [__m256; 2] {
+pub(super) unsafe fn q6k_pair_scales(p: *const u8) -> [__m256; 2] {
     // SAFETY: bytes 192..210 readable per contract.
     let (sc, d) = unsafe {
         (
@@ -153,35 +165,45 @@ pub(super) unsafe fn q6k_row_scales16(p: *const u8) -> [__m256; 2] {
             std::ptr::read_unaligned(p.add(208) as *const u16),
         )
     };
-    let d = _mm256_broadcastss_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(d))));
-    let s0 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc)), d);
-    let s1 = _mm256_mul_ps(
-        _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128::<8>(sc))),
-        d,
+    let sc = _mm_shuffle_epi8(
+        sc,
+        _mm_setr_epi8(0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15),
     );
-    [s0, s1]
-}
-
-/// The 8 activation scales of a super-block, each twice: `[dx0, dx0, dx1,
-/// dx1, ..]` for `j < 4` and for `j >= 4`.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn dup_scales(dx: __m256) -> [__m256; 2] {
+    let d = _mm256_broadcastss_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(d))));
     [
-        _mm256_permutevar8x32_ps(dx, _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3)),
-        _mm256_permutevar8x32_ps(dx, _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7)),
+        _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc)), d),
+        _mm256_mul_ps(
+            _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128::<8>(sc))),
+            d,
+        ),
     ]
 }
 
-/// Scale vector of activation block `j % 4` from [`q6k_scales16`]'s pair
-/// vector: lanes 0..4 (sub-block `2j`) and 4..8 (`2j + 1`).
+/// The activation scales of the groups of each half of a super-block in the lanes of
+/// [`q6k_group_of`]: block `4 n + L % 4`'s (`d`: the super-block's 8).
+///
+/// # Safety
+/// AVX2 present; 8 f32 readable at `d`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn q6k_block_scale(v: __m256, j: i32) -> __m256 {
-    let j = _mm256_set1_epi32(2 * (j % 4));
-    _mm256_permutevar8x32_ps(
-        v,
-        _mm256_add_epi32(_mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1), j),
+pub(super) unsafe fn q6k_half_dx(d: *const f32) -> [__m256; 2] {
+    // SAFETY: 8 f32 readable per contract.
+    unsafe {
+        [
+            _mm256_broadcast_ps(&*(d as *const __m128)),
+            _mm256_broadcast_ps(&*(d.add(4) as *const __m128)),
+        ]
+    }
+}
+
+/// A half's exact group sums in the lanes of [`q6k_group_of`] from its four blocks' lane sums
+/// (lanes 0-3 of block `k` group `2 k`'s parts, 4-7 group `2 k + 1`'s), plus `corr`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn q6k_half_sums(b: [__m256i; 4], corr: __m256i) -> __m256i {
+    _mm256_add_epi32(
+        sum_quads(sum_pairs(b[0], b[1]), sum_pairs(b[2], b[3])),
+        corr,
     )
 }
 
@@ -390,12 +412,13 @@ fn spread_prefetch<const K: usize>(p: *const u8, n: usize) {
     }
 }
 
-/// Q6_K dot of `R` rows with even/odd-ordered 16-bit activations `x`
-/// (scales `d`; `s16`: [`sums16`](super::kquant_low::sums16) of the
-/// activations in element order). The quants are taken unsigned (0..=63);
-/// their offset of 32 multiplies the activation sums `s16`, 2 multiply-adds
-/// per row and super-block. Four accumulators per row, one per activation
-/// block of a half, keep the FMA chains short.
+/// Q6_K dot of `R` rows with even/odd-ordered 16-bit activations `x` (scales `d`; `c6`:
+/// [`q6k_corr`] of the activations). The quants are taken unsigned (0..=63); per half
+/// super-block the four blocks' lane sums are reduced together into its 8 groups' exact sums
+/// ([`q6k_half_sums`], the offset of 32 added there as `c6`), converted once and FMA'd with the 8
+/// `(d * sc) * d_x` into one accumulator a row: two conversions and two FMAs a super-block, where
+/// one a block of 32 took a conversion, a permutation and an FMA until 2026-12-07, when the rows'
+/// copies (`q6kx8.rs`) needed an order of whole groups.
 ///
 /// # Safety
 /// AVX2/FMA/F16C present.
@@ -407,34 +430,32 @@ unsafe fn q6k_i16_rows<const R: usize>(
     rows: [&[u8]; R],
     x: &[i16],
     d: &[f32],
-    s16: &[f32],
+    c6: &[i32],
 ) -> [f32; R] {
     let nsb = d.len() / 8;
     let bb = 210;
     assert!(
-        rows.iter().all(|r| r.len() >= nsb * bb) && x.len() >= nsb * 256 && s16.len() >= nsb * 16
+        rows.iter().all(|r| r.len() >= nsb * bb) && x.len() >= nsb * 256 && c6.len() >= nsb * 16
     );
-    let mut acc = [[_mm256_setzero_ps(); 4]; R];
-    let mut offs = [_mm256_setzero_ps(); R];
+    let mut acc = [_mm256_setzero_ps(); R];
     for sb in 0..nsb {
-        // SAFETY: sb < nsb: super-block sb of every row (210 bytes at
-        // sb*210), activations sb*256 .. sb*256 + 256, scales sb*8 ..
-        // sb*8 + 8 and sums sb*16 .. sb*16 + 16 are in bounds (asserted above).
+        // SAFETY: sb < nsb: super-block sb of every row (210 bytes at sb*210), activations sb*256
+        // .. sb*256 + 256, scales sb*8 .. sb*8 + 8 and corrections sb*16 .. sb*16 + 16 are in
+        // bounds (asserted above).
         unsafe {
             let xp = x.as_ptr().add(sb * 256);
-            let dxd = dup_scales(_mm256_loadu_ps(d.as_ptr().add(sb * 8)));
-            let sp = s16.as_ptr().add(sb * 16);
-            let (sx0, sx1) = (_mm256_loadu_ps(sp), _mm256_loadu_ps(sp.add(8)));
+            let dx = q6k_half_dx(d.as_ptr().add(sb * 8));
+            let cp = c6.as_ptr().add(sb * 16);
             let blk: [*const u8; R] = std::array::from_fn(|i| rows[i].as_ptr().add(sb * bb));
             let sc: [[__m256; 2]; R] = std::array::from_fn(|i| {
                 if R > 1 {
                     prefetch_block::<R>(blk[i], bb);
                 }
-                let (sc, [o0, o1]) = q6k_scales16(blk[i], dxd);
-                offs[i] = _mm256_fmadd_ps(o1, sx1, _mm256_fmadd_ps(o0, sx0, offs[i]));
-                sc
+                let [s0, s1] = q6k_pair_scales(blk[i]);
+                [_mm256_mul_ps(s0, dx[0]), _mm256_mul_ps(s1, dx[1])]
             });
             for n in 0..2 {
+                let corr = _mm256_loadu_si256(cp.add(8 * n) as *const __m256i);
                 let ql: [[__m256i; 3]; R] = std::array::from_fn(|i| {
                     let p = blk[i];
                     [
@@ -443,6 +464,7 @@ unsafe fn q6k_i16_rows<const R: usize>(
                         _mm256_loadu_si256(p.add(128 + 32 * n) as *const __m256i),
                     ]
                 });
+                let mut sums = [[_mm256_setzero_si256(); 4]; R];
                 macro_rules! block {
                     ($k:literal) => {{
                         let j = 4 * n + $k;
@@ -455,14 +477,12 @@ unsafe fn q6k_i16_rows<const R: usize>(
                         for i in 0..R {
                             let [l0, l1, h] = ql[i];
                             let (e, o) = q6k_even_odd::<$k>(l0, l1, h);
-                            // 0 <= q_w <= 63, |q_x| <= 32767: each lane below 2^23.
-                            let isum = _mm256_add_epi32(
+                            // 0 <= q_w <= 63, |q_x| <= 32767: each lane below 2^23, a group's
+                            // sum (16 products) below 2^25.
+                            sums[i][$k] = _mm256_add_epi32(
                                 _mm256_madd_epi16(e, xe),
                                 _mm256_madd_epi16(o, xo),
                             );
-                            let scale = q6k_block_scale(sc[i][n], j as i32);
-                            acc[i][$k] =
-                                _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), scale, acc[i][$k]);
                         }
                     }};
                 }
@@ -470,13 +490,14 @@ unsafe fn q6k_i16_rows<const R: usize>(
                 block!(1);
                 block!(2);
                 block!(3);
+                for i in 0..R {
+                    let g = _mm256_cvtepi32_ps(q6k_half_sums(sums[i], corr));
+                    acc[i] = _mm256_fmadd_ps(g, sc[i][n], acc[i]);
+                }
             }
         }
     }
-    std::array::from_fn(|i| {
-        let [a0, a1, a2, a3] = acc[i];
-        hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3))) - 32.0 * hsum(offs[i])
-    })
+    std::array::from_fn(|i| hsum(acc[i]))
 }
 
 /// The multi-row K-quant kernels with 16-bit activations as a [`RowDots`]
@@ -487,8 +508,8 @@ pub(super) struct K16Dots<'a> {
     pub(super) x: &'a [i16],
     pub(super) d: &'a [f32],
     pub(super) s: &'a [f32],
-    /// Q6_K: [`sums16`](super::kquant_low::sums16) of the activations; empty for the others.
-    pub(super) s16: &'a [f32],
+    /// Q6_K: [`q6k_corr`] of the activations; empty for the others.
+    pub(super) c6: &'a [i32],
 }
 
 impl RowDots for K16Dots<'_> {
@@ -500,7 +521,7 @@ impl RowDots for K16Dots<'_> {
             match self.format {
                 WeightFormat::Q4_K => q4k_i16_rows::<false, N>(rows, self.x, self.d, self.s),
                 WeightFormat::Q5_K => q4k_i16_rows::<true, N>(rows, self.x, self.d, self.s),
-                _ => q6k_i16_rows::<N>(rows, self.x, self.d, self.s16),
+                _ => q6k_i16_rows::<N>(rows, self.x, self.d, self.c6),
             }
         }
     }

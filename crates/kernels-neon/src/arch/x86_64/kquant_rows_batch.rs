@@ -10,20 +10,21 @@
 use std::arch::x86_64::*;
 
 use super::kquant_rows::{
-    acts64, dup_scales, prefetch_block, q4k_quants, q4k_scales8, q5k_quants, q6k_block_scale,
-    q6k_even_odd, q6k_row_scales16, sub_block_sums, sub_pair_sums, sum_pairs, sum_quads, K16Prep,
+    acts64, prefetch_block, q4k_quants, q4k_scales8, q5k_quants, q6k_even_odd, q6k_half_dx,
+    q6k_half_sums, q6k_pair_scales, sub_block_sums, sub_pair_sums, sum_pairs, sum_quads, K16Prep,
 };
 use super::simd::hsum;
 use crate::quant::QActs16;
 use crate::{QMatrix, WeightFormat};
 
 /// One token's activations in the order of the one-token kernels: the `even_odd` quants, the
-/// per-32 scales and sums, and for Q6_K the per-16 sums (`sums16`), from its [`K16Prep`].
+/// per-32 scales and sums, and for Q6_K the offsets of its groups (`q6k_corr`), from its
+/// [`K16Prep`].
 struct KActs<'a> {
     x: &'a [i16],
     d: &'a [f32],
     s: &'a [f32],
-    s16: &'a [f32],
+    c6: &'a [i32],
 }
 
 /// Q4_K (Q5_K where `FIVE`) dots of one row with `T` tokens: [`super::kquant_rows`]'
@@ -100,25 +101,21 @@ unsafe fn q6k_tokens<const T: usize>(row: &[u8], a: [&KActs<'_>; T]) -> [f32; T]
     assert!(
         row.len() >= nsb * bb
             && a.iter().all(|a| {
-                a.d.len() == nsb * 8 && a.x.len() >= nsb * 256 && a.s16.len() >= nsb * 16
+                a.d.len() == nsb * 8 && a.x.len() >= nsb * 256 && a.c6.len() >= nsb * 16
             })
     );
-    let mut acc = [[_mm256_setzero_ps(); 4]; T];
-    let mut offs = [_mm256_setzero_ps(); T];
+    let mut acc = [_mm256_setzero_ps(); T];
     for sb in 0..nsb {
         // SAFETY: sb < nsb: super-block sb of the row (210 bytes at sb*210), every token's
-        // activations sb*256 .. sb*256 + 256, scales sb*8 .. sb*8 + 8 and sums sb*16 .. sb*16 + 16
-        // (asserted above).
+        // activations sb*256 .. sb*256 + 256, scales sb*8 .. sb*8 + 8 and corrections sb*16 ..
+        // sb*16 + 16 (asserted above).
         unsafe {
             let blk = row.as_ptr().add(sb * bb);
             prefetch_block::<1>(blk, bb);
-            let [r0, r1] = q6k_row_scales16(blk);
+            let [r0, r1] = q6k_pair_scales(blk);
             let sc: [[__m256; 2]; T] = std::array::from_fn(|t| {
-                let dxd = dup_scales(_mm256_loadu_ps(a[t].d.as_ptr().add(sb * 8)));
-                let sp = a[t].s16.as_ptr().add(sb * 16);
-                let (sx0, sx1) = (_mm256_loadu_ps(sp), _mm256_loadu_ps(sp.add(8)));
-                offs[t] = _mm256_fmadd_ps(r1, sx1, _mm256_fmadd_ps(r0, sx0, offs[t]));
-                [_mm256_mul_ps(r0, dxd[0]), _mm256_mul_ps(r1, dxd[1])]
+                let dx = q6k_half_dx(a[t].d.as_ptr().add(sb * 8));
+                [_mm256_mul_ps(r0, dx[0]), _mm256_mul_ps(r1, dx[1])]
             });
             for n in 0..2 {
                 let (l0, l1, h) = (
@@ -126,6 +123,7 @@ unsafe fn q6k_tokens<const T: usize>(row: &[u8], a: [&KActs<'_>; T]) -> [f32; T]
                     _mm256_loadu_si256(blk.add(64 * n + 32) as *const __m256i),
                     _mm256_loadu_si256(blk.add(128 + 32 * n) as *const __m256i),
                 );
+                let mut sums = [[_mm256_setzero_si256(); 4]; T];
                 macro_rules! block {
                     ($k:literal) => {{
                         let j = 4 * n + $k;
@@ -134,13 +132,10 @@ unsafe fn q6k_tokens<const T: usize>(row: &[u8], a: [&KActs<'_>; T]) -> [f32; T]
                             let xp = a[t].x.as_ptr().add(sb * 256 + 32 * j);
                             let xe = _mm256_loadu_si256(xp as *const __m256i);
                             let xo = _mm256_loadu_si256(xp.add(16) as *const __m256i);
-                            let isum = _mm256_add_epi32(
+                            sums[t][$k] = _mm256_add_epi32(
                                 _mm256_madd_epi16(e, xe),
                                 _mm256_madd_epi16(o, xo),
                             );
-                            let scale = q6k_block_scale(sc[t][n], j as i32);
-                            acc[t][$k] =
-                                _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), scale, acc[t][$k]);
                         }
                     }};
                 }
@@ -148,13 +143,16 @@ unsafe fn q6k_tokens<const T: usize>(row: &[u8], a: [&KActs<'_>; T]) -> [f32; T]
                 block!(1);
                 block!(2);
                 block!(3);
+                for t in 0..T {
+                    let cp = a[t].c6.as_ptr().add(sb * 16 + 8 * n);
+                    let corr = _mm256_loadu_si256(cp as *const __m256i);
+                    let g = _mm256_cvtepi32_ps(q6k_half_sums(sums[t], corr));
+                    acc[t] = _mm256_fmadd_ps(g, sc[t][n], acc[t]);
+                }
             }
         }
     }
-    std::array::from_fn(|t| {
-        let [a0, a1, a2, a3] = acc[t];
-        hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3))) - 32.0 * hsum(offs[t])
-    })
+    std::array::from_fn(|t| hsum(acc[t]))
 }
 
 /// Whether [`batch`] takes matrices of `format`.
@@ -190,7 +188,7 @@ pub(super) unsafe fn batch(
             x: k.even_odd(q),
             d: &q.d,
             s: &q.s,
-            s16: if q6 { k.sums16(q) } else { &[] },
+            c6: if q6 { k.q6k_corr(q) } else { &[] },
         })
         .collect();
     for r in 0..ys.first().map_or(0, |y| y.len()) {

@@ -245,8 +245,8 @@ pub(crate) unsafe fn matvec_i16(
                 // dense decode 26.9 / 25.9 tok/s with 1 row, 22.9 / 22.1 with 2,
                 // 24.2 / 20.2 with 4 (two interleaved rounds).
                 let x = k16.even_odd(xq);
-                let s16 = if w.format() == WeightFormat::Q6_K {
-                    k16.sums16(xq)
+                let c6 = if w.format() == WeightFormat::Q6_K {
+                    k16.q6k_corr(xq)
                 } else {
                     &[]
                 };
@@ -255,7 +255,7 @@ pub(crate) unsafe fn matvec_i16(
                     x,
                     d: &xq.d,
                     s: &xq.s,
-                    s16,
+                    c6,
                 };
                 rows_dense_or_listed(&k, w, sel, y)
             }

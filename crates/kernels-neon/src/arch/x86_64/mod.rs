@@ -41,6 +41,7 @@ mod q40_pairs512;
 mod q40x8;
 mod q40x8_pair512;
 mod q4kx8;
+mod q6kx8;
 mod q80x8;
 mod quantize;
 mod simd;
@@ -66,7 +67,7 @@ pub(crate) use axpy_tiled::{axpy_rows_fixed, axpy_rows_fixed_dq, axpy_rows_tiled
 pub(crate) use dequant::dequant_row;
 pub(crate) use expf::{exp_sub, silu_mul};
 pub(crate) use hybrid::axpy_hybrid;
-pub(crate) use kquant_rows::K16Prep;
+pub(crate) use kquant_rows::{q6k_corr, K16Prep};
 pub(crate) use kv::{kv_accumulate, kv_scores};
 pub(crate) use matvec_exact::matvec_exact;
 pub(crate) use matvec_i16::matvec_i16;
@@ -79,6 +80,7 @@ pub(crate) use q40x8::{
 };
 pub(crate) use q40x8_pair512::q40x8_pair_tokens;
 pub(crate) use q4kx8::{q4kx8_group, q4kx8_group_vnni};
+pub(crate) use q6kx8::q6kx8_group;
 pub(crate) use q80x8::q80x8_group;
 pub(crate) use quantize::{quantize, quantize16, quantize_super};
 pub(crate) use tile::tile;
