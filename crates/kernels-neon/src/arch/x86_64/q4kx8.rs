@@ -33,6 +33,20 @@ const AHEAD: usize = 2048;
 /// Offset of the packed scales in a group super-block.
 const SCALES: usize = 32;
 
+/// `hsum`'s tree (`simd.rs`) over 8 registers whose lanes are rows, register `j` a one-row
+/// kernel's lane `j`: `(v0 + v4) + (v2 + v6)`, `(v1 + v5) + (v3 + v7)`, then their sum.
+///
+/// # Safety
+/// AVX2 present. Always inlined into AVX2 functions.
+#[inline(always)]
+pub(super) unsafe fn hsum_tree(v: &[__m256; 8]) -> __m256 {
+    // SAFETY: AVX2 present per contract.
+    unsafe {
+        let t: [__m256; 4] = std::array::from_fn(|j| _mm256_add_ps(v[j], v[j + 4]));
+        _mm256_add_ps(_mm256_add_ps(t[0], t[2]), _mm256_add_ps(t[1], t[3]))
+    }
+}
+
 /// The dots of the 8 rows of one Q4_K group (Q5_K where `FIVE`; `group`: its super-blocks) with
 /// `xq`.
 ///
@@ -139,14 +153,9 @@ unsafe fn group_body<const FIVE: bool, const V: bool>(group: &[u8], xq: &QActs16
             }
         }
     }
-    // `hsum`'s tree over the lanes j: (0 + 4) + (2 + 6), (1 + 5) + (3 + 7), then their sum.
     // SAFETY: the features per contract; 8 f32 written to an 8-element array.
     unsafe {
-        let tree = |v: &[__m256; 8]| {
-            let t: [__m256; 4] = std::array::from_fn(|j| _mm256_add_ps(v[j], v[j + 4]));
-            _mm256_add_ps(_mm256_add_ps(t[0], t[2]), _mm256_add_ps(t[1], t[3]))
-        };
-        let y = _mm256_sub_ps(tree(&acc), tree(&mins));
+        let y = _mm256_sub_ps(hsum_tree(&acc), hsum_tree(&mins));
         let mut out = [0f32; 8];
         _mm256_storeu_ps(out.as_mut_ptr(), y);
         out

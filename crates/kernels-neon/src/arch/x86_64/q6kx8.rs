@@ -22,6 +22,7 @@
 use std::arch::x86_64::*;
 
 use super::kquant_rows::q6k_group_of;
+use super::q4kx8::hsum_tree;
 use crate::q40x8::q6k::{GROUP_SB, SUB, SUBS};
 use crate::quant::QActs16;
 
@@ -156,11 +157,10 @@ pub(crate) unsafe fn q6kx8_group(group: &[u8], xq: &QActs16, c6: &[i32]) -> [f32
             sub!(7);
         }
     }
-    // `hsum`'s tree over the lanes L: (0 + 4) + (2 + 6), (1 + 5) + (3 + 7), then their sum.
+    // `hsum`'s tree over the lanes L.
     // SAFETY: the features per contract; 8 f32 written to an 8-element array.
     unsafe {
-        let t: [__m256; 4] = std::array::from_fn(|l| _mm256_add_ps(acc[l], acc[l + 4]));
-        let y = _mm256_add_ps(_mm256_add_ps(t[0], t[2]), _mm256_add_ps(t[1], t[3]));
+        let y = hsum_tree(&acc);
         let mut out = [0f32; 8];
         _mm256_storeu_ps(out.as_mut_ptr(), y);
         out
