@@ -14,8 +14,8 @@
 //! depend on arrival order or cache contents, and equals the in-memory path's.
 //!
 //! Hot experts (the most selected of the bundle's routing profile) are read at start-up, up to a
-//! share of each layer's part of the cache (equal parts, or the plan's per-layer shares), pinned or
-//! (the default) as ordinary entries scored by the profile. By default the cache evicts by
+//! share of each layer's part of the cache (equal parts in whole reads, or the plan's per-layer
+//! shares), pinned or (the default) as ordinary entries scored by the profile. By default the cache evicts by
 //! prediction (`Eviction::Predicted`, scores from the routers' logits: `expert_scores.rs`) and a
 //! read expert that would evict a higher-scored one is used once and not kept.
 //!
@@ -90,16 +90,18 @@ macro_rules! experts_only_executor {
 }
 
 mod draft;
+mod shares;
 
 pub use draft::ExpertResidentOnly;
 
 /// Settings of an [`ExpertOffload`].
 #[derive(Debug, Clone)]
 pub struct ExpertOffloadOptions {
-    /// Bytes of expert cache (split equally between the MoE layers, unless `shares` says).
+    /// Bytes of expert cache (split equally between the MoE layers in whole reads, unless
+    /// `shares` says).
     pub cache_bytes: usize,
     /// Each layer's share of `cache_bytes` (a plan's per-layer expert caches; `None`: equal
-    /// shares). They must sum to at most `cache_bytes` and hold one entry per layer of the store.
+    /// shares in whole reads, `experts/shares.rs`). They must sum to at most `cache_bytes` and hold one entry per layer of the store.
     pub shares: Option<Vec<usize>>,
     /// Share of each layer's part of the cache given to pinned hot experts (by the routing profile).
     pub hot_share: f64,
@@ -255,8 +257,20 @@ impl ExpertOffload {
             });
         }
         let mut cache = ExpertCache::new(&shape, opts.cache_bytes).with_eviction(opts.eviction);
-        if let Some(shares) = &opts.shares {
-            cache.set_shares(shares)?;
+        match &opts.shares {
+            Some(shares) => cache.set_shares(shares)?,
+            None => {
+                let unit: Vec<usize> = (0..shape.len())
+                    .map(|l| {
+                        if shape[l] > 0 {
+                            store.mean_bytes(l).max(1)
+                        } else {
+                            0
+                        }
+                    })
+                    .collect();
+                cache.set_shares(&shares::whole_read_shares(&unit, opts.cache_bytes))?;
+            }
         }
         let mut state = State {
             cache,
