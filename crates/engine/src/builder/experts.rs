@@ -1,6 +1,6 @@
 //! A resident file of a Mixture-of-Experts model: its MoE layers run with their experts from the
 //! bundle's expert store ([`offload::ExpertOffload`]), cached under the budget: in equal shares per
-//! layer, or in the shares a plan gave each layer (`Planned::expert_cache`).
+//! layer (in whole reads), or in the shares a plan gave each layer (`Planned::expert_cache`).
 
 use super::{mib, EngineBuilder};
 use crate::error::{EngineError, Result};

@@ -60,7 +60,8 @@ pub struct Planned {
     pub dense_layers: Vec<bool>,
     /// Per further batch size, whether a sparse plan runs it dense (empty: none).
     pub dense_batches: Vec<(usize, bool)>,
-    /// Each MoE layer's expert cache, bytes, as a plan sized it (empty: none; equal shares).
+    /// Each MoE layer's expert cache, bytes, as a plan sized it (empty: none; equal shares in whole
+    /// reads).
     pub expert_cache: Vec<u64>,
 }
 
