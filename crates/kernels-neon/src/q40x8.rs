@@ -7,19 +7,18 @@
 //! then (Q5_0, Q5_1) their fifth bits in the kernel's order (layout in `arch/x86_64/q40x8.rs`,
 //! which `arch/aarch64/q40x8.rs` reads too; Q4_K's and Q5_K's group super-blocks in
 //! `q40x8/q4k.rs`, which `arch/x86_64/q4kx8.rs` and `arch/aarch64/q4kx8.rs` read; Q6_K's in
-//! `q40x8/q6k.rs`, which `arch/x86_64/q6kx8.rs` and `arch/aarch64/q6kx8.rs` read; Q8_0's quads of rows in `arch/aarch64/q80x8.rs`,
-//! which `arch/x86_64/q80x8.rs` reads too). The same bytes as the file's: a copy made once, whose
-//! [`Q40x8::bytes`] the caller counts against its memory budget.
+//! `q40x8/q6k.rs`, which `arch/x86_64/q6kx8.rs` and `arch/aarch64/q6kx8.rs` read; Q8_0's quads of
+//! rows in `arch/aarch64/q80x8.rs`, which `arch/x86_64/q80x8.rs` reads too). The same bytes as the
+//! file's: a copy made once, whose [`Q40x8::bytes`] the caller counts against its memory budget.
 //!
 //! [`Q40x8::matvec_with`] gives, bit for bit, what [`crate::matvec_with`] gives for the original
 //! matrix in [`crate::Precision::Fast`] on the paths [`Q40x8::exact_on`] names (the order of the
 //! original's one-row kernel: `q40_pairs`, Q4_K's and Q5_K's `q4k_i16_rows` or Q6_K's
-//! `q6k_i16_rows` on [`KernelPath::Avx2Fma`], and for Q4_0 and IQ4_NL [`KernelPath::Avx512`] too; Q8_0's
-//! `dot_i16_rows` on both x86 paths; the split rows of `arch/aarch64/matvec_split.rs` for Q8_0 and
-//! the nibble formats, of `arch/aarch64/kquant_split.rs` for Q4_K, Q5_K and Q6_K, on
-//! [`KernelPath::NeonDotprod`] and [`KernelPath::NeonI8mm`]);
-//! other paths take a scalar loop over the same layout (the scalar reference's per-block products,
-//! its tolerance).
+//! `q6k_i16_rows` on [`KernelPath::Avx2Fma`], and for Q4_0 and IQ4_NL [`KernelPath::Avx512`] too;
+//! Q8_0's `dot_i16_rows` on both x86 paths; the split rows of `arch/aarch64/matvec_split.rs` for
+//! Q8_0 and the nibble formats, of `arch/aarch64/kquant_split.rs` for Q4_K, Q5_K and Q6_K, on
+//! [`KernelPath::NeonDotprod`] and [`KernelPath::NeonI8mm`]); other paths take a scalar loop over
+//! the same layout (the scalar reference's per-block products, its tolerance).
 
 use rayon::prelude::*;
 
@@ -296,9 +295,9 @@ impl Q40x8 {
     /// Q8_0 on [`KernelPath::Avx2Fma`] and [`KernelPath::Avx512`];
     /// Q5_0, Q4_1, Q5_1, Q4_K, Q5_K and Q6_K on the first (the second's kernels of these are
     /// `q40_512`'s, `matvec_i16`'s and `kquant512`'s, of other orders); all of them also on
-    /// [`KernelPath::NeonDotprod`] and [`KernelPath::NeonI8mm`] (the split rows' order). Elsewhere a
-    /// copy's results are within the `Fast` tolerance only, so a forward pass that must agree with
-    /// the batched kernels (speculation's verification) takes copies where this holds.
+    /// [`KernelPath::NeonDotprod`] and [`KernelPath::NeonI8mm`] (the split rows' order).
+    /// Elsewhere a copy's results are within the `Fast` tolerance only, so a forward pass that must
+    /// agree with the batched kernels (speculation's verification) takes copies where this holds.
     pub fn exact_on(path: KernelPath, format: WeightFormat) -> bool {
         match format {
             WeightFormat::Q8_0 | WeightFormat::Q4_0 | WeightFormat::IQ4_NL => matches!(

@@ -15,9 +15,10 @@
 //!
 //! Hot experts (the most selected of the bundle's routing profile) are read at start-up, up to a
 //! share of each layer's part of the cache (equal parts in whole reads, or the plan's per-layer
-//! shares), pinned or (the default) as ordinary entries scored by the profile. By default the cache evicts by
-//! prediction (`Eviction::Predicted`, scores from the routers' logits: `expert_scores.rs`) and a
-//! read expert that would evict a higher-scored one is used once and not kept.
+//! shares), pinned or (the default) as ordinary entries scored by the profile. By default the
+//! cache evicts by prediction (`Eviction::Predicted`, scores from the routers' logits:
+//! `expert_scores.rs`) and a read expert that would evict a higher-scored one is used once and not
+//! kept.
 //!
 //! The experts of a ReLU model converted neuron-major come from a neuron store instead, one
 //! pseudo-layer per expert, of which each read and each cache entry is the expert's hot prefix and
@@ -101,7 +102,8 @@ pub struct ExpertOffloadOptions {
     /// `shares` says).
     pub cache_bytes: usize,
     /// Each layer's share of `cache_bytes` (a plan's per-layer expert caches; `None`: equal
-    /// shares in whole reads, `experts/shares.rs`). They must sum to at most `cache_bytes` and hold one entry per layer of the store.
+    /// shares in whole reads, `experts/shares.rs`). They must sum to at most `cache_bytes` and hold
+    /// one entry per layer of the store.
     pub shares: Option<Vec<usize>>,
     /// Share of each layer's part of the cache given to pinned hot experts (by the routing profile).
     pub hot_share: f64,

@@ -3,8 +3,8 @@
 //! repacked eight rows at a time ([`Q40x8`]), made once at load for decode (`Precision::Fast`)
 //! where they give its results bit for bit ([`Q40x8::exact_on`]: the nibble formats, Q4_K, Q5_K
 //! and Q6_K on the AVX2 path, Q4_0, IQ4_NL and Q8_0 on both x86 paths; Q8_0, the nibble formats,
-//! Q4_K, Q5_K and Q6_K on the aarch64 paths with `dotprod`). The forward pass takes a copy where one
-//! exists for a step of one token in `Fast`, for a decode step of several tokens where the copy
+//! Q4_K, Q5_K and Q6_K on the aarch64 paths with `dotprod`). The forward pass takes a copy where
+//! one exists for a step of one token in `Fast`, for a decode step of several tokens where the copy
 //! serves it ([`Q40x8::serves_steps`]), and for a prompt where the copy's batch beats the
 //! original's prompt tile ([`Q40x8::takes_prompt`]: below 32 tokens, whose products are decode's,
 //! and up to 64 Q4_0 on AVX-512, Q4_0 and Q4_1 on AVX2): `step_reads`; an MoE layer's experts'

@@ -40,9 +40,8 @@ use crate::WeightFormat;
 
 /// One token's 16-bit activations in the orders of this path's K-quant kernels ([`even_odd`],
 /// the per-16 sums of [`sums16`](super::kquant_low::sums16), Q6_K's offsets [`q6k_corr`]), each
-/// made on first use and
-/// shared by every work item and call that uses them (else each work item of a `matvec` reorders
-/// the whole vector again).
+/// made on first use and shared by every work item and call that uses them (else each work item of
+/// a `matvec` reorders the whole vector again).
 #[derive(Default)]
 pub(crate) struct K16Prep {
     eo: std::sync::OnceLock<Vec<i16>>,
@@ -150,8 +149,8 @@ pub(crate) fn q6k_corr(qs: &[i16]) -> Vec<i32> {
     out
 }
 
-/// `d * sc[G]` of the Q6_K super-block at `p` for the groups of half `n` in the lanes of
-/// [`q6k_group_of`]: one register a half.
+/// `d * sc[G]` of the Q6_K super-block at `p`, one register a half `n`, its groups in the lanes of
+/// [`q6k_group_of`].
 ///
 /// # Safety
 /// AVX2/FMA/F16C present; 210 bytes readable at `p`.
@@ -187,17 +186,17 @@ pub(super) unsafe fn q6k_pair_scales(p: *const u8) -> [__m256; 2] {
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn q6k_half_dx(d: *const f32) -> [__m256; 2] {
-    // SAFETY: 8 f32 readable per contract.
+    // SAFETY: 8 f32 readable per contract (unaligned loads, then broadcast from registers).
     unsafe {
         [
-            _mm256_broadcast_ps(&*(d as *const __m128)),
-            _mm256_broadcast_ps(&*(d.add(4) as *const __m128)),
+            _mm256_broadcast_ps(&_mm_loadu_ps(d)),
+            _mm256_broadcast_ps(&_mm_loadu_ps(d.add(4))),
         ]
     }
 }
 
 /// A half's exact group sums in the lanes of [`q6k_group_of`] from its four blocks' lane sums
-/// (lanes 0-3 of block `k` group `2 k`'s parts, 4-7 group `2 k + 1`'s), plus `corr`.
+/// (block `j`'s lanes 0-3 parts of group `2 j`, 4-7 of group `2 j + 1`), plus `corr`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) fn q6k_half_sums(b: [__m256i; 4], corr: __m256i) -> __m256i {
