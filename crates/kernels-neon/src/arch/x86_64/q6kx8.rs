@@ -26,7 +26,10 @@ use super::q4kx8::hsum_tree;
 use crate::q40x8::q6k::{GROUP_SB, SUB, SUBS};
 use crate::quant::QActs16;
 
-/// How far ahead the kernel prefetches, bytes (as `q4kx8.rs`'s distance).
+/// How far ahead the kernel prefetches, bytes. Measured 2026-12-07 on the SYNTHETIC 16-layer d 1024
+/// Q6_K file (`SPARROW_KERNELS=avx2 sparrow bench -t 1 -p 0 -n 32 -r 2`, alternated rounds, Intel
+/// Xeon): 4096 bytes 56.9-63.2 tok/s (mean 60.3 over six rounds), 2048 (`q4kx8.rs`'s) 56.2-62.1
+/// (58.8), 1024 58.3-58.6, 6144 54.4-55.8.
 const AHEAD: usize = 4096;
 
 /// Where group `G`'s offset term lies among a super-block's 16 of `q6k_corr` (half `G / 8`'s lane
