@@ -262,14 +262,10 @@ impl ExpertOffload {
         match &opts.shares {
             Some(shares) => cache.set_shares(shares)?,
             None => {
-                let unit: Vec<usize> = (0..shape.len())
-                    .map(|l| {
-                        if shape[l] > 0 {
-                            store.mean_bytes(l).max(1)
-                        } else {
-                            0
-                        }
-                    })
+                let unit: Vec<usize> = shape
+                    .iter()
+                    .enumerate()
+                    .map(|(l, &n)| if n > 0 { store.mean_bytes(l).max(1) } else { 0 })
                     .collect();
                 cache.set_shares(&shares::whole_read_shares(&unit, opts.cache_bytes))?;
             }

@@ -315,8 +315,8 @@ pub(crate) struct Prep16 {
     /// The activations in the order of [`KernelPath::Avx512`]'s Q4_0 and Q5_0 kernel.
     #[cfg(target_arch = "x86_64")]
     q40: std::sync::OnceLock<x86_64::Q40Wide>,
-    /// The AVX2 K-quant kernels' activation order (`even_odd`), and the per-16 sums the Q2_K,
-    /// Q3_K and Q6_K ones take (`sums16`).
+    /// The AVX2 K-quant kernels' activation order (`even_odd`), the per-16 sums the Q2_K and Q3_K
+    /// ones take (`sums16`) and Q6_K's offsets (`q6k_corr`).
     #[cfg(target_arch = "x86_64")]
     k16: x86_64::K16Prep,
 }
