@@ -157,7 +157,8 @@
 //! tokens, as llama.cpp's prompts do; on AVX-512 Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/IQ4_NL/IQ4_XS ones
 //! from that many tokens take the 8-bit tile in `Int8`, and in `Fast` for Q5_0 and Q8_0
 //! ([`fast_prompts_int8`]: the formats whose 8-bit prompts kept a real model's
-//! perplexity), the 16-bit tile in `Fast` for the others). Elsewhere it takes the f32 tile, but in `Int8`
+//! perplexity), the 16-bit tile in `Fast` for the others; on AVX2 Q4_0 and Q4_1 `Fast` ones take
+//! the 8-bit tile with activations of one scale per 16 ([`fast_prompts_halves`])). Elsewhere it takes the f32 tile, but in `Int8`
 //! on the [`KernelPath::Avx512`] path with BF16, where the tile and the
 //! activations are rounded to bf16 (8 significant bits, the class of `Int8`'s
 //! 8-bit activations) and multiplied by `vdpbf16ps` at twice the f32 tile's
@@ -303,7 +304,9 @@ pub use matmul::matmul;
 #[doc(hidden)]
 pub use matmul::matmul_with;
 #[doc(hidden)]
-pub use matmul::{fast_prompts_int8, short_prompt_tokens, INT_TILE_MIN_TOKENS};
+pub use matmul::{
+    fast_prompts_halves, fast_prompts_int8, short_prompt_tokens, INT_TILE_MIN_TOKENS,
+};
 #[doc(hidden)]
 pub use matmul_t::matmul_t_with;
 pub use matmul_t::{matmul_t, matmul_t_scratch_bytes};
@@ -744,14 +747,7 @@ impl Acts {
 /// `x.len()` must be a multiple of 32.
 #[doc(hidden)]
 pub fn quantize_acts_i16_with(path: KernelPath, x: &[f32]) -> Result<QActs16, KernelError> {
-    check_path(path)?;
-    if x.len() % 32 != 0 {
-        return Err(KernelError::LengthMismatch {
-            what: "quantize_acts_i16 x (multiple of 32)",
-            expected: x.len().next_multiple_of(32),
-            actual: x.len(),
-        });
-    }
+    check_blocks(path, "quantize_acts_i16 x (multiple of 32)", x)?;
     Ok(QActs16::quantize(path, x))
 }
 
@@ -763,15 +759,33 @@ pub fn quantize_acts_i8_super_with(
     path: KernelPath,
     x: &[f32],
 ) -> Result<QBlocks<i8>, KernelError> {
+    check_blocks(path, "quantize_acts_i8_super x (multiple of 32)", x)?;
+    Ok(QActs::quantize_super(path, x))
+}
+
+/// Quantizes `x` to the 8-bit activations with one scale per 16 elements that `Fast` prompts of
+/// [`fast_prompts_halves`]' formats take, on an explicit path (for tests: every path must produce
+/// identical quants). `x.len()` must be a multiple of 32.
+#[doc(hidden)]
+pub fn quantize_acts_i8_halves_with(
+    path: KernelPath,
+    x: &[f32],
+) -> Result<QBlocks<i8>, KernelError> {
+    check_blocks(path, "quantize_acts_i8_halves x (multiple of 32)", x)?;
+    Ok(QActs::quantize_halves(path, x))
+}
+
+/// `path` available and `x` whole blocks of 32 (`what` names it in the error).
+fn check_blocks(path: KernelPath, what: &'static str, x: &[f32]) -> Result<(), KernelError> {
     check_path(path)?;
     if x.len() % 32 != 0 {
         return Err(KernelError::LengthMismatch {
-            what: "quantize_acts_i8_super x (multiple of 32)",
+            what,
             expected: x.len().next_multiple_of(32),
             actual: x.len(),
         });
     }
-    Ok(QActs::quantize_super(path, x))
+    Ok(())
 }
 
 /// Quantizes `x` to the 8-bit activations [`Precision::Ggml`] gives weights of `format` (ggml's
@@ -783,13 +797,6 @@ pub fn quantize_acts_ggml_with(
     format: WeightFormat,
     x: &[f32],
 ) -> Result<QBlocks<i8>, KernelError> {
-    check_path(path)?;
-    if x.len() % 32 != 0 {
-        return Err(KernelError::LengthMismatch {
-            what: "quantize_acts_ggml x (multiple of 32)",
-            expected: x.len().next_multiple_of(32),
-            actual: x.len(),
-        });
-    }
+    check_blocks(path, "quantize_acts_ggml x (multiple of 32)", x)?;
     Ok(QActs::quantize_ggml(path, format, x))
 }

@@ -5,7 +5,7 @@
 use rayon::prelude::*;
 
 use crate::out_rows::OutPtr;
-use crate::quant::QActs16;
+use crate::quant::{QActs, QActs16};
 use crate::{
     active_path, arch, check_path, check_tokens, matmul_chunk, matvec_batch_with, matvec_with,
     KernelError, KernelPath, Precision, QMatrix, WeightFormat,
@@ -100,7 +100,8 @@ pub(crate) fn takes_tile_i16(path: KernelPath, format: WeightFormat, n: usize) -
 /// 512 tokens of WikiText-2 test; docs/BENCHMARKS.md): Q4_K, Q5_K, Q6_K, Q5_0 and Q8_0
 /// (Qwen2.5-Coder-0.5B Q4_K_M: 39.3949 against the reference's 39.3745 and 39.3726 with 16 bits;
 /// SmolLM2-135M's Q8_0 embedding, its output projection: 29.6336 against 29.6018 and 29.6020).
-/// Not Q4_1: SmolLM2-135M's Q4_1 tensors took it to 29.6974, so Q4_1 and Q5_1 keep 16 bits; nor
+/// Not Q4_1: SmolLM2-135M's Q4_1 tensors took it to 29.6974, so Q4_1 and Q5_1 keep 16 bits (on AVX2
+/// Q4_0 and Q4_1 take 8 bits with a scale per 16 instead: [`fast_prompts_halves`]); nor
 /// Q4_0: SmolLM2-135M re-quantized to it (`--requant q4_0`) measured 34.5047 with 8-bit prompts
 /// against 34.4358 with 16 bits and exact mode's 34.3975 (2026-12-04); nor IQ4_NL and IQ4_XS
 /// (AVX-512's 8-bit tile takes them in `Int8`): SmolLM2-135M and Qwen2.5-Coder-0.5B re-quantized
@@ -121,6 +122,47 @@ pub(crate) fn takes_tile_i16(path: KernelPath, format: WeightFormat, n: usize) -
 pub fn fast_prompts_int8(format: WeightFormat) -> bool {
     use WeightFormat::*;
     matches!(format, Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | Q5_0 | Q8_0)
+}
+
+/// Whether [`Precision::Fast`] prompts of `format` on `path` from [`INT_TILE_MIN_TOKENS`] tokens
+/// take 8-bit activations of one scale per 16 (`QActs::quantize_halves`) on the 8-bit tile, where
+/// [`fast_prompts_int8`] keeps 16 bits: Q4_0 and Q4_1 on AVX2 (`tile_i8`, about as many
+/// instructions a block as with one scale per 32). Within that function's rule where one scale per
+/// 32 was not (`sparrow perplexity --file wikitext-2/test.txt -t 2`, the AVX2 path, 2026-12-07):
+/// SmolLM2-135M re-quantized to Q4_0 (`--requant q4_0`, 96 windows of 512) 30.5460 against 16
+/// bits' 30.5113 (+0.035; one scale per 32: +0.060 with `--int8`, and +0.070 on AVX-512),
+/// Qwen2.5-Coder-0.5B so re-quantized (32 windows) 36.5276 against 36.4994 (+0.028),
+/// SmolLM2-135M's own Q4_1 (96 windows) 26.2101 against 26.1860 (+0.024). SYNTHETIC
+/// 16x1024x2816 pp128, one thread: Q4_0 269-271 -> 337-346 tok/s; SmolLM2-135M Q4_1 403-417 ->
+/// 479-480 (docs/benchmarks/dense-vs-llama.md).
+#[doc(hidden)]
+pub fn fast_prompts_halves(path: KernelPath, format: WeightFormat) -> bool {
+    path == KernelPath::Avx2Fma && matches!(format, WeightFormat::Q4_0 | WeightFormat::Q4_1)
+}
+
+/// Which 8-bit activations a product of `n` tokens with weights of `format` in `precision` takes
+/// to `path`'s 8-bit tile (`arch::tile_int8`), if it takes that tile: `Some(true)` for those of a
+/// scale per 16 ([`fast_prompts_halves`]), `Some(false)` for `arch::tile_int8_acts`'. `Int8`
+/// prompts take it where the path has it (the 32-block formats from [`INT_TILE_MIN_TOKENS`]
+/// tokens, as their 16-bit tile), `Fast` ones from that many tokens where [`fast_prompts_int8`]
+/// or [`fast_prompts_halves`] (as llama.cpp's prompts always do): a prompt is bound by compute,
+/// where 8 bits give twice the products per instruction of 16; decode, bound by memory, keeps 16
+/// bits. [`matmul_with`] and an MoE prompt's expert groups (`product.rs`) choose by it.
+pub(crate) fn int8_prompt(
+    path: KernelPath,
+    format: WeightFormat,
+    n: usize,
+    precision: Precision,
+) -> Option<bool> {
+    let blocks = arch::tile_int8_blocks(path, format);
+    let long = n >= INT_TILE_MIN_TOKENS;
+    let (takes, halves) = match precision {
+        Precision::Int8 => (!blocks || long, false),
+        Precision::Fast if long && fast_prompts_halves(path, format) => (true, true),
+        Precision::Fast => (long && fast_prompts_int8(format), false),
+        Precision::Exact | Precision::Ggml => (false, false),
+    };
+    (takes && arch::has_tile_int8(path, format)).then_some(halves)
 }
 
 /// [`matmul`] on an explicit path (for tests and benchmarks).
@@ -163,19 +205,13 @@ pub fn matmul_with(
         // (`fmlal`: a token costs half the tile's conversions of the whole matrix).
         return matvec_batch_with(path, w, x, n, y, precision);
     }
-    // `Fast` prompts from `INT_TILE_MIN_TOKENS` tokens take the 8-bit tile too where
-    // `fast_prompts_int8` (as llama.cpp's prompts always do): a prompt is bound by compute, where
-    // 8 bits give twice the products per instruction of 16; decode, bound by memory, keeps 16 bits.
-    // The 32-block formats' 8-bit tile repacks its rows as the 16-bit one does, so it starts at
-    // that many tokens in `Int8` too.
-    let blocks = arch::tile_int8_blocks(path, w.format());
-    let int8_tile = match precision {
-        Precision::Int8 => !blocks || n >= INT_TILE_MIN_TOKENS,
-        Precision::Fast => n >= INT_TILE_MIN_TOKENS && fast_prompts_int8(w.format()),
-        Precision::Exact | Precision::Ggml => false,
-    };
-    if int8_tile && arch::has_tile_int8(path, w.format()) {
-        let quantize = |x: &[f32]| arch::tile_int8_acts(path, w.format(), x);
+    // The 8-bit tile where `int8_prompt`; the 32-block formats' repacks its rows as the 16-bit one
+    // does, so it starts at `INT_TILE_MIN_TOKENS` tokens in `Int8` too.
+    if let Some(halves) = int8_prompt(path, w.format(), n, precision) {
+        let quantize = |x: &[f32]| match halves {
+            true => QActs::quantize_halves(path, x),
+            false => arch::tile_int8_acts(path, w.format(), x),
+        };
         let prepare = |acts| arch::TileActs8::new(path, w.format(), acts);
         let tile = |w: &QMatrix, r0, nr, acts: &arch::TileActs8, out: &mut [f32]| {
             arch::tile_int8(path, w, r0, nr, acts, out)

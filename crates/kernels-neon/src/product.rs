@@ -5,11 +5,11 @@
 //! it, bit for bit, when it is cut as they cut it ([`Product::chunk`]).
 
 use crate::arch;
-use crate::matmul::{takes_tile_i16, INT_ITEM_BYTES};
-use crate::quant::QActs16;
+use crate::matmul::{int8_prompt, takes_tile_i16, INT_ITEM_BYTES};
+use crate::quant::{QActs, QActs16};
 use crate::{
-    fast_prompts_int8, matmul_chunk, matvec_chunk, Acts, KernelPath, Precision, QMatrix,
-    WeightFormat, INT_TILE_MIN_TOKENS,
+    matmul_chunk, matvec_chunk, Acts, KernelPath, Precision, QMatrix, WeightFormat,
+    INT_TILE_MIN_TOKENS,
 };
 
 /// A product's activations, in the form its kernel takes.
@@ -47,14 +47,11 @@ impl Product {
             );
         }
         // `matmul_with`'s choice of tile, in its order.
-        let blocks = arch::tile_int8_blocks(path, format);
-        let int8_tile = match precision {
-            Precision::Int8 => !blocks || m >= INT_TILE_MIN_TOKENS,
-            Precision::Fast => m >= INT_TILE_MIN_TOKENS && fast_prompts_int8(format),
-            Precision::Exact | Precision::Ggml => false,
-        };
-        if int8_tile && arch::has_tile_int8(path, format) {
-            let quantize = |xt: &[f32]| arch::tile_int8_acts(path, format, xt);
+        if let Some(halves) = int8_prompt(path, format, m, precision) {
+            let quantize = |xt: &[f32]| match halves {
+                true => QActs::quantize_halves(path, xt),
+                false => arch::tile_int8_acts(path, format, xt),
+            };
             return Product::Int8(arch::TileActs8::new(
                 path,
                 format,

@@ -55,9 +55,10 @@ impl Quant for i16 {
 #[doc(hidden)]
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct QBlocks<Q> {
-    /// Per-block scale `amax / MAX`.
+    /// Per-block scale `amax / MAX` (empty where the scales are [`d16`](Self::d16)'s).
     pub d: Vec<f32>,
-    /// Per-block `d * sum(qs)`.
+    /// Per-block `d * sum(qs)`: the block's quants dequantized and summed (with halves of their
+    /// own scales, `d16[2b] * sum(first 16) + d16[2b + 1] * sum(last 16)`).
     pub s: Vec<f32>,
     /// Quants, 32 per block.
     pub qs: Vec<Q>,
@@ -67,6 +68,9 @@ pub struct QBlocks<Q> {
     /// The sum of each 16 quants, where a kernel asked for them once per token
     /// ([`QActs::with_sums16`]: Q6_K's offset of 32 in the AVX-512 8-bit prompt tile); else empty.
     pub sum16: Vec<i32>,
+    /// The scale of each 16 values, where quantized with one per 16 ([`QActs::quantize_halves`]:
+    /// `d` is then empty); else empty.
+    pub d16: Vec<f32>,
 }
 
 /// 8-bit activations (`Precision::Int8`).
@@ -144,6 +148,48 @@ impl QActs {
         }
     }
 
+    /// Quantizes `x` (a multiple of 32 long; a trailing partial block is ignored) with one scale
+    /// per 16 values, in [`QBlocks::d16`] (`d` left empty): per half block `d16 = amax / 127`,
+    /// quants `round_ties_even(x * (127 / amax))`, and per block `s = d16[2b] * sum(first 16) +
+    /// d16[2b + 1] * sum(last 16)` (two products and a sum in f32). Half the error of one scale
+    /// per 32 where one value of a block stands out (the `Fast` prompts of
+    /// [`crate::fast_prompts_halves`]). With the path's SIMD quantizer where it has one (x86_64),
+    /// which computes the same f32 operations.
+    pub(crate) fn quantize_halves(path: crate::KernelPath, x: &[f32]) -> Self {
+        let nb = x.len() / 32;
+        let mut out = Self::zeroed(nb);
+        out.d = Vec::new();
+        out.d16 = vec![0.0; 2 * nb];
+        if !crate::arch::quantize_i8_halves(path, x, &mut out) {
+            Self::quantize_halves_scalar(x, &mut out);
+        }
+        out
+    }
+
+    /// The scalar reference of [`quantize_halves`](Self::quantize_halves).
+    pub(crate) fn quantize_halves_scalar(x: &[f32], out: &mut Self) {
+        // As `quantize_groups`: rounds to an integer, ties to even.
+        const MAGIC: f32 = 12_582_912.0;
+        let nb = x.len() / 32;
+        for (h, xs) in x[..nb * 32].chunks_exact(16).enumerate() {
+            let amax = xs.iter().fold(0f32, |m, v| m.max(v.abs()));
+            let id = if amax > 0.0 { 127.0 / amax } else { 0.0 };
+            for (q, &v) in out.qs[h * 16..h * 16 + 16].iter_mut().zip(xs) {
+                *q = ((v * id + MAGIC) - MAGIC).clamp(-127.0, 127.0) as i8;
+            }
+            out.d16[h] = amax / 127.0;
+        }
+        for b in 0..nb {
+            let sum = |h: usize| -> f32 {
+                out.qs[h * 16..h * 16 + 16]
+                    .iter()
+                    .map(|&v| i32::from(v))
+                    .sum::<i32>() as f32
+            };
+            out.s[b] = out.d16[2 * b] * sum(2 * b) + out.d16[2 * b + 1] * sum(2 * b + 1);
+        }
+    }
+
     /// These activations with [`QBlocks::sum16`] filled.
     pub(crate) fn with_sums16(mut self) -> Self {
         self.sum16 = self.sums16();
@@ -180,6 +226,7 @@ impl<Q: Quant> QBlocks<Q> {
             qs: vec![Q::default(); nb * 32],
             per_super: false,
             sum16: Vec::new(),
+            d16: Vec::new(),
         }
     }
 

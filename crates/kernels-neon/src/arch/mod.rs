@@ -125,6 +125,23 @@ pub(crate) fn quantize_i8_super(path: KernelPath, x: &[f32], out: &mut QActs) ->
     }
 }
 
+/// Quantizes `x` to 8-bit activations with one scale per 16 elements
+/// (`QActs::quantize_halves`), as [`quantize_i8`].
+pub(crate) fn quantize_i8_halves(path: KernelPath, x: &[f32], out: &mut QActs) -> bool {
+    match path {
+        #[cfg(target_arch = "x86_64")]
+        KernelPath::Avx2Fma | KernelPath::Avx512 => {
+            // SAFETY: the path was checked available, so AVX2/FMA/F16C are present.
+            unsafe { x86_64::quantize_halves(x, out) };
+            true
+        }
+        _ => {
+            let _ = (x, out);
+            false
+        }
+    }
+}
+
 /// Quantizes `x` to 16-bit activations, as [`quantize_i8`].
 pub(crate) fn quantize_i16(path: KernelPath, x: &[f32], out: &mut QActs16) -> bool {
     match path {

@@ -31,6 +31,9 @@ fn equals_matvec(
     exact: bool,
 ) -> Result<(), TestCaseError> {
     let (rows, cols) = (w.rows(), w.cols());
+    if halves_tile(path, w.format(), precision, n) {
+        return equals_halves(path, w, wf, x, n);
+    }
     let products = tile_products(path, w.format(), precision, n).unwrap_or_else(|| {
         panic!(
             "{path:?} {:?} {precision:?} n={n}: no integer tile",
@@ -72,6 +75,41 @@ fn equals_matvec(
                     tol
                 );
             }
+        }
+    }
+    Ok(())
+}
+
+/// Checks `matmul` of `n` tokens in `Fast` where it takes activations of one scale per 16
+/// (`halves_tile`) against the f64 dot of each row with each token's activations as quantized
+/// (`quantize_acts_i8_halves_with`), within `1e-5 * Σ|w·x| + 1e-6`: the tile's integer products,
+/// weighted by the half blocks' scales, summed in f32.
+fn equals_halves(
+    path: KernelPath,
+    w: &QMatrix,
+    wf: &[Vec<f64>],
+    x: &[f32],
+    n: usize,
+) -> Result<(), TestCaseError> {
+    let (rows, cols) = (w.rows(), w.cols());
+    let mut y = vec![f32::NAN; rows * n];
+    matmul_with(path, w, x, n, &mut y, Precision::Fast).unwrap();
+    for t in 0..n {
+        let q = quantize_acts_i8_halves_with(path, &x[t * cols..(t + 1) * cols]).unwrap();
+        let xq: Vec<f64> =
+            q.qs.iter()
+                .enumerate()
+                .map(|(e, &v)| f64::from(v) * f64::from(q.d16[e / 16]))
+                .collect();
+        for r in 0..rows {
+            let dot: f64 = wf[r].iter().zip(&xq).map(|(a, b)| a * b).sum();
+            let abs: f64 = wf[r].iter().zip(&xq).map(|(a, b)| (a * b).abs()).sum();
+            let (got, tol) = (f64::from(y[t * rows + r]), 1e-5 * abs + 1e-6);
+            prop_assert!(
+                (got - dot).abs() <= tol,
+                "{path:?} {:?} Fast n={n} t={t} r={r}: {got} vs {dot} with scales of 16 (tolerance {tol})",
+                w.format()
+            );
         }
     }
     Ok(())
@@ -159,5 +197,42 @@ fn int8_prompts_of_k_quants_take_the_integer_tile_on_x86_and_dotprod() {
         matmul_with(path, &w, &x, n, &mut ye, Precision::Exact).unwrap();
         let other_tile = int8_tile(path, WeightFormat::Q4_K);
         assert_eq!(yi != ye, other_tile, "{path:?}");
+    }
+}
+
+/// `Fast` prompts of `fast_prompts_halves`' formats (AVX2 Q4_0, Q4_1) take the 8-bit tile with a
+/// scale per 16 on the paths that have it, from `INT_TILE_MIN_TOKENS` tokens, over whole panels
+/// and a partial one, a short last group of rows and every register block's remainder of tokens;
+/// on x86_64 the AVX2 path (there wherever AVX2 is) must be among them for both.
+#[test]
+fn fast_q4_prompts_take_scales_of_16_on_avx2() {
+    let mut rng = Rng(0x0416);
+    for format in [WeightFormat::Q4_0, WeightFormat::Q4_1] {
+        let mut taken = Vec::new();
+        for (rows, cols) in [(19, 96), (40, 32 * 37)] {
+            let data = random_matrix(format, rows, cols, &mut rng);
+            let w = QMatrix::new(format, rows, cols, &data).unwrap();
+            let wf = dequant_f64(&w);
+            for n in [
+                INT_TILE_MIN_TOKENS,
+                INT_TILE_MIN_TOKENS + 1,
+                INT_TILE_MIN_TOKENS + 2,
+            ] {
+                let x = random_vec(cols * n, &mut rng);
+                for path in available_paths() {
+                    if halves_tile(path, format, Precision::Fast, n) {
+                        equals_halves(path, &w, &wf, &x, n).unwrap();
+                        taken.push(path);
+                    }
+                }
+            }
+        }
+        #[cfg(target_arch = "x86_64")]
+        if available_paths().contains(&KernelPath::Avx2Fma) {
+            assert!(
+                taken.contains(&KernelPath::Avx2Fma),
+                "{format:?}: {taken:?}"
+            );
+        }
     }
 }

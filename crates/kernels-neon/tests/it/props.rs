@@ -524,6 +524,38 @@ proptest! {
     }
 
     #[test]
+    fn i8_halves_quantizer_paths_agree(units in 0usize..12, scale in -20i32..20, seed in any::<u64>()) {
+        // Identical quants on every path, one scale per 16 (an all-zero half with scale 0), and
+        // the defining relations hold.
+        let mut rng = Rng(seed);
+        let s = 2f32.powi(scale);
+        let mut x: Vec<f32> = (0..units * 32).map(|_| rng.f() * s).collect();
+        if units > 1 {
+            x[48..64].iter_mut().for_each(|v| *v = 0.0);
+        }
+        let qs = quantize_acts_i8_halves_with(KernelPath::Scalar, &x).unwrap();
+        prop_assert!(qs.d.is_empty() && qs.d16.len() == 2 * units && qs.s.len() == units);
+        for (h, xs) in x.chunks_exact(16).enumerate() {
+            let amax = xs.iter().fold(0f32, |m, v| m.max(v.abs()));
+            prop_assert_eq!(qs.d16[h], amax / 127.0);
+            for (&v, &qv) in xs.iter().zip(&qs.qs[h * 16..h * 16 + 16]) {
+                prop_assert!(qv.unsigned_abs() <= 127);
+                prop_assert!((f64::from(qv) * f64::from(qs.d16[h]) - f64::from(v)).abs()
+                    <= f64::from(qs.d16[h]) * 0.51, "x={v} q={qv} d={}", qs.d16[h]);
+            }
+        }
+        for b in 0..units {
+            let sum = |h: usize| -> f32 {
+                qs.qs[h * 16..h * 16 + 16].iter().map(|&v| i32::from(v)).sum::<i32>() as f32
+            };
+            prop_assert_eq!(qs.s[b], qs.d16[2 * b] * sum(2 * b) + qs.d16[2 * b + 1] * sum(2 * b + 1));
+        }
+        for path in available_paths() {
+            prop_assert_eq!(&quantize_acts_i8_halves_with(path, &x).unwrap(), &qs, "{:?}", path);
+        }
+    }
+
+    #[test]
     fn dequantize_paths_agree(
         format in format_strategy(),
         units in 1usize..10,

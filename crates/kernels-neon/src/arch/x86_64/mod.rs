@@ -82,7 +82,7 @@ pub(crate) use q40x8_pair512::q40x8_pair_tokens;
 pub(crate) use q4kx8::{q4kx8_group, q4kx8_group_vnni};
 pub(crate) use q6kx8::q6kx8_group;
 pub(crate) use q80x8::q80x8_group;
-pub(crate) use quantize::{quantize, quantize16, quantize_super};
+pub(crate) use quantize::{quantize, quantize16, quantize_halves, quantize_super};
 pub(crate) use tile::tile;
 pub(crate) use tile512::{tile as tile512, tile_rows as tile512_rows};
 pub(crate) use tile512_i8::{has_tile512_i8, tile512_i8, tile512_i8_t, tile512_i8_t_bytes};

@@ -30,21 +30,21 @@ unsafe fn amax(xp: *const f32, len: usize) -> f32 {
 }
 
 /// Quantizes the 32 floats at `xp` to `round_ties_even(x * id)` into the 32 i8 at `qp` (`|x *
-/// id|` at most 127 and a rounding error, so no saturation) and returns their sum.
+/// id|` at most 127 and a rounding error, so no saturation), `id` being `ids[0]` for the first 16
+/// and `ids[1]` for the last, and returns the quants of each half as i32 partial sums (8 lanes).
 ///
 /// # Safety
 /// AVX2 present; 32 floats readable at `xp`, 32 bytes writable at `qp`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn block_i8(xp: *const f32, id: __m256, qp: *mut i8) -> i32 {
+unsafe fn block_i8_halves(xp: *const f32, ids: [__m256; 2], qp: *mut i8) -> [__m256i; 2] {
     // SAFETY: 32 floats at `xp` per the contract.
     let v: [__m256; 4] = std::array::from_fn(|i| unsafe { _mm256_loadu_ps(xp.add(8 * i)) });
     let q: [__m256i; 4] = std::array::from_fn(|i| {
         _mm256_cvtps_epi32(_mm256_round_ps::<
             { _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC },
-        >(_mm256_mul_ps(v[i], id)))
+        >(_mm256_mul_ps(v[i], ids[i / 2])))
     });
-    let s32 = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
     // pack i32 -> i16 -> i8 (values are within -127..=127, no saturation)
     let p0 = _mm256_packs_epi32(q[0], q[1]);
     let p1 = _mm256_packs_epi32(q[2], q[3]);
@@ -53,7 +53,19 @@ unsafe fn block_i8(xp: *const f32, id: __m256, qp: *mut i8) -> i32 {
     let p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
     // SAFETY: 32 bytes at `qp` per the contract.
     unsafe { _mm256_storeu_si256(qp.cast::<__m256i>(), p) };
-    hsum_i32(s32)
+    [_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3])]
+}
+
+/// [`block_i8_halves`] with one `id` for the whole block: the sum of its quants.
+///
+/// # Safety
+/// As [`block_i8_halves`]'s.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn block_i8(xp: *const f32, id: __m256, qp: *mut i8) -> i32 {
+    // SAFETY: per this function's contract.
+    let [a, b] = unsafe { block_i8_halves(xp, [id; 2], qp) };
+    hsum_i32(_mm256_add_epi32(a, b))
 }
 
 /// Quantizes blocks `b0 .. b0 + blocks` of `x` with one scale over them all (same f32
@@ -115,6 +127,33 @@ pub(crate) unsafe fn quantize(x: &[f32], out: &mut QActs) {
 pub(crate) unsafe fn quantize_super(x: &[f32], out: &mut QActs) {
     // SAFETY: AVX2/FMA present per the contract.
     unsafe { groups_i8(x, out, 8) }
+}
+
+/// AVX2 activation quantizer with one scale per 16 elements, the same f32 operations as
+/// `QActs::quantize_halves_scalar`: per half block `d16 = amax/127`, q = round-half-even(x *
+/// 127/amax), per block `s = d16[2b] * sum(first 16) + d16[2b + 1] * sum(last 16)`.
+///
+/// # Safety
+/// AVX2/FMA present.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn quantize_halves(x: &[f32], out: &mut QActs) {
+    let nb = x.len() / 32;
+    assert!(out.d16.len() >= 2 * nb && out.s.len() >= nb && out.qs.len() >= nb * 32);
+    for b in 0..nb {
+        // SAFETY: `b < nb`: the block's 32 floats lie within `x` (by definition of `nb`) and its
+        // 32 quants within `out.qs` (asserted).
+        unsafe {
+            let xp = x.as_ptr().add(b * 32);
+            let amax = [amax(xp, 16), amax(xp.add(16), 16)];
+            let ids = amax.map(|a| _mm256_set1_ps(if a > 0.0 { 127.0 / a } else { 0.0 }));
+            let [ha, hb] = block_i8_halves(xp, ids, out.qs.as_mut_ptr().add(b * 32));
+            let sums = [hsum_i32(ha), hsum_i32(hb)];
+            let d = amax.map(|a| a / 127.0);
+            out.d16[2 * b] = d[0];
+            out.d16[2 * b + 1] = d[1];
+            out.s[b] = d[0] * sums[0] as f32 + d[1] * sums[1] as f32;
+        }
+    }
 }
 
 /// AVX2 16-bit activation quantizer (same f32 operations as

@@ -1,6 +1,7 @@
 //! The 8-bit prompt tile on AVX2 for the formats of 32-element blocks of integer quants
 //! ([`has_tile_i8`]: Q4_0, Q4_1, Q5_0, Q5_1): their [`Precision::Int8`](crate::Precision)
-//! prompts, and `Fast` ones of the formats of `fast_prompts_int8` (Q5_0), from
+//! prompts, and `Fast` ones of the formats of `fast_prompts_int8` (Q5_0) and `fast_prompts_halves`
+//! (Q4_0, Q4_1), from
 //! `INT_TILE_MIN_TOKENS` tokens, as on AVX-512 (`tile512_i8.rs`, whose layout this follows with
 //! `maddubs` where that one has `vpdpbusd`). Without it these prompts took the 16-bit tile
 //! (`tile_k16.rs`), whose `vpmaddwd` gives half the products per instruction.
@@ -23,7 +24,9 @@
 //! block's min term (Q4_1, Q5_1) is added as `m * s` with the token's `s = d * sum(q)`. The
 //! activations are `matvec`'s in `Int8` for these formats (`QActs::quantize`: one scale per 32,
 //! with the sums of 16, `QActs::with_sums16`), so the integer products are those of
-//! `matvec_int8`; only the f32 summation order differs.
+//! `matvec_int8`; only the f32 summation order differs. `Fast` prompts of Q4_0 and Q4_1
+//! (`fast_prompts_halves`) take activations of one scale per 16 (`QActs::quantize_halves`): each
+//! half block's sums converted and weighted on their own ([`halves`]).
 
 use std::arch::x86_64::*;
 use std::marker::PhantomData;
@@ -157,31 +160,36 @@ unsafe fn pack<const F: u8>(w: &QMatrix, r0: usize, nr: usize) -> Packed {
 struct Tok<'a> {
     /// Quants in element order.
     x: &'a [i8],
-    /// Scale per 32-block.
+    /// Scale per 32-block (empty with [`Tok::d16`]).
     d: &'a [f32],
-    /// `d * sum(q)` per 32-block.
+    /// `d * sum(q)` per 32-block (with halves: the sum of each half's).
     s: &'a [f32],
-    /// Sum of each 16 quants.
+    /// Sum of each 16 quants (empty with [`Tok::d16`]).
     sum16: &'a [i32],
+    /// Scale per 16 values, where the activations take one (`QActs::quantize_halves`); else
+    /// empty.
+    d16: &'a [f32],
 }
 
-/// The i32 sums of block `b` of groups `at` (their block indices in `p`) against tokens `toks`:
-/// per group and token, each lane's (row's) integer dot with the quants as packed.
+/// The i32 sums of column quads `quads` (of 8) of block `b` of groups `at` (their block indices
+/// in `p`) against tokens `toks`: per group and token, each lane's (row's) integer dot with the
+/// quants as packed over those columns.
 ///
 /// # Safety
-/// AVX2 present; `at[g] < groups * nb` of `p`; element `32 b + 31` of every token exists.
+/// AVX2 present; `at[g] < groups * nb` of `p`; element `32 b + 31` of every token exists;
+/// `quads` within `0..8` and whole parts of [`quads_per_i16`].
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn block_sums<const G: usize, const T: usize, const F: u8>(
     p: &Packed,
     at: [usize; G],
     toks: &[Tok; T],
-    b: usize,
+    (b, quads): (usize, Range<usize>),
 ) -> [[__m256i; T]; G] {
     let ones = _mm256_set1_epi16(1);
-    let per = quads_per_i16(F);
+    let per = quads_per_i16(F).min(quads.len());
     let mut isum = [[_mm256_setzero_si256(); T]; G];
-    for part in 0..8 / per {
+    for part in quads.start / per..quads.end / per {
         let mut s16 = [[_mm256_setzero_si256(); T]; G];
         for quad in part * per..(part + 1) * per {
             let mut wv = [_mm256_setzero_si256(); G];
@@ -210,16 +218,72 @@ unsafe fn block_sums<const G: usize, const T: usize, const F: u8>(
     isum
 }
 
+/// Block `b` of groups `at` against tokens `toks` whose activations take a scale per 16
+/// ([`Tok::d16`]): per group and token, each lane's (row's) dot added to `acc`. Each half's i32
+/// sums (quads 0..4, 4..8) converted and weighted by its scale, the format's offset taken as
+/// `offset · s` (`s` the block's dequantized sum: `Σ_h d16_h · offset · sum_h`), then the rows'
+/// scales: `acc += sc · (d16_a · i_a + d16_b · i_b - offset · s)`, and the min term as in
+/// [`block`]. About the instructions of one scale per 32: two `vpmaddwd` by ones and two
+/// conversions where that has one of each and an i32 offset subtracted.
+///
+/// # Safety
+/// As [`block`]'s, with `2 p.nb` scales of 16 in each token and no scales of 32 or sums of 16.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn halves<const G: usize, const T: usize, const F: u8>(
+    p: &Packed,
+    at: [usize; G],
+    toks: &[Tok; T],
+    b: usize,
+    acc: &mut [[__m256; T]; G],
+) {
+    // SAFETY: per this function's contract.
+    let (ia, ib) = unsafe {
+        (
+            block_sums::<G, T, F>(p, at, toks, (b, 0..4)),
+            block_sums::<G, T, F>(p, at, toks, (b, 4..8)),
+        )
+    };
+    // SAFETY: scales of 16 `2b, 2b + 1` and sum `b` of every token exist per the contract.
+    let (da, db, off) = unsafe {
+        (
+            toks.map(|t| _mm256_set1_ps(*t.d16.get_unchecked(2 * b))),
+            toks.map(|t| _mm256_set1_ps(*t.d16.get_unchecked(2 * b + 1))),
+            toks.map(|t| _mm256_set1_ps(-(offset(F) as f32) * *t.s.get_unchecked(b))),
+        )
+    };
+    for g in 0..G {
+        // SAFETY: `sc` holds `groups * nb * LANES` floats; `at[g] < groups * nb`.
+        let sc = unsafe { _mm256_loadu_ps(p.sc.as_ptr().add(at[g] * LANES)) };
+        for t in 0..T {
+            let v = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ia[g][t]), da[t], off[t]);
+            let v = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ib[g][t]), db[t], v);
+            acc[g][t] = _mm256_fmadd_ps(v, sc, acc[g][t]);
+        }
+    }
+    if has_min(F) {
+        for g in 0..G {
+            // SAFETY: `mn` holds `groups * nb * LANES` floats for these formats.
+            let m = unsafe { _mm256_loadu_ps(p.mn.as_ptr().add(at[g] * LANES)) };
+            for t in 0..T {
+                // SAFETY: block `b < nb` per the contract.
+                let s = _mm256_set1_ps(unsafe { *toks[t].s.get_unchecked(b) });
+                acc[g][t] = _mm256_fmadd_ps(m, s, acc[g][t]);
+            }
+        }
+    }
+}
+
 /// Groups `g0 .. g0 + G` against tokens `toks` over blocks `blocks`: per group and token, each
-/// lane's (row's) dot added to `acc`.
+/// lane's (row's) dot added to `acc`; with `H`, activations of a scale per 16 ([`halves`]).
 ///
 /// # Safety
 /// AVX2/FMA present; `g0 + G` groups in `p`; `blocks` within the row (`end <= p.nb`); each
-/// token's slices cover the row's columns (`p.nb * 32` quants, `p.nb` scales and sums, `2 p.nb`
-/// sums of 16).
+/// token's slices cover the row's columns (`p.nb * 32` quants, `p.nb` sums, and `p.nb` scales
+/// and `2 p.nb` sums of 16, or with `H` `2 p.nb` scales of 16).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn block<const G: usize, const T: usize, const F: u8>(
+unsafe fn block<const G: usize, const T: usize, const F: u8, const H: bool>(
     p: &Packed,
     g0: usize,
     toks: [Tok; T],
@@ -229,8 +293,13 @@ unsafe fn block<const G: usize, const T: usize, const F: u8>(
     let nb = p.nb;
     for b in blocks {
         let at: [usize; G] = std::array::from_fn(|g| (g0 + g) * nb + b);
+        if H {
+            // SAFETY: per this function's contract.
+            unsafe { halves::<G, T, F>(p, at, &toks, b, &mut acc) };
+            continue;
+        }
         // SAFETY: per this function's contract.
-        let mut isum = unsafe { block_sums::<G, T, F>(p, at, &toks, b) };
+        let mut isum = unsafe { block_sums::<G, T, F>(p, at, &toks, (b, 0..8)) };
         if offset(F) != 0 {
             for t in 0..T {
                 // SAFETY: sums of 16 `2b, 2b + 1 < 2 nb` per the contract.
@@ -268,10 +337,11 @@ unsafe fn block<const G: usize, const T: usize, const F: u8>(
     acc
 }
 
-/// A work item's rows packed for format tag `F`, as [`drive`] runs them.
-struct Tile<'a, const F: u8>(Packed, PhantomData<Tok<'a>>);
+/// A work item's rows packed for format tag `F`, as [`drive`] runs them; with `H`, against
+/// activations of a scale per 16.
+struct Tile<'a, const F: u8, const H: bool>(Packed, PhantomData<Tok<'a>>);
 
-impl<'a, const F: u8> LaneTile for Tile<'a, F> {
+impl<'a, const F: u8, const H: bool> LaneTile for Tile<'a, F, H> {
     type Tok = Tok<'a>;
     const PANEL: usize = PANEL_BLOCKS;
     fn units(&self) -> usize {
@@ -286,28 +356,36 @@ impl<'a, const F: u8> LaneTile for Tile<'a, F> {
         acc: [[__m256; T]; G],
     ) -> [[__m256; T]; G] {
         // SAFETY: per the trait method's contract.
-        unsafe { block::<G, T, F>(&self.0, g0, toks, units, acc) }
+        unsafe { block::<G, T, F, H>(&self.0, g0, toks, units, acc) }
     }
 }
 
-/// [`tile_i8`] for format tag `F`: its rows packed, then [`drive`]n.
+/// [`tile_i8`] for format tag `F`: its rows packed, then [`drive`]n (with `H`, against
+/// activations of a scale per 16).
 ///
 /// # Safety
-/// AVX2/FMA/F16C present; `w`'s format is `F`'s; the lengths checked by [`tile_i8`].
+/// AVX2/FMA/F16C present; `w`'s format is `F`'s; the lengths checked by [`tile_i8`], the
+/// tokens' scales of 16 present with `H`.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn tile_f<const F: u8>(w: &QMatrix, r0: usize, nr: usize, toks: &[Tok], out: &mut [f32]) {
+unsafe fn tile_f<const F: u8, const H: bool>(
+    w: &QMatrix,
+    r0: usize,
+    nr: usize,
+    toks: &[Tok],
+    out: &mut [f32],
+) {
     // SAFETY: AVX2/FMA/F16C present and the format `F`'s per this function's contract; each chunk
     // packed holds its rows' groups; the tokens cover the columns.
     unsafe {
         drive((w, r0), nr, toks, out, |first, count| {
-            Tile::<F>(pack::<F>(w, r0 + first, count), PhantomData)
+            Tile::<F, H>(pack::<F>(w, r0 + first, count), PhantomData)
         })
     }
 }
 
 /// `out[t * nr + i]` = row `r0 + i` of `w` · token `t` (activations `acts[t]`, quantized by
-/// `QActs::quantize` with sums of 16): the integer products of `matvec_int8` for that token, summed
-/// in another f32 order.
+/// `QActs::quantize` with sums of 16: the integer products of `matvec_int8` for that token, summed
+/// in another f32 order; or all by `QActs::quantize_halves`, a scale per 16).
 ///
 /// # Safety
 /// AVX2/FMA/F16C present; `w`'s format is one of [`has_tile_i8`]'s.
@@ -316,11 +394,15 @@ pub(crate) unsafe fn tile_i8(w: &QMatrix, r0: usize, nr: usize, acts: &[QActs], 
     let (n, cols, format) = (acts.len(), w.cols(), w.format());
     assert!(has_tile_i8(format) && out.len() >= n * nr && r0 + nr <= w.rows());
     assert!(cols % 32 == 0);
+    let halves = acts.first().is_some_and(|a| !a.d16.is_empty());
     assert!(acts.iter().all(|a| !a.per_super
         && a.qs.len() >= cols
-        && a.d.len() >= cols / 32
         && a.s.len() >= cols / 32
-        && a.sum16.len() >= cols / 16));
+        && if halves {
+            a.d16.len() >= cols / 16
+        } else {
+            a.d.len() >= cols / 32 && a.sum16.len() >= cols / 16
+        }));
     if n == 0 || nr == 0 {
         return;
     }
@@ -331,17 +413,22 @@ pub(crate) unsafe fn tile_i8(w: &QMatrix, r0: usize, nr: usize, acts: &[QActs], 
             d: &a.d,
             s: &a.s,
             sum16: &a.sum16,
+            d16: &a.d16,
         })
         .collect();
     use WeightFormat as W;
     // SAFETY: AVX2/FMA/F16C present per this function's contract; each arm's tag is the format's;
     // the lengths asserted above.
     unsafe {
-        match format {
-            W::Q4_0 => tile_f::<Q4_0>(w, r0, nr, &toks, out),
-            W::Q4_1 => tile_f::<Q4_1>(w, r0, nr, &toks, out),
-            W::Q5_0 => tile_f::<Q5_0>(w, r0, nr, &toks, out),
-            _ => tile_f::<Q5_1>(w, r0, nr, &toks, out),
+        match (format, halves) {
+            (W::Q4_0, false) => tile_f::<Q4_0, false>(w, r0, nr, &toks, out),
+            (W::Q4_1, false) => tile_f::<Q4_1, false>(w, r0, nr, &toks, out),
+            (W::Q5_0, false) => tile_f::<Q5_0, false>(w, r0, nr, &toks, out),
+            (_, false) => tile_f::<Q5_1, false>(w, r0, nr, &toks, out),
+            (W::Q4_0, true) => tile_f::<Q4_0, true>(w, r0, nr, &toks, out),
+            (W::Q4_1, true) => tile_f::<Q4_1, true>(w, r0, nr, &toks, out),
+            (W::Q5_0, true) => tile_f::<Q5_0, true>(w, r0, nr, &toks, out),
+            (_, true) => tile_f::<Q5_1, true>(w, r0, nr, &toks, out),
         }
     }
 }

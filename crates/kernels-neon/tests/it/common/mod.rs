@@ -261,6 +261,16 @@ pub fn i16_tile(path: KernelPath, format: WeightFormat) -> bool {
         KernelPath::Avx512 | KernelPath::Avx2Fma | KernelPath::NeonDotprod | KernelPath::NeonI8mm
     ) && matches!(format, Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | IQ4_NL | IQ4_XS)
         && !(int8_block_tile(path, format) && kernels_neon::fast_prompts_int8(format))
+        && !kernels_neon::fast_prompts_halves(path, format)
+}
+
+/// Whether a `Fast` prompt of `n` tokens takes the 8-bit tile on `path` for `format` with
+/// activations of one scale per 16 (`fast_prompts_halves`: AVX2 Q4_0 and Q4_1), from
+/// `INT_TILE_MIN_TOKENS` tokens.
+pub fn halves_tile(path: KernelPath, format: WeightFormat, precision: Precision, n: usize) -> bool {
+    precision == Precision::Fast
+        && n >= kernels_neon::INT_TILE_MIN_TOKENS
+        && kernels_neon::fast_prompts_halves(path, format)
 }
 
 /// Whether a `Fast` prompt of `n` tokens, fewer than `INT_TILE_MIN_TOKENS`, takes the 16-bit tile
@@ -283,7 +293,9 @@ pub fn short_i16_tile(path: KernelPath, format: WeightFormat, n: usize) -> bool 
 /// ones from `INT_TILE_MIN_TOKENS` tokens, for the 32-block formats ([`int8_block_tile`]) from
 /// that many tokens in `Int8`, and in `Fast` where `fast_prompts_int8`; the 16-bit tile's `Fast`
 /// products for the other 32-block formats' `Fast` prompts from that many tokens, and on AVX2 for
-/// every 32-block format's ([`i16_tile`]), and with i8mm below that many ([`short_i16_tile`]).
+/// every 32-block format's ([`i16_tile`]), and with i8mm below that many ([`short_i16_tile`]);
+/// `Int8` for those of [`halves_tile`] (not its products: its activations take a scale per 16,
+/// but within `Int8`'s error bound).
 pub fn tile_products(
     path: KernelPath,
     format: WeightFormat,
@@ -298,6 +310,8 @@ pub fn tile_products(
         }
         Precision::Fast if !long && short_i16_tile(path, format, n) => Some(Precision::Fast),
         _ if !long => None,
+        // A scale per 16 errs at most as one per 32 does: `Int8`'s bound (`check`) holds.
+        Precision::Fast if kernels_neon::fast_prompts_halves(path, format) => Some(Precision::Int8),
         Precision::Fast if i16_tile(path, format) => Some(Precision::Fast),
         Precision::Fast if !kernels_neon::fast_prompts_int8(format) => None,
         _ if int8_block_tile(path, format) => Some(Precision::Int8),
