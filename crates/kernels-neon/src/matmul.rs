@@ -137,7 +137,8 @@ pub fn fast_prompts_int8(format: WeightFormat) -> bool {
 /// 479-480 (docs/benchmarks/dense-vs-llama.md).
 #[doc(hidden)]
 pub fn fast_prompts_halves(path: KernelPath, format: WeightFormat) -> bool {
-    path == KernelPath::Avx2Fma && matches!(format, WeightFormat::Q4_0 | WeightFormat::Q4_1)
+    matches!(path, KernelPath::Avx2Fma | KernelPath::NeonI8mm)
+        && matches!(format, WeightFormat::Q4_0 | WeightFormat::Q4_1)
 }
 
 /// Which 8-bit activations a product of `n` tokens with weights of `format` in `precision` takes

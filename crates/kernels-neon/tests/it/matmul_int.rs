@@ -200,12 +200,13 @@ fn int8_prompts_of_k_quants_take_the_integer_tile_on_x86_and_dotprod() {
     }
 }
 
-/// `Fast` prompts of `fast_prompts_halves`' formats (AVX2 Q4_0, Q4_1) take the 8-bit tile with a
-/// scale per 16 on the paths that have it, from `INT_TILE_MIN_TOKENS` tokens, over whole panels
-/// and a partial one, a short last group of rows and every register block's remainder of tokens;
-/// on x86_64 the AVX2 path (there wherever AVX2 is) must be among them for both.
+/// `Fast` prompts of `fast_prompts_halves`' formats (Q4_0, Q4_1 on AVX2 and with i8mm) take the
+/// 8-bit tile with a scale per 16 on the paths that have it, from `INT_TILE_MIN_TOKENS` tokens,
+/// over whole panels and a partial one, a short last group of rows, an odd row and token count and
+/// every register block's remainder of tokens; the AVX2 path on x86_64 and the i8mm one on aarch64
+/// (wherever the CPU has them) must be among them for both.
 #[test]
-fn fast_q4_prompts_take_scales_of_16_on_avx2() {
+fn fast_q4_prompts_take_scales_of_16_on_avx2_and_i8mm() {
     let mut rng = Rng(0x0416);
     for format in [WeightFormat::Q4_0, WeightFormat::Q4_1] {
         let mut taken = Vec::new();
@@ -231,6 +232,13 @@ fn fast_q4_prompts_take_scales_of_16_on_avx2() {
         if available_paths().contains(&KernelPath::Avx2Fma) {
             assert!(
                 taken.contains(&KernelPath::Avx2Fma),
+                "{format:?}: {taken:?}"
+            );
+        }
+        #[cfg(target_arch = "aarch64")]
+        if available_paths().contains(&KernelPath::NeonI8mm) {
+            assert!(
+                taken.contains(&KernelPath::NeonI8mm),
                 "{format:?}: {taken:?}"
             );
         }

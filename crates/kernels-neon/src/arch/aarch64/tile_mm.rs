@@ -61,11 +61,13 @@ pub(super) trait TokenQuants: Copy {
 }
 
 /// One block of a token pair: its quants `q`, the scales `[d0, d0, d1, d1]` and `[s0, s0, s1,
-/// s1]` (`s = d * sum(q)`, the min term's).
+/// s1]` (`s = d * sum(q)`, the min term's); with activations of a scale per 16
+/// (`QActs::quantize_halves`), `d` the first half's and `d2` the second's (else `d2` is `d`).
 #[derive(Clone, Copy)]
 pub(super) struct TokenBlock<Q> {
     q: Q,
     d: float32x4_t,
+    d2: float32x4_t,
     s: float32x4_t,
 }
 
@@ -75,6 +77,8 @@ pub(super) struct TokenBlock<Q> {
 pub(crate) struct TokenPairs<Q> {
     pairs: Vec<Vec<TokenBlock<Q>>>,
     n: usize,
+    /// Whether the activations take a scale per 16 (`QBlocks::d16`).
+    halves: bool,
 }
 
 /// The token pairs of `acts` (whole blocks of 32), each pair's quants of a block by `quants` of
@@ -86,14 +90,24 @@ pub(super) fn token_pairs<E, Q: TokenQuants>(
 ) -> TokenPairs<Q> {
     let n = acts.len();
     let nb = acts.first().map_or(0, |a| a.qs.len() / 32);
+    let halves = acts.first().is_some_and(|a| !a.d16.is_empty());
+    assert!(acts.iter().all(|a| a.d16.is_empty() != halves));
     let lanes = |u: f32, v: f32| vcombine_f32(vdup_n_f32(u), vdup_n_f32(v));
     let pair = |a: &QBlocks<E>, b: &QBlocks<E>| {
         (0..nb)
             .map(|blk| {
                 let e = 32 * blk..32 * blk + 32;
+                let (d, d2) = match halves {
+                    true => (
+                        lanes(a.d16[2 * blk], b.d16[2 * blk]),
+                        lanes(a.d16[2 * blk + 1], b.d16[2 * blk + 1]),
+                    ),
+                    false => (lanes(a.d[blk], b.d[blk]), lanes(a.d[blk], b.d[blk])),
+                };
                 TokenBlock {
                     q: quants(&a.qs[e.clone()], &b.qs[e]),
-                    d: lanes(a.d[blk], b.d[blk]),
+                    d,
+                    d2,
                     s: lanes(a.s[blk], b.s[blk]),
                 }
             })
@@ -102,7 +116,7 @@ pub(super) fn token_pairs<E, Q: TokenQuants>(
     let pairs = (0..n.div_ceil(2))
         .map(|p| pair(&acts[2 * p], &acts[(2 * p + 1).min(n - 1)]))
         .collect();
-    TokenPairs { pairs, n }
+    TokenPairs { pairs, n, halves }
 }
 
 /// One block of rows `i` and `j` (`j` may equal `i`) unpacked: the quants interleaved, the scales
@@ -146,13 +160,19 @@ fn row_pair(a: &[Blk], b: &[Blk], out: &mut Vec<RowBlock>) {
 
 /// The sums of a row pair's blocks `rp` with `T` token pairs' (`toks`), lanes as the module docs
 /// say; the min term where `MIN`; each half of a block weighted by its integer scale where
-/// `HALVES` (Q6_K).
+/// `HALVES` (Q6_K), by the tokens' scale of that half where `XH` (activations of a scale per 16).
 ///
 /// # Safety
 /// The CPU must support the `i8mm` extension; every token pair has as many blocks as `rp`.
 #[inline]
 #[target_feature(enable = "neon,i8mm")]
-unsafe fn sums<Q: TokenQuants, const T: usize, const MIN: bool, const HALVES: bool>(
+unsafe fn sums<
+    Q: TokenQuants,
+    const T: usize,
+    const MIN: bool,
+    const HALVES: bool,
+    const XH: bool,
+>(
     rp: &[RowBlock],
     toks: [&[TokenBlock<Q>]; T],
 ) -> [float32x4_t; T] {
@@ -161,17 +181,27 @@ unsafe fn sums<Q: TokenQuants, const T: usize, const MIN: bool, const HALVES: bo
         for t in 0..T {
             // SAFETY: `b < rp.len()`, which every token pair's length equals (the contract).
             let x = unsafe { toks[t].get_unchecked(b) };
-            // SAFETY: i8mm present per this function's contract.
-            let s = unsafe {
-                if HALVES {
-                    // Each half's sum times its integer scale: |sum| < 16 * 32 * 128, |sc| <= 128.
-                    let (ha, hb) = x.q.dots_halves(&w.q);
-                    vmlaq_s32(vmulq_s32(ha, w.sa), hb, w.sb)
-                } else {
-                    x.q.dots(&w.q)
-                }
-            };
-            acc[t] = vfmaq_f32(acc[t], vcvtq_f32_s32(s), vmulq_f32(w.d, x.d));
+            if XH {
+                // Activations of a scale per 16: each half's dots weighted by its own.
+                // SAFETY: i8mm present per this function's contract.
+                let (ha, hb) = unsafe { x.q.dots_halves(&w.q) };
+                let v = vmulq_f32(vcvtq_f32_s32(ha), x.d);
+                let v = vfmaq_f32(v, vcvtq_f32_s32(hb), x.d2);
+                acc[t] = vfmaq_f32(acc[t], v, w.d);
+            } else {
+                // SAFETY: i8mm present per this function's contract.
+                let s = unsafe {
+                    if HALVES {
+                        // Each half's sum times its integer scale: |sum| < 16 * 32 * 128, |sc|
+                        // <= 128.
+                        let (ha, hb) = x.q.dots_halves(&w.q);
+                        vmlaq_s32(vmulq_s32(ha, w.sa), hb, w.sb)
+                    } else {
+                        x.q.dots(&w.q)
+                    }
+                };
+                acc[t] = vfmaq_f32(acc[t], vcvtq_f32_s32(s), vmulq_f32(w.d, x.d));
+            }
             if MIN {
                 acc[t] = vfmaq_f32(acc[t], w.m, x.s);
             }
@@ -187,7 +217,13 @@ unsafe fn sums<Q: TokenQuants, const T: usize, const MIN: bool, const HALVES: bo
 /// number of blocks.
 #[inline]
 #[target_feature(enable = "neon,i8mm")]
-unsafe fn step<Q: TokenQuants, const T: usize, const MIN: bool, const HALVES: bool>(
+unsafe fn step<
+    Q: TokenQuants,
+    const T: usize,
+    const MIN: bool,
+    const HALVES: bool,
+    const XH: bool,
+>(
     rp: &[RowBlock],
     pairs: &[Vec<TokenBlock<Q>>],
     p0: usize,
@@ -196,7 +232,7 @@ unsafe fn step<Q: TokenQuants, const T: usize, const MIN: bool, const HALVES: bo
 ) {
     let toks: [&[TokenBlock<Q>]; T] = std::array::from_fn(|t| pairs[p0 + t].as_slice());
     // SAFETY: per this function's contract.
-    let acc = unsafe { sums::<Q, T, MIN, HALVES>(rp, toks) };
+    let acc = unsafe { sums::<Q, T, MIN, HALVES, XH>(rp, toks) };
     for (t, v) in acc.iter().enumerate() {
         let mut lanes = [0f32; 4];
         // SAFETY: `lanes` is 4 writable f32.
@@ -217,7 +253,8 @@ unsafe fn step<Q: TokenQuants, const T: usize, const MIN: bool, const HALVES: bo
 
 /// `out[t * nr + i]` = row `r0 + i` of `w` · token `t`, for the tokens of `toks`, the rows
 /// unpacked two at a time (`row_blocks`: as many blocks as a token pair), with the min term for
-/// the formats that have one and Q6_K's halves apart ([`sums`]). `w`'s format is one of
+/// the formats that have one and Q6_K's halves apart ([`sums`]), and each block's halves apart
+/// where the tokens take a scale per 16 (not with Q6_K). `w`'s format is one of
 /// `has_row_blocks`'s.
 ///
 /// # Safety
@@ -232,22 +269,24 @@ pub(super) unsafe fn drive<Q: TokenQuants>(
     let (format, pairs, n) = (w.format(), toks.pairs.as_slice(), toks.n);
     // SAFETY: i8mm present per this function's contract.
     unsafe {
-        if takes_min(format) {
-            drive_with::<Q, true, false>(w, at, pairs, n, out)
-        } else if format == WeightFormat::Q6_K {
-            drive_with::<Q, false, true>(w, at, pairs, n, out)
-        } else {
-            drive_with::<Q, false, false>(w, at, pairs, n, out)
+        match (takes_min(format), format == WeightFormat::Q6_K, toks.halves) {
+            (_, true, true) => panic!("tile_mm: Q6_K with activations of a scale per 16"),
+            (true, _, false) => drive_with::<Q, true, false, false>(w, at, pairs, n, out),
+            (false, true, false) => drive_with::<Q, false, true, false>(w, at, pairs, n, out),
+            (false, false, false) => drive_with::<Q, false, false, false>(w, at, pairs, n, out),
+            (true, _, true) => drive_with::<Q, true, false, true>(w, at, pairs, n, out),
+            (false, _, true) => drive_with::<Q, false, false, true>(w, at, pairs, n, out),
         }
     }
 }
 
-/// [`drive`] with the min term where `MIN` and the halves apart where `HALVES`.
+/// [`drive`] with the min term where `MIN`, the halves apart where `HALVES` (weights' scales) or
+/// `XH` (tokens').
 ///
 /// # Safety
 /// The CPU must support the `i8mm` extension.
 #[target_feature(enable = "neon,i8mm")]
-unsafe fn drive_with<Q: TokenQuants, const MIN: bool, const HALVES: bool>(
+unsafe fn drive_with<Q: TokenQuants, const MIN: bool, const HALVES: bool, const XH: bool>(
     w: &QMatrix<'_>,
     (r0, nr): (usize, usize),
     pairs: &[Vec<TokenBlock<Q>>],
@@ -273,9 +312,9 @@ unsafe fn drive_with<Q: TokenQuants, const MIN: bool, const HALVES: bool>(
             // pairs have `nb` blocks each (asserted).
             unsafe {
                 if pairs.len() - p >= 2 {
-                    step::<Q, 2, MIN, HALVES>(&rp, pairs, p, at, out)
+                    step::<Q, 2, MIN, HALVES, XH>(&rp, pairs, p, at, out)
                 } else {
-                    step::<Q, 1, MIN, HALVES>(&rp, pairs, p, at, out)
+                    step::<Q, 1, MIN, HALVES, XH>(&rp, pairs, p, at, out)
                 }
             }
             p += 2;

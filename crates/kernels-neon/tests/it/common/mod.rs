@@ -265,7 +265,7 @@ pub fn i16_tile(path: KernelPath, format: WeightFormat) -> bool {
 }
 
 /// Whether a `Fast` prompt of `n` tokens takes the 8-bit tile on `path` for `format` with
-/// activations of one scale per 16 (`fast_prompts_halves`: AVX2 Q4_0 and Q4_1), from
+/// activations of one scale per 16 (`fast_prompts_halves`: Q4_0 and Q4_1 on AVX2 and with i8mm), from
 /// `INT_TILE_MIN_TOKENS` tokens.
 pub fn halves_tile(path: KernelPath, format: WeightFormat, precision: Precision, n: usize) -> bool {
     precision == Precision::Fast
