@@ -157,8 +157,9 @@
 //! tokens, as llama.cpp's prompts do; on AVX-512 Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/IQ4_NL/IQ4_XS ones
 //! from that many tokens take the 8-bit tile in `Int8`, and in `Fast` for Q5_0 and Q8_0
 //! ([`fast_prompts_int8`]: the formats whose 8-bit prompts kept a real model's
-//! perplexity), the 16-bit tile in `Fast` for the others; on AVX2 Q4_0 and Q4_1 `Fast` ones take
-//! the 8-bit tile with activations of one scale per 16 ([`fast_prompts_halves`])). Elsewhere it takes the f32 tile, but in `Int8`
+//! perplexity), the 16-bit tile in `Fast` for the others; on AVX2, and on aarch64 with i8mm, Q4_0
+//! and Q4_1 `Fast` ones take the 8-bit tile with activations of one scale per 16
+//! ([`fast_prompts_halves`])). Elsewhere it takes the f32 tile, but in `Int8`
 //! on the [`KernelPath::Avx512`] path with BF16, where the tile and the
 //! activations are rounded to bf16 (8 significant bits, the class of `Int8`'s
 //! 8-bit activations) and multiplied by `vdpbf16ps` at twice the f32 tile's
@@ -270,6 +271,7 @@ mod product;
 mod q40x8;
 mod q40x8_many;
 mod quant;
+mod quant_api;
 mod quantize;
 mod quantize_k;
 mod requantize;
@@ -313,6 +315,11 @@ pub use matmul_t::{matmul_t, matmul_t_scratch_bytes};
 pub use path::{active_path, arch_name, available_paths, cpu_features, set_chunk_rows, KernelPath};
 pub(crate) use path::{chunk_rows_setting, matmul_chunk, matvec_chunk};
 pub use q40x8::{CopiedRows, CopyBytes, Q40x8, ZeroedBytes};
+#[doc(hidden)]
+pub use quant_api::{
+    quantize_acts_ggml_with, quantize_acts_i16_with, quantize_acts_i8_halves_with,
+    quantize_acts_i8_super_with,
+};
 pub use quantize::{quantize_matrix, quantize_row};
 pub use requantize::requantize_rows;
 pub use rope::{rope_inplace, RopeAngles, RopeStyle};
@@ -740,63 +747,4 @@ impl Acts {
             );
         }
     }
-}
-
-/// Quantizes `x` to the 16-bit activations of [`Precision::Fast`] on an
-/// explicit path (for tests: every path must produce identical quants).
-/// `x.len()` must be a multiple of 32.
-#[doc(hidden)]
-pub fn quantize_acts_i16_with(path: KernelPath, x: &[f32]) -> Result<QActs16, KernelError> {
-    check_blocks(path, "quantize_acts_i16 x (multiple of 32)", x)?;
-    Ok(QActs16::quantize(path, x))
-}
-
-/// Quantizes `x` to the 8-bit activations with one scale per 256 elements that `Int8` gives
-/// Q4_K/Q5_K/Q6_K weights, on an explicit path (for tests: every path must produce identical
-/// quants). `x.len()` must be a multiple of 32.
-#[doc(hidden)]
-pub fn quantize_acts_i8_super_with(
-    path: KernelPath,
-    x: &[f32],
-) -> Result<QBlocks<i8>, KernelError> {
-    check_blocks(path, "quantize_acts_i8_super x (multiple of 32)", x)?;
-    Ok(QActs::quantize_super(path, x))
-}
-
-/// Quantizes `x` to the 8-bit activations with one scale per 16 elements that `Fast` prompts of
-/// [`fast_prompts_halves`]' formats take, on an explicit path (for tests: every path must produce
-/// identical quants). `x.len()` must be a multiple of 32.
-#[doc(hidden)]
-pub fn quantize_acts_i8_halves_with(
-    path: KernelPath,
-    x: &[f32],
-) -> Result<QBlocks<i8>, KernelError> {
-    check_blocks(path, "quantize_acts_i8_halves x (multiple of 32)", x)?;
-    Ok(QActs::quantize_halves(path, x))
-}
-
-/// `path` available and `x` whole blocks of 32 (`what` names it in the error).
-fn check_blocks(path: KernelPath, what: &'static str, x: &[f32]) -> Result<(), KernelError> {
-    check_path(path)?;
-    if x.len() % 32 != 0 {
-        return Err(KernelError::LengthMismatch {
-            what,
-            expected: x.len().next_multiple_of(32),
-            actual: x.len(),
-        });
-    }
-    Ok(())
-}
-
-/// Quantizes `x` to the 8-bit activations [`Precision::Ggml`] gives weights of `format` (ggml's
-/// `vec_dot_type`), on an explicit path (for tests: every path must produce identical
-/// activations). `x.len()` must be a multiple of 32.
-#[doc(hidden)]
-pub fn quantize_acts_ggml_with(
-    path: KernelPath,
-    format: WeightFormat,
-    x: &[f32],
-) -> Result<QBlocks<i8>, KernelError> {
-    check_blocks(path, "quantize_acts_ggml x (multiple of 32)", x)?;
-    Ok(QActs::quantize_ggml(path, format, x))
 }

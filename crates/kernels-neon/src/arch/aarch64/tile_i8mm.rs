@@ -1,7 +1,9 @@
 //! The 8-bit prompt tile of the 32-element block formats with `smmla` (the `i8mm` extension,
 //! [`KernelPath::NeonI8mm`](crate::KernelPath::NeonI8mm)), driven by `tile_mm.rs`: per block of
 //! two rows and two tokens four `smmla` give the exact dots of the tokens' 8-bit activations
-//! (`QActs`, one scale per 32) with the rows' quants, `matvec_int8`'s products.
+//! (`QActs`, one scale per 32) with the rows' quants, `matvec_int8`'s products; for `Fast` Q4_0
+//! and Q4_1 prompts (`fast_prompts_halves`) activations of one scale per 16, each half's dots
+//! weighted by its own.
 
 use std::arch::aarch64::*;
 
