@@ -157,8 +157,8 @@
 //! tokens, as llama.cpp's prompts do; on AVX-512 Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/IQ4_NL/IQ4_XS ones
 //! from that many tokens take the 8-bit tile in `Int8`, and in `Fast` for Q5_0 and Q8_0
 //! ([`fast_prompts_int8`]: the formats whose 8-bit prompts kept a real model's
-//! perplexity), the 16-bit tile in `Fast` for the others; on AVX2, and on aarch64 with i8mm, Q4_0
-//! and Q4_1 `Fast` ones take the 8-bit tile with activations of one scale per 16
+//! perplexity), the 16-bit tile in `Fast` for the others; on AVX2, and on aarch64 with dotprod,
+//! Q4_0 and Q4_1 `Fast` ones take the 8-bit tile with activations of one scale per 16
 //! ([`fast_prompts_halves`])). Elsewhere it takes the f32 tile, but in `Int8`
 //! on the [`KernelPath::Avx512`] path with BF16, where the tile and the
 //! activations are rounded to bf16 (8 significant bits, the class of `Int8`'s

@@ -127,10 +127,11 @@ pub fn fast_prompts_int8(format: WeightFormat) -> bool {
 /// Whether [`Precision::Fast`] prompts of `format` on `path` from [`INT_TILE_MIN_TOKENS`] tokens
 /// take 8-bit activations of one scale per 16 (`QActs::quantize_halves`) on the 8-bit tile, where
 /// [`fast_prompts_int8`] keeps 16 bits: Q4_0 and Q4_1 on AVX2 (`tile_i8`, about as many
-/// instructions a block as with one scale per 32) and with i8mm (`tile_i8mm`: each block's two
-/// halves' `smmla` sums apart, two conversions and multiply-adds where one scale has one; the
-/// SYNTHETIC OLMoE-shaped 4-layer Q4_0 file's prompt, whose attention projections take it, counted
-/// 65.61M -> 62.79M guest instructions a token under `qemu-aarch64 -cpu max`). Within that function's rule where one scale per
+/// instructions a block as with one scale per 32) and on aarch64 with dotprod or i8mm (`tile_dp`,
+/// `tile_i8mm`: each block's two halves' dots apart, two conversions and multiply-adds where one
+/// scale has one; the SYNTHETIC OLMoE-shaped 4-layer Q4_0 file's prompt, whose attention
+/// projections take it, counted 65.61M -> 62.79M guest instructions a token under `qemu-aarch64
+/// -cpu max`; docs/benchmarks/neon-proxy.md). Within that function's rule where one scale per
 /// 32 was not (`sparrow perplexity --file wikitext-2/test.txt -t 2`, the AVX2 path, 2026-12-07):
 /// SmolLM2-135M re-quantized to Q4_0 (`--requant q4_0`, 96 windows of 512) 30.5460 against 16
 /// bits' 30.5113 (+0.035; one scale per 32: +0.060 with `--int8`, and +0.070 on AVX-512),
@@ -140,8 +141,10 @@ pub fn fast_prompts_int8(format: WeightFormat) -> bool {
 /// 479-480 (docs/benchmarks/dense-vs-llama.md).
 #[doc(hidden)]
 pub fn fast_prompts_halves(path: KernelPath, format: WeightFormat) -> bool {
-    matches!(path, KernelPath::Avx2Fma | KernelPath::NeonI8mm)
-        && matches!(format, WeightFormat::Q4_0 | WeightFormat::Q4_1)
+    matches!(
+        path,
+        KernelPath::Avx2Fma | KernelPath::NeonDotprod | KernelPath::NeonI8mm
+    ) && matches!(format, WeightFormat::Q4_0 | WeightFormat::Q4_1)
 }
 
 /// Which 8-bit activations a product of `n` tokens with weights of `format` in `precision` takes

@@ -31,7 +31,7 @@ pub struct LoadArgs {
     /// (up to ~1 on SmolLM2) and greedy text can differ. The default uses 16-bit activations
     /// (8-bit ones for prompts of 32 tokens or more over Q2_K..Q6_K weights on x86, Q4_K..Q6_K on
     /// ARM with dotprod, and Q5_0/Q8_0 ones with AVX-512 or ARM's dotprod, as llama.cpp; Q4_0/Q4_1
-    /// ones on AVX2 and ARM's i8mm with one scale per 16 values).
+    /// ones on AVX2 and ARM's dotprod with one scale per 16 values).
     #[arg(long)]
     pub int8: bool,
     /// llama.cpp's roundings on its CPU path (for comparisons with it, not for speed): 8-bit

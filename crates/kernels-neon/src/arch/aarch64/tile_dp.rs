@@ -15,8 +15,10 @@
 //! one multiply by the rows' scales and one FMA by the token's, and for the formats with a min
 //! one more FMA (`m_w * s_x`); the halves of Q2_K, Q3_K and Q6_K (8-bit only), whose scales are
 //! per 16, are multiplied by their integer scales in i32 first, as `tile_mm.rs` does Q6_K's, and
-//! Q2_K's min term takes each half's (`m_w * s_x` of elements 0..16 and 16..32). Tokens go four
-//! at a time, each weight load feeding four.
+//! Q2_K's min term takes each half's (`m_w * s_x` of elements 0..16 and 16..32). 8-bit activations
+//! of one scale per 16 (`Fast` Q4_0 and Q4_1 prompts, `fast_prompts_halves`) have each half's sums
+//! converted and weighted by the token's scale of that half. Tokens go four at a time, each weight
+//! load feeding four.
 
 use std::arch::aarch64::*;
 
@@ -211,11 +213,13 @@ impl DpQuants for Dp16 {
 
 /// One block of four tokens: each one's quants, their scales `d` and sums `s` (`d * sum(q)`),
 /// and the sums of each half (`sa`, `sb`: `d * sum(q)` over elements 0..16 and 16..32, Q2_K's
-/// min terms; zero for the other formats), one per lane.
+/// min terms; zero for the other formats), one per lane. With activations of a scale per 16
+/// (`QActs::quantize_halves`), `d` is the first half's scale and `d2` the second's (else `d`).
 #[derive(Clone, Copy)]
 struct TokQuad<Q> {
     q: [Q; 4],
     d: float32x4_t,
+    d2: float32x4_t,
     s: float32x4_t,
     sa: float32x4_t,
     sb: float32x4_t,
@@ -227,6 +231,8 @@ struct TokQuad<Q> {
 pub(crate) struct TokenQuads<Q> {
     groups: Vec<Vec<TokQuad<Q>>>,
     n: usize,
+    /// Whether the activations take a scale per 16 (`QBlocks::d16`).
+    xh: bool,
 }
 
 /// The token groups of `acts` (whole blocks of 32) for a tile over weights of `format`, each
@@ -241,6 +247,8 @@ fn token_quads<E: Copy + Into<i32>, Q: DpQuants>(
     let halves = takes_min(format) && takes_halves(format);
     let n = acts.len();
     let nb = acts.first().map_or(0, |a| a.qs.len() / 32);
+    let xh = acts.first().is_some_and(|a| !a.d16.is_empty());
+    assert!(acts.iter().all(|a| a.d16.is_empty() != xh) && !(xh && halves));
     let groups = (0..n.div_ceil(4))
         .map(|g| {
             let a: [&QBlocks<E>; 4] = std::array::from_fn(|t| &acts[(4 * g + t).min(n - 1)]);
@@ -259,7 +267,8 @@ fn token_quads<E: Copy + Into<i32>, Q: DpQuants>(
                     };
                     TokQuad {
                         q: a.map(|x| quants(&x.qs[32 * b..32 * b + 32])),
-                        d: f(a.map(|x| x.d[b])),
+                        d: f(a.map(|x| if xh { x.d16[2 * b] } else { x.d[b] })),
+                        d2: f(a.map(|x| if xh { x.d16[2 * b + 1] } else { x.d[b] })),
                         s: f(a.map(|x| x.s[b])),
                         sa: f(a.map(|x| half(x, 0))),
                         sb: f(a.map(|x| half(x, 1))),
@@ -268,24 +277,36 @@ fn token_quads<E: Copy + Into<i32>, Q: DpQuants>(
                 .collect()
         })
         .collect();
-    TokenQuads { groups, n }
+    TokenQuads { groups, n, xh }
 }
 
 /// `acc` plus token `L`'s (of the group's block `x`) products with the row quad's block `w`:
 /// the block's exact dots, times the rows' scales and the token's; the min term where `MIN`; each
 /// half of the block weighted by its integer scale where `HALVES` (Q2_K, Q3_K, Q6_K), and the
-/// min term of each half where both (Q2_K).
+/// min term of each half where both (Q2_K); each half by the token's scale of it where `XH`
+/// (activations of a scale per 16).
 ///
 /// # Safety
 /// The CPU must support the `dotprod` extension.
 #[inline]
 #[target_feature(enable = "neon,dotprod")]
-unsafe fn token<Q: DpQuants, const L: i32, const MIN: bool, const HALVES: bool>(
+unsafe fn token<Q: DpQuants, const L: i32, const MIN: bool, const HALVES: bool, const XH: bool>(
     acc: float32x4_t,
     w: &QuadBlock,
     x: &TokQuad<Q>,
 ) -> float32x4_t {
     let q = &x.q[L as usize];
+    if XH {
+        // SAFETY: dotprod present per this function's contract.
+        let (ha, hb) = unsafe { q.dots_halves(w) };
+        let acc = vfmaq_laneq_f32::<L>(acc, vmulq_f32(vcvtq_f32_s32(ha), w.d), x.d);
+        let acc = vfmaq_laneq_f32::<L>(acc, vmulq_f32(vcvtq_f32_s32(hb), w.d), x.d2);
+        return if MIN {
+            vfmaq_laneq_f32::<L>(acc, w.m, x.s)
+        } else {
+            acc
+        };
+    }
     // SAFETY: dotprod present per this function's contract.
     let s = unsafe {
         if HALVES {
@@ -316,7 +337,7 @@ unsafe fn token<Q: DpQuants, const L: i32, const MIN: bool, const HALVES: bool>(
 /// The CPU must support the `dotprod` extension; `g` has as many blocks as `rq`.
 #[inline]
 #[target_feature(enable = "neon,dotprod")]
-unsafe fn sums<Q: DpQuants, const T: usize, const MIN: bool, const HALVES: bool>(
+unsafe fn sums<Q: DpQuants, const T: usize, const MIN: bool, const HALVES: bool, const XH: bool>(
     rq: &[QuadBlock],
     g: &[TokQuad<Q>],
 ) -> [float32x4_t; T] {
@@ -326,15 +347,15 @@ unsafe fn sums<Q: DpQuants, const T: usize, const MIN: bool, const HALVES: bool>
         let x = unsafe { g.get_unchecked(b) };
         // SAFETY: dotprod present per this function's contract.
         unsafe {
-            acc[0] = token::<Q, 0, MIN, HALVES>(acc[0], w, x);
+            acc[0] = token::<Q, 0, MIN, HALVES, XH>(acc[0], w, x);
             if T > 1 {
-                acc[1] = token::<Q, 1, MIN, HALVES>(acc[1], w, x);
+                acc[1] = token::<Q, 1, MIN, HALVES, XH>(acc[1], w, x);
             }
             if T > 2 {
-                acc[2] = token::<Q, 2, MIN, HALVES>(acc[2], w, x);
+                acc[2] = token::<Q, 2, MIN, HALVES, XH>(acc[2], w, x);
             }
             if T > 3 {
-                acc[3] = token::<Q, 3, MIN, HALVES>(acc[3], w, x);
+                acc[3] = token::<Q, 3, MIN, HALVES, XH>(acc[3], w, x);
             }
         }
     }
@@ -348,14 +369,14 @@ unsafe fn sums<Q: DpQuants, const T: usize, const MIN: bool, const HALVES: bool>
 /// The CPU must support the `dotprod` extension; the group has as many blocks as `rq`.
 #[inline]
 #[target_feature(enable = "neon,dotprod")]
-unsafe fn step<Q: DpQuants, const T: usize, const MIN: bool, const HALVES: bool>(
+unsafe fn step<Q: DpQuants, const T: usize, const MIN: bool, const HALVES: bool, const XH: bool>(
     rq: &[QuadBlock],
     g: &[TokQuad<Q>],
     (gi, i, k, nr): (usize, usize, usize, usize),
     out: &mut [f32],
 ) {
     // SAFETY: per this function's contract.
-    let acc = unsafe { sums::<Q, T, MIN, HALVES>(rq, g) };
+    let acc = unsafe { sums::<Q, T, MIN, HALVES, XH>(rq, g) };
     for (t, v) in acc.iter().enumerate() {
         let o = (4 * gi + t) * nr + i;
         if k == 4 {
@@ -373,12 +394,12 @@ unsafe fn step<Q: DpQuants, const T: usize, const MIN: bool, const HALVES: bool>
 
 /// `out[t * nr + i]` = row `r0 + i` of `w` · token `t` for the tokens of `toks`, the rows
 /// unpacked four at a time, with the min term where `MIN` and the halves apart where `HALVES`
-/// (Q2_K, Q3_K, Q6_K).
+/// (Q2_K, Q3_K, Q6_K) or `XH` (the tokens' scales per 16).
 ///
 /// # Safety
 /// The CPU must support the `dotprod` extension; `w`'s format is one of `has_row_blocks`'s.
 #[target_feature(enable = "neon,dotprod")]
-unsafe fn drive_with<Q: DpQuants, const MIN: bool, const HALVES: bool>(
+unsafe fn drive_with<Q: DpQuants, const MIN: bool, const HALVES: bool, const XH: bool>(
     w: &QMatrix<'_>,
     (r0, nr): (usize, usize),
     toks: &TokenQuads<Q>,
@@ -412,17 +433,18 @@ unsafe fn drive_with<Q: DpQuants, const MIN: bool, const HALVES: bool>(
             // have `nb` blocks each (asserted).
             unsafe {
                 match n - 4 * gi {
-                    1 => step::<Q, 1, MIN, HALVES>(&rq, g, at, out),
-                    2 => step::<Q, 2, MIN, HALVES>(&rq, g, at, out),
-                    3 => step::<Q, 3, MIN, HALVES>(&rq, g, at, out),
-                    _ => step::<Q, 4, MIN, HALVES>(&rq, g, at, out),
+                    1 => step::<Q, 1, MIN, HALVES, XH>(&rq, g, at, out),
+                    2 => step::<Q, 2, MIN, HALVES, XH>(&rq, g, at, out),
+                    3 => step::<Q, 3, MIN, HALVES, XH>(&rq, g, at, out),
+                    _ => step::<Q, 4, MIN, HALVES, XH>(&rq, g, at, out),
                 }
             }
         }
     }
 }
 
-/// [`drive_with`] with the min term and halves of `w`'s format.
+/// [`drive_with`] with the min term and halves of `w`'s format, and the tokens' scales per 16
+/// where they take them (not with a format whose halves have scales).
 ///
 /// # Safety
 /// The CPU must support the `dotprod` extension; `w`'s format is one of `has_row_blocks`'s.
@@ -436,11 +458,14 @@ unsafe fn drive<Q: DpQuants>(
     let format = w.format();
     // SAFETY: per this function's contract.
     unsafe {
-        match (takes_min(format), takes_halves(format)) {
-            (true, true) => drive_with::<Q, true, true>(w, at, toks, out),
-            (true, false) => drive_with::<Q, true, false>(w, at, toks, out),
-            (false, true) => drive_with::<Q, false, true>(w, at, toks, out),
-            (false, false) => drive_with::<Q, false, false>(w, at, toks, out),
+        match (takes_min(format), takes_halves(format), toks.xh) {
+            (_, true, true) => panic!("tile_dp: {format:?} with activations of a scale per 16"),
+            (true, true, false) => drive_with::<Q, true, true, false>(w, at, toks, out),
+            (true, false, false) => drive_with::<Q, true, false, false>(w, at, toks, out),
+            (false, true, false) => drive_with::<Q, false, true, false>(w, at, toks, out),
+            (false, false, false) => drive_with::<Q, false, false, false>(w, at, toks, out),
+            (true, false, true) => drive_with::<Q, true, false, true>(w, at, toks, out),
+            (false, false, true) => drive_with::<Q, false, false, true>(w, at, toks, out),
         }
     }
 }

@@ -265,8 +265,8 @@ pub fn i16_tile(path: KernelPath, format: WeightFormat) -> bool {
 }
 
 /// Whether a `Fast` prompt of `n` tokens takes the 8-bit tile on `path` for `format` with
-/// activations of one scale per 16 (`fast_prompts_halves`: Q4_0 and Q4_1 on AVX2 and with i8mm), from
-/// `INT_TILE_MIN_TOKENS` tokens.
+/// activations of one scale per 16 (`fast_prompts_halves`: Q4_0 and Q4_1 on AVX2 and with dotprod
+/// or i8mm), from `INT_TILE_MIN_TOKENS` tokens.
 pub fn halves_tile(path: KernelPath, format: WeightFormat, precision: Precision, n: usize) -> bool {
     precision == Precision::Fast
         && n >= kernels_neon::INT_TILE_MIN_TOKENS
