@@ -101,7 +101,8 @@ pub(crate) fn takes_tile_i16(path: KernelPath, format: WeightFormat, n: usize) -
 /// (Qwen2.5-Coder-0.5B Q4_K_M: 39.3949 against the reference's 39.3745 and 39.3726 with 16 bits;
 /// SmolLM2-135M's Q8_0 embedding, its output projection: 29.6336 against 29.6018 and 29.6020).
 /// Not Q4_1: SmolLM2-135M's Q4_1 tensors took it to 29.6974, so Q4_1 and Q5_1 keep 16 bits (on AVX2
-/// Q4_0 and Q4_1 take 8 bits with a scale per 16 instead: [`fast_prompts_halves`]); nor
+/// and aarch64 with dotprod Q4_0 and Q4_1 take 8 bits with a scale per 16: [`fast_prompts_halves`]);
+/// nor
 /// Q4_0: SmolLM2-135M re-quantized to it (`--requant q4_0`) measured 34.5047 with 8-bit prompts
 /// against 34.4358 with 16 bits and exact mode's 34.3975 (2026-12-04); nor IQ4_NL and IQ4_XS
 /// (AVX-512's 8-bit tile takes them in `Int8`): SmolLM2-135M and Qwen2.5-Coder-0.5B re-quantized
@@ -172,6 +173,20 @@ pub(crate) fn int8_prompt(
     (takes && arch::has_tile_int8(path, format)).then_some(halves)
 }
 
+/// One token's activations `x` for `path`'s 8-bit tile over weights of `format`, as
+/// [`int8_prompt`] chose them (`halves`: a scale per 16).
+pub(crate) fn int8_prompt_acts(
+    path: KernelPath,
+    format: WeightFormat,
+    halves: bool,
+    x: &[f32],
+) -> QActs {
+    match halves {
+        true => QActs::quantize_halves(path, x),
+        false => arch::tile_int8_acts(path, format, x),
+    }
+}
+
 /// [`matmul`] on an explicit path (for tests and benchmarks).
 #[doc(hidden)]
 pub fn matmul_with(
@@ -215,10 +230,7 @@ pub fn matmul_with(
     // The 8-bit tile where `int8_prompt`; the 32-block formats' repacks its rows as the 16-bit one
     // does, so it starts at `INT_TILE_MIN_TOKENS` tokens in `Int8` too.
     if let Some(halves) = int8_prompt(path, w.format(), n, precision) {
-        let quantize = |x: &[f32]| match halves {
-            true => QActs::quantize_halves(path, x),
-            false => arch::tile_int8_acts(path, w.format(), x),
-        };
+        let quantize = |x: &[f32]| int8_prompt_acts(path, w.format(), halves, x);
         let prepare = |acts| arch::TileActs8::new(path, w.format(), acts);
         let tile = |w: &QMatrix, r0, nr, acts: &arch::TileActs8, out: &mut [f32]| {
             arch::tile_int8(path, w, r0, nr, acts, out)

@@ -5,8 +5,8 @@
 //! it, bit for bit, when it is cut as they cut it ([`Product::chunk`]).
 
 use crate::arch;
-use crate::matmul::{int8_prompt, takes_tile_i16, INT_ITEM_BYTES};
-use crate::quant::{QActs, QActs16};
+use crate::matmul::{int8_prompt, int8_prompt_acts, takes_tile_i16, INT_ITEM_BYTES};
+use crate::quant::QActs16;
 use crate::{
     matmul_chunk, matvec_chunk, Acts, KernelPath, Precision, QMatrix, WeightFormat,
     INT_TILE_MIN_TOKENS,
@@ -48,10 +48,7 @@ impl Product {
         }
         // `matmul_with`'s choice of tile, in its order.
         if let Some(halves) = int8_prompt(path, format, m, precision) {
-            let quantize = |xt: &[f32]| match halves {
-                true => QActs::quantize_halves(path, xt),
-                false => arch::tile_int8_acts(path, format, xt),
-            };
+            let quantize = |xt: &[f32]| int8_prompt_acts(path, format, halves, xt);
             return Product::Int8(arch::TileActs8::new(
                 path,
                 format,

@@ -385,7 +385,7 @@ unsafe fn tile_f<const F: u8, const H: bool>(
 
 /// `out[t * nr + i]` = row `r0 + i` of `w` · token `t` (activations `acts[t]`, quantized by
 /// `QActs::quantize` with sums of 16: the integer products of `matvec_int8` for that token, summed
-/// in another f32 order; or all by `QActs::quantize_halves`, a scale per 16).
+/// in another f32 order; or, for Q4_0 and Q4_1, all by `QActs::quantize_halves`, a scale per 16).
 ///
 /// # Safety
 /// AVX2/FMA/F16C present; `w`'s format is one of [`has_tile_i8`]'s.
@@ -427,8 +427,8 @@ pub(crate) unsafe fn tile_i8(w: &QMatrix, r0: usize, nr: usize, acts: &[QActs], 
             (_, false) => tile_f::<Q5_1, false>(w, r0, nr, &toks, out),
             (W::Q4_0, true) => tile_f::<Q4_0, true>(w, r0, nr, &toks, out),
             (W::Q4_1, true) => tile_f::<Q4_1, true>(w, r0, nr, &toks, out),
-            (W::Q5_0, true) => tile_f::<Q5_0, true>(w, r0, nr, &toks, out),
-            (_, true) => tile_f::<Q5_1, true>(w, r0, nr, &toks, out),
+            // The 5-bit formats' prompts take no scales of 16 (`fast_prompts_halves`).
+            (_, true) => panic!("tile_i8: {format:?} with activations of a scale per 16"),
         }
     }
 }
