@@ -262,14 +262,33 @@ unsafe fn halves<const G: usize, const T: usize, const F: u8>(
         }
     }
     if has_min(F) {
-        for g in 0..G {
-            // SAFETY: `mn` holds `groups * nb * LANES` floats for these formats.
-            let m = unsafe { _mm256_loadu_ps(p.mn.as_ptr().add(at[g] * LANES)) };
-            for t in 0..T {
-                // SAFETY: block `b < nb` per the contract.
-                let s = _mm256_set1_ps(unsafe { *toks[t].s.get_unchecked(b) });
-                acc[g][t] = _mm256_fmadd_ps(m, s, acc[g][t]);
-            }
+        // SAFETY: per this function's contract.
+        unsafe { min_term::<G, T>(p, at, toks, b, acc) };
+    }
+}
+
+/// The min term of block `b` (Q4_1, Q5_1) added to `acc`: each row's min times each token's
+/// dequantized sum of the block, `m · s`.
+///
+/// # Safety
+/// AVX2/FMA present; the format has a min (`p.mn` filled); `at[g] < groups * nb` of `p`; sum `b`
+/// of every token exists.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn min_term<const G: usize, const T: usize>(
+    p: &Packed,
+    at: [usize; G],
+    toks: &[Tok; T],
+    b: usize,
+    acc: &mut [[__m256; T]; G],
+) {
+    for g in 0..G {
+        // SAFETY: `mn` holds `groups * nb * LANES` floats for these formats.
+        let m = unsafe { _mm256_loadu_ps(p.mn.as_ptr().add(at[g] * LANES)) };
+        for t in 0..T {
+            // SAFETY: block `b < nb` per the contract.
+            let s = _mm256_set1_ps(unsafe { *toks[t].s.get_unchecked(b) });
+            acc[g][t] = _mm256_fmadd_ps(m, s, acc[g][t]);
         }
     }
 }
@@ -323,15 +342,8 @@ unsafe fn block<const G: usize, const T: usize, const F: u8, const H: bool>(
             }
         }
         if has_min(F) {
-            for g in 0..G {
-                // SAFETY: `mn` holds `groups * nb * LANES` floats for these formats.
-                let m = unsafe { _mm256_loadu_ps(p.mn.as_ptr().add(at[g] * LANES)) };
-                for t in 0..T {
-                    // SAFETY: block `b < nb` per the contract.
-                    let s = _mm256_set1_ps(unsafe { *toks[t].s.get_unchecked(b) });
-                    acc[g][t] = _mm256_fmadd_ps(m, s, acc[g][t]);
-                }
-            }
+            // SAFETY: per this function's contract.
+            unsafe { min_term::<G, T>(p, at, &toks, b, &mut acc) };
         }
     }
     acc
