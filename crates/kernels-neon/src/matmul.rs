@@ -100,7 +100,7 @@ pub(crate) fn takes_tile_i16(path: KernelPath, format: WeightFormat, n: usize) -
 /// 512 tokens of WikiText-2 test; docs/BENCHMARKS.md): Q4_K, Q5_K, Q6_K, Q5_0 and Q8_0
 /// (Qwen2.5-Coder-0.5B Q4_K_M: 39.3949 against the reference's 39.3745 and 39.3726 with 16 bits;
 /// SmolLM2-135M's Q8_0 embedding, its output projection: 29.6336 against 29.6018 and 29.6020).
-/// Not Q4_1: SmolLM2-135M's Q4_1 tensors took it to 29.6974, so Q4_1 and Q5_1 keep 16 bits (on AVX2
+/// Not Q4_1: SmolLM2-135M's Q4_1 tensors took it to 29.6974, so Q4_1 and Q5_1 keep 16 bits (on x86
 /// and aarch64 with dotprod Q4_0 and Q4_1 take 8 bits with a scale per 16: [`fast_prompts_halves`]);
 /// nor
 /// Q4_0: SmolLM2-135M re-quantized to it (`--requant q4_0`) measured 34.5047 with 8-bit prompts
@@ -128,7 +128,8 @@ pub fn fast_prompts_int8(format: WeightFormat) -> bool {
 /// Whether [`Precision::Fast`] prompts of `format` on `path` from [`INT_TILE_MIN_TOKENS`] tokens
 /// take 8-bit activations of one scale per 16 (`QActs::quantize_halves`) on the 8-bit tile, where
 /// [`fast_prompts_int8`] keeps 16 bits: Q4_0 and Q4_1 on AVX2 (`tile_i8`, about as many
-/// instructions a block as with one scale per 32) and on aarch64 with dotprod or i8mm (`tile_dp`,
+/// instructions a block as with one scale per 32), AVX-512 (`tile512_i8`, since stop 90) and on
+/// aarch64 with dotprod or i8mm (`tile_dp`,
 /// `tile_i8mm`: each block's two halves' dots apart, two conversions and multiply-adds where one
 /// scale has one; the SYNTHETIC OLMoE-shaped 4-layer Q4_0 file's prompt, whose attention
 /// projections take it, counted 65.61M -> 62.79M guest instructions a token under `qemu-aarch64
@@ -137,14 +138,16 @@ pub fn fast_prompts_int8(format: WeightFormat) -> bool {
 /// SmolLM2-135M re-quantized to Q4_0 (`--requant q4_0`, 96 windows of 512) 30.5460 against 16
 /// bits' 30.5113 (+0.035; one scale per 32: +0.060 with `--int8`, and +0.070 on AVX-512),
 /// Qwen2.5-Coder-0.5B so re-quantized (32 windows) 36.5276 against 36.4994 (+0.028),
-/// SmolLM2-135M's own Q4_1 (96 windows) 26.2101 against 26.1860 (+0.024). SYNTHETIC
-/// 16x1024x2816 pp128, one thread: Q4_0 269-271 -> 337-346 tok/s; SmolLM2-135M Q4_1 403-417 ->
-/// 479-480 (docs/benchmarks/dense-vs-llama.md).
+/// SmolLM2-135M's own Q4_1 (96 windows) 26.2101 against 26.1860 (+0.024); on the AVX-512 path
+/// (2026-12-07, stop 90) 30.5719 against 30.5381 (+0.034), 36.5434 against 36.5102 (+0.033),
+/// 26.2280 against 26.2040 (+0.024). SYNTHETIC 16x1024x2816 pp128, one thread: AVX2 Q4_0 269-271
+/// -> 337-346 tok/s, SmolLM2-135M Q4_1 403-417 -> 479-480; AVX-512 Q4_0 308-316 -> 509-557,
+/// Q4_1 485-486 -> 733-763 (docs/benchmarks/dense-vs-llama.md).
 #[doc(hidden)]
 pub fn fast_prompts_halves(path: KernelPath, format: WeightFormat) -> bool {
     matches!(
         path,
-        KernelPath::Avx2Fma | KernelPath::NeonDotprod | KernelPath::NeonI8mm
+        KernelPath::Avx2Fma | KernelPath::Avx512 | KernelPath::NeonDotprod | KernelPath::NeonI8mm
     ) && matches!(format, WeightFormat::Q4_0 | WeightFormat::Q4_1)
 }
 

@@ -200,11 +200,11 @@ fn int8_prompts_of_k_quants_take_the_integer_tile_on_x86_and_dotprod() {
     }
 }
 
-/// `Fast` prompts of `fast_prompts_halves`' formats (Q4_0, Q4_1 on AVX2 and with dotprod or
-/// i8mm) take the 8-bit tile with a scale per 16 on the paths that have it, from
+/// `Fast` prompts of `fast_prompts_halves`' formats (Q4_0, Q4_1 on AVX2, AVX-512 and with
+/// dotprod or i8mm) take the 8-bit tile with a scale per 16 on the paths that have it, from
 /// `INT_TILE_MIN_TOKENS` tokens, over whole panels and a partial one, a short last group of rows,
-/// an odd row and token count and every register block's remainder of tokens; the AVX2 path on
-/// x86_64 and the dotprod and i8mm ones on aarch64 (wherever the CPU has them) must be among them
+/// an odd row and token count and every register block's remainder of tokens; the AVX2 and
+/// AVX-512 paths on x86_64 and the dotprod and i8mm ones on aarch64 (wherever the CPU has them) must be among them
 /// for both.
 #[test]
 fn fast_q4_prompts_take_scales_of_16() {
@@ -230,11 +230,10 @@ fn fast_q4_prompts_take_scales_of_16() {
             }
         }
         #[cfg(target_arch = "x86_64")]
-        if available_paths().contains(&KernelPath::Avx2Fma) {
-            assert!(
-                taken.contains(&KernelPath::Avx2Fma),
-                "{format:?}: {taken:?}"
-            );
+        for path in [KernelPath::Avx2Fma, KernelPath::Avx512] {
+            if available_paths().contains(&path) {
+                assert!(taken.contains(&path), "{format:?}: {taken:?}");
+            }
         }
         #[cfg(target_arch = "aarch64")]
         for path in [KernelPath::NeonDotprod, KernelPath::NeonI8mm] {

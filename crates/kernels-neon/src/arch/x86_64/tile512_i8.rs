@@ -16,7 +16,10 @@
 //!
 //! The activations are `matvec`'s in [`Precision::Int8`](crate::Precision) for these formats
 //! (`QActs::quantize`: one scale per 32, with each 16 quants' sum, `QActs::with_sums16`), so the
-//! integer products are those of `matvec_int8`; only the f32 summation order differs.
+//! integer products are those of `matvec_int8`; only the f32 summation order differs. `Fast`
+//! prompts of Q4_0 and Q4_1 (`fast_prompts_halves`) take activations of one scale per 16
+//! (`QActs::quantize_halves`): each half block's sums converted and weighted on their own
+//! ([`halves`]).
 
 use std::arch::x86_64::*;
 use std::ops::Range;
@@ -302,12 +305,15 @@ unsafe fn quantize_columns(src: *const f32, stride: usize, q: *mut u8, sc: *mut 
 struct Tok<'a> {
     /// Quants in element order.
     x: &'a [i8],
-    /// Scale per 32-block.
+    /// Scale per 32-block (empty with [`Tok::d16`]).
     d: &'a [f32],
-    /// `d * sum(q)` per 32-block.
+    /// `d * sum(q)` per 32-block (with [`Tok::d16`]: the sum of each half's).
     s: &'a [f32],
-    /// The sum of each 16 quants (two per block).
+    /// The sum of each 16 quants (two per block; empty with [`Tok::d16`]).
     sum16: &'a [i32],
+    /// Scale per 16 values, where the activations take one (`QActs::quantize_halves`); else
+    /// empty.
+    d16: &'a [f32],
 }
 
 /// Every token of `acts` as the kernel reads it.
@@ -318,20 +324,124 @@ fn tokens(acts: &[QActs]) -> Vec<Tok<'_>> {
             d: &a.d,
             s: &a.s,
             sum16: &a.sum16,
+            d16: &a.d16,
         })
         .collect()
 }
 
+/// The i32 sums of column quads `quads` (of 8) of block `b` of groups `at` (their block indices
+/// in `p`) against tokens `toks`: per group and token, each lane's (row's) integer dot with the
+/// quants as packed over those columns.
+///
+/// # Safety
+/// AVX-512F/BW/VNNI present; `at[g] < groups * nb` of `p`; element `32 b + 31` of every token
+/// exists; `quads` within `0..8`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
+unsafe fn block_sums<const G: usize, const T: usize>(
+    p: &Packed,
+    at: [usize; G],
+    toks: &[Tok; T],
+    (b, quads): (usize, Range<usize>),
+) -> [[__m512i; T]; G] {
+    let mut isum = [[_mm512_setzero_si512(); T]; G];
+    for quad in quads {
+        // In bounds: group block `at[g]` lies in `p.q`, quad `quad < 8`: 64 bytes at
+        // `at * BLOCK_U8 + 64 * quad`.
+        let w = at.map(|a| p.q.as_ptr().wrapping_add(a * BLOCK_U8 + 64 * quad));
+        // In bounds: elements `b * 32 + 4 * quad + 3 < nb * 32` per the contract.
+        let x = toks.map(|t| t.x.as_ptr().wrapping_add(32 * b + 4 * quad).cast::<u8>());
+        // SAFETY: 64 bytes at each `w[g]` and 4 at each `x[t]` (above).
+        unsafe { step(&mut isum, w, x, |a, w, x| _mm512_dpbusd_epi32(a, w, x)) };
+    }
+    isum
+}
+
+/// Block `b` of groups `at` against tokens `toks` whose activations take a scale per 16
+/// ([`Tok::d16`]): per group and token, each lane's (row's) dot added to `acc`. Each half's i32
+/// sums (quads 0..4, 4..8) converted and weighted by its scale, the format's offset `OFF` taken
+/// as `OFF · s` (`s` the block's dequantized sum: `Σ_h d16_h · sum_h`), then the rows' scales:
+/// `acc += sc · (d16_a · i_a + d16_b · i_b - OFF · s)`, and the min term as in [`block`]. Five
+/// f32 operations a group and token where one scale per 32 takes three and an i32 subtraction.
+///
+/// # Safety
+/// As [`block`]'s, with `2 p.nb` scales of 16 in each token and no scales of 32 or sums of 16.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
+unsafe fn halves<const G: usize, const T: usize, const OFF: i32>(
+    p: &Packed,
+    at: [usize; G],
+    toks: &[Tok; T],
+    b: usize,
+    acc: &mut [[__m512; T]; G],
+) {
+    // SAFETY: per this function's contract.
+    let ia = unsafe { block_sums::<G, T>(p, at, toks, (b, 0..4)) };
+    // SAFETY: scale of 16 `2b` and sum `b` of every token exist per the contract.
+    let (da, off) = unsafe {
+        (
+            toks.map(|t| _mm512_set1_ps(*t.d16.get_unchecked(2 * b))),
+            toks.map(|t| _mm512_set1_ps(-(OFF as f32) * *t.s.get_unchecked(b))),
+        )
+    };
+    let mut v = [[_mm512_setzero_ps(); T]; G];
+    for g in 0..G {
+        for t in 0..T {
+            v[g][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[g][t]), da[t], off[t]);
+        }
+    }
+    // SAFETY: per this function's contract.
+    let ib = unsafe { block_sums::<G, T>(p, at, toks, (b, 4..8)) };
+    // SAFETY: scale of 16 `2b + 1` of every token exists per the contract.
+    let db = unsafe { toks.map(|t| _mm512_set1_ps(*t.d16.get_unchecked(2 * b + 1))) };
+    for g in 0..G {
+        // SAFETY: `sc` holds `groups * nb * LANES` floats; `at[g] < groups * nb`.
+        let sc = unsafe { _mm512_loadu_ps(p.sc.as_ptr().add(at[g] * LANES)) };
+        for t in 0..T {
+            let w = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ib[g][t]), db[t], v[g][t]);
+            acc[g][t] = _mm512_fmadd_ps(w, sc, acc[g][t]);
+        }
+    }
+}
+
+/// The min term of block `b` (Q4_1, Q5_1) added to `acc`: each row's min times each token's
+/// dequantized sum of the block, `m · s`.
+///
+/// # Safety
+/// AVX-512F and FMA present; the format has a min (`p.mn` filled); `at[g] < groups * nb` of
+/// `p`; sum `b` of every token exists.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
+unsafe fn min_term<const G: usize, const T: usize>(
+    p: &Packed,
+    at: [usize; G],
+    toks: &[Tok; T],
+    b: usize,
+    acc: &mut [[__m512; T]; G],
+) {
+    for g in 0..G {
+        // SAFETY: `mn` holds `groups * nb * LANES` floats for these formats.
+        let m = unsafe { _mm512_loadu_ps(p.mn.as_ptr().add(at[g] * LANES)) };
+        for t in 0..T {
+            // SAFETY: block `b < nb` per the contract.
+            let s = _mm512_set1_ps(unsafe { *toks[t].s.get_unchecked(b) });
+            acc[g][t] = _mm512_fmadd_ps(m, s, acc[g][t]);
+        }
+    }
+}
+
 /// Groups `g0 .. g0 + G` against tokens `toks` over blocks `blocks`: per group and token, each
-/// lane's (row's) dot added to `acc`. `OFF`: the quants' offset, taken off each block's sums.
+/// lane's (row's) dot added to `acc`. `OFF`: the quants' offset, taken off each block's sums
+/// (0: the format has a min, [`min_term`]); with `H`, activations of a scale per 16
+/// ([`halves`]).
 ///
 /// # Safety
 /// AVX-512F/BW/VNNI and AVX2/FMA present; `g0 + G` groups in `p`; `blocks` within the row; each
-/// token's slices cover the row's columns (`p.nb * 32` quants, `p.nb` scales and sums, `2 * p.nb`
-/// sums of 16 where `OFF != 0`).
+/// token's slices cover the row's columns (`p.nb * 32` quants and `p.nb` sums, and `p.nb` scales
+/// and `2 * p.nb` sums of 16 where `OFF != 0`, or with `H` `2 * p.nb` scales of 16).
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
-unsafe fn block<const G: usize, const T: usize, const OFF: i32>(
+unsafe fn block<const G: usize, const T: usize, const OFF: i32, const H: bool>(
     p: &Packed,
     g0: usize,
     toks: [Tok; T],
@@ -340,65 +450,39 @@ unsafe fn block<const G: usize, const T: usize, const OFF: i32>(
 ) -> [[__m512; T]; G] {
     let nb = p.nb;
     for b in blocks {
-        let mut at = [0usize; G];
-        for (g, a) in at.iter_mut().enumerate() {
-            *a = (g0 + g) * nb + b;
-        }
-        let mut dx = [_mm512_setzero_ps(); T];
-        for t in 0..T {
-            // SAFETY: block `b < nb` per the contract.
-            dx[t] = _mm512_set1_ps(unsafe { *toks[t].d.get_unchecked(b) });
-        }
-        let mut isum = [[_mm512_setzero_si512(); T]; G];
-        for quad in 0..8 {
-            let mut w = [std::ptr::null(); G];
-            for g in 0..G {
-                // In bounds: group `g0 + g`'s block `b` lies in `p.q` (`at[g] < groups * nb`),
-                // quad `quad < 8`: 64 bytes at `at * BLOCK_U8 + 64 * quad`.
-                w[g] = p.q.as_ptr().wrapping_add(at[g] * BLOCK_U8 + 64 * quad);
-            }
-            let mut x = [std::ptr::null(); T];
-            for t in 0..T {
-                // In bounds: elements `b * 32 + 4 * quad + 3 < nb * 32` per the contract.
-                x[t] = toks[t]
-                    .x
-                    .as_ptr()
-                    .wrapping_add(32 * b + 4 * quad)
-                    .cast::<u8>();
-            }
-            // SAFETY: 64 bytes at each `w[g]` and 4 at each `x[t]` (above).
-            unsafe { step(&mut isum, w, x, |a, w, x| _mm512_dpbusd_epi32(a, w, x)) };
-        }
-        if OFF != 0 {
-            for t in 0..T {
-                // SAFETY: sums `2b + 1 < 2 * nb` per the contract.
-                let sx = unsafe {
-                    toks[t].sum16.get_unchecked(2 * b) + toks[t].sum16.get_unchecked(2 * b + 1)
-                };
-                let c = _mm512_set1_epi32(OFF * sx);
-                for row in isum.iter_mut() {
-                    row[t] = _mm512_sub_epi32(row[t], c);
+        let at: [usize; G] = std::array::from_fn(|g| (g0 + g) * nb + b);
+        if H {
+            // SAFETY: per this function's contract.
+            unsafe { halves::<G, T, OFF>(p, at, &toks, b, &mut acc) };
+        } else {
+            // SAFETY: per this function's contract.
+            let mut isum = unsafe { block_sums::<G, T>(p, at, &toks, (b, 0..8)) };
+            if OFF != 0 {
+                for t in 0..T {
+                    // SAFETY: sums `2b + 1 < 2 * nb` per the contract.
+                    let sx = unsafe {
+                        toks[t].sum16.get_unchecked(2 * b) + toks[t].sum16.get_unchecked(2 * b + 1)
+                    };
+                    let c = _mm512_set1_epi32(OFF * sx);
+                    for row in isum.iter_mut() {
+                        row[t] = _mm512_sub_epi32(row[t], c);
+                    }
                 }
             }
-        }
-        for g in 0..G {
-            // SAFETY: `sc` holds `groups * nb * LANES` floats; `at[g] < groups * nb`.
-            let sc = unsafe { _mm512_loadu_ps(p.sc.as_ptr().add(at[g] * LANES)) };
-            for t in 0..T {
-                let v = _mm512_mul_ps(_mm512_cvtepi32_ps(isum[g][t]), sc);
-                acc[g][t] = _mm512_fmadd_ps(v, dx[t], acc[g][t]);
+            // SAFETY: block `b < nb` per the contract.
+            let dx = unsafe { toks.map(|t| _mm512_set1_ps(*t.d.get_unchecked(b))) };
+            for g in 0..G {
+                // SAFETY: `sc` holds `groups * nb * LANES` floats; `at[g] < groups * nb`.
+                let sc = unsafe { _mm512_loadu_ps(p.sc.as_ptr().add(at[g] * LANES)) };
+                for t in 0..T {
+                    let v = _mm512_mul_ps(_mm512_cvtepi32_ps(isum[g][t]), sc);
+                    acc[g][t] = _mm512_fmadd_ps(v, dx[t], acc[g][t]);
+                }
             }
         }
         if OFF == 0 {
-            for g in 0..G {
-                // SAFETY: `mn` holds `groups * nb * LANES` floats for these formats.
-                let m = unsafe { _mm512_loadu_ps(p.mn.as_ptr().add(at[g] * LANES)) };
-                for t in 0..T {
-                    // SAFETY: block `b < nb` per the contract.
-                    let s = _mm512_set1_ps(unsafe { *toks[t].s.get_unchecked(b) });
-                    acc[g][t] = _mm512_fmadd_ps(m, s, acc[g][t]);
-                }
-            }
+            // SAFETY: per this function's contract (`OFF` 0: a format with a min).
+            unsafe { min_term::<G, T>(p, at, &toks, b, &mut acc) };
         }
     }
     acc
@@ -408,6 +492,8 @@ unsafe fn block<const G: usize, const T: usize, const OFF: i32>(
 struct I8<'a> {
     p: Packed,
     off: i32,
+    /// Whether the tokens take a scale per 16 ([`halves`]).
+    halves: bool,
     toks: Vec<Tok<'a>>,
 }
 
@@ -431,11 +517,14 @@ impl Lanes for I8<'_> {
         // SAFETY: per this method's contract (groups `g0 .. g0 + G` in `p`, blocks `units` within
         // the row), and every token covers the row's columns (asserted in `tile512_i8`).
         unsafe {
-            match self.off {
-                8 => block::<G, T, 8>(p, g0, tk, units, acc),
-                16 => block::<G, T, 16>(p, g0, tk, units, acc),
-                128 => block::<G, T, 128>(p, g0, tk, units, acc),
-                _ => block::<G, T, 0>(p, g0, tk, units, acc),
+            match (self.off, self.halves) {
+                (8, false) => block::<G, T, 8, false>(p, g0, tk, units, acc),
+                (16, false) => block::<G, T, 16, false>(p, g0, tk, units, acc),
+                (128, false) => block::<G, T, 128, false>(p, g0, tk, units, acc),
+                (_, false) => block::<G, T, 0, false>(p, g0, tk, units, acc),
+                (8, true) => block::<G, T, 8, true>(p, g0, tk, units, acc),
+                // Q4_1 (`tile512_i8` takes scales of 16 for Q4_0 and Q4_1 only).
+                (_, true) => block::<G, T, 0, true>(p, g0, tk, units, acc),
             }
         }
     }
@@ -459,11 +548,17 @@ pub(crate) unsafe fn tile512_i8(
     assert!(has_tile512_i8(format) && out.len() >= n * nr && r0 + nr <= w.rows());
     assert!(cols % 32 == 0);
     let off = offset(format);
+    let halves = acts.first().is_some_and(|a| !a.d16.is_empty());
+    // The 5-bit and 8-bit formats' prompts take no scales of 16 (`fast_prompts_halves`).
+    assert!(!halves || matches!(format, WeightFormat::Q4_0 | WeightFormat::Q4_1));
     assert!(acts.iter().all(|a| !a.per_super
         && a.qs.len() >= cols
-        && a.d.len() >= cols / 32
         && a.s.len() >= cols / 32
-        && (off == 0 || a.sum16.len() >= cols / 16)));
+        && if halves {
+            a.d16.len() >= cols / 16
+        } else {
+            a.d.len() >= cols / 32 && (off == 0 || a.sum16.len() >= cols / 16)
+        }));
     if n == 0 || nr == 0 {
         return;
     }
@@ -472,6 +567,7 @@ pub(crate) unsafe fn tile512_i8(
         // SAFETY: AVX2 present per this function's contract.
         p: unsafe { Packed::new(w, r0, nr) },
         off,
+        halves,
         toks,
     };
     // SAFETY: features present per this function's contract; `k.p` holds `nr` rows.
@@ -508,6 +604,7 @@ pub(crate) unsafe fn tile512_i8_t(
         // of 32 (asserted).
         p: unsafe { Packed::transposed(nr, rows, fill) },
         off: 128,
+        halves: false,
         toks,
     };
     // SAFETY: features present per this function's contract; `k.p` holds `nr` rows.
