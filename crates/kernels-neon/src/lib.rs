@@ -318,7 +318,7 @@ pub use q40x8::{CopiedRows, CopyBytes, Q40x8, ZeroedBytes};
 #[doc(hidden)]
 pub use quant_api::{
     quantize_acts_ggml_with, quantize_acts_i16_with, quantize_acts_i8_halves_with,
-    quantize_acts_i8_super_with,
+    quantize_acts_i8_super_with, quantize_acts_i8_with,
 };
 pub use quantize::{quantize_matrix, quantize_row};
 pub use requantize::requantize_rows;

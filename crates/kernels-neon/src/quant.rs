@@ -81,9 +81,8 @@ impl QActs {
     /// llama.cpp's `Q8_K` granularity, for K-quant weights whose kernels weight their sub-blocks
     /// in integers: `d = amax / 127` over the super-block, repeated for its blocks, quants
     /// `round_ties_even(x * (127 / amax))`, `s = d * sum(q)` per block. With the path's SIMD
-    /// quantizer where it has one (x86_64), which computes the same f32 operations, so all paths
-    /// produce identical quants. `x.len()` is a multiple of 32 (a trailing partial block is
-    /// ignored).
+    /// quantizer (x86_64, aarch64), which computes the same f32 operations, so all paths produce
+    /// identical quants. `x.len()` is a multiple of 32 (a trailing partial block is ignored).
     pub(crate) fn quantize_super(path: crate::KernelPath, x: &[f32]) -> Self {
         let mut out = Self::zeroed(x.len() / 32);
         out.per_super = true;
@@ -153,7 +152,7 @@ impl QActs {
     /// quants `round_ties_even(x * (127 / amax))`, and per block `s = d16[2b] * sum(first 16) +
     /// d16[2b + 1] * sum(last 16)` (two products and a sum in f32). Half the error of one scale
     /// per 32 where one value of a block stands out (the `Fast` prompts of
-    /// [`crate::fast_prompts_halves`]). With the path's SIMD quantizer where it has one (x86_64),
+    /// [`crate::fast_prompts_halves`]). With the path's SIMD quantizer (x86_64, aarch64),
     /// which computes the same f32 operations.
     pub(crate) fn quantize_halves(path: crate::KernelPath, x: &[f32]) -> Self {
         let nb = x.len() / 32;

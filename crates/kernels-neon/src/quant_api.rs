@@ -13,6 +13,15 @@ pub fn quantize_acts_i16_with(path: KernelPath, x: &[f32]) -> Result<QActs16, Ke
     Ok(QActs16::quantize(path, x))
 }
 
+/// Quantizes `x` to the 8-bit activations with one scale per 32-block that `Int8` gives the
+/// 32-block formats, on an explicit path (for tests: every path must produce identical quants).
+/// `x.len()` must be a multiple of 32.
+#[doc(hidden)]
+pub fn quantize_acts_i8_with(path: KernelPath, x: &[f32]) -> Result<QBlocks<i8>, KernelError> {
+    check_blocks(path, "quantize_acts_i8 x (multiple of 32)", x)?;
+    Ok(QActs::quantize(path, x))
+}
+
 /// Quantizes `x` to the 8-bit activations with one scale per 256 elements that `Int8` gives
 /// Q4_K/Q5_K/Q6_K weights, on an explicit path (for tests: every path must produce identical
 /// quants). `x.len()` must be a multiple of 32.

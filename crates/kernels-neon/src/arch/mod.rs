@@ -99,7 +99,8 @@ pub(crate) fn quantize_i8(path: KernelPath, x: &[f32], out: &mut QActs) -> bool 
         }
         #[cfg(target_arch = "aarch64")]
         KernelPath::Neon | KernelPath::NeonDotprod | KernelPath::NeonI8mm => {
-            aarch64::quantize(x, out)
+            // SAFETY: NEON is baseline on every aarch64 target.
+            unsafe { aarch64::quantize(x, out) }
         }
         _ => {
             let _ = (x, out);
@@ -118,6 +119,11 @@ pub(crate) fn quantize_i8_super(path: KernelPath, x: &[f32], out: &mut QActs) ->
             unsafe { x86_64::quantize_super(x, out) };
             true
         }
+        #[cfg(target_arch = "aarch64")]
+        KernelPath::Neon | KernelPath::NeonDotprod | KernelPath::NeonI8mm => {
+            // SAFETY: NEON is baseline on every aarch64 target.
+            unsafe { aarch64::quantize_super(x, out) }
+        }
         _ => {
             let _ = (x, out);
             false
@@ -134,6 +140,11 @@ pub(crate) fn quantize_i8_halves(path: KernelPath, x: &[f32], out: &mut QActs) -
             // SAFETY: the path was checked available, so AVX2/FMA/F16C are present.
             unsafe { x86_64::quantize_halves(x, out) };
             true
+        }
+        #[cfg(target_arch = "aarch64")]
+        KernelPath::Neon | KernelPath::NeonDotprod | KernelPath::NeonI8mm => {
+            // SAFETY: NEON is baseline on every aarch64 target.
+            unsafe { aarch64::quantize_halves(x, out) }
         }
         _ => {
             let _ = (x, out);
@@ -153,7 +164,8 @@ pub(crate) fn quantize_i16(path: KernelPath, x: &[f32], out: &mut QActs16) -> bo
         }
         #[cfg(target_arch = "aarch64")]
         KernelPath::Neon | KernelPath::NeonDotprod | KernelPath::NeonI8mm => {
-            aarch64::quantize16(x, out)
+            // SAFETY: NEON is baseline on every aarch64 target.
+            unsafe { aarch64::quantize16(x, out) }
         }
         _ => {
             let _ = (x, out);

@@ -492,6 +492,43 @@ proptest! {
     }
 
     #[test]
+    fn i8_quantizer_paths_agree(units in 0usize..12, scale in -20i32..20, seed in any::<u64>()) {
+        // Identical quants on every path, one scale per 32 (an all-zero block with scale 0, and
+        // a tie), and the defining relations hold.
+        let mut rng = Rng(seed);
+        let s = 2f32.powi(scale);
+        let mut x: Vec<f32> = (0..units * 32).map(|_| rng.f() * s).collect();
+        if units > 1 {
+            x[32..64].fill(0.0);
+        }
+        if units > 2 {
+            // Block 2: a scale of exactly `s`, and a value 2.5 steps: a tie, to 2.
+            x[64] = 127.0 * s;
+            x[65] = 2.5 * s;
+        }
+        let qs = quantize_acts_i8_with(KernelPath::Scalar, &x).unwrap();
+        prop_assert!(!qs.per_super && qs.d16.is_empty());
+        if units > 2 {
+            prop_assert_eq!((qs.qs[64], qs.qs[65]), (127, 2));
+        }
+        for (b, xs) in x.chunks_exact(32).enumerate() {
+            let amax = xs.iter().fold(0f32, |m, v| m.max(v.abs()));
+            prop_assert_eq!(qs.d[b], amax / 127.0);
+            let q = &qs.qs[b * 32..b * 32 + 32];
+            let sum: i32 = q.iter().map(|&v| i32::from(v)).sum();
+            prop_assert_eq!(qs.s[b], qs.d[b] * sum as f32);
+            for (&v, &qv) in xs.iter().zip(q) {
+                prop_assert!(qv.unsigned_abs() <= 127);
+                prop_assert!((f64::from(qv) * f64::from(qs.d[b]) - f64::from(v)).abs()
+                    <= f64::from(qs.d[b]) * 0.51, "x={v} q={qv} d={}", qs.d[b]);
+            }
+        }
+        for path in available_paths() {
+            prop_assert_eq!(&quantize_acts_i8_with(path, &x).unwrap(), &qs, "{:?}", path);
+        }
+    }
+
+    #[test]
     fn i8_super_quantizer_paths_agree(units in 0usize..20, scale in -20i32..20, seed in any::<u64>()) {
         // Identical quants on every path, one scale per 256 (a shorter last group on its own),
         // and the defining relations hold.

@@ -59,7 +59,7 @@ pub(crate) use q40x8::{q40x8_group_neon, q40x8_group_neon_tokens, Perm8};
 pub(crate) use q4kx8::{q4kx8_group_neon, q4kx8_group_neon_tokens};
 pub(crate) use q6kx8::{q6kx8_group_neon, q6kx8_group_neon_tokens};
 pub(crate) use q80x8::q80x8_group;
-pub(crate) use quantize::{quantize, quantize16};
+pub(crate) use quantize::{quantize, quantize16, quantize_halves, quantize_super};
 pub(crate) use sve::sve_bits;
 pub(crate) use tile::tile;
 pub(crate) use tile_acts::{Acts16, Acts8};
