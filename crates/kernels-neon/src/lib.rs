@@ -307,7 +307,8 @@ pub use matmul::matmul;
 pub use matmul::matmul_with;
 #[doc(hidden)]
 pub use matmul::{
-    fast_prompts_halves, fast_prompts_int8, short_prompt_tokens, INT_TILE_MIN_TOKENS,
+    fast_prompts_halves, fast_prompts_int8, halves_min_tokens, short_prompt_tokens,
+    INT_TILE_MIN_TOKENS,
 };
 #[doc(hidden)]
 pub use matmul_t::matmul_t_with;

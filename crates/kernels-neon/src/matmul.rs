@@ -27,12 +27,14 @@ use crate::{
 ///   AVX-512 path and Q4_0/Q4_1/Q5_0/Q5_1 on the AVX2
 ///   one (one scale per 32, llama.cpp's `Q8_0`), from that many tokens, for `Int8` prompts and for `Fast` ones of Q5_0/Q8_0
 ///   ([`fast_prompts_int8`]); on aarch64 the K-quants' and the 32-block formats' (with dotprod
-///   `sdot`, rows in the lanes; with i8mm `smmla`, and `sdot` for Q2_K/Q3_K). A prompt is bound by compute, where 8 bits
-///   give twice the products per instruction of 16 (decode, bound by memory, keeps `Fast`'s 16
-///   bits);
+///   `sdot`, rows in the lanes; with i8mm `smmla`, and `sdot` for Q2_K/Q3_K). A prompt is bound
+///   by compute, where 8 bits give twice the products per instruction of 16 (decode, bound by
+///   memory, keeps `Fast`'s 16 bits). `Fast` prompts of Q4_0 and Q4_1 (and of IQ4_NL and IQ4_XS
+///   on AVX-512) take the 8-bit tile with activations of one scale per 16 instead, from
+///   [`halves_min_tokens`] ([`fast_prompts_halves`]);
 /// - the 16-bit tile, from [`short_prompt_tokens`] tokens (16-bit activations, one scale per 32;
-///   `matvec`'s `Fast`): on the AVX-512 path `Fast` prompts of Q4_0/Q4_1/Q5_1/IQ4_NL/IQ4_XS, on
-///   the AVX2 path those and Q8_0's (no 8-bit tile for it there), on
+///   `matvec`'s `Fast`): on the AVX-512 path `Fast` prompts of Q5_1, on the AVX2 path those and
+///   Q8_0's, IQ4_NL's and IQ4_XS's (no 8-bit tile for them there), on
 ///   [`KernelPath::NeonDotprod`] and [`KernelPath::NeonI8mm`] those and, below
 ///   [`INT_TILE_MIN_TOKENS`], Q5_0's, Q8_0's and those of Q2_K..Q5_K.
 ///
@@ -105,7 +107,8 @@ pub(crate) fn takes_tile_i16(path: KernelPath, format: WeightFormat, n: usize) -
 /// nor
 /// Q4_0: SmolLM2-135M re-quantized to it (`--requant q4_0`) measured 34.5047 with 8-bit prompts
 /// against 34.4358 with 16 bits and exact mode's 34.3975 (2026-12-04); nor IQ4_NL and IQ4_XS
-/// (AVX-512's 8-bit tile takes them in `Int8`): SmolLM2-135M and Qwen2.5-Coder-0.5B re-quantized
+/// (AVX-512's 8-bit tile takes them in `Int8`, and since stop 90 in `Fast` with a scale per 16:
+/// [`fast_prompts_halves`]): SmolLM2-135M and Qwen2.5-Coder-0.5B re-quantized
 /// to them (`llama-quantize --allow-requantize --tensor-type ffn_down=iq4_xs --tensor-type
 /// attn_v=iq4_nl ... IQ4_XS`: IQ4_NL where the columns are no multiple of 256) measured 35.8563
 /// with 8-bit prompts against 35.7903 with 16 bits and exact mode's 35.7606 (SmolLM2), and 40.9685
@@ -125,30 +128,52 @@ pub fn fast_prompts_int8(format: WeightFormat) -> bool {
     matches!(format, Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | Q5_0 | Q8_0)
 }
 
-/// Whether [`Precision::Fast`] prompts of `format` on `path` from [`INT_TILE_MIN_TOKENS`] tokens
+/// Whether [`Precision::Fast`] prompts of `format` on `path` from [`halves_min_tokens`] tokens
 /// take 8-bit activations of one scale per 16 (`QActs::quantize_halves`) on the 8-bit tile, where
 /// [`fast_prompts_int8`] keeps 16 bits: Q4_0 and Q4_1 on AVX2 (`tile_i8`, about as many
 /// instructions a block as with one scale per 32), AVX-512 (`tile512_i8`, since stop 90) and on
-/// aarch64 with dotprod or i8mm (`tile_dp`,
-/// `tile_i8mm`: each block's two halves' dots apart, two conversions and multiply-adds where one
-/// scale has one; the SYNTHETIC OLMoE-shaped 4-layer Q4_0 file's prompt, whose attention
-/// projections take it, counted 65.61M -> 62.79M guest instructions a token under `qemu-aarch64
-/// -cpu max`; docs/benchmarks/neon-proxy.md). Within that function's rule where one scale per
-/// 32 was not (`sparrow perplexity --file wikitext-2/test.txt -t 2`, the AVX2 path, 2026-12-07):
+/// aarch64 with dotprod or i8mm (`tile_dp`, `tile_i8mm`: each block's two halves' dots apart, two
+/// conversions and multiply-adds where one scale has one; the SYNTHETIC OLMoE-shaped 4-layer Q4_0
+/// file's prompt, whose attention projections take it, counted 65.61M -> 62.79M guest
+/// instructions a token under `qemu-aarch64 -cpu max`, and 56.99M with its expert groups of about
+/// 8 tokens on it too, from [`halves_min_tokens`]; docs/benchmarks/neon-proxy.md); IQ4_NL and
+/// IQ4_XS on AVX-512 (`tile512_i8`, the table's values moved up by 128, that offset taken as `128
+/// · s`; AVX2 has no 8-bit tile for them). Within that function's rule where one scale per 32 was
+/// not (`sparrow perplexity --file wikitext-2/test.txt -t 2`, 2026-12-07), on the AVX2 path:
 /// SmolLM2-135M re-quantized to Q4_0 (`--requant q4_0`, 96 windows of 512) 30.5460 against 16
 /// bits' 30.5113 (+0.035; one scale per 32: +0.060 with `--int8`, and +0.070 on AVX-512),
 /// Qwen2.5-Coder-0.5B so re-quantized (32 windows) 36.5276 against 36.4994 (+0.028),
-/// SmolLM2-135M's own Q4_1 (96 windows) 26.2101 against 26.1860 (+0.024); on the AVX-512 path
-/// (2026-12-07, stop 90) 30.5719 against 30.5381 (+0.034), 36.5434 against 36.5102 (+0.033),
-/// 26.2280 against 26.2040 (+0.024). SYNTHETIC 16x1024x2816 pp128, one thread: AVX2 Q4_0 269-271
-/// -> 337-346 tok/s, SmolLM2-135M Q4_1 403-417 -> 479-480; AVX-512 Q4_0 308-316 -> 509-557,
-/// Q4_1 485-486 -> 733-763 (docs/benchmarks/dense-vs-llama.md).
+/// SmolLM2-135M's own Q4_1 (96 windows) 26.2101 against 26.1860 (+0.024); on the AVX-512 path 30.5719
+/// against 30.5381 (+0.034), 36.5434 against 36.5102 (+0.033), 26.2280 against 26.2040 (+0.024),
+/// and with IQ4 layers (`llama-quantize --allow-requantize --tensor-type ffn_down=iq4_xs
+/// --tensor-type attn_v=iq4_nl M out IQ4_XS` of the two PyPI files) SmolLM2-135M (96 windows)
+/// 31.4734 against 31.4254 (+0.048, the rule's margin nearly spent; one scale per 32 measured
+/// +0.066 on another such file at stop 77), Qwen2.5-Coder-0.5B (32 windows) 33.9142 against
+/// 33.8847 (+0.029). SYNTHETIC 16x1024x2816, one thread pp128: AVX2 Q4_0 269-271 -> 337-346 tok/s,
+/// SmolLM2-135M Q4_1 403-417 -> 479-480; AVX-512 Q4_0 308-316 -> 509-557, Q4_1 485-486 ->
+/// 733-763; two threads pp512, AVX-512: IQ4_XS 566-567 -> 803-816 (llama.cpp 751-762), IQ4_NL
+/// 561-562 -> 791-806 (docs/benchmarks/dense-vs-llama.md).
 #[doc(hidden)]
 pub fn fast_prompts_halves(path: KernelPath, format: WeightFormat) -> bool {
-    matches!(
-        path,
-        KernelPath::Avx2Fma | KernelPath::Avx512 | KernelPath::NeonDotprod | KernelPath::NeonI8mm
-    ) && matches!(format, WeightFormat::Q4_0 | WeightFormat::Q4_1)
+    use WeightFormat::*;
+    let q4 = matches!(format, Q4_0 | Q4_1);
+    match path {
+        KernelPath::Avx2Fma | KernelPath::NeonDotprod | KernelPath::NeonI8mm => q4,
+        KernelPath::Avx512 => q4 || matches!(format, IQ4_NL | IQ4_XS),
+        _ => false,
+    }
+}
+
+/// Fewest tokens of a [`Precision::Fast`] prompt for which [`fast_prompts_halves`]' formats take
+/// the 8-bit tile: [`short_prompt_tokens`] on aarch64 (8, where its 16-bit tile starts too: both
+/// repack a work item's rows alike, and 8 bits take half the 16-bit tile's dots), else
+/// [`INT_TILE_MIN_TOKENS`].
+#[doc(hidden)]
+pub fn halves_min_tokens(path: KernelPath) -> usize {
+    match path {
+        KernelPath::NeonDotprod | KernelPath::NeonI8mm => short_prompt_tokens(path),
+        _ => INT_TILE_MIN_TOKENS,
+    }
 }
 
 /// Which 8-bit activations a product of `n` tokens with weights of `format` in `precision` takes
@@ -169,7 +194,9 @@ pub(crate) fn int8_prompt(
     let long = n >= INT_TILE_MIN_TOKENS;
     let (takes, halves) = match precision {
         Precision::Int8 => (!blocks || long, false),
-        Precision::Fast if long && fast_prompts_halves(path, format) => (true, true),
+        Precision::Fast if n >= halves_min_tokens(path) && fast_prompts_halves(path, format) => {
+            (true, true)
+        }
         Precision::Fast => (long && fast_prompts_int8(format), false),
         Precision::Exact | Precision::Ggml => (false, false),
     };

@@ -67,10 +67,12 @@ impl Product {
 
     /// Whether the product of `m` tokens with weights of `format` is a [`Product::PerToken`] (the
     /// decode kernels): one token, a decode step, `Ggml`, or a `Fast` prompt's group of fewer than
-    /// [`INT_TILE_MIN_TOKENS`] where [`crate::matmul()`] would not take its 16-bit tile (on aarch64
-    /// with `dotprod` it does from [`crate::short_prompt_tokens`], 8: the SYNTHETIC OLMoE-shaped
-    /// 4-layer Q4_0 file's prompt, 64 vs 32 tokens, about 8 tokens an expert, counted 79.82M ->
-    /// 65.60M guest instructions a token under `qemu-aarch64 -cpu max`, 2026-12-07).
+    /// [`INT_TILE_MIN_TOKENS`] where [`crate::matmul()`] would take no integer tile (on aarch64
+    /// with `dotprod` it takes the 16-bit one from [`crate::short_prompt_tokens`], 8: the SYNTHETIC
+    /// OLMoE-shaped 4-layer Q4_0 file's prompt, 64 vs 32 tokens, about 8 tokens an expert, counted
+    /// 79.82M -> 65.60M guest instructions a token under `qemu-aarch64 -cpu max`, 2026-12-07; and
+    /// for Q4_0/Q4_1 the 8-bit one with a scale per 16 from [`crate::halves_min_tokens`], 8 there:
+    /// 62.32M -> 56.99M, stop 90).
     pub(crate) fn per_token(
         path: KernelPath,
         format: WeightFormat,
@@ -81,6 +83,7 @@ impl Product {
         let small = precision == Precision::Fast
             && m < INT_TILE_MIN_TOKENS
             && !takes_tile_i16(path, format, m)
+            && int8_prompt(path, format, m, precision).is_none()
             && small_groups_batched();
         m == 1 || decode || precision == Precision::Ggml || small
     }

@@ -7,7 +7,7 @@
 //! 16-bit tile). Bit for bit, on every path, in every precision, for token groups of every
 //! kernel's size.
 
-use crate::common::{random_matrix, random_vec, short_i16_tile, Rng};
+use crate::common::{halves_tile, random_matrix, random_vec, short_i16_tile, Rng};
 use kernels_neon::*;
 
 struct Expert {
@@ -39,11 +39,14 @@ fn one_at_a_time(
             .collect();
         // A prompt's groups of fewer than `INT_TILE_MIN_TOKENS` tokens in `Fast` take the decode
         // kernels (16-bit activations) rather than `matmul`'s f32 tile, but where `matmul` takes
-        // the 16-bit tile (aarch64 with dotprod, from `short_prompt_tokens`).
+        // an integer tile (aarch64 with dotprod, from `short_prompt_tokens`: the 16-bit one, or
+        // for Q4_0/Q4_1 the 8-bit one with a scale per 16).
+        let format = job.gate.format();
         let decode = decode
             || (precision == Precision::Fast
                 && m < INT_TILE_MIN_TOKENS
-                && !short_i16_tile(path, job.gate.format(), m));
+                && !short_i16_tile(path, format, m)
+                && !halves_tile(path, format, precision, m));
         let mut g = vec![0f32; m * ff];
         if decode || m == 1 {
             matvec_gated_with(path, job.gate, job.up, act, &xs, m, &mut g, precision).unwrap();

@@ -201,21 +201,30 @@ fn int8_prompts_of_k_quants_take_the_integer_tile_on_x86_and_dotprod() {
 }
 
 /// `Fast` prompts of `fast_prompts_halves`' formats (Q4_0, Q4_1 on AVX2, AVX-512 and with
-/// dotprod or i8mm) take the 8-bit tile with a scale per 16 on the paths that have it, from
-/// `INT_TILE_MIN_TOKENS` tokens, over whole panels and a partial one, a short last group of rows,
-/// an odd row and token count and every register block's remainder of tokens; the AVX2 and
-/// AVX-512 paths on x86_64 and the dotprod and i8mm ones on aarch64 (wherever the CPU has them) must be among them
-/// for both.
+/// dotprod or i8mm; IQ4_NL and IQ4_XS on AVX-512) take the 8-bit tile with a scale per 16 on the
+/// paths that have it, from `halves_min_tokens` (8 on aarch64, else `INT_TILE_MIN_TOKENS`), over
+/// whole panels and a partial one, a short last group of rows, an odd row and token count and
+/// every register block's remainder of tokens; the AVX2 (Q4_0, Q4_1) and AVX-512 paths on x86_64
+/// and the dotprod and i8mm ones on aarch64 (Q4_0, Q4_1; wherever the CPU has them) must be among
+/// them.
 #[test]
 fn fast_q4_prompts_take_scales_of_16() {
+    use WeightFormat::*;
     let mut rng = Rng(0x0416);
-    for format in [WeightFormat::Q4_0, WeightFormat::Q4_1] {
+    for format in [Q4_0, Q4_1, IQ4_NL, IQ4_XS] {
         let mut taken = Vec::new();
-        for (rows, cols) in [(19, 96), (40, 32 * 37)] {
+        let shapes = match format {
+            IQ4_XS => [(19, 256), (40, 256 * 5)],
+            _ => [(19, 96), (40, 32 * 37)],
+        };
+        for (rows, cols) in shapes {
             let data = random_matrix(format, rows, cols, &mut rng);
             let w = QMatrix::new(format, rows, cols, &data).unwrap();
             let wf = dequant_f64(&w);
+            // 8 and 13: from `halves_min_tokens` on aarch64, a 16-bit tile's before.
             for n in [
+                8,
+                13,
                 INT_TILE_MIN_TOKENS,
                 INT_TILE_MIN_TOKENS + 1,
                 INT_TILE_MIN_TOKENS + 2,
@@ -229,15 +238,16 @@ fn fast_q4_prompts_take_scales_of_16() {
                 }
             }
         }
+        let q4 = matches!(format, Q4_0 | Q4_1);
         #[cfg(target_arch = "x86_64")]
         for path in [KernelPath::Avx2Fma, KernelPath::Avx512] {
-            if available_paths().contains(&path) {
+            if available_paths().contains(&path) && (q4 || path == KernelPath::Avx512) {
                 assert!(taken.contains(&path), "{format:?}: {taken:?}");
             }
         }
         #[cfg(target_arch = "aarch64")]
         for path in [KernelPath::NeonDotprod, KernelPath::NeonI8mm] {
-            if available_paths().contains(&path) {
+            if available_paths().contains(&path) && q4 {
                 assert!(taken.contains(&path), "{format:?}: {taken:?}");
             }
         }

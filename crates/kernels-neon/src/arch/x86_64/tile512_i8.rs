@@ -17,8 +17,8 @@
 //! The activations are `matvec`'s in [`Precision::Int8`](crate::Precision) for these formats
 //! (`QActs::quantize`: one scale per 32, with each 16 quants' sum, `QActs::with_sums16`), so the
 //! integer products are those of `matvec_int8`; only the f32 summation order differs. `Fast`
-//! prompts of Q4_0 and Q4_1 (`fast_prompts_halves`) take activations of one scale per 16
-//! (`QActs::quantize_halves`): each half block's sums converted and weighted on their own
+//! prompts of Q4_0, Q4_1, IQ4_NL and IQ4_XS (`fast_prompts_halves`) take activations of one scale
+//! per 16 (`QActs::quantize_halves`): each half block's sums converted and weighted on their own
 //! ([`halves`]).
 
 use std::arch::x86_64::*;
@@ -523,7 +523,8 @@ impl Lanes for I8<'_> {
                 (128, false) => block::<G, T, 128, false>(p, g0, tk, units, acc),
                 (_, false) => block::<G, T, 0, false>(p, g0, tk, units, acc),
                 (8, true) => block::<G, T, 8, true>(p, g0, tk, units, acc),
-                // Q4_1 (`tile512_i8` takes scales of 16 for Q4_0 and Q4_1 only).
+                (128, true) => block::<G, T, 128, true>(p, g0, tk, units, acc),
+                // Q4_1 (`tile512_i8` takes scales of 16 for Q4_0, Q4_1 and the IQ4s only).
                 (_, true) => block::<G, T, 0, true>(p, g0, tk, units, acc),
             }
         }
@@ -549,8 +550,9 @@ pub(crate) unsafe fn tile512_i8(
     assert!(cols % 32 == 0);
     let off = offset(format);
     let halves = acts.first().is_some_and(|a| !a.d16.is_empty());
-    // The 5-bit and 8-bit formats' prompts take no scales of 16 (`fast_prompts_halves`).
-    assert!(!halves || matches!(format, WeightFormat::Q4_0 | WeightFormat::Q4_1));
+    // The 5-bit formats' and Q8_0's prompts take no scales of 16 (`fast_prompts_halves`).
+    use WeightFormat::*;
+    assert!(!halves || matches!(format, Q4_0 | Q4_1 | IQ4_NL | IQ4_XS));
     assert!(acts.iter().all(|a| !a.per_super
         && a.qs.len() >= cols
         && a.s.len() >= cols / 32

@@ -265,18 +265,19 @@ pub fn i16_tile(path: KernelPath, format: WeightFormat) -> bool {
 }
 
 /// Whether a `Fast` prompt of `n` tokens takes the 8-bit tile on `path` for `format` with
-/// activations of one scale per 16 (`fast_prompts_halves`: Q4_0 and Q4_1 on AVX2 and with dotprod
-/// or i8mm), from `INT_TILE_MIN_TOKENS` tokens.
+/// activations of one scale per 16 (`fast_prompts_halves`: Q4_0 and Q4_1 on x86 and with dotprod
+/// or i8mm, IQ4_NL and IQ4_XS on AVX-512), from `halves_min_tokens` (8 on aarch64, else
+/// `INT_TILE_MIN_TOKENS`).
 pub fn halves_tile(path: KernelPath, format: WeightFormat, precision: Precision, n: usize) -> bool {
     precision == Precision::Fast
-        && n >= kernels_neon::INT_TILE_MIN_TOKENS
+        && n >= kernels_neon::halves_min_tokens(path)
         && kernels_neon::fast_prompts_halves(path, format)
 }
 
 /// Whether a `Fast` prompt of `n` tokens, fewer than `INT_TILE_MIN_TOKENS`, takes the 16-bit tile
-/// on `path` for `format`: with dotprod or i8mm from `short_prompt_tokens` (8), every 32-block
-/// format, IQ4_XS, Q2_K, Q3_K, Q4_K and Q5_K (`fast_prompts_int8`'s take 8 bits only from
-/// `INT_TILE_MIN_TOKENS`).
+/// on `path` for `format`: with dotprod or i8mm from `short_prompt_tokens` (8), the 32-block
+/// formats but Q4_0 and Q4_1 (8 bits from there: [`halves_tile`]), IQ4_XS, Q2_K, Q3_K, Q4_K and
+/// Q5_K (`fast_prompts_int8`'s take 8 bits only from `INT_TILE_MIN_TOKENS`).
 pub fn short_i16_tile(path: KernelPath, format: WeightFormat, n: usize) -> bool {
     use WeightFormat::*;
     matches!(path, KernelPath::NeonDotprod | KernelPath::NeonI8mm)
@@ -285,6 +286,7 @@ pub fn short_i16_tile(path: KernelPath, format: WeightFormat, n: usize) -> bool 
             format,
             Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | IQ4_NL | IQ4_XS | Q2_K | Q3_K | Q4_K | Q5_K
         )
+        && !halves_tile(path, format, Precision::Fast, n)
 }
 
 /// The precision of `matvec` whose integer products `matmul` of `n > 1` tokens in `precision`
@@ -308,10 +310,10 @@ pub fn tile_products(
         _ if int8_tile(path, format) && (long || precision == Precision::Int8) => {
             Some(Precision::Int8)
         }
+        // A scale per 16 errs at most as one per 32 does: `Int8`'s bound (`check`) holds.
+        Precision::Fast if halves_tile(path, format, precision, n) => Some(Precision::Int8),
         Precision::Fast if !long && short_i16_tile(path, format, n) => Some(Precision::Fast),
         _ if !long => None,
-        // A scale per 16 errs at most as one per 32 does: `Int8`'s bound (`check`) holds.
-        Precision::Fast if kernels_neon::fast_prompts_halves(path, format) => Some(Precision::Int8),
         Precision::Fast if i16_tile(path, format) => Some(Precision::Fast),
         Precision::Fast if !kernels_neon::fast_prompts_int8(format) => None,
         _ if int8_block_tile(path, format) => Some(Precision::Int8),
