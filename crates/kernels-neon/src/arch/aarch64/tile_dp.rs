@@ -299,8 +299,11 @@ unsafe fn token<Q: DpQuants, const L: i32, const MIN: bool, const HALVES: bool, 
     if XH {
         // SAFETY: dotprod present per this function's contract.
         let (ha, hb) = unsafe { q.dots_halves(w) };
-        let acc = vfmaq_laneq_f32::<L>(acc, vmulq_f32(vcvtq_f32_s32(ha), w.d), x.d);
-        let acc = vfmaq_laneq_f32::<L>(acc, vmulq_f32(vcvtq_f32_s32(hb), w.d), x.d2);
+        // The halves weighted by the token's scales first, then the rows' once: five operations
+        // where each half times both scales takes six.
+        let v = vmulq_laneq_f32::<L>(vcvtq_f32_s32(ha), x.d);
+        let v = vfmaq_laneq_f32::<L>(v, vcvtq_f32_s32(hb), x.d2);
+        let acc = vfmaq_f32(acc, v, w.d);
         return if MIN {
             vfmaq_laneq_f32::<L>(acc, w.m, x.s)
         } else {
