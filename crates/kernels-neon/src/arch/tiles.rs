@@ -238,10 +238,10 @@ pub(crate) fn tile_int_rows(path: KernelPath) -> usize {
 /// 32-block formats, Q2_K and Q3_K; [`tile_int8_acts`]): on AVX2 the K-quants' (`tile_k8_lanes`,
 /// `tile_k23`: rows in the lanes) and the 32-block formats' (`tile_i8`), on AVX-512, with `sdot`
 /// on [`KernelPath::NeonDotprod`] and with `smmla` on [`KernelPath::NeonI8mm`], the same integer
-/// products as [`matvec_int8`] of that token summed in another f32 order; or, for Q4_0 and Q4_1
-/// `Fast` prompts, activations of one scale per 16 (`QActs::quantize_halves`,
-/// `crate::fast_prompts_halves`: every path with this tile). Only where [`has_tile_int8`] (else a
-/// no-op).
+/// products as [`matvec_int8`] of that token summed in another f32 order; or, for `Fast` prompts
+/// of `crate::fast_prompts_halves`' formats (Q4_0 and Q4_1 on every path with this tile, IQ4_NL
+/// and IQ4_XS on AVX-512), activations of one scale per 16 (`QActs::quantize_halves`). Only where
+/// [`has_tile_int8`] (else a no-op).
 pub(crate) fn tile_int8(
     path: KernelPath,
     w: &QMatrix<'_>,
