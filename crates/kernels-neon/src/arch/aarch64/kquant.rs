@@ -4,7 +4,9 @@
 
 use std::arch::aarch64::*;
 
-use super::simd::{f16_at, iq4nl_values, load_f32x4, load_u8x16, s8_to_f32, store16, u8_to_f32};
+use super::simd::{
+    f16_at, iq4nl_values, iq4xs_scales8, load_f32x4, load_u8x16, s8_to_f32, store16, u8_to_f32,
+};
 use super::vector::axpy_f32;
 use crate::arch::drivers::axpy_superblocks;
 use crate::arch::Rows;
@@ -123,7 +125,7 @@ pub(super) fn dequant_superblock(format: WeightFormat, blk: &[u8], out: &mut [f3
             }
         }
     } else if format == WeightFormat::IQ4_XS {
-        let dl = crate::scalar::iq4xs_scales(blk);
+        let dl = iq4xs_scales8(blk);
         for (j, &dlj) in dl.iter().enumerate() {
             let (lo, hi) = iq4nl_values(&blk[8 + 16 * j..]);
             store16(
@@ -256,7 +258,7 @@ fn dot_k_int<T>(
                 extra -= ml[j] * s[j];
             }
         } else if format == WeightFormat::IQ4_XS {
-            let dl = crate::scalar::iq4xs_scales(blk);
+            let dl = iq4xs_scales8(blk);
             for (j, &dlj) in dl.iter().enumerate() {
                 let (lo, hi) = iq4nl_values(&blk[8 + 16 * j..]);
                 let isum = vaddq_s32(dot(lo, x, 32 * j), dot(hi, x, 32 * j + 16));

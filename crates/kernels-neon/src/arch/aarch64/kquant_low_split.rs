@@ -13,13 +13,13 @@
 //!   (`IQ4_NL`'s way in `matvec_split.rs`).
 //!
 //! Each group of 16 (32 for `IQ4_XS`) is a function of a constant group index (fixed shifts, no
-//! bounds checks in the super-block); the scales are unpacked by vector (`Q2_K`, `Q3_K`) or as the
-//! scalar reference does (`IQ4_XS`, 8 per super-block).
+//! bounds checks in the super-block); the scales are unpacked by vector (`IQ4_XS`'s by
+//! [`iq4xs_scales`], the scalar reference's values).
 
 use std::arch::aarch64::*;
 
 use super::kquant_acts::SbDot;
-use super::simd::{f16_at, fma_sums4, iq4nl_values, ld, load_f32x4, offset_term};
+use super::simd::{f16_at, fma_sums4, iq4nl_values, iq4xs_scales, ld, load_f32x4, offset_term};
 
 /// The per-16 activation scales of a super-block's 8 per-32 ones (`dx`), each twice, as 4
 /// vectors (group `G` in lane `G % 4` of vector `G / 4`).
@@ -196,10 +196,10 @@ unsafe fn iq4xs_sub<const J: usize, A: SbDot>(blk: &[u8; 136], a: &A) -> int32x4
 #[inline]
 #[target_feature(enable = "neon,dotprod")]
 pub(super) unsafe fn iq4xs_block<A: SbDot>(blk: &[u8; 136], a: &A, acc: &mut float32x4_t) {
-    let dl = crate::scalar::iq4xs_scales(blk);
+    let dl = iq4xs_scales(blk);
     let dx = a.d();
     let scale: [float32x4_t; 2] =
-        std::array::from_fn(|i| vmulq_f32(load_f32x4(&dl[4 * i..]), load_f32x4(&dx[4 * i..])));
+        std::array::from_fn(|i| vmulq_f32(dl[i], load_f32x4(&dx[4 * i..])));
     // Four sub-blocks at a time: their exact sums in one vector, one conversion and one FMA.
     // SAFETY: dotprod present per this function's contract.
     unsafe {

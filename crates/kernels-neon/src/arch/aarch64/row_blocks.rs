@@ -8,7 +8,7 @@ use std::arch::aarch64::*;
 use super::dequant::weights_i8;
 use super::kquant::{q45k_quants16, q4k_scales, q6k_quants16};
 use super::kquant_low_split::k23_quants16;
-use super::simd::f16_at;
+use super::simd::{f16_at, iq4xs_scales8};
 use crate::arch::tags::{block_bytes, has_min, IQ4_NL, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
 use crate::WeightFormat;
 
@@ -88,7 +88,7 @@ fn blocks<const F: u8>(row: &[u8], out: &mut Vec<Blk>) {
 #[target_feature(enable = "neon")]
 fn iq4xs_blocks(row: &[u8], out: &mut Vec<Blk>) {
     for s in row.chunks_exact(136) {
-        let d = crate::scalar::iq4xs_scales(s);
+        let d = iq4xs_scales8(s);
         for (b, &d) in d.iter().enumerate() {
             // Sub-block `b` as an IQ4_NL block: its 16 quant bytes after two of scale, which
             // `weights_i8` does not read.
