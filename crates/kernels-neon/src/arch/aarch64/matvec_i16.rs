@@ -5,6 +5,7 @@
 use std::arch::aarch64::*;
 
 use super::dequant::weights_i8;
+use super::iq4xs_split::matvec_iq4xs_split;
 use super::kquant::{dot16, matvec_k_int};
 use super::kquant_split::{has_k_split, matvec_k_split};
 use super::matvec_split::{has_split, matvec_split, Split16};
@@ -120,6 +121,8 @@ pub(crate) fn matvec_i16(
         return unsafe {
             if has_split(w.format()) {
                 matvec_split(w, sel, xq, s, y, path == KernelPath::NeonI8mm)
+            } else if w.format() == WeightFormat::IQ4_XS {
+                matvec_iq4xs_split(w, sel, xq, s, y, path == KernelPath::NeonI8mm)
             } else {
                 matvec_k_split(w, sel, xq, s, y)
             }

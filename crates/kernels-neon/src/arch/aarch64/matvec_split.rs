@@ -107,7 +107,7 @@ super::simd::acc_insn!(
 
 super::simd::acc_insn!(
     /// `acc += usdot(a, b)` (`a` unsigned bytes, `b` signed; `i8mm`'s mixed-sign dot).
-    usdot, "usdot", uint8x16_t, int8x16_t, "neon,dotprod,i8mm"
+    pub(super) usdot, "usdot", uint8x16_t, int8x16_t, "neon,dotprod,i8mm"
 );
 
 /// Whether, with `i8mm` (`MM`), format `F`'s `lo` dot takes its signed quants by `usdot`:

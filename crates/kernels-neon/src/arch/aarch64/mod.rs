@@ -14,6 +14,7 @@ mod axpy_tiled;
 mod dequant;
 mod expf;
 mod hybrid;
+mod iq4xs_split;
 mod kquant;
 mod kquant_acts;
 mod kquant_low_split;

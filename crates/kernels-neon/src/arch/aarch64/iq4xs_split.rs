@@ -1,0 +1,162 @@
+//! `IQ4_XS` rows × 16-bit activations ([`Precision::Fast`](crate::Precision::Fast)) on `dotprod`
+//! CPUs, up to four rows a pass: the products of `kquant_low_split.rs`'s one-row kernel (the
+//! split `x = 256 * hi + lo` of [`Split16`]: `sdot` of the table values with `hi`, shifted left
+//! by 8, starts the `lo` dot), each row's sums and scales in the same f32 order, so every row's
+//! result is that kernel's bit for bit. What a pass of `R` rows shares: each sub-block's four
+//! activation loads and its correction (`-128 * sum(lo)`), the table and the super-block's
+//! activation scales. With `i8mm` (`MM`), `usdot` takes the `lo` dot on the signed values as they
+//! are: no `+ 128` (`^ 0x80`) of the values and no correction (the same exact integer).
+
+use std::arch::aarch64::*;
+
+use super::matvec_split::{sdot, udot, usdot, Split16};
+use super::simd::{fma_sums4, iq4xs_scales, load_f32x4, load_u8x16};
+use crate::arch::drivers::{rows_blocked, RowDots};
+use crate::arch::Rows;
+use crate::quant::QActs16;
+use crate::QMatrix;
+
+/// The bytes of an `IQ4_XS` super-block (`d`, `scales_h`, `scales_l` 4, nibbles 128).
+const BB: usize = 136;
+
+/// The dots of `R` `IQ4_XS` rows with the split activations `s` of `xq`: per super-block each
+/// row's 8 scales `d * (ls - 32) * d_x`, then four sub-blocks at a time, each row's four exact
+/// sums converted once and FMA'd with their scales ([`fma_sums4`]).
+///
+/// # Safety
+/// The CPU must support the `dotprod` extension, and `i8mm` where `MM` (whose `usdot` inlines
+/// where this body is inlined: [`iq4xs_rows_mm`]).
+#[inline]
+#[target_feature(enable = "neon,dotprod")]
+unsafe fn iq4xs_body<const R: usize, const MM: bool>(
+    rows: [&[u8]; R],
+    s: &Split16,
+    xq: &QActs16,
+) -> [f32; R] {
+    const { assert!(R == 1 || R == 2 || R == 4) };
+    // Every slice cut to `nsb` super-blocks up front, so that the loop's indexing needs no checks.
+    let nsb = rows
+        .iter()
+        .map(|r| r.len() / BB)
+        .fold(xq.d.len() / 8, usize::min);
+    let rows = rows.map(|r| &r[..nsb * BB]);
+    let (his, los) = (&s.hi[..nsb * 256], &s.lo[..nsb * 256]);
+    let (corr, ds) = (&s.corr[..nsb * 8], &xq.d[..nsb * 8]);
+    // SAFETY: the table is exactly 16 readable i8.
+    let kv = unsafe { vld1q_s8(tensor_types::IQ4NL_VALUES.as_ptr()) };
+    let (m4, flip) = (vdupq_n_u8(0x0F), vdupq_n_u8(0x80));
+    let mut acc = [vdupq_n_f32(0.0); R];
+    for sb in 0..nsb {
+        let blks: [&[u8]; R] = std::array::from_fn(|k| &rows[k][sb * BB..sb * BB + BB]);
+        let dx = [load_f32x4(&ds[8 * sb..]), load_f32x4(&ds[8 * sb + 4..])];
+        let dl = blks.map(|b| iq4xs_scales(b));
+        for (g, dxg) in dx.into_iter().enumerate() {
+            // `isum[jj][k]`: sub-block `4 g + jj` of row `k`.
+            let mut isum = [[vdupq_n_s32(0); R]; 4];
+            for (jj, sums) in isum.iter_mut().enumerate() {
+                let j = 4 * g + jj;
+                let e = 256 * sb + 32 * j;
+                let (hs, ls) = (&his[e..e + 32], &los[e..e + 32]);
+                // SAFETY: `hs` and `ls` are exactly 32 bytes, `corr[8 sb + j]` 4 i32 (cut above).
+                let (h0, h1, l0, l1, init) = unsafe {
+                    (
+                        vld1q_s8(hs.as_ptr()),
+                        vld1q_s8(hs.as_ptr().add(16)),
+                        vld1q_u8(ls.as_ptr()),
+                        vld1q_u8(ls.as_ptr().add(16)),
+                        vld1q_s32(corr[8 * sb + j].as_ptr()),
+                    )
+                };
+                for (sum, blk) in sums.iter_mut().zip(blks) {
+                    let raw = load_u8x16(&blk[8 + 16 * j..8 + 16 * j + 16]);
+                    let v0 = vqtbl1q_s8(kv, vandq_u8(raw, m4));
+                    let v1 = vqtbl1q_s8(kv, vshrq_n_u8::<4>(raw));
+                    // SAFETY: dotprod (and i8mm where `MM`) present per this function's contract.
+                    *sum = unsafe {
+                        let hi = vshlq_n_s32::<8>(sdot(sdot(vdupq_n_s32(0), v0, h0), v1, h1));
+                        if MM {
+                            usdot(usdot(hi, l0, v0), l1, v1)
+                        } else {
+                            let u0 = veorq_u8(vreinterpretq_u8_s8(v0), flip);
+                            let u1 = veorq_u8(vreinterpretq_u8_s8(v1), flip);
+                            udot(udot(vaddq_s32(hi, init), u0, l0), u1, l1)
+                        }
+                    };
+                }
+            }
+            for (k, a) in acc.iter_mut().enumerate() {
+                let scale = vmulq_f32(dl[k][g], dxg);
+                *a = fma_sums4(*a, isum.map(|row| row[k]), scale);
+            }
+        }
+    }
+    acc.map(|a| vaddvq_f32(a))
+}
+
+/// [`iq4xs_body`] on `dotprod` CPUs.
+///
+/// # Safety
+/// The CPU must support the `dotprod` extension.
+#[target_feature(enable = "neon,dotprod")]
+unsafe fn iq4xs_rows<const R: usize>(rows: [&[u8]; R], s: &Split16, xq: &QActs16) -> [f32; R] {
+    // SAFETY: dotprod present per this function's contract.
+    unsafe { iq4xs_body::<R, false>(rows, s, xq) }
+}
+
+/// [`iq4xs_body`] on `i8mm` CPUs.
+///
+/// # Safety
+/// The CPU must support the `dotprod` and `i8mm` extensions.
+#[target_feature(enable = "neon,dotprod,i8mm")]
+unsafe fn iq4xs_rows_mm<const R: usize>(rows: [&[u8]; R], s: &Split16, xq: &QActs16) -> [f32; R] {
+    // SAFETY: dotprod and i8mm present per this function's contract.
+    unsafe { iq4xs_body::<R, true>(rows, s, xq) }
+}
+
+/// [`iq4xs_rows`] (or with `MM`, [`iq4xs_rows_mm`]) as the kernel of the shared row drivers.
+struct Iq4xsDots<'a, const MM: bool>(&'a Split16, &'a QActs16);
+
+impl<const MM: bool> RowDots for Iq4xsDots<'_, MM> {
+    #[inline(always)]
+    unsafe fn dots<const N: usize>(&self, rows: [&[u8]; N]) -> [f32; N] {
+        // SAFETY: dotprod is present per this method's contract (`matvec_iq4xs_split`'s), and
+        // i8mm where `MM`.
+        unsafe {
+            if MM {
+                iq4xs_rows_mm::<N>(rows, self.0, self.1)
+            } else {
+                iq4xs_rows::<N>(rows, self.0, self.1)
+            }
+        }
+    }
+}
+
+/// `IQ4_XS` weights `w` (rows `sel`) × 16-bit activations `xq` split as `s`, four rows a step.
+///
+/// # Safety
+/// The CPU must support the `dotprod` extension, and `i8mm` where `i8mm`.
+#[target_feature(enable = "neon,dotprod")]
+pub(super) unsafe fn matvec_iq4xs_split(
+    w: &QMatrix<'_>,
+    sel: Rows<'_>,
+    xq: &QActs16,
+    s: &Split16,
+    y: &mut [f32],
+    i8mm: bool,
+) {
+    // SAFETY: dotprod present per this function's contract, i8mm where `i8mm`.
+    unsafe {
+        if i8mm {
+            rows_iq4xs_mm(w, sel, xq, s, y)
+        } else {
+            rows_blocked::<4, _>(&Iq4xsDots::<false>(s, xq), w, sel, y)
+        }
+    }
+}
+
+/// [`matvec_iq4xs_split`] on `i8mm` CPUs (its kernel inlined under the same features).
+#[target_feature(enable = "neon,dotprod,i8mm")]
+unsafe fn rows_iq4xs_mm(w: &QMatrix<'_>, sel: Rows<'_>, xq: &QActs16, s: &Split16, y: &mut [f32]) {
+    // SAFETY: dotprod and i8mm present per this function's contract.
+    unsafe { rows_blocked::<4, _>(&Iq4xsDots::<true>(s, xq), w, sel, y) }
+}
