@@ -9,8 +9,8 @@
 
 use std::arch::aarch64::*;
 
-use super::matvec_split::{sdot, udot, usdot, Split16};
-use super::simd::{fma_sums4, iq4xs_scales, load_f32x4, load_u8x16};
+use super::matvec_split::{sdot, udot, usdot, Corr, Split16};
+use super::simd::{iq4xs_scales, load_f32x4};
 use crate::arch::drivers::{rows_blocked, RowDots};
 use crate::arch::Rows;
 use crate::quant::QActs16;
@@ -21,7 +21,7 @@ const BB: usize = 136;
 
 /// The dots of `R` `IQ4_XS` rows with the split activations `s` of `xq`: per super-block each
 /// row's 8 scales `d * (ls - 32) * d_x`, then four sub-blocks at a time, each row's four exact
-/// sums converted once and FMA'd with their scales ([`fma_sums4`]).
+/// sums converted once and FMA'd with their scales (`fma_sums4`'s operations).
 ///
 /// # Safety
 /// The CPU must support the `dotprod` extension, and `i8mm` where `MM` (whose `usdot` inlines
@@ -34,63 +34,109 @@ unsafe fn iq4xs_body<const R: usize, const MM: bool>(
     xq: &QActs16,
 ) -> [f32; R] {
     const { assert!(R == 1 || R == 2 || R == 4) };
-    // Every slice cut to `nsb` super-blocks up front, so that the loop's indexing needs no checks.
+    // The super-blocks every row and the activations hold.
     let nsb = rows
         .iter()
         .map(|r| r.len() / BB)
         .fold(xq.d.len() / 8, usize::min);
     let rows = rows.map(|r| &r[..nsb * BB]);
-    let (his, los) = (&s.hi[..nsb * 256], &s.lo[..nsb * 256]);
-    let (corr, ds) = (&s.corr[..nsb * 8], &xq.d[..nsb * 8]);
     // SAFETY: the table is exactly 16 readable i8.
     let kv = unsafe { vld1q_s8(tensor_types::IQ4NL_VALUES.as_ptr()) };
-    let (m4, flip) = (vdupq_n_u8(0x0F), vdupq_n_u8(0x80));
     let mut acc = [vdupq_n_f32(0.0); R];
     for sb in 0..nsb {
-        let blks: [&[u8]; R] = std::array::from_fn(|k| &rows[k][sb * BB..sb * BB + BB]);
-        let dx = [load_f32x4(&ds[8 * sb..]), load_f32x4(&ds[8 * sb + 4..])];
-        let dl = blks.map(|b| iq4xs_scales(b));
+        // Each super-block's slices checked once; the loads below at offsets within them.
+        let blks: [&[u8; BB]; R] = std::array::from_fn(|k| {
+            rows[k][sb * BB..sb * BB + BB]
+                .try_into()
+                .expect("136 bytes")
+        });
+        let h: &[i8; 256] = s.hi[256 * sb..256 * sb + 256]
+            .try_into()
+            .expect("256 bytes");
+        let l: &[u8; 256] = s.lo[256 * sb..256 * sb + 256]
+            .try_into()
+            .expect("256 bytes");
+        let c: &[Corr; 8] = s.corr[8 * sb..8 * sb + 8].try_into().expect("8 blocks");
+        let dx = [load_f32x4(&xq.d[8 * sb..]), load_f32x4(&xq.d[8 * sb + 4..])];
+        // A plain loop: `blks.map` with a closure was an out-of-line call per row.
+        let mut dl = [[vdupq_n_f32(0.0); 2]; R];
+        for (d, b) in dl.iter_mut().zip(blks) {
+            *d = iq4xs_scales(b);
+        }
         for (g, dxg) in dx.into_iter().enumerate() {
-            // `isum[jj][k]`: sub-block `4 g + jj` of row `k`.
-            let mut isum = [[vdupq_n_s32(0); R]; 4];
-            for (jj, sums) in isum.iter_mut().enumerate() {
-                let j = 4 * g + jj;
-                let e = 256 * sb + 32 * j;
-                let (hs, ls) = (&his[e..e + 32], &los[e..e + 32]);
-                // SAFETY: `hs` and `ls` are exactly 32 bytes, `corr[8 sb + j]` 4 i32 (cut above).
-                let (h0, h1, l0, l1, init) = unsafe {
+            // Each row's four sums reduced in pairs as they come, in `fma_sums4`'s order
+            // (`(s0 + s1) + (s2 + s3)` by `addp`).
+            let mut pairs = [[vdupq_n_s32(0); R]; 2];
+            for (half, pair) in pairs.iter_mut().enumerate() {
+                let j = 4 * g + 2 * half;
+                // SAFETY: j + 1 < 8; dotprod (and i8mm where `MM`) present per this function's
+                // contract.
+                let (s0, s1) = unsafe {
                     (
-                        vld1q_s8(hs.as_ptr()),
-                        vld1q_s8(hs.as_ptr().add(16)),
-                        vld1q_u8(ls.as_ptr()),
-                        vld1q_u8(ls.as_ptr().add(16)),
-                        vld1q_s32(corr[8 * sb + j].as_ptr()),
+                        sub_dots::<R, MM>(&blks, h, l, c, j, kv),
+                        sub_dots::<R, MM>(&blks, h, l, c, j + 1, kv),
                     )
                 };
-                for (sum, blk) in sums.iter_mut().zip(blks) {
-                    let raw = load_u8x16(&blk[8 + 16 * j..8 + 16 * j + 16]);
-                    let v0 = vqtbl1q_s8(kv, vandq_u8(raw, m4));
-                    let v1 = vqtbl1q_s8(kv, vshrq_n_u8::<4>(raw));
-                    // SAFETY: dotprod (and i8mm where `MM`) present per this function's contract.
-                    *sum = unsafe {
-                        let hi = vshlq_n_s32::<8>(sdot(sdot(vdupq_n_s32(0), v0, h0), v1, h1));
-                        if MM {
-                            usdot(usdot(hi, l0, v0), l1, v1)
-                        } else {
-                            let u0 = veorq_u8(vreinterpretq_u8_s8(v0), flip);
-                            let u1 = veorq_u8(vreinterpretq_u8_s8(v1), flip);
-                            udot(udot(vaddq_s32(hi, init), u0, l0), u1, l1)
-                        }
-                    };
+                for (p, (a, b)) in pair.iter_mut().zip(s0.into_iter().zip(s1)) {
+                    *p = vpaddq_s32(a, b);
                 }
             }
             for (k, a) in acc.iter_mut().enumerate() {
-                let scale = vmulq_f32(dl[k][g], dxg);
-                *a = fma_sums4(*a, isum.map(|row| row[k]), scale);
+                let t = vpaddq_s32(pairs[0][k], pairs[1][k]);
+                *a = vfmaq_f32(*a, vcvtq_f32_s32(t), vmulq_f32(dl[k][g], dxg));
             }
         }
     }
     acc.map(|a| vaddvq_f32(a))
+}
+
+/// Sub-block `j`'s exact dots (four i32 lanes each) of `R` rows' super-blocks `blks` with the
+/// split activations `h`/`l` and correction `c[j]` of their super-block; `kv` the table. A
+/// function with no branch (a loop over `j` with a `match` on it was left rolled, its branches
+/// about 4 instructions a row and sub-block).
+///
+/// # Safety
+/// `j < 8`; the CPU must support the `dotprod` extension, and `i8mm` where `MM`.
+#[inline(always)]
+unsafe fn sub_dots<const R: usize, const MM: bool>(
+    blks: &[&[u8; BB]; R],
+    h: &[i8; 256],
+    l: &[u8; 256],
+    c: &[Corr; 8],
+    j: usize,
+    kv: int8x16_t,
+) -> [int32x4_t; R] {
+    debug_assert!(j < 8);
+    // SAFETY: NEON is baseline on aarch64; j < 8 per this function's contract: bytes 32 j ..
+    // 32 j + 32 of `h` and `l` (256 each), `c[j]` (8), and each row's nibble bytes 8 + 16 j ..
+    // 24 + 16 j <= 136; dotprod (and i8mm where `MM`) present per the contract.
+    unsafe {
+        let (m4, flip) = (vdupq_n_u8(0x0F), vdupq_n_u8(0x80));
+        let (h0, h1) = (
+            vld1q_s8(h.as_ptr().add(32 * j)),
+            vld1q_s8(h.as_ptr().add(32 * j + 16)),
+        );
+        let (l0, l1) = (
+            vld1q_u8(l.as_ptr().add(32 * j)),
+            vld1q_u8(l.as_ptr().add(32 * j + 16)),
+        );
+        let init = vld1q_s32(c.as_ptr().add(j) as *const i32);
+        let mut out = [vdupq_n_s32(0); R];
+        for (o, blk) in out.iter_mut().zip(blks) {
+            let raw = vld1q_u8(blk.as_ptr().add(8 + 16 * j));
+            let v0 = vqtbl1q_s8(kv, vandq_u8(raw, m4));
+            let v1 = vqtbl1q_s8(kv, vshrq_n_u8::<4>(raw));
+            let hi = vshlq_n_s32::<8>(sdot(sdot(vdupq_n_s32(0), v0, h0), v1, h1));
+            *o = if MM {
+                usdot(usdot(hi, l0, v0), l1, v1)
+            } else {
+                let u0 = veorq_u8(vreinterpretq_u8_s8(v0), flip);
+                let u1 = veorq_u8(vreinterpretq_u8_s8(v1), flip);
+                udot(udot(vaddq_s32(hi, init), u0, l0), u1, l1)
+            };
+        }
+        out
+    }
 }
 
 /// [`iq4xs_body`] on `dotprod` CPUs.

@@ -107,30 +107,33 @@ pub(super) fn load_i8x8_wide(q: &[i8]) -> int16x8_t {
 /// `2s..2s + 2` of `scales_h`), sub-blocks 0..4 and 4..8: by vector shifts (about 14
 /// instructions against about 80 of the scalar unpack per super-block), the scalar reference's
 /// values bit for bit (`scalar::iq4xs_scales`: an exact conversion, then one f32 multiply).
-#[inline]
-#[target_feature(enable = "neon")]
+///
+/// `inline(always)` (no `target_feature`: NEON is baseline on aarch64): called once per row and
+/// super-block, it was an out-of-line call of about 49 instructions in `iq4xs_split.rs`'s kernel
+/// (18% of an `IQ4_XS` decode's), its shift tables stored to the stack at each call.
+#[inline(always)]
 pub(super) fn iq4xs_scales(blk: &[u8]) -> [float32x4_t; 2] {
-    let d = f16_at(blk, 0);
-    let sh = u16::from_le_bytes([blk[2], blk[3]]);
+    const BY_NIBBLE: [i16; 8] = [0, -4, -8, -12, 0, -4, -8, -12];
+    const BY_PAIR: [i16; 8] = [0, -2, -4, -6, -8, -10, -12, -14];
+    let b: &[u8; 8] = blk[..8].try_into().expect("8 bytes");
+    let sh = u16::from_le_bytes([b[2], b[3]]);
     let (sl0, sl1) = (
-        u16::from_le_bytes([blk[4], blk[5]]),
-        u16::from_le_bytes([blk[6], blk[7]]),
+        u16::from_le_bytes([b[4], b[5]]),
+        u16::from_le_bytes([b[6], b[7]]),
     );
-    // SAFETY: the shift tables are 8 readable i16 each.
-    let (by_nibble, by_pair) = unsafe {
-        (
-            vld1q_s16([0i16, -4, -8, -12, 0, -4, -8, -12].as_ptr()),
-            vld1q_s16([0i16, -2, -4, -6, -8, -10, -12, -14].as_ptr()),
-        )
-    };
-    let lo = vshlq_u16(vcombine_u16(vdup_n_u16(sl0), vdup_n_u16(sl1)), by_nibble);
-    let hi = vandq_u16(vshlq_u16(vdupq_n_u16(sh), by_pair), vdupq_n_u16(3));
-    // `sli` keeps `lo`'s low 4 bits (its nibble) and puts `hi << 4` above them.
-    let ls = vsubq_s16(
-        vreinterpretq_s16_u16(vsliq_n_u16::<4>(lo, hi)),
-        vdupq_n_s16(32),
-    );
-    [vmovl_s16(vget_low_s16(ls)), vmovl_high_s16(ls)].map(|v| vmulq_n_f32(vcvtq_f32_s32(v), d))
+    // SAFETY: NEON is baseline on aarch64; the shift tables are 8 readable i16 each.
+    unsafe {
+        let d = f16_at(b, 0);
+        let (by_nibble, by_pair) = (vld1q_s16(BY_NIBBLE.as_ptr()), vld1q_s16(BY_PAIR.as_ptr()));
+        let lo = vshlq_u16(vcombine_u16(vdup_n_u16(sl0), vdup_n_u16(sl1)), by_nibble);
+        let hi = vandq_u16(vshlq_u16(vdupq_n_u16(sh), by_pair), vdupq_n_u16(3));
+        // `sli` keeps `lo`'s low 4 bits (its nibble) and puts `hi << 4` above them.
+        let ls = vsubq_s16(
+            vreinterpretq_s16_u16(vsliq_n_u16::<4>(lo, hi)),
+            vdupq_n_s16(32),
+        );
+        [vmovl_s16(vget_low_s16(ls)), vmovl_high_s16(ls)].map(|v| vmulq_n_f32(vcvtq_f32_s32(v), d))
+    }
 }
 
 /// [`iq4xs_scales`] as 8 f32 (for the kernels that take one sub-block's scale at a time).
