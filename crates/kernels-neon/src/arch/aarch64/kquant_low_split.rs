@@ -86,49 +86,62 @@ unsafe fn k23_group<const Q3: bool, const N: usize, const G: usize, A: SbDot>(
     unsafe { a.dot16(q, 16 * G) }
 }
 
-/// Runs [`k23_group`] for the 16 groups of a super-block, four at a time: their exact sums in one
-/// vector, one conversion and one FMA with their four scales ([`fma_sums4`]).
+/// Runs [`k23_group`] for the 16 groups of `R` rows' super-blocks, four groups at a time: each
+/// row's exact sums in one vector, one conversion and one FMA with its four scales
+/// ([`fma_sums4`]). A group's rows take the same activations one after another with nothing
+/// stored between them, so that inlined, their loads serve every row.
 macro_rules! k23_groups {
-    ($q3:literal, $blk:expr, $a:expr, $scale:expr, $acc:expr;
+    ($q3:literal, $blks:expr, $a:expr, $scale:expr, $acc:expr;
      $($i:literal: $g0:literal $g1:literal $g2:literal $g3:literal);*) => {
         // SAFETY: dotprod present per the enclosing function's contract.
         unsafe {$(
             let s = [
-                k23_group::<$q3, _, $g0, _>($blk, $a),
-                k23_group::<$q3, _, $g1, _>($blk, $a),
-                k23_group::<$q3, _, $g2, _>($blk, $a),
-                k23_group::<$q3, _, $g3, _>($blk, $a),
+                $blks.map(|b| k23_group::<$q3, _, $g0, _>(b, $a)),
+                $blks.map(|b| k23_group::<$q3, _, $g1, _>(b, $a)),
+                $blks.map(|b| k23_group::<$q3, _, $g2, _>(b, $a)),
+                $blks.map(|b| k23_group::<$q3, _, $g3, _>(b, $a)),
             ];
-            *$acc = fma_sums4(*$acc, s, $scale[$i]);
+            for (r, acc) in $acc.iter_mut().enumerate() {
+                *acc = fma_sums4(*acc, s.map(|g| g[r]), $scale[r][$i]);
+            }
         )*}
     };
 }
 
-/// A `Q2_K` super-block (84 bytes: 16 scale bytes, 64 quant bytes, `d`, `dmin`): its 16 scales
-/// `d * sc * d_x` as vectors, then its groups; returns the min term `sum(dmin * m * d_x * sum(x))`
-/// (to subtract).
+/// `R` rows' `Q2_K` super-blocks (84 bytes: 16 scale bytes, 64 quant bytes, `d`, `dmin`): each
+/// row's 16 scales `d * sc * d_x` as vectors, then the groups ([`k23_groups`]); returns each row's
+/// min term `sum(dmin * m * d_x * sum(x))` (to subtract). Each row's f32 operations are those of
+/// one row alone.
 ///
 /// # Safety
 /// The CPU must support the `dotprod` extension.
 #[inline]
 #[target_feature(enable = "neon,dotprod")]
-pub(super) unsafe fn q2k_block<A: SbDot>(blk: &[u8; 84], a: &A, acc: &mut float32x4_t) -> f32 {
-    let (d, dmin) = (f16_at(blk, 80), f16_at(blk, 82));
-    let sc = ld(blk, 0);
-    let scf = u8x16_f32(vandq_u8(sc, vdupq_n_u8(0x0F)));
-    let mf = u8x16_f32(vshrq_n_u8::<4>(sc));
+pub(super) unsafe fn q2k_block<const R: usize, A: SbDot>(
+    blks: [&[u8; 84]; R],
+    a: &A,
+    acc: &mut [float32x4_t; R],
+) -> [f32; R] {
     let dxs = dx16(a.d());
-    let scale: [float32x4_t; 4] =
-        std::array::from_fn(|i| vmulq_f32(vmulq_n_f32(scf[i], d), dxs[i]));
     let sums = a.sum16();
-    let mut min = vdupq_n_f32(0.0);
-    for i in 0..4 {
-        // SAFETY: `sums[4 i..4 i + 4]` is 4 readable i32 (bounds-checked by the slice).
-        let x = unsafe { vcvtq_f32_s32(vld1q_s32(sums[4 * i..4 * i + 4].as_ptr())) };
-        min = vfmaq_f32(min, vmulq_f32(vmulq_n_f32(mf[i], dmin), dxs[i]), x);
+    let mut scale = [[vdupq_n_f32(0.0); 4]; R];
+    let mut min = [0f32; R];
+    for (r, blk) in blks.iter().enumerate() {
+        let (d, dmin) = (f16_at(*blk, 80), f16_at(*blk, 82));
+        let sc = ld(blk, 0);
+        let scf = u8x16_f32(vandq_u8(sc, vdupq_n_u8(0x0F)));
+        let mf = u8x16_f32(vshrq_n_u8::<4>(sc));
+        scale[r] = std::array::from_fn(|i| vmulq_f32(vmulq_n_f32(scf[i], d), dxs[i]));
+        let mut m = vdupq_n_f32(0.0);
+        for i in 0..4 {
+            // SAFETY: `sums[4 i..4 i + 4]` is 4 readable i32 (bounds-checked by the slice).
+            let x = unsafe { vcvtq_f32_s32(vld1q_s32(sums[4 * i..4 * i + 4].as_ptr())) };
+            m = vfmaq_f32(m, vmulq_f32(vmulq_n_f32(mf[i], dmin), dxs[i]), x);
+        }
+        min[r] = vaddvq_f32(m);
     }
-    k23_groups!(false, blk, a, scale, acc; 0: 0 1 2 3; 1: 4 5 6 7; 2: 8 9 10 11; 3: 12 13 14 15);
-    vaddvq_f32(min)
+    k23_groups!(false, blks, a, scale, acc; 0: 0 1 2 3; 1: 4 5 6 7; 2: 8 9 10 11; 3: 12 13 14 15);
+    min
 }
 
 /// `Q3_K`'s 16 signed 6-bit scales `ls - 32` (bytes 96..108), unpacked as
@@ -151,28 +164,35 @@ fn q3k_scales(blk: &[u8; 110]) -> int8x16_t {
     vsubq_s8(vreinterpretq_s8_u8(ls), vdupq_n_s8(32))
 }
 
-/// A `Q3_K` super-block (110 bytes: `hmask` 32, `qs` 64, scales 12, `d`): its 16 scales
-/// `d * (ls - 32) * d_x` as vectors, then its groups; returns the offset term (to subtract).
+/// `R` rows' `Q3_K` super-blocks (110 bytes: `hmask` 32, `qs` 64, scales 12, `d`): each row's 16
+/// scales `d * (ls - 32) * d_x` as vectors, then the groups ([`k23_groups`]); returns each row's
+/// offset term (to subtract). Each row's f32 operations are those of one row alone.
 ///
 /// # Safety
 /// The CPU must support the `dotprod` extension.
 #[inline]
 #[target_feature(enable = "neon,dotprod")]
-pub(super) unsafe fn q3k_block<A: SbDot>(blk: &[u8; 110], a: &A, acc: &mut float32x4_t) -> f32 {
-    let d = f16_at(blk, 108);
-    let ls = q3k_scales(blk);
-    let (w0, w1) = (vmovl_s8(vget_low_s8(ls)), vmovl_high_s8(ls));
-    let scf = [
-        vmovl_s16(vget_low_s16(w0)),
-        vmovl_high_s16(w0),
-        vmovl_s16(vget_low_s16(w1)),
-        vmovl_high_s16(w1),
-    ]
-    .map(|v| vmulq_n_f32(vcvtq_f32_s32(v), d));
+pub(super) unsafe fn q3k_block<const R: usize, A: SbDot>(
+    blks: [&[u8; 110]; R],
+    a: &A,
+    acc: &mut [float32x4_t; R],
+) -> [f32; R] {
     let dxs = dx16(a.d());
-    let scale: [float32x4_t; 4] = std::array::from_fn(|i| vmulq_f32(scf[i], dxs[i]));
-    k23_groups!(true, blk, a, scale, acc; 0: 0 1 2 3; 1: 4 5 6 7; 2: 8 9 10 11; 3: 12 13 14 15);
-    4.0 * offset_term(&scale, a.sum16())
+    let scale: [[float32x4_t; 4]; R] = blks.map(|blk| {
+        let d = f16_at(blk, 108);
+        let ls = q3k_scales(blk);
+        let (w0, w1) = (vmovl_s8(vget_low_s8(ls)), vmovl_high_s8(ls));
+        let scf = [
+            vmovl_s16(vget_low_s16(w0)),
+            vmovl_high_s16(w0),
+            vmovl_s16(vget_low_s16(w1)),
+            vmovl_high_s16(w1),
+        ]
+        .map(|v| vmulq_n_f32(vcvtq_f32_s32(v), d));
+        std::array::from_fn(|i| vmulq_f32(scf[i], dxs[i]))
+    });
+    k23_groups!(true, blks, a, scale, acc; 0: 0 1 2 3; 1: 4 5 6 7; 2: 8 9 10 11; 3: 12 13 14 15);
+    scale.map(|sc| 4.0 * offset_term(&sc, a.sum16()))
 }
 
 /// The integer dot (four lanes) of sub-block `J` (elements `32 J .. + 32`, 16 nibble bytes at

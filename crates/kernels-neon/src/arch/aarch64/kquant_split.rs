@@ -19,6 +19,7 @@ use super::kquant_acts::{I8Slices, SbDot, SplitSlices};
 use super::kquant_low_split as low;
 use super::matvec_split::Split16;
 use super::simd::{f16_at, fma_sums4, ld, load_f32x4, offset_term};
+use crate::arch::drivers::{rows_blocked, RowDots};
 use crate::arch::Rows;
 use crate::quant::{QActs, QActs16};
 use crate::{QMatrix, WeightFormat};
@@ -229,19 +230,9 @@ unsafe fn dot_row<const F: u8, A: SbDot>(row: &[u8], nsb: usize, acts: impl Fn(u
                 min += unsafe { q45k_block::<true, 176, A>(blk, &acts(sb), &mut acc) };
             }
         }
-        2 => {
-            for (sb, blk) in row.chunks_exact(84).take(nsb).enumerate() {
-                let blk: &[u8; 84] = blk.try_into().expect("84 bytes");
-                // SAFETY: as above.
-                min += unsafe { low::q2k_block(blk, &acts(sb), &mut acc) };
-            }
-        }
-        3 => {
-            for (sb, blk) in row.chunks_exact(110).take(nsb).enumerate() {
-                let blk: &[u8; 110] = blk.try_into().expect("110 bytes");
-                // SAFETY: as above.
-                min += unsafe { low::q3k_block(blk, &acts(sb), &mut acc) };
-            }
+        2 | 3 => {
+            // SAFETY: as above.
+            return unsafe { dot_rows_k23::<F, 1, A>([row], nsb, &acts) }[0];
         }
         IQ4XS => {
             for (sb, blk) in row.chunks_exact(136).take(nsb).enumerate() {
@@ -259,6 +250,53 @@ unsafe fn dot_row<const F: u8, A: SbDot>(row: &[u8], nsb: usize, acts: impl Fn(u
         }
     }
     vaddvq_f32(acc) - min
+}
+
+/// The dots of `R` `Q2_K` (`F` = 2) or `Q3_K` (3) rows with `nsb` super-blocks of activations
+/// (`acts(sb)`), each super-block's activations taken once for the `R` rows
+/// ([`low::q2k_block`], [`low::q3k_block`]); each row's result that of the row alone.
+///
+/// # Safety
+/// The CPU must support the `dotprod` extension.
+#[inline]
+#[target_feature(enable = "neon,dotprod")]
+unsafe fn dot_rows_k23<const F: u8, const R: usize, A: SbDot>(
+    rows: [&[u8]; R],
+    nsb: usize,
+    acts: &impl Fn(usize) -> A,
+) -> [f32; R] {
+    let bb = if F == 3 { 110 } else { 84 };
+    let nsb = rows.iter().map(|r| r.len() / bb).fold(nsb, usize::min);
+    let mut acc = [vdupq_n_f32(0.0); R];
+    let mut min = [0f32; R];
+    for sb in 0..nsb {
+        let a = acts(sb);
+        // SAFETY: dotprod present per this function's contract.
+        let m = unsafe {
+            if F == 3 {
+                let blks = rows.map(|r| r[110 * sb..110 * sb + 110].try_into().expect("110 bytes"));
+                low::q3k_block(blks, &a, &mut acc)
+            } else {
+                let blks = rows.map(|r| r[84 * sb..84 * sb + 84].try_into().expect("84 bytes"));
+                low::q2k_block(blks, &a, &mut acc)
+            }
+        };
+        for (t, m) in min.iter_mut().zip(m) {
+            *t += m;
+        }
+    }
+    std::array::from_fn(|r| vaddvq_f32(acc[r]) - min[r])
+}
+
+/// [`dot_rows_k23`] as the kernel of the shared row drivers: `acts` and the super-block count.
+struct K23Dots<'c, const F: u8, C>(&'c C, usize);
+
+impl<const F: u8, A: SbDot, C: Fn(usize) -> A> RowDots for K23Dots<'_, F, C> {
+    #[inline(always)]
+    unsafe fn dots<const N: usize>(&self, rows: [&[u8]; N]) -> [f32; N] {
+        // SAFETY: dotprod is present per this method's contract (`rows`'s).
+        unsafe { dot_rows_k23::<F, N, A>(rows, self.1, self.0) }
+    }
 }
 
 /// Whether [`matvec_k_split`] takes weights of `format`.
@@ -283,6 +321,11 @@ unsafe fn rows<const F: u8, A: SbDot>(
     acts: impl Fn(usize) -> A,
     y: &mut [f32],
 ) {
+    if F == 2 || F == 3 {
+        // Rows in pairs: each super-block's activation loads serve both.
+        // SAFETY: dotprod present per this function's contract.
+        return unsafe { rows_blocked::<2, _>(&K23Dots::<F, _>(&acts, nsb), w, sel, y) };
+    }
     for (i, yv) in y.iter_mut().enumerate() {
         sel.prefetch(w, i + 2, 1);
         // SAFETY: dotprod present per this function's contract.
