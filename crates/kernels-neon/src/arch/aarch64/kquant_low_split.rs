@@ -95,14 +95,15 @@ macro_rules! k23_groups {
      $($i:literal: $g0:literal $g1:literal $g2:literal $g3:literal);*) => {
         // SAFETY: dotprod present per the enclosing function's contract.
         unsafe {$(
-            let s = [
-                $blks.map(|b| k23_group::<$q3, _, $g0, _>(b, $a)),
-                $blks.map(|b| k23_group::<$q3, _, $g1, _>(b, $a)),
-                $blks.map(|b| k23_group::<$q3, _, $g2, _>(b, $a)),
-                $blks.map(|b| k23_group::<$q3, _, $g3, _>(b, $a)),
-            ];
             for (r, acc) in $acc.iter_mut().enumerate() {
-                *acc = fma_sums4(*acc, s.map(|g| g[r]), $scale[r][$i]);
+                let b = $blks[r];
+                let s = [
+                    k23_group::<$q3, _, $g0, _>(b, $a),
+                    k23_group::<$q3, _, $g1, _>(b, $a),
+                    k23_group::<$q3, _, $g2, _>(b, $a),
+                    k23_group::<$q3, _, $g3, _>(b, $a),
+                ];
+                *acc = fma_sums4(*acc, s, $scale[r][$i]);
             }
         )*}
     };
@@ -178,7 +179,8 @@ pub(super) unsafe fn q3k_block<const R: usize, A: SbDot>(
     acc: &mut [float32x4_t; R],
 ) -> [f32; R] {
     let dxs = dx16(a.d());
-    let scale: [[float32x4_t; 4]; R] = blks.map(|blk| {
+    let mut scale = [[vdupq_n_f32(0.0); 4]; R];
+    for (sc, blk) in scale.iter_mut().zip(blks) {
         let d = f16_at(blk, 108);
         let ls = q3k_scales(blk);
         let (w0, w1) = (vmovl_s8(vget_low_s8(ls)), vmovl_high_s8(ls));
@@ -189,10 +191,14 @@ pub(super) unsafe fn q3k_block<const R: usize, A: SbDot>(
             vmovl_high_s16(w1),
         ]
         .map(|v| vmulq_n_f32(vcvtq_f32_s32(v), d));
-        std::array::from_fn(|i| vmulq_f32(scf[i], dxs[i]))
-    });
+        *sc = std::array::from_fn(|i| vmulq_f32(scf[i], dxs[i]));
+    }
     k23_groups!(true, blks, a, scale, acc; 0: 0 1 2 3; 1: 4 5 6 7; 2: 8 9 10 11; 3: 12 13 14 15);
-    scale.map(|sc| 4.0 * offset_term(&sc, a.sum16()))
+    let mut off = [0f32; R];
+    for (o, sc) in off.iter_mut().zip(&scale) {
+        *o = 4.0 * offset_term(sc, a.sum16());
+    }
+    off
 }
 
 /// The integer dot (four lanes) of sub-block `J` (elements `32 J .. + 32`, 16 nibble bytes at

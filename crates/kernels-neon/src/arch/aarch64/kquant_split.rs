@@ -321,10 +321,15 @@ unsafe fn rows<const F: u8, A: SbDot>(
     acts: impl Fn(usize) -> A,
     y: &mut [f32],
 ) {
-    if F == 2 || F == 3 {
+    if F == 2 {
         // Rows in pairs: each super-block's activation loads serve both.
         // SAFETY: dotprod present per this function's contract.
         return unsafe { rows_blocked::<2, _>(&K23Dots::<F, _>(&acts, nsb), w, sel, y) };
+    }
+    if F == 3 {
+        // One row at a time: in pairs `Q3_K` executed 5% more instructions a token.
+        // SAFETY: as above.
+        return unsafe { rows_blocked::<1, _>(&K23Dots::<F, _>(&acts, nsb), w, sel, y) };
     }
     for (i, yv) in y.iter_mut().enumerate() {
         sel.prefetch(w, i + 2, 1);
