@@ -104,9 +104,9 @@ pub(super) fn load_i8x8_wide(q: &[i8]) -> int16x8_t {
 
 /// The 8 scales `d * (ls - 32)` of an `IQ4_XS` super-block `blk` (bytes 0..8: `d` f16, `scales_h`
 /// u16, `scales_l` 4 bytes; sub-block `s`'s 6-bit `ls` is nibble `s` of `scales_l` below bits
-/// `2s..2s + 2` of `scales_h`), sub-blocks 0..4 and 4..8: by vector shifts (about 14
-/// instructions against about 80 of the scalar unpack per super-block), the scalar reference's
-/// values bit for bit (`scalar::iq4xs_scales`: an exact conversion, then one f32 multiply).
+/// `2s..2s + 2` of `scales_h`), sub-blocks 0..4 and 4..8: by vector shifts where the scalar
+/// unpack shifts, masks and converts one sub-block at a time, the scalar reference's values bit
+/// for bit (`scalar::iq4xs_scales`: an exact conversion, then one f32 multiply).
 ///
 /// `inline(always)` (no `target_feature`: NEON is baseline on aarch64): called once per row and
 /// super-block, it was an out-of-line call of about 49 instructions in `iq4xs_split.rs`'s kernel
