@@ -1,10 +1,10 @@
 //! `Q2_K`, `Q3_K` and `IQ4_XS` super-blocks × 16-bit activations
 //! ([`Precision::Fast`](crate::Precision::Fast)) with `sdot`/`udot` on `dotprod` CPUs, as
-//! `kquant_split.rs` does `Q4_K`/`Q5_K`/`Q6_K` (`x = 256 * hi + lo`, [`Split16`]): the integer
+//! `kquant_split.rs` does `Q4_K`/`Q5_K`/`Q6_K` (`x = 256 * hi + lo`, [`Split16`](super::matvec_split::Split16)): the integer
 //! products of `kquant::dot_k_int`'s widening path, summed in another f32 order.
 //!
 //! - `Q2_K` quants (0..=3) are unsigned as they are; the min term `dmin * m * d_x * sum(x)` of each
-//!   16 elements is taken once per super-block by vector from [`Split16::sum16`].
+//!   16 elements is taken once per super-block by vector from [`Split16::sum16`](super::matvec_split::Split16::sum16).
 //! - `Q3_K` quants (-4..=3) are taken as `q + 4` (0..=7, the high bit set where `hmask`'s bit is),
 //!   the `- 4` back once per super-block by vector: `4 * sum(d * sc * d_x * sum(x))` over its 16
 //!   groups ([`offset_term`]).

@@ -1,7 +1,7 @@
 //! F16 rows times activations rounded to f16 (`crate::HalfActs`: every precision but `Exact`)
 //! with FEAT_FHM's `fmlal`/`fmlal2`: each f16 × f16 product exact and added to an f32 lane with
 //! one rounding, as `vfmaq_f32` adds the product of the two converted to f32. Each row keeps
-//! [`super::matvec_exact`]'s four accumulators in its order, so the result is the float kernel's
+//! [`super::matvec_exact`](fn@super::matvec_exact)'s four accumulators in its order, so the result is the float kernel's
 //! on the rounded activations, bit for bit, at two instructions per eight weights instead of
 //! four (no `fcvtl`/`fcvtl2`). Stable Rust has no f16 vector type, so the instruction is written
 //! as inline assembly.

@@ -2,7 +2,7 @@
 //! [`Precision::Fast`](crate::Precision::Fast)): each weight block is widened
 //! to i16 once and dotted (`smull`/`smlal`) with every token's activations,
 //! so the unpacking is paid once per batch. Per token the operations are
-//! those of [`super::matvec_i16`]'s kernel, in the same order: the results
+//! those of [`super::matvec_i16`](fn@super::matvec_i16)'s kernel, in the same order: the results
 //! are bit-identical. (Not on `dotprod` CPUs, whose `matvec_i16` differs: one call per token.)
 
 use std::arch::aarch64::*;

@@ -1,5 +1,5 @@
 //! `matvec` with 16-bit activations ([`Precision::Fast`](crate::Precision::Fast)) on `dotprod`
-//! CPUs: the same integer products as [`super::matvec_i16`], by `sdot`/`udot`.
+//! CPUs: the same integer products as [`super::matvec_i16`](fn@super::matvec_i16), by `sdot`/`udot`.
 //!
 //! Each 16-bit activation quant is split exactly as `x = 256 * hi + lo`, `hi = x >> 8` (signed,
 //! -128..=127) and `lo = x & 255` (unsigned), once per call ([`Split16`]). A weight quant `w` times

@@ -70,7 +70,7 @@ pub(crate) fn pairs8(acts: &[QActs]) -> TokenPairs<Tok8> {
 /// The 8-bit prompt tile with `smmla`: `out[t * nr + i]` = row `r0 + i` of `w` · token `t` for
 /// every token of `toks` (8-bit activations with one scale per 32, `QActs::quantize`, by
 /// [`pairs8`]): the
-/// integer products of [`matvec_int8`](super::matvec_int8), summed in another f32 order. Formats
+/// integer products of [`matvec_int8`](fn@super::matvec_int8), summed in another f32 order. Formats
 /// other than [`has_tile_i8mm`]'s are left to the caller.
 ///
 /// # Safety
