@@ -6,8 +6,8 @@
 //! folded in (`sparrow/z3`, the PyPI wheel's library from [`crate::z3`]), so the planner's Z3 tests need
 //! no build of their own. The host tests run under `cargo nextest` when it is installed (every test in a
 //! process of its own, two at a time) and `cargo test` otherwise. Beside those host steps, on a thread of
-//! their own, in `target/cross`, run the aarch64 steps: the tests of the crates with target-specific
-//! code under qemu (the lighter `ci-cross` profile), the static Android binary benched under qemu
+//! their own, in `target/cross`, run the aarch64 steps: clippy and rustdoc of the aarch64-only code
+//! (which the host's never see), the tests of the crates with target-specific code under qemu (the lighter `ci-cross` profile), the static Android binary benched under qemu
 //! (`deploy --emulate`) and `cargo check` for aarch64-linux-android (both in `ci-android`, unoptimised
 //! but for the kernels); their log is
 //! `target/ci-logs/cross.log`. Each step's minutes are printed at the end, with a loud warning past
@@ -273,14 +273,23 @@ impl Cross {
     }
 }
 
-/// The aarch64 tests under qemu (in [`CROSS_PROFILE`]), the static Android binary benched under qemu
-/// and the Android check (in [`ANDROID_PROFILE`]): each a command.
+/// Clippy and rustdoc of the aarch64-only code, the aarch64 tests under qemu (in [`CROSS_PROFILE`]),
+/// the static Android binary benched under qemu and the Android check (in [`ANDROID_PROFILE`]):
+/// each a command.
 fn cross_steps() -> Result<Vec<(String, Command)>> {
     let mut deploy = Command::new(std::env::current_exe().context("the xtask binary")?);
     deploy
         .args(["ci-deploy-fixture", ANDROID_PROFILE])
         .current_dir(root());
     Ok(vec![
+        (
+            "clippy (aarch64 kernels)".to_string(),
+            aarch64_clippy(CROSS_PROFILE),
+        ),
+        (
+            "rustdoc (aarch64 kernels-neon, private items)".to_string(),
+            aarch64_rustdoc(CROSS_PROFILE),
+        ),
         (
             "aarch64 tests under qemu".to_string(),
             aarch64_tests(CROSS_PROFILE),
@@ -404,6 +413,55 @@ fn aarch64_tests(profile: &str) -> Command {
 /// NDK: nothing is linked).
 pub fn check_android() -> Result<()> {
     run(&mut android_check(ANDROID_PROFILE))
+}
+
+/// The crates with `target_arch`/`target_os` cfgs (`kernels-neon`'s NEON kernels, the others'
+/// branches for targets other than x86_64 or for Android): code the host's clippy never sees.
+const AARCH64_LINT_CRATES: &[&str] = &[
+    "kernels-neon",
+    "ufs-io",
+    "offload",
+    "engine",
+    "model-format",
+    "model-tokenizer",
+];
+
+/// `cargo clippy -D warnings` of [`AARCH64_LINT_CRATES`] (every target) for
+/// `aarch64-unknown-linux-gnu`.
+fn aarch64_clippy(profile: &str) -> Command {
+    let mut c = cargo();
+    c.args([
+        "clippy",
+        "--profile",
+        profile,
+        "--target",
+        "aarch64-unknown-linux-gnu",
+        "--all-targets",
+    ]);
+    for k in AARCH64_LINT_CRATES {
+        c.args(["-p", k]);
+    }
+    c.args(["--", "-D", "warnings"]);
+    c
+}
+
+/// `cargo doc` of `kernels-neon` (its NEON kernels) for `aarch64-unknown-linux-gnu` with its private
+/// items, rustdoc's warnings (broken intra-doc links) as errors.
+fn aarch64_rustdoc(profile: &str) -> Command {
+    let mut c = cargo();
+    c.args([
+        "doc",
+        "--profile",
+        profile,
+        "--target",
+        "aarch64-unknown-linux-gnu",
+        "-p",
+        "kernels-neon",
+        "--no-deps",
+        "--document-private-items",
+    ]);
+    c.env("RUSTDOCFLAGS", "-D warnings");
+    c
 }
 
 fn android_check(profile: &str) -> Command {
