@@ -8,10 +8,10 @@
 //! process of its own, two at a time) and `cargo test` otherwise. Beside those host steps, on a thread of
 //! their own, in `target/cross`, run the aarch64 steps: clippy and rustdoc of the aarch64-only code
 //! (which the host's never see), the tests of the crates with target-specific code under qemu (the
-//! lighter `ci-cross` profile), the static Android binary benched under qemu (`deploy --emulate`) and `cargo check` for aarch64-linux-android (both in `ci-android`, unoptimised
-//! but for the kernels); their log is
-//! `target/ci-logs/cross.log`. Each step's minutes are printed at the end, with a loud warning past
-//! [`WARN_MINUTES`] (a warning, not a failure: these hosts vary twofold in speed from day to day).
+//! lighter `ci-cross` profile), the static Android binary benched under qemu (`deploy --emulate`) and
+//! `cargo check` for aarch64-linux-android (both in `ci-android`, unoptimised but for the kernels);
+//! their log is `target/ci-logs/cross.log`. Each step's minutes are printed at the end, with a loud
+//! warning past [`WARN_MINUTES`] (a warning, not a failure: these hosts vary twofold in speed from day to day).
 //!
 //! `--quick [--base REV]`: formatting, clippy and the host tests of the crates whose files changed since
 //! `REV` (default: the uncommitted changes, or the last commit when there are none), found with
