@@ -170,12 +170,14 @@
 //!   accuracy (f32 rounding only); the slowest when compute-bound.
 //! * [`Precision::Fast`] (the default fast mode): the activation vector is
 //!   quantized once per call to **16 bits** per 32-element block (f32 scale
-//!   `d = amax/32767`, round to nearest with ties to even, identical on all
+//!   `d = amax/32639`, round to nearest with ties to even, identical on all
 //!   paths, plus `s = d*sum(q)` for Q4_1's `m` term). Weight quants are
 //!   widened to i16 and multiplied with integer multiply-adds into i32
 //!   (AVX2 `vpmaddwd`, NEON `smull`/`smlal`), then scaled once per block by
-//!   `d_w*d_x`. Each activation is off by at most `amax_block/65534`, 256
-//!   times less than with 8 bits, which is below the f32-level noise of a
+//!   `d_w*d_x`. Each activation is off by at most `amax_block/65278`, 257
+//!   times less than with 8 bits (the quants stop at 32639 = 127 · 257, not
+//!   32767, so that the aarch64 kernels split each into two signed bytes:
+//!   `arch/aarch64/matvec_split.rs`), which is below the f32-level noise of a
 //!   transformer decode step: greedy continuations stay identical to an f32
 //!   reference. Measured single-threaded on x86_64 AVX2 (SmolLM2-135M
 //!   shapes, `benches/kernels.rs`): Q4_1 576×576, 1536×576, 576×1536

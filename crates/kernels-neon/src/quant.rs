@@ -14,7 +14,7 @@
 /// An integer type activations are quantized to: its largest magnitude and
 /// the SIMD quantizer of each kernel path (the scalar one is generic).
 pub trait Quant: Copy + Default {
-    /// Largest quant magnitude (`127` or `32767`); quants lie in `-MAX..=MAX`.
+    /// Largest quant magnitude (`127` or `32639`); quants lie in `-MAX..=MAX`.
     const MAX: f32;
     /// Narrows a value already clamped to `-MAX..=MAX`.
     fn from_i32(v: i32) -> Self;
@@ -33,7 +33,10 @@ impl Quant for i8 {
 }
 
 impl Quant for i16 {
-    const MAX: f32 = 32767.0;
+    /// `127 * 257` (`0x7F7F`), not `i16::MAX`: each quant's rounded high byte `(q + 128) >> 8`
+    /// stays an i8 (`-127..=127`), so the aarch64 kernels split a quant into two signed bytes
+    /// (`arch/aarch64/matvec_split.rs`'s `Split16`) and multiply signed weights by `sdot` alone.
+    const MAX: f32 = 32639.0;
     fn from_i32(v: i32) -> Self {
         v as i16
     }
@@ -248,7 +251,7 @@ impl<Q: Quant> QBlocks<Q> {
     /// shorter): `d = amax / MAX` over the group, quants `round_ties_even(x * (MAX / amax))`
     /// clamped to `-MAX..=MAX`, `s = d * sum(q)` per block.
     fn quantize_groups(x: &[f32], out: &mut Self, blocks: usize) {
-        // 1.5 · 2^23: adding and subtracting it rounds |v| < 2^22 (the quants are at most 32767)
+        // 1.5 · 2^23: adding and subtracting it rounds |v| < 2^22 (the quants are at most 32639)
         // to an integer, ties to even, as `round_ties_even` does (NaN and infinities alike), but
         // without a library call on baseline x86-64.
         const MAGIC: f32 = 12_582_912.0;

@@ -17,8 +17,9 @@ pub enum Precision {
     /// Weights dequantized to f32, f32 activations, f32 accumulation.
     Exact,
     /// Default fast mode: 16-bit quantized activations (per 32-block scale
-    /// `amax/32767`) and integer dot products for quantized weights. The
-    /// activation rounding error is 256 times smaller than [`Int8`](Self::Int8)'s,
+    /// `amax/32639`, quants within `±32639` so that each splits into two
+    /// signed bytes) and integer dot products for quantized weights. The
+    /// activation rounding error is 257 times smaller than [`Int8`](Self::Int8)'s,
     /// small enough to keep greedy decoding identical to f32. Long prompts over
     /// K-quant weights take `Int8`'s products, as llama.cpp's do; decode keeps 16 bits for every
     /// format (`kernels_neon::fast_decode_int8`). F16 weights take the activations rounded to f16.

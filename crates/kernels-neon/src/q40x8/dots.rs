@@ -104,19 +104,18 @@ fn group_dots_neon(
     }
     let xq = &acts.xq;
     let split = acts.split();
-    let i8mm = path == KernelPath::NeonI8mm;
     let perm = || acts.perm();
-    // SAFETY: the path was checked available: dotprod present, and i8mm on its path.
+    // SAFETY: the path was checked available: dotprod present.
     unsafe {
         let nibbles = |f: u8| match f {
-            tags::Q4_0 => q40x8_group_neon::<{ tags::Q4_0 }>(group, split, perm(), xq, i8mm),
-            tags::Q4_1 => q40x8_group_neon::<{ tags::Q4_1 }>(group, split, perm(), xq, i8mm),
-            tags::Q5_0 => q40x8_group_neon::<{ tags::Q5_0 }>(group, split, perm(), xq, i8mm),
-            tags::Q5_1 => q40x8_group_neon::<{ tags::Q5_1 }>(group, split, perm(), xq, i8mm),
-            _ => q40x8_group_neon::<{ tags::IQ4_NL }>(group, split, perm(), xq, i8mm),
+            tags::Q4_0 => q40x8_group_neon::<{ tags::Q4_0 }>(group, split, perm(), xq),
+            tags::Q4_1 => q40x8_group_neon::<{ tags::Q4_1 }>(group, split, perm(), xq),
+            tags::Q5_0 => q40x8_group_neon::<{ tags::Q5_0 }>(group, split, perm(), xq),
+            tags::Q5_1 => q40x8_group_neon::<{ tags::Q5_1 }>(group, split, perm(), xq),
+            _ => q40x8_group_neon::<{ tags::IQ4_NL }>(group, split, perm(), xq),
         };
         Some(match format {
-            WeightFormat::Q8_0 => q80x8_group(group, split, xq, i8mm),
+            WeightFormat::Q8_0 => q80x8_group(group, split, xq),
             WeightFormat::Q4_K => q4kx8_group_neon::<false>(group, perm(), xq),
             WeightFormat::Q5_K => q4kx8_group_neon::<true>(group, perm(), xq),
             WeightFormat::Q6_K => q6kx8_group_neon(group, split, perm(), xq),

@@ -69,19 +69,18 @@ pub(super) fn group_dots_tokens<const T: usize>(
         let s = std::array::from_fn(|t| a[t].split());
         let p = std::array::from_fn(|t| a[t].perm());
         let xq = std::array::from_fn(|t| &a[t].xq);
-        let i8mm = path == KernelPath::NeonI8mm;
-        // SAFETY: the path was checked available: dotprod present, and i8mm on its path.
+        // SAFETY: the path was checked available: dotprod present.
         return unsafe {
             match format {
                 WeightFormat::Q4_K => k45::<false, T>(group, p, xq),
                 WeightFormat::Q5_K => k45::<true, T>(group, p, xq),
                 WeightFormat::Q6_K => k6::<T>(group, s, p, xq),
                 _ => match tag(format) {
-                    tags::IQ4_NL => k::<{ tags::IQ4_NL }, T>(group, s, p, xq, i8mm),
-                    tags::Q5_0 => k::<{ tags::Q5_0 }, T>(group, s, p, xq, i8mm),
-                    tags::Q4_1 => k::<{ tags::Q4_1 }, T>(group, s, p, xq, i8mm),
-                    tags::Q5_1 => k::<{ tags::Q5_1 }, T>(group, s, p, xq, i8mm),
-                    _ => k::<{ tags::Q4_0 }, T>(group, s, p, xq, i8mm),
+                    tags::IQ4_NL => k::<{ tags::IQ4_NL }, T>(group, s, p, xq),
+                    tags::Q5_0 => k::<{ tags::Q5_0 }, T>(group, s, p, xq),
+                    tags::Q4_1 => k::<{ tags::Q4_1 }, T>(group, s, p, xq),
+                    tags::Q5_1 => k::<{ tags::Q5_1 }, T>(group, s, p, xq),
+                    _ => k::<{ tags::Q4_0 }, T>(group, s, p, xq),
                 },
             }
         };

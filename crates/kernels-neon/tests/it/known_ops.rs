@@ -287,9 +287,10 @@ fn int8_paths_identical_on_ties() {
 
 #[test]
 fn i16_quantizer_known_values() {
-    // Block 0: amax = 32767 gives d = 1 and id = 1, so k + 0.5 are exact
-    // rounding ties: to even on every path. Block 1: amax = 0 (all zero,
-    // d = 0, s = 0). Block 2: amax = 2 from a negative value (d = 2/32767).
+    // Block 0: amax = 32639 (the largest quant, `<i16 as Quant>::MAX`) gives
+    // d = 1 and id = 1, so k + 0.5 are exact rounding ties: to even on every
+    // path. Block 1: amax = 0 (all zero, d = 0, s = 0). Block 2: amax = 2 from
+    // a negative value (d = 2/32639).
     let mut x = vec![0f32; 96];
     let ties = [
         (0.5f32, 0i16),
@@ -300,9 +301,9 @@ fn i16_quantizer_known_values() {
         (-2.5, -2),
         (3.49, 3),
         (-3.51, -4),
-        (32765.5, 32766),
-        (-32766.5, -32766),
-        (32767.0, 32767),
+        (32637.5, 32638),
+        (-32638.5, -32638),
+        (32639.0, 32639),
     ];
     for (j, &(v, _)) in ties.iter().enumerate() {
         x[j] = v;
@@ -323,11 +324,11 @@ fn i16_quantizer_known_values() {
         // amax = 0 block
         assert_eq!((q.d[1], q.s[1]), (0.0, 0.0), "{path:?}");
         assert!(q.qs[32..64].iter().all(|&v| v == 0), "{path:?}");
-        // scaled block: id = 32767/2 = 16383.5
-        assert_eq!(q.d[2], 2.0f32 / 32767.0, "{path:?}");
-        // 1/3 * 16383.5 = 5461.17 -> 5461; 1.0 -> 16383.5 -> tie -> 16384 (even)
-        assert_eq!(&q.qs[64..68], &[-32767, 16384, 5461, 0], "{path:?}");
-        assert_eq!(q.s[2], q.d[2] * (-32767 + 16384 + 5461) as f32, "{path:?}");
+        // scaled block: id = 32639/2 = 16319.5
+        assert_eq!(q.d[2], 2.0f32 / 32639.0, "{path:?}");
+        // 1/3 * 16319.5 = 5439.83 -> 5440; 1.0 -> 16319.5 -> tie -> 16320 (even)
+        assert_eq!(&q.qs[64..68], &[-32639, 16320, 5440, 0], "{path:?}");
+        assert_eq!(q.s[2], q.d[2] * (-32639 + 16320 + 5440) as f32, "{path:?}");
     }
     // Length must be a multiple of 32.
     assert!(quantize_acts_i16_with(KernelPath::Scalar, &[0.0; 33]).is_err());
@@ -335,12 +336,12 @@ fn i16_quantizer_known_values() {
 
 #[test]
 fn fast_paths_identical_on_ties_and_exact_on_integers() {
-    // amax = 32767 gives scale 1: integer activations are represented
-    // exactly, so Fast equals Exact (all products are small integers), and
-    // k + 0.5 ties round the same way on every path.
+    // amax = 32639 (the largest quant) gives scale 1: integer activations are
+    // represented exactly, so Fast equals Exact (all products are small
+    // integers), and k + 0.5 ties round the same way on every path.
     let mut x: Vec<f32> = (0..64).map(|j| (j as f32 - 31.0) * 100.0).collect();
-    x[0] = 32767.0;
-    x[32] = -32767.0;
+    x[0] = 32639.0;
+    x[32] = -32639.0;
     let mut row = Vec::new();
     for _ in 0..2 {
         row.extend(h(1.0));

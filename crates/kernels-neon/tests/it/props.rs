@@ -3,12 +3,12 @@
 //! Tolerances (stated once, used everywhere below; `A = Σ_j |w_j| ·
 //! amax_block(j)` over the row, amax of the 32-block activation j is in):
 //! * Exact:  |y - ref| <= 1e-5 * Σ|w·x| + 1e-6
-//! * Fast (16-bit activations, round to nearest, d = amax/32767): each
-//!   activation is off by at most d/2 = amax_block/65534, so
-//!   |y - ref| <= A / 65534 · 1.02 + 1e-5 * Σ|w·x| + 1e-6.
-//!   The 2% slack covers the f32 rounding of `32767/amax`, `x * id` and
+//! * Fast (16-bit activations, round to nearest, d = amax/32639): each
+//!   activation is off by at most d/2 = amax_block/65278, so
+//!   |y - ref| <= A / 65278 · 1.02 + 1e-5 * Σ|w·x| + 1e-6.
+//!   The 2% slack covers the f32 rounding of `32639/amax`, `x * id` and
 //!   `d` (each 2^-24 relative, i.e. up to 0.002 quantization steps at
-//!   |q| = 32767, three of them: 0.006 of the 0.5-step bound, 1.2%).
+//!   |q| = 32639, three of them: 0.006 of the 0.5-step bound, 1.2%).
 //! * Int8 (8-bit activations, d = amax/127): off by at most amax_block/254:
 //!   |y - ref| <= A / 254 · 1.001 + 1e-5 * Σ|w·x| + 1e-6
 //!   (at |q| <= 127 the f32 rounding is 0.00002 steps). For Q4_K, Q5_K and
@@ -475,12 +475,12 @@ proptest! {
         let qs = quantize_acts_i16_with(KernelPath::Scalar, &x).unwrap();
         for (b, xs) in x.chunks_exact(32).enumerate() {
             let amax = xs.iter().fold(0f32, |m, v| m.max(v.abs()));
-            prop_assert_eq!(qs.d[b], amax / 32767.0);
+            prop_assert_eq!(qs.d[b], amax / 32639.0);
             let q = &qs.qs[b * 32..b * 32 + 32];
             let sum: i32 = q.iter().map(|&v| i32::from(v)).sum();
             prop_assert_eq!(qs.s[b], qs.d[b] * sum as f32);
             for (&v, &qv) in xs.iter().zip(q) {
-                prop_assert!(qv.unsigned_abs() <= 32767);
+                prop_assert!(qv.unsigned_abs() <= 32639);
                 // within half a step (+ f32 rounding of the scale)
                 prop_assert!((f64::from(qv) * f64::from(qs.d[b]) - f64::from(v)).abs()
                     <= f64::from(qs.d[b]) * 0.51, "x={v} q={qv} d={}", qs.d[b]);

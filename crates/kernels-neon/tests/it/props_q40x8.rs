@@ -110,8 +110,8 @@ fn q40x8_long_rows_match_matvec() {
 }
 
 /// The largest sums the kernel's i32 lanes hold: every quant 15 (the Q5s 31, IQ4_NL the table's
-/// last, Q8_0 -128 and 127; and every quant 0) against activations all at +32767 and all at
-/// -32767, and alternating.
+/// last, Q8_0 -128 and 127; and every quant 0) against activations all at +32639 and all at
+/// -32639, and alternating.
 #[test]
 fn q40x8_extreme_quants_and_activations() {
     for (rows, cols) in [(16, 256), (16, 224)] {

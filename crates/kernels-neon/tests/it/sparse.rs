@@ -4,7 +4,7 @@
 //!
 //! Tolerances are those of `tests/it/props.rs` (per precision, see there):
 //! * Exact:  |y - ref| <= 1e-5 * Σ|w·x| + 1e-6
-//! * Fast:   + A / 65534 · 1.02   (A = Σ_j |w_j| · amax_block(j))
+//! * Fast:   + A / 65278 · 1.02   (A = Σ_j |w_j| · amax_block(j))
 //! * Int8:   + A / 254 · 1.001
 //!
 //! and, between a SIMD path and the scalar path on the same quantized

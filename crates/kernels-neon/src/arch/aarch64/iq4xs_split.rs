@@ -1,15 +1,13 @@
 //! `IQ4_XS` rows × 16-bit activations ([`Precision::Fast`](crate::Precision::Fast)) on `dotprod`
 //! CPUs, up to four rows a pass: the products of `kquant_low_split.rs`'s one-row kernel (the
-//! split `x = 256 * hi + lo` of [`Split16`]: `sdot` of the table values with `hi`, shifted left
-//! by 8, starts the `lo` dot), each row's sums and scales in the same f32 order, so every row's
-//! result is that kernel's bit for bit. What a pass of `R` rows shares: each sub-block's four
-//! activation loads and its correction (`-128 * sum(lo)`), the table and the super-block's
-//! activation scales. With `i8mm` (`MM`), `usdot` takes the `lo` dot on the signed values as they
-//! are: no `+ 128` (`^ 0x80`) of the values and no correction (the same exact integer).
+//! split `x = 256 * hr + ls` of [`Split16`], both signed: `sdot` of the table values with `hr`,
+//! shifted left by 8, starts the `sdot` with `ls`), each row's sums and scales in the same f32
+//! order, so every row's result is that kernel's bit for bit. What a pass of `R` rows shares: each
+//! sub-block's four activation loads, the table and the super-block's activation scales.
 
 use std::arch::aarch64::*;
 
-use super::matvec_split::{sdot, udot, usdot, Corr, Split16};
+use super::matvec_split::{sdot, Split16};
 use super::simd::{iq4xs_scales, load_f32x4};
 use crate::arch::drivers::{rows_blocked, RowDots};
 use crate::arch::Rows;
@@ -24,15 +22,10 @@ const BB: usize = 136;
 /// sums converted once and FMA'd with their scales (`fma_sums4`'s operations).
 ///
 /// # Safety
-/// The CPU must support the `dotprod` extension, and `i8mm` where `MM` (whose `usdot` inlines
-/// where this body is inlined: [`iq4xs_rows_mm`]).
+/// The CPU must support the `dotprod` extension.
 #[inline]
 #[target_feature(enable = "neon,dotprod")]
-unsafe fn iq4xs_body<const R: usize, const MM: bool>(
-    rows: [&[u8]; R],
-    s: &Split16,
-    xq: &QActs16,
-) -> [f32; R] {
+unsafe fn iq4xs_rows<const R: usize>(rows: [&[u8]; R], s: &Split16, xq: &QActs16) -> [f32; R] {
     const { assert!(R == 1 || R == 2 || R == 4) };
     // The super-blocks every row and the activations hold.
     let nsb = rows
@@ -50,13 +43,12 @@ unsafe fn iq4xs_body<const R: usize, const MM: bool>(
                 .try_into()
                 .expect("136 bytes")
         });
-        let h: &[i8; 256] = s.hi[256 * sb..256 * sb + 256]
+        let h: &[i8; 256] = s.hr[256 * sb..256 * sb + 256]
             .try_into()
             .expect("256 bytes");
         let l: &[u8; 256] = s.lo[256 * sb..256 * sb + 256]
             .try_into()
             .expect("256 bytes");
-        let c: &[Corr; 8] = s.corr[8 * sb..8 * sb + 8].try_into().expect("8 blocks");
         let dx = [load_f32x4(&xq.d[8 * sb..]), load_f32x4(&xq.d[8 * sb + 4..])];
         // A plain loop: `blks.map` with a closure was an out-of-line call per row.
         let mut dl = [[vdupq_n_f32(0.0); 2]; R];
@@ -69,12 +61,11 @@ unsafe fn iq4xs_body<const R: usize, const MM: bool>(
             let mut pairs = [[vdupq_n_s32(0); R]; 2];
             for (half, pair) in pairs.iter_mut().enumerate() {
                 let j = 4 * g + 2 * half;
-                // SAFETY: j + 1 < 8; dotprod (and i8mm where `MM`) present per this function's
-                // contract.
+                // SAFETY: j + 1 < 8; dotprod present per this function's contract.
                 let (s0, s1) = unsafe {
                     (
-                        sub_dots::<R, MM>(&blks, h, l, c, j, kv),
-                        sub_dots::<R, MM>(&blks, h, l, c, j + 1, kv),
+                        sub_dots::<R>(&blks, h, l, j, kv),
+                        sub_dots::<R>(&blks, h, l, j + 1, kv),
                     )
                 };
                 for (p, (a, b)) in pair.iter_mut().zip(s0.into_iter().zip(s1)) {
@@ -91,96 +82,61 @@ unsafe fn iq4xs_body<const R: usize, const MM: bool>(
 }
 
 /// Sub-block `j`'s exact dots (four i32 lanes each) of `R` rows' super-blocks `blks` with the
-/// split activations `h`/`l` and correction `c[j]` of their super-block; `kv` the table. A
-/// function with no branch (a loop over `j` with a `match` on it was left rolled, its branches
+/// split activations `h` (`hr`) and `l` (`lo`, taken as i8) of their super-block; `kv` the table.
+/// A function with no branch (a loop over `j` with a `match` on it was left rolled, its branches
 /// about 4 instructions a row and sub-block).
 ///
 /// # Safety
-/// `j < 8`; the CPU must support the `dotprod` extension, and `i8mm` where `MM`.
+/// `j < 8`; the CPU must support the `dotprod` extension.
 #[inline(always)]
-unsafe fn sub_dots<const R: usize, const MM: bool>(
+unsafe fn sub_dots<const R: usize>(
     blks: &[&[u8; BB]; R],
     h: &[i8; 256],
     l: &[u8; 256],
-    c: &[Corr; 8],
     j: usize,
     kv: int8x16_t,
 ) -> [int32x4_t; R] {
     debug_assert!(j < 8);
     // SAFETY: NEON is baseline on aarch64; j < 8 per this function's contract: bytes 32 j ..
-    // 32 j + 32 of `h` and `l` (256 each), `c[j]` (8), and each row's nibble bytes 8 + 16 j ..
-    // 24 + 16 j <= 136; dotprod (and i8mm where `MM`) present per the contract.
+    // 32 j + 32 of `h` and `l` (256 each), and each row's nibble bytes 8 + 16 j .. 24 + 16 j <=
+    // 136; dotprod present per the contract.
     unsafe {
-        let (m4, flip) = (vdupq_n_u8(0x0F), vdupq_n_u8(0x80));
+        let m4 = vdupq_n_u8(0x0F);
         let (h0, h1) = (
             vld1q_s8(h.as_ptr().add(32 * j)),
             vld1q_s8(h.as_ptr().add(32 * j + 16)),
         );
         let (l0, l1) = (
-            vld1q_u8(l.as_ptr().add(32 * j)),
-            vld1q_u8(l.as_ptr().add(32 * j + 16)),
+            vld1q_s8(l.as_ptr().add(32 * j) as *const i8),
+            vld1q_s8(l.as_ptr().add(32 * j + 16) as *const i8),
         );
-        let init = vld1q_s32(c.as_ptr().add(j) as *const i32);
         let mut out = [vdupq_n_s32(0); R];
         for (o, blk) in out.iter_mut().zip(blks) {
             let raw = vld1q_u8(blk.as_ptr().add(8 + 16 * j));
             let v0 = vqtbl1q_s8(kv, vandq_u8(raw, m4));
             let v1 = vqtbl1q_s8(kv, vshrq_n_u8::<4>(raw));
             let hi = vshlq_n_s32::<8>(sdot(sdot(vdupq_n_s32(0), v0, h0), v1, h1));
-            *o = if MM {
-                usdot(usdot(hi, l0, v0), l1, v1)
-            } else {
-                let u0 = veorq_u8(vreinterpretq_u8_s8(v0), flip);
-                let u1 = veorq_u8(vreinterpretq_u8_s8(v1), flip);
-                udot(udot(vaddq_s32(hi, init), u0, l0), u1, l1)
-            };
+            *o = sdot(sdot(hi, v0, l0), v1, l1);
         }
         out
     }
 }
 
-/// [`iq4xs_body`] on `dotprod` CPUs.
-///
-/// # Safety
-/// The CPU must support the `dotprod` extension.
-#[target_feature(enable = "neon,dotprod")]
-unsafe fn iq4xs_rows<const R: usize>(rows: [&[u8]; R], s: &Split16, xq: &QActs16) -> [f32; R] {
-    // SAFETY: dotprod present per this function's contract.
-    unsafe { iq4xs_body::<R, false>(rows, s, xq) }
-}
+/// [`iq4xs_rows`] as the kernel of the shared row drivers.
+struct Iq4xsDots<'a>(&'a Split16, &'a QActs16);
 
-/// [`iq4xs_body`] on `i8mm` CPUs.
-///
-/// # Safety
-/// The CPU must support the `dotprod` and `i8mm` extensions.
-#[target_feature(enable = "neon,dotprod,i8mm")]
-unsafe fn iq4xs_rows_mm<const R: usize>(rows: [&[u8]; R], s: &Split16, xq: &QActs16) -> [f32; R] {
-    // SAFETY: dotprod and i8mm present per this function's contract.
-    unsafe { iq4xs_body::<R, true>(rows, s, xq) }
-}
-
-/// [`iq4xs_rows`] (or with `MM`, [`iq4xs_rows_mm`]) as the kernel of the shared row drivers.
-struct Iq4xsDots<'a, const MM: bool>(&'a Split16, &'a QActs16);
-
-impl<const MM: bool> RowDots for Iq4xsDots<'_, MM> {
+impl RowDots for Iq4xsDots<'_> {
     #[inline(always)]
     unsafe fn dots<const N: usize>(&self, rows: [&[u8]; N]) -> [f32; N] {
-        // SAFETY: dotprod is present per this method's contract (`matvec_iq4xs_split`'s), and
-        // i8mm where `MM`.
-        unsafe {
-            if MM {
-                iq4xs_rows_mm::<N>(rows, self.0, self.1)
-            } else {
-                iq4xs_rows::<N>(rows, self.0, self.1)
-            }
-        }
+        // SAFETY: dotprod is present per this method's contract (`matvec_iq4xs_split`'s).
+        unsafe { iq4xs_rows::<N>(rows, self.0, self.1) }
     }
 }
 
 /// `IQ4_XS` weights `w` (rows `sel`) × 16-bit activations `xq` split as `s`, four rows a step.
 ///
 /// # Safety
-/// The CPU must support the `dotprod` extension, and `i8mm` where `i8mm`.
+/// The CPU must support the `dotprod` extension.
 #[target_feature(enable = "neon,dotprod")]
 pub(super) unsafe fn matvec_iq4xs_split(
     w: &QMatrix<'_>,
@@ -188,21 +144,7 @@ pub(super) unsafe fn matvec_iq4xs_split(
     xq: &QActs16,
     s: &Split16,
     y: &mut [f32],
-    i8mm: bool,
 ) {
-    // SAFETY: dotprod present per this function's contract, i8mm where `i8mm`.
-    unsafe {
-        if i8mm {
-            rows_iq4xs_mm(w, sel, xq, s, y)
-        } else {
-            rows_blocked::<4, _>(&Iq4xsDots::<false>(s, xq), w, sel, y)
-        }
-    }
-}
-
-/// [`matvec_iq4xs_split`] on `i8mm` CPUs (its kernel inlined under the same features).
-#[target_feature(enable = "neon,dotprod,i8mm")]
-unsafe fn rows_iq4xs_mm(w: &QMatrix<'_>, sel: Rows<'_>, xq: &QActs16, s: &Split16, y: &mut [f32]) {
-    // SAFETY: dotprod and i8mm present per this function's contract.
-    unsafe { rows_blocked::<4, _>(&Iq4xsDots::<true>(s, xq), w, sel, y) }
+    // SAFETY: dotprod present per this function's contract.
+    unsafe { rows_blocked::<4, _>(&Iq4xsDots(s, xq), w, sel, y) }
 }

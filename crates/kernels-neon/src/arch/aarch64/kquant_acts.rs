@@ -9,7 +9,7 @@
 
 use std::arch::aarch64::*;
 
-use super::matvec_split::{sdot, udot, Corr, Split16};
+use super::matvec_split::{sdot, udot, Split16};
 use crate::quant::{QActs, QActs16};
 
 /// One 256-element super-block's activations, exact integer dots with them, and its scales.
@@ -89,13 +89,12 @@ fn ld16<T>(v: &[T; 256], e: usize) -> *const T {
     v[e..e + 16].as_ptr()
 }
 
-/// One super-block's share of the split 16-bit activations ([`Split16`], `x = 256 hi + lo`) and
-/// of their scales ([`QActs16`]).
+/// One super-block's share of the split 16-bit activations ([`Split16`], `x = 256 hi + lo` and
+/// `x = 256 hr + (lo as i8)`) and of their scales ([`QActs16`]).
 pub(super) struct SbActs<'a> {
     hi: &'a [i8; 256],
     lo: &'a [u8; 256],
-    /// Each block's `-128 * sum(lo)` (in lane 0).
-    corr: &'a [Corr; 8],
+    hr: &'a [i8; 256],
     sums: SbSums<'a>,
 }
 
@@ -106,7 +105,7 @@ pub(super) struct SbActs<'a> {
 pub(super) struct SplitSlices<'a> {
     hi: &'a [i8],
     lo: &'a [u8],
-    corr: &'a [Corr],
+    hr: &'a [i8],
     sums: SumSlices<'a>,
 }
 
@@ -115,7 +114,7 @@ impl<'a> SplitSlices<'a> {
         SplitSlices {
             hi: &s.hi,
             lo: &s.lo,
-            corr: &s.corr,
+            hr: &s.hr,
             sums: SumSlices {
                 d: &xq.d,
                 s: &xq.s,
@@ -130,7 +129,7 @@ impl<'a> SplitSlices<'a> {
         SbActs {
             hi: at(self.hi, sb),
             lo: at(self.lo, sb),
-            corr: at(self.corr, sb),
+            hr: at(self.hr, sb),
             sums: self.sums.sb(sb),
         }
     }
@@ -169,20 +168,17 @@ impl SbDot for SbActs<'_> {
 
     #[inline(always)]
     unsafe fn dot32s(&self, v0: int8x16_t, v1: int8x16_t, j: usize) -> int32x4_t {
-        let ((h0, l0), (h1, l1)) = (self.acts(32 * j), self.acts(32 * j + 16));
-        // SAFETY: `corr[j]` is 4 readable i32; NEON is baseline on aarch64; dotprod present per
-        // this method's contract.
+        // The signed values by `sdot` both ways: with the rounded high bytes `hr` and the low
+        // ones as i8.
+        let e = 32 * j;
+        // SAFETY: `ld16` points at 16 readable bytes of each array; NEON is baseline on aarch64;
+        // dotprod present per this method's contract.
         unsafe {
-            // The `lo` dot is unsigned: the values `+ 128` (`^ 0x80`), taken back by the block's
-            // `-128 * sum(lo)`.
-            let flip = vdupq_n_u8(0x80);
-            let (u0, u1) = (
-                veorq_u8(vreinterpretq_u8_s8(v0), flip),
-                veorq_u8(vreinterpretq_u8_s8(v1), flip),
-            );
-            let init = vld1q_s32(self.corr[j].as_ptr());
+            let (h0, h1) = (vld1q_s8(ld16(self.hr, e)), vld1q_s8(ld16(self.hr, e + 16)));
+            let l0 = vld1q_s8(ld16(self.lo, e) as *const i8);
+            let l1 = vld1q_s8(ld16(self.lo, e + 16) as *const i8);
             let hi = sdot(sdot(vdupq_n_s32(0), v0, h0), v1, h1);
-            udot(udot(vaddq_s32(vshlq_n_s32::<8>(hi), init), u0, l0), u1, l1)
+            sdot(sdot(vshlq_n_s32::<8>(hi), v0, l0), v1, l1)
         }
     }
 

@@ -95,7 +95,7 @@ pub(crate) fn takes_split(format: WeightFormat) -> bool {
 /// Quantized weights × 16-bit activations ([`Precision::Fast`](crate::Precision::Fast)) on
 /// `path` (a NEON path: `Neon`, `NeonDotprod` or `NeonI8mm`); with `dotprod`, the formats of
 /// [`takes_split`] take the `sdot`/`udot` kernels of [`matvec_split`] and [`matvec_k_split`] (the
-/// same integer products; `usdot` too with `i8mm`), from `split` (`xq` split once per token by the
+/// same integer products), from `split` (`xq` split once per token by the
 /// caller) or, where it is `None`, from a split made here.
 #[target_feature(enable = "neon")]
 pub(crate) fn matvec_i16(
@@ -116,13 +116,13 @@ pub(crate) fn matvec_i16(
                 &owned
             }
         };
-        // SAFETY: `dotprod` is only true on the NeonDotprod and NeonI8mm paths, and the latter
-        // is `i8mm`, both used only after run-time detection of their extensions.
+        // SAFETY: `dotprod` is only true on the NeonDotprod and NeonI8mm paths, both used only
+        // after run-time detection of their extensions.
         return unsafe {
             if has_split(w.format()) {
-                matvec_split(w, sel, xq, s, y, path == KernelPath::NeonI8mm)
+                matvec_split(w, sel, xq, s, y)
             } else if w.format() == WeightFormat::IQ4_XS {
-                matvec_iq4xs_split(w, sel, xq, s, y, path == KernelPath::NeonI8mm)
+                matvec_iq4xs_split(w, sel, xq, s, y)
             } else {
                 matvec_k_split(w, sel, xq, s, y)
             }

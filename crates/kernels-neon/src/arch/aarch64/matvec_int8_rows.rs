@@ -3,7 +3,7 @@
 //! the block's correction, one `sdot` per 16 products (the 16-bit rows of `matvec_split.rs` take
 //! two, for the high and the low byte).
 //!
-//! The quants are those the split rows take with `i8mm` (`quants::<F, true>`): `Q8_0`/`IQ4_NL`
+//! The quants are those the split rows take (`quants::<F>`): `Q8_0`/`IQ4_NL`
 //! values and `Q5_0`'s `q - 16` signed, `Q4_0` nibbles unsigned (its offset of 8 taken back per
 //! block: `-8 * sum(x)`, from the per-16 sums of the activations, starts each row's dot),
 //! `Q4_1`/`Q5_1` unsigned with their mins beside; `sdot` takes each against the signed
@@ -59,7 +59,7 @@ unsafe fn dot_i8_rows<const F: u8, const R: usize>(
         // A plain loop: a closure here was not inlined (see `matvec_split.rs`).
         let mut isum = [vdupq_n_s32(0); R];
         for (k, blk) in bs.iter().enumerate() {
-            let ([q0, q1], _) = quants::<F, true>(blk);
+            let ([q0, q1], _) = quants::<F>(blk);
             // SAFETY: dotprod present per this function's contract.
             isum[k] = unsafe { sdot(sdot(init, q0, x0), q1, x1) };
         }

@@ -1,19 +1,22 @@
 //! `matvec` with 16-bit activations ([`Precision::Fast`](crate::Precision::Fast)) on `dotprod`
 //! CPUs: the same integer products as [`super::matvec_i16`](fn@super::matvec_i16), by `sdot`/`udot`.
 //!
-//! Each 16-bit activation quant is split exactly as `x = 256 * hi + lo`, `hi = x >> 8` (signed,
-//! -128..=127) and `lo = x & 255` (unsigned), once per call ([`Split16`]). A weight quant `w` times
-//! `x` is then `256 * (w * hi) + w * lo`: `sdot` takes `w * hi` and `udot` takes `w * lo` with
-//! `w` as unsigned bytes: the 4- and 5-bit quants without their offset (`Q4_0`'s 8, `Q5_0`'s 16,
-//! taken back once per block as `-off * sum(x)`), `Q8_0`/`IQ4_NL` values `+ 128` (`w ^ 0x80`,
-//! taken back as `-128 * sum(lo)`), the correction folded into the accumulator's first lane.
-//! With `i8mm`, `usdot` (unsigned `lo` × signed `w`) takes `Q8_0`, `IQ4_NL` and `Q5_0` signed,
-//! with no offset to take back. Per 32 weights and row: four dot instructions, where the
-//! widening path spends four widenings and eight multiplies; `Q5_0`/`Q5_1`'s fifth bits by a
-//! table lookup per 16 (`quants`). Four rows a pass share the activation loads, corrections and
-//! scale conversions. Each lane's i32 sum is exact (below 2^26), so a block's integer dot equals
-//! the widening path's; only the f32 rounding differs (here each block's exact sum is converted
-//! once, there its four lanes apart).
+//! Each 16-bit activation quant is split exactly, once per call ([`Split16`]), two ways:
+//! `x = 256 * hi + lo` with `hi = x >> 8` (signed) and `lo = x & 255` (unsigned), and
+//! `x = 256 * hr + ls` with `hr = (x + 128) >> 8` (the rounded high byte) and `ls` the same low
+//! byte read as an i8 (-128..=127): both halves signed, and `hr` an i8 because the quantizer keeps
+//! `|x| <= 32639` (`<i16 as Quant>::MAX`). A weight quant `w` times `x` is then
+//! `256 * (w * hi) + w * lo`: `sdot` takes `w * hi` and `udot` `w * lo`, for the unsigned quants
+//! (the 4- and 5-bit ones without their offset: `Q4_0`'s 8, `Q5_0`'s 16 with the nibble copies,
+//! taken back once per block as `-off * sum(x)`, the correction folded into the accumulator's
+//! first lane). The signed ones (`Q8_0`, `IQ4_NL`, `Q5_0`'s `q - 16`: [`signed`]) take
+//! `256 * (w * hr) + w * ls`, both by `sdot`, with nothing to take back (where `lo` needed
+//! `i8mm`'s `usdot`, or the values `+ 128` and a correction). Per 32 weights and row: four dot
+//! instructions, where the widening path spends four widenings and eight multiplies;
+//! `Q5_0`/`Q5_1`'s fifth bits by a table lookup per 16 (`quants`). Four rows a pass share the
+//! activation loads, corrections and scale conversions. Each lane's i32 sum is exact (below
+//! 2^26), so a block's integer dot equals the widening path's; only the f32 rounding differs
+//! (here each block's exact sum is converted once, there its four lanes apart).
 
 use std::arch::aarch64::*;
 use std::arch::asm;
@@ -33,12 +36,14 @@ use crate::WeightFormat;
 /// instructions).
 pub(crate) type Corr = [i32; 4];
 
-/// The 16-bit activations split into their high (signed) and low (unsigned) bytes, with each
-/// block's `-128 * sum(lo)`.
+/// The 16-bit activations split into their high (signed) and low (unsigned) bytes,
+/// `x = 256 * hi + lo`, and into their rounded high bytes `hr` and the low ones as i8,
+/// `x = 256 * hr + (lo as i8)` (module docs).
 pub(crate) struct Split16 {
     pub(super) hi: Vec<i8>,
     pub(super) lo: Vec<u8>,
-    pub(super) corr: Vec<Corr>,
+    /// `(x + 128) >> 8`: -127..=127 for the quantizer's `|x| <= 32639`.
+    pub(super) hr: Vec<i8>,
     /// Each block's `-8 * sum(x)` and `-16 * sum(x)` (`Q4_0`'s and `Q5_0`'s offsets taken back).
     off8: Vec<Corr>,
     off16: Vec<Corr>,
@@ -57,7 +62,7 @@ impl Split16 {
         let mut s = Split16 {
             hi: vec![0; n],
             lo: vec![0; n],
-            corr: vec![[0; 4]; n / 32],
+            hr: vec![0; n],
             sum16: vec![0; n / 16],
             off8: vec![[0; 4]; n / 32],
             off16: vec![[0; 4]; n / 32],
@@ -70,24 +75,25 @@ impl Split16 {
                 .collect(),
         };
         for (b, q) in xq.qs[..n].chunks_exact(32).enumerate() {
-            let mut sum = 0u32;
             for k in 0..4 {
                 let v = &q[8 * k..8 * k + 8];
-                // SAFETY: `v` has exactly 8 readable i16, and `hi`/`lo` exactly 8 writable bytes
-                // at `32 b + 8 k` (both are `n` long, `b < n / 32`).
+                // SAFETY: `v` has exactly 8 readable i16, and `hi`/`lo`/`hr` exactly 8 writable
+                // bytes at `32 b + 8 k` (all are `n` long, `b < n / 32`).
                 unsafe {
                     let x = vld1q_s16(v.as_ptr());
-                    // `shrn #8` keeps bits 15..8: as an i8, `x >> 8` (arithmetic).
+                    debug_assert!(vmaxvq_s16(x) <= 32639, "16-bit quants past 32639");
+                    // `shrn #8` keeps bits 15..8: as an i8, `x >> 8` (arithmetic); `rshrn #8`
+                    // the same of `x + 128` (its sum kept wide: no overflow).
                     let h = vshrn_n_s16::<8>(x);
+                    let hr = vrshrn_n_s16::<8>(x);
                     let l = vmovn_u16(vreinterpretq_u16_s16(x));
                     let o = 32 * b + 8 * k;
                     vst1_s8(s.hi[o..o + 8].as_mut_ptr(), h);
+                    vst1_s8(s.hr[o..o + 8].as_mut_ptr(), hr);
                     vst1_u8(s.lo[o..o + 8].as_mut_ptr(), l);
-                    sum += u32::from(vaddlv_u8(l));
                     s.sum16[2 * b + k / 2] += vaddlvq_s16(x);
                 }
             }
-            s.corr[b][0] = -128 * sum as i32;
             let sumx = s.sum16[2 * b] + s.sum16[2 * b + 1];
             (s.off8[b][0], s.off16[b][0]) = (-8 * sumx, -16 * sumx);
         }
@@ -105,17 +111,11 @@ super::simd::acc_insn!(
     pub(super) udot, "udot", uint8x16_t, uint8x16_t, "neon,dotprod"
 );
 
-super::simd::acc_insn!(
-    /// `acc += usdot(a, b)` (`a` unsigned bytes, `b` signed; `i8mm`'s mixed-sign dot).
-    pub(super) usdot, "usdot", uint8x16_t, int8x16_t, "neon,dotprod,i8mm"
-);
-
-/// Whether, with `i8mm` (`MM`), format `F`'s `lo` dot takes its signed quants by `usdot`:
-/// `Q8_0` and `IQ4_NL` (else their `+ 128` and its correction, three instructions a block and
-/// row) and `Q5_0` (its quants made signed in fewer instructions than unsigned ones,
-/// [`signed5`], and no correction); the unsigned formats need nothing.
-const fn signed_lo<const F: u8, const MM: bool>() -> bool {
-    MM && matches!(F, Q8_0 | IQ4_NL | Q5_0)
+/// Whether format `F`'s rows take signed quants, by `sdot` on `hr` and `lo` as i8 (module docs):
+/// `Q8_0` and `IQ4_NL` (signed values) and `Q5_0` (its quants made signed in fewer instructions
+/// than unsigned ones, [`signed5`], and no correction); the unsigned formats take `hi` and `lo`.
+pub(super) const fn signed<const F: u8>() -> bool {
+    matches!(F, Q8_0 | IQ4_NL | Q5_0)
 }
 
 /// The signed `Q5_0` quants (`q - 16`, -16..=15) of the 16 nibble bytes `raw`: elements `j`
@@ -172,16 +172,15 @@ fn insert_bit4(nib: uint8x16_t, v: uint8x16_t, bit: uint8x16_t) -> uint8x16_t {
     out
 }
 
-/// The 32 quants of a 32-element block, each half as the signed bytes the `hi` dot takes and
-/// the unsigned ones the `lo` dot takes: `Q4_0` and `Q4_1` nibbles (0..=15) and `Q5_0` and
-/// `Q5_1` 5-bit quants (0..=31) both ways without their offset; `Q8_0` and `IQ4_NL` values as
-/// they are, and `+ 128` (`^ 0x80`) for `lo`. The fifth bits of `Q5_0`/`Q5_1` are spread from the four
-/// `qh` bytes by one table lookup per 16 lanes (`tbl`), then tested against each lane's bit. With
-/// `MM` ([`signed_lo`]: `usdot` takes the `lo` dot), `Q8_0`/`IQ4_NL` values and `Q5_0`'s `q - 16`
-/// ([`signed5`]) come signed both ways.
+/// The 32 quants of a 32-element block, two halves of 16: signed for the formats of [`signed`]
+/// (`Q8_0` and `IQ4_NL` values as they are, `Q5_0`'s `q - 16` by [`signed5`]), the `hr` and `lo`
+/// dots' weights both; else (`Q4_0` and `Q4_1` nibbles, 0..=15, `Q5_1` 5-bit quants, 0..=31,
+/// without their offset) as the signed bytes the `hi` dot takes and the unsigned ones the `lo`
+/// dot takes, the same bytes. The fifth bits of `Q5_0`/`Q5_1` are spread from the four `qh` bytes
+/// by one table lookup per 16 lanes (`tbl`), then tested against each lane's bit.
 #[inline]
 #[target_feature(enable = "neon")]
-pub(super) fn quants<const F: u8, const MM: bool>(blk: &[u8]) -> ([int8x16_t; 2], [uint8x16_t; 2]) {
+pub(super) fn quants<const F: u8>(blk: &[u8]) -> ([int8x16_t; 2], [uint8x16_t; 2]) {
     match F {
         Q4_0 | Q4_1 | Q5_0 | Q5_1 => {
             let o = quants_offset(F) + if F == Q5_0 || F == Q5_1 { 4 } else { 0 };
@@ -193,7 +192,7 @@ pub(super) fn quants<const F: u8, const MM: bool>(blk: &[u8]) -> ([int8x16_t; 2]
                 let bit = vreinterpretq_u8_u64(vdupq_n_u64(0x8040_2010_0804_0201));
                 let idx0 = vcombine_u8(vdup_n_u8(0), vdup_n_u8(1));
                 let idx1 = vcombine_u8(vdup_n_u8(2), vdup_n_u8(3));
-                if signed_lo::<F, MM>() {
+                if signed::<F>() {
                     let nq: uint8x16_t;
                     // SAFETY: `mvn` only reads and writes the named vector registers. Written out:
                     // LLVM moved the intrinsic's `mvn` before the broadcast, where the load could
@@ -207,7 +206,7 @@ pub(super) fn quants<const F: u8, const MM: bool>(blk: &[u8]) -> ([int8x16_t; 2]
                         )
                     };
                     let q = signed5(raw, vqtbl1q_u8(nq, idx0), vqtbl1q_u8(nq, idx1), bit);
-                    // `usdot` takes the signed quants (the `lo` operands unused).
+                    // Signed both ways (the unsigned operands unused).
                     return (q, q.map(|v| vreinterpretq_u8_s8(v)));
                 }
                 let (lo, hi) = (vandq_u8(raw, vdupq_n_u8(0x0F)), vshrq_n_u8::<4>(raw));
@@ -221,56 +220,38 @@ pub(super) fn quants<const F: u8, const MM: bool>(blk: &[u8]) -> ([int8x16_t; 2]
                 ([vreinterpretq_s8_u8(lo), vreinterpretq_s8_u8(hi)], [lo, hi])
             }
         }
-        _ if signed_lo::<F, MM>() => {
-            // `usdot` takes the signed values as they are (the `lo` operands unused).
+        _ => {
+            // `Q8_0` and `IQ4_NL`: signed as they are (the unsigned operands unused).
             let (w0, w1) = weights_i8::<F>(blk);
             ([w0, w1], [vreinterpretq_u8_s8(w0), vreinterpretq_u8_s8(w1)])
         }
-        _ => {
-            let (w0, w1) = weights_i8::<F>(blk);
-            let flip = vdupq_n_u8(0x80);
-            (
-                [w0, w1],
-                [
-                    veorq_u8(vreinterpretq_u8_s8(w0), flip),
-                    veorq_u8(vreinterpretq_u8_s8(w1), flip),
-                ],
-            )
-        }
     }
 }
 
-/// The integer corrections of each block in [`Split16`] for the quants of [`quants`]:
-/// `-off * sum(x)` (`Q4_0`: 8, `Q5_0`: 16, their offsets), `-128 * sum(lo)` for
-/// `Q8_0`/`IQ4_NL` (the `+ 128` of the `lo` dot); `None` for the formats without an offset.
+/// The integer corrections of each block in [`Split16`] for format `F`'s unsigned quants:
+/// `-off * sum(x)` (`Q4_0`: 8, `Q5_0`: 16, their offsets, where a kernel takes them unsigned);
+/// `None` for the formats without an offset.
 #[inline(always)]
-pub(super) fn corrections<const F: u8, const MM: bool>(s: &Split16) -> Option<&[Corr]> {
-    if signed_lo::<F, MM>() {
-        return None;
-    }
+pub(super) fn offsets<const F: u8>(s: &Split16) -> Option<&[Corr]> {
     match F {
         Q4_0 => Some(&s.off8),
         Q5_0 => Some(&s.off16),
-        Q4_1 | Q5_1 => None,
-        _ => Some(&s.corr),
+        _ => None,
     }
 }
 
-/// The dots of `R` rows (1, 2 or 4) with the split activations: per block and
-/// row, `sdot(q, hi)` and `udot(u, lo)` of the quants ([`quants`]): the `hi` sum shifted left by
-/// 8 (plus the block's correction in the first lane: [`corrections`]) starts the `lo` sum. The
-/// activation loads serve every row; the rows' exact block sums, scales and mins are summed by
-/// [`RowsAcc`] (for up to four rows one conversion and one FMA a block).
-///
-/// With `i8mm` (`MM`), `Q8_0`, `IQ4_NL` and `Q5_0` take their `lo` dot by `usdot` on the signed
-/// values ([`signed_lo`]): no `+ 128`, no correction; the same exact integer per block.
+/// The dots of `R` rows (1, 2 or 4) with the split activations: per block and row, of the quants
+/// ([`quants`]) `sdot(q, hi)` and `udot(u, lo)`, or for the signed ones ([`signed`]) `sdot(q, hr)`
+/// and `sdot(q, lo as i8)`: the high sum shifted left by 8 (plus the block's correction in the
+/// first lane: [`offsets`]) starts the low sum. The activation loads serve every row; the rows'
+/// exact block sums, scales and mins are summed by [`RowsAcc`] (for up to four rows one
+/// conversion and one FMA a block).
 ///
 /// # Safety
-/// The CPU must support the `dotprod` extension, and `i8mm` where `MM` (whose `usdot` inlines
-/// where this body is inlined: [`dot_split_rows_mm`]).
+/// The CPU must support the `dotprod` extension.
 #[inline]
 #[target_feature(enable = "neon,dotprod")]
-unsafe fn dot_split_body<const F: u8, const R: usize, const MM: bool>(
+unsafe fn dot_split_rows<const F: u8, const R: usize>(
     rows: [&[u8]; R],
     s: &Split16,
     xq: &QActs16,
@@ -284,9 +265,11 @@ unsafe fn dot_split_body<const F: u8, const R: usize, const MM: bool>(
         .map(|r| r.len() / bb)
         .fold(xq.d.len(), usize::min);
     let rows = rows.map(|r| &r[..nb * bb]);
-    let (his, los) = (&s.hi[..nb * 32], &s.lo[..nb * 32]);
+    let his = if signed::<F>() { &s.hr } else { &s.hi };
+    let (his, los) = (&his[..nb * 32], &s.lo[..nb * 32]);
     let (ds, ds2) = (&xq.d[..nb], &s.ds2[..nb]);
-    let corr = corrections::<F, MM>(s).map(|c| &c[..nb]);
+    let corr = if signed::<F>() { None } else { offsets::<F>(s) };
+    let corr = corr.map(|c| &c[..nb]);
     for b in 0..nb {
         let bs: [&[u8]; R] = std::array::from_fn(|i| &rows[i][b * bb..b * bb + bb]);
         let (hs, ls) = (&his[b * 32..b * 32 + 32], &los[b * 32..b * 32 + 32]);
@@ -304,7 +287,7 @@ unsafe fn dot_split_body<const F: u8, const R: usize, const MM: bool>(
         // A plain loop: a closure here was not inlined for Q5_0/Q5_1 (2.3x the instructions).
         let mut isum = [vdupq_n_s32(0); R];
         for (k, blk) in bs.into_iter().enumerate() {
-            let ([q0, q1], [u0, u1]) = quants::<F, MM>(blk);
+            let ([q0, q1], [u0, u1]) = quants::<F>(blk);
             // SAFETY: dotprod present per this function's contract.
             isum[k] = unsafe {
                 let hi = vshlq_n_s32::<8>(sdot(sdot(vdupq_n_s32(0), q0, h0), q1, h1));
@@ -312,8 +295,9 @@ unsafe fn dot_split_body<const F: u8, const R: usize, const MM: bool>(
                     Some(c) => vaddq_s32(hi, c),
                     None => hi,
                 };
-                if signed_lo::<F, MM>() {
-                    usdot(usdot(start, l0, q0), l1, q1)
+                if signed::<F>() {
+                    let (s0, s1) = (vreinterpretq_s8_u8(l0), vreinterpretq_s8_u8(l1));
+                    sdot(sdot(start, q0, s0), q1, s1)
                 } else {
                     udot(udot(start, u0, l0), u1, l1)
                 }
@@ -324,50 +308,14 @@ unsafe fn dot_split_body<const F: u8, const R: usize, const MM: bool>(
     sums.finish()
 }
 
-/// [`dot_split_body`] on `dotprod` CPUs.
-///
-/// # Safety
-/// The CPU must support the `dotprod` extension.
-#[target_feature(enable = "neon,dotprod")]
-unsafe fn dot_split_rows<const F: u8, const R: usize>(
-    rows: [&[u8]; R],
-    s: &Split16,
-    xq: &QActs16,
-) -> [f32; R] {
-    // SAFETY: dotprod present per this function's contract.
-    unsafe { dot_split_body::<F, R, false>(rows, s, xq) }
-}
+/// [`dot_split_rows`] as the kernel of the shared row drivers.
+struct SplitDots<'a, const F: u8>(&'a Split16, &'a QActs16);
 
-/// [`dot_split_body`] on `i8mm` CPUs.
-///
-/// # Safety
-/// The CPU must support the `dotprod` and `i8mm` extensions.
-#[target_feature(enable = "neon,dotprod,i8mm")]
-unsafe fn dot_split_rows_mm<const F: u8, const R: usize>(
-    rows: [&[u8]; R],
-    s: &Split16,
-    xq: &QActs16,
-) -> [f32; R] {
-    // SAFETY: dotprod and i8mm present per this function's contract.
-    unsafe { dot_split_body::<F, R, true>(rows, s, xq) }
-}
-
-/// [`dot_split_rows`] (or with `MM`, [`dot_split_rows_mm`]) as the kernel of the shared row
-/// drivers.
-struct SplitDots<'a, const F: u8, const MM: bool>(&'a Split16, &'a QActs16);
-
-impl<const F: u8, const MM: bool> RowDots for SplitDots<'_, F, MM> {
+impl<const F: u8> RowDots for SplitDots<'_, F> {
     #[inline(always)]
     unsafe fn dots<const N: usize>(&self, rows: [&[u8]; N]) -> [f32; N] {
-        // SAFETY: dotprod is present per this method's contract (`matvec_split`'s), and i8mm
-        // where `MM`.
-        unsafe {
-            if MM {
-                dot_split_rows_mm::<F, N>(rows, self.0, self.1)
-            } else {
-                dot_split_rows::<F, N>(rows, self.0, self.1)
-            }
-        }
+        // SAFETY: dotprod is present per this method's contract (`matvec_split`'s).
+        unsafe { dot_split_rows::<F, N>(rows, self.0, self.1) }
     }
 }
 
@@ -382,20 +330,7 @@ unsafe fn rows_split<const F: u8>(
     // Four rows a step: the activation loads, the block's correction and scale serve all four
     // (two rows a step executed 6-10% more instructions on Q5_0, Q4_0 and Q8_0).
     // SAFETY: dotprod present per this function's contract.
-    unsafe { rows_blocked::<4, _>(&SplitDots::<F, false>(s, xq), w, sel, y) }
-}
-
-/// [`rows_split`] on `i8mm` CPUs (its kernel inlined under the same features).
-#[target_feature(enable = "neon,dotprod,i8mm")]
-unsafe fn rows_split_mm<const F: u8>(
-    w: &QMatrix<'_>,
-    sel: Rows<'_>,
-    xq: &QActs16,
-    s: &Split16,
-    y: &mut [f32],
-) {
-    // SAFETY: dotprod and i8mm present per this function's contract.
-    unsafe { rows_blocked::<4, _>(&SplitDots::<F, true>(s, xq), w, sel, y) }
+    unsafe { rows_blocked::<4, _>(&SplitDots::<F>(s, xq), w, sel, y) }
 }
 
 /// Whether [`matvec_split`] takes weights of `format` (the 32-element block formats).
@@ -411,11 +346,11 @@ pub(crate) fn has_split(format: WeightFormat) -> bool {
     )
 }
 
-/// Quantized weights × 16-bit activations by `sdot`/`udot` (and `usdot` where `i8mm`), for the
-/// formats of [`has_split`] (others: nothing written); `s` is `xq` split ([`Split16::new`]).
+/// Quantized weights × 16-bit activations by `sdot`/`udot`, for the formats of [`has_split`]
+/// (others: nothing written); `s` is `xq` split ([`Split16::new`]).
 ///
 /// # Safety
-/// The CPU must support the `dotprod` extension, and `i8mm` where `i8mm`.
+/// The CPU must support the `dotprod` extension.
 #[target_feature(enable = "neon,dotprod")]
 pub(crate) unsafe fn matvec_split(
     w: &QMatrix<'_>,
@@ -423,20 +358,16 @@ pub(crate) unsafe fn matvec_split(
     xq: &QActs16,
     s: &Split16,
     y: &mut [f32],
-    i8mm: bool,
 ) {
-    // SAFETY: dotprod is present per this function's contract (all arms), and i8mm where taken.
+    // SAFETY: dotprod is present per this function's contract (all arms).
     unsafe {
-        match (w.format(), i8mm) {
-            (WeightFormat::Q8_0, true) => rows_split_mm::<Q8_0>(w, sel, xq, s, y),
-            (WeightFormat::IQ4_NL, true) => rows_split_mm::<IQ4_NL>(w, sel, xq, s, y),
-            (WeightFormat::Q5_0, true) => rows_split_mm::<Q5_0>(w, sel, xq, s, y),
-            (WeightFormat::Q8_0, false) => rows_split::<Q8_0>(w, sel, xq, s, y),
-            (WeightFormat::IQ4_NL, false) => rows_split::<IQ4_NL>(w, sel, xq, s, y),
-            (WeightFormat::Q4_0, _) => rows_split::<Q4_0>(w, sel, xq, s, y),
-            (WeightFormat::Q4_1, _) => rows_split::<Q4_1>(w, sel, xq, s, y),
-            (WeightFormat::Q5_0, false) => rows_split::<Q5_0>(w, sel, xq, s, y),
-            (WeightFormat::Q5_1, _) => rows_split::<Q5_1>(w, sel, xq, s, y),
+        match w.format() {
+            WeightFormat::Q8_0 => rows_split::<Q8_0>(w, sel, xq, s, y),
+            WeightFormat::IQ4_NL => rows_split::<IQ4_NL>(w, sel, xq, s, y),
+            WeightFormat::Q4_0 => rows_split::<Q4_0>(w, sel, xq, s, y),
+            WeightFormat::Q4_1 => rows_split::<Q4_1>(w, sel, xq, s, y),
+            WeightFormat::Q5_0 => rows_split::<Q5_0>(w, sel, xq, s, y),
+            WeightFormat::Q5_1 => rows_split::<Q5_1>(w, sel, xq, s, y),
             _ => {}
         }
     }

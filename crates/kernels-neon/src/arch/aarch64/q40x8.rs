@@ -14,13 +14,13 @@
 //! each fifth bit put at bit 4 of its byte (row `r`'s u32 of fifth bits after the quants, shifted
 //! down by `k`: bits 4, 12, 20, 28 are the first vector's, and with each u16's bytes swapped and
 //! shifted up by 4 once a quad the second's, where each register `k` rotated its own before; the
-//! x86 layout's order, `crate::q40x8`), IQ4_NL's looked up in its table (`tbl`),
-//! then signed (`sudot` with `i8mm`) or `+ 128` (`udot`, `-128 * sum(lo)` taken back). Per row
-//! the f32 operations are [`super::rows_acc`]'s: bit for bit the split rows' results.
+//! x86 layout's order, `crate::q40x8`), IQ4_NL's looked up in its table (`tbl`), signed, by
+//! `sdot` on the rounded high bytes `hr` and the low bytes as i8 ([`Split16`]). Per row the f32
+//! operations are [`super::rows_acc`]'s: bit for bit the split rows' results.
 
 use std::arch::aarch64::*;
 
-use super::matvec_split::{corrections, Split16};
+use super::matvec_split::{offsets, Split16};
 use super::q80x8::quad_sums;
 use super::simd::{f16x8_times, split_block};
 use crate::arch::tags::{has_min, IQ4_NL};
@@ -32,19 +32,22 @@ use crate::quant::QActs16;
 pub(crate) struct Perm8 {
     pub(super) hi: Vec<i8>,
     pub(super) lo: Vec<u8>,
+    /// [`Split16`]'s rounded high bytes (IQ4_NL's signed values take them).
+    pub(super) hr: Vec<i8>,
 }
 
 impl Perm8 {
     /// `s` reordered (whole 32-element blocks), 16 bytes a `tbl`.
     pub(crate) fn new(s: &Split16) -> Perm8 {
-        let n = s.hi.len().min(s.lo.len()) / 32 * 32;
-        let (mut hi, mut lo) = (vec![0i8; n], vec![0u8; n]);
+        let n = s.hi.len().min(s.lo.len()).min(s.hr.len()) / 32 * 32;
+        let (mut hi, mut lo, mut hr) = (vec![0i8; n], vec![0u8; n], vec![0i8; n]);
         // SAFETY: each source and destination holds `n` bytes (i8 and u8 alike).
         unsafe {
             permute(s.hi.as_ptr() as *const u8, hi.as_mut_ptr() as *mut u8, n);
             permute(s.lo.as_ptr(), lo.as_mut_ptr(), n);
+            permute(s.hr.as_ptr() as *const u8, hr.as_mut_ptr() as *mut u8, n);
         }
-        Perm8 { hi, lo }
+        Perm8 { hi, lo, hr }
     }
 }
 
@@ -142,10 +145,9 @@ fn fifth_of(h: uint32x4_t, k: usize) -> uint32x4_t {
 /// token's operations those of one token alone (the same bits).
 ///
 /// # Safety
-/// `dotprod` present, and `i8mm` where `MM`. Always inlined into [`q40x8_group_neon`]'s and
-/// [`q40x8_group_neon_tokens`]'s forms.
-#[inline(always)]
-unsafe fn group_body<const F: u8, const MM: bool, const T: usize>(
+/// `dotprod` present.
+#[target_feature(enable = "neon,dotprod")]
+unsafe fn group_body<const F: u8, const T: usize>(
     group: &[u8],
     s: [&Split16; T],
     p: [&Perm8; T],
@@ -158,19 +160,14 @@ unsafe fn group_body<const F: u8, const MM: bool, const T: usize>(
         assert!(
             xq[t].d.len() == nb
                 && p[t].hi.len() >= nb * 32
+                && p[t].hr.len() >= nb * 32
                 && p[t].lo.len() >= nb * 32
                 && xq[t].s.len() >= nb
         );
     }
-    // Each block's offset taken back: the unsigned nibbles' (Q4_0's 8, Q5_0's 16, also with i8mm:
-    // this kernel takes Q5_0 unsigned), IQ4_NL's `+ 128` without i8mm; as the split rows take them.
-    let corr: [Option<&[_]>; T] = std::array::from_fn(|t| {
-        if F == IQ4_NL {
-            corrections::<F, MM>(s[t])
-        } else {
-            corrections::<F, false>(s[t])
-        }
-    });
+    // Each block's offset taken back: the unsigned nibbles' (Q4_0's 8, Q5_0's 16: this kernel
+    // takes Q5_0 unsigned); IQ4_NL's signed values have none.
+    let corr: [Option<&[_]>; T] = std::array::from_fn(|t| offsets::<F>(s[t]));
     assert!(corr.iter().all(|c| c.is_none_or(|c| c.len() >= nb)));
     // SAFETY: NEON is baseline on aarch64; the table is exactly 16 readable i8.
     let (mut acc, mut mins, table) = unsafe {
@@ -183,11 +180,12 @@ unsafe fn group_body<const F: u8, const MM: bool, const T: usize>(
     for b in 0..nb {
         // SAFETY: b < nb: group block b (gbb bytes at gbb b), each token's permuted bytes 32b..32b
         // + 32, d[b], s[b] and the corrections' entry b are in bounds (asserted above); dotprod
-        // (and i8mm) per contract.
+        // per contract.
         unsafe {
             let gp = group.as_ptr().add(b * gbb);
             let hl: [_; T] = std::array::from_fn(|t| {
-                split_block(p[t].hi.as_ptr().add(32 * b), p[t].lo.as_ptr().add(32 * b))
+                let h = if F == IQ4_NL { &p[t].hr } else { &p[t].hi };
+                split_block(h.as_ptr().add(32 * b), p[t].lo.as_ptr().add(32 * b))
             });
             let corr: [_; T] =
                 std::array::from_fn(|t| vdupq_n_s32(corr[t].map_or(0, |c| c.get_unchecked(b)[0])));
@@ -207,9 +205,9 @@ unsafe fn group_body<const F: u8, const MM: bool, const T: usize>(
                 for t in 0..T {
                     let (h, l) = hl[t];
                     let isum = if F == IQ4_NL {
-                        quad_sums::<true, MM>(w, h, l, corr[t])
+                        quad_sums::<true>(w, h, l, corr[t])
                     } else {
-                        quad_sums::<false, MM>(w, h, l, corr[t])
+                        quad_sums::<false>(w, h, l, corr[t])
                     };
                     acc[t][quad] = vfmaq_f32(acc[t][quad], vcvtq_f32_s32(isum), d[t][quad]);
                 }
@@ -238,43 +236,20 @@ unsafe fn group_body<const F: u8, const MM: bool, const T: usize>(
     y
 }
 
-#[target_feature(enable = "neon,dotprod")]
-unsafe fn group_dp<const F: u8, const T: usize>(
-    group: &[u8],
-    s: [&Split16; T],
-    p: [&Perm8; T],
-    xq: [&QActs16; T],
-) -> [[f32; 8]; T] {
-    // SAFETY: dotprod present per this function's contract.
-    unsafe { group_body::<F, false, T>(group, s, p, xq) }
-}
-
-#[target_feature(enable = "neon,dotprod,i8mm")]
-unsafe fn group_mm<const F: u8, const T: usize>(
-    group: &[u8],
-    s: [&Split16; T],
-    p: [&Perm8; T],
-    xq: [&QActs16; T],
-) -> [[f32; 8]; T] {
-    // SAFETY: dotprod and i8mm present per this function's contract.
-    unsafe { group_body::<F, true, T>(group, s, p, xq) }
-}
-
 /// The dots of the 8 rows of one group of format `F` (Q4_0, Q4_1, Q5_0, Q5_1 or IQ4_NL; `xq.d.len()` group
 /// blocks at `group`) with `xq`, split as `s` ([`Split16::new`] of `xq`) and permuted as `p`
-/// ([`Perm8::new`] of `s`); `i8mm`: IQ4_NL's `lo` dot by `sudot`.
+/// ([`Perm8::new`] of `s`).
 ///
 /// # Safety
-/// The CPU must support `dotprod`, and `i8mm` where `i8mm`.
+/// The CPU must support `dotprod`.
 pub(crate) unsafe fn q40x8_group_neon<const F: u8>(
     group: &[u8],
     s: &Split16,
     p: &Perm8,
     xq: &QActs16,
-    i8mm: bool,
 ) -> [f32; 8] {
-    // SAFETY: the extensions are present per this function's contract.
-    let [y] = unsafe { q40x8_group_neon_tokens::<F, 1>(group, [s], [p], [xq], i8mm) };
+    // SAFETY: dotprod present per this function's contract.
+    let [y] = unsafe { group_body::<F, 1>(group, [s], [p], [xq]) };
     y
 }
 
@@ -282,20 +257,13 @@ pub(crate) unsafe fn q40x8_group_neon<const F: u8>(
 /// each token's results its own call's bits.
 ///
 /// # Safety
-/// The CPU must support `dotprod`, and `i8mm` where `i8mm`.
+/// The CPU must support `dotprod`.
 pub(crate) unsafe fn q40x8_group_neon_tokens<const F: u8, const T: usize>(
     group: &[u8],
     s: [&Split16; T],
     p: [&Perm8; T],
     xq: [&QActs16; T],
-    i8mm: bool,
 ) -> [[f32; 8]; T] {
-    // SAFETY: the extensions are present per this function's contract.
-    unsafe {
-        if i8mm {
-            group_mm::<F, T>(group, s, p, xq)
-        } else {
-            group_dp::<F, T>(group, s, p, xq)
-        }
-    }
+    // SAFETY: dotprod present per this function's contract.
+    unsafe { group_body::<F, T>(group, s, p, xq) }
 }

@@ -163,7 +163,7 @@ unsafe fn group_body<const FIVE: bool, const T: usize>(
                         let dsc = vmulq_f32(byte_of::<$j>(sc), d[h]);
                         for t in 0..T {
                             let (hv, lv) = hl[t];
-                            let isum = quad_sums::<false, false>(w, hv, lv, vdupq_n_s32(0));
+                            let isum = quad_sums::<false>(w, hv, lv, vdupq_n_s32(0));
                             let scale = vmulq_n_f32(dsc, dxj[t]);
                             let a = &mut acc[t][$j % 4][h];
                             *a = vfmaq_f32(*a, vcvtq_f32_s32(isum), scale);

@@ -7,7 +7,7 @@
 use std::arch::aarch64::*;
 
 use super::simd::load_f32x4;
-use crate::quant::{QActs, QActs16};
+use crate::quant::{QActs, QActs16, Quant};
 
 /// The largest |x| over `x` (a multiple of 4 long; 0 for none), NaNs passed over.
 #[inline]
@@ -113,16 +113,17 @@ pub(crate) fn quantize_halves(x: &[f32], out: &mut QActs) -> bool {
 }
 
 /// NEON 16-bit activation quantizer (`QActs16::quantize_scalar`'s f32 operations: `d = amax /
-/// 32767`, quants `round_ties_even(x * (32767 / amax))` clamped to `-32767..=32767`, `s = d *
-/// sum(q)` per 32-block). Always `true`.
+/// MAX`, quants `round_ties_even(x * (MAX / amax))` clamped to `-MAX..=MAX` (`MAX` 32639, `<i16
+/// as Quant>::MAX`), `s = d * sum(q)` per 32-block). Always `true`.
 #[target_feature(enable = "neon")]
 pub(crate) fn quantize16(x: &[f32], out: &mut QActs16) -> bool {
     let nb = x.len() / 32;
     assert!(out.d.len() >= nb && out.s.len() >= nb && out.qs.len() >= nb * 32);
-    let (lo, hi) = (vdupq_n_f32(-32767.0), vdupq_n_f32(32767.0));
+    const MAX: f32 = <i16 as Quant>::MAX;
+    let (lo, hi) = (vdupq_n_f32(-MAX), vdupq_n_f32(MAX));
     for (b, blk) in x[..nb * 32].chunks_exact(32).enumerate() {
         let a = amax(blk);
-        let (d, id) = (a / 32767.0, inverse(32767.0, a));
+        let (d, id) = (a / MAX, inverse(MAX, a));
         let q = &mut out.qs[32 * b..32 * b + 32];
         let mut sum = vdupq_n_s32(0);
         for (xs, qs) in blk.chunks_exact(8).zip(q.chunks_exact_mut(8)) {

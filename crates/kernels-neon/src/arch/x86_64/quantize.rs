@@ -5,7 +5,7 @@ use std::arch::x86_64::*;
 
 use super::simd::hsum_i32;
 use crate::quant::QActs;
-use crate::quant::QActs16;
+use crate::quant::{QActs16, Quant};
 
 /// The largest |x| of the `len` floats at `xp` (`len` a multiple of 8).
 ///
@@ -157,8 +157,9 @@ pub(crate) unsafe fn quantize_halves(x: &[f32], out: &mut QActs) {
 }
 
 /// AVX2 16-bit activation quantizer (same f32 operations as
-/// `QActs16::quantize_scalar`: d = amax/32767, id = 32767/amax,
-/// q = clamp(round-half-even(x * id), -32767, 32767), s = d * sum(q)).
+/// `QActs16::quantize_scalar`: d = amax/MAX, id = MAX/amax,
+/// q = clamp(round-half-even(x * id), -MAX, MAX), s = d * sum(q); `MAX` 32639, `<i16 as
+/// Quant>::MAX`).
 ///
 /// # Safety
 /// AVX2/FMA present.
@@ -166,7 +167,8 @@ pub(crate) unsafe fn quantize_halves(x: &[f32], out: &mut QActs) {
 pub(crate) unsafe fn quantize16(x: &[f32], out: &mut QActs16) {
     let nb = x.len() / 32;
     assert!(out.d.len() >= nb && out.s.len() >= nb && out.qs.len() >= nb * 32);
-    let (lo, hi) = (_mm256_set1_ps(-32767.0), _mm256_set1_ps(32767.0));
+    const MAX: f32 = <i16 as Quant>::MAX;
+    let (lo, hi) = (_mm256_set1_ps(-MAX), _mm256_set1_ps(MAX));
     for b in 0..nb {
         // SAFETY: b < nb: x[b*32..b*32+32] and qs[b*32..b*32+32] are in
         // bounds (x.len() >= nb*32 by definition of nb, qs asserted).
@@ -179,8 +181,8 @@ pub(crate) unsafe fn quantize16(x: &[f32], out: &mut QActs16) {
                 _mm256_loadu_ps(xp.add(24)),
             ];
             let amax = amax(xp, 32);
-            let d = amax / 32767.0;
-            let id = _mm256_set1_ps(if amax > 0.0 { 32767.0 / amax } else { 0.0 });
+            let d = amax / MAX;
+            let id = _mm256_set1_ps(if amax > 0.0 { MAX / amax } else { 0.0 });
             let q: [__m256i; 4] = std::array::from_fn(|i| {
                 let r = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
                     _mm256_mul_ps(v[i], id),
@@ -189,7 +191,7 @@ pub(crate) unsafe fn quantize16(x: &[f32], out: &mut QActs16) {
             });
             let s32 = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
             let sum = hsum_i32(s32);
-            // pack i32 -> i16 (values within -32767..=32767, no saturation);
+            // pack i32 -> i16 (values within -MAX..=MAX, no saturation);
             // packs works per 128-bit lane, so undo the 64-bit interleave.
             let qp = out.qs.as_mut_ptr().add(b * 32);
             for (k, pair) in [(q[0], q[1]), (q[2], q[3])].into_iter().enumerate() {
