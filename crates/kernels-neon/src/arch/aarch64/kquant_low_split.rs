@@ -19,34 +19,10 @@
 use std::arch::aarch64::*;
 
 use super::kquant_acts::SbDot;
-use super::simd::{f16_at, fma_sums4, iq4nl_values, iq4xs_scales, ld, load_f32x4, offset_term};
-
-/// The per-16 activation scales of a super-block's 8 per-32 ones (`dx`), each twice, as 4
-/// vectors (group `G` in lane `G % 4` of vector `G / 4`).
-#[inline]
-#[target_feature(enable = "neon")]
-fn dx16(dx: &[f32]) -> [float32x4_t; 4] {
-    let (da, db) = (load_f32x4(&dx[0..]), load_f32x4(&dx[4..]));
-    [
-        vzip1q_f32(da, da),
-        vzip2q_f32(da, da),
-        vzip1q_f32(db, db),
-        vzip2q_f32(db, db),
-    ]
-}
-
-/// u8x16 as four f32x4 (lanes 0..4, .., 12..16).
-#[inline]
-#[target_feature(enable = "neon")]
-fn u8x16_f32(v: uint8x16_t) -> [float32x4_t; 4] {
-    let (a, b) = (vmovl_u8(vget_low_u8(v)), vmovl_high_u8(v));
-    [
-        vcvtq_f32_u32(vmovl_u16(vget_low_u16(a))),
-        vcvtq_f32_u32(vmovl_high_u16(a)),
-        vcvtq_f32_u32(vmovl_u16(vget_low_u16(b))),
-        vcvtq_f32_u32(vmovl_high_u16(b)),
-    ]
-}
+use super::simd::{
+    dx16, f16_at, fma_sums4, iq4nl_values, iq4xs_scales, ld, load_f32x4, offset_term, s8_to_f32,
+    u8_to_f32,
+};
 
 /// The quants of elements `128 n + 32 k + 16 p .. + 16` of a `Q2_K` (`Q3 = false`, 84 bytes) or
 /// `Q3_K` (110 bytes) super-block, unsigned: bits `2k..2k + 2` of `qs[32 n + 16 p..]` (byte 16, or
@@ -130,8 +106,8 @@ pub(super) unsafe fn q2k_block<const R: usize, A: SbDot>(
     for (r, blk) in blks.iter().enumerate() {
         let (d, dmin) = (f16_at(*blk, 80), f16_at(*blk, 82));
         let sc = ld(blk, 0);
-        let scf = u8x16_f32(vandq_u8(sc, vdupq_n_u8(0x0F)));
-        let mf = u8x16_f32(vshrq_n_u8::<4>(sc));
+        let scf = u8_to_f32(vandq_u8(sc, vdupq_n_u8(0x0F)));
+        let mf = u8_to_f32(vshrq_n_u8::<4>(sc));
         scale[r] = std::array::from_fn(|i| vmulq_f32(vmulq_n_f32(scf[i], d), dxs[i]));
         let mut m = vdupq_n_f32(0.0);
         for i in 0..4 {
@@ -183,14 +159,7 @@ pub(super) unsafe fn q3k_block<const R: usize, A: SbDot>(
     for (sc, blk) in scale.iter_mut().zip(blks) {
         let d = f16_at(blk, 108);
         let ls = q3k_scales(blk);
-        let (w0, w1) = (vmovl_s8(vget_low_s8(ls)), vmovl_high_s8(ls));
-        let scf = [
-            vmovl_s16(vget_low_s16(w0)),
-            vmovl_high_s16(w0),
-            vmovl_s16(vget_low_s16(w1)),
-            vmovl_high_s16(w1),
-        ]
-        .map(|v| vmulq_n_f32(vcvtq_f32_s32(v), d));
+        let scf = s8_to_f32(ls).map(|v| vmulq_n_f32(v, d));
         *sc = std::array::from_fn(|i| vmulq_f32(scf[i], dxs[i]));
     }
     k23_groups!(true, blks, a, scale, acc; 0: 0 1 2 3; 1: 4 5 6 7; 2: 8 9 10 11; 3: 12 13 14 15);

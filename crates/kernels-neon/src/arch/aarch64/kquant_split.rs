@@ -18,7 +18,7 @@ use std::arch::aarch64::*;
 use super::kquant_acts::{I8Slices, SbDot, SplitSlices};
 use super::kquant_low_split as low;
 use super::matvec_split::Split16;
-use super::simd::{f16_at, fma_sums4, ld, load_f32x4, offset_term};
+use super::simd::{dx16, f16_at, fma_sums4, ld, load_f32x4, offset_term, s8_to_f32};
 use crate::arch::drivers::{rows_blocked, RowDots};
 use crate::arch::Rows;
 use crate::quant::{QActs, QActs16};
@@ -168,21 +168,8 @@ unsafe fn q6k_group<const G: usize, A: SbDot>(blk: &[u8; 210], a: &A) -> int32x4
 unsafe fn q6k_block<A: SbDot>(blk: &[u8; 210], a: &A, acc: &mut float32x4_t) -> f32 {
     let d = f16_at(blk, 208);
     let sc = vreinterpretq_s8_u8(ld(blk, 192));
-    let (w0, w1) = (vmovl_s8(vget_low_s8(sc)), vmovl_high_s8(sc));
-    let scf = [
-        vmovl_s16(vget_low_s16(w0)),
-        vmovl_high_s16(w0),
-        vmovl_s16(vget_low_s16(w1)),
-        vmovl_high_s16(w1),
-    ]
-    .map(|v| vmulq_n_f32(vcvtq_f32_s32(v), d));
-    let (da, db) = (load_f32x4(&a.d()[0..]), load_f32x4(&a.d()[4..]));
-    let dxs = [
-        vzip1q_f32(da, da),
-        vzip2q_f32(da, da),
-        vzip1q_f32(db, db),
-        vzip2q_f32(db, db),
-    ];
+    let scf = s8_to_f32(sc).map(|v| vmulq_n_f32(v, d));
+    let dxs = dx16(a.d());
     let scale: [float32x4_t; 4] = std::array::from_fn(|i| vmulq_f32(scf[i], dxs[i]));
     // Four groups at a time: their exact sums in one vector, one conversion and one FMA.
     macro_rules! groups {

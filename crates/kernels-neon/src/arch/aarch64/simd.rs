@@ -48,6 +48,21 @@ pub(super) fn load_f32x4(x: &[f32]) -> float32x4_t {
     unsafe { vld1q_f32(x.as_ptr()) }
 }
 
+/// The per-16 activation scales of a super-block's 8 per-32 ones (`dx`), each twice, as 4
+/// vectors (group `G` in lane `G % 4` of vector `G / 4`).
+#[inline]
+#[target_feature(enable = "neon")]
+pub(super) fn dx16(dx: &[f32]) -> [float32x4_t; 4] {
+    let (da, db) = (load_f32x4(&dx[0..]), load_f32x4(&dx[4..]));
+    [
+        vzip1q_f32(da, da),
+        vzip2q_f32(da, da),
+        vzip1q_f32(db, db),
+        vzip2q_f32(db, db),
+    ]
+}
+
+/// i8x16 as four f32x4 (lanes 0..4, .., 12..16).
 #[inline]
 #[target_feature(enable = "neon")]
 pub(super) fn s8_to_f32(q: int8x16_t) -> [float32x4_t; 4] {
@@ -259,7 +274,7 @@ pub(super) fn offset_term(scale: &[float32x4_t; 4], sum16: &[i32; 16]) -> f32 {
 
 /// Defines `unsafe fn $name(acc: int32x4_t, a: $a, b: $b) -> int32x4_t`: `acc` plus the
 /// accumulating dot or matrix instruction `$insn` (`$insn acc.4s, a.16b, b.16b`), enabled with
-/// `$features`. The dot products (`sdot`, `udot`, `usdot`) and the matrix multiplies (`smmla`,
+/// `$features`. The dot products (`sdot`, `udot`) and the matrix multiplies (`smmla`,
 /// `usmmla`) are all this one shape.
 macro_rules! acc_insn {
     ($(#[$doc:meta])* $vis:vis $name:ident, $insn:literal, $a:ty, $b:ty, $features:literal) => {
