@@ -181,9 +181,15 @@ fn check(v: Variant) {
         "{}: logits are not degenerate ({scale})",
         v.name
     );
+    // Fast's bound is this random model's sensitivity, not the activations' rounding alone: the
+    // qwen2 variant's error moves with the 16-bit step by itself (largest quant 32767: 1.38e-2,
+    // 32700: 1.43e-2, 32639 (the quantizer's since stop 92): 3.38e-2, 32600: 2.37e-2, 32512:
+    // 2.92e-2, at a logit scale of 12.57; its Int8 error 0.67), so 2e-3 of the scale, met at
+    // 32767, was within that spread by chance; 4e-3 holds it with room. Real models' greedy text
+    // in Fast is checked against the reference (`reference*.rs`).
     for (precision, tol) in [
         (Precision::Exact, 2e-4),
-        (Precision::Fast, 2e-3),
+        (Precision::Fast, 4e-3),
         (Precision::Int8, 0.15),
     ] {
         for threads in [1, 2] {
