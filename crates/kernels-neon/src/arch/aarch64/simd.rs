@@ -14,6 +14,28 @@ pub(super) fn f16_at(b: &[u8], i: usize) -> f32 {
     vgetq_lane_f32::<0>(f16x4(vdup_n_u16(bits)))
 }
 
+/// The f16 at byte `at` of each of `N` blocks (two or four) as four f32 lanes (exact, one
+/// `fcvtl`): the per-block factors of the rows in lane order, as the prompt tiles read them
+/// (`tile_dp` four rows, `tile_mm` a row pair as `[x, y, x, y]`).
+#[inline(always)]
+pub(super) fn f16_lanes<const N: usize>(b: [&[u8]; N], at: usize) -> float32x4_t {
+    const { assert!(N == 2 || N == 4) };
+    let bits = |k: usize| {
+        let v: [u8; 2] = b[k][at..at + 2].try_into().expect("2 bytes");
+        u16::from_le_bytes(v)
+    };
+    let h = if N == 2 {
+        // SAFETY: NEON is baseline on aarch64.
+        unsafe { vreinterpret_u16_u32(vdup_n_u32(u32::from(bits(0)) | (u32::from(bits(1)) << 16))) }
+    } else {
+        let q = |k: usize| u64::from(bits(k)) << (16 * k);
+        // SAFETY: NEON is baseline on aarch64.
+        unsafe { vcreate_u16(q(0) | q(1) | q(2) | q(3)) }
+    };
+    // SAFETY: NEON is baseline on aarch64.
+    unsafe { f16x4(h) }
+}
+
 /// Four f16 (their bits) as f32, by one `fcvtl` (exact).
 #[inline]
 #[target_feature(enable = "neon")]

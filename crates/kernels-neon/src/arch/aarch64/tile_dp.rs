@@ -25,7 +25,7 @@ use std::arch::aarch64::*;
 use super::dequant::weights_i8;
 use super::q80x8::sdot_at;
 use super::row_blocks::{has_row_blocks, row_blocks, takes_halves, takes_min, Blk};
-use super::simd::f16x4;
+use super::simd::f16_lanes;
 use crate::arch::tags::{block_bytes, has_min, IQ4_NL, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
 use crate::quant::{QActs, QActs16, QBlocks};
 use crate::{QMatrix, WeightFormat};
@@ -132,18 +132,6 @@ unsafe fn quad(rows: [&[Blk]; 4], offsets: bool, out: &mut Vec<QuadBlock>) {
     }
 }
 
-/// The f16 at byte `at` of four blocks as four f32 lanes (exact, one `fcvtl`).
-#[inline(always)]
-fn f16_quad(b: [&[u8]; 4], at: usize) -> float32x4_t {
-    let mut h = 0u64;
-    for (k, blk) in b.iter().enumerate() {
-        let v: [u8; 2] = blk[at..at + 2].try_into().expect("2 bytes");
-        h |= u64::from(u16::from_le_bytes(v)) << (16 * k);
-    }
-    // SAFETY: NEON is baseline on aarch64.
-    unsafe { f16x4(vcreate_u16(h)) }
-}
-
 /// Four rows of a 32-element block format (tag `F`) as [`quad`] makes them from their
 /// [`row_blocks`], in one pass with no [`Blk`] between (that way took about 1.2 instructions a
 /// weight, paid once per product: more than half of an 8-token Q8_0 prompt's).
@@ -181,9 +169,9 @@ unsafe fn quad_blocks<const F: u8>(rows: [&[u8]; 4], offsets: bool, out: &mut Ve
         };
         out.push(QuadBlock {
             q,
-            d: f16_quad(b, 0),
+            d: f16_lanes(b, 0),
             m: if has_min(F) {
-                f16_quad(b, 2)
+                f16_lanes(b, 2)
             } else {
                 vdupq_n_f32(0.0)
             },

@@ -19,7 +19,7 @@ use std::arch::aarch64::*;
 
 use super::dequant::weights_i8;
 use super::row_blocks::{row_blocks, takes_min, Blk};
-use super::simd::f16x4;
+use super::simd::f16_lanes;
 use crate::arch::tags::{block_bytes, has_min, IQ4_NL, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
 use crate::quant::QBlocks;
 use crate::{QMatrix, WeightFormat};
@@ -143,20 +143,6 @@ fn row_lanes(u: f32, v: f32) -> float32x4_t {
     vcombine_f32(uv, uv)
 }
 
-/// The f16 at byte `at` of blocks `x` and `y` as `[x, y, x, y]` in f32 (exact, one `fcvtl`):
-/// [`row_lanes`] of the two values.
-#[inline]
-#[target_feature(enable = "neon")]
-fn f16_lanes(x: &[u8], y: &[u8], at: usize) -> float32x4_t {
-    let (u, v) = (
-        u16::from_le_bytes([x[at], x[at + 1]]),
-        u16::from_le_bytes([y[at], y[at + 1]]),
-    );
-    f16x4(vreinterpret_u16_u32(vdup_n_u32(
-        u32::from(u) | (u32::from(v) << 16),
-    )))
-}
-
 /// Rows `a` and `b` of a 32-element block format (tag `F`) as [`row_pair`] makes them from their
 /// [`row_blocks`], in one pass with no [`Blk`] between (the unpacking of two rows took about one
 /// instruction a weight that way, paid once per product: at 8 tokens a fifth of a Q8_0 prompt's).
@@ -169,9 +155,9 @@ fn row_pair_blocks<const F: u8>(a: &[u8], b: &[u8], out: &mut Vec<RowBlock>) {
             .zip(b.chunks_exact(bb))
             .map(|(x, y)| RowBlock {
                 q: interleave(weights_i8::<F>(x), weights_i8::<F>(y)),
-                d: f16_lanes(x, y, 0),
+                d: f16_lanes([x, y], 0),
                 m: if has_min(F) {
-                    f16_lanes(x, y, 2)
+                    f16_lanes([x, y], 2)
                 } else {
                     vdupq_n_f32(0.0)
                 },
