@@ -6,12 +6,11 @@
 //! sums: eight `sdot` per block of 32, row quad and token for 8-bit activations ([`Dp8`]),
 //! sixteen for 16-bit ones ([`Dp16`]), where the f32 tile of dequantized weights took 32 `fmla`.
 //!
-//! 16-bit activations are split exactly as `x = 256 * hi + lo`, `hi = x >> 8` (signed) and `lo =
-//! x & 255` (unsigned). Without `i8mm` there is no unsigned-by-signed dot, so `lo` is taken as
-//! `lo - 128` (signed), and each row's `128 * sum(q_w)` over the block ([`QuadBlock`]'s `w128`,
-//! one more pass of `sdot` per block and row quad when the rows are unpacked) starts the low
-//! bytes' sum: the i32 lanes are the block's exact dots `sum(q_w * q_x)`, the integer products of
-//! `matvec_i16` (|q_w| <= 128, |q_x| <= 32767: below 2^28). Each block's sums get one convert,
+//! 16-bit activations (|x| <= 32639) are split exactly into two signed bytes, `x = 256 * hr +
+//! lo`, `hr = (x + 128) >> 8` (-127..=127, `rshrn`) and `lo` the low byte read as i8, so both
+//! take `sdot` (no unsigned-by-signed dot without `i8mm`, and no offset to add back): the i32
+//! lanes are the block's exact dots `sum(q_w * q_x)`, the integer products of `matvec_i16`
+//! (|q_w| <= 128, |q_x| <= 32639: below 2^28). Each block's sums get one convert,
 //! one multiply by the rows' scales and one FMA by the token's, and for the formats with a min
 //! one more FMA (`m_w * s_x`); the halves of Q2_K, Q3_K and Q6_K (8-bit only), whose scales are
 //! per 16, are multiplied by their integer scales in i32 first, as `tile_mm.rs` does Q6_K's, and
@@ -49,8 +48,7 @@ unsafe fn dots16(acc: int32x4_t, w: &[int8x16_t], x: int8x16_t) -> int32x4_t {
 
 /// A block of 32 of four rows: the quants as [`quad`] lays them out, the rows' scales `d`, min
 /// factors `m` (Q2_K: `m` and `m2`, one per half) and (Q2_K, Q3_K, Q6_K) halves' integer scales
-/// `sa`, `sb`, one per lane, and each row's `128 * sum(q)` over the block and over each half
-/// (`w128`, `w128a`, `w128b`: the 16-bit tile's offset of its low bytes).
+/// `sa`, `sb`, one per lane.
 #[derive(Clone, Copy)]
 struct QuadBlock {
     q: [int8x16_t; 8],
@@ -59,9 +57,6 @@ struct QuadBlock {
     m2: float32x4_t,
     sa: int32x4_t,
     sb: int32x4_t,
-    w128: int32x4_t,
-    w128a: int32x4_t,
-    w128b: int32x4_t,
 }
 
 /// The 4×4 transpose of four vectors' 32-bit lanes: vector `c` of the result holds lane `c` of
@@ -87,13 +82,9 @@ fn transpose4(v: [int8x16_t; 4]) -> [int8x16_t; 4] {
     [z1(t0, t2), z1(t1, t3), z2(t0, t2), z2(t1, t3)]
 }
 
-/// Four rows' blocks (`row_blocks`) as [`QuadBlock`]s, into `out`; the low bytes' offsets
-/// (`w128`, `w128a`, `w128b`) only where `offsets` (the 16-bit tile's), else zero.
-///
-/// # Safety
-/// The CPU must support the `dotprod` extension.
-#[target_feature(enable = "neon,dotprod")]
-unsafe fn quad(rows: [&[Blk]; 4], offsets: bool, out: &mut Vec<QuadBlock>) {
+/// Four rows' blocks (`row_blocks`) as [`QuadBlock`]s, into `out`.
+#[target_feature(enable = "neon")]
+fn quad(rows: [&[Blk]; 4], out: &mut Vec<QuadBlock>) {
     out.clear();
     let nb = rows[0].len();
     assert!(rows.iter().all(|r| r.len() == nb));
@@ -111,13 +102,6 @@ unsafe fn quad(rows: [&[Blk]; 4], offsets: bool, out: &mut Vec<QuadBlock>) {
         let lo = transpose4(k.map(|k| k.q.0));
         let hi = transpose4(k.map(|k| k.q.1));
         let q = [lo[0], lo[1], lo[2], lo[3], hi[0], hi[1], hi[2], hi[3]];
-        let (ones, zero) = (vdupq_n_s8(1), vdupq_n_s32(0));
-        let (a, b) = if offsets {
-            // SAFETY: dotprod present per this function's contract.
-            unsafe { (dots16(zero, &q[..4], ones), dots16(zero, &q[4..], ones)) }
-        } else {
-            (zero, zero)
-        };
         out.push(QuadBlock {
             q,
             d: f(k.map(|k| k.d)),
@@ -125,9 +109,6 @@ unsafe fn quad(rows: [&[Blk]; 4], offsets: bool, out: &mut Vec<QuadBlock>) {
             m2: f(k.map(|k| k.m2)),
             sa: i(k.map(|k| k.sa)),
             sb: i(k.map(|k| k.sb)),
-            w128: vshlq_n_s32::<7>(vaddq_s32(a, b)),
-            w128a: vshlq_n_s32::<7>(a),
-            w128b: vshlq_n_s32::<7>(b),
         });
     }
 }
@@ -135,16 +116,13 @@ unsafe fn quad(rows: [&[Blk]; 4], offsets: bool, out: &mut Vec<QuadBlock>) {
 /// Four rows of a 32-element block format (tag `F`) as [`quad`] makes them from their
 /// [`row_blocks`], in one pass with no [`Blk`] between (that way took about 1.2 instructions a
 /// weight, paid once per product: more than half of an 8-token Q8_0 prompt's).
-///
-/// # Safety
-/// The CPU must support the `dotprod` extension.
-#[target_feature(enable = "neon,dotprod")]
-unsafe fn quad_blocks<const F: u8>(rows: [&[u8]; 4], offsets: bool, out: &mut Vec<QuadBlock>) {
+#[target_feature(enable = "neon")]
+fn quad_blocks<const F: u8>(rows: [&[u8]; 4], out: &mut Vec<QuadBlock>) {
     let bb = block_bytes(F);
     let nb = rows.iter().map(|r| r.len() / bb).min().unwrap_or(0);
     out.clear();
     out.reserve(nb);
-    let (ones, zero) = (vdupq_n_s8(1), vdupq_n_s32(0));
+    let zero = vdupq_n_s32(0);
     for i in 0..nb {
         let b: [&[u8]; 4] = [
             &rows[0][i * bb..i * bb + bb],
@@ -161,12 +139,6 @@ unsafe fn quad_blocks<const F: u8>(rows: [&[u8]; 4], offsets: bool, out: &mut Ve
         let lo = transpose4([w0.0, w1.0, w2.0, w3.0]);
         let hi = transpose4([w0.1, w1.1, w2.1, w3.1]);
         let q = [lo[0], lo[1], lo[2], lo[3], hi[0], hi[1], hi[2], hi[3]];
-        let (a, c) = if offsets {
-            // SAFETY: dotprod present per this function's contract.
-            unsafe { (dots16(zero, &q[..4], ones), dots16(zero, &q[4..], ones)) }
-        } else {
-            (zero, zero)
-        };
         out.push(QuadBlock {
             q,
             d: f16_lanes(b, 0),
@@ -178,9 +150,6 @@ unsafe fn quad_blocks<const F: u8>(rows: [&[u8]; 4], offsets: bool, out: &mut Ve
             m2: vdupq_n_f32(0.0),
             sa: zero,
             sb: zero,
-            w128: vshlq_n_s32::<7>(vaddq_s32(a, c)),
-            w128a: vshlq_n_s32::<7>(a),
-            w128b: vshlq_n_s32::<7>(c),
         });
     }
 }
@@ -188,41 +157,32 @@ unsafe fn quad_blocks<const F: u8>(rows: [&[u8]; 4], offsets: bool, out: &mut Ve
 /// Four rows of `format` (the last repeated where fewer) unpacked as [`QuadBlock`]s into `rq`:
 /// the 32-element block formats in one pass ([`quad_blocks`]), the others through [`row_blocks`]
 /// (into `bufs`) and [`quad`].
-///
-/// # Safety
-/// The CPU must support the `dotprod` extension.
-#[target_feature(enable = "neon,dotprod")]
-unsafe fn unpack_quad(
+#[target_feature(enable = "neon")]
+fn unpack_quad(
     format: WeightFormat,
     rows: [&[u8]; 4],
-    offsets: bool,
     bufs: &mut [Vec<Blk>; 4],
     rq: &mut Vec<QuadBlock>,
 ) {
-    // SAFETY: dotprod present per this function's contract.
-    unsafe {
-        match format {
-            WeightFormat::Q8_0 => quad_blocks::<Q8_0>(rows, offsets, rq),
-            WeightFormat::Q4_0 => quad_blocks::<Q4_0>(rows, offsets, rq),
-            WeightFormat::Q4_1 => quad_blocks::<Q4_1>(rows, offsets, rq),
-            WeightFormat::Q5_0 => quad_blocks::<Q5_0>(rows, offsets, rq),
-            WeightFormat::Q5_1 => quad_blocks::<Q5_1>(rows, offsets, rq),
-            WeightFormat::IQ4_NL => quad_blocks::<IQ4_NL>(rows, offsets, rq),
-            _ => {
-                for (b, row) in bufs.iter_mut().zip(rows) {
-                    b.clear();
-                    row_blocks(format, row, b);
-                }
-                quad(std::array::from_fn(|r| bufs[r].as_slice()), offsets, rq)
+    match format {
+        WeightFormat::Q8_0 => quad_blocks::<Q8_0>(rows, rq),
+        WeightFormat::Q4_0 => quad_blocks::<Q4_0>(rows, rq),
+        WeightFormat::Q4_1 => quad_blocks::<Q4_1>(rows, rq),
+        WeightFormat::Q5_0 => quad_blocks::<Q5_0>(rows, rq),
+        WeightFormat::Q5_1 => quad_blocks::<Q5_1>(rows, rq),
+        WeightFormat::IQ4_NL => quad_blocks::<IQ4_NL>(rows, rq),
+        _ => {
+            for (b, row) in bufs.iter_mut().zip(rows) {
+                b.clear();
+                row_blocks(format, row, b);
             }
+            quad(std::array::from_fn(|r| bufs[r].as_slice()), rq)
         }
     }
 }
 
 /// A token's quants of one block in a tile's own form.
 trait DpQuants: Copy {
-    /// Whether the rows' blocks need the low bytes' offsets (`QuadBlock::w128`).
-    const OFFSETS: bool;
     /// The block's exact integer dots with the four rows of `w`, one per lane.
     ///
     /// # Safety
@@ -242,7 +202,6 @@ pub(crate) struct Dp8 {
 }
 
 impl DpQuants for Dp8 {
-    const OFFSETS: bool = false;
     #[inline(always)]
     unsafe fn dots(&self, w: &QuadBlock) -> int32x4_t {
         // SAFETY: dotprod present per this method's contract.
@@ -267,7 +226,7 @@ impl DpQuants for Dp8 {
     }
 }
 
-/// A token's 16-bit quants of one block, split: the high bytes and the low ones less 128.
+/// A token's 16-bit quants of one block, split: the rounded high bytes and the low ones as i8.
 #[derive(Clone, Copy)]
 pub(crate) struct Dp16 {
     hi: [int8x16_t; 2],
@@ -275,14 +234,13 @@ pub(crate) struct Dp16 {
 }
 
 impl DpQuants for Dp16 {
-    const OFFSETS: bool = true;
     #[inline(always)]
     unsafe fn dots(&self, w: &QuadBlock) -> int32x4_t {
         // SAFETY: dotprod present per this method's contract.
         unsafe {
             let h = dots16(vdupq_n_s32(0), &w.q[..4], self.hi[0]);
             let h = dots16(h, &w.q[4..], self.hi[1]);
-            let l = dots16(w.w128, &w.q[..4], self.lo[0]);
+            let l = dots16(vdupq_n_s32(0), &w.q[..4], self.lo[0]);
             let l = dots16(l, &w.q[4..], self.lo[1]);
             vmlaq_n_s32(l, h, 256)
         }
@@ -294,8 +252,8 @@ impl DpQuants for Dp16 {
             let zero = vdupq_n_s32(0);
             let ha = dots16(zero, &w.q[..4], self.hi[0]);
             let hb = dots16(zero, &w.q[4..], self.hi[1]);
-            let la = dots16(w.w128a, &w.q[..4], self.lo[0]);
-            let lb = dots16(w.w128b, &w.q[4..], self.lo[1]);
+            let la = dots16(zero, &w.q[..4], self.lo[0]);
+            let lb = dots16(zero, &w.q[4..], self.lo[1]);
             (vmlaq_n_s32(la, ha, 256), vmlaq_n_s32(lb, hb, 256))
         }
     }
@@ -508,7 +466,7 @@ unsafe fn drive_with<Q: DpQuants, const MIN: bool, const HALVES: bool, const XH:
         let k = 4.min(nr - i);
         let rows = std::array::from_fn(|r| w.row_data(r0 + i + r.min(k - 1)));
         // SAFETY: dotprod present per this function's contract.
-        unsafe { unpack_quad(w.format(), rows, Q::OFFSETS, &mut bufs, &mut rq) };
+        unpack_quad(w.format(), rows, &mut bufs, &mut rq);
         assert_eq!(rq.len(), nb);
         for (gi, g) in groups.iter().enumerate() {
             let at = (gi, i, k, nr);
@@ -561,7 +519,7 @@ pub(crate) fn has_tile_i16dp(format: WeightFormat) -> bool {
 }
 
 /// A prompt's 16-bit activations as [`tile_i16dp`] reads them over weights of `format` (once per
-/// product): each block's high bytes and low bytes less 128.
+/// product): each block's rounded high bytes and low bytes as i8.
 #[target_feature(enable = "neon")]
 pub(crate) fn quads16(acts: &[QActs16], format: WeightFormat) -> TokenQuads<Dp16> {
     token_quads(acts, format, |x: &[i16]| {
@@ -569,12 +527,12 @@ pub(crate) fn quads16(acts: &[QActs16], format: WeightFormat) -> TokenQuads<Dp16
             let q = &x[e..e + 16];
             // SAFETY: `q` has exactly 16 readable i16 (bounds-checked above).
             let (a, b) = unsafe { (vld1q_s16(q.as_ptr()), vld1q_s16(q.as_ptr().add(8))) };
-            let hi = vcombine_s8(vshrn_n_s16::<8>(a), vshrn_n_s16::<8>(b));
-            let lo = vcombine_u8(
-                vmovn_u16(vreinterpretq_u16_s16(a)),
-                vmovn_u16(vreinterpretq_u16_s16(b)),
+            debug_assert!(
+                vmaxvq_s16(vmaxq_s16(a, b)) <= 32639,
+                "16-bit quants past 32639"
             );
-            (hi, vreinterpretq_s8_u8(veorq_u8(lo, vdupq_n_u8(0x80))))
+            let hr = vcombine_s8(vrshrn_n_s16::<8>(a), vrshrn_n_s16::<8>(b));
+            (hr, vcombine_s8(vmovn_s16(a), vmovn_s16(b)))
         };
         let ((h0, l0), (h1, l1)) = (split(0), split(16));
         Dp16 {
