@@ -126,7 +126,7 @@ pub(super) unsafe fn q2k_block<const R: usize, A: SbDot>(
 /// `2 (s / 4)` of byte `8 + s % 4`.
 #[inline]
 #[target_feature(enable = "neon")]
-fn q3k_scales(blk: &[u8; 110]) -> int8x16_t {
+pub(super) fn q3k_scales(blk: &[u8; 110]) -> int8x16_t {
     let lo8 = u64::from_le_bytes(blk[96..104].try_into().expect("8 bytes"));
     let lo = vcreate_u8(lo8);
     let lo = vcombine_u8(vand_u8(lo, vdup_n_u8(0x0F)), vshr_n_u8::<4>(lo));

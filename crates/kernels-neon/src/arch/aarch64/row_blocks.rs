@@ -7,7 +7,7 @@ use std::arch::aarch64::*;
 
 use super::dequant::weights_i8;
 use super::kquant::{q45k_quants16, q4k_scales, q6k_quants16};
-use super::kquant_low_split::k23_quants16;
+use super::kquant_low_split::{k23_quants16, q3k_scales};
 use super::simd::{f16_at, iq4xs_scales8};
 use crate::arch::tags::{block_bytes, has_min, IQ4_NL, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
 use crate::WeightFormat;
@@ -159,10 +159,17 @@ fn k23_blocks<const Q3: bool, const N: usize>(row: &[u8], out: &mut Vec<Blk>) {
         } else {
             (f16_at(b, 80), f16_at(b, 82))
         };
+        // Q3_K's 16 scales `ls - 32` at once (the decode kernels' unpacking).
+        let mut ls = [0i8; 16];
+        if Q3 {
+            let b3: &[u8; 110] = b[..].try_into().expect("a Q3_K super-block");
+            // SAFETY: `ls` is 16 writable i8.
+            unsafe { vst1q_s8(ls.as_mut_ptr(), q3k_scales(b3)) };
+        }
         // Sub-block `s`'s (16 elements) integer scale and, for Q2_K, its `-dmin * m`.
         let sc = |s: usize| -> (i32, f32) {
             if Q3 {
-                (crate::scalar::q3k_scale(b, s), 0.0)
+                (i32::from(ls[s]), 0.0)
             } else {
                 (i32::from(b[s] & 0xF), -dmin * f32::from(b[s] >> 4))
             }
