@@ -82,9 +82,11 @@ fn transpose4(v: [int8x16_t; 4]) -> [int8x16_t; 4] {
     [z1(t0, t2), z1(t1, t3), z2(t0, t2), z2(t1, t3)]
 }
 
-/// Four rows' blocks (`row_blocks`) as [`QuadBlock`]s, into `out`.
+/// Four rows' blocks (`row_blocks`) as [`QuadBlock`]s, into `out`: the min factors only where
+/// `MIN` (`takes_min` of the format), the halves' integer scales only where `HALVES`
+/// (`takes_halves`), else zero, as the tile reads them.
 #[target_feature(enable = "neon")]
-fn quad(rows: [&[Blk]; 4], out: &mut Vec<QuadBlock>) {
+fn quad<const MIN: bool, const HALVES: bool>(rows: [&[Blk]; 4], out: &mut Vec<QuadBlock>) {
     out.clear();
     let nb = rows[0].len();
     assert!(rows.iter().all(|r| r.len() == nb));
@@ -102,13 +104,18 @@ fn quad(rows: [&[Blk]; 4], out: &mut Vec<QuadBlock>) {
         let lo = transpose4(k.map(|k| k.q.0));
         let hi = transpose4(k.map(|k| k.q.1));
         let q = [lo[0], lo[1], lo[2], lo[3], hi[0], hi[1], hi[2], hi[3]];
+        let (zf, zi) = (vdupq_n_f32(0.0), vdupq_n_s32(0));
         out.push(QuadBlock {
             q,
             d: f(k.map(|k| k.d)),
-            m: f(k.map(|k| k.m)),
-            m2: f(k.map(|k| k.m2)),
-            sa: i(k.map(|k| k.sa)),
-            sb: i(k.map(|k| k.sb)),
+            m: if MIN { f(k.map(|k| k.m)) } else { zf },
+            m2: if MIN && HALVES {
+                f(k.map(|k| k.m2))
+            } else {
+                zf
+            },
+            sa: if HALVES { i(k.map(|k| k.sa)) } else { zi },
+            sb: if HALVES { i(k.map(|k| k.sb)) } else { zi },
         });
     }
 }
@@ -156,9 +163,9 @@ fn quad_blocks<const F: u8>(rows: [&[u8]; 4], out: &mut Vec<QuadBlock>) {
 
 /// Four rows of `format` (the last repeated where fewer) unpacked as [`QuadBlock`]s into `rq`:
 /// the 32-element block formats in one pass ([`quad_blocks`]), the others through [`row_blocks`]
-/// (into `bufs`) and [`quad`].
+/// (into `bufs`) and [`quad`] (`MIN`, `HALVES`: `takes_min` and `takes_halves` of `format`).
 #[target_feature(enable = "neon")]
-fn unpack_quad(
+fn unpack_quad<const MIN: bool, const HALVES: bool>(
     format: WeightFormat,
     rows: [&[u8]; 4],
     bufs: &mut [Vec<Blk>; 4],
@@ -176,7 +183,7 @@ fn unpack_quad(
                 b.clear();
                 row_blocks(format, row, b);
             }
-            quad(std::array::from_fn(|r| bufs[r].as_slice()), rq)
+            quad::<MIN, HALVES>(std::array::from_fn(|r| bufs[r].as_slice()), rq)
         }
     }
 }
@@ -466,7 +473,7 @@ unsafe fn drive_with<Q: DpQuants, const MIN: bool, const HALVES: bool, const XH:
         let k = 4.min(nr - i);
         let rows = std::array::from_fn(|r| w.row_data(r0 + i + r.min(k - 1)));
         // SAFETY: dotprod present per this function's contract.
-        unpack_quad(w.format(), rows, &mut bufs, &mut rq);
+        unpack_quad::<MIN, HALVES>(w.format(), rows, &mut bufs, &mut rq);
         assert_eq!(rq.len(), nb);
         for (gi, g) in groups.iter().enumerate() {
             let at = (gi, i, k, nr);
