@@ -8,7 +8,7 @@ use std::arch::aarch64::*;
 use super::dequant::weights_i8;
 use super::kquant::{q45k_quants16, q4k_scales, q6k_quants16};
 use super::kquant_low_split::{k23_quants16, q3k_scales};
-use super::simd::{f16_at, iq4xs_scales8};
+use super::simd::{f16_at, iq4nl_values, iq4xs_scales8};
 use crate::arch::tags::{block_bytes, has_min, IQ4_NL, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
 use crate::WeightFormat;
 
@@ -90,12 +90,8 @@ fn iq4xs_blocks(row: &[u8], out: &mut Vec<Blk>) {
     for s in row.chunks_exact(136) {
         let d = iq4xs_scales8(s);
         for (b, &d) in d.iter().enumerate() {
-            // Sub-block `b` as an IQ4_NL block: its 16 quant bytes after two of scale, which
-            // `weights_i8` does not read.
-            let mut nl = [0u8; 18];
-            nl[2..].copy_from_slice(&s[8 + 16 * b..8 + 16 * b + 16]);
             out.push(Blk {
-                q: weights_i8::<IQ4_NL>(&nl),
+                q: iq4nl_values(&s[8 + 16 * b..8 + 16 * b + 16]),
                 d,
                 m: 0.0,
                 m2: 0.0,
