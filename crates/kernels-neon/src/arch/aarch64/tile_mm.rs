@@ -169,9 +169,10 @@ fn row_pair_blocks<const F: u8>(a: &[u8], b: &[u8], out: &mut Vec<RowBlock>) {
 
 /// Rows `a` and `b` of `format` unpacked as the multiplies read them, into `rp`: the 32-element
 /// block formats in one pass ([`row_pair_blocks`]), the others through [`row_blocks`] (into `ba`
-/// and `bb`) and [`row_pair`].
+/// and `bb`) and [`row_pair`] (`MIN`, `HALVES`: whether the tile reads the min factors and the
+/// halves' integer scales).
 #[target_feature(enable = "neon")]
-fn unpack_pair(
+fn unpack_pair<const MIN: bool, const HALVES: bool>(
     format: WeightFormat,
     (a, b): (&[u8], &[u8]),
     (ba, bb): (&mut Vec<Blk>, &mut Vec<Blk>),
@@ -189,26 +190,38 @@ fn unpack_pair(
             bb.clear();
             row_blocks(format, a, ba);
             row_blocks(format, b, bb);
-            row_pair(ba, bb, rp);
+            row_pair::<MIN, HALVES>(ba, bb, rp);
         }
     }
 }
 
-/// Two rows' blocks `a` and `b` (`row_blocks`) as the multiplies read them, into `out`.
+/// Two rows' blocks `a` and `b` (`row_blocks`) as the multiplies read them, into `out`: the min
+/// factors only where `MIN`, the halves' integer scales only where `HALVES`, else zero.
 #[target_feature(enable = "neon")]
-fn row_pair(a: &[Blk], b: &[Blk], out: &mut Vec<RowBlock>) {
+fn row_pair<const MIN: bool, const HALVES: bool>(a: &[Blk], b: &[Blk], out: &mut Vec<RowBlock>) {
     out.clear();
-    out.extend(a.iter().zip(b).map(|(a, b)| {
-        let uv = vset_lane_s32::<1>(b.sa, vdup_n_s32(a.sa));
-        let sa = vcombine_s32(uv, uv);
-        let uv = vset_lane_s32::<1>(b.sb, vdup_n_s32(a.sb));
-        RowBlock {
-            q: interleave(a.q, b.q),
-            d: row_lanes(a.d, b.d),
-            m: row_lanes(a.m, b.m),
-            sa,
-            sb: vcombine_s32(uv, uv),
-        }
+    let pair = |u: i32, v: i32| {
+        let uv = vset_lane_s32::<1>(v, vdup_n_s32(u));
+        vcombine_s32(uv, uv)
+    };
+    out.extend(a.iter().zip(b).map(|(a, b)| RowBlock {
+        q: interleave(a.q, b.q),
+        d: row_lanes(a.d, b.d),
+        m: if MIN {
+            row_lanes(a.m, b.m)
+        } else {
+            vdupq_n_f32(0.0)
+        },
+        sa: if HALVES {
+            pair(a.sa, b.sa)
+        } else {
+            vdupq_n_s32(0)
+        },
+        sb: if HALVES {
+            pair(a.sb, b.sb)
+        } else {
+            vdupq_n_s32(0)
+        },
     }));
 }
 
@@ -354,7 +367,7 @@ unsafe fn drive_with<Q: TokenQuants, const MIN: bool, const HALVES: bool, const 
     for i in (0..nr).step_by(2) {
         let j = (i + 1).min(nr - 1);
         let rows = (w.row_data(r0 + i), w.row_data(r0 + j));
-        unpack_pair(w.format(), rows, (&mut bi, &mut bj), &mut rp);
+        unpack_pair::<MIN, HALVES>(w.format(), rows, (&mut bi, &mut bj), &mut rp);
         assert_eq!(rp.len(), nb);
         let at = (i, j, nr, n);
         let mut p = 0;
