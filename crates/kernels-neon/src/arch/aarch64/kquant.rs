@@ -5,7 +5,8 @@
 use std::arch::aarch64::*;
 
 use super::simd::{
-    f16_at, iq4nl_values, iq4xs_scales8, load_f32x4, load_u8x16, s8_to_f32, store16, u8_to_f32,
+    f16_at, iq4nl_values, iq4xs_scales8, load_f32x4, load_u8x16, q3k_scales_f32, s8_to_f32,
+    store16, u8_to_f32,
 };
 use super::vector::axpy_f32;
 use crate::arch::drivers::axpy_superblocks;
@@ -141,7 +142,7 @@ pub(super) fn dequant_superblock(format: WeightFormat, blk: &[u8], out: &mut [f3
         let (dl, ml) = if format == WeightFormat::Q2_K {
             crate::scalar::q2k_scales(blk)
         } else {
-            (crate::scalar::q3k_scales(blk), [0f32; 16])
+            (q3k_scales_f32(blk), [0f32; 16])
         };
         for n in 0..2 {
             for k in 0..4 {
@@ -269,7 +270,7 @@ fn dot_k_int<T>(
             let (dl, ml) = if q2 {
                 crate::scalar::q2k_scales(blk)
             } else {
-                (crate::scalar::q3k_scales(blk), [0f32; 16])
+                (q3k_scales_f32(blk), [0f32; 16])
             };
             for n in 0..2 {
                 for k in 0..4 {

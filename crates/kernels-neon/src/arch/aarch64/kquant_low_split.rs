@@ -20,8 +20,8 @@ use std::arch::aarch64::*;
 
 use super::kquant_acts::SbDot;
 use super::simd::{
-    dx16, f16_at, fma_sums4, iq4nl_values, iq4xs_scales, ld, load_f32x4, offset_term, s8_to_f32,
-    u8_to_f32,
+    dx16, f16_at, fma_sums4, iq4nl_values, iq4xs_scales, ld, load_f32x4, offset_term, q3k_scales,
+    s8_to_f32, u8_to_f32,
 };
 
 /// The quants of elements `128 n + 32 k + 16 p .. + 16` of a `Q2_K` (`Q3 = false`, 84 bytes) or
@@ -119,26 +119,6 @@ pub(super) unsafe fn q2k_block<const R: usize, A: SbDot>(
     }
     k23_groups!(false, blks, a, scale, acc; 0: 0 1 2 3; 1: 4 5 6 7; 2: 8 9 10 11; 3: 12 13 14 15);
     min
-}
-
-/// `Q3_K`'s 16 signed 6-bit scales `ls - 32` (bytes 96..108), unpacked as
-/// `scalar::q3k_scales`: low 4 bits in nibble `s / 8` of byte `s % 8`, high 2 bits at bit
-/// `2 (s / 4)` of byte `8 + s % 4`.
-#[inline]
-#[target_feature(enable = "neon")]
-pub(super) fn q3k_scales(blk: &[u8; 110]) -> int8x16_t {
-    let lo8 = u64::from_le_bytes(blk[96..104].try_into().expect("8 bytes"));
-    let lo = vcreate_u8(lo8);
-    let lo = vcombine_u8(vand_u8(lo, vdup_n_u8(0x0F)), vshr_n_u8::<4>(lo));
-    let hi4 = u32::from_le_bytes(blk[104..108].try_into().expect("4 bytes"));
-    let rep = vreinterpretq_u8_u32(vdupq_n_u32(hi4));
-    // Lane s shifted right by 2 (s / 4).
-    const SH: [i8; 16] = [0, 0, 0, 0, -2, -2, -2, -2, -4, -4, -4, -4, -6, -6, -6, -6];
-    // SAFETY: `SH` is exactly 16 readable i8.
-    let shifts = unsafe { vld1q_s8(SH.as_ptr()) };
-    let hi = vandq_u8(vshlq_u8(rep, shifts), vdupq_n_u8(3));
-    let ls = vorrq_u8(lo, vshlq_n_u8::<4>(hi));
-    vsubq_s8(vreinterpretq_s8_u8(ls), vdupq_n_s8(32))
 }
 
 /// `R` rows' `Q3_K` super-blocks (110 bytes: `hmask` 32, `qs` 64, scales 12, `d`): each row's 16

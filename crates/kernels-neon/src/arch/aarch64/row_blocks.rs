@@ -7,8 +7,8 @@ use std::arch::aarch64::*;
 
 use super::dequant::weights_i8;
 use super::kquant::{q45k_quants16, q4k_scales, q6k_quants16};
-use super::kquant_low_split::{k23_quants16, q3k_scales};
-use super::simd::{f16_at, iq4nl_values, iq4xs_scales8};
+use super::kquant_low_split::k23_quants16;
+use super::simd::{f16_at, iq4nl_values, iq4xs_scales8, q3k_scales};
 use crate::arch::tags::{block_bytes, has_min, IQ4_NL, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
 use crate::WeightFormat;
 

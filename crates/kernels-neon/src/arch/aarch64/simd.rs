@@ -14,6 +14,41 @@ pub(super) fn f16_at(b: &[u8], i: usize) -> f32 {
     vgetq_lane_f32::<0>(f16x4(vdup_n_u16(bits)))
 }
 
+/// `Q3_K`'s 16 signed 6-bit scales `ls - 32` (bytes 96..108), unpacked as
+/// `scalar::q3k_scales`: low 4 bits in nibble `s / 8` of byte `s % 8`, high 2 bits at bit
+/// `2 (s / 4)` of byte `8 + s % 4`.
+#[inline]
+#[target_feature(enable = "neon")]
+pub(super) fn q3k_scales(blk: &[u8; 110]) -> int8x16_t {
+    let lo8 = u64::from_le_bytes(blk[96..104].try_into().expect("8 bytes"));
+    let lo = vcreate_u8(lo8);
+    let lo = vcombine_u8(vand_u8(lo, vdup_n_u8(0x0F)), vshr_n_u8::<4>(lo));
+    let hi4 = u32::from_le_bytes(blk[104..108].try_into().expect("4 bytes"));
+    let rep = vreinterpretq_u8_u32(vdupq_n_u32(hi4));
+    // Lane s shifted right by 2 (s / 4).
+    const SH: [i8; 16] = [0, 0, 0, 0, -2, -2, -2, -2, -4, -4, -4, -4, -6, -6, -6, -6];
+    // SAFETY: `SH` is exactly 16 readable i8.
+    let shifts = unsafe { vld1q_s8(SH.as_ptr()) };
+    let hi = vandq_u8(vshlq_u8(rep, shifts), vdupq_n_u8(3));
+    let ls = vorrq_u8(lo, vshlq_n_u8::<4>(hi));
+    vsubq_s8(vreinterpretq_s8_u8(ls), vdupq_n_s8(32))
+}
+
+/// `Q3_K`'s 16 factors `d * (ls - 32)` of `blk`'s sub-blocks, as `scalar::q3k_scales` gives them
+/// (the same f32 products) from [`q3k_scales`]' vector unpacking.
+#[inline]
+#[target_feature(enable = "neon")]
+pub(super) fn q3k_scales_f32(blk: &[u8]) -> [f32; 16] {
+    let b: &[u8; 110] = blk[..110].try_into().expect("a Q3_K super-block");
+    let d = f16_at(b, 108);
+    let mut out = [0f32; 16];
+    store16(
+        &mut out,
+        s8_to_f32(q3k_scales(b)).map(|v| vmulq_n_f32(v, d)),
+    );
+    out
+}
+
 /// The f16 at byte `at` of each of `N` blocks (two or four) as four f32 lanes (exact, one
 /// `fcvtl`): the per-block factors of the rows in lane order, as the prompt tiles read them
 /// (`tile_dp` four rows, `tile_mm` a row pair as `[x, y, x, y]`).
