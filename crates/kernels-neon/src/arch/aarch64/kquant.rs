@@ -5,8 +5,8 @@
 use std::arch::aarch64::*;
 
 use super::simd::{
-    f16_at, iq4nl_values, iq4xs_scales8, load_f32x4, load_u8x16, q3k_scales_f32, s8_to_f32,
-    store16, u8_to_f32,
+    f16_at, iq4nl_values, iq4xs_scales8, load_f32x4, load_u8x16, q2k_scales_f32, q3k_scales_f32,
+    s8_to_f32, store16, u8_to_f32,
 };
 use super::vector::axpy_f32;
 use crate::arch::drivers::axpy_superblocks;
@@ -140,7 +140,7 @@ pub(super) fn dequant_superblock(format: WeightFormat, blk: &[u8], out: &mut [f3
         }
     } else if format == WeightFormat::Q2_K || format == WeightFormat::Q3_K {
         let (dl, ml) = if format == WeightFormat::Q2_K {
-            crate::scalar::q2k_scales(blk)
+            q2k_scales_f32(blk)
         } else {
             (q3k_scales_f32(blk), [0f32; 16])
         };
@@ -268,7 +268,7 @@ fn dot_k_int<T>(
         } else if format == WeightFormat::Q2_K || format == WeightFormat::Q3_K {
             let q2 = format == WeightFormat::Q2_K;
             let (dl, ml) = if q2 {
-                crate::scalar::q2k_scales(blk)
+                q2k_scales_f32(blk)
             } else {
                 (q3k_scales_f32(blk), [0f32; 16])
             };

@@ -49,6 +49,23 @@ pub(super) fn q3k_scales_f32(blk: &[u8]) -> [f32; 16] {
     out
 }
 
+/// `Q2_K`'s 16 factors `d * sc` and `dmin * m` of `blk`'s sub-blocks (`sc`, `m` the low and high
+/// nibbles of bytes 0..16), as `scalar::q2k_scales` gives them (the same f32 products), by vector.
+#[inline]
+#[target_feature(enable = "neon")]
+pub(super) fn q2k_scales_f32(blk: &[u8]) -> ([f32; 16], [f32; 16]) {
+    let (d, dmin) = (f16_at(blk, 80), f16_at(blk, 82));
+    let sc = load_u8x16(&blk[..16]);
+    let (mut dl, mut ml) = ([0f32; 16], [0f32; 16]);
+    let lo = vandq_u8(sc, vdupq_n_u8(0x0F));
+    store16(&mut dl, u8_to_f32(lo).map(|v| vmulq_n_f32(v, d)));
+    store16(
+        &mut ml,
+        u8_to_f32(vshrq_n_u8::<4>(sc)).map(|v| vmulq_n_f32(v, dmin)),
+    );
+    (dl, ml)
+}
+
 /// The f16 at byte `at` of each of `N` blocks (two or four) as four f32 lanes (exact, one
 /// `fcvtl`): the per-block factors of the rows in lane order, as the prompt tiles read them
 /// (`tile_dp` four rows, `tile_mm` a row pair as `[x, y, x, y]`).
