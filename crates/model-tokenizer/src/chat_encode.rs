@@ -27,11 +27,14 @@ impl Tokenizer {
             crate::tokenizer::Backend::Hf(hf) => hf,
             crate::tokenizer::Backend::Spm(spm) => return spm.encode(text, false),
         };
-        let plain = self.text_inner.get_or_init(|| {
-            let mut t = tokenizers::Tokenizer::clone(hf);
-            t.set_encode_special_tokens(true);
-            t
-        });
+        let plain = match self.text_inner.get() {
+            Some(p) => p,
+            None => {
+                let p = crate::plain::plain(hf)
+                    .map_err(|e| TokenizerError::backend("making the plain-text tokenizer", e))?;
+                self.text_inner.get_or_init(|| p)
+            }
+        };
         let enc = plain
             .encode_fast(text, false)
             .map_err(|e| TokenizerError::backend("encoding text", e))?;

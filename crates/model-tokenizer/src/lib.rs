@@ -72,6 +72,7 @@ mod chat;
 mod chat_encode;
 mod error;
 mod pieces;
+mod plain;
 mod sandbox;
 mod spm;
 mod stream;

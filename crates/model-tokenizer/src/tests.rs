@@ -472,6 +472,26 @@ fn encode_text_reads_special_strings_as_text() {
 }
 
 #[test]
+fn plain_text_tokenizer_and_clones_share_the_model() {
+    let tok = tiny(Some("smollm"));
+    let crate::tokenizer::Backend::Hf(hf) = &tok.inner else {
+        panic!("a BPE vocabulary is encoded by `tokenizers`");
+    };
+    let hf = std::sync::Arc::clone(hf);
+    assert_eq!(std::sync::Arc::strong_count(&hf), 2);
+    tok.encode_text("a<|im_end|>b").unwrap();
+    // The plain-text tokenizer encodes with the model it lends, not a copy of it.
+    assert_eq!(std::sync::Arc::strong_count(&hf), 3);
+    let copy = tok.clone();
+    assert_eq!(std::sync::Arc::strong_count(&hf), 4);
+    assert_eq!(
+        copy.encode_text("a<|im_end|>b").unwrap(),
+        tok.encode_text("a<|im_end|>b").unwrap()
+    );
+    assert_eq!(std::sync::Arc::strong_count(&hf), 4);
+}
+
+#[test]
 fn chat_specials_come_from_the_template_only() {
     let tok = tiny(Some("smollm"));
     let (start, end) = (1, 2);

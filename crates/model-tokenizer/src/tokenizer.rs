@@ -68,7 +68,7 @@ pub struct VocabSpec {
 /// `tokenizer.json`) or the SentencePiece merge of [`crate::spm`].
 #[derive(Clone)]
 pub(crate) enum Backend {
-    Hf(Box<tokenizers::Tokenizer>),
+    Hf(std::sync::Arc<tokenizers::Tokenizer>),
     Spm(std::sync::Arc<Spm>),
 }
 
@@ -77,8 +77,9 @@ pub(crate) enum Backend {
 #[derive(Clone)]
 pub struct Tokenizer {
     pub(crate) inner: Backend,
-    /// `inner` with special-token matching off (for user text), made on first use.
-    pub(crate) text_inner: std::sync::Arc<std::sync::OnceLock<tokenizers::Tokenizer>>,
+    /// `inner` with special-token matching off (for user text) over `inner`'s model, made on first
+    /// use.
+    pub(crate) text_inner: std::sync::Arc<std::sync::OnceLock<crate::plain::Plain>>,
     /// Raw vocabulary string of every id (`None` for holes in a tokenizer.json vocab).
     pieces: Pieces,
     special: Vec<bool>,
@@ -199,7 +200,7 @@ impl Tokenizer {
         let special = add_special_tokens(&mut inner, spec)?;
         Ok(Self::with_backend(
             spec,
-            Backend::Hf(Box::new(inner)),
+            Backend::Hf(std::sync::Arc::new(inner)),
             special,
         ))
     }
@@ -344,7 +345,7 @@ impl Tokenizer {
         let stop_ids = dedup([eos_id, im_end].into_iter().chain(checked_eos));
 
         Ok(Tokenizer {
-            inner: Backend::Hf(Box::new(inner)),
+            inner: Backend::Hf(std::sync::Arc::new(inner)),
             text_inner: Default::default(),
             pieces,
             special,
