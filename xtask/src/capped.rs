@@ -13,6 +13,9 @@
 //! weight repacking off (`--repack 0`): its default (which repacks Q4_0 into anonymous memory;
 //! `--no-default` skips it) and its best configuration under a cap (repack off). The ratios are
 //! Sparrow's decode (and prompt) speed over each llama.cpp configuration's, per round and as medians.
+//! With a speculative `sparrow bench` (`-- --self-draft 4`, `--lookup N`, `--draft M`), which times
+//! its prompts without and with speculation in one process, both decode speeds get their ratios
+//! (and `--record` writes `ID-decode-spec.json` beside `ID-decode.json`, the one without).
 //!
 //! llama.cpp is built as docs/BENCHMARKS.md says, from the source vendored in the PyPI sdist
 //! `llama-cpp-python==0.3.36` (`cmake` from a venv when absent), into `target/llama.cpp/`.
@@ -280,7 +283,12 @@ fn run_capped(program: &Path, args: &[String], cap: u64, n: usize, log: &Path) -
 
 /// A benchmarked program: its name in the table, binary, arguments and decode tok/s from its stdout.
 /// A figure the ratios are printed for: its name and where a run's [`Speeds`] hold it.
-type Metric = (&'static str, fn(&Speeds) -> Option<f64>);
+/// What a ratio compares: its name, the value of a llama.cpp run and that of a sparrow run.
+type Metric = (
+    &'static str,
+    fn(&Speeds) -> Option<f64>,
+    fn(&Speeds) -> Option<f64>,
+);
 
 type Program<'a> = (&'a str, &'a Path, Vec<String>, fn(&str) -> Speeds);
 
@@ -412,12 +420,18 @@ pub fn run(root: &Path, args: &[String]) -> Result<()> {
             // included, so an upper bound for both programs).
             let per_token = if prompt {
                 String::new()
+            } else if sp.plain.is_some() {
+                // A speculative bench decodes its prompts twice, each to its own length.
+                " | -".into()
             } else {
                 format!(" | {:.1}", mib / o.n_gen.max(1) as f64)
             };
+            let tg = match sp.plain {
+                Some(p) => format!("{} (without speculation {p:.2})", fmt(sp.tg)),
+                None => fmt(sp.tg),
+            };
             println!(
-                "| {round} | {name} | {} |{pp} {mib:.0}{per_token} | {:.0} | {} | {} | {}{} |",
-                fmt(sp.tg),
+                "| {round} | {name} | {tg} |{pp} {mib:.0}{per_token} | {:.0} | {} | {} | {}{} |",
                 r.peak_rss as f64 / 1048576.0,
                 r.cgroup_peak
                     .map_or("-".into(), |p| format!("{:.0}", p as f64 / 1048576.0)),
@@ -428,27 +442,46 @@ pub fn run(root: &Path, args: &[String]) -> Result<()> {
         }
     }
     let ours = &runs[programs.len() - 1];
-    let mut metrics: Vec<Metric> = vec![("decode", |s| s.tg)];
-    if prompt {
-        metrics.push(("prompt (time to first token)", |s| s.pp));
+    let spec = ours.iter().any(|s| s.plain.is_some());
+    let mut metrics: Vec<Metric> = vec![(
+        if spec {
+            "decode with speculation"
+        } else {
+            "decode"
+        },
+        |s| s.tg,
+        |s| s.tg,
+    )];
+    if spec {
+        // A speculative bench times its prompts without speculation too, in the same process.
+        metrics.push((
+            "decode without speculation (the same sparrow runs)",
+            |s| s.tg,
+            |s| s.plain,
+        ));
+    }
+    if prompt && !spec {
+        metrics.push(("prompt (time to first token)", |s| s.pp, |s| s.pp));
     }
     for (i, (name, ..)) in programs.iter().enumerate().take(programs.len() - 1) {
-        for (what, get) in &metrics {
+        for (what, theirs, get) in &metrics {
             let ratios: Vec<String> = runs[i]
                 .iter()
                 .zip(ours)
-                .map(|(t, s)| match (get(t), get(s)) {
+                .map(|(t, s)| match (theirs(t), get(s)) {
                     (Some(t), Some(s)) if t > 0.0 => format!("{:.2}", s / t),
                     (_, Some(_)) => "∞ (llama.cpp failed)".into(),
                     _ => "- (sparrow failed)".into(),
                 })
                 .collect();
-            let med = |v: &[Speeds]| median(v.iter().map(|s| get(s).unwrap_or(0.0)).collect());
+            let med = |v: &[Speeds], get: fn(&Speeds) -> Option<f64>| {
+                median(v.iter().map(|s| get(s).unwrap_or(0.0)).collect())
+            };
             println!(
                 "sparrow / {name}, {what}: per round [{}], medians {} / {} tok/s",
                 ratios.join(", "),
-                med(ours).map_or("-".into(), |v| format!("{v:.2}")),
-                med(&runs[i]).map_or("-".into(), |v| format!("{v:.2}")),
+                med(ours, *get).map_or("-".into(), |v| format!("{v:.2}")),
+                med(&runs[i], *theirs).map_or("-".into(), |v| format!("{v:.2}")),
             );
         }
     }
@@ -471,9 +504,17 @@ pub fn run(root: &Path, args: &[String]) -> Result<()> {
             }
         }
         let command = format!("cargo xtask capped-bench {}", kept.join(" "));
-        for (suffix, what, get) in metrics.iter().map(|(w, g)| {
-            if w.starts_with("decode") {
-                ("decode", format!("decode at a {pct:.0}% cap vs {name}"), *g)
+        for (suffix, what, get_theirs, get) in metrics.iter().map(|&(w, t, g)| {
+            if w == "decode with speculation" {
+                let what = format!("decode with speculation at a {pct:.0}% cap vs {name}");
+                ("decode-spec", what, t, g)
+            } else if w.starts_with("decode") {
+                (
+                    "decode",
+                    format!("decode at a {pct:.0}% cap vs {name}"),
+                    t,
+                    g,
+                )
             } else {
                 (
                     "ttft",
@@ -481,14 +522,15 @@ pub fn run(root: &Path, args: &[String]) -> Result<()> {
                         "time to first token ({} tokens) at a {pct:.0}% cap vs {name}",
                         o.n_prompt
                     ),
-                    *g,
+                    t,
+                    g,
                 )
             }
         }) {
             let ratios: Vec<f64> = theirs
                 .iter()
                 .zip(ours)
-                .filter_map(|(t, s)| match (get(t), get(s)) {
+                .filter_map(|(t, s)| match (get_theirs(t), get(s)) {
                     (Some(t), Some(s)) if t > 0.0 => Some(s / t),
                     _ => None,
                 })
@@ -545,7 +587,8 @@ mod tests {
             llama_speeds(llama),
             Speeds {
                 tg: Some(1.25),
-                pp: Some(300.0)
+                pp: Some(300.0),
+                plain: None
             }
         );
         assert_eq!(llama_speeds("not json"), Speeds::default());
@@ -553,7 +596,18 @@ mod tests {
             sparrow_speeds("noise\n{\"tg_tok_s\": 3.5, \"pp_tok_s\": 9.0}\n"),
             Speeds {
                 tg: Some(3.5),
-                pp: Some(9.0)
+                pp: Some(9.0),
+                plain: None
+            }
+        );
+        // A speculative bench's report: the means of its repetitions with and without.
+        let spec = r#"{"drafting": "self-draft", "lookup": {"plain_tok_s": [2.0, 4.0], "lookup_tok_s": [5.0, 7.0]}}"#;
+        assert_eq!(
+            sparrow_speeds(spec),
+            Speeds {
+                tg: Some(6.0),
+                pp: None,
+                plain: Some(3.0)
             }
         );
         assert_eq!(median(vec![3.0, 1.0, 2.0]), Some(2.0));

@@ -12,11 +12,15 @@ use anyhow::{Context, Result};
 /// The llama.cpp source this project compares against (docs/BENCHMARKS.md).
 const LLAMA_CPP_PYTHON: &str = "0.3.36";
 
-/// What a run measured: decode and prompt tok/s.
+/// What a run measured: decode and prompt tok/s, and for a speculative `sparrow bench` (`--lookup`,
+/// `--self-draft`, `--draft`) the decode tok/s of the same run without speculation.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Speeds {
+    /// Decode tok/s (a speculative bench's: with speculation).
     pub tg: Option<f64>,
     pub pp: Option<f64>,
+    /// A speculative bench's decode tok/s without speculation, the same prompts in the same process.
+    pub plain: Option<f64>,
 }
 
 /// Decode and prompt tok/s from llama-bench's `-o json` (its text-generation and prompt entries).
@@ -44,10 +48,12 @@ pub fn llama_speeds(stdout: &str) -> Speeds {
     Speeds {
         tg: find(true),
         pp: find(false),
+        plain: None,
     }
 }
 
-/// Decode and prompt tok/s from `sparrow bench --json`.
+/// Decode and prompt tok/s from `sparrow bench --json`; from a speculative bench's report (its
+/// `lookup` object) the means of its repetitions with speculation (`tg`) and without (`plain`).
 pub fn sparrow_speeds(stdout: &str) -> Speeds {
     let v = stdout
         .lines()
@@ -57,9 +63,26 @@ pub fn sparrow_speeds(stdout: &str) -> Speeds {
     let Some(v) = v else {
         return Speeds::default();
     };
+    let spec = &v["lookup"];
+    if spec.is_object() {
+        let mean = |key: &str| {
+            let r: Vec<f64> = spec[key]
+                .as_array()?
+                .iter()
+                .filter_map(|x| x.as_f64())
+                .collect();
+            (!r.is_empty()).then(|| r.iter().sum::<f64>() / r.len() as f64)
+        };
+        return Speeds {
+            tg: mean("lookup_tok_s"),
+            pp: None,
+            plain: mean("plain_tok_s"),
+        };
+    }
     Speeds {
         tg: v["tg_tok_s"].as_f64(),
         pp: v["pp_tok_s"].as_f64(),
+        plain: None,
     }
 }
 
