@@ -7,7 +7,9 @@
 //! ([`StreamDecoder`]), can be written back as `tokenizer.json` ([`Tokenizer::to_json`]) and
 //! carries the model's [`ChatTemplate`].
 //!
-//! Supported GGUF vocabularies: `tokenizer.ggml.model = "gpt2"` (byte-level BPE) with
+//! Supported GGUF vocabularies: `tokenizer.ggml.model = "gpt2"` (byte-level BPE: `tokenizers`'
+//! pre-tokenizers and added vocabulary around this crate's compact BPE model, [`Encoder`], which
+//! merges as `tokenizers`' `BPE` does in a quarter of its memory) with
 //! pre-tokenizers "smollm"/"starcoder"/"refact" (digits split one by one), "gpt-2"/"default"
 //! (GPT-2 regex), "llama-bpe"/"llama3" and "qwen2" (their split regexes). Unknown `pre`
 //! values fall back to the GPT-2 regex. `tokenizer.ggml.model = "llama"` (SentencePiece with
@@ -67,9 +69,11 @@
 //!   concatenated stream equals [`Tokenizer::decode`] of all ids.
 //! * [`Tokenizer`] and [`ChatTemplate`] are `Send + Sync + Clone`.
 
+mod bpe;
 mod bytes;
 mod chat;
 mod chat_encode;
+mod encoder;
 mod error;
 mod pieces;
 mod plain;
@@ -86,6 +90,7 @@ mod spm_tests;
 mod tests;
 
 pub use chat::{ChatMessage, ChatTemplate};
+pub use encoder::{Encoder, HfTokenizer};
 pub use error::TokenizerError;
 pub use sandbox::{RENDER_MAX_MEMORY, RENDER_TIMEOUT};
 pub use stream::StreamDecoder;

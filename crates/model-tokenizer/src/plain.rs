@@ -11,6 +11,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::encoder::HfTokenizer;
 use tokenizers::models::TrainerWrapper;
 use tokenizers::{
     DecoderWrapper, Model, NormalizerWrapper, PostProcessorWrapper, PreTokenizedString,
@@ -19,7 +20,7 @@ use tokenizers::{
 
 /// A tokenizer's model, used through the tokenizer that owns it.
 #[derive(Clone)]
-pub(crate) struct Shared(pub(crate) Arc<tokenizers::Tokenizer>);
+pub(crate) struct Shared(pub(crate) Arc<HfTokenizer>);
 
 impl Model for Shared {
     type Trainer = TrainerWrapper;
@@ -66,7 +67,7 @@ pub(crate) type Plain = TokenizerImpl<
 
 /// `hf` with special-token matching off (user-defined added tokens still matched), its model
 /// shared.
-pub(crate) fn plain(hf: &Arc<tokenizers::Tokenizer>) -> tokenizers::Result<Plain> {
+pub(crate) fn plain(hf: &Arc<HfTokenizer>) -> tokenizers::Result<Plain> {
     let mut t = Plain::new(Shared(Arc::clone(hf)));
     // The added vocabulary before the normalizer, which refreshes its normalized forms.
     t.with_added_vocabulary(hf.get_added_vocabulary().clone())

@@ -2,14 +2,16 @@
 //! encoding and decoding.
 
 use std::path::Path;
+use std::sync::Arc;
 
 use tokenizers::decoders::byte_level::ByteLevel;
-use tokenizers::models::bpe::{Vocab, BPE};
 use tokenizers::pre_tokenizers::digits::Digits;
 use tokenizers::pre_tokenizers::sequence::Sequence;
 use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
 use tokenizers::{AddedToken, DecoderWrapper, PreTokenizerWrapper, SplitDelimiterBehavior};
 
+use crate::bpe::Bpe;
+use crate::encoder::HfTokenizer;
 use crate::pieces::Pieces;
 use crate::spm::Spm;
 use crate::stream::StreamDecoder;
@@ -68,7 +70,7 @@ pub struct VocabSpec {
 /// `tokenizer.json`) or the SentencePiece merge of [`crate::spm`].
 #[derive(Clone)]
 pub(crate) enum Backend {
-    Hf(std::sync::Arc<tokenizers::Tokenizer>),
+    Hf(Arc<HfTokenizer>),
     Spm(std::sync::Arc<Spm>),
 }
 
@@ -81,7 +83,7 @@ pub struct Tokenizer {
     /// use.
     pub(crate) text_inner: std::sync::Arc<std::sync::OnceLock<crate::plain::Plain>>,
     /// Raw vocabulary string of every id (`None` for holes in a tokenizer.json vocab).
-    pieces: Pieces,
+    pieces: Arc<Pieces>,
     special: Vec<bool>,
     /// Whether decoding is done here, byte-exact (byte-level BPE and SentencePiece), not by the
     /// `tokenizers` decoder.
@@ -196,13 +198,12 @@ impl Tokenizer {
                 special,
             ));
         }
-        let mut inner = bpe_tokenizer(spec)?;
+        let pieces = Arc::new(Pieces::new(spec.tokens.iter().map(|t| Some(t.as_str()))));
+        let mut inner = bpe_tokenizer(spec, &pieces)?;
         let special = add_special_tokens(&mut inner, spec)?;
-        Ok(Self::with_backend(
-            spec,
-            Backend::Hf(std::sync::Arc::new(inner)),
-            special,
-        ))
+        let mut t = Self::with_backend(spec, Backend::Hf(Arc::new(inner)), special);
+        t.pieces = pieces;
+        Ok(t)
     }
 
     /// The tokenizer of a GGUF vocabulary around its encoder. Its stop ids are eos, eot and the
@@ -230,7 +231,7 @@ impl Tokenizer {
         Tokenizer {
             inner,
             text_inner: Default::default(),
-            pieces: Pieces::new(spec.tokens.iter().map(|t| Some(t.as_str()))),
+            pieces: Arc::new(Pieces::new(spec.tokens.iter().map(|t| Some(t.as_str())))),
             special,
             byte_level: true,
             bos_id: spec.bos_id,
@@ -256,7 +257,7 @@ impl Tokenizer {
         // deserializer) on a syntax error inside the `decoder` object when it reads text directly;
         // reading a parsed value cannot meet a syntax error. Found by the fuzz round.
         let value: serde_json::Value = serde_json::from_str(&text).map_err(json_error)?;
-        let inner: tokenizers::Tokenizer = serde_json::from_value(value).map_err(json_error)?;
+        let inner: HfTokenizer = serde_json::from_value(value).map_err(json_error)?;
         let dir = path.parent().unwrap_or_else(|| Path::new("."));
 
         let vocab = inner.get_vocab(true);
@@ -273,7 +274,7 @@ impl Tokenizer {
         for (tok, id) in vocab {
             by_id[id as usize] = Some(tok);
         }
-        let pieces = Pieces::new(by_id.iter().map(|p| p.as_deref()));
+        let pieces = Arc::new(Pieces::new(by_id.iter().map(|p| p.as_deref())));
         let mut special = vec![false; size];
         for (id, tok) in inner.get_added_tokens_decoder() {
             if tok.special {
@@ -345,7 +346,7 @@ impl Tokenizer {
         let stop_ids = dedup([eos_id, im_end].into_iter().chain(checked_eos));
 
         Ok(Tokenizer {
-            inner: Backend::Hf(std::sync::Arc::new(inner)),
+            inner: Backend::Hf(Arc::new(inner)),
             text_inner: Default::default(),
             pieces,
             special,
@@ -481,7 +482,7 @@ impl Tokenizer {
 
     /// The underlying `tokenizers` tokenizer (`None` for a SentencePiece vocabulary from GGUF,
     /// which is encoded here).
-    pub fn hf_tokenizer(&self) -> Option<&tokenizers::Tokenizer> {
+    pub fn hf_tokenizer(&self) -> Option<&HfTokenizer> {
         match &self.inner {
             Backend::Hf(inner) => Some(inner.as_ref()),
             Backend::Spm(_) => None,
@@ -630,46 +631,38 @@ fn check_spec(spec: &VocabSpec) -> Result<(), TokenizerError> {
 
 /// Byte-level BPE over the vocabulary and merges (each merge's parts and result in the vocabulary),
 /// with the pre-tokenizer `tokenizer.ggml.pre` names.
-fn bpe_tokenizer(spec: &VocabSpec) -> Result<tokenizers::Tokenizer, TokenizerError> {
-    let n = spec.tokens.len();
+fn bpe_tokenizer(spec: &VocabSpec, pieces: &Arc<Pieces>) -> Result<HfTokenizer, TokenizerError> {
+    let pre = spec.pre.as_deref();
     // Vocabulary: on duplicate strings the first id wins (as in llama.cpp).
-    let mut vocab = Vocab::with_capacity(n);
-    for (id, tok) in spec.tokens.iter().enumerate() {
-        vocab.entry(tok.clone()).or_insert(id as u32);
-    }
-
+    let vocab = Bpe::new(
+        Arc::clone(pieces),
+        matches!(pre, Some("llama-bpe") | Some("llama3")),
+    );
     let mut merges = Vec::with_capacity(spec.merges.len());
     for (i, merge) in spec.merges.iter().enumerate() {
         let line = i + 1;
         let (a, b) = parse_merge(line, merge)?;
-        for part in [&a, &b] {
-            if !vocab.contains_key(part.as_str()) {
-                return Err(TokenizerError::InvalidMerge {
-                    line,
-                    merge: merge.clone(),
-                    reason: format!("token {part:?} is not in the vocabulary"),
-                });
-            }
+        let mut ids = [0; 2];
+        for (part, id) in [&a, &b].into_iter().zip(&mut ids) {
+            *id = vocab.id(part).ok_or_else(|| TokenizerError::InvalidMerge {
+                line,
+                merge: merge.clone(),
+                reason: format!("token {part:?} is not in the vocabulary"),
+            })?;
         }
         let joined = format!("{a}{b}");
-        if !vocab.contains_key(&joined) {
+        let Some(m) = vocab.id(&joined) else {
             return Err(TokenizerError::InvalidMerge {
                 line,
                 merge: merge.clone(),
                 reason: format!("merged token {joined:?} is not in the vocabulary"),
             });
-        }
-        merges.push((a, b));
+        };
+        merges.push((ids[0], ids[1], m));
     }
+    let bpe = vocab.with_merges(merges);
 
-    let pre = spec.pre.as_deref();
-    let bpe = BPE::builder()
-        .vocab_and_merges(vocab, merges)
-        .ignore_merges(matches!(pre, Some("llama-bpe") | Some("llama3")))
-        .build()
-        .map_err(|e| TokenizerError::backend("building the BPE model", e))?;
-
-    let mut inner = tokenizers::Tokenizer::new(bpe);
+    let mut inner = HfTokenizer::new(bpe.into());
     inner.with_pre_tokenizer(Some(pre_tokenizer_for(pre)?));
     inner.with_decoder(Some(ByteLevel::default()));
     inner.with_post_processor(Some(ByteLevel::default().add_prefix_space(false)));
@@ -680,7 +673,7 @@ fn bpe_tokenizer(spec: &VocabSpec) -> Result<tokenizers::Tokenizer, TokenizerErr
 /// Adds the control tokens (special) and user-defined tokens (plain) to `inner`, matched in input
 /// text and never split; returns which ids are special.
 fn add_special_tokens(
-    inner: &mut tokenizers::Tokenizer,
+    inner: &mut HfTokenizer,
     spec: &VocabSpec,
 ) -> Result<Vec<bool>, TokenizerError> {
     let n = spec.tokens.len();

@@ -32,4 +32,5 @@ mod speculate;
 mod speculate_exec;
 mod stream;
 mod tiny_models;
+mod tokenize_bpe;
 mod tokenize_gemma;
