@@ -65,7 +65,9 @@ impl Bpe {
             let Some(s) = pieces.get(id) else { continue };
             let h = hasher.hash_one(s);
             if index.find(h, |&i: &u32| pieces.get(i) == Some(s)).is_none() {
-                index.insert_unique(h, id, |&i: &u32| hasher.hash_one(pieces.get(i)));
+                // Rehashing (not with this capacity) hashes as `id` looks up: the string.
+                let rehash = |&i: &u32| hasher.hash_one(pieces.get(i).unwrap_or_default());
+                index.insert_unique(h, id, rehash);
             }
         }
         Bpe {

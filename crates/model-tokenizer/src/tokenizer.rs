@@ -71,7 +71,7 @@ pub struct VocabSpec {
 #[derive(Clone)]
 pub(crate) enum Backend {
     Hf(Arc<HfTokenizer>),
-    Spm(std::sync::Arc<Spm>),
+    Spm(Arc<Spm>),
 }
 
 /// A text tokenizer (BPE via the `tokenizers` crate, or SentencePiece by score) with its
@@ -190,26 +190,27 @@ impl Tokenizer {
     /// (other vocabularies none: [`Tokenizer::encode_chat`] then uses ChatML).
     pub fn from_vocab(spec: &VocabSpec) -> Result<Tokenizer, TokenizerError> {
         check_spec(spec)?;
+        let pieces = Arc::new(Pieces::new(spec.tokens.iter().map(|t| Some(t.as_str()))));
         if spec.model == "llama" {
             let (spm, special) = Spm::new(spec)?;
-            return Ok(Self::with_backend(
-                spec,
-                Backend::Spm(std::sync::Arc::new(spm)),
-                special,
-            ));
+            let inner = Backend::Spm(Arc::new(spm));
+            return Ok(Self::with_backend(spec, inner, special, pieces));
         }
-        let pieces = Arc::new(Pieces::new(spec.tokens.iter().map(|t| Some(t.as_str()))));
         let mut inner = bpe_tokenizer(spec, &pieces)?;
         let special = add_special_tokens(&mut inner, spec)?;
-        let mut t = Self::with_backend(spec, Backend::Hf(Arc::new(inner)), special);
-        t.pieces = pieces;
-        Ok(t)
+        let inner = Backend::Hf(Arc::new(inner));
+        Ok(Self::with_backend(spec, inner, special, pieces))
     }
 
     /// The tokenizer of a GGUF vocabulary around its encoder. Its stop ids are eos, eot and the
     /// end-of-turn tokens llama.cpp also stops at when present (`<|im_end|>` of ChatML,
     /// `<end_of_turn>` of Gemma).
-    fn with_backend(spec: &VocabSpec, inner: Backend, special: Vec<bool>) -> Tokenizer {
+    fn with_backend(
+        spec: &VocabSpec,
+        inner: Backend,
+        special: Vec<bool>,
+        pieces: Arc<Pieces>,
+    ) -> Tokenizer {
         let find = |text: &str| spec.tokens.iter().position(|t| t == text).map(|i| i as u32);
         let stop_ids = dedup([
             spec.eos_id,
@@ -231,7 +232,7 @@ impl Tokenizer {
         Tokenizer {
             inner,
             text_inner: Default::default(),
-            pieces: Arc::new(Pieces::new(spec.tokens.iter().map(|t| Some(t.as_str())))),
+            pieces,
             special,
             byte_level: true,
             bos_id: spec.bos_id,
