@@ -161,13 +161,14 @@ fn quad_blocks<const F: u8>(rows: [&[u8]; 4], out: &mut Vec<QuadBlock>) {
     }
 }
 
-/// Four rows of `format` (the last repeated where fewer) unpacked as [`QuadBlock`]s into `rq`:
-/// the 32-element block formats in one pass ([`quad_blocks`]), the others through [`row_blocks`]
-/// (into `bufs`) and [`quad`] (`MIN`, `HALVES`: `takes_min` and `takes_halves` of `format`).
+/// Four rows of `format` (the first `k` real, the last of them repeated after) unpacked as
+/// [`QuadBlock`]s into `rq`: the 32-element block formats in one pass ([`quad_blocks`]), the
+/// others through [`row_blocks`] (the `k` real rows into `bufs`) and [`quad`] (`MIN`, `HALVES`:
+/// `takes_min` and `takes_halves` of `format`).
 #[target_feature(enable = "neon")]
 fn unpack_quad<const MIN: bool, const HALVES: bool>(
     format: WeightFormat,
-    rows: [&[u8]; 4],
+    (rows, k): ([&[u8]; 4], usize),
     bufs: &mut [Vec<Blk>; 4],
     rq: &mut Vec<QuadBlock>,
 ) {
@@ -179,11 +180,11 @@ fn unpack_quad<const MIN: bool, const HALVES: bool>(
         WeightFormat::Q5_1 => quad_blocks::<Q5_1>(rows, rq),
         WeightFormat::IQ4_NL => quad_blocks::<IQ4_NL>(rows, rq),
         _ => {
-            for (b, row) in bufs.iter_mut().zip(rows) {
+            for (b, row) in bufs.iter_mut().zip(rows).take(k) {
                 b.clear();
                 row_blocks(format, row, b);
             }
-            quad::<MIN, HALVES>(std::array::from_fn(|r| bufs[r].as_slice()), rq)
+            quad::<MIN, HALVES>(std::array::from_fn(|r| bufs[r.min(k - 1)].as_slice()), rq)
         }
     }
 }
@@ -473,7 +474,7 @@ unsafe fn drive_with<Q: DpQuants, const MIN: bool, const HALVES: bool, const XH:
         let k = 4.min(nr - i);
         let rows = std::array::from_fn(|r| w.row_data(r0 + i + r.min(k - 1)));
         // SAFETY: dotprod present per this function's contract.
-        unpack_quad::<MIN, HALVES>(w.format(), rows, &mut bufs, &mut rq);
+        unpack_quad::<MIN, HALVES>(w.format(), (rows, k), &mut bufs, &mut rq);
         assert_eq!(rq.len(), nb);
         for (gi, g) in groups.iter().enumerate() {
             let at = (gi, i, k, nr);

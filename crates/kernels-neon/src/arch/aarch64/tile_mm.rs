@@ -167,30 +167,37 @@ fn row_pair_blocks<const F: u8>(a: &[u8], b: &[u8], out: &mut Vec<RowBlock>) {
     );
 }
 
-/// Rows `a` and `b` of `format` unpacked as the multiplies read them, into `rp`: the 32-element
-/// block formats in one pass ([`row_pair_blocks`]), the others through [`row_blocks`] (into `ba`
-/// and `bb`) and [`row_pair`] (`MIN`, `HALVES`: whether the tile reads the min factors and the
-/// halves' integer scales).
+/// Rows `a` and `b` of `format` (`b` `None`: `a` again, a tail's odd row) unpacked as the
+/// multiplies read them, into `rp`: the 32-element block formats in one pass
+/// ([`row_pair_blocks`]), the others through [`row_blocks`] (into `ba` and `bb`, `a`'s blocks
+/// once where `b` is `None`) and [`row_pair`] (`MIN`, `HALVES`: whether the tile reads the min
+/// factors and the halves' integer scales).
 #[target_feature(enable = "neon")]
 fn unpack_pair<const MIN: bool, const HALVES: bool>(
     format: WeightFormat,
-    (a, b): (&[u8], &[u8]),
+    (a, b): (&[u8], Option<&[u8]>),
     (ba, bb): (&mut Vec<Blk>, &mut Vec<Blk>),
     rp: &mut Vec<RowBlock>,
 ) {
+    let b2 = b.unwrap_or(a);
     match format {
-        WeightFormat::Q8_0 => row_pair_blocks::<Q8_0>(a, b, rp),
-        WeightFormat::Q4_0 => row_pair_blocks::<Q4_0>(a, b, rp),
-        WeightFormat::Q4_1 => row_pair_blocks::<Q4_1>(a, b, rp),
-        WeightFormat::Q5_0 => row_pair_blocks::<Q5_0>(a, b, rp),
-        WeightFormat::Q5_1 => row_pair_blocks::<Q5_1>(a, b, rp),
-        WeightFormat::IQ4_NL => row_pair_blocks::<IQ4_NL>(a, b, rp),
+        WeightFormat::Q8_0 => row_pair_blocks::<Q8_0>(a, b2, rp),
+        WeightFormat::Q4_0 => row_pair_blocks::<Q4_0>(a, b2, rp),
+        WeightFormat::Q4_1 => row_pair_blocks::<Q4_1>(a, b2, rp),
+        WeightFormat::Q5_0 => row_pair_blocks::<Q5_0>(a, b2, rp),
+        WeightFormat::Q5_1 => row_pair_blocks::<Q5_1>(a, b2, rp),
+        WeightFormat::IQ4_NL => row_pair_blocks::<IQ4_NL>(a, b2, rp),
         _ => {
             ba.clear();
-            bb.clear();
             row_blocks(format, a, ba);
-            row_blocks(format, b, bb);
-            row_pair::<MIN, HALVES>(ba, bb, rp);
+            match b {
+                Some(b) => {
+                    bb.clear();
+                    row_blocks(format, b, bb);
+                    row_pair::<MIN, HALVES>(ba, bb, rp);
+                }
+                None => row_pair::<MIN, HALVES>(ba, ba, rp),
+            }
         }
     }
 }
@@ -366,7 +373,7 @@ unsafe fn drive_with<Q: TokenQuants, const MIN: bool, const HALVES: bool, const 
     let (mut bi, mut bj, mut rp) = (Vec::new(), Vec::new(), Vec::new());
     for i in (0..nr).step_by(2) {
         let j = (i + 1).min(nr - 1);
-        let rows = (w.row_data(r0 + i), w.row_data(r0 + j));
+        let rows = (w.row_data(r0 + i), (j != i).then(|| w.row_data(r0 + j)));
         unpack_pair::<MIN, HALVES>(w.format(), rows, (&mut bi, &mut bj), &mut rp);
         assert_eq!(rp.len(), nb);
         let at = (i, j, nr, n);
